@@ -16,8 +16,8 @@ bool CheckedMul(int64_t a, int64_t b, int64_t* out) {
   return !__builtin_mul_overflow(a, b, out);
 }
 
-absl::StatusOr<Box> Box::Make(std::vector<int64_t> origin,
-                              std::vector<int64_t> shape) {
+absl::StatusOr<Box> Box::Make(absl::Span<const int64_t> origin,
+                              absl::Span<const int64_t> shape) {
   if (origin.size() != shape.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("box origin has rank ", origin.size(),
@@ -35,22 +35,20 @@ absl::StatusOr<Box> Box::Make(std::vector<int64_t> origin,
           " overflows int64"));
     }
   }
-  Box b;
-  b.origin_ = std::move(origin);
-  b.shape_ = std::move(shape);
-  return b;
+  return Unchecked(origin, shape);
 }
 
-absl::StatusOr<Box> Box::FromShape(std::vector<int64_t> shape) {
-  std::vector<int64_t> origin(shape.size(), 0);
-  return Make(std::move(origin), std::move(shape));
+absl::StatusOr<Box> Box::FromShape(absl::Span<const int64_t> shape) {
+  Indices origin(shape.size(), 0);
+  return Make(origin, shape);
 }
 
-Box Box::Unchecked(std::vector<int64_t> origin, std::vector<int64_t> shape) {
+Box Box::Unchecked(absl::Span<const int64_t> origin,
+                   absl::Span<const int64_t> shape) {
   assert(origin.size() == shape.size());
   Box b;
-  b.origin_ = std::move(origin);
-  b.shape_ = std::move(shape);
+  b.origin_.assign(origin.begin(), origin.end());
+  b.shape_.assign(shape.begin(), shape.end());
   return b;
 }
 
@@ -89,14 +87,14 @@ int64_t UncheckedNumElements(const Box& b) {
 
 Box Intersect(const Box& a, const Box& b) {
   assert(a.rank() == b.rank());
-  std::vector<int64_t> origin(a.rank()), shape(a.rank());
+  Box::Indices origin(a.rank()), shape(a.rank());
   for (int d = 0; d < a.rank(); ++d) {
     int64_t lo = std::max(a.origin(d), b.origin(d));
     int64_t hi = std::min(a.limit(d), b.limit(d));
     origin[d] = lo;
     shape[d] = hi > lo ? hi - lo : 0;
   }
-  return Box::Unchecked(std::move(origin), std::move(shape));
+  return Box::Unchecked(origin, shape);
 }
 
 bool Contains(const Box& outer, const Box& inner) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
@@ -26,14 +27,18 @@ class Box {
   // Returns the box [origin, origin + shape).
   // Fails with INVALID_ARGUMENT if the ranks differ, a shape is negative, or
   // origin + shape overflows int64.
-  static absl::StatusOr<Box> Make(std::vector<int64_t> origin,
-                                  std::vector<int64_t> shape);
+  static absl::StatusOr<Box> Make(absl::Span<const int64_t> origin,
+                                  absl::Span<const int64_t> shape);
 
   // Returns the box [0, shape). Fails like Make().
-  static absl::StatusOr<Box> FromShape(std::vector<int64_t> shape);
+  static absl::StatusOr<Box> FromShape(absl::Span<const int64_t> shape);
 
   // No validation beyond debug asserts: for inputs already validated.
-  static Box Unchecked(std::vector<int64_t> origin, std::vector<int64_t> shape);
+  static Box Unchecked(absl::Span<const int64_t> origin,
+                       absl::Span<const int64_t> shape);
+
+  // Index vectors stay inline (no heap) up to rank 4.
+  using Indices = absl::InlinedVector<int64_t, 4>;
 
   int rank() const { return static_cast<int>(shape_.size()); }
   absl::Span<const int64_t> origin() const { return origin_; }
@@ -57,8 +62,8 @@ class Box {
   }
 
  private:
-  std::vector<int64_t> origin_;
-  std::vector<int64_t> shape_;
+  Indices origin_;
+  Indices shape_;
 };
 
 // True if some shape[d] == 0.

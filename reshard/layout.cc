@@ -7,14 +7,14 @@
 
 namespace refit {
 
-std::vector<DimMap> RowMajorDims(absl::Span<const int64_t> shape) {
+DimMaps RowMajorDims(absl::Span<const int64_t> shape) {
   return SubArrayDims(shape, shape);
 }
 
-std::vector<DimMap> SubArrayDims(absl::Span<const int64_t> box_shape,
+DimMaps SubArrayDims(absl::Span<const int64_t> box_shape,
                                  absl::Span<const int64_t> array_shape) {
   assert(box_shape.size() == array_shape.size());
-  std::vector<DimMap> dims(box_shape.size());
+  DimMaps dims(box_shape.size());
   int64_t stride = 1;
   for (int d = static_cast<int>(box_shape.size()) - 1; d >= 0; --d) {
     if (box_shape[d] > 0) dims[d].splits.push_back({box_shape[d], stride});
@@ -36,13 +36,15 @@ int64_t DimOffset(const DimMap& m, int64_t rel) {
 namespace {
 
 // Product of split sizes below `level`.
-int64_t BlockSize(const std::vector<DimSplit>& s, int level) {
+using Splits = absl::InlinedVector<DimSplit, 2>;
+
+int64_t BlockSize(const Splits& s, int level) {
   int64_t b = 1;
   for (size_t k = level + 1; k < s.size(); ++k) b *= s[k].size;
   return b;
 }
 
-void DecomposeLevel(const std::vector<DimSplit>& s, int level, int64_t begin,
+void DecomposeLevel(const Splits& s, int level, int64_t begin,
                     int64_t count, int64_t base, int64_t index_base,
                     std::vector<DimPiece>* out) {
   if (count <= 0) return;
@@ -88,8 +90,8 @@ void DecomposeLevel(const std::vector<DimSplit>& s, int level, int64_t begin,
   }
 }
 
-void Simplify(std::vector<DimSplit>* splits) {
-  std::vector<DimSplit> out;
+void Simplify(Splits* splits) {
+  Splits out;
   for (const DimSplit& s : *splits) {
     if (s.size == 1) continue;
     if (!out.empty() && out.back().stride == s.size * s.stride) {

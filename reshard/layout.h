@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "reshard/box.h"
@@ -41,7 +42,8 @@ struct DimSplit {
 };
 
 struct DimMap {
-  std::vector<DimSplit> splits;  // outer to inner; may be empty if extent is 0
+  // Outer to inner; may be empty if the extent is 0.
+  absl::InlinedVector<DimSplit, 2> splits;
   friend bool operator==(const DimMap& a, const DimMap& b) {
     return a.splits == b.splits;
   }
@@ -74,7 +76,7 @@ struct Record {
   int32_t buffer = 0;  // index into SideLayout::buffers; same rank
   Box box;             // logical region held (box.rank() == tensor rank)
   int64_t byte_offset = 0;   // of the element at box.origin
-  std::vector<DimMap> dims;  // one per tensor dim
+  absl::InlinedVector<DimMap, 3> dims;  // one per tensor dim
 };
 
 struct SideLayout {
@@ -89,11 +91,12 @@ struct SideLayout {
 };
 
 // The DimMaps of a dense row-major array of `shape` (strides in elements).
-std::vector<DimMap> RowMajorDims(absl::Span<const int64_t> shape);
+using DimMaps = absl::InlinedVector<DimMap, 3>;
+DimMaps RowMajorDims(absl::Span<const int64_t> shape);
 
 // Row-major dims of `box_shape` laid inside a larger row-major array whose
 // extents are `array_shape` (same rank): strides come from array_shape.
-std::vector<DimMap> SubArrayDims(absl::Span<const int64_t> box_shape,
+DimMaps SubArrayDims(absl::Span<const int64_t> box_shape,
                                  absl::Span<const int64_t> array_shape);
 
 // Checks one record against its side: indices in range, ranks agree,
@@ -113,7 +116,7 @@ struct DimPiece {
   int64_t index_begin = 0;
   int64_t count = 0;
   int64_t offset = 0;            // elements
-  std::vector<DimSplit> splits;  // outer to inner, product == count
+  absl::InlinedVector<DimSplit, 2> splits;  // outer to inner, product == count
 };
 
 // Cuts the box-relative range [begin, begin + count) of dim map `m` into the

@@ -140,7 +140,7 @@ absl::StatusOr<Box> ShardBox(absl::Span<const int64_t> global_shape,
     origin[p.dim] += c.begin;
     shape[p.dim] = c.size;
   }
-  return Box::Make(std::move(origin), std::move(shape));
+  return Box::Make(origin, shape);
 }
 
 }  // namespace refit

@@ -8,6 +8,10 @@ namespace refit {
 
 absl::Status ValidateTensorSpec(const TensorSpec& t) {
   if (t.name.empty()) return absl::InvalidArgumentError("tensor has no name");
+  if (t.stacked && (t.shape.empty() || t.name.find("{}") == std::string::npos)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stacked tensor ", t.name, " needs a \"{}\" in its name and rank >= 1"));
+  }
   if (!IsValidDType(static_cast<int32_t>(t.dtype))) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor ", t.name, ": invalid dtype"));
@@ -24,6 +28,30 @@ absl::Status ValidateTensorSpec(const TensorSpec& t) {
     }
   }
   return absl::OkStatus();
+}
+
+std::string MemberName(const TensorSpec& t, int64_t i) {
+  if (!t.stacked) return t.name;
+  std::string out = t.name;
+  size_t pos = out.find("{}");
+  if (pos != std::string::npos) out.replace(pos, 2, absl::StrCat(i));
+  return out;
+}
+
+std::string DescribePart(const TensorSpec& t, const Box& box) {
+  if (!t.stacked || box.rank() == 0) {
+    return absl::StrCat(t.name, " ", box.ToString());
+  }
+  std::string name = t.name;
+  size_t pos = name.find("{}");
+  std::string range =
+      box.shape(0) == 1 ? absl::StrCat(box.origin(0))
+                        : absl::StrCat("{", box.origin(0), "..",
+                                       box.limit(0) - 1, "}");
+  if (pos != std::string::npos) name.replace(pos, 2, range);
+  std::vector<int64_t> o(box.origin().begin() + 1, box.origin().end());
+  std::vector<int64_t> s(box.shape().begin() + 1, box.shape().end());
+  return absl::StrCat(name, " ", Box::Unchecked(o, s).ToString());
 }
 
 std::string TensorSpecString(const TensorSpec& t) {

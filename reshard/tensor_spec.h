@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "reshard/box.h"
 #include "reshard/dtype.h"
 
 namespace refit {
@@ -17,11 +18,28 @@ struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
   DType dtype = DType::kBF16;
+  // A stacked tensor is many checkpoint tensors of one shape planned as one:
+  // index i of dim 0 is the HF tensor whose name is `name` with its "{}"
+  // replaced by i. E.g. "model.layers.3.mlp.experts.{}.gate_proj.weight" of
+  // shape [256, 2048, 7168] stands for 256 expert tensors [2048, 7168].
+  // Experts are planned this way so that a 256-expert model costs records
+  // per rank, not per expert.
+  bool stacked = false;
 
   friend bool operator==(const TensorSpec& a, const TensorSpec& b) {
-    return a.name == b.name && a.shape == b.shape && a.dtype == b.dtype;
+    return a.name == b.name && a.shape == b.shape && a.dtype == b.dtype &&
+           a.stacked == b.stacked;
   }
 };
+
+// The HF name of index `i` of a stacked tensor (name with "{}" replaced by
+// i); the name itself for an unstacked one.
+std::string MemberName(const TensorSpec& t, int64_t i);
+
+// A readable name for the part `box` of t, for error messages:
+// "w [0:4, 8:16]", or for a stacked tensor
+// "model.layers.3.mlp.experts.{16..31}.up_proj.weight [0:2048, 0:7168]".
+std::string DescribePart(const TensorSpec& t, const Box& box);
 
 // OK if the name is non-empty, every dim >= 0 and the byte size fits int64;
 // else INVALID_ARGUMENT naming the tensor.

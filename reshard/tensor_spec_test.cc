@@ -16,5 +16,15 @@ TEST(TensorSpecTest, ValidatesAndNamesTheTensor) {
   EXPECT_EQ(TensorSpecString({"w", {4, 8}, DType::kF32}), "w f32[4, 8]");
 }
 
+TEST(TensorSpecTest, StackedNamesExpandPerMember) {
+  TensorSpec t{"layers.3.experts.{}.up.weight", {8, 4, 2}, DType::kBF16, true};
+  EXPECT_TRUE(ValidateTensorSpec(t).ok());
+  EXPECT_EQ(MemberName(t, 5), "layers.3.experts.5.up.weight");
+  EXPECT_EQ(DescribePart(t, Box::Make({2, 0, 0}, {3, 4, 1}).value()),
+            "layers.3.experts.{2..4}.up.weight [0:4, 0:1]");
+  TensorSpec bad{"layers.3.experts.up.weight", {8, 4}, DType::kBF16, true};
+  EXPECT_FALSE(ValidateTensorSpec(bad).ok());
+}
+
 }  // namespace
 }  // namespace refit
