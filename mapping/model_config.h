@@ -1,0 +1,123 @@
+// ModelConfig: the model dimensions refit needs, read from an HF config.json.
+//
+// Only dimensions are read (no weights). The family decides which logical
+// tensors exist (model_family.h); the conventions (trainer_*.h,
+// engine_vllm.h) decide where they live.
+//
+// Built-in models (the real public configs, embedded in the binary so that
+// no data file is needed at run time): see BuiltinModelNames().
+#ifndef REFIT_MAPPING_MODEL_CONFIG_H_
+#define REFIT_MAPPING_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace refit {
+
+enum class ModelFamily {
+  kDense,       // llama, mistral, qwen2, qwen3: GQA attention + SwiGLU MLP
+  kQwen3Moe,    // qwen3_moe: GQA (+ q/k norm) + gated MoE, router mlp.gate
+  kDeepseekV3,  // deepseek_v3, kimi_k2: MLA, first k dense, routed + shared
+  kNemotronH,   // nemotron_h: hybrid Mamba2 / attention / MLP / MoE blocks
+};
+
+// "dense", "qwen3_moe", "deepseek_v3", "nemotron_h".
+absl::string_view ModelFamilyName(ModelFamily f);
+
+// One NemotronH block (one character of hybrid_override_pattern).
+enum class HybridBlock { kMamba, kAttention, kMlp, kMoe };
+
+struct ModelConfig {
+  std::string model_type;  // as in config.json
+  ModelFamily family = ModelFamily::kDense;
+
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t vocab_size = 0;
+  bool tie_word_embeddings = false;
+
+  // Attention (GQA): q has num_heads * head_dim rows, k and v
+  // num_kv_heads * head_dim.
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  bool qk_norm = false;         // qwen3: q_norm / k_norm [head_dim]
+  bool attention_bias = false;  // qwen2: q/k/v biases
+
+  // Dense MLP.
+  int64_t intermediate_size = 0;
+
+  // MoE (0 experts = no MoE).
+  int64_t num_experts = 0;
+  int64_t moe_intermediate_size = 0;
+  int64_t num_shared_experts = 0;
+  int64_t shared_intermediate_size = 0;  // total (all shared experts fused)
+  int64_t first_k_dense = 0;             // deepseek: first_k_dense_replace
+  bool router_bias = false;  // gate.e_score_correction_bias (fp32)
+
+  // MLA (deepseek_v3). q_lora_rank 0 = q_proj without low rank.
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+
+  // NemotronH: one block per layer, and Mamba2 mixer dimensions.
+  std::vector<HybridBlock> hybrid_pattern;
+  int64_t mamba_num_heads = 0;
+  int64_t mamba_head_dim = 0;
+  int64_t ssm_state_size = 0;
+  int64_t n_groups = 0;
+  int64_t conv_kernel = 0;
+  bool use_conv_bias = false;
+
+  // FP8 block quantization (e4m3 weights + fp32 weight_scale_inv blocks of
+  // fp8_block x fp8_block); 0 = weights in bf16.
+  int64_t fp8_block = 0;
+  // KV-cache scales (k_scale, v_scale, q_scale per attention layer), from
+  // quantization_config.kv_cache_scheme.
+  bool kv_cache_scales = false;
+
+  // Derived sizes.
+  int64_t mamba_intermediate() const { return mamba_num_heads * mamba_head_dim; }
+  int64_t mamba_conv_dim() const {
+    return mamba_intermediate() + 2 * n_groups * ssm_state_size;
+  }
+  int64_t mamba_in_proj_dim() const {
+    return 2 * mamba_intermediate() + 2 * n_groups * ssm_state_size +
+           mamba_num_heads;
+  }
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+};
+
+// Parses the text of an HF config.json. Fails with INVALID_ARGUMENT naming
+// the missing or invalid field (or the unknown model_type / JSON error).
+absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text);
+
+// Reads and parses a config.json file. NOT_FOUND if it cannot be read.
+absl::StatusOr<ModelConfig> LoadModelConfigFile(const std::string& path);
+
+// The names of the built-in models: "qwen3-8b", "qwen3-30b-a3b",
+// "llama-3.1-70b", "deepseek-v3", "kimi-k2", "nemotron-h-8b", and the tiny
+// test configs "tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-moe",
+// "tiny-deepseek-v3", "tiny-deepseek-v3-fp8", "tiny-nemotron-h".
+std::vector<std::string> BuiltinModelNames();
+
+// The config.json text of a built-in model; NOT_FOUND listing the known
+// names otherwise.
+absl::StatusOr<std::string> BuiltinModelJson(absl::string_view name);
+
+// A built-in name, or else a path to a config.json file.
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& name_or_path);
+
+// Checks the dimensions are consistent (positive where required, pattern
+// length == layers, ...). INVALID_ARGUMENT naming the field.
+absl::Status ValidateModelConfig(const ModelConfig& c);
+
+}  // namespace refit
+
+#endif  // REFIT_MAPPING_MODEL_CONFIG_H_

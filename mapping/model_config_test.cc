@@ -1,0 +1,88 @@
+#include "mapping/model_config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace refit {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ModelConfigTest, BuiltinRealConfigsParseWithTheirPublicDimensions) {
+  auto q = LoadModelConfig("qwen3-30b-a3b");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->family, ModelFamily::kQwen3Moe);
+  EXPECT_EQ(q->num_experts, 128);
+  EXPECT_EQ(q->moe_intermediate_size, 768);
+  EXPECT_EQ(q->num_kv_heads, 4);
+  EXPECT_TRUE(q->qk_norm);
+
+  auto d = LoadModelConfig("deepseek-v3");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->family, ModelFamily::kDeepseekV3);
+  EXPECT_EQ(d->num_experts, 256);
+  EXPECT_EQ(d->first_k_dense, 3);
+  EXPECT_EQ(d->fp8_block, 128);
+  EXPECT_TRUE(d->router_bias);
+  EXPECT_EQ(d->q_lora_rank, 1536);
+  EXPECT_EQ(d->shared_intermediate_size, 2048);
+
+  auto k = LoadModelConfig("kimi-k2");
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(k->num_experts, 384);
+  EXPECT_EQ(k->num_heads, 64);
+
+  auto l = LoadModelConfig("llama-3.1-70b");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->head_dim, 128);
+  EXPECT_FALSE(l->qk_norm);
+
+  auto n = LoadModelConfig("nemotron-h-8b");
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(n->hybrid_pattern.size(), 52u);
+  EXPECT_EQ(n->mamba_intermediate(), 8192);
+  EXPECT_EQ(n->mamba_in_proj_dim(), 2 * 8192 + 2 * 8 * 128 + 128);
+
+  for (const std::string& name : BuiltinModelNames()) {
+    EXPECT_TRUE(LoadModelConfig(name).ok()) << name;
+  }
+}
+
+TEST(ModelConfigTest, MissingFieldIsNamed) {
+  auto c = ParseModelConfig(R"({"model_type": "llama", "hidden_size": 8,
+      "num_attention_heads": 2, "intermediate_size": 4, "vocab_size": 10})");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("num_hidden_layers"));
+}
+
+TEST(ModelConfigTest, WrongTypeAndUnknownModelTypeAreNamed) {
+  auto c = ParseModelConfig(R"({"model_type": "llama", "hidden_size": "8"})");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("hidden_size"));
+  auto u = ParseModelConfig(R"({"model_type": "gpt2"})");
+  ASSERT_FALSE(u.ok());
+  EXPECT_THAT(u.status().message(), HasSubstr("gpt2"));
+  auto bad = ParseModelConfig("{not json");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ModelConfigTest, HybridPatternLengthMustMatchLayers) {
+  auto c = ParseModelConfig(R"({"model_type": "nemotron_h", "hidden_size": 8,
+      "num_hidden_layers": 3, "hybrid_override_pattern": "M*",
+      "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 10,
+      "mamba_num_heads": 2, "mamba_head_dim": 4, "ssm_state_size": 4,
+      "n_groups": 1, "conv_kernel": 4})");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("hybrid_override_pattern"));
+}
+
+TEST(ModelConfigTest, UnknownNameOrPathIsNotFound) {
+  auto c = LoadModelConfig("no-such-model");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(c.status().message(), HasSubstr("deepseek-v3"));
+}
+
+}  // namespace
+}  // namespace refit
