@@ -1,0 +1,169 @@
+#include "mapping/engine_vllm.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "mapping/conventions.h"
+
+namespace refit {
+namespace {
+
+using L = LayerMatch;
+
+// Names: "from>to" substitutes the last occurrence of `from` in the HF name.
+constexpr RuleRow kVllmRules[] = {
+    {Role::kEmbed, L::kAny, "", Rule::kVocab, 0},
+    {Role::kLmHead, L::kAny, "", Rule::kVocab, 0},
+    {Role::kFinalNorm, L::kAny, "", Rule::kReplicate, 0},
+    {Role::kInputNorm, L::kAny, "", Rule::kReplicate, 0},
+    {Role::kPostAttnNorm, L::kAny, "", Rule::kReplicate, 0},
+    {Role::kBlockNorm, L::kAny, "", Rule::kReplicate, 0},
+    {Role::kQ, L::kAny, "q_proj.>qkv_proj.", Rule::kQkvReplicated, 0},
+    {Role::kK, L::kAny, "k_proj.>qkv_proj.", Rule::kQkvReplicated, 1},
+    {Role::kV, L::kAny, "v_proj.>qkv_proj.", Rule::kQkvReplicated, 2},
+    {Role::kQBias, L::kAny, "q_proj.>qkv_proj.", Rule::kQkvReplicated, 0},
+    {Role::kKBias, L::kAny, "k_proj.>qkv_proj.", Rule::kQkvReplicated, 1},
+    {Role::kVBias, L::kAny, "v_proj.>qkv_proj.", Rule::kQkvReplicated, 2},
+    {Role::kQNorm, L::kAny, "", Rule::kReplicate, 0},
+    {Role::kKNorm, L::kAny, "", Rule::kReplicate, 0},
+    {Role::kO, L::kAny, "", Rule::kRow, 0},
+    {Role::kKScale, L::kAny, ".k_scale>.attn.k_scale", Rule::kReplicate, 0},
+    {Role::kVScale, L::kAny, ".v_scale>.attn.v_scale", Rule::kReplicate, 0},
+    {Role::kQScale, L::kAny, ".q_scale>.attn.q_scale", Rule::kReplicate, 0},
+    {Role::kMlaQA, L::kAny, "q_a_proj.>fused_qkv_a_proj.", Rule::kConcat, 0},
+    {Role::kMlaQANorm, L::kAny, "", Rule::kReplicate, 0},
+    {Role::kMlaQB, L::kAny, "", Rule::kColumn, 0},
+    {Role::kMlaQ, L::kAny, "", Rule::kColumn, 0},
+    {Role::kMlaKVA, L::kAny, "kv_a_proj_with_mqa.>fused_qkv_a_proj.", Rule::kConcat, 1},
+    {Role::kMlaKVANorm, L::kAny, "", Rule::kReplicate, 0},
+    {Role::kMlaKVB, L::kAny, "", Rule::kColumn, 0},
+    {Role::kGate, L::kAny, "gate_proj.>gate_up_proj.", Rule::kGlu, 0},
+    {Role::kUp, L::kGated, "up_proj.>gate_up_proj.", Rule::kGlu, 1},
+    {Role::kUp, L::kAny, "", Rule::kColumn, 0},
+    {Role::kDown, L::kAny, "", Rule::kRow, 0},
+    {Role::kRouter, L::kAny, "", Rule::kReplicate, 0},
+    {Role::kRouterBias, L::kAny, "", Rule::kReplicate, 0},
+    {Role::kExpertGate, L::kAny, "{}.gate_proj.weight>w13_weight", Rule::kExpert, 0},
+    {Role::kExpertUp, L::kAny, "{}.up_proj.weight>w13_weight", Rule::kExpert, 1},
+    {Role::kExpertDown, L::kAny, "{}.down_proj.weight>w2_weight", Rule::kExpert, 2},
+    {Role::kSharedGate, L::kAny, "gate_proj.>gate_up_proj.", Rule::kGlu, 0},
+    {Role::kSharedUp, L::kMoeGated, "up_proj.>gate_up_proj.", Rule::kGlu, 1},
+    {Role::kSharedUp, L::kAny, "", Rule::kColumn, 0},
+    {Role::kSharedDown, L::kAny, "", Rule::kRow, 0},
+    {Role::kMambaInProj, L::kAny, "", Rule::kMambaInProj, 0},
+    {Role::kMambaConvW, L::kAny, "", Rule::kMambaConv, 0},
+    {Role::kMambaConvB, L::kAny, "", Rule::kMambaConv, 0},
+    {Role::kMambaALog, L::kAny, "A_log>A", Rule::kColumn, 0},
+    {Role::kMambaD, L::kAny, "", Rule::kColumn, 0},
+    {Role::kMambaDtBias, L::kAny, "", Rule::kColumn, 0},
+    {Role::kMambaNorm, L::kAny, "", Rule::kColumn, 0},
+    {Role::kMambaOutProj, L::kAny, "", Rule::kRow, 0},
+};
+
+// MLA without q_lora: kv_a_proj_with_mqa is its own replicated module.
+constexpr RuleRow kKvaAlone = {Role::kMlaKVA, L::kAny, "", Rule::kReplicate, 0};
+
+// Prefix renames (NemotronH's HF prefix), first match wins.
+struct PrefixRename {
+  const char* from;
+  const char* to;
+};
+constexpr PrefixRename kPrefixRenames[] = {
+    {"backbone.embeddings.", "model.embed_tokens."},
+    {"backbone.", "model."},
+};
+
+std::string VllmName(const std::string& hf, const char* subst) {
+  std::string name = hf;
+  absl::string_view s(subst);
+  size_t gt = s.find('>');
+  if (gt != absl::string_view::npos) {
+    std::string from(s.substr(0, gt)), to(s.substr(gt + 1));
+    size_t pos = name.rfind(from);
+    if (pos != std::string::npos) name.replace(pos, from.size(), to);
+  }
+  for (const PrefixRename& p : kPrefixRenames) {
+    if (absl::StartsWith(name, p.from)) {
+      name = absl::StrCat(p.to, name.substr(strlen(p.from)));
+      break;
+    }
+  }
+  return name;
+}
+
+}  // namespace
+
+absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
+                                           const ModelTensors& model,
+                                           const EngineSpec& spec) {
+  const std::string side = absl::StrCat("engine ", EngineSpecString(spec));
+  const int64_t tp = spec.tp, world = spec.world_size();
+  if (spec.ep > 0 && spec.ep != world) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        side, ": ep=", spec.ep, " must equal tp*dp = ", world));
+  }
+  if (spec.ep > 0 && c.num_experts > 0 && c.num_experts < spec.ep) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        side, ": ep=", spec.ep, " ranks for only ", c.num_experts,
+        " experts"));
+  }
+  LayoutBuilder b(model, static_cast<int32_t>(world), side,
+                  /*derive_scales=*/true);
+  const absl::Span<const RuleRow> table(kVllmRules);
+  const LayerKind none;
+  for (int32_t rank = 0; rank < world; ++rank) {
+    RankCtx ctx;
+    ctx.rank = rank;
+    ctx.tp = tp;
+    ctx.tp_rank = rank % tp;
+    ctx.expert_style = ExpertStyle::kGrouped;
+    ctx.vocab_padded = RoundUp(c.vocab_size, spec.vocab_pad);
+    if (spec.ep > 0) {
+      const int64_t base = c.num_experts / spec.ep, rem = c.num_experts % spec.ep;
+      ctx.expert_begin = rank * base + std::min<int64_t>(rank, rem);
+      ctx.expert_count = base + (rank < rem ? 1 : 0);
+      ctx.etp = 1;
+      ctx.etp_rank = 0;
+    } else {
+      ctx.expert_begin = 0;
+      ctx.expert_count = c.num_experts;
+      ctx.etp = tp;
+      ctx.etp_rank = ctx.tp_rank;
+    }
+    auto place = [&](const RuleRow& row, const LayerKind& kind, int32_t t) {
+      return ApplyRule(b, c, ctx, row, kind, t,
+                       VllmName(model.tensors[t].name, row.name));
+    };
+    const int32_t embed = model.Find(-1, Role::kEmbed);
+    REFIT_RETURN_IF_ERROR(
+        place(*FindRule(table, Role::kEmbed, none, true), none, embed));
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      const LayerKind& kind = model.layer_kinds[l];
+      for (int r = 0; r < ModelTensors::kNumRoles; ++r) {
+        const Role role = static_cast<Role>(r);
+        const int32_t t = model.Find(l, role);
+        if (t < 0) continue;
+        const RuleRow* row = FindRule(table, role, kind, false);
+        if (role == Role::kMlaKVA && c.q_lora_rank == 0) row = &kKvaAlone;
+        if (row == nullptr) {
+          return absl::InternalError(
+              absl::StrCat(side, ": no vllm rule for ", RoleName(role), " (",
+                           model.tensors[t].name, ")"));
+        }
+        REFIT_RETURN_IF_ERROR(place(*row, kind, t));
+      }
+    }
+    for (Role role : {Role::kFinalNorm, Role::kLmHead}) {
+      const int32_t t = model.Find(-1, role);
+      if (t < 0) continue;  // tied lm_head: vLLM shares embed_tokens
+      REFIT_RETURN_IF_ERROR(place(*FindRule(table, role, none, true), none, t));
+    }
+  }
+  b.SetHosts(spec.gpus_per_host);
+  return std::move(b).Finish();
+}
+
+}  // namespace refit

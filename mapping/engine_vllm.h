@@ -1,0 +1,52 @@
+// The vLLM engine convention: vLLM's parameter names and local shapes per
+// engine rank.
+//
+// Engine rank k = dp_rank * TP + tp_rank. Every DP replica holds the whole
+// TP-sharded model; with expert parallelism (ep = TP*DP) the experts are
+// spread over all ranks instead (ep rank = k; E/ep each, the first E mod ep
+// ranks one more, as vLLM's expert map) and are not TP-sharded.
+//
+// Names are vLLM's (HF names with the fused modules substituted):
+//   model.embed_tokens.weight / lm_head.weight  [Vp/TP, H], Vp = vocabulary
+//        padded to a multiple of 64; rows past the vocabulary are padding
+//   self_attn.qkv_proj.{weight,bias} = [q_l; k_l; v_l]; when TP > kv heads,
+//        each kv head is replicated on TP/kv consecutive ranks
+//   self_attn.o_proj.weight [H, Q/TP]; q_norm / k_norm / layer norms replicated
+//   mlp.gate_up_proj.weight [gate_l; up_l]; mlp.down_proj.weight [H, I/TP]
+//   mlp.gate.weight, mlp.gate.e_score_correction_bias: replicated
+//   mlp.experts.w13_weight [E_local, 2*I_l, H] (gate then up; up only for a
+//        non-gated MoE), mlp.experts.w2_weight [E_local, H, I_l]; I_l = Im/TP
+//        (TP-sharded experts, E_local = E) or Im (expert parallel)
+//   mlp.shared_experts.{gate_up_proj, down_proj}.weight as the dense MLP
+//   MLA: self_attn.fused_qkv_a_proj.weight = [q_a_proj; kv_a_proj_with_mqa]
+//        (replicated), q_b_proj / kv_b_proj column-parallel, o_proj row
+//   self_attn.attn.{k,v,q}_scale: KV-cache scales, replicated
+//   NemotronH: "backbone." -> "model.", embeddings -> embed_tokens; Mamba2
+//        mixer.in_proj.weight [z_l; x_l; B_l; C_l; dt_l], conv1d [x_l; B_l;
+//        C_l], A (holding the checkpoint's A_log bytes: vLLM's loader turns
+//        A_log into A = -exp(A_log), a value transform refit does NOT apply),
+//        D, dt_bias, norm.weight sharded by TP, out_proj row-parallel.
+// FP8 (block b): every FP8 weight buffer X has a companion X_scale_inv
+// buffer ("qkv_proj.weight_scale_inv", "w13_weight_scale_inv") whose blocks
+// follow their weight blocks, for fused buffers too.
+#ifndef REFIT_MAPPING_ENGINE_VLLM_H_
+#define REFIT_MAPPING_ENGINE_VLLM_H_
+
+#include "absl/status/statusor.h"
+#include "mapping/layout_builder.h"
+#include "mapping/model_config.h"
+#include "mapping/model_family.h"
+#include "mapping/parallel_spec.h"
+
+namespace refit {
+
+// The vLLM layout of `model` under `spec`. INVALID_ARGUMENT naming the size
+// and the axis when impossible (TP not dividing the heads, the padded
+// vocabulary, the intermediate size, an FP8 block split, ...).
+absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& config,
+                                           const ModelTensors& model,
+                                           const EngineSpec& spec);
+
+}  // namespace refit
+
+#endif  // REFIT_MAPPING_ENGINE_VLLM_H_

@@ -1,0 +1,261 @@
+#include "mapping/layout_builder.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace refit {
+
+Box MakeBox(std::vector<int64_t> origin, std::vector<int64_t> shape) {
+  return Box::Unchecked(origin, shape);
+}
+
+absl::Status CheckDivides(int64_t extent, int64_t n, absl::string_view what,
+                          absl::string_view axis) {
+  if (n <= 0 || extent % n != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " (", extent, ") is not divisible by ", axis, "=", n));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<LocalBuffer> RankBuffers(const MappedSide& side, int32_t rank) {
+  std::vector<LocalBuffer> out;
+  if (rank < 0 || rank + 1 >= static_cast<int32_t>(side.rank_begin.size())) {
+    return out;
+  }
+  for (int32_t b = side.rank_begin[rank]; b < side.rank_begin[rank + 1]; ++b) {
+    const BufferSpec& spec = side.layout.buffers[b];
+    const BufferInfo& info = side.buffer_info[b];
+    out.push_back({spec.name, info.shape, info.dtype, spec.byte_size});
+  }
+  return out;
+}
+
+LayoutBuilder::LayoutBuilder(const ModelTensors& model, int32_t world_size,
+                             std::string side, bool derive_scales)
+    : model_(model), side_(std::move(side)), derive_scales_(derive_scales) {
+  out_.layout.world_size = world_size;
+  out_.layout.tensors = model.tensors;
+}
+
+absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
+                                              const std::string& name,
+                                              std::vector<int64_t> shape,
+                                              int32_t tensor,
+                                              int64_t pad_begin,
+                                              int64_t pad_end) {
+  auto it = by_name_.find({rank, name});
+  if (it != by_name_.end()) {
+    if (out_.buffer_info[it->second].shape != shape) {
+      return absl::InternalError(absl::StrCat(
+          side_, ": buffer ", name, " on rank ", rank,
+          " declared with two shapes [",
+          absl::StrJoin(out_.buffer_info[it->second].shape, ", "), "] and [",
+          absl::StrJoin(shape, ", "), "]"));
+    }
+    return it->second;
+  }
+  if (!out_.layout.buffers.empty() && out_.layout.buffers.back().rank > rank) {
+    return absl::InternalError(absl::StrCat(
+        side_, ": buffers must be added in rank order (", name, ")"));
+  }
+  const TensorSpec& t = model_.tensors[tensor];
+  int64_t elems = 1;
+  for (int64_t d : shape) elems *= d;
+  auto add = [&](const std::string& n, std::vector<int64_t> s, DType dt,
+                 std::vector<ByteRange> padding) {
+    int64_t e = 1;
+    for (int64_t d : s) e *= d;
+    BufferSpec spec;
+    spec.rank = rank;
+    spec.name = n;
+    spec.byte_size = e * DTypeSize(dt);
+    spec.padding = std::move(padding);
+    out_.layout.buffers.push_back(std::move(spec));
+    out_.buffer_info.push_back({std::move(s), dt});
+    scale_buffer_.push_back(-1);
+    int32_t idx = static_cast<int32_t>(out_.layout.buffers.size() - 1);
+    by_name_[{rank, n}] = idx;
+    return idx;
+  };
+  std::vector<ByteRange> padding;
+  if (pad_end > pad_begin && !shape.empty()) {
+    int64_t row = elems / std::max<int64_t>(shape[0], 1) * DTypeSize(t.dtype);
+    padding.push_back({pad_begin * row, (pad_end - pad_begin) * row});
+  }
+  int32_t idx = add(name, shape, t.dtype, std::move(padding));
+  if (derive_scales_ && model_.scale_of[tensor] >= 0) {
+    const int64_t b = model_.fp8_block;
+    std::vector<int64_t> s = shape;
+    size_t r = s.size();
+    s[r - 2] = (s[r - 2] + b - 1) / b;
+    s[r - 1] = (s[r - 1] + b - 1) / b;
+    int32_t sidx = add(ScaleName(name), std::move(s), DType::kF32, {});
+    scale_buffer_[idx] = sidx;
+  }
+  return idx;
+}
+
+absl::Status LayoutBuilder::PlaceOne(int32_t tensor, int32_t buffer,
+                                     const Box& box,
+                                     absl::Span<const DimPlace> places) {
+  const TensorSpec& t = model_.tensors[tensor];
+  const BufferSpec& spec = out_.layout.buffers[buffer];
+  const BufferInfo& info = out_.buffer_info[buffer];
+  auto where = [&]() {
+    return absl::StrCat(side_, ": tensor ", DescribePart(t, box), " on rank ",
+                        spec.rank, " in buffer ", spec.name);
+  };
+  if (info.dtype != t.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where(), ": buffer dtype ", DTypeName(info.dtype),
+                     " differs from the tensor's ", DTypeName(t.dtype)));
+  }
+  const int rank = box.rank();
+  if (static_cast<int>(places.size()) != rank ||
+      static_cast<int>(info.shape.size()) > rank ||
+      static_cast<int>(t.shape.size()) != rank) {
+    return absl::InternalError(
+        absl::StrCat(where(), ": rank of box, buffer and placement differ"));
+  }
+  // A buffer of lower rank (one expert of a stacked tensor) is viewed with
+  // leading dims of size 1.
+  std::vector<int64_t> shape(rank - info.shape.size(), 1);
+  shape.insert(shape.end(), info.shape.begin(), info.shape.end());
+  std::vector<int64_t> stride(rank, 1);
+  for (int d = rank - 2; d >= 0; --d) stride[d] = stride[d + 1] * shape[d + 1];
+  Record r;
+  r.tensor = tensor;
+  r.rank = spec.rank;
+  r.buffer = buffer;
+  r.box = box;
+  r.dims.resize(rank);
+  int64_t offset = 0;
+  for (int d = 0; d < rank; ++d) {
+    const DimPlace& p = places[d];
+    const int64_t n = box.shape(d);
+    offset += p.at * stride[d];
+    if (n == 0) continue;
+    if (p.block > 0 && p.block < n) {
+      if (n % p.block != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where(), ": dim ", d, " extent ", n,
+            " is not a multiple of the interleave block ", p.block));
+      }
+      r.dims[d].splits.push_back({n / p.block, p.period * stride[d]});
+      r.dims[d].splits.push_back({p.block, stride[d]});
+    } else {
+      r.dims[d].splits.push_back({n, stride[d]});
+    }
+  }
+  r.byte_offset = offset * DTypeSize(t.dtype);
+  out_.layout.records.push_back(std::move(r));
+  return absl::OkStatus();
+}
+
+absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
+                                  const Box& box,
+                                  absl::Span<const DimPlace> places) {
+  REFIT_RETURN_IF_ERROR(PlaceOne(tensor, buffer, box, places));
+  const int32_t scale = model_.scale_of[tensor];
+  if (!derive_scales_ || scale < 0) return absl::OkStatus();
+  const int32_t sbuf = scale_buffer_[buffer];
+  const TensorSpec& t = model_.tensors[tensor];
+  if (sbuf < 0) {
+    return absl::InternalError(absl::StrCat(
+        side_, ": FP8 tensor ", t.name, " placed in buffer ",
+        out_.layout.buffers[buffer].name, " that has no scale buffer"));
+  }
+  const int64_t b = model_.fp8_block;
+  const int rank = box.rank();
+  std::vector<int64_t> origin(box.origin().begin(), box.origin().end());
+  std::vector<int64_t> shape(box.shape().begin(), box.shape().end());
+  std::vector<DimPlace> sp(places.begin(), places.end());
+  for (int d = rank - 2; d < rank; ++d) {
+    const int64_t o = box.origin(d), lim = box.limit(d), x = t.shape[d];
+    const DimPlace& p = places[d];
+    const bool interleaved = p.block > 0 && p.block < box.shape(d);
+    auto split = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          side_, ": FP8 tensor ", DescribePart(t, box), " on rank ",
+          out_.layout.buffers[buffer].rank, " in buffer ",
+          out_.layout.buffers[buffer].name, ": this layout would split a ", b,
+          "x", b, " weight_scale_inv block across ranks or buffers (dim ", d,
+          ": ", why, ")"));
+    };
+    if (o % b != 0) return split(absl::StrCat("shard starts at ", o));
+    if (lim % b != 0 && lim != x) return split(absl::StrCat("shard ends at ", lim));
+    if (p.at % b != 0) return split(absl::StrCat("placed at buffer row ", p.at));
+    if (interleaved && (p.block % b != 0 || p.period % b != 0)) {
+      return split(absl::StrCat("interleaved in runs of ", p.block));
+    }
+    origin[d] = o / b;
+    shape[d] = (lim + b - 1) / b - o / b;
+    sp[d] = {p.at / b, interleaved ? p.block / b : 0,
+             interleaved ? p.period / b : 0};
+  }
+  return PlaceOne(scale, sbuf, MakeBox(origin, shape), sp);
+}
+
+absl::Status LayoutBuilder::PlaceAt(int32_t tensor, int32_t buffer,
+                                    const Box& box,
+                                    absl::Span<const int64_t> at) {
+  std::vector<DimPlace> places;
+  for (int64_t a : at) places.push_back({a, 0, 0});
+  return Place(tensor, buffer, box, places);
+}
+
+void LayoutBuilder::SetStage(std::vector<int32_t> stage_of_rank) {
+  out_.layout.stage_of_rank = std::move(stage_of_rank);
+}
+
+void LayoutBuilder::SetHosts(int32_t gpus_per_host) {
+  if (gpus_per_host <= 0) return;
+  out_.layout.host_of_rank.resize(out_.layout.world_size);
+  for (int32_t r = 0; r < out_.layout.world_size; ++r) {
+    out_.layout.host_of_rank[r] = r / gpus_per_host;
+  }
+}
+
+absl::StatusOr<MappedSide> LayoutBuilder::Finish() && {
+  const SideLayout& L = out_.layout;
+  std::vector<std::vector<Box>> boxes(L.tensors.size());
+  for (const Record& r : L.records) boxes[r.tensor].push_back(r.box);
+  std::vector<std::string> missing;
+  for (size_t t = 0; t < boxes.size(); ++t) {
+    std::vector<Box>& bs = boxes[t];
+    std::sort(bs.begin(), bs.end());
+    bs.erase(std::unique(bs.begin(), bs.end()), bs.end());
+    int64_t held = 0, want = 1;
+    for (const Box& b : bs) held += UncheckedNumElements(b);
+    for (int64_t d : L.tensors[t].shape) want *= d;
+    if (bs.empty() || held < want) {
+      missing.push_back(absl::StrCat(L.tensors[t].name, " (", held, " of ",
+                                     want, " elements placed)"));
+    }
+  }
+  if (!missing.empty()) {
+    if (missing.size() > 8) {
+      size_t n = missing.size();
+      missing.resize(8);
+      missing.push_back(absl::StrCat("... ", n - 8, " more"));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(side_, ": no placement for tensors: ",
+                     absl::StrJoin(missing, "; ")));
+  }
+  for (const Record& r : L.records) {
+    REFIT_RETURN_IF_ERROR(AnnotateStatus(ValidateRecord(L, r), side_));
+  }
+  out_.rank_begin.assign(L.world_size + 1, 0);
+  for (const BufferSpec& b : L.buffers) out_.rank_begin[b.rank + 1]++;
+  for (int32_t r = 0; r < L.world_size; ++r) {
+    out_.rank_begin[r + 1] += out_.rank_begin[r];
+  }
+  return std::move(out_);
+}
+
+}  // namespace refit

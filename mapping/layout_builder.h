@@ -1,0 +1,128 @@
+// MappedSide (a SideLayout plus each buffer's local shape and dtype) and
+// the LayoutBuilder the conventions use to produce one.
+//
+// Conventions describe placements as (tensor, buffer, box, per-dim DimPlace);
+// the builder turns them into Records. A DimPlace says where the box's index
+// range of one dim lands in the buffer's dim: at row `at`, and, when `block`
+// is set, in runs of `block` rows spaced `period` rows apart (Megatron's QKV
+// per query group, gate/up interleaved in chunks) — one record, however many
+// runs.
+//
+// FP8: a buffer added for an FP8 weight tensor with derive_scales gets a
+// companion f32 buffer ScaleName(name) of the same shape with its last two
+// dims ceil-divided by the block; each placement of a weight is mirrored into
+// it with every offset and extent divided by the block. A placement that
+// would split a block (offset, run or extent not a multiple of the block,
+// other than the tensor's own last partial block) is INVALID_ARGUMENT saying
+// so.
+#ifndef REFIT_MAPPING_LAYOUT_BUILDER_H_
+#define REFIT_MAPPING_LAYOUT_BUILDER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "mapping/model_family.h"
+#include "reshard/layout.h"
+
+namespace refit {
+
+// Local shape and dtype of one buffer of a MappedSide.
+struct BufferInfo {
+  std::vector<int64_t> shape;
+  DType dtype = DType::kBF16;
+};
+
+// One buffer as a rank registers it (or as the layout expects it).
+struct LocalBuffer {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype = DType::kBF16;
+  int64_t byte_size = 0;
+};
+
+struct MappedSide {
+  SideLayout layout;
+  std::vector<BufferInfo> buffer_info;  // parallel to layout.buffers
+  // Buffers of rank r: layout.buffers[rank_begin[r], rank_begin[r + 1]).
+  std::vector<int32_t> rank_begin;
+};
+
+// The buffers rank `rank` must register (names, local shapes, dtypes, byte
+// sizes), in layout order. Empty for a rank outside the world.
+std::vector<LocalBuffer> RankBuffers(const MappedSide& side, int32_t rank);
+
+struct DimPlace {
+  int64_t at = 0;      // buffer row (in this dim) of the box's first index
+  int64_t block = 0;   // > 0: the box's indices run in blocks of this size
+  int64_t period = 0;  // buffer rows between the starts of two blocks
+};
+
+class LayoutBuilder {
+ public:
+  // `side` names the side in errors ("trainer megatron", "engine vllm").
+  // derive_scales: FP8 weight buffers get companion scale buffers (else the
+  // convention places the scale tensors itself).
+  LayoutBuilder(const ModelTensors& model, int32_t world_size,
+                std::string side, bool derive_scales);
+
+  // Returns the buffer `name` of `rank`, adding it with `shape` and the dtype
+  // of `tensor` if new (ranks must be visited in increasing order). An
+  // existing buffer must have the same shape (INTERNAL otherwise). Padding
+  // rows [pad_begin, pad_end) of dim 0 are declared unsourced.
+  absl::StatusOr<int32_t> Buffer(int32_t rank, const std::string& name,
+                                 std::vector<int64_t> shape, int32_t tensor,
+                                 int64_t pad_begin = 0, int64_t pad_end = 0);
+
+  // Places `box` of `tensor` into `buffer` per `places` (one per dim), and
+  // the matching scale blocks into the companion buffer. INVALID_ARGUMENT
+  // naming tensor, rank and buffer on a dtype mismatch, a block that does
+  // not divide the extent, or an FP8 block split.
+  absl::Status Place(int32_t tensor, int32_t buffer, const Box& box,
+                     absl::Span<const DimPlace> places);
+
+  // Places `box` of `tensor` as a dense block at buffer origin `at`.
+  absl::Status PlaceAt(int32_t tensor, int32_t buffer, const Box& box,
+                       absl::Span<const int64_t> at);
+
+  // Sets optional rank annotations.
+  void SetStage(std::vector<int32_t> stage_of_rank);
+  void SetHosts(int32_t gpus_per_host);
+
+  // Checks that every tensor got records (whose distinct boxes hold at least
+  // as many elements as the tensor) and every record is valid. Fails with
+  // INVALID_ARGUMENT naming the first tensors nothing holds.
+  absl::StatusOr<MappedSide> Finish() &&;
+
+  const ModelTensors& model() const { return model_; }
+  const std::string& side() const { return side_; }
+
+ private:
+  absl::Status PlaceOne(int32_t tensor, int32_t buffer, const Box& box,
+                        absl::Span<const DimPlace> places);
+
+  const ModelTensors& model_;
+  std::string side_;
+  bool derive_scales_;
+  MappedSide out_;
+  std::vector<int32_t> scale_buffer_;  // per buffer, -1 if none
+  std::map<std::pair<int32_t, std::string>, int32_t> by_name_;
+};
+
+// A box [origin, origin + shape).
+Box MakeBox(std::vector<int64_t> origin, std::vector<int64_t> shape);
+
+// Helpers shared by the conventions.
+// `extent` cut evenly into n; fails with INVALID_ARGUMENT "<what> (extent)
+// is not divisible by <axis>=n" otherwise.
+absl::Status CheckDivides(int64_t extent, int64_t n, absl::string_view what,
+                          absl::string_view axis);
+inline int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+}  // namespace refit
+
+#endif  // REFIT_MAPPING_LAYOUT_BUILDER_H_

@@ -1,0 +1,123 @@
+// Model families: the logical tensors of a model (HF checkpoint names,
+// global shapes, dtypes), each tagged with its Role so that conventions can
+// place it by table lookup.
+//
+// Per-expert tensors are STACKED TensorSpecs (stacked = true, "{}" in the
+// name for the expert index, dim 0 = expert), e.g.
+// "model.layers.3.mlp.experts.{}.gate_proj.weight" [E, I, H].
+//
+// FP8 (config fp8_block > 0): every quantizable linear weight is f8e4m3 and
+// has a companion f32 tensor "<...>.weight_scale_inv" of shape
+// [ceil(out/b), ceil(in/b)] (leading dims kept; stacked for experts).
+// Routers, norms, embeddings and lm_head stay bf16; the DeepSeek router
+// bias (e_score_correction_bias) and KV-cache scales are f32.
+#ifndef REFIT_MAPPING_MODEL_FAMILY_H_
+#define REFIT_MAPPING_MODEL_FAMILY_H_
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "mapping/model_config.h"
+#include "reshard/tensor_spec.h"
+
+namespace refit {
+
+// What a logical tensor is, independent of family naming.
+enum class Role : int {
+  kEmbed,
+  kFinalNorm,
+  kLmHead,
+  kInputNorm,     // pre-attention norm of a transformer layer
+  kPostAttnNorm,  // pre-MLP norm of a transformer layer
+  kBlockNorm,     // NemotronH: the one norm of a hybrid block
+  kQ,
+  kK,
+  kV,
+  kQBias,
+  kKBias,
+  kVBias,
+  kQNorm,
+  kKNorm,
+  kO,
+  kKScale,  // KV-cache scales, f32 scalars
+  kVScale,
+  kQScale,
+  kMlaQA,  // q_a_proj [q_lora, H]
+  kMlaQANorm,
+  kMlaQB,  // q_b_proj [heads * qk_head_dim, q_lora]
+  kMlaQ,   // q_proj [heads * qk_head_dim, H] (no q_lora)
+  kMlaKVA,  // kv_a_proj_with_mqa [kv_lora + rope, H]
+  kMlaKVANorm,
+  kMlaKVB,  // kv_b_proj [heads * (nope + v), kv_lora]
+  kGate,
+  kUp,
+  kDown,
+  kRouter,
+  kRouterBias,
+  kExpertGate,  // stacked [E, I, H]
+  kExpertUp,
+  kExpertDown,  // stacked [E, H, I]
+  kSharedGate,
+  kSharedUp,
+  kSharedDown,
+  kMambaInProj,  // [z; x; B; C; dt] rows
+  kMambaConvW,   // [x; B; C] rows, [conv_dim, 1, K]
+  kMambaConvB,
+  kMambaALog,
+  kMambaD,
+  kMambaDtBias,
+  kMambaNorm,
+  kMambaOutProj,
+  kNumRoles,
+};
+
+// Role name for messages ("q", "expert_gate", ...).
+absl::string_view RoleName(Role r);
+
+// What a layer is made of (for conventions whose names depend on it).
+enum class Mixer { kNone, kGqa, kMla, kMamba };
+enum class Ffn { kNone, kGated, kNonGated, kMoeGated, kMoeNonGated };
+struct LayerKind {
+  Mixer mixer = Mixer::kNone;
+  Ffn ffn = Ffn::kNone;
+};
+inline bool IsMoe(Ffn f) { return f == Ffn::kMoeGated || f == Ffn::kMoeNonGated; }
+
+struct ModelTensors {
+  static constexpr int kNumRoles = static_cast<int>(Role::kNumRoles);
+  using RoleIndex = std::array<int32_t, kNumRoles>;  // -1 = absent
+
+  std::vector<TensorSpec> tensors;
+  // Per tensor: index of its weight_scale_inv tensor, or -1.
+  std::vector<int32_t> scale_of;
+  // Per tensor: true for a weight_scale_inv tensor.
+  std::vector<bool> is_scale;
+  RoleIndex global{};  // embed, final norm, lm_head
+  std::vector<LayerKind> layer_kinds;
+  std::vector<RoleIndex> layers;  // per layer
+  int64_t fp8_block = 0;
+
+  // Tensor index of `role` in `layer` (layer < 0: global), -1 if absent.
+  int32_t Find(int64_t layer, Role role) const {
+    const RoleIndex& ix = layer < 0 ? global : layers[layer];
+    return ix[static_cast<int>(role)];
+  }
+};
+
+// The logical tensors of a model, in checkpoint order (embedding, layers,
+// final norm, lm_head). Fails with INVALID_ARGUMENT if the config is
+// inconsistent (ValidateModelConfig) or an FP8 weight has rank < 2.
+absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& config);
+
+// The name of the companion scale of a weight or buffer name: "_scale_inv"
+// inserted after the last "weight" ("qkv_proj.weight" ->
+// "qkv_proj.weight_scale_inv", "linear_fc1.weight3" ->
+// "linear_fc1.weight_scale_inv3", "w13_weight" -> "w13_weight_scale_inv").
+std::string ScaleName(absl::string_view weight_name);
+
+}  // namespace refit
+
+#endif  // REFIT_MAPPING_MODEL_FAMILY_H_

@@ -1,0 +1,231 @@
+#include "mapping/parallel_spec.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+
+namespace refit {
+namespace {
+
+struct KeyValue {
+  std::string key;
+  std::string value;
+};
+
+// "kind:k=v,k=v" -> kind, pairs.
+absl::Status Split(absl::string_view text, std::string* kind,
+                   std::vector<KeyValue>* kvs) {
+  size_t colon = text.find(':');
+  *kind = std::string(text.substr(0, colon));
+  if (colon == absl::string_view::npos) return absl::OkStatus();
+  for (absl::string_view part :
+       absl::StrSplit(text.substr(colon + 1), ',', absl::SkipEmpty())) {
+    size_t eq = part.find('=');
+    if (eq == absl::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec \"", text, "\": \"", part, "\" is not key=value"));
+    }
+    kvs->push_back({std::string(part.substr(0, eq)),
+                    std::string(part.substr(eq + 1))});
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status ParseInt(absl::string_view spec, const KeyValue& kv, T* out,
+                      int64_t min) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(kv.value, &v) || v < min || v > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec \"", spec, "\": ", kv.key, "=", kv.value,
+                     " is not an integer >= ", min));
+  }
+  *out = static_cast<T>(v);
+  return absl::OkStatus();
+}
+
+absl::Status UnknownKey(absl::string_view spec, const std::string& key,
+                        absl::string_view known) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "spec \"", spec, "\": unknown key \"", key, "\" (known: ", known, ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<TrainerSpec> ParseTrainerSpec(absl::string_view text) {
+  std::string kind;
+  std::vector<KeyValue> kvs;
+  REFIT_RETURN_IF_ERROR(Split(text, &kind, &kvs));
+  TrainerSpec s;
+  if (kind == "megatron") {
+    s.kind = TrainerSpec::Kind::kMegatron;
+    for (const KeyValue& kv : kvs) {
+      if (kv.key == "tp") {
+        REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.tp, 1));
+      } else if (kv.key == "pp") {
+        REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.pp, 1));
+      } else if (kv.key == "dp") {
+        REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.dp, 1));
+      } else if (kv.key == "ep") {
+        REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.ep, 1));
+      } else if (kv.key == "etp") {
+        REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.etp, 1));
+      } else if (kv.key == "first") {
+        REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.first, 1));
+      } else if (kv.key == "last") {
+        REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.last, 1));
+      } else if (kv.key == "glu_chunk") {
+        REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.glu_chunk, 0));
+      } else if (kv.key == "vocab_div") {
+        REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.vocab_divisor, 1));
+      } else if (kv.key == "gpus_per_host") {
+        REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.gpus_per_host, 1));
+      } else if (kv.key == "experts") {
+        if (kv.value != "indexed" && kv.value != "grouped") {
+          return absl::InvalidArgumentError(
+              absl::StrCat("spec \"", text, "\": experts=", kv.value,
+                           " (expected indexed or grouped)"));
+        }
+        s.grouped_experts = kv.value == "grouped";
+      } else {
+        return UnknownKey(text, kv.key,
+                          "tp, pp, dp, ep, etp, first, last, experts, "
+                          "glu_chunk, vocab_div, gpus_per_host");
+      }
+    }
+    if ((s.first > 0 || s.last > 0) && s.pp < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec \"", text, "\": first/last need pp >= 2"));
+    }
+    int64_t stage = int64_t{s.tp} * s.dp;
+    if (stage % (int64_t{s.expert_tp()} * s.ep) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec \"", text, "\": the expert mesh etp*ep = ", s.expert_tp(),
+          "*", s.ep, " must divide the ranks of a pipeline stage tp*dp = ",
+          stage));
+    }
+  } else if (kind == "fsdp") {
+    s.kind = TrainerSpec::Kind::kFsdp;
+    for (const KeyValue& kv : kvs) {
+      if (kv.key == "dp") {
+        REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.dp, 1));
+      } else if (kv.key == "shard") {
+        REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.shard, 1));
+      } else if (kv.key == "gpus_per_host") {
+        REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.gpus_per_host, 1));
+      } else {
+        return UnknownKey(text, kv.key, "dp, shard, gpus_per_host");
+      }
+    }
+    if (s.shard > 0 && s.dp % s.shard != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec \"", text, "\": shard=", s.shard, " must divide dp=", s.dp));
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer spec \"", text, "\": unknown trainer \"", kind,
+                     "\" (known: megatron, fsdp)"));
+  }
+  return s;
+}
+
+absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
+  std::string kind;
+  std::vector<KeyValue> kvs;
+  REFIT_RETURN_IF_ERROR(Split(text, &kind, &kvs));
+  if (kind != "vllm") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine spec \"", text, "\": unknown engine \"", kind,
+                     "\" (known: vllm)"));
+  }
+  EngineSpec s;
+  for (const KeyValue& kv : kvs) {
+    if (kv.key == "tp") {
+      REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.tp, 1));
+    } else if (kv.key == "dp") {
+      REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.dp, 1));
+    } else if (kv.key == "ep") {
+      REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.ep, 1));
+    } else if (kv.key == "vocab_pad") {
+      REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.vocab_pad, 1));
+    } else if (kv.key == "gpus_per_host") {
+      REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.gpus_per_host, 1));
+    } else {
+      return UnknownKey(text, kv.key, "tp, dp, ep, vocab_pad, gpus_per_host");
+    }
+  }
+  if (s.ep > 0 && s.ep != s.tp * s.dp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine spec \"", text, "\": ep=", s.ep,
+        " must equal tp*dp = ", s.tp * s.dp,
+        " (vLLM's expert parallelism spans all TP x DP ranks)"));
+  }
+  return s;
+}
+
+std::string TrainerSpecString(const TrainerSpec& s) {
+  if (s.kind == TrainerSpec::Kind::kFsdp) {
+    std::string out = absl::StrCat("fsdp:dp=", s.dp);
+    if (s.shard > 0) absl::StrAppend(&out, ",shard=", s.shard);
+    if (s.gpus_per_host > 0) absl::StrAppend(&out, ",gpus_per_host=", s.gpus_per_host);
+    return out;
+  }
+  std::string out = absl::StrCat("megatron:tp=", s.tp, ",pp=", s.pp, ",dp=",
+                                 s.dp, ",ep=", s.ep, ",etp=", s.expert_tp());
+  if (s.first > 0) absl::StrAppend(&out, ",first=", s.first);
+  if (s.last > 0) absl::StrAppend(&out, ",last=", s.last);
+  absl::StrAppend(&out, ",experts=", s.grouped_experts ? "grouped" : "indexed");
+  if (s.glu_chunk > 0) absl::StrAppend(&out, ",glu_chunk=", s.glu_chunk);
+  absl::StrAppend(&out, ",vocab_div=", s.vocab_divisor);
+  if (s.gpus_per_host > 0) absl::StrAppend(&out, ",gpus_per_host=", s.gpus_per_host);
+  return out;
+}
+
+std::string EngineSpecString(const EngineSpec& s) {
+  std::string out = absl::StrCat("vllm:tp=", s.tp, ",dp=", s.dp);
+  if (s.ep > 0) absl::StrAppend(&out, ",ep=", s.ep);
+  if (s.vocab_pad != 64) absl::StrAppend(&out, ",vocab_pad=", s.vocab_pad);
+  if (s.gpus_per_host > 0) absl::StrAppend(&out, ",gpus_per_host=", s.gpus_per_host);
+  return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> PipelineStageLayers(
+    int64_t num_layers, const TrainerSpec& spec) {
+  const int64_t p = spec.kind == TrainerSpec::Kind::kMegatron ? spec.pp : 1;
+  std::vector<int64_t> out(p, 0);
+  if (p == 1) {
+    out[0] = num_layers;
+    return out;
+  }
+  if (spec.first > 0 || spec.last > 0) {
+    int64_t first = spec.first, last = spec.last;
+    int64_t middle_stages = p - (first > 0) - (last > 0);
+    int64_t rest = num_layers - first - last;
+    if (rest < 0 || (middle_stages == 0 && rest != 0) ||
+        (middle_stages > 0 && (rest % middle_stages != 0 || rest == 0))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline: first=", first, " last=", last, " leave ", rest,
+          " of ", num_layers, " layers, which do not split evenly over ",
+          middle_stages, " other stage(s) of pp=", p));
+    }
+    for (int64_t s = 0; s < p; ++s) {
+      out[s] = middle_stages > 0 ? rest / middle_stages : 0;
+    }
+    if (first > 0) out[0] = first;
+    if (last > 0) out[p - 1] = last;
+    return out;
+  }
+  if (num_layers < p) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline: pp=", p, " stages for only ", num_layers,
+                     " layers"));
+  }
+  for (int64_t s = 0; s < p; ++s) {
+    out[s] = num_layers / p + (s < num_layers % p ? 1 : 0);
+  }
+  return out;
+}
+
+}  // namespace refit

@@ -1,0 +1,86 @@
+// TrainerSpec / EngineSpec: how each side is parallelized, parsed from the
+// CLI's compact form.
+//
+//   megatron:tp=8,pp=16,ep=16,etp=1,dp=2[,first=3,last=2]
+//            [,experts=indexed|grouped][,glu_chunk=N][,vocab_div=128]
+//            [,gpus_per_host=8]
+//   fsdp:dp=64[,shard=8][,gpus_per_host=8]     (shard < dp: HSDP)
+//   vllm:tp=32,dp=8[,ep=256][,gpus_per_host=8]
+//
+// Megatron keys: tp, pp, dp (data-parallel size; world = tp*pp*dp), ep, etp
+// (expert tensor parallel, default = tp), first/last (layers of the first /
+// last pipeline stage; the other stages split the rest evenly), experts
+// (indexed: one buffer per local expert, "weight0..N-1", as TEGroupedMLP;
+// grouped: one [E_local, ...] buffer per weight), glu_chunk (expert
+// linear_fc1 rows alternate gate/up in chunks of N rows; 0 = [gate; up]),
+// vocab_div (make_vocab_size_divisible_by; padding = multiple of
+// vocab_div * tp).
+// vLLM keys: tp, dp, ep (expert parallel over all tp*dp ranks: must equal
+// tp*dp), vocab_pad (default 64).
+#ifndef REFIT_MAPPING_PARALLEL_SPEC_H_
+#define REFIT_MAPPING_PARALLEL_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace refit {
+
+struct TrainerSpec {
+  enum class Kind { kMegatron, kFsdp };
+  Kind kind = Kind::kMegatron;
+  int32_t tp = 1;
+  int32_t pp = 1;
+  int32_t dp = 1;
+  int32_t ep = 1;
+  int32_t etp = 0;  // 0 = tp
+  int64_t first = 0;  // 0 = even split
+  int64_t last = 0;
+  bool grouped_experts = false;
+  int64_t glu_chunk = 0;
+  int64_t vocab_divisor = 128;
+  int32_t shard = 0;  // fsdp: shard group size (0 = dp)
+  int32_t gpus_per_host = 0;
+
+  int32_t world_size() const {
+    return kind == Kind::kMegatron ? tp * pp * dp : dp;
+  }
+  int32_t expert_tp() const { return etp > 0 ? etp : tp; }
+};
+
+struct EngineSpec {
+  enum class Kind { kVllm };
+  Kind kind = Kind::kVllm;
+  int32_t tp = 1;
+  int32_t dp = 1;
+  int32_t ep = 0;  // 0 = experts TP-sharded; else == tp * dp
+  int64_t vocab_pad = 64;
+  int32_t gpus_per_host = 0;
+
+  int32_t world_size() const { return tp * dp; }
+};
+
+// Parse the forms above. INVALID_ARGUMENT naming the unknown kind or key,
+// the bad value, or the impossible combination (a size < 1, first/last
+// without pp > 1, ep != tp*dp for vllm, shard not dividing dp, ...).
+absl::StatusOr<TrainerSpec> ParseTrainerSpec(absl::string_view text);
+absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text);
+
+// Canonical text of a spec (round-trips through Parse*).
+std::string TrainerSpecString(const TrainerSpec& s);
+std::string EngineSpecString(const EngineSpec& s);
+
+// Layers per pipeline stage for Megatron: first/last as given and the rest
+// split evenly over the middle stages (which must divide them), or, without
+// first/last, as even as possible with earlier stages taking the extra
+// layer. INVALID_ARGUMENT if a stage would get no layer or the sizes do not
+// add up to num_layers.
+absl::StatusOr<std::vector<int64_t>> PipelineStageLayers(
+    int64_t num_layers, const TrainerSpec& spec);
+
+}  // namespace refit
+
+#endif  // REFIT_MAPPING_PARALLEL_SPEC_H_
