@@ -1,0 +1,86 @@
+#include "mapping/parallel_spec.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace refit {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ParallelSpecTest, ParsesMegatronWithAllKeys) {
+  auto s = ParseTrainerSpec(
+      "megatron:tp=8,pp=16,ep=16,etp=1,dp=2,first=3,last=2,experts=grouped,"
+      "glu_chunk=64,vocab_div=64,gpus_per_host=8");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->tp, 8);
+  EXPECT_EQ(s->pp, 16);
+  EXPECT_EQ(s->ep, 16);
+  EXPECT_EQ(s->expert_tp(), 1);
+  EXPECT_EQ(s->world_size(), 256);
+  EXPECT_EQ(s->first, 3);
+  EXPECT_EQ(s->last, 2);
+  EXPECT_TRUE(s->grouped_experts);
+  EXPECT_EQ(s->glu_chunk, 64);
+  EXPECT_EQ(s->gpus_per_host, 8);
+  auto again = ParseTrainerSpec(TrainerSpecString(*s));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->world_size(), 256);
+  EXPECT_EQ(again->first, 3);
+}
+
+TEST(ParallelSpecTest, EtpDefaultsToTp) {
+  auto s = ParseTrainerSpec("megatron:tp=4,dp=2");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->expert_tp(), 4);
+}
+
+TEST(ParallelSpecTest, RejectsUnknownKeysKindsAndImpossibleMeshes) {
+  auto a = ParseTrainerSpec("megatron:tp=2,zz=3");
+  ASSERT_FALSE(a.ok());
+  EXPECT_THAT(a.status().message(), HasSubstr("zz"));
+  auto b = ParseTrainerSpec("deepspeed:dp=2");
+  EXPECT_THAT(b.status().message(), HasSubstr("deepspeed"));
+  auto c = ParseTrainerSpec("megatron:tp=2,dp=1,ep=4,etp=1");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("expert mesh"));
+  auto d = ParseTrainerSpec("megatron:tp=0");
+  EXPECT_FALSE(d.ok());
+  auto e = ParseTrainerSpec("fsdp:dp=6,shard=4");
+  EXPECT_THAT(e.status().message(), HasSubstr("shard=4"));
+}
+
+TEST(ParallelSpecTest, VllmEpMustEqualTpTimesDp) {
+  auto ok = ParseEngineSpec("vllm:tp=8,dp=2,ep=16");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->world_size(), 16);
+  auto bad = ParseEngineSpec("vllm:tp=8,dp=2,ep=8");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("tp*dp = 16"));
+  EXPECT_FALSE(ParseEngineSpec("sglang:tp=2").ok());
+}
+
+TEST(ParallelSpecTest, PipelineSplits) {
+  TrainerSpec s;
+  s.pp = 4;
+  auto even = PipelineStageLayers(61, s);
+  ASSERT_TRUE(even.ok());
+  EXPECT_EQ(*even, (std::vector<int64_t>{16, 15, 15, 15}));
+  s.pp = 16;
+  s.first = 3;
+  s.last = 2;
+  auto fl = PipelineStageLayers(61, s);
+  ASSERT_TRUE(fl.ok()) << fl.status();
+  EXPECT_EQ((*fl)[0], 3);
+  EXPECT_EQ((*fl)[1], 4);
+  EXPECT_EQ((*fl)[15], 2);
+  s.first = 4;
+  EXPECT_FALSE(PipelineStageLayers(61, s).ok());
+  s.first = 0;
+  s.last = 0;
+  s.pp = 8;
+  EXPECT_FALSE(PipelineStageLayers(5, s).ok());
+}
+
+}  // namespace
+}  // namespace refit
