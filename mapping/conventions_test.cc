@@ -655,6 +655,12 @@ void RunCase(const std::string& model, const std::string& trainer,
     absl::Status s = ValidateRankBuffers(*dst, r, AsLocal(eb[r]));
     ASSERT_TRUE(s.ok()) << "engine " << s;
   }
+  for (const Record& r : src->layout.records) {
+    ASSERT_TRUE(ValidateRecord(src->layout, r).ok()) << ValidateRecord(src->layout, r);
+  }
+  for (const Record& r : dst->layout.records) {
+    ASSERT_TRUE(ValidateRecord(dst->layout, r).ok()) << ValidateRecord(dst->layout, r);
+  }
   std::vector<std::vector<uint8_t>> src_mem = Memory(*src, tb);
   absl::Status s = testing_mapping::CheckRecords(src->layout, src_mem, ck.all());
   ASSERT_TRUE(s.ok()) << "trainer " << s;

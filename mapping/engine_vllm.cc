@@ -114,6 +114,7 @@ absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
                   /*derive_scales=*/true);
   const absl::Span<const RuleRow> table(kVllmRules);
   const LayerKind none;
+  std::vector<std::string> names(model.tensors.size());
   for (int32_t rank = 0; rank < world; ++rank) {
     RankCtx ctx;
     ctx.rank = rank;
@@ -153,7 +154,9 @@ absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
               absl::StrCat(side, ": no vllm rule for ", RoleName(role), " (",
                            model.tensors[t].name, ")"));
         }
-        REFIT_RETURN_IF_ERROR(place(*row, kind, t));
+        // Names do not depend on the rank: computed once per tensor.
+        if (names[t].empty()) names[t] = VllmName(model.tensors[t].name, row->name);
+        REFIT_RETURN_IF_ERROR(ApplyRule(b, c, ctx, *row, kind, t, names[t]));
       }
     }
     for (Role role : {Role::kFinalNorm, Role::kLmHead}) {

@@ -47,7 +47,23 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
                                               int32_t tensor,
                                               int64_t pad_begin,
                                               int64_t pad_end) {
-  auto it = by_name_.find({rank, name});
+  if (rank != current_rank_) {
+    if (rank < current_rank_) {
+      return absl::InternalError(absl::StrCat(
+          side_, ": buffers must be added in rank order (", name, ")"));
+    }
+    if (current_rank_ == 0) {
+      // Ranks look alike: reserve for all of them after the first.
+      const size_t w = out_.layout.world_size;
+      out_.layout.records.reserve(out_.layout.records.size() * w * 11 / 10);
+      out_.layout.buffers.reserve(out_.layout.buffers.size() * w * 11 / 10);
+      out_.buffer_info.reserve(out_.layout.buffers.capacity());
+      scale_buffer_.reserve(out_.layout.buffers.capacity());
+    }
+    current_rank_ = rank;
+    by_name_.clear();
+  }
+  auto it = by_name_.find(name);
   if (it != by_name_.end()) {
     if (out_.buffer_info[it->second].shape != shape) {
       return absl::InternalError(absl::StrCat(
@@ -57,10 +73,6 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
           absl::StrJoin(shape, ", "), "]"));
     }
     return it->second;
-  }
-  if (!out_.layout.buffers.empty() && out_.layout.buffers.back().rank > rank) {
-    return absl::InternalError(absl::StrCat(
-        side_, ": buffers must be added in rank order (", name, ")"));
   }
   const TensorSpec& t = model_.tensors[tensor];
   int64_t elems = 1;
@@ -78,7 +90,7 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
     out_.buffer_info.push_back({std::move(s), dt});
     scale_buffer_.push_back(-1);
     int32_t idx = static_cast<int32_t>(out_.layout.buffers.size() - 1);
-    by_name_[{rank, n}] = idx;
+    by_name_[n] = idx;
     return idx;
   };
   std::vector<ByteRange> padding;
@@ -222,15 +234,23 @@ void LayoutBuilder::SetHosts(int32_t gpus_per_host) {
 
 absl::StatusOr<MappedSide> LayoutBuilder::Finish() && {
   const SideLayout& L = out_.layout;
-  std::vector<std::vector<Box>> boxes(L.tensors.size());
-  for (const Record& r : L.records) boxes[r.tensor].push_back(r.box);
+  // Distinct boxes per tensor (replicas repeat them), by a 64-bit hash.
+  std::vector<std::vector<std::pair<uint64_t, int64_t>>> boxes(L.tensors.size());
+  for (const Record& r : L.records) {
+    uint64_t h = 1469598103934665603ULL;
+    for (int d = 0; d < r.box.rank(); ++d) {
+      h = (h ^ static_cast<uint64_t>(r.box.origin(d))) * 1099511628211ULL;
+      h = (h ^ static_cast<uint64_t>(r.box.shape(d))) * 1099511628211ULL;
+    }
+    boxes[r.tensor].push_back({h, UncheckedNumElements(r.box)});
+  }
   std::vector<std::string> missing;
   for (size_t t = 0; t < boxes.size(); ++t) {
-    std::vector<Box>& bs = boxes[t];
+    auto& bs = boxes[t];
     std::sort(bs.begin(), bs.end());
     bs.erase(std::unique(bs.begin(), bs.end()), bs.end());
     int64_t held = 0, want = 1;
-    for (const Box& b : bs) held += UncheckedNumElements(b);
+    for (const auto& b : bs) held += b.second;
     for (int64_t d : L.tensors[t].shape) want *= d;
     if (bs.empty() || held < want) {
       missing.push_back(absl::StrCat(L.tensors[t].name, " (", held, " of ",
@@ -247,9 +267,8 @@ absl::StatusOr<MappedSide> LayoutBuilder::Finish() && {
         absl::StrCat(side_, ": no placement for tensors: ",
                      absl::StrJoin(missing, "; ")));
   }
-  for (const Record& r : L.records) {
-    REFIT_RETURN_IF_ERROR(AnnotateStatus(ValidateRecord(L, r), side_));
-  }
+  // Records are not re-validated here: BuildPlan validates every record
+  // (ValidateRecord), and this is the hot path of `refit plan`.
   out_.rank_begin.assign(L.world_size + 1, 0);
   for (const BufferSpec& b : L.buffers) out_.rank_begin[b.rank + 1]++;
   for (int32_t r = 0; r < L.world_size; ++r) {

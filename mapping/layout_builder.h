@@ -19,11 +19,11 @@
 #define REFIT_MAPPING_LAYOUT_BUILDER_H_
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "mapping/model_family.h"
@@ -93,9 +93,9 @@ class LayoutBuilder {
   void SetStage(std::vector<int32_t> stage_of_rank);
   void SetHosts(int32_t gpus_per_host);
 
-  // Checks that every tensor got records (whose distinct boxes hold at least
-  // as many elements as the tensor) and every record is valid. Fails with
-  // INVALID_ARGUMENT naming the first tensors nothing holds.
+  // Checks that every tensor got records whose distinct boxes hold at least
+  // as many elements as the tensor. Fails with INVALID_ARGUMENT naming the
+  // first tensors nothing holds. (Records are validated by BuildPlan.)
   absl::StatusOr<MappedSide> Finish() &&;
 
   const ModelTensors& model() const { return model_; }
@@ -110,7 +110,9 @@ class LayoutBuilder {
   bool derive_scales_;
   MappedSide out_;
   std::vector<int32_t> scale_buffer_;  // per buffer, -1 if none
-  std::map<std::pair<int32_t, std::string>, int32_t> by_name_;
+  // Buffers of the current rank by name (ranks are built in order).
+  int32_t current_rank_ = -1;
+  absl::flat_hash_map<std::string, int32_t> by_name_;
 };
 
 // A box [origin, origin + shape).

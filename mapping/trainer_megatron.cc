@@ -105,6 +105,7 @@ absl::StatusOr<MappedSide> BuildMegatronLayout(const ModelConfig& c,
   std::vector<int32_t> stage_of_rank(world);
   const absl::Span<const RuleRow> table(kMegatronRules);
   const LayerKind none;
+  std::vector<std::string> names(model.tensors.size());
   for (int32_t rank = 0; rank < world; ++rank) {
     const int64_t tp_rank = rank % tp;
     const int64_t stage = rank / (tp * dp);
@@ -146,8 +147,9 @@ absl::StatusOr<MappedSide> BuildMegatronLayout(const ModelConfig& c,
               absl::StrCat(side, ": no megatron rule for ", RoleName(role),
                            " (", model.tensors[t].name, ")"));
         }
-        REFIT_RETURN_IF_ERROR(
-            ApplyRule(b, c, ctx, *row, kind, t, prefix + row->name));
+        // A layer's stage and local index do not depend on the rank.
+        if (names[t].empty()) names[t] = prefix + row->name;
+        REFIT_RETURN_IF_ERROR(ApplyRule(b, c, ctx, *row, kind, t, names[t]));
       }
     }
     if (stage == pp - 1) {
