@@ -230,6 +230,11 @@ std::vector<Bufs> ExpectVllm(const ModelConfig& c, Checkpoint& ck, int64_t tp,
         Put(B, v + at + "o_proj.weight",
             ColsOf(ck.P(h + at + "o_proj.weight", {H, nq * hd}), tp, r));
       }
+      if ((gqa || mla) && c.kv_cache_scales) {
+        for (const char* sc : {"k_scale", "v_scale", "q_scale"}) {
+          Put(B, v + at + "attn." + sc, ck.P(h + at + sc, {}));
+        }
+      }
       if (mla) {
         const int64_t qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
         const int64_t kva = c.kv_lora_rank + c.qk_rope_head_dim;
@@ -446,6 +451,11 @@ std::vector<Bufs> ExpectMegatron(const ModelConfig& c, Checkpoint& ck,
         }
         Put(B, m + "self_attention.linear_proj.weight",
             ColsOf(ck.P(h + at + "o_proj.weight", {H, nq * hd}), tp, r));
+      }
+      if ((gqa || mla) && c.kv_cache_scales) {
+        for (const char* sc : {"k_scale", "v_scale", "q_scale"}) {
+          Put(B, m + "self_attention." + sc, ck.P(h + at + sc, {}));
+        }
       }
       if (mla) {
         const int64_t qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
