@@ -104,19 +104,24 @@ absl::Status PlaceExperts(LayoutBuilder& b, const RankCtx& ctx,
   }
   std::vector<DimPlace> places = {DimPlace{}, DimPlace{}, DimPlace{}};
   if (!down) places[1] = rows_place;
+  // Per-tensor FP8 scale entries: [gate, up] of fc1 (gated), else one.
+  const int parts = !down && gated ? 2 : 1;
+  const int part = !down && gated ? row.part : 0;
   if (ctx.expert_style == ExpertStyle::kGrouped) {
     REFIT_ASSIGN_OR_RETURN(
         int32_t buf,
-        b.Buffer(ctx.rank, name, {ctx.expert_count, local[0], local[1]}, t));
-    return b.Place(t, buf, MakeBox(origin, extent), places);
+        b.Buffer(ctx.rank, name, {ctx.expert_count, local[0], local[1]}, t, 0,
+                 0, parts));
+    return b.Place(t, buf, MakeBox(origin, extent), places, part);
   }
   for (int64_t j = 0; j < ctx.expert_count; ++j) {
     REFIT_ASSIGN_OR_RETURN(
-        int32_t buf, b.Buffer(ctx.rank, absl::StrCat(name, j), local, t));
+        int32_t buf,
+        b.Buffer(ctx.rank, absl::StrCat(name, j), local, t, 0, 0, parts));
     std::vector<int64_t> o = origin, e = extent;
     o[0] = ctx.expert_begin + j;
     e[0] = 1;
-    REFIT_RETURN_IF_ERROR(b.Place(t, buf, MakeBox(o, e), places));
+    REFIT_RETURN_IF_ERROR(b.Place(t, buf, MakeBox(o, e), places, part));
   }
   return absl::OkStatus();
 }
@@ -176,15 +181,17 @@ absl::Status ApplyRuleImpl(LayoutBuilder& b, const ModelConfig& c,
           nkv, ctx.tp, "megatron linear_qkv: num_key_value_heads (query groups)",
           "tp"));
       const int64_t g = nkv / ctx.tp, qpg = nq / nkv, period = (qpg + 2) * hd;
-      REFIT_ASSIGN_OR_RETURN(int32_t buf,
-                             b.Buffer(ctx.rank, name, With(sh, 0, g * period), t));
+      REFIT_ASSIGN_OR_RETURN(
+          int32_t buf,
+          b.Buffer(ctx.rank, name, With(sh, 0, g * period), t, 0, 0, 3));
       const int64_t rows = row.part == 0 ? qpg * hd : hd;
       const int64_t at = row.part == 0 ? 0 : (qpg + row.part - 1) * hd;
       std::vector<int64_t> origin = Zeros(rank);
       origin[0] = ctx.tp_rank * g * rows;
       std::vector<DimPlace> places = Plain(rank);
       places[0] = {at, rows, period};
-      return b.Place(t, buf, MakeBox(origin, With(sh, 0, g * rows)), places);
+      return b.Place(t, buf, MakeBox(origin, With(sh, 0, g * rows)), places,
+                     row.part);
     }
     case Rule::kQkvReplicated: {
       const int64_t nq = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim;
@@ -209,7 +216,8 @@ absl::Status ApplyRuleImpl(LayoutBuilder& b, const ModelConfig& c,
       const int64_t ql = nq / ctx.tp;
       REFIT_ASSIGN_OR_RETURN(
           int32_t buf,
-          b.Buffer(ctx.rank, name, With(sh, 0, (ql + 2 * kvl) * hd), t));
+          b.Buffer(ctx.rank, name, With(sh, 0, (ql + 2 * kvl) * hd), t, 0, 0,
+                   3));
       std::vector<int64_t> origin = Zeros(rank), at = Zeros(rank);
       int64_t rows;
       if (row.part == 0) {
@@ -220,25 +228,26 @@ absl::Status ApplyRuleImpl(LayoutBuilder& b, const ModelConfig& c,
         rows = kvl * hd;
         at[0] = (ql + (row.part - 1) * kvl) * hd;
       }
-      return b.PlaceAt(t, buf, MakeBox(origin, With(sh, 0, rows)), at);
+      return b.PlaceAt(t, buf, MakeBox(origin, With(sh, 0, rows)), at,
+                       row.part);
     }
     case Rule::kGlu: {
       REFIT_RETURN_IF_ERROR(CheckDivides(sh[0], ctx.tp, spec.name, "tp"));
       const int64_t il = sh[0] / ctx.tp;
-      REFIT_ASSIGN_OR_RETURN(int32_t buf,
-                             b.Buffer(ctx.rank, name, With(sh, 0, 2 * il), t));
+      REFIT_ASSIGN_OR_RETURN(
+          int32_t buf, b.Buffer(ctx.rank, name, With(sh, 0, 2 * il), t, 0, 0, 2));
       return b.PlaceAt(t, buf,
                        MakeBox({ctx.tp_rank * il, 0}, With(sh, 0, il)),
-                       {row.part * il, 0});
+                       {row.part * il, 0}, row.part);
     }
     case Rule::kConcat: {
       // The only concatenation: MLA fused_qkv_a_proj = [q_a; kv_a_with_mqa].
       const int64_t total =
           c.q_lora_rank + c.kv_lora_rank + c.qk_rope_head_dim;
       const int64_t at = row.part == 0 ? 0 : c.q_lora_rank;
-      REFIT_ASSIGN_OR_RETURN(int32_t buf,
-                             b.Buffer(ctx.rank, name, With(sh, 0, total), t));
-      return b.PlaceAt(t, buf, MakeBox(Zeros(rank), sh), {at, 0});
+      REFIT_ASSIGN_OR_RETURN(
+          int32_t buf, b.Buffer(ctx.rank, name, With(sh, 0, total), t, 0, 0, 2));
+      return b.PlaceAt(t, buf, MakeBox(Zeros(rank), sh), {at, 0}, row.part);
     }
     case Rule::kMambaInProj: {
       const int64_t mi = c.mamba_intermediate();

@@ -37,10 +37,13 @@ int64_t Up(int64_t v, int64_t m) { return CeilDiv(v, m) * m; }
 
 // A weight and, for an FP8 weight, its block scales, sliced together: rows /
 // cols [b, b+n) of the weight take scale rows / cols [b/128, ceil((b+n)/128)).
+// Per-tensor FP8 (pt): s is the weight's one scale, as [1] ([E, 1] for a
+// stacked tensor), untouched by slicing and concatenated by fusion.
 struct Piece {
   Arr w;
   bool fp8 = false;
   Arr s;
+  bool pt = false;
 };
 
 class Checkpoint {
@@ -67,6 +70,15 @@ class Checkpoint {
         p.fp8 = true;
         p.s = s->second;
       }
+      std::string pname = name;
+      pname.insert(pos + 6, "_scale");
+      auto ps = ck_.find(pname);
+      if (ps != ck_.end()) {
+        used_.insert(pname);
+        p.pt = true;
+        p.s = ps->second;
+        p.s.shape.push_back(1);  // [] -> [1], [E] -> [E, 1]
+      }
     }
     return p;
   }
@@ -91,6 +103,8 @@ Piece SliceEnd(const Piece& p, int from_end, int64_t b, int64_t n) {
   const int d = static_cast<int>(p.w.shape.size()) - from_end;
   out.w = Slice(p.w, d, b, n);
   out.fp8 = p.fp8;
+  out.pt = p.pt;
+  if (p.pt) out.s = p.s;
   if (p.fp8) {
     out.s = Slice(p.s, d, b / kBlock, CeilDiv(b + n, kBlock) - b / kBlock);
   }
@@ -115,14 +129,16 @@ Piece CatRows(const std::vector<Piece>& ps) {
   std::vector<Arr> w, s;
   for (const Piece& p : ps) {
     w.push_back(p.w);
-    if (p.fp8) s.push_back(p.s);
+    if (p.fp8 || p.pt) s.push_back(p.s);
   }
   const int d = static_cast<int>(ps[0].w.shape.size()) >= 2
                     ? static_cast<int>(ps[0].w.shape.size()) - 2
                     : 0;
   out.w = Cat(d, w);
   out.fp8 = ps[0].fp8;
+  out.pt = ps[0].pt;
   if (out.fp8) out.s = Cat(d, s);
+  if (out.pt) out.s = Cat(static_cast<int>(s[0].shape.size()) - 1, s);
   return out;
 }
 Piece StackP(const std::vector<Piece>& ps) {
@@ -130,16 +146,18 @@ Piece StackP(const std::vector<Piece>& ps) {
   std::vector<Arr> w, s;
   for (const Piece& p : ps) {
     w.push_back(p.w);
-    if (p.fp8) s.push_back(p.s);
+    if (p.fp8 || p.pt) s.push_back(p.s);
   }
   out.w = Stack(w);
   out.fp8 = ps[0].fp8;
-  if (out.fp8) out.s = Stack(s);
+  out.pt = ps[0].pt;
+  if (out.fp8 || out.pt) out.s = Stack(s);
   return out;
 }
 Piece MemberP(const Piece& p, int64_t e) {
   Piece out{Member(p.w, e), p.fp8};
-  if (p.fp8) out.s = Member(p.s, e);
+  out.pt = p.pt;
+  if (p.fp8 || p.pt) out.s = Member(p.s, e);
   return out;
 }
 Piece Vocab(const Piece& p, int64_t vocab, int64_t padded, int64_t tp,
@@ -155,6 +173,14 @@ void Put(Bufs& b, const std::string& name, const Piece& p) {
     std::string s = name;
     s.insert(s.rfind("weight") + 6, "_scale_inv");
     b[s] = p.s;
+  }
+  if (p.pt) {
+    std::string s = name;
+    s.insert(s.rfind("weight") + 6, "_scale");
+    Arr a = p.s;
+    // Grouped experts with one scale each: [E_local] rather than [E_local, 1].
+    if (a.shape.size() == 2 && a.shape[1] == 1) a.shape.pop_back();
+    b[s] = a;
   }
 }
 
@@ -372,7 +398,9 @@ Piece Glu(const Piece& gate, const Piece& up, int64_t chunk) {
     parts.push_back(Rows(gate, b, chunk));
     parts.push_back(Rows(up, b, chunk));
   }
-  return CatRows(parts);
+  Piece out = CatRows(parts);
+  if (out.pt) out.s = Cat(static_cast<int>(gate.s.shape.size()) - 1, {gate.s, up.s});
+  return out;
 }
 
 std::vector<Bufs> ExpectMegatron(const ModelConfig& c, Checkpoint& ck,
@@ -443,7 +471,9 @@ std::vector<Bufs> ExpectMegatron(const ModelConfig& c, Checkpoint& ck,
             parts.push_back(Rows(kk, g * hd, hd));
             parts.push_back(Rows(vv, g * hd, hd));
           }
-          Put(B, m + "self_attention.linear_qkv." + kind, CatRows(parts));
+          Piece qkv = CatRows(parts);
+          if (qkv.pt) qkv.s = Cat(0, {q.s, kk.s, vv.s});  // one scale per weight
+          Put(B, m + "self_attention.linear_qkv." + kind, qkv);
         }
         if (c.qk_norm) {
           Put(B, m + "self_attention.q_layernorm.weight", ck.P(h + at + "q_norm.weight", {hd}));
@@ -601,9 +631,13 @@ std::vector<Bufs> ExpectFsdp(Checkpoint& ck, int64_t dp, int64_t shard) {
         continue;
       }
       for (int64_t e = 0; e < a.shape[0]; ++e) {
-        Arr c = chunk(Member(a, e));
         std::string name = kv.first;
         name.replace(name.find("{}"), 2, absl::StrCat(e));
+        if (a.shape.size() == 1) {  // per-expert scalars: replicated
+          out[k][name] = Member(a, e);
+          continue;
+        }
+        Arr c = chunk(Member(a, e));
         if (c.shape[0] > 0) out[k][name] = c;
       }
     }
@@ -767,6 +801,29 @@ TEST(ConventionsTest, Qwen3MoeExpertTensorParallelPipeline) {
 TEST(ConventionsTest, Qwen3MoeFsdpToVllmEp) {
   RunCase("tiny-qwen3-moe", "fsdp:dp=3", Fsdp(3, 3), "vllm:tp=2,dp=2,ep=4", 2, 2,
           true);
+}
+
+TEST(ConventionsTest, Qwen3MoePerTensorFp8ScalesIndexedChunkedToVllmTp) {
+  MegatronOpts o{2, 1, 2};
+  o.ep = 2;
+  o.etp = 1;
+  o.chunk = 4;
+  RunCase("tiny-qwen3-moe-fp8", "megatron:tp=2,dp=2,ep=2,etp=1,glu_chunk=4",
+          Megatron(o), "vllm:tp=2", 2, 1, false);
+}
+
+TEST(ConventionsTest, Qwen3MoePerExpertScalesGroupedToVllmEp) {
+  MegatronOpts o{2, 3, 1};
+  o.ep = 2;
+  o.etp = 1;
+  o.grouped = true;
+  RunCase("tiny-qwen3-moe-fp8", "megatron:tp=2,pp=3,ep=2,etp=1,experts=grouped",
+          Megatron(o), "vllm:tp=2,dp=2,ep=4", 2, 2, true);
+}
+
+TEST(ConventionsTest, Qwen3MoePerTensorFp8FsdpToVllmEp) {
+  RunCase("tiny-qwen3-moe-fp8", "fsdp:dp=2", Fsdp(2, 2), "vllm:tp=1,dp=3,ep=3",
+          1, 3, true);
 }
 
 // --- DeepSeek-V3 -------------------------------------------------------------

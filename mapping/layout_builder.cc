@@ -46,7 +46,8 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
                                               std::vector<int64_t> shape,
                                               int32_t tensor,
                                               int64_t pad_begin,
-                                              int64_t pad_end) {
+                                              int64_t pad_end,
+                                              int scale_parts) {
   if (rank != current_rank_) {
     if (rank < current_rank_) {
       return absl::InternalError(absl::StrCat(
@@ -89,6 +90,7 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
     out_.layout.buffers.push_back(std::move(spec));
     out_.buffer_info.push_back({std::move(s), dt});
     scale_buffer_.push_back(-1);
+    scale_grouped_.push_back(false);
     int32_t idx = static_cast<int32_t>(out_.layout.buffers.size() - 1);
     by_name_[n] = idx;
     return idx;
@@ -99,7 +101,16 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
     padding.push_back({pad_begin * row, (pad_end - pad_begin) * row});
   }
   int32_t idx = add(name, shape, t.dtype, std::move(padding));
-  if (derive_scales_ && model_.scale_of[tensor] >= 0) {
+  if (derive_scales_ && model_.scale_of[tensor] >= 0 && model_.fp8_per_tensor) {
+    // [E_local] / [E_local, parts] for grouped experts, else [parts].
+    std::vector<int64_t> s;
+    const bool grouped = t.stacked && shape.size() == t.shape.size();
+    if (grouped) s.push_back(shape[0]);
+    if (scale_parts > 1 || !grouped) s.push_back(scale_parts);
+    scale_buffer_[idx] =
+        add(PerTensorScaleName(name), std::move(s), DType::kF32, {});
+    scale_grouped_[scale_buffer_[idx]] = grouped;
+  } else if (derive_scales_ && model_.scale_of[tensor] >= 0) {
     const int64_t b = model_.fp8_block;
     std::vector<int64_t> s = shape;
     size_t r = s.size();
@@ -168,12 +179,51 @@ absl::Status LayoutBuilder::PlaceOne(int32_t tensor, int32_t buffer,
   return absl::OkStatus();
 }
 
+absl::Status LayoutBuilder::PlacePerTensorScale(int32_t tensor,
+                                                int32_t buffer, const Box& box,
+                                                int part) {
+  if (!scaled_.insert({tensor, buffer}).second) return absl::OkStatus();
+  const int32_t scale = model_.scale_of[tensor];
+  const int32_t sbuf = scale_buffer_[buffer];
+  const TensorSpec& t = model_.tensors[tensor];
+  if (sbuf < 0) {
+    return absl::InternalError(absl::StrCat(
+        side_, ": FP8 tensor ", t.name, " placed in buffer ",
+        out_.layout.buffers[buffer].name, " that has no scale buffer"));
+  }
+  const BufferInfo& info = out_.buffer_info[sbuf];
+  const bool grouped = scale_grouped_[sbuf];
+  // Grouped: [E_local] (one part) or [E_local, parts]; else [parts].
+  const int64_t parts =
+      grouped && info.shape.size() == 1 ? 1 : info.shape.back();
+  if (part < 0 || part >= parts) {
+    return absl::InternalError(absl::StrCat(side_, ": scale part ", part,
+                                            " of ", t.name, " out of range"));
+  }
+  Record r;
+  r.tensor = scale;
+  r.rank = out_.layout.buffers[sbuf].rank;
+  r.buffer = sbuf;
+  if (t.stacked) {
+    r.box = MakeBox({box.origin(0)}, {box.shape(0)});
+    r.dims.resize(1);
+    r.dims[0].splits.push_back({box.shape(0), grouped ? parts : 1});
+  }
+  r.byte_offset = part * DTypeSize(DType::kF32);
+  out_.layout.records.push_back(std::move(r));
+  return absl::OkStatus();
+}
+
 absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
                                   const Box& box,
-                                  absl::Span<const DimPlace> places) {
+                                  absl::Span<const DimPlace> places,
+                                  int part) {
   REFIT_RETURN_IF_ERROR(PlaceOne(tensor, buffer, box, places));
   const int32_t scale = model_.scale_of[tensor];
   if (!derive_scales_ || scale < 0) return absl::OkStatus();
+  if (model_.fp8_per_tensor) {
+    return PlacePerTensorScale(tensor, buffer, box, part);
+  }
   const int32_t sbuf = scale_buffer_[buffer];
   const TensorSpec& t = model_.tensors[tensor];
   if (sbuf < 0) {
@@ -214,10 +264,10 @@ absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
 
 absl::Status LayoutBuilder::PlaceAt(int32_t tensor, int32_t buffer,
                                     const Box& box,
-                                    absl::Span<const int64_t> at) {
+                                    absl::Span<const int64_t> at, int part) {
   std::vector<DimPlace> places;
   for (int64_t a : at) places.push_back({a, 0, 0});
-  return Place(tensor, buffer, box, places);
+  return Place(tensor, buffer, box, places, part);
 }
 
 void LayoutBuilder::SetStage(std::vector<int32_t> stage_of_rank) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "mapping/model_family.h"
@@ -74,20 +75,26 @@ class LayoutBuilder {
   // of `tensor` if new (ranks must be visited in increasing order). An
   // existing buffer must have the same shape (INTERNAL otherwise). Padding
   // rows [pad_begin, pad_end) of dim 0 are declared unsourced.
+  // scale_parts: how many weights share the buffer's per-tensor FP8 scale
+  // buffer (3 for a fused qkv, 2 for gate/up; per-tensor FP8 only).
   absl::StatusOr<int32_t> Buffer(int32_t rank, const std::string& name,
                                  std::vector<int64_t> shape, int32_t tensor,
-                                 int64_t pad_begin = 0, int64_t pad_end = 0);
+                                 int64_t pad_begin = 0, int64_t pad_end = 0,
+                                 int scale_parts = 1);
 
   // Places `box` of `tensor` into `buffer` per `places` (one per dim), and
   // the matching scale blocks into the companion buffer. INVALID_ARGUMENT
   // naming tensor, rank and buffer on a dtype mismatch, a block that does
   // not divide the extent, or an FP8 block split.
+  // Per-tensor FP8: the weight's scale goes to entry `part` of the
+  // companion "<name>_scale" buffer ([parts], or [E_local(, parts)] for
+  // grouped experts), once per (tensor, buffer).
   absl::Status Place(int32_t tensor, int32_t buffer, const Box& box,
-                     absl::Span<const DimPlace> places);
+                     absl::Span<const DimPlace> places, int part = 0);
 
   // Places `box` of `tensor` as a dense block at buffer origin `at`.
   absl::Status PlaceAt(int32_t tensor, int32_t buffer, const Box& box,
-                       absl::Span<const int64_t> at);
+                       absl::Span<const int64_t> at, int part = 0);
 
   // Sets optional rank annotations.
   void SetStage(std::vector<int32_t> stage_of_rank);
@@ -104,15 +111,20 @@ class LayoutBuilder {
  private:
   absl::Status PlaceOne(int32_t tensor, int32_t buffer, const Box& box,
                         absl::Span<const DimPlace> places);
+  absl::Status PlacePerTensorScale(int32_t tensor, int32_t buffer,
+                                   const Box& box, int part);
 
   const ModelTensors& model_;
   std::string side_;
   bool derive_scales_;
   MappedSide out_;
   std::vector<int32_t> scale_buffer_;  // per buffer, -1 if none
+  std::vector<bool> scale_grouped_;    // per buffer: an [E_local, ...] scale
   // Buffers of the current rank by name (ranks are built in order).
   int32_t current_rank_ = -1;
   absl::flat_hash_map<std::string, int32_t> by_name_;
+  // Per-tensor scales placed: (tensor, weight buffer).
+  absl::flat_hash_set<std::pair<int32_t, int32_t>> scaled_;
 };
 
 // A box [origin, origin + shape).

@@ -290,6 +290,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
       }
       c.fp8_block = (*bs)[0].get<int64_t>();
     }
+    auto qm = q->find("quant_method");
+    c.fp8_per_tensor = c.fp8_block == 0 && qm != q->end() && qm->is_string() &&
+                       qm->get<std::string>() == "fp8";
     auto kv = q->find("kv_cache_scheme");
     c.kv_cache_scales = kv != q->end() && !kv->is_null();
   }

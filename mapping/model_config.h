@@ -78,6 +78,10 @@ struct ModelConfig {
   // FP8 block quantization (e4m3 weights + fp32 weight_scale_inv blocks of
   // fp8_block x fp8_block); 0 = weights in bf16.
   int64_t fp8_block = 0;
+  // Per-tensor FP8 (quant_method "fp8" without weight_block_size): e4m3
+  // weights, each with an f32 scalar "<...>.weight_scale" (amax scale);
+  // per-expert scales stack to [E]. Ignored when fp8_block > 0.
+  bool fp8_per_tensor = false;
   // KV-cache scales (k_scale, v_scale, q_scale per attention layer), from
   // quantization_config.kv_cache_scheme.
   bool kv_cache_scales = false;

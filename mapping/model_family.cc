@@ -271,6 +271,14 @@ absl::string_view RoleName(Role r) {
   return kNames[i];
 }
 
+std::string PerTensorScaleName(absl::string_view weight_name) {
+  std::string s(weight_name);
+  size_t pos = s.rfind("weight");
+  if (pos == std::string::npos) return s + "_scale";
+  s.insert(pos + 6, "_scale");
+  return s;
+}
+
 std::string ScaleName(absl::string_view weight_name) {
   std::string s(weight_name);
   size_t pos = s.rfind("weight");
@@ -283,6 +291,7 @@ absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& c) {
   REFIT_RETURN_IF_ERROR(ValidateModelConfig(c));
   ModelTensors m;
   m.fp8_block = c.fp8_block;
+  m.fp8_per_tensor = c.fp8_block == 0 && c.fp8_per_tensor;
   m.global.fill(-1);
   const GlobalNames& names =
       c.family == ModelFamily::kNemotronH ? kNemotronNames : kHfNames;
@@ -294,10 +303,15 @@ absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& c) {
     return static_cast<int32_t>(m.tensors.size() - 1);
   };
   auto add_weight = [&](TensorSpec t, bool linear) -> absl::StatusOr<int32_t> {
-    const bool fp8 = linear && c.fp8_block > 0;
+    const bool fp8 = linear && (c.fp8_block > 0 || m.fp8_per_tensor);
     if (fp8) t.dtype = DType::kF8E4M3;
     TensorSpec scale;
-    if (fp8) {
+    if (fp8 && m.fp8_per_tensor) {
+      scale.name = PerTensorScaleName(t.name);
+      if (t.stacked) scale.shape = {t.shape[0]};
+      scale.dtype = DType::kF32;
+      scale.stacked = t.stacked;
+    } else if (fp8) {
       if (t.shape.size() < 2) {
         return absl::InvalidArgumentError(
             absl::StrCat("FP8 weight ", t.name, " has rank < 2"));

@@ -11,6 +11,8 @@
 // [ceil(out/b), ceil(in/b)] (leading dims kept; stacked for experts).
 // Routers, norms, embeddings and lm_head stay bf16; the DeepSeek router
 // bias (e_score_correction_bias) and KV-cache scales are f32.
+// Per-tensor FP8 (config fp8_per_tensor): the companion is an f32 scalar
+// "<...>.weight_scale" ([E] for stacked experts).
 #ifndef REFIT_MAPPING_MODEL_FAMILY_H_
 #define REFIT_MAPPING_MODEL_FAMILY_H_
 
@@ -98,7 +100,8 @@ struct ModelTensors {
   RoleIndex global{};  // embed, final norm, lm_head
   std::vector<LayerKind> layer_kinds;
   std::vector<RoleIndex> layers;  // per layer
-  int64_t fp8_block = 0;
+  int64_t fp8_block = 0;      // block scales (weight_scale_inv)
+  bool fp8_per_tensor = false;  // per-tensor scales (weight_scale)
 
   // Tensor index of `role` in `layer` (layer < 0: global), -1 if absent.
   int32_t Find(int64_t layer, Role role) const {
@@ -117,6 +120,11 @@ absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& config);
 // "qkv_proj.weight_scale_inv", "linear_fc1.weight3" ->
 // "linear_fc1.weight_scale_inv3", "w13_weight" -> "w13_weight_scale_inv").
 std::string ScaleName(absl::string_view weight_name);
+
+// The per-tensor scale name: "_scale" inserted after the last "weight"
+// ("o_proj.weight" -> "o_proj.weight_scale", "w13_weight" ->
+// "w13_weight_scale").
+std::string PerTensorScaleName(absl::string_view weight_name);
 
 }  // namespace refit
 

@@ -32,9 +32,17 @@ absl::StatusOr<MappedSide> BuildFsdpLayout(const ModelTensors& model,
         REFIT_RETURN_IF_ERROR(b.PlaceAt(t, buf, Box(), {}));
         continue;
       }
+      if (spec_t.stacked && sh.size() == 1) {
+        // Per-expert scalars (per-tensor FP8 scales): replicated.
+        for (int64_t e = 0; e < sh[0]; ++e) {
+          REFIT_ASSIGN_OR_RETURN(int32_t buf,
+                                 b.Buffer(rank, MemberName(spec_t, e), {}, t));
+          REFIT_RETURN_IF_ERROR(b.PlaceAt(t, buf, MakeBox({e}, {1}), {0}));
+        }
+        continue;
+      }
       // The dim FSDP shards: dim 0 of the HF tensor (dim 1 of a stack).
       const size_t d = spec_t.stacked ? 1 : 0;
-      if (sh.size() <= d) continue;
       const ChunkRange chunk = ChunkOf(sh[d], group, s);
       if (chunk.size == 0) continue;
       std::vector<int64_t> local(sh.begin() + d, sh.end());
