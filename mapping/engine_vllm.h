@@ -29,6 +29,10 @@
 // FP8 (block b): every FP8 weight buffer X has a companion X_scale_inv
 // buffer ("qkv_proj.weight_scale_inv", "w13_weight_scale_inv") whose blocks
 // follow their weight blocks, for fused buffers too.
+// Per-tensor FP8: X_scale holds one f32 per fused weight:
+// "qkv_proj.weight_scale" [3] (q, k, v), "gate_up_proj.weight_scale" [2],
+// "o_proj.weight_scale" [1], "experts.w13_weight_scale" [E_local, 2]
+// (gate, up; [E_local] when non-gated), "experts.w2_weight_scale" [E_local].
 #ifndef REFIT_MAPPING_ENGINE_VLLM_H_
 #define REFIT_MAPPING_ENGINE_VLLM_H_
 

@@ -300,6 +300,22 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
   return c;
 }
 
+absl::Status SetWeightDType(ModelConfig* c, absl::string_view dtype) {
+  if (dtype == "bf16") {
+    c->fp8_block = 0;
+    c->fp8_per_tensor = false;
+  } else if (dtype == "fp8") {
+    if (c->fp8_block == 0 && !c->fp8_per_tensor) c->fp8_block = 128;
+  } else if (dtype == "fp8-tensor") {
+    c->fp8_block = 0;
+    c->fp8_per_tensor = true;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight dtype \"", dtype, "\" is not one of bf16, fp8, fp8-tensor"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelConfig> LoadModelConfigFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) {

@@ -118,6 +118,12 @@ absl::StatusOr<std::string> BuiltinModelJson(absl::string_view name);
 // A built-in name, or else a path to a config.json file.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& name_or_path);
 
+// Overrides the weight format (the CLI's --dtype): "bf16" drops FP8;
+// "fp8" keeps the config's FP8 scheme, or else selects 128x128 blocks
+// (e4m3 + weight_scale_inv); "fp8-tensor" selects per-tensor scales.
+// INVALID_ARGUMENT naming an unknown dtype.
+absl::Status SetWeightDType(ModelConfig* config, absl::string_view dtype);
+
 // Checks the dimensions are consistent (positive where required, pattern
 // length == layers, ...). INVALID_ARGUMENT naming the field.
 absl::Status ValidateModelConfig(const ModelConfig& c);

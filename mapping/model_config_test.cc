@@ -77,6 +77,25 @@ TEST(ModelConfigTest, HybridPatternLengthMustMatchLayers) {
   EXPECT_THAT(c.status().message(), HasSubstr("hybrid_override_pattern"));
 }
 
+TEST(ModelConfigTest, WeightDTypeOverride) {
+  auto d = LoadModelConfig("deepseek-v3");
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(SetWeightDType(&*d, "bf16").ok());
+  EXPECT_EQ(d->fp8_block, 0);
+  ASSERT_TRUE(SetWeightDType(&*d, "fp8").ok());
+  EXPECT_EQ(d->fp8_block, 128);
+  auto q = LoadModelConfig("tiny-qwen3-moe-fp8");
+  ASSERT_TRUE(q.ok());
+  EXPECT_TRUE(q->fp8_per_tensor);
+  EXPECT_EQ(q->fp8_block, 0);
+  ASSERT_TRUE(SetWeightDType(&*q, "fp8").ok());
+  EXPECT_TRUE(q->fp8_per_tensor);
+  EXPECT_EQ(q->fp8_block, 0);
+  absl::Status s = SetWeightDType(&*q, "int4");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("int4"));
+}
+
 TEST(ModelConfigTest, UnknownNameOrPathIsNotFound) {
   auto c = LoadModelConfig("no-such-model");
   ASSERT_FALSE(c.ok());

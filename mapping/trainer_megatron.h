@@ -40,7 +40,12 @@
 //        mixer.dt_bias, mixer.norm.weight (all /TP), mixer.out_proj.weight
 // Vocabulary: padded to a multiple of vocab_div * TP; padding rows have no
 // record. KV-cache scales: self_attention.{k,v,q}_scale, replicated.
-// FP8: each FP8 weight buffer has a companion ScaleName(name) buffer.
+// FP8 (blocks): each FP8 weight buffer has a companion ScaleName(name)
+// buffer ("linear_fc1.weight_scale_inv3") whose blocks follow the weight's.
+// FP8 (per tensor): a PerTensorScaleName(name) buffer with one f32 per fused
+// weight: "linear_qkv.weight_scale" [3], "linear_fc1.weight_scale" [2],
+// "experts.linear_fc1.weight_scale<j>" [2] (indexed) or [E_local, 2]
+// (grouped), "experts.linear_fc2.weight_scale" [E_local].
 #ifndef REFIT_MAPPING_TRAINER_MEGATRON_H_
 #define REFIT_MAPPING_TRAINER_MEGATRON_H_
 
