@@ -186,8 +186,12 @@ void Put(Bufs& b, const std::string& name, const Piece& p) {
 
 // ---------------------------------------------------------------------------
 // vLLM, stated independently.
+// SGLang (sglang = true): MLA's fused module is fused_qkv_a_proj_with_mqa;
+// with sglang_ep > 0, each TP group spreads the experts over sglang_ep ranks
+// and shards each over tp / sglang_ep of them.
 std::vector<Bufs> ExpectVllm(const ModelConfig& c, Checkpoint& ck, int64_t tp,
-                             int64_t dp, bool ep) {
+                             int64_t dp, bool ep, bool sglang = false,
+                             int64_t sglang_ep = 0) {
   const int64_t world = tp * dp, H = c.hidden_size, hd = c.head_dim;
   const int64_t nq = c.num_heads, nkv = c.num_kv_heads, E = c.num_experts;
   const bool nem = c.family == ModelFamily::kNemotronH;
@@ -203,7 +207,13 @@ std::vector<Bufs> ExpectVllm(const ModelConfig& c, Checkpoint& ck, int64_t tp,
               c.vocab_size, vp, tp, r));
     // Experts held and their intermediate slice.
     int64_t e0 = 0, ne = E, it = tp, ir = r;
-    if (ep) {
+    if (sglang_ep > 0) {
+      const int64_t moe_tp = tp / sglang_ep;
+      ne = E / sglang_ep;
+      e0 = (r / moe_tp) * ne;
+      it = moe_tp;
+      ir = r % moe_tp;
+    } else if (ep) {
       const int64_t base = E / world, rem = E % world;
       e0 = k * base + std::min(k, rem);
       ne = base + (k < rem);
@@ -264,7 +274,8 @@ std::vector<Bufs> ExpectVllm(const ModelConfig& c, Checkpoint& ck, int64_t tp,
       if (mla) {
         const int64_t qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
         const int64_t kva = c.kv_lora_rank + c.qk_rope_head_dim;
-        Put(B, v + "self_attn.fused_qkv_a_proj.weight",
+        Put(B, v + (sglang ? "self_attn.fused_qkv_a_proj_with_mqa.weight"
+                           : "self_attn.fused_qkv_a_proj.weight"),
             CatRows({ck.P(h + "self_attn.q_a_proj.weight", {c.q_lora_rank, H}),
                      ck.P(h + "self_attn.kv_a_proj_with_mqa.weight", {kva, H})}));
         Put(B, v + "self_attn.q_a_layernorm.weight",
@@ -686,7 +697,9 @@ void RunCase(const std::string& model, const std::string& trainer,
 
   Checkpoint ck(testing_mapping::FillCheckpoint(src->layout.tensors, 42));
   std::vector<Bufs> tb = expect_trainer(*c, ck);
-  std::vector<Bufs> eb = ExpectVllm(*c, ck, tp, dp, ep);
+  const bool sglang = es->kind == EngineSpec::Kind::kSglang;
+  std::vector<Bufs> eb =
+      ExpectVllm(*c, ck, tp, dp, ep, sglang, sglang ? es->ep : 0);
   EXPECT_THAT(ck.Unused(), ::testing::IsEmpty())
       << "tensors of the model family that no convention statement expects";
   ASSERT_EQ(static_cast<int64_t>(tb.size()), src->layout.world_size);
@@ -884,6 +897,29 @@ TEST(ConventionsTest, NemotronGroupedExpertsToVllmExpertParallel) {
 TEST(ConventionsTest, NemotronFsdpToVllm) {
   RunCase("tiny-nemotron-h", "fsdp:dp=2", Fsdp(2, 2), "vllm:tp=2,dp=2", 2, 2,
           false);
+}
+
+// --- SGLang ------------------------------------------------------------------
+
+TEST(ConventionsTest, SglangDeepseekEpInsideTpGroup) {
+  // tp=4, ep=2: experts 0-3 on tp ranks 0-1, 4-7 on 2-3, each split in two.
+  MegatronOpts o{2, 1, 2};
+  o.ep = 4;
+  o.etp = 1;
+  RunCase("tiny-deepseek-v3", "megatron:tp=2,dp=2,ep=4,etp=1", Megatron(o),
+          "sglang:tp=4,dp=2,ep=2", 4, 2, false);
+}
+
+TEST(ConventionsTest, SglangFp8DeepseekTp) {
+  RunCase("tiny-deepseek-v3-fp8", "fsdp:dp=2", Fsdp(2, 2), "sglang:tp=2", 2, 1,
+          false);
+}
+
+TEST(ConventionsTest, SglangNemotronAndQwenMoeFullEp) {
+  RunCase("tiny-nemotron-h", "fsdp:dp=2", Fsdp(2, 2), "sglang:tp=2,ep=2", 2, 1,
+          false);
+  RunCase("tiny-qwen3-moe-fp8", "fsdp:dp=2", Fsdp(2, 2), "sglang:tp=2,dp=2,ep=2",
+          2, 2, false);
 }
 
 // --- impossible layouts --------------------------------------------------------

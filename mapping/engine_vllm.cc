@@ -76,7 +76,12 @@ constexpr PrefixRename kPrefixRenames[] = {
     {"backbone.", "model."},
 };
 
-std::string VllmName(const std::string& hf, const char* subst) {
+// SGLang's names where they differ from vLLM's.
+constexpr PrefixRename kSglangRenames[] = {
+    {"fused_qkv_a_proj.", "fused_qkv_a_proj_with_mqa."},
+};
+
+std::string VllmName(const std::string& hf, const char* subst, bool sglang) {
   std::string name = hf;
   absl::string_view s(subst);
   size_t gt = s.find('>');
@@ -91,6 +96,12 @@ std::string VllmName(const std::string& hf, const char* subst) {
       break;
     }
   }
+  if (sglang) {
+    for (const PrefixRename& p : kSglangRenames) {
+      size_t pos = name.rfind(p.from);
+      if (pos != std::string::npos) name.replace(pos, strlen(p.from), p.to);
+    }
+  }
   return name;
 }
 
@@ -101,11 +112,18 @@ absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
                                            const EngineSpec& spec) {
   const std::string side = absl::StrCat("engine ", EngineSpecString(spec));
   const int64_t tp = spec.tp, world = spec.world_size();
-  if (spec.ep > 0 && spec.ep != world) {
+  const bool sglang = spec.kind == EngineSpec::Kind::kSglang;
+  if (sglang && spec.ep > 0 &&
+      (tp % spec.ep != 0 || (c.num_experts > 0 && c.num_experts % spec.ep != 0))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        side, ": sglang ep=", spec.ep, " must divide tp=", tp,
+        " and the number of experts (", c.num_experts, ")"));
+  }
+  if (!sglang && spec.ep > 0 && spec.ep != world) {
     return absl::InvalidArgumentError(absl::StrCat(
         side, ": ep=", spec.ep, " must equal tp*dp = ", world));
   }
-  if (spec.ep > 0 && c.num_experts > 0 && c.num_experts < spec.ep) {
+  if (!sglang && spec.ep > 0 && c.num_experts > 0 && c.num_experts < spec.ep) {
     return absl::InvalidArgumentError(absl::StrCat(
         side, ": ep=", spec.ep, " ranks for only ", c.num_experts,
         " experts"));
@@ -122,7 +140,13 @@ absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
     ctx.tp_rank = rank % tp;
     ctx.expert_style = ExpertStyle::kGrouped;
     ctx.vocab_padded = RoundUp(c.vocab_size, spec.vocab_pad);
-    if (spec.ep > 0) {
+    if (sglang && spec.ep > 0) {
+      const int64_t moe_tp = tp / spec.ep;
+      ctx.expert_count = c.num_experts / spec.ep;
+      ctx.expert_begin = (ctx.tp_rank / moe_tp) * ctx.expert_count;
+      ctx.etp = moe_tp;
+      ctx.etp_rank = ctx.tp_rank % moe_tp;
+    } else if (spec.ep > 0) {
       const int64_t base = c.num_experts / spec.ep, rem = c.num_experts % spec.ep;
       ctx.expert_begin = rank * base + std::min<int64_t>(rank, rem);
       ctx.expert_count = base + (rank < rem ? 1 : 0);
@@ -136,7 +160,7 @@ absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
     }
     auto place = [&](const RuleRow& row, const LayerKind& kind, int32_t t) {
       return ApplyRule(b, c, ctx, row, kind, t,
-                       VllmName(model.tensors[t].name, row.name));
+                       VllmName(model.tensors[t].name, row.name, sglang));
     };
     const int32_t embed = model.Find(-1, Role::kEmbed);
     REFIT_RETURN_IF_ERROR(
@@ -155,7 +179,7 @@ absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
                            model.tensors[t].name, ")"));
         }
         // Names do not depend on the rank: computed once per tensor.
-        if (names[t].empty()) names[t] = VllmName(model.tensors[t].name, row->name);
+        if (names[t].empty()) names[t] = VllmName(model.tensors[t].name, row->name, sglang);
         REFIT_RETURN_IF_ERROR(ApplyRule(b, c, ctx, *row, kind, t, names[t]));
       }
     }

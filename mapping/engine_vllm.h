@@ -33,6 +33,12 @@
 // "qkv_proj.weight_scale" [3] (q, k, v), "gate_up_proj.weight_scale" [2],
 // "o_proj.weight_scale" [1], "experts.w13_weight_scale" [E_local, 2]
 // (gate, up; [E_local] when non-gated), "experts.w2_weight_scale" [E_local].
+//
+// SGLang (spec kind kSglang) shares these conventions except: MLA's fused
+// module is "self_attn.fused_qkv_a_proj_with_mqa", and expert parallelism
+// (ep dividing tp) spreads the experts over ep ranks of each TP group (ep
+// rank = tp_rank / (tp/ep), E/ep experts each), each expert TP-sharded over
+// tp/ep ranks (rank tp_rank mod (tp/ep)); DP replicas repeat everything.
 #ifndef REFIT_MAPPING_ENGINE_VLLM_H_
 #define REFIT_MAPPING_ENGINE_VLLM_H_
 

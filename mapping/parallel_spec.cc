@@ -135,12 +135,13 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
   std::string kind;
   std::vector<KeyValue> kvs;
   REFIT_RETURN_IF_ERROR(Split(text, &kind, &kvs));
-  if (kind != "vllm") {
+  if (kind != "vllm" && kind != "sglang") {
     return absl::InvalidArgumentError(
         absl::StrCat("engine spec \"", text, "\": unknown engine \"", kind,
-                     "\" (known: vllm)"));
+                     "\" (known: vllm, sglang)"));
   }
   EngineSpec s;
+  s.kind = kind == "vllm" ? EngineSpec::Kind::kVllm : EngineSpec::Kind::kSglang;
   for (const KeyValue& kv : kvs) {
     if (kv.key == "tp") {
       REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.tp, 1));
@@ -155,6 +156,14 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
     } else {
       return UnknownKey(text, kv.key, "tp, dp, ep, vocab_pad, gpus_per_host");
     }
+  }
+  if (s.kind == EngineSpec::Kind::kSglang) {
+    if (s.ep > 0 && s.tp % s.ep != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "engine spec \"", text, "\": ep=", s.ep, " must divide tp=", s.tp,
+          " (SGLang's expert parallelism splits each TP group)"));
+    }
+    return s;
   }
   if (s.ep > 0 && s.ep != s.tp * s.dp) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -184,7 +193,9 @@ std::string TrainerSpecString(const TrainerSpec& s) {
 }
 
 std::string EngineSpecString(const EngineSpec& s) {
-  std::string out = absl::StrCat("vllm:tp=", s.tp, ",dp=", s.dp);
+  std::string out =
+      absl::StrCat(s.kind == EngineSpec::Kind::kVllm ? "vllm" : "sglang",
+                   ":tp=", s.tp, ",dp=", s.dp);
   if (s.ep > 0) absl::StrAppend(&out, ",ep=", s.ep);
   if (s.vocab_pad != 64) absl::StrAppend(&out, ",vocab_pad=", s.vocab_pad);
   if (s.gpus_per_host > 0) absl::StrAppend(&out, ",gpus_per_host=", s.gpus_per_host);

@@ -6,6 +6,7 @@
 //            [,gpus_per_host=8]
 //   fsdp:dp=64[,shard=8][,gpus_per_host=8]     (shard < dp: HSDP)
 //   vllm:tp=32,dp=8[,ep=256][,gpus_per_host=8]
+//   sglang:tp=16,dp=2[,ep=16]                   (ep divides tp)
 //
 // Megatron keys: tp, pp, dp (data-parallel size; world = tp*pp*dp), ep, etp
 // (expert tensor parallel, default = tp), first/last (layers of the first /
@@ -52,11 +53,14 @@ struct TrainerSpec {
 };
 
 struct EngineSpec {
-  enum class Kind { kVllm };
+  enum class Kind { kVllm, kSglang };
   Kind kind = Kind::kVllm;
   int32_t tp = 1;
   int32_t dp = 1;
-  int32_t ep = 0;  // 0 = experts TP-sharded; else == tp * dp
+  // vLLM: 0 = experts TP-sharded; else == tp * dp (experts spread over all
+  // ranks). SGLang: 0 = TP-sharded; else ep divides tp: experts spread over
+  // ep ranks of each TP group, each expert sharded over tp / ep of them.
+  int32_t ep = 0;
   int64_t vocab_pad = 64;
   int32_t gpus_per_host = 0;
 

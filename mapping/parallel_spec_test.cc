@@ -57,7 +57,15 @@ TEST(ParallelSpecTest, VllmEpMustEqualTpTimesDp) {
   auto bad = ParseEngineSpec("vllm:tp=8,dp=2,ep=8");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("tp*dp = 16"));
-  EXPECT_FALSE(ParseEngineSpec("sglang:tp=2").ok());
+  EXPECT_FALSE(ParseEngineSpec("trtllm:tp=2").ok());
+  auto sg = ParseEngineSpec("sglang:tp=8,dp=2,ep=4");
+  ASSERT_TRUE(sg.ok()) << sg.status();
+  EXPECT_EQ(sg->kind, EngineSpec::Kind::kSglang);
+  EXPECT_EQ(sg->world_size(), 16);
+  EXPECT_EQ(EngineSpecString(*sg), "sglang:tp=8,dp=2,ep=4");
+  auto sgbad = ParseEngineSpec("sglang:tp=8,ep=3");
+  ASSERT_FALSE(sgbad.ok());
+  EXPECT_THAT(sgbad.status().message(), HasSubstr("must divide tp=8"));
 }
 
 TEST(ParallelSpecTest, PipelineSplits) {
