@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mapping/mapping.h"
+#include "mapping/scatter.h"
 #include "mapping/testing/arrays.h"
 #include "mapping/validate.h"
 
@@ -724,6 +725,44 @@ void RunCase(const std::string& model, const std::string& trainer,
   std::vector<std::vector<uint8_t>> expected = Memory(*dst, eb);
   s = testing_mapping::CheckRecords(dst->layout, expected, ck.all());
   ASSERT_TRUE(s.ok()) << "engine " << s;
+
+  // ScatterToRecord builds the same trainer buffers from the checkpoint
+  // (stacked tensors member by member); GatherFromRecord reads every
+  // engine tensor back whole.
+  {
+    std::vector<std::vector<uint8_t>> built;
+    for (const BufferSpec& b : src->layout.buffers) built.emplace_back(b.byte_size, 0);
+    for (const Record& r : src->layout.records) {
+      const TensorSpec& t = src->layout.tensors[r.tensor];
+      const Arr& full = ck.all().at(t.name);
+      if (t.stacked) {
+        for (int64_t e = 0; e < t.shape[0]; ++e) {
+          Arr m = Member(full, e);
+          ASSERT_TRUE(ScatterToRecord(src->layout, r, e, m.bytes,
+                                      absl::MakeSpan(built[r.buffer])).ok());
+        }
+      } else {
+        ASSERT_TRUE(ScatterToRecord(src->layout, r, -1, full.bytes,
+                                    absl::MakeSpan(built[r.buffer])).ok());
+      }
+    }
+    for (size_t b = 0; b < built.size(); ++b) {
+      EXPECT_TRUE(built[b] == src_mem[b])
+          << "scattered trainer buffer " << src->layout.buffers[b].name
+          << " on rank " << src->layout.buffers[b].rank;
+    }
+    std::map<std::string, std::vector<uint8_t>> back;
+    for (const Record& r : dst->layout.records) {
+      const TensorSpec& t = dst->layout.tensors[r.tensor];
+      auto& full = back[t.name];
+      if (full.empty()) full.assign(ck.all().at(t.name).bytes.size(), 0);
+      ASSERT_TRUE(GatherFromRecord(dst->layout, r, -1, expected[r.buffer],
+                                   absl::MakeSpan(full)).ok());
+    }
+    for (const auto& kv : ck.all()) {
+      EXPECT_TRUE(back[kv.first] == kv.second.bytes) << "gathered " << kv.first;
+    }
+  }
 
   std::vector<std::vector<uint8_t>> dst_mem;
   for (const BufferSpec& b : dst->layout.buffers) {
