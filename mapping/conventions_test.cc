@@ -8,6 +8,7 @@
 // buffers must reproduce every engine buffer byte for byte (padding zero).
 #include <algorithm>
 #include <functional>
+#include <random>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -684,7 +685,8 @@ void RunCase(const std::string& model, const std::string& trainer,
              const TrainerExpect& expect_trainer, const std::string& engine,
              int64_t tp, int64_t dp, bool ep) {
   SCOPED_TRACE(absl::StrCat(model, " ", trainer, " -> ", engine));
-  absl::StatusOr<ModelConfig> c = LoadModelConfig(model);
+  absl::StatusOr<ModelConfig> c =
+      model[0] == '{' ? ParseModelConfig(model) : LoadModelConfig(model);
   ASSERT_TRUE(c.ok()) << c.status();
   absl::StatusOr<TrainerSpec> ts = ParseTrainerSpec(trainer);
   ASSERT_TRUE(ts.ok()) << ts.status();
@@ -959,6 +961,96 @@ TEST(ConventionsTest, SglangNemotronAndQwenMoeFullEp) {
           false);
   RunCase("tiny-qwen3-moe-fp8", "fsdp:dp=2", Fsdp(2, 2), "sglang:tp=2,dp=2,ep=2",
           2, 2, false);
+}
+
+// --- randomized ----------------------------------------------------------------
+
+// Random small models and layouts (seeded), each checked like the cases above.
+TEST(ConventionsTest, RandomModelsAndLayouts) {
+  std::mt19937 rng(20261122);
+  auto pick = [&](std::vector<int64_t> v) { return v[rng() % v.size()]; };
+  for (int iter = 0; iter < 40; ++iter) {
+    const int family = iter % 3;  // dense, qwen3_moe, deepseek_v3
+    const int64_t kv = pick({1, 2, 4});
+    const int64_t heads = kv * pick({1, 2});
+    const int64_t hd = pick({2, 4});
+    const int64_t hidden = pick({8, 12, 16});
+    const int64_t layers = pick({1, 2, 3, 4, 5});
+    const int64_t vocab = pick({37, 64, 100, 130});
+    const int64_t inter = pick({8, 16, 24});
+    const int64_t experts = pick({4, 8});
+    const bool tied = rng() % 2;
+    std::string json;
+    if (family == 0) {
+      json = absl::StrCat(R"({"model_type": "qwen3", "hidden_size": )", hidden,
+                          R"(, "num_attention_heads": )", heads,
+                          R"(, "num_key_value_heads": )", kv, R"(, "head_dim": )", hd,
+                          R"(, "intermediate_size": )", inter,
+                          R"(, "num_hidden_layers": )", layers, R"(, "vocab_size": )",
+                          vocab, R"(, "tie_word_embeddings": )", tied ? "true" : "false",
+                          "}");
+    } else if (family == 1) {
+      json = absl::StrCat(R"({"model_type": "qwen3_moe", "hidden_size": )", hidden,
+                          R"(, "num_attention_heads": )", heads,
+                          R"(, "num_key_value_heads": )", kv, R"(, "head_dim": )", hd,
+                          R"(, "intermediate_size": )", inter,
+                          R"(, "moe_intermediate_size": )", inter / 2,
+                          R"(, "num_experts": )", experts,
+                          R"(, "num_hidden_layers": )", layers, R"(, "vocab_size": )",
+                          vocab, "}");
+    } else {
+      json = absl::StrCat(R"({"model_type": "deepseek_v3", "hidden_size": )", hidden,
+                          R"(, "num_attention_heads": )", heads,
+                          R"(, "intermediate_size": )", inter,
+                          R"(, "moe_intermediate_size": )", inter / 2,
+                          R"(, "n_routed_experts": )", experts,
+                          R"(, "n_shared_experts": 1, "first_k_dense_replace": )",
+                          pick({0, 1}), R"(, "topk_method": "noaux_tc")",
+                          R"(, "num_hidden_layers": )", layers, R"(, "vocab_size": )",
+                          vocab, R"(, "q_lora_rank": 6, "kv_lora_rank": 4, )",
+                          R"("qk_nope_head_dim": 2, "qk_rope_head_dim": 2, "v_head_dim": 2})");
+    }
+    // Trainer: megatron (tp | kv heads, pp <= layers) or fsdp.
+    std::string trainer;
+    TrainerExpect expect;
+    if (rng() % 4 == 0) {
+      const int64_t dp = pick({1, 2, 3}), shard = pick({1, dp});
+      trainer = absl::StrCat("fsdp:dp=", dp, ",shard=", shard);
+      expect = Fsdp(dp, shard);
+    } else {
+      MegatronOpts o;
+      o.tp = family == 2 ? pick({1, 2}) : std::min<int64_t>(kv, pick({1, 2}));
+      if (family == 2 && heads % o.tp != 0) o.tp = 1;
+      o.pp = std::min<int64_t>(layers, pick({1, 2, 3}));
+      o.dp = pick({1, 2});
+      o.etp = pick({1, o.tp});
+      const int64_t stage = o.tp * o.dp / o.etp;
+      o.ep = pick({1, stage});
+      if (experts % o.ep != 0) o.ep = 1;
+      o.grouped = rng() % 2;
+      o.chunk = (inter / 2 / o.etp) % 2 == 0 ? pick({0, 2}) : 0;
+      trainer = absl::StrCat("megatron:tp=", o.tp, ",pp=", o.pp, ",dp=", o.dp,
+                             ",ep=", o.ep, ",etp=", o.etp,
+                             ",experts=", o.grouped ? "grouped" : "indexed",
+                             ",glu_chunk=", o.chunk);
+      expect = Megatron(o);
+    }
+    // Engine: vllm tp | heads (and tp | kv or kv | tp), padded vocab / tp.
+    int64_t tp = pick({1, 2, 4});
+    while (heads % tp != 0 || (tp % kv != 0 && kv % tp != 0) ||
+           ((inter / 2) % tp != 0) || (inter % tp != 0)) {
+      tp /= 2;
+    }
+    const int64_t dp = pick({1, 2});
+    const bool ep = family != 0 && rng() % 2 && experts >= tp * dp;
+    const std::string engine =
+        absl::StrCat("vllm:tp=", tp, ",dp=", dp, ep ? absl::StrCat(",ep=", tp * dp) : "");
+    RunCase(json, trainer, expect, engine, tp, dp, ep);
+    if (HasFailure()) {
+      ADD_FAILURE() << "iteration " << iter << ": " << json;
+      return;
+    }
+  }
 }
 
 // --- impossible layouts --------------------------------------------------------
