@@ -276,14 +276,21 @@ std::vector<Bufs> ExpectVllm(const ModelConfig& c, Checkpoint& ck, int64_t tp,
       if (mla) {
         const int64_t qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
         const int64_t kva = c.kv_lora_rank + c.qk_rope_head_dim;
-        Put(B, v + (sglang ? "self_attn.fused_qkv_a_proj_with_mqa.weight"
-                           : "self_attn.fused_qkv_a_proj.weight"),
-            CatRows({ck.P(h + "self_attn.q_a_proj.weight", {c.q_lora_rank, H}),
-                     ck.P(h + "self_attn.kv_a_proj_with_mqa.weight", {kva, H})}));
-        Put(B, v + "self_attn.q_a_layernorm.weight",
-            ck.P(h + "self_attn.q_a_layernorm.weight", {c.q_lora_rank}));
-        Put(B, v + "self_attn.q_b_proj.weight",
-            RowsOf(ck.P(h + "self_attn.q_b_proj.weight", {nq * qk, c.q_lora_rank}), tp, r));
+        if (c.q_lora_rank > 0) {
+          Put(B, v + (sglang ? "self_attn.fused_qkv_a_proj_with_mqa.weight"
+                             : "self_attn.fused_qkv_a_proj.weight"),
+              CatRows({ck.P(h + "self_attn.q_a_proj.weight", {c.q_lora_rank, H}),
+                       ck.P(h + "self_attn.kv_a_proj_with_mqa.weight", {kva, H})}));
+          Put(B, v + "self_attn.q_a_layernorm.weight",
+              ck.P(h + "self_attn.q_a_layernorm.weight", {c.q_lora_rank}));
+          Put(B, v + "self_attn.q_b_proj.weight",
+              RowsOf(ck.P(h + "self_attn.q_b_proj.weight", {nq * qk, c.q_lora_rank}), tp, r));
+        } else {  // no q LoRA: q_proj column-parallel, kv_a alone, replicated
+          Put(B, v + "self_attn.q_proj.weight",
+              RowsOf(ck.P(h + "self_attn.q_proj.weight", {nq * qk, H}), tp, r));
+          Put(B, v + "self_attn.kv_a_proj_with_mqa.weight",
+              ck.P(h + "self_attn.kv_a_proj_with_mqa.weight", {kva, H}));
+        }
         Put(B, v + "self_attn.kv_a_layernorm.weight",
             ck.P(h + "self_attn.kv_a_layernorm.weight", {c.kv_lora_rank}));
         Put(B, v + "self_attn.kv_b_proj.weight",
@@ -504,12 +511,17 @@ std::vector<Bufs> ExpectMegatron(const ModelConfig& c, Checkpoint& ck,
         const int64_t qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
         const int64_t kva = c.kv_lora_rank + c.qk_rope_head_dim;
         const std::string sa = m + "self_attention.";
-        Put(B, sa + "linear_q_down_proj.weight",
-            ck.P(h + "self_attn.q_a_proj.weight", {c.q_lora_rank, H}));
-        Put(B, sa + "linear_q_up_proj.layer_norm_weight",
-            ck.P(h + "self_attn.q_a_layernorm.weight", {c.q_lora_rank}));
-        Put(B, sa + "linear_q_up_proj.weight",
-            RowsOf(ck.P(h + "self_attn.q_b_proj.weight", {nq * qk, c.q_lora_rank}), tp, r));
+        if (c.q_lora_rank > 0) {
+          Put(B, sa + "linear_q_down_proj.weight",
+              ck.P(h + "self_attn.q_a_proj.weight", {c.q_lora_rank, H}));
+          Put(B, sa + "linear_q_up_proj.layer_norm_weight",
+              ck.P(h + "self_attn.q_a_layernorm.weight", {c.q_lora_rank}));
+          Put(B, sa + "linear_q_up_proj.weight",
+              RowsOf(ck.P(h + "self_attn.q_b_proj.weight", {nq * qk, c.q_lora_rank}), tp, r));
+        } else {
+          Put(B, sa + "linear_q_proj.weight",
+              RowsOf(ck.P(h + "self_attn.q_proj.weight", {nq * qk, H}), tp, r));
+        }
         Put(B, sa + "linear_kv_down_proj.weight",
             ck.P(h + "self_attn.kv_a_proj_with_mqa.weight", {kva, H}));
         Put(B, sa + "linear_kv_up_proj.layer_norm_weight",
@@ -916,6 +928,17 @@ TEST(ConventionsTest, DeepseekFp8FsdpToVllmExpertParallel) {
           2, 2, true);
 }
 
+TEST(ConventionsTest, MlaWithoutQLoraKeepsKvAAlone) {
+  const std::string json = R"({"model_type": "deepseek_v3", "hidden_size": 8,
+      "num_attention_heads": 4, "intermediate_size": 8, "moe_intermediate_size": 4,
+      "n_routed_experts": 4, "first_k_dense_replace": 1, "num_hidden_layers": 2,
+      "vocab_size": 50, "q_lora_rank": null, "kv_lora_rank": 4,
+      "qk_nope_head_dim": 2, "qk_rope_head_dim": 2, "v_head_dim": 2})";
+  RunCase(json, "megatron:tp=2,pp=2,etp=1,ep=2", Megatron({2, 2, 1, 2, 1}),
+          "vllm:tp=4", 4, 1, false);
+  RunCase(json, "fsdp:dp=2", Fsdp(2, 2), "sglang:tp=2", 2, 1, false);
+}
+
 // --- NemotronH ---------------------------------------------------------------
 
 TEST(ConventionsTest, NemotronHybridNonGatedMoeMegatronToVllmTp) {
@@ -1007,7 +1030,8 @@ TEST(ConventionsTest, RandomModelsAndLayouts) {
                           R"(, "n_shared_experts": 1, "first_k_dense_replace": )",
                           pick({0, 1}), R"(, "topk_method": "noaux_tc")",
                           R"(, "num_hidden_layers": )", layers, R"(, "vocab_size": )",
-                          vocab, R"(, "q_lora_rank": 6, "kv_lora_rank": 4, )",
+                          vocab, R"(, "q_lora_rank": )", pick({0, 6}),
+                          R"(, "kv_lora_rank": 4, )",
                           R"("qk_nope_head_dim": 2, "qk_rope_head_dim": 2, "v_head_dim": 2})");
     }
     // Trainer: megatron (tp | kv heads, pp <= layers) or fsdp.
