@@ -108,7 +108,10 @@ absl::StatusOr<ModelConfig> LoadModelConfigFile(const std::string& path);
 // The names of the built-in models: "qwen3-8b", "qwen3-30b-a3b",
 // "llama-3.1-70b", "deepseek-v3", "kimi-k2", "nemotron-h-8b", and the tiny
 // test configs "tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-moe",
-// "tiny-deepseek-v3", "tiny-deepseek-v3-fp8", "tiny-nemotron-h".
+// "tiny-qwen3-moe-fp8" (per-tensor FP8), "tiny-deepseek-v3",
+// "tiny-deepseek-v3-fp8" (128x128 blocks), "tiny-nemotron-h". Sorted.
+// Real configs list dimensions only; DeepSeek-V3's MTP layer
+// (num_nextn_predict_layers) is not part of the model refit moves.
 std::vector<std::string> BuiltinModelNames();
 
 // The config.json text of a built-in model; NOT_FOUND listing the known
