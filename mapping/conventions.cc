@@ -36,14 +36,20 @@ std::vector<int64_t> With(std::vector<int64_t> s, size_t d, int64_t v) {
 std::vector<DimPlace> Plain(size_t n) { return std::vector<DimPlace>(n); }
 
 // Places components of dim 0 of `t` (global sizes `comps`, consecutive in the
-// tensor), each sharded evenly over TP, concatenated in the buffer.
+// tensor), each sharded evenly over TP (or whole on every rank where
+// `whole[k]`), concatenated in the buffer.
 absl::Status PlaceComponents(LayoutBuilder& b, const RankCtx& ctx,
                              int32_t t, const std::string& name,
-                             absl::Span<const int64_t> comps) {
+                             absl::Span<const int64_t> comps,
+                             absl::Span<const bool> whole) {
   const std::vector<int64_t>& sh = b.model().tensors[t].shape;
   const std::string& tname = b.model().tensors[t].name;
   int64_t local_total = 0;
   for (size_t k = 0; k < comps.size(); ++k) {
+    if (whole[k]) {
+      local_total += comps[k];
+      continue;
+    }
     REFIT_RETURN_IF_ERROR(CheckDivides(
         comps[k], ctx.tp, absl::StrCat(tname, " component ", k, " rows"),
         "tp"));
@@ -52,12 +58,13 @@ absl::Status PlaceComponents(LayoutBuilder& b, const RankCtx& ctx,
   REFIT_ASSIGN_OR_RETURN(int32_t buf,
                          b.Buffer(ctx.rank, name, With(sh, 0, local_total), t));
   int64_t global_off = 0, local_off = 0;
-  for (int64_t comp : comps) {
-    const int64_t l = comp / ctx.tp;
+  for (size_t k = 0; k < comps.size(); ++k) {
+    const int64_t comp = comps[k];
+    const int64_t l = whole[k] ? comp : comp / ctx.tp;
     std::vector<int64_t> at = Zeros(sh.size());
     at[0] = local_off;
     std::vector<int64_t> origin = Zeros(sh.size());
-    origin[0] = global_off + ctx.tp_rank * l;
+    origin[0] = global_off + (whole[k] ? 0 : ctx.tp_rank * l);
     REFIT_RETURN_IF_ERROR(
         b.PlaceAt(t, buf, MakeBox(origin, With(sh, 0, l)), at));
     global_off += comp;
@@ -252,19 +259,27 @@ absl::Status ApplyRuleImpl(LayoutBuilder& b, const ModelConfig& c,
     case Rule::kMambaInProj: {
       const int64_t mi = c.mamba_intermediate();
       const int64_t gn = c.n_groups * c.ssm_state_size;
-      REFIT_RETURN_IF_ERROR(
-          CheckDivides(c.n_groups, ctx.tp, "mamba n_groups", "tp"));
+      const bool one = ctx.replicate_single_group && c.n_groups == 1;
+      if (!one) {
+        REFIT_RETURN_IF_ERROR(
+            CheckDivides(c.n_groups, ctx.tp, "mamba n_groups", "tp"));
+      }
       REFIT_RETURN_IF_ERROR(
           CheckDivides(c.mamba_num_heads, ctx.tp, "mamba_num_heads", "tp"));
       const int64_t comps[] = {mi, mi, gn, gn, c.mamba_num_heads};
-      return PlaceComponents(b, ctx, t, name, comps);
+      const bool whole[] = {false, false, one, one, false};
+      return PlaceComponents(b, ctx, t, name, comps, whole);
     }
     case Rule::kMambaConv: {
       const int64_t gn = c.n_groups * c.ssm_state_size;
-      REFIT_RETURN_IF_ERROR(
-          CheckDivides(c.n_groups, ctx.tp, "mamba n_groups", "tp"));
+      const bool one = ctx.replicate_single_group && c.n_groups == 1;
+      if (!one) {
+        REFIT_RETURN_IF_ERROR(
+            CheckDivides(c.n_groups, ctx.tp, "mamba n_groups", "tp"));
+      }
       const int64_t comps[] = {c.mamba_intermediate(), gn, gn};
-      return PlaceComponents(b, ctx, t, name, comps);
+      const bool whole[] = {false, one, one};
+      return PlaceComponents(b, ctx, t, name, comps, whole);
     }
     case Rule::kExpert:
       return PlaceExperts(b, ctx, row, kind, t, name);

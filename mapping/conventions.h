@@ -68,6 +68,9 @@ struct RankCtx {
   ExpertStyle expert_style = ExpertStyle::kGrouped;
   int64_t glu_chunk = 0;     // expert fc1 gate/up interleave (0 = none)
   int64_t vocab_padded = 0;  // global padded vocabulary rows
+  // Mamba2 with n_groups == 1 and TP > 1: every rank holds the one group's
+  // B and C (vLLM); false: n_groups must divide TP (Megatron).
+  bool replicate_single_group = false;
 };
 
 // The first row of `table` for (role, layer kind), or nullptr.

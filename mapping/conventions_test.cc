@@ -304,15 +304,18 @@ std::vector<Bufs> ExpectVllm(const ModelConfig& c, Checkpoint& ck, int64_t tp,
         const int64_t mi = c.mamba_num_heads * c.mamba_head_dim;
         const int64_t gn = c.n_groups * c.ssm_state_size, nh = c.mamba_num_heads;
         const int64_t conv = mi + 2 * gn;
+        // One group (n_groups == 1): B and C whole on every rank.
+        const int64_t gtp = c.n_groups == 1 ? 1 : tp, gr = c.n_groups == 1 ? 0 : r;
         Piece in = ck.P(h + "mixer.in_proj.weight", {2 * mi + 2 * gn + nh, H});
         Put(B, v + "mixer.in_proj.weight",
             CatRows({RowsOf(Rows(in, 0, mi), tp, r), RowsOf(Rows(in, mi, mi), tp, r),
-                     RowsOf(Rows(in, 2 * mi, gn), tp, r),
-                     RowsOf(Rows(in, 2 * mi + gn, gn), tp, r),
+                     RowsOf(Rows(in, 2 * mi, gn), gtp, gr),
+                     RowsOf(Rows(in, 2 * mi + gn, gn), gtp, gr),
                      RowsOf(Rows(in, 2 * mi + 2 * gn, nh), tp, r)}));
         Piece cw = ck.P(h + "mixer.conv1d.weight", {conv, 1, c.conv_kernel});
         auto conv_rows = [&](const Arr& a) {
           auto part = [&](int64_t b, int64_t n) {
+            if (b > 0 && c.n_groups == 1) return Slice(a, 0, b, n);
             return Slice(a, 0, b + r * n / tp, n / tp);
           };
           return Cat(0, {part(0, mi), part(mi, gn), part(mi + gn, gn)});
@@ -956,6 +959,20 @@ TEST(ConventionsTest, NemotronGroupedExpertsToVllmExpertParallel) {
   o.grouped = true;
   RunCase("tiny-nemotron-h", "megatron:tp=2,dp=2,ep=4,etp=1,experts=grouped",
           Megatron(o), "vllm:tp=2,dp=2,ep=4", 2, 2, true);
+}
+
+TEST(ConventionsTest, MambaSingleGroupReplicatedOnVllmRejectedByMegatron) {
+  const std::string json = R"({"model_type": "nemotron_h", "hidden_size": 8,
+      "num_hidden_layers": 2, "hybrid_override_pattern": "M*",
+      "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 4,
+      "mamba_num_heads": 4, "mamba_head_dim": 2, "ssm_state_size": 4,
+      "n_groups": 1, "conv_kernel": 4, "vocab_size": 30})";
+  RunCase(json, "fsdp:dp=2", Fsdp(2, 2), "vllm:tp=2,dp=2", 2, 2, false);
+  auto c = ParseModelConfig(json);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto s = BuildTrainerLayout(*c, *ParseTrainerSpec("megatron:tp=2"));
+  ASSERT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), HasSubstr("n_groups"));
 }
 
 TEST(ConventionsTest, NemotronFsdpToVllm) {

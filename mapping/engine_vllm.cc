@@ -147,6 +147,7 @@ absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
     ctx.tp_rank = rank % tp;
     ctx.expert_style = ExpertStyle::kGrouped;
     ctx.vocab_padded = RoundUp(c.vocab_size, spec.vocab_pad);
+    ctx.replicate_single_group = true;
     if (sglang && spec.ep > 0) {
       const int64_t moe_tp = tp / spec.ep;
       ctx.expert_count = c.num_experts / spec.ep;
