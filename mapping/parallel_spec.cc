@@ -104,7 +104,8 @@ absl::StatusOr<TrainerSpec> ParseTrainerSpec(absl::string_view text) {
       return absl::InvalidArgumentError(absl::StrCat(
           "spec \"", text, "\": the expert mesh etp*ep = ", s.expert_tp(),
           "*", s.ep, " must divide the ranks of a pipeline stage tp*dp = ",
-          stage));
+          stage, s.etp == 0 ? " (etp defaults to tp, as in Megatron; set etp)"
+                            : ""));
     }
   } else if (kind == "fsdp") {
     s.kind = TrainerSpec::Kind::kFsdp;
