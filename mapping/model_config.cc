@@ -87,6 +87,30 @@ absl::string_view ModelFamilyName(ModelFamily f) {
 }
 
 absl::Status ValidateModelConfig(const ModelConfig& c) {
+  // Bound every dimension so that products of two or three of them cannot
+  // overflow int64 before the tensor specs are validated.
+  constexpr int64_t kMaxDim = int64_t{1} << 31;
+  const std::pair<const char*, int64_t> dims[] = {
+      {"hidden_size", c.hidden_size}, {"num_hidden_layers", c.num_layers},
+      {"vocab_size", c.vocab_size}, {"num_attention_heads", c.num_heads},
+      {"num_key_value_heads", c.num_kv_heads}, {"head_dim", c.head_dim},
+      {"intermediate_size", c.intermediate_size},
+      {"num_experts", c.num_experts},
+      {"moe_intermediate_size", c.moe_intermediate_size},
+      {"n_shared_experts", c.num_shared_experts},
+      {"moe_shared_expert_intermediate_size", c.shared_intermediate_size},
+      {"q_lora_rank", c.q_lora_rank}, {"kv_lora_rank", c.kv_lora_rank},
+      {"qk_nope_head_dim", c.qk_nope_head_dim},
+      {"qk_rope_head_dim", c.qk_rope_head_dim}, {"v_head_dim", c.v_head_dim},
+      {"mamba_num_heads", c.mamba_num_heads},
+      {"mamba_head_dim", c.mamba_head_dim},
+      {"ssm_state_size", c.ssm_state_size}, {"n_groups", c.n_groups},
+      {"conv_kernel", c.conv_kernel}};
+  for (const auto& d : dims) {
+    if (d.second < 0 || d.second > kMaxDim) {
+      return FieldError(d.first, absl::StrCat("= ", d.second, " is out of range"));
+    }
+  }
   REFIT_RETURN_IF_ERROR(Positive(c.hidden_size, "hidden_size"));
   REFIT_RETURN_IF_ERROR(Positive(c.num_layers, "num_hidden_layers"));
   REFIT_RETURN_IF_ERROR(Positive(c.vocab_size, "vocab_size"));

@@ -67,6 +67,19 @@ TEST(ModelConfigTest, WrongTypeAndUnknownModelTypeAreNamed) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ModelConfigTest, OutOfRangeAndZeroDimensionsAreErrors) {
+  auto big = ParseModelConfig(R"({"model_type": "llama", "hidden_size": 8,
+      "num_attention_heads": 2, "intermediate_size": 4, "vocab_size": 10,
+      "num_hidden_layers": 2, "num_key_value_heads": 99999999999999})");
+  ASSERT_FALSE(big.ok());
+  EXPECT_THAT(big.status().message(), HasSubstr("num_key_value_heads"));
+  auto zero = ParseModelConfig(R"({"model_type": "llama", "hidden_size": 8,
+      "num_attention_heads": 0, "intermediate_size": 4, "vocab_size": 10,
+      "num_hidden_layers": 2})");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_THAT(zero.status().message(), HasSubstr("num_attention_heads"));
+}
+
 TEST(ModelConfigTest, HybridPatternLengthMustMatchLayers) {
   auto c = ParseModelConfig(R"({"model_type": "nemotron_h", "hidden_size": 8,
       "num_hidden_layers": 3, "hybrid_override_pattern": "M*",
