@@ -1,0 +1,152 @@
+// Reference copy: element-by-element plan execution (see reference_copy.h).
+#include "reshard/reference_copy.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "reshard/dtype.h"
+
+namespace refit {
+namespace {
+
+// Calls f(global index vector) for every element of box, row-major.
+template <typename F>
+void ForEachIndex(const Box& box, F&& f) {
+  if (IsEmpty(box)) return;
+  const int n = box.rank();
+  Box::Indices idx(box.origin().begin(), box.origin().end());
+  while (true) {
+    f(idx);
+    int d = n - 1;
+    while (d >= 0 && ++idx[d] == box.limit(d)) {
+      idx[d] = box.origin(d);
+      --d;
+    }
+    if (d < 0) return;
+  }
+}
+
+int64_t ByteOf(const Record& r, int64_t es, const Box::Indices& g) {
+  int64_t off = 0;
+  for (int d = 0; d < r.box.rank(); ++d) {
+    off += DimOffset(r.dims[d], g[d] - r.box.origin(d));
+  }
+  return r.byte_offset + off * es;
+}
+
+int64_t Linear(const std::vector<int64_t>& shape, const Box::Indices& g) {
+  int64_t lin = 0;
+  for (size_t d = 0; d < shape.size(); ++d) lin = lin * shape[d] + g[d];
+  return lin;
+}
+
+}  // namespace
+
+OwnedBuffers AllocateBuffers(const SideLayout& side, uint8_t fill) {
+  OwnedBuffers o;
+  o.storage.reserve(side.buffers.size());
+  for (const BufferSpec& b : side.buffers) {
+    o.storage.emplace_back(static_cast<size_t>(b.byte_size), fill);
+  }
+  for (auto& s : o.storage) o.ptrs.push_back(s.data());
+  return o;
+}
+
+absl::Status ReferenceCopy(const Plan& plan, const HostBuffers& src,
+                           const HostBuffers& dst) {
+  if (src.size() != plan.src.buffers.size() ||
+      dst.size() != plan.dst.buffers.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reference copy: ", src.size(), "/", dst.size(),
+        " buffers given for a plan with ", plan.src.buffers.size(), "/",
+        plan.dst.buffers.size()));
+  }
+  for (const Segment& s : plan.segments) {
+    if (s.src_record < 0 ||
+        s.src_record >= static_cast<int32_t>(plan.src.records.size()) ||
+        s.dst_record < 0 ||
+        s.dst_record >= static_cast<int32_t>(plan.dst.records.size())) {
+      return absl::InvalidArgumentError("reference copy: record out of range");
+    }
+    const Record& sr = plan.src.records[s.src_record];
+    const Record& dr = plan.dst.records[s.dst_record];
+    if (!Contains(sr.box, s.box) || !Contains(dr.box, s.box)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "reference copy: segment ", s.box.ToString(), " of tensor ",
+          plan.dst.tensors[dr.tensor].name, " is outside its records"));
+    }
+    const int64_t es = DTypeSize(plan.dst.tensors[dr.tensor].dtype);
+    uint8_t* sb = src[sr.buffer];
+    uint8_t* db = dst[dr.buffer];
+    ForEachIndex(s.box, [&](const Box::Indices& g) {
+      const int64_t so = ByteOf(sr, es, g);
+      const int64_t doff = ByteOf(dr, es, g);
+      for (int64_t k = 0; k < es; ++k) db[doff + k] = sb[so + k];
+    });
+  }
+  return absl::OkStatus();
+}
+
+uint64_t NameHash(const std::string& name) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+uint8_t PatternByte(uint64_t name_hash, int64_t index, int64_t k) {
+  uint64_t x = name_hash ^ (static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ULL) ^
+               (static_cast<uint64_t>(k) << 56);
+  x ^= x >> 33;
+  x *= 0xFF51AFD7ED558CCDULL;
+  x ^= x >> 33;
+  return static_cast<uint8_t>(x);
+}
+
+void FillPattern(const SideLayout& side, const HostBuffers& buffers) {
+  for (const Record& r : side.records) {
+    const TensorSpec& t = side.tensors[r.tensor];
+    const int64_t es = DTypeSize(t.dtype);
+    const uint64_t h = NameHash(t.name);
+    uint8_t* b = buffers[r.buffer];
+    ForEachIndex(r.box, [&](const Box::Indices& g) {
+      const int64_t off = ByteOf(r, es, g);
+      const int64_t lin = Linear(t.shape, g);
+      for (int64_t k = 0; k < es; ++k) b[off + k] = PatternByte(h, lin, k);
+    });
+  }
+}
+
+absl::Status CheckPattern(const SideLayout& side, const HostBuffers& buffers) {
+  std::vector<std::string> bad;
+  int64_t nbad = 0;
+  for (const Record& r : side.records) {
+    const TensorSpec& t = side.tensors[r.tensor];
+    const int64_t es = DTypeSize(t.dtype);
+    const uint64_t h = NameHash(t.name);
+    const uint8_t* b = buffers[r.buffer];
+    ForEachIndex(r.box, [&](const Box::Indices& g) {
+      const int64_t off = ByteOf(r, es, g);
+      const int64_t lin = Linear(t.shape, g);
+      for (int64_t k = 0; k < es; ++k) {
+        if (b[off + k] != PatternByte(h, lin, k)) {
+          if (++nbad <= 10) {
+            bad.push_back(absl::StrCat(
+                "tensor ", t.name, " element [", absl::StrJoin(g, ", "),
+                "] on rank ", r.rank, " buffer ", side.buffers[r.buffer].name,
+                " byte ", off + k, " is wrong"));
+          }
+          break;
+        }
+      }
+    });
+  }
+  if (nbad == 0) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(nbad, " wrong elements: ",
+                                          absl::StrJoin(bad, "; ")));
+}
+
+}  // namespace refit

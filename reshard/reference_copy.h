@@ -1,0 +1,52 @@
+// Reference copy: an obviously-correct CPU executor of a Plan, a test oracle.
+//
+// It performs every segment element by element through the records'
+// DimMaps (no packing, no messages, no rounds), plus helpers that fill source
+// buffers with values derived from (tensor name, global element index) and
+// check every destination element against that expected value.
+#ifndef REFIT_RESHARD_REFERENCE_COPY_H_
+#define REFIT_RESHARD_REFERENCE_COPY_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "reshard/layout.h"
+#include "reshard/plan.h"
+
+namespace refit {
+
+// Host memory per buffer: buffers[i] points at side.buffers[i].byte_size
+// bytes.
+using HostBuffers = std::vector<uint8_t*>;
+
+// Host buffers owning their memory, one per buffer of `side`, zero-filled.
+struct OwnedBuffers {
+  std::vector<std::vector<uint8_t>> storage;
+  HostBuffers ptrs;
+};
+OwnedBuffers AllocateBuffers(const SideLayout& side, uint8_t fill = 0);
+
+// Copies every segment of `plan` from src to dst memory, element by element.
+// Fails with INVALID_ARGUMENT if the buffer counts differ from the plan's or
+// a segment's indices or box are out of range of its records.
+absl::Status ReferenceCopy(const Plan& plan, const HostBuffers& src,
+                           const HostBuffers& dst);
+
+// The byte k of the expected value of element `index` (row-major linear
+// index in the global shape) of the tensor named `name`.
+uint8_t PatternByte(uint64_t name_hash, int64_t index, int64_t k);
+uint64_t NameHash(const std::string& name);
+
+// Writes the pattern value into every element of every record of `side`.
+void FillPattern(const SideLayout& side, const HostBuffers& buffers);
+
+// Checks every element of every record of `side` holds its pattern value.
+// Returns OK, or INTERNAL naming the tensor, element, rank and buffer of the
+// first mismatches (at most 10 listed).
+absl::Status CheckPattern(const SideLayout& side, const HostBuffers& buffers);
+
+}  // namespace refit
+
+#endif  // REFIT_RESHARD_REFERENCE_COPY_H_
