@@ -1,0 +1,270 @@
+// RefitClient over the synchronous gRPC stub: unary calls with deadlines, a
+// reader thread for the round stream, a heartbeat thread.
+#include "client/refit_client.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+
+namespace refit {
+
+absl::StatusOr<std::unique_ptr<RefitClient>> RefitClient::Connect(Options options) {
+  std::unique_ptr<RefitClient> c(new RefitClient(std::move(options)));
+  const Options& o = c->options_;
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(INT32_MAX);
+  args.SetMaxSendMessageSize(INT32_MAX);
+  if (o.use_tls) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = o.root_ca_pem;
+    ssl.pem_cert_chain = o.client_cert_pem;
+    ssl.pem_private_key = o.client_key_pem;
+    creds = grpc::SslCredentials(ssl);
+    if (!o.tls_server_name.empty()) {
+      args.SetSslTargetNameOverride(o.tls_server_name);
+    }
+  } else {
+    creds = grpc::InsecureChannelCredentials();
+  }
+  c->channel_ = grpc::CreateCustomChannel(o.target, creds, args);
+  if (!c->channel_->WaitForConnected(
+          absl::ToChronoTime(absl::Now() + o.connect_timeout))) {
+    return absl::UnavailableError(absl::StrCat(
+        "refitd at ", o.target, " not reachable within ",
+        absl::FormatDuration(o.connect_timeout)));
+  }
+  c->stub_ = v1::RefitService::NewStub(c->channel_);
+  return c;
+}
+
+RefitClient::~RefitClient() { StopThreads(); }
+
+void RefitClient::StopThreads() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+    if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+  }
+  if (reader_.joinable()) reader_.join();
+  if (heartbeater_.joinable()) heartbeater_.join();
+}
+
+std::unique_ptr<grpc::ClientContext> RefitClient::MakeContext(absl::Time deadline) const {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(absl::ToChronoTime(deadline));
+  if (!options_.bearer_token.empty()) {
+    ctx->AddMetadata("authorization", "Bearer " + options_.bearer_token);
+  }
+  return ctx;
+}
+
+absl::StatusOr<std::string> RefitClient::Register(const v1::Registration& registration) {
+  v1::RegisterRequest req;
+  *req.mutable_registration() = registration;
+  v1::RegisterResponse resp;
+  auto ctx = MakeContext(absl::Now() + options_.rpc_timeout);
+  REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->Register(ctx.get(), req, &resp)));
+  const bool first = member_id_.empty();
+  member_id_ = resp.member_id();
+  if (first) {
+    auto sctx = MakeContext(absl::InfiniteFuture());
+    {
+      absl::MutexLock l(&mu_);
+      stream_ctx_ = sctx.get();
+    }
+    reader_ = std::thread([this, c = sctx.release()]() mutable {
+      ReadStream(std::unique_ptr<grpc::ClientContext>(c));
+    });
+    heartbeater_ = std::thread([this] { HeartbeatLoop(); });
+  }
+  return member_id_;
+}
+
+void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
+  v1::WatchRequest req;
+  req.set_member_id(member_id_);
+  auto reader = stub_->WatchRounds(ctx.get(), req);
+  v1::RoundEvent e;
+  while (reader->Read(&e)) {
+    absl::MutexLock l(&mu_);
+    switch (e.kind()) {
+      case v1::RoundEvent::ROUND_STARTED:
+        latest_started_ = std::max(latest_started_, e.version());
+        break;
+      case v1::RoundEvent::ROUND_COMMITTED:
+        outcomes_[e.version()] = absl::OkStatus();
+        break;
+      case v1::RoundEvent::ROUND_ABORTED:
+        outcomes_[e.version()] = absl::AbortedError(
+            absl::StrCat("round ", e.version(), " aborted: ", e.reason()));
+        break;
+      case v1::RoundEvent::PLAN_CHANGED:
+        latest_epoch_ = std::max(latest_epoch_, e.epoch());
+        break;
+      default:
+        break;
+    }
+  }
+  grpc::Status st = reader->Finish();
+  absl::MutexLock l(&mu_);
+  stream_broken_ = true;
+  stream_error_ = absl::StrCat("round stream from refitd ended: ",
+                               st.error_message());
+  stream_ctx_ = nullptr;
+}
+
+void RefitClient::HeartbeatLoop() {
+  absl::MutexLock l(&mu_);
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.heartbeat_interval);
+    if (stopping_) break;
+    mu_.Unlock();
+    v1::HeartbeatRequest req;
+    req.set_member_id(member_id_);
+    v1::HeartbeatResponse resp;
+    auto ctx = MakeContext(absl::Now() + options_.rpc_timeout);
+    stub_->Heartbeat(ctx.get(), req, &resp);  // failures: the server decides
+    mu_.Lock();
+  }
+}
+
+absl::StatusOr<v1::AwaitPlanResponse> RefitClient::AwaitPlan(absl::Time deadline) {
+  v1::AwaitPlanRequest req;
+  req.set_member_id(member_id_);
+  {
+    absl::MutexLock l(&mu_);
+    req.set_min_epoch(latest_epoch_);
+  }
+  v1::AwaitPlanResponse resp;
+  auto ctx = MakeContext(deadline);
+  REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->AwaitPlan(ctx.get(), req, &resp)));
+  absl::MutexLock l(&mu_);
+  plan_epoch_ = resp.epoch();
+  latest_epoch_ = std::max(latest_epoch_, resp.epoch());
+  return resp;
+}
+
+bool RefitClient::PlanChanged() {
+  absl::MutexLock l(&mu_);
+  return latest_epoch_ > plan_epoch_;
+}
+
+absl::Status RefitClient::StartRound(int64_t version, absl::Time deadline) {
+  v1::StartRoundRequest req;
+  req.set_member_id(member_id_);
+  req.set_version(version);
+  v1::StartRoundResponse resp;
+  auto ctx = MakeContext(deadline);
+  return FromGrpcStatus(stub_->StartRound(ctx.get(), req, &resp));
+}
+
+absl::StatusOr<int64_t> RefitClient::WaitForRound(absl::Time deadline) {
+  absl::MutexLock l(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return latest_started_ > last_returned_ || stream_broken_ || stopping_;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  if (latest_started_ > last_returned_) {
+    last_returned_ = latest_started_;
+    return latest_started_;
+  }
+  if (stream_broken_ || stopping_) return absl::UnavailableError(stream_error_);
+  return absl::DeadlineExceededError("no round started before the deadline");
+}
+
+absl::Status RefitClient::ReportDone(int64_t version, int64_t bytes, double seconds,
+                                     const std::string& checksum, absl::Time deadline) {
+  v1::ReportRequest req;
+  req.set_member_id(member_id_);
+  req.set_version(version);
+  req.set_ok(true);
+  req.set_bytes(bytes);
+  req.set_seconds(seconds);
+  req.set_checksum(checksum);
+  v1::ReportResponse resp;
+  auto ctx = MakeContext(deadline);
+  return FromGrpcStatus(stub_->Report(ctx.get(), req, &resp));
+}
+
+absl::Status RefitClient::ReportFailed(int64_t version, const std::string& reason,
+                                       absl::Time deadline) {
+  v1::ReportRequest req;
+  req.set_member_id(member_id_);
+  req.set_version(version);
+  req.set_ok(false);
+  req.set_reason(reason);
+  v1::ReportResponse resp;
+  auto ctx = MakeContext(deadline);
+  return FromGrpcStatus(stub_->Report(ctx.get(), req, &resp));
+}
+
+absl::Status RefitClient::AwaitOutcome(int64_t version, absl::Time deadline) {
+  absl::MutexLock l(&mu_);
+  auto ready = [this, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return outcomes_.count(version) > 0 || stream_broken_ || stopping_;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  auto it = outcomes_.find(version);
+  if (it != outcomes_.end()) return it->second;
+  if (stream_broken_ || stopping_) return absl::UnavailableError(stream_error_);
+  return absl::DeadlineExceededError(
+      absl::StrCat("no outcome of round ", version, " before the deadline"));
+}
+
+absl::StatusOr<int64_t> RefitClient::CurrentVersion(const std::string& engine_id,
+                                                    absl::Time deadline) {
+  v1::CurrentVersionRequest req;
+  req.set_engine_id(engine_id);
+  v1::CurrentVersionResponse resp;
+  auto ctx = MakeContext(deadline);
+  REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->CurrentVersion(ctx.get(), req, &resp)));
+  return resp.version();
+}
+
+absl::Status RefitClient::Leave(absl::Time deadline) {
+  v1::LeaveRequest req;
+  req.set_member_id(member_id_);
+  v1::LeaveResponse resp;
+  auto ctx = MakeContext(deadline);
+  REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->Leave(ctx.get(), req, &resp)));
+  StopThreads();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::StatusResponse> RefitClient::GetStatus(absl::Time deadline) {
+  v1::StatusRequest req;
+  v1::StatusResponse resp;
+  auto ctx = MakeContext(deadline);
+  REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->GetStatus(ctx.get(), req, &resp)));
+  return resp;
+}
+
+absl::Status RefitClient::KvSet(const std::string& key, const std::string& value,
+                                absl::Time deadline) {
+  v1::KvSetRequest req;
+  req.set_key(key);
+  req.set_value(value);
+  v1::KvSetResponse resp;
+  auto ctx = MakeContext(deadline);
+  return FromGrpcStatus(stub_->KvSet(ctx.get(), req, &resp));
+}
+
+absl::StatusOr<std::string> RefitClient::KvGet(const std::string& key,
+                                               absl::Time deadline) {
+  v1::KvGetRequest req;
+  req.set_key(key);
+  req.set_wait(true);
+  v1::KvGetResponse resp;
+  auto ctx = MakeContext(deadline);
+  grpc::Status st = stub_->KvGet(ctx.get(), req, &resp);
+  if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("key ", key, " not set before the deadline"));
+  }
+  REFIT_RETURN_IF_ERROR(FromGrpcStatus(st));
+  return resp.value();
+}
+
+}  // namespace refit

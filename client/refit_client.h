@@ -1,0 +1,127 @@
+// RefitClient: the control side of the client library, used the same way by
+// trainer ranks and engine workers: connect, register buffers, await the
+// plan, then per round wait for / start round N, run the data plane, report,
+// await the outcome. Every call has a deadline and returns a Status; a
+// background thread sends heartbeats and another reads the round stream.
+#ifndef REFIT_CLIENT_REFIT_CLIENT_H_
+#define REFIT_CLIENT_REFIT_CLIENT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/refit_service.grpc.pb.h"
+
+namespace refit {
+
+class RefitClient {
+ public:
+  struct Options {
+    std::string target;             // "host:port"
+    std::string bearer_token;       // sent as "authorization: Bearer <token>"
+    bool use_tls = false;
+    std::string root_ca_pem;        // CA that signed refitd's certificate
+    std::string client_cert_pem;    // for mutual TLS
+    std::string client_key_pem;
+    std::string tls_server_name;    // override of the name checked in the cert
+    absl::Duration rpc_timeout = absl::Seconds(10);  // per non-waiting call
+    absl::Duration heartbeat_interval = absl::Seconds(1);
+    absl::Duration connect_timeout = absl::Seconds(10);
+  };
+
+  // Returns a connected client. Fails with UNAVAILABLE (naming the target)
+  // when the channel is not ready within connect_timeout.
+  static absl::StatusOr<std::unique_ptr<RefitClient>> Connect(Options options);
+
+  ~RefitClient();  // stops the background threads (bounded)
+
+  // Registers this member (idempotent on retry), opens the round stream and
+  // starts heartbeats. Returns the member id; fails with the server's status
+  // (INVALID_ARGUMENT naming the field, UNAUTHENTICATED, UNAVAILABLE ...).
+  absl::StatusOr<std::string> Register(const v1::Registration& registration);
+
+  // Returns this member's plan slice + bootstrap for the newest membership
+  // epoch this client has heard of. Fails with the planner's status when the
+  // plan is invalid, DEADLINE_EXCEEDED when no plan came by `deadline`.
+  absl::StatusOr<v1::AwaitPlanResponse> AwaitPlan(absl::Time deadline);
+
+  // True when the membership changed since the last AwaitPlan (call
+  // AwaitPlan again before the next round).
+  bool PlanChanged();
+
+  // Starts round `version` (trainer members). OK also when another trainer
+  // rank started it already. FAILED_PRECONDITION/INVALID_ARGUMENT from the
+  // server (round running, version not increasing, no valid plan),
+  // UNAVAILABLE while a new plan is being built.
+  absl::Status StartRound(int64_t version, absl::Time deadline);
+
+  // Returns the version of the next round this member has not yet seen
+  // start. DEADLINE_EXCEEDED when none starts by `deadline`, UNAVAILABLE if
+  // the stream broke.
+  absl::StatusOr<int64_t> WaitForRound(absl::Time deadline);
+
+  // Report this member's part of round `version`.
+  absl::Status ReportDone(int64_t version, int64_t bytes, double seconds,
+                          const std::string& checksum, absl::Time deadline);
+  absl::Status ReportFailed(int64_t version, const std::string& reason,
+                            absl::Time deadline);
+
+  // Waits for the outcome of round `version`: OK when committed, ABORTED
+  // with refitd's reason when aborted, DEADLINE_EXCEEDED by `deadline`,
+  // UNAVAILABLE if the stream broke.
+  absl::Status AwaitOutcome(int64_t version, absl::Time deadline);
+
+  // The last version committed into engine `engine_id` (0: none).
+  absl::StatusOr<int64_t> CurrentVersion(const std::string& engine_id,
+                                         absl::Time deadline);
+
+  // Leaves the membership (an engine replica going away between rounds).
+  absl::Status Leave(absl::Time deadline);
+
+  absl::StatusOr<v1::StatusResponse> GetStatus(absl::Time deadline);
+
+  // Key-value store (data-plane bootstrap). KvGet waits for the key until
+  // `deadline`: DEADLINE_EXCEEDED naming the key when it is not set by then.
+  absl::Status KvSet(const std::string& key, const std::string& value,
+                     absl::Time deadline);
+  absl::StatusOr<std::string> KvGet(const std::string& key, absl::Time deadline);
+
+  const std::string& member_id() const { return member_id_; }
+  v1::RefitService::Stub* stub() { return stub_.get(); }
+
+  // A context with the token and `deadline` set.
+  std::unique_ptr<grpc::ClientContext> MakeContext(absl::Time deadline) const;
+
+ private:
+  explicit RefitClient(Options options) : options_(std::move(options)) {}
+  void ReadStream(std::unique_ptr<grpc::ClientContext> ctx);
+  void HeartbeatLoop();
+  void StopThreads();
+
+  Options options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::RefitService::Stub> stub_;
+  std::string member_id_;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stream_broken_ ABSL_GUARDED_BY(mu_) = false;
+  std::string stream_error_ ABSL_GUARDED_BY(mu_);
+  int64_t latest_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t plan_epoch_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t latest_started_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_returned_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::thread reader_;
+  std::thread heartbeater_;
+};
+
+}  // namespace refit
+
+#endif  // REFIT_CLIENT_REFIT_CLIENT_H_

@@ -1,0 +1,357 @@
+// RefitServer + RefitClient on loopback: registration checks, plan hand-out,
+// rounds, the key-value store, membership changes.
+#include "server/refit_server.h"
+
+#include <thread>
+
+#include "client/grpc_kv_store.h"
+#include "client/refit_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/test_planner.h"
+
+namespace refit {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::Time In(absl::Duration d) { return absl::Now() + d; }
+
+RefitServer::Options TestOptions() {
+  RefitServer::Options o;
+  o.plan_function = NameMatchingPlan;
+  o.heartbeat_timeout = absl::Seconds(2);
+  o.max_buffers_per_member = 16;
+  o.max_metadata_bytes = 4096;
+  return o;
+}
+
+v1::Registration Reg(v1::Side side, const std::string& engine, int rank, int world,
+                     const std::vector<std::string>& buffers) {
+  v1::Registration r;
+  auto* id = r.mutable_identity();
+  id->set_job("job");
+  id->set_side(side);
+  id->set_engine_id(engine);
+  id->set_rank(rank);
+  id->set_world_size(world);
+  (*id->mutable_coords())["tp"] = rank;
+  id->set_host_id("host0");
+  id->set_device("cpu");
+  r.set_model_config("tiny-llama");
+  r.set_convention(side == v1::SIDE_TRAINER ? "megatron:tp=2" : "vllm:tp=1");
+  for (const auto& name : buffers) {
+    auto* b = r.add_buffers();
+    b->set_name(name);
+    b->add_shape(4);
+    b->add_shape(8);
+    b->set_dtype(3);  // F32
+    b->set_byte_size(128);
+  }
+  return r;
+}
+
+std::unique_ptr<RefitClient> Client(int port) {
+  RefitClient::Options o;
+  o.target = absl::StrCat("127.0.0.1:", port);
+  o.rpc_timeout = absl::Seconds(5);
+  o.heartbeat_interval = absl::Milliseconds(200);
+  o.connect_timeout = absl::Seconds(5);
+  auto c = RefitClient::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+struct Cluster {
+  std::unique_ptr<RefitServer> server;
+  std::vector<std::unique_ptr<RefitClient>> trainers, engines;
+};
+
+// 2 trainer ranks (w0 | w1), engine A with 2 ranks (w0 | w1), engine B with
+// one rank holding both.
+Cluster Start(RefitServer::Options opts = TestOptions()) {
+  Cluster c;
+  auto s = RefitServer::Start(std::move(opts));
+  EXPECT_TRUE(s.ok()) << s.status();
+  c.server = std::move(*s);
+  const int port = c.server->port();
+  for (int r = 0; r < 2; ++r) {
+    c.trainers.push_back(Client(port));
+    auto id = c.trainers.back()->Register(
+        Reg(v1::SIDE_TRAINER, "", r, 2, {absl::StrCat("w", r)}));
+    EXPECT_TRUE(id.ok()) << id.status();
+  }
+  for (int r = 0; r < 2; ++r) {
+    c.engines.push_back(Client(port));
+    auto id = c.engines.back()->Register(
+        Reg(v1::SIDE_ENGINE, "A", r, 2, {absl::StrCat("w", r)}));
+    EXPECT_TRUE(id.ok()) << id.status();
+  }
+  c.engines.push_back(Client(port));
+  EXPECT_TRUE(c.engines.back()->Register(Reg(v1::SIDE_ENGINE, "B", 0, 1, {"w0", "w1"})).ok());
+  return c;
+}
+
+std::vector<RefitClient*> All(Cluster& c) {
+  std::vector<RefitClient*> all;
+  for (auto& t : c.trainers) all.push_back(t.get());
+  for (auto& e : c.engines) all.push_back(e.get());
+  return all;
+}
+
+// Runs one round: trainer 0 starts, every member waits, reports, awaits.
+void RunRound(Cluster& c, int64_t version, bool fail_one = false) {
+  ASSERT_TRUE(c.trainers[0]->StartRound(version, In(absl::Seconds(5))).ok());
+  ASSERT_TRUE(c.trainers[1]->StartRound(version, In(absl::Seconds(5))).ok());
+  auto all = All(c);
+  for (size_t i = 0; i < all.size(); ++i) {
+    auto v = all[i]->WaitForRound(In(absl::Seconds(5)));
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(*v, version);
+    if (fail_one && i == 3) {
+      ASSERT_TRUE(all[i]->ReportFailed(version, "NCCL timeout", In(absl::Seconds(5))).ok());
+    } else {
+      absl::Status s = all[i]->ReportDone(version, 128, 0.001, "", In(absl::Seconds(5)));
+      // After a failure, later reports learn that the round was aborted.
+      if (fail_one && i > 3) {
+        EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+        EXPECT_THAT(s.message(), HasSubstr("NCCL timeout"));
+      } else {
+        ASSERT_TRUE(s.ok()) << s;
+      }
+    }
+  }
+}
+
+TEST(RefitServerTest, FullFlowPlanRoundsStatus) {
+  Cluster c = Start();
+  auto all = All(c);
+  std::set<int> global_ranks;
+  for (size_t i = 0; i < all.size(); ++i) {
+    auto plan = all[i]->AwaitPlan(In(absl::Seconds(5)));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    global_ranks.insert(plan->bootstrap().global_rank());
+    EXPECT_EQ(plan->bootstrap().global_world(), 5);
+    EXPECT_EQ(plan->bootstrap().num_lanes(), 2);
+    EXPECT_THAT(plan->bootstrap().kv_prefix(), HasSubstr(plan->fingerprint()));
+    // trainer t sends w_t to A rank t and to B: 2 messages; engines A get 1, B 2.
+    const int expected = i < 2 ? 2 : (i == 4 ? 2 : 1);
+    EXPECT_EQ(plan->slice().messages_size(), expected) << i;
+  }
+  EXPECT_EQ(global_ranks.size(), 5u);
+
+  RunRound(c, 1);
+  for (auto* m : all) EXPECT_TRUE(m->AwaitOutcome(1, In(absl::Seconds(5))).ok());
+  auto v = c.engines[0]->CurrentVersion("A", In(absl::Seconds(5)));
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, 1);
+
+  // Versions must increase.
+  EXPECT_EQ(c.trainers[0]->StartRound(1, In(absl::Seconds(5))).code(),
+            absl::StatusCode::kOk);  // a late StartRound(1) of another rank
+  EXPECT_EQ(c.trainers[0]->StartRound(0, In(absl::Seconds(5))).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Engines cannot start rounds.
+  EXPECT_EQ(c.engines[0]->StartRound(2, In(absl::Seconds(5))).code(),
+            absl::StatusCode::kPermissionDenied);
+
+  RunRound(c, 2, /*fail_one=*/true);
+  for (auto* m : all) {
+    absl::Status s = m->AwaitOutcome(2, In(absl::Seconds(5)));
+    EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+    EXPECT_THAT(s.message(), HasSubstr("NCCL timeout"));
+    EXPECT_THAT(s.message(), HasSubstr("engine A rank 1"));
+  }
+  v = c.engines[0]->CurrentVersion("A", In(absl::Seconds(5)));
+  EXPECT_EQ(*v, 1);
+
+  RunRound(c, 3);
+  for (auto* m : all) EXPECT_TRUE(m->AwaitOutcome(3, In(absl::Seconds(5))).ok());
+
+  auto st = c.trainers[0]->GetStatus(In(absl::Seconds(5)));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->members_size(), 5);
+  EXPECT_FALSE(st->plan_fingerprint().empty());
+  ASSERT_EQ(st->rounds_size(), 3);
+  EXPECT_EQ(st->rounds(0).outcome(), "committed");
+  EXPECT_EQ(st->rounds(0).bytes(), 5 * 128);
+  EXPECT_GT(st->rounds(0).gbps(), 0);
+  EXPECT_EQ(st->rounds(1).outcome(), "aborted");
+  EXPECT_EQ(st->rounds(2).version(), 3);
+}
+
+TEST(RefitServerTest, RegisterRetryIsIdempotent) {
+  auto s = RefitServer::Start(TestOptions());
+  ASSERT_TRUE(s.ok());
+  auto c = Client((*s)->port());
+  auto reg = Reg(v1::SIDE_TRAINER, "", 0, 1, {"w0"});
+  auto a = c->Register(reg);
+  auto b = c->Register(reg);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+  auto st = c->GetStatus(In(absl::Seconds(5)));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->members_size(), 1);
+}
+
+TEST(RefitServerTest, BadRegistrationsNameTheField) {
+  auto s = RefitServer::Start(TestOptions());
+  ASSERT_TRUE(s.ok());
+  auto c = Client((*s)->port());
+  // A first member fixes the trainer's world size at 2.
+  ASSERT_TRUE(c->Register(Reg(v1::SIDE_TRAINER, "", 1, 2, {"w1"})).ok());
+  struct Case {
+    std::function<void(v1::Registration&)> mutate;
+    std::string field;
+  };
+  std::vector<Case> cases = {
+      {[](v1::Registration& r) { r.mutable_buffers(0)->set_dtype(99); }, "buffers[0] (w0).dtype"},
+      {[](v1::Registration& r) { r.mutable_buffers(0)->set_shape(1, -8); }, "buffers[0] (w0).shape[1]"},
+      {[](v1::Registration& r) {
+         r.mutable_buffers(0)->set_shape(0, int64_t{1} << 40);
+         r.mutable_buffers(0)->set_shape(1, int64_t{1} << 40);
+       }, "buffers[0] (w0).shape[1]"},
+      {[](v1::Registration& r) { r.mutable_identity()->set_rank(2); }, "identity.rank"},
+      {[](v1::Registration& r) { r.mutable_identity()->set_rank(-1); }, "identity.rank"},
+      {[](v1::Registration& r) { *r.add_buffers() = r.buffers(0); }, "buffers[1] (w0).name"},
+      {[](v1::Registration& r) {
+         for (int i = 0; i < 20; ++i) r.add_buffers()->set_name(absl::StrCat("x", i));
+       }, "buffers: 21 buffers exceed"},
+      {[](v1::Registration& r) { r.set_model_config(std::string(5000, 'x')); }, "bytes of metadata"},
+      {[](v1::Registration& r) { r.mutable_buffers(0)->set_byte_size(4); }, "buffers[0] (w0).byte_size"},
+      {[](v1::Registration& r) { r.mutable_identity()->set_side(v1::SIDE_UNSPECIFIED); }, "identity.side"},
+      {[](v1::Registration& r) { r.mutable_identity()->set_world_size(3); r.mutable_identity()->set_rank(0); }, "identity.world_size"},
+      {[](v1::Registration& r) { r.add_records()->set_tensor(0); }, "records[0].tensor"},
+  };
+  for (const auto& k : cases) {
+    auto r = Reg(v1::SIDE_TRAINER, "", 0, 2, {"w0"});
+    k.mutate(r);
+    auto id = c->Register(r);
+    EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument) << k.field;
+    EXPECT_THAT(id.status().message(), HasSubstr(k.field));
+  }
+}
+
+TEST(RefitServerTest, InvalidPlanIsReportedToEveryMember) {
+  auto s = RefitServer::Start(TestOptions());
+  ASSERT_TRUE(s.ok());
+  auto t = Client((*s)->port());
+  auto e = Client((*s)->port());
+  ASSERT_TRUE(t->Register(Reg(v1::SIDE_TRAINER, "", 0, 1, {"w0"})).ok());
+  ASSERT_TRUE(e->Register(Reg(v1::SIDE_ENGINE, "A", 0, 1, {"w0", "lm_head"})).ok());
+  for (auto* m : {t.get(), e.get()}) {
+    auto p = m->AwaitPlan(In(absl::Seconds(5)));
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(p.status().message(), HasSubstr("lm_head"));
+  }
+  EXPECT_EQ(t->StartRound(1, In(absl::Seconds(5))).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(RefitServerTest, AwaitPlanHonoursItsDeadline) {
+  auto s = RefitServer::Start(TestOptions());
+  ASSERT_TRUE(s.ok());
+  auto t = Client((*s)->port());
+  ASSERT_TRUE(t->Register(Reg(v1::SIDE_TRAINER, "", 0, 2, {"w0"})).ok());
+  const absl::Time begin = absl::Now();
+  auto p = t->AwaitPlan(In(absl::Milliseconds(300)));
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(absl::Now() - begin, absl::Seconds(2));
+  auto r = t->WaitForRound(In(absl::Milliseconds(100)));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(RefitServerTest, KvStoreSetGetWait) {
+  auto s = RefitServer::Start(TestOptions());
+  ASSERT_TRUE(s.ok());
+  auto a = Client((*s)->port());
+  auto b = Client((*s)->port());
+  GrpcKvStore ka(a.get(), "p/"), kb(b.get(), "p/");
+  std::thread setter([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    EXPECT_TRUE(ka.Set("nccl/lane0", std::string("\0id\xff", 4)).ok());
+  });
+  auto v = kb.Get("nccl/lane0", absl::Seconds(5));  // waits for the setter
+  setter.join();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, std::string("\0id\xff", 4));
+  const absl::Time begin = absl::Now();
+  auto missing = kb.Get("nccl/lane1", absl::Milliseconds(200));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(missing.status().message(), HasSubstr("p/nccl/lane1"));
+  EXPECT_LT(absl::Now() - begin, absl::Seconds(2));
+}
+
+TEST(RefitServerTest, EngineJoiningAndLeavingBetweenRoundsGetsNewPlan) {
+  Cluster c = Start();
+  auto all = All(c);
+  std::string fp;
+  for (auto* m : all) {
+    auto p = m->AwaitPlan(In(absl::Seconds(5)));
+    ASSERT_TRUE(p.ok());
+    fp = p->fingerprint();
+  }
+  RunRound(c, 1);
+  ASSERT_TRUE(c.trainers[0]->AwaitOutcome(1, In(absl::Seconds(5))).ok());
+
+  // Engine C joins.
+  auto joiner = Client(c.server->port());
+  ASSERT_TRUE(joiner->Register(Reg(v1::SIDE_ENGINE, "C", 0, 1, {"w0", "w1"})).ok());
+  auto jp = joiner->AwaitPlan(In(absl::Seconds(5)));
+  ASSERT_TRUE(jp.ok()) << jp.status();
+  EXPECT_NE(jp->fingerprint(), fp);
+  EXPECT_EQ(jp->bootstrap().global_world(), 6);
+  EXPECT_EQ(jp->bootstrap().engine_index(), 2);
+  const absl::Time until = In(absl::Seconds(5));
+  while (!c.trainers[0]->PlanChanged() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_TRUE(c.trainers[0]->PlanChanged());
+  for (auto* m : all) {
+    auto p = m->AwaitPlan(In(absl::Seconds(5)));
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(p->fingerprint(), jp->fingerprint());
+  }
+  c.engines.push_back(std::move(joiner));
+  RunRound(c, 2);
+  ASSERT_TRUE(c.trainers[0]->AwaitOutcome(2, In(absl::Seconds(5))).ok());
+  auto cv = c.trainers[0]->CurrentVersion("C", In(absl::Seconds(5)));
+  EXPECT_EQ(*cv, 2);
+
+  // Engine C leaves: the plan returns to the original one (cached).
+  ASSERT_TRUE(c.engines.back()->Leave(In(absl::Seconds(5))).ok());
+  c.engines.pop_back();
+  for (auto* m : All(c)) {
+    auto p = m->AwaitPlan(In(absl::Seconds(5)));
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(p->fingerprint(), fp);
+  }
+  RunRound(c, 3);
+  ASSERT_TRUE(c.trainers[0]->AwaitOutcome(3, In(absl::Seconds(5))).ok());
+}
+
+TEST(RefitServerTest, DroppedStreamAbortsTheRoundForEveryone) {
+  Cluster c = Start();
+  for (auto* m : All(c)) ASSERT_TRUE(m->AwaitPlan(In(absl::Seconds(5))).ok());
+  ASSERT_TRUE(c.trainers[0]->StartRound(1, In(absl::Seconds(5))).ok());
+  const absl::Time begin = absl::Now();
+  c.engines[2].reset();  // engine B's process "dies": stream and heartbeats stop
+  for (int i = 0; i < 2; ++i) {
+    absl::Status s = c.engines[i]->AwaitOutcome(1, In(absl::Seconds(5)));
+    EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+    EXPECT_THAT(s.message(), HasSubstr("engine B rank 0"));
+  }
+  EXPECT_LT(absl::Now() - begin, absl::Seconds(2));
+}
+
+TEST(RefitServerTest, StartRefusesInsecureNonLoopbackAndMissingPlanner) {
+  auto o = TestOptions();
+  o.address = "0.0.0.0:0";
+  auto s = RefitServer::Start(std::move(o));
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), HasSubstr("options.address"));
+  RefitServer::Options o2;
+  EXPECT_EQ(RefitServer::Start(std::move(o2)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace refit

@@ -1,0 +1,126 @@
+// refitd: the control-plane sidecar. Flags (--name=value):
+//   --address=HOST:PORT          listen address (default 127.0.0.1:50051)
+//   --tls_cert=PEM --tls_key=PEM server certificate chain and key files
+//   --tls_client_ca=PEM          require client certificates signed by this CA
+//   --token_file=PATH            bearer token every call must carry
+//   --allow_insecure_non_loopback  permit a plaintext non-loopback listener
+//   --min_engines=N              complete engines needed for a plan (1)
+//   --max_buffers=N --max_metadata_bytes=N  registration limits
+//   --heartbeat_timeout_ms=N --round_timeout_s=N
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/notification.h"
+#include "server/default_plan.h"
+#include "server/refit_server.h"
+
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::Notification* g_stop = nullptr;
+void OnSignal(int) {
+  if (g_stop != nullptr && !g_stop->HasBeenNotified()) g_stop->Notify();
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "refitd: %s\n", s.ToString().c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> flags;
+  const std::set<std::string> known = {
+      "address", "tls_cert", "tls_key", "tls_client_ca", "token_file",
+      "allow_insecure_non_loopback", "min_engines", "max_buffers",
+      "max_metadata_bytes", "heartbeat_timeout_ms", "round_timeout_s"};
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view a = argv[i];
+    if (!absl::ConsumePrefix(&a, "--")) return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument ", argv[i])));
+    size_t eq = a.find('=');
+    std::string name(a.substr(0, eq));
+    std::string value = eq == absl::string_view::npos ? "true" : std::string(a.substr(eq + 1));
+    if (!known.count(name)) return Fail(absl::InvalidArgumentError(absl::StrCat("unknown flag --", name)));
+    flags[name] = value;
+  }
+  auto get = [&](const std::string& n, const std::string& d) {
+    auto it = flags.find(n);
+    return it == flags.end() ? d : it->second;
+  };
+  auto get_int = [&](const std::string& n, int64_t d) -> absl::StatusOr<int64_t> {
+    auto it = flags.find(n);
+    if (it == flags.end()) return d;
+    int64_t v;
+    if (!absl::SimpleAtoi(it->second, &v) || v < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--", n, ": not a count: ", it->second));
+    }
+    return v;
+  };
+
+  refit::RefitServer::Options o;
+  o.address = get("address", "127.0.0.1:50051");
+  o.allow_insecure_non_loopback = get("allow_insecure_non_loopback", "false") == "true";
+  if (flags.count("tls_cert") || flags.count("tls_key")) {
+    o.tls = std::make_unique<refit::TlsOptions>();
+    auto cert = ReadFile(get("tls_cert", ""));
+    auto key = ReadFile(get("tls_key", ""));
+    if (!cert.ok()) return Fail(cert.status());
+    if (!key.ok()) return Fail(key.status());
+    o.tls->cert_chain_pem = *cert;
+    o.tls->private_key_pem = *key;
+    if (flags.count("tls_client_ca")) {
+      auto ca = ReadFile(get("tls_client_ca", ""));
+      if (!ca.ok()) return Fail(ca.status());
+      o.tls->client_ca_pem = *ca;
+    }
+  }
+  if (flags.count("token_file")) {
+    auto t = ReadFile(get("token_file", ""));
+    if (!t.ok()) return Fail(t.status());
+    o.bearer_token = std::string(absl::StripAsciiWhitespace(*t));
+  }
+  auto min_engines = get_int("min_engines", 1);
+  auto max_buffers = get_int("max_buffers", o.max_buffers_per_member);
+  auto max_meta = get_int("max_metadata_bytes", o.max_metadata_bytes);
+  auto hb = get_int("heartbeat_timeout_ms", 10000);
+  auto rt = get_int("round_timeout_s", 1800);
+  for (auto* s : {&min_engines, &max_buffers, &max_meta, &hb, &rt}) {
+    if (!s->ok()) return Fail(s->status());
+  }
+  o.min_engines = static_cast<int>(*min_engines);
+  o.max_buffers_per_member = static_cast<int>(*max_buffers);
+  o.max_metadata_bytes = *max_meta;
+  o.heartbeat_timeout = absl::Milliseconds(*hb);
+  o.round_timeout = absl::Seconds(*rt);
+  o.plan_function = refit::DefaultPlanFunction();
+
+  auto server = refit::RefitServer::Start(std::move(o));
+  if (!server.ok()) return Fail(server.status());
+  std::printf("refitd listening on port %d\n", (*server)->port());
+  std::fflush(stdout);
+  absl::Notification stop;
+  g_stop = &stop;
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  while (!stop.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+  }
+  (*server)->Shutdown();
+  return 0;
+}
