@@ -1,0 +1,302 @@
+// NcclTransport and the CUDA copy engine.
+#include "reshard/nccl_transport.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "reshard/cuda_status.h"
+#include "reshard/pack_kernels.h"
+
+namespace refit {
+
+struct NcclTransport::Lane {
+  int32_t index = 0;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t done = nullptr;
+  bool in_flight = false;
+  std::set<int32_t> peers;
+  absl::Status error;
+};
+
+namespace {
+
+// Polls ncclCommGetAsyncError until it leaves ncclInProgress.
+absl::Status WaitComm(ncclComm_t comm, absl::Time deadline,
+                      const std::string& what) {
+  while (true) {
+    ncclResult_t r = ncclSuccess;
+    ncclResult_t q = ncclCommGetAsyncError(comm, &r);
+    if (q != ncclSuccess) return NcclStatus(q, what, comm);
+    if (r != ncclInProgress) return NcclStatus(r, what, comm);
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": not complete by the deadline"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(
+    KvStore* store, int32_t rank, int32_t world_size,
+    NcclTransportOptions options) {
+  if (store == nullptr || world_size < 1 || rank < 0 || rank >= world_size ||
+      options.num_lanes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl transport: bad rank ", rank, " of ", world_size, " or ",
+        options.num_lanes, " lanes"));
+  }
+  std::unique_ptr<NcclTransport> t(new NcclTransport());
+  t->rank_ = rank;
+  t->world_size_ = world_size;
+  t->device_ = options.device;
+  REFIT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options.device),
+                                   absl::StrCat("rank ", rank, ": cudaSetDevice(",
+                                                options.device, ")")));
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
+  for (int32_t l = 0; l < options.num_lanes; ++l) {
+    auto lane = std::make_unique<Lane>();
+    lane->index = l;
+    const std::string key = absl::StrCat(options.key_prefix, "/lane", l, "/id");
+    ncclUniqueId id;
+    if (rank == 0) {
+      REFIT_RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId"));
+      REFIT_RETURN_IF_ERROR(
+          store->Set(key, std::string(id.internal, sizeof(id.internal))));
+    } else {
+      REFIT_ASSIGN_OR_RETURN(std::string v,
+                             store->Get(key, deadline - absl::Now()));
+      if (v.size() != sizeof(id.internal)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("nccl unique id under ", key, " has ", v.size(),
+                         " bytes"));
+      }
+      std::copy(v.begin(), v.end(), id.internal);
+    }
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking),
+        "cudaStreamCreate"));
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        cudaEventCreateWithFlags(&lane->done, cudaEventDisableTiming),
+        "cudaEventCreate"));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const std::string what =
+        absl::StrCat("rank ", rank, " lane ", l, ": ncclCommInitRankConfig");
+    ncclResult_t r =
+        ncclCommInitRankConfig(&lane->comm, world_size, id, rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      return NcclStatus(r, what, lane->comm);
+    }
+    absl::Status s = WaitComm(lane->comm, deadline, what);
+    if (!s.ok()) {
+      ncclCommAbort(lane->comm);
+      lane->comm = nullptr;
+      return s;
+    }
+    t->lanes_.push_back(std::move(lane));
+  }
+  return t;
+}
+
+NcclTransport::~NcclTransport() {
+  for (auto& l : lanes_) {
+    if (l->comm != nullptr) {
+      if (l->error.ok()) {
+        ncclCommFinalize(l->comm);
+        WaitComm(l->comm, absl::Now() + absl::Seconds(10), "finalize")
+            .IgnoreError();
+        ncclCommDestroy(l->comm);
+      } else {
+        ncclCommAbort(l->comm);
+      }
+    }
+    if (l->done != nullptr) cudaEventDestroy(l->done);
+    if (l->stream != nullptr) cudaStreamDestroy(l->stream);
+  }
+}
+
+int32_t NcclTransport::num_lanes() const {
+  return static_cast<int32_t>(lanes_.size());
+}
+
+void* NcclTransport::stream(int32_t lane) const {
+  if (lane < 0 || lane >= num_lanes()) return nullptr;
+  return lanes_[lane]->stream;
+}
+
+absl::Status NcclTransport::Abort(Lane& lane, absl::Status why) {
+  if (lane.comm != nullptr) {
+    ncclCommAbort(lane.comm);
+    lane.comm = nullptr;
+  }
+  lane.error = why;
+  lane.in_flight = false;
+  return why;
+}
+
+absl::Status NcclTransport::StartRound(int32_t lane,
+                                       absl::Span<const SendOp> sends,
+                                       absl::Span<const RecvOp> recvs) {
+  if (lane < 0 || lane >= num_lanes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, ": lane ", lane, " out of range"));
+  }
+  Lane& L = *lanes_[lane];
+  if (!L.error.ok()) return L.error;
+  if (L.in_flight) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank_, ": a round is still in flight on lane ", lane));
+  }
+  L.peers.clear();
+  const std::string what = absl::StrCat("rank ", rank_, " lane ", lane);
+  ncclResult_t r = ncclGroupStart();
+  for (const SendOp& s : sends) {
+    if (r != ncclSuccess && r != ncclInProgress) break;
+    if (s.bytes == 0) continue;
+    L.peers.insert(s.peer);
+    r = ncclSend(s.ptr, s.bytes, ncclInt8, s.peer, L.comm, L.stream);
+  }
+  for (const RecvOp& v : recvs) {
+    if (r != ncclSuccess && r != ncclInProgress) break;
+    if (v.bytes == 0) continue;
+    L.peers.insert(v.peer);
+    r = ncclRecv(v.ptr, v.bytes, ncclInt8, v.peer, L.comm, L.stream);
+  }
+  ncclResult_t e = ncclGroupEnd();
+  if (r == ncclSuccess || r == ncclInProgress) r = e;
+  if (r != ncclSuccess && r != ncclInProgress) {
+    return Abort(L, NcclStatus(r, what + ": posting a round", L.comm));
+  }
+  // Non-blocking communicator: wait until the group is enqueued.
+  absl::Status s = WaitComm(L.comm, absl::Now() + absl::Seconds(60),
+                            what + ": enqueueing a round");
+  if (!s.ok()) return Abort(L, s);
+  s = CudaStatus(cudaEventRecord(L.done, L.stream), what + ": cudaEventRecord");
+  if (!s.ok()) return Abort(L, s);
+  L.in_flight = true;
+  return absl::OkStatus();
+}
+
+absl::Status NcclTransport::WaitRound(int32_t lane, absl::Time deadline) {
+  if (lane < 0 || lane >= num_lanes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, ": lane ", lane, " out of range"));
+  }
+  Lane& L = *lanes_[lane];
+  if (!L.error.ok()) return L.error;
+  if (!L.in_flight) return absl::OkStatus();
+  const std::string what =
+      absl::StrCat("rank ", rank_, " lane ", lane, " (peers ",
+                   absl::StrJoin(L.peers, ", "), ")");
+  while (true) {
+    cudaError_t q = cudaEventQuery(L.done);
+    if (q == cudaSuccess) break;
+    if (q != cudaErrorNotReady) {
+      return Abort(L, CudaStatus(q, what + ": round failed"));
+    }
+    ncclResult_t r = ncclSuccess;
+    ncclCommGetAsyncError(L.comm, &r);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      return Abort(L, NcclStatus(r, what + ": peer or network failure", L.comm));
+    }
+    if (absl::Now() > deadline) {
+      const char* last = ncclGetLastError(L.comm);
+      return Abort(L, absl::DeadlineExceededError(absl::StrCat(
+                          what, ": round not complete by the deadline; "
+                          "communicator aborted",
+                          last && *last ? absl::StrCat(" (", last, ")") : "")));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  L.in_flight = false;
+  return absl::OkStatus();
+}
+
+namespace {
+
+static_assert(sizeof(cuda::DeviceCopy) == sizeof(ResolvedCopy),
+              "DeviceCopy and ResolvedCopy must share a layout");
+
+class CudaCopyEngine : public CopyEngine {
+ public:
+  explicit CudaCopyEngine(NcclTransport* t)
+      : t_(t), tasks_(t->num_lanes(), nullptr), cap_(t->num_lanes(), 0) {}
+  ~CudaCopyEngine() override {
+    for (void* p : tasks_) {
+      if (p != nullptr) cudaFree(p);
+    }
+  }
+  MemoryKind kind() const override { return MemoryKind::kDevice; }
+  absl::StatusOr<char*> Allocate(int64_t bytes) override {
+    void* p = nullptr;
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        cudaMalloc(&p, bytes),
+        absl::StrCat("cudaMalloc of ", bytes, " bytes of staging")));
+    return static_cast<char*>(p);
+  }
+  void Free(char* p) override { cudaFree(p); }
+  absl::Status Copy(int32_t lane,
+                    absl::Span<const ResolvedCopy> copies) override {
+    if (copies.empty()) return absl::OkStatus();
+    cudaStream_t s = static_cast<cudaStream_t>(t_->stream(lane));
+    if (static_cast<int64_t>(copies.size()) > cap_[lane]) {
+      if (tasks_[lane] != nullptr) {
+        REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s), "sync"));
+        cudaFree(tasks_[lane]);
+        tasks_[lane] = nullptr;
+      }
+      REFIT_RETURN_IF_ERROR(CudaStatus(
+          cudaMalloc(&tasks_[lane], copies.size() * sizeof(ResolvedCopy)),
+          "cudaMalloc of copy tasks"));
+      cap_[lane] = static_cast<int64_t>(copies.size());
+    }
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(tasks_[lane], copies.data(),
+                        copies.size() * sizeof(ResolvedCopy),
+                        cudaMemcpyHostToDevice, s),
+        "copy tasks to device"));
+    return CudaStatus(static_cast<cudaError_t>(cuda::LaunchCopies(
+                          static_cast<const cuda::DeviceCopy*>(tasks_[lane]),
+                          static_cast<int>(copies.size()), s)),
+                      "pack/unpack kernel launch");
+  }
+  absl::Status Sync(int32_t lane, absl::Time deadline) override {
+    cudaStream_t s = static_cast<cudaStream_t>(t_->stream(lane));
+    while (true) {
+      cudaError_t q = cudaStreamQuery(s);
+      if (q == cudaSuccess) return absl::OkStatus();
+      if (q != cudaErrorNotReady) return CudaStatus(q, "pack/unpack kernel");
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("lane ", lane, ": copies not complete by the deadline"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(10));
+    }
+  }
+  absl::Status ToHost(void* dst, const char* src, int64_t bytes) override {
+    return CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost),
+                      "device to host copy");
+  }
+
+ private:
+  NcclTransport* t_;
+  std::vector<void*> tasks_;
+  std::vector<int64_t> cap_;
+};
+
+}  // namespace
+
+std::unique_ptr<CopyEngine> MakeCudaCopyEngine(NcclTransport* t) {
+  return std::make_unique<CudaCopyEngine>(t);
+}
+
+}  // namespace refit

@@ -1,0 +1,72 @@
+// NcclTransport: device buffers over NCCL. One non-blocking communicator
+// (ncclCommInitRankConfig, blocking = 0) and one CUDA stream per lane, the
+// unique id of each lane exchanged through a KvStore. A round is one
+// ncclGroupStart / ncclSend / ncclRecv / ncclGroupEnd on the lane's stream;
+// WaitRound polls the round's event and ncclCommGetAsyncError against the
+// deadline and, on timeout or error, aborts the communicator (ncclCommAbort)
+// and returns a status naming the peers and ncclGetLastError.
+//
+// MakeCudaCopyEngine gives the executor device staging and the pack/unpack
+// kernels on the same lane streams (so packing is stream-ordered before the
+// round's sends).
+#ifndef REFIT_RESHARD_NCCL_TRANSPORT_H_
+#define REFIT_RESHARD_NCCL_TRANSPORT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "reshard/executor.h"
+#include "reshard/kv_store.h"
+#include "reshard/transport.h"
+
+namespace refit {
+
+struct NcclTransportOptions {
+  int32_t num_lanes = 2;
+  int32_t device = 0;  // CUDA device of this rank
+  std::string key_prefix = "refit/nccl";
+  absl::Duration connect_timeout = absl::Seconds(60);
+};
+
+class NcclTransport : public Transport {
+ public:
+  // Creates the lanes' communicators. Fails with UNAVAILABLE (no device,
+  // NCCL error with its last-error text), DEADLINE_EXCEEDED if the unique
+  // id or the communicator setup does not arrive within connect_timeout.
+  static absl::StatusOr<std::unique_ptr<NcclTransport>> Create(
+      KvStore* store, int32_t rank, int32_t world_size,
+      NcclTransportOptions options = {});
+  ~NcclTransport() override;
+
+  int32_t rank() const override { return rank_; }
+  int32_t world_size() const override { return world_size_; }
+  int32_t num_lanes() const override;
+  MemoryKind memory_kind() const override { return MemoryKind::kDevice; }
+  absl::Status StartRound(int32_t lane, absl::Span<const SendOp> sends,
+                          absl::Span<const RecvOp> recvs) override;
+  absl::Status WaitRound(int32_t lane, absl::Time deadline) override;
+
+  // The lane's cudaStream_t (as void*), or null for a bad lane.
+  void* stream(int32_t lane) const;
+  int32_t device() const { return device_; }
+
+ private:
+  struct Lane;
+  NcclTransport() = default;
+  absl::Status Abort(Lane& lane, absl::Status why);
+  int32_t rank_ = 0;
+  int32_t world_size_ = 0;
+  int32_t device_ = 0;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+};
+
+// Device staging (cudaMalloc) and copies (pack_kernels) on `t`'s lane
+// streams. `t` must outlive the engine.
+std::unique_ptr<CopyEngine> MakeCudaCopyEngine(NcclTransport* t);
+
+}  // namespace refit
+
+#endif  // REFIT_RESHARD_NCCL_TRANSPORT_H_
