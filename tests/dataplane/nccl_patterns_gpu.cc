@@ -1,0 +1,205 @@
+// GPU test program: the data-plane patterns over NCCL, one process per GPU.
+//
+//   nccl_patterns_gpu [--gpus=N] [--pattern=NAME] [--lanes=K]
+//
+// The parent forks one worker per rank of each pattern (rank g on GPU g;
+// patterns needing more ranks than GPUs print SKIP), with NCCL_NVLS_ENABLE=0
+// and a KvStore in a temp directory. Each worker runs two refit steps,
+// checks every destination byte and that buffer pointers are unchanged, and
+// checks that a CUDA graph captured BEFORE the refit (copying destination
+// buffer 0 into a snapshot) sees the new weights when replayed after it.
+// One line per pattern: PASS / FAIL / SKIP. Exit 1 on any FAIL; with no GPU
+// prints SKIP and exits 0.
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "reshard/executor.h"
+#include "reshard/nccl_transport.h"
+#include "tests/dataplane/dir_kv_store.h"
+#include "tests/dataplane/test_patterns.h"
+
+using namespace refit;
+
+namespace {
+
+std::string Flag(int argc, char** argv, const std::string& name,
+                 const std::string& def) {
+  const std::string p = "--" + name + "=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], p.c_str(), p.size()) == 0) return argv[i] + p.size();
+  }
+  return def;
+}
+
+#define CK(x)                                                              \
+  do {                                                                     \
+    cudaError_t e_ = (x);                                                  \
+    if (e_ != cudaSuccess) {                                               \
+      std::fprintf(stderr, "rank %d: %s: %s\n", g, #x, cudaGetErrorString(e_)); \
+      return 2;                                                            \
+    }                                                                      \
+  } while (0)
+
+int Worker(const std::string& pattern, int g, const std::string& dir,
+           int lanes) {
+  auto plan = testing::MakePatternPlan(pattern, lanes, 2);
+  if (!plan.ok()) return 2;
+  const int ws = plan->src.world_size;
+  const int world = ws + plan->dst.world_size;
+  if (g == 0) {
+    int v = 0;
+    ncclGetVersion(&v);
+    std::printf("  nccl version %d\n", v);
+  }
+  CK(cudaSetDevice(g));
+  testing::DirKvStore kv(dir);
+  NcclTransportOptions opt;
+  opt.num_lanes = lanes;
+  opt.device = g;
+  auto t = NcclTransport::Create(&kv, g, world, opt);
+  if (!t.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", g, t.status().ToString().c_str());
+    return 2;
+  }
+  const PlanSide side = g < ws ? PlanSide::kSource : PlanSide::kDestination;
+  const int rank = g < ws ? g : g - ws;
+  const SideLayout& layout = g < ws ? plan->src : plan->dst;
+  const char fill = static_cast<char>(0xEE);
+  auto host = testing::AllocateRankBuffers(layout, rank, fill);
+  std::vector<char*> dev(host.size(), nullptr);
+  for (size_t b = 0; b < host.size(); ++b) {
+    if (host[b].empty()) continue;
+    CK(cudaMalloc(&dev[b], host[b].size()));
+    CK(cudaMemcpy(dev[b], host[b].data(), host[b].size(), cudaMemcpyHostToDevice));
+  }
+  const std::vector<char*> before = dev;
+  // CUDA graph captured before the refit: snapshot of the first buffer.
+  int first = -1;
+  for (size_t b = 0; b < dev.size(); ++b) {
+    if (dev[b] != nullptr) {
+      first = static_cast<int>(b);
+      break;
+    }
+  }
+  char* snap = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaStream_t cs;
+  CK(cudaStreamCreate(&cs));
+  if (side == PlanSide::kDestination && first >= 0) {
+    CK(cudaMalloc(&snap, host[first].size()));
+    cudaGraph_t graph;
+    CK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+    CK(cudaMemcpyAsync(snap, dev[first], host[first].size(),
+                       cudaMemcpyDeviceToDevice, cs));
+    CK(cudaStreamEndCapture(cs, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, nullptr, nullptr, 0));
+  }
+  auto engine = MakeCudaCopyEngine(t->get());
+  ExecutorOptions eo;
+  eo.copy_engine = engine.get();
+  auto ex = Executor::Create(*plan, side, rank, dev, t->get(), eo);
+  if (!ex.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", g, ex.status().ToString().c_str());
+    return 2;
+  }
+  for (int step = 1; step <= 2; ++step) {
+    if (side == PlanSide::kSource) {
+      testing::FillRecords(layout, rank, step, &host);
+      for (size_t b = 0; b < host.size(); ++b) {
+        if (dev[b]) CK(cudaMemcpy(dev[b], host[b].data(), host[b].size(),
+                                  cudaMemcpyHostToDevice));
+      }
+    }
+    auto st = (*ex)->Run(absl::Now() + absl::Seconds(60));
+    if (!st.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", g, st.status().ToString().c_str());
+      return 3;
+    }
+    if (side == PlanSide::kDestination) {
+      for (size_t b = 0; b < host.size(); ++b) {
+        if (dev[b]) CK(cudaMemcpy(host[b].data(), dev[b], host[b].size(),
+                                  cudaMemcpyDeviceToHost));
+      }
+      std::string c = testing::CheckRecords(layout, rank, step, fill, host);
+      if (!c.empty()) {
+        std::fprintf(stderr, "rank %d step %d: %s\n", g, step, c.c_str());
+        return 1;
+      }
+      if (exec != nullptr) {
+        CK(cudaGraphLaunch(exec, cs));
+        CK(cudaStreamSynchronize(cs));
+        std::vector<char> s(host[first].size());
+        CK(cudaMemcpy(s.data(), snap, s.size(), cudaMemcpyDeviceToHost));
+        if (s != host[first]) {
+          std::fprintf(stderr, "rank %d: graph captured before the refit "
+                       "does not see the new weights\n", g);
+          return 1;
+        }
+      }
+    }
+  }
+  if (dev != before) return 1;
+  ex->reset();
+  engine.reset();
+  t->reset();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  if (argc >= 2 && std::string(argv[1]) == "--worker") {
+    return Worker(argv[2], std::atoi(argv[3]), argv[4], std::atoi(argv[5]));
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("SKIP nccl_patterns_gpu: no CUDA device\n");
+    return 0;
+  }
+  const int gpus = std::atoi(Flag(argc, argv, "gpus", std::to_string(count)).c_str());
+  const int lanes = std::atoi(Flag(argc, argv, "lanes", "2").c_str());
+  const std::string only = Flag(argc, argv, "pattern", "");
+  int failed = 0;
+  for (const std::string& p : testing::PatternNames()) {
+    if (!only.empty() && p != only) continue;
+    auto plan = testing::MakePatternPlan(p, lanes, 2);
+    const int world = plan->src.world_size + plan->dst.world_size;
+    if (world > gpus) {
+      std::printf("SKIP %s: needs %d GPUs, have %d\n", p.c_str(), world, gpus);
+      continue;
+    }
+    char tmpl[] = "/tmp/refit_nccl_XXXXXX";
+    const std::string dir = mkdtemp(tmpl);
+    std::vector<pid_t> pids;
+    for (int g = 0; g < world; ++g) {
+      pid_t pid = fork();
+      if (pid == 0) {
+        execl("/proc/self/exe", argv[0], "--worker", p.c_str(),
+              std::to_string(g).c_str(), dir.c_str(),
+              std::to_string(lanes).c_str(), (char*)nullptr);
+        _exit(127);
+      }
+      pids.push_back(pid);
+    }
+    bool ok = true;
+    for (int g = 0; g < world; ++g) {
+      int st = 0;
+      waitpid(pids[g], &st, 0);
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) ok = false;
+    }
+    std::printf("%s %s (%d ranks, %d lanes)\n", ok ? "PASS" : "FAIL", p.c_str(),
+                world, lanes);
+    std::fflush(stdout);
+    if (!ok) ++failed;
+  }
+  return failed ? 1 : 0;
+}
