@@ -1,0 +1,42 @@
+// Plan codec: Plan <-> refit.v1.PlanProto, and per-rank plan slices.
+//
+// FromProto treats its input as untrusted (a peer sent it): every index,
+// range and size is checked, and a bad plan is INVALID_ARGUMENT, never a
+// crash. ExtractSlice cuts the part of a plan one rank executes.
+#ifndef REFIT_RESHARD_PLAN_CODEC_H_
+#define REFIT_RESHARD_PLAN_CODEC_H_
+
+#include "absl/status/statusor.h"
+#include "proto/plan.pb.h"
+#include "reshard/plan.h"
+
+namespace refit {
+
+// The wire form of `plan` (stats are not sent; FromProto recomputes them).
+refit::v1::PlanProto ToProto(const Plan& plan);
+
+// Parses and validates a plan: both sides (ValidateTensorSpec,
+// ValidateRecord), tensor matching, every segment (records in range, same
+// tensor, box inside both records, bytes), message (ranks, segment ranges,
+// contiguous buffers on the right rank and in range), round (lanes, message
+// ranges, message.round) and options. Fails with INVALID_ARGUMENT naming the
+// first bad item.
+absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& proto);
+
+// Recomputes plan.stats from its messages and rounds.
+PlanStats ComputePlanStats(const Plan& plan);
+
+enum class Side { kSrc, kDst };
+
+// The part of `plan` that `rank` of `side` takes part in: its messages (as
+// sender for kSrc, receiver for kDst) and their segments, the records those
+// segments name on both sides and their buffers (renumbered in original
+// order), the rounds containing them (original order and lanes kept, rounds
+// without them dropped), all tensors, and the options and fingerprint of the
+// whole plan. Stats are those of the slice. A rank outside the side's world
+// gives an empty slice.
+Plan ExtractSlice(const Plan& plan, Side side, int rank);
+
+}  // namespace refit
+
+#endif  // REFIT_RESHARD_PLAN_CODEC_H_
