@@ -1,0 +1,91 @@
+// Summary of a transfer Plan for `refit plan`: bytes per rank, message
+// histogram, staging peaks and a predicted refit time under a simple link
+// model. Independent of mapping: works on any reshard::Plan.
+#ifndef REFIT_TOOLS_CLI_PLAN_SUMMARY_H_
+#define REFIT_TOOLS_CLI_PLAN_SUMMARY_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "reshard/plan.h"
+
+namespace refit {
+
+// Link model. Host placement assumption (documented in --help):
+//  * colocated == false (default): trainer and engine GPUs are on separate
+//    hosts: trainer rank r on host r / gpus_per_host, engine rank r on host
+//    ceil(T / gpus_per_host) + r / gpus_per_host. Every transfer then crosses
+//    hosts and uses the network bandwidth.
+//  * colocated == true: trainer rank r and engine rank r share host
+//    r / gpus_per_host; a transfer between ranks on the same host uses NVLink.
+struct LinkModel {
+  int32_t gpus_per_host = 8;
+  bool colocated = false;
+  double nvlink_gbps = 370.0;  // GB/s (1e9 bytes/s) per GPU, intra-host
+  double net_gbps = 50.0;      // GB/s per GPU, inter-host
+};
+
+struct RankBytes {
+  int32_t rank = 0;
+  int64_t bytes = 0;
+};
+
+struct HistogramBin {
+  std::string label;     // e.g. "[64KiB, 1MiB)"
+  int64_t lo = 0;        // inclusive
+  int64_t hi = 0;        // exclusive; 0 = unbounded
+  int64_t count = 0;
+  int64_t bytes = 0;
+};
+
+struct PlanSummary {
+  int64_t total_bytes = 0;
+  int32_t src_world = 0;
+  int32_t dst_world = 0;
+  int64_t sent_max = 0;
+  double sent_mean = 0;
+  std::vector<RankBytes> busiest_senders;    // up to 5, bytes descending
+  int64_t received_max = 0;
+  double received_mean = 0;
+  std::vector<RankBytes> busiest_receivers;  // up to 5
+  int64_t num_segments = 0;
+  int64_t num_messages = 0;
+  int64_t num_rounds = 0;
+  std::vector<HistogramBin> histogram;       // message sizes
+  int64_t peak_staging_src = 0;              // max over src ranks
+  int64_t peak_staging_dst = 0;              // max over dst ranks
+  int64_t intra_host_bytes = 0;
+  int64_t inter_host_bytes = 0;
+  double predicted_seconds = 0;              // slowest rank
+  std::string slowest_rank;                  // e.g. "trainer 3" / "engine 7"
+  // Bytes from each source group (trainer host, or PP stage when the plan
+  // has stages) to each engine host: [src_group][engine_host].
+  std::vector<std::vector<int64_t>> heat;
+  std::string heat_rows_label;               // "trainer host" / "PP stage"
+};
+
+// Host of trainer rank `r` / engine rank `r` under `link` (see LinkModel).
+int32_t TrainerHost(const LinkModel& link, int32_t src_world, int32_t r);
+int32_t EngineHost(const LinkModel& link, int32_t src_world, int32_t r);
+
+// Summarizes `plan`. Fails with INVALID_ARGUMENT if gpus_per_host < 1, a
+// bandwidth is not positive, or a message names a rank outside its world.
+absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
+                                          const LinkModel& link);
+
+// Human-readable text (what `refit plan` prints).
+std::string FormatSummaryText(const PlanSummary& s);
+// The same as one JSON document.
+std::string FormatSummaryJson(const PlanSummary& s);
+// An SVG heat map of PlanSummary::heat with labels and a color legend.
+std::string RenderHeatmapSvg(const PlanSummary& s, const std::string& title);
+
+// "1.50 GiB" style.
+std::string HumanBytes(int64_t bytes);
+
+}  // namespace refit
+
+#endif  // REFIT_TOOLS_CLI_PLAN_SUMMARY_H_

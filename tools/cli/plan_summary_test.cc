@@ -1,0 +1,126 @@
+// Tests of the plan summary on hand-made Plans (no mapping, no planner).
+#include "tools/cli/plan_summary.h"
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace refit {
+namespace {
+
+Message Msg(int32_t src, int32_t dst, int32_t round, int64_t bytes) {
+  Message m;
+  m.src_rank = src;
+  m.dst_rank = dst;
+  m.round = round;
+  m.bytes = bytes;
+  return m;
+}
+
+// 4 trainer ranks (2 per host), 2 engine ranks.
+Plan HandPlan() {
+  Plan p;
+  p.src.world_size = 4;
+  p.dst.world_size = 2;
+  p.segments.resize(5);
+  p.messages = {Msg(0, 0, 0, 1000), Msg(1, 0, 0, 3000), Msg(2, 1, 1, 8 << 20),
+                Msg(3, 1, 1, 100), Msg(0, 1, 1, 5000)};
+  p.rounds.resize(2);
+  p.stats.staging_src = {10, 20, 300, 5};
+  p.stats.staging_dst = {40, 7};
+  return p;
+}
+
+TEST(PlanSummaryTest, SeparateHostsAllNetwork) {
+  LinkModel link;
+  link.gpus_per_host = 2;
+  link.net_gbps = 1.0;  // 1e9 B/s
+  auto s = SummarizePlan(HandPlan(), link);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const int64_t total = 1000 + 3000 + (8 << 20) + 100 + 5000;
+  EXPECT_EQ(s->total_bytes, total);
+  EXPECT_EQ(s->sent_max, 8 << 20);
+  EXPECT_EQ(s->busiest_senders[0].rank, 2);
+  EXPECT_EQ(s->busiest_senders[1].rank, 0);  // 6000 bytes
+  EXPECT_EQ(s->busiest_senders[1].bytes, 6000);
+  EXPECT_EQ(s->received_max, (8 << 20) + 100 + 5000);
+  EXPECT_DOUBLE_EQ(s->received_mean, total / 2.0);
+  EXPECT_EQ(s->num_segments, 5);
+  EXPECT_EQ(s->num_messages, 5);
+  EXPECT_EQ(s->num_rounds, 2);
+  EXPECT_EQ(s->peak_staging_src, 300);
+  EXPECT_EQ(s->peak_staging_dst, 40);
+  EXPECT_EQ(s->intra_host_bytes, 0);
+  EXPECT_EQ(s->inter_host_bytes, total);
+  // Engine rank 1 receives the most; all at 1e9 B/s.
+  EXPECT_NEAR(s->predicted_seconds, ((8 << 20) + 5100) / 1e9, 1e-12);
+  EXPECT_EQ(s->slowest_rank, "engine rank 1");
+  int64_t count = 0, bytes = 0;
+  for (const auto& b : s->histogram) {
+    count += b.count;
+    bytes += b.bytes;
+  }
+  EXPECT_EQ(count, 5);
+  EXPECT_EQ(bytes, total);
+  // Heat: trainer hosts {0,1} x engine host {0}.
+  ASSERT_EQ(s->heat.size(), 2u);
+  ASSERT_EQ(s->heat[0].size(), 1u);
+  EXPECT_EQ(s->heat[0][0], 1000 + 3000 + 5000);
+  EXPECT_EQ(s->heat[1][0], (8 << 20) + 100);
+}
+
+TEST(PlanSummaryTest, ColocatedUsesNvlinkOnSameHost) {
+  LinkModel link;
+  link.gpus_per_host = 2;
+  link.colocated = true;
+  link.nvlink_gbps = 100.0;
+  link.net_gbps = 1.0;
+  auto s = SummarizePlan(HandPlan(), link);
+  ASSERT_TRUE(s.ok()) << s.status();
+  // Engine ranks 0,1 are on host 0 with trainer ranks 0,1.
+  EXPECT_EQ(s->intra_host_bytes, 1000 + 3000 + 5000);
+  EXPECT_EQ(s->inter_host_bytes, (8 << 20) + 100);
+  // Engine rank 1: 8MiB+100 over net + 5000 over nvlink.
+  EXPECT_NEAR(s->predicted_seconds, ((8 << 20) + 100) / 1e9 + 5000 / 100e9,
+              1e-12);
+}
+
+TEST(PlanSummaryTest, HeatByStageWhenStagesExist) {
+  Plan p = HandPlan();
+  p.src.stage_of_rank = {0, 0, 1, 1};
+  auto s = SummarizePlan(p, LinkModel{});
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->heat_rows_label, "trainer PP stage");
+  ASSERT_EQ(s->heat.size(), 2u);
+  EXPECT_EQ(s->heat[1][0], (8 << 20) + 100);
+}
+
+TEST(PlanSummaryTest, RejectsBadInputs) {
+  LinkModel link;
+  link.gpus_per_host = 0;
+  EXPECT_EQ(SummarizePlan(HandPlan(), link).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  Plan p = HandPlan();
+  p.messages.push_back(Msg(9, 0, 0, 1));
+  auto s = SummarizePlan(p, LinkModel{});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("9 -> 0"), std::string::npos);
+}
+
+TEST(PlanSummaryTest, JsonAndSvgCarryTheNumbers) {
+  auto s = SummarizePlan(HandPlan(), LinkModel{});
+  ASSERT_TRUE(s.ok());
+  auto j = nlohmann::json::parse(FormatSummaryJson(*s));
+  EXPECT_EQ(j["total_bytes"].get<int64_t>(), s->total_bytes);
+  EXPECT_EQ(j["messages"].get<int64_t>(), 5);
+  EXPECT_EQ(j["sent"]["busiest"][0]["rank"].get<int>(), 2);
+  std::string text = FormatSummaryText(*s);
+  EXPECT_NE(text.find("total bytes moved: " + std::to_string(s->total_bytes)),
+            std::string::npos);
+  std::string svg = RenderHeatmapSvg(*s, "t");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("engine host"), std::string::npos);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace refit
