@@ -1,0 +1,32 @@
+#!/bin/bash
+# Runs the `refit` binary as a user would: exit codes and output.
+set -u
+REFIT="${TEST_SRCDIR}/${TEST_WORKSPACE:-refit}/tools/cli/refit"
+[ -x "$REFIT" ] || REFIT="$(find "${TEST_SRCDIR}" -path '*tools/cli/refit' -type f | head -1)"
+fail=0
+check() {  # check NAME WANT_RC PATTERN -- cmd...
+  local name=$1 want=$2 pat=$3; shift 4
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" != "$want" ]; then echo "FAIL $name: rc=$rc want $want"; echo "$out"; fail=1; return; fi
+  if ! grep -qE -- "$pat" <<<"$out"; then echo "FAIL $name: no /$pat/ in:"; echo "$out"; fail=1; return; fi
+  echo "ok $name"
+}
+check top-help 0 'refit plan' -- "$REFIT" --help
+check plan-help 0 '--heatmap FILE.svg' -- "$REFIT" plan --help
+check no-command 2 'missing command' -- "$REFIT"
+check unknown-flag 2 'unknown flag --bogus' -- "$REFIT" plan --bogus 1
+check missing-model 2 'required' -- "$REFIT" plan --trainer fsdp:dp=2 --engine vllm:tp=2
+check tiny-plan 0 'total bytes moved: [1-9]' -- "$REFIT" plan --model tiny-qwen3 \
+  --trainer megatron:tp=2,pp=2,dp=1 --engine vllm:tp=2,dp=2
+check tiny-json 0 '"total_bytes": [1-9]' -- "$REFIT" plan --model tiny-qwen3 \
+  --trainer fsdp:dp=4 --engine vllm:tp=2,dp=1 --json
+check bad-tp 1 'error' -- "$REFIT" plan --model tiny-qwen3 \
+  --trainer fsdp:dp=2 --engine vllm:tp=7,dp=1
+check bad-spec 1 'error' -- "$REFIT" plan --model tiny-qwen3 \
+  --trainer megatron:tq=2 --engine vllm:tp=2
+svg="${TEST_TMPDIR:-/tmp}/h.svg"
+check heatmap 0 'predicted refit time' -- "$REFIT" plan --model tiny-qwen3 \
+  --trainer megatron:tp=2,pp=2,dp=1 --engine vllm:tp=2,dp=2 --heatmap "$svg"
+grep -q '</svg>' "$svg" || { echo "FAIL heatmap file"; fail=1; }
+exit $fail

@@ -1,0 +1,79 @@
+// `refit plan` implementation (see plan_command.h).
+#include "tools/cli/plan_command.h"
+
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "mapping/mapping.h"
+#include "reshard/planner.h"
+
+namespace refit {
+
+absl::Status ParseLinkSpec(const std::string& text, LinkModel* link) {
+  for (absl::string_view kv : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> p = absl::StrSplit(kv, '=');
+    double v = 0;
+    if (!absl::SimpleAtod(p.second, &v) || !(v > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--link: '", kv, "' needs a positive number of GB/s"));
+    }
+    if (p.first == "nvlink") {
+      link->nvlink_gbps = v;
+    } else if (p.first == "net") {
+      link->net_gbps = v;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--link: unknown link class '", p.first, "' (nvlink, net)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
+  if (opt.model.empty() || opt.trainer.empty() || opt.engine.empty()) {
+    return absl::InvalidArgumentError(
+        "--model, --trainer and --engine are required");
+  }
+  REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(opt.model));
+  REFIT_RETURN_IF_ERROR(SetWeightDType(&model, opt.dtype));
+  REFIT_ASSIGN_OR_RETURN(TrainerSpec ts, ParseTrainerSpec(opt.trainer));
+  REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(opt.engine));
+  ts.gpus_per_host = es.gpus_per_host = opt.link.gpus_per_host;
+  REFIT_ASSIGN_OR_RETURN(MappedSide src, BuildTrainerLayout(model, ts));
+  REFIT_ASSIGN_OR_RETURN(MappedSide dst, BuildEngineLayout(model, es));
+  PlannerOptions po;
+  po.staging_budget_bytes = opt.staging_mib << 20;
+  po.num_lanes = opt.lanes;
+  REFIT_ASSIGN_OR_RETURN(Plan plan, BuildPlan(src.layout, dst.layout, po));
+  REFIT_ASSIGN_OR_RETURN(PlanSummary s, SummarizePlan(plan, opt.link));
+  if (!opt.heatmap.empty()) {
+    std::ofstream f(opt.heatmap);
+    f << RenderHeatmapSvg(s, absl::StrCat(opt.model, ": ", opt.trainer,
+                                          " -> ", opt.engine));
+    if (!f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--heatmap: cannot write ", opt.heatmap));
+    }
+  }
+  if (opt.json) return FormatSummaryJson(s);
+  std::string out = absl::StrCat("model: ", opt.model, " (", opt.dtype,
+                                 ")\ntrainer: ", TrainerSpecString(ts),
+                                 "\nengine: ", EngineSpecString(es), "\n");
+  if (ts.kind == TrainerSpec::Kind::kMegatron && ts.pp > 1 &&
+      ts.first == 0 && ts.last == 0) {
+    auto layers = PipelineStageLayers(model.num_layers, ts);
+    if (layers.ok()) {
+      absl::StrAppend(&out, "pipeline stages split evenly (no first=/last=): ",
+                      absl::StrJoin(*layers, ","), " layers\n");
+    }
+  }
+  absl::StrAppend(&out, "plan fingerprint: ", plan.fingerprint, "\n",
+                  FormatSummaryText(s));
+  return out;
+}
+
+}  // namespace refit

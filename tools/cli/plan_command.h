@@ -1,0 +1,37 @@
+// `refit plan`: model + trainer/engine specs -> mapping -> planner ->
+// summary (text, JSON, SVG heat map). Flag parsing lives in refit_main.cc.
+#ifndef REFIT_TOOLS_CLI_PLAN_COMMAND_H_
+#define REFIT_TOOLS_CLI_PLAN_COMMAND_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "tools/cli/plan_summary.h"
+
+namespace refit {
+
+struct PlanCommandOptions {
+  std::string model;    // built-in name or config.json path
+  std::string trainer;  // "megatron:tp=..,pp=..." or "fsdp:dp=.."
+  std::string engine;   // "vllm:tp=..,dp=..[,ep=..]"
+  std::string dtype = "bf16";
+  LinkModel link;
+  int64_t staging_mib = 512;
+  int32_t lanes = 2;
+  bool json = false;
+  std::string heatmap;  // SVG path, empty = none
+};
+
+// Runs the dry run and returns what to print on stdout. Fails with the
+// mapping's or planner's status (INVALID_ARGUMENT naming the tensor, ranks or
+// spec key) annotated with the step that failed.
+absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt);
+
+// Parses "nvlink=370,net=50" into `link` (GB/s). INVALID_ARGUMENT on an
+// unknown key or a non-positive number.
+absl::Status ParseLinkSpec(const std::string& text, LinkModel* link);
+
+}  // namespace refit
+
+#endif  // REFIT_TOOLS_CLI_PLAN_COMMAND_H_

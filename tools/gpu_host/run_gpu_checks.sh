@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs refit's GPU checks from a bundle on a GPU host (no build there).
+#   tools/gpu_host/run_gpu_checks.sh BUNDLE_DIR [NUM_GPUS]
+# Uses the torch venv's NCCL 2.28.9 when present (the version built against).
+set -uo pipefail
+dir=$1
+gpus=${2:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+venv_nccl=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
+[ -d "$venv_nccl" ] && export LD_LIBRARY_PATH="$venv_nccl:${LD_LIBRARY_PATH:-}"
+nvidia-smi -L
+echo "== nccl_patterns_gpu on $gpus GPUs, 2 lanes"
+"$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=2
+rc1=$?
+echo "== nccl_patterns_gpu on $gpus GPUs, 1 lane"
+"$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=1
+rc2=$?
+echo "exit codes: lanes2=$rc1 lanes1=$rc2"
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]
