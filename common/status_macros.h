@@ -26,6 +26,13 @@ inline absl::Status AnnotateStatus(const absl::Status& status,
                       absl::StrCat(context, ": ", status.message()));
 }
 
+// The StatusOr form: the value passes through; an error is annotated.
+template <typename T>
+absl::StatusOr<T> AnnotateStatus(absl::StatusOr<T> v, absl::string_view context) {
+  if (v.ok()) return v;
+  return AnnotateStatus(v.status(), context);
+}
+
 namespace internal_status {
 inline absl::Status AsStatus(absl::Status s) { return s; }
 template <typename T>

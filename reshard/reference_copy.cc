@@ -97,49 +97,113 @@ uint64_t NameHash(const std::string& name) {
   return h;
 }
 
-uint8_t PatternByte(uint64_t name_hash, int64_t index, int64_t k) {
-  uint64_t x = name_hash ^ (static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ULL) ^
-               (static_cast<uint64_t>(k) << 56);
+uint64_t PatternWord(uint64_t name_hash, int64_t index, uint64_t seed) {
+  uint64_t x = name_hash ^ (seed * 0xD6E8FEB86659FD93ULL) ^
+               (static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ULL);
   x ^= x >> 33;
   x *= 0xFF51AFD7ED558CCDULL;
   x ^= x >> 33;
-  return static_cast<uint8_t>(x);
+  x *= 0xC4CEB9FE1A85EC53ULL;
+  x ^= x >> 29;
+  return x;
 }
 
-void FillPattern(const SideLayout& side, const HostBuffers& buffers) {
+uint8_t PatternByte(uint64_t name_hash, int64_t index, int64_t k,
+                    uint64_t seed) {
+  return static_cast<uint8_t>(PatternWord(name_hash, index, seed) >> (8 * k));
+}
+
+namespace {
+
+// Calls row(byte offset table of the innermost dim, base byte offset, base
+// linear index, global indices of the row start) for every innermost row of
+// record r's box. Element j of the row is at base + inner[j] and has linear
+// index lin + j.
+template <typename F>
+void ForEachRow(const Record& r, const TensorSpec& t, int64_t es, F&& row) {
+  if (IsEmpty(r.box)) return;
+  const int n = r.box.rank();
+  if (n == 0) {
+    row(std::vector<int64_t>{0}, r.byte_offset, int64_t{0}, Box::Indices{});
+    return;
+  }
+  std::vector<int64_t> inner(r.box.shape(n - 1));
+  for (int64_t j = 0; j < r.box.shape(n - 1); ++j) {
+    inner[j] = DimOffset(r.dims[n - 1], j) * es;
+  }
+  Box::Indices idx(r.box.origin().begin(), r.box.origin().end());
+  while (true) {
+    int64_t off = r.byte_offset;
+    int64_t lin = 0;
+    for (int d = 0; d < n; ++d) {
+      if (d < n - 1) off += DimOffset(r.dims[d], idx[d] - r.box.origin(d)) * es;
+      lin = lin * t.shape[d] + idx[d];
+    }
+    row(inner, off, lin, idx);
+    int d = n - 2;
+    while (d >= 0 && ++idx[d] == r.box.limit(d)) {
+      idx[d] = r.box.origin(d);
+      --d;
+    }
+    if (d < 0) return;
+  }
+}
+
+bool Selected(const Record& r, const PatternOptions& o) {
+  return o.rank < 0 || r.rank == o.rank;
+}
+
+}  // namespace
+
+void FillPattern(const SideLayout& side, const HostBuffers& buffers,
+                 PatternOptions options) {
   for (const Record& r : side.records) {
+    if (!Selected(r, options)) continue;
     const TensorSpec& t = side.tensors[r.tensor];
     const int64_t es = DTypeSize(t.dtype);
     const uint64_t h = NameHash(t.name);
     uint8_t* b = buffers[r.buffer];
-    ForEachIndex(r.box, [&](const Box::Indices& g) {
-      const int64_t off = ByteOf(r, es, g);
-      const int64_t lin = Linear(t.shape, g);
-      for (int64_t k = 0; k < es; ++k) b[off + k] = PatternByte(h, lin, k);
+    ForEachRow(r, t, es, [&](const std::vector<int64_t>& inner, int64_t off,
+                             int64_t lin, const Box::Indices&) {
+      for (size_t j = 0; j < inner.size(); ++j) {
+        const uint64_t w = PatternWord(h, lin + static_cast<int64_t>(j),
+                                       options.seed);
+        uint8_t* p = b + off + inner[j];
+        for (int64_t k = 0; k < es; ++k) p[k] = static_cast<uint8_t>(w >> (8 * k));
+      }
     });
   }
 }
 
-absl::Status CheckPattern(const SideLayout& side, const HostBuffers& buffers) {
+absl::Status CheckPattern(const SideLayout& side, const HostBuffers& buffers,
+                          PatternOptions options) {
   std::vector<std::string> bad;
   int64_t nbad = 0;
   for (const Record& r : side.records) {
+    if (!Selected(r, options)) continue;
     const TensorSpec& t = side.tensors[r.tensor];
     const int64_t es = DTypeSize(t.dtype);
     const uint64_t h = NameHash(t.name);
     const uint8_t* b = buffers[r.buffer];
-    ForEachIndex(r.box, [&](const Box::Indices& g) {
-      const int64_t off = ByteOf(r, es, g);
-      const int64_t lin = Linear(t.shape, g);
-      for (int64_t k = 0; k < es; ++k) {
-        if (b[off + k] != PatternByte(h, lin, k)) {
-          if (++nbad <= 10) {
-            bad.push_back(absl::StrCat(
-                "tensor ", t.name, " element [", absl::StrJoin(g, ", "),
-                "] on rank ", r.rank, " buffer ", side.buffers[r.buffer].name,
-                " byte ", off + k, " is wrong"));
+    ForEachRow(r, t, es, [&](const std::vector<int64_t>& inner, int64_t off,
+                             int64_t lin, const Box::Indices& row_start) {
+      for (size_t j = 0; j < inner.size(); ++j) {
+        const uint64_t w = PatternWord(h, lin + static_cast<int64_t>(j),
+                                       options.seed);
+        const uint8_t* p = b + off + inner[j];
+        for (int64_t k = 0; k < es; ++k) {
+          if (p[k] != static_cast<uint8_t>(w >> (8 * k))) {
+            if (++nbad <= 10) {
+              Box::Indices g = row_start;
+              if (!g.empty()) g.back() += static_cast<int64_t>(j);
+              bad.push_back(absl::StrCat(
+                  "tensor ", t.name, " element [", absl::StrJoin(g, ", "),
+                  "] on rank ", r.rank, " buffer ",
+                  side.buffers[r.buffer].name, " byte ", off + inner[j] + k,
+                  " is wrong"));
+            }
+            break;
           }
-          break;
         }
       }
     });

@@ -34,18 +34,34 @@ OwnedBuffers AllocateBuffers(const SideLayout& side, uint8_t fill = 0);
 absl::Status ReferenceCopy(const Plan& plan, const HostBuffers& src,
                            const HostBuffers& dst);
 
-// The byte k of the expected value of element `index` (row-major linear
-// index in the global shape) of the tensor named `name`.
-uint8_t PatternByte(uint64_t name_hash, int64_t index, int64_t k);
+// The expected value of element `index` (row-major linear index in the
+// global shape) of the tensor whose NameHash is `name_hash`, for weight
+// version `seed`: a 64-bit word whose low DTypeSize bytes (little endian)
+// are the element's bytes.
+uint64_t PatternWord(uint64_t name_hash, int64_t index, uint64_t seed = 0);
+// Byte k (< 8) of PatternWord(name_hash, index, seed).
+uint8_t PatternByte(uint64_t name_hash, int64_t index, int64_t k,
+                    uint64_t seed = 0);
 uint64_t NameHash(const std::string& name);
 
-// Writes the pattern value into every element of every record of `side`.
-void FillPattern(const SideLayout& side, const HostBuffers& buffers);
+// Which records a pattern fill/check touches, and which version it encodes.
+struct PatternOptions {
+  int32_t rank = -1;   // only records of this rank; -1 = every rank
+  uint64_t seed = 0;   // e.g. the weight version: other seeds differ
+};
 
-// Checks every element of every record of `side` holds its pattern value.
-// Returns OK, or INTERNAL naming the tensor, element, rank and buffer of the
-// first mismatches (at most 10 listed).
-absl::Status CheckPattern(const SideLayout& side, const HostBuffers& buffers);
+// Writes the pattern value into every element of every selected record of
+// `side`. Buffers of unselected ranks may be null. Work is per element but
+// row by row (one offset computation per innermost row), so it is cheap
+// enough for real model sizes.
+void FillPattern(const SideLayout& side, const HostBuffers& buffers,
+                 PatternOptions options = {});
+
+// Checks every element of every selected record of `side` holds its pattern
+// value. Returns OK, or INTERNAL naming the tensor, element, rank and buffer
+// of the first mismatches (at most 10 listed) and how many are wrong.
+absl::Status CheckPattern(const SideLayout& side, const HostBuffers& buffers,
+                          PatternOptions options = {});
 
 }  // namespace refit
 

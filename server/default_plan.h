@@ -1,15 +1,42 @@
-// DefaultPlanFunction: refitd's production plan function (mapping tables +
-// planner). Until the planner library lands it fails every plan with
-// UNIMPLEMENTED, which refitd reports to every member.
+// DefaultPlanFunction: refitd's production plan function — the mapping
+// tables (mapping/) turn every member's model and convention into the two
+// sides' layouts, what each member registered is checked against them, and
+// the planner (reshard/planner.h) builds the plan, cut into one slice per
+// member.
 #ifndef REFIT_SERVER_DEFAULT_PLAN_H_
 #define REFIT_SERVER_DEFAULT_PLAN_H_
 
+#include "reshard/plan.h"
 #include "server/refit_server.h"
 
 namespace refit {
 
+struct DefaultPlanOptions {
+  PlannerOptions planner;  // staging budget, lanes, message cap
+};
+
 // Returns the plan function refitd uses when none is injected.
-PlanFunction DefaultPlanFunction();
+//
+// The membership is: the trainer's ranks (one convention, e.g.
+// "megatron:tp=2,pp=2", or "fsdp:dp=4") and one or more engines, each with
+// its own id and convention ("vllm:tp=2,dp=1", "sglang:tp=4"). Every member
+// names the same model (a built-in name or config.json text). The engines'
+// ranks are numbered one after the other in engine-id order to form the
+// plan's destination side (engine e's rank r is destination rank
+// offset(e) + r), so one plan fills every engine; each engine replica gets
+// its bytes straight from the trainer. Members on one host (same host_id)
+// are preferred as sources when the trainer is replicated.
+//
+// The function fails with INVALID_ARGUMENT naming the member (side, engine,
+// rank) and the parameter when: the members disagree on the model or (within
+// a side / an engine) on the convention; a convention or model cannot be
+// parsed or cannot hold the model (e.g. tp not dividing the heads); a
+// member's world size or rank disagrees with its convention; ranks are
+// missing; a member's registered buffers differ from what the mapping
+// expects of its rank (unknown or missing parameter, shape, dtype, byte
+// size); or the planner rejects the plan (its message, naming tensor, box
+// and ranks).
+PlanFunction DefaultPlanFunction(DefaultPlanOptions options = {});
 
 }  // namespace refit
 

@@ -7,6 +7,7 @@
 //   --min_engines=N              complete engines needed for a plan (1)
 //   --max_buffers=N --max_metadata_bytes=N  registration limits
 //   --heartbeat_timeout_ms=N --round_timeout_s=N
+//   --staging_mib=N (512) --lanes=N (2)  plan: staging budget per rank, lanes
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -50,7 +51,7 @@ int main(int argc, char** argv) {
   const std::set<std::string> known = {
       "address", "tls_cert", "tls_key", "tls_client_ca", "token_file",
       "allow_insecure_non_loopback", "min_engines", "max_buffers",
-      "max_metadata_bytes", "heartbeat_timeout_ms", "round_timeout_s"};
+      "max_metadata_bytes", "staging_mib", "lanes", "heartbeat_timeout_ms", "round_timeout_s"};
   for (int i = 1; i < argc; ++i) {
     absl::string_view a = argv[i];
     if (!absl::ConsumePrefix(&a, "--")) return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument ", argv[i])));
@@ -109,7 +110,15 @@ int main(int argc, char** argv) {
   o.max_metadata_bytes = *max_meta;
   o.heartbeat_timeout = absl::Milliseconds(*hb);
   o.round_timeout = absl::Seconds(*rt);
-  o.plan_function = refit::DefaultPlanFunction();
+  auto staging = get_int("staging_mib", 512);
+  auto lanes = get_int("lanes", 2);
+  for (auto* s : {&staging, &lanes}) {
+    if (!s->ok()) return Fail(s->status());
+  }
+  refit::DefaultPlanOptions plan_options;
+  plan_options.planner.staging_budget_bytes = *staging << 20;
+  plan_options.planner.num_lanes = static_cast<int32_t>(*lanes);
+  o.plan_function = refit::DefaultPlanFunction(plan_options);
 
   auto server = refit::RefitServer::Start(std::move(o));
   if (!server.ok()) return Fail(server.status());

@@ -1,0 +1,151 @@
+// DataPlaneMember (see data_plane.h).
+#include "client/data_plane.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "reshard/gloo_transport.h"
+#include "reshard/plan_codec.h"
+
+namespace refit {
+
+TransportFactory GlooTransportFactory(std::string hostname) {
+  return [hostname](KvStore* store, int32_t rank, int32_t world,
+                    int32_t lanes) -> absl::StatusOr<std::unique_ptr<Transport>> {
+    GlooTransportOptions o;
+    o.num_lanes = lanes;
+    o.hostname = hostname;
+    o.key_prefix = "gloo";
+    REFIT_ASSIGN_OR_RETURN(std::unique_ptr<GlooTransport> t,
+                           GlooTransport::Create(store, rank, world, o));
+    return std::unique_ptr<Transport>(std::move(t));
+  };
+}
+
+absl::StatusOr<std::unique_ptr<DataPlaneMember>> DataPlaneMember::Create(
+    RefitClient* client, std::map<std::string, char*> buffers,
+    DataPlaneOptions options) {
+  if (client == nullptr) return absl::InvalidArgumentError("client is null");
+  for (const auto& [name, p] : buffers) {
+    if (p == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("buffer ", name, ": address is null"));
+    }
+  }
+  if (!options.transport) options.transport = GlooTransportFactory();
+  std::unique_ptr<DataPlaneMember> m(new DataPlaneMember());
+  m->client_ = client;
+  m->buffers_ = std::move(buffers);
+  m->options_ = std::move(options);
+  return m;
+}
+
+DataPlaneMember::~DataPlaneMember() { Disconnect(); }
+
+absl::Status DataPlaneMember::Prepare(absl::Time deadline) {
+  Disconnect();
+  fingerprint_.clear();
+  REFIT_ASSIGN_OR_RETURN(v1::AwaitPlanResponse resp, client_->AwaitPlan(deadline));
+  REFIT_ASSIGN_OR_RETURN(
+      plan_, AnnotateStatus(FromProto(resp.slice()), "plan slice from refitd"));
+  fingerprint_ = resp.fingerprint();
+  const v1::Bootstrap& boot = resp.bootstrap();
+  global_rank_ = boot.global_rank();
+  global_world_ = boot.global_world();
+  if (global_world_ != plan_.src.world_size + plan_.dst.world_size ||
+      global_rank_ < 0 || global_rank_ >= global_world_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bootstrap rank ", global_rank_, " of ", global_world_,
+        " does not fit the plan (", plan_.src.world_size, " trainer + ",
+        plan_.dst.world_size, " engine ranks)"));
+  }
+  const bool source = global_rank_ < plan_.src.world_size;
+  const PlanSide side = source ? PlanSide::kSource : PlanSide::kDestination;
+  const int32_t rank =
+      source ? global_rank_ : global_rank_ - plan_.src.world_size;
+  const SideLayout& layout = source ? plan_.src : plan_.dst;
+  std::vector<char*> ptrs(layout.buffers.size(), nullptr);
+  for (size_t b = 0; b < layout.buffers.size(); ++b) {
+    if (layout.buffers[b].rank != rank) continue;
+    auto it = buffers_.find(layout.buffers[b].name);
+    if (it == buffers_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the plan needs buffer ", layout.buffers[b].name, " of ",
+          source ? "trainer" : "engine", " rank ", rank,
+          ", which this member did not give"));
+    }
+    ptrs[b] = it->second;
+  }
+  kv_prefix_ = boot.kv_prefix();
+  num_lanes_ = std::max<int32_t>(1, boot.num_lanes());
+  side_ = side;
+  rank_ = rank;
+  ptrs_ = std::move(ptrs);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
+                                                   absl::Time deadline) {
+  if (ptrs_.empty() && plan_.messages.empty() && fingerprint_.empty()) {
+    return absl::FailedPreconditionError("no plan: call Prepare() first");
+  }
+  absl::StatusOr<RunStats> stats = Connect(version, deadline);
+  if (stats.ok()) stats = executor_->Run(deadline);
+  if (!stats.ok()) {
+    Disconnect();  // a failed executor/transport must not run again
+    // Tell refitd (best effort: it may be the reason) and let it abort the
+    // round for everyone.
+    absl::Status r = client_->ReportFailed(
+        version, std::string(stats.status().message()),
+        std::min(deadline, absl::Now() + absl::Seconds(10)));
+    (void)r;
+    return AnnotateStatus(stats.status(),
+                          absl::StrCat("round ", version, " data plane"));
+  }
+  const int64_t bytes = std::max(stats->bytes_sent, stats->bytes_received);
+  absl::Status s =
+      client_->ReportDone(version, bytes, stats->seconds, "", deadline);
+  if (s.ok()) s = client_->AwaitOutcome(version, deadline);
+  if (!s.ok()) {
+    // An aborted round may have left any peer's transport broken: every
+    // member reconnects for the next round.
+    Disconnect();
+    return s;
+  }
+  return *stats;
+}
+
+absl::StatusOr<RunStats> DataPlaneMember::Connect(int64_t version,
+                                                  absl::Time deadline) {
+  if (executor_ != nullptr) return RunStats{};
+  // A fresh key namespace per connection: every member connects at the same
+  // round (the first after Prepare or after an aborted round).
+  store_ = std::make_unique<GrpcKvStore>(
+      client_, absl::StrCat(kv_prefix_, "/v", version));
+  REFIT_ASSIGN_OR_RETURN(
+      transport_,
+      AnnotateStatus(options_.transport(store_.get(), global_rank_,
+                                        global_world_, num_lanes_),
+                     "data-plane transport"));
+  ExecutorOptions eo;
+  eo.verify = options_.verify;
+  if (options_.copy_engine) {
+    copy_engine_ = options_.copy_engine(transport_.get());
+    eo.copy_engine = copy_engine_.get();
+  }
+  REFIT_ASSIGN_OR_RETURN(
+      executor_, Executor::Create(plan_, side_, rank_, ptrs_, transport_.get(), eo));
+  (void)deadline;
+  return RunStats{};
+}
+
+void DataPlaneMember::Disconnect() {
+  executor_.reset();
+  copy_engine_.reset();
+  transport_.reset();
+  store_.reset();
+}
+
+}  // namespace refit

@@ -1,0 +1,116 @@
+// DataPlaneMember: the data-plane half of the client library. After a
+// member registered its buffers with refitd (RefitClient::Register), it
+// turns the member's plan slice into an Executor over the member's own
+// buffers and a Transport bootstrapped through refitd's key-value store,
+// and runs each announced round: move the bytes, report done (bytes,
+// seconds) or failed (the reason), and wait for refitd's commit or abort.
+//
+//   RefitClient* c = ...;                        // connected, registered
+//   auto m = DataPlaneMember::Create(c, {{"model.embed_tokens.weight", p}, ...});
+//   REFIT_RETURN_IF_ERROR((*m)->Prepare(absl::Now() + absl::Minutes(5)));
+//   // trainer rank 0: c->StartRound(v, deadline);
+//   REFIT_ASSIGN_OR_RETURN(int64_t v, c->WaitForRound(deadline));
+//   REFIT_ASSIGN_OR_RETURN(RunStats s, (*m)->RunRound(v, deadline));
+//
+// Buffers are written in place (engines) or only read (trainers): the
+// member never allocates or moves them.
+#ifndef REFIT_CLIENT_DATA_PLANE_H_
+#define REFIT_CLIENT_DATA_PLANE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/grpc_kv_store.h"
+#include "client/refit_client.h"
+#include "reshard/executor.h"
+#include "reshard/kv_store.h"
+#include "reshard/plan.h"
+#include "reshard/transport.h"
+
+namespace refit {
+
+// Creates the transport of one plan: `store` is the plan's key namespace on
+// refitd, `rank`/`world` the member's global data-plane rank and the world
+// (trainer ranks first, then engines), `lanes` the plan's lane count.
+using TransportFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Transport>>(
+        KvStore* store, int32_t rank, int32_t world, int32_t lanes)>;
+
+// The host transport (Gloo over TCP on `hostname`).
+TransportFactory GlooTransportFactory(std::string hostname = "127.0.0.1");
+
+struct DataPlaneOptions {
+  TransportFactory transport;  // empty = GlooTransportFactory()
+  // Copies and staging of the executor (e.g. a device CopyEngine made for
+  // the transport); called once per plan. Empty = host memcpy.
+  std::function<std::unique_ptr<CopyEngine>(Transport*)> copy_engine;
+  bool verify = false;  // per-segment checksums compared by both sides
+};
+
+class DataPlaneMember {
+ public:
+  // `client` (connected and registered) must outlive the member. `buffers`
+  // maps every registered buffer name to its address. INVALID_ARGUMENT if a
+  // buffer is null.
+  static absl::StatusOr<std::unique_ptr<DataPlaneMember>> Create(
+      RefitClient* client, std::map<std::string, char*> buffers,
+      DataPlaneOptions options = {});
+  ~DataPlaneMember();
+
+  // Awaits the member's plan (the current membership's) and resolves the
+  // slice's buffers. Fails with the plan's error as refitd reported it (e.g.
+  // the planner's INVALID_ARGUMENT), INVALID_ARGUMENT if the slice names a
+  // buffer this member did not give, or DEADLINE_EXCEEDED.
+  absl::Status Prepare(absl::Time deadline);
+
+  // True when refitd has a newer plan (membership changed): call Prepare
+  // again before the next round.
+  bool PlanChanged() { return client_->PlanChanged(); }
+
+  // Runs the announced round `version`: connects the transport if needed
+  // (the first round after Prepare, or after an aborted round: every member
+  // reconnects then, in the key namespace of that round), executes the
+  // slice (failing by `deadline` at the latest), reports done or failed to
+  // refitd, and waits for the outcome. Returns the member's stats when
+  // refitd committed the round; otherwise the data plane's error, or
+  // ABORTED with refitd's reason when it aborted the round.
+  absl::StatusOr<RunStats> RunRound(int64_t version, absl::Time deadline);
+
+  const Plan& plan() const { return plan_; }
+  const std::string& fingerprint() const { return fingerprint_; }
+  int32_t global_rank() const { return global_rank_; }
+  int32_t global_world() const { return global_world_; }
+
+ private:
+  DataPlaneMember() = default;
+  // Creates transport and executor unless connected. The RunStats is empty.
+  absl::StatusOr<RunStats> Connect(int64_t version, absl::Time deadline);
+  void Disconnect();
+
+  RefitClient* client_ = nullptr;
+  std::map<std::string, char*> buffers_;
+  DataPlaneOptions options_;
+  Plan plan_;
+  std::string fingerprint_;
+  int32_t global_rank_ = 0;
+  int32_t global_world_ = 0;
+  std::string kv_prefix_;
+  int32_t num_lanes_ = 1;
+  PlanSide side_ = PlanSide::kSource;
+  int32_t rank_ = 0;
+  std::vector<char*> ptrs_;  // per buffer of this side of the slice
+  std::unique_ptr<GrpcKvStore> store_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<CopyEngine> copy_engine_;
+  std::unique_ptr<Executor> executor_;
+};
+
+}  // namespace refit
+
+#endif  // REFIT_CLIENT_DATA_PLANE_H_

@@ -1,0 +1,293 @@
+// refit_demo: a whole refit on this machine — refitd plus one process per
+// trainer rank and engine rank (refit_demo_member), talking over loopback:
+// registration, planning on refitd (mapping tables + planner), plan slices,
+// then N rounds of weight versions moved over the host transport with every
+// engine byte checked. Prints a table per round and a final verification
+// line with the achieved GB/s; exits 0 only if every round committed and
+// every engine rank holds exactly the trainer's bytes.
+//
+// Flags (--name=value):
+//   --refitd=PATH --member=PATH   the two binaries
+//   --model=NAME                  built-in model (default qwen3-0.6b)
+//   --trainer=SPEC                trainer layout (default megatron:tp=2)
+//   --engines=SPEC[;SPEC...]      one engine per spec, ids e0, e1, ...
+//                                 (default vllm:tp=1;vllm:tp=2)
+//   --rounds=N (3)  --deadline_s=S (300)  --lanes=K (2)  --staging_mib=M (64)
+//   --verify                      executor verify mode as well
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "mapping/parallel_spec.h"
+
+namespace {
+
+struct Proc {
+  std::string name;
+  pid_t pid = -1;
+  std::string log;  // path of its stdout+stderr
+  int status = -1;  // wait status once exited
+  bool done = false;
+};
+
+// Starts argv with stdout/stderr to `log`.
+bool Spawn(Proc* p, const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    int fd = open(p->log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    setpgid(0, 0);
+    execv(argv[0], argv.data());
+    std::perror("execv");
+    _exit(127);
+  }
+  p->pid = pid;
+  return true;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void KillAll(std::vector<Proc>& ps) {
+  for (Proc& p : ps) {
+    if (!p.done && p.pid > 0) kill(p.pid, SIGKILL);
+  }
+  for (Proc& p : ps) {
+    if (!p.done && p.pid > 0) {
+      waitpid(p.pid, &p.status, 0);
+      p.done = true;
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> f = {
+      {"model", "qwen3-0.6b"},   {"trainer", "megatron:tp=2"},
+      {"engines", "vllm:tp=1;vllm:tp=2"}, {"rounds", "3"},
+      {"deadline_s", "300"},     {"lanes", "2"},
+      {"staging_mib", "64"}};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) {
+      std::fprintf(stderr, "refit_demo: unexpected argument %s\n", a.c_str());
+      return 2;
+    }
+    const size_t eq = a.find('=');
+    f[a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)] =
+        eq == std::string::npos ? "" : a.substr(eq + 1);
+  }
+  if (f["refitd"].empty() || f["member"].empty()) {
+    std::fprintf(stderr, "refit_demo: --refitd=PATH and --member=PATH are required\n");
+    return 2;
+  }
+  int64_t rounds = 3, deadline_s = 300;
+  if (!absl::SimpleAtoi(f["rounds"], &rounds) || rounds < 1 ||
+      !absl::SimpleAtoi(f["deadline_s"], &deadline_s) || deadline_s < 1) {
+    std::fprintf(stderr, "refit_demo: --rounds and --deadline_s need positive integers\n");
+    return 2;
+  }
+  auto ts = refit::ParseTrainerSpec(f["trainer"]);
+  if (!ts.ok()) {
+    std::fprintf(stderr, "refit_demo: --trainer: %s\n", std::string(ts.status().message()).c_str());
+    return 2;
+  }
+  std::vector<std::pair<std::string, refit::EngineSpec>> engines;
+  for (absl::string_view spec : absl::StrSplit(f["engines"], ';', absl::SkipEmpty())) {
+    auto es = refit::ParseEngineSpec(spec);
+    if (!es.ok()) {
+      std::fprintf(stderr, "refit_demo: --engines: %s\n", std::string(es.status().message()).c_str());
+      return 2;
+    }
+    engines.push_back({std::string(spec), *es});
+  }
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/refit_demo.", getpid());
+  mkdir(dir.c_str(), 0755);
+
+  std::vector<Proc> procs;
+  Proc refitd{"refitd", -1, dir + "/refitd.log"};
+  if (!Spawn(&refitd, {f["refitd"], "--address=127.0.0.1:0", "--heartbeat_timeout_ms=5000",
+                       absl::StrCat("--lanes=", f["lanes"]),
+                       absl::StrCat("--staging_mib=", f["staging_mib"]),
+                       absl::StrCat("--min_engines=", engines.size())})) {
+    std::perror("fork");
+    return 1;
+  }
+  int port = 0;
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (port == 0 && absl::Now() < until) {
+    std::string out = ReadAll(refitd.log);
+    size_t at = out.find("listening on port ");
+    if (at != std::string::npos) {
+      size_t end = out.find('\n', at);
+      if (end != std::string::npos &&
+          !absl::SimpleAtoi(out.substr(at + 18, end - at - 18), &port)) {
+        port = -1;
+      }
+    }
+    if (waitpid(refitd.pid, &refitd.status, WNOHANG) == refitd.pid) {
+      std::fprintf(stderr, "refitd exited early:\n%s", out.c_str());
+      return 1;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (port <= 0) {
+    std::fprintf(stderr, "refitd did not report its port:\n%s", ReadAll(refitd.log).c_str());
+    kill(refitd.pid, SIGKILL);
+    return 1;
+  }
+  const std::string server = absl::StrCat("--server=127.0.0.1:", port);
+  std::printf("refitd on 127.0.0.1:%d; model %s; trainer %s (%d ranks); ", port,
+              f["model"].c_str(), f["trainer"].c_str(), ts->world_size());
+  for (size_t e = 0; e < engines.size(); ++e) {
+    std::printf("engine e%zu %s (%d ranks)%s", e, engines[e].first.c_str(),
+                engines[e].second.world_size(), e + 1 < engines.size() ? ", " : "\n");
+  }
+  std::fflush(stdout);
+
+  const std::vector<std::string> common = {
+      server, "--model=" + f["model"], "--rounds=" + f["rounds"],
+      "--deadline_s=" + f["deadline_s"]};
+  auto add = [&](const std::string& name, std::vector<std::string> args) {
+    Proc p{name, -1, absl::StrCat(dir, "/", name, ".log")};
+    args.insert(args.begin(), f["member"]);
+    args.insert(args.end(), common.begin(), common.end());
+    if (f.count("verify")) args.push_back("--verify");
+    if (!Spawn(&p, args)) std::perror("fork");
+    procs.push_back(p);
+  };
+  for (int r = 0; r < ts->world_size(); ++r) {
+    std::vector<std::string> a = {"--side=trainer", absl::StrCat("--rank=", r),
+                                  "--convention=" + f["trainer"]};
+    if (r == 0) a.push_back("--start");
+    add(absl::StrCat("trainer", r), a);
+  }
+  for (size_t e = 0; e < engines.size(); ++e) {
+    for (int r = 0; r < engines[e].second.world_size(); ++r) {
+      add(absl::StrCat("engine_e", e, "_", r),
+          {"--side=engine", absl::StrCat("--engine_id=e", e),
+           absl::StrCat("--rank=", r), "--convention=" + engines[e].first});
+    }
+  }
+
+  // Wait for every member; after the first failure the others get the
+  // deadline to fail by themselves (they must not hang), then are killed.
+  const absl::Time hard = absl::Now() + absl::Seconds(deadline_s + 30);
+  bool failed = false;
+  size_t left = procs.size();
+  while (left > 0 && absl::Now() < hard) {
+    for (Proc& p : procs) {
+      if (p.done) continue;
+      if (waitpid(p.pid, &p.status, WNOHANG) == p.pid) {
+        p.done = true;
+        --left;
+        if (!WIFEXITED(p.status) || WEXITSTATUS(p.status) != 0) failed = true;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  const bool hung = left > 0;
+  KillAll(procs);
+  kill(refitd.pid, SIGTERM);
+  waitpid(refitd.pid, &refitd.status, 0);
+
+  // Per round: bytes received by engines, slowest member's data-plane time.
+  std::map<int64_t, std::pair<int64_t, double>> per_round;
+  std::map<int64_t, int> checked;
+  int64_t staging = 0;
+  std::string fingerprint;
+  for (const Proc& p : procs) {
+    std::istringstream in(ReadAll(p.log));
+    std::string line;
+    while (std::getline(in, line)) {
+      long long v = 0, sent = 0, recv = 0, stg = 0;
+      double sec = 0;
+      char who[128], check[32];
+      if (std::sscanf(line.c_str(),
+                      "round %lld %127[^:]: sent %lld received %lld bytes in %lf s, "
+                      "staging %lld, bytes %31s",
+                      &v, who, &sent, &recv, &sec, &stg, check) == 7) {
+        per_round[v].first += recv;
+        per_round[v].second = std::max(per_round[v].second, sec);
+        if (std::string(check) == "equal") ++checked[v];
+        staging = std::max<int64_t>(staging, stg);
+      }
+      if (fingerprint.empty() && line.rfind("plan ", 0) == 0) {
+        size_t c = line.find(": ");
+        if (c != std::string::npos) {
+          fingerprint = line.substr(c + 2, line.find(' ', c + 2) - c - 2);
+        }
+      }
+    }
+  }
+  int engine_ranks = 0;
+  for (const auto& e : engines) engine_ranks += e.second.world_size();
+  std::printf("plan fingerprint %s, peak staging per rank %.1f MiB\n",
+              fingerprint.c_str(), staging / 1048576.0);
+  std::printf("%8s %14s %12s %10s %18s\n", "version", "bytes", "seconds", "GB/s",
+              "engine ranks equal");
+  int64_t total = 0, steady_bytes = 0;
+  double secs = 0;
+  bool all_checked = static_cast<int64_t>(per_round.size()) == rounds;
+  for (const auto& [v, bs] : per_round) {
+    std::printf("%8lld %14lld %12.4f %10.2f %12d of %d\n", static_cast<long long>(v),
+                static_cast<long long>(bs.first), bs.second,
+                bs.second > 0 ? bs.first / bs.second / 1e9 : 0.0, checked[v],
+                engine_ranks);
+    if (checked[v] != engine_ranks) all_checked = false;
+    total += bs.first;
+    if (v > 1 || rounds == 1) {
+      steady_bytes += bs.first;
+      secs += bs.second;
+    }
+  }
+  if (failed || hung || !all_checked) {
+    std::printf("FAILED:%s%s%s see the logs below\n", failed ? " a member failed;" : "",
+                hung ? " a member did not finish in time;" : "",
+                all_checked ? "" : " not every round was checked;");
+    for (const Proc& p : procs) {
+      std::string log = ReadAll(p.log);
+      std::printf("--- %s (exit %d)\n%s", p.name.c_str(),
+                  WIFEXITED(p.status) ? WEXITSTATUS(p.status) : -1, log.c_str());
+    }
+    std::printf("--- refitd\n%s", ReadAll(refitd.log).c_str());
+    return 1;
+  }
+  std::printf(
+      "verified: %d engine ranks in %zu engines hold the trainer's bytes exactly "
+      "after each of %lld rounds (%lld bytes checked); %.2f GB/s over the host "
+      "transport%s\n",
+      engine_ranks, engines.size(), static_cast<long long>(rounds),
+      static_cast<long long>(total),
+      secs > 0 ? steady_bytes / secs / 1e9 : 0.0,
+      rounds > 1 ? " (rounds 2.., the first warms up connections)" : "");
+  return 0;
+}

@@ -1,0 +1,207 @@
+// refit_demo_member: one trainer rank or engine worker of the demo refit,
+// as its own process, using the client library exactly as a real member
+// would: it builds its local buffers by its convention (mapping tables),
+// registers them with refitd, awaits its plan slice, and takes part in
+// rounds over the host (Gloo/TCP) transport. Trainer ranks fill their
+// buffers with the pattern of weight version v before round v; engine
+// ranks check, after refitd committed round v, that every byte of every
+// record of theirs holds version v's value — computed from their own
+// mapping, independently of the plan.
+//
+// Flags (--name=value):
+//   --server=HOST:PORT  refitd            --side=trainer|engine
+//   --engine_id=ID (engines)              --rank=R
+//   --model=NAME        built-in model    --convention=SPEC (megatron:tp=2 / vllm:tp=2)
+//   --rounds=N (1)      rounds to take part in
+//   --start             start rounds 1..N (trainer rank 0)
+//   --deadline_s=S (120) bound of every wait
+//   --verify            executor verify mode (per-segment checksums)
+// Prints one line per event; the last line is "ok ..." or "error ...".
+// Exit code 0 only if every round committed and every check passed.
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/data_plane.h"
+#include "client/refit_client.h"
+#include "mapping/layout_builder.h"
+#include "mapping/mapping.h"
+#include "mapping/model_config.h"
+#include "mapping/parallel_spec.h"
+#include "reshard/reference_copy.h"
+
+namespace refit {
+namespace {
+
+struct Flags {
+  std::map<std::string, std::string> f;
+  std::string Get(const std::string& k, const std::string& d = "") const {
+    auto it = f.find(k);
+    return it == f.end() ? d : it->second;
+  }
+  int64_t Int(const std::string& k, int64_t d) const {
+    int64_t v = d;
+    if (f.count(k) && !absl::SimpleAtoi(f.at(k), &v)) v = d;
+    return v;
+  }
+};
+
+int Fail(const std::string& who, const absl::Status& s) {
+  std::printf("error %s: %s\n", who.c_str(), s.ToString().c_str());
+  std::fflush(stdout);
+  return 1;
+}
+
+int Main(const Flags& fl) {
+  const bool trainer = fl.Get("side") == "trainer";
+  const int32_t rank = static_cast<int32_t>(fl.Int("rank", 0));
+  const std::string who =
+      trainer ? absl::StrCat("trainer ", rank)
+              : absl::StrCat("engine ", fl.Get("engine_id"), "/", rank);
+  const absl::Duration wait = absl::Seconds(fl.Int("deadline_s", 120));
+  const int64_t rounds = fl.Int("rounds", 1);
+
+  // The member's own view of its buffers: its convention, its rank.
+  absl::StatusOr<ModelConfig> model = LoadModelConfig(fl.Get("model"));
+  if (!model.ok()) return Fail(who, model.status());
+  absl::StatusOr<MappedSide> side;
+  int32_t world = 0;
+  if (trainer) {
+    auto ts = ParseTrainerSpec(fl.Get("convention"));
+    if (!ts.ok()) return Fail(who, ts.status());
+    world = ts->world_size();
+    side = BuildTrainerLayout(*model, *ts);
+  } else {
+    auto es = ParseEngineSpec(fl.Get("convention"));
+    if (!es.ok()) return Fail(who, es.status());
+    world = es->world_size();
+    side = BuildEngineLayout(*model, *es);
+  }
+  if (!side.ok()) return Fail(who, side.status());
+  std::vector<LocalBuffer> mine = RankBuffers(*side, rank);
+  if (mine.empty()) {
+    return Fail(who, absl::InvalidArgumentError(absl::StrCat(
+                         "rank ", rank, " is outside the world of ", world)));
+  }
+
+  // Allocate (once; never moved) and describe the buffers.
+  std::vector<std::vector<uint8_t>> storage(side->layout.buffers.size());
+  HostBuffers ptrs(side->layout.buffers.size(), nullptr);
+  std::map<std::string, char*> by_name;
+  v1::Registration reg;
+  int64_t total = 0;
+  for (int32_t b = side->rank_begin[rank]; b < side->rank_begin[rank + 1]; ++b) {
+    storage[b].assign(side->layout.buffers[b].byte_size, 0);
+    ptrs[b] = storage[b].data();
+    by_name[side->layout.buffers[b].name] = reinterpret_cast<char*>(ptrs[b]);
+  }
+  for (const LocalBuffer& lb : mine) {
+    v1::LocalBuffer* b = reg.add_buffers();
+    b->set_name(lb.name);
+    for (int64_t d : lb.shape) b->add_shape(d);
+    b->set_dtype(static_cast<int32_t>(lb.dtype));
+    b->set_byte_size(lb.byte_size);
+    total += lb.byte_size;
+  }
+  v1::MemberIdentity* id = reg.mutable_identity();
+  id->set_job("demo");
+  id->set_side(trainer ? v1::SIDE_TRAINER : v1::SIDE_ENGINE);
+  id->set_engine_id(trainer ? "" : fl.Get("engine_id"));
+  id->set_rank(rank);
+  id->set_world_size(world);
+  id->set_host_id("localhost");
+  id->set_device("cpu");
+  reg.set_model_config(fl.Get("model"));
+  reg.set_convention(fl.Get("convention"));
+
+  RefitClient::Options co;
+  co.target = fl.Get("server");
+  co.connect_timeout = wait;
+  co.heartbeat_interval = absl::Milliseconds(500);
+  auto client = RefitClient::Connect(co);
+  if (!client.ok()) return Fail(who, client.status());
+  RefitClient& c = **client;
+  auto member_id = c.Register(reg);
+  if (!member_id.ok()) return Fail(who, member_id.status());
+
+  DataPlaneOptions dpo;
+  dpo.verify = fl.f.count("verify") > 0;
+  auto dp = DataPlaneMember::Create(&c, by_name, dpo);
+  if (!dp.ok()) return Fail(who, dp.status());
+  DataPlaneMember& m = **dp;
+  absl::Status prep = m.Prepare(absl::Now() + wait);
+  if (!prep.ok()) return Fail(who, prep);
+  std::printf("plan %s: %s global rank %d/%d, %zu buffers, %lld bytes\n",
+              who.c_str(), m.fingerprint().c_str(), m.global_rank(),
+              m.global_world(), mine.size(), static_cast<long long>(total));
+  std::fflush(stdout);
+
+  // Like a real trainer, the weights of version v are ready on every
+  // trainer rank before rank 0 starts round v (a barrier through refitd's
+  // key-value store stands in for the trainer's own).
+  const bool start = fl.f.count("start") > 0;
+  for (int64_t v = 1; v <= rounds; ++v) {
+    if (trainer) {
+      FillPattern(side->layout, ptrs, {rank, static_cast<uint64_t>(v)});
+      const std::string key = absl::StrCat("demo/ready/", m.fingerprint(), "/", v);
+      if (rank != 0) {
+        absl::Status s = c.KvSet(absl::StrCat(key, "/", rank), "1", absl::Now() + wait);
+        if (!s.ok()) return Fail(who, s);
+      } else {
+        for (int32_t r = 1; r < world; ++r) {
+          auto s = c.KvGet(absl::StrCat(key, "/", r), absl::Now() + wait);
+          if (!s.ok()) return Fail(who, s.status());
+        }
+      }
+    }
+    if (start) {
+      absl::Status s = c.StartRound(v, absl::Now() + wait);
+      if (!s.ok()) return Fail(who, s);
+    }
+    absl::StatusOr<int64_t> got = c.WaitForRound(absl::Now() + wait);
+    if (!got.ok()) return Fail(who, got.status());
+    if (*got != v) {
+      return Fail(who, absl::InternalError(absl::StrCat(
+                           "refitd announced round ", *got, ", expected ", v)));
+    }
+    absl::StatusOr<RunStats> st = m.RunRound(*got, absl::Now() + wait);
+    if (!st.ok()) return Fail(absl::StrCat(who, " round ", *got), st.status());
+    std::string check = "-";
+    if (!trainer) {
+      absl::Status ok =
+          CheckPattern(side->layout, ptrs, {rank, static_cast<uint64_t>(*got)});
+      if (!ok.ok()) return Fail(absl::StrCat(who, " round ", *got, " check"), ok);
+      check = "equal";
+    }
+    std::printf(
+        "round %lld %s: sent %lld received %lld bytes in %.6f s, staging %lld, "
+        "bytes %s\n",
+        static_cast<long long>(*got), who.c_str(),
+        static_cast<long long>(st->bytes_sent),
+        static_cast<long long>(st->bytes_received), st->seconds,
+        static_cast<long long>(st->peak_staging_bytes), check.c_str());
+    std::fflush(stdout);
+  }
+  (void)c.Leave(absl::Now() + absl::Seconds(5));
+  std::printf("ok %s\n", who.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace refit
+
+int main(int argc, char** argv) {
+  refit::Flags fl;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) continue;
+    const size_t eq = a.find('=');
+    fl.f[a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)] =
+        eq == std::string::npos ? "" : a.substr(eq + 1);
+  }
+  return refit::Main(fl);
+}
