@@ -217,8 +217,11 @@ absl::Status Executor::Unpack(const RoundWork& w, absl::Time deadline) {
   }
   if (!copies.empty()) {
     REFIT_RETURN_IF_ERROR(engine_->Copy(w.lane, copies));
-    // The lane's staging is reused by its next round.
-    REFIT_RETURN_IF_ERROR(engine_->Sync(w.lane, deadline));
+    // The lane's staging is reused by its next round (stream order does
+    // that for ordered engines).
+    if (!engine_->OrderedWithTransport()) {
+      REFIT_RETURN_IF_ERROR(engine_->Sync(w.lane, deadline));
+    }
   }
   return absl::OkStatus();
 }
@@ -254,14 +257,20 @@ absl::StatusOr<RunStats> Executor::Run(absl::Time deadline) {
   std::vector<int> in_flight(num_lanes_, -1);  // index into work_
   hashes_.clear();
   std::vector<char> scratch;
+  // Ordered engines (device copies on the lane's stream): unpack is
+  // enqueued right behind the round, and the host waits only before it
+  // reuses a lane (WaitRound) — no host round trip between pack and send or
+  // between receive and unpack.
+  const bool ordered = engine_->OrderedWithTransport();
   auto finish = [&](int lane) -> absl::Status {
     const int wi = in_flight[lane];
     if (wi < 0) return absl::OkStatus();
     in_flight[lane] = -1;
     REFIT_RETURN_IF_ERROR(transport_->WaitRound(lane, deadline));
     const RoundWork& w = work_[wi];
-    REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
+    if (!ordered) REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
     if (options_.verify) {
+      if (ordered) REFIT_RETURN_IF_ERROR(engine_->Sync(lane, deadline));
       for (const MsgWork& m : w.recvs) {
         const Message& msg = plan_->messages[m.message];
         std::vector<uint64_t>& h = hashes_[m.message];
@@ -275,11 +284,59 @@ absl::StatusOr<RunStats> Executor::Run(absl::Time deadline) {
     }
     return absl::OkStatus();
   };
+  // Queued: an ordered engine on a transport that queues rounds per lane
+  // (NCCL on CUDA streams) gets every round enqueued at once — pack, round,
+  // unpack, in plan order, each lane's stream ordering them (the next
+  // round's pack on a lane reuses its staging only after the previous
+  // round's unpack). The host then only waits for the lanes to drain,
+  // polling for errors against the deadline. Verify keeps the per-round
+  // path (it hashes on the host).
+  const bool queued = ordered && !options_.verify &&
+                      transport_->max_rounds_per_lane() >=
+                          static_cast<int32_t>(work_.size());
+  if (queued) {
+    std::vector<int> posted(num_lanes_, 0);
+    for (const RoundWork& w : work_) {
+      REFIT_RETURN_IF_ERROR(Pack(w));
+      std::vector<SendOp> sends;
+      std::vector<RecvOp> recvs;
+      for (const MsgWork& m : w.sends) {
+        sends.push_back(SendOp{
+            m.peer,
+            m.direct ? m.direct_ptr : staging_ptr_[w.lane] + m.staging_offset,
+            m.bytes});
+        stats.bytes_sent += m.bytes;
+      }
+      for (const MsgWork& m : w.recvs) {
+        recvs.push_back(RecvOp{
+            m.peer,
+            m.direct ? m.direct_ptr : staging_ptr_[w.lane] + m.staging_offset,
+            m.bytes});
+        stats.bytes_received += m.bytes;
+      }
+      REFIT_RETURN_IF_ERROR(transport_->StartRound(w.lane, sends, recvs));
+      REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
+      ++posted[w.lane];
+      ++stats.rounds;
+    }
+    for (int l = 0; l < num_lanes_; ++l) {
+      for (; posted[l] > 0; --posted[l]) {
+        REFIT_RETURN_IF_ERROR(transport_->WaitRound(l, deadline));
+      }
+      REFIT_RETURN_IF_ERROR(engine_->Sync(l, deadline));
+    }
+    stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    for (int64_t s : staging_) stats.peak_staging_bytes += s;
+    return stats;
+  }
   for (size_t wi = 0; wi < work_.size(); ++wi) {
     const RoundWork& w = work_[wi];
     REFIT_RETURN_IF_ERROR(finish(w.lane));
     REFIT_RETURN_IF_ERROR(Pack(w));
-    REFIT_RETURN_IF_ERROR(engine_->Sync(w.lane, deadline));
+    // Verify hashes the packed bytes on the host: they must be complete.
+    if (!ordered || options_.verify) {
+      REFIT_RETURN_IF_ERROR(engine_->Sync(w.lane, deadline));
+    }
     std::vector<SendOp> sends;
     std::vector<RecvOp> recvs;
     for (const MsgWork& m : w.sends) {
@@ -307,6 +364,7 @@ absl::StatusOr<RunStats> Executor::Run(absl::Time deadline) {
       stats.bytes_received += m.bytes;
     }
     REFIT_RETURN_IF_ERROR(transport_->StartRound(w.lane, sends, recvs));
+    if (ordered) REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
     in_flight[w.lane] = static_cast<int>(wi);
     ++stats.rounds;
   }
@@ -317,6 +375,11 @@ absl::StatusOr<RunStats> Executor::Run(absl::Time deadline) {
   }
   std::sort(order.begin(), order.end());
   for (const auto& [wi, lane] : order) REFIT_RETURN_IF_ERROR(finish(lane));
+  if (ordered) {
+    for (int l = 0; l < num_lanes_; ++l) {
+      REFIT_RETURN_IF_ERROR(engine_->Sync(l, deadline));
+    }
+  }
   if (options_.verify) REFIT_RETURN_IF_ERROR(Verify(deadline));
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   for (int64_t s : staging_) stats.peak_staging_bytes += s;

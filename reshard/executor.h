@@ -51,6 +51,11 @@ class CopyEngine {
   virtual absl::Status Sync(int32_t lane, absl::Time deadline) = 0;
   // Copies `bytes` of (possibly device) memory at src to host memory dst.
   virtual absl::Status ToHost(void* dst, const char* src, int64_t bytes) = 0;
+  // True when the copies of a lane are ordered with the transport's
+  // operations of that lane (same CUDA stream): the executor then enqueues
+  // pack -> round -> unpack without waiting on the host, and waits only
+  // before reusing a lane and at the end of Run().
+  virtual bool OrderedWithTransport() const { return false; }
 };
 
 // memcpy on the calling thread.

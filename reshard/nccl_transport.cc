@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <deque>
 #include <set>
 #include <thread>
 
@@ -19,8 +20,9 @@ struct NcclTransport::Lane {
   int32_t index = 0;
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
-  cudaEvent_t done = nullptr;
-  bool in_flight = false;
+  cudaEvent_t done = nullptr;               // unused spare (kept for teardown)
+  std::deque<cudaEvent_t> pending;          // one per round in flight, oldest first
+  std::vector<cudaEvent_t> spare;           // recorded-and-waited events to reuse
   std::set<int32_t> peers;
   absl::Status error;
 };
@@ -120,6 +122,8 @@ NcclTransport::~NcclTransport() {
       }
     }
     if (l->done != nullptr) cudaEventDestroy(l->done);
+    for (cudaEvent_t e : l->pending) cudaEventDestroy(e);
+    for (cudaEvent_t e : l->spare) cudaEventDestroy(e);
     if (l->stream != nullptr) cudaStreamDestroy(l->stream);
   }
 }
@@ -139,7 +143,8 @@ absl::Status NcclTransport::Abort(Lane& lane, absl::Status why) {
     lane.comm = nullptr;
   }
   lane.error = why;
-  lane.in_flight = false;
+  for (cudaEvent_t e : lane.pending) lane.spare.push_back(e);
+  lane.pending.clear();
   return why;
 }
 
@@ -152,11 +157,7 @@ absl::Status NcclTransport::StartRound(int32_t lane,
   }
   Lane& L = *lanes_[lane];
   if (!L.error.ok()) return L.error;
-  if (L.in_flight) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank_, ": a round is still in flight on lane ", lane));
-  }
-  L.peers.clear();
+  if (L.pending.empty()) L.peers.clear();
   const std::string what = absl::StrCat("rank ", rank_, " lane ", lane);
   ncclResult_t r = ncclGroupStart();
   for (const SendOp& s : sends) {
@@ -180,9 +181,21 @@ absl::Status NcclTransport::StartRound(int32_t lane,
   absl::Status s = WaitComm(L.comm, absl::Now() + absl::Seconds(60),
                             what + ": enqueueing a round");
   if (!s.ok()) return Abort(L, s);
-  s = CudaStatus(cudaEventRecord(L.done, L.stream), what + ": cudaEventRecord");
-  if (!s.ok()) return Abort(L, s);
-  L.in_flight = true;
+  cudaEvent_t ev = nullptr;
+  if (!L.spare.empty()) {
+    ev = L.spare.back();
+    L.spare.pop_back();
+  } else {
+    s = CudaStatus(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+                   what + ": cudaEventCreate");
+    if (!s.ok()) return Abort(L, s);
+  }
+  s = CudaStatus(cudaEventRecord(ev, L.stream), what + ": cudaEventRecord");
+  if (!s.ok()) {
+    cudaEventDestroy(ev);
+    return Abort(L, s);
+  }
+  L.pending.push_back(ev);
   return absl::OkStatus();
 }
 
@@ -193,12 +206,12 @@ absl::Status NcclTransport::WaitRound(int32_t lane, absl::Time deadline) {
   }
   Lane& L = *lanes_[lane];
   if (!L.error.ok()) return L.error;
-  if (!L.in_flight) return absl::OkStatus();
+  if (L.pending.empty()) return absl::OkStatus();
   const std::string what =
       absl::StrCat("rank ", rank_, " lane ", lane, " (peers ",
                    absl::StrJoin(L.peers, ", "), ")");
   while (true) {
-    cudaError_t q = cudaEventQuery(L.done);
+    cudaError_t q = cudaEventQuery(L.pending.front());
     if (q == cudaSuccess) break;
     if (q != cudaErrorNotReady) {
       return Abort(L, CudaStatus(q, what + ": round failed"));
@@ -217,7 +230,8 @@ absl::Status NcclTransport::WaitRound(int32_t lane, absl::Time deadline) {
     }
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
-  L.in_flight = false;
+  L.spare.push_back(L.pending.front());
+  L.pending.pop_front();
   return absl::OkStatus();
 }
 
@@ -286,6 +300,8 @@ class CudaCopyEngine : public CopyEngine {
     return CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost),
                       "device to host copy");
   }
+  // Pack/unpack kernels run on the lane's NCCL stream.
+  bool OrderedWithTransport() const override { return true; }
 
  private:
   NcclTransport* t_;

@@ -48,6 +48,8 @@ class NcclTransport : public Transport {
   absl::Status StartRound(int32_t lane, absl::Span<const SendOp> sends,
                           absl::Span<const RecvOp> recvs) override;
   absl::Status WaitRound(int32_t lane, absl::Time deadline) override;
+  // Rounds queue on the lane's stream; WaitRound waits for the oldest.
+  int32_t max_rounds_per_lane() const override { return 1 << 20; }
 
   // The lane's cudaStream_t (as void*), or null for a bad lane.
   void* stream(int32_t lane) const;

@@ -59,6 +59,11 @@ class Transport {
   // connection broke. Never blocks past the deadline (plus a small margin
   // for tearing down). After a failure the lane is unusable.
   virtual absl::Status WaitRound(int32_t lane, absl::Time deadline) = 0;
+
+  // Rounds that may be in flight on one lane at once (1 unless the
+  // transport queues them, e.g. on a CUDA stream); WaitRound then waits for
+  // the oldest.
+  virtual int32_t max_rounds_per_lane() const { return 1; }
 };
 
 }  // namespace refit

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Runs refit's GPU checks from a bundle on a GPU host (no build there).
-#   tools/gpu_host/run_gpu_checks.sh BUNDLE_DIR [NUM_GPUS]
+# Runs refit's GPU checks and benchmark from a bundle on a GPU host (no
+# build there).
+#   tools/gpu_host/run_gpu_checks.sh BUNDLE_DIR [NUM_GPUS] [BENCH FLAGS...]
 # Uses the torch venv's NCCL 2.28.9 when present (the version built against).
 set -uo pipefail
 dir=$1
 gpus=${2:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+shift $(( $# >= 2 ? 2 : $# ))
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 venv_nccl=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 [ -d "$venv_nccl" ] && export LD_LIBRARY_PATH="$venv_nccl:${LD_LIBRARY_PATH:-}"
@@ -15,5 +17,8 @@ rc1=$?
 echo "== nccl_patterns_gpu on $gpus GPUs, 1 lane"
 "$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=1
 rc2=$?
-echo "exit codes: lanes2=$rc1 lanes1=$rc2"
-[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]
+echo "== refit_gpu_bench $*"
+"$dir/refit_gpu_bench" "$@"
+rc3=$?
+echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 bench=$rc3"
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ]
