@@ -78,6 +78,17 @@ absl::StatusOr<std::string> RefitClient::Register(const v1::Registration& regist
       ReadStream(std::unique_ptr<grpc::ClientContext>(c));
     });
     heartbeater_ = std::thread([this] { HeartbeatLoop(); });
+    // Return only once the round stream is live, so no round is missed.
+    absl::MutexLock l(&mu_);
+    auto live = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stream_ready_ || stream_broken_;
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&live),
+                               absl::Now() + options_.rpc_timeout) ||
+        stream_broken_) {
+      return absl::UnavailableError(absl::StrCat(
+          "round stream not established: ", stream_error_));
+    }
   }
   return member_id_;
 }
@@ -89,6 +100,7 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
   v1::RoundEvent e;
   while (reader->Read(&e)) {
     absl::MutexLock l(&mu_);
+    stream_ready_ = true;
     switch (e.kind()) {
       case v1::RoundEvent::ROUND_STARTED:
         latest_started_ = std::max(latest_started_, e.version());

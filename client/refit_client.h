@@ -41,7 +41,9 @@ class RefitClient {
   ~RefitClient();  // stops the background threads (bounded)
 
   // Registers this member (idempotent on retry), opens the round stream and
-  // starts heartbeats. Returns the member id; fails with the server's status
+  // starts heartbeats; returns only once the stream delivered its first
+  // event, so no round started afterwards can be missed. Returns the member
+  // id; fails with the server's status
   // (INVALID_ARGUMENT naming the field, UNAUTHENTICATED, UNAVAILABLE ...).
   absl::StatusOr<std::string> Register(const v1::Registration& registration);
 
@@ -57,7 +59,9 @@ class RefitClient {
   // Starts round `version` (trainer members). OK also when another trainer
   // rank started it already. FAILED_PRECONDITION/INVALID_ARGUMENT from the
   // server (round running, version not increasing, no valid plan),
-  // UNAVAILABLE while a new plan is being built.
+  // UNAVAILABLE (retry) while a new plan is being built or while a
+  // participant has no open round stream (it just registered, or it died and
+  // has not expired yet).
   absl::Status StartRound(int64_t version, absl::Time deadline);
 
   // Returns the version of the next round this member has not yet seen
@@ -111,6 +115,7 @@ class RefitClient {
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stream_broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool stream_ready_ ABSL_GUARDED_BY(mu_) = false;
   std::string stream_error_ ABSL_GUARDED_BY(mu_);
   int64_t latest_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t plan_epoch_ ABSL_GUARDED_BY(mu_) = -1;

@@ -854,6 +854,17 @@ grpc::ServerUnaryReactor* RefitServer::Impl::StartRound(
     return Done(ctx, absl::FailedPreconditionError(absl::StrCat(
                          "no valid plan: ", plan_status_.message())));
   }
+  // A participant without a stream (it registered a moment ago, or its
+  // process died and has not expired yet) could not learn of the round.
+  for (const auto& [id, slice] : plan_slices_) {
+    if (watchers_.count(id) == 0) {
+      auto m = members_.find(id);
+      return Done(ctx, absl::UnavailableError(absl::StrCat(
+                           "member ",
+                           m == members_.end() ? id : Describe(m->second.reg.identity()),
+                           " has no round stream yet; retry")));
+    }
+  }
   round_ = std::make_unique<ActiveRound>();
   round_->version = v;
   round_->started = absl::Now();
@@ -864,15 +875,6 @@ grpc::ServerUnaryReactor* RefitServer::Impl::StartRound(
   e.set_version(v);
   e.set_epoch(plan_epoch_);
   Broadcast(e);
-  // A participant without a stream cannot learn of the round.
-  for (const auto& id : round_->participants) {
-    if (watchers_.count(id) == 0) {
-      auto m = members_.find(id);
-      EndRound(false, absl::StrCat("member ", Describe(m->second.reg.identity()),
-                                   " has no round stream"));
-      break;
-    }
-  }
   return Done(ctx, absl::OkStatus());
 }
 

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/refit_client.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/refit_server.h"
@@ -70,17 +71,24 @@ std::string Output(const Proc& p) {
   return ss.str();
 }
 
-std::unique_ptr<RefitServer> StartServer() {
+// The heartbeat timeout of the tests' refitd: long enough for a loaded
+// 2-core CI machine (members beat every 100 ms), short for a quick test.
+constexpr absl::Duration kHeartbeatTimeout = absl::Seconds(3);
+
+// refitd in process; a plan needs `min_engines` complete engines.
+std::unique_ptr<RefitServer> StartServer(int min_engines = 1) {
   RefitServer::Options o;
   o.plan_function = NameMatchingPlan;
-  o.heartbeat_timeout = absl::Seconds(1);
+  o.min_engines = min_engines;
+  o.heartbeat_timeout = kHeartbeatTimeout;
   auto s = RefitServer::Start(std::move(o));
   EXPECT_TRUE(s.ok()) << s.status();
   return std::move(*s);
 }
 
 TEST(MultiProcessTest, TwoTrainersThreeEnginesThreeRounds) {
-  auto server = StartServer();
+  // Both engines in the first plan, so every member takes part in rounds 1-3.
+  auto server = StartServer(/*min_engines=*/2);
   const std::string target = absl::StrCat("--target=127.0.0.1:", server->port());
   std::vector<Proc> procs;
   procs.push_back(Spawn("t0", {target, "--side=trainer", "--rank=0", "--world=2",
@@ -101,14 +109,24 @@ TEST(MultiProcessTest, TwoTrainersThreeEnginesThreeRounds) {
   }
 }
 
-TEST(MultiProcessTest, KilledEngineAbortsRoundEverywhereThenNextRoundCommits) {
-  auto server = StartServer();
-  const std::string target = absl::StrCat("--target=127.0.0.1:", server->port());
+// Polls `p`'s output until it contains `text`; false after `deadline`.
+bool WaitForOutput(const Proc& p, const std::string& text, absl::Time deadline) {
+  while (absl::Now() < deadline) {
+    if (Output(p).find(text) != std::string::npos) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
+}
+
+// The trainer side of the killed/hung member tests: one in-process trainer
+// rank holding w0 and w1.
+std::unique_ptr<RefitClient> ConnectTrainer(int port) {
   RefitClient::Options co;
-  co.target = absl::StrCat("127.0.0.1:", server->port());
+  co.target = absl::StrCat("127.0.0.1:", port);
   co.heartbeat_interval = absl::Milliseconds(100);
   auto trainer = RefitClient::Connect(co);
-  ASSERT_TRUE(trainer.ok());
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return nullptr;
   v1::Registration reg;
   reg.mutable_identity()->set_job("job");
   reg.mutable_identity()->set_side(v1::SIDE_TRAINER);
@@ -120,58 +138,128 @@ TEST(MultiProcessTest, KilledEngineAbortsRoundEverywhereThenNextRoundCommits) {
     b->set_dtype(3);
     b->set_byte_size(64);
   }
-  ASSERT_TRUE((*trainer)->Register(reg).ok());
+  auto id = (*trainer)->Register(reg);
+  EXPECT_TRUE(id.ok()) << id.status();
+  return id.ok() ? std::move(*trainer) : nullptr;
+}
+
+// Awaits plans until one spans `world` members (trainer + engine ranks).
+absl::StatusOr<v1::AwaitPlanResponse> AwaitPlanOfWorld(RefitClient& c, int world) {
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  absl::StatusOr<v1::AwaitPlanResponse> plan =
+      absl::DeadlineExceededError("no plan yet");
+  while (absl::Now() < until) {
+    plan = c.AwaitPlan(until);
+    if (plan.ok() && plan->bootstrap().global_world() == world) return plan;
+    if (plan.ok()) absl::SleepFor(absl::Milliseconds(20));
+  }
+  return plan.ok() ? absl::DeadlineExceededError(absl::StrCat(
+                         "plan world stayed ", plan->bootstrap().global_world()))
+                   : plan.status();
+}
+
+// Runs round `v` from the trainer's side to its outcome; retries StartRound
+// while a new plan is being built.
+absl::Status TrainerRound(RefitClient& c, int64_t v) {
+  absl::Status s;
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  do {
+    s = c.StartRound(v, absl::Now() + absl::Seconds(5));
+    if (absl::IsUnavailable(s)) absl::SleepFor(absl::Milliseconds(20));
+  } while (absl::IsUnavailable(s) && absl::Now() < until);
+  REFIT_RETURN_IF_ERROR(s);
+  auto got = c.WaitForRound(absl::Now() + absl::Seconds(5));
+  REFIT_RETURN_IF_ERROR(got.status());
+  if (*got != v) return absl::InternalError(absl::StrCat("saw round ", *got));
+  REFIT_RETURN_IF_ERROR(c.ReportDone(v, 128, 0.001, "", absl::Now() + absl::Seconds(5)));
+  return c.AwaitOutcome(v, absl::Now() + absl::Seconds(10));
+}
+
+TEST(MultiProcessTest, KilledEngineAbortsRoundEverywhereThenRestartedEngineCommits) {
+  auto server = StartServer();
+  const std::string target = absl::StrCat("--target=127.0.0.1:", server->port());
+  auto trainer = ConnectTrainer(server->port());
+  ASSERT_NE(trainer, nullptr);
   Proc a = Spawn("ka", {target, "--side=engine", "--engine=A", "--world=1",
                         "--buffers=w0,w1", "--rounds=1"});
   Proc b = Spawn("kb", {target, "--side=engine", "--engine=B", "--world=1",
                         "--buffers=w0,w1", "--rounds=1", "--work_ms=20000"});
-  RefitServer::Options unused;
-  auto plan = (*trainer)->AwaitPlan(absl::Now() + absl::Seconds(20));
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  // Both engines must be in the plan before round 1.
-  const absl::Time until = absl::Now() + absl::Seconds(20);
-  while (plan.ok() && plan->bootstrap().global_world() < 3 && absl::Now() < until) {
-    plan = (*trainer)->AwaitPlan(absl::Now() + absl::Seconds(20));
-  }
-  ASSERT_TRUE(plan.ok());
-  ASSERT_EQ(plan->bootstrap().global_world(), 3);
-  ASSERT_TRUE((*trainer)->StartRound(1, absl::Now() + absl::Seconds(5)).ok());
-  ASSERT_TRUE((*trainer)->WaitForRound(absl::Now() + absl::Seconds(5)).ok());
-  ASSERT_TRUE((*trainer)->ReportDone(1, 128, 0.001, "", absl::Now() + absl::Seconds(5)).ok());
-  absl::SleepFor(absl::Milliseconds(300));  // B is "transferring" now
+  // Both engines must be in the plan (and have their streams) before round 1.
+  ASSERT_TRUE(AwaitPlanOfWorld(*trainer, 3).ok());
+  ASSERT_TRUE(WaitForOutput(a, "plan ", absl::Now() + absl::Seconds(20))) << Output(a);
+  ASSERT_TRUE(WaitForOutput(b, "plan ", absl::Now() + absl::Seconds(20))) << Output(b);
+  ASSERT_TRUE(trainer->StartRound(1, absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(trainer->WaitForRound(absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(trainer->ReportDone(1, 128, 0.001, "", absl::Now() + absl::Seconds(5)).ok());
+  // A reports done and waits for the outcome; B is "transferring" (20 s).
+  absl::SleepFor(absl::Milliseconds(300));
   const absl::Time killed = absl::Now();
   kill(b.pid, SIGKILL);
-  absl::Status out = (*trainer)->AwaitOutcome(1, absl::Now() + absl::Seconds(5));
-  EXPECT_EQ(out.code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(out.message(), HasSubstr("engine B rank 0"));
-  EXPECT_LT(absl::Now() - killed, absl::Seconds(2));  // heartbeat timeout 1 s
+  absl::Status out = trainer->AwaitOutcome(1, absl::Now() + absl::Seconds(5));
+  const absl::Duration took = absl::Now() - killed;
+  EXPECT_EQ(out.code(), absl::StatusCode::kAborted) << out;
+  EXPECT_THAT(std::string(out.message()), HasSubstr("engine B rank 0"));
+  EXPECT_LT(took, kHeartbeatTimeout);  // the dropped stream, not a timeout
+  // The other engine process learns of the abort too, naming B.
+  EXPECT_TRUE(WaitForOutput(a, "aborted 1", killed + absl::Seconds(2))) << Output(a);
+  EXPECT_THAT(Output(a), HasSubstr("engine B rank 0"));
   int status;
   waitpid(b.pid, &status, 0);
 
-  // B comes back; round 2 commits with A and the new B.
+  // B comes back; once its Register returned (it printed its plan), round 2
+  // commits with A and the new B.
   Proc b2 = Spawn("kb2", {target, "--side=engine", "--engine=B", "--world=1",
                           "--buffers=w0,w1", "--rounds=1"});
-  absl::Status started;
-  const absl::Time until2 = absl::Now() + absl::Seconds(20);
-  do {
-    if ((*trainer)->PlanChanged()) {
-      ASSERT_TRUE((*trainer)->AwaitPlan(absl::Now() + absl::Seconds(10)).ok());
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-    auto st = (*trainer)->GetStatus(absl::Now() + absl::Seconds(5));
-    ASSERT_TRUE(st.ok());
-    if (st->members_size() < 3) continue;
-    started = (*trainer)->StartRound(2, absl::Now() + absl::Seconds(5));
-  } while (!started.ok() && absl::Now() < until2);
-  ASSERT_TRUE(started.ok()) << started;
-  ASSERT_TRUE((*trainer)->ReportDone(2, 128, 0.001, "", absl::Now() + absl::Seconds(5)).ok());
-  EXPECT_TRUE((*trainer)->AwaitOutcome(2, absl::Now() + absl::Seconds(10)).ok());
+  ASSERT_TRUE(WaitForOutput(b2, "plan ", absl::Now() + absl::Seconds(20))) << Output(b2);
+  if (trainer->PlanChanged()) ASSERT_TRUE(AwaitPlanOfWorld(*trainer, 3).ok());
+  absl::Status r2 = TrainerRound(*trainer, 2);
+  EXPECT_TRUE(r2.ok()) << r2 << "\nA: " << Output(a) << "\nB: " << Output(b2);
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   EXPECT_EQ(WaitExit(a, deadline), 0) << Output(a);
   EXPECT_EQ(WaitExit(b2, deadline), 0) << Output(b2);
-  EXPECT_THAT(Output(a), HasSubstr("aborted 1"));
-  EXPECT_THAT(Output(a), HasSubstr("engine B rank 0"));
   EXPECT_THAT(Output(a), HasSubstr("committed 2"));
+  EXPECT_THAT(Output(b2), HasSubstr("committed 2"));
+}
+
+TEST(MultiProcessTest, HungEngineExpiresAtHeartbeatDeadlineAndRoundCommitsWithoutIt) {
+  auto server = StartServer();
+  const std::string target = absl::StrCat("--target=127.0.0.1:", server->port());
+  auto trainer = ConnectTrainer(server->port());
+  ASSERT_NE(trainer, nullptr);
+  Proc a = Spawn("ha", {target, "--side=engine", "--engine=A", "--world=1",
+                        "--buffers=w0,w1", "--rounds=1"});
+  Proc b = Spawn("hb", {target, "--side=engine", "--engine=B", "--world=1",
+                        "--buffers=w0,w1", "--rounds=1", "--work_ms=20000"});
+  ASSERT_TRUE(AwaitPlanOfWorld(*trainer, 3).ok());
+  ASSERT_TRUE(WaitForOutput(a, "plan ", absl::Now() + absl::Seconds(20))) << Output(a);
+  ASSERT_TRUE(WaitForOutput(b, "plan ", absl::Now() + absl::Seconds(20))) << Output(b);
+  ASSERT_TRUE(trainer->StartRound(1, absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(trainer->WaitForRound(absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(trainer->ReportDone(1, 128, 0.001, "", absl::Now() + absl::Seconds(5)).ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  // B hangs: its connection stays open but it sends nothing any more.
+  const absl::Time stopped = absl::Now();
+  kill(b.pid, SIGSTOP);
+  absl::Status out = trainer->AwaitOutcome(1, absl::Now() + absl::Seconds(10));
+  const absl::Duration took = absl::Now() - stopped;
+  EXPECT_EQ(out.code(), absl::StatusCode::kAborted) << out;
+  EXPECT_THAT(std::string(out.message()), HasSubstr("engine B rank 0"));
+  EXPECT_THAT(std::string(out.message()), HasSubstr("heart-beating"));
+  // Not before the heartbeat deadline, and promptly after it.
+  EXPECT_GT(took, kHeartbeatTimeout - absl::Milliseconds(300));
+  EXPECT_LT(took, kHeartbeatTimeout + absl::Seconds(1));
+  EXPECT_TRUE(WaitForOutput(a, "aborted 1", absl::Now() + absl::Seconds(3))) << Output(a);
+
+  // The membership shrank to A: a new plan without B, and round 2 commits.
+  auto plan = AwaitPlanOfWorld(*trainer, 2);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::Status r2 = TrainerRound(*trainer, 2);
+  EXPECT_TRUE(r2.ok()) << r2 << "\nA: " << Output(a);
+  EXPECT_EQ(WaitExit(a, absl::Now() + absl::Seconds(20)), 0) << Output(a);
+  EXPECT_THAT(Output(a), HasSubstr("committed 2"));
+  kill(b.pid, SIGKILL);
+  int status;
+  waitpid(b.pid, &status, 0);
 }
 
 }  // namespace
