@@ -127,9 +127,9 @@ absl::Status ValidateRegistration(const Registration& reg, int max_buffers,
     if (elements > kMaxElements / std::max<int64_t>(esize, 1)) {
       return bad(absl::StrCat(where, ".shape: byte size overflows"));
     }
-    if (b.byte_size() < elements * esize) {
+    if (b.byte_size() != elements * esize) {
       return bad(absl::StrCat(where, ".byte_size: ", b.byte_size(),
-                              " is smaller than shape x dtype = ",
+                              " disagrees with shape x dtype = ",
                               elements * esize));
     }
   }

@@ -222,6 +222,20 @@ TEST(RefitServerTest, BadRegistrationsNameTheField) {
       {[](v1::Registration& r) { r.mutable_identity()->set_side(v1::SIDE_UNSPECIFIED); }, "identity.side"},
       {[](v1::Registration& r) { r.mutable_identity()->set_world_size(3); r.mutable_identity()->set_rank(0); }, "identity.world_size"},
       {[](v1::Registration& r) { r.add_records()->set_tensor(0); }, "records[0].tensor"},
+      {[](v1::Registration& r) { r.mutable_buffers(0)->set_dtype(0); }, "buffers[0] (w0).dtype: unknown dtype 0"},
+      {[](v1::Registration& r) { r.mutable_buffers(0)->set_shape(0, -1); }, "buffers[0] (w0).shape[0]: negative"},
+      {[](v1::Registration& r) {  // elements fit, bytes (x4) overflow
+         r.mutable_buffers(0)->clear_shape();
+         r.mutable_buffers(0)->add_shape(int64_t{1} << 49);
+       }, "buffers[0] (w0).shape: byte size overflows"},
+      {[](v1::Registration& r) { r.mutable_identity()->set_rank(7); }, "identity.rank: 7 is outside [0, world_size=2)"},
+      {[](v1::Registration& r) { r.mutable_buffers(0)->set_byte_size(256); }, "buffers[0] (w0).byte_size: 256 disagrees"},
+      {[](v1::Registration& r) { r.mutable_buffers(0)->set_name(""); }, "buffers[0].name"},
+      {[](v1::Registration& r) {
+         r.mutable_identity()->set_side(v1::SIDE_ENGINE);
+         r.mutable_identity()->clear_engine_id();
+       }, "identity.engine_id"},
+      {[](v1::Registration& r) { r.mutable_identity()->set_job(""); }, "identity.job"},
   };
   for (const auto& k : cases) {
     auto r = Reg(v1::SIDE_TRAINER, "", 0, 2, {"w0"});
@@ -230,6 +244,23 @@ TEST(RefitServerTest, BadRegistrationsNameTheField) {
     EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument) << k.field;
     EXPECT_THAT(id.status().message(), HasSubstr(k.field));
   }
+}
+
+TEST(RefitServerTest, RegistrationAtTheLimitsIsAccepted) {
+  // 16 buffers (the limit) and metadata just under max_metadata_bytes pass;
+  // one more buffer or one more byte is refused, naming the limit.
+  std::vector<std::string> names;
+  for (int i = 0; i < 16; ++i) names.push_back(absl::StrCat("w", i));
+  auto reg = Reg(v1::SIDE_TRAINER, "", 0, 1, names);
+  EXPECT_TRUE(ValidateRegistration(reg, 16, 4096).ok());
+  const int64_t size = static_cast<int64_t>(reg.ByteSizeLong());
+  EXPECT_TRUE(ValidateRegistration(reg, 16, size).ok());
+  absl::Status s = ValidateRegistration(reg, 16, size - 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("bytes of metadata exceed the limit"));
+  s = ValidateRegistration(reg, 15, 4096);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("buffers: 16 buffers exceed the limit of 15"));
 }
 
 TEST(RefitServerTest, InvalidPlanIsReportedToEveryMember) {
