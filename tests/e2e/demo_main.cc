@@ -14,6 +14,9 @@
 //                                 (default vllm:tp=1;vllm:tp=2)
 //   --rounds=N (3)  --deadline_s=S (300)  --lanes=K (2)  --staging_mib=M (64)
 //   --verify                      executor verify mode as well
+//   --gpus=N                      member i (trainers first) on GPU i with the
+//                                 NCCL transport (--member must be
+//                                 refit_demo_member_gpu; needs N >= members)
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -128,6 +131,16 @@ int main(int argc, char** argv) {
     }
     engines.push_back({std::string(spec), *es});
   }
+  int engine_world = 0;
+  for (const auto& e : engines) engine_world += e.second.world_size();
+  if (!f["gpus"].empty()) {
+    int gpus = 0;
+    if (!absl::SimpleAtoi(f["gpus"], &gpus) || gpus < ts->world_size() + engine_world) {
+      std::fprintf(stderr, "refit_demo: --gpus=%s: need one GPU per member (%d)\n",
+                   f["gpus"].c_str(), ts->world_size() + engine_world);
+      return 2;
+    }
+  }
   const char* tmp = std::getenv("TEST_TMPDIR");
   std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/refit_demo.", getpid());
   mkdir(dir.c_str(), 0755);
@@ -181,6 +194,9 @@ int main(int argc, char** argv) {
     args.insert(args.begin(), f["member"]);
     args.insert(args.end(), common.begin(), common.end());
     if (f.count("verify")) args.push_back("--verify");
+    if (!f["gpus"].empty()) {
+      args.push_back(absl::StrCat("--device=cuda:", procs.size()));
+    }
     if (!Spawn(&p, args)) std::perror("fork");
     procs.push_back(p);
   };
@@ -283,11 +299,12 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "verified: %d engine ranks in %zu engines hold the trainer's bytes exactly "
-      "after each of %lld rounds (%lld bytes checked); %.2f GB/s over the host "
+      "after each of %lld rounds (%lld bytes checked); %.2f GB/s over the %s "
       "transport%s\n",
       engine_ranks, engines.size(), static_cast<long long>(rounds),
       static_cast<long long>(total),
       secs > 0 ? steady_bytes / secs / 1e9 : 0.0,
+      f["gpus"].empty() ? "host (Gloo/TCP)" : "NCCL",
       rounds > 1 ? " (rounds 2.., the first warms up connections)" : "");
   return 0;
 }

@@ -16,8 +16,11 @@
 //   --start             start rounds 1..N (trainer rank 0)
 //   --deadline_s=S (120) bound of every wait
 //   --verify            executor verify mode (per-segment checksums)
+//   --device=cuda:N     buffers in GPU N's memory, NCCL transport (only in
+//                       the CUDA build, refit_demo_member_gpu)
 // Prints one line per event; the last line is "ok ..." or "error ...".
 // Exit code 0 only if every round committed and every check passed.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -27,12 +30,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/data_plane.h"
+#include "common/status_macros.h"
 #include "client/refit_client.h"
 #include "mapping/layout_builder.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
 #include "mapping/parallel_spec.h"
 #include "reshard/reference_copy.h"
+
+#ifdef REFIT_DEMO_CUDA
+#include <cuda_runtime_api.h>
+
+#include "reshard/nccl_transport.h"
+#endif
 
 namespace refit {
 namespace {
@@ -49,6 +59,13 @@ struct Flags {
     return v;
   }
 };
+
+#ifdef REFIT_DEMO_CUDA
+absl::Status Cuda(cudaError_t e, const std::string& what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+#endif
 
 int Fail(const std::string& who, const absl::Status& s) {
   std::printf("error %s: %s\n", who.c_str(), s.ToString().c_str());
@@ -94,11 +111,53 @@ int Main(const Flags& fl) {
   std::map<std::string, char*> by_name;
   v1::Registration reg;
   int64_t total = 0;
+  // With --device, the registered buffers live on the GPU and `ptrs` are
+  // host mirrors for filling / checking.
+  const std::string device = fl.Get("device");
+  int gpu = -1;
+  if (!device.empty()) {
+#ifdef REFIT_DEMO_CUDA
+    if (device.rfind("cuda:", 0) != 0 || !absl::SimpleAtoi(device.substr(5), &gpu)) {
+      return Fail(who, absl::InvalidArgumentError("--device must be cuda:N"));
+    }
+    absl::Status s = Cuda(cudaSetDevice(gpu), absl::StrCat("cudaSetDevice(", gpu, ")"));
+    if (!s.ok()) return Fail(who, s);
+#else
+    return Fail(who, absl::InvalidArgumentError(
+                         "--device needs refit_demo_member_gpu (CUDA build)"));
+#endif
+  }
+  std::vector<char*> dev(side->layout.buffers.size(), nullptr);
   for (int32_t b = side->rank_begin[rank]; b < side->rank_begin[rank + 1]; ++b) {
     storage[b].assign(side->layout.buffers[b].byte_size, 0);
     ptrs[b] = storage[b].data();
-    by_name[side->layout.buffers[b].name] = reinterpret_cast<char*>(ptrs[b]);
+    char* p = reinterpret_cast<char*>(ptrs[b]);
+#ifdef REFIT_DEMO_CUDA
+    if (gpu >= 0) {
+      const int64_t n = side->layout.buffers[b].byte_size;
+      absl::Status s = Cuda(cudaMalloc(reinterpret_cast<void**>(&dev[b]), std::max<int64_t>(n, 1)), "cudaMalloc");
+      if (s.ok()) s = Cuda(cudaMemset(dev[b], 0, n), "cudaMemset");
+      if (!s.ok()) return Fail(who, s);
+      p = dev[b];
+    }
+#endif
+    by_name[side->layout.buffers[b].name] = p;
   }
+  // Host mirrors <-> device buffers (no-ops on host buffers).
+  auto sync_buffers = [&](bool to_device) -> absl::Status {
+#ifdef REFIT_DEMO_CUDA
+    for (size_t b = 0; b < dev.size(); ++b) {
+      if (dev[b] == nullptr) continue;
+      const int64_t n = side->layout.buffers[b].byte_size;
+      REFIT_RETURN_IF_ERROR(Cuda(
+          to_device ? cudaMemcpy(dev[b], ptrs[b], n, cudaMemcpyHostToDevice)
+                    : cudaMemcpy(ptrs[b], dev[b], n, cudaMemcpyDeviceToHost),
+          "cudaMemcpy"));
+    }
+#endif
+    (void)to_device;
+    return absl::OkStatus();
+  };
   for (const LocalBuffer& lb : mine) {
     v1::LocalBuffer* b = reg.add_buffers();
     b->set_name(lb.name);
@@ -114,7 +173,7 @@ int Main(const Flags& fl) {
   id->set_rank(rank);
   id->set_world_size(world);
   id->set_host_id("localhost");
-  id->set_device("cpu");
+  id->set_device(device.empty() ? "cpu" : device);
   reg.set_model_config(fl.Get("model"));
   reg.set_convention(fl.Get("convention"));
 
@@ -130,6 +189,23 @@ int Main(const Flags& fl) {
 
   DataPlaneOptions dpo;
   dpo.verify = fl.f.count("verify") > 0;
+#ifdef REFIT_DEMO_CUDA
+  if (gpu >= 0) {
+    dpo.transport = [gpu](KvStore* store, int32_t r, int32_t w, int32_t lanes)
+        -> absl::StatusOr<std::unique_ptr<Transport>> {
+      NcclTransportOptions o;
+      o.num_lanes = lanes;
+      o.device = gpu;
+      o.key_prefix = "nccl";
+      REFIT_ASSIGN_OR_RETURN(std::unique_ptr<NcclTransport> t,
+                             NcclTransport::Create(store, r, w, o));
+      return std::unique_ptr<Transport>(std::move(t));
+    };
+    dpo.copy_engine = [](Transport* t) {
+      return MakeCudaCopyEngine(static_cast<NcclTransport*>(t));
+    };
+  }
+#endif
   auto dp = DataPlaneMember::Create(&c, by_name, dpo);
   if (!dp.ok()) return Fail(who, dp.status());
   DataPlaneMember& m = **dp;
@@ -141,21 +217,25 @@ int Main(const Flags& fl) {
   std::fflush(stdout);
 
   // Like a real trainer, the weights of version v are ready on every
-  // trainer rank before rank 0 starts round v (a barrier through refitd's
-  // key-value store stands in for the trainer's own).
+  // trainer rank before rank 0 starts round v, and (demo only) every engine
+  // rank has finished checking round v-1: a barrier through refitd's
+  // key-value store, so a round's time is the data plane's alone.
   const bool start = fl.f.count("start") > 0;
   for (int64_t v = 1; v <= rounds; ++v) {
     if (trainer) {
       FillPattern(side->layout, ptrs, {rank, static_cast<uint64_t>(v)});
-      const std::string key = absl::StrCat("demo/ready/", m.fingerprint(), "/", v);
-      if (rank != 0) {
-        absl::Status s = c.KvSet(absl::StrCat(key, "/", rank), "1", absl::Now() + wait);
-        if (!s.ok()) return Fail(who, s);
-      } else {
-        for (int32_t r = 1; r < world; ++r) {
-          auto s = c.KvGet(absl::StrCat(key, "/", r), absl::Now() + wait);
-          if (!s.ok()) return Fail(who, s.status());
-        }
+      absl::Status s = sync_buffers(/*to_device=*/true);
+      if (!s.ok()) return Fail(who, s);
+    }
+    const std::string key = absl::StrCat("demo/ready/", m.fingerprint(), "/", v);
+    if (m.global_rank() != 0) {
+      absl::Status s = c.KvSet(absl::StrCat(key, "/", m.global_rank()), "1",
+                               absl::Now() + wait);
+      if (!s.ok()) return Fail(who, s);
+    } else {
+      for (int32_t r = 1; r < m.global_world(); ++r) {
+        auto s = c.KvGet(absl::StrCat(key, "/", r), absl::Now() + wait);
+        if (!s.ok()) return Fail(who, s.status());
       }
     }
     if (start) {
@@ -172,6 +252,8 @@ int Main(const Flags& fl) {
     if (!st.ok()) return Fail(absl::StrCat(who, " round ", *got), st.status());
     std::string check = "-";
     if (!trainer) {
+      absl::Status copied = sync_buffers(/*to_device=*/false);
+      if (!copied.ok()) return Fail(who, copied);
       absl::Status ok =
           CheckPattern(side->layout, ptrs, {rank, static_cast<uint64_t>(*got)});
       if (!ok.ok()) return Fail(absl::StrCat(who, " round ", *got, " check"), ok);
