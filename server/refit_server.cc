@@ -194,6 +194,13 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
       {
         absl::MutexLock l(&mu_);
         if (finishing_) return;
+        // A queued PLAN_CHANGED not yet being written is superseded by a
+        // newer one: a slow reader gets the newest epoch, not a backlog.
+        if (event.kind() == v1::RoundEvent::PLAN_CHANGED && queue_.size() >= 2 &&
+            queue_.back().kind() == v1::RoundEvent::PLAN_CHANGED) {
+          queue_.back() = std::move(event);
+          return;
+        }
         queue_.push_back(std::move(event));
         if (!writing_) {
           writing_ = true;
@@ -336,6 +343,7 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
 
   void Housekeeping();
   void MembershipChanged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AnnounceEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Broadcast(const v1::RoundEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndRound(bool committed, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -361,6 +369,9 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   std::map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
 
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;  // bumped on membership change
+  bool epoch_announce_pending_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_change_ ABSL_GUARDED_BY(mu_);   // last membership change
+  absl::Time dirty_since_ ABSL_GUARDED_BY(mu_);   // first change not planned
   bool plan_dirty_ ABSL_GUARDED_BY(mu_) = false;
   bool plan_incomplete_ ABSL_GUARDED_BY(mu_) = true;
   int64_t plan_epoch_ ABSL_GUARDED_BY(mu_) = -1;  // epoch of the plan below
@@ -500,7 +511,19 @@ bool RefitServer::Impl::CompleteMembership(std::vector<const Member*>* trainer,
 
 void RefitServer::Impl::MembershipChanged() {
   ++epoch_;
+  const absl::Time now = absl::Now();
+  if (!plan_dirty_) dirty_since_ = now;
+  last_change_ = now;
   plan_dirty_ = true;
+  // Announced by the next housekeeping tick (<= 10 ms): a burst of N
+  // registrations costs one broadcast per tick, not N broadcasts to N
+  // streams. Until then StartRound and AwaitPlan see plan_dirty_.
+  epoch_announce_pending_ = true;
+}
+
+void RefitServer::Impl::AnnounceEpoch() {
+  if (!epoch_announce_pending_) return;
+  epoch_announce_pending_ = false;
   v1::RoundEvent e;
   e.set_kind(v1::RoundEvent::PLAN_CHANGED);
   e.set_epoch(epoch_);
@@ -630,6 +653,7 @@ void RefitServer::Impl::Housekeeping() {
                              +[](bool* b) { return *b; }, &stopping_),
                          absl::Milliseconds(10));
     if (stopping_) break;
+    AnnounceEpoch();
     const absl::Time now = absl::Now();
     // Heartbeats.
     std::vector<std::string> expired;
@@ -658,8 +682,12 @@ void RefitServer::Impl::Housekeeping() {
         ++it;
       }
     }
-    // Plan (between rounds only).
-    if (plan_dirty_ && round_ == nullptr) {
+    // Plan (between rounds only), once the membership has settled: a burst
+    // of joins is planned once, not once per join (but never later than
+    // plan_settle_max after the first unplanned change).
+    if (plan_dirty_ && round_ == nullptr &&
+        (now - last_change_ >= options_.plan_settle ||
+         now - dirty_since_ >= options_.plan_settle_max)) {
       std::vector<const Member*> tm, em;
       if (!CompleteMembership(&tm, &em)) {
         plan_dirty_ = false;

@@ -57,6 +57,10 @@ class RefitServer {
     absl::Duration heartbeat_timeout = absl::Seconds(10);
     absl::Duration round_timeout = absl::Minutes(30);
     absl::Duration max_wait = absl::Minutes(10);  // cap of any server wait
+    // A new plan is built once the membership was unchanged for plan_settle,
+    // or plan_settle_max after the first change not yet planned.
+    absl::Duration plan_settle = absl::Milliseconds(20);
+    absl::Duration plan_settle_max = absl::Milliseconds(500);
     int rounds_kept = 64;              // rounds listed in Status
     std::string kv_prefix = "refit";
   };
