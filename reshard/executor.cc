@@ -301,17 +301,11 @@ absl::StatusOr<RunStats> Executor::Run(absl::Time deadline) {
       std::vector<SendOp> sends;
       std::vector<RecvOp> recvs;
       for (const MsgWork& m : w.sends) {
-        sends.push_back(SendOp{
-            m.peer,
-            m.direct ? m.direct_ptr : staging_ptr_[w.lane] + m.staging_offset,
-            m.bytes});
+        sends.push_back(SendOp{m.peer, MessagePtr(w, m), m.bytes});
         stats.bytes_sent += m.bytes;
       }
       for (const MsgWork& m : w.recvs) {
-        recvs.push_back(RecvOp{
-            m.peer,
-            m.direct ? m.direct_ptr : staging_ptr_[w.lane] + m.staging_offset,
-            m.bytes});
+        recvs.push_back(RecvOp{m.peer, MessagePtr(w, m), m.bytes});
         stats.bytes_received += m.bytes;
       }
       REFIT_RETURN_IF_ERROR(transport_->StartRound(w.lane, sends, recvs));
@@ -340,8 +334,7 @@ absl::StatusOr<RunStats> Executor::Run(absl::Time deadline) {
     std::vector<SendOp> sends;
     std::vector<RecvOp> recvs;
     for (const MsgWork& m : w.sends) {
-      const char* p =
-          m.direct ? m.direct_ptr : staging_ptr_[w.lane] + m.staging_offset;
+      const char* p = MessagePtr(w, m);
       sends.push_back(SendOp{m.peer, p, m.bytes});
       stats.bytes_sent += m.bytes;
       if (options_.verify) {
@@ -358,8 +351,7 @@ absl::StatusOr<RunStats> Executor::Run(absl::Time deadline) {
       }
     }
     for (const MsgWork& m : w.recvs) {
-      char* p =
-          m.direct ? m.direct_ptr : staging_ptr_[w.lane] + m.staging_offset;
+      char* p = MessagePtr(w, m);
       recvs.push_back(RecvOp{m.peer, p, m.bytes});
       stats.bytes_received += m.bytes;
     }

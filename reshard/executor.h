@@ -125,6 +125,11 @@ class Executor {
     std::vector<MsgWork> recvs;
   };
   Executor() = default;
+  // Where message m of round w is sent from / received into: the buffer
+  // (zero copy) or the lane's staging.
+  char* MessagePtr(const RoundWork& w, const MsgWork& m) const {
+    return m.direct ? m.direct_ptr : staging_ptr_[w.lane] + m.staging_offset;
+  }
   absl::Status Pack(const RoundWork& w);
   absl::Status Unpack(const RoundWork& w, absl::Time deadline);
   absl::Status Verify(absl::Time deadline);

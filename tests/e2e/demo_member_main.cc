@@ -41,7 +41,7 @@
 #ifdef REFIT_DEMO_CUDA
 #include <cuda_runtime_api.h>
 
-#include "reshard/nccl_transport.h"
+#include "client/nccl_data_plane.h"
 #endif
 
 namespace refit {
@@ -188,24 +188,10 @@ int Main(const Flags& fl) {
   if (!member_id.ok()) return Fail(who, member_id.status());
 
   DataPlaneOptions dpo;
-  dpo.verify = fl.f.count("verify") > 0;
 #ifdef REFIT_DEMO_CUDA
-  if (gpu >= 0) {
-    dpo.transport = [gpu](KvStore* store, int32_t r, int32_t w, int32_t lanes)
-        -> absl::StatusOr<std::unique_ptr<Transport>> {
-      NcclTransportOptions o;
-      o.num_lanes = lanes;
-      o.device = gpu;
-      o.key_prefix = "nccl";
-      REFIT_ASSIGN_OR_RETURN(std::unique_ptr<NcclTransport> t,
-                             NcclTransport::Create(store, r, w, o));
-      return std::unique_ptr<Transport>(std::move(t));
-    };
-    dpo.copy_engine = [](Transport* t) {
-      return MakeCudaCopyEngine(static_cast<NcclTransport*>(t));
-    };
-  }
+  if (gpu >= 0) dpo = NcclDataPlaneOptions(gpu);
 #endif
+  dpo.verify = fl.f.count("verify") > 0;
   auto dp = DataPlaneMember::Create(&c, by_name, dpo);
   if (!dp.ok()) return Fail(who, dp.status());
   DataPlaneMember& m = **dp;
