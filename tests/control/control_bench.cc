@@ -339,6 +339,15 @@ int Main(int argc, char** argv) {
     return 1;
   };
 
+  {
+    // Other load skews the tails: say how busy the machine was.
+    std::ifstream in("/proc/loadavg");
+    std::string load;
+    std::getline(in, load);
+    std::printf("control_bench on %u CPUs, load average %s\n",
+                std::thread::hardware_concurrency(), load.c_str());
+    std::fflush(stdout);
+  }
   auto server = StartServer();
   if (server == nullptr) return kill_child();
   const auto before = Memory();
