@@ -201,7 +201,7 @@ TEST(MultiProcessTest, KilledEngineAbortsRoundEverywhereThenRestartedEngineCommi
   EXPECT_THAT(std::string(out.message()), HasSubstr("engine B rank 0"));
   EXPECT_LT(took, kHeartbeatTimeout);  // the dropped stream, not a timeout
   // The other engine process learns of the abort too, naming B.
-  EXPECT_TRUE(WaitForOutput(a, "aborted 1", killed + absl::Seconds(2))) << Output(a);
+  EXPECT_TRUE(WaitForOutput(a, "aborted 1", absl::Now() + absl::Seconds(5))) << Output(a);
   EXPECT_THAT(Output(a), HasSubstr("engine B rank 0"));
   int status;
   waitpid(b.pid, &status, 0);
@@ -245,9 +245,10 @@ TEST(MultiProcessTest, HungEngineExpiresAtHeartbeatDeadlineAndRoundCommitsWithou
   EXPECT_EQ(out.code(), absl::StatusCode::kAborted) << out;
   EXPECT_THAT(std::string(out.message()), HasSubstr("engine B rank 0"));
   EXPECT_THAT(std::string(out.message()), HasSubstr("heart-beating"));
-  // Not before the heartbeat deadline, and promptly after it.
-  EXPECT_GT(took, kHeartbeatTimeout - absl::Milliseconds(300));
-  EXPECT_LT(took, kHeartbeatTimeout + absl::Seconds(1));
+  // Aborted by the heartbeat deadline (the message says so), well before the
+  // round timeout. No lower bound: on a loaded machine B's last heartbeat may
+  // predate the SIGSTOP. The upper slack covers a saturated 2-core CI box.
+  EXPECT_LT(took, kHeartbeatTimeout + absl::Seconds(3));
   EXPECT_TRUE(WaitForOutput(a, "aborted 1", absl::Now() + absl::Seconds(3))) << Output(a);
 
   // The membership shrank to A: a new plan without B, and round 2 commits.
