@@ -4,8 +4,9 @@
 // full checkpoint tensors (an independent statement of each convention, not
 // a call into the tables). Then: every rank's expected buffers must pass
 // ValidateRankBuffers against the layout, every record must address the
-// right bytes of those buffers, and a record-by-record copy from the trainer
-// buffers must reproduce every engine buffer byte for byte (padding zero).
+// right bytes of those buffers, and the planner's plan (BuildPlan, performed
+// by ReferenceCopy) from the trainer buffers must reproduce every engine
+// buffer byte for byte (padding zero).
 #include <algorithm>
 #include <functional>
 #include <random>
@@ -18,6 +19,8 @@
 #include "mapping/scatter.h"
 #include "mapping/testing/arrays.h"
 #include "mapping/validate.h"
+#include "reshard/planner.h"
+#include "reshard/reference_copy.h"
 
 namespace refit {
 namespace {
@@ -781,12 +784,33 @@ void RunCase(const std::string& model, const std::string& trainer,
     }
   }
 
+  // Engine memory starts as a marker: padding (vocab rows) must stay
+  // untouched by the copy, everything else must be overwritten.
+  constexpr uint8_t kMarker = 0xA5;
   std::vector<std::vector<uint8_t>> dst_mem;
   for (const BufferSpec& b : dst->layout.buffers) {
-    dst_mem.emplace_back(b.byte_size, 0);
+    dst_mem.emplace_back(b.byte_size, kMarker);
   }
-  s = testing_mapping::CopyElementwise(src->layout, src_mem, dst->layout, &dst_mem);
+  // The real planner moves the bytes: BuildPlan, then ReferenceCopy
+  // performs its segments (the expectation above stays independent).
+  absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  HostBuffers src_ptrs, dst_ptrs;
+  for (auto& m : src_mem) src_ptrs.push_back(m.data());
+  for (auto& m : dst_mem) dst_ptrs.push_back(m.data());
+  s = ReferenceCopy(*plan, src_ptrs, dst_ptrs);
   ASSERT_TRUE(s.ok()) << s;
+  for (size_t b = 0; b < dst_mem.size(); ++b) {
+    for (const ByteRange& p : dst->layout.buffers[b].padding) {
+      for (int64_t i = p.begin; i < p.end(); ++i) {
+        ASSERT_EQ(dst_mem[b][i], kMarker)
+            << "padding byte " << i << " of engine buffer "
+            << dst->layout.buffers[b].name << " on rank "
+            << dst->layout.buffers[b].rank << " was written";
+        dst_mem[b][i] = 0;  // the expectation has zero padding
+      }
+    }
+  }
   for (size_t b = 0; b < dst_mem.size(); ++b) {
     EXPECT_TRUE(dst_mem[b] == expected[b])
         << "engine rank " << dst->layout.buffers[b].rank << " buffer "
