@@ -225,7 +225,13 @@ int Main(const Flags& fl) {
       }
     }
     if (start) {
-      absl::Status s = c.StartRound(v, absl::Now() + wait);
+      // UNAVAILABLE: a member's round stream is not up yet; retry.
+      const absl::Time until = absl::Now() + wait;
+      absl::Status s = c.StartRound(v, until);
+      while (absl::IsUnavailable(s) && absl::Now() < until) {
+        absl::SleepFor(absl::Milliseconds(20));
+        s = c.StartRound(v, until);
+      }
       if (!s.ok()) return Fail(who, s);
     }
     absl::StatusOr<int64_t> got = c.WaitForRound(absl::Now() + wait);
