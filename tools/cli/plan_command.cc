@@ -2,11 +2,13 @@
 #include "tools/cli/plan_command.h"
 
 #include <fstream>
+#include <iostream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "mapping/mapping.h"
 #include "reshard/planner.h"
@@ -38,18 +40,31 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
     return absl::InvalidArgumentError(
         "--model, --trainer and --engine are required");
   }
+  absl::Time t0 = absl::Now();
+  auto lap = [&](const char* step) {
+    if (!opt.timings) return;
+    absl::Time now = absl::Now();
+    std::cerr << "timing: " << step << " "
+              << absl::ToDoubleSeconds(now - t0) << " s\n";
+    t0 = now;
+  };
   REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(opt.model));
   REFIT_RETURN_IF_ERROR(SetWeightDType(&model, opt.dtype));
   REFIT_ASSIGN_OR_RETURN(TrainerSpec ts, ParseTrainerSpec(opt.trainer));
   REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(opt.engine));
   ts.gpus_per_host = es.gpus_per_host = opt.link.gpus_per_host;
+  lap("config+specs");
   REFIT_ASSIGN_OR_RETURN(MappedSide src, BuildTrainerLayout(model, ts));
+  lap("trainer layout");
   REFIT_ASSIGN_OR_RETURN(MappedSide dst, BuildEngineLayout(model, es));
+  lap("engine layout");
   PlannerOptions po;
   po.staging_budget_bytes = opt.staging_mib << 20;
   po.num_lanes = opt.lanes;
   REFIT_ASSIGN_OR_RETURN(Plan plan, BuildPlan(src.layout, dst.layout, po));
+  lap("planner");
   REFIT_ASSIGN_OR_RETURN(PlanSummary s, SummarizePlan(plan, opt.link));
+  lap("summary");
   if (!opt.heatmap.empty()) {
     std::ofstream f(opt.heatmap);
     f << RenderHeatmapSvg(s, absl::StrCat(opt.model, ": ", opt.trainer,

@@ -21,6 +21,7 @@ struct PlanCommandOptions {
   int32_t lanes = 2;
   bool json = false;
   std::string heatmap;  // SVG path, empty = none
+  bool timings = false;  // print each step's wall time on stderr
 };
 
 // Runs the dry run and returns what to print on stdout. Fails with the

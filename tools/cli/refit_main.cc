@@ -9,25 +9,101 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tools/cli/plan_command.h"
+#include "tools/cli/simulate_command.h"
+#include "tools/cli/status_command.h"
 
 namespace {
 
 constexpr char kTopHelp[] =
-    R"(refit: plan and inspect weight resharding from an RL trainer to an inference engine.
+    R"HELP(refit: plan and inspect weight resharding from an RL trainer to an inference engine.
 
 usage: refit <command> [flags]
 
 commands:
   plan       dry-run: build the transfer plan and print what it moves
+  simulate   run a whole refit in one process from a safetensors checkpoint
+             and write every trainer and engine rank's buffers
+  status     members, plan fingerprint and last rounds of a running refitd
   help       this text (also: refit --help, refit <command> --help)
 
 example:
   refit plan --model deepseek-v3 --trainer megatron:tp=1,pp=16,ep=16,dp=1 \
              --engine vllm:tp=32,dp=8
-)";
+  refit simulate --model tiny-qwen3 --checkpoint ckpt/ \
+                 --trainer megatron:tp=2,pp=2 --engine vllm:tp=2,dp=2 --out sim/
+  refit status --server 127.0.0.1:50051 --token-file /etc/refit/token
+
+exit codes: 0 ok, 1 failure, 2 usage error.
+)HELP";
+
+constexpr char kSimulateHelp[] =
+    R"HELP(refit simulate: run one refit in this process from an HF checkpoint.
+
+usage: refit simulate --model NAME|config.json --checkpoint PATH
+                      --trainer SPEC --engine SPEC --out DIR [flags]
+
+Reads the checkpoint (memory-mapped), fills every trainer rank's buffers by
+the trainer convention, runs the plan through the executor over the
+in-process transport (one thread per rank) and writes
+  DIR/trainer/rank<k>.safetensors   Megatron rank k = (pp*DP + dp)*TP + tp,
+                                    FSDP rank k = replica*S + shard
+  DIR/engine/rank<k>.safetensors    engine rank k = dp_rank*TP + tp_rank
+each holding that rank's buffers under the convention's own names and local
+shapes (fused buffers such as qkv_proj / gate_up_proj; vocabulary padding
+rows are zeros). FP8 checkpoints (e4m3 weights + weight_scale_inv) pass
+through unchanged. Every rank's buffers are held in memory: use small models.
+
+flags:
+  --model NAME|PATH      built-in model (e.g. tiny-qwen3, tiny-deepseek-v3-fp8)
+                         or an HF config.json. e.g. --model tiny-llama
+  --checkpoint PATH      model.safetensors, or a directory holding
+                         model.safetensors.index.json (sharded) or
+                         model.safetensors. e.g. --checkpoint ./ckpt
+  --trainer SPEC         as in `refit plan`, e.g. megatron:tp=2,pp=2,dp=1
+  --engine SPEC          as in `refit plan`, e.g. vllm:tp=2,dp=2
+  --out DIR              output directory (created). e.g. --out /tmp/sim
+  --dtype bf16|fp8       override the config's weight format (default: the
+                         config's own). e.g. --dtype bf16
+  --staging-mib M        staging budget per rank in MiB, default 512
+  --lanes L              concurrent lanes, default 2
+  --timeout-s S          deadline for the whole transfer, default 300
+
+A tensor missing from the checkpoint, or whose shape or dtype disagrees with
+the config, is an error naming the tensor (exit 1); a usage error exits 2.
+
+example:
+  refit simulate --model tiny-qwen3 --checkpoint ckpt/model.safetensors \
+                 --trainer megatron:tp=2,pp=2,dp=1 --engine vllm:tp=2,dp=2 \
+                 --out /tmp/sim
+)HELP";
+
+constexpr char kStatusHelp[] =
+    R"HELP(refit status: show what a running refitd knows.
+
+usage: refit status --server HOST:PORT [flags]
+
+Prints the registered members (id, side, job, engine, rank/world, host,
+device, parallel coordinates, buffers, heartbeat age), the membership epoch,
+the current plan fingerprint (or "(no plan)") and plan error if any, and the
+last rounds with their outcome, bytes, seconds and GB/s (GB = 1e9 bytes).
+
+flags:
+  --server HOST:PORT     refitd's address, e.g. --server 127.0.0.1:50051
+  --token-file FILE      file holding the bearer token refitd requires
+                         (refitd --token_file), e.g. --token-file /etc/refit/token
+  --timeout-s S          seconds to connect and to answer, default 10.
+                         e.g. --timeout-s 3
+  --rounds N             newest rounds shown, default 10. e.g. --rounds 50
+  --json                 print the status as one JSON document
+
+exit codes: 0 ok, 1 failure (unreachable server, wrong token), 2 usage error.
+
+example:
+  refit status --server 127.0.0.1:50051 --token-file token.txt --json
+)HELP";
 
 constexpr char kPlanHelp[] =
-    R"(refit plan: build the static transfer plan for one refit and summarize it.
+    R"HELP(refit plan: build the static transfer plan for one refit and summarize it.
 
 usage: refit plan --model NAME|config.json --trainer SPEC --engine SPEC [flags]
 
@@ -52,6 +128,8 @@ flags:
   --staging-mib M        staging budget per rank in MiB, default 512
   --lanes L              concurrent lanes (rounds in flight), default 2
   --json                 print the summary as one JSON document
+  --timings              print each step's wall time (config, trainer layout,
+                         engine layout, planner, summary) on stderr
   --heatmap FILE.svg     also write an SVG heat map of bytes from trainer hosts
                          (or PP stages) to engine hosts. e.g. --heatmap plan.svg
 
@@ -62,7 +140,7 @@ over the link class it uses. An invalid layout or plan prints every error
 example:
   refit plan --model kimi-k2 --trainer megatron:tp=1,pp=16,ep=16,dp=1 \
              --engine vllm:tp=16,dp=8 --json
-)";
+)HELP";
 
 // Parses "--name value", "--name=value" and boolean "--name". Returns false
 // (with a message in *err) on an unknown flag or a missing value.
@@ -115,7 +193,8 @@ int RunPlan(const std::vector<std::string>& args) {
       {"model", true},      {"trainer", true},     {"engine", true},
       {"dtype", true},      {"gpus-per-host", true}, {"colocated", false},
       {"link", true},       {"staging-mib", true}, {"lanes", true},
-      {"json", false},      {"heatmap", true},     {"help", false}};
+      {"json", false},      {"heatmap", true},     {"help", false},
+      {"timings", false}};
   if (!ParseFlags(args, known, &f, &err)) return Usage(err, kPlanHelp);
   if (f.count("help")) {
     std::cout << kPlanHelp;
@@ -149,10 +228,98 @@ int RunPlan(const std::vector<std::string>& args) {
     return Usage("--lanes needs a positive integer", kPlanHelp);
   }
   opt.json = f.count("json") > 0;
+  opt.timings = f.count("timings") > 0;
   opt.heatmap = f["heatmap"];
   absl::StatusOr<std::string> out = refit::RunPlanCommand(opt);
   if (!out.ok()) {
     std::cerr << "refit plan: error: " << out.status().message() << "\n";
+    return 1;
+  }
+  std::cout << *out;
+  return 0;
+}
+
+int RunSimulate(const std::vector<std::string>& args) {
+  std::map<std::string, std::string> f;
+  std::string err;
+  const std::map<std::string, bool> known = {
+      {"model", true},       {"checkpoint", true},  {"trainer", true},
+      {"engine", true},      {"out", true},         {"dtype", true},
+      {"staging-mib", true}, {"lanes", true},       {"timeout-s", true},
+      {"help", false}};
+  if (!ParseFlags(args, known, &f, &err)) return Usage(err, kSimulateHelp);
+  if (f.count("help")) {
+    std::cout << kSimulateHelp;
+    return 0;
+  }
+  refit::SimulateCommandOptions opt;
+  opt.model = f["model"];
+  opt.checkpoint = f["checkpoint"];
+  opt.trainer = f["trainer"];
+  opt.engine = f["engine"];
+  opt.out = f["out"];
+  opt.dtype = f["dtype"];
+  if (opt.model.empty() || opt.checkpoint.empty() || opt.trainer.empty() ||
+      opt.engine.empty() || opt.out.empty()) {
+    return Usage(
+        "--model, --checkpoint, --trainer, --engine and --out are required",
+        kSimulateHelp);
+  }
+  if (f.count("staging-mib") &&
+      (!absl::SimpleAtoi(f["staging-mib"], &opt.staging_mib) ||
+       opt.staging_mib < 1)) {
+    return Usage("--staging-mib needs a positive integer", kSimulateHelp);
+  }
+  if (f.count("lanes") &&
+      (!absl::SimpleAtoi(f["lanes"], &opt.lanes) || opt.lanes < 1)) {
+    return Usage("--lanes needs a positive integer", kSimulateHelp);
+  }
+  if (f.count("timeout-s")) {
+    double s = 0;
+    if (!absl::SimpleAtod(f["timeout-s"], &s) || !(s > 0)) {
+      return Usage("--timeout-s needs a positive number", kSimulateHelp);
+    }
+    opt.timeout = absl::Seconds(s);
+  }
+  absl::StatusOr<std::string> out = refit::RunSimulateCommand(opt);
+  if (!out.ok()) {
+    std::cerr << "refit simulate: error: " << out.status().message() << "\n";
+    return 1;
+  }
+  std::cout << *out;
+  return 0;
+}
+
+int RunStatus(const std::vector<std::string>& args) {
+  std::map<std::string, std::string> f;
+  std::string err;
+  const std::map<std::string, bool> known = {
+      {"server", true}, {"token-file", true}, {"timeout-s", true},
+      {"rounds", true}, {"json", false},      {"help", false}};
+  if (!ParseFlags(args, known, &f, &err)) return Usage(err, kStatusHelp);
+  if (f.count("help")) {
+    std::cout << kStatusHelp;
+    return 0;
+  }
+  refit::StatusCommandOptions opt;
+  opt.server = f["server"];
+  if (opt.server.empty()) return Usage("--server is required", kStatusHelp);
+  opt.token_file = f["token-file"];
+  if (f.count("timeout-s")) {
+    double s = 0;
+    if (!absl::SimpleAtod(f["timeout-s"], &s) || !(s > 0)) {
+      return Usage("--timeout-s needs a positive number", kStatusHelp);
+    }
+    opt.timeout = absl::Seconds(s);
+  }
+  if (f.count("rounds") &&
+      (!absl::SimpleAtoi(f["rounds"], &opt.rounds) || opt.rounds < 0)) {
+    return Usage("--rounds needs a non-negative integer", kStatusHelp);
+  }
+  opt.json = f.count("json") > 0;
+  absl::StatusOr<std::string> out = refit::RunStatusCommand(opt);
+  if (!out.ok()) {
+    std::cerr << "refit status: error: " << out.status().ToString() << "\n";
     return 1;
   }
   std::cout << *out;
@@ -171,5 +338,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "plan") return RunPlan(args);
+  if (cmd == "status") return RunStatus(args);
+  if (cmd == "simulate") return RunSimulate(args);
   return Usage(absl::StrCat("unknown command '", cmd, "'"), kTopHelp);
 }

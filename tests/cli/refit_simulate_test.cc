@@ -1,0 +1,302 @@
+// Runs `refit simulate` as a user would (the binary, its exit code, its
+// output) on a generated random checkpoint, then reads the engine files back
+// and checks every engine record byte for byte against the checkpoint
+// through mapping's records + GatherFromRecord (independent of the
+// executor), and that padding bytes are zero. Also: invalid checkpoints
+// fail with exit 1 and a message naming the tensor.
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "mapping/mapping.h"
+#include "mapping/scatter.h"
+#include "tools/cli/safetensors.h"
+
+namespace refit {
+namespace {
+
+std::string TmpDir(const std::string& name) {
+  const char* d = std::getenv("TEST_TMPDIR");
+  std::string p = std::string(d != nullptr ? d : "/tmp") + "/" + name;
+  EXPECT_EQ(system(("rm -rf '" + p + "' && mkdir -p '" + p + "'").c_str()), 0);
+  return p;
+}
+
+std::string RefitBinary() {
+  const char* s = std::getenv("TEST_SRCDIR");
+  const char* w = std::getenv("TEST_WORKSPACE");
+  std::string p = absl::StrCat(s ? s : ".", "/", w ? w : "refit",
+                               "/tools/cli/refit");
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 ? p : "tools/cli/refit";
+}
+
+struct CmdResult {
+  int rc = -1;
+  std::string out;
+};
+
+CmdResult RunRefit(const std::string& args) {
+  CmdResult r;
+  const std::string cmd = RefitBinary() + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// Random checkpoint tensors (HF names, per-expert for stacked tensors).
+struct Checkpoint {
+  std::vector<std::string> names;
+  std::map<std::string, SafetensorsTensor> meta;
+  std::map<std::string, std::vector<uint8_t>> bytes;
+};
+
+Checkpoint MakeCheckpoint(const std::vector<TensorSpec>& tensors,
+                          uint32_t seed) {
+  std::mt19937 rng(seed);
+  Checkpoint c;
+  for (const TensorSpec& t : tensors) {
+    std::vector<int64_t> shape = t.shape;
+    int64_t members = 1;
+    if (t.stacked) {
+      members = shape[0];
+      shape.erase(shape.begin());
+    }
+    int64_t n = DTypeSize(t.dtype);
+    for (int64_t d : shape) n *= d;
+    for (int64_t i = 0; i < members; ++i) {
+      const std::string name = t.stacked ? MemberName(t, i) : t.name;
+      std::vector<uint8_t> b(n);
+      for (auto& x : b) x = static_cast<uint8_t>(rng());
+      c.names.push_back(name);
+      c.bytes[name] = std::move(b);
+      c.meta[name] = {name, t.dtype, shape, {}};
+    }
+  }
+  return c;
+}
+
+// Writes the checkpoint as one file (shards = 1) or `shards` files + index.
+// `skip` is left out; `reshape` gets a wrong shape.
+std::string WriteCheckpoint(const Checkpoint& c, const std::string& dir,
+                            int shards, const std::string& skip = "",
+                            const std::string& reshape = "") {
+  std::vector<std::vector<SafetensorsTensor>> files(shards);
+  std::string index = R"({"metadata":{},"weight_map":{)";
+  int k = 0;
+  for (const std::string& name : c.names) {
+    if (name == skip) continue;
+    SafetensorsTensor t = c.meta.at(name);
+    t.data = c.bytes.at(name);
+    if (name == reshape) {
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      t.shape = {n};
+    }
+    const int f = k++ % shards;
+    absl::StrAppend(&index, k > 1 ? "," : "", "\"", name,
+                    "\":\"model-0000", f + 1, ".safetensors\"");
+    files[f].push_back(t);
+  }
+  index += "}}";
+  if (shards == 1) {
+    const std::string path = dir + "/model.safetensors";
+    EXPECT_TRUE(WriteSafetensors(path, files[0]).ok());
+    return path;
+  }
+  for (int f = 0; f < shards; ++f) {
+    EXPECT_TRUE(WriteSafetensors(
+                    absl::StrCat(dir, "/model-0000", f + 1, ".safetensors"),
+                    files[f])
+                    .ok());
+  }
+  std::ofstream(dir + "/model.safetensors.index.json") << index;
+  return dir;
+}
+
+// Checks every engine rank file against the layout and the checkpoint.
+void CheckEngineFiles(const MappedSide& dst, const Checkpoint& c,
+                      const std::string& out) {
+  const SideLayout& side = dst.layout;
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  for (int32_t r = 0; r < side.world_size; ++r) {
+    auto f = SafetensorsFile::Open(absl::StrCat(out, "/engine/rank", r,
+                                                ".safetensors"));
+    ASSERT_TRUE(f.ok()) << f.status();
+    std::vector<LocalBuffer> want = RankBuffers(dst, r);
+    ASSERT_EQ((*f)->entries().size(), want.size()) << "engine rank " << r;
+    for (const LocalBuffer& b : want) {
+      const SafetensorsEntry* e = (*f)->Find(b.name);
+      ASSERT_NE(e, nullptr) << "rank " << r << " lacks " << b.name;
+      EXPECT_EQ(e->shape, b.shape) << b.name;
+      EXPECT_EQ(e->dtype, b.dtype) << b.name;
+    }
+    files.push_back(std::move(*f));
+  }
+  int64_t checked = 0;
+  for (const Record& rec : side.records) {
+    const TensorSpec& t = side.tensors[rec.tensor];
+    const SafetensorsEntry* e =
+        files[rec.rank]->Find(side.buffers[rec.buffer].name);
+    ASSERT_NE(e, nullptr);
+    int64_t lo = -1, hi = 0;
+    if (t.stacked) {
+      lo = rec.box.origin(0);
+      hi = rec.box.limit(0);
+    }
+    for (int64_t m = lo; m < (t.stacked ? hi : 0); ++m) {
+      const std::vector<uint8_t>& want =
+          c.bytes.at(t.stacked ? MemberName(t, m) : t.name);
+      // Start from the complement: a byte equals `want` only if gathered.
+      std::vector<uint8_t> got(want.size());
+      for (size_t i = 0; i < got.size(); ++i) got[i] = ~want[i];
+      ASSERT_TRUE(GatherFromRecord(side, rec, m, e->data,
+                                   absl::MakeSpan(got)).ok());
+      int64_t elems = 1;
+      for (int d = t.stacked ? 1 : 0; d < rec.box.rank(); ++d) {
+        elems *= rec.box.shape(d);
+      }
+      int64_t equal = 0;
+      for (size_t i = 0; i < got.size(); ++i) equal += got[i] == want[i];
+      ASSERT_EQ(equal, elems * DTypeSize(t.dtype))
+          << DescribePart(t, rec.box) << " on engine rank " << rec.rank
+          << " buffer " << side.buffers[rec.buffer].name;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
+  for (const BufferSpec& b : side.buffers) {
+    const SafetensorsEntry* e = files[b.rank]->Find(b.name);
+    for (const ByteRange& p : b.padding) {
+      for (int64_t i = p.begin; i < p.end(); ++i) {
+        ASSERT_EQ(e->data[i], 0) << b.name << " padding byte " << i;
+      }
+    }
+  }
+}
+
+struct Case {
+  std::string model, trainer, engine;
+};
+
+void SimulateAndCheck(const Case& k, int shards, uint32_t seed) {
+  auto model = LoadModelConfig(k.model);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto ts = ParseTrainerSpec(k.trainer);
+  auto es = ParseEngineSpec(k.engine);
+  ASSERT_TRUE(ts.ok() && es.ok());
+  auto dst = BuildEngineLayout(*model, *es);
+  ASSERT_TRUE(dst.ok()) << dst.status();
+  Checkpoint c = MakeCheckpoint(dst->layout.tensors, seed);
+  const std::string dir =
+      TmpDir(absl::StrCat(k.model, "-", shards, "-ckpt"));
+  const std::string ckpt = WriteCheckpoint(c, dir, shards);
+  const std::string out = TmpDir(absl::StrCat(k.model, "-", shards, "-out"));
+  CmdResult r = RunRefit(absl::StrCat("simulate --model ", k.model,
+                                " --checkpoint ", ckpt, " --trainer ",
+                                k.trainer, " --engine ", k.engine, " --out ",
+                                out));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("bytes moved: "), std::string::npos) << r.out;
+  CheckEngineFiles(*dst, c, out);
+  // Trainer files exist for every trainer rank.
+  for (int32_t t = 0; t < ts->world_size(); ++t) {
+    struct stat st;
+    EXPECT_EQ(stat(absl::StrCat(out, "/trainer/rank", t, ".safetensors")
+                       .c_str(), &st), 0) << "trainer rank " << t;
+  }
+}
+
+TEST(RefitSimulateTest, DenseSingleFileEngineBytesEqualCheckpoint) {
+  SimulateAndCheck({"tiny-qwen3", "megatron:tp=2,pp=2,dp=1",
+                    "vllm:tp=2,dp=2"}, 1, 1);
+}
+
+TEST(RefitSimulateTest, DenseShardedIndexEngineBytesEqualCheckpoint) {
+  SimulateAndCheck({"tiny-llama", "fsdp:dp=3", "vllm:tp=2,dp=1"}, 3, 2);
+}
+
+TEST(RefitSimulateTest, MoeEngineBytesEqualCheckpoint) {
+  SimulateAndCheck({"tiny-qwen3-moe", "megatron:tp=1,pp=2,ep=2,dp=2",
+                    "vllm:tp=2,dp=2,ep=4"}, 2, 3);
+}
+
+TEST(RefitSimulateTest, Fp8BlockCheckpointPassesThroughUnchanged) {
+  SimulateAndCheck({"tiny-deepseek-v3-fp8", "megatron:tp=1,pp=2,ep=2,dp=2",
+                    "vllm:tp=2,dp=1"}, 1, 4);
+}
+
+class InvalidCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto model = LoadModelConfig("tiny-qwen3");
+    ASSERT_TRUE(model.ok());
+    auto es = ParseEngineSpec("vllm:tp=2,dp=1");
+    ASSERT_TRUE(es.ok());
+    auto dst = BuildEngineLayout(*model, *es);
+    ASSERT_TRUE(dst.ok());
+    c_ = MakeCheckpoint(dst->layout.tensors, 9);
+  }
+  CmdResult Simulate(const std::string& ckpt) {
+    return RunRefit("simulate --model tiny-qwen3 --checkpoint " + ckpt +
+                    " --trainer fsdp:dp=2 --engine vllm:tp=2,dp=1 --out " +
+                    TmpDir("bad-out"));
+  }
+  Checkpoint c_;
+};
+
+TEST_F(InvalidCheckpointTest, MissingTensorIsNamed) {
+  const std::string victim = c_.names[3];
+  CmdResult r = Simulate(WriteCheckpoint(c_, TmpDir("missing"), 1, victim));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find(victim), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("missing"), std::string::npos) << r.out;
+}
+
+TEST_F(InvalidCheckpointTest, WrongShapeIsNamed) {
+  const std::string victim = c_.names[2];
+  CmdResult r = Simulate(WriteCheckpoint(c_, TmpDir("shape"), 2, "", victim));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find(victim), std::string::npos) << r.out;
+}
+
+TEST_F(InvalidCheckpointTest, TruncatedFileNamesTheTensor) {
+  const std::string path = WriteCheckpoint(c_, TmpDir("trunc"), 1);
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  ASSERT_EQ(truncate(path.c_str(), st.st_size - 3), 0);
+  CmdResult r = Simulate(path);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find(c_.names.back()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("truncated"), std::string::npos) << r.out;
+}
+
+TEST_F(InvalidCheckpointTest, UsageErrorsExitTwo) {
+  CmdResult r = RunRefit("simulate --model tiny-qwen3");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--checkpoint"), std::string::npos) << r.out;
+  r = RunRefit("simulate --help");
+  EXPECT_EQ(r.rc, 0);
+  for (const char* flag : {"--model", "--checkpoint", "--trainer", "--engine",
+                           "--out", "--dtype", "--staging-mib", "--lanes",
+                           "--timeout-s"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  }
+}
+
+}  // namespace
+}  // namespace refit

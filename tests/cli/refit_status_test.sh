@@ -1,0 +1,46 @@
+#!/bin/bash
+# `refit status` against a real refitd on 127.0.0.1:0: no members, no plan;
+# a wrong or missing token and an unreachable server fail with exit 1.
+set -u
+find_bin() {  # find_bin RELPATH
+  local p="${TEST_SRCDIR}/${TEST_WORKSPACE:-refit}/$1"
+  [ -x "$p" ] || p="$(find "${TEST_SRCDIR}" -path "*$1" -type f | head -1)"
+  echo "$p"
+}
+REFIT=$(find_bin tools/cli/refit)
+REFITD=$(find_bin server/refitd)
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+echo "s3cret-token" > "$tmp/token"
+echo "wrong-token" > "$tmp/bad"
+"$REFITD" --address=127.0.0.1:0 --token_file="$tmp/token" > "$tmp/refitd.out" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
+port=""
+for _ in $(seq 100); do  # up to 10 s
+  port=$(sed -n 's/^refitd listening on port \([0-9]*\)$/\1/p' "$tmp/refitd.out")
+  [ -n "$port" ] && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.1
+done
+[ -n "$port" ] || { echo "FAIL refitd did not report its port:"; cat "$tmp/refitd.out"; exit 1; }
+fail=0
+check() {  # check NAME WANT_RC PATTERN -- cmd...
+  local name=$1 want=$2 pat=$3; shift 4
+  local out rc
+  out=$(timeout 30 "$@" 2>&1); rc=$?
+  if [ "$rc" != "$want" ]; then echo "FAIL $name: rc=$rc want $want"; echo "$out"; fail=1; return; fi
+  if ! grep -qE -- "$pat" <<<"$out"; then echo "FAIL $name: no /$pat/ in:"; echo "$out"; fail=1; return; fi
+  echo "ok $name"
+}
+check status-help 0 '--token-file FILE' -- "$REFIT" status --help
+check status-no-server 2 '--server is required' -- "$REFIT" status
+check status-members 0 '^members: 0$' -- "$REFIT" status --server "127.0.0.1:$port" --token-file "$tmp/token"
+check status-no-plan 0 'plan fingerprint: \(no plan\)' -- "$REFIT" status --server "127.0.0.1:$port" --token-file "$tmp/token"
+check status-no-rounds 0 '^rounds: none$' -- "$REFIT" status --server "127.0.0.1:$port" --token-file "$tmp/token"
+check status-json 0 '"members": \[\]' -- "$REFIT" status --server "127.0.0.1:$port" --token-file "$tmp/token" --json
+check status-wrong-token 1 'UNAUTHENTICATED' -- "$REFIT" status --server "127.0.0.1:$port" --token-file "$tmp/bad"
+check status-no-token 1 'UNAUTHENTICATED' -- "$REFIT" status --server "127.0.0.1:$port"
+check status-missing-token-file 1 'token-file: cannot read' -- "$REFIT" status --server "127.0.0.1:$port" --token-file "$tmp/nope"
+kill $pid; wait $pid 2>/dev/null
+check status-unreachable 1 "127.0.0.1:$port" -- "$REFIT" status --server "127.0.0.1:$port" --timeout-s 1
+exit $fail

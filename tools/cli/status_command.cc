@@ -1,0 +1,145 @@
+// `refit status` implementation (see status_command.h).
+#include "tools/cli/status_command.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "client/refit_client.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace refit {
+namespace {
+
+const char* SideName(int side) {
+  return v1::Side_IsValid(side) ? v1::Side_Name(side).c_str() : "?";
+}
+
+std::string Coords(const v1::MemberIdentity& id) {
+  std::vector<std::string> kv;
+  for (const auto& [k, v] : id.coords()) kv.push_back(absl::StrCat(k, "=", v));
+  std::sort(kv.begin(), kv.end());
+  return absl::StrJoin(kv, ",");
+}
+
+int FirstRound(const v1::StatusResponse& r, int rounds) {
+  return std::max(0, r.rounds_size() - std::max(0, rounds));
+}
+
+}  // namespace
+
+std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
+  std::string out = absl::StrCat("members: ", r.members_size(), "\n");
+  for (const v1::MemberStatus& m : r.members()) {
+    const v1::MemberIdentity& id = m.identity();
+    absl::StrAppendFormat(
+        &out, "  %s  %s job=%s%s rank=%d/%d host=%s device=%s %s buffers=%d "
+              "heartbeat %.1f s ago\n",
+        m.member_id(), SideName(id.side()), id.job(),
+        id.engine_id().empty() ? "" : absl::StrCat(" engine=", id.engine_id()),
+        id.rank(), id.world_size(), id.host_id(), id.device(), Coords(id),
+        m.num_buffers(), m.seconds_since_heartbeat());
+  }
+  absl::StrAppend(&out, "membership epoch: ", r.epoch(), "\n");
+  absl::StrAppend(&out, "plan fingerprint: ",
+                  r.plan_fingerprint().empty() ? "(no plan)"
+                                               : r.plan_fingerprint(),
+                  "\n");
+  if (!r.plan_error().empty()) {
+    absl::StrAppend(&out, "plan error: ", r.plan_error(), "\n");
+  }
+  if (r.rounds_size() == 0) {
+    absl::StrAppend(&out, "rounds: none\n");
+    return out;
+  }
+  const int first = FirstRound(r, rounds);
+  absl::StrAppend(&out, "rounds (last ", r.rounds_size() - first, " of ",
+                  r.rounds_size(), "):\n");
+  absl::StrAppendFormat(&out, "  %8s  %-10s %16s %10s %9s\n", "version",
+                        "outcome", "bytes", "seconds", "GB/s");
+  for (int i = first; i < r.rounds_size(); ++i) {
+    const v1::RoundSummary& s = r.rounds(i);
+    absl::StrAppendFormat(&out, "  %8d  %-10s %16d %10.3f %9.2f%s\n",
+                          s.version(), s.outcome(), s.bytes(), s.seconds(),
+                          s.gbps(),
+                          s.reason().empty() ? "" : "  " + s.reason());
+  }
+  return out;
+}
+
+std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
+  nlohmann::json j;
+  j["members"] = nlohmann::json::array();
+  for (const v1::MemberStatus& m : r.members()) {
+    const v1::MemberIdentity& id = m.identity();
+    nlohmann::json coords = nlohmann::json::object();
+    for (const auto& [k, v] : id.coords()) coords[k] = v;
+    j["members"].push_back({{"member_id", m.member_id()},
+                            {"side", SideName(id.side())},
+                            {"job", id.job()},
+                            {"engine_id", id.engine_id()},
+                            {"rank", id.rank()},
+                            {"world_size", id.world_size()},
+                            {"host_id", id.host_id()},
+                            {"device", id.device()},
+                            {"coords", coords},
+                            {"num_buffers", m.num_buffers()},
+                            {"seconds_since_heartbeat",
+                             m.seconds_since_heartbeat()}});
+  }
+  j["epoch"] = r.epoch();
+  j["plan_fingerprint"] = r.plan_fingerprint();
+  j["plan_error"] = r.plan_error();
+  j["rounds"] = nlohmann::json::array();
+  for (int i = FirstRound(r, rounds); i < r.rounds_size(); ++i) {
+    const v1::RoundSummary& s = r.rounds(i);
+    j["rounds"].push_back({{"version", s.version()},
+                           {"outcome", s.outcome()},
+                           {"reason", s.reason()},
+                           {"bytes", s.bytes()},
+                           {"seconds", s.seconds()},
+                           {"gbps", s.gbps()}});
+  }
+  return j.dump(2) + "\n";
+}
+
+absl::StatusOr<std::string> RunStatusCommand(const StatusCommandOptions& opt) {
+  if (opt.server.empty()) {
+    return absl::InvalidArgumentError("--server is required (host:port)");
+  }
+  RefitClient::Options co;
+  co.target = opt.server;
+  co.connect_timeout = opt.timeout;
+  co.rpc_timeout = opt.timeout;
+  if (!opt.token_file.empty()) {
+    std::ifstream in(opt.token_file, std::ios::binary);
+    if (!in) {
+      return absl::NotFoundError(
+          absl::StrCat("--token-file: cannot read ", opt.token_file));
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    co.bearer_token = std::string(absl::StripAsciiWhitespace(ss.str()));
+  }
+  absl::StatusOr<std::unique_ptr<RefitClient>> client =
+      RefitClient::Connect(co);
+  if (!client.ok()) {
+    return AnnotateStatus(client.status(),
+                          absl::StrCat("connecting to ", opt.server));
+  }
+  absl::StatusOr<v1::StatusResponse> st =
+      (*client)->GetStatus(absl::Now() + opt.timeout);
+  if (!st.ok()) {
+    return AnnotateStatus(st.status(),
+                          absl::StrCat("GetStatus from ", opt.server));
+  }
+  return opt.json ? FormatStatusJson(*st, opt.rounds)
+                  : FormatStatusText(*st, opt.rounds);
+}
+
+}  // namespace refit

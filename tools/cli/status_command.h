@@ -1,0 +1,36 @@
+// `refit status`: asks a running refitd for its members, plan and last
+// rounds (RefitClient::GetStatus) and formats the answer for people or as
+// JSON. Flag parsing lives in refit_main.cc.
+#ifndef REFIT_TOOLS_CLI_STATUS_COMMAND_H_
+#define REFIT_TOOLS_CLI_STATUS_COMMAND_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/refit_service.pb.h"
+
+namespace refit {
+
+struct StatusCommandOptions {
+  std::string server;      // "host:port" of refitd
+  std::string token_file;  // bearer token file, empty = none
+  absl::Duration timeout = absl::Seconds(10);  // connect + call
+  int rounds = 10;         // last rounds shown
+  bool json = false;
+};
+
+// Connects, calls GetStatus and returns the text to print. Fails with
+// INVALID_ARGUMENT for a missing --server, NOT_FOUND naming an unreadable
+// --token-file, UNAVAILABLE naming the server when it cannot be reached in
+// time, UNAUTHENTICATED (from refitd) for a wrong or missing token.
+absl::StatusOr<std::string> RunStatusCommand(const StatusCommandOptions& opt);
+
+// The formatting alone (text or JSON), for tests and callers that already
+// hold a StatusResponse. Shows at most `rounds` newest rounds.
+std::string FormatStatusText(const v1::StatusResponse& r, int rounds);
+std::string FormatStatusJson(const v1::StatusResponse& r, int rounds);
+
+}  // namespace refit
+
+#endif  // REFIT_TOOLS_CLI_STATUS_COMMAND_H_
