@@ -14,6 +14,22 @@ check() {  # check NAME WANT_RC PATTERN -- cmd...
 }
 check top-help 0 'refit plan' -- "$REFIT" --help
 check plan-help 0 '--heatmap FILE.svg' -- "$REFIT" plan --help
+check top-help-simulate 0 'refit simulate --model' -- "$REFIT" --help
+check top-help-status 0 'refit status --server' -- "$REFIT" --help
+check unknown-command 2 "unknown command 'bogus'" -- "$REFIT" bogus
+for flag in --model --trainer --engine --dtype --gpus-per-host --colocated \
+    --link --staging-mib --lanes --json --heatmap --timings; do
+  check "plan-help$flag" 0 "^  $flag" -- "$REFIT" plan --help
+done
+for flag in --server --token-file --timeout-s --rounds --json; do
+  check "status-help$flag" 0 "^  $flag" -- "$REFIT" status --help
+done
+check bad-link 2 'link' -- "$REFIT" plan --model tiny-qwen3 \
+  --trainer fsdp:dp=2 --engine vllm:tp=2 --link nvlink=-3
+check unknown-model 1 'no-such-model' -- "$REFIT" plan --model no-such-model \
+  --trainer fsdp:dp=2 --engine vllm:tp=2
+check timings 0 'timing: planner' -- "$REFIT" plan --model tiny-qwen3 \
+  --trainer fsdp:dp=2 --engine vllm:tp=2 --timings
 check no-command 2 'missing command' -- "$REFIT"
 check unknown-flag 2 'unknown flag --bogus' -- "$REFIT" plan --bogus 1
 check missing-model 2 'required' -- "$REFIT" plan --trainer fsdp:dp=2 --engine vllm:tp=2
