@@ -281,10 +281,21 @@ std::vector<ByteRange> ByteRuns(const Record& r, int64_t elem_size,
   // Odometer over outer dims' indices.
   std::vector<size_t> run_i(n, 0);
   std::vector<int64_t> idx(n, 0);
+  // Ranges that continue the previous one are merged on the fly (the common
+  // row-major case), so `out` usually stays short and already sorted.
+  bool sorted = true;
   auto emit = [&](int64_t base) {
     for (const ByteRange& e : inner) {
       int64_t b = r.byte_offset + (base + e.begin) * elem_size;
       int64_t len = e.size * elem_size;
+      if (!out.empty()) {
+        ByteRange& last = out.back();
+        if (last.end() == b) {
+          last.size += len;
+          continue;
+        }
+        if (b < last.end()) sorted = false;
+      }
       out.push_back({b, len});
     }
   };
@@ -296,7 +307,8 @@ std::vector<ByteRange> ByteRuns(const Record& r, int64_t elem_size,
     }
     emit(base);
     if (static_cast<int64_t>(out.size()) > 4 * max_ranges + 1024) {
-      std::sort(out.begin(), out.end());
+      if (!sorted) std::sort(out.begin(), out.end());
+      sorted = true;
       std::vector<ByteRange> merged;
       for (const ByteRange& x : out) {
         if (!merged.empty() && merged.back().end() >= x.begin) {
@@ -317,6 +329,7 @@ std::vector<ByteRange> ByteRuns(const Record& r, int64_t elem_size,
     }
     if (d < 0) break;
   }
+  if (sorted) return out;  // emitted in order, adjacent ranges merged
   std::sort(out.begin(), out.end());
   std::vector<ByteRange> merged;
   for (const ByteRange& x : out) {
