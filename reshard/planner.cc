@@ -601,15 +601,27 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
   if (!errors.empty()) return JoinErrors(errors);
 
   // --- 6. Balance among replicas (greedy, deterministic; see planner.h).
-  std::sort(cands.begin(), cands.end(), [&](const Candidate& a, const Candidate& b) {
-    if (a.bytes != b.bytes) return a.bytes > b.bytes;
-    const Record& ra = dst.records[a.dst_record];
-    const Record& rb = dst.records[b.dst_record];
-    if (ra.tensor != rb.tensor) return ra.tensor < rb.tensor;
-    if (a.box != b.box) return a.box < b.box;
-    if (ra.rank != rb.rank) return ra.rank < rb.rank;
-    return a.dst_record < b.dst_record;
-  });
+  // Sort indices, not the (large) candidates; the order is total (ends on
+  // dst_record), so it is the same whichever sort produces it.
+  std::vector<int32_t> cand_order(cands.size());
+  std::iota(cand_order.begin(), cand_order.end(), 0);
+  {
+    std::vector<int32_t> cand_tensor(cands.size());
+    for (size_t i = 0; i < cands.size(); ++i) {
+      cand_tensor[i] = dst.records[cands[i].dst_record].tensor;
+    }
+    std::sort(cand_order.begin(), cand_order.end(), [&](int32_t x, int32_t y) {
+      const Candidate& a = cands[x];
+      const Candidate& b = cands[y];
+      if (a.bytes != b.bytes) return a.bytes > b.bytes;
+      if (cand_tensor[x] != cand_tensor[y]) return cand_tensor[x] < cand_tensor[y];
+      if (a.box != b.box) return a.box < b.box;
+      const int32_t ra = dst.records[a.dst_record].rank;
+      const int32_t rb = dst.records[b.dst_record].rank;
+      if (ra != rb) return ra < rb;
+      return a.dst_record < b.dst_record;
+    });
+  }
   const bool hosts = options.prefer_same_host && !src.host_of_rank.empty() &&
                      !dst.host_of_rank.empty();
   std::vector<int64_t> assigned(src.world_size, 0);
@@ -629,7 +641,8 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
                           ? std::min(options.max_message_bytes, lane_budget)
                           : lane_budget;
   std::vector<Box> split;
-  for (const Candidate& c : cands) {
+  for (int32_t ci : cand_order) {
+    const Candidate& c = cands[ci];
     const Record& dr = dst.records[c.dst_record];
     const auto& reps = pieces[c.src_tensor].pieces[c.piece].replicas;
     int32_t best = -1;
@@ -673,7 +686,13 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
   }
 
   // --- 7. Coalesce per (stage, src rank, dst rank) into messages.
-  std::sort(segs.begin(), segs.end(), [&](const Seg& a, const Seg& b) {
+  {
+  // Sort indices, then permute once (Seg holds a Box: swaps are costly).
+  std::vector<int32_t> seg_order(segs.size());
+  std::iota(seg_order.begin(), seg_order.end(), 0);
+  std::sort(seg_order.begin(), seg_order.end(), [&](int32_t x, int32_t y) {
+    const Seg& a = segs[x];
+    const Seg& b = segs[y];
     if (a.stage != b.stage) return a.stage < b.stage;
     if (a.src_rank != b.src_rank) return a.src_rank < b.src_rank;
     if (a.dst_rank != b.dst_rank) return a.dst_rank < b.dst_rank;
@@ -685,6 +704,11 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
     if (a.box != b.box) return a.box < b.box;
     return a.dst_record < b.dst_record;
   });
+  std::vector<Seg> sorted_segs;
+  sorted_segs.reserve(segs.size());
+  for (int32_t i : seg_order) sorted_segs.push_back(std::move(segs[i]));
+  segs.swap(sorted_segs);
+  }
   struct Msg {
     Message m;
     int32_t stage;
