@@ -97,9 +97,12 @@ TEST(GlooE2eTest, KilledPeerMakesOthersFailWithinDeadline) {
   const int timeout_ms = 3000;
   Outcome o = Launch("2to2", 4, 2, 1, timeout_ms, /*die_rank=*/3);
   EXPECT_EQ(o.codes[3], -SIGKILL);
+  // Each survivor fails (never hangs): with a run error (3), or, if it
+  // was still connecting its other lanes when the peer died, a connect
+  // error (2) — both name the dead peer's connection.
   for (int g : {0, 1}) {
-    EXPECT_EQ(o.codes[g], 3) << "trainer rank " << g
-                             << " should report a run error";
+    EXPECT_TRUE(o.codes[g] == 3 || o.codes[g] == 2)
+        << "trainer rank " << g << " should fail, got exit " << o.codes[g];
   }
   // Workers start, connect (< a few s) and fail within the deadline.
   EXPECT_LT(o.elapsed, absl::Milliseconds(timeout_ms) + absl::Seconds(15));
