@@ -175,22 +175,32 @@ absl::Status TrainerRound(RefitClient& c, int64_t v) {
   return c.AwaitOutcome(v, absl::Now() + absl::Seconds(10));
 }
 
+// Engines A and B join; round 1 starts and the trainer reports done. A
+// reports done too; B stays "transferring" for 20 s (--work_ms), so the
+// caller can kill or stop it mid-round.
+void StartRoundOneWithBusyEngineB(RefitClient& trainer, const std::string& target,
+                                  const std::string& tag, Proc* a, Proc* b) {
+  *a = Spawn(tag + "a", {target, "--side=engine", "--engine=A", "--world=1",
+                         "--buffers=w0,w1", "--rounds=1"});
+  *b = Spawn(tag + "b", {target, "--side=engine", "--engine=B", "--world=1",
+                         "--buffers=w0,w1", "--rounds=1", "--work_ms=20000"});
+  // Both engines must be in the plan (and have their streams) before round 1.
+  ASSERT_TRUE(AwaitPlanOfWorld(trainer, 3).ok());
+  ASSERT_TRUE(WaitForOutput(*a, "plan ", absl::Now() + absl::Seconds(20))) << Output(*a);
+  ASSERT_TRUE(WaitForOutput(*b, "plan ", absl::Now() + absl::Seconds(20))) << Output(*b);
+  ASSERT_TRUE(trainer.StartRound(1, absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(trainer.WaitForRound(absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(trainer.ReportDone(1, 128, 0.001, "", absl::Now() + absl::Seconds(5)).ok());
+}
+
 TEST(MultiProcessTest, KilledEngineAbortsRoundEverywhereThenRestartedEngineCommits) {
   auto server = StartServer();
   const std::string target = absl::StrCat("--target=127.0.0.1:", server->port());
   auto trainer = ConnectTrainer(server->port());
   ASSERT_NE(trainer, nullptr);
-  Proc a = Spawn("ka", {target, "--side=engine", "--engine=A", "--world=1",
-                        "--buffers=w0,w1", "--rounds=1"});
-  Proc b = Spawn("kb", {target, "--side=engine", "--engine=B", "--world=1",
-                        "--buffers=w0,w1", "--rounds=1", "--work_ms=20000"});
-  // Both engines must be in the plan (and have their streams) before round 1.
-  ASSERT_TRUE(AwaitPlanOfWorld(*trainer, 3).ok());
-  ASSERT_TRUE(WaitForOutput(a, "plan ", absl::Now() + absl::Seconds(20))) << Output(a);
-  ASSERT_TRUE(WaitForOutput(b, "plan ", absl::Now() + absl::Seconds(20))) << Output(b);
-  ASSERT_TRUE(trainer->StartRound(1, absl::Now() + absl::Seconds(5)).ok());
-  ASSERT_TRUE(trainer->WaitForRound(absl::Now() + absl::Seconds(5)).ok());
-  ASSERT_TRUE(trainer->ReportDone(1, 128, 0.001, "", absl::Now() + absl::Seconds(5)).ok());
+  Proc a, b;
+  StartRoundOneWithBusyEngineB(*trainer, target, "k", &a, &b);
+  if (HasFatalFailure()) return;
   // A reports done and waits for the outcome; B is "transferring" (20 s).
   absl::SleepFor(absl::Milliseconds(300));
   const absl::Time killed = absl::Now();
@@ -226,16 +236,9 @@ TEST(MultiProcessTest, HungEngineExpiresAtHeartbeatDeadlineAndRoundCommitsWithou
   const std::string target = absl::StrCat("--target=127.0.0.1:", server->port());
   auto trainer = ConnectTrainer(server->port());
   ASSERT_NE(trainer, nullptr);
-  Proc a = Spawn("ha", {target, "--side=engine", "--engine=A", "--world=1",
-                        "--buffers=w0,w1", "--rounds=1"});
-  Proc b = Spawn("hb", {target, "--side=engine", "--engine=B", "--world=1",
-                        "--buffers=w0,w1", "--rounds=1", "--work_ms=20000"});
-  ASSERT_TRUE(AwaitPlanOfWorld(*trainer, 3).ok());
-  ASSERT_TRUE(WaitForOutput(a, "plan ", absl::Now() + absl::Seconds(20))) << Output(a);
-  ASSERT_TRUE(WaitForOutput(b, "plan ", absl::Now() + absl::Seconds(20))) << Output(b);
-  ASSERT_TRUE(trainer->StartRound(1, absl::Now() + absl::Seconds(5)).ok());
-  ASSERT_TRUE(trainer->WaitForRound(absl::Now() + absl::Seconds(5)).ok());
-  ASSERT_TRUE(trainer->ReportDone(1, 128, 0.001, "", absl::Now() + absl::Seconds(5)).ok());
+  Proc a, b;
+  StartRoundOneWithBusyEngineB(*trainer, target, "h", &a, &b);
+  if (HasFatalFailure()) return;
   absl::SleepFor(absl::Milliseconds(200));
   // B hangs: its connection stays open but it sends nothing any more.
   const absl::Time stopped = absl::Now();

@@ -4,11 +4,6 @@ refit_cc_library / refit_cc_test add Abseil and the status helpers to every
 target (all of refit uses them) and make tests size "small" unless told.
 """
 
-# Code on the data plane's byte path (pack/unpack loops, host copies,
-# transports, pattern fill/check) is optimized in every build mode: a
-# fastbuild test or demo must not measure -O0 loops.
-DATA_PLANE_COPTS = ["-O2"]
-
 _COMMON = [
     "//common:status_macros",
     "//third_party/system:absl",
