@@ -249,6 +249,7 @@ void WriteSide(Writer& w, const SideLayout& s) {
     for (int64_t x : t.shape) w.I(x);
     w.I(static_cast<int64_t>(t.dtype));
     w.I(t.stacked);
+    w.I(static_cast<int64_t>(t.transform));
   }
   w.I(s.buffers.size());
   for (const BufferSpec& b : s.buffers) {
@@ -404,6 +405,13 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
       }
     }
   };
+  for (const TensorSpec& t : src.tensors) {
+    if (t.transform != Transform::kNone) {
+      errors.push_back(absl::StrCat("trainer tensor ", t.name, " has transform ",
+                                    TransformName(t.transform),
+                                    "; only the engine side may transform"));
+    }
+  }
   validate_side(src, "trainer");
   validate_side(dst, "engine");
   if (!errors.empty()) return JoinErrors(errors);

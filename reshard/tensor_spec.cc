@@ -6,6 +6,16 @@
 
 namespace refit {
 
+const char* TransformName(Transform t) {
+  switch (t) {
+    case Transform::kNone:
+      return "none";
+    case Transform::kNegExp:
+      return "neg_exp";
+  }
+  return "unknown";
+}
+
 absl::Status ValidateTensorSpec(const TensorSpec& t) {
   if (t.name.empty()) return absl::InvalidArgumentError("tensor has no name");
   if (t.stacked && (t.shape.empty() || t.name.find("{}") == std::string::npos)) {
@@ -15,6 +25,22 @@ absl::Status ValidateTensorSpec(const TensorSpec& t) {
   if (!IsValidDType(static_cast<int32_t>(t.dtype))) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor ", t.name, ": invalid dtype"));
+  }
+  switch (t.transform) {
+    case Transform::kNone:
+      break;
+    case Transform::kNegExp:
+      if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 &&
+          t.dtype != DType::kF16) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", t.name, ": transform neg_exp needs fp32, bf16 or fp16, not ",
+            DTypeName(t.dtype)));
+      }
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", t.name, ": unknown transform ",
+          static_cast<int32_t>(t.transform)));
   }
   int64_t n = DTypeSize(t.dtype);
   for (size_t d = 0; d < t.shape.size(); ++d) {

@@ -14,6 +14,18 @@
 
 namespace refit {
 
+// An element-wise function the destination applies to a tensor after its
+// bytes land, in place. vLLM keeps NemotronH's Mamba `A = -exp(A_log)`
+// where trainers and checkpoints hold `A_log`: the engine side declares
+// the logical tensor A_log with transform kNegExp over its own buffer.
+enum class Transform : int32_t {
+  kNone = 0,
+  kNegExp = 1,  // x -> -exp(x); float dtypes only (fp32, bf16, fp16)
+};
+
+// "none", "neg_exp".
+const char* TransformName(Transform t);
+
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
@@ -25,10 +37,13 @@ struct TensorSpec {
   // Experts are planned this way so that a 256-expert model costs records
   // per rank, not per expert.
   bool stacked = false;
+  // Destination side only (the planner rejects it on the source side); the
+  // planner matches tensors by name, shape, dtype and `stacked`, ignoring it.
+  Transform transform = Transform::kNone;
 
   friend bool operator==(const TensorSpec& a, const TensorSpec& b) {
     return a.name == b.name && a.shape == b.shape && a.dtype == b.dtype &&
-           a.stacked == b.stacked;
+           a.stacked == b.stacked && a.transform == b.transform;
   }
 };
 
@@ -41,8 +56,9 @@ std::string MemberName(const TensorSpec& t, int64_t i);
 // "model.layers.3.mlp.experts.{16..31}.up_proj.weight [0:2048, 0:7168]".
 std::string DescribePart(const TensorSpec& t, const Box& box);
 
-// OK if the name is non-empty, every dim >= 0 and the byte size fits int64;
-// else INVALID_ARGUMENT naming the tensor.
+// OK if the name is non-empty, every dim >= 0, the byte size fits int64 and
+// the transform is known and fits the dtype; else INVALID_ARGUMENT naming
+// the tensor.
 absl::Status ValidateTensorSpec(const TensorSpec& t);
 
 // "name bf16[4096, 1024]"
