@@ -12,12 +12,13 @@
 namespace refit {
 namespace {
 
-// One contiguous run: `len` bytes at buffer offset `buf` <-> stream offset
-// `stream`.
+// One contiguous run: `len` bytes at offset `buf` of buffer `buffer` <->
+// stream offset `stream`.
 struct Run {
   int64_t buf;
   int64_t stream;
   int64_t len;
+  int32_t buffer;
 };
 
 // Appends the copy of one run (src/dst offsets and buffers given) to out,
@@ -60,11 +61,13 @@ void AppendRun(int32_t src_buffer, int64_t src, int32_t dst_buffer,
   out->push_back(t);
 }
 
-// Calls fn(Run) for the part `sub` of record r, in row-major order of sub,
-// with stream offsets starting at stream_offset. Adjacent runs are merged.
+// Calls fn(Run) for the part `sub` (inside r.box, in one buffer) of record
+// r, in row-major order of sub, with stream offsets starting at
+// stream_offset. Adjacent runs are merged.
 template <typename Fn>
-absl::Status ForEachRun(const Record& r, int64_t elem_size, const Box& sub,
-                        int64_t stream_offset, Fn fn) {
+absl::Status ForEachRunInBuffer(const Record& r, int32_t buffer,
+                                int64_t elem_size, const Box& sub,
+                                int64_t stream_offset, Fn fn) {
   const int n = sub.rank();
   if (n != r.box.rank() || static_cast<int>(r.dims.size()) != n) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -77,7 +80,7 @@ absl::Status ForEachRun(const Record& r, int64_t elem_size, const Box& sub,
                      " is not inside record box ", r.box.ToString()));
   }
   if (n == 0) {
-    fn(Run{r.byte_offset, stream_offset, elem_size});
+    fn(Run{r.byte_offset, stream_offset, elem_size, buffer});
     return absl::OkStatus();
   }
   for (int d = 0; d < n; ++d) {
@@ -139,7 +142,8 @@ absl::Status ForEachRun(const Record& r, int64_t elem_size, const Box& sub,
     for (int d = 0; d < last; ++d) base += outer[d][idx[d]];
     int64_t s = stream;
     for (const auto& [off, count] : inner) {
-      fn(Run{r.byte_offset + (base + off) * elem_size, s, count * elem_size});
+      fn(Run{r.byte_offset + (base + off) * elem_size, s, count * elem_size,
+             buffer});
       s += count * elem_size;
     }
     stream += inner_bytes;
@@ -152,6 +156,35 @@ absl::Status ForEachRun(const Record& r, int64_t elem_size, const Box& sub,
     if (d < 0) break;
   }
   return absl::OkStatus();
+}
+
+// ForEachRunInBuffer over the parts of `sub` in each buffer of r (one part
+// unless r is indexed: then one dim-0 slice per buffer, in order).
+template <typename Fn>
+absl::Status ForEachRun(const Record& r, int64_t elem_size, const Box& sub,
+                        int64_t stream_offset, Fn fn) {
+  if (sub.rank() != r.box.rank() || !Contains(r.box, sub)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("segment box ", sub.ToString(),
+                     " is not inside record box ", r.box.ToString()));
+  }
+  if (r.buffer_step == 0 || sub.rank() == 0) {
+    return ForEachRunInBuffer(r, r.buffer, elem_size, sub, stream_offset, fn);
+  }
+  const int64_t slice_bytes = sub.shape(0) == 0
+                                  ? 0
+                                  : UncheckedNumElements(sub) / sub.shape(0) *
+                                        elem_size;
+  absl::Status status;
+  int64_t k = 0;
+  ForEachBufferPart(r, sub, [&](int32_t buffer, const Box& part) {
+    if (status.ok()) {
+      status = ForEachRunInBuffer(r, buffer, elem_size, part,
+                                  stream_offset + k * slice_bytes, fn);
+    }
+    ++k;
+  });
+  return status;
 }
 
 absl::Status CheckMessage(const Plan& plan, const Message& m) {
@@ -205,12 +238,11 @@ absl::StatusOr<std::vector<CopyTask>> OneSide(const Plan& plan,
 absl::Status AppendRecordTasks(const Record& r, int64_t elem_size,
                                const Box& sub, int64_t stream_offset,
                                bool to_stream, std::vector<CopyTask>* out) {
-  const int32_t b = r.buffer;
   return ForEachRun(r, elem_size, sub, stream_offset, [&](const Run& run) {
     if (to_stream) {
-      AppendRun(b, run.buf, kStream, run.stream, run.len, out);
+      AppendRun(run.buffer, run.buf, kStream, run.stream, run.len, out);
     } else {
-      AppendRun(kStream, run.stream, b, run.buf, run.len, out);
+      AppendRun(kStream, run.stream, run.buffer, run.buf, run.len, out);
     }
   });
 }
@@ -253,7 +285,7 @@ absl::StatusOr<std::vector<CopyTask>> DirectProgram(const Plan& plan,
       const Run& x = a[i1];
       const Run& y = b[i2];
       const int64_t end = std::min(x.stream + x.len, y.stream + y.len);
-      AppendRun(sr->buffer, x.buf + (p - x.stream), dr->buffer,
+      AppendRun(x.buffer, x.buf + (p - x.stream), y.buffer,
                 y.buf + (p - y.stream), end - p, &out);
       p = end;
       if (p == x.stream + x.len) ++i1;

@@ -138,10 +138,37 @@ absl::Status ValidateRecord(const SideLayout& side, const Record& r) {
     return absl::InvalidArgumentError(
         absl::StrCat(where(), ": no such buffer"));
   }
-  const BufferSpec& b = side.buffers[r.buffer];
-  if (b.rank != r.rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where(), ": the buffer belongs to rank ", b.rank));
+  if (r.buffer_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where(), ": buffer_step ", r.buffer_step, " is negative"));
+  }
+  // The buffers the record addresses: one, or one per dim-0 index.
+  int64_t num_buffers = 1;
+  if (r.buffer_step > 0) {
+    if (r.box.rank() == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where(), ": an indexed record needs rank >= 1"));
+    }
+    num_buffers = r.box.shape(0);
+    int64_t last = 0;
+    if (num_buffers > 0 &&
+        (!CheckedMul(num_buffers - 1, int64_t{r.buffer_step}, &last) ||
+         !CheckedAdd(last, int64_t{r.buffer}, &last) ||
+         last >= static_cast<int64_t>(side.buffers.size()))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where(), ": indexed buffers ", r.buffer, " + i * ", r.buffer_step,
+          " for ", num_buffers, " indices run past the ", side.buffers.size(),
+          " buffers"));
+    }
+  }
+  int64_t min_buffer_size = side.buffers[r.buffer].byte_size;
+  for (int64_t i = 0; i < num_buffers; ++i) {
+    const BufferSpec& bi = side.buffers[RecordBuffer(r, i)];
+    if (bi.rank != r.rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where(), ": buffer ", bi.name, " belongs to rank ", bi.rank));
+    }
+    min_buffer_size = std::min(min_buffer_size, bi.byte_size);
   }
   if (r.box.rank() != static_cast<int>(t.shape.size()) ||
       static_cast<int>(r.dims.size()) != r.box.rank()) {
@@ -199,10 +226,12 @@ absl::Status ValidateRecord(const SideLayout& side, const Record& r) {
     return absl::InvalidArgumentError(
         absl::StrCat(where(), ": byte offset ", r.byte_offset, " is invalid"));
   }
-  if (last_end > b.byte_size) {
+  // (An indexed record is checked against its smallest buffer, with dim 0's
+  // span included: exact when dim 0 has stride 0, as per-index buffers do.)
+  if (last_end > min_buffer_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         where(), ": addresses bytes up to ", last_end, " but the buffer has ",
-        b.byte_size));
+        min_buffer_size));
   }
   return absl::OkStatus();
 }
@@ -211,6 +240,7 @@ std::optional<ByteRange> ContiguousByteRange(const Record& r,
                                              int64_t elem_size,
                                              const Box& sub) {
   if (IsEmpty(sub)) return std::nullopt;
+  if (r.buffer_step > 0 && sub.shape(0) > 1) return std::nullopt;
   int64_t start = 0;
   int64_t expected = 1;  // stride the next outer non-trivial dim must have
   for (int d = r.box.rank() - 1; d >= 0; --d) {

@@ -11,6 +11,13 @@
 // in chunks) is a dim split into (blocks x block size), each with its own
 // stride — one record, however many chunks.
 //
+// Indexed buffers: Megatron's TEGroupedMLP keeps one parameter per local
+// expert. One record covers them all when their layouts agree: with
+// buffer_step > 0 the elements of box-relative dim-0 index i live in buffer
+// `buffer + i * buffer_step` (all on the record's rank), offsets computed
+// as above in each (dim 0 then usually has stride 0). The planner then
+// works per rank, not per expert.
+//
 // Fusion is a destination sub-region: vLLM's qkv_proj holds q, k and v as
 // three records in one buffer at different byte offsets. Replication is
 // several records (on different ranks) covering the same box.
@@ -77,7 +84,36 @@ struct Record {
   Box box;             // logical region held (box.rank() == tensor rank)
   int64_t byte_offset = 0;   // of the element at box.origin
   absl::InlinedVector<DimMap, 3> dims;  // one per tensor dim
+  // 0: every element is in `buffer`. > 0: box-relative dim-0 index i is in
+  // buffer `buffer + i * buffer_step` (see above).
+  int32_t buffer_step = 0;
 };
+
+// The buffer holding box-relative dim-0 index `rel0` of r.
+inline int32_t RecordBuffer(const Record& r, int64_t rel0) {
+  return r.buffer_step > 0
+             ? r.buffer + static_cast<int32_t>(rel0) * r.buffer_step
+             : r.buffer;
+}
+
+// Calls fn(buffer, part) for the parts of `sub` (global coordinates, inside
+// r.box) that each lie in one buffer, in dim-0 order: sub itself when
+// r.buffer_step == 0, else one dim-0 slice per buffer.
+template <typename Fn>
+void ForEachBufferPart(const Record& r, const Box& sub, Fn fn) {
+  if (r.buffer_step == 0 || sub.rank() == 0) {
+    fn(RecordBuffer(r, sub.rank() == 0 ? 0 : sub.origin(0) - r.box.origin(0)),
+       sub);
+    return;
+  }
+  Box::Indices o(sub.origin().begin(), sub.origin().end());
+  Box::Indices e(sub.shape().begin(), sub.shape().end());
+  e[0] = 1;
+  for (int64_t i = 0; i < sub.shape(0); ++i) {
+    o[0] = sub.origin(0) + i;
+    fn(RecordBuffer(r, o[0] - r.box.origin(0)), Box::Unchecked(o, e));
+  }
+}
 
 struct SideLayout {
   int32_t world_size = 0;
@@ -99,7 +135,8 @@ DimMaps RowMajorDims(absl::Span<const int64_t> shape);
 DimMaps SubArrayDims(absl::Span<const int64_t> box_shape,
                                  absl::Span<const int64_t> array_shape);
 
-// Checks one record against its side: indices in range, ranks agree,
+// Checks one record against its side: indices in range, ranks agree
+// (every buffer of an indexed record on the record's rank),
 // dims.size() == tensor rank, every split size >= 1 and stride >= 0,
 // product of split sizes == box extent, box inside the tensor, and every
 // addressed byte inside the buffer. INVALID_ARGUMENT naming the tensor,
@@ -127,14 +164,17 @@ std::vector<DimPiece> DecomposeRange(const DimMap& m, int64_t begin,
                                      int64_t count);
 
 // If the part `sub` (global coordinates, inside r.box) of record r occupies
-// one contiguous byte range of its buffer in row-major order of sub, returns
-// it (absolute buffer offsets); otherwise nullopt. Empty sub: nullopt.
+// one contiguous byte range of one buffer in row-major order of sub,
+// returns it (absolute offsets in buffer RecordBuffer(r, sub.origin(0) -
+// r.box.origin(0))); otherwise nullopt. Empty sub: nullopt. A sub spanning
+// several buffers of an indexed record: nullopt.
 std::optional<ByteRange> ContiguousByteRange(const Record& r,
                                              int64_t elem_size,
                                              const Box& sub);
 
 // The bytes of the buffer that the part `sub` of record r addresses, as
-// sorted, merged ranges (absolute buffer offsets). Returns at most
+// sorted, merged ranges (absolute buffer offsets). `sub` must lie in one
+// buffer (see ForEachBufferPart). Returns at most
 // max_ranges + 1 ranges (stops early once exceeded).
 std::vector<ByteRange> ByteRuns(const Record& r, int64_t elem_size,
                                 const Box& sub, int64_t max_ranges);

@@ -42,6 +42,7 @@ void SideToProto(const SideLayout& s, refit::v1::SideLayoutProto* p) {
       rp->add_shape(r.box.shape(d));
     }
     rp->set_byte_offset(r.byte_offset);
+    rp->set_buffer_step(r.buffer_step);
     for (const DimMap& m : r.dims) {
       auto* mp = rp->add_dims();
       for (const DimSplit& sp : m.splits) {
@@ -106,6 +107,7 @@ absl::Status SideFromProto(const refit::v1::SideLayoutProto& p,
     if (!box.ok()) return AnnotateStatus(box.status(), side);
     r.box = *box;
     r.byte_offset = rp.byte_offset();
+    r.buffer_step = rp.buffer_step();
     for (const auto& mp : rp.dims()) {
       if (mp.sizes_size() != mp.strides_size()) return bad("dim map sizes/strides differ");
       DimMap m;

@@ -35,6 +35,11 @@ int64_t ByteOf(const Record& r, int64_t es, const Box::Indices& g) {
   return r.byte_offset + off * es;
 }
 
+// The buffer of r holding global index g (indexed records: per dim-0 index).
+int32_t BufferOf(const Record& r, const Box::Indices& g) {
+  return RecordBuffer(r, g.empty() ? 0 : g[0] - r.box.origin(0));
+}
+
 int64_t Linear(const std::vector<int64_t>& shape, const Box::Indices& g) {
   int64_t lin = 0;
   for (size_t d = 0; d < shape.size(); ++d) lin = lin * shape[d] + g[d];
@@ -77,9 +82,9 @@ absl::Status ReferenceCopy(const Plan& plan, const HostBuffers& src,
           plan.dst.tensors[dr.tensor].name, " is outside its records"));
     }
     const int64_t es = DTypeSize(plan.dst.tensors[dr.tensor].dtype);
-    uint8_t* sb = src[sr.buffer];
-    uint8_t* db = dst[dr.buffer];
     ForEachIndex(s.box, [&](const Box::Indices& g) {
+      const uint8_t* sb = src[BufferOf(sr, g)];
+      uint8_t* db = dst[BufferOf(dr, g)];
       const int64_t so = ByteOf(sr, es, g);
       const int64_t doff = ByteOf(dr, es, g);
       for (int64_t k = 0; k < es; ++k) db[doff + k] = sb[so + k];
@@ -115,16 +120,17 @@ uint8_t PatternByte(uint64_t name_hash, int64_t index, int64_t k,
 
 namespace {
 
-// Calls row(byte offset table of the innermost dim, base byte offset, base
-// linear index, global indices of the row start) for every innermost row of
-// record r's box. Element j of the row is at base + inner[j] and has linear
-// index lin + j.
+// Calls row(buffer, byte offset table of the innermost dim, base byte
+// offset, base linear index, global indices of the row start) for every
+// innermost row of record r's box. Element j of the row is at base +
+// inner[j] of that buffer and has linear index lin + j.
 template <typename F>
 void ForEachRow(const Record& r, const TensorSpec& t, int64_t es, F&& row) {
   if (IsEmpty(r.box)) return;
   const int n = r.box.rank();
   if (n == 0) {
-    row(std::vector<int64_t>{0}, r.byte_offset, int64_t{0}, Box::Indices{});
+    row(r.buffer, std::vector<int64_t>{0}, r.byte_offset, int64_t{0},
+        Box::Indices{});
     return;
   }
   std::vector<int64_t> inner(r.box.shape(n - 1));
@@ -139,7 +145,7 @@ void ForEachRow(const Record& r, const TensorSpec& t, int64_t es, F&& row) {
       if (d < n - 1) off += DimOffset(r.dims[d], idx[d] - r.box.origin(d)) * es;
       lin = lin * t.shape[d] + idx[d];
     }
-    row(inner, off, lin, idx);
+    row(BufferOf(r, idx), inner, off, lin, idx);
     int d = n - 2;
     while (d >= 0 && ++idx[d] == r.box.limit(d)) {
       idx[d] = r.box.origin(d);
@@ -162,9 +168,9 @@ void FillPattern(const SideLayout& side, const HostBuffers& buffers,
     const TensorSpec& t = side.tensors[r.tensor];
     const int64_t es = DTypeSize(t.dtype);
     const uint64_t h = NameHash(t.name);
-    uint8_t* b = buffers[r.buffer];
-    ForEachRow(r, t, es, [&](const std::vector<int64_t>& inner, int64_t off,
-                             int64_t lin, const Box::Indices&) {
+    ForEachRow(r, t, es, [&](int32_t buffer, const std::vector<int64_t>& inner,
+                             int64_t off, int64_t lin, const Box::Indices&) {
+      uint8_t* b = buffers[buffer];
       for (size_t j = 0; j < inner.size(); ++j) {
         const uint64_t w = PatternWord(h, lin + static_cast<int64_t>(j),
                                        options.seed);
@@ -184,9 +190,10 @@ absl::Status CheckPattern(const SideLayout& side, const HostBuffers& buffers,
     const TensorSpec& t = side.tensors[r.tensor];
     const int64_t es = DTypeSize(t.dtype);
     const uint64_t h = NameHash(t.name);
-    const uint8_t* b = buffers[r.buffer];
-    ForEachRow(r, t, es, [&](const std::vector<int64_t>& inner, int64_t off,
-                             int64_t lin, const Box::Indices& row_start) {
+    ForEachRow(r, t, es, [&](int32_t buffer, const std::vector<int64_t>& inner,
+                             int64_t off, int64_t lin,
+                             const Box::Indices& row_start) {
+      const uint8_t* b = buffers[buffer];
       for (size_t j = 0; j < inner.size(); ++j) {
         const uint64_t w = PatternWord(h, lin + static_cast<int64_t>(j),
                                        options.seed);
@@ -199,7 +206,7 @@ absl::Status CheckPattern(const SideLayout& side, const HostBuffers& buffers,
               bad.push_back(absl::StrCat(
                   "tensor ", t.name, " element [", absl::StrJoin(g, ", "),
                   "] on rank ", r.rank, " buffer ",
-                  side.buffers[r.buffer].name, " byte ", off + inner[j] + k,
+                  side.buffers[buffer].name, " byte ", off + inner[j] + k,
                   " is wrong"));
             }
             break;
