@@ -176,12 +176,6 @@ absl::Status ValidateRecord(const SideLayout& side, const Record& r) {
         where(), ": box rank ", r.box.rank(), " and ", r.dims.size(),
         " dim maps disagree with tensor rank ", t.shape.size()));
   }
-  Box whole = Box::Unchecked(std::vector<int64_t>(t.shape.size(), 0), t.shape);
-  if (!Contains(whole, r.box) || (IsEmpty(r.box) && r.box.rank() > 0 &&
-                                  !Contains(whole, r.box))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where(), ": box is outside the tensor's shape"));
-  }
   for (int d = 0; d < r.box.rank(); ++d) {
     if (r.box.origin(d) < 0 || r.box.limit(d) > t.shape[d]) {
       return absl::InvalidArgumentError(

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "reshard/box.h"
@@ -84,6 +85,9 @@ struct PlanStats {
   std::vector<int64_t> bytes_received;  // per dst rank
   std::vector<int64_t> staging_src;     // peak staging per src rank (all lanes)
   std::vector<int64_t> staging_dst;     // peak staging per dst rank (all lanes)
+  // Wall seconds BuildPlan spent per phase, in order ("validate", ...);
+  // empty for a plan read from the wire. Not part of the fingerprint.
+  std::vector<std::pair<std::string, double>> phase_seconds;
 };
 
 struct Plan {

@@ -109,6 +109,13 @@ absl::Status RunCase(const Case& c, int reps) {
     if (i == 0) plan = std::move(p);
   }
   std::sort(times.begin(), times.end());
+  {
+    std::string ph;
+    for (const auto& [name, sec] : plan.stats.phase_seconds) {
+      absl::StrAppend(&ph, " ", name, " ", static_cast<int>(sec * 1e3 + 0.5));
+    }
+    printf("  phases (ms, first run):%s\n", ph.c_str());
+  }
   printf("  BuildPlan       min %.1f ms  median %.1f ms  max %.1f ms  (%d runs)\n",
          times.front(), times[times.size() / 2], times.back(), reps);
   const PlanStats& st = plan.stats;

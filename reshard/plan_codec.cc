@@ -377,12 +377,35 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
                         std::vector<int32_t>& buf_map, int32_t ri) {
     if (rec_map[ri] >= 0) return rec_map[ri];
     const Record& r = from.records[ri];
-    if (buf_map[r.buffer] < 0) {
-      buf_map[r.buffer] = static_cast<int32_t>(to->buffers.size());
-      to->buffers.push_back(from.buffers[r.buffer]);
-    }
     Record c = r;
-    c.buffer = buf_map[r.buffer];
+    if (r.buffer_step > 0 && r.box.rank() > 0 && r.box.shape(0) > 1) {
+      // Indexed: the slice keeps the record's buffers consecutive (step 1),
+      // reusing an earlier mapping when it already is (gate and up records
+      // share their per-expert buffers).
+      const int64_t n = r.box.shape(0);
+      const int32_t first = buf_map[r.buffer];
+      bool reuse = first >= 0;
+      for (int64_t i = 1; reuse && i < n; ++i) {
+        reuse = buf_map[RecordBuffer(r, i)] == first + i;
+      }
+      if (reuse) {
+        c.buffer = first;
+      } else {
+        c.buffer = static_cast<int32_t>(to->buffers.size());
+        for (int64_t i = 0; i < n; ++i) {
+          const int32_t b = RecordBuffer(r, i);
+          if (buf_map[b] < 0) buf_map[b] = c.buffer + static_cast<int32_t>(i);
+          to->buffers.push_back(from.buffers[b]);
+        }
+      }
+      c.buffer_step = 1;
+    } else {
+      if (buf_map[r.buffer] < 0) {
+        buf_map[r.buffer] = static_cast<int32_t>(to->buffers.size());
+        to->buffers.push_back(from.buffers[r.buffer]);
+      }
+      c.buffer = buf_map[r.buffer];
+    }
     rec_map[ri] = static_cast<int32_t>(to->records.size());
     to->records.push_back(std::move(c));
     return rec_map[ri];

@@ -4,6 +4,7 @@
 #include "reshard/planner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -24,7 +26,6 @@ constexpr int kMaxErrorLines = 50;
 constexpr int64_t kMaxCoverageRuns = 1 << 20;
 constexpr int64_t kMaxGridCells = 1 << 20;
 
-std::string SrcRank(int32_t r) { return absl::StrCat("trainer rank ", r); }
 std::string DstRank(int32_t r) { return absl::StrCat("engine rank ", r); }
 
 absl::Status JoinErrors(const std::vector<std::string>& errors) {
@@ -41,6 +42,7 @@ absl::Status JoinErrors(const std::vector<std::string>& errors) {
 struct Piece {
   Box box;
   std::vector<int32_t> replicas;  // src record indices, by (rank, index)
+  std::vector<int32_t> ranks;     // their ranks (parallel to replicas)
 };
 
 struct TensorPieces {
@@ -149,6 +151,10 @@ absl::Status BuildPieces(const SideLayout& src, const std::vector<int32_t>& recs
                        p.replicas.end());
     }
   }
+  for (Piece& p : distinct) {
+    p.ranks.clear();
+    for (int32_t ri : p.replicas) p.ranks.push_back(src.records[ri].rank);
+  }
   out->pieces = std::move(distinct);
   out->max_extent0 = 0;
   for (const Piece& p : out->pieces) {
@@ -181,7 +187,9 @@ void FindPieces(const TensorPieces& tp, const Box& q, std::vector<int32_t>* hits
 int64_t ElementOffset(const Record& r, absl::Span<const int64_t> g) {
   int64_t off = 0;
   for (int d = 0; d < r.box.rank(); ++d) {
-    off += DimOffset(r.dims[d], g[d] - r.box.origin(d));
+    const DimMap& m = r.dims[d];
+    const int64_t rel = g[d] - r.box.origin(d);
+    off += m.splits.size() == 1 ? rel * m.splits[0].stride : DimOffset(m, rel);
   }
   return off;
 }
@@ -219,13 +227,288 @@ void SplitBox(const Box& box, int64_t es, int64_t cap, std::vector<Box>* out) {
   }
 }
 
-// Canonical serialization for the fingerprint.
+// Extends *p (the last record of its (tensor, rank)) by r when r holds the
+// next dim-0 index in the next of evenly spaced buffers at the same offset
+// with the same in-buffer layout (see MergeIndexedRecords).
+bool ExtendIndexed(Record* p, const Record& r) {
+  if (p->byte_offset != r.byte_offset || p->box.limit(0) != r.box.origin(0)) {
+    return false;
+  }
+  for (int d = 1; d < r.box.rank(); ++d) {
+    if (p->box.origin(d) != r.box.origin(d) ||
+        p->box.shape(d) != r.box.shape(d) || !(p->dims[d] == r.dims[d])) {
+      return false;
+    }
+  }
+  const int64_t n = p->box.shape(0);
+  int32_t step = p->buffer_step;
+  if (step == 0) {
+    if (n != 1 || r.buffer <= p->buffer) return false;
+    step = r.buffer - p->buffer;
+  } else if (p->dims[0].splits.size() != 1 ||
+             p->dims[0].splits[0].stride != 0 ||
+             int64_t{p->buffer} + n * step != r.buffer) {
+    return false;
+  }
+  Box::Indices shape(p->box.shape().begin(), p->box.shape().end());
+  shape[0] = n + 1;
+  p->box = Box::Unchecked(p->box.origin(), shape);
+  p->dims[0].splits.assign(1, DimSplit{n + 1, 0});
+  p->buffer_step = step;
+  return true;
+}
+
+// Merges records that hold one dim-0 index each of a tensor on one rank in
+// per-index buffers (Megatron's TEGroupedMLP: one parameter per local
+// expert) into indexed records (Record::buffer_step). Exact: a merged
+// record addresses the same bytes as its parts. Input order is kept
+// otherwise. Records must be valid.
+void MergeIndexedRecords(const std::vector<Record>& in,
+                         std::vector<Record>* out) {
+  out->clear();
+  out->reserve(in.size());
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, int32_t> last;
+  for (const Record& r : in) {
+    const bool one_index =
+        r.box.rank() >= 1 && r.buffer_step == 0 && r.box.shape(0) == 1;
+    if (one_index) {
+      auto it = last.find(std::make_pair(r.tensor, r.rank));
+      if (it != last.end() && ExtendIndexed(&(*out)[it->second], r)) continue;
+    }
+    last[std::make_pair(r.tensor, r.rank)] = static_cast<int32_t>(out->size());
+    out->push_back(r);
+  }
+}
+
+// If the part `sub` of record r is one contiguous byte range of one
+// buffer (row-major order of sub), sets *buffer and *range. A fast path for
+// plain dims (one split each), else ContiguousByteRange.
+bool SegmentRange(const Record& r, int64_t es, const Box& sub, int32_t* buffer,
+                  ByteRange* range) {
+  const int n = sub.rank();
+  if (r.buffer_step > 0 && sub.shape(0) > 1) return false;
+  *buffer = RecordBuffer(r, n > 0 ? sub.origin(0) - r.box.origin(0) : 0);
+  bool plain = true;
+  for (int d = 0; d < n && plain; ++d) plain = r.dims[d].splits.size() == 1;
+  if (!plain) {
+    std::optional<ByteRange> c = ContiguousByteRange(r, es, sub);
+    if (!c) return false;
+    *range = *c;
+    return true;
+  }
+  int64_t start = 0, expected = 1;
+  for (int d = n - 1; d >= 0; --d) {
+    const int64_t stride = r.dims[d].splits[0].stride;
+    start += (sub.origin(d) - r.box.origin(d)) * stride;
+    if (sub.shape(d) == 1) continue;
+    if (stride != expected) return false;
+    expected *= sub.shape(d);
+  }
+  *range = ByteRange{r.byte_offset + start * es, expected * es};
+  return true;
+}
+
+// Destination coverage: in every buffer, the records' bytes must not
+// overlap and, with the declared padding, must cover it. Buffers whose
+// byte layout (size, padding, and every record part's offset, element size
+// and dim maps) equals one already checked and found fine are skipped:
+// the check depends on nothing else, and replicas and TP peers repeat the
+// same few layouts thousands of times. Appends one error per problem.
+void CheckCoverage(const SideLayout& dst, std::vector<std::string>* errors) {
+  // Parts per buffer (CSR): (record, dim-0 index of an indexed record or -1).
+  const size_t nb = dst.buffers.size();
+  std::vector<int32_t> first(nb + 1, 0);
+  for (const Record& r : dst.records) {
+    if (IsEmpty(r.box)) continue;
+    if (r.buffer_step > 0) {
+      for (int64_t i = 0; i < r.box.shape(0); ++i) ++first[RecordBuffer(r, i) + 1];
+    } else {
+      ++first[r.buffer + 1];
+    }
+  }
+  for (size_t b = 0; b < nb; ++b) first[b + 1] += first[b];
+  std::vector<std::pair<int32_t, int32_t>> parts(first[nb]);
+  {
+    std::vector<int32_t> cursor(first.begin(), first.end() - 1);
+    for (size_t i = 0; i < dst.records.size(); ++i) {
+      const Record& r = dst.records[i];
+      if (IsEmpty(r.box)) continue;
+      if (r.buffer_step > 0) {
+        for (int64_t k = 0; k < r.box.shape(0); ++k) {
+          parts[cursor[RecordBuffer(r, k)]++] = {static_cast<int32_t>(i),
+                                                 static_cast<int32_t>(k)};
+        }
+      } else {
+        parts[cursor[r.buffer]++] = {static_cast<int32_t>(i), -1};
+      }
+    }
+  }
+  auto part_box = [&](const std::pair<int32_t, int32_t>& p) {
+    const Record& r = dst.records[p.first];
+    if (p.second < 0) return r.box;
+    Box::Indices o(r.box.origin().begin(), r.box.origin().end());
+    Box::Indices s(r.box.shape().begin(), r.box.shape().end());
+    o[0] += p.second;
+    s[0] = 1;
+    return Box::Unchecked(o, s);
+  };
+  // Exact check of one buffer: sorted byte runs of every part.
+  auto check = [&](size_t b) {
+    const BufferSpec& buf = dst.buffers[b];
+    std::vector<std::pair<ByteRange, int32_t>> rs;
+    for (int32_t q = first[b]; q < first[b + 1]; ++q) {
+      const Record& r = dst.records[parts[q].first];
+      std::vector<ByteRange> rr =
+          ByteRuns(r, DTypeSize(dst.tensors[r.tensor].dtype), part_box(parts[q]),
+                   kMaxCoverageRuns);
+      if (static_cast<int64_t>(rr.size()) > kMaxCoverageRuns) {
+        return true;  // too fragmented to check byte by byte
+      }
+      for (const ByteRange& x : rr) rs.emplace_back(x, q);
+    }
+    std::sort(rs.begin(), rs.end(), [](const auto& x, const auto& y) {
+      return std::make_tuple(x.first.begin, x.first.size, x.second) <
+             std::make_tuple(y.first.begin, y.first.size, y.second);
+    });
+    const size_t before = errors->size();
+    auto describe = [&](int32_t q) {
+      const Record& r = dst.records[parts[q].first];
+      return DescribePart(dst.tensors[r.tensor], part_box(parts[q]));
+    };
+    std::vector<ByteRange> pad(buf.padding);
+    std::sort(pad.begin(), pad.end());
+    auto report_gap = [&](int64_t a, int64_t e) {
+      for (const ByteRange& p : pad) {  // subtract padding from [a, e)
+        if (a >= e) break;
+        if (p.end() <= a || p.begin >= e) continue;
+        if (p.begin > a) {
+          errors->push_back(absl::StrCat("unsourced bytes [", a, ", ", p.begin,
+                                         ") of buffer ", buf.name, " on ",
+                                         DstRank(buf.rank)));
+        }
+        a = std::max(a, p.end());
+      }
+      if (a < e) {
+        errors->push_back(absl::StrCat("unsourced bytes [", a, ", ", e,
+                                       ") of buffer ", buf.name, " on ",
+                                       DstRank(buf.rank)));
+      }
+    };
+    int64_t cursor = 0;
+    int32_t cursor_part = -1;
+    absl::flat_hash_set<std::pair<int32_t, int32_t>> reported;
+    for (const auto& [br, q] : rs) {
+      if (br.begin < cursor) {
+        const bool self = parts[cursor_part].first == parts[q].first;
+        if (reported.insert(std::make_pair(cursor_part, q)).second) {
+          errors->push_back(absl::StrCat(
+              self ? "record " : "records ", describe(cursor_part),
+              self ? "" : absl::StrCat(" and ", describe(q)),
+              self ? " overlaps itself" : " overlap", " at byte ", br.begin,
+              " of buffer ", buf.name, " on ", DstRank(buf.rank)));
+        }
+      } else if (br.begin > cursor) {
+        report_gap(cursor, br.begin);
+      }
+      if (br.end() > cursor) {
+        cursor = br.end();
+        cursor_part = q;
+      }
+    }
+    if (cursor < buf.byte_size) report_gap(cursor, buf.byte_size);
+    return errors->size() == before;
+  };
+  absl::flat_hash_map<std::vector<int64_t>, bool> seen;
+  std::vector<int64_t> fields;                  // every part's fields
+  std::vector<std::pair<uint64_t, std::pair<int32_t, int32_t>>> order;
+  std::vector<int64_t> sig;
+  for (size_t b = 0; b < nb; ++b) {
+    const BufferSpec& buf = dst.buffers[b];
+    if (first[b + 1] - first[b] == 1 && buf.padding.empty()) {
+      // One record filling the whole buffer contiguously: nothing to check.
+      const auto& part = parts[first[b]];
+      const Record& r = dst.records[part.first];
+      int32_t rb;
+      ByteRange br;
+      if (part.second < 0 &&
+          SegmentRange(r, DTypeSize(dst.tensors[r.tensor].dtype), r.box, &rb,
+                       &br) &&
+          br.begin == 0 && br.size == buf.byte_size) {
+        continue;
+      }
+    }
+    fields.clear();
+    order.clear();
+    for (int32_t q = first[b]; q < first[b + 1]; ++q) {
+      const Record& r = dst.records[parts[q].first];
+      const int64_t es = DTypeSize(dst.tensors[r.tensor].dtype);
+      const int32_t begin = static_cast<int32_t>(fields.size());
+      const bool indexed = parts[q].second >= 0;
+      fields.push_back(r.byte_offset +
+                       (indexed ? es * DimOffset(r.dims[0], parts[q].second) : 0));
+      fields.push_back(es);
+      fields.push_back(r.box.rank());
+      for (int d = indexed ? 1 : 0; d < r.box.rank(); ++d) {
+        fields.push_back(static_cast<int64_t>(r.dims[d].splits.size()));
+        for (const DimSplit& s : r.dims[d].splits) {
+          fields.push_back(s.size);
+          fields.push_back(s.stride);
+        }
+      }
+      // Parts are ordered by (offset, a hash of their fields): equal
+      // layouts give equal signatures (unequal ones never do, whatever
+      // the order, since the signature holds every field).
+      uint64_t h = 0;
+      for (size_t f = begin; f < fields.size(); ++f) {
+        h = (h ^ static_cast<uint64_t>(fields[f])) * 0x9E3779B97F4A7C15ULL;
+      }
+      order.push_back({h, {begin, static_cast<int32_t>(fields.size())}});
+    }
+    std::sort(order.begin(), order.end(), [&](const auto& x, const auto& y) {
+      if (fields[x.second.first] != fields[y.second.first]) {
+        return fields[x.second.first] < fields[y.second.first];
+      }
+      return x.first < y.first;
+    });
+    sig.clear();
+    sig.push_back(buf.byte_size);
+    sig.push_back(static_cast<int64_t>(buf.padding.size()));
+    for (const ByteRange& p : buf.padding) {
+      sig.push_back(p.begin);
+      sig.push_back(p.size);
+    }
+    for (const auto& o : order) {
+      sig.push_back(o.second.second - o.second.first);
+      sig.insert(sig.end(), fields.begin() + o.second.first,
+                 fields.begin() + o.second.second);
+    }
+    auto it = seen.find(sig);
+    if (it != seen.end() && it->second) continue;
+    const bool ok = check(b);
+    if (it == seen.end()) seen.emplace(sig, ok);
+  }
+}
+
+// Canonical serialization for the fingerprint, hashed as it is written (a
+// plan of a million segments is never held as one string): two
+// independent 64-bit multiply-rotate lanes over 8-byte words, finalized
+// with a murmur3-style avalanche; 128 bits, not cryptographic.
 class Writer {
  public:
-  void I(int64_t v) { s_.append(reinterpret_cast<const char*>(&v), 8); }
+  void I(int64_t v) { Mix(static_cast<uint64_t>(v)); }
   void S(const std::string& v) {
     I(static_cast<int64_t>(v.size()));
-    s_.append(v);
+    size_t i = 0;
+    for (; i + 8 <= v.size(); i += 8) {
+      uint64_t w;
+      std::memcpy(&w, v.data() + i, 8);
+      Mix(w);
+    }
+    if (i < v.size()) {
+      uint64_t w = 0;
+      std::memcpy(&w, v.data() + i, v.size() - i);
+      Mix(w);
+    }
   }
   void B(const Box& b) {
     I(b.rank());
@@ -234,10 +517,33 @@ class Writer {
       I(b.shape(d));
     }
   }
-  const std::string& str() const { return s_; }
+  std::string Digest() const {
+    char buf[33];
+    snprintf(buf, sizeof(buf), "%016llx%016llx",
+             static_cast<unsigned long long>(Final(h1_ ^ n_)),
+             static_cast<unsigned long long>(Final(h2_ + n_)));
+    return buf;
+  }
 
  private:
-  std::string s_;
+  static uint64_t Rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+  static uint64_t Final(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDULL;
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ULL;
+    h ^= h >> 33;
+    return h;
+  }
+  void Mix(uint64_t v) {
+    ++n_;
+    h1_ = Rotl(h1_ ^ (v * 0x87C37B91114253D5ULL), 31) * 0x4CF5AD432745937FULL;
+    h2_ = Rotl(h2_ ^ (v * 0x9E3779B97F4A7C15ULL), 27) * 0xC2B2AE3D27D4EB4FULL +
+          0x52DCE729;
+  }
+  uint64_t h1_ = 1469598103934665603ULL;
+  uint64_t h2_ = 0x9E3779B97F4A7C15ULL;
+  uint64_t n_ = 0;
 };
 
 void WriteSide(Writer& w, const SideLayout& s) {
@@ -319,35 +625,7 @@ std::string PlanFingerprint(const Plan& p) {
   w.I(p.options.num_lanes);
   w.I(p.options.prefer_same_host);
   w.I(p.options.max_message_bytes);
-  // Two independent 64-bit hashes: FNV-1a and a multiply-xorshift mix.
-  const std::string& s = w.str();
-  uint64_t h1 = 1469598103934665603ULL;
-  uint64_t h2 = 0x9E3779B97F4A7C15ULL ^ s.size();
-  size_t i = 0;
-  for (; i + 8 <= s.size(); i += 8) {
-    uint64_t v;
-    std::memcpy(&v, s.data() + i, 8);
-    for (int k = 0; k < 8; ++k) {
-      h1 ^= (v >> (8 * k)) & 0xff;
-      h1 *= 1099511628211ULL;
-    }
-    h2 ^= v * 0xC2B2AE3D27D4EB4FULL;
-    h2 = ((h2 << 31) | (h2 >> 33)) * 0x9E3779B185EBCA87ULL;
-  }
-  for (; i < s.size(); ++i) {
-    h1 ^= static_cast<unsigned char>(s[i]);
-    h1 *= 1099511628211ULL;
-    h2 ^= static_cast<unsigned char>(s[i]) * 0x165667B19E3779F9ULL;
-    h2 = ((h2 << 23) | (h2 >> 41)) * 0x9E3779B185EBCA87ULL;
-  }
-  h2 ^= h2 >> 33;
-  h2 *= 0xFF51AFD7ED558CCDULL;
-  h2 ^= h2 >> 33;
-  char buf[33];
-  snprintf(buf, sizeof(buf), "%016llx%016llx",
-           static_cast<unsigned long long>(h1),
-           static_cast<unsigned long long>(h2));
-  return buf;
+  return w.Digest();
 }
 
 absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
@@ -360,10 +638,26 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
         ", max_message_bytes ", options.max_message_bytes));
   }
   Plan plan;
-  plan.src = src;
-  plan.dst = dst;
+  // The layouts as given, but with indexed records merged (step 3).
+  auto shell = [](const SideLayout& from, SideLayout* to) {
+    to->world_size = from.world_size;
+    to->tensors = from.tensors;
+    to->buffers = from.buffers;
+    to->host_of_rank = from.host_of_rank;
+    to->stage_of_rank = from.stage_of_rank;
+  };
+  shell(src, &plan.src);
+  shell(dst, &plan.dst);
   plan.options = options;
   std::vector<std::string> errors;
+  std::vector<std::pair<std::string, double>> phases;
+  auto phase_start = std::chrono::steady_clock::now();
+  auto phase = [&](const char* name) {
+    const auto now = std::chrono::steady_clock::now();
+    phases.emplace_back(
+        name, std::chrono::duration<double>(now - phase_start).count());
+    phase_start = now;
+  };
 
   // --- 1. Validate both sides.
   auto validate_side = [&](const SideLayout& s, const char* side) {
@@ -416,6 +710,7 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
   validate_side(dst, "engine");
   if (!errors.empty()) return JoinErrors(errors);
 
+  phase("validate");
   // --- 2. Match tensors by name.
   absl::flat_hash_map<std::string, int32_t> src_by_name;
   for (size_t i = 0; i < src.tensors.size(); ++i) {
@@ -453,339 +748,354 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
   }
   if (!errors.empty()) return JoinErrors(errors);
 
-  // --- 3. Source pieces per tensor (built lazily for tensors the dst uses).
-  std::vector<std::vector<int32_t>> src_recs(src.tensors.size());
-  for (size_t i = 0; i < src.records.size(); ++i) {
-    src_recs[src.records[i].tensor].push_back(static_cast<int32_t>(i));
-  }
-  std::vector<TensorPieces> pieces(src.tensors.size());
-  std::vector<char> built(src.tensors.size(), 0);
+  phase("match");
+  // --- 3. Normalize: merge indexed records (one record per rank instead
+  // of one per expert when per-expert buffers share a layout).
+  MergeIndexedRecords(src.records, &plan.src.records);
+  MergeIndexedRecords(dst.records, &plan.dst.records);
+  const SideLayout& ns = plan.src;
+  const SideLayout& nd = plan.dst;
 
-  // --- 4. Candidates: (dst record, piece) intersections, per distinct box.
+  phase("normalize");
+  // --- 4. Candidates: (dst record, source piece) intersections, computed
+  // once per distinct (tensor, box) of the destination.
+  std::vector<std::vector<int32_t>> src_recs(ns.tensors.size());
+  for (size_t i = 0; i < ns.records.size(); ++i) {
+    src_recs[ns.records[i].tensor].push_back(static_cast<int32_t>(i));
+  }
+  std::vector<TensorPieces> pieces(ns.tensors.size());
+  std::vector<char> built(ns.tensors.size(), 0);
   struct Candidate {
     int32_t dst_record;
     int32_t src_tensor;
-    int32_t piece;
-    Box box;
+    int32_t piece;  // in pieces[src_tensor]
+    int32_t dst_rank;
     int64_t bytes;
   };
   std::vector<Candidate> cands;
   {
-    // dst records grouped by (tensor, box).
-    std::vector<int32_t> order(dst.records.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-      const Record& ra = dst.records[a];
-      const Record& rb = dst.records[b];
-      if (ra.tensor != rb.tensor) return ra.tensor < rb.tensor;
-      if (ra.box != rb.box) return ra.box < rb.box;
-      return a < b;
-    });
+    // dst records by tensor (counting sort), then by box within a tensor.
+    const size_t nt = nd.tensors.size();
+    std::vector<int32_t> first(nt + 1, 0);
+    for (const Record& r : nd.records) ++first[r.tensor + 1];
+    for (size_t t = 0; t < nt; ++t) first[t + 1] += first[t];
+    std::vector<int32_t> order(nd.records.size());
+    {
+      std::vector<int32_t> cursor(first.begin(), first.end() - 1);
+      for (size_t i = 0; i < nd.records.size(); ++i) {
+        order[cursor[nd.records[i].tensor]++] = static_cast<int32_t>(i);
+      }
+    }
     std::vector<int32_t> hits;
     std::vector<Box> inter;
-    for (size_t i = 0; i < order.size();) {
-      const Record& r0 = dst.records[order[i]];
-      size_t j = i;
-      while (j < order.size() && dst.records[order[j]].tensor == r0.tensor &&
-             dst.records[order[j]].box == r0.box) {
-        ++j;
-      }
-      if (IsEmpty(r0.box)) {
-        i = j;
-        continue;
-      }
-      const int32_t st = plan.dst_to_src_tensor[r0.tensor];
-      if (!built[st]) {
-        absl::Status s = BuildPieces(src, src_recs[st], &pieces[st]);
-        if (!s.ok()) {
-          return AnnotateStatus(s, "tensor " + src.tensors[st].name);
+    std::vector<std::pair<uint64_t, int32_t>> box_hash;
+    for (size_t t = 0; t < nt; ++t) {
+      auto b = order.begin() + first[t], e = order.begin() + first[t + 1];
+      // Equal boxes (replicas) together: sort by a hash of the box, then
+      // index (a collision only splits a group; the groups stay exact).
+      box_hash.clear();
+      for (auto q = b; q != e; ++q) {
+        const Box& bx = nd.records[*q].box;
+        uint64_t h = static_cast<uint64_t>(bx.rank());
+        for (int d = 0; d < bx.rank(); ++d) {
+          h = (h ^ static_cast<uint64_t>(bx.origin(d))) * 0x9E3779B97F4A7C15ULL;
+          h = (h ^ static_cast<uint64_t>(bx.shape(d))) * 0xC2B2AE3D27D4EB4FULL;
         }
-        built[st] = 1;
+        box_hash.emplace_back(h, *q);
       }
-      FindPieces(pieces[st], r0.box, &hits);
-      inter.clear();
-      int64_t covered = 0;
-      for (int32_t h : hits) {
-        inter.push_back(Intersect(pieces[st].pieces[h].box, r0.box));
-        covered += UncheckedNumElements(inter.back());
-      }
-      const int64_t total = UncheckedNumElements(r0.box);
-      const int64_t es = DTypeSize(dst.tensors[r0.tensor].dtype);
-      for (size_t k = i; k < j; ++k) {
-        const int32_t ri = order[k];
-        if (covered != total) {
-          errors.push_back(absl::StrCat(
-              "no source for ", total - covered, " of ", total,
-              " elements of ", DescribePart(dst.tensors[r0.tensor], r0.box),
-              " on ", DstRank(dst.records[ri].rank)));
+      std::sort(box_hash.begin(), box_hash.end());
+      for (size_t q = 0; q < box_hash.size(); ++q) b[q] = box_hash[q].second;
+      const int32_t st = plan.dst_to_src_tensor[t];
+      const int64_t es = DTypeSize(nd.tensors[t].dtype);
+      for (auto i = b; i != e;) {
+        const Record& r0 = nd.records[*i];
+        auto j = i;
+        while (j != e && nd.records[*j].box == r0.box) ++j;
+        if (IsEmpty(r0.box)) {
+          i = j;
           continue;
         }
-        for (size_t h = 0; h < hits.size(); ++h) {
-          cands.push_back(Candidate{ri, st, hits[h], inter[h],
-                                    UncheckedNumElements(inter[h]) * es});
+        if (!built[st]) {
+          absl::Status s = BuildPieces(ns, src_recs[st], &pieces[st]);
+          if (!s.ok()) return AnnotateStatus(s, "tensor " + ns.tensors[st].name);
+          built[st] = 1;
         }
+        FindPieces(pieces[st], r0.box, &hits);
+        int64_t covered = 0;
+        inter.clear();
+        for (int32_t h : hits) {
+          inter.push_back(Intersect(pieces[st].pieces[h].box, r0.box));
+          covered += UncheckedNumElements(inter.back());
+        }
+        const int64_t total = UncheckedNumElements(r0.box);
+        for (auto k = i; k != j; ++k) {
+          if (covered != total) {
+            errors.push_back(absl::StrCat(
+                "no source for ", total - covered, " of ", total,
+                " elements of ", DescribePart(nd.tensors[t], r0.box), " on ",
+                DstRank(nd.records[*k].rank)));
+            continue;
+          }
+          for (size_t h = 0; h < hits.size(); ++h) {
+            cands.push_back(Candidate{*k, st, hits[h], nd.records[*k].rank,
+                                      UncheckedNumElements(inter[h]) * es});
+          }
+        }
+        i = j;
       }
-      i = j;
     }
   }
 
-  // --- 5. Destination coverage: overlaps and unsourced bytes per buffer.
-  {
-    std::vector<std::vector<std::pair<ByteRange, int32_t>>> runs(
-        dst.buffers.size());
-    std::vector<char> unchecked(dst.buffers.size(), 0);
-    for (size_t i = 0; i < dst.records.size(); ++i) {
-      const Record& r = dst.records[i];
-      if (unchecked[r.buffer] || IsEmpty(r.box)) continue;
-      std::vector<ByteRange> rr =
-          ByteRuns(r, DTypeSize(dst.tensors[r.tensor].dtype), r.box,
-                   kMaxCoverageRuns);
-      if (static_cast<int64_t>(rr.size()) > kMaxCoverageRuns) {
-        unchecked[r.buffer] = 1;  // too fragmented to check byte by byte
-        runs[r.buffer].clear();
-        continue;
-      }
-      for (const ByteRange& b : rr) {
-        runs[r.buffer].emplace_back(b, static_cast<int32_t>(i));
-      }
-    }
-    auto describe = [&](int32_t ri) {
-      const Record& r = dst.records[ri];
-      return DescribePart(dst.tensors[r.tensor], r.box);
-    };
-    for (size_t b = 0; b < dst.buffers.size(); ++b) {
-      if (unchecked[b]) continue;
-      const BufferSpec& buf = dst.buffers[b];
-      auto& rs = runs[b];
-      std::sort(rs.begin(), rs.end(), [](const auto& x, const auto& y) {
-        return std::make_tuple(x.first.begin, x.first.size, x.second) <
-               std::make_tuple(y.first.begin, y.first.size, y.second);
-      });
-      std::vector<ByteRange> pad(buf.padding);
-      std::sort(pad.begin(), pad.end());
-      auto report_gap = [&](int64_t a, int64_t e) {
-        // Subtract padding from [a, e).
-        for (const ByteRange& p : pad) {
-          if (a >= e) break;
-          if (p.end() <= a || p.begin >= e) continue;
-          if (p.begin > a) {
-            errors.push_back(absl::StrCat("unsourced bytes [", a, ", ", p.begin,
-                                          ") of buffer ", buf.name, " on ",
-                                          DstRank(buf.rank)));
-          }
-          a = std::max(a, p.end());
-        }
-        if (a < e) {
-          errors.push_back(absl::StrCat("unsourced bytes [", a, ", ", e,
-                                        ") of buffer ", buf.name, " on ",
-                                        DstRank(buf.rank)));
-        }
-      };
-      int64_t cursor = 0;
-      int32_t cursor_rec = -1;
-      absl::flat_hash_map<std::pair<int32_t, int32_t>, int> reported;
-      for (const auto& [br, ri] : rs) {
-        if (br.begin < cursor) {
-          if (reported.emplace(std::make_pair(cursor_rec, ri), 0).second) {
-            errors.push_back(absl::StrCat(
-                cursor_rec == ri ? "record " : "records ",
-                describe(cursor_rec),
-                cursor_rec == ri ? "" : absl::StrCat(" and ", describe(ri)),
-                cursor_rec == ri ? " overlaps itself" : " overlap",
-                " at byte ", br.begin, " of buffer ", buf.name, " on ",
-                DstRank(buf.rank)));
-          }
-        } else if (br.begin > cursor) {
-          report_gap(cursor, br.begin);
-        }
-        if (br.end() > cursor) {
-          cursor = br.end();
-          cursor_rec = ri;
-        }
-      }
-      if (cursor < buf.byte_size) report_gap(cursor, buf.byte_size);
-    }
-  }
+  phase("candidates");
+  // --- 5. Destination coverage: every byte of every destination buffer is
+  // claimed by exactly one record, or declared padding.
+  CheckCoverage(nd, &errors);
   if (!errors.empty()) return JoinErrors(errors);
 
+  phase("coverage");
   // --- 6. Balance among replicas (greedy, deterministic; see planner.h).
-  // Sort indices, not the (large) candidates; the order is total (ends on
-  // dst_record), so it is the same whichever sort produces it.
-  std::vector<int32_t> cand_order(cands.size());
-  std::iota(cand_order.begin(), cand_order.end(), 0);
-  {
-    std::vector<int32_t> cand_tensor(cands.size());
-    for (size_t i = 0; i < cands.size(); ++i) {
-      cand_tensor[i] = dst.records[cands[i].dst_record].tensor;
-    }
-    std::sort(cand_order.begin(), cand_order.end(), [&](int32_t x, int32_t y) {
-      const Candidate& a = cands[x];
-      const Candidate& b = cands[y];
-      if (a.bytes != b.bytes) return a.bytes > b.bytes;
-      if (cand_tensor[x] != cand_tensor[y]) return cand_tensor[x] < cand_tensor[y];
-      if (a.box != b.box) return a.box < b.box;
-      const int32_t ra = dst.records[a.dst_record].rank;
-      const int32_t rb = dst.records[b.dst_record].rank;
-      if (ra != rb) return ra < rb;
-      return a.dst_record < b.dst_record;
-    });
-  }
-  const bool hosts = options.prefer_same_host && !src.host_of_rank.empty() &&
-                     !dst.host_of_rank.empty();
-  std::vector<int64_t> assigned(src.world_size, 0);
-  struct Seg {
-    int32_t stage, src_rank, dst_rank;
-    int32_t src_record, dst_record;
-    int32_t dst_buffer;
-    int64_t dst_start;  // byte offset in dst buffer of the box origin
-    Box box;
-    int64_t bytes;
+  std::vector<int32_t> choice(cands.size(), -1);  // index into replicas
+  std::vector<int64_t> assigned(ns.world_size, 0);
+  auto piece_of = [&](const Candidate& c) -> const Piece& {
+    return pieces[c.src_tensor].pieces[c.piece];
   };
-  std::vector<Seg> segs;
-  segs.reserve(cands.size());
+  {
+    // (-bytes, dst record, candidate): bytes descending, then destination
+    // record order, then the source piece order (candidates of one record
+    // are generated in piece order).
+    std::vector<std::tuple<int64_t, int32_t, int32_t>> multi;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      const Piece& p = piece_of(cands[i]);
+      if (p.ranks.size() == 1) {
+        choice[i] = 0;
+        assigned[p.ranks[0]] += cands[i].bytes;
+      } else {
+        multi.emplace_back(-cands[i].bytes, cands[i].dst_record,
+                           static_cast<int32_t>(i));
+      }
+    }
+    std::sort(multi.begin(), multi.end());
+    const bool hosts = options.prefer_same_host && !ns.host_of_rank.empty() &&
+                       !nd.host_of_rank.empty();
+    for (const auto& [neg_bytes, unused, ci] : multi) {
+      const int32_t dst_rank = cands[ci].dst_rank;
+      const std::vector<int32_t>& ranks = piece_of(cands[ci]).ranks;
+      int32_t best = 0;
+      for (int32_t k = 1; k < static_cast<int32_t>(ranks.size()); ++k) {
+        const int32_t r = ranks[k], b = ranks[best];
+        if (assigned[r] != assigned[b]) {
+          if (assigned[r] < assigned[b]) best = k;
+          continue;
+        }
+        if (hosts) {
+          const bool rs = ns.host_of_rank[r] == nd.host_of_rank[dst_rank];
+          const bool bs = ns.host_of_rank[b] == nd.host_of_rank[dst_rank];
+          if (rs != bs) {
+            if (rs) best = k;
+            continue;
+          }
+        }
+        // replicas are sorted by (rank, index): keep the earlier one.
+      }
+      choice[ci] = best;
+      assigned[ranks[best]] -= neg_bytes;
+    }
+  }
+
+  phase("balance");
+  // --- 7. Segments (split at the message cap), sorted per (stage, src
+  // rank, dst rank) by destination buffer and offset, then coalesced.
   const int64_t lane_budget =
       std::max<int64_t>(1, options.staging_budget_bytes / options.num_lanes);
   const int64_t cap = options.max_message_bytes > 0
                           ? std::min(options.max_message_bytes, lane_budget)
                           : lane_budget;
-  std::vector<Box> split;
-  for (int32_t ci : cand_order) {
-    const Candidate& c = cands[ci];
-    const Record& dr = dst.records[c.dst_record];
-    const auto& reps = pieces[c.src_tensor].pieces[c.piece].replicas;
-    int32_t best = -1;
-    for (int32_t ri : reps) {
-      if (best < 0) {
-        best = ri;
+  // A segment is candidate `cand` (its intersection box), or, when the
+  // candidate was split at the cap, split_boxes[split].
+  struct SegKey {
+    int32_t dst_buffer;
+    int64_t dst_start;  // byte offset of the box origin in dst_buffer
+    int32_t cand;
+    int32_t split;      // -1: the whole candidate
+    int64_t bytes;
+    int32_t src_rank, dst_rank, stage;
+  };
+  std::vector<SegKey> keys;
+  std::vector<Box> split_boxes;
+  auto seg_box = [&](const SegKey& k) {
+    if (k.split >= 0) return split_boxes[k.split];
+    const Candidate& c = cands[k.cand];
+    return Intersect(pieces[c.src_tensor].pieces[c.piece].box,
+                     nd.records[c.dst_record].box);
+  };
+  auto src_record_of = [&](const SegKey& k) {
+    const Candidate& c = cands[k.cand];
+    return pieces[c.src_tensor].pieces[c.piece].replicas[choice[k.cand]];
+  };
+  {
+    // Source ranks ordered by (stage, rank): the pair order.
+    std::vector<int32_t> src_pos(ns.world_size);
+    {
+      std::vector<int32_t> by(ns.world_size);
+      std::iota(by.begin(), by.end(), 0);
+      if (!ns.stage_of_rank.empty()) {
+        std::stable_sort(by.begin(), by.end(), [&](int32_t x, int32_t y) {
+          return ns.stage_of_rank[x] < ns.stage_of_rank[y];
+        });
+      }
+      for (int32_t i = 0; i < ns.world_size; ++i) src_pos[by[i]] = i;
+    }
+    std::vector<SegKey> gen;
+    gen.reserve(cands.size());
+    std::vector<Box> split;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      const Candidate& c = cands[i];
+      const Record& dr = nd.records[c.dst_record];
+      const Piece& p = pieces[c.src_tensor].pieces[c.piece];
+      const int32_t src_rank = p.ranks[choice[i]];
+      const int64_t es = DTypeSize(nd.tensors[dr.tensor].dtype);
+      if (es > cap) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "staging budget per lane ", cap,
+            " bytes is smaller than one element of ", nd.tensors[dr.tensor].name));
+      }
+      const int32_t stage =
+          ns.stage_of_rank.empty() ? 0 : ns.stage_of_rank[src_rank];
+      const Box box = Intersect(p.box, dr.box);
+      auto add = [&](const Box& b, int32_t split_index) {
+        const int64_t rel0 = b.rank() > 0 ? b.origin(0) - dr.box.origin(0) : 0;
+        gen.push_back(SegKey{RecordBuffer(dr, rel0),
+                             dr.byte_offset + es * ElementOffset(dr, b.origin()),
+                             static_cast<int32_t>(i), split_index,
+                             UncheckedNumElements(b) * es, src_rank, dr.rank,
+                             stage});
+      };
+      if (c.bytes <= cap) {
+        add(box, -1);
         continue;
       }
-      const int32_t r = src.records[ri].rank, b = src.records[best].rank;
-      if (assigned[r] != assigned[b]) {
-        if (assigned[r] < assigned[b]) best = ri;
-        continue;
+      split.clear();
+      SplitBox(box, es, cap, &split);
+      for (Box& b : split) {
+        add(b, static_cast<int32_t>(split_boxes.size()));
+        split_boxes.push_back(std::move(b));
       }
-      if (hosts) {
-        const bool rs = src.host_of_rank[r] == dst.host_of_rank[dr.rank];
-        const bool bs = src.host_of_rank[b] == dst.host_of_rank[dr.rank];
-        if (rs != bs) {
-          if (rs) best = ri;
-          continue;
+    }
+    // Group by (stage, src rank, dst rank) with a counting sort over pair
+    // positions (a comparison sort when there are too many pairs), then
+    // order each pair's segments by (dst buffer, dst offset, generation).
+    auto by_dst = [](const SegKey& x, const SegKey& y) {
+      if (x.dst_buffer != y.dst_buffer) return x.dst_buffer < y.dst_buffer;
+      if (x.dst_start != y.dst_start) return x.dst_start < y.dst_start;
+      if (x.cand != y.cand) return x.cand < y.cand;
+      return x.split < y.split;
+    };
+    const int64_t npairs = int64_t{ns.world_size} * nd.world_size;
+    auto pair_of = [&](const SegKey& k) {
+      return int64_t{src_pos[k.src_rank]} * nd.world_size + k.dst_rank;
+    };
+    if (npairs <= (int64_t{1} << 24)) {
+      std::vector<int32_t> first(npairs + 1, 0);
+      for (const SegKey& k : gen) ++first[pair_of(k) + 1];
+      for (int64_t q = 0; q < npairs; ++q) first[q + 1] += first[q];
+      keys.resize(gen.size());
+      {
+        std::vector<int32_t> cursor(first.begin(), first.end() - 1);
+        for (const SegKey& k : gen) keys[cursor[pair_of(k)]++] = k;
+      }
+      for (int64_t q = 0; q < npairs; ++q) {
+        if (first[q + 1] - first[q] > 1) {
+          std::sort(keys.begin() + first[q], keys.begin() + first[q + 1], by_dst);
         }
       }
-      // replicas are sorted by (rank, index): keep the earlier one.
-    }
-    const Record& sr = src.records[best];
-    assigned[sr.rank] += c.bytes;
-    const int64_t es = DTypeSize(dst.tensors[dr.tensor].dtype);
-    if (es > cap) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "staging budget per lane ", cap, " bytes is smaller than one element of ",
-          dst.tensors[dr.tensor].name));
-    }
-    split.clear();
-    SplitBox(c.box, es, cap, &split);
-    const int32_t stage =
-        src.stage_of_rank.empty() ? 0 : src.stage_of_rank[sr.rank];
-    for (const Box& b : split) {
-      segs.push_back(Seg{stage, sr.rank, dr.rank, best, c.dst_record, dr.buffer,
-                         dr.byte_offset + es * ElementOffset(dr, b.origin()), b,
-                         UncheckedNumElements(b) * es});
+    } else {
+      keys = std::move(gen);
+      std::sort(keys.begin(), keys.end(), [&](const SegKey& x, const SegKey& y) {
+        const int64_t px = pair_of(x), py = pair_of(y);
+        if (px != py) return px < py;
+        return by_dst(x, y);
+      });
     }
   }
-
-  // --- 7. Coalesce per (stage, src rank, dst rank) into messages.
-  {
-  // Sort indices, then permute once (Seg holds a Box: swaps are costly).
-  std::vector<int32_t> seg_order(segs.size());
-  std::iota(seg_order.begin(), seg_order.end(), 0);
-  std::sort(seg_order.begin(), seg_order.end(), [&](int32_t x, int32_t y) {
-    const Seg& a = segs[x];
-    const Seg& b = segs[y];
-    if (a.stage != b.stage) return a.stage < b.stage;
-    if (a.src_rank != b.src_rank) return a.src_rank < b.src_rank;
-    if (a.dst_rank != b.dst_rank) return a.dst_rank < b.dst_rank;
-    if (a.dst_buffer != b.dst_buffer) return a.dst_buffer < b.dst_buffer;
-    if (a.dst_start != b.dst_start) return a.dst_start < b.dst_start;
-    const int32_t ta = dst.records[a.dst_record].tensor;
-    const int32_t tb = dst.records[b.dst_record].tensor;
-    if (ta != tb) return ta < tb;
-    if (a.box != b.box) return a.box < b.box;
-    return a.dst_record < b.dst_record;
-  });
-  std::vector<Seg> sorted_segs;
-  sorted_segs.reserve(segs.size());
-  for (int32_t i : seg_order) sorted_segs.push_back(std::move(segs[i]));
-  segs.swap(sorted_segs);
-  }
+  phase("segments");
   struct Msg {
     Message m;
     int32_t stage;
-    int32_t seq;  // index among its pair's messages
-    int32_t first_seg;  // into segs
+    int32_t seq;        // index among its pair's messages
+    int32_t first_key;  // into keys
   };
   std::vector<Msg> msgs;
-  for (size_t i = 0; i < segs.size();) {
-    size_t j = i;
-    int32_t seq = 0;
-    while (j < segs.size() && segs[j].stage == segs[i].stage &&
-           segs[j].src_rank == segs[i].src_rank &&
-           segs[j].dst_rank == segs[i].dst_rank) {
-      Msg mm;
-      mm.stage = segs[j].stage;
-      mm.seq = seq++;
-      mm.first_seg = static_cast<int32_t>(j);
-      mm.m.src_rank = segs[j].src_rank;
-      mm.m.dst_rank = segs[j].dst_rank;
-      int64_t bytes = 0;
-      size_t k = j;
-      while (k < segs.size() && segs[k].stage == segs[i].stage &&
-             segs[k].src_rank == segs[i].src_rank &&
-             segs[k].dst_rank == segs[i].dst_rank &&
-             (k == j || bytes + segs[k].bytes <= cap)) {
-        bytes += segs[k].bytes;
-        ++k;
-      }
-      mm.m.num_segments = static_cast<int32_t>(k - j);
-      mm.m.bytes = bytes;
-      // Contiguity on each side.
-      auto contiguous = [&](const SideLayout& side, bool is_src, int32_t* buffer,
-                            int64_t* offset) {
-        int64_t end = -1;
-        for (size_t q = j; q < k; ++q) {
-          const Record& r =
-              side.records[is_src ? segs[q].src_record : segs[q].dst_record];
-          std::optional<ByteRange> br = ContiguousByteRange(
-              r, DTypeSize(side.tensors[r.tensor].dtype), segs[q].box);
-          if (!br) return false;
-          if (q == j) {
-            *buffer = r.buffer;
-            *offset = br->begin;
-          } else if (r.buffer != *buffer || br->begin != end) {
-            return false;
-          }
-          end = br->end();
+  {
+    // If every segment of keys[j, k) is one contiguous range of one buffer,
+    // continuing the previous one: that buffer and the first offset.
+    auto contiguous = [&](bool is_src, size_t j, size_t k, int32_t* buffer,
+                          int64_t* offset) {
+      const SideLayout& side = is_src ? ns : nd;
+      int64_t end = -1;
+      for (size_t q = j; q < k; ++q) {
+        const Record& r =
+            side.records[is_src ? src_record_of(keys[q])
+                                : cands[keys[q].cand].dst_record];
+        int32_t b;
+        ByteRange br;
+        if (!SegmentRange(r, DTypeSize(side.tensors[r.tensor].dtype),
+                          seg_box(keys[q]), &b, &br)) {
+          return false;
         }
-        return true;
-      };
-      int32_t b;
-      int64_t o;
-      if (contiguous(src, true, &b, &o)) {
-        mm.m.src_contiguous = true;
-        mm.m.src_buffer = b;
-        mm.m.src_offset = o;
+        if (q == j) {
+          *buffer = b;
+          *offset = br.begin;
+        } else if (b != *buffer || br.begin != end) {
+          return false;
+        }
+        end = br.end();
       }
-      if (contiguous(dst, false, &b, &o)) {
-        mm.m.dst_contiguous = true;
-        mm.m.dst_buffer = b;
-        mm.m.dst_offset = o;
+      return true;
+    };
+    auto same_pair = [&](size_t a, size_t b) {
+      return keys[a].src_rank == keys[b].src_rank &&
+             keys[a].dst_rank == keys[b].dst_rank;
+    };
+    for (size_t i = 0; i < keys.size();) {
+      size_t j = i;
+      int32_t seq = 0;
+      while (j < keys.size() && same_pair(i, j)) {
+        Msg mm;
+        mm.stage = keys[j].stage;
+        mm.seq = seq++;
+        mm.first_key = static_cast<int32_t>(j);
+        mm.m.src_rank = keys[j].src_rank;
+        mm.m.dst_rank = keys[j].dst_rank;
+        int64_t bytes = 0;
+        size_t k = j;
+        while (k < keys.size() && same_pair(i, k) &&
+               (k == j || bytes + keys[k].bytes <= cap)) {
+          bytes += keys[k].bytes;
+          ++k;
+        }
+        mm.m.num_segments = static_cast<int32_t>(k - j);
+        mm.m.bytes = bytes;
+        int32_t b;
+        int64_t o;
+        if (contiguous(true, j, k, &b, &o)) {
+          mm.m.src_contiguous = true;
+          mm.m.src_buffer = b;
+          mm.m.src_offset = o;
+        }
+        if (contiguous(false, j, k, &b, &o)) {
+          mm.m.dst_contiguous = true;
+          mm.m.dst_buffer = b;
+          mm.m.dst_offset = o;
+        }
+        msgs.push_back(mm);
+        j = k;
       }
-      msgs.push_back(mm);
-      j = k;
+      i = j;
     }
-    i = j;
   }
 
-  // --- 8. Rounds per stage under the per-lane staging budget (first fit).
+  phase("messages");
+  // --- 8. Rounds per stage under the per-lane staging budget (next fit).
   std::vector<int32_t> stages;
   for (const Msg& m : msgs) stages.push_back(m.stage);
   std::sort(stages.begin(), stages.end());
@@ -821,8 +1131,14 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
           if (static_cast<int32_t>(v.size()) <= r) v.resize(r + 1, 0);
           return v[r];
         };
-        while (use(suse[s], r) + sc > lane_budget ||
-               use(duse[d], r) + dc > lane_budget) {
+        while (true) {
+          const bool sfull = use(suse[s], r) + sc > lane_budget;
+          const bool dfull = use(duse[d], r) + dc > lane_budget;
+          if (!sfull && !dfull) break;
+          // Next fit: a rank does not return to a round that one of its
+          // messages did not fit in (keeps this loop linear).
+          if (sfull) sstart[s] = std::max(sstart[s], r + 1);
+          if (dfull) dstart[d] = std::max(dstart[d], r + 1);
           ++r;
         }
         use(suse[s], r) += sc;
@@ -871,6 +1187,7 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
       msgs[i].m.round = global_of[stage_index[msgs[i].stage]][local_round[i]];
     }
   }
+  phase("rounds");
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
     const Message& x = msgs[a].m;
     const Message& y = msgs[b].m;
@@ -878,14 +1195,16 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
            std::make_tuple(y.round, y.src_rank, y.dst_rank);
   });
   plan.messages.reserve(msgs.size());
-  plan.segments.reserve(segs.size());
+  plan.segments.reserve(keys.size());
   for (int32_t oi : order) {
     Msg& mm = msgs[oi];
     Message m = mm.m;
     m.first_segment = static_cast<int32_t>(plan.segments.size());
     for (int32_t q = 0; q < m.num_segments; ++q) {
-      const Seg& s = segs[mm.first_seg + q];
-      plan.segments.push_back(Segment{s.src_record, s.dst_record, s.box, s.bytes});
+      const SegKey& k = keys[mm.first_key + q];
+      plan.segments.push_back(Segment{src_record_of(k),
+                                      cands[k.cand].dst_record, seg_box(k),
+                                      k.bytes});
     }
     Round& r = plan.rounds[m.round];
     if (r.num_messages == 0) {
@@ -895,6 +1214,7 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
     plan.messages.push_back(m);
   }
 
+  phase("emit");
   // --- 9. Stats.
   PlanStats& st = plan.stats;
   st.num_segments = static_cast<int64_t>(plan.segments.size());
@@ -935,7 +1255,10 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
       for (int l = 0; l < L; ++l) st.staging_dst[k] += pd[int64_t{k} * L + l];
     }
   }
+  phase("stats");
   plan.fingerprint = PlanFingerprint(plan);
+  phase("fingerprint");
+  st.phase_seconds = std::move(phases);
   return plan;
 }
 

@@ -20,26 +20,46 @@ namespace refit {
 // destination buffer; a destination buffer byte is claimed by no record and
 // not declared padding. All errors found are reported, one per line.
 //
+// Normalization: records that hold one dim-0 index each of a tensor on one
+// rank, in evenly spaced buffers at the same offset with the same in-buffer
+// layout (Megatron's TEGroupedMLP keeps one parameter per local expert),
+// are merged into one indexed record (Record::buffer_step). plan.src and
+// plan.dst are the layouts as given with these merges; buffers and tensors
+// are unchanged. A DeepSeek-V3 trainer rank then has one record per expert
+// weight and layer, not one per expert.
+//
+// Coverage is checked per destination buffer, exactly (sorted byte runs);
+// a buffer whose byte layout (size, padding, each record part's offset,
+// element size and dim maps) equals one already found fine is not checked
+// again, nor is a buffer one record fills contiguously.
+//
 // Replica choice (deterministic greedy): every (dst record, disjoint source
-// piece) intersection is a candidate; candidates are processed by bytes
-// descending, then dst tensor, box, dst rank, dst record index; each goes to
-// the replica whose src rank has the fewest bytes assigned so far; ties go
-// to a replica on the dst rank's host (when host_of_rank is given on both
-// sides and options.prefer_same_host), then to the lowest src rank (then
-// lowest record index). Overlapping (non-identical) source boxes are cut
-// into disjoint grid cells, so every element is sent exactly once.
+// piece) intersection is a candidate. Candidates with one replica are
+// assigned first. The others are processed by bytes descending, then dst
+// record index, then source piece; each goes to the replica whose src rank
+// has the fewest bytes assigned so far; ties go to a replica on the dst
+// rank's host (when host_of_rank is given on both sides and
+// options.prefer_same_host), then to the lowest src rank (then lowest
+// record index). Overlapping (non-identical) source boxes are cut into
+// disjoint grid cells, so every element is sent exactly once.
 //
 // Segments larger than min(max_message_bytes or the per-lane budget, the
 // per-lane budget) are split along their outermost dim with extent > 1.
 // Segments of one (stage, src rank, dst rank) are ordered by (dst buffer,
-// dst byte offset, tensor, box) and packed greedily into messages of at
-// most that cap. Messages go first-fit into rounds of their stage (stage =
+// dst byte offset) and packed greedily into messages of at most that cap.
+// Messages go next-fit into rounds of their stage (stage =
 // src.stage_of_rank[src rank], 0 if empty) so that each rank's staging
 // (bytes of its non-contiguous sends + receives) per round is <=
 // staging_budget_bytes / num_lanes, and a (src, dst) pair appears at most
-// once per round. Rounds of different stages are interleaved (round k of
-// each stage in stage order); lane = stage % num_lanes when there are >= 2
-// stages, else round index % num_lanes.
+// once per round; next fit: a message starts at the first round after its
+// pair's previous message in which both ranks have room, and a rank never
+// returns to a round that one of its messages did not fit in. Rounds of
+// different stages are interleaved (round k of each stage in stage order);
+// lane = stage % num_lanes when there are >= 2 stages, else round index %
+// num_lanes.
+//
+// Cost: linear in records and candidates apart from per-tensor and
+// per-pair sorts; plan.stats.phase_seconds has the time of each phase.
 //
 // Fails with INVALID_ARGUMENT also for invalid options (num_lanes < 1,
 // budget < 1, per-lane budget smaller than one element).

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "reshard/copy_program.h"
 #include "reshard/dtype.h"
 #include "reshard/mesh.h"
 #include "reshard/reference_copy.h"
@@ -475,6 +476,129 @@ TEST(PlannerErrorTest, ManyErrorsAreCapped) {
   EXPECT_THAT(p.status().message(), HasSubstr("engine tensor w49 bf16[2]"));
   EXPECT_THAT(p.status().message(), Not(HasSubstr("w50")));
   EXPECT_THAT(p.status().message(), HasSubstr("... and 10 more"));
+}
+
+}  // namespace
+}  // namespace refit
+
+namespace refit {
+namespace {
+
+// Megatron TEGroupedMLP: one buffer per local expert. The planner merges
+// the per-expert records of a rank into one indexed record, and the plan
+// copies every element exactly (reference copy and the copy programs).
+TEST(PlannerTest, PerExpertBuffersAreMergedIntoIndexedRecords) {
+  const int64_t e = 8, inter = 6, h = 4;
+  SideLayout src, dst;
+  src.world_size = 2;  // EP2: experts [4r, 4r + 4) on rank r
+  dst.world_size = 2;  // TP2 over the intermediate dim, all experts
+  for (SideLayout* s : {&src, &dst}) {
+    for (const char* w : {"gate_proj", "up_proj"}) {
+      TensorSpec t{absl::StrCat("layers.0.mlp.experts.{}.", w, ".weight"),
+                   {e, inter, h}, DType::kF32, /*stacked=*/true};
+      ASSERT_TRUE(AddTensor(*s, t).ok());
+    }
+  }
+  for (int32_t r = 0; r < 2; ++r) {
+    for (int64_t j = 0; j < 4; ++j) {
+      absl::StatusOr<int32_t> b =
+          AddBuffer(src, r, absl::StrCat("linear_fc1.weight", j), 2 * inter * h * 4);
+      ASSERT_TRUE(b.ok());
+      for (int32_t w = 0; w < 2; ++w) {
+        Record rec;
+        rec.tensor = w;
+        rec.rank = r;
+        rec.buffer = *b;
+        rec.box = Box::Unchecked({4 * r + j, 0, 0}, {1, inter, h});
+        rec.byte_offset = w * inter * h * 4;
+        rec.dims = RowMajorDims({1, inter, h});
+        src.records.push_back(rec);
+      }
+    }
+    absl::StatusOr<int32_t> c = AddBuffer(dst, r, "w13_weight", e * inter * h * 4);
+    ASSERT_TRUE(c.ok());
+    for (int32_t w = 0; w < 2; ++w) {
+      Record rec;
+      rec.tensor = w;
+      rec.rank = r;
+      rec.buffer = *c;
+      rec.box = Box::Unchecked({0, r * inter / 2, 0}, {e, inter / 2, h});
+      rec.byte_offset = w * inter / 2 * h * 4;
+      rec.dims = SubArrayDims({e, inter / 2, h}, {e, inter, h});
+      dst.records.push_back(rec);
+    }
+  }
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // 16 per-expert records -> 4 indexed ones (2 ranks x 2 weights).
+  ASSERT_EQ(plan->src.records.size(), 4u);
+  for (const Record& r : plan->src.records) {
+    EXPECT_EQ(r.buffer_step, 1);
+    EXPECT_EQ(r.box.shape(0), 4);
+    EXPECT_TRUE(ValidateRecord(plan->src, r).ok()) << ValidateRecord(plan->src, r);
+  }
+  // One segment per (weight, src rank, dst rank), not per expert.
+  EXPECT_EQ(plan->segments.size(), 8u);
+
+  OwnedBuffers sb = AllocateBuffers(src), db = AllocateBuffers(dst, 0xEE);
+  FillPattern(src, sb.ptrs);
+  ASSERT_TRUE(ReferenceCopy(*plan, sb.ptrs, db.ptrs).ok());
+  EXPECT_TRUE(CheckPattern(dst, db.ptrs).ok()) << CheckPattern(dst, db.ptrs);
+
+  // The copy programs (what the executor runs): pack on the sender,
+  // unpack on the receiver, through a staging stream.
+  OwnedBuffers db2 = AllocateBuffers(dst, 0xEE);
+  for (const Message& m : plan->messages) {
+    absl::StatusOr<std::vector<CopyTask>> pack = PackProgram(*plan, m);
+    absl::StatusOr<std::vector<CopyTask>> unpack = UnpackProgram(*plan, m);
+    ASSERT_TRUE(pack.ok() && unpack.ok());
+    EXPECT_EQ(TaskBytes(*pack), m.bytes);
+    std::vector<char> stream(m.bytes);
+    std::vector<char*> s, d;
+    for (uint8_t* x : sb.ptrs) s.push_back(reinterpret_cast<char*>(x));
+    for (uint8_t* x : db2.ptrs) d.push_back(reinterpret_cast<char*>(x));
+    absl::StatusOr<std::vector<ResolvedCopy>> p =
+        ResolveTasks(*pack, s, {}, nullptr, stream.data());
+    ASSERT_TRUE(p.ok()) << p.status();
+    RunCopiesHost(*p);
+    absl::StatusOr<std::vector<ResolvedCopy>> u =
+        ResolveTasks(*unpack, {}, d, stream.data(), nullptr);
+    ASSERT_TRUE(u.ok()) << u.status();
+    RunCopiesHost(*u);
+  }
+  EXPECT_TRUE(CheckPattern(dst, db2.ptrs).ok()) << CheckPattern(dst, db2.ptrs);
+}
+
+// An indexed record whose buffers run past the side's buffers, or belong
+// to another rank, is rejected naming the tensor and buffer.
+TEST(PlannerErrorTest, IndexedRecordBuffersChecked) {
+  TensorSpec t{"experts.{}.w", {4, 2}, DType::kF32, true};
+  SideLayout side;
+  side.world_size = 2;
+  ASSERT_TRUE(AddTensor(side, t).ok());
+  ASSERT_TRUE(AddBuffer(side, 0, "w0", 8).ok());
+  ASSERT_TRUE(AddBuffer(side, 0, "w1", 8).ok());
+  ASSERT_TRUE(AddBuffer(side, 1, "w2", 8).ok());
+  Record r;
+  r.tensor = 0;
+  r.rank = 0;
+  r.buffer = 0;
+  r.buffer_step = 1;
+  r.box = Box::Unchecked({0, 0}, {3, 2});
+  r.dims = RowMajorDims({3, 2});
+  r.dims[0].splits[0].stride = 0;
+  absl::Status s = ValidateRecord(side, r);
+  EXPECT_THAT(s.message(), HasSubstr("w2 belongs to rank 1"));
+  r.box = Box::Unchecked({0, 0}, {4, 2});
+  r.dims = RowMajorDims({4, 2});
+  r.dims[0].splits[0].stride = 0;
+  s = ValidateRecord(side, r);
+  EXPECT_THAT(s.message(), HasSubstr("run past the 3 buffers"));
+  EXPECT_THAT(s.message(), HasSubstr("experts.{}.w"));
+  r.box = Box::Unchecked({0, 0}, {2, 2});
+  r.dims = RowMajorDims({2, 2});
+  r.dims[0].splits[0].stride = 0;
+  EXPECT_TRUE(ValidateRecord(side, r).ok()) << ValidateRecord(side, r);
 }
 
 }  // namespace

@@ -78,7 +78,8 @@ void Tensors(SideLayout* s) {
 }  // namespace
 
 std::vector<std::string> PatternNames() {
-  return {"1to1", "2to2", "1to3", "3to1", "replicated", "qkv", "w13", "pp"};
+  return {"1to1", "2to2", "1to3", "3to1", "replicated", "qkv", "w13", "pp",
+          "experts"};
 }
 
 Plan MakeHandPlan(const SideLayout& src, const SideLayout& dst,
@@ -143,12 +144,14 @@ Plan MakeHandPlan(const SideLayout& src, const SideLayout& dst,
         const Record& r =
             L.records[side == 0 ? segs[i].src_record : segs[i].dst_record];
         auto range = ContiguousByteRange(r, Es(L, r.tensor), segs[i].box);
-        if (!range || (i > 0 && (r.buffer != buf || range->begin != end))) {
+        const int32_t rb = RecordBuffer(
+            r, r.box.rank() > 0 ? segs[i].box.origin(0) - r.box.origin(0) : 0);
+        if (!range || (i > 0 && (rb != buf || range->begin != end))) {
           ok = false;
           break;
         }
         if (i == 0) {
-          buf = r.buffer;
+          buf = rb;
           begin = range->begin;
         }
         end = range->end();
@@ -296,6 +299,41 @@ absl::StatusOr<Plan> MakePatternPlan(const std::string& name,
               RowMajorDims({inter, h}));
     AddRecord(&dst, 1, 0, c, Box::Unchecked({0, 0}, {inter, h}),
               inter * h * es, RowMajorDims({inter, h}));
+  } else if (name == "experts") {
+    // 4 experts, gate/up [6, 8] each. Trainer EP2: rank r holds experts
+    // 2r, 2r+1, one buffer per expert ([gate; up], Megatron TEGroupedMLP),
+    // as one indexed record per weight (Record::buffer_step). Engine TP2:
+    // w13 [4, gate 3 rows | up 3 rows, 8] per rank (vLLM FusedMoE).
+    const int64_t e = 4, inter = 6, h = 8, es = 2;
+    src.world_size = dst.world_size = 2;
+    for (SideLayout* s : {&src, &dst}) {
+      for (const char* w : {"gate_proj", "up_proj"}) {
+        AddTensor(s, absl::StrCat("layers.0.mlp.experts.{}.", w, ".weight"),
+                  {e, inter, h});
+        s->tensors.back().stacked = true;
+      }
+    }
+    for (int r = 0; r < 2; ++r) {
+      int32_t first = -1;
+      for (int j = 0; j < 2; ++j) {
+        const int32_t b = AddBuffer(&src, r, absl::StrCat("linear_fc1.weight", j),
+                                    2 * inter * h * es);
+        if (j == 0) first = b;
+      }
+      for (int w = 0; w < 2; ++w) {
+        DimMaps dims = RowMajorDims({2, inter, h});
+        dims[0].splits[0].stride = 0;  // each buffer holds one expert
+        AddRecord(&src, w, r, first, Box::Unchecked({2 * r, 0, 0}, {2, inter, h}),
+                  w * inter * h * es, dims);
+        src.records.back().buffer_step = 1;
+      }
+      const int64_t half = inter / 2;
+      const int32_t c = AddBuffer(&dst, r, "w13_weight", e * inter * h * es);
+      for (int w = 0; w < 2; ++w) {
+        AddRecord(&dst, w, r, c, Box::Unchecked({0, r * half, 0}, {e, half, h}),
+                  w * half * h * es, SubArrayDims({e, half, h}, {e, inter, h}));
+      }
+    }
   } else if (name == "pp") {
     // Trainer PP2: layers 0-1 on stage 0 (rank 0), 2-3 on stage 1 (rank 1);
     // engine TP2 row shards.
@@ -364,7 +402,8 @@ uint64_t NameHash(const std::string& s) {
   return h;
 }
 
-// Calls fn(byte offset in buffer, value byte) for every byte of record r.
+// Calls fn(buffer, byte offset in buffer, value byte) for every byte of
+// record r (an indexed record's dim-0 index picks the buffer).
 template <typename Fn>
 void ForEachRecordByte(const SideLayout& side, const Record& r, uint64_t step,
                        Fn fn) {
@@ -381,8 +420,9 @@ void ForEachRecordByte(const SideLayout& side, const Record& r, uint64_t step,
       off += DimOffset(r.dims[d], idx[d]);
     }
     const uint64_t v = Mix(th + static_cast<uint64_t>(lin));
+    const int32_t buffer = RecordBuffer(r, n > 0 ? idx[0] : 0);
     for (int64_t j = 0; j < es; ++j) {
-      fn(r.byte_offset + off * es + j, static_cast<char>(v >> (8 * j)));
+      fn(buffer, r.byte_offset + off * es + j, static_cast<char>(v >> (8 * j)));
     }
     for (int d = n - 1; d >= 0; --d) {
       if (++idx[d] < r.box.shape(d)) break;
@@ -397,8 +437,9 @@ void FillRecords(const SideLayout& side, int32_t rank, uint64_t step,
                  std::vector<std::vector<char>>* bufs) {
   for (const Record& r : side.records) {
     if (r.rank != rank) continue;
-    std::vector<char>& b = (*bufs)[r.buffer];
-    ForEachRecordByte(side, r, step, [&](int64_t o, char v) { b[o] = v; });
+    ForEachRecordByte(side, r, step, [&](int32_t buffer, int64_t o, char v) {
+      (*bufs)[buffer][o] = v;
+    });
   }
 }
 
@@ -410,12 +451,12 @@ std::string CheckRecords(const SideLayout& side, int32_t rank, uint64_t step,
   std::string err;
   for (const Record& r : side.records) {
     if (r.rank != rank) continue;
-    const std::vector<char>& b = bufs[r.buffer];
-    ForEachRecordByte(side, r, step, [&](int64_t o, char v) {
-      claimed[r.buffer][o] = true;
+    ForEachRecordByte(side, r, step, [&](int32_t buffer, int64_t o, char v) {
+      const std::vector<char>& b = bufs[buffer];
+      claimed[buffer][o] = true;
       if (err.empty() && b[o] != v) {
         err = absl::StrCat("tensor ", side.tensors[r.tensor].name, " buffer ",
-                           side.buffers[r.buffer].name, " byte ", o,
+                           side.buffers[buffer].name, " byte ", o,
                            ": expected ", static_cast<int>(v), " got ",
                            static_cast<int>(b[o]));
       }
