@@ -275,7 +275,11 @@ void MergeIndexedRecords(const std::vector<Record>& in,
       auto it = last.find(std::make_pair(r.tensor, r.rank));
       if (it != last.end() && ExtendIndexed(&(*out)[it->second], r)) continue;
     }
-    last[std::make_pair(r.tensor, r.rank)] = static_cast<int32_t>(out->size());
+    // Only a one-index or indexed record can be extended by a later one
+    // (merging past another record of the pair is exact all the same).
+    if (one_index || r.buffer_step > 0) {
+      last[std::make_pair(r.tensor, r.rank)] = static_cast<int32_t>(out->size());
+    }
     out->push_back(r);
   }
 }
@@ -490,9 +494,10 @@ void CheckCoverage(const SideLayout& dst, std::vector<std::string>* errors) {
 }
 
 // Canonical serialization for the fingerprint, hashed as it is written (a
-// plan of a million segments is never held as one string): two
-// independent 64-bit multiply-rotate lanes over 8-byte words, finalized
-// with a murmur3-style avalanche; 128 bits, not cryptographic.
+// plan of a million segments is never held as one string): words go round
+// robin to four independent 64-bit multiply-rotate lanes (no dependency
+// chain between consecutive words), combined and finalized with a
+// murmur3-style avalanche into 128 bits; not cryptographic.
 class Writer {
  public:
   void I(int64_t v) { Mix(static_cast<uint64_t>(v)); }
@@ -518,10 +523,12 @@ class Writer {
     }
   }
   std::string Digest() const {
+    const uint64_t a = Final(h_[0] ^ Rotl(h_[1], 17) ^ n_);
+    const uint64_t b = Final(h_[2] ^ Rotl(h_[3], 29) ^ (n_ * 0x9E3779B97F4A7C15ULL));
     char buf[33];
     snprintf(buf, sizeof(buf), "%016llx%016llx",
-             static_cast<unsigned long long>(Final(h1_ ^ n_)),
-             static_cast<unsigned long long>(Final(h2_ + n_)));
+             static_cast<unsigned long long>(Final(a ^ Rotl(b, 32))),
+             static_cast<unsigned long long>(Final(b + a)));
     return buf;
   }
 
@@ -536,13 +543,13 @@ class Writer {
     return h;
   }
   void Mix(uint64_t v) {
+    uint64_t& h = h_[n_ & 3];
+    h = Rotl(h ^ (v * 0x87C37B91114253D5ULL), 31) * 0x4CF5AD432745937FULL +
+        0x52DCE729;
     ++n_;
-    h1_ = Rotl(h1_ ^ (v * 0x87C37B91114253D5ULL), 31) * 0x4CF5AD432745937FULL;
-    h2_ = Rotl(h2_ ^ (v * 0x9E3779B97F4A7C15ULL), 27) * 0xC2B2AE3D27D4EB4FULL +
-          0x52DCE729;
   }
-  uint64_t h1_ = 1469598103934665603ULL;
-  uint64_t h2_ = 0x9E3779B97F4A7C15ULL;
+  uint64_t h_[4] = {1469598103934665603ULL, 0x9E3779B97F4A7C15ULL,
+                    0xC2B2AE3D27D4EB4FULL, 0x165667B19E3779F9ULL};
   uint64_t n_ = 0;
 };
 
