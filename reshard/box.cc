@@ -1,5 +1,7 @@
 #include "reshard/box.h"
 
+#include <utility>
+
 #include <algorithm>
 #include <cassert>
 
@@ -52,6 +54,14 @@ Box Box::Unchecked(absl::Span<const int64_t> origin,
   return b;
 }
 
+Box Box::UncheckedMove(Indices&& origin, Indices&& shape) {
+  assert(origin.size() == shape.size());
+  Box b;
+  b.origin_ = std::move(origin);
+  b.shape_ = std::move(shape);
+  return b;
+}
+
 std::string Box::ToString() const {
   std::vector<std::string> parts;
   parts.reserve(shape_.size());
@@ -94,7 +104,7 @@ Box Intersect(const Box& a, const Box& b) {
     origin[d] = lo;
     shape[d] = hi > lo ? hi - lo : 0;
   }
-  return Box::Unchecked(origin, shape);
+  return Box::UncheckedMove(std::move(origin), std::move(shape));
 }
 
 bool Contains(const Box& outer, const Box& inner) {

@@ -33,12 +33,14 @@ class Box {
   // Returns the box [0, shape). Fails like Make().
   static absl::StatusOr<Box> FromShape(absl::Span<const int64_t> shape);
 
+  // Index vectors stay inline (no heap) up to rank 4.
+  using Indices = absl::InlinedVector<int64_t, 4>;
+
   // No validation beyond debug asserts: for inputs already validated.
   static Box Unchecked(absl::Span<const int64_t> origin,
                        absl::Span<const int64_t> shape);
-
-  // Index vectors stay inline (no heap) up to rank 4.
-  using Indices = absl::InlinedVector<int64_t, 4>;
+  // The same, taking the index vectors over (no copy).
+  static Box UncheckedMove(Indices&& origin, Indices&& shape);
 
   int rank() const { return static_cast<int>(shape_.size()); }
   absl::Span<const int64_t> origin() const { return origin_; }
