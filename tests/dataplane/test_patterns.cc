@@ -300,12 +300,13 @@ absl::StatusOr<Plan> MakePatternPlan(const std::string& name,
     AddRecord(&dst, 1, 0, c, Box::Unchecked({0, 0}, {inter, h}),
               inter * h * es, RowMajorDims({inter, h}));
   } else if (name == "experts") {
-    // 4 experts, gate/up [6, 8] each. Trainer EP2: rank r holds experts
-    // 2r, 2r+1, one buffer per expert ([gate; up], Megatron TEGroupedMLP),
-    // as one indexed record per weight (Record::buffer_step). Engine TP2:
-    // w13 [4, gate 3 rows | up 3 rows, 8] per rank (vLLM FusedMoE).
+    // 4 experts, gate/up [6, 8] each. Trainer (one rank, 2 GPUs suffice):
+    // one buffer per expert holding [gate; up] (Megatron TEGroupedMLP), as
+    // one indexed record per weight (Record::buffer_step). Engine: w13
+    // [4, gate 6 rows | up 6 rows, 8] (vLLM FusedMoE); each message packs
+    // from four buffers and unpacks into strided rows.
     const int64_t e = 4, inter = 6, h = 8, es = 2;
-    src.world_size = dst.world_size = 2;
+    src.world_size = dst.world_size = 1;
     for (SideLayout* s : {&src, &dst}) {
       for (const char* w : {"gate_proj", "up_proj"}) {
         AddTensor(s, absl::StrCat("layers.0.mlp.experts.{}.", w, ".weight"),
@@ -313,26 +314,21 @@ absl::StatusOr<Plan> MakePatternPlan(const std::string& name,
         s->tensors.back().stacked = true;
       }
     }
-    for (int r = 0; r < 2; ++r) {
-      int32_t first = -1;
-      for (int j = 0; j < 2; ++j) {
-        const int32_t b = AddBuffer(&src, r, absl::StrCat("linear_fc1.weight", j),
-                                    2 * inter * h * es);
-        if (j == 0) first = b;
-      }
-      for (int w = 0; w < 2; ++w) {
-        DimMaps dims = RowMajorDims({2, inter, h});
-        dims[0].splits[0].stride = 0;  // each buffer holds one expert
-        AddRecord(&src, w, r, first, Box::Unchecked({2 * r, 0, 0}, {2, inter, h}),
-                  w * inter * h * es, dims);
-        src.records.back().buffer_step = 1;
-      }
-      const int64_t half = inter / 2;
-      const int32_t c = AddBuffer(&dst, r, "w13_weight", e * inter * h * es);
-      for (int w = 0; w < 2; ++w) {
-        AddRecord(&dst, w, r, c, Box::Unchecked({0, r * half, 0}, {e, half, h}),
-                  w * half * h * es, SubArrayDims({e, half, h}, {e, inter, h}));
-      }
+    int32_t first = -1;
+    for (int j = 0; j < e; ++j) {
+      const int32_t b = AddBuffer(&src, 0, absl::StrCat("linear_fc1.weight", j),
+                                  2 * inter * h * es);
+      if (j == 0) first = b;
+    }
+    const int32_t c = AddBuffer(&dst, 0, "w13_weight", e * 2 * inter * h * es);
+    for (int w = 0; w < 2; ++w) {
+      DimMaps dims = RowMajorDims({e, inter, h});
+      dims[0].splits[0].stride = 0;  // each buffer holds one expert
+      AddRecord(&src, w, 0, first, Box::Unchecked({0, 0, 0}, {e, inter, h}),
+                w * inter * h * es, dims);
+      src.records.back().buffer_step = 1;
+      AddRecord(&dst, w, 0, c, Box::Unchecked({0, 0, 0}, {e, inter, h}),
+                w * inter * h * es, SubArrayDims({e, inter, h}, {e, 2 * inter, h}));
     }
   } else if (name == "pp") {
     // Trainer PP2: layers 0-1 on stage 0 (rank 0), 2-3 on stage 1 (rank 1);
