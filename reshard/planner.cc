@@ -920,12 +920,12 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
   // A segment is candidate `cand` (its intersection box), or, when the
   // candidate was split at the cap, split_boxes[split].
   struct SegKey {
-    int32_t dst_buffer;
     int64_t dst_start;  // byte offset of the box origin in dst_buffer
+    int64_t bytes;
+    int32_t dst_buffer;
     int32_t cand;
     int32_t split;      // -1: the whole candidate
-    int64_t bytes;
-    int32_t src_rank, dst_rank, stage;
+    int32_t src_rank;
   };
   std::vector<SegKey> keys;
   std::vector<Box> split_boxes;
@@ -938,6 +938,10 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
   auto src_record_of = [&](const SegKey& k) {
     const Candidate& c = cands[k.cand];
     return pieces[c.src_tensor].pieces[c.piece].replicas[choice[k.cand]];
+  };
+  auto dst_rank_of = [&](const SegKey& k) { return cands[k.cand].dst_rank; };
+  auto stage_of = [&](int32_t src_rank) {
+    return ns.stage_of_rank.empty() ? 0 : ns.stage_of_rank[src_rank];
   };
   {
     // Source ranks ordered by (stage, rank): the pair order.
@@ -952,73 +956,99 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
       }
       for (int32_t i = 0; i < ns.world_size; ++i) src_pos[by[i]] = i;
     }
-    std::vector<SegKey> gen;
-    gen.reserve(cands.size());
+    // Pass 1: split what exceeds the cap (rare), count keys per pair.
+    std::vector<int32_t> split_first(cands.size(), -1);
     std::vector<Box> split;
     for (size_t i = 0; i < cands.size(); ++i) {
       const Candidate& c = cands[i];
-      const Record& dr = nd.records[c.dst_record];
-      const Piece& p = pieces[c.src_tensor].pieces[c.piece];
-      const int32_t src_rank = p.ranks[choice[i]];
-      const int64_t es = DTypeSize(nd.tensors[dr.tensor].dtype);
+      const int64_t es = DTypeSize(nd.tensors[nd.records[c.dst_record].tensor].dtype);
       if (es > cap) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "staging budget per lane ", cap,
-            " bytes is smaller than one element of ", nd.tensors[dr.tensor].name));
+            "staging budget per lane ", cap, " bytes is smaller than one element of ",
+            nd.tensors[nd.records[c.dst_record].tensor].name));
       }
-      const int32_t stage =
-          ns.stage_of_rank.empty() ? 0 : ns.stage_of_rank[src_rank];
-      const Box box = Intersect(p.box, dr.box);
-      auto add = [&](const Box& b, int32_t split_index) {
-        const int64_t rel0 = b.rank() > 0 ? b.origin(0) - dr.box.origin(0) : 0;
-        gen.push_back(SegKey{RecordBuffer(dr, rel0),
-                             dr.byte_offset + es * ElementOffset(dr, b.origin()),
-                             static_cast<int32_t>(i), split_index,
-                             UncheckedNumElements(b) * es, src_rank, dr.rank,
-                             stage});
-      };
-      if (c.bytes <= cap) {
-        add(box, -1);
-        continue;
-      }
+      if (c.bytes <= cap) continue;
       split.clear();
-      SplitBox(box, es, cap, &split);
-      for (Box& b : split) {
-        add(b, static_cast<int32_t>(split_boxes.size()));
-        split_boxes.push_back(std::move(b));
+      SplitBox(Intersect(pieces[c.src_tensor].pieces[c.piece].box,
+                         nd.records[c.dst_record].box),
+               es, cap, &split);
+      split_first[i] = static_cast<int32_t>(split_boxes.size());
+      for (Box& b : split) split_boxes.push_back(std::move(b));
+    }
+    std::vector<int32_t> split_end(cands.size(), -1);
+    {
+      int32_t end = static_cast<int32_t>(split_boxes.size());
+      for (size_t i = cands.size(); i-- > 0;) {
+        if (split_first[i] >= 0) {
+          split_end[i] = end;
+          end = split_first[i];
+        }
       }
     }
-    // Group by (stage, src rank, dst rank) with a counting sort over pair
-    // positions (a comparison sort when there are too many pairs), then
-    // order each pair's segments by (dst buffer, dst offset, generation).
+    const int64_t npairs = int64_t{ns.world_size} * nd.world_size;
+    auto pair_of = [&](int32_t src_rank, int32_t dst_rank) {
+      return int64_t{src_pos[src_rank]} * nd.world_size + dst_rank;
+    };
     auto by_dst = [](const SegKey& x, const SegKey& y) {
       if (x.dst_buffer != y.dst_buffer) return x.dst_buffer < y.dst_buffer;
       if (x.dst_start != y.dst_start) return x.dst_start < y.dst_start;
       if (x.cand != y.cand) return x.cand < y.cand;
       return x.split < y.split;
     };
-    const int64_t npairs = int64_t{ns.world_size} * nd.world_size;
-    auto pair_of = [&](const SegKey& k) {
-      return int64_t{src_pos[k.src_rank]} * nd.world_size + k.dst_rank;
-    };
-    if (npairs <= (int64_t{1} << 24)) {
-      std::vector<int32_t> first(npairs + 1, 0);
-      for (const SegKey& k : gen) ++first[pair_of(k) + 1];
-      for (int64_t q = 0; q < npairs; ++q) first[q + 1] += first[q];
-      keys.resize(gen.size());
-      {
-        std::vector<int32_t> cursor(first.begin(), first.end() - 1);
-        for (const SegKey& k : gen) keys[cursor[pair_of(k)]++] = k;
+    // Pass 2: each key straight into its pair's slot (a counting sort over
+    // pair positions; a comparison sort when there are too many pairs),
+    // then each pair's keys by (dst buffer, dst offset, generation).
+    const bool counting = npairs <= (int64_t{1} << 24);
+    std::vector<int32_t> first;
+    size_t total = 0;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      total += split_first[i] < 0 ? 1 : split_end[i] - split_first[i];
+    }
+    keys.resize(total);
+    std::vector<int32_t> cursor;
+    if (counting) {
+      first.assign(npairs + 1, 0);
+      for (size_t i = 0; i < cands.size(); ++i) {
+        const Candidate& c = cands[i];
+        const int32_t n = split_first[i] < 0 ? 1 : split_end[i] - split_first[i];
+        first[pair_of(pieces[c.src_tensor].pieces[c.piece].ranks[choice[i]],
+                      c.dst_rank) + 1] += n;
       }
+      for (int64_t q = 0; q < npairs; ++q) first[q + 1] += first[q];
+      cursor.assign(first.begin(), first.end() - 1);
+    }
+    size_t next = 0;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      const Candidate& c = cands[i];
+      const Record& dr = nd.records[c.dst_record];
+      const int32_t src_rank = pieces[c.src_tensor].pieces[c.piece].ranks[choice[i]];
+      const int64_t es = DTypeSize(nd.tensors[dr.tensor].dtype);
+      auto add = [&](const Box& b, int32_t split_index, int64_t bytes) {
+        const int64_t rel0 = b.rank() > 0 ? b.origin(0) - dr.box.origin(0) : 0;
+        SegKey k{dr.byte_offset + es * ElementOffset(dr, b.origin()), bytes,
+                 RecordBuffer(dr, rel0), static_cast<int32_t>(i), split_index,
+                 src_rank};
+        keys[counting ? cursor[pair_of(src_rank, c.dst_rank)]++ : next++] = k;
+      };
+      if (split_first[i] < 0) {
+        add(Intersect(pieces[c.src_tensor].pieces[c.piece].box, dr.box), -1,
+            c.bytes);
+        continue;
+      }
+      for (int32_t q = split_first[i]; q < split_end[i]; ++q) {
+        add(split_boxes[q], q, UncheckedNumElements(split_boxes[q]) * es);
+      }
+    }
+    if (counting) {
       for (int64_t q = 0; q < npairs; ++q) {
         if (first[q + 1] - first[q] > 1) {
           std::sort(keys.begin() + first[q], keys.begin() + first[q + 1], by_dst);
         }
       }
     } else {
-      keys = std::move(gen);
       std::sort(keys.begin(), keys.end(), [&](const SegKey& x, const SegKey& y) {
-        const int64_t px = pair_of(x), py = pair_of(y);
+        const int64_t px = pair_of(x.src_rank, dst_rank_of(x));
+        const int64_t py = pair_of(y.src_rank, dst_rank_of(y));
         if (px != py) return px < py;
         return by_dst(x, y);
       });
@@ -1061,18 +1091,18 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
     };
     auto same_pair = [&](size_t a, size_t b) {
       return keys[a].src_rank == keys[b].src_rank &&
-             keys[a].dst_rank == keys[b].dst_rank;
+             dst_rank_of(keys[a]) == dst_rank_of(keys[b]);
     };
     for (size_t i = 0; i < keys.size();) {
       size_t j = i;
       int32_t seq = 0;
       while (j < keys.size() && same_pair(i, j)) {
         Msg mm;
-        mm.stage = keys[j].stage;
+        mm.stage = stage_of(keys[j].src_rank);
         mm.seq = seq++;
         mm.first_key = static_cast<int32_t>(j);
         mm.m.src_rank = keys[j].src_rank;
-        mm.m.dst_rank = keys[j].dst_rank;
+        mm.m.dst_rank = dst_rank_of(keys[j]);
         int64_t bytes = 0;
         size_t k = j;
         while (k < keys.size() && same_pair(i, k) &&
