@@ -214,6 +214,26 @@ int main(int argc, char** argv) {
   const bool pinned = sched_setaffinity(0, sizeof(set), &set) == 0;
   printf("plan_bench: single-threaded, %s, %d runs per timing\n",
          pinned ? "pinned to CPU 0" : "not pinned", reps);
+  {
+    // How fast this machine is right now (shared VMs vary several-fold):
+    // sorting 4 M pseudo-random int64, and first-touching 256 MiB.
+    std::vector<int64_t> v(int64_t{1} << 22);
+    uint64_t x = 88172645463325252ULL;
+    for (int64_t& e : v) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      e = static_cast<int64_t>(x);
+    }
+    const auto a = refit::Clock::now();
+    std::sort(v.begin(), v.end());
+    const auto b = refit::Clock::now();
+    std::vector<char> touch(size_t{256} << 20);
+    for (size_t i = 0; i < touch.size(); i += 4096) touch[i] = 1;
+    const auto c = refit::Clock::now();
+    printf("machine: sort of 4 M int64 %.0f ms; first touch of 256 MiB %.0f ms "
+           "(%d)\n", refit::Ms(a, b), refit::Ms(b, c), touch[4096]);
+  }
   const refit::Case cases[] = {
       {"DeepSeek-V3", "deepseek-v3", "megatron:tp=1,pp=16,ep=16,etp=1,dp=16",
        "vllm:tp=32,dp=8", /*bf16=*/true},
