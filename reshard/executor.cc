@@ -34,6 +34,10 @@ class HostCopyEngine : public CopyEngine {
     std::memcpy(dst, src, bytes);
     return absl::OkStatus();
   }
+  absl::Status ApplyTransform(int32_t, Transform t, DType dtype, char* p,
+                              int64_t elements) override {
+    return ApplyTransformHost(t, dtype, p, elements);
+  }
 };
 
 // 64-bit hash of bytes (word-wise multiply-xorshift; order-sensitive).
@@ -54,6 +58,12 @@ uint64_t HashBytes(const char* p, int64_t n) {
 }
 
 }  // namespace
+
+absl::Status CopyEngine::ApplyTransform(int32_t, Transform t, DType, char*,
+                                        int64_t) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "this copy engine cannot apply transform ", TransformName(t)));
+}
 
 std::unique_ptr<CopyEngine> MakeHostCopyEngine() {
   return std::make_unique<HostCopyEngine>();
@@ -106,6 +116,17 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
   }
   buffers.resize(layout.buffers.size(), nullptr);
   e->buffers_ = std::move(buffers);
+  if (side == PlanSide::kDestination) {
+    e->transforms_ = TransformRuns(plan.dst, rank);
+    for (const TransformRun& r : e->transforms_) {
+      if (r.buffer < 0 || static_cast<size_t>(r.buffer) >= e->buffers_.size() ||
+          e->buffers_[r.buffer] == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "engine rank ", rank, ": buffer ", plan.dst.buffers[r.buffer].name,
+            " of a transformed tensor has no pointer"));
+      }
+    }
+  }
 
   // Compile the rank's rounds.
   const bool src = side == PlanSide::kSource;
@@ -252,6 +273,24 @@ absl::StatusOr<uint64_t> Executor::HashSegment(int32_t segment,
 }
 
 absl::StatusOr<RunStats> Executor::Run(absl::Time deadline) {
+  REFIT_ASSIGN_OR_RETURN(RunStats stats, RunRounds(deadline));
+  if (transforms_.empty()) return stats;
+  const absl::Time start = absl::Now();
+  for (const TransformRun& r : transforms_) {
+    absl::Status s = engine_->ApplyTransform(0, r.transform, r.dtype,
+                                             buffers_[r.buffer] + r.offset,
+                                             r.elements);
+    if (!s.ok()) {
+      return AnnotateStatus(s, absl::StrCat("engine rank ", rank_, " buffer ",
+                                            plan_->dst.buffers[r.buffer].name));
+    }
+  }
+  REFIT_RETURN_IF_ERROR(engine_->Sync(0, deadline));
+  stats.seconds += absl::ToDoubleSeconds(absl::Now() - start);
+  return stats;
+}
+
+absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
   const absl::Time start = absl::Now();
   RunStats stats;
   std::vector<int> in_flight(num_lanes_, -1);  // index into work_

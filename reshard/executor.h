@@ -25,6 +25,7 @@
 #include "absl/types/span.h"
 #include "reshard/copy_program.h"
 #include "reshard/plan.h"
+#include "reshard/transform.h"
 #include "reshard/transport.h"
 
 namespace refit {
@@ -56,6 +57,11 @@ class CopyEngine {
   // pack -> round -> unpack without waiting on the host, and waits only
   // before reusing a lane and at the end of Run().
   virtual bool OrderedWithTransport() const { return false; }
+  // Applies an element-wise transform in place to `elements` elements of
+  // `dtype` at p (this engine's memory kind), ordered after the copies of
+  // `lane`. The default: FAILED_PRECONDITION (the engine cannot).
+  virtual absl::Status ApplyTransform(int32_t lane, Transform t, DType dtype,
+                                      char* p, int64_t elements);
 };
 
 // memcpy on the calling thread.
@@ -103,6 +109,8 @@ class Executor {
   // later than `deadline` plus the transport's teardown margin — or
   // DATA_LOSS naming the tensor and both ranks when verify finds a
   // mismatch. After a failure the executor must not be run again.
+  // On the destination, tensors with a transform (TensorSpec::transform)
+  // are transformed in place after the last round (and after verify).
   absl::StatusOr<RunStats> Run(absl::Time deadline);
 
   // Staging bytes allocated per lane.
@@ -125,6 +133,7 @@ class Executor {
     std::vector<MsgWork> recvs;
   };
   Executor() = default;
+  absl::StatusOr<RunStats> RunRounds(absl::Time deadline);
   // Where message m of round w is sent from / received into: the buffer
   // (zero copy) or the lane's staging.
   char* MessagePtr(const RoundWork& w, const MsgWork& m) const {
@@ -148,6 +157,8 @@ class Executor {
   CopyEngine* engine_ = nullptr;
   int32_t num_lanes_ = 1;
   std::vector<RoundWork> work_;
+  // Destination: the rank's elements to transform after each Run.
+  std::vector<TransformRun> transforms_;
   std::vector<int64_t> staging_;
   std::vector<char*> staging_ptr_;
   // Verify: per message this rank takes part in, hashes of its segments.

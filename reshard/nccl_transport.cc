@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "reshard/cuda_status.h"
 #include "reshard/pack_kernels.h"
+#include "reshard/transform_kernels.h"
 
 namespace refit {
 
@@ -302,6 +303,30 @@ class CudaCopyEngine : public CopyEngine {
   }
   // Pack/unpack kernels run on the lane's NCCL stream.
   bool OrderedWithTransport() const override { return true; }
+  absl::Status ApplyTransform(int32_t lane, Transform t, DType dtype, char* p,
+                              int64_t elements) override {
+    if (t == Transform::kNone) return absl::OkStatus();
+    int code;
+    switch (dtype) {
+      case DType::kF32:
+        code = cuda::kTransformF32;
+        break;
+      case DType::kBF16:
+        code = cuda::kTransformBF16;
+        break;
+      case DType::kF16:
+        code = cuda::kTransformF16;
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("transform ", TransformName(t), " does not take ",
+                         DTypeName(dtype), " elements"));
+    }
+    return CudaStatus(
+        static_cast<cudaError_t>(cuda::LaunchNegExp(
+            p, elements, code, static_cast<cudaStream_t>(t_->stream(lane)))),
+        "transform kernel launch");
+  }
 
  private:
   NcclTransport* t_;

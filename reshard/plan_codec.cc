@@ -20,6 +20,7 @@ void SideToProto(const SideLayout& s, refit::v1::SideLayoutProto* p) {
     for (int64_t x : t.shape) tp->add_shape(x);
     tp->set_dtype(static_cast<int32_t>(t.dtype));
     tp->set_stacked(t.stacked);
+    tp->set_transform(static_cast<int32_t>(t.transform));
   }
   for (const BufferSpec& b : s.buffers) {
     auto* bp = p->add_buffers();
@@ -77,6 +78,7 @@ absl::Status SideFromProto(const refit::v1::SideLayoutProto& p,
     }
     t.dtype = static_cast<DType>(tp.dtype());
     t.stacked = tp.stacked();
+    t.transform = static_cast<Transform>(tp.transform());
     REFIT_RETURN_IF_ERROR(AnnotateStatus(ValidateTensorSpec(t), side));
     s->tensors.push_back(std::move(t));
   }
@@ -240,13 +242,23 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
       o.max_message_bytes() < 0) {
     return bad("plan options are invalid");
   }
+  for (const TensorSpec& t : plan.src.tensors) {
+    if (t.transform != Transform::kNone) {
+      return bad(absl::StrCat("trainer tensor ", t.name, " has transform ",
+                              TransformName(t.transform),
+                              "; only the engine side may transform"));
+    }
+  }
   if (p.dst_to_src_tensor_size() != static_cast<int>(plan.dst.tensors.size())) {
     return bad("dst_to_src_tensor has the wrong length");
   }
   for (int i = 0; i < p.dst_to_src_tensor_size(); ++i) {
     const int32_t s = p.dst_to_src_tensor(i);
+    // Matched as the planner matches: ignoring the engine's transform.
+    TensorSpec untransformed = plan.dst.tensors[i];
+    untransformed.transform = Transform::kNone;
     if (s < 0 || s >= static_cast<int32_t>(plan.src.tensors.size()) ||
-        !(plan.src.tensors[s] == plan.dst.tensors[i])) {
+        !(plan.src.tensors[s] == untransformed)) {
       return bad(absl::StrCat("engine tensor ", plan.dst.tensors[i].name,
                               " maps to a different trainer tensor"));
     }

@@ -34,6 +34,52 @@ TEST(PlanCodecTest, RoundTripKeepsFingerprint) {
   EXPECT_TRUE(q->src.tensors[0].stacked);
 }
 
+TEST(PlanCodecTest, RoundTripKeepsTheDestinationTransform) {
+  // NemotronH's A_log: the engine declares it with neg_exp (A = -exp(A_log)).
+  TensorSpec t{"layers.0.mixer.A_log", {8}, DType::kF32};
+  TensorSpec e = t;
+  e.transform = Transform::kNegExp;
+  SideLayout src, dst;
+  src.world_size = 1;
+  dst.world_size = 2;
+  ASSERT_TRUE(AddTensor(src, t).ok());
+  ASSERT_TRUE(AddTensor(dst, e).ok());
+  ASSERT_TRUE(AddDenseShards(src, 0, *Mesh::Make({"dp"}, {1}), {Placement::Replicate()}).ok());
+  ASSERT_TRUE(AddDenseShards(dst, 0, *Mesh::Make({"tp"}, {2}), {Placement::Shard(0)}).ok());
+  absl::StatusOr<Plan> p = BuildPlan(src, dst, PlannerOptions{});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const refit::v1::PlanProto wire = ToProto(*p);
+  EXPECT_EQ(wire.dst().tensors(0).transform(),
+            static_cast<int32_t>(Transform::kNegExp));
+  absl::StatusOr<Plan> q = FromProto(wire);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->dst.tensors[0].transform, Transform::kNegExp);
+  EXPECT_EQ(q->src.tensors[0].transform, Transform::kNone);
+  EXPECT_EQ(PlanFingerprint(*q), p->fingerprint);
+  // The transform is part of the fingerprint: dropping it changes the plan.
+  refit::v1::PlanProto plain = wire;
+  plain.mutable_dst()->mutable_tensors(0)->set_transform(0);
+  absl::StatusOr<Plan> r = FromProto(plain);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(PlanFingerprint(*r), p->fingerprint);
+  // A slice for an engine rank keeps it too.
+  EXPECT_EQ(ExtractSlice(*p, Side::kDst, 1).dst.tensors[0].transform,
+            Transform::kNegExp);
+  // An unknown transform from a peer is rejected naming the tensor.
+  refit::v1::PlanProto bad = wire;
+  bad.mutable_dst()->mutable_tensors(0)->set_transform(77);
+  absl::Status s = FromProto(bad).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("layers.0.mixer.A_log"));
+  // So is a transform on the trainer side.
+  refit::v1::PlanProto src_side = wire;
+  src_side.mutable_src()->mutable_tensors(0)->set_transform(
+      static_cast<int32_t>(Transform::kNegExp));
+  s = FromProto(src_side).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("trainer tensor layers.0.mixer.A_log"));
+}
+
 TEST(PlanCodecTest, BadPeerInputIsInvalidArgument) {
   Plan p = MakePlan();
   refit::v1::PlanProto a = ToProto(p);

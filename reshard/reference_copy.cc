@@ -1,11 +1,13 @@
 // Reference copy: element-by-element plan execution (see reference_copy.h).
 #include "reshard/reference_copy.h"
 
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "reshard/dtype.h"
+#include "reshard/transform.h"
 
 namespace refit {
 namespace {
@@ -90,7 +92,10 @@ absl::Status ReferenceCopy(const Plan& plan, const HostBuffers& src,
       for (int64_t k = 0; k < es; ++k) db[doff + k] = sb[so + k];
     });
   }
-  return absl::OkStatus();
+  // Destination transforms (e.g. A = -exp(A_log)), as the executor does.
+  std::vector<char*> ptrs;
+  for (uint8_t* p : dst) ptrs.push_back(reinterpret_cast<char*>(p));
+  return ApplyTransformRunsHost(TransformRuns(plan.dst, -1), ptrs);
 }
 
 uint64_t NameHash(const std::string& name) {
@@ -198,6 +203,24 @@ absl::Status CheckPattern(const SideLayout& side, const HostBuffers& buffers,
         const uint64_t w = PatternWord(h, lin + static_cast<int64_t>(j),
                                        options.seed);
         const uint8_t* p = b + off + inner[j];
+        if (t.transform != Transform::kNone && (es == 2 || es == 4)) {
+          // Transformed on arrival: compare values within the tolerance.
+          uint32_t got = 0;
+          std::memcpy(&got, p, es);
+          const uint32_t want = TransformElement(
+              t.transform, t.dtype,
+              static_cast<uint32_t>(w & (es == 2 ? 0xFFFFu : 0xFFFFFFFFu)));
+          if (!TransformMatches(t.dtype, want, got) && ++nbad <= 10) {
+            Box::Indices g = row_start;
+            if (!g.empty()) g.back() += static_cast<int64_t>(j);
+            bad.push_back(absl::StrCat(
+                "tensor ", t.name, " element [", absl::StrJoin(g, ", "),
+                "] on rank ", r.rank, " buffer ", side.buffers[buffer].name,
+                ": transform ", TransformName(t.transform), " expected bits ",
+                want, ", got ", got));
+          }
+          continue;
+        }
         for (int64_t k = 0; k < es; ++k) {
           if (p[k] != static_cast<uint8_t>(w >> (8 * k))) {
             if (++nbad <= 10) {
