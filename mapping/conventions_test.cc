@@ -8,16 +8,19 @@
 // by ReferenceCopy) from the trainer buffers must reproduce every engine
 // buffer byte for byte (padding zero).
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mapping/mapping.h"
 #include "mapping/scatter.h"
 #include "mapping/testing/arrays.h"
+#include "reshard/transform.h"
 #include "mapping/validate.h"
 #include "reshard/planner.h"
 #include "reshard/reference_copy.h"
@@ -714,7 +717,19 @@ void RunCase(const std::string& model, const std::string& trainer,
   ASSERT_TRUE(src.ok()) << src.status();
   absl::StatusOr<MappedSide> dst = BuildEngineLayout(*c, *es);
   ASSERT_TRUE(dst.ok()) << dst.status();
-  ASSERT_EQ(src->layout.tensors, dst->layout.tensors);
+  // The same logical tensors on both sides; only engine tensors may carry
+  // a transform, and only Mamba's A_log does (vLLM/SGLang keep -exp(A_log)).
+  {
+    std::vector<TensorSpec> plain = dst->layout.tensors;
+    for (TensorSpec& t : plain) {
+      if (t.transform != Transform::kNone) {
+        EXPECT_TRUE(absl::EndsWith(t.name, "mixer.A_log")) << t.name;
+        EXPECT_EQ(t.transform, Transform::kNegExp) << t.name;
+      }
+      t.transform = Transform::kNone;
+    }
+    ASSERT_EQ(src->layout.tensors, plain);
+  }
 
   Checkpoint ck(testing_mapping::FillCheckpoint(src->layout.tensors, 42));
   std::vector<Bufs> tb = expect_trainer(*c, ck);
@@ -810,6 +825,38 @@ void RunCase(const std::string& model, const std::string& trainer,
         dst_mem[b][i] = 0;  // the expectation has zero padding
       }
     }
+  }
+  // Transformed tensors (A = -exp(A_log)): read each engine record back
+  // whole and compare every element it holds with the transformed
+  // checkpoint value.
+  int transformed = 0;
+  for (const Record& r : dst->layout.records) {
+    const TensorSpec& t = dst->layout.tensors[r.tensor];
+    if (t.transform == Transform::kNone) continue;
+    ++transformed;
+    const Arr& ckpt = ck.all().at(t.name);
+    std::vector<uint8_t> got(ckpt.bytes.size(), 0);
+    ASSERT_TRUE(GatherFromRecord(dst->layout, r, -1, dst_mem[r.buffer],
+                                 absl::MakeSpan(got)).ok());
+    const int64_t es = DTypeSize(t.dtype);
+    ASSERT_EQ(r.box.rank(), 1) << t.name;
+    for (int64_t i = r.box.origin(0); i < r.box.limit(0); ++i) {
+      uint32_t raw = 0, out = 0;
+      std::memcpy(&raw, ckpt.bytes.data() + i * es, es);
+      std::memcpy(&out, got.data() + i * es, es);
+      EXPECT_EQ(out, TransformElement(t.transform, t.dtype, raw))
+          << t.name << " element " << i << " on engine rank " << r.rank;
+    }
+  }
+  if (absl::StrContains(model, "nemotron")) {
+    EXPECT_GT(transformed, 0) << "NemotronH's A_log must be transformed";
+  }
+  // Everything else is byte for byte the expectation (transformed tensors
+  // compared above, then transformed in the expectation too).
+  {
+    std::vector<char*> e;
+    for (auto& m : expected) e.push_back(reinterpret_cast<char*>(m.data()));
+    ASSERT_TRUE(ApplyTransformRunsHost(TransformRuns(dst->layout, -1), e).ok());
   }
   for (size_t b = 0; b < dst_mem.size(); ++b) {
     EXPECT_TRUE(dst_mem[b] == expected[b])

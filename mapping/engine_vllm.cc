@@ -56,7 +56,7 @@ constexpr RuleRow kVllmRules[] = {
     {Role::kMambaInProj, L::kAny, "", Rule::kMambaInProj, 0},
     {Role::kMambaConvW, L::kAny, "", Rule::kMambaConv, 0},
     {Role::kMambaConvB, L::kAny, "", Rule::kMambaConv, 0},
-    {Role::kMambaALog, L::kAny, "A_log>A", Rule::kColumn, 0},
+    {Role::kMambaALog, L::kAny, "A_log>A", Rule::kColumn, 0, Transform::kNegExp},
     {Role::kMambaD, L::kAny, "", Rule::kColumn, 0},
     {Role::kMambaDtBias, L::kAny, "", Rule::kColumn, 0},
     {Role::kMambaNorm, L::kAny, "", Rule::kColumn, 0},

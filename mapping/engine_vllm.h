@@ -23,8 +23,9 @@
 //   self_attn.attn.{k,v,q}_scale: KV-cache scales, replicated
 //   NemotronH: "backbone." -> "model.", embeddings -> embed_tokens; Mamba2
 //        mixer.in_proj.weight [z_l; x_l; B_l; C_l; dt_l], conv1d [x_l; B_l;
-//        C_l] (with n_groups == 1, B and C whole on every rank), A (holding the checkpoint's A_log bytes: vLLM's loader turns
-//        A_log into A = -exp(A_log), a value transform refit does NOT apply),
+//        C_l] (with n_groups == 1, B and C whole on every rank), A (vLLM's
+//        loader keeps A = -exp(A_log): the engine tensor A_log carries
+//        transform neg_exp, applied after the bytes land),
 //        D, dt_bias, norm.weight sharded by TP, out_proj row-parallel.
 // FP8 (block b): every FP8 weight buffer X has a companion X_scale_inv
 // buffer ("qkv_proj.weight_scale_inv", "w13_weight_scale_inv") whose blocks
