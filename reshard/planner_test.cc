@@ -603,3 +603,37 @@ TEST(PlannerErrorTest, IndexedRecordBuffersChecked) {
 
 }  // namespace
 }  // namespace refit
+
+namespace refit {
+namespace {
+
+// Only the engine side may transform; a trainer tensor with a transform is
+// rejected naming it. On the engine side the planner matches it by name,
+// shape and dtype as usual.
+TEST(PlannerErrorTest, TrainerSideTransformIsRejected) {
+  TensorSpec t{"layers.0.mixer.A_log", {4}, DType::kF32};
+  TensorSpec tx = t;
+  tx.transform = Transform::kNegExp;
+  for (bool on_src : {true, false}) {
+    SideLayout src, dst;
+    src.world_size = dst.world_size = 1;
+    ASSERT_TRUE(AddTensor(src, on_src ? tx : t).ok());
+    ASSERT_TRUE(AddTensor(dst, on_src ? t : tx).ok());
+    Mesh m = *Mesh::Make({"tp"}, {1});
+    ASSERT_TRUE(AddDenseShards(src, 0, m, {Placement::Replicate()}).ok());
+    ASSERT_TRUE(AddDenseShards(dst, 0, m, {Placement::Replicate()}).ok());
+    absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions{});
+    if (on_src) {
+      ASSERT_FALSE(plan.ok());
+      EXPECT_THAT(plan.status().message(),
+                  HasSubstr("trainer tensor layers.0.mixer.A_log has transform "
+                            "neg_exp"));
+    } else {
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_EQ(plan->dst.tensors[0].transform, Transform::kNegExp);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace refit
