@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <random>
@@ -19,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "mapping/mapping.h"
 #include "mapping/scatter.h"
+#include "reshard/transform.h"
 #include "tools/cli/safetensors.h"
 
 namespace refit {
@@ -130,7 +132,7 @@ std::string WriteCheckpoint(const Checkpoint& c, const std::string& dir,
 
 // Checks every engine rank file against the layout and the checkpoint.
 void CheckEngineFiles(const MappedSide& dst, const Checkpoint& c,
-                      const std::string& out) {
+                      const std::string& out, bool expect_transformed) {
   const SideLayout& side = dst.layout;
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   for (int32_t r = 0; r < side.world_size; ++r) {
@@ -147,7 +149,7 @@ void CheckEngineFiles(const MappedSide& dst, const Checkpoint& c,
     }
     files.push_back(std::move(*f));
   }
-  int64_t checked = 0;
+  int64_t checked = 0, transformed = 0;
   for (const Record& rec : side.records) {
     const TensorSpec& t = side.tensors[rec.tensor];
     const SafetensorsEntry* e =
@@ -159,8 +161,20 @@ void CheckEngineFiles(const MappedSide& dst, const Checkpoint& c,
       hi = rec.box.limit(0);
     }
     for (int64_t m = lo; m < (t.stacked ? hi : 0); ++m) {
-      const std::vector<uint8_t>& want =
+      std::vector<uint8_t> want =
           c.bytes.at(t.stacked ? MemberName(t, m) : t.name);
+      if (t.transform != Transform::kNone) {
+        // The engine keeps the transformed value (NemotronH's A =
+        // -exp(A_log)); the simulation runs on the host, so bit for bit.
+        const int64_t es = DTypeSize(t.dtype);
+        for (size_t i = 0; i + es <= want.size(); i += es) {
+          uint32_t bits = 0;
+          std::memcpy(&bits, want.data() + i, es);
+          bits = TransformElement(t.transform, t.dtype, bits);
+          std::memcpy(want.data() + i, &bits, es);
+        }
+        ++transformed;
+      }
       // Start from the complement: a byte equals `want` only if gathered.
       std::vector<uint8_t> got(want.size());
       for (size_t i = 0; i < got.size(); ++i) got[i] = ~want[i];
@@ -179,6 +193,9 @@ void CheckEngineFiles(const MappedSide& dst, const Checkpoint& c,
     }
   }
   EXPECT_GT(checked, 0);
+  if (expect_transformed) {
+    EXPECT_GT(transformed, 0) << "no engine record holds a transformed tensor";
+  }
   for (const BufferSpec& b : side.buffers) {
     const SafetensorsEntry* e = files[b.rank]->Find(b.name);
     for (const ByteRange& p : b.padding) {
@@ -193,7 +210,8 @@ struct Case {
   std::string model, trainer, engine;
 };
 
-void SimulateAndCheck(const Case& k, int shards, uint32_t seed) {
+void SimulateAndCheck(const Case& k, int shards, uint32_t seed,
+                      bool expect_transformed = false) {
   auto model = LoadModelConfig(k.model);
   ASSERT_TRUE(model.ok()) << model.status();
   auto ts = ParseTrainerSpec(k.trainer);
@@ -212,7 +230,7 @@ void SimulateAndCheck(const Case& k, int shards, uint32_t seed) {
                                 out));
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("bytes moved: "), std::string::npos) << r.out;
-  CheckEngineFiles(*dst, c, out);
+  CheckEngineFiles(*dst, c, out, expect_transformed);
   // Trainer files exist for every trainer rank.
   for (int32_t t = 0; t < ts->world_size(); ++t) {
     struct stat st;
@@ -233,6 +251,13 @@ TEST(RefitSimulateTest, DenseShardedIndexEngineBytesEqualCheckpoint) {
 TEST(RefitSimulateTest, MoeEngineBytesEqualCheckpoint) {
   SimulateAndCheck({"tiny-qwen3-moe", "megatron:tp=1,pp=2,ep=2,dp=2",
                     "vllm:tp=2,dp=2,ep=4"}, 2, 3);
+}
+
+// vLLM keeps Mamba's A = -exp(A_log): the engine files must hold that, not
+// the checkpoint's A_log bytes (every other tensor byte for byte).
+TEST(RefitSimulateTest, NemotronHEngineHoldsNegExpOfALog) {
+  SimulateAndCheck({"tiny-nemotron-h", "megatron:tp=2,pp=1,dp=1",
+                    "vllm:tp=2,dp=1"}, 1, 5, /*expect_transformed=*/true);
 }
 
 TEST(RefitSimulateTest, Fp8BlockCheckpointPassesThroughUnchanged) {

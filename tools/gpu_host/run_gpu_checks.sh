@@ -17,8 +17,11 @@ rc1=$?
 echo "== nccl_patterns_gpu on $gpus GPUs, 1 lane"
 "$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=1
 rc2=$?
+echo "== transform_gpu_test (A = -exp(A_log) kernel vs host)"
+"$dir/transform_gpu_test"
+rc4=$?
 echo "== refit_gpu_bench $*"
 "$dir/refit_gpu_bench" "$@"
 rc3=$?
-echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 bench=$rc3"
-[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ]
+echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 transform=$rc4 bench=$rc3"
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ]
