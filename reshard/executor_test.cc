@@ -3,9 +3,14 @@
 
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "reshard/inproc_transport.h"
+#include "reshard/mesh.h"
+#include "reshard/planner.h"
+#include "reshard/reference_copy.h"
+#include "reshard/sharding.h"
 #include "tests/dataplane/test_patterns.h"
 
 namespace refit {
@@ -223,6 +228,86 @@ TEST(ExecutorTest, StagingWithinBudgetAndZeroCopyForContiguous) {
     EXPECT_LE(r.stats.peak_staging_bytes, qkv->options.staging_budget_bytes);
   }
   EXPECT_GT(RunAll(*qkv, 2, 1, false)[0].stats.peak_staging_bytes, 0);
+}
+
+}  // namespace
+}  // namespace refit
+
+namespace refit {
+namespace {
+
+// NemotronH's A: the engine declares A_log with neg_exp. After every step
+// each engine rank holds -exp of that step's trainer values (applied once,
+// on the fresh bytes) and the neighbour D byte for byte; verify still
+// passes (it hashes the bytes before the transform).
+TEST(ExecutorTest, DestinationTransformAppliedAfterEveryRun) {
+  SideLayout src, dst;
+  src.world_size = 1;
+  dst.world_size = 2;
+  for (const char* name : {"layers.0.mixer.A_log", "layers.0.mixer.D"}) {
+    TensorSpec t{name, {8}, DType::kF32};
+    ASSERT_TRUE(AddTensor(src, t).ok());
+    if (absl::EndsWith(name, "A_log")) t.transform = Transform::kNegExp;
+    ASSERT_TRUE(AddTensor(dst, t).ok());
+  }
+  for (int32_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(AddDenseShards(src, i, *Mesh::Make({"dp"}, {1}),
+                               {Placement::Replicate()}).ok());
+    ASSERT_TRUE(AddDenseShards(dst, i, *Mesh::Make({"tp"}, {2}),
+                               {Placement::Shard(0)}).ok());
+  }
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->dst.tensors[0].transform, Transform::kNegExp);
+  // One thread per rank; values from reference_copy's pattern (seed =
+  // step), whose CheckPattern expects the transformed value for A_log.
+  const int ws = plan->src.world_size, wd = plan->dst.world_size;
+  auto fabric = InProcFabric::Create(ws + wd, 1).value();
+  std::vector<absl::Status> status(ws + wd);
+  std::vector<std::string> checks(ws + wd);
+  std::vector<std::thread> threads;
+  for (int g = 0; g < ws + wd; ++g) {
+    threads.emplace_back([&, g] {
+      const bool is_src = g < ws;
+      const int rank = is_src ? g : g - ws;
+      const SideLayout& layout = is_src ? plan->src : plan->dst;
+      auto t = InProcTransport::Create(fabric, g).value();
+      auto bufs = AllocateRankBuffers(layout, rank, kFill);
+      HostBuffers host;
+      for (char* p : Pointers(bufs)) host.push_back(reinterpret_cast<uint8_t*>(p));
+      ExecutorOptions opt;
+      opt.verify = true;
+      auto ex = Executor::Create(*plan, is_src ? PlanSide::kSource
+                                               : PlanSide::kDestination,
+                                 rank, Pointers(bufs), t.get(), opt);
+      if (!ex.ok()) {
+        status[g] = ex.status();
+        fabric->Kill(g);
+        return;
+      }
+      for (uint64_t step = 1; step <= 2; ++step) {
+        PatternOptions po{rank, step};
+        if (is_src) FillPattern(layout, host, po);
+        auto st = (*ex)->Run(absl::Now() + absl::Seconds(20));
+        if (!st.ok()) {
+          status[g] = st.status();
+          fabric->Kill(g);
+          return;
+        }
+        if (!is_src) {
+          absl::Status c = CheckPattern(layout, host, po);
+          if (!c.ok() && checks[g].empty()) {
+            checks[g] = absl::StrCat("step ", step, ": ", c.message());
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int g = 0; g < ws + wd; ++g) {
+    EXPECT_TRUE(status[g].ok()) << "rank " << g << ": " << status[g];
+    EXPECT_EQ(checks[g], "") << "rank " << g;
+  }
 }
 
 }  // namespace
