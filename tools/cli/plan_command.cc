@@ -63,6 +63,11 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
   po.num_lanes = opt.lanes;
   REFIT_ASSIGN_OR_RETURN(Plan plan, BuildPlan(src.layout, dst.layout, po));
   lap("planner");
+  if (opt.timings) {
+    for (const auto& [phase, sec] : plan.stats.phase_seconds) {
+      std::cerr << "timing:   planner " << phase << " " << sec << " s\n";
+    }
+  }
   REFIT_ASSIGN_OR_RETURN(PlanSummary s, SummarizePlan(plan, opt.link));
   lap("summary");
   if (!opt.heatmap.empty()) {

@@ -129,7 +129,8 @@ flags:
   --lanes L              concurrent lanes (rounds in flight), default 2
   --json                 print the summary as one JSON document
   --timings              print each step's wall time (config, trainer layout,
-                         engine layout, planner, summary) on stderr
+                         engine layout, planner and each planner phase,
+                         summary) on stderr
   --heatmap FILE.svg     also write an SVG heat map of bytes from trainer hosts
                          (or PP stages) to engine hosts. e.g. --heatmap plan.svg
 
