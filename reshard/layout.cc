@@ -24,6 +24,8 @@ DimMaps SubArrayDims(absl::Span<const int64_t> box_shape,
 }
 
 int64_t DimOffset(const DimMap& m, int64_t rel) {
+  // One split (a plain dim): rel < size, so no division is needed.
+  if (m.splits.size() == 1) return rel * m.splits[0].stride;
   int64_t off = 0;
   for (int k = static_cast<int>(m.splits.size()) - 1; k >= 0; --k) {
     const DimSplit& s = m.splits[k];
@@ -237,6 +239,20 @@ std::optional<ByteRange> ContiguousByteRange(const Record& r,
   if (r.buffer_step > 0 && sub.shape(0) > 1) return std::nullopt;
   int64_t start = 0;
   int64_t expected = 1;  // stride the next outer non-trivial dim must have
+  bool plain = true;
+  for (int d = 0; d < r.box.rank() && plain; ++d) {
+    plain = r.dims[d].splits.size() == 1;
+  }
+  if (plain) {  // one split per dim: no range decomposition needed
+    for (int d = r.box.rank() - 1; d >= 0; --d) {
+      const int64_t stride = r.dims[d].splits[0].stride;
+      start += (sub.origin(d) - r.box.origin(d)) * stride;
+      if (sub.shape(d) == 1) continue;
+      if (stride != expected) return std::nullopt;
+      expected *= sub.shape(d);
+    }
+    return ByteRange{r.byte_offset + start * elem_size, expected * elem_size};
+  }
   for (int d = r.box.rank() - 1; d >= 0; --d) {
     int64_t begin = sub.origin(d) - r.box.origin(d);
     std::vector<DimPiece> pieces =

@@ -187,9 +187,7 @@ void FindPieces(const TensorPieces& tp, const Box& q, std::vector<int32_t>* hits
 int64_t ElementOffset(const Record& r, absl::Span<const int64_t> g) {
   int64_t off = 0;
   for (int d = 0; d < r.box.rank(); ++d) {
-    const DimMap& m = r.dims[d];
-    const int64_t rel = g[d] - r.box.origin(d);
-    off += m.splits.size() == 1 ? rel * m.splits[0].stride : DimOffset(m, rel);
+    off += DimOffset(r.dims[d], g[d] - r.box.origin(d));
   }
   return off;
 }
@@ -285,30 +283,13 @@ void MergeIndexedRecords(const std::vector<Record>& in,
 }
 
 // If the part `sub` of record r is one contiguous byte range of one
-// buffer (row-major order of sub), sets *buffer and *range. A fast path for
-// plain dims (one split each), else ContiguousByteRange.
+// buffer (row-major order of sub), sets *buffer and *range.
 bool SegmentRange(const Record& r, int64_t es, const Box& sub, int32_t* buffer,
                   ByteRange* range) {
-  const int n = sub.rank();
-  if (r.buffer_step > 0 && sub.shape(0) > 1) return false;
-  *buffer = RecordBuffer(r, n > 0 ? sub.origin(0) - r.box.origin(0) : 0);
-  bool plain = true;
-  for (int d = 0; d < n && plain; ++d) plain = r.dims[d].splits.size() == 1;
-  if (!plain) {
-    std::optional<ByteRange> c = ContiguousByteRange(r, es, sub);
-    if (!c) return false;
-    *range = *c;
-    return true;
-  }
-  int64_t start = 0, expected = 1;
-  for (int d = n - 1; d >= 0; --d) {
-    const int64_t stride = r.dims[d].splits[0].stride;
-    start += (sub.origin(d) - r.box.origin(d)) * stride;
-    if (sub.shape(d) == 1) continue;
-    if (stride != expected) return false;
-    expected *= sub.shape(d);
-  }
-  *range = ByteRange{r.byte_offset + start * es, expected * es};
+  std::optional<ByteRange> c = ContiguousByteRange(r, es, sub);
+  if (!c) return false;
+  *buffer = RecordBuffer(r, sub.rank() > 0 ? sub.origin(0) - r.box.origin(0) : 0);
+  *range = *c;
   return true;
 }
 
