@@ -192,6 +192,24 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
   int64_t total = 0;
   for (int64_t s : e->staging_) total += s;
   if (total > plan.options.staging_budget_bytes) {
+    // The plan budgets unaligned bytes: pack messages back to back instead
+    // (tiny budgets; never needed at 256 bytes or more per lane per message).
+    e->staging_.assign(e->num_lanes_, 0);
+    for (RoundWork& w : e->work_) {
+      int64_t staging = 0;
+      for (auto* list : {&w.sends, &w.recvs}) {
+        for (MsgWork& m : *list) {
+          if (m.direct) continue;
+          m.staging_offset = staging;
+          staging += m.bytes;
+        }
+      }
+      e->staging_[w.lane] = std::max(e->staging_[w.lane], staging);
+    }
+    total = 0;
+    for (int64_t s : e->staging_) total += s;
+  }
+  if (total > plan.options.staging_budget_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         side_name, " rank ", rank, " needs ", total,
         " bytes of staging, above the plan's budget of ",

@@ -59,7 +59,9 @@ struct Message {
 struct Round {
   int32_t lane = 0;   // 0..num_lanes-1
   int32_t stage = 0;  // source pipeline stage whose bytes this round moves
-  // Messages[first_message, +num_messages), sorted by (src_rank, dst_rank).
+  // Messages[first_message, +num_messages), sorted by (src_rank, dst_rank);
+  // one pair's messages in a round keep their order (the i-th send of a
+  // pair matches the i-th receive).
   int32_t first_message = 0;
   int32_t num_messages = 0;
 };
@@ -74,6 +76,17 @@ struct PlannerOptions {
   // A single message carries at most this many bytes (splitting bigger
   // transfers lets lanes pipeline); 0 = the per-lane staging budget.
   int64_t max_message_bytes = 0;
+  // A segment of at least this many bytes that is one contiguous range of
+  // its buffer on either side travels as a message of its own, so that
+  // side sends from / receives into the buffer with no staging copy; only
+  // smaller or doubly strided segments are coalesced. 0: never (every
+  // pair's segments are coalesced greedily).
+  int64_t direct_min_bytes = 8LL << 20;
+  // Bytes (staged or not) one rank sends plus receives in one round at
+  // most; a message larger than this gets a round to itself. Keeps rounds,
+  // and with them lane pipelining, even when most messages need no
+  // staging. 0 = the per-lane staging budget.
+  int64_t max_round_bytes = 0;
 };
 
 struct PlanStats {

@@ -23,9 +23,6 @@ refit::v1::PlanProto ToProto(const Plan& plan);
 // first bad item.
 absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& proto);
 
-// Recomputes plan.stats from its messages and rounds.
-PlanStats ComputePlanStats(const Plan& plan);
-
 enum class Side { kSrc, kDst };
 
 // The part of `plan` that `rank` of `side` takes part in: its messages (as

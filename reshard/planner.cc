@@ -580,6 +580,51 @@ void WriteSide(Writer& w, const SideLayout& s) {
 
 }  // namespace
 
+PlanStats ComputePlanStats(const Plan& plan) {
+  PlanStats st;
+  st.num_segments = static_cast<int64_t>(plan.segments.size());
+  st.num_messages = static_cast<int64_t>(plan.messages.size());
+  st.num_rounds = static_cast<int64_t>(plan.rounds.size());
+  const int32_t S = std::max(0, plan.src.world_size);
+  const int32_t D = std::max(0, plan.dst.world_size);
+  const int L = std::max(1, plan.options.num_lanes);
+  st.bytes_sent.assign(S, 0);
+  st.bytes_received.assign(D, 0);
+  st.staging_src.assign(S, 0);
+  st.staging_dst.assign(D, 0);
+  std::vector<int64_t> ps(int64_t{S} * L, 0), pd(int64_t{D} * L, 0);
+  std::vector<int64_t> rs(S, 0), rd(D, 0);
+  for (const Round& r : plan.rounds) {
+    const int lane = std::min(std::max(r.lane, 0), L - 1);
+    for (int32_t i = r.first_message; i < r.first_message + r.num_messages; ++i) {
+      const Message& m = plan.messages[i];
+      st.total_bytes += m.bytes;
+      st.bytes_sent[m.src_rank] += m.bytes;
+      st.bytes_received[m.dst_rank] += m.bytes;
+      if (!m.src_contiguous) rs[m.src_rank] += m.bytes;
+      if (!m.dst_contiguous) rd[m.dst_rank] += m.bytes;
+    }
+    for (int32_t i = r.first_message; i < r.first_message + r.num_messages; ++i) {
+      const Message& m = plan.messages[i];
+      int64_t& a = ps[int64_t{m.src_rank} * L + lane];
+      a = std::max(a, rs[m.src_rank]);
+      int64_t& b = pd[int64_t{m.dst_rank} * L + lane];
+      b = std::max(b, rd[m.dst_rank]);
+    }
+    for (int32_t i = r.first_message; i < r.first_message + r.num_messages; ++i) {
+      rs[plan.messages[i].src_rank] = 0;
+      rd[plan.messages[i].dst_rank] = 0;
+    }
+  }
+  for (int32_t k = 0; k < S; ++k) {
+    for (int l = 0; l < L; ++l) st.staging_src[k] += ps[int64_t{k} * L + l];
+  }
+  for (int32_t k = 0; k < D; ++k) {
+    for (int l = 0; l < L; ++l) st.staging_dst[k] += pd[int64_t{k} * L + l];
+  }
+  return st;
+}
+
 std::string PlanFingerprint(const Plan& p) {
   Writer w;
   WriteSide(w, p.src);
@@ -613,17 +658,22 @@ std::string PlanFingerprint(const Plan& p) {
   w.I(p.options.num_lanes);
   w.I(p.options.prefer_same_host);
   w.I(p.options.max_message_bytes);
+  w.I(p.options.direct_min_bytes);
+  w.I(p.options.max_round_bytes);
   return w.Digest();
 }
 
 absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
                                const PlannerOptions& options) {
   if (options.num_lanes < 1 || options.staging_budget_bytes < 1 ||
-      options.max_message_bytes < 0) {
+      options.max_message_bytes < 0 || options.direct_min_bytes < 0 ||
+      options.max_round_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "invalid planner options: num_lanes ", options.num_lanes,
         ", staging_budget_bytes ", options.staging_budget_bytes,
-        ", max_message_bytes ", options.max_message_bytes));
+        ", max_message_bytes ", options.max_message_bytes,
+        ", direct_min_bytes ", options.direct_min_bytes,
+        ", max_round_bytes ", options.max_round_bytes));
   }
   Plan plan;
   // The layouts as given, but with indexed records merged (step 3).
@@ -1044,29 +1094,41 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
   };
   std::vector<Msg> msgs;
   {
+    // Per key, when it is one contiguous range of its buffer: that buffer
+    // and range, per side (filled lazily for the keys that need it).
+    struct Range {
+      int32_t buffer = -1;  // -1: not contiguous
+      ByteRange range;
+    };
+    auto range_of = [&](bool is_src, const SegKey& k) {
+      const SideLayout& side = is_src ? ns : nd;
+      const Record& r =
+          side.records[is_src ? src_record_of(k) : cands[k.cand].dst_record];
+      Range out;
+      int32_t b;
+      ByteRange br;
+      if (SegmentRange(r, DTypeSize(side.tensors[r.tensor].dtype), seg_box(k),
+                       &b, &br)) {
+        out.buffer = b;
+        out.range = br;
+      }
+      return out;
+    };
     // If every segment of keys[j, k) is one contiguous range of one buffer,
     // continuing the previous one: that buffer and the first offset.
     auto contiguous = [&](bool is_src, size_t j, size_t k, int32_t* buffer,
                           int64_t* offset) {
-      const SideLayout& side = is_src ? ns : nd;
       int64_t end = -1;
       for (size_t q = j; q < k; ++q) {
-        const Record& r =
-            side.records[is_src ? src_record_of(keys[q])
-                                : cands[keys[q].cand].dst_record];
-        int32_t b;
-        ByteRange br;
-        if (!SegmentRange(r, DTypeSize(side.tensors[r.tensor].dtype),
-                          seg_box(keys[q]), &b, &br)) {
-          return false;
-        }
+        const Range r = range_of(is_src, keys[q]);
+        if (r.buffer < 0) return false;
         if (q == j) {
-          *buffer = b;
-          *offset = br.begin;
-        } else if (b != *buffer || br.begin != end) {
+          *buffer = r.buffer;
+          *offset = r.range.begin;
+        } else if (r.buffer != *buffer || r.range.begin != end) {
           return false;
         }
-        end = br.end();
+        end = r.range.end();
       }
       return true;
     };
@@ -1074,41 +1136,70 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
       return keys[a].src_rank == keys[b].src_rank &&
              dst_rank_of(keys[a]) == dst_rank_of(keys[b]);
     };
-    for (size_t i = 0; i < keys.size();) {
-      size_t j = i;
-      int32_t seq = 0;
-      while (j < keys.size() && same_pair(i, j)) {
-        Msg mm;
-        mm.stage = stage_of(keys[j].src_rank);
-        mm.seq = seq++;
-        mm.first_key = static_cast<int32_t>(j);
-        mm.m.src_rank = keys[j].src_rank;
-        mm.m.dst_rank = dst_rank_of(keys[j]);
-        int64_t bytes = 0;
-        size_t k = j;
-        while (k < keys.size() && same_pair(i, k) &&
-               (k == j || bytes + keys[k].bytes <= cap)) {
-          bytes += keys[k].bytes;
-          ++k;
-        }
-        mm.m.num_segments = static_cast<int32_t>(k - j);
-        mm.m.bytes = bytes;
-        int32_t b;
-        int64_t o;
-        if (contiguous(true, j, k, &b, &o)) {
-          mm.m.src_contiguous = true;
-          mm.m.src_buffer = b;
-          mm.m.src_offset = o;
-        }
-        if (contiguous(false, j, k, &b, &o)) {
-          mm.m.dst_contiguous = true;
-          mm.m.dst_buffer = b;
-          mm.m.dst_offset = o;
-        }
-        msgs.push_back(mm);
-        j = k;
+    // Appends the message of keys[j, k) (one pair).
+    auto add_message = [&](size_t j, size_t k, int32_t seq) {
+      Msg mm;
+      mm.stage = stage_of(keys[j].src_rank);
+      mm.seq = seq;
+      mm.first_key = static_cast<int32_t>(j);
+      mm.m.src_rank = keys[j].src_rank;
+      mm.m.dst_rank = dst_rank_of(keys[j]);
+      int64_t bytes = 0;
+      for (size_t q = j; q < k; ++q) bytes += keys[q].bytes;
+      mm.m.num_segments = static_cast<int32_t>(k - j);
+      mm.m.bytes = bytes;
+      int32_t b;
+      int64_t o;
+      if (contiguous(true, j, k, &b, &o)) {
+        mm.m.src_contiguous = true;
+        mm.m.src_buffer = b;
+        mm.m.src_offset = o;
       }
-      i = j;
+      if (contiguous(false, j, k, &b, &o)) {
+        mm.m.dst_contiguous = true;
+        mm.m.dst_buffer = b;
+        mm.m.dst_offset = o;
+      }
+      msgs.push_back(mm);
+    };
+    const int64_t direct_min = options.direct_min_bytes;
+    std::vector<SegKey> order_keys, pending;
+    for (size_t i = 0; i < keys.size();) {
+      size_t e = i;
+      while (e < keys.size() && same_pair(i, e)) ++e;
+      // keys[i, e) is one pair, in destination order. Segments of at least
+      // direct_min bytes that are contiguous on a side become messages of
+      // their own, in place; the others are coalesced in order into
+      // messages of at most `cap`, each placed where it fills up. The
+      // pair's keys are rewritten in message order.
+      order_keys.clear();
+      pending.clear();
+      int64_t pending_bytes = 0;
+      std::vector<std::pair<size_t, size_t>> spans;  // into order_keys
+      auto flush = [&]() {
+        if (pending.empty()) return;
+        spans.emplace_back(order_keys.size(), order_keys.size() + pending.size());
+        order_keys.insert(order_keys.end(), pending.begin(), pending.end());
+        pending.clear();
+        pending_bytes = 0;
+      };
+      for (size_t q = i; q < e; ++q) {
+        const SegKey& k = keys[q];
+        if (direct_min > 0 && k.bytes >= direct_min &&
+            (range_of(true, k).buffer >= 0 || range_of(false, k).buffer >= 0)) {
+          spans.emplace_back(order_keys.size(), order_keys.size() + 1);
+          order_keys.push_back(k);
+          continue;
+        }
+        if (!pending.empty() && pending_bytes + k.bytes > cap) flush();
+        pending.push_back(k);
+        pending_bytes += k.bytes;
+      }
+      flush();
+      std::copy(order_keys.begin(), order_keys.end(), keys.begin() + i);
+      int32_t seq = 0;
+      for (const auto& [x, y] : spans) add_message(i + x, i + y, seq++);
+      i = e;
     }
   }
 
@@ -1127,15 +1218,34 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
            std::make_tuple(y.stage, y.seq, y.m.src_rank, y.m.dst_rank);
   });
   // local round index per message, per stage.
+  const int64_t round_cap =
+      options.max_round_bytes > 0 ? options.max_round_bytes : lane_budget;
   std::vector<int32_t> local_round(msgs.size(), 0);
   std::vector<int32_t> rounds_in_stage(stages.size(), 0);
   {
+    // Per rank and round: staged bytes (<= lane_budget) and all bytes
+    // (<= round_cap; a bigger message gets an empty round).
+    struct Use {
+      int64_t staged = 0;
+      int64_t all = 0;
+    };
     size_t i = 0;
     for (size_t si = 0; si < stages.size(); ++si) {
-      std::vector<std::vector<int64_t>> suse(src.world_size), duse(dst.world_size);
+      std::vector<std::vector<Use>> suse(src.world_size), duse(dst.world_size);
       std::vector<int32_t> sstart(src.world_size, 0), dstart(dst.world_size, 0);
       absl::flat_hash_map<int64_t, int32_t> pair_last;
       int32_t nrounds = 0;
+      auto use = [](std::vector<Use>& v, int32_t r) -> Use& {
+        if (static_cast<int32_t>(v.size()) <= r) v.resize(r + 1);
+        return v[r];
+      };
+      auto fits = [&](const Use& u, int64_t staged, int64_t all) {
+        if (u.all == 0 && all > round_cap) return true;  // a round of its own
+        return u.staged + staged <= lane_budget && u.all + all <= round_cap;
+      };
+      auto full = [&](const Use& u) {
+        return u.staged >= lane_budget || u.all >= round_cap;
+      };
       for (; i < order.size() && msgs[order[i]].stage == stages[si]; ++i) {
         const Msg& mm = msgs[order[i]];
         const int32_t s = mm.m.src_rank, d = mm.m.dst_rank;
@@ -1143,15 +1253,12 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
         const int64_t dc = mm.m.dst_contiguous ? 0 : mm.m.bytes;
         const int64_t key = int64_t{s} * dst.world_size + d;
         auto pl = pair_last.find(key);
+        // A pair's messages keep their order: never before its last round.
         int32_t r = std::max(sstart[s], dstart[d]);
-        if (pl != pair_last.end()) r = std::max(r, pl->second + 1);
-        auto use = [](std::vector<int64_t>& v, int32_t r) -> int64_t& {
-          if (static_cast<int32_t>(v.size()) <= r) v.resize(r + 1, 0);
-          return v[r];
-        };
+        if (pl != pair_last.end()) r = std::max(r, pl->second);
         while (true) {
-          const bool sfull = use(suse[s], r) + sc > lane_budget;
-          const bool dfull = use(duse[d], r) + dc > lane_budget;
+          const bool sfull = !fits(use(suse[s], r), sc, mm.m.bytes);
+          const bool dfull = !fits(use(duse[d], r), dc, mm.m.bytes);
           if (!sfull && !dfull) break;
           // Next fit: a rank does not return to a round that one of its
           // messages did not fit in (keeps this loop linear).
@@ -1159,14 +1266,18 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
           if (dfull) dstart[d] = std::max(dstart[d], r + 1);
           ++r;
         }
-        use(suse[s], r) += sc;
-        use(duse[d], r) += dc;
+        Use& su = use(suse[s], r);
+        su.staged += sc;
+        su.all += mm.m.bytes;
+        Use& du = use(duse[d], r);
+        du.staged += dc;
+        du.all += mm.m.bytes;
         while (sstart[s] < static_cast<int32_t>(suse[s].size()) &&
-               suse[s][sstart[s]] >= lane_budget) {
+               full(suse[s][sstart[s]])) {
           ++sstart[s];
         }
         while (dstart[d] < static_cast<int32_t>(duse[d].size()) &&
-               duse[d][dstart[d]] >= lane_budget) {
+               full(duse[d][dstart[d]])) {
           ++dstart[d];
         }
         pair_last[key] = r;
@@ -1209,8 +1320,8 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
     const Message& x = msgs[a].m;
     const Message& y = msgs[b].m;
-    return std::make_tuple(x.round, x.src_rank, x.dst_rank) <
-           std::make_tuple(y.round, y.src_rank, y.dst_rank);
+    return std::make_tuple(x.round, x.src_rank, x.dst_rank, msgs[a].seq) <
+           std::make_tuple(y.round, y.src_rank, y.dst_rank, msgs[b].seq);
   });
   plan.messages.reserve(msgs.size());
   plan.segments.reserve(keys.size());
@@ -1234,49 +1345,11 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
 
   phase("emit");
   // --- 9. Stats.
-  PlanStats& st = plan.stats;
-  st.num_segments = static_cast<int64_t>(plan.segments.size());
-  st.num_messages = static_cast<int64_t>(plan.messages.size());
-  st.num_rounds = static_cast<int64_t>(plan.rounds.size());
-  st.bytes_sent.assign(src.world_size, 0);
-  st.bytes_received.assign(dst.world_size, 0);
-  st.staging_src.assign(src.world_size, 0);
-  st.staging_dst.assign(dst.world_size, 0);
-  {
-    // peak per (rank, lane) over rounds, then summed over lanes.
-    const int L = options.num_lanes;
-    std::vector<int64_t> ps(int64_t{src.world_size} * L, 0),
-        pd(int64_t{dst.world_size} * L, 0);
-    absl::flat_hash_map<int32_t, int64_t> rs, rd;
-    for (const Round& r : plan.rounds) {
-      rs.clear();
-      rd.clear();
-      for (int32_t i = r.first_message; i < r.first_message + r.num_messages; ++i) {
-        const Message& m = plan.messages[i];
-        st.total_bytes += m.bytes;
-        st.bytes_sent[m.src_rank] += m.bytes;
-        st.bytes_received[m.dst_rank] += m.bytes;
-        if (!m.src_contiguous) rs[m.src_rank] += m.bytes;
-        if (!m.dst_contiguous) rd[m.dst_rank] += m.bytes;
-      }
-      for (const auto& [k, v] : rs) {
-        ps[int64_t{k} * L + r.lane] = std::max(ps[int64_t{k} * L + r.lane], v);
-      }
-      for (const auto& [k, v] : rd) {
-        pd[int64_t{k} * L + r.lane] = std::max(pd[int64_t{k} * L + r.lane], v);
-      }
-    }
-    for (int32_t k = 0; k < src.world_size; ++k) {
-      for (int l = 0; l < L; ++l) st.staging_src[k] += ps[int64_t{k} * L + l];
-    }
-    for (int32_t k = 0; k < dst.world_size; ++k) {
-      for (int l = 0; l < L; ++l) st.staging_dst[k] += pd[int64_t{k} * L + l];
-    }
-  }
+  plan.stats = ComputePlanStats(plan);
   phase("stats");
   plan.fingerprint = PlanFingerprint(plan);
   phase("fingerprint");
-  st.phase_seconds = std::move(phases);
+  plan.stats.phase_seconds = std::move(phases);
   return plan;
 }
 

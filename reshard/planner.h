@@ -46,17 +46,22 @@ namespace refit {
 // Segments larger than min(max_message_bytes or the per-lane budget, the
 // per-lane budget) are split along their outermost dim with extent > 1.
 // Segments of one (stage, src rank, dst rank) are ordered by (dst buffer,
-// dst byte offset) and packed greedily into messages of at most that cap.
+// dst byte offset). A segment of at least options.direct_min_bytes that is
+// one contiguous byte range of its buffer on either side is a message of
+// its own (that side needs no staging); the others are packed greedily, in
+// order, into messages of at most that cap.
 // Messages go next-fit into rounds of their stage (stage =
-// src.stage_of_rank[src rank], 0 if empty) so that each rank's staging
-// (bytes of its non-contiguous sends + receives) per round is <=
-// staging_budget_bytes / num_lanes, and a (src, dst) pair appears at most
-// once per round; next fit: a message starts at the first round after its
-// pair's previous message in which both ranks have room, and a rank never
-// returns to a round that one of its messages did not fit in. Rounds of
-// different stages are interleaved (round k of each stage in stage order);
-// lane = stage % num_lanes when there are >= 2 stages, else round index %
-// num_lanes.
+// src.stage_of_rank[src rank], 0 if empty) so that per round each rank's
+// staging (bytes of its non-contiguous sends + receives) is <=
+// staging_budget_bytes / num_lanes and all its bytes are <= max_round_bytes
+// (or that per-lane budget; a message bigger than that alone in a round);
+// a pair's messages keep their order (the i-th send of a pair in a round
+// matches its i-th receive). Next fit: a message starts at the first round,
+// not before its pair's previous message, in which both ranks have room,
+// and a rank never returns to a round that one of its messages did not fit
+// in. Rounds of different stages are interleaved (round k of each stage in
+// stage order); lane = stage % num_lanes when there are >= 2 stages, else
+// round index % num_lanes.
 //
 // Cost: linear in records and candidates apart from per-tensor and
 // per-pair sorts; plan.stats.phase_seconds has the time of each phase.
@@ -65,6 +70,12 @@ namespace refit {
 // budget < 1, per-lane budget smaller than one element).
 absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
                                const PlannerOptions& options);
+
+// Plan statistics from its messages and rounds (phase_seconds empty):
+// bytes per rank, and peak staging per rank as the executor allocates it
+// (per lane, the largest round's staged bytes; the executor aligns
+// messages in staging only where that fits this).
+PlanStats ComputePlanStats(const Plan& plan);
 
 // The fingerprint of a plan: a 128-bit hex digest (32 lowercase hex chars)
 // over a canonical serialization of every field except `stats` and

@@ -175,25 +175,38 @@ void CheckPlanInvariants(const Plan& plan, const HostBuffers& src,
     ASSERT_LT(rd.lane, o.num_lanes);
     ASSERT_EQ(rd.first_message, next);
     ASSERT_GT(rd.num_messages, 0);
-    std::map<int32_t, int64_t> ss, ds;
-    std::set<std::pair<int32_t, int32_t>> pairs;
+    std::map<int32_t, int64_t> ss, ds, sall, dall;
+    std::map<int32_t, int32_t> scount, dcount;
     for (int32_t i = rd.first_message; i < rd.first_message + rd.num_messages; ++i) {
       const Message& m = plan.messages[i];
       ASSERT_EQ(m.round, static_cast<int32_t>(r));
       if (i > rd.first_message) {
         const Message& p = plan.messages[i - 1];
-        ASSERT_LT(std::make_pair(p.src_rank, p.dst_rank),
+        ASSERT_LE(std::make_pair(p.src_rank, p.dst_rank),
                   std::make_pair(m.src_rank, m.dst_rank));
       }
-      ASSERT_TRUE(pairs.insert({m.src_rank, m.dst_rank}).second);
       if (!m.src_contiguous) ss[m.src_rank] += m.bytes;
       if (!m.dst_contiguous) ds[m.dst_rank] += m.bytes;
+      sall[m.src_rank] += m.bytes;
+      dall[m.dst_rank] += m.bytes;
+      ++scount[m.src_rank];
+      ++dcount[m.dst_rank];
       if (!plan.src.stage_of_rank.empty()) {
         ASSERT_EQ(plan.src.stage_of_rank[m.src_rank], rd.stage);
       }
     }
     for (auto& [k, v] : ss) ASSERT_LE(v, lane_budget) << "src rank " << k;
     for (auto& [k, v] : ds) ASSERT_LE(v, lane_budget) << "dst rank " << k;
+    // All bytes of a rank in a round: within max_round_bytes, unless one
+    // message alone exceeds it.
+    const int64_t round_cap =
+        o.max_round_bytes > 0 ? o.max_round_bytes : lane_budget;
+    for (auto& [k, v] : sall) {
+      if (scount[k] > 1) ASSERT_LE(v, round_cap) << "src rank " << k;
+    }
+    for (auto& [k, v] : dall) {
+      if (dcount[k] > 1) ASSERT_LE(v, round_cap) << "dst rank " << k;
+    }
     next += rd.num_messages;
   }
   ASSERT_EQ(next, static_cast<int32_t>(plan.messages.size()));
@@ -211,6 +224,20 @@ void CheckPlanInvariants(const Plan& plan, const HostBuffers& src,
     }
     ASSERT_EQ(bytes, m.bytes);
     if (m.num_segments > 1) ASSERT_LE(m.bytes, cap);
+    // A message of several segments holds only segments that are below
+    // direct_min_bytes or contiguous on neither side.
+    if (m.num_segments > 1 && o.direct_min_bytes > 0) {
+      for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
+        const Segment& s = plan.segments[i];
+        if (s.bytes < o.direct_min_bytes) continue;
+        const Record& sr = plan.src.records[s.src_record];
+        const Record& dr = plan.dst.records[s.dst_record];
+        ASSERT_FALSE(ContiguousByteRange(
+            sr, DTypeSize(plan.src.tensors[sr.tensor].dtype), s.box).has_value());
+        ASSERT_FALSE(ContiguousByteRange(
+            dr, DTypeSize(plan.dst.tensors[dr.tensor].dtype), s.box).has_value());
+      }
+    }
     seg += m.num_segments;
     // Contiguity claims hold: the packed bytes are that buffer range.
     if (m.src_contiguous) {
@@ -254,6 +281,8 @@ TEST(PlannerTest, RandomizedLayoutsCopyEveryElementExactlyOnce) {
     opt.num_lanes = 1 + rng() % 3;
     opt.staging_budget_bytes = opt.num_lanes * (8 + rng() % 200);
     opt.max_message_bytes = rng() % 2 ? 0 : 4 + rng() % 64;
+    opt.direct_min_bytes = rng() % 3 == 0 ? 0 : 1 + rng() % 64;
+    opt.max_round_bytes = rng() % 2 ? 0 : 8 + rng() % 400;
     absl::StatusOr<Plan> plan = BuildPlan(src, dst, opt);
     ASSERT_TRUE(plan.ok()) << plan.status();
     OwnedBuffers sb = AllocateBuffers(src);
@@ -385,6 +414,51 @@ TEST(PlannerTest, GoldenReplicatedSourceToTwoShardsBalanced) {
             "    b [1:2] 4B\n"
             "  msg 1->1 4B src=b@12 dst=b@4\n"
             "    b [3:4] 4B\n");
+}
+
+TEST(PlannerTest, GoldenBigContiguousSegmentTravelsAlone) {
+  // Three tensors on one rank each side, one buffer each. b (64 bytes) is
+  // contiguous on both sides and >= direct_min_bytes: a message of its
+  // own, no staging on either side. a and c are coalesced into one staged
+  // message, in the same round (a pair may repeat within a round).
+  SideLayout src, dst;
+  src.world_size = 1;
+  dst.world_size = 1;
+  for (const TensorSpec& t : {TensorSpec{"a", {4}, DType::kF32},
+                              TensorSpec{"b", {16}, DType::kF32},
+                              TensorSpec{"c", {4}, DType::kF32}}) {
+    for (SideLayout* side : {&src, &dst}) {
+      ASSERT_TRUE(AddTensor(*side, t).ok());
+      ASSERT_TRUE(AddDenseShards(*side, static_cast<int32_t>(side->tensors.size()) - 1,
+                                 *Mesh::Make({"x"}, {1}), {Placement::Replicate()})
+                      .ok());
+    }
+  }
+  PlannerOptions opt;
+  opt.direct_min_bytes = 32;
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, opt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(PlanText(*plan),
+            "round 0 lane 0 stage 0\n"
+            "  msg 0->0 64B src=b@0 dst=b@0\n"
+            "    b [0:16] 64B\n"
+            "  msg 0->0 32B\n"
+            "    a [0:4] 16B\n"
+            "    c [0:4] 16B\n");
+  EXPECT_EQ(plan->stats.staging_src[0], 32);
+  EXPECT_EQ(plan->stats.staging_dst[0], 32);
+  // Without the rule everything is one staged message.
+  opt.direct_min_bytes = 0;
+  plan = BuildPlan(src, dst, opt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->messages.size(), 1u);
+  EXPECT_EQ(plan->stats.staging_src[0], 96);
+  // A round holds at most max_round_bytes of a rank's bytes.
+  opt.direct_min_bytes = 32;
+  opt.max_round_bytes = 64;
+  plan = BuildPlan(src, dst, opt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->rounds.size(), 2u);
 }
 
 // ---- validation errors ----

@@ -3,7 +3,7 @@
 // are the trainer (Megatron TP2), GPUs 2-3 the engine.
 //
 //   refit_gpu_bench [--model=qwen3-8b] [--iters=5] [--scenarios=tp2,dp2,small]
-//                   [--staging_mib=512]
+//                   [--staging_mib=512] [--direct_mib=8] [--round_mib=0]
 //
 // Scenarios:
 //   tp2    model --model from megatron:tp=2 to vllm:tp=2 (fused qkv/gate_up)
@@ -16,9 +16,11 @@
 // message per pair (the physical limit); for tp2/dp2 the broadcast refit
 // most RL frameworks do (the trainer's rank 0 holds the full tensors and
 // broadcasts them in 1 GiB buckets to every engine rank, which keeps its
-// slice: the gather to rank 0 is not counted, to the baseline's benefit);
+// slice; per bucket the gather to rank 0 and then the broadcast; printed
+// also without the gather, as measured before);
 // for small, the same pieces sent one NCCL message per piece (no
-// coalescing). Times are per refit, the slowest GPU's mean over --iters
+// coalescing); and the plan's K=2 rounds with no copies (where the time
+// goes: round structure vs pack/unpack). Times are per refit, the slowest GPU's mean over --iters
 // back-to-back runs after one warm-up. The last lines are one table.
 // Exit 1 if any check fails; SKIP (exit 0) with fewer than 4 GPUs.
 #include <cuda_runtime_api.h>
@@ -217,23 +219,42 @@ absl::StatusOr<double> RawNccl(ncclComm_t comm, cudaStream_t s, int g,
   return sec;
 }
 
-// Broadcast baseline on the comm {trainer 0, engine 0, engine 1} (this
-// rank's position `pos`, root 0): `total` bytes in 1 GiB buckets; each
-// engine keeps `keep` of every bucket (copied out of the bucket).
-absl::StatusOr<double> Broadcast(ncclComm_t comm, cudaStream_t s, int pos,
-                                 int64_t total, double keep, int iters) {
+// Broadcast baseline, as most RL frameworks do it: per 1 GiB bucket of the
+// model, the trainer ranks first gather their shares on trainer rank 0
+// (`tcomm`, trainer position `tpos`; null or size 1: no gather, which
+// flatters the baseline), then trainer 0 broadcasts the bucket on `bcomm`
+// ({trainer 0, every engine rank}, position `bpos`, root 0; null: not a
+// member) and each engine keeps `keep` of it (copied out of the bucket).
+absl::StatusOr<double> Broadcast(ncclComm_t bcomm, ncclComm_t tcomm,
+                                 cudaStream_t s, int bpos, int tpos,
+                                 int tsize, int64_t total, double keep,
+                                 int iters) {
   const int64_t bucket = int64_t{1} << 30;
   char *buf = nullptr, *kept = nullptr;
   CK(cudaMalloc(&buf, bucket));
   const int64_t keep_bytes = static_cast<int64_t>(bucket * keep);
-  if (pos > 0) CK(cudaMalloc(&kept, keep_bytes));
+  if (bcomm != nullptr && bpos > 0) CK(cudaMalloc(&kept, keep_bytes));
   auto once = [&]() -> absl::Status {
     for (int64_t off = 0; off < total; off += bucket) {
       const int64_t n = std::min(bucket, total - off);
-      NK(ncclBroadcast(buf, buf, n, ncclChar, 0, comm, s));
-      if (pos > 0) {
+      if (tcomm != nullptr && tsize > 1) {
+        // Trainer rank j's share of the bucket lands at j * share on rank 0.
+        const int64_t share = n / tsize;
+        NK(ncclGroupStart());
+        if (tpos == 0) {
+          for (int j = 1; j < tsize; ++j) {
+            NK(ncclRecv(buf + j * share, share, ncclChar, j, tcomm, s));
+          }
+        } else {
+          NK(ncclSend(buf + tpos * share, share, ncclChar, 0, tcomm, s));
+        }
+        NK(ncclGroupEnd());
+      }
+      if (bcomm == nullptr) continue;
+      NK(ncclBroadcast(buf, buf, n, ncclChar, 0, bcomm, s));
+      if (bpos > 0) {
         const int64_t part = static_cast<int64_t>(n * keep);
-        const int64_t at = std::min<int64_t>((pos - 1) * part, n - part);
+        const int64_t at = std::min<int64_t>((bpos - 1) * part, n - part);
         CK(cudaMemcpyAsync(kept, buf + at, part, cudaMemcpyDeviceToDevice, s));
       }
     }
@@ -249,9 +270,88 @@ absl::StatusOr<double> Broadcast(ncclComm_t comm, cudaStream_t s, int pos,
   return sec;
 }
 
+// The plan's rounds on `t`'s lanes with no copies at all: every message
+// sent from / received into scratch memory (a lane's round at offset 0 of
+// that lane's scratch). What the round structure alone costs next to raw
+// NCCL; mean seconds over iters after a warm-up.
+absl::StatusOr<double> RoundsOnly(const Plan& plan, PlanSide side, int rank,
+                                  Transport* t, int iters) {
+  const int lanes = t->num_lanes();
+  std::vector<int64_t> need(lanes, 0);
+  struct R {
+    int lane;
+    std::vector<std::tuple<bool, int32_t, int64_t>> ops;  // send?, peer, bytes
+  };
+  std::vector<R> rounds;
+  for (const Round& round : plan.rounds) {
+    R r{round.lane % lanes, {}};
+    int64_t bytes = 0;
+    for (int32_t i = round.first_message; i < round.first_message + round.num_messages; ++i) {
+      const Message& m = plan.messages[i];
+      const bool send = side == PlanSide::kSource && m.src_rank == rank;
+      const bool recv = side == PlanSide::kDestination && m.dst_rank == rank;
+      if (!send && !recv) continue;
+      r.ops.emplace_back(send,
+                         send ? GlobalRank(plan, PlanSide::kDestination, m.dst_rank)
+                              : GlobalRank(plan, PlanSide::kSource, m.src_rank),
+                         m.bytes);
+      bytes += m.bytes;
+    }
+    if (r.ops.empty()) continue;
+    need[r.lane] = std::max(need[r.lane], bytes);
+    rounds.push_back(std::move(r));
+  }
+  std::vector<char*> scratch(lanes, nullptr);
+  for (int l = 0; l < lanes; ++l) {
+    if (need[l] > 0) CK(cudaMalloc(&scratch[l], need[l]));
+  }
+  auto once = [&]() -> absl::Status {
+    std::vector<int> posted(lanes, 0);
+    for (const R& r : rounds) {
+      std::vector<SendOp> sends;
+      std::vector<RecvOp> recvs;
+      int64_t off = 0;
+      for (const auto& [send, peer, bytes] : r.ops) {
+        if (send) sends.push_back(SendOp{peer, scratch[r.lane] + off, bytes});
+        else recvs.push_back(RecvOp{peer, scratch[r.lane] + off, bytes});
+        off += bytes;
+      }
+      if (posted[r.lane] >= t->max_rounds_per_lane()) {
+        REFIT_RETURN_IF_ERROR(t->WaitRound(r.lane, absl::Now() + absl::Seconds(120)));
+        --posted[r.lane];
+      }
+      REFIT_RETURN_IF_ERROR(t->StartRound(r.lane, sends, recvs));
+      ++posted[r.lane];
+    }
+    for (int l = 0; l < lanes; ++l) {
+      for (; posted[l] > 0; --posted[l]) {
+        REFIT_RETURN_IF_ERROR(t->WaitRound(l, absl::Now() + absl::Seconds(120)));
+      }
+    }
+    return absl::OkStatus();
+  };
+  REFIT_RETURN_IF_ERROR(once());
+  const absl::Time t0 = absl::Now();
+  for (int i = 0; i < iters; ++i) REFIT_RETURN_IF_ERROR(once());
+  const double sec = absl::ToDoubleSeconds(absl::Now() - t0) / iters;
+  for (char* p : scratch) {
+    if (p) CK(cudaFree(p));
+  }
+  return sec;
+}
+
+struct BenchOptions {
+  int iters = 5;
+  int64_t staging_mib = 512;
+  int64_t direct_mib = -1;  // -1: the planner's default
+  int64_t round_mib = 0;
+};
+
 absl::Status Worker(const std::string& scenario, const std::string& model,
-                    int g, const std::string& dir, int iters,
-                    int64_t staging_mib, Results* out) {
+                    int g, const std::string& dir, const BenchOptions& bo,
+                    Results* out) {
+  const int iters = bo.iters;
+  const int64_t staging_mib = bo.staging_mib;
   CK(cudaSetDevice(g));
   REFIT_ASSIGN_OR_RETURN(auto sides, Layouts(scenario, model));
   const SideLayout& src = sides.first;
@@ -298,6 +398,8 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
     PlannerOptions po;
     po.num_lanes = lanes;
     po.staging_budget_bytes = staging_mib << 20;
+    if (bo.direct_mib >= 0) po.direct_min_bytes = bo.direct_mib << 20;
+    po.max_round_bytes = bo.round_mib << 20;
     const absl::Time p0 = absl::Now();
     REFIT_ASSIGN_OR_RETURN(Plan plan, BuildPlan(src, dst, po));
     if (lanes == 2) out->Put("plan_s", absl::ToDoubleSeconds(absl::Now() - p0));
@@ -328,6 +430,10 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
     }
     const double sec = absl::ToDoubleSeconds(absl::Now() - t0) / iters;
     out->Put(absl::StrCat("refit_s_k", lanes), sec);
+    if (lanes == 2) {
+      REFIT_ASSIGN_OR_RETURN(double ro, RoundsOnly(plan, side, rank, t.get(), iters));
+      out->Put("rounds_only_s", ro);
+    }
     // Checked after the timed runs (a check between runs would be timed by
     // the peers waiting for this rank).
     if (!trainer) {
@@ -387,17 +493,26 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
     out->Put("per_piece_s", per);
     out->Put("pieces", static_cast<double>(segs.size()));
   } else {
-    ncclComm_t sub;
+    // {trainer 0, engines} for the broadcast, the trainers for the gather.
+    ncclComm_t bcomm = nullptr, tcomm = nullptr;
     const bool member = g == 0 || g >= kTrainer;
-    NK(ncclCommSplit(comm, member ? 0 : NCCL_SPLIT_NOCOLOR, g, &sub, nullptr));
+    NK(ncclCommSplit(comm, member ? 0 : NCCL_SPLIT_NOCOLOR, g, &bcomm, nullptr));
+    NK(ncclCommSplit(comm, g < kTrainer ? 1 : NCCL_SPLIT_NOCOLOR, g, &tcomm, nullptr));
+    const int bpos = g == 0 ? 0 : g - kTrainer + 1;
+    const double keep = scenario == "tp2" ? 1.0 / (kWorld - kTrainer) : 1.0;
+    // Without the gather (the earlier, flattering baseline): trainer
+    // ranks other than 0 take no part.
     if (member) {
-      const int pos = g == 0 ? 0 : g - kTrainer + 1;
-      const double keep = scenario == "tp2" ? 1.0 / (kWorld - kTrainer) : 1.0;
-      REFIT_ASSIGN_OR_RETURN(double bc,
-                             Broadcast(sub, s, pos, model_bytes, keep, iters));
-      out->Put("broadcast_s", bc);
-      NK(ncclCommDestroy(sub));
+      REFIT_ASSIGN_OR_RETURN(double bc, Broadcast(bcomm, nullptr, s, bpos, 0, 1,
+                                                  model_bytes, keep, iters));
+      out->Put("broadcast_nogather_s", bc);
     }
+    REFIT_ASSIGN_OR_RETURN(
+        double bg, Broadcast(member ? bcomm : nullptr, g < kTrainer ? tcomm : nullptr,
+                             s, bpos, g, kTrainer, model_bytes, keep, iters));
+    out->Put("broadcast_s", bg);
+    if (bcomm != nullptr) NK(ncclCommDestroy(bcomm));
+    if (tcomm != nullptr) NK(ncclCommDestroy(tcomm));
   }
   NK(ncclCommDestroy(comm));
   for (char* p : dev) {
@@ -428,10 +543,13 @@ int main(int argc, char** argv) {
   using namespace refit;
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   const std::string model = Flag(argc, argv, "model", "qwen3-8b");
-  int iters = 5;
-  int64_t staging_mib = 512;
-  (void)absl::SimpleAtoi(Flag(argc, argv, "iters", "5"), &iters);
-  (void)absl::SimpleAtoi(Flag(argc, argv, "staging_mib", "512"), &staging_mib);
+  BenchOptions bo;
+  (void)absl::SimpleAtoi(Flag(argc, argv, "iters", "5"), &bo.iters);
+  (void)absl::SimpleAtoi(Flag(argc, argv, "staging_mib", "512"), &bo.staging_mib);
+  (void)absl::SimpleAtoi(Flag(argc, argv, "direct_mib", "-1"), &bo.direct_mib);
+  (void)absl::SimpleAtoi(Flag(argc, argv, "round_mib", "0"), &bo.round_mib);
+  const int iters = bo.iters;
+  const int64_t staging_mib = bo.staging_mib;
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
   int gpus = std::min(count, 4);
@@ -445,7 +563,7 @@ int main(int argc, char** argv) {
     const int g = std::atoi(argv[3]);
     const std::string dir = argv[4];
     Results r;
-    absl::Status st = Worker(scenario, model, g, dir, iters, staging_mib, &r);
+    absl::Status st = Worker(scenario, model, g, dir, bo, &r);
     if (!st.ok()) r.Put("error", std::string(st.message()));
     std::ofstream f(absl::StrCat(dir, "/result.", g));
     for (const auto& [k, v] : r.kv) f << k << " " << v << "\n";
@@ -543,16 +661,18 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "%s: %.2f GB model, plan %.3f s (%s messages, %s segments, %s rounds); "
-        "refit K=1/2/4: %.2f / %.2f / %.2f ms; raw NCCL %.2f ms; %s%s; "
+        "refit K=1/2/4: %.2f / %.2f / %.2f ms; the plan's K=2 rounds without "
+        "copies %.2f ms; raw NCCL %.2f ms; %s%s; "
         "peak staging %.0f MiB (budget %.0f MiB); engine bytes %s, pointers %s\n",
         scenario.c_str(), D(r[0], "model_bytes") / 1e9, D(r[0], "plan_s"),
         r[0]["messages"].c_str(), r[0]["segments"].c_str(), r[0]["rounds"].c_str(),
         slowest("refit_s_k1") * 1e3, refit * 1e3, slowest("refit_s_k4") * 1e3,
-        raw * 1e3,
+        slowest("rounds_only_s") * 1e3, raw * 1e3,
         scenario == "small" ? "one message per piece " : "broadcast ",
         scenario == "small"
             ? absl::StrCat(slowest("per_piece_s") * 1e3, " ms (", r[0]["pieces"], " pieces)").c_str()
-            : absl::StrCat(slowest("broadcast_s") * 1e3, " ms").c_str(),
+            : absl::StrCat(slowest("broadcast_s") * 1e3, " ms with the gather to trainer 0, ",
+                           slowest("broadcast_nogather_s") * 1e3, " ms without").c_str(),
         peak_staging / 1048576, D(r[0], "budget") / 1048576, check.c_str(),
         r[kTrainer]["pointers"].c_str());
     std::fflush(stdout);
@@ -569,7 +689,9 @@ int main(int argc, char** argv) {
               "refit ms", "GB/s/engine", "raw ms", "raw/ref", "baseline ms",
               "speedup", "K=1 ms", "K=4 ms", "staging MiB", "bytes");
   for (const std::string& l : table) std::printf("%s\n", l.c_str());
-  std::printf("(baseline: broadcast in 1 GiB buckets for tp2/dp2, one NCCL "
-              "message per piece for small; K=2 lanes unless stated)\n");
+  std::printf("(baseline: for tp2/dp2, trainer rank 0 gathers each 1 GiB "
+              "bucket from the trainer ranks and broadcasts it to every engine "
+              "rank; for small, one NCCL message per piece; K=2 lanes unless "
+              "stated)\n");
   return ok ? 0 : 1;
 }
