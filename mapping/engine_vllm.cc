@@ -136,9 +136,22 @@ absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
   // Without vLLM's expert parallelism a rank holds what its TP peer of DP
   // replica 0 holds.
   const bool replicas_alike = sglang || spec.ep == 0;
+  // vLLM's expert parallelism: rank k holds experts [begin(k), begin(k) +
+  // count(k)), the first E mod ep ranks one more.
+  const int64_t ep_base = spec.ep > 0 ? c.num_experts / spec.ep : 0;
+  const int64_t ep_rem = spec.ep > 0 ? c.num_experts % spec.ep : 0;
+  auto ep_begin = [&](int64_t k) { return k * ep_base + std::min(k, ep_rem); };
+  auto ep_count = [&](int64_t k) { return ep_base + (k < ep_rem ? 1 : 0); };
   for (int32_t rank = 0; rank < world; ++rank) {
     if (replicas_alike && rank >= tp) {
       REFIT_RETURN_IF_ERROR(b.CloneRank(rank % tp, rank));
+      continue;
+    }
+    // With it, a rank holds what its TP peer of the previous replica holds
+    // but for its experts, when it holds as many.
+    if (!replicas_alike && rank >= tp && ep_count(rank) == ep_count(rank - tp)) {
+      REFIT_RETURN_IF_ERROR(b.CloneRank(rank - tp, rank,
+                                        ep_begin(rank) - ep_begin(rank - tp)));
       continue;
     }
     RankCtx ctx;
@@ -155,9 +168,8 @@ absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
       ctx.etp = moe_tp;
       ctx.etp_rank = ctx.tp_rank % moe_tp;
     } else if (spec.ep > 0) {
-      const int64_t base = c.num_experts / spec.ep, rem = c.num_experts % spec.ep;
-      ctx.expert_begin = rank * base + std::min<int64_t>(rank, rem);
-      ctx.expert_count = base + (rank < rem ? 1 : 0);
+      ctx.expert_begin = ep_begin(rank);
+      ctx.expert_count = ep_count(rank);
       ctx.etp = 1;
       ctx.etp_rank = 0;
     } else {

@@ -8,7 +8,8 @@
 
 namespace refit {
 
-Box MakeBox(std::vector<int64_t> origin, std::vector<int64_t> shape) {
+Box MakeBox(absl::Span<const int64_t> origin,
+            absl::Span<const int64_t> shape) {
   return Box::Unchecked(origin, shape);
 }
 
@@ -36,11 +37,40 @@ std::vector<LocalBuffer> RankBuffers(const MappedSide& side, int32_t rank) {
 
 LayoutBuilder::LayoutBuilder(const ModelTensors& model, int32_t world_size,
                              std::string side, bool derive_scales)
-    : model_(model), side_(std::move(side)), derive_scales_(derive_scales) {
+    : model_(model),
+      side_(std::move(side)),
+      derive_scales_(derive_scales),
+      by_name_(0, NameHash{&out_.layout.buffers},
+               NameEq{&out_.layout.buffers}) {
   out_.layout.world_size = world_size;
   out_.layout.tensors = model.tensors;
   first_buffer_.assign(world_size + 1, -1);
   first_record_.assign(world_size + 1, -1);
+}
+
+void LayoutBuilder::StartRank(int32_t rank) {
+  if (current_rank_ >= 0) {
+    // Reserve room for the ranks still to come as large as the last one
+    // (ranks of a side look alike, or alike per pipeline stage): the
+    // vectors then grow seldom and early, while a reallocation still has
+    // little to copy. Unused capacity costs address space, not memory.
+    const int64_t left = out_.layout.world_size - rank;
+    auto reserve = [left](auto& v, int64_t last_begin) {
+      const int64_t last = static_cast<int64_t>(v.size()) - last_begin;
+      const int64_t need = static_cast<int64_t>(v.size()) + left * last;
+      if (need > static_cast<int64_t>(v.capacity())) v.reserve(need + need / 8);
+    };
+    const int64_t b0 = first_buffer_[current_rank_];
+    reserve(out_.layout.buffers, b0);
+    reserve(out_.buffer_info, b0);
+    reserve(scale_buffer_, b0);
+    reserve(scale_grouped_, b0);
+    reserve(out_.layout.records, first_record_[current_rank_]);
+  }
+  current_rank_ = rank;
+  by_name_.clear();
+  first_buffer_[rank] = static_cast<int64_t>(out_.layout.buffers.size());
+  first_record_[rank] = static_cast<int64_t>(out_.layout.records.size());
 }
 
 absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
@@ -55,73 +85,67 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
       return absl::InternalError(absl::StrCat(
           side_, ": buffers must be added in rank order (", name, ")"));
     }
-    if (current_rank_ == 0) {
-      // Ranks look alike: reserve for all of them after the first.
-      const size_t w = out_.layout.world_size;
-      out_.layout.records.reserve(out_.layout.records.size() * w * 11 / 10);
-      out_.layout.buffers.reserve(out_.layout.buffers.size() * w * 11 / 10);
-      out_.buffer_info.reserve(out_.layout.buffers.capacity());
-      scale_buffer_.reserve(out_.layout.buffers.capacity());
-    }
-    current_rank_ = rank;
-    by_name_.clear();
-    first_buffer_[rank] = static_cast<int64_t>(out_.layout.buffers.size());
-    first_record_[rank] = static_cast<int64_t>(out_.layout.records.size());
+    StartRank(rank);
   }
-  auto it = by_name_.find(name);
+  auto it = by_name_.find(absl::string_view(name));
   if (it != by_name_.end()) {
-    if (out_.buffer_info[it->second].shape != shape) {
+    if (out_.buffer_info[*it].shape != shape) {
       return absl::InternalError(absl::StrCat(
           side_, ": buffer ", name, " on rank ", rank,
           " declared with two shapes [",
-          absl::StrJoin(out_.buffer_info[it->second].shape, ", "), "] and [",
+          absl::StrJoin(out_.buffer_info[*it].shape, ", "), "] and [",
           absl::StrJoin(shape, ", "), "]"));
     }
-    return it->second;
+    return *it;
   }
   const TensorSpec& t = model_.tensors[tensor];
-  int64_t elems = 1;
-  for (int64_t d : shape) elems *= d;
-  auto add = [&](const std::string& n, std::vector<int64_t> s, DType dt,
+  auto add = [&](std::string n, std::vector<int64_t> s, DType dt,
                  std::vector<ByteRange> padding) {
     int64_t e = 1;
     for (int64_t d : s) e *= d;
-    BufferSpec spec;
+    BufferSpec& spec = out_.layout.buffers.emplace_back();
     spec.rank = rank;
-    spec.name = n;
+    spec.name = std::move(n);
     spec.byte_size = e * DTypeSize(dt);
     spec.padding = std::move(padding);
-    out_.layout.buffers.push_back(std::move(spec));
     out_.buffer_info.push_back({std::move(s), dt});
     scale_buffer_.push_back(-1);
     scale_grouped_.push_back(false);
-    int32_t idx = static_cast<int32_t>(out_.layout.buffers.size() - 1);
-    by_name_[n] = idx;
+    const int32_t idx = static_cast<int32_t>(out_.layout.buffers.size() - 1);
+    by_name_.insert(idx);  // hashes the name just stored
     return idx;
   };
+  // The companion scale buffer's shape, worked out before `shape` moves
+  // into the weight's buffer.
+  const bool scaled = derive_scales_ && model_.scale_of[tensor] >= 0;
+  const bool grouped = scaled && model_.fp8_per_tensor && t.stacked &&
+                       shape.size() == t.shape.size();
+  std::vector<int64_t> scale_shape;
+  if (scaled && model_.fp8_per_tensor) {
+    // [E_local] / [E_local, parts] for grouped experts, else [parts].
+    if (grouped) scale_shape.push_back(shape[0]);
+    if (scale_parts > 1 || !grouped) scale_shape.push_back(scale_parts);
+  } else if (scaled) {
+    const int64_t b = model_.fp8_block;
+    scale_shape = shape;
+    size_t r = scale_shape.size();
+    scale_shape[r - 2] = (scale_shape[r - 2] + b - 1) / b;
+    scale_shape[r - 1] = (scale_shape[r - 1] + b - 1) / b;
+  }
   std::vector<ByteRange> padding;
   if (pad_end > pad_begin && !shape.empty()) {
+    int64_t elems = 1;
+    for (int64_t d : shape) elems *= d;
     int64_t row = elems / std::max<int64_t>(shape[0], 1) * DTypeSize(t.dtype);
     padding.push_back({pad_begin * row, (pad_end - pad_begin) * row});
   }
-  int32_t idx = add(name, shape, t.dtype, std::move(padding));
-  if (derive_scales_ && model_.scale_of[tensor] >= 0 && model_.fp8_per_tensor) {
-    // [E_local] / [E_local, parts] for grouped experts, else [parts].
-    std::vector<int64_t> s;
-    const bool grouped = t.stacked && shape.size() == t.shape.size();
-    if (grouped) s.push_back(shape[0]);
-    if (scale_parts > 1 || !grouped) s.push_back(scale_parts);
-    scale_buffer_[idx] =
-        add(PerTensorScaleName(name), std::move(s), DType::kF32, {});
-    scale_grouped_[scale_buffer_[idx]] = grouped;
-  } else if (derive_scales_ && model_.scale_of[tensor] >= 0) {
-    const int64_t b = model_.fp8_block;
-    std::vector<int64_t> s = shape;
-    size_t r = s.size();
-    s[r - 2] = (s[r - 2] + b - 1) / b;
-    s[r - 1] = (s[r - 1] + b - 1) / b;
-    int32_t sidx = add(ScaleName(name), std::move(s), DType::kF32, {});
+  const int32_t idx = add(name, std::move(shape), t.dtype, std::move(padding));
+  if (scaled) {
+    const int32_t sidx =
+        add(model_.fp8_per_tensor ? PerTensorScaleName(name) : ScaleName(name),
+            std::move(scale_shape), DType::kF32, {});
     scale_buffer_[idx] = sidx;
+    scale_grouped_[sidx] = grouped;
   }
   return idx;
 }
@@ -150,11 +174,22 @@ absl::Status LayoutBuilder::PlaceOne(int32_t tensor, int32_t buffer,
   }
   // A buffer of lower rank (one expert of a stacked tensor) is viewed with
   // leading dims of size 1.
-  std::vector<int64_t> shape(rank - info.shape.size(), 1);
-  shape.insert(shape.end(), info.shape.begin(), info.shape.end());
-  std::vector<int64_t> stride(rank, 1);
-  for (int d = rank - 2; d >= 0; --d) stride[d] = stride[d + 1] * shape[d + 1];
-  Record r;
+  const int lead = rank - static_cast<int>(info.shape.size());
+  absl::InlinedVector<int64_t, 4> stride(rank, 1);
+  for (int d = rank - 2; d >= 0; --d) {
+    stride[d] = stride[d + 1] * (d + 1 < lead ? 1 : info.shape[d + 1 - lead]);
+  }
+  for (int d = 0; d < rank; ++d) {
+    const DimPlace& p = places[d];
+    const int64_t n = box.shape(d);
+    if (n > 0 && p.block > 0 && p.block < n && n % p.block != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where(), ": dim ", d, " extent ", n,
+          " is not a multiple of the interleave block ", p.block));
+    }
+  }
+  // Built in place: a Record is large (inline index vectors).
+  Record& r = out_.layout.records.emplace_back();
   r.tensor = tensor;
   r.rank = spec.rank;
   r.buffer = buffer;
@@ -167,11 +202,6 @@ absl::Status LayoutBuilder::PlaceOne(int32_t tensor, int32_t buffer,
     offset += p.at * stride[d];
     if (n == 0) continue;
     if (p.block > 0 && p.block < n) {
-      if (n % p.block != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where(), ": dim ", d, " extent ", n,
-            " is not a multiple of the interleave block ", p.block));
-      }
       r.dims[d].splits.push_back({n / p.block, p.period * stride[d]});
       r.dims[d].splits.push_back({p.block, stride[d]});
     } else {
@@ -179,7 +209,6 @@ absl::Status LayoutBuilder::PlaceOne(int32_t tensor, int32_t buffer,
     }
   }
   r.byte_offset = offset * DTypeSize(t.dtype);
-  out_.layout.records.push_back(std::move(r));
   return absl::OkStatus();
 }
 
@@ -237,9 +266,9 @@ absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
   }
   const int64_t b = model_.fp8_block;
   const int rank = box.rank();
-  std::vector<int64_t> origin(box.origin().begin(), box.origin().end());
-  std::vector<int64_t> shape(box.shape().begin(), box.shape().end());
-  std::vector<DimPlace> sp(places.begin(), places.end());
+  Box::Indices origin(box.origin().begin(), box.origin().end());
+  Box::Indices shape(box.shape().begin(), box.shape().end());
+  absl::InlinedVector<DimPlace, 4> sp(places.begin(), places.end());
   for (int d = rank - 2; d < rank; ++d) {
     const int64_t o = box.origin(d), lim = box.limit(d), x = t.shape[d];
     const DimPlace& p = places[d];
@@ -263,23 +292,27 @@ absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
     sp[d] = {p.at / b, interleaved ? p.block / b : 0,
              interleaved ? p.period / b : 0};
   }
-  return PlaceOne(scale, sbuf, MakeBox(origin, shape), sp);
+  return PlaceOne(scale, sbuf,
+                  Box::UncheckedMove(std::move(origin), std::move(shape)), sp);
 }
 
 absl::Status LayoutBuilder::PlaceAt(int32_t tensor, int32_t buffer,
                                     const Box& box,
                                     absl::Span<const int64_t> at, int part) {
-  std::vector<DimPlace> places;
+  absl::InlinedVector<DimPlace, 4> places;
   for (int64_t a : at) places.push_back({a, 0, 0});
   return Place(tensor, buffer, box, places, part);
 }
 
-absl::Status LayoutBuilder::CloneRank(int32_t src_rank, int32_t dst_rank) {
+absl::Status LayoutBuilder::CloneRank(int32_t src_rank, int32_t dst_rank,
+                                      int64_t expert_shift) {
   if (src_rank < 0 || src_rank >= dst_rank || dst_rank <= current_rank_ ||
-      dst_rank >= out_.layout.world_size || first_buffer_[src_rank] < 0) {
+      dst_rank >= out_.layout.world_size) {
     return absl::InternalError(absl::StrCat(
         side_, ": cannot clone rank ", src_rank, " to rank ", dst_rank));
   }
+  // A rank that got no buffer has nothing to copy.
+  if (first_buffer_[src_rank] < 0) return absl::OkStatus();
   // The source rank's buffers and records end where the next built rank's
   // begin (or at the end).
   int64_t buf_end = static_cast<int64_t>(out_.layout.buffers.size());
@@ -293,24 +326,34 @@ absl::Status LayoutBuilder::CloneRank(int32_t src_rank, int32_t dst_rank) {
   }
   const int64_t buf_begin = first_buffer_[src_rank];
   const int64_t rec_begin = first_record_[src_rank];
+  StartRank(dst_rank);  // reserves: the copies below do not reallocate
   const int64_t shift = static_cast<int64_t>(out_.layout.buffers.size()) - buf_begin;
-  current_rank_ = dst_rank;
-  by_name_.clear();
-  first_buffer_[dst_rank] = static_cast<int64_t>(out_.layout.buffers.size());
-  first_record_[dst_rank] = static_cast<int64_t>(out_.layout.records.size());
+  std::vector<BufferSpec>& buffers = out_.layout.buffers;
   for (int64_t b = buf_begin; b < buf_end; ++b) {
-    BufferSpec spec = out_.layout.buffers[b];
-    spec.rank = dst_rank;
-    out_.layout.buffers.push_back(std::move(spec));
+    buffers.push_back(buffers[b]);
+    buffers.back().rank = dst_rank;
     out_.buffer_info.push_back(out_.buffer_info[b]);
     scale_buffer_.push_back(scale_buffer_[b] < 0 ? -1 : scale_buffer_[b] + shift);
     scale_grouped_.push_back(scale_grouped_[b]);
   }
+  std::vector<Record>& records = out_.layout.records;
+  const int64_t copy_begin = static_cast<int64_t>(records.size());
   for (int64_t i = rec_begin; i < rec_end; ++i) {
-    Record r = out_.layout.records[i];
+    Record& r = records.emplace_back(records[i]);
     r.rank = dst_rank;
     r.buffer += static_cast<int32_t>(shift);
-    out_.layout.records.push_back(std::move(r));
+    if (expert_shift != 0 && r.box.rank() > 0 &&
+        model_.tensors[r.tensor].stacked) {
+      Box::Indices origin(r.box.origin().begin(), r.box.origin().end());
+      origin[0] += expert_shift;
+      r.box = Box::UncheckedMove(
+          std::move(origin),
+          Box::Indices(r.box.shape().begin(), r.box.shape().end()));
+    }
+  }
+  if (expert_shift == 0) {
+    repeated_records_.push_back(
+        {copy_begin, static_cast<int64_t>(records.size())});
   }
   return absl::OkStatus();
 }
@@ -330,15 +373,25 @@ void LayoutBuilder::SetHosts(int32_t gpus_per_host) {
 absl::StatusOr<MappedSide> LayoutBuilder::Finish() && {
   const SideLayout& L = out_.layout;
   // Distinct boxes per tensor (replicas repeat them), by a 64-bit hash.
+  // Records CloneRank copied unchanged only repeat boxes: skipped.
   std::vector<std::vector<std::pair<uint64_t, int64_t>>> boxes(L.tensors.size());
-  for (const Record& r : L.records) {
-    uint64_t h = 1469598103934665603ULL;
-    for (int d = 0; d < r.box.rank(); ++d) {
-      h = (h ^ static_cast<uint64_t>(r.box.origin(d))) * 1099511628211ULL;
-      h = (h ^ static_cast<uint64_t>(r.box.shape(d))) * 1099511628211ULL;
+  auto add_boxes = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const Record& r = L.records[i];
+      uint64_t h = 1469598103934665603ULL;
+      for (int d = 0; d < r.box.rank(); ++d) {
+        h = (h ^ static_cast<uint64_t>(r.box.origin(d))) * 1099511628211ULL;
+        h = (h ^ static_cast<uint64_t>(r.box.shape(d))) * 1099511628211ULL;
+      }
+      boxes[r.tensor].push_back({h, UncheckedNumElements(r.box)});
     }
-    boxes[r.tensor].push_back({h, UncheckedNumElements(r.box)});
+  };
+  int64_t next = 0;
+  for (const auto& [begin, end] : repeated_records_) {
+    add_boxes(next, begin);
+    next = end;
   }
+  add_boxes(next, static_cast<int64_t>(L.records.size()));
   std::vector<std::string> missing;
   for (size_t t = 0; t < boxes.size(); ++t) {
     auto& bs = boxes[t];

@@ -23,9 +23,10 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "mapping/model_family.h"
 #include "reshard/layout.h"
@@ -98,8 +99,14 @@ class LayoutBuilder {
 
   // Appends to `dst_rank` copies of every buffer and record of `src_rank`
   // (a replica: engine DP ranks hold what their TP peer in replica 0 holds).
-  // Ranks must be built in order: src_rank < dst_rank, dst_rank new.
-  absl::Status CloneRank(int32_t src_rank, int32_t dst_rank);
+  // With expert_shift != 0 the records of stacked (per-expert) tensors get
+  // their box's dim 0 moved by it: a rank alike to src_rank but for which
+  // experts it holds (Megatron's EP ranks of one stage; names and local
+  // shapes count experts locally, so they do not change).
+  // Ranks must be built in order: src_rank < dst_rank, dst_rank new;
+  // INTERNAL otherwise. A src_rank without buffers copies nothing.
+  absl::Status CloneRank(int32_t src_rank, int32_t dst_rank,
+                         int64_t expert_shift = 0);
 
   // Marks `tensor` with a destination transform (TensorSpec::transform).
   void SetTransform(int32_t tensor, Transform t) {
@@ -117,7 +124,34 @@ class LayoutBuilder {
   const ModelTensors& model() const { return model_; }
   const std::string& side() const { return side_; }
 
+  // by_name_ refers to out_: the builder stays where it was made.
+  LayoutBuilder(const LayoutBuilder&) = delete;
+  LayoutBuilder& operator=(const LayoutBuilder&) = delete;
+
  private:
+  // Looks buffers of the current rank up by name without copying names:
+  // the set holds buffer indices, hashed and compared by their names.
+  struct NameHash {
+    using is_transparent = void;
+    const std::vector<BufferSpec>* buffers;
+    size_t operator()(absl::string_view name) const {
+      return absl::Hash<absl::string_view>()(name);
+    }
+    size_t operator()(int32_t b) const { return (*this)((*buffers)[b].name); }
+  };
+  struct NameEq {
+    using is_transparent = void;
+    const std::vector<BufferSpec>* buffers;
+    absl::string_view Name(int32_t b) const { return (*buffers)[b].name; }
+    absl::string_view Name(absl::string_view name) const { return name; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return Name(a) == Name(b);
+    }
+  };
+
+  // Starts rank `rank` (the next one built, by rules or by CloneRank).
+  void StartRank(int32_t rank);
   absl::Status PlaceOne(int32_t tensor, int32_t buffer, const Box& box,
                         absl::Span<const DimPlace> places);
   absl::Status PlacePerTensorScale(int32_t tensor, int32_t buffer,
@@ -133,13 +167,16 @@ class LayoutBuilder {
   std::vector<int64_t> first_buffer_, first_record_;
   // Buffers of the current rank by name (ranks are built in order).
   int32_t current_rank_ = -1;
-  absl::flat_hash_map<std::string, int32_t> by_name_;
+  absl::flat_hash_set<int32_t, NameHash, NameEq> by_name_;
+  // Records [begin, end) copied by CloneRank unchanged: their boxes repeat
+  // boxes of earlier records, which Finish's coverage check can skip.
+  std::vector<std::pair<int64_t, int64_t>> repeated_records_;
   // Per-tensor scales placed: (tensor, weight buffer).
   absl::flat_hash_set<std::pair<int32_t, int32_t>> scaled_;
 };
 
 // A box [origin, origin + shape).
-Box MakeBox(std::vector<int64_t> origin, std::vector<int64_t> shape);
+Box MakeBox(absl::Span<const int64_t> origin, absl::Span<const int64_t> shape);
 
 // Helpers shared by the conventions.
 // `extent` cut evenly into n; fails with INVALID_ARGUMENT "<what> (extent)

@@ -24,6 +24,10 @@ absl::StatusOr<MappedSide> BuildFsdpLayout(const ModelTensors& model,
   LayoutBuilder b(model, world, side, /*derive_scales=*/false);
   for (int32_t rank = 0; rank < world; ++rank) {
     const int64_t s = rank % group;
+    if (rank >= group) {  // HSDP: shard groups repeat the first one
+      REFIT_RETURN_IF_ERROR(b.CloneRank(static_cast<int32_t>(s), rank));
+      continue;
+    }
     for (int32_t t = 0; t < static_cast<int32_t>(model.tensors.size()); ++t) {
       const TensorSpec& spec_t = model.tensors[t];
       const std::vector<int64_t>& sh = spec_t.shape;

@@ -1,5 +1,6 @@
 #include "mapping/trainer_megatron.h"
 
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -106,11 +107,26 @@ absl::StatusOr<MappedSide> BuildMegatronLayout(const ModelConfig& c,
   const absl::Span<const RuleRow> table(kMegatronRules);
   const LayerKind none;
   std::vector<std::string> names(model.tensors.size());
+  // Ranks of one stage whose TP and expert-TP coordinates agree (w equal
+  // modulo lcm(tp, etp), which divides tp*dp) hold the same parameters,
+  // but for which experts: the first of them is built by the rules, the
+  // others copy it with the expert index moved (CloneRank).
+  const int64_t coords = std::lcm(tp, etp);
+  auto expert_begin = [&](int64_t w) {
+    return ((w / etp) % ep) * experts_local;
+  };
   for (int32_t rank = 0; rank < world; ++rank) {
     const int64_t tp_rank = rank % tp;
     const int64_t stage = rank / (tp * dp);
     const int64_t w = rank % (tp * dp);
     stage_of_rank[rank] = static_cast<int32_t>(stage);
+    if (w >= coords) {
+      const int64_t twin = w % coords;
+      REFIT_RETURN_IF_ERROR(b.CloneRank(
+          static_cast<int32_t>(stage * tp * dp + twin), rank,
+          expert_begin(w) - expert_begin(twin)));
+      continue;
+    }
     RankCtx ctx;
     ctx.rank = rank;
     ctx.tp = tp;
@@ -118,7 +134,7 @@ absl::StatusOr<MappedSide> BuildMegatronLayout(const ModelConfig& c,
     ctx.etp = etp;
     ctx.etp_rank = w % etp;
     ctx.expert_count = experts_local;
-    ctx.expert_begin = ((w / etp) % ep) * experts_local;
+    ctx.expert_begin = expert_begin(w);
     ctx.expert_style =
         spec.grouped_experts ? ExpertStyle::kGrouped : ExpertStyle::kIndexed;
     ctx.glu_chunk = spec.glu_chunk;
