@@ -25,7 +25,8 @@ bool Matches(LayerMatch m, const LayerKind& k) {
   return false;
 }
 
-std::vector<int64_t> Zeros(size_t n) { return std::vector<int64_t>(n, 0); }
+// Origins and buffer positions: inline, no allocation per placement.
+Box::Indices Zeros(size_t n) { return Box::Indices(n, 0); }
 
 // Shape with dim d replaced.
 std::vector<int64_t> With(std::vector<int64_t> s, size_t d, int64_t v) {
@@ -51,7 +52,7 @@ absl::Status PlaceComponents(LayoutBuilder& b, const RankCtx& ctx,
       continue;
     }
     REFIT_RETURN_IF_ERROR(CheckDivides(
-        comps[k], ctx.tp, absl::StrCat(tname, " component ", k, " rows"),
+        comps[k], ctx.tp, [&] { return absl::StrCat(tname, " component ", k, " rows"); },
         "tp"));
     local_total += comps[k] / ctx.tp;
   }
@@ -61,9 +62,9 @@ absl::Status PlaceComponents(LayoutBuilder& b, const RankCtx& ctx,
   for (size_t k = 0; k < comps.size(); ++k) {
     const int64_t comp = comps[k];
     const int64_t l = whole[k] ? comp : comp / ctx.tp;
-    std::vector<int64_t> at = Zeros(sh.size());
+    Box::Indices at = Zeros(sh.size());
     at[0] = local_off;
-    std::vector<int64_t> origin = Zeros(sh.size());
+    Box::Indices origin = Zeros(sh.size());
     origin[0] = global_off + (whole[k] ? 0 : ctx.tp_rank * l);
     REFIT_RETURN_IF_ERROR(
         b.PlaceAt(t, buf, MakeBox(origin, With(sh, 0, l)), at));
@@ -83,14 +84,14 @@ absl::Status PlaceExperts(LayoutBuilder& b, const RankCtx& ctx,
   const bool down = row.part == 2;
   const int64_t inter = down ? sh[2] : sh[1];
   REFIT_RETURN_IF_ERROR(CheckDivides(
-      inter, ctx.etp, absl::StrCat(tname, " moe_intermediate_size"),
+      inter, ctx.etp, [&] { return absl::StrCat(tname, " moe_intermediate_size"); },
       "expert tp"));
   const int64_t il = inter / ctx.etp;
   const int64_t i0 = ctx.etp_rank * il;
   // Local [rows, cols] of one expert and where this part lands in it.
   std::vector<int64_t> local;
-  std::vector<int64_t> origin = {ctx.expert_begin, 0, 0};
-  std::vector<int64_t> extent = {ctx.expert_count, sh[1], sh[2]};
+  Box::Indices origin = {ctx.expert_begin, 0, 0};
+  Box::Indices extent = {ctx.expert_count, sh[1], sh[2]};
   DimPlace rows_place;
   if (down) {
     local = {sh[1], il};
@@ -102,7 +103,7 @@ absl::Status PlaceExperts(LayoutBuilder& b, const RankCtx& ctx,
     extent[1] = il;
     if (gated && ctx.glu_chunk > 0) {
       REFIT_RETURN_IF_ERROR(CheckDivides(
-          il, ctx.glu_chunk, absl::StrCat(tname, " local rows"), "glu_chunk"));
+          il, ctx.glu_chunk, [&] { return absl::StrCat(tname, " local rows"); }, "glu_chunk"));
       rows_place = {row.part * ctx.glu_chunk, ctx.glu_chunk,
                     2 * ctx.glu_chunk};
     } else if (gated) {
@@ -125,7 +126,7 @@ absl::Status PlaceExperts(LayoutBuilder& b, const RankCtx& ctx,
     REFIT_ASSIGN_OR_RETURN(
         int32_t buf,
         b.Buffer(ctx.rank, absl::StrCat(name, j), local, t, 0, 0, parts));
-    std::vector<int64_t> o = origin, e = extent;
+    Box::Indices o = origin, e = extent;
     o[0] = ctx.expert_begin + j;
     e[0] = 1;
     REFIT_RETURN_IF_ERROR(b.Place(t, buf, MakeBox(o, e), places, part));
@@ -160,7 +161,7 @@ absl::Status ApplyRuleImpl(LayoutBuilder& b, const ModelConfig& c,
     case Rule::kVocab: {
       REFIT_RETURN_IF_ERROR(CheckDivides(
           ctx.vocab_padded, ctx.tp,
-          absl::StrCat(spec.name, " padded vocabulary"), "tp"));
+          [&] { return absl::StrCat(spec.name, " padded vocabulary"); }, "tp"));
       const int64_t vl = ctx.vocab_padded / ctx.tp;
       const int64_t begin = ctx.tp_rank * vl;
       const int64_t held = std::max<int64_t>(0, std::min(vl, sh[0] - begin));
@@ -174,11 +175,11 @@ absl::Status ApplyRuleImpl(LayoutBuilder& b, const ModelConfig& c,
     case Rule::kRow: {
       const size_t d = row.rule == Rule::kColumn ? 0 : 1;
       REFIT_RETURN_IF_ERROR(CheckDivides(
-          sh[d], ctx.tp, absl::StrCat(spec.name, " dim ", d), "tp"));
+          sh[d], ctx.tp, [&] { return absl::StrCat(spec.name, " dim ", d); }, "tp"));
       const int64_t l = sh[d] / ctx.tp;
       REFIT_ASSIGN_OR_RETURN(int32_t buf,
                              b.Buffer(ctx.rank, name, With(sh, d, l), t));
-      std::vector<int64_t> origin = Zeros(rank);
+      Box::Indices origin = Zeros(rank);
       origin[d] = ctx.tp_rank * l;
       return b.PlaceAt(t, buf, MakeBox(origin, With(sh, d, l)), Zeros(rank));
     }
@@ -193,7 +194,7 @@ absl::Status ApplyRuleImpl(LayoutBuilder& b, const ModelConfig& c,
           b.Buffer(ctx.rank, name, With(sh, 0, g * period), t, 0, 0, 3));
       const int64_t rows = row.part == 0 ? qpg * hd : hd;
       const int64_t at = row.part == 0 ? 0 : (qpg + row.part - 1) * hd;
-      std::vector<int64_t> origin = Zeros(rank);
+      Box::Indices origin = Zeros(rank);
       origin[0] = ctx.tp_rank * g * rows;
       std::vector<DimPlace> places = Plain(rank);
       places[0] = {at, rows, period};
@@ -225,7 +226,7 @@ absl::Status ApplyRuleImpl(LayoutBuilder& b, const ModelConfig& c,
           int32_t buf,
           b.Buffer(ctx.rank, name, With(sh, 0, (ql + 2 * kvl) * hd), t, 0, 0,
                    3));
-      std::vector<int64_t> origin = Zeros(rank), at = Zeros(rank);
+      Box::Indices origin = Zeros(rank), at = Zeros(rank);
       int64_t rows;
       if (row.part == 0) {
         origin[0] = ctx.tp_rank * ql * hd;

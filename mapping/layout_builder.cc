@@ -85,7 +85,12 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
       return absl::InternalError(absl::StrCat(
           side_, ": buffers must be added in rank order (", name, ")"));
     }
+    const int64_t last =
+        current_rank_ < 0 ? 0
+                          : static_cast<int64_t>(out_.layout.buffers.size()) -
+                                first_buffer_[current_rank_];
     StartRank(rank);
+    by_name_.reserve(last);  // ranks look alike: no rehash while it grows
   }
   auto it = by_name_.find(absl::string_view(name));
   if (it != by_name_.end()) {

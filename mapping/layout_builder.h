@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -183,6 +184,17 @@ Box MakeBox(absl::Span<const int64_t> origin, absl::Span<const int64_t> shape);
 // is not divisible by <axis>=n" otherwise.
 absl::Status CheckDivides(int64_t extent, int64_t n, absl::string_view what,
                           absl::string_view axis);
+// The same with `what` a callable returning the subject's name, called
+// only on failure: rules check every placement on every rank, and a name
+// formatted for each check that passes costs an allocation.
+template <typename What,
+          typename = std::enable_if_t<std::is_invocable_v<What&>>>
+absl::Status CheckDivides(int64_t extent, int64_t n, What what,
+                          absl::string_view axis) {
+  if (n > 0 && extent % n == 0) return absl::OkStatus();
+  const std::string name = what();
+  return CheckDivides(extent, n, absl::string_view(name), axis);
+}
 inline int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 }  // namespace refit

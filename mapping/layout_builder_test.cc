@@ -1,5 +1,6 @@
 #include "mapping/layout_builder.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -89,6 +90,74 @@ TEST(LayoutBuilderTest, RankBuffersListsEachRanksBuffers) {
   EXPECT_EQ(r1[1].shape, (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(r1[1].byte_size, 8);
   EXPECT_TRUE(RankBuffers(*side, 2).empty());
+}
+
+// Two local experts of a stacked [4, 8, 8] tensor in indexed buffers
+// "w0", "w1", plus a replicated dense tensor, on `rank`.
+void PlaceExpertRank(LayoutBuilder& b, int32_t rank, int64_t first_expert) {
+  for (int64_t j = 0; j < 2; ++j) {
+    auto w = b.Buffer(rank, absl::StrCat("w", j), {8, 8}, 0);
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE(b.PlaceAt(0, *w, MakeBox({first_expert + j, 0, 0}, {1, 8, 8}),
+                          {0, 0, 0})
+                    .ok());
+  }
+  auto d = b.Buffer(rank, "d", {4}, 1);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_TRUE(b.PlaceAt(1, *d, MakeBox({0}, {4}), {0}).ok());
+}
+
+TEST(LayoutBuilderTest, CloneRankWithExpertShiftEqualsBuildingTheRank) {
+  ModelTensors m;
+  m.tensors.push_back({"e.{}.w", {4, 8, 8}, DType::kBF16, true});
+  m.tensors.push_back({"d.weight", {4}, DType::kBF16, false});
+  m.scale_of = {-1, -1};
+  m.is_scale = {false, false};
+  LayoutBuilder built(m, 3, "trainer test", true);
+  PlaceExpertRank(built, 0, 0);
+  PlaceExpertRank(built, 1, 2);
+  PlaceExpertRank(built, 2, 0);
+  LayoutBuilder cloned(m, 3, "trainer test", true);
+  PlaceExpertRank(cloned, 0, 0);
+  ASSERT_TRUE(cloned.CloneRank(0, 1, /*expert_shift=*/2).ok());
+  ASSERT_TRUE(cloned.CloneRank(0, 2).ok());
+  EXPECT_FALSE(cloned.CloneRank(0, 2).ok());  // rank 2 exists already
+  auto a = std::move(built).Finish();
+  auto c = std::move(cloned).Finish();
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(a->layout.buffers.size(), c->layout.buffers.size());
+  for (size_t i = 0; i < a->layout.buffers.size(); ++i) {
+    EXPECT_EQ(a->layout.buffers[i].rank, c->layout.buffers[i].rank);
+    EXPECT_EQ(a->layout.buffers[i].name, c->layout.buffers[i].name);
+    EXPECT_EQ(a->layout.buffers[i].byte_size, c->layout.buffers[i].byte_size);
+    EXPECT_EQ(a->buffer_info[i].shape, c->buffer_info[i].shape);
+  }
+  ASSERT_EQ(a->layout.records.size(), c->layout.records.size());
+  for (size_t i = 0; i < a->layout.records.size(); ++i) {
+    const Record& x = a->layout.records[i];
+    const Record& y = c->layout.records[i];
+    EXPECT_EQ(x.tensor, y.tensor);
+    EXPECT_EQ(x.rank, y.rank);
+    EXPECT_EQ(x.buffer, y.buffer);
+    EXPECT_EQ(x.box, y.box) << i;
+    EXPECT_EQ(x.byte_offset, y.byte_offset);
+    EXPECT_EQ(x.dims, y.dims);
+  }
+  EXPECT_EQ(a->rank_begin, c->rank_begin);
+}
+
+TEST(LayoutBuilderTest, ClonedRanksDoNotCountAsCoverage) {
+  ModelTensors m = Two(false);
+  LayoutBuilder b(m, 2, "engine test", true);
+  auto a = b.Buffer(0, "a", {128, 256}, 0);
+  ASSERT_TRUE(b.PlaceAt(0, *a, MakeBox({0, 0}, {128, 256}), {0, 0}).ok());
+  auto bb = b.Buffer(0, "b", {4}, 1);
+  ASSERT_TRUE(b.PlaceAt(1, *bb, MakeBox({0}, {4}), {0}).ok());
+  ASSERT_TRUE(b.CloneRank(0, 1).ok());
+  auto side = std::move(b).Finish();
+  ASSERT_FALSE(side.ok());
+  EXPECT_THAT(side.status().message(), HasSubstr("a.weight (32768 of 65536"));
 }
 
 }  // namespace
