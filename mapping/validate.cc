@@ -1,11 +1,12 @@
 #include "mapping/validate.h"
 
-#include <map>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 
 namespace refit {
 namespace {
@@ -23,10 +24,18 @@ absl::Status ValidateRankBuffers(const MappedSide& side, int32_t rank,
         absl::StrCat("rank ", rank, " is outside the world of ",
                      side.layout.world_size));
   }
-  std::vector<LocalBuffer> expected = RankBuffers(side, rank);
-  std::map<std::string, const LocalBuffer*> want;
-  for (const LocalBuffer& b : expected) want[b.name] = &b;
-  std::map<std::string, int> seen;
+  // The rank's expected buffers [begin, end) of the layout, looked up by
+  // name in place (as RankBuffers lists them, without copying them).
+  int32_t begin = 0, end = 0;
+  if (rank + 1 < static_cast<int32_t>(side.rank_begin.size())) {
+    begin = side.rank_begin[rank];
+    end = side.rank_begin[rank + 1];
+  }
+  absl::flat_hash_map<absl::string_view, int32_t> want;
+  want.reserve(end - begin);
+  for (int32_t b = begin; b < end; ++b) want[side.layout.buffers[b].name] = b;
+  absl::flat_hash_map<absl::string_view, int> seen;
+  seen.reserve(registered.size());
   std::vector<std::string> errors;
   const std::string where = absl::StrCat("rank ", rank, ": parameter ");
   for (const LocalBuffer& r : registered) {
@@ -40,25 +49,27 @@ absl::Status ValidateRankBuffers(const MappedSide& side, int32_t rank,
                                     " is not in the layout of this rank"));
       continue;
     }
-    const LocalBuffer& e = *it->second;
-    if (r.shape != e.shape) {
+    const BufferSpec& spec = side.layout.buffers[it->second];
+    const BufferInfo& info = side.buffer_info[it->second];
+    if (r.shape != info.shape) {
       errors.push_back(absl::StrCat(where, r.name, " has shape ",
                                     ShapeString(r.shape), ", expected ",
-                                    ShapeString(e.shape)));
+                                    ShapeString(info.shape)));
     }
-    if (r.dtype != e.dtype) {
+    if (r.dtype != info.dtype) {
       errors.push_back(absl::StrCat(where, r.name, " has dtype ",
                                     DTypeName(r.dtype), ", expected ",
-                                    DTypeName(e.dtype)));
+                                    DTypeName(info.dtype)));
     }
-    if (r.byte_size != e.byte_size) {
+    if (r.byte_size != spec.byte_size) {
       errors.push_back(absl::StrCat(where, r.name, " has ", r.byte_size,
-                                    " bytes, expected ", e.byte_size));
+                                    " bytes, expected ", spec.byte_size));
     }
   }
   std::vector<std::string> missing;
-  for (const LocalBuffer& e : expected) {
-    if (seen.find(e.name) == seen.end()) missing.push_back(e.name);
+  for (int32_t b = begin; b < end; ++b) {
+    const std::string& name = side.layout.buffers[b].name;
+    if (!seen.contains(name)) missing.push_back(name);
   }
   if (!missing.empty()) {
     errors.push_back(absl::StrCat("rank ", rank, ": missing parameters: ",
