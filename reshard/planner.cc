@@ -261,25 +261,27 @@ bool ExtendIndexed(Record* p, const Record& r) {
 // expert) into indexed records (Record::buffer_step). Exact: a merged
 // record addresses the same bytes as its parts. Input order is kept
 // otherwise. Records must be valid.
-void MergeIndexedRecords(const std::vector<Record>& in,
-                         std::vector<Record>* out) {
-  out->clear();
-  out->reserve(in.size());
+void MergeIndexedRecords(std::vector<Record>* records) {
+  std::vector<Record>& v = *records;
   absl::flat_hash_map<std::pair<int32_t, int32_t>, int32_t> last;
-  for (const Record& r : in) {
+  size_t out = 0;  // v[0, out) is the merged prefix; out <= i
+  for (size_t i = 0; i < v.size(); ++i) {
+    const Record& r = v[i];
     const bool one_index =
         r.box.rank() >= 1 && r.buffer_step == 0 && r.box.shape(0) == 1;
     if (one_index) {
       auto it = last.find(std::make_pair(r.tensor, r.rank));
-      if (it != last.end() && ExtendIndexed(&(*out)[it->second], r)) continue;
+      if (it != last.end() && ExtendIndexed(&v[it->second], r)) continue;
     }
     // Only a one-index or indexed record can be extended by a later one
     // (merging past another record of the pair is exact all the same).
     if (one_index || r.buffer_step > 0) {
-      last[std::make_pair(r.tensor, r.rank)] = static_cast<int32_t>(out->size());
+      last[std::make_pair(r.tensor, r.rank)] = static_cast<int32_t>(out);
     }
-    out->push_back(r);
+    if (out != i) v[out] = std::move(v[i]);
+    ++out;
   }
+  v.resize(out);
 }
 
 // If the part `sub` of record r is one contiguous byte range of one
@@ -663,7 +665,7 @@ std::string PlanFingerprint(const Plan& p) {
   return w.Digest();
 }
 
-absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
+absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
                                const PlannerOptions& options) {
   if (options.num_lanes < 1 || options.staging_budget_bytes < 1 ||
       options.max_message_bytes < 0 || options.direct_min_bytes < 0 ||
@@ -676,16 +678,6 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
         ", max_round_bytes ", options.max_round_bytes));
   }
   Plan plan;
-  // The layouts as given, but with indexed records merged (step 3).
-  auto shell = [](const SideLayout& from, SideLayout* to) {
-    to->world_size = from.world_size;
-    to->tensors = from.tensors;
-    to->buffers = from.buffers;
-    to->host_of_rank = from.host_of_rank;
-    to->stage_of_rank = from.stage_of_rank;
-  };
-  shell(src, &plan.src);
-  shell(dst, &plan.dst);
   plan.options = options;
   std::vector<std::string> errors;
   std::vector<std::pair<std::string, double>> phases;
@@ -789,8 +781,12 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
   phase("match");
   // --- 3. Normalize: merge indexed records (one record per rank instead
   // of one per expert when per-expert buffers share a layout).
-  MergeIndexedRecords(src.records, &plan.src.records);
-  MergeIndexedRecords(dst.records, &plan.dst.records);
+  // plan.src/plan.dst are the layouts as given (moved, not copied) with
+  // indexed records merged; src and dst are not used below.
+  MergeIndexedRecords(&src.records);
+  MergeIndexedRecords(&dst.records);
+  plan.src = std::move(src);
+  plan.dst = std::move(dst);
   const SideLayout& ns = plan.src;
   const SideLayout& nd = plan.dst;
 
@@ -1088,9 +1084,9 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
   phase("segments");
   struct Msg {
     Message m;
-    int32_t stage;
-    int32_t seq;        // index among its pair's messages
-    int32_t first_key;  // into keys
+    int32_t stage = 0;
+    int32_t seq = 0;        // index among its pair's messages
+    int32_t first_key = 0;  // into keys
   };
   std::vector<Msg> msgs;
   {
@@ -1231,8 +1227,8 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
     };
     size_t i = 0;
     for (size_t si = 0; si < stages.size(); ++si) {
-      std::vector<std::vector<Use>> suse(src.world_size), duse(dst.world_size);
-      std::vector<int32_t> sstart(src.world_size, 0), dstart(dst.world_size, 0);
+      std::vector<std::vector<Use>> suse(ns.world_size), duse(nd.world_size);
+      std::vector<int32_t> sstart(ns.world_size, 0), dstart(nd.world_size, 0);
       absl::flat_hash_map<int64_t, int32_t> pair_last;
       int32_t nrounds = 0;
       auto use = [](std::vector<Use>& v, int32_t r) -> Use& {
@@ -1251,7 +1247,7 @@ absl::StatusOr<Plan> BuildPlan(const SideLayout& src, const SideLayout& dst,
         const int32_t s = mm.m.src_rank, d = mm.m.dst_rank;
         const int64_t sc = mm.m.src_contiguous ? 0 : mm.m.bytes;
         const int64_t dc = mm.m.dst_contiguous ? 0 : mm.m.bytes;
-        const int64_t key = int64_t{s} * dst.world_size + d;
+        const int64_t key = int64_t{s} * nd.world_size + d;
         auto pl = pair_last.find(key);
         // A pair's messages keep their order: never before its last round.
         int32_t r = std::max(sstart[s], dstart[d]);

@@ -176,7 +176,7 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
   }
 
   REFIT_ASSIGN_OR_RETURN(Plan plan,
-                         BuildPlan(src.layout, dst, options.planner));
+                         BuildPlan(std::move(src.layout), std::move(dst), options.planner));
   BuiltPlan out;
   out.num_lanes = options.planner.num_lanes;
   out.trainer_slices.reserve(trainer.size());

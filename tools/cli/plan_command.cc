@@ -61,7 +61,7 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
   PlannerOptions po;
   po.staging_budget_bytes = opt.staging_mib << 20;
   po.num_lanes = opt.lanes;
-  REFIT_ASSIGN_OR_RETURN(Plan plan, BuildPlan(src.layout, dst.layout, po));
+  REFIT_ASSIGN_OR_RETURN(Plan plan, BuildPlan(std::move(src.layout), std::move(dst.layout), po));
   lap("planner");
   if (opt.timings) {
     for (const auto& [phase, sec] : plan.stats.phase_seconds) {
