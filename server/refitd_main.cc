@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
+#include "common/huge_pages.h"
 #include "server/default_plan.h"
 #include "server/refit_server.h"
 
@@ -47,6 +48,7 @@ int Fail(const absl::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  refit::ReexecWithHugePages(argv);  // first: see common/huge_pages.h
   std::map<std::string, std::string> flags;
   const std::set<std::string> known = {
       "address", "tls_cert", "tls_key", "tls_client_ca", "token_file",

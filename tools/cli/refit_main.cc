@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/huge_pages.h"
 #include "tools/cli/plan_command.h"
 #include "tools/cli/simulate_command.h"
 #include "tools/cli/status_command.h"
@@ -330,6 +331,7 @@ int RunStatus(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  refit::ReexecWithHugePages(argv);  // first: see common/huge_pages.h
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) return Usage("missing command", kTopHelp);
   const std::string cmd = args[0];
