@@ -62,6 +62,11 @@ class Box {
   friend std::ostream& operator<<(std::ostream& os, const Box& b) {
     return os << b.ToString();
   }
+  friend Box Intersect(const Box& a, const Box& b);
+
+// True if a and b share at least one element (Intersect(a, b) is not
+// empty), without building the intersection. Ranks must match.
+bool Intersects(const Box& a, const Box& b);
 
  private:
   Indices origin_;
@@ -81,6 +86,10 @@ int64_t UncheckedNumElements(const Box& b);
 // has shape 0 and origin max(a.origin, b.origin)). Ranks must match
 // (debug-checked; callers validate ranks before).
 Box Intersect(const Box& a, const Box& b);
+
+// True if a and b share at least one element (Intersect(a, b) is not
+// empty), without building the intersection. Ranks must match.
+bool Intersects(const Box& a, const Box& b);
 
 // True if every element of inner lies in outer (an empty inner is contained
 // in any box of the same rank).

@@ -1,6 +1,8 @@
 #include "reshard/box.h"
 
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -37,6 +39,39 @@ TEST(BoxTest, IntersectAndContains) {
   EXPECT_TRUE(IsEmpty(disjoint));
   EXPECT_TRUE(Contains(a, disjoint));
   EXPECT_EQ(i.ToString(), "[2:4, 6:8]");
+}
+
+// Intersect and Intersects against an element-wise definition, for ranks
+// 1..6 (above 4 the index vectors live on the heap).
+TEST(BoxTest, IntersectMatchesPerDimensionDefinition) {
+  uint64_t x = 12345;
+  auto next = [&](int64_t n) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<int64_t>((x >> 33) % static_cast<uint64_t>(n));
+  };
+  for (int iter = 0; iter < 2000; ++iter) {
+    const int rank = 1 + static_cast<int>(next(6));
+    std::vector<int64_t> ao, as, bo, bs;
+    for (int d = 0; d < rank; ++d) {
+      ao.push_back(next(10) - 3);
+      as.push_back(next(6));
+      bo.push_back(next(10) - 3);
+      bs.push_back(next(6));
+    }
+    const Box a = Box::Make(ao, as).value(), b = Box::Make(bo, bs).value();
+    const Box i = Intersect(a, b);
+    ASSERT_EQ(i.rank(), rank);
+    bool empty = false;
+    for (int d = 0; d < rank; ++d) {
+      const int64_t lo = std::max(ao[d], bo[d]);
+      const int64_t hi = std::min(ao[d] + as[d], bo[d] + bs[d]);
+      ASSERT_EQ(i.origin(d), lo) << a << " & " << b;
+      ASSERT_EQ(i.shape(d), std::max<int64_t>(0, hi - lo)) << a << " & " << b;
+      empty |= hi <= lo;
+    }
+    EXPECT_EQ(Intersects(a, b), !empty) << a << " & " << b;
+    EXPECT_EQ(Intersects(a, b), !IsEmpty(i)) << a << " & " << b;
+  }
 }
 
 TEST(BoxTest, WorksForHighRank) {

@@ -108,8 +108,11 @@ struct Plan {
   SideLayout dst;
   // dst tensor index -> src tensor index (same name).
   std::vector<int32_t> dst_to_src_tensor;
+  // Every segment belongs to exactly one message, whose segments are
+  // contiguous here. BuildPlan orders them by (pair, message); a slice
+  // (ExtractSlice) by message.
   std::vector<Segment> segments;
-  std::vector<Message> messages;
+  std::vector<Message> messages;  // by (round, src rank, dst rank, seq)
   std::vector<Round> rounds;
   PlannerOptions options;
   PlanStats stats;

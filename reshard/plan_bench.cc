@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/huge_pages.h"
 #include "common/status_macros.h"
 #include "mapping/mapping.h"
 #include "reshard/plan_codec.h"
@@ -94,7 +95,7 @@ absl::Status RunCase(const Case& c, int reps) {
          "%.1f MiB\n", Ms(t0, t1), Ms(t0, tm), Ms(tm, t1), PeakRssMib());
   printf("  layouts         (tensors %zu; trainer %d ranks, %zu "
          "buffers, %zu records; engine %d ranks, %zu buffers, %zu records)\n",
-         Ms(t0, t1), src.layout.tensors.size(), src.layout.world_size,
+         src.layout.tensors.size(), src.layout.world_size,
          src.layout.buffers.size(), src.layout.records.size(),
          dst.layout.world_size, dst.layout.buffers.size(),
          dst.layout.records.size());
@@ -223,6 +224,7 @@ absl::Status RunCase(const Case& c, int reps) {
 }  // namespace refit
 
 int main(int argc, char** argv) {
+  refit::ReexecWithHugePages(argv);  // first: see common/huge_pages.h
   setvbuf(stdout, nullptr, _IOLBF, 0);
   int reps = 3;
   for (int i = 1; i < argc; ++i) {

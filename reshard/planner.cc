@@ -78,7 +78,7 @@ absl::Status BuildPieces(const SideLayout& src, const std::vector<int32_t>& recs
       if (rank > 0 && distinct[j].box.origin(0) >= distinct[i].box.limit(0)) {
         break;
       }
-      if (!IsEmpty(Intersect(distinct[i].box, distinct[j].box))) {
+      if (Intersects(distinct[i].box, distinct[j].box)) {
         overlap = true;
         break;
       }
@@ -179,7 +179,7 @@ void FindPieces(const TensorPieces& tp, const Box& q, std::vector<int32_t>* hits
   }
   for (size_t i = start; i < ps.size(); ++i) {
     if (q.rank() > 0 && ps[i].box.origin(0) >= q.limit(0)) break;
-    if (!IsEmpty(Intersect(ps[i].box, q))) hits->push_back(static_cast<int32_t>(i));
+    if (Intersects(ps[i].box, q)) hits->push_back(static_cast<int32_t>(i));
   }
 }
 
@@ -1082,125 +1082,134 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
     }
   }
   phase("segments");
+  // --- 8. Messages, per pair. plan.segments is written here, in pair order
+  // and within a pair in message order (each message's segments
+  // contiguous), each segment's box computed once.
   struct Msg {
     Message m;
     int32_t stage = 0;
-    int32_t seq = 0;        // index among its pair's messages
-    int32_t first_key = 0;  // into keys
+    int32_t seq = 0;  // index among its pair's messages
   };
   std::vector<Msg> msgs;
+  plan.segments.reserve(keys.size());
   {
-    // Per key, when it is one contiguous range of its buffer: that buffer
-    // and range, per side (filled lazily for the keys that need it).
+    // When a segment is one contiguous range of its buffer on a side: that
+    // buffer and range.
     struct Range {
       int32_t buffer = -1;  // -1: not contiguous
       ByteRange range;
     };
-    auto range_of = [&](bool is_src, const SegKey& k) {
+    auto range_of = [&](bool is_src, const Segment& sg) {
       const SideLayout& side = is_src ? ns : nd;
-      const Record& r =
-          side.records[is_src ? src_record_of(k) : cands[k.cand].dst_record];
+      const Record& r = side.records[is_src ? sg.src_record : sg.dst_record];
       Range out;
       int32_t b;
       ByteRange br;
-      if (SegmentRange(r, DTypeSize(side.tensors[r.tensor].dtype), seg_box(k),
-                       &b, &br)) {
+      if (SegmentRange(r, DTypeSize(side.tensors[r.tensor].dtype), sg.box, &b,
+                       &br)) {
         out.buffer = b;
         out.range = br;
       }
       return out;
     };
-    // If every segment of keys[j, k) is one contiguous range of one buffer,
-    // continuing the previous one: that buffer and the first offset.
-    auto contiguous = [&](bool is_src, size_t j, size_t k, int32_t* buffer,
-                          int64_t* offset) {
-      int64_t end = -1;
+    // If every segment of plan.segments[j, k) is one contiguous range of one
+    // buffer, continuing the previous one: that buffer and the whole range.
+    auto contiguous = [&](bool is_src, size_t j, size_t k) {
+      Range all;
       for (size_t q = j; q < k; ++q) {
-        const Range r = range_of(is_src, keys[q]);
-        if (r.buffer < 0) return false;
+        const Range r = range_of(is_src, plan.segments[q]);
+        if (r.buffer < 0) return Range{};
         if (q == j) {
-          *buffer = r.buffer;
-          *offset = r.range.begin;
-        } else if (r.buffer != *buffer || r.range.begin != end) {
-          return false;
+          all = r;
+        } else if (r.buffer != all.buffer || r.range.begin != all.range.end()) {
+          return Range{};
+        } else {
+          all.range.size += r.range.size;
         }
-        end = r.range.end();
       }
-      return true;
+      return all;
     };
-    auto same_pair = [&](size_t a, size_t b) {
-      return keys[a].src_rank == keys[b].src_rank &&
-             dst_rank_of(keys[a]) == dst_rank_of(keys[b]);
+    auto segment_of = [&](const SegKey& k) {
+      return Segment{src_record_of(k), cands[k.cand].dst_record, seg_box(k),
+                     k.bytes};
     };
-    // Appends the message of keys[j, k) (one pair).
-    auto add_message = [&](size_t j, size_t k, int32_t seq) {
+    // Appends the message of plan.segments[j, end) of the pair (s, d), whose
+    // contiguity per side is `src` and `dst`.
+    auto add_message = [&](int32_t s, int32_t d, int32_t seq, size_t j,
+                           const Range& src, const Range& dst) {
       Msg mm;
-      mm.stage = stage_of(keys[j].src_rank);
+      mm.stage = stage_of(s);
       mm.seq = seq;
-      mm.first_key = static_cast<int32_t>(j);
-      mm.m.src_rank = keys[j].src_rank;
-      mm.m.dst_rank = dst_rank_of(keys[j]);
+      mm.m.src_rank = s;
+      mm.m.dst_rank = d;
+      mm.m.first_segment = static_cast<int32_t>(j);
+      mm.m.num_segments = static_cast<int32_t>(plan.segments.size() - j);
       int64_t bytes = 0;
-      for (size_t q = j; q < k; ++q) bytes += keys[q].bytes;
-      mm.m.num_segments = static_cast<int32_t>(k - j);
-      mm.m.bytes = bytes;
-      int32_t b;
-      int64_t o;
-      if (contiguous(true, j, k, &b, &o)) {
-        mm.m.src_contiguous = true;
-        mm.m.src_buffer = b;
-        mm.m.src_offset = o;
+      for (size_t q = j; q < plan.segments.size(); ++q) {
+        bytes += plan.segments[q].bytes;
       }
-      if (contiguous(false, j, k, &b, &o)) {
+      mm.m.bytes = bytes;
+      if (src.buffer >= 0) {
+        mm.m.src_contiguous = true;
+        mm.m.src_buffer = src.buffer;
+        mm.m.src_offset = src.range.begin;
+      }
+      if (dst.buffer >= 0) {
         mm.m.dst_contiguous = true;
-        mm.m.dst_buffer = b;
-        mm.m.dst_offset = o;
+        mm.m.dst_buffer = dst.buffer;
+        mm.m.dst_offset = dst.range.begin;
       }
       msgs.push_back(mm);
     };
     const int64_t direct_min = options.direct_min_bytes;
-    std::vector<SegKey> order_keys, pending;
+    std::vector<int32_t> pending;  // into keys
     for (size_t i = 0; i < keys.size();) {
+      const int32_t s = keys[i].src_rank, d = dst_rank_of(keys[i]);
       size_t e = i;
-      while (e < keys.size() && same_pair(i, e)) ++e;
+      while (e < keys.size() && keys[e].src_rank == s && dst_rank_of(keys[e]) == d) {
+        ++e;
+      }
       // keys[i, e) is one pair, in destination order. Segments of at least
       // direct_min bytes that are contiguous on a side become messages of
       // their own, in place; the others are coalesced in order into
-      // messages of at most `cap`, each placed where it fills up. The
-      // pair's keys are rewritten in message order.
-      order_keys.clear();
+      // messages of at most `cap`, each placed where it fills up.
       pending.clear();
       int64_t pending_bytes = 0;
-      std::vector<std::pair<size_t, size_t>> spans;  // into order_keys
+      int32_t seq = 0;
       auto flush = [&]() {
         if (pending.empty()) return;
-        spans.emplace_back(order_keys.size(), order_keys.size() + pending.size());
-        order_keys.insert(order_keys.end(), pending.begin(), pending.end());
+        const size_t j = plan.segments.size();
+        for (int32_t q : pending) plan.segments.push_back(segment_of(keys[q]));
+        add_message(s, d, seq++, j, contiguous(true, j, plan.segments.size()),
+                    contiguous(false, j, plan.segments.size()));
         pending.clear();
         pending_bytes = 0;
       };
       for (size_t q = i; q < e; ++q) {
         const SegKey& k = keys[q];
-        if (direct_min > 0 && k.bytes >= direct_min &&
-            (range_of(true, k).buffer >= 0 || range_of(false, k).buffer >= 0)) {
-          spans.emplace_back(order_keys.size(), order_keys.size() + 1);
-          order_keys.push_back(k);
-          continue;
+        if (direct_min > 0 && k.bytes >= direct_min) {
+          Segment sg = segment_of(k);
+          const Range src = range_of(true, sg), dst = range_of(false, sg);
+          if (src.buffer >= 0 || dst.buffer >= 0) {
+            plan.segments.push_back(std::move(sg));
+            add_message(s, d, seq++, plan.segments.size() - 1, src, dst);
+            continue;
+          }
         }
         if (!pending.empty() && pending_bytes + k.bytes > cap) flush();
-        pending.push_back(k);
+        pending.push_back(static_cast<int32_t>(q));
         pending_bytes += k.bytes;
       }
       flush();
-      std::copy(order_keys.begin(), order_keys.end(), keys.begin() + i);
-      int32_t seq = 0;
-      for (const auto& [x, y] : spans) add_message(i + x, i + y, seq++);
       i = e;
     }
   }
+  // The keys are not needed below.
+  std::vector<SegKey>().swap(keys);
+  std::vector<Box>().swap(split_boxes);
 
   phase("messages");
-  // --- 8. Rounds per stage under the per-lane staging budget (next fit).
+  // --- 9. Rounds per stage under the per-lane staging budget (next fit).
   std::vector<int32_t> stages;
   for (const Msg& m : msgs) stages.push_back(m.stage);
   std::sort(stages.begin(), stages.end());
@@ -1320,17 +1329,8 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
            std::make_tuple(y.round, y.src_rank, y.dst_rank, msgs[b].seq);
   });
   plan.messages.reserve(msgs.size());
-  plan.segments.reserve(keys.size());
   for (int32_t oi : order) {
-    Msg& mm = msgs[oi];
-    Message m = mm.m;
-    m.first_segment = static_cast<int32_t>(plan.segments.size());
-    for (int32_t q = 0; q < m.num_segments; ++q) {
-      const SegKey& k = keys[mm.first_key + q];
-      plan.segments.push_back(Segment{src_record_of(k),
-                                      cands[k.cand].dst_record, seg_box(k),
-                                      k.bytes});
-    }
+    const Message& m = msgs[oi].m;
     Round& r = plan.rounds[m.round];
     if (r.num_messages == 0) {
       r.first_message = static_cast<int32_t>(plan.messages.size());
@@ -1340,7 +1340,7 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   }
 
   phase("emit");
-  // --- 9. Stats.
+  // --- 10. Stats.
   plan.stats = ComputePlanStats(plan);
   phase("stats");
   plan.fingerprint = PlanFingerprint(plan);

@@ -202,18 +202,27 @@ void CheckPlanInvariants(const Plan& plan, const HostBuffers& src,
     const int64_t round_cap =
         o.max_round_bytes > 0 ? o.max_round_bytes : lane_budget;
     for (auto& [k, v] : sall) {
-      if (scount[k] > 1) ASSERT_LE(v, round_cap) << "src rank " << k;
+      if (scount[k] > 1) {
+        ASSERT_LE(v, round_cap) << "src rank " << k;
+      }
     }
     for (auto& [k, v] : dall) {
-      if (dcount[k] > 1) ASSERT_LE(v, round_cap) << "dst rank " << k;
+      if (dcount[k] > 1) {
+        ASSERT_LE(v, round_cap) << "dst rank " << k;
+      }
     }
     next += rd.num_messages;
   }
   ASSERT_EQ(next, static_cast<int32_t>(plan.messages.size()));
   // Messages partition the segments; bytes and ranks agree.
-  int32_t seg = 0;
+  std::vector<int> owners(plan.segments.size(), 0);
   for (const Message& m : plan.messages) {
-    ASSERT_EQ(m.first_segment, seg);
+    ASSERT_GE(m.first_segment, 0);
+    ASSERT_LE(int64_t{m.first_segment} + m.num_segments,
+              static_cast<int64_t>(plan.segments.size()));
+    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
+      ++owners[i];
+    }
     ASSERT_GT(m.num_segments, 0);
     int64_t bytes = 0;
     for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
@@ -238,7 +247,6 @@ void CheckPlanInvariants(const Plan& plan, const HostBuffers& src,
             dr, DTypeSize(plan.dst.tensors[dr.tensor].dtype), s.box).has_value());
       }
     }
-    seg += m.num_segments;
     // Contiguity claims hold: the packed bytes are that buffer range.
     if (m.src_contiguous) {
       std::vector<uint8_t> packed = Pack(plan, m, true, src);
@@ -254,7 +262,10 @@ void CheckPlanInvariants(const Plan& plan, const HostBuffers& src,
                                m.bytes));
     }
   }
-  ASSERT_EQ(seg, static_cast<int32_t>(plan.segments.size()));
+  for (size_t i = 0; i < owners.size(); ++i) {
+    ASSERT_EQ(owners[i], 1) << "segment " << i << " in " << owners[i]
+                            << " messages";
+  }
 }
 
 TEST(PlannerTest, RandomizedLayoutsCopyEveryElementExactlyOnce) {

@@ -42,12 +42,6 @@ int32_t BufferOf(const Record& r, const Box::Indices& g) {
   return RecordBuffer(r, g.empty() ? 0 : g[0] - r.box.origin(0));
 }
 
-int64_t Linear(const std::vector<int64_t>& shape, const Box::Indices& g) {
-  int64_t lin = 0;
-  for (size_t d = 0; d < shape.size(); ++d) lin = lin * shape[d] + g[d];
-  return lin;
-}
-
 }  // namespace
 
 OwnedBuffers AllocateBuffers(const SideLayout& side, uint8_t fill) {
