@@ -16,6 +16,16 @@ check top-help 0 'refit plan' -- "$REFIT" --help
 check plan-help 0 '--heatmap FILE.svg' -- "$REFIT" plan --help
 check top-help-simulate 0 'refit simulate --model' -- "$REFIT" --help
 check top-help-status 0 'refit status --server' -- "$REFIT" --help
+# The `refit plan` examples the help prints run as printed (continuation
+# lines joined).
+for sub in "" plan; do
+  while IFS= read -r ex; do
+    eval "set -- $ex"
+    shift  # "refit"
+    check "help-example${sub:+-$sub}" 0 'total.bytes' -- "$REFIT" "$@"
+  done < <("$REFIT" $sub --help | sed -e ':a' -e '/\\$/N; s/\\\n *//; ta' |
+           grep -E '^ *refit plan ')
+done
 check unknown-command 2 "unknown command 'bogus'" -- "$REFIT" bogus
 for flag in --model --trainer --engine --dtype --gpus-per-host --colocated \
     --link --staging-mib --lanes --json --heatmap --timings; do

@@ -28,7 +28,7 @@ commands:
   help       this text (also: refit --help, refit <command> --help)
 
 example:
-  refit plan --model deepseek-v3 --trainer megatron:tp=1,pp=16,ep=16,dp=1 \
+  refit plan --model deepseek-v3 --trainer megatron:tp=8,pp=16,ep=16,etp=1,dp=2 \
              --engine vllm:tp=32,dp=8
   refit simulate --model tiny-qwen3 --checkpoint ckpt/ \
                  --trainer megatron:tp=2,pp=2 --engine vllm:tp=2,dp=2 --out sim/
@@ -140,7 +140,7 @@ over the link class it uses. An invalid layout or plan prints every error
 (tensor, ranks) and exits 1; a usage error exits 2.
 
 example:
-  refit plan --model kimi-k2 --trainer megatron:tp=1,pp=16,ep=16,dp=1 \
+  refit plan --model kimi-k2 --trainer megatron:tp=8,pp=16,ep=16,etp=1,dp=2 \
              --engine vllm:tp=16,dp=8 --json
 )HELP";
 
