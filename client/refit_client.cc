@@ -137,8 +137,19 @@ void RefitClient::HeartbeatLoop() {
     req.set_member_id(member_id_);
     v1::HeartbeatResponse resp;
     auto ctx = MakeContext(absl::Now() + options_.rpc_timeout);
-    stub_->Heartbeat(ctx.get(), req, &resp);  // failures: the server decides
+    // Failures are the server's to judge (it expires members that stop),
+    // except NOT_FOUND: refitd no longer knows this member (it expired it,
+    // or restarted), so waiting for rounds is pointless.
+    const grpc::Status st = stub_->Heartbeat(ctx.get(), req, &resp);
     mu_.Lock();
+    if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
+      if (!stream_broken_) {
+        stream_broken_ = true;
+        stream_error_ = absl::StrCat("refitd no longer knows this member: ",
+                                     st.error_message());
+      }
+      break;
+    }
   }
 }
 

@@ -542,6 +542,16 @@ void RefitServer::Impl::RemoveMember(const std::string& id, const std::string& w
                                  " ", why));
   }
   members_.erase(it);
+  // The member's round stream ends with the reason, so a member that is
+  // still alive (a long pause, a network partition) learns at once that it
+  // is out instead of waiting for rounds it is no longer part of.
+  auto w = watchers_.find(id);
+  if (w != watchers_.end()) {
+    Watcher* watcher = w->second;
+    watchers_.erase(w);
+    watcher->End(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                              absl::StrCat("refitd removed member ", id, ": ", why)));
+  }
   MembershipChanged();
 }
 

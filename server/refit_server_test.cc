@@ -51,11 +51,12 @@ v1::Registration Reg(v1::Side side, const std::string& engine, int rank, int wor
   return r;
 }
 
-std::unique_ptr<RefitClient> Client(int port) {
+std::unique_ptr<RefitClient> Client(
+    int port, absl::Duration heartbeat_interval = absl::Milliseconds(200)) {
   RefitClient::Options o;
   o.target = absl::StrCat("127.0.0.1:", port);
   o.rpc_timeout = absl::Seconds(5);
-  o.heartbeat_interval = absl::Milliseconds(200);
+  o.heartbeat_interval = heartbeat_interval;
   o.connect_timeout = absl::Seconds(5);
   auto c = RefitClient::Connect(o);
   EXPECT_TRUE(c.ok()) << c.status();
@@ -371,6 +372,29 @@ TEST(RefitServerTest, DroppedStreamAbortsTheRoundForEveryone) {
     EXPECT_THAT(s.message(), HasSubstr("engine B rank 0"));
   }
   EXPECT_LT(absl::Now() - begin, absl::Seconds(2));
+}
+
+// A member that stops heart-beating while its process and stream live on (a
+// long pause, a partition healed too late) is removed, and learns it at
+// once: its round stream ends with the reason.
+TEST(RefitServerTest, ExpiredMemberLearnsItWasRemoved) {
+  RefitServer::Options o = TestOptions();
+  o.heartbeat_timeout = absl::Milliseconds(500);
+  auto s = RefitServer::Start(std::move(o));
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto alive = Client((*s)->port());
+  ASSERT_TRUE(alive->Register(Reg(v1::SIDE_TRAINER, "", 0, 1, {"w0"})).ok());
+  auto paused = Client((*s)->port(), absl::Hours(1));
+  ASSERT_TRUE(paused->Register(Reg(v1::SIDE_ENGINE, "A", 0, 1, {"w0"})).ok());
+  const absl::Time begin = absl::Now();
+  auto v = paused->WaitForRound(In(absl::Seconds(10)));
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kUnavailable) << v.status();
+  EXPECT_THAT(v.status().message(), HasSubstr("stopped heart-beating"));
+  EXPECT_LT(absl::Now() - begin, absl::Seconds(5));
+  // The member that kept heart-beating is still there.
+  auto st = alive->GetStatus(In(absl::Seconds(5)));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->members_size(), 1);
 }
 
 TEST(RefitServerTest, StartRefusesInsecureNonLoopbackAndMissingPlanner) {
