@@ -4,6 +4,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <cstring>
 #include <deque>
 #include <set>
 #include <thread>
@@ -139,13 +141,34 @@ void* NcclTransport::stream(int32_t lane) const {
 }
 
 absl::Status NcclTransport::Abort(Lane& lane, absl::Status why) {
-  if (lane.comm != nullptr) {
-    ncclCommAbort(lane.comm);
-    lane.comm = nullptr;
+  // Every lane, not only the failing one (see the header), and all at once:
+  // ncclCommAbort of one communicator waits for the device, which a kernel
+  // of another lane still spinning on a dead peer would keep busy forever.
+  // So first revoke every communicator (non-blocking: stops its in-flight
+  // operations), then abort them concurrently.
+  std::vector<std::thread> aborts;
+  for (auto& l : lanes_) {
+    if (l->comm != nullptr) ncclCommRevoke(l->comm, NCCL_REVOKE_DEFAULT);
   }
-  lane.error = why;
-  for (cudaEvent_t e : lane.pending) lane.spare.push_back(e);
-  lane.pending.clear();
+  for (auto& l : lanes_) {
+    if (l->comm != nullptr) {
+      aborts.emplace_back([c = l->comm] { ncclCommAbort(c); });
+      l->comm = nullptr;
+    }
+  }
+  for (std::thread& a : aborts) a.join();
+  for (auto& l : lanes_) {
+    if (l->error.ok()) {
+      l->error = l.get() == &lane
+                     ? why
+                     : absl::Status(why.code(),
+                                    absl::StrCat("lane ", l->index,
+                                                 " aborted with lane ", lane.index,
+                                                 ": ", why.message()));
+    }
+    for (cudaEvent_t e : l->pending) l->spare.push_back(e);
+    l->pending.clear();
+  }
   return why;
 }
 
@@ -243,11 +266,14 @@ static_assert(sizeof(cuda::DeviceCopy) == sizeof(ResolvedCopy),
 
 class CudaCopyEngine : public CopyEngine {
  public:
-  explicit CudaCopyEngine(NcclTransport* t)
-      : t_(t), tasks_(t->num_lanes(), nullptr), cap_(t->num_lanes(), 0) {}
+  explicit CudaCopyEngine(NcclTransport* t) : t_(t), lanes_(t->num_lanes()) {}
   ~CudaCopyEngine() override {
-    for (void* p : tasks_) {
-      if (p != nullptr) cudaFree(p);
+    for (auto& lane : lanes_) {
+      for (Chunk& c : lane) {
+        if (c.used != nullptr) cudaEventDestroy(c.used);
+        if (c.dev != nullptr) cudaFree(c.dev);
+        if (c.host != nullptr) cudaFreeHost(c.host);
+      }
     }
   }
   MemoryKind kind() const override { return MemoryKind::kDevice; }
@@ -259,30 +285,55 @@ class CudaCopyEngine : public CopyEngine {
     return static_cast<char*>(p);
   }
   void Free(char* p) override { cudaFree(p); }
+  // Uploads the copy tasks through a pinned chunk of the lane (so the
+  // upload never blocks the host, even behind a round whose peer died) and
+  // launches the kernel on the lane's stream. A chunk is reused once its
+  // kernel has run (its event); otherwise a new one is added, so after the
+  // first refit a lane holds one chunk per round it can have queued.
   absl::Status Copy(int32_t lane,
                     absl::Span<const ResolvedCopy> copies) override {
     if (copies.empty()) return absl::OkStatus();
-    cudaStream_t s = static_cast<cudaStream_t>(t_->stream(lane));
-    if (static_cast<int64_t>(copies.size()) > cap_[lane]) {
-      if (tasks_[lane] != nullptr) {
-        REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s), "sync"));
-        cudaFree(tasks_[lane]);
-        tasks_[lane] = nullptr;
-      }
-      REFIT_RETURN_IF_ERROR(CudaStatus(
-          cudaMalloc(&tasks_[lane], copies.size() * sizeof(ResolvedCopy)),
-          "cudaMalloc of copy tasks"));
-      cap_[lane] = static_cast<int64_t>(copies.size());
+    if (lane < 0 || lane >= static_cast<int32_t>(lanes_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("lane ", lane, " out of range"));
     }
+    cudaStream_t s = static_cast<cudaStream_t>(t_->stream(lane));
+    const size_t bytes = copies.size() * sizeof(ResolvedCopy);
+    std::vector<Chunk>& ring = lanes_[lane];
+    Chunk* c = nullptr;
+    for (Chunk& k : ring) {
+      if (k.bytes >= bytes && cudaEventQuery(k.used) == cudaSuccess) {
+        c = &k;
+        break;
+      }
+    }
+    if (c == nullptr) {
+      Chunk k;
+      k.bytes = std::max<size_t>(bytes, 64 << 10);
+      absl::Status st = CudaStatus(cudaMallocHost(&k.host, k.bytes),
+                                   "cudaMallocHost of copy tasks");
+      if (st.ok()) st = CudaStatus(cudaMalloc(&k.dev, k.bytes), "cudaMalloc of copy tasks");
+      if (st.ok()) {
+        st = CudaStatus(cudaEventCreateWithFlags(&k.used, cudaEventDisableTiming),
+                        "cudaEventCreate");
+      }
+      if (!st.ok()) {
+        if (k.dev != nullptr) cudaFree(k.dev);
+        if (k.host != nullptr) cudaFreeHost(k.host);
+        return st;
+      }
+      ring.push_back(k);
+      c = &ring.back();
+    }
+    std::memcpy(c->host, copies.data(), bytes);
     REFIT_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(tasks_[lane], copies.data(),
-                        copies.size() * sizeof(ResolvedCopy),
-                        cudaMemcpyHostToDevice, s),
+        cudaMemcpyAsync(c->dev, c->host, bytes, cudaMemcpyHostToDevice, s),
         "copy tasks to device"));
-    return CudaStatus(static_cast<cudaError_t>(cuda::LaunchCopies(
-                          static_cast<const cuda::DeviceCopy*>(tasks_[lane]),
-                          static_cast<int>(copies.size()), s)),
-                      "pack/unpack kernel launch");
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        static_cast<cudaError_t>(cuda::LaunchCopies(
+            static_cast<const cuda::DeviceCopy*>(c->dev),
+            static_cast<int>(copies.size()), s)),
+        "pack/unpack kernel launch"));
+    return CudaStatus(cudaEventRecord(c->used, s), "cudaEventRecord");
   }
   absl::Status Sync(int32_t lane, absl::Time deadline) override {
     cudaStream_t s = static_cast<cudaStream_t>(t_->stream(lane));
@@ -329,9 +380,14 @@ class CudaCopyEngine : public CopyEngine {
   }
 
  private:
+  struct Chunk {
+    void* host = nullptr;  // pinned
+    void* dev = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t used = nullptr;  // recorded after the kernel that reads dev
+  };
   NcclTransport* t_;
-  std::vector<void*> tasks_;
-  std::vector<int64_t> cap_;
+  std::vector<std::vector<Chunk>> lanes_;
 };
 
 }  // namespace

@@ -3,8 +3,13 @@
 // unique id of each lane exchanged through a KvStore. A round is one
 // ncclGroupStart / ncclSend / ncclRecv / ncclGroupEnd on the lane's stream;
 // WaitRound polls the round's event and ncclCommGetAsyncError against the
-// deadline and, on timeout or error, aborts the communicator (ncclCommAbort)
-// and returns a status naming the peers and ncclGetLastError.
+// deadline and, on timeout or error, aborts the communicators of EVERY lane
+// (ncclCommAbort) and returns a status naming the peers and
+// ncclGetLastError. All lanes go down together: a dead peer leaves the other
+// lanes' kernels spinning on receives that never arrive, and a spinning
+// kernel would block any later cudaFree or device synchronization (the
+// executor's teardown) forever. Afterwards every call fails with the first
+// error; build a new transport to go on.
 //
 // MakeCudaCopyEngine gives the executor device staging and the pack/unpack
 // kernels on the same lane streams (so packing is stream-ordered before the

@@ -10,11 +10,18 @@
 // buffer 0 into a snapshot) sees the new weights when replayed after it.
 // One line per pattern: PASS / FAIL / SKIP. Exit 1 on any FAIL; with no GPU
 // prints SKIP and exits 0.
+//
+// Then `killed-peer` (2 GPUs, the 1to1 plan): after a good first step the
+// trainer process exits abruptly; the engine process must fail its second
+// step with an error by the step's deadline (5 s) and exit, never hang
+// (the parent kills it after 60 s and reports FAIL).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,8 +55,10 @@ std::string Flag(int argc, char** argv, const std::string& name,
     }                                                                      \
   } while (0)
 
+// kill_peer: the source rank exits abruptly before step 2; the destination
+// expects step 2 to fail by its deadline.
 int Worker(const std::string& pattern, int g, const std::string& dir,
-           int lanes) {
+           int lanes, bool kill_peer) {
   auto plan = testing::MakePatternPlan(pattern, lanes, 2);
   if (!plan.ok()) return 2;
   const int ws = plan->src.world_size;
@@ -111,6 +120,10 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
     return 2;
   }
   for (int step = 1; step <= 2; ++step) {
+    if (kill_peer && step == 2 && side == PlanSide::kSource) {
+      std::fflush(stdout);
+      _exit(0);  // a trainer process that dies between refits
+    }
     if (side == PlanSide::kSource) {
       testing::FillRecords(layout, rank, step, &host);
       for (size_t b = 0; b < host.size(); ++b) {
@@ -118,7 +131,30 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
                                   cudaMemcpyHostToDevice));
       }
     }
-    auto st = (*ex)->Run(absl::Now() + absl::Seconds(60));
+    const auto t0 = std::chrono::steady_clock::now();
+    auto st = (*ex)->Run(absl::Now() + absl::Seconds(kill_peer ? 5 : 60));
+    if (kill_peer && step == 2) {
+      const double secs = std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - t0).count();
+      if (st.ok()) {
+        std::fprintf(stderr, "rank %d: step 2 succeeded without its peer\n", g);
+        return 1;
+      }
+      std::printf("  engine rank failed after %.1f s, as it should: %s\n", secs,
+                  st.status().ToString().c_str());
+      std::fflush(stdout);
+      // Cleaning up after the abort (staging cudaFree, streams, comms) must
+      // not hang either.
+      const auto t1 = std::chrono::steady_clock::now();
+      ex->reset();
+      engine.reset();
+      t->reset();
+      const double clean = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - t1).count();
+      std::printf("  engine rank cleaned up in %.1f s\n", clean);
+      std::fflush(stdout);
+      return secs < 15 && clean < 15 ? 0 : 1;
+    }
     if (!st.ok()) {
       std::fprintf(stderr, "rank %d: %s\n", g, st.status().ToString().c_str());
       return 3;
@@ -153,12 +189,58 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
   return 0;
 }
 
+// Forks one worker per rank (rank g on GPU g) and waits for all of them, at
+// most 120 s (60 s for killed-peer), then kills them. True if every worker
+// exited with 0.
+bool RunWorkers(const char* argv0, const std::string& pattern, int world,
+                int lanes, bool kill_peer) {
+  const int limit_s = kill_peer ? 60 : 120;
+  char tmpl[] = "/tmp/refit_nccl_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  std::vector<pid_t> pids;
+  for (int g = 0; g < world; ++g) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl("/proc/self/exe", argv0, "--worker", pattern.c_str(),
+            std::to_string(g).c_str(), dir.c_str(), std::to_string(lanes).c_str(),
+            kill_peer ? "kill" : "run", (char*)nullptr);
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  bool ok = true;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(limit_s);
+  std::vector<bool> done(world, false);
+  for (int left = world; left > 0;) {
+    for (int g = 0; g < world; ++g) {
+      int st = 0;
+      if (done[g] || waitpid(pids[g], &st, WNOHANG) != pids[g]) continue;
+      done[g] = true;
+      --left;
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) ok = false;
+    }
+    if (left > 0 && std::chrono::steady_clock::now() > until) {
+      for (int g = 0; g < world; ++g) {
+        if (done[g]) continue;
+        std::fprintf(stderr, "%s: rank %d still running after %d s: killed\n",
+                     pattern.c_str(), g, limit_s);
+        kill(pids[g], SIGKILL);
+        waitpid(pids[g], nullptr, 0);
+      }
+      return false;
+    }
+    if (left > 0) usleep(20000);
+  }
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   if (argc >= 2 && std::string(argv[1]) == "--worker") {
-    return Worker(argv[2], std::atoi(argv[3]), argv[4], std::atoi(argv[5]));
+    return Worker(argv[2], std::atoi(argv[3]), argv[4], std::atoi(argv[5]),
+                  argc >= 7 && std::string(argv[6]) == "kill");
   }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -177,29 +259,21 @@ int main(int argc, char** argv) {
       std::printf("SKIP %s: needs %d GPUs, have %d\n", p.c_str(), world, gpus);
       continue;
     }
-    char tmpl[] = "/tmp/refit_nccl_XXXXXX";
-    const std::string dir = mkdtemp(tmpl);
-    std::vector<pid_t> pids;
-    for (int g = 0; g < world; ++g) {
-      pid_t pid = fork();
-      if (pid == 0) {
-        execl("/proc/self/exe", argv[0], "--worker", p.c_str(),
-              std::to_string(g).c_str(), dir.c_str(),
-              std::to_string(lanes).c_str(), (char*)nullptr);
-        _exit(127);
-      }
-      pids.push_back(pid);
-    }
-    bool ok = true;
-    for (int g = 0; g < world; ++g) {
-      int st = 0;
-      waitpid(pids[g], &st, 0);
-      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) ok = false;
-    }
+    const bool ok = RunWorkers(argv[0], p, world, lanes, false);
     std::printf("%s %s (%d ranks, %d lanes)\n", ok ? "PASS" : "FAIL", p.c_str(),
                 world, lanes);
     std::fflush(stdout);
     if (!ok) ++failed;
+  }
+  if (only.empty() || only == "killed-peer") {
+    if (gpus < 2) {
+      std::printf("SKIP killed-peer: needs 2 GPUs, have %d\n", gpus);
+    } else {
+      const bool ok = RunWorkers(argv[0], "1to1", 2, lanes, true);
+      std::printf("%s killed-peer (2 ranks, %d lanes)\n", ok ? "PASS" : "FAIL",
+                  lanes);
+      if (!ok) ++failed;
+    }
   }
   return failed ? 1 : 0;
 }
