@@ -20,6 +20,7 @@
 
 #include "absl/strings/numbers.h"
 #include "mapping/mapping.h"
+#include "reshard/planner.h"
 
 namespace refit {
 namespace {
@@ -35,10 +36,6 @@ class Digest {
     }
   }
   void I(int64_t v) { Bytes(&v, sizeof v); }
-  void S(const std::string& s) {
-    I(static_cast<int64_t>(s.size()));
-    Bytes(s.data(), s.size());
-  }
   template <typename V>
   void Ints(const V& v) {
     I(static_cast<int64_t>(v.size()));
@@ -56,56 +53,17 @@ class Digest {
   uint64_t a_ = 1469598103934665603ULL, b_ = 7;
 };
 
+// The layout's fingerprint (reshard/planner.h) and a digest of what
+// MappedSide adds to it.
 std::string DigestOf(const MappedSide& m) {
   Digest d;
-  const SideLayout& L = m.layout;
-  d.I(L.world_size);
-  d.I(L.tensors.size());
-  for (const TensorSpec& t : L.tensors) {
-    d.S(t.name);
-    d.Ints(t.shape);
-    d.I(static_cast<int64_t>(t.dtype));
-    d.I(t.stacked);
-    d.I(static_cast<int64_t>(t.transform));
-  }
-  d.I(L.buffers.size());
-  for (const BufferSpec& b : L.buffers) {
-    d.I(b.rank);
-    d.S(b.name);
-    d.I(b.byte_size);
-    d.I(b.padding.size());
-    for (const ByteRange& p : b.padding) {
-      d.I(p.begin);
-      d.I(p.size);
-    }
-  }
-  d.I(L.records.size());
-  for (const Record& r : L.records) {
-    d.I(r.tensor);
-    d.I(r.rank);
-    d.I(r.buffer);
-    d.Ints(r.box.origin());
-    d.Ints(r.box.shape());
-    d.I(r.byte_offset);
-    d.I(r.dims.size());
-    for (const DimMap& dm : r.dims) {
-      d.I(dm.splits.size());
-      for (const DimSplit& s : dm.splits) {
-        d.I(s.size);
-        d.I(s.stride);
-      }
-    }
-    d.I(r.buffer_step);
-  }
-  d.Ints(L.host_of_rank);
-  d.Ints(L.stage_of_rank);
   d.I(m.buffer_info.size());
   for (const BufferInfo& b : m.buffer_info) {
     d.Ints(b.shape);
     d.I(static_cast<int64_t>(b.dtype));
   }
   d.Ints(m.rank_begin);
-  return d.Hex();
+  return LayoutFingerprint(m.layout) + d.Hex();
 }
 
 double CpuSeconds() {

@@ -573,6 +573,7 @@ void WriteSide(Writer& w, const SideLayout& s) {
         w.I(sp.stride);
       }
     }
+    w.I(r.buffer_step);
   }
   w.I(s.host_of_rank.size());
   for (int32_t h : s.host_of_rank) w.I(h);
@@ -625,6 +626,12 @@ PlanStats ComputePlanStats(const Plan& plan) {
     for (int l = 0; l < L; ++l) st.staging_dst[k] += pd[int64_t{k} * L + l];
   }
   return st;
+}
+
+std::string LayoutFingerprint(const SideLayout& layout) {
+  Writer w;
+  WriteSide(w, layout);
+  return w.Digest();
 }
 
 std::string PlanFingerprint(const Plan& p) {

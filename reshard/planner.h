@@ -86,6 +86,12 @@ PlanStats ComputePlanStats(const Plan& plan);
 // `fingerprint` itself. BuildPlan sets plan.fingerprint to this.
 std::string PlanFingerprint(const Plan& plan);
 
+// The same kind of digest over one layout alone: every field of its
+// tensors, buffers, records and rank annotations, as PlanFingerprint hashes
+// each side. Equal layouts give equal digests (e.g. to check that a change
+// to the mapping tables leaves the layouts byte for byte as they were).
+std::string LayoutFingerprint(const SideLayout& layout);
+
 }  // namespace refit
 
 #endif  // REFIT_RESHARD_PLANNER_H_

@@ -624,6 +624,22 @@ TEST(PlannerTest, PerExpertBuffersAreMergedIntoIndexedRecords) {
   }
   // One segment per (weight, src rank, dst rank), not per expert.
   EXPECT_EQ(plan->segments.size(), 8u);
+  // The fingerprints see the buffer step of an indexed record (the same
+  // boxes with another buffer per expert are another layout).
+  {
+    int merged = -1;
+    for (size_t i = 0; i < plan->src.records.size(); ++i) {
+      if (plan->src.records[i].buffer_step != 0) merged = static_cast<int>(i);
+    }
+    ASSERT_GE(merged, 0);
+    SideLayout other = plan->src;
+    EXPECT_EQ(LayoutFingerprint(other), LayoutFingerprint(plan->src));
+    other.records[merged].buffer_step += 1;
+    EXPECT_NE(LayoutFingerprint(other), LayoutFingerprint(plan->src));
+    Plan changed = *plan;
+    changed.src = other;
+    EXPECT_NE(PlanFingerprint(changed), plan->fingerprint);
+  }
 
   OwnedBuffers sb = AllocateBuffers(src), db = AllocateBuffers(dst, 0xEE);
   FillPattern(src, sb.ptrs);
