@@ -1,13 +1,5 @@
-// refitd: the control-plane sidecar. Flags (--name=value):
-//   --address=HOST:PORT          listen address (default 127.0.0.1:50051)
-//   --tls_cert=PEM --tls_key=PEM server certificate chain and key files
-//   --tls_client_ca=PEM          require client certificates signed by this CA
-//   --token_file=PATH            bearer token every call must carry
-//   --allow_insecure_non_loopback  permit a plaintext non-loopback listener
-//   --min_engines=N              complete engines needed for a plan (1)
-//   --max_buffers=N --max_metadata_bytes=N  registration limits
-//   --heartbeat_timeout_ms=N --round_timeout_s=N
-//   --staging_mib=N (512) --lanes=N (2)  plan: staging budget per rank, lanes
+// refitd: the control-plane sidecar. Flags (--name=value); `refitd --help`
+// prints them (kUsage below).
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -26,6 +18,36 @@
 #include "server/refit_server.h"
 
 namespace {
+
+constexpr char kUsage[] = R"(refitd: the refit control plane (a sidecar next to the training job).
+
+usage: refitd [--name=value ...]
+
+  --address=HOST:PORT            listen address (default 127.0.0.1:50051; port 0
+                                 picks one, printed as "refitd listening on port N")
+  --tls_cert=PEM                 server certificate chain file
+  --tls_key=PEM                  its private key file
+  --tls_client_ca=PEM            require client certificates signed by this CA
+  --token_file=PATH              bearer token every call must carry
+  --allow_insecure_non_loopback  permit a plaintext listener on a non-loopback
+                                 address (default: refused)
+  --min_engines=N                complete engines needed before a plan (1)
+  --max_buffers=N                buffers one member may register
+  --max_metadata_bytes=N         bytes of one member's registration
+  --heartbeat_timeout_ms=N       a member silent this long is removed (10000)
+  --round_timeout_s=N            a round not done by then is aborted (1800)
+  --plan_settle_ms=N             plan once the membership has been unchanged
+                                 this long (20)
+  --plan_settle_max_ms=N         ... but at most this long after the first
+                                 change not yet planned (500)
+  --staging_mib=N                planner staging budget per rank (512)
+  --lanes=N                      planner lanes (2)
+  --help                         this text
+
+example:
+  refitd --address=0.0.0.0:50051 --token_file=/etc/refit/token \
+         --tls_cert=cert.pem --tls_key=key.pem --min_engines=2
+)";
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -49,18 +71,26 @@ int Fail(const absl::Status& s) {
 
 int main(int argc, char** argv) {
   refit::ReexecWithHugePages(argv);  // first: see common/huge_pages.h
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h" || a == "help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  }
   std::map<std::string, std::string> flags;
   const std::set<std::string> known = {
       "address", "tls_cert", "tls_key", "tls_client_ca", "token_file",
       "allow_insecure_non_loopback", "min_engines", "max_buffers",
-      "max_metadata_bytes", "staging_mib", "lanes", "heartbeat_timeout_ms", "round_timeout_s"};
+      "max_metadata_bytes", "staging_mib", "lanes", "heartbeat_timeout_ms", "round_timeout_s",
+      "plan_settle_ms", "plan_settle_max_ms"};
   for (int i = 1; i < argc; ++i) {
     absl::string_view a = argv[i];
     if (!absl::ConsumePrefix(&a, "--")) return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument ", argv[i])));
     size_t eq = a.find('=');
     std::string name(a.substr(0, eq));
     std::string value = eq == absl::string_view::npos ? "true" : std::string(a.substr(eq + 1));
-    if (!known.count(name)) return Fail(absl::InvalidArgumentError(absl::StrCat("unknown flag --", name)));
+    if (!known.count(name)) return Fail(absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (refitd --help lists the flags)")));
     flags[name] = value;
   }
   auto get = [&](const std::string& n, const std::string& d) {
@@ -104,9 +134,14 @@ int main(int argc, char** argv) {
   auto max_meta = get_int("max_metadata_bytes", o.max_metadata_bytes);
   auto hb = get_int("heartbeat_timeout_ms", 10000);
   auto rt = get_int("round_timeout_s", 1800);
-  for (auto* s : {&min_engines, &max_buffers, &max_meta, &hb, &rt}) {
+  auto settle = get_int("plan_settle_ms", absl::ToInt64Milliseconds(o.plan_settle));
+  auto settle_max =
+      get_int("plan_settle_max_ms", absl::ToInt64Milliseconds(o.plan_settle_max));
+  for (auto* s : {&min_engines, &max_buffers, &max_meta, &hb, &rt, &settle, &settle_max}) {
     if (!s->ok()) return Fail(s->status());
   }
+  o.plan_settle = absl::Milliseconds(*settle);
+  o.plan_settle_max = absl::Milliseconds(*settle_max);
   o.min_engines = static_cast<int>(*min_engines);
   o.max_buffers_per_member = static_cast<int>(*max_buffers);
   o.max_metadata_bytes = *max_meta;

@@ -1,0 +1,40 @@
+#!/bin/bash
+# Runs the refitd binary as an operator would: help, flag errors, start and
+# stop on a signal.
+set -u
+REFITD="${TEST_SRCDIR}/${TEST_WORKSPACE:-refit}/server/refitd"
+[ -x "$REFITD" ] || REFITD="$(find "${TEST_SRCDIR}" -path '*server/refitd' -type f | head -1)"
+fail=0
+check() {  # check NAME WANT_RC PATTERN -- cmd...
+  local name=$1 want=$2 pat=$3; shift 4
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" != "$want" ]; then echo "FAIL $name: rc=$rc want $want"; echo "$out"; fail=1; return; fi
+  if ! grep -qE -- "$pat" <<<"$out"; then echo "FAIL $name: no /$pat/ in:"; echo "$out"; fail=1; return; fi
+  echo "ok $name"
+}
+for flag in --address --tls_cert --tls_key --tls_client_ca --token_file \
+    --allow_insecure_non_loopback --min_engines --max_buffers \
+    --max_metadata_bytes --heartbeat_timeout_ms --round_timeout_s \
+    --plan_settle_ms --plan_settle_max_ms --staging_mib --lanes; do
+  check "help$flag" 0 "^  $flag" -- "$REFITD" --help
+done
+check unknown-flag 2 'unknown flag --bogus .*refitd --help' -- "$REFITD" --bogus=1
+check bad-count 2 '--plan_settle_ms: not a count: soon' -- "$REFITD" --plan_settle_ms=soon
+check missing-token-file 2 'cannot read /nonexistent/token' -- "$REFITD" --token_file=/nonexistent/token
+
+# Starts on port 0, reports the port, stops on SIGTERM within 5 s.
+log="${TEST_TMPDIR:-/tmp}/refitd.$$.log"
+"$REFITD" --address=127.0.0.1:0 --plan_settle_ms=5 --plan_settle_max_ms=50 >"$log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q 'listening on port [1-9]' "$log" && break; sleep 0.1; done
+if grep -q 'listening on port [1-9]' "$log"; then echo "ok start"; else echo "FAIL start:"; cat "$log"; fail=1; fi
+kill -TERM "$pid"
+for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$pid" 2>/dev/null; then
+  echo "FAIL stop: still running 5 s after SIGTERM"; kill -KILL "$pid"; fail=1
+else
+  wait "$pid"; rc=$?
+  if [ "$rc" = 0 ]; then echo "ok stop"; else echo "FAIL stop: rc=$rc"; fail=1; fi
+fi
+exit $fail
