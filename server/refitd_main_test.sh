@@ -2,17 +2,10 @@
 # Runs the refitd binary as an operator would: help, flag errors, start and
 # stop on a signal.
 set -u
-REFITD="${TEST_SRCDIR}/${TEST_WORKSPACE:-refit}/server/refitd"
-[ -x "$REFITD" ] || REFITD="$(find "${TEST_SRCDIR}" -path '*server/refitd' -type f | head -1)"
-fail=0
-check() {  # check NAME WANT_RC PATTERN -- cmd...
-  local name=$1 want=$2 pat=$3; shift 4
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$want" ]; then echo "FAIL $name: rc=$rc want $want"; echo "$out"; fail=1; return; fi
-  if ! grep -qE -- "$pat" <<<"$out"; then echo "FAIL $name: no /$pat/ in:"; echo "$out"; fail=1; return; fi
-  echo "ok $name"
-}
+# shellcheck source=tests/testing/check.sh
+. "${TEST_SRCDIR}/${TEST_WORKSPACE:-refit}/tests/testing/check.sh" 2>/dev/null ||
+  . "$(find "${TEST_SRCDIR}" -path '*tests/testing/check.sh' | head -1)"
+REFITD=$(find_bin server/refitd)
 for flag in --address --tls_cert --tls_key --tls_client_ca --token_file \
     --allow_insecure_non_loopback --min_engines --max_buffers \
     --max_metadata_bytes --heartbeat_timeout_ms --round_timeout_s \

@@ -1,17 +1,10 @@
 #!/bin/bash
 # Runs the `refit` binary as a user would: exit codes and output.
 set -u
-REFIT="${TEST_SRCDIR}/${TEST_WORKSPACE:-refit}/tools/cli/refit"
-[ -x "$REFIT" ] || REFIT="$(find "${TEST_SRCDIR}" -path '*tools/cli/refit' -type f | head -1)"
-fail=0
-check() {  # check NAME WANT_RC PATTERN -- cmd...
-  local name=$1 want=$2 pat=$3; shift 4
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$want" ]; then echo "FAIL $name: rc=$rc want $want"; echo "$out"; fail=1; return; fi
-  if ! grep -qE -- "$pat" <<<"$out"; then echo "FAIL $name: no /$pat/ in:"; echo "$out"; fail=1; return; fi
-  echo "ok $name"
-}
+# shellcheck source=tests/testing/check.sh
+. "${TEST_SRCDIR}/${TEST_WORKSPACE:-refit}/tests/testing/check.sh" 2>/dev/null ||
+  . "$(find "${TEST_SRCDIR}" -path '*tests/testing/check.sh' | head -1)"
+REFIT=$(find_bin tools/cli/refit)
 check top-help 0 'refit plan' -- "$REFIT" --help
 check plan-help 0 '--heatmap FILE.svg' -- "$REFIT" plan --help
 check top-help-simulate 0 'refit simulate --model' -- "$REFIT" --help

@@ -2,11 +2,9 @@
 # `refit status` against a real refitd on 127.0.0.1:0: no members, no plan;
 # a wrong or missing token and an unreachable server fail with exit 1.
 set -u
-find_bin() {  # find_bin RELPATH
-  local p="${TEST_SRCDIR}/${TEST_WORKSPACE:-refit}/$1"
-  [ -x "$p" ] || p="$(find "${TEST_SRCDIR}" -path "*$1" -type f | head -1)"
-  echo "$p"
-}
+# shellcheck source=tests/testing/check.sh
+. "${TEST_SRCDIR}/${TEST_WORKSPACE:-refit}/tests/testing/check.sh" 2>/dev/null ||
+  . "$(find "${TEST_SRCDIR}" -path '*tests/testing/check.sh' | head -1)"
 REFIT=$(find_bin tools/cli/refit)
 REFITD=$(find_bin server/refitd)
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -24,14 +22,7 @@ for _ in $(seq 100); do  # up to 10 s
 done
 [ -n "$port" ] || { echo "FAIL refitd did not report its port:"; cat "$tmp/refitd.out"; exit 1; }
 fail=0
-check() {  # check NAME WANT_RC PATTERN -- cmd...
-  local name=$1 want=$2 pat=$3; shift 4
-  local out rc
-  out=$(timeout 30 "$@" 2>&1); rc=$?
-  if [ "$rc" != "$want" ]; then echo "FAIL $name: rc=$rc want $want"; echo "$out"; fail=1; return; fi
-  if ! grep -qE -- "$pat" <<<"$out"; then echo "FAIL $name: no /$pat/ in:"; echo "$out"; fail=1; return; fi
-  echo "ok $name"
-}
+CHECK_TIMEOUT_S=30
 check status-help 0 '--token-file FILE' -- "$REFIT" status --help
 check status-no-server 2 '--server is required' -- "$REFIT" status
 check status-members 0 '^members: 0$' -- "$REFIT" status --server "127.0.0.1:$port" --token-file "$tmp/token"
