@@ -57,6 +57,7 @@
 #include "reshard/reference_copy.h"
 #include "reshard/sharding.h"
 #include "tests/dataplane/dir_kv_store.h"
+#include "tests/testing/flags.h"
 
 namespace refit {
 namespace {
@@ -66,14 +67,6 @@ namespace {
 int kWorld = 4;
 int kTrainer = 2;
 
-std::string Flag(int argc, char** argv, const std::string& name,
-                 const std::string& def) {
-  const std::string p = "--" + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], p.c_str(), p.size()) == 0) return argv[i] + p.size();
-  }
-  return def;
-}
 
 #define CK(x)                                                               \
   do {                                                                      \
@@ -542,18 +535,18 @@ double D(const std::map<std::string, std::string>& m, const std::string& k) {
 int main(int argc, char** argv) {
   using namespace refit;
   setenv("NCCL_NVLS_ENABLE", "0", 1);
-  const std::string model = Flag(argc, argv, "model", "qwen3-8b");
+  const std::string model = testing::FlagValue(argc, argv, "model", "qwen3-8b");
   BenchOptions bo;
-  (void)absl::SimpleAtoi(Flag(argc, argv, "iters", "5"), &bo.iters);
-  (void)absl::SimpleAtoi(Flag(argc, argv, "staging_mib", "512"), &bo.staging_mib);
-  (void)absl::SimpleAtoi(Flag(argc, argv, "direct_mib", "-1"), &bo.direct_mib);
-  (void)absl::SimpleAtoi(Flag(argc, argv, "round_mib", "0"), &bo.round_mib);
+  (void)absl::SimpleAtoi(testing::FlagValue(argc, argv, "iters", "5"), &bo.iters);
+  (void)absl::SimpleAtoi(testing::FlagValue(argc, argv, "staging_mib", "512"), &bo.staging_mib);
+  (void)absl::SimpleAtoi(testing::FlagValue(argc, argv, "direct_mib", "-1"), &bo.direct_mib);
+  (void)absl::SimpleAtoi(testing::FlagValue(argc, argv, "round_mib", "0"), &bo.round_mib);
   const int iters = bo.iters;
   const int64_t staging_mib = bo.staging_mib;
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
   int gpus = std::min(count, 4);
-  (void)absl::SimpleAtoi(Flag(argc, argv, "gpus", std::to_string(gpus)), &gpus);
+  (void)absl::SimpleAtoi(testing::FlagValue(argc, argv, "gpus", std::to_string(gpus)), &gpus);
   gpus -= gpus % 2;
   kWorld = gpus;
   kTrainer = gpus / 2;
@@ -582,7 +575,7 @@ int main(int argc, char** argv) {
   bool ok = true;
   std::vector<std::string> table;
   for (absl::string_view sc :
-       absl::StrSplit(Flag(argc, argv, "scenarios", "tp2,dp2,small"), ',')) {
+       absl::StrSplit(testing::FlagValue(argc, argv, "scenarios", "tp2,dp2,small"), ',')) {
     const std::string scenario(sc);
     char tmpl[] = "/tmp/refit_gpu_bench.XXXXXX";
     const std::string dir = mkdtemp(tmpl);

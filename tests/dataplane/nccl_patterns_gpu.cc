@@ -31,20 +31,13 @@
 #include "reshard/executor.h"
 #include "reshard/nccl_transport.h"
 #include "tests/dataplane/dir_kv_store.h"
+#include "tests/testing/flags.h"
 #include "tests/dataplane/test_patterns.h"
 
 using namespace refit;
 
 namespace {
 
-std::string Flag(int argc, char** argv, const std::string& name,
-                 const std::string& def) {
-  const std::string p = "--" + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], p.c_str(), p.size()) == 0) return argv[i] + p.size();
-  }
-  return def;
-}
 
 #define CK(x)                                                              \
   do {                                                                     \
@@ -247,9 +240,9 @@ int main(int argc, char** argv) {
     std::printf("SKIP nccl_patterns_gpu: no CUDA device\n");
     return 0;
   }
-  const int gpus = std::atoi(Flag(argc, argv, "gpus", std::to_string(count)).c_str());
-  const int lanes = std::atoi(Flag(argc, argv, "lanes", "2").c_str());
-  const std::string only = Flag(argc, argv, "pattern", "");
+  const int gpus = std::atoi(testing::FlagValue(argc, argv, "gpus", std::to_string(count)).c_str());
+  const int lanes = std::atoi(testing::FlagValue(argc, argv, "lanes", "2").c_str());
+  const std::string only = testing::FlagValue(argc, argv, "pattern", "");
   int failed = 0;
   for (const std::string& p : testing::PatternNames()) {
     if (!only.empty() && p != only) continue;
