@@ -1169,7 +1169,7 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
       msgs.push_back(mm);
     };
     const int64_t direct_min = options.direct_min_bytes;
-    std::vector<int32_t> pending;  // into keys
+    std::vector<Segment> pending;  // of the message being coalesced
     for (size_t i = 0; i < keys.size();) {
       const int32_t s = keys[i].src_rank, d = dst_rank_of(keys[i]);
       size_t e = i;
@@ -1186,7 +1186,7 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
       auto flush = [&]() {
         if (pending.empty()) return;
         const size_t j = plan.segments.size();
-        for (int32_t q : pending) plan.segments.push_back(segment_of(keys[q]));
+        for (Segment& sg : pending) plan.segments.push_back(std::move(sg));
         add_message(s, d, seq++, j, contiguous(true, j, plan.segments.size()),
                     contiguous(false, j, plan.segments.size()));
         pending.clear();
@@ -1194,8 +1194,8 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
       };
       for (size_t q = i; q < e; ++q) {
         const SegKey& k = keys[q];
+        Segment sg = segment_of(k);
         if (direct_min > 0 && k.bytes >= direct_min) {
-          Segment sg = segment_of(k);
           const Range src = range_of(true, sg), dst = range_of(false, sg);
           if (src.buffer >= 0 || dst.buffer >= 0) {
             plan.segments.push_back(std::move(sg));
@@ -1204,7 +1204,7 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
           }
         }
         if (!pending.empty() && pending_bytes + k.bytes > cap) flush();
-        pending.push_back(static_cast<int32_t>(q));
+        pending.push_back(std::move(sg));
         pending_bytes += k.bytes;
       }
       flush();
