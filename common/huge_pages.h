@@ -6,8 +6,8 @@
 namespace refit {
 
 // Transparent huge pages for refit's own programs (refitd, `refit plan` and
-// `refit simulate`, the planner benchmark), which build and walk a few hundred MB of small
-// structs when they plan a large model.
+// `refit simulate`, the planner benchmark), which build and walk a few
+// hundred MB of small structs when they plan a large model.
 //
 // With 4 KiB pages that work is dominated by page faults and TLB misses.
 // Measured on the 2-core development VM (paravirtualized, where every page
