@@ -990,10 +990,12 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
       }
       for (int32_t i = 0; i < ns.world_size; ++i) src_pos[by[i]] = i;
     }
-    // Pass 1: split what exceeds the cap (rare), count keys per pair.
-    std::vector<int32_t> split_first(cands.size(), -1);
+    // Pass 1: split what exceeds the cap (rare). Candidate i's split boxes
+    // are split_boxes[split_off[i], split_off[i + 1]); none: it is whole.
+    std::vector<int32_t> split_off(cands.size() + 1, 0);
     std::vector<Box> split;
     for (size_t i = 0; i < cands.size(); ++i) {
+      split_off[i] = static_cast<int32_t>(split_boxes.size());
       const Candidate& c = cands[i];
       const int64_t es = DTypeSize(nd.tensors[nd.records[c.dst_record].tensor].dtype);
       if (es > cap) {
@@ -1006,19 +1008,13 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
       SplitBox(Intersect(pieces[c.src_tensor].pieces[c.piece].box,
                          nd.records[c.dst_record].box),
                es, cap, &split);
-      split_first[i] = static_cast<int32_t>(split_boxes.size());
       for (Box& b : split) split_boxes.push_back(std::move(b));
     }
-    std::vector<int32_t> split_end(cands.size(), -1);
-    {
-      int32_t end = static_cast<int32_t>(split_boxes.size());
-      for (size_t i = cands.size(); i-- > 0;) {
-        if (split_first[i] >= 0) {
-          split_end[i] = end;
-          end = split_first[i];
-        }
-      }
-    }
+    split_off[cands.size()] = static_cast<int32_t>(split_boxes.size());
+    // Keys of candidate i: 1 when whole, else its split boxes.
+    auto nkeys = [&](size_t i) {
+      return std::max<int32_t>(1, split_off[i + 1] - split_off[i]);
+    };
     const int64_t npairs = int64_t{ns.world_size} * nd.world_size;
     auto pair_of = [&](int32_t src_rank, int32_t dst_rank) {
       return int64_t{src_pos[src_rank]} * nd.world_size + dst_rank;
@@ -1036,7 +1032,7 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
     std::vector<int32_t> first;
     size_t total = 0;
     for (size_t i = 0; i < cands.size(); ++i) {
-      total += split_first[i] < 0 ? 1 : split_end[i] - split_first[i];
+      total += nkeys(i);
     }
     keys.resize(total);
     std::vector<int32_t> cursor;
@@ -1044,9 +1040,8 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
       first.assign(npairs + 1, 0);
       for (size_t i = 0; i < cands.size(); ++i) {
         const Candidate& c = cands[i];
-        const int32_t n = split_first[i] < 0 ? 1 : split_end[i] - split_first[i];
         first[pair_of(pieces[c.src_tensor].pieces[c.piece].ranks[choice[i]],
-                      c.dst_rank) + 1] += n;
+                      c.dst_rank) + 1] += nkeys(i);
       }
       for (int64_t q = 0; q < npairs; ++q) first[q + 1] += first[q];
       cursor.assign(first.begin(), first.end() - 1);
@@ -1064,12 +1059,12 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
                  src_rank};
         keys[counting ? cursor[pair_of(src_rank, c.dst_rank)]++ : next++] = k;
       };
-      if (split_first[i] < 0) {
+      if (split_off[i + 1] == split_off[i]) {
         add(Intersect(pieces[c.src_tensor].pieces[c.piece].box, dr.box), -1,
             c.bytes);
         continue;
       }
-      for (int32_t q = split_first[i]; q < split_end[i]; ++q) {
+      for (int32_t q = split_off[i]; q < split_off[i + 1]; ++q) {
         add(split_boxes[q], q, UncheckedNumElements(split_boxes[q]) * es);
       }
     }
