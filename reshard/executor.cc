@@ -365,7 +365,7 @@ absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
         recvs.push_back(RecvOp{m.peer, MessagePtr(w, m), m.bytes});
         stats.bytes_received += m.bytes;
       }
-      REFIT_RETURN_IF_ERROR(transport_->StartRound(w.lane, sends, recvs));
+      REFIT_RETURN_IF_ERROR(transport_->StartRound(w.lane, sends, recvs, deadline));
       REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
       ++posted[w.lane];
       ++stats.rounds;
@@ -412,7 +412,7 @@ absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
       recvs.push_back(RecvOp{m.peer, p, m.bytes});
       stats.bytes_received += m.bytes;
     }
-    REFIT_RETURN_IF_ERROR(transport_->StartRound(w.lane, sends, recvs));
+    REFIT_RETURN_IF_ERROR(transport_->StartRound(w.lane, sends, recvs, deadline));
     if (ordered) REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
     in_flight[w.lane] = static_cast<int>(wi);
     ++stats.rounds;
@@ -470,7 +470,7 @@ absl::Status Executor::Verify(absl::Time deadline) {
     return absl::UnimplementedError(
         "verify mode exchanges host hashes; not supported on device lanes");
   }
-  REFIT_RETURN_IF_ERROR(transport_->StartRound(0, sends, recvs));
+  REFIT_RETURN_IF_ERROR(transport_->StartRound(0, sends, recvs, deadline));
   REFIT_RETURN_IF_ERROR(transport_->WaitRound(0, deadline));
   if (src) return absl::OkStatus();
   for (const auto& [peer, msgs] : by_peer) {

@@ -34,9 +34,9 @@ class CorruptingTransport : public Transport {
   int32_t num_lanes() const override { return t_->num_lanes(); }
   MemoryKind memory_kind() const override { return t_->memory_kind(); }
   absl::Status StartRound(int32_t lane, absl::Span<const SendOp> s,
-                          absl::Span<const RecvOp> r) override {
+                          absl::Span<const RecvOp> r, absl::Time deadline) override {
     if (!done_ && lane == 0 && !r.empty() && r[0].bytes > 0) target_ = r[0];
-    return t_->StartRound(lane, s, r);
+    return t_->StartRound(lane, s, r, deadline);
   }
   absl::Status WaitRound(int32_t lane, absl::Time deadline) override {
     absl::Status s = t_->WaitRound(lane, deadline);

@@ -117,7 +117,8 @@ int32_t GlooTransport::num_lanes() const {
 
 absl::Status GlooTransport::StartRound(int32_t lane,
                                        absl::Span<const SendOp> sends,
-                                       absl::Span<const RecvOp> recvs) {
+                                       absl::Span<const RecvOp> recvs,
+                                       absl::Time /*deadline: posting never blocks*/) {
   if (lane < 0 || lane >= num_lanes()) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank_, ": lane ", lane, " out of range"));

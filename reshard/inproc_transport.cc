@@ -171,7 +171,8 @@ absl::StatusOr<std::unique_ptr<InProcTransport>> InProcTransport::Create(
 
 absl::Status InProcTransport::StartRound(int32_t lane,
                                          absl::Span<const SendOp> sends,
-                                         absl::Span<const RecvOp> recvs) {
+                                         absl::Span<const RecvOp> recvs,
+                                         absl::Time /*deadline: posting never blocks*/) {
   return fabric_->Start(rank_, lane, sends, recvs);
 }
 

@@ -76,7 +76,8 @@ class InProcTransport : public Transport {
   int32_t num_lanes() const override { return fabric_->num_lanes(); }
   MemoryKind memory_kind() const override { return MemoryKind::kHost; }
   absl::Status StartRound(int32_t lane, absl::Span<const SendOp> sends,
-                          absl::Span<const RecvOp> recvs) override;
+                          absl::Span<const RecvOp> recvs,
+                          absl::Time deadline) override;
   absl::Status WaitRound(int32_t lane, absl::Time deadline) override;
 
  private:

@@ -174,7 +174,8 @@ absl::Status NcclTransport::Abort(Lane& lane, absl::Status why) {
 
 absl::Status NcclTransport::StartRound(int32_t lane,
                                        absl::Span<const SendOp> sends,
-                                       absl::Span<const RecvOp> recvs) {
+                                       absl::Span<const RecvOp> recvs,
+                                       absl::Time deadline) {
   if (lane < 0 || lane >= num_lanes()) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank_, ": lane ", lane, " out of range"));
@@ -202,8 +203,7 @@ absl::Status NcclTransport::StartRound(int32_t lane,
     return Abort(L, NcclStatus(r, what + ": posting a round", L.comm));
   }
   // Non-blocking communicator: wait until the group is enqueued.
-  absl::Status s = WaitComm(L.comm, absl::Now() + absl::Seconds(60),
-                            what + ": enqueueing a round");
+  absl::Status s = WaitComm(L.comm, deadline, what + ": enqueueing a round");
   if (!s.ok()) return Abort(L, s);
   cudaEvent_t ev = nullptr;
   if (!L.spare.empty()) {

@@ -51,7 +51,8 @@ class NcclTransport : public Transport {
   int32_t num_lanes() const override;
   MemoryKind memory_kind() const override { return MemoryKind::kDevice; }
   absl::Status StartRound(int32_t lane, absl::Span<const SendOp> sends,
-                          absl::Span<const RecvOp> recvs) override;
+                          absl::Span<const RecvOp> recvs,
+                          absl::Time deadline) override;
   absl::Status WaitRound(int32_t lane, absl::Time deadline) override;
   // Rounds queue on the lane's stream; WaitRound waits for the oldest.
   int32_t max_rounds_per_lane() const override { return 1 << 20; }

@@ -49,9 +49,12 @@ class Transport {
   // one lane, the i-th send of one matches the i-th receive of the other
   // (same byte count). Fails with FAILED_PRECONDITION if a round is still
   // in flight on the lane, INVALID_ARGUMENT for a bad lane/peer, or the
-  // error that broke the lane earlier (ABORTED/UNAVAILABLE).
+  // error that broke the lane earlier (ABORTED/UNAVAILABLE). Posting never
+  // blocks past `deadline`: a transport that may have to wait to enqueue
+  // (NCCL's non-blocking communicators) fails with DEADLINE_EXCEEDED then.
   virtual absl::Status StartRound(int32_t lane, absl::Span<const SendOp> sends,
-                                  absl::Span<const RecvOp> recvs) = 0;
+                                  absl::Span<const RecvOp> recvs,
+                                  absl::Time deadline) = 0;
 
   // Waits for the round in flight on `lane` (OK at once if none). Fails
   // with DEADLINE_EXCEEDED naming the peers still pending when `deadline`

@@ -313,7 +313,8 @@ absl::StatusOr<double> RoundsOnly(const Plan& plan, PlanSide side, int rank,
         REFIT_RETURN_IF_ERROR(t->WaitRound(r.lane, absl::Now() + absl::Seconds(120)));
         --posted[r.lane];
       }
-      REFIT_RETURN_IF_ERROR(t->StartRound(r.lane, sends, recvs));
+      REFIT_RETURN_IF_ERROR(
+          t->StartRound(r.lane, sends, recvs, absl::Now() + absl::Seconds(120)));
       ++posted[r.lane];
     }
     for (int l = 0; l < lanes; ++l) {
