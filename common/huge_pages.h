@@ -30,7 +30,9 @@ namespace refit {
 //     mode cannot be read;
 //   - the C library is not glibc, or exec fails (the program then runs
 //     as it is, only slower).
-// Call it first thing in main(), before any thread starts.
+// Call it first thing in main(), before any thread starts. Under valgrind
+// set REFIT_HUGE_PAGES=0: valgrind does not follow the exec by default, so
+// the re-executed program would run outside the tool.
 void ReexecWithHugePages(char** argv);
 
 // The GLIBC_TUNABLES value with glibc.malloc.hugetlb=1 added to `existing`
