@@ -179,6 +179,7 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
                          BuildPlan(std::move(src.layout), std::move(dst), options.planner));
   BuiltPlan out;
   out.num_lanes = options.planner.num_lanes;
+  out.fingerprint = plan.fingerprint;
   out.trainer_slices.reserve(trainer.size());
   for (size_t t = 0; t < trainer.size(); ++t) {
     out.trainer_slices.push_back(

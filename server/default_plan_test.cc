@@ -104,6 +104,16 @@ TEST(DefaultPlanTest, EveryMemberGetsItsSliceAndEveryEngineByteASource) {
     received += mine;
   }
   EXPECT_EQ(sent, received);
+  // The plan's own fingerprint, carried by every slice; other planner
+  // options give another plan and another fingerprint.
+  EXPECT_EQ(built->fingerprint.size(), 32u);
+  for (const v1::PlanProto& p : built->trainer_slices) {
+    EXPECT_EQ(p.fingerprint(), built->fingerprint);
+  }
+  o.planner.staging_budget_bytes = 1 << 20;
+  absl::StatusOr<BuiltPlan> other = DefaultPlanFunction(o)(m.trainer, m.engine);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_NE(other->fingerprint, built->fingerprint);
 }
 
 TEST(DefaultPlanTest, BufferDisagreeingWithTheMappingNamesMemberAndParameter) {

@@ -744,7 +744,12 @@ void RefitServer::Impl::Housekeeping() {
       plan_dirty_ = false;
       plan_incomplete_ = false;
       plan_epoch_ = epoch;
-      plan_fingerprint_ = fp;
+      // What members and status see: the plan's own fingerprint (the
+      // registrations' one is the same for plans built with other planner
+      // options, e.g. another staging budget).
+      const std::string plan_fp =
+          built.ok() && !built->fingerprint.empty() ? built->fingerprint : fp;
+      plan_fingerprint_ = plan_fp;
       plan_slices_.clear();
       if (!built.ok()) {
         plan_status_ = AnnotateStatus(built.status(), "building the plan");
@@ -757,7 +762,7 @@ void RefitServer::Impl::Housekeeping() {
         for (size_t i = 0; i < ids.size(); ++i) {
           v1::AwaitPlanResponse r;
           r.set_epoch(epoch);
-          r.set_fingerprint(fp);
+          r.set_fingerprint(plan_fp);
           const bool is_trainer = i < treg.size();
           *r.mutable_slice() = is_trainer ? built->trainer_slices[i]
                                           : built->engine_slices[i - treg.size()];
@@ -765,7 +770,7 @@ void RefitServer::Impl::Housekeeping() {
           b->set_global_rank(static_cast<int>(i));
           b->set_global_world(static_cast<int>(ids.size()));
           b->set_num_lanes(built->num_lanes);
-          b->set_kv_prefix(absl::StrCat(options_.kv_prefix, "/", fp, "/"));
+          b->set_kv_prefix(absl::StrCat(options_.kv_prefix, "/", plan_fp, "/"));
           b->set_engine_index(
               is_trainer ? -1
                          : engine_index[ereg[i - treg.size()].identity().engine_id()]);

@@ -1,6 +1,7 @@
 // RefitServer: refitd's gRPC service (callback API). Collects member
 // registrations, builds and hands out the plan once per membership (cached by
-// a fingerprint of the registrations), runs weight-version rounds (start,
+// a fingerprint of the registrations; members see the plan's own
+// fingerprint), runs weight-version rounds (start,
 // stream notification, done/failed reports, commit/abort), serves the
 // data-plane bootstrap key-value store, status and grpc.health.v1.
 #ifndef REFIT_SERVER_REFIT_SERVER_H_
@@ -23,6 +24,10 @@ namespace refit {
 // registrations it was given, plus the data-plane lane count.
 struct BuiltPlan {
   int num_lanes = 1;
+  // The plan's own fingerprint (PlanFingerprint), which members and
+  // `refit status` see; empty: refitd reports the registrations'
+  // fingerprint instead.
+  std::string fingerprint;
   std::vector<v1::PlanProto> trainer_slices;  // [trainer rank]
   std::vector<v1::PlanProto> engine_slices;   // [engine member, input order]
 };

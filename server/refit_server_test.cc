@@ -374,6 +374,28 @@ TEST(RefitServerTest, DroppedStreamAbortsTheRoundForEveryone) {
   EXPECT_LT(absl::Now() - begin, absl::Seconds(2));
 }
 
+// Members and status see the plan function's fingerprint of the plan (not
+// the registrations' one), and the data-plane keys live under it.
+TEST(RefitServerTest, MembersSeeThePlansOwnFingerprint) {
+  RefitServer::Options o = TestOptions();
+  o.plan_function = [](const std::vector<v1::Registration>& t,
+                       const std::vector<v1::Registration>& e) {
+    absl::StatusOr<BuiltPlan> p = NameMatchingPlan(t, e);
+    if (p.ok()) p->fingerprint = "0123456789abcdef0123456789abcdef";
+    return p;
+  };
+  Cluster c = Start(std::move(o));
+  for (auto* m : All(c)) {
+    auto p = m->AwaitPlan(In(absl::Seconds(5)));
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->fingerprint(), "0123456789abcdef0123456789abcdef");
+    EXPECT_THAT(p->bootstrap().kv_prefix(), HasSubstr(p->fingerprint()));
+  }
+  auto st = c.trainers[0]->GetStatus(In(absl::Seconds(5)));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->plan_fingerprint(), "0123456789abcdef0123456789abcdef");
+}
+
 // A member that stops heart-beating while its process and stream live on (a
 // long pause, a partition healed too late) is removed, and learns it at
 // once: its round stream ends with the reason.
