@@ -378,9 +378,26 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   absl::Status plan_status_ ABSL_GUARDED_BY(mu_) =
       absl::UnavailableError("no plan yet");
   std::string plan_fingerprint_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, v1::AwaitPlanResponse> plan_slices_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, absl::StatusOr<BuiltPlan>> plan_cache_
-      ABSL_GUARDED_BY(mu_);
+  // The current plan, shared with the cache (slices are not copied per
+  // member: a response gets its member's slice when it is sent).
+  using PlanEntry = std::shared_ptr<const absl::StatusOr<BuiltPlan>>;
+  struct MemberPlan {
+    v1::AwaitPlanResponse head;  // without the slice
+    bool trainer = false;
+    size_t index = 0;  // into the plan's trainer_slices / engine_slices
+  };
+  PlanEntry current_plan_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, MemberPlan> plan_slices_ ABSL_GUARDED_BY(mu_);
+  // By registrations fingerprint; oldest first in plan_cache_order_.
+  struct CachedPlan {
+    PlanEntry plan;
+    int64_t bytes = 0;
+  };
+  std::map<std::string, CachedPlan> plan_cache_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> plan_cache_order_ ABSL_GUARDED_BY(mu_);
+  int64_t plan_cache_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  void CachePlan(const std::string& fp, PlanEntry plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::unique_ptr<ActiveRound> round_ ABSL_GUARDED_BY(mu_);
   int64_t last_version_ ABSL_GUARDED_BY(mu_) = 0;
@@ -615,9 +632,35 @@ bool RefitServer::Impl::TrySatisfy(WaitReactor* r, Waiter& w) {
   }
   auto it = plan_slices_.find(w.member_id);
   if (it == plan_slices_.end()) return false;  // e.g. its engine is incomplete
-  *w.plan_resp = it->second;
+  const MemberPlan& mp = it->second;
+  const BuiltPlan& built = **current_plan_;
+  *w.plan_resp = mp.head;
+  *w.plan_resp->mutable_slice() =
+      mp.trainer ? built.trainer_slices[mp.index] : built.engine_slices[mp.index];
   r->Finish(grpc::Status::OK);
   return true;
+}
+
+void RefitServer::Impl::CachePlan(const std::string& fp, PlanEntry plan) {
+  int64_t bytes = 0;
+  if (plan->ok()) {
+    for (const auto* v : {&(*plan)->trainer_slices, &(*plan)->engine_slices}) {
+      for (const v1::PlanProto& p : *v) bytes += static_cast<int64_t>(p.ByteSizeLong());
+    }
+  }
+  // Oldest out first, until the new one fits (it is kept even alone over
+  // the budget: it is the current plan).
+  while (!plan_cache_order_.empty() &&
+         (plan_cache_order_.size() >= 16 ||
+          plan_cache_bytes_ + bytes > options_.max_plan_cache_bytes)) {
+    auto it = plan_cache_.find(plan_cache_order_.front());
+    plan_cache_bytes_ -= it->second.bytes;
+    plan_cache_.erase(it);
+    plan_cache_order_.pop_front();
+  }
+  plan_cache_[fp] = CachedPlan{std::move(plan), bytes};
+  plan_cache_order_.push_back(fp);
+  plan_cache_bytes_ += bytes;
 }
 
 void RefitServer::Impl::WakeWaiters() {
@@ -724,23 +767,24 @@ void RefitServer::Impl::Housekeeping() {
       const std::string fp = FingerprintRegistrations(all);
       const int64_t epoch = epoch_;
       auto cached = plan_cache_.find(fp);
-      absl::StatusOr<BuiltPlan> built = absl::UnknownError("unset");
+      PlanEntry entry;
       if (cached != plan_cache_.end()) {
-        built = cached->second;
+        entry = cached->second.plan;
       } else {
         mu_.Unlock();  // the planner may take a while
-        built = options_.plan_function(treg, ereg);
-        if (built.ok() &&
-            (built->trainer_slices.size() != treg.size() ||
-             built->engine_slices.size() != ereg.size())) {
-          built = absl::InternalError("plan function returned the wrong number of slices");
+        absl::StatusOr<BuiltPlan> b = options_.plan_function(treg, ereg);
+        if (b.ok() && (b->trainer_slices.size() != treg.size() ||
+                       b->engine_slices.size() != ereg.size())) {
+          b = absl::InternalError("plan function returned the wrong number of slices");
         }
+        entry = std::make_shared<const absl::StatusOr<BuiltPlan>>(std::move(b));
         mu_.Lock();
         if (stopping_) break;
         if (epoch != epoch_) continue;  // membership moved on; rebuild
-        if (plan_cache_.size() > 16) plan_cache_.clear();
-        plan_cache_[fp] = built;
+        CachePlan(fp, entry);
       }
+      const absl::StatusOr<BuiltPlan>& built = *entry;
+      current_plan_ = entry;
       plan_dirty_ = false;
       plan_incomplete_ = false;
       plan_epoch_ = epoch;
@@ -764,8 +808,6 @@ void RefitServer::Impl::Housekeeping() {
           r.set_epoch(epoch);
           r.set_fingerprint(plan_fp);
           const bool is_trainer = i < treg.size();
-          *r.mutable_slice() = is_trainer ? built->trainer_slices[i]
-                                          : built->engine_slices[i - treg.size()];
           auto* b = r.mutable_bootstrap();
           b->set_global_rank(static_cast<int>(i));
           b->set_global_world(static_cast<int>(ids.size()));
@@ -774,7 +816,11 @@ void RefitServer::Impl::Housekeeping() {
           b->set_engine_index(
               is_trainer ? -1
                          : engine_index[ereg[i - treg.size()].identity().engine_id()]);
-          plan_slices_[ids[i]] = std::move(r);
+          MemberPlan mp;
+          mp.head = std::move(r);
+          mp.trainer = is_trainer;
+          mp.index = is_trainer ? i : i - treg.size();
+          plan_slices_[ids[i]] = std::move(mp);
         }
       }
       WakeWaiters();

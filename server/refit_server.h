@@ -66,6 +66,11 @@ class RefitServer {
     // or plan_settle_max after the first change not yet planned.
     absl::Duration plan_settle = absl::Milliseconds(20);
     absl::Duration plan_settle_max = absl::Milliseconds(500);
+    // Plans kept for memberships seen before (an engine that leaves and
+    // comes back gets its old plan without planning again): at most 16, and
+    // at most this many serialized slice bytes in all (a DeepSeek-V3
+    // 256 -> 256 plan is ~0.7 GB). The current plan is kept regardless.
+    int64_t max_plan_cache_bytes = int64_t{2} << 30;
     int rounds_kept = 64;              // rounds listed in Status
     std::string kv_prefix = "refit";
   };

@@ -2,6 +2,8 @@
 // rounds, the key-value store, membership changes.
 #include "server/refit_server.h"
 
+#include <atomic>
+#include <memory>
 #include <thread>
 
 #include "client/grpc_kv_store.h"
@@ -372,6 +374,36 @@ TEST(RefitServerTest, DroppedStreamAbortsTheRoundForEveryone) {
     EXPECT_THAT(s.message(), HasSubstr("engine B rank 0"));
   }
   EXPECT_LT(absl::Now() - begin, absl::Seconds(2));
+}
+
+// How many times the plan function runs while engine C joins the cluster
+// and leaves again, with the given plan cache budget.
+int PlansBuiltWhenAnEngineComesAndGoes(int64_t max_plan_cache_bytes) {
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  RefitServer::Options o = TestOptions();
+  o.max_plan_cache_bytes = max_plan_cache_bytes;
+  o.plan_function = [calls](const std::vector<v1::Registration>& t,
+                            const std::vector<v1::Registration>& e) {
+    ++*calls;
+    return NameMatchingPlan(t, e);
+  };
+  Cluster c = Start(std::move(o));
+  for (auto* m : All(c)) EXPECT_TRUE(m->AwaitPlan(In(absl::Seconds(5))).ok());
+  auto joiner = Client(c.server->port());
+  EXPECT_TRUE(joiner->Register(Reg(v1::SIDE_ENGINE, "C", 0, 1, {"w0", "w1"})).ok());
+  EXPECT_TRUE(joiner->AwaitPlan(In(absl::Seconds(5))).ok());
+  EXPECT_TRUE(joiner->Leave(In(absl::Seconds(5))).ok());
+  // Leave changed the membership before it returned: this waits for the
+  // plan of the membership without C.
+  EXPECT_TRUE(c.trainers[0]->AwaitPlan(In(absl::Seconds(5))).ok());
+  return calls->load();
+}
+
+// A membership seen before gets its cached plan; a cache budget too small
+// for two plans keeps only the newest, and the old one is planned again.
+TEST(RefitServerTest, PlanCacheIsBoundedByBytes) {
+  EXPECT_EQ(PlansBuiltWhenAnEngineComesAndGoes(int64_t{1} << 30), 2);
+  EXPECT_EQ(PlansBuiltWhenAnEngineComesAndGoes(1), 3);
 }
 
 // Members and status see the plan function's fingerprint of the plan (not

@@ -40,6 +40,9 @@ usage: refitd [--name=value ...]
                                  this long (20)
   --plan_settle_max_ms=N         ... but at most this long after the first
                                  change not yet planned (500)
+  --plan_cache_mib=N             plans kept for memberships seen before, in
+                                 serialized MiB (2048; the current one is
+                                 always kept)
   --staging_mib=N                planner staging budget per rank (512)
   --lanes=N                      planner lanes (2)
   --help                         this text
@@ -83,7 +86,7 @@ int main(int argc, char** argv) {
       "address", "tls_cert", "tls_key", "tls_client_ca", "token_file",
       "allow_insecure_non_loopback", "min_engines", "max_buffers",
       "max_metadata_bytes", "staging_mib", "lanes", "heartbeat_timeout_ms", "round_timeout_s",
-      "plan_settle_ms", "plan_settle_max_ms"};
+      "plan_settle_ms", "plan_settle_max_ms", "plan_cache_mib"};
   for (int i = 1; i < argc; ++i) {
     absl::string_view a = argv[i];
     if (!absl::ConsumePrefix(&a, "--")) return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument ", argv[i])));
@@ -137,9 +140,12 @@ int main(int argc, char** argv) {
   auto settle = get_int("plan_settle_ms", absl::ToInt64Milliseconds(o.plan_settle));
   auto settle_max =
       get_int("plan_settle_max_ms", absl::ToInt64Milliseconds(o.plan_settle_max));
-  for (auto* s : {&min_engines, &max_buffers, &max_meta, &hb, &rt, &settle, &settle_max}) {
+  auto cache_mib = get_int("plan_cache_mib", o.max_plan_cache_bytes >> 20);
+  for (auto* s : {&min_engines, &max_buffers, &max_meta, &hb, &rt, &settle,
+                  &settle_max, &cache_mib}) {
     if (!s->ok()) return Fail(s->status());
   }
+  o.max_plan_cache_bytes = *cache_mib << 20;
   o.plan_settle = absl::Milliseconds(*settle);
   o.plan_settle_max = absl::Milliseconds(*settle_max);
   o.min_engines = static_cast<int>(*min_engines);

@@ -9,7 +9,7 @@ REFITD=$(find_bin server/refitd)
 for flag in --address --tls_cert --tls_key --tls_client_ca --token_file \
     --allow_insecure_non_loopback --min_engines --max_buffers \
     --max_metadata_bytes --heartbeat_timeout_ms --round_timeout_s \
-    --plan_settle_ms --plan_settle_max_ms --staging_mib --lanes; do
+    --plan_settle_ms --plan_settle_max_ms --plan_cache_mib --staging_mib --lanes; do
   check "help$flag" 0 "^  $flag" -- "$REFITD" --help
 done
 check unknown-flag 2 'unknown flag --bogus .*refitd --help' -- "$REFITD" --bogus=1
