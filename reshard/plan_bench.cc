@@ -3,7 +3,8 @@
 //
 // For each case: mapping time (both sides), BuildPlan time (single-threaded
 // wall time, pinned to CPU 0 when possible), peak RSS, ExtractSlice time for
-// the busiest and a median engine rank, ToProto size, segments, messages,
+// the busiest and a median engine rank, every rank's slice as refitd hands
+// them out, ToProto size, segments, messages,
 // rounds, a power-of-two message-size histogram, max/mean bytes per rank and
 // the fingerprint. Targets (issue 3): plan <= 1 s, peak RSS <= 1 GiB, one
 // slice <= 50 ms.
@@ -210,6 +211,20 @@ absl::Status RunCase(const Case& c, int reps) {
            p.label, p.rank, best, slice.messages.size(), slice.segments.size(),
            slice.src.records.size() + slice.dst.records.size(),
            Bytes(wire).c_str());
+  }
+  {
+    // What refitd does once per membership: every rank's slice, on the wire.
+    const auto a = Clock::now();
+    size_t bytes = 0;
+    for (int32_t r = 0; r < src.layout.world_size; ++r) {
+      bytes += ToProto(ExtractSlice(plan, Side::kSrc, r)).ByteSizeLong();
+    }
+    for (int32_t r = 0; r < dst.layout.world_size; ++r) {
+      bytes += ToProto(ExtractSlice(plan, Side::kDst, r)).ByteSizeLong();
+    }
+    printf("  all slices      %.1f ms for %d ranks (ExtractSlice + ToProto), %s\n",
+           Ms(a, Clock::now()), src.layout.world_size + dst.layout.world_size,
+           Bytes(static_cast<double>(bytes)).c_str());
   }
   const auto pa = Clock::now();
   const size_t proto_bytes = ToProto(plan).ByteSizeLong();

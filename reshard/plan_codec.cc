@@ -418,6 +418,11 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
     }
     if (nr.num_messages > 0) s.rounds.push_back(nr);
   }
+  // The peers' buffers: rank and size only (see the header).
+  for (BufferSpec& b : (side == Side::kSrc ? s.dst : s.src).buffers) {
+    b.name.clear();
+    b.padding.clear();
+  }
   s.stats = ComputePlanStats(s);
   return s;
 }

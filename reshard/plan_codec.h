@@ -32,6 +32,11 @@ enum class Side { kSrc, kDst };
 // without them dropped), all tensors, and the options and fingerprint of the
 // whole plan. Stats are those of the slice. A rank outside the side's world
 // gives an empty slice.
+//
+// The peers' buffers keep only their rank and size: a rank never touches a
+// peer's memory, and the names (tens of thousands of per-expert trainer
+// buffers in an engine rank's slice at DeepSeek-V3 scale) were most of a
+// slice's bytes.
 Plan ExtractSlice(const Plan& plan, Side side, int rank);
 
 }  // namespace refit

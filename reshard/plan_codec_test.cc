@@ -107,7 +107,16 @@ TEST(PlanCodecTest, SliceHasOnlyTheRanksWork) {
     for (const Message& m : p.messages) n += m.dst_rank == r;
     ASSERT_EQ(static_cast<int64_t>(s.messages.size()), n);
     for (const Message& m : s.messages) EXPECT_EQ(m.dst_rank, r);
-    for (const BufferSpec& b : s.dst.buffers) EXPECT_EQ(b.rank, r);
+    for (const BufferSpec& b : s.dst.buffers) {
+      EXPECT_EQ(b.rank, r);
+      EXPECT_FALSE(b.name.empty());  // its own: resolved by name
+    }
+    // The peers' buffers carry rank and size, not names.
+    ASSERT_FALSE(s.src.buffers.empty());
+    for (const BufferSpec& b : s.src.buffers) {
+      EXPECT_TRUE(b.name.empty()) << b.name;
+      EXPECT_GT(b.byte_size, 0);
+    }
     EXPECT_EQ(s.stats.bytes_received[r], p.stats.bytes_received[r]);
     // The slice is itself a valid plan.
     absl::StatusOr<Plan> q = FromProto(ToProto(s));
