@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -73,7 +74,6 @@ int Fail(const absl::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  refit::ReexecWithHugePages(argv);  // first: see common/huge_pages.h
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h" || a == "help") {
@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
+  refit::ReexecWithHugePages(argv);  // before any thread: see common/huge_pages.h
   std::map<std::string, std::string> flags;
   const std::set<std::string> known = {
       "address", "tls_cert", "tls_key", "tls_client_ca", "token_file",
@@ -107,6 +108,15 @@ int main(int argc, char** argv) {
     if (!absl::SimpleAtoi(it->second, &v) || v < 0) {
       return absl::InvalidArgumentError(absl::StrCat("--", n, ": not a count: ", it->second));
     }
+    return v;
+  };
+  // A size in MiB, in bytes (fails rather than overflow).
+  auto get_mib = [&](const std::string& n, int64_t d) -> absl::StatusOr<int64_t> {
+    absl::StatusOr<int64_t> v = get_int(n, d);
+    if (v.ok() && *v > (std::numeric_limits<int64_t>::max() >> 20)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", n, ": too large: ", *v));
+    }
+    if (v.ok()) *v <<= 20;
     return v;
   };
 
@@ -140,12 +150,12 @@ int main(int argc, char** argv) {
   auto settle = get_int("plan_settle_ms", absl::ToInt64Milliseconds(o.plan_settle));
   auto settle_max =
       get_int("plan_settle_max_ms", absl::ToInt64Milliseconds(o.plan_settle_max));
-  auto cache_mib = get_int("plan_cache_mib", o.max_plan_cache_bytes >> 20);
+  auto cache_bytes = get_mib("plan_cache_mib", o.max_plan_cache_bytes >> 20);
   for (auto* s : {&min_engines, &max_buffers, &max_meta, &hb, &rt, &settle,
-                  &settle_max, &cache_mib}) {
+                  &settle_max, &cache_bytes}) {
     if (!s->ok()) return Fail(s->status());
   }
-  o.max_plan_cache_bytes = *cache_mib << 20;
+  o.max_plan_cache_bytes = *cache_bytes;
   o.plan_settle = absl::Milliseconds(*settle);
   o.plan_settle_max = absl::Milliseconds(*settle_max);
   o.min_engines = static_cast<int>(*min_engines);
@@ -153,13 +163,13 @@ int main(int argc, char** argv) {
   o.max_metadata_bytes = *max_meta;
   o.heartbeat_timeout = absl::Milliseconds(*hb);
   o.round_timeout = absl::Seconds(*rt);
-  auto staging = get_int("staging_mib", 512);
+  auto staging = get_mib("staging_mib", 512);
   auto lanes = get_int("lanes", 2);
   for (auto* s : {&staging, &lanes}) {
     if (!s->ok()) return Fail(s->status());
   }
   refit::DefaultPlanOptions plan_options;
-  plan_options.planner.staging_budget_bytes = *staging << 20;
+  plan_options.planner.staging_budget_bytes = *staging;
   plan_options.planner.num_lanes = static_cast<int32_t>(*lanes);
   o.plan_function = refit::DefaultPlanFunction(plan_options);
 

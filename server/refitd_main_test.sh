@@ -14,6 +14,7 @@ for flag in --address --tls_cert --tls_key --tls_client_ca --token_file \
 done
 check unknown-flag 2 'unknown flag --bogus .*refitd --help' -- "$REFITD" --bogus=1
 check bad-count 2 '--plan_settle_ms: not a count: soon' -- "$REFITD" --plan_settle_ms=soon
+check huge-mib 2 '--staging_mib: too large' -- "$REFITD" --staging_mib=9223372036854775807
 check missing-token-file 2 'cannot read /nonexistent/token' -- "$REFITD" --token_file=/nonexistent/token
 
 # Starts on port 0, reports the port, stops on SIGTERM within 5 s.
