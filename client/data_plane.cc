@@ -1,10 +1,14 @@
 // DataPlaneMember (see data_plane.h).
 #include "client/data_plane.h"
 
+#include <algorithm>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "reshard/gloo_transport.h"
 #include "reshard/plan_codec.h"
@@ -91,8 +95,36 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
   if (ptrs_.empty() && plan_.messages.empty() && fingerprint_.empty()) {
     return absl::FailedPreconditionError("no plan: call Prepare() first");
   }
+  // While the data plane runs, a watcher listens for refitd aborting the
+  // round (a peer died, perhaps before it even connected) and cancels the
+  // store and transport: the others fail now, not at their deadline.
+  absl::Notification done;
+  std::thread watcher([this, version, deadline, &done] {
+    while (!done.HasBeenNotified() && absl::Now() < deadline) {
+      absl::Status s = client_->AwaitOutcome(
+          version, std::min(deadline, absl::Now() + absl::Milliseconds(100)));
+      if (!absl::IsAborted(s)) {
+        if (s.ok()) return;  // committed
+        continue;            // not yet, or the stream broke (deadline rules)
+      }
+      absl::MutexLock l(&cancel_mu_);
+      cancelled_ = s;
+      if (store_ != nullptr) store_->Cancel(s);
+      if (cancel_transport_ != nullptr) cancel_transport_->Cancel(s);
+      return;
+    }
+  });
   absl::StatusOr<RunStats> stats = Connect(version, deadline);
   if (stats.ok()) stats = executor_->Run(deadline);
+  done.Notify();
+  watcher.join();
+  {
+    absl::MutexLock l(&cancel_mu_);
+    cancel_transport_ = nullptr;
+    // The data plane's error is then only the consequence: say the cause.
+    if (!stats.ok() && !cancelled_.ok()) stats = cancelled_;
+    cancelled_ = absl::OkStatus();
+  }
   if (!stats.ok()) {
     Disconnect();  // a failed executor/transport must not run again
     // Tell refitd (best effort: it may be the reason) and let it abort the
@@ -122,13 +154,22 @@ absl::StatusOr<RunStats> DataPlaneMember::Connect(int64_t version,
   if (executor_ != nullptr) return RunStats{};
   // A fresh key namespace per connection: every member connects at the same
   // round (the first after Prepare or after an aborted round).
-  store_ = std::make_unique<GrpcKvStore>(
-      client_, absl::StrCat(kv_prefix_, "/v", version));
+  {
+    absl::MutexLock l(&cancel_mu_);
+    store_ = std::make_unique<GrpcKvStore>(
+        client_, absl::StrCat(kv_prefix_, "/v", version));
+    if (!cancelled_.ok()) return cancelled_;
+  }
   REFIT_ASSIGN_OR_RETURN(
       transport_,
       AnnotateStatus(options_.transport(store_.get(), global_rank_,
                                         global_world_, num_lanes_),
                      "data-plane transport"));
+  {
+    absl::MutexLock l(&cancel_mu_);
+    if (!cancelled_.ok()) return cancelled_;
+    cancel_transport_ = transport_.get();
+  }
   ExecutorOptions eo;
   eo.verify = options_.verify;
   if (options_.copy_engine) {
@@ -144,6 +185,8 @@ absl::StatusOr<RunStats> DataPlaneMember::Connect(int64_t version,
 void DataPlaneMember::Disconnect() {
   executor_.reset();
   copy_engine_.reset();
+  absl::MutexLock l(&cancel_mu_);
+  cancel_transport_ = nullptr;
   transport_.reset();
   store_.reset();
 }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/grpc_kv_store.h"
 #include "client/refit_client.h"
@@ -79,7 +80,11 @@ class DataPlaneMember {
   // slice (failing by `deadline` at the latest), reports done or failed to
   // refitd, and waits for the outcome. Returns the member's stats when
   // refitd committed the round; otherwise the data plane's error, or
-  // ABORTED with refitd's reason when it aborted the round.
+  // ABORTED with refitd's reason when it aborted the round. An abort that
+  // comes while this member's data plane still waits (a peer died, even
+  // before it connected) cancels the bootstrap store and the transport:
+  // the member fails within ~0.5 s of refitd's decision, not at
+  // `deadline`.
   absl::StatusOr<RunStats> RunRound(int64_t version, absl::Time deadline);
 
   const Plan& plan() const { return plan_; }
@@ -105,6 +110,11 @@ class DataPlaneMember {
   PlanSide side_ = PlanSide::kSource;
   int32_t rank_ = 0;
   std::vector<char*> ptrs_;  // per buffer of this side of the slice
+  // store_ and transport_ are created and destroyed under cancel_mu_, so
+  // that RunRound's watcher thread can cancel them.
+  absl::Mutex cancel_mu_;
+  absl::Status cancelled_ ABSL_GUARDED_BY(cancel_mu_);
+  Transport* cancel_transport_ ABSL_GUARDED_BY(cancel_mu_) = nullptr;
   std::unique_ptr<GrpcKvStore> store_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<CopyEngine> copy_engine_;

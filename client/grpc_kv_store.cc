@@ -1,6 +1,10 @@
 // GrpcKvStore over RefitClient's KvSet/KvGet.
 #include "client/grpc_kv_store.h"
 
+#include <algorithm>
+
+#include "absl/time/clock.h"
+
 namespace refit {
 
 absl::Status GrpcKvStore::Set(const std::string& key, const std::string& value) {
@@ -9,7 +13,27 @@ absl::Status GrpcKvStore::Set(const std::string& key, const std::string& value) 
 
 absl::StatusOr<std::string> GrpcKvStore::Get(const std::string& key,
                                              absl::Duration timeout) {
-  return client_->KvGet(prefix_ + key, absl::Now() + timeout);
+  const absl::Time deadline = absl::Now() + timeout;
+  // Waits in slices, so that a Cancel is seen between two of them.
+  while (true) {
+    absl::Status c = Cancelled();
+    if (!c.ok()) return c;
+    const absl::Time slice = std::min(deadline, absl::Now() + absl::Milliseconds(500));
+    absl::StatusOr<std::string> v = client_->KvGet(prefix_ + key, slice);
+    if (!absl::IsDeadlineExceeded(v.status()) || slice >= deadline) return v;
+  }
+}
+
+void GrpcKvStore::Cancel(const absl::Status& reason) {
+  absl::MutexLock l(&mu_);
+  if (cancelled_.ok()) {
+    cancelled_ = reason.ok() ? absl::CancelledError("key-value store cancelled") : reason;
+  }
+}
+
+absl::Status GrpcKvStore::Cancelled() {
+  absl::MutexLock l(&mu_);
+  return cancelled_;
 }
 
 }  // namespace refit

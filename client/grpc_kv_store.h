@@ -4,6 +4,9 @@
 
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
 #include "client/refit_client.h"
 #include "reshard/kv_store.h"
 
@@ -18,13 +21,23 @@ class GrpcKvStore : public KvStore {
 
   // UNAVAILABLE when refitd cannot be reached.
   absl::Status Set(const std::string& key, const std::string& value) override;
-  // DEADLINE_EXCEEDED naming the key when it is not set within `timeout`.
+  // DEADLINE_EXCEEDED naming the key when it is not set within `timeout`;
+  // the reason given to Cancel within ~0.5 s of it.
   absl::StatusOr<std::string> Get(const std::string& key,
                                   absl::Duration timeout) override;
 
+  // Makes Gets in progress (from another thread) and later ones fail with
+  // `reason`: a peer whose key will never come (it died; refitd aborted the
+  // round) must not hold the others until their deadline. Thread-safe.
+  void Cancel(const absl::Status& reason);
+
  private:
+  absl::Status Cancelled();
+
   RefitClient* client_;
   std::string prefix_;
+  absl::Mutex mu_;
+  absl::Status cancelled_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace refit

@@ -125,6 +125,10 @@ absl::Status GlooTransport::StartRound(int32_t lane,
   }
   Lane& L = *lanes_[lane];
   if (!L.error.ok()) return L.error;
+  {
+    absl::MutexLock l(&cancel_mu_);
+    if (!cancelled_.ok()) return L.error = cancelled_;
+  }
   if (!L.in_flight.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", rank_, ": a round is still in flight on lane ", lane));
@@ -147,6 +151,8 @@ absl::Status GlooTransport::StartRound(int32_t lane,
       if (r.bytes == 0) continue;
       auto buf = L.context->createUnboundBuffer(r.ptr, r.bytes);
       buf->recv(r.peer, Slot(r.peer, rank_, L.recv_seq[r.peer]++));
+      absl::MutexLock l(&cancel_mu_);
+      if (!cancelled_.ok()) buf->abortWaitRecv();
       L.in_flight.push_back(Lane::Op{false, r.peer, std::move(buf)});
     }
     for (const SendOp& s : sends) {
@@ -154,6 +160,8 @@ absl::Status GlooTransport::StartRound(int32_t lane,
       auto buf =
           L.context->createUnboundBuffer(const_cast<void*>(s.ptr), s.bytes);
       buf->send(s.peer, Slot(rank_, s.peer, L.send_seq[s.peer]++));
+      absl::MutexLock l(&cancel_mu_);
+      if (!cancelled_.ok()) buf->abortWaitSend();
       L.in_flight.push_back(Lane::Op{true, s.peer, std::move(buf)});
     }
   } catch (const std::exception& e) {
@@ -183,6 +191,10 @@ absl::Status GlooTransport::WaitRound(int32_t lane, absl::Time deadline) {
       what = e.what();
     }
     if (ok) continue;
+    {
+      absl::MutexLock l(&cancel_mu_);
+      if (!cancelled_.ok()) return L.error = cancelled_;
+    }
     const bool timed_out = what.empty() || absl::Now() >= deadline ||
                            what.find("imed out") != std::string::npos;
     const std::string msg = absl::StrCat(
@@ -196,8 +208,24 @@ absl::Status GlooTransport::WaitRound(int32_t lane, absl::Time deadline) {
     // keep the objects until the transport is destroyed.
     return L.error;
   }
+  absl::MutexLock l(&cancel_mu_);
   L.in_flight.clear();
   return absl::OkStatus();
+}
+
+void GlooTransport::Cancel(const absl::Status& reason) {
+  absl::MutexLock l(&cancel_mu_);
+  if (!cancelled_.ok()) return;
+  cancelled_ = reason.ok() ? absl::CancelledError("transport cancelled") : reason;
+  for (auto& lane : lanes_) {
+    for (Lane::Op& op : lane->in_flight) {
+      if (op.send) {
+        op.buf->abortWaitSend();
+      } else {
+        op.buf->abortWaitRecv();
+      }
+    }
+  }
 }
 
 }  // namespace refit

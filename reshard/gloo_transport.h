@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "reshard/kv_store.h"
 #include "reshard/transport.h"
@@ -44,6 +46,8 @@ class GlooTransport : public Transport {
                           absl::Span<const RecvOp> recvs,
                           absl::Time deadline) override;
   absl::Status WaitRound(int32_t lane, absl::Time deadline) override;
+  // Aborts the waits of every posted buffer (gloo's abortWaitSend/Recv).
+  void Cancel(const absl::Status& reason) override;
 
  private:
   struct Lane;
@@ -51,6 +55,10 @@ class GlooTransport : public Transport {
   int32_t rank_ = 0;
   int32_t world_size_ = 0;
   std::vector<std::unique_ptr<Lane>> lanes_;
+  // Guards the lanes' in_flight lists against Cancel from another thread
+  // (the owner thread reads them unlocked: it is their only writer).
+  absl::Mutex cancel_mu_;
+  absl::Status cancelled_ ABSL_GUARDED_BY(cancel_mu_);
 };
 
 }  // namespace refit

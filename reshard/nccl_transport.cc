@@ -32,10 +32,15 @@ struct NcclTransport::Lane {
 
 namespace {
 
-// Polls ncclCommGetAsyncError until it leaves ncclInProgress.
+// Polls ncclCommGetAsyncError until it leaves ncclInProgress, or until
+// `*cancelled` (when given) turns true: CANCELLED then.
 absl::Status WaitComm(ncclComm_t comm, absl::Time deadline,
-                      const std::string& what) {
+                      const std::string& what,
+                      const std::atomic<bool>* cancelled = nullptr) {
   while (true) {
+    if (cancelled != nullptr && cancelled->load(std::memory_order_relaxed)) {
+      return absl::CancelledError(what);
+    }
     ncclResult_t r = ncclSuccess;
     ncclResult_t q = ncclCommGetAsyncError(comm, &r);
     if (q != ncclSuccess) return NcclStatus(q, what, comm);
@@ -172,6 +177,19 @@ absl::Status NcclTransport::Abort(Lane& lane, absl::Status why) {
   return why;
 }
 
+void NcclTransport::Cancel(const absl::Status& reason) {
+  absl::MutexLock l(&cancel_mu_);
+  if (cancelled_.load()) return;
+  cancel_reason_ =
+      reason.ok() ? absl::CancelledError("transport cancelled") : reason;
+  cancelled_.store(true);
+}
+
+absl::Status NcclTransport::Cancelled() {
+  absl::MutexLock l(&cancel_mu_);
+  return cancel_reason_;
+}
+
 absl::Status NcclTransport::StartRound(int32_t lane,
                                        absl::Span<const SendOp> sends,
                                        absl::Span<const RecvOp> recvs,
@@ -182,6 +200,7 @@ absl::Status NcclTransport::StartRound(int32_t lane,
   }
   Lane& L = *lanes_[lane];
   if (!L.error.ok()) return L.error;
+  if (cancelled_.load()) return Abort(L, Cancelled());
   if (L.pending.empty()) L.peers.clear();
   const std::string what = absl::StrCat("rank ", rank_, " lane ", lane);
   ncclResult_t r = ncclGroupStart();
@@ -203,7 +222,9 @@ absl::Status NcclTransport::StartRound(int32_t lane,
     return Abort(L, NcclStatus(r, what + ": posting a round", L.comm));
   }
   // Non-blocking communicator: wait until the group is enqueued.
-  absl::Status s = WaitComm(L.comm, deadline, what + ": enqueueing a round");
+  absl::Status s =
+      WaitComm(L.comm, deadline, what + ": enqueueing a round", &cancelled_);
+  if (absl::IsCancelled(s)) s = Cancelled();
   if (!s.ok()) return Abort(L, s);
   cudaEvent_t ev = nullptr;
   if (!L.spare.empty()) {
@@ -245,6 +266,7 @@ absl::Status NcclTransport::WaitRound(int32_t lane, absl::Time deadline) {
     if (r != ncclSuccess && r != ncclInProgress) {
       return Abort(L, NcclStatus(r, what + ": peer or network failure", L.comm));
     }
+    if (cancelled_.load(std::memory_order_relaxed)) return Abort(L, Cancelled());
     if (absl::Now() > deadline) {
       const char* last = ncclGetLastError(L.comm);
       return Abort(L, absl::DeadlineExceededError(absl::StrCat(

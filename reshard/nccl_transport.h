@@ -17,11 +17,14 @@
 #ifndef REFIT_RESHARD_NCCL_TRANSPORT_H_
 #define REFIT_RESHARD_NCCL_TRANSPORT_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "reshard/executor.h"
 #include "reshard/kv_store.h"
@@ -54,6 +57,9 @@ class NcclTransport : public Transport {
                           absl::Span<const RecvOp> recvs,
                           absl::Time deadline) override;
   absl::Status WaitRound(int32_t lane, absl::Time deadline) override;
+  // The polling waits see it within microseconds and take every lane down
+  // (revoke + abort), as for a failed round.
+  void Cancel(const absl::Status& reason) override;
   // Rounds queue on the lane's stream; WaitRound waits for the oldest.
   int32_t max_rounds_per_lane() const override { return 1 << 20; }
 
@@ -65,10 +71,15 @@ class NcclTransport : public Transport {
   struct Lane;
   NcclTransport() = default;
   absl::Status Abort(Lane& lane, absl::Status why);
+  // OK, or the reason given to Cancel (polled by the owner thread's waits).
+  absl::Status Cancelled();
   int32_t rank_ = 0;
   int32_t world_size_ = 0;
   int32_t device_ = 0;
   std::vector<std::unique_ptr<Lane>> lanes_;
+  std::atomic<bool> cancelled_{false};
+  absl::Mutex cancel_mu_;
+  absl::Status cancel_reason_ ABSL_GUARDED_BY(cancel_mu_);
 };
 
 // Device staging (cudaMalloc) and copies (pack_kernels) on `t`'s lane

@@ -63,6 +63,14 @@ class Transport {
   // for tearing down). After a failure the lane is unusable.
   virtual absl::Status WaitRound(int32_t lane, absl::Time deadline) = 0;
 
+  // Makes the wait in progress (from another thread) and every later
+  // StartRound / WaitRound fail promptly with `reason`, e.g. when the
+  // control plane aborted the round: a peer died before it connected, and
+  // nothing on the wire would ever tell. Thread-safe; the transport is
+  // unusable afterwards. A transport that cannot interrupt its waits
+  // ignores it (they still end by their deadline); Gloo and NCCL do not.
+  virtual void Cancel(const absl::Status& reason) { (void)reason; }
+
   // Rounds that may be in flight on one lane at once (1 unless the
   // transport queues them, e.g. on a CUDA stream); WaitRound then waits for
   // the oldest.
