@@ -1,0 +1,122 @@
+/* refit's client library as a C ABI, for bindings (the Python module in
+ * client/python loads it with ctypes) and for programs in other languages.
+ * It is the C++ Member (client/member.h) behind an opaque handle.
+ *
+ * Shipped as librefit_client.so (host buffers, Gloo/TCP transport) and, in
+ * CUDA builds, librefit_client_gpu.so (also "cuda:N" buffers over NCCL).
+ * Only the refit_* symbols below are exported.
+ *
+ * Errors: every function that can fail returns 0 on success or an
+ * absl::StatusCode (3 INVALID_ARGUMENT, 4 DEADLINE_EXCEEDED, 5 NOT_FOUND,
+ * 9 FAILED_PRECONDITION, 10 ABORTED, 13 INTERNAL, 14 UNAVAILABLE, 16
+ * UNAUTHENTICATED, ...); refit_last_error() then returns the message, which
+ * names the rank and the parameter or key involved. No function aborts the
+ * process on bad input; none blocks past the timeout it is given.
+ *
+ * Strings returned through char** are JSON or plain text, NUL-terminated,
+ * owned by the caller: free them with refit_free().
+ */
+#ifndef REFIT_CLIENT_C_API_H_
+#define REFIT_CLIENT_C_API_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The message of this thread's last failed call ("" if none). Valid until
+ * the thread's next refit_* call. */
+const char* refit_last_error(void);
+
+/* Frees a string this library returned. NULL is ignored. */
+void refit_free(char* p);
+
+/* "refit-client <version> (host)" or "(host, cuda)". */
+const char* refit_build_info(void);
+
+/* The buffers a member must give, as a JSON array of
+ * {"name", "shape": [...], "dtype": "bf16", "bytes"} in layout order.
+ * options_json: {"side": "trainer"|"engine", "rank", "model" (built-in
+ * name or config.json path), "convention"} (other member options are
+ * accepted and ignored). */
+int refit_expected_buffers(const char* options_json, char** buffers_json);
+
+typedef struct refit_member refit_member;
+
+/* Checks the given buffers against the convention, connects to refitd and
+ * registers. options_json (required: "server", "side", "rank", "model",
+ * "convention"; engines also "engine_id"):
+ *   {"server": "host:port", "token": "...", "tls": false, "root_ca_pem",
+ *    "client_cert_pem", "client_key_pem", "tls_server_name",
+ *    "job": "refit", "side", "engine_id", "rank", "model", "convention",
+ *    "host_id" (default: hostname), "device": "cpu" | "cuda:N",
+ *    "verify": false (per-segment checksums on both sides),
+ *    "heartbeat_ms": 1000, "rpc_timeout_s": 10}
+ * Buffer i is names[i], sizes[i] bytes at ptrs[i] (host or device memory as
+ * "device" says); the memory must stay valid until refit_member_close.
+ * Unknown JSON keys are INVALID_ARGUMENT (a misspelt option is not
+ * silently ignored). */
+int refit_member_join(const char* options_json, int32_t num_buffers,
+                      const char* const* names, void* const* ptrs,
+                      const int64_t* sizes, double timeout_s,
+                      refit_member** member);
+
+/* Awaits this member's plan; info_json (may be NULL) receives
+ * {"member_id", "fingerprint", "global_rank", "global_world"}. */
+int refit_member_prepare(refit_member* member, double timeout_s,
+                         char** info_json);
+
+/* 1 if refitd has a newer plan (call refit_member_prepare again), else 0. */
+int refit_member_plan_changed(refit_member* member);
+
+/* Starts round `version` (trainer ranks); retries while refitd is not
+ * ready until the timeout. */
+int refit_member_start_round(refit_member* member, int64_t version,
+                             double timeout_s);
+
+/* The next announced round's version. */
+int refit_member_wait_for_round(refit_member* member, double timeout_s,
+                                int64_t* version);
+
+/* Moves this member's bytes of round `version` and waits for refitd's
+ * commit (0) or abort (10 ABORTED with refitd's reason). stats_json (may be
+ * NULL): {"bytes_sent", "bytes_received", "seconds",
+ * "peak_staging_bytes"}. */
+int refit_member_run_round(refit_member* member, int64_t version,
+                           double timeout_s, char** stats_json);
+
+/* The last version committed into engine `engine_id` (0: none). */
+int refit_member_current_version(refit_member* member, const char* engine_id,
+                                 double timeout_s, int64_t* version);
+
+/* refitd's key-value store (e.g. a barrier among members). kv_get waits
+ * for the key until the timeout (DEADLINE_EXCEEDED naming the key). */
+int refit_member_kv_set(refit_member* member, const char* key,
+                        const char* value, double timeout_s);
+int refit_member_kv_get(refit_member* member, const char* key,
+                        double timeout_s, char** value);
+
+/* Test pattern of weight version `version` (what refit's tests check
+ * bytes with): fill (trainers) or check (engines, INTERNAL naming the
+ * first wrong elements) host memory. Buffer i of the n given is the host
+ * copy of the registered buffer names[i]; registered buffers not given
+ * are used directly and must then be host memory. */
+int refit_member_fill_pattern(refit_member* member, int64_t version,
+                              int32_t n, const char* const* names,
+                              void* const* host_ptrs);
+int refit_member_check_pattern(refit_member* member, int64_t version,
+                               int32_t n, const char* const* names,
+                               void* const* host_ptrs);
+
+/* Leaves the membership (an engine replica going away between rounds). */
+int refit_member_leave(refit_member* member, double timeout_s);
+
+/* Stops the member's threads and frees it (bounded). NULL is ignored. */
+void refit_member_close(refit_member* member);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* REFIT_CLIENT_C_API_H_ */

@@ -1,0 +1,252 @@
+// The C ABI as a binding uses it: option and buffer errors name what is
+// wrong before anything is contacted, an absent refitd fails within the
+// timeout, and a trainer and an engine joined through it move a round
+// against an in-process refitd with every engine byte checked.
+#include "client/c_api.h"
+
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "server/default_plan.h"
+#include "server/refit_server.h"
+
+namespace refit {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+constexpr int kInvalidArgument = 3;
+constexpr int kDeadlineExceeded = 4;
+constexpr int kFailedPrecondition = 9;
+constexpr int kUnavailable = 14;
+
+std::string Options(const std::string& side, int rank,
+                    const std::string& convention,
+                    const std::string& extra = "") {
+  return absl::StrCat("{\"side\": \"", side, "\", \"rank\": ", rank,
+                      ", \"model\": \"tiny-qwen3\", \"convention\": \"",
+                      convention, "\"", extra, "}");
+}
+
+// Host memory for every buffer a member of `options` must give.
+struct Buffers {
+  std::vector<std::string> names;
+  std::vector<std::vector<char>> storage;
+  std::vector<const char*> c_names;
+  std::vector<void*> ptrs;
+  std::vector<int64_t> sizes;
+};
+
+Buffers Expected(const std::string& options) {
+  char* out = nullptr;
+  EXPECT_EQ(refit_expected_buffers(options.c_str(), &out), 0) << refit_last_error();
+  Buffers b;
+  if (out == nullptr) return b;
+  json j = json::parse(out);
+  refit_free(out);
+  for (const json& e : j) {
+    b.names.push_back(e["name"].get<std::string>());
+    b.storage.emplace_back(e["bytes"].get<int64_t>(), 0);
+  }
+  for (size_t i = 0; i < b.names.size(); ++i) {
+    b.c_names.push_back(b.names[i].c_str());
+    b.ptrs.push_back(b.storage[i].data());
+    b.sizes.push_back(static_cast<int64_t>(b.storage[i].size()));
+  }
+  return b;
+}
+
+int Join(const std::string& options, Buffers& b, double timeout_s,
+         refit_member** m) {
+  return refit_member_join(options.c_str(), static_cast<int32_t>(b.names.size()),
+                           b.c_names.data(), b.ptrs.data(), b.sizes.data(),
+                           timeout_s, m);
+}
+
+TEST(CApi, ExpectedBuffersFollowTheConvention) {
+  char* out = nullptr;
+  ASSERT_EQ(refit_expected_buffers(Options("engine", 1, "vllm:tp=2").c_str(), &out), 0)
+      << refit_last_error();
+  json j = json::parse(out);
+  refit_free(out);
+  bool fused_qkv = false;
+  for (const json& e : j) {
+    EXPECT_GT(e["bytes"].get<int64_t>(), 0);
+    fused_qkv |= e["name"] == "model.layers.0.self_attn.qkv_proj.weight";
+  }
+  EXPECT_TRUE(fused_qkv) << j.dump();
+}
+
+TEST(CApi, OptionErrorsNameTheOption) {
+  char* out = nullptr;
+  EXPECT_EQ(refit_expected_buffers("not json", &out), kInvalidArgument);
+  EXPECT_THAT(refit_last_error(), HasSubstr("JSON object"));
+  EXPECT_EQ(refit_expected_buffers(
+                Options("trainer", 0, "megatron:tp=1", ", \"rnak\": 1").c_str(), &out),
+            kInvalidArgument);
+  EXPECT_THAT(refit_last_error(), HasSubstr("\"rnak\""));
+  EXPECT_EQ(refit_expected_buffers(Options("critic", 0, "megatron:tp=1").c_str(), &out),
+            kInvalidArgument);
+  EXPECT_THAT(refit_last_error(), HasSubstr("\"side\""));
+  EXPECT_EQ(refit_expected_buffers(Options("trainer", 4, "megatron:tp=2").c_str(), &out),
+            kInvalidArgument);
+  EXPECT_THAT(refit_last_error(), HasSubstr("rank 4"));
+  EXPECT_EQ(refit_expected_buffers(
+                "{\"side\": \"trainer\", \"rank\": 0, \"convention\": \"megatron:tp=1\"}",
+                &out),
+            kInvalidArgument);
+  EXPECT_THAT(refit_last_error(), HasSubstr("\"model\""));
+  EXPECT_EQ(out, nullptr);
+}
+
+TEST(CApi, BufferErrorsNameRankAndParameterBeforeConnecting) {
+  const std::string opts =
+      Options("engine", 0, "vllm:tp=1", ", \"engine_id\": \"e0\", \"server\": \"127.0.0.1:1\"");
+  Buffers b = Expected(opts);
+  ASSERT_GT(b.names.size(), 2u);
+  b.sizes[1] -= 2;                       // wrong size
+  b.c_names.pop_back();                  // one missing
+  b.names.pop_back();
+  refit_member* m = nullptr;
+  const absl::Time t0 = absl::Now();
+  EXPECT_EQ(Join(opts, b, 30, &m), kInvalidArgument);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  const std::string err = refit_last_error();
+  EXPECT_THAT(err, HasSubstr(b.names[1]));
+  EXPECT_THAT(err, HasSubstr("rank 0"));
+  EXPECT_THAT(err, HasSubstr(Expected(opts).names.back()));
+  EXPECT_EQ(m, nullptr);
+
+  Buffers ok = Expected(opts);
+  ok.ptrs[0] = nullptr;
+  EXPECT_EQ(Join(opts, ok, 30, &m), kInvalidArgument);
+  EXPECT_THAT(refit_last_error(), HasSubstr(ok.names[0] + ": the buffer's address is null"));
+}
+
+TEST(CApi, GpuBuffersNeedTheGpuLibrary) {
+  const std::string opts = Options("trainer", 0, "megatron:tp=1",
+                                   ", \"server\": \"127.0.0.1:1\", \"device\": \"cuda:0\"");
+  Buffers b = Expected(opts);
+  refit_member* m = nullptr;
+  EXPECT_EQ(Join(opts, b, 5, &m), kFailedPrecondition);
+  EXPECT_THAT(refit_last_error(), HasSubstr("librefit_client_gpu.so"));
+}
+
+TEST(CApi, AbsentServerFailsWithinTheTimeout) {
+  const std::string opts =
+      Options("trainer", 0, "megatron:tp=1", ", \"server\": \"127.0.0.1:1\"");
+  Buffers b = Expected(opts);
+  refit_member* m = nullptr;
+  const absl::Time t0 = absl::Now();
+  EXPECT_EQ(Join(opts, b, 1.0, &m), kUnavailable);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  EXPECT_THAT(refit_last_error(), HasSubstr("127.0.0.1:1"));
+  EXPECT_EQ(Join(opts, b, -1, &m), kInvalidArgument);
+  EXPECT_THAT(refit_last_error(), HasSubstr("timeout"));
+}
+
+TEST(CApi, NullHandlesAreErrorsNotCrashes) {
+  int64_t v = 0;
+  EXPECT_EQ(refit_member_wait_for_round(nullptr, 1, &v), kInvalidArgument);
+  EXPECT_EQ(refit_member_run_round(nullptr, 1, 1, nullptr), kInvalidArgument);
+  EXPECT_EQ(refit_member_plan_changed(nullptr), 0);
+  refit_member_close(nullptr);
+  refit_free(nullptr);
+}
+
+// A trainer (Megatron TP1) and an engine (vLLM TP1, fused qkv / gate_up)
+// joined through the C ABI, refitd in process: two rounds, the engine's
+// bytes checked against each round's version after its commit.
+TEST(CApi, TrainerAndEngineMoveRoundsThroughRefitd) {
+  RefitServer::Options so;
+  so.plan_function = DefaultPlanFunction();
+  auto server = RefitServer::Start(std::move(so));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string addr = absl::StrCat(", \"server\": \"127.0.0.1:", (*server)->port(),
+                                        "\", \"heartbeat_ms\": 200");
+  const std::string t_opts = Options("trainer", 0, "megatron:tp=1", addr);
+  const std::string e_opts =
+      Options("engine", 0, "vllm:tp=1", addr + ", \"engine_id\": \"e0\"");
+  Buffers tb = Expected(t_opts);
+  Buffers eb = Expected(e_opts);
+
+  std::string engine_error;
+  std::thread engine([&] {
+    refit_member* m = nullptr;
+    auto fail = [&](const char* what) {
+      engine_error = absl::StrCat(what, ": ", refit_last_error());
+    };
+    if (Join(e_opts, eb, 30, &m) != 0) return fail("join");
+    if (refit_member_prepare(m, 30, nullptr) != 0) return fail("prepare");
+    for (int64_t want = 1; want <= 2; ++want) {
+      int64_t v = 0;
+      if (refit_member_wait_for_round(m, 30, &v) != 0) return fail("wait");
+      if (v != want) engine_error = absl::StrCat("announced ", v, ", wanted ", want);
+      if (refit_member_run_round(m, v, 30, nullptr) != 0) return fail("run");
+      if (refit_member_check_pattern(m, v, 0, nullptr, nullptr) != 0) return fail("check");
+      if (refit_member_kv_set(m, absl::StrCat("checked/", v).c_str(), "1", 30) != 0) {
+        return fail("kv_set");
+      }
+    }
+    refit_member_close(m);
+  });
+
+  refit_member* m = nullptr;
+  ASSERT_EQ(Join(t_opts, tb, 30, &m), 0) << refit_last_error();
+  char* info = nullptr;
+  ASSERT_EQ(refit_member_prepare(m, 30, &info), 0) << refit_last_error();
+  EXPECT_EQ(json::parse(info)["global_world"], 2);
+  refit_free(info);
+  for (int64_t v = 1; v <= 2; ++v) {
+    ASSERT_EQ(refit_member_fill_pattern(m, v, 0, nullptr, nullptr), 0) << refit_last_error();
+    ASSERT_EQ(refit_member_start_round(m, v, 30), 0) << refit_last_error();
+    int64_t got = 0;
+    ASSERT_EQ(refit_member_wait_for_round(m, 30, &got), 0) << refit_last_error();
+    char* stats = nullptr;
+    ASSERT_EQ(refit_member_run_round(m, got, 30, &stats), 0) << refit_last_error();
+    int64_t total = 0;
+    for (int64_t s : tb.sizes) total += s;
+    EXPECT_GT(json::parse(stats)["bytes_sent"].get<int64_t>(), 0);
+    EXPECT_LE(json::parse(stats)["bytes_sent"].get<int64_t>(), total);
+    refit_free(stats);
+    char* value = nullptr;
+    ASSERT_EQ(refit_member_kv_get(m, absl::StrCat("checked/", v).c_str(), 30, &value), 0)
+        << refit_last_error();
+    refit_free(value);
+    int64_t current = 0;
+    ASSERT_EQ(refit_member_current_version(m, "e0", 30, &current), 0);
+    EXPECT_EQ(current, v);
+  }
+  engine.join();
+  EXPECT_EQ(engine_error, "");
+  refit_member_close(m);
+}
+
+TEST(CApi, WaitWithoutRoundsTimesOut) {
+  RefitServer::Options so;
+  so.plan_function = DefaultPlanFunction();
+  auto server = RefitServer::Start(std::move(so));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string opts = Options(
+      "trainer", 0, "megatron:tp=1",
+      absl::StrCat(", \"server\": \"127.0.0.1:", (*server)->port(), "\""));
+  Buffers b = Expected(opts);
+  refit_member* m = nullptr;
+  ASSERT_EQ(Join(opts, b, 30, &m), 0) << refit_last_error();
+  int64_t v = 0;
+  const absl::Time t0 = absl::Now();
+  EXPECT_EQ(refit_member_wait_for_round(m, 0.5, &v), kDeadlineExceeded);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  refit_member_close(m);
+}
+
+}  // namespace
+}  // namespace refit

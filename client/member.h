@@ -1,0 +1,120 @@
+// Member: the whole client library behind one object, for members that
+// follow a convention of the mapping tables (what the C API and the Python
+// module expose). It computes the buffers the member's convention expects,
+// checks the ones the caller gives against them (names and byte sizes),
+// connects to refitd, registers, and then runs rounds through a
+// DataPlaneMember over the caller's own memory, which it never allocates,
+// moves or frees.
+//
+//   MemberOptions o;                       // server, side, rank, model, convention
+//   REFIT_ASSIGN_OR_RETURN(std::vector<LocalBuffer> want, ExpectedBuffers(o));
+//   std::map<std::string, BufferRef> mine = ...;   // one per name in `want`
+//   REFIT_ASSIGN_OR_RETURN(auto m, Member::Join(o, mine, {}, deadline));
+//   REFIT_RETURN_IF_ERROR(m->Prepare(deadline));
+//   if (trainer rank 0) REFIT_RETURN_IF_ERROR(m->StartRound(v, deadline));
+//   REFIT_ASSIGN_OR_RETURN(int64_t got, m->WaitForRound(deadline));
+//   REFIT_ASSIGN_OR_RETURN(RunStats s, m->RunRound(got, deadline));
+#ifndef REFIT_CLIENT_MEMBER_H_
+#define REFIT_CLIENT_MEMBER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/data_plane.h"
+#include "client/refit_client.h"
+#include "mapping/layout_builder.h"
+#include "reshard/reference_copy.h"
+
+namespace refit {
+
+struct MemberOptions {
+  RefitClient::Options connection;  // target "host:port", token, TLS
+  std::string job = "refit";
+  bool trainer = true;     // false: an engine worker
+  std::string engine_id;   // engines: the replica's id
+  int32_t rank = 0;        // within the trainer / within the engine replica
+  std::string model;       // a built-in model name, or a config.json path
+  std::string convention;  // "megatron:tp=2", "fsdp:dp=4", "vllm:tp=2,dp=1"
+  std::string host_id;     // empty: this host's name
+  std::string device = "cpu";  // what the buffers are: "cpu" or "cuda:N"
+};
+
+// One buffer the caller gives: `byte_size` bytes at `data` (host or device
+// memory, as MemberOptions::device says). Engines' buffers are written in
+// place; trainers' are only read.
+struct BufferRef {
+  char* data = nullptr;
+  int64_t byte_size = 0;
+};
+
+// The buffers `options.rank` must give, in layout order (names, local
+// shapes, dtypes, byte sizes). INVALID_ARGUMENT for an unparsable
+// convention, a rank outside its world, or a model the convention cannot
+// place (naming it); NOT_FOUND for an unknown model or unreadable
+// config.json.
+absl::StatusOr<std::vector<LocalBuffer>> ExpectedBuffers(
+    const MemberOptions& options);
+
+class Member {
+ public:
+  // Checks `buffers` against ExpectedBuffers(options) (INVALID_ARGUMENT
+  // listing every problem, each naming the rank and the parameter: unknown,
+  // missing, wrong byte size, null address) before it contacts refitd; then
+  // connects (UNAVAILABLE naming the target by `deadline`) and registers
+  // (refitd's status: INVALID_ARGUMENT, UNAUTHENTICATED, ...).
+  static absl::StatusOr<std::unique_ptr<Member>> Join(
+      MemberOptions options, std::map<std::string, BufferRef> buffers,
+      DataPlaneOptions data_plane, absl::Time deadline);
+
+  // Awaits this member's plan (see DataPlaneMember::Prepare).
+  absl::Status Prepare(absl::Time deadline);
+  // True when refitd has a newer plan: call Prepare before the next round.
+  bool PlanChanged() { return data_plane_->PlanChanged(); }
+
+  // Starts round `version` (a trainer rank; OK when another rank started it
+  // already). Retries while refitd answers UNAVAILABLE (a member's round
+  // stream is not up yet, a plan is being built) until `deadline`.
+  absl::Status StartRound(int64_t version, absl::Time deadline);
+  // The next announced round (see RefitClient::WaitForRound).
+  absl::StatusOr<int64_t> WaitForRound(absl::Time deadline);
+  // Moves this member's bytes of round `version` and waits for the commit
+  // (see DataPlaneMember::RunRound).
+  absl::StatusOr<RunStats> RunRound(int64_t version, absl::Time deadline);
+
+  // Writes (trainers) / checks (engines) the deterministic test pattern of
+  // weight version `version` (reference_copy.h) into / against host copies
+  // of this member's buffers, by name; a name not given uses the registered
+  // buffer, which must then be host memory. CheckPattern: INTERNAL naming
+  // the tensor and element of the first mismatches. INVALID_ARGUMENT for an
+  // unknown name or a device buffer without a host copy.
+  absl::Status FillPattern(int64_t version,
+                           const std::map<std::string, char*>& host) const;
+  absl::Status CheckPattern(int64_t version,
+                            const std::map<std::string, char*>& host) const;
+
+  RefitClient& client() { return *client_; }
+  DataPlaneMember& data_plane() { return *data_plane_; }
+  const std::string& member_id() const { return member_id_; }
+  const MemberOptions& options() const { return options_; }
+
+ private:
+  Member() = default;
+  absl::StatusOr<HostBuffers> PatternBuffers(
+      const std::map<std::string, char*>& host) const;
+
+  MemberOptions options_;
+  MappedSide side_;
+  std::map<std::string, BufferRef> buffers_;
+  std::unique_ptr<RefitClient> client_;
+  std::unique_ptr<DataPlaneMember> data_plane_;
+  std::string member_id_;
+};
+
+}  // namespace refit
+
+#endif  // REFIT_CLIENT_MEMBER_H_

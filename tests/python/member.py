@@ -1,0 +1,78 @@
+"""One trainer rank or engine worker of the Python client test, as its own
+process, using the refit module as an RL job would (host buffers:
+bytearrays). Prints one JSON line per event; exits 0 only if every round
+committed and (engines) every engine byte held the round's version.
+
+  member.py SERVER SIDE RANK CONVENTION ROUNDS [ENGINE_ID] [--die-in-round]
+"""
+import json
+import os
+import sys
+import time
+
+import refit
+
+MODEL = "tiny-qwen3"
+TIMEOUT = 60.0
+
+
+def say(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def main(argv):
+    server, side, rank, convention, rounds = argv[1:6]
+    rank, rounds = int(rank), int(rounds)
+    engine_id = argv[6] if len(argv) > 6 and not argv[6].startswith("--") else None
+    die = "--die-in-round" in argv
+    want = refit.expected_buffers(side=side, rank=rank, model=MODEL,
+                                  convention=convention)
+    buffers = {b.name: bytearray(b.nbytes) for b in want}
+    m = refit.Member(server=server, side=side, rank=rank, model=MODEL,
+                     convention=convention, engine_id=engine_id,
+                     buffers=buffers, heartbeat_ms=200, timeout=TIMEOUT)
+    info = m.prepare(timeout=TIMEOUT)
+    say(event="plan", side=side, rank=rank, **info)
+    trainer = side == "trainer"
+    world = info["global_world"]
+    for v in range(1, rounds + 1):
+        if trainer:
+            m.fill_pattern(v)
+        # Weights of version v ready everywhere (and round v-1 checked)
+        # before trainer rank 0 starts round v: a barrier in refitd's store.
+        key = f"test/{info['fingerprint']}/{v}"
+        if info["global_rank"] != 0:
+            m.kv_set(f"{key}/{info['global_rank']}", "1", timeout=TIMEOUT)
+        else:
+            for r in range(1, world):
+                m.kv_get(f"{key}/{r}", timeout=TIMEOUT)
+            m.start_round(v, timeout=TIMEOUT)
+        got = m.wait_for_round(timeout=TIMEOUT)
+        if got != v:
+            raise RuntimeError(f"refitd announced round {got}, expected {v}")
+        if die:
+            say(event="dying", side=side, rank=rank, version=got)
+            os._exit(3)  # a peer dies inside a round: no report, no goodbye
+        t0 = time.monotonic()
+        try:
+            stats = m.run_round(got, timeout=float(os.environ.get("RUN_TIMEOUT", TIMEOUT)))
+        except refit.RefitError as e:
+            say(event="round_failed", side=side, rank=rank, code=e.code_name,
+                message=e.message, after_s=time.monotonic() - t0)
+            return 4
+        if not trainer:
+            m.check_pattern(got)
+        say(event="round", version=got, side=side, rank=rank,
+            checked=not trainer, **stats)
+    m.leave()
+    m.close()
+    say(event="ok", side=side, rank=rank)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv))
+    except refit.RefitError as e:
+        say(event="error", code=e.code_name, message=e.message)
+        sys.exit(1)

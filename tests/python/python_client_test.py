@@ -1,0 +1,181 @@
+"""The Python client end to end: refitd and one process per member, each
+using the refit module with host buffers (bytearrays): a Megatron TP2
+trainer into two vLLM engines (TP2, and TP1 x DP2) over the host
+transport, every engine byte checked after every round; errors that name
+the parameter and rank; a member killed inside a round makes the others
+fail within the deadline.
+
+  python_client_test.py REFITD LIBREFIT_CLIENT_SO MEMBER_PY
+"""
+import os
+import subprocess
+import sys
+import time
+import unittest
+import json
+
+REFITD, LIB, MEMBER = (os.path.abspath(p) for p in sys.argv[1:4])
+del sys.argv[1:4]
+os.environ["REFIT_CLIENT_LIB"] = LIB
+import refit  # noqa: E402  (after REFIT_CLIENT_LIB is set)
+
+PYTHONPATH = os.path.dirname(os.path.dirname(os.path.abspath(refit.__file__)))
+
+
+class Refitd:
+    def __init__(self, *flags):
+        self.p = subprocess.Popen(
+            [REFITD, "--address=127.0.0.1:0", *flags],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.port = None
+        until = time.time() + 30
+        while time.time() < until:
+            line = self.p.stdout.readline()
+            if not line:
+                break
+            if "listening on port " in line:
+                self.port = int(line.rsplit(" ", 1)[1])
+                break
+        if self.port is None:
+            self.p.kill()
+            raise RuntimeError("refitd did not report its port")
+        self.address = f"127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.p.kill()
+        self.p.wait(timeout=10)
+        self.p.stdout.close()
+
+
+def run_members(server, specs, timeout, env=None):
+    """Starts one member.py per spec, waits for all (each bounded by
+    `timeout`); returns [(returncode, [json events])]."""
+    e = dict(os.environ, PYTHONPATH=PYTHONPATH, **(env or {}))
+    procs = [subprocess.Popen([sys.executable, MEMBER, server, *map(str, s)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=e) for s in specs]
+    out = []
+    until = time.time() + timeout
+    for p in procs:
+        try:
+            text, _ = p.communicate(timeout=max(1, until - time.time()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise AssertionError(f"member {p.args[3:]} still running after {timeout} s")
+        events = []
+        for line in text.splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                events.append({"event": "text", "line": line})
+        out.append((p.returncode, events))
+    return out
+
+
+TRAINER = "megatron:tp=2"
+E0 = "vllm:tp=2"
+E1 = "vllm:tp=1,dp=2"
+
+
+class PythonClientTest(unittest.TestCase):
+
+    def test_rounds_move_every_engine_byte(self):
+        d = Refitd("--min_engines=2")
+        try:
+            specs = [("trainer", r, TRAINER, 2) for r in range(2)]
+            specs += [("engine", r, E0, 2, "e0") for r in range(2)]
+            specs += [("engine", r, E1, 2, "e1") for r in range(2)]
+            results = run_members(d.address, specs, timeout=240)
+        finally:
+            d.stop()
+        for spec, (rc, events) in zip(specs, results):
+            self.assertEqual(rc, 0, f"{spec}: {events}")
+            rounds = [e for e in events if e["event"] == "round"]
+            self.assertEqual([e["version"] for e in rounds], [1, 2], f"{spec}: {events}")
+            if spec[0] == "engine":
+                self.assertTrue(all(e["checked"] and e["bytes_received"] > 0
+                                    for e in rounds), events)
+            else:
+                self.assertTrue(all(e["bytes_sent"] > 0 for e in rounds), events)
+        fingerprints = {e["fingerprint"] for _, ev in results for e in ev
+                        if e["event"] == "plan"}
+        self.assertEqual(len(fingerprints), 1)
+
+    def test_bad_buffers_name_the_parameter_and_rank(self):
+        want = refit.expected_buffers(side="engine", rank=1, model="tiny-qwen3",
+                                      convention=E0)
+        self.assertIn("model.layers.0.self_attn.qkv_proj.weight",
+                      [b.name for b in want])
+        buffers = {b.name: bytearray(b.nbytes) for b in want}
+        short = want[0].name
+        buffers[short] = bytearray(want[0].nbytes - 1)
+        missing = want[-1].name
+        del buffers[missing]
+        t0 = time.time()
+        with self.assertRaises(refit.RefitError) as cm:
+            refit.Member(server="127.0.0.1:1", side="engine", engine_id="e0",
+                         rank=1, model="tiny-qwen3", convention=E0,
+                         buffers=buffers, timeout=30)
+        self.assertLess(time.time() - t0, 5)  # checked before connecting
+        e = cm.exception
+        self.assertEqual(e.code_name, "INVALID_ARGUMENT")
+        self.assertIn(short, e.message)
+        self.assertIn(missing, e.message)
+        self.assertIn("rank 1", e.message)
+
+        with self.assertRaises(refit.RefitError) as cm:
+            refit.Member(server="127.0.0.1:1", side="engine", engine_id="e0",
+                         rank=1, model="tiny-qwen3", convention=E0,
+                         buffers={want[0].name: b"read-only bytes"})
+        self.assertIn(want[0].name, cm.exception.message)
+        self.assertIn("writeable", cm.exception.message)
+
+        with self.assertRaises(refit.RefitError) as cm:
+            refit.expected_buffers(side="engine", rank=0, model="no-such-model",
+                                   convention=E0)
+        self.assertIn("no-such-model", cm.exception.message)
+
+    def test_absent_refitd_fails_within_the_timeout(self):
+        want = refit.expected_buffers(side="trainer", rank=0, model="tiny-qwen3",
+                                      convention="megatron:tp=1")
+        t0 = time.time()
+        with self.assertRaises(refit.RefitError) as cm:
+            refit.Member(server="127.0.0.1:1", side="trainer", rank=0,
+                         model="tiny-qwen3", convention="megatron:tp=1",
+                         buffers={b.name: bytearray(b.nbytes) for b in want},
+                         timeout=1.0)
+        self.assertEqual(cm.exception.code_name, "UNAVAILABLE")
+        self.assertLess(time.time() - t0, 5)
+
+    def test_member_killed_in_a_round_fails_the_others_fast(self):
+        # Trainer rank 1 dies once round 1 is announced, before it connects
+        # its transport: nothing on the wire tells the others. refitd
+        # notices its silence (2 s without heartbeats) and aborts the round;
+        # the others must fail then, with refitd's reason, not at their
+        # 30 s data-plane deadline.
+        d = Refitd("--heartbeat_timeout_ms=2000")
+        try:
+            specs = [("trainer", 0, TRAINER, 1),
+                     ("trainer", 1, TRAINER, 1, "--die-in-round"),
+                     ("engine", 0, E0, 1, "e0"),
+                     ("engine", 1, E0, 1, "e0")]
+            results = run_members(d.address, specs, timeout=90,
+                                  env={"RUN_TIMEOUT": "30"})
+        finally:
+            d.stop()
+        self.assertEqual(results[1][0], 3, results[1][1])
+        for i in (0, 2, 3):
+            rc, events = results[i]
+            self.assertEqual(rc, 4, f"{specs[i]}: {events}")
+            failed = [e for e in events if e["event"] == "round_failed"]
+            self.assertEqual(len(failed), 1, events)
+            print(f"{specs[i][:2]} failed {failed[0]['after_s']:.1f} s into the round: "
+                  f"{failed[0]['message']}")
+            self.assertEqual(failed[0]["code"], "ABORTED", failed)
+            self.assertIn("trainer", failed[0]["message"])
+            self.assertLess(failed[0]["after_s"], 15, failed)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
