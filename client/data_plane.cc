@@ -115,6 +115,11 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
     }
   });
   absl::StatusOr<RunStats> stats = Connect(version, deadline);
+  if (stats.ok()) {
+    absl::MutexLock l(&cancel_mu_);
+    if (!cancelled_.ok()) stats = cancelled_;
+    cancel_transport_ = transport_.get();  // connected now or rounds ago
+  }
   if (stats.ok()) stats = executor_->Run(deadline);
   done.Notify();
   watcher.join();
@@ -165,11 +170,7 @@ absl::StatusOr<RunStats> DataPlaneMember::Connect(int64_t version,
       AnnotateStatus(options_.transport(store_.get(), global_rank_,
                                         global_world_, num_lanes_),
                      "data-plane transport"));
-  {
-    absl::MutexLock l(&cancel_mu_);
-    if (!cancelled_.ok()) return cancelled_;
-    cancel_transport_ = transport_.get();
-  }
+
   ExecutorOptions eo;
   eo.verify = options_.verify;
   if (options_.copy_engine) {

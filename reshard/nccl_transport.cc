@@ -185,6 +185,12 @@ void NcclTransport::Cancel(const absl::Status& reason) {
   cancelled_.store(true);
 }
 
+absl::Status NcclTransport::CheckCancelled() {
+  if (!cancelled_.load(std::memory_order_relaxed)) return absl::OkStatus();
+  if (lanes_.empty()) return Cancelled();
+  return Abort(*lanes_[0], Cancelled());
+}
+
 absl::Status NcclTransport::Cancelled() {
   absl::MutexLock l(&cancel_mu_);
   return cancel_reason_;
@@ -363,6 +369,7 @@ class CudaCopyEngine : public CopyEngine {
       cudaError_t q = cudaStreamQuery(s);
       if (q == cudaSuccess) return absl::OkStatus();
       if (q != cudaErrorNotReady) return CudaStatus(q, "pack/unpack kernel");
+      REFIT_RETURN_IF_ERROR(t_->CheckCancelled());
       if (absl::Now() > deadline) {
         return absl::DeadlineExceededError(
             absl::StrCat("lane ", lane, ": copies not complete by the deadline"));

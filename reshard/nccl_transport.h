@@ -63,6 +63,12 @@ class NcclTransport : public Transport {
   // Rounds queue on the lane's stream; WaitRound waits for the oldest.
   int32_t max_rounds_per_lane() const override { return 1 << 20; }
 
+  // OK, or — after Cancel — takes every lane down (once) and returns the
+  // reason. For waits outside the transport on its lanes' streams (the copy
+  // engine's Sync), which a spinning NCCL kernel would otherwise hold until
+  // their deadline.
+  absl::Status CheckCancelled();
+
   // The lane's cudaStream_t (as void*), or null for a bad lane.
   void* stream(int32_t lane) const;
   int32_t device() const { return device_; }

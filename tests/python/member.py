@@ -3,10 +3,17 @@ process, using the refit module as an RL job would (host buffers:
 bytearrays). Prints one JSON line per event; exits 0 only if every round
 committed and (engines) every engine byte held the round's version.
 
-  member.py SERVER SIDE RANK CONVENTION ROUNDS [ENGINE_ID] [--die-in-round]
+  member.py SERVER SIDE RANK CONVENTION ROUNDS [ENGINE_ID]
+            [--die-in-round=N | --freeze-in-round=N]
+
+--die-in-round=N: exit once round N is announced, before moving its bytes.
+--freeze-in-round=N: the same moment, but stop (SIGSTOP) instead: sockets
+stay open and nothing on the wire tells the peers; only refitd's heartbeat
+timeout does.
 """
 import json
 import os
+import signal
 import sys
 import time
 
@@ -24,7 +31,9 @@ def main(argv):
     server, side, rank, convention, rounds = argv[1:6]
     rank, rounds = int(rank), int(rounds)
     engine_id = argv[6] if len(argv) > 6 and not argv[6].startswith("--") else None
-    die = "--die-in-round" in argv
+    flags = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+    die_in = int(flags.get("die-in-round", 0))
+    freeze_in = int(flags.get("freeze-in-round", 0))
     want = refit.expected_buffers(side=side, rank=rank, model=MODEL,
                                   convention=convention)
     buffers = {b.name: bytearray(b.nbytes) for b in want}
@@ -50,9 +59,12 @@ def main(argv):
         got = m.wait_for_round(timeout=TIMEOUT)
         if got != v:
             raise RuntimeError(f"refitd announced round {got}, expected {v}")
-        if die:
+        if got == die_in:
             say(event="dying", side=side, rank=rank, version=got)
             os._exit(3)  # a peer dies inside a round: no report, no goodbye
+        if got == freeze_in:
+            say(event="freezing", side=side, rank=rank, version=got)
+            os.kill(os.getpid(), signal.SIGSTOP)
         t0 = time.monotonic()
         try:
             stats = m.run_round(got, timeout=float(os.environ.get("RUN_TIMEOUT", TIMEOUT)))

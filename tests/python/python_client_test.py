@@ -47,16 +47,21 @@ class Refitd:
         self.p.stdout.close()
 
 
-def run_members(server, specs, timeout, env=None):
+def run_members(server, specs, timeout, env=None, stuck=()):
     """Starts one member.py per spec, waits for all (each bounded by
-    `timeout`); returns [(returncode, [json events])]."""
+    `timeout`) but those at the indices `stuck`, which are killed once the
+    others are done; returns [(returncode, [json events])]."""
     e = dict(os.environ, PYTHONPATH=PYTHONPATH, **(env or {}))
     procs = [subprocess.Popen([sys.executable, MEMBER, server, *map(str, s)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, env=e) for s in specs]
     out = []
     until = time.time() + timeout
-    for p in procs:
+    order = [i for i in range(len(procs)) if i not in stuck] + list(stuck)
+    for i in order:
+        p = procs[i]
+        if i in stuck:
+            p.kill()
         try:
             text, _ = p.communicate(timeout=max(1, until - time.time()))
         except subprocess.TimeoutExpired:
@@ -69,8 +74,8 @@ def run_members(server, specs, timeout, env=None):
                 events.append(json.loads(line))
             except ValueError:
                 events.append({"event": "text", "line": line})
-        out.append((p.returncode, events))
-    return out
+        out.append((i, (p.returncode, events)))
+    return [r for _, r in sorted(out, key=lambda x: x[0])]
 
 
 TRAINER = "megatron:tp=2"
@@ -136,6 +141,14 @@ class PythonClientTest(unittest.TestCase):
                                    convention=E0)
         self.assertIn("no-such-model", cm.exception.message)
 
+    def test_one_library_per_process(self):
+        lib = refit.load_library()  # REFIT_CLIENT_LIB: the host build
+        self.assertIn(b"host", lib.refit_build_info())
+        with self.assertRaises(refit.RefitError) as cm:
+            refit.load_library(gpu=True)
+        self.assertEqual(cm.exception.code_name, "FAILED_PRECONDITION")
+        self.assertIn("librefit_client_gpu.so", cm.exception.message)
+
     def test_absent_refitd_fails_within_the_timeout(self):
         want = refit.expected_buffers(side="trainer", rank=0, model="tiny-qwen3",
                                       convention="megatron:tp=1")
@@ -157,7 +170,7 @@ class PythonClientTest(unittest.TestCase):
         d = Refitd("--heartbeat_timeout_ms=2000")
         try:
             specs = [("trainer", 0, TRAINER, 1),
-                     ("trainer", 1, TRAINER, 1, "--die-in-round"),
+                     ("trainer", 1, TRAINER, 1, "--die-in-round=1"),
                      ("engine", 0, E0, 1, "e0"),
                      ("engine", 1, E0, 1, "e0")]
             results = run_members(d.address, specs, timeout=90,
@@ -174,6 +187,34 @@ class PythonClientTest(unittest.TestCase):
                   f"{failed[0]['message']}")
             self.assertEqual(failed[0]["code"], "ABORTED", failed)
             self.assertIn("trainer", failed[0]["message"])
+            self.assertLess(failed[0]["after_s"], 15, failed)
+
+    def test_member_frozen_in_a_connected_round_fails_the_others_fast(self):
+        # Round 1 connects every transport; in round 2 trainer rank 1 stops
+        # (SIGSTOP) before sending: its sockets stay open, so no peer sees
+        # an error on the wire. refitd removes it after 2 s without
+        # heartbeats and aborts the round; that must cancel the others'
+        # connected transports then, not at their 30 s deadline.
+        d = Refitd("--heartbeat_timeout_ms=2000")
+        try:
+            specs = [("trainer", 0, TRAINER, 2),
+                     ("trainer", 1, TRAINER, 2, "--freeze-in-round=2"),
+                     ("engine", 0, E0, 2, "e0"),
+                     ("engine", 1, E0, 2, "e0")]
+            results = run_members(d.address, specs, timeout=90,
+                                  env={"RUN_TIMEOUT": "30"}, stuck=(1,))
+        finally:
+            d.stop()
+        self.assertIn("freezing", [e["event"] for e in results[1][1]], results[1])
+        for i in (0, 2, 3):
+            rc, events = results[i]
+            self.assertEqual(rc, 4, f"{specs[i]}: {events}")
+            self.assertEqual([e["version"] for e in events if e["event"] == "round"], [1])
+            failed = [e for e in events if e["event"] == "round_failed"]
+            self.assertEqual(len(failed), 1, events)
+            print(f"{specs[i][:2]} failed {failed[0]['after_s']:.1f} s into round 2: "
+                  f"{failed[0]['message']}")
+            self.assertEqual(failed[0]["code"], "ABORTED", failed)
             self.assertLess(failed[0]["after_s"], 15, failed)
 
 

@@ -23,5 +23,11 @@ rc4=$?
 echo "== refit_gpu_bench $*"
 "$dir/refit_gpu_bench" "$@"
 rc3=$?
-echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 transform=$rc4 bench=$rc3"
-[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ]
+rc5=0
+if python3 -c 'import torch' 2>/dev/null; then
+  echo "== torch_gpu_check.py (the Python client with torch tensors)"
+  python3 "$dir/torch_gpu_check.py" "$dir" --gpus="$gpus"
+  rc5=$?
+fi
+echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 transform=$rc4 bench=$rc3 python=$rc5"
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && [ $rc5 -eq 0 ]

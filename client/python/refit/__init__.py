@@ -99,31 +99,56 @@ _SIGNATURES = {
     "refit_member_close": (None, [_P]),
 }
 
-_libraries: Dict[str, ctypes.CDLL] = {}
+_library: Optional[ctypes.CDLL] = None
+_library_path: Optional[str] = None
+
+
+def _bundle_path(name: str) -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.abspath(os.path.join(here, "..", "..", name))
 
 
 def load_library(gpu: bool = False, path: Optional[str] = None) -> ctypes.CDLL:
-    """Loads (once) the client library: ``path``, else ``$REFIT_CLIENT_LIB``,
-    else ``librefit_client_gpu.so`` (``gpu``) or ``librefit_client.so`` from
-    the bundle folder above this package."""
+    """Loads the client library once per process: ``path``, else
+    ``$REFIT_CLIENT_LIB``, else from the bundle folder above this package
+    ``librefit_client_gpu.so`` (which serves host buffers too) when it loads
+    here, or ``librefit_client.so``. ``gpu``: "cuda:N" buffers are needed,
+    so the host-only library will not do.
+
+    One process holds one of the two libraries: both register the same
+    protobuf types, which the shared protobuf runtime refuses twice. Asking
+    for another library than the loaded one raises FAILED_PRECONDITION."""
+    global _library, _library_path
     if path is None:
         path = os.environ.get("REFIT_CLIENT_LIB")
-    if path is None:
-        name = "librefit_client_gpu.so" if gpu else "librefit_client.so"
-        here = os.path.dirname(os.path.abspath(__file__))
-        path = os.path.join(here, "..", "..", name)
-    path = os.path.abspath(path)
-    if path not in _libraries:
+    candidates = ([os.path.abspath(path)] if path else
+                  [_bundle_path("librefit_client_gpu.so")] +
+                  ([] if gpu else [_bundle_path("librefit_client.so")]))
+    if _library is not None:
+        if path and os.path.abspath(path) != _library_path:
+            raise RefitError(9, f"{_library_path} is loaded already; one process "
+                                f"loads one refit client library, not also {path}")
+        if gpu and b"cuda" not in _library.refit_build_info():
+            raise RefitError(9, f"{_library_path} (host buffers only) is loaded "
+                                f"already; GPU buffers need librefit_client_gpu.so")
+        return _library
+    errors = []
+    for c in candidates:
+        if not os.path.exists(c):
+            errors.append(f"{c}: not found")
+            continue
         try:
-            lib = ctypes.CDLL(path)
+            lib = ctypes.CDLL(c)
         except OSError as e:
-            raise RefitError(5, f"cannot load the refit client library {path}: {e}") from e
+            errors.append(f"{c}: {e}")
+            continue
         for fn, (res, args) in _SIGNATURES.items():
             f = getattr(lib, fn)
             f.restype = res
             f.argtypes = args
-        _libraries[path] = lib
-    return _libraries[path]
+        _library, _library_path = lib, c
+        return lib
+    raise RefitError(5, "cannot load the refit client library: " + "; ".join(errors))
 
 
 def _check(lib: ctypes.CDLL, code: int) -> None:

@@ -1,0 +1,201 @@
+"""The Python client on GPUs, from the bundle (no build on the GPU host):
+refitd plus one Python process per member, each holding its weights as
+torch tensors on its own GPU (dtype and shape as the convention says) and
+moving them over NCCL through the refit module.
+
+Checks, per scenario: every engine byte holds the round's version (the
+reference pattern, via host copies), every engine tensor kept its
+data_ptr, and a CUDA graph captured on the engine before the first round
+reads the new weights when replayed after each round. The "killed"
+scenario kills the trainer inside round 2, after its transport connected:
+the engine must fail with refitd's ABORTED reason within seconds (its NCCL
+wait is cancelled), not at its 60 s deadline. Prints a table last; exit
+code 0 only if every check passed.
+
+  python3 torch_gpu_check.py BUNDLE_DIR [--gpus=2]
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+DEADLINE = 120.0
+
+
+def say(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+# --------------------------------------------------------------- a member
+def member(argv):
+    import torch
+    import refit
+    server, side, rank, model, convention, device, rounds, engine_id, die_in = argv
+    rank, rounds, die_in = int(rank), int(rounds), int(die_in)
+    torch.cuda.set_device(torch.device(device))
+    dtypes = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
+              "f8e4m3": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2,
+              "i32": torch.int32, "i64": torch.int64, "u8": torch.uint8}
+    want = refit.expected_buffers(side=side, rank=rank, model=model,
+                                  convention=convention)
+    tensors = {}
+    for b in want:
+        dt = dtypes.get(b.dtype, torch.uint8)
+        t = torch.zeros(b.shape, dtype=dt, device=device)
+        if t.numel() * t.element_size() != b.nbytes:  # a byte view then
+            t = torch.zeros(b.nbytes, dtype=torch.uint8, device=device)
+        tensors[b.name] = t
+    m = refit.Member(server=server, side=side, rank=rank, model=model,
+                     convention=convention, engine_id=engine_id or None,
+                     device=device, buffers=tensors, heartbeat_ms=500,
+                     timeout=DEADLINE)
+    info = m.prepare(timeout=DEADLINE)
+    trainer = side == "trainer"
+    ptrs = {n: t.data_ptr() for n, t in tensors.items()}
+    graph = None
+    if not trainer:
+        # A CUDA graph over the largest engine tensor, captured before any
+        # refit: it must read the new weights after each one.
+        # (Its bytes summed as integers: pattern bytes may be NaNs.)
+        name = max(tensors, key=lambda n: tensors[n].numel())
+        src = tensors[name].view(-1).view(torch.uint8)[: 1 << 25]
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            out = src.sum(dtype=torch.int64)  # warm-up outside capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = src.sum(dtype=torch.int64)
+    for v in range(1, rounds + 1):
+        if trainer:
+            m.fill_pattern(v)
+            torch.cuda.synchronize()
+        key = f"gpu-check/{info['fingerprint']}/{v}"
+        if info["global_rank"] != 0:
+            m.kv_set(f"{key}/{info['global_rank']}", "1", timeout=DEADLINE)
+        else:
+            for r in range(1, info["global_world"]):
+                m.kv_get(f"{key}/{r}", timeout=DEADLINE)
+            m.start_round(v, timeout=DEADLINE)
+        got = m.wait_for_round(timeout=DEADLINE)
+        if got != v:
+            raise RuntimeError(f"announced round {got}, expected {v}")
+        if trainer and v == die_in:
+            say(event="dying", version=v)
+            os._exit(3)
+        t0 = time.monotonic()
+        try:
+            stats = m.run_round(v, timeout=60.0)
+        except refit.RefitError as e:
+            say(event="round_failed", version=v, code=e.code_name,
+                message=e.message, after_s=time.monotonic() - t0)
+            return 4
+        ev = dict(event="round", side=side, version=v, **stats)
+        if not trainer:
+            m.check_pattern(v)
+            graph.replay()
+            torch.cuda.synchronize()
+            fresh = src.sum(dtype=torch.int64)
+            ev["graph_reads_new_weights"] = bool(torch.equal(out, fresh))
+            ev["pointers_unchanged"] = all(t.data_ptr() == ptrs[n]
+                                           for n, t in tensors.items())
+            ev["checked"] = True
+        say(**ev)
+    m.close()
+    say(event="ok")
+    return 0
+
+
+# ------------------------------------------------------------ the driver
+def run(bundle, model, trainer_conv, engine_conv, rounds, die_in, gpus):
+    env = dict(os.environ, PYTHONPATH=os.path.join(bundle, "python"))
+    d = subprocess.Popen([os.path.join(bundle, "refitd"), "--address=127.0.0.1:0",
+                          "--staging_mib=512", "--heartbeat_timeout_ms=3000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    port = None
+    t_end = time.time() + 30
+    while time.time() < t_end:
+        line = d.stdout.readline()
+        if not line:
+            break
+        if "listening on port " in line:
+            port = int(line.rsplit(" ", 1)[1])
+            break
+    if port is None:
+        d.kill()
+        raise RuntimeError("refitd did not report its port")
+    server = f"127.0.0.1:{port}"
+    specs = [("trainer", 0, trainer_conv, "cuda:0", "", die_in),
+             ("engine", 0, engine_conv, f"cuda:{gpus - 1}", "e0", 0)]
+    procs = [subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--member", server, side,
+         str(rank), model, conv, dev, str(rounds), eid, str(die)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        for side, rank, conv, dev, eid, die in specs]
+    results = []
+    for p in procs:
+        try:
+            text, _ = p.communicate(timeout=500)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            text = "timed out"
+        events = []
+        for line in text.splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                print("   ", line)
+        results.append((p.returncode, events))
+    d.kill()
+    d.wait()
+    return results
+
+
+def main():
+    bundle = os.path.abspath(sys.argv[1])
+    gpus = 2
+    for a in sys.argv[2:]:
+        if a.startswith("--gpus="):
+            gpus = int(a.split("=", 1)[1])
+    rows, ok = [], True
+    for name, model, rounds, die_in in [("qwen3-0.6b", "qwen3-0.6b", 3, 0),
+                                        ("qwen3-8b", "qwen3-8b", 2, 0),
+                                        ("killed", "qwen3-0.6b", 2, 2)]:
+        res = run(bundle, model, "megatron:tp=1", "vllm:tp=1", rounds, die_in, gpus)
+        (t_rc, t_ev), (e_rc, e_ev) = res
+        for ev in t_ev + e_ev:
+            print(name, json.dumps(ev))
+        if die_in:
+            failed = [e for e in e_ev if e["event"] == "round_failed"]
+            good = (t_rc == 3 and e_rc == 4 and len(failed) == 1 and
+                    failed[0]["code"] == "ABORTED" and failed[0]["after_s"] < 15)
+            detail = (f"engine failed {failed[0]['after_s']:.1f} s into round "
+                      f"{failed[0]['version']}: {failed[0]['code']}") if failed else "no failure"
+            rows.append((name, "PASS" if good else "FAIL", detail))
+        else:
+            er = [e for e in e_ev if e["event"] == "round"]
+            good = (t_rc == 0 and e_rc == 0 and len(er) == rounds and
+                    all(e["checked"] and e["pointers_unchanged"] and
+                        e["graph_reads_new_weights"] for e in er))
+            rates = [e["bytes_received"] / e["seconds"] / 1e9 for e in er if e["seconds"] > 0]
+            detail = (f"{len(er)} rounds of {er[-1]['bytes_received'] / 1e9:.2f} GB, "
+                      f"best {max(rates):.0f} GB/s, bytes equal, pointers unchanged, "
+                      f"graph reads new weights") if good and rates else f"rc {t_rc}/{e_rc}"
+            rows.append((name, "PASS" if good else "FAIL", detail))
+        ok &= good
+    print("\n== Python client (torch tensors, NCCL) on GPUs")
+    for r in rows:
+        print(f"{r[1]}  {r[0]:<11} {r[2]}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--member":
+        try:
+            sys.exit(member(sys.argv[2:]))
+        except Exception as e:  # reported, then a failing exit code
+            say(event="error", message=f"{type(e).__name__}: {e}")
+            sys.exit(1)
+    sys.exit(main())
