@@ -85,17 +85,25 @@ struct Parsed {
   bool verify = false;
 };
 
-// Typed field readers: INVALID_ARGUMENT naming the option.
+// Typed field readers: INVALID_ARGUMENT naming the option. `*found` is
+// false for an absent (or null) optional option.
+absl::Status Find(const json& j, const char* key, bool required,
+                  json::const_iterator* it, bool* found) {
+  *it = j.find(key);
+  *found = *it != j.end() && !(*it)->is_null();
+  if (!*found && required) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("member option \"", key, "\" is required"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GetString(const json& j, const char* key, std::string* out,
                        bool required) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (required) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("member option \"", key, "\" is required"));
-    }
-    return absl::OkStatus();
-  }
+  json::const_iterator it;
+  bool found = false;
+  REFIT_RETURN_IF_ERROR(Find(j, key, required, &it, &found));
+  if (!found) return absl::OkStatus();
   if (!it->is_string()) {
     return absl::InvalidArgumentError(
         absl::StrCat("member option \"", key, "\" must be a string"));
@@ -106,14 +114,10 @@ absl::Status GetString(const json& j, const char* key, std::string* out,
 
 absl::Status GetInt(const json& j, const char* key, int64_t lo, int64_t hi,
                     int64_t* out, bool required) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (required) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("member option \"", key, "\" is required"));
-    }
-    return absl::OkStatus();
-  }
+  json::const_iterator it;
+  bool found = false;
+  REFIT_RETURN_IF_ERROR(Find(j, key, required, &it, &found));
+  if (!found) return absl::OkStatus();
   if (!it->is_number_integer() || it->get<int64_t>() < lo ||
       it->get<int64_t>() > hi) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -125,8 +129,10 @@ absl::Status GetInt(const json& j, const char* key, int64_t lo, int64_t hi,
 }
 
 absl::Status GetBool(const json& j, const char* key, bool* out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  json::const_iterator it;
+  bool found = false;
+  REFIT_RETURN_IF_ERROR(Find(j, key, /*required=*/false, &it, &found));
+  if (!found) return absl::OkStatus();
   if (!it->is_boolean()) {
     return absl::InvalidArgumentError(
         absl::StrCat("member option \"", key, "\" must be true or false"));

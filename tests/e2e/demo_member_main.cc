@@ -1,7 +1,8 @@
 // refit_demo_member: one trainer rank or engine worker of the demo refit,
 // as its own process, using the client library exactly as a real member
-// would: it builds its local buffers by its convention (mapping tables),
-// registers them with refitd, awaits its plan slice, and takes part in
+// would (client/member.h, what the C ABI and Python wrap): it builds its
+// local buffers by its convention (mapping tables), registers them with
+// refitd, awaits its plan slice, and takes part in
 // rounds over the host (Gloo/TCP) transport. Trainer ranks fill their
 // buffers with the pattern of weight version v before round v; engine
 // ranks check, after refitd committed round v, that every byte of every
@@ -30,13 +31,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/data_plane.h"
-#include "common/status_macros.h"
+#include "client/member.h"
 #include "client/refit_client.h"
+#include "common/status_macros.h"
 #include "mapping/layout_builder.h"
-#include "mapping/mapping.h"
-#include "mapping/model_config.h"
-#include "mapping/parallel_spec.h"
-#include "reshard/reference_copy.h"
 
 #ifdef REFIT_DEMO_CUDA
 #include <cuda_runtime_api.h>
@@ -83,38 +81,26 @@ int Main(const Flags& fl) {
   const int64_t rounds = fl.Int("rounds", 1);
 
   // The member's own view of its buffers: its convention, its rank.
-  absl::StatusOr<ModelConfig> model = LoadModelConfig(fl.Get("model"));
-  if (!model.ok()) return Fail(who, model.status());
-  absl::StatusOr<MappedSide> side;
-  int32_t world = 0;
-  if (trainer) {
-    auto ts = ParseTrainerSpec(fl.Get("convention"));
-    if (!ts.ok()) return Fail(who, ts.status());
-    world = ts->world_size();
-    side = BuildTrainerLayout(*model, *ts);
-  } else {
-    auto es = ParseEngineSpec(fl.Get("convention"));
-    if (!es.ok()) return Fail(who, es.status());
-    world = es->world_size();
-    side = BuildEngineLayout(*model, *es);
-  }
-  if (!side.ok()) return Fail(who, side.status());
-  std::vector<LocalBuffer> mine = RankBuffers(*side, rank);
-  if (mine.empty()) {
-    return Fail(who, absl::InvalidArgumentError(absl::StrCat(
-                         "rank ", rank, " is outside the world of ", world)));
-  }
-
-  // Allocate (once; never moved) and describe the buffers.
-  std::vector<std::vector<uint8_t>> storage(side->layout.buffers.size());
-  HostBuffers ptrs(side->layout.buffers.size(), nullptr);
-  std::map<std::string, char*> by_name;
-  v1::Registration reg;
-  int64_t total = 0;
-  // With --device, the registered buffers live on the GPU and `ptrs` are
-  // host mirrors for filling / checking.
+  MemberOptions o;
+  o.connection.target = fl.Get("server");
+  o.connection.heartbeat_interval = absl::Milliseconds(500);
+  o.job = "demo";
+  o.trainer = trainer;
+  o.engine_id = trainer ? "" : fl.Get("engine_id");
+  o.rank = rank;
+  o.model = fl.Get("model");
+  o.convention = fl.Get("convention");
+  o.host_id = "localhost";
   const std::string device = fl.Get("device");
-  int gpu = -1;
+  o.device = device.empty() ? "cpu" : device;
+  absl::StatusOr<std::vector<LocalBuffer>> mine = ExpectedBuffers(o);
+  if (!mine.ok()) return Fail(who, mine.status());
+
+  // Allocate (once; never moved). With --device, the registered buffers
+  // live on the GPU and `host` holds their host mirrors for filling and
+  // checking; without, `host` stays empty and the registered host buffers
+  // are filled and checked directly.
+  [[maybe_unused]] int gpu = -1;
   if (!device.empty()) {
 #ifdef REFIT_DEMO_CUDA
     if (device.rfind("cuda:", 0) != 0 || !absl::SimpleAtoi(device.substr(5), &gpu)) {
@@ -127,79 +113,58 @@ int Main(const Flags& fl) {
                          "--device needs refit_demo_member_gpu (CUDA build)"));
 #endif
   }
-  std::vector<char*> dev(side->layout.buffers.size(), nullptr);
-  for (int32_t b = side->rank_begin[rank]; b < side->rank_begin[rank + 1]; ++b) {
-    storage[b].assign(side->layout.buffers[b].byte_size, 0);
-    ptrs[b] = storage[b].data();
-    char* p = reinterpret_cast<char*>(ptrs[b]);
+  std::vector<std::vector<char>> storage(mine->size());
+  std::map<std::string, BufferRef> refs;
+  std::map<std::string, char*> host, dev;
+  int64_t total = 0;
+  for (size_t i = 0; i < mine->size(); ++i) {
+    const LocalBuffer& lb = (*mine)[i];
+    storage[i].assign(lb.byte_size, 0);
+    char* p = storage[i].data();
+    total += lb.byte_size;
 #ifdef REFIT_DEMO_CUDA
     if (gpu >= 0) {
-      const int64_t n = side->layout.buffers[b].byte_size;
-      absl::Status s = Cuda(cudaMalloc(reinterpret_cast<void**>(&dev[b]), std::max<int64_t>(n, 1)), "cudaMalloc");
-      if (s.ok()) s = Cuda(cudaMemset(dev[b], 0, n), "cudaMemset");
+      host[lb.name] = p;
+      absl::Status s = Cuda(cudaMalloc(reinterpret_cast<void**>(&p),
+                                       std::max<int64_t>(lb.byte_size, 1)),
+                            "cudaMalloc");
+      if (s.ok()) s = Cuda(cudaMemset(p, 0, lb.byte_size), "cudaMemset");
       if (!s.ok()) return Fail(who, s);
-      p = dev[b];
+      dev[lb.name] = p;
     }
 #endif
-    by_name[side->layout.buffers[b].name] = p;
+    refs[lb.name] = {p, lb.byte_size};
   }
   // Host mirrors <-> device buffers (no-ops on host buffers).
   auto sync_buffers = [&](bool to_device) -> absl::Status {
 #ifdef REFIT_DEMO_CUDA
-    for (size_t b = 0; b < dev.size(); ++b) {
-      if (dev[b] == nullptr) continue;
-      const int64_t n = side->layout.buffers[b].byte_size;
+    for (const auto& [name, d] : dev) {
+      const int64_t n = refs.at(name).byte_size;
       REFIT_RETURN_IF_ERROR(Cuda(
-          to_device ? cudaMemcpy(dev[b], ptrs[b], n, cudaMemcpyHostToDevice)
-                    : cudaMemcpy(ptrs[b], dev[b], n, cudaMemcpyDeviceToHost),
+          to_device ? cudaMemcpy(d, host.at(name), n, cudaMemcpyHostToDevice)
+                    : cudaMemcpy(host.at(name), d, n, cudaMemcpyDeviceToHost),
           "cudaMemcpy"));
     }
 #endif
     (void)to_device;
     return absl::OkStatus();
   };
-  for (const LocalBuffer& lb : mine) {
-    v1::LocalBuffer* b = reg.add_buffers();
-    b->set_name(lb.name);
-    for (int64_t d : lb.shape) b->add_shape(d);
-    b->set_dtype(static_cast<int32_t>(lb.dtype));
-    b->set_byte_size(lb.byte_size);
-    total += lb.byte_size;
-  }
-  v1::MemberIdentity* id = reg.mutable_identity();
-  id->set_job("demo");
-  id->set_side(trainer ? v1::SIDE_TRAINER : v1::SIDE_ENGINE);
-  id->set_engine_id(trainer ? "" : fl.Get("engine_id"));
-  id->set_rank(rank);
-  id->set_world_size(world);
-  id->set_host_id("localhost");
-  id->set_device(device.empty() ? "cpu" : device);
-  reg.set_model_config(fl.Get("model"));
-  reg.set_convention(fl.Get("convention"));
-
-  RefitClient::Options co;
-  co.target = fl.Get("server");
-  co.connect_timeout = wait;
-  co.heartbeat_interval = absl::Milliseconds(500);
-  auto client = RefitClient::Connect(co);
-  if (!client.ok()) return Fail(who, client.status());
-  RefitClient& c = **client;
-  auto member_id = c.Register(reg);
-  if (!member_id.ok()) return Fail(who, member_id.status());
 
   DataPlaneOptions dpo;
 #ifdef REFIT_DEMO_CUDA
   if (gpu >= 0) dpo = NcclDataPlaneOptions(gpu);
 #endif
   dpo.verify = fl.f.count("verify") > 0;
-  auto dp = DataPlaneMember::Create(&c, by_name, dpo);
-  if (!dp.ok()) return Fail(who, dp.status());
-  DataPlaneMember& m = **dp;
-  absl::Status prep = m.Prepare(absl::Now() + wait);
+  auto joined = Member::Join(o, refs, dpo, absl::Now() + wait);
+  if (!joined.ok()) return Fail(who, joined.status());
+  Member& member = **joined;
+  RefitClient& c = member.client();
+  DataPlaneMember& m = member.data_plane();
+  absl::Status prep = member.Prepare(absl::Now() + wait);
   if (!prep.ok()) return Fail(who, prep);
   std::printf("plan %s: %s global rank %d/%d, %zu buffers, %lld bytes\n",
               who.c_str(), m.fingerprint().c_str(), m.global_rank(),
-              m.global_world(), mine.size(), static_cast<long long>(total));
+              m.global_world(), mine->size(), static_cast<long long>(total));
   std::fflush(stdout);
 
   // Like a real trainer, the weights of version v are ready on every
@@ -209,8 +174,8 @@ int Main(const Flags& fl) {
   const bool start = fl.f.count("start") > 0;
   for (int64_t v = 1; v <= rounds; ++v) {
     if (trainer) {
-      FillPattern(side->layout, ptrs, {rank, static_cast<uint64_t>(v)});
-      absl::Status s = sync_buffers(/*to_device=*/true);
+      absl::Status s = member.FillPattern(v, host);
+      if (s.ok()) s = sync_buffers(/*to_device=*/true);
       if (!s.ok()) return Fail(who, s);
     }
     const std::string key = absl::StrCat("demo/ready/", m.fingerprint(), "/", v);
@@ -225,13 +190,7 @@ int Main(const Flags& fl) {
       }
     }
     if (start) {
-      // UNAVAILABLE: a member's round stream is not up yet; retry.
-      const absl::Time until = absl::Now() + wait;
-      absl::Status s = c.StartRound(v, until);
-      while (absl::IsUnavailable(s) && absl::Now() < until) {
-        absl::SleepFor(absl::Milliseconds(20));
-        s = c.StartRound(v, until);
-      }
+      absl::Status s = member.StartRound(v, absl::Now() + wait);
       if (!s.ok()) return Fail(who, s);
     }
     absl::StatusOr<int64_t> got = c.WaitForRound(absl::Now() + wait);
@@ -246,8 +205,7 @@ int Main(const Flags& fl) {
     if (!trainer) {
       absl::Status copied = sync_buffers(/*to_device=*/false);
       if (!copied.ok()) return Fail(who, copied);
-      absl::Status ok =
-          CheckPattern(side->layout, ptrs, {rank, static_cast<uint64_t>(*got)});
+      absl::Status ok = member.CheckPattern(*got, host);
       if (!ok.ok()) return Fail(absl::StrCat(who, " round ", *got, " check"), ok);
       check = "equal";
     }
