@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
@@ -105,7 +106,10 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
           version, std::min(deadline, absl::Now() + absl::Milliseconds(100)));
       if (!absl::IsAborted(s)) {
         if (s.ok()) return;  // committed
-        continue;            // not yet, or the stream broke (deadline rules)
+        // Not yet; or the stream broke (the deadline rules then), which
+        // AwaitOutcome reports at once: do not spin on it.
+        if (!absl::IsDeadlineExceeded(s)) absl::SleepFor(absl::Milliseconds(100));
+        continue;
       }
       absl::MutexLock l(&cancel_mu_);
       cancelled_ = s;

@@ -44,6 +44,18 @@ check bad-tp 1 'error' -- "$REFIT" plan --model tiny-qwen3 \
   --trainer fsdp:dp=2 --engine vllm:tp=7,dp=1
 check bad-spec 1 'error' -- "$REFIT" plan --model tiny-qwen3 \
   --trainer megatron:tq=2 --engine vllm:tp=2
+# `refit buffers`: what a member registers, by convention.
+check top-help-buffers 0 'refit buffers --model' -- "$REFIT" --help
+check buffers-engine 0 'model.layers.0.self_attn.qkv_proj.weight +\[[0-9]+, [0-9]+\] +bf16' \
+  -- "$REFIT" buffers --model tiny-qwen3 --engine vllm:tp=2 --rank 1
+check buffers-all-ranks 0 'trainer rank 3 of 4' -- "$REFIT" buffers \
+  --model tiny-qwen3 --trainer megatron:tp=2,pp=2
+check buffers-json 0 '"rank": 0' -- "$REFIT" buffers --model tiny-qwen3-moe \
+  --trainer megatron:tp=2,ep=2,etp=1 --json
+check buffers-rank-outside 1 'rank 2 is outside the world of 2' -- "$REFIT" \
+  buffers --model tiny-qwen3 --engine vllm:tp=2 --rank 2
+check buffers-both-sides 2 'one of --trainer' -- "$REFIT" buffers \
+  --model tiny-qwen3 --engine vllm:tp=2 --trainer fsdp:dp=2
 svg="${TEST_TMPDIR:-/tmp}/h.svg"
 check heatmap 0 'predicted refit time' -- "$REFIT" plan --model tiny-qwen3 \
   --trainer megatron:tp=2,pp=2,dp=1 --engine vllm:tp=2,dp=2 --heatmap "$svg"

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/huge_pages.h"
+#include "tools/cli/buffers_command.h"
 #include "tools/cli/plan_command.h"
 #include "tools/cli/simulate_command.h"
 #include "tools/cli/status_command.h"
@@ -26,6 +27,8 @@ commands:
   simulate   run a whole refit in one process from a safetensors checkpoint
              and write every trainer and engine rank's buffers
   status     members, plan fingerprint and last rounds of a running refitd
+  buffers    the buffers a trainer rank or engine worker gives refit
+             (names, local shapes, dtypes, bytes) under its convention
   help       this text (also: refit --help, refit <command> --help)
 
 example:
@@ -34,6 +37,7 @@ example:
   refit simulate --model tiny-qwen3 --checkpoint ckpt/ \
                  --trainer megatron:tp=2,pp=2 --engine vllm:tp=2,dp=2 --out sim/
   refit status --server 127.0.0.1:50051 --token-file /etc/refit/token
+  refit buffers --model qwen3-8b --engine vllm:tp=2 --rank 1
 
 exit codes: 0 ok, 1 failure, 2 usage error.
 )HELP";
@@ -102,6 +106,34 @@ exit codes: 0 ok, 1 failure (unreachable server, wrong token), 2 usage error.
 
 example:
   refit status --server 127.0.0.1:50051 --token-file token.txt --json
+)HELP";
+
+constexpr char kBuffersHelp[] =
+    R"HELP(refit buffers: the buffers a member gives refit under its convention.
+
+usage: refit buffers --model NAME|config.json (--trainer SPEC | --engine SPEC)
+                     [--rank R] [--json]
+
+Lists, per rank, every buffer the member registers (what refit.Member's
+`buffers` must hold, and what refit.expected_buffers returns): its name,
+local shape, dtype and bytes. Engine names are the engine's own parameter
+names (vLLM: model.layers.0.self_attn.qkv_proj.weight, fused), so an
+integration can check its named_parameters() against them.
+
+flags:
+  --model NAME|PATH      built-in model or an HF config.json, e.g. --model qwen3-8b
+  --trainer SPEC         a trainer convention, e.g. megatron:tp=2,pp=2
+  --engine SPEC          an engine convention, e.g. vllm:tp=2,dp=1
+  --rank R               only rank R (engine: within the replica), default all
+  --json                 one JSON array of {rank, buffers: [{name, shape,
+                         dtype, bytes}]}
+
+exit codes: 0 ok, 1 failure (unknown model, bad convention, rank outside
+the world), 2 usage error.
+
+example:
+  refit buffers --model qwen3-8b --engine vllm:tp=2 --rank 1
+  refit buffers --model tiny-qwen3-moe --trainer megatron:tp=2,ep=2,etp=1 --json
 )HELP";
 
 constexpr char kPlanHelp[] =
@@ -329,6 +361,38 @@ int RunStatus(const std::vector<std::string>& args) {
   return 0;
 }
 
+int RunBuffers(const std::vector<std::string>& args) {
+  std::map<std::string, std::string> f;
+  std::string err;
+  const std::map<std::string, bool> known = {
+      {"model", true}, {"trainer", true}, {"engine", true},
+      {"rank", true},  {"json", false},   {"help", false}};
+  if (!ParseFlags(args, known, &f, &err)) return Usage(err, kBuffersHelp);
+  if (f.count("help")) {
+    std::cout << kBuffersHelp;
+    return 0;
+  }
+  refit::BuffersCommandOptions opt;
+  opt.model = f["model"];
+  opt.trainer = f["trainer"];
+  opt.engine = f["engine"];
+  if (opt.model.empty() || opt.trainer.empty() == opt.engine.empty()) {
+    return Usage("--model and one of --trainer / --engine are required",
+                 kBuffersHelp);
+  }
+  if (f.count("rank") && (!absl::SimpleAtoi(f["rank"], &opt.rank) || opt.rank < 0)) {
+    return Usage("--rank needs a non-negative integer", kBuffersHelp);
+  }
+  opt.json = f.count("json") > 0;
+  absl::StatusOr<std::string> out = refit::RunBuffersCommand(opt);
+  if (!out.ok()) {
+    std::cerr << "refit buffers: error: " << out.status().message() << "\n";
+    return 1;
+  }
+  std::cout << *out;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -350,5 +414,6 @@ int main(int argc, char** argv) {
   if (cmd == "plan") return RunPlan(args);
   if (cmd == "status") return RunStatus(args);
   if (cmd == "simulate") return RunSimulate(args);
+  if (cmd == "buffers") return RunBuffers(args);
   return Usage(absl::StrCat("unknown command '", cmd, "'"), kTopHelp);
 }

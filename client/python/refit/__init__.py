@@ -191,7 +191,11 @@ def _address(name: str, obj: Any, device: str):
         if not obj.is_contiguous():
             raise RefitError(3, f"buffer {name}: the tensor is not contiguous")
         dev = obj.device
-        where = "cpu" if dev.type == "cpu" else f"{dev.type}:{dev.index}"
+        index = dev.index
+        if dev.type == "cuda" and index is None:
+            import torch  # a tensor on "cuda" without an index: the current one
+            index = torch.cuda.current_device()
+        where = "cpu" if dev.type == "cpu" else f"{dev.type}:{index}"
         if where != device:
             raise RefitError(3, f"buffer {name}: the tensor is on {where}, "
                                 f"the member's device is {device}")
