@@ -4,12 +4,17 @@ bytearrays). Prints one JSON line per event; exits 0 only if every round
 committed and (engines) every engine byte held the round's version.
 
   member.py SERVER SIDE RANK CONVENTION ROUNDS [ENGINE_ID]
-            [--die-in-round=N | --freeze-in-round=N]
+            [--die-in-round=N | --freeze-in-round=N] [--first-round=N]
+            [--survive]
 
 --die-in-round=N: exit once round N is announced, before moving its bytes.
 --freeze-in-round=N: the same moment, but stop (SIGSTOP) instead: sockets
 stay open and nothing on the wire tells the peers; only refitd's heartbeat
 timeout does.
+--first-round=N: a replacement member, joining for rounds N.. .
+--survive: a failed round is not the end: take part in the next one, on
+the plan of the membership as it is then (prepare() waits until it is
+complete again). Exit code 0 if the last round committed.
 """
 import json
 import os
@@ -34,6 +39,8 @@ def main(argv):
     flags = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
     die_in = int(flags.get("die-in-round", 0))
     freeze_in = int(flags.get("freeze-in-round", 0))
+    first = int(flags.get("first-round", 1))
+    survive = "--survive" in argv
     want = refit.expected_buffers(side=side, rank=rank, model=MODEL,
                                   convention=convention)
     buffers = {b.name: bytearray(b.nbytes) for b in want}
@@ -43,8 +50,13 @@ def main(argv):
     info = m.prepare(timeout=TIMEOUT)
     say(event="plan", side=side, rank=rank, **info)
     trainer = side == "trainer"
-    world = info["global_world"]
-    for v in range(1, rounds + 1):
+    failed = False
+    for v in range(first, rounds + 1):
+        if failed or m.plan_changed():
+            info = m.prepare(timeout=TIMEOUT)
+            say(event="plan", side=side, rank=rank, **info)
+            failed = False
+        world = info["global_world"]
         if trainer:
             m.fill_pattern(v)
         # Weights of version v ready everywhere (and round v-1 checked)
@@ -69,8 +81,11 @@ def main(argv):
         try:
             stats = m.run_round(got, timeout=float(os.environ.get("RUN_TIMEOUT", TIMEOUT)))
         except refit.RefitError as e:
-            say(event="round_failed", side=side, rank=rank, code=e.code_name,
-                message=e.message, after_s=time.monotonic() - t0)
+            say(event="round_failed", version=got, side=side, rank=rank,
+                code=e.code_name, message=e.message, after_s=time.monotonic() - t0)
+            if survive and got < rounds:
+                failed = True
+                continue
             return 4
         if not trainer:
             m.check_pattern(got)

@@ -199,6 +199,45 @@ class PythonClientTest(unittest.TestCase):
         self.assertIn("freezing", [e["event"] for e in results[1][1]], results[1])
         self.assert_failed_fast(specs, results, version=2)
 
+    def test_replacement_member_joins_and_the_next_round_commits(self):
+        # Trainer rank 1 dies inside round 1; the others fail that round
+        # and wait for a complete membership; a new trainer rank 1 process
+        # joins; round 2 moves every byte again.
+        d = Refitd("--heartbeat_timeout_ms=2000")
+        procs = []
+        try:
+            e = dict(os.environ, PYTHONPATH=PYTHONPATH, RUN_TIMEOUT="30")
+            def start(*spec):
+                procs.append(subprocess.Popen(
+                    [sys.executable, MEMBER, d.address, *map(str, spec)],
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e))
+            start("trainer", 0, TRAINER, 2, "--survive")
+            start("trainer", 1, TRAINER, 2, "--die-in-round=1")
+            start("engine", 0, E0, 2, "e0", "--survive")
+            start("engine", 1, E0, 2, "e0", "--survive")
+            self.assertEqual(procs[1].wait(timeout=60), 3)
+            start("trainer", 1, TRAINER, 2, "--first-round=2")
+            out = []
+            for p in procs:
+                text, _ = p.communicate(timeout=90)
+                out.append((p.returncode, [json.loads(l) for l in text.splitlines()
+                                           if l.startswith("{")]))
+        finally:
+            for p in procs:
+                p.kill()
+            d.stop()
+        for i in (0, 2, 3, 4):
+            rc, events = out[i]
+            self.assertEqual(rc, 0, events)
+            self.assertEqual([e["version"] for e in events if e["event"] == "round"],
+                             [2], events)
+            if i != 4:  # the survivors failed round 1 with refitd's reason
+                failed = [e for e in events if e["event"] == "round_failed"]
+                self.assertEqual([(e["version"], e["code"]) for e in failed],
+                                 [(1, "ABORTED")], events)
+        for i in (2, 3):
+            self.assertTrue(all(e["checked"] for e in out[i][1] if e["event"] == "round"))
+
     def assert_failed_fast(self, specs, results, version):
         """Members 0, 2, 3 committed the rounds before `version` and failed
         `version` with refitd's ABORTED reason (naming the trainer), well
