@@ -53,8 +53,9 @@ absl::Status DataPlaneMember::Prepare(absl::Time deadline) {
   Disconnect();
   fingerprint_.clear();
   REFIT_ASSIGN_OR_RETURN(v1::AwaitPlanResponse resp, client_->AwaitPlan(deadline));
+  REFIT_ASSIGN_OR_RETURN(v1::PlanProto slice, RefitClient::Slice(resp));
   REFIT_ASSIGN_OR_RETURN(
-      plan_, AnnotateStatus(FromProto(resp.slice()), "plan slice from refitd"));
+      plan_, AnnotateStatus(FromProto(slice), "plan slice from refitd"));
   fingerprint_ = resp.fingerprint();
   const v1::Bootstrap& boot = resp.bootstrap();
   global_rank_ = boot.global_rank();

@@ -223,6 +223,16 @@ absl::Status RefitClient::ReportFailed(int64_t version, const std::string& reaso
   return FromGrpcStatus(stub_->Report(ctx.get(), req, &resp));
 }
 
+absl::StatusOr<v1::PlanProto> RefitClient::Slice(const v1::AwaitPlanResponse& r) {
+  v1::PlanProto p;
+  if (!p.ParseFromString(r.slice())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the plan slice from refitd (", r.slice().size(),
+        " bytes) is not a PlanProto"));
+  }
+  return p;
+}
+
 absl::Status RefitClient::AwaitOutcome(int64_t version, absl::Time deadline) {
   absl::MutexLock l(&mu_);
   auto ready = [this, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -52,6 +52,10 @@ class RefitClient {
   // plan is invalid, DEADLINE_EXCEEDED when no plan came by `deadline`.
   absl::StatusOr<v1::AwaitPlanResponse> AwaitPlan(absl::Time deadline);
 
+  // The slice of an AwaitPlan response, parsed. INVALID_ARGUMENT when its
+  // bytes are not a PlanProto.
+  static absl::StatusOr<v1::PlanProto> Slice(const v1::AwaitPlanResponse& r);
+
   // True when the membership changed since the last AwaitPlan (call
   // AwaitPlan again before the next round).
   bool PlanChanged();

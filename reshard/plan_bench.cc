@@ -21,6 +21,7 @@
 #include <numeric>
 #include <string>
 #include <utility>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,6 +33,8 @@
 #include "reshard/planner.h"
 
 namespace refit {
+// The CPUs the bench was started with (before pinning to CPU 0).
+cpu_set_t all_cpus;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -212,19 +215,31 @@ absl::Status RunCase(const Case& c, int reps) {
            slice.src.records.size() + slice.dst.records.size(),
            Bytes(wire).c_str());
   }
-  {
-    // What refitd does once per membership: every rank's slice, on the wire.
+  // What refitd does once per membership: every rank's slice, on the wire
+  // (SerializedSlices, as refitd calls it), on one thread and on every core.
+  std::vector<int32_t> src_ranks(src.layout.world_size), dst_ranks(dst.layout.world_size);
+  for (int32_t r = 0; r < src.layout.world_size; ++r) src_ranks[r] = r;
+  for (int32_t r = 0; r < dst.layout.world_size; ++r) dst_ranks[r] = r;
+  const int cores = std::max(1, CPU_COUNT(&all_cpus));
+  for (int threads : {1, cores}) {
+    if (threads == cores && cores == 1) break;
+    // The multi-threaded run may use every CPU the bench was given.
+    cpu_set_t pinned;
+    sched_getaffinity(0, sizeof(pinned), &pinned);
+    if (threads > 1) sched_setaffinity(0, sizeof(all_cpus), &all_cpus);
     const auto a = Clock::now();
     size_t bytes = 0;
-    for (int32_t r = 0; r < src.layout.world_size; ++r) {
-      bytes += ToProto(ExtractSlice(plan, Side::kSrc, r)).ByteSizeLong();
+    for (const auto* v : {&src_ranks, &dst_ranks}) {
+      for (const std::string& p : SerializedSlices(
+               plan, v == &src_ranks ? Side::kSrc : Side::kDst, *v, threads)) {
+        bytes += p.size();
+      }
     }
-    for (int32_t r = 0; r < dst.layout.world_size; ++r) {
-      bytes += ToProto(ExtractSlice(plan, Side::kDst, r)).ByteSizeLong();
-    }
-    printf("  all slices      %.1f ms for %d ranks (ExtractSlice + ToProto), %s\n",
+    printf("  all slices      %.1f ms for %d ranks on %d thread%s (ExtractSlice + "
+           "ToProto + serialize), %s\n",
            Ms(a, Clock::now()), src.layout.world_size + dst.layout.world_size,
-           Bytes(static_cast<double>(bytes)).c_str());
+           threads, threads == 1 ? "" : "s", Bytes(static_cast<double>(bytes)).c_str());
+    sched_setaffinity(0, sizeof(pinned), &pinned);
   }
   const auto pa = Clock::now();
   const size_t proto_bytes = ToProto(plan).ByteSizeLong();
@@ -245,6 +260,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--reps=", 7) == 0) reps = std::max(1, atoi(argv[i] + 7));
   }
+  sched_getaffinity(0, sizeof(refit::all_cpus), &refit::all_cpus);
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(0, &set);

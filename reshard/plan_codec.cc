@@ -1,10 +1,14 @@
 // Plan codec and slices (see plan_codec.h).
 #include "reshard/plan_codec.h"
-#include "reshard/planner.h"
 
+#include <algorithm>
+#include <atomic>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
+
+#include "reshard/planner.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -425,6 +429,24 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
   }
   s.stats = ComputePlanStats(s);
   return s;
+}
+
+std::vector<std::string> SerializedSlices(const Plan& plan, Side side,
+                                          const std::vector<int32_t>& ranks,
+                                          int threads) {
+  std::vector<std::string> out(ranks.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < ranks.size(); i = next++) {
+      out[i] = ToProto(ExtractSlice(plan, side, ranks[i])).SerializeAsString();
+    }
+  };
+  const int n = std::max(1, std::min<int>(threads, static_cast<int>(ranks.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  return out;
 }
 
 }  // namespace refit

@@ -125,5 +125,21 @@ TEST(PlanCodecTest, SliceHasOnlyTheRanksWork) {
   }
 }
 
+// What refitd serves, built on several threads: each rank's slice, in the
+// order asked, byte for byte what one thread makes.
+TEST(PlanCodecTest, SerializedSlicesAreEachRanksSliceInOrder) {
+  Plan p = MakePlan();
+  const std::vector<int32_t> ranks = {2, 0, 1, 0, 7};  // 7: outside, empty
+  for (int threads : {1, 3, 16}) {
+    std::vector<std::string> got = SerializedSlices(p, Side::kDst, ranks, threads);
+    ASSERT_EQ(got.size(), ranks.size());
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      EXPECT_EQ(got[i], ToProto(ExtractSlice(p, Side::kDst, ranks[i])).SerializeAsString())
+          << "threads " << threads << " rank " << ranks[i];
+    }
+  }
+  EXPECT_TRUE(SerializedSlices(p, Side::kSrc, {}, 4).empty());
+}
+
 }  // namespace
 }  // namespace refit

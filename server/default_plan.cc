@@ -180,15 +180,12 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
   BuiltPlan out;
   out.num_lanes = options.planner.num_lanes;
   out.fingerprint = plan.fingerprint;
-  out.trainer_slices.reserve(trainer.size());
-  for (size_t t = 0; t < trainer.size(); ++t) {
-    out.trainer_slices.push_back(
-        ToProto(ExtractSlice(plan, Side::kSrc, static_cast<int>(t))));
-  }
-  out.engine_slices.reserve(engine.size());
-  for (int32_t r : dst_rank_of_member) {
-    out.engine_slices.push_back(ToProto(ExtractSlice(plan, Side::kDst, r)));
-  }
+  std::vector<int32_t> trainer_ranks(trainer.size());
+  for (size_t t = 0; t < trainer.size(); ++t) trainer_ranks[t] = static_cast<int32_t>(t);
+  out.trainer_slices =
+      SerializedSlices(plan, Side::kSrc, trainer_ranks, options.slice_threads);
+  out.engine_slices =
+      SerializedSlices(plan, Side::kDst, dst_rank_of_member, options.slice_threads);
   return out;
 }
 

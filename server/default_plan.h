@@ -6,6 +6,8 @@
 #ifndef REFIT_SERVER_DEFAULT_PLAN_H_
 #define REFIT_SERVER_DEFAULT_PLAN_H_
 
+#include <algorithm>
+#include <thread>
 #include "reshard/plan.h"
 #include "server/refit_server.h"
 
@@ -13,6 +15,9 @@ namespace refit {
 
 struct DefaultPlanOptions {
   PlannerOptions planner;  // staging budget, lanes, message cap
+  // Threads that build the members' slices (one per member, ~7 ms each at
+  // DeepSeek-V3 scale).
+  int slice_threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
 };
 
 // Returns the plan function refitd uses when none is injected.

@@ -83,7 +83,9 @@ TEST(DefaultPlanTest, EveryMemberGetsItsSliceAndEveryEngineByteASource) {
   // engine member receives exactly the bytes of its registered buffers
   // (no padding in tiny-qwen3 at these sizes would be unsourced otherwise).
   int64_t sent = 0, received = 0;
-  for (const v1::PlanProto& p : built->trainer_slices) {
+  for (const std::string& bytes : built->trainer_slices) {
+    v1::PlanProto p;
+    ASSERT_TRUE(p.ParseFromString(bytes));
     absl::StatusOr<Plan> s = FromProto(p);
     ASSERT_TRUE(s.ok()) << s.status();
     EXPECT_EQ(s->src.world_size, 2);
@@ -91,7 +93,9 @@ TEST(DefaultPlanTest, EveryMemberGetsItsSliceAndEveryEngineByteASource) {
     for (const Message& msg : s->messages) sent += msg.bytes;
   }
   for (size_t i = 0; i < m.engine.size(); ++i) {
-    absl::StatusOr<Plan> s = FromProto(built->engine_slices[i]);
+    v1::PlanProto p;
+    ASSERT_TRUE(p.ParseFromString(built->engine_slices[i]));
+    absl::StatusOr<Plan> s = FromProto(p);
     ASSERT_TRUE(s.ok()) << s.status();
     int64_t mine = 0, registered = 0;
     for (const Message& msg : s->messages) {
@@ -107,7 +111,9 @@ TEST(DefaultPlanTest, EveryMemberGetsItsSliceAndEveryEngineByteASource) {
   // The plan's own fingerprint, carried by every slice; other planner
   // options give another plan and another fingerprint.
   EXPECT_EQ(built->fingerprint.size(), 32u);
-  for (const v1::PlanProto& p : built->trainer_slices) {
+  for (const std::string& bytes : built->trainer_slices) {
+    v1::PlanProto p;
+    ASSERT_TRUE(p.ParseFromString(bytes));
     EXPECT_EQ(p.fingerprint(), built->fingerprint);
   }
   o.planner.staging_budget_bytes = 1 << 20;

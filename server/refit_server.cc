@@ -635,8 +635,8 @@ bool RefitServer::Impl::TrySatisfy(WaitReactor* r, Waiter& w) {
   const MemberPlan& mp = it->second;
   const BuiltPlan& built = **current_plan_;
   *w.plan_resp = mp.head;
-  *w.plan_resp->mutable_slice() =
-      mp.trainer ? built.trainer_slices[mp.index] : built.engine_slices[mp.index];
+  w.plan_resp->set_slice(mp.trainer ? built.trainer_slices[mp.index]
+                                     : built.engine_slices[mp.index]);
   r->Finish(grpc::Status::OK);
   return true;
 }
@@ -645,7 +645,7 @@ void RefitServer::Impl::CachePlan(const std::string& fp, PlanEntry plan) {
   int64_t bytes = 0;
   if (plan->ok()) {
     for (const auto* v : {&(*plan)->trainer_slices, &(*plan)->engine_slices}) {
-      for (const v1::PlanProto& p : *v) bytes += static_cast<int64_t>(p.ByteSizeLong());
+      for (const std::string& p : *v) bytes += static_cast<int64_t>(p.size());
     }
   }
   // Oldest out first, until the new one fits (it is kept even alone over

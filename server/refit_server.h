@@ -28,8 +28,9 @@ struct BuiltPlan {
   // `refit status` see; empty: refitd reports the registrations'
   // fingerprint instead.
   std::string fingerprint;
-  std::vector<v1::PlanProto> trainer_slices;  // [trainer rank]
-  std::vector<v1::PlanProto> engine_slices;   // [engine member, input order]
+  // Serialized PlanProtos (SerializeAsString), one per member.
+  std::vector<std::string> trainer_slices;  // [trainer rank]
+  std::vector<std::string> engine_slices;   // [engine member, input order]
 };
 
 // Builds the plan for a complete membership. `trainer` is ordered by rank;

@@ -16,8 +16,8 @@ absl::StatusOr<BuiltPlan> NameMatchingPlan(const std::vector<v1::Registration>& 
   }
   BuiltPlan plan;
   plan.num_lanes = 2;
-  plan.trainer_slices.resize(trainer.size());
-  plan.engine_slices.resize(engine.size());
+  std::vector<v1::PlanProto> trainer_slices(trainer.size());
+  std::vector<v1::PlanProto> engine_slices(engine.size());
   for (int e = 0; e < static_cast<int>(engine.size()); ++e) {
     for (const auto& b : engine[e].buffers()) {
       auto it = src.find(b.name());
@@ -36,10 +36,12 @@ absl::StatusOr<BuiltPlan> NameMatchingPlan(const std::vector<v1::Registration>& 
       m.set_src_rank(it->second.first);
       m.set_dst_rank(static_cast<int>(trainer.size()) + e);
       m.set_bytes(b.byte_size());
-      *plan.trainer_slices[it->second.first].add_messages() = m;
-      *plan.engine_slices[e].add_messages() = m;
+      *trainer_slices[it->second.first].add_messages() = m;
+      *engine_slices[e].add_messages() = m;
     }
   }
+  for (const auto& p : trainer_slices) plan.trainer_slices.push_back(p.SerializeAsString());
+  for (const auto& p : engine_slices) plan.engine_slices.push_back(p.SerializeAsString());
   return plan;
 }
 

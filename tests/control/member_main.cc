@@ -83,7 +83,9 @@ int main(int argc, char** argv) {
                 plan->bootstrap().global_rank(), plan->bootstrap().global_world());
     std::fflush(stdout);
     int64_t bytes = 0;
-    for (const auto& m : plan->slice().messages()) bytes += m.bytes();
+    auto slice = refit::RefitClient::Slice(*plan);
+    if (!slice.ok()) return Die("plan slice", slice.status());
+    for (const auto& m : slice->messages()) bytes += m.bytes();
     while (committed < rounds && !c.PlanChanged()) {
       if (start) {
         absl::Status s;
