@@ -15,6 +15,10 @@
  *
  * Strings returned through char** are JSON or plain text, NUL-terminated,
  * owned by the caller: free them with refit_free().
+ *
+ * A member handle is used by one thread at a time (calls on different
+ * members may run concurrently); refit_member_close only after every other
+ * call on it returned.
  */
 #ifndef REFIT_CLIENT_C_API_H_
 #define REFIT_CLIENT_C_API_H_
