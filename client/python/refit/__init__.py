@@ -337,9 +337,11 @@ class Member:
                 copies.append((b, h))
         n, c_names, c_ptrs = _c_arrays(host)
         _check(self._lib, fn(self._h(), int(version), n, c_names, c_ptrs))
-        if write_back:
-            for b, h in copies:
-                b.copy_(h)
+        if write_back and copies:
+            import torch  # copies exist only for torch tensors
+            with torch.no_grad():  # parameters that require grad, too
+                for b, h in copies:
+                    b.copy_(h)
 
     def fill_pattern(self, version: int) -> None:
         """Test helper: writes weight version ``version``'s deterministic
