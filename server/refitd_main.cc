@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "common/huge_pages.h"
@@ -46,6 +47,8 @@ usage: refitd [--name=value ...]
                                  always kept)
   --staging_mib=N                planner staging budget per rank (512)
   --lanes=N                      planner lanes (2)
+  --slice_threads=N              threads building the members' plan slices
+                                 (this host's cores, at most 16)
   --help                         this text
 
 example:
@@ -83,11 +86,13 @@ int main(int argc, char** argv) {
   }
   refit::ReexecWithHugePages(argv);  // before any thread: see common/huge_pages.h
   std::map<std::string, std::string> flags;
-  const std::set<std::string> known = {
-      "address", "tls_cert", "tls_key", "tls_client_ca", "token_file",
-      "allow_insecure_non_loopback", "min_engines", "max_buffers",
-      "max_metadata_bytes", "staging_mib", "lanes", "heartbeat_timeout_ms", "round_timeout_s",
-      "plan_settle_ms", "plan_settle_max_ms", "plan_cache_mib"};
+  // The flags are the ones the help lists ("  --name=..." or "  --name").
+  std::set<std::string> known;
+  for (absl::string_view line : absl::StrSplit(kUsage, '\n')) {
+    if (!absl::ConsumePrefix(&line, "  --")) continue;
+    known.insert(std::string(line.substr(0, line.find_first_of("= "))));
+  }
+  known.erase("help");
   for (int i = 1; i < argc; ++i) {
     absl::string_view a = argv[i];
     if (!absl::ConsumePrefix(&a, "--")) return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument ", argv[i])));
@@ -169,6 +174,13 @@ int main(int argc, char** argv) {
     if (!s->ok()) return Fail(s->status());
   }
   refit::DefaultPlanOptions plan_options;
+  auto slice_threads = get_int("slice_threads", plan_options.slice_threads);
+  if (!slice_threads.ok()) return Fail(slice_threads.status());
+  if (*slice_threads < 1 || *slice_threads > 1024) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--slice_threads: must be 1..1024: ", *slice_threads)));
+  }
+  plan_options.slice_threads = static_cast<int>(*slice_threads);
   plan_options.planner.staging_budget_bytes = *staging;
   plan_options.planner.num_lanes = static_cast<int32_t>(*lanes);
   o.plan_function = refit::DefaultPlanFunction(plan_options);

@@ -9,17 +9,21 @@ REFITD=$(find_bin server/refitd)
 for flag in --address --tls_cert --tls_key --tls_client_ca --token_file \
     --allow_insecure_non_loopback --min_engines --max_buffers \
     --max_metadata_bytes --heartbeat_timeout_ms --round_timeout_s \
-    --plan_settle_ms --plan_settle_max_ms --plan_cache_mib --staging_mib --lanes; do
+    --plan_settle_ms --plan_settle_max_ms --plan_cache_mib --staging_mib --lanes \
+    --slice_threads; do
   check "help$flag" 0 "^  $flag" -- "$REFITD" --help
 done
 check unknown-flag 2 'unknown flag --bogus .*refitd --help' -- "$REFITD" --bogus=1
 check bad-count 2 '--plan_settle_ms: not a count: soon' -- "$REFITD" --plan_settle_ms=soon
 check huge-mib 2 '--staging_mib: too large' -- "$REFITD" --staging_mib=9223372036854775807
+check bad-slice-threads 2 '--slice_threads: must be 1..1024' -- "$REFITD" --slice_threads=0
+check help-is-not-a-flag 2 'unknown flag --help_me' -- "$REFITD" --help_me
 check missing-token-file 2 'cannot read /nonexistent/token' -- "$REFITD" --token_file=/nonexistent/token
 
 # Starts on port 0, reports the port, stops on SIGTERM within 5 s.
 log="${TEST_TMPDIR:-/tmp}/refitd.$$.log"
-"$REFITD" --address=127.0.0.1:0 --plan_settle_ms=5 --plan_settle_max_ms=50 >"$log" 2>&1 &
+"$REFITD" --address=127.0.0.1:0 --plan_settle_ms=5 --plan_settle_max_ms=50 \
+  --slice_threads=2 >"$log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q 'listening on port [1-9]' "$log" && break; sleep 0.1; done
 if grep -q 'listening on port [1-9]' "$log"; then echo "ok start"; else echo "FAIL start:"; cat "$log"; fail=1; fi
