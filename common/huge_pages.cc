@@ -11,8 +11,8 @@ namespace refit {
 
 namespace {
 constexpr char kTunable[] = "glibc.malloc.hugetlb";
+}  // namespace
 
-// True if /sys/kernel/mm/transparent_hugepage/enabled reads "... [madvise] ...".
 bool ThpModeIsMadvise() {
   std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
   if (!f) return false;
@@ -20,7 +20,6 @@ bool ThpModeIsMadvise() {
   ss << f.rdbuf();
   return ss.str().find("[madvise]") != std::string::npos;
 }
-}  // namespace
 
 std::string TunablesWithHugePages(const char* existing) {
   const std::string cur = existing == nullptr ? "" : existing;

@@ -35,6 +35,10 @@ namespace refit {
 // the re-executed program would run outside the tool.
 void ReexecWithHugePages(char** argv);
 
+// True if /sys/kernel/mm/transparent_hugepage/enabled reads
+// "... [madvise] ..." (false when it cannot be read).
+bool ThpModeIsMadvise();
+
 // The GLIBC_TUNABLES value with glibc.malloc.hugetlb=1 added to `existing`
 // (null or empty: none), or "" if `existing` already sets that tunable.
 std::string TunablesWithHugePages(const char* existing);

@@ -2,8 +2,6 @@
 
 #include <stdlib.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -24,17 +22,10 @@ TEST(HugePagesTest, AddsTheTunableOnce) {
             "glibc.malloc.hugetlbx=1:glibc.malloc.hugetlb=1");
 }
 
-bool ThpMadvise() {
-  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str().find("[madvise]") != std::string::npos;
-}
-
 // main() below re-executed this test through ReexecWithHugePages.
 TEST(HugePagesTest, ProgramRunsWithTheTunable) {
   const char* opt = getenv("REFIT_HUGE_PAGES");
-  if (!ThpMadvise() || (opt != nullptr && std::string(opt) == "0")) {
+  if (!ThpModeIsMadvise() || (opt != nullptr && std::string(opt) == "0")) {
     GTEST_SKIP() << "transparent huge pages not in madvise mode, or opted out";
   }
   const char* t = getenv("GLIBC_TUNABLES");
