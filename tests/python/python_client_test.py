@@ -7,6 +7,7 @@ fail within the deadline.
 
   python_client_test.py REFITD LIBREFIT_CLIENT_SO MEMBER_PY
 """
+import array
 import os
 import subprocess
 import sys
@@ -135,6 +136,19 @@ class PythonClientTest(unittest.TestCase):
                          buffers={want[0].name: b"read-only bytes"})
         self.assertIn(want[0].name, cm.exception.message)
         self.assertIn("writeable", cm.exception.message)
+
+        # Right size, wrong element type: bf16 weights given as float32
+        # (array 'f') must not move as garbage; bytearrays are raw bytes.
+        qkv = next(b for b in want if b.name.endswith("qkv_proj.weight"))
+        self.assertEqual(qkv.dtype, "bf16")
+        typed = {b.name: bytearray(b.nbytes) for b in want}
+        typed[qkv.name] = array.array("f", bytes(qkv.nbytes))
+        with self.assertRaises(refit.RefitError) as cm:
+            refit.Member(server="127.0.0.1:1", side="engine", engine_id="e0",
+                         rank=1, model="tiny-qwen3", convention=E0, buffers=typed)
+        self.assertEqual(cm.exception.code_name, "INVALID_ARGUMENT")
+        self.assertIn(f"rank 1: parameter {qkv.name}: dtype f32, expected bf16",
+                      cm.exception.message)
 
         with self.assertRaises(refit.RefitError) as cm:
             refit.expected_buffers(side="engine", rank=0, model="no-such-model",

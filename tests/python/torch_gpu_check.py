@@ -160,6 +160,25 @@ def main():
         if a.startswith("--gpus="):
             gpus = int(a.split("=", 1)[1])
     rows, ok = [], True
+    # Typed tensors are checked against the convention before anything
+    # moves: fp16 given for a bf16 weight (same bytes) is refused by name.
+    sys.path.insert(0, os.path.join(bundle, "python"))
+    import torch
+    import refit
+    want = refit.expected_buffers(side="engine", rank=0, model="tiny-qwen3",
+                                  convention="vllm:tp=1")
+    bad = want[1].name
+    tensors = {b.name: torch.zeros(b.shape, dtype=torch.float16 if b.name == bad
+                                   else torch.bfloat16) for b in want}
+    try:
+        refit.Member(server="127.0.0.1:1", side="engine", engine_id="e0", rank=0,
+                     model="tiny-qwen3", convention="vllm:tp=1", buffers=tensors)
+        typed = (False, "a float16 tensor for a bf16 weight was accepted")
+    except refit.RefitError as e:
+        typed = (e.code_name == "INVALID_ARGUMENT" and f"{bad}: dtype f16, expected bf16"
+                 in e.message, e.message)
+    rows.append(("typed", "PASS" if typed[0] else "FAIL", typed[1]))
+    ok &= typed[0]
     # tiny-deepseek-v3-fp8: MLA, MoE, FP8 (e4m3 torch.float8_e4m3fn tensors)
     # with their 128x128 weight_scale_inv blocks, moved as bytes.
     for name, model, rounds, die_in in [("qwen3-0.6b", "qwen3-0.6b", 3, 0),

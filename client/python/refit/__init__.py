@@ -218,6 +218,55 @@ def _address(name: str, obj: Any, device: str):
     return ctypes.addressof(arr), view.nbytes, (view, arr)
 
 
+# Element types the member's objects declare, in refit's dtype names.
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32",
+                 "float64": "f64", "float8_e4m3fn": "f8e4m3",
+                 "float8_e5m2": "f8e5m2", "int8": "i8", "uint8": "u8",
+                 "int32": "i32", "int64": "i64"}
+_NUMPY_DTYPES = {"float16": "f16", "float32": "f32", "float64": "f64",
+                 "int8": "i8", "uint8": "u8", "int32": "i32", "int64": "i64"}
+_BUFFER_FORMATS = {"e": "f16", "f": "f32", "d": "f64", "b": "i8", "B": "u8",
+                   "c": "u8", "i": "i32", "q": "i64", "l": "i64"}
+_BYTE_VIEWS = ("u8", "i8")  # raw bytes of any dtype: shape not compared
+
+
+def _declared(obj: Any):
+    """(refit dtype name or None, shape or None) an object declares."""
+    if isinstance(obj, tuple):
+        return None, None
+    if hasattr(obj, "data_ptr") and hasattr(obj, "element_size"):  # torch
+        return _TORCH_DTYPES.get(str(obj.dtype).replace("torch.", "")), list(obj.shape)
+    if hasattr(obj, "__array_interface__") and hasattr(obj, "dtype"):  # numpy
+        return _NUMPY_DTYPES.get(obj.dtype.name), list(obj.shape)
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        return None, None
+    return _BUFFER_FORMATS.get(view.format.lstrip("@=<>!")), None
+
+
+def _type_problems(rank: int, want: List[BufferSpec], buffers: Dict[str, Any]) -> List[str]:
+    """Buffers whose declared dtype or shape differs from the convention's
+    (same byte size or not: a bf16 buffer given as f16 would otherwise move
+    garbage silently). Byte views (uint8 / int8) are taken as raw bytes."""
+    problems = []
+    expected = {b.name: b for b in want}
+    for name, obj in buffers.items():
+        spec = expected.get(name)
+        if spec is None:
+            continue  # unknown names: the library lists them
+        dtype, shape = _declared(obj)
+        if dtype is None or (dtype in _BYTE_VIEWS and spec.dtype not in _BYTE_VIEWS):
+            continue
+        if dtype != spec.dtype:
+            problems.append(f"rank {rank}: parameter {name}: dtype {dtype}, "
+                            f"expected {spec.dtype}")
+        elif shape is not None and shape != list(spec.shape):
+            problems.append(f"rank {rank}: parameter {name}: shape {shape}, "
+                            f"expected {list(spec.shape)}")
+    return problems
+
+
 def _c_arrays(items: Dict[str, int]):
     names = list(items)
     c_names = (ctypes.c_char_p * len(names))(*[n.encode() for n in names])
@@ -233,8 +282,10 @@ class Member:
     ``device="cpu"``). The memory is never allocated, moved or freed by
     refit; the member keeps a reference to each buffer until closed.
     Raises RefitError: INVALID_ARGUMENT listing every buffer that is
-    unknown, missing, of the wrong size or null (naming the rank and the
-    parameter), before refitd is contacted; UNAVAILABLE when refitd cannot
+    unknown, missing, of the wrong size or null, or whose declared dtype or
+    shape (a tensor's, an array's, a typed buffer's) differs from the
+    convention's (naming the rank and the parameter; uint8/int8 objects are
+    taken as raw bytes), before refitd is contacted; UNAVAILABLE when refitd cannot
     be reached within ``timeout``; refitd's own status otherwise.
     """
 
@@ -252,6 +303,11 @@ class Member:
         self._handle = ctypes.c_void_p()
         self.device = device
         self.side = side
+        want = expected_buffers(side=side, rank=rank, model=model,
+                                convention=convention, library=self._lib)
+        problems = _type_problems(rank, want, buffers)
+        if problems:
+            raise RefitError(3, "\n".join(problems))
         resolved = {n: _address(n, b, device) for n, b in buffers.items()}
         self._buffers = dict(buffers)
         self._keep = [k for (_, _, k) in resolved.values()]
