@@ -5,7 +5,7 @@ transport, every engine byte checked after every round; errors that name
 the parameter and rank; a member killed inside a round makes the others
 fail within the deadline.
 
-  python_client_test.py REFITD LIBREFIT_CLIENT_SO MEMBER_PY
+  python_client_test.py REFITD LIBREFIT_CLIENT_SO MEMBER_PY TORCH_GPU_CHECK_PY
 """
 import array
 import os
@@ -15,8 +15,8 @@ import time
 import unittest
 import json
 
-REFITD, LIB, MEMBER = (os.path.abspath(p) for p in sys.argv[1:4])
-del sys.argv[1:4]
+REFITD, LIB, MEMBER, GPU_CHECK = (os.path.abspath(p) for p in sys.argv[1:5])
+del sys.argv[1:5]
 os.environ["REFIT_CLIENT_LIB"] = LIB
 import refit  # noqa: E402  (after REFIT_CLIENT_LIB is set)
 
@@ -154,6 +154,12 @@ class PythonClientTest(unittest.TestCase):
             refit.expected_buffers(side="engine", rank=0, model="no-such-model",
                                    convention=E0)
         self.assertIn("no-such-model", cm.exception.message)
+
+    def test_gpu_check_script_compiles(self):
+        # It runs only on GPU hosts, from the bundle: at least it must parse
+        # here, with the Python it will meet there or older.
+        with open(GPU_CHECK) as f:
+            compile(f.read(), GPU_CHECK, "exec")
 
     def test_one_library_per_process(self):
         lib = refit.load_library()  # REFIT_CLIENT_LIB: the host build
