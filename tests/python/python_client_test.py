@@ -169,6 +169,29 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(cm.exception.code_name, "FAILED_PRECONDITION")
         self.assertIn("librefit_client_gpu.so", cm.exception.message)
 
+    def test_token_is_sent_and_checked(self):
+        token_file = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "token")
+        with open(token_file, "w") as f:
+            f.write("s3cret\n")
+        d = Refitd(f"--token_file={token_file}")
+        try:
+            want = refit.expected_buffers(side="trainer", rank=0, model="tiny-qwen3",
+                                          convention="megatron:tp=1")
+            def join(token):
+                return refit.Member(server=d.address, side="trainer", rank=0,
+                                    model="tiny-qwen3", convention="megatron:tp=1",
+                                    buffers={b.name: bytearray(b.nbytes) for b in want},
+                                    token=token, timeout=10)
+            for bad in (None, "wrong"):
+                with self.assertRaises(refit.RefitError) as cm:
+                    join(bad)
+                self.assertEqual(cm.exception.code_name, "UNAUTHENTICATED", bad)
+            with join("s3cret") as m:
+                self.assertEqual(m.current_version("e0"), 0)  # no engine yet
+                m.leave()
+        finally:
+            d.stop()
+
     def test_absent_refitd_fails_within_the_timeout(self):
         want = refit.expected_buffers(side="trainer", rank=0, model="tiny-qwen3",
                                       convention="megatron:tp=1")
