@@ -1,5 +1,6 @@
 #include "mapping/model_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -110,6 +111,27 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
     if (d.second < 0 || d.second > kMaxDim) {
       return FieldError(d.first, absl::StrCat("= ", d.second, " is out of range"));
     }
+  }
+  // Counts that size the layouts (a tensor per layer, per expert): a few
+  // bytes of config must not make refitd or a member build billions of
+  // records. Real models are far below (DeepSeek-V3: 61 x 256).
+  constexpr int64_t kMaxLayers = int64_t{1} << 16;
+  constexpr int64_t kMaxExperts = int64_t{1} << 16;
+  constexpr int64_t kMaxLayerExperts = int64_t{1} << 24;
+  if (c.num_layers > kMaxLayers) {
+    return FieldError("num_hidden_layers",
+                      absl::StrCat("= ", c.num_layers, " exceeds ", kMaxLayers));
+  }
+  if (c.num_experts > kMaxExperts || c.num_shared_experts > kMaxExperts) {
+    return FieldError(c.num_experts > kMaxExperts ? "num_experts" : "n_shared_experts",
+                      absl::StrCat("= ", std::max(c.num_experts, c.num_shared_experts),
+                                   " exceeds ", kMaxExperts));
+  }
+  if (c.num_layers * std::max<int64_t>(1, c.num_experts) > kMaxLayerExperts) {
+    return FieldError("num_experts",
+                      absl::StrCat("x num_hidden_layers = ", c.num_experts, " x ",
+                                   c.num_layers, " expert weights exceed ",
+                                   kMaxLayerExperts));
   }
   REFIT_RETURN_IF_ERROR(Positive(c.hidden_size, "hidden_size"));
   REFIT_RETURN_IF_ERROR(Positive(c.num_layers, "num_hidden_layers"));

@@ -78,6 +78,19 @@ TEST(ModelConfigTest, OutOfRangeAndZeroDimensionsAreErrors) {
       "num_hidden_layers": 2})");
   ASSERT_FALSE(zero.ok());
   EXPECT_THAT(zero.status().message(), HasSubstr("num_attention_heads"));
+  // Counts that would size a layout of billions of records.
+  auto layers = ParseModelConfig(R"({"model_type": "llama", "hidden_size": 8,
+      "num_attention_heads": 2, "intermediate_size": 4, "vocab_size": 10,
+      "num_hidden_layers": 2000000000, "num_key_value_heads": 2})");
+  ASSERT_FALSE(layers.ok());
+  EXPECT_THAT(layers.status().message(), HasSubstr("num_hidden_layers"));
+  auto experts = ParseModelConfig(R"({"model_type": "qwen3_moe", "hidden_size": 8,
+      "num_attention_heads": 2, "vocab_size": 10, "num_hidden_layers": 4096,
+      "intermediate_size": 4,
+      "num_key_value_heads": 2, "head_dim": 4, "num_experts": 8192,
+      "moe_intermediate_size": 4, "num_experts_per_tok": 2})");
+  ASSERT_FALSE(experts.ok());
+  EXPECT_THAT(experts.status().message(), HasSubstr("num_experts"));
 }
 
 TEST(ModelConfigTest, HybridPatternLengthMustMatchLayers) {

@@ -1,5 +1,7 @@
 #include "mapping/parallel_spec.h"
 
+#include <type_traits>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -33,16 +35,32 @@ absl::Status Split(absl::string_view text, std::string* kind,
   return absl::OkStatus();
 }
 
+// Ranks a layout may have: parallel degrees and their products (world
+// sizes) beyond this are refused, before anything is sized by them.
+constexpr int64_t kMaxRanks = int64_t{1} << 20;
+
+// Parallel degrees (int32 fields) are at most kMaxRanks; other counts
+// (layers, divisors) at most 2^40.
 template <typename T>
 absl::Status ParseInt(absl::string_view spec, const KeyValue& kv, T* out,
                       int64_t min) {
+  const int64_t max =
+      std::is_same<T, int32_t>::value ? kMaxRanks : (int64_t{1} << 40);
   int64_t v = 0;
-  if (!absl::SimpleAtoi(kv.value, &v) || v < min || v > (int64_t{1} << 40)) {
+  if (!absl::SimpleAtoi(kv.value, &v) || v < min || v > max) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec \"", spec, "\": ", kv.key, "=", kv.value,
-                     " is not an integer >= ", min));
+                     " is not an integer in [", min, ", ", max, "]"));
   }
   *out = static_cast<T>(v);
+  return absl::OkStatus();
+}
+
+absl::Status CheckWorld(absl::string_view spec, int64_t world) {
+  if (world > kMaxRanks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec \"", spec, "\": ", world, " ranks; at most ", kMaxRanks));
+  }
   return absl::OkStatus();
 }
 
@@ -95,6 +113,8 @@ absl::StatusOr<TrainerSpec> ParseTrainerSpec(absl::string_view text) {
                           "glu_chunk, vocab_div, gpus_per_host");
       }
     }
+    REFIT_RETURN_IF_ERROR(
+        CheckWorld(text, int64_t{s.tp} * int64_t{s.pp} * int64_t{s.dp}));
     if ((s.first > 0 || s.last > 0) && s.pp < 2) {
       return absl::InvalidArgumentError(absl::StrCat(
           "spec \"", text, "\": first/last need pp >= 2"));
@@ -158,6 +178,7 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
       return UnknownKey(text, kv.key, "tp, dp, ep, vocab_pad, gpus_per_host");
     }
   }
+  REFIT_RETURN_IF_ERROR(CheckWorld(text, int64_t{s.tp} * int64_t{s.dp}));
   if (s.kind == EngineSpec::Kind::kSglang) {
     if (s.ep > 0 && s.tp % s.ep != 0) {
       return absl::InvalidArgumentError(absl::StrCat(

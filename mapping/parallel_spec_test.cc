@@ -50,6 +50,24 @@ TEST(ParallelSpecTest, RejectsUnknownKeysKindsAndImpossibleMeshes) {
   EXPECT_THAT(e.status().message(), HasSubstr("shard=4"));
 }
 
+// Degrees that do not fit, or worlds nobody runs, are refused by name; a
+// value past 2^32 used to wrap into a small one (tp=4294967298 read as 2).
+TEST(ParallelSpecTest, RejectsDegreesAndWorldsOutOfRange) {
+  auto a = ParseTrainerSpec("megatron:tp=4294967298");
+  ASSERT_FALSE(a.ok());
+  EXPECT_THAT(a.status().message(), HasSubstr("tp=4294967298"));
+  auto b = ParseTrainerSpec("megatron:tp=1024,pp=1024,dp=1024");
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(b.status().message(), HasSubstr("1073741824 ranks"));
+  auto c = ParseEngineSpec("vllm:tp=2048,dp=2048");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("4194304 ranks"));
+  auto d = ParseEngineSpec("vllm:dp=3000000000");
+  ASSERT_FALSE(d.ok());
+  EXPECT_THAT(d.status().message(), HasSubstr("dp=3000000000"));
+  EXPECT_TRUE(ParseTrainerSpec("megatron:tp=8,pp=16,ep=16,etp=1,dp=64").ok());
+}
+
 TEST(ParallelSpecTest, VllmEpMustEqualTpTimesDp) {
   auto ok = ParseEngineSpec("vllm:tp=8,dp=2,ep=16");
   ASSERT_TRUE(ok.ok()) << ok.status();

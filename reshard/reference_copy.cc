@@ -132,6 +132,16 @@ void ForEachRow(const Record& r, const TensorSpec& t, int64_t es, F&& row) {
         Box::Indices{});
     return;
   }
+  if (n == 1 && r.buffer_step > 0) {
+    // An indexed record of one dim (per-expert scalars, e.g. per-tensor FP8
+    // scales): every element is in its own buffer, so each is a row.
+    for (int64_t j = 0; j < r.box.shape(0); ++j) {
+      Box::Indices idx = {r.box.origin(0) + j};
+      row(BufferOf(r, idx), std::vector<int64_t>{0},
+          r.byte_offset + DimOffset(r.dims[0], j) * es, idx[0], idx);
+    }
+    return;
+  }
   std::vector<int64_t> inner(r.box.shape(n - 1));
   for (int64_t j = 0; j < r.box.shape(n - 1); ++j) {
     inner[j] = DimOffset(r.dims[n - 1], j) * es;

@@ -1,6 +1,8 @@
 // Tests of the pattern helpers and the reference copy oracle.
 #include "reshard/reference_copy.h"
 
+#include <string>
+
 #include "gtest/gtest.h"
 #include "reshard/planner.h"
 #include "reshard/sharding.h"
@@ -61,6 +63,43 @@ TEST(PatternTest, ElementBytesFollowTheStridedLayout) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("element [4, 2]"), std::string::npos) << st;
   EXPECT_NE(st.message().find("1 wrong elements"), std::string::npos) << st;
+}
+
+// An indexed record of one dim (per-expert FP8 scales after the planner
+// merged them: expert i in buffer 2i, at the same offset) fills and checks
+// the same bytes as one record per expert. Its elements used to be written
+// all into the first buffer.
+TEST(PatternTest, IndexedOneDimRecordIsOneElementPerBuffer) {
+  SideLayout merged, split;
+  for (SideLayout* s : {&merged, &split}) {
+    s->world_size = 1;
+    s->tensors.push_back({"e.{}.weight_scale", {4}, DType::kF32, true});
+    for (int b = 0; b < 8; ++b) s->buffers.push_back({0, "buf" + std::to_string(b), 8, {}});
+  }
+  Record r;
+  r.tensor = 0;
+  r.buffer = 0;
+  r.byte_offset = 4;
+  r.box = *Box::Make({0}, {4});
+  r.dims.resize(1);
+  r.dims[0].splits.push_back({4, 0});
+  r.buffer_step = 2;
+  merged.records.push_back(r);
+  for (int e = 0; e < 4; ++e) {
+    Record one = r;
+    one.box = *Box::Make({e}, {1});
+    one.dims[0].splits[0] = {1, 0};
+    one.buffer = 2 * e;
+    one.buffer_step = 0;
+    split.records.push_back(one);
+  }
+  OwnedBuffers a = AllocateBuffers(merged), b = AllocateBuffers(split);
+  FillPattern(merged, a.ptrs, {-1, 3});
+  FillPattern(split, b.ptrs, {-1, 3});
+  EXPECT_EQ(a.storage, b.storage);
+  EXPECT_TRUE(CheckPattern(merged, a.ptrs, {-1, 3}).ok());
+  EXPECT_TRUE(CheckPattern(split, a.ptrs, {-1, 3}).ok());
+  EXPECT_FALSE(CheckPattern(merged, a.ptrs, {-1, 4}).ok());
 }
 
 TEST(ReferenceCopyTest, CopiesEveryDestinationElement) {
