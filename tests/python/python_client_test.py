@@ -210,16 +210,7 @@ class PythonClientTest(unittest.TestCase):
         # notices its silence (2 s without heartbeats) and aborts the round;
         # the others must fail then, with refitd's reason, not at their
         # 30 s data-plane deadline.
-        d = Refitd("--heartbeat_timeout_ms=2000")
-        try:
-            specs = [("trainer", 0, TRAINER, 1),
-                     ("trainer", 1, TRAINER, 1, "--die-in-round=1"),
-                     ("engine", 0, E0, 1, "e0"),
-                     ("engine", 1, E0, 1, "e0")]
-            results = run_members(d.address, specs, timeout=90,
-                                  env={"RUN_TIMEOUT": "30"})
-        finally:
-            d.stop()
+        specs, results = self.run_with_trainer_1(rounds=1, flag="--die-in-round=1")
         self.assertEqual(results[1][0], 3, results[1][1])
         self.assert_failed_fast(specs, results, version=1)
 
@@ -229,16 +220,8 @@ class PythonClientTest(unittest.TestCase):
         # an error on the wire. refitd removes it after 2 s without
         # heartbeats and aborts the round; that must cancel the others'
         # connected transports then, not at their 30 s deadline.
-        d = Refitd("--heartbeat_timeout_ms=2000")
-        try:
-            specs = [("trainer", 0, TRAINER, 2),
-                     ("trainer", 1, TRAINER, 2, "--freeze-in-round=2"),
-                     ("engine", 0, E0, 2, "e0"),
-                     ("engine", 1, E0, 2, "e0")]
-            results = run_members(d.address, specs, timeout=90,
-                                  env={"RUN_TIMEOUT": "30"}, stuck=(1,))
-        finally:
-            d.stop()
+        specs, results = self.run_with_trainer_1(rounds=2, flag="--freeze-in-round=2",
+                                                 stuck=(1,))
         self.assertIn("freezing", [e["event"] for e in results[1][1]], results[1])
         self.assert_failed_fast(specs, results, version=2)
 
@@ -280,6 +263,21 @@ class PythonClientTest(unittest.TestCase):
                                  [(1, "ABORTED")], events)
         for i in (2, 3):
             self.assertTrue(all(e["checked"] for e in out[i][1] if e["event"] == "round"))
+
+    def run_with_trainer_1(self, rounds, flag, stuck=()):
+        """Megatron TP2 -> vLLM TP2 for `rounds` rounds, trainer rank 1
+        given `flag`; refitd drops a member after 2 s without heartbeats and
+        each data plane has 30 s. Returns (specs, results)."""
+        d = Refitd("--heartbeat_timeout_ms=2000")
+        try:
+            specs = [("trainer", 0, TRAINER, rounds),
+                     ("trainer", 1, TRAINER, rounds, flag),
+                     ("engine", 0, E0, rounds, "e0"),
+                     ("engine", 1, E0, rounds, "e0")]
+            return specs, run_members(d.address, specs, timeout=90,
+                                      env={"RUN_TIMEOUT": "30"}, stuck=stuck)
+        finally:
+            d.stop()
 
     def assert_failed_fast(self, specs, results, version):
         """Members 0, 2, 3 committed the rounds before `version` and failed
