@@ -293,9 +293,16 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
     REFIT_ASSIGN_OR_RETURN(c.qk_rope_head_dim,
                            GetInt(j, "qk_rope_head_dim", true));
     REFIT_ASSIGN_OR_RETURN(c.v_head_dim, GetInt(j, "v_head_dim", true));
+    // DeepSeek-V3 routes with noaux_tc, and transformers builds (and saves)
+    // mlp.gate.e_score_correction_bias whatever the config says; vLLM and
+    // SGLang build it only for topk_method == "noaux_tc". A config without
+    // the field is a V3 config, so it has the bias; one naming another
+    // method has none, as in vLLM.
     auto tm = j.find("topk_method");
-    c.router_bias = tm != j.end() && tm->is_string() &&
-                    tm->get<std::string>() == "noaux_tc";
+    if (tm != j.end() && !tm->is_string()) {
+      return FieldError("topk_method", "is not a string");
+    }
+    c.router_bias = tm == j.end() || tm->get<std::string>() == "noaux_tc";
   }
   if (c.family == ModelFamily::kNemotronH) {
     auto p = j.find("hybrid_override_pattern");

@@ -48,6 +48,29 @@ TEST(ModelConfigTest, BuiltinRealConfigsParseWithTheirPublicDimensions) {
   }
 }
 
+// transformers builds mlp.gate.e_score_correction_bias for every DeepSeek-V3
+// (tools/hf_conformance.py); vLLM and SGLang only for noaux_tc routing.
+TEST(ModelConfigTest, DeepseekV3RouterBiasFollowsTopkMethod) {
+  const std::string base = R"({"model_type": "deepseek_v3", "hidden_size": 16,
+      "num_attention_heads": 4, "intermediate_size": 24,
+      "moe_intermediate_size": 8, "n_routed_experts": 8, "n_shared_experts": 1,
+      "num_hidden_layers": 2, "vocab_size": 96, "kv_lora_rank": 8,
+      "qk_nope_head_dim": 4, "qk_rope_head_dim": 2, "v_head_dim": 4)";
+  auto absent = ParseModelConfig(base + "}");
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  EXPECT_TRUE(absent->router_bias);
+  auto noaux = ParseModelConfig(base + R"(, "topk_method": "noaux_tc"})");
+  ASSERT_TRUE(noaux.ok()) << noaux.status();
+  EXPECT_TRUE(noaux->router_bias);
+  auto greedy = ParseModelConfig(base + R"(, "topk_method": "greedy"})");
+  ASSERT_TRUE(greedy.ok()) << greedy.status();
+  EXPECT_FALSE(greedy->router_bias);
+  auto bad = ParseModelConfig(base + R"(, "topk_method": 3})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("topk_method"));
+}
+
 TEST(ModelConfigTest, MissingFieldIsNamed) {
   auto c = ParseModelConfig(R"({"model_type": "llama", "hidden_size": 8,
       "num_attention_heads": 2, "intermediate_size": 4, "vocab_size": 10})");
