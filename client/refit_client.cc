@@ -6,6 +6,7 @@
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/protocol_version.h"
 
 namespace refit {
 
@@ -63,6 +64,9 @@ std::unique_ptr<grpc::ClientContext> RefitClient::MakeContext(absl::Time deadlin
 absl::StatusOr<std::string> RefitClient::Register(const v1::Registration& registration) {
   v1::RegisterRequest req;
   *req.mutable_registration() = registration;
+  if (registration.protocol_version() == 0) {
+    req.mutable_registration()->set_protocol_version(kProtocolVersion);
+  }
   v1::RegisterResponse resp;
   auto ctx = MakeContext(absl::Now() + options_.rpc_timeout);
   REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->Register(ctx.get(), req, &resp)));

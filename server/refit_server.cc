@@ -20,6 +20,7 @@
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "proto/protocol_version.h"
 #include "proto/refit_service.grpc.pb.h"
 #include "reshard/dtype.h"
 
@@ -71,6 +72,18 @@ std::string Serialize(const google::protobuf::Message& m) {
 }
 
 }  // namespace
+
+absl::Status CheckProtocolVersion(const Registration& reg) {
+  const uint32_t v = reg.protocol_version();
+  if (v == kProtocolVersion) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "protocol_version: member ", Describe(reg.identity()), " speaks ",
+      v == 0 ? std::string("no refit protocol version (a client library from "
+                           "before versions were sent)")
+             : absl::StrCat("refit protocol ", v),
+      ", this refitd speaks ", kProtocolVersion,
+      ": run refitd and the client library from the same refit release"));
+}
 
 absl::Status ValidateRegistration(const Registration& reg, int max_buffers,
                                   int64_t max_metadata_bytes) {
@@ -835,6 +848,7 @@ grpc::ServerUnaryReactor* RefitServer::Impl::Register(
     v1::RegisterResponse* resp) {
   if (auto s = CheckAuth(ctx); !s.ok()) return Done(ctx, s);
   const Registration& reg = req->registration();
+  if (auto s = CheckProtocolVersion(reg); !s.ok()) return Done(ctx, s);
   if (auto s = ValidateRegistration(reg, options_.max_buffers_per_member,
                                     options_.max_metadata_bytes);
       !s.ok()) {
@@ -1109,6 +1123,7 @@ grpc::ServerUnaryReactor* RefitServer::Impl::GetStatus(
     grpc::CallbackServerContext* ctx, const v1::StatusRequest* req,
     v1::StatusResponse* resp) {
   if (auto s = CheckAuth(ctx); !s.ok()) return Done(ctx, s);
+  resp->set_protocol_version(kProtocolVersion);
   absl::MutexLock l(&mu_);
   const absl::Time now = absl::Now();
   for (const auto& [id, m] : members_) {

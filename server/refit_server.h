@@ -97,6 +97,11 @@ class RefitServer {
   std::unique_ptr<Impl> impl_;
 };
 
+// OK when the registration's protocol_version is this refitd's
+// (proto/protocol_version.h); FAILED_PRECONDITION naming the member and both
+// versions otherwise.
+absl::Status CheckProtocolVersion(const v1::Registration& reg);
+
 // Checks one registration against the limits; returns INVALID_ARGUMENT
 // naming the offending field (e.g. "buffers[3].shape[1]"), OK otherwise.
 absl::Status ValidateRegistration(const v1::Registration& reg,

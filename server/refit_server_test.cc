@@ -10,6 +10,7 @@
 #include "client/refit_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/protocol_version.h"
 #include "server/test_planner.h"
 
 namespace refit {
@@ -249,6 +250,39 @@ TEST(RefitServerTest, BadRegistrationsNameTheField) {
     EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument) << k.field;
     EXPECT_THAT(id.status().message(), HasSubstr(k.field));
   }
+}
+
+// A client library from another refit release is refused before it can
+// receive a slice it might misread; nothing of it is registered.
+TEST(RefitServerTest, OtherProtocolVersionIsRefusedNamingBoth) {
+  auto s = RefitServer::Start(TestOptions());
+  ASSERT_TRUE(s.ok());
+  auto c = Client((*s)->port());
+  auto r = Reg(v1::SIDE_ENGINE, "A", 1, 2, {"w1"});
+  r.set_protocol_version(kProtocolVersion + 1);
+  auto id = c->Register(r);
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(id.status().message(),
+              HasSubstr(absl::StrCat("protocol_version: member engine A rank 1 "
+                                     "speaks refit protocol ",
+                                     kProtocolVersion + 1, ", this refitd speaks ",
+                                     kProtocolVersion)));
+  auto st = c->GetStatus(In(absl::Seconds(5)));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->members_size(), 0);
+  EXPECT_EQ(st->protocol_version(), kProtocolVersion);
+  // Unset, the client library fills in its own version and the member joins.
+  r.clear_protocol_version();
+  ASSERT_TRUE(c->Register(r).ok());
+}
+
+TEST(RefitServerTest, MissingProtocolVersionIsNamed) {
+  auto r = Reg(v1::SIDE_TRAINER, "", 0, 1, {"w0"});
+  absl::Status s = CheckProtocolVersion(r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("trainer rank 0 speaks no refit protocol version"));
+  r.set_protocol_version(kProtocolVersion);
+  EXPECT_TRUE(CheckProtocolVersion(r).ok());
 }
 
 TEST(RefitServerTest, RegistrationAtTheLimitsIsAccepted) {

@@ -45,6 +45,7 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
         id.rank(), id.world_size(), id.host_id(), id.device(), Coords(id),
         m.num_buffers(), m.seconds_since_heartbeat());
   }
+  absl::StrAppend(&out, "refit protocol: ", r.protocol_version(), "\n");
   absl::StrAppend(&out, "membership epoch: ", r.epoch(), "\n");
   absl::StrAppend(&out, "plan fingerprint: ",
                   r.plan_fingerprint().empty() ? "(no plan)"
@@ -92,6 +93,7 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
                             {"seconds_since_heartbeat",
                              m.seconds_since_heartbeat()}});
   }
+  j["protocol_version"] = r.protocol_version();
   j["epoch"] = r.epoch();
   j["plan_fingerprint"] = r.plan_fingerprint();
   j["plan_error"] = r.plan_error();
