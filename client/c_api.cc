@@ -309,6 +309,14 @@ int refit_member_join(const char* options_json, int32_t num_buffers,
   });
 }
 
+int refit_member_rejoin(refit_member* member, double timeout_s) {
+  return Guard("refit_member_rejoin", [&]() -> absl::Status {
+    REFIT_RETURN_IF_ERROR(refit::NeedMember(member));
+    REFIT_ASSIGN_OR_RETURN(absl::Time deadline, refit::Deadline(timeout_s));
+    return member->m->Rejoin(deadline);
+  });
+}
+
 int refit_member_prepare(refit_member* member, double timeout_s,
                          char** info_json) {
   return Guard("refit_member_prepare", [&]() -> absl::Status {

@@ -66,6 +66,12 @@ int refit_member_join(const char* options_json, int32_t num_buffers,
                       const int64_t* sizes, double timeout_s,
                       refit_member** member);
 
+/* Registers again after refitd restarted or expired this member (a call
+ * returned 14 UNAVAILABLE): retries until refitd is back or the timeout
+ * passes (14 UNAVAILABLE naming refitd's address); then call
+ * refit_member_prepare. */
+int refit_member_rejoin(refit_member* member, double timeout_s);
+
 /* Awaits this member's plan; info_json (may be NULL) receives
  * {"member_id", "fingerprint", "global_rank", "global_world"}. */
 int refit_member_prepare(refit_member* member, double timeout_s,

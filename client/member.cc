@@ -155,6 +155,12 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Join(
   return m;
 }
 
+absl::Status Member::Rejoin(absl::Time deadline) {
+  REFIT_RETURN_IF_ERROR(AnnotateStatus(client_->Rejoin(deadline), Who(options_)));
+  member_id_ = client_->member_id();
+  return absl::OkStatus();
+}
+
 absl::Status Member::Prepare(absl::Time deadline) {
   return AnnotateStatus(data_plane_->Prepare(deadline), Who(options_));
 }

@@ -71,6 +71,12 @@ class Member {
       MemberOptions options, std::map<std::string, BufferRef> buffers,
       DataPlaneOptions data_plane, absl::Time deadline);
 
+  // Registers again, with the same buffers, after refitd restarted or
+  // expired this member: WaitForRound or RunRound returned UNAVAILABLE
+  // (see RefitClient::Rejoin). Call Prepare next: it waits for the plan of
+  // the membership once every member is back.
+  absl::Status Rejoin(absl::Time deadline);
+
   // Awaits this member's plan (see DataPlaneMember::Prepare).
   absl::Status Prepare(absl::Time deadline);
   // True when refitd has a newer plan: call Prepare before the next round.

@@ -2,6 +2,8 @@
 // reader thread for the round stream, a heartbeat thread.
 #include "client/refit_client.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
@@ -17,6 +19,10 @@ absl::StatusOr<std::unique_ptr<RefitClient>> RefitClient::Connect(Options option
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(INT32_MAX);
   args.SetMaxSendMessageSize(INT32_MAX);
+  // After refitd restarts, reconnect within ~2 s of it being back (gRPC's
+  // default backoff grows to 2 minutes).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   if (o.use_tls) {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = o.root_ca_pem;
@@ -62,14 +68,61 @@ std::unique_ptr<grpc::ClientContext> RefitClient::MakeContext(absl::Time deadlin
 }
 
 absl::StatusOr<std::string> RefitClient::Register(const v1::Registration& registration) {
-  v1::RegisterRequest req;
-  *req.mutable_registration() = registration;
-  if (registration.protocol_version() == 0) {
-    req.mutable_registration()->set_protocol_version(kProtocolVersion);
+  v1::Registration sent = registration;
+  if (sent.protocol_version() == 0) sent.set_protocol_version(kProtocolVersion);
+  return RegisterOnce(sent, absl::Now() + options_.rpc_timeout);
+}
+
+void RefitClient::ResetSession() {
+  StopThreads();
+  absl::MutexLock l(&mu_);
+  member_id_.clear();
+  stopping_ = false;
+  stream_broken_ = false;
+  stream_ready_ = false;
+  stream_error_.clear();
+  latest_epoch_ = 0;
+  plan_epoch_ = -1;
+  latest_started_ = 0;
+  last_returned_ = 0;
+  outcomes_.clear();
+}
+
+absl::Status RefitClient::Rejoin(absl::Time deadline) {
+  if (registration_.identity().job().empty()) {
+    return absl::FailedPreconditionError(
+        "Rejoin: this client never registered successfully");
   }
+  absl::Status last;
+  for (;;) {
+    ResetSession();
+    const absl::Time attempt = std::min(deadline, absl::Now() + options_.rpc_timeout);
+    if (channel_->WaitForConnected(absl::ToChronoTime(attempt))) {
+      absl::StatusOr<std::string> id = RegisterOnce(v1::Registration(registration_), attempt);
+      if (id.ok()) return absl::OkStatus();
+      last = id.status();
+      if (!absl::IsUnavailable(last) && !absl::IsDeadlineExceeded(last)) return last;
+    } else {
+      last = absl::UnavailableError("not reachable");
+    }
+    if (absl::Now() + absl::Milliseconds(200) >= deadline) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  ResetSession();
+  return absl::UnavailableError(absl::StrCat("refitd at ", options_.target,
+                                             " did not take this member back "
+                                             "before the deadline: ",
+                                             last.message()));
+}
+
+absl::StatusOr<std::string> RefitClient::RegisterOnce(const v1::Registration& reg,
+                                                      absl::Time deadline) {
+  v1::RegisterRequest req;
+  *req.mutable_registration() = reg;
   v1::RegisterResponse resp;
-  auto ctx = MakeContext(absl::Now() + options_.rpc_timeout);
+  auto ctx = MakeContext(deadline);
   REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->Register(ctx.get(), req, &resp)));
+  registration_ = reg;  // refitd holds it now: what Rejoin sends again
   const bool first = member_id_.empty();
   member_id_ = resp.member_id();
   if (first) {
@@ -127,7 +180,8 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
   absl::MutexLock l(&mu_);
   stream_broken_ = true;
   stream_error_ = absl::StrCat("round stream from refitd ended: ",
-                               st.error_message());
+                               st.error_message(),
+                               " (Rejoin registers again once refitd is back)");
   stream_ctx_ = nullptr;
 }
 
@@ -150,7 +204,8 @@ void RefitClient::HeartbeatLoop() {
       if (!stream_broken_) {
         stream_broken_ = true;
         stream_error_ = absl::StrCat("refitd no longer knows this member: ",
-                                     st.error_message());
+                                     st.error_message(),
+                                     " (Rejoin registers it again)");
       }
       break;
     }

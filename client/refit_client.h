@@ -47,6 +47,20 @@ class RefitClient {
   // (INVALID_ARGUMENT naming the field, UNAUTHENTICATED, UNAVAILABLE ...).
   absl::StatusOr<std::string> Register(const v1::Registration& registration);
 
+  // Registers again, with what the last successful Register sent, once
+  // refitd has forgotten this member: it restarted (refitd keeps no state
+  // across restarts; the members' registrations rebuild it), or it expired
+  // the member after missed heartbeats. Either way WaitForRound /
+  // AwaitOutcome return UNAVAILABLE. Stops the old stream and heartbeats,
+  // retries while refitd is unreachable or answers UNAVAILABLE, then
+  // reopens the round stream. Round bookkeeping starts afresh: rounds
+  // announced before are forgotten, PlanChanged() is true, and the next
+  // AwaitPlan returns the plan of the new membership. FAILED_PRECONDITION
+  // when no Register succeeded before; UNAVAILABLE naming the target and
+  // the last error when refitd is not back by `deadline`; refitd's status
+  // for anything else (e.g. FAILED_PRECONDITION for another protocol).
+  absl::Status Rejoin(absl::Time deadline);
+
   // Returns this member's plan slice + bootstrap for the newest membership
   // epoch this client has heard of. Fails with the planner's status when the
   // plan is invalid, DEADLINE_EXCEEDED when no plan came by `deadline`.
@@ -110,11 +124,16 @@ class RefitClient {
   void ReadStream(std::unique_ptr<grpc::ClientContext> ctx);
   void HeartbeatLoop();
   void StopThreads();
+  // Stops the threads and forgets the session (member id, stream, rounds).
+  void ResetSession();
+  absl::StatusOr<std::string> RegisterOnce(const v1::Registration& reg,
+                                           absl::Time deadline);
 
   Options options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::RefitService::Stub> stub_;
   std::string member_id_;
+  v1::Registration registration_;  // as last registered successfully
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -487,6 +487,84 @@ TEST(RefitServerTest, ExpiredMemberLearnsItWasRemoved) {
   EXPECT_EQ(st->members_size(), 1);
 }
 
+// refitd keeps nothing across a restart: the members' registrations rebuild
+// it. Each member learns at once that refitd went away, Rejoin waits for it
+// to come back (bounded), and the next round commits with the same plan.
+TEST(RefitServerTest, MembersRejoinARestartedRefitd) {
+  Cluster c = Start();
+  auto all = All(c);
+  std::string fingerprint;
+  for (auto* m : all) {
+    auto plan = m->AwaitPlan(In(absl::Seconds(5)));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    fingerprint = plan->fingerprint();
+  }
+  RunRound(c, 1);
+  for (auto* m : all) ASSERT_TRUE(m->AwaitOutcome(1, In(absl::Seconds(5))).ok());
+
+  const int port = c.server->port();
+  c.server->Shutdown();
+  c.server.reset();
+  const absl::Time gone = absl::Now();
+  for (auto* m : all) {
+    auto v = m->WaitForRound(In(absl::Seconds(10)));
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kUnavailable) << v.status();
+    EXPECT_THAT(v.status().message(), HasSubstr("Rejoin"));
+  }
+  EXPECT_LT(absl::Now() - gone, absl::Seconds(3));
+  // Not back yet: Rejoin gives up at its deadline, naming refitd.
+  const absl::Time early = absl::Now();
+  absl::Status s = all[0]->Rejoin(In(absl::Milliseconds(700)));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("127.0.0.1:", port)));
+  EXPECT_LT(absl::Now() - early, absl::Seconds(3));
+
+  RefitServer::Options o = TestOptions();
+  o.address = absl::StrCat("127.0.0.1:", port);
+  auto back = RefitServer::Start(std::move(o));
+  ASSERT_TRUE(back.ok()) << back.status();
+  c.server = std::move(*back);
+  for (auto* m : all) {
+    ASSERT_TRUE(m->Rejoin(In(absl::Seconds(10))).ok());
+    EXPECT_TRUE(m->PlanChanged());
+  }
+  for (auto* m : all) {
+    auto plan = m->AwaitPlan(In(absl::Seconds(5)));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->fingerprint(), fingerprint);
+  }
+  RunRound(c, 2);
+  for (auto* m : all) EXPECT_TRUE(m->AwaitOutcome(2, In(absl::Seconds(5))).ok());
+  auto st = c.trainers[0]->GetStatus(In(absl::Seconds(5)));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->members_size(), 5);
+  ASSERT_EQ(st->rounds_size(), 1);
+  EXPECT_EQ(st->rounds(0).version(), 2);
+  EXPECT_EQ(st->rounds(0).outcome(), "committed");
+}
+
+TEST(RefitServerTest, RejoinNeedsARegistrationAndTakesAnExpiredMemberBack) {
+  RefitServer::Options o = TestOptions();
+  o.heartbeat_timeout = absl::Milliseconds(500);
+  auto s = RefitServer::Start(std::move(o));
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto never = Client((*s)->port());
+  EXPECT_EQ(never->Rejoin(In(absl::Seconds(1))).code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto paused = Client((*s)->port(), absl::Hours(1));
+  ASSERT_TRUE(paused->Register(Reg(v1::SIDE_ENGINE, "A", 0, 1, {"w0"})).ok());
+  auto v = paused->WaitForRound(In(absl::Seconds(10)));
+  ASSERT_EQ(v.status().code(), absl::StatusCode::kUnavailable) << v.status();
+  auto st = never->GetStatus(In(absl::Seconds(5)));
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->members_size(), 0);
+  ASSERT_TRUE(paused->Rejoin(In(absl::Seconds(5))).ok());
+  st = never->GetStatus(In(absl::Seconds(5)));
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->members_size(), 1);
+  EXPECT_EQ(st->members(0).member_id(), paused->member_id());
+}
+
 TEST(RefitServerTest, StartRefusesInsecureNonLoopbackAndMissingPlanner) {
   auto o = TestOptions();
   o.address = "0.0.0.0:0";

@@ -5,7 +5,7 @@ committed and (engines) every engine byte held the round's version.
 
   member.py SERVER SIDE RANK CONVENTION ROUNDS [ENGINE_ID]
             [--die-in-round=N | --freeze-in-round=N] [--first-round=N]
-            [--survive]
+            [--survive] [--rejoin] [--sleep-after-round=N]
 
 --die-in-round=N: exit once round N is announced, before moving its bytes.
 --freeze-in-round=N: the same moment, but stop (SIGSTOP) instead: sockets
@@ -15,6 +15,11 @@ timeout does.
 --survive: a failed round is not the end: take part in the next one, on
 the plan of the membership as it is then (prepare() waits until it is
 complete again). Exit code 0 if the last round committed.
+--rejoin: when refitd goes away (UNAVAILABLE or NOT_FOUND from any call),
+rejoin() it once it is back (a restarted refitd on the same address),
+prepare() the new plan, and do the version again from the start.
+--sleep-after-round=N: sleep 2 s after round N (the test restarts refitd
+then).
 """
 import json
 import os
@@ -41,6 +46,8 @@ def main(argv):
     freeze_in = int(flags.get("freeze-in-round", 0))
     first = int(flags.get("first-round", 1))
     survive = "--survive" in argv
+    rejoin = "--rejoin" in argv
+    sleep_after = int(flags.get("sleep-after-round", 0))
     want = refit.expected_buffers(side=side, rank=rank, model=MODEL,
                                   convention=convention)
     buffers = {b.name: bytearray(b.nbytes) for b in want}
@@ -51,50 +58,79 @@ def main(argv):
     say(event="plan", side=side, rank=rank, **info)
     trainer = side == "trainer"
     failed = False
-    for v in range(first, rounds + 1):
-        if failed or m.plan_changed():
-            info = m.prepare(timeout=TIMEOUT)
-            say(event="plan", side=side, rank=rank, **info)
-            failed = False
-        world = info["global_world"]
-        if trainer:
-            m.fill_pattern(v)
-        # Weights of version v ready everywhere (and round v-1 checked)
-        # before trainer rank 0 starts round v: a barrier in refitd's store.
-        key = f"test/{info['fingerprint']}/{v}"
-        if info["global_rank"] != 0:
-            m.kv_set(f"{key}/{info['global_rank']}", "1", timeout=TIMEOUT)
-        else:
-            for r in range(1, world):
-                m.kv_get(f"{key}/{r}", timeout=TIMEOUT)
-            m.start_round(v, timeout=TIMEOUT)
-        got = m.wait_for_round(timeout=TIMEOUT)
-        if got != v:
-            raise RuntimeError(f"refitd announced round {got}, expected {v}")
-        if got == die_in:
-            say(event="dying", side=side, rank=rank, version=got)
-            os._exit(3)  # a peer dies inside a round: no report, no goodbye
-        if got == freeze_in:
-            say(event="freezing", side=side, rank=rank, version=got)
-            os.kill(os.getpid(), signal.SIGSTOP)
-        t0 = time.monotonic()
+    v = first
+    while v <= rounds:
         try:
-            stats = m.run_round(got, timeout=float(os.environ.get("RUN_TIMEOUT", TIMEOUT)))
+            r = one_round(m, v, info, side, rank, trainer, survive, failed,
+                          rounds, die_in, freeze_in, rejoin)
         except refit.RefitError as e:
-            say(event="round_failed", version=got, side=side, rank=rank,
-                code=e.code_name, message=e.message, after_s=time.monotonic() - t0)
-            if survive and got < rounds:
-                failed = True
-                continue
-            return 4
-        if not trainer:
-            m.check_pattern(got)
-        say(event="round", version=got, side=side, rank=rank,
-            checked=not trainer, **stats)
+            if not rejoin or e.code_name not in ("UNAVAILABLE", "NOT_FOUND"):
+                raise
+            say(event="refitd_gone", version=v, side=side, rank=rank,
+                code=e.code_name, message=e.message)
+            t0 = time.monotonic()
+            m.rejoin(timeout=TIMEOUT)
+            info = m.prepare(timeout=TIMEOUT)
+            say(event="rejoined", version=v, side=side, rank=rank,
+                after_s=time.monotonic() - t0, **info)
+            failed = False
+            continue
+        if isinstance(r, int):
+            return r
+        info, failed = r
+        if v == sleep_after:
+            time.sleep(2)
+        v += 1
     m.leave()
     m.close()
     say(event="ok", side=side, rank=rank)
     return 0
+
+
+def one_round(m, v, info, side, rank, trainer, survive, failed, rounds,
+              die_in, freeze_in, rejoin):
+    """Round v; returns (info, failed) to go on, or an exit code."""
+    if failed or m.plan_changed():
+        info = m.prepare(timeout=TIMEOUT)
+        say(event="plan", side=side, rank=rank, **info)
+        failed = False
+    world = info["global_world"]
+    if trainer:
+        m.fill_pattern(v)
+    # Weights of version v ready everywhere (and round v-1 checked)
+    # before trainer rank 0 starts round v: a barrier in refitd's store.
+    key = f"test/{info['fingerprint']}/{v}"
+    if info["global_rank"] != 0:
+        m.kv_set(f"{key}/{info['global_rank']}", "1", timeout=TIMEOUT)
+    else:
+        for r in range(1, world):
+            m.kv_get(f"{key}/{r}", timeout=TIMEOUT)
+        m.start_round(v, timeout=TIMEOUT)
+    got = m.wait_for_round(timeout=TIMEOUT)
+    if got != v:
+        raise RuntimeError(f"refitd announced round {got}, expected {v}")
+    if got == die_in:
+        say(event="dying", side=side, rank=rank, version=got)
+        os._exit(3)  # a peer dies inside a round: no report, no goodbye
+    if got == freeze_in:
+        say(event="freezing", side=side, rank=rank, version=got)
+        os.kill(os.getpid(), signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        stats = m.run_round(got, timeout=float(os.environ.get("RUN_TIMEOUT", TIMEOUT)))
+    except refit.RefitError as e:
+        say(event="round_failed", version=got, side=side, rank=rank,
+            code=e.code_name, message=e.message, after_s=time.monotonic() - t0)
+        if survive and got < rounds:
+            return info, True
+        if rejoin and e.code_name in ("UNAVAILABLE", "NOT_FOUND"):
+            raise
+        return 4
+    if not trainer:
+        m.check_pattern(got)
+    say(event="round", version=got, side=side, rank=rank,
+        checked=not trainer, **stats)
+    return info, False
 
 
 if __name__ == "__main__":

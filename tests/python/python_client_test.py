@@ -11,6 +11,7 @@ import array
 import os
 import subprocess
 import sys
+import threading
 import time
 import unittest
 import json
@@ -24,9 +25,9 @@ PYTHONPATH = os.path.dirname(os.path.dirname(os.path.abspath(refit.__file__)))
 
 
 class Refitd:
-    def __init__(self, *flags):
+    def __init__(self, *flags, port=0):
         self.p = subprocess.Popen(
-            [REFITD, "--address=127.0.0.1:0", *flags],
+            [REFITD, f"--address=127.0.0.1:{port}", *flags],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.port = None
         until = time.time() + 30
@@ -263,6 +264,73 @@ class PythonClientTest(unittest.TestCase):
                                  [(1, "ABORTED")], events)
         for i in (2, 3):
             self.assertTrue(all(e["checked"] for e in out[i][1] if e["event"] == "round"))
+
+    def test_members_rejoin_a_restarted_refitd(self):
+        # refitd is killed between rounds 1 and 2 and started again on the
+        # same address with nothing but its flags: every member rejoins,
+        # the registrations rebuild the same plan, rounds 2 and 3 commit and
+        # every engine byte is checked.
+        flags = ("--min_engines=2", "--heartbeat_timeout_ms=2000")
+        d = Refitd(*flags)
+        specs = [("trainer", r, TRAINER, 3) for r in range(2)]
+        specs += [("engine", r, E0, 3, "e0") for r in range(2)]
+        specs += [("engine", r, E1, 3, "e1") for r in range(2)]
+        e = dict(os.environ, PYTHONPATH=PYTHONPATH)
+        procs = [subprocess.Popen(
+            [sys.executable, MEMBER, d.address, *map(str, s), "--rejoin",
+             "--sleep-after-round=1"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e)
+            for s in specs]
+        events = [[] for _ in procs]
+
+        def read(i):
+            for line in procs[i].stdout:
+                try:
+                    events[i].append(json.loads(line))
+                except ValueError:
+                    events[i].append({"event": "text", "line": line})
+        readers = [threading.Thread(target=read, args=(i,)) for i in range(len(procs))]
+        for t in readers:
+            t.start()
+        restarted = None
+        try:
+            until = time.time() + 120
+            while time.time() < until and not all(
+                    any(x["event"] == "round" and x["version"] == 1 for x in ev)
+                    for ev in events):
+                if any(p.poll() is not None for p in procs):
+                    break
+                time.sleep(0.05)
+            self.assertTrue(all(any(x["event"] == "round" for x in ev) for ev in events),
+                            events)
+            d.stop()
+            time.sleep(0.5)
+            restarted = Refitd(*flags, port=d.port)
+            for p in procs:
+                p.wait(timeout=max(1, until - time.time()))
+        finally:
+            for p in procs:
+                p.kill()
+            for t in readers:
+                t.join(timeout=10)
+            for p in procs:
+                p.stdout.close()
+            if restarted is not None:
+                restarted.stop()
+        fingerprints = set()
+        for spec, p, ev in zip(specs, procs, events):
+            self.assertEqual(p.returncode, 0, f"{spec}: {ev}")
+            self.assertEqual([x["version"] for x in ev if x["event"] == "round"],
+                             [1, 2, 3], f"{spec}: {ev}")
+            rejoined = [x for x in ev if x["event"] == "rejoined"]
+            self.assertEqual([x["version"] for x in rejoined], [2], f"{spec}: {ev}")
+            fingerprints |= {x["fingerprint"] for x in ev if x["event"] in ("plan", "rejoined")}
+            if spec[0] == "engine":
+                self.assertTrue(all(x["checked"] for x in ev if x["event"] == "round"), ev)
+            gone = [x for x in ev if x["event"] == "refitd_gone"][0]
+            print(f"{spec[:2]} {gone['code']}: {gone['message'][:90]}; rejoined and "
+                  f"prepared {rejoined[0]['after_s']:.2f} s later")
+        self.assertEqual(len(fingerprints), 1)
 
     def run_with_trainer_1(self, rounds, flag, stuck=()):
         """Megatron TP2 -> vLLM TP2 for `rounds` rounds, trainer rank 1

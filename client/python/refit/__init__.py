@@ -81,6 +81,7 @@ _SIGNATURES = {
         _S, ctypes.c_int32, _PP, ctypes.POINTER(_P),
         ctypes.POINTER(ctypes.c_int64), ctypes.c_double, ctypes.POINTER(_P)]),
     "refit_member_prepare": (ctypes.c_int, [_P, ctypes.c_double, ctypes.POINTER(_P)]),
+    "refit_member_rejoin": (ctypes.c_int, [_P, ctypes.c_double]),
     "refit_member_plan_changed": (ctypes.c_int, [_P]),
     "refit_member_start_round": (ctypes.c_int, [_P, ctypes.c_int64, ctypes.c_double]),
     "refit_member_wait_for_round": (ctypes.c_int, [
@@ -329,6 +330,12 @@ class Member:
         if not self._handle:
             raise RefitError(9, "the member is closed")
         return self._handle
+
+    def rejoin(self, timeout: float = 300.0) -> None:
+        """Registers again, same buffers, after refitd restarted or expired
+        this member (a call raised UNAVAILABLE); retries until refitd is back
+        or ``timeout`` passes. Call prepare() next."""
+        _check(self._lib, self._lib.refit_member_rejoin(self._h(), float(timeout)))
 
     def prepare(self, timeout: float = 300.0) -> Dict[str, Any]:
         """Awaits this member's plan; returns and keeps in ``info`` its
