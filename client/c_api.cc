@@ -377,6 +377,21 @@ int refit_member_run_round(refit_member* member, int64_t version,
   });
 }
 
+int refit_member_engine_state(refit_member* member, const char* engine_id,
+                              double timeout_s, int64_t* committed,
+                              int64_t* torn) {
+  return Guard("refit_member_engine_state", [&]() -> absl::Status {
+    REFIT_RETURN_IF_ERROR(refit::NeedMember(member));
+    if (engine_id == nullptr) return absl::InvalidArgumentError("engine_id is null");
+    REFIT_ASSIGN_OR_RETURN(absl::Time deadline, refit::Deadline(timeout_s));
+    REFIT_ASSIGN_OR_RETURN(refit::RefitClient::EngineState s,
+                           member->m->client().GetEngineState(engine_id, deadline));
+    if (committed != nullptr) *committed = s.committed;
+    if (torn != nullptr) *torn = s.torn;
+    return absl::OkStatus();
+  });
+}
+
 int refit_member_current_version(refit_member* member, const char* engine_id,
                                  double timeout_s, int64_t* version) {
   return Guard("refit_member_current_version", [&]() -> absl::Status {

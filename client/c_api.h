@@ -96,6 +96,14 @@ int refit_member_wait_for_round(refit_member* member, double timeout_s,
 int refit_member_run_round(refit_member* member, int64_t version,
                            double timeout_s, char** stats_json);
 
+/* committed: the last version committed into engine `engine_id` (0: none).
+ * torn: non-zero when round `torn` aborted after it had started on that
+ * engine: its buffers may hold part of it, and no single version, until a
+ * later round commits. Either pointer may be NULL. */
+int refit_member_engine_state(refit_member* member, const char* engine_id,
+                              double timeout_s, int64_t* committed,
+                              int64_t* torn);
+
 /* The last version committed into engine `engine_id` (0: none). */
 int refit_member_current_version(refit_member* member, const char* engine_id,
                                  double timeout_s, int64_t* version);

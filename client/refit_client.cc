@@ -307,12 +307,18 @@ absl::Status RefitClient::AwaitOutcome(int64_t version, absl::Time deadline) {
 
 absl::StatusOr<int64_t> RefitClient::CurrentVersion(const std::string& engine_id,
                                                     absl::Time deadline) {
+  REFIT_ASSIGN_OR_RETURN(EngineState s, GetEngineState(engine_id, deadline));
+  return s.committed;
+}
+
+absl::StatusOr<RefitClient::EngineState> RefitClient::GetEngineState(
+    const std::string& engine_id, absl::Time deadline) {
   v1::CurrentVersionRequest req;
   req.set_engine_id(engine_id);
   v1::CurrentVersionResponse resp;
   auto ctx = MakeContext(deadline);
   REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->CurrentVersion(ctx.get(), req, &resp)));
-  return resp.version();
+  return EngineState{resp.version(), resp.torn_version()};
 }
 
 absl::Status RefitClient::Leave(absl::Time deadline) {

@@ -101,6 +101,15 @@ class RefitClient {
   // The last version committed into engine `engine_id` (0: none).
   absl::StatusOr<int64_t> CurrentVersion(const std::string& engine_id,
                                          absl::Time deadline);
+  // The same, and `torn`: non-zero when round `torn` aborted after it had
+  // started on the engine, so its buffers may hold part of that round and
+  // no single version until a later round commits.
+  struct EngineState {
+    int64_t committed = 0;
+    int64_t torn = 0;
+  };
+  absl::StatusOr<EngineState> GetEngineState(const std::string& engine_id,
+                                             absl::Time deadline);
 
   // Leaves the membership (an engine replica going away between rounds).
   absl::Status Leave(absl::Time deadline);

@@ -416,6 +416,8 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   int64_t last_version_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> engine_version_ ABSL_GUARDED_BY(mu_);
+  // Engines an aborted round may have written part of: engine id -> round.
+  std::map<std::string, int64_t> engine_torn_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::RoundSummary> history_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -602,13 +604,17 @@ void RefitServer::Impl::EndRound(bool committed, const std::string& reason) {
   outcomes_[round_->version] =
       committed ? absl::OkStatus() : absl::AbortedError(reason);
   while (outcomes_.size() > 1024) outcomes_.erase(outcomes_.begin());
-  if (committed) {
-    for (const auto& id : round_->participants) {
-      auto it = members_.find(id);
-      if (it != members_.end() &&
-          it->second.reg.identity().side() == v1::SIDE_ENGINE) {
-        engine_version_[it->second.reg.identity().engine_id()] = round_->version;
-      }
+  for (const auto& id : round_->participants) {
+    auto it = members_.find(id);
+    if (it == members_.end() || it->second.reg.identity().side() != v1::SIDE_ENGINE) {
+      continue;
+    }
+    const std::string& engine = it->second.reg.identity().engine_id();
+    if (committed) {
+      engine_version_[engine] = round_->version;
+      engine_torn_.erase(engine);
+    } else {
+      engine_torn_[engine] = round_->version;
     }
   }
   v1::RoundEvent e;
@@ -1084,6 +1090,8 @@ grpc::ServerUnaryReactor* RefitServer::Impl::CurrentVersion(
   absl::MutexLock l(&mu_);
   auto it = engine_version_.find(req->engine_id());
   resp->set_version(it == engine_version_.end() ? 0 : it->second);
+  auto torn = engine_torn_.find(req->engine_id());
+  resp->set_torn_version(torn == engine_torn_.end() ? 0 : torn->second);
   return Done(ctx, absl::OkStatus());
 }
 

@@ -170,9 +170,20 @@ TEST(RefitServerTest, FullFlowPlanRoundsStatus) {
   }
   v = c.engines[0]->CurrentVersion("A", In(absl::Seconds(5)));
   EXPECT_EQ(*v, 1);
+  // Round 2 had started on both engines: their buffers may hold part of it.
+  for (const char* engine : {"A", "B"}) {
+    auto torn = c.trainers[0]->GetEngineState(engine, In(absl::Seconds(5)));
+    ASSERT_TRUE(torn.ok()) << torn.status();
+    EXPECT_EQ(torn->committed, 1) << engine;
+    EXPECT_EQ(torn->torn, 2) << engine;
+  }
 
   RunRound(c, 3);
   for (auto* m : all) EXPECT_TRUE(m->AwaitOutcome(3, In(absl::Seconds(5))).ok());
+  auto whole = c.trainers[0]->GetEngineState("A", In(absl::Seconds(5)));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->committed, 3);
+  EXPECT_EQ(whole->torn, 0);
 
   auto st = c.trainers[0]->GetStatus(In(absl::Seconds(5)));
   ASSERT_TRUE(st.ok());

@@ -119,17 +119,23 @@ def one_round(m, v, info, side, rank, trainer, survive, failed, rounds,
     try:
         stats = m.run_round(got, timeout=float(os.environ.get("RUN_TIMEOUT", TIMEOUT)))
     except refit.RefitError as e:
+        state = {}
+        if not trainer and e.code_name == "ABORTED":
+            state = m.engine_state(m.engine_id)._asdict()
         say(event="round_failed", version=got, side=side, rank=rank,
-            code=e.code_name, message=e.message, after_s=time.monotonic() - t0)
+            code=e.code_name, message=e.message, after_s=time.monotonic() - t0,
+            **state)
         if survive and got < rounds:
             return info, True
         if rejoin and e.code_name in ("UNAVAILABLE", "NOT_FOUND"):
             raise
         return 4
+    state = {}
     if not trainer:
         m.check_pattern(got)
+        state = m.engine_state(m.engine_id)._asdict()
     say(event="round", version=got, side=side, rank=rank,
-        checked=not trainer, **stats)
+        checked=not trainer, **stats, **state)
     return info, False
 
 

@@ -189,6 +189,7 @@ class PythonClientTest(unittest.TestCase):
                 self.assertEqual(cm.exception.code_name, "UNAUTHENTICATED", bad)
             with join("s3cret") as m:
                 self.assertEqual(m.current_version("e0"), 0)  # no engine yet
+                self.assertEqual(m.engine_state("e0"), (0, 0))
                 m.leave()
         finally:
             d.stop()
@@ -263,7 +264,14 @@ class PythonClientTest(unittest.TestCase):
                 self.assertEqual([(e["version"], e["code"]) for e in failed],
                                  [(1, "ABORTED")], events)
         for i in (2, 3):
-            self.assertTrue(all(e["checked"] for e in out[i][1] if e["event"] == "round"))
+            events = out[i][1]
+            self.assertTrue(all(e["checked"] for e in events if e["event"] == "round"))
+            # refitd tells that round 1 may have left part of itself in
+            # engine e0, until round 2 commits.
+            failed = [e for e in events if e["event"] == "round_failed"][0]
+            self.assertEqual((failed["committed"], failed["torn"]), (0, 1), failed)
+            done = [e for e in events if e["event"] == "round"][0]
+            self.assertEqual((done["committed"], done["torn"]), (2, 0), done)
 
     def test_members_rejoin_a_restarted_refitd(self):
         # refitd is killed between rounds 1 and 2 and started again on the

@@ -37,7 +37,7 @@ import json
 import os
 from typing import Any, Dict, List, NamedTuple, Optional
 
-__all__ = ["RefitError", "BufferSpec", "Member", "expected_buffers",
+__all__ = ["RefitError", "BufferSpec", "EngineState", "Member", "expected_buffers",
            "load_library"]
 
 _CODES = {
@@ -58,6 +58,12 @@ class RefitError(RuntimeError):
         self.code_name = _CODES.get(code, str(code))
         self.message = message
         super().__init__(f"{self.code_name}: {message}")
+
+
+class EngineState(NamedTuple):
+    """What refitd knows of an engine's weights (see Member.engine_state)."""
+    committed: int
+    torn: int
 
 
 class BufferSpec(NamedTuple):
@@ -90,6 +96,9 @@ _SIGNATURES = {
         _P, ctypes.c_int64, ctypes.c_double, ctypes.POINTER(_P)]),
     "refit_member_current_version": (ctypes.c_int, [
         _P, _S, ctypes.c_double, ctypes.POINTER(ctypes.c_int64)]),
+    "refit_member_engine_state": (ctypes.c_int, [
+        _P, _S, ctypes.c_double, ctypes.POINTER(ctypes.c_int64),
+        ctypes.POINTER(ctypes.c_int64)]),
     "refit_member_kv_set": (ctypes.c_int, [_P, _S, _S, ctypes.c_double]),
     "refit_member_kv_get": (ctypes.c_int, [_P, _S, ctypes.c_double, ctypes.POINTER(_P)]),
     "refit_member_fill_pattern": (ctypes.c_int, [
@@ -304,6 +313,7 @@ class Member:
         self._handle = ctypes.c_void_p()
         self.device = device
         self.side = side
+        self.engine_id = engine_id
         want = expected_buffers(side=side, rank=rank, model=model,
                                 convention=convention, library=self._lib)
         problems = _type_problems(rank, want, buffers)
@@ -378,6 +388,18 @@ class Member:
         _check(self._lib, self._lib.refit_member_current_version(
             self._h(), engine_id.encode(), float(timeout), ctypes.byref(v)))
         return v.value
+
+    def engine_state(self, engine_id: str, timeout: float = 10.0) -> "EngineState":
+        """``committed``: the last version committed into engine
+        ``engine_id`` (0: none). ``torn``: non-zero when round ``torn``
+        aborted after it had started there, so the engine's buffers may hold
+        part of it and no single version until a later round commits: do not
+        serve from them until then."""
+        c, t = ctypes.c_int64(), ctypes.c_int64()
+        _check(self._lib, self._lib.refit_member_engine_state(
+            self._h(), engine_id.encode(), float(timeout), ctypes.byref(c),
+            ctypes.byref(t)))
+        return EngineState(c.value, t.value)
 
     def kv_set(self, key: str, value: str, timeout: float = 10.0) -> None:
         _check(self._lib, self._lib.refit_member_kv_set(
