@@ -230,6 +230,88 @@ TEST(CApi, TrainerAndEngineMoveRoundsThroughRefitd) {
   refit_member_close(m);
 }
 
+// A member that did not Prepare after the membership changed is refused
+// before it moves a byte, and the round aborts for everyone at once rather
+// than at the deadline of the members that wait for it.
+TEST(CApi, RoundOnAStalePlanFailsFastForEveryone) {
+  RefitServer::Options so;
+  so.plan_function = DefaultPlanFunction();
+  auto server = RefitServer::Start(std::move(so));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string addr = absl::StrCat(", \"server\": \"127.0.0.1:", (*server)->port(),
+                                        "\", \"heartbeat_ms\": 200");
+  const std::string t_opts = Options("trainer", 0, "megatron:tp=1", addr);
+  auto engine_opts = [&](const char* id) {
+    return Options("engine", 0, "vllm:tp=1", absl::StrCat(addr, ", \"engine_id\": \"", id, "\""));
+  };
+  Buffers tb = Expected(t_opts), e0b = Expected(engine_opts("e0")),
+          e1b = Expected(engine_opts("e1"));
+  refit_member *t = nullptr, *e0 = nullptr, *e1 = nullptr;
+  ASSERT_EQ(Join(t_opts, tb, 30, &t), 0) << refit_last_error();
+  ASSERT_EQ(Join(engine_opts("e0"), e0b, 30, &e0), 0) << refit_last_error();
+  ASSERT_EQ(refit_member_prepare(t, 30, nullptr), 0) << refit_last_error();
+  ASSERT_EQ(refit_member_prepare(e0, 30, nullptr), 0) << refit_last_error();
+  // Engine e1 joins: a new plan. Only e1 prepares it.
+  ASSERT_EQ(Join(engine_opts("e1"), e1b, 30, &e1), 0) << refit_last_error();
+  ASSERT_EQ(refit_member_prepare(e1, 30, nullptr), 0) << refit_last_error();
+  const absl::Time changed = absl::Now() + absl::Seconds(10);
+  while (refit_member_plan_changed(t) != 1 && absl::Now() < changed) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(refit_member_plan_changed(t), 1);
+  ASSERT_EQ(refit_member_start_round(t, 1, 30), 0) << refit_last_error();
+
+  // Round 1: the trainer and e0 are stale and refuse; e1, which would wait
+  // for the trainer's bytes, learns of the abort at once.
+  struct Outcome {
+    int code = -1;
+    std::string error;
+    absl::Duration took;
+  };
+  std::vector<Outcome> round1(3);
+  std::vector<std::thread> members;
+  refit_member* all[] = {t, e0, e1};
+  for (int i = 0; i < 3; ++i) {
+    members.emplace_back([&, i] {
+      int64_t got = 0;
+      if (refit_member_wait_for_round(all[i], 30, &got) != 0 || got != 1) return;
+      const absl::Time t0 = absl::Now();
+      round1[i].code = refit_member_run_round(all[i], got, 30, nullptr);
+      round1[i].error = refit_last_error();
+      round1[i].took = absl::Now() - t0;
+    });
+  }
+  for (auto& th : members) th.join();
+  for (int i : {0, 1}) {
+    EXPECT_EQ(round1[i].code, kFailedPrecondition) << round1[i].error;
+    EXPECT_THAT(round1[i].error, HasSubstr("membership epoch"));
+    EXPECT_THAT(round1[i].error, HasSubstr("call Prepare()"));
+  }
+  EXPECT_EQ(round1[2].code, 10) << round1[2].error;  // ABORTED, with the reason
+  EXPECT_THAT(round1[2].error, HasSubstr("call Prepare()"));
+  EXPECT_LT(round1[2].took, absl::Seconds(10));
+  int64_t v = 0;
+  // Prepared again, the same members commit the next round.
+  for (refit_member* m : {t, e0}) ASSERT_EQ(refit_member_prepare(m, 30, nullptr), 0);
+  std::vector<std::thread> engines;
+  std::vector<int> codes(2, -1);
+  for (int i = 0; i < 2; ++i) {
+    engines.emplace_back([&, i] {
+      refit_member* m = i == 0 ? e0 : e1;
+      int64_t got = 0;
+      if (refit_member_wait_for_round(m, 30, &got) != 0) return;
+      codes[i] = refit_member_run_round(m, got, 30, nullptr);
+    });
+  }
+  ASSERT_EQ(refit_member_start_round(t, 2, 30), 0) << refit_last_error();
+  ASSERT_EQ(refit_member_wait_for_round(t, 30, &v), 0) << refit_last_error();
+  EXPECT_EQ(v, 2);
+  EXPECT_EQ(refit_member_run_round(t, v, 30, nullptr), 0) << refit_last_error();
+  for (auto& th : engines) th.join();
+  EXPECT_EQ(codes, std::vector<int>({0, 0}));
+  for (refit_member* m : {t, e0, e1}) refit_member_close(m);
+}
+
 TEST(CApi, WaitWithoutRoundsTimesOut) {
   RefitServer::Options so;
   so.plan_function = DefaultPlanFunction();

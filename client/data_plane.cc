@@ -97,6 +97,19 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
   if (ptrs_.empty() && plan_.messages.empty() && fingerprint_.empty()) {
     return absl::FailedPreconditionError("no plan: call Prepare() first");
   }
+  // A member still on the plan of an older membership would move the wrong
+  // bytes or wait for messages nobody sends: refuse, and tell refitd so the
+  // round aborts for everyone now instead of at their deadlines.
+  if (absl::StatusOr<int64_t> epoch = client_->RoundEpoch(version);
+      epoch.ok() && *epoch != client_->plan_epoch()) {
+    absl::Status s = absl::FailedPreconditionError(absl::StrCat(
+        "round ", version, " runs the plan of membership epoch ", *epoch,
+        ", this member holds the plan of epoch ", client_->plan_epoch(),
+        ": call Prepare() when PlanChanged() is true, before the round"));
+    (void)client_->ReportFailed(version, std::string(s.message()),
+                                std::min(deadline, absl::Now() + absl::Seconds(10)));
+    return s;
+  }
   // While the data plane runs, a watcher listens for refitd aborting the
   // round (a peer died, perhaps before it even connected) and cancels the
   // store and transport: the others fail now, not at their deadline.

@@ -84,7 +84,9 @@ class DataPlaneMember {
   // comes while this member's data plane still waits (a peer died, even
   // before it connected) cancels the bootstrap store and the transport:
   // the member fails within ~0.5 s of refitd's decision, not at
-  // `deadline`.
+  // `deadline`. FAILED_PRECONDITION naming both epochs, reported to refitd
+  // (which aborts the round for everyone), when the round runs the plan of
+  // a newer membership than this member prepared.
   absl::StatusOr<RunStats> RunRound(int64_t version, absl::Time deadline);
 
   const Plan& plan() const { return plan_; }

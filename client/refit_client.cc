@@ -86,6 +86,7 @@ void RefitClient::ResetSession() {
   latest_started_ = 0;
   last_returned_ = 0;
   outcomes_.clear();
+  round_epochs_.clear();
 }
 
 absl::Status RefitClient::Rejoin(absl::Time deadline) {
@@ -161,6 +162,8 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
     switch (e.kind()) {
       case v1::RoundEvent::ROUND_STARTED:
         latest_started_ = std::max(latest_started_, e.version());
+        round_epochs_[e.version()] = e.epoch();
+        while (round_epochs_.size() > 1024) round_epochs_.erase(round_epochs_.begin());
         break;
       case v1::RoundEvent::ROUND_COMMITTED:
         outcomes_[e.version()] = absl::OkStatus();
@@ -226,6 +229,20 @@ absl::StatusOr<v1::AwaitPlanResponse> RefitClient::AwaitPlan(absl::Time deadline
   plan_epoch_ = resp.epoch();
   latest_epoch_ = std::max(latest_epoch_, resp.epoch());
   return resp;
+}
+
+int64_t RefitClient::plan_epoch() {
+  absl::MutexLock l(&mu_);
+  return plan_epoch_;
+}
+
+absl::StatusOr<int64_t> RefitClient::RoundEpoch(int64_t version) {
+  absl::MutexLock l(&mu_);
+  auto it = round_epochs_.find(version);
+  if (it == round_epochs_.end()) {
+    return absl::NotFoundError(absl::StrCat("round ", version, " was not seen to start"));
+  }
+  return it->second;
 }
 
 bool RefitClient::PlanChanged() {

@@ -74,6 +74,12 @@ class RefitClient {
   // AwaitPlan again before the next round).
   bool PlanChanged();
 
+  // The membership epoch of the plan the last AwaitPlan returned (-1: none),
+  // and the epoch of the plan round `version` runs (NOT_FOUND when this
+  // client has not seen the round start).
+  int64_t plan_epoch();
+  absl::StatusOr<int64_t> RoundEpoch(int64_t version);
+
   // Starts round `version` (trainer members). OK also when another trainer
   // rank started it already. FAILED_PRECONDITION/INVALID_ARGUMENT from the
   // server (round running, version not increasing, no valid plan),
@@ -154,6 +160,7 @@ class RefitClient {
   int64_t latest_started_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_returned_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, int64_t> round_epochs_ ABSL_GUARDED_BY(mu_);  // version -> epoch
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread reader_;
   std::thread heartbeater_;
