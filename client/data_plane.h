@@ -52,6 +52,9 @@ struct DataPlaneOptions {
   // the transport); called once per plan. Empty = host memcpy.
   std::function<std::unique_ptr<CopyEngine>(Transport*)> copy_engine;
   bool verify = false;  // per-segment checksums compared by both sides
+  // The physical GPU of the buffers, "GPU-<uuid>" (NcclDataPlaneOptions sets
+  // it); Member registers it so refitd can refuse two members on one GPU.
+  std::string device_uuid;
 };
 
 class DataPlaneMember {

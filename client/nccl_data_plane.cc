@@ -1,16 +1,33 @@
 // NcclDataPlaneOptions (see nccl_data_plane.h).
 #include "client/nccl_data_plane.h"
 
+#include <cuda_runtime_api.h>
+
 #include <memory>
 #include <utility>
 
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "reshard/nccl_transport.h"
 
 namespace refit {
 
+std::string CudaDeviceUuid(int device) {
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "";  // the transport reports the device's error when it starts
+  }
+  const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  return absl::StrFormat(
+      "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+      b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
+      b[12], b[13], b[14], b[15]);
+}
+
 DataPlaneOptions NcclDataPlaneOptions(int device) {
   DataPlaneOptions o;
+  o.device_uuid = CudaDeviceUuid(device);
   o.transport = [device](KvStore* store, int32_t rank, int32_t world,
                          int32_t lanes) -> absl::StatusOr<std::unique_ptr<Transport>> {
     NcclTransportOptions no;

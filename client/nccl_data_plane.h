@@ -14,7 +14,13 @@ namespace refit {
 // NCCL transport on CUDA device `device` (one communicator and stream per
 // lane, unique ids through refitd's key-value store) with the CUDA
 // pack/unpack kernels on the lanes' streams.
+// Its device_uuid is CudaDeviceUuid(device).
 DataPlaneOptions NcclDataPlaneOptions(int device);
+
+// The physical identity of CUDA device `device` as nvidia-smi prints it
+// ("GPU-8f3c0b1e-..."), the same whatever CUDA_VISIBLE_DEVICES renumbers;
+// empty when the device cannot be queried.
+std::string CudaDeviceUuid(int device);
 
 }  // namespace refit
 

@@ -73,6 +73,26 @@ std::string Serialize(const google::protobuf::Message& m) {
 
 }  // namespace
 
+absl::Status CheckOneMemberPerGpu(const std::vector<Registration>& trainer,
+                                  const std::vector<Registration>& engine) {
+  std::map<std::string, const v1::MemberIdentity*> by_gpu;
+  for (const auto* side : {&trainer, &engine}) {
+    for (const Registration& r : *side) {
+      const v1::MemberIdentity& id = r.identity();
+      if (id.device_uuid().empty()) continue;
+      auto [it, fresh] = by_gpu.emplace(id.device_uuid(), &id);
+      if (fresh) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          Describe(*it->second), " (", it->second->device(), ") and ", Describe(id),
+          " (", id.device(), ") on host ", id.host_id(), " are on the same GPU ",
+          id.device_uuid(),
+          ": NCCL connects one rank per GPU, so a trainer and an engine sharing "
+          "GPUs (colocated) cannot refit over it; give each member its own GPU"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckProtocolVersion(const Registration& reg) {
   const uint32_t v = reg.protocol_version();
   if (v == kProtocolVersion) return absl::OkStatus();
@@ -791,7 +811,9 @@ void RefitServer::Impl::Housekeeping() {
         entry = cached->second.plan;
       } else {
         mu_.Unlock();  // the planner may take a while
-        absl::StatusOr<BuiltPlan> b = options_.plan_function(treg, ereg);
+        absl::Status gpus = CheckOneMemberPerGpu(treg, ereg);
+        absl::StatusOr<BuiltPlan> b =
+            gpus.ok() ? options_.plan_function(treg, ereg) : absl::StatusOr<BuiltPlan>(gpus);
         if (b.ok() && (b->trainer_slices.size() != treg.size() ||
                        b->engine_slices.size() != ereg.size())) {
           b = absl::InternalError("plan function returned the wrong number of slices");

@@ -287,6 +287,34 @@ TEST(RefitServerTest, OtherProtocolVersionIsRefusedNamingBoth) {
   ASSERT_TRUE(c->Register(r).ok());
 }
 
+// Colocated trainer and engine (one GPU, two processes) cannot use NCCL:
+// the plan fails for everyone at once, naming both members and the GPU,
+// instead of NCCL's "Duplicate GPU detected" at the first round.
+TEST(RefitServerTest, TwoMembersOnOneGpuGetAPlanErrorNamingBoth) {
+  auto s = RefitServer::Start(TestOptions());
+  ASSERT_TRUE(s.ok());
+  auto t = Client((*s)->port());
+  auto e = Client((*s)->port());
+  auto tr = Reg(v1::SIDE_TRAINER, "", 0, 1, {"w0"});
+  auto er = Reg(v1::SIDE_ENGINE, "A", 0, 1, {"w0"});
+  tr.mutable_identity()->set_device("cuda:0");
+  er.mutable_identity()->set_device("cuda:3");  // CUDA_VISIBLE_DEVICES differ
+  tr.mutable_identity()->set_device_uuid("GPU-0000aaaa");
+  er.mutable_identity()->set_device_uuid("GPU-0000aaaa");
+  ASSERT_TRUE(t->Register(tr).ok());
+  ASSERT_TRUE(e->Register(er).ok());
+  auto plan = e->AwaitPlan(In(absl::Seconds(5)));
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << plan.status();
+  EXPECT_THAT(plan.status().message(),
+              HasSubstr("trainer rank 0 (cuda:0) and engine A rank 0 (cuda:3) on host "
+                        "host0 are on the same GPU GPU-0000aaaa"));
+  // On distinct GPUs the same members plan.
+  er.mutable_identity()->set_device_uuid("GPU-0000bbbb");
+  ASSERT_TRUE(e->Register(er).ok());
+  plan = e->AwaitPlan(In(absl::Seconds(5)));
+  EXPECT_TRUE(plan.ok()) << plan.status();
+}
+
 TEST(RefitServerTest, MissingProtocolVersionIsNamed) {
   auto r = Reg(v1::SIDE_TRAINER, "", 0, 1, {"w0"});
   absl::Status s = CheckProtocolVersion(r);

@@ -9,10 +9,13 @@ data_ptr, and a CUDA graph captured on the engine before the first round
 reads the new weights when replayed after each round. The "killed"
 scenario kills the trainer inside round 2, after its transport connected:
 the engine must fail with refitd's ABORTED reason within seconds (its NCCL
-wait is cancelled), not at its 60 s deadline. Prints a table last; exit
+wait is cancelled), not at its 60 s deadline. The "colocated" scenario
+puts the trainer and the engine on one GPU (what NCCL refuses: "Duplicate
+GPU detected"): both must get refitd's plan error naming the two members
+and the GPU at prepare(), before any round. Prints a table last; exit
 code 0 only if every check passed.
 
-  python3 torch_gpu_check.py BUNDLE_DIR [--gpus=2]
+  python3 torch_gpu_check.py BUNDLE_DIR [--gpus=2] [--only=NAME,...]
 """
 import json
 import os
@@ -156,9 +159,12 @@ def run(bundle, model, trainer_conv, engine_conv, rounds, die_in, gpus):
 def main():
     bundle = os.path.abspath(sys.argv[1])
     gpus = 2
+    only = None
     for a in sys.argv[2:]:
         if a.startswith("--gpus="):
             gpus = int(a.split("=", 1)[1])
+        if a.startswith("--only="):
+            only = set(a.split("=", 1)[1].split(","))
     rows, ok = [], True
     # Typed tensors are checked against the convention before anything
     # moves: fp16 given for a bf16 weight (same bytes) is refused by name.
@@ -179,12 +185,28 @@ def main():
                  in e.message, e.message)
     rows.append(("typed", "PASS" if typed[0] else "FAIL", typed[1]))
     ok &= typed[0]
+    if only is None or "colocated" in only:
+        t0 = time.monotonic()
+        res = run(bundle, "qwen3-0.6b", "megatron:tp=1", "vllm:tp=1", 1, 0, 1)
+        took = time.monotonic() - t0
+        errors = [e for _, ev in res for e in ev if e["event"] == "error"]
+        good = (all(rc == 1 for rc, _ in res) and len(errors) == 2 and
+                all("are on the same GPU GPU-" in e["message"] for e in errors))
+        for _, ev in res:
+            for e in ev:
+                print("colocated", json.dumps(e))
+        detail = (f"both members refused at prepare() in {took:.1f} s: "
+                  f"{errors[0]['message'][:150]}" if errors else "no error")
+        rows.append(("colocated", "PASS" if good else "FAIL", detail))
+        ok &= good
     # tiny-deepseek-v3-fp8: MLA, MoE, FP8 (e4m3 torch.float8_e4m3fn tensors)
     # with their 128x128 weight_scale_inv blocks, moved as bytes.
     for name, model, rounds, die_in in [("qwen3-0.6b", "qwen3-0.6b", 3, 0),
                                         ("qwen3-8b", "qwen3-8b", 2, 0),
                                         ("dsv3-fp8", "tiny-deepseek-v3-fp8", 2, 0),
                                         ("killed", "qwen3-0.6b", 2, 2)]:
+        if only is not None and name not in only:
+            continue
         res = run(bundle, model, "megatron:tp=1", "vllm:tp=1", rounds, die_in, gpus)
         (t_rc, t_ev), (e_rc, e_ev) = res
         for ev in t_ev + e_ev:
