@@ -155,6 +155,11 @@ class PythonClientTest(unittest.TestCase):
             refit.expected_buffers(side="engine", rank=0, model="no-such-model",
                                    convention=E0)
         self.assertIn("no-such-model", cm.exception.message)
+        # The C library's message starts with the code; the error says it once.
+        e = cm.exception
+        self.assertFalse(e.message.startswith(e.code_name), e.message)
+        self.assertTrue(str(e).startswith(e.code_name + ": "), str(e))
+        self.assertEqual(str(e).count(e.code_name), 1, str(e))
 
     def test_gpu_check_script_compiles(self):
         # It runs only on GPU hosts, from the bundle: at least it must parse

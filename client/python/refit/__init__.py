@@ -56,6 +56,9 @@ class RefitError(RuntimeError):
     def __init__(self, code: int, message: str):
         self.code = code
         self.code_name = _CODES.get(code, str(code))
+        # refit_last_error() starts with the code's name; say it once.
+        if message.startswith(self.code_name + ": "):
+            message = message[len(self.code_name) + 2:]
         self.message = message
         super().__init__(f"{self.code_name}: {message}")
 
