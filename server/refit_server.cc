@@ -1167,6 +1167,18 @@ grpc::ServerUnaryReactor* RefitServer::Impl::GetStatus(
   resp->set_epoch(plan_epoch_);
   if (!plan_status_.ok()) resp->set_plan_error(std::string(plan_status_.message()));
   for (const auto& s : history_) *resp->add_rounds() = s;
+  std::set<std::string> engines;
+  for (const auto& [id, m] : members_) {
+    if (m.reg.identity().side() == v1::SIDE_ENGINE) engines.insert(m.reg.identity().engine_id());
+  }
+  for (const std::string& e : engines) {
+    auto* es = resp->add_engines();
+    es->set_engine_id(e);
+    auto c = engine_version_.find(e);
+    es->set_committed_version(c == engine_version_.end() ? 0 : c->second);
+    auto t = engine_torn_.find(e);
+    es->set_torn_version(t == engine_torn_.end() ? 0 : t->second);
+  }
   if (round_ != nullptr) {
     auto* s = resp->add_rounds();
     s->set_version(round_->version);

@@ -195,6 +195,10 @@ TEST(RefitServerTest, FullFlowPlanRoundsStatus) {
   EXPECT_GT(st->rounds(0).gbps(), 0);
   EXPECT_EQ(st->rounds(1).outcome(), "aborted");
   EXPECT_EQ(st->rounds(2).version(), 3);
+  ASSERT_EQ(st->engines_size(), 2);
+  EXPECT_EQ(st->engines(0).engine_id(), "A");
+  EXPECT_EQ(st->engines(0).committed_version(), 3);
+  EXPECT_EQ(st->engines(0).torn_version(), 0);
 }
 
 TEST(RefitServerTest, RegisterRetryIsIdempotent) {

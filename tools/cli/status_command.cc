@@ -54,6 +54,17 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
   if (!r.plan_error().empty()) {
     absl::StrAppend(&out, "plan error: ", r.plan_error(), "\n");
   }
+  for (const v1::EngineStatus& e : r.engines()) {
+    absl::StrAppend(&out, "engine ", e.engine_id(), ": ",
+                    e.committed_version() == 0
+                        ? std::string("no version committed")
+                        : absl::StrCat("version ", e.committed_version(), " committed"),
+                    e.torn_version() == 0
+                        ? std::string()
+                        : absl::StrCat("; TORN by aborted round ", e.torn_version(),
+                                       ": holds no single version until a round commits"),
+                    "\n");
+  }
   if (r.rounds_size() == 0) {
     absl::StrAppend(&out, "rounds: none\n");
     return out;
@@ -97,6 +108,12 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
   j["epoch"] = r.epoch();
   j["plan_fingerprint"] = r.plan_fingerprint();
   j["plan_error"] = r.plan_error();
+  j["engines"] = nlohmann::json::array();
+  for (const v1::EngineStatus& e : r.engines()) {
+    j["engines"].push_back({{"engine_id", e.engine_id()},
+                            {"committed_version", e.committed_version()},
+                            {"torn_version", e.torn_version()}});
+  }
   j["rounds"] = nlohmann::json::array();
   for (int i = FirstRound(r, rounds); i < r.rounds_size(); ++i) {
     const v1::RoundSummary& s = r.rounds(i);
