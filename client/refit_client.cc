@@ -141,9 +141,7 @@ absl::StatusOr<std::string> RefitClient::RegisterOnce(const v1::Registration& re
     auto live = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stream_ready_ || stream_broken_;
     };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&live),
-                               absl::Now() + options_.rpc_timeout) ||
-        stream_broken_) {
+    if (!mu_.AwaitWithDeadline(absl::Condition(&live), deadline) || stream_broken_) {
       return absl::UnavailableError(absl::StrCat(
           "round stream not established: ", stream_error_));
     }
