@@ -468,6 +468,9 @@ int PlansBuiltWhenAnEngineComesAndGoes(int64_t max_plan_cache_bytes) {
   };
   Cluster c = Start(std::move(o));
   for (auto* m : All(c)) EXPECT_TRUE(m->AwaitPlan(In(absl::Seconds(5))).ok());
+  // Counted from here: how many members joined within the settle window
+  // while Start registered them (a slow machine plans more) is not the point.
+  const int before = calls->load();
   auto joiner = Client(c.server->port());
   EXPECT_TRUE(joiner->Register(Reg(v1::SIDE_ENGINE, "C", 0, 1, {"w0", "w1"})).ok());
   EXPECT_TRUE(joiner->AwaitPlan(In(absl::Seconds(5))).ok());
@@ -475,14 +478,14 @@ int PlansBuiltWhenAnEngineComesAndGoes(int64_t max_plan_cache_bytes) {
   // Leave changed the membership before it returned: this waits for the
   // plan of the membership without C.
   EXPECT_TRUE(c.trainers[0]->AwaitPlan(In(absl::Seconds(5))).ok());
-  return calls->load();
+  return calls->load() - before;
 }
 
 // A membership seen before gets its cached plan; a cache budget too small
 // for two plans keeps only the newest, and the old one is planned again.
 TEST(RefitServerTest, PlanCacheIsBoundedByBytes) {
-  EXPECT_EQ(PlansBuiltWhenAnEngineComesAndGoes(int64_t{1} << 30), 2);
-  EXPECT_EQ(PlansBuiltWhenAnEngineComesAndGoes(1), 3);
+  EXPECT_EQ(PlansBuiltWhenAnEngineComesAndGoes(int64_t{1} << 30), 1);
+  EXPECT_EQ(PlansBuiltWhenAnEngineComesAndGoes(1), 2);
 }
 
 // Members and status see the plan function's fingerprint of the plan (not
