@@ -120,14 +120,27 @@ absl::Status PlaceExperts(LayoutBuilder& b, const RankCtx& ctx,
         int32_t buf,
         b.Buffer(ctx.rank, name, {ctx.expert_count, local[0], local[1]}, t, 0,
                  0, parts));
-    return b.Place(t, buf, MakeBox(origin, extent), places, part);
+    if (ctx.expert_stride == 1) {
+      return b.Place(t, buf, MakeBox(origin, extent), places, part);
+    }
+    // Strided experts (vLLM round-robin): global expert begin + j*stride is
+    // local expert j of the one buffer.
+    for (int64_t j = 0; j < ctx.expert_count; ++j) {
+      Box::Indices o = origin, e = extent;
+      o[0] = ctx.expert_begin + j * ctx.expert_stride;
+      e[0] = 1;
+      std::vector<DimPlace> at = places;
+      at[0].at = j;
+      REFIT_RETURN_IF_ERROR(b.Place(t, buf, MakeBox(o, e), at, part));
+    }
+    return absl::OkStatus();
   }
   for (int64_t j = 0; j < ctx.expert_count; ++j) {
     REFIT_ASSIGN_OR_RETURN(
         int32_t buf,
         b.Buffer(ctx.rank, absl::StrCat(name, j), local, t, 0, 0, parts));
     Box::Indices o = origin, e = extent;
-    o[0] = ctx.expert_begin + j;
+    o[0] = ctx.expert_begin + j * ctx.expert_stride;
     e[0] = 1;
     REFIT_RETURN_IF_ERROR(b.Place(t, buf, MakeBox(o, e), places, part));
   }

@@ -63,10 +63,12 @@ struct RankCtx {
   int32_t rank = 0;
   int64_t tp = 1;
   int64_t tp_rank = 0;
-  // Experts held: [expert_begin, expert_begin + expert_count), each with
-  // intermediate slice etp_rank of etp.
+  // Experts held: expert_begin + j * expert_stride for j in [0,
+  // expert_count) (local expert j), each with intermediate slice etp_rank
+  // of etp.
   int64_t expert_begin = 0;
   int64_t expert_count = 0;
+  int64_t expert_stride = 1;
   int64_t etp = 1;
   int64_t etp_rank = 0;
   ExpertStyle expert_style = ExpertStyle::kGrouped;

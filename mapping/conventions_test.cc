@@ -199,7 +199,7 @@ void Put(Bufs& b, const std::string& name, const Piece& p) {
 // and shards each over tp / sglang_ep of them.
 std::vector<Bufs> ExpectVllm(const ModelConfig& c, Checkpoint& ck, int64_t tp,
                              int64_t dp, bool ep, bool sglang = false,
-                             int64_t sglang_ep = 0) {
+                             int64_t sglang_ep = 0, bool round_robin = false) {
   const int64_t world = tp * dp, H = c.hidden_size, hd = c.head_dim;
   const int64_t nq = c.num_heads, nkv = c.num_kv_heads, E = c.num_experts;
   const bool nem = c.family == ModelFamily::kNemotronH;
@@ -214,7 +214,7 @@ std::vector<Bufs> ExpectVllm(const ModelConfig& c, Checkpoint& ck, int64_t tp,
                    {c.vocab_size, H}),
               c.vocab_size, vp, tp, r));
     // Experts held and their intermediate slice.
-    int64_t e0 = 0, ne = E, it = tp, ir = r;
+    int64_t e0 = 0, ne = E, it = tp, ir = r, estride = 1;
     if (sglang_ep > 0) {
       const int64_t moe_tp = tp / sglang_ep;
       ne = E / sglang_ep;
@@ -225,6 +225,10 @@ std::vector<Bufs> ExpectVllm(const ModelConfig& c, Checkpoint& ck, int64_t tp,
       const int64_t base = E / world, rem = E % world;
       e0 = k * base + std::min(k, rem);
       ne = base + (k < rem);
+      if (round_robin) {  // vLLM --expert-placement-strategy round_robin
+        e0 = k;
+        estride = world;
+      }
       it = 1;
       ir = 0;
     }
@@ -363,7 +367,8 @@ std::vector<Bufs> ExpectVllm(const ModelConfig& c, Checkpoint& ck, int64_t tp,
         Piece gate;
         if (gated) gate = ck.P(h + ml + "experts.{}.gate_proj.weight", {E, im, H});
         std::vector<Piece> w13, w2;
-        for (int64_t e = e0; e < e0 + ne; ++e) {
+        for (int64_t j = 0; j < ne; ++j) {
+          const int64_t e = e0 + j * estride;
           Piece u = RowsOf(MemberP(up, e), it, ir);
           w13.push_back(gated ? CatRows({RowsOf(MemberP(gate, e), it, ir), u}) : u);
           w2.push_back(ColsOf(MemberP(down, e), it, ir));
@@ -735,7 +740,7 @@ void RunCase(const std::string& model, const std::string& trainer,
   std::vector<Bufs> tb = expect_trainer(*c, ck);
   const bool sglang = es->kind == EngineSpec::Kind::kSglang;
   std::vector<Bufs> eb =
-      ExpectVllm(*c, ck, tp, dp, ep, sglang, sglang ? es->ep : 0);
+      ExpectVllm(*c, ck, tp, dp, ep, sglang, sglang ? es->ep : 0, es->round_robin);
   EXPECT_THAT(ck.Unused(), ::testing::IsEmpty())
       << "tensors of the model family that no convention statement expects";
   ASSERT_EQ(static_cast<int64_t>(tb.size()), src->layout.world_size);
@@ -1002,6 +1007,45 @@ TEST(ConventionsTest, DeepseekFp8FsdpToVllmExpertParallel) {
           2, 2, true);
 }
 
+// vLLM --expert-placement-strategy round_robin: engine rank k holds experts
+// k, k + ep, ...; with 8 experts over ep = 3 ranks 0 and 1 hold three, rank
+// 2 two.
+TEST(ConventionsTest, DeepseekRoundRobinExpertsToVllm) {
+  MegatronOpts o{1, 1, 4};
+  o.ep = 2;
+  o.etp = 2;
+  o.grouped = true;
+  RunCase("tiny-deepseek-v3", "megatron:tp=1,dp=4,ep=2,etp=2,experts=grouped",
+          Megatron(o), "vllm:tp=2,dp=2,ep=4,placement=round_robin", 2, 2, true);
+  RunCase("tiny-deepseek-v3", "fsdp:dp=2", Fsdp(2, 2),
+          "vllm:tp=1,dp=3,ep=3,placement=round_robin", 1, 3, true);
+}
+
+TEST(ConventionsTest, DeepseekFp8RoundRobinExpertsWithScales) {
+  RunCase("tiny-deepseek-v3-fp8", "fsdp:dp=3", Fsdp(3, 3),
+          "vllm:tp=2,dp=2,ep=4,placement=round_robin", 2, 2, true);
+}
+
+// vLLM ignores round_robin for models without expert groups (it falls back
+// to linear), so refit refuses it rather than place experts vLLM does not.
+TEST(ConventionsTest, RoundRobinPlacementErrorsNameTheReason) {
+  auto q = LoadModelConfig("tiny-qwen3-moe");
+  ASSERT_TRUE(q.ok());
+  auto es = ParseEngineSpec("vllm:tp=2,dp=2,ep=4,placement=round_robin");
+  ASSERT_TRUE(es.ok()) << es.status();
+  auto l = BuildEngineLayout(*q, *es);
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(l.status().message(), HasSubstr("n_group = 1"));
+  for (const char* bad : {"vllm:tp=2,placement=round_robin",
+                          "sglang:tp=2,ep=2,placement=round_robin",
+                          "vllm:tp=2,ep=2,placement=striped"}) {
+    auto s = ParseEngineSpec(bad);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(s.status().message(), HasSubstr("placement")) << bad;
+  }
+  EXPECT_EQ(EngineSpecString(*es), "vllm:tp=2,dp=2,ep=4,placement=round_robin");
+}
+
 TEST(ConventionsTest, MlaWithoutQLoraKeepsKvAAlone) {
   const std::string json = R"({"model_type": "deepseek_v3", "hidden_size": 8,
       "num_attention_heads": 4, "intermediate_size": 8, "moe_intermediate_size": 4,
@@ -1155,8 +1199,11 @@ TEST(ConventionsTest, RandomModelsAndLayouts) {
     }
     const int64_t dp = pick({1, 2});
     const bool ep = family != 0 && rng() % 2 && experts >= tp * dp;
+    // DeepSeek (8 expert groups by default) may place experts round-robin.
+    const bool round_robin = ep && family == 2 && rng() % 2;
     const std::string engine =
-        absl::StrCat("vllm:tp=", tp, ",dp=", dp, ep ? absl::StrCat(",ep=", tp * dp) : "");
+        absl::StrCat("vllm:tp=", tp, ",dp=", dp, ep ? absl::StrCat(",ep=", tp * dp) : "",
+                     round_robin ? ",placement=round_robin" : "");
     RunCase(json, trainer, expect, engine, tp, dp, ep);
     if (HasFailure()) {
       ADD_FAILURE() << "iteration " << iter << ": " << json;

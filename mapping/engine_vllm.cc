@@ -123,6 +123,13 @@ absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
     return absl::InvalidArgumentError(absl::StrCat(
         side, ": ep=", spec.ep, " must equal tp*dp = ", world));
   }
+  if (spec.round_robin && c.num_experts > 0 && c.num_expert_groups <= 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        side, ": placement=round_robin, but vLLM places the experts of a model "
+        "without expert groups (n_group = ", c.num_expert_groups,
+        ") linearly whatever --expert-placement-strategy says; use the "
+        "default placement"));
+  }
   if (!sglang && spec.ep > 0 && c.num_experts > 0 && c.num_experts < spec.ep) {
     return absl::InvalidArgumentError(absl::StrCat(
         side, ": ep=", spec.ep, " ranks for only ", c.num_experts,
@@ -136,11 +143,14 @@ absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
   // Without vLLM's expert parallelism a rank holds what its TP peer of DP
   // replica 0 holds.
   const bool replicas_alike = sglang || spec.ep == 0;
-  // vLLM's expert parallelism: rank k holds experts [begin(k), begin(k) +
-  // count(k)), the first E mod ep ranks one more.
+  // vLLM's expert parallelism: rank k holds count(k) experts, the first
+  // E mod ep ranks one more: linearly [begin(k), begin(k) + count(k)), or
+  // round-robin k, k + ep, k + 2*ep, ...
   const int64_t ep_base = spec.ep > 0 ? c.num_experts / spec.ep : 0;
   const int64_t ep_rem = spec.ep > 0 ? c.num_experts % spec.ep : 0;
-  auto ep_begin = [&](int64_t k) { return k * ep_base + std::min(k, ep_rem); };
+  auto ep_begin = [&](int64_t k) {
+    return spec.round_robin ? k : k * ep_base + std::min(k, ep_rem);
+  };
   auto ep_count = [&](int64_t k) { return ep_base + (k < ep_rem ? 1 : 0); };
   for (int32_t rank = 0; rank < world; ++rank) {
     if (replicas_alike && rank >= tp) {
@@ -170,6 +180,7 @@ absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
     } else if (spec.ep > 0) {
       ctx.expert_begin = ep_begin(rank);
       ctx.expert_count = ep_count(rank);
+      ctx.expert_stride = spec.round_robin ? spec.ep : 1;
       ctx.etp = 1;
       ctx.etp_rank = 0;
     } else {

@@ -293,6 +293,10 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
     REFIT_ASSIGN_OR_RETURN(c.qk_rope_head_dim,
                            GetInt(j, "qk_rope_head_dim", true));
     REFIT_ASSIGN_OR_RETURN(c.v_head_dim, GetInt(j, "v_head_dim", true));
+    REFIT_ASSIGN_OR_RETURN(c.num_expert_groups,
+                           GetInt(j, "n_group", false,
+                                  c.model_type == "deepseek_v3" ? 8 : 1));
+    if (c.num_expert_groups < 1) return FieldError("n_group", "must be >= 1");
     // DeepSeek-V3 routes with noaux_tc, and transformers builds (and saves)
     // mlp.gate.e_score_correction_bias whatever the config says; vLLM and
     // SGLang build it only for topk_method == "noaux_tc". A config without

@@ -58,6 +58,10 @@ struct ModelConfig {
   int64_t shared_intermediate_size = 0;  // total (all shared experts fused)
   int64_t first_k_dense = 0;             // deepseek: first_k_dense_replace
   bool router_bias = false;  // gate.e_score_correction_bias (fp32)
+  // deepseek: n_group, the expert groups of grouped top-k routing (absent:
+  // transformers' DeepseekV3Config default, 8); 1 for other families. vLLM
+  // places experts round-robin only for models with more than one.
+  int64_t num_expert_groups = 1;
 
   // MLA (deepseek_v3). q_lora_rank 0 = q_proj without low rank.
   int64_t q_lora_rank = 0;

@@ -174,9 +174,23 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
       REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.vocab_pad, 1));
     } else if (kv.key == "gpus_per_host") {
       REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.gpus_per_host, 1));
+    } else if (kv.key == "placement") {
+      if (kv.value != "linear" && kv.value != "round_robin") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "engine spec \"", text, "\": placement=", kv.value,
+            " is not linear or round_robin"));
+      }
+      s.round_robin = kv.value == "round_robin";
     } else {
-      return UnknownKey(text, kv.key, "tp, dp, ep, vocab_pad, gpus_per_host");
+      return UnknownKey(text, kv.key,
+                        "tp, dp, ep, placement, vocab_pad, gpus_per_host");
     }
+  }
+  if (s.round_robin && (s.kind != EngineSpec::Kind::kVllm || s.ep == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine spec \"", text,
+        "\": placement=round_robin is vLLM's expert placement under expert "
+        "parallelism: it needs vllm with ep=tp*dp"));
   }
   REFIT_RETURN_IF_ERROR(CheckWorld(text, int64_t{s.tp} * int64_t{s.dp}));
   if (s.kind == EngineSpec::Kind::kSglang) {
@@ -219,6 +233,7 @@ std::string EngineSpecString(const EngineSpec& s) {
       absl::StrCat(s.kind == EngineSpec::Kind::kVllm ? "vllm" : "sglang",
                    ":tp=", s.tp, ",dp=", s.dp);
   if (s.ep > 0) absl::StrAppend(&out, ",ep=", s.ep);
+  if (s.round_robin) absl::StrAppend(&out, ",placement=round_robin");
   if (s.vocab_pad != 64) absl::StrAppend(&out, ",vocab_pad=", s.vocab_pad);
   if (s.gpus_per_host > 0) absl::StrAppend(&out, ",gpus_per_host=", s.gpus_per_host);
   return out;

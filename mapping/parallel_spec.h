@@ -61,6 +61,13 @@ struct EngineSpec {
   // ranks). SGLang: 0 = TP-sharded; else ep divides tp: experts spread over
   // ep ranks of each TP group, each expert sharded over tp / ep of them.
   int32_t ep = 0;
+  // vLLM's --expert-placement-strategy with ep > 0: linear (rank k holds a
+  // contiguous run of experts) or round_robin (rank k holds experts k,
+  // k + ep, k + 2*ep, ...). It must be the placement vLLM actually uses: it
+  // falls back to linear (with a warning in its log) for models without
+  // expert groups, with EPLB, or with an all2all backend other than DeepEP
+  // low-latency / NIXL EP.
+  bool round_robin = false;
   int64_t vocab_pad = 64;
   int32_t gpus_per_host = 0;
 
