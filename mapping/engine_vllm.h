@@ -4,7 +4,9 @@
 // Engine rank k = dp_rank * TP + tp_rank. Every DP replica holds the whole
 // TP-sharded model; with expert parallelism (ep = TP*DP) the experts are
 // spread over all ranks instead (ep rank = k; E/ep each, the first E mod ep
-// ranks one more, as vLLM's expert map) and are not TP-sharded.
+// ranks one more, as vLLM's expert map: a contiguous run, or with
+// placement=round_robin experts k, k + ep, k + 2*ep, ...) and are not
+// TP-sharded.
 //
 // Names are vLLM's (HF names with the fused modules substituted):
 //   model.embed_tokens.weight / lm_head.weight  [Vp/TP, H], Vp = vocabulary
