@@ -9,7 +9,9 @@ data_ptr, and a CUDA graph captured on the engine before the first round
 reads the new weights when replayed after each round. The "killed"
 scenario kills the trainer inside round 2, after its transport connected:
 the engine must fail with refitd's ABORTED reason within seconds (its NCCL
-wait is cancelled), not at its 60 s deadline. The "colocated" scenario
+wait is cancelled), not at its 60 s deadline. The "rejoin" scenario kills refitd after round 1 and starts it again on
+its address: both members must rejoin and rounds 2 and 3 must move every
+byte over new communicators. The "colocated" scenario
 puts the trainer and the engine on one GPU (what NCCL refuses: "Duplicate
 GPU detected"): both must get refitd's plan error naming the two members
 and the GPU at prepare(), before any round. Prints a table last; exit
@@ -21,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 DEADLINE = 120.0
@@ -70,64 +73,100 @@ def member(argv):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             out = src.sum(dtype=torch.int64)
-    for v in range(1, rounds + 1):
-        if trainer:
-            m.fill_pattern(v)
-            torch.cuda.synchronize()
-        key = f"gpu-check/{info['fingerprint']}/{v}"
-        if info["global_rank"] != 0:
-            m.kv_set(f"{key}/{info['global_rank']}", "1", timeout=DEADLINE)
-        else:
-            for r in range(1, info["global_world"]):
-                m.kv_get(f"{key}/{r}", timeout=DEADLINE)
-            m.start_round(v, timeout=DEADLINE)
-        got = m.wait_for_round(timeout=DEADLINE)
-        if got != v:
-            raise RuntimeError(f"announced round {got}, expected {v}")
-        if trainer and v == die_in:
-            say(event="dying", version=v)
-            os._exit(3)
-        t0 = time.monotonic()
+    rejoin = os.environ.get("GPU_CHECK_REJOIN") == "1"
+    v = 1
+    while v <= rounds:
         try:
-            stats = m.run_round(v, timeout=60.0)
+            got = one_round(m, v, info, trainer, die_in, tensors, ptrs, graph,
+                            src if graph else None, out if graph else None, side)
         except refit.RefitError as e:
-            say(event="round_failed", version=v, code=e.code_name,
-                message=e.message, after_s=time.monotonic() - t0)
-            return 4
-        ev = dict(event="round", side=side, version=v, **stats)
-        if not trainer:
-            m.check_pattern(v)
-            graph.replay()
-            torch.cuda.synchronize()
-            fresh = src.sum(dtype=torch.int64)
-            ev["graph_reads_new_weights"] = bool(torch.equal(out, fresh))
-            ev["pointers_unchanged"] = all(t.data_ptr() == ptrs[n]
-                                           for n, t in tensors.items())
-            ev["checked"] = True
-        say(**ev)
+            if not rejoin or e.code_name not in ("UNAVAILABLE", "NOT_FOUND"):
+                raise
+            t0 = time.monotonic()
+            m.rejoin(timeout=DEADLINE)
+            info = m.prepare(timeout=DEADLINE)
+            say(event="rejoined", version=v, after_s=time.monotonic() - t0,
+                fingerprint=info["fingerprint"])
+            continue
+        if isinstance(got, int) and got < 0:
+            return -got
+        if rejoin and v == 1:
+            time.sleep(3)  # the driver restarts refitd now
+        v += 1
     m.close()
     say(event="ok")
     return 0
 
 
+def one_round(m, v, info, trainer, die_in, tensors, ptrs, graph, src, out, side):
+    """Round v; returns v, or minus an exit code."""
+    import torch
+    import refit
+    if trainer:
+        m.fill_pattern(v)
+        torch.cuda.synchronize()
+    key = f"gpu-check/{info['fingerprint']}/{v}"
+    if info["global_rank"] != 0:
+        m.kv_set(f"{key}/{info['global_rank']}", "1", timeout=DEADLINE)
+    else:
+        for r in range(1, info["global_world"]):
+            m.kv_get(f"{key}/{r}", timeout=DEADLINE)
+        m.start_round(v, timeout=DEADLINE)
+    got = m.wait_for_round(timeout=DEADLINE)
+    if got != v:
+        raise RuntimeError(f"announced round {got}, expected {v}")
+    if trainer and v == die_in:
+        say(event="dying", version=v)
+        os._exit(3)
+    t0 = time.monotonic()
+    try:
+        stats = m.run_round(v, timeout=60.0)
+    except refit.RefitError as e:
+        say(event="round_failed", version=v, code=e.code_name,
+            message=e.message, after_s=time.monotonic() - t0)
+        if e.code_name in ("UNAVAILABLE", "NOT_FOUND"):
+            raise
+        return -4
+    ev = dict(event="round", side=side, version=v, **stats)
+    if not trainer:
+        m.check_pattern(v)
+        graph.replay()
+        torch.cuda.synchronize()
+        fresh = src.sum(dtype=torch.int64)
+        ev["graph_reads_new_weights"] = bool(torch.equal(out, fresh))
+        ev["pointers_unchanged"] = all(t.data_ptr() == ptrs[n]
+                                       for n, t in tensors.items())
+        ev["checked"] = True
+    say(**ev)
+    return v
+
+
 # ------------------------------------------------------------ the driver
-def run(bundle, model, trainer_conv, engine_conv, rounds, die_in, gpus):
-    env = dict(os.environ, PYTHONPATH=os.path.join(bundle, "python"))
-    d = subprocess.Popen([os.path.join(bundle, "refitd"), "--address=127.0.0.1:0",
+def start_refitd(bundle, port=0):
+    d = subprocess.Popen([os.path.join(bundle, "refitd"), f"--address=127.0.0.1:{port}",
                           "--staging_mib=512", "--heartbeat_timeout_ms=3000"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    port = None
     t_end = time.time() + 30
     while time.time() < t_end:
         line = d.stdout.readline()
         if not line:
             break
         if "listening on port " in line:
-            port = int(line.rsplit(" ", 1)[1])
-            break
-    if port is None:
-        d.kill()
-        raise RuntimeError("refitd did not report its port")
+            return d, int(line.rsplit(" ", 1)[1])
+    d.kill()
+    raise RuntimeError("refitd did not report its port")
+
+
+def run(bundle, model, trainer_conv, engine_conv, rounds, die_in, gpus,
+        restart_refitd=False):
+    """One trainer on cuda:0 and one engine on cuda:{gpus-1}; returns
+    [(returncode, events)] of both. restart_refitd: kill refitd once both
+    members reported round 1 and start it again on the same address (the
+    members rejoin)."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(bundle, "python"))
+    if restart_refitd:
+        env["GPU_CHECK_REJOIN"] = "1"
+    d, port = start_refitd(bundle)
     server = f"127.0.0.1:{port}"
     specs = [("trainer", 0, trainer_conv, "cuda:0", "", die_in),
              ("engine", 0, engine_conv, f"cuda:{gpus - 1}", "e0", 0)]
@@ -136,24 +175,44 @@ def run(bundle, model, trainer_conv, engine_conv, rounds, die_in, gpus):
          str(rank), model, conv, dev, str(rounds), eid, str(die)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         for side, rank, conv, dev, eid, die in specs]
-    results = []
-    for p in procs:
-        try:
-            text, _ = p.communicate(timeout=500)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            text = "timed out"
-        events = []
-        for line in text.splitlines():
+    events = [[] for _ in procs]
+
+    def read(i):
+        for line in procs[i].stdout:
             try:
-                events.append(json.loads(line))
+                events[i].append(json.loads(line))
             except ValueError:
-                print("   ", line)
-        results.append((p.returncode, events))
-    d.kill()
-    d.wait()
-    return results
+                print("   ", line.rstrip())
+    readers = [threading.Thread(target=read, args=(i,)) for i in range(len(procs))]
+    for t in readers:
+        t.start()
+    until = time.time() + 500
+    try:
+        if restart_refitd:
+            while time.time() < until and not all(
+                    any(e.get("event") == "round" for e in ev) for ev in events):
+                if any(p.poll() is not None for p in procs):
+                    break
+                time.sleep(0.05)
+            d.kill()
+            d.wait()
+            time.sleep(0.5)
+            d, _ = start_refitd(bundle, port)
+        for p in procs:
+            try:
+                p.wait(timeout=max(1, until - time.time()))
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for t in readers:
+            t.join(timeout=10)
+        d.kill()
+        d.wait()
+    return [(p.returncode, ev) for p, ev in zip(procs, events)]
 
 
 def main():
@@ -228,6 +287,25 @@ def main():
                       f"best {max(rates):.0f} GB/s, bytes equal, pointers unchanged, "
                       f"graph reads new weights") if good and rates else f"rc {t_rc}/{e_rc}"
             rows.append((name, "PASS" if good else "FAIL", detail))
+        ok &= good
+    if only is None or "rejoin" in only:
+        # refitd killed after round 1 and started again on its address: both
+        # members rejoin, and rounds 2 and 3 move every byte over new NCCL
+        # communicators.
+        res = run(bundle, "qwen3-0.6b", "megatron:tp=1", "vllm:tp=1", 3, 0, gpus,
+                  restart_refitd=True)
+        (t_rc, t_ev), (e_rc, e_ev) = res
+        for ev in t_ev + e_ev:
+            print("rejoin", json.dumps(ev))
+        er = [e for e in e_ev if e["event"] == "round"]
+        rejoined = [e for ev in (t_ev, e_ev) for e in ev if e["event"] == "rejoined"]
+        good = (t_rc == 0 and e_rc == 0 and [e["version"] for e in er] == [1, 2, 3] and
+                all(e["checked"] and e["pointers_unchanged"] and
+                    e["graph_reads_new_weights"] for e in er) and len(rejoined) == 2)
+        detail = (f"refitd restarted after round 1; both rejoined in "
+                  f"{max(e['after_s'] for e in rejoined):.2f} s; rounds 2-3 bytes equal, "
+                  f"pointers unchanged" if good else f"rc {t_rc}/{e_rc}, {len(rejoined)} rejoined")
+        rows.append(("rejoin", "PASS" if good else "FAIL", detail))
         ok &= good
     print("\n== Python client (torch tensors, NCCL) on GPUs")
     for r in rows:
