@@ -71,6 +71,19 @@ int Join(const std::string& options, Buffers& b, double timeout_s,
                            timeout_s, m);
 }
 
+// refitd in process with the default plan function; `*addr` is the option
+// text that points members at it (with 200 ms heartbeats).
+std::unique_ptr<RefitServer> StartRefitd(std::string* addr) {
+  RefitServer::Options so;
+  so.plan_function = DefaultPlanFunction();
+  auto server = RefitServer::Start(std::move(so));
+  EXPECT_TRUE(server.ok()) << server.status();
+  if (!server.ok()) return nullptr;
+  *addr = absl::StrCat(", \"server\": \"127.0.0.1:", (*server)->port(),
+                       "\", \"heartbeat_ms\": 200");
+  return std::move(*server);
+}
+
 TEST(CApi, ExpectedBuffersFollowTheConvention) {
   char* out = nullptr;
   ASSERT_EQ(refit_expected_buffers(Options("engine", 1, "vllm:tp=2").c_str(), &out), 0)
@@ -166,12 +179,9 @@ TEST(CApi, NullHandlesAreErrorsNotCrashes) {
 // joined through the C ABI, refitd in process: two rounds, the engine's
 // bytes checked against each round's version after its commit.
 TEST(CApi, TrainerAndEngineMoveRoundsThroughRefitd) {
-  RefitServer::Options so;
-  so.plan_function = DefaultPlanFunction();
-  auto server = RefitServer::Start(std::move(so));
-  ASSERT_TRUE(server.ok()) << server.status();
-  const std::string addr = absl::StrCat(", \"server\": \"127.0.0.1:", (*server)->port(),
-                                        "\", \"heartbeat_ms\": 200");
+  std::string addr;
+  std::unique_ptr<RefitServer> server = StartRefitd(&addr);
+  ASSERT_NE(server, nullptr);
   const std::string t_opts = Options("trainer", 0, "megatron:tp=1", addr);
   const std::string e_opts =
       Options("engine", 0, "vllm:tp=1", addr + ", \"engine_id\": \"e0\"");
@@ -234,12 +244,9 @@ TEST(CApi, TrainerAndEngineMoveRoundsThroughRefitd) {
 // before it moves a byte, and the round aborts for everyone at once rather
 // than at the deadline of the members that wait for it.
 TEST(CApi, RoundOnAStalePlanFailsFastForEveryone) {
-  RefitServer::Options so;
-  so.plan_function = DefaultPlanFunction();
-  auto server = RefitServer::Start(std::move(so));
-  ASSERT_TRUE(server.ok()) << server.status();
-  const std::string addr = absl::StrCat(", \"server\": \"127.0.0.1:", (*server)->port(),
-                                        "\", \"heartbeat_ms\": 200");
+  std::string addr;
+  std::unique_ptr<RefitServer> server = StartRefitd(&addr);
+  ASSERT_NE(server, nullptr);
   const std::string t_opts = Options("trainer", 0, "megatron:tp=1", addr);
   auto engine_opts = [&](const char* id) {
     return Options("engine", 0, "vllm:tp=1", absl::StrCat(addr, ", \"engine_id\": \"", id, "\""));
@@ -313,13 +320,10 @@ TEST(CApi, RoundOnAStalePlanFailsFastForEveryone) {
 }
 
 TEST(CApi, WaitWithoutRoundsTimesOut) {
-  RefitServer::Options so;
-  so.plan_function = DefaultPlanFunction();
-  auto server = RefitServer::Start(std::move(so));
-  ASSERT_TRUE(server.ok()) << server.status();
-  const std::string opts = Options(
-      "trainer", 0, "megatron:tp=1",
-      absl::StrCat(", \"server\": \"127.0.0.1:", (*server)->port(), "\""));
+  std::string addr;
+  std::unique_ptr<RefitServer> server = StartRefitd(&addr);
+  ASSERT_NE(server, nullptr);
+  const std::string opts = Options("trainer", 0, "megatron:tp=1", addr);
   Buffers b = Expected(opts);
   refit_member* m = nullptr;
   ASSERT_EQ(Join(opts, b, 30, &m), 0) << refit_last_error();
