@@ -175,6 +175,25 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(cm.exception.code_name, "FAILED_PRECONDITION")
         self.assertIn("librefit_client_gpu.so", cm.exception.message)
 
+    def test_a_library_of_another_release_is_named(self):
+        # Any shared library without refit's symbols stands in for one from
+        # another release (its own process: this one loaded the real one).
+        code = ("import refit\n"
+                "try:\n"
+                "    refit.load_library()\n"
+                "except refit.RefitError as e:\n"
+                "    print(e.code_name, e.message)\n")
+        with open("/proc/self/maps") as maps:
+            libc = next((line.split()[-1] for line in maps
+                         if "/libc.so" in line or "/libc-" in line), None)
+        self.assertIsNotNone(libc)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=dict(os.environ, PYTHONPATH=PYTHONPATH,
+                                      REFIT_CLIENT_LIB=libc), timeout=60)
+        self.assertIn("NOT_FOUND", out.stdout, out)
+        self.assertIn("lacks refit_", out.stdout, out)
+        self.assertIn("another refit release", out.stdout, out)
+
     def test_token_is_sent_and_checked(self):
         token_file = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "token")
         with open(token_file, "w") as f:

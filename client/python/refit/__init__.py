@@ -155,6 +155,11 @@ def load_library(gpu: bool = False, path: Optional[str] = None) -> ctypes.CDLL:
         except OSError as e:
             errors.append(f"{c}: {e}")
             continue
+        missing = [fn for fn in _SIGNATURES if not hasattr(lib, fn)]
+        if missing:  # a library of another refit release than this module
+            errors.append(f"{c}: lacks {', '.join(missing)} (a library from another "
+                          f"refit release than this module: use the bundle's pair)")
+            continue
         for fn, (res, args) in _SIGNATURES.items():
             f = getattr(lib, fn)
             f.restype = res
