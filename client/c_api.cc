@@ -76,6 +76,7 @@ const std::set<std::string>& KnownKeys() {
       "client_cert_pem", "client_key_pem", "tls_server_name", "job",
       "side",            "engine_id",    "rank",        "model",
       "convention",      "host_id",      "device",      "verify",
+      "transport",
       "heartbeat_ms",    "rpc_timeout_s"};
   return *keys;
 }
@@ -83,6 +84,7 @@ const std::set<std::string>& KnownKeys() {
 struct Parsed {
   MemberOptions options;
   bool verify = false;
+  std::string transport;  // "", "nccl" or "ipc" (GPU buffers)
 };
 
 // Typed field readers: INVALID_ARGUMENT naming the option. `*found` is
@@ -197,6 +199,17 @@ absl::StatusOr<Parsed> ParseOptions(const char* text, bool for_join) {
   c.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
   c.rpc_timeout = absl::Seconds(rpc_timeout_s);
   REFIT_RETURN_IF_ERROR(GetBool(j, "verify", &p.verify));
+  REFIT_RETURN_IF_ERROR(GetString(j, "transport", &p.transport, false));
+  if (!p.transport.empty() && p.transport != "nccl" && p.transport != "ipc") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "member option \"transport\" is \"", p.transport,
+        "\"; expected \"nccl\" or \"ipc\""));
+  }
+  if (!p.transport.empty() && o.device == "cpu") {
+    return absl::InvalidArgumentError(
+        "member option \"transport\" applies to GPU buffers (\"device\": \"cuda:N\"); "
+        "host buffers move over Gloo");
+  }
   return p;
 }
 
@@ -207,7 +220,8 @@ absl::StatusOr<DataPlaneOptions> DataPlaneFor(const Parsed& p) {
 #ifdef REFIT_C_API_CUDA
   int gpu = 0;
   (void)absl::SimpleAtoi(p.options.device.substr(5), &gpu);
-  DataPlaneOptions n = NcclDataPlaneOptions(gpu);
+  DataPlaneOptions n =
+      p.transport == "ipc" ? IpcDataPlaneOptions(gpu) : NcclDataPlaneOptions(gpu);
   n.verify = p.verify;
   return n;
 #else

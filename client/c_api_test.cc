@@ -117,6 +117,16 @@ TEST(CApi, OptionErrorsNameTheOption) {
                 &out),
             kInvalidArgument);
   EXPECT_THAT(refit_last_error(), HasSubstr("\"model\""));
+  EXPECT_EQ(refit_expected_buffers(
+                Options("trainer", 0, "megatron:tp=1", ", \"transport\": \"rdma\"").c_str(),
+                &out),
+            kInvalidArgument);
+  EXPECT_THAT(refit_last_error(), HasSubstr("\"transport\" is \"rdma\""));
+  EXPECT_EQ(refit_expected_buffers(
+                Options("trainer", 0, "megatron:tp=1", ", \"transport\": \"ipc\"").c_str(),
+                &out),
+            kInvalidArgument);
+  EXPECT_THAT(refit_last_error(), HasSubstr("applies to GPU buffers"));
   EXPECT_EQ(out, nullptr);
 }
 

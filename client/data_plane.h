@@ -55,6 +55,9 @@ struct DataPlaneOptions {
   // The physical GPU of the buffers, "GPU-<uuid>" (NcclDataPlaneOptions sets
   // it); Member registers it so refitd can refuse two members on one GPU.
   std::string device_uuid;
+  // The transport's name as Member registers it ("gloo" when empty, "nccl",
+  // "ipc"): refitd refuses a membership whose members disagree.
+  std::string transport_name;
 };
 
 class DataPlaneMember {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "reshard/ipc_transport.h"
 #include "reshard/nccl_transport.h"
 
 namespace refit {
@@ -28,6 +29,7 @@ std::string CudaDeviceUuid(int device) {
 DataPlaneOptions NcclDataPlaneOptions(int device) {
   DataPlaneOptions o;
   o.device_uuid = CudaDeviceUuid(device);
+  o.transport_name = "nccl";
   o.transport = [device](KvStore* store, int32_t rank, int32_t world,
                          int32_t lanes) -> absl::StatusOr<std::unique_ptr<Transport>> {
     NcclTransportOptions no;
@@ -41,6 +43,27 @@ DataPlaneOptions NcclDataPlaneOptions(int device) {
   // The factory above only makes NcclTransports.
   o.copy_engine = [](Transport* t) {
     return MakeCudaCopyEngine(static_cast<NcclTransport*>(t));
+  };
+  return o;
+}
+
+DataPlaneOptions IpcDataPlaneOptions(int device) {
+  DataPlaneOptions o;
+  o.device_uuid = CudaDeviceUuid(device);
+  o.transport_name = "ipc";
+  o.transport = [device](KvStore* store, int32_t rank, int32_t world,
+                         int32_t lanes) -> absl::StatusOr<std::unique_ptr<Transport>> {
+    IpcTransportOptions io;
+    io.num_lanes = lanes;
+    io.device = device;
+    io.key_prefix = "ipc";
+    REFIT_ASSIGN_OR_RETURN(std::unique_ptr<IpcTransport> t,
+                           IpcTransport::Create(store, rank, world, io));
+    return std::unique_ptr<Transport>(std::move(t));
+  };
+  // The factory above only makes IpcTransports.
+  o.copy_engine = [](Transport* t) {
+    return MakeIpcCopyEngine(static_cast<IpcTransport*>(t));
   };
   return o;
 }

@@ -294,7 +294,7 @@ static_assert(sizeof(cuda::DeviceCopy) == sizeof(ResolvedCopy),
 
 class CudaCopyEngine : public CopyEngine {
  public:
-  explicit CudaCopyEngine(NcclTransport* t) : t_(t), lanes_(t->num_lanes()) {}
+  explicit CudaCopyEngine(CudaLanes* t) : t_(t), lanes_(t->num_lanes()) {}
   ~CudaCopyEngine() override {
     for (auto& lane : lanes_) {
       for (Chunk& c : lane) {
@@ -415,13 +415,13 @@ class CudaCopyEngine : public CopyEngine {
     size_t bytes = 0;
     cudaEvent_t used = nullptr;  // recorded after the kernel that reads dev
   };
-  NcclTransport* t_;
+  CudaLanes* t_;
   std::vector<std::vector<Chunk>> lanes_;
 };
 
 }  // namespace
 
-std::unique_ptr<CopyEngine> MakeCudaCopyEngine(NcclTransport* t) {
+std::unique_ptr<CopyEngine> MakeCudaCopyEngine(CudaLanes* t) {
   return std::make_unique<CudaCopyEngine>(t);
 }
 

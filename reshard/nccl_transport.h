@@ -32,6 +32,18 @@
 
 namespace refit {
 
+// A device transport's lanes as the CUDA copy engine sees them: one CUDA
+// stream per lane, and a check that fails once the transport was cancelled
+// (so waits on those streams end promptly).
+class CudaLanes {
+ public:
+  virtual ~CudaLanes() = default;
+  virtual int32_t num_lanes() const = 0;
+  // The lane's cudaStream_t (as void*), or null for a bad lane.
+  virtual void* stream(int32_t lane) const = 0;
+  virtual absl::Status CheckCancelled() = 0;
+};
+
 struct NcclTransportOptions {
   int32_t num_lanes = 2;
   int32_t device = 0;  // CUDA device of this rank
@@ -39,7 +51,7 @@ struct NcclTransportOptions {
   absl::Duration connect_timeout = absl::Seconds(60);
 };
 
-class NcclTransport : public Transport {
+class NcclTransport : public Transport, public CudaLanes {
  public:
   // Creates the lanes' communicators. Fails with UNAVAILABLE (no device,
   // NCCL error with its last-error text), DEADLINE_EXCEEDED if the unique
@@ -67,10 +79,10 @@ class NcclTransport : public Transport {
   // reason. For waits outside the transport on its lanes' streams (the copy
   // engine's Sync), which a spinning NCCL kernel would otherwise hold until
   // their deadline.
-  absl::Status CheckCancelled();
+  absl::Status CheckCancelled() override;
 
   // The lane's cudaStream_t (as void*), or null for a bad lane.
-  void* stream(int32_t lane) const;
+  void* stream(int32_t lane) const override;
   int32_t device() const { return device_; }
 
  private:
@@ -89,8 +101,8 @@ class NcclTransport : public Transport {
 };
 
 // Device staging (cudaMalloc) and copies (pack_kernels) on `t`'s lane
-// streams. `t` must outlive the engine.
-std::unique_ptr<CopyEngine> MakeCudaCopyEngine(NcclTransport* t);
+// streams (NcclTransport, IpcTransport). `t` must outlive the engine.
+std::unique_ptr<CopyEngine> MakeCudaCopyEngine(CudaLanes* t);
 
 }  // namespace refit
 

@@ -73,22 +73,50 @@ std::string Serialize(const google::protobuf::Message& m) {
 
 }  // namespace
 
-absl::Status CheckOneMemberPerGpu(const std::vector<Registration>& trainer,
-                                  const std::vector<Registration>& engine) {
-  std::map<std::string, const v1::MemberIdentity*> by_gpu;
+absl::Status CheckDataPlane(const std::vector<Registration>& trainer,
+                            const std::vector<Registration>& engine) {
+  std::vector<const v1::MemberIdentity*> all;
   for (const auto* side : {&trainer, &engine}) {
-    for (const Registration& r : *side) {
-      const v1::MemberIdentity& id = r.identity();
-      if (id.device_uuid().empty()) continue;
-      auto [it, fresh] = by_gpu.emplace(id.device_uuid(), &id);
-      if (fresh) continue;
+    for (const Registration& r : *side) all.push_back(&r.identity());
+  }
+  // One transport for everyone: members that disagree would wait for each
+  // other on different wires until their deadlines.
+  const v1::MemberIdentity* first = nullptr;
+  for (const v1::MemberIdentity* id : all) {
+    if (id->transport().empty()) continue;
+    if (first == nullptr) {
+      first = id;
+    } else if (id->transport() != first->transport()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          Describe(*it->second), " (", it->second->device(), ") and ", Describe(id),
-          " (", id.device(), ") on host ", id.host_id(), " are on the same GPU ",
-          id.device_uuid(),
-          ": NCCL connects one rank per GPU, so a trainer and an engine sharing "
-          "GPUs (colocated) cannot refit over it; give each member its own GPU"));
+          Describe(*first), " uses the ", first->transport(), " data plane and ",
+          Describe(*id), " the ", id->transport(),
+          " one: every member of a job must use the same transport"));
     }
+  }
+  const bool ipc = first != nullptr && first->transport() == "ipc";
+  if (ipc) {
+    for (const v1::MemberIdentity* id : all) {
+      if (id->host_id() != first->host_id()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the ipc data plane (CUDA IPC) connects the processes of one host, but ",
+            Describe(*first), " is on ", first->host_id(), " and ", Describe(*id),
+            " on ", id->host_id()));
+      }
+    }
+    return absl::OkStatus();  // several members on one GPU are what it is for
+  }
+  std::map<std::string, const v1::MemberIdentity*> by_gpu;
+  for (const v1::MemberIdentity* id : all) {
+    if (id->device_uuid().empty()) continue;
+    auto [it, fresh] = by_gpu.emplace(id->device_uuid(), id);
+    if (fresh) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        Describe(*it->second), " (", it->second->device(), ") and ", Describe(*id),
+        " (", id->device(), ") on host ", id->host_id(), " are on the same GPU ",
+        id->device_uuid(),
+        ": NCCL connects one rank per GPU, so a trainer and an engine sharing "
+        "GPUs (colocated) cannot refit over it; give each member its own GPU, "
+        "or use the CUDA IPC data plane (transport \"ipc\") on one host"));
   }
   return absl::OkStatus();
 }
@@ -811,7 +839,7 @@ void RefitServer::Impl::Housekeeping() {
         entry = cached->second.plan;
       } else {
         mu_.Unlock();  // the planner may take a while
-        absl::Status gpus = CheckOneMemberPerGpu(treg, ereg);
+        absl::Status gpus = CheckDataPlane(treg, ereg);
         absl::StatusOr<BuiltPlan> b =
             gpus.ok() ? options_.plan_function(treg, ereg) : absl::StatusOr<BuiltPlan>(gpus);
         if (b.ok() && (b->trainer_slices.size() != treg.size() ||

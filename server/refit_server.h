@@ -97,11 +97,13 @@ class RefitServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// OK unless two registrations name the same physical GPU
-// (identity.device_uuid): INVALID_ARGUMENT naming both members, their
-// devices and the GPU. refitd plans no membership that fails it.
-absl::Status CheckOneMemberPerGpu(const std::vector<v1::Registration>& trainer,
-                                  const std::vector<v1::Registration>& engine);
+// Checks that the members can connect their data planes; INVALID_ARGUMENT
+// naming two members otherwise: they name different transports
+// (identity.transport), or the ipc transport spans hosts, or — on any other
+// transport — both are on one physical GPU (identity.device_uuid; NCCL
+// connects one rank per GPU). refitd plans no membership that fails it.
+absl::Status CheckDataPlane(const std::vector<v1::Registration>& trainer,
+                            const std::vector<v1::Registration>& engine);
 
 // OK when the registration's protocol_version is this refitd's
 // (proto/protocol_version.h); FAILED_PRECONDITION naming the member and both

@@ -319,6 +319,36 @@ TEST(RefitServerTest, TwoMembersOnOneGpuGetAPlanErrorNamingBoth) {
   EXPECT_TRUE(plan.ok()) << plan.status();
 }
 
+TEST(RefitServerTest, DataPlaneTransportsMustAgreeAndIpcStaysOnOneHost) {
+  auto tr = Reg(v1::SIDE_TRAINER, "", 0, 1, {"w0"});
+  auto er = Reg(v1::SIDE_ENGINE, "A", 0, 1, {"w0"});
+  for (auto* r : {&tr, &er}) {
+    r->mutable_identity()->set_device("cuda:0");
+    r->mutable_identity()->set_device_uuid("GPU-0000aaaa");
+    r->mutable_identity()->set_transport("ipc");
+  }
+  // Colocated on one GPU through CUDA IPC: fine.
+  EXPECT_TRUE(CheckDataPlane({tr}, {er}).ok());
+  // NCCL on one side, IPC on the other: named.
+  er.mutable_identity()->set_transport("nccl");
+  absl::Status s = CheckDataPlane({tr}, {er});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("trainer rank 0 uses the ipc data plane and "
+                                     "engine A rank 0 the nccl one"));
+  // Both NCCL on one GPU: the colocation error, which points at ipc.
+  tr.mutable_identity()->set_transport("nccl");
+  s = CheckDataPlane({tr}, {er});
+  EXPECT_THAT(s.message(), HasSubstr("are on the same GPU GPU-0000aaaa"));
+  EXPECT_THAT(s.message(), HasSubstr("transport \"ipc\""));
+  // IPC across hosts: named.
+  tr.mutable_identity()->set_transport("ipc");
+  er.mutable_identity()->set_transport("ipc");
+  er.mutable_identity()->set_host_id("host1");
+  s = CheckDataPlane({tr}, {er});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("is on host0 and engine A rank 0 on host1"));
+}
+
 TEST(RefitServerTest, MissingProtocolVersionIsNamed) {
   auto r = Reg(v1::SIDE_TRAINER, "", 0, 1, {"w0"});
   absl::Status s = CheckProtocolVersion(r);

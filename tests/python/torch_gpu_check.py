@@ -14,10 +14,13 @@ its address: both members must rejoin and rounds 2 and 3 must move every
 byte over new communicators. The "colocated" scenario
 puts the trainer and the engine on one GPU (what NCCL refuses: "Duplicate
 GPU detected"): both must get refitd's plan error naming the two members
-and the GPU at prepare(), before any round. Prints a table last; exit
+and the GPU at prepare(), before any round. "ipc-1gpu" and "ipc-2gpu" move
+Qwen3-0.6B (or --ipc_model) with the CUDA IPC transport instead, colocated on one GPU and
+across two, with the same checks as the NCCL scenarios. Prints a table last; exit
 code 0 only if every check passed.
 
   python3 torch_gpu_check.py BUNDLE_DIR [--gpus=2] [--only=NAME,...]
+                             [--ipc_model=MODEL]
 """
 import json
 import os
@@ -55,7 +58,8 @@ def member(argv):
     m = refit.Member(server=server, side=side, rank=rank, model=model,
                      convention=convention, engine_id=engine_id or None,
                      device=device, buffers=tensors, heartbeat_ms=500,
-                     timeout=DEADLINE)
+                     timeout=DEADLINE,
+                     transport=os.environ.get("GPU_CHECK_TRANSPORT") or None)
     info = m.prepare(timeout=DEADLINE)
     trainer = side == "trainer"
     ptrs = {n: t.data_ptr() for n, t in tensors.items()}
@@ -158,7 +162,7 @@ def start_refitd(bundle, port=0):
 
 
 def run(bundle, model, trainer_conv, engine_conv, rounds, die_in, gpus,
-        restart_refitd=False):
+        restart_refitd=False, transport=None):
     """One trainer on cuda:0 and one engine on cuda:{gpus-1}; returns
     [(returncode, events)] of both. restart_refitd: kill refitd once both
     members reported round 1 and start it again on the same address (the
@@ -166,6 +170,8 @@ def run(bundle, model, trainer_conv, engine_conv, rounds, die_in, gpus,
     env = dict(os.environ, PYTHONPATH=os.path.join(bundle, "python"))
     if restart_refitd:
         env["GPU_CHECK_REJOIN"] = "1"
+    if transport:
+        env["GPU_CHECK_TRANSPORT"] = transport
     d, port = start_refitd(bundle)
     server = f"127.0.0.1:{port}"
     specs = [("trainer", 0, trainer_conv, "cuda:0", "", die_in),
@@ -287,6 +293,33 @@ def main():
                       f"best {max(rates):.0f} GB/s, bytes equal, pointers unchanged, "
                       f"graph reads new weights") if good and rates else f"rc {t_rc}/{e_rc}"
             rows.append((name, "PASS" if good else "FAIL", detail))
+        ok &= good
+    # CUDA IPC: the trainer and the engine on ONE GPU (colocated), then on
+    # two GPUs of the host. (--ipc_model=qwen3-8b for figures: its host-side
+    # pattern checks take minutes.)
+    ipc_model, ipc_rounds = "qwen3-0.6b", 3
+    for a in sys.argv[2:]:
+        if a.startswith("--ipc_model="):
+            ipc_model, ipc_rounds = a.split("=", 1)[1], 2
+    for name, on in (("ipc-1gpu", 1), ("ipc-2gpu", gpus)):
+        if only is not None and name not in only:
+            continue
+        if on < 2 and name == "ipc-2gpu":
+            continue
+        res = run(bundle, ipc_model, "megatron:tp=1", "vllm:tp=1", ipc_rounds, 0, on,
+                  transport="ipc")
+        (t_rc, t_ev), (e_rc, e_ev) = res
+        for ev in t_ev + e_ev:
+            print(name, json.dumps(ev))
+        er = [e for e in e_ev if e["event"] == "round"]
+        good = (t_rc == 0 and e_rc == 0 and len(er) == ipc_rounds and
+                all(e["checked"] and e["pointers_unchanged"] and
+                    e["graph_reads_new_weights"] for e in er))
+        rates = [e["bytes_received"] / e["seconds"] / 1e9 for e in er if e["seconds"] > 0]
+        detail = (f"{len(er)} rounds of {er[-1]['bytes_received'] / 1e9:.2f} GB, "
+                  f"best {max(rates):.0f} GB/s, bytes equal, pointers unchanged, "
+                  f"graph reads new weights") if good and rates else f"rc {t_rc}/{e_rc}"
+        rows.append((name, "PASS" if good else "FAIL", detail))
         ok &= good
     if only is None or "rejoin" in only:
         # refitd killed after round 1 and started again on its address: both

@@ -305,6 +305,11 @@ class Member:
     convention's (naming the rank and the parameter; uint8/int8 objects are
     taken as raw bytes), before refitd is contacted; UNAVAILABLE when refitd cannot
     be reached within ``timeout``; refitd's own status otherwise.
+
+    ``transport`` (GPU buffers): ``"nccl"`` (the default) or ``"ipc"``, CUDA
+    IPC between the processes of one host, for a trainer and an engine that
+    share GPUs (NCCL refuses two ranks on one GPU). Every member of a job
+    uses the same one; refitd refuses a mix.
     """
 
     def __init__(self, *, server: str, side: str, rank: int, model: str,
@@ -316,6 +321,7 @@ class Member:
                  tls: bool = False, root_ca_pem: Optional[str] = None,
                  client_cert_pem: Optional[str] = None,
                  client_key_pem: Optional[str] = None,
+                 transport: Optional[str] = None,
                  library: Optional[ctypes.CDLL] = None):
         self._lib = library or load_library(gpu=device.startswith("cuda"))
         self._handle = ctypes.c_void_p()
@@ -338,7 +344,7 @@ class Member:
                         verify=verify, heartbeat_ms=heartbeat_ms, tls=tls,
                         root_ca_pem=root_ca_pem,
                         client_cert_pem=client_cert_pem,
-                        client_key_pem=client_key_pem)
+                        client_key_pem=client_key_pem, transport=transport)
         _check(self._lib, self._lib.refit_member_join(
             opts, n, c_names, c_ptrs, sizes, float(timeout),
             ctypes.byref(self._handle)))
