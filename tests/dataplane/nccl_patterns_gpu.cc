@@ -1,6 +1,9 @@
-// GPU test program: the data-plane patterns over NCCL, one process per GPU.
+// GPU test program: the data-plane patterns over NCCL, one process per GPU,
+// or with --transport=ipc over CUDA IPC, rank g on GPU g mod N (so ranks
+// share GPUs, as a colocated trainer and engine do, and every pattern runs
+// on one GPU too).
 //
-//   nccl_patterns_gpu [--gpus=N] [--pattern=NAME] [--lanes=K]
+//   nccl_patterns_gpu [--gpus=N] [--pattern=NAME] [--lanes=K] [--transport=ipc]
 //
 // The parent forks one worker per rank of each pattern (rank g on GPU g;
 // patterns needing more ranks than GPUs print SKIP), with NCCL_NVLS_ENABLE=0
@@ -20,7 +23,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +34,7 @@
 #include <vector>
 
 #include "reshard/executor.h"
+#include "reshard/ipc_transport.h"
 #include "reshard/nccl_transport.h"
 #include "tests/dataplane/dir_kv_store.h"
 #include "tests/testing/flags.h"
@@ -51,7 +57,7 @@ namespace {
 // kill_peer: the source rank exits abruptly before step 2; the destination
 // expects step 2 to fail by its deadline.
 int Worker(const std::string& pattern, int g, const std::string& dir,
-           int lanes, bool kill_peer) {
+           int lanes, bool kill_peer, bool ipc, int gpus) {
   auto plan = testing::MakePatternPlan(pattern, lanes, 2);
   if (!plan.ok()) return 2;
   const int ws = plan->src.world_size;
@@ -61,15 +67,33 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
     ncclGetVersion(&v);
     std::printf("  nccl version %d\n", v);
   }
-  CK(cudaSetDevice(g));
+  const int device = ipc ? g % gpus : g;
+  CK(cudaSetDevice(device));
   testing::DirKvStore kv(dir);
-  NcclTransportOptions opt;
-  opt.num_lanes = lanes;
-  opt.device = g;
-  auto t = NcclTransport::Create(&kv, g, world, opt);
-  if (!t.ok()) {
-    std::fprintf(stderr, "rank %d: %s\n", g, t.status().ToString().c_str());
-    return 2;
+  std::unique_ptr<Transport> transport;
+  CudaLanes* cuda_lanes = nullptr;
+  if (ipc) {
+    IpcTransportOptions opt;
+    opt.num_lanes = lanes;
+    opt.device = device;
+    auto it = IpcTransport::Create(&kv, g, world, opt);
+    if (!it.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", g, it.status().ToString().c_str());
+      return 2;
+    }
+    cuda_lanes = it->get();
+    transport = std::move(*it);
+  } else {
+    NcclTransportOptions opt;
+    opt.num_lanes = lanes;
+    opt.device = device;
+    auto nt = NcclTransport::Create(&kv, g, world, opt);
+    if (!nt.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", g, nt.status().ToString().c_str());
+      return 2;
+    }
+    cuda_lanes = nt->get();
+    transport = std::move(*nt);
   }
   const PlanSide side = g < ws ? PlanSide::kSource : PlanSide::kDestination;
   const int rank = g < ws ? g : g - ws;
@@ -104,10 +128,10 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
     CK(cudaStreamEndCapture(cs, &graph));
     CK(cudaGraphInstantiate(&exec, graph, nullptr, nullptr, 0));
   }
-  auto engine = MakeCudaCopyEngine(t->get());
+  auto engine = MakeCudaCopyEngine(cuda_lanes);
   ExecutorOptions eo;
   eo.copy_engine = engine.get();
-  auto ex = Executor::Create(*plan, side, rank, dev, t->get(), eo);
+  auto ex = Executor::Create(*plan, side, rank, dev, transport.get(), eo);
   if (!ex.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", g, ex.status().ToString().c_str());
     return 2;
@@ -141,7 +165,7 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
       const auto t1 = std::chrono::steady_clock::now();
       ex->reset();
       engine.reset();
-      t->reset();
+      transport.reset();
       const double clean = std::chrono::duration<double>(
                                std::chrono::steady_clock::now() - t1).count();
       std::printf("  engine rank cleaned up in %.1f s\n", clean);
@@ -178,7 +202,7 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
   if (dev != before) return 1;
   ex->reset();
   engine.reset();
-  t->reset();
+  transport.reset();
   return 0;
 }
 
@@ -186,7 +210,7 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
 // most 120 s (60 s for killed-peer), then kills them. True if every worker
 // exited with 0.
 bool RunWorkers(const char* argv0, const std::string& pattern, int world,
-                int lanes, bool kill_peer) {
+                int lanes, bool kill_peer, bool ipc, int gpus) {
   const int limit_s = kill_peer ? 60 : 120;
   char tmpl[] = "/tmp/refit_nccl_XXXXXX";
   const std::string dir = mkdtemp(tmpl);
@@ -196,7 +220,8 @@ bool RunWorkers(const char* argv0, const std::string& pattern, int world,
     if (pid == 0) {
       execl("/proc/self/exe", argv0, "--worker", pattern.c_str(),
             std::to_string(g).c_str(), dir.c_str(), std::to_string(lanes).c_str(),
-            kill_peer ? "kill" : "run", (char*)nullptr);
+            kill_peer ? "kill" : "run", ipc ? "ipc" : "nccl",
+            std::to_string(gpus).c_str(), (char*)nullptr);
       _exit(127);
     }
     pids.push_back(pid);
@@ -233,7 +258,9 @@ int main(int argc, char** argv) {
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   if (argc >= 2 && std::string(argv[1]) == "--worker") {
     return Worker(argv[2], std::atoi(argv[3]), argv[4], std::atoi(argv[5]),
-                  argc >= 7 && std::string(argv[6]) == "kill");
+                  argc >= 7 && std::string(argv[6]) == "kill",
+                  argc >= 8 && std::string(argv[7]) == "ipc",
+                  argc >= 9 ? std::max(1, std::atoi(argv[8])) : 1);
   }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -243,28 +270,30 @@ int main(int argc, char** argv) {
   const int gpus = std::atoi(testing::FlagValue(argc, argv, "gpus", std::to_string(count)).c_str());
   const int lanes = std::atoi(testing::FlagValue(argc, argv, "lanes", "2").c_str());
   const std::string only = testing::FlagValue(argc, argv, "pattern", "");
+  const bool ipc = testing::FlagValue(argc, argv, "transport", "nccl") == "ipc";
+  const char* via = ipc ? ", CUDA IPC" : "";
   int failed = 0;
   for (const std::string& p : testing::PatternNames()) {
     if (!only.empty() && p != only) continue;
     auto plan = testing::MakePatternPlan(p, lanes, 2);
     const int world = plan->src.world_size + plan->dst.world_size;
-    if (world > gpus) {
+    if (world > gpus && !ipc) {
       std::printf("SKIP %s: needs %d GPUs, have %d\n", p.c_str(), world, gpus);
       continue;
     }
-    const bool ok = RunWorkers(argv[0], p, world, lanes, false);
-    std::printf("%s %s (%d ranks, %d lanes)\n", ok ? "PASS" : "FAIL", p.c_str(),
-                world, lanes);
+    const bool ok = RunWorkers(argv[0], p, world, lanes, false, ipc, gpus);
+    std::printf("%s %s (%d ranks, %d lanes%s)\n", ok ? "PASS" : "FAIL", p.c_str(),
+                world, lanes, via);
     std::fflush(stdout);
     if (!ok) ++failed;
   }
   if (only.empty() || only == "killed-peer") {
-    if (gpus < 2) {
+    if (gpus < 2 && !ipc) {
       std::printf("SKIP killed-peer: needs 2 GPUs, have %d\n", gpus);
     } else {
-      const bool ok = RunWorkers(argv[0], "1to1", 2, lanes, true);
-      std::printf("%s killed-peer (2 ranks, %d lanes)\n", ok ? "PASS" : "FAIL",
-                  lanes);
+      const bool ok = RunWorkers(argv[0], "1to1", 2, lanes, true, ipc, gpus);
+      std::printf("%s killed-peer (2 ranks, %d lanes%s)\n", ok ? "PASS" : "FAIL",
+                  lanes, via);
       if (!ok) ++failed;
     }
   }

@@ -17,6 +17,9 @@ rc1=$?
 echo "== nccl_patterns_gpu on $gpus GPUs, 1 lane"
 "$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=1
 rc2=$?
+echo "== the same patterns over CUDA IPC (ranks share the $gpus GPUs, as colocated members do)"
+"$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=2 --transport=ipc
+rc6=$?
 echo "== transform_gpu_test (A = -exp(A_log) kernel vs host)"
 "$dir/transform_gpu_test"
 rc4=$?
@@ -29,5 +32,5 @@ if python3 -c 'import torch' 2>/dev/null; then
   python3 "$dir/torch_gpu_check.py" "$dir" --gpus="$gpus"
   rc5=$?
 fi
-echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 transform=$rc4 bench=$rc3 python=$rc5"
-[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && [ $rc5 -eq 0 ]
+echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 ipc=$rc6 transform=$rc4 bench=$rc3 python=$rc5"
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && [ $rc5 -eq 0 ] && [ $rc6 -eq 0 ]
