@@ -4,6 +4,8 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -16,10 +18,15 @@ namespace refit {
 namespace {
 
 // Where a message lies in its sender's memory, as the receiver needs it.
+// A receiver in the sender's own process (both members in one process)
+// uses the address itself: CUDA IPC handles do not open in their own
+// process.
 struct Placement {
   char handle[sizeof(cudaIpcMemHandle_t)];
   int64_t offset;
   int64_t bytes;
+  int64_t pid;
+  uint64_t address;
 };
 
 using GetRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
@@ -225,6 +232,8 @@ absl::Status IpcTransport::StartRound(int32_t lane, absl::Span<const SendOp> sen
     std::memcpy(L.out[i].handle, h.data(), sizeof(L.out[i].handle));
     L.out[i].offset = off;
     L.out[i].bytes = sends[i].bytes;
+    L.out[i].pid = static_cast<int64_t>(getpid());
+    L.out[i].address = reinterpret_cast<uint64_t>(sends[i].ptr);
     cs.push_back({sends[i].peer, &L.out[i], sizeof(Placement)});
   }
   for (size_t i = 0; i < recvs.size(); ++i) {
@@ -240,10 +249,15 @@ absl::Status IpcTransport::StartRound(int32_t lane, absl::Span<const SendOp> sen
           "rank ", rank_, " lane ", lane, ": rank ", recvs[i].peer, " sends ", p.bytes,
           " bytes where the plan expects ", recvs[i].bytes)));
     }
-    absl::StatusOr<char*> base = Open(recvs[i].peer, std::string(p.handle, sizeof(p.handle)));
-    if (!base.ok()) return fail(base.status());
-    s = Cuda(cudaMemcpyAsync(recvs[i].ptr, *base + p.offset, p.bytes,
-                             cudaMemcpyDeviceToDevice, L.stream),
+    const char* from = reinterpret_cast<const char*>(p.address);
+    if (p.pid != static_cast<int64_t>(getpid())) {
+      absl::StatusOr<char*> base =
+          Open(recvs[i].peer, std::string(p.handle, sizeof(p.handle)));
+      if (!base.ok()) return fail(base.status());
+      from = *base + p.offset;
+    }
+    s = Cuda(cudaMemcpyAsync(recvs[i].ptr, from, p.bytes, cudaMemcpyDeviceToDevice,
+                             L.stream),
              "CUDA IPC copy");
     if (!s.ok()) return fail(s);
   }

@@ -11,7 +11,8 @@
 //      allocation; staging and registered buffers never move);
 //   3. the receiver opens the handle (once), and copies the bytes into its
 //      own buffer on the lane's stream (cudaMemcpyAsync; the executor's
-//      unpack follows on the same stream);
+//      unpack follows on the same stream); a receiver in the sender's own
+//      process (both members in one process) copies from the address;
 //   4. WaitRound: the receiver waits for its stream, then acknowledges each
 //      message; the sender waits for the acknowledgements before its
 //      staging may be reused.
