@@ -75,7 +75,9 @@ def member(argv):
             out = src.sum(dtype=torch.int64)  # warm-up outside capture
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: another thread of this process (ipc-1process) may
+        # work on the GPU meanwhile.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             out = src.sum(dtype=torch.int64)
     rejoin = os.environ.get("GPU_CHECK_REJOIN") == "1"
     v = 1
@@ -221,6 +223,32 @@ def run(bundle, model, trainer_conv, engine_conv, rounds, die_in, gpus,
     return [(p.returncode, ev) for p, ev in zip(procs, events)]
 
 
+def same_process(bundle):
+    """A trainer and an engine Member in ONE process on cuda:0 (one thread
+    each), over the ipc transport: (trainer rc, engine rc) from member()."""
+    d, port = start_refitd(bundle)
+    os.environ["GPU_CHECK_TRANSPORT"] = "ipc"
+    rcs = {}
+
+    def side(name, conv, eid):
+        try:
+            rcs[name] = member([f"127.0.0.1:{port}", name, "0", "qwen3-0.6b", conv,
+                                "cuda:0", "2", eid, "0"])
+        except Exception as e:  # reported below
+            say(event="error", side=name, message=f"{type(e).__name__}: {e}")
+            rcs[name] = 1
+    threads = [threading.Thread(target=side, args=("trainer", "megatron:tp=1", "")),
+               threading.Thread(target=side, args=("engine", "vllm:tp=1", "e0"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    del os.environ["GPU_CHECK_TRANSPORT"]
+    d.kill()
+    d.wait()
+    return rcs.get("trainer", -1), rcs.get("engine", -1)
+
+
 def main():
     bundle = os.path.abspath(sys.argv[1])
     gpus = 2
@@ -320,6 +348,14 @@ def main():
                   f"best {max(rates):.0f} GB/s, bytes equal, pointers unchanged, "
                   f"graph reads new weights") if good and rates else f"rc {t_rc}/{e_rc}"
         rows.append((name, "PASS" if good else "FAIL", detail))
+        ok &= good
+    if only is not None and "ipc-1process" in only:
+        # Both members in this process: addresses, not IPC handles.
+        t_rc, e_rc = same_process(bundle)
+        good = t_rc == 0 and e_rc == 0
+        rows.append(("ipc-1process", "PASS" if good else "FAIL",
+                     "trainer and engine threads of one process on cuda:0: 2 rounds, "
+                     "bytes checked" if good else f"rc {t_rc}/{e_rc}"))
         ok &= good
     if only is None or "rejoin" in only:
         # refitd killed after round 1 and started again on its address: both
