@@ -26,46 +26,38 @@ std::string CudaDeviceUuid(int device) {
       b[12], b[13], b[14], b[15]);
 }
 
-DataPlaneOptions NcclDataPlaneOptions(int device) {
+namespace {
+
+// A device data plane: transport T (NcclTransport, IpcTransport: both have
+// CUDA lane streams) made by T::Create with options O, the CUDA copy engine
+// on its lanes.
+template <typename T, typename O>
+DataPlaneOptions DeviceDataPlane(int device, const char* name) {
   DataPlaneOptions o;
   o.device_uuid = CudaDeviceUuid(device);
-  o.transport_name = "nccl";
-  o.transport = [device](KvStore* store, int32_t rank, int32_t world,
-                         int32_t lanes) -> absl::StatusOr<std::unique_ptr<Transport>> {
-    NcclTransportOptions no;
-    no.num_lanes = lanes;
-    no.device = device;
-    no.key_prefix = "nccl";
-    REFIT_ASSIGN_OR_RETURN(std::unique_ptr<NcclTransport> t,
-                           NcclTransport::Create(store, rank, world, no));
+  o.transport_name = name;
+  o.transport = [device, name](KvStore* store, int32_t rank, int32_t world,
+                               int32_t lanes) -> absl::StatusOr<std::unique_ptr<Transport>> {
+    O to;
+    to.num_lanes = lanes;
+    to.device = device;
+    to.key_prefix = name;
+    REFIT_ASSIGN_OR_RETURN(std::unique_ptr<T> t, T::Create(store, rank, world, to));
     return std::unique_ptr<Transport>(std::move(t));
   };
-  // The factory above only makes NcclTransports.
-  o.copy_engine = [](Transport* t) {
-    return MakeCudaCopyEngine(static_cast<NcclTransport*>(t));
-  };
+  // The factory above only makes T.
+  o.copy_engine = [](Transport* t) { return MakeCudaCopyEngine(static_cast<T*>(t)); };
   return o;
 }
 
+}  // namespace
+
+DataPlaneOptions NcclDataPlaneOptions(int device) {
+  return DeviceDataPlane<NcclTransport, NcclTransportOptions>(device, "nccl");
+}
+
 DataPlaneOptions IpcDataPlaneOptions(int device) {
-  DataPlaneOptions o;
-  o.device_uuid = CudaDeviceUuid(device);
-  o.transport_name = "ipc";
-  o.transport = [device](KvStore* store, int32_t rank, int32_t world,
-                         int32_t lanes) -> absl::StatusOr<std::unique_ptr<Transport>> {
-    IpcTransportOptions io;
-    io.num_lanes = lanes;
-    io.device = device;
-    io.key_prefix = "ipc";
-    REFIT_ASSIGN_OR_RETURN(std::unique_ptr<IpcTransport> t,
-                           IpcTransport::Create(store, rank, world, io));
-    return std::unique_ptr<Transport>(std::move(t));
-  };
-  // The factory above only makes IpcTransports.
-  o.copy_engine = [](Transport* t) {
-    return MakeIpcCopyEngine(static_cast<IpcTransport*>(t));
-  };
-  return o;
+  return DeviceDataPlane<IpcTransport, IpcTransportOptions>(device, "ipc");
 }
 
 }  // namespace refit

@@ -16,6 +16,8 @@
 //   4. WaitRound: the receiver waits for its stream, then acknowledges each
 //      message; the sender waits for the acknowledgements before its
 //      staging may be reused.
+// MakeCudaCopyEngine (nccl_transport.h) gives the executor its staging and
+// pack/unpack kernels on the same lane streams.
 // Memory must come from cudaMalloc (PyTorch's caching allocator by
 // default): memory that cannot be exported (e.g. PyTorch's
 // expandable_segments, cudaMallocAsync pools) fails the round with
@@ -94,11 +96,6 @@ class IpcTransport : public Transport, public CudaLanes {
   absl::Mutex cancel_mu_;
   absl::Status cancel_reason_ ABSL_GUARDED_BY(cancel_mu_);
 };
-
-// Device staging and copies (MakeCudaCopyEngine) on `t`'s lane streams.
-inline std::unique_ptr<CopyEngine> MakeIpcCopyEngine(IpcTransport* t) {
-  return MakeCudaCopyEngine(t);
-}
 
 }  // namespace refit
 

@@ -223,6 +223,22 @@ def run(bundle, model, trainer_conv, engine_conv, rounds, die_in, gpus,
     return [(p.returncode, ev) for p, ev in zip(procs, events)]
 
 
+def rounds_verdict(res, rounds):
+    """(good, detail) of a trainer/engine run that should commit `rounds`
+    rounds with every engine check passing."""
+    (t_rc, _), (e_rc, e_ev) = res
+    er = [e for e in e_ev if e["event"] == "round"]
+    good = (t_rc == 0 and e_rc == 0 and len(er) == rounds and
+            all(e["checked"] and e["pointers_unchanged"] and
+                e["graph_reads_new_weights"] for e in er))
+    rates = [e["bytes_received"] / e["seconds"] / 1e9 for e in er if e["seconds"] > 0]
+    if not (good and rates):
+        return False, f"rc {t_rc}/{e_rc}"
+    return True, (f"{len(er)} rounds of {er[-1]['bytes_received'] / 1e9:.2f} GB, "
+                  f"best {max(rates):.0f} GB/s, bytes equal, pointers unchanged, "
+                  f"graph reads new weights")
+
+
 def same_process(bundle):
     """A trainer and an engine Member in ONE process on cuda:0 (one thread
     each), over the ipc transport: (trainer rc, engine rc) from member()."""
@@ -312,14 +328,7 @@ def main():
                       f"{failed[0]['version']}: {failed[0]['code']}") if failed else "no failure"
             rows.append((name, "PASS" if good else "FAIL", detail))
         else:
-            er = [e for e in e_ev if e["event"] == "round"]
-            good = (t_rc == 0 and e_rc == 0 and len(er) == rounds and
-                    all(e["checked"] and e["pointers_unchanged"] and
-                        e["graph_reads_new_weights"] for e in er))
-            rates = [e["bytes_received"] / e["seconds"] / 1e9 for e in er if e["seconds"] > 0]
-            detail = (f"{len(er)} rounds of {er[-1]['bytes_received'] / 1e9:.2f} GB, "
-                      f"best {max(rates):.0f} GB/s, bytes equal, pointers unchanged, "
-                      f"graph reads new weights") if good and rates else f"rc {t_rc}/{e_rc}"
+            good, detail = rounds_verdict(res, rounds)
             rows.append((name, "PASS" if good else "FAIL", detail))
         ok &= good
     # CUDA IPC: the trainer and the engine on ONE GPU (colocated), then on
@@ -336,17 +345,9 @@ def main():
             continue
         res = run(bundle, ipc_model, "megatron:tp=1", "vllm:tp=1", ipc_rounds, 0, on,
                   transport="ipc")
-        (t_rc, t_ev), (e_rc, e_ev) = res
-        for ev in t_ev + e_ev:
+        for ev in res[0][1] + res[1][1]:
             print(name, json.dumps(ev))
-        er = [e for e in e_ev if e["event"] == "round"]
-        good = (t_rc == 0 and e_rc == 0 and len(er) == ipc_rounds and
-                all(e["checked"] and e["pointers_unchanged"] and
-                    e["graph_reads_new_weights"] for e in er))
-        rates = [e["bytes_received"] / e["seconds"] / 1e9 for e in er if e["seconds"] > 0]
-        detail = (f"{len(er)} rounds of {er[-1]['bytes_received'] / 1e9:.2f} GB, "
-                  f"best {max(rates):.0f} GB/s, bytes equal, pointers unchanged, "
-                  f"graph reads new weights") if good and rates else f"rc {t_rc}/{e_rc}"
+        good, detail = rounds_verdict(res, ipc_rounds)
         rows.append((name, "PASS" if good else "FAIL", detail))
         ok &= good
     if only is not None and "ipc-1process" in only:
