@@ -95,11 +95,15 @@ absl::StatusOr<std::unique_ptr<IpcTransport>> IpcTransport::Create(
 
 IpcTransport::~IpcTransport() {
   (void)cudaSetDevice(device_);
+  // Copies still queued (a failed round) finish or fail on their own; wait
+  // for them a bounded time before the streams and mappings go.
+  const absl::Time until = absl::Now() + absl::Seconds(10);
   for (auto& l : lanes_) {
-    if (l->stream != nullptr) {
-      (void)cudaStreamSynchronize(l->stream);
-      (void)cudaStreamDestroy(l->stream);
+    if (l->stream == nullptr) continue;
+    while (cudaStreamQuery(l->stream) == cudaErrorNotReady && absl::Now() < until) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
+    (void)cudaStreamDestroy(l->stream);
   }
   for (auto& [h, p] : opened_) (void)cudaIpcCloseMemHandle(p);
   (void)cudaGetLastError();

@@ -38,12 +38,13 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
   for (const v1::MemberStatus& m : r.members()) {
     const v1::MemberIdentity& id = m.identity();
     absl::StrAppendFormat(
-        &out, "  %s  %s job=%s%s rank=%d/%d host=%s device=%s %s buffers=%d "
+        &out, "  %s  %s job=%s%s rank=%d/%d host=%s device=%s%s %s buffers=%d "
               "heartbeat %.1f s ago\n",
         m.member_id(), SideName(id.side()), id.job(),
         id.engine_id().empty() ? "" : absl::StrCat(" engine=", id.engine_id()),
-        id.rank(), id.world_size(), id.host_id(), id.device(), Coords(id),
-        m.num_buffers(), m.seconds_since_heartbeat());
+        id.rank(), id.world_size(), id.host_id(), id.device(),
+        id.transport().empty() ? "" : absl::StrCat(" transport=", id.transport()),
+        Coords(id), m.num_buffers(), m.seconds_since_heartbeat());
   }
   absl::StrAppend(&out, "refit protocol: ", r.protocol_version(), "\n");
   absl::StrAppend(&out, "membership epoch: ", r.epoch(), "\n");
@@ -99,6 +100,8 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
                             {"world_size", id.world_size()},
                             {"host_id", id.host_id()},
                             {"device", id.device()},
+                            {"device_uuid", id.device_uuid()},
+                            {"transport", id.transport()},
                             {"coords", coords},
                             {"num_buffers", m.num_buffers()},
                             {"seconds_since_heartbeat",

@@ -20,6 +20,9 @@ v1::StatusResponse Sample() {
   m->mutable_identity()->set_side(v1::SIDE_ENGINE);
   m->mutable_identity()->set_engine_id("e0");
   m->mutable_identity()->set_world_size(1);
+  m->mutable_identity()->set_device("cuda:0");
+  m->mutable_identity()->set_device_uuid("GPU-0000aaaa");
+  m->mutable_identity()->set_transport("ipc");
   auto* e0 = r.add_engines();
   e0->set_engine_id("e0");
   e0->set_committed_version(4);
@@ -38,6 +41,7 @@ v1::StatusResponse Sample() {
 TEST(StatusCommandTest, TextNamesTornEnginesAndTheProtocol) {
   const std::string text = FormatStatusText(Sample(), 2);
   EXPECT_THAT(text, HasSubstr("refit protocol: 1\n"));
+  EXPECT_THAT(text, HasSubstr("device=cuda:0 transport=ipc"));
   EXPECT_THAT(text, HasSubstr("engine e0: version 4 committed; TORN by aborted round 5"));
   EXPECT_THAT(text, HasSubstr("engine e1: no version committed\n"));
   EXPECT_THAT(text, HasSubstr("rounds (last 2 of 5)"));
@@ -48,6 +52,8 @@ TEST(StatusCommandTest, TextNamesTornEnginesAndTheProtocol) {
 TEST(StatusCommandTest, JsonCarriesTheSameFields) {
   nlohmann::json j = nlohmann::json::parse(FormatStatusJson(Sample(), 10));
   EXPECT_EQ(j["protocol_version"], 1);
+  EXPECT_EQ(j["members"][0]["transport"], "ipc");
+  EXPECT_EQ(j["members"][0]["device_uuid"], "GPU-0000aaaa");
   ASSERT_EQ(j["engines"].size(), 2u);
   EXPECT_EQ(j["engines"][0]["engine_id"], "e0");
   EXPECT_EQ(j["engines"][0]["committed_version"], 4);
