@@ -17,8 +17,8 @@
 #include "absl/time/clock.h"
 #include "client/member.h"
 #include "common/status_macros.h"
+#include "layout/dtype.h"
 #include "nlohmann/json.hpp"
-#include "reshard/dtype.h"
 
 #ifdef REFIT_C_API_CUDA
 #include "client/nccl_data_plane.h"

@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "reshard/gloo_transport.h"
-#include "reshard/plan_codec.h"
+#include "exec/gloo_transport.h"
+#include "plan/plan_codec.h"
 
 namespace refit {
 

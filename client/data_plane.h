@@ -29,10 +29,10 @@
 #include "absl/time/time.h"
 #include "client/grpc_kv_store.h"
 #include "client/refit_client.h"
-#include "reshard/executor.h"
-#include "reshard/kv_store.h"
-#include "reshard/plan.h"
-#include "reshard/transport.h"
+#include "exec/executor.h"
+#include "exec/kv_store.h"
+#include "exec/transport.h"
+#include "plan/plan.h"
 
 namespace refit {
 

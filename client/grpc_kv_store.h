@@ -8,7 +8,7 @@
 #include "absl/synchronization/mutex.h"
 
 #include "client/refit_client.h"
-#include "reshard/kv_store.h"
+#include "exec/kv_store.h"
 
 namespace refit {
 

@@ -28,7 +28,7 @@
 #include "client/data_plane.h"
 #include "client/refit_client.h"
 #include "mapping/layout_builder.h"
-#include "reshard/reference_copy.h"
+#include "testing/reference_copy.h"
 
 namespace refit {
 

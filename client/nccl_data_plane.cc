@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
-#include "reshard/ipc_transport.h"
-#include "reshard/nccl_transport.h"
+#include "exec/cuda/ipc_transport.h"
+#include "exec/cuda/nccl_transport.h"
 
 namespace refit {
 

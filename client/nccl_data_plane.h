@@ -17,7 +17,7 @@ namespace refit {
 // Its device_uuid is CudaDeviceUuid(device).
 DataPlaneOptions NcclDataPlaneOptions(int device);
 
-// CUDA IPC between processes of one host (reshard/ipc_transport.h): for a
+// CUDA IPC between processes of one host (exec/cuda/ipc_transport.h): for a
 // trainer and an engine that share GPUs. Every member of the job must use
 // it, on one host; refitd checks both.
 DataPlaneOptions IpcDataPlaneOptions(int device);

@@ -29,8 +29,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "layout/layout.h"
 #include "mapping/model_family.h"
-#include "reshard/layout.h"
 
 namespace refit {
 

@@ -22,8 +22,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "layout/tensor_spec.h"
 #include "mapping/model_config.h"
-#include "reshard/tensor_spec.h"
 
 namespace refit {
 

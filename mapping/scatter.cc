@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "reshard/tensor_spec.h"
+#include "layout/tensor_spec.h"
 
 namespace refit {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "reshard/layout.h"
+#include "layout/layout.h"
 
 namespace refit {
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "reshard/mesh.h"
+#include "layout/mesh.h"
 
 namespace refit {
 

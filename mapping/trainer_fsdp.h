@@ -2,7 +2,7 @@
 // hybrid-sharded).
 //
 // Every logical tensor keeps its HF name and is Shard(0) over the shard
-// group with torch.chunk sizes (ChunkOf in reshard/mesh.h); a rank whose
+// group with torch.chunk sizes (ChunkOf in layout/mesh.h); a rank whose
 // chunk is empty registers no buffer for it. Per-expert tensors are separate
 // HF parameters: rank r holds "…experts.<e>.gate_proj.weight" rows chunk(r)
 // for every expert e (one buffer and one record per expert). Rank-0 tensors

@@ -8,14 +8,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "layout/dtype.h"
 #include "mapping/layout_builder.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
 #include "mapping/parallel_spec.h"
 #include "mapping/validate.h"
-#include "reshard/dtype.h"
-#include "reshard/plan_codec.h"
-#include "reshard/planner.h"
+#include "plan/plan_codec.h"
+#include "plan/planner.h"
 
 namespace refit {
 namespace {

@@ -1,14 +1,14 @@
 // DefaultPlanFunction: refitd's production plan function — the mapping
 // tables (mapping/) turn every member's model and convention into the two
 // sides' layouts, what each member registered is checked against them, and
-// the planner (reshard/planner.h) builds the plan, cut into one slice per
+// the planner (plan/planner.h) builds the plan, cut into one slice per
 // member.
 #ifndef REFIT_SERVER_DEFAULT_PLAN_H_
 #define REFIT_SERVER_DEFAULT_PLAN_H_
 
 #include <algorithm>
 #include <thread>
-#include "reshard/plan.h"
+#include "plan/plan.h"
 #include "server/refit_server.h"
 
 namespace refit {

@@ -10,7 +10,7 @@
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
 #include "mapping/parallel_spec.h"
-#include "reshard/plan_codec.h"
+#include "plan/plan_codec.h"
 
 namespace refit {
 namespace {

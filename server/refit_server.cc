@@ -20,9 +20,9 @@
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "layout/dtype.h"
 #include "proto/protocol_version.h"
 #include "proto/refit_service.grpc.pb.h"
-#include "reshard/dtype.h"
 
 namespace refit {
 namespace {

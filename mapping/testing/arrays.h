@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "reshard/layout.h"
+#include "layout/layout.h"
 
 namespace refit {
 namespace testing_mapping {

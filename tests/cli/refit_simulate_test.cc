@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "exec/transform.h"
 #include "gtest/gtest.h"
 #include "mapping/mapping.h"
 #include "mapping/scatter.h"
-#include "reshard/transform.h"
 #include "tools/cli/safetensors.h"
 
 namespace refit {

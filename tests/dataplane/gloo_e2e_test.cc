@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "tests/dataplane/test_patterns.h"
+#include "testing/test_patterns.h"
 
 namespace refit {
 namespace {

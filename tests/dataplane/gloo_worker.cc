@@ -10,10 +10,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "reshard/executor.h"
-#include "reshard/gloo_transport.h"
-#include "tests/dataplane/dir_kv_store.h"
-#include "tests/dataplane/test_patterns.h"
+#include "exec/executor.h"
+#include "exec/gloo_transport.h"
+#include "testing/dir_kv_store.h"
+#include "testing/test_patterns.h"
 
 using namespace refit;
 

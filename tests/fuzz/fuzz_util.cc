@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "exec/copy_program.h"
 #include "google/protobuf/descriptor.h"
-#include "reshard/copy_program.h"
-#include "reshard/plan_codec.h"
-#include "reshard/planner.h"
+#include "plan/plan_codec.h"
+#include "plan/planner.h"
 
 namespace refit {
 namespace fuzz {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "google/protobuf/message.h"
-#include "reshard/plan.h"
+#include "plan/plan.h"
 
 namespace refit {
 namespace fuzz {

@@ -19,8 +19,8 @@
 #include "mapping/model_config.h"
 #include "mapping/parallel_spec.h"
 #include "nlohmann/json.hpp"
-#include "reshard/planner.h"
-#include "reshard/reference_copy.h"
+#include "plan/planner.h"
+#include "testing/reference_copy.h"
 
 namespace refit {
 namespace {

@@ -18,8 +18,8 @@
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
 #include "mapping/parallel_spec.h"
-#include "reshard/plan_codec.h"
-#include "reshard/planner.h"
+#include "plan/plan_codec.h"
+#include "plan/planner.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace refit {

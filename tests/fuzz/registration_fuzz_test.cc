@@ -20,7 +20,7 @@
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
 #include "mapping/parallel_spec.h"
-#include "reshard/plan_codec.h"
+#include "plan/plan_codec.h"
 #include "server/default_plan.h"
 #include "server/refit_server.h"
 #include "tests/fuzz/fuzz_util.h"

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "layout/dtype.h"
 #include "nlohmann/json.hpp"
-#include "reshard/dtype.h"
 #include "tools/cli/safetensors.h"
 
 namespace refit {

@@ -7,12 +7,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "layout/dtype.h"
 #include "mapping/layout_builder.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
 #include "mapping/parallel_spec.h"
 #include "nlohmann/json.hpp"
-#include "reshard/dtype.h"
 
 namespace refit {
 

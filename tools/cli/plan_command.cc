@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "mapping/mapping.h"
-#include "reshard/planner.h"
+#include "plan/planner.h"
 
 namespace refit {
 

@@ -1,6 +1,6 @@
 // Summary of a transfer Plan for `refit plan`: bytes per rank, message
 // histogram, staging peaks and a predicted refit time under a simple link
-// model. Independent of mapping: works on any reshard::Plan.
+// model. Independent of mapping: works on any Plan (plan/plan.h).
 #ifndef REFIT_TOOLS_CLI_PLAN_SUMMARY_H_
 #define REFIT_TOOLS_CLI_PLAN_SUMMARY_H_
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "reshard/plan.h"
+#include "plan/plan.h"
 
 namespace refit {
 

@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "reshard/dtype.h"
+#include "layout/dtype.h"
 
 namespace refit {
 

@@ -10,12 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "exec/executor.h"
+#include "exec/inproc_transport.h"
 #include "mapping/mapping.h"
 #include "mapping/scatter.h"
-#include "reshard/executor.h"
-#include "reshard/inproc_transport.h"
-#include "reshard/planner.h"
-#include "reshard/reference_copy.h"
+#include "plan/planner.h"
+#include "testing/reference_copy.h"
 #include "tools/cli/safetensors.h"
 
 namespace refit {

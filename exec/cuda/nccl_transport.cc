@@ -1,0 +1,428 @@
+// NcclTransport and the CUDA copy engine.
+#include "exec/cuda/nccl_transport.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "exec/cuda/cuda_status.h"
+#include "exec/cuda/pack_kernels.h"
+#include "exec/cuda/transform_kernels.h"
+
+namespace refit {
+
+struct NcclTransport::Lane {
+  int32_t index = 0;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t done = nullptr;               // unused spare (kept for teardown)
+  std::deque<cudaEvent_t> pending;          // one per round in flight, oldest first
+  std::vector<cudaEvent_t> spare;           // recorded-and-waited events to reuse
+  std::set<int32_t> peers;
+  absl::Status error;
+};
+
+namespace {
+
+// Polls ncclCommGetAsyncError until it leaves ncclInProgress, or until
+// `*cancelled` (when given) turns true: CANCELLED then.
+absl::Status WaitComm(ncclComm_t comm, absl::Time deadline,
+                      const std::string& what,
+                      const std::atomic<bool>* cancelled = nullptr) {
+  while (true) {
+    if (cancelled != nullptr && cancelled->load(std::memory_order_relaxed)) {
+      return absl::CancelledError(what);
+    }
+    ncclResult_t r = ncclSuccess;
+    ncclResult_t q = ncclCommGetAsyncError(comm, &r);
+    if (q != ncclSuccess) return NcclStatus(q, what, comm);
+    if (r != ncclInProgress) return NcclStatus(r, what, comm);
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": not complete by the deadline"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(
+    KvStore* store, int32_t rank, int32_t world_size,
+    NcclTransportOptions options) {
+  if (store == nullptr || world_size < 1 || rank < 0 || rank >= world_size ||
+      options.num_lanes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl transport: bad rank ", rank, " of ", world_size, " or ",
+        options.num_lanes, " lanes"));
+  }
+  std::unique_ptr<NcclTransport> t(new NcclTransport());
+  t->rank_ = rank;
+  t->world_size_ = world_size;
+  t->device_ = options.device;
+  REFIT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options.device),
+                                   absl::StrCat("rank ", rank, ": cudaSetDevice(",
+                                                options.device, ")")));
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
+  for (int32_t l = 0; l < options.num_lanes; ++l) {
+    auto lane = std::make_unique<Lane>();
+    lane->index = l;
+    const std::string key = absl::StrCat(options.key_prefix, "/lane", l, "/id");
+    ncclUniqueId id;
+    if (rank == 0) {
+      REFIT_RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId"));
+      REFIT_RETURN_IF_ERROR(
+          store->Set(key, std::string(id.internal, sizeof(id.internal))));
+    } else {
+      REFIT_ASSIGN_OR_RETURN(std::string v,
+                             store->Get(key, deadline - absl::Now()));
+      if (v.size() != sizeof(id.internal)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("nccl unique id under ", key, " has ", v.size(),
+                         " bytes"));
+      }
+      std::copy(v.begin(), v.end(), id.internal);
+    }
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking),
+        "cudaStreamCreate"));
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        cudaEventCreateWithFlags(&lane->done, cudaEventDisableTiming),
+        "cudaEventCreate"));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const std::string what =
+        absl::StrCat("rank ", rank, " lane ", l, ": ncclCommInitRankConfig");
+    ncclResult_t r =
+        ncclCommInitRankConfig(&lane->comm, world_size, id, rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      return NcclStatus(r, what, lane->comm);
+    }
+    absl::Status s = WaitComm(lane->comm, deadline, what);
+    if (!s.ok()) {
+      ncclCommAbort(lane->comm);
+      lane->comm = nullptr;
+      return s;
+    }
+    t->lanes_.push_back(std::move(lane));
+  }
+  return t;
+}
+
+NcclTransport::~NcclTransport() {
+  for (auto& l : lanes_) {
+    if (l->comm != nullptr) {
+      if (l->error.ok()) {
+        ncclCommFinalize(l->comm);
+        WaitComm(l->comm, absl::Now() + absl::Seconds(10), "finalize")
+            .IgnoreError();
+        ncclCommDestroy(l->comm);
+      } else {
+        ncclCommAbort(l->comm);
+      }
+    }
+    if (l->done != nullptr) cudaEventDestroy(l->done);
+    for (cudaEvent_t e : l->pending) cudaEventDestroy(e);
+    for (cudaEvent_t e : l->spare) cudaEventDestroy(e);
+    if (l->stream != nullptr) cudaStreamDestroy(l->stream);
+  }
+}
+
+int32_t NcclTransport::num_lanes() const {
+  return static_cast<int32_t>(lanes_.size());
+}
+
+void* NcclTransport::stream(int32_t lane) const {
+  if (lane < 0 || lane >= num_lanes()) return nullptr;
+  return lanes_[lane]->stream;
+}
+
+absl::Status NcclTransport::Abort(Lane& lane, absl::Status why) {
+  // Every lane, not only the failing one (see the header), and all at once:
+  // ncclCommAbort of one communicator waits for the device, which a kernel
+  // of another lane still spinning on a dead peer would keep busy forever.
+  // So first revoke every communicator (non-blocking: stops its in-flight
+  // operations), then abort them concurrently.
+  std::vector<std::thread> aborts;
+  for (auto& l : lanes_) {
+    if (l->comm != nullptr) ncclCommRevoke(l->comm, NCCL_REVOKE_DEFAULT);
+  }
+  for (auto& l : lanes_) {
+    if (l->comm != nullptr) {
+      aborts.emplace_back([c = l->comm] { ncclCommAbort(c); });
+      l->comm = nullptr;
+    }
+  }
+  for (std::thread& a : aborts) a.join();
+  for (auto& l : lanes_) {
+    if (l->error.ok()) {
+      l->error = l.get() == &lane
+                     ? why
+                     : absl::Status(why.code(),
+                                    absl::StrCat("lane ", l->index,
+                                                 " aborted with lane ", lane.index,
+                                                 ": ", why.message()));
+    }
+    for (cudaEvent_t e : l->pending) l->spare.push_back(e);
+    l->pending.clear();
+  }
+  return why;
+}
+
+void NcclTransport::Cancel(const absl::Status& reason) {
+  absl::MutexLock l(&cancel_mu_);
+  if (cancelled_.load()) return;
+  cancel_reason_ =
+      reason.ok() ? absl::CancelledError("transport cancelled") : reason;
+  cancelled_.store(true);
+}
+
+absl::Status NcclTransport::CheckCancelled() {
+  if (!cancelled_.load(std::memory_order_relaxed)) return absl::OkStatus();
+  if (lanes_.empty()) return Cancelled();
+  return Abort(*lanes_[0], Cancelled());
+}
+
+absl::Status NcclTransport::Cancelled() {
+  absl::MutexLock l(&cancel_mu_);
+  return cancel_reason_;
+}
+
+absl::Status NcclTransport::StartRound(int32_t lane,
+                                       absl::Span<const SendOp> sends,
+                                       absl::Span<const RecvOp> recvs,
+                                       absl::Time deadline) {
+  if (lane < 0 || lane >= num_lanes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, ": lane ", lane, " out of range"));
+  }
+  Lane& L = *lanes_[lane];
+  if (!L.error.ok()) return L.error;
+  if (cancelled_.load()) return Abort(L, Cancelled());
+  if (L.pending.empty()) L.peers.clear();
+  const std::string what = absl::StrCat("rank ", rank_, " lane ", lane);
+  ncclResult_t r = ncclGroupStart();
+  for (const SendOp& s : sends) {
+    if (r != ncclSuccess && r != ncclInProgress) break;
+    if (s.bytes == 0) continue;
+    L.peers.insert(s.peer);
+    r = ncclSend(s.ptr, s.bytes, ncclInt8, s.peer, L.comm, L.stream);
+  }
+  for (const RecvOp& v : recvs) {
+    if (r != ncclSuccess && r != ncclInProgress) break;
+    if (v.bytes == 0) continue;
+    L.peers.insert(v.peer);
+    r = ncclRecv(v.ptr, v.bytes, ncclInt8, v.peer, L.comm, L.stream);
+  }
+  ncclResult_t e = ncclGroupEnd();
+  if (r == ncclSuccess || r == ncclInProgress) r = e;
+  if (r != ncclSuccess && r != ncclInProgress) {
+    return Abort(L, NcclStatus(r, what + ": posting a round", L.comm));
+  }
+  // Non-blocking communicator: wait until the group is enqueued.
+  absl::Status s =
+      WaitComm(L.comm, deadline, what + ": enqueueing a round", &cancelled_);
+  if (absl::IsCancelled(s)) s = Cancelled();
+  if (!s.ok()) return Abort(L, s);
+  cudaEvent_t ev = nullptr;
+  if (!L.spare.empty()) {
+    ev = L.spare.back();
+    L.spare.pop_back();
+  } else {
+    s = CudaStatus(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+                   what + ": cudaEventCreate");
+    if (!s.ok()) return Abort(L, s);
+  }
+  s = CudaStatus(cudaEventRecord(ev, L.stream), what + ": cudaEventRecord");
+  if (!s.ok()) {
+    cudaEventDestroy(ev);
+    return Abort(L, s);
+  }
+  L.pending.push_back(ev);
+  return absl::OkStatus();
+}
+
+absl::Status NcclTransport::WaitRound(int32_t lane, absl::Time deadline) {
+  if (lane < 0 || lane >= num_lanes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, ": lane ", lane, " out of range"));
+  }
+  Lane& L = *lanes_[lane];
+  if (!L.error.ok()) return L.error;
+  if (L.pending.empty()) return absl::OkStatus();
+  const std::string what =
+      absl::StrCat("rank ", rank_, " lane ", lane, " (peers ",
+                   absl::StrJoin(L.peers, ", "), ")");
+  while (true) {
+    cudaError_t q = cudaEventQuery(L.pending.front());
+    if (q == cudaSuccess) break;
+    if (q != cudaErrorNotReady) {
+      return Abort(L, CudaStatus(q, what + ": round failed"));
+    }
+    ncclResult_t r = ncclSuccess;
+    ncclCommGetAsyncError(L.comm, &r);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      return Abort(L, NcclStatus(r, what + ": peer or network failure", L.comm));
+    }
+    if (cancelled_.load(std::memory_order_relaxed)) return Abort(L, Cancelled());
+    if (absl::Now() > deadline) {
+      const char* last = ncclGetLastError(L.comm);
+      return Abort(L, absl::DeadlineExceededError(absl::StrCat(
+                          what, ": round not complete by the deadline; "
+                          "communicator aborted",
+                          last && *last ? absl::StrCat(" (", last, ")") : "")));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  L.spare.push_back(L.pending.front());
+  L.pending.pop_front();
+  return absl::OkStatus();
+}
+
+namespace {
+
+static_assert(sizeof(cuda::DeviceCopy) == sizeof(ResolvedCopy),
+              "DeviceCopy and ResolvedCopy must share a layout");
+
+class CudaCopyEngine : public CopyEngine {
+ public:
+  explicit CudaCopyEngine(CudaLanes* t) : t_(t), lanes_(t->num_lanes()) {}
+  ~CudaCopyEngine() override {
+    for (auto& lane : lanes_) {
+      for (Chunk& c : lane) {
+        if (c.used != nullptr) cudaEventDestroy(c.used);
+        if (c.dev != nullptr) cudaFree(c.dev);
+        if (c.host != nullptr) cudaFreeHost(c.host);
+      }
+    }
+  }
+  MemoryKind kind() const override { return MemoryKind::kDevice; }
+  absl::StatusOr<char*> Allocate(int64_t bytes) override {
+    void* p = nullptr;
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        cudaMalloc(&p, bytes),
+        absl::StrCat("cudaMalloc of ", bytes, " bytes of staging")));
+    return static_cast<char*>(p);
+  }
+  void Free(char* p) override { cudaFree(p); }
+  // Uploads the copy tasks through a pinned chunk of the lane (so the
+  // upload never blocks the host, even behind a round whose peer died) and
+  // launches the kernel on the lane's stream. A chunk is reused once its
+  // kernel has run (its event); otherwise a new one is added, so after the
+  // first refit a lane holds one chunk per round it can have queued.
+  absl::Status Copy(int32_t lane,
+                    absl::Span<const ResolvedCopy> copies) override {
+    if (copies.empty()) return absl::OkStatus();
+    if (lane < 0 || lane >= static_cast<int32_t>(lanes_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("lane ", lane, " out of range"));
+    }
+    cudaStream_t s = static_cast<cudaStream_t>(t_->stream(lane));
+    const size_t bytes = copies.size() * sizeof(ResolvedCopy);
+    std::vector<Chunk>& ring = lanes_[lane];
+    Chunk* c = nullptr;
+    for (Chunk& k : ring) {
+      if (k.bytes >= bytes && cudaEventQuery(k.used) == cudaSuccess) {
+        c = &k;
+        break;
+      }
+    }
+    if (c == nullptr) {
+      Chunk k;
+      k.bytes = std::max<size_t>(bytes, 64 << 10);
+      absl::Status st = CudaStatus(cudaMallocHost(&k.host, k.bytes),
+                                   "cudaMallocHost of copy tasks");
+      if (st.ok()) st = CudaStatus(cudaMalloc(&k.dev, k.bytes), "cudaMalloc of copy tasks");
+      if (st.ok()) {
+        st = CudaStatus(cudaEventCreateWithFlags(&k.used, cudaEventDisableTiming),
+                        "cudaEventCreate");
+      }
+      if (!st.ok()) {
+        if (k.dev != nullptr) cudaFree(k.dev);
+        if (k.host != nullptr) cudaFreeHost(k.host);
+        return st;
+      }
+      ring.push_back(k);
+      c = &ring.back();
+    }
+    std::memcpy(c->host, copies.data(), bytes);
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(c->dev, c->host, bytes, cudaMemcpyHostToDevice, s),
+        "copy tasks to device"));
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        static_cast<cudaError_t>(cuda::LaunchCopies(
+            static_cast<const cuda::DeviceCopy*>(c->dev),
+            static_cast<int>(copies.size()), s)),
+        "pack/unpack kernel launch"));
+    return CudaStatus(cudaEventRecord(c->used, s), "cudaEventRecord");
+  }
+  absl::Status Sync(int32_t lane, absl::Time deadline) override {
+    cudaStream_t s = static_cast<cudaStream_t>(t_->stream(lane));
+    while (true) {
+      cudaError_t q = cudaStreamQuery(s);
+      if (q == cudaSuccess) return absl::OkStatus();
+      if (q != cudaErrorNotReady) return CudaStatus(q, "pack/unpack kernel");
+      REFIT_RETURN_IF_ERROR(t_->CheckCancelled());
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("lane ", lane, ": copies not complete by the deadline"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(10));
+    }
+  }
+  absl::Status ToHost(void* dst, const char* src, int64_t bytes) override {
+    return CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost),
+                      "device to host copy");
+  }
+  // Pack/unpack kernels run on the lane's NCCL stream.
+  bool OrderedWithTransport() const override { return true; }
+  absl::Status ApplyTransform(int32_t lane, Transform t, DType dtype, char* p,
+                              int64_t elements) override {
+    if (t == Transform::kNone) return absl::OkStatus();
+    int code;
+    switch (dtype) {
+      case DType::kF32:
+        code = cuda::kTransformF32;
+        break;
+      case DType::kBF16:
+        code = cuda::kTransformBF16;
+        break;
+      case DType::kF16:
+        code = cuda::kTransformF16;
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("transform ", TransformName(t), " does not take ",
+                         DTypeName(dtype), " elements"));
+    }
+    return CudaStatus(
+        static_cast<cudaError_t>(cuda::LaunchNegExp(
+            p, elements, code, static_cast<cudaStream_t>(t_->stream(lane)))),
+        "transform kernel launch");
+  }
+
+ private:
+  struct Chunk {
+    void* host = nullptr;  // pinned
+    void* dev = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t used = nullptr;  // recorded after the kernel that reads dev
+  };
+  CudaLanes* t_;
+  std::vector<std::vector<Chunk>> lanes_;
+};
+
+}  // namespace
+
+std::unique_ptr<CopyEngine> MakeCudaCopyEngine(CudaLanes* t) {
+  return std::make_unique<CudaCopyEngine>(t);
+}
+
+}  // namespace refit

@@ -1,0 +1,109 @@
+// NcclTransport: device buffers over NCCL. One non-blocking communicator
+// (ncclCommInitRankConfig, blocking = 0) and one CUDA stream per lane, the
+// unique id of each lane exchanged through a KvStore. A round is one
+// ncclGroupStart / ncclSend / ncclRecv / ncclGroupEnd on the lane's stream;
+// WaitRound polls the round's event and ncclCommGetAsyncError against the
+// deadline and, on timeout or error, aborts the communicators of EVERY lane
+// (ncclCommAbort) and returns a status naming the peers and
+// ncclGetLastError. All lanes go down together: a dead peer leaves the other
+// lanes' kernels spinning on receives that never arrive, and a spinning
+// kernel would block any later cudaFree or device synchronization (the
+// executor's teardown) forever. Afterwards every call fails with the first
+// error; build a new transport to go on.
+//
+// MakeCudaCopyEngine gives the executor device staging and the pack/unpack
+// kernels on the same lane streams (so packing is stream-ordered before the
+// round's sends).
+#ifndef REFIT_EXEC_CUDA_NCCL_TRANSPORT_H_
+#define REFIT_EXEC_CUDA_NCCL_TRANSPORT_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "exec/executor.h"
+#include "exec/kv_store.h"
+#include "exec/transport.h"
+
+namespace refit {
+
+// A device transport's lanes as the CUDA copy engine sees them: one CUDA
+// stream per lane, and a check that fails once the transport was cancelled
+// (so waits on those streams end promptly).
+class CudaLanes {
+ public:
+  virtual ~CudaLanes() = default;
+  virtual int32_t num_lanes() const = 0;
+  // The lane's cudaStream_t (as void*), or null for a bad lane.
+  virtual void* stream(int32_t lane) const = 0;
+  virtual absl::Status CheckCancelled() = 0;
+};
+
+struct NcclTransportOptions {
+  int32_t num_lanes = 2;
+  int32_t device = 0;  // CUDA device of this rank
+  std::string key_prefix = "refit/nccl";
+  absl::Duration connect_timeout = absl::Seconds(60);
+};
+
+class NcclTransport : public Transport, public CudaLanes {
+ public:
+  // Creates the lanes' communicators. Fails with UNAVAILABLE (no device,
+  // NCCL error with its last-error text), DEADLINE_EXCEEDED if the unique
+  // id or the communicator setup does not arrive within connect_timeout.
+  static absl::StatusOr<std::unique_ptr<NcclTransport>> Create(
+      KvStore* store, int32_t rank, int32_t world_size,
+      NcclTransportOptions options = {});
+  ~NcclTransport() override;
+
+  int32_t rank() const override { return rank_; }
+  int32_t world_size() const override { return world_size_; }
+  int32_t num_lanes() const override;
+  MemoryKind memory_kind() const override { return MemoryKind::kDevice; }
+  absl::Status StartRound(int32_t lane, absl::Span<const SendOp> sends,
+                          absl::Span<const RecvOp> recvs,
+                          absl::Time deadline) override;
+  absl::Status WaitRound(int32_t lane, absl::Time deadline) override;
+  // The polling waits see it within microseconds and take every lane down
+  // (revoke + abort), as for a failed round.
+  void Cancel(const absl::Status& reason) override;
+  // Rounds queue on the lane's stream; WaitRound waits for the oldest.
+  int32_t max_rounds_per_lane() const override { return 1 << 20; }
+
+  // OK, or — after Cancel — takes every lane down (once) and returns the
+  // reason. For waits outside the transport on its lanes' streams (the copy
+  // engine's Sync), which a spinning NCCL kernel would otherwise hold until
+  // their deadline.
+  absl::Status CheckCancelled() override;
+
+  // The lane's cudaStream_t (as void*), or null for a bad lane.
+  void* stream(int32_t lane) const override;
+  int32_t device() const { return device_; }
+
+ private:
+  struct Lane;
+  NcclTransport() = default;
+  absl::Status Abort(Lane& lane, absl::Status why);
+  // OK, or the reason given to Cancel (polled by the owner thread's waits).
+  absl::Status Cancelled();
+  int32_t rank_ = 0;
+  int32_t world_size_ = 0;
+  int32_t device_ = 0;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  std::atomic<bool> cancelled_{false};
+  absl::Mutex cancel_mu_;
+  absl::Status cancel_reason_ ABSL_GUARDED_BY(cancel_mu_);
+};
+
+// Device staging (cudaMalloc) and copies (pack_kernels) on `t`'s lane
+// streams (NcclTransport, IpcTransport). `t` must outlive the engine.
+std::unique_ptr<CopyEngine> MakeCudaCopyEngine(CudaLanes* t);
+
+}  // namespace refit
+
+#endif  // REFIT_EXEC_CUDA_NCCL_TRANSPORT_H_

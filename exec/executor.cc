@@ -1,0 +1,497 @@
+// Executor: one rank's rounds of a plan, pipelined over the transport's lanes.
+#include "exec/executor.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "layout/dtype.h"
+
+namespace refit {
+namespace {
+
+class HostCopyEngine : public CopyEngine {
+ public:
+  MemoryKind kind() const override { return MemoryKind::kHost; }
+  absl::StatusOr<char*> Allocate(int64_t bytes) override {
+    void* p = std::aligned_alloc(64, ((std::max<int64_t>(bytes, 1) + 63) / 64) * 64);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", bytes, " bytes of host staging"));
+    }
+    return static_cast<char*>(p);
+  }
+  void Free(char* p) override { std::free(p); }
+  absl::Status Copy(int32_t, absl::Span<const ResolvedCopy> copies) override {
+    RunCopiesHost(copies);
+    return absl::OkStatus();
+  }
+  absl::Status Sync(int32_t, absl::Time) override { return absl::OkStatus(); }
+  absl::Status ToHost(void* dst, const char* src, int64_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status ApplyTransform(int32_t, Transform t, DType dtype, char* p,
+                              int64_t elements) override {
+    return ApplyTransformHost(t, dtype, p, elements);
+  }
+};
+
+// 64-bit hash of bytes (word-wise multiply-xorshift; order-sensitive).
+uint64_t HashBytes(const char* p, int64_t n) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(n);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  for (; i < n; ++i) {
+    h = (h ^ static_cast<unsigned char>(p[i])) * 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 29;
+  }
+  return h;
+}
+
+}  // namespace
+
+absl::Status CopyEngine::ApplyTransform(int32_t, Transform t, DType, char*,
+                                        int64_t) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "this copy engine cannot apply transform ", TransformName(t)));
+}
+
+std::unique_ptr<CopyEngine> MakeHostCopyEngine() {
+  return std::make_unique<HostCopyEngine>();
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
+    const Plan& plan, PlanSide side, int32_t rank, std::vector<char*> buffers,
+    Transport* transport, ExecutorOptions options) {
+  const SideLayout& layout =
+      side == PlanSide::kSource ? plan.src : plan.dst;
+  const char* side_name = side == PlanSide::kSource ? "trainer" : "engine";
+  if (transport == nullptr) {
+    return absl::InvalidArgumentError("executor needs a transport");
+  }
+  if (rank < 0 || rank >= layout.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        side_name, " rank ", rank, " outside world size ", layout.world_size));
+  }
+  std::unique_ptr<Executor> e(new Executor());
+  e->plan_ = &plan;
+  e->side_ = side;
+  e->rank_ = rank;
+  e->global_rank_ = GlobalRank(plan, side, rank);
+  e->transport_ = transport;
+  e->options_ = options;
+  if (transport->rank() != e->global_rank_ ||
+      transport->world_size() != plan.src.world_size + plan.dst.world_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        side_name, " rank ", rank, ": transport is rank ", transport->rank(),
+        " of ", transport->world_size(), ", expected rank ", e->global_rank_,
+        " of ", plan.src.world_size + plan.dst.world_size));
+  }
+  if (options.copy_engine != nullptr) {
+    e->engine_ = options.copy_engine;
+  } else {
+    e->owned_engine_ = MakeHostCopyEngine();
+    e->engine_ = e->owned_engine_.get();
+  }
+  if (e->engine_->kind() != transport->memory_kind()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        side_name, " rank ", rank,
+        ": copy engine and transport use different memory kinds"));
+  }
+  e->num_lanes_ = options.num_lanes > 0 ? options.num_lanes
+                                        : transport->num_lanes();
+  if (e->num_lanes_ > transport->num_lanes()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        side_name, " rank ", rank, ": ", e->num_lanes_,
+        " lanes requested, transport has ", transport->num_lanes()));
+  }
+  buffers.resize(layout.buffers.size(), nullptr);
+  e->buffers_ = std::move(buffers);
+  if (side == PlanSide::kDestination) {
+    e->transforms_ = TransformRuns(plan.dst, rank);
+    for (const TransformRun& r : e->transforms_) {
+      if (r.buffer < 0 || static_cast<size_t>(r.buffer) >= e->buffers_.size() ||
+          e->buffers_[r.buffer] == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "engine rank ", rank, ": buffer ", plan.dst.buffers[r.buffer].name,
+            " of a transformed tensor has no pointer"));
+      }
+    }
+  }
+
+  // Compile the rank's rounds.
+  const bool src = side == PlanSide::kSource;
+  e->staging_.assign(e->num_lanes_, 0);
+  for (size_t ri = 0; ri < plan.rounds.size(); ++ri) {
+    const Round& round = plan.rounds[ri];
+    RoundWork w;
+    w.round = static_cast<int32_t>(ri);
+    w.lane = std::max(0, round.lane) % e->num_lanes_;
+    int64_t staging = 0;
+    for (int32_t mi = round.first_message;
+         mi < round.first_message + round.num_messages; ++mi) {
+      if (mi < 0 || static_cast<size_t>(mi) >= plan.messages.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("round ", ri, " refers to message ", mi,
+                         " outside the plan"));
+      }
+      const Message& m = plan.messages[mi];
+      if ((src ? m.src_rank : m.dst_rank) != rank) continue;
+      MsgWork mw;
+      mw.message = mi;
+      mw.peer = src ? GlobalRank(plan, PlanSide::kDestination, m.dst_rank)
+                    : GlobalRank(plan, PlanSide::kSource, m.src_rank);
+      mw.bytes = m.bytes;
+      const bool contiguous = src ? m.src_contiguous : m.dst_contiguous;
+      const int32_t cbuf = src ? m.src_buffer : m.dst_buffer;
+      if (contiguous && cbuf >= 0 &&
+          static_cast<size_t>(cbuf) < e->buffers_.size()) {
+        if (e->buffers_[cbuf] == nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              side_name, " rank ", rank, ": buffer ",
+              layout.buffers[cbuf].name, " is not registered"));
+        }
+        mw.direct = true;
+        mw.direct_ptr =
+            e->buffers_[cbuf] + (src ? m.src_offset : m.dst_offset);
+      } else {
+        absl::StatusOr<std::vector<CopyTask>> tasks =
+            src ? PackProgram(plan, m) : UnpackProgram(plan, m);
+        if (!tasks.ok()) return tasks.status();
+        for (const CopyTask& t : *tasks) {
+          const int32_t b = src ? t.src_buffer : t.dst_buffer;
+          if (b < 0 || static_cast<size_t>(b) >= e->buffers_.size() ||
+              e->buffers_[b] == nullptr) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                side_name, " rank ", rank, ": buffer ",
+                b >= 0 && static_cast<size_t>(b) < layout.buffers.size()
+                    ? layout.buffers[b].name
+                    : absl::StrCat("#", b),
+                " is not registered"));
+          }
+        }
+        mw.tasks = std::move(*tasks);
+        mw.staging_offset = staging;
+        staging += (m.bytes + 255) / 256 * 256;
+      }
+      (src ? w.sends : w.recvs).push_back(std::move(mw));
+    }
+    if (w.sends.empty() && w.recvs.empty()) continue;
+    e->staging_[w.lane] = std::max(e->staging_[w.lane], staging);
+    e->work_.push_back(std::move(w));
+  }
+  int64_t total = 0;
+  for (int64_t s : e->staging_) total += s;
+  if (total > plan.options.staging_budget_bytes) {
+    // The plan budgets unaligned bytes: pack messages back to back instead
+    // (tiny budgets; never needed at 256 bytes or more per lane per message).
+    e->staging_.assign(e->num_lanes_, 0);
+    for (RoundWork& w : e->work_) {
+      int64_t staging = 0;
+      for (auto* list : {&w.sends, &w.recvs}) {
+        for (MsgWork& m : *list) {
+          if (m.direct) continue;
+          m.staging_offset = staging;
+          staging += m.bytes;
+        }
+      }
+      e->staging_[w.lane] = std::max(e->staging_[w.lane], staging);
+    }
+    total = 0;
+    for (int64_t s : e->staging_) total += s;
+  }
+  if (total > plan.options.staging_budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        side_name, " rank ", rank, " needs ", total,
+        " bytes of staging, above the plan's budget of ",
+        plan.options.staging_budget_bytes));
+  }
+  e->staging_ptr_.assign(e->num_lanes_, nullptr);
+  for (int32_t l = 0; l < e->num_lanes_; ++l) {
+    if (e->staging_[l] == 0) continue;
+    REFIT_ASSIGN_OR_RETURN(e->staging_ptr_[l],
+                           e->engine_->Allocate(e->staging_[l]));
+  }
+  return e;
+}
+
+Executor::~Executor() {
+  for (char* p : staging_ptr_) {
+    if (p != nullptr) engine_->Free(p);
+  }
+}
+
+absl::Status Executor::Pack(const RoundWork& w) {
+  std::vector<ResolvedCopy> copies;
+  for (const MsgWork& m : w.sends) {
+    if (m.direct) continue;
+    REFIT_ASSIGN_OR_RETURN(
+        std::vector<ResolvedCopy> c,
+        ResolveTasks(m.tasks, buffers_, {}, nullptr,
+                     staging_ptr_[w.lane] + m.staging_offset));
+    copies.insert(copies.end(), c.begin(), c.end());
+  }
+  if (!copies.empty()) REFIT_RETURN_IF_ERROR(engine_->Copy(w.lane, copies));
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Unpack(const RoundWork& w, absl::Time deadline) {
+  std::vector<ResolvedCopy> copies;
+  for (const MsgWork& m : w.recvs) {
+    if (m.direct) continue;
+    REFIT_ASSIGN_OR_RETURN(
+        std::vector<ResolvedCopy> c,
+        ResolveTasks(m.tasks, {}, buffers_,
+                     staging_ptr_[w.lane] + m.staging_offset, nullptr));
+    copies.insert(copies.end(), c.begin(), c.end());
+  }
+  if (!copies.empty()) {
+    REFIT_RETURN_IF_ERROR(engine_->Copy(w.lane, copies));
+    // The lane's staging is reused by its next round (stream order does
+    // that for ordered engines).
+    if (!engine_->OrderedWithTransport()) {
+      REFIT_RETURN_IF_ERROR(engine_->Sync(w.lane, deadline));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Executor::HashSegment(int32_t segment,
+                                               const char* packed,
+                                               bool packed_is_stream,
+                                               std::vector<char>* scratch) {
+  const Segment& seg = plan_->segments[segment];
+  scratch->resize(seg.bytes);
+  if (packed_is_stream) {
+    REFIT_RETURN_IF_ERROR(engine_->ToHost(scratch->data(), packed, seg.bytes));
+    return HashBytes(scratch->data(), seg.bytes);
+  }
+  // Gather the segment back out of the destination buffer.
+  const Record& r = plan_->dst.records[seg.dst_record];
+  const int64_t es = DTypeSize(plan_->dst.tensors[r.tensor].dtype);
+  std::vector<CopyTask> tasks;
+  REFIT_RETURN_IF_ERROR(AppendRecordTasks(r, es, seg.box, 0, true, &tasks));
+  std::vector<ResolvedCopy> copies;
+  REFIT_ASSIGN_OR_RETURN(copies, ResolveTasks(tasks, buffers_, {}, nullptr,
+                                              scratch->data()));
+  if (engine_->kind() != MemoryKind::kHost) {
+    return absl::UnimplementedError("verify reads device buffers via host");
+  }
+  RunCopiesHost(copies);
+  return HashBytes(scratch->data(), seg.bytes);
+}
+
+absl::StatusOr<RunStats> Executor::Run(absl::Time deadline) {
+  REFIT_ASSIGN_OR_RETURN(RunStats stats, RunRounds(deadline));
+  if (transforms_.empty()) return stats;
+  const absl::Time start = absl::Now();
+  for (const TransformRun& r : transforms_) {
+    absl::Status s = engine_->ApplyTransform(0, r.transform, r.dtype,
+                                             buffers_[r.buffer] + r.offset,
+                                             r.elements);
+    if (!s.ok()) {
+      return AnnotateStatus(s, absl::StrCat("engine rank ", rank_, " buffer ",
+                                            plan_->dst.buffers[r.buffer].name));
+    }
+  }
+  REFIT_RETURN_IF_ERROR(engine_->Sync(0, deadline));
+  stats.seconds += absl::ToDoubleSeconds(absl::Now() - start);
+  return stats;
+}
+
+absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
+  const absl::Time start = absl::Now();
+  RunStats stats;
+  std::vector<int> in_flight(num_lanes_, -1);  // index into work_
+  hashes_.clear();
+  std::vector<char> scratch;
+  // Ordered engines (device copies on the lane's stream): unpack is
+  // enqueued right behind the round, and the host waits only before it
+  // reuses a lane (WaitRound) — no host round trip between pack and send or
+  // between receive and unpack.
+  const bool ordered = engine_->OrderedWithTransport();
+  auto finish = [&](int lane) -> absl::Status {
+    const int wi = in_flight[lane];
+    if (wi < 0) return absl::OkStatus();
+    in_flight[lane] = -1;
+    REFIT_RETURN_IF_ERROR(transport_->WaitRound(lane, deadline));
+    const RoundWork& w = work_[wi];
+    if (!ordered) REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
+    if (options_.verify) {
+      if (ordered) REFIT_RETURN_IF_ERROR(engine_->Sync(lane, deadline));
+      for (const MsgWork& m : w.recvs) {
+        const Message& msg = plan_->messages[m.message];
+        std::vector<uint64_t>& h = hashes_[m.message];
+        for (int32_t s = 0; s < msg.num_segments; ++s) {
+          REFIT_ASSIGN_OR_RETURN(
+              uint64_t x,
+              HashSegment(msg.first_segment + s, nullptr, false, &scratch));
+          h.push_back(x);
+        }
+      }
+    }
+    return absl::OkStatus();
+  };
+  // Queued: an ordered engine on a transport that queues rounds per lane
+  // (NCCL on CUDA streams) gets every round enqueued at once — pack, round,
+  // unpack, in plan order, each lane's stream ordering them (the next
+  // round's pack on a lane reuses its staging only after the previous
+  // round's unpack). The host then only waits for the lanes to drain,
+  // polling for errors against the deadline. Verify keeps the per-round
+  // path (it hashes on the host).
+  const bool queued = ordered && !options_.verify &&
+                      transport_->max_rounds_per_lane() >=
+                          static_cast<int32_t>(work_.size());
+  if (queued) {
+    std::vector<int> posted(num_lanes_, 0);
+    for (const RoundWork& w : work_) {
+      REFIT_RETURN_IF_ERROR(Pack(w));
+      std::vector<SendOp> sends;
+      std::vector<RecvOp> recvs;
+      for (const MsgWork& m : w.sends) {
+        sends.push_back(SendOp{m.peer, MessagePtr(w, m), m.bytes});
+        stats.bytes_sent += m.bytes;
+      }
+      for (const MsgWork& m : w.recvs) {
+        recvs.push_back(RecvOp{m.peer, MessagePtr(w, m), m.bytes});
+        stats.bytes_received += m.bytes;
+      }
+      REFIT_RETURN_IF_ERROR(transport_->StartRound(w.lane, sends, recvs, deadline));
+      REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
+      ++posted[w.lane];
+      ++stats.rounds;
+    }
+    for (int l = 0; l < num_lanes_; ++l) {
+      for (; posted[l] > 0; --posted[l]) {
+        REFIT_RETURN_IF_ERROR(transport_->WaitRound(l, deadline));
+      }
+      REFIT_RETURN_IF_ERROR(engine_->Sync(l, deadline));
+    }
+    stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    for (int64_t s : staging_) stats.peak_staging_bytes += s;
+    return stats;
+  }
+  for (size_t wi = 0; wi < work_.size(); ++wi) {
+    const RoundWork& w = work_[wi];
+    REFIT_RETURN_IF_ERROR(finish(w.lane));
+    REFIT_RETURN_IF_ERROR(Pack(w));
+    // Verify hashes the packed bytes on the host: they must be complete.
+    if (!ordered || options_.verify) {
+      REFIT_RETURN_IF_ERROR(engine_->Sync(w.lane, deadline));
+    }
+    std::vector<SendOp> sends;
+    std::vector<RecvOp> recvs;
+    for (const MsgWork& m : w.sends) {
+      const char* p = MessagePtr(w, m);
+      sends.push_back(SendOp{m.peer, p, m.bytes});
+      stats.bytes_sent += m.bytes;
+      if (options_.verify) {
+        const Message& msg = plan_->messages[m.message];
+        std::vector<uint64_t>& h = hashes_[m.message];
+        int64_t off = 0;
+        for (int32_t s = 0; s < msg.num_segments; ++s) {
+          REFIT_ASSIGN_OR_RETURN(
+              uint64_t x,
+              HashSegment(msg.first_segment + s, p + off, true, &scratch));
+          h.push_back(x);
+          off += plan_->segments[msg.first_segment + s].bytes;
+        }
+      }
+    }
+    for (const MsgWork& m : w.recvs) {
+      char* p = MessagePtr(w, m);
+      recvs.push_back(RecvOp{m.peer, p, m.bytes});
+      stats.bytes_received += m.bytes;
+    }
+    REFIT_RETURN_IF_ERROR(transport_->StartRound(w.lane, sends, recvs, deadline));
+    if (ordered) REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
+    in_flight[w.lane] = static_cast<int>(wi);
+    ++stats.rounds;
+  }
+  // Drain in posting order.
+  std::vector<std::pair<int, int>> order;
+  for (int l = 0; l < num_lanes_; ++l) {
+    if (in_flight[l] >= 0) order.emplace_back(in_flight[l], l);
+  }
+  std::sort(order.begin(), order.end());
+  for (const auto& [wi, lane] : order) REFIT_RETURN_IF_ERROR(finish(lane));
+  if (ordered) {
+    for (int l = 0; l < num_lanes_; ++l) {
+      REFIT_RETURN_IF_ERROR(engine_->Sync(l, deadline));
+    }
+  }
+  if (options_.verify) REFIT_RETURN_IF_ERROR(Verify(deadline));
+  stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  for (int64_t s : staging_) stats.peak_staging_bytes += s;
+  return stats;
+}
+
+absl::Status Executor::Verify(absl::Time deadline) {
+  // One group on lane 0: per peer, the hashes of all messages between us in
+  // plan order (sender -> receiver).
+  const bool src = side_ == PlanSide::kSource;
+  std::map<int32_t, std::vector<int32_t>> by_peer;  // peer -> messages
+  for (const auto& [mi, h] : hashes_) {
+    const Message& m = plan_->messages[mi];
+    const int32_t peer = src ? GlobalRank(*plan_, PlanSide::kDestination,
+                                          m.dst_rank)
+                             : GlobalRank(*plan_, PlanSide::kSource,
+                                          m.src_rank);
+    by_peer[peer].push_back(mi);
+  }
+  std::map<int32_t, std::vector<uint64_t>> mine, theirs;
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  for (const auto& [peer, msgs] : by_peer) {
+    std::vector<uint64_t>& v = mine[peer];
+    for (int32_t mi : msgs) {
+      v.insert(v.end(), hashes_[mi].begin(), hashes_[mi].end());
+    }
+    if (src) {
+      sends.push_back(SendOp{peer, v.data(),
+                             static_cast<int64_t>(v.size() * 8)});
+    } else {
+      std::vector<uint64_t>& t = theirs[peer];
+      t.resize(v.size());
+      recvs.push_back(
+          RecvOp{peer, t.data(), static_cast<int64_t>(t.size() * 8)});
+    }
+  }
+  if (engine_->kind() != MemoryKind::kHost) {
+    return absl::UnimplementedError(
+        "verify mode exchanges host hashes; not supported on device lanes");
+  }
+  REFIT_RETURN_IF_ERROR(transport_->StartRound(0, sends, recvs, deadline));
+  REFIT_RETURN_IF_ERROR(transport_->WaitRound(0, deadline));
+  if (src) return absl::OkStatus();
+  for (const auto& [peer, msgs] : by_peer) {
+    const std::vector<uint64_t>& a = theirs[peer];
+    const std::vector<uint64_t>& b = mine[peer];
+    size_t k = 0;
+    for (int32_t mi : msgs) {
+      const Message& m = plan_->messages[mi];
+      for (int32_t s = 0; s < m.num_segments; ++s, ++k) {
+        if (a[k] == b[k]) continue;
+        const Segment& seg = plan_->segments[m.first_segment + s];
+        const Record& r = plan_->dst.records[seg.dst_record];
+        return absl::DataLossError(absl::StrCat(
+            "verify: tensor ", plan_->dst.tensors[r.tensor].name, " part ",
+            seg.box.ToString(), " in buffer ", plan_->dst.buffers[r.buffer].name,
+            ": trainer rank ", m.src_rank, " sent checksum ", a[k],
+            " but engine rank ", m.dst_rank, " wrote checksum ", b[k]));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace refit

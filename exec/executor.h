@@ -1,0 +1,175 @@
+// Executor: runs one rank's part of a Plan against the buffers that rank
+// registered, over a Transport.
+//
+// Created once per plan: it compiles every message of the rank into copy
+// tasks (copy_program.h), assigns rounds to lanes (round.lane modulo the
+// lane count) and allocates staging once per lane (the rank's peak over the
+// lane's rounds; the total never exceeds the plan's staging budget). Each
+// Run() executes all of the rank's rounds in plan order: round r+1 is packed
+// while round r is in flight on another lane (at most one round per lane in
+// flight); messages that are one contiguous buffer range go straight from /
+// into the buffer (zero copy); received bytes are unpacked into the
+// destination buffers in place — the executor never allocates or moves a
+// registered buffer.
+#ifndef REFIT_EXEC_EXECUTOR_H_
+#define REFIT_EXEC_EXECUTOR_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "exec/copy_program.h"
+#include "exec/transform.h"
+#include "exec/transport.h"
+#include "plan/plan.h"
+
+namespace refit {
+
+// Which side of the plan a rank is on.
+enum class PlanSide { kSource, kDestination };
+
+// Staging memory and copies of one memory kind. The executor owns a host
+// engine by default; GPU callers pass a device engine (its copies are
+// ordered before the lane's next transport operation, e.g. on the lane's
+// stream).
+class CopyEngine {
+ public:
+  virtual ~CopyEngine() = default;
+  virtual MemoryKind kind() const = 0;
+  // Returns `bytes` of staging; RESOURCE_EXHAUSTED if it cannot.
+  virtual absl::StatusOr<char*> Allocate(int64_t bytes) = 0;
+  virtual void Free(char* p) = 0;
+  // Runs copies for `lane`.
+  virtual absl::Status Copy(int32_t lane,
+                            absl::Span<const ResolvedCopy> copies) = 0;
+  // Waits until every copy issued on `lane` is complete (DEADLINE_EXCEEDED
+  // after `deadline`).
+  virtual absl::Status Sync(int32_t lane, absl::Time deadline) = 0;
+  // Copies `bytes` of (possibly device) memory at src to host memory dst.
+  virtual absl::Status ToHost(void* dst, const char* src, int64_t bytes) = 0;
+  // True when the copies of a lane are ordered with the transport's
+  // operations of that lane (same CUDA stream): the executor then enqueues
+  // pack -> round -> unpack without waiting on the host, and waits only
+  // before reusing a lane and at the end of Run().
+  virtual bool OrderedWithTransport() const { return false; }
+  // Applies an element-wise transform in place to `elements` elements of
+  // `dtype` at p (this engine's memory kind), ordered after the copies of
+  // `lane`. The default: FAILED_PRECONDITION (the engine cannot).
+  virtual absl::Status ApplyTransform(int32_t lane, Transform t, DType dtype,
+                                      char* p, int64_t elements);
+};
+
+// memcpy on the calling thread.
+std::unique_ptr<CopyEngine> MakeHostCopyEngine();
+
+struct ExecutorOptions {
+  // Lanes used (<= transport->num_lanes()); 0 = the transport's.
+  int32_t num_lanes = 0;
+  // Verify mode: per segment, the sender hashes what it sends and the
+  // receiver hashes what it wrote into its buffer; the hashes are exchanged
+  // through the transport after the last round and compared.
+  bool verify = false;
+  // Device copies (staging in device memory); nullptr = host memcpy.
+  CopyEngine* copy_engine = nullptr;
+};
+
+struct RunStats {
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  int64_t rounds = 0;
+  double seconds = 0;
+  int64_t peak_staging_bytes = 0;  // allocated staging, all lanes
+};
+
+class Executor {
+ public:
+  // `buffers[b]` is the address of the side's buffer b (SideLayout::buffers
+  // index); only this rank's buffers are read (others may be null). The
+  // transport's global rank must be `rank` (source) or
+  // plan.src.world_size + `rank` (destination); it must outlive the
+  // executor. Fails with INVALID_ARGUMENT if a needed buffer is missing or
+  // the plan is inconsistent (naming the tensor), FAILED_PRECONDITION if
+  // the transport does not match (rank, memory kind, lanes),
+  // RESOURCE_EXHAUSTED if the rank's staging would exceed the plan's
+  // budget.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(
+      const Plan& plan, PlanSide side, int32_t rank,
+      std::vector<char*> buffers, Transport* transport,
+      ExecutorOptions options = {});
+
+  ~Executor();
+
+  // Runs every round of the rank once. Fails with the transport's error
+  // (DEADLINE_EXCEEDED / ABORTED / UNAVAILABLE naming the peer) — never
+  // later than `deadline` plus the transport's teardown margin — or
+  // DATA_LOSS naming the tensor and both ranks when verify finds a
+  // mismatch. After a failure the executor must not be run again.
+  // On the destination, tensors with a transform (TensorSpec::transform)
+  // are transformed in place after the last round (and after verify).
+  absl::StatusOr<RunStats> Run(absl::Time deadline);
+
+  // Staging bytes allocated per lane.
+  const std::vector<int64_t>& staging_per_lane() const { return staging_; }
+
+ private:
+  struct MsgWork {
+    int32_t message = 0;  // index into plan.messages
+    int32_t peer = 0;     // global rank
+    int64_t bytes = 0;
+    bool direct = false;        // zero copy
+    char* direct_ptr = nullptr;  // when direct
+    int64_t staging_offset = 0;  // otherwise
+    std::vector<CopyTask> tasks;  // pack (send) or unpack (recv)
+  };
+  struct RoundWork {
+    int32_t round = 0;
+    int32_t lane = 0;
+    std::vector<MsgWork> sends;
+    std::vector<MsgWork> recvs;
+  };
+  Executor() = default;
+  absl::StatusOr<RunStats> RunRounds(absl::Time deadline);
+  // Where message m of round w is sent from / received into: the buffer
+  // (zero copy) or the lane's staging.
+  char* MessagePtr(const RoundWork& w, const MsgWork& m) const {
+    return m.direct ? m.direct_ptr : staging_ptr_[w.lane] + m.staging_offset;
+  }
+  absl::Status Pack(const RoundWork& w);
+  absl::Status Unpack(const RoundWork& w, absl::Time deadline);
+  absl::Status Verify(absl::Time deadline);
+  absl::StatusOr<uint64_t> HashSegment(int32_t segment, const char* packed,
+                                       bool packed_is_stream,
+                                       std::vector<char>* scratch);
+
+  const Plan* plan_ = nullptr;
+  PlanSide side_ = PlanSide::kSource;
+  int32_t rank_ = 0;
+  int32_t global_rank_ = 0;
+  std::vector<char*> buffers_;
+  Transport* transport_ = nullptr;
+  ExecutorOptions options_;
+  std::unique_ptr<CopyEngine> owned_engine_;
+  CopyEngine* engine_ = nullptr;
+  int32_t num_lanes_ = 1;
+  std::vector<RoundWork> work_;
+  // Destination: the rank's elements to transform after each Run.
+  std::vector<TransformRun> transforms_;
+  std::vector<int64_t> staging_;
+  std::vector<char*> staging_ptr_;
+  // Verify: per message this rank takes part in, hashes of its segments.
+  std::map<int32_t, std::vector<uint64_t>> hashes_;
+};
+
+// Global transport rank of a side-local rank: t or src_world + e.
+inline int32_t GlobalRank(const Plan& plan, PlanSide side, int32_t rank) {
+  return side == PlanSide::kSource ? rank : plan.src.world_size + rank;
+}
+
+}  // namespace refit
+
+#endif  // REFIT_EXEC_EXECUTOR_H_

@@ -1,0 +1,314 @@
+// In-process executor tests: every rank is a thread over InProcTransport.
+#include "exec/executor.h"
+
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "exec/inproc_transport.h"
+#include "gtest/gtest.h"
+#include "layout/mesh.h"
+#include "layout/sharding.h"
+#include "plan/planner.h"
+#include "testing/reference_copy.h"
+#include "testing/test_patterns.h"
+
+namespace refit {
+namespace {
+
+using testing::AllocateRankBuffers;
+using testing::CheckRecords;
+using testing::FillRecords;
+using testing::MakePatternPlan;
+using testing::Pointers;
+
+constexpr char kFill = static_cast<char>(0xEE);
+
+// A transport that flips one byte of the first message received on lane 0.
+class CorruptingTransport : public Transport {
+ public:
+  explicit CorruptingTransport(std::unique_ptr<Transport> t)
+      : t_(std::move(t)) {}
+  int32_t rank() const override { return t_->rank(); }
+  int32_t world_size() const override { return t_->world_size(); }
+  int32_t num_lanes() const override { return t_->num_lanes(); }
+  MemoryKind memory_kind() const override { return t_->memory_kind(); }
+  absl::Status StartRound(int32_t lane, absl::Span<const SendOp> s,
+                          absl::Span<const RecvOp> r, absl::Time deadline) override {
+    if (!done_ && lane == 0 && !r.empty() && r[0].bytes > 0) target_ = r[0];
+    return t_->StartRound(lane, s, r, deadline);
+  }
+  absl::Status WaitRound(int32_t lane, absl::Time deadline) override {
+    absl::Status s = t_->WaitRound(lane, deadline);
+    if (s.ok() && lane == 0 && target_.ptr != nullptr && !done_) {
+      static_cast<char*>(target_.ptr)[0] ^= 0x5A;
+      done_ = true;
+    }
+    return s;
+  }
+
+ private:
+  std::unique_ptr<Transport> t_;
+  RecvOp target_;
+  bool done_ = false;
+};
+
+struct RankResult {
+  absl::Status status;
+  std::string check;
+  RunStats stats;
+};
+
+// Runs `steps` steps of `plan` with one thread per global rank. Ranks in
+// `absent` never run; rank `corrupt` (global) gets a corrupting transport.
+std::vector<RankResult> RunAll(const Plan& plan, int lanes, int steps,
+                               bool verify, std::set<int> absent = {},
+                               int corrupt = -1,
+                               absl::Duration timeout = absl::Seconds(20)) {
+  const int ws = plan.src.world_size, wd = plan.dst.world_size;
+  auto fabric = InProcFabric::Create(ws + wd, lanes).value();
+  std::vector<RankResult> results(ws + wd);
+  std::vector<std::thread> threads;
+  for (int g = 0; g < ws + wd; ++g) {
+    if (absent.count(g)) continue;
+    threads.emplace_back([&, g] {
+      RankResult& res = results[g];
+      const PlanSide side = g < ws ? PlanSide::kSource : PlanSide::kDestination;
+      const int rank = g < ws ? g : g - ws;
+      const SideLayout& layout = g < ws ? plan.src : plan.dst;
+      std::unique_ptr<Transport> t = InProcTransport::Create(fabric, g).value();
+      if (g == corrupt) t = std::make_unique<CorruptingTransport>(std::move(t));
+      auto bufs = AllocateRankBuffers(layout, rank, kFill);
+      std::vector<char*> before = Pointers(bufs);
+      ExecutorOptions opt;
+      opt.verify = verify;
+      auto ex = Executor::Create(plan, side, rank, before, t.get(), opt);
+      if (!ex.ok()) {
+        res.status = ex.status();
+        return;
+      }
+      for (int step = 1; step <= steps; ++step) {
+        if (side == PlanSide::kSource) FillRecords(layout, rank, step, &bufs);
+        auto st = (*ex)->Run(absl::Now() + timeout);
+        if (!st.ok()) {
+          res.status = st.status();
+          fabric->Kill(g);
+          return;
+        }
+        res.stats = *st;
+        if (side == PlanSide::kDestination) {
+          std::string c = CheckRecords(layout, rank, step, kFill, bufs);
+          if (!c.empty()) {
+            res.check = absl::StrCat("step ", step, ": ", c);
+            return;
+          }
+        }
+      }
+      if (Pointers(bufs) != before) res.check = "buffer pointers changed";
+    });
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+class PatternTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PatternTest, BytesEqualAfterTwoStepsOnEveryRank) {
+  for (int lanes : {1, 2}) {
+    auto plan = MakePatternPlan(GetParam(), lanes, 2);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    auto res = RunAll(*plan, lanes, 2, /*verify=*/true);
+    int64_t sent = 0, received = 0;
+    for (size_t g = 0; g < res.size(); ++g) {
+      EXPECT_TRUE(res[g].status.ok()) << "rank " << g << ": " << res[g].status;
+      EXPECT_EQ(res[g].check, "") << "global rank " << g;
+      sent += res[g].stats.bytes_sent;
+      received += res[g].stats.bytes_received;
+    }
+    int64_t total = 0;
+    for (const Message& m : plan->messages) total += m.bytes;
+    EXPECT_EQ(sent, total);
+    EXPECT_EQ(received, total);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Patterns, PatternTest,
+                         ::testing::ValuesIn(testing::PatternNames()));
+
+TEST(ExecutorTest, PpStagesGoToSeparateLanes) {
+  auto plan = MakePatternPlan("pp", 2, 1);
+  ASSERT_TRUE(plan.ok());
+  std::set<int> lanes_of_stage[2];
+  for (const Round& r : plan->rounds) lanes_of_stage[r.stage].insert(r.lane);
+  EXPECT_EQ(lanes_of_stage[0], std::set<int>{0});
+  EXPECT_EQ(lanes_of_stage[1], std::set<int>{1});
+  for (const auto& r : RunAll(*plan, 2, 1, false)) {
+    EXPECT_TRUE(r.status.ok()) << r.status;
+    EXPECT_EQ(r.check, "");
+  }
+}
+
+TEST(ExecutorTest, MissingPeerFailsWithinDeadlineNamingIt) {
+  auto plan = MakePatternPlan("2to2", 2, 2);
+  ASSERT_TRUE(plan.ok());
+  const absl::Time start = absl::Now();
+  // Engine rank 1 (global 3) never shows up.
+  auto res = RunAll(*plan, 2, 1, false, {3}, -1, absl::Milliseconds(500));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_LT(took, absl::Seconds(3));
+  bool named = false;
+  for (int g : {0, 1}) {
+    EXPECT_FALSE(res[g].status.ok()) << "rank " << g;
+    if (res[g].status.message().find("3") != std::string::npos) named = true;
+  }
+  EXPECT_TRUE(named);
+}
+
+TEST(ExecutorTest, KilledPeerAbortsOthers) {
+  auto plan = MakePatternPlan("1to3", 1, 1);
+  ASSERT_TRUE(plan.ok());
+  auto fabric = InProcFabric::Create(4, 1).value();
+  fabric->Kill(0);  // the only trainer rank is dead
+  auto t = InProcTransport::Create(fabric, 2).value();
+  auto bufs = AllocateRankBuffers(plan->dst, 1, kFill);
+  auto ex = Executor::Create(*plan, PlanSide::kDestination, 1, Pointers(bufs),
+                             t.get());
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  auto st = (*ex)->Run(absl::Now() + absl::Seconds(10));
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(st.status().message().find("peer rank 0"), std::string::npos)
+      << st.status();
+}
+
+TEST(ExecutorTest, VerifyDetectsCorruptionAndNamesTensor) {
+  auto plan = MakePatternPlan("2to2", 1, 1);
+  ASSERT_TRUE(plan.ok());
+  // Global rank 2 = engine rank 0.
+  auto res = RunAll(*plan, 1, 1, true, {}, 2);
+  ASSERT_FALSE(res[2].status.ok());
+  EXPECT_EQ(res[2].status.code(), absl::StatusCode::kDataLoss)
+      << res[2].status;
+  EXPECT_NE(res[2].status.message().find("tensor layers.0"), std::string::npos)
+      << res[2].status;
+  EXPECT_NE(res[2].status.message().find("engine rank 0"), std::string::npos);
+}
+
+TEST(ExecutorTest, StagingAboveBudgetIsRefused) {
+  auto plan = MakePatternPlan("qkv", 1, 1);
+  ASSERT_TRUE(plan.ok());
+  plan->options.staging_budget_bytes = 64;
+  auto fabric = InProcFabric::Create(4, 1).value();
+  auto t = InProcTransport::Create(fabric, 0).value();
+  auto bufs = AllocateRankBuffers(plan->src, 0, kFill);
+  auto ex = Executor::Create(*plan, PlanSide::kSource, 0, Pointers(bufs),
+                             t.get());
+  ASSERT_FALSE(ex.ok());
+  EXPECT_EQ(ex.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(ExecutorTest, StagingWithinBudgetAndZeroCopyForContiguous) {
+  // 1to3 with one tensor per round: row shards of row-major tensors are
+  // contiguous on both sides.
+  auto plan = MakePatternPlan("1to3", 2, 3);
+  ASSERT_TRUE(plan.ok());
+  for (const Message& m : plan->messages) {
+    EXPECT_TRUE(m.src_contiguous && m.dst_contiguous);
+  }
+  auto res = RunAll(*plan, 2, 1, false);
+  for (const auto& r : res) {
+    EXPECT_TRUE(r.status.ok()) << r.status;
+    EXPECT_EQ(r.stats.peak_staging_bytes, 0);
+  }
+  // qkv needs staging (interleaved source), within the budget.
+  auto qkv = MakePatternPlan("qkv", 2, 1);
+  ASSERT_TRUE(qkv.ok());
+  for (const auto& r : RunAll(*qkv, 2, 1, false)) {
+    EXPECT_TRUE(r.status.ok()) << r.status;
+    EXPECT_LE(r.stats.peak_staging_bytes, qkv->options.staging_budget_bytes);
+  }
+  EXPECT_GT(RunAll(*qkv, 2, 1, false)[0].stats.peak_staging_bytes, 0);
+}
+
+}  // namespace
+}  // namespace refit
+
+namespace refit {
+namespace {
+
+// NemotronH's A: the engine declares A_log with neg_exp. After every step
+// each engine rank holds -exp of that step's trainer values (applied once,
+// on the fresh bytes) and the neighbour D byte for byte; verify still
+// passes (it hashes the bytes before the transform).
+TEST(ExecutorTest, DestinationTransformAppliedAfterEveryRun) {
+  SideLayout src, dst;
+  src.world_size = 1;
+  dst.world_size = 2;
+  for (const char* name : {"layers.0.mixer.A_log", "layers.0.mixer.D"}) {
+    TensorSpec t{name, {8}, DType::kF32};
+    ASSERT_TRUE(AddTensor(src, t).ok());
+    if (absl::EndsWith(name, "A_log")) t.transform = Transform::kNegExp;
+    ASSERT_TRUE(AddTensor(dst, t).ok());
+  }
+  for (int32_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(AddDenseShards(src, i, *Mesh::Make({"dp"}, {1}),
+                               {Placement::Replicate()}).ok());
+    ASSERT_TRUE(AddDenseShards(dst, i, *Mesh::Make({"tp"}, {2}),
+                               {Placement::Shard(0)}).ok());
+  }
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->dst.tensors[0].transform, Transform::kNegExp);
+  // One thread per rank; values from reference_copy's pattern (seed =
+  // step), whose CheckPattern expects the transformed value for A_log.
+  const int ws = plan->src.world_size, wd = plan->dst.world_size;
+  auto fabric = InProcFabric::Create(ws + wd, 1).value();
+  std::vector<absl::Status> status(ws + wd);
+  std::vector<std::string> checks(ws + wd);
+  std::vector<std::thread> threads;
+  for (int g = 0; g < ws + wd; ++g) {
+    threads.emplace_back([&, g] {
+      const bool is_src = g < ws;
+      const int rank = is_src ? g : g - ws;
+      const SideLayout& layout = is_src ? plan->src : plan->dst;
+      auto t = InProcTransport::Create(fabric, g).value();
+      auto bufs = AllocateRankBuffers(layout, rank, kFill);
+      HostBuffers host;
+      for (char* p : Pointers(bufs)) host.push_back(reinterpret_cast<uint8_t*>(p));
+      ExecutorOptions opt;
+      opt.verify = true;
+      auto ex = Executor::Create(*plan, is_src ? PlanSide::kSource
+                                               : PlanSide::kDestination,
+                                 rank, Pointers(bufs), t.get(), opt);
+      if (!ex.ok()) {
+        status[g] = ex.status();
+        fabric->Kill(g);
+        return;
+      }
+      for (uint64_t step = 1; step <= 2; ++step) {
+        PatternOptions po{rank, step};
+        if (is_src) FillPattern(layout, host, po);
+        auto st = (*ex)->Run(absl::Now() + absl::Seconds(20));
+        if (!st.ok()) {
+          status[g] = st.status();
+          fabric->Kill(g);
+          return;
+        }
+        if (!is_src) {
+          absl::Status c = CheckPattern(layout, host, po);
+          if (!c.ok() && checks[g].empty()) {
+            checks[g] = absl::StrCat("step ", step, ": ", c.message());
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int g = 0; g < ws + wd; ++g) {
+    EXPECT_TRUE(status[g].ok()) << "rank " << g << ": " << status[g];
+    EXPECT_EQ(checks[g], "") << "rank " << g;
+  }
+}
+
+}  // namespace
+}  // namespace refit

@@ -1,0 +1,69 @@
+// TensorSpec: a logical tensor, named by its HF checkpoint name
+// (e.g. "model.layers.3.mlp.experts.17.gate_proj.weight"), with its global
+// shape and dtype. Quantization scales are logical tensors of their own.
+#ifndef REFIT_LAYOUT_TENSOR_SPEC_H_
+#define REFIT_LAYOUT_TENSOR_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "layout/box.h"
+#include "layout/dtype.h"
+
+namespace refit {
+
+// An element-wise function the destination applies to a tensor after its
+// bytes land, in place. vLLM keeps NemotronH's Mamba `A = -exp(A_log)`
+// where trainers and checkpoints hold `A_log`: the engine side declares
+// the logical tensor A_log with transform kNegExp over its own buffer.
+enum class Transform : int32_t {
+  kNone = 0,
+  kNegExp = 1,  // x -> -exp(x); float dtypes only (fp32, bf16, fp16)
+};
+
+// "none", "neg_exp".
+const char* TransformName(Transform t);
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype = DType::kBF16;
+  // A stacked tensor is many checkpoint tensors of one shape planned as one:
+  // index i of dim 0 is the HF tensor whose name is `name` with its "{}"
+  // replaced by i. E.g. "model.layers.3.mlp.experts.{}.gate_proj.weight" of
+  // shape [256, 2048, 7168] stands for 256 expert tensors [2048, 7168].
+  // Experts are planned this way so that a 256-expert model costs records
+  // per rank, not per expert.
+  bool stacked = false;
+  // Destination side only (the planner rejects it on the source side); the
+  // planner matches tensors by name, shape, dtype and `stacked`, ignoring it.
+  Transform transform = Transform::kNone;
+
+  friend bool operator==(const TensorSpec& a, const TensorSpec& b) {
+    return a.name == b.name && a.shape == b.shape && a.dtype == b.dtype &&
+           a.stacked == b.stacked && a.transform == b.transform;
+  }
+};
+
+// The HF name of index `i` of a stacked tensor (name with "{}" replaced by
+// i); the name itself for an unstacked one.
+std::string MemberName(const TensorSpec& t, int64_t i);
+
+// A readable name for the part `box` of t, for error messages:
+// "w [0:4, 8:16]", or for a stacked tensor
+// "model.layers.3.mlp.experts.{16..31}.up_proj.weight [0:2048, 0:7168]".
+std::string DescribePart(const TensorSpec& t, const Box& box);
+
+// OK if the name is non-empty, every dim >= 0, the byte size fits int64 and
+// the transform is known and fits the dtype; else INVALID_ARGUMENT naming
+// the tensor.
+absl::Status ValidateTensorSpec(const TensorSpec& t);
+
+// "name bf16[4096, 1024]"
+std::string TensorSpecString(const TensorSpec& t);
+
+}  // namespace refit
+
+#endif  // REFIT_LAYOUT_TENSOR_SPEC_H_

@@ -1,0 +1,126 @@
+// Plan: the static, validated transfer plan between two SideLayouts.
+//
+// Built once per membership by BuildPlan (planner.h), a pure function. It
+// lists every copy (Segment: a box of a tensor from one source record to one
+// destination record), groups the segments between one (source rank,
+// destination rank) pair into Messages, and orders Messages into Rounds.
+//
+// Executing a round on a rank means: pack each outgoing message's segments
+// (in order, each box in row-major order) into staging unless the message
+// is src_contiguous (then send straight from the buffer), post every send
+// and receive of the round in one group, and unpack each incoming message
+// (unless dst_contiguous: then it was received in place).
+//
+// Deadlock freedom: every rank executes the rounds it takes part in, in the
+// global round order, each round as one group of sends and receives, on the
+// round's lane (one communicator + stream per lane). Since all ranks see
+// the same order per lane, every group's peers post matching groups.
+//
+// Ranks are side-local in the plan: trainer rank t and engine rank e. A
+// transport joining both sides numbers them t and src_world + e.
+#ifndef REFIT_PLAN_PLAN_H_
+#define REFIT_PLAN_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "layout/box.h"
+#include "layout/layout.h"
+
+namespace refit {
+
+struct Segment {
+  int32_t src_record = 0;  // index into Plan::src.records
+  int32_t dst_record = 0;  // index into Plan::dst.records
+  Box box;                 // global coordinates of the tensor
+  int64_t bytes = 0;       // elements * element size
+};
+
+struct Message {
+  int32_t src_rank = 0;
+  int32_t dst_rank = 0;
+  int32_t round = 0;
+  // Segments, in pack order: Plan::segments[first_segment, +num_segments).
+  int32_t first_segment = 0;
+  int32_t num_segments = 0;
+  int64_t bytes = 0;
+  // If set, the packed bytes are exactly this range of that buffer, so the
+  // side sends from / receives into the buffer directly (no staging).
+  bool src_contiguous = false;
+  int32_t src_buffer = -1;  // index into Plan::src.buffers when contiguous
+  int64_t src_offset = 0;
+  bool dst_contiguous = false;
+  int32_t dst_buffer = -1;
+  int64_t dst_offset = 0;
+};
+
+struct Round {
+  int32_t lane = 0;   // 0..num_lanes-1
+  int32_t stage = 0;  // source pipeline stage whose bytes this round moves
+  // Messages[first_message, +num_messages), sorted by (src_rank, dst_rank);
+  // one pair's messages in a round keep their order (the i-th send of a
+  // pair matches the i-th receive).
+  int32_t first_message = 0;
+  int32_t num_messages = 0;
+};
+
+struct PlannerOptions {
+  // Staging bytes one rank may use per lane (pack + unpack staging of one
+  // round together). Total staging per rank <= staging_budget_bytes.
+  int64_t staging_budget_bytes = 512LL << 20;
+  int32_t num_lanes = 2;
+  // Prefer a source on the destination's host when hosts are known.
+  bool prefer_same_host = true;
+  // A single message carries at most this many bytes (splitting bigger
+  // transfers lets lanes pipeline); 0 = the per-lane staging budget.
+  int64_t max_message_bytes = 0;
+  // A segment of at least this many bytes that is one contiguous range of
+  // its buffer on either side travels as a message of its own, so that
+  // side sends from / receives into the buffer with no staging copy; only
+  // smaller or doubly strided segments are coalesced. 0: never (every
+  // pair's segments are coalesced greedily).
+  int64_t direct_min_bytes = 8LL << 20;
+  // Bytes (staged or not) one rank sends plus receives in one round at
+  // most; a message larger than this gets a round to itself. Keeps rounds,
+  // and with them lane pipelining, even when most messages need no
+  // staging. 0 = the per-lane staging budget.
+  int64_t max_round_bytes = 0;
+};
+
+struct PlanStats {
+  int64_t total_bytes = 0;
+  int64_t num_segments = 0;
+  int64_t num_messages = 0;
+  int64_t num_rounds = 0;
+  std::vector<int64_t> bytes_sent;      // per src rank
+  std::vector<int64_t> bytes_received;  // per dst rank
+  std::vector<int64_t> staging_src;     // peak staging per src rank (all lanes)
+  std::vector<int64_t> staging_dst;     // peak staging per dst rank (all lanes)
+  // Wall seconds BuildPlan spent per phase, in order ("validate", ...);
+  // empty for a plan read from the wire. Not part of the fingerprint.
+  std::vector<std::pair<std::string, double>> phase_seconds;
+};
+
+struct Plan {
+  SideLayout src;  // as given (validated)
+  SideLayout dst;
+  // dst tensor index -> src tensor index (same name).
+  std::vector<int32_t> dst_to_src_tensor;
+  // Every segment belongs to exactly one message, whose segments are
+  // contiguous here. BuildPlan orders them by (pair, message); a slice
+  // (ExtractSlice) by message.
+  std::vector<Segment> segments;
+  std::vector<Message> messages;  // by (round, src rank, dst rank, seq)
+  std::vector<Round> rounds;
+  PlannerOptions options;
+  PlanStats stats;
+  // Hex digest of the canonical serialization: equal inputs give equal
+  // fingerprints.
+  std::string fingerprint;
+};
+
+}  // namespace refit
+
+#endif  // REFIT_PLAN_PLAN_H_

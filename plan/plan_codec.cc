@@ -1,0 +1,452 @@
+// Plan codec and slices (see plan_codec.h).
+#include "plan/plan_codec.h"
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "plan/planner.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "layout/dtype.h"
+
+namespace refit {
+namespace {
+
+void SideToProto(const SideLayout& s, refit::v1::SideLayoutProto* p) {
+  p->set_world_size(s.world_size);
+  for (const TensorSpec& t : s.tensors) {
+    auto* tp = p->add_tensors();
+    tp->set_name(t.name);
+    for (int64_t x : t.shape) tp->add_shape(x);
+    tp->set_dtype(static_cast<int32_t>(t.dtype));
+    tp->set_stacked(t.stacked);
+    tp->set_transform(static_cast<int32_t>(t.transform));
+  }
+  for (const BufferSpec& b : s.buffers) {
+    auto* bp = p->add_buffers();
+    bp->set_rank(b.rank);
+    bp->set_name(b.name);
+    bp->set_byte_size(b.byte_size);
+    for (const ByteRange& r : b.padding) {
+      auto* rp = bp->add_padding();
+      rp->set_begin(r.begin);
+      rp->set_size(r.size);
+    }
+  }
+  for (const Record& r : s.records) {
+    auto* rp = p->add_records();
+    rp->set_tensor(r.tensor);
+    rp->set_rank(r.rank);
+    rp->set_buffer(r.buffer);
+    for (int d = 0; d < r.box.rank(); ++d) {
+      rp->add_origin(r.box.origin(d));
+      rp->add_shape(r.box.shape(d));
+    }
+    rp->set_byte_offset(r.byte_offset);
+    rp->set_buffer_step(r.buffer_step);
+    for (const DimMap& m : r.dims) {
+      auto* mp = rp->add_dims();
+      for (const DimSplit& sp : m.splits) {
+        mp->add_sizes(sp.size);
+        mp->add_strides(sp.stride);
+      }
+    }
+  }
+  for (int32_t h : s.host_of_rank) p->add_host_of_rank(h);
+  for (int32_t h : s.stage_of_rank) p->add_stage_of_rank(h);
+}
+
+absl::StatusOr<Box> BoxOf(const google::protobuf::RepeatedField<int64_t>& o,
+                          const google::protobuf::RepeatedField<int64_t>& s) {
+  std::vector<int64_t> ov(o.begin(), o.end()), sv(s.begin(), s.end());
+  return Box::Make(ov, sv);
+}
+
+absl::Status SideFromProto(const refit::v1::SideLayoutProto& p,
+                           const char* side, SideLayout* s) {
+  auto bad = [&](const std::string& m) {
+    return absl::InvalidArgumentError(absl::StrCat(side, ": ", m));
+  };
+  if (p.world_size() < 0) return bad("negative world size");
+  s->world_size = p.world_size();
+  for (const auto& tp : p.tensors()) {
+    TensorSpec t;
+    t.name = tp.name();
+    t.shape.assign(tp.shape().begin(), tp.shape().end());
+    if (!IsValidDType(tp.dtype())) {
+      return bad(absl::StrCat("tensor ", t.name, " has dtype ", tp.dtype()));
+    }
+    t.dtype = static_cast<DType>(tp.dtype());
+    t.stacked = tp.stacked();
+    t.transform = static_cast<Transform>(tp.transform());
+    REFIT_RETURN_IF_ERROR(AnnotateStatus(ValidateTensorSpec(t), side));
+    s->tensors.push_back(std::move(t));
+  }
+  for (const auto& bp : p.buffers()) {
+    BufferSpec b;
+    b.rank = bp.rank();
+    b.name = bp.name();
+    b.byte_size = bp.byte_size();
+    if (b.rank < 0 || b.rank >= s->world_size || b.byte_size < 0) {
+      return bad(absl::StrCat("buffer ", b.name, " on rank ", b.rank,
+                              " has a bad rank or size"));
+    }
+    for (const auto& rp : bp.padding()) {
+      if (rp.begin() < 0 || rp.size() < 0 || rp.begin() > b.byte_size ||
+          rp.size() > b.byte_size - rp.begin()) {
+        return bad(absl::StrCat("buffer ", b.name, " has bad padding"));
+      }
+      b.padding.push_back(ByteRange{rp.begin(), rp.size()});
+    }
+    s->buffers.push_back(std::move(b));
+  }
+  for (const auto& rp : p.records()) {
+    Record r;
+    r.tensor = rp.tensor();
+    r.rank = rp.rank();
+    r.buffer = rp.buffer();
+    absl::StatusOr<Box> box = BoxOf(rp.origin(), rp.shape());
+    if (!box.ok()) return AnnotateStatus(box.status(), side);
+    r.box = *box;
+    r.byte_offset = rp.byte_offset();
+    r.buffer_step = rp.buffer_step();
+    for (const auto& mp : rp.dims()) {
+      if (mp.sizes_size() != mp.strides_size()) return bad("dim map sizes/strides differ");
+      DimMap m;
+      for (int i = 0; i < mp.sizes_size(); ++i) {
+        m.splits.push_back(DimSplit{mp.sizes(i), mp.strides(i)});
+      }
+      r.dims.push_back(std::move(m));
+    }
+    REFIT_RETURN_IF_ERROR(AnnotateStatus(ValidateRecord(*s, r), side));
+    s->records.push_back(std::move(r));
+  }
+  if (p.host_of_rank_size() != 0 && p.host_of_rank_size() != s->world_size) {
+    return bad("host_of_rank has the wrong length");
+  }
+  if (p.stage_of_rank_size() != 0 && p.stage_of_rank_size() != s->world_size) {
+    return bad("stage_of_rank has the wrong length");
+  }
+  s->host_of_rank.assign(p.host_of_rank().begin(), p.host_of_rank().end());
+  s->stage_of_rank.assign(p.stage_of_rank().begin(), p.stage_of_rank().end());
+  for (int32_t st : s->stage_of_rank) {
+    if (st < 0) return bad("negative stage");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+refit::v1::PlanProto ToProto(const Plan& plan) {
+  refit::v1::PlanProto p;
+  SideToProto(plan.src, p.mutable_src());
+  SideToProto(plan.dst, p.mutable_dst());
+  for (int32_t x : plan.dst_to_src_tensor) p.add_dst_to_src_tensor(x);
+  for (const Segment& s : plan.segments) {
+    auto* sp = p.add_segments();
+    sp->set_src_record(s.src_record);
+    sp->set_dst_record(s.dst_record);
+    for (int d = 0; d < s.box.rank(); ++d) {
+      sp->add_origin(s.box.origin(d));
+      sp->add_shape(s.box.shape(d));
+    }
+    sp->set_bytes(s.bytes);
+  }
+  for (const Message& m : plan.messages) {
+    auto* mp = p.add_messages();
+    mp->set_src_rank(m.src_rank);
+    mp->set_dst_rank(m.dst_rank);
+    mp->set_round(m.round);
+    mp->set_first_segment(m.first_segment);
+    mp->set_num_segments(m.num_segments);
+    mp->set_bytes(m.bytes);
+    mp->set_src_contiguous(m.src_contiguous);
+    mp->set_src_buffer(m.src_buffer);
+    mp->set_src_offset(m.src_offset);
+    mp->set_dst_contiguous(m.dst_contiguous);
+    mp->set_dst_buffer(m.dst_buffer);
+    mp->set_dst_offset(m.dst_offset);
+  }
+  for (const Round& r : plan.rounds) {
+    auto* rp = p.add_rounds();
+    rp->set_lane(r.lane);
+    rp->set_stage(r.stage);
+    rp->set_first_message(r.first_message);
+    rp->set_num_messages(r.num_messages);
+  }
+  auto* o = p.mutable_options();
+  o->set_staging_budget_bytes(plan.options.staging_budget_bytes);
+  o->set_num_lanes(plan.options.num_lanes);
+  o->set_prefer_same_host(plan.options.prefer_same_host);
+  o->set_max_message_bytes(plan.options.max_message_bytes);
+  o->set_direct_min_bytes(plan.options.direct_min_bytes);
+  o->set_max_round_bytes(plan.options.max_round_bytes);
+  p.set_fingerprint(plan.fingerprint);
+  return p;
+}
+
+absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
+  Plan plan;
+  REFIT_RETURN_IF_ERROR(SideFromProto(p.src(), "trainer", &plan.src));
+  REFIT_RETURN_IF_ERROR(SideFromProto(p.dst(), "engine", &plan.dst));
+  auto bad = [](const std::string& m) { return absl::InvalidArgumentError(m); };
+  const auto& o = p.options();
+  plan.options.staging_budget_bytes = o.staging_budget_bytes();
+  plan.options.num_lanes = o.num_lanes();
+  plan.options.prefer_same_host = o.prefer_same_host();
+  plan.options.max_message_bytes = o.max_message_bytes();
+  plan.options.direct_min_bytes = o.direct_min_bytes();
+  plan.options.max_round_bytes = o.max_round_bytes();
+  if (o.num_lanes() < 1 || o.staging_budget_bytes() < 1 ||
+      o.max_message_bytes() < 0 || o.direct_min_bytes() < 0 ||
+      o.max_round_bytes() < 0) {
+    return bad("plan options are invalid");
+  }
+  for (const TensorSpec& t : plan.src.tensors) {
+    if (t.transform != Transform::kNone) {
+      return bad(absl::StrCat("trainer tensor ", t.name, " has transform ",
+                              TransformName(t.transform),
+                              "; only the engine side may transform"));
+    }
+  }
+  if (p.dst_to_src_tensor_size() != static_cast<int>(plan.dst.tensors.size())) {
+    return bad("dst_to_src_tensor has the wrong length");
+  }
+  for (int i = 0; i < p.dst_to_src_tensor_size(); ++i) {
+    const int32_t s = p.dst_to_src_tensor(i);
+    // Matched as the planner matches: ignoring the engine's transform.
+    TensorSpec untransformed = plan.dst.tensors[i];
+    untransformed.transform = Transform::kNone;
+    if (s < 0 || s >= static_cast<int32_t>(plan.src.tensors.size()) ||
+        !(plan.src.tensors[s] == untransformed)) {
+      return bad(absl::StrCat("engine tensor ", plan.dst.tensors[i].name,
+                              " maps to a different trainer tensor"));
+    }
+    plan.dst_to_src_tensor.push_back(s);
+  }
+  const int32_t nsr = static_cast<int32_t>(plan.src.records.size());
+  const int32_t ndr = static_cast<int32_t>(plan.dst.records.size());
+  for (const auto& sp : p.segments()) {
+    Segment s;
+    s.src_record = sp.src_record();
+    s.dst_record = sp.dst_record();
+    if (s.src_record < 0 || s.src_record >= nsr || s.dst_record < 0 ||
+        s.dst_record >= ndr) {
+      return bad("segment names a record out of range");
+    }
+    REFIT_ASSIGN_OR_RETURN(s.box, BoxOf(sp.origin(), sp.shape()));
+    const Record& sr = plan.src.records[s.src_record];
+    const Record& dr = plan.dst.records[s.dst_record];
+    const TensorSpec& t = plan.dst.tensors[dr.tensor];
+    if (plan.dst_to_src_tensor[dr.tensor] != sr.tensor ||
+        s.box.rank() != dr.box.rank() || !Contains(sr.box, s.box) ||
+        !Contains(dr.box, s.box)) {
+      return bad(absl::StrCat("segment ", DescribePart(t, s.box),
+                              " is outside its records or tensors differ"));
+    }
+    if (UncheckedNumElements(s.box) * DTypeSize(t.dtype) != sp.bytes()) {
+      return bad(absl::StrCat("segment ", DescribePart(t, s.box),
+                              " has the wrong byte count"));
+    }
+    s.bytes = sp.bytes();
+    plan.segments.push_back(std::move(s));
+  }
+  const int64_t nseg = static_cast<int64_t>(plan.segments.size());
+  const int32_t nrounds = p.rounds_size();
+  for (const auto& mp : p.messages()) {
+    Message m;
+    m.src_rank = mp.src_rank();
+    m.dst_rank = mp.dst_rank();
+    m.round = mp.round();
+    m.first_segment = mp.first_segment();
+    m.num_segments = mp.num_segments();
+    m.bytes = mp.bytes();
+    m.src_contiguous = mp.src_contiguous();
+    m.src_buffer = mp.src_buffer();
+    m.src_offset = mp.src_offset();
+    m.dst_contiguous = mp.dst_contiguous();
+    m.dst_buffer = mp.dst_buffer();
+    m.dst_offset = mp.dst_offset();
+    const std::string who = absl::StrCat("message trainer rank ", m.src_rank,
+                                         " -> engine rank ", m.dst_rank);
+    if (m.src_rank < 0 || m.src_rank >= plan.src.world_size || m.dst_rank < 0 ||
+        m.dst_rank >= plan.dst.world_size || m.round < 0 || m.round >= nrounds ||
+        m.first_segment < 0 || m.num_segments < 0 ||
+        int64_t{m.first_segment} + m.num_segments > nseg) {
+      return bad(absl::StrCat(who, ": ranks, round or segments out of range"));
+    }
+    int64_t bytes = 0;
+    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
+      const Segment& s = plan.segments[i];
+      if (plan.src.records[s.src_record].rank != m.src_rank ||
+          plan.dst.records[s.dst_record].rank != m.dst_rank) {
+        return bad(absl::StrCat(who, ": a segment's records are on other ranks"));
+      }
+      bytes += s.bytes;
+    }
+    if (bytes != m.bytes) return bad(absl::StrCat(who, ": wrong byte count"));
+    auto check_buf = [&](const SideLayout& side, bool on, int32_t b, int64_t off,
+                         int32_t rank) {
+      if (!on) return true;
+      return b >= 0 && b < static_cast<int32_t>(side.buffers.size()) &&
+             side.buffers[b].rank == rank && off >= 0 &&
+             off <= side.buffers[b].byte_size &&
+             m.bytes <= side.buffers[b].byte_size - off;
+    };
+    if (!check_buf(plan.src, m.src_contiguous, m.src_buffer, m.src_offset,
+                   m.src_rank) ||
+        !check_buf(plan.dst, m.dst_contiguous, m.dst_buffer, m.dst_offset,
+                   m.dst_rank)) {
+      return bad(absl::StrCat(who, ": contiguous buffer range is invalid"));
+    }
+    plan.messages.push_back(m);
+  }
+  const int64_t nmsg = static_cast<int64_t>(plan.messages.size());
+  for (int32_t ri = 0; ri < nrounds; ++ri) {
+    const auto& rp = p.rounds(ri);
+    Round r;
+    r.lane = rp.lane();
+    r.stage = rp.stage();
+    r.first_message = rp.first_message();
+    r.num_messages = rp.num_messages();
+    if (r.lane < 0 || r.lane >= plan.options.num_lanes || r.stage < 0 ||
+        r.first_message < 0 || r.num_messages < 0 ||
+        int64_t{r.first_message} + r.num_messages > nmsg) {
+      return bad(absl::StrCat("round ", ri, ": lane or messages out of range"));
+    }
+    for (int32_t i = r.first_message; i < r.first_message + r.num_messages; ++i) {
+      if (plan.messages[i].round != ri) {
+        return bad(absl::StrCat("round ", ri, ": message ", i,
+                                " names round ", plan.messages[i].round));
+      }
+    }
+    plan.rounds.push_back(r);
+  }
+  plan.fingerprint = p.fingerprint();
+  plan.stats = ComputePlanStats(plan);
+  return plan;
+}
+
+Plan ExtractSlice(const Plan& plan, Side side, int rank) {
+  Plan s;
+  s.options = plan.options;
+  s.fingerprint = plan.fingerprint;
+  s.dst_to_src_tensor = plan.dst_to_src_tensor;
+  auto shell = [](const SideLayout& from, SideLayout* to) {
+    to->world_size = from.world_size;
+    to->tensors = from.tensors;
+    to->host_of_rank = from.host_of_rank;
+    to->stage_of_rank = from.stage_of_rank;
+  };
+  shell(plan.src, &s.src);
+  shell(plan.dst, &s.dst);
+  std::vector<int32_t> src_rec(plan.src.records.size(), -1),
+      dst_rec(plan.dst.records.size(), -1);
+  std::vector<int32_t> src_buf(plan.src.buffers.size(), -1),
+      dst_buf(plan.dst.buffers.size(), -1);
+  auto keep_record = [](const SideLayout& from, SideLayout* to,
+                        std::vector<int32_t>& rec_map,
+                        std::vector<int32_t>& buf_map, int32_t ri) {
+    if (rec_map[ri] >= 0) return rec_map[ri];
+    const Record& r = from.records[ri];
+    Record c = r;
+    if (r.buffer_step > 0 && r.box.rank() > 0 && r.box.shape(0) > 1) {
+      // Indexed: the slice keeps the record's buffers consecutive (step 1),
+      // reusing an earlier mapping when it already is (gate and up records
+      // share their per-expert buffers).
+      const int64_t n = r.box.shape(0);
+      const int32_t first = buf_map[r.buffer];
+      bool reuse = first >= 0;
+      for (int64_t i = 1; reuse && i < n; ++i) {
+        reuse = buf_map[RecordBuffer(r, i)] == first + i;
+      }
+      if (reuse) {
+        c.buffer = first;
+      } else {
+        c.buffer = static_cast<int32_t>(to->buffers.size());
+        for (int64_t i = 0; i < n; ++i) {
+          const int32_t b = RecordBuffer(r, i);
+          if (buf_map[b] < 0) buf_map[b] = c.buffer + static_cast<int32_t>(i);
+          to->buffers.push_back(from.buffers[b]);
+        }
+      }
+      c.buffer_step = 1;
+    } else {
+      if (buf_map[r.buffer] < 0) {
+        buf_map[r.buffer] = static_cast<int32_t>(to->buffers.size());
+        to->buffers.push_back(from.buffers[r.buffer]);
+      }
+      c.buffer = buf_map[r.buffer];
+    }
+    rec_map[ri] = static_cast<int32_t>(to->records.size());
+    to->records.push_back(std::move(c));
+    return rec_map[ri];
+  };
+  for (const Round& r : plan.rounds) {
+    Round nr = r;
+    nr.first_message = static_cast<int32_t>(s.messages.size());
+    nr.num_messages = 0;
+    for (int32_t i = r.first_message; i < r.first_message + r.num_messages; ++i) {
+      const Message& m = plan.messages[i];
+      if ((side == Side::kSrc ? m.src_rank : m.dst_rank) != rank) continue;
+      Message nm = m;
+      nm.round = static_cast<int32_t>(s.rounds.size());
+      nm.first_segment = static_cast<int32_t>(s.segments.size());
+      for (int32_t j = m.first_segment; j < m.first_segment + m.num_segments; ++j) {
+        Segment g = plan.segments[j];
+        g.src_record = keep_record(plan.src, &s.src, src_rec, src_buf, g.src_record);
+        g.dst_record = keep_record(plan.dst, &s.dst, dst_rec, dst_buf, g.dst_record);
+        s.segments.push_back(std::move(g));
+      }
+      if (m.src_contiguous) {
+        if (src_buf[m.src_buffer] < 0) {
+          src_buf[m.src_buffer] = static_cast<int32_t>(s.src.buffers.size());
+          s.src.buffers.push_back(plan.src.buffers[m.src_buffer]);
+        }
+        nm.src_buffer = src_buf[m.src_buffer];
+      }
+      if (m.dst_contiguous) {
+        if (dst_buf[m.dst_buffer] < 0) {
+          dst_buf[m.dst_buffer] = static_cast<int32_t>(s.dst.buffers.size());
+          s.dst.buffers.push_back(plan.dst.buffers[m.dst_buffer]);
+        }
+        nm.dst_buffer = dst_buf[m.dst_buffer];
+      }
+      s.messages.push_back(nm);
+      ++nr.num_messages;
+    }
+    if (nr.num_messages > 0) s.rounds.push_back(nr);
+  }
+  // The peers' buffers: rank and size only (see the header).
+  for (BufferSpec& b : (side == Side::kSrc ? s.dst : s.src).buffers) {
+    b.name.clear();
+    b.padding.clear();
+  }
+  s.stats = ComputePlanStats(s);
+  return s;
+}
+
+std::vector<std::string> SerializedSlices(const Plan& plan, Side side,
+                                          const std::vector<int32_t>& ranks,
+                                          int threads) {
+  std::vector<std::string> out(ranks.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < ranks.size(); i = next++) {
+      out[i] = ToProto(ExtractSlice(plan, side, ranks[i])).SerializeAsString();
+    }
+  };
+  const int n = std::max(1, std::min<int>(threads, static_cast<int>(ranks.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  return out;
+}
+
+}  // namespace refit

@@ -1,0 +1,145 @@
+// Tests of the plan codec: round trip, rejection of bad peer input, slices.
+#include "plan/plan_codec.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "layout/mesh.h"
+#include "layout/sharding.h"
+#include "plan/planner.h"
+
+namespace refit {
+namespace {
+
+Plan MakePlan() {
+  TensorSpec t{"e.{}.w", {4, 6}, DType::kBF16, true};
+  SideLayout src, dst;
+  src.world_size = 2;
+  dst.world_size = 3;
+  EXPECT_TRUE(AddTensor(src, t).ok());
+  EXPECT_TRUE(AddTensor(dst, t).ok());
+  EXPECT_TRUE(AddDenseShards(src, 0, *Mesh::Make({"ep"}, {2}), {Placement::Shard(0)}).ok());
+  EXPECT_TRUE(AddDenseShards(dst, 0, *Mesh::Make({"tp"}, {3}), {Placement::Shard(1)}).ok());
+  PlannerOptions o;
+  o.staging_budget_bytes = 32;
+  return *BuildPlan(src, dst, o);
+}
+
+TEST(PlanCodecTest, RoundTripKeepsFingerprint) {
+  Plan p = MakePlan();
+  absl::StatusOr<Plan> q = FromProto(ToProto(p));
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(PlanFingerprint(*q), p.fingerprint);
+  EXPECT_EQ(q->stats.bytes_sent, p.stats.bytes_sent);
+  EXPECT_EQ(q->stats.staging_dst, p.stats.staging_dst);
+  EXPECT_TRUE(q->src.tensors[0].stacked);
+}
+
+TEST(PlanCodecTest, RoundTripKeepsTheDestinationTransform) {
+  // NemotronH's A_log: the engine declares it with neg_exp (A = -exp(A_log)).
+  TensorSpec t{"layers.0.mixer.A_log", {8}, DType::kF32};
+  TensorSpec e = t;
+  e.transform = Transform::kNegExp;
+  SideLayout src, dst;
+  src.world_size = 1;
+  dst.world_size = 2;
+  ASSERT_TRUE(AddTensor(src, t).ok());
+  ASSERT_TRUE(AddTensor(dst, e).ok());
+  ASSERT_TRUE(AddDenseShards(src, 0, *Mesh::Make({"dp"}, {1}), {Placement::Replicate()}).ok());
+  ASSERT_TRUE(AddDenseShards(dst, 0, *Mesh::Make({"tp"}, {2}), {Placement::Shard(0)}).ok());
+  absl::StatusOr<Plan> p = BuildPlan(src, dst, PlannerOptions{});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const refit::v1::PlanProto wire = ToProto(*p);
+  EXPECT_EQ(wire.dst().tensors(0).transform(),
+            static_cast<int32_t>(Transform::kNegExp));
+  absl::StatusOr<Plan> q = FromProto(wire);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->dst.tensors[0].transform, Transform::kNegExp);
+  EXPECT_EQ(q->src.tensors[0].transform, Transform::kNone);
+  EXPECT_EQ(PlanFingerprint(*q), p->fingerprint);
+  // The transform is part of the fingerprint: dropping it changes the plan.
+  refit::v1::PlanProto plain = wire;
+  plain.mutable_dst()->mutable_tensors(0)->set_transform(0);
+  absl::StatusOr<Plan> r = FromProto(plain);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(PlanFingerprint(*r), p->fingerprint);
+  // A slice for an engine rank keeps it too.
+  EXPECT_EQ(ExtractSlice(*p, Side::kDst, 1).dst.tensors[0].transform,
+            Transform::kNegExp);
+  // An unknown transform from a peer is rejected naming the tensor.
+  refit::v1::PlanProto bad = wire;
+  bad.mutable_dst()->mutable_tensors(0)->set_transform(77);
+  absl::Status s = FromProto(bad).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("layers.0.mixer.A_log"));
+  // So is a transform on the trainer side.
+  refit::v1::PlanProto src_side = wire;
+  src_side.mutable_src()->mutable_tensors(0)->set_transform(
+      static_cast<int32_t>(Transform::kNegExp));
+  s = FromProto(src_side).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("trainer tensor layers.0.mixer.A_log"));
+}
+
+TEST(PlanCodecTest, BadPeerInputIsInvalidArgument) {
+  Plan p = MakePlan();
+  refit::v1::PlanProto a = ToProto(p);
+  a.mutable_segments(0)->set_src_record(99);
+  EXPECT_EQ(FromProto(a).status().code(), absl::StatusCode::kInvalidArgument);
+  refit::v1::PlanProto b = ToProto(p);
+  b.mutable_messages(0)->set_num_segments(1000);
+  EXPECT_EQ(FromProto(b).status().code(), absl::StatusCode::kInvalidArgument);
+  refit::v1::PlanProto c = ToProto(p);
+  c.mutable_rounds(0)->set_lane(7);
+  EXPECT_EQ(FromProto(c).status().code(), absl::StatusCode::kInvalidArgument);
+  refit::v1::PlanProto d = ToProto(p);
+  d.mutable_dst()->mutable_records(0)->set_byte_offset(1 << 20);
+  EXPECT_EQ(FromProto(d).status().code(), absl::StatusCode::kInvalidArgument);
+  refit::v1::PlanProto e = ToProto(p);
+  e.mutable_messages(0)->set_bytes(1);
+  EXPECT_EQ(FromProto(e).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PlanCodecTest, SliceHasOnlyTheRanksWork) {
+  Plan p = MakePlan();
+  for (int r = 0; r < 3; ++r) {
+    Plan s = ExtractSlice(p, Side::kDst, r);
+    int64_t n = 0;
+    for (const Message& m : p.messages) n += m.dst_rank == r;
+    ASSERT_EQ(static_cast<int64_t>(s.messages.size()), n);
+    for (const Message& m : s.messages) EXPECT_EQ(m.dst_rank, r);
+    for (const BufferSpec& b : s.dst.buffers) {
+      EXPECT_EQ(b.rank, r);
+      EXPECT_FALSE(b.name.empty());  // its own: resolved by name
+    }
+    // The peers' buffers carry rank and size, not names.
+    ASSERT_FALSE(s.src.buffers.empty());
+    for (const BufferSpec& b : s.src.buffers) {
+      EXPECT_TRUE(b.name.empty()) << b.name;
+      EXPECT_GT(b.byte_size, 0);
+    }
+    EXPECT_EQ(s.stats.bytes_received[r], p.stats.bytes_received[r]);
+    // The slice is itself a valid plan.
+    absl::StatusOr<Plan> q = FromProto(ToProto(s));
+    EXPECT_TRUE(q.ok()) << q.status();
+    for (const Round& rd : s.rounds) EXPECT_GT(rd.num_messages, 0);
+  }
+}
+
+// What refitd serves, built on several threads: each rank's slice, in the
+// order asked, byte for byte what one thread makes.
+TEST(PlanCodecTest, SerializedSlicesAreEachRanksSliceInOrder) {
+  Plan p = MakePlan();
+  const std::vector<int32_t> ranks = {2, 0, 1, 0, 7};  // 7: outside, empty
+  for (int threads : {1, 3, 16}) {
+    std::vector<std::string> got = SerializedSlices(p, Side::kDst, ranks, threads);
+    ASSERT_EQ(got.size(), ranks.size());
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      EXPECT_EQ(got[i], ToProto(ExtractSlice(p, Side::kDst, ranks[i])).SerializeAsString())
+          << "threads " << threads << " rank " << ranks[i];
+    }
+  }
+  EXPECT_TRUE(SerializedSlices(p, Side::kSrc, {}, 4).empty());
+}
+
+}  // namespace
+}  // namespace refit

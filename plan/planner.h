@@ -1,0 +1,97 @@
+// BuildPlan: the planner, a pure function from two layouts to a Plan.
+#ifndef REFIT_PLAN_PLANNER_H_
+#define REFIT_PLAN_PLANNER_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "layout/layout.h"
+#include "plan/plan.h"
+
+namespace refit {
+
+// Builds the transfer plan that fills every destination record from the
+// source records of the same tensor name.
+//
+// Fails with INVALID_ARGUMENT, naming tensor, box and ranks, when: a record
+// is invalid (ValidateRecord); a dst tensor has no src tensor of that name,
+// or their shapes or dtypes differ; a destination box has no source, or is
+// covered twice on one dst rank's buffers; two records overlap in one
+// destination buffer; a destination buffer byte is claimed by no record and
+// not declared padding. All errors found are reported, one per line.
+//
+// Normalization: records that hold one dim-0 index each of a tensor on one
+// rank, in evenly spaced buffers at the same offset with the same in-buffer
+// layout (Megatron's TEGroupedMLP keeps one parameter per local expert),
+// are merged into one indexed record (Record::buffer_step). plan.src and
+// plan.dst are the layouts as given with these merges; buffers and tensors
+// are unchanged. A DeepSeek-V3 trainer rank then has one record per expert
+// weight and layer, not one per expert.
+//
+// Coverage is checked per destination buffer, exactly (sorted byte runs);
+// a buffer whose byte layout (size, padding, each record part's offset,
+// element size and dim maps) equals one already found fine is not checked
+// again, nor is a buffer one record fills contiguously.
+//
+// Replica choice (deterministic greedy): every (dst record, disjoint source
+// piece) intersection is a candidate. Candidates with one replica are
+// assigned first. The others are processed by bytes descending, then dst
+// record index, then source piece; each goes to the replica whose src rank
+// has the fewest bytes assigned so far; ties go to a replica on the dst
+// rank's host (when host_of_rank is given on both sides and
+// options.prefer_same_host), then to the lowest src rank (then lowest
+// record index). Overlapping (non-identical) source boxes are cut into
+// disjoint grid cells, so every element is sent exactly once.
+//
+// Segments larger than min(max_message_bytes or the per-lane budget, the
+// per-lane budget) are split along their outermost dim with extent > 1.
+// Segments of one (stage, src rank, dst rank) are ordered by (dst buffer,
+// dst byte offset). A segment of at least options.direct_min_bytes that is
+// one contiguous byte range of its buffer on either side is a message of
+// its own (that side needs no staging); the others are packed greedily, in
+// order, into messages of at most that cap.
+// Messages go next-fit into rounds of their stage (stage =
+// src.stage_of_rank[src rank], 0 if empty) so that per round each rank's
+// staging (bytes of its non-contiguous sends + receives) is <=
+// staging_budget_bytes / num_lanes and all its bytes are <= max_round_bytes
+// (or that per-lane budget; a message bigger than that alone in a round);
+// a pair's messages keep their order (the i-th send of a pair in a round
+// matches its i-th receive). Next fit: a message starts at the first round,
+// not before its pair's previous message, in which both ranks have room,
+// and a rank never returns to a round that one of its messages did not fit
+// in. Rounds of different stages are interleaved (round k of each stage in
+// stage order); lane = stage % num_lanes when there are >= 2 stages, else
+// round index % num_lanes.
+//
+// Cost: linear in records and candidates apart from per-tensor and
+// per-pair sorts; plan.stats.phase_seconds has the time of each phase.
+//
+// Fails with INVALID_ARGUMENT also for invalid options (num_lanes < 1,
+// budget < 1, per-lane budget smaller than one element).
+//
+// The layouts are taken by value: pass them with std::move when they are
+// not needed afterwards, and the plan takes them over without a copy (a
+// DeepSeek-V3 engine layout is ~100 MB).
+absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
+                               const PlannerOptions& options);
+
+// Plan statistics from its messages and rounds (phase_seconds empty):
+// bytes per rank, and peak staging per rank as the executor allocates it
+// (per lane, the largest round's staged bytes; the executor aligns
+// messages in staging only where that fits this).
+PlanStats ComputePlanStats(const Plan& plan);
+
+// The fingerprint of a plan: a 128-bit hex digest (32 lowercase hex chars)
+// over a canonical serialization of every field except `stats` and
+// `fingerprint` itself. BuildPlan sets plan.fingerprint to this.
+std::string PlanFingerprint(const Plan& plan);
+
+// The same kind of digest over one layout alone: every field of its
+// tensors, buffers, records and rank annotations, as PlanFingerprint hashes
+// each side. Equal layouts give equal digests (e.g. to check that a change
+// to the mapping tables leaves the layouts byte for byte as they were).
+std::string LayoutFingerprint(const SideLayout& layout);
+
+}  // namespace refit
+
+#endif  // REFIT_PLAN_PLANNER_H_

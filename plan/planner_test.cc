@@ -1,0 +1,741 @@
+// Tests of BuildPlan: randomized property tests executed by the reference
+// copy against the pattern oracle, golden plans, and every validation error.
+#include "exec/copy_program.h"
+#include "plan/planner.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "exec/copy_program.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "layout/dtype.h"
+#include "layout/mesh.h"
+#include "layout/sharding.h"
+#include "testing/reference_copy.h"
+
+namespace refit {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// ---- random layouts ----
+
+struct RandomMesh {
+  Mesh mesh;
+};
+
+Mesh RandomMeshOf(std::mt19937_64& rng) {
+  const int axes = 1 + rng() % 3;
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+  int64_t n = 1;
+  for (int a = 0; a < axes; ++a) {
+    names.push_back(absl::StrCat("a", a));
+    sizes.push_back(1 + rng() % 3);
+    n *= sizes.back();
+  }
+  std::vector<int32_t> ranks(n);
+  for (int64_t i = 0; i < n; ++i) ranks[i] = static_cast<int32_t>(i);
+  std::shuffle(ranks.begin(), ranks.end(), rng);
+  return *Mesh::Make(names, sizes, ranks);
+}
+
+std::vector<Placement> RandomPlacements(std::mt19937_64& rng, const Mesh& mesh,
+                                        int tensor_rank) {
+  std::vector<Placement> p;
+  for (int a = 0; a < mesh.num_axes(); ++a) {
+    if (tensor_rank > 0 && rng() % 3 != 0) {
+      // Nested shards on one dim happen often with rank-1 tensors.
+      p.push_back(Placement::Shard(rng() % tensor_rank));
+    } else {
+      p.push_back(Placement::Replicate());
+    }
+  }
+  return p;
+}
+
+// Builds a side: every rank gets either one dense buffer per tensor or one
+// fused buffer with all its shards at consecutive offsets; some records of
+// the fused buffers have dim 0 interleaved (rows permuted by a 2-way split).
+SideLayout RandomSide(std::mt19937_64& rng, const std::vector<TensorSpec>& ts,
+                      bool fused, bool interleave) {
+  SideLayout side;
+  Mesh mesh = RandomMeshOf(rng);
+  side.world_size = static_cast<int32_t>(mesh.size());
+  for (const TensorSpec& t : ts) EXPECT_TRUE(AddTensor(side, t).ok());
+  std::vector<std::vector<Placement>> pl;
+  for (const TensorSpec& t : ts) {
+    pl.push_back(RandomPlacements(rng, mesh, static_cast<int>(t.shape.size())));
+  }
+  if (!fused) {
+    for (size_t i = 0; i < ts.size(); ++i) {
+      EXPECT_TRUE(AddDenseShards(side, static_cast<int32_t>(i), mesh, pl[i]).ok());
+    }
+    return side;
+  }
+  for (int64_t m = 0; m < mesh.size(); ++m) {
+    const int32_t rank = mesh.ranks()[m];
+    std::vector<Record> recs;
+    int64_t offset = 0;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      Box box = *ShardBox(ts[i].shape, mesh.axis_sizes(), pl[i], mesh.CoordOf(m));
+      if (IsEmpty(box)) continue;
+      Record r;
+      r.tensor = static_cast<int32_t>(i);
+      r.rank = rank;
+      r.box = box;
+      r.byte_offset = offset;
+      r.dims = RowMajorDims(box.shape());
+      if (interleave && box.rank() >= 1 && box.shape(0) % 2 == 0 &&
+          box.shape(0) >= 4 && rng() % 2 == 0) {
+        int64_t row = 1;
+        for (int d = 1; d < box.rank(); ++d) row *= box.shape(d);
+        r.dims[0].splits = {DimSplit{2, row}, DimSplit{box.shape(0) / 2, 2 * row}};
+      }
+      offset += UncheckedNumElements(box) * DTypeSize(ts[i].dtype);
+      recs.push_back(r);
+    }
+    if (recs.empty()) continue;
+    int32_t b = *AddBuffer(side, rank, "fused", offset);
+    for (Record& r : recs) {
+      r.buffer = b;
+      side.records.push_back(r);
+    }
+  }
+  return side;
+}
+
+std::vector<TensorSpec> RandomTensors(std::mt19937_64& rng) {
+  std::vector<TensorSpec> ts;
+  const int n = 1 + rng() % 4;
+  const DType dts[] = {DType::kBF16, DType::kF32, DType::kF8E4M3};
+  for (int i = 0; i < n; ++i) {
+    TensorSpec t;
+    t.name = absl::StrCat("t", i);
+    const int rank = 1 + rng() % 3;
+    for (int d = 0; d < rank; ++d) t.shape.push_back(1 + rng() % 9);
+    t.dtype = dts[rng() % 3];
+    if (rank >= 2 && rng() % 4 == 0) {
+      t.stacked = true;
+      t.name = absl::StrCat("t", i, ".experts.{}.w");
+    }
+    ts.push_back(t);
+  }
+  return ts;
+}
+
+// Packs the message's segments from a side's buffers (row-major per box).
+std::vector<uint8_t> Pack(const Plan& plan, const Message& m, bool src_side,
+                          const HostBuffers& bufs) {
+  const SideLayout& side = src_side ? plan.src : plan.dst;
+  std::vector<uint8_t> out;
+  for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
+    const Segment& s = plan.segments[i];
+    const Record& r = side.records[src_side ? s.src_record : s.dst_record];
+    const int64_t es = DTypeSize(side.tensors[r.tensor].dtype);
+    Box::Indices g(s.box.origin().begin(), s.box.origin().end());
+    if (IsEmpty(s.box)) continue;
+    while (true) {
+      int64_t off = 0;
+      for (int d = 0; d < s.box.rank(); ++d) {
+        off += DimOffset(r.dims[d], g[d] - r.box.origin(d));
+      }
+      const uint8_t* p = bufs[r.buffer] + r.byte_offset + off * es;
+      out.insert(out.end(), p, p + es);
+      int d = s.box.rank() - 1;
+      while (d >= 0 && ++g[d] == s.box.limit(d)) {
+        g[d] = s.box.origin(d);
+        --d;
+      }
+      if (d < 0) break;
+    }
+  }
+  return out;
+}
+
+void CheckPlanInvariants(const Plan& plan, const HostBuffers& src,
+                         const HostBuffers& dst) {
+  const PlannerOptions& o = plan.options;
+  const int64_t lane_budget = o.staging_budget_bytes / o.num_lanes;
+  const int64_t cap = o.max_message_bytes > 0
+                          ? std::min(o.max_message_bytes, lane_budget)
+                          : lane_budget;
+  // Rounds partition the messages, in order.
+  int32_t next = 0;
+  for (size_t r = 0; r < plan.rounds.size(); ++r) {
+    const Round& rd = plan.rounds[r];
+    ASSERT_GE(rd.lane, 0);
+    ASSERT_LT(rd.lane, o.num_lanes);
+    ASSERT_EQ(rd.first_message, next);
+    ASSERT_GT(rd.num_messages, 0);
+    std::map<int32_t, int64_t> ss, ds, sall, dall;
+    std::map<int32_t, int32_t> scount, dcount;
+    for (int32_t i = rd.first_message; i < rd.first_message + rd.num_messages; ++i) {
+      const Message& m = plan.messages[i];
+      ASSERT_EQ(m.round, static_cast<int32_t>(r));
+      if (i > rd.first_message) {
+        const Message& p = plan.messages[i - 1];
+        ASSERT_LE(std::make_pair(p.src_rank, p.dst_rank),
+                  std::make_pair(m.src_rank, m.dst_rank));
+      }
+      if (!m.src_contiguous) ss[m.src_rank] += m.bytes;
+      if (!m.dst_contiguous) ds[m.dst_rank] += m.bytes;
+      sall[m.src_rank] += m.bytes;
+      dall[m.dst_rank] += m.bytes;
+      ++scount[m.src_rank];
+      ++dcount[m.dst_rank];
+      if (!plan.src.stage_of_rank.empty()) {
+        ASSERT_EQ(plan.src.stage_of_rank[m.src_rank], rd.stage);
+      }
+    }
+    for (auto& [k, v] : ss) ASSERT_LE(v, lane_budget) << "src rank " << k;
+    for (auto& [k, v] : ds) ASSERT_LE(v, lane_budget) << "dst rank " << k;
+    // All bytes of a rank in a round: within max_round_bytes, unless one
+    // message alone exceeds it.
+    const int64_t round_cap =
+        o.max_round_bytes > 0 ? o.max_round_bytes : lane_budget;
+    for (auto& [k, v] : sall) {
+      if (scount[k] > 1) {
+        ASSERT_LE(v, round_cap) << "src rank " << k;
+      }
+    }
+    for (auto& [k, v] : dall) {
+      if (dcount[k] > 1) {
+        ASSERT_LE(v, round_cap) << "dst rank " << k;
+      }
+    }
+    next += rd.num_messages;
+  }
+  ASSERT_EQ(next, static_cast<int32_t>(plan.messages.size()));
+  // Messages partition the segments; bytes and ranks agree.
+  std::vector<int> owners(plan.segments.size(), 0);
+  for (const Message& m : plan.messages) {
+    ASSERT_GE(m.first_segment, 0);
+    ASSERT_LE(int64_t{m.first_segment} + m.num_segments,
+              static_cast<int64_t>(plan.segments.size()));
+    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
+      ++owners[i];
+    }
+    ASSERT_GT(m.num_segments, 0);
+    int64_t bytes = 0;
+    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
+      const Segment& s = plan.segments[i];
+      ASSERT_EQ(plan.src.records[s.src_record].rank, m.src_rank);
+      ASSERT_EQ(plan.dst.records[s.dst_record].rank, m.dst_rank);
+      bytes += s.bytes;
+    }
+    ASSERT_EQ(bytes, m.bytes);
+    if (m.num_segments > 1) ASSERT_LE(m.bytes, cap);
+    // A message of several segments holds only segments that are below
+    // direct_min_bytes or contiguous on neither side.
+    if (m.num_segments > 1 && o.direct_min_bytes > 0) {
+      for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
+        const Segment& s = plan.segments[i];
+        if (s.bytes < o.direct_min_bytes) continue;
+        const Record& sr = plan.src.records[s.src_record];
+        const Record& dr = plan.dst.records[s.dst_record];
+        ASSERT_FALSE(ContiguousByteRange(
+            sr, DTypeSize(plan.src.tensors[sr.tensor].dtype), s.box).has_value());
+        ASSERT_FALSE(ContiguousByteRange(
+            dr, DTypeSize(plan.dst.tensors[dr.tensor].dtype), s.box).has_value());
+      }
+    }
+    // Contiguity claims hold: the packed bytes are that buffer range.
+    if (m.src_contiguous) {
+      std::vector<uint8_t> packed = Pack(plan, m, true, src);
+      ASSERT_EQ(plan.src.buffers[m.src_buffer].rank, m.src_rank);
+      ASSERT_LE(m.src_offset + m.bytes, plan.src.buffers[m.src_buffer].byte_size);
+      ASSERT_EQ(0, std::memcmp(packed.data(), src[m.src_buffer] + m.src_offset,
+                               m.bytes));
+    }
+    if (m.dst_contiguous) {
+      std::vector<uint8_t> packed = Pack(plan, m, false, dst);
+      ASSERT_EQ(plan.dst.buffers[m.dst_buffer].rank, m.dst_rank);
+      ASSERT_EQ(0, std::memcmp(packed.data(), dst[m.dst_buffer] + m.dst_offset,
+                               m.bytes));
+    }
+  }
+  for (size_t i = 0; i < owners.size(); ++i) {
+    ASSERT_EQ(owners[i], 1) << "segment " << i << " in " << owners[i]
+                            << " messages";
+  }
+}
+
+TEST(PlannerTest, RandomizedLayoutsCopyEveryElementExactlyOnce) {
+  std::mt19937_64 rng(20261122);
+  int fused = 0, stacked = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    SCOPED_TRACE(absl::StrCat("iteration ", iter));
+    std::vector<TensorSpec> ts = RandomTensors(rng);
+    for (const auto& t : ts) stacked += t.stacked;
+    SideLayout src = RandomSide(rng, ts, rng() % 3 == 0, false);
+    const bool f = rng() % 2 == 0;
+    fused += f;
+    SideLayout dst = RandomSide(rng, ts, f, true);
+    if (rng() % 2) {
+      for (int r = 0; r < src.world_size; ++r) {
+        src.stage_of_rank.push_back(rng() % 3);
+      }
+    }
+    if (rng() % 2) {
+      for (int r = 0; r < src.world_size; ++r) src.host_of_rank.push_back(r % 2);
+      for (int r = 0; r < dst.world_size; ++r) dst.host_of_rank.push_back(r % 2);
+    }
+    PlannerOptions opt;
+    opt.num_lanes = 1 + rng() % 3;
+    opt.staging_budget_bytes = opt.num_lanes * (8 + rng() % 200);
+    opt.max_message_bytes = rng() % 2 ? 0 : 4 + rng() % 64;
+    opt.direct_min_bytes = rng() % 3 == 0 ? 0 : 1 + rng() % 64;
+    opt.max_round_bytes = rng() % 2 ? 0 : 8 + rng() % 400;
+    absl::StatusOr<Plan> plan = BuildPlan(src, dst, opt);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    OwnedBuffers sb = AllocateBuffers(src);
+    OwnedBuffers db = AllocateBuffers(dst, 0xEE);
+    FillPattern(src, sb.ptrs);
+    ASSERT_TRUE(ReferenceCopy(*plan, sb.ptrs, db.ptrs).ok());
+    ASSERT_TRUE(CheckPattern(dst, db.ptrs).ok()) << CheckPattern(dst, db.ptrs);
+    // Exactly once: the segments move exactly the destination's bytes.
+    int64_t dst_bytes = 0;
+    for (const Record& r : dst.records) {
+      dst_bytes += UncheckedNumElements(r.box) * DTypeSize(dst.tensors[r.tensor].dtype);
+    }
+    int64_t seg_bytes = 0;
+    for (const Segment& s : plan->segments) seg_bytes += s.bytes;
+    ASSERT_EQ(seg_bytes, dst_bytes);
+    ASSERT_EQ(plan->stats.total_bytes, dst_bytes);
+    CheckPlanInvariants(*plan, sb.ptrs, db.ptrs);
+    // Determinism.
+    absl::StatusOr<Plan> again = BuildPlan(src, dst, opt);
+    ASSERT_TRUE(again.ok());
+    ASSERT_EQ(again->fingerprint, plan->fingerprint);
+    ASSERT_EQ(plan->fingerprint.size(), 32u);
+  }
+  EXPECT_GT(fused, 50);
+  EXPECT_GT(stacked, 20);
+}
+
+TEST(PlannerTest, OverlappingSourceBoxesAreSentOnce) {
+  // Source boxes [0:3] on rank 0 and [2:6] on rank 1 overlap at 2.
+  std::mt19937_64 rng(7);
+  SideLayout src;
+  src.world_size = 2;
+  TensorSpec t{"w", {6}, DType::kF32};
+  ASSERT_TRUE(AddTensor(src, t).ok());
+  for (int r = 0; r < 2; ++r) {
+    Record rec;
+    rec.rank = r;
+    rec.buffer = *AddBuffer(src, r, "w", r == 0 ? 12 : 16);
+    rec.box = r == 0 ? Box::Unchecked({0}, {3}) : Box::Unchecked({2}, {4});
+    rec.dims = RowMajorDims(rec.box.shape());
+    src.records.push_back(rec);
+  }
+  SideLayout dst;
+  dst.world_size = 1;
+  ASSERT_TRUE(AddTensor(dst, t).ok());
+  Mesh one = *Mesh::Make({"x"}, {1});
+  ASSERT_TRUE(AddDenseShards(dst, 0, one, {Placement::Replicate()}).ok());
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int64_t bytes = 0;
+  for (const Segment& s : plan->segments) bytes += s.bytes;
+  EXPECT_EQ(bytes, 24);
+  OwnedBuffers sb = AllocateBuffers(src), db = AllocateBuffers(dst);
+  FillPattern(src, sb.ptrs);
+  ASSERT_TRUE(ReferenceCopy(*plan, sb.ptrs, db.ptrs).ok());
+  EXPECT_TRUE(CheckPattern(dst, db.ptrs).ok());
+}
+
+// ---- golden plans ----
+
+std::string PlanText(const Plan& p) {
+  std::string s;
+  for (size_t r = 0; r < p.rounds.size(); ++r) {
+    const Round& rd = p.rounds[r];
+    absl::StrAppend(&s, "round ", r, " lane ", rd.lane, " stage ", rd.stage, "\n");
+    for (int32_t i = rd.first_message; i < rd.first_message + rd.num_messages; ++i) {
+      const Message& m = p.messages[i];
+      absl::StrAppend(&s, "  msg ", m.src_rank, "->", m.dst_rank, " ", m.bytes, "B");
+      if (m.src_contiguous) {
+        absl::StrAppend(&s, " src=", p.src.buffers[m.src_buffer].name, "@", m.src_offset);
+      }
+      if (m.dst_contiguous) {
+        absl::StrAppend(&s, " dst=", p.dst.buffers[m.dst_buffer].name, "@", m.dst_offset);
+      }
+      absl::StrAppend(&s, "\n");
+      for (int32_t j = m.first_segment; j < m.first_segment + m.num_segments; ++j) {
+        const Segment& g = p.segments[j];
+        absl::StrAppend(&s, "    ", p.dst.tensors[p.dst.records[g.dst_record].tensor].name,
+                        " ", g.box.ToString(), " ", g.bytes, "B\n");
+      }
+    }
+  }
+  return s;
+}
+
+TEST(PlannerTest, GoldenTp2ToTp1) {
+  TensorSpec t{"w", {4, 2}, DType::kBF16};
+  SideLayout src, dst;
+  src.world_size = 2;
+  dst.world_size = 1;
+  ASSERT_TRUE(AddTensor(src, t).ok());
+  ASSERT_TRUE(AddTensor(dst, t).ok());
+  ASSERT_TRUE(AddDenseShards(src, 0, *Mesh::Make({"tp"}, {2}), {Placement::Shard(0)}).ok());
+  ASSERT_TRUE(AddDenseShards(dst, 0, *Mesh::Make({"tp"}, {1}), {Placement::Shard(0)}).ok());
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(PlanText(*plan),
+            "round 0 lane 0 stage 0\n"
+            "  msg 0->0 8B src=w@0 dst=w@0\n"
+            "    w [0:2, 0:2] 8B\n"
+            "  msg 1->0 8B src=w@0 dst=w@8\n"
+            "    w [2:4, 0:2] 8B\n");
+}
+
+TEST(PlannerTest, GoldenReplicatedSourceToTwoShardsBalanced) {
+  // [4] f32 replicated on 2 trainer ranks -> 2 engine shards; each engine
+  // shard comes from a different replica; small budget splits rounds.
+  TensorSpec t{"b", {4}, DType::kF32};
+  SideLayout src, dst;
+  src.world_size = 2;
+  dst.world_size = 2;
+  ASSERT_TRUE(AddTensor(src, t).ok());
+  ASSERT_TRUE(AddTensor(dst, t).ok());
+  ASSERT_TRUE(AddDenseShards(src, 0, *Mesh::Make({"dp"}, {2}), {Placement::Replicate()}).ok());
+  ASSERT_TRUE(AddDenseShards(dst, 0, *Mesh::Make({"tp"}, {2}), {Placement::Shard(0)}).ok());
+  PlannerOptions opt;
+  opt.num_lanes = 2;
+  opt.staging_budget_bytes = 8;  // 4 bytes per lane: one element per message
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, opt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(PlanText(*plan),
+            "round 0 lane 0 stage 0\n"
+            "  msg 0->0 4B src=b@0 dst=b@0\n"
+            "    b [0:1] 4B\n"
+            "  msg 1->1 4B src=b@8 dst=b@0\n"
+            "    b [2:3] 4B\n"
+            "round 1 lane 1 stage 0\n"
+            "  msg 0->0 4B src=b@4 dst=b@4\n"
+            "    b [1:2] 4B\n"
+            "  msg 1->1 4B src=b@12 dst=b@4\n"
+            "    b [3:4] 4B\n");
+}
+
+TEST(PlannerTest, GoldenBigContiguousSegmentTravelsAlone) {
+  // Three tensors on one rank each side, one buffer each. b (64 bytes) is
+  // contiguous on both sides and >= direct_min_bytes: a message of its
+  // own, no staging on either side. a and c are coalesced into one staged
+  // message, in the same round (a pair may repeat within a round).
+  SideLayout src, dst;
+  src.world_size = 1;
+  dst.world_size = 1;
+  for (const TensorSpec& t : {TensorSpec{"a", {4}, DType::kF32},
+                              TensorSpec{"b", {16}, DType::kF32},
+                              TensorSpec{"c", {4}, DType::kF32}}) {
+    for (SideLayout* side : {&src, &dst}) {
+      ASSERT_TRUE(AddTensor(*side, t).ok());
+      ASSERT_TRUE(AddDenseShards(*side, static_cast<int32_t>(side->tensors.size()) - 1,
+                                 *Mesh::Make({"x"}, {1}), {Placement::Replicate()})
+                      .ok());
+    }
+  }
+  PlannerOptions opt;
+  opt.direct_min_bytes = 32;
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, opt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(PlanText(*plan),
+            "round 0 lane 0 stage 0\n"
+            "  msg 0->0 64B src=b@0 dst=b@0\n"
+            "    b [0:16] 64B\n"
+            "  msg 0->0 32B\n"
+            "    a [0:4] 16B\n"
+            "    c [0:4] 16B\n");
+  EXPECT_EQ(plan->stats.staging_src[0], 32);
+  EXPECT_EQ(plan->stats.staging_dst[0], 32);
+  // Without the rule everything is one staged message.
+  opt.direct_min_bytes = 0;
+  plan = BuildPlan(src, dst, opt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->messages.size(), 1u);
+  EXPECT_EQ(plan->stats.staging_src[0], 96);
+  // A round holds at most max_round_bytes of a rank's bytes.
+  opt.direct_min_bytes = 32;
+  opt.max_round_bytes = 64;
+  plan = BuildPlan(src, dst, opt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->rounds.size(), 2u);
+}
+
+// ---- validation errors ----
+
+struct TwoSides {
+  SideLayout src, dst;
+};
+
+TwoSides Simple(TensorSpec ts, TensorSpec td) {
+  TwoSides s;
+  s.src.world_size = 2;
+  s.dst.world_size = 2;
+  EXPECT_TRUE(AddTensor(s.src, ts).ok());
+  EXPECT_TRUE(AddTensor(s.dst, td).ok());
+  EXPECT_TRUE(AddDenseShards(s.src, 0, *Mesh::Make({"tp"}, {2}), {Placement::Shard(0)}).ok());
+  EXPECT_TRUE(AddDenseShards(s.dst, 0, *Mesh::Make({"tp"}, {2}), {Placement::Shard(1)}).ok());
+  return s;
+}
+
+TEST(PlannerErrorTest, DtypeMismatchFp8VsBf16) {
+  TwoSides s = Simple({"w", {4, 4}, DType::kBF16}, {"w", {4, 4}, DType::kF8E4M3});
+  absl::StatusOr<Plan> p = BuildPlan(s.src, s.dst, PlannerOptions());
+  ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(), HasSubstr("tensor w differs"));
+}
+
+TEST(PlannerErrorTest, ShapeAndStackedMismatch) {
+  TwoSides s = Simple({"w", {4, 4}, DType::kBF16}, {"w", {4, 6}, DType::kBF16});
+  absl::StatusOr<Plan> p = BuildPlan(s.src, s.dst, PlannerOptions());
+  EXPECT_THAT(p.status().message(), HasSubstr("tensor w differs"));
+  TensorSpec a{"e.{}.w", {4, 4}, DType::kBF16, true};
+  TensorSpec b{"e.{}.w", {4, 4}, DType::kBF16, false};
+  TwoSides s2 = Simple(a, b);
+  p = BuildPlan(s2.src, s2.dst, PlannerOptions());
+  EXPECT_THAT(p.status().message(), HasSubstr("(stacked)"));
+}
+
+TEST(PlannerErrorTest, MissingTensorNamed) {
+  TwoSides s = Simple({"w", {4, 4}, DType::kBF16}, {"v", {4, 4}, DType::kBF16});
+  absl::StatusOr<Plan> p = BuildPlan(s.src, s.dst, PlannerOptions());
+  EXPECT_THAT(p.status().message(), HasSubstr("engine tensor v bf16[4, 4] has no trainer tensor"));
+}
+
+TEST(PlannerErrorTest, NoSourceNamesStackedPartAndRank) {
+  TensorSpec t{"e.{}.w", {4, 4}, DType::kBF16, true};
+  TwoSides s = Simple(t, t);
+  s.src.records.pop_back();  // experts 2..3 have no source
+  absl::StatusOr<Plan> p = BuildPlan(s.src, s.dst, PlannerOptions());
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(),
+              HasSubstr("no source for 4 of 8 elements of e.{0..3}.w [0:2] on engine rank 0"));
+  EXPECT_THAT(p.status().message(), HasSubstr("on engine rank 1"));
+}
+
+TEST(PlannerErrorTest, OverlapUnsourcedAndOutsideBuffer) {
+  TensorSpec t{"w", {4, 4}, DType::kBF16};
+  TwoSides s = Simple(t, t);
+  // Rank 0's buffer grows by 8 unsourced bytes, 2 of them declared padding.
+  s.dst.buffers[0].byte_size += 8;
+  s.dst.buffers[0].padding.push_back(ByteRange{16, 2});
+  // Rank 1 gets a second record of the same box at offset 8: overlap.
+  Record dup = s.dst.records[1];
+  dup.byte_offset = 8;
+  s.dst.buffers[1].byte_size += 8;
+  s.dst.records.push_back(dup);
+  absl::StatusOr<Plan> p = BuildPlan(s.src, s.dst, PlannerOptions());
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(),
+              HasSubstr("unsourced bytes [18, 24) of buffer w on engine rank 0"));
+  EXPECT_THAT(p.status().message(),
+              HasSubstr("records w [0:4, 2:4] and w [0:4, 2:4] overlap at byte 8 of "
+                        "buffer w on engine rank 1"));
+  // A record outside its buffer.
+  TwoSides o = Simple(t, t);
+  o.dst.records[0].byte_offset = 4;
+  p = BuildPlan(o.src, o.dst, PlannerOptions());
+  EXPECT_THAT(p.status().message(), HasSubstr("tensor w box [0:4, 0:2] on rank 0"));
+  EXPECT_THAT(p.status().message(), HasSubstr("but the buffer has 16"));
+}
+
+TEST(PlannerErrorTest, ManyErrorsAreCapped) {
+  SideLayout src, dst;
+  src.world_size = 1;
+  dst.world_size = 1;
+  for (int i = 0; i < 60; ++i) {
+    ASSERT_TRUE(AddTensor(dst, {absl::StrCat("w", i), {2}, DType::kBF16}).ok());
+  }
+  absl::StatusOr<Plan> p = BuildPlan(src, dst, PlannerOptions());
+  EXPECT_THAT(p.status().message(), HasSubstr("engine tensor w49 bf16[2]"));
+  EXPECT_THAT(p.status().message(), Not(HasSubstr("w50")));
+  EXPECT_THAT(p.status().message(), HasSubstr("... and 10 more"));
+}
+
+}  // namespace
+}  // namespace refit
+
+namespace refit {
+namespace {
+
+// Megatron TEGroupedMLP: one buffer per local expert. The planner merges
+// the per-expert records of a rank into one indexed record, and the plan
+// copies every element exactly (reference copy and the copy programs).
+TEST(PlannerTest, PerExpertBuffersAreMergedIntoIndexedRecords) {
+  const int64_t e = 8, inter = 6, h = 4;
+  SideLayout src, dst;
+  src.world_size = 2;  // EP2: experts [4r, 4r + 4) on rank r
+  dst.world_size = 2;  // TP2 over the intermediate dim, all experts
+  for (SideLayout* s : {&src, &dst}) {
+    for (const char* w : {"gate_proj", "up_proj"}) {
+      TensorSpec t{absl::StrCat("layers.0.mlp.experts.{}.", w, ".weight"),
+                   {e, inter, h}, DType::kF32, /*stacked=*/true};
+      ASSERT_TRUE(AddTensor(*s, t).ok());
+    }
+  }
+  for (int32_t r = 0; r < 2; ++r) {
+    for (int64_t j = 0; j < 4; ++j) {
+      absl::StatusOr<int32_t> b =
+          AddBuffer(src, r, absl::StrCat("linear_fc1.weight", j), 2 * inter * h * 4);
+      ASSERT_TRUE(b.ok());
+      for (int32_t w = 0; w < 2; ++w) {
+        Record rec;
+        rec.tensor = w;
+        rec.rank = r;
+        rec.buffer = *b;
+        rec.box = Box::Unchecked({4 * r + j, 0, 0}, {1, inter, h});
+        rec.byte_offset = w * inter * h * 4;
+        rec.dims = RowMajorDims({1, inter, h});
+        src.records.push_back(rec);
+      }
+    }
+    absl::StatusOr<int32_t> c = AddBuffer(dst, r, "w13_weight", e * inter * h * 4);
+    ASSERT_TRUE(c.ok());
+    for (int32_t w = 0; w < 2; ++w) {
+      Record rec;
+      rec.tensor = w;
+      rec.rank = r;
+      rec.buffer = *c;
+      rec.box = Box::Unchecked({0, r * inter / 2, 0}, {e, inter / 2, h});
+      rec.byte_offset = w * inter / 2 * h * 4;
+      rec.dims = SubArrayDims({e, inter / 2, h}, {e, inter, h});
+      dst.records.push_back(rec);
+    }
+  }
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // 16 per-expert records -> 4 indexed ones (2 ranks x 2 weights).
+  ASSERT_EQ(plan->src.records.size(), 4u);
+  for (const Record& r : plan->src.records) {
+    EXPECT_EQ(r.buffer_step, 1);
+    EXPECT_EQ(r.box.shape(0), 4);
+    EXPECT_TRUE(ValidateRecord(plan->src, r).ok()) << ValidateRecord(plan->src, r);
+  }
+  // One segment per (weight, src rank, dst rank), not per expert.
+  EXPECT_EQ(plan->segments.size(), 8u);
+  // The fingerprints see the buffer step of an indexed record (the same
+  // boxes with another buffer per expert are another layout).
+  {
+    int merged = -1;
+    for (size_t i = 0; i < plan->src.records.size(); ++i) {
+      if (plan->src.records[i].buffer_step != 0) merged = static_cast<int>(i);
+    }
+    ASSERT_GE(merged, 0);
+    SideLayout other = plan->src;
+    EXPECT_EQ(LayoutFingerprint(other), LayoutFingerprint(plan->src));
+    other.records[merged].buffer_step += 1;
+    EXPECT_NE(LayoutFingerprint(other), LayoutFingerprint(plan->src));
+    Plan changed = *plan;
+    changed.src = other;
+    EXPECT_NE(PlanFingerprint(changed), plan->fingerprint);
+  }
+
+  OwnedBuffers sb = AllocateBuffers(src), db = AllocateBuffers(dst, 0xEE);
+  FillPattern(src, sb.ptrs);
+  ASSERT_TRUE(ReferenceCopy(*plan, sb.ptrs, db.ptrs).ok());
+  EXPECT_TRUE(CheckPattern(dst, db.ptrs).ok()) << CheckPattern(dst, db.ptrs);
+
+  // The copy programs (what the executor runs): pack on the sender,
+  // unpack on the receiver, through a staging stream.
+  OwnedBuffers db2 = AllocateBuffers(dst, 0xEE);
+  for (const Message& m : plan->messages) {
+    absl::StatusOr<std::vector<CopyTask>> pack = PackProgram(*plan, m);
+    absl::StatusOr<std::vector<CopyTask>> unpack = UnpackProgram(*plan, m);
+    ASSERT_TRUE(pack.ok() && unpack.ok());
+    EXPECT_EQ(TaskBytes(*pack), m.bytes);
+    std::vector<char> stream(m.bytes);
+    std::vector<char*> s, d;
+    for (uint8_t* x : sb.ptrs) s.push_back(reinterpret_cast<char*>(x));
+    for (uint8_t* x : db2.ptrs) d.push_back(reinterpret_cast<char*>(x));
+    absl::StatusOr<std::vector<ResolvedCopy>> p =
+        ResolveTasks(*pack, s, {}, nullptr, stream.data());
+    ASSERT_TRUE(p.ok()) << p.status();
+    RunCopiesHost(*p);
+    absl::StatusOr<std::vector<ResolvedCopy>> u =
+        ResolveTasks(*unpack, {}, d, stream.data(), nullptr);
+    ASSERT_TRUE(u.ok()) << u.status();
+    RunCopiesHost(*u);
+  }
+  EXPECT_TRUE(CheckPattern(dst, db2.ptrs).ok()) << CheckPattern(dst, db2.ptrs);
+}
+
+// An indexed record whose buffers run past the side's buffers, or belong
+// to another rank, is rejected naming the tensor and buffer.
+TEST(PlannerErrorTest, IndexedRecordBuffersChecked) {
+  TensorSpec t{"experts.{}.w", {4, 2}, DType::kF32, true};
+  SideLayout side;
+  side.world_size = 2;
+  ASSERT_TRUE(AddTensor(side, t).ok());
+  ASSERT_TRUE(AddBuffer(side, 0, "w0", 8).ok());
+  ASSERT_TRUE(AddBuffer(side, 0, "w1", 8).ok());
+  ASSERT_TRUE(AddBuffer(side, 1, "w2", 8).ok());
+  Record r;
+  r.tensor = 0;
+  r.rank = 0;
+  r.buffer = 0;
+  r.buffer_step = 1;
+  r.box = Box::Unchecked({0, 0}, {3, 2});
+  r.dims = RowMajorDims({3, 2});
+  r.dims[0].splits[0].stride = 0;
+  absl::Status s = ValidateRecord(side, r);
+  EXPECT_THAT(s.message(), HasSubstr("w2 belongs to rank 1"));
+  r.box = Box::Unchecked({0, 0}, {4, 2});
+  r.dims = RowMajorDims({4, 2});
+  r.dims[0].splits[0].stride = 0;
+  s = ValidateRecord(side, r);
+  EXPECT_THAT(s.message(), HasSubstr("run past the 3 buffers"));
+  EXPECT_THAT(s.message(), HasSubstr("experts.{}.w"));
+  r.box = Box::Unchecked({0, 0}, {2, 2});
+  r.dims = RowMajorDims({2, 2});
+  r.dims[0].splits[0].stride = 0;
+  EXPECT_TRUE(ValidateRecord(side, r).ok()) << ValidateRecord(side, r);
+}
+
+}  // namespace
+}  // namespace refit
+
+namespace refit {
+namespace {
+
+// Only the engine side may transform; a trainer tensor with a transform is
+// rejected naming it. On the engine side the planner matches it by name,
+// shape and dtype as usual.
+TEST(PlannerErrorTest, TrainerSideTransformIsRejected) {
+  TensorSpec t{"layers.0.mixer.A_log", {4}, DType::kF32};
+  TensorSpec tx = t;
+  tx.transform = Transform::kNegExp;
+  for (bool on_src : {true, false}) {
+    SideLayout src, dst;
+    src.world_size = dst.world_size = 1;
+    ASSERT_TRUE(AddTensor(src, on_src ? tx : t).ok());
+    ASSERT_TRUE(AddTensor(dst, on_src ? t : tx).ok());
+    Mesh m = *Mesh::Make({"tp"}, {1});
+    ASSERT_TRUE(AddDenseShards(src, 0, m, {Placement::Replicate()}).ok());
+    ASSERT_TRUE(AddDenseShards(dst, 0, m, {Placement::Replicate()}).ok());
+    absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions{});
+    if (on_src) {
+      ASSERT_FALSE(plan.ok());
+      EXPECT_THAT(plan.status().message(),
+                  HasSubstr("trainer tensor layers.0.mixer.A_log has transform "
+                            "neg_exp"));
+    } else {
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_EQ(plan->dst.tensors[0].transform, Transform::kNegExp);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace refit

@@ -1,0 +1,61 @@
+// DirKvStore: a KvStore over a directory shared by the processes of one
+// multi-process test (one file per key, written atomically by rename).
+#ifndef REFIT_TESTING_DIR_KV_STORE_H_
+#define REFIT_TESTING_DIR_KV_STORE_H_
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "exec/kv_store.h"
+
+namespace refit::testing {
+
+class DirKvStore : public KvStore {
+ public:
+  explicit DirKvStore(std::string dir) : dir_(std::move(dir)) {}
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    const std::string path = Path(key);
+    const std::string tmp = absl::StrCat(path, ".tmp", getpid());
+    {
+      std::ofstream f(tmp, std::ios::binary);
+      f.write(value.data(), value.size());
+      if (!f) return absl::UnavailableError("cannot write " + tmp);
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      return absl::UnavailableError("cannot rename " + tmp);
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  absl::Duration timeout) override {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (true) {
+      std::ifstream f(Path(key), std::ios::binary);
+      if (f) {
+        std::stringstream ss;
+        ss << f.rdbuf();
+        return ss.str();
+      }
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError("key " + key + " not set in time");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+ private:
+  std::string Path(const std::string& key) const {
+    return dir_ + "/" + absl::StrReplaceAll(key, {{"/", "_"}});
+  }
+  std::string dir_;
+};
+
+}  // namespace refit::testing
+
+#endif  // REFIT_TESTING_DIR_KV_STORE_H_

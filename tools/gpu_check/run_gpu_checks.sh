@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs refit's GPU checks and benchmark from a bundle on a GPU host (no
+# build there).
+#   run_gpu_checks.sh BUNDLE_DIR [NUM_GPUS] [BENCH FLAGS...]
+# Uses the torch venv's NCCL 2.28.9 when present (the version built against).
+set -uo pipefail
+dir=$1
+gpus=${2:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+shift $(( $# >= 2 ? 2 : $# ))
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+venv_nccl=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
+[ -d "$venv_nccl" ] && export LD_LIBRARY_PATH="$venv_nccl:${LD_LIBRARY_PATH:-}"
+nvidia-smi -L
+echo "== nccl_patterns_gpu on $gpus GPUs, 2 lanes"
+"$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=2
+rc1=$?
+echo "== nccl_patterns_gpu on $gpus GPUs, 1 lane"
+"$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=1
+rc2=$?
+echo "== the same patterns over CUDA IPC (ranks share the $gpus GPUs, as colocated members do)"
+"$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=2 --transport=ipc
+rc6=$?
+echo "== transform_gpu_test (A = -exp(A_log) kernel vs host)"
+"$dir/transform_gpu_test"
+rc4=$?
+echo "== refit_gpu_bench $*"
+"$dir/refit_gpu_bench" "$@"
+rc3=$?
+rc5=0
+if python3 -c 'import torch' 2>/dev/null; then
+  echo "== torch_gpu_check.py (the Python client with torch tensors)"
+  python3 "$dir/torch_gpu_check.py" "$dir" --gpus="$gpus"
+  rc5=$?
+fi
+echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 ipc=$rc6 transform=$rc4 bench=$rc3 python=$rc5"
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && [ $rc5 -eq 0 ] && [ $rc6 -eq 0 ]
