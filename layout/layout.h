@@ -75,6 +75,9 @@ struct BufferSpec {
   // Byte ranges that no record fills on purpose (e.g. vocabulary padding
   // rows). Any other byte that no record claims is reported as unsourced.
   std::vector<ByteRange> padding;
+  // Allocated by refit itself, not registered by the member: the converted
+  // values a sender computes before its rounds (plan/conversion.h).
+  bool scratch = false;
 };
 
 struct Record {

@@ -12,6 +12,8 @@ const char* TransformName(Transform t) {
       return "none";
     case Transform::kNegExp:
       return "neg_exp";
+    case Transform::kPow2Ceil:
+      return "pow2_ceil";
   }
   return "unknown";
 }
@@ -30,11 +32,11 @@ absl::Status ValidateTensorSpec(const TensorSpec& t) {
     case Transform::kNone:
       break;
     case Transform::kNegExp:
-      if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 &&
-          t.dtype != DType::kF16) {
+    case Transform::kPow2Ceil:
+      if (t.dtype != DType::kF32) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "tensor ", t.name, ": transform neg_exp needs fp32, bf16 or fp16, not ",
-            DTypeName(t.dtype)));
+            "tensor ", t.name, ": transform ", TransformName(t.transform),
+            " needs f32, not ", DTypeName(t.dtype)));
       }
       break;
     default:

@@ -14,16 +14,19 @@
 
 namespace refit {
 
-// An element-wise function the destination applies to a tensor after its
-// bytes land, in place. vLLM keeps NemotronH's Mamba `A = -exp(A_log)`
-// where trainers and checkpoints hold `A_log`: the engine side declares
-// the logical tensor A_log with transform kNegExp over its own buffer.
+// How an engine tensor's value derives from the checkpoint's, where it is
+// not the value itself (destination side only; the sender computes it,
+// plan/conversion.h). vLLM keeps NemotronH's Mamba `A = -exp(A_log)` as an
+// f32 parameter where trainers and checkpoints hold `A_log`: the engine
+// side declares the logical tensor A_log, f32, with transform kNegExp.
 enum class Transform : int32_t {
   kNone = 0,
-  kNegExp = 1,  // x -> -exp(x); float dtypes only (fp32, bf16, fp16)
+  kNegExp = 1,    // x -> -exp(x); f32 only
+  kPow2Ceil = 2,  // FP8 block scales rounded up to a power of two (UE8M0);
+                  // f32 scale tensors only
 };
 
-// "none", "neg_exp".
+// "none", "neg_exp", "pow2_ceil".
 const char* TransformName(Transform t);
 
 struct TensorSpec {
@@ -37,8 +40,7 @@ struct TensorSpec {
   // Experts are planned this way so that a 256-expert model costs records
   // per rank, not per expert.
   bool stacked = false;
-  // Destination side only (the planner rejects it on the source side); the
-  // planner matches tensors by name, shape, dtype and `stacked`, ignoring it.
+  // Destination side only (the planner rejects it on the source side).
   Transform transform = Transform::kNone;
 
   friend bool operator==(const TensorSpec& a, const TensorSpec& b) {

@@ -28,6 +28,7 @@
 
 #include "layout/box.h"
 #include "layout/layout.h"
+#include "plan/conversion.h"
 
 namespace refit {
 
@@ -87,6 +88,8 @@ struct PlannerOptions {
   // and with them lane pipelining, even when most messages need no
   // staging. 0 = the per-lane staging budget.
   int64_t max_round_bytes = 0;
+  // Edge of the FP8 block-quantization tiles (weight_scale_inv blocks).
+  int64_t fp8_block = 128;
 };
 
 struct PlanStats {
@@ -104,7 +107,8 @@ struct PlanStats {
 };
 
 struct Plan {
-  SideLayout src;  // as given (validated)
+  // As given (validated), with conversions applied (ConvertSource).
+  SideLayout src;
   SideLayout dst;
   // dst tensor index -> src tensor index (same name).
   std::vector<int32_t> dst_to_src_tensor;
@@ -114,6 +118,11 @@ struct Plan {
   std::vector<Segment> segments;
   std::vector<Message> messages;  // by (round, src rank, dst rank, seq)
   std::vector<Round> rounds;
+  // What the senders compute before their rounds (plan/conversion.h): the
+  // converted values of their records, and first the partial amaxes of the
+  // FP8 tiles their records cut. Sorted by source rank.
+  std::vector<Conversion> conversions;
+  std::vector<CutTileGroup> cut_tiles;
   PlannerOptions options;
   PlanStats stats;
   // Hex digest of the canonical serialization: equal inputs give equal

@@ -746,6 +746,13 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   validate_side(src, "trainer");
   validate_side(dst, "engine");
   if (!errors.empty()) return JoinErrors(errors);
+  {
+    REFIT_ASSIGN_OR_RETURN(ConvertedSource converted,
+                           ConvertSource(std::move(src), dst, options.fp8_block));
+    src = std::move(converted.layout);
+    plan.conversions = std::move(converted.conversions);
+    plan.cut_tiles = std::move(converted.cut_tiles);
+  }
 
   phase("validate");
   // --- 2. Match tensors by name.

@@ -490,11 +490,16 @@ TwoSides Simple(TensorSpec ts, TensorSpec td) {
   return s;
 }
 
-TEST(PlannerErrorTest, DtypeMismatchFp8VsBf16) {
+// An FP8 engine tensor from a BF16 trainer needs its block scales; f32 to
+// bf16 is no conversion refit makes.
+TEST(PlannerErrorTest, DtypeMismatchWithoutConversion) {
   TwoSides s = Simple({"w", {4, 4}, DType::kBF16}, {"w", {4, 4}, DType::kF8E4M3});
   absl::StatusOr<Plan> p = BuildPlan(s.src, s.dst, PlannerOptions());
   ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(p.status().message(), HasSubstr("tensor w differs"));
+  EXPECT_THAT(p.status().message(), HasSubstr("tensor w: the engine holds f8e4m3 without"));
+  TwoSides t = Simple({"w", {4, 4}, DType::kF32}, {"w", {4, 4}, DType::kBF16});
+  p = BuildPlan(t.src, t.dst, PlannerOptions());
+  EXPECT_THAT(p.status().message(), HasSubstr("tensor w: the engine holds bf16"));
 }
 
 TEST(PlannerErrorTest, ShapeAndStackedMismatch) {

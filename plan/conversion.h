@@ -1,0 +1,111 @@
+// Conversions: the destination stores a tensor in another dtype, or as a
+// function of the trainer's values, and the sender computes it.
+//
+// Two cases exist today, each a row of the format table (conversion.cc):
+//   - kCastF32 / kNegExpF32: an f32 engine tensor from a bf16 / f16 / f32
+//     trainer tensor, as is or as -exp(x) (vLLM's Mamba `A = -exp(A_log)`,
+//     an f32 parameter whatever the model dtype);
+//   - kFp8Block / kFp8BlockUe8m0: e4m3 weights with one f32 scale
+//     (`<weight>_scale_inv`) per block x block tile of each logical weight
+//     (per expert for stacked experts), from a bf16 / f16 / f32 trainer
+//     tensor; Ue8m0 rounds every scale up to a power of two.
+//
+// How it runs: ConvertSource rewrites the source layout so that every
+// converted record reads from a scratch buffer (BufferSpec::scratch) that
+// holds the converted values row-major over the record's box, and adds the
+// scale tensors with records in scratch buffers too. The planner then plans
+// the converted layout like any other: the wire carries the engine's dtype
+// (FP8 at half the bytes of BF16). Before its rounds each sender computes
+// its scratch buffers from its registered ones (exec/convert.h); where its
+// record cuts a tile that other ranks hold parts of, the holders first
+// exchange per-tile partial amaxes (CutTileGroup) so that every part is
+// quantized with the same scale.
+#ifndef REFIT_PLAN_CONVERSION_H_
+#define REFIT_PLAN_CONVERSION_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "layout/box.h"
+#include "layout/dtype.h"
+#include "layout/layout.h"
+
+namespace refit {
+
+enum class ConversionKind : int32_t {
+  kCastF32 = 1,        // f32(x)
+  kNegExpF32 = 2,      // -exp(f32(x)), f32
+  kFp8Block = 3,       // e4m3 + f32 block scales
+  kFp8BlockUe8m0 = 4,  // the same, scales rounded up to powers of two
+};
+
+// "cast_f32", "neg_exp_f32", "fp8_block", "fp8_block_ue8m0".
+const char* ConversionKindName(ConversionKind k);
+
+// True for the block-quantizing kinds (they have scales and tiles).
+bool IsBlockQuantized(ConversionKind k);
+
+// One source record's conversion. `from` is the record as registered (the
+// trainer's buffer, dtype from_dtype); the converted values lie row-major
+// over from.box in scratch buffer plan.src.buffers[to_buffer] (the
+// destination's dtype). Block kinds: scratch buffer scale_buffer holds the
+// f32 scales of OwnedTiles(from.box) (-1 when there are none), row-major.
+struct Conversion {
+  ConversionKind kind = ConversionKind::kCastF32;
+  DType from_dtype = DType::kBF16;
+  Record from;
+  int32_t to_buffer = -1;
+  int32_t scale_buffer = -1;
+  // Tile extent per tensor dim (1 on leading dims, `block` on the last
+  // two); empty for element-wise kinds.
+  std::vector<int64_t> tile;
+};
+
+// Tiles of one source tensor that several source records share, each
+// record holding only part of every tile: each holder rank computes its
+// partial amax of every tile in `tiles` (tile coordinates), sends it to
+// every other holder rank, and quantizes with the maximum of all.
+struct CutTileGroup {
+  int32_t tensor = 0;          // plan.src tensor
+  Box tiles;                   // tile coordinates
+  std::vector<int32_t> ranks;  // holder ranks, sorted, distinct (>= 1)
+};
+
+struct ConvertedSource {
+  SideLayout layout;  // the source with conversions applied
+  std::vector<Conversion> conversions;  // sorted by from.rank
+  std::vector<CutTileGroup> cut_tiles;
+};
+
+// Applies every conversion `dst` asks of `src`: a dst tensor whose src
+// namesake has another dtype, or that has a transform, and a dst tensor
+// "<w>_scale_inv" without a src namesake that is the scale of a block-
+// quantized weight w (kFp8BlockUe8m0 when the scale tensor's transform is
+// kPow2Ceil). `block` is the FP8 tile edge (128). Without any conversion
+// the source comes back unchanged.
+//
+// INVALID_ARGUMENT naming the tensor when a conversion is not in the table
+// (e.g. f32 -> bf16, e4m3 from an integer dtype), a quantized weight has
+// fewer than 2 dims, or its scale tensor's shape is not the tile grid.
+absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
+                                              const SideLayout& dst,
+                                              int64_t block);
+
+// The scale tensor name of a block-quantized weight: name + "_scale_inv".
+std::string ScaleTensorName(const std::string& weight);
+
+// Tiles of `box` along each dim: those intersecting it ([floor(o/t),
+// ceil(end/t))) and those whose first element lies in it ([ceil(o/t),
+// ceil(end/t))).
+Box IntersectingTiles(const Box& box, const std::vector<int64_t>& tile);
+Box OwnedTiles(const Box& box, const std::vector<int64_t>& tile);
+
+// The element box of tile box `tiles` of a tensor of `shape`, clipped.
+Box TileElements(const Box& tiles, const std::vector<int64_t>& tile,
+                 const std::vector<int64_t>& shape);
+
+}  // namespace refit
+
+#endif  // REFIT_PLAN_CONVERSION_H_

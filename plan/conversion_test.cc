@@ -1,0 +1,159 @@
+#include "plan/conversion.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "layout/mesh.h"
+#include "layout/sharding.h"
+
+namespace refit {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A trainer holding `name` [rows, cols] in `dtype`, Shard(0) over `ranks`.
+SideLayout Trainer(const std::string& name, std::vector<int64_t> shape,
+                   DType dtype, int ranks) {
+  SideLayout s;
+  s.world_size = ranks;
+  int32_t t = *AddTensor(s, TensorSpec{name, shape, dtype});
+  Mesh mesh = *Mesh::Make({"tp"}, {ranks});
+  EXPECT_TRUE(AddDenseShards(s, t, mesh, {Placement::Shard(0)}).ok());
+  return s;
+}
+
+// An engine holding `name` in `dtype` (transform t) on one rank, and its
+// block scales when `scale_shape` is not empty.
+SideLayout Engine(const std::string& name, std::vector<int64_t> shape,
+                  DType dtype, Transform t, std::vector<int64_t> scale_shape,
+                  Transform scale_t = Transform::kNone) {
+  SideLayout s;
+  s.world_size = 1;
+  TensorSpec w{name, shape, dtype};
+  w.transform = t;
+  int32_t wi = *AddTensor(s, w);
+  Mesh mesh = *Mesh::Make({"tp"}, {1});
+  EXPECT_TRUE(AddDenseShards(s, wi, mesh, {Placement::Replicate()}).ok());
+  if (!scale_shape.empty()) {
+    TensorSpec sc{ScaleTensorName(name), scale_shape, DType::kF32};
+    sc.transform = scale_t;
+    int32_t si = *AddTensor(s, sc);
+    EXPECT_TRUE(AddDenseShards(s, si, mesh, {Placement::Replicate()}).ok());
+  }
+  return s;
+}
+
+TEST(ConvertSourceTest, SameDtypesLeaveTheSourceAlone) {
+  SideLayout src = Trainer("w", {4, 4}, DType::kBF16, 2);
+  SideLayout dst = Engine("w", {4, 4}, DType::kBF16, Transform::kNone, {});
+  absl::StatusOr<ConvertedSource> c = ConvertSource(src, dst, 128);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->conversions.empty());
+  EXPECT_EQ(c->layout.buffers.size(), src.buffers.size());
+}
+
+TEST(ConvertSourceTest, AlignedShardsQuantizeWholeTiles) {
+  SideLayout src = Trainer("w", {256, 384}, DType::kBF16, 2);
+  SideLayout dst = Engine("w", {256, 384}, DType::kF8E4M3, Transform::kNone, {2, 3});
+  absl::StatusOr<ConvertedSource> c = ConvertSource(src, dst, 128);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->conversions.size(), 2u);
+  EXPECT_TRUE(c->cut_tiles.empty());
+  const SideLayout& l = c->layout;
+  ASSERT_EQ(l.tensors.size(), 2u);
+  EXPECT_EQ(l.tensors[0].dtype, DType::kF8E4M3);
+  EXPECT_EQ(l.tensors[1].name, "w_scale_inv");
+  for (const Conversion& v : c->conversions) {
+    EXPECT_EQ(v.kind, ConversionKind::kFp8Block);
+    EXPECT_EQ(v.from_dtype, DType::kBF16);
+    EXPECT_THAT(v.tile, ElementsAre(128, 128));
+    ASSERT_GE(v.to_buffer, 0);
+    EXPECT_TRUE(l.buffers[v.to_buffer].scratch);
+    EXPECT_EQ(l.buffers[v.to_buffer].byte_size, 128 * 384);  // 1 byte each
+    ASSERT_GE(v.scale_buffer, 0);
+    EXPECT_EQ(l.buffers[v.scale_buffer].byte_size, 3 * 4);
+    EXPECT_EQ(l.buffers[v.scale_buffer].rank, v.from.rank);
+  }
+  // The scale records partition the tile grid.
+  int scale_records = 0;
+  for (const Record& r : l.records) {
+    if (r.tensor == 1) {
+      ++scale_records;
+      EXPECT_EQ(r.box.shape(0), 1);
+      EXPECT_EQ(r.box.origin(0), r.rank);
+    } else {
+      EXPECT_TRUE(l.buffers[r.buffer].scratch);
+    }
+  }
+  EXPECT_EQ(scale_records, 2);
+}
+
+TEST(ConvertSourceTest, ShardsCuttingATileExchangeItsAmax) {
+  // 100 rows per rank: tile row 0 spans both ranks, tile row 1 is rank 1's.
+  SideLayout src = Trainer("w", {200, 100}, DType::kBF16, 2);
+  SideLayout dst = Engine("w", {200, 100}, DType::kF8E4M3, Transform::kNone, {2, 1});
+  absl::StatusOr<ConvertedSource> c = ConvertSource(src, dst, 128);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->cut_tiles.size(), 1u);
+  EXPECT_EQ(c->cut_tiles[0].tiles.ToString(), "[0:1, 0:1]");
+  EXPECT_THAT(c->cut_tiles[0].ranks, ElementsAre(0, 1));
+  // Tile 0 is owned by rank 0 (its first element), tile 1 by rank 1.
+  for (const Conversion& v : c->conversions) {
+    EXPECT_EQ(OwnedTiles(v.from.box, v.tile).ToString(),
+              v.from.rank == 0 ? "[0:1, 0:1]" : "[1:2, 0:1]");
+  }
+}
+
+TEST(ConvertSourceTest, NegExpToF32) {
+  SideLayout src = Trainer("A_log", {8}, DType::kBF16, 2);
+  SideLayout dst = Engine("A_log", {8}, DType::kF32, Transform::kNegExp, {});
+  absl::StatusOr<ConvertedSource> c = ConvertSource(src, dst, 128);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->conversions.size(), 2u);
+  EXPECT_EQ(c->conversions[0].kind, ConversionKind::kNegExpF32);
+  EXPECT_EQ(c->layout.tensors[0].dtype, DType::kF32);
+  EXPECT_EQ(c->layout.buffers[c->conversions[0].to_buffer].byte_size, 4 * 4);
+}
+
+TEST(ConvertSourceTest, Ue8m0FromTheScaleTransform) {
+  SideLayout src = Trainer("w", {128, 128}, DType::kBF16, 1);
+  SideLayout dst = Engine("w", {128, 128}, DType::kF8E4M3, Transform::kNone,
+                          {1, 1}, Transform::kPow2Ceil);
+  absl::StatusOr<ConvertedSource> c = ConvertSource(src, dst, 128);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->conversions.size(), 1u);
+  EXPECT_EQ(c->conversions[0].kind, ConversionKind::kFp8BlockUe8m0);
+  EXPECT_EQ(c->layout.tensors[1].transform, Transform::kNone);
+}
+
+TEST(ConvertSourceTest, RefusesWhatTheTableLacks) {
+  SideLayout f32 = Trainer("w", {4, 4}, DType::kF32, 1);
+  absl::StatusOr<ConvertedSource> c = ConvertSource(
+      f32, Engine("w", {4, 4}, DType::kBF16, Transform::kNone, {}), 128);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("tensor w"));
+
+  SideLayout bf16 = Trainer("w", {4, 4}, DType::kBF16, 1);
+  c = ConvertSource(bf16, Engine("w", {4, 4}, DType::kF8E4M3, Transform::kNone, {}), 128);
+  EXPECT_THAT(c.status().message(), HasSubstr("without a w_scale_inv"));
+
+  c = ConvertSource(bf16, Engine("w", {4, 4}, DType::kF8E4M3, Transform::kNone, {2, 2}),
+                    128);
+  EXPECT_THAT(c.status().message(), HasSubstr("is not the 128x128 tile grid [1, 1]"));
+
+  SideLayout i8 = Trainer("w", {4, 4}, DType::kI8, 1);
+  c = ConvertSource(i8, Engine("w", {4, 4}, DType::kF32, Transform::kNone, {}), 128);
+  EXPECT_THAT(c.status().message(), HasSubstr("from bf16, f16 or f32 only"));
+}
+
+TEST(TilesTest, IntersectingOwnedAndElements) {
+  Box b = Box::Unchecked({100, 0}, {100, 300});
+  std::vector<int64_t> tile = {128, 128};
+  EXPECT_EQ(IntersectingTiles(b, tile).ToString(), "[0:2, 0:3]");
+  EXPECT_EQ(OwnedTiles(b, tile).ToString(), "[1:2, 0:3]");
+  EXPECT_EQ(TileElements(Box::Unchecked({1, 2}, {1, 1}), tile, {200, 300}).ToString(),
+            "[128:200, 256:300]");
+}
+
+}  // namespace
+}  // namespace refit
