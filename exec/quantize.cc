@@ -1,0 +1,202 @@
+#include "exec/quantize.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace refit {
+namespace {
+
+float BitsToF32(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint32_t F32ToBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+float HalfToF32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  if (e == 0x1F) return BitsToF32(sign | 0x7F800000u | (m << 13));
+  if (e != 0) return BitsToF32(sign | ((e + 112) << 23) | (m << 13));
+  const float v = std::ldexp(static_cast<float>(m), -24);
+  return sign ? -v : v;
+}
+
+// Calls fn(row_start_index_in_dense, global_coords_of_row_start, row_len)
+// for every innermost row of `box`, row-major.
+template <typename Fn>
+void ForEachRow(const Box& box, Fn fn) {
+  const int rank = box.rank();
+  if (IsEmpty(box)) return;
+  if (rank == 0) {
+    std::vector<int64_t> none;
+    fn(int64_t{0}, none, int64_t{1});
+    return;
+  }
+  std::vector<int64_t> idx(box.origin().begin(), box.origin().end());
+  const int64_t row = box.shape(rank - 1);
+  int64_t pos = 0;
+  while (true) {
+    fn(pos, idx, row);
+    pos += row;
+    int d = rank - 2;
+    for (; d >= 0; --d) {
+      if (++idx[d] < box.limit(d)) break;
+      idx[d] = box.origin(d);
+    }
+    if (d < 0) break;
+  }
+}
+
+// Row-major index of the tile holding global coords `g` (last dim `col`)
+// inside the tile box `tiles`.
+int64_t TileIndex(const Box& tiles, const std::vector<int64_t>& tile,
+                  const std::vector<int64_t>& g, int64_t col) {
+  int64_t k = 0;
+  const int rank = tiles.rank();
+  for (int d = 0; d < rank; ++d) {
+    const int64_t c = (d == rank - 1 ? col : g[d]) / tile[d] - tiles.origin(d);
+    k = k * tiles.shape(d) + c;
+  }
+  return k;
+}
+
+}  // namespace
+
+uint8_t F32ToE4M3(float f) {
+  const uint32_t u = F32ToBits(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80);
+  float a = std::fabs(f);
+  if (std::isnan(a)) return sign | 0x7F;
+  if (a >= 448.0f) return sign | 0x7E;
+  if (a < 0.015625f) {  // below 2^-6: subnormal steps of 2^-9
+    const float q = std::nearbyint(a * 512.0f);  // exact scaling; RNE
+    return sign | static_cast<uint8_t>(q);
+  }
+  const uint32_t au = F32ToBits(a);
+  const int32_t e = static_cast<int32_t>((au >> 23) & 0xFF) - 127;
+  const uint32_t mant = au & 0x7FFFFF;
+  uint32_t keep = mant >> 20;
+  const uint32_t rem = mant & 0xFFFFF;
+  uint32_t v = (static_cast<uint32_t>(e + 7) << 3) | keep;
+  if (rem > 0x80000 || (rem == 0x80000 && (keep & 1))) ++v;  // may carry
+  if (v > 0x7E) v = 0x7E;
+  return sign | static_cast<uint8_t>(v);
+}
+
+float E4M3ToF32(uint8_t b) {
+  const float sign = (b & 0x80) ? -1.0f : 1.0f;
+  const int e = (b >> 3) & 0xF, m = b & 0x7;
+  if (e == 0xF && m == 0x7) return std::nanf("");
+  if (e == 0) return sign * std::ldexp(static_cast<float>(m), -9);
+  return sign * std::ldexp(1.0f + m / 8.0f, e - 7);
+}
+
+float LoadAsF32(DType dtype, const char* p) {
+  switch (dtype) {
+    case DType::kBF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return BitsToF32(static_cast<uint32_t>(h) << 16);
+    }
+    case DType::kF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return HalfToF32(h);
+    }
+    default: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+  }
+}
+
+float BlockScale(float amax, bool ue8m0) {
+  float scale = std::fmax(amax, 1e-4f) / 448.0f;
+  if (ue8m0) {
+    int e = 0;
+    const float m = std::frexp(scale, &e);  // scale = m * 2^e, m in [0.5, 1)
+    scale = m == 0.5f ? scale : std::ldexp(1.0f, e);
+  }
+  return scale;
+}
+
+absl::StatusOr<std::vector<float>> TileAmaxHost(const DenseBox& in,
+                                                const std::vector<int64_t>& tile) {
+  const Box tiles = IntersectingTiles(in.box, tile);
+  std::vector<float> amax(UncheckedNumElements(tiles), 0.0f);
+  const int64_t es = DTypeSize(in.dtype);
+  const int last = in.box.rank() - 1;
+  absl::Status bad;
+  ForEachRow(in.box, [&](int64_t pos, const std::vector<int64_t>& g, int64_t n) {
+    if (!bad.ok()) return;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = LoadAsF32(in.dtype, in.data + (pos + i) * es);
+      const int64_t col = g[last] + i;
+      if (!std::isfinite(v)) {
+        std::vector<int64_t> at = g;
+        at[last] = col;
+        bad = absl::InvalidArgumentError(absl::StrCat(
+            "non-finite value ", v, " at [", absl::StrJoin(at, ", "), "]"));
+        return;
+      }
+      float& a = amax[TileIndex(tiles, tile, g, col)];
+      a = std::fmax(a, std::fabs(v));
+    }
+  });
+  if (!bad.ok()) return bad;
+  return amax;
+}
+
+void QuantizeHost(const DenseBox& in, const std::vector<int64_t>& tile,
+                  absl::Span<const float> amax, bool ue8m0, uint8_t* out,
+                  float* scales) {
+  const Box tiles = IntersectingTiles(in.box, tile);
+  std::vector<float> scale(amax.size()), inv(amax.size());
+  for (size_t k = 0; k < amax.size(); ++k) {
+    scale[k] = BlockScale(amax[k], ue8m0);
+    inv[k] = 1.0f / scale[k];
+  }
+  const int64_t es = DTypeSize(in.dtype);
+  const int last = in.box.rank() - 1;
+  ForEachRow(in.box, [&](int64_t pos, const std::vector<int64_t>& g, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = LoadAsF32(in.dtype, in.data + (pos + i) * es);
+      const float x = v * inv[TileIndex(tiles, tile, g, g[last] + i)];
+      out[pos + i] = F32ToE4M3(std::fmin(std::fmax(x, -448.0f), 448.0f));
+    }
+  });
+  if (scales == nullptr) return;
+  const Box owned = OwnedTiles(in.box, tile);
+  ForEachRow(owned, [&](int64_t pos, const std::vector<int64_t>& g, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t k = 0;
+      for (int d = 0; d < owned.rank(); ++d) {
+        const int64_t c = (d == last ? g[d] + i : g[d]) - tiles.origin(d);
+        k = k * tiles.shape(d) + c;
+      }
+      scales[pos + i] = scale[k];
+    }
+  });
+}
+
+void CastF32Host(DType dtype, const char* in, int64_t n, bool neg_exp,
+                 float* out) {
+  const int64_t es = DTypeSize(dtype);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = LoadAsF32(dtype, in + i * es);
+    out[i] = neg_exp ? static_cast<float>(-std::exp(static_cast<double>(v))) : v;
+  }
+}
+
+}  // namespace refit
