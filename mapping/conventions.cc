@@ -307,7 +307,6 @@ absl::Status ApplyRule(LayoutBuilder& b, const ModelConfig& c,
                        const RankCtx& ctx, const RuleRow& row,
                        const LayerKind& kind, int32_t t,
                        const std::string& name) {
-  if (row.transform != Transform::kNone) b.SetTransform(t, row.transform);
   absl::Status s = ApplyRuleImpl(b, c, ctx, row, kind, t, name);
   if (s.ok() || absl::StartsWith(s.message(), b.side())) return s;
   return AnnotateStatus(s, absl::StrCat(b.side(), ", rank ", ctx.rank));

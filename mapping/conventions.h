@@ -48,10 +48,6 @@ struct RuleRow {
   const char* name;
   Rule rule;
   int part;
-  // Engine only: the element-wise transform the engine applies on load
-  // (vLLM/SGLang keep Mamba's A = -exp(A_log)); refit applies it after the
-  // bytes land (TensorSpec::transform).
-  Transform transform = Transform::kNone;
 };
 
 enum class ExpertStyle {

@@ -56,7 +56,7 @@ constexpr RuleRow kVllmRules[] = {
     {Role::kMambaInProj, L::kAny, "", Rule::kMambaInProj, 0},
     {Role::kMambaConvW, L::kAny, "", Rule::kMambaConv, 0},
     {Role::kMambaConvB, L::kAny, "", Rule::kMambaConv, 0},
-    {Role::kMambaALog, L::kAny, "A_log>A", Rule::kColumn, 0, Transform::kNegExp},
+    {Role::kMambaALog, L::kAny, "A_log>A", Rule::kColumn, 0},
     {Role::kMambaD, L::kAny, "", Rule::kColumn, 0},
     {Role::kMambaDtBias, L::kAny, "", Rule::kColumn, 0},
     {Role::kMambaNorm, L::kAny, "", Rule::kColumn, 0},
@@ -106,6 +106,44 @@ std::string VllmName(const std::string& hf, const char* subst, bool sglang) {
 }
 
 }  // namespace
+
+namespace {
+
+constexpr EngineDTypeRow kEngineDTypes[] = {
+    {Role::kMambaALog, DType::kF32, Transform::kNegExp},
+};
+
+}  // namespace
+
+absl::Span<const EngineDTypeRow> EngineDTypes() { return kEngineDTypes; }
+
+absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
+                                                const EngineSpec& spec) {
+  ModelConfig c = config;
+  if (spec.quant != EngineSpec::Quant::kNone) {
+    if (c.fp8_block == 0 && c.fp8_per_tensor) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "engine ", EngineSpecString(spec), ": quant=fp8 asks for FP8 block "
+          "scales, but the model is per-tensor FP8"));
+    }
+    if (c.fp8_block == 0) c.fp8_block = 128;
+  }
+  REFIT_ASSIGN_OR_RETURN(ModelTensors m, BuildModelTensors(c));
+  for (const EngineDTypeRow& row : kEngineDTypes) {
+    for (size_t l = 0; l < m.layers.size(); ++l) {
+      const int32_t t = m.Find(static_cast<int64_t>(l), row.role);
+      if (t < 0) continue;
+      m.tensors[t].dtype = row.dtype;
+      m.tensors[t].transform = row.transform;
+    }
+  }
+  if (spec.quant == EngineSpec::Quant::kFp8Ue8m0) {
+    for (size_t t = 0; t < m.tensors.size(); ++t) {
+      if (m.is_scale[t]) m.tensors[t].transform = Transform::kPow2Ceil;
+    }
+  }
+  return m;
+}
 
 absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
                                            const ModelTensors& model,

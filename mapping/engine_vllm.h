@@ -25,9 +25,9 @@
 //   self_attn.attn.{k,v,q}_scale: KV-cache scales, replicated
 //   NemotronH: "backbone." -> "model.", embeddings -> embed_tokens; Mamba2
 //        mixer.in_proj.weight [z_l; x_l; B_l; C_l; dt_l], conv1d [x_l; B_l;
-//        C_l] (with n_groups == 1, B and C whole on every rank), A (vLLM's
-//        loader keeps A = -exp(A_log): the engine tensor A_log carries
-//        transform neg_exp, applied after the bytes land),
+//        C_l] (with n_groups == 1, B and C whole on every rank), A (vLLM
+//        creates it f32 and loads -exp(A_log.float()): the engine tensor
+//        A_log is f32 with transform neg_exp, computed by the sender),
 //        D, dt_bias, norm.weight sharded by TP, out_proj row-parallel.
 // FP8 (block b): every FP8 weight buffer X has a companion X_scale_inv
 // buffer ("qkv_proj.weight_scale_inv", "w13_weight_scale_inv") whose blocks
@@ -52,6 +52,26 @@
 #include "mapping/parallel_spec.h"
 
 namespace refit {
+
+// The dtype vLLM (and SGLang) create a parameter in where it is not the
+// checkpoint's, by role (kNumRoles: none). Read from their model and layer
+// sources: MambaMixer2 creates A as torch.float32 whatever the model dtype
+// (vllm/model_executor/layers/mamba/mamba_mixer2.py; SGLang's copy too).
+// Router biases (e_score_correction_bias) and FP8 scales are f32 in the
+// checkpoint already, so they need no row.
+struct EngineDTypeRow {
+  Role role;
+  DType dtype;
+  Transform transform;
+};
+absl::Span<const EngineDTypeRow> EngineDTypes();
+
+// `model` as the engine holds it: EngineDTypes applied, and under
+// spec.quant every quantizable weight FP8 with its weight_scale_inv tensor
+// (scales with transform pow2_ceil under fp8-ue8m0). INVALID_ARGUMENT for
+// quant=fp8 on a per-tensor FP8 model.
+absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
+                                                const EngineSpec& spec);
 
 // The vLLM layout of `model` under `spec`. INVALID_ARGUMENT naming the size
 // and the axis when impossible (TP not dividing the heads, the padded

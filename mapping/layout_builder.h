@@ -109,10 +109,6 @@ class LayoutBuilder {
   absl::Status CloneRank(int32_t src_rank, int32_t dst_rank,
                          int64_t expert_shift = 0);
 
-  // Marks `tensor` with a destination transform (TensorSpec::transform).
-  void SetTransform(int32_t tensor, Transform t) {
-    out_.layout.tensors[tensor].transform = t;
-  }
   // Sets optional rank annotations.
   void SetStage(std::vector<int32_t> stage_of_rank);
   void SetHosts(int32_t gpus_per_host);

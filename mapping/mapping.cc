@@ -19,8 +19,10 @@ absl::StatusOr<MappedSide> BuildTrainerLayout(const ModelConfig& config,
 
 absl::StatusOr<MappedSide> BuildEngineLayout(const ModelConfig& config,
                                              const EngineSpec& spec) {
-  REFIT_ASSIGN_OR_RETURN(ModelTensors model, BuildModelTensors(config));
-  return BuildVllmLayout(config, model, spec);
+  REFIT_ASSIGN_OR_RETURN(ModelTensors model, EngineModelTensors(config, spec));
+  ModelConfig c = config;
+  c.fp8_block = model.fp8_block;
+  return BuildVllmLayout(c, model, spec);
 }
 
 }  // namespace refit

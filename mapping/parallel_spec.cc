@@ -174,6 +174,16 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
       REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.vocab_pad, 1));
     } else if (kv.key == "gpus_per_host") {
       REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.gpus_per_host, 1));
+    } else if (kv.key == "quant") {
+      if (kv.value == "fp8") {
+        s.quant = EngineSpec::Quant::kFp8;
+      } else if (kv.value == "fp8-ue8m0") {
+        s.quant = EngineSpec::Quant::kFp8Ue8m0;
+      } else if (kv.value != "none") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "engine spec \"", text, "\": quant=", kv.value,
+            " is not none, fp8 or fp8-ue8m0"));
+      }
     } else if (kv.key == "placement") {
       if (kv.value != "linear" && kv.value != "round_robin") {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -183,7 +193,7 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
       s.round_robin = kv.value == "round_robin";
     } else {
       return UnknownKey(text, kv.key,
-                        "tp, dp, ep, placement, vocab_pad, gpus_per_host");
+                        "tp, dp, ep, placement, vocab_pad, gpus_per_host, quant");
     }
   }
   if (s.round_robin && (s.kind != EngineSpec::Kind::kVllm || s.ep == 0)) {
@@ -236,6 +246,8 @@ std::string EngineSpecString(const EngineSpec& s) {
   if (s.round_robin) absl::StrAppend(&out, ",placement=round_robin");
   if (s.vocab_pad != 64) absl::StrAppend(&out, ",vocab_pad=", s.vocab_pad);
   if (s.gpus_per_host > 0) absl::StrAppend(&out, ",gpus_per_host=", s.gpus_per_host);
+  if (s.quant == EngineSpec::Quant::kFp8) absl::StrAppend(&out, ",quant=fp8");
+  if (s.quant == EngineSpec::Quant::kFp8Ue8m0) absl::StrAppend(&out, ",quant=fp8-ue8m0");
   return out;
 }
 

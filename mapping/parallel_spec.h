@@ -70,6 +70,13 @@ struct EngineSpec {
   bool round_robin = false;
   int64_t vocab_pad = 64;
   int32_t gpus_per_host = 0;
+  // quant=fp8: the engine serves the model as FP8 block-quantized weights
+  // (e4m3 + an f32 weight_scale_inv per 128x128 tile, the tensors an FP8
+  // block checkpoint gives vLLM's loader) whatever the trainer holds; refit
+  // quantizes on the way. quant=fp8-ue8m0: the same with every scale a
+  // power of two (DeepGEMM's UE8M0 scales).
+  enum class Quant { kNone, kFp8, kFp8Ue8m0 };
+  Quant quant = Quant::kNone;
 
   int32_t world_size() const { return tp * dp; }
 };

@@ -2,11 +2,12 @@
 #include "testing/reference_copy.h"
 
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "exec/transform.h"
+#include "testing/reference_convert.h"
 #include "layout/dtype.h"
 
 namespace refit {
@@ -54,8 +55,21 @@ OwnedBuffers AllocateBuffers(const SideLayout& side, uint8_t fill) {
   return o;
 }
 
-absl::Status ReferenceCopy(const Plan& plan, const HostBuffers& src,
+absl::Status ReferenceCopy(const Plan& plan, const HostBuffers& given_src,
                            const HostBuffers& dst) {
+  // Scratch buffers (converted values) come last; the caller may leave
+  // them out, and they are computed here.
+  HostBuffers src = given_src;
+  std::vector<std::vector<uint8_t>> scratch;
+  for (size_t b = src.size(); b < plan.src.buffers.size(); ++b) {
+    if (!plan.src.buffers[b].scratch) break;
+    scratch.emplace_back(plan.src.buffers[b].byte_size);
+    src.push_back(scratch.back().data());
+  }
+  if (!plan.conversions.empty()) {
+    absl::Status s = testing::ReferenceConvert(plan, src);
+    if (!s.ok()) return s;
+  }
   if (src.size() != plan.src.buffers.size() ||
       dst.size() != plan.dst.buffers.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -86,10 +100,7 @@ absl::Status ReferenceCopy(const Plan& plan, const HostBuffers& src,
       for (int64_t k = 0; k < es; ++k) db[doff + k] = sb[so + k];
     });
   }
-  // Destination transforms (e.g. A = -exp(A_log)), as the executor does.
-  std::vector<char*> ptrs;
-  for (uint8_t* p : dst) ptrs.push_back(reinterpret_cast<char*>(p));
-  return ApplyTransformRunsHost(TransformRuns(plan.dst, -1), ptrs);
+  return absl::OkStatus();
 }
 
 uint64_t NameHash(const std::string& name) {
@@ -181,8 +192,8 @@ void FillPattern(const SideLayout& side, const HostBuffers& buffers,
                              int64_t off, int64_t lin, const Box::Indices&) {
       uint8_t* b = buffers[buffer];
       for (size_t j = 0; j < inner.size(); ++j) {
-        const uint64_t w = PatternWord(h, lin + static_cast<int64_t>(j),
-                                       options.seed);
+        const uint64_t w = testing::FiniteWord(
+            t.dtype, PatternWord(h, lin + static_cast<int64_t>(j), options.seed));
         uint8_t* p = b + off + inner[j];
         for (int64_t k = 0; k < es; ++k) p[k] = static_cast<uint8_t>(w >> (8 * k));
       }
@@ -190,54 +201,80 @@ void FillPattern(const SideLayout& side, const HostBuffers& buffers,
   }
 }
 
+// The expected bytes of tensor t where the engine holds a conversion of
+// the trainer's pattern (options.source_dtypes); empty when t holds the
+// pattern itself.
+const std::vector<uint8_t>* ExpectedFor(const SideLayout& side, const TensorSpec& t,
+                                        const PatternOptions& options,
+                                        std::map<std::string, std::vector<uint8_t>>* cache) {
+  if (options.source_dtypes == nullptr) return nullptr;
+  if (auto it = cache->find(t.name); it != cache->end()) {
+    return it->second.empty() ? nullptr : &it->second;
+  }
+  std::vector<uint8_t>& out = (*cache)[t.name];
+  const auto& src = *options.source_dtypes;
+  auto sd = src.find(t.name);
+  if (sd != src.end() && (sd->second != t.dtype || t.transform == Transform::kNegExp)) {
+    out = testing::ExpectedConverted(t, sd->second, nullptr, options.seed,
+                                     options.fp8_block);
+  }
+  const std::string suffix = "_scale_inv";
+  if (sd == src.end() && t.name.size() > suffix.size() &&
+      t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    const std::string wname = t.name.substr(0, t.name.size() - suffix.size());
+    auto ws = src.find(wname);
+    for (const TensorSpec& w : side.tensors) {
+      if (w.name == wname && ws != src.end() && w.dtype == DType::kF8E4M3 &&
+          ws->second != DType::kF8E4M3) {
+        out = testing::ExpectedConverted(t, ws->second, &w, options.seed,
+                                         options.fp8_block);
+      }
+    }
+  }
+  return out.empty() ? nullptr : &out;
+}
+
 absl::Status CheckPattern(const SideLayout& side, const HostBuffers& buffers,
                           PatternOptions options) {
   std::vector<std::string> bad;
   int64_t nbad = 0;
+  std::map<std::string, std::vector<uint8_t>> converted;
   for (const Record& r : side.records) {
     if (!Selected(r, options)) continue;
     const TensorSpec& t = side.tensors[r.tensor];
     const int64_t es = DTypeSize(t.dtype);
     const uint64_t h = NameHash(t.name);
+    const std::vector<uint8_t>* want = ExpectedFor(side, t, options, &converted);
     ForEachRow(r, t, es, [&](int32_t buffer, const std::vector<int64_t>& inner,
                              int64_t off, int64_t lin,
                              const Box::Indices& row_start) {
       const uint8_t* b = buffers[buffer];
       for (size_t j = 0; j < inner.size(); ++j) {
-        const uint64_t w = PatternWord(h, lin + static_cast<int64_t>(j),
-                                       options.seed);
-        const uint8_t* p = b + off + inner[j];
-        if (t.transform != Transform::kNone && (es == 2 || es == 4)) {
-          // Transformed on arrival: compare values within the tolerance.
-          uint32_t got = 0;
-          std::memcpy(&got, p, es);
-          const uint32_t want = TransformElement(
-              t.transform, t.dtype,
-              static_cast<uint32_t>(w & (es == 2 ? 0xFFFFu : 0xFFFFFFFFu)));
-          if (!TransformMatches(t.dtype, want, got) && ++nbad <= 10) {
-            Box::Indices g = row_start;
-            if (!g.empty()) g.back() += static_cast<int64_t>(j);
-            bad.push_back(absl::StrCat(
-                "tensor ", t.name, " element [", absl::StrJoin(g, ", "),
-                "] on rank ", r.rank, " buffer ", side.buffers[buffer].name,
-                ": transform ", TransformName(t.transform), " expected bits ",
-                want, ", got ", got));
-          }
-          continue;
+        const int64_t k = lin + static_cast<int64_t>(j);
+        uint8_t expect[8];
+        if (want != nullptr) {
+          std::memcpy(expect, want->data() + k * es, es);
+        } else {
+          const uint64_t w =
+              testing::FiniteWord(t.dtype, PatternWord(h, k, options.seed));
+          std::memcpy(expect, &w, 8);
         }
-        for (int64_t k = 0; k < es; ++k) {
-          if (p[k] != static_cast<uint8_t>(w >> (8 * k))) {
-            if (++nbad <= 10) {
-              Box::Indices g = row_start;
-              if (!g.empty()) g.back() += static_cast<int64_t>(j);
-              bad.push_back(absl::StrCat(
-                  "tensor ", t.name, " element [", absl::StrJoin(g, ", "),
-                  "] on rank ", r.rank, " buffer ",
-                  side.buffers[buffer].name, " byte ", off + inner[j] + k,
-                  " is wrong"));
-            }
-            break;
-          }
+        const uint8_t* p = b + off + inner[j];
+        bool ok = std::memcmp(p, expect, es) == 0;
+        if (!ok && want != nullptr && t.transform == Transform::kNegExp) {
+          // -exp: within one ulp of the reference (a device's exp may differ).
+          int32_t a, e;
+          std::memcpy(&a, p, 4);
+          std::memcpy(&e, expect, 4);
+          ok = (a ^ e) >= 0 && (a - e == 1 || e - a == 1);
+        }
+        if (!ok && ++nbad <= 10) {
+          Box::Indices g = row_start;
+          if (!g.empty()) g.back() += static_cast<int64_t>(j);
+          bad.push_back(absl::StrCat(
+              "tensor ", t.name, " element [", absl::StrJoin(g, ", "), "] on rank ",
+              r.rank, " buffer ", side.buffers[buffer].name, " byte ", off + inner[j],
+              " is wrong"));
         }
       }
     });

@@ -8,6 +8,8 @@
 #define REFIT_TESTING_REFERENCE_COPY_H_
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -29,6 +31,8 @@ struct OwnedBuffers {
 OwnedBuffers AllocateBuffers(const SideLayout& side, uint8_t fill = 0);
 
 // Copies every segment of `plan` from src to dst memory, element by element.
+// Scratch buffers of a converted plan may be left out of `src` (they come
+// last): they are then computed with testing/reference_convert.h.
 // Fails with INVALID_ARGUMENT if the buffer counts differ from the plan's or
 // a segment's indices or box are out of range of its records.
 absl::Status ReferenceCopy(const Plan& plan, const HostBuffers& src,
@@ -48,10 +52,17 @@ uint64_t NameHash(const std::string& name);
 struct PatternOptions {
   int32_t rank = -1;   // only records of this rank; -1 = every rank
   uint64_t seed = 0;   // e.g. the weight version: other seeds differ
+  // CheckPattern on an engine: the trainer's dtype of each tensor by name.
+  // A tensor the engine holds in another dtype, or with a transform, and
+  // the "<w>_scale_inv" of an e4m3 weight w the trainer holds in a float
+  // dtype, are expected converted (testing/reference_convert.h: -exp
+  // within one ulp, FP8 bytes and scales exactly).
+  const std::map<std::string, DType>* source_dtypes = nullptr;
+  int64_t fp8_block = 128;
 };
 
 // Writes the pattern value into every element of every selected record of
-// `side`. Buffers of unselected ranks may be null. Work is per element but
+// `side` (float dtypes: a finite value, testing::FiniteWord). Buffers of unselected ranks may be null. Work is per element but
 // row by row (one offset computation per innermost row), so it is cheap
 // enough for real model sizes.
 void FillPattern(const SideLayout& side, const HostBuffers& buffers,

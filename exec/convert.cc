@@ -1,0 +1,186 @@
+#include "exec/convert.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "exec/copy_program.h"
+#include "exec/quantize.h"
+
+namespace refit {
+namespace {
+
+// Row-major index of tile coords `t` inside tile box `b`.
+int64_t IndexIn(const Box& b, absl::Span<const int64_t> t) {
+  int64_t k = 0;
+  for (int d = 0; d < b.rank(); ++d) k = k * b.shape(d) + (t[d] - b.origin(d));
+  return k;
+}
+
+// Calls fn(coords) for every tile of `b`, row-major.
+template <typename Fn>
+void ForEachTile(const Box& b, Fn fn) {
+  if (IsEmpty(b)) return;
+  std::vector<int64_t> t(b.origin().begin(), b.origin().end());
+  while (true) {
+    fn(absl::Span<const int64_t>(t));
+    int d = b.rank() - 1;
+    for (; d >= 0; --d) {
+      if (++t[d] < b.limit(d)) break;
+      t[d] = b.origin(d);
+    }
+    if (d < 0) return;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank) {
+  Converter cv;
+  cv.plan_ = &plan;
+  cv.rank_ = rank;
+  const SideLayout& src = plan.src;
+  auto own_buffer = [&](int32_t b) {
+    return b >= 0 && b < static_cast<int32_t>(src.buffers.size()) &&
+           src.buffers[b].rank == rank && src.buffers[b].scratch;
+  };
+  for (const Conversion& c : plan.conversions) {
+    if (c.from.rank != rank) continue;
+    if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(src.tensors.size()) ||
+        !own_buffer(c.to_buffer) || (c.scale_buffer >= 0 && !own_buffer(c.scale_buffer))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trainer rank ", rank, ": a conversion's tensor or scratch buffers are "
+          "not this rank's"));
+    }
+    Conv v;
+    v.c = &c;
+    v.tensor = &src.tensors[c.from.tensor];
+    if (IsBlockQuantized(c.kind)) {
+      if (c.tile.size() != static_cast<size_t>(c.from.box.rank())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", v.tensor->name, ": conversion tiles do not fit its rank"));
+      }
+      v.tiles = IntersectingTiles(c.from.box, c.tile);
+    }
+    cv.max_gather_bytes_ = std::max(
+        cv.max_gather_bytes_, UncheckedNumElements(c.from.box) * DTypeSize(c.from_dtype));
+    cv.convs_.push_back(std::move(v));
+  }
+  for (const CutTileGroup& g : plan.cut_tiles) {
+    if (!std::binary_search(g.ranks.begin(), g.ranks.end(), rank)) continue;
+    cv.groups_.push_back({&g, std::vector<float>(UncheckedNumElements(g.tiles), 0.0f)});
+    for (int32_t p : g.ranks) {
+      if (p != rank) cv.peer_count_[p] += UncheckedNumElements(g.tiles);
+    }
+    for (Conv& v : cv.convs_) {
+      if (v.c->from.tensor == g.tensor && Intersects(v.tiles, g.tiles)) v.has_cut = true;
+    }
+  }
+  return cv;
+}
+
+absl::Status Converter::Gather(const Conv& v, absl::Span<char* const> buffers,
+                               std::vector<char>* dense) const {
+  const Record& r = v.c->from;
+  dense->resize(UncheckedNumElements(r.box) * DTypeSize(v.c->from_dtype));
+  std::vector<CopyTask> tasks;
+  REFIT_RETURN_IF_ERROR(AppendRecordTasks(r, DTypeSize(v.c->from_dtype), r.box, 0,
+                                          /*to_stream=*/true, &tasks));
+  REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> copies,
+                         ResolveTasks(tasks, buffers, {}, nullptr, dense->data()));
+  RunCopiesHost(copies);
+  return absl::OkStatus();
+}
+
+absl::Status Converter::Amax(Conv& v, absl::Span<char* const> buffers) {
+  std::vector<char> dense;
+  REFIT_RETURN_IF_ERROR(Gather(v, buffers, &dense));
+  absl::StatusOr<std::vector<float>> a =
+      TileAmaxHost({dense.data(), v.c->from_dtype, v.c->from.box}, v.c->tile);
+  if (!a.ok()) {
+    return AnnotateStatus(a.status(), absl::StrCat("tensor ", v.tensor->name,
+                                                   ", trainer rank ", rank_));
+  }
+  v.amax = *std::move(a);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
+    absl::Span<char* const> buffers) {
+  for (Conv& v : convs_) {
+    if (v.has_cut) REFIT_RETURN_IF_ERROR(Amax(v, buffers));
+  }
+  for (Group& gr : groups_) {
+    std::fill(gr.own.begin(), gr.own.end(), 0.0f);
+    for (const Conv& v : convs_) {
+      if (v.c->from.tensor != gr.g->tensor || !v.has_cut) continue;
+      ForEachTile(Intersect(v.tiles, gr.g->tiles), [&](absl::Span<const int64_t> t) {
+        float& o = gr.own[IndexIn(gr.g->tiles, t)];
+        o = std::fmax(o, v.amax[IndexIn(v.tiles, t)]);
+      });
+    }
+  }
+  std::map<int32_t, std::vector<float>> out;
+  for (const auto& [peer, count] : peer_count_) {
+    std::vector<float>& send = out[peer];
+    send.reserve(count);
+    for (const Group& gr : groups_) {
+      if (std::binary_search(gr.g->ranks.begin(), gr.g->ranks.end(), peer)) {
+        send.insert(send.end(), gr.own.begin(), gr.own.end());
+      }
+    }
+  }
+  return out;
+}
+
+absl::Status Converter::Finish(absl::Span<char* const> buffers,
+                               const std::map<int32_t, std::vector<float>>& received) {
+  // Combine: every group's max over its holders.
+  std::map<int32_t, int64_t> pos;
+  for (const auto& [peer, count] : peer_count_) {
+    auto it = received.find(peer);
+    if (it == received.end() || static_cast<int64_t>(it->second.size()) != count) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trainer rank ", rank_, ": expected ", count,
+          " cut-tile amaxes from trainer rank ", peer));
+    }
+    pos[peer] = 0;
+  }
+  for (Group& gr : groups_) {
+    for (int32_t p : gr.g->ranks) {
+      if (p == rank_) continue;
+      const std::vector<float>& r = received.at(p);
+      int64_t& at = pos[p];
+      for (float& o : gr.own) o = std::fmax(o, r[at++]);
+    }
+  }
+  std::vector<char> dense;
+  for (Conv& v : convs_) {
+    const Conversion& c = *v.c;
+    if (!IsBlockQuantized(c.kind)) {
+      REFIT_RETURN_IF_ERROR(Gather(v, buffers, &dense));
+      CastF32Host(c.from_dtype, dense.data(), UncheckedNumElements(c.from.box),
+                  c.kind == ConversionKind::kNegExpF32,
+                  reinterpret_cast<float*>(buffers[c.to_buffer]));
+      continue;
+    }
+    if (!v.has_cut) REFIT_RETURN_IF_ERROR(Amax(v, buffers));
+    for (const Group& gr : groups_) {
+      if (gr.g->tensor != c.from.tensor) continue;
+      ForEachTile(Intersect(v.tiles, gr.g->tiles), [&](absl::Span<const int64_t> t) {
+        v.amax[IndexIn(v.tiles, t)] = gr.own[IndexIn(gr.g->tiles, t)];
+      });
+    }
+    REFIT_RETURN_IF_ERROR(Gather(v, buffers, &dense));
+    QuantizeHost({dense.data(), c.from_dtype, c.from.box}, c.tile, v.amax,
+                 c.kind == ConversionKind::kFp8BlockUe8m0,
+                 reinterpret_cast<uint8_t*>(buffers[c.to_buffer]),
+                 c.scale_buffer >= 0 ? reinterpret_cast<float*>(buffers[c.scale_buffer])
+                                     : nullptr);
+    v.amax.clear();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace refit

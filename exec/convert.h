@@ -1,0 +1,87 @@
+// Converter: one source rank's conversions (plan/conversion.h) before its
+// rounds: the values the engine stores, computed from the rank's registered
+// buffers into its scratch buffers.
+//
+// A run has three steps, so that tiles cut between ranks get one scale:
+//   1. Partials(): the rank's amax of every cut tile it holds a part of,
+//      in the order of plan.cut_tiles; for each peer holding the same
+//      tiles, the slice of them to send (SendLayout);
+//   2. the caller exchanges them (the executor, over its transport) and
+//      passes what each peer sent to Finish();
+//   3. Finish() converts every record: f32 casts, -exp, or FP8 blocks with
+//      the amax of whole tiles from the rank's own data and of cut tiles
+//      from the exchange; scales of the tiles the rank owns go to its scale
+//      buffers.
+// Host memory only here; the CUDA copy engine runs the same steps with
+// kernels (exec/cuda/convert_kernels.h).
+#ifndef REFIT_EXEC_CONVERT_H_
+#define REFIT_EXEC_CONVERT_H_
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "plan/plan.h"
+
+namespace refit {
+
+class Converter {
+ public:
+  // The conversions of source rank `rank` in `plan`; an empty converter
+  // when it has none. INVALID_ARGUMENT for a conversion whose buffers are
+  // not the rank's.
+  static absl::StatusOr<Converter> Create(const Plan& plan, int32_t rank);
+
+  bool empty() const { return convs_.empty(); }
+
+  // Peer ranks (source-side) that this rank exchanges cut-tile amaxes
+  // with, and how many f32 values go each way (the same count).
+  const std::map<int32_t, int64_t>& peers() const { return peer_count_; }
+
+  // Step 1 on host buffers (indexed like plan.src.buffers; this rank's
+  // registered ones set). Returns, per peer in peers(), the f32 values to
+  // send it. INVALID_ARGUMENT naming the tensor, the element and the rank
+  // for a NaN or infinity in a quantized weight.
+  absl::StatusOr<std::map<int32_t, std::vector<float>>> Partials(
+      absl::Span<char* const> buffers);
+
+  // Step 3: `received[peer]` holds what the peer sent. Writes this rank's
+  // scratch buffers (buffers[to_buffer], buffers[scale_buffer] set).
+  // INVALID_ARGUMENT as above or when a peer's count is wrong.
+  absl::Status Finish(absl::Span<char* const> buffers,
+                      const std::map<int32_t, std::vector<float>>& received);
+
+  // Bytes of the largest record's dense copy (a staging size for engines
+  // that gather first).
+  int64_t max_gather_bytes() const { return max_gather_bytes_; }
+
+ private:
+  struct Conv {
+    const Conversion* c = nullptr;
+    const TensorSpec* tensor = nullptr;  // destination dtype
+    Box tiles;                     // IntersectingTiles(from.box)
+    std::vector<float> amax;       // per tile of `tiles`, after step 1
+    bool has_cut = false;
+  };
+  // For one cut-tile group this rank is in: its tiles' partial amaxes.
+  struct Group {
+    const CutTileGroup* g = nullptr;
+    std::vector<float> own;
+  };
+  absl::Status Gather(const Conv& v, absl::Span<char* const> buffers,
+                      std::vector<char>* dense) const;
+  absl::Status Amax(Conv& v, absl::Span<char* const> buffers);
+
+  const Plan* plan_ = nullptr;
+  int32_t rank_ = 0;
+  std::vector<Conv> convs_;
+  std::vector<Group> groups_;
+  std::map<int32_t, int64_t> peer_count_;
+  int64_t max_gather_bytes_ = 0;
+};
+
+}  // namespace refit
+
+#endif  // REFIT_EXEC_CONVERT_H_

@@ -1,0 +1,40 @@
+// The reference for converted plans (plan/conversion.h): scratch buffers
+// and expected engine values computed from whole logical tensors with the
+// reference quantizer, independently of the data plane's Converter.
+#ifndef REFIT_TESTING_REFERENCE_CONVERT_H_
+#define REFIT_TESTING_REFERENCE_CONVERT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "layout/dtype.h"
+#include "layout/tensor_spec.h"
+#include "plan/plan.h"
+
+namespace refit::testing {
+
+// Writes every scratch buffer of plan.src (src[b], allocated by the caller)
+// from the registered buffers: each converted tensor is read whole from its
+// conversions' source records, converted, and cut back into the records'
+// boxes. INVALID_ARGUMENT if a converted tensor is not covered or holds a
+// NaN or infinity where it is quantized.
+absl::Status ReferenceConvert(const Plan& plan, const std::vector<uint8_t*>& src);
+
+// The pattern word with its low DTypeSize(dtype) bytes made a finite value
+// of a float dtype (the exponent's top bit cleared where all its bits were
+// set); other dtypes unchanged.
+uint64_t FiniteWord(DType dtype, uint64_t w);
+
+// The bytes (row-major over the whole tensor) an engine tensor `t` holds
+// when the trainer held the pattern of version `seed` in `source_dtype`:
+// f32 (-exp) values, e4m3 values of a block-quantized weight, or, for a
+// "<w>_scale_inv" tensor (`weight` = w's engine spec), w's scales. `block`
+// is the FP8 tile edge.
+std::vector<uint8_t> ExpectedConverted(const TensorSpec& t, DType source_dtype,
+                                       const TensorSpec* weight, uint64_t seed,
+                                       int64_t block);
+
+}  // namespace refit::testing
+
+#endif  // REFIT_TESTING_REFERENCE_CONVERT_H_
