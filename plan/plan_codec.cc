@@ -17,6 +17,8 @@
 namespace refit {
 namespace {
 
+void RecordToProto(const Record& r, refit::v1::RecordProto* rp);
+
 void SideToProto(const SideLayout& s, refit::v1::SideLayoutProto* p) {
   p->set_world_size(s.world_size);
   for (const TensorSpec& t : s.tensors) {
@@ -32,14 +34,19 @@ void SideToProto(const SideLayout& s, refit::v1::SideLayoutProto* p) {
     bp->set_rank(b.rank);
     bp->set_name(b.name);
     bp->set_byte_size(b.byte_size);
+    bp->set_scratch(b.scratch);
     for (const ByteRange& r : b.padding) {
       auto* rp = bp->add_padding();
       rp->set_begin(r.begin);
       rp->set_size(r.size);
     }
   }
-  for (const Record& r : s.records) {
-    auto* rp = p->add_records();
+  for (const Record& r : s.records) RecordToProto(r, p->add_records());
+  for (int32_t h : s.host_of_rank) p->add_host_of_rank(h);
+  for (int32_t h : s.stage_of_rank) p->add_stage_of_rank(h);
+}
+
+void RecordToProto(const Record& r, refit::v1::RecordProto* rp) {
     rp->set_tensor(r.tensor);
     rp->set_rank(r.rank);
     rp->set_buffer(r.buffer);
@@ -56,9 +63,6 @@ void SideToProto(const SideLayout& s, refit::v1::SideLayoutProto* p) {
         mp->add_strides(sp.stride);
       }
     }
-  }
-  for (int32_t h : s.host_of_rank) p->add_host_of_rank(h);
-  for (int32_t h : s.stage_of_rank) p->add_stage_of_rank(h);
 }
 
 absl::StatusOr<Box> BoxOf(const google::protobuf::RepeatedField<int64_t>& o,
@@ -66,6 +70,8 @@ absl::StatusOr<Box> BoxOf(const google::protobuf::RepeatedField<int64_t>& o,
   std::vector<int64_t> ov(o.begin(), o.end()), sv(s.begin(), s.end());
   return Box::Make(ov, sv);
 }
+
+absl::StatusOr<Record> RecordFromProto(const refit::v1::RecordProto& rp);
 
 absl::Status SideFromProto(const refit::v1::SideLayoutProto& p,
                            const char* side, SideLayout* s) {
@@ -92,6 +98,7 @@ absl::Status SideFromProto(const refit::v1::SideLayoutProto& p,
     b.rank = bp.rank();
     b.name = bp.name();
     b.byte_size = bp.byte_size();
+    b.scratch = bp.scratch();
     if (b.rank < 0 || b.rank >= s->world_size || b.byte_size < 0) {
       return bad(absl::StrCat("buffer ", b.name, " on rank ", b.rank,
                               " has a bad rank or size"));
@@ -106,23 +113,7 @@ absl::Status SideFromProto(const refit::v1::SideLayoutProto& p,
     s->buffers.push_back(std::move(b));
   }
   for (const auto& rp : p.records()) {
-    Record r;
-    r.tensor = rp.tensor();
-    r.rank = rp.rank();
-    r.buffer = rp.buffer();
-    absl::StatusOr<Box> box = BoxOf(rp.origin(), rp.shape());
-    if (!box.ok()) return AnnotateStatus(box.status(), side);
-    r.box = *box;
-    r.byte_offset = rp.byte_offset();
-    r.buffer_step = rp.buffer_step();
-    for (const auto& mp : rp.dims()) {
-      if (mp.sizes_size() != mp.strides_size()) return bad("dim map sizes/strides differ");
-      DimMap m;
-      for (int i = 0; i < mp.sizes_size(); ++i) {
-        m.splits.push_back(DimSplit{mp.sizes(i), mp.strides(i)});
-      }
-      r.dims.push_back(std::move(m));
-    }
+    REFIT_ASSIGN_OR_RETURN(Record r, AnnotateStatus(RecordFromProto(rp), side));
     REFIT_RETURN_IF_ERROR(AnnotateStatus(ValidateRecord(*s, r), side));
     s->records.push_back(std::move(r));
   }
@@ -138,6 +129,27 @@ absl::Status SideFromProto(const refit::v1::SideLayoutProto& p,
     if (st < 0) return bad("negative stage");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Record> RecordFromProto(const refit::v1::RecordProto& rp) {
+    Record r;
+    r.tensor = rp.tensor();
+    r.rank = rp.rank();
+    r.buffer = rp.buffer();
+    REFIT_ASSIGN_OR_RETURN(r.box, BoxOf(rp.origin(), rp.shape()));
+    r.byte_offset = rp.byte_offset();
+    r.buffer_step = rp.buffer_step();
+    for (const auto& mp : rp.dims()) {
+      if (mp.sizes_size() != mp.strides_size()) {
+        return absl::InvalidArgumentError("dim map sizes/strides differ");
+      }
+      DimMap m;
+      for (int i = 0; i < mp.sizes_size(); ++i) {
+        m.splits.push_back(DimSplit{mp.sizes(i), mp.strides(i)});
+      }
+      r.dims.push_back(std::move(m));
+    }
+    return r;
 }
 
 }  // namespace
@@ -186,9 +198,109 @@ refit::v1::PlanProto ToProto(const Plan& plan) {
   o->set_max_message_bytes(plan.options.max_message_bytes);
   o->set_direct_min_bytes(plan.options.direct_min_bytes);
   o->set_max_round_bytes(plan.options.max_round_bytes);
+  o->set_fp8_block(plan.options.fp8_block);
   p.set_fingerprint(plan.fingerprint);
+  for (const Conversion& c : plan.conversions) {
+    auto* cp = p.add_conversions();
+    cp->set_kind(static_cast<int32_t>(c.kind));
+    cp->set_from_dtype(static_cast<int32_t>(c.from_dtype));
+    RecordToProto(c.from, cp->mutable_from());
+    cp->set_to_buffer(c.to_buffer);
+    cp->set_scale_buffer(c.scale_buffer);
+    for (int64_t t : c.tile) cp->add_tile(t);
+  }
+  for (const CutTileGroup& g : plan.cut_tiles) {
+    auto* gp = p.add_cut_tiles();
+    gp->set_tensor(g.tensor);
+    for (int d = 0; d < g.tiles.rank(); ++d) {
+      gp->add_origin(g.tiles.origin(d));
+      gp->add_shape(g.tiles.shape(d));
+    }
+    for (int32_t r : g.ranks) gp->add_ranks(r);
+  }
   return p;
 }
+
+namespace {
+
+// A scratch buffer of `rank` of exactly `bytes`.
+bool IsScratchOf(const SideLayout& s, int32_t b, int32_t rank, int64_t bytes) {
+  return b >= 0 && b < static_cast<int32_t>(s.buffers.size()) &&
+         s.buffers[b].scratch && s.buffers[b].rank == rank &&
+         s.buffers[b].byte_size == bytes;
+}
+
+absl::Status ConversionsFromProto(const refit::v1::PlanProto& p, Plan* plan) {
+  SideLayout& src = plan->src;
+  const int32_t ntensors = static_cast<int32_t>(src.tensors.size());
+  for (const auto& cp : p.conversions()) {
+    Conversion c;
+    c.kind = static_cast<ConversionKind>(cp.kind());
+    REFIT_ASSIGN_OR_RETURN(c.from, RecordFromProto(cp.from()));
+    c.to_buffer = cp.to_buffer();
+    c.scale_buffer = cp.scale_buffer();
+    c.tile.assign(cp.tile().begin(), cp.tile().end());
+    const bool block = IsBlockQuantized(c.kind);
+    const bool cast = c.kind == ConversionKind::kCastF32 ||
+                      c.kind == ConversionKind::kNegExpF32;
+    if ((!block && !cast) || !IsValidDType(cp.from_dtype()) || c.from.tensor < 0 ||
+        c.from.tensor >= ntensors) {
+      return absl::InvalidArgumentError("a conversion has a bad kind, dtype or tensor");
+    }
+    c.from_dtype = static_cast<DType>(cp.from_dtype());
+    TensorSpec& t = src.tensors[c.from.tensor];
+    const std::string who = absl::StrCat("conversion of tensor ", t.name, " on trainer rank ",
+                                         c.from.rank);
+    if (t.dtype != (block ? DType::kF8E4M3 : DType::kF32) ||
+        DTypeSize(c.from_dtype) < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": dtypes do not fit"));
+    }
+    // The registered record is checked in its own dtype.
+    const DType converted = t.dtype;
+    t.dtype = c.from_dtype;
+    absl::Status valid = ValidateRecord(src, c.from);
+    t.dtype = converted;
+    REFIT_RETURN_IF_ERROR(AnnotateStatus(valid, who));
+    const int64_t n = UncheckedNumElements(c.from.box);
+    if (!IsScratchOf(src, c.to_buffer, c.from.rank, n * DTypeSize(converted))) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": bad scratch buffer"));
+    }
+    if (block) {
+      if (static_cast<int>(c.tile.size()) != c.from.box.rank() ||
+          std::any_of(c.tile.begin(), c.tile.end(), [](int64_t x) { return x < 1; })) {
+        return absl::InvalidArgumentError(absl::StrCat(who, ": bad tiles"));
+      }
+      const Box owned = OwnedTiles(c.from.box, c.tile);
+      if (c.scale_buffer != -1 &&
+          !IsScratchOf(src, c.scale_buffer, c.from.rank, UncheckedNumElements(owned) * 4)) {
+        return absl::InvalidArgumentError(absl::StrCat(who, ": bad scale buffer"));
+      }
+    } else if (c.scale_buffer != -1 || !c.tile.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": scales on a cast"));
+    }
+    plan->conversions.push_back(std::move(c));
+  }
+  for (const auto& gp : p.cut_tiles()) {
+    CutTileGroup g;
+    g.tensor = gp.tensor();
+    REFIT_ASSIGN_OR_RETURN(g.tiles, BoxOf(gp.origin(), gp.shape()));
+    g.ranks.assign(gp.ranks().begin(), gp.ranks().end());
+    bool ok = g.tensor >= 0 && g.tensor < ntensors && !g.ranks.empty() &&
+              g.tiles.rank() == static_cast<int>(src.tensors[g.tensor].shape.size());
+    for (size_t i = 0; ok && i < g.ranks.size(); ++i) {
+      ok = g.ranks[i] >= 0 && g.ranks[i] < src.world_size &&
+           (i == 0 || g.ranks[i - 1] < g.ranks[i]);
+    }
+    int64_t n = 0;
+    if (!ok || !NumElements(g.tiles).ok() || (n = *NumElements(g.tiles)) > (int64_t{1} << 26)) {
+      return absl::InvalidArgumentError("a cut-tile group is invalid");
+    }
+    plan->cut_tiles.push_back(std::move(g));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
   Plan plan;
@@ -202,6 +314,7 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
   plan.options.max_message_bytes = o.max_message_bytes();
   plan.options.direct_min_bytes = o.direct_min_bytes();
   plan.options.max_round_bytes = o.max_round_bytes();
+  plan.options.fp8_block = o.fp8_block();
   if (o.num_lanes() < 1 || o.staging_budget_bytes() < 1 ||
       o.max_message_bytes() < 0 || o.direct_min_bytes() < 0 ||
       o.max_round_bytes() < 0) {
@@ -327,6 +440,7 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
     }
     plan.rounds.push_back(r);
   }
+  REFIT_RETURN_IF_ERROR(ConversionsFromProto(p, &plan));
   plan.fingerprint = p.fingerprint();
   plan.stats = ComputePlanStats(plan);
   return plan;
@@ -349,12 +463,10 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
       dst_rec(plan.dst.records.size(), -1);
   std::vector<int32_t> src_buf(plan.src.buffers.size(), -1),
       dst_buf(plan.dst.buffers.size(), -1);
-  auto keep_record = [](const SideLayout& from, SideLayout* to,
-                        std::vector<int32_t>& rec_map,
-                        std::vector<int32_t>& buf_map, int32_t ri) {
-    if (rec_map[ri] >= 0) return rec_map[ri];
-    const Record& r = from.records[ri];
-    Record c = r;
+  // Maps record c's buffers (of `from`) into `to`, c.buffer(_step) set.
+  auto map_buffers = [](const SideLayout& from, SideLayout* to,
+                        std::vector<int32_t>& buf_map, Record& c) {
+    const Record r = c;
     if (r.buffer_step > 0 && r.box.rank() > 0 && r.box.shape(0) > 1) {
       // Indexed: the slice keeps the record's buffers consecutive (step 1),
       // reusing an earlier mapping when it already is (gate and up records
@@ -383,10 +495,42 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
       }
       c.buffer = buf_map[r.buffer];
     }
+  };
+  auto keep_record = [&](const SideLayout& from, SideLayout* to,
+                         std::vector<int32_t>& rec_map,
+                         std::vector<int32_t>& buf_map, int32_t ri) {
+    if (rec_map[ri] >= 0) return rec_map[ri];
+    Record c = from.records[ri];
+    map_buffers(from, to, buf_map, c);
     rec_map[ri] = static_cast<int32_t>(to->records.size());
     to->records.push_back(std::move(c));
     return rec_map[ri];
   };
+  auto keep_buffer = [](const SideLayout& from, SideLayout* to,
+                        std::vector<int32_t>& buf_map, int32_t b) {
+    if (b < 0) return b;
+    if (buf_map[b] < 0) {
+      buf_map[b] = static_cast<int32_t>(to->buffers.size());
+      to->buffers.push_back(from.buffers[b]);
+    }
+    return buf_map[b];
+  };
+  if (side == Side::kSrc) {
+    // The rank's conversions, and the cut tiles it exchanges amaxes for.
+    for (const Conversion& c : plan.conversions) {
+      if (c.from.rank != rank) continue;
+      Conversion n = c;
+      map_buffers(plan.src, &s.src, src_buf, n.from);
+      n.to_buffer = keep_buffer(plan.src, &s.src, src_buf, c.to_buffer);
+      n.scale_buffer = keep_buffer(plan.src, &s.src, src_buf, c.scale_buffer);
+      s.conversions.push_back(std::move(n));
+    }
+    for (const CutTileGroup& g : plan.cut_tiles) {
+      if (std::binary_search(g.ranks.begin(), g.ranks.end(), rank)) {
+        s.cut_tiles.push_back(g);
+      }
+    }
+  }
   for (const Round& r : plan.rounds) {
     Round nr = r;
     nr.first_message = static_cast<int32_t>(s.messages.size());

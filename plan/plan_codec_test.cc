@@ -34,6 +34,47 @@ TEST(PlanCodecTest, RoundTripKeepsFingerprint) {
   EXPECT_TRUE(q->src.tensors[0].stacked);
 }
 
+// A BF16 trainer whose two shards cut an FP8 tile into an FP8 engine: the
+// conversions, scratch buffers and cut tiles survive the wire, and each
+// trainer rank's slice carries its own conversion and the shared tiles.
+TEST(PlanCodecTest, RoundTripKeepsConversionsAndCutTiles) {
+  SideLayout src, dst;
+  src.world_size = 2;
+  dst.world_size = 1;
+  ASSERT_TRUE(AddTensor(src, TensorSpec{"w", {200, 100}, DType::kBF16}).ok());
+  ASSERT_TRUE(AddTensor(dst, TensorSpec{"w", {200, 100}, DType::kF8E4M3}).ok());
+  ASSERT_TRUE(AddTensor(dst, TensorSpec{"w_scale_inv", {2, 1}, DType::kF32}).ok());
+  ASSERT_TRUE(AddDenseShards(src, 0, *Mesh::Make({"tp"}, {2}), {Placement::Shard(0)}).ok());
+  for (int32_t t : {0, 1}) {
+    ASSERT_TRUE(AddDenseShards(dst, t, *Mesh::Make({"tp"}, {1}), {Placement::Replicate()}).ok());
+  }
+  absl::StatusOr<Plan> p = BuildPlan(src, dst, PlannerOptions{});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->conversions.size(), 2u);
+  ASSERT_EQ(p->cut_tiles.size(), 1u);
+  // FP8 on the wire: one byte per weight element, plus the scales.
+  EXPECT_EQ(p->stats.bytes_received[0], 200 * 100 + 2 * 4);
+  absl::StatusOr<Plan> q = FromProto(ToProto(*p));
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(PlanFingerprint(*q), p->fingerprint);
+  ASSERT_EQ(q->conversions.size(), 2u);
+  EXPECT_EQ(q->conversions[1].from.box.ToString(), p->conversions[1].from.box.ToString());
+  EXPECT_EQ(q->cut_tiles[0].ranks, p->cut_tiles[0].ranks);
+  for (int rank : {0, 1}) {
+    Plan s = ExtractSlice(*p, Side::kSrc, rank);
+    ASSERT_EQ(s.conversions.size(), 1u);
+    EXPECT_EQ(s.conversions[0].from.rank, rank);
+    EXPECT_TRUE(s.src.buffers[s.conversions[0].to_buffer].scratch);
+    EXPECT_EQ(s.cut_tiles.size(), 1u);
+    absl::StatusOr<Plan> back = FromProto(ToProto(s));
+    ASSERT_TRUE(back.ok()) << back.status();
+  }
+  // A conversion writing into a registered buffer is refused.
+  refit::v1::PlanProto bad = ToProto(*p);
+  bad.mutable_conversions(0)->set_to_buffer(0);
+  EXPECT_THAT(FromProto(bad).status().message(), ::testing::HasSubstr("bad scratch buffer"));
+}
+
 TEST(PlanCodecTest, RoundTripKeepsTheDestinationTransform) {
   // NemotronH's A_log: the engine declares it with neg_exp (A = -exp(A_log)).
   TensorSpec t{"layers.0.mixer.A_log", {8}, DType::kF32};

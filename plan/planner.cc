@@ -581,6 +581,42 @@ void WriteSide(Writer& w, const SideLayout& s) {
   for (int32_t h : s.stage_of_rank) w.I(h);
 }
 
+// Conversions and cut tiles, only when there are any (the fingerprints of
+// plans without conversions stay what they were).
+void WriteConversions(Writer& w, const Plan& p) {
+  if (p.conversions.empty() && p.cut_tiles.empty()) return;
+  w.I(p.options.fp8_block);
+  w.I(p.conversions.size());
+  for (const Conversion& c : p.conversions) {
+    w.I(static_cast<int64_t>(c.kind));
+    w.I(static_cast<int64_t>(c.from_dtype));
+    const Record& r = c.from;
+    for (int64_t v : {int64_t{r.tensor}, int64_t{r.rank}, int64_t{r.buffer},
+                      r.byte_offset, int64_t{r.buffer_step}}) {
+      w.I(v);
+    }
+    w.B(r.box);
+    for (const DimMap& m : r.dims) {
+      w.I(m.splits.size());
+      for (const DimSplit& sp : m.splits) {
+        w.I(sp.size);
+        w.I(sp.stride);
+      }
+    }
+    w.I(c.to_buffer);
+    w.I(c.scale_buffer);
+    w.I(c.tile.size());
+    for (int64_t t : c.tile) w.I(t);
+  }
+  w.I(p.cut_tiles.size());
+  for (const CutTileGroup& g : p.cut_tiles) {
+    w.I(g.tensor);
+    w.B(g.tiles);
+    w.I(g.ranks.size());
+    for (int32_t r : g.ranks) w.I(r);
+  }
+}
+
 }  // namespace
 
 PlanStats ComputePlanStats(const Plan& plan) {
@@ -669,6 +705,7 @@ std::string PlanFingerprint(const Plan& p) {
   w.I(p.options.max_message_bytes);
   w.I(p.options.direct_min_bytes);
   w.I(p.options.max_round_bytes);
+  WriteConversions(w, p);
   return w.Digest();
 }
 
