@@ -74,7 +74,8 @@ absl::Status DataPlaneMember::Prepare(absl::Time deadline) {
   const SideLayout& layout = source ? plan_.src : plan_.dst;
   std::vector<char*> ptrs(layout.buffers.size(), nullptr);
   for (size_t b = 0; b < layout.buffers.size(); ++b) {
-    if (layout.buffers[b].rank != rank) continue;
+    // Scratch buffers (converted values) are the executor's own.
+    if (layout.buffers[b].rank != rank || layout.buffers[b].scratch) continue;
     auto it = buffers_.find(layout.buffers[b].name);
     if (it == buffers_.end()) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -36,6 +36,13 @@ void ForEachTile(const Box& b, Fn fn) {
 
 }  // namespace
 
+absl::Status ConvertOps::QuantizeWhole(const char* dense, DType dtype, const Box& box,
+                                       const std::vector<int64_t>& tile, bool ue8m0,
+                                       char* out, char* scales) {
+  REFIT_ASSIGN_OR_RETURN(std::vector<float> amax, TileAmax(dense, dtype, box, tile));
+  return Quantize(dense, dtype, box, tile, amax, ue8m0, out, scales);
+}
+
 absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank) {
   Converter cv;
   cv.plan_ = &plan;
@@ -80,24 +87,11 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank) {
   return cv;
 }
 
-absl::Status Converter::Gather(const Conv& v, absl::Span<char* const> buffers,
-                               std::vector<char>* dense) const {
-  const Record& r = v.c->from;
-  dense->resize(UncheckedNumElements(r.box) * DTypeSize(v.c->from_dtype));
-  std::vector<CopyTask> tasks;
-  REFIT_RETURN_IF_ERROR(AppendRecordTasks(r, DTypeSize(v.c->from_dtype), r.box, 0,
-                                          /*to_stream=*/true, &tasks));
-  REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> copies,
-                         ResolveTasks(tasks, buffers, {}, nullptr, dense->data()));
-  RunCopiesHost(copies);
-  return absl::OkStatus();
-}
-
-absl::Status Converter::Amax(Conv& v, absl::Span<char* const> buffers) {
-  std::vector<char> dense;
-  REFIT_RETURN_IF_ERROR(Gather(v, buffers, &dense));
+absl::Status Converter::Amax(ConvertOps& ops, Conv& v,
+                             absl::Span<char* const> buffers) {
+  REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(v.c->from, v.c->from_dtype, buffers));
   absl::StatusOr<std::vector<float>> a =
-      TileAmaxHost({dense.data(), v.c->from_dtype, v.c->from.box}, v.c->tile);
+      ops.TileAmax(dense, v.c->from_dtype, v.c->from.box, v.c->tile);
   if (!a.ok()) {
     return AnnotateStatus(a.status(), absl::StrCat("tensor ", v.tensor->name,
                                                    ", trainer rank ", rank_));
@@ -107,9 +101,9 @@ absl::Status Converter::Amax(Conv& v, absl::Span<char* const> buffers) {
 }
 
 absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
-    absl::Span<char* const> buffers) {
+    ConvertOps& ops, absl::Span<char* const> buffers) {
   for (Conv& v : convs_) {
-    if (v.has_cut) REFIT_RETURN_IF_ERROR(Amax(v, buffers));
+    if (v.has_cut) REFIT_RETURN_IF_ERROR(Amax(ops, v, buffers));
   }
   for (Group& gr : groups_) {
     std::fill(gr.own.begin(), gr.own.end(), 0.0f);
@@ -134,7 +128,7 @@ absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
   return out;
 }
 
-absl::Status Converter::Finish(absl::Span<char* const> buffers,
+absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
                                const std::map<int32_t, std::vector<float>>& received) {
   // Combine: every group's max over its holders.
   std::map<int32_t, int64_t> pos;
@@ -155,32 +149,92 @@ absl::Status Converter::Finish(absl::Span<char* const> buffers,
       for (float& o : gr.own) o = std::fmax(o, r[at++]);
     }
   }
-  std::vector<char> dense;
   for (Conv& v : convs_) {
     const Conversion& c = *v.c;
     if (!IsBlockQuantized(c.kind)) {
-      REFIT_RETURN_IF_ERROR(Gather(v, buffers, &dense));
-      CastF32Host(c.from_dtype, dense.data(), UncheckedNumElements(c.from.box),
-                  c.kind == ConversionKind::kNegExpF32,
-                  reinterpret_cast<float*>(buffers[c.to_buffer]));
+      REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
+      REFIT_RETURN_IF_ERROR(ops.Cast(dense, c.from_dtype, UncheckedNumElements(c.from.box),
+                                     c.kind == ConversionKind::kNegExpF32,
+                                     buffers[c.to_buffer]));
       continue;
     }
-    if (!v.has_cut) REFIT_RETURN_IF_ERROR(Amax(v, buffers));
+    if (!v.has_cut) {
+      REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
+      absl::Status s = ops.QuantizeWhole(
+          dense, c.from_dtype, c.from.box, c.tile, c.kind == ConversionKind::kFp8BlockUe8m0,
+          buffers[c.to_buffer], c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr);
+      if (!s.ok()) {
+        return AnnotateStatus(s, absl::StrCat("tensor ", v.tensor->name, ", trainer rank ",
+                                              rank_));
+      }
+      continue;
+    }
     for (const Group& gr : groups_) {
       if (gr.g->tensor != c.from.tensor) continue;
       ForEachTile(Intersect(v.tiles, gr.g->tiles), [&](absl::Span<const int64_t> t) {
         v.amax[IndexIn(v.tiles, t)] = gr.own[IndexIn(gr.g->tiles, t)];
       });
     }
-    REFIT_RETURN_IF_ERROR(Gather(v, buffers, &dense));
-    QuantizeHost({dense.data(), c.from_dtype, c.from.box}, c.tile, v.amax,
-                 c.kind == ConversionKind::kFp8BlockUe8m0,
-                 reinterpret_cast<uint8_t*>(buffers[c.to_buffer]),
-                 c.scale_buffer >= 0 ? reinterpret_cast<float*>(buffers[c.scale_buffer])
-                                     : nullptr);
+    REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
+    REFIT_RETURN_IF_ERROR(ops.Quantize(dense, c.from_dtype, c.from.box, c.tile, v.amax,
+                                       c.kind == ConversionKind::kFp8BlockUe8m0,
+                                       buffers[c.to_buffer],
+                                       c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr));
     v.amax.clear();
   }
-  return absl::OkStatus();
+  return ops.Sync();
+}
+
+namespace {
+
+class HostConvertOps : public ConvertOps {
+ public:
+  absl::StatusOr<const char*> Gather(const Record& r, DType dtype,
+                                     absl::Span<char* const> buffers) override {
+    const int64_t es = DTypeSize(dtype);
+    if (auto range = ContiguousByteRange(r, es, r.box)) {
+      const int32_t b = RecordBuffer(r, 0);
+      if (b < 0 || b >= static_cast<int32_t>(buffers.size()) || buffers[b] == nullptr) {
+        return absl::InvalidArgumentError("a converted record's buffer is missing");
+      }
+      return buffers[b] + range->begin;
+    }
+    dense_.resize(UncheckedNumElements(r.box) * es);
+    std::vector<CopyTask> tasks;
+    REFIT_RETURN_IF_ERROR(AppendRecordTasks(r, es, r.box, 0, /*to_stream=*/true, &tasks));
+    REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> copies,
+                           ResolveTasks(tasks, buffers, {}, nullptr, dense_.data()));
+    RunCopiesHost(copies);
+    return dense_.data();
+  }
+  absl::StatusOr<std::vector<float>> TileAmax(const char* dense, DType dtype,
+                                              const Box& box,
+                                              const std::vector<int64_t>& tile) override {
+    return TileAmaxHost({dense, dtype, box}, tile);
+  }
+  absl::Status Quantize(const char* dense, DType dtype, const Box& box,
+                        const std::vector<int64_t>& tile,
+                        const std::vector<float>& amax, bool ue8m0, char* out,
+                        char* scales) override {
+    QuantizeHost({dense, dtype, box}, tile, amax, ue8m0, reinterpret_cast<uint8_t*>(out),
+                 reinterpret_cast<float*>(scales));
+    return absl::OkStatus();
+  }
+  absl::Status Cast(const char* dense, DType dtype, int64_t n, bool neg_exp,
+                    char* out) override {
+    CastF32Host(dtype, dense, n, neg_exp, reinterpret_cast<float*>(out));
+    return absl::OkStatus();
+  }
+  absl::Status Sync() override { return absl::OkStatus(); }
+
+ private:
+  std::vector<char> dense_;
+};
+
+}  // namespace
+
+std::unique_ptr<ConvertOps> MakeHostConvertOps() {
+  return std::make_unique<HostConvertOps>();
 }
 
 }  // namespace refit

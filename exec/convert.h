@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -26,6 +27,40 @@
 #include "plan/plan.h"
 
 namespace refit {
+
+// The heavy steps of a conversion, on one kind of memory (host loops here;
+// CUDA kernels in exec/cuda/convert_kernels.h). Pointers are of that kind.
+class ConvertOps {
+ public:
+  virtual ~ConvertOps() = default;
+  // Record r (elements of `dtype`) as a dense row-major copy of r.box; the
+  // pointer stays valid until the next Gather.
+  virtual absl::StatusOr<const char*> Gather(const Record& r, DType dtype,
+                                             absl::Span<char* const> buffers) = 0;
+  // TileAmaxHost's result for dense data. INVALID_ARGUMENT naming the first
+  // non-finite element's global index.
+  virtual absl::StatusOr<std::vector<float>> TileAmax(
+      const char* dense, DType dtype, const Box& box,
+      const std::vector<int64_t>& tile) = 0;
+  // QuantizeHost into out (e4m3) and scales (f32, may be null).
+  virtual absl::Status Quantize(const char* dense, DType dtype, const Box& box,
+                                const std::vector<int64_t>& tile,
+                                const std::vector<float>& amax, bool ue8m0,
+                                char* out, char* scales) = 0;
+  // TileAmax then Quantize, for a record none of whose tiles another rank
+  // holds part of (engines may fuse them).
+  virtual absl::Status QuantizeWhole(const char* dense, DType dtype, const Box& box,
+                                     const std::vector<int64_t>& tile, bool ue8m0,
+                                     char* out, char* scales);
+  // CastF32Host into out.
+  virtual absl::Status Cast(const char* dense, DType dtype, int64_t n,
+                            bool neg_exp, char* out) = 0;
+  // Waits until every step issued is complete.
+  virtual absl::Status Sync() = 0;
+};
+
+// Host loops (exec/quantize.h).
+std::unique_ptr<ConvertOps> MakeHostConvertOps();
 
 class Converter {
  public:
@@ -45,16 +80,15 @@ class Converter {
   // send it. INVALID_ARGUMENT naming the tensor, the element and the rank
   // for a NaN or infinity in a quantized weight.
   absl::StatusOr<std::map<int32_t, std::vector<float>>> Partials(
-      absl::Span<char* const> buffers);
+      ConvertOps& ops, absl::Span<char* const> buffers);
 
   // Step 3: `received[peer]` holds what the peer sent. Writes this rank's
   // scratch buffers (buffers[to_buffer], buffers[scale_buffer] set).
   // INVALID_ARGUMENT as above or when a peer's count is wrong.
-  absl::Status Finish(absl::Span<char* const> buffers,
+  absl::Status Finish(ConvertOps& ops, absl::Span<char* const> buffers,
                       const std::map<int32_t, std::vector<float>>& received);
 
-  // Bytes of the largest record's dense copy (a staging size for engines
-  // that gather first).
+  // Bytes of the largest record's dense copy.
   int64_t max_gather_bytes() const { return max_gather_bytes_; }
 
  private:
@@ -70,9 +104,7 @@ class Converter {
     const CutTileGroup* g = nullptr;
     std::vector<float> own;
   };
-  absl::Status Gather(const Conv& v, absl::Span<char* const> buffers,
-                      std::vector<char>* dense) const;
-  absl::Status Amax(Conv& v, absl::Span<char* const> buffers);
+  absl::Status Amax(ConvertOps& ops, Conv& v, absl::Span<char* const> buffers);
 
   const Plan* plan_ = nullptr;
   int32_t rank_ = 0;

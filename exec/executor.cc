@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -34,9 +35,12 @@ class HostCopyEngine : public CopyEngine {
     std::memcpy(dst, src, bytes);
     return absl::OkStatus();
   }
-  absl::Status ApplyTransform(int32_t, Transform t, DType dtype, char* p,
-                              int64_t elements) override {
-    return ApplyTransformHost(t, dtype, p, elements);
+  absl::Status FromHost(char* dst, const void* src, int64_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  std::unique_ptr<ConvertOps> MakeConvertOps() override {
+    return MakeHostConvertOps();
   }
 };
 
@@ -58,12 +62,6 @@ uint64_t HashBytes(const char* p, int64_t n) {
 }
 
 }  // namespace
-
-absl::Status CopyEngine::ApplyTransform(int32_t, Transform t, DType, char*,
-                                        int64_t) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "this copy engine cannot apply transform ", TransformName(t)));
-}
 
 std::unique_ptr<CopyEngine> MakeHostCopyEngine() {
   return std::make_unique<HostCopyEngine>();
@@ -116,16 +114,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
   }
   buffers.resize(layout.buffers.size(), nullptr);
   e->buffers_ = std::move(buffers);
-  if (side == PlanSide::kDestination) {
-    e->transforms_ = TransformRuns(plan.dst, rank);
-    for (const TransformRun& r : e->transforms_) {
-      if (r.buffer < 0 || static_cast<size_t>(r.buffer) >= e->buffers_.size() ||
-          e->buffers_[r.buffer] == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "engine rank ", rank, ": buffer ", plan.dst.buffers[r.buffer].name,
-            " of a transformed tensor has no pointer"));
-      }
-    }
+  if (side == PlanSide::kSource) {
+    REFIT_RETURN_IF_ERROR(e->PrepareConversions());
   }
 
   // Compile the rank's rounds.
@@ -228,6 +218,89 @@ Executor::~Executor() {
   for (char* p : staging_ptr_) {
     if (p != nullptr) engine_->Free(p);
   }
+  for (char* p : scratch_) engine_->Free(p);
+}
+
+absl::Status Executor::PrepareConversions() {
+  REFIT_ASSIGN_OR_RETURN(Converter c, Converter::Create(*plan_, rank_));
+  if (c.empty()) return absl::OkStatus();
+  converter_ = std::make_unique<Converter>(std::move(c));
+  convert_ops_ = engine_->MakeConvertOps();
+  if (convert_ops_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "trainer rank ", rank_, ": this copy engine cannot convert (the engine "
+        "asks for another dtype)"));
+  }
+  for (size_t b = 0; b < plan_->src.buffers.size(); ++b) {
+    const BufferSpec& spec = plan_->src.buffers[b];
+    if (!spec.scratch || spec.rank != rank_) continue;
+    REFIT_ASSIGN_OR_RETURN(buffers_[b], engine_->Allocate(spec.byte_size));
+    scratch_.push_back(buffers_[b]);
+  }
+  for (const Conversion& v : plan_->conversions) {
+    if (v.from.rank != rank_) continue;
+    const int64_t n = v.from.buffer_step > 0 && v.from.box.rank() > 0 ? v.from.box.shape(0) : 1;
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t b = RecordBuffer(v.from, i);
+      if (b < 0 || static_cast<size_t>(b) >= buffers_.size() || buffers_[b] == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "trainer rank ", rank_, ": buffer ",
+            b >= 0 && static_cast<size_t>(b) < plan_->src.buffers.size()
+                ? plan_->src.buffers[b].name
+                : absl::StrCat("#", b),
+            " of a converted tensor is not registered"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Convert(absl::Time deadline) {
+  REFIT_ASSIGN_OR_RETURN(auto sends, converter_->Partials(*convert_ops_, buffers_));
+  std::map<int32_t, std::vector<float>> received;
+  if (!converter_->peers().empty()) {
+    // One exchange of the cut tiles' partial amaxes among the trainer
+    // ranks that share them, on lane 0 before any round.
+    std::vector<char*> mem;
+    auto cleanup = [&] {
+      for (char* p : mem) engine_->Free(p);
+    };
+    std::vector<SendOp> so;
+    std::vector<RecvOp> ro;
+    for (const auto& [peer, count] : converter_->peers()) {
+      const int64_t bytes = count * 4;
+      absl::StatusOr<char*> sp = engine_->Allocate(bytes);
+      absl::StatusOr<char*> rp = sp.ok() ? engine_->Allocate(bytes) : sp;
+      if (sp.ok()) mem.push_back(*sp);
+      if (!rp.ok()) {
+        cleanup();
+        return rp.status();
+      }
+      mem.push_back(*rp);
+      absl::Status s = engine_->FromHost(*sp, sends[peer].data(), bytes);
+      if (!s.ok()) {
+        cleanup();
+        return s;
+      }
+      so.push_back({peer, *sp, bytes});
+      ro.push_back({peer, *rp, bytes});
+    }
+    absl::Status s = engine_->Sync(0, deadline);
+    if (s.ok()) s = transport_->StartRound(0, so, ro, deadline);
+    if (s.ok()) s = transport_->WaitRound(0, deadline);
+    for (const RecvOp& r : ro) {
+      if (!s.ok()) break;
+      std::vector<float>& v = received[r.peer];
+      v.resize(r.bytes / 4);
+      s = engine_->ToHost(v.data(), static_cast<const char*>(r.ptr), r.bytes);
+    }
+    cleanup();
+    if (!s.ok()) {
+      return AnnotateStatus(s, absl::StrCat("trainer rank ", rank_,
+                                            ": exchanging FP8 tile amaxes"));
+    }
+  }
+  return converter_->Finish(*convert_ops_, buffers_, received);
 }
 
 absl::Status Executor::Pack(const RoundWork& w) {
@@ -291,20 +364,10 @@ absl::StatusOr<uint64_t> Executor::HashSegment(int32_t segment,
 }
 
 absl::StatusOr<RunStats> Executor::Run(absl::Time deadline) {
-  REFIT_ASSIGN_OR_RETURN(RunStats stats, RunRounds(deadline));
-  if (transforms_.empty()) return stats;
   const absl::Time start = absl::Now();
-  for (const TransformRun& r : transforms_) {
-    absl::Status s = engine_->ApplyTransform(0, r.transform, r.dtype,
-                                             buffers_[r.buffer] + r.offset,
-                                             r.elements);
-    if (!s.ok()) {
-      return AnnotateStatus(s, absl::StrCat("engine rank ", rank_, " buffer ",
-                                            plan_->dst.buffers[r.buffer].name));
-    }
-  }
-  REFIT_RETURN_IF_ERROR(engine_->Sync(0, deadline));
-  stats.seconds += absl::ToDoubleSeconds(absl::Now() - start);
+  if (converter_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
+  REFIT_ASSIGN_OR_RETURN(RunStats stats, RunRounds(deadline));
+  stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return stats;
 }
 

@@ -24,7 +24,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "exec/copy_program.h"
-#include "exec/transform.h"
+#include "exec/convert.h"
 #include "exec/transport.h"
 #include "plan/plan.h"
 
@@ -57,11 +57,11 @@ class CopyEngine {
   // pack -> round -> unpack without waiting on the host, and waits only
   // before reusing a lane and at the end of Run().
   virtual bool OrderedWithTransport() const { return false; }
-  // Applies an element-wise transform in place to `elements` elements of
-  // `dtype` at p (this engine's memory kind), ordered after the copies of
-  // `lane`. The default: FAILED_PRECONDITION (the engine cannot).
-  virtual absl::Status ApplyTransform(int32_t lane, Transform t, DType dtype,
-                                      char* p, int64_t elements);
+  // Copies `bytes` of host memory at src to (possibly device) memory dst.
+  virtual absl::Status FromHost(char* dst, const void* src, int64_t bytes) = 0;
+  // The conversion steps on this engine's memory (plan/conversion.h), or
+  // null when it has none.
+  virtual std::unique_ptr<ConvertOps> MakeConvertOps() { return nullptr; }
 };
 
 // memcpy on the calling thread.
@@ -109,8 +109,9 @@ class Executor {
   // later than `deadline` plus the transport's teardown margin — or
   // DATA_LOSS naming the tensor and both ranks when verify finds a
   // mismatch. After a failure the executor must not be run again.
-  // On the destination, tensors with a transform (TensorSpec::transform)
-  // are transformed in place after the last round (and after verify).
+  // On a source rank with conversions (plan.conversions), they run first:
+  // INVALID_ARGUMENT naming the tensor and rank for a NaN or infinity in a
+  // quantized weight, or the transport's error from the amax exchange.
   absl::StatusOr<RunStats> Run(absl::Time deadline);
 
   // Staging bytes allocated per lane.
@@ -142,6 +143,8 @@ class Executor {
   absl::Status Pack(const RoundWork& w);
   absl::Status Unpack(const RoundWork& w, absl::Time deadline);
   absl::Status Verify(absl::Time deadline);
+  absl::Status PrepareConversions();
+  absl::Status Convert(absl::Time deadline);
   absl::StatusOr<uint64_t> HashSegment(int32_t segment, const char* packed,
                                        bool packed_is_stream,
                                        std::vector<char>* scratch);
@@ -157,8 +160,10 @@ class Executor {
   CopyEngine* engine_ = nullptr;
   int32_t num_lanes_ = 1;
   std::vector<RoundWork> work_;
-  // Destination: the rank's elements to transform after each Run.
-  std::vector<TransformRun> transforms_;
+  // Source: the rank's conversions, their scratch buffers.
+  std::unique_ptr<Converter> converter_;
+  std::unique_ptr<ConvertOps> convert_ops_;
+  std::vector<char*> scratch_;
   std::vector<int64_t> staging_;
   std::vector<char*> staging_ptr_;
   // Verify: per message this rank takes part in, hashes of its segments.

@@ -15,7 +15,7 @@
 #include "common/status_macros.h"
 #include "exec/cuda/cuda_status.h"
 #include "exec/cuda/pack_kernels.h"
-#include "exec/cuda/transform_kernels.h"
+#include "exec/cuda/cuda_convert_ops.h"
 
 namespace refit {
 
@@ -383,29 +383,13 @@ class CudaCopyEngine : public CopyEngine {
   }
   // Pack/unpack kernels run on the lane's NCCL stream.
   bool OrderedWithTransport() const override { return true; }
-  absl::Status ApplyTransform(int32_t lane, Transform t, DType dtype, char* p,
-                              int64_t elements) override {
-    if (t == Transform::kNone) return absl::OkStatus();
-    int code;
-    switch (dtype) {
-      case DType::kF32:
-        code = cuda::kTransformF32;
-        break;
-      case DType::kBF16:
-        code = cuda::kTransformBF16;
-        break;
-      case DType::kF16:
-        code = cuda::kTransformF16;
-        break;
-      default:
-        return absl::InvalidArgumentError(
-            absl::StrCat("transform ", TransformName(t), " does not take ",
-                         DTypeName(dtype), " elements"));
-    }
-    return CudaStatus(
-        static_cast<cudaError_t>(cuda::LaunchNegExp(
-            p, elements, code, static_cast<cudaStream_t>(t_->stream(lane)))),
-        "transform kernel launch");
+  absl::Status FromHost(char* dst, const void* src, int64_t bytes) override {
+    return CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
+                      "host to device copy");
+  }
+  // Conversions run on lane 0's stream, before the rounds.
+  std::unique_ptr<ConvertOps> MakeConvertOps() override {
+    return MakeCudaConvertOps(t_->stream(0));
   }
 
  private:

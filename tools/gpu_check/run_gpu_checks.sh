@@ -20,8 +20,8 @@ rc2=$?
 echo "== the same patterns over CUDA IPC (ranks share the $gpus GPUs, as colocated members do)"
 "$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=2 --transport=ipc
 rc6=$?
-echo "== transform_gpu_test (A = -exp(A_log) kernel vs host)"
-"$dir/transform_gpu_test"
+echo "== convert_gpu_test (FP8 quantize and -exp kernels vs host and reference)"
+"$dir/convert_gpu_test"
 rc4=$?
 echo "== refit_gpu_bench $*"
 "$dir/refit_gpu_bench" "$@"

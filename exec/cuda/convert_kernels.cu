@@ -1,0 +1,206 @@
+// CUDA conversion kernels (see convert_kernels.h).
+#include "exec/cuda/convert_kernels.h"
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+namespace refit {
+namespace cuda {
+
+// Kept out of an anonymous namespace: nvcc hashes the source path into the
+// mangling of those, which breaks reproducible objects.
+__device__ float RefitLoadF32(const char* p, int dtype, int64_t i) {
+  if (dtype == kConvertBF16) {
+    const unsigned short h = reinterpret_cast<const unsigned short*>(p)[i];
+    return __uint_as_float(static_cast<unsigned int>(h) << 16);
+  }
+  if (dtype == kConvertF16) return __half2float(reinterpret_cast<const __half*>(p)[i]);
+  return reinterpret_cast<const float*>(p)[i];
+}
+
+__device__ float RefitBlockScale(float amax, bool ue8m0) {
+  float scale = __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f);
+  if (ue8m0) {
+    const unsigned int u = __float_as_uint(scale);
+    if ((u & 0x7FFFFFu) != 0) scale = __uint_as_float((u & 0xFF800000u) + 0x800000u);
+  }
+  return scale;
+}
+
+// One block per tile: (l, i, j) = (blockIdx.z, blockIdx.y, blockIdx.x).
+__global__ void RefitTileAmaxKernel(DenseBox b, int64_t tr0, int64_t tc0,
+                                    float* amax, long long* bad) {
+  const int64_t l = blockIdx.z, ti = tr0 + blockIdx.y, tj = tc0 + blockIdx.x;
+  const int64_t rb = max(ti * b.block, b.r0) - b.r0;
+  const int64_t re = min((ti + 1) * b.block, b.r0 + b.R) - b.r0;
+  const int64_t cb = max(tj * b.block, b.c0) - b.c0;
+  const int64_t ce = min((tj + 1) * b.block, b.c0 + b.C) - b.c0;
+  const int64_t w = ce - cb, n = (re - rb) * w;
+  float m = 0.0f;
+  for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+    const int64_t idx = (l * b.R + rb + k / w) * b.C + cb + k % w;
+    const float v = RefitLoadF32(b.data, b.dtype, idx);
+    if (!isfinite(v)) atomicMin(bad, static_cast<long long>(idx));
+    m = fmaxf(m, fabsf(v));
+  }
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  __shared__ float warp_max[32];
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (unsigned int w2 = 1; w2 < blockDim.x / 32; ++w2) m = fmaxf(m, warp_max[w2]);
+    amax[(l * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x] = m;
+  }
+}
+
+__global__ void RefitQuantizeKernel(DenseBox b, int64_t tr0, int64_t tc0,
+                                    const float* amax, bool ue8m0, unsigned char* out,
+                                    float* scales, int64_t otr0, int64_t otc0,
+                                    int64_t otr, int64_t otc) {
+  const int64_t l = blockIdx.z, ti = tr0 + blockIdx.y, tj = tc0 + blockIdx.x;
+  const float a = amax[(l * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x];
+  const float scale = RefitBlockScale(a, ue8m0);
+  const float inv = __fdiv_rn(1.0f, scale);
+  const int64_t rb = max(ti * b.block, b.r0) - b.r0;
+  const int64_t re = min((ti + 1) * b.block, b.r0 + b.R) - b.r0;
+  const int64_t cb = max(tj * b.block, b.c0) - b.c0;
+  const int64_t ce = min((tj + 1) * b.block, b.c0 + b.C) - b.c0;
+  const int64_t w = ce - cb, n = (re - rb) * w;
+  for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+    const int64_t idx = (l * b.R + rb + k / w) * b.C + cb + k % w;
+    const float x = __fmul_rn(RefitLoadF32(b.data, b.dtype, idx), inv);
+    out[idx] = static_cast<unsigned char>(
+        __nv_cvt_float_to_fp8(fminf(fmaxf(x, -448.0f), 448.0f), __NV_SATFINITE, __NV_E4M3));
+  }
+  if (threadIdx.x == 0 && scales != nullptr && ti >= otr0 && ti < otr0 + otr &&
+      tj >= otc0 && tj < otc0 + otc) {
+    scales[(l * otr + (ti - otr0)) * otc + (tj - otc0)] = scale;
+  }
+}
+
+// Amax and quantization of one tile in one pass (tiles no other rank holds
+// part of): each thread keeps its elements in registers.
+constexpr int kFusedThreads = 512;
+constexpr int kFusedPerThread = 32;  // 512 * 32 = one 128 x 128 tile
+
+__global__ void __launch_bounds__(kFusedThreads) RefitQuantizeFusedKernel(
+    DenseBox b, int64_t tr0, int64_t tc0, bool ue8m0, unsigned char* out, float* scales,
+    int64_t otr0, int64_t otc0, int64_t otr, int64_t otc, long long* bad) {
+  const int64_t l = blockIdx.z, ti = tr0 + blockIdx.y, tj = tc0 + blockIdx.x;
+  const int64_t rb = max(ti * b.block, b.r0) - b.r0;
+  const int64_t re = min((ti + 1) * b.block, b.r0 + b.R) - b.r0;
+  const int64_t cb = max(tj * b.block, b.c0) - b.c0;
+  const int64_t ce = min((tj + 1) * b.block, b.c0 + b.C) - b.c0;
+  const int w = static_cast<int>(ce - cb), n = static_cast<int>((re - rb) * (ce - cb));
+  const int64_t base = (l * b.R + rb) * b.C + cb;
+  float v[kFusedPerThread];
+  float m = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kFusedPerThread; ++q) {
+    const int k = q * kFusedThreads + threadIdx.x;
+    v[q] = 0.0f;
+    if (k < n) {
+      const int64_t idx = base + static_cast<int64_t>(k / w) * b.C + k % w;
+      v[q] = RefitLoadF32(b.data, b.dtype, idx);
+      if (!isfinite(v[q])) atomicMin(bad, static_cast<long long>(idx));
+      m = fmaxf(m, fabsf(v[q]));
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  __shared__ float warp_max[kFusedThreads / 32];
+  __shared__ float tile_scale;
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w2 = 1; w2 < kFusedThreads / 32; ++w2) m = fmaxf(m, warp_max[w2]);
+    tile_scale = RefitBlockScale(m, ue8m0);
+    if (scales != nullptr && ti >= otr0 && ti < otr0 + otr && tj >= otc0 && tj < otc0 + otc) {
+      scales[(l * otr + (ti - otr0)) * otc + (tj - otc0)] = tile_scale;
+    }
+  }
+  __syncthreads();
+  const float inv = __fdiv_rn(1.0f, tile_scale);
+#pragma unroll
+  for (int q = 0; q < kFusedPerThread; ++q) {
+    const int k = q * kFusedThreads + threadIdx.x;
+    if (k < n) {
+      const int64_t idx = base + static_cast<int64_t>(k / w) * b.C + k % w;
+      const float x = __fmul_rn(v[q], inv);
+      out[idx] = static_cast<unsigned char>(
+          __nv_cvt_float_to_fp8(fminf(fmaxf(x, -448.0f), 448.0f), __NV_SATFINITE, __NV_E4M3));
+    }
+  }
+}
+
+__global__ void RefitCastKernel(const char* in, int dtype, int64_t n, bool neg_exp,
+                                float* out) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += step) {
+    const float v = RefitLoadF32(in, dtype, i);
+    out[i] = neg_exp ? __double2float_rn(-exp(static_cast<double>(v))) : v;
+  }
+}
+
+int64_t TileRows(const DenseBox& b) {
+  return b.R == 0 ? 0 : (b.r0 + b.R + b.block - 1) / b.block - b.r0 / b.block;
+}
+int64_t TileCols(const DenseBox& b) {
+  return b.C == 0 ? 0 : (b.c0 + b.C + b.block - 1) / b.block - b.c0 / b.block;
+}
+
+int LaunchTileAmax(const DenseBox& b, float* amax, long long* bad, void* stream) {
+  if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
+  const dim3 grid(static_cast<unsigned>(TileCols(b)), static_cast<unsigned>(TileRows(b)),
+                  static_cast<unsigned>(b.L));
+  RefitTileAmaxKernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      b, b.r0 / b.block, b.c0 / b.block, amax, bad);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchQuantize(const DenseBox& b, const float* amax, bool ue8m0,
+                   unsigned char* out, float* scales, void* stream) {
+  if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
+  const dim3 grid(static_cast<unsigned>(TileCols(b)), static_cast<unsigned>(TileRows(b)),
+                  static_cast<unsigned>(b.L));
+  const int64_t otr0 = (b.r0 + b.block - 1) / b.block;
+  const int64_t otc0 = (b.c0 + b.block - 1) / b.block;
+  const int64_t otr = (b.r0 + b.R + b.block - 1) / b.block - otr0;
+  const int64_t otc = (b.c0 + b.C + b.block - 1) / b.block - otc0;
+  RefitQuantizeKernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      b, b.r0 / b.block, b.c0 / b.block, amax, ue8m0, out, scales, otr0, otc0,
+      otr > 0 ? otr : 0, otc > 0 ? otc : 0);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchQuantizeFused(const DenseBox& b, bool ue8m0, unsigned char* out,
+                        float* scales, long long* bad, void* stream) {
+  if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
+  if (b.block * b.block > kFusedThreads * kFusedPerThread) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  const dim3 grid(static_cast<unsigned>(TileCols(b)), static_cast<unsigned>(TileRows(b)),
+                  static_cast<unsigned>(b.L));
+  const int64_t otr0 = (b.r0 + b.block - 1) / b.block;
+  const int64_t otc0 = (b.c0 + b.block - 1) / b.block;
+  const int64_t otr = (b.r0 + b.R + b.block - 1) / b.block - otr0;
+  const int64_t otc = (b.c0 + b.C + b.block - 1) / b.block - otc0;
+  RefitQuantizeFusedKernel<<<grid, kFusedThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      b, b.r0 / b.block, b.c0 / b.block, ue8m0, out, scales, otr0, otc0,
+      otr > 0 ? otr : 0, otc > 0 ? otc : 0, bad);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchCastF32(const char* in, int dtype, int64_t n, bool neg_exp, float* out,
+                  void* stream) {
+  if (n == 0) return 0;
+  const int threads = 256;
+  const int64_t blocks = (n + threads - 1) / threads;
+  RefitCastKernel<<<static_cast<unsigned>(blocks < 4096 ? blocks : 4096), threads, 0,
+                    static_cast<cudaStream_t>(stream)>>>(in, dtype, n, neg_exp, out);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace cuda
+}  // namespace refit

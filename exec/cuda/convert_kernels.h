@@ -1,0 +1,57 @@
+// CUDA kernels of conversions (plan/conversion.h), computing exactly what
+// the host loops of exec/quantize.h compute. Plain C++ API, no CUDA or
+// Abseil headers. Dense data is a row-major box [L, R, C] of a tensor:
+// L = the product of the leading dims (tiles of 1 there), R and C the last
+// two dims, whose first element sits at global row r0 and column c0; tiles
+// are `block` x `block` on those two dims.
+#ifndef REFIT_EXEC_CUDA_CONVERT_KERNELS_H_
+#define REFIT_EXEC_CUDA_CONVERT_KERNELS_H_
+
+#include <cstdint>
+
+namespace refit {
+namespace cuda {
+
+// Element dtypes of the sources.
+inline constexpr int kConvertBF16 = 0;
+inline constexpr int kConvertF16 = 1;
+inline constexpr int kConvertF32 = 2;
+
+struct DenseBox {
+  const char* data;  // device
+  int dtype;         // kConvert*
+  int64_t L, R, C;   // extents
+  int64_t r0, c0;    // global origin of the last two dims
+  int64_t block;
+};
+
+// The number of tiles of `b` along rows / columns (intersecting ones).
+int64_t TileRows(const DenseBox& b);
+int64_t TileCols(const DenseBox& b);
+
+// amax[(l * TileRows + i) * TileCols + j] = max |x| over the part of each
+// tile inside the box (f32); *bad (initialized by the caller to INT64_MAX)
+// becomes the smallest dense index of a non-finite element. Returns the
+// launch's cudaError_t as an int.
+int LaunchTileAmax(const DenseBox& b, float* amax, long long* bad, void* stream);
+
+// out[k] = e4m3(clamp(x * inv(tile), -448, 448)) for every element, with
+// the scales of BlockScale(amax[tile], ue8m0); scales of the tiles whose
+// first element lies in the box go to `scales` (row-major over those, may
+// be null).
+int LaunchQuantize(const DenseBox& b, const float* amax, bool ue8m0,
+                   unsigned char* out, float* scales, void* stream);
+
+// Both of the above in one pass, for a box none of whose tiles another rank
+// holds part of (block * block <= 16384): *bad as in LaunchTileAmax.
+int LaunchQuantizeFused(const DenseBox& b, bool ue8m0, unsigned char* out,
+                        float* scales, long long* bad, void* stream);
+
+// out[i] = f32(x[i]) or -exp(f32(x[i])) (exp in double, rounded once).
+int LaunchCastF32(const char* in, int dtype, int64_t n, bool neg_exp, float* out,
+                  void* stream);
+
+}  // namespace cuda
+}  // namespace refit
+
+#endif  // REFIT_EXEC_CUDA_CONVERT_KERNELS_H_

@@ -1,0 +1,205 @@
+#include "exec/cuda/cuda_convert_ops.h"
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "exec/copy_program.h"
+#include "exec/cuda/convert_kernels.h"
+#include "exec/cuda/cuda_status.h"
+#include "exec/cuda/pack_kernels.h"
+
+namespace refit {
+namespace {
+
+absl::StatusOr<int> DtypeCode(DType d) {
+  switch (d) {
+    case DType::kBF16:
+      return cuda::kConvertBF16;
+    case DType::kF16:
+      return cuda::kConvertF16;
+    case DType::kF32:
+      return cuda::kConvertF32;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot convert from ", DTypeName(d)));
+  }
+}
+
+absl::StatusOr<cuda::DenseBox> Dense(const char* data, DType dtype, const Box& box,
+                                     const std::vector<int64_t>& tile) {
+  const int n = box.rank();
+  if (n < 2 || tile.size() != static_cast<size_t>(n) || tile[n - 1] != tile[n - 2]) {
+    return absl::InvalidArgumentError("FP8 tiles must be square on the last two dims");
+  }
+  REFIT_ASSIGN_OR_RETURN(int code, DtypeCode(dtype));
+  cuda::DenseBox b{data, code, 1, box.shape(n - 2), box.shape(n - 1),
+                   box.origin(n - 2), box.origin(n - 1), tile[n - 1]};
+  for (int d = 0; d + 2 < n; ++d) b.L *= box.shape(d);
+  if (cuda::TileRows(b) > 65535 || b.L > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("box ", box.ToString(),
+                                                   " has too many FP8 tiles for one launch"));
+  }
+  return b;
+}
+
+// The global coordinates of dense element k of `box`.
+std::string Coords(const Box& box, long long k) {
+  std::vector<int64_t> c(box.rank());
+  for (int d = box.rank() - 1; d >= 0; --d) {
+    c[d] = box.origin(d) + k % box.shape(d);
+    k /= box.shape(d);
+  }
+  return absl::StrCat("[", absl::StrJoin(c, ", "), "]");
+}
+
+class CudaConvertOps : public ConvertOps {
+ public:
+  explicit CudaConvertOps(void* stream) : s_(static_cast<cudaStream_t>(stream)) {}
+  ~CudaConvertOps() override {
+    cudaFree(dense_);
+    cudaFree(amax_);
+    cudaFree(bad_);
+    cudaFree(tasks_);
+  }
+
+  absl::StatusOr<const char*> Gather(const Record& r, DType dtype,
+                                     absl::Span<char* const> buffers) override {
+    const int64_t es = DTypeSize(dtype);
+    if (auto range = ContiguousByteRange(r, es, r.box)) {
+      const int32_t b = RecordBuffer(r, 0);
+      if (b < 0 || b >= static_cast<int32_t>(buffers.size()) || buffers[b] == nullptr) {
+        return absl::InvalidArgumentError("a converted record's buffer is missing");
+      }
+      return buffers[b] + range->begin;
+    }
+    REFIT_RETURN_IF_ERROR(Grow(&dense_, &dense_bytes_, UncheckedNumElements(r.box) * es));
+    std::vector<CopyTask> tasks;
+    REFIT_RETURN_IF_ERROR(AppendRecordTasks(r, es, r.box, 0, /*to_stream=*/true, &tasks));
+    REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> copies,
+                           ResolveTasks(tasks, buffers, {}, nullptr, dense_));
+    const int64_t bytes = copies.size() * sizeof(ResolvedCopy);
+    REFIT_RETURN_IF_ERROR(Grow(&tasks_, &tasks_bytes_, bytes));
+    // The previous launch may still read the task array.
+    REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s_), "conversion stream"));
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy(tasks_, copies.data(), bytes, cudaMemcpyHostToDevice), "gather tasks"));
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        static_cast<cudaError_t>(cuda::LaunchCopies(
+            reinterpret_cast<const cuda::DeviceCopy*>(tasks_), static_cast<int>(copies.size()),
+            s_)),
+        "gather launch"));
+    return dense_;
+  }
+
+  absl::StatusOr<std::vector<float>> TileAmax(const char* dense, DType dtype, const Box& box,
+                                              const std::vector<int64_t>& tile) override {
+    REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, Dense(dense, dtype, box, tile));
+    const int64_t n = b.L * cuda::TileRows(b) * cuda::TileCols(b);
+    REFIT_RETURN_IF_ERROR(Grow(&amax_, &amax_bytes_, n * 4));
+    REFIT_RETURN_IF_ERROR(ResetBad());
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        static_cast<cudaError_t>(cuda::LaunchTileAmax(b, reinterpret_cast<float*>(amax_),
+                                                      bad_, s_)),
+        "tile amax launch"));
+    std::vector<float> out(n);
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(out.data(), amax_, n * 4, cudaMemcpyDeviceToHost, s_), "amax to host"));
+    REFIT_RETURN_IF_ERROR(CheckBad(box));
+    return out;
+  }
+
+  absl::Status Quantize(const char* dense, DType dtype, const Box& box,
+                        const std::vector<int64_t>& tile, const std::vector<float>& amax,
+                        bool ue8m0, char* out, char* scales) override {
+    REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, Dense(dense, dtype, box, tile));
+    const int64_t bytes = static_cast<int64_t>(amax.size()) * 4;
+    REFIT_RETURN_IF_ERROR(Grow(&amax_, &amax_bytes_, bytes));
+    REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s_), "conversion stream"));
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy(amax_, amax.data(), bytes, cudaMemcpyHostToDevice), "amax to device"));
+    return CudaStatus(
+        static_cast<cudaError_t>(cuda::LaunchQuantize(
+            b, reinterpret_cast<const float*>(amax_), ue8m0,
+            reinterpret_cast<unsigned char*>(out), reinterpret_cast<float*>(scales), s_)),
+        "quantize launch");
+  }
+
+  absl::Status QuantizeWhole(const char* dense, DType dtype, const Box& box,
+                             const std::vector<int64_t>& tile, bool ue8m0, char* out,
+                             char* scales) override {
+    REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, Dense(dense, dtype, box, tile));
+    REFIT_RETURN_IF_ERROR(ResetBad());
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        static_cast<cudaError_t>(cuda::LaunchQuantizeFused(
+            b, ue8m0, reinterpret_cast<unsigned char*>(out), reinterpret_cast<float*>(scales),
+            bad_, s_)),
+        "quantize launch"));
+    return CheckBad(box);
+  }
+
+  absl::Status Cast(const char* dense, DType dtype, int64_t n, bool neg_exp,
+                    char* out) override {
+    REFIT_ASSIGN_OR_RETURN(int code, DtypeCode(dtype));
+    return CudaStatus(static_cast<cudaError_t>(cuda::LaunchCastF32(
+                          dense, code, n, neg_exp, reinterpret_cast<float*>(out), s_)),
+                      "cast launch");
+  }
+
+  absl::Status Sync() override {
+    return CudaStatus(cudaStreamSynchronize(s_), "conversion kernels");
+  }
+
+ private:
+  static absl::Status Grow(void* p, int64_t* have, int64_t need) {
+    if (need <= *have) return absl::OkStatus();
+    char** ptr = static_cast<char**>(p);
+    cudaFree(*ptr);
+    *ptr = nullptr;
+    *have = 0;
+    REFIT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(reinterpret_cast<void**>(ptr), need),
+                                     absl::StrCat("cudaMalloc of ", need,
+                                                  " bytes for conversions")));
+    *have = need;
+    return absl::OkStatus();
+  }
+  absl::Status ResetBad() {
+    if (bad_ == nullptr) {
+      REFIT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(reinterpret_cast<void**>(&bad_), 8),
+                                       "cudaMalloc"));
+    }
+    const long long none = LLONG_MAX;
+    return CudaStatus(cudaMemcpyAsync(bad_, &none, 8, cudaMemcpyHostToDevice, s_),
+                      "non-finite flag");
+  }
+  absl::Status CheckBad(const Box& box) {
+    long long bad = LLONG_MAX;
+    REFIT_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(&bad, bad_, 8, cudaMemcpyDeviceToHost, s_), "flag"));
+    REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s_), "conversion kernels"));
+    if (bad == LLONG_MAX) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("non-finite value at ", Coords(box, bad)));
+  }
+
+  cudaStream_t s_;
+  char* dense_ = nullptr;
+  int64_t dense_bytes_ = 0;
+  char* amax_ = nullptr;
+  int64_t amax_bytes_ = 0;
+  char* tasks_ = nullptr;
+  int64_t tasks_bytes_ = 0;
+  long long* bad_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<ConvertOps> MakeCudaConvertOps(void* stream) {
+  return std::make_unique<CudaConvertOps>(stream);
+}
+
+}  // namespace refit
