@@ -23,6 +23,7 @@
 #include "layout/dtype.h"
 #include "proto/protocol_version.h"
 #include "proto/refit_service.grpc.pb.h"
+#include "server/credentials.h"
 
 namespace refit {
 namespace {
@@ -30,16 +31,6 @@ namespace {
 using v1::Registration;
 
 constexpr int64_t kMaxElements = int64_t{1} << 50;
-
-bool ConstantTimeEquals(const std::string& a, const std::string& b) {
-  // Time depends only on the length of the expected value `b`.
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < b.size(); ++i) {
-    unsigned char ca = a.empty() ? 0 : static_cast<unsigned char>(a[i % a.size()]);
-    diff |= ca ^ static_cast<unsigned char>(b[i]);
-  }
-  return diff == 0;
-}
 
 bool IsLoopbackAddress(const std::string& address) {
   std::string host = address;
@@ -399,7 +390,6 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
     r->Finish(ToGrpcStatus(s));
     return r;
   }
-  absl::Status CheckAuth(grpc::CallbackServerContext* ctx) const;
   absl::Time WaitDeadline(grpc::CallbackServerContext* ctx) const;
 
   void Housekeeping();
@@ -473,29 +463,14 @@ absl::Status RefitServer::Impl::Init() {
   if (!options_.plan_function) {
     return absl::InvalidArgumentError("options.plan_function: not set");
   }
-  std::shared_ptr<grpc::ServerCredentials> creds;
-  if (options_.tls != nullptr) {
-    if (options_.tls->cert_chain_pem.empty() || options_.tls->private_key_pem.empty()) {
-      return absl::InvalidArgumentError(
-          "options.tls: certificate chain and private key are required");
-    }
-    grpc::SslServerCredentialsOptions ssl(
-        options_.tls->client_ca_pem.empty()
-            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-    ssl.pem_root_certs = options_.tls->client_ca_pem;
-    ssl.pem_key_cert_pairs.push_back(
-        {options_.tls->private_key_pem, options_.tls->cert_chain_pem});
-    creds = grpc::SslServerCredentials(ssl);
-  } else {
-    if (!IsLoopbackAddress(options_.address) &&
-        !options_.allow_insecure_non_loopback) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "options.address: insecure listener on non-loopback address ",
-          options_.address, " needs TLS or allow_insecure_non_loopback"));
-    }
-    creds = grpc::InsecureServerCredentials();
+  if (options_.tls == nullptr && !IsLoopbackAddress(options_.address) &&
+      !options_.allow_insecure_non_loopback) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.address: insecure listener on non-loopback address ",
+        options_.address, " needs TLS or allow_insecure_non_loopback"));
   }
+  REFIT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds,
+                         MakeServerCredentials(options_.tls.get(), options_.bearer_token));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.address, creds, &port_);
@@ -538,17 +513,6 @@ void RefitServer::Impl::Shutdown() {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_->Wait();
   }
-}
-
-absl::Status RefitServer::Impl::CheckAuth(grpc::CallbackServerContext* ctx) const {
-  if (options_.bearer_token.empty()) return absl::OkStatus();
-  const auto& md = ctx->client_metadata();
-  auto it = md.find("authorization");
-  std::string got = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
-  if (!ConstantTimeEquals(got, "Bearer " + options_.bearer_token)) {
-    return absl::UnauthenticatedError("missing or wrong bearer token");
-  }
-  return absl::OkStatus();
 }
 
 absl::Time RefitServer::Impl::WaitDeadline(grpc::CallbackServerContext* ctx) const {
@@ -902,7 +866,6 @@ void RefitServer::Impl::Housekeeping() {
 grpc::ServerUnaryReactor* RefitServer::Impl::Register(
     grpc::CallbackServerContext* ctx, const v1::RegisterRequest* req,
     v1::RegisterResponse* resp) {
-  if (auto s = CheckAuth(ctx); !s.ok()) return Done(ctx, s);
   const Registration& reg = req->registration();
   if (auto s = CheckProtocolVersion(reg); !s.ok()) return Done(ctx, s);
   if (auto s = ValidateRegistration(reg, options_.max_buffers_per_member,
@@ -955,7 +918,6 @@ grpc::ServerUnaryReactor* RefitServer::Impl::Register(
 grpc::ServerUnaryReactor* RefitServer::Impl::AwaitPlan(
     grpc::CallbackServerContext* ctx, const v1::AwaitPlanRequest* req,
     v1::AwaitPlanResponse* resp) {
-  if (auto s = CheckAuth(ctx); !s.ok()) return Done(ctx, s);
   auto* r = new WaitReactor(this);
   absl::MutexLock l(&mu_);
   if (stopping_) {
@@ -975,7 +937,6 @@ grpc::ServerUnaryReactor* RefitServer::Impl::AwaitPlan(
 grpc::ServerUnaryReactor* RefitServer::Impl::StartRound(
     grpc::CallbackServerContext* ctx, const v1::StartRoundRequest* req,
     v1::StartRoundResponse* resp) {
-  if (auto s = CheckAuth(ctx); !s.ok()) return Done(ctx, s);
   absl::MutexLock l(&mu_);
   auto it = members_.find(req->member_id());
   if (it == members_.end()) {
@@ -1040,12 +1001,9 @@ grpc::ServerUnaryReactor* RefitServer::Impl::StartRound(
 grpc::ServerWriteReactor<v1::RoundEvent>* RefitServer::Impl::WatchRounds(
     grpc::CallbackServerContext* ctx, const v1::WatchRequest* req) {
   auto* w = new Watcher(this, req->member_id());
-  absl::Status auth = CheckAuth(ctx);
   absl::MutexLock l(&mu_);
-  if (!auth.ok() || stopping_ || members_.count(req->member_id()) == 0) {
-    w->End(auth.ok() ? grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                    "member_id: not registered")
-                     : ToGrpcStatus(auth));
+  if (stopping_ || members_.count(req->member_id()) == 0) {
+    w->End(grpc::Status(grpc::StatusCode::NOT_FOUND, "member_id: not registered"));
     return w;
   }
   auto old = watchers_.find(req->member_id());
@@ -1072,7 +1030,6 @@ grpc::ServerWriteReactor<v1::RoundEvent>* RefitServer::Impl::WatchRounds(
 grpc::ServerUnaryReactor* RefitServer::Impl::Report(
     grpc::CallbackServerContext* ctx, const v1::ReportRequest* req,
     v1::ReportResponse* resp) {
-  if (auto s = CheckAuth(ctx); !s.ok()) return Done(ctx, s);
   absl::MutexLock l(&mu_);
   const int64_t v = req->version();
   if (round_ == nullptr || round_->version != v) {
@@ -1111,7 +1068,6 @@ grpc::ServerUnaryReactor* RefitServer::Impl::Report(
 grpc::ServerUnaryReactor* RefitServer::Impl::Heartbeat(
     grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* req,
     v1::HeartbeatResponse* resp) {
-  if (auto s = CheckAuth(ctx); !s.ok()) return Done(ctx, s);
   absl::MutexLock l(&mu_);
   auto it = members_.find(req->member_id());
   if (it == members_.end()) {
@@ -1126,7 +1082,6 @@ grpc::ServerUnaryReactor* RefitServer::Impl::Heartbeat(
 grpc::ServerUnaryReactor* RefitServer::Impl::Leave(grpc::CallbackServerContext* ctx,
                                                    const v1::LeaveRequest* req,
                                                    v1::LeaveResponse* resp) {
-  if (auto s = CheckAuth(ctx); !s.ok()) return Done(ctx, s);
   absl::MutexLock l(&mu_);
   RemoveMember(req->member_id(), "left");
   WakeWaiters();
@@ -1136,7 +1091,6 @@ grpc::ServerUnaryReactor* RefitServer::Impl::Leave(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* RefitServer::Impl::CurrentVersion(
     grpc::CallbackServerContext* ctx, const v1::CurrentVersionRequest* req,
     v1::CurrentVersionResponse* resp) {
-  if (auto s = CheckAuth(ctx); !s.ok()) return Done(ctx, s);
   absl::MutexLock l(&mu_);
   auto it = engine_version_.find(req->engine_id());
   resp->set_version(it == engine_version_.end() ? 0 : it->second);
@@ -1148,7 +1102,6 @@ grpc::ServerUnaryReactor* RefitServer::Impl::CurrentVersion(
 grpc::ServerUnaryReactor* RefitServer::Impl::KvSet(grpc::CallbackServerContext* ctx,
                                                    const v1::KvSetRequest* req,
                                                    v1::KvSetResponse* resp) {
-  if (auto s = CheckAuth(ctx); !s.ok()) return Done(ctx, s);
   if (req->key().empty()) return Done(ctx, absl::InvalidArgumentError("key: empty"));
   absl::MutexLock l(&mu_);
   kv_[req->key()] = req->value();
@@ -1159,7 +1112,6 @@ grpc::ServerUnaryReactor* RefitServer::Impl::KvSet(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* RefitServer::Impl::KvGet(grpc::CallbackServerContext* ctx,
                                                    const v1::KvGetRequest* req,
                                                    v1::KvGetResponse* resp) {
-  if (auto s = CheckAuth(ctx); !s.ok()) return Done(ctx, s);
   auto* r = new WaitReactor(this);
   absl::MutexLock l(&mu_);
   Waiter w;
@@ -1180,7 +1132,6 @@ grpc::ServerUnaryReactor* RefitServer::Impl::KvGet(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* RefitServer::Impl::GetStatus(
     grpc::CallbackServerContext* ctx, const v1::StatusRequest* req,
     v1::StatusResponse* resp) {
-  if (auto s = CheckAuth(ctx); !s.ok()) return Done(ctx, s);
   resp->set_protocol_version(kProtocolVersion);
   absl::MutexLock l(&mu_);
   const absl::Time now = absl::Now();

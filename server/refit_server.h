@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "proto/plan.pb.h"
 #include "proto/refit_service.pb.h"
+#include "server/credentials.h"
 
 namespace refit {
 
@@ -39,14 +40,6 @@ struct BuiltPlan {
 using PlanFunction = std::function<absl::StatusOr<BuiltPlan>(
     const std::vector<v1::Registration>& trainer,
     const std::vector<v1::Registration>& engine)>;
-
-// Security of the listener.
-struct TlsOptions {
-  std::string cert_chain_pem;   // server certificate chain (PEM text)
-  std::string private_key_pem;  // its private key (PEM text)
-  std::string client_ca_pem;    // when set: mutual TLS, clients must present
-                                // a certificate signed by this CA
-};
 
 class RefitServer {
  public:
