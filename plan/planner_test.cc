@@ -18,6 +18,7 @@
 #include "layout/dtype.h"
 #include "layout/mesh.h"
 #include "layout/sharding.h"
+#include "plan/fingerprint.h"
 #include "testing/reference_copy.h"
 
 namespace refit {
