@@ -48,6 +48,7 @@
 #include "common/status_macros.h"
 #include "exec/cuda/nccl_transport.h"
 #include "exec/executor.h"
+#include "exec/plan_side.h"
 #include "layout/mesh.h"
 #include "layout/sharding.h"
 #include "mapping/layout_builder.h"
