@@ -46,6 +46,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "exec/cuda/cuda_copy_engine.h"
 #include "exec/cuda/nccl_transport.h"
 #include "exec/executor.h"
 #include "exec/plan_side.h"
