@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "exec/cuda/cuda_copy_engine.h"
 #include "exec/cuda/ipc_transport.h"
 #include "exec/cuda/nccl_transport.h"
 

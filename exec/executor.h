@@ -23,49 +23,14 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "exec/copy_engine.h"
 #include "exec/copy_program.h"
 #include "exec/convert.h"
+#include "exec/plan_side.h"
 #include "exec/transport.h"
 #include "plan/plan.h"
 
 namespace refit {
-
-// Which side of the plan a rank is on.
-enum class PlanSide { kSource, kDestination };
-
-// Staging memory and copies of one memory kind. The executor owns a host
-// engine by default; GPU callers pass a device engine (its copies are
-// ordered before the lane's next transport operation, e.g. on the lane's
-// stream).
-class CopyEngine {
- public:
-  virtual ~CopyEngine() = default;
-  virtual MemoryKind kind() const = 0;
-  // Returns `bytes` of staging; RESOURCE_EXHAUSTED if it cannot.
-  virtual absl::StatusOr<char*> Allocate(int64_t bytes) = 0;
-  virtual void Free(char* p) = 0;
-  // Runs copies for `lane`.
-  virtual absl::Status Copy(int32_t lane,
-                            absl::Span<const ResolvedCopy> copies) = 0;
-  // Waits until every copy issued on `lane` is complete (DEADLINE_EXCEEDED
-  // after `deadline`).
-  virtual absl::Status Sync(int32_t lane, absl::Time deadline) = 0;
-  // Copies `bytes` of (possibly device) memory at src to host memory dst.
-  virtual absl::Status ToHost(void* dst, const char* src, int64_t bytes) = 0;
-  // True when the copies of a lane are ordered with the transport's
-  // operations of that lane (same CUDA stream): the executor then enqueues
-  // pack -> round -> unpack without waiting on the host, and waits only
-  // before reusing a lane and at the end of Run().
-  virtual bool OrderedWithTransport() const { return false; }
-  // Copies `bytes` of host memory at src to (possibly device) memory dst.
-  virtual absl::Status FromHost(char* dst, const void* src, int64_t bytes) = 0;
-  // The conversion steps on this engine's memory (plan/conversion.h), or
-  // null when it has none.
-  virtual std::unique_ptr<ConvertOps> MakeConvertOps() { return nullptr; }
-};
-
-// memcpy on the calling thread.
-std::unique_ptr<CopyEngine> MakeHostCopyEngine();
 
 struct ExecutorOptions {
   // Lanes used (<= transport->num_lanes()); 0 = the transport's.
@@ -74,7 +39,8 @@ struct ExecutorOptions {
   // receiver hashes what it wrote into its buffer; the hashes are exchanged
   // through the transport after the last round and compared.
   bool verify = false;
-  // Device copies (staging in device memory); nullptr = host memcpy.
+  // Device copies (staging in device memory); nullptr = host memcpy
+  // (MakeHostCopyEngine).
   CopyEngine* copy_engine = nullptr;
 };
 
@@ -169,11 +135,6 @@ class Executor {
   // Verify: per message this rank takes part in, hashes of its segments.
   std::map<int32_t, std::vector<uint64_t>> hashes_;
 };
-
-// Global transport rank of a side-local rank: t or src_world + e.
-inline int32_t GlobalRank(const Plan& plan, PlanSide side, int32_t rank) {
-  return side == PlanSide::kSource ? rank : plan.src.world_size + rank;
-}
 
 }  // namespace refit
 

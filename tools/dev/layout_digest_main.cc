@@ -20,7 +20,7 @@
 
 #include "absl/strings/numbers.h"
 #include "mapping/mapping.h"
-#include "plan/planner.h"
+#include "plan/fingerprint.h"
 
 namespace refit {
 namespace {
