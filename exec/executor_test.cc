@@ -236,18 +236,20 @@ TEST(ExecutorTest, StagingWithinBudgetAndZeroCopyForContiguous) {
 namespace refit {
 namespace {
 
-// NemotronH's A: the engine declares A_log with neg_exp. After every step
-// each engine rank holds -exp of that step's trainer values (applied once,
-// on the fresh bytes) and the neighbour D byte for byte; verify still
-// passes (it hashes the bytes before the transform).
-TEST(ExecutorTest, DestinationTransformAppliedAfterEveryRun) {
+// NemotronH's A: the trainer holds A_log in bf16, the engine A = -exp(A_log)
+// as an f32 parameter. After every step each engine rank holds -exp of that
+// step's trainer values, computed by the sender, and the neighbour D byte
+// for byte; verify passes (it hashes what travels).
+TEST(ExecutorTest, SenderConvertsDtypeAndTransformEveryRun) {
   SideLayout src, dst;
   src.world_size = 1;
   dst.world_size = 2;
   for (const char* name : {"layers.0.mixer.A_log", "layers.0.mixer.D"}) {
-    TensorSpec t{name, {8}, DType::kF32};
+    const bool a = absl::EndsWith(name, "A_log");
+    TensorSpec t{name, {8}, a ? DType::kBF16 : DType::kF32};
     ASSERT_TRUE(AddTensor(src, t).ok());
-    if (absl::EndsWith(name, "A_log")) t.transform = Transform::kNegExp;
+    t.dtype = DType::kF32;
+    if (a) t.transform = Transform::kNegExp;
     ASSERT_TRUE(AddTensor(dst, t).ok());
   }
   for (int32_t i = 0; i < 2; ++i) {
@@ -259,6 +261,7 @@ TEST(ExecutorTest, DestinationTransformAppliedAfterEveryRun) {
   absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions{});
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->dst.tensors[0].transform, Transform::kNegExp);
+  ASSERT_EQ(plan->conversions.size(), 1u);
   // One thread per rank; values from reference_copy's pattern (seed =
   // step), whose CheckPattern expects the transformed value for A_log.
   const int ws = plan->src.world_size, wd = plan->dst.world_size;
@@ -270,7 +273,8 @@ TEST(ExecutorTest, DestinationTransformAppliedAfterEveryRun) {
     threads.emplace_back([&, g] {
       const bool is_src = g < ws;
       const int rank = is_src ? g : g - ws;
-      const SideLayout& layout = is_src ? plan->src : plan->dst;
+      // Trainers fill their registered layout (the plan's converts A_log).
+      const SideLayout& layout = is_src ? src : plan->dst;
       auto t = InProcTransport::Create(fabric, g).value();
       auto bufs = AllocateRankBuffers(layout, rank, kFill);
       HostBuffers host;
@@ -285,8 +289,10 @@ TEST(ExecutorTest, DestinationTransformAppliedAfterEveryRun) {
         fabric->Kill(g);
         return;
       }
+      const std::map<std::string, DType> source = SourceDTypes(src);
       for (uint64_t step = 1; step <= 2; ++step) {
         PatternOptions po{rank, step};
+        po.source_dtypes = &source;
         if (is_src) FillPattern(layout, host, po);
         auto st = (*ex)->Run(absl::Now() + absl::Seconds(20));
         if (!st.ok()) {

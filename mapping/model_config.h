@@ -113,7 +113,9 @@ absl::StatusOr<ModelConfig> LoadModelConfigFile(const std::string& path);
 // "llama-3.1-70b", "deepseek-v3", "kimi-k2", "nemotron-h-8b", and the tiny
 // test configs "tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-moe",
 // "tiny-qwen3-moe-fp8" (per-tensor FP8), "tiny-deepseek-v3",
-// "tiny-deepseek-v3-fp8" (128x128 blocks), "tiny-nemotron-h". Sorted.
+// "tiny-deepseek-v3-fp8" (128x128 blocks), "tiny-nemotron-h", and BF16
+// models whose dims take 128x128 FP8 blocks under engine TP 2
+// ("tiny-qwen3-moe-b128", "tiny-deepseek-v3-b128"). Sorted.
 // Real configs list dimensions only; DeepSeek-V3's MTP layer
 // (num_nextn_predict_layers) is not part of the model refit moves.
 std::vector<std::string> BuiltinModelNames();

@@ -234,6 +234,12 @@ const std::vector<uint8_t>* ExpectedFor(const SideLayout& side, const TensorSpec
   return out.empty() ? nullptr : &out;
 }
 
+std::map<std::string, DType> SourceDTypes(const SideLayout& trainer) {
+  std::map<std::string, DType> out;
+  for (const TensorSpec& t : trainer.tensors) out[t.name] = t.dtype;
+  return out;
+}
+
 absl::Status CheckPattern(const SideLayout& side, const HostBuffers& buffers,
                           PatternOptions options) {
   std::vector<std::string> bad;

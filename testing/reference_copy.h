@@ -61,6 +61,11 @@ struct PatternOptions {
   int64_t fp8_block = 128;
 };
 
+// The dtype of every tensor of a trainer layout by name, as
+// PatternOptions::source_dtypes wants it. Pass the layout as registered
+// (before BuildPlan converts it).
+std::map<std::string, DType> SourceDTypes(const SideLayout& trainer);
+
 // Writes the pattern value into every element of every selected record of
 // `side` (float dtypes: a finite value, testing::FiniteWord). Buffers of unselected ranks may be null. Work is per element but
 // row by row (one offset computation per innermost row), so it is cheap

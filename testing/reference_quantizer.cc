@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace refit::testing {
 namespace {
@@ -18,18 +19,27 @@ float CodeValue(int c) {
 uint8_t ReferenceE4M3(float x) {
   if (std::isnan(x)) return std::signbit(x) ? 0xFF : 0x7F;
   x = std::min(448.0f, std::max(-448.0f, x));
-  int best = 0;
-  double best_d = 1e30;
-  for (int c = 0; c < 256; ++c) {
-    if ((c & 0x7F) == 0x7F) continue;  // NaN codes
-    if (c == 0x80) continue;           // -0: take +0 unless x is negative
-    const double d = std::fabs(static_cast<double>(CodeValue(c)) - x);
-    if (d < best_d || (d == best_d && (c & 1) == 0)) {
-      best = c;
-      best_d = d;
-    }
+  // The non-negative codes 0x00..0x7E in increasing value; search the
+  // magnitude, nearest value, ties to the even code.
+  static const std::vector<float>* values = [] {
+    auto* v = new std::vector<float>();
+    for (int c = 0; c < 0x7F; ++c) v->push_back(CodeValue(c));
+    return v;
+  }();
+  const float a = std::fabs(x);
+  int hi = static_cast<int>(std::lower_bound(values->begin(), values->end(), a) -
+                            values->begin());
+  int best;
+  if (hi == 0) {
+    best = 0;
+  } else if (hi == static_cast<int>(values->size())) {
+    best = hi - 1;
+  } else {
+    const double dl = static_cast<double>(a) - (*values)[hi - 1];
+    const double dh = static_cast<double>((*values)[hi]) - a;
+    best = dl < dh ? hi - 1 : dh < dl ? hi : ((hi - 1) % 2 == 0 ? hi - 1 : hi);
   }
-  if (best == 0 && std::signbit(x)) best = 0x80;
+  if (std::signbit(x)) best |= 0x80;
   return static_cast<uint8_t>(best);
 }
 

@@ -8,19 +8,21 @@
 #include <sys/wait.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cmath>
-#include <cstring>
+#include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "mapping/mapping.h"
 #include "mapping/scatter.h"
+#include "testing/reference_quantizer.h"
 #include "tools/cli/safetensors.h"
 
 namespace refit {
@@ -84,6 +86,11 @@ Checkpoint MakeCheckpoint(const std::vector<TensorSpec>& tensors,
       const std::string name = t.stacked ? MemberName(t, i) : t.name;
       std::vector<uint8_t> b(n);
       for (auto& x : b) x = static_cast<uint8_t>(rng());
+      if (t.dtype == DType::kBF16) {  // finite values (FP8 engines quantize them)
+        for (int64_t k = 1; k < n; k += 2) {
+          if ((b[k] & 0x7F) == 0x7F && (b[k - 1] & 0x80)) b[k] &= 0xBF;
+        }
+      }
       c.names.push_back(name);
       c.bytes[name] = std::move(b);
       c.meta[name] = {name, t.dtype, shape, {}};
@@ -130,10 +137,40 @@ std::string WriteCheckpoint(const Checkpoint& c, const std::string& dir,
   return dir;
 }
 
+// The bytes an FP8 engine holds for `name` (a member of engine tensor t)
+// when the checkpoint holds it, or its weight, in bf16: the reference
+// quantizer's values, or its scales for a "..._scale_inv" tensor. nullopt
+// when t is not quantized from the checkpoint.
+std::optional<std::vector<uint8_t>> QuantizedMember(const TensorSpec& t,
+                                                    const std::string& name,
+                                                    const Checkpoint& c, bool ue8m0) {
+  const bool scale = absl::EndsWith(name, "_scale_inv") && !c.bytes.count(name);
+  const std::string weight = scale ? name.substr(0, name.size() - 10) : name;
+  auto it = c.meta.find(weight);
+  if (it == c.meta.end() || it->second.dtype != DType::kBF16 ||
+      (!scale && t.dtype != DType::kF8E4M3)) {
+    return std::nullopt;
+  }
+  const std::vector<uint8_t>& b = c.bytes.at(weight);
+  std::vector<float> v(b.size() / 2);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint32_t bits = (static_cast<uint32_t>(b[2 * i]) |
+                           static_cast<uint32_t>(b[2 * i + 1]) << 8) << 16;
+    std::memcpy(&v[i], &bits, 4);
+  }
+  testing::Quantized q = testing::ReferenceQuantize(v, it->second.shape, 128, ue8m0);
+  if (!scale) return q.values;
+  std::vector<uint8_t> out(q.scales.size() * 4);
+  std::memcpy(out.data(), q.scales.data(), out.size());
+  return out;
+}
+
 // Checks every engine rank file against the layout and the checkpoint.
 void CheckEngineFiles(const MappedSide& dst, const Checkpoint& c,
                       const std::string& out, bool expect_transformed) {
   const SideLayout& side = dst.layout;
+  bool ue8m0 = false;  // quant=fp8-ue8m0: the scales say so
+  for (const TensorSpec& t : side.tensors) ue8m0 |= t.transform == Transform::kPow2Ceil;
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   for (int32_t r = 0; r < side.world_size; ++r) {
     auto f = SafetensorsFile::Open(absl::StrCat(out, "/engine/rank", r,
@@ -149,7 +186,7 @@ void CheckEngineFiles(const MappedSide& dst, const Checkpoint& c,
     }
     files.push_back(std::move(*f));
   }
-  int64_t checked = 0, transformed = 0;
+  int64_t checked = 0, transformed = 0, quantized = 0;
   for (const Record& rec : side.records) {
     const TensorSpec& t = side.tensors[rec.tensor];
     const SafetensorsEntry* e =
@@ -161,8 +198,14 @@ void CheckEngineFiles(const MappedSide& dst, const Checkpoint& c,
       hi = rec.box.limit(0);
     }
     for (int64_t m = lo; m < (t.stacked ? hi : 0); ++m) {
-      std::vector<uint8_t> want =
-          c.bytes.at(t.stacked ? MemberName(t, m) : t.name);
+      const std::string name = t.stacked ? MemberName(t, m) : t.name;
+      std::vector<uint8_t> want;
+      if (auto fp8 = QuantizedMember(t, name, c, ue8m0)) {
+        want = *std::move(fp8);  // a BF16 checkpoint into an FP8 engine
+        ++quantized;
+      } else {
+        want = c.bytes.at(name);
+      }
       if (t.transform == Transform::kNegExp) {
         // The engine keeps A = -exp(A_log) as f32 (NemotronH), computed
         // from the bf16 checkpoint value; on the host, so bit for bit.
@@ -200,6 +243,8 @@ void CheckEngineFiles(const MappedSide& dst, const Checkpoint& c,
   if (expect_transformed) {
     EXPECT_GT(transformed, 0) << "no engine record holds a transformed tensor";
   }
+  std::printf("engine records checked: %lld, quantized from bf16: %lld\n",
+              static_cast<long long>(checked), static_cast<long long>(quantized));
   for (const BufferSpec& b : side.buffers) {
     const SafetensorsEntry* e = files[b.rank]->Find(b.name);
     for (const ByteRange& p : b.padding) {
@@ -223,7 +268,10 @@ void SimulateAndCheck(const Case& k, int shards, uint32_t seed,
   ASSERT_TRUE(ts.ok() && es.ok());
   auto dst = BuildEngineLayout(*model, *es);
   ASSERT_TRUE(dst.ok()) << dst.status();
-  Checkpoint c = MakeCheckpoint(dst->layout.tensors, seed);
+  // The checkpoint holds the trainer's logical tensors.
+  auto src = BuildTrainerLayout(*model, *ts);
+  ASSERT_TRUE(src.ok()) << src.status();
+  Checkpoint c = MakeCheckpoint(src->layout.tensors, seed);
   const std::string dir =
       TmpDir(absl::StrCat(k.model, "-", shards, "-ckpt"));
   const std::string ckpt = WriteCheckpoint(c, dir, shards);
@@ -262,6 +310,18 @@ TEST(RefitSimulateTest, MoeEngineBytesEqualCheckpoint) {
 TEST(RefitSimulateTest, NemotronHEngineHoldsNegExpOfALog) {
   SimulateAndCheck({"tiny-nemotron-h", "megatron:tp=2,pp=1,dp=1",
                     "vllm:tp=2,dp=1"}, 1, 5, /*expect_transformed=*/true);
+}
+
+// A BF16 checkpoint into FP8 engines: every FP8 weight and scale equals the
+// reference blockwise quantizer's (128x128 tiles; ue8m0 scales too), the
+// rest byte for byte. FSDP's dp=3 shards (torch.chunk rows) cut tiles, which
+// the holders' amax exchange quantizes as one; Megatron TP2 does not.
+TEST(RefitSimulateTest, Bf16CheckpointIntoFp8Engine) {
+  SimulateAndCheck({"tiny-qwen3-moe-b128", "megatron:tp=2,pp=1,ep=2,etp=1",
+                    "vllm:tp=2,dp=1,quant=fp8"}, 1, 6);
+  SimulateAndCheck({"tiny-qwen3-moe-b128", "fsdp:dp=3",
+                    "vllm:tp=1,dp=2,quant=fp8-ue8m0"}, 1, 7);
+  SimulateAndCheck({"tiny-deepseek-v3-b128", "fsdp:dp=3", "sglang:tp=2,quant=fp8"}, 1, 8);
 }
 
 TEST(RefitSimulateTest, Fp8BlockCheckpointPassesThroughUnchanged) {
