@@ -35,6 +35,7 @@
 #include "client/refit_client.h"
 #include "common/status_macros.h"
 #include "mapping/layout_builder.h"
+#include "testing/member_patterns.h"
 
 #ifdef REFIT_DEMO_CUDA
 #include <cuda_runtime_api.h>
@@ -174,7 +175,7 @@ int Main(const Flags& fl) {
   const bool start = fl.f.count("start") > 0;
   for (int64_t v = 1; v <= rounds; ++v) {
     if (trainer) {
-      absl::Status s = member.FillPattern(v, host);
+      absl::Status s = testing::FillMemberPattern(member, v, host);
       if (s.ok()) s = sync_buffers(/*to_device=*/true);
       if (!s.ok()) return Fail(who, s);
     }
@@ -205,7 +206,7 @@ int Main(const Flags& fl) {
     if (!trainer) {
       absl::Status copied = sync_buffers(/*to_device=*/false);
       if (!copied.ok()) return Fail(who, copied);
-      absl::Status ok = member.CheckPattern(*got, host);
+      absl::Status ok = testing::CheckMemberPattern(member, *got, host);
       if (!ok.ok()) return Fail(absl::StrCat(who, " round ", *got, " check"), ok);
       check = "equal";
     }
