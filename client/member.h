@@ -97,16 +97,17 @@ class Member {
   const MemberOptions& options() const { return options_; }
   // The buffers given to Join, by name.
   const std::map<std::string, BufferRef>& buffers() const { return buffers_; }
-  // This member's rank of its side's layout: its buffers (as
+  // This member's rank of its side's layout (RankOnly): its buffers (as
   // RankBuffers(rank_layout(), options().rank) lists them) and the records
-  // that place tensors into them (what test patterns fill and check).
+  // that place tensors into them (what test patterns fill and check); the
+  // other ranks have none.
   const MappedSide& rank_layout() const { return side_; }
 
  private:
   Member() = default;
 
   MemberOptions options_;
-  MappedSide side_;
+  MappedSide side_;  // RankOnly(whole side, options_.rank)
   std::map<std::string, BufferRef> buffers_;
   std::unique_ptr<RefitClient> client_;
   std::unique_ptr<DataPlaneMember> data_plane_;
