@@ -7,12 +7,11 @@
 #include <malloc.h>
 #endif
 
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/member_name.h"
 #include "common/status_macros.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
@@ -24,14 +23,12 @@ namespace {
 // The model as refitd receives it: a built-in name as is, a file's text.
 absl::StatusOr<std::string> ModelForRegistration(const std::string& model) {
   if (BuiltinModelJson(model).ok()) return model;
-  std::ifstream in(model);
-  if (!in) {
+  absl::StatusOr<std::string> text = ReadModelConfigFile(model);
+  if (absl::IsNotFound(text.status())) {
     return absl::NotFoundError(absl::StrCat(
         "model ", model, " is neither a built-in model nor a readable file"));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return text;
 }
 
 // The layout of o's side, checked to hold o.rank.
@@ -48,8 +45,7 @@ absl::StatusOr<MappedSide> BuildSide(const MemberOptions& o) {
 }
 
 std::string Who(const MemberOptions& o) {
-  return o.trainer ? absl::StrCat("trainer rank ", o.rank)
-                   : absl::StrCat("engine ", o.engine_id, " rank ", o.rank);
+  return MemberName(o.trainer, o.engine_id, o.rank);
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+#include "common/hash.h"
 #include "mapping/layout_builder.h"
 
 #include <algorithm>
@@ -414,10 +415,10 @@ absl::StatusOr<MappedSide> LayoutBuilder::Finish() && {
   auto add_boxes = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const Record& r = L.records[i];
-      uint64_t h = 1469598103934665603ULL;
+      uint64_t h = kFnv1aOffset;
       for (int d = 0; d < r.box.rank(); ++d) {
-        h = (h ^ static_cast<uint64_t>(r.box.origin(d))) * 1099511628211ULL;
-        h = (h ^ static_cast<uint64_t>(r.box.shape(d))) * 1099511628211ULL;
+        h = Fnv1a64Word(h, static_cast<uint64_t>(r.box.origin(d)));
+        h = Fnv1a64Word(h, static_cast<uint64_t>(r.box.shape(d)));
       }
       boxes[r.tensor].push_back({h, UncheckedNumElements(r.box)});
     }

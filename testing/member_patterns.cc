@@ -3,16 +3,15 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/member_name.h"
 #include "common/status_macros.h"
 #include "testing/reference_copy.h"
 
 namespace refit::testing {
 namespace {
 
-// "trainer rank 3" / "engine e0 rank 1".
 std::string Who(const MemberOptions& o) {
-  return o.trainer ? absl::StrCat("trainer rank ", o.rank)
-                   : absl::StrCat("engine ", o.engine_id, " rank ", o.rank);
+  return MemberName(o.trainer, o.engine_id, o.rank);
 }
 
 // Host memory of each buffer of the member's rank layout: the host copy

@@ -33,6 +33,7 @@
 #include "client/data_plane.h"
 #include "client/member.h"
 #include "client/refit_client.h"
+#include "common/member_name.h"
 #include "common/status_macros.h"
 #include "mapping/layout_builder.h"
 #include "testing/member_patterns.h"
@@ -75,9 +76,7 @@ int Fail(const std::string& who, const absl::Status& s) {
 int Main(const Flags& fl) {
   const bool trainer = fl.Get("side") == "trainer";
   const int32_t rank = static_cast<int32_t>(fl.Int("rank", 0));
-  const std::string who =
-      trainer ? absl::StrCat("trainer ", rank)
-              : absl::StrCat("engine ", fl.Get("engine_id"), "/", rank);
+  const std::string who = MemberName(trainer, fl.Get("engine_id"), rank);
   const absl::Duration wait = absl::Seconds(fl.Int("deadline_s", 120));
   const int64_t rounds = fl.Int("rounds", 1);
 
