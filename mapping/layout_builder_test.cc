@@ -1,6 +1,7 @@
 #include "mapping/layout_builder.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -71,16 +72,21 @@ TEST(LayoutBuilderTest, DtypeMismatchIsAnError) {
   EXPECT_FALSE(s.ok());
 }
 
-TEST(LayoutBuilderTest, RankBuffersListsEachRanksBuffers) {
-  ModelTensors m = Two(true);
+// Two ranks, each with half of "a" (rows 128 * rank on) and all of "b".
+absl::StatusOr<MappedSide> TwoRanks(const ModelTensors& m) {
   LayoutBuilder b(m, 2, "engine test", true);
   for (int r = 0; r < 2; ++r) {
-    auto a = b.Buffer(r, "a", {128, 256}, 0);
-    ASSERT_TRUE(b.PlaceAt(0, *a, MakeBox({128 * r, 0}, {128, 256}), {0, 0}).ok());
-    auto bb = b.Buffer(r, "b", {4}, 1);
-    ASSERT_TRUE(b.PlaceAt(1, *bb, MakeBox({0}, {4}), {0}).ok());
+    REFIT_ASSIGN_OR_RETURN(int32_t a, b.Buffer(r, "a", {128, 256}, 0));
+    REFIT_RETURN_IF_ERROR(b.PlaceAt(0, a, MakeBox({128 * r, 0}, {128, 256}), {0, 0}));
+    REFIT_ASSIGN_OR_RETURN(int32_t bb, b.Buffer(r, "b", {4}, 1));
+    REFIT_RETURN_IF_ERROR(b.PlaceAt(1, bb, MakeBox({0}, {4}), {0}));
   }
-  auto side = std::move(b).Finish();
+  return std::move(b).Finish();
+}
+
+TEST(LayoutBuilderTest, RankBuffersListsEachRanksBuffers) {
+  ModelTensors m = Two(true);
+  auto side = TwoRanks(m);
   ASSERT_TRUE(side.ok()) << side.status();
   auto r1 = RankBuffers(*side, 1);
   ASSERT_EQ(r1.size(), 3u);
@@ -94,14 +100,7 @@ TEST(LayoutBuilderTest, RankBuffersListsEachRanksBuffers) {
 
 TEST(LayoutBuilderTest, RankOnlyKeepsOneRanksBuffersAndRecords) {
   ModelTensors m = Two(false);
-  LayoutBuilder b(m, 2, "engine test", true);
-  for (int r = 0; r < 2; ++r) {
-    auto a = b.Buffer(r, "a", {128, 256}, 0);
-    ASSERT_TRUE(b.PlaceAt(0, *a, MakeBox({128 * r, 0}, {128, 256}), {0, 0}).ok());
-    auto bb = b.Buffer(r, "b", {4}, 1);
-    ASSERT_TRUE(b.PlaceAt(1, *bb, MakeBox({0}, {4}), {0}).ok());
-  }
-  auto side = std::move(b).Finish();
+  auto side = TwoRanks(m);
   ASSERT_TRUE(side.ok()) << side.status();
   MappedSide one = RankOnly(*side, 1);
   EXPECT_EQ(one.layout.world_size, 2);
