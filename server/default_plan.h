@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <thread>
 #include "plan/plan.h"
-#include "server/refit_server.h"
+#include "server/plan_function.h"
 
 namespace refit {
 

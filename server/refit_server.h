@@ -1,52 +1,21 @@
-// RefitServer: refitd's gRPC service (callback API). Collects member
-// registrations, builds and hands out the plan once per membership (cached by
-// a fingerprint of the registrations; members see the plan's own
-// fingerprint), runs weight-version rounds (start,
-// stream notification, done/failed reports, commit/abort), serves the
-// data-plane bootstrap key-value store, status and grpc.health.v1.
+// RefitServer: refitd's gRPC service (callback API) over a Coordinator
+// (coordinator.h), which holds the state: member registrations, the plan per
+// membership, weight-version rounds, the data-plane bootstrap key-value
+// store. The service translates each RPC into one coordinator call, serves
+// grpc.health.v1, and secures the listener (credentials.h).
 #ifndef REFIT_SERVER_REFIT_SERVER_H_
 #define REFIT_SERVER_REFIT_SERVER_H_
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "proto/plan.pb.h"
-#include "proto/refit_service.pb.h"
+#include "server/credentials.h"
+#include "server/plan_function.h"
 
 namespace refit {
-
-// What the plan function returns: one slice per member, in the order of the
-// registrations it was given, plus the data-plane lane count.
-struct BuiltPlan {
-  int num_lanes = 1;
-  // The plan's own fingerprint (PlanFingerprint), which members and
-  // `refit status` see; empty: refitd reports the registrations'
-  // fingerprint instead.
-  std::string fingerprint;
-  // Serialized PlanProtos (SerializeAsString), one per member.
-  std::vector<std::string> trainer_slices;  // [trainer rank]
-  std::vector<std::string> engine_slices;   // [engine member, input order]
-};
-
-// Builds the plan for a complete membership. `trainer` is ordered by rank;
-// `engine` by (engine id, rank). An error (e.g. the planner's
-// INVALID_ARGUMENT) is reported to every member as the plan outcome.
-using PlanFunction = std::function<absl::StatusOr<BuiltPlan>(
-    const std::vector<v1::Registration>& trainer,
-    const std::vector<v1::Registration>& engine)>;
-
-// Security of the listener.
-struct TlsOptions {
-  std::string cert_chain_pem;   // server certificate chain (PEM text)
-  std::string private_key_pem;  // its private key (PEM text)
-  std::string client_ca_pem;    // when set: mutual TLS, clients must present
-                                // a certificate signed by this CA
-};
 
 class RefitServer {
  public:
@@ -77,13 +46,14 @@ class RefitServer {
   };
 
   // Starts serving. Fails with INVALID_ARGUMENT on bad options (no plan
-  // function, insecure non-loopback address without the override, bad TLS
-  // material), UNAVAILABLE when the address cannot be bound.
+  // function, insecure non-loopback address without the override, TLS
+  // without certificate or key), UNAVAILABLE when the address cannot be
+  // bound (or the TLS material cannot be used).
   static absl::StatusOr<std::unique_ptr<RefitServer>> Start(Options options);
 
   ~RefitServer();
 
-  // Returns the bound port.
+  // Returns the bound port (never 0).
   int port() const;
 
   // Stops accepting calls, ends open streams and waits, then returns.
@@ -96,28 +66,6 @@ class RefitServer {
   explicit RefitServer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// Checks that the members can connect their data planes; INVALID_ARGUMENT
-// naming two members otherwise: they name different transports
-// (identity.transport), or the ipc transport spans hosts, or — on any other
-// transport — both are on one physical GPU (identity.device_uuid; NCCL
-// connects one rank per GPU). refitd plans no membership that fails it.
-absl::Status CheckDataPlane(const std::vector<v1::Registration>& trainer,
-                            const std::vector<v1::Registration>& engine);
-
-// OK when the registration's protocol_version is this refitd's
-// (proto/protocol_version.h); FAILED_PRECONDITION naming the member and both
-// versions otherwise.
-absl::Status CheckProtocolVersion(const v1::Registration& reg);
-
-// Checks one registration against the limits; returns INVALID_ARGUMENT
-// naming the offending field (e.g. "buffers[3].shape[1]"), OK otherwise.
-absl::Status ValidateRegistration(const v1::Registration& reg,
-                                  int max_buffers, int64_t max_metadata_bytes);
-
-// A deterministic fingerprint (hex) of a list of registrations.
-std::string FingerprintRegistrations(
-    const std::vector<const v1::Registration*>& regs);
 
 }  // namespace refit
 

@@ -11,10 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "client/refit_client.h"
 #include "common/grpc_status.h"
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/refit_server.h"
-#include "server/test_planner.h"
+#include "testing/name_matching_plan.h"
 
 namespace refit {
 namespace {
@@ -296,6 +299,52 @@ TEST_F(SecurityTest, BearerTokenIsCheckedOnEveryRpcKind) {
       EXPECT_TRUE(s.ok()) << rpc << ": " << s;
     }
   }
+}
+
+// Calls grpc.health.v1.Health/Check with an empty request (all services) and
+// no token; returns the call's status and (in `serving`) whether the reply
+// says SERVING.
+absl::Status CheckHealth(int port, bool* serving) {
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                     grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(In(absl::Seconds(5))));
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty("");
+  request = grpc::ByteBuffer(&empty, 1);
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                 &response, [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  if (!done.WaitForNotificationWithTimeout(absl::Seconds(10))) {
+    return absl::DeadlineExceededError("health check did not return");
+  }
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (status.ok() && response.Dump(&slices).ok()) {
+    for (const auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  }
+  *serving = bytes == std::string("\x08\x01", 2);  // status: SERVING
+  return FromGrpcStatus(status);
+}
+
+TEST_F(SecurityTest, HealthNeedsNoTokenButTheServiceDoes) {
+  auto o = BaseOptions();
+  o.bearer_token = "tok";
+  auto server = RefitServer::Start(std::move(o));
+  ASSERT_TRUE(server.ok()) << server.status();
+  bool serving = false;
+  absl::Status s = CheckHealth((*server)->port(), &serving);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(serving);
+  RefitClient::Options co;
+  co.target = absl::StrCat("127.0.0.1:", (*server)->port());
+  s = ConnectAndCall(co);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
 }
 
 TEST_F(SecurityTest, TokenOverMutualTls) {

@@ -11,7 +11,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/protocol_version.h"
-#include "server/test_planner.h"
+#include "server/registration.h"
+#include "testing/name_matching_plan.h"
 
 namespace refit {
 namespace {

@@ -15,7 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/refit_server.h"
-#include "server/test_planner.h"
+#include "testing/name_matching_plan.h"
 
 namespace refit {
 namespace {

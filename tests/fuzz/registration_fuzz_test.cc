@@ -22,7 +22,7 @@
 #include "mapping/parallel_spec.h"
 #include "plan/plan_codec.h"
 #include "server/default_plan.h"
-#include "server/refit_server.h"
+#include "server/registration.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace refit {

@@ -27,7 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/refit_client.h"
 #include "server/refit_server.h"
-#include "server/test_planner.h"
+#include "testing/name_matching_plan.h"
 
 namespace refit {
 namespace {

@@ -1,5 +1,5 @@
 // NameMatchingPlan: a mapping-free plan function for control-plane tests.
-#include "server/test_planner.h"
+#include "testing/name_matching_plan.h"
 
 #include <map>
 

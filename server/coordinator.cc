@@ -1,0 +1,514 @@
+// Coordinator (see coordinator.h). All state lives behind one mutex. The
+// housekeeping thread ticks every options.tick: it announces membership
+// epochs, expires members and waits, times out rounds and, once the
+// membership has settled, queues a plan job; the planner thread builds it
+// without the lock and applies it only if the membership is still the one it
+// was built for.
+#include "server/coordinator.h"
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "proto/protocol_version.h"
+#include "server/log.h"
+#include "server/registration.h"
+
+namespace refit {
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Options options) {
+  if (!options.plan_function) {
+    return absl::InvalidArgumentError("options.plan_function: not set");
+  }
+  std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
+  c->housekeeper_ = std::thread([p = c.get()] { p->HousekeepingLoop(); });
+  c->planner_ = std::thread([p = c.get()] { p->PlannerLoop(); });
+  return c;
+}
+
+Coordinator::Coordinator(Options options)
+    : options_(std::move(options)),
+      membership_(options_.min_engines),
+      rounds_(options_.rounds_kept),
+      plan_cache_(16, options_.max_plan_cache_bytes) {}
+
+Coordinator::~Coordinator() { Stop(); }
+
+void Coordinator::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    if (!stopping_) {
+      stopping_ = true;
+      waits_.EndAll(absl::UnavailableError("refitd shutting down"));
+      for (auto& [id, s] : streams_) s->End(absl::UnavailableError("refitd shutting down"));
+    }
+  }
+  if (housekeeper_.joinable()) housekeeper_.join();
+  if (planner_.joinable()) planner_.join();
+}
+
+std::string Coordinator::Describe(const std::string& member_id) const {
+  const Member* m = membership_.Find(member_id);
+  return m == nullptr ? member_id : DescribeMember(m->reg.identity());
+}
+
+// --- membership -------------------------------------------------------------
+
+absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registration& reg) {
+  REFIT_RETURN_IF_ERROR(CheckProtocolVersion(reg));
+  REFIT_RETURN_IF_ERROR(ValidateRegistration(reg, options_.max_buffers_per_member,
+                                             options_.max_metadata_bytes));
+  const v1::MemberIdentity& ident = reg.identity();
+  v1::RegisterResponse resp;
+  resp.set_member_id(MemberKey(ident));
+  absl::MutexLock l(&mu_);
+  REFIT_ASSIGN_OR_RETURN(Membership::Admitted admitted,
+                         membership_.Admit(reg, absl::Now()));
+  if (admitted == Membership::Admitted::kSame) {
+    resp.set_already_registered(true);
+    return resp;
+  }
+  if (admitted == Membership::Admitted::kReplaced &&
+      rounds_.IsParticipant(resp.member_id())) {
+    EndRound(false, absl::StrCat("member ", DescribeMember(ident),
+                                 " re-registered with different metadata"));
+  }
+  ServerLog().info("member {} {}: {} on host {}, {} buffers", resp.member_id(),
+                   admitted == Membership::Admitted::kNew ? "joined" : "re-registered",
+                   DescribeMember(ident), ident.host_id(), reg.buffers_size());
+  MembershipChanged();
+  return resp;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
+    const v1::HeartbeatRequest& req) {
+  absl::MutexLock l(&mu_);
+  if (!membership_.Touch(req.member_id(), absl::Now())) {
+    return absl::NotFoundError(
+        absl::StrCat("member_id: ", req.member_id(), " is not registered"));
+  }
+  v1::HeartbeatResponse resp;
+  resp.set_active_version(rounds_.active() != nullptr ? rounds_.active()->version : 0);
+  return resp;
+}
+
+absl::Status Coordinator::Leave(const v1::LeaveRequest& req) {
+  absl::MutexLock l(&mu_);
+  RemoveMember(req.member_id(), "left");
+  WakeWaiters();
+  return absl::OkStatus();
+}
+
+void Coordinator::RemoveMember(const std::string& id, const std::string& why) {
+  const Member* m = membership_.Find(id);
+  if (m == nullptr) return;
+  const v1::MemberIdentity ident = m->reg.identity();
+  if (rounds_.IsParticipant(id)) {
+    EndRound(false, absl::StrCat("member ", DescribeMember(ident), " ", why));
+  }
+  ServerLog().info("member {} {}: {} on host {}", id, why, DescribeMember(ident),
+                   ident.host_id());
+  membership_.Remove(id);
+  // The member's round stream ends with the reason, so a member that is
+  // still alive (a long pause, a network partition) learns at once that it
+  // is out instead of waiting for rounds it is no longer part of.
+  auto s = streams_.find(id);
+  if (s != streams_.end()) {
+    RoundStream* stream = s->second;
+    streams_.erase(s);
+    stream->End(absl::NotFoundError(absl::StrCat("refitd removed member ", id, ": ", why)));
+  }
+  MembershipChanged();
+}
+
+void Coordinator::MembershipChanged() {
+  const absl::Time now = absl::Now();
+  if (!plan_dirty_) dirty_since_ = now;
+  last_change_ = now;
+  plan_dirty_ = true;
+  // Announced by the next housekeeping tick: a burst of N registrations
+  // costs one broadcast per tick, not N broadcasts to N streams. Until then
+  // StartRound and AwaitPlan see plan_dirty_.
+  epoch_announce_pending_ = true;
+}
+
+void Coordinator::AnnounceEpoch() {
+  if (!epoch_announce_pending_) return;
+  epoch_announce_pending_ = false;
+  v1::RoundEvent e;
+  e.set_kind(v1::RoundEvent::PLAN_CHANGED);
+  e.set_epoch(membership_.epoch());
+  Broadcast(e);
+}
+
+void Coordinator::Broadcast(const v1::RoundEvent& e) {
+  for (auto& [id, s] : streams_) s->Push(e);
+}
+
+// --- round streams ----------------------------------------------------------
+
+absl::Status Coordinator::Watch(const std::string& member_id, RoundStream* stream) {
+  absl::MutexLock l(&mu_);
+  if (stopping_ || membership_.Find(member_id) == nullptr) {
+    return absl::NotFoundError("member_id: not registered");
+  }
+  auto old = streams_.find(member_id);
+  if (old != streams_.end()) {
+    RoundStream* prev = old->second;
+    streams_.erase(old);
+    prev->End(absl::AbortedError("replaced by a newer stream"));
+  }
+  streams_[member_id] = stream;
+  // Tell a late watcher where things stand.
+  v1::RoundEvent e;
+  e.set_kind(v1::RoundEvent::PLAN_CHANGED);
+  e.set_epoch(membership_.epoch());
+  stream->Push(e);
+  if (rounds_.active() != nullptr) {
+    e.set_kind(v1::RoundEvent::ROUND_STARTED);
+    e.set_version(rounds_.active()->version);
+    e.set_epoch(plan_epoch_);
+    stream->Push(e);
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::Unwatch(const std::string& member_id, RoundStream* stream,
+                          const std::string& why) {
+  absl::MutexLock l(&mu_);
+  auto it = streams_.find(member_id);
+  if (it == streams_.end() || it->second != stream) return;
+  streams_.erase(it);
+  if (!why.empty() && rounds_.IsParticipant(member_id)) {
+    EndRound(false, absl::StrCat("member ", Describe(member_id), ": ", why));
+  }
+}
+
+// --- rounds -----------------------------------------------------------------
+
+absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
+    const v1::StartRoundRequest& req) {
+  absl::MutexLock l(&mu_);
+  const Member* m = membership_.Find(req.member_id());
+  if (m == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("member_id: ", req.member_id(), " is not registered"));
+  }
+  if (m->reg.identity().side() != v1::SIDE_TRAINER) {
+    return absl::PermissionDeniedError("member_id: only trainer members start rounds");
+  }
+  const int64_t v = req.version();
+  v1::StartRoundResponse resp;
+  REFIT_ASSIGN_OR_RETURN(const bool already_started, rounds_.CheckStart(v));
+  if (already_started) {
+    resp.set_already_started(true);
+    return resp;
+  }
+  if (plan_dirty_ || plan_epoch_ != membership_.epoch()) {
+    return absl::UnavailableError("membership changed; the new plan is being built, retry");
+  }
+  if (plan_incomplete_ || !plan_status_.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no valid plan: ", plan_status_.message()));
+  }
+  // A participant without a stream (it registered a moment ago, or its
+  // process died and has not expired yet) could not learn of the round.
+  std::set<std::string> participants;
+  for (const auto& [id, plan] : member_plans_) {
+    if (streams_.count(id) == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("member ", Describe(id), " has no round stream yet; retry"));
+    }
+    participants.insert(id);
+  }
+  const size_t n = participants.size();
+  rounds_.Start(v, std::move(participants), absl::Now());
+  ServerLog().info("round {} started: {} participants, plan epoch {}", v, n, plan_epoch_);
+  v1::RoundEvent e;
+  e.set_kind(v1::RoundEvent::ROUND_STARTED);
+  e.set_version(v);
+  e.set_epoch(plan_epoch_);
+  Broadcast(e);
+  return resp;
+}
+
+absl::Status Coordinator::Report(const v1::ReportRequest& req) {
+  absl::MutexLock l(&mu_);
+  const int64_t v = req.version();
+  // Late report of a finished round: tell the caller how it ended.
+  if (std::optional<absl::Status> reply = rounds_.ReplyToFinished(v)) return *reply;
+  if (!rounds_.IsParticipant(req.member_id())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member_id: ", req.member_id(), " is not a participant of round ", v));
+  }
+  membership_.Touch(req.member_id(), absl::Now());
+  if (!req.ok()) {
+    EndRound(false, absl::StrCat("member ", Describe(req.member_id()),
+                                 " failed: ", req.reason()));
+    return absl::OkStatus();
+  }
+  if (rounds_.RecordDone(req.member_id(), req.bytes(), req.seconds())) EndRound(true, "");
+  return absl::OkStatus();
+}
+
+void Coordinator::EndRound(bool committed, const std::string& reason) {
+  const Rounds::Active* active = rounds_.active();
+  if (active == nullptr) return;
+  const absl::Time now = absl::Now();
+  const double secs = absl::ToDoubleSeconds(now - active->started);
+  const int64_t version = active->version;
+  const int64_t bytes = active->bytes;
+  std::optional<v1::RoundEvent> e =
+      rounds_.End(committed, reason, now, plan_epoch_, [this](const std::string& id) {
+        const Member* m = membership_.Find(id);
+        return m != nullptr && m->reg.identity().side() == v1::SIDE_ENGINE
+                   ? m->reg.identity().engine_id()
+                   : std::string();
+      });
+  if (committed) {
+    ServerLog().info("round {} committed after {:.3f} s: {} bytes reported", version,
+                     secs, bytes);
+  } else {
+    ServerLog().info("round {} aborted after {:.3f} s: {}", version, secs, reason);
+  }
+  Broadcast(*e);
+}
+
+v1::CurrentVersionResponse Coordinator::CurrentVersion(
+    const v1::CurrentVersionRequest& req) {
+  absl::MutexLock l(&mu_);
+  v1::CurrentVersionResponse resp;
+  resp.set_version(rounds_.CommittedVersion(req.engine_id()));
+  resp.set_torn_version(rounds_.TornVersion(req.engine_id()));
+  return resp;
+}
+
+v1::StatusResponse Coordinator::GetStatus() {
+  v1::StatusResponse resp;
+  resp.set_protocol_version(kProtocolVersion);
+  absl::MutexLock l(&mu_);
+  const absl::Time now = absl::Now();
+  std::set<std::string> engines;
+  for (const auto& [id, m] : membership_.members()) {
+    v1::MemberStatus* ms = resp.add_members();
+    ms->set_member_id(id);
+    *ms->mutable_identity() = m.reg.identity();
+    ms->set_num_buffers(m.reg.buffers_size());
+    ms->set_seconds_since_heartbeat(absl::ToDoubleSeconds(now - m.last_heartbeat));
+    if (m.reg.identity().side() == v1::SIDE_ENGINE) {
+      engines.insert(m.reg.identity().engine_id());
+    }
+  }
+  resp.set_plan_fingerprint(plan_fingerprint_);
+  resp.set_epoch(plan_epoch_);
+  if (!plan_status_.ok()) resp.set_plan_error(std::string(plan_status_.message()));
+  for (const v1::RoundSummary& s : rounds_.history()) *resp.add_rounds() = s;
+  for (const std::string& e : engines) {
+    v1::EngineStatus* es = resp.add_engines();
+    es->set_engine_id(e);
+    es->set_committed_version(rounds_.CommittedVersion(e));
+    es->set_torn_version(rounds_.TornVersion(e));
+  }
+  if (const Rounds::Active* a = rounds_.active()) {
+    v1::RoundSummary* s = resp.add_rounds();
+    s->set_version(a->version);
+    s->set_outcome("running");
+    s->set_bytes(a->bytes);
+  }
+  return resp;
+}
+
+// --- waits and the key-value store -----------------------------------------
+
+Coordinator::WaitId Coordinator::AwaitPlan(const v1::AwaitPlanRequest& req,
+                                           absl::Time deadline, PlanDone done) {
+  absl::MutexLock l(&mu_);
+  if (stopping_) {
+    done(absl::UnavailableError("refitd shutting down"));
+    return 0;
+  }
+  Waiter w;
+  w.member_id = req.member_id();
+  w.min_epoch = req.min_epoch();
+  w.plan_done = std::move(done);
+  w.deadline = deadline;
+  if (TrySatisfy(w)) return 0;
+  return waits_.Add(std::move(w));
+}
+
+Coordinator::WaitId Coordinator::KvGet(const v1::KvGetRequest& req, absl::Time deadline,
+                                       KvDone done) {
+  absl::MutexLock l(&mu_);
+  Waiter w;
+  w.key = req.key();
+  w.kv_done = std::move(done);
+  w.deadline = deadline;
+  if (TrySatisfy(w)) return 0;
+  if (!req.wait() || stopping_) {
+    w.kv_done(absl::NotFoundError(absl::StrCat("key ", req.key(), " is not set")));
+    return 0;
+  }
+  return waits_.Add(std::move(w));
+}
+
+void Coordinator::CancelWait(WaitId id) {
+  absl::MutexLock l(&mu_);
+  waits_.Cancel(id);
+}
+
+absl::Status Coordinator::KvSet(const v1::KvSetRequest& req) {
+  if (req.key().empty()) return absl::InvalidArgumentError("key: empty");
+  absl::MutexLock l(&mu_);
+  kv_[req.key()] = req.value();
+  WakeWaiters();
+  return absl::OkStatus();
+}
+
+bool Coordinator::TrySatisfy(Waiter& w) {
+  if (w.kv_done) {
+    auto it = kv_.find(w.key);
+    if (it == kv_.end()) return false;
+    w.kv_done(it->second);
+    return true;
+  }
+  if (membership_.Find(w.member_id) == nullptr) {
+    w.plan_done(absl::NotFoundError(absl::StrCat(
+        "member ", w.member_id, " is not registered (left or expired)")));
+    return true;
+  }
+  if (plan_dirty_ || plan_epoch_ < w.min_epoch || plan_epoch_ != membership_.epoch()) {
+    return false;
+  }
+  if (plan_incomplete_) return false;
+  if (!plan_status_.ok()) {
+    w.plan_done(plan_status_);
+    return true;
+  }
+  auto it = member_plans_.find(w.member_id);
+  if (it == member_plans_.end()) return false;  // e.g. its engine is incomplete
+  const MemberPlan& mp = it->second;
+  const BuiltPlan& built = **current_plan_;
+  v1::AwaitPlanResponse resp = mp.head;
+  resp.set_slice(mp.trainer ? built.trainer_slices[mp.index]
+                            : built.engine_slices[mp.index]);
+  w.plan_done(std::move(resp));
+  return true;
+}
+
+void Coordinator::WakeWaiters() {
+  waits_.Wake([this](Waiter& w) ABSL_NO_THREAD_SAFETY_ANALYSIS { return TrySatisfy(w); });
+}
+
+// --- housekeeping and planning ---------------------------------------------
+
+void Coordinator::HousekeepingLoop() {
+  absl::MutexLock l(&mu_);
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.tick);
+    if (stopping_) break;
+    Tick(absl::Now());
+  }
+}
+
+void Coordinator::Tick(absl::Time now) {
+  AnnounceEpoch();
+  for (const std::string& id : membership_.Expired(now, options_.heartbeat_timeout)) {
+    RemoveMember(id, absl::StrCat("stopped heart-beating for more than ",
+                                  absl::FormatDuration(options_.heartbeat_timeout)));
+  }
+  const Rounds::Active* round = rounds_.active();
+  if (round != nullptr && now - round->started > options_.round_timeout) {
+    EndRound(false, absl::StrCat("round timed out after ",
+                                 absl::FormatDuration(options_.round_timeout)));
+  }
+  waits_.Expire(now);
+  MaybePlan(now);
+}
+
+void Coordinator::MaybePlan(absl::Time now) {
+  // Plan between rounds only, once the membership has settled: a burst of
+  // joins is planned once, not once per join (but never later than
+  // plan_settle_max after the first unplanned change).
+  if (!plan_dirty_ || planning_ || rounds_.active() != nullptr) return;
+  if (now - last_change_ < options_.plan_settle &&
+      now - dirty_since_ < options_.plan_settle_max) {
+    return;
+  }
+  std::optional<PlanInput> input = membership_.Complete();
+  if (!input.has_value()) {
+    plan_dirty_ = false;
+    plan_epoch_ = membership_.epoch();
+    plan_status_ = absl::UnavailableError("membership incomplete");
+    plan_incomplete_ = true;
+    member_plans_.clear();
+    plan_fingerprint_.clear();
+    return;  // waiters keep waiting (UNAVAILABLE is not final)
+  }
+  if (PlanCache::Entry cached = plan_cache_.Find(input->fingerprint)) {
+    ApplyPlan(*input, std::move(cached), /*seconds=*/-1);
+    return;
+  }
+  planning_ = true;
+  plan_job_ = std::move(input);
+}
+
+void Coordinator::PlannerLoop() {
+  absl::MutexLock l(&mu_);
+  while (true) {
+    mu_.AwaitWithTimeout(absl::Condition(this, &Coordinator::PlanJobOrStopping),
+                         absl::Seconds(1));
+    if (stopping_) return;
+    if (!plan_job_.has_value()) continue;
+    const PlanInput input = std::move(*plan_job_);
+    plan_job_.reset();
+    mu_.Unlock();  // the plan function may take seconds
+    const absl::Time start = absl::Now();
+    auto entry = std::make_shared<const absl::StatusOr<BuiltPlan>>(
+        RunPlanFunction(options_.plan_function, input));
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    mu_.Lock();
+    planning_ = false;
+    if (stopping_) return;
+    if (input.epoch != membership_.epoch()) {
+      ServerLog().info(
+          "plan for epoch {} dropped after {:.3f} s: the membership changed (epoch {})",
+          input.epoch, seconds, membership_.epoch());
+      continue;  // housekeeping plans the new membership
+    }
+    plan_cache_.Insert(input.fingerprint, entry);
+    ApplyPlan(input, std::move(entry), seconds);
+  }
+}
+
+void Coordinator::ApplyPlan(const PlanInput& input, PlanCache::Entry entry,
+                            double seconds) {
+  const absl::StatusOr<BuiltPlan>& built = *entry;
+  current_plan_ = std::move(entry);
+  plan_dirty_ = false;
+  plan_incomplete_ = false;
+  plan_epoch_ = input.epoch;
+  // What members and status see: the plan's own fingerprint (the
+  // registrations' one is the same for plans built with other planner
+  // options, e.g. another staging budget).
+  plan_fingerprint_ =
+      built.ok() && !built->fingerprint.empty() ? built->fingerprint : input.fingerprint;
+  member_plans_.clear();
+  const std::string how =
+      seconds < 0 ? std::string("from the plan cache") : absl::StrFormat("in %.3f s", seconds);
+  if (!built.ok()) {
+    plan_status_ = AnnotateStatus(built.status(), "building the plan");
+    ServerLog().info("plan for epoch {} failed {}: {}", input.epoch, how,
+                     plan_status_.ToString());
+  } else {
+    plan_status_ = absl::OkStatus();
+    member_plans_ = AssembleMemberPlans(input, *built, plan_fingerprint_, options_.kv_prefix);
+    ServerLog().info("plan {} for epoch {} built {}: {} trainer and {} engine members",
+                     plan_fingerprint_, input.epoch, how, input.trainer.size(),
+                     input.engine.size());
+  }
+  WakeWaiters();
+}
+
+}  // namespace refit

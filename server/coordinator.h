@@ -1,0 +1,202 @@
+// Coordinator: refitd's state and rules, without any RPC framework. It
+// admits members, expires the silent ones, plans each complete membership
+// (on its own planner thread, so that housekeeping never waits for a plan),
+// hands plans to waiting members, runs weight-version rounds, and keeps the
+// data-plane bootstrap key-value store. The RPC service (refit_server.cc)
+// translates each call into one method here.
+//
+// Threads and callbacks: every method may be called from any thread. Waits
+// (AwaitPlan, KvGet) and round streams are answered through callbacks that
+// the coordinator calls with its lock held: they must not block and must not
+// call back into the coordinator (finishing an RPC reactor is fine).
+#ifndef REFIT_SERVER_COORDINATOR_H_
+#define REFIT_SERVER_COORDINATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/refit_service.pb.h"
+#include "server/membership.h"
+#include "server/plan_assembly.h"
+#include "server/plan_cache.h"
+#include "server/plan_function.h"
+#include "server/rounds.h"
+#include "server/waits.h"
+
+namespace refit {
+
+// Where the coordinator sends a member's round events (the member's
+// WatchRounds stream). Both methods are called with the coordinator's lock
+// held and must not block.
+class RoundStream {
+ public:
+  virtual ~RoundStream() = default;
+  // Queues `event` for the member.
+  virtual void Push(v1::RoundEvent event) = 0;
+  // Ends the stream with `status` after the queued events.
+  virtual void End(absl::Status status) = 0;
+};
+
+class Coordinator {
+ public:
+  struct Options {
+    PlanFunction plan_function;  // required
+    int min_engines = 1;         // complete engines needed for a plan
+    int max_buffers_per_member = 1 << 20;
+    int64_t max_metadata_bytes = 64 << 20;  // per registration
+    absl::Duration heartbeat_timeout = absl::Seconds(10);
+    absl::Duration round_timeout = absl::Minutes(30);
+    // A new plan is built once the membership was unchanged for plan_settle,
+    // or plan_settle_max after the first change not yet planned.
+    absl::Duration plan_settle = absl::Milliseconds(20);
+    absl::Duration plan_settle_max = absl::Milliseconds(500);
+    int64_t max_plan_cache_bytes = int64_t{2} << 30;  // see PlanCache
+    int rounds_kept = 64;  // round summaries in GetStatus
+    std::string kv_prefix = "refit";
+    absl::Duration tick = absl::Milliseconds(10);  // housekeeping period
+  };
+
+  // Names a wait for CancelWait; 0 names none. The answer callbacks
+  // (PlanDone, KvDone: waits.h) are called exactly once, with the lock held.
+  using WaitId = Waits::Id;
+
+  // Starts the housekeeping and planner threads. Fails with INVALID_ARGUMENT
+  // when options.plan_function is not set.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(Options options);
+
+  // Stops (see Stop) and joins the threads.
+  ~Coordinator();
+
+  // Ends every wait (UNAVAILABLE "refitd shutting down") and every round
+  // stream (UNAVAILABLE), refuses new waits, and joins the threads (a plan
+  // being built is waited for). Idempotent.
+  void Stop();
+
+  // Admits a member. Fails with FAILED_PRECONDITION on another protocol
+  // version, INVALID_ARGUMENT on a bad registration or one inconsistent with
+  // the members there. A member re-registering with other metadata aborts a
+  // round it takes part in.
+  absl::StatusOr<v1::RegisterResponse> Register(const v1::Registration& reg);
+
+  // Answers with the member's plan once a plan of at least min_epoch is
+  // current for the membership now: `done` gets the plan, the plan error
+  // (the plan function's code), NOT_FOUND when the member is not (or no
+  // longer) registered, DEADLINE_EXCEEDED at `deadline`, UNAVAILABLE when
+  // stopping, CANCELLED by CancelWait. Returns the id of the wait, or 0 when
+  // `done` was already called.
+  WaitId AwaitPlan(const v1::AwaitPlanRequest& req, absl::Time deadline,
+                   PlanDone done);
+
+  // Answers with the value of a key: at once when set; NOT_FOUND when not set
+  // and `req.wait()` is false (or stopping); else when it is set, or
+  // DEADLINE_EXCEEDED at `deadline`, CANCELLED by CancelWait. Returns the id
+  // of the wait, or 0 when `done` was already called.
+  WaitId KvGet(const v1::KvGetRequest& req, absl::Time deadline, KvDone done);
+
+  // Ends wait `id` with CANCELLED if it is still waiting.
+  void CancelWait(WaitId id);
+
+  // Sets a key and wakes its waiters. INVALID_ARGUMENT on an empty key.
+  absl::Status KvSet(const v1::KvSetRequest& req);
+
+  // Starts round req.version(). Fails with NOT_FOUND (member unknown),
+  // PERMISSION_DENIED (not a trainer), FAILED_PRECONDITION (another round
+  // runs, or no valid plan), INVALID_ARGUMENT (version not above the last),
+  // UNAVAILABLE (the plan for a changed membership is pending, or a
+  // participant has no round stream yet: retry).
+  absl::StatusOr<v1::StartRoundResponse> StartRound(const v1::StartRoundRequest& req);
+
+  // Records a participant's outcome; all successes commit the round, one
+  // failure aborts it. For a round that is not running: OK if it committed,
+  // ABORTED if it aborted, FAILED_PRECONDITION if unknown or when the member
+  // is not a participant.
+  absl::Status Report(const v1::ReportRequest& req);
+
+  // Records a heartbeat; NOT_FOUND when the member is not registered.
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
+
+  // Removes the member (aborting a round it takes part in); OK when unknown.
+  absl::Status Leave(const v1::LeaveRequest& req);
+
+  // Returns an engine's committed and torn versions (0 when none).
+  v1::CurrentVersionResponse CurrentVersion(const v1::CurrentVersionRequest& req);
+
+  // Returns members, plan, rounds and engines as this coordinator sees them.
+  v1::StatusResponse GetStatus();
+
+  // Attaches `stream` as member_id's round stream (replacing an older one,
+  // which ends ABORTED) and pushes PLAN_CHANGED with the current epoch (and
+  // ROUND_STARTED when a round runs). Fails with NOT_FOUND when the member is
+  // not registered or the coordinator is stopping; then `stream` is not kept.
+  absl::Status Watch(const std::string& member_id, RoundStream* stream);
+
+  // Detaches `stream` (no-op when it is not attached). A non-empty `why`
+  // means it dropped: a round its member takes part in aborts.
+  void Unwatch(const std::string& member_id, RoundStream* stream,
+               const std::string& why);
+
+ private:
+  explicit Coordinator(Options options);
+
+  void HousekeepingLoop();
+  void PlannerLoop();
+  bool PlanJobOrStopping() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return stopping_ || plan_job_.has_value();
+  }
+  void Tick(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybePlan(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyPlan(const PlanInput& input, PlanCache::Entry entry, double seconds)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MembershipChanged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AnnounceEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Broadcast(const v1::RoundEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndRound(bool committed, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemoveMember(const std::string& id, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool TrySatisfy(Waiter& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WakeWaiters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string Describe(const std::string& member_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  std::thread housekeeper_;
+  std::thread planner_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  Membership membership_ ABSL_GUARDED_BY(mu_);
+  Rounds rounds_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, RoundStream*> streams_ ABSL_GUARDED_BY(mu_);
+  Waits waits_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
+
+  // The plan and its schedule. plan_dirty_: the membership changed since the
+  // current plan; planning_: a PlanInput is queued in plan_job_ or being
+  // built by the planner thread.
+  bool epoch_announce_pending_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_change_ ABSL_GUARDED_BY(mu_);  // last membership change
+  absl::Time dirty_since_ ABSL_GUARDED_BY(mu_);  // first change not planned
+  bool plan_dirty_ ABSL_GUARDED_BY(mu_) = false;
+  bool planning_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<PlanInput> plan_job_ ABSL_GUARDED_BY(mu_);
+  bool plan_incomplete_ ABSL_GUARDED_BY(mu_) = true;
+  int64_t plan_epoch_ ABSL_GUARDED_BY(mu_) = -1;  // epoch of the plan below
+  absl::Status plan_status_ ABSL_GUARDED_BY(mu_) = absl::UnavailableError("no plan yet");
+  std::string plan_fingerprint_ ABSL_GUARDED_BY(mu_);
+  PlanCache::Entry current_plan_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, MemberPlan> member_plans_ ABSL_GUARDED_BY(mu_);
+  PlanCache plan_cache_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace refit
+
+#endif  // REFIT_SERVER_COORDINATOR_H_

@@ -1,0 +1,42 @@
+// From a complete membership to what each member is handed: running the plan
+// function (after the data-plane check), and assembling each member's
+// AwaitPlan answer — its data-plane bootstrap and which slice is its own.
+#ifndef REFIT_SERVER_PLAN_ASSEMBLY_H_
+#define REFIT_SERVER_PLAN_ASSEMBLY_H_
+
+#include <cstddef>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/refit_service.pb.h"
+#include "server/membership.h"
+#include "server/plan_function.h"
+
+namespace refit {
+
+// Returns `plan`'s outcome for `input`: CheckDataPlane's INVALID_ARGUMENT
+// when the members cannot connect (the plan function is not called), the
+// plan function's own error, or INTERNAL when it returned another number of
+// slices than members.
+absl::StatusOr<BuiltPlan> RunPlanFunction(const PlanFunction& plan,
+                                          const PlanInput& input);
+
+// One member's share of the current plan.
+struct MemberPlan {
+  v1::AwaitPlanResponse head;  // epoch, fingerprint, bootstrap; no slice yet
+  bool trainer = false;        // its slice is in trainer_slices (else engine_)
+  size_t index = 0;            // into that vector
+};
+
+// Returns, by member id, what each member of `input` is handed for `built`:
+// global ranks (trainer ranks first, then engines in input order), the lane
+// count, the KV prefix "<kv_prefix>/<plan_fingerprint>/" and the engine index
+// (engines by id; -1 on trainers).
+std::map<std::string, MemberPlan> AssembleMemberPlans(
+    const PlanInput& input, const BuiltPlan& built,
+    const std::string& plan_fingerprint, const std::string& kv_prefix);
+
+}  // namespace refit
+
+#endif  // REFIT_SERVER_PLAN_ASSEMBLY_H_

@@ -1,0 +1,195 @@
+// Registration checks and member names (see registration.h).
+#include "server/registration.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "layout/dtype.h"
+#include "proto/protocol_version.h"
+
+namespace refit {
+namespace {
+
+using v1::Registration;
+
+constexpr int64_t kMaxElements = int64_t{1} << 50;
+
+}  // namespace
+
+std::string MemberKey(const v1::MemberIdentity& id) {
+  if (id.side() == v1::SIDE_TRAINER) {
+    return absl::StrCat("trainer/", id.job(), "/", id.rank());
+  }
+  return absl::StrCat("engine/", id.job(), "/", id.engine_id(), "/", id.rank());
+}
+
+std::string DescribeMember(const v1::MemberIdentity& id) {
+  if (id.side() == v1::SIDE_TRAINER) return absl::StrCat("trainer rank ", id.rank());
+  return absl::StrCat("engine ", id.engine_id(), " rank ", id.rank());
+}
+
+std::string SerializeRegistration(const Registration& reg) {
+  std::string out;
+  google::protobuf::io::StringOutputStream stream(&out);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  reg.SerializeToCodedStream(&coded);
+  coded.Trim();
+  return out;
+}
+
+absl::Status CheckDataPlane(const std::vector<Registration>& trainer,
+                            const std::vector<Registration>& engine) {
+  std::vector<const v1::MemberIdentity*> all;
+  for (const auto* side : {&trainer, &engine}) {
+    for (const Registration& r : *side) all.push_back(&r.identity());
+  }
+  // One transport for everyone: members that disagree would wait for each
+  // other on different wires until their deadlines.
+  const v1::MemberIdentity* first = nullptr;
+  for (const v1::MemberIdentity* id : all) {
+    if (id->transport().empty()) continue;
+    if (first == nullptr) {
+      first = id;
+    } else if (id->transport() != first->transport()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          DescribeMember(*first), " uses the ", first->transport(), " data plane and ",
+          DescribeMember(*id), " the ", id->transport(),
+          " one: every member of a job must use the same transport"));
+    }
+  }
+  const bool ipc = first != nullptr && first->transport() == "ipc";
+  if (ipc) {
+    for (const v1::MemberIdentity* id : all) {
+      if (id->host_id() != first->host_id()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the ipc data plane (CUDA IPC) connects the processes of one host, but ",
+            DescribeMember(*first), " is on ", first->host_id(), " and ", DescribeMember(*id),
+            " on ", id->host_id()));
+      }
+    }
+    return absl::OkStatus();  // several members on one GPU are what it is for
+  }
+  std::map<std::string, const v1::MemberIdentity*> by_gpu;
+  for (const v1::MemberIdentity* id : all) {
+    if (id->device_uuid().empty()) continue;
+    auto [it, fresh] = by_gpu.emplace(id->device_uuid(), id);
+    if (fresh) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        DescribeMember(*it->second), " (", it->second->device(), ") and ", DescribeMember(*id),
+        " (", id->device(), ") on host ", id->host_id(), " are on the same GPU ",
+        id->device_uuid(),
+        ": NCCL connects one rank per GPU, so a trainer and an engine sharing "
+        "GPUs (colocated) cannot refit over it; give each member its own GPU, "
+        "or use the CUDA IPC data plane (transport \"ipc\") on one host"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckProtocolVersion(const Registration& reg) {
+  const uint32_t v = reg.protocol_version();
+  if (v == kProtocolVersion) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "protocol_version: member ", DescribeMember(reg.identity()), " speaks ",
+      v == 0 ? std::string("no refit protocol version (a client library from "
+                           "before versions were sent)")
+             : absl::StrCat("refit protocol ", v),
+      ", this refitd speaks ", kProtocolVersion,
+      ": run refitd and the client library from the same refit release"));
+}
+
+absl::Status ValidateRegistration(const Registration& reg, int max_buffers,
+                                  int64_t max_metadata_bytes) {
+  auto bad = [](std::string msg) { return absl::InvalidArgumentError(msg); };
+  const int64_t size = static_cast<int64_t>(reg.ByteSizeLong());
+  if (size > max_metadata_bytes) {
+    return bad(absl::StrCat("registration: ", size,
+                            " bytes of metadata exceed the limit of ",
+                            max_metadata_bytes));
+  }
+  const auto& id = reg.identity();
+  if (id.side() != v1::SIDE_TRAINER && id.side() != v1::SIDE_ENGINE) {
+    return bad("identity.side: must be SIDE_TRAINER or SIDE_ENGINE");
+  }
+  if (id.job().empty()) return bad("identity.job: empty");
+  if (id.side() == v1::SIDE_ENGINE && id.engine_id().empty()) {
+    return bad("identity.engine_id: empty for an engine member");
+  }
+  if (id.world_size() <= 0) {
+    return bad(absl::StrCat("identity.world_size: ", id.world_size(),
+                            " is not positive"));
+  }
+  if (id.rank() < 0 || id.rank() >= id.world_size()) {
+    return bad(absl::StrCat("identity.rank: ", id.rank(),
+                            " is outside [0, world_size=", id.world_size(), ")"));
+  }
+  if (reg.buffers_size() > max_buffers) {
+    return bad(absl::StrCat("buffers: ", reg.buffers_size(),
+                            " buffers exceed the limit of ", max_buffers));
+  }
+  std::set<std::string> names;
+  for (int i = 0; i < reg.buffers_size(); ++i) {
+    const auto& b = reg.buffers(i);
+    const std::string where = absl::StrCat("buffers[", i, "] (", b.name(), ")");
+    if (b.name().empty()) return bad(absl::StrCat("buffers[", i, "].name: empty"));
+    if (!names.insert(b.name()).second) {
+      return bad(absl::StrCat(where, ".name: duplicate buffer name"));
+    }
+    if (!IsValidDType(b.dtype())) {
+      return bad(absl::StrCat(where, ".dtype: unknown dtype ", b.dtype()));
+    }
+    int64_t elements = 1;
+    for (int d = 0; d < b.shape_size(); ++d) {
+      const int64_t s = b.shape(d);
+      if (s < 0) {
+        return bad(absl::StrCat(where, ".shape[", d, "]: negative size ", s));
+      }
+      if (s > 0 && elements > kMaxElements / s) {
+        return bad(absl::StrCat(where, ".shape[", d, "]: shape overflows"));
+      }
+      elements *= s;
+    }
+    const int64_t esize = DTypeSize(static_cast<DType>(b.dtype()));
+    if (elements > kMaxElements / std::max<int64_t>(esize, 1)) {
+      return bad(absl::StrCat(where, ".shape: byte size overflows"));
+    }
+    if (b.byte_size() != elements * esize) {
+      return bad(absl::StrCat(where, ".byte_size: ", b.byte_size(),
+                              " disagrees with shape x dtype = ",
+                              elements * esize));
+    }
+  }
+  for (int i = 0; i < reg.records_size(); ++i) {
+    const auto& r = reg.records(i);
+    if (r.tensor() < 0 || r.tensor() >= reg.tensors_size()) {
+      return bad(absl::StrCat("records[", i, "].tensor: ", r.tensor(),
+                              " is not a tensor index"));
+    }
+    if (r.buffer() < 0 || r.buffer() >= reg.buffers_size()) {
+      return bad(absl::StrCat("records[", i, "].buffer: ", r.buffer(),
+                              " is not a buffer index"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string FingerprintRegistrations(const std::vector<const Registration*>& regs) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const std::string& s) {
+    for (unsigned char c : s) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    h ^= 0xff;
+    h *= 1099511628211ull;
+  };
+  for (const Registration* r : regs) mix(SerializeRegistration(*r));
+  return absl::StrFormat("%016x", h);
+}
+
+}  // namespace refit

@@ -1,0 +1,103 @@
+// Rounds (see rounds.h).
+#include "server/rounds.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace refit {
+
+absl::StatusOr<bool> Rounds::CheckStart(int64_t version) const {
+  if (active_ != nullptr) {
+    if (active_->version == version) return true;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "version: round ", active_->version, " is still running; cannot start ",
+        version));
+  }
+  if (version == last_version_ && version > 0) return true;
+  if (version <= last_version_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "version: ", version, " is not above the last version ", last_version_));
+  }
+  return false;
+}
+
+void Rounds::Start(int64_t version, std::set<std::string> participants,
+                   absl::Time now) {
+  active_ = std::make_unique<Active>();
+  active_->version = version;
+  active_->started = now;
+  active_->participants = std::move(participants);
+  last_version_ = version;
+}
+
+std::optional<absl::Status> Rounds::ReplyToFinished(int64_t version) const {
+  if (active_ != nullptr && active_->version == version) return std::nullopt;
+  auto o = outcomes_.find(version);
+  if (o == outcomes_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("version: round ", version, " is not running"));
+  }
+  if (o->second.ok()) return absl::OkStatus();
+  return absl::AbortedError(
+      absl::StrCat("round ", version, " already aborted: ", o->second.message()));
+}
+
+bool Rounds::RecordDone(const std::string& id, int64_t bytes, double seconds) {
+  if (active_ == nullptr) return false;
+  if (active_->done.insert(id).second) {
+    active_->bytes += bytes;
+    active_->seconds = std::max(active_->seconds, seconds);
+  }
+  return active_->done.size() == active_->participants.size();
+}
+
+std::optional<v1::RoundEvent> Rounds::End(
+    bool committed, const std::string& reason, absl::Time now, int64_t plan_epoch,
+    const std::function<std::string(const std::string&)>& engine_of) {
+  if (active_ == nullptr) return std::nullopt;
+  const double secs = absl::ToDoubleSeconds(now - active_->started);
+  v1::RoundSummary s;
+  s.set_version(active_->version);
+  s.set_outcome(committed ? "committed" : "aborted");
+  s.set_reason(reason);
+  s.set_bytes(active_->bytes);
+  s.set_seconds(committed ? active_->seconds : secs);
+  // Each byte is counted by its sender and its receiver.
+  const double moved = static_cast<double>(active_->bytes) / 2.0;
+  s.set_gbps(committed && active_->seconds > 0 ? moved / active_->seconds / 1e9 : 0);
+  history_.push_back(s);
+  while (static_cast<int>(history_.size()) > rounds_kept_) history_.pop_front();
+  outcomes_[active_->version] = committed ? absl::OkStatus() : absl::AbortedError(reason);
+  while (outcomes_.size() > 1024) outcomes_.erase(outcomes_.begin());
+  for (const std::string& id : active_->participants) {
+    const std::string engine = engine_of(id);
+    if (engine.empty()) continue;
+    if (committed) {
+      engine_version_[engine] = active_->version;
+      engine_torn_.erase(engine);
+    } else {
+      engine_torn_[engine] = active_->version;
+    }
+  }
+  v1::RoundEvent e;
+  e.set_kind(committed ? v1::RoundEvent::ROUND_COMMITTED
+                       : v1::RoundEvent::ROUND_ABORTED);
+  e.set_version(active_->version);
+  e.set_reason(reason);
+  e.set_epoch(plan_epoch);
+  active_.reset();
+  return e;
+}
+
+int64_t Rounds::CommittedVersion(const std::string& engine_id) const {
+  auto it = engine_version_.find(engine_id);
+  return it == engine_version_.end() ? 0 : it->second;
+}
+
+int64_t Rounds::TornVersion(const std::string& engine_id) const {
+  auto it = engine_torn_.find(engine_id);
+  return it == engine_torn_.end() ? 0 : it->second;
+}
+
+}  // namespace refit

@@ -1,0 +1,97 @@
+// Rounds: the weight-version round that is running (its participants and
+// their reports), how earlier rounds ended, and each engine's weights as the
+// rounds left them — the last version committed into it, and the round that
+// aborted after it had started writing it ("torn"). Not thread-safe: its
+// owner holds the lock.
+#ifndef REFIT_SERVER_ROUNDS_H_
+#define REFIT_SERVER_ROUNDS_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/refit_service.pb.h"
+
+namespace refit {
+
+class Rounds {
+ public:
+  // The round that is running.
+  struct Active {
+    int64_t version = 0;
+    absl::Time started;
+    std::set<std::string> participants;  // member ids
+    std::set<std::string> done;          // participants that reported success
+    int64_t bytes = 0;                   // reported bytes (sent + received)
+    double seconds = 0;                  // the slowest reported time
+  };
+
+  // Keeps the summaries of the last `rounds_kept` finished rounds.
+  explicit Rounds(int rounds_kept) : rounds_kept_(rounds_kept) {}
+
+  // Checks whether round `version` may start. Returns true when it is the
+  // running or the last started round (an idempotent retry), false when it
+  // may start. Fails with FAILED_PRECONDITION while another round runs,
+  // INVALID_ARGUMENT when `version` is not above the last one.
+  absl::StatusOr<bool> CheckStart(int64_t version) const;
+
+  // Starts round `version` (CheckStart said false) with `participants`.
+  void Start(int64_t version, std::set<std::string> participants, absl::Time now);
+
+  // Returns the running round, or null.
+  const Active* active() const { return active_.get(); }
+
+  // Returns whether member `id` takes part in the running round.
+  bool IsParticipant(const std::string& id) const {
+    return active_ != nullptr && active_->participants.count(id) > 0;
+  }
+
+  // Returns the answer to a report for round `version` when it is not the
+  // running one: OK when it committed, ABORTED (with its reason) when it
+  // aborted, FAILED_PRECONDITION when refitd knows no such round; nullopt
+  // when `version` is running.
+  std::optional<absl::Status> ReplyToFinished(int64_t version) const;
+
+  // Records participant `id`'s success (its bytes and seconds, once);
+  // returns true when every participant has now reported success.
+  bool RecordDone(const std::string& id, int64_t bytes, double seconds);
+
+  // Ends the running round (no-op without one): records its outcome, its
+  // summary and, for each participant `engine_of` maps to an engine id (""
+  // for trainers), the engine's committed or torn version. Returns the event
+  // to broadcast (ROUND_COMMITTED or ROUND_ABORTED, with `plan_epoch`), or
+  // nullopt when no round was running.
+  std::optional<v1::RoundEvent> End(
+      bool committed, const std::string& reason, absl::Time now, int64_t plan_epoch,
+      const std::function<std::string(const std::string&)>& engine_of);
+
+  // Returns the last version committed into engine `engine_id` (0: none).
+  int64_t CommittedVersion(const std::string& engine_id) const;
+
+  // Returns the round that aborted after it started on `engine_id` and no
+  // commit since (0: none).
+  int64_t TornVersion(const std::string& engine_id) const;
+
+  // Returns the summaries of the last finished rounds, oldest first.
+  const std::deque<v1::RoundSummary>& history() const { return history_; }
+
+ private:
+  const int rounds_kept_;
+  std::unique_ptr<Active> active_;
+  int64_t last_version_ = 0;
+  std::map<int64_t, absl::Status> outcomes_;  // the last 1024 rounds
+  std::map<std::string, int64_t> engine_version_;
+  std::map<std::string, int64_t> engine_torn_;
+  std::deque<v1::RoundSummary> history_;
+};
+
+}  // namespace refit
+
+#endif  // REFIT_SERVER_ROUNDS_H_

@@ -1,0 +1,82 @@
+// Rounds: starting, reports, commit and abort, torn engines, history.
+#include "server/rounds.h"
+
+#include "gtest/gtest.h"
+
+namespace refit {
+namespace {
+
+const absl::Time t0 = absl::UnixEpoch() + absl::Hours(1);
+
+std::string EngineOf(const std::string& id) {
+  return id.rfind("engine/", 0) == 0 ? id.substr(7, 1) : "";
+}
+
+TEST(RoundsTest, StartChecksVersionsAndRetries) {
+  Rounds r(64);
+  EXPECT_EQ(*r.CheckStart(1), false);
+  EXPECT_EQ(r.CheckStart(0).status().code(), absl::StatusCode::kInvalidArgument);
+  r.Start(1, {"trainer/0", "engine/A"}, t0);
+  EXPECT_EQ(*r.CheckStart(1), true);  // retry of the running round
+  EXPECT_EQ(r.CheckStart(2).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(r.End(true, "", t0, 3, EngineOf).has_value());
+  EXPECT_EQ(*r.CheckStart(1), true);  // retry of the last round
+  EXPECT_EQ(*r.CheckStart(2), false);
+}
+
+TEST(RoundsTest, CommitsWhenEveryParticipantIsDone) {
+  Rounds r(64);
+  r.Start(5, {"trainer/0", "engine/A"}, t0);
+  EXPECT_TRUE(r.IsParticipant("engine/A"));
+  EXPECT_FALSE(r.IsParticipant("engine/B"));
+  EXPECT_EQ(r.ReplyToFinished(5), std::nullopt);
+  EXPECT_FALSE(r.RecordDone("trainer/0", 100, 2.0));
+  EXPECT_FALSE(r.RecordDone("trainer/0", 100, 2.0));  // counted once
+  EXPECT_TRUE(r.RecordDone("engine/A", 100, 1.0));
+  std::optional<v1::RoundEvent> e = r.End(true, "", t0 + absl::Seconds(3), 7, EngineOf);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind(), v1::RoundEvent::ROUND_COMMITTED);
+  EXPECT_EQ(e->version(), 5);
+  EXPECT_EQ(e->epoch(), 7);
+  EXPECT_EQ(r.active(), nullptr);
+  EXPECT_EQ(r.CommittedVersion("A"), 5);
+  ASSERT_EQ(r.history().size(), 1u);
+  EXPECT_EQ(r.history()[0].bytes(), 200);
+  EXPECT_DOUBLE_EQ(r.history()[0].seconds(), 2.0);
+  EXPECT_TRUE(r.ReplyToFinished(5)->ok());
+  EXPECT_EQ(r.ReplyToFinished(6)->code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(r.End(true, "", t0, 7, EngineOf).has_value());  // none running
+}
+
+TEST(RoundsTest, AbortLeavesEnginesTornUntilACommit) {
+  Rounds r(64);
+  r.Start(1, {"trainer/0", "engine/A"}, t0);
+  r.End(true, "", t0, 1, EngineOf);
+  r.Start(2, {"trainer/0", "engine/A"}, t0);
+  std::optional<v1::RoundEvent> e = r.End(false, "engine A failed", t0, 1, EngineOf);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind(), v1::RoundEvent::ROUND_ABORTED);
+  EXPECT_EQ(e->reason(), "engine A failed");
+  EXPECT_EQ(r.CommittedVersion("A"), 1);
+  EXPECT_EQ(r.TornVersion("A"), 2);
+  absl::Status late = *r.ReplyToFinished(2);
+  EXPECT_EQ(late.code(), absl::StatusCode::kAborted);
+  EXPECT_NE(late.message().find("engine A failed"), absl::string_view::npos);
+  r.Start(3, {"trainer/0", "engine/A"}, t0);
+  r.End(true, "", t0, 1, EngineOf);
+  EXPECT_EQ(r.CommittedVersion("A"), 3);
+  EXPECT_EQ(r.TornVersion("A"), 0);
+}
+
+TEST(RoundsTest, KeepsTheLastRoundsOnly) {
+  Rounds r(2);
+  for (int v = 1; v <= 5; ++v) {
+    r.Start(v, {"trainer/0"}, t0);
+    r.End(true, "", t0, 1, EngineOf);
+  }
+  ASSERT_EQ(r.history().size(), 2u);
+  EXPECT_EQ(r.history()[0].version(), 4);
+}
+
+}  // namespace
+}  // namespace refit

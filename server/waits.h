@@ -1,0 +1,72 @@
+// Waits: the parked AwaitPlan and KvGet calls, each answered exactly once —
+// when its condition holds, at its deadline, on cancel, or at shutdown. Not
+// thread-safe: its owner holds the lock.
+#ifndef REFIT_SERVER_WAITS_H_
+#define REFIT_SERVER_WAITS_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/refit_service.pb.h"
+
+namespace refit {
+
+// Answer callbacks of the two kinds of wait.
+using PlanDone = std::function<void(absl::StatusOr<v1::AwaitPlanResponse>)>;
+using KvDone = std::function<void(absl::StatusOr<std::string>)>;
+
+// One parked call: a plan wait (plan_done set) or a KV wait (kv_done set).
+struct Waiter {
+  std::string member_id;  // plan waits: whose plan
+  int64_t min_epoch = 0;  // plan waits: the oldest acceptable plan epoch
+  PlanDone plan_done;
+  std::string key;  // KV waits
+  KvDone kv_done;
+  absl::Time deadline;
+
+  // Answers with an error status (either kind).
+  void Fail(const absl::Status& status) const {
+    if (kv_done) {
+      kv_done(status);
+    } else {
+      plan_done(status);
+    }
+  }
+};
+
+class Waits {
+ public:
+  // Names a wait; never 0.
+  using Id = uint64_t;
+
+  // Parks `w`; returns its id.
+  Id Add(Waiter w);
+
+  // Removes wait `id` and ends it with CANCELLED; no-op when it was answered.
+  void Cancel(Id id);
+
+  // Ends the waits whose deadline is at or before `now` with
+  // DEADLINE_EXCEEDED ("key K not set before the deadline", "no plan before
+  // the deadline").
+  void Expire(absl::Time now);
+
+  // Offers every wait to `answer`, which answers it and returns true, or
+  // returns false to leave it parked.
+  void Wake(const std::function<bool(Waiter&)>& answer);
+
+  // Ends every wait with `status`.
+  void EndAll(const absl::Status& status);
+
+ private:
+  std::map<Id, Waiter> waiters_;
+  Id next_ = 1;
+};
+
+}  // namespace refit
+
+#endif  // REFIT_SERVER_WAITS_H_
