@@ -9,31 +9,18 @@
 #include <malloc.h>
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "absl/strings/numbers.h"
 #include "common/status_macros.h"
 #include "mapping/mapping.h"
 #include "testing/flags.h"
+#include "testing/process_memory.h"
 
 namespace refit {
 namespace {
 
-// Resident set size of this process in MiB (VmRSS of /proc/self/status).
-double RssMiB() {
-  std::ifstream in("/proc/self/status");
-  std::string key;
-  while (in >> key) {
-    if (key == "VmRSS:") {
-      double kib = 0;
-      in >> kib;
-      return kib / 1024;
-    }
-    std::getline(in, key);
-  }
-  return -1;
-}
+double RssMiB() { return testing::ReadProcessMemory().rss_mib; }
 
 absl::StatusOr<MappedSide> Build(const std::string& model, bool trainer,
                                  const std::string& convention) {
