@@ -40,6 +40,8 @@ def say(**kw):
 def member(argv):
     import torch
     import refit
+    import refit.testing
+    refit.testing.load_library(gpu=True)  # the test patterns' library
     server, side, rank, model, convention, device, rounds, engine_id, die_in = argv
     rank, rounds, die_in = int(rank), int(rounds), int(die_in)
     torch.cuda.set_device(torch.device(device))
@@ -108,8 +110,9 @@ def one_round(m, v, info, trainer, die_in, tensors, ptrs, graph, src, out, side)
     """Round v; returns v, or minus an exit code."""
     import torch
     import refit
+    import refit.testing
     if trainer:
-        m.fill_pattern(v)
+        refit.testing.fill_pattern(m, v)
         torch.cuda.synchronize()
     key = f"gpu-check/{info['fingerprint']}/{v}"
     if info["global_rank"] != 0:
@@ -135,7 +138,7 @@ def one_round(m, v, info, trainer, die_in, tensors, ptrs, graph, src, out, side)
         return -4
     ev = dict(event="round", side=side, version=v, **stats)
     if not trainer:
-        m.check_pattern(v)
+        refit.testing.check_pattern(m, v)
         graph.replay()
         torch.cuda.synchronize()
         fresh = src.sum(dtype=torch.int64)
@@ -280,6 +283,9 @@ def main():
     sys.path.insert(0, os.path.join(bundle, "python"))
     import torch
     import refit
+    import refit.testing
+    # The testing variant: same_process() checks test patterns in this one.
+    refit.testing.load_library(gpu=True)
     want = refit.expected_buffers(side="engine", rank=0, model="tiny-qwen3",
                                   convention="vllm:tp=1")
     bad = want[1].name
