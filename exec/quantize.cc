@@ -1,5 +1,6 @@
 #include "exec/quantize.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -57,17 +58,30 @@ void ForEachRow(const Box& box, Fn fn) {
   }
 }
 
-// Row-major index of the tile holding global coords `g` (last dim `col`)
-// inside the tile box `tiles`.
-int64_t TileIndex(const Box& tiles, const std::vector<int64_t>& tile,
-                  const std::vector<int64_t>& g, int64_t col) {
+// Row-major index, inside the tile box `tiles`, of the tile holding the
+// first column of the row that starts at global coords `g`; the tiles of
+// the row's later columns follow it one per tile width.
+int64_t RowTileBase(const Box& tiles, const std::vector<int64_t>& tile,
+                    const std::vector<int64_t>& g) {
   int64_t k = 0;
   const int rank = tiles.rank();
   for (int d = 0; d < rank; ++d) {
-    const int64_t c = (d == rank - 1 ? col : g[d]) / tile[d] - tiles.origin(d);
-    k = k * tiles.shape(d) + c;
+    k = k * tiles.shape(d) + (g[d] / tile[d] - tiles.origin(d));
   }
   return k;
+}
+
+// Calls fn(first, count, tile index) for the runs of a row of n elements
+// starting at global column c0 that lie in one tile each.
+template <typename Fn>
+void ForEachTileRun(int64_t c0, int64_t n, int64_t width, int64_t base, Fn fn) {
+  int64_t i = 0;
+  while (i < n) {
+    const int64_t col = c0 + i;
+    const int64_t len = std::min(n - i, width - col % width);
+    fn(i, len, base + (col / width - c0 / width));
+    i += len;
+  }
 }
 
 }  // namespace
@@ -140,19 +154,21 @@ absl::StatusOr<std::vector<float>> TileAmaxHost(const DenseBox& in,
   absl::Status bad;
   ForEachRow(in.box, [&](int64_t pos, const std::vector<int64_t>& g, int64_t n) {
     if (!bad.ok()) return;
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = LoadAsF32(in.dtype, in.data + (pos + i) * es);
-      const int64_t col = g[last] + i;
-      if (!std::isfinite(v)) {
-        std::vector<int64_t> at = g;
-        at[last] = col;
-        bad = absl::InvalidArgumentError(absl::StrCat(
-            "non-finite value ", v, " at [", absl::StrJoin(at, ", "), "]"));
-        return;
+    const int64_t base = RowTileBase(tiles, tile, g);
+    ForEachTileRun(g[last], n, tile[last], base, [&](int64_t i0, int64_t len, int64_t k) {
+      float a = amax[k];
+      for (int64_t i = i0; i < i0 + len; ++i) {
+        const float v = LoadAsF32(in.dtype, in.data + (pos + i) * es);
+        if (!std::isfinite(v) && bad.ok()) {
+          std::vector<int64_t> at = g;
+          at[last] = g[last] + i;
+          bad = absl::InvalidArgumentError(absl::StrCat(
+              "non-finite value ", v, " at [", absl::StrJoin(at, ", "), "]"));
+        }
+        a = std::fmax(a, std::fabs(v));
       }
-      float& a = amax[TileIndex(tiles, tile, g, col)];
-      a = std::fmax(a, std::fabs(v));
-    }
+      amax[k] = a;
+    });
   });
   if (!bad.ok()) return bad;
   return amax;
@@ -170,11 +186,14 @@ void QuantizeHost(const DenseBox& in, const std::vector<int64_t>& tile,
   const int64_t es = DTypeSize(in.dtype);
   const int last = in.box.rank() - 1;
   ForEachRow(in.box, [&](int64_t pos, const std::vector<int64_t>& g, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = LoadAsF32(in.dtype, in.data + (pos + i) * es);
-      const float x = v * inv[TileIndex(tiles, tile, g, g[last] + i)];
-      out[pos + i] = F32ToE4M3(std::fmin(std::fmax(x, -448.0f), 448.0f));
-    }
+    const int64_t base = RowTileBase(tiles, tile, g);
+    ForEachTileRun(g[last], n, tile[last], base, [&](int64_t i0, int64_t len, int64_t k) {
+      const float f = inv[k];
+      for (int64_t i = i0; i < i0 + len; ++i) {
+        const float x = LoadAsF32(in.dtype, in.data + (pos + i) * es) * f;
+        out[pos + i] = F32ToE4M3(std::fmin(std::fmax(x, -448.0f), 448.0f));
+      }
+    });
   });
   if (scales == nullptr) return;
   const Box owned = OwnedTiles(in.box, tile);

@@ -1,6 +1,8 @@
 // DefaultPlanFunction (see default_plan.h).
 #include "server/default_plan.h"
 
+#include <algorithm>
+
 #include <map>
 #include <string>
 #include <utility>
@@ -80,9 +82,26 @@ absl::Status AppendEngine(const SideLayout& e, const std::string& engine_id,
   if (dst->tensors.empty()) {
     dst->tensors = e.tensors;
   } else if (!(dst->tensors == e.tensors)) {
+    // Name the first difference: engines of one job hold the same tensors
+    // in the same dtypes (one quant= setting for all).
+    std::string what = "a different number of tensors";
+    for (size_t i = 0; i < std::min(dst->tensors.size(), e.tensors.size()); ++i) {
+      const TensorSpec& a = dst->tensors[i];
+      const TensorSpec& b = e.tensors[i];
+      if (a == b) continue;
+      what = absl::StrCat(TensorSpecString(b),
+                          b.transform != Transform::kNone
+                              ? absl::StrCat(" (", TransformName(b.transform), ")")
+                              : std::string(),
+                          " where the first engine has ", TensorSpecString(a),
+                          a.transform != Transform::kNone
+                              ? absl::StrCat(" (", TransformName(a.transform), ")")
+                              : std::string());
+      break;
+    }
     return absl::InvalidArgumentError(absl::StrCat(
-        "engine '", engine_id,
-        "': its logical tensors differ from the first engine's"));
+        "engine '", engine_id, "': its logical tensors differ from the first "
+        "engine's (every engine of a job needs the same model and quant=): ", what));
   }
   const int32_t rank0 = dst->world_size;
   const int32_t buf0 = static_cast<int32_t>(dst->buffers.size());
