@@ -42,6 +42,24 @@ std::vector<int32_t> PullReceivers(const Plan& plan, int32_t src_rank,
   return {dst.begin(), dst.end()};
 }
 
+namespace {
+
+// The host index of global rank g, or -1 when unknown.
+int32_t HostOf(const Plan& plan, int32_t g) {
+  const int32_t ws = plan.src.world_size;
+  const SideLayout& side = g < ws ? plan.src : plan.dst;
+  const int32_t r = g < ws ? g : g - ws;
+  if (r < 0 || r >= static_cast<int32_t>(side.host_of_rank.size())) return -1;
+  return side.host_of_rank[r];
+}
+
+}  // namespace
+
+bool SameHost(const Plan& plan, int32_t a, int32_t b) {
+  const int32_t ha = HostOf(plan, a), hb = HostOf(plan, b);
+  return ha < 0 || hb < 0 || ha == hb;
+}
+
 absl::StatusOr<PullProgram> BuildPullProgram(
     const Plan& plan, int32_t dst_rank,
     const std::function<bool(int32_t)>& include) {

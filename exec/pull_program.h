@@ -36,6 +36,11 @@ std::vector<int32_t> PairSourceBuffers(const Plan& plan, int32_t src_rank,
 std::vector<int32_t> PullReceivers(const Plan& plan, int32_t src_rank,
                                    const std::function<bool(int32_t)>& include = {});
 
+// True when global ranks `a` and `b` (trainers first, then engines) are on
+// one host by the plan's host_of_rank, or when the plan does not say
+// (host_of_rank empty on a side: one host is assumed).
+bool SameHost(const Plan& plan, int32_t a, int32_t b);
+
 struct PullPeer {
   int32_t src_rank = 0;
   // PairSourceBuffers(plan, src_rank, this rank).

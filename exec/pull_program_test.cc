@@ -118,5 +118,17 @@ TEST(PullProgramTest, ExcludedSendersAreLeftOut) {
   EXPECT_EQ(PullReceivers(*plan, 1), std::vector<int32_t>{0});
 }
 
+TEST(PullProgramTest, SameHostFollowsHostOfRankAndAssumesOneHostWhenUnknown) {
+  absl::StatusOr<Plan> plan = MakePatternPlan("2to2");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(SameHost(*plan, 0, 3));
+  plan->src.host_of_rank = {0, 1};
+  plan->dst.host_of_rank = {1, 0};
+  EXPECT_FALSE(SameHost(*plan, 0, 1));
+  EXPECT_TRUE(SameHost(*plan, 0, 3));
+  EXPECT_TRUE(SameHost(*plan, 1, 2));
+  EXPECT_FALSE(SameHost(*plan, 1, 3));
+}
+
 }  // namespace
 }  // namespace refit

@@ -52,6 +52,7 @@
 #include "exec/gloo_transport.h"
 #include "exec/transform.h"
 #include "exec/kv_store.h"
+#include "exec/round_runner.h"
 #include "plan/plan.h"
 
 namespace refit {
@@ -70,7 +71,7 @@ struct PullEngineOptions {
   int64_t max_item_bytes = 512 << 10;
 };
 
-class PullEngine {
+class PullEngine : public RoundRunner {
  public:
   // Prepares `rank` of `side` of `slice` (its ExtractSlice) over its own
   // `buffers` (indexed like the slice's side's buffers; device memory of
@@ -82,17 +83,17 @@ class PullEngine {
   static absl::StatusOr<std::unique_ptr<PullEngine>> Create(
       const Plan& slice, PlanSide side, int32_t rank, std::vector<char*> buffers,
       KvStore* store, PullEngineOptions options, absl::Time deadline);
-  ~PullEngine();
+  ~PullEngine() override;
 
   // Runs one round (see above). Fails with DEADLINE_EXCEEDED naming the
   // peers still waited for, UNAVAILABLE naming a peer that died, the
   // cancel reason after Cancel, or UNAVAILABLE with the CUDA error. The
   // engine must not be run again after a failure.
-  absl::StatusOr<RunStats> Run(absl::Time deadline);
+  absl::StatusOr<RunStats> Run(absl::Time deadline) override;
 
   // Makes the wait in progress and every later Run fail promptly with
   // `reason`. Thread-safe.
-  void Cancel(const absl::Status& reason);
+  void Cancel(const absl::Status& reason) override;
 
   // Bytes this member sends (sender) or receives (receiver) per round.
   int64_t bytes() const { return bytes_; }

@@ -52,13 +52,14 @@ std::vector<PullItem> SplitPullItems(const std::vector<PullCopy>& copies,
 // (0 = success).
 int LaunchPull(const PullItem* items, int64_t n, void* stream);
 
-// Test and benchmark helpers (device memory, `stream`): XORs every byte of
-// [p, p + bytes) with `key`; counts into *mismatches (device int64, added
-// to) the bytes where a[i] ^ key != b[i]. Return the launch's error.
+// Benchmark and check helpers (device memory, `stream`): XORs every byte
+// of [p, p + bytes) with `key` (p 16-byte aligned); adds to *sum (device)
+// a position-dependent 64-bit checksum of the bytes p[i] ^ key, so that
+// memory XORed with k and checked with key k sums as the original checked
+// with key 0. Return the launch's error.
 int LaunchXorBytes(char* p, int64_t bytes, uint8_t key, void* stream);
-int LaunchCountMismatches(const char* a, const char* b, int64_t bytes,
-                          uint8_t key, unsigned long long* mismatches,
-                          void* stream);
+int LaunchChecksum(const char* p, int64_t bytes, uint8_t key,
+                   unsigned long long* sum, void* stream);
 
 }  // namespace cuda
 }  // namespace refit
