@@ -3,6 +3,7 @@
 // here, run on a GPU host from the bundle).
 //
 //   colocated_bench [--cases=8b,tp2,moe] [--iters=5] [--moe_model=qwen3-30b-a3b]
+//                   [--item_kib=512]   (the pull kernel's work per thread block)
 //
 // Cases (engine vLLM TP1 on GPU 0 in every case):
 //   8b   qwen3-8b, Megatron TP1 -> vLLM TP1
@@ -354,7 +355,8 @@ absl::Status Barrier(KvStore* kv, const std::string& tag, int me, int n) {
 // case with c.trainers trainers and one engine. Returns its result.
 absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, const Plan& plan,
                                                              int g, const std::string& dir,
-                                                             int iters, bool vmm = false) {
+                                                             int iters, const std::string& ref_sum,
+                                                             int64_t item_kib, bool vmm = false) {
   CK(cudaSetDevice(0));
   const bool trainer = g < c.trainers;
   const PlanSide side = trainer ? PlanSide::kSource : PlanSide::kDestination;
@@ -367,6 +369,7 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
   testing::DirKvStore kv(dir);
   PullEngineOptions po;
   po.device = 0;
+  po.max_item_bytes = item_kib << 10;
   const absl::Time prep0 = absl::Now();
   REFIT_ASSIGN_OR_RETURN(
       std::unique_ptr<PullEngine> e,
@@ -394,9 +397,13 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
     if (round > 1) total += dt;
     if (!trainer) {
       if (round == 1) {
-        absl::Status ok = Pattern(full, rank, a, 1, true);
-        if (!ok.ok()) check = absl::StrCat("FAIL round 1: ", ok.message());
         REFIT_ASSIGN_OR_RETURN(sum1, Checksum(full, rank, a, 0));
+        if (ref_sum.empty()) {  // no host-checked reference: check here
+          absl::Status ok = Pattern(full, rank, a, 1, true);
+          if (!ok.ok()) check = absl::StrCat("FAIL round 1: ", ok.message());
+        } else if (absl::StrCat(sum1) != ref_sum) {
+          check = "FAIL round 1: engine checksum differs from the host-checked copy";
+        }
       } else {
         REFIT_ASSIGN_OR_RETURN(unsigned long long h, Checksum(full, rank, a, Key(round)));
         if (h != sum1 && check == "PASS") check = absl::StrCat("FAIL round ", round, ": checksum");
@@ -454,12 +461,18 @@ absl::StatusOr<std::map<std::string, std::string>> Baselines(const Case& c, int 
   REFIT_RETURN_IF_ERROR(per_tensor());
   absl::Status ok = Pattern(hf.dst, 0, dst, 1, true);
   r["per_tensor_check"] = ok.ok() ? "PASS" : absl::StrCat("FAIL: ", ok.message());
+  // Every other row compares its engine bytes with these (host-checked).
+  REFIT_ASSIGN_OR_RETURN(const unsigned long long ref_sum, Checksum(hf.dst, 0, dst, 0));
+  r["ref_sum"] = absl::StrCat(ref_sum);
   absl::Time t0 = absl::Now();
   for (int i = 0; i < iters; ++i) REFIT_RETURN_IF_ERROR(per_tensor());
   r["per_tensor_ms"] = absl::StrCat(absl::ToDoubleMilliseconds(absl::Now() - t0) / iters);
 
   // Bucketed: HF tensors packed into 1 GiB buckets, then copied out.
-  const int64_t kBucket = 1LL << 30;
+  int64_t kBucket = 1LL << 30;  // or the largest tensor, if larger
+  for (const BufferSpec& b : hf.src.buffers) {
+    kBucket = std::max(kBucket, (b.byte_size + 255) / 256 * 256);
+  }
   char* bucket = nullptr;
   CK(cudaMalloc(reinterpret_cast<void**>(&bucket), kBucket));
   std::vector<std::vector<int32_t>> buckets(1);
@@ -512,8 +525,8 @@ absl::StatusOr<std::map<std::string, std::string>> Baselines(const Case& c, int 
   };
   CK(cudaMemset(dst.base, 0xEE, dst.bytes));
   REFIT_RETURN_IF_ERROR(bucketed());
-  ok = Pattern(hf.dst, 0, dst, 1, true);
-  r["bucketed_check"] = ok.ok() ? "PASS" : absl::StrCat("FAIL: ", ok.message());
+  REFIT_ASSIGN_OR_RETURN(const unsigned long long bsum, Checksum(hf.dst, 0, dst, 0));
+  r["bucketed_check"] = bsum == ref_sum ? "PASS" : "FAIL: engine checksum";
   t0 = absl::Now();
   for (int i = 0; i < iters; ++i) REFIT_RETURN_IF_ERROR(bucketed());
   r["bucketed_ms"] = absl::StrCat(absl::ToDoubleMilliseconds(absl::Now() - t0) / iters);
@@ -563,13 +576,15 @@ absl::StatusOr<std::map<std::string, std::string>> Merge(
 
 // The pull path with every member a thread of this process.
 absl::StatusOr<std::map<std::string, std::string>> PullThreads(const Case& c, const Plan& plan,
-                                                              const std::string& dir, int iters) {
+                                                              const std::string& dir, int iters,
+                                                              const std::string& ref_sum,
+                                                              int64_t item_kib) {
   const int world = c.trainers + 1;
   std::vector<absl::StatusOr<std::map<std::string, std::string>>> res(
       world, absl::UnknownError("not run"));
   std::vector<std::thread> th;
   for (int g = 0; g < world; ++g) {
-    th.emplace_back([&, g] { res[g] = PullMember(c, plan, g, dir, iters); });
+    th.emplace_back([&, g] { res[g] = PullMember(c, plan, g, dir, iters, ref_sum, item_kib); });
   }
   for (auto& t : th) t.join();
   return Merge(res);
@@ -636,9 +651,11 @@ int Worker(int argc, char** argv) {
         Case c, CaseNamed(case_name, testing::FlagValue(argc, argv, "moe_model", "qwen3-30b-a3b")));
     if (mode == "baselines") return Baselines(c, iters);
     REFIT_ASSIGN_OR_RETURN(Plan plan, CasePlan(c, false));
-    if (mode == "threads") return PullThreads(c, plan, dir + "/kv", iters);
-    if (mode == "member-vmm") return PullMember(c, plan, index, dir + "/kv", iters, true);
-    return PullMember(c, plan, index, dir + "/kv", iters);
+    const std::string ref = testing::FlagValue(argc, argv, "ref_sum", "");
+    const int64_t kib = std::atoll(testing::FlagValue(argc, argv, "item_kib", "512").c_str());
+    if (mode == "threads") return PullThreads(c, plan, dir + "/kv", iters, ref, kib);
+    if (mode == "member-vmm") return PullMember(c, plan, index, dir + "/kv", iters, ref, kib, true);
+    return PullMember(c, plan, index, dir + "/kv", iters, ref, kib);
   }();
   const std::string out = absl::StrCat(dir, "/result.", index);
   if (!r.ok()) {
@@ -680,13 +697,15 @@ int Main(int argc, char** argv) {
       std::printf("%s\n", c.status().ToString().c_str());
       return 2;
     }
+    std::vector<std::string> case_flags = flags;
     auto run = [&](const std::string& mode, int n)
         -> absl::StatusOr<std::vector<std::map<std::string, std::string>>> {
       char tmpl[] = "/tmp/colocated_bench.XXXXXX";
       const std::string dir = mkdtemp(tmpl);
       (void)system(absl::StrCat("mkdir -p ", dir, "/kv").c_str());
       std::vector<std::string> args = {mode, name};
-      absl::StatusOr<std::vector<std::map<std::string, std::string>>> r = Spawn(argv[0], args, n, dir, flags);
+      absl::StatusOr<std::vector<std::map<std::string, std::string>>> r =
+          Spawn(argv[0], args, n, dir, case_flags);
       (void)system(absl::StrCat("rm -rf ", dir).c_str());
       return r;
     };
@@ -694,25 +713,20 @@ int Main(int argc, char** argv) {
                 c->engine.c_str());
     std::fflush(stdout);
     auto base = run("baselines", 1);
-    auto procs = run("member", c->trainers + 1);
-    auto thr = run("threads", 1);
-    absl::StatusOr<std::vector<std::map<std::string, std::string>>> vmm =
-        absl::UnimplementedError("not run");
-    if (name == "8b") vmm = run("member-vmm", c->trainers + 1);
-    auto show = [&](const char* what, const absl::Status& s) {
-      std::printf("%s %s: %s\n", name.c_str(), what, s.ToString().c_str());
+    if (!base.ok()) {
+      std::printf("%s baselines: %s\n", name.c_str(), base.status().ToString().c_str());
       ok = false;
-    };
-    if (!base.ok()) show("baselines", base.status());
-    if (!procs.ok()) show("pull-procs", procs.status());
-    if (!thr.ok()) show("pull-threads", thr.status());
-    if (!base.ok()) continue;
+      continue;
+    }
     const auto& b = (*base)[0];
+    case_flags.push_back(absl::StrCat("--ref_sum=", b.at("ref_sum")));
     const double floor = D(b, "floor_ms");
     auto row = [&](const std::string& what, double ms, const std::string& check,
                    const std::string& extra) {
       table.push_back(absl::StrFormat("%-4s %-11s %9.2f ms %6.3fx  %-5s %s", name, what, ms,
                                       floor > 0 ? ms / floor : 0, check.substr(0, 5), extra));
+      std::printf("%s\n", table.back().c_str());
+      std::fflush(stdout);
       if (check != "PASS" && check != "-") {
         ok = false;
         std::printf("%s %s: %s\n", name.c_str(), what.c_str(), check.c_str());
@@ -721,32 +735,37 @@ int Main(int argc, char** argv) {
     row("floor", floor, "-",
         absl::StrFormat("%.2f GB, %.0f GB/s", D(b, "bytes") / 1e9,
                         D(b, "bytes") / 1e9 / (floor / 1e3)));
-    if (procs.ok()) {
-      absl::StatusOr<std::map<std::string, std::string>> m =
-          Merge({procs->begin(), procs->end()});
-      if (m.ok()) {
-        row("pull-procs", D(*m, "ms"), m->at("check"),
-            absl::StrFormat("%d processes, %s work items, prepare %.2f s", c->trainers + 1,
-                            m->count("items") ? m->at("items") : "?", D(*m, "prepare_s")));
-      }
-    }
-    if (name == "8b" && !vmm.ok()) show("pull-vmm", vmm.status());
-    if (vmm.ok()) {
-      absl::StatusOr<std::map<std::string, std::string>> m = Merge({vmm->begin(), vmm->end()});
-      if (m.ok()) {
-        row("pull-vmm", D(*m, "ms"), m->at("check"),
-            "2 processes, trainer memory in 20 MiB cuMem chunks (as expandable_segments)");
-      }
-    }
-    if (thr.ok()) {
-      const auto& t = (*thr)[0];
-      row("pull-thrds", D(t, "ms"), t.at("check"),
-          absl::StrFormat("%d threads of one process", c->trainers + 1));
-    }
     row("per-tensor", D(b, "per_tensor_ms"), b.at("per_tensor_check"),
-        "one copy kernel per HF tensor, in process");
+        "one copy kernel per HF tensor, in process (engine bytes host-checked)");
     row("bucketed", D(b, "bucketed_ms"), b.at("bucketed_check"),
         "1 GiB buckets, pack + copy out, in process");
+    auto pull_row = [&](const std::string& what, const std::string& mode, int n,
+                        const std::string& extra) {
+      auto res = run(mode, n);
+      if (!res.ok()) {
+        std::printf("%s %s: %s\n", name.c_str(), what.c_str(), res.status().ToString().c_str());
+        ok = false;
+        return;
+      }
+      absl::StatusOr<std::map<std::string, std::string>> m = Merge({res->begin(), res->end()});
+      if (!m.ok()) {
+        std::printf("%s %s: %s\n", name.c_str(), what.c_str(), m.status().ToString().c_str());
+        ok = false;
+        return;
+      }
+      row(what, D(*m, "ms"), m->at("check"),
+          absl::StrFormat("%s, %s work items, prepare %.2f s", extra,
+                          m->count("items") ? m->at("items") : "?", D(*m, "prepare_s")));
+    };
+    pull_row("pull-procs", "member", c->trainers + 1,
+             absl::StrCat(c->trainers + 1, " processes"));
+    if (name == "8b") {
+      pull_row("pull-vmm", "member-vmm", 2,
+               "2 processes, trainer memory in 20 MiB cuMem chunks (expandable_segments)");
+    }
+    if (name != "moe") {
+      pull_row("pull-thrds", "threads", 1, absl::StrCat(c->trainers + 1, " threads of one process"));
+    }
   }
   std::printf("\ncase what             time   vs floor check details\n");
   for (const std::string& l : table) std::printf("%s\n", l.c_str());
