@@ -68,7 +68,7 @@ struct PullEngineOptions {
   // takes part: the members of this host. Empty = every member.
   std::function<bool(int32_t)> pull_peer;
   // Largest piece of work of one thread block (pull_kernels.h).
-  int64_t max_item_bytes = 512 << 10;
+  int64_t max_item_bytes = 64 << 10;
 };
 
 class PullEngine : public RoundRunner {
