@@ -22,6 +22,7 @@
 
 #ifdef REFIT_C_API_CUDA
 #include "client/nccl_data_plane.h"
+#include "client/pull_data_plane.h"
 #endif
 
 namespace refit {
@@ -191,7 +192,7 @@ absl::StatusOr<DataPlaneOptions> DataPlaneFor(const Parsed& p) {
   int gpu = 0;
   (void)absl::SimpleAtoi(p.options.device.substr(5), &gpu);
   DataPlaneOptions n =
-      p.transport == "ipc" ? IpcDataPlaneOptions(gpu) : NcclDataPlaneOptions(gpu);
+      p.transport == "ipc" ? PullDataPlaneOptions(gpu) : NcclDataPlaneOptions(gpu);
   n.verify = p.verify;
   return n;
 #else

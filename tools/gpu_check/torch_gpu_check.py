@@ -15,8 +15,10 @@ byte over new communicators. The "colocated" scenario
 puts the trainer and the engine on one GPU (what NCCL refuses: "Duplicate
 GPU detected"): both must get refitd's plan error naming the two members
 and the GPU at prepare(), before any round. "ipc-1gpu" and "ipc-2gpu" move
-Qwen3-0.6B (or --ipc_model) with the CUDA IPC transport instead, colocated on one GPU and
-across two, with the same checks as the NCCL scenarios. Prints a table last; exit
+Qwen3-0.6B (or --ipc_model) with the colocated pull path (transport "ipc")
+instead, colocated on one GPU and across two, with the same checks as the
+NCCL scenarios; "ipc-1gpu-expandable" does it with PyTorch's
+expandable_segments allocator. Prints a table last; exit
 code 0 only if every check passed.
 
   python3 torch_gpu_check.py BUNDLE_DIR [--gpus=2] [--only=NAME,...]
@@ -344,13 +346,22 @@ def main():
     for a in sys.argv[2:]:
         if a.startswith("--ipc_model="):
             ipc_model, ipc_rounds = a.split("=", 1)[1], 2
-    for name, on in (("ipc-1gpu", 1), ("ipc-2gpu", gpus)):
+    # "ipc-1gpu-expandable": both members' tensors from PyTorch's
+    # expandable_segments allocator (cuMem memory, shared as file descriptors).
+    for name, on in (("ipc-1gpu", 1), ("ipc-1gpu-expandable", 1), ("ipc-2gpu", gpus)):
         if only is not None and name not in only:
             continue
         if on < 2 and name == "ipc-2gpu":
             continue
+        saved = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+        if name.endswith("expandable"):
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
         res = run(bundle, ipc_model, "megatron:tp=1", "vllm:tp=1", ipc_rounds, 0, on,
                   transport="ipc")
+        if saved is None:
+            os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        else:
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = saved
         for ev in res[0][1] + res[1][1]:
             print(name, json.dumps(ev))
         good, detail = rounds_verdict(res, ipc_rounds)
