@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -14,7 +15,7 @@
 #include "common/status_macros.h"
 #include "exec/copy_program.h"
 #include "exec/cuda/pull_kernels.h"
-#include "exec/cuda/transform_kernels.h"
+#include "exec/cuda/cuda_convert_ops.h"
 #include "exec/pull_program.h"
 #include "layout/dtype.h"
 
@@ -39,15 +40,6 @@ uint64_t U64(const std::string& s) {
   uint64_t v = 0;
   std::memcpy(&v, s.data(), std::min<size_t>(8, s.size()));
   return v;
-}
-
-int TransformDType(DType d) {
-  switch (d) {
-    case DType::kF32: return cuda::kTransformF32;
-    case DType::kBF16: return cuda::kTransformBF16;
-    case DType::kF16: return cuda::kTransformF16;
-    default: return -1;
-  }
 }
 
 }  // namespace
@@ -76,6 +68,9 @@ PullEngine::~PullEngine() {
     }
   }
   importer_.reset();
+  exporter_.reset();
+  convert_ops_.reset();
+  for (char* p : scratch_) (void)cudaFree(p);
   if (items_ != nullptr) (void)cudaFree(items_);
   if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
   if (stream_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
@@ -184,8 +179,60 @@ absl::Status PullEngine::Prepare(const Plan& slice, std::vector<char*> buffers,
   REFIT_ASSIGN_OR_RETURN(
       control_, GlooTransport::Create(store, Local(global_rank_),
                                       static_cast<int32_t>(members_.size()), g));
-  if (side_ == PlanSide::kSource) return ExportTo(slice, buffers, deadline);
+  if (side_ == PlanSide::kSource) {
+    REFIT_RETURN_IF_ERROR(PrepareConversions(slice, &buffers));
+    own_buffers_ = buffers;
+    return ExportTo(slice, buffers, deadline);
+  }
   return ImportFrom(slice, std::move(buffers), deadline);
+}
+
+absl::Status PullEngine::PrepareConversions(const Plan& slice, std::vector<char*>* buffers) {
+  REFIT_ASSIGN_OR_RETURN(Converter c, Converter::Create(slice, rank_));
+  if (c.empty()) return absl::OkStatus();
+  for (const auto& [peer, count] : c.peers()) {
+    if (!std::binary_search(members_.begin(), members_.end(), peer)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "trainer rank ", rank_, " shares FP8 tiles with trainer rank ", peer,
+          ", which is on another host: the pull path exchanges amaxes on one host"));
+    }
+  }
+  converter_ = std::make_unique<Converter>(std::move(c));
+  convert_ops_ = MakeCudaConvertOps(stream_);
+  buffers->resize(slice.src.buffers.size(), nullptr);
+  for (size_t b = 0; b < slice.src.buffers.size(); ++b) {
+    const BufferSpec& spec = slice.src.buffers[b];
+    if (!spec.scratch || spec.rank != rank_) continue;
+    void* p = nullptr;
+    REFIT_RETURN_IF_ERROR(Cuda(cudaMalloc(&p, std::max<int64_t>(spec.byte_size, 1)),
+                               absl::StrCat("cudaMalloc of ", spec.byte_size,
+                                            " bytes for converted values")));
+    scratch_.push_back(static_cast<char*>(p));
+    (*buffers)[b] = static_cast<char*>(p);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PullEngine::Convert(absl::Time deadline) {
+  REFIT_ASSIGN_OR_RETURN(auto sends, converter_->Partials(*convert_ops_, own_buffers_));
+  std::map<int32_t, std::vector<float>> received;
+  if (!converter_->peers().empty()) {
+    std::vector<int32_t> peers;
+    std::vector<std::string> out, in;
+    for (const auto& [peer, count] : converter_->peers()) {
+      peers.push_back(peer);
+      const std::vector<float>& v = sends[peer];
+      out.emplace_back(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+      in.emplace_back(count * 4, '\0');
+    }
+    REFIT_RETURN_IF_ERROR(Exchange(peers, out, peers, &in, deadline));
+    for (size_t i = 0; i < peers.size(); ++i) {
+      std::vector<float>& v = received[peers[i]];
+      v.resize(in[i].size() / 4);
+      std::memcpy(v.data(), in[i].data(), in[i].size());
+    }
+  }
+  return converter_->Finish(*convert_ops_, own_buffers_, received);
 }
 
 absl::Status PullEngine::ExportTo(const Plan& slice, const std::vector<char*>& buffers,
@@ -308,15 +355,7 @@ absl::Status PullEngine::ImportFrom(const Plan& slice, std::vector<char*> buffer
   }
   num_items_ = static_cast<int64_t>(items.size());
   bytes_ = program.bytes;
-  transforms_ = TransformRuns(slice.dst, rank_);
   own_buffers_ = std::move(buffers);
-  for (const TransformRun& t : transforms_) {
-    if (mapped.ok() && TransformDType(t.dtype) < 0) {
-      mapped = absl::InvalidArgumentError(absl::StrCat(
-          "engine rank ", rank_, ": transform of dtype ", DTypeName(t.dtype),
-          " is not supported on the device"));
-    }
-  }
   std::vector<std::string> acks(peers_.size(), U64(mapped.ok() ? 1 : 0));
   std::vector<std::string> none;
   REFIT_RETURN_IF_ERROR(Exchange(peers_, acks, {}, &none, deadline));
@@ -341,6 +380,8 @@ absl::StatusOr<RunStats> PullEngine::Run(absl::Time deadline) {
                              : cudaStreamLegacy;
     REFIT_RETURN_IF_ERROR(Cuda(cudaEventRecord(ev, ready), "cudaEventRecord"));
     REFIT_RETURN_IF_ERROR(WaitEvent(event_, deadline, "the trainer's writes to its weights"));
+    // The engine's dtypes (FP8, f32 -exp) into the scratch buffers first.
+    if (converter_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
     REFIT_RETURN_IF_ERROR(Exchange(peers_, msgs, {}, &none, deadline));
     REFIT_RETURN_IF_ERROR(Exchange({}, {}, peers_, &in, deadline));
     for (size_t i = 0; i < peers_.size(); ++i) {
@@ -363,12 +404,6 @@ absl::StatusOr<RunStats> PullEngine::Run(absl::Time deadline) {
     absl::Status s = Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
                               static_cast<const cuda::PullItem*>(items_), num_items_, st)),
                           "pull kernel launch");
-    for (const TransformRun& t : transforms_) {
-      if (!s.ok()) break;
-      s = Cuda(static_cast<cudaError_t>(cuda::LaunchNegExp(
-                   own_buffers_[t.buffer] + t.offset, t.elements, TransformDType(t.dtype), st)),
-               "transform kernel launch");
-    }
     if (s.ok()) s = Cuda(cudaEventRecord(ev, st), "cudaEventRecord");
     if (s.ok()) s = WaitEvent(event_, deadline, "the pull kernel");
     // Tell the senders either way: a failed copy must not leave them

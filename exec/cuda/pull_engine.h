@@ -20,7 +20,7 @@
 //     message;
 //   - a receiver, once every sender's message is in, launches one
 //     gather-scatter kernel for all of its copies (plus the destination
-//     transforms, if any), waits for it, and sends each sender one 8-byte
+//     waits for it, and sends each sender one 8-byte
 //     "done" message; a sender returns once every receiver's is in, so the
 //     trainer may change its weights afterwards.
 // Two control messages per (sender, receiver) pair per round, both small;
@@ -50,7 +50,7 @@
 #include "exec/cuda/pull_memory.h"
 #include "exec/executor.h"
 #include "exec/gloo_transport.h"
-#include "exec/transform.h"
+#include "exec/convert.h"
 #include "exec/kv_store.h"
 #include "exec/round_runner.h"
 #include "plan/plan.h"
@@ -135,8 +135,13 @@ class PullEngine : public RoundRunner {
   void* items_ = nullptr;   // device PullItem array
   int64_t num_items_ = 0;
   int64_t bytes_ = 0;
-  // Receiver: transforms applied after the copies, over its own buffers.
-  std::vector<TransformRun> transforms_;
+  // Sender with conversions (plan/conversion.h): its scratch buffers,
+  // filled before each round's "weights in place".
+  absl::Status PrepareConversions(const Plan& slice, std::vector<char*>* buffers);
+  absl::Status Convert(absl::Time deadline);
+  std::unique_ptr<Converter> converter_;
+  std::unique_ptr<ConvertOps> convert_ops_;
+  std::vector<char*> scratch_;
   std::vector<char*> own_buffers_;
   uint64_t round_ = 0;
   std::atomic<bool> cancelled_{false};
