@@ -270,6 +270,153 @@ def same_process(bundle):
     return rcs.get("trainer", -1), rcs.get("engine", -1)
 
 
+# ------------------------------------- conversions against torch on the GPU
+def torch_fp8_reference(w, block=128):
+    """The reference blockwise quantizer in torch (float8_e4m3fn): tiles of
+    block x block on the last two dims; scale = max(amax, 1e-4) / 448 and
+    inv = 1 / scale as IEEE divisions by tensors; values clamped to +-448."""
+    import torch
+    x = w.float()
+    rows, cols = x.shape[-2], x.shape[-1]
+    tr, tc = -(-rows // block), -(-cols // block)
+    pad = torch.zeros(*x.shape[:-2], tr * block, tc * block, device=x.device)
+    pad[..., :rows, :cols] = x.abs()
+    amax = pad.reshape(*x.shape[:-2], tr, block, tc, block).amax(dim=(-3, -1))
+    scale = amax.clamp(min=1e-4) / torch.full_like(amax, 448.0)
+    inv = torch.ones_like(scale) / scale
+    inv_e = inv.repeat_interleave(block, -2).repeat_interleave(block, -1)[..., :rows, :cols]
+    q = (x * inv_e).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return q, scale
+
+
+def vllm_parts(name):
+    """HF tensor names fused into a vLLM TP1 buffer, in row order."""
+    for fused, parts in (("qkv_proj", ("q_proj", "k_proj", "v_proj")),
+                         ("gate_up_proj", ("gate_proj", "up_proj"))):
+        if f".{fused}." in name:
+            return [name.replace(fused, p) for p in parts]
+    return [name]
+
+
+def converted_same_process(bundle, model, trainer_conv, engine_conv, rounds=2):
+    """An FSDP trainer (HF names, whole tensors, random bf16 values) and a
+    vLLM TP1 engine as two threads of this process on cuda:0 over the pull
+    path; after each round every engine tensor is compared on the GPU with
+    torch: FP8 weights and scales with torch_fp8_reference (bit for bit),
+    Mamba's A with -exp(A_log.float()) (within 1 ulp), the rest byte for
+    byte. Returns (ok, detail, seconds per round)."""
+    import torch
+    import refit
+    d, port = start_refitd(bundle)
+    server = f"127.0.0.1:{port}"
+    dev = "cuda:0"
+    torch.cuda.set_device(0)
+    dtypes = {"bf16": torch.bfloat16, "f32": torch.float32, "f8e4m3": torch.float8_e4m3fn}
+    mk = {}
+    for side, conv in (("trainer", trainer_conv), ("engine", engine_conv)):
+        want = refit.expected_buffers(side=side, rank=0, model=model, convention=conv)
+        mk[side] = {b.name: torch.zeros(b.shape, dtype=dtypes[b.dtype], device=dev)
+                    for b in want}
+    gen = torch.Generator(device=dev).manual_seed(5)
+    res, secs = {}, []
+
+    def side(name, conv, eid):
+        try:
+            m = refit.Member(server=server, side=name, rank=0, model=model, convention=conv,
+                             engine_id=eid or None, device=dev, buffers=mk[name],
+                             heartbeat_ms=500, timeout=DEADLINE, transport="ipc")
+            m.prepare(timeout=DEADLINE)
+            for v in range(1, rounds + 1):
+                if name == "trainer":
+                    with torch.no_grad():
+                        for t in mk["trainer"].values():
+                            t.copy_(torch.randn(t.shape, generator=gen, device=dev) * 0.05)
+                    torch.cuda.synchronize()
+                    m.start_round(v, timeout=DEADLINE)
+                m.wait_for_round(timeout=DEADLINE)
+                st = m.run_round(v, timeout=60.0)
+                if name == "trainer":
+                    secs.append(st["seconds"])
+                # Both threads pass the round before the next fill.
+                barrier.wait(timeout=DEADLINE)
+                if name == "engine":
+                    res[v] = compare()
+                barrier.wait(timeout=DEADLINE)
+            m.close()
+            res[name] = 0
+        except Exception as e:  # reported below
+            say(event="error", side=name, message=f"{type(e).__name__}: {e}")
+            res[name] = 1
+            barrier.abort()
+
+    def trainer_name(n):
+        if n in mk["trainer"]:
+            return n
+        return n.replace("model.embed_tokens", "backbone.embeddings").replace(
+            "model.", "backbone.", 1)  # NemotronH's HF names
+
+    def reference(name, quant):
+        """What the engine buffer `name` must hold, from the trainer's tensors."""
+        src = mk["trainer"]
+        scale = name.endswith("_scale_inv")
+        weight = name[:-len("_scale_inv")] if scale else name
+
+        def f(x):
+            if not quant:
+                return x
+            q, sc = torch_fp8_reference(x)
+            return sc if scale else q
+        for fused, parts in (("w13_weight", ("gate_proj", "up_proj")),
+                             ("w2_weight", ("down_proj",))):
+            if weight.endswith(".experts." + fused):
+                base = weight[:-len(fused)]
+                n = sum(1 for k in src if k.startswith(base) and k.endswith(parts[0] + ".weight"))
+                return torch.stack([torch.cat([f(src[f"{base}{e}.{p}.weight"]) for p in parts])
+                                    for e in range(n)])
+        return torch.cat([f(src[trainer_name(p)]) for p in vllm_parts(weight)])
+
+    def compare():
+        torch.cuda.synchronize()
+        bad, counts = [], {"fp8": 0, "scales": 0, "neg_exp": 0, "plain": 0}
+        for name, t in mk["engine"].items():
+            if name.endswith("mixer.A"):
+                want = -torch.exp(mk["trainer"][trainer_name(name) + "_log"].float())
+                if int((want.view(torch.int32) - t.view(torch.int32)).abs().max()) > 1:
+                    bad.append(name)
+                counts["neg_exp"] += 1
+                continue
+            quant = t.dtype == torch.float8_e4m3fn or name.endswith("_scale_inv")
+            want = reference(name, quant)
+            got = t[: want.shape[0]] if want.shape != t.shape else t  # vocab padding rows
+            if want.dtype == torch.float8_e4m3fn:
+                want, got = want.view(torch.uint8), got.view(torch.uint8)
+            if want.shape != got.shape or not torch.equal(want, got):
+                bad.append(name)
+            key = "plain" if not quant else ("scales" if name.endswith("_scale_inv") else "fp8")
+            counts[key] += 1
+        return bad, counts
+
+    barrier = threading.Barrier(2)
+    threads = [threading.Thread(target=side, args=("trainer", trainer_conv, "")),
+               threading.Thread(target=side, args=("engine", engine_conv, "e0"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    d.kill()
+    d.wait()
+    checks = [res.get(v) for v in range(1, rounds + 1)]
+    good = (res.get("trainer") == 0 and res.get("engine") == 0 and
+            all(c is not None and not c[0] for c in checks))
+    if not good:
+        first = next((c[0][:5] for c in checks if c and c[0]), None)
+        return False, f"rc {res.get('trainer')}/{res.get('engine')}, wrong: {first}", secs
+    counts = checks[-1][1]
+    return True, (f"{rounds} rounds; equal to torch on the GPU: {counts['fp8']} FP8 weights, "
+                  f"{counts['scales']} scale tensors, {counts['neg_exp']} -exp, "
+                  f"{counts['plain']} plain"), secs
+
+
 def main():
     bundle = os.path.abspath(sys.argv[1])
     gpus = 2
@@ -375,6 +522,26 @@ def main():
                      "trainer and engine threads of one process on cuda:0: 2 rounds, "
                      "bytes checked" if good else f"rc {t_rc}/{e_rc}"))
         ok &= good
+    # BF16 trainer into an FP8 engine, and NemotronH's f32 A, on one GPU
+    # against torch (threads of this process over the pull path).
+    conv_cases = [("fp8-qwen3-8b", "qwen3-8b", "vllm:tp=1,quant=fp8"),
+                  ("bf16-qwen3-8b", "qwen3-8b", "vllm:tp=1"),
+                  ("fp8-ue8m0-moe", "tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8-ue8m0"),
+                  ("nemotron-a", "tiny-nemotron-h", "vllm:tp=1")]
+    times = {}
+    for name, model, engine_conv in conv_cases:
+        if only is not None and name not in only:
+            continue
+        good, detail, secs = converted_same_process(bundle, model, "fsdp:dp=1", engine_conv)
+        if secs:
+            times[name] = min(secs)
+            detail += f"; round {min(secs) * 1e3:.1f} ms"
+        rows.append((name, "PASS" if good else "FAIL", detail))
+        ok &= good
+    if "fp8-qwen3-8b" in times and "bf16-qwen3-8b" in times:
+        print(f"FIGURE colocated Qwen3-8B refit on one GPU: BF16->FP8 "
+              f"{times['fp8-qwen3-8b'] * 1e3:.1f} ms, BF16->BF16 "
+              f"{times['bf16-qwen3-8b'] * 1e3:.1f} ms")
     if only is None or "rejoin" in only:
         # refitd killed after round 1 and started again on its address: both
         # members rejoin, and rounds 2 and 3 move every byte over new NCCL
