@@ -66,6 +66,18 @@ check buffers-rank-outside 1 'rank 2 is outside the world of 2' -- "$REFIT" \
   buffers --model tiny-qwen3 --engine vllm:tp=2 --rank 2
 check buffers-both-sides 2 'one of --trainer' -- "$REFIT" buffers \
   --model tiny-qwen3 --engine vllm:tp=2 --trainer fsdp:dp=2
+# A BF16 trainer into an FP8 engine: FP8 on the wire, half the bytes, and
+# Kimi-K2 on 256 -> 128 GPUs within 1.35 s at the default link speeds.
+check fp8-plan 0 'with their scales: .* \(0\.50[0-9]x\)' -- "$REFIT" plan \
+  --model qwen3-8b --trainer megatron:tp=2 --engine vllm:tp=2,quant=fp8
+out=$("$REFIT" plan --model kimi-k2 --trainer megatron:tp=8,pp=16,ep=16,etp=1,dp=2 \
+  --engine vllm:tp=16,dp=8,quant=fp8 --json)
+secs=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["predicted_seconds"])' <<<"$out")
+if python3 -c "import sys; sys.exit(0 if float('$secs') <= 1.35 else 1)"; then
+  echo "PASS kimi-k2-fp8 predicted $secs s"
+else
+  echo "FAIL kimi-k2-fp8 predicted $secs s > 1.35 s"; fail=1
+fi
 svg="${TEST_TMPDIR:-/tmp}/h.svg"
 check heatmap 0 'predicted refit time' -- "$REFIT" plan --model tiny-qwen3 \
   --trainer megatron:tp=2,pp=2,dp=1 --engine vllm:tp=2,dp=2 --heatmap "$svg"

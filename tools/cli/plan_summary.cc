@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
+#include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/member_name.h"
@@ -101,6 +104,27 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
   s.heat.assign(rows, std::vector<int64_t>(cols, 0));
   const int32_t engine_host0 = EngineHost(link, s.src_world, 0);
 
+  // Bytes per wire byte had the trainer's dtype travelled, per src tensor.
+  std::vector<double> unconverted(plan.src.tensors.size(), 1.0);
+  {
+    std::set<std::string> converted;
+    for (const Conversion& c : plan.conversions) {
+      if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(unconverted.size())) continue;
+      const TensorSpec& t = plan.src.tensors[c.from.tensor];
+      unconverted[c.from.tensor] =
+          static_cast<double>(DTypeSize(c.from_dtype)) / DTypeSize(t.dtype);
+      converted.insert(t.name);
+    }
+    for (size_t t = 0; t < plan.src.tensors.size(); ++t) {
+      const std::string& n = plan.src.tensors[t].name;
+      if (absl::EndsWith(n, "_scale_inv") &&
+          converted.count(n.substr(0, n.size() - 10))) {
+        unconverted[t] = 0;  // scales exist only because of the conversion
+      }
+    }
+  }
+  std::vector<double> u_src(s.src_world, 0), u_dst(s.dst_world, 0);
+  s.converted_records = static_cast<int64_t>(plan.conversions.size());
   for (size_t i = 0; i < plan.messages.size(); ++i) {
     const Message& m = plan.messages[i];
     if (m.src_rank < 0 || m.src_rank >= s.src_world || m.dst_rank < 0 ||
@@ -118,6 +142,27 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
     (intra ? s.intra_host_bytes : s.inter_host_bytes) += m.bytes;
     t_src[m.src_rank] += m.bytes / bw;
     t_dst[m.dst_rank] += m.bytes / bw;
+    double ub = plan.conversions.empty() ? static_cast<double>(m.bytes) : 0.0;
+    for (int32_t k = m.first_segment; !plan.conversions.empty() && 
+                                          k < m.first_segment + m.num_segments;
+         ++k) {
+      if (k < 0 || k >= static_cast<int32_t>(plan.segments.size())) continue;
+      const Segment& g = plan.segments[k];
+      const int32_t t = g.src_record >= 0 &&
+                                g.src_record < static_cast<int32_t>(plan.src.records.size())
+                            ? plan.src.records[g.src_record].tensor
+                            : -1;
+      const double factor =
+          t >= 0 && t < static_cast<int32_t>(unconverted.size()) ? unconverted[t] : 1.0;
+      ub += g.bytes * factor;
+      if (factor != 1.0) {
+        s.converted_wire_bytes += g.bytes;
+        s.converted_unconverted_bytes += static_cast<int64_t>(g.bytes * factor);
+      }
+    }
+    s.unconverted_bytes += static_cast<int64_t>(ub);
+    u_src[m.src_rank] += ub / bw;
+    u_dst[m.dst_rank] += ub / bw;
     for (HistogramBin& b : s.histogram) {
       if (m.bytes >= b.lo && (b.hi == 0 || m.bytes < b.hi)) {
         ++b.count;
@@ -152,6 +197,8 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
   for (int64_t v : plan.stats.staging_dst) {
     s.peak_staging_dst = std::max(s.peak_staging_dst, v);
   }
+  for (double u : u_src) s.unconverted_seconds = std::max(s.unconverted_seconds, u);
+  for (double u : u_dst) s.unconverted_seconds = std::max(s.unconverted_seconds, u);
   for (int32_t r = 0; r < s.src_world; ++r) {
     if (t_src[r] > s.predicted_seconds) {
       s.predicted_seconds = t_src[r];
@@ -204,6 +251,22 @@ std::string FormatSummaryText(const PlanSummary& s) {
   absl::StrAppendFormat(&o, "predicted refit time: %.3f s (slowest: %s)\n",
                         s.predicted_seconds,
                         s.slowest_rank.empty() ? "none" : s.slowest_rank);
+  if (s.converted_records > 0) {
+    absl::StrAppendFormat(
+        &o,
+        "converted by the senders (%d records): %s on the wire; in the trainer's "
+        "dtypes it would be %s (%.2fx) and %.3f s\n",
+        s.converted_records, HumanBytes(s.total_bytes), HumanBytes(s.unconverted_bytes),
+        s.unconverted_bytes > 0 ? static_cast<double>(s.total_bytes) / s.unconverted_bytes : 0,
+        s.unconverted_seconds);
+    absl::StrAppendFormat(
+        &o, "  the converted tensors with their scales: %s on the wire, %s in the "
+            "trainer's dtypes (%.3fx)\n",
+        HumanBytes(s.converted_wire_bytes), HumanBytes(s.converted_unconverted_bytes),
+        s.converted_unconverted_bytes > 0
+            ? static_cast<double>(s.converted_wire_bytes) / s.converted_unconverted_bytes
+            : 0);
+  }
   return o;
 }
 
@@ -233,6 +296,11 @@ std::string FormatSummaryJson(const PlanSummary& s) {
   j["peak_staging"] = {{"trainer", s.peak_staging_src},
                        {"engine", s.peak_staging_dst}};
   j["intra_host_bytes"] = s.intra_host_bytes;
+  j["converted_records"] = s.converted_records;
+  j["unconverted_bytes"] = s.unconverted_bytes;
+  j["unconverted_seconds"] = s.unconverted_seconds;
+  j["converted_wire_bytes"] = s.converted_wire_bytes;
+  j["converted_unconverted_bytes"] = s.converted_unconverted_bytes;
   j["inter_host_bytes"] = s.inter_host_bytes;
   j["predicted_seconds"] = s.predicted_seconds;
   j["slowest_rank"] = s.slowest_rank;

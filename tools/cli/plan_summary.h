@@ -60,6 +60,16 @@ struct PlanSummary {
   int64_t intra_host_bytes = 0;
   int64_t inter_host_bytes = 0;
   double predicted_seconds = 0;              // slowest rank
+  // Where the engine stores tensors in other dtypes (plan.conversions):
+  // the bytes and predicted time had the trainer's dtypes travelled (FP8
+  // weights as BF16, no scales). Equal to the above without conversions.
+  int64_t unconverted_bytes = 0;
+  double unconverted_seconds = 0;
+  int64_t converted_records = 0;             // plan.conversions.size()
+  // The converted tensors (and their scales) alone: on the wire, and in
+  // the trainer's dtypes.
+  int64_t converted_wire_bytes = 0;
+  int64_t converted_unconverted_bytes = 0;
   std::string slowest_rank;                  // e.g. "trainer rank 3" (MemberName)
   // Bytes from each source group (trainer host, or PP stage when the plan
   // has stages) to each engine host: [src_group][engine_host].

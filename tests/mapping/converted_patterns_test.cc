@@ -1,0 +1,86 @@
+// BF16 trainers into FP8 (and f32 -exp) engines through the real planner:
+// the reference copy (which converts with the reference quantizer) and the
+// executor over the in-process transport (which converts with the data
+// plane's Converter, cut-tile amax exchange included) both leave every
+// engine element equal to what CheckPattern expects of the trainer's
+// pattern.
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "exec/executor.h"
+#include "exec/inproc_transport.h"
+#include "gtest/gtest.h"
+#include "mapping/mapping.h"
+#include "plan/planner.h"
+#include "testing/reference_copy.h"
+
+namespace refit {
+namespace {
+
+struct Case {
+  const char* model;
+  const char* trainer;
+  const char* engine;
+};
+
+class ConvertedPatternsTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ConvertedPatternsTest, EngineHoldsTheConvertedPattern) {
+  const Case& c = GetParam();
+  absl::StatusOr<ModelConfig> model = LoadModelConfig(c.model);
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<MappedSide> src = BuildTrainerLayout(*model, *ParseTrainerSpec(c.trainer));
+  ASSERT_TRUE(src.ok()) << src.status();
+  absl::StatusOr<MappedSide> dst = BuildEngineLayout(*model, *ParseEngineSpec(c.engine));
+  ASSERT_TRUE(dst.ok()) << dst.status();
+  absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->conversions.empty());
+  const std::map<std::string, DType> source = SourceDTypes(src->layout);
+  PatternOptions po{-1, 3};
+  po.source_dtypes = &source;
+  // The reference.
+  {
+    OwnedBuffers s = AllocateBuffers(src->layout);
+    OwnedBuffers d = AllocateBuffers(plan->dst);
+    FillPattern(src->layout, s.ptrs, po);
+    ASSERT_TRUE(ReferenceCopy(*plan, s.ptrs, d.ptrs).ok());
+    absl::Status st = CheckPattern(plan->dst, d.ptrs, po);
+    EXPECT_TRUE(st.ok()) << "reference copy: " << st.message().substr(0, 600);
+  }
+  // The data plane: one thread per rank.
+  OwnedBuffers s = AllocateBuffers(src->layout);
+  OwnedBuffers d = AllocateBuffers(plan->dst);
+  FillPattern(src->layout, s.ptrs, po);
+  const int32_t ws = plan->src.world_size, wd = plan->dst.world_size;
+  auto fabric = InProcFabric::Create(ws + wd, 2).value();
+  std::vector<absl::Status> status(ws + wd);
+  std::vector<std::thread> threads;
+  for (int32_t g = 0; g < ws + wd; ++g) {
+    threads.emplace_back([&, g] {
+      const bool is_src = g < ws;
+      std::vector<char*> ptrs;
+      for (uint8_t* p : (is_src ? s : d).ptrs) ptrs.push_back(reinterpret_cast<char*>(p));
+      auto t = InProcTransport::Create(fabric, g).value();
+      auto ex = Executor::Create(*plan, is_src ? Side::kTrainer : Side::kEngine,
+                                 is_src ? g : g - ws, ptrs, t.get());
+      status[g] = ex.ok() ? (*ex)->Run(absl::Now() + absl::Seconds(60)).status() : ex.status();
+      if (!status[g].ok()) fabric->Kill(g);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int32_t g = 0; g < ws + wd; ++g) ASSERT_TRUE(status[g].ok()) << g << ": " << status[g];
+  absl::Status st = CheckPattern(plan->dst, d.ptrs, po);
+  EXPECT_TRUE(st.ok()) << "executor: " << st.message().substr(0, 600);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, ConvertedPatternsTest,
+    ::testing::Values(
+        Case{"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=fp8"},
+        Case{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=fp8-ue8m0"},
+        Case{"tiny-deepseek-v3-b128", "fsdp:dp=3", "sglang:tp=2,quant=fp8"},
+        Case{"tiny-nemotron-h", "megatron:tp=2", "vllm:tp=2"}));
+
+}  // namespace
+}  // namespace refit
