@@ -115,7 +115,7 @@ class DataPlaneMember {
   int32_t global_world_ = 0;
   std::string kv_prefix_;
   int32_t num_lanes_ = 1;
-  PlanSide side_ = PlanSide::kSource;
+  Side side_ = Side::kTrainer;
   int32_t rank_ = 0;
   std::vector<char*> ptrs_;  // per buffer of this side of the slice
   // store_ and transport_ are created and destroyed under cancel_mu_, so

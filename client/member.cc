@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "exec/wire_enums.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
 #include "mapping/parallel_spec.h"
@@ -31,15 +32,15 @@ absl::StatusOr<std::string> ModelForRegistration(const std::string& model) {
   return text.str();
 }
 
-struct Side {
+struct RankSide {
   MappedSide mapped;
   int32_t world = 0;
 };
 
-absl::StatusOr<Side> BuildSide(const MemberOptions& o) {
+absl::StatusOr<RankSide> BuildSide(const MemberOptions& o) {
   REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(o.model));
-  Side s;
-  if (o.trainer) {
+  RankSide s;
+  if (o.side == Side::kTrainer) {
     REFIT_ASSIGN_OR_RETURN(TrainerSpec ts, ParseTrainerSpec(o.convention));
     s.world = ts.world_size();
     REFIT_ASSIGN_OR_RETURN(s.mapped, BuildTrainerLayout(model, ts));
@@ -57,15 +58,16 @@ absl::StatusOr<Side> BuildSide(const MemberOptions& o) {
 }
 
 std::string Who(const MemberOptions& o) {
-  return o.trainer ? absl::StrCat("trainer rank ", o.rank)
-                   : absl::StrCat("engine ", o.engine_id, " rank ", o.rank);
+  return o.side == Side::kTrainer
+             ? absl::StrCat("trainer rank ", o.rank)
+             : absl::StrCat("engine ", o.engine_id, " rank ", o.rank);
 }
 
 }  // namespace
 
 absl::StatusOr<std::vector<LocalBuffer>> ExpectedBuffers(
     const MemberOptions& options) {
-  REFIT_ASSIGN_OR_RETURN(Side s, BuildSide(options));
+  REFIT_ASSIGN_OR_RETURN(RankSide s, BuildSide(options));
   return RankBuffers(s.mapped, options.rank);
 }
 
@@ -73,11 +75,11 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Join(
     MemberOptions options, std::map<std::string, BufferRef> buffers,
     DataPlaneOptions data_plane, absl::Time deadline) {
   const std::string who = Who(options);
-  if (!options.trainer && options.engine_id.empty()) {
+  if (options.side == Side::kEngine && options.engine_id.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": an engine member needs an engine_id"));
   }
-  REFIT_ASSIGN_OR_RETURN(Side side, AnnotateStatus(BuildSide(options), who));
+  REFIT_ASSIGN_OR_RETURN(RankSide side, AnnotateStatus(BuildSide(options), who));
   const std::vector<LocalBuffer> expected = RankBuffers(side.mapped, options.rank);
 
   // Names and byte sizes are the caller's; shapes and dtypes of known names
@@ -113,8 +115,8 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Join(
   v1::Registration reg;
   v1::MemberIdentity* id = reg.mutable_identity();
   id->set_job(options.job);
-  id->set_side(options.trainer ? v1::SIDE_TRAINER : v1::SIDE_ENGINE);
-  if (!options.trainer) id->set_engine_id(options.engine_id);
+  id->set_side(SideToProto(options.side));
+  if (options.side == Side::kEngine) id->set_engine_id(options.engine_id);
   id->set_rank(options.rank);
   id->set_world_size(side.world);
   std::string host = options.host_id;

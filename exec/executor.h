@@ -26,12 +26,10 @@
 #include "exec/copy_program.h"
 #include "exec/transform.h"
 #include "exec/transport.h"
+#include "layout/side.h"
 #include "plan/plan.h"
 
 namespace refit {
-
-// Which side of the plan a rank is on.
-enum class PlanSide { kSource, kDestination };
 
 // Staging memory and copies of one memory kind. The executor owns a host
 // engine by default; GPU callers pass a device engine (its copies are
@@ -98,7 +96,7 @@ class Executor {
   // RESOURCE_EXHAUSTED if the rank's staging would exceed the plan's
   // budget.
   static absl::StatusOr<std::unique_ptr<Executor>> Create(
-      const Plan& plan, PlanSide side, int32_t rank,
+      const Plan& plan, Side side, int32_t rank,
       std::vector<char*> buffers, Transport* transport,
       ExecutorOptions options = {});
 
@@ -147,7 +145,7 @@ class Executor {
                                        std::vector<char>* scratch);
 
   const Plan* plan_ = nullptr;
-  PlanSide side_ = PlanSide::kSource;
+  Side side_ = Side::kTrainer;
   int32_t rank_ = 0;
   int32_t global_rank_ = 0;
   std::vector<char*> buffers_;
@@ -166,8 +164,8 @@ class Executor {
 };
 
 // Global transport rank of a side-local rank: t or src_world + e.
-inline int32_t GlobalRank(const Plan& plan, PlanSide side, int32_t rank) {
-  return side == PlanSide::kSource ? rank : plan.src.world_size + rank;
+inline int32_t GlobalRank(const Plan& plan, Side side, int32_t rank) {
+  return side == Side::kTrainer ? rank : plan.src.world_size + rank;
 }
 
 }  // namespace refit

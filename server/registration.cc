@@ -9,6 +9,8 @@
 #include "absl/strings/str_format.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "common/status_macros.h"
+#include "exec/wire_enums.h"
 #include "layout/dtype.h"
 #include "proto/protocol_version.h"
 
@@ -113,9 +115,7 @@ absl::Status ValidateRegistration(const Registration& reg, int max_buffers,
                             max_metadata_bytes));
   }
   const auto& id = reg.identity();
-  if (id.side() != v1::SIDE_TRAINER && id.side() != v1::SIDE_ENGINE) {
-    return bad("identity.side: must be SIDE_TRAINER or SIDE_ENGINE");
-  }
+  REFIT_RETURN_IF_ERROR(SideFromProto(id.side(), "identity.side").status());
   if (id.job().empty()) return bad("identity.job: empty");
   if (id.side() == v1::SIDE_ENGINE && id.engine_id().empty()) {
     return bad("identity.engine_id: empty for an engine member");

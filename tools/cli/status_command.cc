@@ -11,13 +11,16 @@
 #include "absl/strings/strip.h"
 #include "client/refit_client.h"
 #include "common/status_macros.h"
+#include "exec/wire_enums.h"
 #include "nlohmann/json.hpp"
 
 namespace refit {
 namespace {
 
-const char* SideName(int side) {
-  return v1::Side_IsValid(side) ? v1::Side_Name(side).c_str() : "?";
+// "trainer" or "engine"; "?" for a side this build does not know.
+std::string WireSideName(v1::Side side) {
+  absl::StatusOr<Side> s = SideFromProto(side, "identity.side");
+  return s.ok() ? std::string(SideName(*s)) : "?";
 }
 
 std::string Coords(const v1::MemberIdentity& id) {
@@ -40,7 +43,7 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
     absl::StrAppendFormat(
         &out, "  %s  %s job=%s%s rank=%d/%d host=%s device=%s%s %s buffers=%d "
               "heartbeat %.1f s ago\n",
-        m.member_id(), SideName(id.side()), id.job(),
+        m.member_id(), WireSideName(id.side()), id.job(),
         id.engine_id().empty() ? "" : absl::StrCat(" engine=", id.engine_id()),
         id.rank(), id.world_size(), id.host_id(), id.device(),
         id.transport().empty() ? "" : absl::StrCat(" transport=", id.transport()),
@@ -93,7 +96,7 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
     nlohmann::json coords = nlohmann::json::object();
     for (const auto& [k, v] : id.coords()) coords[k] = v;
     j["members"].push_back({{"member_id", m.member_id()},
-                            {"side", SideName(id.side())},
+                            {"side", WireSideName(id.side())},
                             {"job", id.job()},
                             {"engine_id", id.engine_id()},
                             {"rank", id.rank()},
