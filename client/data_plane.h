@@ -32,6 +32,7 @@
 #include "exec/executor.h"
 #include "exec/kv_store.h"
 #include "exec/transport.h"
+#include "exec/transport_kind.h"
 #include "plan/plan.h"
 
 namespace refit {
@@ -55,9 +56,9 @@ struct DataPlaneOptions {
   // The physical GPU of the buffers, "GPU-<uuid>" (NcclDataPlaneOptions sets
   // it); Member registers it so refitd can refuse two members on one GPU.
   std::string device_uuid;
-  // The transport's name as Member registers it ("gloo" when empty, "nccl",
-  // "ipc"): refitd refuses a membership whose members disagree.
-  std::string transport_name;
+  // The transport's kind as Member registers it: refitd refuses a membership
+  // whose members disagree.
+  TransportKind transport_kind = TransportKind::kGloo;
 };
 
 class DataPlaneMember {

@@ -127,7 +127,7 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Join(
   id->set_host_id(host);
   id->set_device(options.device);
   if (options.device != "cpu") id->set_device_uuid(data_plane.device_uuid);
-  id->set_transport(data_plane.transport_name.empty() ? "gloo" : data_plane.transport_name);
+  id->set_transport(TransportToProto(data_plane.transport_kind));
   REFIT_ASSIGN_OR_RETURN(std::string model, ModelForRegistration(options.model));
   reg.set_model_config(model);
   reg.set_convention(options.convention);

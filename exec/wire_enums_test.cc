@@ -22,5 +22,24 @@ TEST(WireEnumsTest, RejectsUnspecifiedAndUnknownSides) {
   EXPECT_FALSE(SideFromProto(static_cast<v1::Side>(7), "side").ok());
 }
 
+TEST(WireEnumsTest, TransportRoundTrips) {
+  for (TransportKind k :
+       {TransportKind::kGloo, TransportKind::kNccl, TransportKind::kIpc}) {
+    absl::StatusOr<TransportKind> back =
+        TransportFromProto(TransportToProto(k), "transport");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, k);
+  }
+  EXPECT_EQ(TransportToProto(TransportKind::kIpc), v1::TRANSPORT_IPC);
+}
+
+TEST(WireEnumsTest, RejectsUnspecifiedAndUnknownTransports) {
+  absl::StatusOr<TransportKind> k =
+      TransportFromProto(v1::TRANSPORT_UNSPECIFIED, "identity.transport");
+  EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(k.status().message().find("identity.transport"), absl::string_view::npos);
+  EXPECT_FALSE(TransportFromProto(static_cast<v1::Transport>(9), "t").ok());
+}
+
 }  // namespace
 }  // namespace refit

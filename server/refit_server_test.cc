@@ -242,6 +242,7 @@ TEST(RefitServerTest, BadRegistrationsNameTheField) {
       {[](v1::Registration& r) { r.set_model_config(std::string(5000, 'x')); }, "bytes of metadata"},
       {[](v1::Registration& r) { r.mutable_buffers(0)->set_byte_size(4); }, "buffers[0] (w0).byte_size"},
       {[](v1::Registration& r) { r.mutable_identity()->set_side(v1::SIDE_UNSPECIFIED); }, "identity.side"},
+      {[](v1::Registration& r) { r.mutable_identity()->set_transport(static_cast<v1::Transport>(9)); }, "identity.transport: 9"},
       {[](v1::Registration& r) { r.mutable_identity()->set_world_size(3); r.mutable_identity()->set_rank(0); }, "identity.world_size"},
       {[](v1::Registration& r) { r.add_records()->set_tensor(0); }, "records[0].tensor"},
       {[](v1::Registration& r) { r.mutable_buffers(0)->set_dtype(0); }, "buffers[0] (w0).dtype: unknown dtype 0"},
@@ -326,24 +327,24 @@ TEST(RefitServerTest, DataPlaneTransportsMustAgreeAndIpcStaysOnOneHost) {
   for (auto* r : {&tr, &er}) {
     r->mutable_identity()->set_device("cuda:0");
     r->mutable_identity()->set_device_uuid("GPU-0000aaaa");
-    r->mutable_identity()->set_transport("ipc");
+    r->mutable_identity()->set_transport(v1::TRANSPORT_IPC);
   }
   // Colocated on one GPU through CUDA IPC: fine.
   EXPECT_TRUE(CheckDataPlane({tr}, {er}).ok());
   // NCCL on one side, IPC on the other: named.
-  er.mutable_identity()->set_transport("nccl");
+  er.mutable_identity()->set_transport(v1::TRANSPORT_NCCL);
   absl::Status s = CheckDataPlane({tr}, {er});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("trainer rank 0 uses the ipc data plane and "
                                      "engine A rank 0 the nccl one"));
   // Both NCCL on one GPU: the colocation error, which points at ipc.
-  tr.mutable_identity()->set_transport("nccl");
+  tr.mutable_identity()->set_transport(v1::TRANSPORT_NCCL);
   s = CheckDataPlane({tr}, {er});
   EXPECT_THAT(s.message(), HasSubstr("are on the same GPU GPU-0000aaaa"));
   EXPECT_THAT(s.message(), HasSubstr("transport \"ipc\""));
   // IPC across hosts: named.
-  tr.mutable_identity()->set_transport("ipc");
-  er.mutable_identity()->set_transport("ipc");
+  tr.mutable_identity()->set_transport(v1::TRANSPORT_IPC);
+  er.mutable_identity()->set_transport(v1::TRANSPORT_IPC);
   er.mutable_identity()->set_host_id("host1");
   s = CheckDataPlane({tr}, {er});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

@@ -21,6 +21,12 @@ using v1::Registration;
 
 constexpr int64_t kMaxElements = int64_t{1} << 50;
 
+// "gloo", "nccl", "ipc"; the number for a value this build does not know.
+std::string WireTransportName(v1::Transport t) {
+  absl::StatusOr<TransportKind> k = TransportFromProto(t, "identity.transport");
+  return k.ok() ? std::string(TransportKindName(*k)) : absl::StrCat(static_cast<int>(t));
+}
+
 }  // namespace
 
 std::string MemberKey(const v1::MemberIdentity& id) {
@@ -55,17 +61,18 @@ absl::Status CheckDataPlane(const std::vector<Registration>& trainer,
   // other on different wires until their deadlines.
   const v1::MemberIdentity* first = nullptr;
   for (const v1::MemberIdentity* id : all) {
-    if (id->transport().empty()) continue;
+    if (id->transport() == v1::TRANSPORT_UNSPECIFIED) continue;
     if (first == nullptr) {
       first = id;
     } else if (id->transport() != first->transport()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          DescribeMember(*first), " uses the ", first->transport(), " data plane and ",
-          DescribeMember(*id), " the ", id->transport(),
+          DescribeMember(*first), " uses the ", WireTransportName(first->transport()),
+          " data plane and ", DescribeMember(*id), " the ",
+          WireTransportName(id->transport()),
           " one: every member of a job must use the same transport"));
     }
   }
-  const bool ipc = first != nullptr && first->transport() == "ipc";
+  const bool ipc = first != nullptr && first->transport() == v1::TRANSPORT_IPC;
   if (ipc) {
     for (const v1::MemberIdentity* id : all) {
       if (id->host_id() != first->host_id()) {
@@ -116,6 +123,10 @@ absl::Status ValidateRegistration(const Registration& reg, int max_buffers,
   }
   const auto& id = reg.identity();
   REFIT_RETURN_IF_ERROR(SideFromProto(id.side(), "identity.side").status());
+  if (id.transport() != v1::TRANSPORT_UNSPECIFIED) {
+    REFIT_RETURN_IF_ERROR(
+        TransportFromProto(id.transport(), "identity.transport").status());
+  }
   if (id.job().empty()) return bad("identity.job: empty");
   if (id.side() == v1::SIDE_ENGINE && id.engine_id().empty()) {
     return bad("identity.engine_id: empty for an engine member");

@@ -30,6 +30,14 @@ std::string Coords(const v1::MemberIdentity& id) {
   return absl::StrJoin(kv, ",");
 }
 
+// "gloo", "nccl", "ipc"; "" when unspecified, "?" for a value this build
+// does not know.
+std::string WireTransportName(v1::Transport t) {
+  if (t == v1::TRANSPORT_UNSPECIFIED) return "";
+  absl::StatusOr<TransportKind> k = TransportFromProto(t, "identity.transport");
+  return k.ok() ? std::string(TransportKindName(*k)) : "?";
+}
+
 int FirstRound(const v1::StatusResponse& r, int rounds) {
   return std::max(0, r.rounds_size() - std::max(0, rounds));
 }
@@ -46,7 +54,9 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
         m.member_id(), WireSideName(id.side()), id.job(),
         id.engine_id().empty() ? "" : absl::StrCat(" engine=", id.engine_id()),
         id.rank(), id.world_size(), id.host_id(), id.device(),
-        id.transport().empty() ? "" : absl::StrCat(" transport=", id.transport()),
+        id.transport() == v1::TRANSPORT_UNSPECIFIED
+            ? ""
+            : absl::StrCat(" transport=", WireTransportName(id.transport())),
         Coords(id), m.num_buffers(), m.seconds_since_heartbeat());
   }
   absl::StrAppend(&out, "refit protocol: ", r.protocol_version(), "\n");
@@ -104,7 +114,7 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
                             {"host_id", id.host_id()},
                             {"device", id.device()},
                             {"device_uuid", id.device_uuid()},
-                            {"transport", id.transport()},
+                            {"transport", WireTransportName(id.transport())},
                             {"coords", coords},
                             {"num_buffers", m.num_buffers()},
                             {"seconds_since_heartbeat",
