@@ -412,8 +412,9 @@ int refit_member_current_version(refit_member* member, const char* engine_id,
       return absl::InvalidArgumentError("engine_id or version is null");
     }
     REFIT_ASSIGN_OR_RETURN(absl::Time deadline, refit::Deadline(timeout_s));
-    REFIT_ASSIGN_OR_RETURN(*version,
-                           member->m->client().CurrentVersion(engine_id, deadline));
+    REFIT_ASSIGN_OR_RETURN(refit::RefitClient::EngineState s,
+                           member->m->client().GetEngineState(engine_id, deadline));
+    *version = s.committed;
     return absl::OkStatus();
   });
 }

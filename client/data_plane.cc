@@ -161,7 +161,7 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
   }
   const int64_t bytes = std::max(stats->bytes_sent, stats->bytes_received);
   absl::Status s =
-      client_->ReportDone(version, bytes, stats->seconds, "", deadline);
+      client_->ReportDone(version, bytes, stats->seconds, deadline);
   if (s.ok()) s = client_->AwaitOutcome(version, deadline);
   if (!s.ok()) {
     // An aborted round may have left any peer's transport broken: every

@@ -175,17 +175,6 @@ absl::Status ValidateRegistration(const Registration& reg, int max_buffers,
                               elements * esize));
     }
   }
-  for (int i = 0; i < reg.records_size(); ++i) {
-    const auto& r = reg.records(i);
-    if (r.tensor() < 0 || r.tensor() >= reg.tensors_size()) {
-      return bad(absl::StrCat("records[", i, "].tensor: ", r.tensor(),
-                              " is not a tensor index"));
-    }
-    if (r.buffer() < 0 || r.buffer() >= reg.buffers_size()) {
-      return bad(absl::StrCat("records[", i, "].buffer: ", r.buffer(),
-                              " is not a buffer index"));
-    }
-  }
   return absl::OkStatus();
 }
 

@@ -23,13 +23,6 @@ std::string WireSideName(v1::Side side) {
   return s.ok() ? std::string(SideName(*s)) : "?";
 }
 
-std::string Coords(const v1::MemberIdentity& id) {
-  std::vector<std::string> kv;
-  for (const auto& [k, v] : id.coords()) kv.push_back(absl::StrCat(k, "=", v));
-  std::sort(kv.begin(), kv.end());
-  return absl::StrJoin(kv, ",");
-}
-
 // "gloo", "nccl", "ipc"; "" when unspecified, "?" for a value this build
 // does not know.
 std::string WireTransportName(v1::Transport t) {
@@ -49,7 +42,7 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
   for (const v1::MemberStatus& m : r.members()) {
     const v1::MemberIdentity& id = m.identity();
     absl::StrAppendFormat(
-        &out, "  %s  %s job=%s%s rank=%d/%d host=%s device=%s%s %s buffers=%d "
+        &out, "  %s  %s job=%s%s rank=%d/%d host=%s device=%s%s buffers=%d "
               "heartbeat %.1f s ago\n",
         m.member_id(), WireSideName(id.side()), id.job(),
         id.engine_id().empty() ? "" : absl::StrCat(" engine=", id.engine_id()),
@@ -57,7 +50,7 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
         id.transport() == v1::TRANSPORT_UNSPECIFIED
             ? ""
             : absl::StrCat(" transport=", WireTransportName(id.transport())),
-        Coords(id), m.num_buffers(), m.seconds_since_heartbeat());
+        m.num_buffers(), m.seconds_since_heartbeat());
   }
   absl::StrAppend(&out, "refit protocol: ", r.protocol_version(), "\n");
   absl::StrAppend(&out, "membership epoch: ", r.epoch(), "\n");
@@ -103,8 +96,6 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
   j["members"] = nlohmann::json::array();
   for (const v1::MemberStatus& m : r.members()) {
     const v1::MemberIdentity& id = m.identity();
-    nlohmann::json coords = nlohmann::json::object();
-    for (const auto& [k, v] : id.coords()) coords[k] = v;
     j["members"].push_back({{"member_id", m.member_id()},
                             {"side", WireSideName(id.side())},
                             {"job", id.job()},
@@ -115,7 +106,6 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
                             {"device", id.device()},
                             {"device_uuid", id.device_uuid()},
                             {"transport", WireTransportName(id.transport())},
-                            {"coords", coords},
                             {"num_buffers", m.num_buffers()},
                             {"seconds_since_heartbeat",
                              m.seconds_since_heartbeat()}});
