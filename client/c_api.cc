@@ -4,7 +4,6 @@
 #include "client/c_api.h"
 
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <set>
@@ -15,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/internal/c_abi.h"
 #include "client/member.h"
 #include "common/status_macros.h"
 #include "layout/dtype.h"
@@ -23,45 +23,16 @@
 
 #ifdef REFIT_C_API_CUDA
 #include "client/nccl_data_plane.h"
+#include "client/pull_data_plane.h"
 #endif
-
-struct refit_member {
-  std::unique_ptr<refit::Member> m;
-};
 
 namespace refit {
 namespace {
 
+using internal_c_abi::Dup;
+using internal_c_abi::NamedPointers;
+using internal_c_abi::NeedMember;
 using nlohmann::json;
-
-thread_local std::string last_error;
-
-int Report(const absl::Status& s) {
-  if (s.ok()) {
-    last_error.clear();
-    return 0;
-  }
-  last_error = s.ToString();
-  return static_cast<int>(s.code());
-}
-
-// Runs `f` (returning absl::Status), turning exceptions into INTERNAL.
-template <typename F>
-int Guard(const char* what, F&& f) {
-  try {
-    return Report(f());
-  } catch (const std::exception& e) {
-    return Report(absl::InternalError(absl::StrCat(what, ": ", e.what())));
-  } catch (...) {
-    return Report(absl::InternalError(absl::StrCat(what, ": unknown exception")));
-  }
-}
-
-char* Dup(const std::string& s) {
-  char* p = static_cast<char*>(std::malloc(s.size() + 1));
-  if (p != nullptr) std::memcpy(p, s.c_str(), s.size() + 1);
-  return p;
-}
 
 absl::StatusOr<absl::Time> Deadline(double timeout_s) {
   if (!std::isfinite(timeout_s) || timeout_s < 0 || timeout_s > 1e7) {
@@ -219,7 +190,7 @@ absl::StatusOr<DataPlaneOptions> DataPlaneFor(const Parsed& p) {
   int gpu = 0;
   (void)absl::SimpleAtoi(p.options.device.substr(5), &gpu);
   DataPlaneOptions n =
-      p.transport == "ipc" ? IpcDataPlaneOptions(gpu) : NcclDataPlaneOptions(gpu);
+      p.transport == "ipc" ? PullDataPlaneOptions(gpu) : NcclDataPlaneOptions(gpu);
   n.verify = p.verify;
   return n;
 #else
@@ -230,39 +201,14 @@ absl::StatusOr<DataPlaneOptions> DataPlaneFor(const Parsed& p) {
 #endif
 }
 
-absl::StatusOr<std::map<std::string, char*>> NamedPointers(
-    int32_t n, const char* const* names, void* const* ptrs) {
-  std::map<std::string, char*> out;
-  if (n < 0 || (n > 0 && (names == nullptr || ptrs == nullptr))) {
-    return absl::InvalidArgumentError("buffer arrays are null or n < 0");
-  }
-  for (int32_t i = 0; i < n; ++i) {
-    if (names[i] == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("buffer ", i, ": name is null"));
-    }
-    if (!out.emplace(names[i], static_cast<char*>(ptrs[i])).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("buffer ", names[i], " is given twice"));
-    }
-  }
-  return out;
-}
-
-absl::Status NeedMember(refit_member* m) {
-  if (m == nullptr || m->m == nullptr) {
-    return absl::InvalidArgumentError("member handle is null or closed");
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 }  // namespace refit
 
-using refit::Guard;
+using refit::internal_c_abi::Guard;
 
 extern "C" {
 
-const char* refit_last_error(void) { return refit::last_error.c_str(); }
+const char* refit_last_error(void) { return refit::internal_c_abi::LastError(); }
 
 void refit_free(char* p) { std::free(p); }
 
@@ -442,24 +388,6 @@ int refit_member_kv_get(refit_member* member, const char* key,
     REFIT_ASSIGN_OR_RETURN(std::string v, member->m->client().KvGet(key, deadline));
     *value = refit::Dup(v);
     return absl::OkStatus();
-  });
-}
-
-int refit_member_fill_pattern(refit_member* member, int64_t version, int32_t n,
-                              const char* const* names, void* const* host_ptrs) {
-  return Guard("refit_member_fill_pattern", [&]() -> absl::Status {
-    REFIT_RETURN_IF_ERROR(refit::NeedMember(member));
-    REFIT_ASSIGN_OR_RETURN(auto host, refit::NamedPointers(n, names, host_ptrs));
-    return member->m->FillPattern(version, host);
-  });
-}
-
-int refit_member_check_pattern(refit_member* member, int64_t version, int32_t n,
-                               const char* const* names, void* const* host_ptrs) {
-  return Guard("refit_member_check_pattern", [&]() -> absl::Status {
-    REFIT_RETURN_IF_ERROR(refit::NeedMember(member));
-    REFIT_ASSIGN_OR_RETURN(auto host, refit::NamedPointers(n, names, host_ptrs));
-    return member->m->CheckPattern(version, host);
   });
 }
 

@@ -4,7 +4,10 @@
  *
  * Shipped as librefit_client.so (host buffers, Gloo/TCP transport) and, in
  * CUDA builds, librefit_client_gpu.so (also "cuda:N" buffers over NCCL).
- * Only the refit_* symbols below are exported.
+ * Only the refit_* symbols below are exported. (Tests and GPU checks load
+ * librefit_client_testing.so / librefit_client_gpu_testing.so instead: the
+ * same library plus the test-pattern entry points of
+ * testing/c_api_testing.h.)
  *
  * Errors: every function that can fail returns 0 on success or an
  * absl::StatusCode (3 INVALID_ARGUMENT, 4 DEADLINE_EXCEEDED, 5 NOT_FOUND,
@@ -116,18 +119,6 @@ int refit_member_kv_set(refit_member* member, const char* key,
                         const char* value, double timeout_s);
 int refit_member_kv_get(refit_member* member, const char* key,
                         double timeout_s, char** value);
-
-/* Test pattern of weight version `version` (what refit's tests check
- * bytes with): fill (trainers) or check (engines, INTERNAL naming the
- * first wrong elements) host memory. Buffer i of the n given is the host
- * copy of the registered buffer names[i]; registered buffers not given
- * are used directly and must then be host memory. */
-int refit_member_fill_pattern(refit_member* member, int64_t version,
-                              int32_t n, const char* const* names,
-                              void* const* host_ptrs);
-int refit_member_check_pattern(refit_member* member, int64_t version,
-                               int32_t n, const char* const* names,
-                               void* const* host_ptrs);
 
 /* Leaves the membership (an engine replica going away between rounds). */
 int refit_member_leave(refit_member* member, double timeout_s);

@@ -16,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "server/default_plan.h"
 #include "server/refit_server.h"
+#include "testing/c_api_testing.h"
 
 namespace refit {
 namespace {
@@ -211,7 +212,7 @@ TEST(CApi, TrainerAndEngineMoveRoundsThroughRefitd) {
       if (refit_member_wait_for_round(m, 30, &v) != 0) return fail("wait");
       if (v != want) engine_error = absl::StrCat("announced ", v, ", wanted ", want);
       if (refit_member_run_round(m, v, 30, nullptr) != 0) return fail("run");
-      if (refit_member_check_pattern(m, v, 0, nullptr, nullptr) != 0) return fail("check");
+      if (refit_testing_check_pattern(m, v, 0, nullptr, nullptr) != 0) return fail("check");
       if (refit_member_kv_set(m, absl::StrCat("checked/", v).c_str(), "1", 30) != 0) {
         return fail("kv_set");
       }
@@ -226,7 +227,7 @@ TEST(CApi, TrainerAndEngineMoveRoundsThroughRefitd) {
   EXPECT_EQ(json::parse(info)["global_world"], 2);
   refit_free(info);
   for (int64_t v = 1; v <= 2; ++v) {
-    ASSERT_EQ(refit_member_fill_pattern(m, v, 0, nullptr, nullptr), 0) << refit_last_error();
+    ASSERT_EQ(refit_testing_fill_pattern(m, v, 0, nullptr, nullptr), 0) << refit_last_error();
     ASSERT_EQ(refit_member_start_round(m, v, 30), 0) << refit_last_error();
     int64_t got = 0;
     ASSERT_EQ(refit_member_wait_for_round(m, 30, &got), 0) << refit_last_error();

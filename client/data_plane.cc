@@ -129,6 +129,7 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
       cancelled_ = s;
       if (store_ != nullptr) store_->Cancel(s);
       if (cancel_transport_ != nullptr) cancel_transport_->Cancel(s);
+      if (cancel_runner_ != nullptr) cancel_runner_->Cancel(s);
       return;
     }
   });
@@ -137,13 +138,15 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
     absl::MutexLock l(&cancel_mu_);
     if (!cancelled_.ok()) stats = cancelled_;
     cancel_transport_ = transport_.get();  // connected now or rounds ago
+    cancel_runner_ = runner_.get();
   }
-  if (stats.ok()) stats = executor_->Run(deadline);
+  if (stats.ok()) stats = runner_ != nullptr ? runner_->Run(deadline) : executor_->Run(deadline);
   done.Notify();
   watcher.join();
   {
     absl::MutexLock l(&cancel_mu_);
     cancel_transport_ = nullptr;
+    cancel_runner_ = nullptr;
     // The data plane's error is then only the consequence: say the cause.
     if (!stats.ok() && !cancelled_.ok()) stats = cancelled_;
     cancelled_ = absl::OkStatus();
@@ -174,7 +177,7 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
 
 absl::StatusOr<RunStats> DataPlaneMember::Connect(int64_t version,
                                                   absl::Time deadline) {
-  if (executor_ != nullptr) return RunStats{};
+  if (executor_ != nullptr || runner_ != nullptr) return RunStats{};
   // A fresh key namespace per connection: every member connects at the same
   // round (the first after Prepare or after an aborted round).
   {
@@ -182,6 +185,13 @@ absl::StatusOr<RunStats> DataPlaneMember::Connect(int64_t version,
     store_ = std::make_unique<GrpcKvStore>(
         client_, absl::StrCat(kv_prefix_, "/v", version));
     if (!cancelled_.ok()) return cancelled_;
+  }
+  if (options_.runner) {
+    REFIT_ASSIGN_OR_RETURN(
+        runner_, AnnotateStatus(options_.runner(plan_, side_, rank_, ptrs_, store_.get(),
+                                                deadline),
+                                "data-plane runner"));
+    return RunStats{};
   }
   REFIT_ASSIGN_OR_RETURN(
       transport_,
@@ -202,6 +212,11 @@ absl::StatusOr<RunStats> DataPlaneMember::Connect(int64_t version,
 }
 
 void DataPlaneMember::Disconnect() {
+  {
+    absl::MutexLock l(&cancel_mu_);
+    cancel_runner_ = nullptr;
+  }
+  runner_.reset();
   executor_.reset();
   copy_engine_.reset();
   absl::MutexLock l(&cancel_mu_);

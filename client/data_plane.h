@@ -29,8 +29,11 @@
 #include "absl/time/time.h"
 #include "client/grpc_kv_store.h"
 #include "client/refit_client.h"
+#include "exec/copy_engine.h"
 #include "exec/executor.h"
+#include "exec/plan_side.h"
 #include "exec/kv_store.h"
+#include "exec/round_runner.h"
 #include "exec/transport.h"
 #include "exec/transport_kind.h"
 #include "plan/plan.h"
@@ -44,11 +47,21 @@ using TransportFactory =
     std::function<absl::StatusOr<std::unique_ptr<Transport>>(
         KvStore* store, int32_t rank, int32_t world, int32_t lanes)>;
 
+// Creates a member's whole data plane for one plan instead of a transport
+// and an executor (the colocated pull path): the member's slice, its side
+// and side-local rank, its buffers (indexed like the slice's side's
+// buffers), the plan's key namespace on refitd; done by `deadline`.
+using RunnerFactory = std::function<absl::StatusOr<std::unique_ptr<RoundRunner>>(
+    const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
+    KvStore* store, absl::Time deadline)>;
+
 // The host transport (Gloo over TCP on `hostname`).
 TransportFactory GlooTransportFactory(std::string hostname = "127.0.0.1");
 
 struct DataPlaneOptions {
   TransportFactory transport;  // empty = GlooTransportFactory()
+  // When set, replaces `transport` and `copy_engine`.
+  RunnerFactory runner;
   // Copies and staging of the executor (e.g. a device CopyEngine made for
   // the transport); called once per plan. Empty = host memcpy.
   std::function<std::unique_ptr<CopyEngine>(Transport*)> copy_engine;
@@ -56,8 +69,8 @@ struct DataPlaneOptions {
   // The physical GPU of the buffers, "GPU-<uuid>" (NcclDataPlaneOptions sets
   // it); Member registers it so refitd can refuse two members on one GPU.
   std::string device_uuid;
-  // The transport's kind as Member registers it: refitd refuses a membership
-  // whose members disagree.
+  // The data plane's kind as Member registers it (kIpc = the colocated pull
+  // path): refitd refuses a membership whose members disagree.
   TransportKind transport_kind = TransportKind::kGloo;
 };
 
@@ -124,10 +137,12 @@ class DataPlaneMember {
   absl::Mutex cancel_mu_;
   absl::Status cancelled_ ABSL_GUARDED_BY(cancel_mu_);
   Transport* cancel_transport_ ABSL_GUARDED_BY(cancel_mu_) = nullptr;
+  RoundRunner* cancel_runner_ ABSL_GUARDED_BY(cancel_mu_) = nullptr;
   std::unique_ptr<GrpcKvStore> store_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<CopyEngine> copy_engine_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<RoundRunner> runner_;
 };
 
 }  // namespace refit

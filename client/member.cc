@@ -3,17 +3,19 @@
 
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/member_name.h"
 #include "common/status_macros.h"
 #include "exec/wire_enums.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
-#include "mapping/parallel_spec.h"
 #include "mapping/validate.h"
 
 namespace refit {
@@ -22,53 +24,37 @@ namespace {
 // The model as refitd receives it: a built-in name as is, a file's text.
 absl::StatusOr<std::string> ModelForRegistration(const std::string& model) {
   if (BuiltinModelJson(model).ok()) return model;
-  std::ifstream in(model);
-  if (!in) {
+  absl::StatusOr<std::string> text = ReadModelConfigFile(model);
+  if (absl::IsNotFound(text.status())) {
     return absl::NotFoundError(absl::StrCat(
         "model ", model, " is neither a built-in model nor a readable file"));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return text;
 }
 
-struct RankSide {
-  MappedSide mapped;
-  int32_t world = 0;
-};
-
-absl::StatusOr<RankSide> BuildSide(const MemberOptions& o) {
+// The layout of o's side, checked to hold o.rank.
+absl::StatusOr<MappedSide> BuildSide(const MemberOptions& o) {
   REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(o.model));
-  RankSide s;
-  if (o.side == Side::kTrainer) {
-    REFIT_ASSIGN_OR_RETURN(TrainerSpec ts, ParseTrainerSpec(o.convention));
-    s.world = ts.world_size();
-    REFIT_ASSIGN_OR_RETURN(s.mapped, BuildTrainerLayout(model, ts));
-  } else {
-    REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(o.convention));
-    s.world = es.world_size();
-    REFIT_ASSIGN_OR_RETURN(s.mapped, BuildEngineLayout(model, es));
-  }
-  if (o.rank < 0 || o.rank >= s.world) {
+  REFIT_ASSIGN_OR_RETURN(MappedSide side,
+                         BuildSideLayout(model, o.side == Side::kTrainer, o.convention));
+  if (o.rank < 0 || o.rank >= side.layout.world_size) {
     return absl::InvalidArgumentError(
-        absl::StrCat("rank ", o.rank, " is outside the world of ", s.world,
-                     " ranks of ", o.convention));
+        absl::StrCat("rank ", o.rank, " is outside the world of ",
+                     side.layout.world_size, " ranks of ", o.convention));
   }
-  return s;
+  return side;
 }
 
 std::string Who(const MemberOptions& o) {
-  return o.side == Side::kTrainer
-             ? absl::StrCat("trainer rank ", o.rank)
-             : absl::StrCat("engine ", o.engine_id, " rank ", o.rank);
+  return MemberName(o.side == Side::kTrainer, o.engine_id, o.rank);
 }
 
 }  // namespace
 
 absl::StatusOr<std::vector<LocalBuffer>> ExpectedBuffers(
     const MemberOptions& options) {
-  REFIT_ASSIGN_OR_RETURN(RankSide s, BuildSide(options));
-  return RankBuffers(s.mapped, options.rank);
+  REFIT_ASSIGN_OR_RETURN(MappedSide side, BuildSide(options));
+  return RankBuffers(side, options.rank);
 }
 
 absl::StatusOr<std::unique_ptr<Member>> Member::Join(
@@ -79,8 +65,16 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Join(
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": an engine member needs an engine_id"));
   }
-  REFIT_ASSIGN_OR_RETURN(RankSide side, AnnotateStatus(BuildSide(options), who));
-  const std::vector<LocalBuffer> expected = RankBuffers(side.mapped, options.rank);
+  // Only this rank's part of the side is kept: the whole side of a large
+  // model and world takes tens to hundreds of MB (tools/dev:
+  // rank_layout_memory), given back to the system here.
+  REFIT_ASSIGN_OR_RETURN(MappedSide whole, AnnotateStatus(BuildSide(options), who));
+  const int32_t world = whole.layout.world_size;
+  MappedSide side = RankOnly(std::move(whole), options.rank);
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+  const std::vector<LocalBuffer> expected = RankBuffers(side, options.rank);
 
   // Names and byte sizes are the caller's; shapes and dtypes of known names
   // are the layout's (a torch tensor's shape may legitimately be a view).
@@ -103,7 +97,7 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Join(
                                             ": the buffer's address is null"));
     }
   }
-  absl::Status valid = ValidateRankBuffers(side.mapped, options.rank, given);
+  absl::Status valid = ValidateRankBuffers(side, options.rank, given);
   if (!valid.ok() || !null_addresses.empty()) {
     std::string msg(valid.message());
     for (const std::string& n : null_addresses) {
@@ -118,7 +112,7 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Join(
   id->set_side(SideToProto(options.side));
   if (options.side == Side::kEngine) id->set_engine_id(options.engine_id);
   id->set_rank(options.rank);
-  id->set_world_size(side.world);
+  id->set_world_size(world);
   std::string host = options.host_id;
   if (host.empty()) {
     char name[256] = {0};
@@ -141,7 +135,7 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Join(
 
   std::unique_ptr<Member> m(new Member());
   m->options_ = std::move(options);
-  m->side_ = std::move(side.mapped);
+  m->side_ = std::move(side);
   m->buffers_ = std::move(buffers);
   RefitClient::Options co = m->options_.connection;
   co.connect_timeout =
@@ -185,54 +179,6 @@ absl::StatusOr<int64_t> Member::WaitForRound(absl::Time deadline) {
 absl::StatusOr<RunStats> Member::RunRound(int64_t version, absl::Time deadline) {
   return AnnotateStatus(data_plane_->RunRound(version, deadline),
                         absl::StrCat(Who(options_), ": round ", version));
-}
-
-absl::StatusOr<HostBuffers> Member::PatternBuffers(
-    const std::map<std::string, char*>& host) const {
-  for (const auto& [name, p] : host) {
-    if (buffers_.count(name) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Who(options_), ": no registered buffer is named ", name));
-    }
-    if (p == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Who(options_), ": the host copy of ", name, " is null"));
-    }
-  }
-  HostBuffers ptrs(side_.layout.buffers.size(), nullptr);
-  for (int32_t b = side_.rank_begin[options_.rank];
-       b < side_.rank_begin[options_.rank + 1]; ++b) {
-    const std::string& name = side_.layout.buffers[b].name;
-    auto h = host.find(name);
-    if (h != host.end()) {
-      ptrs[b] = reinterpret_cast<uint8_t*>(h->second);
-      continue;
-    }
-    if (options_.device != "cpu") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Who(options_), ": buffer ", name, " is in ", options_.device,
-          " memory; give a host copy of it"));
-    }
-    ptrs[b] = reinterpret_cast<uint8_t*>(buffers_.at(name).data);
-  }
-  return ptrs;
-}
-
-absl::Status Member::FillPattern(int64_t version,
-                                 const std::map<std::string, char*>& host) const {
-  REFIT_ASSIGN_OR_RETURN(HostBuffers ptrs, PatternBuffers(host));
-  refit::FillPattern(side_.layout, ptrs,
-                     {options_.rank, static_cast<uint64_t>(version)});
-  return absl::OkStatus();
-}
-
-absl::Status Member::CheckPattern(int64_t version,
-                                  const std::map<std::string, char*>& host) const {
-  REFIT_ASSIGN_OR_RETURN(HostBuffers ptrs, PatternBuffers(host));
-  return AnnotateStatus(
-      refit::CheckPattern(side_.layout, ptrs,
-                          {options_.rank, static_cast<uint64_t>(version)}),
-      Who(options_));
 }
 
 }  // namespace refit

@@ -29,7 +29,6 @@
 #include "client/refit_client.h"
 #include "layout/side.h"
 #include "mapping/layout_builder.h"
-#include "testing/reference_copy.h"
 
 namespace refit {
 
@@ -93,29 +92,23 @@ class Member {
   // (see DataPlaneMember::RunRound).
   absl::StatusOr<RunStats> RunRound(int64_t version, absl::Time deadline);
 
-  // Writes (trainers) / checks (engines) the deterministic test pattern of
-  // weight version `version` (reference_copy.h) into / against host copies
-  // of this member's buffers, by name; a name not given uses the registered
-  // buffer, which must then be host memory. CheckPattern: INTERNAL naming
-  // the tensor and element of the first mismatches. INVALID_ARGUMENT for an
-  // unknown name or a device buffer without a host copy.
-  absl::Status FillPattern(int64_t version,
-                           const std::map<std::string, char*>& host) const;
-  absl::Status CheckPattern(int64_t version,
-                            const std::map<std::string, char*>& host) const;
-
   RefitClient& client() { return *client_; }
   DataPlaneMember& data_plane() { return *data_plane_; }
   const std::string& member_id() const { return member_id_; }
   const MemberOptions& options() const { return options_; }
+  // The buffers given to Join, by name.
+  const std::map<std::string, BufferRef>& buffers() const { return buffers_; }
+  // This member's rank of its side's layout (RankOnly): its buffers (as
+  // RankBuffers(rank_layout(), options().rank) lists them) and the records
+  // that place tensors into them (what test patterns fill and check); the
+  // other ranks have none.
+  const MappedSide& rank_layout() const { return side_; }
 
  private:
   Member() = default;
-  absl::StatusOr<HostBuffers> PatternBuffers(
-      const std::map<std::string, char*>& host) const;
 
   MemberOptions options_;
-  MappedSide side_;
+  MappedSide side_;  // RankOnly(whole side, options_.rank)
   std::map<std::string, BufferRef> buffers_;
   std::unique_ptr<RefitClient> client_;
   std::unique_ptr<DataPlaneMember> data_plane_;

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
-#include "exec/cuda/ipc_transport.h"
+#include "exec/cuda/cuda_copy_engine.h"
 #include "exec/cuda/nccl_transport.h"
 
 namespace refit {
@@ -29,8 +29,8 @@ std::string CudaDeviceUuid(int device) {
 
 namespace {
 
-// A device data plane: transport T (NcclTransport, IpcTransport: both have
-// CUDA lane streams) made by T::Create with options O, the CUDA copy engine
+// A device data plane: transport T (NcclTransport: it has CUDA lane
+// streams) made by T::Create with options O, the CUDA copy engine
 // on its lanes.
 template <typename T, typename O>
 DataPlaneOptions DeviceDataPlane(int device, TransportKind kind) {
@@ -56,10 +56,6 @@ DataPlaneOptions DeviceDataPlane(int device, TransportKind kind) {
 
 DataPlaneOptions NcclDataPlaneOptions(int device) {
   return DeviceDataPlane<NcclTransport, NcclTransportOptions>(device, TransportKind::kNccl);
-}
-
-DataPlaneOptions IpcDataPlaneOptions(int device) {
-  return DeviceDataPlane<IpcTransport, IpcTransportOptions>(device, TransportKind::kIpc);
 }
 
 }  // namespace refit

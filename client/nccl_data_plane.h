@@ -17,11 +17,6 @@ namespace refit {
 // Its device_uuid is CudaDeviceUuid(device).
 DataPlaneOptions NcclDataPlaneOptions(int device);
 
-// CUDA IPC between processes of one host (exec/cuda/ipc_transport.h): for a
-// trainer and an engine that share GPUs. Every member of the job must use
-// it, on one host; refitd checks both.
-DataPlaneOptions IpcDataPlaneOptions(int device);
-
 // The physical identity of CUDA device `device` as nvidia-smi prints it
 // ("GPU-8f3c0b1e-..."), the same whatever CUDA_VISIBLE_DEVICES renumbers;
 // empty when the device cannot be queried.

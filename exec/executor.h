@@ -23,47 +23,15 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "exec/copy_engine.h"
 #include "exec/copy_program.h"
+#include "exec/plan_side.h"
 #include "exec/transform.h"
 #include "exec/transport.h"
 #include "layout/side.h"
 #include "plan/plan.h"
 
 namespace refit {
-
-// Staging memory and copies of one memory kind. The executor owns a host
-// engine by default; GPU callers pass a device engine (its copies are
-// ordered before the lane's next transport operation, e.g. on the lane's
-// stream).
-class CopyEngine {
- public:
-  virtual ~CopyEngine() = default;
-  virtual MemoryKind kind() const = 0;
-  // Returns `bytes` of staging; RESOURCE_EXHAUSTED if it cannot.
-  virtual absl::StatusOr<char*> Allocate(int64_t bytes) = 0;
-  virtual void Free(char* p) = 0;
-  // Runs copies for `lane`.
-  virtual absl::Status Copy(int32_t lane,
-                            absl::Span<const ResolvedCopy> copies) = 0;
-  // Waits until every copy issued on `lane` is complete (DEADLINE_EXCEEDED
-  // after `deadline`).
-  virtual absl::Status Sync(int32_t lane, absl::Time deadline) = 0;
-  // Copies `bytes` of (possibly device) memory at src to host memory dst.
-  virtual absl::Status ToHost(void* dst, const char* src, int64_t bytes) = 0;
-  // True when the copies of a lane are ordered with the transport's
-  // operations of that lane (same CUDA stream): the executor then enqueues
-  // pack -> round -> unpack without waiting on the host, and waits only
-  // before reusing a lane and at the end of Run().
-  virtual bool OrderedWithTransport() const { return false; }
-  // Applies an element-wise transform in place to `elements` elements of
-  // `dtype` at p (this engine's memory kind), ordered after the copies of
-  // `lane`. The default: FAILED_PRECONDITION (the engine cannot).
-  virtual absl::Status ApplyTransform(int32_t lane, Transform t, DType dtype,
-                                      char* p, int64_t elements);
-};
-
-// memcpy on the calling thread.
-std::unique_ptr<CopyEngine> MakeHostCopyEngine();
 
 struct ExecutorOptions {
   // Lanes used (<= transport->num_lanes()); 0 = the transport's.
@@ -72,7 +40,8 @@ struct ExecutorOptions {
   // receiver hashes what it wrote into its buffer; the hashes are exchanged
   // through the transport after the last round and compared.
   bool verify = false;
-  // Device copies (staging in device memory); nullptr = host memcpy.
+  // Device copies (staging in device memory); nullptr = host memcpy
+  // (MakeHostCopyEngine).
   CopyEngine* copy_engine = nullptr;
 };
 
@@ -162,11 +131,6 @@ class Executor {
   // Verify: per message this rank takes part in, hashes of its segments.
   std::map<int32_t, std::vector<uint64_t>> hashes_;
 };
-
-// Global transport rank of a side-local rank: t or src_world + e.
-inline int32_t GlobalRank(const Plan& plan, Side side, int32_t rank) {
-  return side == Side::kTrainer ? rank : plan.src.world_size + rank;
-}
 
 }  // namespace refit
 

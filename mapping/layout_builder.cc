@@ -1,6 +1,9 @@
+#include "common/hash.h"
 #include "mapping/layout_builder.h"
 
 #include <algorithm>
+#include <iterator>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -31,6 +34,35 @@ std::vector<LocalBuffer> RankBuffers(const MappedSide& side, int32_t rank) {
     const BufferSpec& spec = side.layout.buffers[b];
     const BufferInfo& info = side.buffer_info[b];
     out.push_back({spec.name, info.shape, info.dtype, spec.byte_size});
+  }
+  return out;
+}
+
+MappedSide RankOnly(MappedSide side, int32_t rank) {
+  const int32_t ranks = static_cast<int32_t>(side.rank_begin.size()) - 1;
+  const bool inside = rank >= 0 && rank < ranks;
+  const int32_t begin = inside ? side.rank_begin[rank] : 0;
+  const int32_t end = inside ? side.rank_begin[rank + 1] : 0;
+  MappedSide out;
+  out.layout.world_size = side.layout.world_size;
+  out.layout.tensors = std::move(side.layout.tensors);
+  out.layout.host_of_rank = std::move(side.layout.host_of_rank);
+  out.layout.stage_of_rank = std::move(side.layout.stage_of_rank);
+  out.layout.buffers.assign(
+      std::make_move_iterator(side.layout.buffers.begin() + begin),
+      std::make_move_iterator(side.layout.buffers.begin() + end));
+  out.buffer_info.assign(
+      std::make_move_iterator(side.buffer_info.begin() + begin),
+      std::make_move_iterator(side.buffer_info.begin() + end));
+  for (Record& r : side.layout.records) {
+    if (!inside || r.rank != rank) continue;
+    r.buffer -= begin;
+    out.layout.records.push_back(std::move(r));
+  }
+  out.layout.records.shrink_to_fit();
+  out.rank_begin.assign(side.rank_begin.size(), 0);
+  for (int32_t r = rank + 1; inside && r <= ranks; ++r) {
+    out.rank_begin[r] = end - begin;
   }
   return out;
 }
@@ -383,10 +415,10 @@ absl::StatusOr<MappedSide> LayoutBuilder::Finish() && {
   auto add_boxes = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const Record& r = L.records[i];
-      uint64_t h = 1469598103934665603ULL;
+      uint64_t h = kFnv1aOffset;
       for (int d = 0; d < r.box.rank(); ++d) {
-        h = (h ^ static_cast<uint64_t>(r.box.origin(d))) * 1099511628211ULL;
-        h = (h ^ static_cast<uint64_t>(r.box.shape(d))) * 1099511628211ULL;
+        h = Fnv1a64Word(h, static_cast<uint64_t>(r.box.origin(d)));
+        h = Fnv1a64Word(h, static_cast<uint64_t>(r.box.shape(d)));
       }
       boxes[r.tensor].push_back({h, UncheckedNumElements(r.box)});
     }

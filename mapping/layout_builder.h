@@ -59,6 +59,16 @@ struct MappedSide {
 // sizes), in layout order. Empty for a rank outside the world.
 std::vector<LocalBuffer> RankBuffers(const MappedSide& side, int32_t rank);
 
+// Returns `side` reduced to rank `rank`: that rank's buffers and records
+// (records' buffer indices renumbered), the side's tensors, world size and
+// per-rank annotations kept, and every other rank without buffers. What a
+// member keeps of its side's layout: RankBuffers and ValidateRankBuffers
+// answer for `rank` as on `side`, and pattern fills and checks of `rank`
+// (testing/reference_copy.h) touch the same bytes, while the other ranks'
+// buffers and records (most of a large side's memory) are freed. A rank
+// outside the world keeps no buffers and no records.
+MappedSide RankOnly(MappedSide side, int32_t rank);
+
 struct DimPlace {
   int64_t at = 0;      // buffer row (in this dim) of the box's first index
   int64_t block = 0;   // > 0: the box's indices run in blocks of this size

@@ -1,6 +1,7 @@
 #include "mapping/layout_builder.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -71,16 +72,21 @@ TEST(LayoutBuilderTest, DtypeMismatchIsAnError) {
   EXPECT_FALSE(s.ok());
 }
 
-TEST(LayoutBuilderTest, RankBuffersListsEachRanksBuffers) {
-  ModelTensors m = Two(true);
+// Two ranks, each with half of "a" (rows 128 * rank on) and all of "b".
+absl::StatusOr<MappedSide> TwoRanks(const ModelTensors& m) {
   LayoutBuilder b(m, 2, "engine test", true);
   for (int r = 0; r < 2; ++r) {
-    auto a = b.Buffer(r, "a", {128, 256}, 0);
-    ASSERT_TRUE(b.PlaceAt(0, *a, MakeBox({128 * r, 0}, {128, 256}), {0, 0}).ok());
-    auto bb = b.Buffer(r, "b", {4}, 1);
-    ASSERT_TRUE(b.PlaceAt(1, *bb, MakeBox({0}, {4}), {0}).ok());
+    REFIT_ASSIGN_OR_RETURN(int32_t a, b.Buffer(r, "a", {128, 256}, 0));
+    REFIT_RETURN_IF_ERROR(b.PlaceAt(0, a, MakeBox({128 * r, 0}, {128, 256}), {0, 0}));
+    REFIT_ASSIGN_OR_RETURN(int32_t bb, b.Buffer(r, "b", {4}, 1));
+    REFIT_RETURN_IF_ERROR(b.PlaceAt(1, bb, MakeBox({0}, {4}), {0}));
   }
-  auto side = std::move(b).Finish();
+  return std::move(b).Finish();
+}
+
+TEST(LayoutBuilderTest, RankBuffersListsEachRanksBuffers) {
+  ModelTensors m = Two(true);
+  auto side = TwoRanks(m);
   ASSERT_TRUE(side.ok()) << side.status();
   auto r1 = RankBuffers(*side, 1);
   ASSERT_EQ(r1.size(), 3u);
@@ -90,6 +96,37 @@ TEST(LayoutBuilderTest, RankBuffersListsEachRanksBuffers) {
   EXPECT_EQ(r1[1].shape, (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(r1[1].byte_size, 8);
   EXPECT_TRUE(RankBuffers(*side, 2).empty());
+}
+
+TEST(LayoutBuilderTest, RankOnlyKeepsOneRanksBuffersAndRecords) {
+  ModelTensors m = Two(false);
+  auto side = TwoRanks(m);
+  ASSERT_TRUE(side.ok()) << side.status();
+  MappedSide one = RankOnly(*side, 1);
+  EXPECT_EQ(one.layout.world_size, 2);
+  EXPECT_EQ(one.layout.tensors.size(), side->layout.tensors.size());
+  ASSERT_EQ(one.layout.buffers.size(), 2u);
+  EXPECT_EQ(one.rank_begin, (std::vector<int32_t>{0, 0, 2}));
+  EXPECT_TRUE(RankBuffers(one, 0).empty());
+  const std::vector<LocalBuffer> want = RankBuffers(*side, 1);
+  const std::vector<LocalBuffer> got = RankBuffers(one, 1);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].name, want[i].name);
+    EXPECT_EQ(got[i].shape, want[i].shape);
+    EXPECT_EQ(got[i].byte_size, want[i].byte_size);
+  }
+  ASSERT_EQ(one.layout.records.size(), 2u);
+  for (const Record& r : one.layout.records) {
+    EXPECT_EQ(r.rank, 1);
+    EXPECT_EQ(one.layout.buffers[r.buffer].rank, 1);
+    EXPECT_EQ(one.layout.buffers[r.buffer].name, r.tensor == 0 ? "a" : "b");
+  }
+  EXPECT_EQ(one.layout.records[0].box.origin(0), 128);
+  MappedSide none = RankOnly(*side, 2);
+  EXPECT_TRUE(none.layout.buffers.empty());
+  EXPECT_TRUE(none.layout.records.empty());
+  EXPECT_EQ(none.rank_begin, (std::vector<int32_t>{0, 0, 0}));
 }
 
 // Two local experts of a stacked [4, 8, 8] tensor in indexed buffers

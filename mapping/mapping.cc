@@ -23,4 +23,15 @@ absl::StatusOr<MappedSide> BuildEngineLayout(const ModelConfig& config,
   return BuildVllmLayout(config, model, spec);
 }
 
+absl::StatusOr<MappedSide> BuildSideLayout(const ModelConfig& config,
+                                           bool trainer,
+                                           const std::string& convention) {
+  if (trainer) {
+    REFIT_ASSIGN_OR_RETURN(TrainerSpec spec, ParseTrainerSpec(convention));
+    return BuildTrainerLayout(config, spec);
+  }
+  REFIT_ASSIGN_OR_RETURN(EngineSpec spec, ParseEngineSpec(convention));
+  return BuildEngineLayout(config, spec);
+}
+
 }  // namespace refit

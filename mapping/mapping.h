@@ -13,6 +13,8 @@
 #ifndef REFIT_MAPPING_MAPPING_H_
 #define REFIT_MAPPING_MAPPING_H_
 
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "mapping/layout_builder.h"
 #include "mapping/model_config.h"
@@ -29,6 +31,14 @@ absl::StatusOr<MappedSide> BuildTrainerLayout(const ModelConfig& config,
 // The engine's layout (vLLM). INVALID_ARGUMENT as above.
 absl::StatusOr<MappedSide> BuildEngineLayout(const ModelConfig& config,
                                              const EngineSpec& spec);
+
+// One side's layout from its convention's text: a trainer's
+// ("megatron:tp=2", "fsdp:dp=4") when `trainer`, else an engine's
+// ("vllm:tp=2"). INVALID_ARGUMENT for a convention that does not parse
+// (ParseTrainerSpec / ParseEngineSpec) or an impossible layout, as above.
+absl::StatusOr<MappedSide> BuildSideLayout(const ModelConfig& config,
+                                           bool trainer,
+                                           const std::string& convention);
 
 }  // namespace refit
 

@@ -1,11 +1,10 @@
 #include "mapping/model_config.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file.h"
 #include "common/status_macros.h"
 #include "mapping/builtin_configs.h"
 #include "nlohmann/json.hpp"
@@ -373,14 +372,14 @@ absl::Status SetWeightDType(ModelConfig* c, absl::string_view dtype) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> ReadModelConfigFile(const std::string& path) {
+  return AnnotateStatus(ReadFileToString(path, kMaxModelConfigBytes),
+                        "model config file");
+}
+
 absl::StatusOr<ModelConfig> LoadModelConfigFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  absl::StatusOr<ModelConfig> c = ParseModelConfig(ss.str());
+  REFIT_ASSIGN_OR_RETURN(std::string text, ReadModelConfigFile(path));
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(text);
   if (!c.ok()) return AnnotateStatus(c.status(), path);
   return c;
 }
@@ -411,13 +410,13 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& name_or_path) {
     if (!c.ok()) return AnnotateStatus(c.status(), name_or_path);
     return c;
   }
-  std::ifstream probe(name_or_path);
-  if (!probe) {
+  absl::StatusOr<ModelConfig> c = LoadModelConfigFile(name_or_path);
+  if (absl::IsNotFound(c.status())) {
     return absl::NotFoundError(absl::StrCat(
         "\"", name_or_path, "\" is neither a built-in model (",
         absl::StrJoin(BuiltinModelNames(), ", "), ") nor a readable file"));
   }
-  return LoadModelConfigFile(name_or_path);
+  return c;
 }
 
 }  // namespace refit

@@ -106,7 +106,17 @@ struct ModelConfig {
 // the missing or invalid field (or the unknown model_type / JSON error).
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text);
 
-// Reads and parses a config.json file. NOT_FOUND if it cannot be read.
+// The most bytes a config.json file may hold (real ones hold a few KiB).
+inline constexpr int64_t kMaxModelConfigBytes = int64_t{16} << 20;
+
+// The text of the config.json file at `path`. NOT_FOUND if it does not
+// exist; INVALID_ARGUMENT naming the path if it is not a regular file (a
+// directory, /dev/zero, a pipe) or holds more than kMaxModelConfigBytes;
+// PERMISSION_DENIED if it may not be read (see common/file.h).
+absl::StatusOr<std::string> ReadModelConfigFile(const std::string& path);
+
+// Reads (ReadModelConfigFile, with its errors) and parses (ParseModelConfig,
+// its errors prefixed with the path) a config.json file.
 absl::StatusOr<ModelConfig> LoadModelConfigFile(const std::string& path);
 
 // The names of the built-in models: "qwen3-8b", "qwen3-30b-a3b",
@@ -122,7 +132,8 @@ std::vector<std::string> BuiltinModelNames();
 // names otherwise.
 absl::StatusOr<std::string> BuiltinModelJson(absl::string_view name);
 
-// A built-in name, or else a path to a config.json file.
+// A built-in name, or else a path to a config.json file (LoadModelConfigFile;
+// NOT_FOUND listing the built-in names when there is no such file).
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& name_or_path);
 
 // Overrides the weight format (the CLI's --dtype): "bf16" drops FP8;

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "plan/planner.h"
+#include "plan/plan_stats.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"

@@ -5,6 +5,7 @@
 #include "gtest/gtest.h"
 #include "layout/mesh.h"
 #include "layout/sharding.h"
+#include "plan/fingerprint.h"
 #include "plan/planner.h"
 
 namespace refit {

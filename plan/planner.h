@@ -1,8 +1,8 @@
 // BuildPlan: the planner, a pure function from two layouts to a Plan.
+// Its phases are in plan/internal/; fingerprints in plan/fingerprint.h,
+// statistics in plan/plan_stats.h.
 #ifndef REFIT_PLAN_PLANNER_H_
 #define REFIT_PLAN_PLANNER_H_
-
-#include <string>
 
 #include "absl/status/statusor.h"
 #include "layout/layout.h"
@@ -74,23 +74,6 @@ namespace refit {
 // DeepSeek-V3 engine layout is ~100 MB).
 absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
                                const PlannerOptions& options);
-
-// Plan statistics from its messages and rounds (phase_seconds empty):
-// bytes per rank, and peak staging per rank as the executor allocates it
-// (per lane, the largest round's staged bytes; the executor aligns
-// messages in staging only where that fits this).
-PlanStats ComputePlanStats(const Plan& plan);
-
-// The fingerprint of a plan: a 128-bit hex digest (32 lowercase hex chars)
-// over a canonical serialization of every field except `stats` and
-// `fingerprint` itself. BuildPlan sets plan.fingerprint to this.
-std::string PlanFingerprint(const Plan& plan);
-
-// The same kind of digest over one layout alone: every field of its
-// tensors, buffers, records and rank annotations, as PlanFingerprint hashes
-// each side. Equal layouts give equal digests (e.g. to check that a change
-// to the mapping tables leaves the layouts byte for byte as they were).
-std::string LayoutFingerprint(const SideLayout& layout);
 
 }  // namespace refit
 

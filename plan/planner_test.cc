@@ -1,6 +1,6 @@
 // Tests of BuildPlan: randomized property tests executed by the reference
-// copy against the pattern oracle, golden plans, and every validation error.
-#include "exec/copy_program.h"
+// copy against the pattern oracle, golden plans, and indexed records.
+// Validation errors: planner_error_test.cc.
 #include "plan/planner.h"
 
 #include <algorithm>
@@ -12,19 +12,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "exec/copy_program.h"
-#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "layout/dtype.h"
 #include "layout/mesh.h"
 #include "layout/sharding.h"
+#include "plan/fingerprint.h"
+#include "testing/expert_layouts.h"
 #include "testing/reference_copy.h"
 
 namespace refit {
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::Not;
 
 // ---- random layouts ----
 
@@ -473,147 +470,14 @@ TEST(PlannerTest, GoldenBigContiguousSegmentTravelsAlone) {
   EXPECT_EQ(plan->rounds.size(), 2u);
 }
 
-// ---- validation errors ----
-
-struct TwoSides {
-  SideLayout src, dst;
-};
-
-TwoSides Simple(TensorSpec ts, TensorSpec td) {
-  TwoSides s;
-  s.src.world_size = 2;
-  s.dst.world_size = 2;
-  EXPECT_TRUE(AddTensor(s.src, ts).ok());
-  EXPECT_TRUE(AddTensor(s.dst, td).ok());
-  EXPECT_TRUE(AddDenseShards(s.src, 0, *Mesh::Make({"tp"}, {2}), {Placement::Shard(0)}).ok());
-  EXPECT_TRUE(AddDenseShards(s.dst, 0, *Mesh::Make({"tp"}, {2}), {Placement::Shard(1)}).ok());
-  return s;
-}
-
-TEST(PlannerErrorTest, DtypeMismatchFp8VsBf16) {
-  TwoSides s = Simple({"w", {4, 4}, DType::kBF16}, {"w", {4, 4}, DType::kF8E4M3});
-  absl::StatusOr<Plan> p = BuildPlan(s.src, s.dst, PlannerOptions());
-  ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(p.status().message(), HasSubstr("tensor w differs"));
-}
-
-TEST(PlannerErrorTest, ShapeAndStackedMismatch) {
-  TwoSides s = Simple({"w", {4, 4}, DType::kBF16}, {"w", {4, 6}, DType::kBF16});
-  absl::StatusOr<Plan> p = BuildPlan(s.src, s.dst, PlannerOptions());
-  EXPECT_THAT(p.status().message(), HasSubstr("tensor w differs"));
-  TensorSpec a{"e.{}.w", {4, 4}, DType::kBF16, true};
-  TensorSpec b{"e.{}.w", {4, 4}, DType::kBF16, false};
-  TwoSides s2 = Simple(a, b);
-  p = BuildPlan(s2.src, s2.dst, PlannerOptions());
-  EXPECT_THAT(p.status().message(), HasSubstr("(stacked)"));
-}
-
-TEST(PlannerErrorTest, MissingTensorNamed) {
-  TwoSides s = Simple({"w", {4, 4}, DType::kBF16}, {"v", {4, 4}, DType::kBF16});
-  absl::StatusOr<Plan> p = BuildPlan(s.src, s.dst, PlannerOptions());
-  EXPECT_THAT(p.status().message(), HasSubstr("engine tensor v bf16[4, 4] has no trainer tensor"));
-}
-
-TEST(PlannerErrorTest, NoSourceNamesStackedPartAndRank) {
-  TensorSpec t{"e.{}.w", {4, 4}, DType::kBF16, true};
-  TwoSides s = Simple(t, t);
-  s.src.records.pop_back();  // experts 2..3 have no source
-  absl::StatusOr<Plan> p = BuildPlan(s.src, s.dst, PlannerOptions());
-  ASSERT_FALSE(p.ok());
-  EXPECT_THAT(p.status().message(),
-              HasSubstr("no source for 4 of 8 elements of e.{0..3}.w [0:2] on engine rank 0"));
-  EXPECT_THAT(p.status().message(), HasSubstr("on engine rank 1"));
-}
-
-TEST(PlannerErrorTest, OverlapUnsourcedAndOutsideBuffer) {
-  TensorSpec t{"w", {4, 4}, DType::kBF16};
-  TwoSides s = Simple(t, t);
-  // Rank 0's buffer grows by 8 unsourced bytes, 2 of them declared padding.
-  s.dst.buffers[0].byte_size += 8;
-  s.dst.buffers[0].padding.push_back(ByteRange{16, 2});
-  // Rank 1 gets a second record of the same box at offset 8: overlap.
-  Record dup = s.dst.records[1];
-  dup.byte_offset = 8;
-  s.dst.buffers[1].byte_size += 8;
-  s.dst.records.push_back(dup);
-  absl::StatusOr<Plan> p = BuildPlan(s.src, s.dst, PlannerOptions());
-  ASSERT_FALSE(p.ok());
-  EXPECT_THAT(p.status().message(),
-              HasSubstr("unsourced bytes [18, 24) of buffer w on engine rank 0"));
-  EXPECT_THAT(p.status().message(),
-              HasSubstr("records w [0:4, 2:4] and w [0:4, 2:4] overlap at byte 8 of "
-                        "buffer w on engine rank 1"));
-  // A record outside its buffer.
-  TwoSides o = Simple(t, t);
-  o.dst.records[0].byte_offset = 4;
-  p = BuildPlan(o.src, o.dst, PlannerOptions());
-  EXPECT_THAT(p.status().message(), HasSubstr("tensor w box [0:4, 0:2] on rank 0"));
-  EXPECT_THAT(p.status().message(), HasSubstr("but the buffer has 16"));
-}
-
-TEST(PlannerErrorTest, ManyErrorsAreCapped) {
-  SideLayout src, dst;
-  src.world_size = 1;
-  dst.world_size = 1;
-  for (int i = 0; i < 60; ++i) {
-    ASSERT_TRUE(AddTensor(dst, {absl::StrCat("w", i), {2}, DType::kBF16}).ok());
-  }
-  absl::StatusOr<Plan> p = BuildPlan(src, dst, PlannerOptions());
-  EXPECT_THAT(p.status().message(), HasSubstr("engine tensor w49 bf16[2]"));
-  EXPECT_THAT(p.status().message(), Not(HasSubstr("w50")));
-  EXPECT_THAT(p.status().message(), HasSubstr("... and 10 more"));
-}
-
-}  // namespace
-}  // namespace refit
-
-namespace refit {
-namespace {
-
 // Megatron TEGroupedMLP: one buffer per local expert. The planner merges
 // the per-expert records of a rank into one indexed record, and the plan
-// copies every element exactly (reference copy and the copy programs).
+// copies every element exactly (reference copy).
 TEST(PlannerTest, PerExpertBuffersAreMergedIntoIndexedRecords) {
-  const int64_t e = 8, inter = 6, h = 4;
-  SideLayout src, dst;
-  src.world_size = 2;  // EP2: experts [4r, 4r + 4) on rank r
-  dst.world_size = 2;  // TP2 over the intermediate dim, all experts
-  for (SideLayout* s : {&src, &dst}) {
-    for (const char* w : {"gate_proj", "up_proj"}) {
-      TensorSpec t{absl::StrCat("layers.0.mlp.experts.{}.", w, ".weight"),
-                   {e, inter, h}, DType::kF32, /*stacked=*/true};
-      ASSERT_TRUE(AddTensor(*s, t).ok());
-    }
-  }
-  for (int32_t r = 0; r < 2; ++r) {
-    for (int64_t j = 0; j < 4; ++j) {
-      absl::StatusOr<int32_t> b =
-          AddBuffer(src, r, absl::StrCat("linear_fc1.weight", j), 2 * inter * h * 4);
-      ASSERT_TRUE(b.ok());
-      for (int32_t w = 0; w < 2; ++w) {
-        Record rec;
-        rec.tensor = w;
-        rec.rank = r;
-        rec.buffer = *b;
-        rec.box = Box::Unchecked({4 * r + j, 0, 0}, {1, inter, h});
-        rec.byte_offset = w * inter * h * 4;
-        rec.dims = RowMajorDims({1, inter, h});
-        src.records.push_back(rec);
-      }
-    }
-    absl::StatusOr<int32_t> c = AddBuffer(dst, r, "w13_weight", e * inter * h * 4);
-    ASSERT_TRUE(c.ok());
-    for (int32_t w = 0; w < 2; ++w) {
-      Record rec;
-      rec.tensor = w;
-      rec.rank = r;
-      rec.buffer = *c;
-      rec.box = Box::Unchecked({0, r * inter / 2, 0}, {e, inter / 2, h});
-      rec.byte_offset = w * inter / 2 * h * 4;
-      rec.dims = SubArrayDims({e, inter / 2, h}, {e, inter, h});
-      dst.records.push_back(rec);
-    }
-  }
+  absl::StatusOr<testing::LayoutPair> layouts = testing::GroupedExpertLayouts();
+  ASSERT_TRUE(layouts.ok()) << layouts.status();
+  const SideLayout& src = layouts->src;
+  const SideLayout& dst = layouts->dst;
   absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions{});
   ASSERT_TRUE(plan.ok()) << plan.status();
   // 16 per-expert records -> 4 indexed ones (2 ranks x 2 weights).
@@ -646,95 +510,6 @@ TEST(PlannerTest, PerExpertBuffersAreMergedIntoIndexedRecords) {
   FillPattern(src, sb.ptrs);
   ASSERT_TRUE(ReferenceCopy(*plan, sb.ptrs, db.ptrs).ok());
   EXPECT_TRUE(CheckPattern(dst, db.ptrs).ok()) << CheckPattern(dst, db.ptrs);
-
-  // The copy programs (what the executor runs): pack on the sender,
-  // unpack on the receiver, through a staging stream.
-  OwnedBuffers db2 = AllocateBuffers(dst, 0xEE);
-  for (const Message& m : plan->messages) {
-    absl::StatusOr<std::vector<CopyTask>> pack = PackProgram(*plan, m);
-    absl::StatusOr<std::vector<CopyTask>> unpack = UnpackProgram(*plan, m);
-    ASSERT_TRUE(pack.ok() && unpack.ok());
-    EXPECT_EQ(TaskBytes(*pack), m.bytes);
-    std::vector<char> stream(m.bytes);
-    std::vector<char*> s, d;
-    for (uint8_t* x : sb.ptrs) s.push_back(reinterpret_cast<char*>(x));
-    for (uint8_t* x : db2.ptrs) d.push_back(reinterpret_cast<char*>(x));
-    absl::StatusOr<std::vector<ResolvedCopy>> p =
-        ResolveTasks(*pack, s, {}, nullptr, stream.data());
-    ASSERT_TRUE(p.ok()) << p.status();
-    RunCopiesHost(*p);
-    absl::StatusOr<std::vector<ResolvedCopy>> u =
-        ResolveTasks(*unpack, {}, d, stream.data(), nullptr);
-    ASSERT_TRUE(u.ok()) << u.status();
-    RunCopiesHost(*u);
-  }
-  EXPECT_TRUE(CheckPattern(dst, db2.ptrs).ok()) << CheckPattern(dst, db2.ptrs);
-}
-
-// An indexed record whose buffers run past the side's buffers, or belong
-// to another rank, is rejected naming the tensor and buffer.
-TEST(PlannerErrorTest, IndexedRecordBuffersChecked) {
-  TensorSpec t{"experts.{}.w", {4, 2}, DType::kF32, true};
-  SideLayout side;
-  side.world_size = 2;
-  ASSERT_TRUE(AddTensor(side, t).ok());
-  ASSERT_TRUE(AddBuffer(side, 0, "w0", 8).ok());
-  ASSERT_TRUE(AddBuffer(side, 0, "w1", 8).ok());
-  ASSERT_TRUE(AddBuffer(side, 1, "w2", 8).ok());
-  Record r;
-  r.tensor = 0;
-  r.rank = 0;
-  r.buffer = 0;
-  r.buffer_step = 1;
-  r.box = Box::Unchecked({0, 0}, {3, 2});
-  r.dims = RowMajorDims({3, 2});
-  r.dims[0].splits[0].stride = 0;
-  absl::Status s = ValidateRecord(side, r);
-  EXPECT_THAT(s.message(), HasSubstr("w2 belongs to rank 1"));
-  r.box = Box::Unchecked({0, 0}, {4, 2});
-  r.dims = RowMajorDims({4, 2});
-  r.dims[0].splits[0].stride = 0;
-  s = ValidateRecord(side, r);
-  EXPECT_THAT(s.message(), HasSubstr("run past the 3 buffers"));
-  EXPECT_THAT(s.message(), HasSubstr("experts.{}.w"));
-  r.box = Box::Unchecked({0, 0}, {2, 2});
-  r.dims = RowMajorDims({2, 2});
-  r.dims[0].splits[0].stride = 0;
-  EXPECT_TRUE(ValidateRecord(side, r).ok()) << ValidateRecord(side, r);
-}
-
-}  // namespace
-}  // namespace refit
-
-namespace refit {
-namespace {
-
-// Only the engine side may transform; a trainer tensor with a transform is
-// rejected naming it. On the engine side the planner matches it by name,
-// shape and dtype as usual.
-TEST(PlannerErrorTest, TrainerSideTransformIsRejected) {
-  TensorSpec t{"layers.0.mixer.A_log", {4}, DType::kF32};
-  TensorSpec tx = t;
-  tx.transform = Transform::kNegExp;
-  for (bool on_src : {true, false}) {
-    SideLayout src, dst;
-    src.world_size = dst.world_size = 1;
-    ASSERT_TRUE(AddTensor(src, on_src ? tx : t).ok());
-    ASSERT_TRUE(AddTensor(dst, on_src ? t : tx).ok());
-    Mesh m = *Mesh::Make({"tp"}, {1});
-    ASSERT_TRUE(AddDenseShards(src, 0, m, {Placement::Replicate()}).ok());
-    ASSERT_TRUE(AddDenseShards(dst, 0, m, {Placement::Replicate()}).ok());
-    absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions{});
-    if (on_src) {
-      ASSERT_FALSE(plan.ok());
-      EXPECT_THAT(plan.status().message(),
-                  HasSubstr("trainer tensor layers.0.mixer.A_log has transform "
-                            "neg_exp"));
-    } else {
-      ASSERT_TRUE(plan.ok()) << plan.status();
-      EXPECT_EQ(plan->dst.tensors[0].transform, Transform::kNegExp);
-    }
-  }
 }
 
 }  // namespace

@@ -5,13 +5,13 @@
 
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/file.h"
 #include "exec/kv_store.h"
 
 namespace refit::testing {
@@ -36,12 +36,9 @@ class DirKvStore : public KvStore {
                                   absl::Duration timeout) override {
     const absl::Time deadline = absl::Now() + timeout;
     while (true) {
-      std::ifstream f(Path(key), std::ios::binary);
-      if (f) {
-        std::stringstream ss;
-        ss << f.rdbuf();
-        return ss.str();
-      }
+      absl::StatusOr<std::string> value =
+          ReadFileToString(Path(key), int64_t{1} << 30);
+      if (!absl::IsNotFound(value.status())) return value;
       if (absl::Now() >= deadline) {
         return absl::DeadlineExceededError("key " + key + " not set in time");
       }

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/member_name.h"
 #include "proto/plan.pb.h"
 
 namespace refit {
@@ -24,9 +25,9 @@ absl::StatusOr<BuiltPlan> NameMatchingPlan(const std::vector<v1::Registration>& 
       auto it = src.find(b.name());
       if (it == src.end()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "engine ", engine[e].identity().engine_id(), " rank ",
-            engine[e].identity().rank(), " buffer ", b.name(),
-            ": no trainer rank holds it"));
+            MemberName(/*trainer=*/false, engine[e].identity().engine_id(),
+                       engine[e].identity().rank()),
+            " buffer ", b.name(), ": no trainer rank holds it"));
       }
       if (it->second.second != b.byte_size()) {
         return absl::InvalidArgumentError(absl::StrCat(

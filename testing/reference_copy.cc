@@ -1,4 +1,5 @@
 // Reference copy: element-by-element plan execution (see reference_copy.h).
+#include "common/hash.h"
 #include "testing/reference_copy.h"
 
 #include <cstring>
@@ -92,14 +93,7 @@ absl::Status ReferenceCopy(const Plan& plan, const HostBuffers& src,
   return ApplyTransformRunsHost(TransformRuns(plan.dst, -1), ptrs);
 }
 
-uint64_t NameHash(const std::string& name) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : name) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
+uint64_t NameHash(const std::string& name) { return Fnv1a64(name); }
 
 uint64_t PatternWord(uint64_t name_hash, int64_t index, uint64_t seed) {
   uint64_t x = name_hash ^ (seed * 0xD6E8FEB86659FD93ULL) ^

@@ -42,6 +42,7 @@ uint64_t PatternWord(uint64_t name_hash, int64_t index, uint64_t seed = 0);
 // Byte k (< 8) of PatternWord(name_hash, index, seed).
 uint8_t PatternByte(uint64_t name_hash, int64_t index, int64_t k,
                     uint64_t seed = 0);
+// FNV-1a of the tensor's name (common/hash.h).
 uint64_t NameHash(const std::string& name);
 
 // Which records a pattern fill/check touches, and which version it encodes.

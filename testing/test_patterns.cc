@@ -1,4 +1,5 @@
 // Data-plane test patterns, hand-made plans, fill and check helpers.
+#include "common/hash.h"
 #include "testing/test_patterns.h"
 
 #include <algorithm>
@@ -392,12 +393,6 @@ uint64_t Mix(uint64_t x) {
   return x;
 }
 
-uint64_t NameHash(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  return h;
-}
-
 // Calls fn(buffer, byte offset in buffer, value byte) for every byte of
 // record r (an indexed record's dim-0 index picks the buffer).
 template <typename Fn>
@@ -405,7 +400,7 @@ void ForEachRecordByte(const SideLayout& side, const Record& r, uint64_t step,
                        Fn fn) {
   const TensorSpec& t = side.tensors[r.tensor];
   const int64_t es = DTypeSize(t.dtype);
-  const uint64_t th = NameHash(t.name) ^ (step * 0x9E3779B97F4A7C15ull);
+  const uint64_t th = Fnv1a64(t.name) ^ (step * 0x9E3779B97F4A7C15ull);
   const int n = r.box.rank();
   std::vector<int64_t> idx(n, 0);
   const int64_t count = UncheckedNumElements(r.box);

@@ -1,4 +1,4 @@
-// CUDA / NCCL result codes -> absl::Status.
+// CUDA runtime result codes -> absl::Status.
 #include "exec/cuda/cuda_status.h"
 
 #include "absl/strings/str_cat.h"
@@ -16,24 +16,6 @@ absl::Status CudaStatus(cudaError_t e, const std::string& what) {
       return absl::UnavailableError(msg);
     case cudaErrorMemoryAllocation:
       return absl::ResourceExhaustedError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
-}
-
-absl::Status NcclStatus(ncclResult_t r, const std::string& what,
-                        ncclComm_t comm) {
-  if (r == ncclSuccess || r == ncclInProgress) return absl::OkStatus();
-  const char* last = ncclGetLastError(comm);
-  const std::string msg = absl::StrCat(what, ": ", ncclGetErrorString(r),
-                                       last && *last ? absl::StrCat(" (", last, ")") : "");
-  switch (r) {
-    case ncclSystemError:
-    case ncclRemoteError:
-      return absl::UnavailableError(msg);
-    case ncclInvalidArgument:
-    case ncclInvalidUsage:
-      return absl::InvalidArgumentError(msg);
     default:
       return absl::InternalError(msg);
   }

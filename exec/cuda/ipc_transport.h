@@ -16,7 +16,7 @@
 //   4. WaitRound: the receiver waits for its stream, then acknowledges each
 //      message; the sender waits for the acknowledgements before its
 //      staging may be reused.
-// MakeCudaCopyEngine (nccl_transport.h) gives the executor its staging and
+// MakeCudaCopyEngine (cuda_copy_engine.h) gives the executor its staging and
 // pack/unpack kernels on the same lane streams.
 // Memory must come from cudaMalloc (PyTorch's caching allocator by
 // default): memory that cannot be exported (e.g. PyTorch's
@@ -34,11 +34,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/cancellation.h"
-#include "exec/cuda/nccl_transport.h"
+#include "exec/cuda/cuda_lanes.h"
 #include "exec/gloo_transport.h"
 #include "exec/kv_store.h"
 #include "exec/transport.h"

@@ -11,9 +11,9 @@
 // executor's teardown) forever. Afterwards every call fails with the first
 // error; build a new transport to go on.
 //
-// MakeCudaCopyEngine gives the executor device staging and the pack/unpack
-// kernels on the same lane streams (so packing is stream-ordered before the
-// round's sends).
+// Its lanes are CudaLanes: MakeCudaCopyEngine (cuda_copy_engine.h) gives the
+// executor device staging and the pack/unpack kernels on the same lane
+// streams (so packing is stream-ordered before the round's sends).
 #ifndef REFIT_EXEC_CUDA_NCCL_TRANSPORT_H_
 #define REFIT_EXEC_CUDA_NCCL_TRANSPORT_H_
 
@@ -27,23 +27,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/cancellation.h"
-#include "exec/executor.h"
+#include "exec/cuda/cuda_lanes.h"
 #include "exec/kv_store.h"
 #include "exec/transport.h"
 
 namespace refit {
-
-// A device transport's lanes as the CUDA copy engine sees them: one CUDA
-// stream per lane, and a check that fails once the transport was cancelled
-// (so waits on those streams end promptly).
-class CudaLanes {
- public:
-  virtual ~CudaLanes() = default;
-  virtual int32_t num_lanes() const = 0;
-  // The lane's cudaStream_t (as void*), or null for a bad lane.
-  virtual void* stream(int32_t lane) const = 0;
-  virtual absl::Status CheckCancelled() = 0;
-};
 
 struct NcclTransportOptions {
   int32_t num_lanes = 2;
@@ -97,10 +85,6 @@ class NcclTransport : public Transport, public CudaLanes {
   // Set by Cancel; polled by the owner thread's waits.
   Cancellation cancel_{"transport cancelled"};
 };
-
-// Device staging (cudaMalloc) and copies (pack_kernels) on `t`'s lane
-// streams (NcclTransport, IpcTransport). `t` must outlive the engine.
-std::unique_ptr<CopyEngine> MakeCudaCopyEngine(CudaLanes* t);
 
 }  // namespace refit
 

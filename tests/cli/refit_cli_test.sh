@@ -31,6 +31,16 @@ check bad-link 2 'link' -- "$REFIT" plan --model tiny-qwen3 \
   --trainer fsdp:dp=2 --engine vllm:tp=2 --link nvlink=-3
 check unknown-model 1 'no-such-model' -- "$REFIT" plan --model no-such-model \
   --trainer fsdp:dp=2 --engine vllm:tp=2
+# A --model path that is no regular file (a device that never ends, a
+# directory) or too large fails at once, naming it.
+CHECK_TIMEOUT_S=10 check model-dev-zero 1 '/dev/zero is not a regular file' -- \
+  "$REFIT" plan --model /dev/zero --trainer fsdp:dp=2 --engine vllm:tp=2
+CHECK_TIMEOUT_S=10 check model-directory 1 'is not a regular file' -- \
+  "$REFIT" plan --model "${TEST_TMPDIR:-/tmp}" --trainer fsdp:dp=2 --engine vllm:tp=2
+big="${TEST_TMPDIR:-/tmp}/big_config.json"
+head -c $((16 * 1024 * 1024 + 1)) /dev/zero >"$big"
+CHECK_TIMEOUT_S=10 check model-too-large 1 "big_config.json holds more than 16777216 bytes" -- \
+  "$REFIT" plan --model "$big" --trainer fsdp:dp=2 --engine vllm:tp=2
 check timings 0 'timing: planner' -- "$REFIT" plan --model tiny-qwen3 \
   --trainer fsdp:dp=2 --engine vllm:tp=2 --timings
 check no-command 2 'missing command' -- "$REFIT"

@@ -7,11 +7,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "client/refit_client.h"
+#include "common/file.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -65,10 +64,8 @@ int WaitExit(Proc& p, absl::Time deadline) {
 }
 
 std::string Output(const Proc& p) {
-  std::ifstream in(p.out);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  absl::StatusOr<std::string> out = ReadFileToString(p.out, int64_t{64} << 20);
+  return out.ok() ? *out : out.status().ToString();
 }
 
 // The heartbeat timeout of the tests' refitd: long enough for a loaded

@@ -10,7 +10,7 @@
 #include "exec/copy_program.h"
 #include "google/protobuf/descriptor.h"
 #include "plan/plan_codec.h"
-#include "plan/planner.h"
+#include "plan/plan_stats.h"
 
 namespace refit {
 namespace fuzz {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "common/file.h"
 #include "layout/dtype.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli/safetensors.h"
@@ -24,8 +25,7 @@ namespace {
 using nlohmann::json;
 
 std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  return ReadFileToString(path, int64_t{1} << 30).value_or("");
 }
 
 void WriteAll(const std::string& path, const std::string& bytes) {

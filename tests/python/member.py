@@ -28,6 +28,7 @@ import sys
 import time
 
 import refit
+import refit.testing
 
 MODEL = "tiny-qwen3"
 TIMEOUT = 60.0
@@ -96,7 +97,7 @@ def one_round(m, v, info, side, rank, trainer, survive, failed, rounds,
         failed = False
     world = info["global_world"]
     if trainer:
-        m.fill_pattern(v)
+        refit.testing.fill_pattern(m, v)
     # Weights of version v ready everywhere (and round v-1 checked)
     # before trainer rank 0 starts round v: a barrier in refitd's store.
     key = f"test/{info['fingerprint']}/{v}"
@@ -132,7 +133,7 @@ def one_round(m, v, info, side, rank, trainer, survive, failed, rounds,
         return 4
     state = {}
     if not trainer:
-        m.check_pattern(got)
+        refit.testing.check_pattern(m, got)
         state = m.engine_state(m.engine_id)._asdict()
     say(event="round", version=got, side=side, rank=rank,
         checked=not trainer, **stats, **state)

@@ -5,7 +5,11 @@ transport, every engine byte checked after every round; errors that name
 the parameter and rank; a member killed inside a round makes the others
 fail within the deadline.
 
-  python_client_test.py REFITD LIBREFIT_CLIENT_SO MEMBER_PY TORCH_GPU_CHECK_PY
+  python_client_test.py REFITD LIBREFIT_CLIENT_TESTING_SO MEMBER_PY TORCH_GPU_CHECK_PY
+                        LIBREFIT_CLIENT_SO
+
+The members load the testing variant of the client library (test
+patterns); the shipped one must refuse refit.testing's helpers by name.
 """
 import array
 import os
@@ -16,8 +20,8 @@ import time
 import unittest
 import json
 
-REFITD, LIB, MEMBER, GPU_CHECK = (os.path.abspath(p) for p in sys.argv[1:5])
-del sys.argv[1:5]
+REFITD, LIB, MEMBER, GPU_CHECK, SHIPPED_LIB = (os.path.abspath(p) for p in sys.argv[1:6])
+del sys.argv[1:6]
 os.environ["REFIT_CLIENT_LIB"] = LIB
 import refit  # noqa: E402  (after REFIT_CLIENT_LIB is set)
 
@@ -174,6 +178,32 @@ class PythonClientTest(unittest.TestCase):
             refit.load_library(gpu=True)
         self.assertEqual(cm.exception.code_name, "FAILED_PRECONDITION")
         self.assertIn("librefit_client_gpu.so", cm.exception.message)
+
+    def test_shipped_library_has_no_test_patterns(self):
+        # With the shipped library loaded (its own process: this one loaded
+        # the testing variant), the test helpers fail with a clear error,
+        # not a crash or a silent no-op. (A stand-in member: the helpers
+        # look for the testing ABI before they touch the handle.)
+        code = ("import types, refit, refit.testing\n"
+                "lib = refit.load_library()\n"
+                "m = types.SimpleNamespace(library=lib, buffers={}, handle=lambda: None)\n"
+                "for f in (refit.testing.load_library,\n"
+                "          lambda: refit.testing.fill_pattern(m, 1),\n"
+                "          lambda: refit.testing.check_pattern(m, 1)):\n"
+                "    try:\n"
+                "        f()\n"
+                "        print('no error')\n"
+                "    except refit.RefitError as e:\n"
+                "        print(e.code_name, e.message)\n")
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+            env=dict(os.environ, PYTHONPATH=PYTHONPATH, REFIT_CLIENT_LIB=SHIPPED_LIB))
+        lines = out.stdout.splitlines()
+        self.assertEqual(len(lines), 3, out)
+        for line in lines:
+            self.assertTrue(line.startswith("FAILED_PRECONDITION"), out)
+            self.assertIn("librefit_client_testing.so", line)
+            self.assertIn(SHIPPED_LIB, line)
 
     def test_a_library_of_another_release_is_named(self):
         # Any shared library without refit's symbols stands in for one from

@@ -28,30 +28,10 @@
 #include "client/refit_client.h"
 #include "server/refit_server.h"
 #include "testing/name_matching_plan.h"
+#include "testing/process_memory.h"
 
 namespace refit {
 namespace {
-
-// VmRSS and VmHWM of this process, in MiB.
-std::pair<double, double> Memory() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  double rss = 0, hwm = 0;
-  while (std::getline(in, line)) {
-    int64_t kb = 0;
-    auto field = [&](const char* name) {
-      if (line.rfind(name, 0) != 0) return false;
-      std::string v = line.substr(std::string(name).size());
-      v.erase(std::remove_if(v.begin(), v.end(),
-                             [](char c) { return c < '0' || c > '9'; }),
-              v.end());
-      return absl::SimpleAtoi(v, &kb);
-    };
-    if (field("VmRSS:")) rss = kb / 1024.0;
-    if (field("VmHWM:")) hwm = kb / 1024.0;
-  }
-  return {rss, hwm};
-}
 
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -350,15 +330,15 @@ int Main(int argc, char** argv) {
   }
   auto server = StartServer();
   if (server == nullptr) return kill_child();
-  const auto before = Memory();
+  const testing::ProcessMemory before = testing::ReadProcessMemory();
   WriteLine(p2c[1], absl::StrCat(server->port()));
   const std::string a = ReadLine(c2p[0]);
-  const auto after = Memory();
+  const testing::ProcessMemory after = testing::ReadProcessMemory();
   if (a != "a-done") return kill_child();
   std::printf("    refitd memory (this process)    VmRSS %.1f -> %.1f MiB, VmHWM %.1f MiB"
               " (%.1f KiB per member)\n",
-              before.first, after.first, after.second,
-              (after.first - before.first) * 1024.0 / n);
+              before.rss_mib, after.rss_mib, after.hwm_mib,
+              (after.rss_mib - before.rss_mib) * 1024.0 / n);
   std::fflush(stdout);
   server->Shutdown();  // its members' streams end; (b) gets a fresh refitd
 

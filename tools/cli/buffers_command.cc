@@ -21,19 +21,10 @@ absl::StatusOr<std::string> RunBuffersCommand(const BuffersCommandOptions& opt) 
     return absl::InvalidArgumentError("give exactly one of --trainer and --engine");
   }
   REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(opt.model));
-  MappedSide side;
-  int32_t world = 0;
   const bool trainer = !opt.trainer.empty();
   const std::string& convention = trainer ? opt.trainer : opt.engine;
-  if (trainer) {
-    REFIT_ASSIGN_OR_RETURN(TrainerSpec ts, ParseTrainerSpec(opt.trainer));
-    world = ts.world_size();
-    REFIT_ASSIGN_OR_RETURN(side, BuildTrainerLayout(model, ts));
-  } else {
-    REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(opt.engine));
-    world = es.world_size();
-    REFIT_ASSIGN_OR_RETURN(side, BuildEngineLayout(model, es));
-  }
+  REFIT_ASSIGN_OR_RETURN(MappedSide side, BuildSideLayout(model, trainer, convention));
+  const int32_t world = side.layout.world_size;
   if (opt.rank < -1 || opt.rank >= world) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--rank ", opt.rank, " is outside the world of ", world, " ranks of ",

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/member_name.h"
 #include "nlohmann/json.hpp"
 
 namespace refit {
@@ -154,13 +155,13 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
   for (int32_t r = 0; r < s.src_world; ++r) {
     if (t_src[r] > s.predicted_seconds) {
       s.predicted_seconds = t_src[r];
-      s.slowest_rank = absl::StrCat("trainer rank ", r);
+      s.slowest_rank = MemberName(/*trainer=*/true, "", r);
     }
   }
   for (int32_t r = 0; r < s.dst_world; ++r) {
     if (t_dst[r] > s.predicted_seconds) {
       s.predicted_seconds = t_dst[r];
-      s.slowest_rank = absl::StrCat("engine rank ", r);
+      s.slowest_rank = MemberName(/*trainer=*/false, "", r);
     }
   }
   return s;

@@ -60,7 +60,7 @@ struct PlanSummary {
   int64_t intra_host_bytes = 0;
   int64_t inter_host_bytes = 0;
   double predicted_seconds = 0;              // slowest rank
-  std::string slowest_rank;                  // e.g. "trainer 3" / "engine 7"
+  std::string slowest_rank;                  // e.g. "trainer rank 3" (MemberName)
   // Bytes from each source group (trainer host, or PP stage when the plan
   // has stages) to each engine host: [src_group][engine_host].
   std::vector<std::vector<int64_t>> heat;

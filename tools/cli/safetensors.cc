@@ -9,11 +9,11 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "common/file.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -21,6 +21,8 @@ namespace refit {
 namespace {
 
 constexpr int64_t kMaxHeaderBytes = int64_t{100} << 20;
+// model.safetensors.index.json (DeepSeek-V3's: 9 MB).
+constexpr int64_t kMaxIndexBytes = int64_t{256} << 20;
 
 absl::Status Bad(const std::string& path, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
@@ -230,11 +232,11 @@ absl::StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(
   std::map<std::string, std::string> weight_map;
   if (S_ISDIR(st.st_mode)) {
     const std::string index = path + "/model.safetensors.index.json";
-    std::ifstream in(index);
-    if (in) {
-      std::stringstream ss;
-      ss << in.rdbuf();
-      nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+    // No index: the directory's model.safetensors (below).
+    absl::StatusOr<std::string> text = ReadFileToString(index, kMaxIndexBytes);
+    if (!text.ok() && !absl::IsNotFound(text.status())) return text.status();
+    if (text.ok()) {
+      nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
       if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
           !j["weight_map"].is_object()) {
         return Bad(index, "needs a JSON object with \"weight_map\"");

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/member_name.h"
 #include "common/status_macros.h"
 #include "exec/executor.h"
 #include "exec/inproc_transport.h"
@@ -156,7 +157,7 @@ absl::StatusOr<std::string> RunSimulateCommand(
       if (!st.ok()) {
         fabric->Kill(g);  // its peers fail fast instead of waiting
         status[g] = AnnotateStatus(
-            st, absl::StrCat(SideName(side), " rank ", rank));
+            st, MemberName(side == Side::kTrainer, "", rank));
       }
     });
   }

@@ -2,20 +2,22 @@
 #include "tools/cli/status_command.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "client/refit_client.h"
+#include "common/file.h"
 #include "common/status_macros.h"
 #include "exec/wire_enums.h"
 #include "nlohmann/json.hpp"
 
 namespace refit {
 namespace {
+
+// A bearer token file holds one line.
+constexpr int64_t kMaxTokenFileBytes = int64_t{1} << 20;
 
 // "trainer" or "engine"; "?" for a side this build does not know.
 std::string WireSideName(v1::Side side) {
@@ -142,14 +144,11 @@ absl::StatusOr<std::string> RunStatusCommand(const StatusCommandOptions& opt) {
   co.connect_timeout = opt.timeout;
   co.rpc_timeout = opt.timeout;
   if (!opt.token_file.empty()) {
-    std::ifstream in(opt.token_file, std::ios::binary);
-    if (!in) {
-      return absl::NotFoundError(
-          absl::StrCat("--token-file: cannot read ", opt.token_file));
-    }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    co.bearer_token = std::string(absl::StripAsciiWhitespace(ss.str()));
+    REFIT_ASSIGN_OR_RETURN(
+        std::string token,
+        AnnotateStatus(ReadFileToString(opt.token_file, kMaxTokenFileBytes),
+                       "--token-file"));
+    co.bearer_token = std::string(absl::StripAsciiWhitespace(token));
   }
   absl::StatusOr<std::unique_ptr<RefitClient>> client =
       RefitClient::Connect(co);

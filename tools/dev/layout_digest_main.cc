@@ -19,20 +19,21 @@
 #include <sys/resource.h>
 
 #include "absl/strings/numbers.h"
+#include "common/hash.h"
 #include "mapping/mapping.h"
-#include "plan/planner.h"
+#include "plan/fingerprint.h"
 
 namespace refit {
 namespace {
 
-// FNV-1a over the fields, two lanes with different seeds.
+// Two lanes over the fields: FNV-1a, and a variant with an added constant.
 class Digest {
  public:
   void Bytes(const void* p, size_t n) {
     const unsigned char* c = static_cast<const unsigned char*>(p);
+    a_ = Fnv1a64(absl::string_view(reinterpret_cast<const char*>(c), n), a_);
     for (size_t i = 0; i < n; ++i) {
-      a_ = (a_ ^ c[i]) * 1099511628211ULL;
-      b_ = (b_ ^ c[i]) * 0x100000001b3ULL + 0x9e3779b97f4a7c15ULL;
+      b_ = (b_ ^ c[i]) * kFnv1aPrime + 0x9e3779b97f4a7c15ULL;
     }
   }
   void I(int64_t v) { Bytes(&v, sizeof v); }
@@ -50,7 +51,7 @@ class Digest {
   }
 
  private:
-  uint64_t a_ = 1469598103934665603ULL, b_ = 7;
+  uint64_t a_ = kFnv1aOffset, b_ = 7;
 };
 
 // The layout's fingerprint (plan/planner.h) and a digest of what

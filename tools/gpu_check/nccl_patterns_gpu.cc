@@ -33,6 +33,8 @@
 #include <string>
 #include <vector>
 
+#include "exec/cuda/cuda_copy_engine.h"
+#include "exec/cuda/cuda_lanes.h"
 #include "exec/cuda/ipc_transport.h"
 #include "exec/cuda/nccl_transport.h"
 #include "exec/executor.h"

@@ -15,8 +15,10 @@ byte over new communicators. The "colocated" scenario
 puts the trainer and the engine on one GPU (what NCCL refuses: "Duplicate
 GPU detected"): both must get refitd's plan error naming the two members
 and the GPU at prepare(), before any round. "ipc-1gpu" and "ipc-2gpu" move
-Qwen3-0.6B (or --ipc_model) with the CUDA IPC transport instead, colocated on one GPU and
-across two, with the same checks as the NCCL scenarios. Prints a table last; exit
+Qwen3-0.6B (or --ipc_model) with the colocated pull path (transport "ipc")
+instead, colocated on one GPU and across two, with the same checks as the
+NCCL scenarios; "ipc-1gpu-expandable" does it with PyTorch's
+expandable_segments allocator. Prints a table last; exit
 code 0 only if every check passed.
 
   python3 torch_gpu_check.py BUNDLE_DIR [--gpus=2] [--only=NAME,...]
@@ -40,6 +42,8 @@ def say(**kw):
 def member(argv):
     import torch
     import refit
+    import refit.testing
+    refit.testing.load_library(gpu=True)  # the test patterns' library
     server, side, rank, model, convention, device, rounds, engine_id, die_in = argv
     rank, rounds, die_in = int(rank), int(rounds), int(die_in)
     torch.cuda.set_device(torch.device(device))
@@ -108,8 +112,9 @@ def one_round(m, v, info, trainer, die_in, tensors, ptrs, graph, src, out, side)
     """Round v; returns v, or minus an exit code."""
     import torch
     import refit
+    import refit.testing
     if trainer:
-        m.fill_pattern(v)
+        refit.testing.fill_pattern(m, v)
         torch.cuda.synchronize()
     key = f"gpu-check/{info['fingerprint']}/{v}"
     if info["global_rank"] != 0:
@@ -135,7 +140,7 @@ def one_round(m, v, info, trainer, die_in, tensors, ptrs, graph, src, out, side)
         return -4
     ev = dict(event="round", side=side, version=v, **stats)
     if not trainer:
-        m.check_pattern(v)
+        refit.testing.check_pattern(m, v)
         graph.replay()
         torch.cuda.synchronize()
         fresh = src.sum(dtype=torch.int64)
@@ -280,6 +285,9 @@ def main():
     sys.path.insert(0, os.path.join(bundle, "python"))
     import torch
     import refit
+    import refit.testing
+    # The testing variant: same_process() checks test patterns in this one.
+    refit.testing.load_library(gpu=True)
     want = refit.expected_buffers(side="engine", rank=0, model="tiny-qwen3",
                                   convention="vllm:tp=1")
     bad = want[1].name
@@ -338,13 +346,22 @@ def main():
     for a in sys.argv[2:]:
         if a.startswith("--ipc_model="):
             ipc_model, ipc_rounds = a.split("=", 1)[1], 2
-    for name, on in (("ipc-1gpu", 1), ("ipc-2gpu", gpus)):
+    # "ipc-1gpu-expandable": both members' tensors from PyTorch's
+    # expandable_segments allocator (cuMem memory, shared as file descriptors).
+    for name, on in (("ipc-1gpu", 1), ("ipc-1gpu-expandable", 1), ("ipc-2gpu", gpus)):
         if only is not None and name not in only:
             continue
         if on < 2 and name == "ipc-2gpu":
             continue
+        saved = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+        if name.endswith("expandable"):
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
         res = run(bundle, ipc_model, "megatron:tp=1", "vllm:tp=1", ipc_rounds, 0, on,
                   transport="ipc")
+        if saved is None:
+            os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        else:
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = saved
         for ev in res[0][1] + res[1][1]:
             print(name, json.dumps(ev))
         good, detail = rounds_verdict(res, ipc_rounds)

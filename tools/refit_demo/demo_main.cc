@@ -26,7 +26,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -36,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/file.h"
 #include "mapping/parallel_spec.h"
 
 namespace {
@@ -70,11 +70,10 @@ bool Spawn(Proc* p, const std::vector<std::string>& args) {
   return true;
 }
 
+// A process's log, or why it cannot be read.
 std::string ReadAll(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  absl::StatusOr<std::string> log = refit::ReadFileToString(path, int64_t{64} << 20);
+  return log.ok() ? *log : log.status().ToString();
 }
 
 void KillAll(std::vector<Proc>& ps) {

@@ -33,8 +33,10 @@
 #include "client/data_plane.h"
 #include "client/member.h"
 #include "client/refit_client.h"
+#include "common/member_name.h"
 #include "common/status_macros.h"
 #include "mapping/layout_builder.h"
+#include "testing/member_patterns.h"
 
 #ifdef REFIT_DEMO_CUDA
 #include <cuda_runtime_api.h>
@@ -74,9 +76,7 @@ int Fail(const std::string& who, const absl::Status& s) {
 int Main(const Flags& fl) {
   const bool trainer = fl.Get("side") == "trainer";
   const int32_t rank = static_cast<int32_t>(fl.Int("rank", 0));
-  const std::string who =
-      trainer ? absl::StrCat("trainer ", rank)
-              : absl::StrCat("engine ", fl.Get("engine_id"), "/", rank);
+  const std::string who = MemberName(trainer, fl.Get("engine_id"), rank);
   const absl::Duration wait = absl::Seconds(fl.Int("deadline_s", 120));
   const int64_t rounds = fl.Int("rounds", 1);
 
@@ -174,7 +174,7 @@ int Main(const Flags& fl) {
   const bool start = fl.f.count("start") > 0;
   for (int64_t v = 1; v <= rounds; ++v) {
     if (trainer) {
-      absl::Status s = member.FillPattern(v, host);
+      absl::Status s = testing::FillMemberPattern(member, v, host);
       if (s.ok()) s = sync_buffers(/*to_device=*/true);
       if (!s.ok()) return Fail(who, s);
     }
@@ -205,7 +205,7 @@ int Main(const Flags& fl) {
     if (!trainer) {
       absl::Status copied = sync_buffers(/*to_device=*/false);
       if (!copied.ok()) return Fail(who, copied);
-      absl::Status ok = member.CheckPattern(*got, host);
+      absl::Status ok = testing::CheckMemberPattern(member, *got, host);
       if (!ok.ok()) return Fail(absl::StrCat(who, " round ", *got, " check"), ok);
       check = "equal";
     }

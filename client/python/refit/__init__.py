@@ -38,7 +38,7 @@ import os
 from typing import Any, Dict, List, NamedTuple, Optional
 
 __all__ = ["RefitError", "BufferSpec", "EngineState", "Member", "expected_buffers",
-           "load_library"]
+           "load_library", "loaded_library_path"]
 
 _CODES = {
     0: "OK", 1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT",
@@ -104,10 +104,6 @@ _SIGNATURES = {
         ctypes.POINTER(ctypes.c_int64)]),
     "refit_member_kv_set": (ctypes.c_int, [_P, _S, _S, ctypes.c_double]),
     "refit_member_kv_get": (ctypes.c_int, [_P, _S, ctypes.c_double, ctypes.POINTER(_P)]),
-    "refit_member_fill_pattern": (ctypes.c_int, [
-        _P, ctypes.c_int64, ctypes.c_int32, _PP, ctypes.POINTER(_P)]),
-    "refit_member_check_pattern": (ctypes.c_int, [
-        _P, ctypes.c_int64, ctypes.c_int32, _PP, ctypes.POINTER(_P)]),
     "refit_member_leave": (ctypes.c_int, [_P, ctypes.c_double]),
     "refit_member_close": (None, [_P]),
 }
@@ -131,19 +127,23 @@ def load_library(gpu: bool = False, path: Optional[str] = None) -> ctypes.CDLL:
     One process holds one of the two libraries: both register the same
     protobuf types, which the shared protobuf runtime refuses twice. Asking
     for another library than the loaded one raises FAILED_PRECONDITION."""
+    return _load(gpu, path, "librefit_client_gpu.so", "librefit_client.so")
+
+
+def _load(gpu: bool, path: Optional[str], gpu_name: str, host_name: str) -> ctypes.CDLL:
+    """load_library's work, with the bundle's library names to look for."""
     global _library, _library_path
     if path is None:
         path = os.environ.get("REFIT_CLIENT_LIB")
     candidates = ([os.path.abspath(path)] if path else
-                  [_bundle_path("librefit_client_gpu.so")] +
-                  ([] if gpu else [_bundle_path("librefit_client.so")]))
+                  [_bundle_path(gpu_name)] + ([] if gpu else [_bundle_path(host_name)]))
     if _library is not None:
         if path and os.path.abspath(path) != _library_path:
             raise RefitError(9, f"{_library_path} is loaded already; one process "
                                 f"loads one refit client library, not also {path}")
         if gpu and b"cuda" not in _library.refit_build_info():
             raise RefitError(9, f"{_library_path} (host buffers only) is loaded "
-                                f"already; GPU buffers need librefit_client_gpu.so")
+                                f"already; GPU buffers need {gpu_name}")
         return _library
     errors = []
     for c in candidates:
@@ -167,6 +167,11 @@ def load_library(gpu: bool = False, path: Optional[str] = None) -> ctypes.CDLL:
         _library, _library_path = lib, c
         return lib
     raise RefitError(5, "cannot load the refit client library: " + "; ".join(errors))
+
+
+def loaded_library_path() -> Optional[str]:
+    """The path of the client library this process loaded (None: none yet)."""
+    return _library_path
 
 
 def _check(lib: ctypes.CDLL, code: int) -> None:
@@ -355,6 +360,22 @@ class Member:
             raise RefitError(9, "the member is closed")
         return self._handle
 
+    def handle(self) -> ctypes.c_void_p:
+        """The C ABI's handle of this member, for calls this class does not
+        wrap (refit.testing's); raises FAILED_PRECONDITION once closed."""
+        return self._h()
+
+    @property
+    def library(self) -> ctypes.CDLL:
+        """The client library this member was joined through."""
+        return self._lib
+
+    @property
+    def buffers(self) -> Dict[str, Any]:
+        """The buffers given to the constructor, by name (empty once
+        closed)."""
+        return dict(self._buffers)
+
     def rejoin(self, timeout: float = 300.0) -> None:
         """Registers again, same buffers, after refitd restarted or expired
         this member (a call raised UNAVAILABLE); retries until refitd is back
@@ -425,33 +446,6 @@ class Member:
         _check(self._lib, self._lib.refit_member_kv_get(
             self._h(), key.encode(), float(timeout), ctypes.byref(out)))
         return _take_string(self._lib, out)
-
-    def _pattern(self, fn, version: int, write_back: bool) -> None:
-        host: Dict[str, int] = {}
-        copies = []
-        for name, b in self._buffers.items():
-            if hasattr(b, "data_ptr") and getattr(b, "is_cuda", False):
-                h = b.detach().cpu().contiguous()
-                host[name] = h.data_ptr()
-                copies.append((b, h))
-        n, c_names, c_ptrs = _c_arrays(host)
-        _check(self._lib, fn(self._h(), int(version), n, c_names, c_ptrs))
-        if write_back and copies:
-            import torch  # copies exist only for torch tensors
-            with torch.no_grad():  # parameters that require grad, too
-                for b, h in copies:
-                    b.copy_(h)
-
-    def fill_pattern(self, version: int) -> None:
-        """Test helper: writes weight version ``version``'s deterministic
-        pattern into this (trainer) member's buffers."""
-        self._pattern(self._lib.refit_member_fill_pattern, version, True)
-
-    def check_pattern(self, version: int) -> None:
-        """Test helper: raises RefitError INTERNAL naming the first wrong
-        elements unless every byte of this (engine) member's records holds
-        version ``version``'s pattern."""
-        self._pattern(self._lib.refit_member_check_pattern, version, False)
 
     def leave(self, timeout: float = 10.0) -> None:
         """Leaves the membership (an engine replica going away)."""

@@ -1,0 +1,30 @@
+#include "common/hash.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace refit {
+namespace {
+
+// FNV-1a's published 64-bit test vectors.
+TEST(HashTest, Fnv1a64MatchesPublishedVectors) {
+  EXPECT_EQ(Fnv1a64(""), 0xcbf29ce484222325ULL);
+  EXPECT_EQ(Fnv1a64("a"), 0xaf63dc4c8601ec8cULL);
+  EXPECT_EQ(Fnv1a64("foobar"), 0x85944171f73967e8ULL);
+}
+
+TEST(HashTest, Fnv1a64ContinuesAcrossPieces) {
+  EXPECT_EQ(Fnv1a64("bar", Fnv1a64("foo")), Fnv1a64("foobar"));
+  EXPECT_EQ(Fnv1a64(std::string("a\0b", 3)), Fnv1a64("b", Fnv1a64(std::string(1, '\0'), Fnv1a64("a"))));
+  EXPECT_NE(Fnv1a64(std::string("a\0b", 3)), Fnv1a64("ab"));
+}
+
+TEST(HashTest, Fnv1a64WordIsOneStepPerWord) {
+  EXPECT_EQ(Fnv1a64Word(kFnv1aOffset, 'a'), Fnv1a64("a"));
+  const uint64_t h = Fnv1a64Word(Fnv1a64Word(kFnv1aOffset, 1), 2);
+  EXPECT_NE(h, Fnv1a64Word(Fnv1a64Word(kFnv1aOffset, 2), 1));
+}
+
+}  // namespace
+}  // namespace refit

@@ -1,0 +1,57 @@
+// CopyEngine: staging memory and copies of one memory kind, which the
+// executor packs and unpacks messages with; and the host engine.
+#ifndef REFIT_EXEC_COPY_ENGINE_H_
+#define REFIT_EXEC_COPY_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "exec/copy_program.h"
+#include "exec/transport.h"
+#include "layout/dtype.h"
+#include "layout/tensor_spec.h"
+
+namespace refit {
+
+// Staging memory and copies of one memory kind. The executor owns a host
+// engine by default; GPU callers pass a device engine (its copies are
+// ordered before the lane's next transport operation, e.g. on the lane's
+// stream).
+class CopyEngine {
+ public:
+  virtual ~CopyEngine() = default;
+  virtual MemoryKind kind() const = 0;
+  // Returns `bytes` of staging; RESOURCE_EXHAUSTED if it cannot.
+  virtual absl::StatusOr<char*> Allocate(int64_t bytes) = 0;
+  virtual void Free(char* p) = 0;
+  // Runs copies for `lane`.
+  virtual absl::Status Copy(int32_t lane,
+                            absl::Span<const ResolvedCopy> copies) = 0;
+  // Waits until every copy issued on `lane` is complete (DEADLINE_EXCEEDED
+  // after `deadline`).
+  virtual absl::Status Sync(int32_t lane, absl::Time deadline) = 0;
+  // Copies `bytes` of (possibly device) memory at src to host memory dst.
+  virtual absl::Status ToHost(void* dst, const char* src, int64_t bytes) = 0;
+  // True when the copies of a lane are ordered with the transport's
+  // operations of that lane (same CUDA stream): the executor then enqueues
+  // pack -> round -> unpack without waiting on the host, and waits only
+  // before reusing a lane and at the end of Run().
+  virtual bool OrderedWithTransport() const { return false; }
+  // Applies an element-wise transform in place to `elements` elements of
+  // `dtype` at p (this engine's memory kind), ordered after the copies of
+  // `lane`. The default: FAILED_PRECONDITION (the engine cannot).
+  virtual absl::Status ApplyTransform(int32_t lane, Transform t, DType dtype,
+                                      char* p, int64_t elements);
+};
+
+// Returns the host copy engine: staging from aligned_alloc, copies with
+// memcpy on the calling thread, Sync always OK, transforms on the host.
+std::unique_ptr<CopyEngine> MakeHostCopyEngine();
+
+}  // namespace refit
+
+#endif  // REFIT_EXEC_COPY_ENGINE_H_

@@ -1,0 +1,375 @@
+// PullEngine (see pull_engine.h).
+#include "exec/cuda/pull_engine.h"
+
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "exec/copy_program.h"
+#include "exec/cuda/pull_kernels.h"
+#include "exec/cuda/transform_kernels.h"
+#include "exec/pull_program.h"
+#include "layout/dtype.h"
+
+namespace refit {
+namespace {
+
+absl::Status Cuda(cudaError_t e, absl::string_view what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  (void)cudaGetLastError();
+  return absl::UnavailableError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+// What a sender tells each receiver at prepare, before its buffers.
+struct Hello {
+  int64_t pid;
+  uint64_t token;
+  int64_t buffers;
+};
+
+std::string U64(uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); }
+uint64_t U64(const std::string& s) {
+  uint64_t v = 0;
+  std::memcpy(&v, s.data(), std::min<size_t>(8, s.size()));
+  return v;
+}
+
+int TransformDType(DType d) {
+  switch (d) {
+    case DType::kF32: return cuda::kTransformF32;
+    case DType::kBF16: return cuda::kTransformBF16;
+    case DType::kF16: return cuda::kTransformF16;
+    default: return -1;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PullEngine>> PullEngine::Create(
+    const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
+    KvStore* store, PullEngineOptions options, absl::Time deadline) {
+  std::unique_ptr<PullEngine> e(new PullEngine());
+  e->side_ = side;
+  e->rank_ = rank;
+  e->global_rank_ = GlobalRank(slice, side, rank);
+  e->options_ = std::move(options);
+  REFIT_RETURN_IF_ERROR(e->Prepare(slice, std::move(buffers), store, deadline));
+  return e;
+}
+
+PullEngine::~PullEngine() {
+  (void)cudaSetDevice(options_.device);
+  // Copies still queued (a failed round) finish on their own; wait a
+  // bounded time before the mappings go.
+  if (stream_ != nullptr) {
+    const absl::Time until = absl::Now() + absl::Seconds(10);
+    while (cudaStreamQuery(static_cast<cudaStream_t>(stream_)) == cudaErrorNotReady &&
+           absl::Now() < until) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  importer_.reset();
+  if (items_ != nullptr) (void)cudaFree(items_);
+  if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+  if (stream_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  (void)cudaGetLastError();
+}
+
+int32_t PullEngine::Local(int32_t global) const {
+  auto it = std::lower_bound(members_.begin(), members_.end(), global);
+  return static_cast<int32_t>(it - members_.begin());
+}
+
+void PullEngine::Cancel(const absl::Status& reason) {
+  cancel_.Cancel(reason);
+  if (control_ != nullptr) control_->Cancel(reason);
+}
+
+absl::Status PullEngine::CheckCancelled() { return cancel_.status(); }
+
+absl::Status PullEngine::WaitEvent(void* event, absl::Time deadline, const char* what) {
+  while (true) {
+    const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (q == cudaSuccess) return absl::OkStatus();
+    if (q != cudaErrorNotReady) {
+      return Cuda(q, absl::StrCat("rank ", global_rank_, ": ", what));
+    }
+    REFIT_RETURN_IF_ERROR(CheckCancelled());
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "rank ", global_rank_, ": ", what, " not complete by the deadline"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(5));
+  }
+}
+
+absl::Status PullEngine::Exchange(const std::vector<int32_t>& send_to,
+                                  const std::vector<std::string>& out,
+                                  const std::vector<int32_t>& recv_from,
+                                  std::vector<std::string>* in, absl::Time deadline) {
+  std::vector<SendOp> s;
+  std::vector<RecvOp> r;
+  for (size_t i = 0; i < send_to.size(); ++i) {
+    s.push_back({Local(send_to[i]), out[i].data(), static_cast<int64_t>(out[i].size())});
+  }
+  for (size_t i = 0; i < recv_from.size(); ++i) {
+    r.push_back({Local(recv_from[i]), (*in)[i].data(), static_cast<int64_t>((*in)[i].size())});
+  }
+  REFIT_RETURN_IF_ERROR(control_->StartRound(0, s, r, deadline));
+  absl::Status st = control_->WaitRound(0, deadline);
+  if (!st.ok()) {
+    // Say which member the control channel's rank is.
+    REFIT_RETURN_IF_ERROR(CheckCancelled());
+    return AnnotateStatus(st, absl::StrCat("rank ", global_rank_, " control channel (peers ",
+                                           absl::StrJoin(send_to.empty() ? recv_from : send_to, ","),
+                                           ", global ranks)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PullEngine::Prepare(const Plan& slice, std::vector<char*> buffers,
+                                 KvStore* store, absl::Time deadline) {
+  REFIT_RETURN_IF_ERROR(Cuda(cudaSetDevice(options_.device),
+                             absl::StrCat("cudaSetDevice(", options_.device, ")")));
+  cudaStream_t st = nullptr;
+  REFIT_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking),
+                             "cudaStreamCreate"));
+  stream_ = st;
+  cudaEvent_t ev = nullptr;
+  REFIT_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+                             "cudaEventCreate"));
+  event_ = ev;
+  const int32_t world = slice.src.world_size + slice.dst.world_size;
+  for (int32_t g = 0; g < world; ++g) {
+    if (g == global_rank_ || !options_.pull_peer || options_.pull_peer(g)) {
+      members_.push_back(g);
+    }
+  }
+  auto pulls = [this](int32_t g) { return !options_.pull_peer || options_.pull_peer(g); };
+  const int32_t ws = slice.src.world_size;
+  if (side_ == Side::kTrainer) {
+    for (int32_t d : PullReceivers(slice, rank_, [&](int32_t d) { return pulls(ws + d); })) {
+      peers_.push_back(ws + d);
+    }
+  } else {
+    for (const Message& m : slice.messages) {
+      if (m.dst_rank == rank_ && pulls(m.src_rank)) peers_.push_back(m.src_rank);
+    }
+    std::sort(peers_.begin(), peers_.end());
+    peers_.erase(std::unique(peers_.begin(), peers_.end()), peers_.end());
+  }
+  GlooTransportOptions g;
+  g.num_lanes = 1;
+  g.hostname = "127.0.0.1";
+  g.key_prefix = absl::StrCat(options_.key_prefix, "/control/", members_.front());
+  g.connect_timeout = std::min(options_.connect_timeout,
+                               std::max(absl::ZeroDuration(), deadline - absl::Now()));
+  REFIT_ASSIGN_OR_RETURN(
+      control_, GlooTransport::Create(store, Local(global_rank_),
+                                      static_cast<int32_t>(members_.size()), g));
+  if (side_ == Side::kTrainer) return ExportTo(slice, buffers, deadline);
+  return ImportFrom(slice, std::move(buffers), deadline);
+}
+
+absl::Status PullEngine::ExportTo(const Plan& slice, const std::vector<char*>& buffers,
+                                  absl::Time deadline) {
+  exporter_ = std::make_unique<MemoryExporter>();
+  const int32_t ws = slice.src.world_size;
+  std::vector<std::string> blobs;
+  for (int32_t g : peers_) {
+    const std::vector<int32_t> order = PairSourceBuffers(slice, rank_, g - ws);
+    Hello h{static_cast<int64_t>(getpid()), ProcessToken(),
+            static_cast<int64_t>(order.size())};
+    std::string blob(reinterpret_cast<const char*>(&h), sizeof(h));
+    for (int32_t b : order) {
+      if (b < 0 || b >= static_cast<int32_t>(buffers.size()) || buffers[b] == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "trainer rank ", rank_, ": the plan reads buffer ", b, " (",
+            b >= 0 && b < static_cast<int32_t>(slice.src.buffers.size())
+                ? slice.src.buffers[b].name : "?",
+            "), which was not given"));
+      }
+      REFIT_RETURN_IF_ERROR(AnnotateStatus(
+          exporter_->Export(buffers[b], slice.src.buffers[b].byte_size, &blob),
+          absl::StrCat("trainer rank ", rank_, " buffer ", slice.src.buffers[b].name)));
+    }
+    blobs.push_back(std::move(blob));
+  }
+  for (const Message& m : slice.messages) {
+    if (m.src_rank == rank_ &&
+        std::binary_search(peers_.begin(), peers_.end(), ws + m.dst_rank)) {
+      bytes_ += m.bytes;
+    }
+  }
+  std::vector<std::string> sizes;
+  for (const std::string& b : blobs) sizes.push_back(U64(b.size()));
+  std::vector<std::string> none;
+  REFIT_RETURN_IF_ERROR(Exchange(peers_, sizes, {}, &none, deadline));
+  REFIT_RETURN_IF_ERROR(Exchange(peers_, blobs, {}, &none, deadline));
+  // Every receiver mapped what it needs (or failed): its answer.
+  std::vector<std::string> acks(peers_.size(), std::string(8, '\0'));
+  REFIT_RETURN_IF_ERROR(Exchange({}, {}, peers_, &acks, deadline));
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (U64(acks[i]) != 1) {
+      return absl::UnavailableError(absl::StrCat(
+          "rank ", global_rank_, ": receiver rank ", peers_[i],
+          " could not map this member's buffers (its own error says why)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PullEngine::ImportFrom(const Plan& slice, std::vector<char*> buffers,
+                                    absl::Time deadline) {
+  importer_ = std::make_unique<MemoryImporter>(options_.device);
+  std::vector<std::string> sizes(peers_.size(), std::string(8, '\0'));
+  REFIT_RETURN_IF_ERROR(Exchange({}, {}, peers_, &sizes, deadline));
+  std::vector<std::string> blobs;
+  for (const std::string& s : sizes) {
+    const uint64_t n = U64(s);
+    if (n < sizeof(Hello) || n > (1ull << 34)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", global_rank_, ": a sender announces ", n, " bytes of buffer descriptions"));
+    }
+    blobs.emplace_back(n, '\0');
+  }
+  REFIT_RETURN_IF_ERROR(Exchange({}, {}, peers_, &blobs, deadline));
+  REFIT_ASSIGN_OR_RETURN(PullProgram program,
+                         BuildPullProgram(slice, rank_, [&](int32_t s) {
+                           return std::binary_search(peers_.begin(), peers_.end(), s);
+                         }));
+  std::vector<char*> src(slice.src.buffers.size(), nullptr);
+  absl::Status mapped = absl::OkStatus();
+  for (size_t i = 0; i < program.peers.size() && mapped.ok(); ++i) {
+    const PullPeer& peer = program.peers[i];
+    const std::string who = absl::StrCat("engine rank ", rank_, " mapping trainer rank ",
+                                         peer.src_rank, "'s memory");
+    const std::string& blob = blobs[i];
+    Hello h;
+    std::memcpy(&h, blob.data(), sizeof(h));
+    if (h.buffers != static_cast<int64_t>(peer.buffers.size())) {
+      mapped = absl::InvalidArgumentError(absl::StrCat(
+          who, ": it describes ", h.buffers, " buffers, the plan reads ",
+          peer.buffers.size(), " (the two members hold different plans)"));
+      break;
+    }
+    const char* p = blob.data() + sizeof(h);
+    size_t left = blob.size() - sizeof(h);
+    for (int32_t b : peer.buffers) {
+      absl::StatusOr<char*> a = importer_->Import(&p, &left, h.pid, h.token, who);
+      if (!a.ok()) {
+        mapped = a.status();
+        break;
+      }
+      src[b] = *a;
+    }
+  }
+  std::vector<ResolvedCopy> copies;
+  if (mapped.ok()) {
+    absl::StatusOr<std::vector<ResolvedCopy>> rc =
+        ResolveTasks(program.tasks, src, buffers, nullptr, nullptr);
+    if (rc.ok()) {
+      copies = std::move(*rc);
+    } else {
+      mapped = AnnotateStatus(rc.status(), absl::StrCat("engine rank ", rank_));
+    }
+  }
+  std::vector<cuda::PullCopy> dc(copies.size());
+  static_assert(sizeof(cuda::PullCopy) == sizeof(ResolvedCopy), "same layout");
+  if (!copies.empty()) std::memcpy(dc.data(), copies.data(), copies.size() * sizeof(ResolvedCopy));
+  const std::vector<cuda::PullItem> items = cuda::SplitPullItems(dc, options_.max_item_bytes);
+  if (mapped.ok() && items.size() >= (1ull << 31)) {
+    mapped = absl::ResourceExhaustedError("more than 2^31 pull work items");
+  }
+  if (mapped.ok() && !items.empty()) {
+    mapped = Cuda(cudaMalloc(&items_, items.size() * sizeof(cuda::PullItem)), "cudaMalloc");
+    if (mapped.ok()) {
+      mapped = Cuda(cudaMemcpy(items_, items.data(), items.size() * sizeof(cuda::PullItem),
+                               cudaMemcpyHostToDevice),
+                    "cudaMemcpy");
+    }
+  }
+  num_items_ = static_cast<int64_t>(items.size());
+  bytes_ = program.bytes;
+  transforms_ = TransformRuns(slice.dst, rank_);
+  own_buffers_ = std::move(buffers);
+  for (const TransformRun& t : transforms_) {
+    if (mapped.ok() && TransformDType(t.dtype) < 0) {
+      mapped = absl::InvalidArgumentError(absl::StrCat(
+          "engine rank ", rank_, ": transform of dtype ", DTypeName(t.dtype),
+          " is not supported on the device"));
+    }
+  }
+  std::vector<std::string> acks(peers_.size(), U64(mapped.ok() ? 1 : 0));
+  std::vector<std::string> none;
+  REFIT_RETURN_IF_ERROR(Exchange(peers_, acks, {}, &none, deadline));
+  return mapped;
+}
+
+absl::StatusOr<RunStats> PullEngine::Run(absl::Time deadline) {
+  REFIT_RETURN_IF_ERROR(CheckCancelled());
+  const absl::Time start = absl::Now();
+  REFIT_RETURN_IF_ERROR(Cuda(cudaSetDevice(options_.device), "cudaSetDevice"));
+  ++round_;
+  RunStats stats;
+  stats.rounds = 1;
+  cudaEvent_t ev = static_cast<cudaEvent_t>(event_);
+  cudaStream_t st = static_cast<cudaStream_t>(stream_);
+  std::vector<std::string> msgs(peers_.size(), U64(round_));
+  std::vector<std::string> in(peers_.size(), std::string(8, '\0'));
+  std::vector<std::string> none;
+  if (side_ == Side::kTrainer) {
+    cudaStream_t ready = options_.ready_stream != nullptr
+                             ? static_cast<cudaStream_t>(options_.ready_stream)
+                             : cudaStreamLegacy;
+    REFIT_RETURN_IF_ERROR(Cuda(cudaEventRecord(ev, ready), "cudaEventRecord"));
+    REFIT_RETURN_IF_ERROR(WaitEvent(event_, deadline, "the trainer's writes to its weights"));
+    REFIT_RETURN_IF_ERROR(Exchange(peers_, msgs, {}, &none, deadline));
+    REFIT_RETURN_IF_ERROR(Exchange({}, {}, peers_, &in, deadline));
+    for (size_t i = 0; i < peers_.size(); ++i) {
+      if (U64(in[i]) != round_) {
+        return absl::UnavailableError(absl::StrCat(
+            "rank ", global_rank_, ": receiver rank ", peers_[i], " failed round ", round_,
+            " (its own error says why)"));
+      }
+    }
+    stats.bytes_sent = bytes_;
+  } else {
+    REFIT_RETURN_IF_ERROR(Exchange({}, {}, peers_, &in, deadline));
+    for (size_t i = 0; i < peers_.size(); ++i) {
+      if (U64(in[i]) != round_) {
+        return absl::InternalError(absl::StrCat(
+            "rank ", global_rank_, ": sender rank ", peers_[i], " is at round ", U64(in[i]),
+            ", this member at ", round_));
+      }
+    }
+    absl::Status s = Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
+                              static_cast<const cuda::PullItem*>(items_), num_items_, st)),
+                          "pull kernel launch");
+    for (const TransformRun& t : transforms_) {
+      if (!s.ok()) break;
+      s = Cuda(static_cast<cudaError_t>(cuda::LaunchNegExp(
+                   own_buffers_[t.buffer] + t.offset, t.elements, TransformDType(t.dtype), st)),
+               "transform kernel launch");
+    }
+    if (s.ok()) s = Cuda(cudaEventRecord(ev, st), "cudaEventRecord");
+    if (s.ok()) s = WaitEvent(event_, deadline, "the pull kernel");
+    // Tell the senders either way: a failed copy must not leave them
+    // waiting for their deadline.
+    if (!s.ok()) msgs.assign(peers_.size(), U64(0));
+    REFIT_RETURN_IF_ERROR(Exchange(peers_, msgs, {}, &none, deadline));
+    REFIT_RETURN_IF_ERROR(s);
+    stats.bytes_received = bytes_;
+  }
+  stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return stats;
+}
+
+}  // namespace refit

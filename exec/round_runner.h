@@ -1,0 +1,28 @@
+// RoundRunner: a member's whole data plane for one plan, when it is not an
+// Executor over a Transport (the colocated pull path,
+// exec/cuda/pull_engine.h): runs the member's part of one round.
+#ifndef REFIT_EXEC_ROUND_RUNNER_H_
+#define REFIT_EXEC_ROUND_RUNNER_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "exec/executor.h"
+
+namespace refit {
+
+class RoundRunner {
+ public:
+  virtual ~RoundRunner() = default;
+  // Runs the member's part of one round. Fails with DEADLINE_EXCEEDED,
+  // UNAVAILABLE naming a peer that died, or the reason given to Cancel;
+  // must not be run again after a failure.
+  virtual absl::StatusOr<RunStats> Run(absl::Time deadline) = 0;
+  // Makes the wait in progress and later Runs fail promptly with `reason`.
+  // Thread-safe.
+  virtual void Cancel(const absl::Status& reason) = 0;
+};
+
+}  // namespace refit
+
+#endif  // REFIT_EXEC_ROUND_RUNNER_H_

@@ -1,0 +1,102 @@
+// Candidates: (destination record, source piece) intersections.
+#include "plan/internal/candidates.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "layout/dtype.h"
+#include "plan/internal/errors.h"
+
+namespace refit {
+namespace internal_plan {
+
+absl::Status FindCandidates(const SideLayout& src, const SideLayout& dst,
+                            const std::vector<int32_t>& dst_to_src,
+                            Candidates* out, std::vector<std::string>* errors) {
+  std::vector<std::vector<int32_t>> src_recs(src.tensors.size());
+  for (size_t i = 0; i < src.records.size(); ++i) {
+    src_recs[src.records[i].tensor].push_back(static_cast<int32_t>(i));
+  }
+  std::vector<TensorPieces> pieces(src.tensors.size());
+  std::vector<char> built(src.tensors.size(), 0);
+  std::vector<Candidate>& cands = out->cands;
+  {
+    // dst records by tensor (counting sort), then by box within a tensor.
+    const size_t nt = dst.tensors.size();
+    std::vector<int32_t> first(nt + 1, 0);
+    for (const Record& r : dst.records) ++first[r.tensor + 1];
+    for (size_t t = 0; t < nt; ++t) first[t + 1] += first[t];
+    std::vector<int32_t> order(dst.records.size());
+    {
+      std::vector<int32_t> cursor(first.begin(), first.end() - 1);
+      for (size_t i = 0; i < dst.records.size(); ++i) {
+        order[cursor[dst.records[i].tensor]++] = static_cast<int32_t>(i);
+      }
+    }
+    std::vector<int32_t> hits;
+    std::vector<Box> inter;
+    std::vector<std::pair<uint64_t, int32_t>> box_hash;
+    for (size_t t = 0; t < nt; ++t) {
+      auto b = order.begin() + first[t], e = order.begin() + first[t + 1];
+      // Equal boxes (replicas) together: sort by a hash of the box, then
+      // index (a collision only splits a group; the groups stay exact).
+      box_hash.clear();
+      for (auto q = b; q != e; ++q) {
+        const Box& bx = dst.records[*q].box;
+        uint64_t h = static_cast<uint64_t>(bx.rank());
+        for (int d = 0; d < bx.rank(); ++d) {
+          h = (h ^ static_cast<uint64_t>(bx.origin(d))) * 0x9E3779B97F4A7C15ULL;
+          h = (h ^ static_cast<uint64_t>(bx.shape(d))) * 0xC2B2AE3D27D4EB4FULL;
+        }
+        box_hash.emplace_back(h, *q);
+      }
+      std::sort(box_hash.begin(), box_hash.end());
+      for (size_t q = 0; q < box_hash.size(); ++q) b[q] = box_hash[q].second;
+      const int32_t st = dst_to_src[t];
+      const int64_t es = DTypeSize(dst.tensors[t].dtype);
+      for (auto i = b; i != e;) {
+        const Record& r0 = dst.records[*i];
+        auto j = i;
+        while (j != e && dst.records[*j].box == r0.box) ++j;
+        if (IsEmpty(r0.box)) {
+          i = j;
+          continue;
+        }
+        if (!built[st]) {
+          absl::Status s = BuildPieces(src, src_recs[st], &pieces[st]);
+          if (!s.ok()) return AnnotateStatus(s, "tensor " + src.tensors[st].name);
+          built[st] = 1;
+        }
+        FindPieces(pieces[st], r0.box, &hits);
+        int64_t covered = 0;
+        inter.clear();
+        for (int32_t h : hits) {
+          inter.push_back(Intersect(pieces[st].pieces[h].box, r0.box));
+          covered += UncheckedNumElements(inter.back());
+        }
+        const int64_t total = UncheckedNumElements(r0.box);
+        for (auto k = i; k != j; ++k) {
+          if (covered != total) {
+            errors->push_back(absl::StrCat(
+                "no source for ", total - covered, " of ", total,
+                " elements of ", DescribePart(dst.tensors[t], r0.box), " on ",
+                DstRank(dst.records[*k].rank)));
+            continue;
+          }
+          for (size_t h = 0; h < hits.size(); ++h) {
+            cands.push_back(Candidate{*k, st, hits[h], dst.records[*k].rank,
+                                      UncheckedNumElements(inter[h]) * es});
+          }
+        }
+        i = j;
+      }
+    }
+  }
+  out->pieces = std::move(pieces);
+  return absl::OkStatus();
+}
+
+}  // namespace internal_plan
+}  // namespace refit

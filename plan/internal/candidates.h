@@ -1,0 +1,51 @@
+// Candidates: every (destination record, source piece) intersection, the
+// transfers among which replica choice picks a source.
+#ifndef REFIT_PLAN_INTERNAL_CANDIDATES_H_
+#define REFIT_PLAN_INTERNAL_CANDIDATES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "layout/box.h"
+#include "layout/layout.h"
+#include "plan/internal/pieces.h"
+
+namespace refit {
+namespace internal_plan {
+
+struct Candidate {
+  int32_t dst_record;
+  int32_t src_tensor;
+  int32_t piece;  // in pieces[src_tensor]
+  int32_t dst_rank;
+  int64_t bytes;
+};
+
+// The candidates of a plan and the source pieces they refer to.
+struct Candidates {
+  // Per src tensor; built only for tensors a non-empty dst record needs.
+  std::vector<TensorPieces> pieces;
+  // By dst tensor, then by dst box (replicas of a box together), then
+  // piece.
+  std::vector<Candidate> cands;
+
+  const Piece& PieceOf(const Candidate& c) const {
+    return pieces[c.src_tensor].pieces[c.piece];
+  }
+};
+
+// Finds the candidates of every dst record, computed once per distinct
+// (tensor, box) of the destination; `dst_to_src` maps dst tensors to src
+// tensors (all matched). Appends a line to *errors for each dst record
+// that the source does not fully cover. Returns OK, or BuildPieces' error
+// annotated with the tensor name.
+absl::Status FindCandidates(const SideLayout& src, const SideLayout& dst,
+                            const std::vector<int32_t>& dst_to_src,
+                            Candidates* out, std::vector<std::string>* errors);
+
+}  // namespace internal_plan
+}  // namespace refit
+
+#endif  // REFIT_PLAN_INTERNAL_CANDIDATES_H_

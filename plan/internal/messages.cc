@@ -1,0 +1,155 @@
+// Messages: coalescing each pair's segments.
+#include "plan/internal/messages.h"
+
+#include <utility>
+
+#include "layout/dtype.h"
+#include "plan/internal/segment_range.h"
+
+namespace refit {
+namespace internal_plan {
+
+std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
+                                             const Candidates& candidates,
+                                             const std::vector<int32_t>& choice,
+                                             int64_t cap, int64_t direct_min,
+                                             Plan* plan) {
+  // The layouts as normalized (plan->src, plan->dst).
+  const SideLayout& ns = plan->src;
+  const SideLayout& nd = plan->dst;
+  const std::vector<Candidate>& cands = candidates.cands;
+  const std::vector<TensorPieces>& pieces = candidates.pieces;
+  const std::vector<SegKey>& keys = segment_keys.keys;
+  const std::vector<Box>& split_boxes = segment_keys.split_boxes;
+  auto seg_box = [&](const SegKey& k) {
+    if (k.split >= 0) return split_boxes[k.split];
+    const Candidate& c = cands[k.cand];
+    return Intersect(pieces[c.src_tensor].pieces[c.piece].box,
+                     nd.records[c.dst_record].box);
+  };
+  auto src_record_of = [&](const SegKey& k) {
+    const Candidate& c = cands[k.cand];
+    return pieces[c.src_tensor].pieces[c.piece].replicas[choice[k.cand]];
+  };
+  auto dst_rank_of = [&](const SegKey& k) { return cands[k.cand].dst_rank; };
+  auto stage_of = [&](int32_t src_rank) {
+    return ns.stage_of_rank.empty() ? 0 : ns.stage_of_rank[src_rank];
+  };
+  std::vector<PendingMessage> msgs;
+  plan->segments.reserve(keys.size());
+  {
+    // When a segment is one contiguous range of its buffer on a side: that
+    // buffer and range.
+    struct Range {
+      int32_t buffer = -1;  // -1: not contiguous
+      ByteRange range;
+    };
+    auto range_of = [&](bool is_src, const Segment& sg) {
+      const SideLayout& side = is_src ? ns : nd;
+      const Record& r = side.records[is_src ? sg.src_record : sg.dst_record];
+      Range out;
+      int32_t b;
+      ByteRange br;
+      if (SegmentRange(r, DTypeSize(side.tensors[r.tensor].dtype), sg.box, &b,
+                       &br)) {
+        out.buffer = b;
+        out.range = br;
+      }
+      return out;
+    };
+    // If every segment of plan->segments[j, k) is one contiguous range of one
+    // buffer, continuing the previous one: that buffer and the whole range.
+    auto contiguous = [&](bool is_src, size_t j, size_t k) {
+      Range all;
+      for (size_t q = j; q < k; ++q) {
+        const Range r = range_of(is_src, plan->segments[q]);
+        if (r.buffer < 0) return Range{};
+        if (q == j) {
+          all = r;
+        } else if (r.buffer != all.buffer || r.range.begin != all.range.end()) {
+          return Range{};
+        } else {
+          all.range.size += r.range.size;
+        }
+      }
+      return all;
+    };
+    auto segment_of = [&](const SegKey& k) {
+      return Segment{src_record_of(k), cands[k.cand].dst_record, seg_box(k),
+                     k.bytes};
+    };
+    // Appends the message of plan->segments[j, end) of the pair (s, d), whose
+    // contiguity per side is `src` and `dst`.
+    auto add_message = [&](int32_t s, int32_t d, int32_t seq, size_t j,
+                           const Range& src, const Range& dst) {
+      PendingMessage mm;
+      mm.stage = stage_of(s);
+      mm.seq = seq;
+      mm.m.src_rank = s;
+      mm.m.dst_rank = d;
+      mm.m.first_segment = static_cast<int32_t>(j);
+      mm.m.num_segments = static_cast<int32_t>(plan->segments.size() - j);
+      int64_t bytes = 0;
+      for (size_t q = j; q < plan->segments.size(); ++q) {
+        bytes += plan->segments[q].bytes;
+      }
+      mm.m.bytes = bytes;
+      if (src.buffer >= 0) {
+        mm.m.src_contiguous = true;
+        mm.m.src_buffer = src.buffer;
+        mm.m.src_offset = src.range.begin;
+      }
+      if (dst.buffer >= 0) {
+        mm.m.dst_contiguous = true;
+        mm.m.dst_buffer = dst.buffer;
+        mm.m.dst_offset = dst.range.begin;
+      }
+      msgs.push_back(mm);
+    };
+    std::vector<Segment> pending;  // of the message being coalesced
+    for (size_t i = 0; i < keys.size();) {
+      const int32_t s = keys[i].src_rank, d = dst_rank_of(keys[i]);
+      size_t e = i;
+      while (e < keys.size() && keys[e].src_rank == s && dst_rank_of(keys[e]) == d) {
+        ++e;
+      }
+      // keys[i, e) is one pair, in destination order. Segments of at least
+      // direct_min bytes that are contiguous on a side become messages of
+      // their own, in place; the others are coalesced in order into
+      // messages of at most `cap`, each placed where it fills up.
+      pending.clear();
+      int64_t pending_bytes = 0;
+      int32_t seq = 0;
+      auto flush = [&]() {
+        if (pending.empty()) return;
+        const size_t j = plan->segments.size();
+        for (Segment& sg : pending) plan->segments.push_back(std::move(sg));
+        add_message(s, d, seq++, j, contiguous(true, j, plan->segments.size()),
+                    contiguous(false, j, plan->segments.size()));
+        pending.clear();
+        pending_bytes = 0;
+      };
+      for (size_t q = i; q < e; ++q) {
+        const SegKey& k = keys[q];
+        Segment sg = segment_of(k);
+        if (direct_min > 0 && k.bytes >= direct_min) {
+          const Range src = range_of(true, sg), dst = range_of(false, sg);
+          if (src.buffer >= 0 || dst.buffer >= 0) {
+            plan->segments.push_back(std::move(sg));
+            add_message(s, d, seq++, plan->segments.size() - 1, src, dst);
+            continue;
+          }
+        }
+        if (!pending.empty() && pending_bytes + k.bytes > cap) flush();
+        pending.push_back(std::move(sg));
+        pending_bytes += k.bytes;
+      }
+      flush();
+      i = e;
+    }
+  }
+  return msgs;
+}
+
+}  // namespace internal_plan
+}  // namespace refit

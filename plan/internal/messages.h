@@ -1,0 +1,38 @@
+// Messages: each pair's segments coalesced into messages, with each side's
+// contiguity (a contiguous side needs no staging).
+#ifndef REFIT_PLAN_INTERNAL_MESSAGES_H_
+#define REFIT_PLAN_INTERNAL_MESSAGES_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "plan/internal/candidates.h"
+#include "plan/internal/segments.h"
+#include "plan/plan.h"
+
+namespace refit {
+namespace internal_plan {
+
+// A message before it has a round.
+struct PendingMessage {
+  Message m;  // round not set yet
+  int32_t stage = 0;
+  int32_t seq = 0;  // index among its pair's messages
+};
+
+// Writes plan->segments from `keys`, in pair order and within a pair in
+// message order (each message's segments contiguous), and returns the
+// messages in that order. A segment of at least `direct_min` bytes (0:
+// never) that is one contiguous range of its buffer on a side is a message
+// of its own; the others are coalesced in order into messages of at most
+// `cap` bytes. Reads plan->src and plan->dst. Never fails.
+std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& keys,
+                                             const Candidates& candidates,
+                                             const std::vector<int32_t>& choice,
+                                             int64_t cap, int64_t direct_min,
+                                             Plan* plan);
+
+}  // namespace internal_plan
+}  // namespace refit
+
+#endif  // REFIT_PLAN_INTERNAL_MESSAGES_H_

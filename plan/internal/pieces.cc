@@ -1,0 +1,148 @@
+// Source pieces: disjoint boxes of a source tensor and their replicas.
+#include "plan/internal/pieces.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace refit {
+namespace internal_plan {
+namespace {
+
+constexpr int64_t kMaxGridCells = 1 << 20;
+
+}  // namespace
+
+absl::Status BuildPieces(const SideLayout& src, const std::vector<int32_t>& recs,
+                         TensorPieces* out) {
+  std::vector<int32_t> order(recs);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const Record& ra = src.records[a];
+    const Record& rb = src.records[b];
+    if (ra.box != rb.box) return ra.box < rb.box;
+    if (ra.rank != rb.rank) return ra.rank < rb.rank;
+    return a < b;
+  });
+  std::vector<Piece> distinct;
+  for (int32_t i : order) {
+    const Record& r = src.records[i];
+    if (IsEmpty(r.box)) continue;
+    if (distinct.empty() || distinct.back().box != r.box) {
+      distinct.push_back(Piece{r.box, {}});
+    }
+    distinct.back().replicas.push_back(i);
+  }
+  // Overlap check between distinct boxes (sorted by origin, dim-0 sweep).
+  bool overlap = false;
+  const int rank = distinct.empty() ? 0 : distinct[0].box.rank();
+  for (size_t i = 0; i < distinct.size() && !overlap; ++i) {
+    for (size_t j = i + 1; j < distinct.size(); ++j) {
+      if (rank > 0 && distinct[j].box.origin(0) >= distinct[i].box.limit(0)) {
+        break;
+      }
+      if (Intersects(distinct[i].box, distinct[j].box)) {
+        overlap = true;
+        break;
+      }
+    }
+  }
+  if (overlap) {
+    // Cut every dim at every box boundary; each covered grid cell becomes a
+    // piece held by every record containing it. Exactly-once by design.
+    std::vector<std::vector<int64_t>> cuts(rank);
+    for (const Piece& p : distinct) {
+      for (int d = 0; d < rank; ++d) {
+        cuts[d].push_back(p.box.origin(d));
+        cuts[d].push_back(p.box.limit(d));
+      }
+    }
+    int64_t cells = 1;
+    for (auto& c : cuts) {
+      std::sort(c.begin(), c.end());
+      c.erase(std::unique(c.begin(), c.end()), c.end());
+      cells *= std::max<int64_t>(1, static_cast<int64_t>(c.size()) - 1);
+      if (cells > kMaxGridCells) {
+        return absl::InvalidArgumentError(
+            "source boxes overlap in too complex a pattern");
+      }
+    }
+    std::vector<Piece> grid;
+    for (const Piece& p : distinct) {
+      // Enumerate the cells inside p.
+      std::vector<std::pair<size_t, size_t>> rng(rank);
+      for (int d = 0; d < rank; ++d) {
+        rng[d].first = std::lower_bound(cuts[d].begin(), cuts[d].end(),
+                                        p.box.origin(d)) - cuts[d].begin();
+        rng[d].second = std::lower_bound(cuts[d].begin(), cuts[d].end(),
+                                         p.box.limit(d)) - cuts[d].begin();
+      }
+      std::vector<size_t> idx(rank);
+      for (int d = 0; d < rank; ++d) idx[d] = rng[d].first;
+      while (true) {
+        Box::Indices o(rank), s(rank);
+        for (int d = 0; d < rank; ++d) {
+          o[d] = cuts[d][idx[d]];
+          s[d] = cuts[d][idx[d] + 1] - o[d];
+        }
+        grid.push_back(Piece{Box::Unchecked(o, s), p.replicas});
+        int d = rank - 1;
+        while (d >= 0 && ++idx[d] == rng[d].second) {
+          idx[d] = rng[d].first;
+          --d;
+        }
+        if (d < 0) break;
+      }
+    }
+    std::sort(grid.begin(), grid.end(),
+              [](const Piece& a, const Piece& b) { return a.box < b.box; });
+    distinct.clear();
+    for (Piece& g : grid) {
+      if (!distinct.empty() && distinct.back().box == g.box) {
+        auto& r = distinct.back().replicas;
+        r.insert(r.end(), g.replicas.begin(), g.replicas.end());
+      } else {
+        distinct.push_back(std::move(g));
+      }
+    }
+    for (Piece& p : distinct) {
+      std::sort(p.replicas.begin(), p.replicas.end(), [&](int32_t a, int32_t b) {
+        return std::make_pair(src.records[a].rank, a) <
+               std::make_pair(src.records[b].rank, b);
+      });
+      p.replicas.erase(std::unique(p.replicas.begin(), p.replicas.end()),
+                       p.replicas.end());
+    }
+  }
+  for (Piece& p : distinct) {
+    p.ranks.clear();
+    for (int32_t ri : p.replicas) p.ranks.push_back(src.records[ri].rank);
+  }
+  out->pieces = std::move(distinct);
+  out->max_extent0 = 0;
+  for (const Piece& p : out->pieces) {
+    if (p.box.rank() > 0) {
+      out->max_extent0 = std::max(out->max_extent0, p.box.shape(0));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Pieces of tp intersecting q (indices into tp.pieces).
+void FindPieces(const TensorPieces& tp, const Box& q, std::vector<int32_t>* hits) {
+  hits->clear();
+  const auto& ps = tp.pieces;
+  size_t start = 0;
+  if (q.rank() > 0) {
+    const int64_t lo = q.origin(0) - tp.max_extent0;
+    start = std::partition_point(ps.begin(), ps.end(),
+                                 [&](const Piece& p) {
+                                   return p.box.origin(0) <= lo;
+                                 }) - ps.begin();
+  }
+  for (size_t i = start; i < ps.size(); ++i) {
+    if (q.rank() > 0 && ps[i].box.origin(0) >= q.limit(0)) break;
+    if (Intersects(ps[i].box, q)) hits->push_back(static_cast<int32_t>(i));
+  }
+}
+
+}  // namespace internal_plan
+}  // namespace refit

@@ -1,0 +1,154 @@
+// Rounds: next-fit scheduling of messages under the staging budget.
+#include "plan/internal/rounds.h"
+
+#include <algorithm>
+#include <numeric>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "plan/internal/budgets.h"
+
+namespace refit {
+namespace internal_plan {
+
+std::vector<int32_t> ScheduleRounds(const PlannerOptions& options,
+                                    int32_t src_world, int32_t dst_world,
+                                    std::vector<PendingMessage>* messages,
+                                    std::vector<Round>* rounds) {
+  std::vector<PendingMessage>& msgs = *messages;
+  const int64_t lane_budget = LaneBudget(options);
+  std::vector<int32_t> stages;
+  for (const PendingMessage& m : msgs) stages.push_back(m.stage);
+  std::sort(stages.begin(), stages.end());
+  stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
+  std::vector<int32_t> order(msgs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const PendingMessage& x = msgs[a];
+    const PendingMessage& y = msgs[b];
+    return std::make_tuple(x.stage, x.seq, x.m.src_rank, x.m.dst_rank) <
+           std::make_tuple(y.stage, y.seq, y.m.src_rank, y.m.dst_rank);
+  });
+  // local round index per message, per stage.
+  const int64_t round_cap = RoundCap(options);
+  std::vector<int32_t> local_round(msgs.size(), 0);
+  std::vector<int32_t> rounds_in_stage(stages.size(), 0);
+  {
+    // Per rank and round: staged bytes (<= lane_budget) and all bytes
+    // (<= round_cap; a bigger message gets an empty round).
+    struct Use {
+      int64_t staged = 0;
+      int64_t all = 0;
+    };
+    size_t i = 0;
+    for (size_t si = 0; si < stages.size(); ++si) {
+      std::vector<std::vector<Use>> suse(src_world), duse(dst_world);
+      std::vector<int32_t> sstart(src_world, 0), dstart(dst_world, 0);
+      absl::flat_hash_map<int64_t, int32_t> pair_last;
+      int32_t nrounds = 0;
+      auto use = [](std::vector<Use>& v, int32_t r) -> Use& {
+        if (static_cast<int32_t>(v.size()) <= r) v.resize(r + 1);
+        return v[r];
+      };
+      auto fits = [&](const Use& u, int64_t staged, int64_t all) {
+        if (u.all == 0 && all > round_cap) return true;  // a round of its own
+        return u.staged + staged <= lane_budget && u.all + all <= round_cap;
+      };
+      auto full = [&](const Use& u) {
+        return u.staged >= lane_budget || u.all >= round_cap;
+      };
+      for (; i < order.size() && msgs[order[i]].stage == stages[si]; ++i) {
+        const PendingMessage& mm = msgs[order[i]];
+        const int32_t s = mm.m.src_rank, d = mm.m.dst_rank;
+        const int64_t sc = mm.m.src_contiguous ? 0 : mm.m.bytes;
+        const int64_t dc = mm.m.dst_contiguous ? 0 : mm.m.bytes;
+        const int64_t key = int64_t{s} * dst_world + d;
+        auto pl = pair_last.find(key);
+        // A pair's messages keep their order: never before its last round.
+        int32_t r = std::max(sstart[s], dstart[d]);
+        if (pl != pair_last.end()) r = std::max(r, pl->second);
+        while (true) {
+          const bool sfull = !fits(use(suse[s], r), sc, mm.m.bytes);
+          const bool dfull = !fits(use(duse[d], r), dc, mm.m.bytes);
+          if (!sfull && !dfull) break;
+          // Next fit: a rank does not return to a round that one of its
+          // messages did not fit in (keeps this loop linear).
+          if (sfull) sstart[s] = std::max(sstart[s], r + 1);
+          if (dfull) dstart[d] = std::max(dstart[d], r + 1);
+          ++r;
+        }
+        Use& su = use(suse[s], r);
+        su.staged += sc;
+        su.all += mm.m.bytes;
+        Use& du = use(duse[d], r);
+        du.staged += dc;
+        du.all += mm.m.bytes;
+        while (sstart[s] < static_cast<int32_t>(suse[s].size()) &&
+               full(suse[s][sstart[s]])) {
+          ++sstart[s];
+        }
+        while (dstart[d] < static_cast<int32_t>(duse[d].size()) &&
+               full(duse[d][dstart[d]])) {
+          ++dstart[d];
+        }
+        pair_last[key] = r;
+        local_round[order[i]] = r;
+        nrounds = std::max(nrounds, r + 1);
+      }
+      rounds_in_stage[si] = nrounds;
+    }
+  }
+  // Global order: interleave stages (round k of each stage, stage order).
+  std::vector<std::vector<int32_t>> global_of(stages.size());
+  int32_t nglobal = 0;
+  {
+    int32_t maxr = 0;
+    for (int32_t n : rounds_in_stage) maxr = std::max(maxr, n);
+    for (size_t si = 0; si < stages.size(); ++si) {
+      global_of[si].assign(rounds_in_stage[si], -1);
+    }
+    for (int32_t k = 0; k < maxr; ++k) {
+      for (size_t si = 0; si < stages.size(); ++si) {
+        if (k < rounds_in_stage[si]) {
+          global_of[si][k] = nglobal++;
+          Round r;
+          r.stage = stages[si];
+          r.lane = stages.size() >= 2 ? stages[si] % options.num_lanes
+                                      : k % options.num_lanes;
+          rounds->push_back(r);
+        }
+      }
+    }
+  }
+  {
+    absl::flat_hash_map<int32_t, size_t> stage_index;
+    for (size_t si = 0; si < stages.size(); ++si) stage_index[stages[si]] = si;
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      msgs[i].m.round = global_of[stage_index[msgs[i].stage]][local_round[i]];
+    }
+  }
+  return order;
+}
+
+void EmitMessages(const std::vector<PendingMessage>& msgs,
+                  std::vector<int32_t> order, Plan* plan) {
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const Message& x = msgs[a].m;
+    const Message& y = msgs[b].m;
+    return std::make_tuple(x.round, x.src_rank, x.dst_rank, msgs[a].seq) <
+           std::make_tuple(y.round, y.src_rank, y.dst_rank, msgs[b].seq);
+  });
+  plan->messages.reserve(msgs.size());
+  for (int32_t oi : order) {
+    const Message& m = msgs[oi].m;
+    Round& r = plan->rounds[m.round];
+    if (r.num_messages == 0) {
+      r.first_message = static_cast<int32_t>(plan->messages.size());
+    }
+    ++r.num_messages;
+    plan->messages.push_back(m);
+  }
+}
+
+}  // namespace internal_plan
+}  // namespace refit

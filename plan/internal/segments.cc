@@ -1,0 +1,179 @@
+// Segments: split at the message cap and ordered per pair by destination.
+#include "plan/internal/segments.h"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "layout/dtype.h"
+
+namespace refit {
+namespace internal_plan {
+namespace {
+
+// Element offset of global index `g` (inside r.box) relative to byte_offset.
+int64_t ElementOffset(const Record& r, absl::Span<const int64_t> g) {
+  int64_t off = 0;
+  for (int d = 0; d < r.box.rank(); ++d) {
+    off += DimOffset(r.dims[d], g[d] - r.box.origin(d));
+  }
+  return off;
+}
+
+// Splits box into sub-boxes of at most cap bytes along the outermost dim
+// with extent > 1 (recursively when one slice is still too big).
+void SplitBox(const Box& box, int64_t es, int64_t cap, std::vector<Box>* out) {
+  const int64_t bytes = UncheckedNumElements(box) * es;
+  if (bytes <= cap) {
+    out->push_back(box);
+    return;
+  }
+  int d = 0;
+  while (d < box.rank() && box.shape(d) <= 1) ++d;
+  if (d == box.rank()) {  // one element bigger than cap: cannot split
+    out->push_back(box);
+    return;
+  }
+  const int64_t slice = bytes / box.shape(d);
+  Box::Indices o(box.origin().begin(), box.origin().end());
+  Box::Indices s(box.shape().begin(), box.shape().end());
+  if (slice > cap) {
+    for (int64_t i = 0; i < box.shape(d); ++i) {
+      o[d] = box.origin(d) + i;
+      s[d] = 1;
+      SplitBox(Box::Unchecked(o, s), es, cap, out);
+    }
+    return;
+  }
+  const int64_t per = std::max<int64_t>(1, cap / slice);
+  for (int64_t i = 0; i < box.shape(d); i += per) {
+    o[d] = box.origin(d) + i;
+    s[d] = std::min(per, box.shape(d) - i);
+    out->push_back(Box::Unchecked(o, s));
+  }
+}
+
+}  // namespace
+
+absl::Status OrderSegments(const Candidates& candidates,
+                           const std::vector<int32_t>& choice,
+                           const SideLayout& src, const SideLayout& dst,
+                           int64_t cap, SegmentKeys* out) {
+  const std::vector<Candidate>& cands = candidates.cands;
+  const std::vector<TensorPieces>& pieces = candidates.pieces;
+  std::vector<SegKey>& keys = out->keys;
+  std::vector<Box>& split_boxes = out->split_boxes;
+  auto dst_rank_of = [&](const SegKey& k) { return cands[k.cand].dst_rank; };
+  {
+    // Source ranks ordered by (stage, rank): the pair order.
+    std::vector<int32_t> src_pos(src.world_size);
+    {
+      std::vector<int32_t> by(src.world_size);
+      std::iota(by.begin(), by.end(), 0);
+      if (!src.stage_of_rank.empty()) {
+        std::stable_sort(by.begin(), by.end(), [&](int32_t x, int32_t y) {
+          return src.stage_of_rank[x] < src.stage_of_rank[y];
+        });
+      }
+      for (int32_t i = 0; i < src.world_size; ++i) src_pos[by[i]] = i;
+    }
+    // Pass 1: split what exceeds the cap (rare). Candidate i's split boxes
+    // are split_boxes[split_off[i], split_off[i + 1]); none: it is whole.
+    std::vector<int32_t> split_off(cands.size() + 1, 0);
+    std::vector<Box> split;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      split_off[i] = static_cast<int32_t>(split_boxes.size());
+      const Candidate& c = cands[i];
+      const int64_t es = DTypeSize(dst.tensors[dst.records[c.dst_record].tensor].dtype);
+      if (es > cap) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "staging budget per lane ", cap, " bytes is smaller than one element of ",
+            dst.tensors[dst.records[c.dst_record].tensor].name));
+      }
+      if (c.bytes <= cap) continue;
+      split.clear();
+      SplitBox(Intersect(pieces[c.src_tensor].pieces[c.piece].box,
+                         dst.records[c.dst_record].box),
+               es, cap, &split);
+      for (Box& b : split) split_boxes.push_back(std::move(b));
+    }
+    split_off[cands.size()] = static_cast<int32_t>(split_boxes.size());
+    // Keys of candidate i: 1 when whole, else its split boxes.
+    auto nkeys = [&](size_t i) {
+      return std::max<int32_t>(1, split_off[i + 1] - split_off[i]);
+    };
+    const int64_t npairs = int64_t{src.world_size} * dst.world_size;
+    auto pair_of = [&](int32_t src_rank, int32_t dst_rank) {
+      return int64_t{src_pos[src_rank]} * dst.world_size + dst_rank;
+    };
+    auto by_dst = [](const SegKey& x, const SegKey& y) {
+      if (x.dst_buffer != y.dst_buffer) return x.dst_buffer < y.dst_buffer;
+      if (x.dst_start != y.dst_start) return x.dst_start < y.dst_start;
+      if (x.cand != y.cand) return x.cand < y.cand;
+      return x.split < y.split;
+    };
+    // Pass 2: each key straight into its pair's slot (a counting sort over
+    // pair positions; a comparison sort when there are too many pairs),
+    // then each pair's keys by (dst buffer, dst offset, generation).
+    const bool counting = npairs <= (int64_t{1} << 24);
+    std::vector<int32_t> first;
+    size_t total = 0;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      total += nkeys(i);
+    }
+    keys.resize(total);
+    std::vector<int32_t> cursor;
+    if (counting) {
+      first.assign(npairs + 1, 0);
+      for (size_t i = 0; i < cands.size(); ++i) {
+        const Candidate& c = cands[i];
+        first[pair_of(pieces[c.src_tensor].pieces[c.piece].ranks[choice[i]],
+                      c.dst_rank) + 1] += nkeys(i);
+      }
+      for (int64_t q = 0; q < npairs; ++q) first[q + 1] += first[q];
+      cursor.assign(first.begin(), first.end() - 1);
+    }
+    size_t next = 0;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      const Candidate& c = cands[i];
+      const Record& dr = dst.records[c.dst_record];
+      const int32_t src_rank = pieces[c.src_tensor].pieces[c.piece].ranks[choice[i]];
+      const int64_t es = DTypeSize(dst.tensors[dr.tensor].dtype);
+      auto add = [&](const Box& b, int32_t split_index, int64_t bytes) {
+        const int64_t rel0 = b.rank() > 0 ? b.origin(0) - dr.box.origin(0) : 0;
+        SegKey k{dr.byte_offset + es * ElementOffset(dr, b.origin()), bytes,
+                 RecordBuffer(dr, rel0), static_cast<int32_t>(i), split_index,
+                 src_rank};
+        keys[counting ? cursor[pair_of(src_rank, c.dst_rank)]++ : next++] = k;
+      };
+      if (split_off[i + 1] == split_off[i]) {
+        add(Intersect(pieces[c.src_tensor].pieces[c.piece].box, dr.box), -1,
+            c.bytes);
+        continue;
+      }
+      for (int32_t q = split_off[i]; q < split_off[i + 1]; ++q) {
+        add(split_boxes[q], q, UncheckedNumElements(split_boxes[q]) * es);
+      }
+    }
+    if (counting) {
+      for (int64_t q = 0; q < npairs; ++q) {
+        if (first[q + 1] - first[q] > 1) {
+          std::sort(keys.begin() + first[q], keys.begin() + first[q + 1], by_dst);
+        }
+      }
+    } else {
+      std::sort(keys.begin(), keys.end(), [&](const SegKey& x, const SegKey& y) {
+        const int64_t px = pair_of(x.src_rank, dst_rank_of(x));
+        const int64_t py = pair_of(y.src_rank, dst_rank_of(y));
+        if (px != py) return px < py;
+        return by_dst(x, y);
+      });
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace internal_plan
+}  // namespace refit

@@ -1,0 +1,71 @@
+// Test patterns in a Member's buffers (see member_patterns.h).
+#include "testing/member_patterns.h"
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/member_name.h"
+#include "common/status_macros.h"
+#include "testing/reference_copy.h"
+
+namespace refit::testing {
+namespace {
+
+std::string Who(const MemberOptions& o) {
+  return MemberName(o.side == Side::kTrainer, o.engine_id, o.rank);
+}
+
+// Host memory of each buffer of the member's rank layout: the host copy
+// given, else the registered buffer (host members only).
+absl::StatusOr<HostBuffers> PatternBuffers(
+    const Member& member, const std::map<std::string, char*>& host) {
+  const MemberOptions& o = member.options();
+  const std::map<std::string, BufferRef>& registered = member.buffers();
+  for (const auto& [name, p] : host) {
+    if (registered.count(name) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Who(o), ": no registered buffer is named ", name));
+    }
+    if (p == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Who(o), ": the host copy of ", name, " is null"));
+    }
+  }
+  const MappedSide& side = member.rank_layout();
+  HostBuffers ptrs(side.layout.buffers.size(), nullptr);
+  for (int32_t b = side.rank_begin[o.rank]; b < side.rank_begin[o.rank + 1]; ++b) {
+    const std::string& name = side.layout.buffers[b].name;
+    auto h = host.find(name);
+    if (h != host.end()) {
+      ptrs[b] = reinterpret_cast<uint8_t*>(h->second);
+      continue;
+    }
+    if (o.device != "cpu") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Who(o), ": buffer ", name, " is in ", o.device,
+                       " memory; give a host copy of it"));
+    }
+    ptrs[b] = reinterpret_cast<uint8_t*>(registered.at(name).data);
+  }
+  return ptrs;
+}
+
+}  // namespace
+
+absl::Status FillMemberPattern(const Member& member, int64_t version,
+                               const std::map<std::string, char*>& host) {
+  REFIT_ASSIGN_OR_RETURN(HostBuffers ptrs, PatternBuffers(member, host));
+  FillPattern(member.rank_layout().layout, ptrs,
+              {member.options().rank, static_cast<uint64_t>(version)});
+  return absl::OkStatus();
+}
+
+absl::Status CheckMemberPattern(const Member& member, int64_t version,
+                                const std::map<std::string, char*>& host) {
+  REFIT_ASSIGN_OR_RETURN(HostBuffers ptrs, PatternBuffers(member, host));
+  return AnnotateStatus(
+      CheckPattern(member.rank_layout().layout, ptrs,
+                   {member.options().rank, static_cast<uint64_t>(version)}),
+      Who(member.options()));
+}
+
+}  // namespace refit::testing
