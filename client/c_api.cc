@@ -18,6 +18,7 @@
 #include "client/member.h"
 #include "common/status_macros.h"
 #include "layout/dtype.h"
+#include "layout/side.h"
 #include "nlohmann/json.hpp"
 
 #ifdef REFIT_C_API_CUDA
@@ -133,11 +134,8 @@ absl::StatusOr<Parsed> ParseOptions(const char* text, bool for_join) {
   MemberOptions& o = p.options;
   std::string side;
   REFIT_RETURN_IF_ERROR(GetString(j, "side", &side, true));
-  if (side != "trainer" && side != "engine") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "member option \"side\" is \"", side, "\"; expected trainer or engine"));
-  }
-  o.trainer = side == "trainer";
+  REFIT_ASSIGN_OR_RETURN(o.side,
+                         AnnotateStatus(ParseSide(side), "member option \"side\""));
   int64_t rank = 0;
   REFIT_RETURN_IF_ERROR(GetInt(j, "rank", 0, 1 << 30, &rank, true));
   o.rank = static_cast<int32_t>(rank);
@@ -360,8 +358,9 @@ int refit_member_current_version(refit_member* member, const char* engine_id,
       return absl::InvalidArgumentError("engine_id or version is null");
     }
     REFIT_ASSIGN_OR_RETURN(absl::Time deadline, refit::Deadline(timeout_s));
-    REFIT_ASSIGN_OR_RETURN(*version,
-                           member->m->client().CurrentVersion(engine_id, deadline));
+    REFIT_ASSIGN_OR_RETURN(refit::RefitClient::EngineState s,
+                           member->m->client().GetEngineState(engine_id, deadline));
+    *version = s.committed;
     return absl::OkStatus();
   });
 }

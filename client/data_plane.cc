@@ -68,7 +68,7 @@ absl::Status DataPlaneMember::Prepare(absl::Time deadline) {
         plan_.dst.world_size, " engine ranks)"));
   }
   const bool source = global_rank_ < plan_.src.world_size;
-  const PlanSide side = source ? PlanSide::kSource : PlanSide::kDestination;
+  const Side side = source ? Side::kTrainer : Side::kEngine;
   const int32_t rank =
       source ? global_rank_ : global_rank_ - plan_.src.world_size;
   const SideLayout& layout = source ? plan_.src : plan_.dst;
@@ -80,7 +80,7 @@ absl::Status DataPlaneMember::Prepare(absl::Time deadline) {
     if (it == buffers_.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the plan needs buffer ", layout.buffers[b].name, " of ",
-          source ? "trainer" : "engine", " rank ", rank,
+          SideName(side), " rank ", rank,
           ", which this member did not give"));
     }
     ptrs[b] = it->second;
@@ -165,7 +165,7 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
   }
   const int64_t bytes = std::max(stats->bytes_sent, stats->bytes_received);
   absl::Status s =
-      client_->ReportDone(version, bytes, stats->seconds, "", deadline);
+      client_->ReportDone(version, bytes, stats->seconds, deadline);
   if (s.ok()) s = client_->AwaitOutcome(version, deadline);
   if (!s.ok()) {
     // An aborted round may have left any peer's transport broken: every

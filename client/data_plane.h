@@ -35,6 +35,7 @@
 #include "exec/kv_store.h"
 #include "exec/round_runner.h"
 #include "exec/transport.h"
+#include "exec/transport_kind.h"
 #include "plan/plan.h"
 
 namespace refit {
@@ -51,7 +52,7 @@ using TransportFactory =
 // and side-local rank, its buffers (indexed like the slice's side's
 // buffers), the plan's key namespace on refitd; done by `deadline`.
 using RunnerFactory = std::function<absl::StatusOr<std::unique_ptr<RoundRunner>>(
-    const Plan& slice, PlanSide side, int32_t rank, std::vector<char*> buffers,
+    const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
     KvStore* store, absl::Time deadline)>;
 
 // The host transport (Gloo over TCP on `hostname`).
@@ -68,10 +69,9 @@ struct DataPlaneOptions {
   // The physical GPU of the buffers, "GPU-<uuid>" (NcclDataPlaneOptions sets
   // it); Member registers it so refitd can refuse two members on one GPU.
   std::string device_uuid;
-  // The data plane's name as Member registers it ("gloo" when empty,
-  // "nccl", "ipc" = the colocated pull path): refitd refuses a membership
-  // whose members disagree.
-  std::string transport_name;
+  // The data plane's kind as Member registers it (kIpc = the colocated pull
+  // path): refitd refuses a membership whose members disagree.
+  TransportKind transport_kind = TransportKind::kGloo;
 };
 
 class DataPlaneMember {
@@ -129,7 +129,7 @@ class DataPlaneMember {
   int32_t global_world_ = 0;
   std::string kv_prefix_;
   int32_t num_lanes_ = 1;
-  PlanSide side_ = PlanSide::kSource;
+  Side side_ = Side::kTrainer;
   int32_t rank_ = 0;
   std::vector<char*> ptrs_;  // per buffer of this side of the slice
   // store_ and transport_ are created and destroyed under cancel_mu_, so

@@ -16,7 +16,7 @@ absl::StatusOr<std::string> GrpcKvStore::Get(const std::string& key,
   const absl::Time deadline = absl::Now() + timeout;
   // Waits in slices, so that a Cancel is seen between two of them.
   while (true) {
-    absl::Status c = Cancelled();
+    absl::Status c = cancel_.status();
     if (!c.ok()) return c;
     const absl::Time slice = std::min(deadline, absl::Now() + absl::Milliseconds(500));
     absl::StatusOr<std::string> v = client_->KvGet(prefix_ + key, slice);
@@ -24,16 +24,6 @@ absl::StatusOr<std::string> GrpcKvStore::Get(const std::string& key,
   }
 }
 
-void GrpcKvStore::Cancel(const absl::Status& reason) {
-  absl::MutexLock l(&mu_);
-  if (cancelled_.ok()) {
-    cancelled_ = reason.ok() ? absl::CancelledError("key-value store cancelled") : reason;
-  }
-}
-
-absl::Status GrpcKvStore::Cancelled() {
-  absl::MutexLock l(&mu_);
-  return cancelled_;
-}
+void GrpcKvStore::Cancel(const absl::Status& reason) { cancel_.Cancel(reason); }
 
 }  // namespace refit

@@ -4,10 +4,8 @@
 
 #include <string>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
-
 #include "client/refit_client.h"
+#include "common/cancellation.h"
 #include "exec/kv_store.h"
 
 namespace refit {
@@ -32,12 +30,9 @@ class GrpcKvStore : public KvStore {
   void Cancel(const absl::Status& reason);
 
  private:
-  absl::Status Cancelled();
-
   RefitClient* client_;
   std::string prefix_;
-  absl::Mutex mu_;
-  absl::Status cancelled_ ABSL_GUARDED_BY(mu_);
+  Cancellation cancel_{"key-value store cancelled"};
 };
 
 }  // namespace refit

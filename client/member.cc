@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "common/member_name.h"
 #include "common/status_macros.h"
+#include "exec/wire_enums.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
 #include "mapping/validate.h"
@@ -35,7 +36,7 @@ absl::StatusOr<std::string> ModelForRegistration(const std::string& model) {
 absl::StatusOr<MappedSide> BuildSide(const MemberOptions& o) {
   REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(o.model));
   REFIT_ASSIGN_OR_RETURN(MappedSide side,
-                         BuildSideLayout(model, o.trainer, o.convention));
+                         BuildSideLayout(model, o.side == Side::kTrainer, o.convention));
   if (o.rank < 0 || o.rank >= side.layout.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", o.rank, " is outside the world of ",
@@ -45,7 +46,7 @@ absl::StatusOr<MappedSide> BuildSide(const MemberOptions& o) {
 }
 
 std::string Who(const MemberOptions& o) {
-  return MemberName(o.trainer, o.engine_id, o.rank);
+  return MemberName(o.side == Side::kTrainer, o.engine_id, o.rank);
 }
 
 }  // namespace
@@ -60,7 +61,7 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Join(
     MemberOptions options, std::map<std::string, BufferRef> buffers,
     DataPlaneOptions data_plane, absl::Time deadline) {
   const std::string who = Who(options);
-  if (!options.trainer && options.engine_id.empty()) {
+  if (options.side == Side::kEngine && options.engine_id.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": an engine member needs an engine_id"));
   }
@@ -108,8 +109,8 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Join(
   v1::Registration reg;
   v1::MemberIdentity* id = reg.mutable_identity();
   id->set_job(options.job);
-  id->set_side(options.trainer ? v1::SIDE_TRAINER : v1::SIDE_ENGINE);
-  if (!options.trainer) id->set_engine_id(options.engine_id);
+  id->set_side(SideToProto(options.side));
+  if (options.side == Side::kEngine) id->set_engine_id(options.engine_id);
   id->set_rank(options.rank);
   id->set_world_size(world);
   std::string host = options.host_id;
@@ -120,7 +121,7 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Join(
   id->set_host_id(host);
   id->set_device(options.device);
   if (options.device != "cpu") id->set_device_uuid(data_plane.device_uuid);
-  id->set_transport(data_plane.transport_name.empty() ? "gloo" : data_plane.transport_name);
+  id->set_transport(TransportToProto(data_plane.transport_kind));
   REFIT_ASSIGN_OR_RETURN(std::string model, ModelForRegistration(options.model));
   reg.set_model_config(model);
   reg.set_convention(options.convention);

@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "client/data_plane.h"
 #include "client/refit_client.h"
+#include "layout/side.h"
 #include "mapping/layout_builder.h"
 
 namespace refit {
@@ -34,7 +35,7 @@ namespace refit {
 struct MemberOptions {
   RefitClient::Options connection;  // target "host:port", token, TLS
   std::string job = "refit";
-  bool trainer = true;     // false: an engine worker
+  Side side = Side::kTrainer;  // kEngine: an engine worker
   std::string engine_id;   // engines: the replica's id
   int32_t rank = 0;        // within the trainer / within the engine replica
   std::string model;       // a built-in model name, or a config.json path

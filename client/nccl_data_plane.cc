@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -32,10 +33,11 @@ namespace {
 // streams) made by T::Create with options O, the CUDA copy engine
 // on its lanes.
 template <typename T, typename O>
-DataPlaneOptions DeviceDataPlane(int device, const char* name) {
+DataPlaneOptions DeviceDataPlane(int device, TransportKind kind) {
   DataPlaneOptions o;
   o.device_uuid = CudaDeviceUuid(device);
-  o.transport_name = name;
+  o.transport_kind = kind;
+  const std::string name(TransportKindName(kind));
   o.transport = [device, name](KvStore* store, int32_t rank, int32_t world,
                                int32_t lanes) -> absl::StatusOr<std::unique_ptr<Transport>> {
     O to;
@@ -53,7 +55,7 @@ DataPlaneOptions DeviceDataPlane(int device, const char* name) {
 }  // namespace
 
 DataPlaneOptions NcclDataPlaneOptions(int device) {
-  return DeviceDataPlane<NcclTransport, NcclTransportOptions>(device, "nccl");
+  return DeviceDataPlane<NcclTransport, NcclTransportOptions>(device, TransportKind::kNccl);
 }
 
 }  // namespace refit

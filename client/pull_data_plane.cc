@@ -14,8 +14,8 @@ namespace refit {
 DataPlaneOptions PullDataPlaneOptions(int device, void* ready_stream) {
   DataPlaneOptions o;
   o.device_uuid = CudaDeviceUuid(device);
-  o.transport_name = "ipc";
-  o.runner = [device, ready_stream](const Plan& slice, PlanSide side, int32_t rank,
+  o.transport_kind = TransportKind::kIpc;
+  o.runner = [device, ready_stream](const Plan& slice, Side side, int32_t rank,
                                     std::vector<char*> buffers, KvStore* store,
                                     absl::Time deadline)
       -> absl::StatusOr<std::unique_ptr<RoundRunner>> {

@@ -272,14 +272,13 @@ absl::StatusOr<int64_t> RefitClient::WaitForRound(absl::Time deadline) {
 }
 
 absl::Status RefitClient::ReportDone(int64_t version, int64_t bytes, double seconds,
-                                     const std::string& checksum, absl::Time deadline) {
+                                     absl::Time deadline) {
   v1::ReportRequest req;
   req.set_member_id(member_id_);
   req.set_version(version);
   req.set_ok(true);
   req.set_bytes(bytes);
   req.set_seconds(seconds);
-  req.set_checksum(checksum);
   v1::ReportResponse resp;
   auto ctx = MakeContext(deadline);
   return FromGrpcStatus(stub_->Report(ctx.get(), req, &resp));
@@ -320,20 +319,14 @@ absl::Status RefitClient::AwaitOutcome(int64_t version, absl::Time deadline) {
       absl::StrCat("no outcome of round ", version, " before the deadline"));
 }
 
-absl::StatusOr<int64_t> RefitClient::CurrentVersion(const std::string& engine_id,
-                                                    absl::Time deadline) {
-  REFIT_ASSIGN_OR_RETURN(EngineState s, GetEngineState(engine_id, deadline));
-  return s.committed;
-}
-
 absl::StatusOr<RefitClient::EngineState> RefitClient::GetEngineState(
     const std::string& engine_id, absl::Time deadline) {
-  v1::CurrentVersionRequest req;
+  v1::EngineStateRequest req;
   req.set_engine_id(engine_id);
-  v1::CurrentVersionResponse resp;
+  v1::EngineStateResponse resp;
   auto ctx = MakeContext(deadline);
-  REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->CurrentVersion(ctx.get(), req, &resp)));
-  return EngineState{resp.version(), resp.torn_version()};
+  REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->GetEngineState(ctx.get(), req, &resp)));
+  return EngineState{resp.committed_version(), resp.torn_version()};
 }
 
 absl::Status RefitClient::Leave(absl::Time deadline) {

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "proto/plan.pb.h"
 #include "proto/refit_service.grpc.pb.h"
 
 namespace refit {
@@ -95,7 +96,7 @@ class RefitClient {
 
   // Report this member's part of round `version`.
   absl::Status ReportDone(int64_t version, int64_t bytes, double seconds,
-                          const std::string& checksum, absl::Time deadline);
+                          absl::Time deadline);
   absl::Status ReportFailed(int64_t version, const std::string& reason,
                             absl::Time deadline);
 
@@ -104,12 +105,10 @@ class RefitClient {
   // UNAVAILABLE if the stream broke.
   absl::Status AwaitOutcome(int64_t version, absl::Time deadline);
 
-  // The last version committed into engine `engine_id` (0: none).
-  absl::StatusOr<int64_t> CurrentVersion(const std::string& engine_id,
-                                         absl::Time deadline);
-  // The same, and `torn`: non-zero when round `torn` aborted after it had
-  // started on the engine, so its buffers may hold part of that round and
-  // no single version until a later round commits.
+  // `committed`: the last version committed into engine `engine_id` (0:
+  // none). `torn`: non-zero when round `torn` aborted after it had started
+  // on the engine, so its buffers may hold part of that round and no single
+  // version until a later round commits. Fails with refitd's status.
   struct EngineState {
     int64_t committed = 0;
     int64_t torn = 0;

@@ -33,11 +33,10 @@ uint64_t HashBytes(const char* p, int64_t n) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
-    const Plan& plan, PlanSide side, int32_t rank, std::vector<char*> buffers,
+    const Plan& plan, Side side, int32_t rank, std::vector<char*> buffers,
     Transport* transport, ExecutorOptions options) {
-  const SideLayout& layout =
-      side == PlanSide::kSource ? plan.src : plan.dst;
-  const char* side_name = side == PlanSide::kSource ? "trainer" : "engine";
+  const SideLayout& layout = side == Side::kTrainer ? plan.src : plan.dst;
+  const std::string side_name(SideName(side));
   if (transport == nullptr) {
     return absl::InvalidArgumentError("executor needs a transport");
   }
@@ -79,12 +78,12 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
   }
   buffers.resize(layout.buffers.size(), nullptr);
   e->buffers_ = std::move(buffers);
-  if (side == PlanSide::kSource) {
+  if (side == Side::kTrainer) {
     REFIT_RETURN_IF_ERROR(e->PrepareConversions());
   }
 
   // Compile the rank's rounds.
-  const bool src = side == PlanSide::kSource;
+  const bool src = side == Side::kTrainer;
   e->staging_.assign(e->num_lanes_, 0);
   for (size_t ri = 0; ri < plan.rounds.size(); ++ri) {
     const Round& round = plan.rounds[ri];
@@ -103,8 +102,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
       if ((src ? m.src_rank : m.dst_rank) != rank) continue;
       MsgWork mw;
       mw.message = mi;
-      mw.peer = src ? GlobalRank(plan, PlanSide::kDestination, m.dst_rank)
-                    : GlobalRank(plan, PlanSide::kSource, m.src_rank);
+      mw.peer = src ? GlobalRank(plan, Side::kEngine, m.dst_rank)
+                    : GlobalRank(plan, Side::kTrainer, m.src_rank);
       mw.bytes = m.bytes;
       const bool contiguous = src ? m.src_contiguous : m.dst_contiguous;
       const int32_t cbuf = src ? m.src_buffer : m.dst_buffer;
@@ -466,13 +465,13 @@ absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
 absl::Status Executor::Verify(absl::Time deadline) {
   // One group on lane 0: per peer, the hashes of all messages between us in
   // plan order (sender -> receiver).
-  const bool src = side_ == PlanSide::kSource;
+  const bool src = side_ == Side::kTrainer;
   std::map<int32_t, std::vector<int32_t>> by_peer;  // peer -> messages
   for (const auto& [mi, h] : hashes_) {
     const Message& m = plan_->messages[mi];
-    const int32_t peer = src ? GlobalRank(*plan_, PlanSide::kDestination,
+    const int32_t peer = src ? GlobalRank(*plan_, Side::kEngine,
                                           m.dst_rank)
-                             : GlobalRank(*plan_, PlanSide::kSource,
+                             : GlobalRank(*plan_, Side::kTrainer,
                                           m.src_rank);
     by_peer[peer].push_back(mi);
   }

@@ -28,6 +28,7 @@
 #include "exec/convert.h"
 #include "exec/plan_side.h"
 #include "exec/transport.h"
+#include "layout/side.h"
 #include "plan/plan.h"
 
 namespace refit {
@@ -64,7 +65,7 @@ class Executor {
   // RESOURCE_EXHAUSTED if the rank's staging would exceed the plan's
   // budget.
   static absl::StatusOr<std::unique_ptr<Executor>> Create(
-      const Plan& plan, PlanSide side, int32_t rank,
+      const Plan& plan, Side side, int32_t rank,
       std::vector<char*> buffers, Transport* transport,
       ExecutorOptions options = {});
 
@@ -116,7 +117,7 @@ class Executor {
                                        std::vector<char>* scratch);
 
   const Plan* plan_ = nullptr;
-  PlanSide side_ = PlanSide::kSource;
+  Side side_ = Side::kTrainer;
   int32_t rank_ = 0;
   int32_t global_rank_ = 0;
   std::vector<char*> buffers_;

@@ -73,7 +73,7 @@ std::vector<RankResult> RunAll(const Plan& plan, int lanes, int steps,
     if (absent.count(g)) continue;
     threads.emplace_back([&, g] {
       RankResult& res = results[g];
-      const PlanSide side = g < ws ? PlanSide::kSource : PlanSide::kDestination;
+      const Side side = g < ws ? Side::kTrainer : Side::kEngine;
       const int rank = g < ws ? g : g - ws;
       const SideLayout& layout = g < ws ? plan.src : plan.dst;
       std::unique_ptr<Transport> t = InProcTransport::Create(fabric, g).value();
@@ -88,7 +88,7 @@ std::vector<RankResult> RunAll(const Plan& plan, int lanes, int steps,
         return;
       }
       for (int step = 1; step <= steps; ++step) {
-        if (side == PlanSide::kSource) FillRecords(layout, rank, step, &bufs);
+        if (side == Side::kTrainer) FillRecords(layout, rank, step, &bufs);
         auto st = (*ex)->Run(absl::Now() + timeout);
         if (!st.ok()) {
           res.status = st.status();
@@ -96,7 +96,7 @@ std::vector<RankResult> RunAll(const Plan& plan, int lanes, int steps,
           return;
         }
         res.stats = *st;
-        if (side == PlanSide::kDestination) {
+        if (side == Side::kEngine) {
           std::string c = CheckRecords(layout, rank, step, kFill, bufs);
           if (!c.empty()) {
             res.check = absl::StrCat("step ", step, ": ", c);
@@ -171,7 +171,7 @@ TEST(ExecutorTest, KilledPeerAbortsOthers) {
   fabric->Kill(0);  // the only trainer rank is dead
   auto t = InProcTransport::Create(fabric, 2).value();
   auto bufs = AllocateRankBuffers(plan->dst, 1, kFill);
-  auto ex = Executor::Create(*plan, PlanSide::kDestination, 1, Pointers(bufs),
+  auto ex = Executor::Create(*plan, Side::kEngine, 1, Pointers(bufs),
                              t.get());
   ASSERT_TRUE(ex.ok()) << ex.status();
   auto st = (*ex)->Run(absl::Now() + absl::Seconds(10));
@@ -201,7 +201,7 @@ TEST(ExecutorTest, StagingAboveBudgetIsRefused) {
   auto fabric = InProcFabric::Create(4, 1).value();
   auto t = InProcTransport::Create(fabric, 0).value();
   auto bufs = AllocateRankBuffers(plan->src, 0, kFill);
-  auto ex = Executor::Create(*plan, PlanSide::kSource, 0, Pointers(bufs),
+  auto ex = Executor::Create(*plan, Side::kTrainer, 0, Pointers(bufs),
                              t.get());
   ASSERT_FALSE(ex.ok());
   EXPECT_EQ(ex.status().code(), absl::StatusCode::kResourceExhausted);
@@ -281,8 +281,7 @@ TEST(ExecutorTest, SenderConvertsDtypeAndTransformEveryRun) {
       for (char* p : Pointers(bufs)) host.push_back(reinterpret_cast<uint8_t*>(p));
       ExecutorOptions opt;
       opt.verify = true;
-      auto ex = Executor::Create(*plan, is_src ? PlanSide::kSource
-                                               : PlanSide::kDestination,
+      auto ex = Executor::Create(*plan, is_src ? Side::kTrainer : Side::kEngine,
                                  rank, Pointers(bufs), t.get(), opt);
       if (!ex.ok()) {
         status[g] = ex.status();

@@ -125,10 +125,7 @@ absl::Status GlooTransport::StartRound(int32_t lane,
   }
   Lane& L = *lanes_[lane];
   if (!L.error.ok()) return L.error;
-  {
-    absl::MutexLock l(&cancel_mu_);
-    if (!cancelled_.ok()) return L.error = cancelled_;
-  }
+  if (cancel_.cancelled()) return L.error = cancel_.status();
   if (!L.in_flight.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", rank_, ": a round is still in flight on lane ", lane));
@@ -152,7 +149,7 @@ absl::Status GlooTransport::StartRound(int32_t lane,
       auto buf = L.context->createUnboundBuffer(r.ptr, r.bytes);
       buf->recv(r.peer, Slot(r.peer, rank_, L.recv_seq[r.peer]++));
       absl::MutexLock l(&cancel_mu_);
-      if (!cancelled_.ok()) buf->abortWaitRecv();
+      if (cancel_.cancelled()) buf->abortWaitRecv();
       L.in_flight.push_back(Lane::Op{false, r.peer, std::move(buf)});
     }
     for (const SendOp& s : sends) {
@@ -161,7 +158,7 @@ absl::Status GlooTransport::StartRound(int32_t lane,
           L.context->createUnboundBuffer(const_cast<void*>(s.ptr), s.bytes);
       buf->send(s.peer, Slot(rank_, s.peer, L.send_seq[s.peer]++));
       absl::MutexLock l(&cancel_mu_);
-      if (!cancelled_.ok()) buf->abortWaitSend();
+      if (cancel_.cancelled()) buf->abortWaitSend();
       L.in_flight.push_back(Lane::Op{true, s.peer, std::move(buf)});
     }
   } catch (const std::exception& e) {
@@ -191,10 +188,7 @@ absl::Status GlooTransport::WaitRound(int32_t lane, absl::Time deadline) {
       what = e.what();
     }
     if (ok) continue;
-    {
-      absl::MutexLock l(&cancel_mu_);
-      if (!cancelled_.ok()) return L.error = cancelled_;
-    }
+    if (cancel_.cancelled()) return L.error = cancel_.status();
     const bool timed_out = what.empty() || absl::Now() >= deadline ||
                            what.find("imed out") != std::string::npos;
     const std::string msg = absl::StrCat(
@@ -215,8 +209,7 @@ absl::Status GlooTransport::WaitRound(int32_t lane, absl::Time deadline) {
 
 void GlooTransport::Cancel(const absl::Status& reason) {
   absl::MutexLock l(&cancel_mu_);
-  if (!cancelled_.ok()) return;
-  cancelled_ = reason.ok() ? absl::CancelledError("transport cancelled") : reason;
+  if (!cancel_.Cancel(reason)) return;
   for (auto& lane : lanes_) {
     for (Lane::Op& op : lane->in_flight) {
       if (op.send) {

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/cancellation.h"
 #include "exec/kv_store.h"
 #include "exec/transport.h"
 
@@ -56,9 +57,10 @@ class GlooTransport : public Transport {
   int32_t world_size_ = 0;
   std::vector<std::unique_ptr<Lane>> lanes_;
   // Guards the lanes' in_flight lists against Cancel from another thread
-  // (the owner thread reads them unlocked: it is their only writer).
+  // (the owner thread reads them unlocked: it is their only writer); Cancel
+  // cancels cancel_ under it, so a buffer posted after Cancel sees it.
   absl::Mutex cancel_mu_;
-  absl::Status cancelled_ ABSL_GUARDED_BY(cancel_mu_);
+  Cancellation cancel_{"transport cancelled"};
 };
 
 }  // namespace refit

@@ -41,7 +41,7 @@ std::vector<std::string> PullAll(const Plan& plan,
   }
   std::vector<std::string> out;
   for (int32_t d = 0; d < plan.dst.world_size; ++d) {
-    const Plan slice = ExtractSlice(plan, Side::kDst, d);
+    const Plan slice = ExtractSlice(plan, Side::kEngine, d);
     absl::StatusOr<PullProgram> p = BuildPullProgram(slice, d, include);
     if (!p.ok()) {
       out.push_back(std::string(p.status().message()));
@@ -49,7 +49,7 @@ std::vector<std::string> PullAll(const Plan& plan,
     }
     std::vector<char*> sp(slice.src.buffers.size(), nullptr);
     for (const PullPeer& peer : p->peers) {
-      const Plan ss = ExtractSlice(plan, Side::kSrc, peer.src_rank);
+      const Plan ss = ExtractSlice(plan, Side::kTrainer, peer.src_rank);
       const std::vector<int32_t> order = PairSourceBuffers(ss, peer.src_rank, d);
       EXPECT_EQ(order.size(), peer.buffers.size());
       for (size_t k = 0; k < order.size() && k < peer.buffers.size(); ++k) {

@@ -515,7 +515,7 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
     }
     return buf_map[b];
   };
-  if (side == Side::kSrc) {
+  if (side == Side::kTrainer) {
     // The rank's conversions, and the cut tiles it exchanges amaxes for.
     for (const Conversion& c : plan.conversions) {
       if (c.from.rank != rank) continue;
@@ -537,7 +537,7 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
     nr.num_messages = 0;
     for (int32_t i = r.first_message; i < r.first_message + r.num_messages; ++i) {
       const Message& m = plan.messages[i];
-      if ((side == Side::kSrc ? m.src_rank : m.dst_rank) != rank) continue;
+      if ((side == Side::kTrainer ? m.src_rank : m.dst_rank) != rank) continue;
       Message nm = m;
       nm.round = static_cast<int32_t>(s.rounds.size());
       nm.first_segment = static_cast<int32_t>(s.segments.size());
@@ -567,7 +567,7 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
     if (nr.num_messages > 0) s.rounds.push_back(nr);
   }
   // The peers' buffers: rank and size only (see the header).
-  for (BufferSpec& b : (side == Side::kSrc ? s.dst : s.src).buffers) {
+  for (BufferSpec& b : (side == Side::kTrainer ? s.dst : s.src).buffers) {
     b.name.clear();
     b.padding.clear();
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "layout/side.h"
 #include "plan/plan.h"
 #include "proto/plan.pb.h"
 
@@ -27,11 +28,9 @@ refit::v1::PlanProto ToProto(const Plan& plan);
 // first bad item.
 absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& proto);
 
-enum class Side { kSrc, kDst };
-
 // The part of `plan` that `rank` of `side` takes part in: its messages (as
-// sender for kSrc, receiver for kDst) and their segments, the records those
-// segments name on both sides and their buffers (renumbered in original
+// sender for kTrainer, receiver for kEngine) and their segments, the records
+// those segments name on both sides and their buffers (renumbered in original
 // order), the rounds containing them (original order and lanes kept, rounds
 // without them dropped), all tensors, and the options and fingerprint of the
 // whole plan. Stats are those of the slice. A rank outside the side's world

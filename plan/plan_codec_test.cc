@@ -62,7 +62,7 @@ TEST(PlanCodecTest, RoundTripKeepsConversionsAndCutTiles) {
   EXPECT_EQ(q->conversions[1].from.box.ToString(), p->conversions[1].from.box.ToString());
   EXPECT_EQ(q->cut_tiles[0].ranks, p->cut_tiles[0].ranks);
   for (int rank : {0, 1}) {
-    Plan s = ExtractSlice(*p, Side::kSrc, rank);
+    Plan s = ExtractSlice(*p, Side::kTrainer, rank);
     ASSERT_EQ(s.conversions.size(), 1u);
     EXPECT_EQ(s.conversions[0].from.rank, rank);
     EXPECT_TRUE(s.src.buffers[s.conversions[0].to_buffer].scratch);
@@ -105,7 +105,7 @@ TEST(PlanCodecTest, RoundTripKeepsTheDestinationTransform) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_NE(PlanFingerprint(*r), p->fingerprint);
   // A slice for an engine rank keeps it too.
-  EXPECT_EQ(ExtractSlice(*p, Side::kDst, 1).dst.tensors[0].transform,
+  EXPECT_EQ(ExtractSlice(*p, Side::kEngine, 1).dst.tensors[0].transform,
             Transform::kNegExp);
   // An unknown transform from a peer is rejected naming the tensor.
   refit::v1::PlanProto bad = wire;
@@ -144,7 +144,7 @@ TEST(PlanCodecTest, BadPeerInputIsInvalidArgument) {
 TEST(PlanCodecTest, SliceHasOnlyTheRanksWork) {
   Plan p = MakePlan();
   for (int r = 0; r < 3; ++r) {
-    Plan s = ExtractSlice(p, Side::kDst, r);
+    Plan s = ExtractSlice(p, Side::kEngine, r);
     int64_t n = 0;
     for (const Message& m : p.messages) n += m.dst_rank == r;
     ASSERT_EQ(static_cast<int64_t>(s.messages.size()), n);
@@ -173,14 +173,14 @@ TEST(PlanCodecTest, SerializedSlicesAreEachRanksSliceInOrder) {
   Plan p = MakePlan();
   const std::vector<int32_t> ranks = {2, 0, 1, 0, 7};  // 7: outside, empty
   for (int threads : {1, 3, 16}) {
-    std::vector<std::string> got = SerializedSlices(p, Side::kDst, ranks, threads);
+    std::vector<std::string> got = SerializedSlices(p, Side::kEngine, ranks, threads);
     ASSERT_EQ(got.size(), ranks.size());
     for (size_t i = 0; i < ranks.size(); ++i) {
-      EXPECT_EQ(got[i], ToProto(ExtractSlice(p, Side::kDst, ranks[i])).SerializeAsString())
+      EXPECT_EQ(got[i], ToProto(ExtractSlice(p, Side::kEngine, ranks[i])).SerializeAsString())
           << "threads " << threads << " rank " << ranks[i];
     }
   }
-  EXPECT_TRUE(SerializedSlices(p, Side::kSrc, {}, 4).empty());
+  EXPECT_TRUE(SerializedSlices(p, Side::kTrainer, {}, 4).empty());
 }
 
 }  // namespace

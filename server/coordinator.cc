@@ -276,11 +276,11 @@ void Coordinator::EndRound(bool committed, const std::string& reason) {
   Broadcast(*e);
 }
 
-v1::CurrentVersionResponse Coordinator::CurrentVersion(
-    const v1::CurrentVersionRequest& req) {
+v1::EngineStateResponse Coordinator::GetEngineState(
+    const v1::EngineStateRequest& req) {
   absl::MutexLock l(&mu_);
-  v1::CurrentVersionResponse resp;
-  resp.set_version(rounds_.CommittedVersion(req.engine_id()));
+  v1::EngineStateResponse resp;
+  resp.set_committed_version(rounds_.CommittedVersion(req.engine_id()));
   resp.set_torn_version(rounds_.TornVersion(req.engine_id()));
   return resp;
 }

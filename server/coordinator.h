@@ -127,7 +127,7 @@ class Coordinator {
   absl::Status Leave(const v1::LeaveRequest& req);
 
   // Returns an engine's committed and torn versions (0 when none).
-  v1::CurrentVersionResponse CurrentVersion(const v1::CurrentVersionRequest& req);
+  v1::EngineStateResponse GetEngineState(const v1::EngineStateRequest& req);
 
   // Returns members, plan, rounds and engines as this coordinator sees them.
   v1::StatusResponse GetStatus();

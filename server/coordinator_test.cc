@@ -234,17 +234,17 @@ TEST(CoordinatorTest, RoundsCommitAbortAndLeaveTornEngines) {
   EXPECT_TRUE(c->Report(Done(t, 1)).ok());
   EXPECT_TRUE(c->Report(Done(e, 1)).ok());
   EXPECT_EQ(ts.WaitFor(v1::RoundEvent::ROUND_COMMITTED).version(), 1);
-  v1::CurrentVersionRequest cv;
+  v1::EngineStateRequest cv;
   cv.set_engine_id("A");
-  EXPECT_EQ(c->CurrentVersion(cv).version(), 1);
+  EXPECT_EQ(c->GetEngineState(cv).committed_version(), 1);
 
   ASSERT_TRUE(c->StartRound(Start(t, 2)).ok());
   EXPECT_TRUE(c->Report(Done(e, 2, /*ok=*/false)).ok());
   v1::RoundEvent aborted = ts.WaitFor(v1::RoundEvent::ROUND_ABORTED);
   EXPECT_EQ(aborted.version(), 2);
   EXPECT_NE(aborted.reason().find("copy failed"), std::string::npos);
-  EXPECT_EQ(c->CurrentVersion(cv).version(), 1);
-  EXPECT_EQ(c->CurrentVersion(cv).torn_version(), 2);
+  EXPECT_EQ(c->GetEngineState(cv).committed_version(), 1);
+  EXPECT_EQ(c->GetEngineState(cv).torn_version(), 2);
   EXPECT_EQ(c->Report(Done(t, 2)).code(), absl::StatusCode::kAborted);  // late
   EXPECT_EQ(c->StartRound(Start(t, 2)).ok(), true);  // retry of the last: no-op
   EXPECT_EQ(c->StartRound(Start(t, 1)).status().code(), absl::StatusCode::kInvalidArgument);
@@ -252,8 +252,8 @@ TEST(CoordinatorTest, RoundsCommitAbortAndLeaveTornEngines) {
   ASSERT_TRUE(c->StartRound(Start(t, 3)).ok());
   EXPECT_TRUE(c->Report(Done(t, 3)).ok());
   EXPECT_TRUE(c->Report(Done(e, 3)).ok());
-  EXPECT_EQ(c->CurrentVersion(cv).version(), 3);
-  EXPECT_EQ(c->CurrentVersion(cv).torn_version(), 0);
+  EXPECT_EQ(c->GetEngineState(cv).committed_version(), 3);
+  EXPECT_EQ(c->GetEngineState(cv).torn_version(), 0);
   v1::StatusResponse st = c->GetStatus();
   ASSERT_EQ(st.rounds_size(), 3);
   EXPECT_EQ(st.rounds(1).outcome(), "aborted");

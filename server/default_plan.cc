@@ -202,9 +202,9 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
   std::vector<int32_t> trainer_ranks(trainer.size());
   for (size_t t = 0; t < trainer.size(); ++t) trainer_ranks[t] = static_cast<int32_t>(t);
   out.trainer_slices =
-      SerializedSlices(plan, Side::kSrc, trainer_ranks, options.slice_threads);
+      SerializedSlices(plan, Side::kTrainer, trainer_ranks, options.slice_threads);
   out.engine_slices =
-      SerializedSlices(plan, Side::kDst, dst_rank_of_member, options.slice_threads);
+      SerializedSlices(plan, Side::kEngine, dst_rank_of_member, options.slice_threads);
   return out;
 }
 

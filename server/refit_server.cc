@@ -116,10 +116,10 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
                                   v1::LeaveResponse* resp) override {
     return Finish(ctx, coordinator_->Leave(*req));
   }
-  grpc::ServerUnaryReactor* CurrentVersion(grpc::CallbackServerContext* ctx,
-                                           const v1::CurrentVersionRequest* req,
-                                           v1::CurrentVersionResponse* resp) override {
-    *resp = coordinator_->CurrentVersion(*req);
+  grpc::ServerUnaryReactor* GetEngineState(grpc::CallbackServerContext* ctx,
+                                           const v1::EngineStateRequest* req,
+                                           v1::EngineStateResponse* resp) override {
+    *resp = coordinator_->GetEngineState(*req);
     return Finish(ctx, absl::OkStatus());
   }
   grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* ctx,

@@ -10,6 +10,7 @@
 #include "client/refit_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/plan.pb.h"
 #include "proto/protocol_version.h"
 #include "server/registration.h"
 #include "testing/name_matching_plan.h"
@@ -39,7 +40,6 @@ v1::Registration Reg(v1::Side side, const std::string& engine, int rank, int wor
   id->set_engine_id(engine);
   id->set_rank(rank);
   id->set_world_size(world);
-  (*id->mutable_coords())["tp"] = rank;
   id->set_host_id("host0");
   id->set_device("cpu");
   r.set_model_config("tiny-llama");
@@ -116,7 +116,7 @@ void RunRound(Cluster& c, int64_t version, bool fail_one = false) {
     if (fail_one && i == 3) {
       ASSERT_TRUE(all[i]->ReportFailed(version, "NCCL timeout", In(absl::Seconds(5))).ok());
     } else {
-      absl::Status s = all[i]->ReportDone(version, 128, 0.001, "", In(absl::Seconds(5)));
+      absl::Status s = all[i]->ReportDone(version, 128, 0.001, In(absl::Seconds(5)));
       // After a failure, later reports learn that the round was aborted.
       if (fail_one && i > 3) {
         EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
@@ -149,9 +149,9 @@ TEST(RefitServerTest, FullFlowPlanRoundsStatus) {
 
   RunRound(c, 1);
   for (auto* m : all) EXPECT_TRUE(m->AwaitOutcome(1, In(absl::Seconds(5))).ok());
-  auto v = c.engines[0]->CurrentVersion("A", In(absl::Seconds(5)));
-  ASSERT_TRUE(v.ok());
-  EXPECT_EQ(*v, 1);
+  auto v = c.engines[0]->GetEngineState("A", In(absl::Seconds(5)));
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->committed, 1);
 
   // Versions must increase.
   EXPECT_EQ(c.trainers[0]->StartRound(1, In(absl::Seconds(5))).code(),
@@ -169,8 +169,9 @@ TEST(RefitServerTest, FullFlowPlanRoundsStatus) {
     EXPECT_THAT(s.message(), HasSubstr("NCCL timeout"));
     EXPECT_THAT(s.message(), HasSubstr("engine A rank 1"));
   }
-  v = c.engines[0]->CurrentVersion("A", In(absl::Seconds(5)));
-  EXPECT_EQ(*v, 1);
+  v = c.engines[0]->GetEngineState("A", In(absl::Seconds(5)));
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->committed, 1);
   // Round 2 had started on both engines: their buffers may hold part of it.
   for (const char* engine : {"A", "B"}) {
     auto torn = c.trainers[0]->GetEngineState(engine, In(absl::Seconds(5)));
@@ -242,8 +243,8 @@ TEST(RefitServerTest, BadRegistrationsNameTheField) {
       {[](v1::Registration& r) { r.set_model_config(std::string(5000, 'x')); }, "bytes of metadata"},
       {[](v1::Registration& r) { r.mutable_buffers(0)->set_byte_size(4); }, "buffers[0] (w0).byte_size"},
       {[](v1::Registration& r) { r.mutable_identity()->set_side(v1::SIDE_UNSPECIFIED); }, "identity.side"},
+      {[](v1::Registration& r) { r.mutable_identity()->set_transport(static_cast<v1::Transport>(9)); }, "identity.transport: 9"},
       {[](v1::Registration& r) { r.mutable_identity()->set_world_size(3); r.mutable_identity()->set_rank(0); }, "identity.world_size"},
-      {[](v1::Registration& r) { r.add_records()->set_tensor(0); }, "records[0].tensor"},
       {[](v1::Registration& r) { r.mutable_buffers(0)->set_dtype(0); }, "buffers[0] (w0).dtype: unknown dtype 0"},
       {[](v1::Registration& r) { r.mutable_buffers(0)->set_shape(0, -1); }, "buffers[0] (w0).shape[0]: negative"},
       {[](v1::Registration& r) {  // elements fit, bytes (x4) overflow
@@ -326,24 +327,24 @@ TEST(RefitServerTest, DataPlaneTransportsMustAgreeAndIpcStaysOnOneHost) {
   for (auto* r : {&tr, &er}) {
     r->mutable_identity()->set_device("cuda:0");
     r->mutable_identity()->set_device_uuid("GPU-0000aaaa");
-    r->mutable_identity()->set_transport("ipc");
+    r->mutable_identity()->set_transport(v1::TRANSPORT_IPC);
   }
   // Colocated on one GPU through CUDA IPC: fine.
   EXPECT_TRUE(CheckDataPlane({tr}, {er}).ok());
   // NCCL on one side, IPC on the other: named.
-  er.mutable_identity()->set_transport("nccl");
+  er.mutable_identity()->set_transport(v1::TRANSPORT_NCCL);
   absl::Status s = CheckDataPlane({tr}, {er});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("trainer rank 0 uses the ipc data plane and "
                                      "engine A rank 0 the nccl one"));
   // Both NCCL on one GPU: the colocation error, which points at ipc.
-  tr.mutable_identity()->set_transport("nccl");
+  tr.mutable_identity()->set_transport(v1::TRANSPORT_NCCL);
   s = CheckDataPlane({tr}, {er});
   EXPECT_THAT(s.message(), HasSubstr("are on the same GPU GPU-0000aaaa"));
   EXPECT_THAT(s.message(), HasSubstr("transport \"ipc\""));
   // IPC across hosts: named.
-  tr.mutable_identity()->set_transport("ipc");
-  er.mutable_identity()->set_transport("ipc");
+  tr.mutable_identity()->set_transport(v1::TRANSPORT_IPC);
+  er.mutable_identity()->set_transport(v1::TRANSPORT_IPC);
   er.mutable_identity()->set_host_id("host1");
   s = CheckDataPlane({tr}, {er});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -457,8 +458,9 @@ TEST(RefitServerTest, EngineJoiningAndLeavingBetweenRoundsGetsNewPlan) {
   c.engines.push_back(std::move(joiner));
   RunRound(c, 2);
   ASSERT_TRUE(c.trainers[0]->AwaitOutcome(2, In(absl::Seconds(5))).ok());
-  auto cv = c.trainers[0]->CurrentVersion("C", In(absl::Seconds(5)));
-  EXPECT_EQ(*cv, 2);
+  auto cv = c.trainers[0]->GetEngineState("C", In(absl::Seconds(5)));
+  ASSERT_TRUE(cv.ok()) << cv.status();
+  EXPECT_EQ(cv->committed, 2);
 
   // Engine C leaves: the plan returns to the original one (cached).
   ASSERT_TRUE(c.engines.back()->Leave(In(absl::Seconds(5))).ok());

@@ -9,6 +9,8 @@
 #include "absl/strings/str_format.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "common/status_macros.h"
+#include "exec/wire_enums.h"
 #include "layout/dtype.h"
 #include "proto/protocol_version.h"
 
@@ -18,6 +20,12 @@ namespace {
 using v1::Registration;
 
 constexpr int64_t kMaxElements = int64_t{1} << 50;
+
+// "gloo", "nccl", "ipc"; the number for a value this build does not know.
+std::string WireTransportName(v1::Transport t) {
+  absl::StatusOr<TransportKind> k = TransportFromProto(t, "identity.transport");
+  return k.ok() ? std::string(TransportKindName(*k)) : absl::StrCat(static_cast<int>(t));
+}
 
 }  // namespace
 
@@ -53,17 +61,18 @@ absl::Status CheckDataPlane(const std::vector<Registration>& trainer,
   // other on different wires until their deadlines.
   const v1::MemberIdentity* first = nullptr;
   for (const v1::MemberIdentity* id : all) {
-    if (id->transport().empty()) continue;
+    if (id->transport() == v1::TRANSPORT_UNSPECIFIED) continue;
     if (first == nullptr) {
       first = id;
     } else if (id->transport() != first->transport()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          DescribeMember(*first), " uses the ", first->transport(), " data plane and ",
-          DescribeMember(*id), " the ", id->transport(),
+          DescribeMember(*first), " uses the ", WireTransportName(first->transport()),
+          " data plane and ", DescribeMember(*id), " the ",
+          WireTransportName(id->transport()),
           " one: every member of a job must use the same transport"));
     }
   }
-  const bool ipc = first != nullptr && first->transport() == "ipc";
+  const bool ipc = first != nullptr && first->transport() == v1::TRANSPORT_IPC;
   if (ipc) {
     for (const v1::MemberIdentity* id : all) {
       if (id->host_id() != first->host_id()) {
@@ -113,8 +122,10 @@ absl::Status ValidateRegistration(const Registration& reg, int max_buffers,
                             max_metadata_bytes));
   }
   const auto& id = reg.identity();
-  if (id.side() != v1::SIDE_TRAINER && id.side() != v1::SIDE_ENGINE) {
-    return bad("identity.side: must be SIDE_TRAINER or SIDE_ENGINE");
+  REFIT_RETURN_IF_ERROR(SideFromProto(id.side(), "identity.side").status());
+  if (id.transport() != v1::TRANSPORT_UNSPECIFIED) {
+    REFIT_RETURN_IF_ERROR(
+        TransportFromProto(id.transport(), "identity.transport").status());
   }
   if (id.job().empty()) return bad("identity.job: empty");
   if (id.side() == v1::SIDE_ENGINE && id.engine_id().empty()) {
@@ -162,17 +173,6 @@ absl::Status ValidateRegistration(const Registration& reg, int max_buffers,
       return bad(absl::StrCat(where, ".byte_size: ", b.byte_size(),
                               " disagrees with shape x dtype = ",
                               elements * esize));
-    }
-  }
-  for (int i = 0; i < reg.records_size(); ++i) {
-    const auto& r = reg.records(i);
-    if (r.tensor() < 0 || r.tensor() >= reg.tensors_size()) {
-      return bad(absl::StrCat("records[", i, "].tensor: ", r.tensor(),
-                              " is not a tensor index"));
-    }
-    if (r.buffer() < 0 || r.buffer() >= reg.buffers_size()) {
-      return bad(absl::StrCat("records[", i, "].buffer: ", r.buffer(),
-                              " is not a buffer index"));
     }
   }
   return absl::OkStatus();

@@ -13,7 +13,7 @@ namespace refit::testing {
 namespace {
 
 std::string Who(const MemberOptions& o) {
-  return MemberName(o.trainer, o.engine_id, o.rank);
+  return MemberName(o.side == Side::kTrainer, o.engine_id, o.rank);
 }
 
 // Host memory of each buffer of the member's rank layout: the host copy

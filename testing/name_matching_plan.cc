@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/member_name.h"
+#include "proto/plan.pb.h"
 
 namespace refit {
 

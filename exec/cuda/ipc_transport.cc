@@ -117,21 +117,11 @@ void* IpcTransport::stream(int32_t lane) const {
 }
 
 void IpcTransport::Cancel(const absl::Status& reason) {
-  {
-    absl::MutexLock l(&cancel_mu_);
-    if (cancel_reason_.ok()) {
-      cancel_reason_ = reason.ok() ? absl::CancelledError("cancelled") : reason;
-    }
-  }
-  cancelled_.store(true);
+  cancel_.Cancel(reason);
   if (control_ != nullptr) control_->Cancel(reason);
 }
 
-absl::Status IpcTransport::CheckCancelled() {
-  if (!cancelled_.load(std::memory_order_relaxed)) return absl::OkStatus();
-  absl::MutexLock l(&cancel_mu_);
-  return cancel_reason_;
-}
+absl::Status IpcTransport::CheckCancelled() { return cancel_.status(); }
 
 absl::Status IpcTransport::SyncStream(int32_t lane, absl::Time deadline,
                                       const char* what) {

@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/cancellation.h"
 #include "exec/cuda/cuda_lanes.h"
 #include "exec/gloo_transport.h"
 #include "exec/kv_store.h"
@@ -93,9 +94,7 @@ class IpcTransport : public Transport, public CudaLanes {
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::map<uintptr_t, std::pair<uintptr_t, std::string>> exported_;  // base -> (end, handle)
   std::map<std::string, char*> opened_;
-  std::atomic<bool> cancelled_{false};
-  absl::Mutex cancel_mu_;
-  absl::Status cancel_reason_ ABSL_GUARDED_BY(cancel_mu_);
+  Cancellation cancel_;  // set by Cancel; polled by the waits
 };
 
 }  // namespace refit

@@ -32,12 +32,12 @@ struct NcclTransport::Lane {
 namespace {
 
 // Polls ncclCommGetAsyncError until it leaves ncclInProgress, or until
-// `*cancelled` (when given) turns true: CANCELLED then.
+// `*cancelled` (when given) is cancelled: CANCELLED then.
 absl::Status WaitComm(ncclComm_t comm, absl::Time deadline,
                       const std::string& what,
-                      const std::atomic<bool>* cancelled = nullptr) {
+                      const Cancellation* cancelled = nullptr) {
   while (true) {
-    if (cancelled != nullptr && cancelled->load(std::memory_order_relaxed)) {
+    if (cancelled != nullptr && cancelled->cancelled()) {
       return absl::CancelledError(what);
     }
     ncclResult_t r = ncclSuccess;
@@ -176,23 +176,12 @@ absl::Status NcclTransport::Abort(Lane& lane, absl::Status why) {
   return why;
 }
 
-void NcclTransport::Cancel(const absl::Status& reason) {
-  absl::MutexLock l(&cancel_mu_);
-  if (cancelled_.load()) return;
-  cancel_reason_ =
-      reason.ok() ? absl::CancelledError("transport cancelled") : reason;
-  cancelled_.store(true);
-}
+void NcclTransport::Cancel(const absl::Status& reason) { cancel_.Cancel(reason); }
 
 absl::Status NcclTransport::CheckCancelled() {
-  if (!cancelled_.load(std::memory_order_relaxed)) return absl::OkStatus();
-  if (lanes_.empty()) return Cancelled();
-  return Abort(*lanes_[0], Cancelled());
-}
-
-absl::Status NcclTransport::Cancelled() {
-  absl::MutexLock l(&cancel_mu_);
-  return cancel_reason_;
+  if (!cancel_.cancelled()) return absl::OkStatus();
+  if (lanes_.empty()) return cancel_.status();
+  return Abort(*lanes_[0], cancel_.status());
 }
 
 absl::Status NcclTransport::StartRound(int32_t lane,
@@ -205,7 +194,7 @@ absl::Status NcclTransport::StartRound(int32_t lane,
   }
   Lane& L = *lanes_[lane];
   if (!L.error.ok()) return L.error;
-  if (cancelled_.load()) return Abort(L, Cancelled());
+  if (cancel_.cancelled()) return Abort(L, cancel_.status());
   if (L.pending.empty()) L.peers.clear();
   const std::string what = absl::StrCat("rank ", rank_, " lane ", lane);
   ncclResult_t r = ncclGroupStart();
@@ -228,8 +217,8 @@ absl::Status NcclTransport::StartRound(int32_t lane,
   }
   // Non-blocking communicator: wait until the group is enqueued.
   absl::Status s =
-      WaitComm(L.comm, deadline, what + ": enqueueing a round", &cancelled_);
-  if (absl::IsCancelled(s)) s = Cancelled();
+      WaitComm(L.comm, deadline, what + ": enqueueing a round", &cancel_);
+  if (absl::IsCancelled(s)) s = cancel_.status();
   if (!s.ok()) return Abort(L, s);
   cudaEvent_t ev = nullptr;
   if (!L.spare.empty()) {
@@ -271,7 +260,7 @@ absl::Status NcclTransport::WaitRound(int32_t lane, absl::Time deadline) {
     if (r != ncclSuccess && r != ncclInProgress) {
       return Abort(L, NcclStatus(r, what + ": peer or network failure", L.comm));
     }
-    if (cancelled_.load(std::memory_order_relaxed)) return Abort(L, Cancelled());
+    if (cancel_.cancelled()) return Abort(L, cancel_.status());
     if (absl::Now() > deadline) {
       const char* last = ncclGetLastError(L.comm);
       return Abort(L, absl::DeadlineExceededError(absl::StrCat(

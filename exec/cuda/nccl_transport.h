@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/cancellation.h"
 #include "exec/cuda/cuda_lanes.h"
 #include "exec/kv_store.h"
 #include "exec/transport.h"
@@ -77,15 +78,12 @@ class NcclTransport : public Transport, public CudaLanes {
   struct Lane;
   NcclTransport() = default;
   absl::Status Abort(Lane& lane, absl::Status why);
-  // OK, or the reason given to Cancel (polled by the owner thread's waits).
-  absl::Status Cancelled();
   int32_t rank_ = 0;
   int32_t world_size_ = 0;
   int32_t device_ = 0;
   std::vector<std::unique_ptr<Lane>> lanes_;
-  std::atomic<bool> cancelled_{false};
-  absl::Mutex cancel_mu_;
-  absl::Status cancel_reason_ ABSL_GUARDED_BY(cancel_mu_);
+  // Set by Cancel; polled by the owner thread's waits.
+  Cancellation cancel_{"transport cancelled"};
 };
 
 }  // namespace refit

@@ -45,7 +45,7 @@ uint64_t U64(const std::string& s) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PullEngine>> PullEngine::Create(
-    const Plan& slice, PlanSide side, int32_t rank, std::vector<char*> buffers,
+    const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
     KvStore* store, PullEngineOptions options, absl::Time deadline) {
   std::unique_ptr<PullEngine> e(new PullEngine());
   e->side_ = side;
@@ -83,21 +83,11 @@ int32_t PullEngine::Local(int32_t global) const {
 }
 
 void PullEngine::Cancel(const absl::Status& reason) {
-  {
-    absl::MutexLock l(&cancel_mu_);
-    if (cancel_reason_.ok()) {
-      cancel_reason_ = reason.ok() ? absl::CancelledError("cancelled") : reason;
-    }
-  }
-  cancelled_.store(true);
+  cancel_.Cancel(reason);
   if (control_ != nullptr) control_->Cancel(reason);
 }
 
-absl::Status PullEngine::CheckCancelled() {
-  if (!cancelled_.load(std::memory_order_relaxed)) return absl::OkStatus();
-  absl::MutexLock l(&cancel_mu_);
-  return cancel_reason_;
-}
+absl::Status PullEngine::CheckCancelled() { return cancel_.status(); }
 
 absl::Status PullEngine::WaitEvent(void* event, absl::Time deadline, const char* what) {
   while (true) {
@@ -159,7 +149,7 @@ absl::Status PullEngine::Prepare(const Plan& slice, std::vector<char*> buffers,
   }
   auto pulls = [this](int32_t g) { return !options_.pull_peer || options_.pull_peer(g); };
   const int32_t ws = slice.src.world_size;
-  if (side_ == PlanSide::kSource) {
+  if (side_ == Side::kTrainer) {
     for (int32_t d : PullReceivers(slice, rank_, [&](int32_t d) { return pulls(ws + d); })) {
       peers_.push_back(ws + d);
     }
@@ -179,7 +169,7 @@ absl::Status PullEngine::Prepare(const Plan& slice, std::vector<char*> buffers,
   REFIT_ASSIGN_OR_RETURN(
       control_, GlooTransport::Create(store, Local(global_rank_),
                                       static_cast<int32_t>(members_.size()), g));
-  if (side_ == PlanSide::kSource) {
+  if (side_ == Side::kTrainer) {
     REFIT_RETURN_IF_ERROR(PrepareConversions(slice, &buffers));
     own_buffers_ = buffers;
     return ExportTo(slice, buffers, deadline);
@@ -374,7 +364,7 @@ absl::StatusOr<RunStats> PullEngine::Run(absl::Time deadline) {
   std::vector<std::string> msgs(peers_.size(), U64(round_));
   std::vector<std::string> in(peers_.size(), std::string(8, '\0'));
   std::vector<std::string> none;
-  if (side_ == PlanSide::kSource) {
+  if (side_ == Side::kTrainer) {
     cudaStream_t ready = options_.ready_stream != nullptr
                              ? static_cast<cudaStream_t>(options_.ready_stream)
                              : cudaStreamLegacy;

@@ -47,6 +47,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/cancellation.h"
 #include "exec/cuda/pull_memory.h"
 #include "exec/executor.h"
 #include "exec/gloo_transport.h"
@@ -81,7 +82,7 @@ class PullEngine : public RoundRunner {
   // UNAVAILABLE / DEADLINE_EXCEEDED naming the peer when a peer does not
   // connect, cannot be mapped, or dies; by `deadline` at the latest.
   static absl::StatusOr<std::unique_ptr<PullEngine>> Create(
-      const Plan& slice, PlanSide side, int32_t rank, std::vector<char*> buffers,
+      const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
       KvStore* store, PullEngineOptions options, absl::Time deadline);
   ~PullEngine() override;
 
@@ -121,7 +122,7 @@ class PullEngine : public RoundRunner {
   absl::Status CheckCancelled();
   int32_t Local(int32_t global) const;  // control-channel rank of a member
 
-  PlanSide side_ = PlanSide::kSource;
+  Side side_ = Side::kTrainer;
   int32_t rank_ = 0;
   int32_t global_rank_ = 0;
   PullEngineOptions options_;
@@ -144,9 +145,7 @@ class PullEngine : public RoundRunner {
   std::vector<char*> scratch_;
   std::vector<char*> own_buffers_;
   uint64_t round_ = 0;
-  std::atomic<bool> cancelled_{false};
-  absl::Mutex cancel_mu_;
-  absl::Status cancel_reason_ ABSL_GUARDED_BY(cancel_mu_);
+  Cancellation cancel_;  // set by Cancel; polled by the waits
 };
 
 }  // namespace refit

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (die) raise(SIGKILL);
-  const PlanSide side = g < ws ? PlanSide::kSource : PlanSide::kDestination;
+  const Side side = g < ws ? Side::kTrainer : Side::kEngine;
   const int rank = g < ws ? g : g - ws;
   const SideLayout& layout = g < ws ? plan->src : plan->dst;
   const char fill = static_cast<char>(0xEE);
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (int step = 1; step <= steps; ++step) {
-    if (side == PlanSide::kSource) testing::FillRecords(layout, rank, step, &bufs);
+    if (side == Side::kTrainer) testing::FillRecords(layout, rank, step, &bufs);
     const absl::Time start = absl::Now();
     auto st = (*ex)->Run(start + timeout);
     if (!st.ok()) {
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
                    st.status().ToString().c_str());
       return 3;
     }
-    if (side == PlanSide::kDestination) {
+    if (side == Side::kEngine) {
       std::string c = testing::CheckRecords(layout, rank, step, fill, bufs);
       if (!c.empty()) {
         std::fprintf(stderr, "rank %d step %d: %s\n", g, step, c.c_str());

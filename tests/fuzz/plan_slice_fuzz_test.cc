@@ -54,10 +54,10 @@ TEST(PlanSliceFuzz, AcceptedSlicesNeverPointOutsideTheBuffers) {
   // Every rank's slice on both sides.
   std::vector<v1::PlanProto> seeds;
   for (int r = 0; r < plan.src.world_size; ++r) {
-    seeds.push_back(ToProto(ExtractSlice(plan, Side::kSrc, r)));
+    seeds.push_back(ToProto(ExtractSlice(plan, Side::kTrainer, r)));
   }
   for (int r = 0; r < plan.dst.world_size; ++r) {
-    seeds.push_back(ToProto(ExtractSlice(plan, Side::kDst, r)));
+    seeds.push_back(ToProto(ExtractSlice(plan, Side::kEngine, r)));
   }
   std::mt19937_64 rng(20261123);
   int accepted = 0, rejected = 0, unparsable = 0;

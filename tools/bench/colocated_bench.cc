@@ -359,13 +359,13 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
                                                              int64_t item_kib, bool vmm = false) {
   CK(cudaSetDevice(0));
   const bool trainer = g < c.trainers;
-  const PlanSide side = trainer ? PlanSide::kSource : PlanSide::kDestination;
+  const Side side = trainer ? Side::kTrainer : Side::kEngine;
   const int rank = trainer ? g : g - c.trainers;
   const SideLayout& full = trainer ? plan.src : plan.dst;
   REFIT_ASSIGN_OR_RETURN(Arena a, Allocate(full, rank, trainer ? 0 : 0xEE, trainer && vmm));
   if (trainer) REFIT_RETURN_IF_ERROR(Pattern(full, rank, a, 1, false));
   CK(cudaDeviceSynchronize());
-  const Plan slice = ExtractSlice(plan, trainer ? Side::kSrc : Side::kDst, rank);
+  const Plan slice = ExtractSlice(plan, side, rank);
   testing::DirKvStore kv(dir);
   PullEngineOptions po;
   po.device = 0;

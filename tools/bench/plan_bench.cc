@@ -195,9 +195,9 @@ absl::Status RunCase(const Case& c, int reps) {
     int32_t rank;
   };
   const Pick picks[] = {
-      {"busiest engine", Side::kDst, order.front()},
-      {"median engine", Side::kDst, order[order.size() / 2]},
-      {"busiest trainer", Side::kSrc, busiest_src},
+      {"busiest engine", Side::kEngine, order.front()},
+      {"median engine", Side::kEngine, order[order.size() / 2]},
+      {"busiest trainer", Side::kTrainer, busiest_src},
   };
   for (const Pick& p : picks) {
     double best = 1e30;
@@ -231,7 +231,7 @@ absl::Status RunCase(const Case& c, int reps) {
     size_t bytes = 0;
     for (const auto* v : {&src_ranks, &dst_ranks}) {
       for (const std::string& p : SerializedSlices(
-               plan, v == &src_ranks ? Side::kSrc : Side::kDst, *v, threads)) {
+               plan, v == &src_ranks ? Side::kTrainer : Side::kEngine, *v, threads)) {
         bytes += p.size();
       }
     }

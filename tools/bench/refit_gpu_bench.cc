@@ -269,7 +269,7 @@ absl::StatusOr<double> Broadcast(ncclComm_t bcomm, ncclComm_t tcomm,
 // sent from / received into scratch memory (a lane's round at offset 0 of
 // that lane's scratch). What the round structure alone costs next to raw
 // NCCL; mean seconds over iters after a warm-up.
-absl::StatusOr<double> RoundsOnly(const Plan& plan, PlanSide side, int rank,
+absl::StatusOr<double> RoundsOnly(const Plan& plan, Side side, int rank,
                                   Transport* t, int iters) {
   const int lanes = t->num_lanes();
   std::vector<int64_t> need(lanes, 0);
@@ -283,12 +283,12 @@ absl::StatusOr<double> RoundsOnly(const Plan& plan, PlanSide side, int rank,
     int64_t bytes = 0;
     for (int32_t i = round.first_message; i < round.first_message + round.num_messages; ++i) {
       const Message& m = plan.messages[i];
-      const bool send = side == PlanSide::kSource && m.src_rank == rank;
-      const bool recv = side == PlanSide::kDestination && m.dst_rank == rank;
+      const bool send = side == Side::kTrainer && m.src_rank == rank;
+      const bool recv = side == Side::kEngine && m.dst_rank == rank;
       if (!send && !recv) continue;
       r.ops.emplace_back(send,
-                         send ? GlobalRank(plan, PlanSide::kDestination, m.dst_rank)
-                              : GlobalRank(plan, PlanSide::kSource, m.src_rank),
+                         send ? GlobalRank(plan, Side::kEngine, m.dst_rank)
+                              : GlobalRank(plan, Side::kTrainer, m.src_rank),
                          m.bytes);
       bytes += m.bytes;
     }
@@ -388,7 +388,7 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
   out->Put("model_bytes", static_cast<double>(model_bytes));
   out->Put("rank_bytes", static_cast<double>(my_bytes));
 
-  const PlanSide side = trainer ? PlanSide::kSource : PlanSide::kDestination;
+  const Side side = trainer ? Side::kTrainer : Side::kEngine;
   Plan plan2;
   for (int lanes : {2, 1, 4}) {
     PlannerOptions po;

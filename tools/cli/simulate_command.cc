@@ -140,6 +140,7 @@ absl::StatusOr<std::string> RunSimulateCommand(
   for (int32_t g = 0; g < world; ++g) {
     threads.emplace_back([&, g] {
       const bool is_src = g < src.layout.world_size;
+      const Side side = is_src ? Side::kTrainer : Side::kEngine;
       const int32_t rank = is_src ? g : g - src.layout.world_size;
       OwnedBuffers& ob = is_src ? src_bufs : dst_bufs;
       std::vector<char*> ptrs;
@@ -149,17 +150,14 @@ absl::StatusOr<std::string> RunSimulateCommand(
                                InProcTransport::Create(fabric, g));
         REFIT_ASSIGN_OR_RETURN(
             std::unique_ptr<Executor> ex,
-            Executor::Create(plan,
-                             is_src ? PlanSide::kSource
-                                    : PlanSide::kDestination,
-                             rank, std::move(ptrs), tr.get()));
+            Executor::Create(plan, side, rank, std::move(ptrs), tr.get()));
         REFIT_ASSIGN_OR_RETURN(stats[g], ex->Run(deadline));
         return absl::OkStatus();
       }();
       if (!st.ok()) {
         fabric->Kill(g);  // its peers fail fast instead of waiting
         status[g] = AnnotateStatus(
-            st, MemberName(is_src, "", rank));
+            st, MemberName(side == Side::kTrainer, "", rank));
       }
     });
   }

@@ -10,6 +10,7 @@
 #include "client/refit_client.h"
 #include "common/file.h"
 #include "common/status_macros.h"
+#include "exec/wire_enums.h"
 #include "nlohmann/json.hpp"
 
 namespace refit {
@@ -18,15 +19,18 @@ namespace {
 // A bearer token file holds one line.
 constexpr int64_t kMaxTokenFileBytes = int64_t{1} << 20;
 
-const char* SideName(int side) {
-  return v1::Side_IsValid(side) ? v1::Side_Name(side).c_str() : "?";
+// "trainer" or "engine"; "?" for a side this build does not know.
+std::string WireSideName(v1::Side side) {
+  absl::StatusOr<Side> s = SideFromProto(side, "identity.side");
+  return s.ok() ? std::string(SideName(*s)) : "?";
 }
 
-std::string Coords(const v1::MemberIdentity& id) {
-  std::vector<std::string> kv;
-  for (const auto& [k, v] : id.coords()) kv.push_back(absl::StrCat(k, "=", v));
-  std::sort(kv.begin(), kv.end());
-  return absl::StrJoin(kv, ",");
+// "gloo", "nccl", "ipc"; "" when unspecified, "?" for a value this build
+// does not know.
+std::string WireTransportName(v1::Transport t) {
+  if (t == v1::TRANSPORT_UNSPECIFIED) return "";
+  absl::StatusOr<TransportKind> k = TransportFromProto(t, "identity.transport");
+  return k.ok() ? std::string(TransportKindName(*k)) : "?";
 }
 
 int FirstRound(const v1::StatusResponse& r, int rounds) {
@@ -40,13 +44,15 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
   for (const v1::MemberStatus& m : r.members()) {
     const v1::MemberIdentity& id = m.identity();
     absl::StrAppendFormat(
-        &out, "  %s  %s job=%s%s rank=%d/%d host=%s device=%s%s %s buffers=%d "
+        &out, "  %s  %s job=%s%s rank=%d/%d host=%s device=%s%s buffers=%d "
               "heartbeat %.1f s ago\n",
-        m.member_id(), SideName(id.side()), id.job(),
+        m.member_id(), WireSideName(id.side()), id.job(),
         id.engine_id().empty() ? "" : absl::StrCat(" engine=", id.engine_id()),
         id.rank(), id.world_size(), id.host_id(), id.device(),
-        id.transport().empty() ? "" : absl::StrCat(" transport=", id.transport()),
-        Coords(id), m.num_buffers(), m.seconds_since_heartbeat());
+        id.transport() == v1::TRANSPORT_UNSPECIFIED
+            ? ""
+            : absl::StrCat(" transport=", WireTransportName(id.transport())),
+        m.num_buffers(), m.seconds_since_heartbeat());
   }
   absl::StrAppend(&out, "refit protocol: ", r.protocol_version(), "\n");
   absl::StrAppend(&out, "membership epoch: ", r.epoch(), "\n");
@@ -92,10 +98,8 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
   j["members"] = nlohmann::json::array();
   for (const v1::MemberStatus& m : r.members()) {
     const v1::MemberIdentity& id = m.identity();
-    nlohmann::json coords = nlohmann::json::object();
-    for (const auto& [k, v] : id.coords()) coords[k] = v;
     j["members"].push_back({{"member_id", m.member_id()},
-                            {"side", SideName(id.side())},
+                            {"side", WireSideName(id.side())},
                             {"job", id.job()},
                             {"engine_id", id.engine_id()},
                             {"rank", id.rank()},
@@ -103,8 +107,7 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
                             {"host_id", id.host_id()},
                             {"device", id.device()},
                             {"device_uuid", id.device_uuid()},
-                            {"transport", id.transport()},
-                            {"coords", coords},
+                            {"transport", WireTransportName(id.transport())},
                             {"num_buffers", m.num_buffers()},
                             {"seconds_since_heartbeat",
                              m.seconds_since_heartbeat()}});

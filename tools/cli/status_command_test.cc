@@ -22,7 +22,7 @@ v1::StatusResponse Sample() {
   m->mutable_identity()->set_world_size(1);
   m->mutable_identity()->set_device("cuda:0");
   m->mutable_identity()->set_device_uuid("GPU-0000aaaa");
-  m->mutable_identity()->set_transport("ipc");
+  m->mutable_identity()->set_transport(v1::TRANSPORT_IPC);
   auto* e0 = r.add_engines();
   e0->set_engine_id("e0");
   e0->set_committed_version(4);
@@ -41,6 +41,8 @@ v1::StatusResponse Sample() {
 TEST(StatusCommandTest, TextNamesTornEnginesAndTheProtocol) {
   const std::string text = FormatStatusText(Sample(), 2);
   EXPECT_THAT(text, HasSubstr("refit protocol: 1\n"));
+  EXPECT_THAT(text, HasSubstr("engine/e0/0  engine job="));
+  EXPECT_THAT(text, Not(HasSubstr("SIDE_")));
   EXPECT_THAT(text, HasSubstr("device=cuda:0 transport=ipc"));
   EXPECT_THAT(text, HasSubstr("engine e0: version 4 committed; TORN by aborted round 5"));
   EXPECT_THAT(text, HasSubstr("engine e1: no version committed\n"));
@@ -52,6 +54,7 @@ TEST(StatusCommandTest, TextNamesTornEnginesAndTheProtocol) {
 TEST(StatusCommandTest, JsonCarriesTheSameFields) {
   nlohmann::json j = nlohmann::json::parse(FormatStatusJson(Sample(), 10));
   EXPECT_EQ(j["protocol_version"], 1);
+  EXPECT_EQ(j["members"][0]["side"], "engine");
   EXPECT_EQ(j["members"][0]["transport"], "ipc");
   EXPECT_EQ(j["members"][0]["device_uuid"], "GPU-0000aaaa");
   ASSERT_EQ(j["engines"].size(), 2u);

@@ -97,7 +97,7 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
     cuda_lanes = nt->get();
     transport = std::move(*nt);
   }
-  const PlanSide side = g < ws ? PlanSide::kSource : PlanSide::kDestination;
+  const Side side = g < ws ? Side::kTrainer : Side::kEngine;
   const int rank = g < ws ? g : g - ws;
   const SideLayout& layout = g < ws ? plan->src : plan->dst;
   const char fill = static_cast<char>(0xEE);
@@ -121,7 +121,7 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
   cudaGraphExec_t exec = nullptr;
   cudaStream_t cs;
   CK(cudaStreamCreate(&cs));
-  if (side == PlanSide::kDestination && first >= 0) {
+  if (side == Side::kEngine && first >= 0) {
     CK(cudaMalloc(&snap, host[first].size()));
     cudaGraph_t graph;
     CK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
@@ -139,11 +139,11 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
     return 2;
   }
   for (int step = 1; step <= 2; ++step) {
-    if (kill_peer && step == 2 && side == PlanSide::kSource) {
+    if (kill_peer && step == 2 && side == Side::kTrainer) {
       std::fflush(stdout);
       _exit(0);  // a trainer process that dies between refits
     }
-    if (side == PlanSide::kSource) {
+    if (side == Side::kTrainer) {
       testing::FillRecords(layout, rank, step, &host);
       for (size_t b = 0; b < host.size(); ++b) {
         if (dev[b]) CK(cudaMemcpy(dev[b], host[b].data(), host[b].size(),
@@ -178,7 +178,7 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
       std::fprintf(stderr, "rank %d: %s\n", g, st.status().ToString().c_str());
       return 3;
     }
-    if (side == PlanSide::kDestination) {
+    if (side == Side::kEngine) {
       for (size_t b = 0; b < host.size(); ++b) {
         if (dev[b]) CK(cudaMemcpy(host[b].data(), dev[b], host[b].size(),
                                   cudaMemcpyDeviceToHost));

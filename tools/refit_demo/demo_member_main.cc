@@ -85,7 +85,7 @@ int Main(const Flags& fl) {
   o.connection.target = fl.Get("server");
   o.connection.heartbeat_interval = absl::Milliseconds(500);
   o.job = "demo";
-  o.trainer = trainer;
+  o.side = trainer ? Side::kTrainer : Side::kEngine;
   o.engine_id = trainer ? "" : fl.Get("engine_id");
   o.rank = rank;
   o.model = fl.Get("model");
