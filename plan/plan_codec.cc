@@ -515,22 +515,6 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
     }
     return buf_map[b];
   };
-  if (side == Side::kTrainer) {
-    // The rank's conversions, and the cut tiles it exchanges amaxes for.
-    for (const Conversion& c : plan.conversions) {
-      if (c.from.rank != rank) continue;
-      Conversion n = c;
-      map_buffers(plan.src, &s.src, src_buf, n.from);
-      n.to_buffer = keep_buffer(plan.src, &s.src, src_buf, c.to_buffer);
-      n.scale_buffer = keep_buffer(plan.src, &s.src, src_buf, c.scale_buffer);
-      s.conversions.push_back(std::move(n));
-    }
-    for (const CutTileGroup& g : plan.cut_tiles) {
-      if (std::binary_search(g.ranks.begin(), g.ranks.end(), rank)) {
-        s.cut_tiles.push_back(g);
-      }
-    }
-  }
   for (const Round& r : plan.rounds) {
     Round nr = r;
     nr.first_message = static_cast<int32_t>(s.messages.size());
@@ -565,6 +549,24 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
       ++nr.num_messages;
     }
     if (nr.num_messages > 0) s.rounds.push_back(nr);
+  }
+  if (side == Side::kTrainer) {
+    // The rank's conversions, and the cut tiles it exchanges amaxes for.
+    // After the segments: a scratch buffer keeps the index their records
+    // gave it (indexed records need their buffers consecutive).
+    for (const Conversion& c : plan.conversions) {
+      if (c.from.rank != rank) continue;
+      Conversion n = c;
+      map_buffers(plan.src, &s.src, src_buf, n.from);
+      n.to_buffer = keep_buffer(plan.src, &s.src, src_buf, c.to_buffer);
+      n.scale_buffer = keep_buffer(plan.src, &s.src, src_buf, c.scale_buffer);
+      s.conversions.push_back(std::move(n));
+    }
+    for (const CutTileGroup& g : plan.cut_tiles) {
+      if (std::binary_search(g.ranks.begin(), g.ranks.end(), rank)) {
+        s.cut_tiles.push_back(g);
+      }
+    }
   }
   // The peers' buffers: rank and size only (see the header).
   for (BufferSpec& b : (side == Side::kTrainer ? s.dst : s.src).buffers) {

@@ -73,7 +73,7 @@ uint64_t FiniteWord(DType dtype, uint64_t w) {
 
 std::vector<uint8_t> ExpectedConverted(const TensorSpec& t, DType source_dtype,
                                        const TensorSpec* weight, uint64_t seed,
-                                       int64_t block) {
+                                       int64_t block, bool ue8m0) {
   const TensorSpec& w = weight != nullptr ? *weight : t;
   const uint64_t h = NameHash(w.name);
   const int64_t n = Elements(w.shape);
@@ -90,8 +90,7 @@ std::vector<uint8_t> ExpectedConverted(const TensorSpec& t, DType source_dtype,
     }
     return AsBytes(v);
   }
-  Quantized q = ReferenceQuantize(v, w.shape, block,
-                                  weight != nullptr && t.transform == Transform::kPow2Ceil);
+  Quantized q = ReferenceQuantize(v, w.shape, block, ue8m0);
   return weight != nullptr ? AsBytes(q.scales) : q.values;
 }
 

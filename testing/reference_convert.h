@@ -30,10 +30,11 @@ uint64_t FiniteWord(DType dtype, uint64_t w);
 // when the trainer held the pattern of version `seed` in `source_dtype`:
 // f32 (-exp) values, e4m3 values of a block-quantized weight, or, for a
 // "<w>_scale_inv" tensor (`weight` = w's engine spec), w's scales. `block`
-// is the FP8 tile edge.
+// is the FP8 tile edge; ue8m0: the weight's scales are rounded up to powers
+// of two (its scale tensor has transform pow2_ceil).
 std::vector<uint8_t> ExpectedConverted(const TensorSpec& t, DType source_dtype,
                                        const TensorSpec* weight, uint64_t seed,
-                                       int64_t block);
+                                       int64_t block, bool ue8m0);
 
 }  // namespace refit::testing
 

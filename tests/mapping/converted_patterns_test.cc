@@ -11,6 +11,7 @@
 #include "exec/inproc_transport.h"
 #include "gtest/gtest.h"
 #include "mapping/mapping.h"
+#include "plan/plan_codec.h"
 #include "plan/planner.h"
 #include "testing/reference_copy.h"
 
@@ -62,8 +63,27 @@ TEST_P(ConvertedPatternsTest, EngineHoldsTheConvertedPattern) {
       std::vector<char*> ptrs;
       for (uint8_t* p : (is_src ? s : d).ptrs) ptrs.push_back(reinterpret_cast<char*>(p));
       auto t = InProcTransport::Create(fabric, g).value();
-      auto ex = Executor::Create(*plan, is_src ? Side::kTrainer : Side::kEngine,
-                                 is_src ? g : g - ws, ptrs, t.get());
+      // Each rank runs its own slice, off the wire, as members do.
+      const Side side = is_src ? Side::kTrainer : Side::kEngine;
+      const int32_t rank = is_src ? g : g - ws;
+      absl::StatusOr<Plan> slice = FromProto(ToProto(ExtractSlice(*plan, side, rank)));
+      if (!slice.ok()) {
+        status[g] = slice.status();
+        fabric->Kill(g);
+        return;
+      }
+      const SideLayout& full = is_src ? plan->src : plan->dst;
+      const SideLayout& mine = is_src ? slice->src : slice->dst;
+      std::vector<char*> local(mine.buffers.size(), nullptr);
+      for (size_t b = 0; b < mine.buffers.size(); ++b) {
+        if (mine.buffers[b].rank != rank || mine.buffers[b].scratch) continue;
+        for (size_t k = 0; k < full.buffers.size(); ++k) {
+          if (full.buffers[k].rank == rank && full.buffers[k].name == mine.buffers[b].name) {
+            local[b] = ptrs[k];
+          }
+        }
+      }
+      auto ex = Executor::Create(*slice, side, rank, local, t.get());
       status[g] = ex.ok() ? (*ex)->Run(absl::Now() + absl::Seconds(60)).status() : ex.status();
       if (!status[g].ok()) fabric->Kill(g);
     });

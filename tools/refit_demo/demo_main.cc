@@ -296,11 +296,15 @@ int main(int argc, char** argv) {
     std::printf("--- refitd\n%s", ReadAll(refitd.log).c_str());
     return 1;
   }
+  bool quantized = false;
+  for (const auto& e : engines) quantized |= e.second.quant != refit::EngineSpec::Quant::kNone;
   std::printf(
-      "verified: %d engine ranks in %zu engines hold the trainer's bytes exactly "
+      "verified: %d engine ranks in %zu engines hold the trainer's bytes exactly%s "
       "after each of %lld rounds (%lld bytes checked); %.2f GB/s over the %s "
       "transport%s\n",
-      engine_ranks, engines.size(), static_cast<long long>(rounds),
+      engine_ranks, engines.size(),
+      quantized ? " (FP8 weights and scales as the reference quantizer makes them)" : "",
+      static_cast<long long>(rounds),
       static_cast<long long>(total),
       secs > 0 ? steady_bytes / secs / 1e9 : 0.0,
       f["gpus"].empty() ? "host (Gloo/TCP)" : "NCCL",
