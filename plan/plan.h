@@ -67,11 +67,15 @@ struct Round {
   int32_t num_messages = 0;
 };
 
+// Lanes a plan may have: each lane is a data-plane communicator per member,
+// so a count far beyond what a job uses is refused.
+inline constexpr int32_t kMaxLanes = 64;
+
 struct PlannerOptions {
   // Staging bytes one rank may use per lane (pack + unpack staging of one
   // round together). Total staging per rank <= staging_budget_bytes.
   int64_t staging_budget_bytes = 512LL << 20;
-  int32_t num_lanes = 2;
+  int32_t num_lanes = 2;  // 1..kMaxLanes
   // Prefer a source on the destination's host when hosts are known.
   bool prefer_same_host = true;
   // A single message carries at most this many bytes (splitting bigger

@@ -66,7 +66,8 @@ namespace refit {
 // Cost: linear in records and candidates apart from per-tensor and
 // per-pair sorts; plan.stats.phase_seconds has the time of each phase.
 //
-// Fails with INVALID_ARGUMENT also for invalid options (num_lanes < 1,
+// Fails with INVALID_ARGUMENT also for invalid options (num_lanes outside
+// 1..kMaxLanes,
 // budget < 1, per-lane budget smaller than one element).
 //
 // The layouts are taken by value: pass them with std::move when they are

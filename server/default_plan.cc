@@ -15,6 +15,7 @@
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
 #include "mapping/parallel_spec.h"
+#include "mapping/plan_size.h"
 #include "mapping/validate.h"
 #include "plan/plan_codec.h"
 #include "plan/planner.h"
@@ -36,12 +37,13 @@ absl::StatusOr<ModelConfig> ModelOf(const std::string& text) {
   return ParseModelConfig(json);
 }
 
-// Checks the members of one side/engine agree on the convention, have the
-// world size it implies and ranks 0..world-1 in order, and registered what
-// the layout expects.
-absl::Status CheckMembers(absl::Span<const v1::Registration* const> members,
-                          int32_t world, const MappedSide& side) {
-  if (static_cast<int32_t>(members.size()) != world) {
+// Checks the members of one side/engine agree on the convention and have the
+// world size it implies and ranks 0..world-1 in order: before any layout is
+// built, so a convention whose world is not the members registered costs
+// nothing.
+absl::Status CheckWorld(absl::Span<const v1::Registration* const> members,
+                        int32_t world) {
+  if (static_cast<int64_t>(members.size()) != world) {
     return absl::InvalidArgumentError(absl::StrCat(
         MemberName(*members[0]), ": convention '", members[0]->convention(),
         "' has ", world, " ranks but ", members.size(), " registered"));
@@ -59,6 +61,15 @@ absl::Status CheckMembers(absl::Span<const v1::Registration* const> members,
           "/", m.identity().world_size(), " do not match convention '",
           m.convention(), "' (world ", world, ")"));
     }
+  }
+  return absl::OkStatus();
+}
+
+// Checks each member registered what the layout expects of its rank.
+absl::Status CheckBuffers(absl::Span<const v1::Registration* const> members,
+                          const MappedSide& side) {
+  for (size_t r = 0; r < members.size(); ++r) {
+    const v1::Registration& m = *members[r];
     std::vector<LocalBuffer> reg;
     reg.reserve(m.buffers_size());
     for (const v1::LocalBuffer& b : m.buffers()) {
@@ -69,8 +80,8 @@ absl::Status CheckMembers(absl::Span<const v1::Registration* const> members,
       lb.byte_size = b.byte_size();
       reg.push_back(std::move(lb));
     }
-    REFIT_RETURN_IF_ERROR(
-        AnnotateStatus(ValidateRankBuffers(side, r, reg), MemberName(m)));
+    REFIT_RETURN_IF_ERROR(AnnotateStatus(
+        ValidateRankBuffers(side, static_cast<int32_t>(r), reg), MemberName(m)));
   }
   return absl::OkStatus();
 }
@@ -148,22 +159,19 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
         .first->second;
   };
 
-  // Trainer side.
+  // Conventions first, each checked against the members registered, and the
+  // plan's size estimated: nothing is sized by a convention before that.
   REFIT_ASSIGN_OR_RETURN(
       TrainerSpec ts, AnnotateStatus(ParseTrainerSpec(trainer[0].convention()),
                                      "trainer rank 0 convention"));
-  REFIT_ASSIGN_OR_RETURN(
-      MappedSide src,
-      AnnotateStatus(BuildTrainerLayout(model, ts), "trainer layout"));
   std::vector<const v1::Registration*> tm;
   for (const auto& m : trainer) tm.push_back(&m);
-  REFIT_RETURN_IF_ERROR(CheckMembers(tm, ts.world_size(), src));
-  src.layout.host_of_rank.clear();
-  for (const auto& m : trainer) src.layout.host_of_rank.push_back(host_of(m));
-
-  // Engines, in (engine id, rank) order as given.
-  SideLayout dst;
-  std::vector<int32_t> dst_rank_of_member;  // parallel to `engine`
+  REFIT_RETURN_IF_ERROR(CheckWorld(tm, ts.world_size()));
+  struct EngineGroup {
+    EngineSpec spec;
+    std::vector<const v1::Registration*> members;
+  };
+  std::vector<EngineGroup> groups;  // engines in (engine id, rank) order as given
   for (size_t i = 0; i < engine.size();) {
     size_t j = i;
     while (j < engine.size() &&
@@ -171,23 +179,44 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
       ++j;
     }
     const std::string& id = engine[i].identity().engine_id();
+    EngineGroup g;
     REFIT_ASSIGN_OR_RETURN(
-        EngineSpec es,
-        AnnotateStatus(ParseEngineSpec(engine[i].convention()),
-                       absl::StrCat("engine '", id, "' convention")));
+        g.spec, AnnotateStatus(ParseEngineSpec(engine[i].convention()),
+                               absl::StrCat("engine '", id, "' convention")));
+    for (size_t k = i; k < j; ++k) g.members.push_back(&engine[k]);
+    REFIT_RETURN_IF_ERROR(CheckWorld(g.members, g.spec.world_size()));
+    groups.push_back(std::move(g));
+    i = j;
+  }
+  std::vector<EngineSpec> engine_specs;
+  for (const EngineGroup& g : groups) engine_specs.push_back(g.spec);
+  REFIT_ASSIGN_OR_RETURN(int64_t records, EstimatePlanRecords(model, ts, engine_specs));
+  REFIT_RETURN_IF_ERROR(
+      CheckPlanBudget(records, options.max_plan_bytes, options.budget_name));
+
+  // Trainer side.
+  REFIT_ASSIGN_OR_RETURN(
+      MappedSide src,
+      AnnotateStatus(BuildTrainerLayout(model, ts), "trainer layout"));
+  REFIT_RETURN_IF_ERROR(CheckBuffers(tm, src));
+  src.layout.host_of_rank.clear();
+  for (const auto& m : trainer) src.layout.host_of_rank.push_back(host_of(m));
+
+  // Engines, in (engine id, rank) order as given.
+  SideLayout dst;
+  std::vector<int32_t> dst_rank_of_member;  // parallel to `engine`
+  for (const EngineGroup& g : groups) {
+    const std::string& id = g.members[0]->identity().engine_id();
     REFIT_ASSIGN_OR_RETURN(
-        MappedSide e, AnnotateStatus(BuildEngineLayout(model, es),
+        MappedSide e, AnnotateStatus(BuildEngineLayout(model, g.spec),
                                      absl::StrCat("engine '", id, "' layout")));
-    std::vector<const v1::Registration*> em;
-    for (size_t k = i; k < j; ++k) em.push_back(&engine[k]);
-    REFIT_RETURN_IF_ERROR(CheckMembers(em, es.world_size(), e));
+    REFIT_RETURN_IF_ERROR(CheckBuffers(g.members, e));
     const int32_t rank0 = dst.world_size;
     REFIT_RETURN_IF_ERROR(AppendEngine(e.layout, id, &dst));
-    for (size_t k = i; k < j; ++k) {
-      dst_rank_of_member.push_back(rank0 + engine[k].identity().rank());
-      dst.host_of_rank.push_back(host_of(engine[k]));
+    for (const v1::Registration* m : g.members) {
+      dst_rank_of_member.push_back(rank0 + m->identity().rank());
+      dst.host_of_rank.push_back(host_of(*m));
     }
-    i = j;
   }
   if (!dst.stage_of_rank.empty() &&
       static_cast<int32_t>(dst.stage_of_rank.size()) != dst.world_size) {

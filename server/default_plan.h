@@ -7,7 +7,10 @@
 #define REFIT_SERVER_DEFAULT_PLAN_H_
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
 #include <thread>
+
 #include "plan/plan.h"
 #include "server/plan_function.h"
 
@@ -15,6 +18,10 @@ namespace refit {
 
 struct DefaultPlanOptions {
   PlannerOptions planner;  // staging budget, lanes, message cap
+  // Plans estimated (EstimatePlanRecords) above this many bytes are refused
+  // with RESOURCE_EXHAUSTED naming budget_name, before any layout is built.
+  int64_t max_plan_bytes = int64_t{16} << 30;
+  std::string budget_name = "DefaultPlanOptions::max_plan_bytes";
   // Threads that build the members' slices (one per member, ~7 ms each at
   // DeepSeek-V3 scale).
   int slice_threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
@@ -37,7 +44,9 @@ struct DefaultPlanOptions {
 // a side / an engine) on the convention; a convention or model cannot be
 // parsed or cannot hold the model (e.g. tp not dividing the heads); a
 // member's world size or rank disagrees with its convention; ranks are
-// missing; a member's registered buffers differ from what the mapping
+// missing (all checked before any layout is built); with RESOURCE_EXHAUSTED
+// naming options.budget_name when the plan's estimated size is over
+// options.max_plan_bytes; when a member's registered buffers differ from what the mapping
 // expects of its rank (unknown or missing parameter, shape, dtype, byte
 // size); or the planner rejects the plan (its message, naming tensor, box
 // and ranks).

@@ -194,5 +194,39 @@ TEST(DefaultPlanTest, DisagreementsAndImpossibleLayoutsAreRefused) {
   }
 }
 
+TEST(DefaultPlanTest, HugeConventionWorldIsRefusedBeforeAnyLayout) {
+  // One trainer rank whose convention claims 2^20 ranks: refused against
+  // the members registered, without sizing anything by that world.
+  Membership m;
+  m.trainer.push_back(Member(true, "megatron:tp=1", 0));
+  m.trainer[0].set_convention("megatron:dp=1048576");
+  m.engine.push_back(Member(false, "vllm:tp=1", 0, "a"));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<BuiltPlan> built = DefaultPlanFunction()(m.trainer, m.engine);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  ASSERT_EQ(built.status().code(), absl::StatusCode::kInvalidArgument) << built.status();
+  EXPECT_NE(built.status().message().find("has 1048576 ranks but 1 registered"),
+            std::string::npos)
+      << built.status();
+
+  m.trainer[0].set_convention("megatron:tp=1");
+  m.engine[0].set_convention("vllm:tp=1,dp=1048576");
+  built = DefaultPlanFunction()(m.trainer, m.engine);
+  ASSERT_EQ(built.status().code(), absl::StatusCode::kInvalidArgument) << built.status();
+  EXPECT_NE(built.status().message().find("engine 'a' rank 0"), std::string::npos)
+      << built.status();
+}
+
+TEST(DefaultPlanTest, PlanOverTheMemoryBudgetIsRefusedNamingIt) {
+  Membership m = TwoEngines();
+  DefaultPlanOptions o;
+  o.max_plan_bytes = 64 << 10;
+  o.budget_name = "--max_plan_mib";
+  absl::StatusOr<BuiltPlan> built = DefaultPlanFunction(o)(m.trainer, m.engine);
+  ASSERT_EQ(built.status().code(), absl::StatusCode::kResourceExhausted) << built.status();
+  EXPECT_NE(built.status().message().find("--max_plan_mib"), std::string::npos)
+      << built.status();
+}
+
 }  // namespace
 }  // namespace refit

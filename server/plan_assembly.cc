@@ -1,6 +1,9 @@
 // RunPlanFunction and AssembleMemberPlans (see plan_assembly.h).
 #include "server/plan_assembly.h"
 
+#include <exception>
+#include <new>
+
 #include "absl/strings/str_cat.h"
 #include "server/registration.h"
 
@@ -9,7 +12,20 @@ namespace refit {
 absl::StatusOr<BuiltPlan> RunPlanFunction(const PlanFunction& plan,
                                           const PlanInput& input) {
   if (absl::Status s = CheckDataPlane(input.trainer, input.engine); !s.ok()) return s;
-  absl::StatusOr<BuiltPlan> built = plan(input.trainer, input.engine);
+  absl::StatusOr<BuiltPlan> built = absl::InternalError("plan function: not run");
+  // A plan function that throws (std::bad_alloc on a plan too large for
+  // this host) fails this plan only, never refitd.
+  try {
+    built = plan(input.trainer, input.engine);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        "the plan function ran out of memory (std::bad_alloc): the plan is too "
+        "large for this host");
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("the plan function threw: ", e.what()));
+  } catch (...) {
+    return absl::InternalError("the plan function threw a non-standard exception");
+  }
   if (built.ok() && (built->trainer_slices.size() != input.trainer.size() ||
                      built->engine_slices.size() != input.engine.size())) {
     return absl::InternalError("plan function returned the wrong number of slices");

@@ -17,8 +17,9 @@ namespace refit {
 
 // Returns `plan`'s outcome for `input`: CheckDataPlane's INVALID_ARGUMENT
 // when the members cannot connect (the plan function is not called), the
-// plan function's own error, or INTERNAL when it returned another number of
-// slices than members.
+// plan function's own error, RESOURCE_EXHAUSTED when it threw std::bad_alloc,
+// INTERNAL when it threw anything else or returned another number of slices
+// than members. Never lets an exception through.
 absl::StatusOr<BuiltPlan> RunPlanFunction(const PlanFunction& plan,
                                           const PlanInput& input);
 

@@ -2,11 +2,9 @@
 // prints them (kUsage below).
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -15,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
+#include "common/file.h"
 #include "common/huge_pages.h"
 #include "server/default_plan.h"
 #include "server/refit_server.h"
@@ -46,7 +45,10 @@ usage: refitd [--name=value ...]
                                  serialized MiB (2048; the current one is
                                  always kept)
   --staging_mib=N                planner staging budget per rank (512)
-  --lanes=N                      planner lanes (2)
+  --lanes=N                      planner lanes (2; at most 64)
+  --max_plan_mib=N               refuse a plan whose estimated size (one
+                                 record per tensor per rank) is over N MiB,
+                                 before building it (16384)
   --slice_threads=N              threads building the members' plan slices
                                  (this host's cores, at most 16)
   --help                         this text
@@ -56,12 +58,12 @@ example:
          --tls_cert=cert.pem --tls_key=key.pem --min_engines=2
 )";
 
+// Tokens and PEM files are small: a path naming a device or a huge file
+// fails at once (common/file.h).
+constexpr int64_t kMaxCredentialFileBytes = 1 << 20;
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return refit::ReadFileToString(path, kMaxCredentialFileBytes);
 }
 
 absl::Notification* g_stop = nullptr;
@@ -170,8 +172,16 @@ int main(int argc, char** argv) {
   o.round_timeout = absl::Seconds(*rt);
   auto staging = get_mib("staging_mib", 512);
   auto lanes = get_int("lanes", 2);
-  for (auto* s : {&staging, &lanes}) {
+  auto max_plan = get_mib("max_plan_mib", 16384);
+  for (auto* s : {&staging, &lanes, &max_plan}) {
     if (!s->ok()) return Fail(s->status());
+  }
+  if (*lanes < 1 || *lanes > refit::kMaxLanes) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--lanes: must be 1..", refit::kMaxLanes, ": ", *lanes)));
+  }
+  if (*staging < 1) {
+    return Fail(absl::InvalidArgumentError("--staging_mib: must be at least 1"));
   }
   refit::DefaultPlanOptions plan_options;
   auto slice_threads = get_int("slice_threads", plan_options.slice_threads);
@@ -183,6 +193,8 @@ int main(int argc, char** argv) {
   plan_options.slice_threads = static_cast<int>(*slice_threads);
   plan_options.planner.staging_budget_bytes = *staging;
   plan_options.planner.num_lanes = static_cast<int32_t>(*lanes);
+  plan_options.max_plan_bytes = *max_plan;
+  plan_options.budget_name = "--max_plan_mib";
   o.plan_function = refit::DefaultPlanFunction(plan_options);
 
   auto server = refit::RefitServer::Start(std::move(o));

@@ -10,7 +10,7 @@ for flag in --address --tls_cert --tls_key --tls_client_ca --token_file \
     --allow_insecure_non_loopback --min_engines --max_buffers \
     --max_metadata_bytes --heartbeat_timeout_ms --round_timeout_s \
     --plan_settle_ms --plan_settle_max_ms --plan_cache_mib --staging_mib --lanes \
-    --slice_threads; do
+    --max_plan_mib --slice_threads; do
   check "help$flag" 0 "^  $flag" -- "$REFITD" --help
 done
 check unknown-flag 2 'unknown flag --bogus .*refitd --help' -- "$REFITD" --bogus=1
@@ -18,7 +18,12 @@ check bad-count 2 '--plan_settle_ms: not a count: soon' -- "$REFITD" --plan_sett
 check huge-mib 2 '--staging_mib: too large' -- "$REFITD" --staging_mib=9223372036854775807
 check bad-slice-threads 2 '--slice_threads: must be 1..1024' -- "$REFITD" --slice_threads=0
 check help-is-not-a-flag 2 'unknown flag --help_me' -- "$REFITD" --help_me
-check missing-token-file 2 'cannot read /nonexistent/token' -- "$REFITD" --token_file=/nonexistent/token
+check missing-token-file 2 '/nonexistent/token' -- "$REFITD" --token_file=/nonexistent/token
+# Credential files are read with a cap: a device fails at once.
+CHECK_TIMEOUT_S=10 check token-file-device 2 '/dev/zero is not a regular file' -- \
+  "$REFITD" --token_file=/dev/zero
+check lanes-absurd 2 '--lanes: must be 1..64: 1000000' -- "$REFITD" --lanes=1000000
+check max-plan-overflow 2 '--max_plan_mib: too large' -- "$REFITD" --max_plan_mib=9223372036854775807
 
 # Starts on port 0, reports the port, stops on SIGTERM within 5 s.
 log="${TEST_TMPDIR:-/tmp}/refitd.$$.log"

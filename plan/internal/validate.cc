@@ -55,7 +55,8 @@ void ValidateSide(const SideLayout& s, const char* side,
 }  // namespace
 
 absl::Status ValidateOptions(const PlannerOptions& options) {
-  if (options.num_lanes < 1 || options.staging_budget_bytes < 1 ||
+  if (options.num_lanes < 1 || options.num_lanes > kMaxLanes ||
+      options.staging_budget_bytes < 1 ||
       options.max_message_bytes < 0 || options.direct_min_bytes < 0 ||
       options.max_round_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -21,7 +21,7 @@ for sub in "" plan; do
 done
 check unknown-command 2 "unknown command 'bogus'" -- "$REFIT" bogus
 for flag in --model --trainer --engine --dtype --gpus-per-host --colocated \
-    --link --staging-mib --lanes --json --heatmap --timings; do
+    --link --staging-mib --lanes --max-plan-mib --json --heatmap --timings; do
   check "plan-help$flag" 0 "^  $flag" -- "$REFIT" plan --help
 done
 for flag in --server --token-file --timeout-s --rounds --json; do
@@ -78,6 +78,21 @@ if python3 -c "import sys; sys.exit(0 if float('$secs') <= 1.35 else 1)"; then
 else
   echo "FAIL kimi-k2-fp8 predicted $secs s > 1.35 s"; fail=1
 fi
+# A convention with a huge world, absurd staging or lanes fail at once with a
+# clear error (no abort, no memory growth).
+CHECK_TIMEOUT_S=10 check huge-engine-world 1 'over the plan memory budget --max-plan-mib' -- \
+  "$REFIT" plan --model tiny-qwen3 --trainer megatron:tp=1 --engine vllm:tp=1,dp=1048576
+CHECK_TIMEOUT_S=10 check huge-trainer-world 1 'over the plan memory budget --max-plan-mib' -- \
+  "$REFIT" plan --model tiny-qwen3 --trainer megatron:dp=1048576 --engine vllm:tp=1
+CHECK_TIMEOUT_S=10 check small-plan-budget 1 '--max-plan-mib = 1 MiB' -- \
+  "$REFIT" plan --model tiny-qwen3 --trainer megatron:tp=1 --engine vllm:tp=1,dp=4096 \
+  --max-plan-mib 1
+check staging-overflow 1 '--staging-mib 99999999999999: must be 1..1048576' -- \
+  "$REFIT" plan --model tiny-qwen3 --trainer megatron:tp=1 --engine vllm:tp=1 \
+  --staging-mib 99999999999999
+check lanes-absurd 1 '--lanes 1000000: must be 1..64' -- \
+  "$REFIT" plan --model tiny-qwen3 --trainer megatron:tp=1 --engine vllm:tp=1 \
+  --lanes 1000000
 svg="${TEST_TMPDIR:-/tmp}/h.svg"
 check heatmap 0 'predicted refit time' -- "$REFIT" plan --model tiny-qwen3 \
   --trainer megatron:tp=2,pp=2,dp=1 --engine vllm:tp=2,dp=2 --heatmap "$svg"

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "mapping/mapping.h"
+#include "mapping/plan_size.h"
 #include "plan/planner.h"
 
 namespace refit {
@@ -35,6 +36,23 @@ absl::Status ParseLinkSpec(const std::string& text, LinkModel* link) {
   return absl::OkStatus();
 }
 
+absl::Status CheckPlanSizeOptions(int64_t staging_mib, int32_t lanes,
+                                  int64_t max_plan_mib) {
+  if (staging_mib < 1 || staging_mib > kMaxStagingMib) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--staging-mib ", staging_mib, ": must be 1..", kMaxStagingMib));
+  }
+  if (lanes < 1 || lanes > kMaxLanes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lanes ", lanes, ": must be 1..", kMaxLanes));
+  }
+  if (max_plan_mib < 1 || max_plan_mib > kMaxStagingMib) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-plan-mib ", max_plan_mib, ": must be 1..", kMaxStagingMib));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
   if (opt.model.empty() || opt.trainer.empty() || opt.engine.empty()) {
     return absl::InvalidArgumentError(
@@ -48,10 +66,13 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
               << absl::ToDoubleSeconds(now - t0) << " s\n";
     t0 = now;
   };
+  REFIT_RETURN_IF_ERROR(CheckPlanSizeOptions(opt.staging_mib, opt.lanes, opt.max_plan_mib));
   REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(opt.model));
   REFIT_RETURN_IF_ERROR(SetWeightDType(&model, opt.dtype));
   REFIT_ASSIGN_OR_RETURN(TrainerSpec ts, ParseTrainerSpec(opt.trainer));
   REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(opt.engine));
+  REFIT_ASSIGN_OR_RETURN(int64_t records, EstimatePlanRecords(model, ts, {es}));
+  REFIT_RETURN_IF_ERROR(CheckPlanBudget(records, opt.max_plan_mib << 20, "--max-plan-mib"));
   ts.gpus_per_host = es.gpus_per_host = opt.link.gpus_per_host;
   lap("config+specs");
   REFIT_ASSIGN_OR_RETURN(MappedSide src, BuildTrainerLayout(model, ts));

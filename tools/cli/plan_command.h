@@ -19,15 +19,27 @@ struct PlanCommandOptions {
   LinkModel link;
   int64_t staging_mib = 512;
   int32_t lanes = 2;
+  int64_t max_plan_mib = 16384;  // refuse plans estimated above this
   bool json = false;
   std::string heatmap;  // SVG path, empty = none
   bool timings = false;  // print each step's wall time on stderr
 };
 
-// Runs the dry run and returns what to print on stdout. Fails with the
-// mapping's or planner's status (INVALID_ARGUMENT naming the tensor, ranks or
+// Runs the dry run and returns what to print on stdout. Fails with
+// CheckPlanSizeOptions's INVALID_ARGUMENT; RESOURCE_EXHAUSTED naming
+// --max-plan-mib when the plan's estimated size (EstimatePlanRecords) is
+// over it, before any layout is built; or the mapping's or planner's status (INVALID_ARGUMENT naming the tensor, ranks or
 // spec key) annotated with the step that failed.
 absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt);
+
+// The most staging (and plan budget) a flag may name, in MiB: 1 TiB.
+inline constexpr int64_t kMaxStagingMib = int64_t{1} << 20;
+
+// Returns OK when --staging-mib, --lanes and --max-plan-mib are in range
+// (1..kMaxStagingMib, 1..kMaxLanes, 1..kMaxStagingMib); else
+// INVALID_ARGUMENT naming the flag and the range.
+absl::Status CheckPlanSizeOptions(int64_t staging_mib, int32_t lanes,
+                                  int64_t max_plan_mib);
 
 // Parses "nvlink=370,net=50" into `link` (GB/s). INVALID_ARGUMENT on an
 // unknown key or a non-positive number.

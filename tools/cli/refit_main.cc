@@ -161,6 +161,8 @@ flags:
                          inter-host (network) links, default nvlink=370,net=50
   --staging-mib M        staging budget per rank in MiB, default 512
   --lanes L              concurrent lanes (rounds in flight), default 2
+  --max-plan-mib M       refuse a plan whose estimated size (one record per
+                         tensor per rank) is over M MiB, default 16384
   --json                 print the summary as one JSON document
   --timings              print each step's wall time (config, trainer layout,
                          engine layout, planner and each planner phase,
@@ -229,7 +231,7 @@ int RunPlan(const std::vector<std::string>& args) {
       {"dtype", true},      {"gpus-per-host", true}, {"colocated", false},
       {"link", true},       {"staging-mib", true}, {"lanes", true},
       {"json", false},      {"heatmap", true},     {"help", false},
-      {"timings", false}};
+      {"timings", false},   {"max-plan-mib", true}};
   if (!ParseFlags(args, known, &f, &err)) return Usage(err, kPlanHelp);
   if (f.count("help")) {
     std::cout << kPlanHelp;
@@ -261,6 +263,11 @@ int RunPlan(const std::vector<std::string>& args) {
   if (f.count("lanes") &&
       (!absl::SimpleAtoi(f["lanes"], &opt.lanes) || opt.lanes < 1)) {
     return Usage("--lanes needs a positive integer", kPlanHelp);
+  }
+  if (f.count("max-plan-mib") &&
+      (!absl::SimpleAtoi(f["max-plan-mib"], &opt.max_plan_mib) ||
+       opt.max_plan_mib < 1)) {
+    return Usage("--max-plan-mib needs a positive integer", kPlanHelp);
   }
   opt.json = f.count("json") > 0;
   opt.timings = f.count("timings") > 0;

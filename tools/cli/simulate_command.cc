@@ -14,9 +14,11 @@
 #include "exec/executor.h"
 #include "exec/inproc_transport.h"
 #include "mapping/mapping.h"
+#include "mapping/plan_size.h"
 #include "mapping/scatter.h"
 #include "plan/planner.h"
 #include "testing/reference_copy.h"
+#include "tools/cli/plan_command.h"
 #include "tools/cli/safetensors.h"
 
 namespace refit {
@@ -73,12 +75,17 @@ absl::Status WriteSide(const MappedSide& side, const OwnedBuffers& bufs,
 
 absl::StatusOr<std::string> RunSimulateCommand(
     const SimulateCommandOptions& opt) {
+  REFIT_RETURN_IF_ERROR(CheckPlanSizeOptions(opt.staging_mib, opt.lanes,
+                                             PlanCommandOptions().max_plan_mib));
   REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(opt.model));
   if (!opt.dtype.empty()) {
     REFIT_RETURN_IF_ERROR(SetWeightDType(&model, opt.dtype));
   }
   REFIT_ASSIGN_OR_RETURN(TrainerSpec ts, ParseTrainerSpec(opt.trainer));
   REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(opt.engine));
+  REFIT_ASSIGN_OR_RETURN(int64_t records, EstimatePlanRecords(model, ts, {es}));
+  REFIT_RETURN_IF_ERROR(CheckPlanBudget(
+      records, PlanCommandOptions().max_plan_mib << 20, "the default --max-plan-mib"));
   REFIT_ASSIGN_OR_RETURN(MappedSide src, BuildTrainerLayout(model, ts));
   REFIT_ASSIGN_OR_RETURN(MappedSide dst, BuildEngineLayout(model, es));
   PlannerOptions po;
