@@ -352,6 +352,7 @@ absl::Status RefitClient::KvSet(const std::string& key, const std::string& value
   v1::KvSetRequest req;
   req.set_key(key);
   req.set_value(value);
+  req.set_member_id(member_id_);
   v1::KvSetResponse resp;
   auto ctx = MakeContext(deadline);
   return FromGrpcStatus(stub_->KvSet(ctx.get(), req, &resp));

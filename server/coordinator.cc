@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "proto/protocol_version.h"
+#include "server/bounded_text.h"
 #include "server/log.h"
 #include "server/registration.h"
 
@@ -32,6 +33,7 @@ Coordinator::Coordinator(Options options)
     : options_(std::move(options)),
       membership_(options_.min_engines),
       rounds_(options_.rounds_kept),
+      kv_(options_.kv_quota),
       plan_cache_(16, options_.max_plan_cache_bytes) {}
 
 Coordinator::~Coordinator() { Stop(); }
@@ -111,6 +113,7 @@ void Coordinator::RemoveMember(const std::string& id, const std::string& why) {
   ServerLog().info("member {} {}: {} on host {}", id, why, DescribeMember(ident),
                    ident.host_id());
   membership_.Remove(id);
+  kv_.DropOwner(id);
   // The member's round stream ends with the reason, so a member that is
   // still alive (a long pause, a network partition) learns at once that it
   // is out instead of waiting for rounds it is no longer part of.
@@ -144,7 +147,8 @@ void Coordinator::AnnounceEpoch() {
 }
 
 void Coordinator::Broadcast(const v1::RoundEvent& e) {
-  for (auto& [id, s] : streams_) s->Push(e);
+  auto shared = std::make_shared<const v1::RoundEvent>(e);
+  for (auto& [id, s] : streams_) s->Push(shared);
 }
 
 // --- round streams ----------------------------------------------------------
@@ -165,12 +169,12 @@ absl::Status Coordinator::Watch(const std::string& member_id, RoundStream* strea
   v1::RoundEvent e;
   e.set_kind(v1::RoundEvent::PLAN_CHANGED);
   e.set_epoch(membership_.epoch());
-  stream->Push(e);
+  stream->Push(std::make_shared<const v1::RoundEvent>(e));
   if (rounds_.active() != nullptr) {
     e.set_kind(v1::RoundEvent::ROUND_STARTED);
     e.set_version(rounds_.active()->version);
     e.set_epoch(plan_epoch_);
-    stream->Push(e);
+    stream->Push(std::make_shared<const v1::RoundEvent>(e));
   }
   return absl::OkStatus();
 }
@@ -245,8 +249,10 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
   }
   membership_.Touch(req.member_id(), absl::Now());
   if (!req.ok()) {
+    // The reason is the member's own text: cut, so one peer cannot make
+    // refitd keep and broadcast megabytes.
     EndRound(false, absl::StrCat("member ", Describe(req.member_id()),
-                                 " failed: ", req.reason()));
+                                 " failed: ", BoundedText(req.reason())));
     return absl::OkStatus();
   }
   if (rounds_.RecordDone(req.member_id(), req.bytes(), req.seconds())) EndRound(true, "");
@@ -361,16 +367,16 @@ void Coordinator::CancelWait(WaitId id) {
 absl::Status Coordinator::KvSet(const v1::KvSetRequest& req) {
   if (req.key().empty()) return absl::InvalidArgumentError("key: empty");
   absl::MutexLock l(&mu_);
-  kv_[req.key()] = req.value();
+  REFIT_RETURN_IF_ERROR(kv_.Set(req.member_id(), req.key(), req.value()));
   WakeWaiters();
   return absl::OkStatus();
 }
 
 bool Coordinator::TrySatisfy(Waiter& w) {
   if (w.kv_done) {
-    auto it = kv_.find(w.key);
-    if (it == kv_.end()) return false;
-    w.kv_done(it->second);
+    const std::string* value = kv_.Find(w.key);
+    if (value == nullptr) return false;
+    w.kv_done(*value);
     return true;
   }
   if (membership_.Find(w.member_id) == nullptr) {
@@ -498,7 +504,9 @@ void Coordinator::ApplyPlan(const PlanInput& input, PlanCache::Entry entry,
   const std::string how =
       seconds < 0 ? std::string("from the plan cache") : absl::StrFormat("in %.3f s", seconds);
   if (!built.ok()) {
-    plan_status_ = AnnotateStatus(built.status(), "building the plan");
+    // Cut: a plan error naming every one of a million buffers is not kept
+    // (and sent by every GetStatus and AwaitPlan) whole.
+    plan_status_ = BoundedStatus(AnnotateStatus(built.status(), "building the plan"));
     ServerLog().info("plan for epoch {} failed {}: {}", input.epoch, how,
                      plan_status_.ToString());
   } else {

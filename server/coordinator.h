@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/refit_service.pb.h"
+#include "server/kv_table.h"
 #include "server/membership.h"
 #include "server/plan_assembly.h"
 #include "server/plan_cache.h"
@@ -33,6 +34,10 @@
 
 namespace refit {
 
+// A round event as queued on round streams: one copy shared by every
+// stream it is broadcast to, however long its abort reason.
+using SharedRoundEvent = std::shared_ptr<const v1::RoundEvent>;
+
 // Where the coordinator sends a member's round events (the member's
 // WatchRounds stream). Both methods are called with the coordinator's lock
 // held and must not block.
@@ -40,7 +45,7 @@ class RoundStream {
  public:
   virtual ~RoundStream() = default;
   // Queues `event` for the member.
-  virtual void Push(v1::RoundEvent event) = 0;
+  virtual void Push(SharedRoundEvent event) = 0;
   // Ends the stream with `status` after the queued events.
   virtual void End(absl::Status status) = 0;
 };
@@ -61,6 +66,7 @@ class Coordinator {
     int64_t max_plan_cache_bytes = int64_t{2} << 30;  // see PlanCache
     int rounds_kept = 64;  // round summaries in GetStatus
     std::string kv_prefix = "refit";
+    KvTable::Quota kv_quota;  // key-value bytes per member and in total
     absl::Duration tick = absl::Milliseconds(10);  // housekeeping period
   };
 
@@ -104,7 +110,9 @@ class Coordinator {
   // Ends wait `id` with CANCELLED if it is still waiting.
   void CancelWait(WaitId id);
 
-  // Sets a key and wakes its waiters. INVALID_ARGUMENT on an empty key.
+  // Sets a key for req.member_id() and wakes its waiters. INVALID_ARGUMENT
+  // on an empty key; KvTable::Set's PERMISSION_DENIED (another member's key)
+  // and RESOURCE_EXHAUSTED (quota).
   absl::Status KvSet(const v1::KvSetRequest& req);
 
   // Starts round req.version(). Fails with NOT_FOUND (member unknown),
@@ -115,7 +123,7 @@ class Coordinator {
   absl::StatusOr<v1::StartRoundResponse> StartRound(const v1::StartRoundRequest& req);
 
   // Records a participant's outcome; all successes commit the round, one
-  // failure aborts it. For a round that is not running: OK if it committed,
+  // failure aborts it (its reason cut to kMaxReasonBytes). For a round that is not running: OK if it committed,
   // ABORTED if it aborted, FAILED_PRECONDITION if unknown or when the member
   // is not a participant.
   absl::Status Report(const v1::ReportRequest& req);
@@ -177,7 +185,7 @@ class Coordinator {
   Rounds rounds_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, RoundStream*> streams_ ABSL_GUARDED_BY(mu_);
   Waits waits_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
+  KvTable kv_ ABSL_GUARDED_BY(mu_);
 
   // The plan and its schedule. plan_dirty_: the membership changed since the
   // current plan; planning_: a PlanInput is queued in plan_job_ or being

@@ -77,9 +77,9 @@ inline absl::StatusOr<v1::AwaitPlanResponse> AwaitPlan(Coordinator& c, const std
 // A round stream that records what it is sent.
 class FakeStream : public RoundStream {
  public:
-  void Push(v1::RoundEvent event) override {
+  void Push(SharedRoundEvent event) override {
     absl::MutexLock l(&mu_);
-    events_.push_back(std::move(event));
+    events_.push_back(*event);
   }
   void End(absl::Status status) override {
     absl::MutexLock l(&mu_);
@@ -140,7 +140,7 @@ inline v1::ReportRequest Done(const std::string& id, int64_t version, bool ok = 
   return r;
 }
 
-v1::StartRoundRequest Start(const std::string& id, int64_t version) {
+inline v1::StartRoundRequest Start(const std::string& id, int64_t version) {
   v1::StartRoundRequest r;
   r.set_member_id(id);
   r.set_version(version);

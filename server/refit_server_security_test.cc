@@ -290,7 +290,7 @@ TEST_F(SecurityTest, BearerTokenIsCheckedOnEveryRpcKind) {
   EXPECT_EQ(st->members_size(), 0);
   // With the right token every RPC gets past authentication (AwaitPlan and
   // KvGet end by their deadline or with the plan state, never UNAUTHENTICATED).
-  EXPECT_TRUE((*c)->KvSet("k", "v", In(absl::Seconds(5))).ok());
+  EXPECT_TRUE((*c)->KvSet("k0", "v", In(absl::Seconds(5))).ok());
   for (const auto& [rpc, s] : CallEveryRpc(**c)) {
     EXPECT_NE(s.code(), absl::StatusCode::kUnauthenticated) << rpc << ": " << s;
     if (rpc == "Register" || rpc == "GetStatus" || rpc == "KvSet" ||

@@ -1,29 +1,48 @@
 // RoundStreamReactor (see round_stream_reactor.h).
 #include "server/round_stream_reactor.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 
 namespace refit {
 
-void RoundStreamReactor::Push(v1::RoundEvent event) {
+void RoundStreamReactor::Push(SharedRoundEvent event) {
   const v1::RoundEvent* start = nullptr;
+  bool finish_now = false;
+  grpc::Status st;
   {
     absl::MutexLock l(&mu_);
     if (finishing_) return;
     // A queued PLAN_CHANGED not yet being written is superseded by a newer
     // one: a slow reader gets the newest epoch, not a backlog.
-    if (event.kind() == v1::RoundEvent::PLAN_CHANGED && queue_.size() >= 2 &&
-        queue_.back().kind() == v1::RoundEvent::PLAN_CHANGED) {
+    if (event->kind() == v1::RoundEvent::PLAN_CHANGED && queue_.size() >= 2 &&
+        queue_.back()->kind() == v1::RoundEvent::PLAN_CHANGED) {
       queue_.back() = std::move(event);
       return;
     }
-    queue_.push_back(std::move(event));
-    if (!writing_) {
-      writing_ = true;
-      start = &queue_.front();
+    if (queue_.size() >= kMaxQueued) {
+      // Drop the backlog but the event being written; end after it.
+      queue_.resize(writing_ ? 1 : 0);
+      finishing_ = true;
+      end_status_ = grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("member ", member_id_, " left ", kMaxQueued,
+                       " round events unread; its round stream is closed"));
+      finish_now = !writing_;
+      st = end_status_;
+    } else {
+      queue_.push_back(std::move(event));
+      if (!writing_) {
+        writing_ = true;
+        start = queue_.front().get();
+      }
     }
   }
-  if (start != nullptr) StartWrite(start);
+  if (start != nullptr) {
+    StartWrite(start);
+  } else if (finish_now) {
+    Finish(st);
+  }
 }
 
 void RoundStreamReactor::End(absl::Status status) {
@@ -51,7 +70,7 @@ void RoundStreamReactor::OnWriteDone(bool ok) {
       queue_.clear();
     }
     if (!queue_.empty()) {
-      next = &queue_.front();
+      next = queue_.front().get();
     } else {
       writing_ = false;
       if (finishing_) {

@@ -23,9 +23,14 @@ class RoundStreamReactor final : public grpc::ServerWriteReactor<v1::RoundEvent>
   RoundStreamReactor(Coordinator* coordinator, std::string member_id)
       : coordinator_(coordinator), member_id_(std::move(member_id)) {}
 
+  // Events a member may leave unread: past this its stream ends with
+  // RESOURCE_EXHAUSTED (a member that does not read its stream cannot make
+  // refitd hold an unbounded backlog).
+  static constexpr size_t kMaxQueued = 256;
+
   // Queues `event`; a queued PLAN_CHANGED not yet being written is replaced
-  // by a newer one. Non-blocking.
-  void Push(v1::RoundEvent event) override;
+  // by a newer one; past kMaxQueued the stream ends. Non-blocking.
+  void Push(SharedRoundEvent event) override;
 
   // Ends the stream with `status` after the queued events. Non-blocking.
   void End(absl::Status status) override;
@@ -38,7 +43,7 @@ class RoundStreamReactor final : public grpc::ServerWriteReactor<v1::RoundEvent>
   Coordinator* const coordinator_;
   const std::string member_id_;
   absl::Mutex mu_;
-  std::deque<v1::RoundEvent> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<SharedRoundEvent> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status end_status_ ABSL_GUARDED_BY(mu_);
