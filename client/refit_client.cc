@@ -252,6 +252,10 @@ absl::Status RefitClient::StartRound(int64_t version, absl::Time deadline) {
   v1::StartRoundRequest req;
   req.set_member_id(member_id_);
   req.set_version(version);
+  {
+    absl::MutexLock l(&mu_);
+    if (plan_epoch_ >= 0) req.set_plan_epoch(plan_epoch_);
+  }
   v1::StartRoundResponse resp;
   auto ctx = MakeContext(deadline);
   return FromGrpcStatus(stub_->StartRound(ctx.get(), req, &resp));

@@ -81,9 +81,11 @@ class RefitClient {
   int64_t plan_epoch();
   absl::StatusOr<int64_t> RoundEpoch(int64_t version);
 
-  // Starts round `version` (trainer members). OK also when another trainer
-  // rank started it already. FAILED_PRECONDITION/INVALID_ARGUMENT from the
-  // server (round running, version not increasing, no valid plan),
+  // Starts round `version` (trainer members), naming the epoch of the plan
+  // the last AwaitPlan returned. OK also when another trainer rank started
+  // it already. FAILED_PRECONDITION/INVALID_ARGUMENT from the server (that
+  // plan is stale: AwaitPlan and prepare again; round running, version not
+  // increasing, no valid plan),
   // UNAVAILABLE (retry) while a new plan is being built or while a
   // participant has no open round stream (it just registered, or it died and
   // has not expired yet).

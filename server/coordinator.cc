@@ -204,6 +204,12 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
     return absl::PermissionDeniedError("member_id: only trainer members start rounds");
   }
   const int64_t v = req.version();
+  if (req.has_plan_epoch() && req.plan_epoch() != membership_.epoch()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "round ", v, ": the trainer prepared the plan of membership epoch ",
+        req.plan_epoch(), " but the membership is at epoch ", membership_.epoch(),
+        "; await the new plan and prepare again"));
+  }
   v1::StartRoundResponse resp;
   REFIT_ASSIGN_OR_RETURN(const bool already_started, rounds_.CheckStart(v));
   if (already_started) {

@@ -116,8 +116,9 @@ class Coordinator {
   absl::Status KvSet(const v1::KvSetRequest& req);
 
   // Starts round req.version(). Fails with NOT_FOUND (member unknown),
-  // PERMISSION_DENIED (not a trainer), FAILED_PRECONDITION (another round
-  // runs, or no valid plan), INVALID_ARGUMENT (version not above the last),
+  // PERMISSION_DENIED (not a trainer), FAILED_PRECONDITION (req.plan_epoch
+  // is set and is not the membership's epoch, another round runs, or no
+  // valid plan), INVALID_ARGUMENT (version not above the last),
   // UNAVAILABLE (the plan for a changed membership is pending, or a
   // participant has no round stream yet: retry).
   absl::StatusOr<v1::StartRoundResponse> StartRound(const v1::StartRoundRequest& req);

@@ -96,5 +96,29 @@ TEST(CoordinatorLimitsTest, BuffersPerRegistrationAreCapped) {
   EXPECT_TRUE(c->Register(Reg(v1::SIDE_TRAINER, "", 0, 1, names)).ok());
 }
 
+TEST(CoordinatorLimitsTest, AStaleTrainerEpochIsRefusedBeforeTheRoundStarts) {
+  auto c = Make();
+  FakeStream ts, es;
+  std::vector<std::string> ids = ReadyForRounds(*c, ts, es);
+  auto plan = AwaitPlan(*c, ids[0]);
+  ASSERT_TRUE(plan.ok());
+  const int64_t prepared = plan->epoch();
+  // A second engine joins: the trainer's prepared plan is stale.
+  Register(*c, Reg(v1::SIDE_ENGINE, "B", 0, 1));
+  v1::StartRoundRequest start = Start(ids[0], 1);
+  start.set_plan_epoch(prepared);
+  absl::Status s = c->StartRound(start).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find(absl::StrCat("epoch ", prepared)), std::string::npos) << s;
+  EXPECT_EQ(c->GetStatus().rounds_size(), 0);  // no round started, none wasted
+  // With the new plan's epoch it starts.
+  auto fresh = AwaitPlan(*c, ids[0], absl::Seconds(5), prepared + 1);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  FakeStream bs;
+  ASSERT_TRUE(c->Watch("engine/job/B/0", &bs).ok());
+  start.set_plan_epoch(fresh->epoch());
+  EXPECT_TRUE(c->StartRound(start).ok());
+}
+
 }  // namespace
 }  // namespace refit
