@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
+#include "common/fd_limit.h"
 #include "common/file.h"
 #include "common/huge_pages.h"
 #include "server/default_plan.h"
@@ -87,6 +88,11 @@ int main(int argc, char** argv) {
     }
   }
   refit::ReexecWithHugePages(argv);  // before any thread: see common/huge_pages.h
+  // One descriptor per connection: a soft limit of 1024 is below a job of
+  // ~1,000 members. A failure leaves the limit as it was (start anyway).
+  if (absl::StatusOr<int64_t> fds = refit::RaiseFdLimitToHard(); !fds.ok()) {
+    std::fprintf(stderr, "refitd: warning: %s\n", fds.status().ToString().c_str());
+  }
   std::map<std::string, std::string> flags;
   // The flags are the ones the help lists ("  --name=..." or "  --name").
   std::set<std::string> known;

@@ -27,11 +27,20 @@ check max-plan-overflow 2 '--max_plan_mib: too large' -- "$REFITD" --max_plan_mi
 
 # Starts on port 0, reports the port, stops on SIGTERM within 5 s.
 log="${TEST_TMPDIR:-/tmp}/refitd.$$.log"
-"$REFITD" --address=127.0.0.1:0 --plan_settle_ms=5 --plan_settle_max_ms=50 \
-  --slice_threads=2 >"$log" 2>&1 &
+(ulimit -Sn 256; exec "$REFITD" --address=127.0.0.1:0 --plan_settle_ms=5 \
+  --plan_settle_max_ms=50 --slice_threads=2) >"$log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q 'listening on port [1-9]' "$log" && break; sleep 0.1; done
 if grep -q 'listening on port [1-9]' "$log"; then echo "ok start"; else echo "FAIL start:"; cat "$log"; fail=1; fi
+# The open-file limit is raised to the hard limit at start (from a low soft
+# limit, as on hosts with nofile=1024).
+hard=$(ulimit -Hn)
+soft=$(awk '/Max open files/ {print $4}' "/proc/$pid/limits")
+if [ "$soft" = "$hard" ] || [ "$hard" = unlimited -a "$soft" = unlimited ]; then
+  echo "ok fd-limit $soft"
+else
+  echo "FAIL fd-limit: soft $soft, hard $hard"; fail=1
+fi
 kill -TERM "$pid"
 for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$pid" 2>/dev/null; then
