@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/member_secret.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/protocol_version.h"
@@ -120,6 +121,7 @@ absl::StatusOr<std::string> RefitClient::RegisterOnce(const v1::Registration& re
                                                       absl::Time deadline) {
   v1::RegisterRequest req;
   *req.mutable_registration() = reg;
+  req.set_member_secret(member_secret_);
   v1::RegisterResponse resp;
   auto ctx = MakeContext(deadline);
   REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->Register(ctx.get(), req, &resp)));
@@ -152,6 +154,7 @@ absl::StatusOr<std::string> RefitClient::RegisterOnce(const v1::Registration& re
 void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
   v1::WatchRequest req;
   req.set_member_id(member_id_);
+  req.set_member_secret(member_secret_);
   auto reader = stub_->WatchRounds(ctx.get(), req);
   v1::RoundEvent e;
   while (reader->Read(&e)) {
@@ -194,6 +197,7 @@ void RefitClient::HeartbeatLoop() {
     mu_.Unlock();
     v1::HeartbeatRequest req;
     req.set_member_id(member_id_);
+    req.set_member_secret(member_secret_);
     v1::HeartbeatResponse resp;
     auto ctx = MakeContext(absl::Now() + options_.rpc_timeout);
     // Failures are the server's to judge (it expires members that stop),
@@ -251,6 +255,7 @@ bool RefitClient::PlanChanged() {
 absl::Status RefitClient::StartRound(int64_t version, absl::Time deadline) {
   v1::StartRoundRequest req;
   req.set_member_id(member_id_);
+  req.set_member_secret(member_secret_);
   req.set_version(version);
   {
     absl::MutexLock l(&mu_);
@@ -279,6 +284,7 @@ absl::Status RefitClient::ReportDone(int64_t version, int64_t bytes, double seco
                                      absl::Time deadline) {
   v1::ReportRequest req;
   req.set_member_id(member_id_);
+  req.set_member_secret(member_secret_);
   req.set_version(version);
   req.set_ok(true);
   req.set_bytes(bytes);
@@ -292,6 +298,7 @@ absl::Status RefitClient::ReportFailed(int64_t version, const std::string& reaso
                                        absl::Time deadline) {
   v1::ReportRequest req;
   req.set_member_id(member_id_);
+  req.set_member_secret(member_secret_);
   req.set_version(version);
   req.set_ok(false);
   req.set_reason(reason);
@@ -336,6 +343,7 @@ absl::StatusOr<RefitClient::EngineState> RefitClient::GetEngineState(
 absl::Status RefitClient::Leave(absl::Time deadline) {
   v1::LeaveRequest req;
   req.set_member_id(member_id_);
+  req.set_member_secret(member_secret_);
   v1::LeaveResponse resp;
   auto ctx = MakeContext(deadline);
   REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->Leave(ctx.get(), req, &resp)));
@@ -357,6 +365,7 @@ absl::Status RefitClient::KvSet(const std::string& key, const std::string& value
   req.set_key(key);
   req.set_value(value);
   req.set_member_id(member_id_);
+  req.set_member_secret(member_secret_);
   v1::KvSetResponse resp;
   auto ctx = MakeContext(deadline);
   return FromGrpcStatus(stub_->KvSet(ctx.get(), req, &resp));

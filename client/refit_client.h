@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/member_secret.h"
 #include "proto/plan.pb.h"
 #include "proto/refit_service.grpc.pb.h"
 
@@ -130,6 +131,9 @@ class RefitClient {
   absl::StatusOr<std::string> KvGet(const std::string& key, absl::Time deadline);
 
   const std::string& member_id() const { return member_id_; }
+  // The secret this client registers with and sends on every call acting
+  // for its member (for callers that use stub() directly).
+  const std::string& member_secret() const { return member_secret_; }
   v1::RefitService::Stub* stub() { return stub_.get(); }
 
   // A context with the token and `deadline` set.
@@ -149,6 +153,9 @@ class RefitClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::RefitService::Stub> stub_;
   std::string member_id_;
+  // Proposed at Register and sent with every call that acts for this
+  // member (refitd refuses those calls without it); kept across Rejoin.
+  const std::string member_secret_ = NewMemberSecret();
   v1::Registration registration_;  // as last registered successfully
 
   absl::Mutex mu_;

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/member_secret.h"
 #include "common/status_macros.h"
 #include "proto/protocol_version.h"
 #include "server/bounded_text.h"
@@ -58,16 +59,42 @@ std::string Coordinator::Describe(const std::string& member_id) const {
 
 // --- membership -------------------------------------------------------------
 
-absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registration& reg) {
+absl::Status Coordinator::CheckSecret(const std::string& member_id,
+                                      const std::string& secret) const {
+  auto it = secrets_.find(member_id);
+  if (it == secrets_.end() || SecretsEqual(it->second, secret)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "member ", Describe(member_id), " (", member_id, "): ",
+      secret.empty() ? "the call carries no member secret"
+                     : "the call carries another member secret",
+      "; only the member itself may act for it"));
+}
+
+absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registration& reg,
+                                                           std::string secret) {
   REFIT_RETURN_IF_ERROR(CheckProtocolVersion(reg));
   REFIT_RETURN_IF_ERROR(ValidateRegistration(reg, options_.max_buffers_per_member,
                                              options_.max_metadata_bytes));
+  if (secret.size() > kMaxMemberSecretBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "member_secret: ", secret.size(), " bytes; at most ", kMaxMemberSecretBytes));
+  }
   const v1::MemberIdentity& ident = reg.identity();
   v1::RegisterResponse resp;
   resp.set_member_id(MemberKey(ident));
   absl::MutexLock l(&mu_);
+  // A live member (its round stream open) is re-registered only by the
+  // client holding its secret: nobody else can take its place (and abort
+  // its round). A member whose stream is gone (its process died) may be
+  // taken over by its restarted process, with a new secret.
+  if (secrets_.count(resp.member_id()) > 0 && streams_.count(resp.member_id()) > 0) {
+    REFIT_RETURN_IF_ERROR(CheckSecret(resp.member_id(), secret));
+  }
+  if (secret.empty()) secret = NewMemberSecret();
   REFIT_ASSIGN_OR_RETURN(Membership::Admitted admitted,
                          membership_.Admit(reg, absl::Now()));
+  secrets_[resp.member_id()] = secret;
+  resp.set_member_secret(secret);
   if (admitted == Membership::Admitted::kSame) {
     resp.set_already_registered(true);
     return resp;
@@ -87,6 +114,7 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registratio
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
     const v1::HeartbeatRequest& req) {
   absl::MutexLock l(&mu_);
+  REFIT_RETURN_IF_ERROR(CheckSecret(req.member_id(), req.member_secret()));
   if (!membership_.Touch(req.member_id(), absl::Now())) {
     return absl::NotFoundError(
         absl::StrCat("member_id: ", req.member_id(), " is not registered"));
@@ -98,6 +126,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
 
 absl::Status Coordinator::Leave(const v1::LeaveRequest& req) {
   absl::MutexLock l(&mu_);
+  REFIT_RETURN_IF_ERROR(CheckSecret(req.member_id(), req.member_secret()));
   RemoveMember(req.member_id(), "left");
   WakeWaiters();
   return absl::OkStatus();
@@ -114,6 +143,7 @@ void Coordinator::RemoveMember(const std::string& id, const std::string& why) {
                    ident.host_id());
   membership_.Remove(id);
   kv_.DropOwner(id);
+  secrets_.erase(id);
   // The member's round stream ends with the reason, so a member that is
   // still alive (a long pause, a network partition) learns at once that it
   // is out instead of waiting for rounds it is no longer part of.
@@ -153,11 +183,13 @@ void Coordinator::Broadcast(const v1::RoundEvent& e) {
 
 // --- round streams ----------------------------------------------------------
 
-absl::Status Coordinator::Watch(const std::string& member_id, RoundStream* stream) {
+absl::Status Coordinator::Watch(const std::string& member_id, const std::string& secret,
+                                RoundStream* stream) {
   absl::MutexLock l(&mu_);
   if (stopping_ || membership_.Find(member_id) == nullptr) {
     return absl::NotFoundError("member_id: not registered");
   }
+  REFIT_RETURN_IF_ERROR(CheckSecret(member_id, secret));
   auto old = streams_.find(member_id);
   if (old != streams_.end()) {
     RoundStream* prev = old->second;
@@ -200,6 +232,7 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
     return absl::NotFoundError(
         absl::StrCat("member_id: ", req.member_id(), " is not registered"));
   }
+  REFIT_RETURN_IF_ERROR(CheckSecret(req.member_id(), req.member_secret()));
   if (m->reg.identity().side() != v1::SIDE_TRAINER) {
     return absl::PermissionDeniedError("member_id: only trainer members start rounds");
   }
@@ -246,6 +279,8 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
 
 absl::Status Coordinator::Report(const v1::ReportRequest& req) {
   absl::MutexLock l(&mu_);
+  // Outcomes come only from the members themselves.
+  REFIT_RETURN_IF_ERROR(CheckSecret(req.member_id(), req.member_secret()));
   const int64_t v = req.version();
   // Late report of a finished round: tell the caller how it ended.
   if (std::optional<absl::Status> reply = rounds_.ReplyToFinished(v)) return *reply;
@@ -373,6 +408,12 @@ void Coordinator::CancelWait(WaitId id) {
 absl::Status Coordinator::KvSet(const v1::KvSetRequest& req) {
   if (req.key().empty()) return absl::InvalidArgumentError("key: empty");
   absl::MutexLock l(&mu_);
+  if (membership_.Find(req.member_id()) == nullptr) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "key ", req.key(), ": member_id '", req.member_id(),
+        "' is not a registered member; only members set keys"));
+  }
+  REFIT_RETURN_IF_ERROR(CheckSecret(req.member_id(), req.member_secret()));
   REFIT_RETURN_IF_ERROR(kv_.Set(req.member_id(), req.key(), req.value()));
   WakeWaiters();
   return absl::OkStatus();

@@ -86,11 +86,18 @@ class Coordinator {
   // being built is waited for). Idempotent.
   void Stop();
 
-  // Admits a member. Fails with FAILED_PRECONDITION on another protocol
-  // version, INVALID_ARGUMENT on a bad registration or one inconsistent with
-  // the members there. A member re-registering with other metadata aborts a
-  // round it takes part in.
-  absl::StatusOr<v1::RegisterResponse> Register(const v1::Registration& reg);
+  // Admits a member and binds it to `secret` (empty: a new random one),
+  // returned in the response. Every later call acting for the member
+  // (StartRound, Watch, Report, Heartbeat, Leave, KvSet) must carry it, or
+  // fails with PERMISSION_DENIED naming the member. Fails with
+  // FAILED_PRECONDITION on another protocol version, INVALID_ARGUMENT on a
+  // bad registration or one inconsistent with the members there (or a
+  // secret over kMaxMemberSecretBytes), PERMISSION_DENIED when the member is
+  // registered with another secret and its round stream is open (a member
+  // without one, e.g. whose process died, is taken over). A member re-registering with other
+  // metadata aborts a round it takes part in.
+  absl::StatusOr<v1::RegisterResponse> Register(const v1::Registration& reg,
+                                                std::string secret = "");
 
   // Answers with the member's plan once a plan of at least min_epoch is
   // current for the membership now: `done` gets the plan, the plan error
@@ -141,11 +148,13 @@ class Coordinator {
   // Returns members, plan, rounds and engines as this coordinator sees them.
   v1::StatusResponse GetStatus();
 
-  // Attaches `stream` as member_id's round stream (replacing an older one,
+  // Attaches `stream` as member_id's round stream (PERMISSION_DENIED when
+  // `secret` is not the member's) (replacing an older one,
   // which ends ABORTED) and pushes PLAN_CHANGED with the current epoch (and
   // ROUND_STARTED when a round runs). Fails with NOT_FOUND when the member is
   // not registered or the coordinator is stopping; then `stream` is not kept.
-  absl::Status Watch(const std::string& member_id, RoundStream* stream);
+  absl::Status Watch(const std::string& member_id, const std::string& secret,
+                     RoundStream* stream);
 
   // Detaches `stream` (no-op when it is not attached). A non-empty `why`
   // means it dropped: a round its member takes part in aborts.
@@ -175,6 +184,10 @@ class Coordinator {
   void WakeWaiters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string Describe(const std::string& member_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK when member_id is unknown or `secret` is its secret; else
+  // PERMISSION_DENIED naming the member.
+  absl::Status CheckSecret(const std::string& member_id, const std::string& secret) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   std::thread housekeeper_;
@@ -187,6 +200,7 @@ class Coordinator {
   std::map<std::string, RoundStream*> streams_ ABSL_GUARDED_BY(mu_);
   Waits waits_ ABSL_GUARDED_BY(mu_);
   KvTable kv_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> secrets_ ABSL_GUARDED_BY(mu_);  // by member id
 
   // The plan and its schedule. plan_dirty_: the membership changed since the
   // current plan; planning_: a PlanInput is queued in plan_job_ or being

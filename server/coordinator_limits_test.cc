@@ -70,8 +70,11 @@ TEST(CoordinatorLimitsTest, KeyValueStoreHasQuotasAndOwners) {
   Coordinator::Options o = TestOptions();
   o.kv_quota = {1 << 10, 4 << 10};
   auto c = Make(std::move(o));
+  const std::string t = Register(*c, Reg(v1::SIDE_TRAINER, "", 0, 1));
+  const std::string e = Register(*c, Reg(v1::SIDE_ENGINE, "A", 0, 1));
   v1::KvSetRequest set;
-  set.set_member_id("trainer/job/0");
+  set.set_member_id(t);
+  set.set_member_secret(Secret(t));
   set.set_key("k");
   set.set_value(std::string(2 << 10, 'v'));
   absl::Status s = c->KvSet(set);
@@ -79,8 +82,14 @@ TEST(CoordinatorLimitsTest, KeyValueStoreHasQuotasAndOwners) {
   EXPECT_NE(s.message().find("trainer/job/0"), std::string::npos) << s;
   set.set_value("mine");
   ASSERT_TRUE(c->KvSet(set).ok());
-  set.set_member_id("engine/job/A/0");
+  // Another member (with its own secret) cannot overwrite the key.
+  set.set_member_id(e);
+  set.set_member_secret(Secret(e));
   set.set_value("forged");
+  EXPECT_EQ(c->KvSet(set).code(), absl::StatusCode::kPermissionDenied);
+  // Nor can a caller that claims to be the owner without its secret.
+  set.set_member_id(t);
+  set.set_member_secret("guess");
   EXPECT_EQ(c->KvSet(set).code(), absl::StatusCode::kPermissionDenied);
 }
 
@@ -115,9 +124,57 @@ TEST(CoordinatorLimitsTest, AStaleTrainerEpochIsRefusedBeforeTheRoundStarts) {
   auto fresh = AwaitPlan(*c, ids[0], absl::Seconds(5), prepared + 1);
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   FakeStream bs;
-  ASSERT_TRUE(c->Watch("engine/job/B/0", &bs).ok());
+  ASSERT_TRUE(c->Watch("engine/job/B/0", Secret("engine/job/B/0"), &bs).ok());
   start.set_plan_epoch(fresh->epoch());
   EXPECT_TRUE(c->StartRound(start).ok());
+}
+
+TEST(CoordinatorLimitsTest, OnlyAMemberItselfActsForIt) {
+  auto c = Make();
+  FakeStream ts, es;
+  std::vector<std::string> ids = ReadyForRounds(*c, ts, es);
+  ASSERT_TRUE(c->StartRound(Start(ids[0], 1)).ok());
+  // Forged Report(ok) for both members: refused, and nothing commits.
+  for (const std::string& id : ids) {
+    v1::ReportRequest forged = Done(id, 1);
+    forged.set_member_secret("");
+    absl::Status s = c->Report(forged);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+    EXPECT_NE(s.message().find(id), std::string::npos) << s;
+    forged.set_member_secret(Secret(id == ids[0] ? ids[1] : ids[0]));
+    EXPECT_EQ(c->Report(forged).code(), absl::StatusCode::kPermissionDenied);
+  }
+  v1::EngineStateRequest state;
+  state.set_engine_id("A");
+  EXPECT_EQ(c->GetEngineState(state).committed_version(), 0);
+  // Leave, Heartbeat, Watch and re-Register of another's id: refused.
+  v1::LeaveRequest leave;
+  leave.set_member_id(ids[1]);
+  EXPECT_EQ(c->Leave(leave).code(), absl::StatusCode::kPermissionDenied);
+  v1::HeartbeatRequest hb;
+  hb.set_member_id(ids[1]);
+  EXPECT_EQ(c->Heartbeat(hb).status().code(), absl::StatusCode::kPermissionDenied);
+  FakeStream thief;
+  EXPECT_EQ(c->Watch(ids[1], "guess", &thief).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(c->Register(Reg(v1::SIDE_ENGINE, "A", 0, 1, {"other"})).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_FALSE(es.ended().has_value());  // the engine's stream is untouched
+  // Without its stream (its process died), a restarted process takes the
+  // identity over with a new secret.
+  c->Unwatch(ids[1], &es, "");
+  auto restarted = c->Register(Reg(v1::SIDE_ENGINE, "A", 0, 1), "new-secret");
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  EXPECT_EQ(restarted->member_secret(), "new-secret");
+  Secret(ids[1]) = "new-secret";
+  ASSERT_TRUE(c->Watch(ids[1], "new-secret", &es).ok());
+  EXPECT_EQ(c->GetStatus().members_size(), 2);
+  // The members themselves commit the round.
+  ASSERT_TRUE(c->Report(Done(ids[0], 1)).ok());
+  ASSERT_TRUE(c->Report(Done(ids[1], 1)).ok());
+  EXPECT_EQ(c->GetEngineState(state).committed_version(), 1);
+  leave.set_member_secret(Secret(ids[1]));
+  EXPECT_TRUE(c->Leave(leave).ok());
+  EXPECT_EQ(c->GetStatus().members_size(), 1);
 }
 
 }  // namespace

@@ -38,8 +38,9 @@ TEST(CoordinatorTest, RegistrationChecksAndRetries) {
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->member_id(), "trainer/job/0");
   EXPECT_FALSE(first->already_registered());
-  auto again = c->Register(Reg(v1::SIDE_TRAINER, "", 0, 1));
-  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(first->member_secret().size(), 32u);
+  auto again = c->Register(Reg(v1::SIDE_TRAINER, "", 0, 1), first->member_secret());
+  ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->already_registered());
   v1::Registration other_job = Reg(v1::SIDE_ENGINE, "A", 0, 1);
   other_job.mutable_identity()->set_job("other");
@@ -89,11 +90,11 @@ TEST(CoordinatorTest, StartRoundNeedsEveryParticipantsStream) {
   const std::string t = Register(*c, Reg(v1::SIDE_TRAINER, "", 0, 1));
   const std::string e = Register(*c, Reg(v1::SIDE_ENGINE, "A", 0, 1));
   ASSERT_TRUE(AwaitPlan(*c, t).ok());
-  ASSERT_TRUE(c->Watch(t, &ts).ok());
+  ASSERT_TRUE(c->Watch(t, Secret(t), &ts).ok());
   EXPECT_EQ(c->StartRound(Start(t, 1)).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(c->StartRound(Start(e, 1)).status().code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(c->Watch("engine/job/Z/0", &ts).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(c->Watch("engine/job/Z/0", Secret("engine/job/Z/0"), &ts).code(), absl::StatusCode::kNotFound);
 }
 
 TEST(CoordinatorTest, RoundsCommitAbortAndLeaveTornEngines) {
@@ -157,6 +158,7 @@ TEST(CoordinatorTest, ASilentMemberExpiresAndItsRoundAborts) {
   const absl::Time start = absl::Now();
   v1::HeartbeatRequest hb;
   hb.set_member_id(ids[0]);
+  hb.set_member_secret(Secret(ids[0]));
   while (!es.ended().has_value() && absl::Now() - start < absl::Seconds(5)) {
     auto r = c->Heartbeat(hb);
     ASSERT_TRUE(r.ok()) << r.status();
@@ -196,9 +198,12 @@ TEST(CoordinatorTest, KeyValueStoreAnswersAtOnceOnSetOrAtTheDeadline) {
             absl::StatusCode::kDeadlineExceeded);
   v1::KvSetRequest set;
   EXPECT_EQ(c->KvSet(set).code(), absl::StatusCode::kInvalidArgument);
-  std::thread setter([&c] {
+  const std::string t = Register(*c, Reg(v1::SIDE_TRAINER, "", 0, 1));
+  std::thread setter([&c, t] {
     absl::SleepFor(absl::Milliseconds(50));
     v1::KvSetRequest s;
+    s.set_member_id(t);
+    s.set_member_secret(Secret(t));
     s.set_key("k");
     s.set_value("v");
     EXPECT_TRUE(c->KvSet(s).ok());
@@ -278,6 +283,7 @@ TEST(CoordinatorTest, HousekeepingGoesOnWhileAPlanIsBuilt) {
     while (beating) {
       for (const std::string& id : {t, a}) {
         hb.set_member_id(id);
+        hb.set_member_secret(Secret(id));
         (void)c->Heartbeat(hb);
       }
       absl::SleepFor(absl::Milliseconds(50));

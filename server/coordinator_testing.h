@@ -3,6 +3,7 @@
 #ifndef REFIT_SERVER_COORDINATOR_TESTING_H_
 #define REFIT_SERVER_COORDINATOR_TESTING_H_
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -112,9 +113,16 @@ class FakeStream : public RoundStream {
   std::optional<absl::Status> ended_ ABSL_GUARDED_BY(mu_);
 };
 
+// The member secret the last Register of `member_id` returned.
+inline std::string& Secret(const std::string& member_id) {
+  static auto* secrets = new std::map<std::string, std::string>();
+  return (*secrets)[member_id];
+}
+
 inline std::string Register(Coordinator& c, const v1::Registration& reg) {
   auto r = c.Register(reg);
   EXPECT_TRUE(r.ok()) << r.status();
+  if (r.ok()) Secret(r->member_id()) = r->member_secret();
   return r.ok() ? r->member_id() : "";
 }
 
@@ -124,14 +132,15 @@ inline std::vector<std::string> ReadyForRounds(Coordinator& c, FakeStream& ts, F
   const std::string t = Register(c, Reg(v1::SIDE_TRAINER, "", 0, 1));
   const std::string e = Register(c, Reg(v1::SIDE_ENGINE, "A", 0, 1));
   EXPECT_TRUE(AwaitPlan(c, t).ok());
-  EXPECT_TRUE(c.Watch(t, &ts).ok());
-  EXPECT_TRUE(c.Watch(e, &es).ok());
+  EXPECT_TRUE(c.Watch(t, Secret(t), &ts).ok());
+  EXPECT_TRUE(c.Watch(e, Secret(e), &es).ok());
   return {t, e};
 }
 
 inline v1::ReportRequest Done(const std::string& id, int64_t version, bool ok = true) {
   v1::ReportRequest r;
   r.set_member_id(id);
+  r.set_member_secret(Secret(id));
   r.set_version(version);
   r.set_ok(ok);
   r.set_bytes(16);
@@ -143,6 +152,7 @@ inline v1::ReportRequest Done(const std::string& id, int64_t version, bool ok = 
 inline v1::StartRoundRequest Start(const std::string& id, int64_t version) {
   v1::StartRoundRequest r;
   r.set_member_id(id);
+  r.set_member_secret(Secret(id));
   r.set_version(version);
   return r;
 }

@@ -76,7 +76,7 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const v1::RegisterRequest* req,
                                      v1::RegisterResponse* resp) override {
-    return Reply(ctx, coordinator_->Register(req->registration()), resp);
+    return Reply(ctx, coordinator_->Register(req->registration(), req->member_secret()), resp);
   }
   grpc::ServerUnaryReactor* AwaitPlan(grpc::CallbackServerContext* ctx,
                                       const v1::AwaitPlanRequest* req,
@@ -97,7 +97,7 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   grpc::ServerWriteReactor<v1::RoundEvent>* WatchRounds(
       grpc::CallbackServerContext* ctx, const v1::WatchRequest* req) override {
     auto* stream = new RoundStreamReactor(coordinator_.get(), req->member_id());
-    absl::Status s = coordinator_->Watch(req->member_id(), stream);
+    absl::Status s = coordinator_->Watch(req->member_id(), req->member_secret(), stream);
     if (!s.ok()) stream->End(s);
     return stream;
   }

@@ -238,6 +238,7 @@ std::vector<std::pair<std::string, absl::Status>> CallEveryRpc(RefitClient& c) {
   {
     v1::HeartbeatRequest req;
     req.set_member_id("trainer/job/0");
+    req.set_member_secret(c.member_secret());
     v1::HeartbeatResponse resp;
     auto ctx = c.MakeContext(d);
     grpc::Status st = c.stub()->Heartbeat(ctx.get(), req, &resp);
@@ -246,6 +247,7 @@ std::vector<std::pair<std::string, absl::Status>> CallEveryRpc(RefitClient& c) {
   {
     v1::WatchRequest req;
     req.set_member_id("trainer/job/0");
+    req.set_member_secret(c.member_secret());
     auto ctx = c.MakeContext(In(absl::Seconds(1)));
     auto reader = c.stub()->WatchRounds(ctx.get(), req);
     v1::RoundEvent e;
@@ -290,7 +292,9 @@ TEST_F(SecurityTest, BearerTokenIsCheckedOnEveryRpcKind) {
   EXPECT_EQ(st->members_size(), 0);
   // With the right token every RPC gets past authentication (AwaitPlan and
   // KvGet end by their deadline or with the plan state, never UNAUTHENTICATED).
-  EXPECT_TRUE((*c)->KvSet("k0", "v", In(absl::Seconds(5))).ok());
+  // Before it registered, the client is no member: it sets no key.
+  EXPECT_EQ((*c)->KvSet("k0", "v", In(absl::Seconds(5))).code(),
+            absl::StatusCode::kPermissionDenied);
   for (const auto& [rpc, s] : CallEveryRpc(**c)) {
     EXPECT_NE(s.code(), absl::StatusCode::kUnauthenticated) << rpc << ": " << s;
     if (rpc == "Register" || rpc == "GetStatus" || rpc == "KvSet" ||
@@ -330,6 +334,48 @@ absl::Status CheckHealth(int port, bool* serving) {
   }
   *serving = bytes == std::string("\x08\x01", 2);  // status: SERVING
   return FromGrpcStatus(status);
+}
+
+// Member identity: with the token (or none), another client still cannot
+// act for a member: its Report, Leave, Heartbeat, WatchRounds and
+// re-registration are refused, naming the member.
+TEST_F(SecurityTest, AnotherClientCannotActForAMember) {
+  auto server = RefitServer::Start(BaseOptions());
+  ASSERT_TRUE(server.ok()) << server.status();
+  RefitClient::Options co;
+  co.target = absl::StrCat("127.0.0.1:", (*server)->port());
+  auto owner = RefitClient::Connect(co);
+  auto thief = RefitClient::Connect(co);
+  ASSERT_TRUE(owner.ok() && thief.ok());
+  auto id = (*owner)->Register(TrainerReg());
+  ASSERT_TRUE(id.ok()) << id.status();
+  const absl::Time d = In(absl::Seconds(5));
+  {
+    v1::ReportRequest req;
+    req.set_member_id(*id);
+    req.set_version(1);
+    req.set_ok(true);
+    req.set_member_secret((*thief)->member_secret());
+    v1::ReportResponse resp;
+    auto ctx = (*thief)->MakeContext(d);
+    absl::Status s = FromGrpcStatus((*thief)->stub()->Report(ctx.get(), req, &resp));
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(*id));
+  }
+  {
+    v1::LeaveRequest req;
+    req.set_member_id(*id);
+    v1::LeaveResponse resp;
+    auto ctx = (*thief)->MakeContext(d);
+    absl::Status s = FromGrpcStatus((*thief)->stub()->Leave(ctx.get(), req, &resp));
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  }
+  EXPECT_EQ((*thief)->Register(TrainerReg()).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  auto st = (*owner)->GetStatus(d);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->members_size(), 1);
+  EXPECT_TRUE((*owner)->Leave(d).ok());
 }
 
 TEST_F(SecurityTest, HealthNeedsNoTokenButTheServiceDoes) {
