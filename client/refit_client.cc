@@ -182,15 +182,18 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
   }
   grpc::Status st = reader->Finish();
   absl::MutexLock l(&mu_);
-  stream_broken_ = true;
-  stream_error_ = absl::StrCat("round stream from refitd ended: ",
-                               st.error_message(),
-                               " (Rejoin registers again once refitd is back)");
+  if (!stream_broken_) {  // else the heartbeats already said why
+    stream_broken_ = true;
+    stream_error_ = absl::StrCat("round stream from refitd ended: ",
+                                 st.error_message(),
+                                 " (Rejoin registers again once refitd is back)");
+  }
   stream_ctx_ = nullptr;
 }
 
 void RefitClient::HeartbeatLoop() {
   absl::MutexLock l(&mu_);
+  absl::Time last_answer = absl::Now();
   while (!stopping_) {
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.heartbeat_interval);
     if (stopping_) break;
@@ -199,12 +202,26 @@ void RefitClient::HeartbeatLoop() {
     req.set_member_id(member_id_);
     req.set_member_secret(member_secret_);
     v1::HeartbeatResponse resp;
-    auto ctx = MakeContext(absl::Now() + options_.rpc_timeout);
+    auto ctx = MakeContext(absl::Now() +
+                           std::min(options_.rpc_timeout, options_.refitd_timeout));
     // Failures are the server's to judge (it expires members that stop),
     // except NOT_FOUND: refitd no longer knows this member (it expired it,
     // or restarted), so waiting for rounds is pointless.
     const grpc::Status st = stub_->Heartbeat(ctx.get(), req, &resp);
     mu_.Lock();
+    const absl::Time now = absl::Now();
+    if (st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED &&
+        st.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      last_answer = now;
+    } else if (now - last_answer > options_.refitd_timeout && !stream_broken_) {
+      // A frozen (SIGSTOP), hung or partitioned refitd: waits for rounds
+      // fail now with the reason instead of at their own deadlines.
+      stream_broken_ = true;
+      stream_error_ = absl::StrCat(
+          "refitd at ", options_.target, " did not answer heartbeats for ",
+          absl::FormatDuration(now - last_answer), " (", st.error_message(), ")");
+      if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+    }
     if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
       if (!stream_broken_) {
         stream_broken_ = true;

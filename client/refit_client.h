@@ -33,6 +33,10 @@ class RefitClient {
     std::string tls_server_name;    // override of the name checked in the cert
     absl::Duration rpc_timeout = absl::Seconds(10);  // per non-waiting call
     absl::Duration heartbeat_interval = absl::Seconds(1);
+    // refitd not answering heartbeats (each with this deadline) for this
+    // long: round waits fail with UNAVAILABLE "refitd at <target> did not
+    // answer heartbeats for ...".
+    absl::Duration refitd_timeout = absl::Seconds(10);
     absl::Duration connect_timeout = absl::Seconds(10);
   };
 
@@ -94,7 +98,8 @@ class RefitClient {
 
   // Returns the version of the next round this member has not yet seen
   // start. DEADLINE_EXCEEDED when none starts by `deadline`, UNAVAILABLE if
-  // the stream broke.
+  // the stream broke or refitd did not answer heartbeats for
+  // options.refitd_timeout.
   absl::StatusOr<int64_t> WaitForRound(absl::Time deadline);
 
   // Report this member's part of round `version`.
