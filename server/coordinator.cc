@@ -141,6 +141,9 @@ void Coordinator::RemoveMember(const std::string& id, const std::string& why) {
   }
   ServerLog().info("member {} {}: {} on host {}", id, why, DescribeMember(ident),
                    ident.host_id());
+  last_departure_ = absl::StrCat(DescribeMember(ident), " ", why, " at ",
+                                 absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(),
+                                                  absl::UTCTimeZone()));
   membership_.Remove(id);
   kv_.DropOwner(id);
   secrets_.erase(id);
@@ -476,7 +479,9 @@ void Coordinator::Tick(absl::Time now) {
     EndRound(false, absl::StrCat("round timed out after ",
                                  absl::FormatDuration(options_.round_timeout)));
   }
-  waits_.Expire(now);
+  waits_.Expire(now, plan_incomplete_ && !plan_status_.ok()
+                         ? std::string(plan_status_.message())
+                         : std::string());
   MaybePlan(now);
 }
 
@@ -493,7 +498,9 @@ void Coordinator::MaybePlan(absl::Time now) {
   if (!input.has_value()) {
     plan_dirty_ = false;
     plan_epoch_ = membership_.epoch();
-    plan_status_ = absl::UnavailableError("membership incomplete");
+    plan_status_ = absl::UnavailableError(
+        last_departure_.empty() ? std::string("membership incomplete")
+                                : absl::StrCat("membership incomplete: ", last_departure_));
     plan_incomplete_ = true;
     member_plans_.clear();
     plan_fingerprint_.clear();
@@ -539,6 +546,7 @@ void Coordinator::ApplyPlan(const PlanInput& input, PlanCache::Entry entry,
                             double seconds) {
   const absl::StatusOr<BuiltPlan>& built = *entry;
   current_plan_ = std::move(entry);
+  last_departure_.clear();  // the membership is complete again
   plan_dirty_ = false;
   plan_incomplete_ = false;
   plan_epoch_ = input.epoch;

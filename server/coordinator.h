@@ -212,6 +212,9 @@ class Coordinator {
   bool planning_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<PlanInput> plan_job_ ABSL_GUARDED_BY(mu_);
   bool plan_incomplete_ ABSL_GUARDED_BY(mu_) = true;
+  // The last member that left or expired, and when (cleared by a complete
+  // plan): why a membership is incomplete, told to plan waiters and status.
+  std::string last_departure_ ABSL_GUARDED_BY(mu_);
   int64_t plan_epoch_ ABSL_GUARDED_BY(mu_) = -1;  // epoch of the plan below
   absl::Status plan_status_ ABSL_GUARDED_BY(mu_) = absl::UnavailableError("no plan yet");
   std::string plan_fingerprint_ ABSL_GUARDED_BY(mu_);

@@ -177,5 +177,23 @@ TEST(CoordinatorLimitsTest, OnlyAMemberItselfActsForIt) {
   EXPECT_EQ(c->GetStatus().members_size(), 1);
 }
 
+TEST(CoordinatorLimitsTest, PlanWaitersLearnWhichMemberLeft) {
+  auto c = Make();
+  const std::string t0 = Register(*c, Reg(v1::SIDE_TRAINER, "", 0, 2));
+  const std::string t1 = Register(*c, Reg(v1::SIDE_TRAINER, "", 1, 2));
+  Register(*c, Reg(v1::SIDE_ENGINE, "A", 0, 1));
+  ASSERT_TRUE(AwaitPlan(*c, t0).ok());
+  v1::LeaveRequest leave;
+  leave.set_member_id(t1);
+  leave.set_member_secret(Secret(t1));
+  ASSERT_TRUE(c->Leave(leave).ok());
+  auto p = AwaitPlan(*c, t0, absl::Milliseconds(300), /*min_epoch=*/100);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kDeadlineExceeded) << p.status();
+  EXPECT_NE(p.status().message().find("membership incomplete: trainer rank 1 left at"),
+            std::string::npos)
+      << p.status();
+  EXPECT_NE(c->GetStatus().plan_error().find("trainer rank 1 left"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace refit

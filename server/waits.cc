@@ -19,13 +19,15 @@ void Waits::Cancel(Id id) {
   w.Fail(absl::CancelledError(""));
 }
 
-void Waits::Expire(absl::Time now) {
+void Waits::Expire(absl::Time now, const std::string& plan_why) {
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (now >= it->second.deadline) {
       const Waiter& w = it->second;
       w.Fail(absl::DeadlineExceededError(
           w.kv_done ? absl::StrCat("key ", w.key, " not set before the deadline")
-                    : std::string("no plan before the deadline")));
+                    : plan_why.empty()
+                          ? std::string("no plan before the deadline")
+                          : absl::StrCat("no plan before the deadline: ", plan_why)));
       it = waiters_.erase(it);
     } else {
       ++it;

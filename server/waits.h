@@ -53,7 +53,10 @@ class Waits {
   // Ends the waits whose deadline is at or before `now` with
   // DEADLINE_EXCEEDED ("key K not set before the deadline", "no plan before
   // the deadline").
-  void Expire(absl::Time now);
+  // Plan waits end with "no plan before the deadline: <plan_why>" (why
+  // there is none, e.g. "membership incomplete: trainer rank 1 left at
+  // ..."), or without the suffix when plan_why is empty.
+  void Expire(absl::Time now, const std::string& plan_why = "");
 
   // Offers every wait to `answer`, which answers it and returns true, or
   // returns false to leave it parked.
