@@ -271,10 +271,11 @@ def same_process(bundle):
 
 
 # ------------------------------------- conversions against torch on the GPU
-def torch_fp8_reference(w, block=128):
+def torch_fp8_reference(w, block=128, ue8m0=False):
     """The reference blockwise quantizer in torch (float8_e4m3fn): tiles of
     block x block on the last two dims; scale = max(amax, 1e-4) / 448 and
-    inv = 1 / scale as IEEE divisions by tensors; values clamped to +-448."""
+    inv = 1 / scale as IEEE divisions by tensors (ue8m0: scale rounded up
+    to a power of two first); values clamped to +-448."""
     import torch
     x = w.float()
     rows, cols = x.shape[-2], x.shape[-1]
@@ -283,6 +284,9 @@ def torch_fp8_reference(w, block=128):
     pad[..., :rows, :cols] = x.abs()
     amax = pad.reshape(*x.shape[:-2], tr, block, tc, block).amax(dim=(-3, -1))
     scale = amax.clamp(min=1e-4) / torch.full_like(amax, 448.0)
+    if ue8m0:
+        mant, expo = torch.frexp(scale)  # scale = mant * 2^expo, mant in [0.5, 1)
+        scale = torch.where(mant == 0.5, scale, torch.ldexp(torch.ones_like(scale), expo))
     inv = torch.ones_like(scale) / scale
     inv_e = inv.repeat_interleave(block, -2).repeat_interleave(block, -1)[..., :rows, :cols]
     q = (x * inv_e).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
@@ -299,6 +303,7 @@ def vllm_parts(name):
 
 
 def converted_same_process(bundle, model, trainer_conv, engine_conv, rounds=2):
+    ue8m0 = "fp8-ue8m0" in engine_conv
     """An FSDP trainer (HF names, whole tensors, random bf16 values) and a
     vLLM TP1 engine as two threads of this process on cuda:0 over the pull
     path; after each round every engine tensor is compared on the GPU with
@@ -350,6 +355,9 @@ def converted_same_process(bundle, model, trainer_conv, engine_conv, rounds=2):
             barrier.abort()
 
     def trainer_name(n):
+        for a, b in ((".attn.k_scale", ".k_scale"), (".attn.v_scale", ".v_scale"),
+                     (".attn.q_scale", ".q_scale")):
+            n = n.replace(a, b)  # vLLM's KV-cache scale names
         if n in mk["trainer"]:
             return n
         return n.replace("model.embed_tokens", "backbone.embeddings").replace(
@@ -364,7 +372,7 @@ def converted_same_process(bundle, model, trainer_conv, engine_conv, rounds=2):
         def f(x):
             if not quant:
                 return x
-            q, sc = torch_fp8_reference(x)
+            q, sc = torch_fp8_reference(x, ue8m0=ue8m0)
             return sc if scale else q
         for fused, parts in (("w13_weight", ("gate_proj", "up_proj")),
                              ("w2_weight", ("down_proj",))):
@@ -373,7 +381,8 @@ def converted_same_process(bundle, model, trainer_conv, engine_conv, rounds=2):
                 n = sum(1 for k in src if k.startswith(base) and k.endswith(parts[0] + ".weight"))
                 return torch.stack([torch.cat([f(src[f"{base}{e}.{p}.weight"]) for p in parts])
                                     for e in range(n)])
-        return torch.cat([f(src[trainer_name(p)]) for p in vllm_parts(weight)])
+        parts = [f(src[trainer_name(p)]) for p in vllm_parts(weight)]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def compare():
         torch.cuda.synchronize()
