@@ -229,7 +229,9 @@ def wait_all_ranks_ready(member: refit.Member, *, version: int, rank: int, world
     ``range(world)`` has said so. Other ranks return at once. Raises
     RefitError DEADLINE_EXCEEDED naming the first rank that did not report
     within ``timeout`` seconds, INVALID_ARGUMENT for a rank outside
-    [0, world), refitd's status otherwise."""
+    [0, world), refitd's status otherwise. The keys stay in refitd's store:
+    versions must increase over its lifetime (as refit's rounds do), or a
+    stale key from an earlier run passes the barrier."""
     if not 0 <= rank < world:
         raise refit.RefitError(3, f"rank {rank}: outside the world of {world} ranks")
     member.kv_set(_ready_key(prefix, version, rank), "1", timeout=timeout)
