@@ -141,7 +141,7 @@ class HarnessTest(unittest.TestCase):
         self.assertIsNone(worker.engine.member)
         worker.shutdown()  # a second shutdown is a no-op
 
-    def test_worker_extension_with_collective_rpc_and_publish(self):
+    def test_worker_extension_with_publish_and_the_static_send_hook(self):
         class Worker(rv.RefitWorkerExtension):  # what vLLM mixes the extension into
             def __init__(self, model):
                 self.model_runner = type("Runner", (), {"model": model})()
@@ -172,8 +172,25 @@ class HarnessTest(unittest.TestCase):
             update = threading.Thread(target=lambda: got.append(
                 worker.refit_update({"version": version, "timeout": TIMEOUT})))
             update.start()
-            self.run_ranks(lambda rank: rt.publish(members[rank], version=version,
-                                                   rank=rank, world=2, timeout=TIMEOUT))
+            # Rank 1 sends from fresh tensors through vLLM's static hook
+            # (copied into its registered buffers first); rank 0 publishes.
+            fresh = []
+            for i, (name, t) in enumerate(trainers[1][1].items()):
+                c = st.Tensor(t.shape, t.dtype)
+                c.fill_bytes(version * 77 + i)
+                fresh.append((name, c))
+
+            def send(rank):
+                if rank == 0:
+                    rt.publish(members[0], version=version, rank=0, world=2,
+                               timeout=TIMEOUT)
+                else:
+                    rv.RefitWeightTransferEngine.trainer_send_weights(
+                        iter(fresh), {"member": members[1], "version": version,
+                                      "rank": 1, "world": 2, "timeout": TIMEOUT})
+            self.run_ranks(send)
+            for name, c in fresh:
+                self.assertEqual(trainers[1][1][name].raw(), c.raw(), name)
             update.join(TIMEOUT)
             self.assertEqual(got, [version])
             self.check_engine(trainers, engine_local)
@@ -214,6 +231,17 @@ class HarnessTest(unittest.TestCase):
         self.assertIn(f"rank 0: parameter {gone}: convention {ENGINE} expects it",
                       str(e.exception))
         self.assertIsNone(worker.engine.member)
+
+    def test_static_send_hook_names_a_tensor_without_a_buffer(self):
+        trainers = trainer_modules()
+        m = rt.trainer_member(trainers[0][0], server=self.refitd.address, rank=0,
+                              model=MODEL, convention=TRAINER, timeout=TIMEOUT)
+        self.addCleanup(m.close)
+        with self.assertRaisesRegex(refit.RefitError, "rank 0: parameter lm_head.weight: "
+                                    "the member has no buffer of that name"):
+            rv.RefitWeightTransferEngine.trainer_send_weights(
+                iter([("lm_head.weight", st.Tensor([2, 2]))]),
+                {"member": m, "version": 1, "rank": 0, "world": 2})
 
     def test_trainer_engine_takes_only_a_refit_source(self):
         info = rv.RefitTrainerInitInfo(rank=1, server=self.refitd.address, model=MODEL,

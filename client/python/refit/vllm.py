@@ -27,6 +27,7 @@ client while all ranks run the round.
 """
 
 import dataclasses
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -91,8 +92,13 @@ try:
 except ImportError:  # no vLLM, or one from before the trainer-side engines
     @dataclass
     class _TrainerInitBase:  # type: ignore[no-redef]
-        """Stands for vLLM's TrainerInitInfo: the trainer rank; rank 0 sends."""
-        rank: int = field(kw_only=True)
+        """Stands for vLLM's TrainerInitInfo: the trainer rank; rank 0 sends.
+        (Before Python 3.10, which has no keyword-only fields, the rank
+        defaults to None, which trainer_init refuses.)"""
+        if sys.version_info >= (3, 10):
+            rank: int = field(kw_only=True)
+        else:
+            rank: Optional[int] = None
 
         @property
         def is_sender(self) -> bool:
@@ -403,7 +409,10 @@ class RefitTrainerEngine(_TrainerBase):
         ``client.init_weight_transfer_engine`` (concurrently: the engine's
         plan needs the trainer's members and the reverse); every rank waits
         for its plan. Raises RefitError: INVALID_ARGUMENT when ``source`` is
-        not a RefitSource; refitd's status; the client's exception."""
+        not a RefitSource or the rank is missing; refitd's status; the
+        client's exception."""
+        if init_info.rank is None:
+            raise refit.RefitError(3, "the trainer init info has no rank")
         if not isinstance(source, RefitSource):
             raise refit.RefitError(3, f"rank {init_info.rank}: the refit trainer engine "
                                       f"takes a refit.vllm.RefitSource, not a "
