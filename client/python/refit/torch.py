@@ -20,7 +20,7 @@ A trainer rank::
 
     import refit, refit.torch
     m = refit.torch.trainer_member(model, server="refitd:7070", rank=rank,
-                                   world=world, model="qwen3-8b",
+                                   model="qwen3-8b",
                                    convention="fsdp:dp=8", device=f"cuda:{local}")
     m.prepare()
     for step in range(steps):
@@ -200,16 +200,14 @@ def module_buffers(module: Any, *, rank: int, model: str, convention: str,
 
 
 def trainer_member(module: Any, *, server: str, rank: int, model: str,
-                   convention: str, device: str = "cpu", world: Optional[int] = None,
+                   convention: str, device: str = "cpu",
                    rename: Union[None, Mapping[str, str], Callable[[str], Optional[str]]] = None,
                    ignore: Iterable[str] = (), ignore_unknown: bool = False,
                    **member_options: Any) -> refit.Member:
     """A trainer Member for rank ``rank`` over ``module``'s own parameters
     (:func:`module_buffers`); ``member_options`` go to refit.Member (token,
-    job, transport, timeout, ...). ``world`` is accepted for symmetry with
-    :func:`publish` and unused. Raises RefitError as module_buffers and
+    job, transport, timeout, ...). Raises RefitError as module_buffers and
     refit.Member do."""
-    del world
     buffers = module_buffers(module, rank=rank, model=model, convention=convention,
                              rename=rename, ignore=ignore, ignore_unknown=ignore_unknown,
                              library=member_options.get("library"))

@@ -329,9 +329,11 @@ class RefitSource(_SourceBase):
         return dict(self._buffers)
 
     def metadata(self) -> List[Any]:
+        """ParamMeta (name, dtype, local shape) of every buffer."""
         return [_ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in self._buffers.items()]
 
     def __iter__(self) -> Iterator[Tuple[str, Any]]:
+        """A fresh pass over (name, local tensor), in the module's order."""
         return iter(list(self._buffers.items()))
 
 
