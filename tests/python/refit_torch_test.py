@@ -139,6 +139,15 @@ class ModuleBuffersTest(unittest.TestCase):
                                         "model.embed_tokens.weight"})
         self.assertIs(got["model.embed_tokens.weight"], local["model.embed_tokens.weight"])
 
+    def test_tied_alias_unknown_to_the_convention_is_skipped(self):
+        want = specs(FSDP)
+        module, local = st.module_from_specs(want)
+        tied = local["model.embed_tokens.weight"]
+        module._params.insert(0, ("lm_head.weight", tied))  # before its tensor's name
+        got = rt.module_buffers(module, rank=0, model=MODEL, convention=FSDP)
+        self.assertNotIn("lm_head.weight", got)
+        self.assertIs(got["model.embed_tokens.weight"], tied)
+
     def test_two_tensors_for_one_buffer_are_refused(self):
         want = specs(FSDP)
         module, _ = st.module_from_specs(want)

@@ -138,7 +138,9 @@ def module_buffers(module: Any, *, rank: int, model: str, convention: str,
     then mapped by ``rename`` (a dict, or a function returning the
     convention's name or None to skip the tensor). DTensors give their local
     shard (:func:`local_shard`). Tensors named in ``ignore`` (stripped
-    names) and empty local shards the convention does not list are skipped.
+    names), empty local shards the convention does not list, and tied
+    aliases (another name of a tensor that is moved, such as a tied
+    ``lm_head.weight``) are skipped.
 
     Raises RefitError INVALID_ARGUMENT listing, one line each with the rank
     and the parameter: a parameter the convention does not know (unless
@@ -154,6 +156,8 @@ def module_buffers(module: Any, *, rank: int, model: str, convention: str,
     found: Dict[str, Any] = {}
     source: Dict[str, str] = {}
     problems: List[str] = []
+    unknown: List[Tuple[str, Any]] = []
+    mapped_ids = set()
     for raw, tensor in _named_tensors(module):
         stripped = strip_wrapper_prefixes(raw)
         if stripped in skip:
@@ -169,10 +173,8 @@ def module_buffers(module: Any, *, rank: int, model: str, convention: str,
             continue
         spec = want.get(name)
         if spec is None:
-            if name in found or _is_empty(local) or ignore_unknown:
-                continue
-            problems.append(f"rank {rank}: parameter {label}: not a buffer of "
-                            f"convention {convention} for model {model} on this rank")
+            if name not in found and not _is_empty(local) and not ignore_unknown:
+                unknown.append((label, tensor))
             continue
         if name in found:
             if found[name] is tensor or source[name] == raw:
@@ -189,6 +191,11 @@ def module_buffers(module: Any, *, rank: int, model: str, convention: str,
             continue
         found[name] = local
         source[name] = raw
+        mapped_ids.add(id(tensor))
+    for label, tensor in unknown:
+        if id(tensor) not in mapped_ids:  # else a tied alias of a moved tensor
+            problems.append(f"rank {rank}: parameter {label}: not a buffer of "
+                            f"convention {convention} for model {model} on this rank")
     for name in want:
         if name not in found:
             problems.append(f"rank {rank}: parameter {name}: convention {convention} "
