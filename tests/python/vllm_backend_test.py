@@ -11,6 +11,7 @@ The protocol's misuse fails with the documented codes.
 import os
 import sys
 import threading
+import types
 import unittest
 
 REFITD, LIB = (os.path.abspath(p) for p in sys.argv[1:3])
@@ -242,6 +243,29 @@ class HarnessTest(unittest.TestCase):
             rv.RefitWeightTransferEngine.trainer_send_weights(
                 iter([("lm_head.weight", st.Tensor([2, 2]))]),
                 {"member": m, "version": 1, "rank": 0, "world": 2})
+
+    def test_register_adds_the_backend_to_both_factories_once(self):
+        engine_f, trainer_f = vllm_harness.Factory(), vllm_harness.Factory()
+        names = ["vllm", "vllm.distributed", "vllm.distributed.weight_transfer",
+                 "vllm.distributed.weight_transfer.factory"]
+        mods = {n: types.ModuleType(n) for n in names}
+        mods[names[2]].factory = mods[names[3]]
+        mods[names[3]].WeightTransferEngineFactory = engine_f
+        mods[names[3]].WeightTransferTrainerFactory = trainer_f
+        saved = {n: sys.modules.get(n) for n in names}
+        sys.modules.update(mods)
+        try:
+            self.assertTrue(rv.register())
+            self.assertTrue(rv.register())  # a second call is a no-op
+        finally:
+            for n, m in saved.items():
+                if m is None:
+                    sys.modules.pop(n, None)
+                else:
+                    sys.modules[n] = m
+        self.assertIs(engine_f._registry["refit"](), rv.RefitWeightTransferEngine)
+        self.assertIs(trainer_f._registry["refit"](), rv.RefitTrainerEngine)
+        self.assertFalse(rv.register())  # no vLLM here
 
     def test_trainer_engine_takes_only_a_refit_source(self):
         info = rv.RefitTrainerInitInfo(rank=1, server=self.refitd.address, model=MODEL,

@@ -523,6 +523,8 @@ def register() -> bool:
     if trainer_factory is not None:
         pairs.append((trainer_factory, "RefitTrainerEngine"))
     for f, cls_name in pairs:
-        if "refit" not in getattr(f, "_registry", {}):
+        try:
             f.register_engine("refit", __name__, cls_name)
+        except ValueError:
+            pass  # registered already (a second call, or the plugin ran)
     return True
