@@ -87,7 +87,7 @@ absl::Status CheckDataPlane(const std::vector<Registration>& trainer,
         id->device_uuid(),
         ": NCCL connects one rank per GPU, so a trainer and an engine sharing "
         "GPUs (colocated) cannot refit over it; give each member its own GPU, "
-        "or use the CUDA IPC data plane (transport \"ipc\") on one host"));
+        "or use the colocated pull path (transport \"ipc\")"));
   }
   return absl::OkStatus();
 }
