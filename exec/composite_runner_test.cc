@@ -237,6 +237,13 @@ TEST(SubsetTransportTest, MapsGlobalRanksAndRefusesOthers) {
   ASSERT_TRUE((*a)->WaitRound(0, d).ok());
   ASSERT_TRUE((*b)->WaitRound(0, d).ok());
   EXPECT_EQ(std::string(got, 4), std::string(in, 4));
+  // A peer that died is named with its global rank too.
+  fabric->Kill(1);
+  SendOp again{4, in, 4};
+  ASSERT_TRUE((*a)->StartRound(0, {&again, 1}, {}, d).ok());
+  absl::Status dead = (*a)->WaitRound(0, d);
+  EXPECT_FALSE(dead.ok());
+  EXPECT_NE(dead.message().find("as global ranks: 0=1, 1=4"), std::string::npos) << dead;
   SendOp bad{2, in, 4};
   EXPECT_TRUE(absl::IsInvalidArgument((*a)->StartRound(0, {&bad, 1}, {}, d)));
   EXPECT_TRUE(absl::IsInvalidArgument(

@@ -2,6 +2,7 @@
 #include "exec/subset_transport.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -60,7 +61,24 @@ absl::Status SubsetTransport::StartRound(int32_t lane, absl::Span<const SendOp> 
     }
     op.peer = p;
   }
-  return inner_->StartRound(lane, s, r, deadline);
+  return Annotate(inner_->StartRound(lane, s, r, deadline));
+}
+
+absl::Status SubsetTransport::WaitRound(int32_t lane, absl::Time deadline) {
+  return Annotate(inner_->WaitRound(lane, deadline));
+}
+
+absl::Status SubsetTransport::Annotate(absl::Status s) const {
+  if (s.ok()) return s;
+  std::string ranks;
+  const size_t shown = std::min<size_t>(members_.size(), 16);
+  for (size_t i = 0; i < shown; ++i) {
+    absl::StrAppend(&ranks, i == 0 ? "" : ", ", i, "=", members_[i]);
+  }
+  if (shown < members_.size()) absl::StrAppend(&ranks, ", ...");
+  return absl::Status(s.code(), absl::StrCat(s.message(), " (ranks of the network transport "
+                                                          "as global ranks: ",
+                                             ranks, ")"));
 }
 
 }  // namespace refit
