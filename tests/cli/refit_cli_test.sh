@@ -66,6 +66,9 @@ check buffers-rank-outside 1 'rank 2 is outside the world of 2' -- "$REFIT" \
   buffers --model tiny-qwen3 --engine vllm:tp=2 --rank 2
 check buffers-both-sides 2 'one of --trainer' -- "$REFIT" buffers \
   --model tiny-qwen3 --engine vllm:tp=2 --trainer fsdp:dp=2
+# vLLM creates NemotronH's A as an f32 parameter.
+check nemotron-a-f32 0 'model\.layers\.0\.mixer\.A +\[64\] +f32' -- "$REFIT" buffers \
+  --model nemotron-h-8b --engine vllm:tp=2
 # A BF16 trainer into an FP8 engine: FP8 on the wire, half the bytes, and
 # Kimi-K2 on 256 -> 128 GPUs within 1.35 s at the default link speeds.
 check fp8-plan 0 'with their scales: .* \(0\.50[0-9]x\)' -- "$REFIT" plan \

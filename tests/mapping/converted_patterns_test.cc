@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "exec/executor.h"
 #include "exec/inproc_transport.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mapping/mapping.h"
 #include "plan/plan_codec.h"
@@ -92,6 +93,56 @@ TEST_P(ConvertedPatternsTest, EngineHoldsTheConvertedPattern) {
   for (int32_t g = 0; g < ws + wd; ++g) ASSERT_TRUE(status[g].ok()) << g << ": " << status[g];
   absl::Status st = CheckPattern(plan->dst, d.ptrs, po);
   EXPECT_TRUE(st.ok()) << "executor: " << st.message().substr(0, 600);
+}
+
+// A NaN in a quantized weight fails the trainer rank that holds it, naming
+// the tensor, the element and the rank, and nothing is quantized from it.
+TEST(ConvertedPlansTest, NonFiniteWeightFailsNamingTensorAndRank) {
+  absl::StatusOr<ModelConfig> model = LoadModelConfig("tiny-qwen3-moe-b128");
+  ASSERT_TRUE(model.ok());
+  absl::StatusOr<MappedSide> src = BuildTrainerLayout(*model, *ParseTrainerSpec("fsdp:dp=2"));
+  absl::StatusOr<MappedSide> dst =
+      BuildEngineLayout(*model, *ParseEngineSpec("vllm:tp=1,quant=fp8"));
+  ASSERT_TRUE(src.ok() && dst.ok());
+  absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  OwnedBuffers s = AllocateBuffers(src->layout);
+  OwnedBuffers d = AllocateBuffers(plan->dst);
+  FillPattern(src->layout, s.ptrs, {-1, 1});
+  // A NaN (bf16 0x7FC0) in the o_proj rows trainer rank 1 holds.
+  const std::string name = "model.layers.1.self_attn.o_proj.weight";
+  bool planted = false;
+  for (const Record& r : src->layout.records) {
+    if (src->layout.tensors[r.tensor].name == name && r.rank == 1) {
+      uint8_t* p = s.ptrs[r.buffer] + r.byte_offset;
+      p[0] = 0xC0;
+      p[1] = 0x7F;
+      planted = true;
+    }
+  }
+  ASSERT_TRUE(planted);
+  const int32_t ws = plan->src.world_size, wd = plan->dst.world_size;
+  auto fabric = InProcFabric::Create(ws + wd, 2).value();
+  std::vector<absl::Status> status(ws + wd);
+  std::vector<std::thread> threads;
+  for (int32_t g = 0; g < ws + wd; ++g) {
+    threads.emplace_back([&, g] {
+      const bool is_src = g < ws;
+      std::vector<char*> ptrs;
+      for (uint8_t* p : (is_src ? s : d).ptrs) ptrs.push_back(reinterpret_cast<char*>(p));
+      auto t = InProcTransport::Create(fabric, g).value();
+      auto ex = Executor::Create(*plan, is_src ? Side::kTrainer : Side::kEngine,
+                                 is_src ? g : g - ws, ptrs, t.get());
+      status[g] = ex.ok() ? (*ex)->Run(absl::Now() + absl::Seconds(20)).status() : ex.status();
+      if (!status[g].ok()) fabric->Kill(g);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(status[1].code(), absl::StatusCode::kInvalidArgument) << status[1];
+  EXPECT_THAT(std::string(status[1].message()),
+              ::testing::HasSubstr("tensor " + name + ", trainer rank 1"));
+  EXPECT_THAT(std::string(status[1].message()), ::testing::HasSubstr("non-finite value"));
+  EXPECT_FALSE(status[ws].ok()) << "the engine must not complete the round";
 }
 
 INSTANTIATE_TEST_SUITE_P(
