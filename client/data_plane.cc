@@ -265,9 +265,12 @@ absl::StatusOr<std::unique_ptr<RoundRunner>> DataPlaneMember::ConnectPull(
   REFIT_ASSIGN_OR_RETURN(
       std::unique_ptr<ExecutorRunner> network,
       ExecutorRunner::Create(std::move(net), std::move(engine), std::move(executor)));
+  // The network part first: it runs on this thread, whose current CUDA
+  // device its transport set (its streams' kernels launch from here); the
+  // pull engine sets its device on its own thread.
   std::vector<std::unique_ptr<RoundRunner>> parts;
-  parts.push_back(std::move(pull));
   parts.push_back(std::move(network));
+  parts.push_back(std::move(pull));
   REFIT_ASSIGN_OR_RETURN(std::unique_ptr<CompositeRunner> both,
                          CompositeRunner::Create(std::move(parts)));
   return std::unique_ptr<RoundRunner>(std::move(both));
