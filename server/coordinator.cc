@@ -303,6 +303,10 @@ v1::StatusResponse Coordinator::GetStatus() {
   }
   resp.set_plan_fingerprint(plan_fingerprint_);
   resp.set_epoch(plan_epoch_);
+  if (current_plan_ != nullptr && current_plan_->ok() && plan_status_.ok()) {
+    resp.set_pull_pairs((*current_plan_)->pull_pairs);
+    resp.set_network_pairs((*current_plan_)->network_pairs);
+  }
   if (!plan_status_.ok()) resp.set_plan_error(std::string(plan_status_.message()));
   for (const v1::RoundSummary& s : rounds_.history()) *resp.add_rounds() = s;
   for (const std::string& e : engines) {

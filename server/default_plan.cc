@@ -205,6 +205,16 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
       SerializedSlices(plan, Side::kTrainer, trainer_ranks, options.slice_threads);
   out.engine_slices =
       SerializedSlices(plan, Side::kEngine, dst_rank_of_member, options.slice_threads);
+  std::vector<int32_t> member_of_dst_rank(plan.dst.world_size, -1);
+  for (size_t k = 0; k < dst_rank_of_member.size(); ++k) {
+    member_of_dst_rank[dst_rank_of_member[k]] = static_cast<int32_t>(k);
+  }
+  const int32_t num_trainer = static_cast<int32_t>(trainer.size());
+  for (const Message& m : plan.messages) {
+    out.pairs.emplace_back(m.src_rank, num_trainer + member_of_dst_rank[m.dst_rank]);
+  }
+  std::sort(out.pairs.begin(), out.pairs.end());
+  out.pairs.erase(std::unique(out.pairs.begin(), out.pairs.end()), out.pairs.end());
   return out;
 }
 

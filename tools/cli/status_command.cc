@@ -63,6 +63,11 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
   if (!r.plan_error().empty()) {
     absl::StrAppend(&out, "plan error: ", r.plan_error(), "\n");
   }
+  if (r.pull_pairs() + r.network_pairs() > 0) {
+    absl::StrAppend(&out, "pairs (trainer, engine): ", r.pull_pairs(),
+                    " on the pull path (same host), ", r.network_pairs(),
+                    " on the network transport\n");
+  }
   for (const v1::EngineStatus& e : r.engines()) {
     absl::StrAppend(&out, "engine ", e.engine_id(), ": ",
                     e.committed_version() == 0
@@ -116,6 +121,7 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
   j["epoch"] = r.epoch();
   j["plan_fingerprint"] = r.plan_fingerprint();
   j["plan_error"] = r.plan_error();
+  j["pairs"] = {{"pull", r.pull_pairs()}, {"network", r.network_pairs()}};
   j["engines"] = nlohmann::json::array();
   for (const v1::EngineStatus& e : r.engines()) {
     j["engines"].push_back({{"engine_id", e.engine_id()},

@@ -15,6 +15,8 @@ v1::StatusResponse Sample() {
   r.set_protocol_version(1);
   r.set_epoch(3);
   r.set_plan_fingerprint("abc123");
+  r.set_pull_pairs(6);
+  r.set_network_pairs(2);
   auto* m = r.add_members();
   m->set_member_id("engine/e0/0");
   m->mutable_identity()->set_side(v1::SIDE_ENGINE);
@@ -47,6 +49,8 @@ TEST(StatusCommandTest, TextNamesTornEnginesAndTheProtocol) {
   EXPECT_THAT(text, HasSubstr("engine e0: version 4 committed; TORN by aborted round 5"));
   EXPECT_THAT(text, HasSubstr("engine e1: no version committed\n"));
   EXPECT_THAT(text, HasSubstr("rounds (last 2 of 5)"));
+  EXPECT_THAT(text, HasSubstr("pairs (trainer, engine): 6 on the pull path (same host), 2 on "
+                              "the network transport"));
   EXPECT_THAT(text, HasSubstr("its stream dropped"));
   EXPECT_THAT(text, Not(HasSubstr("       3  committed")));
 }
@@ -57,6 +61,8 @@ TEST(StatusCommandTest, JsonCarriesTheSameFields) {
   EXPECT_EQ(j["members"][0]["side"], "engine");
   EXPECT_EQ(j["members"][0]["transport"], "ipc");
   EXPECT_EQ(j["members"][0]["device_uuid"], "GPU-0000aaaa");
+  EXPECT_EQ(j["pairs"]["pull"], 6);
+  EXPECT_EQ(j["pairs"]["network"], 2);
   ASSERT_EQ(j["engines"].size(), 2u);
   EXPECT_EQ(j["engines"][0]["engine_id"], "e0");
   EXPECT_EQ(j["engines"][0]["committed_version"], 4);

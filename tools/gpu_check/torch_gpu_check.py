@@ -18,7 +18,12 @@ and the GPU at prepare(), before any round. "ipc-1gpu" and "ipc-2gpu" move
 Qwen3-0.6B (or --ipc_model) with the colocated pull path (transport "ipc")
 instead, colocated on one GPU and across two, with the same checks as the
 NCCL scenarios; "ipc-1gpu-expandable" does it with PyTorch's
-expandable_segments allocator. Prints a table last; exit
+expandable_segments allocator. "ipc-killed" is "killed" on the pull path,
+trainer and engine on one GPU: the engine must fail within seconds with a
+reason that names the trainer or its peer (refitd's ABORTED, or the pull
+engine's UNAVAILABLE when the control channel sees the death first), exit
+by itself (no signal: nothing read the dead trainer's memory), and its GPU
+must still work after the failure. Prints a table last; exit
 code 0 only if every check passed.
 
   python3 torch_gpu_check.py BUNDLE_DIR [--gpus=2] [--only=NAME,...]
@@ -133,8 +138,18 @@ def one_round(m, v, info, trainer, die_in, tensors, ptrs, graph, src, out, side)
     try:
         stats = m.run_round(v, timeout=60.0)
     except refit.RefitError as e:
+        after_s = time.monotonic() - t0
+        # The device must still work: no sticky CUDA error from a copy out
+        # of memory a dead peer owned.
+        try:
+            for t in tensors.values():
+                t.view(-1)[:1].float().sum().item()
+            torch.cuda.synchronize()
+            cuda_ok = True
+        except Exception:  # reported in the event
+            cuda_ok = False
         say(event="round_failed", version=v, code=e.code_name,
-            message=e.message, after_s=time.monotonic() - t0)
+            message=e.message, after_s=after_s, cuda_ok=cuda_ok)
         if e.code_name in ("UNAVAILABLE", "NOT_FOUND"):
             raise
         return -4
@@ -526,6 +541,24 @@ def main():
             print(name, json.dumps(ev))
         good, detail = rounds_verdict(res, ipc_rounds)
         rows.append((name, "PASS" if good else "FAIL", detail))
+        ok &= good
+    if only is None or "ipc-killed" in only:
+        # The trainer dies inside round 2 on the pull path (one GPU).
+        res = run(bundle, "qwen3-0.6b", "megatron:tp=1", "vllm:tp=1", 2, 2, 1,
+                  transport="ipc")
+        (t_rc, t_ev), (e_rc, e_ev) = res
+        for ev in t_ev + e_ev:
+            print("ipc-killed", json.dumps(ev))
+        failed = [e for e in e_ev if e["event"] == "round_failed"]
+        f = failed[0] if failed else {}
+        clear = any(w in f.get("message", "") for w in ("trainer", "peer"))
+        good = (t_rc == 3 and e_rc in (1, 4) and len(failed) == 1 and
+                f["code"] in ("ABORTED", "UNAVAILABLE") and f["after_s"] < 15 and
+                clear and f.get("cuda_ok", False))
+        detail = (f"engine failed {f['after_s']:.1f} s into round {f['version']}, "
+                  f"exit {e_rc}, GPU usable after: {f.get('cuda_ok')}: {f['code']} "
+                  f"{f['message'][:120]}") if failed else f"no failure (rc {t_rc}/{e_rc})"
+        rows.append(("ipc-killed", "PASS" if good else "FAIL", detail))
         ok &= good
     if only is not None and "ipc-1process" in only:
         # Both members in this process: addresses, not IPC handles.
