@@ -394,7 +394,9 @@ def converted_same_process(bundle, model, trainer_conv, engine_conv, rounds=2,
         for fused, parts in (("w13_weight", ("gate_proj", "up_proj")),
                              ("w2_weight", ("down_proj",))):
             if weight.endswith(".experts." + fused):
-                base = trainer_name(weight[:-len(fused)])
+                base = weight[:-len(fused)]
+                if not any(k.startswith(base) for k in src):
+                    base = trainer_name(base)  # NemotronH's HF prefix
                 if f"{base}0.gate_proj.weight" not in src:
                     parts = tuple(p for p in parts if p != "gate_proj")  # non-gated MoE
                 n = sum(1 for k in src if k.startswith(base) and k.endswith(parts[0] + ".weight"))
