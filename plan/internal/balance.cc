@@ -1,61 +1,138 @@
-// Replica choice: greedy, deterministic balance of bytes among source ranks.
+// Replica choice: greedy, deterministic minimization of the predicted refit
+// time (plan/cost.h), and the lower bound it is measured against.
 #include "plan/internal/balance.h"
 
 #include <algorithm>
+#include <map>
 #include <tuple>
 
 namespace refit {
 namespace internal_plan {
+namespace {
+
+// A rank's bytes by link class; its time is CostModel::Seconds of them.
+struct Load {
+  int64_t intra = 0;
+  int64_t inter = 0;
+  void Add(bool same_host, int64_t bytes) { (same_host ? intra : inter) += bytes; }
+};
+
+// Seconds of `load` plus `bytes` over the given link class.
+double After(const CostModel& cost, const Load& load, bool same_host,
+             int64_t bytes) {
+  return same_host ? cost.Seconds(load.intra + bytes, load.inter)
+                   : cost.Seconds(load.intra, load.inter + bytes);
+}
+
+// The lower bound of PlanStats::lower_bound_seconds: per dst rank, per src
+// rank (bytes only it can send) and per replica group (distinct rank sets
+// of the pieces; bytes asked of the group over its ranks), each byte over
+// the best link any of its replicas offers.
+double LowerBound(const Candidates& candidates, const SideLayout& src,
+                  const SideLayout& dst, const CostModel& cost) {
+  std::vector<Load> dst_load(dst.world_size), src_load(src.world_size);
+  // Replica group per (src tensor, piece), numbered on first use.
+  std::map<std::vector<int32_t>, int32_t> group_of_ranks;
+  std::vector<std::vector<int32_t>> group(candidates.pieces.size());
+  std::vector<Load> group_load;
+  std::vector<int32_t> group_size;
+  for (const Candidate& c : candidates.cands) {
+    const Piece& p = candidates.PieceOf(c);
+    bool same = false;
+    for (int32_t r : p.ranks) same = same || cost.SameHost(r, c.dst_rank);
+    dst_load[c.dst_rank].Add(same, c.bytes);
+    if (p.ranks.size() == 1) {
+      src_load[p.ranks[0]].Add(same, c.bytes);
+      continue;
+    }
+    std::vector<int32_t>& g = group[c.src_tensor];
+    if (g.empty()) g.assign(candidates.pieces[c.src_tensor].pieces.size(), -1);
+    if (g[c.piece] < 0) {
+      auto [it, added] = group_of_ranks.emplace(
+          p.ranks, static_cast<int32_t>(group_load.size()));
+      if (added) {
+        group_load.emplace_back();
+        group_size.push_back(static_cast<int32_t>(p.ranks.size()));
+      }
+      g[c.piece] = it->second;
+    }
+    group_load[g[c.piece]].Add(same, c.bytes);
+  }
+  double bound = 0;
+  for (const Load& l : dst_load) bound = std::max(bound, cost.Seconds(l.intra, l.inter));
+  for (const Load& l : src_load) bound = std::max(bound, cost.Seconds(l.intra, l.inter));
+  for (size_t i = 0; i < group_load.size(); ++i) {
+    // Duplicate ranks in a piece's replica list would only loosen this.
+    bound = std::max(bound, cost.Seconds(group_load[i].intra, group_load[i].inter) /
+                                group_size[i]);
+  }
+  return bound;
+}
+
+}  // namespace
 
 std::vector<int32_t> BalanceReplicas(const Candidates& candidates,
                                      const SideLayout& src,
                                      const SideLayout& dst,
-                                     bool prefer_same_host) {
+                                     const PlannerOptions& options,
+                                     PlanStats* stats) {
+  const CostModel cost(src, dst, options);
   const std::vector<Candidate>& cands = candidates.cands;
   std::vector<int32_t> choice(cands.size(), -1);  // index into replicas
-  std::vector<int64_t> assigned(src.world_size, 0);
-  {
-    // (-bytes, dst record, candidate): bytes descending, then destination
-    // record order, then the source piece order (candidates of one record
-    // are generated in piece order).
-    std::vector<std::tuple<int64_t, int32_t, int32_t>> multi;
-    for (size_t i = 0; i < cands.size(); ++i) {
-      const Piece& p = candidates.PieceOf(cands[i]);
-      if (p.ranks.size() == 1) {
-        choice[i] = 0;
-        assigned[p.ranks[0]] += cands[i].bytes;
-      } else {
-        multi.emplace_back(-cands[i].bytes, cands[i].dst_record,
-                           static_cast<int32_t>(i));
-      }
-    }
-    std::sort(multi.begin(), multi.end());
-    const bool hosts = prefer_same_host && !src.host_of_rank.empty() &&
-                       !dst.host_of_rank.empty();
-    for (const auto& [neg_bytes, unused, ci] : multi) {
-      const int32_t dst_rank = cands[ci].dst_rank;
-      const std::vector<int32_t>& ranks = candidates.PieceOf(cands[ci]).ranks;
-      int32_t best = 0;
-      for (int32_t k = 1; k < static_cast<int32_t>(ranks.size()); ++k) {
-        const int32_t r = ranks[k], b = ranks[best];
-        if (assigned[r] != assigned[b]) {
-          if (assigned[r] < assigned[b]) best = k;
-          continue;
-        }
-        if (hosts) {
-          const bool rs = src.host_of_rank[r] == dst.host_of_rank[dst_rank];
-          const bool bs = src.host_of_rank[b] == dst.host_of_rank[dst_rank];
-          if (rs != bs) {
-            if (rs) best = k;
-            continue;
-          }
-        }
-        // replicas are sorted by (rank, index): keep the earlier one.
-      }
-      choice[ci] = best;
-      assigned[ranks[best]] -= neg_bytes;
+  std::vector<Load> src_load(src.world_size), dst_load(dst.world_size);
+  // (-bytes, dst record, candidate): bytes descending, then destination
+  // record order, then the source piece order (candidates of one record
+  // are generated in piece order).
+  std::vector<std::tuple<int64_t, int32_t, int32_t>> multi;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const Piece& p = candidates.PieceOf(cands[i]);
+    if (p.ranks.size() == 1) {
+      choice[i] = 0;
+      const bool same = cost.SameHost(p.ranks[0], cands[i].dst_rank);
+      src_load[p.ranks[0]].Add(same, cands[i].bytes);
+      dst_load[cands[i].dst_rank].Add(same, cands[i].bytes);
+    } else {
+      multi.emplace_back(-cands[i].bytes, cands[i].dst_record,
+                         static_cast<int32_t>(i));
     }
   }
+  std::sort(multi.begin(), multi.end());
+  for (const auto& [neg_bytes, unused, ci] : multi) {
+    const int64_t bytes = -neg_bytes;
+    const int32_t d = cands[ci].dst_rank;
+    const std::vector<int32_t>& ranks = candidates.PieceOf(cands[ci]).ranks;
+    int32_t best = -1;
+    double best_cost = 0, best_src = 0;
+    bool best_same = false;
+    for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
+      const int32_t r = ranks[k];
+      const bool same = cost.SameHost(r, d);
+      const double t_src = After(cost, src_load[r], same, bytes);
+      const double t = std::max(t_src, After(cost, dst_load[d], same, bytes));
+      // Replicas are sorted by (rank, index): on a full tie keep the
+      // earlier one.
+      if (best < 0 || t < best_cost ||
+          (t == best_cost &&
+           (t_src < best_src || (t_src == best_src && same && !best_same)))) {
+        best = k;
+        best_cost = t;
+        best_src = t_src;
+        best_same = same;
+      }
+    }
+    choice[ci] = best;
+    src_load[ranks[best]].Add(best_same, bytes);
+    dst_load[d].Add(best_same, bytes);
+  }
+  double predicted = 0;
+  for (const Load& l : src_load) {
+    predicted = std::max(predicted, cost.Seconds(l.intra, l.inter));
+    stats->intra_host_bytes += l.intra;
+    stats->inter_host_bytes += l.inter;
+  }
+  for (const Load& l : dst_load) predicted = std::max(predicted, cost.Seconds(l.intra, l.inter));
+  stats->predicted_seconds = predicted;
+  stats->lower_bound_seconds = LowerBound(candidates, src, dst, cost);
   return choice;
 }
 
