@@ -157,6 +157,10 @@ flags:
   --colocated            trainer rank r and engine rank r share host r/N (default:
                          separate hosts: trainer ranks on hosts 0..ceil(T/N)-1,
                          engine ranks on the hosts after them)
+  --hosts FILE           each rank's host, one line per rank: "trainer RANK HOST"
+                         or "engine RANK HOST" (# comments); replaces the two
+                         flags above. refitd, given members on those hosts,
+                         builds the same plan (same fingerprint)
   --link nvlink=G,net=G  per-GPU bandwidth in GB/s of intra-host (NVLink) and
                          inter-host (network) links, default nvlink=370,net=50
   --staging-mib M        staging budget per rank in MiB, default 512
@@ -166,10 +170,13 @@ flags:
                          engine layout, planner and each planner phase,
                          summary) on stderr
   --heatmap FILE.svg     also write an SVG heat map of bytes from trainer hosts
-                         (or PP stages) to engine hosts. e.g. --heatmap plan.svg
+                         to engine hosts, intra-host cells outlined. e.g. --heatmap plan.svg
 
-The predicted refit time is the slowest rank's time, each message's bytes going
-over the link class it uses. An invalid layout or plan prints every error
+The plan is placed: for every destination region the planner picks the trainer
+replica that keeps the predicted refit time lowest. The predicted refit time is
+the slowest rank's time, each message's bytes going over the link class it uses
+(a rank's sends, or receives, one after another); the lower bound is what no
+choice of replicas beats (each rank's bytes over the best link it could use). An invalid layout or plan prints every error
 (tensor, ranks) and exits 1; a usage error exits 2.
 
 example:
@@ -229,7 +236,7 @@ int RunPlan(const std::vector<std::string>& args) {
       {"dtype", true},      {"gpus-per-host", true}, {"colocated", false},
       {"link", true},       {"staging-mib", true}, {"lanes", true},
       {"json", false},      {"heatmap", true},     {"help", false},
-      {"timings", false}};
+      {"timings", false},   {"hosts", true}};
   if (!ParseFlags(args, known, &f, &err)) return Usage(err, kPlanHelp);
   if (f.count("help")) {
     std::cout << kPlanHelp;
@@ -249,6 +256,7 @@ int RunPlan(const std::vector<std::string>& args) {
     return Usage("--gpus-per-host needs a positive integer", kPlanHelp);
   }
   opt.link.colocated = f.count("colocated") > 0;
+  opt.hosts_file = f["hosts"];
   if (f.count("link")) {
     absl::Status st = refit::ParseLinkSpec(f["link"], &opt.link);
     if (!st.ok()) return Usage(std::string(st.message()), kPlanHelp);
