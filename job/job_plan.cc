@@ -93,6 +93,20 @@ absl::Status ApplyPlacement(const JobPlacement& placement, SideLayout* src,
 
 }  // namespace
 
+JobPlacement ShorthandPlacement(int32_t trainer_world, int32_t engine_world,
+                                int32_t gpus_per_host, bool colocated) {
+  const int32_t g = std::max(1, gpus_per_host);
+  const int32_t engine_host0 = colocated ? 0 : (trainer_world + g - 1) / g;
+  JobPlacement p;
+  for (int32_t r = 0; r < trainer_world; ++r) {
+    p.trainer_hosts.push_back(absl::StrCat("host", r / g));
+  }
+  for (int32_t r = 0; r < engine_world; ++r) {
+    p.engine_hosts.push_back(absl::StrCat("host", engine_host0 + r / g));
+  }
+  return p;
+}
+
 absl::StatusOr<JobLayouts> MapJob(const ModelConfig& model,
                                   const TrainerSpec& trainer,
                                   const std::vector<JobEngine>& engines) {

@@ -32,6 +32,14 @@ struct JobPlacement {
   std::vector<std::string> engine_hosts;
 };
 
+// Returns the placement of the shorthand: `gpus_per_host` GPUs per host
+// (>= 1); trainer rank r on host r / gpus_per_host; engine rank r on the
+// same host as trainer rank r when `colocated`, else on the hosts after the
+// trainer's (ceil(trainer_world / gpus_per_host) + r / gpus_per_host).
+// Hosts are named "host<i>".
+JobPlacement ShorthandPlacement(int32_t trainer_world, int32_t engine_world,
+                                int32_t gpus_per_host, bool colocated);
+
 struct JobSpec {
   ModelConfig model;
   TrainerSpec trainer;

@@ -115,7 +115,9 @@ struct PlanStats {
   // rank's predicted seconds; a lower bound no replica choice can beat
   // (per destination rank its bytes over the best link any replica offers;
   // per source rank the bytes only it holds; per replica group the bytes
-  // asked of it shared evenly by its ranks, over the best links); and the
+  // asked of it plus its ranks' own, shared evenly by its ranks; all bytes
+  // shared by all source ranks; each byte over the best link it could
+  // use); and the
   // bytes between ranks on one host and across hosts. Not part of the
   // fingerprint; zero for a plan read from the wire.
   double predicted_seconds = 0;
