@@ -80,18 +80,6 @@ absl::StatusOr<JobPlacement> ParseHostsFile(const std::string& text,
   return p;
 }
 
-JobPlacement ShorthandPlacement(const LinkModel& link, int32_t trainer_world,
-                                int32_t engine_world) {
-  JobPlacement p;
-  for (int32_t r = 0; r < trainer_world; ++r) {
-    p.trainer_hosts.push_back(absl::StrCat("host", TrainerHost(link, trainer_world, r)));
-  }
-  for (int32_t r = 0; r < engine_world; ++r) {
-    p.engine_hosts.push_back(absl::StrCat("host", EngineHost(link, trainer_world, r)));
-  }
-  return p;
-}
-
 absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
   if (opt.model.empty() || opt.trainer.empty() || opt.engine.empty()) {
     return absl::InvalidArgumentError(
@@ -115,7 +103,8 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
   }
   const std::vector<JobEngine> engines = {JobEngine{"engine", es}};
   JobPlacement placement =
-      ShorthandPlacement(opt.link, ts.world_size(), es.world_size());
+      ShorthandPlacement(ts.world_size(), es.world_size(), opt.link.gpus_per_host,
+                         opt.link.colocated);
   if (!opt.hosts_file.empty()) {
     REFIT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(opt.hosts_file, 16 << 20));
     REFIT_ASSIGN_OR_RETURN(placement,

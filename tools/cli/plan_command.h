@@ -42,11 +42,6 @@ absl::StatusOr<JobPlacement> ParseHostsFile(const std::string& text,
                                             int32_t trainer_world,
                                             int32_t engine_world);
 
-// Returns the placement the shorthand of `link` gives (see LinkModel):
-// hosts "host<i>".
-JobPlacement ShorthandPlacement(const LinkModel& link, int32_t trainer_world,
-                                int32_t engine_world);
-
 // Parses "nvlink=370,net=50" into `link` (GB/s). INVALID_ARGUMENT on an
 // unknown key or a non-positive number.
 absl::Status ParseLinkSpec(const std::string& text, LinkModel* link);
