@@ -11,7 +11,7 @@ CostModel::CostModel(const SideLayout& src, const SideLayout& dst,
              static_cast<int32_t>(src.host_of_rank.size()) == src.world_size &&
              static_cast<int32_t>(dst.host_of_rank.size()) == dst.world_size &&
              src.world_size > 0 && dst.world_size > 0),
-      intra_bps_(options.links.intra_host_gbps * 1e9),
-      inter_bps_(options.links.inter_host_gbps * 1e9) {}
+      intra_spb_(1.0 / (options.links.intra_host_gbps * 1e9)),
+      inter_spb_(1.0 / (options.links.inter_host_gbps * 1e9)) {}
 
 }  // namespace refit

@@ -34,8 +34,8 @@ class CostModel {
   // Returns the seconds a rank takes for `intra` intra-host and `inter`
   // inter-host bytes.
   double Seconds(int64_t intra, int64_t inter) const {
-    return static_cast<double>(intra) / intra_bps_ +
-           static_cast<double>(inter) / inter_bps_;
+    return static_cast<double>(intra) * intra_spb_ +
+           static_cast<double>(inter) * inter_spb_;
   }
 
   // Returns whether the placement is known.
@@ -45,8 +45,8 @@ class CostModel {
   const std::vector<int32_t>* src_host_;
   const std::vector<int32_t>* dst_host_;
   bool known_;
-  double intra_bps_;
-  double inter_bps_;
+  double intra_spb_;  // seconds per byte
+  double inter_spb_;
 };
 
 }  // namespace refit

@@ -40,7 +40,9 @@ double LowerBound(const Candidates& candidates, const SideLayout& src,
   for (const Candidate& c : candidates.cands) {
     const Piece& p = candidates.PieceOf(c);
     bool same = false;
-    for (int32_t r : p.ranks) same = same || cost.SameHost(r, c.dst_rank);
+    if (cost.placement_known()) {
+      for (int32_t r : p.ranks) same = same || cost.SameHost(r, c.dst_rank);
+    }
     dst_load[c.dst_rank].Add(same, c.bytes);
     if (p.ranks.size() == 1) {
       src_load[p.ranks[0]].Add(same, c.bytes);
