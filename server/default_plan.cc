@@ -97,15 +97,15 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
       ModelConfig model,
       AnnotateStatus(ModelOf(model_text), "model_config of trainer rank 0"));
 
-  // Every member's host as it reported it; none reported: unknown.
+  // Every member's host as it reported it; unknown unless all reported one.
   JobPlacement placement;
-  bool any_host = false;
+  bool all_hosts = true;
   for (const auto& m : trainer) {
     placement.trainer_hosts.push_back(m.identity().host_id());
-    any_host = any_host || !m.identity().host_id().empty();
+    all_hosts = all_hosts && !m.identity().host_id().empty();
   }
   for (const auto& m : engine) {
-    any_host = any_host || !m.identity().host_id().empty();
+    all_hosts = all_hosts && !m.identity().host_id().empty();
   }
 
   REFIT_ASSIGN_OR_RETURN(
@@ -147,7 +147,7 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
     }
     rank0 += engines[e].spec.world_size();
   }
-  if (!any_host) placement = JobPlacement();
+  if (!all_hosts) placement = JobPlacement();
 
   REFIT_ASSIGN_OR_RETURN(
       Plan plan, PlanJob(std::move(layouts), engines, placement, options.planner));

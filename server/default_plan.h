@@ -30,7 +30,8 @@ struct DefaultPlanOptions {
 // plan's destination side (engine e's rank r is destination rank
 // offset(e) + r), so one plan fills every engine; each engine replica gets
 // its bytes straight from the trainer. The plan is job/job_plan.h's PlanJob
-// with the members' host_ids as the placement (none reported: unknown), so
+// with the members' host_ids as the placement (unknown unless every member
+// reported one: then every pair counts as inter-host), so
 // `refit plan` with the same hosts builds the same plan and fingerprint.
 //
 // The function fails with INVALID_ARGUMENT naming the member (side, engine,
