@@ -38,6 +38,9 @@ class CostModel {
            static_cast<double>(inter) * inter_spb_;
   }
 
+  // Returns whether a byte moves at least as fast within a host as across.
+  bool intra_not_slower() const { return intra_spb_ <= inter_spb_; }
+
   // Returns whether the placement is known.
   bool placement_known() const { return known_; }
 

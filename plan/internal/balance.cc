@@ -39,9 +39,15 @@ double LowerBound(const Candidates& candidates, const SideLayout& src,
   std::vector<std::vector<int32_t>> group_ranks;  // distinct, ascending
   for (const Candidate& c : candidates.cands) {
     const Piece& p = candidates.PieceOf(c);
+    // The best link a replica offers: within the host when one is there
+    // and that is not the slower class (or when every replica is there).
     bool same = false;
     if (cost.placement_known()) {
-      for (int32_t r : p.ranks) same = same || cost.SameHost(r, c.dst_rank);
+      bool any_same = false, any_other = false;
+      for (int32_t r : p.ranks) {
+        (cost.SameHost(r, c.dst_rank) ? any_same : any_other) = true;
+      }
+      same = any_same && (!any_other || cost.intra_not_slower());
     }
     dst_load[c.dst_rank].Add(same, c.bytes);
     if (p.ranks.size() == 1) {
