@@ -41,9 +41,10 @@ namespace refit {
 // (plan/cost.h: a rank's bytes with the pair's hosts, host_of_rank, at
 // options.links' intra- or inter-host speed; without hosts on both sides,
 // or with options.prefer_same_host false, every pair is inter-host and
-// this balances bytes among source ranks); ties go to the src rank with
-// the least predicted time, then to a replica on the dst rank's host, then
-// to the lowest src rank (then lowest record index). plan.stats has the
+// this balances bytes among source ranks), times below the lower bound
+// (or the slowest rank so far) counting as equal; ties go to a replica on
+// the dst rank's host, then to the src rank with the least predicted time,
+// then to the lowest src rank (then lowest record index). plan.stats has the
 // predicted refit time, a lower bound and the bytes per link class.
 // Overlapping (non-identical) source boxes are cut into disjoint grid
 // cells, so every element is sent exactly once.

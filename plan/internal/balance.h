@@ -17,11 +17,12 @@ namespace internal_plan {
 // piece's replicas), by the deterministic greedy rule of planner.h:
 // candidates with one replica first; the others by bytes descending, then
 // dst record, then piece, each to the replica that makes the larger of
-// its src rank's and its dst rank's predicted time (plan/cost.h) smallest;
-// among equal ones to the src rank with the least predicted time, then to
-// one on the dst rank's host, then to the earlier replica. Fills the cost
-// fields of *stats (predicted time, lower bound, bytes per link class).
-// Never fails.
+// its src rank's and its dst rank's predicted time (plan/cost.h) smallest,
+// times below the lower bound (or the slowest rank so far, when above it)
+// counting as equal; among equal ones to a replica on the dst rank's host,
+// then to the src rank with the least predicted time, then to the earlier
+// replica. Fills the cost fields of *stats (predicted time, lower bound,
+// bytes per link class). Never fails.
 std::vector<int32_t> BalanceReplicas(const Candidates& candidates,
                                      const SideLayout& src,
                                      const SideLayout& dst,
