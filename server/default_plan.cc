@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "layout/dtype.h"
+#include "job/job_plan.h"
 #include "mapping/layout_builder.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
@@ -75,50 +76,6 @@ absl::Status CheckMembers(absl::Span<const v1::Registration* const> members,
   return absl::OkStatus();
 }
 
-// Appends engine layout `e` to the combined destination layout, its ranks
-// shifted by dst->world_size.
-absl::Status AppendEngine(const SideLayout& e, const std::string& engine_id,
-                          SideLayout* dst) {
-  if (dst->tensors.empty()) {
-    dst->tensors = e.tensors;
-  } else if (!(dst->tensors == e.tensors)) {
-    // Name the first difference: engines of one job hold the same tensors
-    // in the same dtypes (one quant= setting for all).
-    std::string what = "a different number of tensors";
-    for (size_t i = 0; i < std::min(dst->tensors.size(), e.tensors.size()); ++i) {
-      const TensorSpec& a = dst->tensors[i];
-      const TensorSpec& b = e.tensors[i];
-      if (a == b) continue;
-      what = absl::StrCat(TensorSpecString(b),
-                          b.transform != Transform::kNone
-                              ? absl::StrCat(" (", TransformName(b.transform), ")")
-                              : std::string(),
-                          " where the first engine has ", TensorSpecString(a),
-                          a.transform != Transform::kNone
-                              ? absl::StrCat(" (", TransformName(a.transform), ")")
-                              : std::string());
-      break;
-    }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "engine '", engine_id, "': its logical tensors differ from the first "
-        "engine's (every engine of a job needs the same model and quant=): ", what));
-  }
-  const int32_t rank0 = dst->world_size;
-  const int32_t buf0 = static_cast<int32_t>(dst->buffers.size());
-  for (BufferSpec b : e.buffers) {
-    b.rank += rank0;
-    dst->buffers.push_back(std::move(b));
-  }
-  for (Record r : e.records) {
-    r.rank += rank0;
-    r.buffer += buf0;
-    dst->records.push_back(std::move(r));
-  }
-  for (int32_t s : e.stage_of_rank) dst->stage_of_rank.push_back(s);
-  dst->world_size += e.world_size;
-  return absl::OkStatus();
-}
-
 absl::StatusOr<BuiltPlan> BuildDefaultPlan(
     const DefaultPlanOptions& options,
     const std::vector<v1::Registration>& trainer,
@@ -140,30 +97,23 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
       ModelConfig model,
       AnnotateStatus(ModelOf(model_text), "model_config of trainer rank 0"));
 
-  // Host ids -> small integers, in order of first appearance.
-  std::map<std::string, int32_t> host_index;
-  auto host_of = [&](const v1::Registration& m) {
-    return host_index.emplace(m.identity().host_id(),
-                              static_cast<int32_t>(host_index.size()))
-        .first->second;
-  };
+  // Every member's host as it reported it; unknown unless all reported one.
+  JobPlacement placement;
+  bool all_hosts = true;
+  for (const auto& m : trainer) {
+    placement.trainer_hosts.push_back(m.identity().host_id());
+    all_hosts = all_hosts && !m.identity().host_id().empty();
+  }
+  for (const auto& m : engine) {
+    all_hosts = all_hosts && !m.identity().host_id().empty();
+  }
 
-  // Trainer side.
   REFIT_ASSIGN_OR_RETURN(
       TrainerSpec ts, AnnotateStatus(ParseTrainerSpec(trainer[0].convention()),
                                      "trainer rank 0 convention"));
-  REFIT_ASSIGN_OR_RETURN(
-      MappedSide src,
-      AnnotateStatus(BuildTrainerLayout(model, ts), "trainer layout"));
-  std::vector<const v1::Registration*> tm;
-  for (const auto& m : trainer) tm.push_back(&m);
-  REFIT_RETURN_IF_ERROR(CheckMembers(tm, ts.world_size(), src));
-  src.layout.host_of_rank.clear();
-  for (const auto& m : trainer) src.layout.host_of_rank.push_back(host_of(m));
-
   // Engines, in (engine id, rank) order as given.
-  SideLayout dst;
-  std::vector<int32_t> dst_rank_of_member;  // parallel to `engine`
+  std::vector<JobEngine> engines;
+  std::vector<std::pair<size_t, size_t>> members_of_engine;  // [i, j) of `engine`
   for (size_t i = 0; i < engine.size();) {
     size_t j = i;
     while (j < engine.size() &&
@@ -175,27 +125,32 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
         EngineSpec es,
         AnnotateStatus(ParseEngineSpec(engine[i].convention()),
                        absl::StrCat("engine '", id, "' convention")));
-    REFIT_ASSIGN_OR_RETURN(
-        MappedSide e, AnnotateStatus(BuildEngineLayout(model, es),
-                                     absl::StrCat("engine '", id, "' layout")));
-    std::vector<const v1::Registration*> em;
-    for (size_t k = i; k < j; ++k) em.push_back(&engine[k]);
-    REFIT_RETURN_IF_ERROR(CheckMembers(em, es.world_size(), e));
-    const int32_t rank0 = dst.world_size;
-    REFIT_RETURN_IF_ERROR(AppendEngine(e.layout, id, &dst));
-    for (size_t k = i; k < j; ++k) {
-      dst_rank_of_member.push_back(rank0 + engine[k].identity().rank());
-      dst.host_of_rank.push_back(host_of(engine[k]));
-    }
+    engines.push_back(JobEngine{id, es});
+    members_of_engine.emplace_back(i, j);
     i = j;
   }
-  if (!dst.stage_of_rank.empty() &&
-      static_cast<int32_t>(dst.stage_of_rank.size()) != dst.world_size) {
-    dst.stage_of_rank.clear();
+  REFIT_ASSIGN_OR_RETURN(JobLayouts layouts, MapJob(model, ts, engines));
+  std::vector<const v1::Registration*> tm;
+  for (const auto& m : trainer) tm.push_back(&m);
+  REFIT_RETURN_IF_ERROR(CheckMembers(tm, ts.world_size(), layouts.trainer));
+  std::vector<int32_t> dst_rank_of_member;  // parallel to `engine`
+  int32_t rank0 = 0;
+  for (size_t e = 0; e < engines.size(); ++e) {
+    const auto [i, j] = members_of_engine[e];
+    std::vector<const v1::Registration*> em;
+    for (size_t k = i; k < j; ++k) em.push_back(&engine[k]);
+    REFIT_RETURN_IF_ERROR(
+        CheckMembers(em, engines[e].spec.world_size(), layouts.engines[e]));
+    for (size_t k = i; k < j; ++k) {
+      dst_rank_of_member.push_back(rank0 + engine[k].identity().rank());
+      placement.engine_hosts.push_back(engine[k].identity().host_id());
+    }
+    rank0 += engines[e].spec.world_size();
   }
+  if (!all_hosts) placement = JobPlacement();
 
-  REFIT_ASSIGN_OR_RETURN(Plan plan,
-                         BuildPlan(std::move(src.layout), std::move(dst), options.planner));
+  REFIT_ASSIGN_OR_RETURN(
+      Plan plan, PlanJob(std::move(layouts), engines, placement, options.planner));
   BuiltPlan out;
   out.num_lanes = options.planner.num_lanes;
   out.fingerprint = plan.fingerprint;

@@ -72,6 +72,22 @@ Membership TwoEngines() {
   return m;
 }
 
+TEST(DefaultPlanTest, AMemberWithoutAHostLeavesThePlacementUnknown) {
+  Membership m = TwoEngines();
+  absl::StatusOr<BuiltPlan> placed = DefaultPlanFunction()(m.trainer, m.engine);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  m.engine[1].mutable_identity()->clear_host_id();
+  absl::StatusOr<BuiltPlan> partial = DefaultPlanFunction()(m.trainer, m.engine);
+  ASSERT_TRUE(partial.ok()) << partial.status();
+  for (auto* side : {&m.trainer, &m.engine}) {
+    for (v1::Registration& r : *side) r.mutable_identity()->clear_host_id();
+  }
+  absl::StatusOr<BuiltPlan> unknown = DefaultPlanFunction()(m.trainer, m.engine);
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  EXPECT_EQ(partial->fingerprint, unknown->fingerprint);
+  EXPECT_NE(placed->fingerprint, unknown->fingerprint);
+}
+
 TEST(DefaultPlanTest, EveryMemberGetsItsSliceAndEveryEngineByteASource) {
   Membership m = TwoEngines();
   DefaultPlanOptions o;

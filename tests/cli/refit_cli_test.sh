@@ -21,12 +21,31 @@ for sub in "" plan; do
 done
 check unknown-command 2 "unknown command 'bogus'" -- "$REFIT" bogus
 for flag in --model --trainer --engine --dtype --gpus-per-host --colocated \
-    --link --staging-mib --lanes --json --heatmap --timings; do
+    --link --staging-mib --lanes --json --heatmap --timings --hosts; do
   check "plan-help$flag" 0 "^  $flag" -- "$REFIT" plan --help
 done
 for flag in --server --token-file --timeout-s --rounds --json; do
   check "status-help$flag" 0 "^  $flag" -- "$REFIT" status --help
 done
+# -h is --help; `refit models` lists every built-in model.
+check top-h 0 'refit plan' -- "$REFIT" -h
+check plan-h 0 '--heatmap FILE.svg' -- "$REFIT" plan -h
+check models-help 0 '^  models ' -- "$REFIT" --help
+check models-kimi 0 '^kimi-k2$' -- "$REFIT" models
+check models-tiny 0 '^tiny-qwen3$' -- "$REFIT" models
+# A colocated job whose replicas line up with hosts stays on NVLink; the
+# summary gives the lower bound and the ratio.
+check colocated-intra 0 'inter-host bytes: 0 B' -- "$REFIT" plan --model qwen3-8b \
+  --trainer megatron:tp=2,dp=4 --engine vllm:tp=2,dp=4 --gpus-per-host 2 --colocated
+check colocated-bound 0 'predicted / lower bound: 1\.0[0-5]' -- "$REFIT" plan \
+  --model qwen3-8b --trainer megatron:tp=2,dp=4 --engine vllm:tp=2,dp=4 \
+  --gpus-per-host 2 --colocated
+check json-fingerprint 0 '"fingerprint": "[0-9a-f]{32}"' -- "$REFIT" plan \
+  --model tiny-qwen3 --trainer fsdp:dp=4 --engine vllm:tp=2,dp=1 --json
+check json-lower-bound 0 '"lower_bound_seconds": [0-9]' -- "$REFIT" plan \
+  --model tiny-qwen3 --trainer fsdp:dp=4 --engine vllm:tp=2,dp=1 --json
+check hosts-file-missing 1 'nope.txt' -- "$REFIT" plan --model tiny-qwen3 \
+  --trainer fsdp:dp=2 --engine vllm:tp=2 --hosts "${TEST_TMPDIR:-/tmp}/nope.txt"
 check bad-link 2 'link' -- "$REFIT" plan --model tiny-qwen3 \
   --trainer fsdp:dp=2 --engine vllm:tp=2 --link nvlink=-3
 check unknown-model 1 'no-such-model' -- "$REFIT" plan --model no-such-model \

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/huge_pages.h"
+#include "mapping/model_config.h"
 #include "tools/cli/buffers_command.h"
 #include "tools/cli/plan_command.h"
 #include "tools/cli/simulate_command.h"
@@ -29,7 +30,8 @@ commands:
   status     members, plan fingerprint and last rounds of a running refitd
   buffers    the buffers a trainer rank or engine worker gives refit
              (names, local shapes, dtypes, bytes) under its convention
-  help       this text (also: refit --help, refit <command> --help)
+  models     the built-in models (names --model takes)
+  help       this text (also: refit -h, refit --help, refit <command> --help)
 
 example:
   refit plan --model deepseek-v3 --trainer megatron:tp=8,pp=16,ep=16,etp=1,dp=2 \
@@ -60,7 +62,8 @@ rows are zeros). FP8 checkpoints (e4m3 weights + weight_scale_inv) pass
 through unchanged. Every rank's buffers are held in memory: use small models.
 
 flags:
-  --model NAME|PATH      built-in model (e.g. tiny-qwen3, tiny-deepseek-v3-fp8)
+  --model NAME|PATH      built-in model (e.g. tiny-qwen3, tiny-deepseek-v3-fp8;
+                         `refit models` lists them all)
                          or an HF config.json. e.g. --model tiny-llama
   --checkpoint PATH      model.safetensors, or a directory holding
                          model.safetensors.index.json (sharded) or
@@ -121,7 +124,8 @@ names (vLLM: model.layers.0.self_attn.qkv_proj.weight, fused), so an
 integration can check its named_parameters() against them.
 
 flags:
-  --model NAME|PATH      built-in model or an HF config.json, e.g. --model qwen3-8b
+  --model NAME|PATH      built-in model (`refit models` lists them) or an HF
+                         config.json, e.g. --model qwen3-8b
   --trainer SPEC         a trainer convention, e.g. megatron:tp=2,pp=2
   --engine SPEC          an engine convention, e.g. vllm:tp=2,dp=1
   --rank R               only rank R (engine: within the replica), default all
@@ -142,9 +146,8 @@ constexpr char kPlanHelp[] =
 usage: refit plan --model NAME|config.json --trainer SPEC --engine SPEC [flags]
 
 flags:
-  --model NAME|PATH      built-in model (qwen3-8b, qwen3-30b-a3b, llama-3.1-70b,
-                         deepseek-v3, kimi-k2, nemotron-h-8b) or an HF config.json
-                         e.g. --model deepseek-v3
+  --model NAME|PATH      built-in model (`refit models` lists them all) or an HF
+                         config.json. e.g. --model deepseek-v3
   --trainer SPEC         trainer layout, e.g. megatron:tp=8,pp=16,ep=16,etp=1,dp=2
                          (optional first=N,last=M: first/last PP stage layer counts;
                          without them layers are split evenly, earlier stages take
@@ -157,6 +160,10 @@ flags:
   --colocated            trainer rank r and engine rank r share host r/N (default:
                          separate hosts: trainer ranks on hosts 0..ceil(T/N)-1,
                          engine ranks on the hosts after them)
+  --hosts FILE           each rank's host, one line per rank: "trainer RANK HOST"
+                         or "engine RANK HOST" (# comments); replaces the two
+                         flags above. refitd, given members on those hosts,
+                         builds the same plan (same fingerprint)
   --link nvlink=G,net=G  per-GPU bandwidth in GB/s of intra-host (NVLink) and
                          inter-host (network) links, default nvlink=370,net=50
   --staging-mib M        staging budget per rank in MiB, default 512
@@ -166,10 +173,13 @@ flags:
                          engine layout, planner and each planner phase,
                          summary) on stderr
   --heatmap FILE.svg     also write an SVG heat map of bytes from trainer hosts
-                         (or PP stages) to engine hosts. e.g. --heatmap plan.svg
+                         to engine hosts, intra-host cells outlined. e.g. --heatmap plan.svg
 
-The predicted refit time is the slowest rank's time, each message's bytes going
-over the link class it uses. An invalid layout or plan prints every error
+The plan is placed: for every destination region the planner picks the trainer
+replica that keeps the predicted refit time lowest. The predicted refit time is
+the slowest rank's time, each message's bytes going over the link class it uses
+(a rank's sends, or receives, one after another); the lower bound is what no
+choice of replicas beats (each rank's bytes over the best link it could use). An invalid layout or plan prints every error
 (tensor, ranks) and exits 1; a usage error exits 2.
 
 example:
@@ -183,7 +193,7 @@ bool ParseFlags(const std::vector<std::string>& args,
                 const std::map<std::string, bool>& known,  // name -> takes value
                 std::map<std::string, std::string>* out, std::string* err) {
   for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
+    const std::string& a = args[i] == "-h" ? std::string("--help") : args[i];
     if (a.rfind("--", 0) != 0) {
       *err = absl::StrCat("unexpected argument '", a, "'");
       return false;
@@ -229,7 +239,7 @@ int RunPlan(const std::vector<std::string>& args) {
       {"dtype", true},      {"gpus-per-host", true}, {"colocated", false},
       {"link", true},       {"staging-mib", true}, {"lanes", true},
       {"json", false},      {"heatmap", true},     {"help", false},
-      {"timings", false}};
+      {"timings", false},   {"hosts", true}};
   if (!ParseFlags(args, known, &f, &err)) return Usage(err, kPlanHelp);
   if (f.count("help")) {
     std::cout << kPlanHelp;
@@ -249,6 +259,7 @@ int RunPlan(const std::vector<std::string>& args) {
     return Usage("--gpus-per-host needs a positive integer", kPlanHelp);
   }
   opt.link.colocated = f.count("colocated") > 0;
+  opt.hosts_file = f["hosts"];
   if (f.count("link")) {
     absl::Status st = refit::ParseLinkSpec(f["link"], &opt.link);
     if (!st.ok()) return Usage(std::string(st.message()), kPlanHelp);
@@ -393,6 +404,16 @@ int RunBuffers(const std::vector<std::string>& args) {
   return 0;
 }
 
+// `refit models`: every built-in model name, one per line.
+int RunModels(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] != "--help" && args[0] != "-h") {
+    return Usage(absl::StrCat("refit models takes no arguments, got '", args[0], "'"),
+                 kTopHelp);
+  }
+  for (const std::string& name : refit::BuiltinModelNames()) std::cout << name << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -415,5 +436,6 @@ int main(int argc, char** argv) {
   if (cmd == "status") return RunStatus(args);
   if (cmd == "simulate") return RunSimulate(args);
   if (cmd == "buffers") return RunBuffers(args);
+  if (cmd == "models") return RunModels(args);
   return Usage(absl::StrCat("unknown command '", cmd, "'"), kTopHelp);
 }
