@@ -1,7 +1,7 @@
 """Checks refit's layering and file sizes over the source tree.
 
 Layers, lowest first (docs/design.md): proto/common (0), layout (1),
-mapping and plan (2, neither includes the other), exec (3), client and
+mapping and plan (2, neither includes the other), exec and job (3, peers), client and
 server (4), tools (5). A file includes only headers of its own layer or
 lower ones. testing/ (test oracles and helpers) may include anything below
 tools/, and only tests and tools include it. Tests (*_test.*, tests/) may
@@ -16,7 +16,7 @@ import re
 import sys
 
 LEVEL = {"proto": 0, "common": 0, "layout": 1, "mapping": 2, "plan": 2,
-         "exec": 3, "client": 4, "server": 4, "tools": 5}
+         "exec": 3, "job": 3, "client": 4, "server": 4, "tools": 5}
 MAX_LINES = 720
 SOURCES = (".h", ".cc", ".cu", ".py")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
