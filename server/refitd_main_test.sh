@@ -13,12 +13,17 @@ for flag in --address --tls_cert --tls_key --tls_client_ca --token_file \
     --slice_threads; do
   check "help$flag" 0 "^  $flag" -- "$REFITD" --help
 done
+check help-short 0 "^  --token_file" -- "$REFITD" -h
 check unknown-flag 2 'unknown flag --bogus .*refitd --help' -- "$REFITD" --bogus=1
-check bad-count 2 '--plan_settle_ms: not a count: soon' -- "$REFITD" --plan_settle_ms=soon
+check bad-count 1 "Illegal value 'soon' specified for flag 'plan_settle_ms'" -- "$REFITD" --plan_settle_ms=soon
+check negative-count 2 '--plan_settle_ms: not a count: -1' -- "$REFITD" --plan_settle_ms=-1
 check huge-mib 2 '--staging_mib: too large' -- "$REFITD" --staging_mib=9223372036854775807
 check bad-slice-threads 2 '--slice_threads: must be 1..1024' -- "$REFITD" --slice_threads=0
 check help-is-not-a-flag 2 'unknown flag --help_me' -- "$REFITD" --help_me
-check missing-token-file 2 'cannot read /nonexistent/token' -- "$REFITD" --token_file=/nonexistent/token
+check missing-token-file 2 '/nonexistent/token' -- "$REFITD" --token_file=/nonexistent/token
+flagfile="${TEST_TMPDIR:-/tmp}/refitd.$$.flags"
+printf -- '--slice_threads=0\n' >"$flagfile"
+check flagfile 2 '--slice_threads: must be 1..1024: 0' -- "$REFITD" --flagfile="$flagfile"
 
 # Starts on port 0, reports the port, stops on SIGTERM within 5 s.
 log="${TEST_TMPDIR:-/tmp}/refitd.$$.log"

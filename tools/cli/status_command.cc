@@ -147,7 +147,7 @@ absl::StatusOr<std::string> RunStatusCommand(const StatusCommandOptions& opt) {
     REFIT_ASSIGN_OR_RETURN(
         std::string token,
         AnnotateStatus(ReadFileToString(opt.token_file, kMaxTokenFileBytes),
-                       "--token-file"));
+                       "--token_file"));
     co.bearer_token = std::string(absl::StripAsciiWhitespace(token));
   }
   absl::StatusOr<std::unique_ptr<RefitClient>> client =

@@ -22,7 +22,7 @@ struct StatusCommandOptions {
 
 // Connects, calls GetStatus and returns the text to print. Fails with
 // INVALID_ARGUMENT for a missing --server, NOT_FOUND naming an unreadable
-// --token-file, UNAVAILABLE naming the server when it cannot be reached in
+// --token_file, UNAVAILABLE naming the server when it cannot be reached in
 // time, UNAUTHENTICATED (from refitd) for a wrong or missing token.
 absl::StatusOr<std::string> RunStatusCommand(const StatusCommandOptions& opt);
 
