@@ -56,8 +56,13 @@ class RefitServer {
   // Returns the bound port (never 0).
   int port() const;
 
-  // Stops accepting calls, ends open streams and waits, then returns.
-  // Idempotent.
+  // Returns the Prometheus text exposition of refitd's metrics
+  // (server/metrics.h), members counted now.
+  std::string MetricsText() const;
+
+  // Sets the health service NOT_SERVING, aborts a round in flight (members
+  // told, reason "refitd shutting down"), stops accepting calls, ends open
+  // streams and waits, then returns. Idempotent.
   void Shutdown();
 
   class Impl;

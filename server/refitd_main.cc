@@ -1,5 +1,6 @@
 // refitd: the control-plane sidecar. Its flags are the ABSL_FLAGs below;
 // `refitd --help` prints them, `--flagfile=FILE` reads them from a file.
+#include <algorithm>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -15,7 +16,11 @@
 #include "common/command_line.h"
 #include "common/file.h"
 #include "common/huge_pages.h"
+#include "common/log.h"
+#include "common/status_macros.h"
 #include "server/default_plan.h"
+#include "server/log.h"
+#include "server/metrics_http.h"
 #include "server/refit_server.h"
 
 ABSL_FLAG(std::string, address, "127.0.0.1:50051",
@@ -46,6 +51,15 @@ ABSL_FLAG(int64_t, plan_cache_mib, 2048,
           "current one is always kept)");
 ABSL_FLAG(int64_t, staging_mib, 512, "planner staging budget per rank");
 ABSL_FLAG(int64_t, lanes, 2, "planner lanes");
+ABSL_FLAG(std::string, log_level, "info",
+          "trace, debug, info, warn, error, critical or off");
+ABSL_FLAG(std::string, log_format, "text",
+          "text, or json: one JSON object a line (ts, level, logger, msg and\n"
+          "the event's figures as fields)");
+ABSL_FLAG(int64_t, metrics_port, -1,
+          "serve Prometheus metrics at http://HOST:PORT/metrics, HOST the\n"
+          "--address host (0 picks a port, printed as \"refitd metrics on port\n"
+          "N\"); -1: none");
 ABSL_FLAG(int64_t, slice_threads, refit::DefaultPlanOptions().slice_threads,
           "threads building the members' plan slices (1..1024)");
 
@@ -174,11 +188,36 @@ int main(int argc, char** argv) {
   if (!parsed.ok()) return Fail(parsed.status());
   if (*parsed == refit::CommandLineResult::kHelpShown) return 0;
   refit::ReexecWithHugePages(argv);  // before any thread: see common/huge_pages.h
+  absl::StatusOr<spdlog::level::level_enum> level =
+      refit::ParseLogLevel(absl::GetFlag(FLAGS_log_level));
+  if (!level.ok()) return Fail(refit::AnnotateStatus(level.status(), "--log_level"));
+  absl::StatusOr<refit::LogFormat> format =
+      refit::ParseLogFormat(absl::GetFlag(FLAGS_log_format));
+  if (!format.ok()) return Fail(refit::AnnotateStatus(format.status(), "--log_format"));
+  refit::ConfigureServerLog(*level, *format);
   absl::StatusOr<refit::RefitServer::Options> options = OptionsFromFlags();
   if (!options.ok()) return Fail(options.status());
+  const std::string address = options->address;
   auto server = refit::RefitServer::Start(std::move(*options));
   if (!server.ok()) return Fail(server.status());
+  std::unique_ptr<refit::MetricsHttpServer> metrics;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    refit::MetricsHttpServer::Options mo;
+    absl::string_view host = address;
+    host = host.substr(0, host.rfind(':'));
+    absl::ConsumePrefix(&host, "[");
+    absl::ConsumeSuffix(&host, "]");
+    mo.host = std::string(host);
+    mo.port = static_cast<int>(std::min<int64_t>(absl::GetFlag(FLAGS_metrics_port), 65536));
+    refit::RefitServer* s = server->get();
+    mo.render = [s] { return s->MetricsText(); };
+    absl::StatusOr<std::unique_ptr<refit::MetricsHttpServer>> m =
+        refit::MetricsHttpServer::Start(std::move(mo));
+    if (!m.ok()) return Fail(refit::AnnotateStatus(m.status(), "--metrics_port"));
+    metrics = std::move(*m);
+  }
   std::printf("refitd listening on port %d\n", (*server)->port());
+  if (metrics != nullptr) std::printf("refitd metrics on port %d\n", metrics->port());
   std::fflush(stdout);
   absl::Notification stop;
   g_stop = &stop;
@@ -187,5 +226,7 @@ int main(int argc, char** argv) {
   while (!stop.WaitForNotificationWithTimeout(absl::Seconds(1))) {
   }
   (*server)->Shutdown();
+  metrics.reset();
+  refit::ServerLog().info("stopped");
   return 0;
 }
