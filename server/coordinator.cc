@@ -371,6 +371,14 @@ v1::StatusResponse Coordinator::GetStatus() {
     s->set_version(a->version);
     s->set_outcome("running");
     s->set_bytes(a->bytes);
+    s->set_seconds(absl::ToDoubleSeconds(now - a->started));
+    for (const std::string& id : a->participants) {
+      if (a->done.count(id) > 0) {
+        s->add_reported(id);
+      } else {
+        s->add_waiting(id);
+      }
+    }
   }
   return resp;
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# refitd as an operator runs it: JSON logs, /metrics scraped by Debian's real
+# refitd as an operator runs it: `refit status --watch` following a round,
+# JSON logs, /metrics scraped by Debian's real
 # Prometheus server (the round counter read back through its query API),
-# then SIGTERM (exit 0). Args: REFITD MEMBER.
+# then SIGTERM (exit 0). Args: REFITD MEMBER REFIT.
 set -uo pipefail
-refitd=$1 member=$2
+refitd=$1 member=$2 refit=$3
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 fail=0
 pids=()
@@ -22,6 +23,12 @@ port=$(sed -n 's/^refitd listening on port //p' "$tmp/refitd.out")
 mport=$(sed -n 's/^refitd metrics on port //p' "$tmp/refitd.out")
 [ -n "$port" ] && [ -n "$mport" ] || { echo "FAIL refitd did not start:"; cat "$tmp/refitd.out" "$tmp/refitd.log"; exit 1; }
 
+# `refit status --watch` follows the next round until it ends.
+"$refit" status --server="127.0.0.1:$port" --watch --timeout_s=60 --interval_ms=20 \
+  >"$tmp/watch.out" 2>&1 &
+wpid=$!; pids+=($wpid)
+for _ in $(seq 100); do grep -q 'no round in flight' "$tmp/watch.out" && break; sleep 0.1; done
+
 # One committed round: a trainer rank that starts it and an engine worker.
 common=(--server="127.0.0.1:$port" --model=tiny-qwen3 --rounds=1 --deadline_s=60)
 "$member" "${common[@]}" --side=engine --engine_id=e0 --rank=0 --convention=vllm:tp=1 >"$tmp/engine.out" 2>&1 &
@@ -30,6 +37,11 @@ epid=$!; pids+=($epid)
 trc=$?
 wait $epid; erc=$?
 if [ $trc = 0 ] && [ $erc = 0 ]; then ok "round 1 committed"; else bad "members: trainer rc=$trc engine rc=$erc"; cat "$tmp/trainer.out" "$tmp/engine.out"; fi
+
+wait $wpid; wrc=$?
+if [ $wrc = 0 ] && grep -q '^round 1 committed in .* bytes' "$tmp/watch.out" &&
+   grep -q '^no round in flight' "$tmp/watch.out"; then ok "status --watch"; else
+  bad "status --watch rc=$wrc"; cat "$tmp/watch.out"; fi
 
 # The log: JSON lines, the round's reports and its commit.
 python3 - "$tmp/refitd.log" <<'PY' && ok "json log" || bad "json log"

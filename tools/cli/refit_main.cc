@@ -5,6 +5,7 @@
 #include <cstring>
 #include <iostream>
 #include <optional>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,12 @@ ABSL_FLAG(std::string, server, "", "refitd's address, e.g. --server 127.0.0.1:50
 ABSL_FLAG(std::string, token_file, "",
           "file holding the bearer token refitd requires (refitd --token_file)");
 ABSL_FLAG(int32_t, rounds, 10, "newest rounds shown");
+ABSL_FLAG(bool, watch, false,
+          "show the round in flight (which members reported, which are still\n"
+          "moving), refreshing every --interval_ms, until a round ends (exit 0\n"
+          "when it committed, 1 when it aborted); --timeout_s bounds the whole\n"
+          "watch (default 600)");
+ABSL_FLAG(int32_t, interval_ms, 500, "--watch refresh period");
 // refit buffers
 ABSL_FLAG(int32_t, rank, -1,
           "only rank R (engine: within the replica); -1: every rank");
@@ -129,11 +136,13 @@ Prints the registered members (id, side, job, engine, rank/world, host,
 device, parallel coordinates, buffers, heartbeat age), the membership epoch,
 the current plan fingerprint (or "(no plan)") and plan error if any, and the
 last rounds with their outcome, bytes, seconds and GB/s (GB = 1e9 bytes).
+With --watch it follows the round in flight instead, until it ends.
 
 exit codes: 0 ok, 1 failure (unreachable server, wrong token), 2 usage error.
 
 example:
   refit status --server 127.0.0.1:50051 --token_file token.txt --json
+  refit status --server 127.0.0.1:50051 --watch --timeout_s 3600
 )HELP";
 
 constexpr char kBuffersHelp[] =
@@ -274,7 +283,9 @@ int RunSimulate(const std::vector<std::string>& args) {
 int RunStatus(const std::vector<std::string>& args) {
   if (int rc = ParseSubcommand(
           "status", args,
-          {"server", "token_file", "timeout_s", "rounds", "json"}, kStatusHelp);
+          {"server", "token_file", "timeout_s", "rounds", "json", "watch",
+           "interval_ms"},
+          kStatusHelp);
       rc >= 0) {
     return rc;
   }
@@ -282,9 +293,25 @@ int RunStatus(const std::vector<std::string>& args) {
   opt.server = absl::GetFlag(FLAGS_server);
   if (opt.server.empty()) return Usage("--server is required", kStatusHelp);
   opt.token_file = absl::GetFlag(FLAGS_token_file);
-  std::optional<absl::Duration> timeout = Timeout(opt.timeout);
+  const bool watch = absl::GetFlag(FLAGS_watch);
+  std::optional<absl::Duration> timeout =
+      Timeout(watch ? absl::Seconds(600) : opt.timeout);
   if (!timeout) return Usage("--timeout_s needs a positive number", kStatusHelp);
   opt.timeout = *timeout;
+  if (watch) {
+    const int32_t interval_ms = absl::GetFlag(FLAGS_interval_ms);
+    if (interval_ms < 10) return Usage("--interval_ms must be at least 10", kStatusHelp);
+    absl::StatusOr<refit::v1::RoundSummary> ended = refit::RunStatusWatch(
+        opt, absl::Milliseconds(interval_ms), isatty(STDOUT_FILENO) != 0,
+        [](const std::string& frame) {
+          std::cout << frame << std::flush;
+        });
+    if (!ended.ok()) {
+      std::cerr << "refit status: error: " << ended.status().ToString() << "\n";
+      return 1;
+    }
+    return ended->outcome() == "committed" ? 0 : 1;
+  }
   opt.rounds = absl::GetFlag(FLAGS_rounds);
   if (opt.rounds < 0) return Usage("--rounds needs a non-negative integer", kStatusHelp);
   opt.json = absl::GetFlag(FLAGS_json);
