@@ -8,7 +8,12 @@
 #include <string>
 #include <vector>
 
+#include <thread>
+
+#include "absl/synchronization/notification.h"
 #include "client/refit_client.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -202,6 +207,54 @@ TEST(ObservabilityTest, ShutdownAbortsTheRoundInFlightAndTellsTheMembers) {
   EXPECT_EQ(aborted[0]["cause"], "shutdown");
   EXPECT_THAT(p.server->MetricsText(),
               HasSubstr("refit_rounds_aborted_total{reason=\"shutdown\"} 1\n"));
+}
+
+// Calls grpc.health.v1.Health/Check (all services); returns the call's
+// status and, in `serving`, whether the reply says SERVING.
+absl::Status CheckHealth(int port, bool* serving) {
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                     grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(In(absl::Seconds(2))));
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1), response;
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                 &response, [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  if (!done.WaitForNotificationWithTimeout(absl::Seconds(5))) {
+    return absl::DeadlineExceededError("health check did not return");
+  }
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (status.ok() && response.Dump(&slices).ok()) {
+    for (const auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  }
+  *serving = bytes == std::string("\x08\x01", 2);  // status: SERVING
+  return status.ok() ? absl::OkStatus() : absl::UnavailableError(status.error_message());
+}
+
+TEST(ObservabilityTest, HealthSaysNotServingWhileShutdownDrains) {
+  RefitServer::Options o;
+  o.plan_function = NameMatchingPlan;
+  o.drain = absl::Seconds(2);
+  auto s = RefitServer::Start(std::move(o));
+  ASSERT_TRUE(s.ok()) << s.status();
+  bool serving = false;
+  ASSERT_TRUE(CheckHealth((*s)->port(), &serving).ok());
+  EXPECT_TRUE(serving);
+  std::thread stopper([&] { (*s)->Shutdown(); });
+  bool seen_not_serving = false;
+  for (int i = 0; i < 40 && !seen_not_serving; ++i) {
+    absl::SleepFor(absl::Milliseconds(25));
+    seen_not_serving = CheckHealth((*s)->port(), &serving).ok() && !serving;
+  }
+  stopper.join();
+  EXPECT_TRUE(seen_not_serving);
 }
 
 TEST(ObservabilityTest, TheMetricsListenerServesTheExposition) {

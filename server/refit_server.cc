@@ -211,8 +211,9 @@ void RefitServer::Impl::Shutdown() {
   if (shut_down_.exchange(true)) return;
   if (server_ != nullptr) {
     ServerLog().info("shutting down port={}", port_);
-    // Health checks see NOT_SERVING while the round in flight is aborted.
+    // Health checks see NOT_SERVING while refitd drains.
     if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
+    absl::SleepFor(options_.drain);
   }
   if (coordinator_ != nullptr) coordinator_->Stop();
   if (server_ != nullptr) {

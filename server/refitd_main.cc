@@ -60,6 +60,9 @@ ABSL_FLAG(int64_t, metrics_port, -1,
           "serve Prometheus metrics at http://HOST:PORT/metrics, HOST the\n"
           "--address host (0 picks a port, printed as \"refitd metrics on port\n"
           "N\"); -1: none");
+ABSL_FLAG(int64_t, drain_ms, 0,
+          "on SIGTERM, report NOT_SERVING to health checks this long before\n"
+          "aborting a round in flight and stopping");
 ABSL_FLAG(int64_t, slice_threads, refit::DefaultPlanOptions().slice_threads,
           "threads building the members' plan slices (1..1024)");
 
@@ -147,7 +150,8 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   auto cache_bytes = Mib(FLAGS_plan_cache_mib, "plan_cache_mib");
   auto staging = Mib(FLAGS_staging_mib, "staging_mib");
   auto lanes = Count(FLAGS_lanes, "lanes");
-  for (auto* s : {&min_engines, &max_buffers, &max_meta, &hb, &rt, &settle,
+  auto drain = Count(FLAGS_drain_ms, "drain_ms");
+  for (auto* s : {&drain, &min_engines, &max_buffers, &max_meta, &hb, &rt, &settle,
                   &settle_max, &cache_bytes, &staging, &lanes}) {
     if (!s->ok()) return s->status();
   }
@@ -165,6 +169,7 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   o.max_metadata_bytes = *max_meta;
   o.heartbeat_timeout = absl::Milliseconds(*hb);
   o.round_timeout = absl::Seconds(*rt);
+  o.drain = absl::Milliseconds(*drain);
   const int64_t slice_threads = absl::GetFlag(FLAGS_slice_threads);
   if (slice_threads < 1 || slice_threads > 1024) {
     return absl::InvalidArgumentError(

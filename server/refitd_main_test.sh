@@ -10,7 +10,7 @@ for flag in --address --tls_cert --tls_key --tls_client_ca --token_file \
     --allow_insecure_non_loopback --min_engines --max_buffers \
     --max_metadata_bytes --heartbeat_timeout_ms --round_timeout_s \
     --plan_settle_ms --plan_settle_max_ms --plan_cache_mib --staging_mib --lanes \
-    --slice_threads --log_level --log_format --metrics_port; do
+    --slice_threads --log_level --log_format --metrics_port --drain_ms; do
   check "help$flag" 0 "^  $flag" -- "$REFITD" --help
 done
 check help-short 0 "^  --token_file" -- "$REFITD" -h
