@@ -6,6 +6,7 @@
 // was built for.
 #include "server/coordinator.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -105,9 +106,10 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registratio
                                  " re-registered with different metadata"),
              AbortReason::kReregistered);
   }
-  ServerLog().info("member {} {}: {} on host {}, {} buffers", resp.member_id(),
+  ServerLog().info("member {} member={} host={} buffers={}: {}",
                    admitted == Membership::Admitted::kNew ? "joined" : "re-registered",
-                   DescribeMember(ident), ident.host_id(), reg.buffers_size());
+                   resp.member_id(), ident.host_id(), reg.buffers_size(),
+                   DescribeMember(ident));
   MembershipChanged();
   return resp;
 }
@@ -139,8 +141,8 @@ void Coordinator::RemoveMember(const std::string& id, const std::string& why,
   if (rounds_.IsParticipant(id)) {
     EndRound(false, absl::StrCat("member ", DescribeMember(ident), " ", why), round_abort);
   }
-  ServerLog().info("member {} {}: {} on host {}", id, why, DescribeMember(ident),
-                   ident.host_id());
+  ServerLog().info("member removed member={} host={} reason={} ({})", id,
+                   ident.host_id(), why, DescribeMember(ident));
   membership_.Remove(id);
   // The member's round stream ends with the reason, so a member that is
   // still alive (a long pause, a network partition) learns at once that it
@@ -540,7 +542,7 @@ void Coordinator::PlannerLoop() {
     if (stopping_) return;
     if (input.epoch != membership_.epoch()) {
       ServerLog().info(
-          "plan for epoch {} dropped after {:.3f} s: the membership changed (epoch {})",
+          "plan dropped epoch={} seconds={:.6f} reason=the membership changed (epoch {})",
           input.epoch, seconds, membership_.epoch());
       continue;  // housekeeping plans the new membership
     }
@@ -564,18 +566,19 @@ void Coordinator::ApplyPlan(const PlanInput& input, PlanCache::Entry entry,
   plan_fingerprint_ =
       built.ok() && !built->fingerprint.empty() ? built->fingerprint : input.fingerprint;
   member_plans_.clear();
-  const std::string how =
-      seconds < 0 ? std::string("from the plan cache") : absl::StrFormat("in %.3f s", seconds);
+  const bool cached = seconds < 0;  // from the plan cache
+  seconds = std::max(seconds, 0.0);
   if (!built.ok()) {
     plan_status_ = AnnotateStatus(built.status(), "building the plan");
-    ServerLog().info("plan for epoch {} failed {}: {}", input.epoch, how,
-                     plan_status_.ToString());
+    ServerLog().warn("plan failed epoch={} seconds={:.6f} cached={} reason={}",
+                     input.epoch, seconds, cached ? "yes" : "no", plan_status_.ToString());
   } else {
     plan_status_ = absl::OkStatus();
     member_plans_ = AssembleMemberPlans(input, *built, plan_fingerprint_, options_.kv_prefix);
-    ServerLog().info("plan {} for epoch {} built {}: {} trainer and {} engine members",
-                     plan_fingerprint_, input.epoch, how, input.trainer.size(),
-                     input.engine.size());
+    ServerLog().info(
+        "plan ready plan={} epoch={} seconds={:.6f} cached={} trainers={} engines={}",
+        plan_fingerprint_, input.epoch, seconds, cached ? "yes" : "no",
+        input.trainer.size(), input.engine.size());
   }
   WakeWaiters();
 }
