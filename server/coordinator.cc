@@ -6,11 +6,14 @@
 // was built for.
 #include "server/coordinator.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "proto/protocol_version.h"
 #include "server/log.h"
@@ -40,6 +43,8 @@ void Coordinator::Stop() {
   {
     absl::MutexLock l(&mu_);
     if (!stopping_) {
+      // Members of a round in flight learn that it ended, and why.
+      EndRound(false, "refitd shutting down", AbortReason::kShutdown);
       stopping_ = true;
       waits_.EndAll(absl::UnavailableError("refitd shutting down"));
       for (auto& [id, s] : streams_) s->End(absl::UnavailableError("refitd shutting down"));
@@ -47,6 +52,31 @@ void Coordinator::Stop() {
   }
   if (housekeeper_.joinable()) housekeeper_.join();
   if (planner_.joinable()) planner_.join();
+}
+
+std::string Coordinator::TransportLabel(int transport) {
+  const std::string full = v1::Transport_Name(static_cast<v1::Transport>(transport));
+  absl::string_view name = full;
+  absl::ConsumePrefix(&name, "TRANSPORT_");
+  return name == "UNSPECIFIED" || name.empty() ? "" : absl::AsciiStrToLower(name);
+}
+
+ServerMetrics::MemberCounts Coordinator::MemberCounts() {
+  absl::MutexLock l(&mu_);
+  ServerMetrics::MemberCounts counts;
+  counts[{"trainer", "idle"}] = 0;
+  counts[{"engine", "idle"}] = 0;
+  const Rounds::Active* active = rounds_.active();
+  for (const auto& [id, m] : membership_.members()) {
+    const std::string side =
+        m.reg.identity().side() == v1::SIDE_ENGINE ? "engine" : "trainer";
+    std::string state = "idle";
+    if (active != nullptr && active->participants.count(id) > 0) {
+      state = active->done.count(id) > 0 ? "reported" : "in_round";
+    }
+    ++counts[{side, state}];
+  }
+  return counts;
 }
 
 std::string Coordinator::Describe(const std::string& member_id) const {
@@ -73,11 +103,13 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registratio
   if (admitted == Membership::Admitted::kReplaced &&
       rounds_.IsParticipant(resp.member_id())) {
     EndRound(false, absl::StrCat("member ", DescribeMember(ident),
-                                 " re-registered with different metadata"));
+                                 " re-registered with different metadata"),
+             AbortReason::kReregistered);
   }
-  ServerLog().info("member {} {}: {} on host {}, {} buffers", resp.member_id(),
+  ServerLog().info("member {} member={} host={} buffers={}: {}",
                    admitted == Membership::Admitted::kNew ? "joined" : "re-registered",
-                   DescribeMember(ident), ident.host_id(), reg.buffers_size());
+                   resp.member_id(), ident.host_id(), reg.buffers_size(),
+                   DescribeMember(ident));
   MembershipChanged();
   return resp;
 }
@@ -96,20 +128,21 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
 
 absl::Status Coordinator::Leave(const v1::LeaveRequest& req) {
   absl::MutexLock l(&mu_);
-  RemoveMember(req.member_id(), "left");
+  RemoveMember(req.member_id(), "left", AbortReason::kMemberLeft);
   WakeWaiters();
   return absl::OkStatus();
 }
 
-void Coordinator::RemoveMember(const std::string& id, const std::string& why) {
+void Coordinator::RemoveMember(const std::string& id, const std::string& why,
+                               AbortReason round_abort) {
   const Member* m = membership_.Find(id);
   if (m == nullptr) return;
   const v1::MemberIdentity ident = m->reg.identity();
   if (rounds_.IsParticipant(id)) {
-    EndRound(false, absl::StrCat("member ", DescribeMember(ident), " ", why));
+    EndRound(false, absl::StrCat("member ", DescribeMember(ident), " ", why), round_abort);
   }
-  ServerLog().info("member {} {}: {} on host {}", id, why, DescribeMember(ident),
-                   ident.host_id());
+  ServerLog().info("member removed member={} host={} reason={} ({})", id,
+                   ident.host_id(), why, DescribeMember(ident));
   membership_.Remove(id);
   // The member's round stream ends with the reason, so a member that is
   // still alive (a long pause, a network partition) learns at once that it
@@ -182,7 +215,8 @@ void Coordinator::Unwatch(const std::string& member_id, RoundStream* stream,
   if (it == streams_.end() || it->second != stream) return;
   streams_.erase(it);
   if (!why.empty() && rounds_.IsParticipant(member_id)) {
-    EndRound(false, absl::StrCat("member ", Describe(member_id), ": ", why));
+    EndRound(false, absl::StrCat("member ", Describe(member_id), ": ", why),
+             AbortReason::kMemberFailed);
   }
 }
 
@@ -225,7 +259,7 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
   }
   const size_t n = participants.size();
   rounds_.Start(v, std::move(participants), absl::Now());
-  ServerLog().info("round {} started: {} participants, plan epoch {}", v, n, plan_epoch_);
+  ServerLog().info("round started round={} members={} plan_epoch={}", v, n, plan_epoch_);
   v1::RoundEvent e;
   e.set_kind(v1::RoundEvent::ROUND_STARTED);
   e.set_version(v);
@@ -245,21 +279,38 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
   }
   membership_.Touch(req.member_id(), absl::Now());
   if (!req.ok()) {
+    ServerLog().warn("member reported failure round={} member={} reason={}", v,
+                     req.member_id(), req.reason());
     EndRound(false, absl::StrCat("member ", Describe(req.member_id()),
-                                 " failed: ", req.reason()));
+                                 " failed: ", req.reason()),
+             AbortReason::kMemberFailed);
     return absl::OkStatus();
   }
-  if (rounds_.RecordDone(req.member_id(), req.bytes(), req.seconds())) EndRound(true, "");
+  const Member* m = membership_.Find(req.member_id());
+  const std::string transport =
+      m == nullptr ? "" : TransportLabel(m->reg.identity().transport());
+  ServerLog().info(
+      "member reported round={} member={} bytes={} seconds={:.6f} transport={}", v,
+      req.member_id(), req.bytes(), req.seconds(),
+      transport.empty() ? "none" : transport);
+  metrics_.MemberReported(transport, req.bytes(), req.seconds());
+  if (rounds_.RecordDone(req.member_id(), req.bytes(), req.seconds())) {
+    EndRound(true, "", AbortReason::kMemberFailed);
+  }
   return absl::OkStatus();
 }
 
-void Coordinator::EndRound(bool committed, const std::string& reason) {
+void Coordinator::EndRound(bool committed, const std::string& reason,
+                           AbortReason abort_reason) {
   const Rounds::Active* active = rounds_.active();
   if (active == nullptr) return;
   const absl::Time now = absl::Now();
   const double secs = absl::ToDoubleSeconds(now - active->started);
   const int64_t version = active->version;
   const int64_t bytes = active->bytes;
+  const std::string slowest = active->slowest;
+  const double slowest_seconds = active->seconds;
+  const size_t members = active->participants.size();
   std::optional<v1::RoundEvent> e =
       rounds_.End(committed, reason, now, plan_epoch_, [this](const std::string& id) {
         const Member* m = membership_.Find(id);
@@ -268,10 +319,16 @@ void Coordinator::EndRound(bool committed, const std::string& reason) {
                    : std::string();
       });
   if (committed) {
-    ServerLog().info("round {} committed after {:.3f} s: {} bytes reported", version,
-                     secs, bytes);
+    ServerLog().info(
+        "round committed round={} seconds={:.6f} bytes={} members={} slowest={} "
+        "slowest_seconds={:.6f}",
+        version, secs, bytes, members, slowest.empty() ? "none" : slowest,
+        slowest_seconds);
+    metrics_.RoundCommitted(secs, bytes, slowest, slowest_seconds);
   } else {
-    ServerLog().info("round {} aborted after {:.3f} s: {}", version, secs, reason);
+    ServerLog().warn("round aborted round={} seconds={:.6f} cause={} reason={}",
+                     version, secs, AbortReasonName(abort_reason), reason);
+    metrics_.RoundAborted(abort_reason, secs);
   }
   Broadcast(*e);
 }
@@ -320,6 +377,14 @@ v1::StatusResponse Coordinator::GetStatus() {
     s->set_version(a->version);
     s->set_outcome("running");
     s->set_bytes(a->bytes);
+    s->set_seconds(absl::ToDoubleSeconds(now - a->started));
+    for (const std::string& id : a->participants) {
+      if (a->done.count(id) > 0) {
+        s->add_reported(id);
+      } else {
+        s->add_waiting(id);
+      }
+    }
   }
   return resp;
 }
@@ -419,13 +484,17 @@ void Coordinator::HousekeepingLoop() {
 void Coordinator::Tick(absl::Time now) {
   AnnounceEpoch();
   for (const std::string& id : membership_.Expired(now, options_.heartbeat_timeout)) {
-    RemoveMember(id, absl::StrCat("stopped heart-beating for more than ",
-                                  absl::FormatDuration(options_.heartbeat_timeout)));
+    RemoveMember(id,
+                 absl::StrCat("stopped heart-beating for more than ",
+                              absl::FormatDuration(options_.heartbeat_timeout)),
+                 AbortReason::kMemberExpired);
   }
   const Rounds::Active* round = rounds_.active();
   if (round != nullptr && now - round->started > options_.round_timeout) {
-    EndRound(false, absl::StrCat("round timed out after ",
-                                 absl::FormatDuration(options_.round_timeout)));
+    EndRound(false,
+             absl::StrCat("round timed out after ",
+                          absl::FormatDuration(options_.round_timeout)),
+             AbortReason::kTimeout);
   }
   waits_.Expire(now);
   MaybePlan(now);
@@ -477,11 +546,13 @@ void Coordinator::PlannerLoop() {
     if (stopping_) return;
     if (input.epoch != membership_.epoch()) {
       ServerLog().info(
-          "plan for epoch {} dropped after {:.3f} s: the membership changed (epoch {})",
+          "plan dropped epoch={} seconds={:.6f} reason=the membership changed (epoch {})",
           input.epoch, seconds, membership_.epoch());
       continue;  // housekeeping plans the new membership
     }
     plan_cache_.Insert(input.fingerprint, entry);
+    metrics_.PlanBuilt(seconds);
+    metrics_.SetPlanCacheBytes(plan_cache_.bytes());
     ApplyPlan(input, std::move(entry), seconds);
   }
 }
@@ -499,18 +570,19 @@ void Coordinator::ApplyPlan(const PlanInput& input, PlanCache::Entry entry,
   plan_fingerprint_ =
       built.ok() && !built->fingerprint.empty() ? built->fingerprint : input.fingerprint;
   member_plans_.clear();
-  const std::string how =
-      seconds < 0 ? std::string("from the plan cache") : absl::StrFormat("in %.3f s", seconds);
+  const bool cached = seconds < 0;  // from the plan cache
+  seconds = std::max(seconds, 0.0);
   if (!built.ok()) {
     plan_status_ = AnnotateStatus(built.status(), "building the plan");
-    ServerLog().info("plan for epoch {} failed {}: {}", input.epoch, how,
-                     plan_status_.ToString());
+    ServerLog().warn("plan failed epoch={} seconds={:.6f} cached={} reason={}",
+                     input.epoch, seconds, cached ? "yes" : "no", plan_status_.ToString());
   } else {
     plan_status_ = absl::OkStatus();
     member_plans_ = AssembleMemberPlans(input, *built, plan_fingerprint_, options_.kv_prefix);
-    ServerLog().info("plan {} for epoch {} built {}: {} trainer and {} engine members",
-                     plan_fingerprint_, input.epoch, how, input.trainer.size(),
-                     input.engine.size());
+    ServerLog().info(
+        "plan ready plan={} epoch={} seconds={:.6f} cached={} trainers={} engines={}",
+        plan_fingerprint_, input.epoch, seconds, cached ? "yes" : "no",
+        input.trainer.size(), input.engine.size());
   }
   WakeWaiters();
 }

@@ -6,7 +6,10 @@ set -u
   . "$(find "${TEST_SRCDIR}" -path '*tests/testing/check.sh' | head -1)"
 REFIT=$(find_bin tools/cli/refit)
 check top-help 0 'refit plan' -- "$REFIT" --help
-check plan-help 0 '--heatmap FILE.svg' -- "$REFIT" plan --help
+check plan-help 0 '^  --heatmap' -- "$REFIT" plan --help
+check plan-help-short 0 '^  --heatmap' -- "$REFIT" plan -h
+check plan-help-generated 0 'default: 512' -- "$REFIT" plan --help
+check plan-rejects-status-flag 2 'unknown flag --server' -- "$REFIT" plan --server x
 check top-help-simulate 0 'refit simulate --model' -- "$REFIT" --help
 check top-help-status 0 'refit status --server' -- "$REFIT" --help
 # The `refit plan` examples the help prints run as printed (continuation
@@ -20,16 +23,16 @@ for sub in "" plan; do
            grep -E '^ *refit plan ')
 done
 check unknown-command 2 "unknown command 'bogus'" -- "$REFIT" bogus
-for flag in --model --trainer --engine --dtype --gpus-per-host --colocated \
-    --link --staging-mib --lanes --json --heatmap --timings --hosts; do
+for flag in --model --trainer --engine --dtype --gpus_per_host --colocated \
+    --link --staging_mib --lanes --json --heatmap --timings --hosts; do
   check "plan-help$flag" 0 "^  $flag" -- "$REFIT" plan --help
 done
-for flag in --server --token-file --timeout-s --rounds --json; do
+for flag in --server --token_file --timeout_s --rounds --json; do
   check "status-help$flag" 0 "^  $flag" -- "$REFIT" status --help
 done
 # -h is --help; `refit models` lists every built-in model.
 check top-h 0 'refit plan' -- "$REFIT" -h
-check plan-h 0 '--heatmap FILE.svg' -- "$REFIT" plan -h
+check plan-h 0 'refit plan: ' -- "$REFIT" plan -h
 check models-help 0 '^  models ' -- "$REFIT" --help
 check models-kimi 0 '^kimi-k2$' -- "$REFIT" models
 check models-tiny 0 '^tiny-qwen3$' -- "$REFIT" models
@@ -60,6 +63,9 @@ big="${TEST_TMPDIR:-/tmp}/big_config.json"
 head -c $((16 * 1024 * 1024 + 1)) /dev/zero >"$big"
 CHECK_TIMEOUT_S=10 check model-too-large 1 "big_config.json holds more than 16777216 bytes" -- \
   "$REFIT" plan --model "$big" --trainer fsdp:dp=2 --engine vllm:tp=2
+flagfile="${TEST_TMPDIR:-/tmp}/plan.flags"
+printf -- '--model=tiny-qwen3\n--trainer=fsdp:dp=2\n--engine=vllm:tp=2\n--json\n' >"$flagfile"
+check flagfile 0 '"total_bytes": [1-9]' -- "$REFIT" plan --flagfile="$flagfile"
 check timings 0 'timing: planner' -- "$REFIT" plan --model tiny-qwen3 \
   --trainer fsdp:dp=2 --engine vllm:tp=2 --timings
 check no-command 2 'missing command' -- "$REFIT"
