@@ -11,7 +11,10 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "exec/composite_runner.h"
 #include "exec/gloo_transport.h"
+#include "exec/pair_routes.h"
+#include "exec/subset_transport.h"
 #include "plan/plan_codec.h"
 
 namespace refit {
@@ -84,6 +87,18 @@ absl::Status DataPlaneMember::Prepare(absl::Time deadline) {
           ", which this member did not give"));
     }
     ptrs[b] = it->second;
+  }
+  host_of_member_.assign(boot.host_of_member().begin(), boot.host_of_member().end());
+  network_members_.assign(boot.network_members().begin(), boot.network_members().end());
+  if (!host_of_member_.empty() &&
+      static_cast<int32_t>(host_of_member_.size()) != global_world_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bootstrap host_of_member has ", host_of_member_.size(), " entries for ",
+        global_world_, " members"));
+  }
+  if (!host_of_member_.empty() && !options_.runner) {
+    return absl::FailedPreconditionError(
+        "refitd planned the colocated pull path, but this member's data plane has none");
   }
   kv_prefix_ = boot.kv_prefix();
   num_lanes_ = std::max<int32_t>(1, boot.num_lanes());
@@ -188,10 +203,7 @@ absl::StatusOr<RunStats> DataPlaneMember::Connect(int64_t version,
     if (!cancelled_.ok()) return cancelled_;
   }
   if (options_.runner) {
-    REFIT_ASSIGN_OR_RETURN(
-        runner_, AnnotateStatus(options_.runner(plan_, side_, rank_, ptrs_, store_.get(),
-                                                deadline),
-                                "data-plane runner"));
+    REFIT_ASSIGN_OR_RETURN(runner_, ConnectPull(deadline));
     return RunStats{};
   }
   REFIT_ASSIGN_OR_RETURN(
@@ -210,6 +222,58 @@ absl::StatusOr<RunStats> DataPlaneMember::Connect(int64_t version,
       executor_, Executor::Create(plan_, side_, rank_, ptrs_, transport_.get(), eo));
   (void)deadline;
   return RunStats{};
+}
+
+absl::StatusOr<std::unique_ptr<RoundRunner>> DataPlaneMember::ConnectPull(
+    absl::Time deadline) {
+  std::function<bool(int32_t)> pull_peer;
+  if (!host_of_member_.empty()) {
+    pull_peer = [hosts = host_of_member_, me = global_rank_](int32_t g) {
+      return PullsBetween(hosts, me, g);
+    };
+  }
+  REFIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<RoundRunner> pull,
+      AnnotateStatus(options_.runner(plan_, side_, rank_, ptrs_, store_.get(), pull_peer,
+                                     deadline),
+                     "pull data plane"));
+  auto it = std::lower_bound(network_members_.begin(), network_members_.end(), global_rank_);
+  if (host_of_member_.empty() || it == network_members_.end() || *it != global_rank_) {
+    return pull;
+  }
+  // Pairs across hosts: a transport among the network members only.
+  const int32_t local = static_cast<int32_t>(it - network_members_.begin());
+  REFIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<Transport> inner,
+      AnnotateStatus(options_.transport(store_.get(), local,
+                                        static_cast<int32_t>(network_members_.size()),
+                                        num_lanes_),
+                     "network data plane transport"));
+  ExecutorOptions eo;
+  eo.verify = options_.verify;
+  eo.exclude_peer = pull_peer;
+  std::unique_ptr<CopyEngine> engine;
+  if (options_.copy_engine) {
+    engine = options_.copy_engine(inner.get());
+    eo.copy_engine = engine.get();
+  }
+  REFIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<SubsetTransport> net,
+      SubsetTransport::Create(std::move(inner), network_members_, global_world_));
+  REFIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
+                         Executor::Create(plan_, side_, rank_, ptrs_, net.get(), eo));
+  REFIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<ExecutorRunner> network,
+      ExecutorRunner::Create(std::move(net), std::move(engine), std::move(executor)));
+  // The network part first: it runs on this thread, whose current CUDA
+  // device its transport set (its streams' kernels launch from here); the
+  // pull engine sets its device on its own thread.
+  std::vector<std::unique_ptr<RoundRunner>> parts;
+  parts.push_back(std::move(network));
+  parts.push_back(std::move(pull));
+  REFIT_ASSIGN_OR_RETURN(std::unique_ptr<CompositeRunner> both,
+                         CompositeRunner::Create(std::move(parts)));
+  return std::unique_ptr<RoundRunner>(std::move(both));
 }
 
 void DataPlaneMember::Disconnect() {

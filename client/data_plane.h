@@ -47,20 +47,24 @@ using TransportFactory =
     std::function<absl::StatusOr<std::unique_ptr<Transport>>(
         KvStore* store, int32_t rank, int32_t world, int32_t lanes)>;
 
-// Creates a member's whole data plane for one plan instead of a transport
-// and an executor (the colocated pull path): the member's slice, its side
-// and side-local rank, its buffers (indexed like the slice's side's
-// buffers), the plan's key namespace on refitd; done by `deadline`.
+// Creates the colocated pull path of a member for one plan: the member's
+// slice, its side and side-local rank, its buffers (indexed like the
+// slice's side's buffers), the plan's key namespace on refitd, and which
+// members (global ranks) it pulls with — refitd's per-pair choice: those
+// on its host; an empty function = every member; done by `deadline`.
 using RunnerFactory = std::function<absl::StatusOr<std::unique_ptr<RoundRunner>>(
     const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
-    KvStore* store, absl::Time deadline)>;
+    KvStore* store, std::function<bool(int32_t)> pull_peer, absl::Time deadline)>;
 
 // The host transport (Gloo over TCP on `hostname`).
 TransportFactory GlooTransportFactory(std::string hostname = "127.0.0.1");
 
 struct DataPlaneOptions {
   TransportFactory transport;  // empty = GlooTransportFactory()
-  // When set, replaces `transport` and `copy_engine`.
+  // The colocated pull path. When set, it moves the member's pairs on its
+  // host; `transport` and `copy_engine` (an executor) the pairs across
+  // hosts, in the same round, over a transport among only the members
+  // refitd lists for it (Bootstrap.network_members).
   RunnerFactory runner;
   // Copies and staging of the executor (e.g. a device CopyEngine made for
   // the transport); called once per plan. Empty = host memcpy.
@@ -118,6 +122,9 @@ class DataPlaneMember {
   DataPlaneMember() = default;
   // Creates transport and executor unless connected. The RunStats is empty.
   absl::StatusOr<RunStats> Connect(int64_t version, absl::Time deadline);
+  // With options_.runner: the pull path, next to an executor over the
+  // network transport when refitd put this member on it.
+  absl::StatusOr<std::unique_ptr<RoundRunner>> ConnectPull(absl::Time deadline);
   void Disconnect();
 
   RefitClient* client_ = nullptr;
@@ -129,6 +136,10 @@ class DataPlaneMember {
   int32_t global_world_ = 0;
   std::string kv_prefix_;
   int32_t num_lanes_ = 1;
+  // refitd's per-pair choice (Bootstrap): hosts by global rank (empty: no
+  // pull path) and the network transport's members.
+  std::vector<int32_t> host_of_member_;
+  std::vector<int32_t> network_members_;
   Side side_ = Side::kTrainer;
   int32_t rank_ = 0;
   std::vector<char*> ptrs_;  // per buffer of this side of the slice

@@ -16,8 +16,9 @@ namespace refit {
 // `ready_stream` (a cudaStream_t; null = the legacy default stream, where
 // PyTorch's default stream writes) is where a trainer's weights are
 // written: a round reads them once the work queued there is done.
-// Every member pulls from the members of its host (refitd refuses a job
-// whose members are not on one host).
+// Every member pulls from the members of its host; pairs across hosts go
+// over NCCL (NcclDataPlaneOptions) in the same round, as refitd decides per
+// pair (the job's members sharing a GPU must not have such pairs).
 DataPlaneOptions PullDataPlaneOptions(int device, void* ready_stream = nullptr);
 
 }  // namespace refit

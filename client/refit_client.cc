@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "client/log.h"
 #include "common/grpc_status.h"
 #include "common/member_secret.h"
 #include "common/status_macros.h"
@@ -128,6 +129,7 @@ absl::StatusOr<std::string> RefitClient::RegisterOnce(const v1::Registration& re
   registration_ = reg;  // refitd holds it now: what Rejoin sends again
   const bool first = member_id_.empty();
   member_id_ = resp.member_id();
+  ClientLog().info("registered member={} refitd={}", member_id_, options_.target);
   if (first) {
     auto sctx = MakeContext(absl::InfiniteFuture());
     {
@@ -170,6 +172,8 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
         outcomes_[e.version()] = absl::OkStatus();
         break;
       case v1::RoundEvent::ROUND_ABORTED:
+        ClientLog().warn("round aborted round={} member={} reason={}", e.version(),
+                         member_id_, e.reason());
         outcomes_[e.version()] = absl::AbortedError(
             absl::StrCat("round ", e.version(), " aborted: ", e.reason()));
         break;
@@ -187,6 +191,10 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
     stream_error_ = absl::StrCat("round stream from refitd ended: ",
                                  st.error_message(),
                                  " (Rejoin registers again once refitd is back)");
+  }
+  if (!stopping_) {
+    ClientLog().warn("round stream ended member={} refitd={} reason={}", member_id_,
+                     options_.target, st.error_message());
   }
   stream_ctx_ = nullptr;
 }
@@ -228,6 +236,8 @@ void RefitClient::HeartbeatLoop() {
         stream_error_ = absl::StrCat("refitd no longer knows this member: ",
                                      st.error_message(),
                                      " (Rejoin registers it again)");
+        ClientLog().warn("refitd no longer knows this member member={} reason={}",
+                         member_id_, st.error_message());
       }
       break;
     }

@@ -192,13 +192,8 @@ class HostConvertOps : public ConvertOps {
   absl::StatusOr<const char*> Gather(const Record& r, DType dtype,
                                      absl::Span<char* const> buffers) override {
     const int64_t es = DTypeSize(dtype);
-    if (auto range = ContiguousByteRange(r, es, r.box)) {
-      const int32_t b = RecordBuffer(r, 0);
-      if (b < 0 || b >= static_cast<int32_t>(buffers.size()) || buffers[b] == nullptr) {
-        return absl::InvalidArgumentError("a converted record's buffer is missing");
-      }
-      return buffers[b] + range->begin;
-    }
+    REFIT_ASSIGN_OR_RETURN(const char* direct, DenseRecordData(r, dtype, buffers));
+    if (direct != nullptr) return direct;
     dense_.resize(UncheckedNumElements(r.box) * es);
     std::vector<CopyTask> tasks;
     REFIT_RETURN_IF_ERROR(AppendRecordTasks(r, es, r.box, 0, /*to_stream=*/true, &tasks));
@@ -232,6 +227,17 @@ class HostConvertOps : public ConvertOps {
 };
 
 }  // namespace
+
+absl::StatusOr<const char*> DenseRecordData(const Record& r, DType dtype,
+                                            absl::Span<char* const> buffers) {
+  auto range = ContiguousByteRange(r, DTypeSize(dtype), r.box);
+  if (!range) return nullptr;
+  const int32_t b = RecordBuffer(r, 0);
+  if (b < 0 || b >= static_cast<int32_t>(buffers.size()) || buffers[b] == nullptr) {
+    return absl::InvalidArgumentError("a converted record's buffer is missing");
+  }
+  return static_cast<const char*>(buffers[b] + range->begin);
+}
 
 std::unique_ptr<ConvertOps> MakeHostConvertOps() {
   return std::make_unique<HostConvertOps>();

@@ -62,6 +62,12 @@ class ConvertOps {
 // Host loops (exec/quantize.h).
 std::unique_ptr<ConvertOps> MakeHostConvertOps();
 
+// Where record r (elements of `dtype`) already lies row-major and dense in
+// its buffer: the address of its first element; null when it does not (a
+// Gather must copy it). INVALID_ARGUMENT if its buffer is missing.
+absl::StatusOr<const char*> DenseRecordData(const Record& r, DType dtype,
+                                            absl::Span<char* const> buffers);
+
 class Converter {
  public:
   // The conversions of source rank `rank` in `plan`; an empty converter

@@ -80,6 +80,11 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
   e->buffers_ = std::move(buffers);
   if (side == Side::kTrainer) {
     REFIT_RETURN_IF_ERROR(e->PrepareConversions());
+    if (e->converter_ != nullptr && options.exclude_peer) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "trainer rank ", rank, " converts weights (FP8) and shares its peers "
+          "with another data plane: conversions need every peer on one data plane"));
+    }
   }
 
   // Compile the rank's rounds.
@@ -104,6 +109,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
       mw.message = mi;
       mw.peer = src ? GlobalRank(plan, Side::kEngine, m.dst_rank)
                     : GlobalRank(plan, Side::kTrainer, m.src_rank);
+      if (options.exclude_peer && options.exclude_peer(mw.peer)) continue;
       mw.bytes = m.bytes;
       const bool contiguous = src ? m.src_contiguous : m.dst_contiguous;
       const int32_t cbuf = src ? m.src_buffer : m.dst_buffer;

@@ -15,6 +15,7 @@
 #define REFIT_EXEC_EXECUTOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -43,6 +44,11 @@ struct ExecutorOptions {
   // Device copies (staging in device memory); nullptr = host memcpy
   // (MakeHostCopyEngine).
   CopyEngine* copy_engine = nullptr;
+  // Peers (global ranks) whose messages another data plane moves (the
+  // colocated pull path, exec/composite_runner.h): the executor leaves them
+  // out. Empty = none. A trainer rank with conversions cannot leave peers
+  // out (Create fails with FAILED_PRECONDITION).
+  std::function<bool(int32_t)> exclude_peer;
 };
 
 struct RunStats {
@@ -63,7 +69,8 @@ class Executor {
   // the plan is inconsistent (naming the tensor), FAILED_PRECONDITION if
   // the transport does not match (rank, memory kind, lanes),
   // RESOURCE_EXHAUSTED if the rank's staging would exceed the plan's
-  // budget.
+  // budget. With options.exclude_peer, the transport only needs to reach
+  // the other peers.
   static absl::StatusOr<std::unique_ptr<Executor>> Create(
       const Plan& plan, Side side, int32_t rank,
       std::vector<char*> buffers, Transport* transport,

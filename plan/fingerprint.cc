@@ -70,6 +70,23 @@ class Writer {
   uint64_t n_ = 0;
 };
 
+void WriteRecord(Writer& w, const Record& r) {
+  w.I(r.tensor);
+  w.I(r.rank);
+  w.I(r.buffer);
+  w.B(r.box);
+  w.I(r.byte_offset);
+  w.I(r.dims.size());
+  for (const DimMap& m : r.dims) {
+    w.I(m.splits.size());
+    for (const DimSplit& sp : m.splits) {
+      w.I(sp.size);
+      w.I(sp.stride);
+    }
+  }
+  w.I(r.buffer_step);
+}
+
 void WriteSide(Writer& w, const SideLayout& s) {
   w.I(s.world_size);
   w.I(s.tensors.size());
@@ -93,22 +110,7 @@ void WriteSide(Writer& w, const SideLayout& s) {
     }
   }
   w.I(s.records.size());
-  for (const Record& r : s.records) {
-    w.I(r.tensor);
-    w.I(r.rank);
-    w.I(r.buffer);
-    w.B(r.box);
-    w.I(r.byte_offset);
-    w.I(r.dims.size());
-    for (const DimMap& m : r.dims) {
-      w.I(m.splits.size());
-      for (const DimSplit& sp : m.splits) {
-        w.I(sp.size);
-        w.I(sp.stride);
-      }
-    }
-    w.I(r.buffer_step);
-  }
+  for (const Record& r : s.records) WriteRecord(w, r);
   w.I(s.host_of_rank.size());
   for (int32_t h : s.host_of_rank) w.I(h);
   w.I(s.stage_of_rank.size());
@@ -124,19 +126,7 @@ void WriteConversions(Writer& w, const Plan& p) {
   for (const Conversion& c : p.conversions) {
     w.I(static_cast<int64_t>(c.kind));
     w.I(static_cast<int64_t>(c.from_dtype));
-    const Record& r = c.from;
-    for (int64_t v : {int64_t{r.tensor}, int64_t{r.rank}, int64_t{r.buffer},
-                      r.byte_offset, int64_t{r.buffer_step}}) {
-      w.I(v);
-    }
-    w.B(r.box);
-    for (const DimMap& m : r.dims) {
-      w.I(m.splits.size());
-      for (const DimSplit& sp : m.splits) {
-        w.I(sp.size);
-        w.I(sp.stride);
-      }
-    }
+    WriteRecord(w, c.from);
     w.I(c.to_buffer);
     w.I(c.scale_buffer);
     w.I(c.tile.size());

@@ -71,13 +71,23 @@ struct Round {
 // so a count far beyond what a job uses is refused.
 inline constexpr int32_t kMaxLanes = 64;
 
+// Link speeds per class, GB/s (1e9 bytes per second) per GPU and
+// direction (plan/cost.h).
+struct LinkSpeeds {
+  double intra_host_gbps = 370.0;  // NVLink between GPUs of one host
+  double inter_host_gbps = 50.0;   // the network between hosts
+};
+
 struct PlannerOptions {
   // Staging bytes one rank may use per lane (pack + unpack staging of one
   // round together). Total staging per rank <= staging_budget_bytes.
   int64_t staging_budget_bytes = 512LL << 20;
   int32_t num_lanes = 2;  // 1..kMaxLanes
-  // Prefer a source on the destination's host when hosts are known.
+  // Use the placement (SideLayout::host_of_rank on both sides): replica
+  // choice minimizes the predicted refit time under `links`. When false,
+  // or when a side gives no hosts, every pair counts as inter-host.
   bool prefer_same_host = true;
+  LinkSpeeds links;
   // A single message carries at most this many bytes (splitting bigger
   // transfers lets lanes pipeline); 0 = the per-lane staging budget.
   int64_t max_message_bytes = 0;
@@ -105,6 +115,19 @@ struct PlanStats {
   std::vector<int64_t> bytes_received;  // per dst rank
   std::vector<int64_t> staging_src;     // peak staging per src rank (all lanes)
   std::vector<int64_t> staging_dst;     // peak staging per dst rank (all lanes)
+  // The time model of plan/cost.h over the plan's placement: the slowest
+  // rank's predicted seconds; a lower bound no replica choice can beat
+  // (per destination rank its bytes over the best link any replica offers;
+  // per source rank the bytes only it holds; per replica group the bytes
+  // asked of it plus its ranks' own, shared evenly by its ranks; all bytes
+  // shared by all source ranks; each byte over the best link it could
+  // use); and the
+  // bytes between ranks on one host and across hosts. Not part of the
+  // fingerprint; zero for a plan read from the wire.
+  double predicted_seconds = 0;
+  double lower_bound_seconds = 0;
+  int64_t intra_host_bytes = 0;
+  int64_t inter_host_bytes = 0;
   // Wall seconds BuildPlan spent per phase, in order ("validate", ...);
   // empty for a plan read from the wire. Not part of the fingerprint.
   std::vector<std::pair<std::string, double>> phase_seconds;

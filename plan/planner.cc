@@ -109,8 +109,9 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   if (!errors.empty()) return JoinErrors(errors);
   clock.End("coverage");
 
-  const std::vector<int32_t> choice = BalanceReplicas(
-      candidates, plan.src, plan.dst, options.prefer_same_host);
+  PlanStats cost_stats;
+  const std::vector<int32_t> choice =
+      BalanceReplicas(candidates, plan.src, plan.dst, options, &cost_stats);
   clock.End("balance");
 
   const int64_t cap = MessageCap(options);
@@ -133,6 +134,10 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   clock.End("emit");
 
   plan.stats = ComputePlanStats(plan);
+  plan.stats.predicted_seconds = cost_stats.predicted_seconds;
+  plan.stats.lower_bound_seconds = cost_stats.lower_bound_seconds;
+  plan.stats.intra_host_bytes = cost_stats.intra_host_bytes;
+  plan.stats.inter_host_bytes = cost_stats.inter_host_bytes;
   clock.End("stats");
   plan.fingerprint = PlanFingerprint(plan);
   clock.End("fingerprint");

@@ -36,12 +36,18 @@ namespace refit {
 // Replica choice (deterministic greedy): every (dst record, disjoint source
 // piece) intersection is a candidate. Candidates with one replica are
 // assigned first. The others are processed by bytes descending, then dst
-// record index, then source piece; each goes to the replica whose src rank
-// has the fewest bytes assigned so far; ties go to a replica on the dst
-// rank's host (when host_of_rank is given on both sides and
-// options.prefer_same_host), then to the lowest src rank (then lowest
-// record index). Overlapping (non-identical) source boxes are cut into
-// disjoint grid cells, so every element is sent exactly once.
+// record index, then source piece; each goes to the replica that makes the
+// larger of its src rank's and its dst rank's predicted time smallest
+// (plan/cost.h: a rank's bytes with the pair's hosts, host_of_rank, at
+// options.links' intra- or inter-host speed; without hosts on both sides,
+// or with options.prefer_same_host false, every pair is inter-host and
+// this balances bytes among source ranks), times below the lower bound
+// (or the slowest rank so far) counting as equal; ties go to a replica on
+// the dst rank's host, then to the src rank with the least predicted time,
+// then to the lowest src rank (then lowest record index). plan.stats has the
+// predicted refit time, a lower bound and the bytes per link class.
+// Overlapping (non-identical) source boxes are cut into disjoint grid
+// cells, so every element is sent exactly once.
 //
 // Segments larger than min(max_message_bytes or the per-lane budget, the
 // per-lane budget) are split along their outermost dim with extent > 1.
@@ -67,8 +73,8 @@ namespace refit {
 // per-pair sorts; plan.stats.phase_seconds has the time of each phase.
 //
 // Fails with INVALID_ARGUMENT also for invalid options (num_lanes outside
-// 1..kMaxLanes,
-// budget < 1, per-lane budget smaller than one element).
+// 1..kMaxLanes, budget < 1, per-lane budget smaller than one element, a link
+// speed not positive).
 //
 // The layouts are taken by value: pass them with std::move when they are
 // not needed afterwards, and the plan takes them over without a copy (a

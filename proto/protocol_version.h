@@ -12,7 +12,7 @@ namespace refit {
 // one with FAILED_PRECONDITION naming both, before handing it a slice it
 // could misread. Bump it with any change an older peer would misinterpret
 // rather than reject.
-inline constexpr uint32_t kProtocolVersion = 2;
+inline constexpr uint32_t kProtocolVersion = 3;
 
 }  // namespace refit
 

@@ -6,11 +6,14 @@
 // was built for.
 #include "server/coordinator.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "common/member_secret.h"
 #include "common/status_macros.h"
 #include "proto/protocol_version.h"
@@ -43,6 +46,8 @@ void Coordinator::Stop() {
   {
     absl::MutexLock l(&mu_);
     if (!stopping_) {
+      // Members of a round in flight learn that it ended, and why.
+      EndRound(false, "refitd shutting down", AbortReason::kShutdown);
       stopping_ = true;
       waits_.EndAll(absl::UnavailableError("refitd shutting down"));
       for (auto& [id, s] : streams_) s->End(absl::UnavailableError("refitd shutting down"));
@@ -50,6 +55,31 @@ void Coordinator::Stop() {
   }
   if (housekeeper_.joinable()) housekeeper_.join();
   if (planner_.joinable()) planner_.join();
+}
+
+std::string Coordinator::TransportLabel(int transport) {
+  const std::string full = v1::Transport_Name(static_cast<v1::Transport>(transport));
+  absl::string_view name = full;
+  absl::ConsumePrefix(&name, "TRANSPORT_");
+  return name == "UNSPECIFIED" || name.empty() ? "" : absl::AsciiStrToLower(name);
+}
+
+ServerMetrics::MemberCounts Coordinator::MemberCounts() {
+  absl::MutexLock l(&mu_);
+  ServerMetrics::MemberCounts counts;
+  counts[{"trainer", "idle"}] = 0;
+  counts[{"engine", "idle"}] = 0;
+  const Rounds::Active* active = rounds_.active();
+  for (const auto& [id, m] : membership_.members()) {
+    const std::string side =
+        m.reg.identity().side() == v1::SIDE_ENGINE ? "engine" : "trainer";
+    std::string state = "idle";
+    if (active != nullptr && active->participants.count(id) > 0) {
+      state = active->done.count(id) > 0 ? "reported" : "in_round";
+    }
+    ++counts[{side, state}];
+  }
+  return counts;
 }
 
 std::string Coordinator::Describe(const std::string& member_id) const {
@@ -102,11 +132,13 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registratio
   if (admitted == Membership::Admitted::kReplaced &&
       rounds_.IsParticipant(resp.member_id())) {
     EndRound(false, absl::StrCat("member ", DescribeMember(ident),
-                                 " re-registered with different metadata"));
+                                 " re-registered with different metadata"),
+             AbortReason::kReregistered);
   }
-  ServerLog().info("member {} {}: {} on host {}, {} buffers", resp.member_id(),
+  ServerLog().info("member {} member={} host={} buffers={}: {}",
                    admitted == Membership::Admitted::kNew ? "joined" : "re-registered",
-                   DescribeMember(ident), ident.host_id(), reg.buffers_size());
+                   resp.member_id(), ident.host_id(), reg.buffers_size(),
+                   DescribeMember(ident));
   MembershipChanged();
   return resp;
 }
@@ -127,20 +159,21 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
 absl::Status Coordinator::Leave(const v1::LeaveRequest& req) {
   absl::MutexLock l(&mu_);
   REFIT_RETURN_IF_ERROR(CheckSecret(req.member_id(), req.member_secret()));
-  RemoveMember(req.member_id(), "left");
+  RemoveMember(req.member_id(), "left", AbortReason::kMemberLeft);
   WakeWaiters();
   return absl::OkStatus();
 }
 
-void Coordinator::RemoveMember(const std::string& id, const std::string& why) {
+void Coordinator::RemoveMember(const std::string& id, const std::string& why,
+                               AbortReason round_abort) {
   const Member* m = membership_.Find(id);
   if (m == nullptr) return;
   const v1::MemberIdentity ident = m->reg.identity();
   if (rounds_.IsParticipant(id)) {
-    EndRound(false, absl::StrCat("member ", DescribeMember(ident), " ", why));
+    EndRound(false, absl::StrCat("member ", DescribeMember(ident), " ", why), round_abort);
   }
-  ServerLog().info("member {} {}: {} on host {}", id, why, DescribeMember(ident),
-                   ident.host_id());
+  ServerLog().info("member removed member={} host={} reason={} ({})", id,
+                   ident.host_id(), why, DescribeMember(ident));
   last_departure_ = absl::StrCat(DescribeMember(ident), " ", why, " at ",
                                  absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(),
                                                   absl::UTCTimeZone()));
@@ -221,7 +254,8 @@ void Coordinator::Unwatch(const std::string& member_id, RoundStream* stream,
   if (it == streams_.end() || it->second != stream) return;
   streams_.erase(it);
   if (!why.empty() && rounds_.IsParticipant(member_id)) {
-    EndRound(false, absl::StrCat("member ", Describe(member_id), ": ", why));
+    EndRound(false, absl::StrCat("member ", Describe(member_id), ": ", why),
+             AbortReason::kMemberFailed);
   }
 }
 
@@ -271,7 +305,7 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
   }
   const size_t n = participants.size();
   rounds_.Start(v, std::move(participants), absl::Now());
-  ServerLog().info("round {} started: {} participants, plan epoch {}", v, n, plan_epoch_);
+  ServerLog().info("round started round={} members={} plan_epoch={}", v, n, plan_epoch_);
   v1::RoundEvent e;
   e.set_kind(v1::RoundEvent::ROUND_STARTED);
   e.set_version(v);
@@ -294,22 +328,40 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
   membership_.Touch(req.member_id(), absl::Now());
   if (!req.ok()) {
     // The reason is the member's own text: cut, so one peer cannot make
-    // refitd keep and broadcast megabytes.
+    // refitd keep, log and broadcast megabytes.
+    const std::string reason = BoundedText(req.reason());
+    ServerLog().warn("member reported failure round={} member={} reason={}", v,
+                     req.member_id(), reason);
     EndRound(false, absl::StrCat("member ", Describe(req.member_id()),
-                                 " failed: ", BoundedText(req.reason())));
+                                 " failed: ", reason),
+             AbortReason::kMemberFailed);
     return absl::OkStatus();
   }
-  if (rounds_.RecordDone(req.member_id(), req.bytes(), req.seconds())) EndRound(true, "");
+  const Member* m = membership_.Find(req.member_id());
+  const std::string transport =
+      m == nullptr ? "" : TransportLabel(m->reg.identity().transport());
+  ServerLog().info(
+      "member reported round={} member={} bytes={} seconds={:.6f} transport={}", v,
+      req.member_id(), req.bytes(), req.seconds(),
+      transport.empty() ? "none" : transport);
+  metrics_.MemberReported(transport, req.bytes(), req.seconds());
+  if (rounds_.RecordDone(req.member_id(), req.bytes(), req.seconds())) {
+    EndRound(true, "", AbortReason::kMemberFailed);
+  }
   return absl::OkStatus();
 }
 
-void Coordinator::EndRound(bool committed, const std::string& reason) {
+void Coordinator::EndRound(bool committed, const std::string& reason,
+                           AbortReason abort_reason) {
   const Rounds::Active* active = rounds_.active();
   if (active == nullptr) return;
   const absl::Time now = absl::Now();
   const double secs = absl::ToDoubleSeconds(now - active->started);
   const int64_t version = active->version;
   const int64_t bytes = active->bytes;
+  const std::string slowest = active->slowest;
+  const double slowest_seconds = active->seconds;
+  const size_t members = active->participants.size();
   std::optional<v1::RoundEvent> e =
       rounds_.End(committed, reason, now, plan_epoch_, [this](const std::string& id) {
         const Member* m = membership_.Find(id);
@@ -318,10 +370,16 @@ void Coordinator::EndRound(bool committed, const std::string& reason) {
                    : std::string();
       });
   if (committed) {
-    ServerLog().info("round {} committed after {:.3f} s: {} bytes reported", version,
-                     secs, bytes);
+    ServerLog().info(
+        "round committed round={} seconds={:.6f} bytes={} members={} slowest={} "
+        "slowest_seconds={:.6f}",
+        version, secs, bytes, members, slowest.empty() ? "none" : slowest,
+        slowest_seconds);
+    metrics_.RoundCommitted(secs, bytes, slowest, slowest_seconds);
   } else {
-    ServerLog().info("round {} aborted after {:.3f} s: {}", version, secs, reason);
+    ServerLog().warn("round aborted round={} seconds={:.6f} cause={} reason={}",
+                     version, secs, AbortReasonName(abort_reason), reason);
+    metrics_.RoundAborted(abort_reason, secs);
   }
   Broadcast(*e);
 }
@@ -353,6 +411,10 @@ v1::StatusResponse Coordinator::GetStatus() {
   }
   resp.set_plan_fingerprint(plan_fingerprint_);
   resp.set_epoch(plan_epoch_);
+  if (current_plan_ != nullptr && current_plan_->ok() && plan_status_.ok()) {
+    resp.set_pull_pairs((*current_plan_)->pull_pairs);
+    resp.set_network_pairs((*current_plan_)->network_pairs);
+  }
   if (!plan_status_.ok()) resp.set_plan_error(std::string(plan_status_.message()));
   for (const v1::RoundSummary& s : rounds_.history()) *resp.add_rounds() = s;
   for (const std::string& e : engines) {
@@ -366,6 +428,14 @@ v1::StatusResponse Coordinator::GetStatus() {
     s->set_version(a->version);
     s->set_outcome("running");
     s->set_bytes(a->bytes);
+    s->set_seconds(absl::ToDoubleSeconds(now - a->started));
+    for (const std::string& id : a->participants) {
+      if (a->done.count(id) > 0) {
+        s->add_reported(id);
+      } else {
+        s->add_waiting(id);
+      }
+    }
   }
   return resp;
 }
@@ -471,13 +541,17 @@ void Coordinator::HousekeepingLoop() {
 void Coordinator::Tick(absl::Time now) {
   AnnounceEpoch();
   for (const std::string& id : membership_.Expired(now, options_.heartbeat_timeout)) {
-    RemoveMember(id, absl::StrCat("stopped heart-beating for more than ",
-                                  absl::FormatDuration(options_.heartbeat_timeout)));
+    RemoveMember(id,
+                 absl::StrCat("stopped heart-beating for more than ",
+                              absl::FormatDuration(options_.heartbeat_timeout)),
+                 AbortReason::kMemberExpired);
   }
   const Rounds::Active* round = rounds_.active();
   if (round != nullptr && now - round->started > options_.round_timeout) {
-    EndRound(false, absl::StrCat("round timed out after ",
-                                 absl::FormatDuration(options_.round_timeout)));
+    EndRound(false,
+             absl::StrCat("round timed out after ",
+                          absl::FormatDuration(options_.round_timeout)),
+             AbortReason::kTimeout);
   }
   waits_.Expire(now, plan_incomplete_ && !plan_status_.ok()
                          ? std::string(plan_status_.message())
@@ -533,11 +607,13 @@ void Coordinator::PlannerLoop() {
     if (stopping_) return;
     if (input.epoch != membership_.epoch()) {
       ServerLog().info(
-          "plan for epoch {} dropped after {:.3f} s: the membership changed (epoch {})",
+          "plan dropped epoch={} seconds={:.6f} reason=the membership changed (epoch {})",
           input.epoch, seconds, membership_.epoch());
       continue;  // housekeeping plans the new membership
     }
     plan_cache_.Insert(input.fingerprint, entry);
+    metrics_.PlanBuilt(seconds);
+    metrics_.SetPlanCacheBytes(plan_cache_.bytes());
     ApplyPlan(input, std::move(entry), seconds);
   }
 }
@@ -556,20 +632,21 @@ void Coordinator::ApplyPlan(const PlanInput& input, PlanCache::Entry entry,
   plan_fingerprint_ =
       built.ok() && !built->fingerprint.empty() ? built->fingerprint : input.fingerprint;
   member_plans_.clear();
-  const std::string how =
-      seconds < 0 ? std::string("from the plan cache") : absl::StrFormat("in %.3f s", seconds);
+  const bool cached = seconds < 0;  // from the plan cache
+  seconds = std::max(seconds, 0.0);
   if (!built.ok()) {
     // Cut: a plan error naming every one of a million buffers is not kept
     // (and sent by every GetStatus and AwaitPlan) whole.
     plan_status_ = BoundedStatus(AnnotateStatus(built.status(), "building the plan"));
-    ServerLog().info("plan for epoch {} failed {}: {}", input.epoch, how,
-                     plan_status_.ToString());
+    ServerLog().warn("plan failed epoch={} seconds={:.6f} cached={} reason={}",
+                     input.epoch, seconds, cached ? "yes" : "no", plan_status_.ToString());
   } else {
     plan_status_ = absl::OkStatus();
     member_plans_ = AssembleMemberPlans(input, *built, plan_fingerprint_, options_.kv_prefix);
-    ServerLog().info("plan {} for epoch {} built {}: {} trainer and {} engine members",
-                     plan_fingerprint_, input.epoch, how, input.trainer.size(),
-                     input.engine.size());
+    ServerLog().info(
+        "plan ready plan={} epoch={} seconds={:.6f} cached={} trainers={} engines={}",
+        plan_fingerprint_, input.epoch, seconds, cached ? "yes" : "no",
+        input.trainer.size(), input.engine.size());
   }
   WakeWaiters();
 }

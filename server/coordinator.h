@@ -26,6 +26,7 @@
 #include "proto/refit_service.pb.h"
 #include "server/kv_table.h"
 #include "server/membership.h"
+#include "server/metrics.h"
 #include "server/plan_assembly.h"
 #include "server/plan_cache.h"
 #include "server/plan_function.h"
@@ -81,7 +82,17 @@ class Coordinator {
   // Stops (see Stop) and joins the threads.
   ~Coordinator();
 
-  // Ends every wait (UNAVAILABLE "refitd shutting down") and every round
+  // Returns refitd's metrics (rounds, reports, plans; the listener adds
+  // refused calls).
+  ServerMetrics& metrics() { return metrics_; }
+
+  // Returns the members counted by side ("trainer", "engine") and state
+  // ("idle", "in_round": in the running round and not reported yet,
+  // "reported").
+  ServerMetrics::MemberCounts MemberCounts();
+
+  // Aborts a round in flight ("refitd shutting down", members told), ends
+  // every wait (UNAVAILABLE "refitd shutting down") and every round
   // stream (UNAVAILABLE), refuses new waits, and joins the threads (a plan
   // being built is waited for). Idempotent.
   void Stop();
@@ -176,10 +187,14 @@ class Coordinator {
   void MembershipChanged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AnnounceEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Broadcast(const v1::RoundEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EndRound(bool committed, const std::string& reason)
+  // Ends the running round (no-op without one); `abort_reason` labels an
+  // abort in the metrics.
+  void EndRound(bool committed, const std::string& reason, AbortReason abort_reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RemoveMember(const std::string& id, const std::string& why)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemoveMember(const std::string& id, const std::string& why,
+                    AbortReason round_abort) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns the metrics label of a v1::Transport ("nccl"; "" unspecified).
+  static std::string TransportLabel(int transport);
   bool TrySatisfy(Waiter& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeWaiters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string Describe(const std::string& member_id) const
@@ -190,6 +205,7 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
+  ServerMetrics metrics_;
   std::thread housekeeper_;
   std::thread planner_;
 

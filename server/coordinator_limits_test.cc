@@ -5,7 +5,7 @@
 
 #include "server/bounded_text.h"
 #include "server/coordinator.h"
-#include "server/coordinator_testing.h"
+#include "testing/coordinator_testing.h"
 
 namespace refit {
 namespace {
@@ -34,8 +34,9 @@ TEST(CoordinatorLimitsTest, APlanFunctionThatThrowsIsAPlanErrorNotACrash) {
 }
 
 TEST(CoordinatorLimitsTest, AFailureReasonIsCutAndSharedByEveryStream) {
-  auto c = Make();
+  // Streams outlive the coordinator, which ends a round in flight when it stops.
   FakeStream ts, es;
+  auto c = Make();
   std::vector<std::string> ids = ReadyForRounds(*c, ts, es);
   ASSERT_TRUE(c->StartRound(Start(ids[0], 1)).ok());
   v1::ReportRequest failed = Done(ids[1], 1, /*ok=*/false);
@@ -106,8 +107,8 @@ TEST(CoordinatorLimitsTest, BuffersPerRegistrationAreCapped) {
 }
 
 TEST(CoordinatorLimitsTest, AStaleTrainerEpochIsRefusedBeforeTheRoundStarts) {
+  FakeStream ts, es, bs;  // outlive the coordinator
   auto c = Make();
-  FakeStream ts, es;
   std::vector<std::string> ids = ReadyForRounds(*c, ts, es);
   auto plan = AwaitPlan(*c, ids[0]);
   ASSERT_TRUE(plan.ok());
@@ -123,15 +124,14 @@ TEST(CoordinatorLimitsTest, AStaleTrainerEpochIsRefusedBeforeTheRoundStarts) {
   // With the new plan's epoch it starts.
   auto fresh = AwaitPlan(*c, ids[0], absl::Seconds(5), prepared + 1);
   ASSERT_TRUE(fresh.ok()) << fresh.status();
-  FakeStream bs;
   ASSERT_TRUE(c->Watch("engine/job/B/0", Secret("engine/job/B/0"), &bs).ok());
   start.set_plan_epoch(fresh->epoch());
   EXPECT_TRUE(c->StartRound(start).ok());
 }
 
 TEST(CoordinatorLimitsTest, OnlyAMemberItselfActsForIt) {
+  FakeStream ts, es, thief;  // outlive the coordinator
   auto c = Make();
-  FakeStream ts, es;
   std::vector<std::string> ids = ReadyForRounds(*c, ts, es);
   ASSERT_TRUE(c->StartRound(Start(ids[0], 1)).ok());
   // Forged Report(ok) for both members: refused, and nothing commits.
@@ -154,7 +154,6 @@ TEST(CoordinatorLimitsTest, OnlyAMemberItselfActsForIt) {
   v1::HeartbeatRequest hb;
   hb.set_member_id(ids[1]);
   EXPECT_EQ(c->Heartbeat(hb).status().code(), absl::StatusCode::kPermissionDenied);
-  FakeStream thief;
   EXPECT_EQ(c->Watch(ids[1], "guess", &thief).code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(c->Register(Reg(v1::SIDE_ENGINE, "A", 0, 1, {"other"})).status().code(),
             absl::StatusCode::kPermissionDenied);

@@ -4,7 +4,7 @@
 // expiry and deadlines; a plan for a membership that changed meanwhile is
 // not handed out).
 #include "server/coordinator.h"
-#include "server/coordinator_testing.h"
+#include "testing/coordinator_testing.h"
 
 #include <atomic>
 #include <thread>

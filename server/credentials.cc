@@ -22,11 +22,19 @@ absl::string_view View(const grpc_slice& s) {
                            GRPC_SLICE_LENGTH(s));
 }
 
-// The core processor: `state` is the expected header value, "Bearer <token>".
+// The core processor's state: the expected header value, "Bearer <token>",
+// and what to call on a refused call.
+struct TokenCheck {
+  std::string expected;
+  std::function<void()> on_refused;
+};
+
+// The core processor: `state` is a TokenCheck.
 void CheckBearerToken(void* state, grpc_auth_context* /*context*/,
                       const grpc_metadata* md, size_t num_md,
                       grpc_process_auth_metadata_done_cb done, void* user_data) {
-  const std::string& expected = *static_cast<const std::string*>(state);
+  const TokenCheck& check = *static_cast<const TokenCheck*>(state);
+  const std::string& expected = check.expected;
   std::string got;
   bool health = false;
   for (size_t i = 0; i < num_md; ++i) {
@@ -39,12 +47,13 @@ void CheckBearerToken(void* state, grpc_auth_context* /*context*/,
   if (health || ConstantTimeEquals(got, expected)) {
     done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
   } else {
+    if (check.on_refused) check.on_refused();
     done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_UNAUTHENTICATED,
          "missing or wrong bearer token");
   }
 }
 
-void DestroyExpected(void* state) { delete static_cast<std::string*>(state); }
+void DestroyExpected(void* state) { delete static_cast<TokenCheck*>(state); }
 
 // grpc::ServerCredentials over core credentials that already carry their
 // processor.
@@ -81,13 +90,14 @@ bool ConstantTimeEquals(const std::string& got, const std::string& expected) {
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const TlsOptions* tls, const std::string& bearer_token) {
+    const TlsOptions* tls, const std::string& bearer_token,
+    std::function<void()> on_refused) {
   if (tls != nullptr &&
       (tls->cert_chain_pem.empty() || tls->private_key_pem.empty())) {
     return absl::InvalidArgumentError(
         "options.tls: certificate chain and private key are required");
   }
-  auto make = [tls, &bearer_token]() {
+  auto make = [tls, &bearer_token, &on_refused]() {
     grpc_server_credentials* creds = nullptr;
     if (tls != nullptr) {
       grpc_ssl_pem_key_cert_pair pair = {tls->private_key_pem.c_str(),
@@ -105,7 +115,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
       grpc_auth_metadata_processor processor;
       processor.process = CheckBearerToken;
       processor.destroy = DestroyExpected;
-      processor.state = new std::string("Bearer " + bearer_token);
+      processor.state = new TokenCheck{"Bearer " + bearer_token, on_refused};
       grpc_server_credentials_set_auth_metadata_processor(creds, processor);
     }
     return creds;

@@ -4,6 +4,7 @@
 #ifndef REFIT_SERVER_CREDENTIALS_H_
 #define REFIT_SERVER_CREDENTIALS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,10 +25,12 @@ struct TlsOptions {
 // when `bearer_token` is not empty, a check of every call's metadata for
 // "authorization: Bearer <token>" (compared in constant time). A call
 // without it ends UNAUTHENTICATED ("missing or wrong bearer token") before
-// reaching any service; grpc.health.v1.Health needs no token. Fails with
-// INVALID_ARGUMENT when `tls` lacks the certificate chain or the key.
+// reaching any service, and `on_refused` (when set; it must not block) is
+// called; grpc.health.v1.Health needs no token. Fails with INVALID_ARGUMENT
+// when `tls` lacks the certificate chain or the key.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const TlsOptions* tls, const std::string& bearer_token);
+    const TlsOptions* tls, const std::string& bearer_token,
+    std::function<void()> on_refused = nullptr);
 
 // Returns whether `got` equals `expected`, in time that depends only on the
 // length of `expected`.

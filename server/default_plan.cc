@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "layout/dtype.h"
+#include "job/job_plan.h"
 #include "mapping/layout_builder.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
@@ -86,50 +87,6 @@ absl::Status CheckBuffers(absl::Span<const v1::Registration* const> members,
   return absl::OkStatus();
 }
 
-// Appends engine layout `e` to the combined destination layout, its ranks
-// shifted by dst->world_size.
-absl::Status AppendEngine(const SideLayout& e, const std::string& engine_id,
-                          SideLayout* dst) {
-  if (dst->tensors.empty()) {
-    dst->tensors = e.tensors;
-  } else if (!(dst->tensors == e.tensors)) {
-    // Name the first difference: engines of one job hold the same tensors
-    // in the same dtypes (one quant= setting for all).
-    std::string what = "a different number of tensors";
-    for (size_t i = 0; i < std::min(dst->tensors.size(), e.tensors.size()); ++i) {
-      const TensorSpec& a = dst->tensors[i];
-      const TensorSpec& b = e.tensors[i];
-      if (a == b) continue;
-      what = absl::StrCat(TensorSpecString(b),
-                          b.transform != Transform::kNone
-                              ? absl::StrCat(" (", TransformName(b.transform), ")")
-                              : std::string(),
-                          " where the first engine has ", TensorSpecString(a),
-                          a.transform != Transform::kNone
-                              ? absl::StrCat(" (", TransformName(a.transform), ")")
-                              : std::string());
-      break;
-    }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "engine '", engine_id, "': its logical tensors differ from the first "
-        "engine's (every engine of a job needs the same model and quant=): ", what));
-  }
-  const int32_t rank0 = dst->world_size;
-  const int32_t buf0 = static_cast<int32_t>(dst->buffers.size());
-  for (BufferSpec b : e.buffers) {
-    b.rank += rank0;
-    dst->buffers.push_back(std::move(b));
-  }
-  for (Record r : e.records) {
-    r.rank += rank0;
-    r.buffer += buf0;
-    dst->records.push_back(std::move(r));
-  }
-  for (int32_t s : e.stage_of_rank) dst->stage_of_rank.push_back(s);
-  dst->world_size += e.world_size;
-  return absl::OkStatus();
-}
-
 absl::StatusOr<BuiltPlan> BuildDefaultPlan(
     const DefaultPlanOptions& options,
     const std::vector<v1::Registration>& trainer,
@@ -151,13 +108,16 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
       ModelConfig model,
       AnnotateStatus(ModelOf(model_text), "model_config of trainer rank 0"));
 
-  // Host ids -> small integers, in order of first appearance.
-  std::map<std::string, int32_t> host_index;
-  auto host_of = [&](const v1::Registration& m) {
-    return host_index.emplace(m.identity().host_id(),
-                              static_cast<int32_t>(host_index.size()))
-        .first->second;
-  };
+  // Every member's host as it reported it; unknown unless all reported one.
+  JobPlacement placement;
+  bool all_hosts = true;
+  for (const auto& m : trainer) {
+    placement.trainer_hosts.push_back(m.identity().host_id());
+    all_hosts = all_hosts && !m.identity().host_id().empty();
+  }
+  for (const auto& m : engine) {
+    all_hosts = all_hosts && !m.identity().host_id().empty();
+  }
 
   // Conventions first, each checked against the members registered, and the
   // plan's size estimated: nothing is sized by a convention before that.
@@ -167,11 +127,9 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
   std::vector<const v1::Registration*> tm;
   for (const auto& m : trainer) tm.push_back(&m);
   REFIT_RETURN_IF_ERROR(CheckWorld(tm, ts.world_size()));
-  struct EngineGroup {
-    EngineSpec spec;
-    std::vector<const v1::Registration*> members;
-  };
-  std::vector<EngineGroup> groups;  // engines in (engine id, rank) order as given
+  // Engines, in (engine id, rank) order as given.
+  std::vector<JobEngine> engines;
+  std::vector<std::vector<const v1::Registration*>> members_of_engine;
   for (size_t i = 0; i < engine.size();) {
     size_t j = i;
     while (j < engine.size() &&
@@ -179,52 +137,39 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
       ++j;
     }
     const std::string& id = engine[i].identity().engine_id();
-    EngineGroup g;
     REFIT_ASSIGN_OR_RETURN(
-        g.spec, AnnotateStatus(ParseEngineSpec(engine[i].convention()),
-                               absl::StrCat("engine '", id, "' convention")));
-    for (size_t k = i; k < j; ++k) g.members.push_back(&engine[k]);
-    REFIT_RETURN_IF_ERROR(CheckWorld(g.members, g.spec.world_size()));
-    groups.push_back(std::move(g));
+        EngineSpec es,
+        AnnotateStatus(ParseEngineSpec(engine[i].convention()),
+                       absl::StrCat("engine '", id, "' convention")));
+    std::vector<const v1::Registration*> em;
+    for (size_t k = i; k < j; ++k) em.push_back(&engine[k]);
+    REFIT_RETURN_IF_ERROR(CheckWorld(em, es.world_size()));
+    engines.push_back(JobEngine{id, es});
+    members_of_engine.push_back(std::move(em));
     i = j;
   }
   std::vector<EngineSpec> engine_specs;
-  for (const EngineGroup& g : groups) engine_specs.push_back(g.spec);
+  for (const JobEngine& e : engines) engine_specs.push_back(e.spec);
   REFIT_ASSIGN_OR_RETURN(int64_t records, EstimatePlanRecords(model, ts, engine_specs));
   REFIT_RETURN_IF_ERROR(
       CheckPlanBudget(records, options.max_plan_bytes, options.budget_name));
 
-  // Trainer side.
-  REFIT_ASSIGN_OR_RETURN(
-      MappedSide src,
-      AnnotateStatus(BuildTrainerLayout(model, ts), "trainer layout"));
-  REFIT_RETURN_IF_ERROR(CheckBuffers(tm, src));
-  src.layout.host_of_rank.clear();
-  for (const auto& m : trainer) src.layout.host_of_rank.push_back(host_of(m));
-
-  // Engines, in (engine id, rank) order as given.
-  SideLayout dst;
+  REFIT_ASSIGN_OR_RETURN(JobLayouts layouts, MapJob(model, ts, engines));
+  REFIT_RETURN_IF_ERROR(CheckBuffers(tm, layouts.trainer));
   std::vector<int32_t> dst_rank_of_member;  // parallel to `engine`
-  for (const EngineGroup& g : groups) {
-    const std::string& id = g.members[0]->identity().engine_id();
-    REFIT_ASSIGN_OR_RETURN(
-        MappedSide e, AnnotateStatus(BuildEngineLayout(model, g.spec),
-                                     absl::StrCat("engine '", id, "' layout")));
-    REFIT_RETURN_IF_ERROR(CheckBuffers(g.members, e));
-    const int32_t rank0 = dst.world_size;
-    REFIT_RETURN_IF_ERROR(AppendEngine(e.layout, id, &dst));
-    for (const v1::Registration* m : g.members) {
+  int32_t rank0 = 0;
+  for (size_t e = 0; e < engines.size(); ++e) {
+    REFIT_RETURN_IF_ERROR(CheckBuffers(members_of_engine[e], layouts.engines[e]));
+    for (const v1::Registration* m : members_of_engine[e]) {
       dst_rank_of_member.push_back(rank0 + m->identity().rank());
-      dst.host_of_rank.push_back(host_of(*m));
+      placement.engine_hosts.push_back(m->identity().host_id());
     }
+    rank0 += engines[e].spec.world_size();
   }
-  if (!dst.stage_of_rank.empty() &&
-      static_cast<int32_t>(dst.stage_of_rank.size()) != dst.world_size) {
-    dst.stage_of_rank.clear();
-  }
+  if (!all_hosts) placement = JobPlacement();
 
-  REFIT_ASSIGN_OR_RETURN(Plan plan,
-                         BuildPlan(std::move(src.layout), std::move(dst), options.planner));
+  REFIT_ASSIGN_OR_RETURN(
+      Plan plan, PlanJob(std::move(layouts), engines, placement, options.planner));
   BuiltPlan out;
   out.num_lanes = options.planner.num_lanes;
   out.fingerprint = plan.fingerprint;
@@ -234,6 +179,16 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
       SerializedSlices(plan, Side::kTrainer, trainer_ranks, options.slice_threads);
   out.engine_slices =
       SerializedSlices(plan, Side::kEngine, dst_rank_of_member, options.slice_threads);
+  std::vector<int32_t> member_of_dst_rank(plan.dst.world_size, -1);
+  for (size_t k = 0; k < dst_rank_of_member.size(); ++k) {
+    member_of_dst_rank[dst_rank_of_member[k]] = static_cast<int32_t>(k);
+  }
+  const int32_t num_trainer = static_cast<int32_t>(trainer.size());
+  for (const Message& m : plan.messages) {
+    out.pairs.emplace_back(m.src_rank, num_trainer + member_of_dst_rank[m.dst_rank]);
+  }
+  std::sort(out.pairs.begin(), out.pairs.end());
+  out.pairs.erase(std::unique(out.pairs.begin(), out.pairs.end()), out.pairs.end());
   return out;
 }
 

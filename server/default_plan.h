@@ -36,8 +36,10 @@ struct DefaultPlanOptions {
 // ranks are numbered one after the other in engine-id order to form the
 // plan's destination side (engine e's rank r is destination rank
 // offset(e) + r), so one plan fills every engine; each engine replica gets
-// its bytes straight from the trainer. Members on one host (same host_id)
-// are preferred as sources when the trainer is replicated.
+// its bytes straight from the trainer. The plan is job/job_plan.h's PlanJob
+// with the members' host_ids as the placement (unknown unless every member
+// reported one: then every pair counts as inter-host), so
+// `refit plan` with the same hosts builds the same plan and fingerprint.
 //
 // The function fails with INVALID_ARGUMENT naming the member (side, engine,
 // rank) and the parameter when: the members disagree on the model or (within

@@ -2,7 +2,9 @@
 // slices out, and errors that name the member and the parameter.
 #include "server/default_plan.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -70,6 +72,22 @@ Membership TwoEngines() {
   return m;
 }
 
+TEST(DefaultPlanTest, AMemberWithoutAHostLeavesThePlacementUnknown) {
+  Membership m = TwoEngines();
+  absl::StatusOr<BuiltPlan> placed = DefaultPlanFunction()(m.trainer, m.engine);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  m.engine[1].mutable_identity()->clear_host_id();
+  absl::StatusOr<BuiltPlan> partial = DefaultPlanFunction()(m.trainer, m.engine);
+  ASSERT_TRUE(partial.ok()) << partial.status();
+  for (auto* side : {&m.trainer, &m.engine}) {
+    for (v1::Registration& r : *side) r.mutable_identity()->clear_host_id();
+  }
+  absl::StatusOr<BuiltPlan> unknown = DefaultPlanFunction()(m.trainer, m.engine);
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  EXPECT_EQ(partial->fingerprint, unknown->fingerprint);
+  EXPECT_NE(placed->fingerprint, unknown->fingerprint);
+}
+
 TEST(DefaultPlanTest, EveryMemberGetsItsSliceAndEveryEngineByteASource) {
   Membership m = TwoEngines();
   DefaultPlanOptions o;
@@ -83,6 +101,8 @@ TEST(DefaultPlanTest, EveryMemberGetsItsSliceAndEveryEngineByteASource) {
   // engine member receives exactly the bytes of its registered buffers
   // (no padding in tiny-qwen3 at these sizes would be unsourced otherwise).
   int64_t sent = 0, received = 0;
+  // The pairs (trainer rank, engine global rank) are the slices' messages'.
+  std::vector<std::pair<int32_t, int32_t>> pairs;
   for (const std::string& bytes : built->trainer_slices) {
     v1::PlanProto p;
     ASSERT_TRUE(p.ParseFromString(bytes));
@@ -90,8 +110,15 @@ TEST(DefaultPlanTest, EveryMemberGetsItsSliceAndEveryEngineByteASource) {
     ASSERT_TRUE(s.ok()) << s.status();
     EXPECT_EQ(s->src.world_size, 2);
     EXPECT_EQ(s->dst.world_size, 4);
-    for (const Message& msg : s->messages) sent += msg.bytes;
+    for (const Message& msg : s->messages) {
+      sent += msg.bytes;
+      pairs.emplace_back(msg.src_rank, 2 + msg.dst_rank);
+    }
   }
+  std::sort(pairs.begin(), pairs.end());
+  pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+  EXPECT_EQ(built->pairs, pairs);
+  EXPECT_FALSE(pairs.empty());
   for (size_t i = 0; i < m.engine.size(); ++i) {
     v1::PlanProto p;
     ASSERT_TRUE(p.ParseFromString(built->engine_slices[i]));

@@ -1,13 +1,77 @@
 // RunPlanFunction and AssembleMemberPlans (see plan_assembly.h).
 #include "server/plan_assembly.h"
 
+#include <algorithm>
 #include <exception>
+#include <map>
 #include <new>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "exec/pair_routes.h"
 #include "server/registration.h"
 
 namespace refit {
+namespace {
+
+// Fills built's per-pair data planes for `input` (see RunPlanFunction).
+absl::Status RoutePairsOf(const PlanInput& input, BuiltPlan* built) {
+  std::vector<const v1::MemberIdentity*> ids;
+  for (const auto* side : {&input.trainer, &input.engine}) {
+    for (const v1::Registration& r : *side) ids.push_back(&r.identity());
+  }
+  const int32_t num_trainer = static_cast<int32_t>(input.trainer.size());
+  const int32_t world = static_cast<int32_t>(ids.size());
+  std::vector<std::pair<int32_t, int32_t>> pairs = built->pairs;
+  if (pairs.empty()) {
+    for (int32_t t = 0; t < num_trainer; ++t) {
+      for (int32_t e = num_trainer; e < world; ++e) pairs.emplace_back(t, e);
+    }
+  }
+  const bool pull = std::any_of(ids.begin(), ids.end(), [](const v1::MemberIdentity* id) {
+    return id->transport() == v1::TRANSPORT_IPC;
+  });
+  std::vector<int32_t> host_of_member;
+  if (pull) {
+    std::map<std::string, int32_t> host_index;
+    for (const v1::MemberIdentity* id : ids) {
+      host_of_member.push_back(
+          host_index.emplace(id->host_id(), static_cast<int32_t>(host_index.size()))
+              .first->second);
+    }
+  }
+  for (const auto& [a, b] : pairs) {
+    if (a < 0 || b < 0 || a >= world || b >= world) {
+      return absl::InternalError(absl::StrCat("plan function names pair (", a, ", ", b,
+                                              ") outside the ", world, " members"));
+    }
+  }
+  PairRoutes routes = RoutePairs(pairs, host_of_member);
+  if (pull) {
+    std::map<std::string, int32_t> by_gpu;
+    for (int32_t g : routes.network_members) {
+      const v1::MemberIdentity& id = *ids[g];
+      if (id.device_uuid().empty()) continue;
+      auto [it, fresh] = by_gpu.emplace(id.device_uuid(), g);
+      if (fresh) continue;
+      const v1::MemberIdentity& other = *ids[it->second];
+      return absl::InvalidArgumentError(absl::StrCat(
+          DescribeMember(other), " and ", DescribeMember(id), " share GPU ", id.device_uuid(),
+          " on host ", id.host_id(), " and both exchange bytes with members on other hosts, "
+          "which go over NCCL: NCCL connects one rank per GPU; place the job so that "
+          "members sharing a GPU only exchange bytes with members of their own host"));
+    }
+  }
+  built->host_of_member = std::move(host_of_member);
+  built->network_members = std::move(routes.network_members);
+  built->pull_pairs = routes.pull_pairs;
+  built->network_pairs = routes.network_pairs;
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<BuiltPlan> RunPlanFunction(const PlanFunction& plan,
                                           const PlanInput& input) {
@@ -29,6 +93,9 @@ absl::StatusOr<BuiltPlan> RunPlanFunction(const PlanFunction& plan,
   if (built.ok() && (built->trainer_slices.size() != input.trainer.size() ||
                      built->engine_slices.size() != input.engine.size())) {
     return absl::InternalError("plan function returned the wrong number of slices");
+  }
+  if (built.ok()) {
+    if (absl::Status s = RoutePairsOf(input, &*built); !s.ok()) return s;
   }
   return built;
 }
@@ -57,6 +124,10 @@ std::map<std::string, MemberPlan> AssembleMemberPlans(
     b->set_engine_index(
         is_trainer ? -1
                    : engine_index[input.engine[i - num_trainer].identity().engine_id()]);
+    if (!built.host_of_member.empty()) {
+      for (int32_t h : built.host_of_member) b->add_host_of_member(h);
+      for (int32_t g : built.network_members) b->add_network_members(g);
+    }
     mp.trainer = is_trainer;
     mp.index = is_trainer ? i : i - num_trainer;
     out[input.ids[i]] = std::move(mp);

@@ -19,7 +19,11 @@ namespace refit {
 // when the members cannot connect (the plan function is not called), the
 // plan function's own error, RESOURCE_EXHAUSTED when it threw std::bad_alloc,
 // INTERNAL when it threw anything else or returned another number of slices
-// than members. Never lets an exception through.
+// than members. Never lets an exception through. The result carries each
+// pair's data plane (BuiltPlan::host_of_member and what follows): on the
+// colocated pull path (transport ipc) pairs of one host pull and the others
+// go over NCCL; INVALID_ARGUMENT naming both members when two members with a
+// pair on NCCL share a GPU (NCCL connects one rank per GPU).
 absl::StatusOr<BuiltPlan> RunPlanFunction(const PlanFunction& plan,
                                           const PlanInput& input);
 
@@ -32,8 +36,9 @@ struct MemberPlan {
 
 // Returns, by member id, what each member of `input` is handed for `built`:
 // global ranks (trainer ranks first, then engines in input order), the lane
-// count, the KV prefix "<kv_prefix>/<plan_fingerprint>/" and the engine index
-// (engines by id; -1 on trainers).
+// count, the KV prefix "<kv_prefix>/<plan_fingerprint>/", the engine index
+// (engines by id; -1 on trainers) and each pair's data plane (hosts and the
+// network transport's members).
 std::map<std::string, MemberPlan> AssembleMemberPlans(
     const PlanInput& input, const BuiltPlan& built,
     const std::string& plan_fingerprint, const std::string& kv_prefix);

@@ -3,8 +3,10 @@
 #ifndef REFIT_SERVER_PLAN_FUNCTION_H_
 #define REFIT_SERVER_PLAN_FUNCTION_H_
 
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,6 +25,18 @@ struct BuiltPlan {
   // Serialized PlanProtos (SerializeAsString), one per member.
   std::vector<std::string> trainer_slices;  // [trainer rank]
   std::vector<std::string> engine_slices;   // [engine member, input order]
+  // The (trainer rank, engine global rank) pairs that exchange messages
+  // (engine global rank = trainer count + engine member index), ascending;
+  // empty: every pair may. refitd chooses each pair's data plane from them.
+  std::vector<std::pair<int32_t, int32_t>> pairs;
+
+  // Filled by refitd (RunPlanFunction), not by the plan function: on the
+  // colocated pull path, the host index per global rank (empty otherwise),
+  // and the members on the network transport and pair counts by data plane.
+  std::vector<int32_t> host_of_member;
+  std::vector<int32_t> network_members;
+  int64_t pull_pairs = 0;
+  int64_t network_pairs = 0;
 };
 
 // Builds the plan for a complete membership. `trainer` is ordered by rank;

@@ -72,6 +72,9 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   // See RefitServer::Shutdown.
   void Shutdown();
   int port() const { return port_; }
+  std::string MetricsText() const {
+    return coordinator_->metrics().Exposition(coordinator_->MemberCounts());
+  }
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const v1::RegisterRequest* req,
@@ -180,7 +183,10 @@ absl::Status RefitServer::Impl::Init() {
         options_.address, " needs TLS or allow_insecure_non_loopback"));
   }
   REFIT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds,
-                         MakeServerCredentials(options_.tls.get(), options_.bearer_token));
+                         MakeServerCredentials(options_.tls.get(), options_.bearer_token,
+                                               [c = coordinator_.get()] {
+                                                 c->metrics().AuthFailed();
+                                               }));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.address, creds, &port_);
@@ -203,10 +209,14 @@ absl::Status RefitServer::Impl::Init() {
 
 void RefitServer::Impl::Shutdown() {
   if (shut_down_.exchange(true)) return;
-  if (server_ != nullptr) ServerLog().info("shutting down (port {})", port_);
+  if (server_ != nullptr) {
+    ServerLog().info("shutting down port={}", port_);
+    // Health checks see NOT_SERVING while refitd drains.
+    if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
+    absl::SleepFor(options_.drain);
+  }
   if (coordinator_ != nullptr) coordinator_->Stop();
   if (server_ != nullptr) {
-    if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_->Wait();
   }
@@ -221,6 +231,7 @@ absl::StatusOr<std::unique_ptr<RefitServer>> RefitServer::Start(Options options)
 RefitServer::RefitServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RefitServer::~RefitServer() { Shutdown(); }
 int RefitServer::port() const { return impl_->port(); }
+std::string RefitServer::MetricsText() const { return impl_->MetricsText(); }
 void RefitServer::Shutdown() { impl_->Shutdown(); }
 
 }  // namespace refit

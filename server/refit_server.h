@@ -42,6 +42,10 @@ class RefitServer {
     // 256 -> 256 plan is ~0.7 GB). The current plan is kept regardless.
     int64_t max_plan_cache_bytes = int64_t{2} << 30;
     int rounds_kept = 64;              // rounds listed in Status
+    // Shutdown: how long the health service says NOT_SERVING, calls still
+    // answered, before the round in flight is aborted and the listener
+    // stops (so that load balancers and members see it first).
+    absl::Duration drain = absl::ZeroDuration();
     std::string kv_prefix = "refit";
   };
 
@@ -56,8 +60,13 @@ class RefitServer {
   // Returns the bound port (never 0).
   int port() const;
 
-  // Stops accepting calls, ends open streams and waits, then returns.
-  // Idempotent.
+  // Returns the Prometheus text exposition of refitd's metrics
+  // (server/metrics.h), members counted now.
+  std::string MetricsText() const;
+
+  // Sets the health service NOT_SERVING, waits options.drain, aborts a
+  // round in flight (members told, reason "refitd shutting down"), stops
+  // accepting calls, ends open streams and waits, then returns. Idempotent.
   void Shutdown();
 
   class Impl;

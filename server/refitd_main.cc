@@ -1,71 +1,87 @@
-// refitd: the control-plane sidecar. Flags (--name=value); `refitd --help`
-// prints them (kUsage below).
+// refitd: the control-plane sidecar. Its flags are the ABSL_FLAGs below;
+// `refitd --help` prints them, `--flagfile=FILE` reads them from a file.
+#include <algorithm>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
-#include <map>
-#include <set>
+#include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
+#include "common/command_line.h"
 #include "common/fd_limit.h"
 #include "common/file.h"
 #include "common/huge_pages.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "plan/plan.h"
 #include "server/default_plan.h"
+#include "server/log.h"
+#include "server/metrics_http.h"
 #include "server/refit_server.h"
+
+ABSL_FLAG(std::string, address, "127.0.0.1:50051",
+          "listen address HOST:PORT (port 0 picks one, printed as\n"
+          "\"refitd listening on port N\")");
+ABSL_FLAG(std::string, tls_cert, "", "server certificate chain file (PEM)");
+ABSL_FLAG(std::string, tls_key, "", "its private key file (PEM)");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "require client certificates signed by this CA (PEM file)");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the bearer token every call must carry");
+ABSL_FLAG(bool, allow_insecure_non_loopback, false,
+          "permit a plaintext listener on a non-loopback address");
+ABSL_FLAG(int64_t, min_engines, 1, "complete engines needed before a plan");
+ABSL_FLAG(int64_t, max_buffers, 1 << 20, "buffers one member may register");
+ABSL_FLAG(int64_t, max_metadata_bytes, 64 << 20,
+          "bytes of one member's registration");
+ABSL_FLAG(int64_t, heartbeat_timeout_ms, 10000,
+          "a member silent this long is removed");
+ABSL_FLAG(int64_t, round_timeout_s, 1800,
+          "a round not done by then is aborted");
+ABSL_FLAG(int64_t, plan_settle_ms, 20,
+          "plan once the membership has been unchanged this long");
+ABSL_FLAG(int64_t, plan_settle_max_ms, 500,
+          "... but at most this long after the first change not yet planned");
+ABSL_FLAG(int64_t, plan_cache_mib, 2048,
+          "plans kept for memberships seen before, in serialized MiB (the\n"
+          "current one is always kept)");
+ABSL_FLAG(int64_t, staging_mib, 512, "planner staging budget per rank");
+ABSL_FLAG(int64_t, lanes, 2, "planner lanes (at most 64)");
+ABSL_FLAG(int64_t, max_plan_mib, 16384,
+          "refuse a plan whose estimated size (one record per tensor per rank)\n"
+          "is over this many MiB, before building it");
+ABSL_FLAG(std::string, log_level, "info",
+          "trace, debug, info, warn, error, critical or off");
+ABSL_FLAG(std::string, log_format, "text",
+          "text, or json: one JSON object a line (ts, level, logger, msg and\n"
+          "the event's figures as fields)");
+ABSL_FLAG(int64_t, metrics_port, -1,
+          "serve Prometheus metrics at http://HOST:PORT/metrics, HOST the\n"
+          "--address host (0 picks a port, printed as \"refitd metrics on port\n"
+          "N\"); -1: none");
+ABSL_FLAG(int64_t, drain_ms, 0,
+          "on SIGTERM, report NOT_SERVING to health checks this long before\n"
+          "aborting a round in flight and stopping");
+ABSL_FLAG(int64_t, slice_threads, refit::DefaultPlanOptions().slice_threads,
+          "threads building the members' plan slices (1..1024)");
 
 namespace {
 
-constexpr char kUsage[] = R"(refitd: the refit control plane (a sidecar next to the training job).
+constexpr char kUsage[] =
+    R"(refitd: the refit control plane (a sidecar next to the training job).
 
-usage: refitd [--name=value ...]
-
-  --address=HOST:PORT            listen address (default 127.0.0.1:50051; port 0
-                                 picks one, printed as "refitd listening on port N")
-  --tls_cert=PEM                 server certificate chain file
-  --tls_key=PEM                  its private key file
-  --tls_client_ca=PEM            require client certificates signed by this CA
-  --token_file=PATH              bearer token every call must carry
-  --allow_insecure_non_loopback  permit a plaintext listener on a non-loopback
-                                 address (default: refused)
-  --min_engines=N                complete engines needed before a plan (1)
-  --max_buffers=N                buffers one member may register
-  --max_metadata_bytes=N         bytes of one member's registration
-  --heartbeat_timeout_ms=N       a member silent this long is removed (10000)
-  --round_timeout_s=N            a round not done by then is aborted (1800)
-  --plan_settle_ms=N             plan once the membership has been unchanged
-                                 this long (20)
-  --plan_settle_max_ms=N         ... but at most this long after the first
-                                 change not yet planned (500)
-  --plan_cache_mib=N             plans kept for memberships seen before, in
-                                 serialized MiB (2048; the current one is
-                                 always kept)
-  --staging_mib=N                planner staging budget per rank (512)
-  --lanes=N                      planner lanes (2; at most 64)
-  --max_plan_mib=N               refuse a plan whose estimated size (one
-                                 record per tensor per rank) is over N MiB,
-                                 before building it (16384)
-  --slice_threads=N              threads building the members' plan slices
-                                 (this host's cores, at most 16)
-  --help                         this text
+usage: refitd [--name=value ...] [--flagfile=FILE]
 
 example:
   refitd --address=0.0.0.0:50051 --token_file=/etc/refit/token \
          --tls_cert=cert.pem --tls_key=key.pem --min_engines=2
 )";
-
-// Tokens and PEM files are small: a path naming a device or a huge file
-// fails at once (common/file.h).
-constexpr int64_t kMaxCredentialFileBytes = 1 << 20;
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  return refit::ReadFileToString(path, kMaxCredentialFileBytes);
-}
 
 absl::Notification* g_stop = nullptr;
 void OnSignal(int) {
@@ -77,96 +93,83 @@ int Fail(const absl::Status& s) {
   return 2;
 }
 
-}  // namespace
+// Returns the value of a count flag; INVALID_ARGUMENT when it is negative.
+absl::StatusOr<int64_t> Count(const absl::Flag<int64_t>& flag,
+                              const char* name) {
+  const int64_t v = absl::GetFlag(flag);
+  if (v < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, ": not a count: ", v));
+  }
+  return v;
+}
 
-int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h" || a == "help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
+// Returns a MiB flag in bytes; INVALID_ARGUMENT when negative or too large.
+absl::StatusOr<int64_t> Mib(const absl::Flag<int64_t>& flag,
+                            const char* name) {
+  absl::StatusOr<int64_t> v = Count(flag, name);
+  if (v.ok() && *v > (std::numeric_limits<int64_t>::max() >> 20)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, ": too large: ", *v));
   }
-  refit::ReexecWithHugePages(argv);  // before any thread: see common/huge_pages.h
-  // One descriptor per connection: a soft limit of 1024 is below a job of
-  // ~1,000 members. A failure leaves the limit as it was (start anyway).
-  if (absl::StatusOr<int64_t> fds = refit::RaiseFdLimitToHard(); !fds.ok()) {
-    std::fprintf(stderr, "refitd: warning: %s\n", fds.status().ToString().c_str());
-  }
-  std::map<std::string, std::string> flags;
-  // The flags are the ones the help lists ("  --name=..." or "  --name").
-  std::set<std::string> known;
-  for (absl::string_view line : absl::StrSplit(kUsage, '\n')) {
-    if (!absl::ConsumePrefix(&line, "  --")) continue;
-    known.insert(std::string(line.substr(0, line.find_first_of("= "))));
-  }
-  known.erase("help");
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view a = argv[i];
-    if (!absl::ConsumePrefix(&a, "--")) return Fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument ", argv[i])));
-    size_t eq = a.find('=');
-    std::string name(a.substr(0, eq));
-    std::string value = eq == absl::string_view::npos ? "true" : std::string(a.substr(eq + 1));
-    if (!known.count(name)) return Fail(absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (refitd --help lists the flags)")));
-    flags[name] = value;
-  }
-  auto get = [&](const std::string& n, const std::string& d) {
-    auto it = flags.find(n);
-    return it == flags.end() ? d : it->second;
-  };
-  auto get_int = [&](const std::string& n, int64_t d) -> absl::StatusOr<int64_t> {
-    auto it = flags.find(n);
-    if (it == flags.end()) return d;
-    int64_t v;
-    if (!absl::SimpleAtoi(it->second, &v) || v < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--", n, ": not a count: ", it->second));
-    }
-    return v;
-  };
-  // A size in MiB, in bytes (fails rather than overflow).
-  auto get_mib = [&](const std::string& n, int64_t d) -> absl::StatusOr<int64_t> {
-    absl::StatusOr<int64_t> v = get_int(n, d);
-    if (v.ok() && *v > (std::numeric_limits<int64_t>::max() >> 20)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", n, ": too large: ", *v));
-    }
-    if (v.ok()) *v <<= 20;
-    return v;
-  };
+  if (v.ok()) *v <<= 20;
+  return v;
+}
 
+// Tokens and PEM files are small: a path naming a device or a huge file
+// fails at once (common/file.h).
+constexpr int64_t kMaxCredentialFileBytes = 1 << 20;
+
+absl::StatusOr<std::string> ReadPem(const std::string& path) {
+  return refit::ReadFileToString(path, kMaxCredentialFileBytes);
+}
+
+// Returns the server options the flags describe.
+absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   refit::RefitServer::Options o;
-  o.address = get("address", "127.0.0.1:50051");
-  o.allow_insecure_non_loopback = get("allow_insecure_non_loopback", "false") == "true";
-  if (flags.count("tls_cert") || flags.count("tls_key")) {
+  o.address = absl::GetFlag(FLAGS_address);
+  o.allow_insecure_non_loopback = absl::GetFlag(FLAGS_allow_insecure_non_loopback);
+  if (!absl::GetFlag(FLAGS_tls_cert).empty() ||
+      !absl::GetFlag(FLAGS_tls_key).empty()) {
     o.tls = std::make_unique<refit::TlsOptions>();
-    auto cert = ReadFile(get("tls_cert", ""));
-    auto key = ReadFile(get("tls_key", ""));
-    if (!cert.ok()) return Fail(cert.status());
-    if (!key.ok()) return Fail(key.status());
+    absl::StatusOr<std::string> cert = ReadPem(absl::GetFlag(FLAGS_tls_cert));
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPem(absl::GetFlag(FLAGS_tls_key));
+    if (!key.ok()) return key.status();
     o.tls->cert_chain_pem = *cert;
     o.tls->private_key_pem = *key;
-    if (flags.count("tls_client_ca")) {
-      auto ca = ReadFile(get("tls_client_ca", ""));
-      if (!ca.ok()) return Fail(ca.status());
+    if (!absl::GetFlag(FLAGS_tls_client_ca).empty()) {
+      absl::StatusOr<std::string> ca = ReadPem(absl::GetFlag(FLAGS_tls_client_ca));
+      if (!ca.ok()) return ca.status();
       o.tls->client_ca_pem = *ca;
     }
   }
-  if (flags.count("token_file")) {
-    auto t = ReadFile(get("token_file", ""));
-    if (!t.ok()) return Fail(t.status());
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    absl::StatusOr<std::string> t =
+        ReadPem(absl::GetFlag(FLAGS_token_file));
+    if (!t.ok()) return t.status();
     o.bearer_token = std::string(absl::StripAsciiWhitespace(*t));
   }
-  auto min_engines = get_int("min_engines", 1);
-  auto max_buffers = get_int("max_buffers", o.max_buffers_per_member);
-  auto max_meta = get_int("max_metadata_bytes", o.max_metadata_bytes);
-  auto hb = get_int("heartbeat_timeout_ms", 10000);
-  auto rt = get_int("round_timeout_s", 1800);
-  auto settle = get_int("plan_settle_ms", absl::ToInt64Milliseconds(o.plan_settle));
-  auto settle_max =
-      get_int("plan_settle_max_ms", absl::ToInt64Milliseconds(o.plan_settle_max));
-  auto cache_bytes = get_mib("plan_cache_mib", o.max_plan_cache_bytes >> 20);
-  for (auto* s : {&min_engines, &max_buffers, &max_meta, &hb, &rt, &settle,
-                  &settle_max, &cache_bytes}) {
-    if (!s->ok()) return Fail(s->status());
+  auto min_engines = Count(FLAGS_min_engines, "min_engines");
+  auto max_buffers = Count(FLAGS_max_buffers, "max_buffers");
+  auto max_meta = Count(FLAGS_max_metadata_bytes, "max_metadata_bytes");
+  auto hb = Count(FLAGS_heartbeat_timeout_ms, "heartbeat_timeout_ms");
+  auto rt = Count(FLAGS_round_timeout_s, "round_timeout_s");
+  auto settle = Count(FLAGS_plan_settle_ms, "plan_settle_ms");
+  auto settle_max = Count(FLAGS_plan_settle_max_ms, "plan_settle_max_ms");
+  auto cache_bytes = Mib(FLAGS_plan_cache_mib, "plan_cache_mib");
+  auto staging = Mib(FLAGS_staging_mib, "staging_mib");
+  auto lanes = Count(FLAGS_lanes, "lanes");
+  auto drain = Count(FLAGS_drain_ms, "drain_ms");
+  auto max_plan = Mib(FLAGS_max_plan_mib, "max_plan_mib");
+  for (auto* s : {&drain, &min_engines, &max_buffers, &max_meta, &hb, &rt, &settle,
+                  &settle_max, &cache_bytes, &staging, &lanes, &max_plan}) {
+    if (!s->ok()) return s->status();
+  }
+  if (*min_engines > std::numeric_limits<int>::max() ||
+      *max_buffers > std::numeric_limits<int>::max() ||
+      *lanes > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        "--min_engines, --max_buffers and --lanes must fit in 32 bits");
   }
   o.max_plan_cache_bytes = *cache_bytes;
   o.plan_settle = absl::Milliseconds(*settle);
@@ -176,36 +179,74 @@ int main(int argc, char** argv) {
   o.max_metadata_bytes = *max_meta;
   o.heartbeat_timeout = absl::Milliseconds(*hb);
   o.round_timeout = absl::Seconds(*rt);
-  auto staging = get_mib("staging_mib", 512);
-  auto lanes = get_int("lanes", 2);
-  auto max_plan = get_mib("max_plan_mib", 16384);
-  for (auto* s : {&staging, &lanes, &max_plan}) {
-    if (!s->ok()) return Fail(s->status());
+  o.drain = absl::Milliseconds(*drain);
+  const int64_t slice_threads = absl::GetFlag(FLAGS_slice_threads);
+  if (slice_threads < 1 || slice_threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--slice_threads: must be 1..1024: ", slice_threads));
   }
   if (*lanes < 1 || *lanes > refit::kMaxLanes) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--lanes: must be 1..", refit::kMaxLanes, ": ", *lanes)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lanes: must be 1..", refit::kMaxLanes, ": ", *lanes));
   }
   if (*staging < 1) {
-    return Fail(absl::InvalidArgumentError("--staging_mib: must be at least 1"));
+    return absl::InvalidArgumentError("--staging_mib: must be at least 1");
   }
   refit::DefaultPlanOptions plan_options;
-  auto slice_threads = get_int("slice_threads", plan_options.slice_threads);
-  if (!slice_threads.ok()) return Fail(slice_threads.status());
-  if (*slice_threads < 1 || *slice_threads > 1024) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--slice_threads: must be 1..1024: ", *slice_threads)));
-  }
-  plan_options.slice_threads = static_cast<int>(*slice_threads);
+  plan_options.slice_threads = static_cast<int>(slice_threads);
   plan_options.planner.staging_budget_bytes = *staging;
   plan_options.planner.num_lanes = static_cast<int32_t>(*lanes);
   plan_options.max_plan_bytes = *max_plan;
   plan_options.budget_name = "--max_plan_mib";
   o.plan_function = refit::DefaultPlanFunction(plan_options);
+  return o;
+}
 
-  auto server = refit::RefitServer::Start(std::move(o));
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> flags =
+      refit::FlagsDefinedIn("server/refitd_main.cc");
+  absl::StatusOr<refit::CommandLineResult> parsed = refit::ParseCommandLine(
+      "refitd", std::vector<std::string>(argv + 1, argv + argc), flags, kUsage);
+  if (!parsed.ok()) return Fail(parsed.status());
+  if (*parsed == refit::CommandLineResult::kHelpShown) return 0;
+  refit::ReexecWithHugePages(argv);  // before any thread: see common/huge_pages.h
+  // One descriptor per connection: a soft limit of 1024 is below a job of
+  // ~1,000 members. A failure leaves the limit as it was (start anyway).
+  if (absl::StatusOr<int64_t> fds = refit::RaiseFdLimitToHard(); !fds.ok()) {
+    std::fprintf(stderr, "refitd: warning: %s\n", fds.status().ToString().c_str());
+  }
+  absl::StatusOr<spdlog::level::level_enum> level =
+      refit::ParseLogLevel(absl::GetFlag(FLAGS_log_level));
+  if (!level.ok()) return Fail(refit::AnnotateStatus(level.status(), "--log_level"));
+  absl::StatusOr<refit::LogFormat> format =
+      refit::ParseLogFormat(absl::GetFlag(FLAGS_log_format));
+  if (!format.ok()) return Fail(refit::AnnotateStatus(format.status(), "--log_format"));
+  refit::ConfigureServerLog(*level, *format);
+  absl::StatusOr<refit::RefitServer::Options> options = OptionsFromFlags();
+  if (!options.ok()) return Fail(options.status());
+  const std::string address = options->address;
+  auto server = refit::RefitServer::Start(std::move(*options));
   if (!server.ok()) return Fail(server.status());
+  std::unique_ptr<refit::MetricsHttpServer> metrics;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    refit::MetricsHttpServer::Options mo;
+    absl::string_view host = address;
+    host = host.substr(0, host.rfind(':'));
+    absl::ConsumePrefix(&host, "[");
+    absl::ConsumeSuffix(&host, "]");
+    mo.host = std::string(host);
+    mo.port = static_cast<int>(std::min<int64_t>(absl::GetFlag(FLAGS_metrics_port), 65536));
+    refit::RefitServer* s = server->get();
+    mo.render = [s] { return s->MetricsText(); };
+    absl::StatusOr<std::unique_ptr<refit::MetricsHttpServer>> m =
+        refit::MetricsHttpServer::Start(std::move(mo));
+    if (!m.ok()) return Fail(refit::AnnotateStatus(m.status(), "--metrics_port"));
+    metrics = std::move(*m);
+  }
   std::printf("refitd listening on port %d\n", (*server)->port());
+  if (metrics != nullptr) std::printf("refitd metrics on port %d\n", metrics->port());
   std::fflush(stdout);
   absl::Notification stop;
   g_stop = &stop;
@@ -214,5 +255,7 @@ int main(int argc, char** argv) {
   while (!stop.WaitForNotificationWithTimeout(absl::Seconds(1))) {
   }
   (*server)->Shutdown();
+  metrics.reset();
+  refit::ServerLog().info("stopped");
   return 0;
 }

@@ -10,11 +10,13 @@ for flag in --address --tls_cert --tls_key --tls_client_ca --token_file \
     --allow_insecure_non_loopback --min_engines --max_buffers \
     --max_metadata_bytes --heartbeat_timeout_ms --round_timeout_s \
     --plan_settle_ms --plan_settle_max_ms --plan_cache_mib --staging_mib --lanes \
-    --max_plan_mib --slice_threads; do
+    --max_plan_mib --slice_threads --log_level --log_format --metrics_port --drain_ms; do
   check "help$flag" 0 "^  $flag" -- "$REFITD" --help
 done
+check help-short 0 "^  --token_file" -- "$REFITD" -h
 check unknown-flag 2 'unknown flag --bogus .*refitd --help' -- "$REFITD" --bogus=1
-check bad-count 2 '--plan_settle_ms: not a count: soon' -- "$REFITD" --plan_settle_ms=soon
+check bad-count 1 "Illegal value 'soon' specified for flag 'plan_settle_ms'" -- "$REFITD" --plan_settle_ms=soon
+check negative-count 2 '--plan_settle_ms: not a count: -1' -- "$REFITD" --plan_settle_ms=-1
 check huge-mib 2 '--staging_mib: too large' -- "$REFITD" --staging_mib=9223372036854775807
 check bad-slice-threads 2 '--slice_threads: must be 1..1024' -- "$REFITD" --slice_threads=0
 check help-is-not-a-flag 2 'unknown flag --help_me' -- "$REFITD" --help_me
@@ -24,6 +26,12 @@ CHECK_TIMEOUT_S=10 check token-file-device 2 '/dev/zero is not a regular file' -
   "$REFITD" --token_file=/dev/zero
 check lanes-absurd 2 '--lanes: must be 1..64: 1000000' -- "$REFITD" --lanes=1000000
 check max-plan-overflow 2 '--max_plan_mib: too large' -- "$REFITD" --max_plan_mib=9223372036854775807
+check bad-log-level 2 "--log_level: log level 'loud'" -- "$REFITD" --log_level=loud
+check bad-log-format 2 "--log_format: log format 'xml'" -- "$REFITD" --log_format=xml
+check bad-metrics-port 2 '--metrics_port: .*must be 0..65535' -- "$REFITD" --address=127.0.0.1:0 --metrics_port=70000
+flagfile="${TEST_TMPDIR:-/tmp}/refitd.$$.flags"
+printf -- '--slice_threads=0\n' >"$flagfile"
+check flagfile 2 '--slice_threads: must be 1..1024: 0' -- "$REFITD" --flagfile="$flagfile"
 
 # Starts on port 0, reports the port, stops on SIGTERM within 5 s.
 log="${TEST_TMPDIR:-/tmp}/refitd.$$.log"

@@ -72,18 +72,10 @@ absl::Status CheckDataPlane(const std::vector<Registration>& trainer,
           " one: every member of a job must use the same transport"));
     }
   }
-  const bool ipc = first != nullptr && first->transport() == v1::TRANSPORT_IPC;
-  if (ipc) {
-    for (const v1::MemberIdentity* id : all) {
-      if (id->host_id() != first->host_id()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the ipc data plane (CUDA IPC) connects the processes of one host, but ",
-            DescribeMember(*first), " is on ", first->host_id(), " and ", DescribeMember(*id),
-            " on ", id->host_id()));
-      }
-    }
-    return absl::OkStatus();  // several members on one GPU are what it is for
-  }
+  // The pull path: several members on one GPU are what it is for; pairs
+  // across hosts go over NCCL, checked per pair once the plan says which
+  // pairs exchange (RunPlanFunction).
+  if (first != nullptr && first->transport() == v1::TRANSPORT_IPC) return absl::OkStatus();
   std::map<std::string, const v1::MemberIdentity*> by_gpu;
   for (const v1::MemberIdentity* id : all) {
     if (id->device_uuid().empty()) continue;
@@ -95,7 +87,7 @@ absl::Status CheckDataPlane(const std::vector<Registration>& trainer,
         id->device_uuid(),
         ": NCCL connects one rank per GPU, so a trainer and an engine sharing "
         "GPUs (colocated) cannot refit over it; give each member its own GPU, "
-        "or use the CUDA IPC data plane (transport \"ipc\") on one host"));
+        "or use the colocated pull path (transport \"ipc\")"));
   }
   return absl::OkStatus();
 }

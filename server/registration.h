@@ -25,9 +25,10 @@ absl::Status ValidateRegistration(const v1::Registration& reg,
 
 // Checks that the members can connect their data planes; INVALID_ARGUMENT
 // naming two members otherwise: they name different transports
-// (identity.transport), or the ipc transport spans hosts, or — on any other
-// transport — both are on one physical GPU (identity.device_uuid; NCCL
-// connects one rank per GPU). refitd plans no membership that fails it.
+// (identity.transport), or — on a transport other than ipc — both are on
+// one physical GPU (identity.device_uuid; NCCL connects one rank per GPU).
+// On ipc, pairs across hosts are checked per pair after planning
+// (plan_assembly.h). refitd plans no membership that fails it.
 absl::Status CheckDataPlane(const std::vector<v1::Registration>& trainer,
                             const std::vector<v1::Registration>& engine);
 

@@ -47,7 +47,10 @@ bool Rounds::RecordDone(const std::string& id, int64_t bytes, double seconds) {
   if (active_ == nullptr) return false;
   if (active_->done.insert(id).second) {
     active_->bytes += bytes;
-    active_->seconds = std::max(active_->seconds, seconds);
+    if (active_->slowest.empty() || seconds > active_->seconds) {
+      active_->seconds = seconds;
+      active_->slowest = id;
+    }
   }
   return active_->done.size() == active_->participants.size();
 }

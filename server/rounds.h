@@ -31,6 +31,7 @@ class Rounds {
     std::set<std::string> done;          // participants that reported success
     int64_t bytes = 0;                   // reported bytes (sent + received)
     double seconds = 0;                  // the slowest reported time
+    std::string slowest;                 // the member that reported it
   };
 
   // Keeps the summaries of the last `rounds_kept` finished rounds.

@@ -70,13 +70,8 @@ class CudaConvertOps : public ConvertOps {
   absl::StatusOr<const char*> Gather(const Record& r, DType dtype,
                                      absl::Span<char* const> buffers) override {
     const int64_t es = DTypeSize(dtype);
-    if (auto range = ContiguousByteRange(r, es, r.box)) {
-      const int32_t b = RecordBuffer(r, 0);
-      if (b < 0 || b >= static_cast<int32_t>(buffers.size()) || buffers[b] == nullptr) {
-        return absl::InvalidArgumentError("a converted record's buffer is missing");
-      }
-      return buffers[b] + range->begin;
-    }
+    REFIT_ASSIGN_OR_RETURN(const char* direct, DenseRecordData(r, dtype, buffers));
+    if (direct != nullptr) return direct;
     REFIT_RETURN_IF_ERROR(Grow(&dense_, &dense_bytes_, UncheckedNumElements(r.box) * es));
     std::vector<CopyTask> tasks;
     REFIT_RETURN_IF_ERROR(AppendRecordTasks(r, es, r.box, 0, /*to_stream=*/true, &tasks));

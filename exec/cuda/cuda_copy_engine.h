@@ -11,7 +11,7 @@
 namespace refit {
 
 // Returns a copy engine with device staging (cudaMalloc) and copies
-// (pack_kernels) on `t`'s lane streams (NcclTransport, IpcTransport). `t`
+// (pack_kernels) on `t`'s lane streams (NcclTransport). `t`
 // must outlive the engine. Never fails; its calls return the CUDA errors
 // (CudaStatus).
 std::unique_ptr<CopyEngine> MakeCudaCopyEngine(CudaLanes* t);

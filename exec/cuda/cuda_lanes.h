@@ -1,5 +1,5 @@
 // CudaLanes: a device transport's lanes as the CUDA copy engine sees them.
-// NcclTransport and IpcTransport implement it; MakeCudaCopyEngine
+// NcclTransport implements it; MakeCudaCopyEngine
 // (cuda_copy_engine.h) runs its copies on these streams.
 #ifndef REFIT_EXEC_CUDA_CUDA_LANES_H_
 #define REFIT_EXEC_CUDA_CUDA_LANES_H_

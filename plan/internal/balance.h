@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "layout/layout.h"
+#include "plan/cost.h"
 #include "plan/internal/candidates.h"
+#include "plan/plan.h"
 
 namespace refit {
 namespace internal_plan {
@@ -14,14 +16,18 @@ namespace internal_plan {
 // Returns, per candidate, the index of its chosen replica (into its
 // piece's replicas), by the deterministic greedy rule of planner.h:
 // candidates with one replica first; the others by bytes descending, then
-// dst record, then piece, each to the replica whose src rank has the fewest
-// bytes so far; ties to a replica on the dst rank's host (when
-// prefer_same_host and both sides give host_of_rank), then to the earlier
-// replica. Never fails.
+// dst record, then piece, each to the replica that makes the larger of
+// its src rank's and its dst rank's predicted time (plan/cost.h) smallest,
+// times below the lower bound (or the slowest rank so far, when above it)
+// counting as equal; among equal ones to a replica on the dst rank's host,
+// then to the src rank with the least predicted time, then to the earlier
+// replica. Fills the cost fields of *stats (predicted time, lower bound,
+// bytes per link class). Never fails.
 std::vector<int32_t> BalanceReplicas(const Candidates& candidates,
                                      const SideLayout& src,
                                      const SideLayout& dst,
-                                     bool prefer_same_host);
+                                     const PlannerOptions& options,
+                                     PlanStats* stats);
 
 }  // namespace internal_plan
 }  // namespace refit

@@ -66,6 +66,12 @@ absl::Status ValidateOptions(const PlannerOptions& options) {
         ", direct_min_bytes ", options.direct_min_bytes,
         ", max_round_bytes ", options.max_round_bytes));
   }
+  if (!(options.links.intra_host_gbps > 0) || !(options.links.inter_host_gbps > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "invalid planner options: links.intra_host_gbps ",
+        options.links.intra_host_gbps, ", links.inter_host_gbps ",
+        options.links.inter_host_gbps, " (both must be > 0)"));
+  }
   return absl::OkStatus();
 }
 

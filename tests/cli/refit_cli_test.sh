@@ -6,7 +6,10 @@ set -u
   . "$(find "${TEST_SRCDIR}" -path '*tests/testing/check.sh' | head -1)"
 REFIT=$(find_bin tools/cli/refit)
 check top-help 0 'refit plan' -- "$REFIT" --help
-check plan-help 0 '--heatmap FILE.svg' -- "$REFIT" plan --help
+check plan-help 0 '^  --heatmap' -- "$REFIT" plan --help
+check plan-help-short 0 '^  --heatmap' -- "$REFIT" plan -h
+check plan-help-generated 0 'default: 512' -- "$REFIT" plan --help
+check plan-rejects-status-flag 2 'unknown flag --server' -- "$REFIT" plan --server x
 check top-help-simulate 0 'refit simulate --model' -- "$REFIT" --help
 check top-help-status 0 'refit status --server' -- "$REFIT" --help
 # The `refit plan` examples the help prints run as printed (continuation
@@ -20,13 +23,32 @@ for sub in "" plan; do
            grep -E '^ *refit plan ')
 done
 check unknown-command 2 "unknown command 'bogus'" -- "$REFIT" bogus
-for flag in --model --trainer --engine --dtype --gpus-per-host --colocated \
-    --link --staging-mib --lanes --max-plan-mib --json --heatmap --timings; do
+for flag in --model --trainer --engine --dtype --gpus_per_host --colocated \
+    --link --staging_mib --lanes --max_plan_mib --json --heatmap --timings --hosts; do
   check "plan-help$flag" 0 "^  $flag" -- "$REFIT" plan --help
 done
-for flag in --server --token-file --timeout-s --rounds --json; do
+for flag in --server --token_file --timeout_s --rounds --json; do
   check "status-help$flag" 0 "^  $flag" -- "$REFIT" status --help
 done
+# -h is --help; `refit models` lists every built-in model.
+check top-h 0 'refit plan' -- "$REFIT" -h
+check plan-h 0 'refit plan: ' -- "$REFIT" plan -h
+check models-help 0 '^  models ' -- "$REFIT" --help
+check models-kimi 0 '^kimi-k2$' -- "$REFIT" models
+check models-tiny 0 '^tiny-qwen3$' -- "$REFIT" models
+# A colocated job whose replicas line up with hosts stays on NVLink; the
+# summary gives the lower bound and the ratio.
+check colocated-intra 0 'inter-host bytes: 0 B' -- "$REFIT" plan --model qwen3-8b \
+  --trainer megatron:tp=2,dp=4 --engine vllm:tp=2,dp=4 --gpus-per-host 2 --colocated
+check colocated-bound 0 'predicted / lower bound: 1\.0[0-5]' -- "$REFIT" plan \
+  --model qwen3-8b --trainer megatron:tp=2,dp=4 --engine vllm:tp=2,dp=4 \
+  --gpus-per-host 2 --colocated
+check json-fingerprint 0 '"fingerprint": "[0-9a-f]{32}"' -- "$REFIT" plan \
+  --model tiny-qwen3 --trainer fsdp:dp=4 --engine vllm:tp=2,dp=1 --json
+check json-lower-bound 0 '"lower_bound_seconds": [0-9]' -- "$REFIT" plan \
+  --model tiny-qwen3 --trainer fsdp:dp=4 --engine vllm:tp=2,dp=1 --json
+check hosts-file-missing 1 'nope.txt' -- "$REFIT" plan --model tiny-qwen3 \
+  --trainer fsdp:dp=2 --engine vllm:tp=2 --hosts "${TEST_TMPDIR:-/tmp}/nope.txt"
 check bad-link 2 'link' -- "$REFIT" plan --model tiny-qwen3 \
   --trainer fsdp:dp=2 --engine vllm:tp=2 --link nvlink=-3
 check unknown-model 1 'no-such-model' -- "$REFIT" plan --model no-such-model \
@@ -41,6 +63,9 @@ big="${TEST_TMPDIR:-/tmp}/big_config.json"
 head -c $((16 * 1024 * 1024 + 1)) /dev/zero >"$big"
 CHECK_TIMEOUT_S=10 check model-too-large 1 "big_config.json holds more than 16777216 bytes" -- \
   "$REFIT" plan --model "$big" --trainer fsdp:dp=2 --engine vllm:tp=2
+flagfile="${TEST_TMPDIR:-/tmp}/plan.flags"
+printf -- '--model=tiny-qwen3\n--trainer=fsdp:dp=2\n--engine=vllm:tp=2\n--json\n' >"$flagfile"
+check flagfile 0 '"total_bytes": [1-9]' -- "$REFIT" plan --flagfile="$flagfile"
 check timings 0 'timing: planner' -- "$REFIT" plan --model tiny-qwen3 \
   --trainer fsdp:dp=2 --engine vllm:tp=2 --timings
 check no-command 2 'missing command' -- "$REFIT"
@@ -66,6 +91,9 @@ check buffers-rank-outside 1 'rank 2 is outside the world of 2' -- "$REFIT" \
   buffers --model tiny-qwen3 --engine vllm:tp=2 --rank 2
 check buffers-both-sides 2 'one of --trainer' -- "$REFIT" buffers \
   --model tiny-qwen3 --engine vllm:tp=2 --trainer fsdp:dp=2
+# vLLM creates NemotronH's A as an f32 parameter.
+check nemotron-a-f32 0 'model\.layers\.0\.mixer\.A +\[64\] +f32' -- "$REFIT" buffers \
+  --model nemotron-h-8b --engine vllm:tp=2
 # A BF16 trainer into an FP8 engine: FP8 on the wire, half the bytes, and
 # Kimi-K2 on 256 -> 128 GPUs within 1.35 s at the default link speeds.
 check fp8-plan 0 'with their scales: .* \(0\.50[0-9]x\)' -- "$REFIT" plan \
@@ -80,16 +108,23 @@ else
 fi
 # A convention with a huge world, absurd staging or lanes fail at once with a
 # clear error (no abort, no memory growth).
-CHECK_TIMEOUT_S=10 check huge-engine-world 1 'over the plan memory budget --max-plan-mib' -- \
+CHECK_TIMEOUT_S=10 check huge-engine-world 1 'over the plan memory budget --max_plan_mib' -- \
   "$REFIT" plan --model tiny-qwen3 --trainer megatron:tp=1 --engine vllm:tp=1,dp=1048576
-CHECK_TIMEOUT_S=10 check huge-trainer-world 1 'over the plan memory budget --max-plan-mib' -- \
+CHECK_TIMEOUT_S=10 check huge-trainer-world 1 'over the plan memory budget --max_plan_mib' -- \
   "$REFIT" plan --model tiny-qwen3 --trainer megatron:dp=1048576 --engine vllm:tp=1
-CHECK_TIMEOUT_S=10 check small-plan-budget 1 '--max-plan-mib = 1 MiB' -- \
+CHECK_TIMEOUT_S=10 check small-plan-budget 1 '--max_plan_mib = 1 MiB' -- \
   "$REFIT" plan --model tiny-qwen3 --trainer megatron:tp=1 --engine vllm:tp=1,dp=4096 \
-  --max-plan-mib 1
-check staging-overflow 1 '--staging-mib 99999999999999: must be 1..1048576' -- \
+  --max_plan_mib 1
+# The dash spelling is the same flag.
+CHECK_TIMEOUT_S=10 check small-plan-budget-dash 1 '--max_plan_mib = 1 MiB' -- \
+  "$REFIT" plan --model tiny-qwen3 --trainer megatron:tp=1 --engine vllm:tp=1,dp=4096 \
+  --max-plan-mib=1
+check max-plan-zero 2 '--max_plan_mib needs a positive integer' -- \
   "$REFIT" plan --model tiny-qwen3 --trainer megatron:tp=1 --engine vllm:tp=1 \
-  --staging-mib 99999999999999
+  --max_plan_mib 0
+check staging-overflow 1 '--staging_mib 99999999999999: must be 1..1048576' -- \
+  "$REFIT" plan --model tiny-qwen3 --trainer megatron:tp=1 --engine vllm:tp=1 \
+  --staging_mib 99999999999999
 check lanes-absurd 1 '--lanes 1000000: must be 1..64' -- \
   "$REFIT" plan --model tiny-qwen3 --trainer megatron:tp=1 --engine vllm:tp=1 \
   --lanes 1000000

@@ -381,8 +381,8 @@ TEST_F(InvalidCheckpointTest, UsageErrorsExitTwo) {
   r = RunRefit("simulate --help");
   EXPECT_EQ(r.rc, 0);
   for (const char* flag : {"--model", "--checkpoint", "--trainer", "--engine",
-                           "--out", "--dtype", "--staging-mib", "--lanes",
-                           "--timeout-s"}) {
+                           "--out", "--dtype", "--staging_mib", "--lanes",
+                           "--timeout_s"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
 }

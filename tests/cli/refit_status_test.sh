@@ -23,15 +23,16 @@ done
 [ -n "$port" ] || { echo "FAIL refitd did not report its port:"; cat "$tmp/refitd.out"; exit 1; }
 fail=0
 CHECK_TIMEOUT_S=30
-check status-help 0 '--token-file FILE' -- "$REFIT" status --help
+check status-help 0 '^  --token_file' -- "$REFIT" status --help
 check status-no-server 2 '--server is required' -- "$REFIT" status
-check status-members 0 '^members: 0$' -- "$REFIT" status --server "127.0.0.1:$port" --token-file "$tmp/token"
-check status-no-plan 0 'plan fingerprint: \(no plan\)' -- "$REFIT" status --server "127.0.0.1:$port" --token-file "$tmp/token"
-check status-no-rounds 0 '^rounds: none$' -- "$REFIT" status --server "127.0.0.1:$port" --token-file "$tmp/token"
-check status-json 0 '"members": \[\]' -- "$REFIT" status --server "127.0.0.1:$port" --token-file "$tmp/token" --json
-check status-wrong-token 1 'UNAUTHENTICATED' -- "$REFIT" status --server "127.0.0.1:$port" --token-file "$tmp/bad"
+check status-members 0 '^members: 0$' -- "$REFIT" status --server "127.0.0.1:$port" --token_file "$tmp/token"
+check status-no-plan 0 'plan fingerprint: \(no plan\)' -- "$REFIT" status --server "127.0.0.1:$port" --token_file "$tmp/token"
+check status-no-rounds 0 '^rounds: none$' -- "$REFIT" status --server "127.0.0.1:$port" --token_file "$tmp/token"
+check status-json 0 '"members": \[\]' -- "$REFIT" status --server "127.0.0.1:$port" --token_file "$tmp/token" --json
+check status-dash-spelling 0 '^members: 0$' -- "$REFIT" status --server "127.0.0.1:$port" --token-file "$tmp/token"
+check status-wrong-token 1 'UNAUTHENTICATED' -- "$REFIT" status --server "127.0.0.1:$port" --token_file "$tmp/bad"
 check status-no-token 1 'UNAUTHENTICATED' -- "$REFIT" status --server "127.0.0.1:$port"
-check status-missing-token-file 1 'token-file: cannot read' -- "$REFIT" status --server "127.0.0.1:$port" --token-file "$tmp/nope"
+check status-missing-token-file 1 'token_file: cannot read' -- "$REFIT" status --server "127.0.0.1:$port" --token_file "$tmp/nope"
 kill $pid; wait $pid 2>/dev/null
-check status-unreachable 1 "127.0.0.1:$port" -- "$REFIT" status --server "127.0.0.1:$port" --timeout-s 1
+check status-unreachable 1 "127.0.0.1:$port" -- "$REFIT" status --server "127.0.0.1:$port" --timeout_s 1
 exit $fail

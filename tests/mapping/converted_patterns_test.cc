@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "exec/executor.h"
 #include "exec/inproc_transport.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mapping/mapping.h"
 #include "plan/plan_codec.h"
@@ -23,6 +24,53 @@ struct Case {
   const char* trainer;
   const char* engine;
 };
+
+// Runs every rank of `plan` as a thread over the in-process transport, on
+// the host buffers s (trainer, as registered) and d (engine); with `slices`
+// each rank runs its own slice off the wire, as members do. Returns each
+// global rank's status.
+std::vector<absl::Status> RunAllRanks(const Plan& full_plan, const OwnedBuffers& s,
+                                      const OwnedBuffers& d, bool slices) {
+  const Plan* plan = &full_plan;
+  const int32_t ws = plan->src.world_size, wd = plan->dst.world_size;
+  auto fabric = InProcFabric::Create(ws + wd, 2).value();
+  std::vector<absl::Status> status(ws + wd);
+  std::vector<std::thread> threads;
+  for (int32_t g = 0; g < ws + wd; ++g) {
+    threads.emplace_back([&, g] {
+      const bool is_src = g < ws;
+      std::vector<char*> ptrs;
+      for (uint8_t* p : (is_src ? s : d).ptrs) ptrs.push_back(reinterpret_cast<char*>(p));
+      auto t = InProcTransport::Create(fabric, g).value();
+      // With slices, each rank runs its own slice off the wire.
+      const Side side = is_src ? Side::kTrainer : Side::kEngine;
+      const int32_t rank = is_src ? g : g - ws;
+      absl::StatusOr<Plan> slice =
+          slices ? FromProto(ToProto(ExtractSlice(*plan, side, rank))) : *plan;
+      if (!slice.ok()) {
+        status[g] = slice.status();
+        fabric->Kill(g);
+        return;
+      }
+      const SideLayout& full = is_src ? plan->src : plan->dst;
+      const SideLayout& mine = is_src ? slice->src : slice->dst;
+      std::vector<char*> local(mine.buffers.size(), nullptr);
+      for (size_t b = 0; b < mine.buffers.size(); ++b) {
+        if (mine.buffers[b].rank != rank || mine.buffers[b].scratch) continue;
+        for (size_t k = 0; k < full.buffers.size(); ++k) {
+          if (full.buffers[k].rank == rank && full.buffers[k].name == mine.buffers[b].name) {
+            local[b] = ptrs[k];
+          }
+        }
+      }
+      auto ex = Executor::Create(*slice, side, rank, local, t.get());
+      status[g] = ex.ok() ? (*ex)->Run(absl::Now() + absl::Seconds(60)).status() : ex.status();
+      if (!status[g].ok()) fabric->Kill(g);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return status;
+}
 
 class ConvertedPatternsTest : public ::testing::TestWithParam<Case> {};
 
@@ -53,45 +101,46 @@ TEST_P(ConvertedPatternsTest, EngineHoldsTheConvertedPattern) {
   OwnedBuffers s = AllocateBuffers(src->layout);
   OwnedBuffers d = AllocateBuffers(plan->dst);
   FillPattern(src->layout, s.ptrs, po);
+  const std::vector<absl::Status> status = RunAllRanks(*plan, s, d, /*slices=*/true);
   const int32_t ws = plan->src.world_size, wd = plan->dst.world_size;
-  auto fabric = InProcFabric::Create(ws + wd, 2).value();
-  std::vector<absl::Status> status(ws + wd);
-  std::vector<std::thread> threads;
-  for (int32_t g = 0; g < ws + wd; ++g) {
-    threads.emplace_back([&, g] {
-      const bool is_src = g < ws;
-      std::vector<char*> ptrs;
-      for (uint8_t* p : (is_src ? s : d).ptrs) ptrs.push_back(reinterpret_cast<char*>(p));
-      auto t = InProcTransport::Create(fabric, g).value();
-      // Each rank runs its own slice, off the wire, as members do.
-      const Side side = is_src ? Side::kTrainer : Side::kEngine;
-      const int32_t rank = is_src ? g : g - ws;
-      absl::StatusOr<Plan> slice = FromProto(ToProto(ExtractSlice(*plan, side, rank)));
-      if (!slice.ok()) {
-        status[g] = slice.status();
-        fabric->Kill(g);
-        return;
-      }
-      const SideLayout& full = is_src ? plan->src : plan->dst;
-      const SideLayout& mine = is_src ? slice->src : slice->dst;
-      std::vector<char*> local(mine.buffers.size(), nullptr);
-      for (size_t b = 0; b < mine.buffers.size(); ++b) {
-        if (mine.buffers[b].rank != rank || mine.buffers[b].scratch) continue;
-        for (size_t k = 0; k < full.buffers.size(); ++k) {
-          if (full.buffers[k].rank == rank && full.buffers[k].name == mine.buffers[b].name) {
-            local[b] = ptrs[k];
-          }
-        }
-      }
-      auto ex = Executor::Create(*slice, side, rank, local, t.get());
-      status[g] = ex.ok() ? (*ex)->Run(absl::Now() + absl::Seconds(60)).status() : ex.status();
-      if (!status[g].ok()) fabric->Kill(g);
-    });
-  }
-  for (auto& t : threads) t.join();
   for (int32_t g = 0; g < ws + wd; ++g) ASSERT_TRUE(status[g].ok()) << g << ": " << status[g];
   absl::Status st = CheckPattern(plan->dst, d.ptrs, po);
   EXPECT_TRUE(st.ok()) << "executor: " << st.message().substr(0, 600);
+}
+
+// A NaN in a quantized weight fails the trainer rank that holds it, naming
+// the tensor, the element and the rank, and nothing is quantized from it.
+TEST(ConvertedPlansTest, NonFiniteWeightFailsNamingTensorAndRank) {
+  absl::StatusOr<ModelConfig> model = LoadModelConfig("tiny-qwen3-moe-b128");
+  ASSERT_TRUE(model.ok());
+  absl::StatusOr<MappedSide> src = BuildTrainerLayout(*model, *ParseTrainerSpec("fsdp:dp=2"));
+  absl::StatusOr<MappedSide> dst =
+      BuildEngineLayout(*model, *ParseEngineSpec("vllm:tp=1,quant=fp8"));
+  ASSERT_TRUE(src.ok() && dst.ok());
+  absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  OwnedBuffers s = AllocateBuffers(src->layout);
+  OwnedBuffers d = AllocateBuffers(plan->dst);
+  FillPattern(src->layout, s.ptrs, {-1, 1});
+  // A NaN (bf16 0x7FC0) in the o_proj rows trainer rank 1 holds.
+  const std::string name = "model.layers.1.self_attn.o_proj.weight";
+  bool planted = false;
+  for (const Record& r : src->layout.records) {
+    if (src->layout.tensors[r.tensor].name == name && r.rank == 1) {
+      uint8_t* p = s.ptrs[r.buffer] + r.byte_offset;
+      p[0] = 0xC0;
+      p[1] = 0x7F;
+      planted = true;
+    }
+  }
+  ASSERT_TRUE(planted);
+  const std::vector<absl::Status> status = RunAllRanks(*plan, s, d, /*slices=*/false);
+  const int32_t ws = plan->src.world_size;
+  EXPECT_EQ(status[1].code(), absl::StatusCode::kInvalidArgument) << status[1];
+  EXPECT_THAT(std::string(status[1].message()),
+              ::testing::HasSubstr("tensor " + name + ", trainer rank 1"));
+  EXPECT_THAT(std::string(status[1].message()), ::testing::HasSubstr("non-finite value"));
+  EXPECT_FALSE(status[ws].ok()) << "the engine must not complete the round";
 }
 
 INSTANTIATE_TEST_SUITE_P(

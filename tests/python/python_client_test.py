@@ -24,33 +24,14 @@ REFITD, LIB, MEMBER, GPU_CHECK, SHIPPED_LIB = (os.path.abspath(p) for p in sys.a
 del sys.argv[1:6]
 os.environ["REFIT_CLIENT_LIB"] = LIB
 import refit  # noqa: E402  (after REFIT_CLIENT_LIB is set)
+import refitd_process  # noqa: E402
 
 PYTHONPATH = os.path.dirname(os.path.dirname(os.path.abspath(refit.__file__)))
 
 
-class Refitd:
-    def __init__(self, *flags, port=0):
-        self.p = subprocess.Popen(
-            [REFITD, f"--address=127.0.0.1:{port}", *flags],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.port = None
-        until = time.time() + 30
-        while time.time() < until:
-            line = self.p.stdout.readline()
-            if not line:
-                break
-            if "listening on port " in line:
-                self.port = int(line.rsplit(" ", 1)[1])
-                break
-        if self.port is None:
-            self.p.kill()
-            raise RuntimeError("refitd did not report its port")
-        self.address = f"127.0.0.1:{self.port}"
-
-    def stop(self):
-        self.p.kill()
-        self.p.wait(timeout=10)
-        self.p.stdout.close()
+def Refitd(*flags, port=0):
+    """refitd on 127.0.0.1 (see refitd_process.py)."""
+    return refitd_process.Refitd(REFITD, *flags, port=port)
 
 
 def run_members(server, specs, timeout, env=None, stuck=()):

@@ -32,7 +32,8 @@
 // compares a position-dependent checksum of every byte with round 1's.
 // Engine buffers are allocated once; their addresses never change. The
 // last lines are one table. Exit 1 if any check fails.
-#include <cuda.h>
+// Parts: colocated_common.h (cases, arenas, patterns), colocated_baselines.h
+// (floor, per-tensor, bucketed), colocated_spawn.h (worker processes).
 #include <cuda_runtime_api.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -41,11 +42,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
-#include <numeric>
-#include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,291 +53,17 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "exec/copy_program.h"
-#include "exec/cuda/pack_kernels.h"
 #include "exec/cuda/pull_engine.h"
 #include "exec/cuda/pull_kernels.h"
-#include "mapping/layout_builder.h"
-#include "mapping/mapping.h"
-#include "mapping/model_config.h"
-#include "mapping/parallel_spec.h"
 #include "plan/plan_codec.h"
-#include "plan/planner.h"
 #include "testing/dir_kv_store.h"
 #include "testing/flags.h"
-#include "testing/reference_copy.h"
+#include "tools/bench/colocated_baselines.h"
+#include "tools/bench/colocated_common.h"
+#include "tools/bench/colocated_spawn.h"
 
-namespace refit {
+namespace refit::bench {
 namespace {
-
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e_ = (x);                                                       \
-    if (e_ != cudaSuccess) {                                                    \
-      return absl::InternalError(absl::StrCat(#x, ": ", cudaGetErrorString(e_))); \
-    }                                                                           \
-  } while (0)
-
-struct Case {
-  std::string name, model, trainer, engine;
-  int trainers = 1;
-};
-
-absl::StatusOr<Case> CaseNamed(const std::string& name, const std::string& moe_model) {
-  if (name == "8b") return Case{name, "qwen3-8b", "megatron:tp=1", "vllm:tp=1", 1};
-  if (name == "tp2") return Case{name, "qwen3-8b", "megatron:tp=2", "vllm:tp=1", 2};
-  if (name == "moe") {
-    return Case{name, moe_model, "megatron:tp=1,experts=indexed", "vllm:tp=1", 1};
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown case ", name));
-}
-
-// The plan of a case (every process builds the same one).
-absl::StatusOr<Plan> CasePlan(const Case& c, bool hf_source) {
-  REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(c.model));
-  REFIT_ASSIGN_OR_RETURN(TrainerSpec ts,
-                         ParseTrainerSpec(hf_source ? "fsdp:dp=1" : c.trainer));
-  REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(c.engine));
-  REFIT_ASSIGN_OR_RETURN(MappedSide src, BuildTrainerLayout(model, ts));
-  REFIT_ASSIGN_OR_RETURN(MappedSide dst, BuildEngineLayout(model, es));
-  PlannerOptions o;
-  o.num_lanes = 1;
-  return BuildPlan(std::move(src.layout), std::move(dst.layout), o);
-}
-
-// One device arena per member, its buffers 256-byte aligned inside (as a
-// caching allocator's segment holds tensors).
-struct Arena {
-  char* base = nullptr;
-  int64_t bytes = 0;
-  bool vmm = false;  // cuMem chunks (freed at exit)
-  std::vector<int64_t> offset;  // per buffer of the side (-1: other rank)
-  std::vector<char*> Pointers() const {
-    std::vector<char*> p(offset.size(), nullptr);
-    for (size_t b = 0; b < offset.size(); ++b) {
-      if (offset[b] >= 0) p[b] = base + offset[b];
-    }
-    return p;
-  }
-};
-
-template <typename F>
-absl::Status Driver(const char* name, F* f) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult q;
-  CK(cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q));
-  if (q != cudaDriverEntryPointSuccess) return absl::InternalError(name);
-  *f = reinterpret_cast<F>(p);
-  return absl::OkStatus();
-}
-
-// `bytes` of device 0 memory as PyTorch's expandable segments make it: one
-// reserved range, mapped in 20 MiB cuMem allocations (each its own
-// cuMemCreate, shareable as a POSIX file descriptor).
-absl::StatusOr<char*> AllocateVmm(int64_t bytes) {
-  CUresult (*create)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
-                     unsigned long long) = nullptr;
-  CUresult (*reserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long) = nullptr;
-  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                  unsigned long long) = nullptr;
-  CUresult (*access)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) = nullptr;
-  REFIT_RETURN_IF_ERROR(Driver("cuMemCreate", &create));
-  REFIT_RETURN_IF_ERROR(Driver("cuMemAddressReserve", &reserve));
-  REFIT_RETURN_IF_ERROR(Driver("cuMemMap", &map));
-  REFIT_RETURN_IF_ERROR(Driver("cuMemSetAccess", &access));
-  const int64_t chunk = 20LL << 20;
-  const int64_t total = (bytes + chunk - 1) / chunk * chunk;
-  CUdeviceptr va = 0;
-  if (reserve(&va, total, 0, 0, 0) != CUDA_SUCCESS) return absl::InternalError("cuMemAddressReserve");
-  CUmemAllocationProp prop = {};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  for (int64_t o = 0; o < total; o += chunk) {
-    CUmemGenericAllocationHandle h;
-    if (create(&h, chunk, &prop, 0) != CUDA_SUCCESS) return absl::InternalError("cuMemCreate");
-    if (map(va + o, chunk, 0, h, 0) != CUDA_SUCCESS) return absl::InternalError("cuMemMap");
-  }
-  CUmemAccessDesc acc = {};
-  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  acc.location.id = 0;
-  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  if (access(va, total, &acc, 1) != CUDA_SUCCESS) return absl::InternalError("cuMemSetAccess");
-  return reinterpret_cast<char*>(va);
-}
-
-absl::StatusOr<Arena> Allocate(const SideLayout& side, int rank, int fill, bool vmm = false) {
-  Arena a;
-  a.offset.assign(side.buffers.size(), -1);
-  for (size_t b = 0; b < side.buffers.size(); ++b) {
-    if (side.buffers[b].rank != rank) continue;
-    a.offset[b] = a.bytes;
-    a.bytes += (side.buffers[b].byte_size + 255) / 256 * 256;
-  }
-  if (vmm) {
-    REFIT_ASSIGN_OR_RETURN(a.base, AllocateVmm(std::max<int64_t>(a.bytes, 256)));
-    a.vmm = true;
-  } else {
-    CK(cudaMalloc(reinterpret_cast<void**>(&a.base), std::max<int64_t>(a.bytes, 256)));
-  }
-  CK(cudaMemset(a.base, fill, a.bytes));
-  return a;
-}
-
-// Slice buffer pointers from the full side's (own buffers keep names).
-std::vector<char*> SlicePointers(const SideLayout& full, const SideLayout& slice, int rank,
-                                 const Arena& a) {
-  std::map<std::string, char*> by_name;
-  for (size_t b = 0; b < full.buffers.size(); ++b) {
-    if (full.buffers[b].rank == rank) by_name[full.buffers[b].name] = a.base + a.offset[b];
-  }
-  std::vector<char*> p(slice.buffers.size(), nullptr);
-  for (size_t b = 0; b < slice.buffers.size(); ++b) {
-    if (slice.buffers[b].rank != rank) continue;
-    auto it = by_name.find(slice.buffers[b].name);
-    if (it != by_name.end()) p[b] = it->second;
-  }
-  return p;
-}
-
-// Fills (check = false) or checks the pattern of `rank`'s records in
-// device memory, through host memory in batches of ~1 GiB (records that
-// share a buffer stay in one batch), 16 threads per batch.
-absl::Status Pattern(const SideLayout& side, int rank, const Arena& a, uint64_t seed,
-                     bool check) {
-  // Components of records sharing buffers, in record order.
-  std::vector<int> recs;
-  for (size_t r = 0; r < side.records.size(); ++r) {
-    if (side.records[r].rank == rank) recs.push_back(static_cast<int>(r));
-  }
-  std::vector<int> parent(recs.size());
-  std::iota(parent.begin(), parent.end(), 0);
-  auto find = [&](int x) {
-    while (parent[x] != x) x = parent[x] = parent[parent[x]];
-    return x;
-  };
-  std::map<int32_t, int> owner;
-  auto buffers_of = [&](const Record& r) {
-    std::vector<int32_t> b;
-    const int64_t n = r.buffer_step > 0 && r.box.rank() > 0 ? r.box.shape(0) : 1;
-    for (int64_t k = 0; k < n; ++k) b.push_back(RecordBuffer(r, k));
-    return b;
-  };
-  for (size_t i = 0; i < recs.size(); ++i) {
-    for (int32_t b : buffers_of(side.records[recs[i]])) {
-      auto [it, fresh] = owner.emplace(b, static_cast<int>(i));
-      if (!fresh) parent[find(static_cast<int>(i))] = find(it->second);
-    }
-  }
-  std::map<int, std::vector<int>> comps;
-  for (size_t i = 0; i < recs.size(); ++i) comps[find(static_cast<int>(i))].push_back(recs[i]);
-  std::vector<std::vector<int>> batches(1);
-  int64_t batch_bytes = 0;
-  for (auto& [root, rs] : comps) {
-    std::set<int32_t> bufs;
-    for (int r : rs) {
-      for (int32_t b : buffers_of(side.records[r])) bufs.insert(b);
-    }
-    int64_t bytes = 0;
-    for (int32_t b : bufs) bytes += side.buffers[b].byte_size;
-    if (batch_bytes > 0 && batch_bytes + bytes > (1LL << 30)) {
-      batches.emplace_back();
-      batch_bytes = 0;
-    }
-    batches.back().insert(batches.back().end(), rs.begin(), rs.end());
-    batch_bytes += bytes;
-  }
-  const int nt = 16;
-  for (const std::vector<int>& batch : batches) {
-    std::set<int32_t> bufs;
-    for (int r : batch) {
-      for (int32_t b : buffers_of(side.records[r])) bufs.insert(b);
-    }
-    std::map<int32_t, std::vector<uint8_t>> host;
-    HostBuffers ptrs(side.buffers.size(), nullptr);
-    for (int32_t b : bufs) {
-      host[b].resize(side.buffers[b].byte_size);
-      ptrs[b] = host[b].data();
-      if (check) {
-        CK(cudaMemcpy(ptrs[b], a.base + a.offset[b], side.buffers[b].byte_size,
-                      cudaMemcpyDeviceToHost));
-      }
-    }
-    std::vector<SideLayout> parts(nt);
-    for (int i = 0; i < nt; ++i) {
-      parts[i].world_size = side.world_size;
-      parts[i].tensors = side.tensors;
-      parts[i].buffers = side.buffers;
-    }
-    for (size_t i = 0; i < batch.size(); ++i) parts[i % nt].records.push_back(side.records[batch[i]]);
-    std::vector<absl::Status> st(nt);
-    std::vector<std::thread> th;
-    for (int i = 0; i < nt; ++i) {
-      th.emplace_back([&, i] {
-        if (check) {
-          st[i] = CheckPattern(parts[i], ptrs, {rank, seed});
-        } else {
-          FillPattern(parts[i], ptrs, {rank, seed});
-        }
-      });
-    }
-    for (auto& t : th) t.join();
-    for (const auto& s : st) REFIT_RETURN_IF_ERROR(s);
-    if (!check) {
-      for (int32_t b : bufs) {
-        CK(cudaMemcpy(a.base + a.offset[b], ptrs[b], side.buffers[b].byte_size,
-                      cudaMemcpyHostToDevice));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-// The checksum of every non-padding byte of `rank`'s buffers, XORed with key.
-absl::StatusOr<unsigned long long> Checksum(const SideLayout& side, int rank, const Arena& a,
-                                            uint8_t key) {
-  unsigned long long* d = nullptr;
-  CK(cudaMalloc(reinterpret_cast<void**>(&d), sizeof(*d)));
-  CK(cudaMemset(d, 0, sizeof(*d)));
-  for (size_t b = 0; b < side.buffers.size(); ++b) {
-    if (side.buffers[b].rank != rank) continue;
-    std::vector<ByteRange> pad = side.buffers[b].padding;
-    std::sort(pad.begin(), pad.end(),
-              [](const ByteRange& x, const ByteRange& y) { return x.begin < y.begin; });
-    int64_t at = 0;
-    pad.push_back({side.buffers[b].byte_size, 0});
-    for (const ByteRange& p : pad) {
-      if (p.begin > at) {
-        CK(static_cast<cudaError_t>(
-            cuda::LaunchChecksum(a.base + a.offset[b] + at, p.begin - at, key, d, nullptr)));
-      }
-      at = std::max(at, p.end());
-    }
-  }
-  unsigned long long h = 0;
-  CK(cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost));
-  CK(cudaFree(d));
-  return h;
-}
-
-uint8_t Key(int round) { return round <= 1 ? 0 : static_cast<uint8_t>((round * 37) | 1); }
-
-void WriteResult(const std::string& path, const std::map<std::string, std::string>& kv) {
-  std::ofstream f(path);
-  for (const auto& [k, v] : kv) f << k << "=" << v << "\n";
-}
-
-std::map<std::string, std::string> ReadResult(const std::string& path) {
-  std::map<std::string, std::string> kv;
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line)) {
-    const size_t eq = line.find('=');
-    if (eq != std::string::npos) kv[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return kv;
-}
 
 // Waits until every one of `n` members wrote its mark for `round`.
 absl::Status Barrier(KvStore* kv, const std::string& tag, int me, int n) {
@@ -425,140 +148,6 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
   return r;
 }
 
-// Floor, per-tensor and bucketed baselines in one process.
-absl::StatusOr<std::map<std::string, std::string>> Baselines(const Case& c, int iters) {
-  CK(cudaSetDevice(0));
-  std::map<std::string, std::string> r;
-  REFIT_ASSIGN_OR_RETURN(Plan hf, CasePlan(c, /*hf_source=*/true));
-  REFIT_ASSIGN_OR_RETURN(Arena src, Allocate(hf.src, 0, 0));
-  REFIT_ASSIGN_OR_RETURN(Arena dst, Allocate(hf.dst, 0, 0xEE));
-  REFIT_RETURN_IF_ERROR(Pattern(hf.src, 0, src, 1, false));
-  // Tasks per HF tensor (source buffer), in buffer order.
-  std::map<int32_t, std::vector<CopyTask>> by_src;
-  for (const Message& m : hf.messages) {
-    REFIT_ASSIGN_OR_RETURN(std::vector<CopyTask> t, DirectProgram(hf, m));
-    for (const CopyTask& k : t) by_src[k.src_buffer].push_back(k);
-  }
-  const std::vector<char*> sp = src.Pointers(), dp = dst.Pointers();
-  std::vector<cuda::DeviceCopy> all;
-  std::vector<std::pair<int64_t, int64_t>> group;  // (first, count) per tensor
-  for (auto& [b, tasks] : by_src) {
-    REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> rc, ResolveTasks(tasks, sp, dp, nullptr, nullptr));
-    group.emplace_back(all.size(), rc.size());
-    for (const ResolvedCopy& x : rc) {
-      all.push_back({x.src, x.dst, x.rows, x.row_bytes, x.src_row_stride, x.dst_row_stride});
-    }
-  }
-  cuda::DeviceCopy* dev = nullptr;
-  CK(cudaMalloc(reinterpret_cast<void**>(&dev), all.size() * sizeof(cuda::DeviceCopy)));
-  CK(cudaMemcpy(dev, all.data(), all.size() * sizeof(cuda::DeviceCopy), cudaMemcpyHostToDevice));
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  auto per_tensor = [&]() -> absl::Status {
-    for (const auto& [first, n] : group) {
-      CK(static_cast<cudaError_t>(cuda::LaunchCopies(dev + first, static_cast<int>(n), s)));
-    }
-    CK(cudaStreamSynchronize(s));
-    return absl::OkStatus();
-  };
-  REFIT_RETURN_IF_ERROR(per_tensor());
-  absl::Status ok = Pattern(hf.dst, 0, dst, 1, true);
-  r["per_tensor_check"] = ok.ok() ? "PASS" : absl::StrCat("FAIL: ", ok.message());
-  // Every other row compares its engine bytes with these (host-checked).
-  REFIT_ASSIGN_OR_RETURN(const unsigned long long ref_sum, Checksum(hf.dst, 0, dst, 0));
-  r["ref_sum"] = absl::StrCat(ref_sum);
-  absl::Time t0 = absl::Now();
-  for (int i = 0; i < iters; ++i) REFIT_RETURN_IF_ERROR(per_tensor());
-  r["per_tensor_ms"] = absl::StrCat(absl::ToDoubleMilliseconds(absl::Now() - t0) / iters);
-
-  // Bucketed: HF tensors packed into 1 GiB buckets, then copied out.
-  int64_t kBucket = 1LL << 30;  // or the largest tensor, if larger
-  for (const BufferSpec& b : hf.src.buffers) {
-    kBucket = std::max(kBucket, (b.byte_size + 255) / 256 * 256);
-  }
-  char* bucket = nullptr;
-  CK(cudaMalloc(reinterpret_cast<void**>(&bucket), kBucket));
-  std::vector<std::vector<int32_t>> buckets(1);
-  int64_t used = 0;
-  for (auto& [b, tasks] : by_src) {
-    const int64_t n = (hf.src.buffers[b].byte_size + 255) / 256 * 256;
-    if (used > 0 && used + n > kBucket) {
-      buckets.emplace_back();
-      used = 0;
-    }
-    buckets.back().push_back(b);
-    used += n;
-  }
-  // Copy-out tasks per bucket, resolved against the bucket (once).
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> out_groups(buckets.size());
-  std::vector<std::vector<std::pair<int32_t, int64_t>>> packs(buckets.size());
-  std::vector<cuda::DeviceCopy> out_all;
-  for (size_t k = 0; k < buckets.size(); ++k) {
-    int64_t off = 0;
-    for (int32_t b : buckets[k]) {
-      std::vector<char*> bp(sp.size(), nullptr);
-      bp[b] = bucket + off;
-      REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> rc,
-                             ResolveTasks(by_src[b], bp, dp, nullptr, nullptr));
-      out_groups[k].emplace_back(out_all.size(), rc.size());
-      for (const ResolvedCopy& x : rc) {
-        out_all.push_back({x.src, x.dst, x.rows, x.row_bytes, x.src_row_stride, x.dst_row_stride});
-      }
-      packs[k].emplace_back(b, off);
-      off += (hf.src.buffers[b].byte_size + 255) / 256 * 256;
-    }
-  }
-  cuda::DeviceCopy* out_dev = nullptr;
-  CK(cudaMalloc(reinterpret_cast<void**>(&out_dev), out_all.size() * sizeof(cuda::DeviceCopy)));
-  CK(cudaMemcpy(out_dev, out_all.data(), out_all.size() * sizeof(cuda::DeviceCopy),
-                cudaMemcpyHostToDevice));
-  auto bucketed = [&]() -> absl::Status {
-    for (size_t k = 0; k < buckets.size(); ++k) {
-      for (const auto& [b, off] : packs[k]) {
-        CK(cudaMemcpyAsync(bucket + off, sp[b], hf.src.buffers[b].byte_size,
-                           cudaMemcpyDeviceToDevice, s));
-      }
-      CK(cudaStreamSynchronize(s));  // the trainer's bucket is ready
-      for (const auto& [first, n] : out_groups[k]) {
-        CK(static_cast<cudaError_t>(cuda::LaunchCopies(out_dev + first, static_cast<int>(n), s)));
-      }
-      CK(cudaStreamSynchronize(s));  // the engine is done with the bucket
-    }
-    return absl::OkStatus();
-  };
-  CK(cudaMemset(dst.base, 0xEE, dst.bytes));
-  REFIT_RETURN_IF_ERROR(bucketed());
-  REFIT_ASSIGN_OR_RETURN(const unsigned long long bsum, Checksum(hf.dst, 0, dst, 0));
-  r["bucketed_check"] = bsum == ref_sum ? "PASS" : "FAIL: engine checksum";
-  t0 = absl::Now();
-  for (int i = 0; i < iters; ++i) REFIT_RETURN_IF_ERROR(bucketed());
-  r["bucketed_ms"] = absl::StrCat(absl::ToDoubleMilliseconds(absl::Now() - t0) / iters);
-  int64_t total = 0;
-  for (const Message& m : hf.messages) total += m.bytes;
-  CK(cudaFree(bucket));
-  CK(cudaFree(out_dev));
-  CK(cudaFree(dev));
-  CK(cudaFree(src.base));
-  CK(cudaFree(dst.base));
-
-  // The floor: one cudaMemcpy of the same bytes.
-  char *x = nullptr, *y = nullptr;
-  CK(cudaMalloc(reinterpret_cast<void**>(&x), total));
-  CK(cudaMalloc(reinterpret_cast<void**>(&y), total));
-  CK(cudaMemset(x, 1, total));
-  CK(cudaMemcpy(y, x, total, cudaMemcpyDeviceToDevice));
-  CK(cudaDeviceSynchronize());
-  t0 = absl::Now();
-  for (int i = 0; i < iters; ++i) CK(cudaMemcpy(y, x, total, cudaMemcpyDeviceToDevice));
-  CK(cudaDeviceSynchronize());
-  r["floor_ms"] = absl::StrCat(absl::ToDoubleMilliseconds(absl::Now() - t0) / iters);
-  r["bytes"] = absl::StrCat(total);
-  CK(cudaFree(x));
-  CK(cudaFree(y));
-  CK(cudaStreamDestroy(s));
-  return r;
-}
-
 // One result from the members' (the slowest trainer's time, every
 // member's check and error).
 absl::StatusOr<std::map<std::string, std::string>> Merge(
@@ -591,55 +180,6 @@ absl::StatusOr<std::map<std::string, std::string>> PullThreads(const Case& c, co
   }
   for (auto& t : th) t.join();
   return Merge(res);
-}
-
-// Runs `args` of this program as `n` processes (--worker ... INDEX), each
-// writing DIR/result.INDEX; bounded by 400 s. The results, or an error.
-absl::StatusOr<std::vector<std::map<std::string, std::string>>> Spawn(
-    const char* self, const std::vector<std::string>& args, int n, const std::string& dir,
-    const std::vector<std::string>& flags) {
-  std::vector<pid_t> pids;
-  for (int i = 0; i < n; ++i) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      std::vector<std::string> a = {self, "--worker"};
-      a.insert(a.end(), args.begin(), args.end());
-      a.push_back(std::to_string(i));
-      a.push_back(dir);
-      a.insert(a.end(), flags.begin(), flags.end());
-      std::vector<char*> av;
-      for (auto& x : a) av.push_back(x.data());
-      av.push_back(nullptr);
-      execv("/proc/self/exe", av.data());
-      _exit(127);
-    }
-    pids.push_back(pid);
-  }
-  const absl::Time until = absl::Now() + absl::Seconds(400);
-  std::vector<bool> done(n, false);
-  int left = n;
-  while (left > 0 && absl::Now() < until) {
-    for (int i = 0; i < n; ++i) {
-      int st = 0;
-      if (!done[i] && waitpid(pids[i], &st, WNOHANG) == pids[i]) {
-        done[i] = true;
-        --left;
-      }
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  std::vector<std::map<std::string, std::string>> out;
-  for (int i = 0; i < n; ++i) {
-    if (!done[i]) {
-      kill(pids[i], SIGKILL);
-      waitpid(pids[i], nullptr, 0);
-      return absl::DeadlineExceededError(absl::StrCat("worker ", i, " timed out"));
-    }
-    out.push_back(ReadResult(absl::StrCat(dir, "/result.", i)));
-    if (out.back().count("error")) return absl::InternalError(out.back()["error"]);
-    if (out.back().empty()) return absl::InternalError(absl::StrCat("worker ", i, " crashed"));
-  }
-  return out;
 }
 
 // --worker MODE CASE INDEX DIR (MODE: baselines, threads, member).
@@ -777,6 +317,6 @@ int Main(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace refit
+}  // namespace refit::bench
 
-int main(int argc, char** argv) { return refit::Main(argc, argv); }
+int main(int argc, char** argv) { return refit::bench::Main(argc, argv); }

@@ -108,7 +108,8 @@ absl::Status RunCase(const Case& c, int reps) {
   Plan plan;
   std::vector<double> times;
   // CPU time of the runs: user (the planner's own work) and system (page
-  // faults; on this VM first-touching fresh memory is what varies most).
+  // faults; on a paravirtualized machine first-touching fresh memory is what
+  // varies most).
   double user_s = 0, sys_s = 0;
   auto cpu = [](double* u, double* sy) {
     rusage ru;

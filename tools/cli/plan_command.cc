@@ -8,7 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
 #include "absl/time/clock.h"
+#include "common/file.h"
 #include "common/status_macros.h"
 #include "mapping/mapping.h"
 #include "mapping/plan_size.h"
@@ -40,7 +43,7 @@ absl::Status CheckPlanSizeOptions(int64_t staging_mib, int32_t lanes,
                                   int64_t max_plan_mib) {
   if (staging_mib < 1 || staging_mib > kMaxStagingMib) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--staging-mib ", staging_mib, ": must be 1..", kMaxStagingMib));
+        "--staging_mib ", staging_mib, ": must be 1..", kMaxStagingMib));
   }
   if (lanes < 1 || lanes > kMaxLanes) {
     return absl::InvalidArgumentError(
@@ -48,9 +51,51 @@ absl::Status CheckPlanSizeOptions(int64_t staging_mib, int32_t lanes,
   }
   if (max_plan_mib < 1 || max_plan_mib > kMaxStagingMib) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--max-plan-mib ", max_plan_mib, ": must be 1..", kMaxStagingMib));
+        "--max_plan_mib ", max_plan_mib, ": must be 1..", kMaxStagingMib));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<JobPlacement> ParseHostsFile(const std::string& text,
+                                            int32_t trainer_world,
+                                            int32_t engine_world) {
+  JobPlacement p;
+  p.trainer_hosts.resize(trainer_world);
+  p.engine_hosts.resize(engine_world);
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<absl::string_view> w =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    int32_t rank = -1;
+    const bool trainer = !w.empty() && w[0] == "trainer";
+    std::vector<std::string>* hosts = trainer ? &p.trainer_hosts : &p.engine_hosts;
+    if (w.size() != 3 || (!trainer && w[0] != "engine") ||
+        !absl::SimpleAtoi(w[1], &rank) || rank < 0 ||
+        rank >= static_cast<int32_t>(hosts->size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--hosts line ", line_no, ": '", line, "' is not \"trainer|engine RANK HOST\" ",
+          "with RANK below the side's world size (trainer ", trainer_world,
+          ", engine ", engine_world, ")"));
+    }
+    if (!(*hosts)[rank].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--hosts line ", line_no, ": ", w[0], " rank ", rank, " listed twice"));
+    }
+    (*hosts)[rank] = std::string(w[2]);
+  }
+  for (const auto* side : {&p.trainer_hosts, &p.engine_hosts}) {
+    for (size_t r = 0; r < side->size(); ++r) {
+      if ((*side)[r].empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--hosts: no host for ", side == &p.trainer_hosts ? "trainer" : "engine",
+            " rank ", r));
+      }
+    }
+  }
+  return p;
 }
 
 absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
@@ -72,17 +117,29 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
   REFIT_ASSIGN_OR_RETURN(TrainerSpec ts, ParseTrainerSpec(opt.trainer));
   REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(opt.engine));
   REFIT_ASSIGN_OR_RETURN(int64_t records, EstimatePlanRecords(model, ts, {es}));
-  REFIT_RETURN_IF_ERROR(CheckPlanBudget(records, opt.max_plan_mib << 20, "--max-plan-mib"));
-  ts.gpus_per_host = es.gpus_per_host = opt.link.gpus_per_host;
+  REFIT_RETURN_IF_ERROR(CheckPlanBudget(records, opt.max_plan_mib << 20, "--max_plan_mib"));
+  if (opt.link.gpus_per_host < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpus-per-host must be >= 1, got ", opt.link.gpus_per_host));
+  }
+  const std::vector<JobEngine> engines = {JobEngine{"engine", es}};
+  JobPlacement placement =
+      ShorthandPlacement(ts.world_size(), es.world_size(), opt.link.gpus_per_host,
+                         opt.link.colocated);
+  if (!opt.hosts_file.empty()) {
+    REFIT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(opt.hosts_file, 16 << 20));
+    REFIT_ASSIGN_OR_RETURN(placement,
+                           ParseHostsFile(text, ts.world_size(), es.world_size()));
+  }
   lap("config+specs");
-  REFIT_ASSIGN_OR_RETURN(MappedSide src, BuildTrainerLayout(model, ts));
-  lap("trainer layout");
-  REFIT_ASSIGN_OR_RETURN(MappedSide dst, BuildEngineLayout(model, es));
-  lap("engine layout");
+  REFIT_ASSIGN_OR_RETURN(JobLayouts layouts, MapJob(model, ts, engines));
+  lap("layouts");
   PlannerOptions po;
   po.staging_budget_bytes = opt.staging_mib << 20;
   po.num_lanes = opt.lanes;
-  REFIT_ASSIGN_OR_RETURN(Plan plan, BuildPlan(std::move(src.layout), std::move(dst.layout), po));
+  po.links.intra_host_gbps = opt.link.nvlink_gbps;
+  po.links.inter_host_gbps = opt.link.net_gbps;
+  REFIT_ASSIGN_OR_RETURN(Plan plan, PlanJob(std::move(layouts), engines, placement, po));
   lap("planner");
   if (opt.timings) {
     for (const auto& [phase, sec] : plan.stats.phase_seconds) {
@@ -90,6 +147,10 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
     }
   }
   REFIT_ASSIGN_OR_RETURN(PlanSummary s, SummarizePlan(plan, opt.link));
+  s.fingerprint = plan.fingerprint;
+  s.model = opt.model;
+  s.trainer_spec = TrainerSpecString(ts);
+  s.engine_spec = EngineSpecString(es);
   lap("summary");
   if (!opt.heatmap.empty()) {
     std::ofstream f(opt.heatmap);

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "job/job_plan.h"
 #include "tools/cli/plan_summary.h"
 
 namespace refit {
@@ -16,7 +18,8 @@ struct PlanCommandOptions {
   std::string trainer;  // "megatron:tp=..,pp=..." or "fsdp:dp=.."
   std::string engine;   // "vllm:tp=..,dp=..[,ep=..]"
   std::string dtype = "bf16";
-  LinkModel link;
+  LinkModel link;        // speeds; gpus_per_host/colocated: the shorthand placement
+  std::string hosts_file;  // each rank's host (ParseHostsFile); overrides the shorthand
   int64_t staging_mib = 512;
   int32_t lanes = 2;
   int64_t max_plan_mib = 16384;  // refuse plans estimated above this
@@ -27,7 +30,7 @@ struct PlanCommandOptions {
 
 // Runs the dry run and returns what to print on stdout. Fails with
 // CheckPlanSizeOptions's INVALID_ARGUMENT; RESOURCE_EXHAUSTED naming
-// --max-plan-mib when the plan's estimated size (EstimatePlanRecords) is
+// --max_plan_mib when the plan's estimated size (EstimatePlanRecords) is
 // over it, before any layout is built; or the mapping's or planner's status (INVALID_ARGUMENT naming the tensor, ranks or
 // spec key) annotated with the step that failed.
 absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt);
@@ -35,11 +38,21 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt);
 // The most staging (and plan budget) a flag may name, in MiB: 1 TiB.
 inline constexpr int64_t kMaxStagingMib = int64_t{1} << 20;
 
-// Returns OK when --staging-mib, --lanes and --max-plan-mib are in range
+// Returns OK when --staging_mib, --lanes and --max_plan_mib are in range
 // (1..kMaxStagingMib, 1..kMaxLanes, 1..kMaxStagingMib); else
 // INVALID_ARGUMENT naming the flag and the range.
 absl::Status CheckPlanSizeOptions(int64_t staging_mib, int32_t lanes,
                                   int64_t max_plan_mib);
+
+// Returns the placement of `trainer_world` trainer and `engine_world`
+// engine ranks from the text of a hosts file: one rank per line,
+// "trainer RANK HOST" or "engine RANK HOST"; blank lines and lines starting
+// with '#' are skipped. Fails with INVALID_ARGUMENT naming the line for a
+// malformed line, a rank out of range or listed twice, and naming the side
+// and rank for a rank not listed.
+absl::StatusOr<JobPlacement> ParseHostsFile(const std::string& text,
+                                            int32_t trainer_world,
+                                            int32_t engine_world);
 
 // Parses "nvlink=370,net=50" into `link` (GB/s). INVALID_ARGUMENT on an
 // unknown key or a non-positive number.

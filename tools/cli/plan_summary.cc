@@ -86,23 +86,29 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
   std::vector<double> t_src(s.src_world, 0), t_dst(s.dst_world, 0);
   s.histogram = EmptyHistogram();
 
-  const bool by_stage = !plan.src.stage_of_rank.empty() &&
-                        *std::max_element(plan.src.stage_of_rank.begin(),
-                                          plan.src.stage_of_rank.end()) > 0;
-  int32_t rows = 1;
-  if (by_stage) {
-    rows = 1 + *std::max_element(plan.src.stage_of_rank.begin(),
-                                 plan.src.stage_of_rank.end());
-    s.heat_rows_label = "trainer PP stage";
-  } else {
-    rows = std::max(1, (s.src_world + link.gpus_per_host - 1) /
-                           link.gpus_per_host);
-    s.heat_rows_label = "trainer host";
+  // Hosts: the plan's placement, else the shorthand.
+  std::vector<int32_t> src_host(s.src_world), dst_host(s.dst_world);
+  const bool placed =
+      static_cast<int32_t>(plan.src.host_of_rank.size()) == s.src_world &&
+      static_cast<int32_t>(plan.dst.host_of_rank.size()) == s.dst_world;
+  for (int32_t r = 0; r < s.src_world; ++r) {
+    src_host[r] = placed ? plan.src.host_of_rank[r] : TrainerHost(link, s.src_world, r);
   }
-  const int32_t cols =
-      std::max(1, (s.dst_world + link.gpus_per_host - 1) / link.gpus_per_host);
-  s.heat.assign(rows, std::vector<int64_t>(cols, 0));
-  const int32_t engine_host0 = EngineHost(link, s.src_world, 0);
+  for (int32_t r = 0; r < s.dst_world; ++r) {
+    dst_host[r] = placed ? plan.dst.host_of_rank[r] : EngineHost(link, s.src_world, r);
+  }
+  s.heat_row_hosts = src_host;
+  s.heat_col_hosts = dst_host;
+  for (auto* v : {&s.heat_row_hosts, &s.heat_col_hosts}) {
+    std::sort(v->begin(), v->end());
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  }
+  auto index_in = [](const std::vector<int32_t>& v, int32_t h) {
+    return static_cast<int32_t>(std::lower_bound(v.begin(), v.end(), h) - v.begin());
+  };
+  s.heat.assign(s.heat_row_hosts.size(),
+                std::vector<int64_t>(s.heat_col_hosts.size(), 0));
+  s.lower_bound_seconds = plan.stats.lower_bound_seconds;
 
   // Bytes per wire byte had the trainer's dtype travelled, per src tensor.
   std::vector<double> unconverted(plan.src.tensors.size(), 1.0);
@@ -136,8 +142,7 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
     s.total_bytes += m.bytes;
     sent[m.src_rank] += m.bytes;
     recv[m.dst_rank] += m.bytes;
-    const bool intra = TrainerHost(link, s.src_world, m.src_rank) ==
-                       EngineHost(link, s.src_world, m.dst_rank);
+    const bool intra = src_host[m.src_rank] == dst_host[m.dst_rank];
     const double bw = (intra ? link.nvlink_gbps : link.net_gbps) * 1e9;
     (intra ? s.intra_host_bytes : s.inter_host_bytes) += m.bytes;
     t_src[m.src_rank] += m.bytes / bw;
@@ -170,13 +175,8 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
         break;
       }
     }
-    int32_t row = by_stage && m.src_rank < (int32_t)plan.src.stage_of_rank.size()
-                      ? plan.src.stage_of_rank[m.src_rank]
-                      : TrainerHost(link, s.src_world, m.src_rank);
-    int32_t col = EngineHost(link, s.src_world, m.dst_rank) - engine_host0;
-    if (row >= 0 && row < rows && col >= 0 && col < cols) {
-      s.heat[row][col] += m.bytes;
-    }
+    s.heat[index_in(s.heat_row_hosts, src_host[m.src_rank])]
+          [index_in(s.heat_col_hosts, dst_host[m.dst_rank])] += m.bytes;
   }
   s.num_segments = static_cast<int64_t>(plan.segments.size());
   s.num_messages = static_cast<int64_t>(plan.messages.size());
@@ -251,6 +251,11 @@ std::string FormatSummaryText(const PlanSummary& s) {
   absl::StrAppendFormat(&o, "predicted refit time: %.3f s (slowest: %s)\n",
                         s.predicted_seconds,
                         s.slowest_rank.empty() ? "none" : s.slowest_rank);
+  if (s.lower_bound_seconds > 0) {
+    absl::StrAppendFormat(&o, "lower bound: %.3f s, predicted / lower bound: %.3f\n",
+                          s.lower_bound_seconds,
+                          s.predicted_seconds / s.lower_bound_seconds);
+  }
   if (s.converted_records > 0) {
     absl::StrAppendFormat(
         &o,
@@ -304,8 +309,22 @@ std::string FormatSummaryJson(const PlanSummary& s) {
   j["inter_host_bytes"] = s.inter_host_bytes;
   j["predicted_seconds"] = s.predicted_seconds;
   j["slowest_rank"] = s.slowest_rank;
-  j["heatmap"] = {{"rows", s.heat_rows_label}, {"cols", "engine host"},
-                  {"bytes", s.heat}};
+  j["lower_bound_seconds"] = s.lower_bound_seconds;
+  j["predicted_over_lower_bound"] =
+      s.lower_bound_seconds > 0 ? s.predicted_seconds / s.lower_bound_seconds : 0.0;
+  j["bytes_by_link"] = {{"intra_host", s.intra_host_bytes},
+                        {"inter_host", s.inter_host_bytes}};
+  if (!s.fingerprint.empty()) j["fingerprint"] = s.fingerprint;
+  if (!s.model.empty()) j["model"] = s.model;
+  if (!s.trainer_spec.empty()) j["trainer"] = s.trainer_spec;
+  if (!s.engine_spec.empty()) j["engine"] = s.engine_spec;
+  nlohmann::json heat;
+  heat["rows"] = "trainer host";
+  heat["cols"] = "engine host";
+  heat["row_hosts"] = s.heat_row_hosts;
+  heat["col_hosts"] = s.heat_col_hosts;
+  heat["bytes"] = s.heat;
+  j["heatmap"] = heat;
   return j.dump(2) + "\n";
 }
 
@@ -316,7 +335,13 @@ std::string RenderHeatmapSvg(const PlanSummary& s, const std::string& title) {
   for (const auto& r : s.heat) for (int64_t v : r) mx = std::max(mx, v);
   const int cell = std::max(12, std::min(40, 640 / std::max(1, std::max(rows, cols))));
   const int left = 150, top = 70;
-  const int w = left + cols * cell + 180, h = top + rows * cell + 80;
+  const int legend_w = 230, legend_h = 11 * 18 + 60;
+  const int footer = 50;
+  // Wide enough for the title (about 8 px per character at 15 px) and the
+  // legend, tall enough for the legend, whatever the grid's size.
+  const int w = std::max({left + cols * cell + legend_w,
+                          20 + 8 * static_cast<int>(title.size()), 520});
+  const int h = top + std::max(rows * cell, legend_h) + footer;
   auto color = [&](int64_t v) {
     if (v == 0) return std::string("#f4f4f4");
     double t = mx > 0 ? static_cast<double>(v) / mx : 0;
@@ -332,28 +357,40 @@ std::string RenderHeatmapSvg(const PlanSummary& s, const std::string& title) {
       "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
       "<text x=\"10\" y=\"20\" font-size=\"15\">%s</text>\n"
       "<text x=\"%d\" y=\"%d\">engine host (columns)</text>\n"
-      "<text x=\"10\" y=\"%d\">%s (rows)</text>\n",
-      w, h, title, left, top - 28, top - 10, s.heat_rows_label);
+      "<text x=\"10\" y=\"%d\">trainer host (rows)</text>\n",
+      w, h, title, left, top - 28, top - 10);
   const int step_c = std::max(1, cols / 16), step_r = std::max(1, rows / 32);
   for (int c = 0; c < cols; c += step_c) {
     absl::StrAppendFormat(&o, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%d</text>\n",
-                          left + c * cell + cell / 2, top - 4, c);
+                          left + c * cell + cell / 2, top - 4, s.heat_col_hosts[c]);
   }
+  std::string outlines;  // drawn last, over the cells
   for (int r = 0; r < rows; ++r) {
     if (r % step_r == 0) {
       absl::StrAppendFormat(&o, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%d</text>\n",
-                            left - 6, top + r * cell + cell / 2 + 4, r);
+                            left - 6, top + r * cell + cell / 2 + 4,
+                            s.heat_row_hosts[r]);
     }
     for (int c = 0; c < cols; ++c) {
+      const bool intra = s.heat_row_hosts[r] == s.heat_col_hosts[c];
       absl::StrAppendFormat(
           &o,
           "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" "
-          "stroke=\"white\" stroke-width=\"0.5\"><title>%s %d -> engine host "
-          "%d: %s</title></rect>\n",
+          "stroke=\"white\" stroke-width=\"0.5\"><title>trainer host %d -> engine "
+          "host %d: %s (%s)</title></rect>\n",
           left + c * cell, top + r * cell, cell, cell, color(s.heat[r][c]),
-          s.heat_rows_label, r, c, HumanBytes(s.heat[r][c]));
+          s.heat_row_hosts[r], s.heat_col_hosts[c], HumanBytes(s.heat[r][c]),
+          intra ? "intra-host" : "inter-host");
+      if (intra) {
+        absl::StrAppendFormat(&outlines,
+                              "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
+                              "fill=\"none\" stroke=\"#1f4fd0\" stroke-width=\"2\"/>\n",
+                              left + c * cell + 1, top + r * cell + 1, cell - 2,
+                              cell - 2);
+      }
     }
   }
+  o += outlines;
   // Legend.
   const int lx = left + cols * cell + 30, ly = top;
   o += absl::StrFormat("<text x=\"%d\" y=\"%d\">bytes</text>\n", lx, ly - 8);
@@ -365,8 +402,17 @@ std::string RenderHeatmapSvg(const PlanSummary& s, const std::string& title) {
                           lx, ly + i * 18, color(v), lx + 26, ly + i * 18 + 13,
                           HumanBytes(v));
   }
-  absl::StrAppendFormat(&o, "<text x=\"10\" y=\"%d\">total %s, predicted %.3f s</text>\n",
-                        h - 20, HumanBytes(s.total_bytes), s.predicted_seconds);
+  absl::StrAppendFormat(&o,
+                        "<rect x=\"%d\" y=\"%d\" width=\"20\" height=\"18\" fill=\"none\" "
+                        "stroke=\"#1f4fd0\" stroke-width=\"2\"/><text x=\"%d\" "
+                        "y=\"%d\">within one host</text>\n",
+                        lx, ly + 11 * 18 + 10, lx + 26, ly + 11 * 18 + 23);
+  absl::StrAppendFormat(
+      &o,
+      "<text x=\"10\" y=\"%d\">total %s: intra-host %s, inter-host %s; "
+      "predicted %.3f s</text>\n",
+      h - 20, HumanBytes(s.total_bytes), HumanBytes(s.intra_host_bytes),
+      HumanBytes(s.inter_host_bytes), s.predicted_seconds);
   o += "</svg>\n";
   return o;
 }

@@ -14,7 +14,9 @@
 
 namespace refit {
 
-// Link model. Host placement assumption (documented in --help):
+// Link model. Host placement when the plan has none (SideLayout::
+// host_of_rank on both sides; `refit plan` always gives the plan one) and
+// the shorthands of `refit plan` (documented in --help):
 //  * colocated == false (default): trainer and engine GPUs are on separate
 //    hosts: trainer rank r on host r / gpus_per_host, engine rank r on host
 //    ceil(T / gpus_per_host) + r / gpus_per_host. Every transfer then crosses
@@ -60,6 +62,14 @@ struct PlanSummary {
   int64_t intra_host_bytes = 0;
   int64_t inter_host_bytes = 0;
   double predicted_seconds = 0;              // slowest rank
+  // plan.stats.lower_bound_seconds (0 when the plan has none, e.g. one read
+  // from the wire): no replica choice beats it.
+  double lower_bound_seconds = 0;
+  // What the plan is of (set by the caller; printed when not empty).
+  std::string fingerprint;
+  std::string model;
+  std::string trainer_spec;
+  std::string engine_spec;
   // Where the engine stores tensors in other dtypes (plan.conversions):
   // the bytes and predicted time had the trainer's dtypes travelled (FP8
   // weights as BF16, no scales). Equal to the above without conversions.
@@ -71,17 +81,22 @@ struct PlanSummary {
   int64_t converted_wire_bytes = 0;
   int64_t converted_unconverted_bytes = 0;
   std::string slowest_rank;                  // e.g. "trainer rank 3" (MemberName)
-  // Bytes from each source group (trainer host, or PP stage when the plan
-  // has stages) to each engine host: [src_group][engine_host].
+  // Bytes from each trainer host to each engine host: [row][col]; row i
+  // is host heat_row_hosts[i], col j host heat_col_hosts[j] (host indices
+  // of the placement, ascending); a cell whose two hosts are equal moved
+  // its bytes within one host.
   std::vector<std::vector<int64_t>> heat;
-  std::string heat_rows_label;               // "trainer host" / "PP stage"
+  std::vector<int32_t> heat_row_hosts;
+  std::vector<int32_t> heat_col_hosts;
 };
 
-// Host of trainer rank `r` / engine rank `r` under `link` (see LinkModel).
+// Host of trainer rank `r` / engine rank `r` under `link`'s shorthand (see
+// LinkModel).
 int32_t TrainerHost(const LinkModel& link, int32_t src_world, int32_t r);
 int32_t EngineHost(const LinkModel& link, int32_t src_world, int32_t r);
 
-// Summarizes `plan`. Fails with INVALID_ARGUMENT if gpus_per_host < 1, a
+// Summarizes `plan`: hosts from the plan's placement when both sides have
+// one, else from `link`'s shorthand; speeds from `link`. Fails with INVALID_ARGUMENT if gpus_per_host < 1, a
 // bandwidth is not positive, or a message names a rank outside its world.
 absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
                                           const LinkModel& link);

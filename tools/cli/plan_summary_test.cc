@@ -1,6 +1,8 @@
 // Tests of the plan summary on hand-made Plans (no mapping, no planner).
 #include "tools/cli/plan_summary.h"
 
+#include <cstdio>
+
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -84,14 +86,51 @@ TEST(PlanSummaryTest, ColocatedUsesNvlinkOnSameHost) {
               1e-12);
 }
 
-TEST(PlanSummaryTest, HeatByStageWhenStagesExist) {
+TEST(PlanSummaryTest, PlanPlacementOverridesShorthandAndHeatIsHostToHost) {
   Plan p = HandPlan();
-  p.src.stage_of_rank = {0, 0, 1, 1};
+  // Trainer ranks 0,1 on host 0 and 2,3 on host 1; engine rank 0 on host 1,
+  // engine rank 1 on host 2.
+  p.src.host_of_rank = {0, 0, 1, 1};
+  p.dst.host_of_rank = {1, 2};
+  p.stats.lower_bound_seconds = 0.5;
+  LinkModel link;  // shorthand: 8 GPUs per host, separate hosts (unused)
+  link.nvlink_gbps = 100.0;
+  link.net_gbps = 1.0;
+  auto s = SummarizePlan(p, link);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->heat_row_hosts, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(s->heat_col_hosts, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(s->heat[0][0], 1000 + 3000);
+  EXPECT_EQ(s->heat[0][1], 5000);
+  EXPECT_EQ(s->heat[1][0], 0);
+  EXPECT_EQ(s->heat[1][1], (8 << 20) + 100);
+  EXPECT_EQ(s->intra_host_bytes, 0);
+  EXPECT_DOUBLE_EQ(s->lower_bound_seconds, 0.5);
+  p.dst.host_of_rank = {0, 1};
+  s = SummarizePlan(p, link);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->intra_host_bytes, 1000 + 3000 + (8 << 20) + 100);
+  EXPECT_EQ(s->inter_host_bytes, 5000);
+  const std::string svg = RenderHeatmapSvg(*s, "t");
+  EXPECT_NE(svg.find("(intra-host)"), std::string::npos);
+  EXPECT_NE(svg.find("(inter-host)"), std::string::npos);
+  EXPECT_NE(svg.find("within one host"), std::string::npos);
+}
+
+TEST(PlanSummaryTest, HeatmapOfOneCellHoldsItsLegendAndTitle) {
+  Plan p = HandPlan();
+  p.src.host_of_rank = {0, 0, 0, 0};
+  p.dst.host_of_rank = {1, 1};
   auto s = SummarizePlan(p, LinkModel{});
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->heat_rows_label, "trainer PP stage");
-  ASSERT_EQ(s->heat.size(), 2u);
-  EXPECT_EQ(s->heat[1][0], (8 << 20) + 100);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->heat.size(), 1u);
+  const std::string title(90, 'x');
+  const std::string svg = RenderHeatmapSvg(*s, title);
+  int w = 0, h = 0;
+  ASSERT_EQ(sscanf(svg.c_str(), "<svg xmlns=\"http://www.w3.org/2000/svg\" "
+                                "width=\"%d\" height=\"%d\"", &w, &h), 2);
+  EXPECT_GE(w, 10 + 8 * 90);     // the title at ~8 px per character
+  EXPECT_GE(h, 70 + 12 * 18 + 30);  // 11 legend steps, the outline key, footer
 }
 
 TEST(PlanSummaryTest, RejectsBadInputs) {

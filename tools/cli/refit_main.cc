@@ -1,19 +1,86 @@
-// The `refit` command-line tool: flag parsing and subcommand dispatch only.
-// Subcommands live in libraries beside this file (plan_command.h).
+// The `refit` command-line tool: its flags (Abseil flags, one spelling:
+// --snake_case) and subcommand dispatch. Subcommands live in libraries
+// beside this file (plan_command.h); each accepts only the flags it lists.
 #include <cstdio>
 #include <cstring>
 #include <iostream>
-#include <map>
+#include <optional>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/command_line.h"
 #include "common/huge_pages.h"
+#include "mapping/model_config.h"
 #include "tools/cli/buffers_command.h"
 #include "tools/cli/plan_command.h"
 #include "tools/cli/simulate_command.h"
 #include "tools/cli/status_command.h"
+
+// Flags of several commands.
+ABSL_FLAG(std::string, model, "",
+          "built-in model (`refit models` lists them all) or an HF config.json.\n"
+          "e.g. --model deepseek-v3");
+ABSL_FLAG(std::string, trainer, "",
+          "trainer layout, e.g. megatron:tp=8,pp=16,ep=16,etp=1,dp=2 (optional\n"
+          "first=N,last=M: first/last PP stage layer counts; without them layers\n"
+          "are split evenly, earlier stages take the extra layer) or fsdp:dp=64");
+ABSL_FLAG(std::string, engine, "",
+          "engine layout, e.g. vllm:tp=32,dp=8 or vllm:tp=8,dp=2,ep=16 (ep must\n"
+          "equal tp*dp; engine rank = dp_rank*TP + tp_rank)");
+ABSL_FLAG(std::string, dtype, "",
+          "weight dtype bf16|fp8 (fp8 = e4m3 + weight_scale_inv blocks); empty:\n"
+          "plan: bf16, simulate: the config's own");
+ABSL_FLAG(int64_t, staging_mib, 512, "staging budget per rank in MiB");
+ABSL_FLAG(int32_t, lanes, 2, "concurrent lanes (rounds in flight), at most 64");
+ABSL_FLAG(int64_t, max_plan_mib, 16384,
+          "refuse a plan whose estimated size (one record per tensor per rank)\n"
+          "is over this many MiB");
+ABSL_FLAG(bool, json, false, "print the result as one JSON document");
+ABSL_FLAG(double, timeout_s, 0,
+          "deadline in seconds; 0: the command's default (simulate: the whole\n"
+          "transfer, 300; status: to connect and to answer, 10)");
+// refit plan
+ABSL_FLAG(int32_t, gpus_per_host, 8, "GPUs per host");
+ABSL_FLAG(std::string, hosts, "",
+          "each rank's host, one line per rank: \"trainer RANK HOST\" or \"engine\n"
+          "RANK HOST\" (# comments); replaces --gpus_per_host and --colocated.\n"
+          "refitd, given members on those hosts, builds the same plan (same\n"
+          "fingerprint)");
+ABSL_FLAG(bool, colocated, false,
+          "trainer rank r and engine rank r share host r/N (default: separate\n"
+          "hosts: trainer ranks on hosts 0..ceil(T/N)-1, engine ranks after them)");
+ABSL_FLAG(std::string, link, "",
+          "per-GPU bandwidth in GB/s of intra-host (NVLink) and inter-host\n"
+          "(network) links, e.g. nvlink=370,net=50 (the default)");
+ABSL_FLAG(bool, timings, false,
+          "print each step's wall time (config, trainer layout, engine layout,\n"
+          "planner and each planner phase, summary) on stderr");
+ABSL_FLAG(std::string, heatmap, "",
+          "also write an SVG heat map of bytes from trainer hosts (or PP stages)\n"
+          "to engine hosts. e.g. --heatmap plan.svg");
+// refit simulate
+ABSL_FLAG(std::string, checkpoint, "",
+          "model.safetensors, or a directory holding\n"
+          "model.safetensors.index.json (sharded) or model.safetensors");
+ABSL_FLAG(std::string, out, "", "output directory (created). e.g. --out /tmp/sim");
+// refit status
+ABSL_FLAG(std::string, server, "", "refitd's address, e.g. --server 127.0.0.1:50051");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the bearer token refitd requires (refitd --token_file)");
+ABSL_FLAG(int32_t, rounds, 10, "newest rounds shown");
+ABSL_FLAG(bool, watch, false,
+          "show the round in flight (which members reported, which are still\n"
+          "moving), refreshing every --interval_ms, until a round ends (exit 0\n"
+          "when it committed, 1 when it aborted); --timeout_s bounds the whole\n"
+          "watch (default 600)");
+ABSL_FLAG(int32_t, interval_ms, 500, "--watch refresh period");
+// refit buffers
+ABSL_FLAG(int32_t, rank, -1,
+          "only rank R (engine: within the replica); -1: every rank");
 
 namespace {
 
@@ -29,14 +96,15 @@ commands:
   status     members, plan fingerprint and last rounds of a running refitd
   buffers    the buffers a trainer rank or engine worker gives refit
              (names, local shapes, dtypes, bytes) under its convention
-  help       this text (also: refit --help, refit <command> --help)
+  models     the built-in models (names --model takes)
+  help       this text (also: refit -h, refit --help, refit <command> --help)
 
 example:
   refit plan --model deepseek-v3 --trainer megatron:tp=8,pp=16,ep=16,etp=1,dp=2 \
              --engine vllm:tp=32,dp=8
   refit simulate --model tiny-qwen3 --checkpoint ckpt/ \
                  --trainer megatron:tp=2,pp=2 --engine vllm:tp=2,dp=2 --out sim/
-  refit status --server 127.0.0.1:50051 --token-file /etc/refit/token
+  refit status --server 127.0.0.1:50051 --token_file /etc/refit/token
   refit buffers --model qwen3-8b --engine vllm:tp=2 --rank 1
 
 exit codes: 0 ok, 1 failure, 2 usage error.
@@ -59,21 +127,6 @@ shapes (fused buffers such as qkv_proj / gate_up_proj; vocabulary padding
 rows are zeros). FP8 checkpoints (e4m3 weights + weight_scale_inv) pass
 through unchanged. Every rank's buffers are held in memory: use small models.
 
-flags:
-  --model NAME|PATH      built-in model (e.g. tiny-qwen3, tiny-deepseek-v3-fp8)
-                         or an HF config.json. e.g. --model tiny-llama
-  --checkpoint PATH      model.safetensors, or a directory holding
-                         model.safetensors.index.json (sharded) or
-                         model.safetensors. e.g. --checkpoint ./ckpt
-  --trainer SPEC         as in `refit plan`, e.g. megatron:tp=2,pp=2,dp=1
-  --engine SPEC          as in `refit plan`, e.g. vllm:tp=2,dp=2
-  --out DIR              output directory (created). e.g. --out /tmp/sim
-  --dtype bf16|fp8       override the config's weight format (default: the
-                         config's own). e.g. --dtype bf16
-  --staging-mib M        staging budget per rank in MiB, default 512
-  --lanes L              concurrent lanes, default 2
-  --timeout-s S          deadline for the whole transfer, default 300
-
 A tensor missing from the checkpoint, or whose shape or dtype disagrees with
 the config, is an error naming the tensor (exit 1); a usage error exits 2.
 
@@ -92,20 +145,13 @@ Prints the registered members (id, side, job, engine, rank/world, host,
 device, parallel coordinates, buffers, heartbeat age), the membership epoch,
 the current plan fingerprint (or "(no plan)") and plan error if any, and the
 last rounds with their outcome, bytes, seconds and GB/s (GB = 1e9 bytes).
-
-flags:
-  --server HOST:PORT     refitd's address, e.g. --server 127.0.0.1:50051
-  --token-file FILE      file holding the bearer token refitd requires
-                         (refitd --token_file), e.g. --token-file /etc/refit/token
-  --timeout-s S          seconds to connect and to answer, default 10.
-                         e.g. --timeout-s 3
-  --rounds N             newest rounds shown, default 10. e.g. --rounds 50
-  --json                 print the status as one JSON document
+With --watch it follows the round in flight instead, until it ends.
 
 exit codes: 0 ok, 1 failure (unreachable server, wrong token), 2 usage error.
 
 example:
-  refit status --server 127.0.0.1:50051 --token-file token.txt --json
+  refit status --server 127.0.0.1:50051 --token_file token.txt --json
+  refit status --server 127.0.0.1:50051 --watch --timeout_s 3600
 )HELP";
 
 constexpr char kBuffersHelp[] =
@@ -120,14 +166,6 @@ local shape, dtype and bytes. Engine names are the engine's own parameter
 names (vLLM: model.layers.0.self_attn.qkv_proj.weight, fused), so an
 integration can check its named_parameters() against them.
 
-flags:
-  --model NAME|PATH      built-in model or an HF config.json, e.g. --model qwen3-8b
-  --trainer SPEC         a trainer convention, e.g. megatron:tp=2,pp=2
-  --engine SPEC          an engine convention, e.g. vllm:tp=2,dp=1
-  --rank R               only rank R (engine: within the replica), default all
-  --json                 one JSON array of {rank, buffers: [{name, shape,
-                         dtype, bytes}]}
-
 exit codes: 0 ok, 1 failure (unknown model, bad convention, rank outside
 the world), 2 usage error.
 
@@ -141,137 +179,79 @@ constexpr char kPlanHelp[] =
 
 usage: refit plan --model NAME|config.json --trainer SPEC --engine SPEC [flags]
 
-flags:
-  --model NAME|PATH      built-in model (qwen3-8b, qwen3-30b-a3b, llama-3.1-70b,
-                         deepseek-v3, kimi-k2, nemotron-h-8b) or an HF config.json
-                         e.g. --model deepseek-v3
-  --trainer SPEC         trainer layout, e.g. megatron:tp=8,pp=16,ep=16,etp=1,dp=2
-                         (optional first=N,last=M: first/last PP stage layer counts;
-                         without them layers are split evenly, earlier stages take
-                         the extra layer) or fsdp:dp=64
-  --engine SPEC          engine layout, e.g. vllm:tp=32,dp=8 or vllm:tp=8,dp=2,ep=16
-                         (ep must equal tp*dp; engine rank = dp_rank*TP + tp_rank)
-  --dtype bf16|fp8       weight dtype (fp8 = e4m3 + weight_scale_inv blocks),
-                         default bf16. e.g. --dtype fp8
-  --gpus-per-host N      GPUs per host, default 8. e.g. --gpus-per-host 4
-  --colocated            trainer rank r and engine rank r share host r/N (default:
-                         separate hosts: trainer ranks on hosts 0..ceil(T/N)-1,
-                         engine ranks on the hosts after them)
-  --link nvlink=G,net=G  per-GPU bandwidth in GB/s of intra-host (NVLink) and
-                         inter-host (network) links, default nvlink=370,net=50
-  --staging-mib M        staging budget per rank in MiB, default 512
-  --lanes L              concurrent lanes (rounds in flight), default 2
-  --max-plan-mib M       refuse a plan whose estimated size (one record per
-                         tensor per rank) is over M MiB, default 16384
-  --json                 print the summary as one JSON document
-  --timings              print each step's wall time (config, trainer layout,
-                         engine layout, planner and each planner phase,
-                         summary) on stderr
-  --heatmap FILE.svg     also write an SVG heat map of bytes from trainer hosts
-                         (or PP stages) to engine hosts. e.g. --heatmap plan.svg
-
-The predicted refit time is the slowest rank's time, each message's bytes going
-over the link class it uses. An invalid layout or plan prints every error
-(tensor, ranks) and exits 1; a usage error exits 2.
+The plan is placed: for every destination region the planner picks the trainer
+replica that keeps the predicted refit time lowest. The predicted refit time is
+the slowest rank's time, each message's bytes going over the link class it uses
+(a rank's sends, or receives, one after another); the lower bound is what no
+choice of replicas beats (each rank's bytes over the best link it could use).
+An invalid layout or plan prints every error (tensor, ranks) and exits 1; a
+usage error exits 2.
 
 example:
   refit plan --model kimi-k2 --trainer megatron:tp=8,pp=16,ep=16,etp=1,dp=2 \
              --engine vllm:tp=16,dp=8 --json
 )HELP";
 
-// Parses "--name value", "--name=value" and boolean "--name". Returns false
-// (with a message in *err) on an unknown flag or a missing value.
-bool ParseFlags(const std::vector<std::string>& args,
-                const std::map<std::string, bool>& known,  // name -> takes value
-                std::map<std::string, std::string>* out, std::string* err) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.rfind("--", 0) != 0) {
-      *err = absl::StrCat("unexpected argument '", a, "'");
-      return false;
-    }
-    std::string name = a.substr(2), value;
-    bool has_value = false;
-    size_t eq = name.find('=');
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    auto it = known.find(name);
-    if (it == known.end()) {
-      *err = absl::StrCat("unknown flag --", name);
-      return false;
-    }
-    if (it->second && !has_value) {
-      if (i + 1 >= args.size()) {
-        *err = absl::StrCat("flag --", name, " needs a value");
-        return false;
-      }
-      value = args[++i];
-    } else if (!it->second && has_value) {
-      *err = absl::StrCat("flag --", name, " takes no value");
-      return false;
-    }
-    (*out)[name] = value;
-  }
-  return true;
-}
-
 int Usage(const std::string& err, const char* help) {
   std::cerr << "refit: " << err << "\n\n" << help;
   return 2;
 }
 
+// Parses a subcommand's flags. Returns -1 to go on, else the exit code.
+int ParseSubcommand(const char* name, const std::vector<std::string>& args,
+                    const std::vector<std::string>& accepted, const char* help) {
+  absl::StatusOr<refit::CommandLineResult> r = refit::ParseCommandLine(
+      absl::StrCat("refit ", name), args, accepted, help);
+  if (!r.ok()) return Usage(std::string(r.status().message()), help);
+  return *r == refit::CommandLineResult::kHelpShown ? 0 : -1;
+}
+
+// Returns the --timeout_s flag, or `def` when it is 0; nullopt when negative.
+std::optional<absl::Duration> Timeout(absl::Duration def) {
+  const double s = absl::GetFlag(FLAGS_timeout_s);
+  if (!(s >= 0)) return std::nullopt;
+  return s == 0 ? def : absl::Seconds(s);
+}
+
 int RunPlan(const std::vector<std::string>& args) {
-  std::map<std::string, std::string> f;
-  std::string err;
-  const std::map<std::string, bool> known = {
-      {"model", true},      {"trainer", true},     {"engine", true},
-      {"dtype", true},      {"gpus-per-host", true}, {"colocated", false},
-      {"link", true},       {"staging-mib", true}, {"lanes", true},
-      {"json", false},      {"heatmap", true},     {"help", false},
-      {"timings", false},   {"max-plan-mib", true}};
-  if (!ParseFlags(args, known, &f, &err)) return Usage(err, kPlanHelp);
-  if (f.count("help")) {
-    std::cout << kPlanHelp;
-    return 0;
+  if (int rc = ParseSubcommand(
+          "plan", args,
+          {"model", "trainer", "engine", "dtype", "gpus_per_host", "colocated",
+           "hosts", "link", "staging_mib", "lanes", "max_plan_mib", "json", "timings",
+           "heatmap"},
+          kPlanHelp);
+      rc >= 0) {
+    return rc;
   }
   refit::PlanCommandOptions opt;
-  opt.model = f["model"];
-  opt.trainer = f["trainer"];
-  opt.engine = f["engine"];
+  opt.model = absl::GetFlag(FLAGS_model);
+  opt.trainer = absl::GetFlag(FLAGS_trainer);
+  opt.engine = absl::GetFlag(FLAGS_engine);
   if (opt.model.empty() || opt.trainer.empty() || opt.engine.empty()) {
     return Usage("--model, --trainer and --engine are required", kPlanHelp);
   }
-  if (f.count("dtype")) opt.dtype = f["dtype"];
-  if (f.count("gpus-per-host") &&
-      (!absl::SimpleAtoi(f["gpus-per-host"], &opt.link.gpus_per_host) ||
-       opt.link.gpus_per_host < 1)) {
-    return Usage("--gpus-per-host needs a positive integer", kPlanHelp);
+  if (!absl::GetFlag(FLAGS_dtype).empty()) opt.dtype = absl::GetFlag(FLAGS_dtype);
+  opt.link.gpus_per_host = absl::GetFlag(FLAGS_gpus_per_host);
+  if (opt.link.gpus_per_host < 1) {
+    return Usage("--gpus_per_host needs a positive integer", kPlanHelp);
   }
-  opt.link.colocated = f.count("colocated") > 0;
-  if (f.count("link")) {
-    absl::Status st = refit::ParseLinkSpec(f["link"], &opt.link);
+  opt.link.colocated = absl::GetFlag(FLAGS_colocated);
+  opt.hosts_file = absl::GetFlag(FLAGS_hosts);
+  if (!absl::GetFlag(FLAGS_link).empty()) {
+    absl::Status st = refit::ParseLinkSpec(absl::GetFlag(FLAGS_link), &opt.link);
     if (!st.ok()) return Usage(std::string(st.message()), kPlanHelp);
   }
-  if (f.count("staging-mib") &&
-      (!absl::SimpleAtoi(f["staging-mib"], &opt.staging_mib) ||
-       opt.staging_mib < 1)) {
-    return Usage("--staging-mib needs a positive integer", kPlanHelp);
+  opt.staging_mib = absl::GetFlag(FLAGS_staging_mib);
+  opt.lanes = absl::GetFlag(FLAGS_lanes);
+  if (opt.staging_mib < 1) return Usage("--staging_mib needs a positive integer", kPlanHelp);
+  if (opt.lanes < 1) return Usage("--lanes needs a positive integer", kPlanHelp);
+  opt.max_plan_mib = absl::GetFlag(FLAGS_max_plan_mib);
+  if (opt.max_plan_mib < 1) {
+    return Usage("--max_plan_mib needs a positive integer", kPlanHelp);
   }
-  if (f.count("lanes") &&
-      (!absl::SimpleAtoi(f["lanes"], &opt.lanes) || opt.lanes < 1)) {
-    return Usage("--lanes needs a positive integer", kPlanHelp);
-  }
-  if (f.count("max-plan-mib") &&
-      (!absl::SimpleAtoi(f["max-plan-mib"], &opt.max_plan_mib) ||
-       opt.max_plan_mib < 1)) {
-    return Usage("--max-plan-mib needs a positive integer", kPlanHelp);
-  }
-  opt.json = f.count("json") > 0;
-  opt.timings = f.count("timings") > 0;
-  opt.heatmap = f["heatmap"];
+  opt.json = absl::GetFlag(FLAGS_json);
+  opt.timings = absl::GetFlag(FLAGS_timings);
+  opt.heatmap = absl::GetFlag(FLAGS_heatmap);
   absl::StatusOr<std::string> out = refit::RunPlanCommand(opt);
   if (!out.ok()) {
     std::cerr << "refit plan: error: " << out.status().message() << "\n";
@@ -282,47 +262,34 @@ int RunPlan(const std::vector<std::string>& args) {
 }
 
 int RunSimulate(const std::vector<std::string>& args) {
-  std::map<std::string, std::string> f;
-  std::string err;
-  const std::map<std::string, bool> known = {
-      {"model", true},       {"checkpoint", true},  {"trainer", true},
-      {"engine", true},      {"out", true},         {"dtype", true},
-      {"staging-mib", true}, {"lanes", true},       {"timeout-s", true},
-      {"help", false}};
-  if (!ParseFlags(args, known, &f, &err)) return Usage(err, kSimulateHelp);
-  if (f.count("help")) {
-    std::cout << kSimulateHelp;
-    return 0;
+  if (int rc = ParseSubcommand(
+          "simulate", args,
+          {"model", "checkpoint", "trainer", "engine", "out", "dtype",
+           "staging_mib", "lanes", "timeout_s"},
+          kSimulateHelp);
+      rc >= 0) {
+    return rc;
   }
   refit::SimulateCommandOptions opt;
-  opt.model = f["model"];
-  opt.checkpoint = f["checkpoint"];
-  opt.trainer = f["trainer"];
-  opt.engine = f["engine"];
-  opt.out = f["out"];
-  opt.dtype = f["dtype"];
+  opt.model = absl::GetFlag(FLAGS_model);
+  opt.checkpoint = absl::GetFlag(FLAGS_checkpoint);
+  opt.trainer = absl::GetFlag(FLAGS_trainer);
+  opt.engine = absl::GetFlag(FLAGS_engine);
+  opt.out = absl::GetFlag(FLAGS_out);
+  opt.dtype = absl::GetFlag(FLAGS_dtype);
   if (opt.model.empty() || opt.checkpoint.empty() || opt.trainer.empty() ||
       opt.engine.empty() || opt.out.empty()) {
     return Usage(
         "--model, --checkpoint, --trainer, --engine and --out are required",
         kSimulateHelp);
   }
-  if (f.count("staging-mib") &&
-      (!absl::SimpleAtoi(f["staging-mib"], &opt.staging_mib) ||
-       opt.staging_mib < 1)) {
-    return Usage("--staging-mib needs a positive integer", kSimulateHelp);
-  }
-  if (f.count("lanes") &&
-      (!absl::SimpleAtoi(f["lanes"], &opt.lanes) || opt.lanes < 1)) {
-    return Usage("--lanes needs a positive integer", kSimulateHelp);
-  }
-  if (f.count("timeout-s")) {
-    double s = 0;
-    if (!absl::SimpleAtod(f["timeout-s"], &s) || !(s > 0)) {
-      return Usage("--timeout-s needs a positive number", kSimulateHelp);
-    }
-    opt.timeout = absl::Seconds(s);
-  }
+  opt.staging_mib = absl::GetFlag(FLAGS_staging_mib);
+  opt.lanes = absl::GetFlag(FLAGS_lanes);
+  if (opt.staging_mib < 1) return Usage("--staging_mib needs a positive integer", kSimulateHelp);
+  if (opt.lanes < 1) return Usage("--lanes needs a positive integer", kSimulateHelp);
+  std::optional<absl::Duration> timeout = Timeout(opt.timeout);
+  if (!timeout) return Usage("--timeout_s needs a positive number", kSimulateHelp);
+  opt.timeout = *timeout;
   absl::StatusOr<std::string> out = refit::RunSimulateCommand(opt);
   if (!out.ok()) {
     std::cerr << "refit simulate: error: " << out.status().message() << "\n";
@@ -333,32 +300,40 @@ int RunSimulate(const std::vector<std::string>& args) {
 }
 
 int RunStatus(const std::vector<std::string>& args) {
-  std::map<std::string, std::string> f;
-  std::string err;
-  const std::map<std::string, bool> known = {
-      {"server", true}, {"token-file", true}, {"timeout-s", true},
-      {"rounds", true}, {"json", false},      {"help", false}};
-  if (!ParseFlags(args, known, &f, &err)) return Usage(err, kStatusHelp);
-  if (f.count("help")) {
-    std::cout << kStatusHelp;
-    return 0;
+  if (int rc = ParseSubcommand(
+          "status", args,
+          {"server", "token_file", "timeout_s", "rounds", "json", "watch",
+           "interval_ms"},
+          kStatusHelp);
+      rc >= 0) {
+    return rc;
   }
   refit::StatusCommandOptions opt;
-  opt.server = f["server"];
+  opt.server = absl::GetFlag(FLAGS_server);
   if (opt.server.empty()) return Usage("--server is required", kStatusHelp);
-  opt.token_file = f["token-file"];
-  if (f.count("timeout-s")) {
-    double s = 0;
-    if (!absl::SimpleAtod(f["timeout-s"], &s) || !(s > 0)) {
-      return Usage("--timeout-s needs a positive number", kStatusHelp);
+  opt.token_file = absl::GetFlag(FLAGS_token_file);
+  const bool watch = absl::GetFlag(FLAGS_watch);
+  std::optional<absl::Duration> timeout =
+      Timeout(watch ? absl::Seconds(600) : opt.timeout);
+  if (!timeout) return Usage("--timeout_s needs a positive number", kStatusHelp);
+  opt.timeout = *timeout;
+  if (watch) {
+    const int32_t interval_ms = absl::GetFlag(FLAGS_interval_ms);
+    if (interval_ms < 10) return Usage("--interval_ms must be at least 10", kStatusHelp);
+    absl::StatusOr<refit::v1::RoundSummary> ended = refit::RunStatusWatch(
+        opt, absl::Milliseconds(interval_ms), isatty(STDOUT_FILENO) != 0,
+        [](const std::string& frame) {
+          std::cout << frame << std::flush;
+        });
+    if (!ended.ok()) {
+      std::cerr << "refit status: error: " << ended.status().ToString() << "\n";
+      return 1;
     }
-    opt.timeout = absl::Seconds(s);
+    return ended->outcome() == "committed" ? 0 : 1;
   }
-  if (f.count("rounds") &&
-      (!absl::SimpleAtoi(f["rounds"], &opt.rounds) || opt.rounds < 0)) {
-    return Usage("--rounds needs a non-negative integer", kStatusHelp);
-  }
-  opt.json = f.count("json") > 0;
+  opt.rounds = absl::GetFlag(FLAGS_rounds);
+  if (opt.rounds < 0) return Usage("--rounds needs a non-negative integer", kStatusHelp);
+  opt.json = absl::GetFlag(FLAGS_json);
   absl::StatusOr<std::string> out = refit::RunStatusCommand(opt);
   if (!out.ok()) {
     std::cerr << "refit status: error: " << out.status().ToString() << "\n";
@@ -369,34 +344,39 @@ int RunStatus(const std::vector<std::string>& args) {
 }
 
 int RunBuffers(const std::vector<std::string>& args) {
-  std::map<std::string, std::string> f;
-  std::string err;
-  const std::map<std::string, bool> known = {
-      {"model", true}, {"trainer", true}, {"engine", true},
-      {"rank", true},  {"json", false},   {"help", false}};
-  if (!ParseFlags(args, known, &f, &err)) return Usage(err, kBuffersHelp);
-  if (f.count("help")) {
-    std::cout << kBuffersHelp;
-    return 0;
+  if (int rc = ParseSubcommand("buffers", args,
+                               {"model", "trainer", "engine", "rank", "json"},
+                               kBuffersHelp);
+      rc >= 0) {
+    return rc;
   }
   refit::BuffersCommandOptions opt;
-  opt.model = f["model"];
-  opt.trainer = f["trainer"];
-  opt.engine = f["engine"];
+  opt.model = absl::GetFlag(FLAGS_model);
+  opt.trainer = absl::GetFlag(FLAGS_trainer);
+  opt.engine = absl::GetFlag(FLAGS_engine);
   if (opt.model.empty() || opt.trainer.empty() == opt.engine.empty()) {
     return Usage("--model and one of --trainer / --engine are required",
                  kBuffersHelp);
   }
-  if (f.count("rank") && (!absl::SimpleAtoi(f["rank"], &opt.rank) || opt.rank < 0)) {
-    return Usage("--rank needs a non-negative integer", kBuffersHelp);
-  }
-  opt.json = f.count("json") > 0;
+  opt.rank = absl::GetFlag(FLAGS_rank);
+  if (opt.rank < -1) return Usage("--rank needs a non-negative integer", kBuffersHelp);
+  opt.json = absl::GetFlag(FLAGS_json);
   absl::StatusOr<std::string> out = refit::RunBuffersCommand(opt);
   if (!out.ok()) {
     std::cerr << "refit buffers: error: " << out.status().message() << "\n";
     return 1;
   }
   std::cout << *out;
+  return 0;
+}
+
+// `refit models`: every built-in model name, one per line.
+int RunModels(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] != "--help" && args[0] != "-h") {
+    return Usage(absl::StrCat("refit models takes no arguments, got '", args[0], "'"),
+                 kTopHelp);
+  }
+  for (const std::string& name : refit::BuiltinModelNames()) std::cout << name << "\n";
   return 0;
 }
 
@@ -422,5 +402,6 @@ int main(int argc, char** argv) {
   if (cmd == "status") return RunStatus(args);
   if (cmd == "simulate") return RunSimulate(args);
   if (cmd == "buffers") return RunBuffers(args);
+  if (cmd == "models") return RunModels(args);
   return Usage(absl::StrCat("unknown command '", cmd, "'"), kTopHelp);
 }

@@ -222,7 +222,10 @@ absl::Status WriteSafetensors(
 }
 
 absl::StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(
-    const std::string& path) {
+    const std::string& path_as_given) {
+  // "ckpt/" names the directory "ckpt" (file names are joined with '/').
+  std::string path = path_as_given;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrCat("checkpoint ", path,
@@ -230,7 +233,8 @@ absl::StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(
   }
   std::vector<std::string> files;
   std::map<std::string, std::string> weight_map;
-  if (S_ISDIR(st.st_mode)) {
+  const bool dir = S_ISDIR(st.st_mode);
+  if (dir) {
     const std::string index = path + "/model.safetensors.index.json";
     // No index: the directory's model.safetensors (below).
     absl::StatusOr<std::string> text = ReadFileToString(index, kMaxIndexBytes);
@@ -259,7 +263,8 @@ absl::StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(
       }
     } else {
       const std::string single = path + "/model.safetensors";
-      if (stat(single.c_str(), &st) != 0) {
+      struct stat single_st;
+      if (stat(single.c_str(), &single_st) != 0) {
         return absl::NotFoundError(absl::StrCat(
             "checkpoint directory ", path,
             " has neither model.safetensors.index.json nor model.safetensors"));
@@ -269,7 +274,7 @@ absl::StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(
   }
   SafetensorsCheckpoint c;
   std::map<std::string, std::shared_ptr<SafetensorsFile>> by_file;
-  if (!S_ISDIR(st.st_mode)) {
+  if (!dir) {
     REFIT_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> f,
                            SafetensorsFile::Open(path));
     c.files_.push_back(std::move(f));

@@ -133,5 +133,23 @@ TEST(SafetensorsTest, ShardedCheckpointFindsTensorsThroughTheIndex) {
       << bad.status();
 }
 
+TEST(SafetensorsTest, DirectoryWithOneFileOpensWithOrWithoutTrailingSlash) {
+  const std::string dir = TmpPath("single_ckpt");
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  std::vector<uint8_t> a(4, 3);
+  ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors",
+                               {{"t.a", DType::kU8, {4}, a}}).ok());
+  for (const std::string& path : {dir, dir + "/", dir + "//"}) {
+    auto c = SafetensorsCheckpoint::Open(path);
+    ASSERT_TRUE(c.ok()) << path << ": " << c.status();
+    ASSERT_NE(c->Find("t.a"), nullptr);
+    EXPECT_EQ(c->Find("t.a")->data[2], 3);
+  }
+  const std::string empty = TmpPath("empty_ckpt");
+  ASSERT_EQ(system(("mkdir -p " + empty).c_str()), 0);
+  auto none = SafetensorsCheckpoint::Open(empty + "/");
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace refit

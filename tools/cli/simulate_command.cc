@@ -85,7 +85,7 @@ absl::StatusOr<std::string> RunSimulateCommand(
   REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(opt.engine));
   REFIT_ASSIGN_OR_RETURN(int64_t records, EstimatePlanRecords(model, ts, {es}));
   REFIT_RETURN_IF_ERROR(CheckPlanBudget(
-      records, PlanCommandOptions().max_plan_mib << 20, "the default --max-plan-mib"));
+      records, PlanCommandOptions().max_plan_mib << 20, "the default --max_plan_mib"));
   REFIT_ASSIGN_OR_RETURN(MappedSide src, BuildTrainerLayout(model, ts));
   REFIT_ASSIGN_OR_RETURN(MappedSide dst, BuildEngineLayout(model, es));
   PlannerOptions po;

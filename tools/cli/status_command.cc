@@ -2,6 +2,7 @@
 #include "tools/cli/status_command.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -12,6 +13,7 @@
 #include "common/status_macros.h"
 #include "exec/wire_enums.h"
 #include "nlohmann/json.hpp"
+#include "tools/cli/status_watch.h"
 
 namespace refit {
 namespace {
@@ -62,6 +64,11 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
                   "\n");
   if (!r.plan_error().empty()) {
     absl::StrAppend(&out, "plan error: ", r.plan_error(), "\n");
+  }
+  if (r.pull_pairs() + r.network_pairs() > 0) {
+    absl::StrAppend(&out, "pairs (trainer, engine): ", r.pull_pairs(),
+                    " on the pull path (same host), ", r.network_pairs(),
+                    " on the network transport\n");
   }
   for (const v1::EngineStatus& e : r.engines()) {
     absl::StrAppend(&out, "engine ", e.engine_id(), ": ",
@@ -116,6 +123,7 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
   j["epoch"] = r.epoch();
   j["plan_fingerprint"] = r.plan_fingerprint();
   j["plan_error"] = r.plan_error();
+  j["pairs"] = {{"pull", r.pull_pairs()}, {"network", r.network_pairs()}};
   j["engines"] = nlohmann::json::array();
   for (const v1::EngineStatus& e : r.engines()) {
     j["engines"].push_back({{"engine_id", e.engine_id()},
@@ -135,35 +143,58 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
   return j.dump(2) + "\n";
 }
 
-absl::StatusOr<std::string> RunStatusCommand(const StatusCommandOptions& opt) {
+namespace {
+
+// Returns a client connected to opt.server with opt's token and timeout.
+absl::StatusOr<std::unique_ptr<RefitClient>> ConnectForStatus(
+    const StatusCommandOptions& opt) {
   if (opt.server.empty()) {
     return absl::InvalidArgumentError("--server is required (host:port)");
   }
   RefitClient::Options co;
   co.target = opt.server;
-  co.connect_timeout = opt.timeout;
-  co.rpc_timeout = opt.timeout;
+  co.connect_timeout = std::min(opt.timeout, absl::Seconds(10));
+  co.rpc_timeout = co.connect_timeout;
   if (!opt.token_file.empty()) {
     REFIT_ASSIGN_OR_RETURN(
         std::string token,
         AnnotateStatus(ReadFileToString(opt.token_file, kMaxTokenFileBytes),
-                       "--token-file"));
+                       "--token_file"));
     co.bearer_token = std::string(absl::StripAsciiWhitespace(token));
   }
-  absl::StatusOr<std::unique_ptr<RefitClient>> client =
-      RefitClient::Connect(co);
+  absl::StatusOr<std::unique_ptr<RefitClient>> client = RefitClient::Connect(co);
   if (!client.ok()) {
-    return AnnotateStatus(client.status(),
-                          absl::StrCat("connecting to ", opt.server));
+    return AnnotateStatus(client.status(), absl::StrCat("connecting to ", opt.server));
   }
-  absl::StatusOr<v1::StatusResponse> st =
-      (*client)->GetStatus(absl::Now() + opt.timeout);
+  return client;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RunStatusCommand(const StatusCommandOptions& opt) {
+  REFIT_ASSIGN_OR_RETURN(std::unique_ptr<RefitClient> client, ConnectForStatus(opt));
+  absl::StatusOr<v1::StatusResponse> st = client->GetStatus(absl::Now() + opt.timeout);
   if (!st.ok()) {
     return AnnotateStatus(st.status(),
                           absl::StrCat("GetStatus from ", opt.server));
   }
   return opt.json ? FormatStatusJson(*st, opt.rounds)
                   : FormatStatusText(*st, opt.rounds);
+}
+
+absl::StatusOr<v1::RoundSummary> RunStatusWatch(
+    const StatusCommandOptions& opt, absl::Duration interval, bool clear_screen,
+    const std::function<void(const std::string&)>& show) {
+  const absl::Time deadline = absl::Now() + opt.timeout;
+  REFIT_ASSIGN_OR_RETURN(std::unique_ptr<RefitClient> client, ConnectForStatus(opt));
+  auto get = [&](absl::Time d) -> absl::StatusOr<v1::StatusResponse> {
+    absl::StatusOr<v1::StatusResponse> st = client->GetStatus(d);
+    if (!st.ok()) {
+      return AnnotateStatus(st.status(), absl::StrCat("GetStatus from ", opt.server));
+    }
+    return st;
+  };
+  return WatchRounds(get, show, opt.server, interval, deadline, clear_screen);
 }
 
 }  // namespace refit

@@ -4,6 +4,7 @@
 #ifndef REFIT_TOOLS_CLI_STATUS_COMMAND_H_
 #define REFIT_TOOLS_CLI_STATUS_COMMAND_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -22,9 +23,18 @@ struct StatusCommandOptions {
 
 // Connects, calls GetStatus and returns the text to print. Fails with
 // INVALID_ARGUMENT for a missing --server, NOT_FOUND naming an unreadable
-// --token-file, UNAVAILABLE naming the server when it cannot be reached in
+// --token_file, UNAVAILABLE naming the server when it cannot be reached in
 // time, UNAUTHENTICATED (from refitd) for a wrong or missing token.
 absl::StatusOr<std::string> RunStatusCommand(const StatusCommandOptions& opt);
+
+// `refit status --watch`: connects, then shows (through `show`) the round
+// in flight every `interval` until a round ends (status_watch.h), within
+// opt.timeout in all. Returns that round's summary. Fails as
+// RunStatusCommand does, and with DEADLINE_EXCEEDED when no round ends in
+// time.
+absl::StatusOr<v1::RoundSummary> RunStatusWatch(
+    const StatusCommandOptions& opt, absl::Duration interval, bool clear_screen,
+    const std::function<void(const std::string&)>& show);
 
 // The formatting alone (text or JSON), for tests and callers that already
 // hold a StatusResponse. Shows at most `rounds` newest rounds.

@@ -1,8 +1,11 @@
 #include "tools/cli/status_command.h"
 
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tools/cli/status_watch.h"
 
 namespace refit {
 namespace {
@@ -15,6 +18,8 @@ v1::StatusResponse Sample() {
   r.set_protocol_version(1);
   r.set_epoch(3);
   r.set_plan_fingerprint("abc123");
+  r.set_pull_pairs(6);
+  r.set_network_pairs(2);
   auto* m = r.add_members();
   m->set_member_id("engine/e0/0");
   m->mutable_identity()->set_side(v1::SIDE_ENGINE);
@@ -47,6 +52,8 @@ TEST(StatusCommandTest, TextNamesTornEnginesAndTheProtocol) {
   EXPECT_THAT(text, HasSubstr("engine e0: version 4 committed; TORN by aborted round 5"));
   EXPECT_THAT(text, HasSubstr("engine e1: no version committed\n"));
   EXPECT_THAT(text, HasSubstr("rounds (last 2 of 5)"));
+  EXPECT_THAT(text, HasSubstr("pairs (trainer, engine): 6 on the pull path (same host), 2 on "
+                              "the network transport"));
   EXPECT_THAT(text, HasSubstr("its stream dropped"));
   EXPECT_THAT(text, Not(HasSubstr("       3  committed")));
 }
@@ -57,12 +64,72 @@ TEST(StatusCommandTest, JsonCarriesTheSameFields) {
   EXPECT_EQ(j["members"][0]["side"], "engine");
   EXPECT_EQ(j["members"][0]["transport"], "ipc");
   EXPECT_EQ(j["members"][0]["device_uuid"], "GPU-0000aaaa");
+  EXPECT_EQ(j["pairs"]["pull"], 6);
+  EXPECT_EQ(j["pairs"]["network"], 2);
   ASSERT_EQ(j["engines"].size(), 2u);
   EXPECT_EQ(j["engines"][0]["engine_id"], "e0");
   EXPECT_EQ(j["engines"][0]["committed_version"], 4);
   EXPECT_EQ(j["engines"][0]["torn_version"], 5);
   EXPECT_EQ(j["engines"][1]["torn_version"], 0);
   EXPECT_EQ(j["rounds"].size(), 5u);
+}
+
+v1::RoundSummary* Round(v1::StatusResponse& r, int64_t v, const std::string& outcome) {
+  v1::RoundSummary* s = r.add_rounds();
+  s->set_version(v);
+  s->set_outcome(outcome);
+  return s;
+}
+
+TEST(StatusWatchTest, AFrameMarksWhoReportedAndWhoIsStillMoving) {
+  v1::StatusResponse r;
+  r.set_plan_fingerprint("abc");
+  Round(r, 1, "committed");
+  v1::RoundSummary* running = Round(r, 2, "running");
+  running->add_reported("trainer/job/0");
+  running->add_waiting("engine/job/A/0");
+  const std::string f = FormatWatchFrame(r, "h:1");
+  EXPECT_THAT(f, ::testing::HasSubstr("round 2 running: 1 of 2 members reported\n"));
+  EXPECT_THAT(f, ::testing::HasSubstr("  reported  trainer/job/0\n"));
+  EXPECT_THAT(f, ::testing::HasSubstr("  moving    engine/job/A/0\n"));
+  EXPECT_EQ(FinishedRoundAfter(r, 1), nullptr);
+  EXPECT_EQ(FinishedRoundAfter(r, 0)->version(), 1);
+}
+
+TEST(StatusWatchTest, FollowsTheRoundUntilItEnds) {
+  // Polls see: round 1 finished (before the watch), round 2 running with
+  // nobody reported, then one reported, then round 2 aborted.
+  std::vector<v1::StatusResponse> polls(4);
+  for (auto& p : polls) Round(p, 1, "committed");
+  Round(polls[1], 2, "running")->add_waiting("e");
+  v1::RoundSummary* two = Round(polls[2], 2, "running");
+  two->add_reported("e");
+  v1::RoundSummary* end = Round(polls[3], 2, "aborted");
+  end->set_reason("member e failed: NCCL timeout");
+  size_t next = 0;
+  std::vector<std::string> shown;
+  absl::StatusOr<v1::RoundSummary> got = WatchRounds(
+      [&](absl::Time) -> absl::StatusOr<v1::StatusResponse> {
+        return polls[std::min(next++, polls.size() - 1)];
+      },
+      [&](const std::string& f) { shown.push_back(f); }, "h:1", absl::Milliseconds(1),
+      absl::Now() + absl::Seconds(10), false);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->version(), 2);
+  ASSERT_EQ(shown.size(), 4u);
+  EXPECT_THAT(shown[0], ::testing::HasSubstr("no round in flight"));
+  EXPECT_THAT(shown[1], ::testing::HasSubstr("0 of 1 members reported"));
+  EXPECT_THAT(shown[2], ::testing::HasSubstr("1 of 1 members reported"));
+  EXPECT_THAT(shown[3], ::testing::HasSubstr("round 2 aborted after 0.000 s: member e failed"));
+}
+
+TEST(StatusWatchTest, GivesUpAtTheDeadline) {
+  v1::StatusResponse idle;
+  absl::StatusOr<v1::RoundSummary> got = WatchRounds(
+      [&](absl::Time) -> absl::StatusOr<v1::StatusResponse> { return idle; },
+      [](const std::string&) {}, "h:1", absl::Milliseconds(5),
+      absl::Now() + absl::Milliseconds(50), false);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // GPU test program: the data-plane patterns over NCCL, one process per GPU,
-// or with --transport=ipc over CUDA IPC, rank g on GPU g mod N (so ranks
-// share GPUs, as a colocated trainer and engine do, and every pattern runs
-// on one GPU too).
+// or with --transport=ipc on the colocated pull path (exec/cuda/pull_engine.h:
+// every receiver copies straight out of its senders' buffers), rank g on GPU
+// g mod N (so ranks share GPUs, as a colocated trainer and engine do, and
+// every pattern runs on one GPU too).
 //
 //   nccl_patterns_gpu [--gpus=N] [--pattern=NAME] [--lanes=K] [--transport=ipc]
 //
@@ -33,11 +34,12 @@
 #include <string>
 #include <vector>
 
+#include "exec/composite_runner.h"
 #include "exec/cuda/cuda_copy_engine.h"
-#include "exec/cuda/cuda_lanes.h"
-#include "exec/cuda/ipc_transport.h"
 #include "exec/cuda/nccl_transport.h"
+#include "exec/cuda/pull_engine.h"
 #include "exec/executor.h"
+#include "plan/plan_codec.h"
 #include "testing/dir_kv_store.h"
 #include "testing/flags.h"
 #include "testing/test_patterns.h"
@@ -45,6 +47,57 @@
 using namespace refit;
 
 namespace {
+
+// `full`'s buffers of `rank` (indexed like full), re-indexed like the
+// slice's side `slice`.
+std::vector<char*> SliceBuffers(const SideLayout& full, const SideLayout& slice, int rank,
+                                const std::vector<char*>& dev) {
+  std::vector<char*> out(slice.buffers.size(), nullptr);
+  for (size_t b = 0; b < slice.buffers.size(); ++b) {
+    for (size_t f = 0; f < full.buffers.size(); ++f) {
+      if (full.buffers[f].rank == rank && full.buffers[f].name == slice.buffers[b].name) {
+        out[b] = dev[f];
+      }
+    }
+  }
+  return out;
+}
+
+// The rank's data plane: the executor over NCCL, or the pull engine over
+// its slice.
+absl::StatusOr<std::unique_ptr<RoundRunner>> MakeRunner(const Plan& plan, Side side, int rank,
+                                                        int g, int device, int lanes, bool ipc,
+                                                        const std::vector<char*>& dev,
+                                                        KvStore* kv) {
+  const int world = plan.src.world_size + plan.dst.world_size;
+  if (ipc) {
+    const Plan slice = ExtractSlice(plan, side, rank);
+    const bool src = side == Side::kTrainer;
+    PullEngineOptions po;
+    po.device = device;
+    absl::StatusOr<std::unique_ptr<PullEngine>> e = PullEngine::Create(
+        slice, side, rank, SliceBuffers(src ? plan.src : plan.dst, src ? slice.src : slice.dst,
+                                        rank, dev),
+        kv, po, absl::Now() + absl::Seconds(60));
+    if (!e.ok()) return e.status();
+    return std::unique_ptr<RoundRunner>(std::move(*e));
+  }
+  NcclTransportOptions opt;
+  opt.num_lanes = lanes;
+  opt.device = device;
+  absl::StatusOr<std::unique_ptr<NcclTransport>> nt = NcclTransport::Create(kv, g, world, opt);
+  if (!nt.ok()) return nt.status();
+  std::unique_ptr<CopyEngine> engine = MakeCudaCopyEngine(nt->get());
+  ExecutorOptions eo;
+  eo.copy_engine = engine.get();
+  absl::StatusOr<std::unique_ptr<Executor>> ex =
+      Executor::Create(plan, side, rank, dev, nt->get(), eo);
+  if (!ex.ok()) return ex.status();
+  absl::StatusOr<std::unique_ptr<ExecutorRunner>> r =
+      ExecutorRunner::Create(std::move(*nt), std::move(engine), std::move(*ex));
+  if (!r.ok()) return r.status();
+  return std::unique_ptr<RoundRunner>(std::move(*r));
+}
 
 
 #define CK(x)                                                              \
@@ -71,32 +124,8 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
   }
   const int device = ipc ? g % gpus : g;
   CK(cudaSetDevice(device));
+  (void)world;
   testing::DirKvStore kv(dir);
-  std::unique_ptr<Transport> transport;
-  CudaLanes* cuda_lanes = nullptr;
-  if (ipc) {
-    IpcTransportOptions opt;
-    opt.num_lanes = lanes;
-    opt.device = device;
-    auto it = IpcTransport::Create(&kv, g, world, opt);
-    if (!it.ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", g, it.status().ToString().c_str());
-      return 2;
-    }
-    cuda_lanes = it->get();
-    transport = std::move(*it);
-  } else {
-    NcclTransportOptions opt;
-    opt.num_lanes = lanes;
-    opt.device = device;
-    auto nt = NcclTransport::Create(&kv, g, world, opt);
-    if (!nt.ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", g, nt.status().ToString().c_str());
-      return 2;
-    }
-    cuda_lanes = nt->get();
-    transport = std::move(*nt);
-  }
   const Side side = g < ws ? Side::kTrainer : Side::kEngine;
   const int rank = g < ws ? g : g - ws;
   const SideLayout& layout = g < ws ? plan->src : plan->dst;
@@ -130,12 +159,10 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
     CK(cudaStreamEndCapture(cs, &graph));
     CK(cudaGraphInstantiate(&exec, graph, nullptr, nullptr, 0));
   }
-  auto engine = MakeCudaCopyEngine(cuda_lanes);
-  ExecutorOptions eo;
-  eo.copy_engine = engine.get();
-  auto ex = Executor::Create(*plan, side, rank, dev, transport.get(), eo);
-  if (!ex.ok()) {
-    std::fprintf(stderr, "rank %d: %s\n", g, ex.status().ToString().c_str());
+  absl::StatusOr<std::unique_ptr<RoundRunner>> runner =
+      MakeRunner(*plan, side, rank, g, device, lanes, ipc, dev, &kv);
+  if (!runner.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", g, runner.status().ToString().c_str());
     return 2;
   }
   for (int step = 1; step <= 2; ++step) {
@@ -151,7 +178,7 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
       }
     }
     const auto t0 = std::chrono::steady_clock::now();
-    auto st = (*ex)->Run(absl::Now() + absl::Seconds(kill_peer ? 5 : 60));
+    auto st = (*runner)->Run(absl::Now() + absl::Seconds(kill_peer ? 5 : 60));
     if (kill_peer && step == 2) {
       const double secs = std::chrono::duration<double>(
                               std::chrono::steady_clock::now() - t0).count();
@@ -162,12 +189,10 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
       std::printf("  engine rank failed after %.1f s, as it should: %s\n", secs,
                   st.status().ToString().c_str());
       std::fflush(stdout);
-      // Cleaning up after the abort (staging cudaFree, streams, comms) must
-      // not hang either.
+      // Cleaning up after the abort (staging cudaFree, streams, comms, the
+      // mappings of the dead peer's memory) must not hang either.
       const auto t1 = std::chrono::steady_clock::now();
-      ex->reset();
-      engine.reset();
-      transport.reset();
+      runner->reset();
       const double clean = std::chrono::duration<double>(
                                std::chrono::steady_clock::now() - t1).count();
       std::printf("  engine rank cleaned up in %.1f s\n", clean);
@@ -202,9 +227,7 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
     }
   }
   if (dev != before) return 1;
-  ex->reset();
-  engine.reset();
-  transport.reset();
+  runner->reset();
   return 0;
 }
 
@@ -273,7 +296,7 @@ int main(int argc, char** argv) {
   const int lanes = std::atoi(testing::FlagValue(argc, argv, "lanes", "2").c_str());
   const std::string only = testing::FlagValue(argc, argv, "pattern", "");
   const bool ipc = testing::FlagValue(argc, argv, "transport", "nccl") == "ipc";
-  const char* via = ipc ? ", CUDA IPC" : "";
+  const char* via = ipc ? ", pull path" : "";
   int failed = 0;
   for (const std::string& p : testing::PatternNames()) {
     if (!only.empty() && p != only) continue;

@@ -18,7 +18,12 @@ and the GPU at prepare(), before any round. "ipc-1gpu" and "ipc-2gpu" move
 Qwen3-0.6B (or --ipc_model) with the colocated pull path (transport "ipc")
 instead, colocated on one GPU and across two, with the same checks as the
 NCCL scenarios; "ipc-1gpu-expandable" does it with PyTorch's
-expandable_segments allocator. Prints a table last; exit
+expandable_segments allocator. "ipc-killed" is "killed" on the pull path,
+trainer and engine on one GPU: the engine must fail within seconds with a
+reason that names the trainer or its peer (refitd's ABORTED, or the pull
+engine's UNAVAILABLE when the control channel sees the death first), exit
+by itself (no signal: nothing read the dead trainer's memory), and its GPU
+must still work after the failure. Prints a table last; exit
 code 0 only if every check passed.
 
   python3 torch_gpu_check.py BUNDLE_DIR [--gpus=2] [--only=NAME,...]
@@ -133,8 +138,18 @@ def one_round(m, v, info, trainer, die_in, tensors, ptrs, graph, src, out, side)
     try:
         stats = m.run_round(v, timeout=60.0)
     except refit.RefitError as e:
+        after_s = time.monotonic() - t0
+        # The device must still work: no sticky CUDA error from a copy out
+        # of memory a dead peer owned.
+        try:
+            for t in tensors.values():
+                t.view(-1)[:1].float().sum().item()
+            torch.cuda.synchronize()
+            cuda_ok = True
+        except Exception:  # reported in the event
+            cuda_ok = False
         say(event="round_failed", version=v, code=e.code_name,
-            message=e.message, after_s=time.monotonic() - t0)
+            message=e.message, after_s=after_s, cuda_ok=cuda_ok)
         if e.code_name in ("UNAVAILABLE", "NOT_FOUND"):
             raise
         return -4
@@ -271,10 +286,11 @@ def same_process(bundle):
 
 
 # ------------------------------------- conversions against torch on the GPU
-def torch_fp8_reference(w, block=128):
+def torch_fp8_reference(w, block=128, ue8m0=False):
     """The reference blockwise quantizer in torch (float8_e4m3fn): tiles of
     block x block on the last two dims; scale = max(amax, 1e-4) / 448 and
-    inv = 1 / scale as IEEE divisions by tensors; values clamped to +-448."""
+    inv = 1 / scale as IEEE divisions by tensors (ue8m0: scale rounded up
+    to a power of two first); values clamped to +-448."""
     import torch
     x = w.float()
     rows, cols = x.shape[-2], x.shape[-1]
@@ -283,6 +299,9 @@ def torch_fp8_reference(w, block=128):
     pad[..., :rows, :cols] = x.abs()
     amax = pad.reshape(*x.shape[:-2], tr, block, tc, block).amax(dim=(-3, -1))
     scale = amax.clamp(min=1e-4) / torch.full_like(amax, 448.0)
+    if ue8m0:
+        mant, expo = torch.frexp(scale)  # scale = mant * 2^expo, mant in [0.5, 1)
+        scale = torch.where(mant == 0.5, scale, torch.ldexp(torch.ones_like(scale), expo))
     inv = torch.ones_like(scale) / scale
     inv_e = inv.repeat_interleave(block, -2).repeat_interleave(block, -1)[..., :rows, :cols]
     q = (x * inv_e).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
@@ -298,7 +317,9 @@ def vllm_parts(name):
     return [name]
 
 
-def converted_same_process(bundle, model, trainer_conv, engine_conv, rounds=2):
+def converted_same_process(bundle, model, trainer_conv, engine_conv, rounds=2,
+                           trainer_dev="cuda:0", engine_dev="cuda:0"):
+    ue8m0 = "fp8-ue8m0" in engine_conv
     """An FSDP trainer (HF names, whole tensors, random bf16 values) and a
     vLLM TP1 engine as two threads of this process on cuda:0 over the pull
     path; after each round every engine tensor is compared on the GPU with
@@ -309,18 +330,19 @@ def converted_same_process(bundle, model, trainer_conv, engine_conv, rounds=2):
     import refit
     d, port = start_refitd(bundle)
     server = f"127.0.0.1:{port}"
-    dev = "cuda:0"
-    torch.cuda.set_device(0)
+    devs = {"trainer": trainer_dev, "engine": engine_dev}
     dtypes = {"bf16": torch.bfloat16, "f32": torch.float32, "f8e4m3": torch.float8_e4m3fn}
     mk = {}
     for side, conv in (("trainer", trainer_conv), ("engine", engine_conv)):
         want = refit.expected_buffers(side=side, rank=0, model=model, convention=conv)
-        mk[side] = {b.name: torch.zeros(b.shape, dtype=dtypes[b.dtype], device=dev)
+        mk[side] = {b.name: torch.zeros(b.shape, dtype=dtypes[b.dtype], device=devs[side])
                     for b in want}
-    gen = torch.Generator(device=dev).manual_seed(5)
+    gen = torch.Generator(device=trainer_dev).manual_seed(5)
     res, secs = {}, []
 
     def side(name, conv, eid):
+        dev = devs[name]
+        torch.cuda.set_device(torch.device(dev))
         try:
             m = refit.Member(server=server, side=name, rank=0, model=model, convention=conv,
                              engine_id=eid or None, device=dev, buffers=mk[name],
@@ -350,6 +372,9 @@ def converted_same_process(bundle, model, trainer_conv, engine_conv, rounds=2):
             barrier.abort()
 
     def trainer_name(n):
+        for a, b in ((".attn.k_scale", ".k_scale"), (".attn.v_scale", ".v_scale"),
+                     (".attn.q_scale", ".q_scale")):
+            n = n.replace(a, b)  # vLLM's KV-cache scale names
         if n in mk["trainer"]:
             return n
         return n.replace("model.embed_tokens", "backbone.embeddings").replace(
@@ -364,23 +389,28 @@ def converted_same_process(bundle, model, trainer_conv, engine_conv, rounds=2):
         def f(x):
             if not quant:
                 return x
-            q, sc = torch_fp8_reference(x)
+            q, sc = torch_fp8_reference(x.to(engine_dev), ue8m0=ue8m0)
             return sc if scale else q
         for fused, parts in (("w13_weight", ("gate_proj", "up_proj")),
                              ("w2_weight", ("down_proj",))):
             if weight.endswith(".experts." + fused):
                 base = weight[:-len(fused)]
+                if not any(k.startswith(base) for k in src):
+                    base = trainer_name(base)  # NemotronH's HF prefix
+                if f"{base}0.gate_proj.weight" not in src:
+                    parts = tuple(p for p in parts if p != "gate_proj")  # non-gated MoE
                 n = sum(1 for k in src if k.startswith(base) and k.endswith(parts[0] + ".weight"))
-                return torch.stack([torch.cat([f(src[f"{base}{e}.{p}.weight"]) for p in parts])
-                                    for e in range(n)])
-        return torch.cat([f(src[trainer_name(p)]) for p in vllm_parts(weight)])
+                return torch.stack([torch.cat([f(src[f"{base}{e}.{p}.weight"].to(engine_dev))
+                                               for p in parts]) for e in range(n)])
+        parts = [f(src[trainer_name(p)].to(engine_dev)) for p in vllm_parts(weight)]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def compare():
         torch.cuda.synchronize()
         bad, counts = [], {"fp8": 0, "scales": 0, "neg_exp": 0, "plain": 0}
         for name, t in mk["engine"].items():
             if name.endswith("mixer.A"):
-                want = -torch.exp(mk["trainer"][trainer_name(name) + "_log"].float())
+                want = -torch.exp(mk["trainer"][trainer_name(name) + "_log"].to(engine_dev).float())
                 if int((want.view(torch.int32) - t.view(torch.int32)).abs().max()) > 1:
                     bad.append(name)
                 counts["neg_exp"] += 1
@@ -514,6 +544,24 @@ def main():
         good, detail = rounds_verdict(res, ipc_rounds)
         rows.append((name, "PASS" if good else "FAIL", detail))
         ok &= good
+    if only is None or "ipc-killed" in only:
+        # The trainer dies inside round 2 on the pull path (one GPU).
+        res = run(bundle, "qwen3-0.6b", "megatron:tp=1", "vllm:tp=1", 2, 2, 1,
+                  transport="ipc")
+        (t_rc, t_ev), (e_rc, e_ev) = res
+        for ev in t_ev + e_ev:
+            print("ipc-killed", json.dumps(ev))
+        failed = [e for e in e_ev if e["event"] == "round_failed"]
+        f = failed[0] if failed else {}
+        clear = any(w in f.get("message", "") for w in ("trainer", "peer"))
+        good = (t_rc == 3 and e_rc in (1, 4) and len(failed) == 1 and
+                f["code"] in ("ABORTED", "UNAVAILABLE") and f["after_s"] < 15 and
+                clear and f.get("cuda_ok", False))
+        detail = (f"engine failed {f['after_s']:.1f} s into round {f['version']}, "
+                  f"exit {e_rc}, GPU usable after: {f.get('cuda_ok')}: {f['code']} "
+                  f"{f['message'][:120]}") if failed else f"no failure (rc {t_rc}/{e_rc})"
+        rows.append(("ipc-killed", "PASS" if good else "FAIL", detail))
+        ok &= good
     if only is not None and "ipc-1process" in only:
         # Both members in this process: addresses, not IPC handles.
         t_rc, e_rc = same_process(bundle)
@@ -538,6 +586,41 @@ def main():
             detail += f"; round {min(secs) * 1e3:.1f} ms"
         rows.append((name, "PASS" if good else "FAIL", detail))
         ok &= good
+    if gpus >= 2:
+        # The pull path between two GPUs of the host (peer access over
+        # NVLink): a trainer on GPU 0, an engine on GPU 1, next to a peer
+        # copy of the same bytes.
+        for name, model, engine_conv in (("pull-2gpu-qwen3-8b", "qwen3-8b", "vllm:tp=1"),
+                                          ("pull-2gpu-fp8-qwen3-8b", "qwen3-8b",
+                                           "vllm:tp=1,quant=fp8")):
+            if only is not None and name not in only:
+                continue
+            good, detail, secs = converted_same_process(
+                bundle, model, "fsdp:dp=1", engine_conv, trainer_dev="cuda:0",
+                engine_dev="cuda:1")
+            if secs:
+                times[name] = min(secs)
+                detail += f"; round {min(secs) * 1e3:.1f} ms"
+            rows.append((name, "PASS" if good else "FAIL", detail))
+            ok &= good
+        if only is None or "pull-2gpu-qwen3-8b" in only:
+            a = torch.empty(16_381_000_000 // 2, dtype=torch.bfloat16, device="cuda:0")
+            b = torch.empty_like(a, device="cuda:1")
+            best = 1e9
+            for _ in range(4):
+                torch.cuda.synchronize(0)
+                torch.cuda.synchronize(1)
+                t0 = time.perf_counter()
+                b.copy_(a)
+                torch.cuda.synchronize(1)
+                best = min(best, time.perf_counter() - t0)
+            del a, b
+            print(f"FIGURE peer copy GPU 0 -> GPU 1 of 16.38 GB (torch copy_, "
+                  f"cudaMemcpyPeer): {best * 1e3:.1f} ms")
+            if "pull-2gpu-qwen3-8b" in times:
+                print(f"FIGURE pull path GPU 0 -> GPU 1, Qwen3-8B: "
+                      f"{times['pull-2gpu-qwen3-8b'] * 1e3:.1f} ms "
+                      f"({best / times['pull-2gpu-qwen3-8b']:.2f} of the peer copy's speed)")
     if "fp8-qwen3-8b" in times and "bf16-qwen3-8b" in times:
         print(f"FIGURE colocated Qwen3-8B refit on one GPU: BF16->FP8 "
               f"{times['fp8-qwen3-8b'] * 1e3:.1f} ms, BF16->BF16 "

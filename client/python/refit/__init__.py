@@ -5,8 +5,9 @@ does everything (checks, control plane, data plane); this module turns
 tensors into addresses and errors into exceptions. It needs no compiler and
 works with any Python 3 and any PyTorch: the library is
 ``librefit_client.so`` (host buffers over TCP) or, for ``cuda:N`` buffers,
-``librefit_client_gpu.so`` (NCCL), found beside this package's folder in a
-bundle, or at ``$REFIT_CLIENT_LIB``.
+``librefit_client_gpu.so`` (NCCL), found in the package's ``_native``
+folder (the wheel's copy, with the libraries it needs), beside this
+package's folder in a bundle, or at ``$REFIT_CLIENT_LIB``.
 
 An engine worker (vLLM TP rank 0 of replica "e0")::
 
@@ -36,6 +37,8 @@ import ctypes
 import json
 import os
 from typing import Any, Dict, List, NamedTuple, Optional
+
+__version__ = "0.1.0"
 
 __all__ = ["RefitError", "BufferSpec", "EngineState", "Member", "expected_buffers",
            "load_library", "loaded_library_path"]
@@ -112,15 +115,19 @@ _library: Optional[ctypes.CDLL] = None
 _library_path: Optional[str] = None
 
 
-def _bundle_path(name: str) -> str:
+def _bundle_paths(name: str) -> List[str]:
+    """Where library ``name`` may be: the wheel's ``refit/_native`` (with
+    the libraries it needs in ``_native/lib``), then a bundle's top folder
+    (``python/refit`` is two levels below it)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.abspath(os.path.join(here, "..", "..", name))
+    return [os.path.join(here, "_native", name),
+            os.path.abspath(os.path.join(here, "..", "..", name))]
 
 
 def load_library(gpu: bool = False, path: Optional[str] = None) -> ctypes.CDLL:
     """Loads the client library once per process: ``path``, else
-    ``$REFIT_CLIENT_LIB``, else from the bundle folder above this package
-    ``librefit_client_gpu.so`` (which serves host buffers too) when it loads
+    ``$REFIT_CLIENT_LIB``, else from the wheel's ``refit/_native`` or the
+    bundle folder above this package ``librefit_client_gpu.so`` (which serves host buffers too) when it loads
     here, or ``librefit_client.so``. ``gpu``: "cuda:N" buffers are needed,
     so the host-only library will not do.
 
@@ -136,7 +143,7 @@ def _load(gpu: bool, path: Optional[str], gpu_name: str, host_name: str) -> ctyp
     if path is None:
         path = os.environ.get("REFIT_CLIENT_LIB")
     candidates = ([os.path.abspath(path)] if path else
-                  [_bundle_path(gpu_name)] + ([] if gpu else [_bundle_path(host_name)]))
+                  _bundle_paths(gpu_name) + ([] if gpu else _bundle_paths(host_name)))
     if _library is not None:
         if path and os.path.abspath(path) != _library_path:
             raise RefitError(9, f"{_library_path} is loaded already; one process "

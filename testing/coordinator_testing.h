@@ -1,7 +1,7 @@
 // Helpers for the Coordinator's tests: registrations, a blocking AwaitPlan,
 // a recording round stream. Test-only.
-#ifndef REFIT_SERVER_COORDINATOR_TESTING_H_
-#define REFIT_SERVER_COORDINATOR_TESTING_H_
+#ifndef REFIT_TESTING_COORDINATOR_TESTING_H_
+#define REFIT_TESTING_COORDINATOR_TESTING_H_
 
 #include <map>
 #include <memory>
@@ -160,4 +160,4 @@ inline v1::StartRoundRequest Start(const std::string& id, int64_t version) {
 }  // namespace coordinator_testing
 }  // namespace refit
 
-#endif  // REFIT_SERVER_COORDINATOR_TESTING_H_
+#endif  // REFIT_TESTING_COORDINATOR_TESTING_H_

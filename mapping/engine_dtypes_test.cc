@@ -1,0 +1,80 @@
+// Engine dtype conformance: every engine tensor of every built-in model, in
+// vLLM's and SGLang's conventions (BF16 and quant=fp8), has the dtype the
+// engine itself creates the parameter with. The table below is read from
+// the engines' sources, independently of the mapping code:
+//   - Mamba2's A: vllm/model_executor/layers/mamba/mamba_mixer2.py creates
+//     `A = torch.empty(num_heads // tp, dtype=torch.float32)` and loads
+//     -exp(A_log.float()) (SGLang's copy of MambaMixer2 does the same);
+//   - the router's e_score_correction_bias: vllm/model_executor/models/
+//     deepseek_v2.py creates it `dtype=torch.float32` (f32 in the
+//     checkpoints too);
+//   - FP8 block scales (weight_scale_inv) and KV-cache scales (k/v/q_scale):
+//     float32 parameters in vLLM's fp8 and kv_cache quantization methods;
+//   - quantized linear weights under quant=fp8: float8_e4m3fn;
+//   - everything else: the model's dtype (bf16).
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "mapping/mapping.h"
+
+namespace refit {
+namespace {
+
+DType Expected(const TensorSpec& t, const ModelConfig& c, bool fp8) {
+  if (absl::EndsWith(t.name, "mixer.A_log")) return DType::kF32;  // engine A
+  if (absl::EndsWith(t.name, "e_score_correction_bias")) return DType::kF32;
+  if (absl::EndsWith(t.name, "_scale_inv") || absl::EndsWith(t.name, "_scale")) {
+    return DType::kF32;
+  }
+  (void)c;
+  return fp8 ? DType::kF8E4M3 : DType::kBF16;
+}
+
+TEST(EngineDTypesTest, EveryTensorHasTheDtypeTheEngineCreates) {
+  int checked = 0;
+  for (const std::string& name : BuiltinModelNames()) {
+    absl::StatusOr<ModelConfig> c = LoadModelConfig(name);
+    ASSERT_TRUE(c.ok()) << name;
+    for (const char* spec : {"vllm:tp=1", "sglang:tp=1", "vllm:tp=1,quant=fp8"}) {
+      absl::StatusOr<EngineSpec> es = ParseEngineSpec(spec);
+      ASSERT_TRUE(es.ok());
+      absl::StatusOr<MappedSide> dst = BuildEngineLayout(*c, *es);
+      if (!dst.ok()) {
+        // A per-tensor FP8 model refuses quant=fp8 (block scales), and the
+        // tiny models' dims split 128x128 blocks: both by name.
+        EXPECT_TRUE(absl::StrContains(dst.status().message(), "per-tensor FP8") ||
+                    absl::StrContains(dst.status().message(), "weight_scale_inv block"))
+            << name << " " << spec << ": " << dst.status();
+        continue;
+      }
+      // The model's logical tensors without the engine's own dtypes: which
+      // of them the engine quantizes.
+      absl::StatusOr<ModelTensors> plain = BuildModelTensors(*c);
+      ASSERT_TRUE(plain.ok());
+      ModelConfig q = *c;
+      if (es->quant != EngineSpec::Quant::kNone && q.fp8_block == 0) q.fp8_block = 128;
+      absl::StatusOr<ModelTensors> quantized = BuildModelTensors(q);
+      ASSERT_TRUE(quantized.ok());
+      for (const TensorSpec& t : dst->layout.tensors) {
+        bool fp8 = false;
+        for (const TensorSpec& m : quantized->tensors) {
+          if (m.name == t.name) fp8 = m.dtype == DType::kF8E4M3;
+        }
+        DType want = Expected(t, *c, fp8);
+        // Per-tensor FP8 checkpoints keep their own e4m3 weights.
+        if (c->fp8_per_tensor && t.dtype == DType::kF8E4M3) want = DType::kF8E4M3;
+        // Models that keep other f32 tensors in the checkpoint itself.
+        for (const TensorSpec& m : plain->tensors) {
+          if (m.name == t.name && m.dtype == DType::kF32) want = DType::kF32;
+        }
+        EXPECT_EQ(DTypeName(t.dtype), DTypeName(want)) << name << " " << spec << ": " << t.name;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000);
+}
+
+}  // namespace
+}  // namespace refit

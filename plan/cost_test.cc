@@ -1,0 +1,121 @@
+// The planner's placed replica choice: the time model (cost.h) recomputed
+// from the plan's messages equals plan.stats' prediction, the lower bound
+// never exceeds it, and a replica on the destination's host is chosen when
+// it is free.
+#include "plan/cost.h"
+
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "layout/mesh.h"
+#include "layout/sharding.h"
+#include "plan/planner.h"
+
+namespace refit {
+namespace {
+
+// Seconds of the slowest rank, from the messages.
+double PredictFromMessages(const Plan& plan, int64_t* intra, int64_t* inter) {
+  const CostModel cost(plan.src, plan.dst, plan.options);
+  std::vector<int64_t> s_in(plan.src.world_size), s_out(plan.src.world_size);
+  std::vector<int64_t> d_in(plan.dst.world_size), d_out(plan.dst.world_size);
+  *intra = *inter = 0;
+  for (const Message& m : plan.messages) {
+    const bool same = cost.SameHost(m.src_rank, m.dst_rank);
+    (same ? s_in : s_out)[m.src_rank] += m.bytes;
+    (same ? d_in : d_out)[m.dst_rank] += m.bytes;
+    (same ? *intra : *inter) += m.bytes;
+  }
+  double t = 0;
+  for (int32_t r = 0; r < plan.src.world_size; ++r) t = std::max(t, cost.Seconds(s_in[r], s_out[r]));
+  for (int32_t r = 0; r < plan.dst.world_size; ++r) t = std::max(t, cost.Seconds(d_in[r], d_out[r]));
+  return t;
+}
+
+// [rows, 64] f32 tensors, replicated over dp and sharded over tp on the
+// source, sharded over the engine's tp (and replicated over its dp).
+void Sides(std::mt19937_64& rng, SideLayout* src, SideLayout* dst) {
+  const int64_t sdp = 1 + rng() % 4, stp = 1 + rng() % 2;
+  const int64_t dtp = 1 + rng() % 4, ddp = 1 + rng() % 3;
+  const Mesh smesh = *Mesh::Make({"dp", "tp"}, {sdp, stp});
+  const Mesh dmesh = *Mesh::Make({"dp", "tp"}, {ddp, dtp});
+  src->world_size = static_cast<int32_t>(sdp * stp);
+  dst->world_size = static_cast<int32_t>(ddp * dtp);
+  const int n = 1 + rng() % 4;
+  for (int i = 0; i < n; ++i) {
+    TensorSpec t{absl::StrCat("t", i), {8 * (1 + static_cast<int64_t>(rng() % 16)), 64},
+                 DType::kF32};
+    ASSERT_TRUE(AddTensor(*src, t).ok());
+    ASSERT_TRUE(AddTensor(*dst, t).ok());
+    ASSERT_TRUE(AddDenseShards(*src, i, smesh,
+                               {Placement::Replicate(), Placement::Shard(rng() % 2)})
+                    .ok());
+    ASSERT_TRUE(AddDenseShards(*dst, i, dmesh,
+                               {Placement::Replicate(), Placement::Shard(0)})
+                    .ok());
+  }
+}
+
+TEST(PlacedPlanTest, PredictionMatchesTheMessagesAndTheBoundStaysBelow) {
+  std::mt19937_64 rng(20261124);
+  int placed = 0, tight = 0;
+  for (int iter = 0; iter < 200; ++iter) {
+    SCOPED_TRACE(absl::StrCat("iteration ", iter));
+    SideLayout src, dst;
+    Sides(rng, &src, &dst);
+    if (HasFailure()) return;
+    PlannerOptions opt;
+    if (rng() % 4 != 0) {
+      const int hosts = 1 + rng() % 3;
+      for (int r = 0; r < src.world_size; ++r) src.host_of_rank.push_back(rng() % hosts);
+      for (int r = 0; r < dst.world_size; ++r) dst.host_of_rank.push_back(rng() % hosts);
+      ++placed;
+    }
+    opt.links.intra_host_gbps = 10 + rng() % 400;
+    opt.links.inter_host_gbps = 1 + rng() % 100;
+    absl::StatusOr<Plan> plan = BuildPlan(src, dst, opt);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    int64_t intra = 0, inter = 0;
+    const double t = PredictFromMessages(*plan, &intra, &inter);
+    EXPECT_NEAR(plan->stats.predicted_seconds, t, 1e-9 * t);
+    EXPECT_EQ(plan->stats.intra_host_bytes, intra);
+    EXPECT_EQ(plan->stats.inter_host_bytes, inter);
+    EXPECT_GT(plan->stats.lower_bound_seconds, 0);
+    EXPECT_LE(plan->stats.lower_bound_seconds, t * (1 + 1e-9));
+    tight += t <= 1.05 * plan->stats.lower_bound_seconds;
+  }
+  EXPECT_GT(placed, 100);
+  EXPECT_GT(tight, 100);  // most random cases reach the bound
+}
+
+TEST(PlacedPlanTest, EachEngineRankReadsFromTheReplicaOnItsHost) {
+  // A [64, 64] f32 tensor replicated on 4 trainer ranks, one per host;
+  // 4 engine ranks holding all of it, engine rank r on host 3 - r.
+  TensorSpec t{"w", {64, 64}, DType::kF32};
+  SideLayout src, dst;
+  src.world_size = dst.world_size = 4;
+  ASSERT_TRUE(AddTensor(src, t).ok());
+  ASSERT_TRUE(AddTensor(dst, t).ok());
+  ASSERT_TRUE(AddDenseShards(src, 0, *Mesh::Make({"dp"}, {4}), {Placement::Replicate()}).ok());
+  ASSERT_TRUE(AddDenseShards(dst, 0, *Mesh::Make({"dp"}, {4}), {Placement::Replicate()}).ok());
+  src.host_of_rank = {0, 1, 2, 3};
+  dst.host_of_rank = {3, 2, 1, 0};
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const Message& m : plan->messages) EXPECT_EQ(m.src_rank, 3 - m.dst_rank);
+  EXPECT_EQ(plan->stats.inter_host_bytes, 0);
+  EXPECT_DOUBLE_EQ(plan->stats.predicted_seconds, plan->stats.lower_bound_seconds);
+  // Without the placement every pair is inter-host: the same bytes, the
+  // network's time.
+  PlannerOptions unplaced;
+  unplaced.prefer_same_host = false;
+  plan = BuildPlan(src, dst, unplaced);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->stats.intra_host_bytes, 0);
+  EXPECT_NEAR(plan->stats.predicted_seconds, 64 * 64 * 4 / 50e9, 1e-15);
+}
+
+}  // namespace
+}  // namespace refit

@@ -1,0 +1,155 @@
+// The floor, per-tensor and bucketed baselines (see colocated_baselines.h).
+#include "tools/bench/colocated_baselines.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "exec/copy_program.h"
+#include "exec/cuda/pack_kernels.h"
+#include "exec/cuda/pull_kernels.h"
+
+namespace refit::bench {
+
+absl::StatusOr<std::map<std::string, std::string>> Baselines(const Case& c, int iters) {
+  CK(cudaSetDevice(0));
+  std::map<std::string, std::string> r;
+  REFIT_ASSIGN_OR_RETURN(Plan hf, CasePlan(c, /*hf_source=*/true));
+  REFIT_ASSIGN_OR_RETURN(Arena src, Allocate(hf.src, 0, 0));
+  REFIT_ASSIGN_OR_RETURN(Arena dst, Allocate(hf.dst, 0, 0xEE));
+  REFIT_RETURN_IF_ERROR(Pattern(hf.src, 0, src, 1, false));
+  // Tasks per HF tensor (source buffer), in buffer order.
+  std::map<int32_t, std::vector<CopyTask>> by_src;
+  for (const Message& m : hf.messages) {
+    REFIT_ASSIGN_OR_RETURN(std::vector<CopyTask> t, DirectProgram(hf, m));
+    for (const CopyTask& k : t) by_src[k.src_buffer].push_back(k);
+  }
+  const std::vector<char*> sp = src.Pointers(), dp = dst.Pointers();
+  std::vector<cuda::DeviceCopy> all;
+  std::vector<std::pair<int64_t, int64_t>> group;  // (first, count) per tensor
+  for (auto& [b, tasks] : by_src) {
+    REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> rc, ResolveTasks(tasks, sp, dp, nullptr, nullptr));
+    group.emplace_back(all.size(), rc.size());
+    for (const ResolvedCopy& x : rc) {
+      all.push_back({x.src, x.dst, x.rows, x.row_bytes, x.src_row_stride, x.dst_row_stride});
+    }
+  }
+  cuda::DeviceCopy* dev = nullptr;
+  CK(cudaMalloc(reinterpret_cast<void**>(&dev), all.size() * sizeof(cuda::DeviceCopy)));
+  CK(cudaMemcpy(dev, all.data(), all.size() * sizeof(cuda::DeviceCopy), cudaMemcpyHostToDevice));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  auto per_tensor = [&]() -> absl::Status {
+    for (const auto& [first, n] : group) {
+      CK(static_cast<cudaError_t>(cuda::LaunchCopies(dev + first, static_cast<int>(n), s)));
+    }
+    CK(cudaStreamSynchronize(s));
+    return absl::OkStatus();
+  };
+  REFIT_RETURN_IF_ERROR(per_tensor());
+  absl::Status ok = Pattern(hf.dst, 0, dst, 1, true);
+  r["per_tensor_check"] = ok.ok() ? "PASS" : absl::StrCat("FAIL: ", ok.message());
+  // Every other row compares its engine bytes with these (host-checked).
+  REFIT_ASSIGN_OR_RETURN(const unsigned long long ref_sum, Checksum(hf.dst, 0, dst, 0));
+  r["ref_sum"] = absl::StrCat(ref_sum);
+  absl::Time t0 = absl::Now();
+  for (int i = 0; i < iters; ++i) REFIT_RETURN_IF_ERROR(per_tensor());
+  r["per_tensor_ms"] = absl::StrCat(absl::ToDoubleMilliseconds(absl::Now() - t0) / iters);
+
+  // Bucketed: HF tensors packed into 1 GiB buckets, then copied out.
+  int64_t kBucket = 1LL << 30;  // or the largest tensor, if larger
+  for (const BufferSpec& b : hf.src.buffers) {
+    kBucket = std::max(kBucket, (b.byte_size + 255) / 256 * 256);
+  }
+  char* bucket = nullptr;
+  CK(cudaMalloc(reinterpret_cast<void**>(&bucket), kBucket));
+  std::vector<std::vector<int32_t>> buckets(1);
+  int64_t used = 0;
+  for (auto& [b, tasks] : by_src) {
+    const int64_t n = (hf.src.buffers[b].byte_size + 255) / 256 * 256;
+    if (used > 0 && used + n > kBucket) {
+      buckets.emplace_back();
+      used = 0;
+    }
+    buckets.back().push_back(b);
+    used += n;
+  }
+  // Copy-out tasks per bucket, resolved against the bucket (once).
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> out_groups(buckets.size());
+  std::vector<std::vector<std::pair<int32_t, int64_t>>> packs(buckets.size());
+  std::vector<cuda::DeviceCopy> out_all;
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    int64_t off = 0;
+    for (int32_t b : buckets[k]) {
+      std::vector<char*> bp(sp.size(), nullptr);
+      bp[b] = bucket + off;
+      REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> rc,
+                             ResolveTasks(by_src[b], bp, dp, nullptr, nullptr));
+      out_groups[k].emplace_back(out_all.size(), rc.size());
+      for (const ResolvedCopy& x : rc) {
+        out_all.push_back({x.src, x.dst, x.rows, x.row_bytes, x.src_row_stride, x.dst_row_stride});
+      }
+      packs[k].emplace_back(b, off);
+      off += (hf.src.buffers[b].byte_size + 255) / 256 * 256;
+    }
+  }
+  cuda::DeviceCopy* out_dev = nullptr;
+  CK(cudaMalloc(reinterpret_cast<void**>(&out_dev), out_all.size() * sizeof(cuda::DeviceCopy)));
+  CK(cudaMemcpy(out_dev, out_all.data(), out_all.size() * sizeof(cuda::DeviceCopy),
+                cudaMemcpyHostToDevice));
+  auto bucketed = [&]() -> absl::Status {
+    for (size_t k = 0; k < buckets.size(); ++k) {
+      for (const auto& [b, off] : packs[k]) {
+        CK(cudaMemcpyAsync(bucket + off, sp[b], hf.src.buffers[b].byte_size,
+                           cudaMemcpyDeviceToDevice, s));
+      }
+      CK(cudaStreamSynchronize(s));  // the trainer's bucket is ready
+      for (const auto& [first, n] : out_groups[k]) {
+        CK(static_cast<cudaError_t>(cuda::LaunchCopies(out_dev + first, static_cast<int>(n), s)));
+      }
+      CK(cudaStreamSynchronize(s));  // the engine is done with the bucket
+    }
+    return absl::OkStatus();
+  };
+  CK(cudaMemset(dst.base, 0xEE, dst.bytes));
+  REFIT_RETURN_IF_ERROR(bucketed());
+  REFIT_ASSIGN_OR_RETURN(const unsigned long long bsum, Checksum(hf.dst, 0, dst, 0));
+  r["bucketed_check"] = bsum == ref_sum ? "PASS" : "FAIL: engine checksum";
+  t0 = absl::Now();
+  for (int i = 0; i < iters; ++i) REFIT_RETURN_IF_ERROR(bucketed());
+  r["bucketed_ms"] = absl::StrCat(absl::ToDoubleMilliseconds(absl::Now() - t0) / iters);
+  int64_t total = 0;
+  for (const Message& m : hf.messages) total += m.bytes;
+  CK(cudaFree(bucket));
+  CK(cudaFree(out_dev));
+  CK(cudaFree(dev));
+  CK(cudaFree(src.base));
+  CK(cudaFree(dst.base));
+
+  // The floor: one cudaMemcpy of the same bytes.
+  char *x = nullptr, *y = nullptr;
+  CK(cudaMalloc(reinterpret_cast<void**>(&x), total));
+  CK(cudaMalloc(reinterpret_cast<void**>(&y), total));
+  CK(cudaMemset(x, 1, total));
+  CK(cudaMemcpy(y, x, total, cudaMemcpyDeviceToDevice));
+  CK(cudaDeviceSynchronize());
+  t0 = absl::Now();
+  for (int i = 0; i < iters; ++i) CK(cudaMemcpy(y, x, total, cudaMemcpyDeviceToDevice));
+  CK(cudaDeviceSynchronize());
+  r["floor_ms"] = absl::StrCat(absl::ToDoubleMilliseconds(absl::Now() - t0) / iters);
+  r["bytes"] = absl::StrCat(total);
+  CK(cudaFree(x));
+  CK(cudaFree(y));
+  CK(cudaStreamDestroy(s));
+  return r;
+}
+
+}  // namespace refit::bench

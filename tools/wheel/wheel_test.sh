@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# wheel_test.sh BUNDLE_COPY STAGE BUILD_WHEEL PY_FILE... -- LIB...: builds
+# the wheel, installs it with pip --no-index into a fresh virtualenv, and
+# from outside the tree, with no PYTHONPATH nor REFIT_CLIENT_LIB: imports
+# refit, refit.torch and refit.vllm, loads the client library from the
+# installed package and calls into it (a convention's buffers). Checks
+# that every packaged client library exports only refit_* symbols, that
+# its libraries resolve inside the package or to the host's own, that
+# refit.testing is left out, and that vLLM's plugin entry point is declared.
+set -euo pipefail
+copy=$1 stage_sh=$2 build=$3
+shift 3
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+"$stage_sh" "$copy" "$tmp/stage" "$@"
+wheel=$(python3 "$build" "$tmp/dist" "$tmp/stage/refit" "$tmp/stage/native")
+echo "built $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)"
+case "$(basename "$wheel")" in
+  refit_weights-*-py3-none-linux_x86_64.whl) ;;
+  *) echo "FAIL: unexpected wheel name $wheel"; exit 1 ;;
+esac
+python3 -m venv "$tmp/venv"
+env -i PATH=/usr/bin:/bin HOME="$tmp" "$tmp/venv/bin/pip" install -q --no-index "$wheel"
+cd "$tmp"
+site=$(env -i PATH=/usr/bin:/bin "$tmp/venv/bin/python" -c \
+  'import sysconfig; print(sysconfig.get_paths()["platlib"])')
+fail=0
+for so in "$site"/refit/_native/librefit_client*.so; do
+  others=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -v '^refit_' || true)
+  if [ -n "$others" ]; then
+    echo "FAIL: $(basename "$so") exports non-refit symbols: $(echo "$others" | head -5)"
+    fail=1
+  fi
+  allowed='^(linux-vdso|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|ld-linux|libstdc\+\+\.so|libgcc_s\.so|libcudart\.so|libnccl\.so|libcuda\.so)'
+  while read -r name arrow path rest; do
+    [ "$arrow" = "=>" ] || continue
+    [[ "$name" =~ $allowed ]] && continue
+    if [[ "$path" != "$site/refit/_native/lib/"* ]]; then
+      echo "FAIL: $(basename "$so") loads $name from $path, not from the package"
+      fail=1
+    fi
+  done < <(env -i PATH=/usr/bin:/bin ldd "$so")
+done
+[ ! -e "$site/refit/testing.py" ] || { echo "FAIL: refit.testing is in the wheel"; fail=1; }
+grep -q '^refit = refit.vllm:register$' "$site"/refit_weights-*.dist-info/entry_points.txt ||
+  { echo "FAIL: no vllm.general_plugins entry point"; fail=1; }
+env -i PATH=/usr/bin:/bin HOME="$tmp" "$tmp/venv/bin/python" - "$site" <<'PY'
+import os, sys
+site = sys.argv[1]
+import refit, refit.torch, refit.vllm
+assert refit.__file__.startswith(site), refit.__file__
+lib = refit.load_library()
+path = refit.loaded_library_path()
+assert path.startswith(os.path.join(site, "refit", "_native")), path
+bufs = refit.expected_buffers(side="engine", rank=0, model="tiny-qwen3",
+                              convention="vllm:tp=1")
+assert any(b.name.endswith("qkv_proj.weight") for b in bufs), bufs
+assert refit.vllm.register() is False  # no vLLM in this venv
+print(f"import OK: {os.path.basename(path)} ({lib.refit_build_info().decode()}), "
+      f"{len(bufs)} buffers")
+PY
+[ $fail -eq 0 ] || exit 1
+echo "wheel OK"
