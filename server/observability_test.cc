@@ -12,7 +12,6 @@
 
 #include "absl/synchronization/notification.h"
 #include "client/refit_client.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -22,6 +21,7 @@
 #include "server/metrics_http.h"
 #include "server/refit_server.h"
 #include "spdlog/sinks/ostream_sink.h"
+#include "testing/health_check.h"
 #include "testing/name_matching_plan.h"
 
 namespace refit {
@@ -209,34 +209,6 @@ TEST(ObservabilityTest, ShutdownAbortsTheRoundInFlightAndTellsTheMembers) {
               HasSubstr("refit_rounds_aborted_total{reason=\"shutdown\"} 1\n"));
 }
 
-// Calls grpc.health.v1.Health/Check (all services); returns the call's
-// status and, in `serving`, whether the reply says SERVING.
-absl::Status CheckHealth(int port, bool* serving) {
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                                     grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(In(absl::Seconds(2))));
-  grpc::Slice empty("");
-  grpc::ByteBuffer request(&empty, 1), response;
-  absl::Notification done;
-  grpc::Status status;
-  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&](grpc::Status s) {
-                   status = std::move(s);
-                   done.Notify();
-                 });
-  if (!done.WaitForNotificationWithTimeout(absl::Seconds(5))) {
-    return absl::DeadlineExceededError("health check did not return");
-  }
-  std::vector<grpc::Slice> slices;
-  std::string bytes;
-  if (status.ok() && response.Dump(&slices).ok()) {
-    for (const auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-  }
-  *serving = bytes == std::string("\x08\x01", 2);  // status: SERVING
-  return status.ok() ? absl::OkStatus() : absl::UnavailableError(status.error_message());
-}
 
 TEST(ObservabilityTest, HealthSaysNotServingWhileShutdownDrains) {
   RefitServer::Options o;
@@ -245,13 +217,14 @@ TEST(ObservabilityTest, HealthSaysNotServingWhileShutdownDrains) {
   auto s = RefitServer::Start(std::move(o));
   ASSERT_TRUE(s.ok()) << s.status();
   bool serving = false;
-  ASSERT_TRUE(CheckHealth((*s)->port(), &serving).ok());
+  ASSERT_TRUE(testing::CheckHealth((*s)->port(), &serving, absl::Seconds(2)).ok());
   EXPECT_TRUE(serving);
   std::thread stopper([&] { (*s)->Shutdown(); });
   bool seen_not_serving = false;
   for (int i = 0; i < 40 && !seen_not_serving; ++i) {
     absl::SleepFor(absl::Milliseconds(25));
-    seen_not_serving = CheckHealth((*s)->port(), &serving).ok() && !serving;
+    seen_not_serving =
+        testing::CheckHealth((*s)->port(), &serving, absl::Seconds(2)).ok() && !serving;
   }
   stopper.join();
   EXPECT_TRUE(seen_not_serving);

@@ -13,10 +13,10 @@
 #include "common/grpc_status.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/refit_server.h"
+#include "testing/health_check.h"
 #include "testing/name_matching_plan.h"
 
 namespace refit {
@@ -305,36 +305,6 @@ TEST_F(SecurityTest, BearerTokenIsCheckedOnEveryRpcKind) {
   }
 }
 
-// Calls grpc.health.v1.Health/Check with an empty request (all services) and
-// no token; returns the call's status and (in `serving`) whether the reply
-// says SERVING.
-absl::Status CheckHealth(int port, bool* serving) {
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                                     grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(In(absl::Seconds(5))));
-  grpc::ByteBuffer request, response;
-  grpc::Slice empty("");
-  request = grpc::ByteBuffer(&empty, 1);
-  absl::Notification done;
-  grpc::Status status;
-  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&](grpc::Status s) {
-                   status = std::move(s);
-                   done.Notify();
-                 });
-  if (!done.WaitForNotificationWithTimeout(absl::Seconds(10))) {
-    return absl::DeadlineExceededError("health check did not return");
-  }
-  std::vector<grpc::Slice> slices;
-  std::string bytes;
-  if (status.ok() && response.Dump(&slices).ok()) {
-    for (const auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-  }
-  *serving = bytes == std::string("\x08\x01", 2);  // status: SERVING
-  return FromGrpcStatus(status);
-}
 
 // Member identity: with the token (or none), another client still cannot
 // act for a member: its Report, Leave, Heartbeat, WatchRounds and
@@ -384,7 +354,7 @@ TEST_F(SecurityTest, HealthNeedsNoTokenButTheServiceDoes) {
   auto server = RefitServer::Start(std::move(o));
   ASSERT_TRUE(server.ok()) << server.status();
   bool serving = false;
-  absl::Status s = CheckHealth((*server)->port(), &serving);
+  absl::Status s = testing::CheckHealth((*server)->port(), &serving);
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_TRUE(serving);
   RefitClient::Options co;
