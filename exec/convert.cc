@@ -70,8 +70,6 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank) {
       }
       v.tiles = IntersectingTiles(c.from.box, c.tile);
     }
-    cv.max_gather_bytes_ = std::max(
-        cv.max_gather_bytes_, UncheckedNumElements(c.from.box) * DTypeSize(c.from_dtype));
     cv.convs_.push_back(std::move(v));
   }
   for (const CutTileGroup& g : plan.cut_tiles) {

@@ -94,8 +94,6 @@ class Converter {
   absl::Status Finish(ConvertOps& ops, absl::Span<char* const> buffers,
                       const std::map<int32_t, std::vector<float>>& received);
 
-  // Bytes of the largest record's dense copy.
-  int64_t max_gather_bytes() const { return max_gather_bytes_; }
 
  private:
   struct Conv {
@@ -117,7 +115,6 @@ class Converter {
   std::vector<Conv> convs_;
   std::vector<Group> groups_;
   std::map<int32_t, int64_t> peer_count_;
-  int64_t max_gather_bytes_ = 0;
 };
 
 }  // namespace refit

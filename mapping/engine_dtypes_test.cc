@@ -21,13 +21,12 @@
 namespace refit {
 namespace {
 
-DType Expected(const TensorSpec& t, const ModelConfig& c, bool fp8) {
+DType Expected(const TensorSpec& t, bool fp8) {
   if (absl::EndsWith(t.name, "mixer.A_log")) return DType::kF32;  // engine A
   if (absl::EndsWith(t.name, "e_score_correction_bias")) return DType::kF32;
   if (absl::EndsWith(t.name, "_scale_inv") || absl::EndsWith(t.name, "_scale")) {
     return DType::kF32;
   }
-  (void)c;
   return fp8 ? DType::kF8E4M3 : DType::kBF16;
 }
 
@@ -61,7 +60,7 @@ TEST(EngineDTypesTest, EveryTensorHasTheDtypeTheEngineCreates) {
         for (const TensorSpec& m : quantized->tensors) {
           if (m.name == t.name) fp8 = m.dtype == DType::kF8E4M3;
         }
-        DType want = Expected(t, *c, fp8);
+        DType want = Expected(t, fp8);
         // Per-tensor FP8 checkpoints keep their own e4m3 weights.
         if (c->fp8_per_tensor && t.dtype == DType::kF8E4M3) want = DType::kF8E4M3;
         // Models that keep other f32 tensors in the checkpoint itself.

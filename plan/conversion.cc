@@ -201,16 +201,6 @@ Box OwnedTiles(const Box& box, const std::vector<int64_t>& tile) {
   return Box::UncheckedMove(std::move(o), std::move(e));
 }
 
-Box TileElements(const Box& tiles, const std::vector<int64_t>& tile,
-                 const std::vector<int64_t>& shape) {
-  Box::Indices o(tiles.rank()), e(tiles.rank());
-  for (int d = 0; d < tiles.rank(); ++d) {
-    o[d] = std::min(shape[d], tiles.origin(d) * tile[d]);
-    e[d] = std::min(shape[d], tiles.limit(d) * tile[d]) - o[d];
-  }
-  return Box::UncheckedMove(std::move(o), std::move(e));
-}
-
 absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
                                               const SideLayout& dst,
                                               int64_t block) {

@@ -102,9 +102,6 @@ std::string ScaleTensorName(const std::string& weight);
 Box IntersectingTiles(const Box& box, const std::vector<int64_t>& tile);
 Box OwnedTiles(const Box& box, const std::vector<int64_t>& tile);
 
-// The element box of tile box `tiles` of a tensor of `shape`, clipped.
-Box TileElements(const Box& tiles, const std::vector<int64_t>& tile,
-                 const std::vector<int64_t>& shape);
 
 }  // namespace refit
 

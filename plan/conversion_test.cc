@@ -146,13 +146,11 @@ TEST(ConvertSourceTest, RefusesWhatTheTableLacks) {
   EXPECT_THAT(c.status().message(), HasSubstr("from bf16, f16 or f32 only"));
 }
 
-TEST(TilesTest, IntersectingOwnedAndElements) {
+TEST(TilesTest, IntersectingAndOwned) {
   Box b = Box::Unchecked({100, 0}, {100, 300});
   std::vector<int64_t> tile = {128, 128};
   EXPECT_EQ(IntersectingTiles(b, tile).ToString(), "[0:2, 0:3]");
   EXPECT_EQ(OwnedTiles(b, tile).ToString(), "[1:2, 0:3]");
-  EXPECT_EQ(TileElements(Box::Unchecked({1, 2}, {1, 1}), tile, {200, 300}).ToString(),
-            "[128:200, 256:300]");
 }
 
 }  // namespace

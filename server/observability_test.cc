@@ -10,7 +10,6 @@
 
 #include <thread>
 
-#include "absl/synchronization/notification.h"
 #include "client/refit_client.h"
 #include "grpcpp/grpcpp.h"
 #include "gmock/gmock.h"

@@ -11,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "client/refit_client.h"
 #include "common/grpc_status.h"
-#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
