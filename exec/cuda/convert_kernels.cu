@@ -227,11 +227,29 @@ int64_t TileCols(const DenseBox& b) {
   return b.C == 0 ? 0 : (b.c0 + b.C + b.block - 1) / b.block - b.c0 / b.block;
 }
 
+// (Host helpers; kept out of an anonymous namespace like the kernels.)
+// One thread block per tile of the box: (tile cols, tile rows, L).
+static dim3 GridOf(const DenseBox& b) {
+  return dim3(static_cast<unsigned>(TileCols(b)), static_cast<unsigned>(TileRows(b)),
+              static_cast<unsigned>(b.L));
+}
+
+// The tiles whose first element lies in the box (their scales are this
+// box's to write): first tile row and column, and how many of each.
+struct Owned {
+  int64_t r0, c0, rows, cols;
+};
+static Owned OwnedOf(const DenseBox& b) {
+  const int64_t r0 = (b.r0 + b.block - 1) / b.block;
+  const int64_t c0 = (b.c0 + b.block - 1) / b.block;
+  const int64_t rows = (b.r0 + b.R + b.block - 1) / b.block - r0;
+  const int64_t cols = (b.c0 + b.C + b.block - 1) / b.block - c0;
+  return {r0, c0, rows > 0 ? rows : 0, cols > 0 ? cols : 0};
+}
+
 int LaunchTileAmax(const DenseBox& b, float* amax, long long* bad, void* stream) {
   if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
-  const dim3 grid(static_cast<unsigned>(TileCols(b)), static_cast<unsigned>(TileRows(b)),
-                  static_cast<unsigned>(b.L));
-  RefitTileAmaxKernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+  RefitTileAmaxKernel<<<GridOf(b), 256, 0, static_cast<cudaStream_t>(stream)>>>(
       b, b.r0 / b.block, b.c0 / b.block, amax, bad);
   return static_cast<int>(cudaGetLastError());
 }
@@ -239,15 +257,10 @@ int LaunchTileAmax(const DenseBox& b, float* amax, long long* bad, void* stream)
 int LaunchQuantize(const DenseBox& b, const float* amax, bool ue8m0,
                    unsigned char* out, float* scales, void* stream) {
   if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
-  const dim3 grid(static_cast<unsigned>(TileCols(b)), static_cast<unsigned>(TileRows(b)),
-                  static_cast<unsigned>(b.L));
-  const int64_t otr0 = (b.r0 + b.block - 1) / b.block;
-  const int64_t otc0 = (b.c0 + b.block - 1) / b.block;
-  const int64_t otr = (b.r0 + b.R + b.block - 1) / b.block - otr0;
-  const int64_t otc = (b.c0 + b.C + b.block - 1) / b.block - otc0;
-  RefitQuantizeKernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      b, b.r0 / b.block, b.c0 / b.block, amax, ue8m0, out, scales, otr0, otc0,
-      otr > 0 ? otr : 0, otc > 0 ? otc : 0);
+  const Owned o = OwnedOf(b);
+  RefitQuantizeKernel<<<GridOf(b), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      b, b.r0 / b.block, b.c0 / b.block, amax, ue8m0, out, scales, o.r0, o.c0, o.rows,
+      o.cols);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -257,24 +270,20 @@ int LaunchQuantizeFused(const DenseBox& b, bool ue8m0, unsigned char* out,
   if (b.block * b.block > kFusedThreads * kFusedPerThread) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  const dim3 grid(static_cast<unsigned>(TileCols(b)), static_cast<unsigned>(TileRows(b)),
-                  static_cast<unsigned>(b.L));
-  const int64_t otr0 = (b.r0 + b.block - 1) / b.block;
-  const int64_t otc0 = (b.c0 + b.block - 1) / b.block;
-  const int64_t otr = (b.r0 + b.R + b.block - 1) / b.block - otr0;
-  const int64_t otc = (b.c0 + b.C + b.block - 1) / b.block - otc0;
+  const dim3 grid = GridOf(b);
+  const Owned o = OwnedOf(b);
   const bool vec = b.dtype == kConvertBF16 && b.block == 128 && b.C % 8 == 0 &&
                    b.c0 % 8 == 0 && reinterpret_cast<uintptr_t>(b.data) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(out) % 8 == 0;
   if (vec) {
     RefitQuantizeBf16x8Kernel<<<grid, kVecThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        b, b.r0 / b.block, b.c0 / b.block, ue8m0, out, scales, otr0, otc0,
-        otr > 0 ? otr : 0, otc > 0 ? otc : 0, bad);
+        b, b.r0 / b.block, b.c0 / b.block, ue8m0, out, scales, o.r0, o.c0, o.rows, o.cols,
+        bad);
     return static_cast<int>(cudaGetLastError());
   }
   RefitQuantizeFusedKernel<<<grid, kFusedThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      b, b.r0 / b.block, b.c0 / b.block, ue8m0, out, scales, otr0, otc0,
-      otr > 0 ? otr : 0, otc > 0 ? otc : 0, bad);
+      b, b.r0 / b.block, b.c0 / b.block, ue8m0, out, scales, o.r0, o.c0, o.rows, o.cols,
+      bad);
   return static_cast<int>(cudaGetLastError());
 }
 
