@@ -38,9 +38,10 @@ void ForEachTile(const Box& b, Fn fn) {
 
 absl::Status ConvertOps::QuantizeWhole(const char* dense, DType dtype, const Box& box,
                                        const std::vector<int64_t>& tile, bool ue8m0,
-                                       char* out, char* scales) {
-  REFIT_ASSIGN_OR_RETURN(std::vector<float> amax, TileAmax(dense, dtype, box, tile));
-  return Quantize(dense, dtype, box, tile, amax, ue8m0, out, scales);
+                                       char* out, char* scales, absl::string_view what) {
+  REFIT_ASSIGN_OR_RETURN(std::vector<float> amax,
+                         AnnotateStatus(TileAmax(dense, dtype, box, tile), what));
+  return AnnotateStatus(Quantize(dense, dtype, box, tile, amax, ue8m0, out, scales), what);
 }
 
 absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank) {
@@ -158,13 +159,10 @@ absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
     }
     if (!v.has_cut) {
       REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
-      absl::Status s = ops.QuantizeWhole(
+      REFIT_RETURN_IF_ERROR(ops.QuantizeWhole(
           dense, c.from_dtype, c.from.box, c.tile, c.kind == ConversionKind::kFp8BlockUe8m0,
-          buffers[c.to_buffer], c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr);
-      if (!s.ok()) {
-        return AnnotateStatus(s, absl::StrCat("tensor ", v.tensor->name, ", trainer rank ",
-                                              rank_));
-      }
+          buffers[c.to_buffer], c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr,
+          absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_)));
       continue;
     }
     for (const Group& gr : groups_) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "plan/plan.h"
 
@@ -48,14 +49,17 @@ class ConvertOps {
                                 const std::vector<float>& amax, bool ue8m0,
                                 char* out, char* scales) = 0;
   // TileAmax then Quantize, for a record none of whose tiles another rank
-  // holds part of (engines may fuse them).
+  // holds part of (engines may fuse them). A non-finite value fails this
+  // call or the next Sync() (engines may check once per batch) with
+  // INVALID_ARGUMENT "<what>: non-finite value at [coordinates]".
   virtual absl::Status QuantizeWhole(const char* dense, DType dtype, const Box& box,
                                      const std::vector<int64_t>& tile, bool ue8m0,
-                                     char* out, char* scales);
+                                     char* out, char* scales, absl::string_view what);
   // CastF32Host into out.
   virtual absl::Status Cast(const char* dense, DType dtype, int64_t n,
                             bool neg_exp, char* out) = 0;
-  // Waits until every step issued is complete.
+  // Waits until every step issued is complete. Fails with the first
+  // deferred QuantizeWhole error, or the engine's error.
   virtual absl::Status Sync() = 0;
 };
 

@@ -86,7 +86,7 @@ TEST(ConvertGpuTest, WholeTilesEqualTheReference) {
     ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
     auto ops = MakeCudaConvertOps(s);
     absl::Status st = ops->QuantizeWhole(in, DType::kBF16, *Box::FromShape(shape), tile,
-                                         ue8m0, out, scales);
+                                         ue8m0, out, scales, "w");
     ASSERT_TRUE(st.ok()) << st;
     ASSERT_TRUE(ops->Sync().ok());
     EXPECT_EQ(FromDevice<uint8_t>(out, v.size()), want.values);
@@ -172,15 +172,25 @@ TEST(ConvertGpuTest, NegExpAndNonFinite) {
   }
   std::printf("%s -exp: %zu elements, %lld bit-equal to the host, the rest within 1 ulp\n",
               HasFailure() ? "FAIL" : "PASS", v.size(), static_cast<long long>(exact));
-  // A NaN in a quantized weight is named by its coordinates.
-  bf[5 * 260 + 7] = 0x7FC0;
-  cudaFree(in);
-  in = ToDevice(bf);
+  // A NaN in a quantized weight is named by its coordinates. The check is
+  // deferred to Sync(): a clean call before the bad one does not hide it,
+  // and the error names the bad call's tensor.
   absl::Status st = ops->QuantizeWhole(in, DType::kBF16, Box::Unchecked({10, 0}, {200, 260}),
-                                       {128, 128}, false, out, nullptr);
-  EXPECT_THAT(st.message(), ::testing::HasSubstr("non-finite value at [15, 7]")) << st;
+                                       {128, 128}, false, out, nullptr, "tensor good");
+  bf[5 * 260 + 7] = 0x7FC0;
+  char* bad_in = ToDevice(bf);
+  if (st.ok()) {
+    st = ops->QuantizeWhole(bad_in, DType::kBF16, Box::Unchecked({10, 0}, {200, 260}), {128, 128},
+                            false, out, nullptr, "tensor w, trainer rank 3");
+  }
+  if (st.ok()) st = ops->Sync();
+  EXPECT_THAT(st.message(),
+              ::testing::HasSubstr("tensor w, trainer rank 3: non-finite value at [15, 7]"))
+      << st;
+  EXPECT_TRUE(ops->Sync().ok()) << "the flags are reset after an error is reported";
   std::printf("%s non-finite: %s\n", HasFailure() ? "FAIL" : "PASS",
               std::string(st.message()).c_str());
+  cudaFree(bad_in);
   cudaFree(in);
   cudaFree(out);
   cudaStreamDestroy(s);
@@ -209,8 +219,10 @@ TEST(ConvertGpuTest, QuantizeThroughputNextToACopy) {
   for (int it = 0; it < 6; ++it) {
     float ms = 0;
     cudaEventRecord(a, s);
-    ASSERT_TRUE(ops->QuantizeWhole(in, DType::kBF16, box, {128, 128}, false, out, scales).ok());
+    ASSERT_TRUE(
+        ops->QuantizeWhole(in, DType::kBF16, box, {128, 128}, false, out, scales, "w").ok());
     cudaEventRecord(b, s);
+    ASSERT_TRUE(ops->Sync().ok());
     cudaEventSynchronize(b);
     cudaEventElapsedTime(&ms, a, b);
     if (it > 0) best_q = std::fmin(best_q, ms);

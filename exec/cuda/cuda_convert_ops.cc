@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <climits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -64,6 +66,7 @@ class CudaConvertOps : public ConvertOps {
     cudaFree(dense_);
     cudaFree(amax_);
     cudaFree(bad_);
+    cudaFree(slots_);
     cudaFree(tasks_);
   }
 
@@ -79,10 +82,12 @@ class CudaConvertOps : public ConvertOps {
                            ResolveTasks(tasks, buffers, {}, nullptr, dense_));
     const int64_t bytes = copies.size() * sizeof(ResolvedCopy);
     REFIT_RETURN_IF_ERROR(Grow(&tasks_, &tasks_bytes_, bytes));
-    // The previous launch may still read the task array.
-    REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s_), "conversion stream"));
+    // Stream-ordered after the previous gather's launch, which may still
+    // read the task array (a pageable source is staged before this
+    // returns); the dense buffer is likewise reused in stream order.
     REFIT_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpy(tasks_, copies.data(), bytes, cudaMemcpyHostToDevice), "gather tasks"));
+        cudaMemcpyAsync(tasks_, copies.data(), bytes, cudaMemcpyHostToDevice, s_),
+        "gather tasks"));
     REFIT_RETURN_IF_ERROR(CudaStatus(
         static_cast<cudaError_t>(cuda::LaunchCopies(
             reinterpret_cast<const cuda::DeviceCopy*>(tasks_), static_cast<int>(copies.size()),
@@ -124,17 +129,29 @@ class CudaConvertOps : public ConvertOps {
         "quantize launch");
   }
 
+  // Non-finite checks are deferred: each call gets a slot of a device flag
+  // array, reset once per batch and read back once, by Sync().
   absl::Status QuantizeWhole(const char* dense, DType dtype, const Box& box,
                              const std::vector<int64_t>& tile, bool ue8m0, char* out,
-                             char* scales) override {
-    REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, Dense(dense, dtype, box, tile));
-    REFIT_RETURN_IF_ERROR(ResetBad());
-    REFIT_RETURN_IF_ERROR(CudaStatus(
-        static_cast<cudaError_t>(cuda::LaunchQuantizeFused(
-            b, ue8m0, reinterpret_cast<unsigned char*>(out), reinterpret_cast<float*>(scales),
-            bad_, s_)),
-        "quantize launch"));
-    return CheckBad(box);
+                             char* scales, absl::string_view what) override {
+    REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, AnnotateStatus(Dense(dense, dtype, box, tile), what));
+    if (pending_.size() == kSlots) REFIT_RETURN_IF_ERROR(Sync());
+    if (slots_ == nullptr) {
+      REFIT_RETURN_IF_ERROR(CudaStatus(
+          cudaMalloc(reinterpret_cast<void**>(&slots_), kSlots * sizeof(long long)),
+          "cudaMalloc of the non-finite flags"));
+    }
+    if (pending_.empty()) {
+      // 0x7F.. in every byte: above any element index ("none").
+      REFIT_RETURN_IF_ERROR(CudaStatus(
+          cudaMemsetAsync(slots_, 0x7F, kSlots * sizeof(long long), s_), "non-finite flags"));
+    }
+    long long* slot = slots_ + pending_.size();
+    pending_.push_back({box, std::string(what)});
+    return CudaStatus(static_cast<cudaError_t>(cuda::LaunchQuantizeFused(
+                          b, ue8m0, reinterpret_cast<unsigned char*>(out),
+                          reinterpret_cast<float*>(scales), slot, s_)),
+                      absl::StrCat(what, ": quantize launch"));
   }
 
   absl::Status Cast(const char* dense, DType dtype, int64_t n, bool neg_exp,
@@ -146,13 +163,34 @@ class CudaConvertOps : public ConvertOps {
   }
 
   absl::Status Sync() override {
-    return CudaStatus(cudaStreamSynchronize(s_), "conversion kernels");
+    std::vector<long long> flags(pending_.size());
+    if (!flags.empty()) {
+      REFIT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(flags.data(), slots_,
+                                                       flags.size() * sizeof(long long),
+                                                       cudaMemcpyDeviceToHost, s_),
+                                       "non-finite flags"));
+    }
+    REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s_), "conversion kernels"));
+    std::vector<Pending> pending = std::move(pending_);
+    pending_.clear();
+    for (size_t i = 0; i < flags.size(); ++i) {
+      if (flags[i] < kNone) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            pending[i].what, ": non-finite value at ", Coords(pending[i].box, flags[i])));
+      }
+    }
+    return absl::OkStatus();
   }
 
  private:
-  static absl::Status Grow(void* p, int64_t* have, int64_t need) {
+  // Replaces *p by an allocation of at least `need` bytes once every step
+  // queued (which may use the old one) is done.
+  absl::Status Grow(void* p, int64_t* have, int64_t need) {
     if (need <= *have) return absl::OkStatus();
     char** ptr = static_cast<char**>(p);
+    if (*ptr != nullptr) {
+      REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s_), "conversion stream"));
+    }
     cudaFree(*ptr);
     *ptr = nullptr;
     *have = 0;
@@ -180,6 +218,16 @@ class CudaConvertOps : public ConvertOps {
     return absl::InvalidArgumentError(
         absl::StrCat("non-finite value at ", Coords(box, bad)));
   }
+
+  // A QuantizeWhole whose non-finite flag Sync() has not read yet.
+  struct Pending {
+    Box box;
+    std::string what;
+  };
+  static constexpr size_t kSlots = 4096;
+  static constexpr long long kNone = 0x7F7F7F7F7F7F7F7FLL;
+  long long* slots_ = nullptr;  // device, kSlots
+  std::vector<Pending> pending_;
 
   cudaStream_t s_;
   char* dense_ = nullptr;
