@@ -57,6 +57,7 @@ struct RunStats {
   int64_t rounds = 0;
   double seconds = 0;
   int64_t peak_staging_bytes = 0;  // allocated staging, all lanes
+  double device_seconds = 0;  // GPU time of the round's copy kernels (pull path)
 };
 
 class Executor {

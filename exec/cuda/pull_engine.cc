@@ -73,6 +73,7 @@ PullEngine::~PullEngine() {
   for (char* p : scratch_) (void)cudaFree(p);
   if (items_ != nullptr) (void)cudaFree(items_);
   if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+  if (start_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(start_event_));
   if (stream_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
   (void)cudaGetLastError();
 }
@@ -138,9 +139,10 @@ absl::Status PullEngine::Prepare(const Plan& slice, std::vector<char*> buffers,
                              "cudaStreamCreate"));
   stream_ = st;
   cudaEvent_t ev = nullptr;
-  REFIT_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
-                             "cudaEventCreate"));
+  REFIT_RETURN_IF_ERROR(Cuda(cudaEventCreate(&ev), "cudaEventCreate"));
   event_ = ev;
+  REFIT_RETURN_IF_ERROR(Cuda(cudaEventCreate(&ev), "cudaEventCreate"));
+  start_event_ = ev;
   const int32_t world = slice.src.world_size + slice.dst.world_size;
   for (int32_t g = 0; g < world; ++g) {
     if (g == global_rank_ || !options_.pull_peer || options_.pull_peer(g)) {
@@ -391,11 +393,18 @@ absl::StatusOr<RunStats> PullEngine::Run(absl::Time deadline) {
             ", this member at ", round_));
       }
     }
-    absl::Status s = Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
+    absl::Status s =
+        Cuda(cudaEventRecord(static_cast<cudaEvent_t>(start_event_), st), "cudaEventRecord");
+    if (s.ok()) s = Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
                               static_cast<const cuda::PullItem*>(items_), num_items_, st)),
                           "pull kernel launch");
     if (s.ok()) s = Cuda(cudaEventRecord(ev, st), "cudaEventRecord");
     if (s.ok()) s = WaitEvent(event_, deadline, "the pull kernel");
+    float ms = 0;
+    if (s.ok() &&
+        cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_event_), ev) == cudaSuccess) {
+      stats.device_seconds = ms / 1e3;
+    }
     // Tell the senders either way: a failed copy must not leave them
     // waiting for their deadline.
     if (!s.ok()) msgs.assign(peers_.size(), U64(0));

@@ -133,6 +133,7 @@ class PullEngine : public RoundRunner {
   std::unique_ptr<MemoryImporter> importer_;
   void* stream_ = nullptr;  // cudaStream_t
   void* event_ = nullptr;   // cudaEvent_t
+  void* start_event_ = nullptr;  // cudaEvent_t before the pull kernel (its GPU time)
   void* items_ = nullptr;   // device PullItem array
   int64_t num_items_ = 0;
   int64_t bytes_ = 0;
