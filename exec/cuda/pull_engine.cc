@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "exec/copy_program.h"
 #include "exec/cuda/pull_kernels.h"
+#include "exec/peer_signal.h"
 #include "exec/cuda/cuda_convert_ops.h"
 #include "exec/pull_program.h"
 #include "layout/dtype.h"
@@ -33,7 +34,22 @@ struct Hello {
   int64_t pid;
   uint64_t token;
   int64_t buffers;
+  char signal[96];  // its PeerSignal's name
 };
+
+// A receiver's answer to the descriptions: whether it mapped them, and
+// its own signal.
+struct Ack {
+  uint64_t ok;
+  int64_t pid;
+  char signal[96];
+};
+
+void CopyName(const std::string& name, char (&out)[96]) {
+  std::memset(out, 0, sizeof(out));
+  std::memcpy(out, name.data(), std::min(name.size(), sizeof(out) - 1));
+}
+std::string NameOf(const char (&in)[96]) { return std::string(in, strnlen(in, sizeof(in))); }
 
 std::string U64(uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); }
 uint64_t U64(const std::string& s) {
@@ -143,6 +159,7 @@ absl::Status PullEngine::Prepare(const Plan& slice, std::vector<char*> buffers,
   event_ = ev;
   REFIT_RETURN_IF_ERROR(Cuda(cudaEventCreate(&ev), "cudaEventCreate"));
   start_event_ = ev;
+  src_world_ = slice.src.world_size;
   const int32_t world = slice.src.world_size + slice.dst.world_size;
   for (int32_t g = 0; g < world; ++g) {
     if (g == global_rank_ || !options_.pull_peer || options_.pull_peer(g)) {
@@ -171,6 +188,9 @@ absl::Status PullEngine::Prepare(const Plan& slice, std::vector<char*> buffers,
   REFIT_ASSIGN_OR_RETURN(
       control_, GlooTransport::Create(store, Local(global_rank_),
                                       static_cast<int32_t>(members_.size()), g));
+  REFIT_ASSIGN_OR_RETURN(signal_,
+                         AnnotateStatus(PeerSignal::Create(),
+                                        absl::StrCat("rank ", global_rank_, " round signal")));
   if (side_ == Side::kTrainer) {
     REFIT_RETURN_IF_ERROR(PrepareConversions(slice, &buffers));
     own_buffers_ = buffers;
@@ -235,7 +255,8 @@ absl::Status PullEngine::ExportTo(const Plan& slice, const std::vector<char*>& b
   for (int32_t g : peers_) {
     const std::vector<int32_t> order = PairSourceBuffers(slice, rank_, g - ws);
     Hello h{static_cast<int64_t>(getpid()), ProcessToken(),
-            static_cast<int64_t>(order.size())};
+            static_cast<int64_t>(order.size()), {}};
+    CopyName(signal_->name(), h.signal);
     std::string blob(reinterpret_cast<const char*>(&h), sizeof(h));
     for (int32_t b : order) {
       if (b < 0 || b >= static_cast<int32_t>(buffers.size()) || buffers[b] == nullptr) {
@@ -263,16 +284,38 @@ absl::Status PullEngine::ExportTo(const Plan& slice, const std::vector<char*>& b
   REFIT_RETURN_IF_ERROR(Exchange(peers_, sizes, {}, &none, deadline));
   REFIT_RETURN_IF_ERROR(Exchange(peers_, blobs, {}, &none, deadline));
   // Every receiver mapped what it needs (or failed): its answer.
-  std::vector<std::string> acks(peers_.size(), std::string(8, '\0'));
+  std::vector<std::string> acks(peers_.size(), std::string(sizeof(Ack), '\0'));
   REFIT_RETURN_IF_ERROR(Exchange({}, {}, peers_, &acks, deadline));
+  absl::Status opened = absl::OkStatus();
+  std::vector<int32_t> waiting;  // receivers that mapped, waiting for the answer below
   for (size_t i = 0; i < peers_.size(); ++i) {
-    if (U64(acks[i]) != 1) {
-      return absl::UnavailableError(absl::StrCat(
-          "rank ", global_rank_, ": receiver rank ", peers_[i],
-          " could not map this member's buffers (its own error says why)"));
+    Ack a;
+    std::memcpy(&a, acks[i].data(), sizeof(a));
+    if (a.ok != 1) {
+      if (opened.ok()) {
+        opened = absl::UnavailableError(absl::StrCat(
+            "rank ", global_rank_, ": receiver rank ", peers_[i],
+            " could not map this member's buffers (its own error says why)"));
+      }
+      continue;
     }
+    waiting.push_back(peers_[i]);
+    if (!opened.ok()) continue;
+    absl::StatusOr<std::unique_ptr<PeerSignal>> sig = PeerSignal::Open(NameOf(a.signal), a.pid);
+    if (!sig.ok()) {
+      opened = AnnotateStatus(sig.status(), absl::StrCat("rank ", global_rank_,
+                                                         ": receiver rank ", peers_[i],
+                                                         "'s round signal"));
+      continue;
+    }
+    peer_signals_.push_back(*std::move(sig));
   }
-  return absl::OkStatus();
+  // Every peer has opened this member's signal: its name can go. The
+  // receivers learn whether theirs were opened, and remove theirs.
+  signal_->Unlink();
+  std::vector<std::string> answer(waiting.size(), U64(opened.ok() ? 1 : 0));
+  REFIT_RETURN_IF_ERROR(Exchange(waiting, answer, {}, &none, deadline));
+  return opened;
 }
 
 absl::Status PullEngine::ImportFrom(const Plan& slice, std::vector<char*> buffers,
@@ -290,12 +333,23 @@ absl::Status PullEngine::ImportFrom(const Plan& slice, std::vector<char*> buffer
     blobs.emplace_back(n, '\0');
   }
   REFIT_RETURN_IF_ERROR(Exchange({}, {}, peers_, &blobs, deadline));
+  absl::Status mapped = absl::OkStatus();
+  for (size_t i = 0; i < blobs.size() && mapped.ok(); ++i) {
+    Hello h;
+    std::memcpy(&h, blobs[i].data(), sizeof(h));
+    absl::StatusOr<std::unique_ptr<PeerSignal>> sig = PeerSignal::Open(NameOf(h.signal), h.pid);
+    if (!sig.ok()) {
+      mapped = AnnotateStatus(sig.status(), absl::StrCat("engine rank ", rank_, ": trainer rank ",
+                                                         peers_[i], "'s round signal"));
+    } else {
+      peer_signals_.push_back(*std::move(sig));
+    }
+  }
   REFIT_ASSIGN_OR_RETURN(PullProgram program,
                          BuildPullProgram(slice, rank_, [&](int32_t s) {
                            return std::binary_search(peers_.begin(), peers_.end(), s);
                          }));
   std::vector<char*> src(slice.src.buffers.size(), nullptr);
-  absl::Status mapped = absl::OkStatus();
   for (size_t i = 0; i < program.peers.size() && mapped.ok(); ++i) {
     const PullPeer& peer = program.peers[i];
     const std::string who = absl::StrCat("engine rank ", rank_, " mapping trainer rank ",
@@ -348,10 +402,79 @@ absl::Status PullEngine::ImportFrom(const Plan& slice, std::vector<char*> buffer
   num_items_ = static_cast<int64_t>(items.size());
   bytes_ = program.bytes;
   own_buffers_ = std::move(buffers);
-  std::vector<std::string> acks(peers_.size(), U64(mapped.ok() ? 1 : 0));
+  Ack ack{mapped.ok() ? 1u : 0u, static_cast<int64_t>(getpid()), {}};
+  CopyName(signal_->name(), ack.signal);
+  std::vector<std::string> acks(peers_.size(),
+                                std::string(reinterpret_cast<const char*>(&ack), sizeof(ack)));
   std::vector<std::string> none;
   REFIT_RETURN_IF_ERROR(Exchange(peers_, acks, {}, &none, deadline));
-  return mapped;
+  REFIT_RETURN_IF_ERROR(mapped);
+  // Every sender opened this member's signal (or says it could not).
+  std::vector<std::string> opened(peers_.size(), std::string(8, '\0'));
+  REFIT_RETURN_IF_ERROR(Exchange({}, {}, peers_, &opened, deadline));
+  signal_->Unlink();
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (U64(opened[i]) != 1) {
+      return absl::UnavailableError(absl::StrCat(
+          "engine rank ", rank_, ": trainer rank ", peers_[i],
+          " could not open this member's round signal (its own error says why)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PullEngine::WaitPeers(absl::Time deadline) {
+  const uint64_t want = PeerSignal::Encode(round_, false);
+  for (size_t i = 0; i < peer_signals_.size(); ++i) {
+    const std::string who = peers_[i] < src_world_
+                                ? absl::StrCat("trainer rank ", peers_[i])
+                                : absl::StrCat("engine rank ", peers_[i] - src_world_);
+    REFIT_ASSIGN_OR_RETURN(
+        uint64_t v, AnnotateStatus(peer_signals_[i]->WaitAtLeast(want, deadline, cancel_, who),
+                                   absl::StrCat("rank ", global_rank_, " round ", round_)));
+    if (v == PeerSignal::Encode(round_, true)) {
+      return absl::UnavailableError(absl::StrCat("rank ", global_rank_, ": ", who,
+                                                 " failed round ", round_,
+                                                 " (its own error says why)"));
+    }
+    if (v > PeerSignal::Encode(round_, true)) {
+      return absl::InternalError(absl::StrCat("rank ", global_rank_, ": ", who, " is at round ",
+                                              v >> 1, ", this member at ", round_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PullEngine::RunSender(absl::Time deadline) {
+  cudaEvent_t ev = static_cast<cudaEvent_t>(event_);
+  cudaStream_t ready = options_.ready_stream != nullptr
+                           ? static_cast<cudaStream_t>(options_.ready_stream)
+                           : cudaStreamLegacy;
+  REFIT_RETURN_IF_ERROR(Cuda(cudaEventRecord(ev, ready), "cudaEventRecord"));
+  REFIT_RETURN_IF_ERROR(WaitEvent(event_, deadline, "the trainer's writes to its weights"));
+  // The engine's dtypes (FP8, f32 -exp) into the scratch buffers first.
+  if (converter_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
+  signal_->Publish(PeerSignal::Encode(round_, false));  // version round_ in place
+  return WaitPeers(deadline);                            // every receiver done
+}
+
+absl::Status PullEngine::RunReceiver(absl::Time deadline, RunStats* stats) {
+  REFIT_RETURN_IF_ERROR(WaitPeers(deadline));  // every sender's version in place
+  cudaEvent_t ev = static_cast<cudaEvent_t>(event_);
+  cudaStream_t st = static_cast<cudaStream_t>(stream_);
+  REFIT_RETURN_IF_ERROR(
+      Cuda(cudaEventRecord(static_cast<cudaEvent_t>(start_event_), st), "cudaEventRecord"));
+  REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
+                                 static_cast<const cuda::PullItem*>(items_), num_items_, st)),
+                             "pull kernel launch"));
+  REFIT_RETURN_IF_ERROR(Cuda(cudaEventRecord(ev, st), "cudaEventRecord"));
+  REFIT_RETURN_IF_ERROR(WaitEvent(event_, deadline, "the pull kernel"));
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_event_), ev) == cudaSuccess) {
+    stats->device_seconds = ms / 1e3;
+  }
+  signal_->Publish(PeerSignal::Encode(round_, false));  // done with version round_
+  return absl::OkStatus();
 }
 
 absl::StatusOr<RunStats> PullEngine::Run(absl::Time deadline) {
@@ -361,55 +484,15 @@ absl::StatusOr<RunStats> PullEngine::Run(absl::Time deadline) {
   ++round_;
   RunStats stats;
   stats.rounds = 1;
-  cudaEvent_t ev = static_cast<cudaEvent_t>(event_);
-  cudaStream_t st = static_cast<cudaStream_t>(stream_);
-  std::vector<std::string> msgs(peers_.size(), U64(round_));
-  std::vector<std::string> in(peers_.size(), std::string(8, '\0'));
-  std::vector<std::string> none;
+  // Either way, the peers learn of this member's failure at once.
+  absl::Status s = side_ == Side::kTrainer ? RunSender(deadline) : RunReceiver(deadline, &stats);
+  if (!s.ok()) {
+    signal_->Publish(PeerSignal::Encode(round_, true));
+    return s;
+  }
   if (side_ == Side::kTrainer) {
-    cudaStream_t ready = options_.ready_stream != nullptr
-                             ? static_cast<cudaStream_t>(options_.ready_stream)
-                             : cudaStreamLegacy;
-    REFIT_RETURN_IF_ERROR(Cuda(cudaEventRecord(ev, ready), "cudaEventRecord"));
-    REFIT_RETURN_IF_ERROR(WaitEvent(event_, deadline, "the trainer's writes to its weights"));
-    // The engine's dtypes (FP8, f32 -exp) into the scratch buffers first.
-    if (converter_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
-    REFIT_RETURN_IF_ERROR(Exchange(peers_, msgs, {}, &none, deadline));
-    REFIT_RETURN_IF_ERROR(Exchange({}, {}, peers_, &in, deadline));
-    for (size_t i = 0; i < peers_.size(); ++i) {
-      if (U64(in[i]) != round_) {
-        return absl::UnavailableError(absl::StrCat(
-            "rank ", global_rank_, ": receiver rank ", peers_[i], " failed round ", round_,
-            " (its own error says why)"));
-      }
-    }
     stats.bytes_sent = bytes_;
   } else {
-    REFIT_RETURN_IF_ERROR(Exchange({}, {}, peers_, &in, deadline));
-    for (size_t i = 0; i < peers_.size(); ++i) {
-      if (U64(in[i]) != round_) {
-        return absl::InternalError(absl::StrCat(
-            "rank ", global_rank_, ": sender rank ", peers_[i], " is at round ", U64(in[i]),
-            ", this member at ", round_));
-      }
-    }
-    absl::Status s =
-        Cuda(cudaEventRecord(static_cast<cudaEvent_t>(start_event_), st), "cudaEventRecord");
-    if (s.ok()) s = Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
-                              static_cast<const cuda::PullItem*>(items_), num_items_, st)),
-                          "pull kernel launch");
-    if (s.ok()) s = Cuda(cudaEventRecord(ev, st), "cudaEventRecord");
-    if (s.ok()) s = WaitEvent(event_, deadline, "the pull kernel");
-    float ms = 0;
-    if (s.ok() &&
-        cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_event_), ev) == cudaSuccess) {
-      stats.device_seconds = ms / 1e3;
-    }
-    // Tell the senders either way: a failed copy must not leave them
-    // waiting for their deadline.
-    if (!s.ok()) msgs.assign(peers_.size(), U64(0));
-    REFIT_RETURN_IF_ERROR(Exchange(peers_, msgs, {}, &none, deadline));
-    REFIT_RETURN_IF_ERROR(s);
     stats.bytes_received = bytes_;
   }
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);

@@ -16,20 +16,21 @@
 //   - a sender records an event on the stream its weights are written on
 //     (options.ready_stream, the legacy default stream by default: where
 //     PyTorch's default stream writes), waits for it — its own queued
-//     writes — and sends each receiver one 8-byte "version in place"
-//     message;
-//   - a receiver, once every sender's message is in, launches one
-//     gather-scatter kernel for all of its copies (plus the destination
-//     waits for it, and sends each sender one 8-byte
-//     "done" message; a sender returns once every receiver's is in, so the
-//     trainer may change its weights afterwards.
-// Two control messages per (sender, receiver) pair per round, both small;
-// no host round trip per tensor or per message. No stream of either side
-// ever waits on an event of the other process, so a peer that dies leaves
-// nothing queued on this GPU that could wait forever: the control channel
-// reports the death (UNAVAILABLE naming the rank) or the deadline passes
-// (DEADLINE_EXCEEDED). The mappings of a dead sender's memory stay valid
-// until the engine is destroyed.
+//     writes — and publishes "version N in place" on its round signal
+//     (exec/peer_signal.h: a word in shared memory and a futex wake);
+//   - a receiver, once every sender's signal says N, launches one
+//     gather-scatter kernel for all of its copies, waits for it, and
+//     publishes "done with N"; a sender returns once every receiver's
+//     signal says so, so the trainer may change its weights afterwards.
+// One signal per member per round, microseconds each; no socket round
+// trip and no host round trip per tensor or per message. A member whose
+// round fails publishes "failed N", so its peers fail at once naming it;
+// a peer process that exits is noticed within a millisecond. No stream of
+// either side ever waits on an event of the other process, so a peer that
+// dies leaves nothing queued on this GPU that could wait forever. The
+// mappings of a dead sender's memory stay valid until the engine is
+// destroyed. The Gloo control channel carries only prepare and the FP8
+// amax exchange.
 //
 // Members for which options.pull_peer is false (another host) are left
 // out: the caller moves their bytes another way (NCCL).
@@ -53,6 +54,7 @@
 #include "exec/gloo_transport.h"
 #include "exec/convert.h"
 #include "exec/kv_store.h"
+#include "exec/peer_signal.h"
 #include "exec/round_runner.h"
 #include "plan/plan.h"
 
@@ -117,6 +119,13 @@ class PullEngine : public RoundRunner {
                         const std::vector<std::string>& out,
                         const std::vector<int32_t>& recv_from,
                         std::vector<std::string>* in, absl::Time deadline);
+  // A round's halves (Run publishes a failure of either).
+  absl::Status RunSender(absl::Time deadline);
+  absl::Status RunReceiver(absl::Time deadline, RunStats* stats);
+  // Waits until every peer's signal says this round is done (receivers)
+  // or in place (senders); UNAVAILABLE naming a peer that failed it or
+  // exited, DEADLINE_EXCEEDED, or the cancel reason.
+  absl::Status WaitPeers(absl::Time deadline);
   // Polls the event until complete, `deadline` or Cancel.
   absl::Status WaitEvent(void* event, absl::Time deadline, const char* what);
   absl::Status CheckCancelled();
@@ -125,10 +134,13 @@ class PullEngine : public RoundRunner {
   Side side_ = Side::kTrainer;
   int32_t rank_ = 0;
   int32_t global_rank_ = 0;
+  int32_t src_world_ = 0;  // trainers: global ranks below it
   PullEngineOptions options_;
   std::vector<int32_t> members_;  // global ranks on the control channel
   std::vector<int32_t> peers_;    // global ranks this member exchanges with
-  std::unique_ptr<GlooTransport> control_;
+  std::unique_ptr<GlooTransport> control_;  // prepare and amax exchanges
+  std::unique_ptr<PeerSignal> signal_;       // this member's round signal
+  std::vector<std::unique_ptr<PeerSignal>> peer_signals_;  // like peers_
   std::unique_ptr<MemoryExporter> exporter_;
   std::unique_ptr<MemoryImporter> importer_;
   void* stream_ = nullptr;  // cudaStream_t
