@@ -57,6 +57,9 @@ class ConvertOps {
                             bool neg_exp, char* out) = 0;
   // Waits until every step issued is complete.
   virtual absl::Status Sync() = 0;
+  // Returns the bytes of working memory the steps hold now (Gather's dense
+  // copies and the like), beyond the caller's buffers.
+  virtual int64_t workspace_bytes() const { return 0; }
 };
 
 // Host loops (exec/quantize.h).

@@ -148,6 +148,9 @@ class CudaConvertOps : public ConvertOps {
   absl::Status Sync() override {
     return CudaStatus(cudaStreamSynchronize(s_), "conversion kernels");
   }
+  int64_t workspace_bytes() const override {
+    return dense_bytes_ + amax_bytes_ + tasks_bytes_ + (bad_ != nullptr ? 8 : 0);
+  }
 
  private:
   static absl::Status Grow(void* p, int64_t* have, int64_t need) {
