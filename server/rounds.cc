@@ -73,6 +73,7 @@ std::optional<v1::RoundEvent> Rounds::End(
   s.set_reason(reason);
   s.set_bytes(active_->bytes);
   s.set_seconds(committed ? active_->seconds : secs);
+  s.set_duration_seconds(secs);
   s.set_peak_staging_bytes(active_->peak_staging_bytes);
   s.set_peak_staging_member(active_->peak_staging_member);
   // Each byte is counted by its sender and its receiver.

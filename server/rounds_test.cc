@@ -55,6 +55,7 @@ TEST(RoundsTest, CommitsWhenEveryParticipantIsDone) {
   ASSERT_EQ(r.history().size(), 1u);
   EXPECT_EQ(r.history()[0].bytes(), 200);
   EXPECT_DOUBLE_EQ(r.history()[0].seconds(), 2.0);
+  EXPECT_DOUBLE_EQ(r.history()[0].duration_seconds(), 3.0);
   EXPECT_EQ(r.history()[0].peak_staging_bytes(), 4096);
   EXPECT_EQ(r.history()[0].peak_staging_member(), "trainer/0");
   EXPECT_TRUE(r.ReplyToFinished(5)->ok());

@@ -148,6 +148,7 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
                            {"reason", s.reason()},
                            {"bytes", s.bytes()},
                            {"seconds", s.seconds()},
+                           {"duration_seconds", s.duration_seconds()},
                            {"gbps", s.gbps()},
                            {"peak_staging_bytes", s.peak_staging_bytes()},
                            {"peak_staging_member", s.peak_staging_member()},

@@ -21,8 +21,10 @@ int64_t LastFinished(const v1::StatusResponse& r) {
 std::string Outcome(const v1::RoundSummary& s) {
   if (s.outcome() == "committed") {
     return absl::StrFormat(
-        "round %d committed in %.3f s: %d bytes, %.2f GB/s, peak staging %d bytes%s",
-        s.version(), s.seconds(), s.bytes(), s.gbps(), s.peak_staging_bytes(),
+        "round %d committed in %.3f s (slowest member %.3f s): %d bytes, %.2f GB/s, "
+        "peak staging %d bytes%s",
+        s.version(), s.duration_seconds(), s.seconds(), s.bytes(), s.gbps(),
+        s.peak_staging_bytes(),
         s.peak_staging_member().empty() ? "" : " (" + s.peak_staging_member() + ")");
   }
   return absl::StrFormat("round %d %s after %.3f s: %s", s.version(), s.outcome(),
