@@ -656,9 +656,10 @@ void Coordinator::ApplyPlan(const PlanInput& input, PlanCache::Entry entry,
     plan_status_ = absl::OkStatus();
     member_plans_ = AssembleMemberPlans(input, *built, plan_fingerprint_, options_.kv_prefix);
     ServerLog().info(
-        "plan ready plan={} epoch={} seconds={:.6f} cached={} trainers={} engines={}",
+        "plan ready plan={} epoch={} seconds={:.6f} cached={} trainers={} engines={} "
+        "bytes={} predicted_seconds={:.6g}",
         plan_fingerprint_, input.epoch, seconds, cached ? "yes" : "no",
-        input.trainer.size(), input.engine.size());
+        input.trainer.size(), input.engine.size(), built->bytes, built->predicted_seconds);
   }
   WakeWaiters();
 }
