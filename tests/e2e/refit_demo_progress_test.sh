@@ -17,7 +17,7 @@ bad() { echo "FAIL: $1"; fail=1; }
 for v in 1 2; do
   n=$(grep -cE "^round $v: [0-6]/6 members reported, [0-9.]+ s, [0-9]+ bytes reported$" <<<"$out")
   [ "$n" -ge 2 ] || bad "round $v: $n progress lines, expected at least 2"
-  grep -qE "^round $v committed in [0-9.]+ s \(slowest member [0-9.]+ s\): [0-9]+ bytes, .* peak staging [0-9]+ bytes \(trainer/demo/[01]\)$" <<<"$out" ||
+  grep -qE "^round $v committed in [0-9.]+ s \(slowest member [0-9.]+ s\): [0-9]+ bytes moved, .* peak staging [0-9]+ bytes \(trainer/demo/[01]\)$" <<<"$out" ||
     bad "round $v: no final line"
 done
 # Engine rank 1 of e0 and e1's rank 1 do not wait: some members report

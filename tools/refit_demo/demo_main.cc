@@ -317,8 +317,8 @@ int main(int argc, char** argv) {
   }
   int engine_ranks = 0;
   for (const auto& e : engines) engine_ranks += e.second.world_size();
-  std::printf("plan fingerprint %s, peak staging per rank %.1f MiB\n",
-              fingerprint.c_str(), staging / 1048576.0);
+  std::printf("plan fingerprint %s, peak staging per rank %s\n", fingerprint.c_str(),
+              refit::HumanBytes(staging).c_str());
   std::printf("%8s %14s %12s %10s %18s\n", "version", "bytes", "seconds", "GB/s",
               "engine ranks equal");
   int64_t total = 0, steady_bytes = 0;

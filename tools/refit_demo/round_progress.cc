@@ -15,12 +15,14 @@ std::string HumanBytes(int64_t bytes) {
 
 namespace {
 
+// A committed round's bytes count each byte at its sender and its
+// receiver: half of them moved (as RoundSummary.gbps counts).
 std::string FinalLine(const v1::RoundSummary& s) {
   if (s.outcome() == "committed") {
     return absl::StrFormat(
-        "round %d committed in %.3f s (slowest member %.3f s): %s, %.2f GB/s, peak "
-        "staging %s%s",
-        s.version(), s.duration_seconds(), s.seconds(), HumanBytes(s.bytes()), s.gbps(),
+        "round %d committed in %.3f s (slowest member %.3f s): %s moved, %.2f GB/s, "
+        "peak staging %s%s",
+        s.version(), s.duration_seconds(), s.seconds(), HumanBytes(s.bytes() / 2), s.gbps(),
         HumanBytes(s.peak_staging_bytes()),
         s.peak_staging_member().empty() ? "" : " (" + s.peak_staging_member() + ")");
   }

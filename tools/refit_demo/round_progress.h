@@ -2,9 +2,10 @@
 // (GetStatus). While a round has run for at least a threshold (1 s), one
 // line every interval (1 s): "round 3: 5/8 members reported, 1.9 s, 12.3
 // GB reported"; when a round ends, one final line: "round 3 committed in
-// 2.410 s (slowest member 2.398 s): 24.6 GB, 10.26 GB/s, peak staging
-// 64.0 MB (engine/demo/e0/1)" or "round 3 aborted after 2.410 s: <reason>". Bytes are what the members
-// reported (each counts what it sent or received); GB = 1e9.
+// 2.410 s (slowest member 2.398 s): 24.6 GB moved, 10.26 GB/s, peak
+// staging 64.0 MB (engine/demo/e0/1)" or "round 3 aborted after 2.410 s:
+// <reason>". Bytes reported count what each member sent or received (a
+// byte at both of its ends); bytes moved count each byte once; GB = 1e9.
 #ifndef REFIT_TOOLS_REFIT_DEMO_ROUND_PROGRESS_H_
 #define REFIT_TOOLS_REFIT_DEMO_ROUND_PROGRESS_H_
 

@@ -45,8 +45,8 @@ TEST(RoundProgressTest, ASlowRoundGetsALineEverySecondAndAFinalLine) {
   c->set_peak_staging_bytes(64000000);
   c->set_peak_staging_member("engine/demo/e0/1");
   EXPECT_THAT(p.Update(done, t0 + absl::Seconds(4)),
-              ElementsAre("round 1 committed in 3.500 s (slowest member 3.250 s): 24.6 MB, "
-                          "0.00 GB/s, peak staging 64.0 MB (engine/demo/e0/1)"));
+              ElementsAre("round 1 committed in 3.500 s (slowest member 3.250 s): 12.3 MB "
+                          "moved, 0.00 GB/s, peak staging 64.0 MB (engine/demo/e0/1)"));
   EXPECT_THAT(p.Update(done, t0 + absl::Seconds(5)), IsEmpty());  // once
 }
 
@@ -59,7 +59,7 @@ TEST(RoundProgressTest, RoundsThatEndedBetweenPollsEachGetTheirFinalLine) {
   std::vector<std::string> lines = p.Update(r, t0);
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_THAT(lines[0], ::testing::StartsWith("round 1 committed in 0.000 s (slowest member "
-                                              "0.010 s): 0 bytes"));
+                                              "0.010 s): 0 bytes moved"));
   EXPECT_EQ(lines[1], "round 2 aborted after 0.500 s: member engine e0 rank 1 failed: boom");
 }
 
