@@ -178,9 +178,11 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
     return AnnotateStatus(stats.status(),
                           absl::StrCat("round ", version, " data plane"));
   }
-  const int64_t bytes = std::max(stats->bytes_sent, stats->bytes_received);
-  absl::Status s =
-      client_->ReportDone(version, bytes, stats->seconds, deadline);
+  RefitClient::RoundFigures figures;
+  figures.bytes = std::max(stats->bytes_sent, stats->bytes_received);
+  figures.seconds = stats->seconds;
+  figures.peak_staging_bytes = stats->peak_staging_bytes;
+  absl::Status s = client_->ReportDone(version, figures, deadline);
   if (s.ok()) s = client_->AwaitOutcome(version, deadline);
   if (!s.ok()) {
     // An aborted round may have left any peer's transport broken: every

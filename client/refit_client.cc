@@ -307,15 +307,16 @@ absl::StatusOr<int64_t> RefitClient::WaitForRound(absl::Time deadline) {
   return absl::DeadlineExceededError("no round started before the deadline");
 }
 
-absl::Status RefitClient::ReportDone(int64_t version, int64_t bytes, double seconds,
+absl::Status RefitClient::ReportDone(int64_t version, const RoundFigures& figures,
                                      absl::Time deadline) {
   v1::ReportRequest req;
   req.set_member_id(member_id_);
   req.set_member_secret(member_secret_);
   req.set_version(version);
   req.set_ok(true);
-  req.set_bytes(bytes);
-  req.set_seconds(seconds);
+  req.set_bytes(figures.bytes);
+  req.set_seconds(figures.seconds);
+  req.set_peak_staging_bytes(figures.peak_staging_bytes);
   v1::ReportResponse resp;
   auto ctx = MakeContext(deadline);
   return FromGrpcStatus(stub_->Report(ctx.get(), req, &resp));

@@ -102,8 +102,18 @@ class RefitClient {
   // options.refitd_timeout.
   absl::StatusOr<int64_t> WaitForRound(absl::Time deadline);
 
-  // Report this member's part of round `version`.
-  absl::Status ReportDone(int64_t version, int64_t bytes, double seconds,
+  // A member's figures of one round, as refitd logs and exports them.
+  struct RoundFigures {
+    int64_t bytes = 0;               // bytes moved (the larger of sent, received)
+    double seconds = 0;              // the data plane's time
+    int64_t peak_staging_bytes = 0;  // staging and scratch held (RunStats)
+  };
+
+  // Report this member's part of round `version`: done with its figures,
+  // or failed with a reason. Return refitd's answer (Coordinator::Report:
+  // ABORTED when the round already aborted, FAILED_PRECONDITION when this
+  // member is not a participant) or UNAVAILABLE / DEADLINE_EXCEEDED.
+  absl::Status ReportDone(int64_t version, const RoundFigures& figures,
                           absl::Time deadline);
   absl::Status ReportFailed(int64_t version, const std::string& reason,
                             absl::Time deadline);

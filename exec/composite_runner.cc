@@ -79,7 +79,8 @@ absl::StatusOr<RunStats> CompositeRunner::Run(absl::Time deadline) {
     total.bytes_received += r->bytes_received;
     total.rounds += r->rounds;
     total.seconds = std::max(total.seconds, r->seconds);
-    total.peak_staging_bytes = std::max(total.peak_staging_bytes, r->peak_staging_bytes);
+    // The parts run at once, each holding its own staging.
+    total.peak_staging_bytes += r->peak_staging_bytes;
   }
   return total;
 }

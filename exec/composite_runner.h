@@ -48,8 +48,9 @@ class CompositeRunner : public RoundRunner {
   // INVALID_ARGUMENT when `parts` is empty or holds a null runner.
   static absl::StatusOr<std::unique_ptr<CompositeRunner>> Create(
       std::vector<std::unique_ptr<RoundRunner>> parts);
-  // Runs every part once. Returns the sums of bytes and rounds and the
-  // longest part's seconds and staging; fails with the error of the part
+  // Runs every part once. Returns the sums of bytes, rounds and peak
+  // staging (the parts hold theirs at once) and the longest part's
+  // seconds; fails with the error of the part
   // that failed first (the others were cancelled with it).
   absl::StatusOr<RunStats> Run(absl::Time deadline) override;
   // Cancels every part.

@@ -216,6 +216,33 @@ TEST(CompositeRunnerTest, AFailingPartCancelsTheOthersAtOnce) {
   EXPECT_NE(s.status().message().find("trainer rank 1 died"), std::string::npos);
 }
 
+// Returns fixed figures.
+class FixedRunner : public RoundRunner {
+ public:
+  explicit FixedRunner(RunStats stats) : stats_(stats) {}
+  absl::StatusOr<RunStats> Run(absl::Time) override { return stats_; }
+  void Cancel(const absl::Status&) override {}
+
+ private:
+  RunStats stats_;
+};
+
+TEST(CompositeRunnerTest, AddsThePartsStagingAndBytesAndTakesTheLongestTime) {
+  std::vector<std::unique_ptr<RoundRunner>> parts;
+  parts.push_back(std::make_unique<FixedRunner>(RunStats{100, 0, 1, 0.5, 0}));
+  parts.push_back(std::make_unique<FixedRunner>(RunStats{50, 10, 3, 0.25, 4096}));
+  parts.push_back(std::make_unique<FixedRunner>(RunStats{0, 0, 1, 0.75, 1024}));
+  auto c = CompositeRunner::Create(std::move(parts));
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<RunStats> s = (*c)->Run(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->bytes_sent, 150);
+  EXPECT_EQ(s->bytes_received, 10);
+  EXPECT_EQ(s->rounds, 5);
+  EXPECT_DOUBLE_EQ(s->seconds, 0.75);
+  EXPECT_EQ(s->peak_staging_bytes, 5120);
+}
+
 TEST(CompositeRunnerTest, RejectsNoParts) {
   EXPECT_TRUE(absl::IsInvalidArgument(CompositeRunner::Create({}).status()));
 }

@@ -217,6 +217,9 @@ class HostConvertOps : public ConvertOps {
     return absl::OkStatus();
   }
   absl::Status Sync() override { return absl::OkStatus(); }
+  int64_t workspace_bytes() const override {
+    return static_cast<int64_t>(dense_.capacity());
+  }
 
  private:
   std::vector<char> dense_;

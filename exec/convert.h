@@ -61,6 +61,9 @@ class ConvertOps {
   // Waits until every step issued is complete. Fails with the first
   // deferred QuantizeWhole error, or the engine's error.
   virtual absl::Status Sync() = 0;
+  // Returns the bytes of working memory the steps hold now (Gather's dense
+  // copies and the like), beyond the caller's buffers.
+  virtual int64_t workspace_bytes() const { return 0; }
 };
 
 // Host loops (exec/quantize.h).

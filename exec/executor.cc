@@ -178,8 +178,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
   e->staging_ptr_.assign(e->num_lanes_, nullptr);
   for (int32_t l = 0; l < e->num_lanes_; ++l) {
     if (e->staging_[l] == 0) continue;
-    REFIT_ASSIGN_OR_RETURN(e->staging_ptr_[l],
-                           e->engine_->Allocate(e->staging_[l]));
+    REFIT_ASSIGN_OR_RETURN(e->staging_ptr_[l], e->Hold(e->staging_[l]));
   }
   return e;
 }
@@ -204,7 +203,7 @@ absl::Status Executor::PrepareConversions() {
   for (size_t b = 0; b < plan_->src.buffers.size(); ++b) {
     const BufferSpec& spec = plan_->src.buffers[b];
     if (!spec.scratch || spec.rank != rank_) continue;
-    REFIT_ASSIGN_OR_RETURN(buffers_[b], engine_->Allocate(spec.byte_size));
+    REFIT_ASSIGN_OR_RETURN(buffers_[b], Hold(spec.byte_size));
     scratch_.push_back(buffers_[b]);
   }
   for (const Conversion& v : plan_->conversions) {
@@ -231,22 +230,22 @@ absl::Status Executor::Convert(absl::Time deadline) {
   if (!converter_->peers().empty()) {
     // One exchange of the cut tiles' partial amaxes among the trainer
     // ranks that share them, on lane 0 before any round.
-    std::vector<char*> mem;
+    std::vector<std::pair<char*, int64_t>> mem;
     auto cleanup = [&] {
-      for (char* p : mem) engine_->Free(p);
+      for (const auto& [p, bytes] : mem) Release(p, bytes);
     };
     std::vector<SendOp> so;
     std::vector<RecvOp> ro;
     for (const auto& [peer, count] : converter_->peers()) {
       const int64_t bytes = count * 4;
-      absl::StatusOr<char*> sp = engine_->Allocate(bytes);
-      absl::StatusOr<char*> rp = sp.ok() ? engine_->Allocate(bytes) : sp;
-      if (sp.ok()) mem.push_back(*sp);
+      absl::StatusOr<char*> sp = Hold(bytes);
+      absl::StatusOr<char*> rp = sp.ok() ? Hold(bytes) : sp;
+      if (sp.ok()) mem.emplace_back(*sp, bytes);
       if (!rp.ok()) {
         cleanup();
         return rp.status();
       }
-      mem.push_back(*rp);
+      mem.emplace_back(*rp, bytes);
       absl::Status s = engine_->FromHost(*sp, sends[peer].data(), bytes);
       if (!s.ok()) {
         cleanup();
@@ -333,11 +332,26 @@ absl::StatusOr<uint64_t> Executor::HashSegment(int32_t segment,
   return HashBytes(scratch->data(), seg.bytes);
 }
 
+absl::StatusOr<char*> Executor::Hold(int64_t bytes) {
+  REFIT_ASSIGN_OR_RETURN(char* p, engine_->Allocate(bytes));
+  held_bytes_ += bytes;
+  peak_held_bytes_ = std::max(peak_held_bytes_, held_bytes_);
+  return p;
+}
+
+void Executor::Release(char* p, int64_t bytes) {
+  engine_->Free(p);
+  held_bytes_ -= bytes;
+}
+
 absl::StatusOr<RunStats> Executor::Run(absl::Time deadline) {
   const absl::Time start = absl::Now();
+  peak_held_bytes_ = held_bytes_;
   if (converter_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
   REFIT_ASSIGN_OR_RETURN(RunStats stats, RunRounds(deadline));
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  stats.peak_staging_bytes =
+      peak_held_bytes_ + (convert_ops_ != nullptr ? convert_ops_->workspace_bytes() : 0);
   return stats;
 }
 
@@ -410,7 +424,6 @@ absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
       REFIT_RETURN_IF_ERROR(engine_->Sync(l, deadline));
     }
     stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    for (int64_t s : staging_) stats.peak_staging_bytes += s;
     return stats;
   }
   for (size_t wi = 0; wi < work_.size(); ++wi) {
@@ -464,7 +477,6 @@ absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
   }
   if (options_.verify) REFIT_RETURN_IF_ERROR(Verify(deadline));
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  for (int64_t s : staging_) stats.peak_staging_bytes += s;
   return stats;
 }
 

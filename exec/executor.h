@@ -56,7 +56,10 @@ struct RunStats {
   int64_t bytes_received = 0;
   int64_t rounds = 0;
   double seconds = 0;
-  int64_t peak_staging_bytes = 0;  // allocated staging, all lanes
+  // The most memory the executor held from its copy engine during the run
+  // (staging of all lanes, conversion scratch, the amax exchange) plus the
+  // conversion steps' workspace (ConvertOps::workspace_bytes).
+  int64_t peak_staging_bytes = 0;
   double device_seconds = 0;  // GPU time of the round's copy kernels (pull path)
 };
 
@@ -119,6 +122,10 @@ class Executor {
   absl::Status Unpack(const RoundWork& w, absl::Time deadline);
   absl::Status Verify(absl::Time deadline);
   absl::Status PrepareConversions();
+  // Allocates `bytes` from the copy engine and counts them as held
+  // (RESOURCE_EXHAUSTED as Allocate); Release frees and uncounts them.
+  absl::StatusOr<char*> Hold(int64_t bytes);
+  void Release(char* p, int64_t bytes);
   absl::Status Convert(absl::Time deadline);
   absl::StatusOr<uint64_t> HashSegment(int32_t segment, const char* packed,
                                        bool packed_is_stream,
@@ -141,6 +148,9 @@ class Executor {
   std::vector<char*> scratch_;
   std::vector<int64_t> staging_;
   std::vector<char*> staging_ptr_;
+  // Bytes held from the copy engine now, and the most since Run began.
+  int64_t held_bytes_ = 0;
+  int64_t peak_held_bytes_ = 0;
   // Verify: per message this rank takes part in, hashes of its segments.
   std::map<int32_t, std::vector<uint64_t>> hashes_;
 };

@@ -10,6 +10,7 @@
 #include "layout/mesh.h"
 #include "layout/sharding.h"
 #include "plan/planner.h"
+#include "testing/counting_copy_engine.h"
 #include "testing/reference_copy.h"
 #include "testing/test_patterns.h"
 
@@ -57,6 +58,7 @@ struct RankResult {
   absl::Status status;
   std::string check;
   RunStats stats;
+  int64_t allocated_peak = 0;  // the most the copy engine had handed out
 };
 
 // Runs `steps` steps of `plan` with one thread per global rank. Ranks in
@@ -80,8 +82,10 @@ std::vector<RankResult> RunAll(const Plan& plan, int lanes, int steps,
       if (g == corrupt) t = std::make_unique<CorruptingTransport>(std::move(t));
       auto bufs = AllocateRankBuffers(layout, rank, kFill);
       std::vector<char*> before = Pointers(bufs);
+      testing::CountingCopyEngine engine;
       ExecutorOptions opt;
       opt.verify = verify;
+      opt.copy_engine = &engine;
       auto ex = Executor::Create(plan, side, rank, before, t.get(), opt);
       if (!ex.ok()) {
         res.status = ex.status();
@@ -96,6 +100,7 @@ std::vector<RankResult> RunAll(const Plan& plan, int lanes, int steps,
           return;
         }
         res.stats = *st;
+        res.allocated_peak = engine.peak_bytes();
         if (side == Side::kEngine) {
           std::string c = CheckRecords(layout, rank, step, kFill, bufs);
           if (!c.empty()) {
@@ -219,6 +224,7 @@ TEST(ExecutorTest, StagingWithinBudgetAndZeroCopyForContiguous) {
   for (const auto& r : res) {
     EXPECT_TRUE(r.status.ok()) << r.status;
     EXPECT_EQ(r.stats.peak_staging_bytes, 0);
+    EXPECT_EQ(r.allocated_peak, 0);
   }
   // qkv needs staging (interleaved source), within the budget.
   auto qkv = MakePatternPlan("qkv", 2, 1);
@@ -226,6 +232,8 @@ TEST(ExecutorTest, StagingWithinBudgetAndZeroCopyForContiguous) {
   for (const auto& r : RunAll(*qkv, 2, 1, false)) {
     EXPECT_TRUE(r.status.ok()) << r.status;
     EXPECT_LE(r.stats.peak_staging_bytes, qkv->options.staging_budget_bytes);
+    // The reported peak is what the executor took from its copy engine.
+    EXPECT_EQ(r.stats.peak_staging_bytes, r.allocated_peak);
   }
   EXPECT_GT(RunAll(*qkv, 2, 1, false)[0].stats.peak_staging_bytes, 0);
 }
@@ -279,8 +287,10 @@ TEST(ExecutorTest, SenderConvertsDtypeAndTransformEveryRun) {
       auto bufs = AllocateRankBuffers(layout, rank, kFill);
       HostBuffers host;
       for (char* p : Pointers(bufs)) host.push_back(reinterpret_cast<uint8_t*>(p));
+      testing::CountingCopyEngine engine;
       ExecutorOptions opt;
       opt.verify = true;
+      opt.copy_engine = &engine;
       auto ex = Executor::Create(*plan, is_src ? Side::kTrainer : Side::kEngine,
                                  rank, Pointers(bufs), t.get(), opt);
       if (!ex.ok()) {
@@ -299,6 +309,12 @@ TEST(ExecutorTest, SenderConvertsDtypeAndTransformEveryRun) {
           fabric->Kill(g);
           return;
         }
+        // The trainer holds the converted values (scratch) for the round.
+        if (is_src && st->peak_staging_bytes != engine.peak_bytes()) {
+          checks[g] = absl::StrCat("peak staging ", st->peak_staging_bytes,
+                                   ", allocated ", engine.peak_bytes());
+        }
+        if (is_src && st->peak_staging_bytes == 0) checks[g] = "no scratch reported";
         if (!is_src) {
           absl::Status c = CheckPattern(layout, host, po);
           if (!c.ok() && checks[g].empty()) {

@@ -340,12 +340,18 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
   const Member* m = membership_.Find(req.member_id());
   const std::string transport =
       m == nullptr ? "" : TransportLabel(m->reg.identity().transport());
+  v1::MemberReport report;
+  report.set_member_id(req.member_id());
+  report.set_bytes(req.bytes());
+  report.set_seconds(req.seconds());
+  report.set_peak_staging_bytes(req.peak_staging_bytes());
   ServerLog().info(
-      "member reported round={} member={} bytes={} seconds={:.6f} transport={}", v,
-      req.member_id(), req.bytes(), req.seconds(),
+      "member reported round={} member={} bytes={} seconds={:.6f} "
+      "peak_staging_bytes={} transport={}",
+      v, req.member_id(), req.bytes(), req.seconds(), req.peak_staging_bytes(),
       transport.empty() ? "none" : transport);
   metrics_.MemberReported(transport, req.bytes(), req.seconds());
-  if (rounds_.RecordDone(req.member_id(), req.bytes(), req.seconds())) {
+  if (rounds_.RecordDone(report)) {
     EndRound(true, "", AbortReason::kMemberFailed);
   }
   return absl::OkStatus();
@@ -361,6 +367,8 @@ void Coordinator::EndRound(bool committed, const std::string& reason,
   const int64_t bytes = active->bytes;
   const std::string slowest = active->slowest;
   const double slowest_seconds = active->seconds;
+  const int64_t peak_staging = active->peak_staging_bytes;
+  const std::string peak_member = active->peak_staging_member;
   const size_t members = active->participants.size();
   std::optional<v1::RoundEvent> e =
       rounds_.End(committed, reason, now, plan_epoch_, [this](const std::string& id) {
@@ -372,10 +380,11 @@ void Coordinator::EndRound(bool committed, const std::string& reason,
   if (committed) {
     ServerLog().info(
         "round committed round={} seconds={:.6f} bytes={} members={} slowest={} "
-        "slowest_seconds={:.6f}",
+        "slowest_seconds={:.6f} peak_staging_bytes={} peak_staging_member={}",
         version, secs, bytes, members, slowest.empty() ? "none" : slowest,
-        slowest_seconds);
-    metrics_.RoundCommitted(secs, bytes, slowest, slowest_seconds);
+        slowest_seconds, peak_staging, peak_member.empty() ? "none" : peak_member);
+    metrics_.RoundCommitted(secs, bytes, {slowest, slowest_seconds},
+                            {peak_member, static_cast<double>(peak_staging)});
   } else {
     ServerLog().warn("round aborted round={} seconds={:.6f} cause={} reason={}",
                      version, secs, AbortReasonName(abort_reason), reason);
@@ -429,6 +438,9 @@ v1::StatusResponse Coordinator::GetStatus() {
     s->set_outcome("running");
     s->set_bytes(a->bytes);
     s->set_seconds(absl::ToDoubleSeconds(now - a->started));
+    s->set_peak_staging_bytes(a->peak_staging_bytes);
+    s->set_peak_staging_member(a->peak_staging_member);
+    for (const auto& [id, report] : a->reports) *s->add_reports() = report;
     for (const std::string& id : a->participants) {
       if (a->done.count(id) > 0) {
         s->add_reported(id);
@@ -644,9 +656,10 @@ void Coordinator::ApplyPlan(const PlanInput& input, PlanCache::Entry entry,
     plan_status_ = absl::OkStatus();
     member_plans_ = AssembleMemberPlans(input, *built, plan_fingerprint_, options_.kv_prefix);
     ServerLog().info(
-        "plan ready plan={} epoch={} seconds={:.6f} cached={} trainers={} engines={}",
+        "plan ready plan={} epoch={} seconds={:.6f} cached={} trainers={} engines={} "
+        "bytes={} predicted_seconds={:.6g}",
         plan_fingerprint_, input.epoch, seconds, cached ? "yes" : "no",
-        input.trainer.size(), input.engine.size());
+        input.trainer.size(), input.engine.size(), built->bytes, built->predicted_seconds);
   }
   WakeWaiters();
 }

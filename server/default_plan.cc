@@ -173,6 +173,8 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
   BuiltPlan out;
   out.num_lanes = options.planner.num_lanes;
   out.fingerprint = plan.fingerprint;
+  out.bytes = plan.stats.total_bytes;
+  out.predicted_seconds = plan.stats.predicted_seconds;
   std::vector<int32_t> trainer_ranks(trainer.size());
   for (size_t t = 0; t < trainer.size(); ++t) trainer_ranks[t] = static_cast<int32_t>(t);
   out.trainer_slices =

@@ -135,6 +135,9 @@ TEST(DefaultPlanTest, EveryMemberGetsItsSliceAndEveryEngineByteASource) {
     received += mine;
   }
   EXPECT_EQ(sent, received);
+  // The figures refitd logs: the plan's bytes and its predicted time.
+  EXPECT_EQ(built->bytes, sent);
+  EXPECT_GT(built->predicted_seconds, 0);
   // The plan's own fingerprint, carried by every slice; other planner
   // options give another plan and another fingerprint.
   EXPECT_EQ(built->fingerprint.size(), 32u);

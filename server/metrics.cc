@@ -36,7 +36,8 @@ const char* AbortReasonName(AbortReason reason) {
 }
 
 void ServerMetrics::RoundCommitted(double seconds, int64_t bytes,
-                                   const std::string& slowest, double slowest_seconds) {
+                                   const MemberFigure& slowest,
+                                   const MemberFigure& peak_staging) {
   absl::MutexLock l(&mu_);
   ++committed_;
   ++round_count_;
@@ -48,7 +49,7 @@ void ServerMetrics::RoundCommitted(double seconds, int64_t bytes,
   last_bytes_ = bytes;
   last_gbps_ = seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
   last_slowest_ = slowest;
-  last_slowest_seconds_ = slowest_seconds;
+  last_peak_staging_ = peak_staging;
 }
 
 void ServerMetrics::RoundAborted(AbortReason reason, double seconds) {
@@ -139,9 +140,17 @@ std::string ServerMetrics::Exposition(const MemberCounts& members) const {
   absl::StrAppend(&out, "refit_last_round_gbps ", Num(last_gbps_), "\n");
   Header(&out, "refit_last_round_slowest_member_seconds", "gauge",
          "The slowest member of the last committed round and its seconds.");
-  if (!last_slowest_.empty()) {
+  if (!last_slowest_.member.empty()) {
     absl::StrAppend(&out, "refit_last_round_slowest_member_seconds{member=\"",
-                    Label(last_slowest_), "\"} ", Num(last_slowest_seconds_), "\n");
+                    Label(last_slowest_.member), "\"} ", Num(last_slowest_.value), "\n");
+  }
+  Header(&out, "refit_last_round_peak_staging_bytes", "gauge",
+         "The member of the last committed round that held the most staging and "
+         "scratch memory, and its peak bytes.");
+  if (!last_peak_staging_.member.empty()) {
+    absl::StrAppend(&out, "refit_last_round_peak_staging_bytes{member=\"",
+                    Label(last_peak_staging_.member), "\"} ",
+                    static_cast<int64_t>(last_peak_staging_.value), "\n");
   }
   Header(&out, "refit_member_reports_total", "counter",
          "Successful member reports, by transport.");

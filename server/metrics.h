@@ -36,10 +36,17 @@ class ServerMetrics {
   // Members by (side, state), counted at scrape time.
   using MemberCounts = std::map<std::pair<std::string, std::string>, int64_t>;
 
+  // A member and one of its figures.
+  struct MemberFigure {
+    std::string member;  // empty: none
+    double value = 0;
+  };
+
   // A round committed after `seconds`, moving `bytes` (as its members
-  // reported: sent + received); `slowest` took `slowest_seconds`.
-  void RoundCommitted(double seconds, int64_t bytes, const std::string& slowest,
-                      double slowest_seconds);
+  // reported: sent + received); `slowest` took the longest (seconds) and
+  // `peak_staging` held the most staging (bytes).
+  void RoundCommitted(double seconds, int64_t bytes, const MemberFigure& slowest,
+                      const MemberFigure& peak_staging);
 
   // A round aborted after `seconds`.
   void RoundAborted(AbortReason reason, double seconds);
@@ -78,8 +85,8 @@ class ServerMetrics {
   int64_t bytes_total_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   double last_gbps_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string last_slowest_ ABSL_GUARDED_BY(mu_);
-  double last_slowest_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  MemberFigure last_slowest_ ABSL_GUARDED_BY(mu_);
+  MemberFigure last_peak_staging_ ABSL_GUARDED_BY(mu_);
   struct TransportFigures {
     int64_t reports = 0;
     int64_t bytes = 0;

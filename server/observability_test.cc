@@ -145,8 +145,20 @@ TEST(ObservabilityTest, ACommittedAndAnAbortedRoundInTheLogAndTheMetrics) {
   LogCapture log;
   Pair p = Start();
   StartRound(p, 1);
-  ASSERT_TRUE(p.trainer->ReportDone(1, 1000, 0.5, In(absl::Seconds(5))).ok());
-  ASSERT_TRUE(p.engine->ReportDone(1, 3000, 0.75, In(absl::Seconds(5))).ok());
+  ASSERT_TRUE(p.trainer->ReportDone(1, {1000, 0.5, 4096}, In(absl::Seconds(5))).ok());
+  // The round in flight shows each report so far with its figures.
+  absl::StatusOr<v1::StatusResponse> st = p.engine->GetStatus(In(absl::Seconds(5)));
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_EQ(st->rounds_size(), 1);
+  const v1::RoundSummary& running = st->rounds(0);
+  EXPECT_EQ(running.outcome(), "running");
+  ASSERT_EQ(running.reports_size(), 1);
+  EXPECT_EQ(running.reports(0).member_id(), "trainer/job/0");
+  EXPECT_EQ(running.reports(0).bytes(), 1000);
+  EXPECT_EQ(running.reports(0).peak_staging_bytes(), 4096);
+  EXPECT_EQ(running.peak_staging_bytes(), 4096);
+  EXPECT_EQ(running.waiting_size(), 1);
+  ASSERT_TRUE(p.engine->ReportDone(1, {3000, 0.75, 0}, In(absl::Seconds(5))).ok());
   ASSERT_TRUE(p.trainer->AwaitOutcome(1, In(absl::Seconds(5))).ok());
   StartRound(p, 2);
   ASSERT_TRUE(p.engine->ReportFailed(2, "NCCL timeout", In(absl::Seconds(5))).ok());
@@ -158,6 +170,8 @@ TEST(ObservabilityTest, ACommittedAndAnAbortedRoundInTheLogAndTheMetrics) {
   EXPECT_EQ(reports[0]["round"], 1);
   EXPECT_EQ(reports[0]["bytes"], 1000);
   EXPECT_EQ(reports[0]["transport"], "gloo");
+  EXPECT_EQ(reports[0]["peak_staging_bytes"], 4096);
+  EXPECT_EQ(reports[1]["peak_staging_bytes"], 0);
   EXPECT_EQ(reports[1]["member"], "engine/job/A/0");
   EXPECT_EQ(reports[2]["msg"].get<std::string>().rfind("member reported failure", 0), 0u);
   EXPECT_EQ(reports[2]["reason"], "NCCL timeout");
@@ -167,6 +181,8 @@ TEST(ObservabilityTest, ACommittedAndAnAbortedRoundInTheLogAndTheMetrics) {
   EXPECT_EQ(committed[0]["bytes"], 4000);
   EXPECT_EQ(committed[0]["members"], 2);
   EXPECT_EQ(committed[0]["slowest"], "engine/job/A/0");
+  EXPECT_EQ(committed[0]["peak_staging_bytes"], 4096);
+  EXPECT_EQ(committed[0]["peak_staging_member"], "trainer/job/0");
   EXPECT_EQ(committed[0]["level"], "info");
   std::vector<nlohmann::json> aborted = log.Lines("round aborted");
   ASSERT_EQ(aborted.size(), 1u);
@@ -183,6 +199,8 @@ TEST(ObservabilityTest, ACommittedAndAnAbortedRoundInTheLogAndTheMetrics) {
   EXPECT_THAT(m, HasSubstr(
       "\nrefit_last_round_slowest_member_seconds{member=\"engine/job/A/0\"} 0.75\n"));
   EXPECT_THAT(m, HasSubstr("\nrefit_member_bytes_total{transport=\"gloo\"} 4000\n"));
+  EXPECT_THAT(m, HasSubstr(
+      "\nrefit_last_round_peak_staging_bytes{member=\"trainer/job/0\"} 4096\n"));
   EXPECT_THAT(m, HasSubstr("\nrefit_members{side=\"engine\",state=\"idle\"} 1\n"));
   EXPECT_THAT(m, HasSubstr("\nrefit_plans_built_total 1\n"));
   EXPECT_THAT(Promtool(m), HasSubstr("rc=0")) << m;
@@ -194,7 +212,7 @@ TEST(ObservabilityTest, ShutdownAbortsTheRoundInFlightAndTellsTheMembers) {
   StartRound(p, 1);
   const std::string during = p.server->MetricsText();
   EXPECT_THAT(during, HasSubstr("refit_members{side=\"engine\",state=\"in_round\"} 1\n"));
-  ASSERT_TRUE(p.trainer->ReportDone(1, 10, 0.1, In(absl::Seconds(5))).ok());
+  ASSERT_TRUE(p.trainer->ReportDone(1, {10, 0.1}, In(absl::Seconds(5))).ok());
   EXPECT_THAT(p.server->MetricsText(),
               HasSubstr("refit_members{side=\"trainer\",state=\"reported\"} 1\n"));
   p.server->Shutdown();

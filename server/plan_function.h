@@ -29,6 +29,10 @@ struct BuiltPlan {
   // (engine global rank = trainer count + engine member index), ascending;
   // empty: every pair may. refitd chooses each pair's data plane from them.
   std::vector<std::pair<int32_t, int32_t>> pairs;
+  // The plan's bytes (each message once) and the planner's predicted
+  // seconds of a round (PlanStats); 0 when the plan function does not say.
+  int64_t bytes = 0;
+  double predicted_seconds = 0;
 
   // Filled by refitd (RunPlanFunction), not by the plan function: on the
   // colocated pull path, the host index per global rank (empty otherwise),

@@ -229,7 +229,7 @@ std::vector<std::pair<std::string, absl::Status>> CallEveryRpc(RefitClient& c) {
   out.emplace_back("Register", c.Register(TrainerReg()).status());
   out.emplace_back("AwaitPlan", c.AwaitPlan(In(absl::Milliseconds(500))).status());
   out.emplace_back("StartRound", c.StartRound(1, d));
-  out.emplace_back("ReportDone", c.ReportDone(1, 0, 0, d));
+  out.emplace_back("ReportDone", c.ReportDone(1, {}, d));
   out.emplace_back("GetEngineState", c.GetEngineState("A", d).status());
   out.emplace_back("KvSet", c.KvSet("k", "v", d));
   out.emplace_back("KvGet", c.KvGet("k", In(absl::Milliseconds(500))).status());

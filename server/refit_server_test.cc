@@ -116,7 +116,7 @@ void RunRound(Cluster& c, int64_t version, bool fail_one = false) {
     if (fail_one && i == 3) {
       ASSERT_TRUE(all[i]->ReportFailed(version, "NCCL timeout", In(absl::Seconds(5))).ok());
     } else {
-      absl::Status s = all[i]->ReportDone(version, 128, 0.001, In(absl::Seconds(5)));
+      absl::Status s = all[i]->ReportDone(version, {128, 0.001}, In(absl::Seconds(5)));
       // After a failure, later reports learn that the round was aborted.
       if (fail_one && i > 3) {
         EXPECT_EQ(s.code(), absl::StatusCode::kAborted);

@@ -43,13 +43,20 @@ std::optional<absl::Status> Rounds::ReplyToFinished(int64_t version) const {
       absl::StrCat("round ", version, " already aborted: ", o->second.message()));
 }
 
-bool Rounds::RecordDone(const std::string& id, int64_t bytes, double seconds) {
+bool Rounds::RecordDone(const v1::MemberReport& report) {
   if (active_ == nullptr) return false;
+  const std::string& id = report.member_id();
   if (active_->done.insert(id).second) {
-    active_->bytes += bytes;
-    if (active_->slowest.empty() || seconds > active_->seconds) {
-      active_->seconds = seconds;
+    active_->reports[id] = report;
+    active_->bytes += report.bytes();
+    if (active_->slowest.empty() || report.seconds() > active_->seconds) {
+      active_->seconds = report.seconds();
       active_->slowest = id;
+    }
+    if (active_->peak_staging_member.empty() ||
+        report.peak_staging_bytes() > active_->peak_staging_bytes) {
+      active_->peak_staging_bytes = report.peak_staging_bytes();
+      active_->peak_staging_member = id;
     }
   }
   return active_->done.size() == active_->participants.size();
@@ -66,6 +73,9 @@ std::optional<v1::RoundEvent> Rounds::End(
   s.set_reason(reason);
   s.set_bytes(active_->bytes);
   s.set_seconds(committed ? active_->seconds : secs);
+  s.set_duration_seconds(secs);
+  s.set_peak_staging_bytes(active_->peak_staging_bytes);
+  s.set_peak_staging_member(active_->peak_staging_member);
   // Each byte is counted by its sender and its receiver.
   const double moved = static_cast<double>(active_->bytes) / 2.0;
   s.set_gbps(committed && active_->seconds > 0 ? moved / active_->seconds / 1e9 : 0);

@@ -32,6 +32,11 @@ class Rounds {
     int64_t bytes = 0;                   // reported bytes (sent + received)
     double seconds = 0;                  // the slowest reported time
     std::string slowest;                 // the member that reported it
+    int64_t peak_staging_bytes = 0;      // the largest reported peak staging
+    std::string peak_staging_member;     // the member that reported it
+    // Each success report, by member id (member_id, bytes, seconds, peak
+    // staging as the member sent them).
+    std::map<std::string, v1::MemberReport> reports;
   };
 
   // Keeps the summaries of the last `rounds_kept` finished rounds.
@@ -60,9 +65,10 @@ class Rounds {
   // when `version` is running.
   std::optional<absl::Status> ReplyToFinished(int64_t version) const;
 
-  // Records participant `id`'s success (its bytes and seconds, once);
-  // returns true when every participant has now reported success.
-  bool RecordDone(const std::string& id, int64_t bytes, double seconds);
+  // Records participant report.member_id()'s success (its bytes, seconds
+  // and peak staging; the first report counts); returns true when every
+  // participant has now reported success.
+  bool RecordDone(const v1::MemberReport& report);
 
   // Ends the running round (no-op without one): records its outcome, its
   // summary and, for each participant `engine_of` maps to an engine id (""

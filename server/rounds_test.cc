@@ -24,15 +24,27 @@ TEST(RoundsTest, StartChecksVersionsAndRetries) {
   EXPECT_EQ(*r.CheckStart(2), false);
 }
 
+v1::MemberReport Report(const std::string& id, int64_t bytes, double seconds,
+                        int64_t peak_staging) {
+  v1::MemberReport m;
+  m.set_member_id(id);
+  m.set_bytes(bytes);
+  m.set_seconds(seconds);
+  m.set_peak_staging_bytes(peak_staging);
+  return m;
+}
+
 TEST(RoundsTest, CommitsWhenEveryParticipantIsDone) {
   Rounds r(64);
   r.Start(5, {"trainer/0", "engine/A"}, t0);
   EXPECT_TRUE(r.IsParticipant("engine/A"));
   EXPECT_FALSE(r.IsParticipant("engine/B"));
   EXPECT_EQ(r.ReplyToFinished(5), std::nullopt);
-  EXPECT_FALSE(r.RecordDone("trainer/0", 100, 2.0));
-  EXPECT_FALSE(r.RecordDone("trainer/0", 100, 2.0));  // counted once
-  EXPECT_TRUE(r.RecordDone("engine/A", 100, 1.0));
+  EXPECT_FALSE(r.RecordDone(Report("trainer/0", 100, 2.0, 4096)));
+  EXPECT_FALSE(r.RecordDone(Report("trainer/0", 100, 2.0, 1 << 20)));  // counted once
+  ASSERT_EQ(r.active()->reports.size(), 1u);
+  EXPECT_EQ(r.active()->reports.at("trainer/0").peak_staging_bytes(), 4096);
+  EXPECT_TRUE(r.RecordDone(Report("engine/A", 100, 1.0, 0)));
   std::optional<v1::RoundEvent> e = r.End(true, "", t0 + absl::Seconds(3), 7, EngineOf);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->kind(), v1::RoundEvent::ROUND_COMMITTED);
@@ -43,6 +55,9 @@ TEST(RoundsTest, CommitsWhenEveryParticipantIsDone) {
   ASSERT_EQ(r.history().size(), 1u);
   EXPECT_EQ(r.history()[0].bytes(), 200);
   EXPECT_DOUBLE_EQ(r.history()[0].seconds(), 2.0);
+  EXPECT_DOUBLE_EQ(r.history()[0].duration_seconds(), 3.0);
+  EXPECT_EQ(r.history()[0].peak_staging_bytes(), 4096);
+  EXPECT_EQ(r.history()[0].peak_staging_member(), "trainer/0");
   EXPECT_TRUE(r.ReplyToFinished(5)->ok());
   EXPECT_EQ(r.ReplyToFinished(6)->code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_FALSE(r.End(true, "", t0, 7, EngineOf).has_value());  // none running

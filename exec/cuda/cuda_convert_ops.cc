@@ -181,6 +181,10 @@ class CudaConvertOps : public ConvertOps {
     }
     return absl::OkStatus();
   }
+  int64_t workspace_bytes() const override {
+    return dense_bytes_ + amax_bytes_ + tasks_bytes_ + (bad_ != nullptr ? 8 : 0) +
+           (slots_ != nullptr ? static_cast<int64_t>(kSlots * sizeof(long long)) : 0);
+  }
 
  private:
   // Replaces *p by an allocation of at least `need` bytes once every step

@@ -220,6 +220,7 @@ absl::Status PullEngine::PrepareConversions(const Plan& slice, std::vector<char*
                                absl::StrCat("cudaMalloc of ", spec.byte_size,
                                             " bytes for converted values")));
     scratch_.push_back(static_cast<char*>(p));
+    scratch_bytes_ += std::max<int64_t>(spec.byte_size, 1);
     (*buffers)[b] = static_cast<char*>(p);
   }
   return absl::OkStatus();
@@ -496,6 +497,9 @@ absl::StatusOr<RunStats> PullEngine::Run(absl::Time deadline) {
     stats.bytes_received = bytes_;
   }
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  // No staging: only a converting sender's scratch and workspace.
+  stats.peak_staging_bytes =
+      scratch_bytes_ + (convert_ops_ != nullptr ? convert_ops_->workspace_bytes() : 0);
   return stats;
 }
 

@@ -88,7 +88,8 @@ class PullEngine : public RoundRunner {
       KvStore* store, PullEngineOptions options, absl::Time deadline);
   ~PullEngine() override;
 
-  // Runs one round (see above). Fails with DEADLINE_EXCEEDED naming the
+  // Runs one round (see above); its peak_staging_bytes is a converting
+  // sender's scratch and conversion workspace (0 otherwise). Fails with DEADLINE_EXCEEDED naming the
   // peers still waited for, UNAVAILABLE naming a peer that died, the
   // cancel reason after Cancel, or UNAVAILABLE with the CUDA error. The
   // engine must not be run again after a failure.
@@ -156,6 +157,7 @@ class PullEngine : public RoundRunner {
   std::unique_ptr<Converter> converter_;
   std::unique_ptr<ConvertOps> convert_ops_;
   std::vector<char*> scratch_;
+  int64_t scratch_bytes_ = 0;  // allocated for scratch_
   std::vector<char*> own_buffers_;
   uint64_t round_ = 0;
   Cancellation cancel_;  // set by Cancel; polled by the waits

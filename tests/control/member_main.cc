@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
       auto v = c.WaitForRound(absl::Now() + wait);
       if (!v.ok()) return Die("wait", v.status());
       absl::SleepFor(absl::Milliseconds(num("work_ms", 0)));
-      absl::Status r = c.ReportDone(*v, bytes, 0.001, absl::Now() + wait);
+      absl::Status r = c.ReportDone(*v, {bytes, 0.001}, absl::Now() + wait);
       // A report to an aborted round is refused; the outcome says why.
       absl::Status out = c.AwaitOutcome(*v, absl::Now() + wait);
       if (out.ok()) {

@@ -168,7 +168,7 @@ absl::Status TrainerRound(RefitClient& c, int64_t v) {
   auto got = c.WaitForRound(absl::Now() + absl::Seconds(5));
   REFIT_RETURN_IF_ERROR(got.status());
   if (*got != v) return absl::InternalError(absl::StrCat("saw round ", *got));
-  REFIT_RETURN_IF_ERROR(c.ReportDone(v, 128, 0.001, absl::Now() + absl::Seconds(5)));
+  REFIT_RETURN_IF_ERROR(c.ReportDone(v, {128, 0.001}, absl::Now() + absl::Seconds(5)));
   return c.AwaitOutcome(v, absl::Now() + absl::Seconds(10));
 }
 
@@ -187,7 +187,7 @@ void StartRoundOneWithBusyEngineB(RefitClient& trainer, const std::string& targe
   ASSERT_TRUE(WaitForOutput(*b, "plan ", absl::Now() + absl::Seconds(20))) << Output(*b);
   ASSERT_TRUE(trainer.StartRound(1, absl::Now() + absl::Seconds(5)).ok());
   ASSERT_TRUE(trainer.WaitForRound(absl::Now() + absl::Seconds(5)).ok());
-  ASSERT_TRUE(trainer.ReportDone(1, 128, 0.001, absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(trainer.ReportDone(1, {128, 0.001}, absl::Now() + absl::Seconds(5)).ok());
 }
 
 TEST(MultiProcessTest, KilledEngineAbortsRoundEverywhereThenRestartedEngineCommits) {

@@ -51,13 +51,17 @@ assert all({"ts", "level", "logger", "msg"} <= l.keys() for l in lines)
 reports = [l for l in lines if l["msg"].startswith("member reported") and l.get("round") == 1]
 assert len(reports) == 2, reports
 assert {r["transport"] for r in reports} == {"gloo"}, reports
+assert all(r["peak_staging_bytes"] >= 0 for r in reports), reports
 commits = [l for l in lines if l["msg"].startswith("round committed")]
 assert len(commits) == 1 and commits[0]["round"] == 1 and commits[0]["bytes"] > 0, commits
+assert commits[0]["peak_staging_bytes"] == max(r["peak_staging_bytes"] for r in reports), commits
 PY
 
 # /metrics directly, and checked by promtool.
 get "http://127.0.0.1:$mport/metrics" >"$tmp/metrics.txt"
-grep -q '^refit_rounds_committed_total 1$' "$tmp/metrics.txt" && ok "scrape" || { bad "scrape"; cat "$tmp/metrics.txt"; }
+grep -q '^refit_rounds_committed_total 1$' "$tmp/metrics.txt" &&
+  grep -qE '^refit_last_round_peak_staging_bytes\{member="[a-z/0-9]+"\} [0-9]+$' "$tmp/metrics.txt" &&
+  ok "scrape" || { bad "scrape"; cat "$tmp/metrics.txt"; }
 promtool check metrics <"$tmp/metrics.txt" && ok "promtool" || bad "promtool"
 
 # Debian's Prometheus scrapes refitd; its query API reads the counter back.

@@ -200,7 +200,7 @@ bool Rounds(int port, int m, int rounds) {
         absl::MutexLock l(&mu);
         notified[r][i] = now;
       }
-      absl::Status s = v.ok() ? c[i]->ReportDone(*v, 1024, 1e-6,
+      absl::Status s = v.ok() ? c[i]->ReportDone(*v, {1024, 1e-6},
                                                  absl::Now() + absl::Seconds(30))
                               : v.status();
       if (s.ok()) s = c[i]->AwaitOutcome(*v, absl::Now() + absl::Seconds(30));
@@ -233,7 +233,7 @@ bool Rounds(int port, int m, int rounds) {
     auto got = s.ok() ? c[0]->WaitForRound(absl::Now() + absl::Seconds(30))
                       : absl::StatusOr<int64_t>(s);
     notified[r][0] = absl::Now();
-    if (got.ok()) s = c[0]->ReportDone(v, 1024, 1e-6, absl::Now() + absl::Seconds(30));
+    if (got.ok()) s = c[0]->ReportDone(v, {1024, 1e-6}, absl::Now() + absl::Seconds(30));
     if (got.ok() && s.ok()) s = c[0]->AwaitOutcome(v, absl::Now() + absl::Seconds(30));
     const absl::Time end = absl::Now();
     if (!got.ok() || !s.ok()) {

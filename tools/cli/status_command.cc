@@ -88,13 +88,16 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
   const int first = FirstRound(r, rounds);
   absl::StrAppend(&out, "rounds (last ", r.rounds_size() - first, " of ",
                   r.rounds_size(), "):\n");
-  absl::StrAppendFormat(&out, "  %8s  %-10s %16s %10s %9s\n", "version",
-                        "outcome", "bytes", "seconds", "GB/s");
+  absl::StrAppendFormat(&out, "  %8s  %-10s %16s %10s %9s %14s\n", "version",
+                        "outcome", "bytes", "seconds", "GB/s", "peak staging");
   for (int i = first; i < r.rounds_size(); ++i) {
     const v1::RoundSummary& s = r.rounds(i);
-    absl::StrAppendFormat(&out, "  %8d  %-10s %16d %10.3f %9.2f%s\n",
+    absl::StrAppendFormat(&out, "  %8d  %-10s %16d %10.3f %9.2f %14d%s%s\n",
                           s.version(), s.outcome(), s.bytes(), s.seconds(),
-                          s.gbps(),
+                          s.gbps(), s.peak_staging_bytes(),
+                          s.peak_staging_member().empty()
+                              ? ""
+                              : "  (" + s.peak_staging_member() + ")",
                           s.reason().empty() ? "" : "  " + s.reason());
   }
   return out;
@@ -133,12 +136,23 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
   j["rounds"] = nlohmann::json::array();
   for (int i = FirstRound(r, rounds); i < r.rounds_size(); ++i) {
     const v1::RoundSummary& s = r.rounds(i);
+    nlohmann::json reports = nlohmann::json::array();
+    for (const v1::MemberReport& m : s.reports()) {
+      reports.push_back({{"member_id", m.member_id()},
+                         {"bytes", m.bytes()},
+                         {"seconds", m.seconds()},
+                         {"peak_staging_bytes", m.peak_staging_bytes()}});
+    }
     j["rounds"].push_back({{"version", s.version()},
                            {"outcome", s.outcome()},
                            {"reason", s.reason()},
                            {"bytes", s.bytes()},
                            {"seconds", s.seconds()},
-                           {"gbps", s.gbps()}});
+                           {"duration_seconds", s.duration_seconds()},
+                           {"gbps", s.gbps()},
+                           {"peak_staging_bytes", s.peak_staging_bytes()},
+                           {"peak_staging_member", s.peak_staging_member()},
+                           {"reports", reports}});
   }
   return j.dump(2) + "\n";
 }

@@ -39,6 +39,10 @@ v1::StatusResponse Sample() {
     s->set_version(v);
     s->set_outcome(v == 5 ? "aborted" : "committed");
     if (v == 5) s->set_reason("member trainer rank 1: its stream dropped");
+    if (v == 4) {
+      s->set_peak_staging_bytes(16128);
+      s->set_peak_staging_member("engine/e0/0");
+    }
   }
   return r;
 }
@@ -55,6 +59,8 @@ TEST(StatusCommandTest, TextNamesTornEnginesAndTheProtocol) {
   EXPECT_THAT(text, HasSubstr("pairs (trainer, engine): 6 on the pull path (same host), 2 on "
                               "the network transport"));
   EXPECT_THAT(text, HasSubstr("its stream dropped"));
+  EXPECT_THAT(text, HasSubstr("peak staging\n"));
+  EXPECT_THAT(text, HasSubstr(" 16128  (engine/e0/0)\n"));
   EXPECT_THAT(text, Not(HasSubstr("       3  committed")));
 }
 
@@ -72,6 +78,8 @@ TEST(StatusCommandTest, JsonCarriesTheSameFields) {
   EXPECT_EQ(j["engines"][0]["torn_version"], 5);
   EXPECT_EQ(j["engines"][1]["torn_version"], 0);
   EXPECT_EQ(j["rounds"].size(), 5u);
+  EXPECT_EQ(j["rounds"][3]["peak_staging_bytes"], 16128);
+  EXPECT_EQ(j["rounds"][3]["peak_staging_member"], "engine/e0/0");
 }
 
 v1::RoundSummary* Round(v1::StatusResponse& r, int64_t v, const std::string& outcome) {
@@ -88,9 +96,18 @@ TEST(StatusWatchTest, AFrameMarksWhoReportedAndWhoIsStillMoving) {
   v1::RoundSummary* running = Round(r, 2, "running");
   running->add_reported("trainer/job/0");
   running->add_waiting("engine/job/A/0");
+  running->set_bytes(1000);
+  v1::MemberReport* report = running->add_reports();
+  report->set_member_id("trainer/job/0");
+  report->set_bytes(1000);
+  report->set_seconds(0.25);
+  report->set_peak_staging_bytes(4096);
   const std::string f = FormatWatchFrame(r, "h:1");
-  EXPECT_THAT(f, ::testing::HasSubstr("round 2 running: 1 of 2 members reported\n"));
-  EXPECT_THAT(f, ::testing::HasSubstr("  reported  trainer/job/0\n"));
+  EXPECT_THAT(f, ::testing::HasSubstr(
+                     "round 2 running: 1 of 2 members reported, 1000 bytes\n"));
+  EXPECT_THAT(f, ::testing::HasSubstr(
+                     "  reported  trainer/job/0  1000 bytes in 0.250 s, peak staging "
+                     "4096 bytes\n"));
   EXPECT_THAT(f, ::testing::HasSubstr("  moving    engine/job/A/0\n"));
   EXPECT_EQ(FinishedRoundAfter(r, 1), nullptr);
   EXPECT_EQ(FinishedRoundAfter(r, 0)->version(), 1);

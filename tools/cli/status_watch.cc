@@ -1,6 +1,7 @@
 #include "tools/cli/status_watch.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -19,8 +20,12 @@ int64_t LastFinished(const v1::StatusResponse& r) {
 
 std::string Outcome(const v1::RoundSummary& s) {
   if (s.outcome() == "committed") {
-    return absl::StrFormat("round %d committed in %.3f s: %d bytes, %.2f GB/s",
-                           s.version(), s.seconds(), s.bytes(), s.gbps());
+    return absl::StrFormat(
+        "round %d committed in %.3f s (slowest member %.3f s): %d bytes, %.2f GB/s, "
+        "peak staging %d bytes%s",
+        s.version(), s.duration_seconds(), s.seconds(), s.bytes(), s.gbps(),
+        s.peak_staging_bytes(),
+        s.peak_staging_member().empty() ? "" : " (" + s.peak_staging_member() + ")");
   }
   return absl::StrFormat("round %d %s after %.3f s: %s", s.version(), s.outcome(),
                          s.seconds(), s.reason());
@@ -46,10 +51,19 @@ std::string FormatWatchFrame(const v1::StatusResponse& r, const std::string& ser
     return out;
   }
   const int total = running->reported_size() + running->waiting_size();
-  absl::StrAppendFormat(&out, "round %d running: %d of %d members reported\n",
-                        running->version(), running->reported_size(), total);
+  absl::StrAppendFormat(&out, "round %d running: %d of %d members reported, %d bytes\n",
+                        running->version(), running->reported_size(), total,
+                        running->bytes());
+  std::map<std::string, const v1::MemberReport*> figures;
+  for (const v1::MemberReport& m : running->reports()) figures[m.member_id()] = &m;
   for (const std::string& id : running->reported()) {
-    absl::StrAppend(&out, "  reported  ", id, "\n");
+    absl::StrAppend(&out, "  reported  ", id);
+    if (auto it = figures.find(id); it != figures.end()) {
+      absl::StrAppendFormat(&out, "  %d bytes in %.3f s, peak staging %d bytes",
+                            it->second->bytes(), it->second->seconds(),
+                            it->second->peak_staging_bytes());
+    }
+    absl::StrAppend(&out, "\n");
   }
   for (const std::string& id : running->waiting()) {
     absl::StrAppend(&out, "  moving    ", id, "\n");

@@ -16,7 +16,7 @@ namespace refit {
 
 // Returns one screen of the watch: the round in flight in `r` (or "no
 // round in flight" and the last finished one), with every participant
-// marked reported or waiting.
+// marked reported (with its bytes, seconds and peak staging) or waiting.
 std::string FormatWatchFrame(const v1::StatusResponse& r, const std::string& server);
 
 // Returns the newest round in `r` whose version is above `after` and that

@@ -2,9 +2,12 @@
 // trainer rank and engine rank (refit_demo_member), talking over loopback:
 // registration, planning on refitd (mapping tables + planner), plan slices,
 // then N rounds of weight versions moved over the host transport with every
-// engine byte checked. Prints a table per round and a final verification
-// line with the achieved GB/s; exits 0 only if every round committed and
-// every engine rank holds exactly the trainer's bytes.
+// engine byte checked. While the members run it follows refitd's status:
+// every second a progress line for a round running longer than a second
+// ("round 3: 5/8 members reported, 1.9 s, 12.3 GB reported") and a final
+// line per round (round_progress.h). Then prints a table per round and a
+// final verification line with the achieved GB/s; exits 0 only if every
+// round committed and every engine rank holds exactly the trainer's bytes.
 //
 // Flags (--name=value):
 //   --refitd=PATH --member=PATH   the two binaries
@@ -17,6 +20,8 @@
 //   --gpus=N                      member i (trainers first) on GPU i with the
 //                                 NCCL transport (--member must be
 //                                 refit_demo_member_gpu; needs N >= members)
+//   --test_round_delay_ms=N       passed to the members (only
+//                                 refit_demo_member_slow honours it: tests)
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -27,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -35,8 +41,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "client/refit_client.h"
 #include "common/file.h"
 #include "mapping/parallel_spec.h"
+#include "tools/refit_demo/round_progress.h"
 
 namespace {
 
@@ -87,6 +95,43 @@ void KillAll(std::vector<Proc>& ps) {
     }
   }
 }
+
+// Prints round_progress.h's lines from refitd's status, polled every
+// 250 ms; prints nothing when refitd cannot be asked.
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(int port) {
+    refit::RefitClient::Options o;
+    o.target = absl::StrCat("127.0.0.1:", port);
+    o.connect_timeout = absl::Seconds(5);
+    o.rpc_timeout = absl::Seconds(2);
+    absl::StatusOr<std::unique_ptr<refit::RefitClient>> c = refit::RefitClient::Connect(o);
+    if (c.ok()) {
+      client_ = std::move(*c);
+    } else {
+      std::fprintf(stderr, "refit_demo: no round progress: %s\n",
+                   c.status().ToString().c_str());
+    }
+  }
+
+  // Asks refitd and prints what is due, at most every 250 ms unless `now`.
+  void Poll(bool now = false) {
+    if (client_ == nullptr || (!now && absl::Now() < next_)) return;
+    next_ = absl::Now() + absl::Milliseconds(250);
+    absl::StatusOr<refit::v1::StatusResponse> st =
+        client_->GetStatus(absl::Now() + absl::Seconds(2));
+    if (!st.ok()) return;
+    for (const std::string& line : progress_.Update(*st, absl::Now())) {
+      std::printf("%s\n", line.c_str());
+    }
+    std::fflush(stdout);
+  }
+
+ private:
+  std::unique_ptr<refit::RefitClient> client_;
+  refit::RoundProgress progress_;
+  absl::Time next_ = absl::InfinitePast();
+};
 
 }  // namespace
 
@@ -193,6 +238,9 @@ int main(int argc, char** argv) {
     args.insert(args.begin(), f["member"]);
     args.insert(args.end(), common.begin(), common.end());
     if (f.count("verify")) args.push_back("--verify");
+    if (f.count("test_round_delay_ms")) {
+      args.push_back("--test_round_delay_ms=" + f["test_round_delay_ms"]);
+    }
     if (!f["gpus"].empty()) {
       args.push_back(absl::StrCat("--device=cuda:", procs.size()));
     }
@@ -215,10 +263,13 @@ int main(int argc, char** argv) {
 
   // Wait for every member; after the first failure the others get the
   // deadline to fail by themselves (they must not hang), then are killed.
+  // Meanwhile show the rounds' progress from refitd's status.
+  ProgressPrinter progress(port);
   const absl::Time hard = absl::Now() + absl::Seconds(deadline_s + 30);
   bool failed = false;
   size_t left = procs.size();
   while (left > 0 && absl::Now() < hard) {
+    progress.Poll();
     for (Proc& p : procs) {
       if (p.done) continue;
       if (waitpid(p.pid, &p.status, WNOHANG) == p.pid) {
@@ -230,6 +281,7 @@ int main(int argc, char** argv) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   const bool hung = left > 0;
+  progress.Poll(/*now=*/true);  // the last rounds' final lines
   KillAll(procs);
   kill(refitd.pid, SIGTERM);
   waitpid(refitd.pid, &refitd.status, 0);
@@ -265,8 +317,8 @@ int main(int argc, char** argv) {
   }
   int engine_ranks = 0;
   for (const auto& e : engines) engine_ranks += e.second.world_size();
-  std::printf("plan fingerprint %s, peak staging per rank %.1f MiB\n",
-              fingerprint.c_str(), staging / 1048576.0);
+  std::printf("plan fingerprint %s, peak staging per rank %s\n", fingerprint.c_str(),
+              refit::HumanBytes(staging).c_str());
   std::printf("%8s %14s %12s %10s %18s\n", "version", "bytes", "seconds", "GB/s",
               "engine ranks equal");
   int64_t total = 0, steady_bytes = 0;

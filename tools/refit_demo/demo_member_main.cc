@@ -19,6 +19,8 @@
 //   --verify            executor verify mode (per-segment checksums)
 //   --device=cuda:N     buffers in GPU N's memory, NCCL transport (only in
 //                       the CUDA build, refit_demo_member_gpu)
+//   --test_round_delay_ms=N  engine ranks wait N ms before each round's data
+//                       plane (only in refit_demo_member_slow, for tests)
 // Prints one line per event; the last line is "ok ..." or "error ...".
 // Exit code 0 only if every round committed and every check passed.
 #include <algorithm>
@@ -199,6 +201,11 @@ int Main(const Flags& fl) {
       return Fail(who, absl::InternalError(absl::StrCat(
                            "refitd announced round ", *got, ", expected ", v)));
     }
+#ifdef REFIT_DEMO_TEST_HOOKS
+    if (!trainer && rank == 0) {
+      absl::SleepFor(absl::Milliseconds(fl.Int("test_round_delay_ms", 0)));
+    }
+#endif
     absl::StatusOr<RunStats> st = m.RunRound(*got, absl::Now() + wait);
     if (!st.ok()) return Fail(absl::StrCat(who, " round ", *got), st.status());
     std::string check = "-";
