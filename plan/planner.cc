@@ -126,11 +126,10 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   }  // the keys are not needed below
   clock.End("messages");
 
-  std::vector<int32_t> order =
-      ScheduleRounds(options, plan.src.world_size, plan.dst.world_size,
-                     &messages, &plan.rounds);
+  ScheduleRounds(options, plan.src.world_size, plan.dst.world_size, &messages,
+                 &plan.rounds);
   clock.End("rounds");
-  EmitMessages(messages, std::move(order), &plan);
+  EmitMessages(messages, &plan);
   clock.End("emit");
 
   plan.stats = ComputePlanStats(plan);
