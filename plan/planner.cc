@@ -135,6 +135,7 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   plan.stats = ComputePlanStats(plan);
   plan.stats.predicted_seconds = cost_stats.predicted_seconds;
   plan.stats.lower_bound_seconds = cost_stats.lower_bound_seconds;
+  plan.stats.same_gpu_bytes = cost_stats.same_gpu_bytes;
   plan.stats.intra_host_bytes = cost_stats.intra_host_bytes;
   plan.stats.inter_host_bytes = cost_stats.inter_host_bytes;
   clock.End("stats");
