@@ -53,9 +53,6 @@ class CostModel {
     return LinkClass::kSameHost;
   }
 
-  // Returns whether src rank `s` and dst rank `d` share a host.
-  bool SameHost(int32_t s, int32_t d) const { return ClassOf(s, d) != LinkClass::kInterHost; }
-
   // Returns the seconds per byte of class `c`.
   double SecondsPerByte(LinkClass c) const { return spb_[static_cast<int>(c)]; }
 
