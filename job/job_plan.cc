@@ -56,13 +56,51 @@ absl::Status AppendEngine(const SideLayout& e, const std::string& engine_id,
   return absl::OkStatus();
 }
 
-// Host names -> indices in order of first appearance, trainer first.
+// (host, GPU) names -> GPU indices in order of first appearance, trainer
+// first; "" -> -1 (unknown).
+absl::Status ApplyGpus(const JobPlacement& placement, SideLayout* src,
+                       SideLayout* dst) {
+  src->gpu_of_rank.clear();
+  dst->gpu_of_rank.clear();
+  if (placement.trainer_gpus.empty() && placement.engine_gpus.empty()) {
+    return absl::OkStatus();
+  }
+  if (placement.trainer_hosts.empty()) {
+    return absl::InvalidArgumentError("placement: GPUs given without hosts");
+  }
+  if (static_cast<int32_t>(placement.trainer_gpus.size()) != src->world_size ||
+      static_cast<int32_t>(placement.engine_gpus.size()) != dst->world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "placement: ", placement.trainer_gpus.size(), " trainer and ",
+        placement.engine_gpus.size(), " engine GPUs given for ", src->world_size,
+        " trainer and ", dst->world_size, " engine ranks"));
+  }
+  std::map<std::pair<std::string, std::string>, int32_t> index;
+  auto gpus = [&](const std::vector<std::string>& hosts,
+                  const std::vector<std::string>& names, std::vector<int32_t>* out) {
+    for (size_t r = 0; r < names.size(); ++r) {
+      if (names[r].empty()) {
+        out->push_back(-1);
+        continue;
+      }
+      out->push_back(index.emplace(std::make_pair(hosts[r], names[r]),
+                                   static_cast<int32_t>(index.size()))
+                         .first->second);
+    }
+  };
+  gpus(placement.trainer_hosts, placement.trainer_gpus, &src->gpu_of_rank);
+  gpus(placement.engine_hosts, placement.engine_gpus, &dst->gpu_of_rank);
+  return absl::OkStatus();
+}
+
+// Host names -> indices in order of first appearance, trainer first; then
+// the GPUs (ApplyGpus).
 absl::Status ApplyPlacement(const JobPlacement& placement, SideLayout* src,
                             SideLayout* dst) {
   src->host_of_rank.clear();
   dst->host_of_rank.clear();
   if (placement.trainer_hosts.empty() && placement.engine_hosts.empty()) {
-    return absl::OkStatus();
+    return ApplyGpus(placement, src, dst);
   }
   if (static_cast<int32_t>(placement.trainer_hosts.size()) != src->world_size ||
       static_cast<int32_t>(placement.engine_hosts.size()) != dst->world_size) {
@@ -88,7 +126,7 @@ absl::Status ApplyPlacement(const JobPlacement& placement, SideLayout* src,
   for (size_t r = 0; r < placement.engine_hosts.size(); ++r) {
     REFIT_RETURN_IF_ERROR(host(placement.engine_hosts[r], "engine", r, &dst->host_of_rank));
   }
-  return absl::OkStatus();
+  return ApplyGpus(placement, src, dst);
 }
 
 }  // namespace
@@ -100,9 +138,11 @@ JobPlacement ShorthandPlacement(int32_t trainer_world, int32_t engine_world,
   JobPlacement p;
   for (int32_t r = 0; r < trainer_world; ++r) {
     p.trainer_hosts.push_back(absl::StrCat("host", r / g));
+    p.trainer_gpus.push_back(absl::StrCat("gpu", r % g));
   }
   for (int32_t r = 0; r < engine_world; ++r) {
     p.engine_hosts.push_back(absl::StrCat("host", engine_host0 + r / g));
+    p.engine_gpus.push_back(absl::StrCat("gpu", r % g));
   }
   return p;
 }

@@ -27,16 +27,24 @@ struct JobEngine {
 // Where every rank runs: a host name per trainer rank and per destination
 // rank (the engines' ranks one engine after the other, in JobSpec order).
 // Both empty: unknown (the planner counts every pair as inter-host).
+// Optionally the GPU of each rank, named within its host (a CUDA device
+// UUID, a PCI bus id, an index: any name; ranks with equal host and GPU
+// names share one GPU): both empty, or one entry per rank, "" where a
+// rank's GPU is unknown.
 struct JobPlacement {
   std::vector<std::string> trainer_hosts;
   std::vector<std::string> engine_hosts;
+  std::vector<std::string> trainer_gpus;
+  std::vector<std::string> engine_gpus;
 };
 
 // Returns the placement of the shorthand: `gpus_per_host` GPUs per host
 // (>= 1); trainer rank r on host r / gpus_per_host; engine rank r on the
 // same host as trainer rank r when `colocated`, else on the hosts after the
 // trainer's (ceil(trainer_world / gpus_per_host) + r / gpus_per_host).
-// Hosts are named "host<i>".
+// Hosts are named "host<i>"; rank r's GPU on its host is "gpu<r %
+// gpus_per_host>", so with `colocated` engine rank r shares trainer rank
+// r's GPU.
 JobPlacement ShorthandPlacement(int32_t trainer_world, int32_t engine_world,
                                 int32_t gpus_per_host, bool colocated);
 
@@ -64,12 +72,13 @@ absl::StatusOr<JobLayouts> MapJob(const ModelConfig& model,
 
 // Returns the plan of mapped layouts under `placement`: the engines' ranks
 // are numbered one after the other (engine e's rank r is destination rank
-// offset(e) + r), host names become host indices in order of first
-// appearance (trainer ranks first, then destination ranks), and BuildPlan
-// runs with `options`. Fails with INVALID_ARGUMENT when the placement's
-// sizes differ from the world sizes or a host name is empty, when two
-// engines hold different logical tensors (naming the first difference), or
-// with BuildPlan's error.
+// offset(e) + r), host names become host indices and (host, GPU) names GPU
+// indices, each in order of first appearance (trainer ranks first, then
+// destination ranks), and BuildPlan runs with `options`. Fails with
+// INVALID_ARGUMENT when the placement's sizes differ from the world sizes,
+// a host name is empty or GPUs are given without hosts, when two engines
+// hold different logical tensors (naming the first difference), or with
+// BuildPlan's error.
 absl::StatusOr<Plan> PlanJob(JobLayouts layouts,
                              const std::vector<JobEngine>& engines,
                              const JobPlacement& placement,

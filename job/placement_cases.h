@@ -29,8 +29,9 @@ struct PlacementCase {
 // Returns the table, in a fixed order.
 std::vector<PlacementCase> PlacementCases();
 
-// Returns the plan of `c` under its shorthand placement (BuildJobPlan with
-// default planner options). Fails with the mapping's or planner's status.
+// Returns the plan of `c` under its shorthand placement (ShorthandPlacement:
+// hosts and GPUs; colocated engine rank r on trainer rank r's GPU), by
+// BuildJobPlan with default planner options. Fails with the mapping's or planner's status.
 absl::StatusOr<Plan> PlanPlacementCase(const PlacementCase& c);
 
 }  // namespace refit

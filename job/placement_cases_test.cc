@@ -1,6 +1,7 @@
 // Every placed layout of the table plans within 5% of its lower bound;
 // colocated jobs whose replicas line up with hosts move no byte across
-// hosts; a job whose PP stages span hosts must move some.
+// hosts, and some within one GPU; a job whose PP stages span hosts must
+// move some across.
 #include "job/placement_cases.h"
 
 #include "gtest/gtest.h"
@@ -18,12 +19,15 @@ void CheckCase(const PlacementCase& c) {
   EXPECT_LE(s.predicted_seconds, 1.05 * s.lower_bound_seconds)
       << "predicted " << s.predicted_seconds << " s, bound "
       << s.lower_bound_seconds << " s";
-  EXPECT_EQ(s.intra_host_bytes + s.inter_host_bytes, s.total_bytes);
+  EXPECT_EQ(s.same_gpu_bytes + s.intra_host_bytes + s.inter_host_bytes, s.total_bytes);
   if (c.expect_no_inter) {
     EXPECT_EQ(s.inter_host_bytes, 0);
   }
-  if (!c.colocated) {
-    EXPECT_EQ(s.intra_host_bytes, 0);  // trainer and engines on other hosts
+  if (c.colocated) {
+    EXPECT_GT(s.same_gpu_bytes, 0);  // engine rank r on trainer rank r's GPU
+  } else {
+    // Trainer and engines on other hosts.
+    EXPECT_EQ(s.same_gpu_bytes + s.intra_host_bytes, 0);
   }
 }
 
@@ -38,7 +42,7 @@ TEST(PlacementCasesTest, SmallLayoutsPlanWithin5PercentOfTheBound) {
       absl::StatusOr<Plan> plan = PlanPlacementCase(c);
       ASSERT_TRUE(plan.ok());
       EXPECT_GT(plan->stats.inter_host_bytes, 0);
-      EXPECT_GT(plan->stats.intra_host_bytes, 0);
+      EXPECT_GT(plan->stats.same_gpu_bytes + plan->stats.intra_host_bytes, 0);
       pp_across_hosts = true;
     }
   }

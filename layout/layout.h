@@ -127,6 +127,11 @@ struct SideLayout {
   // sources; pipeline stage, for assigning rounds to lanes.
   std::vector<int32_t> host_of_rank;
   std::vector<int32_t> stage_of_rank;
+  // Optional, per rank (empty = unknown; needs host_of_rank): GPU id, for
+  // the same-GPU link class (plan/cost.h); -1 where a rank's GPU is
+  // unknown. Ids are shared by the two sides of a plan: equal ids are one
+  // physical GPU, which lies on one host.
+  std::vector<int32_t> gpu_of_rank;
 };
 
 // The DimMaps of a dense row-major array of `shape` (strides in elements).

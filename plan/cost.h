@@ -1,55 +1,87 @@
-// The refit time model the planner optimizes and reports: a byte between a
-// source and a destination rank on one host moves at the intra-host speed,
-// between hosts at the inter-host speed; a rank's time is its bytes (sent
-// for a source rank, received for a destination rank) at those speeds; the
-// refit takes the slowest rank's time.
+// The refit time model the planner optimizes and reports. A byte between a
+// source and a destination rank moves over one of three link classes: on
+// one GPU (a device-local copy, when both ranks' gpu_of_rank name the same
+// GPU), between GPUs of one host (NVLink), or between hosts (the network),
+// each at its speed from PlannerOptions::links. A rank's time is its bytes
+// (sent for a source rank, received for a destination rank) at those
+// speeds; the refit takes the slowest rank's time.
 #ifndef REFIT_PLAN_COST_H_
 #define REFIT_PLAN_COST_H_
 
+#include <array>
 #include <cstdint>
+#include <vector>
 
 #include "layout/layout.h"
 #include "plan/plan.h"
 
 namespace refit {
 
-// Link classes of one (src rank, dst rank) pair under a placement.
+// The link classes, fastest first with the default speeds.
+enum class LinkClass : int32_t { kSameGpu = 0, kSameHost = 1, kInterHost = 2 };
+inline constexpr int kNumLinkClasses = 3;
+
+// A rank's bytes per link class (indexed by LinkClass).
+struct LinkBytes {
+  std::array<int64_t, kNumLinkClasses> bytes{};
+  void Add(LinkClass c, int64_t b) { bytes[static_cast<int>(c)] += b; }
+};
+
+// Link classes of (src rank, dst rank) pairs under a placement.
 class CostModel {
  public:
   // `src` and `dst` give host_of_rank (both, with one entry per rank, for
-  // the placement to count; otherwise every pair is inter-host). The
-  // speeds are taken from options.links (GB/s, 1e9 bytes per second);
-  // options must be valid (positive speeds).
+  // the placement to count; otherwise every pair is inter-host) and
+  // optionally gpu_of_rank (one entry per rank; -1 unknown). The speeds
+  // are taken from options.links (GB/s, 1e9 bytes per second); options
+  // must be valid (positive speeds).
   CostModel(const SideLayout& src, const SideLayout& dst,
             const PlannerOptions& options);
 
-  // Returns whether src rank `s` and dst rank `d` share a host (false when
-  // the placement is unknown or a rank is out of range).
-  bool SameHost(int32_t s, int32_t d) const {
-    return known_ && s >= 0 && d >= 0 && s < static_cast<int32_t>(src_host_->size()) &&
-           d < static_cast<int32_t>(dst_host_->size()) &&
-           (*src_host_)[s] == (*dst_host_)[d];
+  // Returns the class of src rank `s` to dst rank `d`: kSameGpu when both
+  // GPUs are known and equal, kSameHost when the hosts are equal,
+  // kInterHost otherwise (also when the placement is unknown or a rank is
+  // out of range).
+  LinkClass ClassOf(int32_t s, int32_t d) const {
+    if (!known_ || s < 0 || d < 0 || s >= static_cast<int32_t>(src_host_->size()) ||
+        d >= static_cast<int32_t>(dst_host_->size()) || (*src_host_)[s] != (*dst_host_)[d]) {
+      return LinkClass::kInterHost;
+    }
+    if (gpus_known_ && (*src_gpu_)[s] >= 0 && (*src_gpu_)[s] == (*dst_gpu_)[d]) {
+      return LinkClass::kSameGpu;
+    }
+    return LinkClass::kSameHost;
   }
 
-  // Returns the seconds a rank takes for `intra` intra-host and `inter`
-  // inter-host bytes.
-  double Seconds(int64_t intra, int64_t inter) const {
-    return static_cast<double>(intra) * intra_spb_ +
-           static_cast<double>(inter) * inter_spb_;
+  // Returns the seconds per byte of class `c`.
+  double SecondsPerByte(LinkClass c) const { return spb_[static_cast<int>(c)]; }
+
+  // Returns the seconds a rank takes for `b`.
+  double Seconds(const LinkBytes& b) const {
+    return static_cast<double>(b.bytes[0]) * spb_[0] +
+           static_cast<double>(b.bytes[1]) * spb_[1] +
+           static_cast<double>(b.bytes[2]) * spb_[2];
   }
 
-  // Returns whether a byte moves at least as fast within a host as across.
-  bool intra_not_slower() const { return intra_spb_ <= inter_spb_; }
+  // Returns the seconds a rank takes for `b` plus `extra` bytes of class `c`
+  // (bytes added before they are timed: the same figure Seconds gives once
+  // they are added).
+  double SecondsWith(LinkBytes b, LinkClass c, int64_t extra) const {
+    b.Add(c, extra);
+    return Seconds(b);
+  }
 
-  // Returns whether the placement is known.
+  // Returns whether the placement (hosts) is known.
   bool placement_known() const { return known_; }
 
  private:
   const std::vector<int32_t>* src_host_;
   const std::vector<int32_t>* dst_host_;
+  const std::vector<int32_t>* src_gpu_;
+  const std::vector<int32_t>* dst_gpu_;
   bool known_;
-  double intra_spb_;  // seconds per byte
-  double inter_spb_;
+  bool gpus_known_;  // known_ and gpu_of_rank has one entry per rank on both sides
+  std::array<double, kNumLinkClasses> spb_;  // seconds per byte
 };
 
 }  // namespace refit

@@ -1,7 +1,7 @@
 // The planner's placed replica choice: the time model (cost.h) recomputed
 // from the plan's messages equals plan.stats' prediction, the lower bound
-// never exceeds it, and a replica on the destination's host is chosen when
-// it is free.
+// never exceeds it, and a replica on the destination's GPU, else its host,
+// is chosen when it is free.
 #include "plan/cost.h"
 
 #include <random>
@@ -16,21 +16,21 @@
 namespace refit {
 namespace {
 
-// Seconds of the slowest rank, from the messages.
-double PredictFromMessages(const Plan& plan, int64_t* intra, int64_t* inter) {
+// Seconds of the slowest rank, from the messages; *by_class: all bytes per
+// link class.
+double PredictFromMessages(const Plan& plan, LinkBytes* by_class) {
   const CostModel cost(plan.src, plan.dst, plan.options);
-  std::vector<int64_t> s_in(plan.src.world_size), s_out(plan.src.world_size);
-  std::vector<int64_t> d_in(plan.dst.world_size), d_out(plan.dst.world_size);
-  *intra = *inter = 0;
+  std::vector<LinkBytes> s(plan.src.world_size), d(plan.dst.world_size);
+  *by_class = LinkBytes();
   for (const Message& m : plan.messages) {
-    const bool same = cost.SameHost(m.src_rank, m.dst_rank);
-    (same ? s_in : s_out)[m.src_rank] += m.bytes;
-    (same ? d_in : d_out)[m.dst_rank] += m.bytes;
-    (same ? *intra : *inter) += m.bytes;
+    const LinkClass k = cost.ClassOf(m.src_rank, m.dst_rank);
+    s[m.src_rank].Add(k, m.bytes);
+    d[m.dst_rank].Add(k, m.bytes);
+    by_class->Add(k, m.bytes);
   }
   double t = 0;
-  for (int32_t r = 0; r < plan.src.world_size; ++r) t = std::max(t, cost.Seconds(s_in[r], s_out[r]));
-  for (int32_t r = 0; r < plan.dst.world_size; ++r) t = std::max(t, cost.Seconds(d_in[r], d_out[r]));
+  for (const LinkBytes& l : s) t = std::max(t, cost.Seconds(l));
+  for (const LinkBytes& l : d) t = std::max(t, cost.Seconds(l));
   return t;
 }
 
@@ -60,7 +60,7 @@ void Sides(std::mt19937_64& rng, SideLayout* src, SideLayout* dst) {
 
 TEST(PlacedPlanTest, PredictionMatchesTheMessagesAndTheBoundStaysBelow) {
   std::mt19937_64 rng(20261124);
-  int placed = 0, tight = 0;
+  int placed = 0, tight = 0, with_gpus = 0, same_gpu_seen = 0;
   for (int iter = 0; iter < 200; ++iter) {
     SCOPED_TRACE(absl::StrCat("iteration ", iter));
     SideLayout src, dst;
@@ -72,22 +72,100 @@ TEST(PlacedPlanTest, PredictionMatchesTheMessagesAndTheBoundStaysBelow) {
       for (int r = 0; r < src.world_size; ++r) src.host_of_rank.push_back(rng() % hosts);
       for (int r = 0; r < dst.world_size; ++r) dst.host_of_rank.push_back(rng() % hosts);
       ++placed;
+      if (rng() % 2 == 0) {
+        // GPU g of host h is id 2h + g (two GPUs per host), some unknown.
+        for (auto* side : {&src, &dst}) {
+          for (int32_t h : side->host_of_rank) {
+            side->gpu_of_rank.push_back(rng() % 5 == 0 ? -1 : 2 * h + rng() % 2);
+          }
+        }
+        ++with_gpus;
+      }
     }
+    opt.links.same_gpu_gbps = 50 + rng() % 2000;
     opt.links.intra_host_gbps = 10 + rng() % 400;
     opt.links.inter_host_gbps = 1 + rng() % 100;
     absl::StatusOr<Plan> plan = BuildPlan(src, dst, opt);
     ASSERT_TRUE(plan.ok()) << plan.status();
-    int64_t intra = 0, inter = 0;
-    const double t = PredictFromMessages(*plan, &intra, &inter);
+    LinkBytes by_class;
+    const double t = PredictFromMessages(*plan, &by_class);
     EXPECT_NEAR(plan->stats.predicted_seconds, t, 1e-9 * t);
-    EXPECT_EQ(plan->stats.intra_host_bytes, intra);
-    EXPECT_EQ(plan->stats.inter_host_bytes, inter);
+    EXPECT_EQ(plan->stats.same_gpu_bytes, by_class.bytes[0]);
+    EXPECT_EQ(plan->stats.intra_host_bytes, by_class.bytes[1]);
+    EXPECT_EQ(plan->stats.inter_host_bytes, by_class.bytes[2]);
+    same_gpu_seen += by_class.bytes[0] > 0;
     EXPECT_GT(plan->stats.lower_bound_seconds, 0);
     EXPECT_LE(plan->stats.lower_bound_seconds, t * (1 + 1e-9));
     tight += t <= 1.05 * plan->stats.lower_bound_seconds;
   }
   EXPECT_GT(placed, 100);
+  EXPECT_GT(with_gpus, 50);
+  EXPECT_GT(same_gpu_seen, 20);
   EXPECT_GT(tight, 100);  // most random cases reach the bound
+}
+
+TEST(PlacedPlanTest, EachEngineRankReadsFromTheReplicaOnItsGpu) {
+  // A [64, 64] f32 tensor replicated on 4 trainer ranks, two per host; 4
+  // engine ranks holding all of it, colocated in reverse: engine rank r on
+  // trainer rank 3 - r's GPU. Every replica on the engine's host is as
+  // near by NVLink, but the one on its own GPU is faster still.
+  TensorSpec t{"w", {64, 64}, DType::kF32};
+  SideLayout src, dst;
+  src.world_size = dst.world_size = 4;
+  ASSERT_TRUE(AddTensor(src, t).ok());
+  ASSERT_TRUE(AddTensor(dst, t).ok());
+  ASSERT_TRUE(AddDenseShards(src, 0, *Mesh::Make({"dp"}, {4}), {Placement::Replicate()}).ok());
+  ASSERT_TRUE(AddDenseShards(dst, 0, *Mesh::Make({"dp"}, {4}), {Placement::Replicate()}).ok());
+  src.host_of_rank = {0, 0, 1, 1};
+  dst.host_of_rank = {1, 1, 0, 0};
+  src.gpu_of_rank = {0, 1, 2, 3};
+  dst.gpu_of_rank = {3, 2, 1, 0};
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const Message& m : plan->messages) EXPECT_EQ(m.src_rank, 3 - m.dst_rank);
+  EXPECT_EQ(plan->stats.same_gpu_bytes, 4 * 64 * 64 * 4);
+  EXPECT_EQ(plan->stats.intra_host_bytes + plan->stats.inter_host_bytes, 0);
+  EXPECT_DOUBLE_EQ(plan->stats.predicted_seconds, 64 * 64 * 4 / 1900e9);
+  EXPECT_DOUBLE_EQ(plan->stats.predicted_seconds, plan->stats.lower_bound_seconds);
+  // Without GPUs the same placement is same-host at NVLink speed.
+  src.gpu_of_rank.clear();
+  dst.gpu_of_rank.clear();
+  plan = BuildPlan(src, dst, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->stats.same_gpu_bytes, 0);
+  EXPECT_EQ(plan->stats.intra_host_bytes, 4 * 64 * 64 * 4);
+  EXPECT_DOUBLE_EQ(plan->stats.predicted_seconds, 64 * 64 * 4 / 370e9);
+}
+
+TEST(PlacedPlanTest, RejectsAGpuOnTwoHostsAndGpusWithoutHosts) {
+  TensorSpec t{"w", {8, 8}, DType::kF32};
+  SideLayout src, dst;
+  src.world_size = dst.world_size = 1;
+  ASSERT_TRUE(AddTensor(src, t).ok());
+  ASSERT_TRUE(AddTensor(dst, t).ok());
+  ASSERT_TRUE(AddDenseShards(src, 0, *Mesh::Make({"dp"}, {1}), {Placement::Replicate()}).ok());
+  ASSERT_TRUE(AddDenseShards(dst, 0, *Mesh::Make({"dp"}, {1}), {Placement::Replicate()}).ok());
+  src.host_of_rank = {0};
+  dst.host_of_rank = {1};
+  src.gpu_of_rank = {7};
+  dst.gpu_of_rank = {7};
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions{});
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(plan.status().message().find("GPU 7 is on host 0 for trainer rank 0 and on "
+                                         "host 1 for engine rank 0"),
+            std::string::npos)
+      << plan.status();
+  dst.host_of_rank.clear();
+  dst.gpu_of_rank = {3};
+  plan = BuildPlan(src, dst, PlannerOptions{});
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(plan.status().message().find("engine gives GPUs (gpu_of_rank) but no hosts"),
+            std::string::npos)
+      << plan.status();
+  dst.gpu_of_rank = {-2};
+  dst.host_of_rank = {0};
+  plan = BuildPlan(src, dst, PlannerOptions{});
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PlacedPlanTest, EachEngineRankReadsFromTheReplicaOnItsHost) {

@@ -70,6 +70,9 @@ class Writer {
   uint64_t n_ = 0;
 };
 
+// Precedes a side's gpu_of_rank in the serialization ("gpus" in ASCII).
+constexpr int64_t kGpuTag = 0x67707573;
+
 void WriteRecord(Writer& w, const Record& r) {
   w.I(r.tensor);
   w.I(r.rank);
@@ -115,6 +118,13 @@ void WriteSide(Writer& w, const SideLayout& s) {
   for (int32_t h : s.host_of_rank) w.I(h);
   w.I(s.stage_of_rank.size());
   for (int32_t h : s.stage_of_rank) w.I(h);
+  // GPUs only when known, after a tag (the fingerprints of layouts without
+  // them stay what they were).
+  if (!s.gpu_of_rank.empty()) {
+    w.I(kGpuTag);
+    w.I(s.gpu_of_rank.size());
+    for (int32_t g : s.gpu_of_rank) w.I(g);
+  }
 }
 
 // Conversions and cut tiles, only when there are any (the fingerprints of

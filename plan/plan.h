@@ -74,6 +74,9 @@ inline constexpr int32_t kMaxLanes = 64;
 // Link speeds per class, GB/s (1e9 bytes per second) per GPU and
 // direction (plan/cost.h).
 struct LinkSpeeds {
+  // A device-local copy, source and destination on one GPU (one H200
+  // copied 16.38 GB in 8.57 ms: docs/benchmarks.md, colocated_bench).
+  double same_gpu_gbps = 1900.0;
   double intra_host_gbps = 370.0;  // NVLink between GPUs of one host
   double inter_host_gbps = 50.0;   // the network between hosts
 };
@@ -83,9 +86,10 @@ struct PlannerOptions {
   // round together). Total staging per rank <= staging_budget_bytes.
   int64_t staging_budget_bytes = 512LL << 20;
   int32_t num_lanes = 2;  // 1..kMaxLanes
-  // Use the placement (SideLayout::host_of_rank on both sides): replica
-  // choice minimizes the predicted refit time under `links`. When false,
-  // or when a side gives no hosts, every pair counts as inter-host.
+  // Use the placement (SideLayout::host_of_rank on both sides, and
+  // gpu_of_rank where given): replica choice minimizes the predicted refit
+  // time under `links`. When false, or when a side gives no hosts, every
+  // pair counts as inter-host.
   bool prefer_same_host = true;
   LinkSpeeds links;
   // A single message carries at most this many bytes (splitting bigger
@@ -122,10 +126,12 @@ struct PlanStats {
   // asked of it plus its ranks' own, shared evenly by its ranks; all bytes
   // shared by all source ranks; each byte over the best link it could
   // use); and the
-  // bytes between ranks on one host and across hosts. Not part of the
-  // fingerprint; zero for a plan read from the wire.
+  // bytes per link class: between ranks on one GPU, between other ranks
+  // of one host, and across hosts (the three add up to total_bytes). Not
+  // part of the fingerprint; zero for a plan read from the wire.
   double predicted_seconds = 0;
   double lower_bound_seconds = 0;
+  int64_t same_gpu_bytes = 0;
   int64_t intra_host_bytes = 0;
   int64_t inter_host_bytes = 0;
   // Wall seconds BuildPlan spent per phase, in order ("validate", ...);

@@ -44,6 +44,7 @@ void SideToProto(const SideLayout& s, refit::v1::SideLayoutProto* p) {
   for (const Record& r : s.records) RecordToProto(r, p->add_records());
   for (int32_t h : s.host_of_rank) p->add_host_of_rank(h);
   for (int32_t h : s.stage_of_rank) p->add_stage_of_rank(h);
+  for (int32_t g : s.gpu_of_rank) p->add_gpu_of_rank(g);
 }
 
 void RecordToProto(const Record& r, refit::v1::RecordProto* rp) {
@@ -122,6 +123,13 @@ absl::Status SideFromProto(const refit::v1::SideLayoutProto& p,
   }
   if (p.stage_of_rank_size() != 0 && p.stage_of_rank_size() != s->world_size) {
     return bad("stage_of_rank has the wrong length");
+  }
+  if (p.gpu_of_rank_size() != 0 && p.gpu_of_rank_size() != s->world_size) {
+    return bad("gpu_of_rank has the wrong length");
+  }
+  s->gpu_of_rank.assign(p.gpu_of_rank().begin(), p.gpu_of_rank().end());
+  for (int32_t g : s->gpu_of_rank) {
+    if (g < -1) return bad("gpu_of_rank below -1");
   }
   s->host_of_rank.assign(p.host_of_rank().begin(), p.host_of_rank().end());
   s->stage_of_rank.assign(p.stage_of_rank().begin(), p.stage_of_rank().end());
@@ -456,6 +464,7 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
     to->tensors = from.tensors;
     to->host_of_rank = from.host_of_rank;
     to->stage_of_rank = from.stage_of_rank;
+    to->gpu_of_rank = from.gpu_of_rank;
   };
   shell(plan.src, &s.src);
   shell(plan.dst, &s.dst);

@@ -35,6 +35,34 @@ TEST(PlanCodecTest, RoundTripKeepsFingerprint) {
   EXPECT_TRUE(q->src.tensors[0].stacked);
 }
 
+TEST(PlanCodecTest, RoundTripKeepsTheGpusAndTheirFingerprint) {
+  TensorSpec t{"w", {4, 6}, DType::kBF16};
+  SideLayout src, dst;
+  src.world_size = 2;
+  dst.world_size = 2;
+  ASSERT_TRUE(AddTensor(src, t).ok());
+  ASSERT_TRUE(AddTensor(dst, t).ok());
+  ASSERT_TRUE(AddDenseShards(src, 0, *Mesh::Make({"dp"}, {2}), {Placement::Replicate()}).ok());
+  ASSERT_TRUE(AddDenseShards(dst, 0, *Mesh::Make({"tp"}, {2}), {Placement::Shard(0)}).ok());
+  src.host_of_rank = dst.host_of_rank = {0, 0};
+  src.gpu_of_rank = {0, 1};
+  dst.gpu_of_rank = {1, -1};
+  absl::StatusOr<Plan> p = BuildPlan(src, dst, PlannerOptions{});
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<Plan> q = FromProto(ToProto(*p));
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->dst.gpu_of_rank, (std::vector<int32_t>{1, -1}));
+  EXPECT_EQ(PlanFingerprint(*q), p->fingerprint);
+  EXPECT_EQ(ExtractSlice(*p, Side::kEngine, 0).src.gpu_of_rank, src.gpu_of_rank);
+  // The GPUs are fingerprinted: without them the plan's fingerprint differs.
+  q->dst.gpu_of_rank.clear();
+  q->src.gpu_of_rank.clear();
+  EXPECT_NE(PlanFingerprint(*q), p->fingerprint);
+  refit::v1::PlanProto bad = ToProto(*p);
+  bad.mutable_dst()->add_gpu_of_rank(0);
+  EXPECT_EQ(FromProto(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // A BF16 trainer whose two shards cut an FP8 tile into an FP8 engine: the
 // conversions, scratch buffers and cut tiles survive the wire, and each
 // trainer rank's slice carries its own conversion and the shared tiles.

@@ -126,16 +126,16 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   }  // the keys are not needed below
   clock.End("messages");
 
-  std::vector<int32_t> order =
-      ScheduleRounds(options, plan.src.world_size, plan.dst.world_size,
-                     &messages, &plan.rounds);
+  ScheduleRounds(options, plan.src.world_size, plan.dst.world_size, &messages,
+                 &plan.rounds);
   clock.End("rounds");
-  EmitMessages(messages, std::move(order), &plan);
+  EmitMessages(messages, &plan);
   clock.End("emit");
 
   plan.stats = ComputePlanStats(plan);
   plan.stats.predicted_seconds = cost_stats.predicted_seconds;
   plan.stats.lower_bound_seconds = cost_stats.lower_bound_seconds;
+  plan.stats.same_gpu_bytes = cost_stats.same_gpu_bytes;
   plan.stats.intra_host_bytes = cost_stats.intra_host_bytes;
   plan.stats.inter_host_bytes = cost_stats.inter_host_bytes;
   clock.End("stats");

@@ -38,14 +38,16 @@ namespace refit {
 // assigned first. The others are processed by bytes descending, then dst
 // record index, then source piece; each goes to the replica that makes the
 // larger of its src rank's and its dst rank's predicted time smallest
-// (plan/cost.h: a rank's bytes with the pair's hosts, host_of_rank, at
-// options.links' intra- or inter-host speed; without hosts on both sides,
-// or with options.prefer_same_host false, every pair is inter-host and
-// this balances bytes among source ranks), times below the lower bound
-// (or the slowest rank so far) counting as equal; ties go to a replica on
-// the dst rank's host, then to the src rank with the least predicted time,
-// then to the lowest src rank (then lowest record index). plan.stats has the
-// predicted refit time, a lower bound and the bytes per link class.
+// (plan/cost.h: a rank's bytes per link class of the pair, at options.links'
+// speeds: same GPU where gpu_of_rank names one GPU for both, same host by
+// host_of_rank, else inter-host; without hosts on both sides, or with
+// options.prefer_same_host false, every pair is inter-host and this
+// balances bytes among source ranks), times below the lower bound (or the
+// slowest rank so far) counting as equal; ties go to the replica over the
+// faster link (same GPU, then the dst rank's host, with the default
+// speeds), then to the src rank with the least predicted time, then to the
+// lowest src rank (then lowest record index). plan.stats has the predicted
+// refit time, a lower bound and the bytes per link class.
 // Overlapping (non-identical) source boxes are cut into disjoint grid
 // cells, so every element is sent exactly once.
 //

@@ -108,15 +108,20 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
       ModelConfig model,
       AnnotateStatus(ModelOf(model_text), "model_config of trainer rank 0"));
 
-  // Every member's host as it reported it; unknown unless all reported one.
+  // Every member's host as it reported it, unknown unless all reported
+  // one; and its GPU (identity.device_uuid; "" where unknown, as on CPU
+  // members), none unless some member reported one.
   JobPlacement placement;
-  bool all_hosts = true;
+  bool all_hosts = true, any_gpu = false;
   for (const auto& m : trainer) {
     placement.trainer_hosts.push_back(m.identity().host_id());
+    placement.trainer_gpus.push_back(m.identity().device_uuid());
     all_hosts = all_hosts && !m.identity().host_id().empty();
+    any_gpu = any_gpu || !m.identity().device_uuid().empty();
   }
   for (const auto& m : engine) {
     all_hosts = all_hosts && !m.identity().host_id().empty();
+    any_gpu = any_gpu || !m.identity().device_uuid().empty();
   }
 
   // Conventions first, each checked against the members registered, and the
@@ -163,8 +168,13 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
     for (const v1::Registration* m : members_of_engine[e]) {
       dst_rank_of_member.push_back(rank0 + m->identity().rank());
       placement.engine_hosts.push_back(m->identity().host_id());
+      placement.engine_gpus.push_back(m->identity().device_uuid());
     }
     rank0 += engines[e].spec.world_size();
+  }
+  if (!any_gpu) {
+    placement.trainer_gpus.clear();
+    placement.engine_gpus.clear();
   }
   if (!all_hosts) placement = JobPlacement();
 

@@ -38,8 +38,10 @@ struct DefaultPlanOptions {
 // offset(e) + r), so one plan fills every engine; each engine replica gets
 // its bytes straight from the trainer. The plan is job/job_plan.h's PlanJob
 // with the members' host_ids as the placement (unknown unless every member
-// reported one: then every pair counts as inter-host), so
-// `refit plan` with the same hosts builds the same plan and fingerprint.
+// reported one: then every pair counts as inter-host) and their
+// device_uuids as their GPUs (members on one GPU copy within it; a member
+// without one has an unknown GPU), so `refit plan` with the same hosts and
+// GPUs builds the same plan and fingerprint.
 //
 // The function fails with INVALID_ARGUMENT naming the member (side, engine,
 // rank) and the parameter when: the members disagree on the model or (within

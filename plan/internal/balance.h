@@ -19,7 +19,8 @@ namespace internal_plan {
 // dst record, then piece, each to the replica that makes the larger of
 // its src rank's and its dst rank's predicted time (plan/cost.h) smallest,
 // times below the lower bound (or the slowest rank so far, when above it)
-// counting as equal; among equal ones to a replica on the dst rank's host,
+// counting as equal; among equal ones to a replica over the faster link
+// class (same GPU, then same host, then across hosts, at equal speeds),
 // then to the src rank with the least predicted time, then to the earlier
 // replica. Fills the cost fields of *stats (predicted time, lower bound,
 // bytes per link class). Never fails.

@@ -36,6 +36,8 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
     return ns.stage_of_rank.empty() ? 0 : ns.stage_of_rank[src_rank];
   };
   std::vector<PendingMessage> msgs;
+  // At most one message per segment; only the pages used are touched.
+  msgs.reserve(keys.size());
   plan->segments.reserve(keys.size());
   {
     // When a segment is one contiguous range of its buffer on a side: that
@@ -106,7 +108,7 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
       }
       msgs.push_back(mm);
     };
-    std::vector<Segment> pending;  // of the message being coalesced
+    std::vector<int32_t> pending;  // keys of the message being coalesced
     for (size_t i = 0; i < keys.size();) {
       const int32_t s = keys[i].src_rank, d = dst_rank_of(keys[i]);
       size_t e = i;
@@ -123,7 +125,7 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
       auto flush = [&]() {
         if (pending.empty()) return;
         const size_t j = plan->segments.size();
-        for (Segment& sg : pending) plan->segments.push_back(std::move(sg));
+        for (int32_t q : pending) plan->segments.push_back(segment_of(keys[q]));
         add_message(s, d, seq++, j, contiguous(true, j, plan->segments.size()),
                     contiguous(false, j, plan->segments.size()));
         pending.clear();
@@ -131,17 +133,18 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
       };
       for (size_t q = i; q < e; ++q) {
         const SegKey& k = keys[q];
-        Segment sg = segment_of(k);
         if (direct_min > 0 && k.bytes >= direct_min) {
+          plan->segments.push_back(segment_of(k));
+          const Segment& sg = plan->segments.back();
           const Range src = range_of(true, sg), dst = range_of(false, sg);
           if (src.buffer >= 0 || dst.buffer >= 0) {
-            plan->segments.push_back(std::move(sg));
             add_message(s, d, seq++, plan->segments.size() - 1, src, dst);
             continue;
           }
+          plan->segments.pop_back();
         }
         if (!pending.empty() && pending_bytes + k.bytes > cap) flush();
-        pending.push_back(std::move(sg));
+        pending.push_back(static_cast<int32_t>(q));
         pending_bytes += k.bytes;
       }
       flush();

@@ -10,25 +10,81 @@
 
 namespace refit {
 namespace internal_plan {
+namespace {
 
-std::vector<int32_t> ScheduleRounds(const PlannerOptions& options,
-                                    int32_t src_world, int32_t dst_world,
-                                    std::vector<PendingMessage>* messages,
-                                    std::vector<Round>* rounds) {
+// Returns `in` reordered stably by key(i) in [0, num_keys).
+template <typename Key>
+std::vector<int32_t> StableCountingOrder(const std::vector<int32_t>& in,
+                                         int32_t num_keys, Key key) {
+  std::vector<int32_t> first(static_cast<size_t>(num_keys) + 1, 0);
+  for (int32_t i : in) ++first[key(i) + 1];
+  for (int32_t k = 0; k < num_keys; ++k) first[k + 1] += first[k];
+  std::vector<int32_t> out(in.size());
+  for (int32_t i : in) out[first[key(i)]++] = i;
+  return out;
+}
+
+// Sorts by `less` each maximal run of *order whose neighbours are `same`,
+// unless the run is already sorted.
+template <typename Same, typename Less>
+void SortRuns(std::vector<int32_t>* order, Same same, Less less) {
+  std::vector<int32_t>& o = *order;
+  for (size_t i = 0; i < o.size();) {
+    size_t e = i + 1;
+    bool sorted = true;
+    for (; e < o.size() && same(o[e - 1], o[e]); ++e) {
+      sorted = sorted && less(o[e - 1], o[e]);
+    }
+    if (!sorted) std::sort(o.begin() + i, o.begin() + e, less);
+    i = e;
+  }
+}
+
+}  // namespace
+
+void ScheduleRounds(const PlannerOptions& options, int32_t src_world,
+                    int32_t dst_world, std::vector<PendingMessage>* messages,
+                    std::vector<Round>* rounds) {
   std::vector<PendingMessage>& msgs = *messages;
   const int64_t lane_budget = LaneBudget(options);
   std::vector<int32_t> stages;
-  for (const PendingMessage& m : msgs) stages.push_back(m.stage);
+  for (const PendingMessage& m : msgs) {
+    if (stages.empty() || stages.back() != m.stage) stages.push_back(m.stage);
+  }
   std::sort(stages.begin(), stages.end());
   stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
+  // stage_pos[i]: the index in `stages` of message i's stage.
+  std::vector<int32_t> stage_pos(msgs.size());
+  {
+    absl::flat_hash_map<int32_t, int32_t> pos;
+    for (size_t si = 0; si < stages.size(); ++si) {
+      pos[stages[si]] = static_cast<int32_t>(si);
+    }
+    for (size_t i = 0; i < msgs.size(); ++i) stage_pos[i] = pos[msgs[i].stage];
+  }
+  // Placement order (stage, seq, src rank, dst rank): stable counting
+  // sorts (by seq, then by stage) of the messages in pair order, then any
+  // run of equal (stage, seq) not yet in (src, dst) order sorted.
   std::vector<int32_t> order(msgs.size());
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    const PendingMessage& x = msgs[a];
-    const PendingMessage& y = msgs[b];
-    return std::make_tuple(x.stage, x.seq, x.m.src_rank, x.m.dst_rank) <
-           std::make_tuple(y.stage, y.seq, y.m.src_rank, y.m.dst_rank);
-  });
+  {
+    int32_t max_seq = 0;
+    for (const PendingMessage& m : msgs) max_seq = std::max(max_seq, m.seq);
+    order = StableCountingOrder(order, max_seq + 1,
+                                [&](int32_t i) { return msgs[i].seq; });
+    order = StableCountingOrder(order, static_cast<int32_t>(stages.size()),
+                                [&](int32_t i) { return stage_pos[i]; });
+    SortRuns(&order,
+             [&](int32_t a, int32_t b) {
+               return msgs[a].stage == msgs[b].stage && msgs[a].seq == msgs[b].seq;
+             },
+             [&](int32_t a, int32_t b) {
+               const PendingMessage& x = msgs[a];
+               const PendingMessage& y = msgs[b];
+               return std::make_tuple(x.m.src_rank, x.m.dst_rank) <
+                      std::make_tuple(y.m.src_rank, y.m.dst_rank);
+             });
+  }
   // local round index per message, per stage.
   const int64_t round_cap = RoundCap(options);
   std::vector<int32_t> local_round(msgs.size(), 0);
@@ -120,24 +176,27 @@ std::vector<int32_t> ScheduleRounds(const PlannerOptions& options,
       }
     }
   }
-  {
-    absl::flat_hash_map<int32_t, size_t> stage_index;
-    for (size_t si = 0; si < stages.size(); ++si) stage_index[stages[si]] = si;
-    for (size_t i = 0; i < msgs.size(); ++i) {
-      msgs[i].m.round = global_of[stage_index[msgs[i].stage]][local_round[i]];
-    }
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    msgs[i].m.round = global_of[stage_pos[i]][local_round[i]];
   }
-  return order;
 }
 
-void EmitMessages(const std::vector<PendingMessage>& msgs,
-                  std::vector<int32_t> order, Plan* plan) {
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    const Message& x = msgs[a].m;
-    const Message& y = msgs[b].m;
-    return std::make_tuple(x.round, x.src_rank, x.dst_rank, msgs[a].seq) <
-           std::make_tuple(y.round, y.src_rank, y.dst_rank, msgs[b].seq);
-  });
+void EmitMessages(const std::vector<PendingMessage>& msgs, Plan* plan) {
+  // (round, src rank, dst rank, seq): a stable counting sort by round of
+  // the messages in pair order, then any round's run not yet in (src, dst,
+  // seq) order sorted.
+  std::vector<int32_t> order(msgs.size());
+  std::iota(order.begin(), order.end(), 0);
+  order = StableCountingOrder(order, static_cast<int32_t>(plan->rounds.size()),
+                              [&](int32_t i) { return msgs[i].m.round; });
+  SortRuns(&order,
+           [&](int32_t a, int32_t b) { return msgs[a].m.round == msgs[b].m.round; },
+           [&](int32_t a, int32_t b) {
+             const PendingMessage& x = msgs[a];
+             const PendingMessage& y = msgs[b];
+             return std::make_tuple(x.m.src_rank, x.m.dst_rank, x.seq) <
+                    std::make_tuple(y.m.src_rank, y.m.dst_rank, y.seq);
+           });
   plan->messages.reserve(msgs.size());
   for (int32_t oi : order) {
     const Message& m = msgs[oi].m;

@@ -18,19 +18,20 @@ namespace internal_plan {
 // each pair's order; then interleaves the stages' rounds (round k of each
 // stage, in stage order) and gives each round its lane (see planner.h).
 // Sets every message's m.round and appends the rounds to *rounds (no
-// messages yet). `src_world`/`dst_world`: the world sizes. Returns the
-// message indices in the order they were placed. Never fails.
-std::vector<int32_t> ScheduleRounds(const PlannerOptions& options,
+// messages yet). `src_world`/`dst_world`: the world sizes. Messages are
+// placed in (stage, seq, src rank, dst rank) order; that is linear when
+// `messages` come in pair order (CoalesceMessages), sorted otherwise.
+// Never fails.
+void ScheduleRounds(const PlannerOptions& options,
                                     int32_t src_world, int32_t dst_world,
                                     std::vector<PendingMessage>* messages,
                                     std::vector<Round>* rounds);
 
 // Writes plan->messages in (round, src rank, dst rank, seq) order and each
-// round's first_message and num_messages. `order` is any permutation of the
-// indices of `messages` (ScheduleRounds' is closest to the result). Never
-// fails.
-void EmitMessages(const std::vector<PendingMessage>& messages,
-                  std::vector<int32_t> order, Plan* plan);
+// round's first_message and num_messages; m.round must be set
+// (ScheduleRounds). Linear when `messages` come in pair order
+// (CoalesceMessages), sorted otherwise. Never fails.
+void EmitMessages(const std::vector<PendingMessage>& messages, Plan* plan);
 
 }  // namespace internal_plan
 }  // namespace refit

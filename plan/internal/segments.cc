@@ -22,6 +22,17 @@ int64_t ElementOffset(const Record& r, absl::Span<const int64_t> g) {
   return off;
 }
 
+// Element offset, relative to byte_offset, of the origin of the
+// intersection of `box` with r.box (the larger origin per dim), without
+// building the intersection.
+int64_t IntersectionOffset(const Record& r, const Box& box) {
+  int64_t off = 0;
+  for (int d = 0; d < r.box.rank(); ++d) {
+    off += DimOffset(r.dims[d], std::max(box.origin(d), r.box.origin(d)) - r.box.origin(d));
+  }
+  return off;
+}
+
 // Splits box into sub-boxes of at most cap bytes along the outermost dim
 // with extent > 1 (recursively when one slice is still too big).
 void SplitBox(const Box& box, int64_t es, int64_t cap, std::vector<Box>* out) {
@@ -83,14 +94,23 @@ absl::Status OrderSegments(const Candidates& candidates,
     // are split_boxes[split_off[i], split_off[i + 1]); none: it is whole.
     std::vector<int32_t> split_off(cands.size() + 1, 0);
     std::vector<Box> split;
+    // Element size per src tensor (of the dst tensor of that name, one per
+    // src tensor), looked up at its first candidate: the candidates walk
+    // dst records in no particular order, and a record lookup per
+    // candidate is a cache miss.
+    std::vector<int64_t> es_of_src(src.tensors.size(), 0);
     for (size_t i = 0; i < cands.size(); ++i) {
       split_off[i] = static_cast<int32_t>(split_boxes.size());
       const Candidate& c = cands[i];
-      const int64_t es = DTypeSize(dst.tensors[dst.records[c.dst_record].tensor].dtype);
-      if (es > cap) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "staging budget per lane ", cap, " bytes is smaller than one element of ",
-            dst.tensors[dst.records[c.dst_record].tensor].name));
+      int64_t& es = es_of_src[c.src_tensor];
+      if (es == 0) {
+        const TensorSpec& t = dst.tensors[dst.records[c.dst_record].tensor];
+        es = DTypeSize(t.dtype);
+        if (es > cap) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "staging budget per lane ", cap, " bytes is smaller than one element of ",
+              t.name));
+        }
       }
       if (c.bytes <= cap) continue;
       split.clear();
@@ -140,21 +160,25 @@ absl::Status OrderSegments(const Candidates& candidates,
       const Candidate& c = cands[i];
       const Record& dr = dst.records[c.dst_record];
       const int32_t src_rank = pieces[c.src_tensor].pieces[c.piece].ranks[choice[i]];
-      const int64_t es = DTypeSize(dst.tensors[dr.tensor].dtype);
-      auto add = [&](const Box& b, int32_t split_index, int64_t bytes) {
-        const int64_t rel0 = b.rank() > 0 ? b.origin(0) - dr.box.origin(0) : 0;
-        SegKey k{dr.byte_offset + es * ElementOffset(dr, b.origin()), bytes,
-                 RecordBuffer(dr, rel0), static_cast<int32_t>(i), split_index,
-                 src_rank};
+      const int64_t es = es_of_src[c.src_tensor];
+      // Appends the key of the box whose origin is at element offset `off`
+      // of dr (dim-0 index rel0 relative to dr.box).
+      auto add = [&](int64_t off, int64_t rel0, int32_t split_index, int64_t bytes) {
+        SegKey k{dr.byte_offset + es * off, bytes, RecordBuffer(dr, rel0),
+                 static_cast<int32_t>(i), split_index, src_rank};
         keys[counting ? cursor[pair_of(src_rank, c.dst_rank)]++ : next++] = k;
       };
       if (split_off[i + 1] == split_off[i]) {
-        add(Intersect(pieces[c.src_tensor].pieces[c.piece].box, dr.box), -1,
-            c.bytes);
+        const Box& pb = pieces[c.src_tensor].pieces[c.piece].box;
+        const int64_t rel0 =
+            dr.box.rank() > 0 ? std::max(pb.origin(0), dr.box.origin(0)) - dr.box.origin(0) : 0;
+        add(IntersectionOffset(dr, pb), rel0, -1, c.bytes);
         continue;
       }
       for (int32_t q = split_off[i]; q < split_off[i + 1]; ++q) {
-        add(split_boxes[q], q, UncheckedNumElements(split_boxes[q]) * es);
+        const Box& b = split_boxes[q];
+        const int64_t rel0 = b.rank() > 0 ? b.origin(0) - dr.box.origin(0) : 0;
+        add(ElementOffset(dr, b.origin()), rel0, q, UncheckedNumElements(b) * es);
       }
     }
     if (counting) {

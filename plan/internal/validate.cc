@@ -1,6 +1,9 @@
 // The planner's first phases: options, each layout, and the tensor match.
 #include "plan/internal/validate.h"
 
+#include <map>
+#include <utility>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "layout/tensor_spec.h"
@@ -50,6 +53,50 @@ void ValidateSide(const SideLayout& s, const char* side,
       break;
     }
   }
+  if (!s.gpu_of_rank.empty()) {
+    if (static_cast<int32_t>(s.gpu_of_rank.size()) != s.world_size) {
+      errors->push_back(absl::StrCat(side, " gpu_of_rank has ", s.gpu_of_rank.size(),
+                                    " entries for ", s.world_size, " ranks"));
+    } else if (s.host_of_rank.empty()) {
+      errors->push_back(absl::StrCat(side, " gives GPUs (gpu_of_rank) but no hosts"));
+    }
+    for (size_t r = 0; r < s.gpu_of_rank.size(); ++r) {
+      if (s.gpu_of_rank[r] < -1) {
+        errors->push_back(absl::StrCat(side, " rank ", r, " has GPU ", s.gpu_of_rank[r],
+                                      " (ids are >= 0, -1 for unknown)"));
+        break;
+      }
+    }
+  }
+}
+
+// Appends an error when one GPU id lies on two hosts (over both sides).
+void ValidateGpuHosts(const SideLayout& src, const SideLayout& dst,
+                      std::vector<std::string>* errors) {
+  struct Seen {
+    const char* side;
+    int32_t rank;
+    int32_t host;
+  };
+  std::map<int32_t, Seen> first;  // gpu id -> where it was first seen
+  for (const auto& [side, s] : {std::pair<const char*, const SideLayout*>{"trainer", &src},
+                                {"engine", &dst}}) {
+    if (static_cast<int32_t>(s->gpu_of_rank.size()) != s->world_size ||
+        static_cast<int32_t>(s->host_of_rank.size()) != s->world_size) {
+      continue;  // no GPUs, or reported by ValidateSide
+    }
+    for (int32_t r = 0; r < s->world_size; ++r) {
+      const int32_t g = s->gpu_of_rank[r];
+      if (g < 0) continue;
+      const auto [it, fresh] = first.emplace(g, Seen{side, r, s->host_of_rank[r]});
+      if (fresh || it->second.host == s->host_of_rank[r]) continue;
+      errors->push_back(absl::StrCat(
+          "GPU ", g, " is on host ", it->second.host, " for ", it->second.side, " rank ",
+          it->second.rank, " and on host ", s->host_of_rank[r], " for ", side, " rank ", r,
+          ": a GPU lies on one host"));
+      return;
+    }
+  }
 }
 
 }  // namespace
@@ -66,11 +113,12 @@ absl::Status ValidateOptions(const PlannerOptions& options) {
         ", direct_min_bytes ", options.direct_min_bytes,
         ", max_round_bytes ", options.max_round_bytes));
   }
-  if (!(options.links.intra_host_gbps > 0) || !(options.links.inter_host_gbps > 0)) {
+  if (!(options.links.same_gpu_gbps > 0) || !(options.links.intra_host_gbps > 0) ||
+      !(options.links.inter_host_gbps > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "invalid planner options: links.intra_host_gbps ",
-        options.links.intra_host_gbps, ", links.inter_host_gbps ",
-        options.links.inter_host_gbps, " (both must be > 0)"));
+        "invalid planner options: links.same_gpu_gbps ", options.links.same_gpu_gbps,
+        ", links.intra_host_gbps ", options.links.intra_host_gbps,
+        ", links.inter_host_gbps ", options.links.inter_host_gbps, " (all must be > 0)"));
   }
   return absl::OkStatus();
 }
@@ -86,6 +134,7 @@ void ValidateLayouts(const SideLayout& src, const SideLayout& dst,
   }
   ValidateSide(src, "trainer", errors);
   ValidateSide(dst, "engine", errors);
+  ValidateGpuHosts(src, dst, errors);
 }
 
 void MatchTensors(const SideLayout& src, const SideLayout& dst,

@@ -20,8 +20,10 @@ absl::Status ValidateOptions(const PlannerOptions& options);
 
 // Checks the trainer (src) and engine (dst) layouts: world sizes, tensor
 // specs, a transform on a trainer tensor, buffer ranks and sizes, records
-// (ValidateRecord; skipped once an earlier check failed), host_of_rank and
-// stage_of_rank. Appends one line per problem to *errors.
+// (ValidateRecord; skipped once an earlier check failed), host_of_rank,
+// stage_of_rank and gpu_of_rank (lengths, ids >= -1, GPUs only with hosts,
+// one host per GPU id over both sides). Appends one line per problem to
+// *errors.
 void ValidateLayouts(const SideLayout& src, const SideLayout& dst,
                      std::vector<std::string>* errors);
 

@@ -1,7 +1,8 @@
 // `refit plan` builds the plan refitd builds: refitd with its default plan
-// function on 127.0.0.1:0, members that report their hosts, and the dry run
-// given the same hosts (as a file and as the shorthand) agree on the plan
-// fingerprint; another placement gives another plan.
+// function on 127.0.0.1:0, members that report their hosts (and GPUs), and
+// the dry run given the same hosts and GPUs (as a file and as the
+// shorthand) agree on the plan fingerprint; another placement gives another
+// plan.
 #include <fstream>
 #include <memory>
 #include <string>
@@ -27,9 +28,11 @@ constexpr char kTrainer[] = "megatron:tp=2,dp=2";
 constexpr char kEngine[] = "vllm:tp=2,dp=2";
 
 // The registration of a member of `convention` at `rank` on `host`: the
-// buffers the mapping expects of it.
+// buffers the mapping expects of it. With a `gpu` (a device UUID), the
+// member is on that GPU and uses the colocated pull path (members sharing a
+// GPU are what it is for).
 v1::Registration Member(bool trainer, const std::string& convention, int rank,
-                        const std::string& host) {
+                        const std::string& host, const std::string& gpu) {
   absl::StatusOr<ModelConfig> model = LoadModelConfig(kModel);
   EXPECT_TRUE(model.ok()) << model.status();
   absl::StatusOr<MappedSide> side = BuildSideLayout(*model, trainer, convention);
@@ -42,7 +45,11 @@ v1::Registration Member(bool trainer, const std::string& convention, int rank,
   id->set_rank(rank);
   id->set_world_size(side->layout.world_size);
   id->set_host_id(host);
-  id->set_device("cpu");
+  id->set_device(gpu.empty() ? "cpu" : absl::StrCat("cuda:", rank % 2));
+  if (!gpu.empty()) {
+    id->set_device_uuid(gpu);
+    id->set_transport(v1::TRANSPORT_IPC);
+  }
   r.set_model_config(kModel);
   r.set_convention(convention);
   for (const LocalBuffer& lb : RankBuffers(*side, rank)) {
@@ -56,9 +63,12 @@ v1::Registration Member(bool trainer, const std::string& convention, int rank,
 }
 
 // Starts refitd, registers 4 trainer and 4 engine ranks on the given hosts
-// and returns the fingerprint of the plan it hands out.
+// (and GPUs, when given) and returns the fingerprint of the plan it hands
+// out.
 std::string RefitdFingerprint(const std::vector<std::string>& trainer_hosts,
-                              const std::vector<std::string>& engine_hosts) {
+                              const std::vector<std::string>& engine_hosts,
+                              const std::vector<std::string>& trainer_gpus = {},
+                              const std::vector<std::string>& engine_gpus = {}) {
   RefitServer::Options o;
   o.plan_function = DefaultPlanFunction();
   o.heartbeat_timeout = absl::Seconds(5);
@@ -68,6 +78,7 @@ std::string RefitdFingerprint(const std::vector<std::string>& trainer_hosts,
   std::vector<std::unique_ptr<RefitClient>> clients;
   for (int side = 0; side < 2; ++side) {
     const auto& hosts = side == 0 ? trainer_hosts : engine_hosts;
+    const auto& gpus = side == 0 ? trainer_gpus : engine_gpus;
     for (int r = 0; r < static_cast<int>(hosts.size()); ++r) {
       RefitClient::Options co;
       co.target = absl::StrCat("127.0.0.1:", (*server)->port());
@@ -77,7 +88,8 @@ std::string RefitdFingerprint(const std::vector<std::string>& trainer_hosts,
       EXPECT_TRUE(c.ok()) << c.status();
       if (!c.ok()) return "";
       auto id = (*c)->Register(
-          Member(side == 0, side == 0 ? kTrainer : kEngine, r, hosts[r]));
+          Member(side == 0, side == 0 ? kTrainer : kEngine, r, hosts[r],
+                 gpus.empty() ? "" : gpus[r]));
       EXPECT_TRUE(id.ok()) << id.status();
       clients.push_back(std::move(*c));
     }
@@ -102,15 +114,24 @@ std::string DryRunFingerprint(PlanCommandOptions opt) {
   return j["fingerprint"].get<std::string>();
 }
 
+// Writes a --hosts file (GPUs when given) and returns its path.
 std::string HostsFile(const std::vector<std::string>& trainer,
-                      const std::vector<std::string>& engine) {
+                      const std::vector<std::string>& engine,
+                      const std::vector<std::string>& trainer_gpus = {},
+                      const std::vector<std::string>& engine_gpus = {}) {
   const std::string path =
-      absl::StrCat(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp",
-                   "/hosts_", trainer[0], engine[0], ".txt");
+      absl::StrCat(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp", "/hosts_",
+                   trainer[0], engine[0], trainer_gpus.empty() ? "" : "_gpus", ".txt");
   std::ofstream f(path);
   f << "# rank placement\n";
-  for (size_t r = 0; r < trainer.size(); ++r) f << "trainer " << r << " " << trainer[r] << "\n";
-  for (size_t r = 0; r < engine.size(); ++r) f << "engine " << r << "  " << engine[r] << "\n";
+  for (size_t r = 0; r < trainer.size(); ++r) {
+    f << "trainer " << r << " " << trainer[r]
+      << (trainer_gpus.empty() ? "" : " " + trainer_gpus[r]) << "\n";
+  }
+  for (size_t r = 0; r < engine.size(); ++r) {
+    f << "engine " << r << "  " << engine[r]
+      << (engine_gpus.empty() ? "" : "\t" + engine_gpus[r]) << "\n";
+  }
   return path;
 }
 
@@ -125,11 +146,6 @@ TEST(PlanMatchesRefitdTest, SameHostsGiveTheSameFingerprint) {
   by_file.hosts_file = HostsFile(trainer, engine);
   EXPECT_EQ(DryRunFingerprint(by_file), refitd);
 
-  PlanCommandOptions shorthand;
-  shorthand.link.gpus_per_host = 2;
-  shorthand.link.colocated = true;
-  EXPECT_EQ(DryRunFingerprint(shorthand), refitd);
-
   // Replicas crossed over (engine replica 0 on trainer replica 1's host):
   // another plan, and again the same on both.
   const std::vector<std::string> crossed = {"gpu-b", "gpu-b", "gpu-a", "gpu-a"};
@@ -138,6 +154,35 @@ TEST(PlanMatchesRefitdTest, SameHostsGiveTheSameFingerprint) {
   PlanCommandOptions crossed_file;
   crossed_file.hosts_file = HostsFile(trainer, crossed);
   EXPECT_EQ(DryRunFingerprint(crossed_file), refitd_crossed);
+}
+
+TEST(PlanMatchesRefitdTest, SameHostsAndGpusGiveTheSameFingerprint) {
+  // Colocated on two hosts of two GPUs: engine rank r on trainer rank r's
+  // GPU, as members on GPUs report them (device UUIDs).
+  const std::vector<std::string> hosts = {"node-a", "node-a", "node-b", "node-b"};
+  const std::vector<std::string> gpus = {"GPU-0a", "GPU-1a", "GPU-0b", "GPU-1b"};
+  const std::string refitd = RefitdFingerprint(hosts, hosts, gpus, gpus);
+  ASSERT_FALSE(refitd.empty());
+  // The GPUs are part of the plan: without them it is another.
+  EXPECT_NE(refitd, RefitdFingerprint(hosts, hosts));
+
+  PlanCommandOptions by_file;
+  by_file.hosts_file = HostsFile(hosts, hosts, gpus, gpus);
+  EXPECT_EQ(DryRunFingerprint(by_file), refitd);
+
+  // --colocated --gpus-per-host 2 is that placement.
+  PlanCommandOptions shorthand;
+  shorthand.link.gpus_per_host = 2;
+  shorthand.link.colocated = true;
+  EXPECT_EQ(DryRunFingerprint(shorthand), refitd);
+
+  // Engine ranks on their host's other GPU: another plan, the same on both.
+  const std::vector<std::string> swapped = {"GPU-1a", "GPU-0a", "GPU-1b", "GPU-0b"};
+  const std::string refitd_swapped = RefitdFingerprint(hosts, hosts, gpus, swapped);
+  EXPECT_NE(refitd_swapped, refitd);
+  PlanCommandOptions swapped_file;
+  swapped_file.hosts_file = HostsFile(hosts, hosts, gpus, swapped);
+  EXPECT_EQ(DryRunFingerprint(swapped_file), refitd_swapped);
 }
 
 TEST(PlanMatchesRefitdTest, HostsFileErrorsNameTheLineOrRank) {
@@ -154,6 +199,13 @@ TEST(PlanMatchesRefitdTest, HostsFileErrorsNameTheLineOrRank) {
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->trainer_hosts, std::vector<std::string>{"h1"});
   EXPECT_EQ(ok->engine_hosts, std::vector<std::string>{"h2"});
+  EXPECT_TRUE(ok->trainer_gpus.empty() && ok->engine_gpus.empty());
+  auto gpus = ParseHostsFile("trainer 0 h1 GPU-x\ntrainer 1 h1\nengine 0 h1 GPU-x\n", 2, 1);
+  ASSERT_TRUE(gpus.ok()) << gpus.status();
+  EXPECT_EQ(gpus->trainer_gpus, (std::vector<std::string>{"GPU-x", ""}));
+  EXPECT_EQ(gpus->engine_gpus, std::vector<std::string>{"GPU-x"});
+  auto extra = ParseHostsFile("trainer 0 h1 g 5\n", 1, 0);
+  EXPECT_NE(extra.status().message().find("line 1"), std::string::npos);
 }
 
 }  // namespace

@@ -40,6 +40,11 @@ check models-tiny 0 '^tiny-qwen3$' -- "$REFIT" models
 # summary gives the lower bound and the ratio.
 check colocated-intra 0 'inter-host bytes: 0 B' -- "$REFIT" plan --model qwen3-8b \
   --trainer megatron:tp=2,dp=4 --engine vllm:tp=2,dp=4 --gpus-per-host 2 --colocated
+# --colocated puts engine rank r on trainer rank r's GPU: nearly every byte
+# is a copy within one GPU.
+check colocated-same-gpu 0 'same-GPU bytes: 6[01]\.[0-9]+ GiB' -- "$REFIT" plan --model qwen3-8b \
+  --trainer megatron:tp=2,dp=4 --engine vllm:tp=2,dp=4 --gpus-per-host 2 --colocated
+check colocated-help 0 "shares trainer rank r's GPU" -- "$REFIT" plan --help
 check colocated-bound 0 'predicted / lower bound: 1\.0[0-5]' -- "$REFIT" plan \
   --model qwen3-8b --trainer megatron:tp=2,dp=4 --engine vllm:tp=2,dp=4 \
   --gpus-per-host 2 --colocated

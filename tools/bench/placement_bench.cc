@@ -1,6 +1,7 @@
 // placement_bench: prints, for each placed layout of job/placement_cases.h,
 // the plan's predicted refit time, its lower bound, their ratio (target
-// <= 1.05), bytes within and across hosts, and the BuildPlan wall time.
+// <= 1.05), bytes per link class (within one GPU, between GPUs of one host,
+// across hosts), and the BuildPlan wall time.
 //
 //   bazel run -c opt //tools/bench:placement_bench [-- --small]
 #include <chrono>
@@ -11,8 +12,8 @@
 
 int main(int argc, char** argv) {
   const bool small = argc > 1 && std::strcmp(argv[1], "--small") == 0;
-  std::printf("%-48s %10s %10s %7s %12s %12s %9s\n", "layout", "predicted",
-              "bound", "ratio", "intra GiB", "inter GiB", "plan s");
+  std::printf("%-48s %10s %10s %7s %10s %10s %10s %9s\n", "layout", "predicted",
+              "bound", "ratio", "GPU GiB", "host GiB", "inter GiB", "plan s");
   int worst = 0;
   for (const refit::PlacementCase& c : refit::PlacementCases()) {
     if (small && c.large) continue;
@@ -30,9 +31,9 @@ int main(int argc, char** argv) {
     const double ratio = s.lower_bound_seconds > 0
                              ? s.predicted_seconds / s.lower_bound_seconds
                              : 0;
-    std::printf("%-48s %8.2fms %8.2fms %7.3f %12.2f %12.2f %9.3f%s\n",
+    std::printf("%-48s %8.2fms %8.2fms %7.3f %10.2f %10.2f %10.2f %9.3f%s\n",
                 c.name.c_str(), s.predicted_seconds * 1e3,
-                s.lower_bound_seconds * 1e3, ratio,
+                s.lower_bound_seconds * 1e3, ratio, s.same_gpu_bytes / 1073741824.0,
                 s.intra_host_bytes / 1073741824.0, s.inter_host_bytes / 1073741824.0,
                 sec, ratio > 1.05 ? "  ABOVE TARGET" : "");
   }

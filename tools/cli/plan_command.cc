@@ -27,13 +27,15 @@ absl::Status ParseLinkSpec(const std::string& text, LinkModel* link) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--link: '", kv, "' needs a positive number of GB/s"));
     }
-    if (p.first == "nvlink") {
+    if (p.first == "gpu") {
+      link->same_gpu_gbps = v;
+    } else if (p.first == "nvlink") {
       link->nvlink_gbps = v;
     } else if (p.first == "net") {
       link->net_gbps = v;
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--link: unknown link class '", p.first, "' (nvlink, net)"));
+          "--link: unknown link class '", p.first, "' (gpu, nvlink, net)"));
     }
   }
   return absl::OkStatus();
@@ -62,6 +64,9 @@ absl::StatusOr<JobPlacement> ParseHostsFile(const std::string& text,
   JobPlacement p;
   p.trainer_hosts.resize(trainer_world);
   p.engine_hosts.resize(engine_world);
+  p.trainer_gpus.resize(trainer_world);
+  p.engine_gpus.resize(engine_world);
+  bool any_gpu = false;
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
@@ -72,11 +77,12 @@ absl::StatusOr<JobPlacement> ParseHostsFile(const std::string& text,
     int32_t rank = -1;
     const bool trainer = !w.empty() && w[0] == "trainer";
     std::vector<std::string>* hosts = trainer ? &p.trainer_hosts : &p.engine_hosts;
-    if (w.size() != 3 || (!trainer && w[0] != "engine") ||
+    std::vector<std::string>* gpus = trainer ? &p.trainer_gpus : &p.engine_gpus;
+    if (w.size() < 3 || w.size() > 4 || (!trainer && w[0] != "engine") ||
         !absl::SimpleAtoi(w[1], &rank) || rank < 0 ||
         rank >= static_cast<int32_t>(hosts->size())) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--hosts line ", line_no, ": '", line, "' is not \"trainer|engine RANK HOST\" ",
+          "--hosts line ", line_no, ": '", line, "' is not \"trainer|engine RANK HOST [GPU]\" ",
           "with RANK below the side's world size (trainer ", trainer_world,
           ", engine ", engine_world, ")"));
     }
@@ -85,6 +91,14 @@ absl::StatusOr<JobPlacement> ParseHostsFile(const std::string& text,
           "--hosts line ", line_no, ": ", w[0], " rank ", rank, " listed twice"));
     }
     (*hosts)[rank] = std::string(w[2]);
+    if (w.size() == 4) {
+      (*gpus)[rank] = std::string(w[3]);
+      any_gpu = true;
+    }
+  }
+  if (!any_gpu) {
+    p.trainer_gpus.clear();
+    p.engine_gpus.clear();
   }
   for (const auto* side : {&p.trainer_hosts, &p.engine_hosts}) {
     for (size_t r = 0; r < side->size(); ++r) {
@@ -137,6 +151,7 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
   PlannerOptions po;
   po.staging_budget_bytes = opt.staging_mib << 20;
   po.num_lanes = opt.lanes;
+  po.links.same_gpu_gbps = opt.link.same_gpu_gbps;
   po.links.intra_host_gbps = opt.link.nvlink_gbps;
   po.links.inter_host_gbps = opt.link.net_gbps;
   REFIT_ASSIGN_OR_RETURN(Plan plan, PlanJob(std::move(layouts), engines, placement, po));

@@ -46,16 +46,17 @@ absl::Status CheckPlanSizeOptions(int64_t staging_mib, int32_t lanes,
 
 // Returns the placement of `trainer_world` trainer and `engine_world`
 // engine ranks from the text of a hosts file: one rank per line,
-// "trainer RANK HOST" or "engine RANK HOST"; blank lines and lines starting
-// with '#' are skipped. Fails with INVALID_ARGUMENT naming the line for a
+// "trainer RANK HOST [GPU]" or "engine RANK HOST [GPU]"; blank lines and
+// lines starting with '#' are skipped. GPUs are unknown where not given
+// (none at all when no line gives one). Fails with INVALID_ARGUMENT naming the line for a
 // malformed line, a rank out of range or listed twice, and naming the side
 // and rank for a rank not listed.
 absl::StatusOr<JobPlacement> ParseHostsFile(const std::string& text,
                                             int32_t trainer_world,
                                             int32_t engine_world);
 
-// Parses "nvlink=370,net=50" into `link` (GB/s). INVALID_ARGUMENT on an
-// unknown key or a non-positive number.
+// Parses "gpu=1900,nvlink=370,net=50" (any of the keys) into `link`
+// (GB/s). INVALID_ARGUMENT on an unknown key or a non-positive number.
 absl::Status ParseLinkSpec(const std::string& text, LinkModel* link);
 
 }  // namespace refit

@@ -76,7 +76,7 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
     return absl::InvalidArgumentError(
         absl::StrCat("gpus per host must be >= 1, got ", link.gpus_per_host));
   }
-  if (!(link.nvlink_gbps > 0) || !(link.net_gbps > 0)) {
+  if (!(link.same_gpu_gbps > 0) || !(link.nvlink_gbps > 0) || !(link.net_gbps > 0)) {
     return absl::InvalidArgumentError("link bandwidths must be > 0");
   }
   PlanSummary s;
@@ -97,6 +97,17 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
   for (int32_t r = 0; r < s.dst_world; ++r) {
     dst_host[r] = placed ? plan.dst.host_of_rank[r] : EngineHost(link, s.src_world, r);
   }
+  // GPUs: the plan's, else the shorthand's (colocated: rank r with rank r).
+  const bool gpus = placed &&
+                    static_cast<int32_t>(plan.src.gpu_of_rank.size()) == s.src_world &&
+                    static_cast<int32_t>(plan.dst.gpu_of_rank.size()) == s.dst_world;
+  auto same_gpu = [&](int32_t src_rank, int32_t dst_rank) {
+    if (gpus) {
+      return plan.src.gpu_of_rank[src_rank] >= 0 &&
+             plan.src.gpu_of_rank[src_rank] == plan.dst.gpu_of_rank[dst_rank];
+    }
+    return !placed && link.colocated && src_rank == dst_rank;
+  };
   s.heat_row_hosts = src_host;
   s.heat_col_hosts = dst_host;
   for (auto* v : {&s.heat_row_hosts, &s.heat_col_hosts}) {
@@ -143,8 +154,10 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
     sent[m.src_rank] += m.bytes;
     recv[m.dst_rank] += m.bytes;
     const bool intra = src_host[m.src_rank] == dst_host[m.dst_rank];
-    const double bw = (intra ? link.nvlink_gbps : link.net_gbps) * 1e9;
-    (intra ? s.intra_host_bytes : s.inter_host_bytes) += m.bytes;
+    const bool gpu = intra && same_gpu(m.src_rank, m.dst_rank);
+    const double bw =
+        (gpu ? link.same_gpu_gbps : intra ? link.nvlink_gbps : link.net_gbps) * 1e9;
+    (gpu ? s.same_gpu_bytes : intra ? s.intra_host_bytes : s.inter_host_bytes) += m.bytes;
     t_src[m.src_rank] += m.bytes / bw;
     t_dst[m.dst_rank] += m.bytes / bw;
     double ub = plan.conversions.empty() ? static_cast<double>(m.bytes) : 0.0;
@@ -245,8 +258,10 @@ std::string FormatSummaryText(const PlanSummary& s) {
   absl::StrAppendFormat(&o, "peak staging per rank: trainer %s, engine %s\n",
                         HumanBytes(s.peak_staging_src),
                         HumanBytes(s.peak_staging_dst));
-  absl::StrAppendFormat(&o, "intra-host bytes: %s, inter-host bytes: %s\n",
-                        HumanBytes(s.intra_host_bytes),
+  absl::StrAppendFormat(&o,
+                        "same-GPU bytes: %s, intra-host bytes (between GPUs): %s, "
+                        "inter-host bytes: %s\n",
+                        HumanBytes(s.same_gpu_bytes), HumanBytes(s.intra_host_bytes),
                         HumanBytes(s.inter_host_bytes));
   absl::StrAppendFormat(&o, "predicted refit time: %.3f s (slowest: %s)\n",
                         s.predicted_seconds,
@@ -300,6 +315,7 @@ std::string FormatSummaryJson(const PlanSummary& s) {
   j["message_size_histogram"] = h;
   j["peak_staging"] = {{"trainer", s.peak_staging_src},
                        {"engine", s.peak_staging_dst}};
+  j["same_gpu_bytes"] = s.same_gpu_bytes;
   j["intra_host_bytes"] = s.intra_host_bytes;
   j["converted_records"] = s.converted_records;
   j["unconverted_bytes"] = s.unconverted_bytes;
@@ -312,7 +328,8 @@ std::string FormatSummaryJson(const PlanSummary& s) {
   j["lower_bound_seconds"] = s.lower_bound_seconds;
   j["predicted_over_lower_bound"] =
       s.lower_bound_seconds > 0 ? s.predicted_seconds / s.lower_bound_seconds : 0.0;
-  j["bytes_by_link"] = {{"intra_host", s.intra_host_bytes},
+  j["bytes_by_link"] = {{"same_gpu", s.same_gpu_bytes},
+                        {"intra_host", s.intra_host_bytes},
                         {"inter_host", s.inter_host_bytes}};
   if (!s.fingerprint.empty()) j["fingerprint"] = s.fingerprint;
   if (!s.model.empty()) j["model"] = s.model;
@@ -340,7 +357,7 @@ std::string RenderHeatmapSvg(const PlanSummary& s, const std::string& title) {
   // Wide enough for the title (about 8 px per character at 15 px) and the
   // legend, tall enough for the legend, whatever the grid's size.
   const int w = std::max({left + cols * cell + legend_w,
-                          20 + 8 * static_cast<int>(title.size()), 520});
+                          20 + 8 * static_cast<int>(title.size()), 600});
   const int h = top + std::max(rows * cell, legend_h) + footer;
   auto color = [&](int64_t v) {
     if (v == 0) return std::string("#f4f4f4");
@@ -409,10 +426,10 @@ std::string RenderHeatmapSvg(const PlanSummary& s, const std::string& title) {
                         lx, ly + 11 * 18 + 10, lx + 26, ly + 11 * 18 + 23);
   absl::StrAppendFormat(
       &o,
-      "<text x=\"10\" y=\"%d\">total %s: intra-host %s, inter-host %s; "
-      "predicted %.3f s</text>\n",
-      h - 20, HumanBytes(s.total_bytes), HumanBytes(s.intra_host_bytes),
-      HumanBytes(s.inter_host_bytes), s.predicted_seconds);
+      "<text x=\"10\" y=\"%d\">total %s: same GPU %s, intra-host %s, inter-host "
+      "%s; predicted %.3f s</text>\n",
+      h - 20, HumanBytes(s.total_bytes), HumanBytes(s.same_gpu_bytes),
+      HumanBytes(s.intra_host_bytes), HumanBytes(s.inter_host_bytes), s.predicted_seconds);
   o += "</svg>\n";
   return o;
 }

@@ -16,18 +16,21 @@ namespace refit {
 
 // Link model. Host placement when the plan has none (SideLayout::
 // host_of_rank on both sides; `refit plan` always gives the plan one) and
-// the shorthands of `refit plan` (documented in --help):
+// the shorthands of `refit plan` (documented in --help; job/job_plan.h's
+// ShorthandPlacement):
 //  * colocated == false (default): trainer and engine GPUs are on separate
 //    hosts: trainer rank r on host r / gpus_per_host, engine rank r on host
 //    ceil(T / gpus_per_host) + r / gpus_per_host. Every transfer then crosses
 //    hosts and uses the network bandwidth.
 //  * colocated == true: trainer rank r and engine rank r share host
-//    r / gpus_per_host; a transfer between ranks on the same host uses NVLink.
+//    r / gpus_per_host and one GPU; a transfer between them is a copy on
+//    that GPU, between other ranks of one host it uses NVLink.
 struct LinkModel {
   int32_t gpus_per_host = 8;
   bool colocated = false;
-  double nvlink_gbps = 370.0;  // GB/s (1e9 bytes/s) per GPU, intra-host
-  double net_gbps = 50.0;      // GB/s per GPU, inter-host
+  double same_gpu_gbps = 1900.0;  // GB/s (1e9 bytes/s), a copy within one GPU
+  double nvlink_gbps = 370.0;     // GB/s per GPU, intra-host
+  double net_gbps = 50.0;         // GB/s per GPU, inter-host
 };
 
 struct RankBytes {
@@ -59,6 +62,9 @@ struct PlanSummary {
   std::vector<HistogramBin> histogram;       // message sizes
   int64_t peak_staging_src = 0;              // max over src ranks
   int64_t peak_staging_dst = 0;              // max over dst ranks
+  // Bytes per link class: within one GPU, between GPUs of one host, across
+  // hosts (they add up to total_bytes).
+  int64_t same_gpu_bytes = 0;
   int64_t intra_host_bytes = 0;
   int64_t inter_host_bytes = 0;
   double predicted_seconds = 0;              // slowest rank
@@ -95,9 +101,11 @@ struct PlanSummary {
 int32_t TrainerHost(const LinkModel& link, int32_t src_world, int32_t r);
 int32_t EngineHost(const LinkModel& link, int32_t src_world, int32_t r);
 
-// Summarizes `plan`: hosts from the plan's placement when both sides have
-// one, else from `link`'s shorthand; speeds from `link`. Fails with INVALID_ARGUMENT if gpus_per_host < 1, a
-// bandwidth is not positive, or a message names a rank outside its world.
+// Summarizes `plan`: hosts (and GPUs, where gpu_of_rank is given on both
+// sides) from the plan's placement when both sides have one, else from
+// `link`'s shorthand; speeds from `link`. Fails with INVALID_ARGUMENT if
+// gpus_per_host < 1, a bandwidth is not positive, or a message names a rank
+// outside its world.
 absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
                                           const LinkModel& link);
 

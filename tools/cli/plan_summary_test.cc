@@ -78,8 +78,10 @@ TEST(PlanSummaryTest, ColocatedUsesNvlinkOnSameHost) {
   link.net_gbps = 1.0;
   auto s = SummarizePlan(HandPlan(), link);
   ASSERT_TRUE(s.ok()) << s.status();
-  // Engine ranks 0,1 are on host 0 with trainer ranks 0,1.
-  EXPECT_EQ(s->intra_host_bytes, 1000 + 3000 + 5000);
+  // Engine ranks 0,1 are on host 0 with trainer ranks 0,1, engine rank 0
+  // on trainer rank 0's GPU.
+  EXPECT_EQ(s->same_gpu_bytes, 1000);
+  EXPECT_EQ(s->intra_host_bytes, 3000 + 5000);
   EXPECT_EQ(s->inter_host_bytes, (8 << 20) + 100);
   // Engine rank 1: 8MiB+100 over net + 5000 over nvlink.
   EXPECT_NEAR(s->predicted_seconds, ((8 << 20) + 100) / 1e9 + 5000 / 100e9,
@@ -115,6 +117,22 @@ TEST(PlanSummaryTest, PlanPlacementOverridesShorthandAndHeatIsHostToHost) {
   EXPECT_NE(svg.find("(intra-host)"), std::string::npos);
   EXPECT_NE(svg.find("(inter-host)"), std::string::npos);
   EXPECT_NE(svg.find("within one host"), std::string::npos);
+  // With GPUs: engine rank 0 on trainer rank 0's GPU, engine rank 1 on
+  // trainer rank 2's; the copies on one GPU at their own speed.
+  p.src.gpu_of_rank = {0, 1, 2, 3};
+  p.dst.gpu_of_rank = {0, 2};
+  link.same_gpu_gbps = 1000.0;
+  s = SummarizePlan(p, link);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->same_gpu_bytes, 1000 + (8 << 20));
+  EXPECT_EQ(s->intra_host_bytes, 3000 + 100);
+  EXPECT_EQ(s->inter_host_bytes, 5000);
+  EXPECT_NEAR(s->predicted_seconds, 5000 / 1e9 + (8 << 20) / 1000e9 + 100 / 100e9, 1e-12);
+  const auto j = nlohmann::json::parse(FormatSummaryJson(*s));
+  EXPECT_EQ(j["bytes_by_link"]["same_gpu"], 1000 + (8 << 20));
+  EXPECT_EQ(j["same_gpu_bytes"], 1000 + (8 << 20));
+  EXPECT_NE(FormatSummaryText(*s).find("same-GPU bytes: 8.00 MiB"), std::string::npos)
+      << FormatSummaryText(*s);
 }
 
 TEST(PlanSummaryTest, HeatmapOfOneCellHoldsItsLegendAndTitle) {

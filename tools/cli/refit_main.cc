@@ -46,16 +46,20 @@ ABSL_FLAG(double, timeout_s, 0,
 // refit plan
 ABSL_FLAG(int32_t, gpus_per_host, 8, "GPUs per host");
 ABSL_FLAG(std::string, hosts, "",
-          "each rank's host, one line per rank: \"trainer RANK HOST\" or \"engine\n"
-          "RANK HOST\" (# comments); replaces --gpus_per_host and --colocated.\n"
-          "refitd, given members on those hosts, builds the same plan (same\n"
-          "fingerprint)");
+          "each rank's host and optionally its GPU, one line per rank:\n"
+          "\"trainer RANK HOST [GPU]\" or \"engine RANK HOST [GPU]\" (# comments;\n"
+          "GPU: any name within its host, e.g. the CUDA device UUID refitd gets\n"
+          "from GPU members; ranks with equal HOST and GPU share one GPU);\n"
+          "replaces --gpus_per_host and --colocated. refitd, given members on\n"
+          "those hosts and GPUs, builds the same plan (same fingerprint)");
 ABSL_FLAG(bool, colocated, false,
-          "trainer rank r and engine rank r share host r/N (default: separate\n"
-          "hosts: trainer ranks on hosts 0..ceil(T/N)-1, engine ranks after them)");
+          "engine rank r shares trainer rank r's GPU: GPU r%N of host r/N\n"
+          "(default: separate hosts: trainer ranks on hosts 0..ceil(T/N)-1,\n"
+          "engine ranks on the hosts after them)");
 ABSL_FLAG(std::string, link, "",
-          "per-GPU bandwidth in GB/s of intra-host (NVLink) and inter-host\n"
-          "(network) links, e.g. nvlink=370,net=50 (the default)");
+          "per-GPU bandwidth in GB/s of each link class: within one GPU (a\n"
+          "device-local copy), between GPUs of one host (NVLink) and between\n"
+          "hosts (network), e.g. gpu=1900,nvlink=370,net=50 (the default)");
 ABSL_FLAG(bool, timings, false,
           "print each step's wall time (config, trainer layout, engine layout,\n"
           "planner and each planner phase, summary) on stderr");
@@ -182,8 +186,11 @@ usage: refit plan --model NAME|config.json --trainer SPEC --engine SPEC [flags]
 The plan is placed: for every destination region the planner picks the trainer
 replica that keeps the predicted refit time lowest. The predicted refit time is
 the slowest rank's time, each message's bytes going over the link class it uses
-(a rank's sends, or receives, one after another); the lower bound is what no
-choice of replicas beats (each rank's bytes over the best link it could use).
+(same GPU, same host, across hosts; a rank's sends, or receives, one after
+another); the lower bound is what no choice of replicas beats (each rank's
+bytes over the best link it could use). The placement comes from --hosts, else
+from --gpus_per_host and --colocated: it is what refitd plans with when its
+members report those hosts and GPUs.
 An invalid layout or plan prints every error (tensor, ranks) and exits 1; a
 usage error exits 2.
 
