@@ -36,8 +36,10 @@ FAIL. Every wait is bounded.
 
   python3 rl_loop_gpu.py BUNDLE_DIR [--steps=3] [--models=qwen3,qwen3-moe]
       [--engines=bf16,fp8] [--modes=process,threads] [--device=cuda:0]
-      [--reference=transformers|stand-in]
+      [--reference=transformers|stand-in] [--experts=IMPL] [--refitd=PATH]
 
+--experts: transformers' experts implementation for the trainer
+("eager", "grouped_mm", ...; default: transformers' own choice).
 "--reference=stand-in --device=cpu" runs the same loop without
 transformers or a GPU (fused_qwen3.StandInQwen3 as the trainer, host
 buffers over TCP), for development.
@@ -129,15 +131,21 @@ def join_engine(server, cfg_path, convention, device, transport, tensors):
     backend (init_transfer_engine; start_weight_update / update_weights /
     finish_weight_update; shutdown), or through refit.Member when the
     tensors are uint8 stand-ins for FP8 (torch without float8), which the
-    backend's dtype check refuses."""
+    backend's dtype check refuses, or when an installed vLLM's base class
+    takes other constructor arguments. Returns (path, update, leave)."""
     import torch
     import refit
     bytes_fp8 = any(t.dtype == torch.uint8 for t in tensors.values())
+    eng, path = None, "refit.Member (FP8 as bytes)"
     if not bytes_fp8:
         import refit.vllm
-        eng = refit.vllm.RefitWeightTransferEngine(
-            None, types.SimpleNamespace(parallel_config=types.SimpleNamespace(rank=0)),
-            torch.device(device), TensorTable(tensors))
+        try:
+            eng = refit.vllm.RefitWeightTransferEngine(
+                None, types.SimpleNamespace(parallel_config=types.SimpleNamespace(rank=0)),
+                torch.device(device), TensorTable(tensors))
+        except TypeError as e:  # an installed vLLM whose base class differs
+            path = f"refit.Member (the vLLM backend: {e})"
+    if eng is not None:
         eng.init_transfer_engine(dict(server=server, engine_id="e0", model=cfg_path,
                                       convention=convention, rank=0, device=device,
                                       transport=transport, timeout=DEADLINE))
@@ -159,7 +167,7 @@ def join_engine(server, cfg_path, convention, device, transport, tensors):
         if got != v:
             raise RuntimeError(f"engine: refitd announced round {got}, expected {v}")
         return m.run_round(v, timeout=DEADLINE)
-    return "refit.Member", update, m.close
+    return path, update, m.close
 
 
 def engine_loop(server, cfg_path, convention, device, steps, transport, deliver):
@@ -207,26 +215,65 @@ def engine_main(argv):
 
 
 # ------------------------------------------------------------ the trainer
-def build_trainer(kind, device, reference):
+def build_trainer(kind, device, reference, experts=""):
     """The trainer's model in BF16 on ``device`` (seeded) and its config
-    as a dict: transformers' Qwen3ForCausalLM / Qwen3MoeForCausalLM from
-    fused_qwen3.CONFIGS, or the stand-in."""
+    dict (what refit and the engine read): transformers'
+    Qwen3ForCausalLM / Qwen3MoeForCausalLM built from fused_qwen3.CONFIGS,
+    or the stand-in. ``experts``: transformers' experts implementation
+    ("": its default)."""
     import torch
     import fused_qwen3 as fq
-    fields = dict(fq.CONFIGS[kind])
+    cfg = dict(fq.CONFIGS[kind])
     torch.manual_seed(0)
     if reference == "stand-in":
-        model = fq.StandInQwen3(fields)
-        cfg = dict(fields)
-    else:
-        import transformers
-        fields.pop("model_type")
-        if kind == "qwen3":
-            model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**fields))
-        else:
-            model = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**fields))
-        cfg = json.loads(json.dumps(model.config.to_dict(), default=str))
-    return model.to(device=device, dtype=torch.bfloat16), cfg
+        return fq.StandInQwen3(cfg).to(device=device, dtype=torch.bfloat16), cfg
+    import transformers
+    fields = {k: v for k, v in cfg.items() if k not in ("model_type", "rope_theta")}
+    hf_cfg = (transformers.Qwen3Config if kind == "qwen3" else transformers.Qwen3MoeConfig)(**fields)
+    # Built in BF16 the way from_pretrained(dtype=bfloat16) builds it: the
+    # parameters in BF16, the rotary inv_freq buffer in float32.
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        model = (transformers.Qwen3ForCausalLM if kind == "qwen3"
+                 else transformers.Qwen3MoeForCausalLM)(hf_cfg)
+    finally:
+        torch.set_default_dtype(default)
+    model = model.to(device=device)  # a dtype here would cast inv_freq too
+    wrong = [n for n, p in model.named_parameters() if p.dtype != torch.bfloat16]
+    if wrong:
+        raise RuntimeError(f"parameters built in another dtype than bf16: {wrong[:3]}")
+    if experts and hasattr(model, "set_experts_implementation"):
+        model.set_experts_implementation(experts)
+    for key, want in fields.items():
+        got = getattr(model.config, key, None)
+        if got != want:
+            raise RuntimeError(f"transformers' {type(hf_cfg).__name__} has {key}={got!r}, "
+                               f"the test's config {want!r}")
+    params = getattr(model.config, "rope_parameters", None) or {}
+    cfg["rope_theta"] = float(params.get("rope_theta", getattr(model.config, "rope_theta", 0)))
+    check_rotary(model, cfg)
+    return model, cfg
+
+
+def check_rotary(model, cfg):
+    """Raises RuntimeError unless every rotary inv_freq buffer of the model
+    is float32 and equals 1 / theta^(2i/head_dim) for the config's theta
+    (the engine's rotary embedding), or when the model has none."""
+    import torch
+    hd = cfg["head_dim"]
+    want = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2).float() / hd))
+    found = 0
+    for name, buf in model.named_buffers():
+        if not name.endswith("inv_freq"):
+            continue
+        found += 1
+        if buf.dtype != torch.float32 or not torch.allclose(buf.cpu(), want, rtol=1e-6, atol=0):
+            raise RuntimeError(f"{name}: {buf.dtype}, {buf.flatten()[:3].tolist()}..., the "
+                               f"engine's rotary uses theta {cfg['rope_theta']:g}: "
+                               f"{want[:3].tolist()}...")
+    if not found:
+        raise RuntimeError("the model has no rotary inv_freq buffer to check theta against")
 
 
 def float32_copy(model):
@@ -326,7 +373,7 @@ class EngineProcess:
         t_end = time.monotonic() + timeout
         while time.monotonic() < t_end:
             if os.path.exists(path):
-                return torch.load(path)
+                return torch.load(path, weights_only=False)  # this test's own file
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the engine process exited ({self.proc.returncode}): "
                                    + " | ".join(self.lines[-5:]))
@@ -405,7 +452,7 @@ def judge(dtype, moe, eng16, eng32, mine, prev, same_ref, problems):
     return fig, None
 
 
-def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference):
+def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts):
     """One (model, engine dtype, mode): returns the row's record."""
     torch = torch_setup()
     import refit
@@ -421,7 +468,7 @@ def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference):
     engine = member = None
     work = tempfile.mkdtemp(prefix="rl_loop_")
     try:
-        model, cfg = build_trainer(kind, device, reference)
+        model, cfg = build_trainer(kind, device, reference, experts)
         cfg_path = os.path.join(work, "config.json")
         with open(cfg_path, "w") as f:
             json.dump(cfg, f)
@@ -524,7 +571,7 @@ def main(argv):
         return 2
     bundle = os.path.abspath(argv[0])
     opts = dict(steps="3", models="qwen3,qwen3-moe", engines="bf16,fp8",
-                modes="process,threads", device="cuda:0", reference="transformers",
+                modes="process,threads", device="cuda:0", reference="transformers", experts="",
                 refitd=os.path.join(bundle, "refitd"))
     for a in argv[1:]:
         key, _, value = a.lstrip("-").partition("=")
@@ -553,7 +600,7 @@ def main(argv):
                     return 2
                 t0 = time.monotonic()
                 row = run_row(bundle, opts["refitd"], kind, dtype, mode, int(opts["steps"]),
-                              device, opts["reference"])
+                              device, opts["reference"], opts["experts"])
                 say(event="row", took_s=round(time.monotonic() - t0, 1),
                     **{k: v for k, v in row.items() if k not in ("ms", "round_ms")})
                 rows.append(row)
