@@ -127,12 +127,14 @@ def engine_tensors(cfg_path, convention, device):
 
 
 def join_engine(server, cfg_path, convention, device, transport, tensors):
-    """(join, update, leave) callables of the engine: through refit's vLLM
+    """Joins engine rank 0 over ``tensors``: through refit's vLLM
     backend (init_transfer_engine; start_weight_update / update_weights /
     finish_weight_update; shutdown), or through refit.Member when the
     tensors are uint8 stand-ins for FP8 (torch without float8), which the
     backend's dtype check refuses, or when an installed vLLM's base class
-    takes other constructor arguments. Returns (path, update, leave)."""
+    takes other constructor arguments. Returns (path, update, leave):
+    which of the two, update(v) running round v in place (its statistics),
+    leave() (bounded)."""
     import torch
     import refit
     bytes_fp8 = any(t.dtype == torch.uint8 for t in tensors.values())
