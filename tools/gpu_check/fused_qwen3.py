@@ -42,6 +42,8 @@ BLOCK = 128  # vLLM's FP8 weight_block_size, both dims
 SCALE = "_scale_inv"
 
 # Small Qwen3-shaped models (dims multiples of 128, so FP8 blocks are whole).
+# rope_theta is the stand-in's; a transformers model keeps its config's
+# default, which rl_loop_gpu.py reads back and checks.
 CONFIGS = {
     "qwen3": dict(
         model_type="qwen3", hidden_size=256, intermediate_size=768,

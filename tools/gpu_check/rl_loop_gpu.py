@@ -89,6 +89,8 @@ def torch_setup():
 
 
 def eval_tokens(vocab, device):
+    """The tokens both sides compute logits of: fixed, from a seeded CPU
+    generator, so the trainer's and the engine's process draw the same."""
     import torch
     g = torch.Generator().manual_seed(EVAL_SEED)
     return torch.randint(0, vocab, EVAL_SHAPE, generator=g).to(device)
