@@ -2,6 +2,12 @@
 # Runs refit's GPU checks and benchmark from a bundle on a GPU host (no
 # build there).
 #   run_gpu_checks.sh BUNDLE_DIR [NUM_GPUS] [BENCH FLAGS...]
+# The Python checks (torch_gpu_check.py, symbol_clash_check.py and, with
+# transformers, rl_loop_gpu.py) run with the python3 on PATH when it has
+# torch: put the torch venv first (PATH=/opt/torch/.venv/bin:$PATH). Each
+# also runs alone:
+#   python3 DIR/rl_loop_gpu.py DIR [--models=qwen3-moe --engines=fp8 ...]
+#   python3 DIR/symbol_clash_check.py DIR
 # Uses the torch venv's NCCL 2.28.9 when present (the version built against).
 set -uo pipefail
 dir=$1
@@ -26,11 +32,23 @@ rc4=$?
 echo "== refit_gpu_bench $*"
 "$dir/refit_gpu_bench" "$@"
 rc3=$?
-rc5=0
+rc5=0 rc7=0 rc8=0
 if python3 -c 'import torch' 2>/dev/null; then
   echo "== torch_gpu_check.py (the Python client with torch tensors)"
   python3 "$dir/torch_gpu_check.py" "$dir" --gpus="$gpus"
   rc5=$?
+  echo "== symbol_clash_check.py (the client library and the wheel next to torch)"
+  python3 "$dir/symbol_clash_check.py" "$dir"
+  rc8=$?
+  if python3 -c 'import transformers' 2>/dev/null; then
+    echo "== rl_loop_gpu.py (transformers trainer -> refit -> engine in vLLM's fused layout)"
+    python3 "$dir/rl_loop_gpu.py" "$dir"
+    rc7=$?
+  else
+    echo "== rl_loop_gpu.py skipped: no transformers in $(command -v python3)"
+  fi
 fi
-echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 ipc=$rc6 transform=$rc4 bench=$rc3 python=$rc5"
-[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && [ $rc5 -eq 0 ] && [ $rc6 -eq 0 ]
+echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 ipc=$rc6 transform=$rc4 bench=$rc3" \
+     "python=$rc5 rl_loop=$rc7 symbols=$rc8"
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && [ $rc5 -eq 0 ] &&
+  [ $rc6 -eq 0 ] && [ $rc7 -eq 0 ] && [ $rc8 -eq 0 ]

@@ -1,0 +1,622 @@
+"""An RL-style loop on a real model, from the bundle on a GPU host: a small
+transformers model (Qwen3ForCausalLM, and Qwen3MoeForCausalLM) is the
+trainer, in BF16 on the GPU, taking AdamW steps on random tokens; after
+every step refit moves its weights (trainer convention fsdp:dp=1, the
+module's own parameters through refit.torch, transformers' stacked experts
+as per-expert views) into an engine that holds them in vLLM's fused layout
+(the buffers refit.expected_buffers lists for vllm:tp=1, or
+vllm:tp=1,quant=fp8) and joins through refit's vLLM weight-transfer backend
+(refit.vllm.RefitWeightTransferEngine: init, then start / update / finish
+per step, shutdown). The engine computes logits with a forward written
+against that layout the way vLLM's model code reads it (fused_qwen3.py).
+
+Checks after every step (a row passes when all hold at every step):
+- weights: every engine tensor holds the trainer's values: bit-equal, or for
+  FP8 weights dequantized (e4m3 * weight_scale_inv per 128x128 block) within
+  e4m3 rounding of them;
+- same weights: the engine's logits computed in float32 equal, within
+  1e-3 of the logits' range, transformers' forward of a float32 copy of the
+  model holding the engine's (dequantized) weights;
+- vs trainer: the engine's logits computed in BF16, as vLLM does, equal
+  transformers' own forward of the trainer's BF16 model on the same tokens
+  within 3% of the logits' range (BF16 engine) or 25% (FP8 engine): every
+  token's for the dense model, 90% of them for the MoE one (a token whose
+  router scores are a near-tie may go to another expert under BF16
+  rounding in one of the two forwards);
+- moved: the trainer's logits changed by more than 3% of their range since
+  the previous step (the model trains; with the weight check, an engine
+  holding a previous step's weights cannot pass).
+
+Modes: "process": the engine is a separate process on the same GPU, over
+the colocated pull path (transport "ipc"); "threads": trainer and engine
+are two threads (members) of one process. Prints a table last (model,
+engine dtype, mode, steps, max |logit diff| vs trainer and its tolerance,
+same-weights diff, PASS/FAIL, refit ms per step); exits non-zero on any
+FAIL. Every wait is bounded.
+
+  python3 rl_loop_gpu.py BUNDLE_DIR [--steps=3] [--models=qwen3,qwen3-moe]
+      [--engines=bf16,fp8] [--modes=process,threads] [--device=cuda:0]
+      [--reference=transformers|stand-in] [--experts=IMPL] [--refitd=PATH]
+
+--experts: transformers' experts implementation for the trainer
+("eager", "grouped_mm", ...; default: transformers' own choice).
+"--reference=stand-in --device=cpu" runs the same loop without
+transformers or a GPU (fused_qwen3.StandInQwen3 as the trainer, host
+buffers over TCP), for development.
+"""
+import copy
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import types
+
+DEADLINE = 120.0  # seconds, any one wait
+PREPARE_TIMEOUT = 60.0  # the trainer's wait for the plan (the engine starting)
+LR = 1e-3
+TRAINER_CONVENTION = "fsdp:dp=1"
+ENGINE_CONVENTIONS = {"bf16": "vllm:tp=1", "fp8": "vllm:tp=1,quant=fp8"}
+TOL_VS_TRAINER = {"bf16": 0.03, "fp8": 0.25}  # of max |trainer logit|
+TOL_SAME_WEIGHTS = 1e-3
+MOE_TOKEN_SHARE = 0.9  # of the tokens within tolerance, MoE models
+EVAL_SEED, EVAL_SHAPE = 1234, (2, 24)
+TRAIN_SHAPE = (4, 32)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def say(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def use_bundle(bundle):
+    """Makes the bundle's refit package and this folder importable."""
+    for p in (os.path.join(bundle, "python"), HERE):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+
+
+def torch_setup():
+    """torch with float32 matmuls in full precision (no TF32)."""
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch
+
+
+def eval_tokens(vocab, device):
+    """The tokens both sides compute logits of: fixed, from a seeded CPU
+    generator, so the trainer's and the engine's process draw the same."""
+    import torch
+    g = torch.Generator().manual_seed(EVAL_SEED)
+    return torch.randint(0, vocab, EVAL_SHAPE, generator=g).to(device)
+
+
+# ------------------------------------------------------------- the engine
+class TensorTable:
+    """An engine's tensors as a module's parameters (what vLLM's model
+    gives the weight-transfer backend): named_parameters / named_buffers."""
+
+    def __init__(self, tensors):
+        self.tensors = tensors
+
+    def named_parameters(self, remove_duplicate=True):
+        return list(self.tensors.items())
+
+    def named_buffers(self):
+        return []
+
+
+def engine_tensors(cfg_path, convention, device):
+    """Zeroed tensors for every buffer refit expects of engine rank 0, with
+    the convention's shapes and dtypes (FP8 as uint8 bytes where torch has
+    no float8)."""
+    import torch
+    import refit
+    dtypes = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
+              "f8e4m3": getattr(torch, "float8_e4m3fn", torch.uint8)}
+    out = {}
+    for b in refit.expected_buffers(side="engine", rank=0, model=cfg_path,
+                                    convention=convention):
+        if b.dtype not in dtypes:
+            raise RuntimeError(f"engine buffer {b.name}: dtype {b.dtype} not handled here")
+        out[b.name] = torch.zeros(b.shape, dtype=dtypes[b.dtype], device=device)
+    return out
+
+
+def join_engine(server, cfg_path, convention, device, transport, tensors):
+    """Joins engine rank 0 over ``tensors``: through refit's vLLM
+    backend (init_transfer_engine; start_weight_update / update_weights /
+    finish_weight_update; shutdown), or through refit.Member when the
+    tensors are uint8 stand-ins for FP8 (torch without float8), which the
+    backend's dtype check refuses, or when an installed vLLM's base class
+    takes other constructor arguments. Returns (path, update, leave):
+    which of the two, update(v) running round v in place (its statistics),
+    leave() (bounded)."""
+    import torch
+    import refit
+    bytes_fp8 = any(t.dtype == torch.uint8 for t in tensors.values())
+    eng, path = None, "refit.Member (FP8 as bytes)"
+    if not bytes_fp8:
+        import refit.vllm
+        try:
+            eng = refit.vllm.RefitWeightTransferEngine(
+                None, types.SimpleNamespace(parallel_config=types.SimpleNamespace(rank=0)),
+                torch.device(device), TensorTable(tensors))
+        except TypeError as e:  # an installed vLLM whose base class differs
+            path = f"refit.Member (the vLLM backend: {e})"
+    if eng is not None:
+        eng.init_transfer_engine(dict(server=server, engine_id="e0", model=cfg_path,
+                                      convention=convention, rank=0, device=device,
+                                      transport=transport, timeout=DEADLINE))
+
+        def update(v):
+            eng.start_weight_update()
+            eng.update_weights({"version": v, "timeout": DEADLINE})
+            eng.finish_weight_update()
+            return eng.last_stats
+        return "vllm backend", update, eng.shutdown
+    m = refit.Member(server=server, side="engine", rank=0, model=cfg_path,
+                     convention=convention, engine_id="e0", device=device,
+                     buffers=tensors, transport=transport, timeout=DEADLINE,
+                     heartbeat_ms=500)
+    m.prepare(timeout=DEADLINE)
+
+    def update(v):
+        got = m.wait_for_round(timeout=DEADLINE)
+        if got != v:
+            raise RuntimeError(f"engine: refitd announced round {got}, expected {v}")
+        return m.run_round(v, timeout=DEADLINE)
+    return path, update, m.close
+
+
+def engine_loop(server, cfg_path, convention, device, steps, transport, deliver):
+    """The engine: joins, then per step takes refit's round in place and
+    delivers (step, result): its logits computed in bf16 and float32 from
+    its fused tensors, and host copies of those tensors."""
+    torch = torch_setup()
+    import fused_qwen3 as fq
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    tensors = engine_tensors(cfg_path, convention, device)
+    path, update, leave = join_engine(server, cfg_path, convention, device, transport, tensors)
+    tokens = eval_tokens(cfg["vocab_size"], device)
+    try:
+        for v in range(1, steps + 1):
+            stats = update(v)
+            w = fq.EngineWeights(tensors)
+            with torch.no_grad():
+                result = {"bf16": fq.fused_logits(cfg, w, tokens, torch.bfloat16).cpu(),
+                          "fp32": fq.fused_logits(cfg, w, tokens, torch.float32).cpu(),
+                          "tensors": {n: t.detach().cpu().clone() for n, t in tensors.items()},
+                          "path": path, "seconds": stats.get("seconds", 0.0)}
+            deliver(v, result)
+    finally:
+        leave()
+
+
+def engine_main(argv):
+    """Entry of the engine process: rl_loop_gpu.py --engine BUNDLE SERVER
+    CONFIG CONVENTION DEVICE STEPS OUTDIR TRANSPORT; results as OUTDIR/step{v}.pt."""
+    bundle, server, cfg_path, convention, device, steps, outdir, transport = argv
+    use_bundle(bundle)
+    torch = torch_setup()
+
+    def deliver(v, result):
+        tmp = os.path.join(outdir, f".step{v}.pt")
+        torch.save(result, tmp)
+        os.replace(tmp, os.path.join(outdir, f"step{v}.pt"))
+    engine_loop(server, cfg_path, convention, device, int(steps),
+                None if transport == "-" else transport, deliver)
+    say(event="engine_done")
+    return 0
+
+
+# ------------------------------------------------------------ the trainer
+def build_trainer(kind, device, reference, experts=""):
+    """The trainer's model in BF16 on ``device`` (seeded) and its config
+    dict (what refit and the engine read): transformers'
+    Qwen3ForCausalLM / Qwen3MoeForCausalLM built from fused_qwen3.CONFIGS,
+    or the stand-in. ``experts``: transformers' experts implementation
+    ("": its default)."""
+    import torch
+    import fused_qwen3 as fq
+    cfg = dict(fq.CONFIGS[kind])
+    torch.manual_seed(0)
+    if reference == "stand-in":
+        return fq.StandInQwen3(cfg).to(device=device, dtype=torch.bfloat16), cfg
+    import transformers
+    fields = {k: v for k, v in cfg.items() if k not in ("model_type", "rope_theta")}
+    hf_cfg = (transformers.Qwen3Config if kind == "qwen3" else transformers.Qwen3MoeConfig)(**fields)
+    # Built in BF16 the way from_pretrained(dtype=bfloat16) builds it: the
+    # parameters in BF16, the rotary inv_freq buffer in float32.
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        model = (transformers.Qwen3ForCausalLM if kind == "qwen3"
+                 else transformers.Qwen3MoeForCausalLM)(hf_cfg)
+    finally:
+        torch.set_default_dtype(default)
+    model = model.to(device=device)  # a dtype here would cast inv_freq too
+    wrong = [n for n, p in model.named_parameters() if p.dtype != torch.bfloat16]
+    if wrong:
+        raise RuntimeError(f"parameters built in another dtype than bf16: {wrong[:3]}")
+    if experts and hasattr(model, "set_experts_implementation"):
+        model.set_experts_implementation(experts)
+    for key, want in fields.items():
+        got = getattr(model.config, key, None)
+        if got != want:
+            raise RuntimeError(f"transformers' {type(hf_cfg).__name__} has {key}={got!r}, "
+                               f"the test's config {want!r}")
+    params = getattr(model.config, "rope_parameters", None) or {}
+    cfg["rope_theta"] = float(params.get("rope_theta", getattr(model.config, "rope_theta", 0)))
+    check_rotary(model, cfg)
+    return model, cfg
+
+
+def check_rotary(model, cfg):
+    """Raises RuntimeError unless every rotary inv_freq buffer of the model
+    is float32 and equals 1 / theta^(2i/head_dim) for the config's theta
+    (the engine's rotary embedding), or when the model has none."""
+    import torch
+    hd = cfg["head_dim"]
+    want = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2).float() / hd))
+    found = 0
+    for name, buf in model.named_buffers():
+        if not name.endswith("inv_freq"):
+            continue
+        found += 1
+        if buf.dtype != torch.float32 or not torch.allclose(buf.cpu(), want, rtol=1e-6, atol=0):
+            raise RuntimeError(f"{name}: {buf.dtype}, {buf.flatten()[:3].tolist()}..., the "
+                               f"engine's rotary uses theta {cfg['rope_theta']:g}: "
+                               f"{want[:3].tolist()}...")
+    if not found:
+        raise RuntimeError("the model has no rotary inv_freq buffer to check theta against")
+
+
+def float32_copy(model):
+    """A float32 copy of the model for the same-weights reference, with
+    transformers' eager experts (its grouped_mm is for bf16)."""
+    m = copy.deepcopy(model).float()
+    if hasattr(m, "set_experts_implementation"):
+        m.set_experts_implementation("eager")
+    return m.eval()
+
+
+def load_engine_weights(model, engine, shapes, tied):
+    """Writes the engine's weights (dequantized, unfused) into ``model``'s
+    parameters (per-expert views of stacked experts). Raises RuntimeError
+    naming a parameter the engine does not hold."""
+    import torch
+    import fused_qwen3 as fq
+    values = fq.unfused_weights(engine, shapes)
+    with torch.no_grad():
+        for name, p in fq.ExpertViews(model).named_parameters(remove_duplicate=False):
+            if name in values:
+                p.copy_(values[name])
+            elif not (tied and name == "lm_head.weight"):
+                raise RuntimeError(f"the engine holds no value for parameter {name}")
+
+
+def logits(model, tokens):
+    """float32 logits of the model's own forward (eval mode, no grad)."""
+    import torch
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        out = model(input_ids=tokens).logits.float()
+    model.train(was)
+    return out
+
+
+def train_step(model, opt, gen, vocab, device):
+    """One AdamW step on random tokens (next-token loss); returns the loss."""
+    import torch
+    ids = torch.randint(0, vocab, TRAIN_SHAPE, generator=gen).to(device)
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return float(loss)
+
+
+# -------------------------------------------------------------- the driver
+def start_refitd(refitd):
+    """refitd on 127.0.0.1 (a free port): (process, port). Raises
+    RuntimeError when it does not report its port within 30 s."""
+    d = subprocess.Popen([refitd, "--address=127.0.0.1:0", "--staging_mib=512",
+                          "--heartbeat_timeout_ms=3000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in d.stdout] + [lines.put(None)],
+                     daemon=True).start()
+    t_end = time.monotonic() + 30
+    while time.monotonic() < t_end:
+        try:
+            line = lines.get(timeout=max(0.01, t_end - time.monotonic()))
+        except queue.Empty:
+            break
+        if line is None:
+            break
+        if "listening on port " in line:
+            return d, int(line.rsplit(" ", 1)[1])
+    d.kill()
+    d.wait()
+    raise RuntimeError("refitd did not report its port within 30 s")
+
+
+class EngineProcess:
+    """The engine as a child process; ``result(v)`` waits (bounded) for its
+    step-v file, failing at once when the child died."""
+
+    def __init__(self, bundle, server, cfg_path, convention, device, steps, workdir, transport):
+        self.dir = workdir
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [os.path.join(bundle, "python"), HERE, os.environ.get("PYTHONPATH", "")]))
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--engine", bundle, server, cfg_path,
+             convention, device, str(steps), workdir, transport or "-"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+
+    def result(self, v, timeout=DEADLINE):
+        import torch
+        path = os.path.join(self.dir, f"step{v}.pt")
+        t_end = time.monotonic() + timeout
+        while time.monotonic() < t_end:
+            if os.path.exists(path):
+                return torch.load(path, weights_only=False)  # this test's own file
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the engine process exited ({self.proc.returncode}): "
+                                   + " | ".join(self.lines[-5:]))
+            time.sleep(0.02)
+        raise RuntimeError(f"no engine result for step {v} within {timeout:g} s")
+
+    def finish(self, timeout=60):
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(timeout=5)
+        return self.proc.returncode
+
+
+class EngineThread:
+    """The engine as a thread of this process (its own refit member)."""
+
+    def __init__(self, server, cfg_path, convention, device, steps, transport):
+        self.results = queue.Queue()
+        self.error = None
+
+        def body():
+            try:
+                engine_loop(server, cfg_path, convention, device, steps, transport,
+                            lambda v, r: self.results.put((v, r)))
+            except Exception as e:  # reported through result()
+                self.error = f"{type(e).__name__}: {e}"
+                self.results.put((None, None))
+        self.thread = threading.Thread(target=body, daemon=True)
+        self.thread.start()
+
+    def result(self, v, timeout=DEADLINE):
+        try:
+            got, r = self.results.get(timeout=timeout)
+        except queue.Empty:
+            raise RuntimeError(f"no engine result for step {v} within {timeout:g} s") from None
+        if got != v:
+            raise RuntimeError(f"the engine thread failed: {self.error}")
+        return r
+
+    def finish(self, timeout=60):
+        self.thread.join(timeout=timeout)
+        return 1 if self.error or self.thread.is_alive() else 0
+
+
+def judge(dtype, moe, eng16, eng32, mine, prev, same_ref, problems):
+    """(figures, why it fails or None) of one step: the engine's BF16 logits
+    against the trainer's (per token, relative to the trainer logits'
+    range; MoE: MOE_TOKEN_SHARE of the tokens, the others may sit on
+    routing near-ties that BF16 rounding tips to another expert), the
+    engine's float32 logits against the same-weights reference, how far
+    the trainer's logits moved since the previous step, and the weight
+    check's problems."""
+    scale = float(mine.abs().max())
+    tol = TOL_VS_TRAINER[dtype] * scale
+    per_token = (eng16 - mine).abs().amax(-1).flatten()
+    within = float((per_token <= tol).float().mean())
+    need = MOE_TOKEN_SHARE if moe else 1.0
+    same = float((eng32 - same_ref).abs().max())
+    same_tol = TOL_SAME_WEIGHTS * float(same_ref.abs().max())
+    moved = float((mine - prev).abs().max())
+    moved_min = TOL_VS_TRAINER["bf16"] * scale
+    fig = dict(diff=float(per_token.max()), tol=tol, within=within, same=same,
+               same_tol=same_tol, moved=moved)
+    if problems:
+        return fig, problems[0]
+    if within < need:
+        return fig, (f"{within:.0%} of the tokens within |logit diff| {tol:.3g} of the "
+                     f"trainer's (needs {need:.0%}; max {fig['diff']:.3g})")
+    if same > same_tol:
+        return fig, f"same-weights |logit diff| {same:.3g} > {same_tol:.3g}"
+    if moved <= moved_min:
+        return fig, f"the trainer's logits moved only {moved:.3g} (<= {moved_min:.3g})"
+    return fig, None
+
+
+def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts):
+    """One (model, engine dtype, mode): returns the row's record."""
+    torch = torch_setup()
+    import refit
+    import refit.torch
+    import fused_qwen3 as fq
+    row = dict(model=kind, engine=dtype, mode=mode, steps=0, ok=False, detail="",
+               diff=0.0, tol=0.0, within=0.0, same=0.0, same_tol=0.0, ms=[], round_ms=[],
+               path="")
+    transport = "ipc" if device.startswith("cuda") else None
+    convention = ENGINE_CONVENTIONS[dtype]
+    d, port = start_refitd(refitd)
+    server = f"127.0.0.1:{port}"
+    engine = member = None
+    work = tempfile.mkdtemp(prefix="rl_loop_")
+    try:
+        model, cfg = build_trainer(kind, device, reference, experts)
+        cfg_path = os.path.join(work, "config.json")
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f)
+        ref32 = float32_copy(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=LR)
+        if mode == "process":
+            engine = EngineProcess(bundle, server, cfg_path, convention, device, steps,
+                                   work, transport)
+        else:
+            engine = EngineThread(server, cfg_path, convention, device, steps, transport)
+        member = refit.torch.trainer_member(
+            fq.ExpertViews(model), server=server, rank=0, model=cfg_path,
+            convention=TRAINER_CONVENTION, device=device, transport=transport,
+            timeout=DEADLINE, heartbeat_ms=500)
+        member.prepare(timeout=PREPARE_TIMEOUT)
+        trainer = member.buffers  # fsdp names, tied aliases dropped
+        shapes = {n: t.shape for n, t in trainer.items()}
+        tied = bool(cfg.get("tie_word_embeddings"))
+        tokens = eval_tokens(cfg["vocab_size"], device)
+        gen = torch.Generator().manual_seed(7)
+        prev = logits(model, tokens)
+        moe = "num_experts" in cfg
+        for v in range(1, steps + 1):
+            loss = train_step(model, opt, gen, cfg["vocab_size"], device)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            stats = refit.torch.publish(member, version=v, rank=0, world=1, timeout=DEADLINE)
+            row["ms"].append((time.perf_counter() - t0) * 1e3)
+            row["round_ms"].append(stats.get("seconds", 0.0) * 1e3)
+            mine = logits(model, tokens)
+            res = engine.result(v)
+            row["path"] = res["path"]
+            got = {n: t.to(device) for n, t in res["tensors"].items()}
+            problems, counts = fq.check_engine_weights(got, trainer)
+            load_engine_weights(ref32, got, shapes, tied)
+            same_ref = logits(ref32, tokens)
+            fig, why = judge(dtype, moe, res["bf16"].to(device), res["fp32"].to(device),
+                             mine, prev, same_ref, problems)
+            prev = mine
+            say(event="step", model=kind, engine=dtype, mode=mode, step=v, loss=round(loss, 4),
+                weight_problems=problems[:3], tensors=counts, refit_ms=round(row["ms"][-1], 2),
+                **fig)
+            for key, worst in (("diff", max), ("tol", min), ("within", min), ("same", max),
+                               ("same_tol", min)):
+                row[key] = fig[key] if v == 1 else worst(row[key], fig[key])
+            if why:
+                row["detail"] = f"step {v}: {why}"
+                return row
+            row["steps"] = v
+            if v == 1:
+                row["detail"] = (f"{counts['equal']} tensors bit-equal, {counts['fp8']} FP8 "
+                                 f"within e4m3 rounding")
+        member.close()
+        member = None
+        rc = engine.finish()
+        if rc != 0:
+            row["detail"] = f"engine exit code {rc}"
+            return row
+        row["ok"] = True
+        return row
+    except Exception as e:  # the row fails with the reason
+        row["detail"] = f"{type(e).__name__}: {e}"
+        if isinstance(engine, EngineProcess):
+            row["detail"] += " | engine: " + " | ".join(engine.lines[-3:])
+        return row
+    finally:
+        if member is not None:
+            member.close()
+        if isinstance(engine, EngineProcess) and engine.proc.poll() is None:
+            engine.proc.kill()
+            engine.proc.wait()
+        d.kill()
+        d.wait()
+
+
+def print_table(rows):
+    print("\n== RL loop: trainer (transformers, BF16, AdamW) -> refit -> engine "
+          "(vLLM fused layout)")
+    print(f"{'model':<10} {'engine':<6} {'mode':<8} {'steps':>5} {'max|dlogit|':>12} "
+          f"{'tol':>9} {'tokens':>6} {'same-w':>9} {'tol':>9} {'result':<6} "
+          f"{'refit ms/step':>13}  detail")
+    for r in rows:
+        ms = sum(r["ms"]) / len(r["ms"]) if r["ms"] else 0.0
+        rms = sum(r["round_ms"]) / len(r["round_ms"]) if r["round_ms"] else 0.0
+        print(f"{r['model']:<10} {r['engine']:<6} {r['mode']:<8} {r['steps']:>5} "
+              f"{r['diff']:>12.4g} {r['tol']:>9.3g} {r['within']:>6.0%} {r['same']:>9.3g} "
+              f"{r['same_tol']:>9.3g} "
+              f"{'PASS' if r['ok'] else 'FAIL':<6} {ms:>7.1f} ({rms:.1f})  "
+              f"{r['path']}; {r['detail']}")
+    print("(max|dlogit|: engine logits computed in BF16 vs transformers' forward of the "
+          "trainer's model, worst step; tokens: the share within tol; same-w: float32 "
+          "forwards over the same weights; refit ms: publish() wall time, in brackets the "
+          "round's own)")
+
+
+def main(argv):
+    if not argv or argv[0].startswith("--"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    bundle = os.path.abspath(argv[0])
+    opts = dict(steps="3", models="qwen3,qwen3-moe", engines="bf16,fp8",
+                modes="process,threads", device="cuda:0", reference="transformers", experts="",
+                refitd=os.path.join(bundle, "refitd"))
+    for a in argv[1:]:
+        key, _, value = a.lstrip("-").partition("=")
+        if key not in opts or not value:
+            print(f"unknown or empty option {a}\n{__doc__}", file=sys.stderr)
+            return 2
+        opts[key] = value
+    use_bundle(bundle)
+    torch = torch_setup()
+    import refit
+    device = opts["device"]
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+        print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    if opts["reference"] == "transformers":
+        import transformers
+        print(f"transformers {transformers.__version__}", flush=True)
+    refit.load_library(gpu=device.startswith("cuda"))
+    print(f"refit client library {refit.loaded_library_path()}", flush=True)
+    rows = []
+    for kind in opts["models"].split(","):
+        for dtype in opts["engines"].split(","):
+            for mode in opts["modes"].split(","):
+                if mode not in ("process", "threads") or dtype not in ENGINE_CONVENTIONS:
+                    print(f"unknown mode {mode} or engine {dtype}", file=sys.stderr)
+                    return 2
+                t0 = time.monotonic()
+                row = run_row(bundle, opts["refitd"], kind, dtype, mode, int(opts["steps"]),
+                              device, opts["reference"], opts["experts"])
+                say(event="row", took_s=round(time.monotonic() - t0, 1),
+                    **{k: v for k, v in row.items() if k not in ("ms", "round_ms")})
+                rows.append(row)
+    print_table(rows)
+    return 0 if rows and all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--engine":
+        try:
+            sys.exit(engine_main(sys.argv[2:]))
+        except Exception as e:  # reported, then a failing exit code
+            say(event="error", message=f"{type(e).__name__}: {e}")
+            sys.exit(1)
+    sys.exit(main(sys.argv[1:]))
