@@ -177,6 +177,7 @@ void Coordinator::RemoveMember(const std::string& id, const std::string& why,
   last_departure_ = absl::StrCat(DescribeMember(ident), " ", why, " at ",
                                  absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(),
                                                   absl::UTCTimeZone()));
+  departure_untold_ = true;
   membership_.Remove(id);
   kv_.DropOwner(id);
   secrets_.erase(id);
@@ -523,6 +524,16 @@ bool Coordinator::TrySatisfy(Waiter& w) {
   return true;
 }
 
+void Coordinator::FailPlanWaiters() {
+  departure_untold_ = false;
+  waits_.Wake([this](Waiter& w) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (w.kv_done) return false;
+    if (membership_.Find(w.member_id) == nullptr) return TrySatisfy(w);  // NOT_FOUND
+    w.plan_done(plan_status_);
+    return true;
+  });
+}
+
 void Coordinator::WakeWaiters() {
   waits_.Wake([this](Waiter& w) ABSL_NO_THREAD_SAFETY_ANALYSIS { return TrySatisfy(w); });
 }
@@ -542,7 +553,7 @@ void Coordinator::Tick(absl::Time now) {
   AnnounceEpoch();
   for (const std::string& id : membership_.Expired(now, options_.heartbeat_timeout)) {
     RemoveMember(id,
-                 absl::StrCat("stopped heart-beating for more than ",
+                 absl::StrCat("expired: stopped heart-beating for more than ",
                               absl::FormatDuration(options_.heartbeat_timeout)),
                  AbortReason::kMemberExpired);
   }
@@ -578,8 +589,10 @@ void Coordinator::MaybePlan(absl::Time now) {
     plan_incomplete_ = true;
     member_plans_.clear();
     plan_fingerprint_.clear();
-    return;  // waiters keep waiting (UNAVAILABLE is not final)
+    if (departure_untold_) FailPlanWaiters();
+    return;  // waits parked from now on wait for a member to join
   }
+  departure_untold_ = false;  // the waiters get the plan of the new membership
   if (PlanCache::Entry cached = plan_cache_.Find(input->fingerprint)) {
     ApplyPlan(*input, std::move(cached), /*seconds=*/-1);
     return;
