@@ -195,11 +195,14 @@ absl::StatusOr<RunStats> DataPlaneMember::Connect(int64_t version,
                                                   absl::Time deadline) {
   if (executor_ != nullptr || runner_ != nullptr) return RunStats{};
   // A fresh key namespace per connection: every member connects at the same
-  // round (the first after Prepare or after an aborted round).
+  // round (the first after Prepare or after an aborted round), and a version
+  // run again after its abort does not read the aborted attempt's keys.
   {
+    const int32_t attempt = client_->RoundAttempt(version);
     absl::MutexLock l(&cancel_mu_);
     store_ = std::make_unique<GrpcKvStore>(
-        client_, absl::StrCat(kv_prefix_, "/v", version));
+        client_, absl::StrCat(kv_prefix_, "/v", version,
+                              attempt > 1 ? absl::StrCat(".", attempt) : ""));
     if (!cancelled_.ok()) return cancelled_;
   }
   if (options_.runner) {

@@ -86,9 +86,12 @@ void RefitClient::ResetSession() {
   latest_epoch_ = 0;
   plan_epoch_ = -1;
   latest_started_ = 0;
+  latest_attempt_ = 0;
   last_returned_ = 0;
+  last_returned_attempt_ = 0;
   outcomes_.clear();
   round_epochs_.clear();
+  round_attempts_.clear();
 }
 
 absl::Status RefitClient::Rejoin(absl::Time deadline) {
@@ -163,11 +166,23 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
     absl::MutexLock l(&mu_);
     stream_ready_ = true;
     switch (e.kind()) {
-      case v1::RoundEvent::ROUND_STARTED:
-        latest_started_ = std::max(latest_started_, e.version());
+      case v1::RoundEvent::ROUND_STARTED: {
+        const int32_t attempt = std::max(1, e.attempt());
+        if (e.version() == latest_started_ && attempt > latest_attempt_) {
+          // The version runs again after its abort: that outcome is over.
+          outcomes_.erase(e.version());
+        }
+        if (e.version() > latest_started_ ||
+            (e.version() == latest_started_ && attempt > latest_attempt_)) {
+          latest_started_ = e.version();
+          latest_attempt_ = attempt;
+        }
         round_epochs_[e.version()] = e.epoch();
+        round_attempts_[e.version()] = std::max(round_attempts_[e.version()], attempt);
         while (round_epochs_.size() > 1024) round_epochs_.erase(round_epochs_.begin());
+        while (round_attempts_.size() > 1024) round_attempts_.erase(round_attempts_.begin());
         break;
+      }
       case v1::RoundEvent::ROUND_COMMITTED:
         outcomes_[e.version()] = absl::OkStatus();
         break;
@@ -260,6 +275,12 @@ absl::StatusOr<v1::AwaitPlanResponse> RefitClient::AwaitPlan(absl::Time deadline
   return resp;
 }
 
+int32_t RefitClient::RoundAttempt(int64_t version) {
+  absl::MutexLock l(&mu_);
+  auto it = round_attempts_.find(version);
+  return it == round_attempts_.end() ? 0 : it->second;
+}
+
 int64_t RefitClient::plan_epoch() {
   absl::MutexLock l(&mu_);
   return plan_epoch_;
@@ -295,12 +316,19 @@ absl::Status RefitClient::StartRound(int64_t version, absl::Time deadline) {
 
 absl::StatusOr<int64_t> RefitClient::WaitForRound(absl::Time deadline) {
   absl::MutexLock l(&mu_);
-  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return latest_started_ > last_returned_ || stream_broken_ || stopping_;
+  // A round not returned yet: a higher version, or the same version run
+  // again (a higher attempt) after its abort.
+  auto unseen = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return latest_started_ > last_returned_ ||
+           (latest_started_ == last_returned_ && latest_attempt_ > last_returned_attempt_);
+  };
+  auto ready = [this, &unseen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return unseen() || stream_broken_ || stopping_;
   };
   mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
-  if (latest_started_ > last_returned_) {
+  if (unseen()) {
     last_returned_ = latest_started_;
+    last_returned_attempt_ = latest_attempt_;
     return latest_started_;
   }
   if (stream_broken_ || stopping_) return absl::UnavailableError(stream_error_);
@@ -313,6 +341,7 @@ absl::Status RefitClient::ReportDone(int64_t version, int64_t bytes, double seco
   req.set_member_id(member_id_);
   req.set_member_secret(member_secret_);
   req.set_version(version);
+  req.set_attempt(RoundAttempt(version));
   req.set_ok(true);
   req.set_bytes(bytes);
   req.set_seconds(seconds);
@@ -327,6 +356,7 @@ absl::Status RefitClient::ReportFailed(int64_t version, const std::string& reaso
   req.set_member_id(member_id_);
   req.set_member_secret(member_secret_);
   req.set_version(version);
+  req.set_attempt(RoundAttempt(version));
   req.set_ok(false);
   req.set_reason(reason);
   v1::ReportResponse resp;

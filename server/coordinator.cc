@@ -242,6 +242,7 @@ absl::Status Coordinator::Watch(const std::string& member_id, const std::string&
   if (rounds_.active() != nullptr) {
     e.set_kind(v1::RoundEvent::ROUND_STARTED);
     e.set_version(rounds_.active()->version);
+    e.set_attempt(rounds_.active()->attempt);
     e.set_epoch(plan_epoch_);
     stream->Push(std::make_shared<const v1::RoundEvent>(e));
   }
@@ -285,6 +286,7 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
   REFIT_ASSIGN_OR_RETURN(const bool already_started, rounds_.CheckStart(v));
   if (already_started) {
     resp.set_already_started(true);
+    resp.set_attempt(rounds_.last_attempt());
     return resp;
   }
   if (plan_dirty_ || plan_epoch_ != membership_.epoch()) {
@@ -305,11 +307,14 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
     participants.insert(id);
   }
   const size_t n = participants.size();
-  rounds_.Start(v, std::move(participants), absl::Now());
-  ServerLog().info("round started round={} members={} plan_epoch={}", v, n, plan_epoch_);
+  const int32_t attempt = rounds_.Start(v, std::move(participants), absl::Now());
+  resp.set_attempt(attempt);
+  ServerLog().info("round started round={} attempt={} members={} plan_epoch={}", v,
+                   attempt, n, plan_epoch_);
   v1::RoundEvent e;
   e.set_kind(v1::RoundEvent::ROUND_STARTED);
   e.set_version(v);
+  e.set_attempt(attempt);
   e.set_epoch(plan_epoch_);
   Broadcast(e);
   return resp;
@@ -321,7 +326,9 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
   REFIT_RETURN_IF_ERROR(CheckSecret(req.member_id(), req.member_secret()));
   const int64_t v = req.version();
   // Late report of a finished round: tell the caller how it ended.
-  if (std::optional<absl::Status> reply = rounds_.ReplyToFinished(v)) return *reply;
+  if (std::optional<absl::Status> reply = rounds_.ReplyToFinished(v, req.attempt())) {
+    return *reply;
+  }
   if (!rounds_.IsParticipant(req.member_id())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "member_id: ", req.member_id(), " is not a participant of round ", v));
@@ -427,6 +434,7 @@ v1::StatusResponse Coordinator::GetStatus() {
   if (const Rounds::Active* a = rounds_.active()) {
     v1::RoundSummary* s = resp.add_rounds();
     s->set_version(a->version);
+    s->set_attempt(a->attempt);
     s->set_outcome("running");
     s->set_bytes(a->bytes);
     s->set_seconds(absl::ToDoubleSeconds(now - a->started));

@@ -139,18 +139,23 @@ class Coordinator {
   // and RESOURCE_EXHAUSTED (quota).
   absl::Status KvSet(const v1::KvSetRequest& req);
 
-  // Starts round req.version(). Fails with NOT_FOUND (member unknown),
+  // Starts round req.version(): a version above the last, or the last one
+  // again after its round aborted (the next attempt: the engines it tore
+  // are made whole when it commits). The response's attempt is the one
+  // running; already_started when that version runs or committed (an
+  // idempotent retry). Fails with NOT_FOUND (member unknown),
   // PERMISSION_DENIED (not a trainer), FAILED_PRECONDITION (req.plan_epoch
   // is set and is not the membership's epoch, another round runs, or no
-  // valid plan), INVALID_ARGUMENT (version not above the last),
+  // valid plan), INVALID_ARGUMENT (version below the last),
   // UNAVAILABLE (the plan for a changed membership is pending, or a
   // participant has no round stream yet: retry).
   absl::StatusOr<v1::StartRoundResponse> StartRound(const v1::StartRoundRequest& req);
 
   // Records a participant's outcome; all successes commit the round, one
-  // failure aborts it (its reason cut to kMaxReasonBytes). For a round that is not running: OK if it committed,
-  // ABORTED if it aborted, FAILED_PRECONDITION if unknown or when the member
-  // is not a participant.
+  // failure aborts it (its reason cut to kMaxReasonBytes). For a round that
+  // is not running (or an earlier attempt, req.attempt, of the running
+  // version): OK if it committed, ABORTED if it aborted,
+  // FAILED_PRECONDITION if unknown or when the member is not a participant.
   absl::Status Report(const v1::ReportRequest& req);
 
   // Records a heartbeat; NOT_FOUND when the member is not registered.
