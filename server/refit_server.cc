@@ -2,7 +2,8 @@
 // call, answered at once or, for waits (AwaitPlan, KvGet with wait), by a
 // parked reactor that the coordinator finishes when the condition holds.
 // Handlers never block. The bearer token is checked by the listener's
-// credentials before any handler runs.
+// credentials before any handler runs; each handler then checks that the
+// request's text is UTF-8 (request_text.h) before the coordinator sees it.
 #include "server/refit_server.h"
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "proto/refit_service.grpc.pb.h"
 #include "server/coordinator.h"
 #include "server/log.h"
+#include "server/request_text.h"
 #include "server/round_stream_reactor.h"
 
 namespace refit {
@@ -79,11 +81,13 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const v1::RegisterRequest* req,
                                      v1::RegisterResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     return Reply(ctx, coordinator_->Register(req->registration(), req->member_secret()), resp);
   }
   grpc::ServerUnaryReactor* AwaitPlan(grpc::CallbackServerContext* ctx,
                                       const v1::AwaitPlanRequest* req,
                                       v1::AwaitPlanResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     auto* r = new WaitReactor(coordinator_.get());
     r->set_wait(coordinator_->AwaitPlan(
         *req, WaitDeadline(ctx), [r, resp](absl::StatusOr<v1::AwaitPlanResponse> got) {
@@ -95,44 +99,52 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   grpc::ServerUnaryReactor* StartRound(grpc::CallbackServerContext* ctx,
                                        const v1::StartRoundRequest* req,
                                        v1::StartRoundResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     return Reply(ctx, coordinator_->StartRound(*req), resp);
   }
   grpc::ServerWriteReactor<v1::RoundEvent>* WatchRounds(
       grpc::CallbackServerContext* ctx, const v1::WatchRequest* req) override {
     auto* stream = new RoundStreamReactor(coordinator_.get(), req->member_id());
-    absl::Status s = coordinator_->Watch(req->member_id(), req->member_secret(), stream);
+    absl::Status s = CheckRequestText(*req);
+    if (s.ok()) s = coordinator_->Watch(req->member_id(), req->member_secret(), stream);
     if (!s.ok()) stream->End(s);
     return stream;
   }
   grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* ctx,
                                    const v1::ReportRequest* req,
                                    v1::ReportResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     return Finish(ctx, coordinator_->Report(*req));
   }
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
                                       const v1::HeartbeatRequest* req,
                                       v1::HeartbeatResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     return Reply(ctx, coordinator_->Heartbeat(*req), resp);
   }
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx,
                                   const v1::LeaveRequest* req,
                                   v1::LeaveResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     return Finish(ctx, coordinator_->Leave(*req));
   }
   grpc::ServerUnaryReactor* GetEngineState(grpc::CallbackServerContext* ctx,
                                            const v1::EngineStateRequest* req,
                                            v1::EngineStateResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     *resp = coordinator_->GetEngineState(*req);
     return Finish(ctx, absl::OkStatus());
   }
   grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* ctx,
                                   const v1::KvSetRequest* req,
                                   v1::KvSetResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     return Finish(ctx, coordinator_->KvSet(*req));
   }
   grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx,
                                   const v1::KvGetRequest* req,
                                   v1::KvGetResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     auto* r = new WaitReactor(coordinator_.get());
     r->set_wait(coordinator_->KvGet(
         *req, WaitDeadline(ctx), [r, resp](absl::StatusOr<std::string> got) {
@@ -154,6 +166,13 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
     grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
     r->Finish(ToGrpcStatus(s));
     return r;
+  }
+  // Returns the call finished with INVALID_ARGUMENT (naming the field) when
+  // `req`'s text is not UTF-8; null when it is.
+  static grpc::ServerUnaryReactor* RefuseNonText(grpc::CallbackServerContext* ctx,
+                                                 const google::protobuf::Message& req) {
+    absl::Status s = CheckRequestText(req);
+    return s.ok() ? nullptr : Finish(ctx, s);
   }
   template <typename Response>
   static grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx,
