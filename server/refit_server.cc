@@ -1,8 +1,9 @@
 // refitd's gRPC service on the callback API: each RPC is one Coordinator
 // call, answered at once or, for waits (AwaitPlan, KvGet with wait), by a
 // parked reactor that the coordinator finishes when the condition holds.
-// Handlers never block. The bearer token is checked by the listener's
-// credentials before any handler runs; each handler then checks that the
+// Handlers never block. Connections come from refitd's own listener
+// (acceptor.h), which keeps accepting at the open-file limit. The bearer
+// token is checked by the listener's credentials before any handler runs; each handler then checks that the
 // request's text is UTF-8 (request_text.h) before the coordinator sees it.
 #include "server/refit_server.h"
 
@@ -17,6 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "proto/refit_service.grpc.pb.h"
+#include "server/acceptor.h"
 #include "server/coordinator.h"
 #include "server/log.h"
 #include "server/request_text.h"
@@ -189,6 +191,8 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   std::atomic<bool> shut_down_{false};
   // Declared before server_: destroyed after it, as reactors call into it.
   std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<Acceptor> acceptor_;
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> connections_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };
@@ -206,9 +210,12 @@ absl::Status RefitServer::Impl::Init() {
                                                [c = coordinator_.get()] {
                                                  c->metrics().AuthFailed();
                                                }));
+  REFIT_ASSIGN_OR_RETURN(acceptor_, Acceptor::Listen(options_.address));
+  port_ = acceptor_->port();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.address, creds, &port_);
+  connections_ = builder.experimental().AddExternalConnectionAcceptor(
+      grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, creds);
   builder.RegisterService(this);
   builder.SetMaxReceiveMessageSize(static_cast<int>(
       std::min<int64_t>(options_.max_metadata_bytes + (1 << 20), INT32_MAX)));
@@ -217,6 +224,7 @@ absl::Status RefitServer::Impl::Init() {
   if (server_ == nullptr || port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.address));
   }
+  acceptor_->Start(connections_.get());
   if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(true);
   ServerLog().info("serving on {} (port {}, {}{})", options_.address, port_,
                    options_.tls == nullptr ? "plaintext"
@@ -235,6 +243,7 @@ void RefitServer::Impl::Shutdown() {
     absl::SleepFor(options_.drain);
   }
   if (coordinator_ != nullptr) coordinator_->Stop();
+  if (acceptor_ != nullptr) acceptor_->Stop();  // no new connections
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_->Wait();
