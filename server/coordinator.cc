@@ -178,6 +178,7 @@ void Coordinator::RemoveMember(const std::string& id, const std::string& why,
                                  absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(),
                                                   absl::UTCTimeZone()));
   departure_untold_ = true;
+  departed_wait_mark_ = waits_.last_id();
   membership_.Remove(id);
   kv_.DropOwner(id);
   secrets_.erase(id);
@@ -535,7 +536,7 @@ bool Coordinator::TrySatisfy(Waiter& w) {
 void Coordinator::FailPlanWaiters() {
   departure_untold_ = false;
   waits_.Wake([this](Waiter& w) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (w.kv_done) return false;
+    if (w.kv_done || w.id > departed_wait_mark_) return false;  // parked later
     if (membership_.Find(w.member_id) == nullptr) return TrySatisfy(w);  // NOT_FOUND
     w.plan_done(plan_status_);
     return true;

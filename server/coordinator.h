@@ -208,7 +208,8 @@ class Coordinator {
   static std::string TransportLabel(int transport);
   bool TrySatisfy(Waiter& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeWaiters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends every plan wait with plan_status_ (the membership is incomplete,
+  // Ends every plan wait parked when the last member departed
+  // (departed_wait_mark_) with plan_status_ (the membership is incomplete,
   // and why), or NOT_FOUND for a member no longer registered.
   void FailPlanWaiters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string Describe(const std::string& member_id) const
@@ -248,6 +249,7 @@ class Coordinator {
   // A member left or expired since the last plan or failed plan waits: if
   // the membership is then incomplete, the plan waits parked now fail.
   bool departure_untold_ ABSL_GUARDED_BY(mu_) = false;
+  Waits::Id departed_wait_mark_ ABSL_GUARDED_BY(mu_) = 0;  // last wait parked then
   int64_t plan_epoch_ ABSL_GUARDED_BY(mu_) = -1;  // epoch of the plan below
   absl::Status plan_status_ ABSL_GUARDED_BY(mu_) = absl::UnavailableError("no plan yet");
   std::string plan_fingerprint_ ABSL_GUARDED_BY(mu_);

@@ -241,6 +241,26 @@ TEST(CoordinatorLimitsTest, PlanWaitersLearnAtOnceThatAMemberLeft) {
   EXPECT_TRUE(again.Get(absl::Seconds(5)).ok());
 }
 
+TEST(CoordinatorLimitsTest, AWaitParkedAfterTheDepartureWaitsForAMemberToJoin) {
+  Coordinator::Options o = TestOptions();
+  o.plan_settle = absl::Milliseconds(200);  // the departure is planned later
+  o.plan_settle_max = absl::Milliseconds(400);
+  auto c = Make(std::move(o));
+  const std::string t0 = Register(*c, Reg(v1::SIDE_TRAINER, "", 0, 2));
+  const std::string t1 = Register(*c, Reg(v1::SIDE_TRAINER, "", 1, 2));
+  v1::LeaveRequest leave;
+  leave.set_member_id(t1);
+  leave.set_member_secret(Secret(t1));
+  ASSERT_TRUE(c->Leave(leave).ok());
+  ParkedPlanWait wait(*c, t0, absl::Seconds(20));  // after the departure
+  absl::SleepFor(absl::Milliseconds(700));  // the incomplete membership is planned
+  EXPECT_FALSE(wait.Answered());
+  Register(*c, Reg(v1::SIDE_TRAINER, "", 1, 2));
+  Register(*c, Reg(v1::SIDE_ENGINE, "A", 0, 1));
+  auto p = wait.Get(absl::Seconds(5));
+  EXPECT_TRUE(p.ok()) << p.status();
+}
+
 TEST(CoordinatorLimitsTest, PlanWaitersLearnAtOnceThatAMemberExpired) {
   Coordinator::Options o = TestOptions();
   o.heartbeat_timeout = absl::Milliseconds(500);
