@@ -168,10 +168,6 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
     switch (e.kind()) {
       case v1::RoundEvent::ROUND_STARTED: {
         const int32_t attempt = std::max(1, e.attempt());
-        if (e.version() == latest_started_ && attempt > latest_attempt_) {
-          // The version runs again after its abort: that outcome is over.
-          outcomes_.erase(e.version());
-        }
         if (e.version() > latest_started_ ||
             (e.version() == latest_started_ && attempt > latest_attempt_)) {
           latest_started_ = e.version();
@@ -184,12 +180,12 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
         break;
       }
       case v1::RoundEvent::ROUND_COMMITTED:
-        outcomes_[e.version()] = absl::OkStatus();
+        outcomes_[{e.version(), std::max(1, e.attempt())}] = absl::OkStatus();
         break;
       case v1::RoundEvent::ROUND_ABORTED:
         ClientLog().warn("round aborted round={} member={} reason={}", e.version(),
                          member_id_, e.reason());
-        outcomes_[e.version()] = absl::AbortedError(
+        outcomes_[{e.version(), std::max(1, e.attempt())}] = absl::AbortedError(
             absl::StrCat("round ", e.version(), " aborted: ", e.reason()));
         break;
       case v1::RoundEvent::PLAN_CHANGED:
@@ -336,12 +332,12 @@ absl::StatusOr<int64_t> RefitClient::WaitForRound(absl::Time deadline) {
 }
 
 absl::Status RefitClient::ReportDone(int64_t version, int64_t bytes, double seconds,
-                                     absl::Time deadline) {
+                                     absl::Time deadline, int32_t attempt) {
   v1::ReportRequest req;
   req.set_member_id(member_id_);
   req.set_member_secret(member_secret_);
   req.set_version(version);
-  req.set_attempt(RoundAttempt(version));
+  req.set_attempt(attempt > 0 ? attempt : RoundAttempt(version));
   req.set_ok(true);
   req.set_bytes(bytes);
   req.set_seconds(seconds);
@@ -351,12 +347,12 @@ absl::Status RefitClient::ReportDone(int64_t version, int64_t bytes, double seco
 }
 
 absl::Status RefitClient::ReportFailed(int64_t version, const std::string& reason,
-                                       absl::Time deadline) {
+                                       absl::Time deadline, int32_t attempt) {
   v1::ReportRequest req;
   req.set_member_id(member_id_);
   req.set_member_secret(member_secret_);
   req.set_version(version);
-  req.set_attempt(RoundAttempt(version));
+  req.set_attempt(attempt > 0 ? attempt : RoundAttempt(version));
   req.set_ok(false);
   req.set_reason(reason);
   v1::ReportResponse resp;
@@ -374,13 +370,16 @@ absl::StatusOr<v1::PlanProto> RefitClient::Slice(const v1::AwaitPlanResponse& r)
   return p;
 }
 
-absl::Status RefitClient::AwaitOutcome(int64_t version, absl::Time deadline) {
+absl::Status RefitClient::AwaitOutcome(int64_t version, absl::Time deadline,
+                                       int32_t attempt) {
+  if (attempt <= 0) attempt = std::max(1, RoundAttempt(version));
+  const std::pair<int64_t, int32_t> key(version, attempt);
   absl::MutexLock l(&mu_);
-  auto ready = [this, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return outcomes_.count(version) > 0 || stream_broken_ || stopping_;
+  auto ready = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return outcomes_.count(key) > 0 || stream_broken_ || stopping_;
   };
   mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
-  auto it = outcomes_.find(version);
+  auto it = outcomes_.find(key);
   if (it != outcomes_.end()) return it->second;
   if (stream_broken_ || stopping_) return absl::UnavailableError(stream_error_);
   return absl::DeadlineExceededError(

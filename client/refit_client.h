@@ -110,16 +110,19 @@ class RefitClient {
   // options.refitd_timeout.
   absl::StatusOr<int64_t> WaitForRound(absl::Time deadline);
 
-  // Report this member's part of round `version`.
+  // Report this member's part of round `version`, attempt `attempt` (0: the
+  // newest attempt this client saw start; refitd answers ABORTED for an
+  // attempt that is over).
   absl::Status ReportDone(int64_t version, int64_t bytes, double seconds,
-                          absl::Time deadline);
+                          absl::Time deadline, int32_t attempt = 0);
   absl::Status ReportFailed(int64_t version, const std::string& reason,
-                            absl::Time deadline);
+                            absl::Time deadline, int32_t attempt = 0);
 
-  // Waits for the outcome of round `version`: OK when committed, ABORTED
-  // with refitd's reason when aborted, DEADLINE_EXCEEDED by `deadline`,
+  // Waits for the outcome of round `version`, attempt `attempt` (0: the
+  // newest attempt this client saw start): OK when committed, ABORTED with
+  // refitd's reason when aborted, DEADLINE_EXCEEDED by `deadline`,
   // UNAVAILABLE if the stream broke.
-  absl::Status AwaitOutcome(int64_t version, absl::Time deadline);
+  absl::Status AwaitOutcome(int64_t version, absl::Time deadline, int32_t attempt = 0);
 
   // `committed`: the last version committed into engine `engine_id` (0:
   // none). `torn`: non-zero when round `torn` aborted after it had started
@@ -184,7 +187,8 @@ class RefitClient {
   int32_t latest_attempt_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_returned_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t last_returned_attempt_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<int64_t, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
+  // By (version, attempt).
+  std::map<std::pair<int64_t, int32_t>, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, int64_t> round_epochs_ ABSL_GUARDED_BY(mu_);  // version -> epoch
   std::map<int64_t, int32_t> round_attempts_ ABSL_GUARDED_BY(mu_);  // version -> attempt
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
