@@ -113,6 +113,9 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
   if (ptrs_.empty() && plan_.messages.empty() && fingerprint_.empty()) {
     return absl::FailedPreconditionError("no plan: call Prepare() first");
   }
+  // The run of `version` this member takes part in: reports and outcomes
+  // are of this attempt, even once a later one has started.
+  const int32_t attempt = std::max(1, client_->RoundAttempt(version));
   // A member still on the plan of an older membership would move the wrong
   // bytes or wait for messages nobody sends: refuse, and tell refitd so the
   // round aborts for everyone now instead of at their deadlines.
@@ -123,17 +126,17 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
         ", this member holds the plan of epoch ", client_->plan_epoch(),
         ": call Prepare() when PlanChanged() is true, before the round"));
     (void)client_->ReportFailed(version, std::string(s.message()),
-                                std::min(deadline, absl::Now() + absl::Seconds(10)));
+                                std::min(deadline, absl::Now() + absl::Seconds(10)), attempt);
     return s;
   }
   // While the data plane runs, a watcher listens for refitd aborting the
   // round (a peer died, perhaps before it even connected) and cancels the
   // store and transport: the others fail now, not at their deadline.
   absl::Notification done;
-  std::thread watcher([this, version, deadline, &done] {
+  std::thread watcher([this, version, attempt, deadline, &done] {
     while (!done.HasBeenNotified() && absl::Now() < deadline) {
       absl::Status s = client_->AwaitOutcome(
-          version, std::min(deadline, absl::Now() + absl::Milliseconds(100)));
+          version, std::min(deadline, absl::Now() + absl::Milliseconds(100)), attempt);
       if (!absl::IsAborted(s)) {
         if (s.ok()) return;  // committed
         // Not yet; or the stream broke (the deadline rules then), which
@@ -149,7 +152,7 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
       return;
     }
   });
-  absl::StatusOr<RunStats> stats = Connect(version, deadline);
+  absl::StatusOr<RunStats> stats = Connect(version, attempt, deadline);
   if (stats.ok()) {
     absl::MutexLock l(&cancel_mu_);
     if (!cancelled_.ok()) stats = cancelled_;
@@ -173,7 +176,7 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
     // round for everyone.
     absl::Status r = client_->ReportFailed(
         version, std::string(stats.status().message()),
-        std::min(deadline, absl::Now() + absl::Seconds(10)));
+        std::min(deadline, absl::Now() + absl::Seconds(10)), attempt);
     (void)r;
     return AnnotateStatus(stats.status(),
                           absl::StrCat("round ", version, " data plane"));
@@ -182,8 +185,8 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
   figures.bytes = std::max(stats->bytes_sent, stats->bytes_received);
   figures.seconds = stats->seconds;
   figures.peak_staging_bytes = stats->peak_staging_bytes;
-  absl::Status s = client_->ReportDone(version, figures, deadline);
-  if (s.ok()) s = client_->AwaitOutcome(version, deadline);
+  absl::Status s = client_->ReportDone(version, figures, deadline, attempt);
+  if (s.ok()) s = client_->AwaitOutcome(version, deadline, attempt);
   if (!s.ok()) {
     // An aborted round may have left any peer's transport broken: every
     // member reconnects for the next round.
@@ -193,15 +196,17 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
   return *stats;
 }
 
-absl::StatusOr<RunStats> DataPlaneMember::Connect(int64_t version,
+absl::StatusOr<RunStats> DataPlaneMember::Connect(int64_t version, int32_t attempt,
                                                   absl::Time deadline) {
   if (executor_ != nullptr || runner_ != nullptr) return RunStats{};
   // A fresh key namespace per connection: every member connects at the same
-  // round (the first after Prepare or after an aborted round).
+  // round (the first after Prepare or after an aborted round), and a version
+  // run again after its abort does not read the aborted attempt's keys.
   {
     absl::MutexLock l(&cancel_mu_);
     store_ = std::make_unique<GrpcKvStore>(
-        client_, absl::StrCat(kv_prefix_, "/v", version));
+        client_, absl::StrCat(kv_prefix_, "/v", version,
+                              attempt > 1 ? absl::StrCat(".", attempt) : ""));
     if (!cancelled_.ok()) return cancelled_;
   }
   if (options_.runner) {

@@ -120,8 +120,9 @@ class DataPlaneMember {
 
  private:
   DataPlaneMember() = default;
-  // Creates transport and executor unless connected. The RunStats is empty.
-  absl::StatusOr<RunStats> Connect(int64_t version, absl::Time deadline);
+  // Creates transport and executor unless connected, bootstrapping under
+  // keys of round `version`, attempt `attempt`. The RunStats is empty.
+  absl::StatusOr<RunStats> Connect(int64_t version, int32_t attempt, absl::Time deadline);
   // With options_.runner: the pull path, next to an executor over the
   // network transport when refitd put this member on it.
   absl::StatusOr<std::unique_ptr<RoundRunner>> ConnectPull(absl::Time deadline);

@@ -86,9 +86,12 @@ void RefitClient::ResetSession() {
   latest_epoch_ = 0;
   plan_epoch_ = -1;
   latest_started_ = 0;
+  latest_attempt_ = 0;
   last_returned_ = 0;
+  last_returned_attempt_ = 0;
   outcomes_.clear();
   round_epochs_.clear();
+  round_attempts_.clear();
 }
 
 absl::Status RefitClient::Rejoin(absl::Time deadline) {
@@ -163,18 +166,26 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
     absl::MutexLock l(&mu_);
     stream_ready_ = true;
     switch (e.kind()) {
-      case v1::RoundEvent::ROUND_STARTED:
-        latest_started_ = std::max(latest_started_, e.version());
+      case v1::RoundEvent::ROUND_STARTED: {
+        const int32_t attempt = std::max(1, e.attempt());
+        if (e.version() > latest_started_ ||
+            (e.version() == latest_started_ && attempt > latest_attempt_)) {
+          latest_started_ = e.version();
+          latest_attempt_ = attempt;
+        }
         round_epochs_[e.version()] = e.epoch();
+        round_attempts_[e.version()] = std::max(round_attempts_[e.version()], attempt);
         while (round_epochs_.size() > 1024) round_epochs_.erase(round_epochs_.begin());
+        while (round_attempts_.size() > 1024) round_attempts_.erase(round_attempts_.begin());
         break;
+      }
       case v1::RoundEvent::ROUND_COMMITTED:
-        outcomes_[e.version()] = absl::OkStatus();
+        outcomes_[{e.version(), std::max(1, e.attempt())}] = absl::OkStatus();
         break;
       case v1::RoundEvent::ROUND_ABORTED:
         ClientLog().warn("round aborted round={} member={} reason={}", e.version(),
                          member_id_, e.reason());
-        outcomes_[e.version()] = absl::AbortedError(
+        outcomes_[{e.version(), std::max(1, e.attempt())}] = absl::AbortedError(
             absl::StrCat("round ", e.version(), " aborted: ", e.reason()));
         break;
       case v1::RoundEvent::PLAN_CHANGED:
@@ -260,6 +271,12 @@ absl::StatusOr<v1::AwaitPlanResponse> RefitClient::AwaitPlan(absl::Time deadline
   return resp;
 }
 
+int32_t RefitClient::RoundAttempt(int64_t version) {
+  absl::MutexLock l(&mu_);
+  auto it = round_attempts_.find(version);
+  return it == round_attempts_.end() ? 0 : it->second;
+}
+
 int64_t RefitClient::plan_epoch() {
   absl::MutexLock l(&mu_);
   return plan_epoch_;
@@ -295,12 +312,19 @@ absl::Status RefitClient::StartRound(int64_t version, absl::Time deadline) {
 
 absl::StatusOr<int64_t> RefitClient::WaitForRound(absl::Time deadline) {
   absl::MutexLock l(&mu_);
-  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return latest_started_ > last_returned_ || stream_broken_ || stopping_;
+  // A round not returned yet: a higher version, or the same version run
+  // again (a higher attempt) after its abort.
+  auto unseen = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return latest_started_ > last_returned_ ||
+           (latest_started_ == last_returned_ && latest_attempt_ > last_returned_attempt_);
+  };
+  auto ready = [this, &unseen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return unseen() || stream_broken_ || stopping_;
   };
   mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
-  if (latest_started_ > last_returned_) {
+  if (unseen()) {
     last_returned_ = latest_started_;
+    last_returned_attempt_ = latest_attempt_;
     return latest_started_;
   }
   if (stream_broken_ || stopping_) return absl::UnavailableError(stream_error_);
@@ -308,11 +332,12 @@ absl::StatusOr<int64_t> RefitClient::WaitForRound(absl::Time deadline) {
 }
 
 absl::Status RefitClient::ReportDone(int64_t version, const RoundFigures& figures,
-                                     absl::Time deadline) {
+                                     absl::Time deadline, int32_t attempt) {
   v1::ReportRequest req;
   req.set_member_id(member_id_);
   req.set_member_secret(member_secret_);
   req.set_version(version);
+  req.set_attempt(attempt > 0 ? attempt : RoundAttempt(version));
   req.set_ok(true);
   req.set_bytes(figures.bytes);
   req.set_seconds(figures.seconds);
@@ -323,11 +348,12 @@ absl::Status RefitClient::ReportDone(int64_t version, const RoundFigures& figure
 }
 
 absl::Status RefitClient::ReportFailed(int64_t version, const std::string& reason,
-                                       absl::Time deadline) {
+                                       absl::Time deadline, int32_t attempt) {
   v1::ReportRequest req;
   req.set_member_id(member_id_);
   req.set_member_secret(member_secret_);
   req.set_version(version);
+  req.set_attempt(attempt > 0 ? attempt : RoundAttempt(version));
   req.set_ok(false);
   req.set_reason(reason);
   v1::ReportResponse resp;
@@ -345,13 +371,16 @@ absl::StatusOr<v1::PlanProto> RefitClient::Slice(const v1::AwaitPlanResponse& r)
   return p;
 }
 
-absl::Status RefitClient::AwaitOutcome(int64_t version, absl::Time deadline) {
+absl::Status RefitClient::AwaitOutcome(int64_t version, absl::Time deadline,
+                                       int32_t attempt) {
+  if (attempt <= 0) attempt = std::max(1, RoundAttempt(version));
+  const std::pair<int64_t, int32_t> key(version, attempt);
   absl::MutexLock l(&mu_);
-  auto ready = [this, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return outcomes_.count(version) > 0 || stream_broken_ || stopping_;
+  auto ready = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return outcomes_.count(key) > 0 || stream_broken_ || stopping_;
   };
   mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
-  auto it = outcomes_.find(version);
+  auto it = outcomes_.find(key);
   if (it != outcomes_.end()) return it->second;
   if (stream_broken_ || stopping_) return absl::UnavailableError(stream_error_);
   return absl::DeadlineExceededError(

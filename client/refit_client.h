@@ -86,9 +86,17 @@ class RefitClient {
   int64_t plan_epoch();
   absl::StatusOr<int64_t> RoundEpoch(int64_t version);
 
+  // The attempt of round `version` this client saw start last: 1 for its
+  // first run, k after k-1 aborted runs of the same version; 0 when it has
+  // not seen the round start.
+  int32_t RoundAttempt(int64_t version);
+
   // Starts round `version` (trainer members), naming the epoch of the plan
   // the last AwaitPlan returned. OK also when another trainer rank started
-  // it already. FAILED_PRECONDITION/INVALID_ARGUMENT from the server (that
+  // it already, or when it committed. The last version again after its
+  // round aborted runs it again (the next attempt): every member's
+  // WaitForRound returns it once more, and its commit makes the engines it
+  // tore whole. FAILED_PRECONDITION/INVALID_ARGUMENT from the server (that
   // plan is stale: AwaitPlan and prepare again; round running, version not
   // increasing, no valid plan),
   // UNAVAILABLE (retry) while a new plan is being built or while a
@@ -97,7 +105,7 @@ class RefitClient {
   absl::Status StartRound(int64_t version, absl::Time deadline);
 
   // Returns the version of the next round this member has not yet seen
-  // start. DEADLINE_EXCEEDED when none starts by `deadline`, UNAVAILABLE if
+  // start (a version run again after its abort counts as a new round). DEADLINE_EXCEEDED when none starts by `deadline`, UNAVAILABLE if
   // the stream broke or refitd did not answer heartbeats for
   // options.refitd_timeout.
   absl::StatusOr<int64_t> WaitForRound(absl::Time deadline);
@@ -109,19 +117,22 @@ class RefitClient {
     int64_t peak_staging_bytes = 0;  // staging and scratch held (RunStats)
   };
 
-  // Report this member's part of round `version`: done with its figures,
-  // or failed with a reason. Return refitd's answer (Coordinator::Report:
-  // ABORTED when the round already aborted, FAILED_PRECONDITION when this
-  // member is not a participant) or UNAVAILABLE / DEADLINE_EXCEEDED.
+  // Report this member's part of round `version`, attempt `attempt` (0:
+  // the newest attempt this client saw start): done with its figures, or
+  // failed with a reason. Return refitd's answer (Coordinator::Report:
+  // ABORTED when the round already aborted or the attempt is over,
+  // FAILED_PRECONDITION when this member is not a participant) or
+  // UNAVAILABLE / DEADLINE_EXCEEDED.
   absl::Status ReportDone(int64_t version, const RoundFigures& figures,
-                          absl::Time deadline);
+                          absl::Time deadline, int32_t attempt = 0);
   absl::Status ReportFailed(int64_t version, const std::string& reason,
-                            absl::Time deadline);
+                            absl::Time deadline, int32_t attempt = 0);
 
-  // Waits for the outcome of round `version`: OK when committed, ABORTED
-  // with refitd's reason when aborted, DEADLINE_EXCEEDED by `deadline`,
+  // Waits for the outcome of round `version`, attempt `attempt` (0: the
+  // newest attempt this client saw start): OK when committed, ABORTED with
+  // refitd's reason when aborted, DEADLINE_EXCEEDED by `deadline`,
   // UNAVAILABLE if the stream broke.
-  absl::Status AwaitOutcome(int64_t version, absl::Time deadline);
+  absl::Status AwaitOutcome(int64_t version, absl::Time deadline, int32_t attempt = 0);
 
   // `committed`: the last version committed into engine `engine_id` (0:
   // none). `torn`: non-zero when round `torn` aborted after it had started
@@ -180,10 +191,16 @@ class RefitClient {
   std::string stream_error_ ABSL_GUARDED_BY(mu_);
   int64_t latest_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t plan_epoch_ ABSL_GUARDED_BY(mu_) = -1;
+  // The newest round seen to start, and the newest WaitForRound returned:
+  // (version, attempt), ordered by version, then attempt.
   int64_t latest_started_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t latest_attempt_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_returned_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<int64_t, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
+  int32_t last_returned_attempt_ ABSL_GUARDED_BY(mu_) = 0;
+  // By (version, attempt).
+  std::map<std::pair<int64_t, int32_t>, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, int64_t> round_epochs_ ABSL_GUARDED_BY(mu_);  // version -> epoch
+  std::map<int64_t, int32_t> round_attempts_ ABSL_GUARDED_BY(mu_);  // version -> attempt
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread reader_;
   std::thread heartbeater_;

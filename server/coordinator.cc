@@ -177,6 +177,8 @@ void Coordinator::RemoveMember(const std::string& id, const std::string& why,
   last_departure_ = absl::StrCat(DescribeMember(ident), " ", why, " at ",
                                  absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(),
                                                   absl::UTCTimeZone()));
+  departure_untold_ = true;
+  departed_wait_mark_ = waits_.last_id();
   membership_.Remove(id);
   kv_.DropOwner(id);
   secrets_.erase(id);
@@ -241,6 +243,7 @@ absl::Status Coordinator::Watch(const std::string& member_id, const std::string&
   if (rounds_.active() != nullptr) {
     e.set_kind(v1::RoundEvent::ROUND_STARTED);
     e.set_version(rounds_.active()->version);
+    e.set_attempt(rounds_.active()->attempt);
     e.set_epoch(plan_epoch_);
     stream->Push(std::make_shared<const v1::RoundEvent>(e));
   }
@@ -284,6 +287,7 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
   REFIT_ASSIGN_OR_RETURN(const bool already_started, rounds_.CheckStart(v));
   if (already_started) {
     resp.set_already_started(true);
+    resp.set_attempt(rounds_.last_attempt());
     return resp;
   }
   if (plan_dirty_ || plan_epoch_ != membership_.epoch()) {
@@ -304,11 +308,14 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
     participants.insert(id);
   }
   const size_t n = participants.size();
-  rounds_.Start(v, std::move(participants), absl::Now());
-  ServerLog().info("round started round={} members={} plan_epoch={}", v, n, plan_epoch_);
+  const int32_t attempt = rounds_.Start(v, std::move(participants), absl::Now());
+  resp.set_attempt(attempt);
+  ServerLog().info("round started round={} attempt={} members={} plan_epoch={}", v,
+                   attempt, n, plan_epoch_);
   v1::RoundEvent e;
   e.set_kind(v1::RoundEvent::ROUND_STARTED);
   e.set_version(v);
+  e.set_attempt(attempt);
   e.set_epoch(plan_epoch_);
   Broadcast(e);
   return resp;
@@ -320,7 +327,9 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
   REFIT_RETURN_IF_ERROR(CheckSecret(req.member_id(), req.member_secret()));
   const int64_t v = req.version();
   // Late report of a finished round: tell the caller how it ended.
-  if (std::optional<absl::Status> reply = rounds_.ReplyToFinished(v)) return *reply;
+  if (std::optional<absl::Status> reply = rounds_.ReplyToFinished(v, req.attempt())) {
+    return *reply;
+  }
   if (!rounds_.IsParticipant(req.member_id())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "member_id: ", req.member_id(), " is not a participant of round ", v));
@@ -435,6 +444,7 @@ v1::StatusResponse Coordinator::GetStatus() {
   if (const Rounds::Active* a = rounds_.active()) {
     v1::RoundSummary* s = resp.add_rounds();
     s->set_version(a->version);
+    s->set_attempt(a->attempt);
     s->set_outcome("running");
     s->set_bytes(a->bytes);
     s->set_seconds(absl::ToDoubleSeconds(now - a->started));
@@ -535,6 +545,16 @@ bool Coordinator::TrySatisfy(Waiter& w) {
   return true;
 }
 
+void Coordinator::FailPlanWaiters() {
+  departure_untold_ = false;
+  waits_.Wake([this](Waiter& w) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (w.kv_done || w.id > departed_wait_mark_) return false;  // parked later
+    if (membership_.Find(w.member_id) == nullptr) return TrySatisfy(w);  // NOT_FOUND
+    w.plan_done(plan_status_);
+    return true;
+  });
+}
+
 void Coordinator::WakeWaiters() {
   waits_.Wake([this](Waiter& w) ABSL_NO_THREAD_SAFETY_ANALYSIS { return TrySatisfy(w); });
 }
@@ -554,7 +574,7 @@ void Coordinator::Tick(absl::Time now) {
   AnnounceEpoch();
   for (const std::string& id : membership_.Expired(now, options_.heartbeat_timeout)) {
     RemoveMember(id,
-                 absl::StrCat("stopped heart-beating for more than ",
+                 absl::StrCat("expired: stopped heart-beating for more than ",
                               absl::FormatDuration(options_.heartbeat_timeout)),
                  AbortReason::kMemberExpired);
   }
@@ -590,8 +610,10 @@ void Coordinator::MaybePlan(absl::Time now) {
     plan_incomplete_ = true;
     member_plans_.clear();
     plan_fingerprint_.clear();
-    return;  // waiters keep waiting (UNAVAILABLE is not final)
+    if (departure_untold_) FailPlanWaiters();
+    return;  // waits parked from now on wait for a member to join
   }
+  departure_untold_ = false;  // the waiters get the plan of the new membership
   if (PlanCache::Entry cached = plan_cache_.Find(input->fingerprint)) {
     ApplyPlan(*input, std::move(cached), /*seconds=*/-1);
     return;

@@ -114,7 +114,13 @@ class Coordinator {
   // current for the membership now: `done` gets the plan, the plan error
   // (the plan function's code), NOT_FOUND when the member is not (or no
   // longer) registered, DEADLINE_EXCEEDED at `deadline`, UNAVAILABLE when
-  // stopping, CANCELLED by CancelWait. Returns the id of the wait, or 0 when
+  // stopping, CANCELLED by CancelWait. When a member leaves or expires and
+  // the membership is then incomplete, the waits parked at that moment end
+  // at once (within plan_settle_max) with UNAVAILABLE "membership
+  // incomplete: trainer rank 1 left at <time>" (or "... expired: stopped
+  // heart-beating for more than <timeout> at <time>"); a wait begun later
+  // waits for a member to join (a replacement, or the one that left coming
+  // back), and says why at its deadline. Returns the id of the wait, or 0 when
   // `done` was already called.
   WaitId AwaitPlan(const v1::AwaitPlanRequest& req, absl::Time deadline,
                    PlanDone done);
@@ -133,18 +139,23 @@ class Coordinator {
   // and RESOURCE_EXHAUSTED (quota).
   absl::Status KvSet(const v1::KvSetRequest& req);
 
-  // Starts round req.version(). Fails with NOT_FOUND (member unknown),
+  // Starts round req.version(): a version above the last, or the last one
+  // again after its round aborted (the next attempt: the engines it tore
+  // are made whole when it commits). The response's attempt is the one
+  // running; already_started when that version runs or committed (an
+  // idempotent retry). Fails with NOT_FOUND (member unknown),
   // PERMISSION_DENIED (not a trainer), FAILED_PRECONDITION (req.plan_epoch
   // is set and is not the membership's epoch, another round runs, or no
-  // valid plan), INVALID_ARGUMENT (version not above the last),
+  // valid plan), INVALID_ARGUMENT (version below the last),
   // UNAVAILABLE (the plan for a changed membership is pending, or a
   // participant has no round stream yet: retry).
   absl::StatusOr<v1::StartRoundResponse> StartRound(const v1::StartRoundRequest& req);
 
   // Records a participant's outcome; all successes commit the round, one
-  // failure aborts it (its reason cut to kMaxReasonBytes). For a round that is not running: OK if it committed,
-  // ABORTED if it aborted, FAILED_PRECONDITION if unknown or when the member
-  // is not a participant.
+  // failure aborts it (its reason cut to kMaxReasonBytes). For a round that
+  // is not running (or an earlier attempt, req.attempt, of the running
+  // version): OK if it committed, ABORTED if it aborted,
+  // FAILED_PRECONDITION if unknown or when the member is not a participant.
   absl::Status Report(const v1::ReportRequest& req);
 
   // Records a heartbeat; NOT_FOUND when the member is not registered.
@@ -197,6 +208,10 @@ class Coordinator {
   static std::string TransportLabel(int transport);
   bool TrySatisfy(Waiter& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeWaiters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends every plan wait parked when the last member departed
+  // (departed_wait_mark_) with plan_status_ (the membership is incomplete,
+  // and why), or NOT_FOUND for a member no longer registered.
+  void FailPlanWaiters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string Describe(const std::string& member_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK when member_id is unknown or `secret` is its secret; else
@@ -231,6 +246,10 @@ class Coordinator {
   // The last member that left or expired, and when (cleared by a complete
   // plan): why a membership is incomplete, told to plan waiters and status.
   std::string last_departure_ ABSL_GUARDED_BY(mu_);
+  // A member left or expired since the last plan or failed plan waits: if
+  // the membership is then incomplete, the plan waits parked now fail.
+  bool departure_untold_ ABSL_GUARDED_BY(mu_) = false;
+  Waits::Id departed_wait_mark_ ABSL_GUARDED_BY(mu_) = 0;  // last wait parked then
   int64_t plan_epoch_ ABSL_GUARDED_BY(mu_) = -1;  // epoch of the plan below
   absl::Status plan_status_ ABSL_GUARDED_BY(mu_) = absl::UnavailableError("no plan yet");
   std::string plan_fingerprint_ ABSL_GUARDED_BY(mu_);

@@ -1,6 +1,7 @@
 // Coordinator under hostile or faulty input: a plan function that throws,
 // and the bounds on what one peer can make refitd hold.
 #include <new>
+#include <optional>
 #include <stdexcept>
 
 #include "server/bounded_text.h"
@@ -176,7 +177,120 @@ TEST(CoordinatorLimitsTest, OnlyAMemberItselfActsForIt) {
   EXPECT_EQ(c->GetStatus().members_size(), 1);
 }
 
-TEST(CoordinatorLimitsTest, PlanWaitersLearnWhichMemberLeft) {
+// A plan wait parked in the background: its answer and when it came.
+class ParkedPlanWait {
+ public:
+  ParkedPlanWait(Coordinator& c, const std::string& id, absl::Duration wait) {
+    v1::AwaitPlanRequest req;
+    req.set_member_id(id);
+    c.AwaitPlan(req, In(wait), [this](absl::StatusOr<v1::AwaitPlanResponse> r) {
+      absl::MutexLock l(&mu_);
+      result_ = std::move(r);
+      at_ = absl::Now();
+    });
+  }
+  // Waits up to `wait` for the answer; DEADLINE_EXCEEDED "test: ..." if none.
+  absl::StatusOr<v1::AwaitPlanResponse> Get(absl::Duration wait) {
+    absl::MutexLock l(&mu_);
+    auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return result_.has_value(); };
+    mu_.AwaitWithTimeout(absl::Condition(&answered), wait);
+    if (!result_.has_value()) return absl::DeadlineExceededError("test: no answer");
+    return *result_;
+  }
+  bool Answered() {
+    absl::MutexLock l(&mu_);
+    return result_.has_value();
+  }
+  absl::Time at() {
+    absl::MutexLock l(&mu_);
+    return at_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::optional<absl::StatusOr<v1::AwaitPlanResponse>> result_ ABSL_GUARDED_BY(mu_);
+  absl::Time at_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST(CoordinatorLimitsTest, PlanWaitersLearnAtOnceThatAMemberLeft) {
+  auto c = Make();
+  const std::string t0 = Register(*c, Reg(v1::SIDE_TRAINER, "", 0, 2));
+  const std::string t1 = Register(*c, Reg(v1::SIDE_TRAINER, "", 1, 2));
+  // No engine yet: no plan, and the trainer's wait is parked.
+  ParkedPlanWait wait(*c, t0, absl::Seconds(20));
+  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_FALSE(wait.Answered());
+  v1::LeaveRequest leave;
+  leave.set_member_id(t1);
+  leave.set_member_secret(Secret(t1));
+  const absl::Time left = absl::Now();
+  ASSERT_TRUE(c->Leave(leave).ok());
+  auto p = wait.Get(absl::Seconds(5));
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kUnavailable) << p.status();
+  EXPECT_NE(p.status().message().find("membership incomplete: trainer rank 1 left at"),
+            std::string::npos)
+      << p.status();
+  EXPECT_LT(wait.at() - left, absl::Seconds(1));
+  // A wait begun now waits for a member to join: the one that left comes
+  // back, and the plan is answered.
+  ParkedPlanWait again(*c, t0, absl::Seconds(20));
+  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_FALSE(again.Answered());
+  Register(*c, Reg(v1::SIDE_TRAINER, "", 1, 2));
+  Register(*c, Reg(v1::SIDE_ENGINE, "A", 0, 1));
+  EXPECT_TRUE(again.Get(absl::Seconds(5)).ok());
+}
+
+TEST(CoordinatorLimitsTest, AWaitParkedAfterTheDepartureWaitsForAMemberToJoin) {
+  Coordinator::Options o = TestOptions();
+  o.plan_settle = absl::Milliseconds(200);  // the departure is planned later
+  o.plan_settle_max = absl::Milliseconds(400);
+  auto c = Make(std::move(o));
+  const std::string t0 = Register(*c, Reg(v1::SIDE_TRAINER, "", 0, 2));
+  const std::string t1 = Register(*c, Reg(v1::SIDE_TRAINER, "", 1, 2));
+  v1::LeaveRequest leave;
+  leave.set_member_id(t1);
+  leave.set_member_secret(Secret(t1));
+  ASSERT_TRUE(c->Leave(leave).ok());
+  ParkedPlanWait wait(*c, t0, absl::Seconds(20));  // after the departure
+  absl::SleepFor(absl::Milliseconds(700));  // the incomplete membership is planned
+  EXPECT_FALSE(wait.Answered());
+  Register(*c, Reg(v1::SIDE_TRAINER, "", 1, 2));
+  Register(*c, Reg(v1::SIDE_ENGINE, "A", 0, 1));
+  auto p = wait.Get(absl::Seconds(5));
+  EXPECT_TRUE(p.ok()) << p.status();
+}
+
+TEST(CoordinatorLimitsTest, PlanWaitersLearnAtOnceThatAMemberExpired) {
+  Coordinator::Options o = TestOptions();
+  o.heartbeat_timeout = absl::Milliseconds(500);
+  auto c = Make(std::move(o));
+  const std::string t0 = Register(*c, Reg(v1::SIDE_TRAINER, "", 0, 2));
+  const std::string t1 = Register(*c, Reg(v1::SIDE_TRAINER, "", 1, 2));
+  const std::string e = Register(*c, Reg(v1::SIDE_ENGINE, "A", 0, 2));
+  ParkedPlanWait wait(*c, e, absl::Seconds(20));
+  // Every member but trainer rank 1 heart-beats; it expires 500 ms after
+  // it registered.
+  const absl::Time start = absl::Now();
+  while (!wait.Answered() && absl::Now() - start < absl::Seconds(10)) {
+    for (const std::string& id : {t0, e}) {
+      v1::HeartbeatRequest hb;
+      hb.set_member_id(id);
+      hb.set_member_secret(Secret(id));
+      ASSERT_TRUE(c->Heartbeat(hb).ok());
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  auto p = wait.Get(absl::Seconds(1));
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kUnavailable) << p.status();
+  EXPECT_NE(p.status().message().find(
+                "membership incomplete: trainer rank 1 expired: stopped heart-beating"),
+            std::string::npos)
+      << p.status();
+  EXPECT_LT(wait.at() - start, absl::Milliseconds(500) + absl::Seconds(1));
+}
+
+TEST(CoordinatorLimitsTest, ALaterPlanWaitSaysWhichMemberLeftAtItsDeadline) {
   auto c = Make();
   const std::string t0 = Register(*c, Reg(v1::SIDE_TRAINER, "", 0, 2));
   const std::string t1 = Register(*c, Reg(v1::SIDE_TRAINER, "", 1, 2));
@@ -186,12 +300,15 @@ TEST(CoordinatorLimitsTest, PlanWaitersLearnWhichMemberLeft) {
   leave.set_member_id(t1);
   leave.set_member_secret(Secret(t1));
   ASSERT_TRUE(c->Leave(leave).ok());
-  auto p = AwaitPlan(*c, t0, absl::Milliseconds(300), /*min_epoch=*/100);
+  for (int i = 0; i < 200 && c->GetStatus().plan_error().empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_NE(c->GetStatus().plan_error().find("trainer rank 1 left"), std::string::npos);
+  auto p = AwaitPlan(*c, t0, absl::Milliseconds(300));
   EXPECT_EQ(p.status().code(), absl::StatusCode::kDeadlineExceeded) << p.status();
   EXPECT_NE(p.status().message().find("membership incomplete: trainer rank 1 left at"),
             std::string::npos)
       << p.status();
-  EXPECT_NE(c->GetStatus().plan_error().find("trainer rank 1 left"), std::string::npos);
 }
 
 }  // namespace

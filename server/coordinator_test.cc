@@ -120,8 +120,25 @@ TEST(CoordinatorTest, RoundsCommitAbortAndLeaveTornEngines) {
   EXPECT_EQ(c->GetEngineState(cv).committed_version(), 1);
   EXPECT_EQ(c->GetEngineState(cv).torn_version(), 2);
   EXPECT_EQ(c->Report(Done(t, 2)).code(), absl::StatusCode::kAborted);  // late
-  EXPECT_EQ(c->StartRound(Start(t, 2)).ok(), true);  // retry of the last: no-op
   EXPECT_EQ(c->StartRound(Start(t, 1)).status().code(), absl::StatusCode::kInvalidArgument);
+  // Version 2 again after its abort: it runs again, as attempt 2, and its
+  // commit makes the torn engine whole.
+  auto again = c->StartRound(Start(t, 2));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->already_started());
+  EXPECT_EQ(again->attempt(), 2);
+  EXPECT_EQ(c->StartRound(Start(t, 2))->attempt(), 2);  // a retry of it: no-op
+  v1::ReportRequest stale = Done(e, 2);
+  stale.set_attempt(1);  // a late report of the aborted attempt
+  EXPECT_EQ(c->Report(stale).code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(c->Report(Done(t, 2)).ok());
+  EXPECT_EQ(c->GetEngineState(cv).committed_version(), 1);  // e has not reported
+  v1::ReportRequest current = Done(e, 2);
+  current.set_attempt(2);
+  EXPECT_TRUE(c->Report(current).ok());
+  EXPECT_EQ(c->GetEngineState(cv).committed_version(), 2);
+  EXPECT_EQ(c->GetEngineState(cv).torn_version(), 0);
+  EXPECT_TRUE(c->StartRound(Start(t, 2))->already_started());  // committed: no-op
 
   ASSERT_TRUE(c->StartRound(Start(t, 3)).ok());
   EXPECT_TRUE(c->Report(Done(t, 3)).ok());
@@ -129,8 +146,11 @@ TEST(CoordinatorTest, RoundsCommitAbortAndLeaveTornEngines) {
   EXPECT_EQ(c->GetEngineState(cv).committed_version(), 3);
   EXPECT_EQ(c->GetEngineState(cv).torn_version(), 0);
   v1::StatusResponse st = c->GetStatus();
-  ASSERT_EQ(st.rounds_size(), 3);
+  ASSERT_EQ(st.rounds_size(), 4);
   EXPECT_EQ(st.rounds(1).outcome(), "aborted");
+  EXPECT_EQ(st.rounds(2).outcome(), "committed");
+  EXPECT_EQ(st.rounds(2).version(), 2);
+  EXPECT_EQ(st.rounds(2).attempt(), 2);
   ASSERT_EQ(st.engines_size(), 1);
   EXPECT_EQ(st.engines(0).committed_version(), 3);
 }

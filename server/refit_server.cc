@@ -1,8 +1,10 @@
 // refitd's gRPC service on the callback API: each RPC is one Coordinator
 // call, answered at once or, for waits (AwaitPlan, KvGet with wait), by a
 // parked reactor that the coordinator finishes when the condition holds.
-// Handlers never block. The bearer token is checked by the listener's
-// credentials before any handler runs.
+// Handlers never block. Connections come from refitd's own listener
+// (acceptor.h), which keeps accepting at the open-file limit. The bearer
+// token is checked by the listener's credentials before any handler runs; each handler then checks that the
+// request's text is UTF-8 (request_text.h) before the coordinator sees it.
 #include "server/refit_server.h"
 
 #include <algorithm>
@@ -16,8 +18,10 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "proto/refit_service.grpc.pb.h"
+#include "server/acceptor.h"
 #include "server/coordinator.h"
 #include "server/log.h"
+#include "server/request_text.h"
 #include "server/round_stream_reactor.h"
 
 namespace refit {
@@ -79,11 +83,13 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const v1::RegisterRequest* req,
                                      v1::RegisterResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     return Reply(ctx, coordinator_->Register(req->registration(), req->member_secret()), resp);
   }
   grpc::ServerUnaryReactor* AwaitPlan(grpc::CallbackServerContext* ctx,
                                       const v1::AwaitPlanRequest* req,
                                       v1::AwaitPlanResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     auto* r = new WaitReactor(coordinator_.get());
     r->set_wait(coordinator_->AwaitPlan(
         *req, WaitDeadline(ctx), [r, resp](absl::StatusOr<v1::AwaitPlanResponse> got) {
@@ -95,44 +101,52 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   grpc::ServerUnaryReactor* StartRound(grpc::CallbackServerContext* ctx,
                                        const v1::StartRoundRequest* req,
                                        v1::StartRoundResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     return Reply(ctx, coordinator_->StartRound(*req), resp);
   }
   grpc::ServerWriteReactor<v1::RoundEvent>* WatchRounds(
       grpc::CallbackServerContext* ctx, const v1::WatchRequest* req) override {
     auto* stream = new RoundStreamReactor(coordinator_.get(), req->member_id());
-    absl::Status s = coordinator_->Watch(req->member_id(), req->member_secret(), stream);
+    absl::Status s = CheckRequestText(*req);
+    if (s.ok()) s = coordinator_->Watch(req->member_id(), req->member_secret(), stream);
     if (!s.ok()) stream->End(s);
     return stream;
   }
   grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* ctx,
                                    const v1::ReportRequest* req,
                                    v1::ReportResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     return Finish(ctx, coordinator_->Report(*req));
   }
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
                                       const v1::HeartbeatRequest* req,
                                       v1::HeartbeatResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     return Reply(ctx, coordinator_->Heartbeat(*req), resp);
   }
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx,
                                   const v1::LeaveRequest* req,
                                   v1::LeaveResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     return Finish(ctx, coordinator_->Leave(*req));
   }
   grpc::ServerUnaryReactor* GetEngineState(grpc::CallbackServerContext* ctx,
                                            const v1::EngineStateRequest* req,
                                            v1::EngineStateResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     *resp = coordinator_->GetEngineState(*req);
     return Finish(ctx, absl::OkStatus());
   }
   grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* ctx,
                                   const v1::KvSetRequest* req,
                                   v1::KvSetResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     return Finish(ctx, coordinator_->KvSet(*req));
   }
   grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* ctx,
                                   const v1::KvGetRequest* req,
                                   v1::KvGetResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     auto* r = new WaitReactor(coordinator_.get());
     r->set_wait(coordinator_->KvGet(
         *req, WaitDeadline(ctx), [r, resp](absl::StatusOr<std::string> got) {
@@ -155,6 +169,13 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
     r->Finish(ToGrpcStatus(s));
     return r;
   }
+  // Returns the call finished with INVALID_ARGUMENT (naming the field) when
+  // `req`'s text is not UTF-8; null when it is.
+  static grpc::ServerUnaryReactor* RefuseNonText(grpc::CallbackServerContext* ctx,
+                                                 const google::protobuf::Message& req) {
+    absl::Status s = CheckRequestText(req);
+    return s.ok() ? nullptr : Finish(ctx, s);
+  }
   template <typename Response>
   static grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx,
                                          absl::StatusOr<Response> got, Response* resp) {
@@ -170,6 +191,8 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   std::atomic<bool> shut_down_{false};
   // Declared before server_: destroyed after it, as reactors call into it.
   std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<Acceptor> acceptor_;
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> connections_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };
@@ -187,9 +210,12 @@ absl::Status RefitServer::Impl::Init() {
                                                [c = coordinator_.get()] {
                                                  c->metrics().AuthFailed();
                                                }));
+  REFIT_ASSIGN_OR_RETURN(acceptor_, Acceptor::Listen(options_.address));
+  port_ = acceptor_->port();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.address, creds, &port_);
+  connections_ = builder.experimental().AddExternalConnectionAcceptor(
+      grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, creds);
   builder.RegisterService(this);
   builder.SetMaxReceiveMessageSize(static_cast<int>(
       std::min<int64_t>(options_.max_metadata_bytes + (1 << 20), INT32_MAX)));
@@ -198,6 +224,7 @@ absl::Status RefitServer::Impl::Init() {
   if (server_ == nullptr || port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.address));
   }
+  acceptor_->Start(connections_.get());
   if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(true);
   ServerLog().info("serving on {} (port {}, {}{})", options_.address, port_,
                    options_.tls == nullptr ? "plaintext"
@@ -216,6 +243,7 @@ void RefitServer::Impl::Shutdown() {
     absl::SleepFor(options_.drain);
   }
   if (coordinator_ != nullptr) coordinator_->Stop();
+  if (acceptor_ != nullptr) acceptor_->Stop();  // no new connections
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_->Wait();

@@ -49,10 +49,12 @@ class RefitServer {
     std::string kv_prefix = "refit";
   };
 
-  // Starts serving. Fails with INVALID_ARGUMENT on bad options (no plan
-  // function, insecure non-loopback address without the override, TLS
-  // without certificate or key), UNAVAILABLE when the address cannot be
-  // bound (or the TLS material cannot be used).
+  // Starts serving on refitd's own listener (acceptor.h: it keeps
+  // accepting at the open-file limit). Fails with INVALID_ARGUMENT on bad
+  // options (no plan function, an address that is not host:port, insecure
+  // non-loopback address without the override, TLS without certificate or
+  // key), UNAVAILABLE when the address cannot be bound (or the TLS material
+  // cannot be used).
   static absl::StatusOr<std::unique_ptr<RefitServer>> Start(Options options);
 
   ~RefitServer();

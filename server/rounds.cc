@@ -14,25 +14,38 @@ absl::StatusOr<bool> Rounds::CheckStart(int64_t version) const {
         "version: round ", active_->version, " is still running; cannot start ",
         version));
   }
-  if (version == last_version_ && version > 0) return true;
-  if (version <= last_version_) {
+  if (version == last_version_ && version > 0) {
+    auto o = outcomes_.find(version);
+    // Aborted: the engines may hold part of it (torn); run it again.
+    return o == outcomes_.end() || o->second.ok();
+  }
+  if (version <= 0 || version < last_version_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "version: ", version, " is not above the last version ", last_version_));
   }
   return false;
 }
 
-void Rounds::Start(int64_t version, std::set<std::string> participants,
-                   absl::Time now) {
+int32_t Rounds::Start(int64_t version, std::set<std::string> participants,
+                      absl::Time now) {
+  last_attempt_ = version == last_version_ ? last_attempt_ + 1 : 1;
   active_ = std::make_unique<Active>();
   active_->version = version;
+  active_->attempt = last_attempt_;
   active_->started = now;
   active_->participants = std::move(participants);
   last_version_ = version;
+  return last_attempt_;
 }
 
-std::optional<absl::Status> Rounds::ReplyToFinished(int64_t version) const {
-  if (active_ != nullptr && active_->version == version) return std::nullopt;
+std::optional<absl::Status> Rounds::ReplyToFinished(int64_t version,
+                                                    int32_t attempt) const {
+  if (active_ != nullptr && active_->version == version) {
+    if (attempt == 0 || attempt == active_->attempt) return std::nullopt;
+    return absl::AbortedError(absl::StrCat("round ", version, " attempt ", attempt,
+                                           " already aborted; attempt ",
+                                           active_->attempt, " runs now"));
+  }
   auto o = outcomes_.find(version);
   if (o == outcomes_.end()) {
     return absl::FailedPreconditionError(
@@ -69,6 +82,7 @@ std::optional<v1::RoundEvent> Rounds::End(
   const double secs = absl::ToDoubleSeconds(now - active_->started);
   v1::RoundSummary s;
   s.set_version(active_->version);
+  s.set_attempt(active_->attempt);
   s.set_outcome(committed ? "committed" : "aborted");
   s.set_reason(reason);
   s.set_bytes(active_->bytes);
@@ -97,6 +111,7 @@ std::optional<v1::RoundEvent> Rounds::End(
   e.set_kind(committed ? v1::RoundEvent::ROUND_COMMITTED
                        : v1::RoundEvent::ROUND_ABORTED);
   e.set_version(active_->version);
+  e.set_attempt(active_->attempt);
   e.set_reason(reason);
   e.set_epoch(plan_epoch);
   active_.reset();

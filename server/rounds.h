@@ -26,6 +26,7 @@ class Rounds {
   // The round that is running.
   struct Active {
     int64_t version = 0;
+    int32_t attempt = 1;  // 1, or k when version's round k-1 aborted
     absl::Time started;
     std::set<std::string> participants;  // member ids
     std::set<std::string> done;          // participants that reported success
@@ -43,13 +44,20 @@ class Rounds {
   explicit Rounds(int rounds_kept) : rounds_kept_(rounds_kept) {}
 
   // Checks whether round `version` may start. Returns true when it is the
-  // running or the last started round (an idempotent retry), false when it
-  // may start. Fails with FAILED_PRECONDITION while another round runs,
-  // INVALID_ARGUMENT when `version` is not above the last one.
+  // running round or the last one and it committed (an idempotent retry),
+  // false when it may start: a version above the last, or the last one
+  // after its round aborted (run again, as the next attempt). Fails with
+  // FAILED_PRECONDITION while another round runs, INVALID_ARGUMENT when
+  // `version` is below the last one.
   absl::StatusOr<bool> CheckStart(int64_t version) const;
 
-  // Starts round `version` (CheckStart said false) with `participants`.
-  void Start(int64_t version, std::set<std::string> participants, absl::Time now);
+  // Starts round `version` (CheckStart said false) with `participants`;
+  // returns its attempt (1, or one more than the last aborted attempt of
+  // the same version).
+  int32_t Start(int64_t version, std::set<std::string> participants, absl::Time now);
+
+  // Returns the attempt of the last started round (0: none).
+  int32_t last_attempt() const { return last_attempt_; }
 
   // Returns the running round, or null.
   const Active* active() const { return active_.get(); }
@@ -59,11 +67,12 @@ class Rounds {
     return active_ != nullptr && active_->participants.count(id) > 0;
   }
 
-  // Returns the answer to a report for round `version` when it is not the
-  // running one: OK when it committed, ABORTED (with its reason) when it
-  // aborted, FAILED_PRECONDITION when refitd knows no such round; nullopt
-  // when `version` is running.
-  std::optional<absl::Status> ReplyToFinished(int64_t version) const;
+  // Returns the answer to a report for round `version`, attempt `attempt`
+  // (0: the running one) when it is not the running round: OK when it
+  // committed, ABORTED (with its reason) when it aborted (an earlier attempt
+  // of the running version aborted), FAILED_PRECONDITION when refitd knows
+  // no such round; nullopt when it is running.
+  std::optional<absl::Status> ReplyToFinished(int64_t version, int32_t attempt = 0) const;
 
   // Records participant report.member_id()'s success (its bytes, seconds
   // and peak staging; the first report counts); returns true when every
@@ -93,6 +102,7 @@ class Rounds {
   const int rounds_kept_;
   std::unique_ptr<Active> active_;
   int64_t last_version_ = 0;
+  int32_t last_attempt_ = 0;  // of last_version_
   std::map<int64_t, absl::Status> outcomes_;  // the last 1024 rounds
   std::map<std::string, int64_t> engine_version_;
   std::map<std::string, int64_t> engine_torn_;

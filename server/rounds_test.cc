@@ -83,6 +83,28 @@ TEST(RoundsTest, AbortLeavesEnginesTornUntilACommit) {
   EXPECT_EQ(r.TornVersion("A"), 0);
 }
 
+TEST(RoundsTest, AVersionStartedAgainAfterItsAbortRunsAsTheNextAttempt) {
+  Rounds r(64);
+  EXPECT_EQ(r.Start(1, {"trainer/0", "engine/A"}, t0), 1);
+  ASSERT_TRUE(r.End(false, "engine A failed", t0, 1, EngineOf).has_value());
+  EXPECT_EQ(r.TornVersion("A"), 1);
+  EXPECT_EQ(*r.CheckStart(1), false);  // aborted: it may run again
+  EXPECT_EQ(r.Start(1, {"trainer/0", "engine/A"}, t0), 2);
+  EXPECT_EQ(r.active()->attempt, 2);
+  EXPECT_EQ(*r.CheckStart(1), true);  // running: an idempotent retry
+  // A late report of attempt 1 is not counted for attempt 2.
+  EXPECT_EQ(r.ReplyToFinished(1, 1)->code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(r.ReplyToFinished(1, 2), std::nullopt);
+  EXPECT_EQ(r.ReplyToFinished(1), std::nullopt);
+  std::optional<v1::RoundEvent> e = r.End(true, "", t0, 1, EngineOf);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->attempt(), 2);
+  EXPECT_EQ(r.CommittedVersion("A"), 1);
+  EXPECT_EQ(r.TornVersion("A"), 0);  // made whole by the retry
+  EXPECT_EQ(*r.CheckStart(1), true);  // committed: a retry is a no-op
+  EXPECT_EQ(r.Start(2, {"trainer/0"}, t0), 1);
+}
+
 TEST(RoundsTest, KeepsTheLastRoundsOnly) {
   Rounds r(2);
   for (int v = 1; v <= 5; ++v) {

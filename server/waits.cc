@@ -7,6 +7,7 @@ namespace refit {
 
 Waits::Id Waits::Add(Waiter w) {
   const Id id = next_++;
+  w.id = id;
   waiters_.emplace(id, std::move(w));
   return id;
 }

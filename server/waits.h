@@ -22,6 +22,7 @@ using KvDone = std::function<void(absl::StatusOr<std::string>)>;
 
 // One parked call: a plan wait (plan_done set) or a KV wait (kv_done set).
 struct Waiter {
+  uint64_t id = 0;        // set by Waits::Add; later waits have higher ids
   std::string member_id;  // plan waits: whose plan
   int64_t min_epoch = 0;  // plan waits: the oldest acceptable plan epoch
   PlanDone plan_done;
@@ -44,8 +45,11 @@ class Waits {
   // Names a wait; never 0.
   using Id = uint64_t;
 
-  // Parks `w`; returns its id.
+  // Parks `w`; returns its id (also set in the parked w.id).
   Id Add(Waiter w);
+
+  // Returns the id of the last wait parked (0: none yet).
+  Id last_id() const { return next_ - 1; }
 
   // Removes wait `id` and ends it with CANCELLED; no-op when it was answered.
   void Cancel(Id id);

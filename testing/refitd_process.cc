@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,10 +25,22 @@ RefitdProcess::~RefitdProcess() {
 
 absl::Status RefitdProcess::Start(const std::string& binary,
                                   const std::vector<std::string>& flags,
-                                  const std::string& log_path, absl::Duration timeout) {
+                                  const std::string& log_path, absl::Duration timeout,
+                                  int64_t fd_limit) {
+  // Emptied here, not in the child: a port printed into this file by an
+  // earlier refitd must not be read as this one's.
+  const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot create ", log_path));
+  }
+  close(log_fd);
   pid_ = fork();
   if (pid_ == 0) {
-    int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd_limit > 0) {
+      const rlimit lim{static_cast<rlim_t>(fd_limit), static_cast<rlim_t>(fd_limit)};
+      if (setrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(126);
+    }
+    int fd = open(log_path.c_str(), O_WRONLY | O_APPEND);
     dup2(fd, 1);
     dup2(fd, 2);
     std::vector<std::string> args = {binary, "--address=127.0.0.1:0"};

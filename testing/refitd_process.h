@@ -23,10 +23,12 @@ class RefitdProcess {
   ~RefitdProcess();
 
   // Starts `binary` with --address=127.0.0.1:0 and `flags`, its output in
-  // `log_path`, and waits up to `timeout` for its port. UNAVAILABLE naming
-  // the log's tail when it did not print one in time.
+  // `log_path`, and waits up to `timeout` for its port. With `fd_limit` > 0
+  // the child's open-file limit (soft and hard) is set to it before exec.
+  // UNAVAILABLE naming the log's tail when it did not print a port in time.
   absl::Status Start(const std::string& binary, const std::vector<std::string>& flags,
-                     const std::string& log_path, absl::Duration timeout);
+                     const std::string& log_path, absl::Duration timeout,
+                     int64_t fd_limit = 0);
 
   // Returns whether the child is still running (not exited or killed).
   bool Alive();

@@ -2,11 +2,19 @@
 // refitd child process, each class followed by a liveness check. Prints,
 // per class, the requests tried, crashes of refitd (must be 0), refitd's
 // peak RSS (VmHWM) after the class, and how long the other members took to
-// fail after the fault (where the class has one). Exits 1 on a crash or an
+// fail after the fault (where the class has one; for fd exhaustion, how long
+// a new connection took to be answered once the idle ones closed). Exits 1 on a crash or an
 // unexpected answer.
 //
 //   adversarial_suite --refitd=PATH [--soak]   (--soak: 20x the requests)
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
 
 #include <cstdio>
 #include <cstdlib>
@@ -20,7 +28,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "client/refit_client.h"
+#include "common/file.h"
 #include "common/grpc_status.h"
+#include "grpcpp/grpcpp.h"
 #include "mapping/mapping.h"
 #include "proto/protocol_version.h"
 #include "testing/refitd_process.h"
@@ -227,6 +237,108 @@ void FrozenRefitd(RefitdProcess& refitd, ClassResult* r) {
   }
 }
 
+// A trainer rank leaves before the first plan: the other rank's plan wait
+// ends at once, naming it.
+void MemberLeavesBeforePlan(int port, int n, ClassResult* r) {
+  for (int i = 0; i < n; ++i) {
+    auto t0 = Connect(port), t1 = Connect(port);
+    v1::Registration r0 = ValidReg(true, "megatron:dp=2", 0, "leave");
+    v1::Registration r1 = ValidReg(true, "megatron:dp=2", 1, "leave");
+    r0.mutable_identity()->set_world_size(2);
+    r1.mutable_identity()->set_world_size(2);
+    if (!t0->Register(r0).ok() || !t1->Register(r1).ok()) {
+      r->error = "leave: registration refused";
+      return;
+    }
+    absl::StatusOr<v1::AwaitPlanResponse> plan = absl::UnknownError("not answered");
+    std::thread waiter([&] { plan = t0->AwaitPlan(In(absl::Seconds(30))); });
+    absl::SleepFor(absl::Milliseconds(100));
+    ++r->tried;
+    const absl::Time fault = absl::Now();
+    (void)t1->Leave(In(absl::Seconds(5)));
+    waiter.join();
+    r->fail_after_s = std::max(r->fail_after_s, absl::ToDoubleSeconds(absl::Now() - fault));
+    if (!absl::IsUnavailable(plan.status()) ||
+        !absl::StrContains(plan.status().message(), "trainer rank 1 left at")) {
+      r->error = absl::StrCat("leave: ", plan.status().ToString());
+    }
+    (void)t0->Leave(In(absl::Seconds(5)));
+  }
+}
+
+// Counts the lines of refitd's log.
+int64_t LogLines(const std::string& log) {
+  absl::StatusOr<std::string> text = ReadFileToString(log, int64_t{256} << 20);
+  return text.ok() ? std::count(text->begin(), text->end(), '\n') : -1;
+}
+
+// KvSet requests whose key and member id are not UTF-8 (bytes on the
+// wire): each answered INVALID_ARGUMENT naming the field, and refitd logs no
+// line per call.
+void InvalidText(int port, const std::string& log, int n, ClassResult* r) {
+  auto c = Connect(port);
+  const int64_t before = LogLines(log);
+  for (int i = 0; i < n; ++i) {
+    v1::KvSetRequest req;
+    req.set_key("k\xff\xfe\xc0");
+    req.set_member_id("m\xc0\xaf");
+    v1::KvSetResponse resp;
+    auto ctx = c->MakeContext(In(absl::Seconds(10)));
+    grpc::Status st = c->stub()->KvSet(ctx.get(), req, &resp);
+    ++r->tried;
+    if (st.error_code() != grpc::StatusCode::INVALID_ARGUMENT ||
+        !absl::StrContains(st.error_message(), "key: not UTF-8")) {
+      r->error = absl::StrCat("invalid text answered ", st.error_code(), " ", st.error_message());
+      return;
+    }
+  }
+  const int64_t lines = LogLines(log) - before;
+  if (lines > 5) r->error = absl::StrCat("refitd logged ", lines, " lines for ", n, " calls");
+}
+
+// A refitd of its own with RLIMIT_NOFILE=256 meets 456 idle connections,
+// `n` times: each time, once they close, a new connection is answered
+// within 5 s ("others fail" is that time). Its peak RSS is this refitd's.
+void FdExhaustion(const std::string& binary, const std::string& log, int n, ClassResult* r) {
+  RefitdProcess refitd;
+  if (absl::Status s = refitd.Start(binary, {}, log, absl::Seconds(30), /*fd_limit=*/256);
+      !s.ok()) {
+    r->error = s.ToString();
+    return;
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(refitd.port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int i = 0; i < n; ++i) {
+    std::vector<int> idle;
+    for (int c = 0; c < 456; ++c) {
+      int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) break;
+      (void)connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+      idle.push_back(fd);
+    }
+    r->tried += static_cast<int64_t>(idle.size());
+    absl::SleepFor(absl::Milliseconds(500));
+    for (int fd : idle) close(fd);
+    const absl::Time closed = absl::Now();
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
+    auto stub = v1::RefitService::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", refitd.port()), grpc::InsecureChannelCredentials(), args));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(closed + absl::Seconds(5)));
+    ctx.set_wait_for_ready(true);
+    v1::StatusRequest req;
+    v1::StatusResponse resp;
+    grpc::Status st = stub->GetStatus(&ctx, req, &resp);
+    r->fail_after_s = std::max(r->fail_after_s, absl::ToDoubleSeconds(absl::Now() - closed));
+    if (!st.ok()) r->error = absl::StrCat("after the fd limit: ", st.error_message());
+  }
+  r->peak_rss_kib = refitd.PeakRssKib();
+  if (!refitd.Alive()) r->crashes = 1;
+}
+
 int Main(int argc, char** argv) {
   std::string binary;
   bool soak = false;
@@ -259,7 +371,11 @@ int Main(int argc, char** argv) {
       {"forged member calls", [&](ClassResult* r) { ForgedMemberCalls(port, 300 * k, r); }},
       {"key-value flooding (1 MiB)", [&](ClassResult* r) { KvFlooding(port, 40 * k, r); }},
       {"oversized reasons (3 MiB)", [&](ClassResult* r) { OversizedReasons(port, 10 * k, r); }},
+      {"member leaves before plan", [&](ClassResult* r) { MemberLeavesBeforePlan(port, 5 * k, r); }},
+      {"invalid UTF-8 text", [&](ClassResult* r) { InvalidText(port, log, 1000 * k, r); }},
       {"frozen refitd (SIGSTOP)", [&](ClassResult* r) { FrozenRefitd(refitd, r); }},
+      {"fd exhaustion (nofile=256)",
+       [&](ClassResult* r) { FdExhaustion(binary, log + ".fd", 2 * k, r); }},
   };
   bool failed = false;
   std::printf("%-28s %8s %8s %14s %14s\n", "class", "tried", "crashes", "peak RSS MiB",
@@ -268,8 +384,8 @@ int Main(int argc, char** argv) {
     ClassResult r;
     r.name = name;
     run(&r);
-    r.crashes = refitd.Alive() ? 0 : 1;
-    r.peak_rss_kib = refitd.PeakRssKib();
+    if (!refitd.Alive()) r.crashes = 1;
+    if (r.peak_rss_kib == 0) r.peak_rss_kib = refitd.PeakRssKib();
     std::printf("%-28s %8lld %8d %14.1f %14s\n", r.name.c_str(),
                 static_cast<long long>(r.tried), r.crashes, r.peak_rss_kib / 1024.0,
                 r.fail_after_s < 0 ? "-" : absl::StrFormat("%.2f", r.fail_after_s).c_str());

@@ -115,6 +115,41 @@ bool WaitForOutput(const Proc& p, const std::string& text, absl::Time deadline) 
   return false;
 }
 
+TEST(MultiProcessTest, AMemberKilledBeforeTheFirstPlanFailsTheOthersPlanWaitsAtOnce) {
+  // Two engines needed: engine A alone is no plan, so the trainer ranks
+  // and A wait for the plan while B never comes.
+  auto server = StartServer(/*min_engines=*/2);
+  const std::string target = absl::StrCat("--target=127.0.0.1:", server->port());
+  Proc t0 = Spawn("pt0", {target, "--side=trainer", "--rank=0", "--world=2",
+                          "--buffers=w0", "--deadline_s=60"});
+  Proc t1 = Spawn("pt1", {target, "--side=trainer", "--rank=1", "--world=2",
+                          "--buffers=w1", "--deadline_s=60"});
+  Proc a = Spawn("pa", {target, "--side=engine", "--engine=A", "--world=1",
+                        "--buffers=w0,w1", "--deadline_s=60"});
+  RefitClient::Options co;
+  co.target = absl::StrCat("127.0.0.1:", server->port());
+  auto client = RefitClient::Connect(co);
+  ASSERT_TRUE(client.ok()) << client.status();
+  for (int i = 0; i < 500; ++i) {
+    auto st = (*client)->GetStatus(absl::Now() + absl::Seconds(5));
+    if (st.ok() && st->members_size() == 3) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  absl::SleepFor(absl::Milliseconds(300));  // the plan waits are parked
+  const absl::Time killed = absl::Now();
+  kill(t1.pid, SIGKILL);
+  int status;
+  waitpid(t1.pid, &status, 0);
+  // t1 expires after the heartbeat timeout; the others' waits end then,
+  // not at their own 60 s deadline, and say which member is missing.
+  for (Proc* p : {&t0, &a}) {
+    EXPECT_EQ(WaitExit(*p, killed + kHeartbeatTimeout + absl::Seconds(3)), 1) << Output(*p);
+    EXPECT_THAT(Output(*p), HasSubstr("error plan: UNAVAILABLE: membership incomplete: "
+                                      "trainer rank 1 expired"));
+  }
+  EXPECT_LT(absl::Now() - killed, kHeartbeatTimeout + absl::Seconds(3));
+}
+
 // The trainer side of the killed/hung member tests: one in-process trainer
 // rank holding w0 and w1.
 std::unique_ptr<RefitClient> ConnectTrainer(int port) {
