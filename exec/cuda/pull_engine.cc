@@ -107,6 +107,9 @@ void PullEngine::Cancel(const absl::Status& reason) {
 absl::Status PullEngine::CheckCancelled() { return cancel_.status(); }
 
 absl::Status PullEngine::WaitEvent(void* event, absl::Time deadline, const char* what) {
+  // Polls without sleeping for a while (a refit's copies take milliseconds:
+  // a sleep's timer slack would add tens of microseconds), then sleeps.
+  const absl::Time spin_until = absl::Now() + absl::Milliseconds(200);
   while (true) {
     const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(event));
     if (q == cudaSuccess) return absl::OkStatus();
@@ -118,7 +121,11 @@ absl::Status PullEngine::WaitEvent(void* event, absl::Time deadline, const char*
       return absl::DeadlineExceededError(absl::StrCat(
           "rank ", global_rank_, ": ", what, " not complete by the deadline"));
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(5));
+    if (absl::Now() < spin_until) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 }
 

@@ -15,8 +15,9 @@
 // Rows per case, times in ms per refit (mean over --iters after a warm-up):
 //   floor       one cudaMemcpy device-to-device of the refit's bytes
 //   pull-procs  refit's pull path (exec/cuda/pull_engine.h), trainer and
-//               engine as separate processes (the trainer's time per round:
-//               its ready event to every receiver's done message)
+//               engine as separate processes (the time per round: from the
+//               last trainer's "weights in place" until every receiver is
+//               done; the engine's kernel time is printed next to it)
 //   pull-vmm    (8b) pull-procs with the trainer's memory in 20 MiB cuMem
 //               chunks of one range, as PyTorch's expandable_segments
 //   pull-thrds  the same with every member a thread of one process
@@ -52,6 +53,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
@@ -104,6 +106,7 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
   const double prep_s = absl::ToDoubleSeconds(absl::Now() - prep0);
   const std::vector<char*> before = a.Pointers();
   double total = 0, kernel = 0;
+  std::vector<std::string> starts, ends;  // wall clock (ns) per timed round
   unsigned long long sum1 = 0;
   std::string check = "PASS";
   const int world = c.trainers + 1;
@@ -117,7 +120,12 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
     if (trainer) absl::SleepFor(absl::Milliseconds(20));  // the engine waits first
     const absl::Time t0 = absl::Now();
     REFIT_ASSIGN_OR_RETURN(RunStats s, e->Run(absl::Now() + absl::Seconds(60)));
-    const double dt = absl::ToDoubleSeconds(absl::Now() - t0);
+    const absl::Time t1 = absl::Now();
+    const double dt = absl::ToDoubleSeconds(t1 - t0);
+    if (round > 1) {
+      starts.push_back(absl::StrCat(absl::ToUnixNanos(t0)));
+      ends.push_back(absl::StrCat(absl::ToUnixNanos(t1)));
+    }
     if (round > 1) total += dt;
     if (round > 1) kernel += s.device_seconds;
     if (!trainer) {
@@ -141,6 +149,10 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
   // place" until every engine's copies are done. An engine's own Run also
   // counts its wait for the trainer (which starts 20 ms after it).
   r["ms"] = trainer ? absl::StrCat(total / iters * 1e3) : "0";
+  if (trainer) {
+    r["starts"] = absl::StrJoin(starts, ",");
+    r["ends"] = absl::StrJoin(ends, ",");
+  }
   r["kernel_ms"] = absl::StrCat(kernel / iters * 1e3);  // the engine's pull kernel
   r["check"] = check;
   r["prepare_s"] = absl::StrCat(prep_s);
@@ -170,6 +182,28 @@ absl::StatusOr<std::map<std::string, std::string>> Merge(
   }
   out["ms"] = absl::StrCat(ms);
   out["kernel_ms"] = absl::StrCat(kernel_ms);
+  // Several trainers: a round lasts from the last trainer's "in place" to
+  // the last trainer's "every receiver done" (members share the host's
+  // clock); a trainer that starts early would otherwise count its wait
+  // for the others.
+  std::vector<int64_t> start, end;
+  for (const auto& r : res) {
+    if (!r->count("starts")) continue;
+    std::vector<std::string> a = absl::StrSplit(r->at("starts"), ',', absl::SkipEmpty());
+    std::vector<std::string> b = absl::StrSplit(r->at("ends"), ',', absl::SkipEmpty());
+    start.resize(std::max(start.size(), a.size()), 0);
+    end.resize(std::max(end.size(), b.size()), 0);
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      int64_t x = 0, y = 0;
+      if (absl::SimpleAtoi(a[i], &x)) start[i] = std::max(start[i], x);
+      if (absl::SimpleAtoi(b[i], &y)) end[i] = std::max(end[i], y);
+    }
+  }
+  if (!start.empty() && start.size() == end.size()) {
+    double sum = 0;
+    for (size_t i = 0; i < start.size(); ++i) sum += (end[i] - start[i]) / 1e6;
+    out["ms"] = absl::StrCat(sum / start.size());
+  }
   return out;
 }
 

@@ -113,7 +113,10 @@ absl::StatusOr<Arena> Allocate(const SideLayout& side, int rank, int fill, bool 
     REFIT_ASSIGN_OR_RETURN(a.base, AllocateVmm(std::max<int64_t>(a.bytes, 256)));
     a.vmm = true;
   } else {
-    CK(cudaMalloc(reinterpret_cast<void**>(&a.base), std::max<int64_t>(a.bytes, 256)));
+    // Rounded up to 2 MiB, as PyTorch's caching allocator rounds large
+    // segments.
+    const int64_t size = (std::max<int64_t>(a.bytes, 256) + (2 << 20) - 1) / (2 << 20) * (2 << 20);
+    CK(cudaMalloc(reinterpret_cast<void**>(&a.base), size));
   }
   CK(cudaMemset(a.base, fill, a.bytes));
   return a;
