@@ -135,13 +135,13 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
   absl::Notification done;
   std::thread watcher([this, version, attempt, deadline, &done] {
     while (!done.HasBeenNotified() && absl::Now() < deadline) {
-      absl::Status s = client_->AwaitOutcome(
-          version, std::min(deadline, absl::Now() + absl::Milliseconds(100)), attempt);
+      // Ends at once when the data plane is done (WakeWaiters below).
+      absl::Status s = client_->AwaitOutcome(version, deadline, attempt, &done);
       if (!absl::IsAborted(s)) {
-        if (s.ok()) return;  // committed
-        // Not yet; or the stream broke (the deadline rules then), which
-        // AwaitOutcome reports at once: do not spin on it.
-        if (!absl::IsDeadlineExceeded(s)) absl::SleepFor(absl::Milliseconds(100));
+        if (s.ok() || absl::IsCancelled(s)) return;  // committed, or no longer needed
+        // The stream broke (the deadline rules then), which AwaitOutcome
+        // reports at once: do not spin on it.
+        (void)done.WaitForNotificationWithTimeout(absl::Milliseconds(100));
         continue;
       }
       absl::MutexLock l(&cancel_mu_);
@@ -161,6 +161,7 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
   }
   if (stats.ok()) stats = runner_ != nullptr ? runner_->Run(deadline) : executor_->Run(deadline);
   done.Notify();
+  client_->WakeWaiters();
   watcher.join();
   {
     absl::MutexLock l(&cancel_mu_);

@@ -372,19 +372,27 @@ absl::StatusOr<v1::PlanProto> RefitClient::Slice(const v1::AwaitPlanResponse& r)
 }
 
 absl::Status RefitClient::AwaitOutcome(int64_t version, absl::Time deadline,
-                                       int32_t attempt) {
+                                       int32_t attempt, const absl::Notification* stop) {
   if (attempt <= 0) attempt = std::max(1, RoundAttempt(version));
   const std::pair<int64_t, int32_t> key(version, attempt);
   absl::MutexLock l(&mu_);
-  auto ready = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return outcomes_.count(key) > 0 || stream_broken_ || stopping_;
+  auto ready = [this, &key, stop]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return outcomes_.count(key) > 0 || stream_broken_ || stopping_ ||
+           (stop != nullptr && stop->HasBeenNotified());
   };
   mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
   auto it = outcomes_.find(key);
   if (it != outcomes_.end()) return it->second;
   if (stream_broken_ || stopping_) return absl::UnavailableError(stream_error_);
+  if (stop != nullptr && stop->HasBeenNotified()) {
+    return absl::CancelledError(absl::StrCat("no longer waiting for round ", version));
+  }
   return absl::DeadlineExceededError(
       absl::StrCat("no outcome of round ", version, " before the deadline"));
+}
+
+void RefitClient::WakeWaiters() {
+  absl::MutexLock l(&mu_);  // releasing it re-evaluates the waits' conditions
 }
 
 absl::StatusOr<RefitClient::EngineState> RefitClient::GetEngineState(

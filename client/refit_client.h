@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/member_secret.h"
 #include "proto/plan.pb.h"
@@ -131,8 +132,13 @@ class RefitClient {
   // Waits for the outcome of round `version`, attempt `attempt` (0: the
   // newest attempt this client saw start): OK when committed, ABORTED with
   // refitd's reason when aborted, DEADLINE_EXCEEDED by `deadline`,
-  // UNAVAILABLE if the stream broke.
-  absl::Status AwaitOutcome(int64_t version, absl::Time deadline, int32_t attempt = 0);
+  // UNAVAILABLE if the stream broke, CANCELLED once `stop` (if given) is
+  // notified and WakeWaiters() called.
+  absl::Status AwaitOutcome(int64_t version, absl::Time deadline, int32_t attempt = 0,
+                            const absl::Notification* stop = nullptr);
+
+  // Makes every AwaitOutcome in progress check its `stop` again.
+  void WakeWaiters();
 
   // `committed`: the last version committed into engine `engine_id` (0:
   // none). `torn`: non-zero when round `torn` aborted after it had started
