@@ -21,6 +21,7 @@
 #include "server/refit_server.h"
 #include "testing/counting_copy_engine.h"
 #include "testing/host_pull_runner.h"
+#include "testing/host_members.h"
 #include "testing/member_patterns.h"
 
 namespace refit {
@@ -120,20 +121,13 @@ MemberOptions Engine(const RefitServer& server, const std::string& engine_id, in
 // Joins every node with host buffers and the data plane `data_plane(i)`.
 void JoinAll(std::vector<Node>& nodes, const std::function<DataPlaneOptions(size_t)>& data_plane,
              absl::Time deadline) {
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    Node& n = nodes[i];
-    absl::StatusOr<std::vector<LocalBuffer>> want = ExpectedBuffers(n.options);
-    ASSERT_TRUE(want.ok()) << want.status();
-    std::map<std::string, BufferRef> refs;
-    for (const LocalBuffer& b : *want) {
-      std::vector<char>& m = n.memory[b.name];
-      m.assign(b.byte_size, static_cast<char>(0xEE));
-      refs[b.name] = BufferRef{m.data(), b.byte_size};
-    }
-    absl::StatusOr<std::unique_ptr<Member>> m =
-        Member::Join(n.options, std::move(refs), data_plane(i), deadline);
-    ASSERT_TRUE(m.ok()) << m.status();
-    n.member = std::move(*m);
+  std::vector<testing::HostMember> joined(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) joined[i].options = nodes[i].options;
+  const absl::Status s = testing::JoinHostMembers(joined, data_plane, deadline);
+  ASSERT_TRUE(s.ok()) << s;
+  for (size_t i = 0; i < nodes.size(); ++i) {  // moved: the buffers stay where they are
+    nodes[i].memory = std::move(joined[i].memory);
+    nodes[i].member = std::move(joined[i].member);
   }
 }
 

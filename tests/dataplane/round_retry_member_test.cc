@@ -3,7 +3,6 @@
 // connected, then starts version 1 again; the second attempt bootstraps
 // under keys of its own (not the aborted attempt's) and moves every byte
 // (checked); the engine, torn by the aborted attempt, holds version 1.
-#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -14,46 +13,23 @@
 #include "gtest/gtest.h"
 #include "server/default_plan.h"
 #include "server/refit_server.h"
+#include "testing/host_members.h"
 #include "testing/member_patterns.h"
 
 namespace refit {
 namespace {
-
-struct Node {
-  MemberOptions options;
-  std::map<std::string, std::vector<char>> memory;
-  std::unique_ptr<Member> member;
-};
 
 TEST(RoundRetryMemberTest, AVersionRunAgainAfterItsAbortMovesEveryByte) {
   RefitServer::Options so;
   so.plan_function = DefaultPlanFunction({});
   absl::StatusOr<std::unique_ptr<RefitServer>> server = RefitServer::Start(std::move(so));
   ASSERT_TRUE(server.ok()) << server.status();
-  std::vector<Node> nodes(2);  // the trainer, engine A
-  for (int i = 0; i < 2; ++i) {
-    MemberOptions& o = nodes[i].options;
-    o.connection.target = absl::StrCat("127.0.0.1:", (*server)->port());
-    o.model = "tiny-llama";
-    o.side = i == 0 ? Side::kTrainer : Side::kEngine;
-    o.convention = i == 0 ? "megatron:tp=1" : "vllm:tp=1";
-    if (i == 1) o.engine_id = "A";
-  }
+  std::vector<testing::HostMember> nodes = testing::TrainerAndEngine(
+      absl::StrCat("127.0.0.1:", (*server)->port()), "tiny-llama");  // trainer, engine A
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  for (Node& n : nodes) {
-    absl::StatusOr<std::vector<LocalBuffer>> want = ExpectedBuffers(n.options);
-    ASSERT_TRUE(want.ok()) << want.status();
-    std::map<std::string, BufferRef> refs;
-    for (const LocalBuffer& b : *want) {
-      std::vector<char>& m = n.memory[b.name];
-      m.assign(b.byte_size, static_cast<char>(0xEE));
-      refs[b.name] = BufferRef{m.data(), b.byte_size};
-    }
-    absl::StatusOr<std::unique_ptr<Member>> m =
-        Member::Join(n.options, std::move(refs), DataPlaneOptions(), deadline);
-    ASSERT_TRUE(m.ok()) << m.status();
-    n.member = std::move(*m);
-  }
+  const absl::Status joined = testing::JoinHostMembers(
+      nodes, [](size_t) { return DataPlaneOptions(); }, deadline);
+  ASSERT_TRUE(joined.ok()) << joined;
   absl::Status engine_first, trainer, engine;
   std::thread t([&] {
     Member& m = *nodes[0].member;
