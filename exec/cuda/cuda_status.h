@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
+#include "common/status_macros.h"
 
 namespace refit {
 
@@ -16,5 +17,9 @@ namespace refit {
 absl::Status CudaStatus(cudaError_t e, const std::string& what);
 
 }  // namespace refit
+
+// Returns CudaStatus(x, "x") from the enclosing function (returning
+// absl::Status or absl::StatusOr) when the CUDA runtime call `x` fails.
+#define REFIT_RETURN_IF_CUDA_ERROR(x) REFIT_RETURN_IF_ERROR(::refit::CudaStatus((x), #x))
 
 #endif  // REFIT_EXEC_CUDA_CUDA_STATUS_H_

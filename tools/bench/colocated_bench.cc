@@ -105,7 +105,7 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
                          &kv, po, absl::Now() + absl::Seconds(120)));
   const double prep_s = absl::ToDoubleSeconds(absl::Now() - prep0);
   const std::vector<char*> before = a.Pointers();
-  double total = 0, kernel = 0;
+  double kernel = 0;
   std::vector<std::string> starts, ends;  // wall clock (ns) per timed round
   unsigned long long sum1 = 0;
   std::string check = "PASS";
@@ -121,13 +121,11 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
     const absl::Time t0 = absl::Now();
     REFIT_ASSIGN_OR_RETURN(RunStats s, e->Run(absl::Now() + absl::Seconds(60)));
     const absl::Time t1 = absl::Now();
-    const double dt = absl::ToDoubleSeconds(t1 - t0);
     if (round > 1) {
       starts.push_back(absl::StrCat(absl::ToUnixNanos(t0)));
       ends.push_back(absl::StrCat(absl::ToUnixNanos(t1)));
+      kernel += s.device_seconds;
     }
-    if (round > 1) total += dt;
-    if (round > 1) kernel += s.device_seconds;
     if (!trainer) {
       if (round == 1) {
         REFIT_ASSIGN_OR_RETURN(sum1, Checksum(full, rank, a, 0));
@@ -145,10 +143,9 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
   }
   if (a.Pointers() != before) check = "FAIL: buffer addresses changed";
   std::map<std::string, std::string> r;
-  // A refit's time is the trainers' (slowest first): from "weights in
-  // place" until every engine's copies are done. An engine's own Run also
-  // counts its wait for the trainer (which starts 20 ms after it).
-  r["ms"] = trainer ? absl::StrCat(total / iters * 1e3) : "0";
+  // A refit's time is the trainers' (Merge): from "weights in place"
+  // until every engine's copies are done. An engine's own Run also counts
+  // its wait for the trainer (which starts 20 ms after it).
   if (trainer) {
     r["starts"] = absl::StrJoin(starts, ",");
     r["ends"] = absl::StrJoin(ends, ",");
@@ -163,12 +160,12 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
   return r;
 }
 
-// One result from the members' (the slowest trainer's time, every
+// One result from the members' (the round time of the trainers, every
 // member's check and error).
 absl::StatusOr<std::map<std::string, std::string>> Merge(
     const std::vector<absl::StatusOr<std::map<std::string, std::string>>>& res) {
   std::map<std::string, std::string> out{{"ms", "0"}, {"check", "PASS"}};
-  double ms = 0, kernel_ms = 0;
+  double kernel_ms = 0;
   for (const auto& r : res) {
     if (!r.ok()) return r.status();
     double v = 0;
@@ -183,15 +180,12 @@ absl::StatusOr<std::map<std::string, std::string>> Merge(
         (!out.count("prepare_s") || (absl::SimpleAtod(out["prepare_s"], &best) && p < best))) {
       out["prepare_s"] = r->at("prepare_s");
     }
-    if (absl::SimpleAtod(r->at("ms"), &v)) ms = std::max(ms, v);
     if (r->at("check") != "PASS") out["check"] = r->at("check");
   }
-  out["ms"] = absl::StrCat(ms);
   out["kernel_ms"] = absl::StrCat(kernel_ms);
-  // Several trainers: a round lasts from the last trainer's "in place" to
-  // the last trainer's "every receiver done" (members share the host's
-  // clock); a trainer that starts early would otherwise count its wait
-  // for the others.
+  // A round lasts from the last trainer's "in place" to the last trainer's
+  // "every receiver done" (members share the host's clock); a trainer that
+  // starts early would otherwise count its wait for the others.
   std::vector<int64_t> start, end;
   for (const auto& r : res) {
     if (!r->count("starts")) continue;

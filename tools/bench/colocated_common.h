@@ -13,18 +13,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "exec/cuda/cuda_status.h"
 #include "layout/layout.h"
 #include "plan/plan.h"
 
-// Returns INTERNAL with the CUDA error from the enclosing function when `x`
-// fails.
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e_ = (x);                                                       \
-    if (e_ != cudaSuccess) {                                                    \
-      return absl::InternalError(absl::StrCat(#x, ": ", cudaGetErrorString(e_))); \
-    }                                                                           \
-  } while (0)
+// Returns the CUDA error (exec/cuda/cuda_status.h) from the enclosing
+// function when `x` fails.
+#define CK(x) REFIT_RETURN_IF_CUDA_ERROR(x)
 
 namespace refit::bench {
 

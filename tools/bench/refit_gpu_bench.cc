@@ -47,6 +47,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "exec/cuda/cuda_copy_engine.h"
+#include "exec/cuda/cuda_status.h"
 #include "exec/cuda/nccl_transport.h"
 #include "exec/executor.h"
 #include "exec/plan_side.h"
@@ -70,13 +71,7 @@ int kWorld = 4;
 int kTrainer = 2;
 
 
-#define CK(x)                                                               \
-  do {                                                                      \
-    cudaError_t e_ = (x);                                                   \
-    if (e_ != cudaSuccess) {                                                \
-      return absl::InternalError(absl::StrCat(#x, ": ", cudaGetErrorString(e_))); \
-    }                                                                       \
-  } while (0)
+#define CK(x) REFIT_RETURN_IF_CUDA_ERROR(x)
 #define NK(x)                                                               \
   do {                                                                      \
     ncclResult_t r_ = (x);                                                  \

@@ -44,6 +44,7 @@
 #include <cuda_runtime_api.h>
 
 #include "client/nccl_data_plane.h"
+#include "exec/cuda/cuda_status.h"
 #endif
 
 namespace refit {
@@ -61,13 +62,6 @@ struct Flags {
     return v;
   }
 };
-
-#ifdef REFIT_DEMO_CUDA
-absl::Status Cuda(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
-}
-#endif
 
 int Fail(const std::string& who, const absl::Status& s) {
   std::printf("error %s: %s\n", who.c_str(), s.ToString().c_str());
@@ -108,7 +102,7 @@ int Main(const Flags& fl) {
     if (device.rfind("cuda:", 0) != 0 || !absl::SimpleAtoi(device.substr(5), &gpu)) {
       return Fail(who, absl::InvalidArgumentError("--device must be cuda:N"));
     }
-    absl::Status s = Cuda(cudaSetDevice(gpu), absl::StrCat("cudaSetDevice(", gpu, ")"));
+    absl::Status s = CudaStatus(cudaSetDevice(gpu), absl::StrCat("cudaSetDevice(", gpu, ")"));
     if (!s.ok()) return Fail(who, s);
 #else
     return Fail(who, absl::InvalidArgumentError(
@@ -127,10 +121,10 @@ int Main(const Flags& fl) {
 #ifdef REFIT_DEMO_CUDA
     if (gpu >= 0) {
       host[lb.name] = p;
-      absl::Status s = Cuda(cudaMalloc(reinterpret_cast<void**>(&p),
+      absl::Status s = CudaStatus(cudaMalloc(reinterpret_cast<void**>(&p),
                                        std::max<int64_t>(lb.byte_size, 1)),
                             "cudaMalloc");
-      if (s.ok()) s = Cuda(cudaMemset(p, 0, lb.byte_size), "cudaMemset");
+      if (s.ok()) s = CudaStatus(cudaMemset(p, 0, lb.byte_size), "cudaMemset");
       if (!s.ok()) return Fail(who, s);
       dev[lb.name] = p;
     }
@@ -142,7 +136,7 @@ int Main(const Flags& fl) {
 #ifdef REFIT_DEMO_CUDA
     for (const auto& [name, d] : dev) {
       const int64_t n = refs.at(name).byte_size;
-      REFIT_RETURN_IF_ERROR(Cuda(
+      REFIT_RETURN_IF_ERROR(CudaStatus(
           to_device ? cudaMemcpy(d, host.at(name), n, cudaMemcpyHostToDevice)
                     : cudaMemcpy(host.at(name), d, n, cudaMemcpyDeviceToHost),
           "cudaMemcpy"));
