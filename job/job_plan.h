@@ -2,7 +2,7 @@
 // the engines' conventions and where every rank runs go through the mapping
 // tables (mapping/) into the two sides' layouts, and the planner
 // (plan/planner.h) builds the plan. refitd (server/default_plan.h) and
-// `refit plan` (tools/cli) both build plans here, so equal inputs give the
+// `refit plan` (cli/) both build plans here, so equal inputs give the
 // same plan and fingerprint.
 #ifndef REFIT_JOB_JOB_PLAN_H_
 #define REFIT_JOB_JOB_PLAN_H_

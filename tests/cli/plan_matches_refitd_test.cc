@@ -18,7 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "server/default_plan.h"
 #include "server/refit_server.h"
-#include "tools/cli/plan_command.h"
+#include "cli/plan_command.h"
 
 namespace refit {
 namespace {

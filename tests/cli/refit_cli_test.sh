@@ -4,7 +4,7 @@ set -u
 # shellcheck source=tests/testing/check.sh
 . "${TEST_SRCDIR}/${TEST_WORKSPACE:-refit}/tests/testing/check.sh" 2>/dev/null ||
   . "$(find "${TEST_SRCDIR}" -path '*tests/testing/check.sh' | head -1)"
-REFIT=$(find_bin tools/cli/refit)
+REFIT=$(find_bin cli/refit)
 check top-help 0 'refit plan' -- "$REFIT" --help
 check plan-help 0 '^  --heatmap' -- "$REFIT" plan --help
 check plan-help-short 0 '^  --heatmap' -- "$REFIT" plan -h

@@ -23,7 +23,7 @@
 #include "mapping/mapping.h"
 #include "mapping/scatter.h"
 #include "testing/reference_quantizer.h"
-#include "tools/cli/safetensors.h"
+#include "cli/safetensors.h"
 
 namespace refit {
 namespace {
@@ -39,9 +39,9 @@ std::string RefitBinary() {
   const char* s = std::getenv("TEST_SRCDIR");
   const char* w = std::getenv("TEST_WORKSPACE");
   std::string p = absl::StrCat(s ? s : ".", "/", w ? w : "refit",
-                               "/tools/cli/refit");
+                               "/cli/refit");
   struct stat st;
-  return stat(p.c_str(), &st) == 0 ? p : "tools/cli/refit";
+  return stat(p.c_str(), &st) == 0 ? p : "cli/refit";
 }
 
 struct CmdResult {

@@ -5,7 +5,7 @@ set -u
 # shellcheck source=tests/testing/check.sh
 . "${TEST_SRCDIR}/${TEST_WORKSPACE:-refit}/tests/testing/check.sh" 2>/dev/null ||
   . "$(find "${TEST_SRCDIR}" -path '*tests/testing/check.sh' | head -1)"
-REFIT=$(find_bin tools/cli/refit)
+REFIT=$(find_bin cli/refit)
 REFITD=$(find_bin server/refitd)
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 echo "s3cret-token" > "$tmp/token"

@@ -17,7 +17,7 @@
 #include "common/file.h"
 #include "layout/dtype.h"
 #include "nlohmann/json.hpp"
-#include "tools/cli/safetensors.h"
+#include "cli/safetensors.h"
 
 namespace refit {
 namespace {

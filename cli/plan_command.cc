@@ -1,5 +1,5 @@
 // `refit plan` implementation (see plan_command.h).
-#include "tools/cli/plan_command.h"
+#include "cli/plan_command.h"
 
 #include <fstream>
 #include <iostream>

@@ -1,5 +1,5 @@
 // Safetensors reading and writing (see safetensors.h).
-#include "tools/cli/safetensors.h"
+#include "cli/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-#include "tools/cli/status_watch.h"
+#include "cli/status_watch.h"
 
 #include <algorithm>
 #include <map>

@@ -1,5 +1,5 @@
 // Worker processes and their results (see colocated_spawn.h).
-#include "tools/bench/colocated_spawn.h"
+#include "bench/colocated_spawn.h"
 
 #include <signal.h>
 #include <sys/wait.h>

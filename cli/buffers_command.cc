@@ -1,5 +1,5 @@
 // `refit buffers` (see buffers_command.h).
-#include "tools/cli/buffers_command.h"
+#include "cli/buffers_command.h"
 
 #include <vector>
 

@@ -2,7 +2,7 @@
 // colocated jobs whose replicas line up with hosts move no byte across
 // hosts, and some within one GPU; a job whose PP stages span hosts must
 // move some across.
-#include "job/placement_cases.h"
+#include "testing/placement_cases.h"
 
 #include "gtest/gtest.h"
 

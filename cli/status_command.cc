@@ -1,5 +1,5 @@
 // `refit status` implementation (see status_command.h).
-#include "tools/cli/status_command.h"
+#include "cli/status_command.h"
 
 #include <algorithm>
 #include <memory>
@@ -13,7 +13,7 @@
 #include "common/status_macros.h"
 #include "exec/wire_enums.h"
 #include "nlohmann/json.hpp"
-#include "tools/cli/status_watch.h"
+#include "cli/status_watch.h"
 
 namespace refit {
 namespace {

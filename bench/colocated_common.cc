@@ -1,5 +1,5 @@
 // The colocated benchmark's cases, arenas and patterns (see colocated_common.h).
-#include "tools/bench/colocated_common.h"
+#include "bench/colocated_common.h"
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>

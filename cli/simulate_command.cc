@@ -1,5 +1,5 @@
 // `refit simulate` implementation (see simulate_command.h).
-#include "tools/cli/simulate_command.h"
+#include "cli/simulate_command.h"
 
 #include <sys/stat.h>
 
@@ -18,8 +18,8 @@
 #include "mapping/scatter.h"
 #include "plan/planner.h"
 #include "testing/reference_copy.h"
-#include "tools/cli/plan_command.h"
-#include "tools/cli/safetensors.h"
+#include "cli/plan_command.h"
+#include "cli/safetensors.h"
 
 namespace refit {
 namespace {

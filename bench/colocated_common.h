@@ -1,4 +1,4 @@
-// What the colocated benchmark's programs share (tools/bench/colocated_bench.cc):
+// What the colocated benchmark's programs share (bench/colocated_bench.cc):
 // its cases and their plans, device arenas of a member's buffers (cudaMalloc
 // or cuMem chunks as expandable segments make them), and the byte pattern
 // written and checked in them.

@@ -1,5 +1,5 @@
 // Tests of the plan summary on hand-made Plans (no mapping, no planner).
-#include "tools/cli/plan_summary.h"
+#include "cli/plan_summary.h"
 
 #include <cstdio>
 

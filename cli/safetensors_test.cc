@@ -1,4 +1,4 @@
-#include "tools/cli/safetensors.h"
+#include "cli/safetensors.h"
 
 #include <cstdio>
 #include <fstream>

@@ -62,9 +62,9 @@
 #include "plan/plan_codec.h"
 #include "testing/dir_kv_store.h"
 #include "testing/flags.h"
-#include "tools/bench/colocated_baselines.h"
-#include "tools/bench/colocated_common.h"
-#include "tools/bench/colocated_spawn.h"
+#include "bench/colocated_baselines.h"
+#include "bench/colocated_common.h"
+#include "bench/colocated_spawn.h"
 
 namespace refit::bench {
 namespace {

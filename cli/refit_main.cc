@@ -15,10 +15,10 @@
 #include "common/command_line.h"
 #include "common/huge_pages.h"
 #include "mapping/model_config.h"
-#include "tools/cli/buffers_command.h"
-#include "tools/cli/plan_command.h"
-#include "tools/cli/simulate_command.h"
-#include "tools/cli/status_command.h"
+#include "cli/buffers_command.h"
+#include "cli/plan_command.h"
+#include "cli/simulate_command.h"
+#include "cli/status_command.h"
 
 // Flags of several commands.
 ABSL_FLAG(std::string, model, "",

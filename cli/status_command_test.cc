@@ -1,11 +1,11 @@
-#include "tools/cli/status_command.h"
+#include "cli/status_command.h"
 
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tools/cli/status_watch.h"
+#include "cli/status_watch.h"
 
 namespace refit {
 namespace {

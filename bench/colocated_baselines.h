@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "tools/bench/colocated_common.h"
+#include "bench/colocated_common.h"
 
 namespace refit::bench {
 

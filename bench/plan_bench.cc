@@ -9,7 +9,7 @@
 // the fingerprint. Targets (issue 3): plan <= 1 s, peak RSS <= 1 GiB, one
 // slice <= 50 ms.
 //
-//   bazel run -c opt //tools/bench:plan_bench [-- --reps=N]
+//   bazel run -c opt //bench:plan_bench [-- --reps=N]
 #include <sched.h>
 #include <sys/resource.h>
 

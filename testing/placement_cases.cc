@@ -1,5 +1,5 @@
 // PlacementCases and PlanPlacementCase (see placement_cases.h).
-#include "job/placement_cases.h"
+#include "testing/placement_cases.h"
 
 #include "common/status_macros.h"
 #include "job/job_plan.h"

@@ -2,8 +2,8 @@
 // lower bound (predicted / lower bound <= 1.05): colocated jobs whose
 // replicas line up with hosts, disaggregated jobs with several trainer DP
 // replicas, DeepSeek-V3 and Kimi-K2 at 256 ranks, and a colocated job whose
-// trainer PP stages span hosts. Checked by job/placement_cases_test and
-// printed by tools/bench:placement_bench.
+// trainer PP stages span hosts. Checked by testing/placement_cases_test and
+// printed by bench:placement_bench.
 #ifndef REFIT_JOB_PLACEMENT_CASES_H_
 #define REFIT_JOB_PLACEMENT_CASES_H_
 

@@ -1,5 +1,5 @@
 // Plan summary, text/JSON formatting and the SVG heat map for `refit plan`.
-#include "tools/cli/plan_summary.h"
+#include "cli/plan_summary.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // The floor, per-tensor and bucketed baselines (see colocated_baselines.h).
-#include "tools/bench/colocated_baselines.h"
+#include "bench/colocated_baselines.h"
 
 #include <cuda_runtime_api.h>
 

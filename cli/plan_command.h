@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "job/job_plan.h"
-#include "tools/cli/plan_summary.h"
+#include "cli/plan_summary.h"
 
 namespace refit {
 

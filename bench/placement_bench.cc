@@ -1,14 +1,14 @@
-// placement_bench: prints, for each placed layout of job/placement_cases.h,
+// placement_bench: prints, for each placed layout of testing/placement_cases.h,
 // the plan's predicted refit time, its lower bound, their ratio (target
 // <= 1.05), bytes per link class (within one GPU, between GPUs of one host,
 // across hosts), and the BuildPlan wall time.
 //
-//   bazel run -c opt //tools/bench:placement_bench [-- --small]
+//   bazel run -c opt //bench:placement_bench [-- --small]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 
-#include "job/placement_cases.h"
+#include "testing/placement_cases.h"
 
 int main(int argc, char** argv) {
   const bool small = argc > 1 && std::strcmp(argv[1], "--small") == 0;
