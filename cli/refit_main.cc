@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <new>
 #include <optional>
 #include <unistd.h>
 #include <string>
@@ -259,7 +260,16 @@ int RunPlan(const std::vector<std::string>& args) {
   opt.json = absl::GetFlag(FLAGS_json);
   opt.timings = absl::GetFlag(FLAGS_timings);
   opt.heatmap = absl::GetFlag(FLAGS_heatmap);
-  absl::StatusOr<std::string> out = refit::RunPlanCommand(opt);
+  absl::StatusOr<std::string> out = absl::UnknownError("not run");
+  // A plan too large for the memory there is (or the address-space limit)
+  // is an error like any other, not an abort.
+  try {
+    out = refit::RunPlanCommand(opt);
+  } catch (const std::bad_alloc&) {
+    out = absl::ResourceExhaustedError(
+        "out of memory while building the plan; --max_plan_mib (lower it to refuse "
+        "such plans before they are built) or fewer ranks");
+  }
   if (!out.ok()) {
     std::cerr << "refit plan: error: " << out.status().message() << "\n";
     return 1;

@@ -10,6 +10,7 @@
 #include "absl/strings/strip.h"
 #include "client/refit_client.h"
 #include "common/file.h"
+#include "common/printable.h"
 #include "common/status_macros.h"
 #include "exec/wire_enums.h"
 #include "nlohmann/json.hpp"
@@ -48,9 +49,9 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
     absl::StrAppendFormat(
         &out, "  %s  %s job=%s%s rank=%d/%d host=%s device=%s%s buffers=%d "
               "heartbeat %.1f s ago\n",
-        m.member_id(), WireSideName(id.side()), id.job(),
-        id.engine_id().empty() ? "" : absl::StrCat(" engine=", id.engine_id()),
-        id.rank(), id.world_size(), id.host_id(), id.device(),
+        Printable(m.member_id()), WireSideName(id.side()), Printable(id.job()),
+        id.engine_id().empty() ? "" : absl::StrCat(" engine=", Printable(id.engine_id())),
+        id.rank(), id.world_size(), Printable(id.host_id()), Printable(id.device()),
         id.transport() == v1::TRANSPORT_UNSPECIFIED
             ? ""
             : absl::StrCat(" transport=", WireTransportName(id.transport())),
@@ -60,10 +61,10 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
   absl::StrAppend(&out, "membership epoch: ", r.epoch(), "\n");
   absl::StrAppend(&out, "plan fingerprint: ",
                   r.plan_fingerprint().empty() ? "(no plan)"
-                                               : r.plan_fingerprint(),
+                                               : Printable(r.plan_fingerprint()),
                   "\n");
   if (!r.plan_error().empty()) {
-    absl::StrAppend(&out, "plan error: ", r.plan_error(), "\n");
+    absl::StrAppend(&out, "plan error: ", Printable(r.plan_error()), "\n");
   }
   if (r.pull_pairs() + r.network_pairs() > 0) {
     absl::StrAppend(&out, "pairs (trainer, engine): ", r.pull_pairs(),
@@ -71,7 +72,7 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
                     " on the network transport\n");
   }
   for (const v1::EngineStatus& e : r.engines()) {
-    absl::StrAppend(&out, "engine ", e.engine_id(), ": ",
+    absl::StrAppend(&out, "engine ", Printable(e.engine_id()), ": ",
                     e.committed_version() == 0
                         ? std::string("no version committed")
                         : absl::StrCat("version ", e.committed_version(), " committed"),
@@ -93,12 +94,12 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
   for (int i = first; i < r.rounds_size(); ++i) {
     const v1::RoundSummary& s = r.rounds(i);
     absl::StrAppendFormat(&out, "  %8d  %-10s %16d %10.3f %9.2f %14d%s%s\n",
-                          s.version(), s.outcome(), s.bytes(), s.seconds(),
+                          s.version(), Printable(s.outcome()), s.bytes(), s.seconds(),
                           s.gbps(), s.peak_staging_bytes(),
                           s.peak_staging_member().empty()
                               ? ""
-                              : "  (" + s.peak_staging_member() + ")",
-                          s.reason().empty() ? "" : "  " + s.reason());
+                              : "  (" + Printable(s.peak_staging_member()) + ")",
+                          s.reason().empty() ? "" : "  " + Printable(s.reason()));
   }
   return out;
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/printable.h"
 
 namespace refit {
 namespace {
@@ -25,19 +26,19 @@ std::string Outcome(const v1::RoundSummary& s) {
         "peak staging %d bytes%s",
         s.version(), s.duration_seconds(), s.seconds(), s.bytes(), s.gbps(),
         s.peak_staging_bytes(),
-        s.peak_staging_member().empty() ? "" : " (" + s.peak_staging_member() + ")");
+        s.peak_staging_member().empty() ? "" : " (" + Printable(s.peak_staging_member()) + ")");
   }
   return absl::StrFormat("round %d %s after %.3f s: %s", s.version(), s.outcome(),
-                         s.seconds(), s.reason());
+                         s.seconds(), Printable(s.reason()));
 }
 
 }  // namespace
 
 std::string FormatWatchFrame(const v1::StatusResponse& r, const std::string& server) {
-  std::string out = absl::StrCat("refitd ", server, ": ", r.members_size(),
+  std::string out = absl::StrCat("refitd ", Printable(server), ": ", r.members_size(),
                                  " members, plan ",
                                  r.plan_fingerprint().empty() ? "(none)"
-                                                              : r.plan_fingerprint(),
+                                                              : Printable(r.plan_fingerprint()),
                                  "\n");
   const v1::RoundSummary* running = nullptr;
   for (const v1::RoundSummary& s : r.rounds()) {
@@ -57,7 +58,7 @@ std::string FormatWatchFrame(const v1::StatusResponse& r, const std::string& ser
   std::map<std::string, const v1::MemberReport*> figures;
   for (const v1::MemberReport& m : running->reports()) figures[m.member_id()] = &m;
   for (const std::string& id : running->reported()) {
-    absl::StrAppend(&out, "  reported  ", id);
+    absl::StrAppend(&out, "  reported  ", Printable(id));
     if (auto it = figures.find(id); it != figures.end()) {
       absl::StrAppendFormat(&out, "  %d bytes in %.3f s, peak staging %d bytes",
                             it->second->bytes(), it->second->seconds(),
@@ -66,7 +67,7 @@ std::string FormatWatchFrame(const v1::StatusResponse& r, const std::string& ser
     absl::StrAppend(&out, "\n");
   }
   for (const std::string& id : running->waiting()) {
-    absl::StrAppend(&out, "  moving    ", id, "\n");
+    absl::StrAppend(&out, "  moving    ", Printable(id), "\n");
   }
   return out;
 }

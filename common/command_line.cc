@@ -1,7 +1,10 @@
 #include "common/command_line.h"
 
+#include <climits>
+#include <cstdlib>
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/parse.h"
@@ -10,7 +13,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/string_view.h"
 
 namespace refit {
@@ -19,6 +25,58 @@ namespace {
 bool Accepted(absl::Span<const std::string> accepted, absl::string_view name) {
   return name == "flagfile" ||
          std::find(accepted.begin(), accepted.end(), name) != accepted.end();
+}
+
+// Flag files nest at most this deep (a longer chain is refused like a
+// cycle: Abseil would follow it without end).
+constexpr int kMaxFlagfileDepth = 32;
+// Bytes of a flag file read to look for nested --flagfile lines.
+constexpr std::streamsize kMaxFlagfileBytes = 1 << 20;
+
+// Returns the values of "--flagfile=a,b" words in `line`s of a flag file.
+std::vector<std::string> NestedFlagfiles(const std::string& path) {
+  std::vector<std::string> out;
+  std::ifstream in(path);
+  std::string line;
+  std::streamsize read = 0;
+  while (read < kMaxFlagfileBytes && std::getline(in, line)) {
+    read += static_cast<std::streamsize>(line.size()) + 1;
+    absl::string_view l = absl::StripAsciiWhitespace(line);
+    if (!absl::ConsumePrefix(&l, "--flagfile=") && !absl::ConsumePrefix(&l, "-flagfile=")) {
+      continue;
+    }
+    for (absl::string_view v : absl::StrSplit(l, ',', absl::SkipEmpty())) {
+      out.emplace_back(v);
+    }
+  }
+  return out;
+}
+
+// Follows the flag files named by `path` (depth first); INVALID_ARGUMENT
+// naming the chain when one names itself or an ancestor, or the chain is
+// deeper than kMaxFlagfileDepth. Unreadable files are left to Abseil.
+absl::Status CheckFlagfile(const std::string& path, std::vector<std::string>* chain) {
+  char resolved[PATH_MAX];
+  const std::string key = realpath(path.c_str(), resolved) != nullptr ? resolved : path;
+  chain->push_back(path);
+  for (size_t i = 0; i + 1 < chain->size(); ++i) {
+    char r[PATH_MAX];
+    const std::string k = realpath((*chain)[i].c_str(), r) != nullptr ? r : (*chain)[i];
+    if (k == key) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--flagfile: ", path, " includes itself (", absl::StrJoin(*chain, " -> "), ")"));
+    }
+  }
+  if (static_cast<int>(chain->size()) > kMaxFlagfileDepth) {
+    return absl::InvalidArgumentError(absl::StrCat("--flagfile: nested more than ",
+                                                   kMaxFlagfileDepth, " deep (",
+                                                   absl::StrJoin(*chain, " -> "), ")"));
+  }
+  for (const std::string& nested : NestedFlagfiles(path)) {
+    if (absl::Status s = CheckFlagfile(nested, chain); !s.ok()) return s;
+  }
+  chain->pop_back();
+  return absl::OkStatus();
 }
 
 bool IsBool(absl::string_view name) {
@@ -88,6 +146,13 @@ absl::StatusOr<CommandLineResult> ParseCommandLine(
             absl::StrCat("flag --", name, " needs a value"));
       }
       ++i;
+    }
+    if (name == "flagfile") {
+      const std::string value = has_value ? std::string(a.substr(eq + 1)) : args[i];
+      for (absl::string_view f : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+        std::vector<std::string> chain;
+        if (absl::Status s = CheckFlagfile(std::string(f), &chain); !s.ok()) return s;
+      }
     }
   }
   std::vector<char*> argv;

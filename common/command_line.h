@@ -31,6 +31,8 @@ std::string FlagsHelp(absl::Span<const std::string> names);
 // lone "help" prints `usage` followed by FlagsHelp(accepted) on stdout and
 // returns kHelpShown. Fails with INVALID_ARGUMENT (naming the argument) on
 // an unknown flag, a positional argument, or a flag missing its value;
+// a --flagfile that names itself, directly or through others (a -> b -> a),
+// or nests more than 32 deep (the chain is named; Abseil would loop);
 // a value of the wrong type (for example --lanes=two) or an unreadable
 // --flagfile is reported by Abseil, which exits the process with code 1.
 // `program` is what Abseil's messages call the program.

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "common/printable.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -71,6 +72,33 @@ class JsonFormatter final : public spdlog::formatter {
   }
 };
 
+// The text format with the message's control characters escaped
+// (Printable): text from peers in a message cannot start a new line or
+// reach a terminal raw.
+class TextFormatter final : public spdlog::formatter {
+ public:
+  TextFormatter() : pattern_(std::make_unique<spdlog::pattern_formatter>(kTextPattern)) {}
+
+  void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
+    const absl::string_view text(msg.payload.data(), msg.payload.size());
+    const std::string printable = Printable(text);
+    if (printable.size() == text.size()) {
+      pattern_->format(msg, dest);
+      return;
+    }
+    spdlog::details::log_msg escaped = msg;
+    escaped.payload = spdlog::string_view_t(printable.data(), printable.size());
+    pattern_->format(escaped, dest);
+  }
+
+  std::unique_ptr<spdlog::formatter> clone() const override {
+    return std::make_unique<TextFormatter>();
+  }
+
+ private:
+  std::unique_ptr<spdlog::formatter> pattern_;
+};
+
 }  // namespace
 
 absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(absl::string_view name) {
@@ -98,7 +126,7 @@ std::shared_ptr<spdlog::logger> MakeStderrLogger(const std::string& name,
                                                  spdlog::level::level_enum level) {
   auto l = std::make_shared<spdlog::logger>(
       name, std::make_shared<spdlog::sinks::stderr_sink_mt>());
-  l->set_pattern(kTextPattern);
+  l->set_formatter(std::make_unique<TextFormatter>());
   l->set_level(level);
   l->flush_on(spdlog::level::info);
   return l;
@@ -108,7 +136,7 @@ void SetLogFormat(spdlog::logger& logger, LogFormat format) {
   if (format == LogFormat::kJson) {
     logger.set_formatter(MakeJsonFormatter());
   } else {
-    logger.set_pattern(kTextPattern);
+    logger.set_formatter(std::make_unique<TextFormatter>());
   }
 }
 

@@ -1,5 +1,6 @@
 // Logging set-up shared by refitd and the client library (spdlog): level
-// names, and the two line formats: text ("[time] [logger] [level] msg") and
+// names, and the two line formats: text ("[time] [logger] [level] msg", the
+// message's control characters escaped by Printable, common/printable.h) and
 // JSON lines (one object a line: ts, level, logger, msg, and one field per
 // "key=value" word of the message, numbers as numbers; "reason=" takes the
 // rest of the message).

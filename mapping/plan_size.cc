@@ -20,6 +20,25 @@ absl::StatusOr<int64_t> EstimatePlanRecords(const ModelConfig& model,
   return rank_tensors;
 }
 
+absl::Status CheckRegisteredBuffers(const ModelConfig& model, const TrainerSpec& trainer,
+                                    absl::Span<const EngineSpec> engines,
+                                    int64_t registered) {
+  // Parsed specs hold at most 2^20 ranks and configs at most 2^16 layers:
+  // no overflow below 2^20 engines.
+  const int64_t pp = trainer.kind == TrainerSpec::Kind::kMegatron ? trainer.pp : 1;
+  int64_t ranks = trainer.world_size();
+  int64_t implied = (model.num_layers / pp) * trainer.world_size();
+  for (const EngineSpec& e : engines) {
+    implied += model.num_layers * e.world_size();
+    ranks += e.world_size();
+  }
+  if (implied <= registered) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model_config: num_hidden_layers = ", model.num_layers, " implies at least ", implied,
+      " buffers on the members' ", ranks, " ranks (one per layer a rank holds), but they "
+      "registered ", registered, " in all"));
+}
+
 absl::Status CheckPlanBudget(int64_t records, int64_t budget_bytes,
                              absl::string_view budget_name) {
   if (records <= budget_bytes / kPlanBytesPerRecordEstimate) return absl::OkStatus();

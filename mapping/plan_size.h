@@ -30,6 +30,17 @@ absl::StatusOr<int64_t> EstimatePlanRecords(const ModelConfig& model,
                                             const TrainerSpec& trainer,
                                             absl::Span<const EngineSpec> engines);
 
+// Returns OK when the members could hold `model` with the `registered`
+// buffers they registered in all: every rank holds at least one buffer per
+// layer it holds (a trainer pipeline stage holds num_hidden_layers / pp of
+// them, every other rank all). Else INVALID_ARGUMENT naming
+// num_hidden_layers, the buffers it implies and those registered. Cheap
+// (no tensor is built): refitd checks it before anything is sized by the
+// model's numbers, so a config.json claiming 65,536 layers costs nothing.
+absl::Status CheckRegisteredBuffers(const ModelConfig& model, const TrainerSpec& trainer,
+                                    absl::Span<const EngineSpec> engines,
+                                    int64_t registered);
+
 // Returns OK when `records` estimated records (times
 // kPlanBytesPerRecordEstimate) fit in `budget_bytes`; else RESOURCE_EXHAUSTED
 // naming the estimate and `budget_name` (the flag or option that sets it).

@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -99,36 +101,152 @@ Acceptor::Acceptor(int listen_fd, int port)
 
 Acceptor::~Acceptor() { Stop(); }
 
-void Acceptor::Start(grpc::experimental::ExternalConnectionAcceptor* target) {
+void Acceptor::Start(grpc::experimental::ExternalConnectionAcceptor* target, Gate gate) {
   target_ = target;
+  gate_ = gate;
+  if (gate_.max_pending < 1) gate_.max_pending = 1;
   thread_ = std::thread([this] { Loop(); });
 }
 
 void Acceptor::Stop() {
   if (stop_.exchange(true)) return;
   if (thread_.joinable()) thread_.join();
+  for (const Pending& p : pending_) close(p.fd);
+  pending_.clear();
   close(listen_fd_);
   if (spare_fd_ >= 0) close(spare_fd_);
 }
 
-void Acceptor::Loop() {
+void Acceptor::HandOver(int fd) {
   const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters params;
+  params.listener_fd = listen_fd_;
+  params.fd = fd;
+  target_->HandleNewConnection(&params);  // owns fd from here
+}
+
+void Acceptor::Take(int fd) {
+  if (!gate_.plaintext) {
+    HandOver(fd);
+    return;
+  }
+  while (static_cast<int>(pending_.size()) >= gate_.max_pending) CloseOldestPending();
+  const absl::Time now = absl::Now();
+  pending_.push_back(Pending{fd, now, now, 0});
+}
+
+bool Acceptor::CloseOldestPending() {
+  if (pending_.empty()) return false;
+  close(pending_.front().fd);
+  pending_.pop_front();
+  stalled_closed_.fetch_add(1);
+  return true;
+}
+
+Acceptor::FirstRequest Acceptor::Inspect(Pending& p, absl::Time now) {
+  // The HTTP/2 client preface, then frames of a 9-byte header each:
+  // length (24 bits), type, flags, stream id.
+  static constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  constexpr size_t kPrefaceLen = sizeof(kPreface) - 1;
+  constexpr size_t kPeekBytes = 64 << 10;
+  static thread_local std::vector<unsigned char> buf(kPeekBytes);
+  const ssize_t n = recv(p.fd, buf.data(), buf.size(), MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return FirstRequest::kClosed;
+  if (n < 0) {
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? FirstRequest::kIncomplete
+                                                                     : FirstRequest::kClosed;
+  }
+  const size_t got = static_cast<size_t>(n);
+  if (got != p.bytes) {
+    p.bytes = got;
+    p.changed = now;
+  }
+  // Not HTTP/2 (or more than we look at): gRPC answers or closes it.
+  if (std::memcmp(buf.data(), kPreface, std::min(got, kPrefaceLen)) != 0 || got == kPeekBytes) {
+    return FirstRequest::kComplete;
+  }
+  if (got < kPrefaceLen) return FirstRequest::kIncomplete;
+  size_t off = kPrefaceLen;
+  while (off + 9 <= got) {
+    const size_t len = (size_t{buf[off]} << 16) | (size_t{buf[off + 1]} << 8) | buf[off + 2];
+    const unsigned char type = buf[off + 3], flags = buf[off + 4];
+    if (off + 9 + len > got) return FirstRequest::kIncomplete;  // mid-frame
+    constexpr unsigned char kHeaders = 0x1, kContinuation = 0x9, kEndHeaders = 0x4;
+    if ((type == kHeaders || type == kContinuation) && (flags & kEndHeaders) != 0) {
+      return FirstRequest::kComplete;
+    }
+    off += 9 + len;
+  }
+  if (off < got) return FirstRequest::kIncomplete;  // a frame header cut short
+  // Whole frames and no request yet: a client waiting for the server's
+  // SETTINGS before it sends one. Hand it over once it has been quiet.
+  constexpr absl::Duration kQuiet = absl::Milliseconds(200);
+  return now - p.changed >= kQuiet ? FirstRequest::kComplete : FirstRequest::kIncomplete;
+}
+
+void Acceptor::ServicePending(const std::vector<bool>& readable, absl::Time now) {
+  std::deque<Pending> kept;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    Pending& p = pending_[i];
+    FirstRequest state = FirstRequest::kIncomplete;
+    // Readable ones, and the quiet ones whose whole frames may now be due.
+    if (readable[i] || p.bytes > 0) state = Inspect(p, now);
+    if (state == FirstRequest::kComplete) {
+      HandOver(p.fd);
+    } else if (state == FirstRequest::kClosed) {
+      close(p.fd);
+    } else if (now - p.accepted >= gate_.first_request_timeout) {
+      close(p.fd);
+      stalled_closed_.fetch_add(1);
+    } else {
+      kept.push_back(p);
+    }
+  }
+  pending_.swap(kept);
+}
+
+void Acceptor::Loop() {
+  std::vector<pollfd> fds;
+  std::vector<bool> readable;
+  absl::Time last_stall_log = absl::InfinitePast();
+  int64_t stalled_logged = 0;
   while (!stop_.load()) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (poll(&p, 1, /*timeout_ms=*/100) <= 0) continue;
+    fds.assign(1, pollfd{listen_fd_, POLLIN, 0});
+    for (const Pending& p : pending_) fds.push_back(pollfd{p.fd, POLLIN, 0});
+    const int timeout_ms = pending_.empty() ? 100 : 50;
+    if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    readable.assign(pending_.size(), false);
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      readable[i] = (fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+    }
+    const absl::Time now = absl::Now();
+    if (!pending_.empty()) ServicePending(readable, now);
+    if (const int64_t closed = stalled_closed_.load();
+        closed > stalled_logged && now - last_stall_log > absl::Seconds(10)) {
+      last_stall_log = now;
+      stalled_logged = closed;
+      ServerLog().warn(
+          "closed {} connections so far that sent no complete first request within {} "
+          "(or were the oldest of {} waiting)",
+          closed, absl::FormatDuration(gate_.first_request_timeout), gate_.max_pending);
+    }
+    if ((fds[0].revents & POLLIN) == 0) continue;
     // Take every waiting connection, then poll again.
     while (!stop_.load()) {
       const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters params;
-        params.listener_fd = listen_fd_;
-        params.fd = fd;
-        target_->HandleNewConnection(&params);  // owns fd from here
+        Take(fd);
         continue;
       }
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      const bool no_descriptor =
+          errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM;
+      // A connection that has not sent a request yet gives way to the new one.
+      if (no_descriptor && CloseOldestPending()) continue;
       const int pause_ms = PauseMsAfter(errno);
       absl::SleepFor(absl::Milliseconds(pause_ms));
       break;

@@ -12,14 +12,28 @@
 // reset and retries with its backoff), takes the spare back, and pauses
 // briefly. Connections already open are served throughout; new ones are
 // taken again as soon as descriptors are free.
+//
+// Slow clients: on a plaintext listener a new connection is held here, not
+// handed to gRPC, until it has sent its first complete request (the HTTP/2
+// preface and a whole HEADERS block; or only whole frames and then nothing
+// for 200 ms, as clients that wait for the server's SETTINGS do). One that
+// stalls before that (mid-frame, or silent) is closed after
+// first_request_timeout, and at most max_pending such connections are held:
+// a new one closes the oldest, and so does a connection that arrives when
+// the process has no descriptor left. A flood of stalled connections thus
+// never keeps a member's new connection out. On a TLS listener connections
+// are handed over at once and gRPC's handshake deadline (the same timeout)
+// applies.
 #ifndef REFIT_SERVER_ACCEPTOR_H_
 #define REFIT_SERVER_ACCEPTOR_H_
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -42,9 +56,17 @@ class Acceptor {
   // Returns the bound port (never 0).
   int port() const { return port_; }
 
+  // How new connections are held before gRPC gets them (see above).
+  struct Gate {
+    bool plaintext = true;  // false: hand over at once (TLS)
+    int max_pending = 256;
+    absl::Duration first_request_timeout = absl::Seconds(10);
+  };
+
   // Starts handing accepted connections to `target` (not owned; it must
   // outlive Stop). Call once.
-  void Start(grpc::experimental::ExternalConnectionAcceptor* target);
+  void Start(grpc::experimental::ExternalConnectionAcceptor* target, Gate gate);
+  void Start(grpc::experimental::ExternalConnectionAcceptor* target) { Start(target, Gate()); }
 
   // Stops accepting, joins the thread (within ~100 ms) and closes the
   // listening socket. Idempotent.
@@ -54,9 +76,31 @@ class Acceptor {
   // had no descriptor left for them.
   int64_t refused() const { return refused_.load(); }
 
+  // Returns how many connections were closed before their first request
+  // (stalled past the timeout, or the oldest when too many were pending).
+  int64_t stalled_closed() const { return stalled_closed_.load(); }
+
  private:
+  struct Pending {
+    int fd;
+    absl::Time accepted;
+    absl::Time changed;  // when its bytes last grew
+    size_t bytes = 0;    // bytes seen so far
+  };
+  // What a pending connection has sent so far.
+  enum class FirstRequest { kIncomplete, kComplete, kClosed };
+
   Acceptor(int listen_fd, int port);
   void Loop();
+  // Takes a connection just accepted: held when gated, else handed over.
+  void Take(int fd);
+  void HandOver(int fd);
+  // Closes the oldest pending connection; false when none is pending.
+  bool CloseOldestPending();
+  // Reads (without consuming) what `p` has sent and decides.
+  FirstRequest Inspect(Pending& p, absl::Time now);
+  // Hands over or closes the pending connections whose state changed.
+  void ServicePending(const std::vector<bool>& readable, absl::Time now);
   // Handles an accept that failed with `err`; returns how long to pause.
   int PauseMsAfter(int err);
 
@@ -65,8 +109,11 @@ class Acceptor {
   int spare_fd_ = -1;  // held for the moment the limit is reached
   absl::Time last_log_ = absl::InfinitePast();  // of a failed accept
   grpc::experimental::ExternalConnectionAcceptor* target_ = nullptr;
+  Gate gate_;
+  std::deque<Pending> pending_;  // oldest first; the acceptor thread's own
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> refused_{0};
+  std::atomic<int64_t> stalled_closed_{0};
   std::thread thread_;
 };
 

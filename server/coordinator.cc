@@ -121,6 +121,12 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registratio
     REFIT_RETURN_IF_ERROR(CheckSecret(resp.member_id(), secret));
   }
   if (secret.empty()) secret = NewMemberSecret();
+  if (membership_.Find(resp.member_id()) == nullptr &&
+      membership_.members().size() >= static_cast<size_t>(options_.max_members)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "member ", resp.member_id(), ": refitd holds ", membership_.members().size(),
+        " members, its limit (--max_members)"));
+  }
   REFIT_ASSIGN_OR_RETURN(Membership::Admitted admitted,
                          membership_.Admit(reg, absl::Now()));
   secrets_[resp.member_id()] = secret;
@@ -481,15 +487,26 @@ Coordinator::WaitId Coordinator::AwaitPlan(const v1::AwaitPlanRequest& req,
 }
 
 Coordinator::WaitId Coordinator::KvGet(const v1::KvGetRequest& req, absl::Time deadline,
-                                       KvDone done) {
+                                       KvDone done, const std::string& caller) {
   absl::MutexLock l(&mu_);
   Waiter w;
   w.key = req.key();
   w.kv_done = std::move(done);
   w.deadline = deadline;
+  w.caller = caller;
   if (TrySatisfy(w)) return 0;
   if (!req.wait() || stopping_) {
     w.kv_done(absl::NotFoundError(absl::StrCat("key ", req.key(), " is not set")));
+    return 0;
+  }
+  if (waits_.kv_waits() >= options_.max_kv_waits ||
+      waits_.kv_waits_of(caller) >= options_.max_kv_waits_per_caller) {
+    const bool all = waits_.kv_waits() >= options_.max_kv_waits;
+    w.kv_done(absl::ResourceExhaustedError(absl::StrCat(
+        "key ", req.key(), ": ", all ? waits_.kv_waits() : waits_.kv_waits_of(caller),
+        " KvGet waits are parked", all ? "" : absl::StrCat(" from ", caller),
+        ", the limit (", all ? "--max_kv_waits" : "--max_kv_waits_per_caller",
+        "); retry later")));
     return 0;
   }
   return waits_.Add(std::move(w));
@@ -510,7 +527,8 @@ absl::Status Coordinator::KvSet(const v1::KvSetRequest& req) {
   }
   REFIT_RETURN_IF_ERROR(CheckSecret(req.member_id(), req.member_secret()));
   REFIT_RETURN_IF_ERROR(kv_.Set(req.member_id(), req.key(), req.value()));
-  WakeWaiters();
+  waits_.WakeKey(req.key(),
+                 [this](Waiter& w) ABSL_NO_THREAD_SAFETY_ANALYSIS { return TrySatisfy(w); });
   return absl::OkStatus();
 }
 

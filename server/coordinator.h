@@ -58,6 +58,10 @@ class Coordinator {
     int min_engines = 1;         // complete engines needed for a plan
     int max_buffers_per_member = 1 << 20;
     int64_t max_metadata_bytes = 64 << 20;  // per registration
+    int max_members = 16384;  // a new member beyond: RESOURCE_EXHAUSTED
+    // Parked KvGet(wait) calls: in all, and of one caller (its address).
+    int max_kv_waits = 16384;
+    int max_kv_waits_per_caller = 1024;
     absl::Duration heartbeat_timeout = absl::Seconds(10);
     absl::Duration round_timeout = absl::Minutes(30);
     // A new plan is built once the membership was unchanged for plan_settle,
@@ -103,7 +107,8 @@ class Coordinator {
   // fails with PERMISSION_DENIED naming the member. Fails with
   // FAILED_PRECONDITION on another protocol version, INVALID_ARGUMENT on a
   // bad registration or one inconsistent with the members there (or a
-  // secret over kMaxMemberSecretBytes), PERMISSION_DENIED when the member is
+  // secret over kMaxMemberSecretBytes), RESOURCE_EXHAUSTED when a new
+  // member would pass options.max_members, PERMISSION_DENIED when the member is
   // registered with another secret and its round stream is open (a member
   // without one, e.g. whose process died, is taken over). A member re-registering with other
   // metadata aborts a round it takes part in.
@@ -127,9 +132,12 @@ class Coordinator {
 
   // Answers with the value of a key: at once when set; NOT_FOUND when not set
   // and `req.wait()` is false (or stopping); else when it is set, or
-  // DEADLINE_EXCEEDED at `deadline`, CANCELLED by CancelWait. Returns the id
-  // of the wait, or 0 when `done` was already called.
-  WaitId KvGet(const v1::KvGetRequest& req, absl::Time deadline, KvDone done);
+  // DEADLINE_EXCEEDED at `deadline`, CANCELLED by CancelWait;
+  // RESOURCE_EXHAUSTED at once when options.max_kv_waits waits are parked,
+  // or options.max_kv_waits_per_caller of `caller` (the caller's address).
+  // Returns the id of the wait, or 0 when `done` was already called.
+  WaitId KvGet(const v1::KvGetRequest& req, absl::Time deadline, KvDone done,
+               const std::string& caller = "");
 
   // Ends wait `id` with CANCELLED if it is still waiting.
   void CancelWait(WaitId id);

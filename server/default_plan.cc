@@ -87,6 +87,14 @@ absl::Status CheckBuffers(absl::Span<const v1::Registration* const> members,
   return absl::OkStatus();
 }
 
+// CANCELLED when options.cancel was set (refitd stopping), between phases.
+absl::Status Cancelled(const DefaultPlanOptions& options) {
+  if (options.cancel != nullptr && options.cancel->load()) {
+    return absl::CancelledError("plan build cancelled: refitd is stopping");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<BuiltPlan> BuildDefaultPlan(
     const DefaultPlanOptions& options,
     const std::vector<v1::Registration>& trainer,
@@ -155,11 +163,19 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
   }
   std::vector<EngineSpec> engine_specs;
   for (const JobEngine& e : engines) engine_specs.push_back(e.spec);
+  int64_t registered = 0;
+  for (const auto* side : {&trainer, &engine}) {
+    for (const v1::Registration& m : *side) registered += m.buffers_size();
+  }
+  REFIT_RETURN_IF_ERROR(CheckRegisteredBuffers(model, ts, engine_specs, registered));
+  REFIT_RETURN_IF_ERROR(Cancelled(options));
   REFIT_ASSIGN_OR_RETURN(int64_t records, EstimatePlanRecords(model, ts, engine_specs));
   REFIT_RETURN_IF_ERROR(
       CheckPlanBudget(records, options.max_plan_bytes, options.budget_name));
 
+  REFIT_RETURN_IF_ERROR(Cancelled(options));
   REFIT_ASSIGN_OR_RETURN(JobLayouts layouts, MapJob(model, ts, engines));
+  REFIT_RETURN_IF_ERROR(Cancelled(options));
   REFIT_RETURN_IF_ERROR(CheckBuffers(tm, layouts.trainer));
   std::vector<int32_t> dst_rank_of_member;  // parallel to `engine`
   int32_t rank0 = 0;
@@ -178,8 +194,10 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
   }
   if (!all_hosts) placement = JobPlacement();
 
+  REFIT_RETURN_IF_ERROR(Cancelled(options));
   REFIT_ASSIGN_OR_RETURN(
       Plan plan, PlanJob(std::move(layouts), engines, placement, options.planner));
+  REFIT_RETURN_IF_ERROR(Cancelled(options));
   BuiltPlan out;
   out.num_lanes = options.planner.num_lanes;
   out.fingerprint = plan.fingerprint;

@@ -7,6 +7,8 @@
 #define REFIT_SERVER_DEFAULT_PLAN_H_
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -25,6 +27,10 @@ struct DefaultPlanOptions {
   // Threads that build the members' slices (one per member, ~7 ms each at
   // DeepSeek-V3 scale).
   int slice_threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  // When set and true, a build in progress stops at its next phase with
+  // CANCELLED (refitd sets it on SIGTERM, so shutdown never waits for a
+  // long build).
+  std::shared_ptr<const std::atomic<bool>> cancel;
 };
 
 // Returns the plan function refitd uses when none is injected.
@@ -48,7 +54,9 @@ struct DefaultPlanOptions {
 // a side / an engine) on the convention; a convention or model cannot be
 // parsed or cannot hold the model (e.g. tp not dividing the heads); a
 // member's world size or rank disagrees with its convention; ranks are
-// missing (all checked before any layout is built); with RESOURCE_EXHAUSTED
+// missing, or the model has more layers than the buffers registered could
+// hold (CheckRegisteredBuffers: all checked before any layout is built);
+// with CANCELLED when options.cancel is set; with RESOURCE_EXHAUSTED
 // naming options.budget_name when the plan's estimated size is over
 // options.max_plan_bytes; when a member's registered buffers differ from what the mapping
 // expects of its rank (unknown or missing parameter, shape, dtype, byte

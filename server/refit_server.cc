@@ -35,12 +35,22 @@ bool IsLoopbackAddress(const std::string& address) {
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
+// The address of a peer ("ipv4:10.0.0.1:5000" -> "ipv4:10.0.0.1"): one
+// caller, whichever port it connects from.
+std::string PeerHost(const std::string& peer) {
+  const size_t colon = peer.rfind(':');
+  return colon == std::string::npos || colon < 5 ? peer : peer.substr(0, colon);
+}
+
 Coordinator::Options CoordinatorOptions(const RefitServer::Options& o) {
   Coordinator::Options c;
   c.plan_function = o.plan_function;
   c.min_engines = o.min_engines;
   c.max_buffers_per_member = o.max_buffers_per_member;
   c.max_metadata_bytes = o.max_metadata_bytes;
+  c.max_members = o.max_members;
+  c.max_kv_waits = o.max_kv_waits;
+  c.max_kv_waits_per_caller = o.max_kv_waits_per_caller;
   c.heartbeat_timeout = o.heartbeat_timeout;
   c.round_timeout = o.round_timeout;
   c.plan_settle = o.plan_settle;
@@ -152,7 +162,8 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
         *req, WaitDeadline(ctx), [r, resp](absl::StatusOr<std::string> got) {
           if (got.ok()) resp->set_value(std::move(*got));
           r->Finish(ToGrpcStatus(got.status()));
-        }));
+        },
+        PeerHost(ctx->peer())));
     return r;
   }
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx,
@@ -220,11 +231,25 @@ absl::Status RefitServer::Impl::Init() {
   builder.SetMaxReceiveMessageSize(static_cast<int>(
       std::min<int64_t>(options_.max_metadata_bytes + (1 << 20), INT32_MAX)));
   builder.SetMaxSendMessageSize(INT32_MAX);
+  // No compressed requests: gRPC checks the size limit before inflating a
+  // message, so a 1 MiB gzip of 1 GiB would be inflated whole. A call
+  // naming a disabled algorithm is refused when its headers arrive.
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
+  // TLS connections are handed over at once: the handshake has this long.
+  builder.AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(std::min<int64_t>(
+          absl::ToInt64Milliseconds(options_.first_request_timeout), INT32_MAX)));
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.address));
   }
-  acceptor_->Start(connections_.get());
+  Acceptor::Gate gate;
+  gate.plaintext = options_.tls == nullptr;
+  gate.max_pending = options_.max_pending_connections;
+  gate.first_request_timeout = options_.first_request_timeout;
+  acceptor_->Start(connections_.get(), gate);
   if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(true);
   ServerLog().info("serving on {} (port {}, {}{})", options_.address, port_,
                    options_.tls == nullptr ? "plaintext"

@@ -29,6 +29,16 @@ class RefitServer {
     int min_engines = 1;               // complete engines needed for a plan
     int max_buffers_per_member = 1 << 20;
     int64_t max_metadata_bytes = 64 << 20;  // per Register request
+    int max_members = 16384;  // a new member beyond: RESOURCE_EXHAUSTED
+    // Parked KvGet(wait) calls, in all and from one address; beyond them a
+    // KvGet(wait) is answered RESOURCE_EXHAUSTED at once.
+    int max_kv_waits = 16384;
+    int max_kv_waits_per_caller = 1024;
+    // Connections that have not sent their first complete request (acceptor.h):
+    // at most this many are held (the oldest is closed to take a new one),
+    // each for at most first_request_timeout.
+    int max_pending_connections = 256;
+    absl::Duration first_request_timeout = absl::Seconds(10);
     absl::Duration heartbeat_timeout = absl::Seconds(10);
     absl::Duration round_timeout = absl::Minutes(30);
     absl::Duration max_wait = absl::Minutes(10);  // cap of any server wait
@@ -50,7 +60,10 @@ class RefitServer {
   };
 
   // Starts serving on refitd's own listener (acceptor.h: it keeps
-  // accepting at the open-file limit). Fails with INVALID_ARGUMENT on bad
+  // accepting at the open-file limit and closes connections that stall
+  // before their first request). Compressed messages are refused
+  // (UNIMPLEMENTED, before any byte is inflated): a small compressed message
+  // could otherwise inflate far past max_metadata_bytes. Fails with INVALID_ARGUMENT on bad
   // options (no plan function, an address that is not host:port, insecure
   // non-loopback address without the override, TLS without certificate or
   // key), UNAVAILABLE when the address cannot be bound (or the TLS material

@@ -1,6 +1,8 @@
 // refitd: the control-plane sidecar. Its flags are the ABSL_FLAGs below;
 // `refitd --help` prints them, `--flagfile=FILE` reads them from a file.
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -40,6 +42,18 @@ ABSL_FLAG(int64_t, min_engines, 1, "complete engines needed before a plan");
 ABSL_FLAG(int64_t, max_buffers, 1 << 20, "buffers one member may register");
 ABSL_FLAG(int64_t, max_metadata_bytes, 64 << 20,
           "bytes of one member's registration");
+ABSL_FLAG(int64_t, max_members, 16384,
+          "members refitd holds; a new member beyond is refused");
+ABSL_FLAG(int64_t, max_kv_waits, 16384,
+          "KvGet calls waiting for a key, in all; beyond, refused at once");
+ABSL_FLAG(int64_t, max_kv_waits_per_caller, 1024,
+          "... and from one address");
+ABSL_FLAG(int64_t, max_pending_connections, 256,
+          "connections held before their first complete request (plaintext\n"
+          "listener); a new one closes the oldest");
+ABSL_FLAG(int64_t, first_request_timeout_ms, 10000,
+          "a connection that has not sent a complete first request (or, with\n"
+          "TLS, finished its handshake) this long after connecting is closed");
 ABSL_FLAG(int64_t, heartbeat_timeout_ms, 10000,
           "a member silent this long is removed");
 ABSL_FLAG(int64_t, round_timeout_s, 1800,
@@ -84,6 +98,9 @@ example:
 )";
 
 absl::Notification* g_stop = nullptr;
+// Set on SIGTERM/SIGINT: a plan build in progress stops at its next phase.
+const std::shared_ptr<std::atomic<bool>> g_cancel_plans =
+    std::make_shared<std::atomic<bool>>(false);
 void OnSignal(int) {
   if (g_stop != nullptr && !g_stop->HasBeenNotified()) g_stop->Notify();
 }
@@ -161,16 +178,36 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   auto lanes = Count(FLAGS_lanes, "lanes");
   auto drain = Count(FLAGS_drain_ms, "drain_ms");
   auto max_plan = Mib(FLAGS_max_plan_mib, "max_plan_mib");
+  auto max_members = Count(FLAGS_max_members, "max_members");
+  auto kv_waits = Count(FLAGS_max_kv_waits, "max_kv_waits");
+  auto kv_waits_caller = Count(FLAGS_max_kv_waits_per_caller, "max_kv_waits_per_caller");
+  auto pending = Count(FLAGS_max_pending_connections, "max_pending_connections");
+  auto first_request = Count(FLAGS_first_request_timeout_ms, "first_request_timeout_ms");
   for (auto* s : {&drain, &min_engines, &max_buffers, &max_meta, &hb, &rt, &settle,
-                  &settle_max, &cache_bytes, &staging, &lanes, &max_plan}) {
+                  &settle_max, &cache_bytes, &staging, &lanes, &max_plan, &max_members,
+                  &kv_waits, &kv_waits_caller, &pending, &first_request}) {
     if (!s->ok()) return s->status();
   }
   if (*min_engines > std::numeric_limits<int>::max() ||
       *max_buffers > std::numeric_limits<int>::max() ||
-      *lanes > std::numeric_limits<int32_t>::max()) {
+      *lanes > std::numeric_limits<int32_t>::max() ||
+      *max_members > std::numeric_limits<int>::max() ||
+      *kv_waits > std::numeric_limits<int>::max() ||
+      *kv_waits_caller > std::numeric_limits<int>::max() ||
+      *pending > std::numeric_limits<int>::max()) {
     return absl::InvalidArgumentError(
-        "--min_engines, --max_buffers and --lanes must fit in 32 bits");
+        "--min_engines, --max_buffers, --lanes, --max_members, --max_kv_waits, "
+        "--max_kv_waits_per_caller and --max_pending_connections must fit in 32 bits");
   }
+  if (*pending < 1 || *first_request < 1) {
+    return absl::InvalidArgumentError(
+        "--max_pending_connections and --first_request_timeout_ms must be at least 1");
+  }
+  o.max_members = static_cast<int>(*max_members);
+  o.max_kv_waits = static_cast<int>(*kv_waits);
+  o.max_kv_waits_per_caller = static_cast<int>(*kv_waits_caller);
+  o.max_pending_connections = static_cast<int>(*pending);
+  o.first_request_timeout = absl::Milliseconds(*first_request);
   o.max_plan_cache_bytes = *cache_bytes;
   o.plan_settle = absl::Milliseconds(*settle);
   o.plan_settle_max = absl::Milliseconds(*settle_max);
@@ -198,6 +235,7 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   plan_options.planner.num_lanes = static_cast<int32_t>(*lanes);
   plan_options.max_plan_bytes = *max_plan;
   plan_options.budget_name = "--max_plan_mib";
+  plan_options.cancel = g_cancel_plans;
   o.plan_function = refit::DefaultPlanFunction(plan_options);
   return o;
 }
@@ -254,6 +292,7 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   while (!stop.WaitForNotificationWithTimeout(absl::Seconds(1))) {
   }
+  g_cancel_plans->store(true);
   (*server)->Shutdown();
   metrics.reset();
   refit::ServerLog().info("stopped");

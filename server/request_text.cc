@@ -55,7 +55,12 @@ bool IsBinary(const FieldDescriptor& f) {
   return f.name() == "member_secret" || f.full_name() == "refit.v1.KvSetRequest.value";
 }
 
-absl::Status CheckValue(const std::string& path, const std::string& value) {
+absl::Status CheckValue(const std::string& path, const FieldDescriptor& f,
+                        const std::string& value) {
+  if (const size_t max = MaxTextBytes(f); value.size() > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", value.size(), " bytes, over its limit of ", max));
+  }
   const size_t ok = Utf8Prefix(value);
   if (ok == value.size()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(path, ": not UTF-8 (byte ", ok + 1,
@@ -82,7 +87,7 @@ absl::Status CheckMessage(const Message& m, const std::string& prefix) {
                                           : r->GetMessage(m, f),
                          at);
       } else {
-        s = CheckValue(at, f->is_repeated() ? r->GetRepeatedStringReference(m, f, i, &scratch)
+        s = CheckValue(at, *f, f->is_repeated() ? r->GetRepeatedStringReference(m, f, i, &scratch)
                                             : r->GetStringReference(m, f, &scratch));
       }
       if (!s.ok()) return s;
@@ -92,6 +97,20 @@ absl::Status CheckMessage(const Message& m, const std::string& prefix) {
 }
 
 }  // namespace
+
+size_t MaxTextBytes(const FieldDescriptor& field) {
+  const std::string& name = field.name();
+  const std::string& full = field.full_name();
+  if (name == "job" || name == "engine_id" || name == "device" || name == "device_uuid") {
+    return 128;
+  }
+  if (name == "host_id" || name == "convention") return 256;
+  if (name == "member_id") return 512;
+  if (full == "refit.v1.LocalBuffer.name" || name == "key") return 1024;
+  if (full == "refit.v1.ReportRequest.reason") return 64 << 10;
+  if (name == "model_config") return 1 << 20;
+  return 4096;
+}
 
 bool IsUtf8(absl::string_view text) { return Utf8Prefix(text) == text.size(); }
 

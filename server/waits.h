@@ -1,6 +1,9 @@
 // Waits: the parked AwaitPlan and KvGet calls, each answered exactly once —
 // when its condition holds, at its deadline, on cancel, or at shutdown. Not
-// thread-safe: its owner holds the lock.
+// thread-safe: its owner holds the lock. Waits are indexed by deadline (a
+// tick expires only those due) and KV waits by key (a KvSet wakes only the
+// waits for its key), and KV waits are counted per caller, so that their
+// owner can bound them (Coordinator: --max_kv_waits).
 #ifndef REFIT_SERVER_WAITS_H_
 #define REFIT_SERVER_WAITS_H_
 
@@ -28,6 +31,7 @@ struct Waiter {
   PlanDone plan_done;
   std::string key;  // KV waits
   KvDone kv_done;
+  std::string caller;  // KV waits: who parked it (its address), for the bounds
   absl::Time deadline;
 
   // Answers with an error status (either kind).
@@ -66,11 +70,30 @@ class Waits {
   // returns false to leave it parked.
   void Wake(const std::function<bool(Waiter&)>& answer);
 
+  // Offers the KV waits for `key` to `answer` (as Wake).
+  void WakeKey(const std::string& key, const std::function<bool(Waiter&)>& answer);
+
   // Ends every wait with `status`.
   void EndAll(const absl::Status& status);
 
+  // Returns the KV waits parked, in all and by `caller`.
+  int64_t kv_waits() const { return kv_waits_; }
+  int64_t kv_waits_of(const std::string& caller) const;
+
  private:
-  std::map<Id, Waiter> waiters_;
+  struct Entry {
+    Waiter w;
+    std::multimap<absl::Time, Id>::iterator by_deadline;
+    std::multimap<std::string, Id>::iterator by_key;  // KV waits
+  };
+  // Removes `it` from every index and returns its waiter.
+  Waiter Remove(std::map<Id, Entry>::iterator it);
+
+  std::map<Id, Entry> waiters_;
+  std::multimap<absl::Time, Id> by_deadline_;
+  std::multimap<std::string, Id> by_key_;
+  std::map<std::string, int64_t> kv_waits_by_caller_;
+  int64_t kv_waits_ = 0;
   Id next_ = 1;
 };
 
