@@ -39,6 +39,14 @@ absl::Status CheckRegisteredBuffers(const ModelConfig& model, const TrainerSpec&
       "registered ", registered, " in all"));
 }
 
+absl::Status CheckRecordsAgainstRegistered(int64_t records, int64_t registered) {
+  if (records <= registered * kMaxRecordsPerRegisteredBuffer) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model_config: the model's numbers imply about ", records,
+      " tensors on the members' ranks, more than ", kMaxRecordsPerRegisteredBuffer,
+      " per buffer the members registered (", registered, " in all)"));
+}
+
 absl::Status CheckPlanBudget(int64_t records, int64_t budget_bytes,
                              absl::string_view budget_name) {
   if (records <= budget_bytes / kPlanBytesPerRecordEstimate) return absl::OkStatus();

@@ -41,6 +41,16 @@ absl::Status CheckRegisteredBuffers(const ModelConfig& model, const TrainerSpec&
                                     absl::Span<const EngineSpec> engines,
                                     int64_t registered);
 
+// The most logical tensors per rank that one registered buffer may hold
+// (fused projections: q, k and v in one buffer; gate and up in one).
+inline constexpr int64_t kMaxRecordsPerRegisteredBuffer = 4;
+
+// Returns OK when `records` (EstimatePlanRecords) is at most
+// kMaxRecordsPerRegisteredBuffer times the `registered` buffers; else
+// INVALID_ARGUMENT naming model_config and both figures: the model's
+// numbers claim far more tensors than the members hold.
+absl::Status CheckRecordsAgainstRegistered(int64_t records, int64_t registered);
+
 // Returns OK when `records` estimated records (times
 // kPlanBytesPerRecordEstimate) fit in `budget_bytes`; else RESOURCE_EXHAUSTED
 // naming the estimate and `budget_name` (the flag or option that sets it).

@@ -43,6 +43,7 @@ Coordinator::Coordinator(Options options)
 Coordinator::~Coordinator() { Stop(); }
 
 void Coordinator::Stop() {
+  stop_requested_.store(true);
   {
     absl::MutexLock l(&mu_);
     if (!stopping_) {
@@ -640,6 +641,22 @@ void Coordinator::MaybePlan(absl::Time now) {
   plan_job_ = std::move(input);
 }
 
+namespace {
+
+// One plan build on a thread of its own: the planner loop waits for it, or
+// stops waiting (and leaves it to finish into this state, which it shares)
+// when refitd stops.
+struct PlanBuild {
+  absl::Mutex mu;
+  std::optional<absl::StatusOr<BuiltPlan>> result ABSL_GUARDED_BY(mu);
+};
+
+// How long Stop lets a plan build finish (it is told to cancel at once)
+// before refitd stops without it.
+constexpr absl::Duration kPlanBuildGrace = absl::Seconds(2);
+
+}  // namespace
+
 void Coordinator::PlannerLoop() {
   absl::MutexLock l(&mu_);
   while (true) {
@@ -647,22 +664,50 @@ void Coordinator::PlannerLoop() {
                          absl::Seconds(1));
     if (stopping_) return;
     if (!plan_job_.has_value()) continue;
-    const PlanInput input = std::move(*plan_job_);
+    auto shared_input = std::make_shared<const PlanInput>(std::move(*plan_job_));
+    const PlanInput& input = *shared_input;
     plan_job_.reset();
     mu_.Unlock();  // the plan function may take seconds
     const absl::Time start = absl::Now();
-    auto entry = std::make_shared<const absl::StatusOr<BuiltPlan>>(
-        RunPlanFunction(options_.plan_function, input));
+    auto build = std::make_shared<PlanBuild>();
+    std::thread([build, plan = options_.plan_function, shared_input] {
+      absl::StatusOr<BuiltPlan> built = RunPlanFunction(plan, *shared_input);
+      absl::MutexLock b(&build->mu);
+      build->result.emplace(std::move(built));
+    }).detach();
+    std::optional<absl::StatusOr<BuiltPlan>> result;
+    {
+      absl::MutexLock b(&build->mu);
+      absl::Time stop_seen = absl::InfiniteFuture();
+      auto has_result = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(build->mu) {
+        return build->result.has_value();
+      };
+      while (!has_result()) {
+        build->mu.AwaitWithTimeout(absl::Condition(&has_result), absl::Milliseconds(50));
+        if (stop_requested_.load() && stop_seen == absl::InfiniteFuture()) {
+          stop_seen = absl::Now();
+        }
+        if (absl::Now() - stop_seen > kPlanBuildGrace) break;
+      }
+      if (build->result.has_value()) result = std::move(build->result);
+    }
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     mu_.Lock();
     planning_ = false;
-    if (stopping_) return;
+    if (stopping_ || !result.has_value()) {
+      if (!result.has_value()) {
+        ServerLog().info("plan build abandoned epoch={} seconds={:.6f} reason=refitd stopping",
+                         input.epoch, seconds);
+      }
+      return;
+    }
     if (input.epoch != membership_.epoch()) {
       ServerLog().info(
           "plan dropped epoch={} seconds={:.6f} reason=the membership changed (epoch {})",
           input.epoch, seconds, membership_.epoch());
       continue;  // housekeeping plans the new membership
     }
+    auto entry = std::make_shared<const absl::StatusOr<BuiltPlan>>(std::move(*result));
     plan_cache_.Insert(input.fingerprint, entry);
     metrics_.PlanBuilt(seconds);
     metrics_.SetPlanCacheBytes(plan_cache_.bytes());

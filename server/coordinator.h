@@ -12,6 +12,7 @@
 #ifndef REFIT_SERVER_COORDINATOR_H_
 #define REFIT_SERVER_COORDINATOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -97,8 +98,10 @@ class Coordinator {
 
   // Aborts a round in flight ("refitd shutting down", members told), ends
   // every wait (UNAVAILABLE "refitd shutting down") and every round
-  // stream (UNAVAILABLE), refuses new waits, and joins the threads (a plan
-  // being built is waited for). Idempotent.
+  // stream (UNAVAILABLE), refuses new waits, and joins the threads. A plan
+  // being built (on a thread of its own) is waited for at most 2 s, then
+  // left to finish without refitd (the default plan function is told to
+  // cancel through DefaultPlanOptions::cancel). Idempotent.
   void Stop();
 
   // Admits a member and binds it to `secret` (empty: a new random one),
@@ -238,6 +241,7 @@ class Coordinator {
   Rounds rounds_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, RoundStream*> streams_ ABSL_GUARDED_BY(mu_);
   Waits waits_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> stop_requested_{false};  // set first thing by Stop
   KvTable kv_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> secrets_ ABSL_GUARDED_BY(mu_);  // by member id
 
