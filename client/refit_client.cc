@@ -355,7 +355,15 @@ absl::Status RefitClient::ReportFailed(int64_t version, const std::string& reaso
   req.set_version(version);
   req.set_attempt(attempt > 0 ? attempt : RoundAttempt(version));
   req.set_ok(false);
-  req.set_reason(reason);
+  // refitd keeps 4 KiB of a reason and refuses one over 64 KiB: send the
+  // first 4 KiB (cut at a UTF-8 character boundary).
+  constexpr size_t kMaxReasonBytes = 4096;
+  size_t keep = std::min(reason.size(), kMaxReasonBytes);
+  while (keep < reason.size() && keep > 0 &&
+         (static_cast<unsigned char>(reason[keep]) & 0xC0) == 0x80) {
+    --keep;
+  }
+  req.set_reason(reason.substr(0, keep));
   v1::ReportResponse resp;
   auto ctx = MakeContext(deadline);
   return FromGrpcStatus(stub_->Report(ctx.get(), req, &resp));

@@ -120,10 +120,10 @@ class RefitClient {
 
   // Report this member's part of round `version`, attempt `attempt` (0:
   // the newest attempt this client saw start): done with its figures, or
-  // failed with a reason. Return refitd's answer (Coordinator::Report:
-  // ABORTED when the round already aborted or the attempt is over,
-  // FAILED_PRECONDITION when this member is not a participant) or
-  // UNAVAILABLE / DEADLINE_EXCEEDED.
+  // failed with a reason (its first 4 KiB are sent). Return refitd's
+  // answer (Coordinator::Report: ABORTED when the round already aborted or
+  // the attempt is over, FAILED_PRECONDITION when this member is not a
+  // participant) or UNAVAILABLE / DEADLINE_EXCEEDED.
   absl::Status ReportDone(int64_t version, const RoundFigures& figures,
                           absl::Time deadline, int32_t attempt = 0);
   absl::Status ReportFailed(int64_t version, const std::string& reason,

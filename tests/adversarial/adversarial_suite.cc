@@ -118,10 +118,16 @@ void HugeSpecs(int port, int n, ClassResult* r) {
   for (int i = 0; i < n; ++i) {
     auto t = Connect(port), e = Connect(port);
     const bool trainer_side = i % 2 == 0;
-    v1::Registration tr = ValidReg(true, trainer_side ? "megatron:dp=1048576" : "megatron:tp=1",
-                                   0, "huge");
-    v1::Registration er = ValidReg(false, trainer_side ? "vllm:tp=1" : "vllm:tp=1,dp=1048576",
-                                   0, "huge", "e");
+    // Rank 0's buffers are those of one replica: built for dp=1 (a layout
+    // of 2^20 ranks would cost this process gigabytes), then the huge
+    // convention claimed.
+    v1::Registration tr = ValidReg(true, "megatron:tp=1", 0, "huge");
+    v1::Registration er = ValidReg(false, "vllm:tp=1", 0, "huge", "e");
+    if (trainer_side) {
+      tr.set_convention("megatron:dp=1048576");
+    } else {
+      er.set_convention("vllm:tp=1,dp=1048576");
+    }
     r->tried += 2;
     if (!t->Register(tr).ok() || !e->Register(er).ok()) {
       r->error = "huge spec: registration refused";

@@ -86,10 +86,14 @@ TEST(FdLimitTest, RefitdKeepsAcceptingAfterItsFdLimitWasReached) {
     EXPECT_LT(absl::Now() - closed, absl::Seconds(5));
     EXPECT_TRUE(refitd.Alive());
   }
-  // refitd did reach its limit (and said so).
+  // refitd closed connections to stay within its limit (and said so):
+  // idle ones that never sent a request give way to new ones, and any
+  // beyond are refused at the open-file limit.
   absl::StatusOr<std::string> text = ReadFileToString(log, 1 << 20);
   ASSERT_TRUE(text.ok()) << text.status();
-  EXPECT_THAT(*text, ::testing::HasSubstr("refused at the open-file limit")) << *text;
+  EXPECT_THAT(*text, ::testing::AnyOf(::testing::HasSubstr("refused at the open-file limit"),
+                                      ::testing::HasSubstr("sent no complete first request")))
+      << *text;
 }
 
 }  // namespace
