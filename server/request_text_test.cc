@@ -49,5 +49,25 @@ TEST(RequestTextTest, KeyValueValuesAreBinaryButKeysAreText) {
   EXPECT_EQ(CheckRequestText(req).message(), "key: not UTF-8 (byte 2 of 2)");
 }
 
+TEST(RequestTextTest, FieldsOverTheirLimitAreRefusedNamingFieldAndLimit) {
+  v1::RegisterRequest req;
+  v1::Registration* reg = req.mutable_registration();
+  reg->mutable_identity()->set_host_id(std::string(256, 'h'));
+  reg->add_buffers()->set_name(std::string(1024, 'b'));
+  reg->set_model_config(std::string(1 << 20, ' '));
+  EXPECT_TRUE(CheckRequestText(req).ok());
+  reg->mutable_identity()->set_host_id(std::string(257, 'h'));
+  EXPECT_EQ(CheckRequestText(req).message(),
+            "registration.identity.host_id: 257 bytes, over its limit of 256");
+  reg->mutable_identity()->set_host_id("h");
+  reg->mutable_buffers(0)->set_name(std::string(1025, 'b'));
+  EXPECT_EQ(CheckRequestText(req).code(), absl::StatusCode::kInvalidArgument);
+  v1::ReportRequest report;
+  report.set_reason(std::string(64 << 10, 'r'));
+  EXPECT_TRUE(CheckRequestText(report).ok());
+  report.set_reason(std::string((64 << 10) + 1, 'r'));
+  EXPECT_EQ(CheckRequestText(report).message(), "reason: 65537 bytes, over its limit of 65536");
+}
+
 }  // namespace
 }  // namespace refit
