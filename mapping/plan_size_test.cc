@@ -59,8 +59,8 @@ TEST(PlanSizeTest, RealModelsPassTheRegisteredBufferChecks) {
     const char* engine;
   };
   for (const Case& c : {Case{"qwen3-8b", "megatron:tp=2,pp=2", "vllm:tp=2"},
-                        Case{"qwen3-30b-a3b", "megatron:pp=2,ep=2", "vllm:tp=4"},
-                        Case{"deepseek-v3", "megatron:pp=4,ep=2", "vllm:tp=8"},
+                        Case{"qwen3-30b-a3b", "megatron:pp=2,ep=2,dp=2", "vllm:tp=4"},
+                        Case{"deepseek-v3", "megatron:pp=4,ep=2,dp=2,experts=grouped", "vllm:tp=8"},
                         Case{"nemotron-h-8b", "fsdp:dp=4", "sglang:tp=2"},
                         Case{"tiny-qwen3-moe", "megatron:tp=1", "vllm:tp=1"}}) {
     SCOPED_TRACE(c.model);
