@@ -500,14 +500,10 @@ Coordinator::WaitId Coordinator::KvGet(const v1::KvGetRequest& req, absl::Time d
     w.kv_done(absl::NotFoundError(absl::StrCat("key ", req.key(), " is not set")));
     return 0;
   }
-  if (waits_.kv_waits() >= options_.max_kv_waits ||
-      waits_.kv_waits_of(caller) >= options_.max_kv_waits_per_caller) {
-    const bool all = waits_.kv_waits() >= options_.max_kv_waits;
-    w.kv_done(absl::ResourceExhaustedError(absl::StrCat(
-        "key ", req.key(), ": ", all ? waits_.kv_waits() : waits_.kv_waits_of(caller),
-        " KvGet waits are parked", all ? "" : absl::StrCat(" from ", caller),
-        ", the limit (", all ? "--max_kv_waits" : "--max_kv_waits_per_caller",
-        "); retry later")));
+  if (absl::Status room = waits_.KvRoom(w, options_.max_kv_waits,
+                                        options_.max_kv_waits_per_caller);
+      !room.ok()) {
+    w.kv_done(room);
     return 0;
   }
   return waits_.Add(std::move(w));
@@ -641,22 +637,6 @@ void Coordinator::MaybePlan(absl::Time now) {
   plan_job_ = std::move(input);
 }
 
-namespace {
-
-// One plan build on a thread of its own: the planner loop waits for it, or
-// stops waiting (and leaves it to finish into this state, which it shares)
-// when refitd stops.
-struct PlanBuild {
-  absl::Mutex mu;
-  std::optional<absl::StatusOr<BuiltPlan>> result ABSL_GUARDED_BY(mu);
-};
-
-// How long Stop lets a plan build finish (it is told to cancel at once)
-// before refitd stops without it.
-constexpr absl::Duration kPlanBuildGrace = absl::Seconds(2);
-
-}  // namespace
-
 void Coordinator::PlannerLoop() {
   absl::MutexLock l(&mu_);
   while (true) {
@@ -669,28 +649,8 @@ void Coordinator::PlannerLoop() {
     plan_job_.reset();
     mu_.Unlock();  // the plan function may take seconds
     const absl::Time start = absl::Now();
-    auto build = std::make_shared<PlanBuild>();
-    std::thread([build, plan = options_.plan_function, shared_input] {
-      absl::StatusOr<BuiltPlan> built = RunPlanFunction(plan, *shared_input);
-      absl::MutexLock b(&build->mu);
-      build->result.emplace(std::move(built));
-    }).detach();
-    std::optional<absl::StatusOr<BuiltPlan>> result;
-    {
-      absl::MutexLock b(&build->mu);
-      absl::Time stop_seen = absl::InfiniteFuture();
-      auto has_result = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(build->mu) {
-        return build->result.has_value();
-      };
-      while (!has_result()) {
-        build->mu.AwaitWithTimeout(absl::Condition(&has_result), absl::Milliseconds(50));
-        if (stop_requested_.load() && stop_seen == absl::InfiniteFuture()) {
-          stop_seen = absl::Now();
-        }
-        if (absl::Now() - stop_seen > kPlanBuildGrace) break;
-      }
-      if (build->result.has_value()) result = std::move(build->result);
-    }
+    std::optional<absl::StatusOr<BuiltPlan>> result =
+        RunPlanFunctionOnItsOwnThread(options_.plan_function, shared_input, stop_requested_);
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     mu_.Lock();
     planning_ = false;

@@ -6,10 +6,13 @@
 #include <map>
 #include <new>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "exec/pair_routes.h"
 #include "server/registration.h"
 
@@ -133,6 +136,38 @@ std::map<std::string, MemberPlan> AssembleMemberPlans(
     out[input.ids[i]] = std::move(mp);
   }
   return out;
+}
+
+namespace {
+
+// One build's result, shared by the build's thread and its waiter.
+struct PlanBuild {
+  absl::Mutex mu;
+  std::optional<absl::StatusOr<BuiltPlan>> result ABSL_GUARDED_BY(mu);
+};
+
+}  // namespace
+
+std::optional<absl::StatusOr<BuiltPlan>> RunPlanFunctionOnItsOwnThread(
+    const PlanFunction& plan, std::shared_ptr<const PlanInput> input,
+    const std::atomic<bool>& stop) {
+  auto build = std::make_shared<PlanBuild>();
+  std::thread([build, plan, input] {
+    absl::StatusOr<BuiltPlan> built = RunPlanFunction(plan, *input);
+    absl::MutexLock b(&build->mu);
+    build->result.emplace(std::move(built));
+  }).detach();
+  absl::MutexLock b(&build->mu);
+  absl::Time stop_seen = absl::InfiniteFuture();
+  auto has_result = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(build->mu) {
+    return build->result.has_value();
+  };
+  while (!has_result()) {
+    build->mu.AwaitWithTimeout(absl::Condition(&has_result), absl::Milliseconds(50));
+    if (stop.load() && stop_seen == absl::InfiniteFuture()) stop_seen = absl::Now();
+    if (absl::Now() - stop_seen > kPlanBuildGrace) return std::nullopt;
+  }
+  return std::move(build->result);
 }
 
 }  // namespace refit

@@ -4,11 +4,15 @@
 #ifndef REFIT_SERVER_PLAN_ASSEMBLY_H_
 #define REFIT_SERVER_PLAN_ASSEMBLY_H_
 
+#include <atomic>
 #include <cstddef>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/refit_service.pb.h"
 #include "server/membership.h"
 #include "server/plan_function.h"
@@ -26,6 +30,18 @@ namespace refit {
 // pair on NCCL share a GPU (NCCL connects one rank per GPU).
 absl::StatusOr<BuiltPlan> RunPlanFunction(const PlanFunction& plan,
                                           const PlanInput& input);
+
+// How long RunPlanFunctionOnItsOwnThread waits for a build once `stop` is
+// set.
+inline constexpr absl::Duration kPlanBuildGrace = absl::Seconds(2);
+
+// Runs RunPlanFunction(plan, *input) on a thread of its own and returns its
+// result; or nullopt when `stop` was set and the build did not end within
+// kPlanBuildGrace after (the thread is left to finish on its own: it holds
+// copies of `plan` and `input`, nothing of the caller).
+std::optional<absl::StatusOr<BuiltPlan>> RunPlanFunctionOnItsOwnThread(
+    const PlanFunction& plan, std::shared_ptr<const PlanInput> input,
+    const std::atomic<bool>& stop);
 
 // One member's share of the current plan.
 struct MemberPlan {

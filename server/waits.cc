@@ -41,6 +41,16 @@ int64_t Waits::kv_waits_of(const std::string& caller) const {
   return it == kv_waits_by_caller_.end() ? 0 : it->second;
 }
 
+absl::Status Waits::KvRoom(const Waiter& w, int64_t max_total, int64_t max_per_caller) const {
+  const bool all = kv_waits_ >= max_total;
+  const int64_t of_caller = kv_waits_of(w.caller);
+  if (!all && of_caller < max_per_caller) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "key ", w.key, ": ", all ? kv_waits_ : of_caller, " KvGet waits are parked",
+      all ? "" : absl::StrCat(" from ", w.caller), ", the limit (",
+      all ? "--max_kv_waits" : "--max_kv_waits_per_caller", "); retry later"));
+}
+
 void Waits::Cancel(Id id) {
   auto it = waiters_.find(id);
   if (it == waiters_.end()) return;

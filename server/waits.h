@@ -76,6 +76,12 @@ class Waits {
   // Ends every wait with `status`.
   void EndAll(const absl::Status& status);
 
+  // Returns OK when KV wait `w` may be parked: fewer than `max_total` KV
+  // waits are, and fewer than `max_per_caller` of w.caller; else
+  // RESOURCE_EXHAUSTED naming the key, the count and the flag that sets the
+  // bound (--max_kv_waits, --max_kv_waits_per_caller).
+  absl::Status KvRoom(const Waiter& w, int64_t max_total, int64_t max_per_caller) const;
+
   // Returns the KV waits parked, in all and by `caller`.
   int64_t kv_waits() const { return kv_waits_; }
   int64_t kv_waits_of(const std::string& caller) const;
