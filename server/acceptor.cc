@@ -5,7 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,6 +26,10 @@ namespace {
 
 int OpenSpare() { return open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
+// How long a connection that sent whole frames and no request must be
+// quiet before it is handed over.
+constexpr absl::Duration kQuiet = absl::Milliseconds(200);
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Listen(const std::string& address) {
@@ -45,6 +49,11 @@ void Acceptor::Start(grpc::experimental::ExternalConnectionAcceptor* target, Gat
   target_ = target;
   gate_ = gate;
   if (gate_.max_pending < 1) gate_.max_pending = 1;
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = 0;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -53,8 +62,14 @@ void Acceptor::Stop() {
   if (thread_.joinable()) thread_.join();
   for (const Pending& p : pending_) close(p.fd);
   pending_.clear();
+  if (epoll_fd_ >= 0) close(epoll_fd_);
   close(listen_fd_);
   if (spare_fd_ >= 0) close(spare_fd_);
+}
+
+void Acceptor::Forget(int fd) {
+  epoll_event ev{};
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, &ev);
 }
 
 void Acceptor::HandOver(int fd) {
@@ -73,11 +88,20 @@ void Acceptor::Take(int fd) {
   }
   while (static_cast<int>(pending_.size()) >= gate_.max_pending) CloseOldestPending();
   const absl::Time now = absl::Now();
-  pending_.push_back(Pending{fd, now, now, 0});
+  const uint64_t seq = ++next_seq_;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+  ev.data.u64 = seq;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    HandOver(fd);  // cannot watch it: let gRPC have it
+    return;
+  }
+  pending_.push_back(Pending{fd, seq, now, now});
 }
 
 bool Acceptor::CloseOldestPending() {
   if (pending_.empty()) return false;
+  Forget(pending_.front().fd);
   close(pending_.front().fd);
   pending_.pop_front();
   stalled_closed_.fetch_add(1);
@@ -98,6 +122,7 @@ Acceptor::FirstRequest Acceptor::Inspect(Pending& p, absl::Time now) {
                                                                      : FirstRequest::kClosed;
   }
   const size_t got = static_cast<size_t>(n);
+  p.whole_frames = false;
   if (got != p.bytes) {
     p.bytes = got;
     p.changed = now;
@@ -121,22 +146,27 @@ Acceptor::FirstRequest Acceptor::Inspect(Pending& p, absl::Time now) {
   if (off < got) return FirstRequest::kIncomplete;  // a frame header cut short
   // Whole frames and no request yet: a client waiting for the server's
   // SETTINGS before it sends one. Hand it over once it has been quiet.
-  constexpr absl::Duration kQuiet = absl::Milliseconds(200);
+  p.whole_frames = true;
   return now - p.changed >= kQuiet ? FirstRequest::kComplete : FirstRequest::kIncomplete;
 }
 
-void Acceptor::ServicePending(const std::vector<bool>& readable, absl::Time now) {
+void Acceptor::ServicePending(const std::vector<uint64_t>& ready, absl::Time now) {
   std::deque<Pending> kept;
-  for (size_t i = 0; i < pending_.size(); ++i) {
-    Pending& p = pending_[i];
+  for (Pending& p : pending_) {
     FirstRequest state = FirstRequest::kIncomplete;
-    // Readable ones, and the quiet ones whose whole frames may now be due.
-    if (readable[i] || p.bytes > 0) state = Inspect(p, now);
+    // Those with new bytes, and the quiet ones whose whole frames are due.
+    if (std::binary_search(ready.begin(), ready.end(), p.seq) ||
+        (p.whole_frames && now - p.changed >= kQuiet)) {
+      state = Inspect(p, now);
+    }
     if (state == FirstRequest::kComplete) {
+      Forget(p.fd);
       HandOver(p.fd);
     } else if (state == FirstRequest::kClosed) {
+      Forget(p.fd);
       close(p.fd);
     } else if (now - p.accepted >= gate_.first_request_timeout) {
+      Forget(p.fd);
       close(p.fd);
       stalled_closed_.fetch_add(1);
     } else {
@@ -147,23 +177,27 @@ void Acceptor::ServicePending(const std::vector<bool>& readable, absl::Time now)
 }
 
 void Acceptor::Loop() {
-  std::vector<pollfd> fds;
-  std::vector<bool> readable;
+  std::vector<epoll_event> events(256);
+  std::vector<uint64_t> ready;
   absl::Time last_stall_log = absl::InfinitePast();
   int64_t stalled_logged = 0;
   while (!stop_.load()) {
-    fds.assign(1, pollfd{listen_fd_, POLLIN, 0});
-    for (const Pending& p : pending_) fds.push_back(pollfd{p.fd, POLLIN, 0});
     const int timeout_ms = pending_.empty() ? 100 : 50;
-    if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
-      absl::SleepFor(absl::Milliseconds(10));
+    const int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()),
+                             timeout_ms);
+    if (n < 0 && errno != EINTR) absl::SleepFor(absl::Milliseconds(10));
+    bool listener_ready = false;
+    ready.clear();
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.u64 == 0) {
+        listener_ready = true;
+      } else {
+        ready.push_back(events[i].data.u64);
+      }
     }
-    readable.assign(pending_.size(), false);
-    for (size_t i = 0; i < pending_.size(); ++i) {
-      readable[i] = (fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-    }
+    std::sort(ready.begin(), ready.end());
     const absl::Time now = absl::Now();
-    if (!pending_.empty()) ServicePending(readable, now);
+    if (!pending_.empty()) ServicePending(ready, now);
     if (const int64_t closed = stalled_closed_.load();
         closed > stalled_logged && now - last_stall_log > absl::Seconds(10)) {
       last_stall_log = now;
@@ -173,8 +207,8 @@ void Acceptor::Loop() {
           "(or were the oldest of {} waiting)",
           closed, absl::FormatDuration(gate_.first_request_timeout), gate_.max_pending);
     }
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    // Take every waiting connection, then poll again.
+    if (!listener_ready) continue;
+    // Take every waiting connection, then wait again.
     while (!stop_.load()) {
       const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {

@@ -83,9 +83,11 @@ class Acceptor {
  private:
   struct Pending {
     int fd;
+    uint64_t seq;  // its epoll tag
     absl::Time accepted;
-    absl::Time changed;  // when its bytes last grew
-    size_t bytes = 0;    // bytes seen so far
+    absl::Time changed;         // when its bytes last grew
+    size_t bytes = 0;           // bytes seen so far
+    bool whole_frames = false;  // they end at a frame boundary, no request yet
   };
   // What a pending connection has sent so far.
   enum class FirstRequest { kIncomplete, kComplete, kClosed };
@@ -99,8 +101,11 @@ class Acceptor {
   bool CloseOldestPending();
   // Reads (without consuming) what `p` has sent and decides.
   FirstRequest Inspect(Pending& p, absl::Time now);
-  // Hands over or closes the pending connections whose state changed.
-  void ServicePending(const std::vector<bool>& readable, absl::Time now);
+  // Hands over or closes the pending connections whose state changed
+  // (`ready`: the sorted tags of those with new bytes).
+  void ServicePending(const std::vector<uint64_t>& ready, absl::Time now);
+  // Removes `fd` from the epoll set (before it is closed or handed over).
+  void Forget(int fd);
   // Handles an accept that failed with `err`; returns how long to pause.
   int PauseMsAfter(int err);
 
@@ -110,6 +115,10 @@ class Acceptor {
   absl::Time last_log_ = absl::InfinitePast();  // of a failed accept
   grpc::experimental::ExternalConnectionAcceptor* target_ = nullptr;
   Gate gate_;
+  // The listener (level-triggered, tag 0) and the pending connections
+  // (edge-triggered: bytes peeked but not read do not wake it again).
+  int epoll_fd_ = -1;
+  uint64_t next_seq_ = 0;
   std::deque<Pending> pending_;  // oldest first; the acceptor thread's own
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> refused_{0};
