@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <new>
 #include <string>
 #include <thread>
 #include <utility>
@@ -591,9 +592,16 @@ std::vector<std::string> SerializedSlices(const Plan& plan, Side side,
                                           int threads) {
   std::vector<std::string> out(ranks.size());
   std::atomic<size_t> next{0};
+  std::atomic<bool> out_of_memory{false};
   auto work = [&] {
-    for (size_t i = next++; i < ranks.size(); i = next++) {
-      out[i] = ToProto(ExtractSlice(plan, side, ranks[i])).SerializeAsString();
+    // An allocation that fails on a pool thread is rethrown on the caller's
+    // (an exception leaving a std::thread would end the process).
+    try {
+      for (size_t i = next++; i < ranks.size() && !out_of_memory.load(); i = next++) {
+        out[i] = ToProto(ExtractSlice(plan, side, ranks[i])).SerializeAsString();
+      }
+    } catch (const std::bad_alloc&) {
+      out_of_memory.store(true);
     }
   };
   const int n = std::max(1, std::min<int>(threads, static_cast<int>(ranks.size())));
@@ -601,6 +609,7 @@ std::vector<std::string> SerializedSlices(const Plan& plan, Side side,
   for (int t = 1; t < n; ++t) pool.emplace_back(work);
   work();
   for (std::thread& t : pool) t.join();
+  if (out_of_memory.load()) throw std::bad_alloc();
   return out;
 }
 

@@ -45,7 +45,8 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank);
 // ToProto(ExtractSlice(plan, side, r)).SerializeAsString() for every r of
 // `ranks`, in order, built by up to `threads` threads: what refitd hands its
 // members once per membership. Serialized, a slice takes a fraction of the
-// parsed proto's memory (DeepSeek-V3, 512 slices: 313 MB).
+// parsed proto's memory (DeepSeek-V3, 512 slices: 313 MB). Throws std::bad_alloc
+// (on the calling thread) when an allocation fails on any of them.
 std::vector<std::string> SerializedSlices(const Plan& plan, Side side,
                                           const std::vector<int32_t>& ranks,
                                           int threads);
