@@ -21,6 +21,7 @@
 #ifndef REFIT_PLAN_PLAN_H_
 #define REFIT_PLAN_PLAN_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -108,6 +109,9 @@ struct PlannerOptions {
   int64_t max_round_bytes = 0;
   // Edge of the FP8 block-quantization tiles (weight_scale_inv blocks).
   int64_t fp8_block = 128;
+  // When set and true, BuildPlan stops after its current phase with
+  // CANCELLED (refitd sets it when it stops). Not part of the plan.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct PlanStats {

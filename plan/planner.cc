@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "plan/conversion.h"
 #include "plan/fingerprint.h"
@@ -71,10 +72,17 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   plan.options = options;
   std::vector<std::string> errors;
   PhaseClock clock;
+  // Ends a phase; CANCELLED when options.cancel was set meanwhile.
+  auto phase_done = [&](const char* name) {
+    clock.End(name);
+    return options.cancel != nullptr && options.cancel->load()
+               ? absl::CancelledError(absl::StrCat("plan build cancelled after phase ", name))
+               : absl::OkStatus();
+  };
 
   ValidateLayouts(src, dst, &errors);
   if (!errors.empty()) return JoinErrors(errors);
-  clock.End("validate");
+  REFIT_RETURN_IF_ERROR(phase_done("validate"));
 
   // The engine's dtypes (FP8 blocks, f32 -exp): the source as the senders
   // convert it, with scratch buffers (plan/conversion.h).
@@ -85,11 +93,11 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
     plan.conversions = std::move(converted.conversions);
     plan.cut_tiles = std::move(converted.cut_tiles);
   }
-  clock.End("convert");
+  REFIT_RETURN_IF_ERROR(phase_done("convert"));
 
   MatchTensors(src, dst, &plan.dst_to_src_tensor, &errors);
   if (!errors.empty()) return JoinErrors(errors);
-  clock.End("match");
+  REFIT_RETURN_IF_ERROR(phase_done("match"));
 
   // plan.src/plan.dst are the layouts as given (moved, not copied) with
   // indexed records merged; src and dst are not used below.
@@ -97,22 +105,22 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   MergeIndexedRecords(&dst.records);
   plan.src = std::move(src);
   plan.dst = std::move(dst);
-  clock.End("normalize");
+  REFIT_RETURN_IF_ERROR(phase_done("normalize"));
 
   Candidates candidates;
   REFIT_RETURN_IF_ERROR(FindCandidates(plan.src, plan.dst,
                                        plan.dst_to_src_tensor, &candidates,
                                        &errors));
-  clock.End("candidates");
+  REFIT_RETURN_IF_ERROR(phase_done("candidates"));
 
   CheckCoverage(plan.dst, &errors);
   if (!errors.empty()) return JoinErrors(errors);
-  clock.End("coverage");
+  REFIT_RETURN_IF_ERROR(phase_done("coverage"));
 
   PlanStats cost_stats;
   const std::vector<int32_t> choice =
       BalanceReplicas(candidates, plan.src, plan.dst, options, &cost_stats);
-  clock.End("balance");
+  REFIT_RETURN_IF_ERROR(phase_done("balance"));
 
   const int64_t cap = MessageCap(options);
   std::vector<PendingMessage> messages;
@@ -120,17 +128,17 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
     SegmentKeys keys;
     REFIT_RETURN_IF_ERROR(
         OrderSegments(candidates, choice, plan.src, plan.dst, cap, &keys));
-    clock.End("segments");
+    REFIT_RETURN_IF_ERROR(phase_done("segments"));
     messages = CoalesceMessages(keys, candidates, choice, cap,
                                 options.direct_min_bytes, &plan);
   }  // the keys are not needed below
-  clock.End("messages");
+  REFIT_RETURN_IF_ERROR(phase_done("messages"));
 
   ScheduleRounds(options, plan.src.world_size, plan.dst.world_size, &messages,
                  &plan.rounds);
-  clock.End("rounds");
+  REFIT_RETURN_IF_ERROR(phase_done("rounds"));
   EmitMessages(messages, &plan);
-  clock.End("emit");
+  REFIT_RETURN_IF_ERROR(phase_done("emit"));
 
   plan.stats = ComputePlanStats(plan);
   plan.stats.predicted_seconds = cost_stats.predicted_seconds;
@@ -138,9 +146,9 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   plan.stats.same_gpu_bytes = cost_stats.same_gpu_bytes;
   plan.stats.intra_host_bytes = cost_stats.intra_host_bytes;
   plan.stats.inter_host_bytes = cost_stats.inter_host_bytes;
-  clock.End("stats");
+  REFIT_RETURN_IF_ERROR(phase_done("stats"));
   plan.fingerprint = PlanFingerprint(plan);
-  clock.End("fingerprint");
+  REFIT_RETURN_IF_ERROR(phase_done("fingerprint"));
   plan.stats.phase_seconds = clock.Take();
   return plan;
 }

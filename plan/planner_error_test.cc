@@ -1,5 +1,6 @@
 // Tests of BuildPlan's validation: every error names tensor, box, buffer
 // and rank as planner.h says.
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,18 @@ TwoSides Simple(TensorSpec ts, TensorSpec td) {
 
 // An FP8 engine tensor from a BF16 trainer needs its block scales; f32 to
 // bf16 is no conversion refit makes.
+TEST(PlannerErrorTest, ACancelledBuildStopsAfterItsPhase) {
+  TwoSides s = Simple({"w", {4, 4}, DType::kBF16}, {"w", {4, 4}, DType::kBF16});
+  std::atomic<bool> cancel{false};
+  PlannerOptions o;
+  o.cancel = &cancel;
+  EXPECT_TRUE(BuildPlan(s.src, s.dst, o).ok());
+  cancel.store(true);
+  absl::StatusOr<Plan> p = BuildPlan(s.src, s.dst, o);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(p.status().message(), HasSubstr("after phase validate"));
+}
+
 TEST(PlannerErrorTest, DtypeMismatchWithoutConversion) {
   TwoSides s = Simple({"w", {4, 4}, DType::kBF16}, {"w", {4, 4}, DType::kF8E4M3});
   absl::StatusOr<Plan> p = BuildPlan(s.src, s.dst, PlannerOptions());

@@ -196,8 +196,9 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
   if (!all_hosts) placement = JobPlacement();
 
   REFIT_RETURN_IF_ERROR(Cancelled(options));
-  REFIT_ASSIGN_OR_RETURN(
-      Plan plan, PlanJob(std::move(layouts), engines, placement, options.planner));
+  PlannerOptions planner = options.planner;
+  planner.cancel = options.cancel.get();
+  REFIT_ASSIGN_OR_RETURN(Plan plan, PlanJob(std::move(layouts), engines, placement, planner));
   REFIT_RETURN_IF_ERROR(Cancelled(options));
   BuiltPlan out;
   out.num_lanes = options.planner.num_lanes;

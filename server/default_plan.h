@@ -27,9 +27,9 @@ struct DefaultPlanOptions {
   // Threads that build the members' slices (one per member, ~7 ms each at
   // DeepSeek-V3 scale).
   int slice_threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-  // When set and true, a build in progress stops at its next phase with
-  // CANCELLED (refitd sets it on SIGTERM, so shutdown never waits for a
-  // long build).
+  // When set and true, a build in progress stops at its next phase (the
+  // planner's phases included: PlannerOptions::cancel) with CANCELLED
+  // (refitd sets it on SIGTERM, so shutdown never waits for a long build).
   std::shared_ptr<const std::atomic<bool>> cancel;
 };
 
