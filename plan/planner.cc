@@ -70,6 +70,7 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   REFIT_RETURN_IF_ERROR(ValidateOptions(options));
   Plan plan;
   plan.options = options;
+  plan.options.cancel = nullptr;  // the plan outlives the build
   std::vector<std::string> errors;
   PhaseClock clock;
   // Ends a phase; CANCELLED when options.cancel was set meanwhile.
