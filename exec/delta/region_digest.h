@@ -16,48 +16,20 @@
 // element each change the sum.
 //
 // The term is a fixed function (three 64-bit multiplies), the same on the
-// host and on a GPU (exec/cuda), so digests computed anywhere compare.
+// host and on a GPU (exec/delta/cuda), so digests computed anywhere compare.
 #ifndef REFIT_EXEC_DELTA_REGION_DIGEST_H_
 #define REFIT_EXEC_DELTA_REGION_DIGEST_H_
 
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "exec/delta/digest_term.h"
 
 namespace refit {
-
-// Byte offsets within one buffer are below 2^40 (1 TiB); buffer indices
-// below 2^24.
-inline constexpr int kDigestOffsetBits = 40;
-inline constexpr int64_t kDigestMaxBufferIndex = (int64_t{1} << 24) - 1;
-inline constexpr int64_t kDigestMaxOffset = (int64_t{1} << kDigestOffsetBits) - 1;
-
-// The key of the byte at `offset` of engine buffer `buffer`. Unchecked: the
-// caller has validated both ranges (MakePositionKey checks them).
-inline uint64_t PositionKey(int64_t buffer, int64_t offset) {
-  return (static_cast<uint64_t>(buffer) << kDigestOffsetBits) |
-         static_cast<uint64_t>(offset);
-}
 
 // PositionKey with its ranges checked: INVALID_ARGUMENT naming the buffer
 // index or offset out of range.
 absl::StatusOr<uint64_t> MakePositionKey(int64_t buffer, int64_t offset);
-
-// splitmix64's finalizer: a bijection of 64-bit words that mixes every bit.
-inline uint64_t DigestMix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
-// One element's term: its value (an odd multiple, so distinct values give
-// distinct words) folded into its key, then mixed.
-inline uint64_t DigestTerm(uint64_t key, uint64_t value) {
-  return DigestMix64(key ^ (value * 0x9e3779b97f4a7c15ULL));
-}
 
 // Returns the digest of `bytes` bytes at `data`, elements of
 // `element_bytes` (1, 2, 4 or 8) each, the first of which sits at
