@@ -56,6 +56,8 @@ parallel_ranks: Optional[Callable[[], tuple]] = None
 # Tensor factory for the requests; None: torch.empty(0, dtype=torch.uint8).
 empty_tensor: Optional[Callable[[], Any]] = None
 
+# This process's workers' receivers by id(model) (one in an SGLang TP
+# worker process); _lock guards the dict, never a blocking call.
 _receivers: Dict[int, _ew.EngineReceiver] = {}
 _lock = threading.Lock()
 last_errors: List[str] = []
@@ -118,7 +120,9 @@ def _record(model: Any, op: str, err: BaseException, version: Any = None) -> Non
 
 
 def _init(model: Any, args: Dict[str, Any]) -> None:
-    if id(model) in _receivers:
+    with _lock:
+        known = id(model) in _receivers
+    if known:
         raise refit.RefitError(9, f"engine {args.get('engine_id')}: refit is initialized "
                                   f"on this worker already")
     rank = args.get("rank")
@@ -130,7 +134,8 @@ def _init(model: Any, args: Dict[str, Any]) -> None:
         convention=args["convention"], hooks=layout_hooks or _ew.layout_hooks("sglang"),
         token=args.get("token"), job=args.get("job", "refit"),
         transport=args.get("transport"), timeout=float(args.get("timeout", 300.0)))
-    _receivers[id(model)] = r
+    with _lock:
+        _receivers[id(model)] = r
 
 
 def load(model: Any, named_tensors: List[Any]) -> None:
@@ -152,22 +157,23 @@ def load(model: Any, named_tensors: List[Any]) -> None:
             _record(model, "load", e)
             continue
         try:
-            with _lock:
-                if op == "init":
-                    _init(model, cmd)
-                elif op == "update":
+            if op == "init":
+                _init(model, cmd)
+            elif op == "update":
+                with _lock:
                     r = _receivers.get(id(model))
-                    if r is None:
-                        raise refit.RefitError(9, "refit is not initialized on this "
-                                                  "worker: send init_request first")
-                    r.refresh_plan()
-                    r.receive(cmd.get("version"), float(cmd.get("timeout", 300.0)))
-                elif op == "shutdown":
+                if r is None:
+                    raise refit.RefitError(9, "refit is not initialized on this "
+                                              "worker: send init_request first")
+                r.refresh_plan()
+                r.receive(cmd.get("version"), float(cmd.get("timeout", 300.0)))
+            elif op == "shutdown":
+                with _lock:
                     r = _receivers.pop(id(model), None)
-                    if r is not None:
-                        r.close()
-                else:
-                    raise refit.RefitError(3, f"unknown refit.sglang request {op!r}")
+                if r is not None:
+                    r.close()
+            else:
+                raise refit.RefitError(3, f"unknown refit.sglang request {op!r}")
         except Exception as e:  # SGLang must keep serving: reported, not raised
             _record(model, str(op), e, cmd.get("version") if op == "update" else None)
 
@@ -222,29 +228,51 @@ def _check_engine(member: refit.Member, engine_id: str, version: int) -> None:
                                f"update to {version}{why}")
 
 
-def join_engine(engine: Any, member: refit.Member, *, timeout: float, **init: Any) -> None:
-    """Trainer rank 0: makes the SGLang ``engine`` (anything with
-    ``update_weights_from_tensor(named_tensors, load_format, flush_cache)``)
-    join refit, while this rank's ``member`` waits for its plan. ``init``:
-    init_request's arguments. Raises refitd's status (DEADLINE_EXCEEDED when
-    the workers did not join: their log says why) or the engine's exception."""
-    join = _ew.in_thread(lambda: engine.update_weights_from_tensor(**init_request(**init)))
+def _engines(engines: Any) -> List[Any]:
+    return list(engines) if isinstance(engines, (list, tuple)) else [engines]
+
+
+def _all(calls: List[Callable[[], Any]]) -> Callable[[float], None]:
+    joins = [_ew.in_thread(c) for c in calls]
+
+    def join(timeout: float) -> None:
+        for j in joins:
+            j(timeout)
+    return join
+
+
+def join_engine(engines: Any, member: refit.Member, **init: Any) -> None:
+    """Trainer rank 0: makes the SGLang engine join refit while this rank's
+    ``member`` waits for its plan. ``engines``: one SGLang engine (anything
+    with ``update_weights_from_tensor(named_tensors, load_format,
+    flush_cache)``: sglang.Engine, or a client of its HTTP route), or a
+    list of them, one per DP replica in replica order (each is told its
+    index). ``init``: init_request's arguments (its ``timeout`` bounds the
+    join and the plan here too). Raises refitd's status
+    (DEADLINE_EXCEEDED when the workers did not join: their log says why)
+    or the engine's exception."""
+    es = _engines(engines)
+    timeout = float(init.get("timeout", 300.0))
+    join = _all([lambda e=e, i=i: e.update_weights_from_tensor(**init_request(
+        **dict(init, **({"dp_rank": i} if len(es) > 1 else {}))))
+        for i, e in enumerate(es)])
     member.prepare(timeout=timeout)
     join(timeout)
 
 
-def sync_weights(engine: Optional[Any], member: refit.Member, *, engine_id: str,
-                 version: int, rank: int, world: int, timeout: float = 300.0) -> None:
+def sync_weights(engines: Any, member: refit.Member, *, engine_id: str, version: int,
+                 rank: int, world: int, timeout: float = 300.0) -> None:
     """One weight update on every trainer rank: rank 0 sends
-    update_request(version) to ``engine`` concurrently with the round and
-    then checks with refitd that the engine committed ``version``; every
-    rank publishes its buffers (refit.torch.publish). Raises RefitError as
-    publish does; ABORTED with the workers' errors when the engine did not
-    commit the version; the engine's exception."""
+    update_request(version) to the engine(s) (as in join_engine)
+    concurrently with the round and then checks with refitd that the engine
+    committed ``version``; every rank publishes its buffers
+    (refit.torch.publish). Raises RefitError as publish does; ABORTED with
+    the workers' error when the engine did not commit the version; the
+    engine's exception."""
     join = None
     if rank == 0:
-        join = _ew.in_thread(lambda: engine.update_weights_from_tensor(
-            **update_request(version, timeout)))
+        join = _all([lambda e=e: e.update_weights_from_tensor(
+            **update_request(version, timeout)) for e in _engines(engines)])
     _rt.publish(member, version=version, rank=rank, world=world, timeout=timeout,
                 prefix=f"refit.sglang/{engine_id}")
     if join:
