@@ -253,6 +253,14 @@ class HarnessTest(unittest.TestCase):
         self.assertFalse(rv.register())
         self.assertIsNone(rv.VLLM_INTERFACE)
 
+    def test_engine_without_a_model_names_the_worker_extension(self):
+        # vLLM releases build engines as (config, parallel_config).
+        with self.assertRaises(refit.RefitError) as e:
+            rv.RefitWeightTransferEngine(None, vllm_harness.vllm_config(0).parallel_config)
+        self.assertEqual(e.exception.code_name, "FAILED_PRECONDITION")
+        self.assertIn('worker_extension_cls="refit.vllm.RefitWorkerExtension"',
+                      str(e.exception))
+
     def test_trainer_engine_takes_only_a_refit_source(self):
         info = rv.RefitTrainerInitInfo(rank=1, server=self.refitd.address, model=MODEL,
                                        convention=TRAINER)

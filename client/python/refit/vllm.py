@@ -3,13 +3,15 @@
 Two generations of ``vllm.distributed.weight_transfer`` are served; which
 one is installed is detected at import (:data:`VLLM_INTERFACE`):
 
-* ``"current"``: vLLM main as read on 2026-11-25 (base.py with
-  ``TrainerInitInfo.backend: ClassVar[str]``, merged after
-  vllm-project/vllm#50902). The trainer side takes no config:
+* ``"current"``: vLLM main as read on 2026-11-25: vllm-project/vllm
+  055e47c28003156421365af985d676fc921cb075 (factory.py; base.py at
+  a8f1d79812aa51e1036eba41286879eb09bd1635), where the engines live in
+  ``vllm.backends.distributed.weight_transfer`` (``vllm.distributed.
+  weight_transfer`` is an alias). The trainer side takes no config:
   ``TrainerWeightTransferEngine.__init__(*, client, source=None,
   is_sender=True)``, ``trainer_init(cls, init_info, *, client, source=None)``,
   and ``WeightTransferTrainerFactory.trainer_init(init_info=..., client=...,
-  source=...)`` dispatches on ``type(init_info).backend``; the client's
+  source=...)`` dispatches on ``init_info.backend``; the client's
   ``finish_weight_update(weight_version=None)`` records the version vLLM
   reports; the worker engine has no ``trainer_send_weights`` hook; a worker
   may retarget an update at the speculative draft model
@@ -54,7 +56,8 @@ __all__ = ["HAVE_VLLM", "VLLM_INTERFACE", "RefitInitInfo", "RefitUpdateInfo",
            "RefitWeightTransferEngine", "RefitSource", "RefitTrainerInitInfo",
            "RefitTrainerEngine", "RefitWorkerExtension", "engine_rank", "register"]
 
-VLLM_INTERFACE_COMMITS = {"pinned": "02f250b03f38822ccdb63f27a3005d10ca81f385"}
+VLLM_INTERFACE_COMMITS = {"current": "055e47c28003156421365af985d676fc921cb075",
+                          "pinned": "02f250b03f38822ccdb63f27a3005d10ca81f385"}
 
 # Kernel-layout detector and derived-tensor refresh; None: refit.engine_layouts'.
 layout_hooks: Optional[_ew.LayoutHooks] = None
@@ -71,8 +74,27 @@ def _takes(fn: Any, name: str) -> bool:
         return False
 
 
+# Where vLLM keeps the weight-transfer engines: vllm.backends.distributed
+# (current main, 055e47c; the old path is an alias there), else
+# vllm.distributed (the pinned commit and releases).
+_PACKAGES = ("vllm.backends.distributed.weight_transfer", "vllm.distributed.weight_transfer")
+
+
+def _import(module: str) -> Any:
+    """vLLM's weight_transfer ``module`` ("base", "factory") from the first
+    package that has it; raises ImportError when none does."""
+    import importlib
+    errors = []
+    for p in _PACKAGES:
+        try:
+            return importlib.import_module(f"{p}.{module}")
+        except ImportError as e:
+            errors.append(str(e))
+    raise ImportError("; ".join(errors))
+
+
 try:
-    from vllm.distributed.weight_transfer import base as _base
+    _base = _import("base")
     HAVE_VLLM = True
 except ImportError:
     _base = None
@@ -552,7 +574,7 @@ def register() -> bool:
     when vLLM's weight-transfer system is not installed, or its engines get
     no model (then use RefitWorkerExtension)."""
     try:
-        from vllm.distributed.weight_transfer import base, factory
+        base, factory = _import("base"), _import("factory")
     except ImportError:
         return False
     if not _takes(base.WeightTransferEngine.__init__, "model"):

@@ -1,6 +1,6 @@
 """Stand-in of vllm/v1/worker/gpu_worker.py's weight-transfer session and of
 the LLM entry points that drive it (vllm/entrypoints/llm.py), current
-generation (vLLM main as read 2026-11-25), written for refit's tests:
+generation (vLLM main as read 2026-11-25, 055e47c), written for refit's tests:
 - the worker builds its engine with WeightTransferEngineFactory.create_engine(
   config, vllm_config, device, model) at load time;
 - start_weight_update / start_draft_weight_update (refused with RuntimeError
@@ -14,7 +14,7 @@ generation (vLLM main as read 2026-11-25), written for refit's tests:
   then records the version (set_weight_version)."""
 import types
 
-from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+from vllm.backends.distributed.weight_transfer.factory import WeightTransferEngineFactory
 
 
 class Worker:
