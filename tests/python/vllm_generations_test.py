@@ -76,11 +76,13 @@ def run_all(fns, timeout=TIMEOUT * 2):
 
 
 def parallel_config(dp, tp, *, moe):
-    """vLLM's ParallelConfig in a worker of replica ``dp``: ``rank`` inside
-    the replica; a dense model's workers have data_parallel_rank reset to 0,
-    data_parallel_index keeps the replica."""
+    """vLLM's ParallelConfig in a worker of replica ``dp`` of 2 (vLLM's
+    run_engine_core): ``rank`` inside the replica; a dense model's replicas
+    run as independent DP=1 engines (data_parallel_size 1,
+    data_parallel_rank 0); data_parallel_index keeps the replica."""
     return types.SimpleNamespace(rank=tp, world_size=2, tensor_parallel_size=2,
-                                 pipeline_parallel_size=1, data_parallel_size=2,
+                                 pipeline_parallel_size=1,
+                                 data_parallel_size=2 if moe else 1,
                                  data_parallel_rank=dp if moe else 0,
                                  data_parallel_index=dp)
 
@@ -204,9 +206,14 @@ class GenerationTest(unittest.TestCase):
         pc = parallel_config(1, 1, moe=False)
         self.assertEqual(rv.engine_rank(pc, "vllm:tp=2,dp=2"), 3)
         for conv, text in (("vllm:tp=4,dp=2", "tp=4, but the vllm engine runs tp=2"),
-                           ("vllm:tp=2", "dp=1, but the vllm engine runs dp=2")):
+                           ("vllm:tp=2", "vLLM's DP replica 1 is outside dp=1")):
             with self.assertRaisesRegex(refit.RefitError, text):
                 rv.engine_rank(pc, conv)
+        moe = parallel_config(1, 0, moe=True)
+        self.assertEqual(rv.engine_rank(moe, "vllm:tp=2,dp=2,ep=4"), 2)
+        with self.assertRaisesRegex(refit.RefitError, "dp=4, but the vllm engine runs dp=2"):
+            rv.engine_rank(moe, "vllm:tp=2,dp=4,ep=8")
+        pc = parallel_config(1, 1, moe=False)
         pc.pipeline_parallel_size = 2
         with self.assertRaisesRegex(refit.RefitError, "pipeline parallelism \\(pp=2\\)"):
             rv.engine_rank(pc, "vllm:tp=2,dp=2")

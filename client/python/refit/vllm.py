@@ -222,8 +222,10 @@ class RefitUpdateInfo(_UpdateBase):
 def engine_rank(parallel_config: Any, convention: str) -> int:
     """The worker's engine rank in refit's vLLM convention, ``k =
     data_parallel_index * TP + rank`` (``rank``: the worker's rank inside its
-    DP replica), after checking vLLM's TP/DP sizes against the convention's.
-    Raises RefitError INVALID_ARGUMENT when they differ, under pipeline or
+    DP replica), after checking vLLM's TP size, and its DP size where vLLM
+    keeps one (MoE; a dense model's replicas run as DP=1 engines), against
+    the convention's. Raises RefitError INVALID_ARGUMENT when they differ,
+    when the replica index is outside the convention's dp, under pipeline or
     prefill-context parallelism, or when the parallel config lacks the rank."""
     pc = parallel_config
     rank = getattr(pc, "rank", None)
@@ -235,11 +237,18 @@ def engine_rank(parallel_config: Any, convention: str) -> int:
     if pcp > 1:
         raise refit.RefitError(3, f"vLLM runs prefill context parallelism (pcp={pcp}): "
                                   f"refit's vllm convention has none")
-    _ew.check_parallel(convention, tp=int(tp), dp=int(getattr(pc, "data_parallel_size", 1)),
-                       pp=int(getattr(pc, "pipeline_parallel_size", 1) or 1), engine="vllm")
     dp_index = getattr(pc, "data_parallel_index", None)
     if dp_index is None:  # vLLM without data_parallel_index
         dp_index = getattr(pc, "data_parallel_rank", 0)
+    dp = int(_ew.convention_params(convention).get("dp", "1"))
+    # A dense model's engines run as independent DP=1 engines
+    # (data_parallel_size reset to 1); MoE engines keep the DP size.
+    vllm_dp = int(getattr(pc, "data_parallel_size", 1) or 1)
+    _ew.check_parallel(convention, tp=int(tp), dp=vllm_dp if vllm_dp > 1 else dp,
+                       pp=int(getattr(pc, "pipeline_parallel_size", 1) or 1), engine="vllm")
+    if not 0 <= int(dp_index) < dp:
+        raise refit.RefitError(3, f"convention {convention}: vLLM's DP replica "
+                                  f"{dp_index} is outside dp={dp}")
     return int(dp_index) * int(tp) + int(rank)
 
 
