@@ -154,6 +154,13 @@ class HarnessTest(unittest.TestCase):
                 self.device = "cpu"
                 self.rank = 0
 
+        # vLLM releases' engine base takes (config, parallel_config): the
+        # extension must not build a vLLM engine at all.
+        def release_init(engine, config, parallel_config):
+            raise TypeError("__init__() takes 3 positional arguments but 5 were given")
+        saved_init = rv._EngineBase.__init__
+        rv._EngineBase.__init__ = release_init
+        self.addCleanup(setattr, rv._EngineBase, "__init__", saved_init)
         model, engine_local = engine_model()
         worker = Worker(model)
         trainers = trainer_modules()
