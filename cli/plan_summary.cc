@@ -34,18 +34,18 @@ std::vector<HistogramBin> EmptyHistogram() {
   std::vector<HistogramBin> bins;
   int64_t lo = 0;
   for (int64_t hi = 4 << 10; hi <= (256LL << 20); hi *= 16) {
-    bins.push_back({absl::StrCat("[", HumanBytes(lo), ", ", HumanBytes(hi),
+    bins.push_back({absl::StrCat("[", HumanBinaryBytes(lo), ", ", HumanBinaryBytes(hi),
                                  ")"),
                     lo, hi, 0, 0});
     lo = hi;
   }
-  bins.push_back({absl::StrCat(">= ", HumanBytes(lo)), lo, 0, 0, 0});
+  bins.push_back({absl::StrCat(">= ", HumanBinaryBytes(lo)), lo, 0, 0, 0});
   return bins;
 }
 
 }  // namespace
 
-std::string HumanBytes(int64_t b) {
+std::string HumanBinaryBytes(int64_t b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(b);
   int u = 0;
@@ -230,22 +230,22 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
 std::string FormatSummaryText(const PlanSummary& s) {
   std::string o;
   absl::StrAppendFormat(&o, "total bytes moved: %d (%s)\n", s.total_bytes,
-                        HumanBytes(s.total_bytes));
+                        HumanBinaryBytes(s.total_bytes));
   absl::StrAppendFormat(&o, "trainer ranks: %d, engine ranks: %d\n",
                         s.src_world, s.dst_world);
   absl::StrAppendFormat(&o, "sent per trainer rank: max %s, mean %s\n",
-                        HumanBytes(s.sent_max),
-                        HumanBytes(static_cast<int64_t>(s.sent_mean)));
+                        HumanBinaryBytes(s.sent_max),
+                        HumanBinaryBytes(static_cast<int64_t>(s.sent_mean)));
   o += "  busiest senders:";
   for (const RankBytes& r : s.busiest_senders) {
-    absl::StrAppendFormat(&o, " %d (%s)", r.rank, HumanBytes(r.bytes));
+    absl::StrAppendFormat(&o, " %d (%s)", r.rank, HumanBinaryBytes(r.bytes));
   }
   absl::StrAppendFormat(&o, "\nreceived per engine rank: max %s, mean %s\n",
-                        HumanBytes(s.received_max),
-                        HumanBytes(static_cast<int64_t>(s.received_mean)));
+                        HumanBinaryBytes(s.received_max),
+                        HumanBinaryBytes(static_cast<int64_t>(s.received_mean)));
   o += "  busiest receivers:";
   for (const RankBytes& r : s.busiest_receivers) {
-    absl::StrAppendFormat(&o, " %d (%s)", r.rank, HumanBytes(r.bytes));
+    absl::StrAppendFormat(&o, " %d (%s)", r.rank, HumanBinaryBytes(r.bytes));
   }
   absl::StrAppendFormat(&o,
                         "\ntransfers (segments): %d, messages: %d, rounds: %d\n",
@@ -253,16 +253,16 @@ std::string FormatSummaryText(const PlanSummary& s) {
   o += "message sizes:\n";
   for (const HistogramBin& b : s.histogram) {
     absl::StrAppendFormat(&o, "  %-22s %8d messages  %s\n", b.label, b.count,
-                          HumanBytes(b.bytes));
+                          HumanBinaryBytes(b.bytes));
   }
   absl::StrAppendFormat(&o, "peak staging per rank: trainer %s, engine %s\n",
-                        HumanBytes(s.peak_staging_src),
-                        HumanBytes(s.peak_staging_dst));
+                        HumanBinaryBytes(s.peak_staging_src),
+                        HumanBinaryBytes(s.peak_staging_dst));
   absl::StrAppendFormat(&o,
                         "same-GPU bytes: %s, intra-host bytes (between GPUs): %s, "
                         "inter-host bytes: %s\n",
-                        HumanBytes(s.same_gpu_bytes), HumanBytes(s.intra_host_bytes),
-                        HumanBytes(s.inter_host_bytes));
+                        HumanBinaryBytes(s.same_gpu_bytes), HumanBinaryBytes(s.intra_host_bytes),
+                        HumanBinaryBytes(s.inter_host_bytes));
   absl::StrAppendFormat(&o, "predicted refit time: %.3f s (slowest: %s)\n",
                         s.predicted_seconds,
                         s.slowest_rank.empty() ? "none" : s.slowest_rank);
@@ -276,13 +276,13 @@ std::string FormatSummaryText(const PlanSummary& s) {
         &o,
         "converted by the senders (%d records): %s on the wire; in the trainer's "
         "dtypes it would be %s (%.2fx) and %.3f s\n",
-        s.converted_records, HumanBytes(s.total_bytes), HumanBytes(s.unconverted_bytes),
+        s.converted_records, HumanBinaryBytes(s.total_bytes), HumanBinaryBytes(s.unconverted_bytes),
         s.unconverted_bytes > 0 ? static_cast<double>(s.total_bytes) / s.unconverted_bytes : 0,
         s.unconverted_seconds);
     absl::StrAppendFormat(
         &o, "  the converted tensors with their scales: %s on the wire, %s in the "
             "trainer's dtypes (%.3fx)\n",
-        HumanBytes(s.converted_wire_bytes), HumanBytes(s.converted_unconverted_bytes),
+        HumanBinaryBytes(s.converted_wire_bytes), HumanBinaryBytes(s.converted_unconverted_bytes),
         s.converted_unconverted_bytes > 0
             ? static_cast<double>(s.converted_wire_bytes) / s.converted_unconverted_bytes
             : 0);
@@ -396,7 +396,7 @@ std::string RenderHeatmapSvg(const PlanSummary& s, const std::string& title) {
           "stroke=\"white\" stroke-width=\"0.5\"><title>trainer host %d -> engine "
           "host %d: %s (%s)</title></rect>\n",
           left + c * cell, top + r * cell, cell, cell, color(s.heat[r][c]),
-          s.heat_row_hosts[r], s.heat_col_hosts[c], HumanBytes(s.heat[r][c]),
+          s.heat_row_hosts[r], s.heat_col_hosts[c], HumanBinaryBytes(s.heat[r][c]),
           intra ? "intra-host" : "inter-host");
       if (intra) {
         absl::StrAppendFormat(&outlines,
@@ -417,7 +417,7 @@ std::string RenderHeatmapSvg(const PlanSummary& s, const std::string& title) {
                           "<rect x=\"%d\" y=\"%d\" width=\"20\" height=\"18\" "
                           "fill=\"%s\"/><text x=\"%d\" y=\"%d\">%s</text>\n",
                           lx, ly + i * 18, color(v), lx + 26, ly + i * 18 + 13,
-                          HumanBytes(v));
+                          HumanBinaryBytes(v));
   }
   absl::StrAppendFormat(&o,
                         "<rect x=\"%d\" y=\"%d\" width=\"20\" height=\"18\" fill=\"none\" "
@@ -428,8 +428,8 @@ std::string RenderHeatmapSvg(const PlanSummary& s, const std::string& title) {
       &o,
       "<text x=\"10\" y=\"%d\">total %s: same GPU %s, intra-host %s, inter-host "
       "%s; predicted %.3f s</text>\n",
-      h - 20, HumanBytes(s.total_bytes), HumanBytes(s.same_gpu_bytes),
-      HumanBytes(s.intra_host_bytes), HumanBytes(s.inter_host_bytes), s.predicted_seconds);
+      h - 20, HumanBinaryBytes(s.total_bytes), HumanBinaryBytes(s.same_gpu_bytes),
+      HumanBinaryBytes(s.intra_host_bytes), HumanBinaryBytes(s.inter_host_bytes), s.predicted_seconds);
   o += "</svg>\n";
   return o;
 }

@@ -116,8 +116,9 @@ std::string FormatSummaryJson(const PlanSummary& s);
 // An SVG heat map of PlanSummary::heat with labels and a color legend.
 std::string RenderHeatmapSvg(const PlanSummary& s, const std::string& title);
 
-// "1.50 GiB" style.
-std::string HumanBytes(int64_t bytes);
+// A plan's sizes for people, in binary units as memory is counted:
+// "1.50 GiB" (GiB = 2^30; round bytes and GB/s are decimal, common/round_bytes.h).
+std::string HumanBinaryBytes(int64_t bytes);
 
 }  // namespace refit
 
