@@ -135,16 +135,14 @@ void ServerMetrics::SetPlanCacheBytes(int64_t bytes) {
   plan_cache_bytes_ = bytes;
 }
 
-void ServerMetrics::AuthFailed(const std::string& peer) {
+void ServerMetrics::AuthFailed() {
   absl::MutexLock l(&mu_);
   ++auth_failures_;
   const absl::Time now = absl::Now();
   if (now - last_auth_log_ >= absl::Seconds(10)) {
     ServerLog().warn(
-        "call refused: missing or wrong bearer token peer={} auth_failures={} "
-        "since_last_log={}",
-        peer.empty() ? "unknown" : peer, auth_failures_,
-        auth_failures_ - auth_failures_logged_);
+        "call refused: missing or wrong bearer token auth_failures={} since_last_log={}",
+        auth_failures_, auth_failures_ - auth_failures_logged_);
     last_auth_log_ = now;
     auth_failures_logged_ = auth_failures_;
   }

@@ -101,11 +101,9 @@ class ServerMetrics {
   // The plan cache holds `bytes` now.
   void SetPlanCacheBytes(int64_t bytes);
 
-  // A call from `peer` (gRPC's peer text, e.g. "ipv4:10.0.0.7:41234"; empty
-  // when unknown) was refused for a missing or wrong bearer token. Logs a
-  // warning for the first one and then at most one every 10 s, with the
-  // count and the peer of the call logged.
-  void AuthFailed(const std::string& peer = "");
+  // A call was refused for a missing or wrong bearer token. Logs a warning
+  // for the first one and then at most one every 10 s, with the count.
+  void AuthFailed();
 
   // Returns the refused calls so far.
   int64_t auth_failures() const;

@@ -20,12 +20,13 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "plan/plan.h"
+#include "proto/protocol_version.h"
 #include "server/default_plan.h"
 #include "server/log.h"
 #include "server/metrics_http.h"
 #include "server/refit_server.h"
 
-ABSL_FLAG(std::string, address, "127.0.0.1:50051",
+ABSL_FLAG(std::string, address, refit::kDefaultRefitdAddress,
           "listen address HOST:PORT (port 0 picks one, printed as\n"
           "\"refitd listening on port N\")");
 ABSL_FLAG(std::string, tls_cert, "", "server certificate chain file (PEM)");
