@@ -146,4 +146,18 @@ svg="${TEST_TMPDIR:-/tmp}/h.svg"
 check heatmap 0 'predicted refit time' -- "$REFIT" plan --model tiny-qwen3 \
   --trainer megatron:tp=2,pp=2,dp=1 --engine vllm:tp=2,dp=2 --heatmap "$svg"
 grep -q '</svg>' "$svg" || { echo "FAIL heatmap file"; fail=1; }
+# Disaggregated, 2 GPUs a host: trainer hosts 0-1 (stage 0 on host 0, stage
+# 1 on host 1), engine hosts numbered from 0 on their own (not 2-3).
+check heatmap-hosts 0 'predicted refit time' -- "$REFIT" plan --model tiny-qwen3 \
+  --trainer megatron:tp=2,pp=2,dp=1 --engine vllm:tp=2,dp=2 --gpus_per_host 2 --heatmap "$svg"
+grep -q '>1 pp 1</text>' "$svg" && grep -q 'trainer host 0 pp 0 -> engine host 1:' "$svg" &&
+  ! grep -q 'engine host 2' "$svg" && echo "ok heatmap-labels" ||
+  { echo "FAIL heatmap-labels"; grep '<title>' "$svg" | head -5; fail=1; }
+# Colocated: one cell per (trainer rank, engine rank), copies within one GPU
+# outlined, instead of one cell for the one host.
+check heatmap-colocated 0 'predicted refit time' -- "$REFIT" plan --model tiny-qwen3 \
+  --trainer megatron:tp=2 --engine vllm:tp=2 --colocated --heatmap "$svg"
+grep -q 'engine rank, one GPU each' "$svg" &&
+  grep -q 'trainer rank 1 (host 0) -> engine rank 1 (host 0): .* (same GPU)' "$svg" &&
+  echo "ok heatmap-per-gpu" || { echo "FAIL heatmap-per-gpu"; grep '<title>' "$svg" | head -5; fail=1; }
 exit $fail
