@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/round_text.h"
+#include "client/round_text.h"
 
 namespace refit {
 

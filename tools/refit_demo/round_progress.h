@@ -2,7 +2,7 @@
 // (GetStatus). While a round has run for at least a threshold (1 s), one
 // line every interval (1 s): "round 3: 5/8 members reported, 1.9 s, 12.30 GB
 // per engine rank so far"; when a round ends, one final line
-// (common/round_text.h): "round 3 committed in 2.410 s (slowest member
+// (client/round_text.h): "round 3 committed in 2.410 s (slowest member
 // 2.398 s): 16.38 GB per engine rank (4 engine ranks), 6.83 GB/s, peak
 // staging 64.0 MB (engine/demo/e0/1)" or "round 3 aborted after 2.410 s:
 // <reason>". Bytes and GB/s as common/round_bytes.h defines them.

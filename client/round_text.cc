@@ -1,5 +1,5 @@
 // Rounds worded for people (see round_text.h).
-#include "common/round_text.h"
+#include "client/round_text.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

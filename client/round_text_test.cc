@@ -1,4 +1,4 @@
-#include "common/round_text.h"
+#include "client/round_text.h"
 
 #include "gtest/gtest.h"
 

@@ -1,8 +1,8 @@
 // How refit's programs word a round for people (`refit status --watch`, the
 // demo): the line for a finished round and the figures of one in flight,
 // with bytes and throughput as common/round_bytes.h defines them.
-#ifndef REFIT_COMMON_ROUND_TEXT_H_
-#define REFIT_COMMON_ROUND_TEXT_H_
+#ifndef REFIT_CLIENT_ROUND_TEXT_H_
+#define REFIT_CLIENT_ROUND_TEXT_H_
 
 #include <cstdint>
 #include <string>
@@ -26,4 +26,4 @@ std::string RunningRoundBytes(const v1::RoundSummary& s);
 
 }  // namespace refit
 
-#endif  // REFIT_COMMON_ROUND_TEXT_H_
+#endif  // REFIT_CLIENT_ROUND_TEXT_H_
