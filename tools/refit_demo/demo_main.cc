@@ -4,10 +4,12 @@
 // then N rounds of weight versions moved over the host transport with every
 // engine byte checked. While the members run it follows refitd's status:
 // every second a progress line for a round running longer than a second
-// ("round 3: 5/8 members reported, 1.9 s, 12.3 GB reported") and a final
-// line per round (round_progress.h). Then prints a table per round and a
-// final verification line with the achieved GB/s; exits 0 only if every
-// round committed and every engine rank holds exactly the trainer's bytes.
+// ("round 3: 5/8 members reported, 1.9 s, 1.19 GB per engine rank so far")
+// and a final line per round (round_progress.h). Then prints a table per
+// round (bytes and GB/s as common/round_bytes.h defines them, from the
+// members' own figures) and a final verification line with the achieved
+// GB/s; exits 0 only if every round committed and every engine rank holds
+// exactly the trainer's bytes.
 //
 // Flags (--name=value):
 //   --refitd=PATH --member=PATH   the two binaries
