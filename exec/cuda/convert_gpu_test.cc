@@ -86,7 +86,8 @@ TEST(ConvertGpuTest, WholeTilesEqualTheReference) {
     ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
     auto ops = MakeCudaConvertOps(s);
     absl::Status st = ops->QuantizeWhole(in, DType::kBF16, *Box::FromShape(shape), tile,
-                                         ue8m0, out, scales, "w");
+                                         ue8m0 ? ScaleMode::kPow2 : ScaleMode::kFloat, out,
+                                         scales, "w");
     ASSERT_TRUE(st.ok()) << st;
     ASSERT_TRUE(ops->Sync().ok());
     EXPECT_EQ(FromDevice<uint8_t>(out, v.size()), want.values);
