@@ -135,6 +135,20 @@ constexpr EngineDTypeRow kEngineDTypes[] = {
 
 absl::Span<const EngineDTypeRow> EngineDTypes() { return kEngineDTypes; }
 
+const char* KernelLayoutSummary(EngineSpec::Kernel k) {
+  switch (k) {
+    case EngineSpec::Kernel::kCheckpoint:
+      return "checkpoint layout (what Triton and CUTLASS read)";
+    case EngineSpec::Kernel::kFlashinfer:
+      return "flashinfer: expert w13_weight and its block scales as [up; gate] "
+             "(w31, FlashInfer CUTLASS fused MoE)";
+    case EngineSpec::Kernel::kDeepgemm:
+      return "deepgemm: block-FP8 weights requantized to power-of-two (UE8M0) "
+             "scales, scales f32 row-major (DeepGEMM on SM90)";
+  }
+  return "unknown";
+}
+
 absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
                                                 const EngineSpec& spec) {
   ModelConfig c = config;

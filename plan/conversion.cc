@@ -62,7 +62,11 @@ absl::StatusOr<ConversionKind> KindFor(const TensorSpec& s, const TensorSpec& d,
           ? absl::StrCat(" (", TransformName(d.transform), ")")
           : std::string(),
       " and the trainer ", DTypeName(s.dtype),
-      "; refit converts bf16/f16/f32 to f32, -exp f32 or FP8 blocks only"));
+      "; refit converts bf16/f16/f32 to f32, -exp f32 or FP8 blocks only",
+      d.transform == Transform::kUe8m0Requant
+          ? " (kernel=deepgemm quantizes and requantizes the trainer's "
+            "bf16/f16/f32 weights; a trainer holding FP8 is not requantized)"
+          : ""));
 }
 
 // Tiles entirely inside `box` along each dim, given the tensor's extents.

@@ -204,5 +204,30 @@ TEST(RefitSimulateKernelsTest, RefusedKernelsAreNamed) {
   EXPECT_NE(r.out.find("add quant=fp8"), std::string::npos) << r.out;
 }
 
+// refit plan (and so refitd, which plans from the same spec) plans each
+// kernel layout as its own plan: the fingerprints differ, and refit buffers
+// says which layout the engine buffers hold.
+TEST(RefitSimulateKernelsTest, PlanFingerprintAndBuffersNameTheKernelLayout) {
+  std::vector<std::string> fingerprints;
+  for (const char* kernel : {"", ",kernel=flashinfer", ",kernel=deepgemm"}) {
+    const std::string engine = absl::StrCat("vllm:tp=2,quant=fp8", kernel);
+    CmdResult r = RunRefit(absl::StrCat("plan --model tiny-qwen3-moe-b128 --trainer fsdp:dp=2 --engine ",
+                                        engine));
+    ASSERT_EQ(r.rc, 0) << r.out;
+    const size_t at = r.out.find("plan fingerprint: ");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    fingerprints.push_back(r.out.substr(at, r.out.find('\n', at) - at));
+    CmdResult b = RunRefit(absl::StrCat("buffers --model tiny-qwen3-moe-b128 --engine ", engine));
+    ASSERT_EQ(b.rc, 0) << b.out;
+    EXPECT_NE(b.out.find(absl::StrCat("kernel layout: ",
+                                      *kernel ? std::string(kernel + 8) : "checkpoint")),
+              std::string::npos)
+        << b.out;
+  }
+  EXPECT_NE(fingerprints[0], fingerprints[1]);
+  EXPECT_NE(fingerprints[0], fingerprints[2]);
+  EXPECT_NE(fingerprints[1], fingerprints[2]);
+}
+
 }  // namespace
 }  // namespace refit
