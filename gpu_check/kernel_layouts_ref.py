@@ -10,7 +10,7 @@ every engine tensor against, bit for bit.
   prepare_fp8_moe_layer_for_fi, vllm/model_executor/layers/quantization/
   utils/flashinfer_utils.py at 487151d);
 - FP8 (quant=fp8): each logical weight quantized in 128x128 tiles (the
-  FP8 checkpoint refit writes: torch_gpu_check.torch_fp8_reference),
+  FP8 checkpoint refit writes, quantize_checkpoint),
   fused by concatenating codes and scale rows;
 - kernel=deepgemm (DeepGEMM on SM90, VLLM_USE_DEEP_GEMM_E8M0=1): every FP8
   weight dequantized in f32 and requantized as vLLM's
@@ -32,19 +32,54 @@ import torch
 
 BLOCK = 128
 SCALE = "_scale_inv"
+FP8 = getattr(torch, "float8_e4m3fn", None)  # torch >= 2.1; BF16 checks run without it
+
+
+def to_fp8(x: torch.Tensor) -> torch.Tensor:
+    """x (float32, |x| <= 448) as e4m3: float8_e4m3fn where torch has it,
+    else its uint8 bytes (round to nearest even, computed here)."""
+    if FP8 is not None:
+        return x.to(FP8)
+    a = x.abs()
+    e = torch.floor(torch.log2(a.clamp(min=2.0 ** -6))).clamp(max=8)
+    step = torch.exp2(e - 3)  # spacing of e4m3 values in [2^e, 2^(e+1)) (2^-9 below 2^-6)
+    v = torch.round(a / step) * step
+    e = torch.floor(torch.log2(v.clamp(min=2.0 ** -6)))  # rounding may reach the next binade
+    normal = v >= 2.0 ** -6
+    man = torch.where(normal, v / torch.exp2(e) * 8 - 8, v / 2.0 ** -9)
+    code = torch.where(normal, (e + 7) * 8 + man, man).to(torch.int32)
+    return (code + 128 * torch.signbit(x).to(torch.int32)).to(torch.uint8)
+
+
+def fp8_values(q: torch.Tensor) -> torch.Tensor:
+    """float32 values of e4m3 codes (float8 or uint8 bytes)."""
+    if q.dtype != torch.uint8:
+        return q.float()
+    from fused_qwen3 import e4m3_values
+    return e4m3_values(q)
 
 
 def quantize_checkpoint(w: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The block-FP8 checkpoint of w: (float8 codes, f32 scales)."""
-    from torch_gpu_check import torch_fp8_reference
-    return torch_fp8_reference(w, block=BLOCK, ue8m0=False)
+    """The block-FP8 checkpoint of w, as refit quantizes (exec/quantize.h):
+    scale = max(amax, 1e-4) / 448, codes e4m3(clamp(x * (1 / scale))), by
+    tensor divisions (IEEE); (codes, f32 scales)."""
+    x = w.float()
+    rows, cols = x.shape[-2], x.shape[-1]
+    tr, tc = -(-rows // BLOCK), -(-cols // BLOCK)
+    pad = torch.zeros(*x.shape[:-2], tr * BLOCK, tc * BLOCK, device=x.device)
+    pad[..., :rows, :cols] = x.abs()
+    amax = pad.reshape(*x.shape[:-2], tr, BLOCK, tc, BLOCK).amax(dim=(-3, -1))
+    scale = amax.clamp(min=1e-4) / torch.full_like(amax, 448.0)
+    inv = torch.ones_like(scale) / scale
+    inv_e = inv.repeat_interleave(BLOCK, -2).repeat_interleave(BLOCK, -1)[..., :rows, :cols]
+    return to_fp8((x * inv_e).clamp(-448.0, 448.0)), scale
 
 
 def requant_ue8m0(q: torch.Tensor, s: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """vLLM's UE8M0 requantization of block-FP8 (q, s), per matrix."""
     rows, cols = q.shape[-2], q.shape[-1]
     grid = s.float().repeat_interleave(BLOCK, -2).repeat_interleave(BLOCK, -1)[..., :rows, :cols]
-    d = q.float() * grid
+    d = fp8_values(q) * grid
     tr, tc = s.shape[-2], s.shape[-1]
     pad = torch.zeros(*d.shape[:-2], tr * BLOCK, tc * BLOCK, device=d.device)
     pad[..., :rows, :cols] = d
@@ -52,7 +87,7 @@ def requant_ue8m0(q: torch.Tensor, s: torch.Tensor) -> Tuple[torch.Tensor, torch
     sf = amax.clamp(min=1e-4) / 448.0
     sf = torch.pow(2.0, torch.ceil(torch.log2(sf.abs())))
     inv = (1.0 / sf).repeat_interleave(BLOCK, -2).repeat_interleave(BLOCK, -1)[..., :rows, :cols]
-    return (d * inv).to(torch.float8_e4m3fn), sf
+    return to_fp8(d * inv), sf
 
 
 def _parts(name: str, trainer: Dict[str, torch.Tensor], kernel: Optional[str]
@@ -91,7 +126,7 @@ def expected(name: str, trainer: Dict[str, torch.Tensor], fp8: bool,
             ws.append(torch.cat([trainer[p] for p in matrix]))
             continue
         cq, cs = zip(*(quantize_checkpoint(trainer[p]) for p in matrix))
-        q, s = _fp8(torch.cat([c.view(torch.uint8) for c in cq])), torch.cat(cs)
+        q, s = _fp8(torch.cat([_bytes(c) for c in cq])), torch.cat(cs)
         if kernel == "deepgemm":
             q, s = requant_ue8m0(q, s)
         qs.append(q)
@@ -100,13 +135,17 @@ def expected(name: str, trainer: Dict[str, torch.Tensor], fp8: bool,
     if not fp8:
         return (torch.stack(ws) if stacked else ws[0]), None
     if stacked:
-        return _fp8(torch.stack([q.view(torch.uint8) for q in qs])), torch.stack(ss)
+        return _fp8(torch.stack([_bytes(q) for q in qs])), torch.stack(ss)
     return qs[0], ss[0]
+
+
+def _bytes(q: torch.Tensor) -> torch.Tensor:
+    return q.view(torch.uint8) if q.dtype == FP8 else q
 
 
 def _fp8(b: torch.Tensor) -> torch.Tensor:
     """uint8 bytes as float8_e4m3fn (cat / stack run on the bytes)."""
-    return b.view(torch.float8_e4m3fn)
+    return b.view(FP8) if FP8 is not None else b
 
 
 def check_exact(engine: Dict[str, torch.Tensor], trainer: Dict[str, torch.Tensor],
@@ -131,11 +170,10 @@ def check_exact(engine: Dict[str, torch.Tensor], trainer: Dict[str, torch.Tensor
         for what, g, w in pairs:
             g, w = g.to(w.device), w
             same = g.shape == w.shape and torch.equal(
-                g.view(torch.uint8) if g.dtype == torch.float8_e4m3fn else g,
-                w.view(torch.uint8) if w.dtype == torch.float8_e4m3fn else w.to(g.dtype))
+                _bytes(g), _bytes(w) if w.dtype in (FP8, torch.uint8) else w.to(g.dtype))
             if not same:
                 bad = "shape" if g.shape != w.shape else int(
-                    (g.float() != w.float()).sum())
+                    (_bytes(g).float() != _bytes(w).float()).sum())
                 problems.append(f"{what}: differs from vLLM's layout ({bad})")
         n += 1
     return problems, n
@@ -152,9 +190,9 @@ def self_check() -> int:
     q2, s2 = requant_ue8m0(q, s)
     mant, _ = torch.frexp(s2)
     def values(q, s):
-        return q.float() * s.repeat_interleave(BLOCK, -2).repeat_interleave(BLOCK, -1)
+        return fp8_values(q) * s.repeat_interleave(BLOCK, -2).repeat_interleave(BLOCK, -1)
     d2 = values(q2, s2)
-    ok = bool((mant == 0.5).all()) and not torch.equal(q.view(torch.uint8), q2.view(torch.uint8))
+    ok = bool((mant == 0.5).all()) and not torch.equal(_bytes(q), _bytes(q2))
     ok &= bool(((d2 - w).abs() <= w.abs() * 2 ** -3 + s2.max() * 2 ** -8).all())
     ok &= torch.equal(values(*requant_ue8m0(q2, s2)), d2)
     trainer = {f"m.layers.0.mlp.experts.{e}.{p}.weight": torch.randn(128, 256).to(torch.bfloat16)

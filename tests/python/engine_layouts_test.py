@@ -53,6 +53,10 @@ class VllmKernelLayoutTest(unittest.TestCase):
             ("model.layers.0.mlp.experts", S.fp8_moe(S.float_scales(4), S.Fp8MoEMethod(
                 flashinfer_moe_backend=S.FlashinferMoeBackend.CUTLASS)))])
         self.assertEqual(el.vllm_kernel_layout(fp8), "flashinfer")
+        # Behind a modular kernel, the experts' class says it.
+        modular = S.Model([("model.layers.0.mlp.experts", S.bf16_moe(S.FusedMoEModularMethod(
+            S.UnquantizedFusedMoEMethod(), S.FlashInferExperts())))])
+        self.assertEqual(el.vllm_kernel_layout(modular), "flashinfer")
 
     def test_deepgemm_ue8m0_requantized_linear_and_moe(self):
         m = S.Model([

@@ -94,6 +94,25 @@ class UnquantizedFusedMoEMethod:
             setattr(self, k, v)
 
 
+class FlashInferExperts:
+    """fused_moe/flashinfer_cutlass_moe.py's experts class."""
+
+
+class FusedMoEModularKernel:
+    def __init__(self, fused_experts: Any):
+        self.fused_experts = fused_experts
+
+
+class FusedMoEModularMethod:
+    """What vLLM puts in layer.quant_method once it builds a modular kernel
+    (fused_moe/fused_moe_modular_method.py): the chosen method stays as
+    old_quant_method."""
+
+    def __init__(self, old_quant_method: Any, experts: Any):
+        self.old_quant_method = old_quant_method
+        self.moe_mk = FusedMoEModularKernel(experts)
+
+
 class Layer:
     """A module with attributes: quant_method, weights, scales."""
 

@@ -149,14 +149,38 @@ def _vllm_linear(name: str, layer: Any, qm: Any) -> Optional[str]:
     return _fp8_block_layout(name, layer, _block_scale(layer))
 
 
+def _kernel_classes(qm: Any) -> str:
+    """Class names of the objects a MoE quant method runs with, two levels
+    deep (FusedMoEModularMethod -> FusedMoEModularKernel -> FlashInferExperts)."""
+    names, seen = [], set()
+    todo = [(qm, 0)]
+    while todo:
+        obj, depth = todo.pop()
+        for v in getattr(obj, "__dict__", {}).values():
+            if id(v) in seen or isinstance(v, (int, float, str, bytes, bool)) or v is None:
+                continue
+            seen.add(id(v))
+            names.append(type(v).__name__)
+            if depth < 2:
+                todo.append((v, depth + 1))
+    return " ".join(names)
+
+
 def _vllm_moe(name: str, layer: Any, qm: Any) -> Optional[str]:
     """The layout of a FusedMoE layer's experts, or None for other layers."""
     w13 = getattr(layer, "w13_weight", None)
     if w13 is None:
         return None
+    kernels = _kernel_classes(qm)
+    # A modular kernel wraps the method vLLM chose (old_quant_method).
+    qm = getattr(qm, "old_quant_method", None) or qm
     backend = _enum_name(getattr(qm, "fp8_backend", None) or
                          getattr(qm, "unquantized_backend", None))
     fi = _enum_name(getattr(qm, "flashinfer_moe_backend", None))
+    if "TrtLlm" in kernels or "TRTLLM" in kernels.upper():
+        backend = backend or "FLASHINFER_TRTLLM"
+    if "FlashInferExperts" in kernels or "FlashInferCutlass" in kernels:
+        backend = backend or "FLASHINFER_CUTLASS"
     if getattr(qm, "use_marlin", False) or backend == "MARLIN":
         raise _refuse(
             f"layer {name}: vLLM runs the experts through Marlin, which repacks "
@@ -371,9 +395,10 @@ def refresh_vllm_derived(model: Any) -> int:
     weight (BF16 without a copy) need nothing and are skipped.
 
     Cost: per MLA layer one read of kv_b_proj and one write of W_UK_T and
-    W_UV (about 2x kv_b_proj's bytes in the model dtype; DeepSeek-V3 at TP8:
-    ~2 MiB per layer, 61 layers, well under a millisecond of HBM time per
-    GPU), plus a dequantization for block-FP8 kv_b_proj.
+    W_UV, about 2x kv_b_proj's bytes in the model dtype, plus a
+    dequantization for block-FP8 kv_b_proj (an estimate: DeepSeek-V3 at TP8
+    reads and writes about 4 MiB per layer, 0.5 GB over 61 layers per GPU,
+    a fraction of a millisecond of HBM time; the launches dominate).
 
     Raises refit.RefitError (INVALID_ARGUMENT) naming the layer for derived
     tensors refit does not recompute: ROCm AITER's FP8 BMM copies (W_K /
