@@ -200,3 +200,41 @@ netns_start_refitd() {
   [ -n "$port" ] || { echo "refitd did not start:"; tail -20 "$log"; return 1; }
   NETNS_REFITD="$(netns_ctl_ip 0):$port"
 }
+
+# Puts frame relay $1 (the frame_relay binary) on host $2's link $3
+# (ctl|data): the switch end leaves the bridge, a new veth pair x<l><i> /
+# y<l><i> joins it, and the relay forwards frames between the two with "$4..."
+# (--delay_ms=D --loss=P ...), its output in $NETNS_RELAY_LOG (default
+# /dev/null). Every host's segmentation offload on that link is turned off
+# (gso_max_segs 1), so frames fit the MTU. Prints the relay's pid.
+netns_relay_on() {
+  local bin=$1 host=$2 link=$3 sw l pid i
+  shift 3
+  sw=$(netns_name sw)
+  l=${link:0:1}
+  for i in $(seq 0 $((NETNS_HOSTS - 1))); do
+    ip -n "$(netns_name "h$i")" link set "$link" gso_max_segs 1 || return 1
+  done
+  ip -n "$sw" link add "x$l$host" type veth peer name "y$l$host" &&
+    ip -n "$sw" link set "$l$host" nomaster &&
+    ip -n "$sw" link set "y$l$host" master "b$l" up &&
+    ip -n "$sw" link set "x$l$host" promisc on up &&
+    ip -n "$sw" link set "$l$host" promisc on || return 1
+  ip netns exec "$sw" "$bin" --a="$l$host" --b="x$l$host" "$@" \
+    >"${NETNS_RELAY_LOG:-/dev/null}" 2>&1 &
+  pid=$!
+  NETNS_PIDS+=("$pid")
+  echo "$pid"
+}
+
+# Takes the relay (pid $1) off host $2's link $3: stops it (its counts go to
+# its log) and puts the switch end back on the bridge.
+netns_relay_off() {
+  local pid=$1 host=$2 link=$3 sw l
+  sw=$(netns_name sw)
+  l=${link:0:1}
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  ip -n "$sw" link del "x$l$host" 2>/dev/null
+  ip -n "$sw" link set "$l$host" promisc off master "b$l"
+}

@@ -20,8 +20,8 @@
 //                       round's data plane; --step_s=S (2) of each wait
 //   --control_only      no data plane: members report the bytes of their
 //                       slice without moving them (scale runs of refitd)
-// Prints one line per event, "<event> <member> ...":
-//   plan M FP | committed M V SECONDS | checked M V | aborted M V: REASON |
+// Prints one line per event, "<unix seconds> <event> <member> ...":
+//   plan M FP | committed M V SECONDS BYTES_SENT | checked M V | aborted M V: REASON |
 //   retry M: STATUS | rejoined M | error M: STATUS | done M committed=N aborted=N
 // Exit code 0 only if every member committed --until and every check passed.
 #include <atomic>
@@ -63,7 +63,7 @@ struct Flags {
 absl::Mutex g_out;
 void Say(const std::string& line) {
   absl::MutexLock l(&g_out);
-  std::printf("%s\n", line.c_str());
+  std::printf("%.3f %s\n", absl::ToUnixMicros(absl::Now()) / 1e6, line.c_str());
   std::fflush(stdout);
 }
 
@@ -206,6 +206,7 @@ bool RunMember(const Flags& fl, const Spec& spec, bool starter) {
     }
     absl::Status out;
     double seconds = 0;
+    int64_t sent = 0;
     if (control_only) {
       absl::Status r = c.ReportDone(*v, {slice_bytes, 0.001}, absl::Now() + round_wait);
       out = c.AwaitOutcome(*v, absl::Now() + round_wait);
@@ -213,13 +214,16 @@ bool RunMember(const Flags& fl, const Spec& spec, bool starter) {
     } else {
       absl::StatusOr<RunStats> st = member->RunRound(*v, absl::Now() + round_wait);
       out = st.status();
-      if (st.ok()) seconds = st->seconds;
+      if (st.ok()) {
+        seconds = st->seconds;
+        sent = st->bytes_sent;
+      }
     }
     if (out.ok()) {
       ++committed;
       last_committed = *v;
       next_start = *v + 1;
-      Say(absl::StrCat("committed ", who, " ", *v, " ", seconds));
+      Say(absl::StrCat("committed ", who, " ", *v, " ", seconds, " ", sent));
       if (!spec.trainer && !control_only) {
         absl::Status ok = testing::CheckMemberPattern(*member, *v);
         if (!ok.ok()) {

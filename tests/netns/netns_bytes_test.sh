@@ -58,23 +58,23 @@ run_case() {
       --start --deadline_s=90 >/dev/null
     logs+="$d/h$h.log "
   done
-  netns_wait_lines "$logs" 8 '^committed .* 1 ' 60 || { netns_down; echo "FAIL $name: round 1"; return 1; }
+  netns_wait_lines "$logs" 8 ' committed .* rank [0-9]+ 1 ' 60 || { netns_down; echo "FAIL $name: round 1"; return 1; }
   sleep 0.5  # round 1's last acknowledgements
   for h in 1 2 3 4; do
     echo "$h $(netns_bytes "$h" data tx) $(netns_bytes "$h" data rx)" >>"$d/before"
   done
   echo "$ROUNDS" >"$d/gate"
-  netns_wait_lines "$logs" 8 '^done ' 60 || { netns_down; echo "FAIL $name: rounds"; return 1; }
+  netns_wait_lines "$logs" 8 ' done ' 60 || { netns_down; echo "FAIL $name: rounds"; return 1; }
   sleep 0.5
   for h in 1 2 3 4; do
     echo "$h $(netns_bytes "$h" data tx) $(netns_bytes "$h" data rx)" >>"$d/after"
   done
   netns_down
-  cat $logs | grep -E '^(error|failed)' && { echo "FAIL $name: members failed"; return 1; }
+  cat $logs | grep -E ' error |^failed' && { echo "FAIL $name: members failed"; return 1; }
   local checked
-  checked=$(cat $logs | grep -c '^checked ')
+  checked=$(cat $logs | grep -c ' checked ')
   [ "$checked" = $((4 * ROUNDS)) ] || { echo "FAIL $name: $checked engine checks, want $((4 * ROUNDS))"; return 1; }
-  fp=$(cat $logs | sed -n 's/^plan .* \([0-9a-f]*\)$/\1/p' | sort -u)
+  fp=$(cat $logs | sed -n 's/^[0-9.]* plan .* \([0-9a-f]*\)$/\1/p' | sort -u)
   python3 - "$d" "$name" "$fp" "$ROUNDS" "$OVERHEAD_PCT" "$OVERHEAD_ACK_PCT" "$OVERHEAD_FIXED" <<'EOF'
 import json, sys
 d, name, fp, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
