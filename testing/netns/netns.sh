@@ -31,7 +31,7 @@ netns_data_ip() { echo "10.214.0.$(($1 + 1))"; }
 # Returns 0 when namespaces can be made here; else prints the reason (a
 # line starting "SKIP netns:") and returns 1.
 netns_require() {
-  if [ "$(id -u)" != 0 ]; then echo "SKIP netns: not root"; return 1; fi
+  if [ "${EUID:-$(id -u)}" != 0 ]; then echo "SKIP netns: not root"; return 1; fi
   if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
     echo "SKIP netns: no ip/tc (iproute2)"; return 1
   fi

@@ -21,7 +21,7 @@
 //   --control_only      no data plane: members report the bytes of their
 //                       slice without moving them (scale runs of refitd)
 // Prints one line per event, "<unix seconds> <event> <member> ...":
-//   plan M FP | committed M V SECONDS BYTES_SENT | checked M V | aborted M V: REASON |
+//   joined M | plan M FP | committed M V SECONDS BYTES_SENT | checked M V | aborted M V: REASON |
 //   retry M: STATUS | rejoined M | error M: STATUS | done M committed=N aborted=N
 // Exit code 0 only if every member committed --until and every check passed.
 #include <atomic>
@@ -135,6 +135,7 @@ bool RunMember(const Flags& fl, const Spec& spec, bool starter) {
       absl::SleepFor(absl::Milliseconds(200));
     }
   }
+  Say(absl::StrCat("joined ", who));
   RefitClient& c = member->client();
   bool prepared = false;
   int64_t next_start = 1;
