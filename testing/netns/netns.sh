@@ -117,6 +117,7 @@ netns_spawn() {
   shift 2
   ip netns exec "$(netns_name "h$host")" "$@" >"$log" 2>&1 &
   NETNS_PIDS+=($!)
+  disown $!  # killed by netns_down without a "Killed" line
   echo $!
 }
 
@@ -224,6 +225,7 @@ netns_relay_on() {
     >"${NETNS_RELAY_LOG:-/dev/null}" 2>&1 &
   pid=$!
   NETNS_PIDS+=("$pid")
+  disown "$pid"
   echo "$pid"
 }
 

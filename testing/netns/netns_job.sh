@@ -47,6 +47,7 @@ job_start_host() {
     --start --deadline_s="$JOB_DEADLINE_S" --heartbeat_ms=300 --refitd_timeout_s=3 \
     --step_s=1 --round_s=15 --gate="$JOB_DIR/gate" "$@" >>"$JOB_DIR/h$h.log" 2>&1 &
   NETNS_PIDS+=($!)
+  disown $!
 }
 
 # Makes the hosts, starts refitd and every host's members, in directory $1.

@@ -76,7 +76,11 @@ netns_wait_lines "$WORK/probe.log" 1 '^getstatus' 20
 cpu_end=$(cpu_s)
 hwm=$(awk '/VmHWM/ {print $2}' "/proc/$REFITD_PID/status")
 rounds=$(netns_exec 0 "$REFIT" status --server="$NETNS_REFITD" --json --rounds=$((ROUNDS + 5)) --timeout_s=10 |
-  python3 -c "import json,sys; print(' '.join('%d:%s:%.3fs' % (r['version'], r['outcome'], r['duration_seconds']) for r in json.load(sys.stdin)['rounds']))")
+  python3 -c "import json,sys
+r = json.load(sys.stdin)['rounds']
+d = sorted(x['duration_seconds'] for x in r if x['outcome'] == 'committed')
+print('%d committed, %d aborted; start to commit: first %.3f s, median %.3f s, max %.3f s' % (
+    len(d), len(r) - len(d), r[0]['duration_seconds'] if r else 0, d[len(d) // 2] if d else 0, d[-1] if d else 0))")
 netns_down
 
 fail=0
