@@ -18,11 +18,14 @@
 //                       holds a number >= v (tests read counters between)
 //   --deadline_s=S (120) bound of the whole run; --round_s=S (20) of one
 //                       round's data plane; --step_s=S (2) of each wait
+//   --heartbeat_ms=MS (500)  --refitd_timeout_s=S (5): RefitClient's
 //   --control_only      no data plane: members report the bytes of their
 //                       slice without moving them (scale runs of refitd)
 // Prints one line per event, "<unix seconds> <event> <member> ...":
-//   joined M | plan M FP | committed M V SECONDS BYTES_SENT | checked M V | aborted M V: REASON |
-//   retry M: STATUS | rejoined M | error M: STATUS | done M committed=N aborted=N
+//   joined M | plan M FP | committed M V SECONDS BYTES_SENT | checked M V |
+//   aborted M V: REASON | retry M: STATUS | rejoined M | error M: STATUS |
+//   done M committed=N aborted=N last=V
+// and at exit "ok|failed K of N members".
 // Exit code 0 only if every member committed --until and every check passed.
 #include <atomic>
 #include <cstdio>
