@@ -93,14 +93,23 @@ job_wait_status() {
   return 1
 }
 
-# Waits (up to $1 s) for a round in flight that started at least version
-# $2; prints its version.
+# Waits (up to $1 s) for a round of at least version $2 that started less
+# than JOB_EARLY_S (0.4 s) ago, so that a fault injected now lands while
+# its bytes move; prints its version. While none runs and every version
+# the gate lets start has committed, it opens the gate one version further
+# (up to JOB_UNTIL - 2).
 job_wait_running() {
-  local secs=$1 min=$2 end v
+  local secs=$1 min=$2 end st v c g
   end=$(($(date +%s) + secs))
+  g=$(cat "$JOB_DIR/gate")
   while [ "$(date +%s)" -lt "$end" ]; do
-    v=$(job_status_eval "[r['version'] for r in s.get('rounds', []) if r['outcome'] == 'running' and r['version'] >= $min][0]")
-    [ -n "$v" ] && { echo "$v"; return 0; }
+    st=$(job_status_eval "'%d %d' % (max([r['version'] for r in s['rounds'] if r['outcome'] == 'running' and r['version'] >= $min and r['seconds'] < ${JOB_EARLY_S:-0.4}] + [0]), max([r['version'] for r in s['rounds'] if r['outcome'] == 'committed'] + [0]))")
+    read -r v c <<<"${st:-0 0}"
+    [ "$v" -gt 0 ] && { echo "$v"; return 0; }
+    if [ "$c" -ge "$g" ] && [ "$g" -lt $((JOB_UNTIL - 2)) ]; then
+      g=$((g + 1))
+      job_gate "$g"
+    fi
     sleep 0.05
   done
   return 1

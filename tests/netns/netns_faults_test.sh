@@ -35,7 +35,7 @@ OUTAGE_S=4
 JOB_UNTIL=7
 if [ $FULL = 1 ]; then OUTAGE_S=10; JOB_UNTIL=12; JOB_DEADLINE_S=240; fi
 HB_S=$((JOB_HEARTBEAT_TIMEOUT_MS / 1000))
-RATE=24mbit  # every member host's data link: a round takes ~0.6 s
+RATE=12mbit  # every member host's data link: a round takes ~1.2 s
 fail=0
 results=()
 
@@ -57,7 +57,7 @@ cap_all() { local h; for h in 1 2 3 4; do netns_cap "$h" data "$RATE" || return 
 
 scenario_link_down() {
   local bad=0 v t0 t1 fp
-  JOB_GATE=4 job_up "$WORK/link_down" && cap_all || { netns_down; results+=("link_down: FAIL setup"); fail=1; return; }
+  JOB_GATE=2 job_up "$WORK/link_down" && cap_all || { netns_down; results+=("link_down: FAIL setup"); fail=1; return; }
   v=$(job_wait_running 60 2) || bad=1
   fp=$(job_status_eval "s['plan_fingerprint']")
   t0=$(job_now)
@@ -86,12 +86,14 @@ scenario_link_down() {
 
 scenario_partition() {
   local bad=0 v fp fp2 during
-  JOB_GATE=4 job_up "$WORK/partition" && cap_all || { netns_down; results+=("partition: FAIL setup"); fail=1; return; }
+  JOB_GATE=2 job_up "$WORK/partition" && cap_all || { netns_down; results+=("partition: FAIL setup"); fail=1; return; }
   v=$(job_wait_running 60 2) || bad=1
   fp=$(job_status_eval "s['plan_fingerprint']")
   netns_partition add 0 3
   job_wait_status "not any(m['host_id'] == 'h3' for m in s['members'])" $((HB_S + 10)) ||
     { echo "refitd did not expire h3's members"; bad=1; }
+  netns_wait_lines "$JOB_DIR/refitd.log" 1 "round aborted round=$v .*cause=member_expired reason=member engine A" 5 ||
+    { echo "refitd did not abort round $v for A's expiry"; bad=1; }
   # Rounds go on with engine B alone.
   local before
   before=$(job_status_eval "max([r['version'] for r in s['rounds'] if r['outcome'] == 'committed'] + [0])")
@@ -109,7 +111,7 @@ scenario_partition() {
 
 scenario_kill_host() {
   local bad=0 v fp
-  JOB_GATE=4 job_up "$WORK/kill_host" && cap_all || { netns_down; results+=("kill_host: FAIL setup"); fail=1; return; }
+  JOB_GATE=2 job_up "$WORK/kill_host" && cap_all || { netns_down; results+=("kill_host: FAIL setup"); fail=1; return; }
   v=$(job_wait_running 60 2) || bad=1
   fp=$(job_status_eval "s['plan_fingerprint']")
   netns_kill_host 4
@@ -127,12 +129,16 @@ scenario_kill_host() {
 
 scenario_refitd_cut() {
   local bad=0 v fp
-  JOB_GATE=4 job_up "$WORK/refitd_cut" && cap_all || { netns_down; results+=("refitd_cut: FAIL setup"); fail=1; return; }
+  JOB_GATE=2 job_up "$WORK/refitd_cut" && cap_all || { netns_down; results+=("refitd_cut: FAIL setup"); fail=1; return; }
   v=$(job_wait_running 60 2) || bad=1
   fp=$(job_status_eval "s['plan_fingerprint']")
   netns_link 0 both down
   sleep "$OUTAGE_S"
   netns_link 0 both up
+  # refitd heard nobody while cut off: it expired the members, aborting
+  # the round in flight.
+  netns_wait_lines "$JOB_DIR/refitd.log" 1 "round aborted round=$v .*cause=member_expired" 5 ||
+    { echo "refitd did not abort round $v"; bad=1; }
   netns_wait_lines "$(job_logs)" 8 " rejoined " 30 || { echo "members did not all rejoin"; bad=1; }
   kill -0 "$NETNS_REFITD_PID" || { echo "refitd died"; bad=1; }
   job_wait_status "len(s['members']) == 8 and s['plan_fingerprint'] == '$fp'" 30 ||
