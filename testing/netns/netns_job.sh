@@ -55,12 +55,17 @@ job_up() {
   JOB_DIR=$1
   mkdir -p "$JOB_DIR"
   [ -n "$JOB_MODEL" ] || { JOB_MODEL="$JOB_DIR/model.json"; job_model_config "$JOB_MODEL"; }
-  echo "${JOB_GATE:-$JOB_UNTIL}" >"$JOB_DIR/gate"
+  echo 0 >"$JOB_DIR/gate"
   netns_up 5 || return 1
   netns_start_refitd "$REFITD" "$JOB_DIR/refitd.log" \
     --heartbeat_timeout_ms="$JOB_HEARTBEAT_TIMEOUT_MS" --min_engines=1 || return 1
   local h
   for h in 1 2 3 4; do job_start_host "$h"; done
+  # Round 1 once all 8 members are in the plan.
+  job_wait_status "len(s['members']) == 8 and s['plan_fingerprint'] != '' and s['plan_error'] == ''" 60 ||
+    return 1
+  netns_wait_lines "$(job_logs)" 8 ' plan ' 30 || return 1
+  job_gate "${JOB_GATE:-$JOB_UNTIL}"
 }
 
 # Lets trainer rank 0 start versions up to $1.

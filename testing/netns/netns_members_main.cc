@@ -14,8 +14,8 @@
 //   --members=trainer/0,engine/A/1,...     ranks of this process
 //   --until=V           stop once version V committed (default 3)
 //   --start             trainer rank 0 (if here) starts rounds 1..V
-//   --gate=FILE         the starter starts version v > 1 only once FILE
-//                       holds a number >= v (tests read counters between)
+//   --gate=FILE         the starter starts version v only once FILE holds
+//                       a number >= v (tests act between rounds)
 //   --deadline_s=S (120) bound of the whole run; --round_s=S (20) of one
 //                       round's data plane; --step_s=S (2) of each wait
 //   --heartbeat_ms=MS (500)  --refitd_timeout_s=S (5): RefitClient's
@@ -180,7 +180,7 @@ bool RunMember(const Flags& fl, const Spec& spec, bool starter) {
       }
       prepared = true;
     }
-    if (starter && next_start > 1 && !fl.Get("gate").empty() &&
+    if (starter && !fl.Get("gate").empty() &&
         GateValue(fl.Get("gate")) < next_start) {
       absl::SleepFor(absl::Milliseconds(50));
       continue;
