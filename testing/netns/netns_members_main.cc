@@ -201,6 +201,12 @@ bool RunMember(const Flags& fl, const Spec& spec, bool starter) {
       continue;
     }
     if (!v.ok()) continue;  // no round yet: look at the plan, start again
+    // The membership changed while this member waited (the round runs the
+    // newer plan): prepare it first, or the member refuses the round.
+    if (!control_only && member->PlanChanged()) {
+      absl::Status p = member->Prepare(absl::Now() + step);
+      if (p.ok()) Say(absl::StrCat("plan ", who, " ", member->data_plane().fingerprint()));
+    }
     if (spec.trainer) {
       absl::Status s = testing::FillMemberPattern(*member, *v);
       if (!s.ok()) {
