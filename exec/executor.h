@@ -28,6 +28,7 @@
 #include "exec/copy_program.h"
 #include "exec/convert.h"
 #include "exec/plan_side.h"
+#include "exec/run_stats.h"
 #include "exec/transport.h"
 #include "layout/side.h"
 #include "plan/plan.h"
@@ -49,18 +50,6 @@ struct ExecutorOptions {
   // out. Empty = none. A trainer rank with conversions cannot leave peers
   // out (Create fails with FAILED_PRECONDITION).
   std::function<bool(int32_t)> exclude_peer;
-};
-
-struct RunStats {
-  int64_t bytes_sent = 0;
-  int64_t bytes_received = 0;
-  int64_t rounds = 0;
-  double seconds = 0;
-  // The most memory the executor held from its copy engine during the run
-  // (staging of all lanes, conversion scratch, the amax exchange) plus the
-  // conversion steps' workspace (ConvertOps::workspace_bytes).
-  int64_t peak_staging_bytes = 0;
-  double device_seconds = 0;  // GPU time of the round's copy kernels (pull path)
 };
 
 class Executor {

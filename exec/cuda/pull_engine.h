@@ -50,11 +50,12 @@
 #include "absl/time/time.h"
 #include "common/cancellation.h"
 #include "exec/cuda/pull_memory.h"
-#include "exec/executor.h"
+#include "exec/run_stats.h"
 #include "exec/gloo_transport.h"
 #include "exec/convert.h"
 #include "exec/kv_store.h"
 #include "exec/peer_signal.h"
+#include "exec/plan_side.h"
 #include "exec/round_runner.h"
 #include "plan/plan.h"
 

@@ -58,7 +58,7 @@ DataPlaneOptions HybridDataPlane(Sources* sources) {
   DataPlaneOptions o;
   o.transport_kind = TransportKind::kIpc;
   o.transport = GlooTransportFactory();
-  o.runner = [sources](const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
+  o.pull = [sources](const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
                        KvStore*, std::function<bool(int32_t)> pull_peer,
                        absl::Time deadline) -> absl::StatusOr<std::unique_ptr<RoundRunner>> {
     if (!pull_peer) return absl::FailedPreconditionError("refitd sent no hosts");
