@@ -79,8 +79,14 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
   buffers.resize(layout.buffers.size(), nullptr);
   e->buffers_ = std::move(buffers);
   if (side == Side::kTrainer) {
-    REFIT_RETURN_IF_ERROR(e->PrepareConversions());
-    if (e->converter_ != nullptr && options.exclude_peer) {
+    ConversionStage::Memory memory;
+    memory.allocate = [ex = e.get()](int64_t bytes) { return ex->Hold(bytes); };
+    memory.release = [ex = e.get()](char* p, int64_t bytes) { ex->Release(p, bytes); };
+    REFIT_ASSIGN_OR_RETURN(
+        e->conversions_,
+        ConversionStage::Create(plan, rank, [ex = e.get()] { return ex->engine_->MakeConvertOps(); },
+                                std::move(memory), &e->buffers_));
+    if (e->conversions_ != nullptr && options.exclude_peer) {
       return absl::FailedPreconditionError(absl::StrCat(
           "trainer rank ", rank, " converts weights (FP8) and shares its peers "
           "with another data plane: conversions need every peer on one data plane"));
@@ -187,56 +193,22 @@ Executor::~Executor() {
   for (char* p : staging_ptr_) {
     if (p != nullptr) engine_->Free(p);
   }
-  for (char* p : scratch_) engine_->Free(p);
-}
-
-absl::Status Executor::PrepareConversions() {
-  REFIT_ASSIGN_OR_RETURN(Converter c, Converter::Create(*plan_, rank_));
-  if (c.empty()) return absl::OkStatus();
-  converter_ = std::make_unique<Converter>(std::move(c));
-  convert_ops_ = engine_->MakeConvertOps();
-  if (convert_ops_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "trainer rank ", rank_, ": this copy engine cannot convert (the engine "
-        "asks for another dtype)"));
-  }
-  for (size_t b = 0; b < plan_->src.buffers.size(); ++b) {
-    const BufferSpec& spec = plan_->src.buffers[b];
-    if (!spec.scratch || spec.rank != rank_) continue;
-    REFIT_ASSIGN_OR_RETURN(buffers_[b], Hold(spec.byte_size));
-    scratch_.push_back(buffers_[b]);
-  }
-  for (const Conversion& v : plan_->conversions) {
-    if (v.from.rank != rank_) continue;
-    const int64_t n = v.from.buffer_step > 0 && v.from.box.rank() > 0 ? v.from.box.shape(0) : 1;
-    for (int64_t i = 0; i < n; ++i) {
-      const int32_t b = RecordBuffer(v.from, i);
-      if (b < 0 || static_cast<size_t>(b) >= buffers_.size() || buffers_[b] == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "trainer rank ", rank_, ": buffer ",
-            b >= 0 && static_cast<size_t>(b) < plan_->src.buffers.size()
-                ? plan_->src.buffers[b].name
-                : absl::StrCat("#", b),
-            " of a converted tensor is not registered"));
-      }
-    }
-  }
-  return absl::OkStatus();
+  conversions_.reset();  // releases its scratch through Release
 }
 
 absl::Status Executor::Convert(absl::Time deadline) {
-  REFIT_ASSIGN_OR_RETURN(auto sends, converter_->Partials(*convert_ops_, buffers_));
-  std::map<int32_t, std::vector<float>> received;
-  if (!converter_->peers().empty()) {
-    // One exchange of the cut tiles' partial amaxes among the trainer
-    // ranks that share them, on lane 0 before any round.
+  // One exchange of the cut tiles' partial amaxes among the trainer ranks
+  // that share them, on lane 0 before any round.
+  auto exchange = [this, deadline](const std::map<int32_t, std::vector<float>>& sends)
+      -> absl::StatusOr<std::map<int32_t, std::vector<float>>> {
+    std::map<int32_t, std::vector<float>> received;
     std::vector<std::pair<char*, int64_t>> mem;
     auto cleanup = [&] {
       for (const auto& [p, bytes] : mem) Release(p, bytes);
     };
     std::vector<SendOp> so;
     std::vector<RecvOp> ro;
-    for (const auto& [peer, count] : converter_->peers()) {
+    for (const auto& [peer, count] : conversions_->peers()) {
       const int64_t bytes = count * 4;
       absl::StatusOr<char*> sp = Hold(bytes);
       absl::StatusOr<char*> rp = sp.ok() ? Hold(bytes) : sp;
@@ -246,7 +218,7 @@ absl::Status Executor::Convert(absl::Time deadline) {
         return rp.status();
       }
       mem.emplace_back(*rp, bytes);
-      absl::Status s = engine_->FromHost(*sp, sends[peer].data(), bytes);
+      absl::Status s = engine_->FromHost(*sp, sends.at(peer).data(), bytes);
       if (!s.ok()) {
         cleanup();
         return s;
@@ -268,8 +240,9 @@ absl::Status Executor::Convert(absl::Time deadline) {
       return AnnotateStatus(s, absl::StrCat("trainer rank ", rank_,
                                             ": exchanging FP8 tile amaxes"));
     }
-  }
-  return converter_->Finish(*convert_ops_, buffers_, received);
+    return received;
+  };
+  return conversions_->Run(buffers_, exchange);
 }
 
 absl::Status Executor::Pack(const RoundWork& w) {
@@ -347,11 +320,11 @@ void Executor::Release(char* p, int64_t bytes) {
 absl::StatusOr<RunStats> Executor::Run(absl::Time deadline) {
   const absl::Time start = absl::Now();
   peak_held_bytes_ = held_bytes_;
-  if (converter_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
+  if (conversions_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
   REFIT_ASSIGN_OR_RETURN(RunStats stats, RunRounds(deadline));
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   stats.peak_staging_bytes =
-      peak_held_bytes_ + (convert_ops_ != nullptr ? convert_ops_->workspace_bytes() : 0);
+      peak_held_bytes_ + (conversions_ != nullptr ? conversions_->workspace_bytes() : 0);
   return stats;
 }
 

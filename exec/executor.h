@@ -26,7 +26,7 @@
 #include "absl/types/span.h"
 #include "exec/copy_engine.h"
 #include "exec/copy_program.h"
-#include "exec/convert.h"
+#include "exec/conversion_stage.h"
 #include "exec/plan_side.h"
 #include "exec/run_stats.h"
 #include "exec/transport.h"
@@ -110,7 +110,6 @@ class Executor {
   absl::Status Pack(const RoundWork& w);
   absl::Status Unpack(const RoundWork& w, absl::Time deadline);
   absl::Status Verify(absl::Time deadline);
-  absl::Status PrepareConversions();
   // Allocates `bytes` from the copy engine and counts them as held
   // (RESOURCE_EXHAUSTED as Allocate); Release frees and uncounts them.
   absl::StatusOr<char*> Hold(int64_t bytes);
@@ -131,10 +130,8 @@ class Executor {
   CopyEngine* engine_ = nullptr;
   int32_t num_lanes_ = 1;
   std::vector<RoundWork> work_;
-  // Source: the rank's conversions, their scratch buffers.
-  std::unique_ptr<Converter> converter_;
-  std::unique_ptr<ConvertOps> convert_ops_;
-  std::vector<char*> scratch_;
+  // Source: the rank's conversions and their scratch buffers.
+  std::unique_ptr<ConversionStage> conversions_;
   std::vector<int64_t> staging_;
   std::vector<char*> staging_ptr_;
   // Bytes held from the copy engine now, and the most since Run began.

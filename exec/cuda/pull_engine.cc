@@ -85,8 +85,7 @@ PullEngine::~PullEngine() {
   }
   importer_.reset();
   exporter_.reset();
-  convert_ops_.reset();
-  for (char* p : scratch_) (void)cudaFree(p);
+  conversions_.reset();
   if (items_ != nullptr) (void)cudaFree(items_);
   if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
   if (start_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(start_event_));
@@ -207,52 +206,50 @@ absl::Status PullEngine::Prepare(const Plan& slice, std::vector<char*> buffers,
 }
 
 absl::Status PullEngine::PrepareConversions(const Plan& slice, std::vector<char*>* buffers) {
-  REFIT_ASSIGN_OR_RETURN(Converter c, Converter::Create(slice, rank_));
-  if (c.empty()) return absl::OkStatus();
-  for (const auto& [peer, count] : c.peers()) {
+  ConversionStage::Memory memory;
+  memory.allocate = [](int64_t bytes) -> absl::StatusOr<char*> {
+    void* p = nullptr;
+    REFIT_RETURN_IF_ERROR(Cuda(cudaMalloc(&p, std::max<int64_t>(bytes, 1)), "cudaMalloc"));
+    return static_cast<char*>(p);
+  };
+  memory.release = [](char* p, int64_t) { (void)cudaFree(p); };
+  REFIT_ASSIGN_OR_RETURN(
+      conversions_, ConversionStage::Create(
+                        slice, rank_, [this] { return MakeCudaConvertOps(stream_); },
+                        std::move(memory), buffers));
+  if (conversions_ == nullptr) return absl::OkStatus();
+  for (const auto& [peer, count] : conversions_->peers()) {
     if (!std::binary_search(members_.begin(), members_.end(), peer)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "trainer rank ", rank_, " shares FP8 tiles with trainer rank ", peer,
           ", which is on another host: the pull path exchanges amaxes on one host"));
     }
   }
-  converter_ = std::make_unique<Converter>(std::move(c));
-  convert_ops_ = MakeCudaConvertOps(stream_);
-  buffers->resize(slice.src.buffers.size(), nullptr);
-  for (size_t b = 0; b < slice.src.buffers.size(); ++b) {
-    const BufferSpec& spec = slice.src.buffers[b];
-    if (!spec.scratch || spec.rank != rank_) continue;
-    void* p = nullptr;
-    REFIT_RETURN_IF_ERROR(Cuda(cudaMalloc(&p, std::max<int64_t>(spec.byte_size, 1)),
-                               absl::StrCat("cudaMalloc of ", spec.byte_size,
-                                            " bytes for converted values")));
-    scratch_.push_back(static_cast<char*>(p));
-    scratch_bytes_ += std::max<int64_t>(spec.byte_size, 1);
-    (*buffers)[b] = static_cast<char*>(p);
-  }
   return absl::OkStatus();
 }
 
 absl::Status PullEngine::Convert(absl::Time deadline) {
-  REFIT_ASSIGN_OR_RETURN(auto sends, converter_->Partials(*convert_ops_, own_buffers_));
-  std::map<int32_t, std::vector<float>> received;
-  if (!converter_->peers().empty()) {
+  // The amaxes travel over the control channel.
+  auto exchange = [this, deadline](const std::map<int32_t, std::vector<float>>& sends)
+      -> absl::StatusOr<std::map<int32_t, std::vector<float>>> {
     std::vector<int32_t> peers;
     std::vector<std::string> out, in;
-    for (const auto& [peer, count] : converter_->peers()) {
+    for (const auto& [peer, count] : conversions_->peers()) {
       peers.push_back(peer);
-      const std::vector<float>& v = sends[peer];
+      const std::vector<float>& v = sends.at(peer);
       out.emplace_back(reinterpret_cast<const char*>(v.data()), v.size() * 4);
       in.emplace_back(count * 4, '\0');
     }
     REFIT_RETURN_IF_ERROR(Exchange(peers, out, peers, &in, deadline));
+    std::map<int32_t, std::vector<float>> received;
     for (size_t i = 0; i < peers.size(); ++i) {
       std::vector<float>& v = received[peers[i]];
       v.resize(in[i].size() / 4);
       std::memcpy(v.data(), in[i].data(), in[i].size());
     }
-  }
-  return converter_->Finish(*convert_ops_, own_buffers_, received);
+    return received;
+  };
+  return conversions_->Run(own_buffers_, exchange);
 }
 
 absl::Status PullEngine::ExportTo(const Plan& slice, const std::vector<char*>& buffers,
@@ -461,7 +458,7 @@ absl::Status PullEngine::RunSender(absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(Cuda(cudaEventRecord(ev, ready), "cudaEventRecord"));
   REFIT_RETURN_IF_ERROR(WaitEvent(event_, deadline, "the trainer's writes to its weights"));
   // The engine's dtypes (FP8, f32 -exp) into the scratch buffers first.
-  if (converter_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
+  if (conversions_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
   signal_->Publish(PeerSignal::Encode(round_, false));  // version round_ in place
   return WaitPeers(deadline);                            // every receiver done
 }
@@ -506,7 +503,7 @@ absl::StatusOr<RunStats> PullEngine::Run(absl::Time deadline) {
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   // No staging: only a converting sender's scratch and workspace.
   stats.peak_staging_bytes =
-      scratch_bytes_ + (convert_ops_ != nullptr ? convert_ops_->workspace_bytes() : 0);
+      conversions_ != nullptr ? conversions_->scratch_bytes() + conversions_->workspace_bytes() : 0;
   return stats;
 }
 

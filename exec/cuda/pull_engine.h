@@ -52,7 +52,7 @@
 #include "exec/cuda/pull_memory.h"
 #include "exec/run_stats.h"
 #include "exec/gloo_transport.h"
-#include "exec/convert.h"
+#include "exec/conversion_stage.h"
 #include "exec/kv_store.h"
 #include "exec/peer_signal.h"
 #include "exec/plan_side.h"
@@ -155,10 +155,7 @@ class PullEngine : public RoundRunner {
   // filled before each round's "weights in place".
   absl::Status PrepareConversions(const Plan& slice, std::vector<char*>* buffers);
   absl::Status Convert(absl::Time deadline);
-  std::unique_ptr<Converter> converter_;
-  std::unique_ptr<ConvertOps> convert_ops_;
-  std::vector<char*> scratch_;
-  int64_t scratch_bytes_ = 0;  // allocated for scratch_
+  std::unique_ptr<ConversionStage> conversions_;
   std::vector<char*> own_buffers_;
   uint64_t round_ = 0;
   Cancellation cancel_;  // set by Cancel; polled by the waits
