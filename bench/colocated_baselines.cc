@@ -33,18 +33,16 @@ absl::StatusOr<std::map<std::string, std::string>> Baselines(const Case& c, int 
     for (const CopyTask& k : t) by_src[k.src_buffer].push_back(k);
   }
   const std::vector<char*> sp = src.Pointers(), dp = dst.Pointers();
-  std::vector<cuda::DeviceCopy> all;
+  std::vector<ResolvedCopy> all;
   std::vector<std::pair<int64_t, int64_t>> group;  // (first, count) per tensor
   for (auto& [b, tasks] : by_src) {
     REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> rc, ResolveTasks(tasks, sp, dp, nullptr, nullptr));
     group.emplace_back(all.size(), rc.size());
-    for (const ResolvedCopy& x : rc) {
-      all.push_back({x.src, x.dst, x.rows, x.row_bytes, x.src_row_stride, x.dst_row_stride});
-    }
+    all.insert(all.end(), rc.begin(), rc.end());
   }
-  cuda::DeviceCopy* dev = nullptr;
-  CK(cudaMalloc(reinterpret_cast<void**>(&dev), all.size() * sizeof(cuda::DeviceCopy)));
-  CK(cudaMemcpy(dev, all.data(), all.size() * sizeof(cuda::DeviceCopy), cudaMemcpyHostToDevice));
+  ResolvedCopy* dev = nullptr;
+  CK(cudaMalloc(reinterpret_cast<void**>(&dev), all.size() * sizeof(ResolvedCopy)));
+  CK(cudaMemcpy(dev, all.data(), all.size() * sizeof(ResolvedCopy), cudaMemcpyHostToDevice));
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   auto per_tensor = [&]() -> absl::Status {
@@ -85,7 +83,7 @@ absl::StatusOr<std::map<std::string, std::string>> Baselines(const Case& c, int 
   // Copy-out tasks per bucket, resolved against the bucket (once).
   std::vector<std::vector<std::pair<int64_t, int64_t>>> out_groups(buckets.size());
   std::vector<std::vector<std::pair<int32_t, int64_t>>> packs(buckets.size());
-  std::vector<cuda::DeviceCopy> out_all;
+  std::vector<ResolvedCopy> out_all;
   for (size_t k = 0; k < buckets.size(); ++k) {
     int64_t off = 0;
     for (int32_t b : buckets[k]) {
@@ -94,16 +92,14 @@ absl::StatusOr<std::map<std::string, std::string>> Baselines(const Case& c, int 
       REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> rc,
                              ResolveTasks(by_src[b], bp, dp, nullptr, nullptr));
       out_groups[k].emplace_back(out_all.size(), rc.size());
-      for (const ResolvedCopy& x : rc) {
-        out_all.push_back({x.src, x.dst, x.rows, x.row_bytes, x.src_row_stride, x.dst_row_stride});
-      }
+      out_all.insert(out_all.end(), rc.begin(), rc.end());
       packs[k].emplace_back(b, off);
       off += (hf.src.buffers[b].byte_size + 255) / 256 * 256;
     }
   }
-  cuda::DeviceCopy* out_dev = nullptr;
-  CK(cudaMalloc(reinterpret_cast<void**>(&out_dev), out_all.size() * sizeof(cuda::DeviceCopy)));
-  CK(cudaMemcpy(out_dev, out_all.data(), out_all.size() * sizeof(cuda::DeviceCopy),
+  ResolvedCopy* out_dev = nullptr;
+  CK(cudaMalloc(reinterpret_cast<void**>(&out_dev), out_all.size() * sizeof(ResolvedCopy)));
+  CK(cudaMemcpy(out_dev, out_all.data(), out_all.size() * sizeof(ResolvedCopy),
                 cudaMemcpyHostToDevice));
   auto bucketed = [&]() -> absl::Status {
     for (size_t k = 0; k < buckets.size(); ++k) {

@@ -22,9 +22,6 @@ namespace refit {
 
 namespace {
 
-static_assert(sizeof(cuda::DeviceCopy) == sizeof(ResolvedCopy),
-              "DeviceCopy and ResolvedCopy must share a layout");
-
 class CudaCopyEngine : public CopyEngine {
  public:
   explicit CudaCopyEngine(CudaLanes* t) : t_(t), lanes_(t->num_lanes()) {}
@@ -91,7 +88,7 @@ class CudaCopyEngine : public CopyEngine {
         "copy tasks to device"));
     REFIT_RETURN_IF_ERROR(CudaStatus(
         static_cast<cudaError_t>(cuda::LaunchCopies(
-            static_cast<const cuda::DeviceCopy*>(c->dev),
+            static_cast<const ResolvedCopy*>(c->dev),
             static_cast<int>(copies.size()), s)),
         "pack/unpack kernel launch"));
     return CudaStatus(cudaEventRecord(c->used, s), "cudaEventRecord");

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "exec/copy_program.h"
+#include "exec/cuda/cuda_status.h"
 #include "exec/cuda/pull_kernels.h"
 #include "exec/peer_signal.h"
 #include "exec/cuda/cuda_convert_ops.h"
@@ -23,10 +24,9 @@
 namespace refit {
 namespace {
 
-absl::Status Cuda(cudaError_t e, absl::string_view what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  (void)cudaGetLastError();
-  return absl::UnavailableError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+// Device errors are UNAVAILABLE on the pull path (pull_engine.h).
+absl::Status Cuda(cudaError_t e, const std::string& what) {
+  return CudaStatus(e, what, absl::StatusCode::kUnavailable);
 }
 
 // What a sender tells each receiver at prepare, before its buffers.
@@ -389,10 +389,8 @@ absl::Status PullEngine::ImportFrom(const Plan& slice, std::vector<char*> buffer
       mapped = AnnotateStatus(rc.status(), absl::StrCat("engine rank ", rank_));
     }
   }
-  std::vector<cuda::PullCopy> dc(copies.size());
-  static_assert(sizeof(cuda::PullCopy) == sizeof(ResolvedCopy), "same layout");
-  if (!copies.empty()) std::memcpy(dc.data(), copies.data(), copies.size() * sizeof(ResolvedCopy));
-  const std::vector<cuda::PullItem> items = cuda::SplitPullItems(dc, options_.max_item_bytes);
+  const std::vector<cuda::PullItem> items =
+      cuda::SplitPullItems(copies, options_.max_item_bytes);
   if (mapped.ok() && items.size() >= (1ull << 31)) {
     mapped = absl::ResourceExhaustedError("more than 2^31 pull work items");
   }
