@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "absl/strings/str_join.h"
 
 namespace refit {
@@ -52,22 +53,7 @@ void InProcFabric::Complete(int32_t rank, int32_t lane, int32_t peer,
 absl::Status InProcFabric::Start(int32_t rank, int32_t lane,
                                  absl::Span<const SendOp> sends,
                                  absl::Span<const RecvOp> recvs) {
-  if (lane < 0 || lane >= num_lanes_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, ": lane ", lane, " out of range"));
-  }
-  for (const SendOp& s : sends) {
-    if (s.peer < 0 || s.peer >= world_size_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", rank, ": send peer ", s.peer, " out of range"));
-    }
-  }
-  for (const RecvOp& r : recvs) {
-    if (r.peer < 0 || r.peer >= world_size_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", rank, ": recv peer ", r.peer, " out of range"));
-    }
-  }
+  REFIT_RETURN_IF_ERROR(CheckRoundArguments(rank, world_size_, num_lanes_, lane, sends, recvs));
   absl::MutexLock l(&mu_);
   LaneState& me = lanes_[rank * num_lanes_ + lane];
   if (!me.error.ok()) return me.error;
@@ -137,10 +123,7 @@ absl::Status InProcFabric::Start(int32_t rank, int32_t lane,
 
 absl::Status InProcFabric::Wait(int32_t rank, int32_t lane,
                                 absl::Time deadline) {
-  if (lane < 0 || lane >= num_lanes_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, ": lane ", lane, " out of range"));
-  }
+  REFIT_RETURN_IF_ERROR(CheckLane(rank, lane, num_lanes_));
   absl::MutexLock l(&mu_);
   LaneState& me = lanes_[rank * num_lanes_ + lane];
   if (!me.in_flight) return me.error;

@@ -77,6 +77,15 @@ class Transport {
   virtual int32_t max_rounds_per_lane() const { return 1; }
 };
 
+// The one rule every transport checks its arguments by. CheckLane: OK when
+// 0 <= lane < num_lanes, else INVALID_ARGUMENT naming `rank` and the lane.
+absl::Status CheckLane(int32_t rank, int32_t lane, int32_t num_lanes);
+// CheckRoundArguments: CheckLane, and every peer is another rank of
+// [0, world_size): INVALID_ARGUMENT naming `rank` and the peer otherwise.
+absl::Status CheckRoundArguments(int32_t rank, int32_t world_size, int32_t num_lanes,
+                                 int32_t lane, absl::Span<const SendOp> sends,
+                                 absl::Span<const RecvOp> recvs);
+
 }  // namespace refit
 
 #endif  // REFIT_EXEC_TRANSPORT_H_

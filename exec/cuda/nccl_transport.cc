@@ -188,10 +188,7 @@ absl::Status NcclTransport::StartRound(int32_t lane,
                                        absl::Span<const SendOp> sends,
                                        absl::Span<const RecvOp> recvs,
                                        absl::Time deadline) {
-  if (lane < 0 || lane >= num_lanes()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank_, ": lane ", lane, " out of range"));
-  }
+  REFIT_RETURN_IF_ERROR(CheckRoundArguments(rank_, world_size_, num_lanes(), lane, sends, recvs));
   Lane& L = *lanes_[lane];
   if (!L.error.ok()) return L.error;
   if (cancel_.cancelled()) return Abort(L, cancel_.status());
@@ -239,10 +236,7 @@ absl::Status NcclTransport::StartRound(int32_t lane,
 }
 
 absl::Status NcclTransport::WaitRound(int32_t lane, absl::Time deadline) {
-  if (lane < 0 || lane >= num_lanes()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank_, ": lane ", lane, " out of range"));
-  }
+  REFIT_RETURN_IF_ERROR(CheckLane(rank_, lane, num_lanes()));
   Lane& L = *lanes_[lane];
   if (!L.error.ok()) return L.error;
   if (L.pending.empty()) return absl::OkStatus();
