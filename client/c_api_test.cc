@@ -76,7 +76,7 @@ int Join(const std::string& options, Buffers& b, double timeout_s,
 // text that points members at it (with 200 ms heartbeats).
 std::unique_ptr<RefitServer> StartRefitd(std::string* addr) {
   RefitServer::Options so;
-  so.plan_function = DefaultPlanFunction();
+  so.coordinator.plan_function = DefaultPlanFunction();
   auto server = RefitServer::Start(std::move(so));
   EXPECT_TRUE(server.ok()) << server.status();
   if (!server.ok()) return nullptr;

@@ -24,10 +24,10 @@ absl::Time In(absl::Duration d) { return absl::Now() + d; }
 
 RefitServer::Options TestOptions() {
   RefitServer::Options o;
-  o.plan_function = NameMatchingPlan;
-  o.heartbeat_timeout = absl::Seconds(2);
-  o.max_buffers_per_member = 16;
-  o.max_metadata_bytes = 4096;
+  o.coordinator.plan_function = NameMatchingPlan;
+  o.coordinator.heartbeat_timeout = absl::Seconds(2);
+  o.coordinator.max_buffers_per_member = 16;
+  o.coordinator.max_metadata_bytes = 4096;
   return o;
 }
 
@@ -494,8 +494,8 @@ TEST(RefitServerTest, DroppedStreamAbortsTheRoundForEveryone) {
 int PlansBuiltWhenAnEngineComesAndGoes(int64_t max_plan_cache_bytes) {
   auto calls = std::make_shared<std::atomic<int>>(0);
   RefitServer::Options o = TestOptions();
-  o.max_plan_cache_bytes = max_plan_cache_bytes;
-  o.plan_function = [calls](const std::vector<v1::Registration>& t,
+  o.coordinator.max_plan_cache_bytes = max_plan_cache_bytes;
+  o.coordinator.plan_function = [calls](const std::vector<v1::Registration>& t,
                             const std::vector<v1::Registration>& e) {
     ++*calls;
     return NameMatchingPlan(t, e);
@@ -526,7 +526,7 @@ TEST(RefitServerTest, PlanCacheIsBoundedByBytes) {
 // the registrations' one), and the data-plane keys live under it.
 TEST(RefitServerTest, MembersSeeThePlansOwnFingerprint) {
   RefitServer::Options o = TestOptions();
-  o.plan_function = [](const std::vector<v1::Registration>& t,
+  o.coordinator.plan_function = [](const std::vector<v1::Registration>& t,
                        const std::vector<v1::Registration>& e) {
     absl::StatusOr<BuiltPlan> p = NameMatchingPlan(t, e);
     if (p.ok()) p->fingerprint = "0123456789abcdef0123456789abcdef";
@@ -549,7 +549,7 @@ TEST(RefitServerTest, MembersSeeThePlansOwnFingerprint) {
 // once: its round stream ends with the reason.
 TEST(RefitServerTest, ExpiredMemberLearnsItWasRemoved) {
   RefitServer::Options o = TestOptions();
-  o.heartbeat_timeout = absl::Milliseconds(500);
+  o.coordinator.heartbeat_timeout = absl::Milliseconds(500);
   auto s = RefitServer::Start(std::move(o));
   ASSERT_TRUE(s.ok()) << s.status();
   auto alive = Client((*s)->port());
@@ -625,7 +625,7 @@ TEST(RefitServerTest, MembersRejoinARestartedRefitd) {
 
 TEST(RefitServerTest, RejoinNeedsARegistrationAndTakesAnExpiredMemberBack) {
   RefitServer::Options o = TestOptions();
-  o.heartbeat_timeout = absl::Milliseconds(500);
+  o.coordinator.heartbeat_timeout = absl::Milliseconds(500);
   auto s = RefitServer::Start(std::move(o));
   ASSERT_TRUE(s.ok()) << s.status();
   auto never = Client((*s)->port());

@@ -90,8 +90,8 @@ struct Node {
 // Starts refitd (default plan function) for `min_engines` engines.
 std::unique_ptr<RefitServer> StartRefitd(int min_engines) {
   RefitServer::Options so;
-  so.plan_function = DefaultPlanFunction({});
-  so.min_engines = min_engines;
+  so.coordinator.plan_function = DefaultPlanFunction({});
+  so.coordinator.min_engines = min_engines;
   absl::StatusOr<std::unique_ptr<RefitServer>> server = RefitServer::Start(std::move(so));
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? std::move(*server) : nullptr;
