@@ -10,14 +10,44 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "exec/copy_program.h"
 #include "exec/cuda/pack_kernels.h"
 #include "exec/cuda/pull_kernels.h"
+#include "testing/reference_copy.h"
 
 namespace refit::bench {
+namespace {
+
+// Flips the first byte of rank 0's first record in `a`, expects Pattern to
+// find exactly one wrong element, and restores the byte. INTERNAL when the
+// check misses it.
+absl::Status FlippedByteIsFound(const SideLayout& side, const Arena& a) {
+  char* at = nullptr;
+  PatternOptions po;
+  po.rank = 0;
+  ForEachPatternRow(side, po, [&](const Record&, int32_t b, const std::vector<int64_t>& inner,
+                                  int64_t off, int64_t) {
+    if (at == nullptr && !inner.empty()) at = a.base + a.offset[b] + off + inner[0];
+  });
+  if (at == nullptr) return absl::OkStatus();
+  unsigned char v = 0;
+  CK(cudaMemcpy(&v, at, 1, cudaMemcpyDeviceToHost));
+  const unsigned char flipped = v ^ 0xFF;
+  CK(cudaMemcpy(at, &flipped, 1, cudaMemcpyHostToDevice));
+  absl::Status s = Pattern(side, 0, a, 1, true);
+  CK(cudaMemcpy(at, &v, 1, cudaMemcpyHostToDevice));
+  if (s.ok() || !absl::StartsWith(s.message(), "1 wrong elements")) {
+    return absl::InternalError(absl::StrCat(
+        "the GPU pattern check did not find exactly one flipped byte: ", s.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::map<std::string, std::string>> Baselines(const Case& c, int iters) {
   CK(cudaSetDevice(0));
@@ -53,9 +83,15 @@ absl::StatusOr<std::map<std::string, std::string>> Baselines(const Case& c, int 
     return absl::OkStatus();
   };
   REFIT_RETURN_IF_ERROR(per_tensor());
+  // The engine's bytes checked on the GPU, the GPU's pattern against the
+  // host's definition on the first records of both sides, and the GPU
+  // check seen to fail on one flipped byte.
   absl::Status ok = Pattern(hf.dst, 0, dst, 1, true);
+  if (ok.ok()) ok = PatternOnHost(hf.src, 0, src, 1, true, 64);
+  if (ok.ok()) ok = PatternOnHost(hf.dst, 0, dst, 1, true, 64);
+  if (ok.ok()) ok = FlippedByteIsFound(hf.dst, dst);
   r["per_tensor_check"] = ok.ok() ? "PASS" : absl::StrCat("FAIL: ", ok.message());
-  // Every other row compares its engine bytes with these (host-checked).
+  // Every other row compares its engine bytes with these (checked above).
   REFIT_ASSIGN_OR_RETURN(const unsigned long long ref_sum, Checksum(hf.dst, 0, dst, 0));
   r["ref_sum"] = absl::StrCat(ref_sum);
   absl::Time t0 = absl::Now();

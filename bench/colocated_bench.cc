@@ -29,10 +29,13 @@
 //               parameters, with a stream synchronization per bucket (the
 //               handshake of a bucketed CUDA IPC refit), one process: a
 //               lower bound of that path (no IPC handshake costs)
-// Checks: the pattern written into every trainer buffer (host-computed)
-// is checked byte for byte in every engine buffer after round 1; every
-// later round the trainers XOR their weights with a new key and the engine
-// compares a position-dependent checksum of every byte with round 1's.
+// Checks: the pattern written into every trainer buffer is checked byte
+// for byte in every engine buffer after round 1, both on the GPU
+// (bench/pattern_kernels.h; the baselines check the GPU's pattern against
+// the host's definition on the first 64 records and see the check fail on
+// a flipped byte); every later round the trainers XOR their weights with a
+// new key and the engine compares a position-dependent checksum of every
+// byte with round 1's.
 // Engine buffers are allocated once; their addresses never change. The
 // last lines are one table. Exit 1 if any check fails.
 // Parts: colocated_common.h (cases, arenas, patterns), colocated_baselines.h
@@ -203,6 +206,11 @@ absl::StatusOr<std::map<std::string, std::string>> Merge(
     double sum = 0;
     for (size_t i = 0; i < start.size(); ++i) sum += (end[i] - start[i]) / 1e6;
     out["ms"] = absl::StrCat(sum / start.size());
+    // Kept, so that a merged result merges again to the same time (the
+    // threads row: its worker merges its threads, the parent merges the
+    // worker's result).
+    out["starts"] = absl::StrJoin(start, ",");
+    out["ends"] = absl::StrJoin(end, ",");
   }
   return out;
 }
