@@ -182,7 +182,7 @@ absl::StatusOr<std::string> RunSimulateCommand(
       ckpt_bytes, " bytes)\ntrainer: ", TrainerSpecString(ts), " (",
       src.layout.world_size, " ranks)\nengine: ", EngineSpecString(es), " (",
       dst.layout.world_size, " ranks)\nplan fingerprint: ", plan.fingerprint,
-      "\nbytes moved: ", moved, " in ", plan.rounds.size(), " rounds, ",
+      "\nbytes moved: ", moved, " in ", plan.waves.size(), " waves, ",
       seconds, " s\nwrote ", opt.out, "/trainer/rank<k>.safetensors and ",
       opt.out, "/engine/rank<k>.safetensors\n");
 }

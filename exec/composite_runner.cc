@@ -77,7 +77,7 @@ absl::StatusOr<RunStats> CompositeRunner::Run(absl::Time deadline) {
   for (const absl::StatusOr<RunStats>& r : results) {
     total.bytes_sent += r->bytes_sent;
     total.bytes_received += r->bytes_received;
-    total.rounds += r->rounds;
+    total.waves += r->waves;
     total.seconds = std::max(total.seconds, r->seconds);
     // The parts run at once, each holding its own staging.
     total.peak_staging_bytes += r->peak_staging_bytes;

@@ -1,4 +1,4 @@
-// Round runners that compose data planes. A membership that spans hosts
+// Wave runners that compose data planes. A membership that spans hosts
 // moves same-host pairs on the colocated pull path and the other pairs over
 // a network transport, in one round: each member runs an ExecutorRunner
 // (its executor over the network transport, with the pulled peers left

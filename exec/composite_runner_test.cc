@@ -238,7 +238,7 @@ TEST(CompositeRunnerTest, AddsThePartsStagingAndBytesAndTakesTheLongestTime) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->bytes_sent, 150);
   EXPECT_EQ(s->bytes_received, 10);
-  EXPECT_EQ(s->rounds, 5);
+  EXPECT_EQ(s->waves, 5);
   EXPECT_DOUBLE_EQ(s->seconds, 0.75);
   EXPECT_EQ(s->peak_staging_bytes, 5120);
 }
@@ -259,20 +259,20 @@ TEST(SubsetTransportTest, MapsGlobalRanksAndRefusesOthers) {
   const absl::Time d = absl::Now() + absl::Seconds(10);
   SendOp s{4, in, 4};
   RecvOp r{1, got, 4};
-  ASSERT_TRUE((*a)->StartRound(0, {&s, 1}, {}, d).ok());
-  ASSERT_TRUE((*b)->StartRound(0, {}, {&r, 1}, d).ok());
-  ASSERT_TRUE((*a)->WaitRound(0, d).ok());
-  ASSERT_TRUE((*b)->WaitRound(0, d).ok());
+  ASSERT_TRUE((*a)->StartWave(0, {&s, 1}, {}, d).ok());
+  ASSERT_TRUE((*b)->StartWave(0, {}, {&r, 1}, d).ok());
+  ASSERT_TRUE((*a)->WaitWave(0, d).ok());
+  ASSERT_TRUE((*b)->WaitWave(0, d).ok());
   EXPECT_EQ(std::string(got, 4), std::string(in, 4));
   // A peer that died is named with its global rank too.
   fabric->Kill(1);
   SendOp again{4, in, 4};
-  ASSERT_TRUE((*a)->StartRound(0, {&again, 1}, {}, d).ok());
-  absl::Status dead = (*a)->WaitRound(0, d);
+  ASSERT_TRUE((*a)->StartWave(0, {&again, 1}, {}, d).ok());
+  absl::Status dead = (*a)->WaitWave(0, d);
   EXPECT_FALSE(dead.ok());
   EXPECT_NE(dead.message().find("as global ranks: 0=1, 1=4"), std::string::npos) << dead;
   SendOp bad{2, in, 4};
-  EXPECT_TRUE(absl::IsInvalidArgument((*a)->StartRound(0, {&bad, 1}, {}, d)));
+  EXPECT_TRUE(absl::IsInvalidArgument((*a)->StartWave(0, {&bad, 1}, {}, d)));
   EXPECT_TRUE(absl::IsInvalidArgument(
       SubsetTransport::Create(InProcTransport::Create(fabric, 0).value(), {4, 1}, 6)
           .status()));

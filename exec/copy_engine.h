@@ -38,7 +38,7 @@ class CopyEngine {
   virtual absl::Status ToHost(void* dst, const char* src, int64_t bytes) = 0;
   // True when the copies of a lane are ordered with the transport's
   // operations of that lane (same CUDA stream): the executor then enqueues
-  // pack -> round -> unpack without waiting on the host, and waits only
+  // pack -> wave -> unpack without waiting on the host, and waits only
   // before reusing a lane and at the end of Run().
   virtual bool OrderedWithTransport() const { return false; }
   // Copies `bytes` of host memory at src to (possibly device) memory dst.

@@ -1,4 +1,4 @@
-// Executor: one rank's rounds of a plan, pipelined over the transport's lanes.
+// Executor: one rank's waves of a plan, pipelined over the transport's lanes.
 #include "exec/executor.h"
 
 #include <algorithm>
@@ -93,20 +93,20 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
     }
   }
 
-  // Compile the rank's rounds.
+  // Compile the rank's waves.
   const bool src = side == Side::kTrainer;
   e->staging_.assign(e->num_lanes_, 0);
-  for (size_t ri = 0; ri < plan.rounds.size(); ++ri) {
-    const Round& round = plan.rounds[ri];
-    RoundWork w;
-    w.round = static_cast<int32_t>(ri);
-    w.lane = std::max(0, round.lane) % e->num_lanes_;
+  for (size_t ri = 0; ri < plan.waves.size(); ++ri) {
+    const Wave& wave = plan.waves[ri];
+    WaveWork w;
+    w.wave = static_cast<int32_t>(ri);
+    w.lane = std::max(0, wave.lane) % e->num_lanes_;
     int64_t staging = 0;
-    for (int32_t mi = round.first_message;
-         mi < round.first_message + round.num_messages; ++mi) {
+    for (int32_t mi = wave.first_message;
+         mi < wave.first_message + wave.num_messages; ++mi) {
       if (mi < 0 || static_cast<size_t>(mi) >= plan.messages.size()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("round ", ri, " refers to message ", mi,
+            absl::StrCat("wave ", ri, " refers to message ", mi,
                          " outside the plan"));
       }
       const Message& m = plan.messages[mi];
@@ -161,7 +161,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
     // The plan budgets unaligned bytes: pack messages back to back instead
     // (tiny budgets; never needed at 256 bytes or more per lane per message).
     e->staging_.assign(e->num_lanes_, 0);
-    for (RoundWork& w : e->work_) {
+    for (WaveWork& w : e->work_) {
       int64_t staging = 0;
       for (auto* list : {&w.sends, &w.recvs}) {
         for (MsgWork& m : *list) {
@@ -198,7 +198,7 @@ Executor::~Executor() {
 
 absl::Status Executor::Convert(absl::Time deadline) {
   // One exchange of the cut tiles' partial amaxes among the trainer ranks
-  // that share them, on lane 0 before any round.
+  // that share them, on lane 0 before any wave.
   auto exchange = [this, deadline](const std::map<int32_t, std::vector<float>>& sends)
       -> absl::StatusOr<std::map<int32_t, std::vector<float>>> {
     std::map<int32_t, std::vector<float>> received;
@@ -227,8 +227,8 @@ absl::Status Executor::Convert(absl::Time deadline) {
       ro.push_back({peer, *rp, bytes});
     }
     absl::Status s = engine_->Sync(0, deadline);
-    if (s.ok()) s = transport_->StartRound(0, so, ro, deadline);
-    if (s.ok()) s = transport_->WaitRound(0, deadline);
+    if (s.ok()) s = transport_->StartWave(0, so, ro, deadline);
+    if (s.ok()) s = transport_->WaitWave(0, deadline);
     for (const RecvOp& r : ro) {
       if (!s.ok()) break;
       std::vector<float>& v = received[r.peer];
@@ -245,7 +245,7 @@ absl::Status Executor::Convert(absl::Time deadline) {
   return conversions_->Run(buffers_, exchange);
 }
 
-absl::Status Executor::Pack(const RoundWork& w) {
+absl::Status Executor::Pack(const WaveWork& w) {
   std::vector<ResolvedCopy> copies;
   for (const MsgWork& m : w.sends) {
     if (m.direct) continue;
@@ -259,7 +259,7 @@ absl::Status Executor::Pack(const RoundWork& w) {
   return absl::OkStatus();
 }
 
-absl::Status Executor::Unpack(const RoundWork& w, absl::Time deadline) {
+absl::Status Executor::Unpack(const WaveWork& w, absl::Time deadline) {
   std::vector<ResolvedCopy> copies;
   for (const MsgWork& m : w.recvs) {
     if (m.direct) continue;
@@ -271,7 +271,7 @@ absl::Status Executor::Unpack(const RoundWork& w, absl::Time deadline) {
   }
   if (!copies.empty()) {
     REFIT_RETURN_IF_ERROR(engine_->Copy(w.lane, copies));
-    // The lane's staging is reused by its next round (stream order does
+    // The lane's staging is reused by its next wave (stream order does
     // that for ordered engines).
     if (!engine_->OrderedWithTransport()) {
       REFIT_RETURN_IF_ERROR(engine_->Sync(w.lane, deadline));
@@ -321,30 +321,30 @@ absl::StatusOr<RunStats> Executor::Run(absl::Time deadline) {
   const absl::Time start = absl::Now();
   peak_held_bytes_ = held_bytes_;
   if (conversions_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
-  REFIT_ASSIGN_OR_RETURN(RunStats stats, RunRounds(deadline));
+  REFIT_ASSIGN_OR_RETURN(RunStats stats, RunWaves(deadline));
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   stats.peak_staging_bytes =
       peak_held_bytes_ + (conversions_ != nullptr ? conversions_->workspace_bytes() : 0);
   return stats;
 }
 
-absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
+absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
   const absl::Time start = absl::Now();
   RunStats stats;
   std::vector<int> in_flight(num_lanes_, -1);  // index into work_
   hashes_.clear();
   std::vector<char> scratch;
   // Ordered engines (device copies on the lane's stream): unpack is
-  // enqueued right behind the round, and the host waits only before it
-  // reuses a lane (WaitRound) — no host round trip between pack and send or
+  // enqueued right behind the wave, and the host waits only before it
+  // reuses a lane (WaitWave) — no host round trip between pack and send or
   // between receive and unpack.
   const bool ordered = engine_->OrderedWithTransport();
   auto finish = [&](int lane) -> absl::Status {
     const int wi = in_flight[lane];
     if (wi < 0) return absl::OkStatus();
     in_flight[lane] = -1;
-    REFIT_RETURN_IF_ERROR(transport_->WaitRound(lane, deadline));
-    const RoundWork& w = work_[wi];
+    REFIT_RETURN_IF_ERROR(transport_->WaitWave(lane, deadline));
+    const WaveWork& w = work_[wi];
     if (!ordered) REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
     if (options_.verify) {
       if (ordered) REFIT_RETURN_IF_ERROR(engine_->Sync(lane, deadline));
@@ -361,19 +361,19 @@ absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
     }
     return absl::OkStatus();
   };
-  // Queued: an ordered engine on a transport that queues rounds per lane
-  // (NCCL on CUDA streams) gets every round enqueued at once — pack, round,
+  // Queued: an ordered engine on a transport that queues waves per lane
+  // (NCCL on CUDA streams) gets every wave enqueued at once — pack, wave,
   // unpack, in plan order, each lane's stream ordering them (the next
-  // round's pack on a lane reuses its staging only after the previous
-  // round's unpack). The host then only waits for the lanes to drain,
-  // polling for errors against the deadline. Verify keeps the per-round
+  // wave's pack on a lane reuses its staging only after the previous
+  // wave's unpack). The host then only waits for the lanes to drain,
+  // polling for errors against the deadline. Verify keeps the per-wave
   // path (it hashes on the host).
   const bool queued = ordered && !options_.verify &&
-                      transport_->max_rounds_per_lane() >=
+                      transport_->max_waves_per_lane() >=
                           static_cast<int32_t>(work_.size());
   if (queued) {
     std::vector<int> posted(num_lanes_, 0);
-    for (const RoundWork& w : work_) {
+    for (const WaveWork& w : work_) {
       REFIT_RETURN_IF_ERROR(Pack(w));
       std::vector<SendOp> sends;
       std::vector<RecvOp> recvs;
@@ -385,14 +385,14 @@ absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
         recvs.push_back(RecvOp{m.peer, MessagePtr(w, m), m.bytes});
         stats.bytes_received += m.bytes;
       }
-      REFIT_RETURN_IF_ERROR(transport_->StartRound(w.lane, sends, recvs, deadline));
+      REFIT_RETURN_IF_ERROR(transport_->StartWave(w.lane, sends, recvs, deadline));
       REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
       ++posted[w.lane];
-      ++stats.rounds;
+      ++stats.waves;
     }
     for (int l = 0; l < num_lanes_; ++l) {
       for (; posted[l] > 0; --posted[l]) {
-        REFIT_RETURN_IF_ERROR(transport_->WaitRound(l, deadline));
+        REFIT_RETURN_IF_ERROR(transport_->WaitWave(l, deadline));
       }
       REFIT_RETURN_IF_ERROR(engine_->Sync(l, deadline));
     }
@@ -400,7 +400,7 @@ absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
     return stats;
   }
   for (size_t wi = 0; wi < work_.size(); ++wi) {
-    const RoundWork& w = work_[wi];
+    const WaveWork& w = work_[wi];
     REFIT_RETURN_IF_ERROR(finish(w.lane));
     REFIT_RETURN_IF_ERROR(Pack(w));
     // Verify hashes the packed bytes on the host: they must be complete.
@@ -431,10 +431,10 @@ absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
       recvs.push_back(RecvOp{m.peer, p, m.bytes});
       stats.bytes_received += m.bytes;
     }
-    REFIT_RETURN_IF_ERROR(transport_->StartRound(w.lane, sends, recvs, deadline));
+    REFIT_RETURN_IF_ERROR(transport_->StartWave(w.lane, sends, recvs, deadline));
     if (ordered) REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
     in_flight[w.lane] = static_cast<int>(wi);
-    ++stats.rounds;
+    ++stats.waves;
   }
   // Drain in posting order.
   std::vector<std::pair<int, int>> order;
@@ -488,8 +488,8 @@ absl::Status Executor::Verify(absl::Time deadline) {
     return absl::UnimplementedError(
         "verify mode exchanges host hashes; not supported on device lanes");
   }
-  REFIT_RETURN_IF_ERROR(transport_->StartRound(0, sends, recvs, deadline));
-  REFIT_RETURN_IF_ERROR(transport_->WaitRound(0, deadline));
+  REFIT_RETURN_IF_ERROR(transport_->StartWave(0, sends, recvs, deadline));
+  REFIT_RETURN_IF_ERROR(transport_->WaitWave(0, deadline));
   if (src) return absl::OkStatus();
   for (const auto& [peer, msgs] : by_peer) {
     const std::vector<uint64_t>& a = theirs[peer];

@@ -2,11 +2,11 @@
 // registered, over a Transport.
 //
 // Created once per plan: it compiles every message of the rank into copy
-// tasks (copy_program.h), assigns rounds to lanes (round.lane modulo the
+// tasks (copy_program.h), assigns waves to lanes (wave.lane modulo the
 // lane count) and allocates staging once per lane (the rank's peak over the
-// lane's rounds; the total never exceeds the plan's staging budget). Each
-// Run() executes all of the rank's rounds in plan order: round r+1 is packed
-// while round r is in flight on another lane (at most one round per lane in
+// lane's waves; the total never exceeds the plan's staging budget). Each
+// Run() executes all of the rank's waves in plan order: wave r+1 is packed
+// while wave r is in flight on another lane (at most one wave per lane in
 // flight); messages that are one contiguous buffer range go straight from /
 // into the buffer (zero copy); received bytes are unpacked into the
 // destination buffers in place — the executor never allocates or moves a
@@ -40,7 +40,7 @@ struct ExecutorOptions {
   int32_t num_lanes = 0;
   // Verify mode: per segment, the sender hashes what it sends and the
   // receiver hashes what it wrote into its buffer; the hashes are exchanged
-  // through the transport after the last round and compared.
+  // through the transport after the last wave and compared.
   bool verify = false;
   // Device copies (staging in device memory); nullptr = host memcpy
   // (MakeHostCopyEngine).
@@ -71,7 +71,7 @@ class Executor {
 
   ~Executor();
 
-  // Runs every round of the rank once. Fails with the transport's error
+  // Runs every wave of the rank once. Fails with the transport's error
   // (DEADLINE_EXCEEDED / ABORTED / UNAVAILABLE naming the peer) — never
   // later than `deadline` plus the transport's teardown margin — or
   // DATA_LOSS naming the tensor and both ranks when verify finds a
@@ -94,21 +94,21 @@ class Executor {
     int64_t staging_offset = 0;  // otherwise
     std::vector<CopyTask> tasks;  // pack (send) or unpack (recv)
   };
-  struct RoundWork {
-    int32_t round = 0;
+  struct WaveWork {
+    int32_t wave = 0;
     int32_t lane = 0;
     std::vector<MsgWork> sends;
     std::vector<MsgWork> recvs;
   };
   Executor() = default;
-  absl::StatusOr<RunStats> RunRounds(absl::Time deadline);
-  // Where message m of round w is sent from / received into: the buffer
+  absl::StatusOr<RunStats> RunWaves(absl::Time deadline);
+  // Where message m of wave w is sent from / received into: the buffer
   // (zero copy) or the lane's staging.
-  char* MessagePtr(const RoundWork& w, const MsgWork& m) const {
+  char* MessagePtr(const WaveWork& w, const MsgWork& m) const {
     return m.direct ? m.direct_ptr : staging_ptr_[w.lane] + m.staging_offset;
   }
-  absl::Status Pack(const RoundWork& w);
-  absl::Status Unpack(const RoundWork& w, absl::Time deadline);
+  absl::Status Pack(const WaveWork& w);
+  absl::Status Unpack(const WaveWork& w, absl::Time deadline);
   absl::Status Verify(absl::Time deadline);
   // Allocates `bytes` from the copy engine and counts them as held
   // (RESOURCE_EXHAUSTED as Allocate); Release frees and uncounts them.
@@ -129,7 +129,7 @@ class Executor {
   std::unique_ptr<CopyEngine> owned_engine_;
   CopyEngine* engine_ = nullptr;
   int32_t num_lanes_ = 1;
-  std::vector<RoundWork> work_;
+  std::vector<WaveWork> work_;
   // Source: the rank's conversions and their scratch buffers.
   std::unique_ptr<ConversionStage> conversions_;
   std::vector<int64_t> staging_;

@@ -116,17 +116,17 @@ int32_t GlooTransport::num_lanes() const {
   return static_cast<int32_t>(lanes_.size());
 }
 
-absl::Status GlooTransport::StartRound(int32_t lane,
+absl::Status GlooTransport::StartWave(int32_t lane,
                                        absl::Span<const SendOp> sends,
                                        absl::Span<const RecvOp> recvs,
                                        absl::Time /*deadline: posting never blocks*/) {
-  REFIT_RETURN_IF_ERROR(CheckRoundArguments(rank_, world_size_, num_lanes(), lane, sends, recvs));
+  REFIT_RETURN_IF_ERROR(CheckWaveArguments(rank_, world_size_, num_lanes(), lane, sends, recvs));
   Lane& L = *lanes_[lane];
   if (!L.error.ok()) return L.error;
   if (cancel_.cancelled()) return L.error = cancel_.status();
   if (!L.in_flight.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank_, ": a round is still in flight on lane ", lane));
+        "rank ", rank_, ": a wave is still in flight on lane ", lane));
   }
   try {
     // Receives first, so that peers' sends find them posted.
@@ -149,13 +149,13 @@ absl::Status GlooTransport::StartRound(int32_t lane,
     }
   } catch (const std::exception& e) {
     L.error = absl::UnavailableError(absl::StrCat(
-        "rank ", rank_, " lane ", lane, ": posting a round failed: ", e.what()));
+        "rank ", rank_, " lane ", lane, ": posting a wave failed: ", e.what()));
     return L.error;
   }
   return absl::OkStatus();
 }
 
-absl::Status GlooTransport::WaitRound(int32_t lane, absl::Time deadline) {
+absl::Status GlooTransport::WaitWave(int32_t lane, absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(CheckLane(rank_, lane, num_lanes()));
   Lane& L = *lanes_[lane];
   if (!L.error.ok()) return L.error;

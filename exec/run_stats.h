@@ -10,7 +10,7 @@ namespace refit {
 struct RunStats {
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
-  int64_t rounds = 0;
+  int64_t waves = 0;  // of the plan (plan.h), run by this member
   double seconds = 0;
   // The most memory the data plane held during the run (staging of all
   // lanes, conversion scratch, the amax exchange) plus the conversion

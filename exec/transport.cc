@@ -28,7 +28,7 @@ absl::Status CheckLane(int32_t rank, int32_t lane, int32_t num_lanes) {
   return absl::OkStatus();
 }
 
-absl::Status CheckRoundArguments(int32_t rank, int32_t world_size, int32_t num_lanes,
+absl::Status CheckWaveArguments(int32_t rank, int32_t world_size, int32_t num_lanes,
                                  int32_t lane, absl::Span<const SendOp> sends,
                                  absl::Span<const RecvOp> recvs) {
   if (absl::Status s = CheckLane(rank, lane, num_lanes); !s.ok()) return s;

@@ -1,5 +1,5 @@
 // Every transport checks lane and peer arguments by one rule
-// (CheckRoundArguments, transport.h): the in-process and Gloo transports
+// (CheckWaveArguments, transport.h): the in-process and Gloo transports
 // here, NCCL through the same function. A rejected call names the rank and
 // the bad lane or peer, and leaves the transport usable.
 #include <memory>
@@ -44,7 +44,7 @@ absl::Status Call(Transport& t, const BadCall& c, char* buf) {
   std::vector<RecvOp> r;
   if (c.send_peer != -2) s.push_back({c.send_peer, buf, 4});
   if (c.recv_peer != -2) r.push_back({c.recv_peer, buf + 4, 4});
-  return t.StartRound(c.lane, s, r, absl::Now() + absl::Seconds(5));
+  return t.StartWave(c.lane, s, r, absl::Now() + absl::Seconds(5));
 }
 
 void ExpectRejected(Transport& t) {
@@ -55,7 +55,7 @@ void ExpectRejected(Transport& t) {
     EXPECT_THAT(std::string(s.message()), HasSubstr("rank 0")) << c.what;
     EXPECT_THAT(std::string(s.message()), HasSubstr(c.names)) << c.what;
   }
-  absl::Status w = t.WaitRound(7, absl::Now() + absl::Seconds(5));
+  absl::Status w = t.WaitWave(7, absl::Now() + absl::Seconds(5));
   EXPECT_EQ(w.code(), absl::StatusCode::kInvalidArgument) << w;
   EXPECT_THAT(std::string(w.message()), HasSubstr("lane 7"));
 }
@@ -68,12 +68,12 @@ void ExpectExchange(Transport& t0, Transport& t1) {
   absl::Status s0, s1;
   std::thread a([&] {
     SendOp op{1, src, 4};
-    s0 = t0.StartRound(1, {&op, 1}, {}, deadline);
-    if (s0.ok()) s0 = t0.WaitRound(1, deadline);
+    s0 = t0.StartWave(1, {&op, 1}, {}, deadline);
+    if (s0.ok()) s0 = t0.WaitWave(1, deadline);
   });
   RecvOp op{0, dst, 4};
-  s1 = t1.StartRound(1, {}, {&op, 1}, deadline);
-  if (s1.ok()) s1 = t1.WaitRound(1, deadline);
+  s1 = t1.StartWave(1, {}, {&op, 1}, deadline);
+  if (s1.ok()) s1 = t1.WaitWave(1, deadline);
   a.join();
   EXPECT_TRUE(s0.ok()) << s0;
   EXPECT_TRUE(s1.ok()) << s1;
@@ -81,10 +81,10 @@ void ExpectExchange(Transport& t0, Transport& t1) {
 }
 
 TEST(TransportArgumentsTest, TheRuleItself) {
-  EXPECT_TRUE(CheckRoundArguments(0, 2, 2, 1, {}, {}).ok());
+  EXPECT_TRUE(CheckWaveArguments(0, 2, 2, 1, {}, {}).ok());
   char buf[4];
   SendOp ok{1, buf, 4};
-  EXPECT_TRUE(CheckRoundArguments(0, 2, 2, 0, {&ok, 1}, {}).ok());
+  EXPECT_TRUE(CheckWaveArguments(0, 2, 2, 0, {&ok, 1}, {}).ok());
   EXPECT_EQ(CheckLane(3, 2, 2).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(CheckLane(3, 2, 2).message()), HasSubstr("rank 3: lane 2"));
 }

@@ -44,10 +44,10 @@ class CudaCopyEngine : public CopyEngine {
   }
   void Free(char* p) override { cudaFree(p); }
   // Uploads the copy tasks through a pinned chunk of the lane (so the
-  // upload never blocks the host, even behind a round whose peer died) and
+  // upload never blocks the host, even behind a wave whose peer died) and
   // launches the kernel on the lane's stream. A chunk is reused once its
   // kernel has run (its event); otherwise a new one is added, so after the
-  // first refit a lane holds one chunk per round it can have queued.
+  // first refit a lane holds one chunk per wave it can have queued.
   absl::Status Copy(int32_t lane,
                     absl::Span<const ResolvedCopy> copies) override {
     if (copies.empty()) return absl::OkStatus();
@@ -117,7 +117,7 @@ class CudaCopyEngine : public CopyEngine {
     return CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
                       "host to device copy");
   }
-  // Conversions run on lane 0's stream, before the rounds.
+  // Conversions run on lane 0's stream, before the waves.
   std::unique_ptr<ConvertOps> MakeConvertOps() override {
     return MakeCudaConvertOps(t_->stream(0));
   }

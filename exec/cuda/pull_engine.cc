@@ -140,8 +140,8 @@ absl::Status PullEngine::Exchange(const std::vector<int32_t>& send_to,
   for (size_t i = 0; i < recv_from.size(); ++i) {
     r.push_back({Local(recv_from[i]), (*in)[i].data(), static_cast<int64_t>((*in)[i].size())});
   }
-  REFIT_RETURN_IF_ERROR(control_->StartRound(0, s, r, deadline));
-  absl::Status st = control_->WaitRound(0, deadline);
+  REFIT_RETURN_IF_ERROR(control_->StartWave(0, s, r, deadline));
+  absl::Status st = control_->WaitWave(0, deadline);
   if (!st.ok()) {
     // Say which member the control channel's rank is.
     REFIT_RETURN_IF_ERROR(CheckCancelled());
@@ -486,7 +486,7 @@ absl::StatusOr<RunStats> PullEngine::Run(absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(Cuda(cudaSetDevice(options_.device), "cudaSetDevice"));
   ++round_;
   RunStats stats;
-  stats.rounds = 1;
+  stats.waves = 1;
   // Either way, the peers learn of this member's failure at once.
   absl::Status s = side_ == Side::kTrainer ? RunSender(deadline) : RunReceiver(deadline, &stats);
   if (!s.ok()) {
