@@ -14,7 +14,7 @@
 //        (experts=indexed) -> vLLM's fused w13 / w2
 // Rows per case, times in ms per refit (mean over --iters after a warm-up):
 //   floor       one cudaMemcpy device-to-device of the refit's bytes
-//   pull-procs  refit's pull path (exec/cuda/pull_engine.h), trainer and
+//   pull-procs  refit's pull path (exec/cuda/pull_runner.h), trainer and
 //               engine as separate processes (the time per round: from the
 //               last trainer's "weights in place" until every receiver is
 //               done; the engine's kernel time is printed next to it)
@@ -60,7 +60,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "exec/cuda/pull_engine.h"
+#include "exec/cuda/pull_runner.h"
 #include "exec/cuda/pull_kernels.h"
 #include "plan/plan_codec.h"
 #include "testing/dir_kv_store.h"
@@ -97,13 +97,13 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
   CK(cudaDeviceSynchronize());
   const Plan slice = ExtractSlice(plan, side, rank);
   testing::DirKvStore kv(dir);
-  PullEngineOptions po;
+  PullRunnerOptions po;
   po.device = 0;
   po.max_item_bytes = item_kib << 10;
   const absl::Time prep0 = absl::Now();
   REFIT_ASSIGN_OR_RETURN(
-      std::unique_ptr<PullEngine> e,
-      PullEngine::Create(slice, side, rank,
+      std::unique_ptr<PullRunner> e,
+      PullRunner::Create(slice, side, rank,
                          SlicePointers(full, trainer ? slice.src : slice.dst, rank, a),
                          &kv, po, absl::Now() + absl::Seconds(120)));
   const double prep_s = absl::ToDoubleSeconds(absl::Now() - prep0);

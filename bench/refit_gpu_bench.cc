@@ -46,7 +46,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "exec/cuda/cuda_copy_engine.h"
+#include "exec/cuda/cuda_copier.h"
 #include "exec/cuda/cuda_status.h"
 #include "exec/cuda/nccl_transport.h"
 #include "exec/executor.h"
@@ -400,9 +400,9 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
     no.device = g;
     REFIT_ASSIGN_OR_RETURN(std::unique_ptr<NcclTransport> t,
                            NcclTransport::Create(&kv, g, kWorld, no));
-    std::unique_ptr<CopyEngine> ce = MakeCudaCopyEngine(t.get());
+    std::unique_ptr<Copier> ce = MakeCudaCopier(t.get());
     ExecutorOptions eo;
-    eo.copy_engine = ce.get();
+    eo.copier = ce.get();
     REFIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex,
                            Executor::Create(plan, side, rank, dev, t.get(), eo));
     // Engines start from zeros for every K, so every K's bytes are checked.

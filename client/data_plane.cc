@@ -216,7 +216,7 @@ absl::Status DataPlaneMember::Connect(int64_t version, int32_t attempt, absl::Ti
   member.network_members = network_members_;
   DataPlaneParts parts;
   parts.transport = options_.transport;
-  parts.copy_engine = options_.copy_engine;
+  parts.copier = options_.copier;
   parts.pull = options_.pull;
   parts.verify = options_.verify;
   REFIT_ASSIGN_OR_RETURN(runner_, MakeMemberRunner(member, parts, store_.get(), deadline));

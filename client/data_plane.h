@@ -40,7 +40,7 @@
 
 namespace refit {
 
-// TransportFactory, CopyEngineFactory and PullRunnerFactory: see
+// TransportFactory, CopierFactory and PullRunnerFactory: see
 // exec/member_runner.h.
 
 // The host transport (Gloo over TCP on `hostname`).
@@ -49,13 +49,13 @@ TransportFactory GlooTransportFactory(std::string hostname = "127.0.0.1");
 struct DataPlaneOptions {
   TransportFactory transport;  // empty = GlooTransportFactory()
   // The colocated pull path. When set, it moves the member's pairs on its
-  // host; `transport` and `copy_engine` (an executor) the pairs across
+  // host; `transport` and `copier` (an executor) the pairs across
   // hosts, in the same round, over a transport among only the members
   // refitd lists for it (Bootstrap.network_members).
   PullRunnerFactory pull;
-  // Copies and staging of the executor (e.g. a device CopyEngine made for
+  // Copies and staging of the executor (e.g. a device Copier made for
   // the transport); called once per plan. Empty = host memcpy.
-  CopyEngineFactory copy_engine;
+  CopierFactory copier;
   bool verify = false;  // per-segment checksums compared by both sides
   // The physical GPU of the buffers, "GPU-<uuid>" (NcclDataPlaneOptions sets
   // it); Member registers it so refitd can refuse two members on one GPU.

@@ -6,7 +6,7 @@
 
 #include "client/nccl_data_plane.h"
 #include "common/status_macros.h"
-#include "exec/cuda/pull_engine.h"
+#include "exec/cuda/pull_runner.h"
 
 namespace refit {
 
@@ -19,13 +19,13 @@ DataPlaneOptions PullDataPlaneOptions(int device, void* ready_stream) {
                                     std::function<bool(int32_t)> pull_peer,
                                     absl::Time deadline)
       -> absl::StatusOr<std::unique_ptr<RoundRunner>> {
-    PullEngineOptions po;
+    PullRunnerOptions po;
     po.device = device;
     po.ready_stream = ready_stream;
     po.key_prefix = "pull";
     po.pull_peer = std::move(pull_peer);
-    REFIT_ASSIGN_OR_RETURN(std::unique_ptr<PullEngine> e,
-                           PullEngine::Create(slice, side, rank, std::move(buffers), store,
+    REFIT_ASSIGN_OR_RETURN(std::unique_ptr<PullRunner> e,
+                           PullRunner::Create(slice, side, rank, std::move(buffers), store,
                                               std::move(po), deadline));
     return std::unique_ptr<RoundRunner>(std::move(e));
   };

@@ -58,16 +58,16 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
         " of ", transport->world_size(), ", expected rank ", e->global_rank_,
         " of ", plan.src.world_size + plan.dst.world_size));
   }
-  if (options.copy_engine != nullptr) {
-    e->engine_ = options.copy_engine;
+  if (options.copier != nullptr) {
+    e->copier_ = options.copier;
   } else {
-    e->owned_engine_ = MakeHostCopyEngine();
-    e->engine_ = e->owned_engine_.get();
+    e->owned_copier_ = MakeHostCopier();
+    e->copier_ = e->owned_copier_.get();
   }
-  if (e->engine_->kind() != transport->memory_kind()) {
+  if (e->copier_->kind() != transport->memory_kind()) {
     return absl::FailedPreconditionError(absl::StrCat(
         side_name, " rank ", rank,
-        ": copy engine and transport use different memory kinds"));
+        ": copier and transport use different memory kinds"));
   }
   e->num_lanes_ = options.num_lanes > 0 ? options.num_lanes
                                         : transport->num_lanes();
@@ -84,7 +84,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
     memory.release = [ex = e.get()](char* p, int64_t bytes) { ex->Release(p, bytes); };
     REFIT_ASSIGN_OR_RETURN(
         e->conversions_,
-        ConversionStage::Create(plan, rank, [ex = e.get()] { return ex->engine_->MakeConvertOps(); },
+        ConversionStage::Create(plan, rank, [ex = e.get()] { return ex->copier_->MakeConvertOps(); },
                                 std::move(memory), &e->buffers_));
     if (e->conversions_ != nullptr && options.exclude_peer) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -191,7 +191,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
 
 Executor::~Executor() {
   for (char* p : staging_ptr_) {
-    if (p != nullptr) engine_->Free(p);
+    if (p != nullptr) copier_->Free(p);
   }
   conversions_.reset();  // releases its scratch through Release
 }
@@ -218,7 +218,7 @@ absl::Status Executor::Convert(absl::Time deadline) {
         return rp.status();
       }
       mem.emplace_back(*rp, bytes);
-      absl::Status s = engine_->FromHost(*sp, sends.at(peer).data(), bytes);
+      absl::Status s = copier_->FromHost(*sp, sends.at(peer).data(), bytes);
       if (!s.ok()) {
         cleanup();
         return s;
@@ -226,14 +226,14 @@ absl::Status Executor::Convert(absl::Time deadline) {
       so.push_back({peer, *sp, bytes});
       ro.push_back({peer, *rp, bytes});
     }
-    absl::Status s = engine_->Sync(0, deadline);
+    absl::Status s = copier_->Sync(0, deadline);
     if (s.ok()) s = transport_->StartWave(0, so, ro, deadline);
     if (s.ok()) s = transport_->WaitWave(0, deadline);
     for (const RecvOp& r : ro) {
       if (!s.ok()) break;
       std::vector<float>& v = received[r.peer];
       v.resize(r.bytes / 4);
-      s = engine_->ToHost(v.data(), static_cast<const char*>(r.ptr), r.bytes);
+      s = copier_->ToHost(v.data(), static_cast<const char*>(r.ptr), r.bytes);
     }
     cleanup();
     if (!s.ok()) {
@@ -255,7 +255,7 @@ absl::Status Executor::Pack(const WaveWork& w) {
                      staging_ptr_[w.lane] + m.staging_offset));
     copies.insert(copies.end(), c.begin(), c.end());
   }
-  if (!copies.empty()) REFIT_RETURN_IF_ERROR(engine_->Copy(w.lane, copies));
+  if (!copies.empty()) REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, copies));
   return absl::OkStatus();
 }
 
@@ -270,11 +270,11 @@ absl::Status Executor::Unpack(const WaveWork& w, absl::Time deadline) {
     copies.insert(copies.end(), c.begin(), c.end());
   }
   if (!copies.empty()) {
-    REFIT_RETURN_IF_ERROR(engine_->Copy(w.lane, copies));
+    REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, copies));
     // The lane's staging is reused by its next wave (stream order does
-    // that for ordered engines).
-    if (!engine_->OrderedWithTransport()) {
-      REFIT_RETURN_IF_ERROR(engine_->Sync(w.lane, deadline));
+    // that for ordered copiers).
+    if (!copier_->OrderedWithTransport()) {
+      REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
     }
   }
   return absl::OkStatus();
@@ -287,7 +287,7 @@ absl::StatusOr<uint64_t> Executor::HashSegment(int32_t segment,
   const Segment& seg = plan_->segments[segment];
   scratch->resize(seg.bytes);
   if (packed_is_stream) {
-    REFIT_RETURN_IF_ERROR(engine_->ToHost(scratch->data(), packed, seg.bytes));
+    REFIT_RETURN_IF_ERROR(copier_->ToHost(scratch->data(), packed, seg.bytes));
     return HashBytes(scratch->data(), seg.bytes);
   }
   // Gather the segment back out of the destination buffer.
@@ -298,7 +298,7 @@ absl::StatusOr<uint64_t> Executor::HashSegment(int32_t segment,
   std::vector<ResolvedCopy> copies;
   REFIT_ASSIGN_OR_RETURN(copies, ResolveTasks(tasks, buffers_, {}, nullptr,
                                               scratch->data()));
-  if (engine_->kind() != MemoryKind::kHost) {
+  if (copier_->kind() != MemoryKind::kHost) {
     return absl::UnimplementedError("verify reads device buffers via host");
   }
   RunCopiesHost(copies);
@@ -306,14 +306,14 @@ absl::StatusOr<uint64_t> Executor::HashSegment(int32_t segment,
 }
 
 absl::StatusOr<char*> Executor::Hold(int64_t bytes) {
-  REFIT_ASSIGN_OR_RETURN(char* p, engine_->Allocate(bytes));
+  REFIT_ASSIGN_OR_RETURN(char* p, copier_->Allocate(bytes));
   held_bytes_ += bytes;
   peak_held_bytes_ = std::max(peak_held_bytes_, held_bytes_);
   return p;
 }
 
 void Executor::Release(char* p, int64_t bytes) {
-  engine_->Free(p);
+  copier_->Free(p);
   held_bytes_ -= bytes;
 }
 
@@ -334,11 +334,11 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
   std::vector<int> in_flight(num_lanes_, -1);  // index into work_
   hashes_.clear();
   std::vector<char> scratch;
-  // Ordered engines (device copies on the lane's stream): unpack is
+  // Ordered copiers (device copies on the lane's stream): unpack is
   // enqueued right behind the wave, and the host waits only before it
   // reuses a lane (WaitWave) — no host round trip between pack and send or
   // between receive and unpack.
-  const bool ordered = engine_->OrderedWithTransport();
+  const bool ordered = copier_->OrderedWithTransport();
   auto finish = [&](int lane) -> absl::Status {
     const int wi = in_flight[lane];
     if (wi < 0) return absl::OkStatus();
@@ -347,7 +347,7 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
     const WaveWork& w = work_[wi];
     if (!ordered) REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
     if (options_.verify) {
-      if (ordered) REFIT_RETURN_IF_ERROR(engine_->Sync(lane, deadline));
+      if (ordered) REFIT_RETURN_IF_ERROR(copier_->Sync(lane, deadline));
       for (const MsgWork& m : w.recvs) {
         const Message& msg = plan_->messages[m.message];
         std::vector<uint64_t>& h = hashes_[m.message];
@@ -361,7 +361,7 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
     }
     return absl::OkStatus();
   };
-  // Queued: an ordered engine on a transport that queues waves per lane
+  // Queued: an ordered copier on a transport that queues waves per lane
   // (NCCL on CUDA streams) gets every wave enqueued at once — pack, wave,
   // unpack, in plan order, each lane's stream ordering them (the next
   // wave's pack on a lane reuses its staging only after the previous
@@ -394,7 +394,7 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
       for (; posted[l] > 0; --posted[l]) {
         REFIT_RETURN_IF_ERROR(transport_->WaitWave(l, deadline));
       }
-      REFIT_RETURN_IF_ERROR(engine_->Sync(l, deadline));
+      REFIT_RETURN_IF_ERROR(copier_->Sync(l, deadline));
     }
     stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     return stats;
@@ -405,7 +405,7 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
     REFIT_RETURN_IF_ERROR(Pack(w));
     // Verify hashes the packed bytes on the host: they must be complete.
     if (!ordered || options_.verify) {
-      REFIT_RETURN_IF_ERROR(engine_->Sync(w.lane, deadline));
+      REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
     }
     std::vector<SendOp> sends;
     std::vector<RecvOp> recvs;
@@ -445,7 +445,7 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
   for (const auto& [wi, lane] : order) REFIT_RETURN_IF_ERROR(finish(lane));
   if (ordered) {
     for (int l = 0; l < num_lanes_; ++l) {
-      REFIT_RETURN_IF_ERROR(engine_->Sync(l, deadline));
+      REFIT_RETURN_IF_ERROR(copier_->Sync(l, deadline));
     }
   }
   if (options_.verify) REFIT_RETURN_IF_ERROR(Verify(deadline));
@@ -484,7 +484,7 @@ absl::Status Executor::Verify(absl::Time deadline) {
           RecvOp{peer, t.data(), static_cast<int64_t>(t.size() * 8)});
     }
   }
-  if (engine_->kind() != MemoryKind::kHost) {
+  if (copier_->kind() != MemoryKind::kHost) {
     return absl::UnimplementedError(
         "verify mode exchanges host hashes; not supported on device lanes");
   }

@@ -24,7 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "exec/copy_engine.h"
+#include "exec/copier.h"
 #include "exec/copy_program.h"
 #include "exec/conversion_stage.h"
 #include "exec/plan_side.h"
@@ -43,8 +43,8 @@ struct ExecutorOptions {
   // through the transport after the last wave and compared.
   bool verify = false;
   // Device copies (staging in device memory); nullptr = host memcpy
-  // (MakeHostCopyEngine).
-  CopyEngine* copy_engine = nullptr;
+  // (MakeHostCopier).
+  Copier* copier = nullptr;
   // Peers (global ranks) whose messages another data plane moves (the
   // colocated pull path, exec/composite_runner.h): the executor leaves them
   // out. Empty = none. A trainer rank with conversions cannot leave peers
@@ -110,7 +110,7 @@ class Executor {
   absl::Status Pack(const WaveWork& w);
   absl::Status Unpack(const WaveWork& w, absl::Time deadline);
   absl::Status Verify(absl::Time deadline);
-  // Allocates `bytes` from the copy engine and counts them as held
+  // Allocates `bytes` from the copier and counts them as held
   // (RESOURCE_EXHAUSTED as Allocate); Release frees and uncounts them.
   absl::StatusOr<char*> Hold(int64_t bytes);
   void Release(char* p, int64_t bytes);
@@ -126,15 +126,15 @@ class Executor {
   std::vector<char*> buffers_;
   Transport* transport_ = nullptr;
   ExecutorOptions options_;
-  std::unique_ptr<CopyEngine> owned_engine_;
-  CopyEngine* engine_ = nullptr;
+  std::unique_ptr<Copier> owned_copier_;
+  Copier* copier_ = nullptr;
   int32_t num_lanes_ = 1;
   std::vector<WaveWork> work_;
   // Source: the rank's conversions and their scratch buffers.
   std::unique_ptr<ConversionStage> conversions_;
   std::vector<int64_t> staging_;
   std::vector<char*> staging_ptr_;
-  // Bytes held from the copy engine now, and the most since Run began.
+  // Bytes held from the copier now, and the most since Run began.
   int64_t held_bytes_ = 0;
   int64_t peak_held_bytes_ = 0;
   // Verify: per message this rank takes part in, hashes of its segments.

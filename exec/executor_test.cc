@@ -10,7 +10,7 @@
 #include "layout/mesh.h"
 #include "layout/sharding.h"
 #include "plan/planner.h"
-#include "testing/counting_copy_engine.h"
+#include "testing/counting_copier.h"
 #include "testing/reference_copy.h"
 #include "testing/test_patterns.h"
 
@@ -58,7 +58,7 @@ struct RankResult {
   absl::Status status;
   std::string check;
   RunStats stats;
-  int64_t allocated_peak = 0;  // the most the copy engine had handed out
+  int64_t allocated_peak = 0;  // the most the copier had handed out
 };
 
 // Runs `steps` steps of `plan` with one thread per global rank. Ranks in
@@ -82,10 +82,10 @@ std::vector<RankResult> RunAll(const Plan& plan, int lanes, int steps,
       if (g == corrupt) t = std::make_unique<CorruptingTransport>(std::move(t));
       auto bufs = AllocateRankBuffers(layout, rank, kFill);
       std::vector<char*> before = Pointers(bufs);
-      testing::CountingCopyEngine engine;
+      testing::CountingCopier engine;
       ExecutorOptions opt;
       opt.verify = verify;
-      opt.copy_engine = &engine;
+      opt.copier = &engine;
       auto ex = Executor::Create(plan, side, rank, before, t.get(), opt);
       if (!ex.ok()) {
         res.status = ex.status();
@@ -232,7 +232,7 @@ TEST(ExecutorTest, StagingWithinBudgetAndZeroCopyForContiguous) {
   for (const auto& r : RunAll(*qkv, 2, 1, false)) {
     EXPECT_TRUE(r.status.ok()) << r.status;
     EXPECT_LE(r.stats.peak_staging_bytes, qkv->options.staging_budget_bytes);
-    // The reported peak is what the executor took from its copy engine.
+    // The reported peak is what the executor took from its copier.
     EXPECT_EQ(r.stats.peak_staging_bytes, r.allocated_peak);
   }
   EXPECT_GT(RunAll(*qkv, 2, 1, false)[0].stats.peak_staging_bytes, 0);
@@ -287,10 +287,10 @@ TEST(ExecutorTest, SenderConvertsDtypeAndTransformEveryRun) {
       auto bufs = AllocateRankBuffers(layout, rank, kFill);
       HostBuffers host;
       for (char* p : Pointers(bufs)) host.push_back(reinterpret_cast<uint8_t*>(p));
-      testing::CountingCopyEngine engine;
+      testing::CountingCopier engine;
       ExecutorOptions opt;
       opt.verify = true;
-      opt.copy_engine = &engine;
+      opt.copier = &engine;
       auto ex = Executor::Create(*plan, is_src ? Side::kTrainer : Side::kEngine,
                                  rank, Pointers(bufs), t.get(), opt);
       if (!ex.ok()) {

@@ -14,20 +14,20 @@
 namespace refit {
 namespace {
 
-// An executor over `transport` (owned by the runner with its copy engine);
+// An executor over `transport` (owned by the runner with its copier);
 // with `subset` (the network members), over a SubsetTransport among them,
-// leaving out the peers `exclude_peer` names. The copy engine is made for
-// `transport` itself (a device engine runs on its streams).
+// leaving out the peers `exclude_peer` names. The copier is made for
+// `transport` itself (a device copier runs on its streams).
 absl::StatusOr<std::unique_ptr<RoundRunner>> ExecutorOver(
     const MemberSlice& member, const DataPlaneParts& parts, std::unique_ptr<Transport> transport,
     const std::vector<int32_t>* subset, std::function<bool(int32_t)> exclude_peer) {
   ExecutorOptions eo;
   eo.verify = parts.verify;
   eo.exclude_peer = std::move(exclude_peer);
-  std::unique_ptr<CopyEngine> engine;
-  if (parts.copy_engine) {
-    engine = parts.copy_engine(transport.get());
-    eo.copy_engine = engine.get();
+  std::unique_ptr<Copier> copier;
+  if (parts.copier) {
+    copier = parts.copier(transport.get());
+    eo.copier = copier.get();
   }
   if (subset != nullptr) {
     REFIT_ASSIGN_OR_RETURN(
@@ -40,7 +40,7 @@ absl::StatusOr<std::unique_ptr<RoundRunner>> ExecutorOver(
                                           member.buffers, transport.get(), eo));
   REFIT_ASSIGN_OR_RETURN(
       std::unique_ptr<ExecutorRunner> r,
-      ExecutorRunner::Create(std::move(transport), std::move(engine), std::move(executor)));
+      ExecutorRunner::Create(std::move(transport), std::move(copier), std::move(executor)));
   return std::unique_ptr<RoundRunner>(std::move(r));
 }
 

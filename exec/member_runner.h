@@ -19,7 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "exec/copy_engine.h"
+#include "exec/copier.h"
 #include "exec/kv_store.h"
 #include "exec/plan_side.h"
 #include "exec/round_runner.h"
@@ -36,8 +36,8 @@ using TransportFactory =
         KvStore* store, int32_t rank, int32_t world, int32_t lanes)>;
 
 // The copies and staging of an executor over `transport` (e.g. a device
-// CopyEngine on the transport's streams).
-using CopyEngineFactory = std::function<std::unique_ptr<CopyEngine>(Transport* transport)>;
+// Copier on the transport's streams).
+using CopierFactory = std::function<std::unique_ptr<Copier>(Transport* transport)>;
 
 // Creates the colocated pull path of a member for one plan: the member's
 // slice, its side and side-local rank, its buffers (indexed like the
@@ -51,7 +51,7 @@ using PullRunnerFactory = std::function<absl::StatusOr<std::unique_ptr<RoundRunn
 // How a member's data plane is made.
 struct DataPlaneParts {
   TransportFactory transport;  // required unless every pair is pulled
-  CopyEngineFactory copy_engine;  // empty = host memcpy
+  CopierFactory copier;  // empty = host memcpy
   PullRunnerFactory pull;  // empty = no pull path
   bool verify = false;  // per-segment checksums compared by both sides
 };

@@ -1,5 +1,5 @@
 // GPU test program: the data-plane patterns over NCCL, one process per GPU,
-// or with --transport=ipc on the colocated pull path (exec/cuda/pull_engine.h:
+// or with --transport=ipc on the colocated pull path (exec/cuda/pull_runner.h:
 // every receiver copies straight out of its senders' buffers), rank g on GPU
 // g mod N (so ranks share GPUs, as a colocated trainer and engine do, and
 // every pattern runs on one GPU too).
@@ -35,9 +35,9 @@
 #include <vector>
 
 #include "exec/composite_runner.h"
-#include "exec/cuda/cuda_copy_engine.h"
+#include "exec/cuda/cuda_copier.h"
 #include "exec/cuda/nccl_transport.h"
-#include "exec/cuda/pull_engine.h"
+#include "exec/cuda/pull_runner.h"
 #include "exec/executor.h"
 #include "plan/plan_codec.h"
 #include "testing/dir_kv_store.h"
@@ -63,7 +63,7 @@ std::vector<char*> SliceBuffers(const SideLayout& full, const SideLayout& slice,
   return out;
 }
 
-// The rank's data plane: the executor over NCCL, or the pull engine over
+// The rank's data plane: the executor over NCCL, or the pull runner over
 // its slice.
 absl::StatusOr<std::unique_ptr<RoundRunner>> MakeRunner(const Plan& plan, Side side, int rank,
                                                         int g, int device, int lanes, bool ipc,
@@ -73,9 +73,9 @@ absl::StatusOr<std::unique_ptr<RoundRunner>> MakeRunner(const Plan& plan, Side s
   if (ipc) {
     const Plan slice = ExtractSlice(plan, side, rank);
     const bool src = side == Side::kTrainer;
-    PullEngineOptions po;
+    PullRunnerOptions po;
     po.device = device;
-    absl::StatusOr<std::unique_ptr<PullEngine>> e = PullEngine::Create(
+    absl::StatusOr<std::unique_ptr<PullRunner>> e = PullRunner::Create(
         slice, side, rank, SliceBuffers(src ? plan.src : plan.dst, src ? slice.src : slice.dst,
                                         rank, dev),
         kv, po, absl::Now() + absl::Seconds(60));
@@ -87,9 +87,9 @@ absl::StatusOr<std::unique_ptr<RoundRunner>> MakeRunner(const Plan& plan, Side s
   opt.device = device;
   absl::StatusOr<std::unique_ptr<NcclTransport>> nt = NcclTransport::Create(kv, g, world, opt);
   if (!nt.ok()) return nt.status();
-  std::unique_ptr<CopyEngine> engine = MakeCudaCopyEngine(nt->get());
+  std::unique_ptr<Copier> engine = MakeCudaCopier(nt->get());
   ExecutorOptions eo;
-  eo.copy_engine = engine.get();
+  eo.copier = engine.get();
   absl::StatusOr<std::unique_ptr<Executor>> ex =
       Executor::Create(plan, side, rank, dev, nt->get(), eo);
   if (!ex.ok()) return ex.status();

@@ -11,7 +11,7 @@
 // executor's teardown) forever. Afterwards every call fails with the first
 // error; build a new transport to go on.
 //
-// Its lanes are CudaLanes: MakeCudaCopyEngine (cuda_copy_engine.h) gives the
+// Its lanes are CudaLanes: MakeCudaCopier (cuda_copier.h) gives the
 // executor device staging and the pack/unpack kernels on the same lane
 // streams (so packing is stream-ordered before the wave's sends).
 #ifndef REFIT_EXEC_CUDA_NCCL_TRANSPORT_H_

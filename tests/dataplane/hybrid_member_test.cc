@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "server/default_plan.h"
 #include "server/refit_server.h"
-#include "testing/counting_copy_engine.h"
+#include "testing/counting_copier.h"
 #include "testing/host_pull_runner.h"
 #include "testing/host_members.h"
 #include "testing/member_patterns.h"
@@ -195,12 +195,12 @@ TEST(StagingReportTest, EachMemberReportsTheStagingItsDataPlaneAllocated) {
   nodes[0].options = Trainer(*server, 0, "megatron:tp=2", "host0");
   nodes[1].options = Trainer(*server, 1, "megatron:tp=2", "host1");
   nodes[2].options = Engine(*server, "A", 0, "vllm:tp=1", "host2");
-  std::vector<testing::CountingCopyEngine*> engines(nodes.size(), nullptr);
+  std::vector<testing::CountingCopier*> engines(nodes.size(), nullptr);
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   JoinAll(nodes, [&](size_t i) {
     DataPlaneOptions o;
-    o.copy_engine = [&engines, i](Transport*) -> std::unique_ptr<CopyEngine> {
-      auto e = std::make_unique<testing::CountingCopyEngine>();
+    o.copier = [&engines, i](Transport*) -> std::unique_ptr<Copier> {
+      auto e = std::make_unique<testing::CountingCopier>();
       engines[i] = e.get();
       return e;
     };

@@ -1,5 +1,5 @@
-// PullEngine (see pull_engine.h).
-#include "exec/cuda/pull_engine.h"
+// PullRunner (see pull_runner.h).
+#include "exec/cuda/pull_runner.h"
 
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -24,7 +24,7 @@
 namespace refit {
 namespace {
 
-// Device errors are UNAVAILABLE on the pull path (pull_engine.h).
+// Device errors are UNAVAILABLE on the pull path (pull_runner.h).
 absl::Status Cuda(cudaError_t e, const std::string& what) {
   return CudaStatus(e, what, absl::StatusCode::kUnavailable);
 }
@@ -60,10 +60,10 @@ uint64_t U64(const std::string& s) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<PullEngine>> PullEngine::Create(
+absl::StatusOr<std::unique_ptr<PullRunner>> PullRunner::Create(
     const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
-    KvStore* store, PullEngineOptions options, absl::Time deadline) {
-  std::unique_ptr<PullEngine> e(new PullEngine());
+    KvStore* store, PullRunnerOptions options, absl::Time deadline) {
+  std::unique_ptr<PullRunner> e(new PullRunner());
   e->side_ = side;
   e->rank_ = rank;
   e->global_rank_ = GlobalRank(slice, side, rank);
@@ -72,7 +72,7 @@ absl::StatusOr<std::unique_ptr<PullEngine>> PullEngine::Create(
   return e;
 }
 
-PullEngine::~PullEngine() {
+PullRunner::~PullRunner() {
   (void)cudaSetDevice(options_.device);
   // Copies still queued (a failed round) finish on their own; wait a
   // bounded time before the mappings go.
@@ -93,19 +93,19 @@ PullEngine::~PullEngine() {
   (void)cudaGetLastError();
 }
 
-int32_t PullEngine::Local(int32_t global) const {
+int32_t PullRunner::Local(int32_t global) const {
   auto it = std::lower_bound(members_.begin(), members_.end(), global);
   return static_cast<int32_t>(it - members_.begin());
 }
 
-void PullEngine::Cancel(const absl::Status& reason) {
+void PullRunner::Cancel(const absl::Status& reason) {
   cancel_.Cancel(reason);
   if (control_ != nullptr) control_->Cancel(reason);
 }
 
-absl::Status PullEngine::CheckCancelled() { return cancel_.status(); }
+absl::Status PullRunner::CheckCancelled() { return cancel_.status(); }
 
-absl::Status PullEngine::WaitEvent(void* event, absl::Time deadline, const char* what) {
+absl::Status PullRunner::WaitEvent(void* event, absl::Time deadline, const char* what) {
   // Polls without sleeping for a while (a refit's copies take milliseconds:
   // a sleep's timer slack would add tens of microseconds), then sleeps.
   const absl::Time spin_until = absl::Now() + absl::Milliseconds(200);
@@ -128,7 +128,7 @@ absl::Status PullEngine::WaitEvent(void* event, absl::Time deadline, const char*
   }
 }
 
-absl::Status PullEngine::Exchange(const std::vector<int32_t>& send_to,
+absl::Status PullRunner::Exchange(const std::vector<int32_t>& send_to,
                                   const std::vector<std::string>& out,
                                   const std::vector<int32_t>& recv_from,
                                   std::vector<std::string>* in, absl::Time deadline) {
@@ -152,7 +152,7 @@ absl::Status PullEngine::Exchange(const std::vector<int32_t>& send_to,
   return absl::OkStatus();
 }
 
-absl::Status PullEngine::Prepare(const Plan& slice, std::vector<char*> buffers,
+absl::Status PullRunner::Prepare(const Plan& slice, std::vector<char*> buffers,
                                  KvStore* store, absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(Cuda(cudaSetDevice(options_.device),
                              absl::StrCat("cudaSetDevice(", options_.device, ")")));
@@ -205,7 +205,7 @@ absl::Status PullEngine::Prepare(const Plan& slice, std::vector<char*> buffers,
   return ImportFrom(slice, std::move(buffers), deadline);
 }
 
-absl::Status PullEngine::PrepareConversions(const Plan& slice, std::vector<char*>* buffers) {
+absl::Status PullRunner::PrepareConversions(const Plan& slice, std::vector<char*>* buffers) {
   ConversionStage::Memory memory;
   memory.allocate = [](int64_t bytes) -> absl::StatusOr<char*> {
     void* p = nullptr;
@@ -228,7 +228,7 @@ absl::Status PullEngine::PrepareConversions(const Plan& slice, std::vector<char*
   return absl::OkStatus();
 }
 
-absl::Status PullEngine::Convert(absl::Time deadline) {
+absl::Status PullRunner::Convert(absl::Time deadline) {
   // The amaxes travel over the control channel.
   auto exchange = [this, deadline](const std::map<int32_t, std::vector<float>>& sends)
       -> absl::StatusOr<std::map<int32_t, std::vector<float>>> {
@@ -252,7 +252,7 @@ absl::Status PullEngine::Convert(absl::Time deadline) {
   return conversions_->Run(own_buffers_, exchange);
 }
 
-absl::Status PullEngine::ExportTo(const Plan& slice, const std::vector<char*>& buffers,
+absl::Status PullRunner::ExportTo(const Plan& slice, const std::vector<char*>& buffers,
                                   absl::Time deadline) {
   exporter_ = std::make_unique<MemoryExporter>();
   const int32_t ws = slice.src.world_size;
@@ -323,7 +323,7 @@ absl::Status PullEngine::ExportTo(const Plan& slice, const std::vector<char*>& b
   return opened;
 }
 
-absl::Status PullEngine::ImportFrom(const Plan& slice, std::vector<char*> buffers,
+absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffers,
                                     absl::Time deadline) {
   importer_ = std::make_unique<MemoryImporter>(options_.device);
   std::vector<std::string> sizes(peers_.size(), std::string(8, '\0'));
@@ -426,7 +426,7 @@ absl::Status PullEngine::ImportFrom(const Plan& slice, std::vector<char*> buffer
   return absl::OkStatus();
 }
 
-absl::Status PullEngine::WaitPeers(absl::Time deadline) {
+absl::Status PullRunner::WaitPeers(absl::Time deadline) {
   const uint64_t want = PeerSignal::Encode(round_, false);
   for (size_t i = 0; i < peer_signals_.size(); ++i) {
     const std::string who = peers_[i] < src_world_
@@ -448,7 +448,7 @@ absl::Status PullEngine::WaitPeers(absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status PullEngine::RunSender(absl::Time deadline) {
+absl::Status PullRunner::RunSender(absl::Time deadline) {
   cudaEvent_t ev = static_cast<cudaEvent_t>(event_);
   cudaStream_t ready = options_.ready_stream != nullptr
                            ? static_cast<cudaStream_t>(options_.ready_stream)
@@ -461,7 +461,7 @@ absl::Status PullEngine::RunSender(absl::Time deadline) {
   return WaitPeers(deadline);                            // every receiver done
 }
 
-absl::Status PullEngine::RunReceiver(absl::Time deadline, RunStats* stats) {
+absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
   REFIT_RETURN_IF_ERROR(WaitPeers(deadline));  // every sender's version in place
   cudaEvent_t ev = static_cast<cudaEvent_t>(event_);
   cudaStream_t st = static_cast<cudaStream_t>(stream_);
@@ -480,7 +480,7 @@ absl::Status PullEngine::RunReceiver(absl::Time deadline, RunStats* stats) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<RunStats> PullEngine::Run(absl::Time deadline) {
+absl::StatusOr<RunStats> PullRunner::Run(absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(CheckCancelled());
   const absl::Time start = absl::Now();
   REFIT_RETURN_IF_ERROR(Cuda(cudaSetDevice(options_.device), "cudaSetDevice"));

@@ -1,6 +1,6 @@
-// The CUDA copy engine: cudaMalloc staging, pack/unpack and conversion
+// The CUDA copier: cudaMalloc staging, pack/unpack and conversion
 // kernels on the lane streams.
-#include "exec/cuda/cuda_copy_engine.h"
+#include "exec/cuda/cuda_copier.h"
 
 #include <cuda_runtime_api.h>
 
@@ -22,10 +22,10 @@ namespace refit {
 
 namespace {
 
-class CudaCopyEngine : public CopyEngine {
+class CudaCopier : public Copier {
  public:
-  explicit CudaCopyEngine(CudaLanes* t) : t_(t), lanes_(t->num_lanes()) {}
-  ~CudaCopyEngine() override {
+  explicit CudaCopier(CudaLanes* t) : t_(t), lanes_(t->num_lanes()) {}
+  ~CudaCopier() override {
     for (auto& lane : lanes_) {
       for (Chunk& c : lane) {
         if (c.used != nullptr) cudaEventDestroy(c.used);
@@ -135,8 +135,8 @@ class CudaCopyEngine : public CopyEngine {
 
 }  // namespace
 
-std::unique_ptr<CopyEngine> MakeCudaCopyEngine(CudaLanes* t) {
-  return std::make_unique<CudaCopyEngine>(t);
+std::unique_ptr<Copier> MakeCudaCopier(CudaLanes* t) {
+  return std::make_unique<CudaCopier>(t);
 }
 
 }  // namespace refit
