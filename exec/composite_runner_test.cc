@@ -61,15 +61,15 @@ std::vector<std::pair<int32_t, int32_t>> Pairs(const Plan& plan) {
   return pairs;
 }
 
-struct HybridResult {
+struct MixedResult {
   PairRoutes routes;
   std::vector<std::string> engine_checks;  // CheckRecords per engine rank
   std::vector<absl::Status> errors;        // per global rank
 };
 
 // Runs one round of `plan` with global rank g on host host_of_member[g].
-HybridResult RunHybrid(const Plan& plan, const std::vector<int32_t>& host_of_member) {
-  HybridResult out;
+MixedResult RunMixed(const Plan& plan, const std::vector<int32_t>& host_of_member) {
+  MixedResult out;
   const int32_t ws = plan.src.world_size;
   const int32_t world = ws + plan.dst.world_size;
   out.routes = RoutePairs(Pairs(plan), host_of_member);
@@ -154,7 +154,7 @@ TEST(CompositeRunnerTest, TwoHostsPullSameHostPairsAndSendTheRest) {
     for (int32_t d = 0; d < plan->dst.world_size; ++d) {
       host[plan->src.world_size + d] = (d + 1) % 2;
     }
-    HybridResult r = RunHybrid(*plan, host);
+    MixedResult r = RunMixed(*plan, host);
     for (int32_t g = 0; g < world; ++g) EXPECT_TRUE(r.errors[g].ok()) << g << ": " << r.errors[g];
     for (const std::string& c : r.engine_checks) EXPECT_EQ(c, "");
     if (r.routes.pull_pairs > 0 && r.routes.network_pairs > 0) ++mixed;
@@ -166,13 +166,13 @@ TEST(CompositeRunnerTest, OneHostPullsEverythingAndAllHostsApartSendEverything) 
   absl::StatusOr<Plan> plan = MakePatternPlan("2to2");
   ASSERT_TRUE(plan.ok()) << plan.status();
   const int32_t world = plan->src.world_size + plan->dst.world_size;
-  HybridResult one = RunHybrid(*plan, std::vector<int32_t>(world, 0));
+  MixedResult one = RunMixed(*plan, std::vector<int32_t>(world, 0));
   EXPECT_EQ(one.routes.network_pairs, 0);
   EXPECT_TRUE(one.routes.network_members.empty());
   for (const std::string& c : one.engine_checks) EXPECT_EQ(c, "");
   std::vector<int32_t> apart(world);
   for (int32_t g = 0; g < world; ++g) apart[g] = g;
-  HybridResult all = RunHybrid(*plan, apart);
+  MixedResult all = RunMixed(*plan, apart);
   EXPECT_EQ(all.routes.pull_pairs, 0);
   EXPECT_EQ(static_cast<int32_t>(all.routes.network_members.size()), world);
   for (const std::string& c : all.engine_checks) EXPECT_EQ(c, "");
