@@ -145,7 +145,7 @@ float BlockScale(float amax, bool ue8m0) {
   return scale;
 }
 
-absl::StatusOr<std::vector<float>> TileAmaxHost(const DenseBox& in,
+absl::StatusOr<std::vector<float>> TileAmaxHost(const HostDenseBox& in,
                                                 const std::vector<int64_t>& tile) {
   const Box tiles = IntersectingTiles(in.box, tile);
   std::vector<float> amax(UncheckedNumElements(tiles), 0.0f);
@@ -174,7 +174,7 @@ absl::StatusOr<std::vector<float>> TileAmaxHost(const DenseBox& in,
   return amax;
 }
 
-void QuantizeHost(const DenseBox& in, const std::vector<int64_t>& tile,
+void QuantizeHost(const HostDenseBox& in, const std::vector<int64_t>& tile,
                   absl::Span<const float> amax, bool ue8m0, uint8_t* out,
                   float* scales) {
   const Box tiles = IntersectingTiles(in.box, tile);

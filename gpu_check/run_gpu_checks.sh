@@ -48,7 +48,7 @@ if python3 -c 'import torch' 2>/dev/null; then
     echo "== rl_loop_gpu.py skipped: no transformers in $(command -v python3)"
   fi
 fi
-echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 pull=$rc6 transform=$rc4 bench=$rc3" \
+echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 ipc=$rc6 transform=$rc4 bench=$rc3" \
      "python=$rc5 rl_loop=$rc7 symbols=$rc8"
 [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && [ $rc5 -eq 0 ] &&
   [ $rc6 -eq 0 ] && [ $rc7 -eq 0 ] && [ $rc8 -eq 0 ]

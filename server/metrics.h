@@ -52,7 +52,7 @@ class ServerMetrics {
   void RoundAborted(AbortReason reason, double seconds);
 
   // A member reported success: its bytes and seconds; `transport` is its
-  // registered data-plane transport ("nccl", "gloo", "pull"; "" for none).
+  // registered data-plane transport ("nccl", "gloo", "ipc"; "" for none).
   void MemberReported(const std::string& transport, int64_t bytes, double seconds);
 
   // A plan was built in `seconds`.

@@ -31,7 +31,7 @@ __device__ float RefitBlockScale(float amax, bool ue8m0) {
 }
 
 // One block per tile: (l, i, j) = (blockIdx.z, blockIdx.y, blockIdx.x).
-__global__ void RefitTileAmaxKernel(DeviceDenseBox b, int64_t tr0, int64_t tc0,
+__global__ void RefitTileAmaxKernel(DenseBox b, int64_t tr0, int64_t tc0,
                                     float* amax, long long* bad) {
   const int64_t l = blockIdx.z, ti = tr0 + blockIdx.y, tj = tc0 + blockIdx.x;
   const int64_t rb = max(ti * b.block, b.r0) - b.r0;
@@ -56,7 +56,7 @@ __global__ void RefitTileAmaxKernel(DeviceDenseBox b, int64_t tr0, int64_t tc0,
   }
 }
 
-__global__ void RefitQuantizeKernel(DeviceDenseBox b, int64_t tr0, int64_t tc0,
+__global__ void RefitQuantizeKernel(DenseBox b, int64_t tr0, int64_t tc0,
                                     const float* amax, bool ue8m0, unsigned char* out,
                                     float* scales, int64_t otr0, int64_t otc0,
                                     int64_t otr, int64_t otc) {
@@ -87,7 +87,7 @@ constexpr int kFusedThreads = 512;
 constexpr int kFusedPerThread = 32;  // 512 * 32 = one 128 x 128 tile
 
 __global__ void __launch_bounds__(kFusedThreads) RefitQuantizeFusedKernel(
-    DeviceDenseBox b, int64_t tr0, int64_t tc0, bool ue8m0, unsigned char* out, float* scales,
+    DenseBox b, int64_t tr0, int64_t tc0, bool ue8m0, unsigned char* out, float* scales,
     int64_t otr0, int64_t otc0, int64_t otr, int64_t otc, long long* bad) {
   const int64_t l = blockIdx.z, ti = tr0 + blockIdx.y, tj = tc0 + blockIdx.x;
   const int64_t rb = max(ti * b.block, b.r0) - b.r0;
@@ -146,7 +146,7 @@ constexpr int kVecRows = kVecThreads / 16;  // rows per pass
 constexpr int kVecPasses = 128 / kVecRows;
 
 __global__ void __launch_bounds__(kVecThreads) RefitQuantizeBf16x8Kernel(
-    DeviceDenseBox b, int64_t tr0, int64_t tc0, bool ue8m0, unsigned char* out, float* scales,
+    DenseBox b, int64_t tr0, int64_t tc0, bool ue8m0, unsigned char* out, float* scales,
     int64_t otr0, int64_t otc0, int64_t otr, int64_t otc, long long* bad) {
   const int64_t l = blockIdx.z, ti = tr0 + blockIdx.y, tj = tc0 + blockIdx.x;
   const int64_t rb = max(ti * 128, b.r0) - b.r0;
@@ -222,16 +222,16 @@ __global__ void RefitCastKernel(const char* in, int dtype, int64_t n, bool neg_e
   }
 }
 
-int64_t TileRows(const DeviceDenseBox& b) {
+int64_t TileRows(const DenseBox& b) {
   return b.R == 0 ? 0 : (b.r0 + b.R + b.block - 1) / b.block - b.r0 / b.block;
 }
-int64_t TileCols(const DeviceDenseBox& b) {
+int64_t TileCols(const DenseBox& b) {
   return b.C == 0 ? 0 : (b.c0 + b.C + b.block - 1) / b.block - b.c0 / b.block;
 }
 
 // (Host helpers; kept out of an anonymous namespace like the kernels.)
 // One thread block per tile of the box: (tile cols, tile rows, L).
-static dim3 GridOf(const DeviceDenseBox& b) {
+static dim3 GridOf(const DenseBox& b) {
   return dim3(static_cast<unsigned>(TileCols(b)), static_cast<unsigned>(TileRows(b)),
               static_cast<unsigned>(b.L));
 }
@@ -241,7 +241,7 @@ static dim3 GridOf(const DeviceDenseBox& b) {
 struct Owned {
   int64_t r0, c0, rows, cols;
 };
-static Owned OwnedOf(const DeviceDenseBox& b) {
+static Owned OwnedOf(const DenseBox& b) {
   const int64_t r0 = (b.r0 + b.block - 1) / b.block;
   const int64_t c0 = (b.c0 + b.block - 1) / b.block;
   const int64_t rows = (b.r0 + b.R + b.block - 1) / b.block - r0;
@@ -249,14 +249,14 @@ static Owned OwnedOf(const DeviceDenseBox& b) {
   return {r0, c0, rows > 0 ? rows : 0, cols > 0 ? cols : 0};
 }
 
-int LaunchTileAmax(const DeviceDenseBox& b, float* amax, long long* bad, void* stream) {
+int LaunchTileAmax(const DenseBox& b, float* amax, long long* bad, void* stream) {
   if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
   RefitTileAmaxKernel<<<GridOf(b), 256, 0, static_cast<cudaStream_t>(stream)>>>(
       b, b.r0 / b.block, b.c0 / b.block, amax, bad);
   return static_cast<int>(cudaGetLastError());
 }
 
-int LaunchQuantize(const DeviceDenseBox& b, const float* amax, bool ue8m0,
+int LaunchQuantize(const DenseBox& b, const float* amax, bool ue8m0,
                    unsigned char* out, float* scales, void* stream) {
   if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
   const Owned o = OwnedOf(b);
@@ -266,7 +266,7 @@ int LaunchQuantize(const DeviceDenseBox& b, const float* amax, bool ue8m0,
   return static_cast<int>(cudaGetLastError());
 }
 
-int LaunchQuantizeFused(const DeviceDenseBox& b, bool ue8m0, unsigned char* out,
+int LaunchQuantizeFused(const DenseBox& b, bool ue8m0, unsigned char* out,
                         float* scales, long long* bad, void* stream) {
   if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
   if (b.block * b.block > kFusedThreads * kFusedPerThread) {

@@ -17,7 +17,7 @@ inline constexpr int kConvertBF16 = 0;
 inline constexpr int kConvertF16 = 1;
 inline constexpr int kConvertF32 = 2;
 
-struct DeviceDenseBox {
+struct DenseBox {
   const char* data;  // device
   int dtype;         // kConvert*
   int64_t L, R, C;   // extents
@@ -26,25 +26,25 @@ struct DeviceDenseBox {
 };
 
 // The number of tiles of `b` along rows / columns (intersecting ones).
-int64_t TileRows(const DeviceDenseBox& b);
-int64_t TileCols(const DeviceDenseBox& b);
+int64_t TileRows(const DenseBox& b);
+int64_t TileCols(const DenseBox& b);
 
 // amax[(l * TileRows + i) * TileCols + j] = max |x| over the part of each
 // tile inside the box (f32); *bad (initialized by the caller to INT64_MAX)
 // becomes the smallest dense index of a non-finite element. Returns the
 // launch's cudaError_t as an int.
-int LaunchTileAmax(const DeviceDenseBox& b, float* amax, long long* bad, void* stream);
+int LaunchTileAmax(const DenseBox& b, float* amax, long long* bad, void* stream);
 
 // out[k] = e4m3(clamp(x * inv(tile), -448, 448)) for every element, with
 // the scales of BlockScale(amax[tile], ue8m0); scales of the tiles whose
 // first element lies in the box go to `scales` (row-major over those, may
 // be null).
-int LaunchQuantize(const DeviceDenseBox& b, const float* amax, bool ue8m0,
+int LaunchQuantize(const DenseBox& b, const float* amax, bool ue8m0,
                    unsigned char* out, float* scales, void* stream);
 
 // Both of the above in one pass, for a box none of whose tiles another rank
 // holds part of (block * block <= 16384): *bad as in LaunchTileAmax.
-int LaunchQuantizeFused(const DeviceDenseBox& b, bool ue8m0, unsigned char* out,
+int LaunchQuantizeFused(const DenseBox& b, bool ue8m0, unsigned char* out,
                         float* scales, long long* bad, void* stream);
 
 // out[i] = f32(x[i]) or -exp(f32(x[i])) (exp in double, rounded once).

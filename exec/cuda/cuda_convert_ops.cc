@@ -32,14 +32,14 @@ absl::StatusOr<int> DtypeCode(DType d) {
   }
 }
 
-absl::StatusOr<cuda::DeviceDenseBox> Dense(const char* data, DType dtype, const Box& box,
+absl::StatusOr<cuda::DenseBox> Dense(const char* data, DType dtype, const Box& box,
                                      const std::vector<int64_t>& tile) {
   const int n = box.rank();
   if (n < 2 || tile.size() != static_cast<size_t>(n) || tile[n - 1] != tile[n - 2]) {
     return absl::InvalidArgumentError("FP8 tiles must be square on the last two dims");
   }
   REFIT_ASSIGN_OR_RETURN(int code, DtypeCode(dtype));
-  cuda::DeviceDenseBox b{data, code, 1, box.shape(n - 2), box.shape(n - 1),
+  cuda::DenseBox b{data, code, 1, box.shape(n - 2), box.shape(n - 1),
                    box.origin(n - 2), box.origin(n - 1), tile[n - 1]};
   for (int d = 0; d + 2 < n; ++d) b.L *= box.shape(d);
   if (cuda::TileRows(b) > 65535 || b.L > 65535) {
@@ -98,7 +98,7 @@ class CudaConvertOps : public ConvertOps {
 
   absl::StatusOr<std::vector<float>> TileAmax(const char* dense, DType dtype, const Box& box,
                                               const std::vector<int64_t>& tile) override {
-    REFIT_ASSIGN_OR_RETURN(cuda::DeviceDenseBox b, Dense(dense, dtype, box, tile));
+    REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, Dense(dense, dtype, box, tile));
     const int64_t n = b.L * cuda::TileRows(b) * cuda::TileCols(b);
     REFIT_RETURN_IF_ERROR(Grow(&amax_, &amax_bytes_, n * 4));
     REFIT_RETURN_IF_ERROR(ResetBad());
@@ -116,7 +116,7 @@ class CudaConvertOps : public ConvertOps {
   absl::Status Quantize(const char* dense, DType dtype, const Box& box,
                         const std::vector<int64_t>& tile, const std::vector<float>& amax,
                         bool ue8m0, char* out, char* scales) override {
-    REFIT_ASSIGN_OR_RETURN(cuda::DeviceDenseBox b, Dense(dense, dtype, box, tile));
+    REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, Dense(dense, dtype, box, tile));
     const int64_t bytes = static_cast<int64_t>(amax.size()) * 4;
     REFIT_RETURN_IF_ERROR(Grow(&amax_, &amax_bytes_, bytes));
     REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s_), "conversion stream"));
@@ -134,7 +134,7 @@ class CudaConvertOps : public ConvertOps {
   absl::Status QuantizeWhole(const char* dense, DType dtype, const Box& box,
                              const std::vector<int64_t>& tile, bool ue8m0, char* out,
                              char* scales, absl::string_view what) override {
-    REFIT_ASSIGN_OR_RETURN(cuda::DeviceDenseBox b, AnnotateStatus(Dense(dense, dtype, box, tile), what));
+    REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, AnnotateStatus(Dense(dense, dtype, box, tile), what));
     if (pending_.size() == kSlots) REFIT_RETURN_IF_ERROR(Sync());
     if (slots_ == nullptr) {
       REFIT_RETURN_IF_ERROR(CudaStatus(
