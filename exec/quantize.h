@@ -57,7 +57,7 @@ float BlockScale(float amax, ScaleMode mode);
 
 // A contiguous row-major array of `shape` elements of `dtype` holding the
 // box `box` of a tensor (global coordinates).
-struct DenseBox {
+struct HostDenseBox {
   const char* data = nullptr;
   DType dtype = DType::kBF16;
   Box box;
@@ -66,14 +66,14 @@ struct DenseBox {
 // The amax of the part of every tile of IntersectingTiles(in.box, tile)
 // that lies in in.box, row-major over that tile box. INVALID_ARGUMENT
 // naming the global index of the first non-finite element.
-absl::StatusOr<std::vector<float>> TileAmaxHost(const DenseBox& in,
+absl::StatusOr<std::vector<float>> TileAmaxHost(const HostDenseBox& in,
                                                 const std::vector<int64_t>& tile);
 
 // Quantizes `in` into e4m3 `out` (row-major over in.box) with the scales of
 // `amax` (row-major over IntersectingTiles(in.box, tile)), and writes the
 // scales of OwnedTiles(in.box, tile) to `scales` (row-major; may be null
 // when there are none).
-void QuantizeHost(const DenseBox& in, const std::vector<int64_t>& tile,
+void QuantizeHost(const HostDenseBox& in, const std::vector<int64_t>& tile,
                   absl::Span<const float> amax, ScaleMode mode, uint8_t* out,
                   float* scales);
 

@@ -14,6 +14,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/constant_time.h"
 #include "common/member_secret.h"
 #include "common/status_macros.h"
 #include "proto/protocol_version.h"
@@ -88,7 +89,7 @@ std::string Coordinator::Describe(const std::string& member_id) const {
 absl::Status Coordinator::CheckSecret(const std::string& member_id,
                                       const std::string& secret) const {
   auto it = secrets_.find(member_id);
-  if (it == secrets_.end() || SecretsEqual(it->second, secret)) return absl::OkStatus();
+  if (it == secrets_.end() || ConstantTimeEquals(secret, it->second)) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat(
       "member ", Describe(member_id), " (", member_id, "): ",
       secret.empty() ? "the call carries no member secret"

@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/refit_service.pb.h"
+#include "server/coordinator_options.h"
 #include "server/kv_table.h"
 #include "server/membership.h"
 #include "server/metrics.h"
@@ -53,23 +54,7 @@ class RoundStream {
 
 class Coordinator {
  public:
-  struct Options {
-    PlanFunction plan_function;  // required
-    int min_engines = 1;         // complete engines needed for a plan
-    int max_buffers_per_member = 1 << 20;
-    int64_t max_metadata_bytes = 64 << 20;  // per registration
-    absl::Duration heartbeat_timeout = absl::Seconds(10);
-    absl::Duration round_timeout = absl::Minutes(30);
-    // A new plan is built once the membership was unchanged for plan_settle,
-    // or plan_settle_max after the first change not yet planned.
-    absl::Duration plan_settle = absl::Milliseconds(20);
-    absl::Duration plan_settle_max = absl::Milliseconds(500);
-    int64_t max_plan_cache_bytes = int64_t{2} << 30;  // see PlanCache
-    int rounds_kept = 64;  // round summaries in GetStatus
-    std::string kv_prefix = "refit";
-    KvTable::Quota kv_quota;  // key-value bytes per member and in total
-    absl::Duration tick = absl::Milliseconds(10);  // housekeeping period
-  };
+  using Options = CoordinatorOptions;  // coordinator_options.h
 
   // Names a wait for CancelWait; 0 names none. The answer callbacks
   // (PlanDone, KvDone: waits.h) are called exactly once, with the lock held.

@@ -101,7 +101,7 @@ struct Pair {
 
 Pair Start() {
   RefitServer::Options o;
-  o.plan_function = NameMatchingPlan;
+  o.coordinator.plan_function = NameMatchingPlan;
   Pair p;
   auto s = RefitServer::Start(std::move(o));
   EXPECT_TRUE(s.ok()) << s.status();
@@ -347,7 +347,7 @@ TEST(ObservabilityTest, ShutdownAbortsTheRoundInFlightAndTellsTheMembers) {
 
 TEST(ObservabilityTest, HealthSaysNotServingWhileShutdownDrains) {
   RefitServer::Options o;
-  o.plan_function = NameMatchingPlan;
+  o.coordinator.plan_function = NameMatchingPlan;
   o.drain = absl::Seconds(2);
   auto s = RefitServer::Start(std::move(o));
   ASSERT_TRUE(s.ok()) << s.status();

@@ -35,22 +35,6 @@ bool IsLoopbackAddress(const std::string& address) {
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
-Coordinator::Options CoordinatorOptions(const RefitServer::Options& o) {
-  Coordinator::Options c;
-  c.plan_function = o.plan_function;
-  c.min_engines = o.min_engines;
-  c.max_buffers_per_member = o.max_buffers_per_member;
-  c.max_metadata_bytes = o.max_metadata_bytes;
-  c.heartbeat_timeout = o.heartbeat_timeout;
-  c.round_timeout = o.round_timeout;
-  c.plan_settle = o.plan_settle;
-  c.plan_settle_max = o.plan_settle_max;
-  c.max_plan_cache_bytes = o.max_plan_cache_bytes;
-  c.rounds_kept = o.rounds_kept;
-  c.kv_prefix = o.kv_prefix;
-  return c;
-}
-
 // A unary call parked in the coordinator; a cancel ends the wait.
 class WaitReactor final : public grpc::ServerUnaryReactor {
  public:
@@ -199,7 +183,7 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
 };
 
 absl::Status RefitServer::Impl::Init() {
-  REFIT_ASSIGN_OR_RETURN(coordinator_, Coordinator::Create(CoordinatorOptions(options_)));
+  REFIT_ASSIGN_OR_RETURN(coordinator_, Coordinator::Create(options_.coordinator));
   if (options_.tls == nullptr && !IsLoopbackAddress(options_.address) &&
       !options_.allow_insecure_non_loopback) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -219,7 +203,7 @@ absl::Status RefitServer::Impl::Init() {
       grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, creds);
   builder.RegisterService(this);
   builder.SetMaxReceiveMessageSize(static_cast<int>(
-      std::min<int64_t>(options_.max_metadata_bytes + (1 << 20), INT32_MAX)));
+      std::min<int64_t>(options_.coordinator.max_metadata_bytes + (1 << 20), INT32_MAX)));
   builder.SetMaxSendMessageSize(INT32_MAX);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
