@@ -354,6 +354,9 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
   report.set_bytes(req.bytes());
   report.set_seconds(req.seconds());
   report.set_peak_staging_bytes(req.peak_staging_bytes());
+  // Figures that would corrupt the round's sum, status and metrics are
+  // refused; the round goes on (the member may report again).
+  REFIT_RETURN_IF_ERROR(rounds_.CheckReport(report));
   ServerLog().info(
       "member reported round={} member={} bytes={} seconds={:.6f} "
       "peak_staging_bytes={} transport={}",

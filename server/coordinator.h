@@ -146,7 +146,8 @@ class Coordinator {
   // idempotent retry). Fails with NOT_FOUND (member unknown),
   // PERMISSION_DENIED (not a trainer), FAILED_PRECONDITION (req.plan_epoch
   // is set and is not the membership's epoch, another round runs, or no
-  // valid plan), INVALID_ARGUMENT (version below the last),
+  // valid plan), INVALID_ARGUMENT naming `version` (below the last, or outside
+  // [1, kMaxRoundVersion = 2^53]),
   // UNAVAILABLE (the plan for a changed membership is pending, or a
   // participant has no round stream yet: retry).
   absl::StatusOr<v1::StartRoundResponse> StartRound(const v1::StartRoundRequest& req);
@@ -155,7 +156,10 @@ class Coordinator {
   // failure aborts it (its reason cut to kMaxReasonBytes). For a round that
   // is not running (or an earlier attempt, req.attempt, of the running
   // version): OK if it committed, ABORTED if it aborted,
-  // FAILED_PRECONDITION if unknown or when the member is not a participant.
+  // FAILED_PRECONDITION if unknown or when the member is not a participant;
+  // INVALID_ARGUMENT naming the field for a success whose figures are
+  // absurd (Rounds::CheckReport: negative bytes, seconds NaN, infinite or
+  // negative, a byte sum that would overflow), which the round ignores.
   absl::Status Report(const v1::ReportRequest& req);
 
   // Records a heartbeat; NOT_FOUND when the member is not registered.
