@@ -25,6 +25,15 @@ absl::StatusOr<std::unique_ptr<RefitClient>> RefitClient::Connect(Options option
   // default backoff grows to 2 minutes).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  // Pings, with or without calls and without limit: a refitd that stops
+  // answering them fails every wait within keepalive_interval +
+  // keepalive_timeout (refitd permits them: refit_server.cc).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(o.keepalive_interval)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(o.keepalive_timeout)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   if (o.use_tls) {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = o.root_ca_pem;

@@ -39,6 +39,13 @@ class RefitClient {
     // answer heartbeats for ...".
     absl::Duration refitd_timeout = absl::Seconds(10);
     absl::Duration connect_timeout = absl::Seconds(10);
+    // The connection's liveness: an HTTP/2 ping every keepalive_interval;
+    // one not answered within keepalive_timeout (a frozen, hung or
+    // partitioned refitd) closes the connection, and every call in flight
+    // on it (AwaitPlan, KvGet, the round stream, hence WaitForRound and
+    // AwaitOutcome) fails UNAVAILABLE then, not at its own deadline.
+    absl::Duration keepalive_interval = absl::Seconds(1);
+    absl::Duration keepalive_timeout = absl::Seconds(2);
   };
 
   // Returns a connected client. Fails with UNAVAILABLE (naming the target)

@@ -261,6 +261,12 @@ absl::Status RefitServer::Impl::Init() {
   builder.SetMaxReceiveMessageSize(static_cast<int>(
       std::min<int64_t>(options_.max_metadata_bytes + (1 << 20), INT32_MAX)));
   builder.SetMaxSendMessageSize(INT32_MAX);
+  // Members ping every second (RefitClient::Options::keepalive_interval) to
+  // learn within seconds that refitd froze: answer them, however often,
+  // instead of closing the connection for "too many pings".
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 200);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.address));
