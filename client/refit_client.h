@@ -27,6 +27,10 @@ class RefitClient {
   struct Options {
     std::string target;             // "host:port"
     std::string bearer_token;       // sent as "authorization: Bearer <token>"
+    // The job key refitd was given (--job_key_file), sent with Register:
+    // such a refitd admits only members that carry it, and a registration
+    // that does takes its member's place (this member's restarted process).
+    std::string job_key;
     bool use_tls = false;
     std::string root_ca_pem;        // CA that signed refitd's certificate
     std::string client_cert_pem;    // for mutual TLS
@@ -56,9 +60,13 @@ class RefitClient {
 
   // Registers this member (idempotent on retry), opens the round stream and
   // starts heartbeats; returns only once the stream delivered its first
-  // event, so no round started afterwards can be missed. Returns the member
-  // id; fails with the server's status
-  // (INVALID_ARGUMENT naming the field, UNAUTHENTICATED, UNAVAILABLE ...).
+  // event, so no round started afterwards can be missed. While refitd
+  // answers UNAVAILABLE (e.g. this member's previous process still holds
+  // its identity until refitd expires it) it retries, for up to the longer
+  // of rpc_timeout and connect_timeout. Returns the member id; fails with
+  // the server's status (INVALID_ARGUMENT naming the field,
+  // UNAUTHENTICATED, PERMISSION_DENIED when another live process holds
+  // this member's identity or the job key is wrong, UNAVAILABLE ...).
   absl::StatusOr<std::string> Register(const v1::Registration& registration);
 
   // Registers again, with what the last successful Register sent, once

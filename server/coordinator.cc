@@ -38,6 +38,7 @@ Coordinator::Coordinator(Options options)
       membership_(options_.min_engines),
       rounds_(options_.rounds_kept),
       kv_(options_.kv_quota),
+      credentials_(options_.job_key),
       plan_cache_(16, options_.max_plan_cache_bytes) {}
 
 Coordinator::~Coordinator() { Stop(); }
@@ -91,17 +92,12 @@ std::string Coordinator::Describe(const std::string& member_id) const {
 
 absl::Status Coordinator::CheckSecret(const std::string& member_id,
                                       const std::string& secret) const {
-  auto it = secrets_.find(member_id);
-  if (it == secrets_.end() || SecretsEqual(it->second, secret)) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat(
-      "member ", Describe(member_id), " (", member_id, "): ",
-      secret.empty() ? "the call carries no member secret"
-                     : "the call carries another member secret",
-      "; only the member itself may act for it"));
+  return credentials_.Check(member_id, Describe(member_id), secret);
 }
 
 absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registration& reg,
-                                                           std::string secret) {
+                                                           std::string secret,
+                                                           const std::string& job_key) {
   REFIT_RETURN_IF_ERROR(CheckProtocolVersion(reg));
   REFIT_RETURN_IF_ERROR(ValidateRegistration(reg, options_.max_buffers_per_member,
                                              options_.max_metadata_bytes));
@@ -112,19 +108,34 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registratio
   const v1::MemberIdentity& ident = reg.identity();
   v1::RegisterResponse resp;
   resp.set_member_id(MemberKey(ident));
-  absl::MutexLock l(&mu_);
-  // A live member (its round stream open) is re-registered only by the
-  // client holding its secret: nobody else can take its place (and abort
-  // its round). A member whose stream is gone (its process died) may be
-  // taken over by its restarted process, with a new secret.
-  if (secrets_.count(resp.member_id()) > 0 && streams_.count(resp.member_id()) > 0) {
-    REFIT_RETURN_IF_ERROR(CheckSecret(resp.member_id(), secret));
-  }
   if (secret.empty()) secret = NewMemberSecret();
+  absl::MutexLock l(&mu_);
+  // Only the process holding the member's secret registers it again while
+  // it is a member, stream open or not; with a job key, a registrant that
+  // presents it takes the member over (member_credentials.h).
+  std::string held_note;
+  if (const Member* m = membership_.Find(resp.member_id())) {
+    held_note = absl::StrCat(
+        "its last heartbeat came ",
+        absl::FormatDuration(absl::Trunc(absl::Now() - m->last_heartbeat, absl::Milliseconds(1))),
+        " ago; it expires after ", absl::FormatDuration(options_.heartbeat_timeout),
+        " without one");
+  }
+  REFIT_ASSIGN_OR_RETURN(
+      const MemberCredentials::Admission admission,
+      credentials_.CheckRegister(resp.member_id(), DescribeMember(ident), secret, job_key,
+                                 streams_.count(resp.member_id()) > 0, held_note));
   REFIT_ASSIGN_OR_RETURN(Membership::Admitted admitted,
                          membership_.Admit(reg, absl::Now()));
-  secrets_[resp.member_id()] = secret;
+  credentials_.Bind(resp.member_id(), secret);
   resp.set_member_secret(secret);
+  if (admission == MemberCredentials::Admission::kTakeOver) {
+    TakeOver(resp.member_id(), ident);
+    if (admitted == Membership::Admitted::kSame) {
+      membership_.BumpEpoch();  // every member reconnects to the new process
+      admitted = Membership::Admitted::kReplaced;
+    }
+  }
   if (admitted == Membership::Admitted::kSame) {
     resp.set_already_registered(true);
     return resp;
@@ -141,6 +152,21 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registratio
                    DescribeMember(ident));
   MembershipChanged();
   return resp;
+}
+
+void Coordinator::TakeOver(const std::string& id, const v1::MemberIdentity& ident) {
+  const std::string why = absl::StrCat(
+      "member ", DescribeMember(ident),
+      " was taken over by a newer registration with the job key (its restarted process)");
+  if (rounds_.IsParticipant(id)) EndRound(false, why, AbortReason::kReregistered);
+  ServerLog().warn("member taken over member={} host={}", id, ident.host_id());
+  // The old process learns at once that it is out.
+  auto s = streams_.find(id);
+  if (s != streams_.end()) {
+    RoundStream* stream = s->second;
+    streams_.erase(s);
+    stream->End(absl::PermissionDeniedError(why));
+  }
 }
 
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
@@ -181,7 +207,7 @@ void Coordinator::RemoveMember(const std::string& id, const std::string& why,
   departed_wait_mark_ = waits_.last_id();
   membership_.Remove(id);
   kv_.DropOwner(id);
-  secrets_.erase(id);
+  credentials_.Unbind(id);
   // The member's round stream ends with the reason, so a member that is
   // still alive (a long pause, a network partition) learns at once that it
   // is out instead of waiting for rounds it is no longer part of.
@@ -474,6 +500,11 @@ Coordinator::WaitId Coordinator::AwaitPlan(const v1::AwaitPlanRequest& req,
     done(absl::UnavailableError("refitd shutting down"));
     return 0;
   }
+  // A member's plan slice and bootstrap are for the member alone.
+  if (absl::Status s = CheckSecret(req.member_id(), req.member_secret()); !s.ok()) {
+    done(s);
+    return 0;
+  }
   Waiter w;
   w.member_id = req.member_id();
   w.min_epoch = req.min_epoch();
@@ -486,6 +517,16 @@ Coordinator::WaitId Coordinator::AwaitPlan(const v1::AwaitPlanRequest& req,
 Coordinator::WaitId Coordinator::KvGet(const v1::KvGetRequest& req, absl::Time deadline,
                                        KvDone done) {
   absl::MutexLock l(&mu_);
+  // Only members read the data-plane bootstrap (addresses, NCCL ids).
+  absl::Status member = membership_.Find(req.member_id()) == nullptr
+                            ? absl::PermissionDeniedError(absl::StrCat(
+                                  "key ", req.key(), ": member_id '", req.member_id(),
+                                  "' is not a registered member; only members read keys"))
+                            : CheckSecret(req.member_id(), req.member_secret());
+  if (!member.ok()) {
+    done(member);
+    return 0;
+  }
   Waiter w;
   w.key = req.key();
   w.kv_done = std::move(done);

@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "proto/refit_service.pb.h"
 #include "server/kv_table.h"
+#include "server/member_credentials.h"
 #include "server/membership.h"
 #include "server/metrics.h"
 #include "server/plan_assembly.h"
@@ -68,6 +69,9 @@ class Coordinator {
     int rounds_kept = 64;  // round summaries in GetStatus
     std::string kv_prefix = "refit";
     KvTable::Quota kv_quota;  // key-value bytes per member and in total
+    // The job key every registration must carry (empty: none); see
+    // member_credentials.h.
+    std::string job_key;
     absl::Duration tick = absl::Milliseconds(10);  // housekeeping period
   };
 
@@ -98,19 +102,28 @@ class Coordinator {
   void Stop();
 
   // Admits a member and binds it to `secret` (empty: a new random one),
-  // returned in the response. Every later call acting for the member
-  // (StartRound, Watch, Report, Heartbeat, Leave, KvSet) must carry it, or
-  // fails with PERMISSION_DENIED naming the member. Fails with
-  // FAILED_PRECONDITION on another protocol version, INVALID_ARGUMENT on a
-  // bad registration or one inconsistent with the members there (or a
-  // secret over kMaxMemberSecretBytes), PERMISSION_DENIED when the member is
-  // registered with another secret and its round stream is open (a member
-  // without one, e.g. whose process died, is taken over). A member re-registering with other
-  // metadata aborts a round it takes part in.
+  // returned in the response, until it leaves or expires
+  // (member_credentials.h). Every later call acting for the member or
+  // reading its data (AwaitPlan, StartRound, Watch, Report, Heartbeat,
+  // Leave, KvSet, KvGet) must carry it, or fails with PERMISSION_DENIED
+  // naming the member. Fails with FAILED_PRECONDITION on another protocol
+  // version, INVALID_ARGUMENT on a bad registration or one inconsistent
+  // with the members there (or a secret over kMaxMemberSecretBytes),
+  // PERMISSION_DENIED when options.job_key is set and `job_key` is not it,
+  // when `secret` was retired for this member, or when the member is
+  // registered with another secret and refitd has no job key (UNAVAILABLE
+  // instead while that member has no round stream: it may expire). With the job
+  // key, a registration with another secret takes the member over (its
+  // restarted process): the old secret is retired, the old round stream
+  // ends PERMISSION_DENIED and every member re-prepares (new epoch). A
+  // member re-registering with other metadata, or taken over, aborts a
+  // round it takes part in.
   absl::StatusOr<v1::RegisterResponse> Register(const v1::Registration& reg,
-                                                std::string secret = "");
+                                                std::string secret = "",
+                                                const std::string& job_key = "");
 
-  // Answers with the member's plan once a plan of at least min_epoch is
+  // Answers with the member's plan (PERMISSION_DENIED when req's
+  // member_secret is not the member's) once a plan of at least min_epoch is
   // current for the membership now: `done` gets the plan, the plan error
   // (the plan function's code), NOT_FOUND when the member is not (or no
   // longer) registered, DEADLINE_EXCEEDED at `deadline`, UNAVAILABLE when
@@ -125,7 +138,9 @@ class Coordinator {
   WaitId AwaitPlan(const v1::AwaitPlanRequest& req, absl::Time deadline,
                    PlanDone done);
 
-  // Answers with the value of a key: at once when set; NOT_FOUND when not set
+  // Answers with the value of a key to a registered member (PERMISSION_DENIED
+  // when req's member_id is not one, or its member_secret is not the
+  // member's): at once when set; NOT_FOUND when not set
   // and `req.wait()` is false (or stopping); else when it is set, or
   // DEADLINE_EXCEEDED at `deadline`, CANCELLED by CancelWait. Returns the id
   // of the wait, or 0 when `done` was already called.
@@ -206,6 +221,10 @@ class Coordinator {
   // abort in the metrics.
   void EndRound(bool committed, const std::string& reason, AbortReason abort_reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends member `id`'s part as its old process: aborts a round it takes
+  // part in and ends its round stream with PERMISSION_DENIED.
+  void TakeOver(const std::string& id, const v1::MemberIdentity& ident)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveMember(const std::string& id, const std::string& why,
                     AbortReason round_abort) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Returns the metrics label of a v1::Transport ("nccl"; "" unspecified).
@@ -235,7 +254,7 @@ class Coordinator {
   std::map<std::string, RoundStream*> streams_ ABSL_GUARDED_BY(mu_);
   Waits waits_ ABSL_GUARDED_BY(mu_);
   KvTable kv_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::string> secrets_ ABSL_GUARDED_BY(mu_);  // by member id
+  MemberCredentials credentials_ ABSL_GUARDED_BY(mu_);
 
   // The plan and its schedule. plan_dirty_: the membership changed since the
   // current plan; planning_: a PlanInput is queued in plan_job_ or being

@@ -49,6 +49,7 @@ Coordinator::Options CoordinatorOptions(const RefitServer::Options& o) {
   c.max_plan_cache_bytes = o.max_plan_cache_bytes;
   c.rounds_kept = o.rounds_kept;
   c.kv_prefix = o.kv_prefix;
+  c.job_key = o.job_key;
   return c;
 }
 
@@ -85,7 +86,8 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
                                      const v1::RegisterRequest* req,
                                      v1::RegisterResponse* resp) override {
     if (auto* r = RefuseNonText(ctx, *req)) return r;
-    return Reply(ctx, coordinator_->Register(req->registration(), req->member_secret()), resp);
+    return Reply(ctx, coordinator_->Register(req->registration(), req->member_secret(),
+                                                 req->job_key()), resp);
   }
   grpc::ServerUnaryReactor* AwaitPlan(grpc::CallbackServerContext* ctx,
                                       const v1::AwaitPlanRequest* req,

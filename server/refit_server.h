@@ -25,6 +25,8 @@ class RefitServer {
     bool allow_insecure_non_loopback = false;
     std::unique_ptr<TlsOptions> tls;   // null: insecure listener
     std::string bearer_token;          // when set, checked on every call
+    // When set, every registration must carry it (Coordinator::Register).
+    std::string job_key;
     PlanFunction plan_function;        // required
     int min_engines = 1;               // complete engines needed for a plan
     int max_buffers_per_member = 1 << 20;
