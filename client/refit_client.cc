@@ -275,6 +275,16 @@ void RefitClient::HeartbeatLoop() {
       }
       break;
     }
+    if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      // Another process took this member over (with the job key): this
+      // one can no longer act for it.
+      if (!stream_broken_) {
+        stream_broken_ = true;
+        stream_error_ = absl::StrCat("refitd refused this member's secret: ",
+                                     st.error_message());
+      }
+      break;
+    }
   }
 }
 

@@ -129,13 +129,9 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registratio
                          membership_.Admit(reg, absl::Now()));
   credentials_.Bind(resp.member_id(), secret);
   resp.set_member_secret(secret);
-  if (admission == MemberCredentials::Admission::kTakeOver) {
-    TakeOver(resp.member_id(), ident);
-    if (admitted == Membership::Admitted::kSame) {
-      membership_.BumpEpoch();  // every member reconnects to the new process
-      admitted = Membership::Admitted::kReplaced;
-    }
-  }
+  // The same registration from the new process is the same membership: the
+  // plan stands, and the data planes reconnect after the round it aborts.
+  if (admission == MemberCredentials::Admission::kTakeOver) TakeOver(resp.member_id(), ident);
   if (admitted == Membership::Admitted::kSame) {
     resp.set_already_registered(true);
     return resp;

@@ -114,10 +114,9 @@ class Coordinator {
   // registered with another secret and refitd has no job key (UNAVAILABLE
   // instead while that member has no round stream: it may expire). With the job
   // key, a registration with another secret takes the member over (its
-  // restarted process): the old secret is retired, the old round stream
-  // ends PERMISSION_DENIED and every member re-prepares (new epoch). A
-  // member re-registering with other metadata, or taken over, aborts a
-  // round it takes part in.
+  // restarted process): the old secret is retired and the old round stream
+  // ends PERMISSION_DENIED. A member re-registering with other metadata, or
+  // taken over, aborts a round it takes part in.
   absl::StatusOr<v1::RegisterResponse> Register(const v1::Registration& reg,
                                                 std::string secret = "",
                                                 const std::string& job_key = "");

@@ -72,10 +72,6 @@ class Membership {
   // Returns the members by id.
   const std::map<std::string, Member>& members() const { return members_; }
 
-  // Counts a change that Admit did not see (a member taken over by a new
-  // process with the same registration): +1 to the epoch.
-  void BumpEpoch() { ++epoch_; }
-
   // Returns the membership epoch: 0 at first, +1 on every change.
   int64_t epoch() const { return epoch_; }
 
