@@ -61,7 +61,8 @@ typedef struct refit_member refit_member;
  *    "verify": false (per-segment checksums on both sides),
  *    "transport": "nccl" | "pull" (GPU buffers; "pull": the colocated pull
  *      path between the processes of one host, for members that share GPUs;
- *      "ipc" is accepted for it too; every member of a job uses the same), "heartbeat_ms": 1000, "rpc_timeout_s": 10}
+ *      "ipc" is accepted for it too; every member of a job uses the same), "heartbeat_ms": 1000, "rpc_timeout_s": 10,
+ *    "job_key": the job key refitd was given (--job_key_file), if any}
  * Buffer i is names[i], sizes[i] bytes at ptrs[i] (host or device memory as
  * "device" says); the memory must stay valid until refit_member_close.
  * Unknown JSON keys are INVALID_ARGUMENT (a misspelt option is not

@@ -25,6 +25,15 @@ absl::StatusOr<std::unique_ptr<RefitClient>> RefitClient::Connect(Options option
   // default backoff grows to 2 minutes).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  // Pings, with or without calls and without limit: a refitd that stops
+  // answering them fails every wait within keepalive_interval +
+  // keepalive_timeout (refitd permits them: refit_server.cc).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(o.keepalive_interval)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(o.keepalive_timeout)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   if (o.use_tls) {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = o.root_ca_pem;
@@ -72,7 +81,20 @@ std::unique_ptr<grpc::ClientContext> RefitClient::MakeContext(absl::Time deadlin
 absl::StatusOr<std::string> RefitClient::Register(const v1::Registration& registration) {
   v1::Registration sent = registration;
   if (sent.protocol_version() == 0) sent.set_protocol_version(kProtocolVersion);
-  return RegisterOnce(sent, absl::Now() + options_.rpc_timeout);
+  // refitd answers UNAVAILABLE while this member's identity is still held
+  // by its previous process (one that died, until refitd expires it):
+  // retry for up to the longer of rpc_timeout and connect_timeout.
+  const absl::Time until =
+      absl::Now() + std::max(options_.rpc_timeout, options_.connect_timeout);
+  for (;;) {
+    absl::StatusOr<std::string> id =
+        RegisterOnce(sent, std::min(until, absl::Now() + options_.rpc_timeout));
+    if (id.ok() || !absl::IsUnavailable(id.status()) || !member_id_.empty() ||
+        absl::Now() + absl::Milliseconds(200) >= until) {
+      return id;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
 }
 
 void RefitClient::ResetSession() {
@@ -126,6 +148,7 @@ absl::StatusOr<std::string> RefitClient::RegisterOnce(const v1::Registration& re
   v1::RegisterRequest req;
   *req.mutable_registration() = reg;
   req.set_member_secret(member_secret_);
+  req.set_job_key(options_.job_key);
   v1::RegisterResponse resp;
   auto ctx = MakeContext(deadline);
   REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->Register(ctx.get(), req, &resp)));
@@ -252,12 +275,23 @@ void RefitClient::HeartbeatLoop() {
       }
       break;
     }
+    if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      // Another process took this member over (with the job key): this
+      // one can no longer act for it.
+      if (!stream_broken_) {
+        stream_broken_ = true;
+        stream_error_ = absl::StrCat("refitd refused this member's secret: ",
+                                     st.error_message());
+      }
+      break;
+    }
   }
 }
 
 absl::StatusOr<v1::AwaitPlanResponse> RefitClient::AwaitPlan(absl::Time deadline) {
   v1::AwaitPlanRequest req;
   req.set_member_id(member_id_);
+  req.set_member_secret(member_secret_);
   {
     absl::MutexLock l(&mu_);
     req.set_min_epoch(latest_epoch_);
@@ -441,6 +475,8 @@ absl::StatusOr<std::string> RefitClient::KvGet(const std::string& key,
   v1::KvGetRequest req;
   req.set_key(key);
   req.set_wait(true);
+  req.set_member_id(member_id_);
+  req.set_member_secret(member_secret_);
   v1::KvGetResponse resp;
   auto ctx = MakeContext(deadline);
   grpc::Status st = stub_->KvGet(ctx.get(), req, &resp);

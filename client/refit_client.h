@@ -27,6 +27,10 @@ class RefitClient {
   struct Options {
     std::string target;             // "host:port"
     std::string bearer_token;       // sent as "authorization: Bearer <token>"
+    // The job key refitd was given (--job_key_file), sent with Register:
+    // such a refitd admits only members that carry it, and a registration
+    // that does takes its member's place (this member's restarted process).
+    std::string job_key;
     bool use_tls = false;
     std::string root_ca_pem;        // CA that signed refitd's certificate
     std::string client_cert_pem;    // for mutual TLS
@@ -39,6 +43,13 @@ class RefitClient {
     // answer heartbeats for ...".
     absl::Duration refitd_timeout = absl::Seconds(10);
     absl::Duration connect_timeout = absl::Seconds(10);
+    // The connection's liveness: an HTTP/2 ping every keepalive_interval;
+    // one not answered within keepalive_timeout (a frozen, hung or
+    // partitioned refitd) closes the connection, and every call in flight
+    // on it (AwaitPlan, KvGet, the round stream, hence WaitForRound and
+    // AwaitOutcome) fails UNAVAILABLE then, not at its own deadline.
+    absl::Duration keepalive_interval = absl::Seconds(1);
+    absl::Duration keepalive_timeout = absl::Seconds(2);
   };
 
   // Returns a connected client. Fails with UNAVAILABLE (naming the target)
@@ -49,9 +60,13 @@ class RefitClient {
 
   // Registers this member (idempotent on retry), opens the round stream and
   // starts heartbeats; returns only once the stream delivered its first
-  // event, so no round started afterwards can be missed. Returns the member
-  // id; fails with the server's status
-  // (INVALID_ARGUMENT naming the field, UNAUTHENTICATED, UNAVAILABLE ...).
+  // event, so no round started afterwards can be missed. While refitd
+  // answers UNAVAILABLE (e.g. this member's previous process still holds
+  // its identity until refitd expires it) it retries, for up to the longer
+  // of rpc_timeout and connect_timeout. Returns the member id; fails with
+  // the server's status (INVALID_ARGUMENT naming the field,
+  // UNAUTHENTICATED, PERMISSION_DENIED when another live process holds
+  // this member's identity or the job key is wrong, UNAVAILABLE ...).
   absl::StatusOr<std::string> Register(const v1::Registration& registration);
 
   // Registers again, with what the last successful Register sent, once

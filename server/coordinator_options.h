@@ -32,6 +32,9 @@ struct CoordinatorOptions {
   int rounds_kept = 64;  // round summaries in GetStatus
   std::string kv_prefix = "refit";
   KvTable::Quota kv_quota;  // key-value bytes per member and in total
+  // The job key every registration must carry (empty: none); see
+  // member_credentials.h.
+  std::string job_key;
   absl::Duration tick = absl::Milliseconds(10);  // housekeeping period
 };
 

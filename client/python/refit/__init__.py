@@ -322,6 +322,11 @@ class Member:
     IPC between the processes of one host, for a trainer and an engine that
     share GPUs (NCCL refuses two ranks on one GPU). Every member of a job
     uses the same one; refitd refuses a mix.
+
+    ``job_key``: the job key refitd was started with (``--job_key_file``).
+    Such a refitd admits only members that carry it, and a member that does
+    takes back its place at once after its process restarts
+    (docs/reliability.md, "Member identity").
     """
 
     def __init__(self, *, server: str, side: str, rank: int, model: str,
@@ -334,6 +339,7 @@ class Member:
                  client_cert_pem: Optional[str] = None,
                  client_key_pem: Optional[str] = None,
                  transport: Optional[str] = None,
+                 job_key: Optional[str] = None,
                  library: Optional[ctypes.CDLL] = None):
         self._lib = library or load_library(gpu=device.startswith("cuda"))
         self._handle = ctypes.c_void_p()
@@ -356,7 +362,8 @@ class Member:
                         verify=verify, heartbeat_ms=heartbeat_ms, tls=tls,
                         root_ca_pem=root_ca_pem,
                         client_cert_pem=client_cert_pem,
-                        client_key_pem=client_key_pem, transport=transport)
+                        client_key_pem=client_key_pem, transport=transport,
+                        job_key=job_key)
         _check(self._lib, self._lib.refit_member_join(
             opts, n, c_names, c_ptrs, sizes, float(timeout),
             ctypes.byref(self._handle)))
