@@ -71,13 +71,21 @@ class Member {
       MemberOptions options, std::map<std::string, BufferRef> buffers,
       DataPlaneOptions data_plane, absl::Time deadline);
 
+  // Leaves the membership (bounded: at most a few seconds, and at once
+  // when refitd is gone), so that refitd plans without this member and a
+  // new process may take its place; then stops the member's threads.
+  ~Member();
+
   // Registers again, with the same buffers, after refitd restarted or
   // expired this member: WaitForRound or RunRound returned UNAVAILABLE
   // (see RefitClient::Rejoin). Call Prepare next: it waits for the plan of
   // the membership once every member is back.
   absl::Status Rejoin(absl::Time deadline);
 
-  // Awaits this member's plan (see DataPlaneMember::Prepare).
+  // Awaits this member's plan (see DataPlaneMember::Prepare). When the
+  // plan fails and refitd holds a member that has stopped heart-beating
+  // (a process of an earlier run that ended without leaving), the error
+  // names it and says what to do.
   absl::Status Prepare(absl::Time deadline);
   // True when refitd has a newer plan: call Prepare before the next round.
   bool PlanChanged() { return data_plane_->PlanChanged(); }
