@@ -319,7 +319,10 @@ class Member:
         return _ffi.take_string(self._lib, out)
 
     def leave(self, timeout: float = 10.0) -> None:
-        """Leaves the membership (an engine replica going away)."""
+        """Leaves the membership (an engine replica going away between
+        rounds); close() leaves too. Logs no warning; calls that wait for
+        rounds fail with UnavailableError afterwards (rejoin() to come
+        back)."""
         _ffi.check(self._lib, self._lib.refit_member_leave(self._h(), float(timeout)))
 
     def close(self) -> None:
