@@ -51,14 +51,17 @@ std::string Who(const MemberOptions& o) {
   return MemberName(o.side == Side::kTrainer, o.engine_id, o.rank);
 }
 
-// `error` with the members refitd holds that sent no heartbeat for a while
-// (at least 3 s and 3 of this member's heartbeat intervals): the likely
-// cause of a plan error that names a member of an earlier run.
+// `error` (refitd refusing a registration or a plan) with the members
+// refitd holds that sent no heartbeat for a while (at least 3 s and 3 of
+// this member's heartbeat intervals): the likely cause of an error that
+// names a member of an earlier run. Other errors are returned as they are.
 absl::Status WithStaleMembers(absl::Status error, RefitClient& client,
                               const MemberOptions& o) {
-  if (error.ok()) return error;
-  absl::StatusOr<v1::StatusResponse> status =
-      client.GetStatus(absl::Now() + absl::Seconds(2));
+  if (!absl::IsInvalidArgument(error) && !absl::IsFailedPrecondition(error)) {
+    return error;
+  }
+  absl::StatusOr<v1::StatusResponse> status = client.GetStatus(
+      absl::Now() + std::min(absl::Seconds(2), o.connection.rpc_timeout));
   if (!status.ok()) return error;
   const double quiet = std::max(3.0, 3 * absl::ToDoubleSeconds(o.connection.heartbeat_interval));
   std::string stale;
@@ -77,7 +80,7 @@ absl::Status WithStaleMembers(absl::Status error, RefitClient& client,
       error.code(),
       absl::StrCat(error.message(), "; refitd still holds ", stale,
                    ": a process of an earlier run that ended without close()? refitd "
-                   "drops it after its --heartbeat_timeout_ms; prepare again then, or "
+                   "drops it after its --heartbeat_timeout_ms (try again then), or "
                    "restart refitd"));
 }
 
@@ -174,8 +177,12 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Join(
       std::max(absl::ZeroDuration(), deadline - absl::Now());
   REFIT_ASSIGN_OR_RETURN(m->client_,
                          AnnotateStatus(RefitClient::Connect(co), who));
-  REFIT_ASSIGN_OR_RETURN(m->member_id_,
-                         AnnotateStatus(m->client_->Register(reg), who));
+  absl::StatusOr<std::string> registered = m->client_->Register(reg);
+  if (!registered.ok()) {
+    return AnnotateStatus(
+        WithStaleMembers(registered.status(), *m->client_, m->options_), who);
+  }
+  m->member_id_ = *std::move(registered);
   std::map<std::string, char*> ptrs;
   for (const auto& [name, ref] : m->buffers_) ptrs[name] = ref.data;
   REFIT_ASSIGN_OR_RETURN(

@@ -66,7 +66,8 @@ class Member {
   // listing every problem, each naming the rank and the parameter: unknown,
   // missing, wrong byte size, null address) before it contacts refitd; then
   // connects (UNAVAILABLE naming the target by `deadline`) and registers
-  // (refitd's status: INVALID_ARGUMENT, UNAUTHENTICATED, ...).
+  // (refitd's status: INVALID_ARGUMENT, UNAUTHENTICATED, ...; naming the
+  // members that stopped heart-beating when refitd refuses it, as Prepare).
   static absl::StatusOr<std::unique_ptr<Member>> Join(
       MemberOptions options, std::map<std::string, BufferRef> buffers,
       DataPlaneOptions data_plane, absl::Time deadline);

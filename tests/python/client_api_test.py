@@ -43,6 +43,12 @@ def host_buffers(side, model, convention):
     return {b.name: bytearray(b.nbytes) for b in want}
 
 
+def host_buffers_of_rank(rank, convention, model="tiny-qwen3"):
+    want = refit.expected_buffers(side="trainer", rank=rank, model=model,
+                                  convention=convention)
+    return {b.name: bytearray(b.nbytes) for b in want}
+
+
 class FakeArray:
     """The parts of a numpy array refit reads (numpy is not installed here):
     dtype name and width, shape, flags, address, bytes."""
@@ -234,6 +240,23 @@ class ClientApiTest(unittest.TestCase):
         self.assertIn("refitd still holds engine e0 rank 0", out.stdout)
         self.assertIn("earlier run", out.stdout)
         print(out.stdout.strip())
+
+    def test_a_stale_member_refusing_a_registration_is_named(self):
+        # The earlier run had one trainer rank; this one has two.
+        d = refitd_process.Refitd(REFITD, "--heartbeat_timeout_ms=60000")
+        try:
+            out = run_python(PROGRAM, d.address, "tiny-qwen3", "e0", 0, "die")
+            self.assertEqual(out.returncode, 0, out)
+            time.sleep(3.5)
+            with self.assertRaises(refit.InvalidArgumentError) as cm:
+                refit.Member(server=d.address, side="trainer", rank=1, model="tiny-qwen3",
+                             convention="megatron:tp=2",
+                             buffers=host_buffers_of_rank(1, "megatron:tp=2"), timeout=10)
+        finally:
+            d.stop()
+        self.assertIn("world_size", cm.exception.message)
+        self.assertIn("refitd still holds", cm.exception.message)
+        self.assertIn("trainer rank 0 (host", cm.exception.message)
 
     def test_malformed_addresses_fail_at_once(self):
         bufs = host_buffers("trainer", "tiny-qwen3", TRAINER)
