@@ -199,7 +199,7 @@ absl::Status Member::Rejoin(absl::Time deadline) {
 }
 
 Member::~Member() {
-  if (client_ != nullptr) {
+  if (client_ != nullptr && !member_id_.empty()) {  // registered
     const absl::Status left = client_->Leave(
         absl::Now() + std::min(absl::Seconds(2), options_.connection.rpc_timeout));
     if (!left.ok()) {

@@ -206,6 +206,7 @@ void RefitClient::ResetSession() {
   member_id_.clear();
   stopping_ = false;
   leaving_ = false;
+  left_ = false;
   stream_broken_ = false;
   stream_ready_ = false;
   stream_error_.clear();
@@ -534,7 +535,10 @@ absl::StatusOr<RefitClient::EngineState> RefitClient::GetEngineState(
 }
 
 absl::Status RefitClient::Leave(absl::Time deadline) {
-  if (member_id_.empty()) return absl::OkStatus();  // never registered, or left
+  {
+    absl::MutexLock l(&mu_);
+    if (left_) return absl::OkStatus();
+  }
   v1::LeaveRequest req;
   req.set_member_id(member_id_);
   req.set_member_secret(member_secret_);
@@ -554,8 +558,8 @@ absl::Status RefitClient::Leave(absl::Time deadline) {
   StopThreads();
   ClientLog().info("left member={} refitd={}", member_id_, options_.target);
   absl::MutexLock l(&mu_);
-  member_id_.clear();
   leaving_ = false;
+  left_ = true;
   return absl::OkStatus();
 }
 

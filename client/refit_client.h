@@ -164,7 +164,7 @@ class RefitClient {
 
   // Leaves the membership (an engine replica going away between rounds, a
   // program closing its member) and stops the background threads; logs no
-  // warning. OK also when this client never registered or left already.
+  // warning. OK at once when it left already (until Rejoin).
   absl::Status Leave(absl::Time deadline);
 
   absl::StatusOr<v1::StatusResponse> GetStatus(absl::Time deadline);
@@ -213,6 +213,7 @@ class RefitClient {
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool leaving_ ABSL_GUARDED_BY(mu_) = false;  // Leave in progress: the end is expected
+  bool left_ ABSL_GUARDED_BY(mu_) = false;     // Leave succeeded (until Rejoin)
   bool stream_broken_ ABSL_GUARDED_BY(mu_) = false;
   bool stream_ready_ ABSL_GUARDED_BY(mu_) = false;
   std::string stream_error_ ABSL_GUARDED_BY(mu_);
