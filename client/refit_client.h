@@ -25,8 +25,10 @@ namespace refit {
 class RefitClient {
  public:
   struct Options {
-    std::string target;             // "host:port"
-    std::string bearer_token;       // sent as "authorization: Bearer <token>"
+    std::string target;             // "host:port" (or a gRPC "dns:", "unix:" target)
+    // Sent as "authorization: Bearer <token>"; surrounding whitespace (a
+    // token file's newline) is stripped, as refitd strips its own.
+    std::string bearer_token;
     // The job key refitd was given (--job_key_file), sent with Register:
     // such a refitd admits only members that carry it, and a registration
     // that does takes its member's place (this member's restarted process).
@@ -52,9 +54,18 @@ class RefitClient {
     absl::Duration keepalive_timeout = absl::Seconds(2);
   };
 
-  // Returns a connected client. Fails with UNAVAILABLE (naming the target)
-  // when the channel is not ready within connect_timeout.
+  // Returns a connected client. Fails at once with INVALID_ARGUMENT naming
+  // the target when it is not "host:port" (no port, a URL such as
+  // "http://host:port") or when the token holds a byte a gRPC header
+  // cannot carry (the token itself is never put in a message); with
+  // UNAVAILABLE naming the target and why ("connection refused", ...) when
+  // the channel is not ready within connect_timeout.
   static absl::StatusOr<std::unique_ptr<RefitClient>> Connect(Options options);
+
+  // The checks Connect makes on `options`, and the token it sends
+  // (`*token`: the bearer token without surrounding whitespace).
+  // INVALID_ARGUMENT as Connect.
+  static absl::Status CheckOptions(const Options& options, std::string* token);
 
   ~RefitClient();  // stops the background threads (bounded)
 
@@ -166,7 +177,9 @@ class RefitClient {
   absl::StatusOr<EngineState> GetEngineState(const std::string& engine_id,
                                              absl::Time deadline);
 
-  // Leaves the membership (an engine replica going away between rounds).
+  // Leaves the membership (an engine replica going away between rounds, a
+  // program closing its member) and stops the background threads; logs no
+  // warning. OK at once when it left already (until Rejoin).
   absl::Status Leave(absl::Time deadline);
 
   absl::StatusOr<v1::StatusResponse> GetStatus(absl::Time deadline);
@@ -195,6 +208,13 @@ class RefitClient {
   void ResetSession();
   absl::StatusOr<std::string> RegisterOnce(const v1::Registration& reg,
                                            absl::Time deadline);
+  // A call's status as absl::Status, saying what refitd's side of it means:
+  // CANCELLED (refitd closed the call: it is shutting down) becomes
+  // UNAVAILABLE naming the target, as does a refused connection.
+  absl::Status FromRpc(const grpc::Status& status) const;
+  // Why the channel is not connected, as ": connection refused (...)" or
+  // ": <gRPC's last error>"; "" when it does not say.
+  std::string WhyNotConnected();
 
   Options options_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -207,6 +227,8 @@ class RefitClient {
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;  // Leave in progress: the end is expected
+  bool left_ ABSL_GUARDED_BY(mu_) = false;     // Leave succeeded (until Rejoin)
   bool stream_broken_ ABSL_GUARDED_BY(mu_) = false;
   bool stream_ready_ ABSL_GUARDED_BY(mu_) = false;
   std::string stream_error_ ABSL_GUARDED_BY(mu_);

@@ -27,7 +27,10 @@ absl::StatusOr<bool> Rounds::CheckStart(int64_t version) const {
   }
   if (version <= 0 || version < last_version_) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "version: ", version, " is not above the last version ", last_version_));
+        "version: ", version, " is not above the last version ", last_version_,
+        " (this refitd's versions rise across runs and jobs until it restarts: "
+        "start at ", last_version_ + 1, " or above; `refit status` lists the last "
+        "rounds)"));
   }
   return false;
 }
