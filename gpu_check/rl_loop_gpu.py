@@ -160,7 +160,14 @@ def join_engine(server, cfg_path, convention, device, transport, tensors):
     bytes_fp8 = any(t.dtype == torch.uint8 for t in tensors.values())
     eng, path = None, "refit.Member (FP8 as bytes)"
     if not bytes_fp8:
+        import refit.engine_layouts
         import refit.vllm
+        # The engine here is a table of tensors read by fused_qwen3's
+        # forward, not vLLM's layers, so there is nothing for the detector
+        # to inspect (engine_layouts_test covers it on vLLM-shaped layers):
+        # it reports the layout this forward reads; the refresh is refit's.
+        refit.vllm.layout_hooks = (lambda _model, k=kernel_of(convention): k,
+                                   refit.engine_layouts.refresh_vllm_derived)
         try:
             eng = refit.vllm.RefitWeightTransferEngine(
                 None, types.SimpleNamespace(parallel_config=types.SimpleNamespace(rank=0)),
