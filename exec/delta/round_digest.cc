@@ -19,10 +19,10 @@ int DigestElementBytes(int64_t dtype_bytes) {
              : 1;
 }
 
-// Calls fn(segment's engine tensor, element bytes, tasks stream -> engine
-// buffer) for every segment of `m`.
+// Calls fn(segment, its engine record, tensor, element bytes, stream
+// offset) for every segment of `m`.
 template <typename Fn>
-absl::Status ForEachSegmentTasks(const Plan& plan, const Message& m, Fn fn) {
+absl::Status ForEachSegment(const Plan& plan, const Message& m, Fn fn) {
   int64_t stream = 0;
   for (int32_t i = 0; i < m.num_segments; ++i) {
     const int32_t si = m.first_segment + i;
@@ -36,38 +36,45 @@ absl::Status ForEachSegmentTasks(const Plan& plan, const Message& m, Fn fn) {
     }
     const Record& r = plan.dst.records[seg.dst_record];
     const TensorSpec& t = plan.dst.tensors[r.tensor];
-    const int64_t es = DTypeSize(t.dtype);
-    std::vector<CopyTask> tasks;
-    absl::Status s = AppendRecordTasks(r, es, seg.box, stream, /*to_stream=*/false, &tasks);
-    if (!s.ok()) return AnnotateStatus(s, absl::StrCat("tensor ", t.name));
-    REFIT_RETURN_IF_ERROR(fn(r.tensor, DigestElementBytes(es), tasks));
+    REFIT_RETURN_IF_ERROR(fn(seg, r, t, DTypeSize(t.dtype), stream));
     stream += seg.bytes;
   }
   return absl::OkStatus();
 }
 
-absl::Status DigestTasks(const std::vector<CopyTask>& tasks, int eb, const char* stream,
-                         const std::vector<char*>* buffers, uint64_t* sum) {
-  for (const CopyTask& t : tasks) {
-    for (int64_t row = 0; row < t.rows; ++row) {
-      const int64_t dst = t.dst_offset + row * t.dst_row_stride;
-      REFIT_ASSIGN_OR_RETURN(uint64_t key, MakePositionKey(t.dst_buffer, dst));
-      const char* p;
-      if (buffers != nullptr) {
-        if (t.dst_buffer < 0 || static_cast<size_t>(t.dst_buffer) >= buffers->size() ||
-            (*buffers)[t.dst_buffer] == nullptr) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("engine buffer #", t.dst_buffer, " is not registered"));
-        }
-        p = (*buffers)[t.dst_buffer] + dst;
-      } else {
-        p = stream + t.src_offset + row * t.src_row_stride;
-      }
-      REFIT_ASSIGN_OR_RETURN(uint64_t d, DigestRun(p, t.row_bytes, eb, key));
-      *sum += d;
+// The digest of one segment's bytes in stream order (`data`, the box
+// row-major), each element keyed by its byte offset in the whole tensor.
+absl::StatusOr<uint64_t> DigestSegment(const Segment& seg, int32_t tensor,
+                                       const TensorSpec& t, int64_t es, const char* data) {
+  const Box& box = seg.box;
+  const int rank = box.rank();
+  if (rank == 0) {
+    REFIT_ASSIGN_OR_RETURN(uint64_t key, MakePositionKey(tensor, 0));
+    return DigestRun(data, es, DigestElementBytes(es), key);
+  }
+  if (static_cast<int>(t.shape.size()) != rank) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, ": segment box ",
+                                                   box.ToString(), " of another rank"));
+  }
+  const int64_t row = box.shape(rank - 1);
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < rank; ++d) rows *= box.shape(d);
+  if (row == 0 || rows == 0) return uint64_t{0};
+  std::vector<int64_t> idx(rank, 0);  // box-relative, last dim 0
+  uint64_t sum = 0;
+  for (int64_t k = 0; k < rows; ++k) {
+    int64_t linear = 0;
+    for (int d = 0; d < rank; ++d) linear = linear * t.shape[d] + box.origin(d) + idx[d];
+    REFIT_ASSIGN_OR_RETURN(uint64_t key, MakePositionKey(tensor, linear * es));
+    REFIT_ASSIGN_OR_RETURN(uint64_t x,
+                           DigestRun(data + k * row * es, row * es, DigestElementBytes(es), key));
+    sum += x;
+    for (int d = rank - 2; d >= 0; --d) {  // next row
+      if (++idx[d] < box.shape(d)) break;
+      idx[d] = 0;
     }
   }
-  return absl::OkStatus();
+  return sum;
 }
 
 }  // namespace
@@ -78,18 +85,30 @@ void AddDigests(const DigestSums& b, DigestSums* a) {
 
 absl::Status DigestMessageStream(const Plan& plan, const Message& m, const char* stream,
                                  DigestSums* sums) {
-  return ForEachSegmentTasks(
-      plan, m, [&](int32_t tensor, int eb, const std::vector<CopyTask>& tasks) {
-        return DigestTasks(tasks, eb, stream, nullptr, &(*sums)[{m.dst_rank, tensor}]);
-      });
+  return ForEachSegment(plan, m, [&](const Segment& seg, const Record& r, const TensorSpec& t,
+                                     int64_t es, int64_t offset) -> absl::Status {
+    REFIT_ASSIGN_OR_RETURN(uint64_t x, DigestSegment(seg, r.tensor, t, es, stream + offset));
+    (*sums)[{m.dst_rank, r.tensor}] += x;
+    return absl::OkStatus();
+  });
 }
 
 absl::Status DigestMessageTarget(const Plan& plan, const Message& m,
                                  const std::vector<char*>& buffers, DigestSums* sums) {
-  return ForEachSegmentTasks(
-      plan, m, [&](int32_t tensor, int eb, const std::vector<CopyTask>& tasks) {
-        return DigestTasks(tasks, eb, nullptr, &buffers, &(*sums)[{m.dst_rank, tensor}]);
-      });
+  std::vector<char> scratch;
+  return ForEachSegment(plan, m, [&](const Segment& seg, const Record& r, const TensorSpec& t,
+                                     int64_t es, int64_t) -> absl::Status {
+    std::vector<CopyTask> tasks;
+    absl::Status s = AppendRecordTasks(r, es, seg.box, 0, /*to_stream=*/true, &tasks);
+    if (!s.ok()) return AnnotateStatus(s, absl::StrCat("tensor ", t.name));
+    scratch.resize(seg.bytes);
+    REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> copies,
+                           ResolveTasks(tasks, buffers, {}, nullptr, scratch.data()));
+    RunCopiesHost(copies);
+    REFIT_ASSIGN_OR_RETURN(uint64_t x, DigestSegment(seg, r.tensor, t, es, scratch.data()));
+    (*sums)[{m.dst_rank, r.tensor}] += x;
+    return absl::OkStatus();
+  });
 }
 
 absl::Status CompareDigests(const Plan& plan, const DigestSums& trainers,
