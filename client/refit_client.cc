@@ -175,7 +175,7 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
         }
         round_epochs_[e.version()] = e.epoch();
         round_modes_[e.version()] =
-            RoundMode{{e.delta_base().begin(), e.delta_base().end()}, e.verify()};
+            RoundMode{{e.delta_base().begin(), e.delta_base().end()}, e.verify(), e.delta_plane()};
         while (round_modes_.size() > 1024) round_modes_.erase(round_modes_.begin());
         round_attempts_[e.version()] = std::max(round_attempts_[e.version()], attempt);
         while (round_epochs_.size() > 1024) round_epochs_.erase(round_epochs_.begin());

@@ -95,6 +95,7 @@ class RefitClient {
   struct RoundMode {
     std::vector<int64_t> delta_base;
     bool verify = false;
+    bool delta_plane = false;  // refitd runs delta or verified rounds
   };
   RoundMode RoundModeOf(int64_t version);
 

@@ -13,6 +13,7 @@ void DeltaRounds::Announce(const std::map<int32_t, std::string>& engine_members,
   engine_sums_.clear();
   names_.clear();
   e->set_verify(verify_);
+  e->set_delta_plane(delta_ || verify_every_ > 0);
   if (!delta_) return;
   int32_t next = 0;
   for (const auto& [rank, id] : engine_members) {

@@ -104,6 +104,10 @@ class DeltaRunner : public RoundRunner {
   // The next round's announcement: per engine rank (indexed by engine
   // rank), dense or delta against a version. Unset: every rank dense.
   void SetModes(std::vector<EngineDeltaMode> modes) { modes_ = std::move(modes); }
+  // Whether the next round digests (options.verify until set).
+  void SetVerify(bool verify) { options_.verify = verify; }
+  // The runner owns `t` (its transport) from now on.
+  void AdoptTransport(std::unique_ptr<Transport> t) { owned_transport_ = std::move(t); }
 
   // Runs this member's part of one round. Fails with the transport's error,
   // DATA_LOSS naming the tensor and peer for a malformed message, or the
@@ -152,6 +156,7 @@ class DeltaRunner : public RoundRunner {
   int32_t rank_ = 0;
   std::vector<char*> buffers_;
   Transport* transport_ = nullptr;
+  std::unique_ptr<Transport> owned_transport_;
   DeltaRunnerOptions options_;
   std::vector<WaveWork> work_;
   std::vector<EngineDeltaMode> modes_;
