@@ -4,11 +4,14 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/member_name.h"
 #include "exec/delta/delta_codec.h"
+#include "exec/delta/delta_runner.h"
 #include "layout/dtype.h"
 
 namespace refit {
@@ -50,11 +53,14 @@ bool SameHost(const Plan& plan, const Message& m) {
 
 std::vector<int64_t> SnapshotBytesPerRank(const Plan& plan) {
   std::vector<int64_t> out(std::max(0, plan.src.world_size), 0);
+  std::set<std::pair<int32_t, std::string>> seen;  // one copy per source region
   for (const Message& m : plan.messages) {
     if (m.src_rank < 0 || static_cast<size_t>(m.src_rank) >= out.size() || SameGpu(plan, m)) {
       continue;
     }
-    out[m.src_rank] += m.bytes;
+    if (seen.insert({m.src_rank, DeltaRunner::SourceKey(plan, m)}).second) {
+      out[m.src_rank] += m.bytes;
+    }
   }
   return out;
 }

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -44,10 +45,26 @@ absl::Span<const uint8_t> Bytes(const char* p, int64_t n) {
 
 }  // namespace
 
+std::string DeltaRunner::SourceKey(const Plan& plan, const Message& m) {
+  std::string key;
+  auto put = [&key](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(m.bytes);
+  for (int32_t i = 0; i < m.num_segments; ++i) {
+    const int32_t si = m.first_segment + i;
+    if (si < 0 || static_cast<size_t>(si) >= plan.segments.size()) continue;
+    const Segment& seg = plan.segments[si];
+    put(seg.src_record);
+    for (int64_t o : seg.box.origin()) put(o);
+    for (int64_t n : seg.box.shape()) put(n);
+  }
+  return key;
+}
+
 int64_t DeltaRunner::SnapshotBytes(const Plan& plan, int32_t trainer_rank) {
+  std::set<std::string> seen;
   int64_t total = 0;
   for (const Message& m : plan.messages) {
-    if (m.src_rank == trainer_rank) total += m.bytes;
+    if (m.src_rank == trainer_rank && seen.insert(SourceKey(plan, m)).second) total += m.bytes;
   }
   return total;
 }
@@ -109,6 +126,7 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> DeltaRunner::Create(
                     : GlobalRank(plan, Side::kTrainer, m.src_rank);
       mw.bytes = m.bytes;
       mw.word_bytes = MessageWordBytes(plan, m);
+      if (src) mw.source_key = SourceKey(plan, m);
       const bool contiguous = src ? m.src_contiguous : m.dst_contiguous;
       const int32_t cbuf = src ? m.src_buffer : m.dst_buffer;
       if (contiguous && cbuf >= 0 && static_cast<size_t>(cbuf) < r->buffers_.size() &&
@@ -193,7 +211,7 @@ absl::Status DeltaRunner::SendWave(const WaveWork& w, absl::Time deadline, RunSt
     const EngineDeltaMode mode = static_cast<size_t>(m.engine_rank) < modes_.size()
                                      ? modes_[m.engine_rank]
                                      : EngineDeltaMode{};
-    auto snap = snapshot_->messages.find(m.message);
+    auto snap = snapshot_->messages.find(m.source_key);
     const bool delta = options_.delta && !mode.dense && mode.base_version >= 0 &&
                        mode.base_version == snapshot_->version && snap != snapshot_->messages.end() &&
                        static_cast<int64_t>(snap->second.size()) == m.bytes;
@@ -294,12 +312,21 @@ absl::Status DeltaRunner::ReceiveWave(const WaveWork& w, absl::Time deadline, Ru
 }
 
 void DeltaRunner::Commit(int64_t version) {
-  for (auto& [mi, encoded] : pending_) {
-    std::vector<uint8_t>& snap = snapshot_->messages[mi];
-    snap.resize(plan_->messages[mi].bytes);
-    // Our own encoding; should it ever fail, the message has no snapshot
-    // and goes dense next round.
-    if (!ApplyDelta(encoded, absl::MakeSpan(snap)).ok()) snapshot_->messages.erase(mi);
+  // Messages of one source region carry the same current bytes: the
+  // first one's encoding brings the shared snapshot up to date.
+  std::set<std::string> done;
+  for (const WaveWork& w : work_) {
+    for (const MsgWork& m : w.msgs) {
+      auto enc = pending_.find(m.message);
+      if (enc == pending_.end() || !done.insert(m.source_key).second) continue;
+      std::vector<uint8_t>& snap = snapshot_->messages[m.source_key];
+      snap.resize(m.bytes);
+      // Our own encoding; should it ever fail, the region has no snapshot
+      // and goes dense next round.
+      if (!ApplyDelta(enc->second, absl::MakeSpan(snap)).ok()) {
+        snapshot_->messages.erase(m.source_key);
+      }
+    }
   }
   pending_.clear();
   snapshot_->version = version;

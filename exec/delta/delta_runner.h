@@ -52,14 +52,16 @@
 
 namespace refit {
 
-// A trainer rank's snapshot: per message of one plan, the bytes of the
-// last committed version. The member owns it, so it outlives a runner
-// rebuilt after an aborted round (a broken transport); a runner for
-// another plan (other fingerprint) empties it.
+// A trainer rank's snapshot: the bytes of the last committed version of
+// what it sends, one copy per source region (SourceKey): the messages of
+// one region to several engine replicas carry the same bytes, so they
+// share it. The member owns it, so it outlives a runner rebuilt after an
+// aborted round (a broken transport); a runner for another plan (other
+// fingerprint) empties it.
 struct DeltaSnapshot {
   std::string plan_fingerprint;
   int64_t version = -1;  // -1: none
-  std::map<int32_t, std::vector<uint8_t>> messages;
+  std::map<std::string, std::vector<uint8_t>> messages;  // by SourceKey
   int64_t bytes() const {
     int64_t n = 0;
     for (const auto& [m, b] : messages) n += static_cast<int64_t>(b.size());
@@ -124,8 +126,12 @@ class DeltaRunner : public RoundRunner {
 
   // The version the snapshot holds (-1: none yet).
   int64_t snapshot_version() const { return snapshot_->version; }
-  // The bytes a trainer rank's snapshot holds when complete.
+  // The bytes a trainer rank's snapshot holds when complete (one copy per
+  // source region).
   static int64_t SnapshotBytes(const Plan& plan, int32_t trainer_rank);
+  // What message `m` sends, as a key: its segments' trainer records and
+  // boxes, in order. Messages with equal keys carry equal bytes.
+  static std::string SourceKey(const Plan& plan, const Message& m);
 
   const DigestSums& digests() const { return digests_; }
   const DeltaRoundStats& delta_stats() const { return delta_stats_; }
@@ -137,6 +143,7 @@ class DeltaRunner : public RoundRunner {
     int32_t engine_rank = 0;
     int64_t bytes = 0;
     int word_bytes = 1;
+    std::string source_key;  // trainer: SourceKey
     char* direct = nullptr;       // the buffer range when contiguous
     std::vector<CopyTask> tasks;  // pack (trainer) or unpack (engine)
   };

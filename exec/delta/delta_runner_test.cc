@@ -176,7 +176,7 @@ int64_t DenseMessages(const RoundResult& r, int engine_global) {
 class DeltaRounds : public ::testing::TestWithParam<bool> {};
 
 TEST_P(DeltaRounds, ManyRoundsOfRandomChangesLandEveryByte) {
-  for (const char* pattern : {"2to2", "qkv", "1to3"}) {
+  for (const char* pattern : {"2to2", "qkv", "1to3", "replicated"}) {
     auto job = MakeJob(pattern, GetParam());
     const int ws = job->plan.src.world_size;
     const double fractions[] = {1.0, 0.005, 0.02, 0.05, 0.2, 0.0, 0.9, 0.02};
