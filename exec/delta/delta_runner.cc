@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "exec/copier.h"
 #include "exec/delta/delta_codec.h"
 #include "exec/plan_side.h"
 #include "layout/dtype.h"
@@ -86,11 +87,6 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> DeltaRunner::Create(
         side_name, " rank ", rank, ": the delta runner needs a host transport of global rank ",
         GlobalRank(plan, side, rank)));
   }
-  if (src && !plan.conversions.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "trainer rank ", rank, ": the plan converts formats (FP8); host delta rounds move "
-        "bytes in the trainer's format only"));
-  }
   if (src && options.max_snapshot_bytes > 0 &&
       SnapshotBytes(plan, rank) > options.max_snapshot_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -110,6 +106,18 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> DeltaRunner::Create(
   }
   buffers.resize(layout.buffers.size(), nullptr);
   r->buffers_ = std::move(buffers);
+  if (src) {
+    ConversionStage::Memory memory;
+    memory.allocate = [](int64_t bytes) -> absl::StatusOr<char*> {
+      return new char[std::max<int64_t>(bytes, 1)];
+    };
+    memory.release = [](char* p, int64_t) { delete[] p; };
+    auto copier = std::shared_ptr<Copier>(MakeHostCopier());
+    REFIT_ASSIGN_OR_RETURN(
+        r->conversions_,
+        ConversionStage::Create(plan, rank, [copier] { return copier->MakeConvertOps(); },
+                                std::move(memory), &r->buffers_));
+  }
   for (const Wave& wave : plan.waves) {
     WaveWork w;
     w.lane = std::max(0, wave.lane) % transport->num_lanes();
@@ -169,9 +177,34 @@ absl::Status DeltaRunner::Exchange(int32_t lane, std::vector<SendOp> sends,
   return transport_->WaitWave(lane, deadline);
 }
 
+absl::Status DeltaRunner::Convert(absl::Time deadline) {
+  // The cut tiles' partial amaxes among the trainer ranks sharing them,
+  // one exchange on lane 0 before any wave (as the executor does).
+  auto exchange = [this, deadline](const std::map<int32_t, std::vector<float>>& sends)
+      -> absl::StatusOr<std::map<int32_t, std::vector<float>>> {
+    std::map<int32_t, std::vector<float>> received;
+    std::vector<SendOp> so;
+    std::vector<RecvOp> ro;
+    for (const auto& [peer, count] : conversions_->peers()) {
+      const std::vector<float>& v = sends.at(peer);
+      so.push_back({peer, v.data(), static_cast<int64_t>(v.size() * 4)});
+      std::vector<float>& in = received[peer];
+      in.resize(count);
+      ro.push_back({peer, in.data(), count * 4});
+    }
+    absl::Status s = Exchange(0, std::move(so), std::move(ro), deadline);
+    if (!s.ok()) {
+      return AnnotateStatus(s, absl::StrCat("trainer rank ", rank_, ": exchanging FP8 tile amaxes"));
+    }
+    return received;
+  };
+  return conversions_->Run(buffers_, exchange);
+}
+
 absl::StatusOr<RunStats> DeltaRunner::Run(absl::Time deadline) {
   const absl::Time start = absl::Now();
   RunStats stats;
+  if (conversions_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
   digests_.clear();
   delta_stats_ = DeltaRoundStats();
   pending_.clear();

@@ -42,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "exec/conversion_stage.h"
 #include "exec/copy_program.h"
 #include "exec/delta/delta_policy.h"
 #include "exec/delta/round_digest.h"
@@ -95,10 +96,11 @@ class DeltaRunner : public RoundRunner {
  public:
   // As Executor::Create (host memory only): INVALID_ARGUMENT for a missing
   // buffer or a bad plan naming the tensor, FAILED_PRECONDITION when the
-  // transport's rank or memory kind does not match or the plan converts
-  // formats on the trainer (FP8 engines take delta rounds on the GPU path),
-  // RESOURCE_EXHAUSTED naming the trainer rank when its snapshot would pass
-  // options.max_snapshot_bytes.
+  // transport's rank or memory kind does not match, RESOURCE_EXHAUSTED
+  // naming the trainer rank when its snapshot would pass
+  // options.max_snapshot_bytes. A trainer rank with conversions (FP8
+  // engines) quantizes each round first, exchanging cut tiles' amaxes with
+  // its peers, and compares the engine-format bytes (codes and scales).
   static absl::StatusOr<std::unique_ptr<DeltaRunner>> Create(
       const Plan& plan, Side side, int32_t rank, std::vector<char*> buffers,
       Transport* transport, DeltaRunnerOptions options = {});
@@ -152,6 +154,7 @@ class DeltaRunner : public RoundRunner {
     std::vector<MsgWork> msgs;
   };
   DeltaRunner() = default;
+  absl::Status Convert(absl::Time deadline);
   absl::Status RunWave(const WaveWork& w, absl::Time deadline, RunStats* stats);
   absl::Status SendWave(const WaveWork& w, absl::Time deadline, RunStats* stats);
   absl::Status ReceiveWave(const WaveWork& w, absl::Time deadline, RunStats* stats);
@@ -166,6 +169,7 @@ class DeltaRunner : public RoundRunner {
   std::unique_ptr<Transport> owned_transport_;
   DeltaRunnerOptions options_;
   std::vector<WaveWork> work_;
+  std::unique_ptr<ConversionStage> conversions_;  // trainer with FP8 engines
   std::vector<EngineDeltaMode> modes_;
   // Trainer: per message, the committed bytes and this round's encoding.
   DeltaSnapshot own_snapshot_;
