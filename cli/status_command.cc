@@ -148,7 +148,8 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
       reports.push_back({{"member_id", m.member_id()},
                          {"bytes", m.bytes()},
                          {"seconds", m.seconds()},
-                         {"peak_staging_bytes", m.peak_staging_bytes()}});
+                         {"peak_staging_bytes", m.peak_staging_bytes()},
+                         {"digest_seconds", m.digest_seconds()}});
     }
     j["rounds"].push_back({{"version", s.version()},
                            {"outcome", s.outcome()},

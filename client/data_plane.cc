@@ -191,6 +191,7 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
   figures.seconds = stats->seconds;
   figures.peak_staging_bytes = stats->peak_staging_bytes;
   if (delta_runner_ != nullptr) {
+    figures.digest_seconds = delta_runner_->delta_stats().digest_seconds;
     for (const auto& [key, sum] : delta_runner_->digests()) {
       v1::DigestPart& p = figures.digests.emplace_back();
       p.set_engine_rank(key.first);

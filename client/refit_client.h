@@ -129,6 +129,7 @@ class RefitClient {
     double seconds = 0;              // the data plane's time
     int64_t peak_staging_bytes = 0;  // staging and scratch held (RunStats)
     std::vector<v1::DigestPart> digests;  // a verified round's digest parts
+    double digest_seconds = 0;            // of `seconds`, spent digesting
   };
 
   // Report this member's part of round `version`, attempt `attempt` (0:

@@ -360,6 +360,7 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
   report.set_bytes(req.bytes());
   report.set_seconds(req.seconds());
   report.set_peak_staging_bytes(req.peak_staging_bytes());
+  report.set_digest_seconds(req.digest_seconds());
   ServerLog().info(
       "member reported round={} member={} bytes={} seconds={:.6f} "
       "peak_staging_bytes={} transport={}",
