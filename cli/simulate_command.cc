@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "exec/executor.h"
 #include "exec/inproc_transport.h"
+#include "mapping/engine_vllm.h"
 #include "mapping/mapping.h"
 #include "mapping/plan_size.h"
 #include "mapping/scatter.h"
@@ -189,7 +190,8 @@ absl::StatusOr<std::string> RunSimulateCommand(
       "model: ", opt.model, "\ncheckpoint: ", opt.checkpoint, " (",
       ckpt_bytes, " bytes)\ntrainer: ", TrainerSpecString(ts), " (",
       src.layout.world_size, " ranks)\nengine: ", EngineSpecString(es), " (",
-      dst.layout.world_size, " ranks)\nplan fingerprint: ", plan.fingerprint,
+      dst.layout.world_size, " ranks)\nkernel layout: ", KernelLayoutSummary(es.kernel),
+      "\nplan fingerprint: ", plan.fingerprint,
       "\nbytes moved: ", moved, " in ", plan.waves.size(), " waves, ",
       seconds, " s\nwrote ", JoinPath(out, "trainer/rank<k>.safetensors"), " and ",
       JoinPath(out, "engine/rank<k>.safetensors"), "\n");

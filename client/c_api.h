@@ -59,9 +59,9 @@ typedef struct refit_member refit_member;
  *    "job": "refit", "side", "engine_id", "rank", "model", "convention",
  *    "host_id" (default: hostname), "device": "cpu" | "cuda:N",
  *    "verify": false (per-segment checksums on both sides),
- *    "transport": "nccl" | "ipc" (GPU buffers; "ipc": CUDA IPC between the
- *      processes of one host, for members that share GPUs; every member of
- *      a job uses the same), "heartbeat_ms": 1000, "rpc_timeout_s": 10}
+ *    "transport": "nccl" | "pull" (GPU buffers; "pull": the colocated pull
+ *      path between the processes of one host, for members that share GPUs;
+ *      "ipc" is accepted for it too; every member of a job uses the same), "heartbeat_ms": 1000, "rpc_timeout_s": 10}
  * Buffer i is names[i], sizes[i] bytes at ptrs[i] (host or device memory as
  * "device" says); the memory must stay valid until refit_member_close.
  * Unknown JSON keys are INVALID_ARGUMENT (a misspelt option is not

@@ -128,6 +128,13 @@ TEST(CApi, OptionErrorsNameTheOption) {
                 &out),
             kInvalidArgument);
   EXPECT_THAT(refit_last_error(), HasSubstr("applies to GPU buffers"));
+  // "pull" is the pull path's name, "ipc" (above) its earlier one: both are
+  // accepted spellings, refused here only for host buffers.
+  EXPECT_EQ(refit_expected_buffers(
+                Options("trainer", 0, "megatron:tp=1", ", \"transport\": \"pull\"").c_str(),
+                &out),
+            kInvalidArgument);
+  EXPECT_THAT(refit_last_error(), HasSubstr("applies to GPU buffers"));
   EXPECT_EQ(out, nullptr);
 }
 

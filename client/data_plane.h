@@ -61,7 +61,7 @@ struct DataPlaneOptions {
   // The physical GPU of the buffers, "GPU-<uuid>" (NcclDataPlaneOptions sets
   // it); Member registers it so refitd can refuse two members on one GPU.
   std::string device_uuid;
-  // The data plane's kind as Member registers it (kIpc = the colocated pull
+  // The data plane's kind as Member registers it (kPull = the colocated pull
   // path): refitd refuses a membership whose members disagree.
   TransportKind transport_kind = TransportKind::kGloo;
 };

@@ -13,7 +13,7 @@ namespace refit {
 DataPlaneOptions PullDataPlaneOptions(int device, void* ready_stream) {
   // Pairs across hosts go over NCCL.
   DataPlaneOptions o = NcclDataPlaneOptions(device);
-  o.transport_kind = TransportKind::kIpc;
+  o.transport_kind = TransportKind::kPull;
   o.pull = [device, ready_stream](const Plan& slice, Side side, int32_t rank,
                                     std::vector<char*> buffers, KvStore* store,
                                     std::function<bool(int32_t)> pull_peer,

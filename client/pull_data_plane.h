@@ -12,7 +12,7 @@
 
 namespace refit {
 
-// The pull path on CUDA device `device`, registered as transport "ipc".
+// The pull path on CUDA device `device`, registered as transport "pull".
 // `ready_stream` (a cudaStream_t; null = the legacy default stream, where
 // PyTorch's default stream writes) is where a trainer's weights are
 // written: a round reads them once the work queued there is done.

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "exec/quantize.h"
 #include "plan/plan.h"
 
 namespace refit {
@@ -46,14 +47,14 @@ class ConvertOps {
   // QuantizeHost into out (e4m3) and scales (f32, may be null).
   virtual absl::Status Quantize(const char* dense, DType dtype, const Box& box,
                                 const std::vector<int64_t>& tile,
-                                const std::vector<float>& amax, bool ue8m0,
+                                const std::vector<float>& amax, ScaleMode mode,
                                 char* out, char* scales) = 0;
   // TileAmax then Quantize, for a record none of whose tiles another rank
   // holds part of (engines may fuse them). A non-finite value fails this
   // call or the next Sync() (engines may check once per batch) with
   // INVALID_ARGUMENT "<what>: non-finite value at [coordinates]".
   virtual absl::Status QuantizeWhole(const char* dense, DType dtype, const Box& box,
-                                     const std::vector<int64_t>& tile, bool ue8m0,
+                                     const std::vector<int64_t>& tile, ScaleMode mode,
                                      char* out, char* scales, absl::string_view what);
   // CastF32Host into out.
   virtual absl::Status Cast(const char* dense, DType dtype, int64_t n,

@@ -57,20 +57,39 @@ TEST(E4M3Test, MatchesTheSearchReference) {
 }
 
 TEST(BlockScaleTest, Ue8m0RoundsUpToAPowerOfTwo) {
-  EXPECT_EQ(BlockScale(448.0f, false), 1.0f);
-  EXPECT_EQ(BlockScale(448.0f, true), 1.0f);
-  EXPECT_EQ(BlockScale(449.0f, true), 2.0f);
-  EXPECT_EQ(BlockScale(0.0f, false), 1e-4f / 448.0f);
-  EXPECT_EQ(BlockScale(3.0f, true), std::ldexp(1.0f, -7));  // 3/448 = 0.0067
+  EXPECT_EQ(BlockScale(448.0f, ScaleMode::kFloat), 1.0f);
+  EXPECT_EQ(BlockScale(448.0f, ScaleMode::kPow2), 1.0f);
+  EXPECT_EQ(BlockScale(449.0f, ScaleMode::kPow2), 2.0f);
+  EXPECT_EQ(BlockScale(0.0f, ScaleMode::kFloat), 1e-4f / 448.0f);
+  EXPECT_EQ(BlockScale(3.0f, ScaleMode::kPow2), std::ldexp(1.0f, -7));  // 3/448 = 0.0067
 }
 
 // Two boxes cutting the same tiles give the reference's bytes once their
 // partial amaxes are combined: what the senders do after the exchange.
+// kPow2Requant: vLLM's DeepGEMM requantization of the float-scale bytes.
 TEST(QuantizeHostTest, SplitBoxesWithCombinedAmaxEqualTheReference) {
-  for (bool ue8m0 : {false, true}) {
+  for (ScaleMode mode : {ScaleMode::kFloat, ScaleMode::kPow2, ScaleMode::kPow2Requant}) {
+    const bool ue8m0 = mode == ScaleMode::kPow2;
     const std::vector<int64_t> shape = {2, 300, 200}, tile = {1, 128, 128};
-    const std::vector<float> v = RandomBf16Values(2 * 300 * 200, ue8m0 ? 3 : 4);
+    std::vector<float> v = RandomBf16Values(2 * 300 * 200, 4 - static_cast<int>(mode));
+    if (mode == ScaleMode::kPow2Requant) {
+      // Tile amaxes of 896 give power-of-two float scales, which requantize
+      // to themselves: scale the values so that they do not.
+      for (float& x : v) {
+        x *= 0.7f;
+        uint32_t b;
+        std::memcpy(&b, &x, 4);
+        b &= 0xFFFF0000u;
+        std::memcpy(&x, &b, 4);
+      }
+    }
     testing::Quantized want = testing::ReferenceQuantize(v, shape, 128, ue8m0);
+    if (mode == ScaleMode::kPow2Requant) {
+      const testing::Quantized plain = want;
+      want = testing::ReferenceRequantUe8m0(plain, shape, 128);
+      // The requantized codes differ from the float-scale ones somewhere.
+      EXPECT_NE(want.values, plain.values);
+    }
     const std::vector<uint16_t> bf = ToBf16(v);
     // Rows [0, 150) and [150, 300) of both experts: tile row 1 is cut.
     std::vector<Box> boxes = {Box::Unchecked({0, 0, 0}, {2, 150, 200}),
@@ -103,7 +122,7 @@ TEST(QuantizeHostTest, SplitBoxesWithCombinedAmaxEqualTheReference) {
       const Box owned = OwnedTiles(boxes[p], tile);
       std::vector<float> scales(UncheckedNumElements(owned));
       QuantizeHost({reinterpret_cast<const char*>(parts[p].data()), DType::kBF16, boxes[p]},
-                   tile, amax[p], ue8m0, out.data(), scales.data());
+                   tile, amax[p], mode, out.data(), scales.data());
       for (int64_t e = 0; e < 2; ++e) {
         for (int64_t r = 0; r < 150; ++r) {
           for (int64_t c = 0; c < 200; ++c) {

@@ -1,10 +1,10 @@
 // GPU test program: the data-plane patterns over NCCL, one process per GPU,
-// or with --transport=ipc on the colocated pull path (exec/cuda/pull_runner.h:
+// or with --transport=pull on the colocated pull path (exec/cuda/pull_runner.h:
 // every receiver copies straight out of its senders' buffers), rank g on GPU
 // g mod N (so ranks share GPUs, as a colocated trainer and engine do, and
 // every pattern runs on one GPU too).
 //
-//   nccl_patterns_gpu [--gpus=N] [--pattern=NAME] [--lanes=K] [--transport=ipc]
+//   nccl_patterns_gpu [--gpus=N] [--pattern=NAME] [--lanes=K] [--transport=pull] ("ipc" is accepted too)
 //
 // The parent forks one worker per rank of each pattern (rank g on GPU g;
 // patterns needing more ranks than GPUs print SKIP), with NCCL_NVLS_ENABLE=0
@@ -295,7 +295,9 @@ int main(int argc, char** argv) {
   const int gpus = std::atoi(testing::FlagValue(argc, argv, "gpus", std::to_string(count)).c_str());
   const int lanes = std::atoi(testing::FlagValue(argc, argv, "lanes", "2").c_str());
   const std::string only = testing::FlagValue(argc, argv, "pattern", "");
-  const bool ipc = testing::FlagValue(argc, argv, "transport", "nccl") == "ipc";
+  // The pull path ("ipc" is its earlier name, still accepted).
+  const std::string transport = testing::FlagValue(argc, argv, "transport", "nccl");
+  const bool ipc = transport == "pull" || transport == "ipc";
   const char* via = ipc ? ", pull path" : "";
   int failed = 0;
   for (const std::string& p : testing::PatternNames()) {

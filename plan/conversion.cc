@@ -47,9 +47,14 @@ absl::StatusOr<ConversionKind> KindFor(const TensorSpec& s, const TensorSpec& d,
           ScaleTensorName(d.name), " tensor; refit quantizes only to FP8 "
           "with block scales"));
     }
-    return scale->transform == Transform::kPow2Ceil
-               ? ConversionKind::kFp8BlockUe8m0
-               : ConversionKind::kFp8Block;
+    switch (scale->transform) {
+      case Transform::kPow2Ceil:
+        return ConversionKind::kFp8BlockUe8m0;
+      case Transform::kUe8m0Requant:
+        return ConversionKind::kFp8BlockRequantUe8m0;
+      default:
+        return ConversionKind::kFp8Block;
+    }
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "tensor ", d.name, ": the engine holds ", DTypeName(d.dtype),
@@ -57,7 +62,11 @@ absl::StatusOr<ConversionKind> KindFor(const TensorSpec& s, const TensorSpec& d,
           ? absl::StrCat(" (", TransformName(d.transform), ")")
           : std::string(),
       " and the trainer ", DTypeName(s.dtype),
-      "; refit converts bf16/f16/f32 to f32, -exp f32 or FP8 blocks only"));
+      "; refit converts bf16/f16/f32 to f32, -exp f32 or FP8 blocks only",
+      d.transform == Transform::kUe8m0Requant
+          ? " (kernel=deepgemm quantizes and requantizes the trainer's "
+            "bf16/f16/f32 weights; a trainer holding FP8 is not requantized)"
+          : ""));
 }
 
 // Tiles entirely inside `box` along each dim, given the tensor's extents.
@@ -171,12 +180,15 @@ const char* ConversionKindName(ConversionKind k) {
       return "fp8_block";
     case ConversionKind::kFp8BlockUe8m0:
       return "fp8_block_ue8m0";
+    case ConversionKind::kFp8BlockRequantUe8m0:
+      return "fp8_block_requant_ue8m0";
   }
   return "unknown";
 }
 
 bool IsBlockQuantized(ConversionKind k) {
-  return k == ConversionKind::kFp8Block || k == ConversionKind::kFp8BlockUe8m0;
+  return k == ConversionKind::kFp8Block || k == ConversionKind::kFp8BlockUe8m0 ||
+         k == ConversionKind::kFp8BlockRequantUe8m0;
 }
 
 std::string ScaleTensorName(const std::string& weight) {

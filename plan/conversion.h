@@ -1,14 +1,18 @@
 // Conversions: the destination stores a tensor in another dtype, or as a
 // function of the trainer's values, and the sender computes it.
 //
-// Two cases exist today, each a row of the format table (conversion.cc):
+// The cases, each a row of the format table (conversion.cc):
 //   - kCastF32 / kNegExpF32: an f32 engine tensor from a bf16 / f16 / f32
 //     trainer tensor, as is or as -exp(x) (vLLM's Mamba `A = -exp(A_log)`,
 //     an f32 parameter whatever the model dtype);
 //   - kFp8Block / kFp8BlockUe8m0: e4m3 weights with one f32 scale
 //     (`<weight>_scale_inv`) per block x block tile of each logical weight
 //     (per expert for stacked experts), from a bf16 / f16 / f32 trainer
-//     tensor; Ue8m0 rounds every scale up to a power of two.
+//     tensor; Ue8m0 rounds every scale up to a power of two;
+//   - kFp8BlockRequantUe8m0: the bytes vLLM's DeepGEMM path holds after
+//     loading the kFp8Block checkpoint: each tile dequantized with its
+//     float scale and requantized with a power-of-two scale
+//     (exec/quantize.h has the arithmetic).
 //
 // How it runs: ConvertSource rewrites the source layout so that every
 // converted record reads from a scratch buffer (BufferSpec::scratch) that
@@ -39,9 +43,11 @@ enum class ConversionKind : int32_t {
   kNegExpF32 = 2,      // -exp(f32(x)), f32
   kFp8Block = 3,       // e4m3 + f32 block scales
   kFp8BlockUe8m0 = 4,  // the same, scales rounded up to powers of two
+  kFp8BlockRequantUe8m0 = 5,  // kFp8Block, then requantized to UE8M0 scales
 };
 
-// "cast_f32", "neg_exp_f32", "fp8_block", "fp8_block_ue8m0".
+// "cast_f32", "neg_exp_f32", "fp8_block", "fp8_block_ue8m0",
+// "fp8_block_requant_ue8m0".
 const char* ConversionKindName(ConversionKind k);
 
 // True for the block-quantizing kinds (they have scales and tiles).
@@ -83,8 +89,9 @@ struct ConvertedSource {
 // namesake has another dtype, or that has a transform, and a dst tensor
 // "<w>_scale_inv" without a src namesake that is the scale of a block-
 // quantized weight w (kFp8BlockUe8m0 when the scale tensor's transform is
-// kPow2Ceil). `block` is the FP8 tile edge (128). Without any conversion
-// the source comes back unchanged.
+// kPow2Ceil, kFp8BlockRequantUe8m0 when it is kUe8m0Requant). `block` is
+// the FP8 tile edge (128). Without any conversion the source comes back
+// unchanged.
 //
 // INVALID_ARGUMENT naming the tensor when a conversion is not in the table
 // (e.g. f32 -> bf16, e4m3 from an integer dtype), a quantized weight has

@@ -236,7 +236,7 @@ std::map<std::string, double> Samples(const std::string& text) {
 
 TEST(ObservabilityTest, NamesUnitsAndBucketsAsPrometheusUsersExpect) {
   RefitServer::Options o;
-  o.plan_function = NameMatchingPlan;
+  o.coordinator.plan_function = NameMatchingPlan;
   auto s = RefitServer::Start(std::move(o));
   ASSERT_TRUE(s.ok()) << s.status();
   const std::string m = (*s)->MetricsText();

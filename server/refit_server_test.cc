@@ -339,13 +339,13 @@ TEST(RefitServerTest, DataPlaneTransportsMustAgreeAndIpcStaysOnOneHost) {
   er.mutable_identity()->set_transport(v1::TRANSPORT_NCCL);
   absl::Status s = CheckDataPlane({tr}, {er});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("trainer rank 0 uses the ipc data plane and "
+  EXPECT_THAT(s.message(), HasSubstr("trainer rank 0 uses the pull data plane and "
                                      "engine A rank 0 the nccl one"));
   // Both NCCL on one GPU: the colocation error, which points at ipc.
   tr.mutable_identity()->set_transport(v1::TRANSPORT_NCCL);
   s = CheckDataPlane({tr}, {er});
   EXPECT_THAT(s.message(), HasSubstr("are on the same GPU GPU-0000aaaa"));
-  EXPECT_THAT(s.message(), HasSubstr("transport \"ipc\""));
+  EXPECT_THAT(s.message(), HasSubstr("transport \"pull\""));
   // IPC across hosts: fine here (pairs across hosts go over NCCL, checked
   // per pair after planning: plan_assembly_test).
   tr.mutable_identity()->set_transport(v1::TRANSPORT_IPC);

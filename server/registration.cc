@@ -22,7 +22,7 @@ using v1::Registration;
 
 constexpr int64_t kMaxElements = int64_t{1} << 50;
 
-// "gloo", "nccl", "ipc"; the number for a value this build does not know.
+// "gloo", "nccl", "pull"; the number for a value this build does not know.
 std::string WireTransportName(v1::Transport t) {
   absl::StatusOr<TransportKind> k = TransportFromProto(t, "identity.transport");
   return k.ok() ? std::string(TransportKindName(*k)) : absl::StrCat(static_cast<int>(t));
@@ -88,7 +88,7 @@ absl::Status CheckDataPlane(const std::vector<Registration>& trainer,
         id->device_uuid(),
         ": NCCL connects one rank per GPU, so a trainer and an engine sharing "
         "GPUs (colocated) cannot refit over it; give each member its own GPU, "
-        "or use the colocated pull path (transport \"ipc\")"));
+        "or use the colocated pull path (transport \"pull\")"));
   }
   return absl::OkStatus();
 }

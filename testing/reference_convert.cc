@@ -71,9 +71,20 @@ uint64_t FiniteWord(DType dtype, uint64_t w) {
   }
 }
 
+Quantized ReferenceQuantizeAs(const std::vector<float>& values,
+                              const std::vector<int64_t>& shape, int64_t block,
+                              Transform scale_transform) {
+  Quantized q = ReferenceQuantize(values, shape, block,
+                                  scale_transform == Transform::kPow2Ceil);
+  if (scale_transform == Transform::kUe8m0Requant) {
+    q = ReferenceRequantUe8m0(q, shape, block);
+  }
+  return q;
+}
+
 std::vector<uint8_t> ExpectedConverted(const TensorSpec& t, DType source_dtype,
                                        const TensorSpec* weight, uint64_t seed,
-                                       int64_t block, bool ue8m0) {
+                                       int64_t block, Transform scale_transform) {
   const TensorSpec& w = weight != nullptr ? *weight : t;
   const uint64_t h = NameHash(w.name);
   const int64_t n = Elements(w.shape);
@@ -90,7 +101,7 @@ std::vector<uint8_t> ExpectedConverted(const TensorSpec& t, DType source_dtype,
     }
     return AsBytes(v);
   }
-  Quantized q = ReferenceQuantize(v, w.shape, block, ue8m0);
+  Quantized q = ReferenceQuantizeAs(v, w.shape, block, scale_transform);
   return weight != nullptr ? AsBytes(q.scales) : q.values;
 }
 
@@ -144,8 +155,11 @@ absl::Status ReferenceConvert(const Plan& plan, const std::vector<uint8_t*>& src
     }
     auto [q, fresh] = quantized.try_emplace(c.from.tensor);
     if (fresh) {
-      q->second = ReferenceQuantize(v, t.shape, c.tile.back(),
-                                    c.kind == ConversionKind::kFp8BlockUe8m0);
+      q->second = ReferenceQuantizeAs(
+          v, t.shape, c.tile.back(),
+          c.kind == ConversionKind::kFp8BlockUe8m0          ? Transform::kPow2Ceil
+          : c.kind == ConversionKind::kFp8BlockRequantUe8m0 ? Transform::kUe8m0Requant
+                                                            : Transform::kNone);
     }
     uint8_t* out = src[c.to_buffer];
     ForEachIndex(c.from.box, [&](const Box::Indices& g, int64_t k) {

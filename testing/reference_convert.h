@@ -11,6 +11,7 @@
 #include "layout/dtype.h"
 #include "layout/tensor_spec.h"
 #include "plan/plan.h"
+#include "testing/reference_quantizer.h"
 
 namespace refit::testing {
 
@@ -30,11 +31,19 @@ uint64_t FiniteWord(DType dtype, uint64_t w);
 // when the trainer held the pattern of version `seed` in `source_dtype`:
 // f32 (-exp) values, e4m3 values of a block-quantized weight, or, for a
 // "<w>_scale_inv" tensor (`weight` = w's engine spec), w's scales. `block`
-// is the FP8 tile edge; ue8m0: the weight's scales are rounded up to powers
-// of two (its scale tensor has transform pow2_ceil).
+// is the FP8 tile edge; scale_transform: the transform of the weight's
+// scale tensor (pow2_ceil: scales rounded up to powers of two;
+// ue8m0_requant: the float-scale quantization requantized as vLLM's
+// DeepGEMM path does, ReferenceRequantUe8m0).
 std::vector<uint8_t> ExpectedConverted(const TensorSpec& t, DType source_dtype,
                                        const TensorSpec* weight, uint64_t seed,
-                                       int64_t block, bool ue8m0);
+                                       int64_t block, Transform scale_transform);
+
+// ReferenceQuantize of `values` as a weight whose scale tensor has
+// `scale_transform`.
+Quantized ReferenceQuantizeAs(const std::vector<float>& values,
+                              const std::vector<int64_t>& shape, int64_t block,
+                              Transform scale_transform);
 
 }  // namespace refit::testing
 

@@ -221,16 +221,16 @@ const std::vector<uint8_t>* ExpectedFor(const SideLayout& side, const TensorSpec
   std::vector<uint8_t>& out = (*cache)[t.name];
   const auto& src = *options.source_dtypes;
   auto sd = src.find(t.name);
-  // A weight's scales say whether they are rounded to powers of two.
-  auto ue8m0 = [&](const std::string& weight) {
+  // A weight's scales say how they are made (float, pow2, requantized).
+  auto scale_transform = [&](const std::string& weight) {
     for (const TensorSpec& s : side.tensors) {
-      if (s.name == weight + "_scale_inv") return s.transform == Transform::kPow2Ceil;
+      if (s.name == weight + "_scale_inv") return s.transform;
     }
-    return false;
+    return Transform::kNone;
   };
   if (sd != src.end() && (sd->second != t.dtype || t.transform == Transform::kNegExp)) {
     out = testing::ExpectedConverted(t, sd->second, nullptr, options.seed,
-                                     options.fp8_block, ue8m0(t.name));
+                                     options.fp8_block, scale_transform(t.name));
   }
   const std::string suffix = "_scale_inv";
   if (sd == src.end() && t.name.size() > suffix.size() &&
@@ -241,8 +241,7 @@ const std::vector<uint8_t>* ExpectedFor(const SideLayout& side, const TensorSpec
       if (w.name == wname && ws != src.end() && w.dtype == DType::kF8E4M3 &&
           ws->second != DType::kF8E4M3) {
         out = testing::ExpectedConverted(t, ws->second, &w, options.seed,
-                                         options.fp8_block,
-                                         t.transform == Transform::kPow2Ceil);
+                                         options.fp8_block, t.transform);
       }
     }
   }

@@ -24,6 +24,18 @@ Quantized ReferenceQuantize(const std::vector<float>& values,
                             const std::vector<int64_t>& shape, int64_t block,
                             bool ue8m0);
 
+// What vLLM holds after loading the block-FP8 checkpoint `checkpoint` (of
+// `shape`) on its DeepGEMM path with UE8M0 scales (VLLM_USE_DEEP_GEMM_E8M0=1,
+// the default): every tile dequantized in f32 (code value times its
+// scale), then quantized again as vLLM's per_block_cast_to_fp8(use_ue8m0=
+// True) does: amax of the dequantized tile, clamped to 1e-4, divided by
+// 448, rounded up to a power of two (2^ceil(log2 s)), codes e4m3(d * (1 /
+// s)). Read from vllm/model_executor/layers/quantization/utils/
+// fp8_utils.py (requant_weight_ue8m0_inplace) at 364d019 and
+// vllm/utils/deep_gemm.py at 779d1fc. Decodes e4m3 by its bit fields.
+Quantized ReferenceRequantUe8m0(const Quantized& checkpoint,
+                                const std::vector<int64_t>& shape, int64_t block);
+
 }  // namespace refit::testing
 
 #endif  // REFIT_TESTING_REFERENCE_QUANTIZER_H_

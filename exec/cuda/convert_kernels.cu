@@ -21,13 +21,46 @@ __device__ float RefitLoadF32(const char* p, int dtype, int64_t i) {
   return reinterpret_cast<const float*>(p)[i];
 }
 
-__device__ float RefitBlockScale(float amax, bool ue8m0) {
-  float scale = __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f);
-  if (ue8m0) {
-    const unsigned int u = __float_as_uint(scale);
-    if ((u & 0x7FFFFFu) != 0) scale = __uint_as_float((u & 0xFF800000u) + 0x800000u);
-  }
-  return scale;
+__device__ float RefitPow2Ceil(float scale) {
+  const unsigned int u = __float_as_uint(scale);
+  return (u & 0x7FFFFFu) != 0 ? __uint_as_float((u & 0xFF800000u) + 0x800000u) : scale;
+}
+
+// The value of e4m3(clamp(x, -448, 448)), exactly.
+__device__ float RefitE4M3Value(float x) {
+  const __nv_fp8_storage_t q =
+      __nv_cvt_float_to_fp8(fminf(fmaxf(x, -448.0f), 448.0f), __NV_SATFINITE, __NV_E4M3);
+  const __half h = __nv_cvt_fp8_to_halfraw(q, __NV_E4M3);
+  return __half2float(h);
+}
+
+// BlockScale of exec/quantize.cc: the scale written for a tile.
+__device__ float RefitBlockScale(float amax, int mode) {
+  const float s1 = __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f);
+  if (mode == kScaleFloat) return s1;
+  if (mode == kScalePow2) return RefitPow2Ceil(s1);
+  const float amax2 = __fmul_rn(RefitE4M3Value(__fmul_rn(amax, __fdiv_rn(1.0f, s1))), s1);
+  return RefitPow2Ceil(__fdiv_rn(fmaxf(amax2, 1e-4f), 448.0f));
+}
+
+// Per tile: codes are e4m3(clamp(RefitScaled(x))).
+struct RefitTileScales {
+  float scale;  // written to the scale tensor
+  float inv;    // 1 / the scale x is first divided by (s1 for requant)
+  float s1, inv2;
+};
+__device__ RefitTileScales RefitScalesOf(float amax, int mode) {
+  RefitTileScales t;
+  t.scale = RefitBlockScale(amax, mode);
+  t.s1 = mode == kScaleRequant ? RefitBlockScale(amax, kScaleFloat) : t.scale;
+  t.inv = __fdiv_rn(1.0f, t.s1);
+  t.inv2 = __fdiv_rn(1.0f, t.scale);
+  return t;
+}
+__device__ float RefitScaled(float v, const RefitTileScales& t, int mode) {
+  const float x = __fmul_rn(v, t.inv);
+  if (mode != kScaleRequant) return x;
+  return __fmul_rn(__fmul_rn(RefitE4M3Value(x), t.s1), t.inv2);
 }
 
 // One block per tile: (l, i, j) = (blockIdx.z, blockIdx.y, blockIdx.x).
@@ -57,13 +90,13 @@ __global__ void RefitTileAmaxKernel(DenseBox b, int64_t tr0, int64_t tc0,
 }
 
 __global__ void RefitQuantizeKernel(DenseBox b, int64_t tr0, int64_t tc0,
-                                    const float* amax, bool ue8m0, unsigned char* out,
+                                    const float* amax, int mode, unsigned char* out,
                                     float* scales, int64_t otr0, int64_t otc0,
                                     int64_t otr, int64_t otc) {
   const int64_t l = blockIdx.z, ti = tr0 + blockIdx.y, tj = tc0 + blockIdx.x;
   const float a = amax[(l * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x];
-  const float scale = RefitBlockScale(a, ue8m0);
-  const float inv = __fdiv_rn(1.0f, scale);
+  const RefitTileScales ts = RefitScalesOf(a, mode);
+  const float scale = ts.scale;
   const int64_t rb = max(ti * b.block, b.r0) - b.r0;
   const int64_t re = min((ti + 1) * b.block, b.r0 + b.R) - b.r0;
   const int64_t cb = max(tj * b.block, b.c0) - b.c0;
@@ -71,7 +104,7 @@ __global__ void RefitQuantizeKernel(DenseBox b, int64_t tr0, int64_t tc0,
   const int64_t w = ce - cb, n = (re - rb) * w;
   for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
     const int64_t idx = (l * b.R + rb + k / w) * b.C + cb + k % w;
-    const float x = __fmul_rn(RefitLoadF32(b.data, b.dtype, idx), inv);
+    const float x = RefitScaled(RefitLoadF32(b.data, b.dtype, idx), ts, mode);
     out[idx] = static_cast<unsigned char>(
         __nv_cvt_float_to_fp8(fminf(fmaxf(x, -448.0f), 448.0f), __NV_SATFINITE, __NV_E4M3));
   }
@@ -87,7 +120,7 @@ constexpr int kFusedThreads = 512;
 constexpr int kFusedPerThread = 32;  // 512 * 32 = one 128 x 128 tile
 
 __global__ void __launch_bounds__(kFusedThreads) RefitQuantizeFusedKernel(
-    DenseBox b, int64_t tr0, int64_t tc0, bool ue8m0, unsigned char* out, float* scales,
+    DenseBox b, int64_t tr0, int64_t tc0, int mode, unsigned char* out, float* scales,
     int64_t otr0, int64_t otc0, int64_t otr, int64_t otc, long long* bad) {
   const int64_t l = blockIdx.z, ti = tr0 + blockIdx.y, tj = tc0 + blockIdx.x;
   const int64_t rb = max(ti * b.block, b.r0) - b.r0;
@@ -111,24 +144,25 @@ __global__ void __launch_bounds__(kFusedThreads) RefitQuantizeFusedKernel(
   }
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   __shared__ float warp_max[kFusedThreads / 32];
-  __shared__ float tile_scale;
+  __shared__ float tile_amax;
   if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w2 = 1; w2 < kFusedThreads / 32; ++w2) m = fmaxf(m, warp_max[w2]);
-    tile_scale = RefitBlockScale(m, ue8m0);
-    if (scales != nullptr && ti >= otr0 && ti < otr0 + otr && tj >= otc0 && tj < otc0 + otc) {
-      scales[(l * otr + (ti - otr0)) * otc + (tj - otc0)] = tile_scale;
-    }
+    tile_amax = m;
   }
   __syncthreads();
-  const float inv = __fdiv_rn(1.0f, tile_scale);
+  const RefitTileScales ts = RefitScalesOf(tile_amax, mode);
+  if (threadIdx.x == 0 && scales != nullptr && ti >= otr0 && ti < otr0 + otr && tj >= otc0 &&
+      tj < otc0 + otc) {
+    scales[(l * otr + (ti - otr0)) * otc + (tj - otc0)] = ts.scale;
+  }
 #pragma unroll
   for (int q = 0; q < kFusedPerThread; ++q) {
     const int k = q * kFusedThreads + threadIdx.x;
     if (k < n) {
       const int64_t idx = base + static_cast<int64_t>(k / w) * b.C + k % w;
-      const float x = __fmul_rn(v[q], inv);
+      const float x = RefitScaled(v[q], ts, mode);
       out[idx] = static_cast<unsigned char>(
           __nv_cvt_float_to_fp8(fminf(fmaxf(x, -448.0f), 448.0f), __NV_SATFINITE, __NV_E4M3));
     }
@@ -146,7 +180,7 @@ constexpr int kVecRows = kVecThreads / 16;  // rows per pass
 constexpr int kVecPasses = 128 / kVecRows;
 
 __global__ void __launch_bounds__(kVecThreads) RefitQuantizeBf16x8Kernel(
-    DenseBox b, int64_t tr0, int64_t tc0, bool ue8m0, unsigned char* out, float* scales,
+    DenseBox b, int64_t tr0, int64_t tc0, int mode, unsigned char* out, float* scales,
     int64_t otr0, int64_t otc0, int64_t otr, int64_t otc, long long* bad) {
   const int64_t l = blockIdx.z, ti = tr0 + blockIdx.y, tj = tc0 + blockIdx.x;
   const int64_t rb = max(ti * 128, b.r0) - b.r0;
@@ -186,7 +220,8 @@ __global__ void __launch_bounds__(kVecThreads) RefitQuantizeBf16x8Kernel(
   __syncthreads();
 #pragma unroll
   for (int w2 = 0; w2 < kVecThreads / 32; ++w2) m = max(m, warp_max[w2]);
-  const float tile_scale = RefitBlockScale(__uint_as_float(m), ue8m0);
+  // kScaleFloat or kScalePow2 only (requant takes the fused kernel).
+  const float tile_scale = RefitBlockScale(__uint_as_float(m), mode);
   if (threadIdx.x == 0 && scales != nullptr && ti >= otr0 && ti < otr0 + otr && tj >= otc0 &&
       tj < otc0 + otc) {
     scales[(l * otr + (ti - otr0)) * otc + (tj - otc0)] = tile_scale;
@@ -256,17 +291,17 @@ int LaunchTileAmax(const DenseBox& b, float* amax, long long* bad, void* stream)
   return static_cast<int>(cudaGetLastError());
 }
 
-int LaunchQuantize(const DenseBox& b, const float* amax, bool ue8m0,
+int LaunchQuantize(const DenseBox& b, const float* amax, int mode,
                    unsigned char* out, float* scales, void* stream) {
   if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
   const Owned o = OwnedOf(b);
   RefitQuantizeKernel<<<GridOf(b), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      b, b.r0 / b.block, b.c0 / b.block, amax, ue8m0, out, scales, o.r0, o.c0, o.rows,
+      b, b.r0 / b.block, b.c0 / b.block, amax, mode, out, scales, o.r0, o.c0, o.rows,
       o.cols);
   return static_cast<int>(cudaGetLastError());
 }
 
-int LaunchQuantizeFused(const DenseBox& b, bool ue8m0, unsigned char* out,
+int LaunchQuantizeFused(const DenseBox& b, int mode, unsigned char* out,
                         float* scales, long long* bad, void* stream) {
   if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
   if (b.block * b.block > kFusedThreads * kFusedPerThread) {
@@ -274,17 +309,17 @@ int LaunchQuantizeFused(const DenseBox& b, bool ue8m0, unsigned char* out,
   }
   const dim3 grid = GridOf(b);
   const Owned o = OwnedOf(b);
-  const bool vec = b.dtype == kConvertBF16 && b.block == 128 && b.C % 8 == 0 &&
+  const bool vec = mode != kScaleRequant && b.dtype == kConvertBF16 && b.block == 128 && b.C % 8 == 0 &&
                    b.c0 % 8 == 0 && reinterpret_cast<uintptr_t>(b.data) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(out) % 8 == 0;
   if (vec) {
     RefitQuantizeBf16x8Kernel<<<grid, kVecThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        b, b.r0 / b.block, b.c0 / b.block, ue8m0, out, scales, o.r0, o.c0, o.rows, o.cols,
+        b, b.r0 / b.block, b.c0 / b.block, mode, out, scales, o.r0, o.c0, o.rows, o.cols,
         bad);
     return static_cast<int>(cudaGetLastError());
   }
   RefitQuantizeFusedKernel<<<grid, kFusedThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      b, b.r0 / b.block, b.c0 / b.block, ue8m0, out, scales, o.r0, o.c0, o.rows, o.cols,
+      b, b.r0 / b.block, b.c0 / b.block, mode, out, scales, o.r0, o.c0, o.rows, o.cols,
       bad);
   return static_cast<int>(cudaGetLastError());
 }

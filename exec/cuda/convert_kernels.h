@@ -17,6 +17,11 @@ inline constexpr int kConvertBF16 = 0;
 inline constexpr int kConvertF16 = 1;
 inline constexpr int kConvertF32 = 2;
 
+// Scale modes: exec/quantize.h's ScaleMode values.
+inline constexpr int kScaleFloat = 0;
+inline constexpr int kScalePow2 = 1;
+inline constexpr int kScaleRequant = 2;
+
 struct DenseBox {
   const char* data;  // device
   int dtype;         // kConvert*
@@ -35,16 +40,16 @@ int64_t TileCols(const DenseBox& b);
 // launch's cudaError_t as an int.
 int LaunchTileAmax(const DenseBox& b, float* amax, long long* bad, void* stream);
 
-// out[k] = e4m3(clamp(x * inv(tile), -448, 448)) for every element, with
-// the scales of BlockScale(amax[tile], ue8m0); scales of the tiles whose
-// first element lies in the box go to `scales` (row-major over those, may
-// be null).
-int LaunchQuantize(const DenseBox& b, const float* amax, bool ue8m0,
+// out[k] = the codes of QuantizeHost (exec/quantize.h) for every element,
+// with the scales of BlockScale(amax[tile], mode) (mode: kScale*); scales
+// of the tiles whose first element lies in the box go to `scales`
+// (row-major over those, may be null).
+int LaunchQuantize(const DenseBox& b, const float* amax, int mode,
                    unsigned char* out, float* scales, void* stream);
 
 // Both of the above in one pass, for a box none of whose tiles another rank
 // holds part of (block * block <= 16384): *bad as in LaunchTileAmax.
-int LaunchQuantizeFused(const DenseBox& b, bool ue8m0, unsigned char* out,
+int LaunchQuantizeFused(const DenseBox& b, int mode, unsigned char* out,
                         float* scales, long long* bad, void* stream);
 
 // out[i] = f32(x[i]) or -exp(f32(x[i])) (exp in double, rounded once).

@@ -115,7 +115,7 @@ class CudaConvertOps : public ConvertOps {
 
   absl::Status Quantize(const char* dense, DType dtype, const Box& box,
                         const std::vector<int64_t>& tile, const std::vector<float>& amax,
-                        bool ue8m0, char* out, char* scales) override {
+                        ScaleMode mode, char* out, char* scales) override {
     REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, Dense(dense, dtype, box, tile));
     const int64_t bytes = static_cast<int64_t>(amax.size()) * 4;
     REFIT_RETURN_IF_ERROR(Grow(&amax_, &amax_bytes_, bytes));
@@ -124,7 +124,7 @@ class CudaConvertOps : public ConvertOps {
         cudaMemcpy(amax_, amax.data(), bytes, cudaMemcpyHostToDevice), "amax to device"));
     return CudaStatus(
         static_cast<cudaError_t>(cuda::LaunchQuantize(
-            b, reinterpret_cast<const float*>(amax_), ue8m0,
+            b, reinterpret_cast<const float*>(amax_), static_cast<int>(mode),
             reinterpret_cast<unsigned char*>(out), reinterpret_cast<float*>(scales), s_)),
         "quantize launch");
   }
@@ -132,7 +132,7 @@ class CudaConvertOps : public ConvertOps {
   // Non-finite checks are deferred: each call gets a slot of a device flag
   // array, reset once per batch and read back once, by Sync().
   absl::Status QuantizeWhole(const char* dense, DType dtype, const Box& box,
-                             const std::vector<int64_t>& tile, bool ue8m0, char* out,
+                             const std::vector<int64_t>& tile, ScaleMode mode, char* out,
                              char* scales, absl::string_view what) override {
     REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, AnnotateStatus(Dense(dense, dtype, box, tile), what));
     if (pending_.size() == kSlots) REFIT_RETURN_IF_ERROR(Sync());
@@ -149,7 +149,7 @@ class CudaConvertOps : public ConvertOps {
     long long* slot = slots_ + pending_.size();
     pending_.push_back({box, std::string(what)});
     return CudaStatus(static_cast<cudaError_t>(cuda::LaunchQuantizeFused(
-                          b, ue8m0, reinterpret_cast<unsigned char*>(out),
+                          b, static_cast<int>(mode), reinterpret_cast<unsigned char*>(out),
                           reinterpret_cast<float*>(scales), slot, s_)),
                       absl::StrCat(what, ": quantize launch"));
   }

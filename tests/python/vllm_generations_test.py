@@ -218,10 +218,23 @@ class GenerationTest(unittest.TestCase):
         with self.assertRaisesRegex(refit.RefitError, "pipeline parallelism \\(pp=2\\)"):
             rv.engine_rank(pc, "vllm:tp=2,dp=2")
 
+    def test_block_fp8_scales_renamed_after_loading_map_back(self):
+        from refit.engine_worker import block_scale_rename
+        rename = block_scale_rename({"model.layers.0.mlp.down_proj.weight_scale_inv",
+                                     "model.layers.0.self_attn.o_proj.weight_scale"})
+        self.assertEqual(rename("model.layers.0.mlp.down_proj.weight_scale"),
+                         "model.layers.0.mlp.down_proj.weight_scale_inv")
+        # A name the convention lists as it is keeps it.
+        self.assertEqual(rename("model.layers.0.self_attn.o_proj.weight_scale"),
+                         "model.layers.0.self_attn.o_proj.weight_scale")
+        self.assertEqual(rename("model.norm.weight"), "model.norm.weight")
+
     def test_kernel_layout_joins_the_convention_or_refuses(self):
         from refit.engine_worker import with_kernel
         self.assertEqual(with_kernel("vllm:tp=2", "deepgemm"), "vllm:tp=2,kernel=deepgemm")
         self.assertEqual(with_kernel("vllm:tp=2", None), "vllm:tp=2")
+        self.assertEqual(with_kernel("vllm:tp=2,kernel=checkpoint", None),
+                         "vllm:tp=2,kernel=checkpoint")
         with self.assertRaisesRegex(refit.RefitError, "kernel=flashinfer, but the worker's "
                                     "layers read kernel=deepgemm"):
             with_kernel("vllm:tp=2,kernel=flashinfer", "deepgemm")

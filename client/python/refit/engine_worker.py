@@ -15,7 +15,7 @@ conventions have no pipeline stages.
 """
 
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import refit
 import refit.torch as _rt
@@ -53,16 +53,33 @@ def with_kernel(convention: str, kernel: Optional[str]) -> str:
     layers read a kernel layout. Raises RefitError INVALID_ARGUMENT when the
     convention names another kernel layout than the one detected."""
     named = convention_params(convention).get("kernel")
+    if named == "checkpoint":  # the default layout, spelled out
+        named = ""
     if named is not None and named != (kernel or ""):
         raise refit.RefitError(3, f"convention {convention}: kernel={named}, but the "
                                   f"worker's layers read "
                                   f"{'kernel=' + kernel if kernel else 'the checkpoint layout'}")
-    if kernel is None or named is not None:
+    if kernel is None or named:
         return convention
     if ":" not in convention:
         return f"{convention}:kernel={kernel}"
     sep = "" if convention.endswith(":") else ","
     return f"{convention}{sep}kernel={kernel}"
+
+
+def block_scale_rename(want: Set[str]) -> Callable[[str], Optional[str]]:
+    """The engine's parameter names as the convention spells them. vLLM's
+    block-FP8 linears register ``weight_scale_inv`` and newer vLLM renames
+    it ``weight_scale`` after loading (vllm-project/vllm 1436674,
+    fp8.py's process_weights_after_loading): such a name maps back to the
+    convention's ``weight_scale_inv`` when the convention lists that and not
+    the other. Shapes and dtypes are still checked by module_buffers."""
+    def rename(name: str) -> Optional[str]:
+        if (name.endswith(".weight_scale") and name not in want
+                and name + "_inv" in want):
+            return name + "_inv"
+        return name
+    return rename
 
 
 def check_parallel(convention: str, *, tp: int, dp: int, pp: int = 1,
@@ -127,8 +144,11 @@ class EngineReceiver:
         self.timeout = timeout
         self.version = 0
         self.last_stats: Dict[str, Any] = {}
+        want = {b.name for b in refit.expected_buffers(
+            side="engine", rank=rank, model=model_name, convention=self.convention)}
         buffers = _rt.module_buffers(model, side="engine", rank=rank, model=model_name,
-                                     convention=self.convention, ignore_unknown=True)
+                                     convention=self.convention, ignore_unknown=True,
+                                     rename=block_scale_rename(want))
         member = refit.Member(server=server, side="engine", rank=rank, model=model_name,
                               convention=self.convention, engine_id=engine_id,
                               device=device, buffers=buffers, token=token, job=job,

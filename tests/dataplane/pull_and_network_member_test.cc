@@ -54,9 +54,9 @@ class Sources {
   std::map<int32_t, HostPullSource> sources_ ABSL_GUARDED_BY(mu_);
 };
 
-DataPlaneOptions HybridDataPlane(Sources* sources) {
+DataPlaneOptions PullAndNetworkDataPlane(Sources* sources) {
   DataPlaneOptions o;
-  o.transport_kind = TransportKind::kIpc;
+  o.transport_kind = TransportKind::kPull;
   o.transport = GlooTransportFactory();
   o.pull = [sources](const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
                        KvStore*, std::function<bool(int32_t)> pull_peer,
@@ -164,7 +164,7 @@ v1::RoundSummary LastRound(Node& node) {
   return st->rounds(st->rounds_size() - 1);
 }
 
-TEST(HybridMemberTest, SameHostPairsPullAndPairsAcrossHostsUseGlooInOneRound) {
+TEST(PullAndNetworkMemberTest, SameHostPairsPullAndPairsAcrossHostsUseGlooInOneRound) {
   std::unique_ptr<RefitServer> server = StartRefitd(2);
   ASSERT_NE(server, nullptr);
   // Trainer TP2 (rank r on host r); engine A (TP1) on host0, engine B
@@ -177,7 +177,7 @@ TEST(HybridMemberTest, SameHostPairsPullAndPairsAcrossHostsUseGlooInOneRound) {
   nodes[3].options = Engine(*server, "B", 0, "vllm:tp=1", "host1");
   Sources sources;
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  JoinAll(nodes, [&](size_t) { return HybridDataPlane(&sources); }, deadline);
+  JoinAll(nodes, [&](size_t) { return PullAndNetworkDataPlane(&sources); }, deadline);
   RunRoundOne(nodes, deadline);
   absl::StatusOr<v1::StatusResponse> st =
       nodes[0].member->client().GetStatus(absl::Now() + absl::Seconds(10));
@@ -239,7 +239,7 @@ TEST(StagingReportTest, APullRoundReportsNoStaging) {
   nodes[2].options = Engine(*server, "A", 0, "vllm:tp=1", "host0");
   Sources sources;
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  JoinAll(nodes, [&](size_t) { return HybridDataPlane(&sources); }, deadline);
+  JoinAll(nodes, [&](size_t) { return PullAndNetworkDataPlane(&sources); }, deadline);
   RunRoundOne(nodes, deadline);
   for (const Node& n : nodes) EXPECT_EQ(n.stats.peak_staging_bytes, 0);
   const v1::RoundSummary last = LastRound(nodes[0]);
