@@ -48,7 +48,7 @@ const std::set<std::string>& KnownKeys() {
       "client_cert_pem", "client_key_pem", "tls_server_name", "job",
       "side",            "engine_id",    "rank",        "model",
       "convention",      "host_id",      "device",      "verify",
-      "transport",
+      "transport",       "job_key",
       "heartbeat_ms",    "rpc_timeout_s"};
   return *keys;
 }
@@ -162,6 +162,7 @@ absl::StatusOr<Parsed> ParseOptions(const char* text, bool for_join) {
   REFIT_RETURN_IF_ERROR(GetString(j, "client_cert_pem", &c.client_cert_pem, false));
   REFIT_RETURN_IF_ERROR(GetString(j, "client_key_pem", &c.client_key_pem, false));
   REFIT_RETURN_IF_ERROR(GetString(j, "tls_server_name", &c.tls_server_name, false));
+  REFIT_RETURN_IF_ERROR(GetString(j, "job_key", &c.job_key, false));
   int64_t heartbeat_ms = 1000, rpc_timeout_s = 10;
   REFIT_RETURN_IF_ERROR(GetInt(j, "heartbeat_ms", 10, 600000, &heartbeat_ms, false));
   REFIT_RETURN_IF_ERROR(GetInt(j, "rpc_timeout_s", 1, 3600, &rpc_timeout_s, false));

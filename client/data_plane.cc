@@ -50,9 +50,19 @@ absl::StatusOr<std::unique_ptr<DataPlaneMember>> DataPlaneMember::Create(
 DataPlaneMember::~DataPlaneMember() { Disconnect(); }
 
 absl::Status DataPlaneMember::Prepare(absl::Time deadline) {
-  Disconnect();
-  fingerprint_.clear();
+  const int64_t held_epoch = prepared_ ? client_->plan_epoch() : -1;
   REFIT_ASSIGN_OR_RETURN(v1::AwaitPlanResponse resp, client_->AwaitPlan(deadline));
+  // The plan this member holds (same membership epoch, same plan): keep it
+  // and its connections. The other members keep theirs (they see no new
+  // epoch), so rebuilding ours alone would break the next round.
+  if (held_epoch >= 0 && resp.epoch() == held_epoch && resp.fingerprint() == fingerprint_ &&
+      resp.bootstrap().kv_prefix() == kv_prefix_ &&
+      resp.bootstrap().global_rank() == global_rank_) {
+    return absl::OkStatus();
+  }
+  Disconnect();
+  prepared_ = false;
+  fingerprint_.clear();
   REFIT_ASSIGN_OR_RETURN(v1::PlanProto slice, RefitClient::Slice(resp));
   REFIT_ASSIGN_OR_RETURN(
       plan_, AnnotateStatus(FromProto(slice), "plan slice from refitd"));
@@ -102,6 +112,7 @@ absl::Status DataPlaneMember::Prepare(absl::Time deadline) {
   side_ = side;
   rank_ = rank;
   ptrs_ = std::move(ptrs);
+  prepared_ = true;
   return absl::OkStatus();
 }
 

@@ -77,7 +77,9 @@ class DataPlaneMember {
   ~DataPlaneMember();
 
   // Awaits the member's plan (the current membership's) and resolves the
-  // slice's buffers. Fails with the plan's error as refitd reported it (e.g.
+  // slice's buffers. Called again while the plan is unchanged (same
+  // membership epoch and plan), it keeps the plan and the data plane's
+  // connections, which the other members keep too. Fails with the plan's error as refitd reported it (e.g.
   // the planner's INVALID_ARGUMENT), INVALID_ARGUMENT if the slice names a
   // buffer this member did not give, or DEADLINE_EXCEEDED.
   absl::Status Prepare(absl::Time deadline);
@@ -122,6 +124,7 @@ class DataPlaneMember {
   DataPlaneOptions options_;
   Plan plan_;
   std::string fingerprint_;
+  bool prepared_ = false;  // the last Prepare succeeded
   int32_t global_rank_ = 0;
   int32_t global_world_ = 0;
   std::string kv_prefix_;

@@ -37,6 +37,9 @@ struct CoordinatorOptions {
   int32_t verify_every = 0;
   std::string kv_prefix = "refit";
   KvTable::Quota kv_quota;  // key-value bytes per member and in total
+  // The job key every registration must carry (empty: none); see
+  // member_credentials.h.
+  std::string job_key;
   absl::Duration tick = absl::Milliseconds(10);  // housekeeping period
 };
 

@@ -414,8 +414,9 @@ TEST(RefitServerTest, KvStoreSetGetWait) {
   ASSERT_TRUE(s.ok());
   auto a = Client((*s)->port());
   auto b = Client((*s)->port());
-  // Keys are set by members (each owns its keys); anyone may read them.
+  // Keys are set by members (each owns its keys); members read them.
   ASSERT_TRUE(a->Register(Reg(v1::SIDE_TRAINER, "", 0, 1, {"w0"})).ok());
+  ASSERT_TRUE(b->Register(Reg(v1::SIDE_ENGINE, "A", 0, 1, {"w0"})).ok());
   GrpcKvStore ka(a.get(), "p/"), kb(b.get(), "p/");
   std::thread setter([&] {
     absl::SleepFor(absl::Milliseconds(200));

@@ -35,6 +35,10 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "require client certificates signed by this CA (PEM file)");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the bearer token every call must carry");
+ABSL_FLAG(std::string, job_key_file, "",
+          "file holding the job key: only registrations that carry it are "
+          "admitted, and one that does takes its member's place (a restarted "
+          "process); see docs/reliability.md");
 ABSL_FLAG(bool, allow_insecure_non_loopback, false,
           "permit a plaintext listener on a non-loopback address");
 ABSL_FLAG(int64_t, min_engines, 1, "complete engines needed before a plan");
@@ -164,6 +168,15 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
         ReadPem(absl::GetFlag(FLAGS_token_file));
     if (!t.ok()) return t.status();
     o.bearer_token = std::string(absl::StripAsciiWhitespace(*t));
+  }
+  if (!absl::GetFlag(FLAGS_job_key_file).empty()) {
+    absl::StatusOr<std::string> k = ReadPem(absl::GetFlag(FLAGS_job_key_file));
+    if (!k.ok()) return k.status();
+    o.coordinator.job_key = std::string(absl::StripAsciiWhitespace(*k));
+    if (o.coordinator.job_key.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--job_key_file: ", absl::GetFlag(FLAGS_job_key_file), " is empty"));
+    }
   }
   auto min_engines = Count(FLAGS_min_engines, "min_engines");
   auto max_buffers = Count(FLAGS_max_buffers, "max_buffers");
