@@ -168,6 +168,15 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
     for (int32_t k = 0; k < ts.world_size(); ++k) stages.push_back(k / (ts.dp * ts.tp));
   }
   REFIT_ASSIGN_OR_RETURN(PlanSummary s, SummarizePlan(plan, opt.link, stages));
+  REFIT_RETURN_IF_ERROR(CheckSnapshotBound(SnapshotBytesPerRank(plan),
+                                           opt.max_snapshot_mib << 20, "--max_snapshot_mib"));
+  std::string delta_text;
+  if (opt.delta >= 0) {
+    DeltaModel dm;
+    dm.fraction = opt.delta;
+    REFIT_ASSIGN_OR_RETURN(DeltaPrediction dp, PredictDelta(plan, opt.link, dm));
+    delta_text = FormatDeltaText(dp, dm, s.predicted_seconds);
+  }
   s.fingerprint = plan.fingerprint;
   s.model = opt.model;
   s.trainer_spec = TrainerSpecString(ts);
@@ -195,7 +204,7 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
     }
   }
   absl::StrAppend(&out, "plan fingerprint: ", plan.fingerprint, "\n",
-                  FormatSummaryText(s));
+                  FormatSummaryText(s), delta_text);
   return out;
 }
 

@@ -43,6 +43,12 @@ ABSL_FLAG(int64_t, max_plan_mib, 16384,
           "refuse a plan whose estimated size (one record per tensor per rank)\n"
           "is over this many MiB");
 ABSL_FLAG(bool, json, false, "print the result as one JSON document");
+ABSL_FLAG(double, delta, -1,
+          "refit plan: also predict a delta round with this fraction of the elements "
+          "changed, e.g. 0.02 (docs/delta.md)");
+ABSL_FLAG(int64_t, max_snapshot_mib, 0,
+          "refit plan: refuse a plan whose trainer rank needs a larger delta snapshot "
+          "(MiB; 0: no bound)");
 ABSL_FLAG(double, timeout_s, 0,
           "deadline in seconds; 0: the command's default (simulate: the whole\n"
           "transfer, 300; status: to connect and to answer, 10)");
@@ -219,6 +225,10 @@ members report those hosts and GPUs.
 An invalid layout or plan prints every error (tensor, ranks) and exits 1; a
 usage error exits 2.
 
+--delta=F adds the delta round's prediction (F of the elements changed, wire
+bytes by the codec's size formula) and each trainer rank's snapshot bytes;
+--max_snapshot_mib refuses a plan whose snapshot is over it (docs/delta.md).
+
 example:
   refit plan --model kimi-k2 --trainer megatron:tp=8,pp=16,ep=16,etp=1,dp=2 \
              --engine vllm:tp=16,dp=8 --json
@@ -259,7 +269,7 @@ int RunPlan(const std::vector<std::string>& args) {
           "plan", args,
           {"model", "trainer", "engine", "dtype", "gpus_per_host", "colocated",
            "hosts", "link", "staging_mib", "lanes", "max_plan_mib", "json", "timings",
-           "heatmap"},
+           "heatmap", "delta", "max_snapshot_mib"},
           kPlanHelp);
       rc >= 0) {
     return rc;
@@ -296,6 +306,12 @@ int RunPlan(const std::vector<std::string>& args) {
   opt.json = absl::GetFlag(FLAGS_json);
   opt.timings = absl::GetFlag(FLAGS_timings);
   opt.heatmap = absl::GetFlag(FLAGS_heatmap);
+  opt.delta = absl::GetFlag(FLAGS_delta);
+  if (opt.delta > 1) return Usage("--delta: a fraction of the elements, at most 1", kPlanHelp);
+  opt.max_snapshot_mib = absl::GetFlag(FLAGS_max_snapshot_mib);
+  if (opt.max_snapshot_mib < 0 || opt.max_snapshot_mib > (int64_t{1} << 30)) {
+    return Usage("--max_snapshot_mib: 0 (no bound) to 2^30", kPlanHelp);
+  }
   absl::StatusOr<std::string> out = refit::RunPlanCommand(opt);
   if (!out.ok()) {
     std::cerr << "refit plan: error: " << out.status().message() << "\n";

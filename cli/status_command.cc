@@ -80,6 +80,9 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
                         ? std::string()
                         : absl::StrCat("; TORN by aborted round ", e.torn_version(),
                                        ": holds no single version until a round commits"),
+                    e.verified_version() == 0
+                        ? std::string()
+                        : absl::StrCat("; version ", e.verified_version(), " verified"),
                     "\n");
   }
   if (r.rounds_size() == 0) {
@@ -134,7 +137,8 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
   for (const v1::EngineStatus& e : r.engines()) {
     j["engines"].push_back({{"engine_id", e.engine_id()},
                             {"committed_version", e.committed_version()},
-                            {"torn_version", e.torn_version()}});
+                            {"torn_version", e.torn_version()},
+                            {"verified_version", e.verified_version()}});
   }
   j["rounds"] = nlohmann::json::array();
   for (int i = FirstRound(r, rounds); i < r.rounds_size(); ++i) {
@@ -144,7 +148,8 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
       reports.push_back({{"member_id", m.member_id()},
                          {"bytes", m.bytes()},
                          {"seconds", m.seconds()},
-                         {"peak_staging_bytes", m.peak_staging_bytes()}});
+                         {"peak_staging_bytes", m.peak_staging_bytes()},
+                         {"digest_seconds", m.digest_seconds()}});
     }
     j["rounds"].push_back({{"version", s.version()},
                            {"outcome", s.outcome()},

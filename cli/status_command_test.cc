@@ -32,6 +32,7 @@ v1::StatusResponse Sample() {
   e0->set_engine_id("e0");
   e0->set_committed_version(4);
   e0->set_torn_version(5);
+  e0->set_verified_version(3);
   auto* e1 = r.add_engines();
   e1->set_engine_id("e1");
   for (int v = 1; v <= 5; ++v) {
@@ -58,6 +59,7 @@ TEST(StatusCommandTest, TextNamesTornEnginesAndTheProtocol) {
   EXPECT_THAT(text, HasSubstr("engine/e0/0  engine job="));
   EXPECT_THAT(text, Not(HasSubstr("SIDE_")));
   EXPECT_THAT(text, HasSubstr("device=cuda:0 transport=pull"));
+  EXPECT_THAT(text, HasSubstr("; version 3 verified\n"));
   EXPECT_THAT(text, HasSubstr("engine e0: version 4 committed; TORN by aborted round 5"));
   EXPECT_THAT(text, HasSubstr("engine e1: no version committed\n"));
   EXPECT_THAT(text, HasSubstr("rounds (last 2 of 5)"));
@@ -84,6 +86,7 @@ TEST(StatusCommandTest, JsonCarriesTheSameFields) {
   EXPECT_EQ(j["engines"][0]["engine_id"], "e0");
   EXPECT_EQ(j["engines"][0]["committed_version"], 4);
   EXPECT_EQ(j["engines"][0]["torn_version"], 5);
+  EXPECT_EQ(j["engines"][0]["verified_version"], 3);
   EXPECT_EQ(j["engines"][1]["torn_version"], 0);
   EXPECT_EQ(j["rounds"].size(), 5u);
   EXPECT_EQ(j["rounds"][3]["peak_staging_bytes"], 16128);

@@ -166,6 +166,15 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
     if (!cancelled_.ok()) stats = cancelled_;
     cancel_runner_ = runner_.get();  // connected now or rounds ago
   }
+  if (stats.ok() && delta_runner_ != nullptr) {
+    const RefitClient::RoundMode mode = client_->RoundModeOf(version);
+    std::vector<EngineDeltaMode> modes;
+    for (int64_t base : mode.delta_base) {
+      modes.push_back(base < 0 ? EngineDeltaMode{} : EngineDeltaMode{false, base});
+    }
+    delta_runner_->SetModes(std::move(modes));
+    delta_runner_->SetVerify(mode.verify);
+  }
   if (stats.ok()) stats = runner_->Run(deadline);
   done.Notify();
   client_->WakeWaiters();
@@ -196,8 +205,29 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
   figures.bytes = std::max(stats->bytes_sent, stats->bytes_received);
   figures.seconds = stats->seconds;
   figures.peak_staging_bytes = stats->peak_staging_bytes;
+  if (delta_runner_ != nullptr) {
+    figures.digest_seconds = delta_runner_->delta_stats().digest_seconds;
+    for (const auto& [key, sum] : delta_runner_->digests()) {
+      v1::DigestPart& p = figures.digests.emplace_back();
+      p.set_engine_rank(key.first);
+      p.set_tensor(key.second);
+      p.set_sum(sum);
+      if (side_ == Side::kEngine && key.second >= 0 &&
+          static_cast<size_t>(key.second) < plan_.dst.tensors.size()) {
+        p.set_tensor_name(plan_.dst.tensors[key.second].name);
+      }
+    }
+  }
   absl::Status s = client_->ReportDone(version, figures, deadline, attempt);
   if (s.ok()) s = client_->AwaitOutcome(version, deadline, attempt);
+  if (delta_runner_ != nullptr) {
+    // The snapshot holds only committed bytes.
+    if (s.ok()) {
+      delta_runner_->Commit(version);
+    } else {
+      delta_runner_->Abort();
+    }
+  }
   if (!s.ok()) {
     // An aborted round may have left any peer's transport broken: every
     // member reconnects for the next round.
@@ -229,6 +259,26 @@ absl::Status DataPlaneMember::Connect(int64_t version, int32_t attempt, absl::Ti
   member.num_lanes = num_lanes_;
   member.host_of_member = host_of_member_;
   member.network_members = network_members_;
+  if (client_->RoundModeOf(version).delta_plane) {
+    if (options_.pull || options_.copier) {
+      return absl::FailedPreconditionError(
+          "refitd runs delta or verified rounds (--delta, --verify_every), which this "
+          "member's data plane (device memory or the colocated pull path) does not run yet; "
+          "run refitd without them for this job");
+    }
+    REFIT_ASSIGN_OR_RETURN(
+        std::unique_ptr<Transport> t,
+        AnnotateStatus(options_.transport(store_.get(), global_rank_, global_world_, num_lanes_),
+                       "data-plane transport"));
+    DeltaRunnerOptions o;
+    o.snapshot = &delta_snapshot_;
+    REFIT_ASSIGN_OR_RETURN(std::unique_ptr<DeltaRunner> r,
+                           DeltaRunner::Create(plan_, side_, rank_, ptrs_, t.get(), o));
+    r->AdoptTransport(std::move(t));
+    delta_runner_ = r.get();
+    runner_ = std::move(r);
+    return absl::OkStatus();
+  }
   DataPlaneParts parts;
   parts.transport = options_.transport;
   parts.copier = options_.copier;
@@ -243,6 +293,7 @@ void DataPlaneMember::Disconnect() {
     absl::MutexLock l(&cancel_mu_);
     cancel_runner_ = nullptr;
   }
+  delta_runner_ = nullptr;
   runner_.reset();
   absl::MutexLock l(&cancel_mu_);
   store_.reset();

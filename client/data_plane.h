@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "client/grpc_kv_store.h"
 #include "client/refit_client.h"
+#include "exec/delta/delta_runner.h"
 #include "exec/kv_store.h"
 #include "exec/member_runner.h"
 #include "exec/plan_side.h"
@@ -97,7 +98,11 @@ class DataPlaneMember {
   // comes while this member's data plane still waits (a peer died, even
   // before it connected) cancels the bootstrap store and the transport:
   // the member fails within ~0.5 s of refitd's decision, not at
-  // `deadline`. FAILED_PRECONDITION naming both epochs, reported to refitd
+  // `deadline`. When refitd runs delta or verified rounds, a host member
+  // runs them (exec/delta/delta_runner.h), reporting its digest parts, and
+  // folds what it sent into its snapshot once refitd committed; a member
+  // with device memory or the pull path fails with FAILED_PRECONDITION
+  // (reported, so the round aborts for all). FAILED_PRECONDITION naming both epochs, reported to refitd
   // (which aborts the round for everyone), when the round runs the plan of
   // a newer membership than this member prepared.
   absl::StatusOr<RunStats> RunRound(int64_t version, absl::Time deadline);
@@ -138,6 +143,10 @@ class DataPlaneMember {
   RoundRunner* cancel_runner_ ABSL_GUARDED_BY(cancel_mu_) = nullptr;
   std::unique_ptr<GrpcKvStore> store_;
   std::unique_ptr<RoundRunner> runner_;  // the member's data plane
+  // Delta and verified rounds (refitd --delta / --verify_every, host
+  // members): runner_ is then this DeltaRunner; the snapshot outlives it.
+  DeltaRunner* delta_runner_ = nullptr;
+  DeltaSnapshot delta_snapshot_;
 };
 
 }  // namespace refit

@@ -324,6 +324,9 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
           latest_attempt_ = attempt;
         }
         round_epochs_[e.version()] = e.epoch();
+        round_modes_[e.version()] =
+            RoundMode{{e.delta_base().begin(), e.delta_base().end()}, e.verify(), e.delta_plane()};
+        while (round_modes_.size() > 1024) round_modes_.erase(round_modes_.begin());
         round_attempts_[e.version()] = std::max(round_attempts_[e.version()], attempt);
         while (round_epochs_.size() > 1024) round_epochs_.erase(round_epochs_.begin());
         while (round_attempts_.size() > 1024) round_attempts_.erase(round_attempts_.begin());
@@ -454,6 +457,12 @@ absl::StatusOr<int64_t> RefitClient::RoundEpoch(int64_t version) {
   return it->second;
 }
 
+RefitClient::RoundMode RefitClient::RoundModeOf(int64_t version) {
+  absl::MutexLock l(&mu_);
+  auto it = round_modes_.find(version);
+  return it == round_modes_.end() ? RoundMode() : it->second;
+}
+
 bool RefitClient::PlanChanged() {
   absl::MutexLock l(&mu_);
   return latest_epoch_ > plan_epoch_;
@@ -505,6 +514,8 @@ absl::Status RefitClient::ReportDone(int64_t version, const RoundFigures& figure
   req.set_bytes(figures.bytes);
   req.set_seconds(figures.seconds);
   req.set_peak_staging_bytes(figures.peak_staging_bytes);
+  for (const v1::DigestPart& p : figures.digests) *req.add_digests() = p;
+  req.set_digest_seconds(figures.digest_seconds);
   v1::ReportResponse resp;
   auto ctx = MakeContext(deadline);
   return FromRpc(stub_->Report(ctx.get(), req, &resp));

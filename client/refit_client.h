@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -113,6 +114,17 @@ class RefitClient {
   int64_t plan_epoch();
   absl::StatusOr<int64_t> RoundEpoch(int64_t version);
 
+  // How round `version` runs, as its ROUND_STARTED said (docs/delta.md):
+  // per engine rank the version a delta may be sent against (-1: dense;
+  // empty: every rank dense), and whether members digest the round.
+  // Default (both empty/false) for a round not seen to start.
+  struct RoundMode {
+    std::vector<int64_t> delta_base;
+    bool verify = false;
+    bool delta_plane = false;  // refitd runs delta or verified rounds
+  };
+  RoundMode RoundModeOf(int64_t version);
+
   // The attempt of round `version` this client saw start last: 1 for its
   // first run, k after k-1 aborted runs of the same version; 0 when it has
   // not seen the round start.
@@ -142,6 +154,8 @@ class RefitClient {
     int64_t bytes = 0;               // bytes moved (the larger of sent, received)
     double seconds = 0;              // the data plane's time
     int64_t peak_staging_bytes = 0;  // staging and scratch held (RunStats)
+    std::vector<v1::DigestPart> digests;  // a verified round's digest parts
+    double digest_seconds = 0;            // of `seconds`, spent digesting
   };
 
   // Report this member's part of round `version`, attempt `attempt` (0:
@@ -244,6 +258,7 @@ class RefitClient {
   std::map<std::pair<int64_t, int32_t>, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, int64_t> round_epochs_ ABSL_GUARDED_BY(mu_);  // version -> epoch
   std::map<int64_t, int32_t> round_attempts_ ABSL_GUARDED_BY(mu_);  // version -> attempt
+  std::map<int64_t, RoundMode> round_modes_ ABSL_GUARDED_BY(mu_);  // version -> mode
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread reader_;
   std::thread heartbeater_;

@@ -38,6 +38,7 @@ Coordinator::Coordinator(Options options)
     : options_(std::move(options)),
       membership_(options_.min_engines),
       rounds_(options_.rounds_kept),
+      delta_rounds_(options_.delta, options_.verify_every),
       kv_(options_.kv_quota),
       credentials_(options_.job_key),
       plan_cache_(16, options_.max_plan_cache_bytes) {}

@@ -32,6 +32,7 @@
 #include "server/plan_assembly.h"
 #include "server/plan_cache.h"
 #include "server/plan_function.h"
+#include "server/delta_rounds.h"
 #include "server/rounds.h"
 #include "server/waits.h"
 
@@ -231,6 +232,7 @@ class Coordinator {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Membership membership_ ABSL_GUARDED_BY(mu_);
   Rounds rounds_ ABSL_GUARDED_BY(mu_);
+  DeltaRounds delta_rounds_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, RoundStream*> streams_ ABSL_GUARDED_BY(mu_);
   Waits waits_ ABSL_GUARDED_BY(mu_);
   KvTable kv_ ABSL_GUARDED_BY(mu_);

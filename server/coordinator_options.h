@@ -30,6 +30,11 @@ struct CoordinatorOptions {
   // 256 -> 256 plan is ~0.7 GB). The current plan is kept regardless.
   int64_t max_plan_cache_bytes = int64_t{2} << 30;
   int rounds_kept = 64;  // round summaries in GetStatus
+  // Delta rounds (docs/delta.md): trainers send engines that hold the last
+  // committed version only what changed; these rounds are verified.
+  bool delta = false;
+  // Verify every Nth round that is not a delta round (0: never).
+  int32_t verify_every = 0;
   std::string kv_prefix = "refit";
   KvTable::Quota kv_quota;  // key-value bytes per member and in total
   // The job key every registration must carry (empty: none); see

@@ -70,6 +70,14 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
   e.set_version(v);
   e.set_attempt(attempt);
   e.set_epoch(plan_epoch_);
+  std::map<int32_t, std::string> engine_members;
+  for (const std::string& id : rounds_.active()->participants) {
+    const Member* pm = membership_.Find(id);
+    if (pm != nullptr && pm->reg.identity().side() == v1::SIDE_ENGINE) {
+      engine_members[pm->reg.identity().rank()] = id;
+    }
+  }
+  delta_rounds_.Announce(engine_members, &e);
   Broadcast(e);
   return resp;
 }
@@ -107,6 +115,7 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
   report.set_bytes(req.bytes());
   report.set_seconds(req.seconds());
   report.set_peak_staging_bytes(req.peak_staging_bytes());
+  report.set_digest_seconds(req.digest_seconds());
   // Figures that would corrupt the round's sum, status and metrics are
   // refused; the round goes on (the member may report again).
   REFIT_RETURN_IF_ERROR(rounds_.CheckReport(report));
@@ -116,9 +125,12 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
       v, req.member_id(), req.bytes(), req.seconds(), req.peak_staging_bytes(),
       transport.empty() ? "none" : transport);
   metrics_.MemberReported(transport, req.bytes(), req.seconds());
-  if (rounds_.RecordDone(report,
-                         m != nullptr && m->reg.identity().side() == v1::SIDE_ENGINE)) {
-    EndRound(true, "", AbortReason::kMemberFailed);
+  const bool engine = m != nullptr && m->reg.identity().side() == v1::SIDE_ENGINE;
+  delta_rounds_.AddReport(engine, req);
+  if (rounds_.RecordDone(report, engine)) {
+    // A verified round commits only when the digests agree.
+    const absl::Status verified = delta_rounds_.Check();
+    EndRound(verified.ok(), std::string(verified.message()), AbortReason::kMemberFailed);
   }
   return absl::OkStatus();
 }
@@ -136,6 +148,14 @@ void Coordinator::EndRound(bool committed, const std::string& reason,
   const int64_t peak_staging = active->peak_staging_bytes;
   const std::string peak_member = active->peak_staging_member;
   const size_t members = active->participants.size();
+  std::set<std::string> engine_ids;
+  for (const std::string& id : active->participants) {
+    const Member* pm = membership_.Find(id);
+    if (pm != nullptr && pm->reg.identity().side() == v1::SIDE_ENGINE) {
+      engine_ids.insert(pm->reg.identity().engine_id());
+    }
+  }
+  delta_rounds_.End(committed, version, active->participants, engine_ids);
   std::optional<v1::RoundEvent> e =
       rounds_.End(committed, reason, now, plan_epoch_, [this](const std::string& id) {
         const Member* m = membership_.Find(id);
@@ -198,6 +218,7 @@ v1::StatusResponse Coordinator::GetStatus() {
     es->set_engine_id(e);
     es->set_committed_version(rounds_.CommittedVersion(e));
     es->set_torn_version(rounds_.TornVersion(e));
+    es->set_verified_version(delta_rounds_.VerifiedVersion(e));
   }
   if (const Rounds::Active* a = rounds_.active()) {
     v1::RoundSummary* s = resp.add_rounds();

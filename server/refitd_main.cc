@@ -57,6 +57,11 @@ ABSL_FLAG(int64_t, plan_cache_mib, 2048,
           "plans kept for memberships seen before, in serialized MiB (the\n"
           "current one is always kept)");
 ABSL_FLAG(int64_t, rounds_kept, 64, "finished rounds listed by refit status");
+ABSL_FLAG(bool, delta, false,
+          "delta rounds: engines holding the last committed version get only the "
+          "changed words; verified (docs/delta.md)");
+ABSL_FLAG(int64_t, verify_every, 0,
+          "verify every Nth round that is not a delta round (0: never)");
 ABSL_FLAG(std::string, kv_prefix, "refit",
           "prefix of the data-plane bootstrap keys refitd hands out");
 ABSL_FLAG(int64_t, kv_member_mib, 16,
@@ -189,7 +194,8 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   auto kv_member = Mib(FLAGS_kv_member_mib, "kv_member_mib");
   auto kv_total = Mib(FLAGS_kv_total_mib, "kv_total_mib");
   auto tick = Count(FLAGS_tick_ms, "tick_ms");
-  for (auto* s : {&drain, &min_engines, &max_buffers, &max_meta, &hb, &rt, &settle,
+  auto verify_every = Count(FLAGS_verify_every, "verify_every");
+  for (auto* s : {&verify_every, &drain, &min_engines, &max_buffers, &max_meta, &hb, &rt, &settle,
                   &settle_max, &cache_bytes, &staging, &lanes, &max_plan, &rounds_kept,
                   &kv_member, &kv_total, &tick}) {
     if (!s->ok()) return s->status();
@@ -197,9 +203,11 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   if (*min_engines > std::numeric_limits<int>::max() ||
       *max_buffers > std::numeric_limits<int>::max() ||
       *lanes > std::numeric_limits<int32_t>::max() ||
-      *rounds_kept > std::numeric_limits<int>::max()) {
+      *rounds_kept > std::numeric_limits<int>::max() ||
+      *verify_every > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(
-        "--min_engines, --max_buffers, --lanes and --rounds_kept must fit in 32 bits");
+        "--min_engines, --max_buffers, --lanes, --rounds_kept and --verify_every must fit "
+        "in 32 bits");
   }
   if (*tick < 1) return absl::InvalidArgumentError("--tick_ms: must be at least 1");
   o.coordinator.max_plan_cache_bytes = *cache_bytes;
@@ -211,6 +219,8 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   o.coordinator.heartbeat_timeout = absl::Milliseconds(*hb);
   o.coordinator.round_timeout = absl::Seconds(*rt);
   o.coordinator.rounds_kept = static_cast<int>(*rounds_kept);
+  o.coordinator.delta = absl::GetFlag(FLAGS_delta);
+  o.coordinator.verify_every = static_cast<int32_t>(*verify_every);
   o.coordinator.kv_prefix = absl::GetFlag(FLAGS_kv_prefix);
   o.coordinator.kv_quota.per_owner_bytes = *kv_member;
   o.coordinator.kv_quota.total_bytes = *kv_total;
