@@ -126,6 +126,20 @@ TEST(ConvertSourceTest, Ue8m0FromTheScaleTransform) {
   EXPECT_EQ(c->layout.tensors[1].transform, Transform::kNone);
 }
 
+// kernel=deepgemm: the scale tensor's ue8m0_requant transform selects the
+// requantizing kind.
+TEST(ConvertSourceTest, RequantUe8m0FromTheScaleTransform) {
+  SideLayout src = Trainer("w", {128, 128}, DType::kBF16, 1);
+  SideLayout dst = Engine("w", {128, 128}, DType::kF8E4M3, Transform::kNone,
+                          {1, 1}, Transform::kUe8m0Requant);
+  absl::StatusOr<ConvertedSource> c = ConvertSource(src, dst, 128);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->conversions.size(), 1u);
+  EXPECT_EQ(c->conversions[0].kind, ConversionKind::kFp8BlockRequantUe8m0);
+  EXPECT_TRUE(IsBlockQuantized(c->conversions[0].kind));
+  EXPECT_STREQ(ConversionKindName(c->conversions[0].kind), "fp8_block_requant_ue8m0");
+}
+
 TEST(ConvertSourceTest, RefusesWhatTheTableLacks) {
   SideLayout f32 = Trainer("w", {4, 4}, DType::kF32, 1);
   absl::StatusOr<ConvertedSource> c = ConvertSource(

@@ -360,8 +360,10 @@ def _shares_storage(a: Any, b: Any) -> bool:
 def _dequantized(proj: Any, dtype: Any) -> Any:
     """kv_b_proj's weight [out, in] in `dtype`: itself when unquantized, else
     its 128x128 block-FP8 codes times their scales in f32, rounded once to
-    `dtype` (SGLang's block_quant_dequant; vLLM's own dequantization runs
-    a GEMM with the identity, which rounds the same products)."""
+    `dtype`: SGLang's block_quant_dequant exactly. vLLM dequantizes by
+    scaled_dequantize (the same products) or, in some versions, by a GEMM
+    with the identity, whose f32 accumulation can round a rare element to
+    the neighbouring BF16 value."""
     w = proj.weight
     if not _is_fp8(w):
         return w if _dtype_name(w) == _dtype_name_of(dtype) else w.to(dtype)
