@@ -348,6 +348,9 @@ static Owned OwnedOf(const DenseBox& b) {
 
 int LaunchTileAmax(const DenseBox& b, float* amax, long long* bad, void* stream) {
   if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
+  if (TileRows(b) > 65535 || TileCols(b) > 0x7FFFFFFF) {
+    return static_cast<int>(cudaErrorInvalidValue);  // grid y and x limits
+  }
   RefitTileAmaxKernel<<<GridOf(b), 256, 0, static_cast<cudaStream_t>(stream)>>>(
       b, b.r0 / b.block_r, b.c0 / b.block_c, amax, bad);
   return static_cast<int>(cudaGetLastError());
@@ -356,6 +359,9 @@ int LaunchTileAmax(const DenseBox& b, float* amax, long long* bad, void* stream)
 int LaunchQuantize(const DenseBox& b, const float* amax, int mode,
                    unsigned char* out, void* scales, void* stream) {
   if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
+  if (TileRows(b) > 65535 || TileCols(b) > 0x7FFFFFFF) {
+    return static_cast<int>(cudaErrorInvalidValue);  // grid y and x limits
+  }
   const Owned o = OwnedOf(b);
   RefitQuantizeKernel<<<GridOf(b), 256, 0, static_cast<cudaStream_t>(stream)>>>(
       b, b.r0 / b.block_r, b.c0 / b.block_c, amax, mode, out, scales, o.r0, o.c0, o.rows,
@@ -377,6 +383,7 @@ int LaunchQuantizeFused(const DenseBox& b, int mode, unsigned char* out,
                             static_cast<cudaStream_t>(stream)>>>(b, mode, out, scales, bad);
     return static_cast<int>(cudaGetLastError());
   }
+  if (TileRows(b) > 65535) return static_cast<int>(cudaErrorInvalidValue);
   const dim3 grid = GridOf(b);
   const Owned o = OwnedOf(b);
   const bool vec = mode != kScaleRequant && mode != kScaleE8m0 && b.dtype == kConvertBF16 &&

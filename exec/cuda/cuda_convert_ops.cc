@@ -44,7 +44,11 @@ absl::StatusOr<cuda::DenseBox> Dense(const char* data, DType dtype, const Box& b
   cuda::DenseBox b{data, code, 1, box.shape(n - 2), box.shape(n - 1),
                    box.origin(n - 2), box.origin(n - 1), tile[n - 2], tile[n - 1]};
   for (int d = 0; d + 2 < n; ++d) b.L *= box.shape(d);
-  if (cuda::TileRows(b) > 65535 || b.L > 65535) {
+  // The MXFP8 kernel for whole 1 x 32 blocks numbers its blocks on one
+  // grid axis; the others take tile rows and L on theirs (LaunchTileAmax
+  // and LaunchQuantize refuse more than 65535 tile rows themselves).
+  const bool mx = tile[n - 2] == 1;
+  if ((!mx && cuda::TileRows(b) > 65535) || b.L > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("box ", box.ToString(),
                                                    " has too many FP8 tiles for one launch"));
   }
