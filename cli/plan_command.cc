@@ -161,7 +161,13 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
       std::cerr << "timing:   planner " << phase << " " << sec << " s\n";
     }
   }
-  REFIT_ASSIGN_OR_RETURN(PlanSummary s, SummarizePlan(plan, opt.link));
+  // Megatron rank k = (pp * DP + dp) * TP + tp: its stage labels the heat
+  // map's rows.
+  std::vector<int32_t> stages;
+  if (ts.kind == TrainerSpec::Kind::kMegatron && ts.pp > 1) {
+    for (int32_t k = 0; k < ts.world_size(); ++k) stages.push_back(k / (ts.dp * ts.tp));
+  }
+  REFIT_ASSIGN_OR_RETURN(PlanSummary s, SummarizePlan(plan, opt.link, stages));
   s.fingerprint = plan.fingerprint;
   s.model = opt.model;
   s.trainer_spec = TrainerSpecString(ts);

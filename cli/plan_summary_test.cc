@@ -100,8 +100,11 @@ TEST(PlanSummaryTest, PlanPlacementOverridesShorthandAndHeatIsHostToHost) {
   link.net_gbps = 1.0;
   auto s = SummarizePlan(p, link);
   ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->heat_unit, "host");
   EXPECT_EQ(s->heat_row_hosts, (std::vector<int32_t>{0, 1}));
   EXPECT_EQ(s->heat_col_hosts, (std::vector<int32_t>{1, 2}));
+  // Engine hosts are numbered from 0 on their own, not after the trainers'.
+  EXPECT_EQ(s->heat_col_labels, (std::vector<std::string>{"0", "1"}));
   EXPECT_EQ(s->heat[0][0], 1000 + 3000);
   EXPECT_EQ(s->heat[0][1], 5000);
   EXPECT_EQ(s->heat[1][0], 0);
@@ -133,6 +136,54 @@ TEST(PlanSummaryTest, PlanPlacementOverridesShorthandAndHeatIsHostToHost) {
   EXPECT_EQ(j["same_gpu_bytes"], 1000 + (8 << 20));
   EXPECT_NE(FormatSummaryText(*s).find("same-GPU bytes: 8.00 MiB"), std::string::npos)
       << FormatSummaryText(*s);
+}
+
+TEST(PlanSummaryTest, AColocatedPlanGetsOneHeatmapCellPerGpuPair) {
+  // 4 trainer ranks and 2 engine ranks on one host: the host view would be
+  // one cell. Engine rank 0 shares trainer rank 0's GPU, engine rank 1
+  // trainer rank 2's.
+  Plan p = HandPlan();
+  p.src.host_of_rank = {0, 0, 0, 0};
+  p.dst.host_of_rank = {0, 0};
+  p.src.gpu_of_rank = {0, 1, 2, 3};
+  p.dst.gpu_of_rank = {0, 2};
+  auto s = SummarizePlan(p, LinkModel{}, /*src_stage=*/{0, 0, 1, 1});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->heat_unit, "gpu");
+  ASSERT_EQ(s->heat.size(), 4u);
+  ASSERT_EQ(s->heat[0].size(), 2u);
+  EXPECT_EQ(s->heat[0][0], 1000);
+  EXPECT_EQ(s->heat[1][0], 3000);
+  EXPECT_EQ(s->heat[2][1], 8 << 20);
+  EXPECT_EQ(s->heat[3][1], 100);
+  EXPECT_EQ(s->heat[0][1], 5000);
+  // Pipeline stages label the rows.
+  EXPECT_EQ(s->heat_row_labels, (std::vector<std::string>{"0 pp 0", "1 pp 0", "2 pp 1",
+                                                          "3 pp 1"}));
+  const std::string svg = RenderHeatmapSvg(*s, "t");
+  EXPECT_NE(svg.find("trainer rank 0 pp 0 (host 0) -> engine rank 0 (host 0): 1000 B "
+                     "(same GPU)"),
+            std::string::npos)
+      << svg;
+  EXPECT_NE(svg.find("trainer rank 1 pp 0 (host 0) -> engine rank 0 (host 0): 2.93 KiB "
+                     "(intra-host)"),
+            std::string::npos);
+  EXPECT_NE(svg.find("within one GPU"), std::string::npos);
+  const auto j = nlohmann::json::parse(FormatSummaryJson(*s));
+  EXPECT_EQ(j["heatmap"]["rows"], "trainer rank (one GPU each)");
+  EXPECT_EQ(j["heatmap"]["row_labels"][2], "2 pp 1");
+  // The stages of the ranks on one host label its row in the host view.
+  p.src.gpu_of_rank.clear();
+  p.dst.gpu_of_rank.clear();
+  p.src.host_of_rank = {0, 0, 1, 1};
+  p.dst.host_of_rank = {2, 2};
+  s = SummarizePlan(p, LinkModel{}, {0, 1, 1, 1});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->heat_unit, "host");
+  EXPECT_EQ(s->heat_row_labels, (std::vector<std::string>{"0 pp 0-1", "1 pp 1"}));
+  EXPECT_EQ(s->heat_col_labels, (std::vector<std::string>{"0"}));
+  EXPECT_EQ(SummarizePlan(p, LinkModel{}, {0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PlanSummaryTest, HeatmapOfOneCellHoldsItsLegendAndTitle) {

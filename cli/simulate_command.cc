@@ -48,6 +48,11 @@ absl::StatusOr<const SafetensorsEntry*> Lookup(
   return e;
 }
 
+// Returns `dir`/`name` with one slash between them ("/" + name for "/").
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  return dir == "/" ? "/" + name : absl::StrCat(dir, "/", name);
+}
+
 absl::Status MakeDir(const std::string& path) {
   if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::InternalError(absl::StrCat("--out: cannot create ", path));
@@ -173,9 +178,12 @@ absl::StatusOr<std::string> RunSimulateCommand(
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   for (const absl::Status& st : status) REFIT_RETURN_IF_ERROR(st);
 
-  REFIT_RETURN_IF_ERROR(MakeDir(opt.out));
-  REFIT_RETURN_IF_ERROR(WriteSide(src, src_bufs, opt.out + "/trainer"));
-  REFIT_RETURN_IF_ERROR(WriteSide(dst, dst_bufs, opt.out + "/engine"));
+  // "sim/" and "sim" name one directory: paths below it get one slash.
+  std::string out = opt.out;
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  REFIT_RETURN_IF_ERROR(MakeDir(out));
+  REFIT_RETURN_IF_ERROR(WriteSide(src, src_bufs, JoinPath(out, "trainer")));
+  REFIT_RETURN_IF_ERROR(WriteSide(dst, dst_bufs, JoinPath(out, "engine")));
   int64_t moved = 0;
   for (const RunStats& s : stats) moved += s.bytes_received;
   return absl::StrCat(
@@ -185,8 +193,8 @@ absl::StatusOr<std::string> RunSimulateCommand(
       dst.layout.world_size, " ranks)\nkernel layout: ", KernelLayoutSummary(es.kernel),
       "\nplan fingerprint: ", plan.fingerprint,
       "\nbytes moved: ", moved, " in ", plan.rounds.size(), " rounds, ",
-      seconds, " s\nwrote ", opt.out, "/trainer/rank<k>.safetensors and ",
-      opt.out, "/engine/rank<k>.safetensors\n");
+      seconds, " s\nwrote ", JoinPath(out, "trainer/rank<k>.safetensors"), " and ",
+      JoinPath(out, "engine/rank<k>.safetensors"), "\n");
 }
 
 }  // namespace refit

@@ -10,6 +10,7 @@
 #include "absl/strings/strip.h"
 #include "client/refit_client.h"
 #include "common/file.h"
+#include "common/round_bytes.h"
 #include "common/status_macros.h"
 #include "exec/wire_enums.h"
 #include "nlohmann/json.hpp"
@@ -87,14 +88,16 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
   }
   const int first = FirstRound(r, rounds);
   absl::StrAppend(&out, "rounds (last ", r.rounds_size() - first, " of ",
-                  r.rounds_size(), "):\n");
-  absl::StrAppendFormat(&out, "  %8s  %-10s %16s %10s %9s %14s\n", "version",
+                  r.rounds_size(), "):\n",
+                  "  (bytes: what one engine rank received; seconds: the slowest "
+                  "member's data plane; GB/s = bytes / seconds, GB = 1e9)\n");
+  absl::StrAppendFormat(&out, "  %8s  %-10s %10s %10s %12s %14s\n", "version",
                         "outcome", "bytes", "seconds", "GB/s", "peak staging");
   for (int i = first; i < r.rounds_size(); ++i) {
     const v1::RoundSummary& s = r.rounds(i);
-    absl::StrAppendFormat(&out, "  %8d  %-10s %16d %10.3f %9.2f %14d%s%s\n",
-                          s.version(), s.outcome(), s.bytes(), s.seconds(),
-                          s.gbps(), s.peak_staging_bytes(),
+    absl::StrAppendFormat(&out, "  %8d  %-10s %10s %10.3f %12.2f %14s%s%s\n",
+                          s.version(), s.outcome(), HumanBytes(s.bytes()), s.seconds(),
+                          s.bytes_per_second() / 1e9, HumanBytes(s.peak_staging_bytes()),
                           s.peak_staging_member().empty()
                               ? ""
                               : "  (" + s.peak_staging_member() + ")",
@@ -149,7 +152,9 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
                            {"bytes", s.bytes()},
                            {"seconds", s.seconds()},
                            {"duration_seconds", s.duration_seconds()},
-                           {"gbps", s.gbps()},
+                           {"bytes_per_second", s.bytes_per_second()},
+                           {"engine_ranks", s.engine_ranks()},
+                           {"engine_bytes", s.engine_bytes()},
                            {"peak_staging_bytes", s.peak_staging_bytes()},
                            {"peak_staging_member", s.peak_staging_member()},
                            {"reports", reports}});

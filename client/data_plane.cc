@@ -174,10 +174,14 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
   if (!stats.ok()) {
     Disconnect();  // a failed executor/transport must not run again
     // Tell refitd (best effort: it may be the reason) and let it abort the
-    // round for everyone.
+    // round for everyone. The report gets 2 s even when the round's deadline
+    // is what failed: else refitd never hears of it and the round stays
+    // open until its round timeout.
     absl::Status r = client_->ReportFailed(
         version, std::string(stats.status().message()),
-        std::min(deadline, absl::Now() + absl::Seconds(10)), attempt);
+        std::min(std::max(deadline, absl::Now() + absl::Seconds(2)),
+                 absl::Now() + absl::Seconds(10)),
+        attempt);
     (void)r;
     return AnnotateStatus(stats.status(),
                           absl::StrCat("round ", version, " data plane"));

@@ -8,7 +8,8 @@ every engine tensor against, bit for bit.
 - kernel=flashinfer (FlashInfer CUTLASS fused MoE): w13_weight[e] =
   [up_e; gate_e] and its block scales alike (swap_w13_to_w31 in
   prepare_fp8_moe_layer_for_fi, vllm/model_executor/layers/quantization/
-  utils/flashinfer_utils.py at 487151d);
+  utils/flashinfer_utils.py at 487151d; vLLM main also clamps the experts'
+  block scales to at least 1e-10);
 - FP8 (quant=fp8): each logical weight quantized in 128x128 tiles (the
   FP8 checkpoint refit writes, quantize_checkpoint),
   fused by concatenating codes and scale rows;
@@ -129,6 +130,8 @@ def expected(name: str, trainer: Dict[str, torch.Tensor], fp8: bool,
         q, s = _fp8(torch.cat([_bytes(c) for c in cq])), torch.cat(cs)
         if kernel == "deepgemm":
             q, s = requant_ue8m0(q, s)
+        if kernel == "flashinfer" and ".experts.w" in name:
+            s = s.clamp(min=1e-10)  # prepare_fp8_moe_layer_for_fi, vLLM main
         qs.append(q)
         ss.append(s)
     stacked = ".experts.w" in name

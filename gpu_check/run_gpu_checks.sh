@@ -35,6 +35,9 @@ REFIT_MXFP8_DUMP="$(mktemp -d)" && export REFIT_MXFP8_DUMP
 if python3 -c 'import torch' 2>/dev/null; then
   python3 "$dir/mxfp8_torch_check.py" "$REFIT_MXFP8_DUMP" || rc4=1
 fi
+echo "== delta_gpu_test (delta encode/apply and digest kernels vs the host codec)"
+"$dir/delta_gpu_test"
+rc9=$?
 echo "== refit_gpu_bench $*"
 "$dir/refit_gpu_bench" "$@"
 rc3=$?
@@ -54,7 +57,8 @@ if python3 -c 'import torch' 2>/dev/null; then
     echo "== rl_loop_gpu.py skipped: no transformers in $(command -v python3)"
   fi
 fi
-echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 ipc=$rc6 transform=$rc4 bench=$rc3" \
-     "python=$rc5 rl_loop=$rc7 symbols=$rc8"
+echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 ipc=$rc6 transform=$rc4 delta=$rc9" \
+     "bench=$rc3 python=$rc5 rl_loop=$rc7 symbols=$rc8"
 [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && [ $rc5 -eq 0 ] &&
+  [ $rc9 -eq 0 ] &&
   [ $rc6 -eq 0 ] && [ $rc7 -eq 0 ] && [ $rc8 -eq 0 ]

@@ -69,7 +69,9 @@ constexpr RuleRow kVllmRules[] = {
 // scales alike: swap_w13_to_w31 in prepare_fp8_moe_layer_for_fi,
 // vllm/model_executor/layers/quantization/utils/flashinfer_utils.py at
 // 487151d (and fp8.py's process_weights_after_loading at 1436674). The part
-// is the slot in the fused buffer: up first.
+// is the slot in the fused buffer: up first. vLLM main then clamps the
+// experts' block scales to at least 1e-10; refit's scales are at least
+// 1e-4 / 448 (exec/quantize.h), so the clamp leaves them as they are.
 constexpr RuleRow kFlashinferRules[] = {
     {Role::kExpertGate, L::kMoeGated, "{}.gate_proj.weight>w13_weight", Rule::kExpert, 1},
     {Role::kExpertUp, L::kMoeGated, "{}.up_proj.weight>w13_weight", Rule::kExpert, 0},

@@ -57,29 +57,25 @@ void Coordinator::Stop() {
   if (planner_.joinable()) planner_.join();
 }
 
-std::string Coordinator::TransportLabel(int transport) {
-  const std::string full = v1::Transport_Name(static_cast<v1::Transport>(transport));
-  absl::string_view name = full;
-  absl::ConsumePrefix(&name, "TRANSPORT_");
-  return name == "UNSPECIFIED" || name.empty() ? "" : absl::AsciiStrToLower(name);
-}
-
-ServerMetrics::MemberCounts Coordinator::MemberCounts() {
+ServerMetrics::State Coordinator::MetricsState() {
   absl::MutexLock l(&mu_);
-  ServerMetrics::MemberCounts counts;
-  counts[{"trainer", "idle"}] = 0;
-  counts[{"engine", "idle"}] = 0;
+  ServerMetrics::State state;
   const Rounds::Active* active = rounds_.active();
+  std::set<std::string> engines;
   for (const auto& [id, m] : membership_.members()) {
-    const std::string side =
-        m.reg.identity().side() == v1::SIDE_ENGINE ? "engine" : "trainer";
-    std::string state = "idle";
+    const bool engine = m.reg.identity().side() == v1::SIDE_ENGINE;
+    std::string st = "idle";
     if (active != nullptr && active->participants.count(id) > 0) {
-      state = active->done.count(id) > 0 ? "reported" : "in_round";
+      st = active->done.count(id) > 0 ? "reported" : "in_round";
     }
-    ++counts[{side, state}];
+    ++state.members[{engine ? "engine" : "trainer", st}];
+    if (engine) engines.insert(m.reg.identity().engine_id());
   }
-  return counts;
+  for (const std::string& e : engines) {
+    state.engines.push_back({e, rounds_.CommittedVersion(e), rounds_.TornVersion(e) != 0,
+                             rounds_.LastCommitTime(e)});
+  }
+  return state;
 }
 
 std::string Coordinator::Describe(const std::string& member_id) const {
@@ -348,7 +344,7 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
   }
   const Member* m = membership_.Find(req.member_id());
   const std::string transport =
-      m == nullptr ? "" : TransportLabel(m->reg.identity().transport());
+      m == nullptr ? "" : ServerMetrics::TransportLabel(m->reg.identity().transport());
   v1::MemberReport report;
   report.set_member_id(req.member_id());
   report.set_bytes(req.bytes());
@@ -360,7 +356,8 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
       v, req.member_id(), req.bytes(), req.seconds(), req.peak_staging_bytes(),
       transport.empty() ? "none" : transport);
   metrics_.MemberReported(transport, req.bytes(), req.seconds());
-  if (rounds_.RecordDone(report)) {
+  if (rounds_.RecordDone(report,
+                         m != nullptr && m->reg.identity().side() == v1::SIDE_ENGINE)) {
     EndRound(true, "", AbortReason::kMemberFailed);
   }
   return absl::OkStatus();
@@ -373,7 +370,7 @@ void Coordinator::EndRound(bool committed, const std::string& reason,
   const absl::Time now = absl::Now();
   const double secs = absl::ToDoubleSeconds(now - active->started);
   const int64_t version = active->version;
-  const int64_t bytes = active->bytes;
+  const RoundBytes bytes = active->bytes;
   const std::string slowest = active->slowest;
   const double slowest_seconds = active->seconds;
   const int64_t peak_staging = active->peak_staging_bytes;
@@ -388,12 +385,13 @@ void Coordinator::EndRound(bool committed, const std::string& reason,
       });
   if (committed) {
     ServerLog().info(
-        "round committed round={} seconds={:.6f} bytes={} members={} slowest={} "
-        "slowest_seconds={:.6f} peak_staging_bytes={} peak_staging_member={}",
-        version, secs, bytes, members, slowest.empty() ? "none" : slowest,
-        slowest_seconds, peak_staging, peak_member.empty() ? "none" : peak_member);
-    metrics_.RoundCommitted(secs, bytes, {slowest, slowest_seconds},
-                            {peak_member, static_cast<double>(peak_staging)});
+        "round committed round={} seconds={:.6f} bytes={} bytes_per_second={:.6g} "
+        "engine_ranks={} members={} slowest={} slowest_seconds={:.6f} "
+        "peak_staging_bytes={} peak_staging_member={}",
+        version, secs, bytes.per_engine_rank, RoundBytesPerSecond(bytes, slowest_seconds),
+        bytes.engine_ranks, members, slowest.empty() ? "none" : slowest, slowest_seconds,
+        peak_staging, peak_member.empty() ? "none" : peak_member);
+    metrics_.RoundCommitted(secs, bytes, slowest_seconds, peak_staging);
   } else {
     ServerLog().warn("round aborted round={} seconds={:.6f} cause={} reason={}",
                      version, secs, AbortReasonName(abort_reason), reason);
@@ -446,10 +444,8 @@ v1::StatusResponse Coordinator::GetStatus() {
     s->set_version(a->version);
     s->set_attempt(a->attempt);
     s->set_outcome("running");
-    s->set_bytes(a->bytes);
+    rounds_.FillFigures(*a, s);
     s->set_seconds(absl::ToDoubleSeconds(now - a->started));
-    s->set_peak_staging_bytes(a->peak_staging_bytes);
-    s->set_peak_staging_member(a->peak_staging_member);
     for (const auto& [id, report] : a->reports) *s->add_reports() = report;
     for (const std::string& id : a->participants) {
       if (a->done.count(id) > 0) {

@@ -86,10 +86,11 @@ class Coordinator {
   // refused calls).
   ServerMetrics& metrics() { return metrics_; }
 
-  // Returns the members counted by side ("trainer", "engine") and state
-  // ("idle", "in_round": in the running round and not reported yet,
-  // "reported").
-  ServerMetrics::MemberCounts MemberCounts();
+  // Returns what the metrics read at scrape time: the members counted by
+  // side ("trainer", "engine") and state ("idle", "in_round": in the
+  // running round and not reported yet, "reported"), and each registered
+  // engine's committed version, torn or not, and last commit time.
+  ServerMetrics::State MetricsState();
 
   // Aborts a round in flight ("refitd shutting down", members told), ends
   // every wait (UNAVAILABLE "refitd shutting down") and every round
@@ -204,8 +205,6 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveMember(const std::string& id, const std::string& why,
                     AbortReason round_abort) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Returns the metrics label of a v1::Transport ("nccl"; "" unspecified).
-  static std::string TransportLabel(int transport);
   bool TrySatisfy(Waiter& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeWaiters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends every plan wait parked when the last member departed

@@ -1,5 +1,6 @@
-// A small HTTP listener (civetweb) that serves one page, GET /metrics, in
-// Prometheus text exposition format; refitd's --metrics_port.
+// A small HTTP listener (civetweb) that serves GET /metrics, in Prometheus
+// text exposition format, and GET /healthz (200 "ok" while serving, 503
+// "not serving" otherwise); refitd's --metrics_port.
 #ifndef REFIT_SERVER_METRICS_HTTP_H_
 #define REFIT_SERVER_METRICS_HTTP_H_
 
@@ -21,6 +22,8 @@ class MetricsHttpServer {
     int port = 0;  // 0 picks one
     // Returns the page; called on a civetweb worker thread for each scrape.
     std::function<std::string()> render;
+    // Returns whether /healthz says ok; unset: always.
+    std::function<bool()> serving;
   };
 
   // Starts listening. Fails with INVALID_ARGUMENT when `render` is not set
@@ -37,6 +40,7 @@ class MetricsHttpServer {
  private:
   explicit MetricsHttpServer(Options options) : options_(std::move(options)) {}
   static int Handle(::mg_connection* conn, void* self);
+  static int HandleHealth(::mg_connection* conn, void* self);
 
   const Options options_;
   mg_context* ctx_ = nullptr;

@@ -76,8 +76,9 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   // See RefitServer::Shutdown.
   void Shutdown();
   int port() const { return port_; }
+  bool serving() const { return !shut_down_; }
   std::string MetricsText() const {
-    return coordinator_->metrics().Exposition(coordinator_->MemberCounts());
+    return coordinator_->metrics().Exposition(coordinator_->MetricsState());
   }
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
@@ -259,6 +260,7 @@ absl::StatusOr<std::unique_ptr<RefitServer>> RefitServer::Start(Options options)
 RefitServer::RefitServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RefitServer::~RefitServer() { Shutdown(); }
 int RefitServer::port() const { return impl_->port(); }
+bool RefitServer::serving() const { return impl_->serving(); }
 std::string RefitServer::MetricsText() const { return impl_->MetricsText(); }
 void RefitServer::Shutdown() { impl_->Shutdown(); }
 

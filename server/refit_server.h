@@ -66,6 +66,10 @@ class RefitServer {
   // (server/metrics.h), members counted now.
   std::string MetricsText() const;
 
+  // Returns whether refitd serves: true from Start until Shutdown begins
+  // (what grpc.health.v1 says).
+  bool serving() const;
+
   // Sets the health service NOT_SERVING, waits options.drain, aborts a
   // round in flight (members told, reason "refitd shutting down"), stops
   // accepting calls, ends open streams and waits, then returns. Idempotent.

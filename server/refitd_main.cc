@@ -20,12 +20,13 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "plan/plan.h"
+#include "proto/protocol_version.h"
 #include "server/default_plan.h"
 #include "server/log.h"
 #include "server/metrics_http.h"
 #include "server/refit_server.h"
 
-ABSL_FLAG(std::string, address, "127.0.0.1:50051",
+ABSL_FLAG(std::string, address, refit::kDefaultRefitdAddress,
           "listen address HOST:PORT (port 0 picks one, printed as\n"
           "\"refitd listening on port N\")");
 ABSL_FLAG(std::string, tls_cert, "", "server certificate chain file (PEM)");
@@ -57,14 +58,16 @@ ABSL_FLAG(int64_t, max_plan_mib, 16384,
           "refuse a plan whose estimated size (one record per tensor per rank)\n"
           "is over this many MiB, before building it");
 ABSL_FLAG(std::string, log_level, "info",
-          "trace, debug, info, warn, error, critical or off");
+          "trace, debug, info, warning, error, critical or off (as the logs\n"
+          "spell the level; warn is accepted too)");
 ABSL_FLAG(std::string, log_format, "text",
           "text, or json: one JSON object a line (ts, level, logger, msg and\n"
           "the event's figures as fields)");
 ABSL_FLAG(int64_t, metrics_port, -1,
-          "serve Prometheus metrics at http://HOST:PORT/metrics, HOST the\n"
-          "--address host (0 picks a port, printed as \"refitd metrics on port\n"
-          "N\"); -1: none");
+          "serve Prometheus metrics at http://HOST:PORT/metrics and a health\n"
+          "probe at /healthz (200 while serving, 503 once shutting down), HOST\n"
+          "the --address host (0 picks a port, printed as \"refitd metrics on\n"
+          "port N\"); -1: none");
 ABSL_FLAG(int64_t, drain_ms, 0,
           "on SIGTERM, report NOT_SERVING to health checks this long before\n"
           "aborting a round in flight and stopping");
@@ -240,6 +243,7 @@ int main(int argc, char** argv) {
     mo.port = static_cast<int>(std::min<int64_t>(absl::GetFlag(FLAGS_metrics_port), 65536));
     refit::RefitServer* s = server->get();
     mo.render = [s] { return s->MetricsText(); };
+    mo.serving = [s] { return s->serving(); };
     absl::StatusOr<std::unique_ptr<refit::MetricsHttpServer>> m =
         refit::MetricsHttpServer::Start(std::move(mo));
     if (!m.ok()) return Fail(refit::AnnotateStatus(m.status(), "--metrics_port"));

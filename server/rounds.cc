@@ -56,12 +56,12 @@ std::optional<absl::Status> Rounds::ReplyToFinished(int64_t version,
       absl::StrCat("round ", version, " already aborted: ", o->second.message()));
 }
 
-bool Rounds::RecordDone(const v1::MemberReport& report) {
+bool Rounds::RecordDone(const v1::MemberReport& report, bool engine) {
   if (active_ == nullptr) return false;
   const std::string& id = report.member_id();
   if (active_->done.insert(id).second) {
     active_->reports[id] = report;
-    active_->bytes += report.bytes();
+    if (engine) active_->bytes.AddEngineRank(report.bytes());
     if (active_->slowest.empty() || report.seconds() > active_->seconds) {
       active_->seconds = report.seconds();
       active_->slowest = id;
@@ -85,14 +85,10 @@ std::optional<v1::RoundEvent> Rounds::End(
   s.set_attempt(active_->attempt);
   s.set_outcome(committed ? "committed" : "aborted");
   s.set_reason(reason);
-  s.set_bytes(active_->bytes);
+  FillFigures(*active_, &s);
   s.set_seconds(committed ? active_->seconds : secs);
   s.set_duration_seconds(secs);
-  s.set_peak_staging_bytes(active_->peak_staging_bytes);
-  s.set_peak_staging_member(active_->peak_staging_member);
-  // Each byte is counted by its sender and its receiver.
-  const double moved = static_cast<double>(active_->bytes) / 2.0;
-  s.set_gbps(committed && active_->seconds > 0 ? moved / active_->seconds / 1e9 : 0);
+  if (committed) s.set_bytes_per_second(RoundBytesPerSecond(active_->bytes, active_->seconds));
   history_.push_back(s);
   while (static_cast<int>(history_.size()) > rounds_kept_) history_.pop_front();
   outcomes_[active_->version] = committed ? absl::OkStatus() : absl::AbortedError(reason);
@@ -102,6 +98,7 @@ std::optional<v1::RoundEvent> Rounds::End(
     if (engine.empty()) continue;
     if (committed) {
       engine_version_[engine] = active_->version;
+      engine_commit_time_[engine] = now;
       engine_torn_.erase(engine);
     } else {
       engine_torn_[engine] = active_->version;
@@ -126,6 +123,19 @@ int64_t Rounds::CommittedVersion(const std::string& engine_id) const {
 int64_t Rounds::TornVersion(const std::string& engine_id) const {
   auto it = engine_torn_.find(engine_id);
   return it == engine_torn_.end() ? 0 : it->second;
+}
+
+absl::Time Rounds::LastCommitTime(const std::string& engine_id) const {
+  auto it = engine_commit_time_.find(engine_id);
+  return it == engine_commit_time_.end() ? absl::InfinitePast() : it->second;
+}
+
+void Rounds::FillFigures(const Active& a, v1::RoundSummary* s) const {
+  s->set_bytes(a.bytes.per_engine_rank);
+  s->set_engine_ranks(a.bytes.engine_ranks);
+  s->set_engine_bytes(a.bytes.all_engine_ranks);
+  s->set_peak_staging_bytes(a.peak_staging_bytes);
+  s->set_peak_staging_member(a.peak_staging_member);
 }
 
 }  // namespace refit

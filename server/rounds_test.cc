@@ -40,11 +40,11 @@ TEST(RoundsTest, CommitsWhenEveryParticipantIsDone) {
   EXPECT_TRUE(r.IsParticipant("engine/A"));
   EXPECT_FALSE(r.IsParticipant("engine/B"));
   EXPECT_EQ(r.ReplyToFinished(5), std::nullopt);
-  EXPECT_FALSE(r.RecordDone(Report("trainer/0", 100, 2.0, 4096)));
-  EXPECT_FALSE(r.RecordDone(Report("trainer/0", 100, 2.0, 1 << 20)));  // counted once
+  EXPECT_FALSE(r.RecordDone(Report("trainer/0", 100, 2.0, 4096), false));
+  EXPECT_FALSE(r.RecordDone(Report("trainer/0", 100, 2.0, 1 << 20), false));  // counted once
   ASSERT_EQ(r.active()->reports.size(), 1u);
   EXPECT_EQ(r.active()->reports.at("trainer/0").peak_staging_bytes(), 4096);
-  EXPECT_TRUE(r.RecordDone(Report("engine/A", 100, 1.0, 0)));
+  EXPECT_TRUE(r.RecordDone(Report("engine/A", 100, 1.0, 0), true));
   std::optional<v1::RoundEvent> e = r.End(true, "", t0 + absl::Seconds(3), 7, EngineOf);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->kind(), v1::RoundEvent::ROUND_COMMITTED);
@@ -53,8 +53,14 @@ TEST(RoundsTest, CommitsWhenEveryParticipantIsDone) {
   EXPECT_EQ(r.active(), nullptr);
   EXPECT_EQ(r.CommittedVersion("A"), 5);
   ASSERT_EQ(r.history().size(), 1u);
-  EXPECT_EQ(r.history()[0].bytes(), 200);
+  // What the engine rank received (not the trainer's sends added), over
+  // the slowest member's time.
+  EXPECT_EQ(r.history()[0].bytes(), 100);
+  EXPECT_EQ(r.history()[0].engine_ranks(), 1);
   EXPECT_DOUBLE_EQ(r.history()[0].seconds(), 2.0);
+  EXPECT_DOUBLE_EQ(r.history()[0].bytes_per_second(), 50);
+  EXPECT_EQ(r.LastCommitTime("A"), t0 + absl::Seconds(3));
+  EXPECT_EQ(r.LastCommitTime("B"), absl::InfinitePast());
   EXPECT_DOUBLE_EQ(r.history()[0].duration_seconds(), 3.0);
   EXPECT_EQ(r.history()[0].peak_staging_bytes(), 4096);
   EXPECT_EQ(r.history()[0].peak_staging_member(), "trainer/0");

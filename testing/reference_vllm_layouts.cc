@@ -1,5 +1,6 @@
 #include "testing/reference_vllm_layouts.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "testing/reference_quantizer.h"
@@ -95,6 +96,13 @@ std::vector<T> FlipHalves(const std::vector<T>& x, int64_t rows, int64_t cols) {
   return y;
 }
 
+// prepare_fp8_moe_layer_for_fi (vLLM main after 487151d) clamps the
+// experts' w13 and w2 block scales to at least 1e-10 (dead experts' near-zero
+// scales give NaN in FlashInfer's CUTLASS kernel on SM90).
+void ClampFlashinferScales(Loaded* m) {
+  for (float& s : m->q.scales) s = std::max(s, 1e-10f);
+}
+
 }  // namespace
 
 EngineBytes VllmLinear(const HostWeight& w, int64_t r0, int64_t r1, int64_t c0,
@@ -129,6 +137,7 @@ EngineBytes VllmW13(const std::vector<HostWeight>& gate, const std::vector<HostW
       if (f.fp8) {
         m.q.values = FlipHalves(m.q.values, m.rows, m.cols);
         m.q.scales = FlipHalves(m.q.scales, static_cast<int64_t>(m.q.scales.size()) / tc, tc);
+        ClampFlashinferScales(&m);
       } else {
         m.bf16 = FlipHalves(m.bf16, m.rows, m.cols);
       }
@@ -144,6 +153,7 @@ EngineBytes VllmW2(const std::vector<HostWeight>& down, const std::vector<int64_
   for (int64_t e : experts) {
     Loaded m = LoadShard(down[e], 0, down[e].rows, i0, i1, f.fp8);
     PostProcess(&m, f);
+    if (f.fp8 && f.kernel == VllmKernel::kFlashinfer) ClampFlashinferScales(&m);
     Emit(m, f, &out);
   }
   return out;

@@ -52,7 +52,8 @@ EngineBytes VllmMerged(const std::vector<const HostWeight*>& parts, int64_t r0,
 // FusedMoE's w13_weight of the experts `experts` (global indices, in
 // local order) with intermediate rows [i0, i1) of each: per expert
 // [gate_l; up_l] as loaded, [up_l; gate_l] after FlashInfer's
-// swap_w13_to_w31 (kernel kFlashinfer), scales alike.
+// swap_w13_to_w31 (kernel kFlashinfer), scales alike and clamped to at
+// least 1e-10 as prepare_fp8_moe_layer_for_fi does (w2's too).
 EngineBytes VllmW13(const std::vector<HostWeight>& gate, const std::vector<HostWeight>& up,
                     const std::vector<int64_t>& experts, int64_t i0, int64_t i1,
                     const VllmFormat& f);

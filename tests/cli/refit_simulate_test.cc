@@ -188,6 +188,33 @@ TEST(RefitSimulateTest, DenseSingleFileEngineBytesEqualCheckpoint) {
                     "vllm:tp=2,dp=2"}, 1, 1);
 }
 
+TEST(RefitSimulateTest, AnOutDirWithATrailingSlashGivesPathsWithOneSlash) {
+  auto model = LoadModelConfig("tiny-qwen3");
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto src = BuildTrainerLayout(*model, *ParseTrainerSpec("fsdp:dp=1"));
+  ASSERT_TRUE(src.ok()) << src.status();
+  Checkpoint c = MakeCheckpoint(src->layout.tensors, 7);
+  const std::string ckpt = WriteCheckpoint(c, TmpDir("slash-ckpt"), 1);
+  const std::string out = TmpDir("slash-out");
+  CmdResult r = RunRefit(absl::StrCat("simulate --model tiny-qwen3 --checkpoint ", ckpt,
+                                      " --trainer fsdp:dp=1 --engine vllm:tp=1 --out ",
+                                      out, "/"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("//"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(absl::StrCat("wrote ", out, "/trainer/rank<k>.safetensors and ", out,
+                                    "/engine/rank<k>.safetensors")),
+            std::string::npos)
+      << r.out;
+  // A dtype no model takes is a usage error (exit 2), said once.
+  CmdResult bad = RunRefit(absl::StrCat("simulate --model tiny-qwen3 --checkpoint ", ckpt,
+                                        " --trainer fsdp:dp=1 --engine vllm:tp=1 --out ",
+                                        out, " --dtype fp16"));
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--dtype: weight dtype \"fp16\" is not one of bf16, fp8"),
+            std::string::npos)
+      << bad.out;
+}
+
 TEST(RefitSimulateTest, DenseShardedIndexEngineBytesEqualCheckpoint) {
   SimulateAndCheck({"tiny-llama", "fsdp:dp=3", "vllm:tp=2,dp=1"}, 3, 2);
 }

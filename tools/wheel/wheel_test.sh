@@ -2,8 +2,8 @@
 # wheel_test.sh BUNDLE_COPY STAGE BUILD_WHEEL PY_FILE... -- LIB...: builds
 # the wheel, installs it with pip --no-index into a fresh virtualenv, and
 # from outside the tree, with no PYTHONPATH nor REFIT_CLIENT_LIB: imports
-# refit, refit.torch and refit.vllm, loads the client library from the
-# installed package and calls into it (a convention's buffers). Checks
+# refit, refit.torch, refit.vllm and refit.sglang, loads the client library
+# from the installed package and calls into it (a convention's buffers). Checks
 # that every packaged client library exports only refit_* symbols, that
 # its libraries resolve inside the package or to the host's own, that
 # refit.testing is left out, and that vLLM's plugin entry point is declared.
@@ -46,7 +46,7 @@ grep -q '^refit = refit.vllm:register$' "$site"/refit_weights-*.dist-info/entry_
 env -i PATH=/usr/bin:/bin HOME="$tmp" "$tmp/venv/bin/python" - "$site" <<'PY'
 import os, sys
 site = sys.argv[1]
-import refit, refit.torch, refit.vllm
+import refit, refit.torch, refit.vllm, refit.sglang
 assert refit.__file__.startswith(site), refit.__file__
 lib = refit.load_library()
 path = refit.loaded_library_path()
@@ -55,6 +55,8 @@ bufs = refit.expected_buffers(side="engine", rank=0, model="tiny-qwen3",
                               convention="vllm:tp=1")
 assert any(b.name.endswith("qkv_proj.weight") for b in bufs), bufs
 assert refit.vllm.register() is False  # no vLLM in this venv
+assert refit.vllm.VLLM_INTERFACE is None
+assert refit.sglang.LOADER == "refit.sglang.load"  # --custom-weight-loader
 print(f"import OK: {os.path.basename(path)} ({lib.refit_build_info().decode()}), "
       f"{len(bufs)} buffers")
 PY
