@@ -346,7 +346,8 @@ std::string FormatSummaryText(const PlanSummary& s) {
             : 0);
     std::string formats;
     for (const auto& [name, bytes] : s.wire_bytes_by_format) {
-      absl::StrAppend(&formats, formats.empty() ? "" : ", ", name, " ", HumanBytes(bytes));
+      absl::StrAppend(&formats, formats.empty() ? "" : ", ", name, " ",
+                      HumanBinaryBytes(bytes));
     }
     if (!formats.empty()) absl::StrAppend(&o, "  on the wire by format: ", formats, "\n");
   }
