@@ -250,7 +250,7 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
   }
   s.num_segments = static_cast<int64_t>(plan.segments.size());
   s.num_messages = static_cast<int64_t>(plan.messages.size());
-  s.num_rounds = static_cast<int64_t>(plan.rounds.size());
+  s.num_waves = static_cast<int64_t>(plan.waves.size());
   if (!sent.empty()) {
     s.sent_max = *std::max_element(sent.begin(), sent.end());
     s.sent_mean = static_cast<double>(s.total_bytes) / sent.size();
@@ -306,8 +306,8 @@ std::string FormatSummaryText(const PlanSummary& s) {
     absl::StrAppendFormat(&o, " %d (%s)", r.rank, HumanBinaryBytes(r.bytes));
   }
   absl::StrAppendFormat(&o,
-                        "\ntransfers (segments): %d, messages: %d, rounds: %d\n",
-                        s.num_segments, s.num_messages, s.num_rounds);
+                        "\ntransfers (segments): %d, messages: %d, waves: %d\n",
+                        s.num_segments, s.num_messages, s.num_waves);
   o += "message sizes:\n";
   for (const HistogramBin& b : s.histogram) {
     absl::StrAppendFormat(&o, "  %-22s %8d messages  %s\n", b.label, b.count,
@@ -370,7 +370,8 @@ std::string FormatSummaryJson(const PlanSummary& s) {
                    {"busiest", ranks(s.busiest_receivers)}};
   j["segments"] = s.num_segments;
   j["messages"] = s.num_messages;
-  j["rounds"] = s.num_rounds;
+  j["waves"] = s.num_waves;
+  j["rounds"] = s.num_waves;  // the same, under its earlier name (scripts read it)
   nlohmann::json h = nlohmann::json::array();
   for (const HistogramBin& b : s.histogram) {
     h.push_back({{"label", b.label}, {"lo", b.lo}, {"hi", b.hi},

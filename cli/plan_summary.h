@@ -58,7 +58,7 @@ struct PlanSummary {
   std::vector<RankBytes> busiest_receivers;  // up to 5
   int64_t num_segments = 0;
   int64_t num_messages = 0;
-  int64_t num_rounds = 0;
+  int64_t num_waves = 0;
   std::vector<HistogramBin> histogram;       // message sizes
   int64_t peak_staging_src = 0;              // max over src ranks
   int64_t peak_staging_dst = 0;              // max over dst ranks

@@ -13,7 +13,7 @@ Message Msg(int32_t src, int32_t dst, int32_t round, int64_t bytes) {
   Message m;
   m.src_rank = src;
   m.dst_rank = dst;
-  m.round = round;
+  m.wave = round;
   m.bytes = bytes;
   return m;
 }
@@ -26,7 +26,7 @@ Plan HandPlan() {
   p.segments.resize(5);
   p.messages = {Msg(0, 0, 0, 1000), Msg(1, 0, 0, 3000), Msg(2, 1, 1, 8 << 20),
                 Msg(3, 1, 1, 100), Msg(0, 1, 1, 5000)};
-  p.rounds.resize(2);
+  p.waves.resize(2);
   p.stats.staging_src = {10, 20, 300, 5};
   p.stats.staging_dst = {40, 7};
   return p;
@@ -48,7 +48,7 @@ TEST(PlanSummaryTest, SeparateHostsAllNetwork) {
   EXPECT_DOUBLE_EQ(s->received_mean, total / 2.0);
   EXPECT_EQ(s->num_segments, 5);
   EXPECT_EQ(s->num_messages, 5);
-  EXPECT_EQ(s->num_rounds, 2);
+  EXPECT_EQ(s->num_waves, 2);
   EXPECT_EQ(s->peak_staging_src, 300);
   EXPECT_EQ(s->peak_staging_dst, 40);
   EXPECT_EQ(s->intra_host_bytes, 0);

@@ -192,7 +192,7 @@ absl::StatusOr<std::string> RunSimulateCommand(
       src.layout.world_size, " ranks)\nengine: ", EngineSpecString(es), " (",
       dst.layout.world_size, " ranks)\nkernel layout: ", KernelLayoutSummary(es.kernel),
       "\nplan fingerprint: ", plan.fingerprint,
-      "\nbytes moved: ", moved, " in ", plan.rounds.size(), " rounds, ",
+      "\nbytes moved: ", moved, " in ", plan.waves.size(), " waves, ",
       seconds, " s\nwrote ", JoinPath(out, "trainer/rank<k>.safetensors"), " and ",
       JoinPath(out, "engine/rank<k>.safetensors"), "\n");
 }

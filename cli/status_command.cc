@@ -28,7 +28,7 @@ std::string WireSideName(v1::Side side) {
   return s.ok() ? std::string(SideName(*s)) : "?";
 }
 
-// "gloo", "nccl", "ipc"; "" when unspecified, "?" for a value this build
+// "gloo", "nccl", "pull"; "" when unspecified, "?" for a value this build
 // does not know.
 std::string WireTransportName(v1::Transport t) {
   if (t == v1::TRANSPORT_UNSPECIFIED) return "";

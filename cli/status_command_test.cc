@@ -57,7 +57,7 @@ TEST(StatusCommandTest, TextNamesTornEnginesAndTheProtocol) {
   EXPECT_THAT(text, HasSubstr("refit protocol: 1\n"));
   EXPECT_THAT(text, HasSubstr("engine/e0/0  engine job="));
   EXPECT_THAT(text, Not(HasSubstr("SIDE_")));
-  EXPECT_THAT(text, HasSubstr("device=cuda:0 transport=ipc"));
+  EXPECT_THAT(text, HasSubstr("device=cuda:0 transport=pull"));
   EXPECT_THAT(text, HasSubstr("engine e0: version 4 committed; TORN by aborted round 5"));
   EXPECT_THAT(text, HasSubstr("engine e1: no version committed\n"));
   EXPECT_THAT(text, HasSubstr("rounds (last 2 of 5)"));
@@ -76,7 +76,7 @@ TEST(StatusCommandTest, JsonCarriesTheSameFields) {
   nlohmann::json j = nlohmann::json::parse(FormatStatusJson(Sample(), 10));
   EXPECT_EQ(j["protocol_version"], 1);
   EXPECT_EQ(j["members"][0]["side"], "engine");
-  EXPECT_EQ(j["members"][0]["transport"], "ipc");
+  EXPECT_EQ(j["members"][0]["transport"], "pull");
   EXPECT_EQ(j["members"][0]["device_uuid"], "GPU-0000aaaa");
   EXPECT_EQ(j["pairs"]["pull"], 6);
   EXPECT_EQ(j["pairs"]["network"], 2);

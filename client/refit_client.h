@@ -25,8 +25,14 @@ namespace refit {
 class RefitClient {
  public:
   struct Options {
-    std::string target;             // "host:port"
-    std::string bearer_token;       // sent as "authorization: Bearer <token>"
+    std::string target;             // "host:port" (or a gRPC "dns:", "unix:" target)
+    // Sent as "authorization: Bearer <token>"; surrounding whitespace (a
+    // token file's newline) is stripped, as refitd strips its own.
+    std::string bearer_token;
+    // The job key refitd was given (--job_key_file), sent with Register:
+    // such a refitd admits only members that carry it, and a registration
+    // that does takes its member's place (this member's restarted process).
+    std::string job_key;
     bool use_tls = false;
     std::string root_ca_pem;        // CA that signed refitd's certificate
     std::string client_cert_pem;    // for mutual TLS
@@ -39,19 +45,39 @@ class RefitClient {
     // answer heartbeats for ...".
     absl::Duration refitd_timeout = absl::Seconds(10);
     absl::Duration connect_timeout = absl::Seconds(10);
+    // The connection's liveness: an HTTP/2 ping every keepalive_interval;
+    // one not answered within keepalive_timeout (a frozen, hung or
+    // partitioned refitd) closes the connection, and every call in flight
+    // on it (AwaitPlan, KvGet, the round stream, hence WaitForRound and
+    // AwaitOutcome) fails UNAVAILABLE then, not at its own deadline.
+    absl::Duration keepalive_interval = absl::Seconds(1);
+    absl::Duration keepalive_timeout = absl::Seconds(2);
   };
 
-  // Returns a connected client. Fails with UNAVAILABLE (naming the target)
-  // when the channel is not ready within connect_timeout.
+  // Returns a connected client. Fails at once with INVALID_ARGUMENT naming
+  // the target when it is not "host:port" (no port, a URL such as
+  // "http://host:port") or when the token holds a byte a gRPC header
+  // cannot carry (the token itself is never put in a message); with
+  // UNAVAILABLE naming the target and why ("connection refused", ...) when
+  // the channel is not ready within connect_timeout.
   static absl::StatusOr<std::unique_ptr<RefitClient>> Connect(Options options);
+
+  // The checks Connect makes on `options`, and the token it sends
+  // (`*token`: the bearer token without surrounding whitespace).
+  // INVALID_ARGUMENT as Connect.
+  static absl::Status CheckOptions(const Options& options, std::string* token);
 
   ~RefitClient();  // stops the background threads (bounded)
 
   // Registers this member (idempotent on retry), opens the round stream and
   // starts heartbeats; returns only once the stream delivered its first
-  // event, so no round started afterwards can be missed. Returns the member
-  // id; fails with the server's status
-  // (INVALID_ARGUMENT naming the field, UNAUTHENTICATED, UNAVAILABLE ...).
+  // event, so no round started afterwards can be missed. While refitd
+  // answers UNAVAILABLE (e.g. this member's previous process still holds
+  // its identity until refitd expires it) it retries, for up to the longer
+  // of rpc_timeout and connect_timeout. Returns the member id; fails with
+  // the server's status (INVALID_ARGUMENT naming the field,
+  // UNAUTHENTICATED, PERMISSION_DENIED when another live process holds
+  // this member's identity or the job key is wrong, UNAVAILABLE ...).
   absl::StatusOr<std::string> Register(const v1::Registration& registration);
 
   // Registers again, with what the last successful Register sent, once
@@ -151,7 +177,9 @@ class RefitClient {
   absl::StatusOr<EngineState> GetEngineState(const std::string& engine_id,
                                              absl::Time deadline);
 
-  // Leaves the membership (an engine replica going away between rounds).
+  // Leaves the membership (an engine replica going away between rounds, a
+  // program closing its member) and stops the background threads; logs no
+  // warning. OK at once when it left already (until Rejoin).
   absl::Status Leave(absl::Time deadline);
 
   absl::StatusOr<v1::StatusResponse> GetStatus(absl::Time deadline);
@@ -180,6 +208,13 @@ class RefitClient {
   void ResetSession();
   absl::StatusOr<std::string> RegisterOnce(const v1::Registration& reg,
                                            absl::Time deadline);
+  // A call's status as absl::Status, saying what refitd's side of it means:
+  // CANCELLED (refitd closed the call: it is shutting down) becomes
+  // UNAVAILABLE naming the target, as does a refused connection.
+  absl::Status FromRpc(const grpc::Status& status) const;
+  // Why the channel is not connected, as ": connection refused (...)" or
+  // ": <gRPC's last error>"; "" when it does not say.
+  std::string WhyNotConnected();
 
   Options options_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -192,6 +227,8 @@ class RefitClient {
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;  // Leave in progress: the end is expected
+  bool left_ ABSL_GUARDED_BY(mu_) = false;     // Leave succeeded (until Rejoin)
   bool stream_broken_ ABSL_GUARDED_BY(mu_) = false;
   bool stream_ready_ ABSL_GUARDED_BY(mu_) = false;
   std::string stream_error_ ABSL_GUARDED_BY(mu_);

@@ -12,7 +12,7 @@
 //      the amax of whole tiles from the rank's own data and of cut tiles
 //      from the exchange; scales of the tiles the rank owns go to its scale
 //      buffers.
-// Host memory only here; the CUDA copy engine runs the same steps with
+// Host memory only here; the CUDA copier runs the same steps with
 // kernels (exec/cuda/convert_kernels.h).
 #ifndef REFIT_EXEC_CONVERT_H_
 #define REFIT_EXEC_CONVERT_H_

@@ -194,7 +194,7 @@ float BlockScale(float amax, ScaleMode mode) {
   return s1;
 }
 
-absl::StatusOr<std::vector<float>> TileAmaxHost(const DenseBox& in,
+absl::StatusOr<std::vector<float>> TileAmaxHost(const HostDenseBox& in,
                                                 const std::vector<int64_t>& tile) {
   const Box tiles = IntersectingTiles(in.box, tile);
   std::vector<float> amax(UncheckedNumElements(tiles), 0.0f);
@@ -223,7 +223,7 @@ absl::StatusOr<std::vector<float>> TileAmaxHost(const DenseBox& in,
   return amax;
 }
 
-void QuantizeHost(const DenseBox& in, const std::vector<int64_t>& tile,
+void QuantizeHost(const HostDenseBox& in, const std::vector<int64_t>& tile,
                   absl::Span<const float> amax, ScaleMode mode, uint8_t* out,
                   void* scales) {
   const Box tiles = IntersectingTiles(in.box, tile);

@@ -78,7 +78,7 @@ int64_t ScaleElementSize(ScaleMode mode);
 
 // A contiguous row-major array of `shape` elements of `dtype` holding the
 // box `box` of a tensor (global coordinates).
-struct DenseBox {
+struct HostDenseBox {
   const char* data = nullptr;
   DType dtype = DType::kBF16;
   Box box;
@@ -87,14 +87,14 @@ struct DenseBox {
 // The amax of the part of every tile of IntersectingTiles(in.box, tile)
 // that lies in in.box, row-major over that tile box. INVALID_ARGUMENT
 // naming the global index of the first non-finite element.
-absl::StatusOr<std::vector<float>> TileAmaxHost(const DenseBox& in,
+absl::StatusOr<std::vector<float>> TileAmaxHost(const HostDenseBox& in,
                                                 const std::vector<int64_t>& tile);
 
 // Quantizes `in` into e4m3 `out` (row-major over in.box) with the scales of
 // `amax` (row-major over IntersectingTiles(in.box, tile)), and writes the
 // scales of OwnedTiles(in.box, tile) to `scales` (row-major, f32, or E8M0
 // bytes for kE8m0; may be null when there are none).
-void QuantizeHost(const DenseBox& in, const std::vector<int64_t>& tile,
+void QuantizeHost(const HostDenseBox& in, const std::vector<int64_t>& tile,
                   absl::Span<const float> amax, ScaleMode mode, uint8_t* out,
                   void* scales);
 

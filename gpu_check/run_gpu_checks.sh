@@ -24,7 +24,7 @@ echo "== nccl_patterns_gpu on $gpus GPUs, 1 lane"
 "$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=1
 rc2=$?
 echo "== the same patterns on the pull path (ranks share the $gpus GPUs, as colocated members do)"
-"$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=2 --transport=ipc
+"$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=2 --transport=pull
 rc6=$?
 echo "== convert_gpu_test (FP8 quantize and -exp kernels vs host and reference)"
 "$dir/convert_gpu_test"

@@ -21,7 +21,7 @@
 // holds the converted values row-major over the record's box, and adds the
 // scale tensors with records in scratch buffers too. The planner then plans
 // the converted layout like any other: the wire carries the engine's dtype
-// (FP8 at half the bytes of BF16). Before its rounds each sender computes
+// (FP8 at half the bytes of BF16). Before its waves each sender computes
 // its scratch buffers from its registered ones (exec/convert.h); where its
 // record cuts a tile that other ranks hold parts of, the holders first
 // exchange per-tile partial amaxes (CutTileGroup) so that every part is

@@ -17,7 +17,7 @@
 #include "plan/internal/errors.h"
 #include "plan/internal/messages.h"
 #include "plan/internal/normalize.h"
-#include "plan/internal/rounds.h"
+#include "plan/internal/waves.h"
 #include "plan/internal/segments.h"
 #include "plan/internal/validate.h"
 #include "plan/plan_stats.h"
@@ -37,7 +37,7 @@ using internal_plan::MergeIndexedRecords;
 using internal_plan::MessageCap;
 using internal_plan::OrderSegments;
 using internal_plan::PendingMessage;
-using internal_plan::ScheduleRounds;
+using internal_plan::ScheduleWaves;
 using internal_plan::SegmentKeys;
 using internal_plan::ValidateLayouts;
 using internal_plan::ValidateOptions;
@@ -126,9 +126,9 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   }  // the keys are not needed below
   clock.End("messages");
 
-  ScheduleRounds(options, plan.src.world_size, plan.dst.world_size, &messages,
-                 &plan.rounds);
-  clock.End("rounds");
+  ScheduleWaves(options, plan.src.world_size, plan.dst.world_size, &messages,
+                 &plan.waves);
+  clock.End("waves");
   EmitMessages(messages, &plan);
   clock.End("emit");
 

@@ -101,7 +101,7 @@ struct Pair {
 
 Pair Start() {
   RefitServer::Options o;
-  o.plan_function = NameMatchingPlan;
+  o.coordinator.plan_function = NameMatchingPlan;
   Pair p;
   auto s = RefitServer::Start(std::move(o));
   EXPECT_TRUE(s.ok()) << s.status();
@@ -236,7 +236,7 @@ std::map<std::string, double> Samples(const std::string& text) {
 
 TEST(ObservabilityTest, NamesUnitsAndBucketsAsPrometheusUsersExpect) {
   RefitServer::Options o;
-  o.plan_function = NameMatchingPlan;
+  o.coordinator.plan_function = NameMatchingPlan;
   auto s = RefitServer::Start(std::move(o));
   ASSERT_TRUE(s.ok()) << s.status();
   const std::string m = (*s)->MetricsText();
@@ -347,7 +347,7 @@ TEST(ObservabilityTest, ShutdownAbortsTheRoundInFlightAndTellsTheMembers) {
 
 TEST(ObservabilityTest, HealthSaysNotServingWhileShutdownDrains) {
   RefitServer::Options o;
-  o.plan_function = NameMatchingPlan;
+  o.coordinator.plan_function = NameMatchingPlan;
   o.drain = absl::Seconds(2);
   auto s = RefitServer::Start(std::move(o));
   ASSERT_TRUE(s.ok()) << s.status();

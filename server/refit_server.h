@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/coordinator_options.h"
 #include "server/credentials.h"
 #include "server/plan_function.h"
 
@@ -25,28 +26,14 @@ class RefitServer {
     bool allow_insecure_non_loopback = false;
     std::unique_ptr<TlsOptions> tls;   // null: insecure listener
     std::string bearer_token;          // when set, checked on every call
-    PlanFunction plan_function;        // required
-    int min_engines = 1;               // complete engines needed for a plan
-    int max_buffers_per_member = 1 << 20;
-    int64_t max_metadata_bytes = 64 << 20;  // per Register request
-    absl::Duration heartbeat_timeout = absl::Seconds(10);
-    absl::Duration round_timeout = absl::Minutes(30);
+    // Registration, planning, rounds and the key-value store
+    // (coordinator.h); its plan_function is required.
+    CoordinatorOptions coordinator;
     absl::Duration max_wait = absl::Minutes(10);  // cap of any server wait
-    // A new plan is built once the membership was unchanged for plan_settle,
-    // or plan_settle_max after the first change not yet planned.
-    absl::Duration plan_settle = absl::Milliseconds(20);
-    absl::Duration plan_settle_max = absl::Milliseconds(500);
-    // Plans kept for memberships seen before (an engine that leaves and
-    // comes back gets its old plan without planning again): at most 16, and
-    // at most this many serialized slice bytes in all (a DeepSeek-V3
-    // 256 -> 256 plan is ~0.7 GB). The current plan is kept regardless.
-    int64_t max_plan_cache_bytes = int64_t{2} << 30;
-    int rounds_kept = 64;              // rounds listed in Status
     // Shutdown: how long the health service says NOT_SERVING, calls still
     // answered, before the round in flight is aborted and the listener
     // stops (so that load balancers and members see it first).
     absl::Duration drain = absl::ZeroDuration();
-    std::string kv_prefix = "refit";
   };
 
   // Starts serving on refitd's own listener (acceptor.h: it keeps

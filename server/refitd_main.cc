@@ -35,6 +35,10 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "require client certificates signed by this CA (PEM file)");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the bearer token every call must carry");
+ABSL_FLAG(std::string, job_key_file, "",
+          "file holding the job key: only registrations that carry it are "
+          "admitted, and one that does takes its member's place (a restarted "
+          "process); see docs/reliability.md");
 ABSL_FLAG(bool, allow_insecure_non_loopback, false,
           "permit a plaintext listener on a non-loopback address");
 ABSL_FLAG(int64_t, min_engines, 1, "complete engines needed before a plan");
@@ -52,6 +56,14 @@ ABSL_FLAG(int64_t, plan_settle_max_ms, 500,
 ABSL_FLAG(int64_t, plan_cache_mib, 2048,
           "plans kept for memberships seen before, in serialized MiB (the\n"
           "current one is always kept)");
+ABSL_FLAG(int64_t, rounds_kept, 64, "finished rounds listed by refit status");
+ABSL_FLAG(std::string, kv_prefix, "refit",
+          "prefix of the data-plane bootstrap keys refitd hands out");
+ABSL_FLAG(int64_t, kv_member_mib, 16,
+          "bootstrap key-value bytes one member may hold");
+ABSL_FLAG(int64_t, kv_total_mib, 512, "bootstrap key-value bytes of all members");
+ABSL_FLAG(int64_t, tick_ms, 10,
+          "housekeeping period (heartbeat expiry, round timeouts)");
 ABSL_FLAG(int64_t, staging_mib, 512, "planner staging budget per rank");
 ABSL_FLAG(int64_t, lanes, 2, "planner lanes (at most 64)");
 ABSL_FLAG(int64_t, max_plan_mib, 16384,
@@ -152,6 +164,15 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
     if (!t.ok()) return t.status();
     o.bearer_token = std::string(absl::StripAsciiWhitespace(*t));
   }
+  if (!absl::GetFlag(FLAGS_job_key_file).empty()) {
+    absl::StatusOr<std::string> k = ReadPem(absl::GetFlag(FLAGS_job_key_file));
+    if (!k.ok()) return k.status();
+    o.coordinator.job_key = std::string(absl::StripAsciiWhitespace(*k));
+    if (o.coordinator.job_key.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--job_key_file: ", absl::GetFlag(FLAGS_job_key_file), " is empty"));
+    }
+  }
   auto min_engines = Count(FLAGS_min_engines, "min_engines");
   auto max_buffers = Count(FLAGS_max_buffers, "max_buffers");
   auto max_meta = Count(FLAGS_max_metadata_bytes, "max_metadata_bytes");
@@ -164,24 +185,36 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   auto lanes = Count(FLAGS_lanes, "lanes");
   auto drain = Count(FLAGS_drain_ms, "drain_ms");
   auto max_plan = Mib(FLAGS_max_plan_mib, "max_plan_mib");
+  auto rounds_kept = Count(FLAGS_rounds_kept, "rounds_kept");
+  auto kv_member = Mib(FLAGS_kv_member_mib, "kv_member_mib");
+  auto kv_total = Mib(FLAGS_kv_total_mib, "kv_total_mib");
+  auto tick = Count(FLAGS_tick_ms, "tick_ms");
   for (auto* s : {&drain, &min_engines, &max_buffers, &max_meta, &hb, &rt, &settle,
-                  &settle_max, &cache_bytes, &staging, &lanes, &max_plan}) {
+                  &settle_max, &cache_bytes, &staging, &lanes, &max_plan, &rounds_kept,
+                  &kv_member, &kv_total, &tick}) {
     if (!s->ok()) return s->status();
   }
   if (*min_engines > std::numeric_limits<int>::max() ||
       *max_buffers > std::numeric_limits<int>::max() ||
-      *lanes > std::numeric_limits<int32_t>::max()) {
+      *lanes > std::numeric_limits<int32_t>::max() ||
+      *rounds_kept > std::numeric_limits<int>::max()) {
     return absl::InvalidArgumentError(
-        "--min_engines, --max_buffers and --lanes must fit in 32 bits");
+        "--min_engines, --max_buffers, --lanes and --rounds_kept must fit in 32 bits");
   }
-  o.max_plan_cache_bytes = *cache_bytes;
-  o.plan_settle = absl::Milliseconds(*settle);
-  o.plan_settle_max = absl::Milliseconds(*settle_max);
-  o.min_engines = static_cast<int>(*min_engines);
-  o.max_buffers_per_member = static_cast<int>(*max_buffers);
-  o.max_metadata_bytes = *max_meta;
-  o.heartbeat_timeout = absl::Milliseconds(*hb);
-  o.round_timeout = absl::Seconds(*rt);
+  if (*tick < 1) return absl::InvalidArgumentError("--tick_ms: must be at least 1");
+  o.coordinator.max_plan_cache_bytes = *cache_bytes;
+  o.coordinator.plan_settle = absl::Milliseconds(*settle);
+  o.coordinator.plan_settle_max = absl::Milliseconds(*settle_max);
+  o.coordinator.min_engines = static_cast<int>(*min_engines);
+  o.coordinator.max_buffers_per_member = static_cast<int>(*max_buffers);
+  o.coordinator.max_metadata_bytes = *max_meta;
+  o.coordinator.heartbeat_timeout = absl::Milliseconds(*hb);
+  o.coordinator.round_timeout = absl::Seconds(*rt);
+  o.coordinator.rounds_kept = static_cast<int>(*rounds_kept);
+  o.coordinator.kv_prefix = absl::GetFlag(FLAGS_kv_prefix);
+  o.coordinator.kv_quota.per_owner_bytes = *kv_member;
+  o.coordinator.kv_quota.total_bytes = *kv_total;
+  o.coordinator.tick = absl::Milliseconds(*tick);
   o.drain = absl::Milliseconds(*drain);
   const int64_t slice_threads = absl::GetFlag(FLAGS_slice_threads);
   if (slice_threads < 1 || slice_threads > 1024) {
@@ -201,7 +234,7 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   plan_options.planner.num_lanes = static_cast<int32_t>(*lanes);
   plan_options.max_plan_bytes = *max_plan;
   plan_options.budget_name = "--max_plan_mib";
-  o.plan_function = refit::DefaultPlanFunction(plan_options);
+  o.coordinator.plan_function = refit::DefaultPlanFunction(plan_options);
   return o;
 }
 

@@ -16,10 +16,10 @@ namespace refit {
 bool IsUtf8(absl::string_view text);
 
 // Checks every text field of `request` (every string or bytes field, in
-// nested messages too, except the binary ones: member_secret and
-// KvSetRequest.value). OK when all are UTF-8; else INVALID_ARGUMENT naming
-// the first field that is not, as a path ("registration.buffers[3].name:
-// not UTF-8 (byte 7 of 12)").
+// nested messages too, except the binary ones: member_secret,
+// KvSetRequest.value and RegisterRequest.job_key). OK when all are UTF-8;
+// else INVALID_ARGUMENT naming the first field that is not, as a path
+// ("registration.buffers[3].name: not UTF-8 (byte 7 of 12)").
 absl::Status CheckRequestText(const google::protobuf::Message& request);
 
 }  // namespace refit

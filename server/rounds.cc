@@ -2,12 +2,18 @@
 #include "server/rounds.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
 namespace refit {
 
 absl::StatusOr<bool> Rounds::CheckStart(int64_t version) const {
+  if (version < 1 || version > kMaxRoundVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "version: ", version, " is outside [1, 2^53 = ", kMaxRoundVersion, "]"));
+  }
   if (active_ != nullptr) {
     if (active_->version == version) return true;
     return absl::FailedPreconditionError(absl::StrCat(
@@ -21,7 +27,10 @@ absl::StatusOr<bool> Rounds::CheckStart(int64_t version) const {
   }
   if (version <= 0 || version < last_version_) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "version: ", version, " is not above the last version ", last_version_));
+        "version: ", version, " is not above the last version ", last_version_,
+        " (this refitd's versions rise across runs and jobs until it restarts: "
+        "start at ", last_version_ + 1, " or above; `refit status` lists the last "
+        "rounds)"));
   }
   return false;
 }
@@ -54,6 +63,28 @@ std::optional<absl::Status> Rounds::ReplyToFinished(int64_t version,
   if (o->second.ok()) return absl::OkStatus();
   return absl::AbortedError(
       absl::StrCat("round ", version, " already aborted: ", o->second.message()));
+}
+
+absl::Status Rounds::CheckReport(const v1::MemberReport& report) const {
+  if (report.bytes() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bytes: ", report.bytes(), " is negative"));
+  }
+  if (report.peak_staging_bytes() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "peak_staging_bytes: ", report.peak_staging_bytes(), " is negative"));
+  }
+  if (!std::isfinite(report.seconds()) || report.seconds() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "seconds: ", report.seconds(), " is not a finite non-negative number"));
+  }
+  const int64_t sum = active_ == nullptr ? 0 : active_->bytes.all_engine_ranks;
+  if (report.bytes() > std::numeric_limits<int64_t>::max() - sum) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bytes: ", report.bytes(), " overflows the round's sum (", sum,
+        " bytes reported so far)"));
+  }
+  return absl::OkStatus();
 }
 
 bool Rounds::RecordDone(const v1::MemberReport& report, bool engine) {

@@ -22,6 +22,11 @@
 
 namespace refit {
 
+// The largest round version refitd accepts: 2^53, so that every version is
+// exact as a double (JSON, Prometheus, Python floats). A trainer numbering
+// rounds by step, or by Unix time in microseconds, stays far below it.
+inline constexpr int64_t kMaxRoundVersion = int64_t{1} << 53;
+
 class Rounds {
  public:
   // The round that is running.
@@ -48,9 +53,16 @@ class Rounds {
   // running round or the last one and it committed (an idempotent retry),
   // false when it may start: a version above the last, or the last one
   // after its round aborted (run again, as the next attempt). Fails with
-  // FAILED_PRECONDITION while another round runs, INVALID_ARGUMENT when
-  // `version` is below the last one.
+  // FAILED_PRECONDITION while another round runs, INVALID_ARGUMENT naming
+  // `version` when it is below the last one, below 1 or above
+  // kMaxRoundVersion.
   absl::StatusOr<bool> CheckStart(int64_t version) const;
+
+  // Checks a participant's success figures before RecordDone: OK, or
+  // INVALID_ARGUMENT naming the field when bytes or peak_staging_bytes is
+  // negative, seconds is not a finite non-negative number, or the round's
+  // byte sum would overflow.
+  absl::Status CheckReport(const v1::MemberReport& report) const;
 
   // Starts round `version` (CheckStart said false) with `participants`;
   // returns its attempt (1, or one more than the last aborted attempt of

@@ -1,6 +1,9 @@
 // Rounds: starting, reports, commit and abort, torn engines, history.
 #include "server/rounds.h"
 
+#include <cmath>
+#include <limits>
+
 #include "gtest/gtest.h"
 
 namespace refit {
@@ -32,6 +35,39 @@ v1::MemberReport Report(const std::string& id, int64_t bytes, double seconds,
   m.set_seconds(seconds);
   m.set_peak_staging_bytes(peak_staging);
   return m;
+}
+
+TEST(RoundsTest, RefusesVersionsOutsideOneToTwoPow53NamingTheField) {
+  Rounds r(64);
+  for (int64_t v : {int64_t{0}, int64_t{-1}, kMaxRoundVersion + 1,
+                    std::numeric_limits<int64_t>::max()}) {
+    absl::StatusOr<bool> s = r.CheckStart(v);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << v;
+    EXPECT_NE(s.status().message().find("version: "), absl::string_view::npos) << v;
+  }
+  EXPECT_EQ(*r.CheckStart(kMaxRoundVersion), false);
+}
+
+TEST(RoundsTest, RefusesAbsurdFiguresNamingTheField) {
+  Rounds r(64);
+  r.Start(1, {"trainer/0", "engine/A", "engine/B"}, t0);
+  auto field_of = [&](const v1::MemberReport& m) {
+    absl::Status s = r.CheckReport(m);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    const std::string msg(s.message());
+    return msg.substr(0, msg.find(':'));
+  };
+  EXPECT_EQ(field_of(Report("trainer/0", -2, 1, 0)), "bytes");
+  EXPECT_EQ(field_of(Report("trainer/0", 1, 1, -1)), "peak_staging_bytes");
+  EXPECT_EQ(field_of(Report("trainer/0", 1, std::nan(""), 0)), "seconds");
+  EXPECT_EQ(field_of(Report("trainer/0", 1, -0.5, 0)), "seconds");
+  EXPECT_EQ(field_of(Report("trainer/0", 1, HUGE_VAL, 0)), "seconds");
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  // The round adds up what its engine ranks received.
+  ASSERT_TRUE(r.CheckReport(Report("engine/B", max, 1, 0)).ok());
+  EXPECT_FALSE(r.RecordDone(Report("engine/B", max, 1, 0), true));
+  EXPECT_EQ(field_of(Report("engine/A", 1, 1, 0)), "bytes");  // the sum overflows
+  EXPECT_TRUE(r.CheckReport(Report("engine/A", 0, 1, 0)).ok());
 }
 
 TEST(RoundsTest, CommitsWhenEveryParticipantIsDone) {

@@ -195,6 +195,19 @@ void FillPattern(const SideLayout& side, const HostBuffers& buffers,
   }
 }
 
+void ForEachPatternRow(
+    const SideLayout& side, PatternOptions options,
+    const std::function<void(const Record& record, int32_t buffer,
+                             const std::vector<int64_t>& inner, int64_t off, int64_t lin)>& row) {
+  for (const Record& r : side.records) {
+    if (!Selected(r, options)) continue;
+    const TensorSpec& t = side.tensors[r.tensor];
+    ForEachRow(r, t, DTypeSize(t.dtype),
+               [&](int32_t buffer, const std::vector<int64_t>& inner, int64_t off, int64_t lin,
+                   const Box::Indices&) { row(r, buffer, inner, off, lin); });
+  }
+}
+
 // The expected bytes of tensor t where the engine holds a conversion of
 // the trainer's pattern (options.source_dtypes); empty when t holds the
 // pattern itself.

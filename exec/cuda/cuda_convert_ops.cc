@@ -96,7 +96,7 @@ class CudaConvertOps : public ConvertOps {
         "gather tasks"));
     REFIT_RETURN_IF_ERROR(CudaStatus(
         static_cast<cudaError_t>(cuda::LaunchCopies(
-            reinterpret_cast<const cuda::DeviceCopy*>(tasks_), static_cast<int>(copies.size()),
+            reinterpret_cast<const ResolvedCopy*>(tasks_), static_cast<int>(copies.size()),
             s_)),
         "gather launch"));
     return dense_;

@@ -20,8 +20,8 @@ namespace {
 
 TEST(RoundDeadlineReportTest, AMemberPastItsDeadlineStillAbortsTheRound) {
   RefitServer::Options so;
-  so.plan_function = DefaultPlanFunction({});
-  so.heartbeat_timeout = absl::Seconds(30);  // the engine stays alive
+  so.coordinator.plan_function = DefaultPlanFunction({});
+  so.coordinator.heartbeat_timeout = absl::Seconds(30);  // the engine stays alive
   absl::StatusOr<std::unique_ptr<RefitServer>> server = RefitServer::Start(std::move(so));
   ASSERT_TRUE(server.ok()) << server.status();
   std::vector<testing::HostMember> nodes = testing::TrainerAndEngine(

@@ -6,7 +6,9 @@
 # from the installed package and calls into it (a convention's buffers). Checks
 # that every packaged client library exports only refit_* symbols, that
 # its libraries resolve inside the package or to the host's own, that
-# refit.testing is left out, and that vLLM's plugin entry point is declared.
+# refit.testing is left out, that vLLM's plugin entry point is declared,
+# and that the venv's `refitd` and `refit` commands run the wheel's
+# binaries (refitd serves, `refit status` reads it).
 set -euo pipefail
 copy=$1 stage_sh=$2 build=$3
 shift 3
@@ -60,5 +62,30 @@ assert refit.sglang.LOADER == "refit.sglang.load"  # --custom-weight-loader
 print(f"import OK: {os.path.basename(path)} ({lib.refit_build_info().decode()}), "
       f"{len(bufs)} buffers")
 PY
+[ -e "$site/refit/py.typed" ] || { echo "FAIL: no refit/py.typed"; fail=1; }
+for cmd in refitd refit; do
+  [ -x "$tmp/venv/bin/$cmd" ] || { echo "FAIL: no $cmd command in the venv"; fail=1; }
+done
+# The commands, from outside the tree with a scrubbed environment: refitd
+# listens, `refit status` talks to it.
+env -i PATH="$tmp/venv/bin:/usr/bin:/bin" HOME="$tmp" refitd --address=127.0.0.1:0 \
+  >"$tmp/refitd.log" 2>&1 &
+refitd_pid=$!
+port=
+for _ in $(seq 100); do
+  port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$tmp/refitd.log" | head -1)
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+if [ -z "$port" ]; then
+  echo "FAIL: the refitd command did not listen: $(head -5 "$tmp/refitd.log")"; fail=1
+elif ! env -i PATH="$tmp/venv/bin:/usr/bin:/bin" HOME="$tmp" \
+    refit status --server="127.0.0.1:$port" >"$tmp/status.txt" 2>&1; then
+  echo "FAIL: refit status: $(head -5 "$tmp/status.txt")"; fail=1
+else
+  echo "commands OK: refitd on port $port; refit status: $(head -1 "$tmp/status.txt")"
+fi
+kill "$refitd_pid" 2>/dev/null || true
+wait "$refitd_pid" 2>/dev/null || true
 [ $fail -eq 0 ] || exit 1
 echo "wheel OK"

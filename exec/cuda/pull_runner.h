@@ -1,4 +1,4 @@
-// PullEngine: the colocated data plane of one member. Members on one host
+// PullRunner: the colocated data plane of one member. Members on one host
 // (trainer and engine sharing GPUs, or GPUs of one host) move weights with
 // one copy: every receiver reads straight from its senders' buffers.
 //
@@ -34,8 +34,8 @@
 //
 // Members for which options.pull_peer is false (another host) are left
 // out: the caller moves their bytes another way (NCCL).
-#ifndef REFIT_EXEC_CUDA_PULL_ENGINE_H_
-#define REFIT_EXEC_CUDA_PULL_ENGINE_H_
+#ifndef REFIT_EXEC_CUDA_PULL_RUNNER_H_
+#define REFIT_EXEC_CUDA_PULL_RUNNER_H_
 
 #include <atomic>
 #include <cstdint>
@@ -50,17 +50,18 @@
 #include "absl/time/time.h"
 #include "common/cancellation.h"
 #include "exec/cuda/pull_memory.h"
-#include "exec/executor.h"
+#include "exec/run_stats.h"
 #include "exec/gloo_transport.h"
-#include "exec/convert.h"
+#include "exec/conversion_stage.h"
 #include "exec/kv_store.h"
 #include "exec/peer_signal.h"
+#include "exec/plan_side.h"
 #include "exec/round_runner.h"
 #include "plan/plan.h"
 
 namespace refit {
 
-struct PullEngineOptions {
+struct PullRunnerOptions {
   int32_t device = 0;  // CUDA device of this member's buffers
   std::string key_prefix = "pull";
   absl::Duration connect_timeout = absl::Seconds(60);
@@ -74,7 +75,7 @@ struct PullEngineOptions {
   int64_t max_item_bytes = 64 << 10;
 };
 
-class PullEngine : public RoundRunner {
+class PullRunner : public RoundRunner {
  public:
   // Prepares `rank` of `side` of `slice` (its ExtractSlice) over its own
   // `buffers` (indexed like the slice's side's buffers; device memory of
@@ -83,16 +84,16 @@ class PullEngine : public RoundRunner {
   // be shared, INVALID_ARGUMENT for a missing buffer or a malformed plan,
   // UNAVAILABLE / DEADLINE_EXCEEDED naming the peer when a peer does not
   // connect, cannot be mapped, or dies; by `deadline` at the latest.
-  static absl::StatusOr<std::unique_ptr<PullEngine>> Create(
+  static absl::StatusOr<std::unique_ptr<PullRunner>> Create(
       const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
-      KvStore* store, PullEngineOptions options, absl::Time deadline);
-  ~PullEngine() override;
+      KvStore* store, PullRunnerOptions options, absl::Time deadline);
+  ~PullRunner() override;
 
   // Runs one round (see above); its peak_staging_bytes is a converting
   // sender's scratch and conversion workspace (0 otherwise). Fails with DEADLINE_EXCEEDED naming the
   // peers still waited for, UNAVAILABLE naming a peer that died, the
   // cancel reason after Cancel, or UNAVAILABLE with the CUDA error. The
-  // engine must not be run again after a failure.
+  // runner must not be run again after a failure.
   absl::StatusOr<RunStats> Run(absl::Time deadline) override;
 
   // Makes the wait in progress and every later Run fail promptly with
@@ -107,7 +108,7 @@ class PullEngine : public RoundRunner {
   const std::vector<int32_t>& peers() const { return peers_; }
 
  private:
-  PullEngine() = default;
+  PullRunner() = default;
   absl::Status Prepare(const Plan& slice, std::vector<char*> buffers,
                        KvStore* store, absl::Time deadline);
   absl::Status ExportTo(const Plan& slice, const std::vector<char*>& buffers,
@@ -136,7 +137,7 @@ class PullEngine : public RoundRunner {
   int32_t rank_ = 0;
   int32_t global_rank_ = 0;
   int32_t src_world_ = 0;  // trainers: global ranks below it
-  PullEngineOptions options_;
+  PullRunnerOptions options_;
   std::vector<int32_t> members_;  // global ranks on the control channel
   std::vector<int32_t> peers_;    // global ranks this member exchanges with
   std::unique_ptr<GlooTransport> control_;  // prepare and amax exchanges
@@ -154,10 +155,7 @@ class PullEngine : public RoundRunner {
   // filled before each round's "weights in place".
   absl::Status PrepareConversions(const Plan& slice, std::vector<char*>* buffers);
   absl::Status Convert(absl::Time deadline);
-  std::unique_ptr<Converter> converter_;
-  std::unique_ptr<ConvertOps> convert_ops_;
-  std::vector<char*> scratch_;
-  int64_t scratch_bytes_ = 0;  // allocated for scratch_
+  std::unique_ptr<ConversionStage> conversions_;
   std::vector<char*> own_buffers_;
   uint64_t round_ = 0;
   Cancellation cancel_;  // set by Cancel; polled by the waits
@@ -165,4 +163,4 @@ class PullEngine : public RoundRunner {
 
 }  // namespace refit
 
-#endif  // REFIT_EXEC_CUDA_PULL_ENGINE_H_
+#endif  // REFIT_EXEC_CUDA_PULL_RUNNER_H_

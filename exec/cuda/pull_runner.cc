@@ -1,5 +1,5 @@
-// PullEngine (see pull_engine.h).
-#include "exec/cuda/pull_engine.h"
+// PullRunner (see pull_runner.h).
+#include "exec/cuda/pull_runner.h"
 
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "exec/copy_program.h"
+#include "exec/cuda/cuda_status.h"
 #include "exec/cuda/pull_kernels.h"
 #include "exec/peer_signal.h"
 #include "exec/cuda/cuda_convert_ops.h"
@@ -23,10 +24,9 @@
 namespace refit {
 namespace {
 
-absl::Status Cuda(cudaError_t e, absl::string_view what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  (void)cudaGetLastError();
-  return absl::UnavailableError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+// Device errors are UNAVAILABLE on the pull path (pull_runner.h).
+absl::Status Cuda(cudaError_t e, const std::string& what) {
+  return CudaStatus(e, what, absl::StatusCode::kUnavailable);
 }
 
 // What a sender tells each receiver at prepare, before its buffers.
@@ -60,10 +60,10 @@ uint64_t U64(const std::string& s) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<PullEngine>> PullEngine::Create(
+absl::StatusOr<std::unique_ptr<PullRunner>> PullRunner::Create(
     const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
-    KvStore* store, PullEngineOptions options, absl::Time deadline) {
-  std::unique_ptr<PullEngine> e(new PullEngine());
+    KvStore* store, PullRunnerOptions options, absl::Time deadline) {
+  std::unique_ptr<PullRunner> e(new PullRunner());
   e->side_ = side;
   e->rank_ = rank;
   e->global_rank_ = GlobalRank(slice, side, rank);
@@ -72,7 +72,7 @@ absl::StatusOr<std::unique_ptr<PullEngine>> PullEngine::Create(
   return e;
 }
 
-PullEngine::~PullEngine() {
+PullRunner::~PullRunner() {
   (void)cudaSetDevice(options_.device);
   // Copies still queued (a failed round) finish on their own; wait a
   // bounded time before the mappings go.
@@ -85,8 +85,7 @@ PullEngine::~PullEngine() {
   }
   importer_.reset();
   exporter_.reset();
-  convert_ops_.reset();
-  for (char* p : scratch_) (void)cudaFree(p);
+  conversions_.reset();
   if (items_ != nullptr) (void)cudaFree(items_);
   if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
   if (start_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(start_event_));
@@ -94,19 +93,19 @@ PullEngine::~PullEngine() {
   (void)cudaGetLastError();
 }
 
-int32_t PullEngine::Local(int32_t global) const {
+int32_t PullRunner::Local(int32_t global) const {
   auto it = std::lower_bound(members_.begin(), members_.end(), global);
   return static_cast<int32_t>(it - members_.begin());
 }
 
-void PullEngine::Cancel(const absl::Status& reason) {
+void PullRunner::Cancel(const absl::Status& reason) {
   cancel_.Cancel(reason);
   if (control_ != nullptr) control_->Cancel(reason);
 }
 
-absl::Status PullEngine::CheckCancelled() { return cancel_.status(); }
+absl::Status PullRunner::CheckCancelled() { return cancel_.status(); }
 
-absl::Status PullEngine::WaitEvent(void* event, absl::Time deadline, const char* what) {
+absl::Status PullRunner::WaitEvent(void* event, absl::Time deadline, const char* what) {
   // Polls without sleeping for a while (a refit's copies take milliseconds:
   // a sleep's timer slack would add tens of microseconds), then sleeps.
   const absl::Time spin_until = absl::Now() + absl::Milliseconds(200);
@@ -129,7 +128,7 @@ absl::Status PullEngine::WaitEvent(void* event, absl::Time deadline, const char*
   }
 }
 
-absl::Status PullEngine::Exchange(const std::vector<int32_t>& send_to,
+absl::Status PullRunner::Exchange(const std::vector<int32_t>& send_to,
                                   const std::vector<std::string>& out,
                                   const std::vector<int32_t>& recv_from,
                                   std::vector<std::string>* in, absl::Time deadline) {
@@ -141,8 +140,8 @@ absl::Status PullEngine::Exchange(const std::vector<int32_t>& send_to,
   for (size_t i = 0; i < recv_from.size(); ++i) {
     r.push_back({Local(recv_from[i]), (*in)[i].data(), static_cast<int64_t>((*in)[i].size())});
   }
-  REFIT_RETURN_IF_ERROR(control_->StartRound(0, s, r, deadline));
-  absl::Status st = control_->WaitRound(0, deadline);
+  REFIT_RETURN_IF_ERROR(control_->StartWave(0, s, r, deadline));
+  absl::Status st = control_->WaitWave(0, deadline);
   if (!st.ok()) {
     // Say which member the control channel's rank is.
     REFIT_RETURN_IF_ERROR(CheckCancelled());
@@ -153,7 +152,7 @@ absl::Status PullEngine::Exchange(const std::vector<int32_t>& send_to,
   return absl::OkStatus();
 }
 
-absl::Status PullEngine::Prepare(const Plan& slice, std::vector<char*> buffers,
+absl::Status PullRunner::Prepare(const Plan& slice, std::vector<char*> buffers,
                                  KvStore* store, absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(Cuda(cudaSetDevice(options_.device),
                              absl::StrCat("cudaSetDevice(", options_.device, ")")));
@@ -206,56 +205,54 @@ absl::Status PullEngine::Prepare(const Plan& slice, std::vector<char*> buffers,
   return ImportFrom(slice, std::move(buffers), deadline);
 }
 
-absl::Status PullEngine::PrepareConversions(const Plan& slice, std::vector<char*>* buffers) {
-  REFIT_ASSIGN_OR_RETURN(Converter c, Converter::Create(slice, rank_));
-  if (c.empty()) return absl::OkStatus();
-  for (const auto& [peer, count] : c.peers()) {
+absl::Status PullRunner::PrepareConversions(const Plan& slice, std::vector<char*>* buffers) {
+  ConversionStage::Memory memory;
+  memory.allocate = [](int64_t bytes) -> absl::StatusOr<char*> {
+    void* p = nullptr;
+    REFIT_RETURN_IF_ERROR(Cuda(cudaMalloc(&p, std::max<int64_t>(bytes, 1)), "cudaMalloc"));
+    return static_cast<char*>(p);
+  };
+  memory.release = [](char* p, int64_t) { (void)cudaFree(p); };
+  REFIT_ASSIGN_OR_RETURN(
+      conversions_, ConversionStage::Create(
+                        slice, rank_, [this] { return MakeCudaConvertOps(stream_); },
+                        std::move(memory), buffers));
+  if (conversions_ == nullptr) return absl::OkStatus();
+  for (const auto& [peer, count] : conversions_->peers()) {
     if (!std::binary_search(members_.begin(), members_.end(), peer)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "trainer rank ", rank_, " shares FP8 tiles with trainer rank ", peer,
           ", which is on another host: the pull path exchanges amaxes on one host"));
     }
   }
-  converter_ = std::make_unique<Converter>(std::move(c));
-  convert_ops_ = MakeCudaConvertOps(stream_);
-  buffers->resize(slice.src.buffers.size(), nullptr);
-  for (size_t b = 0; b < slice.src.buffers.size(); ++b) {
-    const BufferSpec& spec = slice.src.buffers[b];
-    if (!spec.scratch || spec.rank != rank_) continue;
-    void* p = nullptr;
-    REFIT_RETURN_IF_ERROR(Cuda(cudaMalloc(&p, std::max<int64_t>(spec.byte_size, 1)),
-                               absl::StrCat("cudaMalloc of ", spec.byte_size,
-                                            " bytes for converted values")));
-    scratch_.push_back(static_cast<char*>(p));
-    scratch_bytes_ += std::max<int64_t>(spec.byte_size, 1);
-    (*buffers)[b] = static_cast<char*>(p);
-  }
   return absl::OkStatus();
 }
 
-absl::Status PullEngine::Convert(absl::Time deadline) {
-  REFIT_ASSIGN_OR_RETURN(auto sends, converter_->Partials(*convert_ops_, own_buffers_));
-  std::map<int32_t, std::vector<float>> received;
-  if (!converter_->peers().empty()) {
+absl::Status PullRunner::Convert(absl::Time deadline) {
+  // The amaxes travel over the control channel.
+  auto exchange = [this, deadline](const std::map<int32_t, std::vector<float>>& sends)
+      -> absl::StatusOr<std::map<int32_t, std::vector<float>>> {
     std::vector<int32_t> peers;
     std::vector<std::string> out, in;
-    for (const auto& [peer, count] : converter_->peers()) {
+    for (const auto& [peer, count] : conversions_->peers()) {
       peers.push_back(peer);
-      const std::vector<float>& v = sends[peer];
+      const std::vector<float>& v = sends.at(peer);
       out.emplace_back(reinterpret_cast<const char*>(v.data()), v.size() * 4);
       in.emplace_back(count * 4, '\0');
     }
     REFIT_RETURN_IF_ERROR(Exchange(peers, out, peers, &in, deadline));
+    std::map<int32_t, std::vector<float>> received;
     for (size_t i = 0; i < peers.size(); ++i) {
       std::vector<float>& v = received[peers[i]];
       v.resize(in[i].size() / 4);
       std::memcpy(v.data(), in[i].data(), in[i].size());
     }
-  }
-  return converter_->Finish(*convert_ops_, own_buffers_, received);
+    return received;
+  };
+  return conversions_->Run(own_buffers_, exchange);
 }
 
-absl::Status PullEngine::ExportTo(const Plan& slice, const std::vector<char*>& buffers,
+absl::Status PullRunner::ExportTo(const Plan& slice, const std::vector<char*>& buffers,
                                   absl::Time deadline) {
   exporter_ = std::make_unique<MemoryExporter>();
   const int32_t ws = slice.src.world_size;
@@ -326,7 +323,7 @@ absl::Status PullEngine::ExportTo(const Plan& slice, const std::vector<char*>& b
   return opened;
 }
 
-absl::Status PullEngine::ImportFrom(const Plan& slice, std::vector<char*> buffers,
+absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffers,
                                     absl::Time deadline) {
   importer_ = std::make_unique<MemoryImporter>(options_.device);
   std::vector<std::string> sizes(peers_.size(), std::string(8, '\0'));
@@ -392,10 +389,8 @@ absl::Status PullEngine::ImportFrom(const Plan& slice, std::vector<char*> buffer
       mapped = AnnotateStatus(rc.status(), absl::StrCat("engine rank ", rank_));
     }
   }
-  std::vector<cuda::PullCopy> dc(copies.size());
-  static_assert(sizeof(cuda::PullCopy) == sizeof(ResolvedCopy), "same layout");
-  if (!copies.empty()) std::memcpy(dc.data(), copies.data(), copies.size() * sizeof(ResolvedCopy));
-  const std::vector<cuda::PullItem> items = cuda::SplitPullItems(dc, options_.max_item_bytes);
+  const std::vector<cuda::PullItem> items =
+      cuda::SplitPullItems(copies, options_.max_item_bytes);
   if (mapped.ok() && items.size() >= (1ull << 31)) {
     mapped = absl::ResourceExhaustedError("more than 2^31 pull work items");
   }
@@ -431,7 +426,7 @@ absl::Status PullEngine::ImportFrom(const Plan& slice, std::vector<char*> buffer
   return absl::OkStatus();
 }
 
-absl::Status PullEngine::WaitPeers(absl::Time deadline) {
+absl::Status PullRunner::WaitPeers(absl::Time deadline) {
   const uint64_t want = PeerSignal::Encode(round_, false);
   for (size_t i = 0; i < peer_signals_.size(); ++i) {
     const std::string who = peers_[i] < src_world_
@@ -453,7 +448,7 @@ absl::Status PullEngine::WaitPeers(absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status PullEngine::RunSender(absl::Time deadline) {
+absl::Status PullRunner::RunSender(absl::Time deadline) {
   cudaEvent_t ev = static_cast<cudaEvent_t>(event_);
   cudaStream_t ready = options_.ready_stream != nullptr
                            ? static_cast<cudaStream_t>(options_.ready_stream)
@@ -461,12 +456,12 @@ absl::Status PullEngine::RunSender(absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(Cuda(cudaEventRecord(ev, ready), "cudaEventRecord"));
   REFIT_RETURN_IF_ERROR(WaitEvent(event_, deadline, "the trainer's writes to its weights"));
   // The engine's dtypes (FP8, f32 -exp) into the scratch buffers first.
-  if (converter_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
+  if (conversions_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
   signal_->Publish(PeerSignal::Encode(round_, false));  // version round_ in place
   return WaitPeers(deadline);                            // every receiver done
 }
 
-absl::Status PullEngine::RunReceiver(absl::Time deadline, RunStats* stats) {
+absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
   REFIT_RETURN_IF_ERROR(WaitPeers(deadline));  // every sender's version in place
   cudaEvent_t ev = static_cast<cudaEvent_t>(event_);
   cudaStream_t st = static_cast<cudaStream_t>(stream_);
@@ -485,13 +480,13 @@ absl::Status PullEngine::RunReceiver(absl::Time deadline, RunStats* stats) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<RunStats> PullEngine::Run(absl::Time deadline) {
+absl::StatusOr<RunStats> PullRunner::Run(absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(CheckCancelled());
   const absl::Time start = absl::Now();
   REFIT_RETURN_IF_ERROR(Cuda(cudaSetDevice(options_.device), "cudaSetDevice"));
   ++round_;
   RunStats stats;
-  stats.rounds = 1;
+  stats.waves = 1;
   // Either way, the peers learn of this member's failure at once.
   absl::Status s = side_ == Side::kTrainer ? RunSender(deadline) : RunReceiver(deadline, &stats);
   if (!s.ok()) {
@@ -506,7 +501,7 @@ absl::StatusOr<RunStats> PullEngine::Run(absl::Time deadline) {
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   // No staging: only a converting sender's scratch and workspace.
   stats.peak_staging_bytes =
-      scratch_bytes_ + (convert_ops_ != nullptr ? convert_ops_->workspace_bytes() : 0);
+      conversions_ != nullptr ? conversions_->scratch_bytes() + conversions_->workspace_bytes() : 0;
   return stats;
 }
 

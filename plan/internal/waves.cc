@@ -1,5 +1,5 @@
-// Rounds: next-fit scheduling of messages under the staging budget.
-#include "plan/internal/rounds.h"
+// Waves: next-fit scheduling of messages under the staging budget.
+#include "plan/internal/waves.h"
 
 #include <algorithm>
 #include <numeric>
@@ -42,9 +42,9 @@ void SortRuns(std::vector<int32_t>* order, Same same, Less less) {
 
 }  // namespace
 
-void ScheduleRounds(const PlannerOptions& options, int32_t src_world,
+void ScheduleWaves(const PlannerOptions& options, int32_t src_world,
                     int32_t dst_world, std::vector<PendingMessage>* messages,
-                    std::vector<Round>* rounds) {
+                    std::vector<Wave>* waves) {
   std::vector<PendingMessage>& msgs = *messages;
   const int64_t lane_budget = LaneBudget(options);
   std::vector<int32_t> stages;
@@ -85,13 +85,13 @@ void ScheduleRounds(const PlannerOptions& options, int32_t src_world,
                       std::make_tuple(y.m.src_rank, y.m.dst_rank);
              });
   }
-  // local round index per message, per stage.
-  const int64_t round_cap = RoundCap(options);
-  std::vector<int32_t> local_round(msgs.size(), 0);
-  std::vector<int32_t> rounds_in_stage(stages.size(), 0);
+  // local wave index per message, per stage.
+  const int64_t wave_cap = WaveCap(options);
+  std::vector<int32_t> local_wave(msgs.size(), 0);
+  std::vector<int32_t> waves_in_stage(stages.size(), 0);
   {
-    // Per rank and round: staged bytes (<= lane_budget) and all bytes
-    // (<= round_cap; a bigger message gets an empty round).
+    // Per rank and wave: staged bytes (<= lane_budget) and all bytes
+    // (<= wave_cap; a bigger message gets an empty wave).
     struct Use {
       int64_t staged = 0;
       int64_t all = 0;
@@ -101,17 +101,17 @@ void ScheduleRounds(const PlannerOptions& options, int32_t src_world,
       std::vector<std::vector<Use>> suse(src_world), duse(dst_world);
       std::vector<int32_t> sstart(src_world, 0), dstart(dst_world, 0);
       absl::flat_hash_map<int64_t, int32_t> pair_last;
-      int32_t nrounds = 0;
+      int32_t nwaves = 0;
       auto use = [](std::vector<Use>& v, int32_t r) -> Use& {
         if (static_cast<int32_t>(v.size()) <= r) v.resize(r + 1);
         return v[r];
       };
       auto fits = [&](const Use& u, int64_t staged, int64_t all) {
-        if (u.all == 0 && all > round_cap) return true;  // a round of its own
-        return u.staged + staged <= lane_budget && u.all + all <= round_cap;
+        if (u.all == 0 && all > wave_cap) return true;  // a wave of its own
+        return u.staged + staged <= lane_budget && u.all + all <= wave_cap;
       };
       auto full = [&](const Use& u) {
-        return u.staged >= lane_budget || u.all >= round_cap;
+        return u.staged >= lane_budget || u.all >= wave_cap;
       };
       for (; i < order.size() && msgs[order[i]].stage == stages[si]; ++i) {
         const PendingMessage& mm = msgs[order[i]];
@@ -120,14 +120,14 @@ void ScheduleRounds(const PlannerOptions& options, int32_t src_world,
         const int64_t dc = mm.m.dst_contiguous ? 0 : mm.m.bytes;
         const int64_t key = int64_t{s} * dst_world + d;
         auto pl = pair_last.find(key);
-        // A pair's messages keep their order: never before its last round.
+        // A pair's messages keep their order: never before its last wave.
         int32_t r = std::max(sstart[s], dstart[d]);
         if (pl != pair_last.end()) r = std::max(r, pl->second);
         while (true) {
           const bool sfull = !fits(use(suse[s], r), sc, mm.m.bytes);
           const bool dfull = !fits(use(duse[d], r), dc, mm.m.bytes);
           if (!sfull && !dfull) break;
-          // Next fit: a rank does not return to a round that one of its
+          // Next fit: a rank does not return to a wave that one of its
           // messages did not fit in (keeps this loop linear).
           if (sfull) sstart[s] = std::max(sstart[s], r + 1);
           if (dfull) dstart[d] = std::max(dstart[d], r + 1);
@@ -148,49 +148,49 @@ void ScheduleRounds(const PlannerOptions& options, int32_t src_world,
           ++dstart[d];
         }
         pair_last[key] = r;
-        local_round[order[i]] = r;
-        nrounds = std::max(nrounds, r + 1);
+        local_wave[order[i]] = r;
+        nwaves = std::max(nwaves, r + 1);
       }
-      rounds_in_stage[si] = nrounds;
+      waves_in_stage[si] = nwaves;
     }
   }
-  // Global order: interleave stages (round k of each stage, stage order).
+  // Global order: interleave stages (wave k of each stage, stage order).
   std::vector<std::vector<int32_t>> global_of(stages.size());
   int32_t nglobal = 0;
   {
     int32_t maxr = 0;
-    for (int32_t n : rounds_in_stage) maxr = std::max(maxr, n);
+    for (int32_t n : waves_in_stage) maxr = std::max(maxr, n);
     for (size_t si = 0; si < stages.size(); ++si) {
-      global_of[si].assign(rounds_in_stage[si], -1);
+      global_of[si].assign(waves_in_stage[si], -1);
     }
     for (int32_t k = 0; k < maxr; ++k) {
       for (size_t si = 0; si < stages.size(); ++si) {
-        if (k < rounds_in_stage[si]) {
+        if (k < waves_in_stage[si]) {
           global_of[si][k] = nglobal++;
-          Round r;
+          Wave r;
           r.stage = stages[si];
           r.lane = stages.size() >= 2 ? stages[si] % options.num_lanes
                                       : k % options.num_lanes;
-          rounds->push_back(r);
+          waves->push_back(r);
         }
       }
     }
   }
   for (size_t i = 0; i < msgs.size(); ++i) {
-    msgs[i].m.round = global_of[stage_pos[i]][local_round[i]];
+    msgs[i].m.wave = global_of[stage_pos[i]][local_wave[i]];
   }
 }
 
 void EmitMessages(const std::vector<PendingMessage>& msgs, Plan* plan) {
-  // (round, src rank, dst rank, seq): a stable counting sort by round of
-  // the messages in pair order, then any round's run not yet in (src, dst,
+  // (wave, src rank, dst rank, seq): a stable counting sort by wave of
+  // the messages in pair order, then any wave's run not yet in (src, dst,
   // seq) order sorted.
   std::vector<int32_t> order(msgs.size());
   std::iota(order.begin(), order.end(), 0);
-  order = StableCountingOrder(order, static_cast<int32_t>(plan->rounds.size()),
-                              [&](int32_t i) { return msgs[i].m.round; });
+  order = StableCountingOrder(order, static_cast<int32_t>(plan->waves.size()),
+                              [&](int32_t i) { return msgs[i].m.wave; });
   SortRuns(&order,
-           [&](int32_t a, int32_t b) { return msgs[a].m.round == msgs[b].m.round; },
+           [&](int32_t a, int32_t b) { return msgs[a].m.wave == msgs[b].m.wave; },
            [&](int32_t a, int32_t b) {
              const PendingMessage& x = msgs[a];
              const PendingMessage& y = msgs[b];
@@ -200,7 +200,7 @@ void EmitMessages(const std::vector<PendingMessage>& msgs, Plan* plan) {
   plan->messages.reserve(msgs.size());
   for (int32_t oi : order) {
     const Message& m = msgs[oi].m;
-    Round& r = plan->rounds[m.round];
+    Wave& r = plan->waves[m.wave];
     if (r.num_messages == 0) {
       r.first_message = static_cast<int32_t>(plan->messages.size());
     }

@@ -1,7 +1,7 @@
-// CopyEngine: staging memory and copies of one memory kind, which the
-// executor packs and unpacks messages with; and the host engine.
-#ifndef REFIT_EXEC_COPY_ENGINE_H_
-#define REFIT_EXEC_COPY_ENGINE_H_
+// Copier: staging memory and copies of one memory kind, which the
+// executor packs and unpacks messages with; and the host copier.
+#ifndef REFIT_EXEC_COPIER_H_
+#define REFIT_EXEC_COPIER_H_
 
 #include <cstdint>
 #include <memory>
@@ -18,12 +18,12 @@
 namespace refit {
 
 // Staging memory and copies of one memory kind. The executor owns a host
-// engine by default; GPU callers pass a device engine (its copies are
+// copier by default; GPU callers pass a device copier (its copies are
 // ordered before the lane's next transport operation, e.g. on the lane's
 // stream).
-class CopyEngine {
+class Copier {
  public:
-  virtual ~CopyEngine() = default;
+  virtual ~Copier() = default;
   virtual MemoryKind kind() const = 0;
   // Returns `bytes` of staging; RESOURCE_EXHAUSTED if it cannot.
   virtual absl::StatusOr<char*> Allocate(int64_t bytes) = 0;
@@ -38,7 +38,7 @@ class CopyEngine {
   virtual absl::Status ToHost(void* dst, const char* src, int64_t bytes) = 0;
   // True when the copies of a lane are ordered with the transport's
   // operations of that lane (same CUDA stream): the executor then enqueues
-  // pack -> round -> unpack without waiting on the host, and waits only
+  // pack -> wave -> unpack without waiting on the host, and waits only
   // before reusing a lane and at the end of Run().
   virtual bool OrderedWithTransport() const { return false; }
   // Copies `bytes` of host memory at src to (possibly device) memory dst.
@@ -48,10 +48,10 @@ class CopyEngine {
   virtual std::unique_ptr<ConvertOps> MakeConvertOps() { return nullptr; }
 };
 
-// Returns the host copy engine: staging from aligned_alloc, copies with
+// Returns the host copier: staging from aligned_alloc, copies with
 // memcpy on the calling thread, Sync always OK, conversions on the host.
-std::unique_ptr<CopyEngine> MakeHostCopyEngine();
+std::unique_ptr<Copier> MakeHostCopier();
 
 }  // namespace refit
 
-#endif  // REFIT_EXEC_COPY_ENGINE_H_
+#endif  // REFIT_EXEC_COPIER_H_

@@ -1,24 +1,24 @@
-#include "testing/counting_copy_engine.h"
+#include "testing/counting_copier.h"
 
 #include <algorithm>
 #include <utility>
 
 namespace refit::testing {
 
-CountingCopyEngine::CountingCopyEngine(std::unique_ptr<CopyEngine> inner)
-    : inner_(inner != nullptr ? std::move(inner) : MakeHostCopyEngine()) {}
+CountingCopier::CountingCopier(std::unique_ptr<Copier> inner)
+    : inner_(inner != nullptr ? std::move(inner) : MakeHostCopier()) {}
 
-int64_t CountingCopyEngine::held_bytes() const {
+int64_t CountingCopier::held_bytes() const {
   absl::MutexLock l(&mu_);
   return held_;
 }
 
-int64_t CountingCopyEngine::peak_bytes() const {
+int64_t CountingCopier::peak_bytes() const {
   absl::MutexLock l(&mu_);
   return peak_;
 }
 
-absl::StatusOr<char*> CountingCopyEngine::Allocate(int64_t bytes) {
+absl::StatusOr<char*> CountingCopier::Allocate(int64_t bytes) {
   absl::StatusOr<char*> p = inner_->Allocate(bytes);
   if (!p.ok()) return p;
   absl::MutexLock l(&mu_);
@@ -28,7 +28,7 @@ absl::StatusOr<char*> CountingCopyEngine::Allocate(int64_t bytes) {
   return p;
 }
 
-void CountingCopyEngine::Free(char* p) {
+void CountingCopier::Free(char* p) {
   {
     absl::MutexLock l(&mu_);
     auto it = sizes_.find(p);

@@ -1,5 +1,5 @@
-// The host copy engine.
-#include "exec/copy_engine.h"
+// The host copier.
+#include "exec/copier.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -10,7 +10,7 @@
 namespace refit {
 namespace {
 
-class HostCopyEngine : public CopyEngine {
+class HostCopier : public Copier {
  public:
   MemoryKind kind() const override { return MemoryKind::kHost; }
   absl::StatusOr<char*> Allocate(int64_t bytes) override {
@@ -42,8 +42,8 @@ class HostCopyEngine : public CopyEngine {
 
 }  // namespace
 
-std::unique_ptr<CopyEngine> MakeHostCopyEngine() {
-  return std::make_unique<HostCopyEngine>();
+std::unique_ptr<Copier> MakeHostCopier() {
+  return std::make_unique<HostCopier>();
 }
 
 }  // namespace refit

@@ -1,8 +1,8 @@
-// CountingCopyEngine: a CopyEngine that forwards to another and counts the
+// CountingCopier: a Copier that forwards to another and counts the
 // memory taken from it, so tests can compare a data plane's reported peak
 // staging with what it really allocated.
-#ifndef REFIT_TESTING_COUNTING_COPY_ENGINE_H_
-#define REFIT_TESTING_COUNTING_COPY_ENGINE_H_
+#ifndef REFIT_TESTING_COUNTING_COPIER_H_
+#define REFIT_TESTING_COUNTING_COPIER_H_
 
 #include <cstdint>
 #include <map>
@@ -10,14 +10,14 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "exec/copy_engine.h"
+#include "exec/copier.h"
 
 namespace refit::testing {
 
-class CountingCopyEngine : public CopyEngine {
+class CountingCopier : public Copier {
  public:
-  // Counts what `inner` allocates (MakeHostCopyEngine() when null).
-  explicit CountingCopyEngine(std::unique_ptr<CopyEngine> inner = nullptr);
+  // Counts what `inner` allocates (MakeHostCopier() when null).
+  explicit CountingCopier(std::unique_ptr<Copier> inner = nullptr);
 
   // Returns the bytes allocated and not yet freed.
   int64_t held_bytes() const;
@@ -43,7 +43,7 @@ class CountingCopyEngine : public CopyEngine {
   std::unique_ptr<ConvertOps> MakeConvertOps() override { return inner_->MakeConvertOps(); }
 
  private:
-  std::unique_ptr<CopyEngine> inner_;
+  std::unique_ptr<Copier> inner_;
   mutable absl::Mutex mu_;
   std::map<char*, int64_t> sizes_ ABSL_GUARDED_BY(mu_);
   int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
@@ -52,4 +52,4 @@ class CountingCopyEngine : public CopyEngine {
 
 }  // namespace refit::testing
 
-#endif  // REFIT_TESTING_COUNTING_COPY_ENGINE_H_
+#endif  // REFIT_TESTING_COUNTING_COPIER_H_

@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "server/default_plan.h"
 #include "server/refit_server.h"
-#include "testing/counting_copy_engine.h"
+#include "testing/counting_copier.h"
 #include "testing/host_pull_runner.h"
 #include "testing/host_members.h"
 #include "testing/member_patterns.h"
@@ -54,11 +54,11 @@ class Sources {
   std::map<int32_t, HostPullSource> sources_ ABSL_GUARDED_BY(mu_);
 };
 
-DataPlaneOptions HybridDataPlane(Sources* sources) {
+DataPlaneOptions PullAndNetworkDataPlane(Sources* sources) {
   DataPlaneOptions o;
-  o.transport_kind = TransportKind::kIpc;
+  o.transport_kind = TransportKind::kPull;
   o.transport = GlooTransportFactory();
-  o.runner = [sources](const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
+  o.pull = [sources](const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
                        KvStore*, std::function<bool(int32_t)> pull_peer,
                        absl::Time deadline) -> absl::StatusOr<std::unique_ptr<RoundRunner>> {
     if (!pull_peer) return absl::FailedPreconditionError("refitd sent no hosts");
@@ -90,8 +90,8 @@ struct Node {
 // Starts refitd (default plan function) for `min_engines` engines.
 std::unique_ptr<RefitServer> StartRefitd(int min_engines) {
   RefitServer::Options so;
-  so.plan_function = DefaultPlanFunction({});
-  so.min_engines = min_engines;
+  so.coordinator.plan_function = DefaultPlanFunction({});
+  so.coordinator.min_engines = min_engines;
   absl::StatusOr<std::unique_ptr<RefitServer>> server = RefitServer::Start(std::move(so));
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? std::move(*server) : nullptr;
@@ -164,7 +164,7 @@ v1::RoundSummary LastRound(Node& node) {
   return st->rounds(st->rounds_size() - 1);
 }
 
-TEST(HybridMemberTest, SameHostPairsPullAndPairsAcrossHostsUseGlooInOneRound) {
+TEST(PullAndNetworkMemberTest, SameHostPairsPullAndPairsAcrossHostsUseGlooInOneRound) {
   std::unique_ptr<RefitServer> server = StartRefitd(2);
   ASSERT_NE(server, nullptr);
   // Trainer TP2 (rank r on host r); engine A (TP1) on host0, engine B
@@ -177,7 +177,7 @@ TEST(HybridMemberTest, SameHostPairsPullAndPairsAcrossHostsUseGlooInOneRound) {
   nodes[3].options = Engine(*server, "B", 0, "vllm:tp=1", "host1");
   Sources sources;
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  JoinAll(nodes, [&](size_t) { return HybridDataPlane(&sources); }, deadline);
+  JoinAll(nodes, [&](size_t) { return PullAndNetworkDataPlane(&sources); }, deadline);
   RunRoundOne(nodes, deadline);
   absl::StatusOr<v1::StatusResponse> st =
       nodes[0].member->client().GetStatus(absl::Now() + absl::Seconds(10));
@@ -195,12 +195,12 @@ TEST(StagingReportTest, EachMemberReportsTheStagingItsDataPlaneAllocated) {
   nodes[0].options = Trainer(*server, 0, "megatron:tp=2", "host0");
   nodes[1].options = Trainer(*server, 1, "megatron:tp=2", "host1");
   nodes[2].options = Engine(*server, "A", 0, "vllm:tp=1", "host2");
-  std::vector<testing::CountingCopyEngine*> engines(nodes.size(), nullptr);
+  std::vector<testing::CountingCopier*> engines(nodes.size(), nullptr);
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   JoinAll(nodes, [&](size_t i) {
     DataPlaneOptions o;
-    o.copy_engine = [&engines, i](Transport*) -> std::unique_ptr<CopyEngine> {
-      auto e = std::make_unique<testing::CountingCopyEngine>();
+    o.copier = [&engines, i](Transport*) -> std::unique_ptr<Copier> {
+      auto e = std::make_unique<testing::CountingCopier>();
       engines[i] = e.get();
       return e;
     };
@@ -239,7 +239,7 @@ TEST(StagingReportTest, APullRoundReportsNoStaging) {
   nodes[2].options = Engine(*server, "A", 0, "vllm:tp=1", "host0");
   Sources sources;
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  JoinAll(nodes, [&](size_t) { return HybridDataPlane(&sources); }, deadline);
+  JoinAll(nodes, [&](size_t) { return PullAndNetworkDataPlane(&sources); }, deadline);
   RunRoundOne(nodes, deadline);
   for (const Node& n : nodes) EXPECT_EQ(n.stats.peak_staging_bytes, 0);
   const v1::RoundSummary last = LastRound(nodes[0]);

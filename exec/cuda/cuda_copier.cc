@@ -1,6 +1,6 @@
-// The CUDA copy engine: cudaMalloc staging, pack/unpack and conversion
+// The CUDA copier: cudaMalloc staging, pack/unpack and conversion
 // kernels on the lane streams.
-#include "exec/cuda/cuda_copy_engine.h"
+#include "exec/cuda/cuda_copier.h"
 
 #include <cuda_runtime_api.h>
 
@@ -22,13 +22,10 @@ namespace refit {
 
 namespace {
 
-static_assert(sizeof(cuda::DeviceCopy) == sizeof(ResolvedCopy),
-              "DeviceCopy and ResolvedCopy must share a layout");
-
-class CudaCopyEngine : public CopyEngine {
+class CudaCopier : public Copier {
  public:
-  explicit CudaCopyEngine(CudaLanes* t) : t_(t), lanes_(t->num_lanes()) {}
-  ~CudaCopyEngine() override {
+  explicit CudaCopier(CudaLanes* t) : t_(t), lanes_(t->num_lanes()) {}
+  ~CudaCopier() override {
     for (auto& lane : lanes_) {
       for (Chunk& c : lane) {
         if (c.used != nullptr) cudaEventDestroy(c.used);
@@ -47,10 +44,10 @@ class CudaCopyEngine : public CopyEngine {
   }
   void Free(char* p) override { cudaFree(p); }
   // Uploads the copy tasks through a pinned chunk of the lane (so the
-  // upload never blocks the host, even behind a round whose peer died) and
+  // upload never blocks the host, even behind a wave whose peer died) and
   // launches the kernel on the lane's stream. A chunk is reused once its
   // kernel has run (its event); otherwise a new one is added, so after the
-  // first refit a lane holds one chunk per round it can have queued.
+  // first refit a lane holds one chunk per wave it can have queued.
   absl::Status Copy(int32_t lane,
                     absl::Span<const ResolvedCopy> copies) override {
     if (copies.empty()) return absl::OkStatus();
@@ -91,7 +88,7 @@ class CudaCopyEngine : public CopyEngine {
         "copy tasks to device"));
     REFIT_RETURN_IF_ERROR(CudaStatus(
         static_cast<cudaError_t>(cuda::LaunchCopies(
-            static_cast<const cuda::DeviceCopy*>(c->dev),
+            static_cast<const ResolvedCopy*>(c->dev),
             static_cast<int>(copies.size()), s)),
         "pack/unpack kernel launch"));
     return CudaStatus(cudaEventRecord(c->used, s), "cudaEventRecord");
@@ -120,7 +117,7 @@ class CudaCopyEngine : public CopyEngine {
     return CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
                       "host to device copy");
   }
-  // Conversions run on lane 0's stream, before the rounds.
+  // Conversions run on lane 0's stream, before the waves.
   std::unique_ptr<ConvertOps> MakeConvertOps() override {
     return MakeCudaConvertOps(t_->stream(0));
   }
@@ -138,8 +135,8 @@ class CudaCopyEngine : public CopyEngine {
 
 }  // namespace
 
-std::unique_ptr<CopyEngine> MakeCudaCopyEngine(CudaLanes* t) {
-  return std::make_unique<CudaCopyEngine>(t);
+std::unique_ptr<Copier> MakeCudaCopier(CudaLanes* t) {
+  return std::make_unique<CudaCopier>(t);
 }
 
 }  // namespace refit
