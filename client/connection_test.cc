@@ -71,7 +71,7 @@ struct Trainer {
 
 std::unique_ptr<RefitServer> StartRefitd(const std::string& token) {
   RefitServer::Options so;
-  so.plan_function = DefaultPlanFunction();
+  so.coordinator.plan_function = DefaultPlanFunction();
   so.bearer_token = token;
   auto server = RefitServer::Start(std::move(so));
   EXPECT_TRUE(server.ok()) << server.status();

@@ -250,7 +250,7 @@ TEST(ObservabilityTest, NamesUnitsAndBucketsAsPrometheusUsersExpect) {
           << side << " " << state;
     }
   }
-  for (const char* t : {"gloo", "nccl", "ipc"}) {
+  for (const char* t : {"gloo", "nccl", "pull"}) {
     EXPECT_EQ(v.count(absl::StrCat("refit_member_reports_total{transport=\"", t, "\"}")), 1u);
   }
   EXPECT_EQ(v.count("refit_rounds_aborted_total{reason=\"timeout\"}"), 1u);
