@@ -260,7 +260,7 @@ TEST(PlanSummaryTest, WireBytesByFormat) {
   m.first_segment = 0;
   m.num_segments = 3;
   p.messages = {m};
-  p.rounds.resize(1);
+  p.waves.resize(1);
   auto s = SummarizePlan(p, LinkModel{});
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->converted_wire_bytes, 264);
