@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <string>
 
@@ -170,23 +171,30 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
 
   // Bytes per wire byte had the trainer's dtype travelled, per src tensor.
   std::vector<double> unconverted(plan.src.tensors.size(), 1.0);
+  // The format of each converted src tensor and of its scales ("" if none).
+  std::vector<std::string> format(plan.src.tensors.size());
   {
-    std::set<std::string> converted;
+    std::map<std::string, std::string> converted;  // weight name -> format
     for (const Conversion& c : plan.conversions) {
       if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(unconverted.size())) continue;
       const TensorSpec& t = plan.src.tensors[c.from.tensor];
       unconverted[c.from.tensor] =
           static_cast<double>(DTypeSize(c.from_dtype)) / DTypeSize(t.dtype);
-      converted.insert(t.name);
+      format[c.from.tensor] = ConversionKindName(c.kind);
+      converted[t.name] = ConversionKindName(c.kind);
     }
     for (size_t t = 0; t < plan.src.tensors.size(); ++t) {
       const std::string& n = plan.src.tensors[t].name;
-      if (absl::EndsWith(n, "_scale_inv") &&
-          converted.count(n.substr(0, n.size() - 10))) {
+      for (absl::string_view suffix : {"_scale_inv", "_scale"}) {
+        if (!absl::EndsWith(n, suffix)) continue;
+        auto it = converted.find(n.substr(0, n.size() - suffix.size()));
+        if (it == converted.end() || !format[t].empty()) continue;
         unconverted[t] = 0;  // scales exist only because of the conversion
+        format[t] = it->second;
       }
     }
   }
+  std::map<std::string, int64_t> by_format;
   std::vector<double> u_src(s.src_world, 0), u_dst(s.dst_world, 0);
   s.converted_records = static_cast<int64_t>(plan.conversions.size());
   for (size_t i = 0; i < plan.messages.size(); ++i) {
@@ -220,6 +228,9 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
       const double factor =
           t >= 0 && t < static_cast<int32_t>(unconverted.size()) ? unconverted[t] : 1.0;
       ub += g.bytes * factor;
+      if (t >= 0 && t < static_cast<int32_t>(format.size()) && !format[t].empty()) {
+        by_format[format[t]] += g.bytes;
+      }
       if (factor != 1.0) {
         s.converted_wire_bytes += g.bytes;
         s.converted_unconverted_bytes += static_cast<int64_t>(g.bytes * factor);
@@ -270,6 +281,7 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
       s.slowest_rank = MemberName(/*trainer=*/false, "", r);
     }
   }
+  s.wire_bytes_by_format.assign(by_format.begin(), by_format.end());
   return s;
 }
 
@@ -332,6 +344,12 @@ std::string FormatSummaryText(const PlanSummary& s) {
         s.converted_unconverted_bytes > 0
             ? static_cast<double>(s.converted_wire_bytes) / s.converted_unconverted_bytes
             : 0);
+    std::string formats;
+    for (const auto& [name, bytes] : s.wire_bytes_by_format) {
+      absl::StrAppend(&formats, formats.empty() ? "" : ", ", name, " ",
+                      HumanBinaryBytes(bytes));
+    }
+    if (!formats.empty()) absl::StrAppend(&o, "  on the wire by format: ", formats, "\n");
   }
   return o;
 }
@@ -365,6 +383,10 @@ std::string FormatSummaryJson(const PlanSummary& s) {
   j["same_gpu_bytes"] = s.same_gpu_bytes;
   j["intra_host_bytes"] = s.intra_host_bytes;
   j["converted_records"] = s.converted_records;
+  j["wire_bytes_by_format"] = nlohmann::json::object();
+  for (const auto& [name, bytes] : s.wire_bytes_by_format) {
+    j["wire_bytes_by_format"][name] = bytes;
+  }
   j["unconverted_bytes"] = s.unconverted_bytes;
   j["unconverted_seconds"] = s.unconverted_seconds;
   j["converted_wire_bytes"] = s.converted_wire_bytes;

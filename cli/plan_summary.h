@@ -86,6 +86,9 @@ struct PlanSummary {
   // the trainer's dtypes.
   int64_t converted_wire_bytes = 0;
   int64_t converted_unconverted_bytes = 0;
+  // converted_wire_bytes by format (ConversionKindName: "fp8_block",
+  // "mxfp8", "cast_f32", ...; codes and scales together), by name.
+  std::vector<std::pair<std::string, int64_t>> wire_bytes_by_format;
   std::string slowest_rank;                  // e.g. "trainer rank 3" (MemberName)
   // The heat map, bytes [row][col], in one of two views:
   //  * "host": rows are the trainer hosts, columns the engine hosts, each

@@ -230,5 +230,48 @@ TEST(PlanSummaryTest, JsonAndSvgCarryTheNumbers) {
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
 }
 
+// An MXFP8 weight (bf16 on the trainer) and its E8M0 scales, one message
+// each: both count as mxfp8 on the wire; in the trainer's dtypes the codes
+// weigh double and the scales nothing.
+TEST(PlanSummaryTest, WireBytesByFormat) {
+  Plan p;
+  p.src.world_size = 1;
+  p.dst.world_size = 1;
+  p.src.tensors = {{"w", {4, 64}, DType::kF8E4M3, false},
+                   {"w_scale", {4, 2}, DType::kU8, false},
+                   {"n", {64}, DType::kBF16, false}};
+  Record w, sc, n;
+  w.tensor = 0;
+  sc.tensor = 1;
+  n.tensor = 2;
+  p.src.records = {w, sc, n};
+  Conversion c;
+  c.kind = ConversionKind::kMxfp8;
+  c.from = w;
+  p.conversions = {c};
+  p.segments.resize(3);
+  p.segments[0].src_record = 0;
+  p.segments[0].bytes = 256;
+  p.segments[1].src_record = 1;
+  p.segments[1].bytes = 8;
+  p.segments[2].src_record = 2;
+  p.segments[2].bytes = 128;
+  Message m = Msg(0, 0, 0, 392);
+  m.first_segment = 0;
+  m.num_segments = 3;
+  p.messages = {m};
+  p.waves.resize(1);
+  auto s = SummarizePlan(p, LinkModel{});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->converted_wire_bytes, 264);
+  EXPECT_EQ(s->converted_unconverted_bytes, 512);
+  ASSERT_EQ(s->wire_bytes_by_format.size(), 1u);
+  EXPECT_EQ(s->wire_bytes_by_format[0].first, "mxfp8");
+  EXPECT_EQ(s->wire_bytes_by_format[0].second, 264);
+  EXPECT_NE(FormatSummaryText(*s).find("on the wire by format: mxfp8 264"), std::string::npos)
+      << FormatSummaryText(*s);
+  EXPECT_EQ(nlohmann::json::parse(FormatSummaryJson(*s))["wire_bytes_by_format"]["mxfp8"], 264);
+}
+
 }  // namespace
 }  // namespace refit

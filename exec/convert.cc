@@ -208,7 +208,7 @@ class HostConvertOps : public ConvertOps {
                         const std::vector<float>& amax, ScaleMode mode, char* out,
                         char* scales) override {
     QuantizeHost({dense, dtype, box}, tile, amax, mode, reinterpret_cast<uint8_t*>(out),
-                 reinterpret_cast<float*>(scales));
+                 scales);
     return absl::OkStatus();
   }
   absl::Status Cast(const char* dense, DType dtype, int64_t n, bool neg_exp,

@@ -141,6 +141,8 @@ ScaleMode ScaleModeOf(ConversionKind k) {
       return ScaleMode::kPow2;
     case ConversionKind::kFp8BlockRequantUe8m0:
       return ScaleMode::kPow2Requant;
+    case ConversionKind::kMxfp8:
+      return ScaleMode::kE8m0;
     default:
       return ScaleMode::kFloat;
   }
@@ -162,7 +164,20 @@ float Quantized(float x, float inv) {
 
 }  // namespace
 
+uint8_t E8m0ScaleByte(float amax) {
+  // a / 448 = m * 2^x with m in [0.5, 1): ceil(log2) = x - 1 when m = 0.5,
+  // else x.
+  const float r = std::fmax(amax, std::ldexp(1.0f, -126)) / 448.0f;
+  int x = 0;
+  const float m = std::frexp(r, &x);
+  const int e = (m == 0.5f ? x - 1 : x) + 127;
+  return static_cast<uint8_t>(std::min(254, std::max(0, e)));
+}
+
+int64_t ScaleElementSize(ScaleMode mode) { return mode == ScaleMode::kE8m0 ? 1 : 4; }
+
 float BlockScale(float amax, ScaleMode mode) {
+  if (mode == ScaleMode::kE8m0) return std::ldexp(1.0f, E8m0ScaleByte(amax) - 127);
   const float s1 = FloatScale(amax);
   switch (mode) {
     case ScaleMode::kFloat:
@@ -173,6 +188,8 @@ float BlockScale(float amax, ScaleMode mode) {
       const float amax2 = Quantized(amax, 1.0f / s1) * s1;
       return Pow2Ceil(FloatScale(amax2));
     }
+    case ScaleMode::kE8m0:
+      break;
   }
   return s1;
 }
@@ -208,10 +225,11 @@ absl::StatusOr<std::vector<float>> TileAmaxHost(const HostDenseBox& in,
 
 void QuantizeHost(const HostDenseBox& in, const std::vector<int64_t>& tile,
                   absl::Span<const float> amax, ScaleMode mode, uint8_t* out,
-                  float* scales) {
+                  void* scales) {
   const Box tiles = IntersectingTiles(in.box, tile);
   // inv: of the scale the codes are made with; requant: the first (float)
-  // scale s1, and inv2 = 1 / s2 of the second.
+  // scale s1, and inv2 = 1 / s2 of the second. kE8m0: x * (1 / 2^k) is
+  // vLLM's x / 2^k bit for bit (1 / 2^k is exact; both round x * 2^-k once).
   std::vector<float> scale(amax.size()), inv(amax.size()), s1(amax.size()),
       inv2(amax.size());
   const bool requant = mode == ScaleMode::kPow2Requant;
@@ -243,7 +261,11 @@ void QuantizeHost(const HostDenseBox& in, const std::vector<int64_t>& tile,
         const int64_t c = (d == last ? g[d] + i : g[d]) - tiles.origin(d);
         k = k * tiles.shape(d) + c;
       }
-      scales[pos + i] = scale[k];
+      if (mode == ScaleMode::kE8m0) {
+        static_cast<uint8_t*>(scales)[pos + i] = E8m0ScaleByte(amax[k]);
+      } else {
+        static_cast<float*>(scales)[pos + i] = scale[k];
+      }
     }
   });
 }

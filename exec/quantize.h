@@ -26,6 +26,20 @@
 // weight scales as they are, deepseek-ai/DeepGEMM csrc/apis/layout.hpp at
 // 2f98946). amax2 follows from amax alone because rounding to e4m3 is
 // monotone, so cut tiles need no more than their amax exchange.
+//
+// kE8m0 (MXFP8, blocks of 1 x 32 along K, ConversionKind::kMxfp8): vLLM's
+// _mxfp8_e4m3_quantize_torch (vllm/model_executor/layers/quantization/
+// utils/mxfp8_utils.py, the version computing ceil(log2(amax / 448)); the
+// online method Mxfp8OnlineLinearMethod / Mxfp8OnlineMoEMethod of
+// quantization/mxfp8.py at 2aa8028 quantizes every BF16 weight with it):
+//   a     = max(amax, 2^-126)                  (torch.finfo(f32).tiny)
+//   e     = clamp(ceil(log2(a / 448.0f)) + 127, 0, 254)   (a / 448 in f32)
+//   q     = e4m3(x / 2^(e - 127))              (round to nearest even)
+// and the engine's weight_scale holds the byte e (uint8, E8M0). Here
+// ceil(log2(.)) is exact (frexp); torch's log2f agrees for every bf16 and
+// f16 weight (a / 448 is never within 2^-10 of a power of two above it
+// unless equal to it); for an f32 weight whose a / 448 lies within a few
+// ulps above a power of two torch may round the logarithm down.
 #ifndef REFIT_EXEC_QUANTIZE_H_
 #define REFIT_EXEC_QUANTIZE_H_
 
@@ -47,13 +61,20 @@ float E4M3ToF32(uint8_t b);
 // bf16 / f16 / f32 element at p -> f32 (exact).
 float LoadAsF32(DType dtype, const char* p);
 // How a tile's scale (and, for kPow2Requant, its codes) follow from amax.
-enum class ScaleMode : int32_t { kFloat = 0, kPow2 = 1, kPow2Requant = 2 };
+enum class ScaleMode : int32_t { kFloat = 0, kPow2 = 1, kPow2Requant = 2, kE8m0 = 3 };
 // kFp8Block -> kFloat, kFp8BlockUe8m0 -> kPow2, kFp8BlockRequantUe8m0 ->
-// kPow2Requant (kFloat for the element-wise kinds).
+// kPow2Requant, kMxfp8 -> kE8m0 (kFloat for the element-wise kinds).
 ScaleMode ScaleModeOf(ConversionKind k);
 
-// The block scale written for a tile with this amax (s2 for kPow2Requant).
+// The block scale a tile with this amax is quantized with (s2 for
+// kPow2Requant; 2^(e - 127) for kE8m0).
 float BlockScale(float amax, ScaleMode mode);
+
+// kE8m0: the biased exponent byte e written for a block with this amax.
+uint8_t E8m0ScaleByte(float amax);
+
+// Bytes of one scale element of `mode` (4, f32; 1 for kE8m0).
+int64_t ScaleElementSize(ScaleMode mode);
 
 // A contiguous row-major array of `shape` elements of `dtype` holding the
 // box `box` of a tensor (global coordinates).
@@ -71,11 +92,11 @@ absl::StatusOr<std::vector<float>> TileAmaxHost(const HostDenseBox& in,
 
 // Quantizes `in` into e4m3 `out` (row-major over in.box) with the scales of
 // `amax` (row-major over IntersectingTiles(in.box, tile)), and writes the
-// scales of OwnedTiles(in.box, tile) to `scales` (row-major; may be null
-// when there are none).
+// scales of OwnedTiles(in.box, tile) to `scales` (row-major, f32, or E8M0
+// bytes for kE8m0; may be null when there are none).
 void QuantizeHost(const HostDenseBox& in, const std::vector<int64_t>& tile,
                   absl::Span<const float> amax, ScaleMode mode, uint8_t* out,
-                  float* scales);
+                  void* scales);
 
 // f32(x) or -exp(f32(x)) for `n` elements into out; the -exp in double,
 // rounded to f32 (within 1 ulp of an f32 expf).

@@ -173,5 +173,77 @@ TEST(CastF32HostTest, NegExpWithinOneUlpOfFloatExp) {
   EXPECT_EQ(out, v);
 }
 
+// vLLM's MXFP8 scale: ceil(log2(max(amax, 2^-126) / 448)) + 127, clamped.
+TEST(Mxfp8Test, ScaleBytesAtTheEdges) {
+  EXPECT_EQ(E8m0ScaleByte(448.0f), 127);   // 448 / 448 = 2^0
+  EXPECT_EQ(E8m0ScaleByte(449.0f), 128);
+  EXPECT_EQ(E8m0ScaleByte(1.0f), 119);     // log2(1/448) = -8.8
+  EXPECT_EQ(E8m0ScaleByte(0.0f), 0);       // all-zero block: clamped to 0
+  EXPECT_EQ(E8m0ScaleByte(3.0e38f), 247);  // 2^127.8 / 448 -> 2^119
+  EXPECT_EQ(BlockScale(896.0f, ScaleMode::kE8m0), 2.0f);
+  EXPECT_EQ(BlockScale(0.0f, ScaleMode::kE8m0), std::ldexp(1.0f, -127));
+  EXPECT_EQ(ScaleElementSize(ScaleMode::kE8m0), 1);
+}
+
+// Codes and E8M0 bytes of whole rows and of rows cut mid-block (their
+// amaxes combined) equal the reference of vLLM's formula, on values from
+// 2^-140 to 2^100 with all-zero blocks.
+TEST(Mxfp8Test, WholeAndCutRowsEqualTheReference) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-140, 100);
+  const int64_t rows = 9, cols = 160;
+  std::vector<float> v(rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    static int e = 0;
+    if (i % 32 == 0) e = ex(rng);
+    v[i] = (i / 32) % 7 == 2 ? 0.0f : std::ldexp(u(rng), e + (i % 13 == 0 ? 5 : 0));
+  }
+  const std::vector<uint16_t> b = ToBf16(v);
+  for (float& x : v) {  // the bf16 values
+    uint32_t w;
+    std::memcpy(&w, &x, 4);
+    w &= 0xFFFF0000u;
+    std::memcpy(&x, &w, 4);
+  }
+  const testing::Quantized want = testing::ReferenceMxfp8Quantize(v, {rows, cols});
+  const std::vector<int64_t> tile = {1, 32};
+  // Cut at column 70 (inside block 2).
+  std::vector<uint8_t> codes(rows * cols), scales(rows * cols / 32);
+  std::vector<std::vector<uint16_t>> part(2);
+  const int64_t cut = 70;
+  const Box boxes[2] = {Box::Unchecked({0, 0}, {rows, cut}),
+                        Box::Unchecked({0, cut}, {rows, cols - cut})};
+  std::vector<std::vector<float>> amax(2);
+  for (int p = 0; p < 2; ++p) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = boxes[p].origin(1); c < boxes[p].limit(1); ++c) {
+        part[p].push_back(b[r * cols + c]);
+      }
+    }
+    amax[p] = TileAmaxHost({reinterpret_cast<const char*>(part[p].data()), DType::kBF16,
+                            boxes[p]}, tile).value();
+  }
+  for (int64_t r = 0; r < rows; ++r) {  // part 0: blocks 0..2, part 1: 2..4
+    const float m = std::fmax(amax[0][r * 3 + 2], amax[1][r * 3]);
+    amax[0][r * 3 + 2] = amax[1][r * 3] = m;
+  }
+  for (int p = 0; p < 2; ++p) {
+    const int64_t w = boxes[p].shape(1);
+    const Box owned = OwnedTiles(boxes[p], tile);
+    std::vector<uint8_t> out(rows * w), sc(UncheckedNumElements(owned));
+    QuantizeHost({reinterpret_cast<const char*>(part[p].data()), DType::kBF16, boxes[p]}, tile,
+                 amax[p], ScaleMode::kE8m0, out.data(), sc.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < w; ++c) codes[r * cols + boxes[p].origin(1) + c] = out[r * w + c];
+      for (int64_t j = 0; j < owned.shape(1); ++j) {
+        scales[r * 5 + owned.origin(1) + j] = sc[r * owned.shape(1) + j];
+      }
+    }
+  }
+  EXPECT_EQ(codes, want.values);
+  EXPECT_EQ(scales, want.scale_bytes);
+}
+
 }  // namespace
 }  // namespace refit

@@ -29,6 +29,12 @@ rc6=$?
 echo "== convert_gpu_test (FP8 quantize and -exp kernels vs host and reference)"
 "$dir/convert_gpu_test"
 rc4=$?
+echo "== mxfp8_gpu_test (MXFP8 quantize kernels vs host and the reference of vLLM's formula)"
+REFIT_MXFP8_DUMP="$(mktemp -d)" && export REFIT_MXFP8_DUMP
+"$dir/mxfp8_gpu_test" || rc4=1
+if python3 -c 'import torch' 2>/dev/null; then
+  python3 "$dir/mxfp8_torch_check.py" "$REFIT_MXFP8_DUMP" || rc4=1
+fi
 echo "== delta_gpu_test (delta encode/apply and digest kernels vs the host codec)"
 "$dir/delta_gpu_test"
 rc9=$?

@@ -175,7 +175,15 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
         side, ": kernel=", KernelName(spec.kernel), " reads 128x128 FP8 "
         "blocks; the model's weight_block_size is ", c.fp8_block));
   }
-  if (spec.quant != EngineSpec::Quant::kNone) {
+  if (spec.quant == EngineSpec::Quant::kMxfp8) {
+    if (c.fp8_block != 0 || c.fp8_per_tensor) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          side, ": quant=mxfp8 quantizes BF16/F16/F32 weights; the model is "
+          "already FP8 (", c.fp8_block != 0 ? "block" : "per-tensor",
+          "), which refit does not requantize to MXFP8"));
+    }
+    c.mxfp8 = true;
+  } else if (spec.quant != EngineSpec::Quant::kNone) {
     if (c.fp8_block == 0 && c.fp8_per_tensor) {
       return absl::InvalidArgumentError(absl::StrCat(
           "engine ", EngineSpecString(spec), ": quant=fp8 asks for FP8 block "

@@ -243,10 +243,12 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
         s.quant = EngineSpec::Quant::kFp8;
       } else if (kv.value == "fp8-ue8m0") {
         s.quant = EngineSpec::Quant::kFp8Ue8m0;
+      } else if (kv.value == "mxfp8") {
+        s.quant = EngineSpec::Quant::kMxfp8;
       } else if (kv.value != "none") {
         return absl::InvalidArgumentError(absl::StrCat(
             "engine spec \"", text, "\": quant=", kv.value,
-            " is not none, fp8 or fp8-ue8m0"));
+            " is not none, fp8, fp8-ue8m0 or mxfp8"));
       }
     } else if (kv.key == "kernel") {
       REFIT_RETURN_IF_ERROR(ParseKernel(text, kv.value, &s.kernel));
@@ -284,6 +286,18 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
         "engine spec \"", text, "\": kernel=deepgemm makes its own UE8M0 "
         "scales (vLLM requantizes the float-scale checkpoint); use quant=fp8, "
         "not quant=fp8-ue8m0"));
+  }
+  if (s.quant == EngineSpec::Quant::kMxfp8 && s.kernel != EngineSpec::Kernel::kCheckpoint) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine spec \"", text, "\": quant=mxfp8 with kernel=", KernelName(s.kernel),
+        ": refit writes MXFP8 scales in the checkpoint layout only ([N, K/32] "
+        "uint8, what vLLM's emulation and Marlin backends load); FlashInfer's "
+        "swizzled F8_128x4 scales (swizzle_mxfp8_scale) are not written"));
+  }
+  if (s.quant == EngineSpec::Quant::kMxfp8 && s.kind != EngineSpec::Kind::kVllm) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine spec \"", text, "\": quant=mxfp8 follows vLLM's online MXFP8 "
+        "method (quantization=\"mxfp8\"); SGLang's is not written"));
   }
   if (s.kind == EngineSpec::Kind::kSglang) {
     if (s.ep > 0 && s.tp % s.ep != 0) {
@@ -330,6 +344,7 @@ std::string EngineSpecString(const EngineSpec& s) {
   if (s.gpus_per_host > 0) absl::StrAppend(&out, ",gpus_per_host=", s.gpus_per_host);
   if (s.quant == EngineSpec::Quant::kFp8) absl::StrAppend(&out, ",quant=fp8");
   if (s.quant == EngineSpec::Quant::kFp8Ue8m0) absl::StrAppend(&out, ",quant=fp8-ue8m0");
+  if (s.quant == EngineSpec::Quant::kMxfp8) absl::StrAppend(&out, ",quant=mxfp8");
   if (s.kernel != EngineSpec::Kernel::kCheckpoint) {
     absl::StrAppend(&out, ",kernel=", KernelName(s.kernel));
   }

@@ -76,8 +76,10 @@ struct EngineSpec {
   // (e4m3 + an f32 weight_scale_inv per 128x128 tile, the tensors an FP8
   // block checkpoint gives vLLM's loader) whatever the trainer holds; refit
   // quantizes on the way. quant=fp8-ue8m0: the same with every scale a
-  // power of two (DeepGEMM's UE8M0 scales).
-  enum class Quant { kNone, kFp8, kFp8Ue8m0 };
+  // power of two (DeepGEMM's UE8M0 scales). quant=mxfp8: vLLM's online
+  // MXFP8 (quantization="mxfp8"): every quantizable linear weight e4m3 with
+  // a uint8 E8M0 weight_scale per 1 x 32 block along K, [..., N, K/32].
+  enum class Quant { kNone, kFp8, kFp8Ue8m0, kMxfp8 };
   Quant quant = Quant::kNone;
   // kernel=: vLLM post-processes some weights after loading for the kernel
   // that reads them; the engine tensors are then that layout, not the

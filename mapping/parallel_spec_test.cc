@@ -136,5 +136,24 @@ TEST(ParallelSpecTest, KernelLayoutsParseRoundTripAndRefuseByName) {
   }
 }
 
+TEST(ParallelSpecTest, Mxfp8ParsesRoundTripsAndRefusesWhatItDoesNotWrite) {
+  auto m = ParseEngineSpec("vllm:tp=2,quant=mxfp8");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->quant, EngineSpec::Quant::kMxfp8);
+  EXPECT_EQ(EngineSpecString(*m), "vllm:tp=2,dp=1,quant=mxfp8");
+  for (const char* bad : {"vllm:tp=1,quant=mxfp8,kernel=flashinfer",
+                          "vllm:tp=1,quant=mxfp8,kernel=deepgemm"}) {
+    auto s = ParseEngineSpec(bad);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr("swizzle_mxfp8_scale")) << bad;
+  }
+  auto sg = ParseEngineSpec("sglang:tp=1,quant=mxfp8");
+  ASSERT_FALSE(sg.ok());
+  EXPECT_THAT(std::string(sg.status().message()), HasSubstr("SGLang"));
+  auto q = ParseEngineSpec("vllm:tp=1,quant=mxfp9");
+  ASSERT_FALSE(q.ok());
+  EXPECT_THAT(std::string(q.status().message()), HasSubstr("fp8, fp8-ue8m0 or mxfp8"));
+}
+
 }  // namespace
 }  // namespace refit

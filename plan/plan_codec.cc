@@ -280,7 +280,8 @@ absl::Status ConversionsFromProto(const refit::v1::PlanProto& p, Plan* plan) {
       }
       const Box owned = OwnedTiles(c.from.box, c.tile);
       if (c.scale_buffer != -1 &&
-          !IsScratchOf(src, c.scale_buffer, c.from.rank, UncheckedNumElements(owned) * 4)) {
+          !IsScratchOf(src, c.scale_buffer, c.from.rank,
+                       UncheckedNumElements(owned) * ScaleElementBytes(c.kind))) {
         return absl::InvalidArgumentError(absl::StrCat(who, ": bad scale buffer"));
       }
     } else if (c.scale_buffer != -1 || !c.tile.empty()) {

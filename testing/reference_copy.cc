@@ -228,9 +228,30 @@ const std::vector<uint8_t>* ExpectedFor(const SideLayout& side, const TensorSpec
     }
     return Transform::kNone;
   };
+  // An e4m3 weight with a u8 "<w>_scale" tensor is MXFP8.
+  auto mx_scaled = [&](const std::string& weight) {
+    for (const TensorSpec& s : side.tensors) {
+      if (s.name == weight + "_scale" && s.dtype == DType::kU8) return true;
+    }
+    return false;
+  };
   if (sd != src.end() && (sd->second != t.dtype || t.transform == Transform::kNegExp)) {
     out = testing::ExpectedConverted(t, sd->second, nullptr, options.seed,
-                                     options.fp8_block, scale_transform(t.name));
+                                     options.fp8_block, scale_transform(t.name),
+                                     t.dtype == DType::kF8E4M3 && mx_scaled(t.name));
+  }
+  const std::string mx_suffix = "_scale";
+  if (sd == src.end() && t.dtype == DType::kU8 && t.name.size() > mx_suffix.size() &&
+      t.name.compare(t.name.size() - mx_suffix.size(), mx_suffix.size(), mx_suffix) == 0) {
+    const std::string wname = t.name.substr(0, t.name.size() - mx_suffix.size());
+    auto ws = src.find(wname);
+    for (const TensorSpec& w : side.tensors) {
+      if (w.name == wname && ws != src.end() && w.dtype == DType::kF8E4M3 &&
+          ws->second != DType::kF8E4M3) {
+        out = testing::ExpectedConverted(t, ws->second, &w, options.seed,
+                                         options.fp8_block, Transform::kNone);
+      }
+    }
   }
   const std::string suffix = "_scale_inv";
   if (sd == src.end() && t.name.size() > suffix.size() &&

@@ -135,4 +135,32 @@ Quantized ReferenceRequantUe8m0(const Quantized& checkpoint,
   return q;
 }
 
+Quantized ReferenceMxfp8Quantize(const std::vector<float>& values,
+                                 const std::vector<int64_t>& shape) {
+  const int64_t cols = shape.back();
+  const int64_t rows = static_cast<int64_t>(values.size()) / std::max<int64_t>(cols, 1);
+  Quantized q;
+  q.values.resize(values.size());
+  q.scale_bytes.resize(rows * (cols / 32));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols / 32; ++j) {
+      const float* x = values.data() + r * cols + j * 32;
+      float amax = 0;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const float tiny = std::ldexp(1.0f, -126);
+      const float ratio = std::max(amax, tiny) / 448.0f;
+      // The smallest k with 2^k >= ratio: ceil(log2(ratio)).
+      int k = -160;
+      while (std::ldexp(1.0, k) < static_cast<double>(ratio)) ++k;
+      const int e = std::min(254, std::max(0, k + 127));
+      q.scale_bytes[r * (cols / 32) + j] = static_cast<uint8_t>(e);
+      const float descale = std::ldexp(1.0f, e - 127);
+      for (int i = 0; i < 32; ++i) {
+        q.values[r * cols + j * 32 + i] = ReferenceE4M3(x[i] / descale);
+      }
+    }
+  }
+  return q;
+}
+
 }  // namespace refit::testing

@@ -35,14 +35,20 @@ absl::StatusOr<int> DtypeCode(DType d) {
 absl::StatusOr<cuda::DenseBox> Dense(const char* data, DType dtype, const Box& box,
                                      const std::vector<int64_t>& tile) {
   const int n = box.rank();
-  if (n < 2 || tile.size() != static_cast<size_t>(n) || tile[n - 1] != tile[n - 2]) {
-    return absl::InvalidArgumentError("FP8 tiles must be square on the last two dims");
+  if (n < 2 || tile.size() != static_cast<size_t>(n) ||
+      (tile[n - 1] != tile[n - 2] && tile[n - 2] != 1)) {
+    return absl::InvalidArgumentError(
+        "block tiles must be square (FP8) or 1 x k (MXFP8) on the last two dims");
   }
   REFIT_ASSIGN_OR_RETURN(int code, DtypeCode(dtype));
   cuda::DenseBox b{data, code, 1, box.shape(n - 2), box.shape(n - 1),
-                   box.origin(n - 2), box.origin(n - 1), tile[n - 1]};
+                   box.origin(n - 2), box.origin(n - 1), tile[n - 2], tile[n - 1]};
   for (int d = 0; d + 2 < n; ++d) b.L *= box.shape(d);
-  if (cuda::TileRows(b) > 65535 || b.L > 65535) {
+  // The MXFP8 kernel for whole 1 x 32 blocks numbers its blocks on one
+  // grid axis; the others take tile rows and L on theirs (LaunchTileAmax
+  // and LaunchQuantize refuse more than 65535 tile rows themselves).
+  const bool mx = tile[n - 2] == 1;
+  if ((!mx && cuda::TileRows(b) > 65535) || b.L > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("box ", box.ToString(),
                                                    " has too many FP8 tiles for one launch"));
   }
@@ -125,7 +131,7 @@ class CudaConvertOps : public ConvertOps {
     return CudaStatus(
         static_cast<cudaError_t>(cuda::LaunchQuantize(
             b, reinterpret_cast<const float*>(amax_), static_cast<int>(mode),
-            reinterpret_cast<unsigned char*>(out), reinterpret_cast<float*>(scales), s_)),
+            reinterpret_cast<unsigned char*>(out), scales, s_)),
         "quantize launch");
   }
 
@@ -150,7 +156,7 @@ class CudaConvertOps : public ConvertOps {
     pending_.push_back({box, std::string(what)});
     return CudaStatus(static_cast<cudaError_t>(cuda::LaunchQuantizeFused(
                           b, static_cast<int>(mode), reinterpret_cast<unsigned char*>(out),
-                          reinterpret_cast<float*>(scales), slot, s_)),
+                          scales, slot, s_)),
                       absl::StrCat(what, ": quantize launch"));
   }
 

@@ -100,6 +100,19 @@ class VllmKernelLayoutTest(unittest.TestCase):
         self.refused(S.Model([("l.experts", S.fp8_moe(S.float_scales(4), S.Fp8MoEMethod(
             fp8_backend=S.Fp8MoeBackend.XPU)))]), "l.experts", "XPU")
 
+    def test_mxfp8_linear_checkpoint_layout_and_refusals(self):
+        ok = S.Model([("model.layers.0.self_attn.qkv_proj",
+                       S.mxfp8_linear(S.Mxfp8LinearBackend.EMULATION))])
+        self.assertIsNone(el.vllm_kernel_layout(ok))
+        self.refused(S.Model([("l0.qkv_proj", S.mxfp8_linear(
+            S.Mxfp8LinearBackend.FLASHINFER_CUTLASS, swizzled=True))]),
+            "l0.qkv_proj", "FLASHINFER_CUTLASS", "F8_128x4")
+        self.refused(S.Model([("l0.o_proj", S.mxfp8_linear(S.Mxfp8LinearBackend.MARLIN))]),
+                     "l0.o_proj", "MARLIN")
+        moe = S.fp8_moe(S.float_scales(4), S.Mxfp8OnlineMoEMethod())
+        self.refused(S.Model([("model.layers.0.mlp.experts", moe)]),
+                     "model.layers.0.mlp.experts", "FlashInfer TRTLLM", "quant=fp8")
+
     def test_per_tensor_fp8_refused_with_flashinfer_alpha_named(self):
         self.refused(S.Model([("l.qkv_proj", S.fp8_linear(
             S.float_scales(2), block_quant=False))]), "l.qkv_proj", "per-tensor", "max scale")

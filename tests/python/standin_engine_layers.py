@@ -142,6 +142,36 @@ def pow2_scales(n: int) -> List[float]:
     return [math.ldexp(1.0, -8 - (i % 3)) for i in range(n)]
 
 
+class Mxfp8LinearBackend(enum.Enum):
+    EMULATION = "emulation"
+    FLASHINFER_CUTLASS = "flashinfer-cutlass"
+    MARLIN = "marlin"
+
+
+class Mxfp8LinearOp:
+    def __init__(self, backend: Mxfp8LinearBackend) -> None:
+        self.backend = backend
+
+
+class Mxfp8OnlineLinearMethod:
+    def __init__(self, backend: Mxfp8LinearBackend) -> None:
+        self.mxfp8_linear = Mxfp8LinearOp(backend)
+
+
+class Mxfp8OnlineMoEMethod:
+    def __init__(self) -> None:
+        self.fp8_backend = Fp8MoeBackend.FLASHINFER_TRTLLM
+
+
+def mxfp8_linear(backend: Mxfp8LinearBackend, swizzled: bool = False) -> Layer:
+    """A 256 x 128 MXFP8 linear: weight_scale [256, 4] uint8, or the flat
+    F8_128x4 layout (256 * 4 bytes) FlashInfer's swizzle leaves."""
+    shape = (256 * 4,) if swizzled else (256, 4)
+    return Layer(quant_method=Mxfp8OnlineLinearMethod(backend),
+                 weight=T.Tensor.of([0.0] * 256 * 128, (256, 128), T.float8_e4m3fn),
+                 weight_scale=T.Tensor.of([127.0] * 256 * 4, shape, T.uint8))
+
+
 def fp8_linear(scale_values: Sequence[float], **method: Any) -> Layer:
     return Layer(quant_method=Fp8LinearMethod(**method),
                  weight=T.Tensor.of([0.0] * 256 * 128, (256, 128), T.float8_e4m3fn),

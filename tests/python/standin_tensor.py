@@ -26,6 +26,7 @@ float32 = DType("float32")
 float8_e4m3fn = DType("float8_e4m3fn")
 float8_e4m3fnuz = DType("float8_e4m3fnuz")
 int32 = DType("int32")
+uint8 = DType("uint8")
 bool_ = DType("bool")
 
 
@@ -68,7 +69,7 @@ def _e4m3(x: float) -> float:
 
 
 _ROUND = {"bfloat16": _bf16, "float32": _f32, "float8_e4m3fn": _e4m3,
-          "float8_e4m3fnuz": _e4m3, "int32": int, "bool": bool}
+          "float8_e4m3fnuz": _e4m3, "int32": int, "uint8": int, "bool": bool}
 
 
 class _Storage:

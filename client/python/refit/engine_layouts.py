@@ -149,6 +149,34 @@ def _vllm_linear(name: str, layer: Any, qm: Any) -> Optional[str]:
     return _fp8_block_layout(name, layer, _block_scale(layer))
 
 
+def _vllm_mxfp8(name: str, layer: Any, qm: Any) -> Optional[str]:
+    """The layout of a layer under vLLM's online MXFP8 (--quantization mxfp8,
+    quantization/mxfp8.py at 2aa8028), or None for other methods: the
+    checkpoint layout (quant=mxfp8) when a linear keeps weight_scale as
+    [N, K/32] uint8 (the emulation backend). Refused: FlashInfer CUTLASS's
+    swizzled F8_128x4 scales (swizzle_mxfp8_scale), Marlin, and MXFP8 MoE,
+    whose only backend is FlashInfer TRTLLM (fused_moe/oracle/mxfp8.py at
+    d965a8a), which shuffles the experts."""
+    if "Mxfp8" not in type(qm).__name__:
+        return None
+    if getattr(layer, "w13_weight", None) is not None:
+        raise _refuse(
+            f"layer {name}: vLLM runs MXFP8 experts only through FlashInfer TRTLLM, "
+            f"which shuffles them after quantizing; refit does not write that layout: "
+            f"serve the MoE model with quant=fp8 or in BF16")
+    weight = getattr(layer, "weight", None)
+    scale = getattr(layer, "weight_scale", None)
+    backend = _enum_name(getattr(getattr(qm, "mxfp8_linear", None), "backend", None))
+    if (backend in ("FLASHINFER_CUTLASS", "MARLIN") or scale is None or weight is None or
+            len(scale.shape) != len(weight.shape) or _dtype_name(scale) != "uint8"):
+        raise _refuse(
+            f"layer {name}: vLLM's MXFP8 backend {backend or 'unknown'} holds the scales "
+            f"as {_dtype_name(scale)} {tuple(getattr(scale, 'shape', ()))} (FlashInfer's "
+            f"swizzled F8_128x4 layout, or Marlin's repacking), which refit does not "
+            f"write; quant=mxfp8 writes [N, K/32] uint8 scales (the emulation backend)")
+    return _CHECKPOINT
+
+
 def _kernel_classes(qm: Any) -> str:
     """Class names of the objects a MoE quant method runs with, two levels
     deep (FusedMoEModularMethod -> FusedMoEModularKernel -> FlashInferExperts)."""
@@ -246,7 +274,8 @@ def vllm_kernel_layout(model: Any) -> Optional[str]:
 
     Raises refit.RefitError (INVALID_ARGUMENT) naming the layer, the kernel
     and the vLLM setting that avoids it for what refit does not write:
-    Marlin, ROCm AITER, FlashInfer TRTLLM, per-tensor FP8 (max-scale
+    Marlin, ROCm AITER, FlashInfer TRTLLM, MXFP8 scales other than [N, K/32]
+    uint8 and MXFP8 experts, per-tensor FP8 (max-scale
     requantization, FlashInfer alpha scales), FNUZ, DeepGEMM's SM100 packed
     scales, an unknown MoE backend, and a model whose layers need two
     different layouts (DeepGEMM linears with FlashInfer MoE, or block-FP8
@@ -257,6 +286,10 @@ def vllm_kernel_layout(model: Any) -> Optional[str]:
     for name, layer in _modules(model):
         qm = getattr(layer, "quant_method", None)
         if qm is None:
+            continue
+        mx = _vllm_mxfp8(name, layer, qm)
+        if mx is not None:
+            seen.setdefault(mx, name)
             continue
         moe = _vllm_moe(name, layer, qm)
         if moe is not None:
