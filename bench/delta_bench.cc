@@ -166,7 +166,10 @@ class Bench {
     CU(cudaMemcpyAsync(snap_, cur_, format_bytes_, cudaMemcpyDeviceToDevice, s0_));
     CU(cudaStreamSynchronize(s0_));
     CU(cudaMemcpyPeer(target_, 1, cur_, 0, format_bytes_));
-    CU(cudaDeviceSynchronize());
+    for (int dev : {1, 0}) {
+      CU(cudaSetDevice(dev));
+      CU(cudaDeviceSynchronize());
+    }
   }
 
   ~Bench() {
@@ -196,8 +199,8 @@ class Bench {
         CU(cudaMemcpyAsync(cur_ + m.off, src, m.bytes, cudaMemcpyDeviceToDevice, s0_));
         continue;
       }
-      cuda::DenseBox b{src, cuda::kConvertBF16, 1, m.t->rows, m.t->cols, 0, 0, 128};
-      CU(cuda::LaunchQuantizeFused(b, false, cur_ + m.off,
+      cuda::DenseBox b{src, cuda::kConvertBF16, 1, m.t->rows, m.t->cols, 0, 0, 128, 128};
+      CU(cuda::LaunchQuantizeFused(b, cuda::kScaleFloat, cur_ + m.off,
                                    reinterpret_cast<float*>(cur_ + m.off + m.elems), bad_, s0_));
     }
   }
@@ -345,8 +348,10 @@ class Bench {
 
   // Byte compare of the engine with the trainer, on GPU 1.
   bool BytesEqual() {
-    CU(cudaMemcpyPeer(recv_, 1, cur_, 0, format_bytes_));
+    // On the stream the compare runs on: cudaMemcpyPeer is not ordered with
+    // a non-blocking stream.
     CU(cudaSetDevice(1));
+    CU(cudaMemcpyPeerAsync(recv_, 1, cur_, 0, format_bytes_, s1_));
     CU(cudaMemsetAsync(diff_, 0, sizeof(unsigned long long), s1_));
     for (const Message& m : msgs_) {
       CU(bench::LaunchCountDiff(recv_ + m.off, target_ + m.off, m.bytes, diff_, s1_));
