@@ -10,14 +10,44 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "exec/copy_program.h"
 #include "exec/cuda/pack_kernels.h"
 #include "exec/cuda/pull_kernels.h"
+#include "testing/reference_copy.h"
 
 namespace refit::bench {
+namespace {
+
+// Flips the first byte of rank 0's first record in `a`, expects Pattern to
+// find exactly one wrong element, and restores the byte. INTERNAL when the
+// check misses it.
+absl::Status FlippedByteIsFound(const SideLayout& side, const Arena& a) {
+  char* at = nullptr;
+  PatternOptions po;
+  po.rank = 0;
+  ForEachPatternRow(side, po, [&](const Record&, int32_t b, const std::vector<int64_t>& inner,
+                                  int64_t off, int64_t) {
+    if (at == nullptr && !inner.empty()) at = a.base + a.offset[b] + off + inner[0];
+  });
+  if (at == nullptr) return absl::OkStatus();
+  unsigned char v = 0;
+  CK(cudaMemcpy(&v, at, 1, cudaMemcpyDeviceToHost));
+  const unsigned char flipped = v ^ 0xFF;
+  CK(cudaMemcpy(at, &flipped, 1, cudaMemcpyHostToDevice));
+  absl::Status s = Pattern(side, 0, a, 1, true);
+  CK(cudaMemcpy(at, &v, 1, cudaMemcpyHostToDevice));
+  if (s.ok() || !absl::StartsWith(s.message(), "1 wrong elements")) {
+    return absl::InternalError(absl::StrCat(
+        "the GPU pattern check did not find exactly one flipped byte: ", s.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::map<std::string, std::string>> Baselines(const Case& c, int iters) {
   CK(cudaSetDevice(0));
@@ -33,18 +63,16 @@ absl::StatusOr<std::map<std::string, std::string>> Baselines(const Case& c, int 
     for (const CopyTask& k : t) by_src[k.src_buffer].push_back(k);
   }
   const std::vector<char*> sp = src.Pointers(), dp = dst.Pointers();
-  std::vector<cuda::DeviceCopy> all;
+  std::vector<ResolvedCopy> all;
   std::vector<std::pair<int64_t, int64_t>> group;  // (first, count) per tensor
   for (auto& [b, tasks] : by_src) {
     REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> rc, ResolveTasks(tasks, sp, dp, nullptr, nullptr));
     group.emplace_back(all.size(), rc.size());
-    for (const ResolvedCopy& x : rc) {
-      all.push_back({x.src, x.dst, x.rows, x.row_bytes, x.src_row_stride, x.dst_row_stride});
-    }
+    all.insert(all.end(), rc.begin(), rc.end());
   }
-  cuda::DeviceCopy* dev = nullptr;
-  CK(cudaMalloc(reinterpret_cast<void**>(&dev), all.size() * sizeof(cuda::DeviceCopy)));
-  CK(cudaMemcpy(dev, all.data(), all.size() * sizeof(cuda::DeviceCopy), cudaMemcpyHostToDevice));
+  ResolvedCopy* dev = nullptr;
+  CK(cudaMalloc(reinterpret_cast<void**>(&dev), all.size() * sizeof(ResolvedCopy)));
+  CK(cudaMemcpy(dev, all.data(), all.size() * sizeof(ResolvedCopy), cudaMemcpyHostToDevice));
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   auto per_tensor = [&]() -> absl::Status {
@@ -55,9 +83,15 @@ absl::StatusOr<std::map<std::string, std::string>> Baselines(const Case& c, int 
     return absl::OkStatus();
   };
   REFIT_RETURN_IF_ERROR(per_tensor());
+  // The engine's bytes checked on the GPU, the GPU's pattern against the
+  // host's definition on the first records of both sides, and the GPU
+  // check seen to fail on one flipped byte.
   absl::Status ok = Pattern(hf.dst, 0, dst, 1, true);
+  if (ok.ok()) ok = PatternOnHost(hf.src, 0, src, 1, true, 64);
+  if (ok.ok()) ok = PatternOnHost(hf.dst, 0, dst, 1, true, 64);
+  if (ok.ok()) ok = FlippedByteIsFound(hf.dst, dst);
   r["per_tensor_check"] = ok.ok() ? "PASS" : absl::StrCat("FAIL: ", ok.message());
-  // Every other row compares its engine bytes with these (host-checked).
+  // Every other row compares its engine bytes with these (checked above).
   REFIT_ASSIGN_OR_RETURN(const unsigned long long ref_sum, Checksum(hf.dst, 0, dst, 0));
   r["ref_sum"] = absl::StrCat(ref_sum);
   absl::Time t0 = absl::Now();
@@ -85,7 +119,7 @@ absl::StatusOr<std::map<std::string, std::string>> Baselines(const Case& c, int 
   // Copy-out tasks per bucket, resolved against the bucket (once).
   std::vector<std::vector<std::pair<int64_t, int64_t>>> out_groups(buckets.size());
   std::vector<std::vector<std::pair<int32_t, int64_t>>> packs(buckets.size());
-  std::vector<cuda::DeviceCopy> out_all;
+  std::vector<ResolvedCopy> out_all;
   for (size_t k = 0; k < buckets.size(); ++k) {
     int64_t off = 0;
     for (int32_t b : buckets[k]) {
@@ -94,16 +128,14 @@ absl::StatusOr<std::map<std::string, std::string>> Baselines(const Case& c, int 
       REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> rc,
                              ResolveTasks(by_src[b], bp, dp, nullptr, nullptr));
       out_groups[k].emplace_back(out_all.size(), rc.size());
-      for (const ResolvedCopy& x : rc) {
-        out_all.push_back({x.src, x.dst, x.rows, x.row_bytes, x.src_row_stride, x.dst_row_stride});
-      }
+      out_all.insert(out_all.end(), rc.begin(), rc.end());
       packs[k].emplace_back(b, off);
       off += (hf.src.buffers[b].byte_size + 255) / 256 * 256;
     }
   }
-  cuda::DeviceCopy* out_dev = nullptr;
-  CK(cudaMalloc(reinterpret_cast<void**>(&out_dev), out_all.size() * sizeof(cuda::DeviceCopy)));
-  CK(cudaMemcpy(out_dev, out_all.data(), out_all.size() * sizeof(cuda::DeviceCopy),
+  ResolvedCopy* out_dev = nullptr;
+  CK(cudaMalloc(reinterpret_cast<void**>(&out_dev), out_all.size() * sizeof(ResolvedCopy)));
+  CK(cudaMemcpy(out_dev, out_all.data(), out_all.size() * sizeof(ResolvedCopy),
                 cudaMemcpyHostToDevice));
   auto bucketed = [&]() -> absl::Status {
     for (size_t k = 0; k < buckets.size(); ++k) {

@@ -14,7 +14,7 @@
 //        (experts=indexed) -> vLLM's fused w13 / w2
 // Rows per case, times in ms per refit (mean over --iters after a warm-up):
 //   floor       one cudaMemcpy device-to-device of the refit's bytes
-//   pull-procs  refit's pull path (exec/cuda/pull_engine.h), trainer and
+//   pull-procs  refit's pull path (exec/cuda/pull_runner.h), trainer and
 //               engine as separate processes (the time per round: from the
 //               last trainer's "weights in place" until every receiver is
 //               done; the engine's kernel time is printed next to it)
@@ -29,10 +29,13 @@
 //               parameters, with a stream synchronization per bucket (the
 //               handshake of a bucketed CUDA IPC refit), one process: a
 //               lower bound of that path (no IPC handshake costs)
-// Checks: the pattern written into every trainer buffer (host-computed)
-// is checked byte for byte in every engine buffer after round 1; every
-// later round the trainers XOR their weights with a new key and the engine
-// compares a position-dependent checksum of every byte with round 1's.
+// Checks: the pattern written into every trainer buffer is checked byte
+// for byte in every engine buffer after round 1, both on the GPU
+// (bench/pattern_kernels.h; the baselines check the GPU's pattern against
+// the host's definition on the first 64 records and see the check fail on
+// a flipped byte); every later round the trainers XOR their weights with a
+// new key and the engine compares a position-dependent checksum of every
+// byte with round 1's.
 // Engine buffers are allocated once; their addresses never change. The
 // last lines are one table. Exit 1 if any check fails.
 // Parts: colocated_common.h (cases, arenas, patterns), colocated_baselines.h
@@ -57,7 +60,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "exec/cuda/pull_engine.h"
+#include "exec/cuda/pull_runner.h"
 #include "exec/cuda/pull_kernels.h"
 #include "plan/plan_codec.h"
 #include "testing/dir_kv_store.h"
@@ -94,13 +97,13 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
   CK(cudaDeviceSynchronize());
   const Plan slice = ExtractSlice(plan, side, rank);
   testing::DirKvStore kv(dir);
-  PullEngineOptions po;
+  PullRunnerOptions po;
   po.device = 0;
   po.max_item_bytes = item_kib << 10;
   const absl::Time prep0 = absl::Now();
   REFIT_ASSIGN_OR_RETURN(
-      std::unique_ptr<PullEngine> e,
-      PullEngine::Create(slice, side, rank,
+      std::unique_ptr<PullRunner> e,
+      PullRunner::Create(slice, side, rank,
                          SlicePointers(full, trainer ? slice.src : slice.dst, rank, a),
                          &kv, po, absl::Now() + absl::Seconds(120)));
   const double prep_s = absl::ToDoubleSeconds(absl::Now() - prep0);
@@ -203,6 +206,11 @@ absl::StatusOr<std::map<std::string, std::string>> Merge(
     double sum = 0;
     for (size_t i = 0; i < start.size(); ++i) sum += (end[i] - start[i]) / 1e6;
     out["ms"] = absl::StrCat(sum / start.size());
+    // Kept, so that a merged result merges again to the same time (the
+    // threads row: its worker merges its threads, the parent merges the
+    // worker's result).
+    out["starts"] = absl::StrJoin(start, ",");
+    out["ends"] = absl::StrJoin(end, ",");
   }
   return out;
 }

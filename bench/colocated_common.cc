@@ -8,16 +8,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <numeric>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "exec/cuda/pack_kernels.h"
 #include "exec/cuda/pull_kernels.h"
+#include "bench/pattern_kernels.h"
 #include "mapping/layout_builder.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
@@ -138,95 +137,148 @@ std::vector<char*> SlicePointers(const SideLayout& full, const SideLayout& slice
   return p;
 }
 
-// Fills (check = false) or checks the pattern of `rank`'s records in
-// device memory, through host memory in batches of ~1 GiB (records that
-// share a buffer stay in one batch), 16 threads per batch.
+namespace {
+
+// FiniteWord's kind of a dtype (pattern_kernels.h).
+int32_t FiniteKind(DType d) {
+  switch (d) {
+    case DType::kBF16:
+      return 1;
+    case DType::kF16:
+      return 2;
+    case DType::kF32:
+      return 3;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+// Fills (check = false) or checks the pattern of `rank`'s records in device
+// memory with one kernel per million rows (pattern_kernels.h).
 absl::Status Pattern(const SideLayout& side, int rank, const Arena& a, uint64_t seed,
                      bool check) {
-  // Components of records sharing buffers, in record order.
-  std::vector<int> recs;
-  for (size_t r = 0; r < side.records.size(); ++r) {
-    if (side.records[r].rank == rank) recs.push_back(static_cast<int>(r));
-  }
-  std::vector<int> parent(recs.size());
-  std::iota(parent.begin(), parent.end(), 0);
-  auto find = [&](int x) {
-    while (parent[x] != x) x = parent[x] = parent[parent[x]];
-    return x;
+  PatternOptions po;
+  po.rank = rank;
+  // The records' inner offset tables (every row of a record shares its
+  // record's), in one device array.
+  std::vector<int64_t> inner_at(side.records.size(), -1);
+  std::vector<int64_t> inner_all;
+  ForEachPatternRow(side, po,
+                    [&](const Record& r, int32_t, const std::vector<int64_t>& inner, int64_t,
+                        int64_t) {
+                      int64_t& at = inner_at[&r - side.records.data()];
+                      if (at >= 0) return;
+                      at = static_cast<int64_t>(inner_all.size());
+                      inner_all.insert(inner_all.end(), inner.begin(), inner.end());
+                    });
+  int64_t* dev_inner = nullptr;
+  constexpr int64_t kChunk = 1 << 20;  // rows per launch
+  bench::PatternRow* dev_rows = nullptr;
+  unsigned long long* wrong = nullptr;
+  CK(cudaMalloc(reinterpret_cast<void**>(&dev_inner),
+                std::max<size_t>(1, inner_all.size()) * sizeof(int64_t)));
+  CK(cudaMemcpy(dev_inner, inner_all.data(), inner_all.size() * sizeof(int64_t),
+                cudaMemcpyHostToDevice));
+  CK(cudaMalloc(reinterpret_cast<void**>(&dev_rows), kChunk * sizeof(bench::PatternRow)));
+  CK(cudaMalloc(reinterpret_cast<void**>(&wrong), 2 * sizeof(unsigned long long)));
+  // Per row of the chunk: where it is, for naming a wrong element.
+  struct Where {
+    int64_t record, buffer, off;
   };
-  std::map<int32_t, int> owner;
-  auto buffers_of = [&](const Record& r) {
-    std::vector<int32_t> b;
-    const int64_t n = r.buffer_step > 0 && r.box.rank() > 0 ? r.box.shape(0) : 1;
-    for (int64_t k = 0; k < n; ++k) b.push_back(RecordBuffer(r, k));
-    return b;
+  std::vector<bench::PatternRow> rows;
+  std::vector<Where> where;
+  int64_t nwrong = 0;
+  std::string first;
+  absl::Status st;
+  auto flush = [&]() -> absl::Status {
+    if (rows.empty()) return absl::OkStatus();
+    CK(cudaMemcpy(dev_rows, rows.data(), rows.size() * sizeof(bench::PatternRow),
+                  cudaMemcpyHostToDevice));
+    const unsigned long long init[2] = {0, ~0ULL};
+    CK(cudaMemcpy(wrong, init, sizeof(init), cudaMemcpyHostToDevice));
+    CK(static_cast<cudaError_t>(bench::LaunchPatternRows(
+        dev_rows, static_cast<int64_t>(rows.size()), seed, check, wrong, nullptr)));
+    unsigned long long got[2] = {0, 0};
+    CK(cudaMemcpy(got, wrong, sizeof(got), cudaMemcpyDeviceToHost));
+    if (got[0] > 0) {
+      if (nwrong == 0) {
+        const size_t r = got[1] >> 32;
+        const int64_t j = static_cast<int64_t>(got[1] & 0xffffffffULL);
+        const Record& rec = side.records[where[r].record];
+        first = absl::StrCat("tensor ", side.tensors[rec.tensor].name, " element ",
+                             rows[r].lin + j, " (linear index) on rank ", rank, " buffer ",
+                             side.buffers[where[r].buffer].name, " byte ",
+                             where[r].off + inner_all[inner_at[where[r].record] + j]);
+      }
+      nwrong += static_cast<int64_t>(got[0]);
+    }
+    rows.clear();
+    where.clear();
+    return absl::OkStatus();
   };
-  for (size_t i = 0; i < recs.size(); ++i) {
-    for (int32_t b : buffers_of(side.records[recs[i]])) {
-      auto [it, fresh] = owner.emplace(b, static_cast<int>(i));
-      if (!fresh) parent[find(static_cast<int>(i))] = find(it->second);
-    }
+  ForEachPatternRow(side, po,
+                    [&](const Record& r, int32_t buffer, const std::vector<int64_t>& inner,
+                        int64_t off, int64_t lin) {
+                      if (!st.ok()) return;
+                      const int64_t ri = &r - side.records.data();
+                      const TensorSpec& t = side.tensors[r.tensor];
+                      bench::PatternRow row;
+                      row.base = a.base + a.offset[buffer] + off;
+                      row.inner = dev_inner + inner_at[ri];
+                      row.lin = lin;
+                      row.name_hash = NameHash(t.name);
+                      row.count = static_cast<int32_t>(inner.size());
+                      row.es = static_cast<int32_t>(DTypeSize(t.dtype));
+                      row.finite = FiniteKind(t.dtype);
+                      row.reserved = 0;
+                      rows.push_back(row);
+                      where.push_back({ri, buffer, off});
+                      if (static_cast<int64_t>(rows.size()) == kChunk) st = flush();
+                    });
+  if (st.ok()) st = flush();
+  if (st.ok()) st = CudaStatus(cudaDeviceSynchronize(), "pattern kernel");
+  (void)cudaFree(dev_inner);
+  (void)cudaFree(dev_rows);
+  (void)cudaFree(wrong);
+  REFIT_RETURN_IF_ERROR(st);
+  if (nwrong > 0) {
+    return absl::InternalError(absl::StrCat(nwrong, " wrong elements, the first: ", first));
   }
-  std::map<int, std::vector<int>> comps;
-  for (size_t i = 0; i < recs.size(); ++i) comps[find(static_cast<int>(i))].push_back(recs[i]);
-  std::vector<std::vector<int>> batches(1);
-  int64_t batch_bytes = 0;
-  for (auto& [root, rs] : comps) {
-    std::set<int32_t> bufs;
-    for (int r : rs) {
-      for (int32_t b : buffers_of(side.records[r])) bufs.insert(b);
-    }
-    int64_t bytes = 0;
-    for (int32_t b : bufs) bytes += side.buffers[b].byte_size;
-    if (batch_bytes > 0 && batch_bytes + bytes > (1LL << 30)) {
-      batches.emplace_back();
-      batch_bytes = 0;
-    }
-    batches.back().insert(batches.back().end(), rs.begin(), rs.end());
-    batch_bytes += bytes;
+  return absl::OkStatus();
+}
+
+// The first `max_records` records of `rank` filled or checked on the host
+// (testing/reference_copy.h), through host copies of their buffers: the
+// GPU pattern checked against the host's definition.
+absl::Status PatternOnHost(const SideLayout& side, int rank, const Arena& a, uint64_t seed,
+                           bool check, int max_records) {
+  SideLayout part;
+  part.world_size = side.world_size;
+  part.tensors = side.tensors;
+  part.buffers = side.buffers;
+  for (const Record& r : side.records) {
+    if (r.rank != rank) continue;
+    if (static_cast<int>(part.records.size()) >= max_records) break;
+    part.records.push_back(r);
   }
-  const int nt = 16;
-  for (const std::vector<int>& batch : batches) {
-    std::set<int32_t> bufs;
-    for (int r : batch) {
-      for (int32_t b : buffers_of(side.records[r])) bufs.insert(b);
-    }
-    std::map<int32_t, std::vector<uint8_t>> host;
-    HostBuffers ptrs(side.buffers.size(), nullptr);
-    for (int32_t b : bufs) {
-      host[b].resize(side.buffers[b].byte_size);
-      ptrs[b] = host[b].data();
-      if (check) {
-        CK(cudaMemcpy(ptrs[b], a.base + a.offset[b], side.buffers[b].byte_size,
-                      cudaMemcpyDeviceToHost));
-      }
-    }
-    std::vector<SideLayout> parts(nt);
-    for (int i = 0; i < nt; ++i) {
-      parts[i].world_size = side.world_size;
-      parts[i].tensors = side.tensors;
-      parts[i].buffers = side.buffers;
-    }
-    for (size_t i = 0; i < batch.size(); ++i) parts[i % nt].records.push_back(side.records[batch[i]]);
-    std::vector<absl::Status> st(nt);
-    std::vector<std::thread> th;
-    for (int i = 0; i < nt; ++i) {
-      th.emplace_back([&, i] {
-        if (check) {
-          st[i] = CheckPattern(parts[i], ptrs, {rank, seed});
-        } else {
-          FillPattern(parts[i], ptrs, {rank, seed});
-        }
-      });
-    }
-    for (auto& t : th) t.join();
-    for (const auto& s : st) REFIT_RETURN_IF_ERROR(s);
-    if (!check) {
-      for (int32_t b : bufs) {
-        CK(cudaMemcpy(a.base + a.offset[b], ptrs[b], side.buffers[b].byte_size,
-                      cudaMemcpyHostToDevice));
-      }
-    }
+  std::set<int32_t> bufs;
+  ForEachPatternRow(part, {}, [&](const Record&, int32_t b, const std::vector<int64_t>&,
+                                  int64_t, int64_t) { bufs.insert(b); });
+  std::map<int32_t, std::vector<uint8_t>> host;
+  HostBuffers ptrs(side.buffers.size(), nullptr);
+  for (int32_t b : bufs) {
+    host[b].resize(side.buffers[b].byte_size);
+    ptrs[b] = host[b].data();
+    CK(cudaMemcpy(ptrs[b], a.base + a.offset[b], side.buffers[b].byte_size,
+                  cudaMemcpyDeviceToHost));
+  }
+  if (check) return CheckPattern(part, ptrs, {rank, seed});
+  FillPattern(part, ptrs, {rank, seed});
+  for (int32_t b : bufs) {
+    CK(cudaMemcpy(a.base + a.offset[b], ptrs[b], side.buffers[b].byte_size,
+                  cudaMemcpyHostToDevice));
   }
   return absl::OkStatus();
 }

@@ -65,12 +65,19 @@ absl::StatusOr<Arena> Allocate(const SideLayout& side, int rank, int fill, bool 
 std::vector<char*> SlicePointers(const SideLayout& full, const SideLayout& slice, int rank,
                                  const Arena& a);
 
-// Fills (check = false) or checks the pattern of `rank`'s records in
-// device memory, through host memory in batches of ~1 GiB (records that
-// share a buffer stay in one batch), 16 threads per batch. Returns an
-// error naming the first wrong byte, INTERNAL with a CUDA error.
+// Fills (check = false) or checks the pattern of `rank`'s records
+// (testing/reference_copy.h: every element's PatternWord of version `seed`)
+// in device memory, on the GPU (pattern_kernels.h). Returns INTERNAL naming
+// the first wrong element and how many are wrong, or with a CUDA error.
 absl::Status Pattern(const SideLayout& side, int rank, const Arena& a, uint64_t seed,
                      bool check);
+
+// The same on the host for the first `max_records` records of `rank` only,
+// through host copies of their buffers (testing/reference_copy.h's
+// FillPattern / CheckPattern): checks the GPU's pattern against the host's
+// definition.
+absl::Status PatternOnHost(const SideLayout& side, int rank, const Arena& a, uint64_t seed,
+                           bool check, int max_records);
 
 // The checksum of every non-padding byte of `rank`'s buffers, XORed with
 // `key`; INTERNAL with a CUDA error.

@@ -281,8 +281,8 @@ int ChildMain(int from_parent, int to_parent, int n, int m, int rounds) {
 
 std::unique_ptr<RefitServer> StartServer() {
   RefitServer::Options o;
-  o.plan_function = NameMatchingPlan;
-  o.heartbeat_timeout = absl::Seconds(60);  // a loaded 2-core box
+  o.coordinator.plan_function = NameMatchingPlan;
+  o.coordinator.heartbeat_timeout = absl::Seconds(60);  // a loaded 2-core box
   auto s = RefitServer::Start(std::move(o));
   if (!s.ok()) {
     std::fprintf(stderr, "refitd: %s\n", s.status().ToString().c_str());

@@ -5,7 +5,7 @@
 // wall time, pinned to CPU 0 when possible), peak RSS, ExtractSlice time for
 // the busiest and a median engine rank, every rank's slice as refitd hands
 // them out, ToProto size, segments, messages,
-// rounds, a power-of-two message-size histogram, max/mean bytes per rank and
+// waves, a power-of-two message-size histogram, max/mean bytes per rank and
 // the fingerprint. Targets (issue 3): plan <= 1 s, peak RSS <= 1 GiB, one
 // slice <= 50 ms.
 //
@@ -145,10 +145,10 @@ absl::Status RunCase(const Case& c, int reps) {
   printf("  BuildPlan CPU   user %.1f ms  system %.1f ms  (mean per run)\n",
          user_s * 1e3 / reps, sys_s * 1e3 / reps);
   const PlanStats& st = plan.stats;
-  printf("  plan            %s total, %lld segments, %lld messages, %lld rounds\n",
+  printf("  plan            %s total, %lld segments, %lld messages, %lld waves\n",
          Bytes(st.total_bytes).c_str(), static_cast<long long>(st.num_segments),
          static_cast<long long>(st.num_messages),
-         static_cast<long long>(st.num_rounds));
+         static_cast<long long>(st.num_waves));
 
   // Message-size histogram, power-of-two buckets [2^k, 2^(k+1)).
   std::map<int, int64_t> hist;

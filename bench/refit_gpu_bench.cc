@@ -46,7 +46,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "exec/cuda/cuda_copy_engine.h"
+#include "exec/cuda/cuda_copier.h"
 #include "exec/cuda/cuda_status.h"
 #include "exec/cuda/nccl_transport.h"
 #include "exec/executor.h"
@@ -273,7 +273,7 @@ absl::StatusOr<double> RoundsOnly(const Plan& plan, Side side, int rank,
     std::vector<std::tuple<bool, int32_t, int64_t>> ops;  // send?, peer, bytes
   };
   std::vector<R> rounds;
-  for (const Round& round : plan.rounds) {
+  for (const Wave& round : plan.waves) {
     R r{round.lane % lanes, {}};
     int64_t bytes = 0;
     for (int32_t i = round.first_message; i < round.first_message + round.num_messages; ++i) {
@@ -306,17 +306,17 @@ absl::StatusOr<double> RoundsOnly(const Plan& plan, Side side, int rank,
         else recvs.push_back(RecvOp{peer, scratch[r.lane] + off, bytes});
         off += bytes;
       }
-      if (posted[r.lane] >= t->max_rounds_per_lane()) {
-        REFIT_RETURN_IF_ERROR(t->WaitRound(r.lane, absl::Now() + absl::Seconds(120)));
+      if (posted[r.lane] >= t->max_waves_per_lane()) {
+        REFIT_RETURN_IF_ERROR(t->WaitWave(r.lane, absl::Now() + absl::Seconds(120)));
         --posted[r.lane];
       }
       REFIT_RETURN_IF_ERROR(
-          t->StartRound(r.lane, sends, recvs, absl::Now() + absl::Seconds(120)));
+          t->StartWave(r.lane, sends, recvs, absl::Now() + absl::Seconds(120)));
       ++posted[r.lane];
     }
     for (int l = 0; l < lanes; ++l) {
       for (; posted[l] > 0; --posted[l]) {
-        REFIT_RETURN_IF_ERROR(t->WaitRound(l, absl::Now() + absl::Seconds(120)));
+        REFIT_RETURN_IF_ERROR(t->WaitWave(l, absl::Now() + absl::Seconds(120)));
       }
     }
     return absl::OkStatus();
@@ -390,7 +390,7 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
     po.num_lanes = lanes;
     po.staging_budget_bytes = staging_mib << 20;
     if (bo.direct_mib >= 0) po.direct_min_bytes = bo.direct_mib << 20;
-    po.max_round_bytes = bo.round_mib << 20;
+    po.max_wave_bytes = bo.round_mib << 20;
     const absl::Time p0 = absl::Now();
     REFIT_ASSIGN_OR_RETURN(Plan plan, BuildPlan(src, dst, po));
     if (lanes == 2) out->Put("plan_s", absl::ToDoubleSeconds(absl::Now() - p0));
@@ -400,9 +400,9 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
     no.device = g;
     REFIT_ASSIGN_OR_RETURN(std::unique_ptr<NcclTransport> t,
                            NcclTransport::Create(&kv, g, kWorld, no));
-    std::unique_ptr<CopyEngine> ce = MakeCudaCopyEngine(t.get());
+    std::unique_ptr<Copier> ce = MakeCudaCopier(t.get());
     ExecutorOptions eo;
-    eo.copy_engine = ce.get();
+    eo.copier = ce.get();
     REFIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex,
                            Executor::Create(plan, side, rank, dev, t.get(), eo));
     // Engines start from zeros for every K, so every K's bytes are checked.
@@ -448,7 +448,7 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
     if (lanes == 2) {
       out->Put("messages", static_cast<double>(plan.stats.num_messages));
       out->Put("segments", static_cast<double>(plan.stats.num_segments));
-      out->Put("rounds", static_cast<double>(plan.rounds.size()));
+      out->Put("rounds", static_cast<double>(plan.waves.size()));
       plan2 = plan;
     }
     ex.reset();

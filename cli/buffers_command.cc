@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "layout/dtype.h"
+#include "mapping/engine_vllm.h"
 #include "mapping/layout_builder.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
@@ -25,15 +26,21 @@ absl::StatusOr<std::string> RunBuffersCommand(const BuffersCommandOptions& opt) 
   const std::string& convention = trainer ? opt.trainer : opt.engine;
   REFIT_ASSIGN_OR_RETURN(MappedSide side, BuildSideLayout(model, trainer, convention));
   const int32_t world = side.layout.world_size;
+  std::string text;
   if (opt.rank < -1 || opt.rank >= world) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--rank ", opt.rank, " is outside the world of ", world, " ranks of ",
         convention));
   }
+  std::string kernel;  // engines: the kernel layout the buffers hold
+  if (!trainer) {
+    REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(opt.engine));
+    kernel = KernelLayoutSummary(es.kernel);
+    absl::StrAppend(&text, "kernel layout: ", kernel, "\n");
+  }
   const int32_t first = opt.rank < 0 ? 0 : opt.rank;
   const int32_t last = opt.rank < 0 ? world : opt.rank + 1;
   nlohmann::json out = nlohmann::json::array();
-  std::string text;
   for (int32_t r = first; r < last; ++r) {
     const std::vector<LocalBuffer> bufs = RankBuffers(side, r);
     int64_t total = 0;

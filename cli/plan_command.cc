@@ -161,7 +161,22 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
       std::cerr << "timing:   planner " << phase << " " << sec << " s\n";
     }
   }
-  REFIT_ASSIGN_OR_RETURN(PlanSummary s, SummarizePlan(plan, opt.link));
+  // Megatron rank k = (pp * DP + dp) * TP + tp: its stage labels the heat
+  // map's rows.
+  std::vector<int32_t> stages;
+  if (ts.kind == TrainerSpec::Kind::kMegatron && ts.pp > 1) {
+    for (int32_t k = 0; k < ts.world_size(); ++k) stages.push_back(k / (ts.dp * ts.tp));
+  }
+  REFIT_ASSIGN_OR_RETURN(PlanSummary s, SummarizePlan(plan, opt.link, stages));
+  REFIT_RETURN_IF_ERROR(CheckSnapshotBound(SnapshotBytesPerRank(plan),
+                                           opt.max_snapshot_mib << 20, "--max_snapshot_mib"));
+  std::string delta_text;
+  if (opt.delta >= 0) {
+    DeltaModel dm;
+    dm.fraction = opt.delta;
+    REFIT_ASSIGN_OR_RETURN(DeltaPrediction dp, PredictDelta(plan, opt.link, dm));
+    delta_text = FormatDeltaText(dp, dm, s.predicted_seconds);
+  }
   s.fingerprint = plan.fingerprint;
   s.model = opt.model;
   s.trainer_spec = TrainerSpecString(ts);
@@ -189,7 +204,7 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
     }
   }
   absl::StrAppend(&out, "plan fingerprint: ", plan.fingerprint, "\n",
-                  FormatSummaryText(s));
+                  FormatSummaryText(s), delta_text);
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "job/job_plan.h"
+#include "cli/delta_prediction.h"
 #include "cli/plan_summary.h"
 
 namespace refit {
@@ -26,6 +27,11 @@ struct PlanCommandOptions {
   bool json = false;
   std::string heatmap;  // SVG path, empty = none
   bool timings = false;  // print each step's wall time on stderr
+  // --delta=F: also predict a delta round with F of the elements changed
+  // (< 0: none); --max_snapshot_mib: refuse a plan whose trainer rank needs
+  // a larger delta snapshot (0: no bound).
+  double delta = -1;
+  int64_t max_snapshot_mib = 0;
 };
 
 // Runs the dry run and returns what to print on stdout. Fails with

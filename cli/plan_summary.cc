@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <string>
 
@@ -34,18 +35,18 @@ std::vector<HistogramBin> EmptyHistogram() {
   std::vector<HistogramBin> bins;
   int64_t lo = 0;
   for (int64_t hi = 4 << 10; hi <= (256LL << 20); hi *= 16) {
-    bins.push_back({absl::StrCat("[", HumanBytes(lo), ", ", HumanBytes(hi),
+    bins.push_back({absl::StrCat("[", HumanBinaryBytes(lo), ", ", HumanBinaryBytes(hi),
                                  ")"),
                     lo, hi, 0, 0});
     lo = hi;
   }
-  bins.push_back({absl::StrCat(">= ", HumanBytes(lo)), lo, 0, 0, 0});
+  bins.push_back({absl::StrCat(">= ", HumanBinaryBytes(lo)), lo, 0, 0, 0});
   return bins;
 }
 
 }  // namespace
 
-std::string HumanBytes(int64_t b) {
+std::string HumanBinaryBytes(int64_t b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(b);
   int u = 0;
@@ -70,8 +71,8 @@ int32_t EngineHost(const LinkModel& link, int32_t src_world, int32_t r) {
   return trainer_hosts + r / link.gpus_per_host;
 }
 
-absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
-                                          const LinkModel& link) {
+absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& link,
+                                          const std::vector<int32_t>& src_stage) {
   if (link.gpus_per_host < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("gpus per host must be >= 1, got ", link.gpus_per_host));
@@ -108,38 +109,92 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
     }
     return !placed && link.colocated && src_rank == dst_rank;
   };
-  s.heat_row_hosts = src_host;
-  s.heat_col_hosts = dst_host;
-  for (auto* v : {&s.heat_row_hosts, &s.heat_col_hosts}) {
-    std::sort(v->begin(), v->end());
-    v->erase(std::unique(v->begin(), v->end()), v->end());
+  if (!src_stage.empty() && static_cast<int32_t>(src_stage.size()) != s.src_world) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "src_stage: ", src_stage.size(), " stages for ", s.src_world, " trainer ranks"));
   }
-  auto index_in = [](const std::vector<int32_t>& v, int32_t h) {
-    return static_cast<int32_t>(std::lower_bound(v.begin(), v.end(), h) - v.begin());
-  };
-  s.heat.assign(s.heat_row_hosts.size(),
-                std::vector<int64_t>(s.heat_col_hosts.size(), 0));
+  // The heat map's rows and columns (see PlanSummary::heat_unit).
+  std::vector<int32_t> src_row(s.src_world), dst_col(s.dst_world);
+  bool shares_gpu = !placed && link.colocated;
+  if (gpus) {
+    std::set<std::pair<int32_t, int32_t>> trainer_gpus;
+    for (int32_t r = 0; r < s.src_world; ++r) {
+      if (plan.src.gpu_of_rank[r] >= 0) trainer_gpus.insert({src_host[r], plan.src.gpu_of_rank[r]});
+    }
+    for (int32_t r = 0; r < s.dst_world && !shares_gpu; ++r) {
+      shares_gpu = trainer_gpus.count({dst_host[r], plan.dst.gpu_of_rank[r]}) > 0;
+    }
+  }
+  constexpr int32_t kMaxGpuView = 256;  // ranks a side; more make an unreadable SVG
+  if (shares_gpu && s.src_world <= kMaxGpuView && s.dst_world <= kMaxGpuView) {
+    s.heat_unit = "gpu";
+    s.heat_row_hosts = src_host;
+    s.heat_col_hosts = dst_host;
+    for (int32_t r = 0; r < s.src_world; ++r) {
+      src_row[r] = r;
+      s.heat_row_gpus.push_back(gpus ? plan.src.gpu_of_rank[r] : r);
+      s.heat_row_labels.push_back(absl::StrCat(r));
+    }
+    for (int32_t r = 0; r < s.dst_world; ++r) {
+      dst_col[r] = r;
+      s.heat_col_gpus.push_back(gpus ? plan.dst.gpu_of_rank[r] : r);
+      s.heat_col_labels.push_back(absl::StrCat(r));
+    }
+  } else {
+    s.heat_row_hosts = src_host;
+    s.heat_col_hosts = dst_host;
+    for (auto* v : {&s.heat_row_hosts, &s.heat_col_hosts}) {
+      std::sort(v->begin(), v->end());
+      v->erase(std::unique(v->begin(), v->end()), v->end());
+    }
+    auto index_in = [](const std::vector<int32_t>& v, int32_t h) {
+      return static_cast<int32_t>(std::lower_bound(v.begin(), v.end(), h) - v.begin());
+    };
+    for (int32_t r = 0; r < s.src_world; ++r) src_row[r] = index_in(s.heat_row_hosts, src_host[r]);
+    for (int32_t r = 0; r < s.dst_world; ++r) dst_col[r] = index_in(s.heat_col_hosts, dst_host[r]);
+    // Each side numbered from 0 on its own.
+    for (size_t i = 0; i < s.heat_row_hosts.size(); ++i) s.heat_row_labels.push_back(absl::StrCat(i));
+    for (size_t j = 0; j < s.heat_col_hosts.size(); ++j) s.heat_col_labels.push_back(absl::StrCat(j));
+  }
+  if (!src_stage.empty()) {
+    std::vector<std::set<int32_t>> stages(s.heat_row_labels.size());
+    for (int32_t r = 0; r < s.src_world; ++r) stages[src_row[r]].insert(src_stage[r]);
+    for (size_t i = 0; i < stages.size(); ++i) {
+      if (stages[i].empty()) continue;
+      const int32_t lo = *stages[i].begin(), hi = *stages[i].rbegin();
+      absl::StrAppend(&s.heat_row_labels[i], lo == hi ? absl::StrCat(" pp ", lo)
+                                                      : absl::StrCat(" pp ", lo, "-", hi));
+    }
+  }
+  s.heat.assign(s.heat_row_labels.size(), std::vector<int64_t>(s.heat_col_labels.size(), 0));
   s.lower_bound_seconds = plan.stats.lower_bound_seconds;
 
   // Bytes per wire byte had the trainer's dtype travelled, per src tensor.
   std::vector<double> unconverted(plan.src.tensors.size(), 1.0);
+  // The format of each converted src tensor and of its scales ("" if none).
+  std::vector<std::string> format(plan.src.tensors.size());
   {
-    std::set<std::string> converted;
+    std::map<std::string, std::string> converted;  // weight name -> format
     for (const Conversion& c : plan.conversions) {
       if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(unconverted.size())) continue;
       const TensorSpec& t = plan.src.tensors[c.from.tensor];
       unconverted[c.from.tensor] =
           static_cast<double>(DTypeSize(c.from_dtype)) / DTypeSize(t.dtype);
-      converted.insert(t.name);
+      format[c.from.tensor] = ConversionKindName(c.kind);
+      converted[t.name] = ConversionKindName(c.kind);
     }
     for (size_t t = 0; t < plan.src.tensors.size(); ++t) {
       const std::string& n = plan.src.tensors[t].name;
-      if (absl::EndsWith(n, "_scale_inv") &&
-          converted.count(n.substr(0, n.size() - 10))) {
+      for (absl::string_view suffix : {"_scale_inv", "_scale"}) {
+        if (!absl::EndsWith(n, suffix)) continue;
+        auto it = converted.find(n.substr(0, n.size() - suffix.size()));
+        if (it == converted.end() || !format[t].empty()) continue;
         unconverted[t] = 0;  // scales exist only because of the conversion
+        format[t] = it->second;
       }
     }
   }
+  std::map<std::string, int64_t> by_format;
   std::vector<double> u_src(s.src_world, 0), u_dst(s.dst_world, 0);
   s.converted_records = static_cast<int64_t>(plan.conversions.size());
   for (size_t i = 0; i < plan.messages.size(); ++i) {
@@ -173,6 +228,9 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
       const double factor =
           t >= 0 && t < static_cast<int32_t>(unconverted.size()) ? unconverted[t] : 1.0;
       ub += g.bytes * factor;
+      if (t >= 0 && t < static_cast<int32_t>(format.size()) && !format[t].empty()) {
+        by_format[format[t]] += g.bytes;
+      }
       if (factor != 1.0) {
         s.converted_wire_bytes += g.bytes;
         s.converted_unconverted_bytes += static_cast<int64_t>(g.bytes * factor);
@@ -188,12 +246,11 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
         break;
       }
     }
-    s.heat[index_in(s.heat_row_hosts, src_host[m.src_rank])]
-          [index_in(s.heat_col_hosts, dst_host[m.dst_rank])] += m.bytes;
+    s.heat[src_row[m.src_rank]][dst_col[m.dst_rank]] += m.bytes;
   }
   s.num_segments = static_cast<int64_t>(plan.segments.size());
   s.num_messages = static_cast<int64_t>(plan.messages.size());
-  s.num_rounds = static_cast<int64_t>(plan.rounds.size());
+  s.num_waves = static_cast<int64_t>(plan.waves.size());
   if (!sent.empty()) {
     s.sent_max = *std::max_element(sent.begin(), sent.end());
     s.sent_mean = static_cast<double>(s.total_bytes) / sent.size();
@@ -224,45 +281,46 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
       s.slowest_rank = MemberName(/*trainer=*/false, "", r);
     }
   }
+  s.wire_bytes_by_format.assign(by_format.begin(), by_format.end());
   return s;
 }
 
 std::string FormatSummaryText(const PlanSummary& s) {
   std::string o;
   absl::StrAppendFormat(&o, "total bytes moved: %d (%s)\n", s.total_bytes,
-                        HumanBytes(s.total_bytes));
+                        HumanBinaryBytes(s.total_bytes));
   absl::StrAppendFormat(&o, "trainer ranks: %d, engine ranks: %d\n",
                         s.src_world, s.dst_world);
   absl::StrAppendFormat(&o, "sent per trainer rank: max %s, mean %s\n",
-                        HumanBytes(s.sent_max),
-                        HumanBytes(static_cast<int64_t>(s.sent_mean)));
+                        HumanBinaryBytes(s.sent_max),
+                        HumanBinaryBytes(static_cast<int64_t>(s.sent_mean)));
   o += "  busiest senders:";
   for (const RankBytes& r : s.busiest_senders) {
-    absl::StrAppendFormat(&o, " %d (%s)", r.rank, HumanBytes(r.bytes));
+    absl::StrAppendFormat(&o, " %d (%s)", r.rank, HumanBinaryBytes(r.bytes));
   }
   absl::StrAppendFormat(&o, "\nreceived per engine rank: max %s, mean %s\n",
-                        HumanBytes(s.received_max),
-                        HumanBytes(static_cast<int64_t>(s.received_mean)));
+                        HumanBinaryBytes(s.received_max),
+                        HumanBinaryBytes(static_cast<int64_t>(s.received_mean)));
   o += "  busiest receivers:";
   for (const RankBytes& r : s.busiest_receivers) {
-    absl::StrAppendFormat(&o, " %d (%s)", r.rank, HumanBytes(r.bytes));
+    absl::StrAppendFormat(&o, " %d (%s)", r.rank, HumanBinaryBytes(r.bytes));
   }
   absl::StrAppendFormat(&o,
-                        "\ntransfers (segments): %d, messages: %d, rounds: %d\n",
-                        s.num_segments, s.num_messages, s.num_rounds);
+                        "\ntransfers (segments): %d, messages: %d, waves: %d\n",
+                        s.num_segments, s.num_messages, s.num_waves);
   o += "message sizes:\n";
   for (const HistogramBin& b : s.histogram) {
     absl::StrAppendFormat(&o, "  %-22s %8d messages  %s\n", b.label, b.count,
-                          HumanBytes(b.bytes));
+                          HumanBinaryBytes(b.bytes));
   }
   absl::StrAppendFormat(&o, "peak staging per rank: trainer %s, engine %s\n",
-                        HumanBytes(s.peak_staging_src),
-                        HumanBytes(s.peak_staging_dst));
+                        HumanBinaryBytes(s.peak_staging_src),
+                        HumanBinaryBytes(s.peak_staging_dst));
   absl::StrAppendFormat(&o,
                         "same-GPU bytes: %s, intra-host bytes (between GPUs): %s, "
                         "inter-host bytes: %s\n",
-                        HumanBytes(s.same_gpu_bytes), HumanBytes(s.intra_host_bytes),
-                        HumanBytes(s.inter_host_bytes));
+                        HumanBinaryBytes(s.same_gpu_bytes), HumanBinaryBytes(s.intra_host_bytes),
+                        HumanBinaryBytes(s.inter_host_bytes));
   absl::StrAppendFormat(&o, "predicted refit time: %.3f s (slowest: %s)\n",
                         s.predicted_seconds,
                         s.slowest_rank.empty() ? "none" : s.slowest_rank);
@@ -276,16 +334,22 @@ std::string FormatSummaryText(const PlanSummary& s) {
         &o,
         "converted by the senders (%d records): %s on the wire; in the trainer's "
         "dtypes it would be %s (%.2fx) and %.3f s\n",
-        s.converted_records, HumanBytes(s.total_bytes), HumanBytes(s.unconverted_bytes),
+        s.converted_records, HumanBinaryBytes(s.total_bytes), HumanBinaryBytes(s.unconverted_bytes),
         s.unconverted_bytes > 0 ? static_cast<double>(s.total_bytes) / s.unconverted_bytes : 0,
         s.unconverted_seconds);
     absl::StrAppendFormat(
         &o, "  the converted tensors with their scales: %s on the wire, %s in the "
             "trainer's dtypes (%.3fx)\n",
-        HumanBytes(s.converted_wire_bytes), HumanBytes(s.converted_unconverted_bytes),
+        HumanBinaryBytes(s.converted_wire_bytes), HumanBinaryBytes(s.converted_unconverted_bytes),
         s.converted_unconverted_bytes > 0
             ? static_cast<double>(s.converted_wire_bytes) / s.converted_unconverted_bytes
             : 0);
+    std::string formats;
+    for (const auto& [name, bytes] : s.wire_bytes_by_format) {
+      absl::StrAppend(&formats, formats.empty() ? "" : ", ", name, " ",
+                      HumanBinaryBytes(bytes));
+    }
+    if (!formats.empty()) absl::StrAppend(&o, "  on the wire by format: ", formats, "\n");
   }
   return o;
 }
@@ -306,7 +370,8 @@ std::string FormatSummaryJson(const PlanSummary& s) {
                    {"busiest", ranks(s.busiest_receivers)}};
   j["segments"] = s.num_segments;
   j["messages"] = s.num_messages;
-  j["rounds"] = s.num_rounds;
+  j["waves"] = s.num_waves;
+  j["rounds"] = s.num_waves;  // the same, under its earlier name (scripts read it)
   nlohmann::json h = nlohmann::json::array();
   for (const HistogramBin& b : s.histogram) {
     h.push_back({{"label", b.label}, {"lo", b.lo}, {"hi", b.hi},
@@ -318,6 +383,10 @@ std::string FormatSummaryJson(const PlanSummary& s) {
   j["same_gpu_bytes"] = s.same_gpu_bytes;
   j["intra_host_bytes"] = s.intra_host_bytes;
   j["converted_records"] = s.converted_records;
+  j["wire_bytes_by_format"] = nlohmann::json::object();
+  for (const auto& [name, bytes] : s.wire_bytes_by_format) {
+    j["wire_bytes_by_format"][name] = bytes;
+  }
   j["unconverted_bytes"] = s.unconverted_bytes;
   j["unconverted_seconds"] = s.unconverted_seconds;
   j["converted_wire_bytes"] = s.converted_wire_bytes;
@@ -336,8 +405,11 @@ std::string FormatSummaryJson(const PlanSummary& s) {
   if (!s.trainer_spec.empty()) j["trainer"] = s.trainer_spec;
   if (!s.engine_spec.empty()) j["engine"] = s.engine_spec;
   nlohmann::json heat;
-  heat["rows"] = "trainer host";
-  heat["cols"] = "engine host";
+  const bool gpu_view = s.heat_unit == "gpu";
+  heat["rows"] = gpu_view ? "trainer rank (one GPU each)" : "trainer host";
+  heat["cols"] = gpu_view ? "engine rank (one GPU each)" : "engine host";
+  heat["row_labels"] = s.heat_row_labels;
+  heat["col_labels"] = s.heat_col_labels;
   heat["row_hosts"] = s.heat_row_hosts;
   heat["col_hosts"] = s.heat_col_hosts;
   heat["bytes"] = s.heat;
@@ -368,37 +440,49 @@ std::string RenderHeatmapSvg(const PlanSummary& s, const std::string& title) {
     int b = static_cast<int>(120 - 110 * t);
     return absl::StrFormat("#%02x%02x%02x", r, g, b);
   };
+  const bool gpu_view = s.heat_unit == "gpu";
   std::string o = absl::StrFormat(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
       "font-family=\"sans-serif\" font-size=\"11\">\n"
       "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
       "<text x=\"10\" y=\"20\" font-size=\"15\">%s</text>\n"
-      "<text x=\"%d\" y=\"%d\">engine host (columns)</text>\n"
-      "<text x=\"10\" y=\"%d\">trainer host (rows)</text>\n",
-      w, h, title, left, top - 28, top - 10);
+      "<text x=\"%d\" y=\"%d\">%s</text>\n"
+      "<text x=\"10\" y=\"%d\">%s</text>\n",
+      w, h, title, left, top - 28,
+      gpu_view ? "engine rank, one GPU each (columns)" : "engine host (columns)",
+      top - 10,
+      gpu_view ? "trainer rank (rows)" : "trainer host (rows)");
   const int step_c = std::max(1, cols / 16), step_r = std::max(1, rows / 32);
   for (int c = 0; c < cols; c += step_c) {
-    absl::StrAppendFormat(&o, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%d</text>\n",
-                          left + c * cell + cell / 2, top - 4, s.heat_col_hosts[c]);
+    absl::StrAppendFormat(&o, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
+                          left + c * cell + cell / 2, top - 4, s.heat_col_labels[c]);
   }
   std::string outlines;  // drawn last, over the cells
   for (int r = 0; r < rows; ++r) {
     if (r % step_r == 0) {
-      absl::StrAppendFormat(&o, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%d</text>\n",
+      absl::StrAppendFormat(&o, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>\n",
                             left - 6, top + r * cell + cell / 2 + 4,
-                            s.heat_row_hosts[r]);
+                            s.heat_row_labels[r]);
     }
     for (int c = 0; c < cols; ++c) {
       const bool intra = s.heat_row_hosts[r] == s.heat_col_hosts[c];
+      // A copy within one GPU ("gpu" view) or within one host.
+      const bool one_gpu = gpu_view && intra && s.heat_row_gpus[r] >= 0 &&
+                           s.heat_row_gpus[r] == s.heat_col_gpus[c];
+      const std::string where =
+          gpu_view ? absl::StrFormat("trainer rank %s (host %d) -> engine rank %s (host %d)",
+                                     s.heat_row_labels[r], s.heat_row_hosts[r],
+                                     s.heat_col_labels[c], s.heat_col_hosts[c])
+                   : absl::StrFormat("trainer host %s -> engine host %s",
+                                     s.heat_row_labels[r], s.heat_col_labels[c]);
       absl::StrAppendFormat(
           &o,
           "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" "
-          "stroke=\"white\" stroke-width=\"0.5\"><title>trainer host %d -> engine "
-          "host %d: %s (%s)</title></rect>\n",
-          left + c * cell, top + r * cell, cell, cell, color(s.heat[r][c]),
-          s.heat_row_hosts[r], s.heat_col_hosts[c], HumanBytes(s.heat[r][c]),
-          intra ? "intra-host" : "inter-host");
-      if (intra) {
+          "stroke=\"white\" stroke-width=\"0.5\"><title>%s: %s (%s)</title></rect>\n",
+          left + c * cell, top + r * cell, cell, cell, color(s.heat[r][c]), where,
+          HumanBinaryBytes(s.heat[r][c]),
+          one_gpu ? "same GPU" : intra ? "intra-host" : "inter-host");
+      if (gpu_view ? one_gpu : intra) {
         absl::StrAppendFormat(&outlines,
                               "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
                               "fill=\"none\" stroke=\"#1f4fd0\" stroke-width=\"2\"/>\n",
@@ -417,19 +501,20 @@ std::string RenderHeatmapSvg(const PlanSummary& s, const std::string& title) {
                           "<rect x=\"%d\" y=\"%d\" width=\"20\" height=\"18\" "
                           "fill=\"%s\"/><text x=\"%d\" y=\"%d\">%s</text>\n",
                           lx, ly + i * 18, color(v), lx + 26, ly + i * 18 + 13,
-                          HumanBytes(v));
+                          HumanBinaryBytes(v));
   }
   absl::StrAppendFormat(&o,
                         "<rect x=\"%d\" y=\"%d\" width=\"20\" height=\"18\" fill=\"none\" "
                         "stroke=\"#1f4fd0\" stroke-width=\"2\"/><text x=\"%d\" "
-                        "y=\"%d\">within one host</text>\n",
-                        lx, ly + 11 * 18 + 10, lx + 26, ly + 11 * 18 + 23);
+                        "y=\"%d\">%s</text>\n",
+                        lx, ly + 11 * 18 + 10, lx + 26, ly + 11 * 18 + 23,
+                        gpu_view ? "within one GPU" : "within one host");
   absl::StrAppendFormat(
       &o,
       "<text x=\"10\" y=\"%d\">total %s: same GPU %s, intra-host %s, inter-host "
       "%s; predicted %.3f s</text>\n",
-      h - 20, HumanBytes(s.total_bytes), HumanBytes(s.same_gpu_bytes),
-      HumanBytes(s.intra_host_bytes), HumanBytes(s.inter_host_bytes), s.predicted_seconds);
+      h - 20, HumanBinaryBytes(s.total_bytes), HumanBinaryBytes(s.same_gpu_bytes),
+      HumanBinaryBytes(s.intra_host_bytes), HumanBinaryBytes(s.inter_host_bytes), s.predicted_seconds);
   o += "</svg>\n";
   return o;
 }

@@ -58,7 +58,7 @@ struct PlanSummary {
   std::vector<RankBytes> busiest_receivers;  // up to 5
   int64_t num_segments = 0;
   int64_t num_messages = 0;
-  int64_t num_rounds = 0;
+  int64_t num_waves = 0;
   std::vector<HistogramBin> histogram;       // message sizes
   int64_t peak_staging_src = 0;              // max over src ranks
   int64_t peak_staging_dst = 0;              // max over dst ranks
@@ -86,14 +86,30 @@ struct PlanSummary {
   // the trainer's dtypes.
   int64_t converted_wire_bytes = 0;
   int64_t converted_unconverted_bytes = 0;
+  // converted_wire_bytes by format (ConversionKindName: "fp8_block",
+  // "mxfp8", "cast_f32", ...; codes and scales together), by name.
+  std::vector<std::pair<std::string, int64_t>> wire_bytes_by_format;
   std::string slowest_rank;                  // e.g. "trainer rank 3" (MemberName)
-  // Bytes from each trainer host to each engine host: [row][col]; row i
-  // is host heat_row_hosts[i], col j host heat_col_hosts[j] (host indices
-  // of the placement, ascending); a cell whose two hosts are equal moved
-  // its bytes within one host.
+  // The heat map, bytes [row][col], in one of two views:
+  //  * "host": rows are the trainer hosts, columns the engine hosts, each
+  //    side numbered from 0 on its own (heat_row_labels, heat_col_labels);
+  //  * "gpu", for colocated plans (trainer and engine ranks share GPUs,
+  //    whose hosts would collapse into one cell): rows are trainer ranks,
+  //    columns engine ranks, one GPU each.
+  // heat_row_hosts[i] / heat_col_hosts[j] is row i's / column j's host
+  // (placement index): a cell whose two hosts are equal moved its bytes
+  // within one host. In the "gpu" view heat_row_gpus / heat_col_gpus give
+  // each rank's GPU; a cell on one host with equal GPUs is a copy within
+  // one GPU. Row labels name the pipeline stages ("pp 0", "pp 0-1") when
+  // SummarizePlan was given them.
+  std::string heat_unit = "host";
   std::vector<std::vector<int64_t>> heat;
   std::vector<int32_t> heat_row_hosts;
   std::vector<int32_t> heat_col_hosts;
+  std::vector<int32_t> heat_row_gpus;
+  std::vector<int32_t> heat_col_gpus;
+  std::vector<std::string> heat_row_labels;
+  std::vector<std::string> heat_col_labels;
 };
 
 // Host of trainer rank `r` / engine rank `r` under `link`'s shorthand (see
@@ -103,11 +119,13 @@ int32_t EngineHost(const LinkModel& link, int32_t src_world, int32_t r);
 
 // Summarizes `plan`: hosts (and GPUs, where gpu_of_rank is given on both
 // sides) from the plan's placement when both sides have one, else from
-// `link`'s shorthand; speeds from `link`. Fails with INVALID_ARGUMENT if
-// gpus_per_host < 1, a bandwidth is not positive, or a message names a rank
-// outside its world.
-absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan,
-                                          const LinkModel& link);
+// `link`'s shorthand; speeds from `link`. `src_stage`, when not empty, gives
+// each trainer rank's pipeline stage (for the heat map's row labels). Fails
+// with INVALID_ARGUMENT if gpus_per_host < 1, a bandwidth is not positive,
+// a message names a rank outside its world, or src_stage is neither empty
+// nor one per trainer rank.
+absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& link,
+                                          const std::vector<int32_t>& src_stage = {});
 
 // Human-readable text (what `refit plan` prints).
 std::string FormatSummaryText(const PlanSummary& s);
@@ -116,8 +134,9 @@ std::string FormatSummaryJson(const PlanSummary& s);
 // An SVG heat map of PlanSummary::heat with labels and a color legend.
 std::string RenderHeatmapSvg(const PlanSummary& s, const std::string& title);
 
-// "1.50 GiB" style.
-std::string HumanBytes(int64_t bytes);
+// A plan's sizes for people, in binary units as memory is counted:
+// "1.50 GiB" (GiB = 2^30; round bytes and GB/s are decimal, common/round_bytes.h).
+std::string HumanBinaryBytes(int64_t bytes);
 
 }  // namespace refit
 

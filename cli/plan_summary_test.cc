@@ -13,7 +13,7 @@ Message Msg(int32_t src, int32_t dst, int32_t round, int64_t bytes) {
   Message m;
   m.src_rank = src;
   m.dst_rank = dst;
-  m.round = round;
+  m.wave = round;
   m.bytes = bytes;
   return m;
 }
@@ -26,7 +26,7 @@ Plan HandPlan() {
   p.segments.resize(5);
   p.messages = {Msg(0, 0, 0, 1000), Msg(1, 0, 0, 3000), Msg(2, 1, 1, 8 << 20),
                 Msg(3, 1, 1, 100), Msg(0, 1, 1, 5000)};
-  p.rounds.resize(2);
+  p.waves.resize(2);
   p.stats.staging_src = {10, 20, 300, 5};
   p.stats.staging_dst = {40, 7};
   return p;
@@ -48,7 +48,7 @@ TEST(PlanSummaryTest, SeparateHostsAllNetwork) {
   EXPECT_DOUBLE_EQ(s->received_mean, total / 2.0);
   EXPECT_EQ(s->num_segments, 5);
   EXPECT_EQ(s->num_messages, 5);
-  EXPECT_EQ(s->num_rounds, 2);
+  EXPECT_EQ(s->num_waves, 2);
   EXPECT_EQ(s->peak_staging_src, 300);
   EXPECT_EQ(s->peak_staging_dst, 40);
   EXPECT_EQ(s->intra_host_bytes, 0);
@@ -100,8 +100,11 @@ TEST(PlanSummaryTest, PlanPlacementOverridesShorthandAndHeatIsHostToHost) {
   link.net_gbps = 1.0;
   auto s = SummarizePlan(p, link);
   ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->heat_unit, "host");
   EXPECT_EQ(s->heat_row_hosts, (std::vector<int32_t>{0, 1}));
   EXPECT_EQ(s->heat_col_hosts, (std::vector<int32_t>{1, 2}));
+  // Engine hosts are numbered from 0 on their own, not after the trainers'.
+  EXPECT_EQ(s->heat_col_labels, (std::vector<std::string>{"0", "1"}));
   EXPECT_EQ(s->heat[0][0], 1000 + 3000);
   EXPECT_EQ(s->heat[0][1], 5000);
   EXPECT_EQ(s->heat[1][0], 0);
@@ -133,6 +136,54 @@ TEST(PlanSummaryTest, PlanPlacementOverridesShorthandAndHeatIsHostToHost) {
   EXPECT_EQ(j["same_gpu_bytes"], 1000 + (8 << 20));
   EXPECT_NE(FormatSummaryText(*s).find("same-GPU bytes: 8.00 MiB"), std::string::npos)
       << FormatSummaryText(*s);
+}
+
+TEST(PlanSummaryTest, AColocatedPlanGetsOneHeatmapCellPerGpuPair) {
+  // 4 trainer ranks and 2 engine ranks on one host: the host view would be
+  // one cell. Engine rank 0 shares trainer rank 0's GPU, engine rank 1
+  // trainer rank 2's.
+  Plan p = HandPlan();
+  p.src.host_of_rank = {0, 0, 0, 0};
+  p.dst.host_of_rank = {0, 0};
+  p.src.gpu_of_rank = {0, 1, 2, 3};
+  p.dst.gpu_of_rank = {0, 2};
+  auto s = SummarizePlan(p, LinkModel{}, /*src_stage=*/{0, 0, 1, 1});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->heat_unit, "gpu");
+  ASSERT_EQ(s->heat.size(), 4u);
+  ASSERT_EQ(s->heat[0].size(), 2u);
+  EXPECT_EQ(s->heat[0][0], 1000);
+  EXPECT_EQ(s->heat[1][0], 3000);
+  EXPECT_EQ(s->heat[2][1], 8 << 20);
+  EXPECT_EQ(s->heat[3][1], 100);
+  EXPECT_EQ(s->heat[0][1], 5000);
+  // Pipeline stages label the rows.
+  EXPECT_EQ(s->heat_row_labels, (std::vector<std::string>{"0 pp 0", "1 pp 0", "2 pp 1",
+                                                          "3 pp 1"}));
+  const std::string svg = RenderHeatmapSvg(*s, "t");
+  EXPECT_NE(svg.find("trainer rank 0 pp 0 (host 0) -> engine rank 0 (host 0): 1000 B "
+                     "(same GPU)"),
+            std::string::npos)
+      << svg;
+  EXPECT_NE(svg.find("trainer rank 1 pp 0 (host 0) -> engine rank 0 (host 0): 2.93 KiB "
+                     "(intra-host)"),
+            std::string::npos);
+  EXPECT_NE(svg.find("within one GPU"), std::string::npos);
+  const auto j = nlohmann::json::parse(FormatSummaryJson(*s));
+  EXPECT_EQ(j["heatmap"]["rows"], "trainer rank (one GPU each)");
+  EXPECT_EQ(j["heatmap"]["row_labels"][2], "2 pp 1");
+  // The stages of the ranks on one host label its row in the host view.
+  p.src.gpu_of_rank.clear();
+  p.dst.gpu_of_rank.clear();
+  p.src.host_of_rank = {0, 0, 1, 1};
+  p.dst.host_of_rank = {2, 2};
+  s = SummarizePlan(p, LinkModel{}, {0, 1, 1, 1});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->heat_unit, "host");
+  EXPECT_EQ(s->heat_row_labels, (std::vector<std::string>{"0 pp 0-1", "1 pp 1"}));
+  EXPECT_EQ(s->heat_col_labels, (std::vector<std::string>{"0"}));
+  EXPECT_EQ(SummarizePlan(p, LinkModel{}, {0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PlanSummaryTest, HeatmapOfOneCellHoldsItsLegendAndTitle) {
@@ -177,6 +228,49 @@ TEST(PlanSummaryTest, JsonAndSvgCarryTheNumbers) {
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("engine host"), std::string::npos);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
+// An MXFP8 weight (bf16 on the trainer) and its E8M0 scales, one message
+// each: both count as mxfp8 on the wire; in the trainer's dtypes the codes
+// weigh double and the scales nothing.
+TEST(PlanSummaryTest, WireBytesByFormat) {
+  Plan p;
+  p.src.world_size = 1;
+  p.dst.world_size = 1;
+  p.src.tensors = {{"w", {4, 64}, DType::kF8E4M3, false},
+                   {"w_scale", {4, 2}, DType::kU8, false},
+                   {"n", {64}, DType::kBF16, false}};
+  Record w, sc, n;
+  w.tensor = 0;
+  sc.tensor = 1;
+  n.tensor = 2;
+  p.src.records = {w, sc, n};
+  Conversion c;
+  c.kind = ConversionKind::kMxfp8;
+  c.from = w;
+  p.conversions = {c};
+  p.segments.resize(3);
+  p.segments[0].src_record = 0;
+  p.segments[0].bytes = 256;
+  p.segments[1].src_record = 1;
+  p.segments[1].bytes = 8;
+  p.segments[2].src_record = 2;
+  p.segments[2].bytes = 128;
+  Message m = Msg(0, 0, 0, 392);
+  m.first_segment = 0;
+  m.num_segments = 3;
+  p.messages = {m};
+  p.waves.resize(1);
+  auto s = SummarizePlan(p, LinkModel{});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->converted_wire_bytes, 264);
+  EXPECT_EQ(s->converted_unconverted_bytes, 512);
+  ASSERT_EQ(s->wire_bytes_by_format.size(), 1u);
+  EXPECT_EQ(s->wire_bytes_by_format[0].first, "mxfp8");
+  EXPECT_EQ(s->wire_bytes_by_format[0].second, 264);
+  EXPECT_NE(FormatSummaryText(*s).find("on the wire by format: mxfp8 264"), std::string::npos)
+      << FormatSummaryText(*s);
+  EXPECT_EQ(nlohmann::json::parse(FormatSummaryJson(*s))["wire_bytes_by_format"]["mxfp8"], 264);
 }
 
 }  // namespace

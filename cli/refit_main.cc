@@ -16,7 +16,9 @@
 #include "common/command_line.h"
 #include "common/huge_pages.h"
 #include "mapping/model_config.h"
+#include "proto/protocol_version.h"
 #include "cli/buffers_command.h"
+#include "cli/health_command.h"
 #include "cli/plan_command.h"
 #include "cli/simulate_command.h"
 #include "cli/status_command.h"
@@ -33,14 +35,21 @@ ABSL_FLAG(std::string, engine, "",
           "engine layout, e.g. vllm:tp=32,dp=8 or vllm:tp=8,dp=2,ep=16 (ep must\n"
           "equal tp*dp; engine rank = dp_rank*TP + tp_rank)");
 ABSL_FLAG(std::string, dtype, "",
-          "weight dtype bf16|fp8 (fp8 = e4m3 + weight_scale_inv blocks); empty:\n"
-          "plan: bf16, simulate: the config's own");
+          "weight dtype bf16|fp8|fp8-tensor (fp8 = e4m3 + weight_scale_inv\n"
+          "blocks, fp8-tensor: one scale per tensor); empty: plan: bf16,\n"
+          "simulate: the config's own");
 ABSL_FLAG(int64_t, staging_mib, 512, "staging budget per rank in MiB");
 ABSL_FLAG(int32_t, lanes, 2, "concurrent lanes (rounds in flight), at most 64");
 ABSL_FLAG(int64_t, max_plan_mib, 16384,
           "refuse a plan whose estimated size (one record per tensor per rank)\n"
           "is over this many MiB");
 ABSL_FLAG(bool, json, false, "print the result as one JSON document");
+ABSL_FLAG(double, delta, -1,
+          "refit plan: also predict a delta round with this fraction of the elements "
+          "changed, e.g. 0.02 (docs/delta.md)");
+ABSL_FLAG(int64_t, max_snapshot_mib, 0,
+          "refit plan: refuse a plan whose trainer rank needs a larger delta snapshot "
+          "(MiB; 0: no bound)");
 ABSL_FLAG(double, timeout_s, 0,
           "deadline in seconds; 0: the command's default (simulate: the whole\n"
           "transfer, 300; status: to connect and to answer, 10)");
@@ -72,8 +81,9 @@ ABSL_FLAG(std::string, checkpoint, "",
           "model.safetensors, or a directory holding\n"
           "model.safetensors.index.json (sharded) or model.safetensors");
 ABSL_FLAG(std::string, out, "", "output directory (created). e.g. --out /tmp/sim");
-// refit status
-ABSL_FLAG(std::string, server, "", "refitd's address, e.g. --server 127.0.0.1:50051");
+// refit status, refit health
+ABSL_FLAG(std::string, server, refit::kDefaultRefitdAddress,
+          "refitd's address HOST:PORT (default: refitd's own default address)");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the bearer token refitd requires (refitd --token_file)");
 ABSL_FLAG(int32_t, rounds, 10, "newest rounds shown");
@@ -99,6 +109,7 @@ commands:
   simulate   run a whole refit in one process from a safetensors checkpoint
              and write every trainer and engine rank's buffers
   status     members, plan fingerprint and last rounds of a running refitd
+  health     whether refitd serves (grpc.health.v1): exit 0 when it does
   buffers    the buffers a trainer rank or engine worker gives refit
              (names, local shapes, dtypes, bytes) under its convention
   models     the built-in models (names --model takes)
@@ -110,6 +121,7 @@ example:
   refit simulate --model tiny-qwen3 --checkpoint ckpt/ \
                  --trainer megatron:tp=2,pp=2 --engine vllm:tp=2,dp=2 --out sim/
   refit status --server 127.0.0.1:50051 --token_file /etc/refit/token
+  refit health
   refit buffers --model qwen3-8b --engine vllm:tp=2 --rank 1
 
 exit codes: 0 ok, 1 failure, 2 usage error.
@@ -144,19 +156,38 @@ example:
 constexpr char kStatusHelp[] =
     R"HELP(refit status: show what a running refitd knows.
 
-usage: refit status --server HOST:PORT [flags]
+usage: refit status [--server HOST:PORT] [flags]
 
 Prints the registered members (id, side, job, engine, rank/world, host,
 device, parallel coordinates, buffers, heartbeat age), the membership epoch,
 the current plan fingerprint (or "(no plan)") and plan error if any, and the
-last rounds with their outcome, bytes, seconds and GB/s (GB = 1e9 bytes).
-With --watch it follows the round in flight instead, until it ends.
+last rounds with their outcome, bytes, seconds and GB/s: bytes are what one
+engine rank received, seconds the slowest member's data-plane time, GB/s =
+bytes / seconds (GB = 1e9 bytes). --server defaults to refitd's own default
+address, 127.0.0.1:50051. With --watch it follows the round in flight
+instead, until it ends.
 
 exit codes: 0 ok, 1 failure (unreachable server, wrong token), 2 usage error.
 
 example:
   refit status --server 127.0.0.1:50051 --token_file token.txt --json
   refit status --server 127.0.0.1:50051 --watch --timeout_s 3600
+)HELP";
+
+constexpr char kHealthHelp[] =
+    R"HELP(refit health: whether refitd serves.
+
+usage: refit health [--server HOST:PORT] [--timeout_s S]
+
+Asks refitd's grpc.health.v1 service (no token needed) and prints
+"refitd HOST:PORT: SERVING". --server defaults to refitd's own default
+address, 127.0.0.1:50051; --timeout_s (5) bounds the call.
+
+exit codes: 0 serving; 1 not serving (NOT_SERVING while refitd drains on
+SIGTERM) or not reachable, with the reason; 2 usage error.
+
+example:
+  refit health --server 10.0.0.5:50051 --timeout_s 2
 )HELP";
 
 constexpr char kBuffersHelp[] =
@@ -195,6 +226,10 @@ members report those hosts and GPUs.
 An invalid layout or plan prints every error (tensor, ranks) and exits 1; a
 usage error exits 2.
 
+--delta=F adds the delta round's prediction (F of the elements changed, wire
+bytes by the codec's size formula) and each trainer rank's snapshot bytes;
+--max_snapshot_mib refuses a plan whose snapshot is over it (docs/delta.md).
+
 example:
   refit plan --model kimi-k2 --trainer megatron:tp=8,pp=16,ep=16,etp=1,dp=2 \
              --engine vllm:tp=16,dp=8 --json
@@ -214,6 +249,15 @@ int ParseSubcommand(const char* name, const std::vector<std::string>& args,
   return *r == refit::CommandLineResult::kHelpShown ? 0 : -1;
 }
 
+// Returns why --dtype's value is not one a model takes (the model config's
+// own check, mapping/model_config.h); "" when it is, or when it is empty.
+std::string DtypeError(const std::string& dtype) {
+  if (dtype.empty()) return "";
+  refit::ModelConfig probe;
+  absl::Status s = refit::SetWeightDType(&probe, dtype);
+  return s.ok() ? "" : absl::StrCat("--dtype: ", s.message());
+}
+
 // Returns the --timeout_s flag, or `def` when it is 0; nullopt when negative.
 std::optional<absl::Duration> Timeout(absl::Duration def) {
   const double s = absl::GetFlag(FLAGS_timeout_s);
@@ -226,7 +270,7 @@ int RunPlan(const std::vector<std::string>& args) {
           "plan", args,
           {"model", "trainer", "engine", "dtype", "gpus_per_host", "colocated",
            "hosts", "link", "staging_mib", "lanes", "max_plan_mib", "json", "timings",
-           "heatmap"},
+           "heatmap", "delta", "max_snapshot_mib"},
           kPlanHelp);
       rc >= 0) {
     return rc;
@@ -239,6 +283,9 @@ int RunPlan(const std::vector<std::string>& args) {
     return Usage("--model, --trainer and --engine are required", kPlanHelp);
   }
   if (!absl::GetFlag(FLAGS_dtype).empty()) opt.dtype = absl::GetFlag(FLAGS_dtype);
+  if (std::string e = DtypeError(absl::GetFlag(FLAGS_dtype)); !e.empty()) {
+    return Usage(e, kPlanHelp);
+  }
   opt.link.gpus_per_host = absl::GetFlag(FLAGS_gpus_per_host);
   if (opt.link.gpus_per_host < 1) {
     return Usage("--gpus_per_host needs a positive integer", kPlanHelp);
@@ -260,6 +307,12 @@ int RunPlan(const std::vector<std::string>& args) {
   opt.json = absl::GetFlag(FLAGS_json);
   opt.timings = absl::GetFlag(FLAGS_timings);
   opt.heatmap = absl::GetFlag(FLAGS_heatmap);
+  opt.delta = absl::GetFlag(FLAGS_delta);
+  if (opt.delta > 1) return Usage("--delta: a fraction of the elements, at most 1", kPlanHelp);
+  opt.max_snapshot_mib = absl::GetFlag(FLAGS_max_snapshot_mib);
+  if (opt.max_snapshot_mib < 0 || opt.max_snapshot_mib > (int64_t{1} << 30)) {
+    return Usage("--max_snapshot_mib: 0 (no bound) to 2^30", kPlanHelp);
+  }
   absl::StatusOr<std::string> out = absl::UnknownError("not run");
   // A plan too large for the memory there is (or the address-space limit)
   // is an error like any other, not an abort.
@@ -294,6 +347,7 @@ int RunSimulate(const std::vector<std::string>& args) {
   opt.engine = absl::GetFlag(FLAGS_engine);
   opt.out = absl::GetFlag(FLAGS_out);
   opt.dtype = absl::GetFlag(FLAGS_dtype);
+  if (std::string e = DtypeError(opt.dtype); !e.empty()) return Usage(e, kSimulateHelp);
   if (opt.model.empty() || opt.checkpoint.empty() || opt.trainer.empty() ||
       opt.engine.empty() || opt.out.empty()) {
     return Usage(
@@ -327,7 +381,7 @@ int RunStatus(const std::vector<std::string>& args) {
   }
   refit::StatusCommandOptions opt;
   opt.server = absl::GetFlag(FLAGS_server);
-  if (opt.server.empty()) return Usage("--server is required", kStatusHelp);
+  if (opt.server.empty()) return Usage("--server needs HOST:PORT", kStatusHelp);
   opt.token_file = absl::GetFlag(FLAGS_token_file);
   const bool watch = absl::GetFlag(FLAGS_watch);
   std::optional<absl::Duration> timeout =
@@ -354,6 +408,26 @@ int RunStatus(const std::vector<std::string>& args) {
   absl::StatusOr<std::string> out = refit::RunStatusCommand(opt);
   if (!out.ok()) {
     std::cerr << "refit status: error: " << out.status().ToString() << "\n";
+    return 1;
+  }
+  std::cout << *out;
+  return 0;
+}
+
+int RunHealth(const std::vector<std::string>& args) {
+  if (int rc = ParseSubcommand("health", args, {"server", "timeout_s"}, kHealthHelp);
+      rc >= 0) {
+    return rc;
+  }
+  refit::HealthCommandOptions opt;
+  opt.server = absl::GetFlag(FLAGS_server);
+  if (opt.server.empty()) return Usage("--server needs HOST:PORT", kHealthHelp);
+  std::optional<absl::Duration> timeout = Timeout(opt.timeout);
+  if (!timeout) return Usage("--timeout_s needs a positive number", kHealthHelp);
+  opt.timeout = *timeout;
+  absl::StatusOr<std::string> out = refit::RunHealthCommand(opt);
+  if (!out.ok()) {
+    std::cerr << "refit health: " << out.status().ToString() << "\n";
     return 1;
   }
   std::cout << *out;
@@ -417,6 +491,7 @@ int main(int argc, char** argv) {
   }
   if (cmd == "plan") return RunPlan(args);
   if (cmd == "status") return RunStatus(args);
+  if (cmd == "health") return RunHealth(args);
   if (cmd == "simulate") return RunSimulate(args);
   if (cmd == "buffers") return RunBuffers(args);
   if (cmd == "models") return RunModels(args);

@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "exec/executor.h"
 #include "exec/inproc_transport.h"
+#include "mapping/engine_vllm.h"
 #include "mapping/mapping.h"
 #include "mapping/plan_size.h"
 #include "mapping/scatter.h"
@@ -45,6 +46,11 @@ absl::StatusOr<const SafetensorsEntry*> Lookup(
         DTypeName(dtype), ShapeString(shape)));
   }
   return e;
+}
+
+// Returns `dir`/`name` with one slash between them ("/" + name for "/").
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  return dir == "/" ? "/" + name : absl::StrCat(dir, "/", name);
 }
 
 absl::Status MakeDir(const std::string& path) {
@@ -172,19 +178,23 @@ absl::StatusOr<std::string> RunSimulateCommand(
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   for (const absl::Status& st : status) REFIT_RETURN_IF_ERROR(st);
 
-  REFIT_RETURN_IF_ERROR(MakeDir(opt.out));
-  REFIT_RETURN_IF_ERROR(WriteSide(src, src_bufs, opt.out + "/trainer"));
-  REFIT_RETURN_IF_ERROR(WriteSide(dst, dst_bufs, opt.out + "/engine"));
+  // "sim/" and "sim" name one directory: paths below it get one slash.
+  std::string out = opt.out;
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  REFIT_RETURN_IF_ERROR(MakeDir(out));
+  REFIT_RETURN_IF_ERROR(WriteSide(src, src_bufs, JoinPath(out, "trainer")));
+  REFIT_RETURN_IF_ERROR(WriteSide(dst, dst_bufs, JoinPath(out, "engine")));
   int64_t moved = 0;
   for (const RunStats& s : stats) moved += s.bytes_received;
   return absl::StrCat(
       "model: ", opt.model, "\ncheckpoint: ", opt.checkpoint, " (",
       ckpt_bytes, " bytes)\ntrainer: ", TrainerSpecString(ts), " (",
       src.layout.world_size, " ranks)\nengine: ", EngineSpecString(es), " (",
-      dst.layout.world_size, " ranks)\nplan fingerprint: ", plan.fingerprint,
-      "\nbytes moved: ", moved, " in ", plan.rounds.size(), " rounds, ",
-      seconds, " s\nwrote ", opt.out, "/trainer/rank<k>.safetensors and ",
-      opt.out, "/engine/rank<k>.safetensors\n");
+      dst.layout.world_size, " ranks)\nkernel layout: ", KernelLayoutSummary(es.kernel),
+      "\nplan fingerprint: ", plan.fingerprint,
+      "\nbytes moved: ", moved, " in ", plan.waves.size(), " waves, ",
+      seconds, " s\nwrote ", JoinPath(out, "trainer/rank<k>.safetensors"), " and ",
+      JoinPath(out, "engine/rank<k>.safetensors"), "\n");
 }
 
 }  // namespace refit

@@ -11,6 +11,7 @@
 #include "client/refit_client.h"
 #include "common/file.h"
 #include "common/printable.h"
+#include "common/round_bytes.h"
 #include "common/status_macros.h"
 #include "exec/wire_enums.h"
 #include "nlohmann/json.hpp"
@@ -28,7 +29,7 @@ std::string WireSideName(v1::Side side) {
   return s.ok() ? std::string(SideName(*s)) : "?";
 }
 
-// "gloo", "nccl", "ipc"; "" when unspecified, "?" for a value this build
+// "gloo", "nccl", "pull"; "" when unspecified, "?" for a value this build
 // does not know.
 std::string WireTransportName(v1::Transport t) {
   if (t == v1::TRANSPORT_UNSPECIFIED) return "";
@@ -80,6 +81,9 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
                         ? std::string()
                         : absl::StrCat("; TORN by aborted round ", e.torn_version(),
                                        ": holds no single version until a round commits"),
+                    e.verified_version() == 0
+                        ? std::string()
+                        : absl::StrCat("; version ", e.verified_version(), " verified"),
                     "\n");
   }
   if (r.rounds_size() == 0) {
@@ -88,14 +92,16 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
   }
   const int first = FirstRound(r, rounds);
   absl::StrAppend(&out, "rounds (last ", r.rounds_size() - first, " of ",
-                  r.rounds_size(), "):\n");
-  absl::StrAppendFormat(&out, "  %8s  %-10s %16s %10s %9s %14s\n", "version",
+                  r.rounds_size(), "):\n",
+                  "  (bytes: what one engine rank received; seconds: the slowest "
+                  "member's data plane; GB/s = bytes / seconds, GB = 1e9)\n");
+  absl::StrAppendFormat(&out, "  %8s  %-10s %10s %10s %12s %14s\n", "version",
                         "outcome", "bytes", "seconds", "GB/s", "peak staging");
   for (int i = first; i < r.rounds_size(); ++i) {
     const v1::RoundSummary& s = r.rounds(i);
-    absl::StrAppendFormat(&out, "  %8d  %-10s %16d %10.3f %9.2f %14d%s%s\n",
-                          s.version(), Printable(s.outcome()), s.bytes(), s.seconds(),
-                          s.gbps(), s.peak_staging_bytes(),
+    absl::StrAppendFormat(&out, "  %8d  %-10s %10s %10.3f %12.2f %14s%s%s\n",
+                          s.version(), Printable(s.outcome()), HumanBytes(s.bytes()), s.seconds(),
+                          s.bytes_per_second() / 1e9, HumanBytes(s.peak_staging_bytes()),
                           s.peak_staging_member().empty()
                               ? ""
                               : "  (" + Printable(s.peak_staging_member()) + ")",
@@ -132,7 +138,8 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
   for (const v1::EngineStatus& e : r.engines()) {
     j["engines"].push_back({{"engine_id", e.engine_id()},
                             {"committed_version", e.committed_version()},
-                            {"torn_version", e.torn_version()}});
+                            {"torn_version", e.torn_version()},
+                            {"verified_version", e.verified_version()}});
   }
   j["rounds"] = nlohmann::json::array();
   for (int i = FirstRound(r, rounds); i < r.rounds_size(); ++i) {
@@ -142,7 +149,8 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
       reports.push_back({{"member_id", m.member_id()},
                          {"bytes", m.bytes()},
                          {"seconds", m.seconds()},
-                         {"peak_staging_bytes", m.peak_staging_bytes()}});
+                         {"peak_staging_bytes", m.peak_staging_bytes()},
+                         {"digest_seconds", m.digest_seconds()}});
     }
     j["rounds"].push_back({{"version", s.version()},
                            {"outcome", s.outcome()},
@@ -150,7 +158,9 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
                            {"bytes", s.bytes()},
                            {"seconds", s.seconds()},
                            {"duration_seconds", s.duration_seconds()},
-                           {"gbps", s.gbps()},
+                           {"bytes_per_second", s.bytes_per_second()},
+                           {"engine_ranks", s.engine_ranks()},
+                           {"engine_bytes", s.engine_bytes()},
                            {"peak_staging_bytes", s.peak_staging_bytes()},
                            {"peak_staging_member", s.peak_staging_member()},
                            {"reports", reports}});

@@ -32,6 +32,7 @@ v1::StatusResponse Sample() {
   e0->set_engine_id("e0");
   e0->set_committed_version(4);
   e0->set_torn_version(5);
+  e0->set_verified_version(3);
   auto* e1 = r.add_engines();
   e1->set_engine_id("e1");
   for (int v = 1; v <= 5; ++v) {
@@ -42,6 +43,11 @@ v1::StatusResponse Sample() {
     if (v == 4) {
       s->set_peak_staging_bytes(16128);
       s->set_peak_staging_member("engine/e0/0");
+      s->set_bytes(2384199680);
+      s->set_seconds(0.494);
+      s->set_bytes_per_second(2384199680 / 0.494);
+      s->set_engine_ranks(2);
+      s->set_engine_bytes(2 * int64_t{2384199680});
     }
   }
   return r;
@@ -52,7 +58,8 @@ TEST(StatusCommandTest, TextNamesTornEnginesAndTheProtocol) {
   EXPECT_THAT(text, HasSubstr("refit protocol: 1\n"));
   EXPECT_THAT(text, HasSubstr("engine/e0/0  engine job="));
   EXPECT_THAT(text, Not(HasSubstr("SIDE_")));
-  EXPECT_THAT(text, HasSubstr("device=cuda:0 transport=ipc"));
+  EXPECT_THAT(text, HasSubstr("device=cuda:0 transport=pull"));
+  EXPECT_THAT(text, HasSubstr("; version 3 verified\n"));
   EXPECT_THAT(text, HasSubstr("engine e0: version 4 committed; TORN by aborted round 5"));
   EXPECT_THAT(text, HasSubstr("engine e1: no version committed\n"));
   EXPECT_THAT(text, HasSubstr("rounds (last 2 of 5)"));
@@ -60,7 +67,10 @@ TEST(StatusCommandTest, TextNamesTornEnginesAndTheProtocol) {
                               "the network transport"));
   EXPECT_THAT(text, HasSubstr("its stream dropped"));
   EXPECT_THAT(text, HasSubstr("peak staging\n"));
-  EXPECT_THAT(text, HasSubstr(" 16128  (engine/e0/0)\n"));
+  // Bytes for people, the same bytes and GB/s refitd defines.
+  EXPECT_THAT(text, HasSubstr("bytes: what one engine rank received"));
+  EXPECT_THAT(text, HasSubstr("       4  committed     2.38 GB      0.494         4.83"
+                              "    16128 bytes  (engine/e0/0)\n"));
   EXPECT_THAT(text, Not(HasSubstr("       3  committed")));
 }
 
@@ -68,7 +78,7 @@ TEST(StatusCommandTest, JsonCarriesTheSameFields) {
   nlohmann::json j = nlohmann::json::parse(FormatStatusJson(Sample(), 10));
   EXPECT_EQ(j["protocol_version"], 1);
   EXPECT_EQ(j["members"][0]["side"], "engine");
-  EXPECT_EQ(j["members"][0]["transport"], "ipc");
+  EXPECT_EQ(j["members"][0]["transport"], "pull");
   EXPECT_EQ(j["members"][0]["device_uuid"], "GPU-0000aaaa");
   EXPECT_EQ(j["pairs"]["pull"], 6);
   EXPECT_EQ(j["pairs"]["network"], 2);
@@ -76,10 +86,14 @@ TEST(StatusCommandTest, JsonCarriesTheSameFields) {
   EXPECT_EQ(j["engines"][0]["engine_id"], "e0");
   EXPECT_EQ(j["engines"][0]["committed_version"], 4);
   EXPECT_EQ(j["engines"][0]["torn_version"], 5);
+  EXPECT_EQ(j["engines"][0]["verified_version"], 3);
   EXPECT_EQ(j["engines"][1]["torn_version"], 0);
   EXPECT_EQ(j["rounds"].size(), 5u);
   EXPECT_EQ(j["rounds"][3]["peak_staging_bytes"], 16128);
   EXPECT_EQ(j["rounds"][3]["peak_staging_member"], "engine/e0/0");
+  EXPECT_EQ(j["rounds"][3]["bytes"], 2384199680);
+  EXPECT_EQ(j["rounds"][3]["engine_ranks"], 2);
+  EXPECT_NEAR(j["rounds"][3]["bytes_per_second"].get<double>(), 4.826e9, 1e6);
 }
 
 v1::RoundSummary* Round(v1::StatusResponse& r, int64_t v, const std::string& outcome) {
@@ -97,6 +111,7 @@ TEST(StatusWatchTest, AFrameMarksWhoReportedAndWhoIsStillMoving) {
   running->add_reported("trainer/job/0");
   running->add_waiting("engine/job/A/0");
   running->set_bytes(1000);
+  running->set_engine_ranks(1);
   v1::MemberReport* report = running->add_reports();
   report->set_member_id("trainer/job/0");
   report->set_bytes(1000);
@@ -104,10 +119,14 @@ TEST(StatusWatchTest, AFrameMarksWhoReportedAndWhoIsStillMoving) {
   report->set_peak_staging_bytes(4096);
   const std::string f = FormatWatchFrame(r, "h:1");
   EXPECT_THAT(f, ::testing::HasSubstr(
-                     "round 2 running: 1 of 2 members reported, 1000 bytes\n"));
+                     "round 2 running: 1 of 2 members reported, 1000 bytes per engine "
+                     "rank so far\n"));
   EXPECT_THAT(f, ::testing::HasSubstr(
                      "  reported  trainer/job/0  1000 bytes in 0.250 s, peak staging "
                      "4096 bytes\n"));
+  EXPECT_THAT(f, ::testing::HasSubstr("refitd h:1: 0 members, plan abc\n"));
+  r.add_members();
+  EXPECT_THAT(FormatWatchFrame(r, "h:1"), ::testing::HasSubstr("refitd h:1: 1 member, plan"));
   EXPECT_THAT(f, ::testing::HasSubstr("  moving    engine/job/A/0\n"));
   EXPECT_EQ(FinishedRoundAfter(r, 1), nullptr);
   EXPECT_EQ(FinishedRoundAfter(r, 0)->version(), 1);
@@ -135,8 +154,8 @@ TEST(StatusWatchTest, FollowsTheRoundUntilItEnds) {
   EXPECT_EQ(got->version(), 2);
   ASSERT_EQ(shown.size(), 4u);
   EXPECT_THAT(shown[0], ::testing::HasSubstr("no round in flight"));
-  EXPECT_THAT(shown[1], ::testing::HasSubstr("0 of 1 members reported"));
-  EXPECT_THAT(shown[2], ::testing::HasSubstr("1 of 1 members reported"));
+  EXPECT_THAT(shown[1], ::testing::HasSubstr("0 of 1 member reported"));
+  EXPECT_THAT(shown[2], ::testing::HasSubstr("1 of 1 member reported"));
   EXPECT_THAT(shown[3], ::testing::HasSubstr("round 2 aborted after 0.000 s: member e failed"));
 }
 

@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/printable.h"
+#include "common/round_bytes.h"
+#include "client/round_text.h"
 
 namespace refit {
 namespace {
@@ -19,24 +21,11 @@ int64_t LastFinished(const v1::StatusResponse& r) {
   return v;
 }
 
-std::string Outcome(const v1::RoundSummary& s) {
-  if (s.outcome() == "committed") {
-    return absl::StrFormat(
-        "round %d committed in %.3f s (slowest member %.3f s): %d bytes, %.2f GB/s, "
-        "peak staging %d bytes%s",
-        s.version(), s.duration_seconds(), s.seconds(), s.bytes(), s.gbps(),
-        s.peak_staging_bytes(),
-        s.peak_staging_member().empty() ? "" : " (" + Printable(s.peak_staging_member()) + ")");
-  }
-  return absl::StrFormat("round %d %s after %.3f s: %s", s.version(), s.outcome(),
-                         s.seconds(), Printable(s.reason()));
-}
-
 }  // namespace
 
 std::string FormatWatchFrame(const v1::StatusResponse& r, const std::string& server) {
-  std::string out = absl::StrCat("refitd ", Printable(server), ": ", r.members_size(),
-                                 " members, plan ",
+  std::string out = absl::StrCat("refitd ", Printable(server), ": ",
+                                 Counted(r.members_size(), "member"), ", plan ",
                                  r.plan_fingerprint().empty() ? "(none)"
                                                               : Printable(r.plan_fingerprint()),
                                  "\n");
@@ -47,22 +36,22 @@ std::string FormatWatchFrame(const v1::StatusResponse& r, const std::string& ser
   if (running == nullptr) {
     absl::StrAppend(&out, "no round in flight\n");
     if (const v1::RoundSummary* last = FinishedRoundAfter(r, 0)) {
-      absl::StrAppend(&out, "last: ", Outcome(*last), "\n");
+      absl::StrAppend(&out, "last: ", FinishedRoundLine(*last), "\n");
     }
     return out;
   }
   const int total = running->reported_size() + running->waiting_size();
-  absl::StrAppendFormat(&out, "round %d running: %d of %d members reported, %d bytes\n",
-                        running->version(), running->reported_size(), total,
-                        running->bytes());
+  absl::StrAppendFormat(&out, "round %d running: %d of %s reported%s\n",
+                        running->version(), running->reported_size(),
+                        Counted(total, "member"), RunningRoundBytes(*running));
   std::map<std::string, const v1::MemberReport*> figures;
   for (const v1::MemberReport& m : running->reports()) figures[m.member_id()] = &m;
   for (const std::string& id : running->reported()) {
     absl::StrAppend(&out, "  reported  ", Printable(id));
     if (auto it = figures.find(id); it != figures.end()) {
-      absl::StrAppendFormat(&out, "  %d bytes in %.3f s, peak staging %d bytes",
-                            it->second->bytes(), it->second->seconds(),
-                            it->second->peak_staging_bytes());
+      absl::StrAppendFormat(&out, "  %s in %.3f s, peak staging %s",
+                            HumanBytes(it->second->bytes()), it->second->seconds(),
+                            HumanBytes(it->second->peak_staging_bytes()));
     }
     absl::StrAppend(&out, "\n");
   }
@@ -95,7 +84,7 @@ absl::StatusOr<v1::RoundSummary> WatchRounds(
     if (!r.ok()) return r.status();
     if (before < 0) before = LastFinished(*r);
     if (const v1::RoundSummary* done = FinishedRoundAfter(*r, before)) {
-      show(absl::StrCat(Outcome(*done), "\n"));
+      show(absl::StrCat(FinishedRoundLine(*done), "\n"));
       return *done;
     }
     std::string frame = FormatWatchFrame(*r, server);

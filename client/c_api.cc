@@ -48,7 +48,7 @@ const std::set<std::string>& KnownKeys() {
       "client_cert_pem", "client_key_pem", "tls_server_name", "job",
       "side",            "engine_id",    "rank",        "model",
       "convention",      "host_id",      "device",      "verify",
-      "transport",
+      "transport",       "job_key",
       "heartbeat_ms",    "rpc_timeout_s"};
   return *keys;
 }
@@ -56,7 +56,7 @@ const std::set<std::string>& KnownKeys() {
 struct Parsed {
   MemberOptions options;
   bool verify = false;
-  std::string transport;  // "", "nccl" or "ipc" (GPU buffers)
+  std::string transport;  // "", "nccl" or "pull" (GPU buffers)
 };
 
 // Typed field readers: INVALID_ARGUMENT naming the option. `*found` is
@@ -162,6 +162,7 @@ absl::StatusOr<Parsed> ParseOptions(const char* text, bool for_join) {
   REFIT_RETURN_IF_ERROR(GetString(j, "client_cert_pem", &c.client_cert_pem, false));
   REFIT_RETURN_IF_ERROR(GetString(j, "client_key_pem", &c.client_key_pem, false));
   REFIT_RETURN_IF_ERROR(GetString(j, "tls_server_name", &c.tls_server_name, false));
+  REFIT_RETURN_IF_ERROR(GetString(j, "job_key", &c.job_key, false));
   int64_t heartbeat_ms = 1000, rpc_timeout_s = 10;
   REFIT_RETURN_IF_ERROR(GetInt(j, "heartbeat_ms", 10, 600000, &heartbeat_ms, false));
   REFIT_RETURN_IF_ERROR(GetInt(j, "rpc_timeout_s", 1, 3600, &rpc_timeout_s, false));
@@ -169,10 +170,11 @@ absl::StatusOr<Parsed> ParseOptions(const char* text, bool for_join) {
   c.rpc_timeout = absl::Seconds(rpc_timeout_s);
   REFIT_RETURN_IF_ERROR(GetBool(j, "verify", &p.verify));
   REFIT_RETURN_IF_ERROR(GetString(j, "transport", &p.transport, false));
-  if (!p.transport.empty() && p.transport != "nccl" && p.transport != "ipc") {
+  if (p.transport == "ipc") p.transport = "pull";  // the pull path's earlier name
+  if (!p.transport.empty() && p.transport != "nccl" && p.transport != "pull") {
     return absl::InvalidArgumentError(absl::StrCat(
         "member option \"transport\" is \"", p.transport,
-        "\"; expected \"nccl\" or \"ipc\""));
+        "\"; expected \"nccl\" or \"pull\" (\"ipc\" is accepted too)"));
   }
   if (!p.transport.empty() && o.device == "cpu") {
     return absl::InvalidArgumentError(
@@ -190,7 +192,7 @@ absl::StatusOr<DataPlaneOptions> DataPlaneFor(const Parsed& p) {
   int gpu = 0;
   (void)absl::SimpleAtoi(p.options.device.substr(5), &gpu);
   DataPlaneOptions n =
-      p.transport == "ipc" ? PullDataPlaneOptions(gpu) : NcclDataPlaneOptions(gpu);
+      p.transport == "pull" ? PullDataPlaneOptions(gpu) : NcclDataPlaneOptions(gpu);
   n.verify = p.verify;
   return n;
 #else

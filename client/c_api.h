@@ -59,13 +59,19 @@ typedef struct refit_member refit_member;
  *    "job": "refit", "side", "engine_id", "rank", "model", "convention",
  *    "host_id" (default: hostname), "device": "cpu" | "cuda:N",
  *    "verify": false (per-segment checksums on both sides),
- *    "transport": "nccl" | "ipc" (GPU buffers; "ipc": CUDA IPC between the
- *      processes of one host, for members that share GPUs; every member of
- *      a job uses the same), "heartbeat_ms": 1000, "rpc_timeout_s": 10}
+ *    "transport": "nccl" | "pull" (GPU buffers; "pull": the colocated pull
+ *      path between the processes of one host, for members that share GPUs;
+ *      "ipc" is accepted for it too; every member of a job uses the same), "heartbeat_ms": 1000, "rpc_timeout_s": 10,
+ *    "job_key": the job key refitd was given (--job_key_file), if any}
  * Buffer i is names[i], sizes[i] bytes at ptrs[i] (host or device memory as
  * "device" says); the memory must stay valid until refit_member_close.
  * Unknown JSON keys are INVALID_ARGUMENT (a misspelt option is not
- * silently ignored). */
+ * silently ignored), and so, at once, is a "server" that is not
+ * "host:port" (no port, a URL such as "http://host:port") or a "token"
+ * with a byte a gRPC header cannot carry once surrounding whitespace (a
+ * token file's newline) is stripped; the message never holds the token.
+ * 14 UNAVAILABLE when refitd is not reachable by the timeout, saying why
+ * ("connection refused", ...). */
 int refit_member_join(const char* options_json, int32_t num_buffers,
                       const char* const* names, void* const* ptrs,
                       const int64_t* sizes, double timeout_s,
@@ -123,7 +129,10 @@ int refit_member_kv_get(refit_member* member, const char* key,
 /* Leaves the membership (an engine replica going away between rounds). */
 int refit_member_leave(refit_member* member, double timeout_s);
 
-/* Stops the member's threads and frees it (bounded). NULL is ignored. */
+/* Leaves the membership unless left already (at most 2 s; at once when
+ * refitd is gone), so refitd plans without this member and the same
+ * program can run again at once; stops the member's threads and frees it.
+ * NULL is ignored. */
 void refit_member_close(refit_member* member);
 
 #ifdef __cplusplus

@@ -76,7 +76,7 @@ int Join(const std::string& options, Buffers& b, double timeout_s,
 // text that points members at it (with 200 ms heartbeats).
 std::unique_ptr<RefitServer> StartRefitd(std::string* addr) {
   RefitServer::Options so;
-  so.plan_function = DefaultPlanFunction();
+  so.coordinator.plan_function = DefaultPlanFunction();
   auto server = RefitServer::Start(std::move(so));
   EXPECT_TRUE(server.ok()) << server.status();
   if (!server.ok()) return nullptr;
@@ -125,6 +125,13 @@ TEST(CApi, OptionErrorsNameTheOption) {
   EXPECT_THAT(refit_last_error(), HasSubstr("\"transport\" is \"rdma\""));
   EXPECT_EQ(refit_expected_buffers(
                 Options("trainer", 0, "megatron:tp=1", ", \"transport\": \"ipc\"").c_str(),
+                &out),
+            kInvalidArgument);
+  EXPECT_THAT(refit_last_error(), HasSubstr("applies to GPU buffers"));
+  // "pull" is the pull path's name, "ipc" (above) its earlier one: both are
+  // accepted spellings, refused here only for host buffers.
+  EXPECT_EQ(refit_expected_buffers(
+                Options("trainer", 0, "megatron:tp=1", ", \"transport\": \"pull\"").c_str(),
                 &out),
             kInvalidArgument);
   EXPECT_THAT(refit_last_error(), HasSubstr("applies to GPU buffers"));

@@ -11,10 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "exec/composite_runner.h"
 #include "exec/gloo_transport.h"
-#include "exec/pair_routes.h"
-#include "exec/subset_transport.h"
 #include "plan/plan_codec.h"
 
 namespace refit {
@@ -53,9 +50,19 @@ absl::StatusOr<std::unique_ptr<DataPlaneMember>> DataPlaneMember::Create(
 DataPlaneMember::~DataPlaneMember() { Disconnect(); }
 
 absl::Status DataPlaneMember::Prepare(absl::Time deadline) {
-  Disconnect();
-  fingerprint_.clear();
+  const int64_t held_epoch = prepared_ ? client_->plan_epoch() : -1;
   REFIT_ASSIGN_OR_RETURN(v1::AwaitPlanResponse resp, client_->AwaitPlan(deadline));
+  // The plan this member holds (same membership epoch, same plan): keep it
+  // and its connections. The other members keep theirs (they see no new
+  // epoch), so rebuilding ours alone would break the next round.
+  if (held_epoch >= 0 && resp.epoch() == held_epoch && resp.fingerprint() == fingerprint_ &&
+      resp.bootstrap().kv_prefix() == kv_prefix_ &&
+      resp.bootstrap().global_rank() == global_rank_) {
+    return absl::OkStatus();
+  }
+  Disconnect();
+  prepared_ = false;
+  fingerprint_.clear();
   REFIT_ASSIGN_OR_RETURN(v1::PlanProto slice, RefitClient::Slice(resp));
   REFIT_ASSIGN_OR_RETURN(
       plan_, AnnotateStatus(FromProto(slice), "plan slice from refitd"));
@@ -96,7 +103,7 @@ absl::Status DataPlaneMember::Prepare(absl::Time deadline) {
         "bootstrap host_of_member has ", host_of_member_.size(), " entries for ",
         global_world_, " members"));
   }
-  if (!host_of_member_.empty() && !options_.runner) {
+  if (!host_of_member_.empty() && !options_.pull) {
     return absl::FailedPreconditionError(
         "refitd planned the colocated pull path, but this member's data plane has none");
   }
@@ -105,6 +112,7 @@ absl::Status DataPlaneMember::Prepare(absl::Time deadline) {
   side_ = side;
   rank_ = rank;
   ptrs_ = std::move(ptrs);
+  prepared_ = true;
   return absl::OkStatus();
 }
 
@@ -147,37 +155,48 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
       absl::MutexLock l(&cancel_mu_);
       cancelled_ = s;
       if (store_ != nullptr) store_->Cancel(s);
-      if (cancel_transport_ != nullptr) cancel_transport_->Cancel(s);
       if (cancel_runner_ != nullptr) cancel_runner_->Cancel(s);
       return;
     }
   });
-  absl::StatusOr<RunStats> stats = Connect(version, attempt, deadline);
+  absl::StatusOr<RunStats> stats = RunStats{};
+  if (absl::Status c = Connect(version, attempt, deadline); !c.ok()) stats = c;
   if (stats.ok()) {
     absl::MutexLock l(&cancel_mu_);
     if (!cancelled_.ok()) stats = cancelled_;
-    cancel_transport_ = transport_.get();  // connected now or rounds ago
-    cancel_runner_ = runner_.get();
+    cancel_runner_ = runner_.get();  // connected now or rounds ago
   }
-  if (stats.ok()) stats = runner_ != nullptr ? runner_->Run(deadline) : executor_->Run(deadline);
+  if (stats.ok() && delta_runner_ != nullptr) {
+    const RefitClient::RoundMode mode = client_->RoundModeOf(version);
+    std::vector<EngineDeltaMode> modes;
+    for (int64_t base : mode.delta_base) {
+      modes.push_back(base < 0 ? EngineDeltaMode{} : EngineDeltaMode{false, base});
+    }
+    delta_runner_->SetModes(std::move(modes));
+    delta_runner_->SetVerify(mode.verify);
+  }
+  if (stats.ok()) stats = runner_->Run(deadline);
   done.Notify();
   client_->WakeWaiters();
   watcher.join();
   {
     absl::MutexLock l(&cancel_mu_);
-    cancel_transport_ = nullptr;
     cancel_runner_ = nullptr;
     // The data plane's error is then only the consequence: say the cause.
     if (!stats.ok() && !cancelled_.ok()) stats = cancelled_;
     cancelled_ = absl::OkStatus();
   }
   if (!stats.ok()) {
-    Disconnect();  // a failed executor/transport must not run again
+    Disconnect();  // a failed runner must not run again
     // Tell refitd (best effort: it may be the reason) and let it abort the
-    // round for everyone.
+    // round for everyone. The report gets 2 s even when the round's deadline
+    // is what failed: else refitd never hears of it and the round stays
+    // open until its round timeout.
     absl::Status r = client_->ReportFailed(
         version, std::string(stats.status().message()),
-        std::min(deadline, absl::Now() + absl::Seconds(10)), attempt);
+        std::min(std::max(deadline, absl::Now() + absl::Seconds(2)),
+                 absl::Now() + absl::Seconds(10)),
+        attempt);
     (void)r;
     return AnnotateStatus(stats.status(),
                           absl::StrCat("round ", version, " data plane"));
@@ -186,8 +205,29 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
   figures.bytes = std::max(stats->bytes_sent, stats->bytes_received);
   figures.seconds = stats->seconds;
   figures.peak_staging_bytes = stats->peak_staging_bytes;
+  if (delta_runner_ != nullptr) {
+    figures.digest_seconds = delta_runner_->delta_stats().digest_seconds;
+    for (const auto& [key, sum] : delta_runner_->digests()) {
+      v1::DigestPart& p = figures.digests.emplace_back();
+      p.set_engine_rank(key.first);
+      p.set_tensor(key.second);
+      p.set_sum(sum);
+      if (side_ == Side::kEngine && key.second >= 0 &&
+          static_cast<size_t>(key.second) < plan_.dst.tensors.size()) {
+        p.set_tensor_name(plan_.dst.tensors[key.second].name);
+      }
+    }
+  }
   absl::Status s = client_->ReportDone(version, figures, deadline, attempt);
   if (s.ok()) s = client_->AwaitOutcome(version, deadline, attempt);
+  if (delta_runner_ != nullptr) {
+    // The snapshot holds only committed bytes.
+    if (s.ok()) {
+      delta_runner_->Commit(version);
+    } else {
+      delta_runner_->Abort();
+    }
+  }
   if (!s.ok()) {
     // An aborted round may have left any peer's transport broken: every
     // member reconnects for the next round.
@@ -197,9 +237,8 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
   return *stats;
 }
 
-absl::StatusOr<RunStats> DataPlaneMember::Connect(int64_t version, int32_t attempt,
-                                                  absl::Time deadline) {
-  if (executor_ != nullptr || runner_ != nullptr) return RunStats{};
+absl::Status DataPlaneMember::Connect(int64_t version, int32_t attempt, absl::Time deadline) {
+  if (runner_ != nullptr) return absl::OkStatus();
   // A fresh key namespace per connection: every member connects at the same
   // round (the first after Prepare or after an aborted round), and a version
   // run again after its abort does not read the aborted attempt's keys.
@@ -210,78 +249,43 @@ absl::StatusOr<RunStats> DataPlaneMember::Connect(int64_t version, int32_t attem
                               attempt > 1 ? absl::StrCat(".", attempt) : ""));
     if (!cancelled_.ok()) return cancelled_;
   }
-  if (options_.runner) {
-    REFIT_ASSIGN_OR_RETURN(runner_, ConnectPull(deadline));
-    return RunStats{};
+  MemberSlice member;
+  member.plan = &plan_;
+  member.side = side_;
+  member.rank = rank_;
+  member.buffers = ptrs_;
+  member.global_rank = global_rank_;
+  member.global_world = global_world_;
+  member.num_lanes = num_lanes_;
+  member.host_of_member = host_of_member_;
+  member.network_members = network_members_;
+  if (client_->RoundModeOf(version).delta_plane) {
+    if (options_.pull || options_.copier) {
+      return absl::FailedPreconditionError(
+          "refitd runs delta or verified rounds (--delta, --verify_every), which this "
+          "member's data plane (device memory or the colocated pull path) does not run yet; "
+          "run refitd without them for this job");
+    }
+    REFIT_ASSIGN_OR_RETURN(
+        std::unique_ptr<Transport> t,
+        AnnotateStatus(options_.transport(store_.get(), global_rank_, global_world_, num_lanes_),
+                       "data-plane transport"));
+    DeltaRunnerOptions o;
+    o.snapshot = &delta_snapshot_;
+    REFIT_ASSIGN_OR_RETURN(std::unique_ptr<DeltaRunner> r,
+                           DeltaRunner::Create(plan_, side_, rank_, ptrs_, t.get(), o));
+    r->AdoptTransport(std::move(t));
+    delta_runner_ = r.get();
+    runner_ = std::move(r);
+    return absl::OkStatus();
   }
-  REFIT_ASSIGN_OR_RETURN(
-      transport_,
-      AnnotateStatus(options_.transport(store_.get(), global_rank_,
-                                        global_world_, num_lanes_),
-                     "data-plane transport"));
-
-  ExecutorOptions eo;
-  eo.verify = options_.verify;
-  if (options_.copy_engine) {
-    copy_engine_ = options_.copy_engine(transport_.get());
-    eo.copy_engine = copy_engine_.get();
-  }
-  REFIT_ASSIGN_OR_RETURN(
-      executor_, Executor::Create(plan_, side_, rank_, ptrs_, transport_.get(), eo));
-  (void)deadline;
-  return RunStats{};
-}
-
-absl::StatusOr<std::unique_ptr<RoundRunner>> DataPlaneMember::ConnectPull(
-    absl::Time deadline) {
-  std::function<bool(int32_t)> pull_peer;
-  if (!host_of_member_.empty()) {
-    pull_peer = [hosts = host_of_member_, me = global_rank_](int32_t g) {
-      return PullsBetween(hosts, me, g);
-    };
-  }
-  REFIT_ASSIGN_OR_RETURN(
-      std::unique_ptr<RoundRunner> pull,
-      AnnotateStatus(options_.runner(plan_, side_, rank_, ptrs_, store_.get(), pull_peer,
-                                     deadline),
-                     "pull data plane"));
-  auto it = std::lower_bound(network_members_.begin(), network_members_.end(), global_rank_);
-  if (host_of_member_.empty() || it == network_members_.end() || *it != global_rank_) {
-    return pull;
-  }
-  // Pairs across hosts: a transport among the network members only.
-  const int32_t local = static_cast<int32_t>(it - network_members_.begin());
-  REFIT_ASSIGN_OR_RETURN(
-      std::unique_ptr<Transport> inner,
-      AnnotateStatus(options_.transport(store_.get(), local,
-                                        static_cast<int32_t>(network_members_.size()),
-                                        num_lanes_),
-                     "network data plane transport"));
-  ExecutorOptions eo;
-  eo.verify = options_.verify;
-  eo.exclude_peer = pull_peer;
-  std::unique_ptr<CopyEngine> engine;
-  if (options_.copy_engine) {
-    engine = options_.copy_engine(inner.get());
-    eo.copy_engine = engine.get();
-  }
-  REFIT_ASSIGN_OR_RETURN(
-      std::unique_ptr<SubsetTransport> net,
-      SubsetTransport::Create(std::move(inner), network_members_, global_world_));
-  REFIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
-                         Executor::Create(plan_, side_, rank_, ptrs_, net.get(), eo));
-  REFIT_ASSIGN_OR_RETURN(
-      std::unique_ptr<ExecutorRunner> network,
-      ExecutorRunner::Create(std::move(net), std::move(engine), std::move(executor)));
-  // The network part first: it runs on this thread, whose current CUDA
-  // device its transport set (its streams' kernels launch from here); the
-  // pull engine sets its device on its own thread.
-  std::vector<std::unique_ptr<RoundRunner>> parts;
-  parts.push_back(std::move(network));
-  parts.push_back(std::move(pull));
-  REFIT_ASSIGN_OR_RETURN(std::unique_ptr<CompositeRunner> both,
-                         CompositeRunner::Create(std::move(parts)));
-  return std::unique_ptr<RoundRunner>(std::move(both));
+  DataPlaneParts parts;
+  parts.transport = options_.transport;
+  parts.copier = options_.copier;
+  parts.pull = options_.pull;
+  parts.verify = options_.verify;
+  REFIT_ASSIGN_OR_RETURN(runner_, MakeMemberRunner(member, parts, store_.get(), deadline));
+  return absl::OkStatus();
 }
 
 void DataPlaneMember::Disconnect() {
@@ -289,12 +293,9 @@ void DataPlaneMember::Disconnect() {
     absl::MutexLock l(&cancel_mu_);
     cancel_runner_ = nullptr;
   }
+  delta_runner_ = nullptr;
   runner_.reset();
-  executor_.reset();
-  copy_engine_.reset();
   absl::MutexLock l(&cancel_mu_);
-  cancel_transport_ = nullptr;
-  transport_.reset();
   store_.reset();
 }
 

@@ -1,9 +1,10 @@
 // DataPlaneMember: the data-plane half of the client library. After a
 // member registered its buffers with refitd (RefitClient::Register), it
-// turns the member's plan slice into an Executor over the member's own
-// buffers and a Transport bootstrapped through refitd's key-value store,
-// and runs each announced round: move the bytes, report done (bytes,
-// seconds) or failed (the reason), and wait for refitd's commit or abort.
+// turns the member's plan slice into its data plane over the member's own
+// buffers, bootstrapped through refitd's key-value store — one RoundRunner
+// (exec/member_runner.h) — and runs each announced round: move the bytes,
+// report done (bytes, seconds) or failed (the reason), and wait for
+// refitd's commit or abort.
 //
 //   RefitClient* c = ...;                        // connected, registered
 //   auto m = DataPlaneMember::Create(c, {{"model.embed_tokens.weight", p}, ...});
@@ -29,32 +30,19 @@
 #include "absl/time/time.h"
 #include "client/grpc_kv_store.h"
 #include "client/refit_client.h"
-#include "exec/copy_engine.h"
-#include "exec/executor.h"
-#include "exec/plan_side.h"
+#include "exec/delta/delta_runner.h"
 #include "exec/kv_store.h"
+#include "exec/member_runner.h"
+#include "exec/plan_side.h"
 #include "exec/round_runner.h"
-#include "exec/transport.h"
+#include "exec/run_stats.h"
 #include "exec/transport_kind.h"
 #include "plan/plan.h"
 
 namespace refit {
 
-// Creates the transport of one plan: `store` is the plan's key namespace on
-// refitd, `rank`/`world` the member's global data-plane rank and the world
-// (trainer ranks first, then engines), `lanes` the plan's lane count.
-using TransportFactory =
-    std::function<absl::StatusOr<std::unique_ptr<Transport>>(
-        KvStore* store, int32_t rank, int32_t world, int32_t lanes)>;
-
-// Creates the colocated pull path of a member for one plan: the member's
-// slice, its side and side-local rank, its buffers (indexed like the
-// slice's side's buffers), the plan's key namespace on refitd, and which
-// members (global ranks) it pulls with — refitd's per-pair choice: those
-// on its host; an empty function = every member; done by `deadline`.
-using RunnerFactory = std::function<absl::StatusOr<std::unique_ptr<RoundRunner>>(
-    const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
-    KvStore* store, std::function<bool(int32_t)> pull_peer, absl::Time deadline)>;
+// TransportFactory, CopierFactory and PullRunnerFactory: see
+// exec/member_runner.h.
 
 // The host transport (Gloo over TCP on `hostname`).
 TransportFactory GlooTransportFactory(std::string hostname = "127.0.0.1");
@@ -62,18 +50,18 @@ TransportFactory GlooTransportFactory(std::string hostname = "127.0.0.1");
 struct DataPlaneOptions {
   TransportFactory transport;  // empty = GlooTransportFactory()
   // The colocated pull path. When set, it moves the member's pairs on its
-  // host; `transport` and `copy_engine` (an executor) the pairs across
+  // host; `transport` and `copier` (an executor) the pairs across
   // hosts, in the same round, over a transport among only the members
   // refitd lists for it (Bootstrap.network_members).
-  RunnerFactory runner;
-  // Copies and staging of the executor (e.g. a device CopyEngine made for
+  PullRunnerFactory pull;
+  // Copies and staging of the executor (e.g. a device Copier made for
   // the transport); called once per plan. Empty = host memcpy.
-  std::function<std::unique_ptr<CopyEngine>(Transport*)> copy_engine;
+  CopierFactory copier;
   bool verify = false;  // per-segment checksums compared by both sides
   // The physical GPU of the buffers, "GPU-<uuid>" (NcclDataPlaneOptions sets
   // it); Member registers it so refitd can refuse two members on one GPU.
   std::string device_uuid;
-  // The data plane's kind as Member registers it (kIpc = the colocated pull
+  // The data plane's kind as Member registers it (kPull = the colocated pull
   // path): refitd refuses a membership whose members disagree.
   TransportKind transport_kind = TransportKind::kGloo;
 };
@@ -89,7 +77,9 @@ class DataPlaneMember {
   ~DataPlaneMember();
 
   // Awaits the member's plan (the current membership's) and resolves the
-  // slice's buffers. Fails with the plan's error as refitd reported it (e.g.
+  // slice's buffers. Called again while the plan is unchanged (same
+  // membership epoch and plan), it keeps the plan and the data plane's
+  // connections, which the other members keep too. Fails with the plan's error as refitd reported it (e.g.
   // the planner's INVALID_ARGUMENT), INVALID_ARGUMENT if the slice names a
   // buffer this member did not give, or DEADLINE_EXCEEDED.
   absl::Status Prepare(absl::Time deadline);
@@ -108,7 +98,11 @@ class DataPlaneMember {
   // comes while this member's data plane still waits (a peer died, even
   // before it connected) cancels the bootstrap store and the transport:
   // the member fails within ~0.5 s of refitd's decision, not at
-  // `deadline`. FAILED_PRECONDITION naming both epochs, reported to refitd
+  // `deadline`. When refitd runs delta or verified rounds, a host member
+  // runs them (exec/delta/delta_runner.h), reporting its digest parts, and
+  // folds what it sent into its snapshot once refitd committed; a member
+  // with device memory or the pull path fails with FAILED_PRECONDITION
+  // (reported, so the round aborts for all). FAILED_PRECONDITION naming both epochs, reported to refitd
   // (which aborts the round for everyone), when the round runs the plan of
   // a newer membership than this member prepared.
   absl::StatusOr<RunStats> RunRound(int64_t version, absl::Time deadline);
@@ -120,12 +114,9 @@ class DataPlaneMember {
 
  private:
   DataPlaneMember() = default;
-  // Creates transport and executor unless connected, bootstrapping under
-  // keys of round `version`, attempt `attempt`. The RunStats is empty.
-  absl::StatusOr<RunStats> Connect(int64_t version, int32_t attempt, absl::Time deadline);
-  // With options_.runner: the pull path, next to an executor over the
-  // network transport when refitd put this member on it.
-  absl::StatusOr<std::unique_ptr<RoundRunner>> ConnectPull(absl::Time deadline);
+  // Creates the runner unless connected, bootstrapping under keys of
+  // round `version`, attempt `attempt`.
+  absl::Status Connect(int64_t version, int32_t attempt, absl::Time deadline);
   void Disconnect();
 
   RefitClient* client_ = nullptr;
@@ -133,6 +124,7 @@ class DataPlaneMember {
   DataPlaneOptions options_;
   Plan plan_;
   std::string fingerprint_;
+  bool prepared_ = false;  // the last Prepare succeeded
   int32_t global_rank_ = 0;
   int32_t global_world_ = 0;
   std::string kv_prefix_;
@@ -144,17 +136,17 @@ class DataPlaneMember {
   Side side_ = Side::kTrainer;
   int32_t rank_ = 0;
   std::vector<char*> ptrs_;  // per buffer of this side of the slice
-  // store_ and transport_ are created and destroyed under cancel_mu_, so
+  // store_ and runner_ are created and destroyed under cancel_mu_, so
   // that RunRound's watcher thread can cancel them.
   absl::Mutex cancel_mu_;
   absl::Status cancelled_ ABSL_GUARDED_BY(cancel_mu_);
-  Transport* cancel_transport_ ABSL_GUARDED_BY(cancel_mu_) = nullptr;
   RoundRunner* cancel_runner_ ABSL_GUARDED_BY(cancel_mu_) = nullptr;
   std::unique_ptr<GrpcKvStore> store_;
-  std::unique_ptr<Transport> transport_;
-  std::unique_ptr<CopyEngine> copy_engine_;
-  std::unique_ptr<Executor> executor_;
-  std::unique_ptr<RoundRunner> runner_;
+  std::unique_ptr<RoundRunner> runner_;  // the member's data plane
+  // Delta and verified rounds (refitd --delta / --verify_every, host
+  // members): runner_ is then this DeltaRunner; the snapshot outlives it.
+  DeltaRunner* delta_runner_ = nullptr;
+  DeltaSnapshot delta_snapshot_;
 };
 
 }  // namespace refit

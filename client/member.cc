@@ -7,10 +7,12 @@
 #include <malloc.h>
 #endif
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/log.h"
 #include "common/member_name.h"
 #include "common/status_macros.h"
 #include "exec/wire_enums.h"
@@ -47,6 +49,39 @@ absl::StatusOr<MappedSide> BuildSide(const MemberOptions& o) {
 
 std::string Who(const MemberOptions& o) {
   return MemberName(o.side == Side::kTrainer, o.engine_id, o.rank);
+}
+
+// `error` (refitd refusing a registration or a plan) with the members
+// refitd holds that sent no heartbeat for a while (at least 3 s and 3 of
+// this member's heartbeat intervals): the likely cause of an error that
+// names a member of an earlier run. Other errors are returned as they are.
+absl::Status WithStaleMembers(absl::Status error, RefitClient& client,
+                              const MemberOptions& o) {
+  if (!absl::IsInvalidArgument(error) && !absl::IsFailedPrecondition(error)) {
+    return error;
+  }
+  absl::StatusOr<v1::StatusResponse> status = client.GetStatus(
+      absl::Now() + std::min(absl::Seconds(2), o.connection.rpc_timeout));
+  if (!status.ok()) return error;
+  const double quiet = std::max(3.0, 3 * absl::ToDoubleSeconds(o.connection.heartbeat_interval));
+  std::string stale;
+  for (const v1::MemberStatus& m : status->members()) {
+    if (m.seconds_since_heartbeat() < quiet) continue;
+    const v1::MemberIdentity& id = m.identity();
+    absl::StrAppend(&stale, stale.empty() ? "" : ", ",
+                    MemberName(id.side() == v1::SIDE_TRAINER, id.engine_id(), id.rank()),
+                    " (host ", id.host_id(), ", no heartbeat for ",
+                    absl::FormatDuration(absl::Seconds(
+                        static_cast<int64_t>(m.seconds_since_heartbeat()))),
+                    ")");
+  }
+  if (stale.empty()) return error;
+  return absl::Status(
+      error.code(),
+      absl::StrCat(error.message(), "; refitd still holds ", stale,
+                   ": a process of an earlier run that ended without close()? refitd "
+                   "drops it after its --heartbeat_timeout_ms (try again then), or "
+                   "restart refitd"));
 }
 
 }  // namespace
@@ -142,8 +177,12 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Join(
       std::max(absl::ZeroDuration(), deadline - absl::Now());
   REFIT_ASSIGN_OR_RETURN(m->client_,
                          AnnotateStatus(RefitClient::Connect(co), who));
-  REFIT_ASSIGN_OR_RETURN(m->member_id_,
-                         AnnotateStatus(m->client_->Register(reg), who));
+  absl::StatusOr<std::string> registered = m->client_->Register(reg);
+  if (!registered.ok()) {
+    return AnnotateStatus(
+        WithStaleMembers(registered.status(), *m->client_, m->options_), who);
+  }
+  m->member_id_ = *std::move(registered);
   std::map<std::string, char*> ptrs;
   for (const auto& [name, ref] : m->buffers_) ptrs[name] = ref.data;
   REFIT_ASSIGN_OR_RETURN(
@@ -159,8 +198,21 @@ absl::Status Member::Rejoin(absl::Time deadline) {
   return absl::OkStatus();
 }
 
+Member::~Member() {
+  if (client_ != nullptr && !member_id_.empty()) {  // registered
+    const absl::Status left = client_->Leave(
+        absl::Now() + std::min(absl::Seconds(2), options_.connection.rpc_timeout));
+    if (!left.ok()) {
+      ClientLog().info("leaving on close failed member={} reason={}", member_id_,
+                       left.ToString());
+    }
+  }
+}
+
 absl::Status Member::Prepare(absl::Time deadline) {
-  return AnnotateStatus(data_plane_->Prepare(deadline), Who(options_));
+  return AnnotateStatus(
+      WithStaleMembers(data_plane_->Prepare(deadline), *client_, options_),
+      Who(options_));
 }
 
 absl::Status Member::StartRound(int64_t version, absl::Time deadline) {

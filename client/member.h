@@ -66,10 +66,16 @@ class Member {
   // listing every problem, each naming the rank and the parameter: unknown,
   // missing, wrong byte size, null address) before it contacts refitd; then
   // connects (UNAVAILABLE naming the target by `deadline`) and registers
-  // (refitd's status: INVALID_ARGUMENT, UNAUTHENTICATED, ...).
+  // (refitd's status: INVALID_ARGUMENT, UNAUTHENTICATED, ...; naming the
+  // members that stopped heart-beating when refitd refuses it, as Prepare).
   static absl::StatusOr<std::unique_ptr<Member>> Join(
       MemberOptions options, std::map<std::string, BufferRef> buffers,
       DataPlaneOptions data_plane, absl::Time deadline);
+
+  // Leaves the membership (bounded: at most a few seconds, and at once
+  // when refitd is gone), so that refitd plans without this member and a
+  // new process may take its place; then stops the member's threads.
+  ~Member();
 
   // Registers again, with the same buffers, after refitd restarted or
   // expired this member: WaitForRound or RunRound returned UNAVAILABLE
@@ -77,7 +83,10 @@ class Member {
   // the membership once every member is back.
   absl::Status Rejoin(absl::Time deadline);
 
-  // Awaits this member's plan (see DataPlaneMember::Prepare).
+  // Awaits this member's plan (see DataPlaneMember::Prepare). When the
+  // plan fails and refitd holds a member that has stopped heart-beating
+  // (a process of an earlier run that ended without leaving), the error
+  // names it and says what to do.
   absl::Status Prepare(absl::Time deadline);
   // True when refitd has a newer plan: call Prepare before the next round.
   bool PlanChanged() { return data_plane_->PlanChanged(); }

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
-#include "exec/cuda/cuda_copy_engine.h"
+#include "exec/cuda/cuda_copier.h"
 #include "exec/cuda/nccl_transport.h"
 
 namespace refit {
@@ -30,7 +30,7 @@ std::string CudaDeviceUuid(int device) {
 namespace {
 
 // A device data plane: transport T (NcclTransport: it has CUDA lane
-// streams) made by T::Create with options O, the CUDA copy engine
+// streams) made by T::Create with options O, the CUDA copier
 // on its lanes.
 template <typename T, typename O>
 DataPlaneOptions DeviceDataPlane(int device, TransportKind kind) {
@@ -48,7 +48,7 @@ DataPlaneOptions DeviceDataPlane(int device, TransportKind kind) {
     return std::unique_ptr<Transport>(std::move(t));
   };
   // The factory above only makes T.
-  o.copy_engine = [](Transport* t) { return MakeCudaCopyEngine(static_cast<T*>(t)); };
+  o.copier = [](Transport* t) { return MakeCudaCopier(static_cast<T*>(t)); };
   return o;
 }
 

@@ -1,5 +1,5 @@
 // The NCCL flavour of the client's data plane (CUDA builds only): the
-// transport factory and device copy engine a DataPlaneMember needs when its
+// transport factory and device copier a DataPlaneMember needs when its
 // buffers live in GPU memory.
 //
 //   DataPlaneOptions o = NcclDataPlaneOptions(/*device=*/local_rank);

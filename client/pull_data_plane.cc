@@ -6,26 +6,26 @@
 
 #include "client/nccl_data_plane.h"
 #include "common/status_macros.h"
-#include "exec/cuda/pull_engine.h"
+#include "exec/cuda/pull_runner.h"
 
 namespace refit {
 
 DataPlaneOptions PullDataPlaneOptions(int device, void* ready_stream) {
   // Pairs across hosts go over NCCL.
   DataPlaneOptions o = NcclDataPlaneOptions(device);
-  o.transport_kind = TransportKind::kIpc;
-  o.runner = [device, ready_stream](const Plan& slice, Side side, int32_t rank,
+  o.transport_kind = TransportKind::kPull;
+  o.pull = [device, ready_stream](const Plan& slice, Side side, int32_t rank,
                                     std::vector<char*> buffers, KvStore* store,
                                     std::function<bool(int32_t)> pull_peer,
                                     absl::Time deadline)
       -> absl::StatusOr<std::unique_ptr<RoundRunner>> {
-    PullEngineOptions po;
+    PullRunnerOptions po;
     po.device = device;
     po.ready_stream = ready_stream;
     po.key_prefix = "pull";
     po.pull_peer = std::move(pull_peer);
-    REFIT_ASSIGN_OR_RETURN(std::unique_ptr<PullEngine> e,
-                           PullEngine::Create(slice, side, rank, std::move(buffers), store,
+    REFIT_ASSIGN_OR_RETURN(std::unique_ptr<PullRunner> e,
+                           PullRunner::Create(slice, side, rank, std::move(buffers), store,
                                               std::move(po), deadline));
     return std::unique_ptr<RoundRunner>(std::move(e));
   };

@@ -1,6 +1,6 @@
 // The colocated flavour of the client's data plane (CUDA builds only):
 // members of one host pull straight from each other's device memory
-// (exec/cuda/pull_engine.h), one kernel per round, whatever allocator made
+// (exec/cuda/pull_runner.h), one kernel per round, whatever allocator made
 // the buffers (cudaMalloc or cuMem / expandable segments).
 //
 //   DataPlaneOptions o = PullDataPlaneOptions(/*device=*/local_rank);
@@ -12,7 +12,7 @@
 
 namespace refit {
 
-// The pull path on CUDA device `device`, registered as transport "ipc".
+// The pull path on CUDA device `device`, registered as transport "pull".
 // `ready_stream` (a cudaStream_t; null = the legacy default stream, where
 // PyTorch's default stream writes) is where a trainer's weights are
 // written: a round reads them once the work queued there is done.

@@ -3,8 +3,13 @@
 #include "client/refit_client.h"
 
 #include <algorithm>
+#include <cstdio>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "client/log.h"
 #include "common/grpc_status.h"
 #include "common/member_secret.h"
@@ -13,8 +18,90 @@
 #include "proto/protocol_version.h"
 
 namespace refit {
+namespace {
+
+// "host:port" with a port in 1..65535; the host a name, an IPv4 address or
+// a bracketed IPv6 one.
+absl::Status CheckHostPort(absl::string_view target, absl::string_view hostport) {
+  const std::string expected = absl::StrCat(
+      "server \"", target, "\": expected host:port, e.g. 127.0.0.1:50051 (refitd's "
+      "default address)");
+  const size_t colon = hostport.rfind(':');
+  const size_t bracket = hostport.rfind(']');
+  if (colon == absl::string_view::npos ||
+      (bracket != absl::string_view::npos && colon < bracket)) {
+    return absl::InvalidArgumentError(absl::StrCat(expected, "; it has no port"));
+  }
+  const absl::string_view host = hostport.substr(0, colon);
+  int port = 0;
+  if (host.empty() || !absl::SimpleAtoi(hostport.substr(colon + 1), &port) || port < 1 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(expected, "; \"", hostport.substr(colon + 1), "\" is not a port"));
+  }
+  for (char ch : host) {
+    if (absl::ascii_isspace(static_cast<unsigned char>(ch)) || ch == '/' || ch == '@') {
+      return absl::InvalidArgumentError(
+          absl::StrCat(expected, "; the host \"", host, "\" is not a host name"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A gRPC target refitd can be at: host:port, or one of gRPC's own
+// "dns:[//authority/]host:port", "ipv4:", "ipv6:", "unix:",
+// "unix-abstract:" targets. A URL ("http://...") is refused: gRPC would
+// take it for a host name and wait the whole timeout.
+absl::Status CheckTarget(const std::string& target) {
+  if (target.empty()) {
+    return absl::InvalidArgumentError(
+        "server is empty: expected host:port, e.g. 127.0.0.1:50051");
+  }
+  for (absl::string_view scheme : {"unix:", "unix-abstract:", "ipv4:", "ipv6:"}) {
+    if (absl::StartsWith(target, scheme)) return absl::OkStatus();
+  }
+  if (absl::StartsWith(target, "dns:")) {
+    absl::string_view rest = absl::string_view(target).substr(4);
+    if (absl::StartsWith(rest, "//")) {
+      const size_t slash = rest.find('/', 2);
+      if (slash == absl::string_view::npos) return CheckHostPort(target, "");
+      rest = rest.substr(slash + 1);
+    }
+    return CheckHostPort(target, rest);
+  }
+  const size_t scheme = target.find("://");
+  if (scheme != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "server \"", target, "\": a refitd address is host:port, not a URL; use \"",
+        target.substr(scheme + 3), "\" without \"", target.substr(0, scheme + 3), "\""));
+  }
+  return CheckHostPort(target, target);
+}
+
+}  // namespace
+
+absl::Status RefitClient::CheckOptions(const Options& options, std::string* token) {
+  *token = std::string(absl::StripAsciiWhitespace(options.bearer_token));
+  // gRPC aborts the process on a header value outside printable ASCII; the
+  // byte is named by position only, so the secret never reaches a log.
+  for (size_t i = 0; i < token->size(); ++i) {
+    const unsigned char ch = static_cast<unsigned char>((*token)[i]);
+    if (ch < 0x20 || ch > 0x7e) {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "0x%02x", ch);
+      token->clear();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token: byte ", i + 1, " (", hex, ") is not printable ASCII, which a gRPC "
+          "header cannot carry (the token is not shown); check the token file"));
+    }
+  }
+  return CheckTarget(options.target);
+}
 
 absl::StatusOr<std::unique_ptr<RefitClient>> RefitClient::Connect(Options options) {
+  std::string token;
+  REFIT_RETURN_IF_ERROR(CheckOptions(options, &token));
+  options.bearer_token = std::move(token);
   std::unique_ptr<RefitClient> c(new RefitClient(std::move(options)));
   const Options& o = c->options_;
   std::shared_ptr<grpc::ChannelCredentials> creds;
@@ -25,6 +112,15 @@ absl::StatusOr<std::unique_ptr<RefitClient>> RefitClient::Connect(Options option
   // default backoff grows to 2 minutes).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  // Pings, with or without calls and without limit: a refitd that stops
+  // answering them fails every wait within keepalive_interval +
+  // keepalive_timeout (refitd permits them: refit_server.cc).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(o.keepalive_interval)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(o.keepalive_timeout)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   if (o.use_tls) {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = o.root_ca_pem;
@@ -38,14 +134,52 @@ absl::StatusOr<std::unique_ptr<RefitClient>> RefitClient::Connect(Options option
     creds = grpc::InsecureChannelCredentials();
   }
   c->channel_ = grpc::CreateCustomChannel(o.target, creds, args);
+  c->stub_ = v1::RefitService::NewStub(c->channel_);
   if (!c->channel_->WaitForConnected(
           absl::ToChronoTime(absl::Now() + o.connect_timeout))) {
     return absl::UnavailableError(absl::StrCat(
         "refitd at ", o.target, " not reachable within ",
-        absl::FormatDuration(o.connect_timeout)));
+        absl::FormatDuration(o.connect_timeout), c->WhyNotConnected()));
   }
-  c->stub_ = v1::RefitService::NewStub(c->channel_);
   return c;
+}
+
+std::string RefitClient::WhyNotConnected() {
+  // A call that does not wait for the channel fails at once with the
+  // transport's last error.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(300)));
+  v1::StatusRequest req;
+  v1::StatusResponse resp;
+  const grpc::Status st = stub_->GetStatus(&ctx, req, &resp);
+  const std::string& m = st.error_message();
+  if (absl::StrContains(m, "Connection refused")) {
+    return ": connection refused (is refitd running, and listening on this address?)";
+  }
+  if (absl::StrContains(m, "DNS resolution failed") ||
+      absl::StrContains(m, "not known")) {
+    return ": the host name does not resolve";
+  }
+  if (st.ok() || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED || m.empty()) {
+    return "";
+  }
+  return absl::StrCat(": ", m);
+}
+
+absl::Status RefitClient::FromRpc(const grpc::Status& status) const {
+  if (status.error_code() == grpc::StatusCode::CANCELLED) {
+    // This client never cancels a call it waits on: refitd ended it.
+    return absl::UnavailableError(absl::StrCat(
+        "refitd at ", options_.target, " closed the connection (shutting down?)",
+        status.error_message().empty() ? "" : ": ", status.error_message()));
+  }
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+      absl::StrContains(status.error_message(), "Connection refused")) {
+    return absl::UnavailableError(absl::StrCat(
+        "refitd at ", options_.target, ": connection refused (refitd is not running "
+        "there, or restarting: rejoin once it is back)"));
+  }
+  return FromGrpcStatus(status);
 }
 
 RefitClient::~RefitClient() { StopThreads(); }
@@ -72,7 +206,20 @@ std::unique_ptr<grpc::ClientContext> RefitClient::MakeContext(absl::Time deadlin
 absl::StatusOr<std::string> RefitClient::Register(const v1::Registration& registration) {
   v1::Registration sent = registration;
   if (sent.protocol_version() == 0) sent.set_protocol_version(kProtocolVersion);
-  return RegisterOnce(sent, absl::Now() + options_.rpc_timeout);
+  // refitd answers UNAVAILABLE while this member's identity is still held
+  // by its previous process (one that died, until refitd expires it):
+  // retry for up to the longer of rpc_timeout and connect_timeout.
+  const absl::Time until =
+      absl::Now() + std::max(options_.rpc_timeout, options_.connect_timeout);
+  for (;;) {
+    absl::StatusOr<std::string> id =
+        RegisterOnce(sent, std::min(until, absl::Now() + options_.rpc_timeout));
+    if (id.ok() || !absl::IsUnavailable(id.status()) || !member_id_.empty() ||
+        absl::Now() + absl::Milliseconds(200) >= until) {
+      return id;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
 }
 
 void RefitClient::ResetSession() {
@@ -80,6 +227,8 @@ void RefitClient::ResetSession() {
   absl::MutexLock l(&mu_);
   member_id_.clear();
   stopping_ = false;
+  leaving_ = false;
+  left_ = false;
   stream_broken_ = false;
   stream_ready_ = false;
   stream_error_.clear();
@@ -109,7 +258,7 @@ absl::Status RefitClient::Rejoin(absl::Time deadline) {
       last = id.status();
       if (!absl::IsUnavailable(last) && !absl::IsDeadlineExceeded(last)) return last;
     } else {
-      last = absl::UnavailableError("not reachable");
+      last = absl::UnavailableError(absl::StrCat("not reachable", WhyNotConnected()));
     }
     if (absl::Now() + absl::Milliseconds(200) >= deadline) break;
     absl::SleepFor(absl::Milliseconds(200));
@@ -126,9 +275,10 @@ absl::StatusOr<std::string> RefitClient::RegisterOnce(const v1::Registration& re
   v1::RegisterRequest req;
   *req.mutable_registration() = reg;
   req.set_member_secret(member_secret_);
+  req.set_job_key(options_.job_key);
   v1::RegisterResponse resp;
   auto ctx = MakeContext(deadline);
-  REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->Register(ctx.get(), req, &resp)));
+  REFIT_RETURN_IF_ERROR(FromRpc(stub_->Register(ctx.get(), req, &resp)));
   registration_ = reg;  // refitd holds it now: what Rejoin sends again
   const bool first = member_id_.empty();
   member_id_ = resp.member_id();
@@ -174,6 +324,9 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
           latest_attempt_ = attempt;
         }
         round_epochs_[e.version()] = e.epoch();
+        round_modes_[e.version()] =
+            RoundMode{{e.delta_base().begin(), e.delta_base().end()}, e.verify(), e.delta_plane()};
+        while (round_modes_.size() > 1024) round_modes_.erase(round_modes_.begin());
         round_attempts_[e.version()] = std::max(round_attempts_[e.version()], attempt);
         while (round_epochs_.size() > 1024) round_epochs_.erase(round_epochs_.begin());
         while (round_attempts_.size() > 1024) round_attempts_.erase(round_attempts_.begin());
@@ -200,10 +353,10 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
   if (!stream_broken_) {  // else the heartbeats already said why
     stream_broken_ = true;
     stream_error_ = absl::StrCat("round stream from refitd ended: ",
-                                 st.error_message(),
+                                 FromRpc(st).message(),
                                  " (Rejoin registers again once refitd is back)");
   }
-  if (!stopping_) {
+  if (!stopping_ && !leaving_) {
     ClientLog().warn("round stream ended member={} refitd={} reason={}", member_id_,
                      options_.target, st.error_message());
   }
@@ -247,8 +400,20 @@ void RefitClient::HeartbeatLoop() {
         stream_error_ = absl::StrCat("refitd no longer knows this member: ",
                                      st.error_message(),
                                      " (Rejoin registers it again)");
-        ClientLog().warn("refitd no longer knows this member member={} reason={}",
-                         member_id_, st.error_message());
+        if (!leaving_) {
+          ClientLog().warn("refitd no longer knows this member member={} reason={}",
+                           member_id_, st.error_message());
+        }
+      }
+      break;
+    }
+    if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      // Another process took this member over (with the job key): this
+      // one can no longer act for it.
+      if (!stream_broken_) {
+        stream_broken_ = true;
+        stream_error_ = absl::StrCat("refitd refused this member's secret: ",
+                                     st.error_message());
       }
       break;
     }
@@ -258,13 +423,14 @@ void RefitClient::HeartbeatLoop() {
 absl::StatusOr<v1::AwaitPlanResponse> RefitClient::AwaitPlan(absl::Time deadline) {
   v1::AwaitPlanRequest req;
   req.set_member_id(member_id_);
+  req.set_member_secret(member_secret_);
   {
     absl::MutexLock l(&mu_);
     req.set_min_epoch(latest_epoch_);
   }
   v1::AwaitPlanResponse resp;
   auto ctx = MakeContext(deadline);
-  REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->AwaitPlan(ctx.get(), req, &resp)));
+  REFIT_RETURN_IF_ERROR(FromRpc(stub_->AwaitPlan(ctx.get(), req, &resp)));
   absl::MutexLock l(&mu_);
   plan_epoch_ = resp.epoch();
   latest_epoch_ = std::max(latest_epoch_, resp.epoch());
@@ -291,6 +457,12 @@ absl::StatusOr<int64_t> RefitClient::RoundEpoch(int64_t version) {
   return it->second;
 }
 
+RefitClient::RoundMode RefitClient::RoundModeOf(int64_t version) {
+  absl::MutexLock l(&mu_);
+  auto it = round_modes_.find(version);
+  return it == round_modes_.end() ? RoundMode() : it->second;
+}
+
 bool RefitClient::PlanChanged() {
   absl::MutexLock l(&mu_);
   return latest_epoch_ > plan_epoch_;
@@ -307,7 +479,7 @@ absl::Status RefitClient::StartRound(int64_t version, absl::Time deadline) {
   }
   v1::StartRoundResponse resp;
   auto ctx = MakeContext(deadline);
-  return FromGrpcStatus(stub_->StartRound(ctx.get(), req, &resp));
+  return FromRpc(stub_->StartRound(ctx.get(), req, &resp));
 }
 
 absl::StatusOr<int64_t> RefitClient::WaitForRound(absl::Time deadline) {
@@ -342,9 +514,11 @@ absl::Status RefitClient::ReportDone(int64_t version, const RoundFigures& figure
   req.set_bytes(figures.bytes);
   req.set_seconds(figures.seconds);
   req.set_peak_staging_bytes(figures.peak_staging_bytes);
+  for (const v1::DigestPart& p : figures.digests) *req.add_digests() = p;
+  req.set_digest_seconds(figures.digest_seconds);
   v1::ReportResponse resp;
   auto ctx = MakeContext(deadline);
-  return FromGrpcStatus(stub_->Report(ctx.get(), req, &resp));
+  return FromRpc(stub_->Report(ctx.get(), req, &resp));
 }
 
 absl::Status RefitClient::ReportFailed(int64_t version, const std::string& reason,
@@ -366,7 +540,7 @@ absl::Status RefitClient::ReportFailed(int64_t version, const std::string& reaso
   req.set_reason(reason.substr(0, keep));
   v1::ReportResponse resp;
   auto ctx = MakeContext(deadline);
-  return FromGrpcStatus(stub_->Report(ctx.get(), req, &resp));
+  return FromRpc(stub_->Report(ctx.get(), req, &resp));
 }
 
 absl::StatusOr<v1::PlanProto> RefitClient::Slice(const v1::AwaitPlanResponse& r) {
@@ -409,18 +583,36 @@ absl::StatusOr<RefitClient::EngineState> RefitClient::GetEngineState(
   req.set_engine_id(engine_id);
   v1::EngineStateResponse resp;
   auto ctx = MakeContext(deadline);
-  REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->GetEngineState(ctx.get(), req, &resp)));
+  REFIT_RETURN_IF_ERROR(FromRpc(stub_->GetEngineState(ctx.get(), req, &resp)));
   return EngineState{resp.committed_version(), resp.torn_version()};
 }
 
 absl::Status RefitClient::Leave(absl::Time deadline) {
+  {
+    absl::MutexLock l(&mu_);
+    if (left_) return absl::OkStatus();
+  }
   v1::LeaveRequest req;
   req.set_member_id(member_id_);
   req.set_member_secret(member_secret_);
   v1::LeaveResponse resp;
   auto ctx = MakeContext(deadline);
-  REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->Leave(ctx.get(), req, &resp)));
+  {
+    // refitd ends this member's stream and forgets it: expected now.
+    absl::MutexLock l(&mu_);
+    leaving_ = true;
+  }
+  const absl::Status s = FromRpc(stub_->Leave(ctx.get(), req, &resp));
+  if (!s.ok()) {
+    absl::MutexLock l(&mu_);
+    leaving_ = false;
+    return s;
+  }
   StopThreads();
+  ClientLog().info("left member={} refitd={}", member_id_, options_.target);
+  absl::MutexLock l(&mu_);
+  leaving_ = false;
+  left_ = true;
   return absl::OkStatus();
 }
 
@@ -428,7 +620,7 @@ absl::StatusOr<v1::StatusResponse> RefitClient::GetStatus(absl::Time deadline) {
   v1::StatusRequest req;
   v1::StatusResponse resp;
   auto ctx = MakeContext(deadline);
-  REFIT_RETURN_IF_ERROR(FromGrpcStatus(stub_->GetStatus(ctx.get(), req, &resp)));
+  REFIT_RETURN_IF_ERROR(FromRpc(stub_->GetStatus(ctx.get(), req, &resp)));
   return resp;
 }
 
@@ -441,7 +633,7 @@ absl::Status RefitClient::KvSet(const std::string& key, const std::string& value
   req.set_member_secret(member_secret_);
   v1::KvSetResponse resp;
   auto ctx = MakeContext(deadline);
-  return FromGrpcStatus(stub_->KvSet(ctx.get(), req, &resp));
+  return FromRpc(stub_->KvSet(ctx.get(), req, &resp));
 }
 
 absl::StatusOr<std::string> RefitClient::KvGet(const std::string& key,
@@ -449,6 +641,8 @@ absl::StatusOr<std::string> RefitClient::KvGet(const std::string& key,
   v1::KvGetRequest req;
   req.set_key(key);
   req.set_wait(true);
+  req.set_member_id(member_id_);
+  req.set_member_secret(member_secret_);
   v1::KvGetResponse resp;
   auto ctx = MakeContext(deadline);
   grpc::Status st = stub_->KvGet(ctx.get(), req, &resp);
@@ -456,7 +650,7 @@ absl::StatusOr<std::string> RefitClient::KvGet(const std::string& key,
     return absl::DeadlineExceededError(
         absl::StrCat("key ", key, " not set before the deadline"));
   }
-  REFIT_RETURN_IF_ERROR(FromGrpcStatus(st));
+  REFIT_RETURN_IF_ERROR(FromRpc(st));
   return resp.value();
 }
 

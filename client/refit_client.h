@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -25,8 +26,14 @@ namespace refit {
 class RefitClient {
  public:
   struct Options {
-    std::string target;             // "host:port"
-    std::string bearer_token;       // sent as "authorization: Bearer <token>"
+    std::string target;             // "host:port" (or a gRPC "dns:", "unix:" target)
+    // Sent as "authorization: Bearer <token>"; surrounding whitespace (a
+    // token file's newline) is stripped, as refitd strips its own.
+    std::string bearer_token;
+    // The job key refitd was given (--job_key_file), sent with Register:
+    // such a refitd admits only members that carry it, and a registration
+    // that does takes its member's place (this member's restarted process).
+    std::string job_key;
     bool use_tls = false;
     std::string root_ca_pem;        // CA that signed refitd's certificate
     std::string client_cert_pem;    // for mutual TLS
@@ -39,19 +46,39 @@ class RefitClient {
     // answer heartbeats for ...".
     absl::Duration refitd_timeout = absl::Seconds(10);
     absl::Duration connect_timeout = absl::Seconds(10);
+    // The connection's liveness: an HTTP/2 ping every keepalive_interval;
+    // one not answered within keepalive_timeout (a frozen, hung or
+    // partitioned refitd) closes the connection, and every call in flight
+    // on it (AwaitPlan, KvGet, the round stream, hence WaitForRound and
+    // AwaitOutcome) fails UNAVAILABLE then, not at its own deadline.
+    absl::Duration keepalive_interval = absl::Seconds(1);
+    absl::Duration keepalive_timeout = absl::Seconds(2);
   };
 
-  // Returns a connected client. Fails with UNAVAILABLE (naming the target)
-  // when the channel is not ready within connect_timeout.
+  // Returns a connected client. Fails at once with INVALID_ARGUMENT naming
+  // the target when it is not "host:port" (no port, a URL such as
+  // "http://host:port") or when the token holds a byte a gRPC header
+  // cannot carry (the token itself is never put in a message); with
+  // UNAVAILABLE naming the target and why ("connection refused", ...) when
+  // the channel is not ready within connect_timeout.
   static absl::StatusOr<std::unique_ptr<RefitClient>> Connect(Options options);
+
+  // The checks Connect makes on `options`, and the token it sends
+  // (`*token`: the bearer token without surrounding whitespace).
+  // INVALID_ARGUMENT as Connect.
+  static absl::Status CheckOptions(const Options& options, std::string* token);
 
   ~RefitClient();  // stops the background threads (bounded)
 
   // Registers this member (idempotent on retry), opens the round stream and
   // starts heartbeats; returns only once the stream delivered its first
-  // event, so no round started afterwards can be missed. Returns the member
-  // id; fails with the server's status
-  // (INVALID_ARGUMENT naming the field, UNAUTHENTICATED, UNAVAILABLE ...).
+  // event, so no round started afterwards can be missed. While refitd
+  // answers UNAVAILABLE (e.g. this member's previous process still holds
+  // its identity until refitd expires it) it retries, for up to the longer
+  // of rpc_timeout and connect_timeout. Returns the member id; fails with
+  // the server's status (INVALID_ARGUMENT naming the field,
+  // UNAUTHENTICATED, PERMISSION_DENIED when another live process holds
+  // this member's identity or the job key is wrong, UNAVAILABLE ...).
   absl::StatusOr<std::string> Register(const v1::Registration& registration);
 
   // Registers again, with what the last successful Register sent, once
@@ -87,6 +114,17 @@ class RefitClient {
   int64_t plan_epoch();
   absl::StatusOr<int64_t> RoundEpoch(int64_t version);
 
+  // How round `version` runs, as its ROUND_STARTED said (docs/delta.md):
+  // per engine rank the version a delta may be sent against (-1: dense;
+  // empty: every rank dense), and whether members digest the round.
+  // Default (both empty/false) for a round not seen to start.
+  struct RoundMode {
+    std::vector<int64_t> delta_base;
+    bool verify = false;
+    bool delta_plane = false;  // refitd runs delta or verified rounds
+  };
+  RoundMode RoundModeOf(int64_t version);
+
   // The attempt of round `version` this client saw start last: 1 for its
   // first run, k after k-1 aborted runs of the same version; 0 when it has
   // not seen the round start.
@@ -116,6 +154,8 @@ class RefitClient {
     int64_t bytes = 0;               // bytes moved (the larger of sent, received)
     double seconds = 0;              // the data plane's time
     int64_t peak_staging_bytes = 0;  // staging and scratch held (RunStats)
+    std::vector<v1::DigestPart> digests;  // a verified round's digest parts
+    double digest_seconds = 0;            // of `seconds`, spent digesting
   };
 
   // Report this member's part of round `version`, attempt `attempt` (0:
@@ -151,7 +191,9 @@ class RefitClient {
   absl::StatusOr<EngineState> GetEngineState(const std::string& engine_id,
                                              absl::Time deadline);
 
-  // Leaves the membership (an engine replica going away between rounds).
+  // Leaves the membership (an engine replica going away between rounds, a
+  // program closing its member) and stops the background threads; logs no
+  // warning. OK at once when it left already (until Rejoin).
   absl::Status Leave(absl::Time deadline);
 
   absl::StatusOr<v1::StatusResponse> GetStatus(absl::Time deadline);
@@ -180,6 +222,13 @@ class RefitClient {
   void ResetSession();
   absl::StatusOr<std::string> RegisterOnce(const v1::Registration& reg,
                                            absl::Time deadline);
+  // A call's status as absl::Status, saying what refitd's side of it means:
+  // CANCELLED (refitd closed the call: it is shutting down) becomes
+  // UNAVAILABLE naming the target, as does a refused connection.
+  absl::Status FromRpc(const grpc::Status& status) const;
+  // Why the channel is not connected, as ": connection refused (...)" or
+  // ": <gRPC's last error>"; "" when it does not say.
+  std::string WhyNotConnected();
 
   Options options_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -192,6 +241,8 @@ class RefitClient {
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;  // Leave in progress: the end is expected
+  bool left_ ABSL_GUARDED_BY(mu_) = false;     // Leave succeeded (until Rejoin)
   bool stream_broken_ ABSL_GUARDED_BY(mu_) = false;
   bool stream_ready_ ABSL_GUARDED_BY(mu_) = false;
   std::string stream_error_ ABSL_GUARDED_BY(mu_);
@@ -207,6 +258,7 @@ class RefitClient {
   std::map<std::pair<int64_t, int32_t>, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, int64_t> round_epochs_ ABSL_GUARDED_BY(mu_);  // version -> epoch
   std::map<int64_t, int32_t> round_attempts_ ABSL_GUARDED_BY(mu_);  // version -> attempt
+  std::map<int64_t, RoundMode> round_modes_ ABSL_GUARDED_BY(mu_);  // version -> mode
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread reader_;
   std::thread heartbeater_;

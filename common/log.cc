@@ -111,7 +111,7 @@ absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(absl::string_view name) 
   if (n == "critical") return spdlog::level::critical;
   if (n == "off") return spdlog::level::off;
   return absl::InvalidArgumentError(absl::StrFormat(
-      "log level '%s': not one of trace, debug, info, warn, error, critical, off",
+      "log level '%s': not one of trace, debug, info, warning (or warn), error, critical, off",
       name));
 }
 

@@ -18,7 +18,8 @@ namespace refit {
 
 enum class LogFormat { kText, kJson };
 
-// Returns the level named `name` (trace, debug, info, warn or warning,
+// Returns the level named `name` (trace, debug, info, warning as the logs
+// spell it, or warn,
 // error, critical, off); INVALID_ARGUMENT naming it otherwise.
 absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(absl::string_view name);
 

@@ -1,4 +1,4 @@
-// NewMemberSecret and SecretsEqual (see member_secret.h).
+// NewMemberSecret (see member_secret.h).
 #include "common/member_secret.h"
 
 #include <sys/random.h>
@@ -27,15 +27,6 @@ std::string NewMemberSecret() {
     in.read(bytes, sizeof(bytes));
   }
   return absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes)));
-}
-
-bool SecretsEqual(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  }
-  return diff == 0;
 }
 
 }  // namespace refit

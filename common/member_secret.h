@@ -17,10 +17,7 @@ inline constexpr size_t kMaxMemberSecretBytes = 64;
 // Returns a new secret: 128 bits from the kernel's random source
 // (getrandom), as 32 hex digits.
 std::string NewMemberSecret();
-
-// Returns whether `a` equals `b`, in time that depends only on their
-// lengths (a wrong guess learns nothing from the answer's timing).
-bool SecretsEqual(absl::string_view a, absl::string_view b);
+// Compare secrets with ConstantTimeEquals (constant_time.h).
 
 }  // namespace refit
 

@@ -16,12 +16,5 @@ TEST(MemberSecretTest, SecretsAre128BitsAndDiffer) {
   }
 }
 
-TEST(MemberSecretTest, EqualOnlyWhenEqual) {
-  EXPECT_TRUE(SecretsEqual("abc", "abc"));
-  EXPECT_FALSE(SecretsEqual("abc", "abd"));
-  EXPECT_FALSE(SecretsEqual("abc", "ab"));
-  EXPECT_FALSE(SecretsEqual("", "x"));
-}
-
 }  // namespace
 }  // namespace refit

@@ -11,20 +11,20 @@
 namespace refit {
 
 absl::StatusOr<std::unique_ptr<ExecutorRunner>> ExecutorRunner::Create(
-    std::unique_ptr<Transport> transport, std::unique_ptr<CopyEngine> copy_engine,
+    std::unique_ptr<Transport> transport, std::unique_ptr<Copier> copier,
     std::unique_ptr<Executor> executor) {
   if (transport == nullptr) return absl::InvalidArgumentError("transport is null");
   if (executor == nullptr) return absl::InvalidArgumentError("executor is null");
   std::unique_ptr<ExecutorRunner> r(new ExecutorRunner());
   r->transport_ = std::move(transport);
-  r->copy_engine_ = std::move(copy_engine);
+  r->copier_ = std::move(copier);
   r->executor_ = std::move(executor);
   return r;
 }
 
 ExecutorRunner::~ExecutorRunner() {
-  executor_.reset();  // frees staging through the copy engine
-  copy_engine_.reset();
+  executor_.reset();  // frees staging through the copier
+  copier_.reset();
   transport_.reset();
 }
 
@@ -77,7 +77,7 @@ absl::StatusOr<RunStats> CompositeRunner::Run(absl::Time deadline) {
   for (const absl::StatusOr<RunStats>& r : results) {
     total.bytes_sent += r->bytes_sent;
     total.bytes_received += r->bytes_received;
-    total.rounds += r->rounds;
+    total.waves += r->waves;
     total.seconds = std::max(total.seconds, r->seconds);
     // The parts run at once, each holding its own staging.
     total.peak_staging_bytes += r->peak_staging_bytes;

@@ -1,4 +1,4 @@
-// Round runners that compose data planes. A membership that spans hosts
+// Wave runners that compose data planes. A membership that spans hosts
 // moves same-host pairs on the colocated pull path and the other pairs over
 // a network transport, in one round: each member runs an ExecutorRunner
 // (its executor over the network transport, with the pulled peers left
@@ -12,20 +12,20 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "exec/copy_engine.h"
+#include "exec/copier.h"
 #include "exec/executor.h"
 #include "exec/round_runner.h"
 #include "exec/transport.h"
 
 namespace refit {
 
-// An Executor over its Transport as a RoundRunner; owns both (and the copy
-// engine the executor uses, if any).
+// An Executor over its Transport as a RoundRunner; owns both (and the
+// copier the executor uses, if any).
 class ExecutorRunner : public RoundRunner {
  public:
   // INVALID_ARGUMENT when `transport` or `executor` is null.
   static absl::StatusOr<std::unique_ptr<ExecutorRunner>> Create(
-      std::unique_ptr<Transport> transport, std::unique_ptr<CopyEngine> copy_engine,
+      std::unique_ptr<Transport> transport, std::unique_ptr<Copier> copier,
       std::unique_ptr<Executor> executor);
   ~ExecutorRunner() override;
   // The executor's Run (see executor.h).
@@ -36,7 +36,7 @@ class ExecutorRunner : public RoundRunner {
  private:
   ExecutorRunner() = default;
   std::unique_ptr<Transport> transport_;
-  std::unique_ptr<CopyEngine> copy_engine_;
+  std::unique_ptr<Copier> copier_;
   std::unique_ptr<Executor> executor_;  // destroyed first
 };
 

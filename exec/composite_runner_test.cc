@@ -1,8 +1,9 @@
-// A membership across two hosts in one round: same-host pairs on the pull
-// path (stood in by testing::HostPullRunner, memcpy between threads), the
-// other pairs over the in-process transport connecting only the members
-// with a network pair (SubsetTransport); every engine byte is checked
-// against the test patterns.
+// A membership across two hosts in one round, each member's runner made by
+// MakeMemberRunner (exec/member_runner.h): same-host pairs on the pull path
+// (stood in by testing::HostPullRunner, memcpy between threads), the other
+// pairs over the in-process transport connecting only the members with a
+// network pair (SubsetTransport), composed into one CompositeRunner; every
+// engine byte is checked against the test patterns.
 #include "exec/composite_runner.h"
 
 #include <map>
@@ -10,12 +11,15 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "exec/inproc_transport.h"
+#include "exec/member_runner.h"
 #include "exec/pair_routes.h"
 #include "exec/plan_side.h"
 #include "exec/subset_transport.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "plan/plan_codec.h"
 #include "testing/host_pull_runner.h"
@@ -61,15 +65,15 @@ std::vector<std::pair<int32_t, int32_t>> Pairs(const Plan& plan) {
   return pairs;
 }
 
-struct HybridResult {
+struct MixedResult {
   PairRoutes routes;
   std::vector<std::string> engine_checks;  // CheckRecords per engine rank
   std::vector<absl::Status> errors;        // per global rank
 };
 
 // Runs one round of `plan` with global rank g on host host_of_member[g].
-HybridResult RunHybrid(const Plan& plan, const std::vector<int32_t>& host_of_member) {
-  HybridResult out;
+MixedResult RunMixed(const Plan& plan, const std::vector<int32_t>& host_of_member) {
+  MixedResult out;
   const int32_t ws = plan.src.world_size;
   const int32_t world = ws + plan.dst.world_size;
   out.routes = RoutePairs(Pairs(plan), host_of_member);
@@ -99,40 +103,45 @@ HybridResult RunHybrid(const Plan& plan, const std::vector<int32_t>& host_of_mem
   for (int32_t g = 0; g < world; ++g) {
     threads.emplace_back([&, g] {
       const bool src = g < ws;
-      const int32_t r = src ? g : g - ws;
-      const Side side = src ? Side::kTrainer : Side::kEngine;
-      auto pulls = [&, g](int32_t p) { return PullsBetween(host_of_member, g, p); };
-      std::vector<std::unique_ptr<RoundRunner>> parts;
-      absl::StatusOr<std::unique_ptr<HostPullRunner>> pull =
-          src ? HostPullRunner::CreateSender(slices[g], r, pulls)
-              : HostPullRunner::CreateReceiver(slices[g], r, ptrs[g], sources, pulls);
-      if (!pull.ok()) {
-        out.errors[g] = pull.status();
+      MemberSlice m;
+      m.plan = &slices[g];
+      m.side = src ? Side::kTrainer : Side::kEngine;
+      m.rank = src ? g : g - ws;
+      m.buffers = ptrs[g];
+      m.global_rank = g;
+      m.global_world = world;
+      m.num_lanes = plan.options.num_lanes;
+      m.host_of_member = host_of_member;
+      m.network_members = net;
+      DataPlaneParts parts;
+      // The network transport: among the network members only.
+      parts.transport = [&](KvStore*, int32_t rank, int32_t n,
+                            int32_t) -> absl::StatusOr<std::unique_ptr<Transport>> {
+        if (n != static_cast<int32_t>(net.size())) {
+          return absl::InternalError(absl::StrCat("transport of ", n, " members asked for"));
+        }
+        absl::StatusOr<std::unique_ptr<InProcTransport>> t = InProcTransport::Create(fabric, rank);
+        if (!t.ok()) return t.status();
+        return std::unique_ptr<Transport>(std::move(*t));
+      };
+      parts.pull = [&](const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
+                       KvStore*, std::function<bool(int32_t)> pull_peer,
+                       absl::Time) -> absl::StatusOr<std::unique_ptr<RoundRunner>> {
+        if (!pull_peer) return absl::InternalError("no hosts given to the pull runner");
+        absl::StatusOr<std::unique_ptr<HostPullRunner>> p =
+            side == Side::kTrainer
+                ? HostPullRunner::CreateSender(slice, rank, pull_peer)
+                : HostPullRunner::CreateReceiver(slice, rank, buffers, sources, pull_peer);
+        if (!p.ok()) return p.status();
+        return std::unique_ptr<RoundRunner>(std::move(*p));
+      };
+      absl::StatusOr<std::unique_ptr<RoundRunner>> runner =
+          MakeMemberRunner(m, parts, nullptr, absl::Now() + absl::Seconds(20));
+      if (!runner.ok()) {
+        out.errors[g] = runner.status();
         return;
       }
-      parts.push_back(std::move(*pull));
-      auto it = std::lower_bound(net.begin(), net.end(), g);
-      if (it != net.end() && *it == g) {
-        const int32_t local = static_cast<int32_t>(it - net.begin());
-        auto inner = InProcTransport::Create(fabric, local);
-        auto t = SubsetTransport::Create(std::move(*inner), net, world);
-        if (!t.ok()) {
-          out.errors[g] = t.status();
-          return;
-        }
-        ExecutorOptions eo;
-        eo.exclude_peer = pulls;
-        auto e = Executor::Create(slices[g], side, r, ptrs[g], t->get(), eo);
-        if (!e.ok()) {
-          out.errors[g] = e.status();
-          return;
-        }
-        parts.push_back(
-            ExecutorRunner::Create(std::move(*t), nullptr, std::move(*e)).value());
-      }
-      auto c = CompositeRunner::Create(std::move(parts));
-      absl::StatusOr<RunStats> s = (*c)->Run(absl::Now() + absl::Seconds(20));
-      out.errors[g] = s.status();
+      out.errors[g] = (*runner)->Run(absl::Now() + absl::Seconds(20)).status();
     });
   }
   for (std::thread& t : threads) t.join();
@@ -154,7 +163,7 @@ TEST(CompositeRunnerTest, TwoHostsPullSameHostPairsAndSendTheRest) {
     for (int32_t d = 0; d < plan->dst.world_size; ++d) {
       host[plan->src.world_size + d] = (d + 1) % 2;
     }
-    HybridResult r = RunHybrid(*plan, host);
+    MixedResult r = RunMixed(*plan, host);
     for (int32_t g = 0; g < world; ++g) EXPECT_TRUE(r.errors[g].ok()) << g << ": " << r.errors[g];
     for (const std::string& c : r.engine_checks) EXPECT_EQ(c, "");
     if (r.routes.pull_pairs > 0 && r.routes.network_pairs > 0) ++mixed;
@@ -166,13 +175,13 @@ TEST(CompositeRunnerTest, OneHostPullsEverythingAndAllHostsApartSendEverything) 
   absl::StatusOr<Plan> plan = MakePatternPlan("2to2");
   ASSERT_TRUE(plan.ok()) << plan.status();
   const int32_t world = plan->src.world_size + plan->dst.world_size;
-  HybridResult one = RunHybrid(*plan, std::vector<int32_t>(world, 0));
+  MixedResult one = RunMixed(*plan, std::vector<int32_t>(world, 0));
   EXPECT_EQ(one.routes.network_pairs, 0);
   EXPECT_TRUE(one.routes.network_members.empty());
   for (const std::string& c : one.engine_checks) EXPECT_EQ(c, "");
   std::vector<int32_t> apart(world);
   for (int32_t g = 0; g < world; ++g) apart[g] = g;
-  HybridResult all = RunHybrid(*plan, apart);
+  MixedResult all = RunMixed(*plan, apart);
   EXPECT_EQ(all.routes.pull_pairs, 0);
   EXPECT_EQ(static_cast<int32_t>(all.routes.network_members.size()), world);
   for (const std::string& c : all.engine_checks) EXPECT_EQ(c, "");
@@ -238,7 +247,7 @@ TEST(CompositeRunnerTest, AddsThePartsStagingAndBytesAndTakesTheLongestTime) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->bytes_sent, 150);
   EXPECT_EQ(s->bytes_received, 10);
-  EXPECT_EQ(s->rounds, 5);
+  EXPECT_EQ(s->waves, 5);
   EXPECT_DOUBLE_EQ(s->seconds, 0.75);
   EXPECT_EQ(s->peak_staging_bytes, 5120);
 }
@@ -259,20 +268,20 @@ TEST(SubsetTransportTest, MapsGlobalRanksAndRefusesOthers) {
   const absl::Time d = absl::Now() + absl::Seconds(10);
   SendOp s{4, in, 4};
   RecvOp r{1, got, 4};
-  ASSERT_TRUE((*a)->StartRound(0, {&s, 1}, {}, d).ok());
-  ASSERT_TRUE((*b)->StartRound(0, {}, {&r, 1}, d).ok());
-  ASSERT_TRUE((*a)->WaitRound(0, d).ok());
-  ASSERT_TRUE((*b)->WaitRound(0, d).ok());
+  ASSERT_TRUE((*a)->StartWave(0, {&s, 1}, {}, d).ok());
+  ASSERT_TRUE((*b)->StartWave(0, {}, {&r, 1}, d).ok());
+  ASSERT_TRUE((*a)->WaitWave(0, d).ok());
+  ASSERT_TRUE((*b)->WaitWave(0, d).ok());
   EXPECT_EQ(std::string(got, 4), std::string(in, 4));
   // A peer that died is named with its global rank too.
   fabric->Kill(1);
   SendOp again{4, in, 4};
-  ASSERT_TRUE((*a)->StartRound(0, {&again, 1}, {}, d).ok());
-  absl::Status dead = (*a)->WaitRound(0, d);
+  ASSERT_TRUE((*a)->StartWave(0, {&again, 1}, {}, d).ok());
+  absl::Status dead = (*a)->WaitWave(0, d);
   EXPECT_FALSE(dead.ok());
   EXPECT_NE(dead.message().find("as global ranks: 0=1, 1=4"), std::string::npos) << dead;
   SendOp bad{2, in, 4};
-  EXPECT_TRUE(absl::IsInvalidArgument((*a)->StartRound(0, {&bad, 1}, {}, d)));
+  EXPECT_TRUE(absl::IsInvalidArgument((*a)->StartWave(0, {&bad, 1}, {}, d)));
   EXPECT_TRUE(absl::IsInvalidArgument(
       SubsetTransport::Create(InProcTransport::Create(fabric, 0).value(), {4, 1}, 6)
           .status()));
@@ -287,6 +296,19 @@ TEST(PairRoutesTest, SameHostPairsPullAndTheOthersJoinTheNetwork) {
   EXPECT_FALSE(PullsBetween({0, 1}, 0, 5));
   // No hosts: nothing pulls.
   EXPECT_EQ(RoutePairs({{0, 1}}, {}).network_pairs, 1);
+}
+
+TEST(MemberRunnerTest, MissingPlanOrTransportIsNamed) {
+  DataPlaneParts parts;
+  MemberSlice m;
+  absl::StatusOr<std::unique_ptr<RoundRunner>> r = MakeMemberRunner(m, parts, nullptr, absl::Now());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("no plan"));
+  Plan plan;
+  m.plan = &plan;
+  r = MakeMemberRunner(m, parts, nullptr, absl::Now());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("no transport factory"));
 }
 
 }  // namespace

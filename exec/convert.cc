@@ -37,11 +37,11 @@ void ForEachTile(const Box& b, Fn fn) {
 }  // namespace
 
 absl::Status ConvertOps::QuantizeWhole(const char* dense, DType dtype, const Box& box,
-                                       const std::vector<int64_t>& tile, bool ue8m0,
+                                       const std::vector<int64_t>& tile, ScaleMode mode,
                                        char* out, char* scales, absl::string_view what) {
   REFIT_ASSIGN_OR_RETURN(std::vector<float> amax,
                          AnnotateStatus(TileAmax(dense, dtype, box, tile), what));
-  return AnnotateStatus(Quantize(dense, dtype, box, tile, amax, ue8m0, out, scales), what);
+  return AnnotateStatus(Quantize(dense, dtype, box, tile, amax, mode, out, scales), what);
 }
 
 absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank) {
@@ -160,7 +160,7 @@ absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
     if (!v.has_cut) {
       REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
       REFIT_RETURN_IF_ERROR(ops.QuantizeWhole(
-          dense, c.from_dtype, c.from.box, c.tile, c.kind == ConversionKind::kFp8BlockUe8m0,
+          dense, c.from_dtype, c.from.box, c.tile, ScaleModeOf(c.kind),
           buffers[c.to_buffer], c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr,
           absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_)));
       continue;
@@ -173,7 +173,7 @@ absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
     }
     REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
     REFIT_RETURN_IF_ERROR(ops.Quantize(dense, c.from_dtype, c.from.box, c.tile, v.amax,
-                                       c.kind == ConversionKind::kFp8BlockUe8m0,
+                                       ScaleModeOf(c.kind),
                                        buffers[c.to_buffer],
                                        c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr));
     v.amax.clear();
@@ -205,10 +205,10 @@ class HostConvertOps : public ConvertOps {
   }
   absl::Status Quantize(const char* dense, DType dtype, const Box& box,
                         const std::vector<int64_t>& tile,
-                        const std::vector<float>& amax, bool ue8m0, char* out,
+                        const std::vector<float>& amax, ScaleMode mode, char* out,
                         char* scales) override {
-    QuantizeHost({dense, dtype, box}, tile, amax, ue8m0, reinterpret_cast<uint8_t*>(out),
-                 reinterpret_cast<float*>(scales));
+    QuantizeHost({dense, dtype, box}, tile, amax, mode, reinterpret_cast<uint8_t*>(out),
+                 scales);
     return absl::OkStatus();
   }
   absl::Status Cast(const char* dense, DType dtype, int64_t n, bool neg_exp,

@@ -12,7 +12,7 @@
 //      the amax of whole tiles from the rank's own data and of cut tiles
 //      from the exchange; scales of the tiles the rank owns go to its scale
 //      buffers.
-// Host memory only here; the CUDA copy engine runs the same steps with
+// Host memory only here; the CUDA copier runs the same steps with
 // kernels (exec/cuda/convert_kernels.h).
 #ifndef REFIT_EXEC_CONVERT_H_
 #define REFIT_EXEC_CONVERT_H_
@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "exec/quantize.h"
 #include "plan/plan.h"
 
 namespace refit {
@@ -43,17 +44,18 @@ class ConvertOps {
   virtual absl::StatusOr<std::vector<float>> TileAmax(
       const char* dense, DType dtype, const Box& box,
       const std::vector<int64_t>& tile) = 0;
-  // QuantizeHost into out (e4m3) and scales (f32, may be null).
+  // QuantizeHost into out (e4m3) and scales (f32, E8M0 bytes for kE8m0;
+  // may be null).
   virtual absl::Status Quantize(const char* dense, DType dtype, const Box& box,
                                 const std::vector<int64_t>& tile,
-                                const std::vector<float>& amax, bool ue8m0,
+                                const std::vector<float>& amax, ScaleMode mode,
                                 char* out, char* scales) = 0;
   // TileAmax then Quantize, for a record none of whose tiles another rank
   // holds part of (engines may fuse them). A non-finite value fails this
   // call or the next Sync() (engines may check once per batch) with
   // INVALID_ARGUMENT "<what>: non-finite value at [coordinates]".
   virtual absl::Status QuantizeWhole(const char* dense, DType dtype, const Box& box,
-                                     const std::vector<int64_t>& tile, bool ue8m0,
+                                     const std::vector<int64_t>& tile, ScaleMode mode,
                                      char* out, char* scales, absl::string_view what);
   // CastF32Host into out.
   virtual absl::Status Cast(const char* dense, DType dtype, int64_t n,

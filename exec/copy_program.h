@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "exec/resolved_copy.h"
 #include "plan/plan.h"
 
 namespace refit {
@@ -68,17 +69,7 @@ absl::Status AppendRecordTasks(const Record& r, int64_t elem_size,
 // Bytes moved by tasks (sum of rows * row_bytes).
 int64_t TaskBytes(absl::Span<const CopyTask> tasks);
 
-// A task with its buffers resolved to addresses (host or device).
-struct ResolvedCopy {
-  const char* src = nullptr;
-  char* dst = nullptr;
-  int64_t rows = 0;
-  int64_t row_bytes = 0;
-  int64_t src_row_stride = 0;
-  int64_t dst_row_stride = 0;
-};
-
-// Resolves tasks: buffer b -> buffers[b], kStream -> stream_src (as a
+// Resolves tasks to ResolvedCopy (resolved_copy.h): buffer b -> buffers[b], kStream -> stream_src (as a
 // source) or stream_dst (as a destination). Returns INVALID_ARGUMENT if a
 // buffer index is out of range or its pointer is null.
 absl::StatusOr<std::vector<ResolvedCopy>> ResolveTasks(

@@ -1,4 +1,4 @@
-// Executor: one rank's rounds of a plan, pipelined over the transport's lanes.
+// Executor: one rank's waves of a plan, pipelined over the transport's lanes.
 #include "exec/executor.h"
 
 #include <algorithm>
@@ -58,16 +58,16 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
         " of ", transport->world_size(), ", expected rank ", e->global_rank_,
         " of ", plan.src.world_size + plan.dst.world_size));
   }
-  if (options.copy_engine != nullptr) {
-    e->engine_ = options.copy_engine;
+  if (options.copier != nullptr) {
+    e->copier_ = options.copier;
   } else {
-    e->owned_engine_ = MakeHostCopyEngine();
-    e->engine_ = e->owned_engine_.get();
+    e->owned_copier_ = MakeHostCopier();
+    e->copier_ = e->owned_copier_.get();
   }
-  if (e->engine_->kind() != transport->memory_kind()) {
+  if (e->copier_->kind() != transport->memory_kind()) {
     return absl::FailedPreconditionError(absl::StrCat(
         side_name, " rank ", rank,
-        ": copy engine and transport use different memory kinds"));
+        ": copier and transport use different memory kinds"));
   }
   e->num_lanes_ = options.num_lanes > 0 ? options.num_lanes
                                         : transport->num_lanes();
@@ -79,28 +79,34 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
   buffers.resize(layout.buffers.size(), nullptr);
   e->buffers_ = std::move(buffers);
   if (side == Side::kTrainer) {
-    REFIT_RETURN_IF_ERROR(e->PrepareConversions());
-    if (e->converter_ != nullptr && options.exclude_peer) {
+    ConversionStage::Memory memory;
+    memory.allocate = [ex = e.get()](int64_t bytes) { return ex->Hold(bytes); };
+    memory.release = [ex = e.get()](char* p, int64_t bytes) { ex->Release(p, bytes); };
+    REFIT_ASSIGN_OR_RETURN(
+        e->conversions_,
+        ConversionStage::Create(plan, rank, [ex = e.get()] { return ex->copier_->MakeConvertOps(); },
+                                std::move(memory), &e->buffers_));
+    if (e->conversions_ != nullptr && options.exclude_peer) {
       return absl::FailedPreconditionError(absl::StrCat(
           "trainer rank ", rank, " converts weights (FP8) and shares its peers "
           "with another data plane: conversions need every peer on one data plane"));
     }
   }
 
-  // Compile the rank's rounds.
+  // Compile the rank's waves.
   const bool src = side == Side::kTrainer;
   e->staging_.assign(e->num_lanes_, 0);
-  for (size_t ri = 0; ri < plan.rounds.size(); ++ri) {
-    const Round& round = plan.rounds[ri];
-    RoundWork w;
-    w.round = static_cast<int32_t>(ri);
-    w.lane = std::max(0, round.lane) % e->num_lanes_;
+  for (size_t ri = 0; ri < plan.waves.size(); ++ri) {
+    const Wave& wave = plan.waves[ri];
+    WaveWork w;
+    w.wave = static_cast<int32_t>(ri);
+    w.lane = std::max(0, wave.lane) % e->num_lanes_;
     int64_t staging = 0;
-    for (int32_t mi = round.first_message;
-         mi < round.first_message + round.num_messages; ++mi) {
+    for (int32_t mi = wave.first_message;
+         mi < wave.first_message + wave.num_messages; ++mi) {
       if (mi < 0 || static_cast<size_t>(mi) >= plan.messages.size()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("round ", ri, " refers to message ", mi,
+            absl::StrCat("wave ", ri, " refers to message ", mi,
                          " outside the plan"));
       }
       const Message& m = plan.messages[mi];
@@ -155,7 +161,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
     // The plan budgets unaligned bytes: pack messages back to back instead
     // (tiny budgets; never needed at 256 bytes or more per lane per message).
     e->staging_.assign(e->num_lanes_, 0);
-    for (RoundWork& w : e->work_) {
+    for (WaveWork& w : e->work_) {
       int64_t staging = 0;
       for (auto* list : {&w.sends, &w.recvs}) {
         for (MsgWork& m : *list) {
@@ -185,58 +191,24 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
 
 Executor::~Executor() {
   for (char* p : staging_ptr_) {
-    if (p != nullptr) engine_->Free(p);
+    if (p != nullptr) copier_->Free(p);
   }
-  for (char* p : scratch_) engine_->Free(p);
-}
-
-absl::Status Executor::PrepareConversions() {
-  REFIT_ASSIGN_OR_RETURN(Converter c, Converter::Create(*plan_, rank_));
-  if (c.empty()) return absl::OkStatus();
-  converter_ = std::make_unique<Converter>(std::move(c));
-  convert_ops_ = engine_->MakeConvertOps();
-  if (convert_ops_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "trainer rank ", rank_, ": this copy engine cannot convert (the engine "
-        "asks for another dtype)"));
-  }
-  for (size_t b = 0; b < plan_->src.buffers.size(); ++b) {
-    const BufferSpec& spec = plan_->src.buffers[b];
-    if (!spec.scratch || spec.rank != rank_) continue;
-    REFIT_ASSIGN_OR_RETURN(buffers_[b], Hold(spec.byte_size));
-    scratch_.push_back(buffers_[b]);
-  }
-  for (const Conversion& v : plan_->conversions) {
-    if (v.from.rank != rank_) continue;
-    const int64_t n = v.from.buffer_step > 0 && v.from.box.rank() > 0 ? v.from.box.shape(0) : 1;
-    for (int64_t i = 0; i < n; ++i) {
-      const int32_t b = RecordBuffer(v.from, i);
-      if (b < 0 || static_cast<size_t>(b) >= buffers_.size() || buffers_[b] == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "trainer rank ", rank_, ": buffer ",
-            b >= 0 && static_cast<size_t>(b) < plan_->src.buffers.size()
-                ? plan_->src.buffers[b].name
-                : absl::StrCat("#", b),
-            " of a converted tensor is not registered"));
-      }
-    }
-  }
-  return absl::OkStatus();
+  conversions_.reset();  // releases its scratch through Release
 }
 
 absl::Status Executor::Convert(absl::Time deadline) {
-  REFIT_ASSIGN_OR_RETURN(auto sends, converter_->Partials(*convert_ops_, buffers_));
-  std::map<int32_t, std::vector<float>> received;
-  if (!converter_->peers().empty()) {
-    // One exchange of the cut tiles' partial amaxes among the trainer
-    // ranks that share them, on lane 0 before any round.
+  // One exchange of the cut tiles' partial amaxes among the trainer ranks
+  // that share them, on lane 0 before any wave.
+  auto exchange = [this, deadline](const std::map<int32_t, std::vector<float>>& sends)
+      -> absl::StatusOr<std::map<int32_t, std::vector<float>>> {
+    std::map<int32_t, std::vector<float>> received;
     std::vector<std::pair<char*, int64_t>> mem;
     auto cleanup = [&] {
       for (const auto& [p, bytes] : mem) Release(p, bytes);
     };
     std::vector<SendOp> so;
     std::vector<RecvOp> ro;
-    for (const auto& [peer, count] : converter_->peers()) {
+    for (const auto& [peer, count] : conversions_->peers()) {
       const int64_t bytes = count * 4;
       absl::StatusOr<char*> sp = Hold(bytes);
       absl::StatusOr<char*> rp = sp.ok() ? Hold(bytes) : sp;
@@ -246,7 +218,7 @@ absl::Status Executor::Convert(absl::Time deadline) {
         return rp.status();
       }
       mem.emplace_back(*rp, bytes);
-      absl::Status s = engine_->FromHost(*sp, sends[peer].data(), bytes);
+      absl::Status s = copier_->FromHost(*sp, sends.at(peer).data(), bytes);
       if (!s.ok()) {
         cleanup();
         return s;
@@ -254,25 +226,26 @@ absl::Status Executor::Convert(absl::Time deadline) {
       so.push_back({peer, *sp, bytes});
       ro.push_back({peer, *rp, bytes});
     }
-    absl::Status s = engine_->Sync(0, deadline);
-    if (s.ok()) s = transport_->StartRound(0, so, ro, deadline);
-    if (s.ok()) s = transport_->WaitRound(0, deadline);
+    absl::Status s = copier_->Sync(0, deadline);
+    if (s.ok()) s = transport_->StartWave(0, so, ro, deadline);
+    if (s.ok()) s = transport_->WaitWave(0, deadline);
     for (const RecvOp& r : ro) {
       if (!s.ok()) break;
       std::vector<float>& v = received[r.peer];
       v.resize(r.bytes / 4);
-      s = engine_->ToHost(v.data(), static_cast<const char*>(r.ptr), r.bytes);
+      s = copier_->ToHost(v.data(), static_cast<const char*>(r.ptr), r.bytes);
     }
     cleanup();
     if (!s.ok()) {
       return AnnotateStatus(s, absl::StrCat("trainer rank ", rank_,
                                             ": exchanging FP8 tile amaxes"));
     }
-  }
-  return converter_->Finish(*convert_ops_, buffers_, received);
+    return received;
+  };
+  return conversions_->Run(buffers_, exchange);
 }
 
-absl::Status Executor::Pack(const RoundWork& w) {
+absl::Status Executor::Pack(const WaveWork& w) {
   std::vector<ResolvedCopy> copies;
   for (const MsgWork& m : w.sends) {
     if (m.direct) continue;
@@ -282,11 +255,11 @@ absl::Status Executor::Pack(const RoundWork& w) {
                      staging_ptr_[w.lane] + m.staging_offset));
     copies.insert(copies.end(), c.begin(), c.end());
   }
-  if (!copies.empty()) REFIT_RETURN_IF_ERROR(engine_->Copy(w.lane, copies));
+  if (!copies.empty()) REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, copies));
   return absl::OkStatus();
 }
 
-absl::Status Executor::Unpack(const RoundWork& w, absl::Time deadline) {
+absl::Status Executor::Unpack(const WaveWork& w, absl::Time deadline) {
   std::vector<ResolvedCopy> copies;
   for (const MsgWork& m : w.recvs) {
     if (m.direct) continue;
@@ -297,11 +270,11 @@ absl::Status Executor::Unpack(const RoundWork& w, absl::Time deadline) {
     copies.insert(copies.end(), c.begin(), c.end());
   }
   if (!copies.empty()) {
-    REFIT_RETURN_IF_ERROR(engine_->Copy(w.lane, copies));
-    // The lane's staging is reused by its next round (stream order does
-    // that for ordered engines).
-    if (!engine_->OrderedWithTransport()) {
-      REFIT_RETURN_IF_ERROR(engine_->Sync(w.lane, deadline));
+    REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, copies));
+    // The lane's staging is reused by its next wave (stream order does
+    // that for ordered copiers).
+    if (!copier_->OrderedWithTransport()) {
+      REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
     }
   }
   return absl::OkStatus();
@@ -314,7 +287,7 @@ absl::StatusOr<uint64_t> Executor::HashSegment(int32_t segment,
   const Segment& seg = plan_->segments[segment];
   scratch->resize(seg.bytes);
   if (packed_is_stream) {
-    REFIT_RETURN_IF_ERROR(engine_->ToHost(scratch->data(), packed, seg.bytes));
+    REFIT_RETURN_IF_ERROR(copier_->ToHost(scratch->data(), packed, seg.bytes));
     return HashBytes(scratch->data(), seg.bytes);
   }
   // Gather the segment back out of the destination buffer.
@@ -325,7 +298,7 @@ absl::StatusOr<uint64_t> Executor::HashSegment(int32_t segment,
   std::vector<ResolvedCopy> copies;
   REFIT_ASSIGN_OR_RETURN(copies, ResolveTasks(tasks, buffers_, {}, nullptr,
                                               scratch->data()));
-  if (engine_->kind() != MemoryKind::kHost) {
+  if (copier_->kind() != MemoryKind::kHost) {
     return absl::UnimplementedError("verify reads device buffers via host");
   }
   RunCopiesHost(copies);
@@ -333,48 +306,48 @@ absl::StatusOr<uint64_t> Executor::HashSegment(int32_t segment,
 }
 
 absl::StatusOr<char*> Executor::Hold(int64_t bytes) {
-  REFIT_ASSIGN_OR_RETURN(char* p, engine_->Allocate(bytes));
+  REFIT_ASSIGN_OR_RETURN(char* p, copier_->Allocate(bytes));
   held_bytes_ += bytes;
   peak_held_bytes_ = std::max(peak_held_bytes_, held_bytes_);
   return p;
 }
 
 void Executor::Release(char* p, int64_t bytes) {
-  engine_->Free(p);
+  copier_->Free(p);
   held_bytes_ -= bytes;
 }
 
 absl::StatusOr<RunStats> Executor::Run(absl::Time deadline) {
   const absl::Time start = absl::Now();
   peak_held_bytes_ = held_bytes_;
-  if (converter_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
-  REFIT_ASSIGN_OR_RETURN(RunStats stats, RunRounds(deadline));
+  if (conversions_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
+  REFIT_ASSIGN_OR_RETURN(RunStats stats, RunWaves(deadline));
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   stats.peak_staging_bytes =
-      peak_held_bytes_ + (convert_ops_ != nullptr ? convert_ops_->workspace_bytes() : 0);
+      peak_held_bytes_ + (conversions_ != nullptr ? conversions_->workspace_bytes() : 0);
   return stats;
 }
 
-absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
+absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
   const absl::Time start = absl::Now();
   RunStats stats;
   std::vector<int> in_flight(num_lanes_, -1);  // index into work_
   hashes_.clear();
   std::vector<char> scratch;
-  // Ordered engines (device copies on the lane's stream): unpack is
-  // enqueued right behind the round, and the host waits only before it
-  // reuses a lane (WaitRound) — no host round trip between pack and send or
+  // Ordered copiers (device copies on the lane's stream): unpack is
+  // enqueued right behind the wave, and the host waits only before it
+  // reuses a lane (WaitWave) — no host round trip between pack and send or
   // between receive and unpack.
-  const bool ordered = engine_->OrderedWithTransport();
+  const bool ordered = copier_->OrderedWithTransport();
   auto finish = [&](int lane) -> absl::Status {
     const int wi = in_flight[lane];
     if (wi < 0) return absl::OkStatus();
     in_flight[lane] = -1;
-    REFIT_RETURN_IF_ERROR(transport_->WaitRound(lane, deadline));
-    const RoundWork& w = work_[wi];
+    REFIT_RETURN_IF_ERROR(transport_->WaitWave(lane, deadline));
+    const WaveWork& w = work_[wi];
     if (!ordered) REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
     if (options_.verify) {
-      if (ordered) REFIT_RETURN_IF_ERROR(engine_->Sync(lane, deadline));
+      if (ordered) REFIT_RETURN_IF_ERROR(copier_->Sync(lane, deadline));
       for (const MsgWork& m : w.recvs) {
         const Message& msg = plan_->messages[m.message];
         std::vector<uint64_t>& h = hashes_[m.message];
@@ -388,19 +361,19 @@ absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
     }
     return absl::OkStatus();
   };
-  // Queued: an ordered engine on a transport that queues rounds per lane
-  // (NCCL on CUDA streams) gets every round enqueued at once — pack, round,
+  // Queued: an ordered copier on a transport that queues waves per lane
+  // (NCCL on CUDA streams) gets every wave enqueued at once — pack, wave,
   // unpack, in plan order, each lane's stream ordering them (the next
-  // round's pack on a lane reuses its staging only after the previous
-  // round's unpack). The host then only waits for the lanes to drain,
-  // polling for errors against the deadline. Verify keeps the per-round
+  // wave's pack on a lane reuses its staging only after the previous
+  // wave's unpack). The host then only waits for the lanes to drain,
+  // polling for errors against the deadline. Verify keeps the per-wave
   // path (it hashes on the host).
   const bool queued = ordered && !options_.verify &&
-                      transport_->max_rounds_per_lane() >=
+                      transport_->max_waves_per_lane() >=
                           static_cast<int32_t>(work_.size());
   if (queued) {
     std::vector<int> posted(num_lanes_, 0);
-    for (const RoundWork& w : work_) {
+    for (const WaveWork& w : work_) {
       REFIT_RETURN_IF_ERROR(Pack(w));
       std::vector<SendOp> sends;
       std::vector<RecvOp> recvs;
@@ -412,27 +385,27 @@ absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
         recvs.push_back(RecvOp{m.peer, MessagePtr(w, m), m.bytes});
         stats.bytes_received += m.bytes;
       }
-      REFIT_RETURN_IF_ERROR(transport_->StartRound(w.lane, sends, recvs, deadline));
+      REFIT_RETURN_IF_ERROR(transport_->StartWave(w.lane, sends, recvs, deadline));
       REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
       ++posted[w.lane];
-      ++stats.rounds;
+      ++stats.waves;
     }
     for (int l = 0; l < num_lanes_; ++l) {
       for (; posted[l] > 0; --posted[l]) {
-        REFIT_RETURN_IF_ERROR(transport_->WaitRound(l, deadline));
+        REFIT_RETURN_IF_ERROR(transport_->WaitWave(l, deadline));
       }
-      REFIT_RETURN_IF_ERROR(engine_->Sync(l, deadline));
+      REFIT_RETURN_IF_ERROR(copier_->Sync(l, deadline));
     }
     stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     return stats;
   }
   for (size_t wi = 0; wi < work_.size(); ++wi) {
-    const RoundWork& w = work_[wi];
+    const WaveWork& w = work_[wi];
     REFIT_RETURN_IF_ERROR(finish(w.lane));
     REFIT_RETURN_IF_ERROR(Pack(w));
     // Verify hashes the packed bytes on the host: they must be complete.
     if (!ordered || options_.verify) {
-      REFIT_RETURN_IF_ERROR(engine_->Sync(w.lane, deadline));
+      REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
     }
     std::vector<SendOp> sends;
     std::vector<RecvOp> recvs;
@@ -458,10 +431,10 @@ absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
       recvs.push_back(RecvOp{m.peer, p, m.bytes});
       stats.bytes_received += m.bytes;
     }
-    REFIT_RETURN_IF_ERROR(transport_->StartRound(w.lane, sends, recvs, deadline));
+    REFIT_RETURN_IF_ERROR(transport_->StartWave(w.lane, sends, recvs, deadline));
     if (ordered) REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
     in_flight[w.lane] = static_cast<int>(wi);
-    ++stats.rounds;
+    ++stats.waves;
   }
   // Drain in posting order.
   std::vector<std::pair<int, int>> order;
@@ -472,7 +445,7 @@ absl::StatusOr<RunStats> Executor::RunRounds(absl::Time deadline) {
   for (const auto& [wi, lane] : order) REFIT_RETURN_IF_ERROR(finish(lane));
   if (ordered) {
     for (int l = 0; l < num_lanes_; ++l) {
-      REFIT_RETURN_IF_ERROR(engine_->Sync(l, deadline));
+      REFIT_RETURN_IF_ERROR(copier_->Sync(l, deadline));
     }
   }
   if (options_.verify) REFIT_RETURN_IF_ERROR(Verify(deadline));
@@ -511,12 +484,12 @@ absl::Status Executor::Verify(absl::Time deadline) {
           RecvOp{peer, t.data(), static_cast<int64_t>(t.size() * 8)});
     }
   }
-  if (engine_->kind() != MemoryKind::kHost) {
+  if (copier_->kind() != MemoryKind::kHost) {
     return absl::UnimplementedError(
         "verify mode exchanges host hashes; not supported on device lanes");
   }
-  REFIT_RETURN_IF_ERROR(transport_->StartRound(0, sends, recvs, deadline));
-  REFIT_RETURN_IF_ERROR(transport_->WaitRound(0, deadline));
+  REFIT_RETURN_IF_ERROR(transport_->StartWave(0, sends, recvs, deadline));
+  REFIT_RETURN_IF_ERROR(transport_->WaitWave(0, deadline));
   if (src) return absl::OkStatus();
   for (const auto& [peer, msgs] : by_peer) {
     const std::vector<uint64_t>& a = theirs[peer];

@@ -2,11 +2,11 @@
 // registered, over a Transport.
 //
 // Created once per plan: it compiles every message of the rank into copy
-// tasks (copy_program.h), assigns rounds to lanes (round.lane modulo the
+// tasks (copy_program.h), assigns waves to lanes (wave.lane modulo the
 // lane count) and allocates staging once per lane (the rank's peak over the
-// lane's rounds; the total never exceeds the plan's staging budget). Each
-// Run() executes all of the rank's rounds in plan order: round r+1 is packed
-// while round r is in flight on another lane (at most one round per lane in
+// lane's waves; the total never exceeds the plan's staging budget). Each
+// Run() executes all of the rank's waves in plan order: wave r+1 is packed
+// while wave r is in flight on another lane (at most one wave per lane in
 // flight); messages that are one contiguous buffer range go straight from /
 // into the buffer (zero copy); received bytes are unpacked into the
 // destination buffers in place — the executor never allocates or moves a
@@ -24,10 +24,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "exec/copy_engine.h"
+#include "exec/copier.h"
 #include "exec/copy_program.h"
-#include "exec/convert.h"
+#include "exec/conversion_stage.h"
 #include "exec/plan_side.h"
+#include "exec/run_stats.h"
 #include "exec/transport.h"
 #include "layout/side.h"
 #include "plan/plan.h"
@@ -39,28 +40,16 @@ struct ExecutorOptions {
   int32_t num_lanes = 0;
   // Verify mode: per segment, the sender hashes what it sends and the
   // receiver hashes what it wrote into its buffer; the hashes are exchanged
-  // through the transport after the last round and compared.
+  // through the transport after the last wave and compared.
   bool verify = false;
   // Device copies (staging in device memory); nullptr = host memcpy
-  // (MakeHostCopyEngine).
-  CopyEngine* copy_engine = nullptr;
+  // (MakeHostCopier).
+  Copier* copier = nullptr;
   // Peers (global ranks) whose messages another data plane moves (the
   // colocated pull path, exec/composite_runner.h): the executor leaves them
   // out. Empty = none. A trainer rank with conversions cannot leave peers
   // out (Create fails with FAILED_PRECONDITION).
   std::function<bool(int32_t)> exclude_peer;
-};
-
-struct RunStats {
-  int64_t bytes_sent = 0;
-  int64_t bytes_received = 0;
-  int64_t rounds = 0;
-  double seconds = 0;
-  // The most memory the executor held from its copy engine during the run
-  // (staging of all lanes, conversion scratch, the amax exchange) plus the
-  // conversion steps' workspace (ConvertOps::workspace_bytes).
-  int64_t peak_staging_bytes = 0;
-  double device_seconds = 0;  // GPU time of the round's copy kernels (pull path)
 };
 
 class Executor {
@@ -82,7 +71,7 @@ class Executor {
 
   ~Executor();
 
-  // Runs every round of the rank once. Fails with the transport's error
+  // Runs every wave of the rank once. Fails with the transport's error
   // (DEADLINE_EXCEEDED / ABORTED / UNAVAILABLE naming the peer) — never
   // later than `deadline` plus the transport's teardown margin — or
   // DATA_LOSS naming the tensor and both ranks when verify finds a
@@ -105,24 +94,23 @@ class Executor {
     int64_t staging_offset = 0;  // otherwise
     std::vector<CopyTask> tasks;  // pack (send) or unpack (recv)
   };
-  struct RoundWork {
-    int32_t round = 0;
+  struct WaveWork {
+    int32_t wave = 0;
     int32_t lane = 0;
     std::vector<MsgWork> sends;
     std::vector<MsgWork> recvs;
   };
   Executor() = default;
-  absl::StatusOr<RunStats> RunRounds(absl::Time deadline);
-  // Where message m of round w is sent from / received into: the buffer
+  absl::StatusOr<RunStats> RunWaves(absl::Time deadline);
+  // Where message m of wave w is sent from / received into: the buffer
   // (zero copy) or the lane's staging.
-  char* MessagePtr(const RoundWork& w, const MsgWork& m) const {
+  char* MessagePtr(const WaveWork& w, const MsgWork& m) const {
     return m.direct ? m.direct_ptr : staging_ptr_[w.lane] + m.staging_offset;
   }
-  absl::Status Pack(const RoundWork& w);
-  absl::Status Unpack(const RoundWork& w, absl::Time deadline);
+  absl::Status Pack(const WaveWork& w);
+  absl::Status Unpack(const WaveWork& w, absl::Time deadline);
   absl::Status Verify(absl::Time deadline);
-  absl::Status PrepareConversions();
-  // Allocates `bytes` from the copy engine and counts them as held
+  // Allocates `bytes` from the copier and counts them as held
   // (RESOURCE_EXHAUSTED as Allocate); Release frees and uncounts them.
   absl::StatusOr<char*> Hold(int64_t bytes);
   void Release(char* p, int64_t bytes);
@@ -138,17 +126,15 @@ class Executor {
   std::vector<char*> buffers_;
   Transport* transport_ = nullptr;
   ExecutorOptions options_;
-  std::unique_ptr<CopyEngine> owned_engine_;
-  CopyEngine* engine_ = nullptr;
+  std::unique_ptr<Copier> owned_copier_;
+  Copier* copier_ = nullptr;
   int32_t num_lanes_ = 1;
-  std::vector<RoundWork> work_;
-  // Source: the rank's conversions, their scratch buffers.
-  std::unique_ptr<Converter> converter_;
-  std::unique_ptr<ConvertOps> convert_ops_;
-  std::vector<char*> scratch_;
+  std::vector<WaveWork> work_;
+  // Source: the rank's conversions and their scratch buffers.
+  std::unique_ptr<ConversionStage> conversions_;
   std::vector<int64_t> staging_;
   std::vector<char*> staging_ptr_;
-  // Bytes held from the copy engine now, and the most since Run began.
+  // Bytes held from the copier now, and the most since Run began.
   int64_t held_bytes_ = 0;
   int64_t peak_held_bytes_ = 0;
   // Verify: per message this rank takes part in, hashes of its segments.

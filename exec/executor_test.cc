@@ -10,7 +10,7 @@
 #include "layout/mesh.h"
 #include "layout/sharding.h"
 #include "plan/planner.h"
-#include "testing/counting_copy_engine.h"
+#include "testing/counting_copier.h"
 #include "testing/reference_copy.h"
 #include "testing/test_patterns.h"
 
@@ -34,13 +34,13 @@ class CorruptingTransport : public Transport {
   int32_t world_size() const override { return t_->world_size(); }
   int32_t num_lanes() const override { return t_->num_lanes(); }
   MemoryKind memory_kind() const override { return t_->memory_kind(); }
-  absl::Status StartRound(int32_t lane, absl::Span<const SendOp> s,
+  absl::Status StartWave(int32_t lane, absl::Span<const SendOp> s,
                           absl::Span<const RecvOp> r, absl::Time deadline) override {
     if (!done_ && lane == 0 && !r.empty() && r[0].bytes > 0) target_ = r[0];
-    return t_->StartRound(lane, s, r, deadline);
+    return t_->StartWave(lane, s, r, deadline);
   }
-  absl::Status WaitRound(int32_t lane, absl::Time deadline) override {
-    absl::Status s = t_->WaitRound(lane, deadline);
+  absl::Status WaitWave(int32_t lane, absl::Time deadline) override {
+    absl::Status s = t_->WaitWave(lane, deadline);
     if (s.ok() && lane == 0 && target_.ptr != nullptr && !done_) {
       static_cast<char*>(target_.ptr)[0] ^= 0x5A;
       done_ = true;
@@ -58,7 +58,7 @@ struct RankResult {
   absl::Status status;
   std::string check;
   RunStats stats;
-  int64_t allocated_peak = 0;  // the most the copy engine had handed out
+  int64_t allocated_peak = 0;  // the most the copier had handed out
 };
 
 // Runs `steps` steps of `plan` with one thread per global rank. Ranks in
@@ -82,10 +82,10 @@ std::vector<RankResult> RunAll(const Plan& plan, int lanes, int steps,
       if (g == corrupt) t = std::make_unique<CorruptingTransport>(std::move(t));
       auto bufs = AllocateRankBuffers(layout, rank, kFill);
       std::vector<char*> before = Pointers(bufs);
-      testing::CountingCopyEngine engine;
+      testing::CountingCopier engine;
       ExecutorOptions opt;
       opt.verify = verify;
-      opt.copy_engine = &engine;
+      opt.copier = &engine;
       auto ex = Executor::Create(plan, side, rank, before, t.get(), opt);
       if (!ex.ok()) {
         res.status = ex.status();
@@ -144,7 +144,7 @@ TEST(ExecutorTest, PpStagesGoToSeparateLanes) {
   auto plan = MakePatternPlan("pp", 2, 1);
   ASSERT_TRUE(plan.ok());
   std::set<int> lanes_of_stage[2];
-  for (const Round& r : plan->rounds) lanes_of_stage[r.stage].insert(r.lane);
+  for (const Wave& r : plan->waves) lanes_of_stage[r.stage].insert(r.lane);
   EXPECT_EQ(lanes_of_stage[0], std::set<int>{0});
   EXPECT_EQ(lanes_of_stage[1], std::set<int>{1});
   for (const auto& r : RunAll(*plan, 2, 1, false)) {
@@ -213,7 +213,7 @@ TEST(ExecutorTest, StagingAboveBudgetIsRefused) {
 }
 
 TEST(ExecutorTest, StagingWithinBudgetAndZeroCopyForContiguous) {
-  // 1to3 with one tensor per round: row shards of row-major tensors are
+  // 1to3 with one tensor per wave: row shards of row-major tensors are
   // contiguous on both sides.
   auto plan = MakePatternPlan("1to3", 2, 3);
   ASSERT_TRUE(plan.ok());
@@ -232,7 +232,7 @@ TEST(ExecutorTest, StagingWithinBudgetAndZeroCopyForContiguous) {
   for (const auto& r : RunAll(*qkv, 2, 1, false)) {
     EXPECT_TRUE(r.status.ok()) << r.status;
     EXPECT_LE(r.stats.peak_staging_bytes, qkv->options.staging_budget_bytes);
-    // The reported peak is what the executor took from its copy engine.
+    // The reported peak is what the executor took from its copier.
     EXPECT_EQ(r.stats.peak_staging_bytes, r.allocated_peak);
   }
   EXPECT_GT(RunAll(*qkv, 2, 1, false)[0].stats.peak_staging_bytes, 0);
@@ -287,10 +287,10 @@ TEST(ExecutorTest, SenderConvertsDtypeAndTransformEveryRun) {
       auto bufs = AllocateRankBuffers(layout, rank, kFill);
       HostBuffers host;
       for (char* p : Pointers(bufs)) host.push_back(reinterpret_cast<uint8_t*>(p));
-      testing::CountingCopyEngine engine;
+      testing::CountingCopier engine;
       ExecutorOptions opt;
       opt.verify = true;
-      opt.copy_engine = &engine;
+      opt.copier = &engine;
       auto ex = Executor::Create(*plan, is_src ? Side::kTrainer : Side::kEngine,
                                  rank, Pointers(bufs), t.get(), opt);
       if (!ex.ok()) {
@@ -309,7 +309,7 @@ TEST(ExecutorTest, SenderConvertsDtypeAndTransformEveryRun) {
           fabric->Kill(g);
           return;
         }
-        // The trainer holds the converted values (scratch) for the round.
+        // The trainer holds the converted values (scratch) for the wave.
         if (is_src && st->peak_staging_bytes != engine.peak_bytes()) {
           checks[g] = absl::StrCat("peak staging ", st->peak_staging_bytes,
                                    ", allocated ", engine.peak_bytes());

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/store.h"
@@ -115,32 +116,17 @@ int32_t GlooTransport::num_lanes() const {
   return static_cast<int32_t>(lanes_.size());
 }
 
-absl::Status GlooTransport::StartRound(int32_t lane,
+absl::Status GlooTransport::StartWave(int32_t lane,
                                        absl::Span<const SendOp> sends,
                                        absl::Span<const RecvOp> recvs,
                                        absl::Time /*deadline: posting never blocks*/) {
-  if (lane < 0 || lane >= num_lanes()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank_, ": lane ", lane, " out of range"));
-  }
+  REFIT_RETURN_IF_ERROR(CheckWaveArguments(rank_, world_size_, num_lanes(), lane, sends, recvs));
   Lane& L = *lanes_[lane];
   if (!L.error.ok()) return L.error;
   if (cancel_.cancelled()) return L.error = cancel_.status();
   if (!L.in_flight.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank_, ": a round is still in flight on lane ", lane));
-  }
-  for (const SendOp& s : sends) {
-    if (s.peer < 0 || s.peer >= world_size_ || s.peer == rank_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", rank_, ": bad send peer ", s.peer));
-    }
-  }
-  for (const RecvOp& r : recvs) {
-    if (r.peer < 0 || r.peer >= world_size_ || r.peer == rank_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", rank_, ": bad recv peer ", r.peer));
-    }
+        "rank ", rank_, ": a wave is still in flight on lane ", lane));
   }
   try {
     // Receives first, so that peers' sends find them posted.
@@ -163,17 +149,14 @@ absl::Status GlooTransport::StartRound(int32_t lane,
     }
   } catch (const std::exception& e) {
     L.error = absl::UnavailableError(absl::StrCat(
-        "rank ", rank_, " lane ", lane, ": posting a round failed: ", e.what()));
+        "rank ", rank_, " lane ", lane, ": posting a wave failed: ", e.what()));
     return L.error;
   }
   return absl::OkStatus();
 }
 
-absl::Status GlooTransport::WaitRound(int32_t lane, absl::Time deadline) {
-  if (lane < 0 || lane >= num_lanes()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank_, ": lane ", lane, " out of range"));
-  }
+absl::Status GlooTransport::WaitWave(int32_t lane, absl::Time deadline) {
+  REFIT_RETURN_IF_ERROR(CheckLane(rank_, lane, num_lanes()));
   Lane& L = *lanes_[lane];
   if (!L.error.ok()) return L.error;
   for (Lane::Op& op : L.in_flight) {

@@ -43,10 +43,10 @@ class GlooTransport : public Transport {
   int32_t world_size() const override { return world_size_; }
   int32_t num_lanes() const override;
   MemoryKind memory_kind() const override { return MemoryKind::kHost; }
-  absl::Status StartRound(int32_t lane, absl::Span<const SendOp> sends,
+  absl::Status StartWave(int32_t lane, absl::Span<const SendOp> sends,
                           absl::Span<const RecvOp> recvs,
                           absl::Time deadline) override;
-  absl::Status WaitRound(int32_t lane, absl::Time deadline) override;
+  absl::Status WaitWave(int32_t lane, absl::Time deadline) override;
   // Aborts the waits of every posted buffer (gloo's abortWaitSend/Recv).
   void Cancel(const absl::Status& reason) override;
 

@@ -49,10 +49,10 @@ TEST(GlooTransport, MovesBytesOnEveryLane) {
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
     SendOp send{1, src.data(), static_cast<int64_t>(src.size())};
     RecvOp recv{0, dst.data(), static_cast<int64_t>(dst.size())};
-    ASSERT_TRUE(t[1]->StartRound(lane, {}, {&recv, 1}, deadline).ok());
-    ASSERT_TRUE(t[0]->StartRound(lane, {&send, 1}, {}, deadline).ok());
-    ASSERT_TRUE(t[0]->WaitRound(lane, deadline).ok());
-    ASSERT_TRUE(t[1]->WaitRound(lane, deadline).ok());
+    ASSERT_TRUE(t[1]->StartWave(lane, {}, {&recv, 1}, deadline).ok());
+    ASSERT_TRUE(t[0]->StartWave(lane, {&send, 1}, {}, deadline).ok());
+    ASSERT_TRUE(t[0]->WaitWave(lane, deadline).ok());
+    ASSERT_TRUE(t[1]->WaitWave(lane, deadline).ok());
     EXPECT_EQ(src, dst);
   }
 }
@@ -65,19 +65,19 @@ TEST(GlooTransport, CancelEndsAWaitNoPeerWouldEnd) {
   std::string dst(4096, '\0');
   RecvOp recv{1, dst.data(), static_cast<int64_t>(dst.size())};
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  ASSERT_TRUE(t[0]->StartRound(1, {}, {&recv, 1}, deadline).ok());
+  ASSERT_TRUE(t[0]->StartWave(1, {}, {&recv, 1}, deadline).ok());
   std::thread canceller([&] {
     absl::SleepFor(absl::Milliseconds(200));
-    t[0]->Cancel(absl::AbortedError("round 7 aborted: member trainer rank 1 died"));
+    t[0]->Cancel(absl::AbortedError("wave 7 aborted: member trainer rank 1 died"));
   });
   const absl::Time t0 = absl::Now();
-  absl::Status s = t[0]->WaitRound(1, deadline);
+  absl::Status s = t[0]->WaitWave(1, deadline);
   canceller.join();
   EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
   EXPECT_TRUE(absl::IsAborted(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("trainer rank 1 died"));
   // Every later use of the transport fails with the same reason.
-  absl::Status again = t[0]->StartRound(0, {}, {}, deadline);
+  absl::Status again = t[0]->StartWave(0, {}, {}, deadline);
   EXPECT_TRUE(absl::IsAborted(again)) << again;
 }
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "absl/strings/str_join.h"
 
 namespace refit {
@@ -52,28 +53,13 @@ void InProcFabric::Complete(int32_t rank, int32_t lane, int32_t peer,
 absl::Status InProcFabric::Start(int32_t rank, int32_t lane,
                                  absl::Span<const SendOp> sends,
                                  absl::Span<const RecvOp> recvs) {
-  if (lane < 0 || lane >= num_lanes_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, ": lane ", lane, " out of range"));
-  }
-  for (const SendOp& s : sends) {
-    if (s.peer < 0 || s.peer >= world_size_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", rank, ": send peer ", s.peer, " out of range"));
-    }
-  }
-  for (const RecvOp& r : recvs) {
-    if (r.peer < 0 || r.peer >= world_size_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", rank, ": recv peer ", r.peer, " out of range"));
-    }
-  }
+  REFIT_RETURN_IF_ERROR(CheckWaveArguments(rank, world_size_, num_lanes_, lane, sends, recvs));
   absl::MutexLock l(&mu_);
   LaneState& me = lanes_[rank * num_lanes_ + lane];
   if (!me.error.ok()) return me.error;
   if (me.in_flight) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank, ": a round is still in flight on lane ", lane));
+        "rank ", rank, ": a wave is still in flight on lane ", lane));
   }
   me.in_flight = true;
   me.outstanding = static_cast<int64_t>(sends.size() + recvs.size());
@@ -137,10 +123,7 @@ absl::Status InProcFabric::Start(int32_t rank, int32_t lane,
 
 absl::Status InProcFabric::Wait(int32_t rank, int32_t lane,
                                 absl::Time deadline) {
-  if (lane < 0 || lane >= num_lanes_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, ": lane ", lane, " out of range"));
-  }
+  REFIT_RETURN_IF_ERROR(CheckLane(rank, lane, num_lanes_));
   absl::MutexLock l(&mu_);
   LaneState& me = lanes_[rank * num_lanes_ + lane];
   if (!me.in_flight) return me.error;
@@ -150,7 +133,7 @@ absl::Status InProcFabric::Wait(int32_t rank, int32_t lane,
   if (me.outstanding > 0) {
     std::set<int32_t> peers(me.pending_peers.begin(), me.pending_peers.end());
     me.error = absl::DeadlineExceededError(absl::StrCat(
-        "rank ", rank, " lane ", lane, ": round not complete by the deadline, "
+        "rank ", rank, " lane ", lane, ": wave not complete by the deadline, "
         "still waiting for peer rank(s) ",
         absl::StrJoin(peers, ", ")));
     return me.error;
@@ -169,14 +152,14 @@ absl::StatusOr<std::unique_ptr<InProcTransport>> InProcTransport::Create(
       new InProcTransport(std::move(fabric), rank));
 }
 
-absl::Status InProcTransport::StartRound(int32_t lane,
+absl::Status InProcTransport::StartWave(int32_t lane,
                                          absl::Span<const SendOp> sends,
                                          absl::Span<const RecvOp> recvs,
                                          absl::Time /*deadline: posting never blocks*/) {
   return fabric_->Start(rank_, lane, sends, recvs);
 }
 
-absl::Status InProcTransport::WaitRound(int32_t lane, absl::Time deadline) {
+absl::Status InProcTransport::WaitWave(int32_t lane, absl::Time deadline) {
   return fabric_->Wait(rank_, lane, deadline);
 }
 

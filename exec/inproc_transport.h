@@ -24,7 +24,7 @@ class InProcFabric {
       int32_t world_size, int32_t num_lanes);
 
   // Marks `rank` dead (simulates a crashed peer): its peers' pending and
-  // later rounds with it fail with ABORTED naming it.
+  // later waves with it fail with ABORTED naming it.
   void Kill(int32_t rank);
 
   int32_t world_size() const { return world_size_; }
@@ -75,10 +75,10 @@ class InProcTransport : public Transport {
   int32_t world_size() const override { return fabric_->world_size(); }
   int32_t num_lanes() const override { return fabric_->num_lanes(); }
   MemoryKind memory_kind() const override { return MemoryKind::kHost; }
-  absl::Status StartRound(int32_t lane, absl::Span<const SendOp> sends,
+  absl::Status StartWave(int32_t lane, absl::Span<const SendOp> sends,
                           absl::Span<const RecvOp> recvs,
                           absl::Time deadline) override;
-  absl::Status WaitRound(int32_t lane, absl::Time deadline) override;
+  absl::Status WaitWave(int32_t lane, absl::Time deadline) override;
 
  private:
   InProcTransport(std::shared_ptr<InProcFabric> f, int32_t rank)

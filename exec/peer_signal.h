@@ -1,6 +1,6 @@
 // PeerSignal: one word in shared memory that a member writes and the
 // members of its host read, for the per-round handshake of the colocated
-// data plane (exec/cuda/pull_engine.h): "version N is in place" from a
+// data plane (exec/cuda/pull_runner.h): "version N is in place" from a
 // sender, "done with version N" (or "failed") from a receiver. A write is
 // a store and a futex wake; a wait sleeps on the futex, so a signal costs
 // microseconds instead of a socket round trip.

@@ -1,6 +1,6 @@
 // PullProgram: what one destination rank copies straight out of its source
 // peers' buffers when both share a host (the colocated data plane,
-// exec/cuda/pull_engine.h): every segment of every message the rank
+// exec/cuda/pull_runner.h): every segment of every message the rank
 // receives, as 2-D byte copies from a source buffer to one of its own
 // buffers (DirectProgram per message). No staging, no packed stream.
 //

@@ -135,17 +135,66 @@ float LoadAsF32(DType dtype, const char* p) {
   }
 }
 
-float BlockScale(float amax, bool ue8m0) {
-  float scale = std::fmax(amax, 1e-4f) / 448.0f;
-  if (ue8m0) {
-    int e = 0;
-    const float m = std::frexp(scale, &e);  // scale = m * 2^e, m in [0.5, 1)
-    scale = m == 0.5f ? scale : std::ldexp(1.0f, e);
+ScaleMode ScaleModeOf(ConversionKind k) {
+  switch (k) {
+    case ConversionKind::kFp8BlockUe8m0:
+      return ScaleMode::kPow2;
+    case ConversionKind::kFp8BlockRequantUe8m0:
+      return ScaleMode::kPow2Requant;
+    case ConversionKind::kMxfp8:
+      return ScaleMode::kE8m0;
+    default:
+      return ScaleMode::kFloat;
   }
-  return scale;
 }
 
-absl::StatusOr<std::vector<float>> TileAmaxHost(const DenseBox& in,
+namespace {
+
+float FloatScale(float amax) { return std::fmax(amax, 1e-4f) / 448.0f; }
+
+float Pow2Ceil(float scale) {
+  int e = 0;
+  const float m = std::frexp(scale, &e);  // scale = m * 2^e, m in [0.5, 1)
+  return m == 0.5f ? scale : std::ldexp(1.0f, e);
+}
+
+float Quantized(float x, float inv) {
+  return E4M3ToF32(F32ToE4M3(std::fmin(std::fmax(x * inv, -448.0f), 448.0f)));
+}
+
+}  // namespace
+
+uint8_t E8m0ScaleByte(float amax) {
+  // a / 448 = m * 2^x with m in [0.5, 1): ceil(log2) = x - 1 when m = 0.5,
+  // else x.
+  const float r = std::fmax(amax, std::ldexp(1.0f, -126)) / 448.0f;
+  int x = 0;
+  const float m = std::frexp(r, &x);
+  const int e = (m == 0.5f ? x - 1 : x) + 127;
+  return static_cast<uint8_t>(std::min(254, std::max(0, e)));
+}
+
+int64_t ScaleElementSize(ScaleMode mode) { return mode == ScaleMode::kE8m0 ? 1 : 4; }
+
+float BlockScale(float amax, ScaleMode mode) {
+  if (mode == ScaleMode::kE8m0) return std::ldexp(1.0f, E8m0ScaleByte(amax) - 127);
+  const float s1 = FloatScale(amax);
+  switch (mode) {
+    case ScaleMode::kFloat:
+      return s1;
+    case ScaleMode::kPow2:
+      return Pow2Ceil(s1);
+    case ScaleMode::kPow2Requant: {
+      const float amax2 = Quantized(amax, 1.0f / s1) * s1;
+      return Pow2Ceil(FloatScale(amax2));
+    }
+    case ScaleMode::kE8m0:
+      break;
+  }
+  return s1;
+}
+
+absl::StatusOr<std::vector<float>> TileAmaxHost(const HostDenseBox& in,
                                                 const std::vector<int64_t>& tile) {
   const Box tiles = IntersectingTiles(in.box, tile);
   std::vector<float> amax(UncheckedNumElements(tiles), 0.0f);
@@ -174,14 +223,21 @@ absl::StatusOr<std::vector<float>> TileAmaxHost(const DenseBox& in,
   return amax;
 }
 
-void QuantizeHost(const DenseBox& in, const std::vector<int64_t>& tile,
-                  absl::Span<const float> amax, bool ue8m0, uint8_t* out,
-                  float* scales) {
+void QuantizeHost(const HostDenseBox& in, const std::vector<int64_t>& tile,
+                  absl::Span<const float> amax, ScaleMode mode, uint8_t* out,
+                  void* scales) {
   const Box tiles = IntersectingTiles(in.box, tile);
-  std::vector<float> scale(amax.size()), inv(amax.size());
+  // inv: of the scale the codes are made with; requant: the first (float)
+  // scale s1, and inv2 = 1 / s2 of the second. kE8m0: x * (1 / 2^k) is
+  // vLLM's x / 2^k bit for bit (1 / 2^k is exact; both round x * 2^-k once).
+  std::vector<float> scale(amax.size()), inv(amax.size()), s1(amax.size()),
+      inv2(amax.size());
+  const bool requant = mode == ScaleMode::kPow2Requant;
   for (size_t k = 0; k < amax.size(); ++k) {
-    scale[k] = BlockScale(amax[k], ue8m0);
-    inv[k] = 1.0f / scale[k];
+    scale[k] = BlockScale(amax[k], mode);
+    s1[k] = requant ? BlockScale(amax[k], ScaleMode::kFloat) : scale[k];
+    inv[k] = 1.0f / s1[k];
+    inv2[k] = 1.0f / scale[k];
   }
   const int64_t es = DTypeSize(in.dtype);
   const int last = in.box.rank() - 1;
@@ -190,7 +246,8 @@ void QuantizeHost(const DenseBox& in, const std::vector<int64_t>& tile,
     ForEachTileRun(g[last], n, tile[last], base, [&](int64_t i0, int64_t len, int64_t k) {
       const float f = inv[k];
       for (int64_t i = i0; i < i0 + len; ++i) {
-        const float x = LoadAsF32(in.dtype, in.data + (pos + i) * es) * f;
+        float x = LoadAsF32(in.dtype, in.data + (pos + i) * es) * f;
+        if (requant) x = Quantized(x, 1.0f) * s1[k] * inv2[k];
         out[pos + i] = F32ToE4M3(std::fmin(std::fmax(x, -448.0f), 448.0f));
       }
     });
@@ -204,7 +261,11 @@ void QuantizeHost(const DenseBox& in, const std::vector<int64_t>& tile,
         const int64_t c = (d == last ? g[d] + i : g[d]) - tiles.origin(d);
         k = k * tiles.shape(d) + c;
       }
-      scales[pos + i] = scale[k];
+      if (mode == ScaleMode::kE8m0) {
+        static_cast<uint8_t*>(scales)[pos + i] = E8m0ScaleByte(amax[k]);
+      } else {
+        static_cast<float*>(scales)[pos + i] = scale[k];
+      }
     }
   });
 }

@@ -57,20 +57,39 @@ TEST(E4M3Test, MatchesTheSearchReference) {
 }
 
 TEST(BlockScaleTest, Ue8m0RoundsUpToAPowerOfTwo) {
-  EXPECT_EQ(BlockScale(448.0f, false), 1.0f);
-  EXPECT_EQ(BlockScale(448.0f, true), 1.0f);
-  EXPECT_EQ(BlockScale(449.0f, true), 2.0f);
-  EXPECT_EQ(BlockScale(0.0f, false), 1e-4f / 448.0f);
-  EXPECT_EQ(BlockScale(3.0f, true), std::ldexp(1.0f, -7));  // 3/448 = 0.0067
+  EXPECT_EQ(BlockScale(448.0f, ScaleMode::kFloat), 1.0f);
+  EXPECT_EQ(BlockScale(448.0f, ScaleMode::kPow2), 1.0f);
+  EXPECT_EQ(BlockScale(449.0f, ScaleMode::kPow2), 2.0f);
+  EXPECT_EQ(BlockScale(0.0f, ScaleMode::kFloat), 1e-4f / 448.0f);
+  EXPECT_EQ(BlockScale(3.0f, ScaleMode::kPow2), std::ldexp(1.0f, -7));  // 3/448 = 0.0067
 }
 
 // Two boxes cutting the same tiles give the reference's bytes once their
 // partial amaxes are combined: what the senders do after the exchange.
+// kPow2Requant: vLLM's DeepGEMM requantization of the float-scale bytes.
 TEST(QuantizeHostTest, SplitBoxesWithCombinedAmaxEqualTheReference) {
-  for (bool ue8m0 : {false, true}) {
+  for (ScaleMode mode : {ScaleMode::kFloat, ScaleMode::kPow2, ScaleMode::kPow2Requant}) {
+    const bool ue8m0 = mode == ScaleMode::kPow2;
     const std::vector<int64_t> shape = {2, 300, 200}, tile = {1, 128, 128};
-    const std::vector<float> v = RandomBf16Values(2 * 300 * 200, ue8m0 ? 3 : 4);
+    std::vector<float> v = RandomBf16Values(2 * 300 * 200, 4 - static_cast<int>(mode));
+    if (mode == ScaleMode::kPow2Requant) {
+      // Tile amaxes of 896 give power-of-two float scales, which requantize
+      // to themselves: scale the values so that they do not.
+      for (float& x : v) {
+        x *= 0.7f;
+        uint32_t b;
+        std::memcpy(&b, &x, 4);
+        b &= 0xFFFF0000u;
+        std::memcpy(&x, &b, 4);
+      }
+    }
     testing::Quantized want = testing::ReferenceQuantize(v, shape, 128, ue8m0);
+    if (mode == ScaleMode::kPow2Requant) {
+      const testing::Quantized plain = want;
+      want = testing::ReferenceRequantUe8m0(plain, shape, 128);
+      // The requantized codes differ from the float-scale ones somewhere.
+      EXPECT_NE(want.values, plain.values);
+    }
     const std::vector<uint16_t> bf = ToBf16(v);
     // Rows [0, 150) and [150, 300) of both experts: tile row 1 is cut.
     std::vector<Box> boxes = {Box::Unchecked({0, 0, 0}, {2, 150, 200}),
@@ -103,7 +122,7 @@ TEST(QuantizeHostTest, SplitBoxesWithCombinedAmaxEqualTheReference) {
       const Box owned = OwnedTiles(boxes[p], tile);
       std::vector<float> scales(UncheckedNumElements(owned));
       QuantizeHost({reinterpret_cast<const char*>(parts[p].data()), DType::kBF16, boxes[p]},
-                   tile, amax[p], ue8m0, out.data(), scales.data());
+                   tile, amax[p], mode, out.data(), scales.data());
       for (int64_t e = 0; e < 2; ++e) {
         for (int64_t r = 0; r < 150; ++r) {
           for (int64_t c = 0; c < 200; ++c) {
@@ -152,6 +171,78 @@ TEST(CastF32HostTest, NegExpWithinOneUlpOfFloatExp) {
   CastF32Host(DType::kBF16, reinterpret_cast<const char*>(bf.data()), v.size(), false,
               out.data());
   EXPECT_EQ(out, v);
+}
+
+// vLLM's MXFP8 scale: ceil(log2(max(amax, 2^-126) / 448)) + 127, clamped.
+TEST(Mxfp8Test, ScaleBytesAtTheEdges) {
+  EXPECT_EQ(E8m0ScaleByte(448.0f), 127);   // 448 / 448 = 2^0
+  EXPECT_EQ(E8m0ScaleByte(449.0f), 128);
+  EXPECT_EQ(E8m0ScaleByte(1.0f), 119);     // log2(1/448) = -8.8
+  EXPECT_EQ(E8m0ScaleByte(0.0f), 0);       // all-zero block: clamped to 0
+  EXPECT_EQ(E8m0ScaleByte(3.0e38f), 247);  // 2^127.8 / 448 -> 2^119
+  EXPECT_EQ(BlockScale(896.0f, ScaleMode::kE8m0), 2.0f);
+  EXPECT_EQ(BlockScale(0.0f, ScaleMode::kE8m0), std::ldexp(1.0f, -127));
+  EXPECT_EQ(ScaleElementSize(ScaleMode::kE8m0), 1);
+}
+
+// Codes and E8M0 bytes of whole rows and of rows cut mid-block (their
+// amaxes combined) equal the reference of vLLM's formula, on values from
+// 2^-140 to 2^100 with all-zero blocks.
+TEST(Mxfp8Test, WholeAndCutRowsEqualTheReference) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-140, 100);
+  const int64_t rows = 9, cols = 160;
+  std::vector<float> v(rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    static int e = 0;
+    if (i % 32 == 0) e = ex(rng);
+    v[i] = (i / 32) % 7 == 2 ? 0.0f : std::ldexp(u(rng), e + (i % 13 == 0 ? 5 : 0));
+  }
+  const std::vector<uint16_t> b = ToBf16(v);
+  for (float& x : v) {  // the bf16 values
+    uint32_t w;
+    std::memcpy(&w, &x, 4);
+    w &= 0xFFFF0000u;
+    std::memcpy(&x, &w, 4);
+  }
+  const testing::Quantized want = testing::ReferenceMxfp8Quantize(v, {rows, cols});
+  const std::vector<int64_t> tile = {1, 32};
+  // Cut at column 70 (inside block 2).
+  std::vector<uint8_t> codes(rows * cols), scales(rows * cols / 32);
+  std::vector<std::vector<uint16_t>> part(2);
+  const int64_t cut = 70;
+  const Box boxes[2] = {Box::Unchecked({0, 0}, {rows, cut}),
+                        Box::Unchecked({0, cut}, {rows, cols - cut})};
+  std::vector<std::vector<float>> amax(2);
+  for (int p = 0; p < 2; ++p) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = boxes[p].origin(1); c < boxes[p].limit(1); ++c) {
+        part[p].push_back(b[r * cols + c]);
+      }
+    }
+    amax[p] = TileAmaxHost({reinterpret_cast<const char*>(part[p].data()), DType::kBF16,
+                            boxes[p]}, tile).value();
+  }
+  for (int64_t r = 0; r < rows; ++r) {  // part 0: blocks 0..2, part 1: 2..4
+    const float m = std::fmax(amax[0][r * 3 + 2], amax[1][r * 3]);
+    amax[0][r * 3 + 2] = amax[1][r * 3] = m;
+  }
+  for (int p = 0; p < 2; ++p) {
+    const int64_t w = boxes[p].shape(1);
+    const Box owned = OwnedTiles(boxes[p], tile);
+    std::vector<uint8_t> out(rows * w), sc(UncheckedNumElements(owned));
+    QuantizeHost({reinterpret_cast<const char*>(part[p].data()), DType::kBF16, boxes[p]}, tile,
+                 amax[p], ScaleMode::kE8m0, out.data(), sc.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < w; ++c) codes[r * cols + boxes[p].origin(1) + c] = out[r * w + c];
+      for (int64_t j = 0; j < owned.shape(1); ++j) {
+        scales[r * 5 + owned.origin(1) + j] = sc[r * owned.shape(1) + j];
+      }
+    }
+  }
+  EXPECT_EQ(codes, want.values);
+  EXPECT_EQ(scales, want.scale_bytes);
 }
 
 }  // namespace

@@ -1,13 +1,16 @@
-// RoundRunner: a member's whole data plane for one plan, when it is not an
-// Executor over a Transport (the colocated pull path,
-// exec/cuda/pull_engine.h): runs the member's part of one round.
+// RoundRunner: a member's whole data plane for one plan, the one interface
+// a member holds (exec/member_runner.h makes it): an executor over a
+// transport (exec/composite_runner.h: ExecutorRunner), the colocated pull
+// path (exec/cuda/pull_runner.h), or runners composed into one
+// (CompositeRunner). A runner may wrap another: it runs the inner runner
+// inside its own Run and forwards Cancel.
 #ifndef REFIT_EXEC_ROUND_RUNNER_H_
 #define REFIT_EXEC_ROUND_RUNNER_H_
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "exec/executor.h"
+#include "exec/run_stats.h"
 
 namespace refit {
 

@@ -40,7 +40,7 @@ int32_t SubsetTransport::Inner(int32_t g) const {
   return static_cast<int32_t>(it - members_.begin());
 }
 
-absl::Status SubsetTransport::StartRound(int32_t lane, absl::Span<const SendOp> sends,
+absl::Status SubsetTransport::StartWave(int32_t lane, absl::Span<const SendOp> sends,
                                          absl::Span<const RecvOp> recvs,
                                          absl::Time deadline) {
   std::vector<SendOp> s(sends.begin(), sends.end());
@@ -61,11 +61,11 @@ absl::Status SubsetTransport::StartRound(int32_t lane, absl::Span<const SendOp> 
     }
     op.peer = p;
   }
-  return Annotate(inner_->StartRound(lane, s, r, deadline));
+  return Annotate(inner_->StartWave(lane, s, r, deadline));
 }
 
-absl::Status SubsetTransport::WaitRound(int32_t lane, absl::Time deadline) {
-  return Annotate(inner_->WaitRound(lane, deadline));
+absl::Status SubsetTransport::WaitWave(int32_t lane, absl::Time deadline) {
+  return Annotate(inner_->WaitWave(lane, deadline));
 }
 
 absl::Status SubsetTransport::Annotate(absl::Status s) const {

@@ -30,16 +30,16 @@ class SubsetTransport : public Transport {
   int32_t world_size() const override { return global_world_; }
   int32_t num_lanes() const override { return inner_->num_lanes(); }
   MemoryKind memory_kind() const override { return inner_->memory_kind(); }
-  // The inner transport's (its error annotated as WaitRound's), after
+  // The inner transport's (its error annotated as WaitWave's), after
   // translating peers; INVALID_ARGUMENT naming the peer when it is not one
   // of the members.
-  absl::Status StartRound(int32_t lane, absl::Span<const SendOp> sends,
+  absl::Status StartWave(int32_t lane, absl::Span<const SendOp> sends,
                           absl::Span<const RecvOp> recvs, absl::Time deadline) override;
   // The inner transport's; an error (which names inner ranks) gets which
   // global rank each inner rank is.
-  absl::Status WaitRound(int32_t lane, absl::Time deadline) override;
+  absl::Status WaitWave(int32_t lane, absl::Time deadline) override;
   void Cancel(const absl::Status& reason) override { inner_->Cancel(reason); }
-  int32_t max_rounds_per_lane() const override { return inner_->max_rounds_per_lane(); }
+  int32_t max_waves_per_lane() const override { return inner_->max_waves_per_lane(); }
 
  private:
   SubsetTransport() = default;

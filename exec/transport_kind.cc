@@ -9,8 +9,8 @@ absl::string_view TransportKindName(TransportKind kind) {
       return "gloo";
     case TransportKind::kNccl:
       return "nccl";
-    case TransportKind::kIpc:
-      return "ipc";
+    case TransportKind::kPull:
+      return "pull";
   }
   return "?";
 }

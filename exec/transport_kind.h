@@ -11,10 +11,10 @@ namespace refit {
 enum class TransportKind {
   kGloo,  // host buffers, Gloo over TCP
   kNccl,  // device buffers, NCCL
-  kIpc,   // device buffers of one host, CUDA IPC
+  kPull,  // device buffers of one host, the colocated pull path
 };
 
-// Returns "gloo", "nccl" or "ipc".
+// Returns "gloo", "nccl" or "pull".
 absl::string_view TransportKindName(TransportKind kind);
 
 }  // namespace refit

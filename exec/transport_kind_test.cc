@@ -8,7 +8,7 @@ namespace {
 TEST(TransportKindTest, NamesAreTheWordsUsersWrite) {
   EXPECT_EQ(TransportKindName(TransportKind::kGloo), "gloo");
   EXPECT_EQ(TransportKindName(TransportKind::kNccl), "nccl");
-  EXPECT_EQ(TransportKindName(TransportKind::kIpc), "ipc");
+  EXPECT_EQ(TransportKindName(TransportKind::kPull), "pull");
 }
 
 }  // namespace

@@ -28,8 +28,8 @@ v1::Transport TransportToProto(TransportKind kind) {
       return v1::TRANSPORT_GLOO;
     case TransportKind::kNccl:
       return v1::TRANSPORT_NCCL;
-    case TransportKind::kIpc:
-      return v1::TRANSPORT_IPC;
+    case TransportKind::kPull:
+      return v1::TRANSPORT_PULL;
   }
   return v1::TRANSPORT_UNSPECIFIED;
 }
@@ -41,12 +41,12 @@ absl::StatusOr<TransportKind> TransportFromProto(v1::Transport transport,
       return TransportKind::kGloo;
     case v1::TRANSPORT_NCCL:
       return TransportKind::kNccl;
-    case v1::TRANSPORT_IPC:
-      return TransportKind::kIpc;
+    case v1::TRANSPORT_PULL:
+      return TransportKind::kPull;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           field, ": ", static_cast<int>(transport),
-          " is none of TRANSPORT_GLOO, TRANSPORT_NCCL, TRANSPORT_IPC"));
+          " is none of TRANSPORT_GLOO, TRANSPORT_NCCL, TRANSPORT_PULL"));
   }
 }
 

@@ -19,7 +19,7 @@ v1::Side SideToProto(Side side);
 // "identity.side") for SIDE_UNSPECIFIED or a value this build does not know.
 absl::StatusOr<Side> SideFromProto(v1::Side side, absl::string_view field);
 
-// Returns TRANSPORT_GLOO, TRANSPORT_NCCL or TRANSPORT_IPC.
+// Returns TRANSPORT_GLOO, TRANSPORT_NCCL or TRANSPORT_PULL.
 v1::Transport TransportToProto(TransportKind kind);
 
 // Returns the kind `transport` names; INVALID_ARGUMENT naming `field` (e.g.

@@ -24,13 +24,13 @@ TEST(WireEnumsTest, RejectsUnspecifiedAndUnknownSides) {
 
 TEST(WireEnumsTest, TransportRoundTrips) {
   for (TransportKind k :
-       {TransportKind::kGloo, TransportKind::kNccl, TransportKind::kIpc}) {
+       {TransportKind::kGloo, TransportKind::kNccl, TransportKind::kPull}) {
     absl::StatusOr<TransportKind> back =
         TransportFromProto(TransportToProto(k), "transport");
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(*back, k);
   }
-  EXPECT_EQ(TransportToProto(TransportKind::kIpc), v1::TRANSPORT_IPC);
+  EXPECT_EQ(TransportToProto(TransportKind::kPull), v1::TRANSPORT_PULL);
 }
 
 TEST(WireEnumsTest, RejectsUnspecifiedAndUnknownTransports) {

@@ -6,6 +6,10 @@ of a MoE layer stacked as ``experts.w13_weight`` [E, 2I, H] (gate rows, then
 up rows) and ``experts.w2_weight`` [E, H, I], and under ``quant=fp8`` e4m3
 weights with one f32 ``weight_scale_inv`` per 128x128 block. This module:
 
+- ``kernel="flashinfer"``: FlashInfer CUTLASS MoE's layout, each expert's
+  w13 as [up; gate] (w31), read by an activation on the other half;
+  ``kernel="deepgemm"``: the FP8 weights requantized to power-of-two
+  scales, dequantized the same way (f32 scales row-major on SM90).
 - ``fused_logits``: the forward pass over such tensors, written as vLLM's
   ``models/qwen3.py`` / ``qwen3_moe.py`` read them: qkv split into q, k, v
   by [q_size, kv_size, kv_size]; RMSNorm on each head of q and k (q_norm,
@@ -203,13 +207,16 @@ def _attention(cfg, w: EngineWeights, p: str, x: torch.Tensor, pos: torch.Tensor
     return out @ w.get(p + "self_attn.o_proj.weight", dtype).t()
 
 
-def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    """vLLM's SiluAndMul: silu(first half) * second half."""
+def silu_and_mul(x: torch.Tensor, w31: bool = False) -> torch.Tensor:
+    """vLLM's SiluAndMul: silu(first half) * second half; w31 (FlashInfer's
+    fused MoE): silu(second half) * first half."""
     d = x.shape[-1] // 2
-    return F.silu(x[..., :d]) * x[..., d:]
+    gate, up = (x[..., d:], x[..., :d]) if w31 else (x[..., :d], x[..., d:])
+    return F.silu(gate) * up
 
 
-def _moe(cfg, w: EngineWeights, p: str, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _moe(cfg, w: EngineWeights, p: str, x: torch.Tensor, dtype: torch.dtype,
+         kernel: Optional[str] = None) -> torch.Tensor:
     shape = x.shape
     x = x.reshape(-1, shape[-1])
     logits = x @ w.get(p + "mlp.gate.weight", dtype).t()
@@ -225,20 +232,21 @@ def _moe(cfg, w: EngineWeights, p: str, x: torch.Tensor, dtype: torch.dtype) -> 
         rows, slot = (top_i == e).nonzero(as_tuple=True)
         if rows.numel() == 0:
             continue
-        y = silu_and_mul(x[rows] @ w13[e].t()) @ w2[e].t()
+        y = silu_and_mul(x[rows] @ w13[e].t(), kernel == "flashinfer") @ w2[e].t()
         out.index_add_(0, rows, y * top_w[rows, slot, None])
     return out.reshape(shape)
 
 
-def _mlp(cfg, w: EngineWeights, p: str, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _mlp(cfg, w: EngineWeights, p: str, x: torch.Tensor, dtype: torch.dtype,
+         kernel: Optional[str] = None) -> torch.Tensor:
     if w.has(p + "mlp.experts.w13_weight"):
-        return _moe(cfg, w, p, x, dtype)
+        return _moe(cfg, w, p, x, dtype, kernel)
     h = silu_and_mul(x @ w.get(p + "mlp.gate_up_proj.weight", dtype).t())
     return h @ w.get(p + "mlp.down_proj.weight", dtype).t()
 
 
 def fused_logits(cfg: Dict[str, Any], w: EngineWeights, tokens: torch.Tensor,
-                 dtype: torch.dtype) -> torch.Tensor:
+                 dtype: torch.dtype, kernel: Optional[str] = None) -> torch.Tensor:
     """float32 logits [B, T, vocab_size] of ``tokens`` [B, T] (positions
     0..T-1, causal) computed in ``dtype`` from the engine's fused tensors.
     Raises KeyError naming a missing tensor, ValueError for a config this
@@ -252,19 +260,21 @@ def fused_logits(cfg: Dict[str, Any], w: EngineWeights, tokens: torch.Tensor,
         x = rms_norm(h, w.get(p + "input_layernorm.weight", dtype), eps)
         h = h + _attention(cfg, w, p, x, pos, dtype)
         x = rms_norm(h, w.get(p + "post_attention_layernorm.weight", dtype), eps)
-        h = h + _mlp(cfg, w, p, x, dtype)
+        h = h + _mlp(cfg, w, p, x, dtype, kernel)
     h = rms_norm(h, w.get("model.norm.weight", dtype), eps)
     head = "lm_head.weight" if w.has("lm_head.weight") else "model.embed_tokens.weight"
     return (h @ w.get(head, dtype).t())[..., : cfg["vocab_size"]].float()
 
 
 # ------------------------------------- engine tensors <-> trainer tensors
-def engine_parts(name: str, shapes: Dict[str, torch.Size]) -> List[Tuple[tuple, str]]:
+def engine_parts(name: str, shapes: Dict[str, torch.Size],
+                 kernel: Optional[str] = None) -> List[Tuple[tuple, str]]:
     """[(index, hf_name)]: ``engine[name][index]`` holds Hugging Face tensor
     ``hf_name`` (refit's fsdp names; ``shapes``: their shapes), in vLLM's
     order: q, k, v rows of qkv_proj; gate then up rows of gate_up_proj and of
     each expert's w13; each expert's down_proj in w2; any other tensor by
-    its own name (rows beyond the HF tensor's are vocab padding). Raises
+    its own name (rows beyond the HF tensor's are vocab padding); w13 up
+    then gate under kernel "flashinfer". Raises
     KeyError naming a part the trainer has no tensor for."""
     def need(n: str) -> torch.Size:
         if n not in shapes:
@@ -281,8 +291,8 @@ def engine_parts(name: str, shapes: Dict[str, torch.Size]) -> List[Tuple[tuple, 
                 out.append(((slice(at, at + rows),), n))
                 at += rows
             return out
-    for fused, parts in ((".experts.w13_weight", ("gate_proj", "up_proj")),
-                         (".experts.w2_weight", ("down_proj",))):
+    w13 = ("up_proj", "gate_proj") if kernel == "flashinfer" else ("gate_proj", "up_proj")
+    for fused, parts in ((".experts.w13_weight", w13), (".experts.w2_weight", ("down_proj",))):
         if name.endswith(fused):
             base = name[: -len(fused)] + ".experts."
             out, e = [], 0
@@ -300,14 +310,15 @@ def engine_parts(name: str, shapes: Dict[str, torch.Size]) -> List[Tuple[tuple, 
     return [((slice(0, need(name)[0]),), name)]
 
 
-def check_engine_weights(engine: Dict[str, torch.Tensor],
-                         trainer: Dict[str, torch.Tensor]) -> Tuple[List[str], Dict[str, int]]:
+def check_engine_weights(engine: Dict[str, torch.Tensor], trainer: Dict[str, torch.Tensor],
+                         kernel: Optional[str] = None) -> Tuple[List[str], Dict[str, int]]:
     """(problems, counts): every engine tensor checked against the trainer's
     tensors it holds: bit-equal, or for an FP8 weight its dequantized value
     within e4m3 rounding of the trainer's (|d| <= 2^-4 |w| + 2^-9 scale:
     half a unit in the last place, normal or subnormal); every trainer
     tensor held by exactly one engine tensor. counts: tensors "equal" and
-    "fp8"."""
+    "fp8". kernel "deepgemm": two roundings (|d| <= 2^-3 |w| + 2^-8 scale)."""
+    rel, absolute = (2.0 ** -3, 2.0 ** -8) if kernel == "deepgemm" else (2.0 ** -4, 2.0 ** -9)
     shapes = {n: t.shape for n, t in trainer.items()}
     problems: List[str] = []
     counts = {"equal": 0, "fp8": 0}
@@ -318,7 +329,7 @@ def check_engine_weights(engine: Dict[str, torch.Tensor],
                 problems.append(f"{name}: a scale without its weight")
             continue
         try:
-            parts = engine_parts(name, shapes)
+            parts = engine_parts(name, shapes, kernel)
         except KeyError as e:
             problems.append(str(e.args[0]))
             continue
@@ -340,7 +351,7 @@ def check_engine_weights(engine: Dict[str, torch.Tensor],
                 continue
             w32 = want.to(deq.device).float()
             err = (deq[index] - w32).abs()
-            bound = w32.abs() * 2.0 ** -4 + grid[index] * 2.0 ** -9 + 1e-30
+            bound = w32.abs() * rel + grid[index] * absolute + 1e-30
             if not bool((err <= bound).all()):
                 worst = (err / bound).max().item()
                 problems.append(f"{name}: its part {hf} dequantized is {worst:.2f}x "
@@ -352,8 +363,8 @@ def check_engine_weights(engine: Dict[str, torch.Tensor],
     return problems, counts
 
 
-def unfused_weights(engine: Dict[str, torch.Tensor],
-                    shapes: Dict[str, torch.Size]) -> Dict[str, torch.Tensor]:
+def unfused_weights(engine: Dict[str, torch.Tensor], shapes: Dict[str, torch.Size],
+                    kernel: Optional[str] = None) -> Dict[str, torch.Tensor]:
     """The engine's weights (dequantized, float32) under Hugging Face's
     names: what a model loaded from the engine's memory holds."""
     w = EngineWeights(engine)
@@ -362,7 +373,7 @@ def unfused_weights(engine: Dict[str, torch.Tensor],
         if name.endswith(SCALE):
             continue
         full = w.get(name, torch.float32)
-        for index, hf in engine_parts(name, shapes):
+        for index, hf in engine_parts(name, shapes, kernel):
             out[hf] = full[index]
     return out
 
@@ -627,6 +638,12 @@ def self_check() -> int:
         flagged, _ = check_engine_weights(bad, trainer)
         good = (diff <= tol and not problems and swapped > 100 * tol and
                 any("k_proj" in p for p in flagged))
+        if "num_experts" in cfg:  # w31: the FlashInfer forward reads it, the default does not
+            w31 = {n: (torch.cat([t[:, t.shape[1] // 2:], t[:, : t.shape[1] // 2]], 1)
+                       if n.endswith("w13_weight") else t) for n, t in engine.items()}
+            fi = fused_logits(cfg, EngineWeights(w31), tokens, torch.float32, "flashinfer")
+            good &= (fi - ref).abs().max().item() <= tol and not check_engine_weights(
+                w31, trainer, "flashinfer")[0] and bool(check_engine_weights(w31, trainer)[0])
         ok &= good
         print(f"{'PASS' if good else 'FAIL'}  {kind}: max|logit diff| {diff:.2e} (tol {tol:.1e}), "
               f"{counts['equal']} engine tensors equal, k/v swapped: diff {swapped:.2e} and "

@@ -2,7 +2,8 @@
 ELF reader of symbol_clash_check.py lists exactly what `nm -D
 --defined-only` lists for the client libraries; and, where torch is
 installed (not in CI), fused_qwen3.py's self-check (the fused-layout
-forward against the unfused stand-in, the weight check, e4m3 decoding).
+forward against the unfused stand-in, the weight check, e4m3 decoding, the
+w31 forward) and kernel_layouts_ref.py's (UE8M0 requantization, w31).
 
   gpu_scripts_test.py LIB.so... (the client libraries)
 """
@@ -13,7 +14,7 @@ import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = ["rl_loop_gpu.py", "fused_qwen3.py", "symbol_clash_check.py"]
+SCRIPTS = ["rl_loop_gpu.py", "fused_qwen3.py", "kernel_layouts_ref.py", "symbol_clash_check.py"]
 LIBS = [os.path.abspath(p) for p in sys.argv[1:]]
 del sys.argv[1:]
 sys.path.insert(0, HERE)
@@ -60,6 +61,14 @@ class GpuScriptsTest(unittest.TestCase):
             self.skipTest("torch is not installed here")
         import fused_qwen3
         self.assertEqual(fused_qwen3.self_check(), 0)
+
+    def test_kernel_layout_references_self_check(self):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            self.skipTest("torch is not installed here")
+        import kernel_layouts_ref
+        self.assertEqual(kernel_layouts_ref.self_check(), 0)
 
 
 if __name__ == "__main__":

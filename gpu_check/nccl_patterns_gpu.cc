@@ -1,10 +1,10 @@
 // GPU test program: the data-plane patterns over NCCL, one process per GPU,
-// or with --transport=ipc on the colocated pull path (exec/cuda/pull_engine.h:
+// or with --transport=pull on the colocated pull path (exec/cuda/pull_runner.h:
 // every receiver copies straight out of its senders' buffers), rank g on GPU
 // g mod N (so ranks share GPUs, as a colocated trainer and engine do, and
 // every pattern runs on one GPU too).
 //
-//   nccl_patterns_gpu [--gpus=N] [--pattern=NAME] [--lanes=K] [--transport=ipc]
+//   nccl_patterns_gpu [--gpus=N] [--pattern=NAME] [--lanes=K] [--transport=pull] ("ipc" is accepted too)
 //
 // The parent forks one worker per rank of each pattern (rank g on GPU g;
 // patterns needing more ranks than GPUs print SKIP), with NCCL_NVLS_ENABLE=0
@@ -35,9 +35,9 @@
 #include <vector>
 
 #include "exec/composite_runner.h"
-#include "exec/cuda/cuda_copy_engine.h"
+#include "exec/cuda/cuda_copier.h"
 #include "exec/cuda/nccl_transport.h"
-#include "exec/cuda/pull_engine.h"
+#include "exec/cuda/pull_runner.h"
 #include "exec/executor.h"
 #include "plan/plan_codec.h"
 #include "testing/dir_kv_store.h"
@@ -63,7 +63,7 @@ std::vector<char*> SliceBuffers(const SideLayout& full, const SideLayout& slice,
   return out;
 }
 
-// The rank's data plane: the executor over NCCL, or the pull engine over
+// The rank's data plane: the executor over NCCL, or the pull runner over
 // its slice.
 absl::StatusOr<std::unique_ptr<RoundRunner>> MakeRunner(const Plan& plan, Side side, int rank,
                                                         int g, int device, int lanes, bool ipc,
@@ -73,9 +73,9 @@ absl::StatusOr<std::unique_ptr<RoundRunner>> MakeRunner(const Plan& plan, Side s
   if (ipc) {
     const Plan slice = ExtractSlice(plan, side, rank);
     const bool src = side == Side::kTrainer;
-    PullEngineOptions po;
+    PullRunnerOptions po;
     po.device = device;
-    absl::StatusOr<std::unique_ptr<PullEngine>> e = PullEngine::Create(
+    absl::StatusOr<std::unique_ptr<PullRunner>> e = PullRunner::Create(
         slice, side, rank, SliceBuffers(src ? plan.src : plan.dst, src ? slice.src : slice.dst,
                                         rank, dev),
         kv, po, absl::Now() + absl::Seconds(60));
@@ -87,9 +87,9 @@ absl::StatusOr<std::unique_ptr<RoundRunner>> MakeRunner(const Plan& plan, Side s
   opt.device = device;
   absl::StatusOr<std::unique_ptr<NcclTransport>> nt = NcclTransport::Create(kv, g, world, opt);
   if (!nt.ok()) return nt.status();
-  std::unique_ptr<CopyEngine> engine = MakeCudaCopyEngine(nt->get());
+  std::unique_ptr<Copier> engine = MakeCudaCopier(nt->get());
   ExecutorOptions eo;
-  eo.copy_engine = engine.get();
+  eo.copier = engine.get();
   absl::StatusOr<std::unique_ptr<Executor>> ex =
       Executor::Create(plan, side, rank, dev, nt->get(), eo);
   if (!ex.ok()) return ex.status();
@@ -295,7 +295,9 @@ int main(int argc, char** argv) {
   const int gpus = std::atoi(testing::FlagValue(argc, argv, "gpus", std::to_string(count)).c_str());
   const int lanes = std::atoi(testing::FlagValue(argc, argv, "lanes", "2").c_str());
   const std::string only = testing::FlagValue(argc, argv, "pattern", "");
-  const bool ipc = testing::FlagValue(argc, argv, "transport", "nccl") == "ipc";
+  // The pull path ("ipc" is its earlier name, still accepted).
+  const std::string transport = testing::FlagValue(argc, argv, "transport", "nccl");
+  const bool ipc = transport == "pull" || transport == "ipc";
   const char* via = ipc ? ", pull path" : "";
   int failed = 0;
   for (const std::string& p : testing::PatternNames()) {

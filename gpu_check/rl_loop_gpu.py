@@ -4,8 +4,10 @@ trainer, in BF16 on the GPU, taking AdamW steps on random tokens; after
 every step refit moves its weights (trainer convention fsdp:dp=1, the
 module's own parameters through refit.torch, transformers' stacked experts
 as per-expert views) into an engine that holds them in vLLM's fused layout
-(the buffers refit.expected_buffers lists for vllm:tp=1, or
-vllm:tp=1,quant=fp8) and joins through refit's vLLM weight-transfer backend
+(the buffers refit.expected_buffers lists for vllm:tp=1, vllm:tp=1,quant=fp8,
+and the kernel layouts kernel=flashinfer (BF16 and FP8: FlashInfer CUTLASS
+MoE's w31 experts) and kernel=deepgemm (FP8 requantized to UE8M0 scales,
+DeepGEMM on SM90)) and joins through refit's vLLM weight-transfer backend
 (refit.vllm.RefitWeightTransferEngine: init, then start / update / finish
 per step, shutdown). The engine computes logits with a forward written
 against that layout the way vLLM's model code reads it (fused_qwen3.py).
@@ -13,7 +15,10 @@ against that layout the way vLLM's model code reads it (fused_qwen3.py).
 Checks after every step (a row passes when all hold at every step):
 - weights: every engine tensor holds the trainer's values: bit-equal, or for
   FP8 weights dequantized (e4m3 * weight_scale_inv per 128x128 block) within
-  e4m3 rounding of them;
+  e4m3 rounding of them (two roundings under kernel=deepgemm); and under a
+  kernel layout every engine tensor and scale is bit-equal to
+  kernel_layouts_ref.py's statement of what vLLM holds after loading the
+  same weights (w31 order; UE8M0 requantization);
 - same weights: the engine's logits computed in float32 equal, within
   1e-3 of the logits' range, transformers' forward of a float32 copy of the
   model holding the engine's (dequantized) weights;
@@ -35,7 +40,8 @@ same-weights diff, PASS/FAIL, refit ms per step); exits non-zero on any
 FAIL. Every wait is bounded.
 
   python3 rl_loop_gpu.py BUNDLE_DIR [--steps=3] [--models=qwen3,qwen3-moe]
-      [--engines=bf16,fp8] [--modes=process,threads] [--device=cuda:0]
+      [--engines=bf16,fp8,flashinfer,flashinfer-fp8,deepgemm]
+      [--modes=process,threads] [--device=cuda:0]
       [--reference=transformers|stand-in] [--experts=IMPL] [--refitd=PATH]
 
 --experts: transformers' experts implementation for the trainer
@@ -59,14 +65,26 @@ DEADLINE = 120.0  # seconds, any one wait
 PREPARE_TIMEOUT = 60.0  # the trainer's wait for the plan (the engine starting)
 LR = 1e-3
 TRAINER_CONVENTION = "fsdp:dp=1"
-ENGINE_CONVENTIONS = {"bf16": "vllm:tp=1", "fp8": "vllm:tp=1,quant=fp8"}
-TOL_VS_TRAINER = {"bf16": 0.03, "fp8": 0.25}  # of max |trainer logit|
+ENGINE_CONVENTIONS = {"bf16": "vllm:tp=1", "fp8": "vllm:tp=1,quant=fp8",
+                      "flashinfer": "vllm:tp=1,kernel=flashinfer",
+                      "flashinfer-fp8": "vllm:tp=1,quant=fp8,kernel=flashinfer",
+                      "deepgemm": "vllm:tp=1,quant=fp8,kernel=deepgemm"}
+TOL_VS_TRAINER = {"bf16": 0.03, "fp8": 0.25, "flashinfer": 0.03, "flashinfer-fp8": 0.25,
+                  "deepgemm": 0.25}  # of max |trainer logit|
 TOL_SAME_WEIGHTS = 1e-3
 MOE_TOKEN_SHARE = 0.9  # of the tokens within tolerance, MoE models
 EVAL_SEED, EVAL_SHAPE = 1234, (2, 24)
 TRAIN_SHAPE = (4, 32)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def kernel_of(convention):
+    """The kernel= value of an engine convention, or None."""
+    for kv in convention.partition(":")[2].split(","):
+        if kv.startswith("kernel="):
+            return kv[len("kernel="):]
+    return None
 
 
 def say(**kw):
@@ -142,7 +160,14 @@ def join_engine(server, cfg_path, convention, device, transport, tensors):
     bytes_fp8 = any(t.dtype == torch.uint8 for t in tensors.values())
     eng, path = None, "refit.Member (FP8 as bytes)"
     if not bytes_fp8:
+        import refit.engine_layouts
         import refit.vllm
+        # The engine here is a table of tensors read by fused_qwen3's
+        # forward, not vLLM's layers, so there is nothing for the detector
+        # to inspect (engine_layouts_test covers it on vLLM-shaped layers):
+        # it reports the layout this forward reads; the refresh is refit's.
+        refit.vllm.layout_hooks = (lambda _model, k=kernel_of(convention): k,
+                                   refit.engine_layouts.refresh_vllm_derived)
         try:
             eng = refit.vllm.RefitWeightTransferEngine(
                 None, types.SimpleNamespace(parallel_config=types.SimpleNamespace(rank=0)),
@@ -191,9 +216,10 @@ def engine_loop(server, cfg_path, convention, device, steps, transport, deliver)
         for v in range(1, steps + 1):
             stats = update(v)
             w = fq.EngineWeights(tensors)
+            kernel = kernel_of(convention)
             with torch.no_grad():
-                result = {"bf16": fq.fused_logits(cfg, w, tokens, torch.bfloat16).cpu(),
-                          "fp32": fq.fused_logits(cfg, w, tokens, torch.float32).cpu(),
+                result = {"bf16": fq.fused_logits(cfg, w, tokens, torch.bfloat16, kernel).cpu(),
+                          "fp32": fq.fused_logits(cfg, w, tokens, torch.float32, kernel).cpu(),
                           "tensors": {n: t.detach().cpu().clone() for n, t in tensors.items()},
                           "path": path, "seconds": stats.get("seconds", 0.0)}
             deliver(v, result)
@@ -289,13 +315,13 @@ def float32_copy(model):
     return m.eval()
 
 
-def load_engine_weights(model, engine, shapes, tied):
+def load_engine_weights(model, engine, shapes, tied, kernel=None):
     """Writes the engine's weights (dequantized, unfused) into ``model``'s
     parameters (per-expert views of stacked experts). Raises RuntimeError
     naming a parameter the engine does not hold."""
     import torch
     import fused_qwen3 as fq
-    values = fq.unfused_weights(engine, shapes)
+    values = fq.unfused_weights(engine, shapes, kernel)
     with torch.no_grad():
         for name, p in fq.ExpertViews(model).named_parameters(remove_duplicate=False):
             if name in values:
@@ -467,6 +493,7 @@ def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts
                path="")
     transport = "ipc" if device.startswith("cuda") else None
     convention = ENGINE_CONVENTIONS[dtype]
+    kernel = kernel_of(convention)
     d, port = start_refitd(refitd)
     server = f"127.0.0.1:{port}"
     engine = member = None
@@ -507,8 +534,13 @@ def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts
             res = engine.result(v)
             row["path"] = res["path"]
             got = {n: t.to(device) for n, t in res["tensors"].items()}
-            problems, counts = fq.check_engine_weights(got, trainer)
-            load_engine_weights(ref32, got, shapes, tied)
+            problems, counts = fq.check_engine_weights(got, trainer, kernel)
+            if kernel is not None:
+                import kernel_layouts_ref as kl
+                exact, checked = kl.check_exact(got, trainer, "quant=fp8" in convention, kernel)
+                problems += exact
+                counts["vllm_exact"] = checked
+            load_engine_weights(ref32, got, shapes, tied, kernel)
             same_ref = logits(ref32, tokens)
             fig, why = judge(dtype, moe, res["bf16"].to(device), res["fp32"].to(device),
                              mine, prev, same_ref, problems)
@@ -525,7 +557,9 @@ def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts
             row["steps"] = v
             if v == 1:
                 row["detail"] = (f"{counts['equal']} tensors bit-equal, {counts['fp8']} FP8 "
-                                 f"within e4m3 rounding")
+                                 f"within e4m3 rounding"
+                                 + (f", {counts['vllm_exact']} bit-equal to vLLM's {kernel} "
+                                    f"layout" if kernel else ""))
         member.close()
         member = None
         rc = engine.finish()
@@ -552,13 +586,13 @@ def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts
 def print_table(rows):
     print("\n== RL loop: trainer (transformers, BF16, AdamW) -> refit -> engine "
           "(vLLM fused layout)")
-    print(f"{'model':<10} {'engine':<6} {'mode':<8} {'steps':>5} {'max|dlogit|':>12} "
+    print(f"{'model':<10} {'engine':<14} {'mode':<8} {'steps':>5} {'max|dlogit|':>12} "
           f"{'tol':>9} {'tokens':>6} {'same-w':>9} {'tol':>9} {'result':<6} "
           f"{'refit ms/step':>13}  detail")
     for r in rows:
         ms = sum(r["ms"]) / len(r["ms"]) if r["ms"] else 0.0
         rms = sum(r["round_ms"]) / len(r["round_ms"]) if r["round_ms"] else 0.0
-        print(f"{r['model']:<10} {r['engine']:<6} {r['mode']:<8} {r['steps']:>5} "
+        print(f"{r['model']:<10} {r['engine']:<14} {r['mode']:<8} {r['steps']:>5} "
               f"{r['diff']:>12.4g} {r['tol']:>9.3g} {r['within']:>6.0%} {r['same']:>9.3g} "
               f"{r['same_tol']:>9.3g} "
               f"{'PASS' if r['ok'] else 'FAIL':<6} {ms:>7.1f} ({rms:.1f})  "
@@ -574,7 +608,8 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     bundle = os.path.abspath(argv[0])
-    opts = dict(steps="3", models="qwen3,qwen3-moe", engines="bf16,fp8",
+    opts = dict(steps="3", models="qwen3,qwen3-moe",
+                engines="bf16,fp8,flashinfer,flashinfer-fp8,deepgemm",
                 modes="process,threads", device="cuda:0", reference="transformers", experts="",
                 refitd=os.path.join(bundle, "refitd"))
     for a in argv[1:]:

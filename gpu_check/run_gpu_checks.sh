@@ -24,11 +24,20 @@ echo "== nccl_patterns_gpu on $gpus GPUs, 1 lane"
 "$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=1
 rc2=$?
 echo "== the same patterns on the pull path (ranks share the $gpus GPUs, as colocated members do)"
-"$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=2 --transport=ipc
+"$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=2 --transport=pull
 rc6=$?
 echo "== convert_gpu_test (FP8 quantize and -exp kernels vs host and reference)"
 "$dir/convert_gpu_test"
 rc4=$?
+echo "== mxfp8_gpu_test (MXFP8 quantize kernels vs host and the reference of vLLM's formula)"
+REFIT_MXFP8_DUMP="$(mktemp -d)" && export REFIT_MXFP8_DUMP
+"$dir/mxfp8_gpu_test" || rc4=1
+if python3 -c 'import torch' 2>/dev/null; then
+  python3 "$dir/mxfp8_torch_check.py" "$REFIT_MXFP8_DUMP" || rc4=1
+fi
+echo "== delta_gpu_test (delta encode/apply and digest kernels vs the host codec)"
+"$dir/delta_gpu_test"
+rc9=$?
 echo "== refit_gpu_bench $*"
 "$dir/refit_gpu_bench" "$@"
 rc3=$?
@@ -48,7 +57,8 @@ if python3 -c 'import torch' 2>/dev/null; then
     echo "== rl_loop_gpu.py skipped: no transformers in $(command -v python3)"
   fi
 fi
-echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 ipc=$rc6 transform=$rc4 bench=$rc3" \
-     "python=$rc5 rl_loop=$rc7 symbols=$rc8"
+echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 ipc=$rc6 transform=$rc4 delta=$rc9" \
+     "bench=$rc3 python=$rc5 rl_loop=$rc7 symbols=$rc8"
 [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && [ $rc5 -eq 0 ] &&
+  [ $rc9 -eq 0 ] &&
   [ $rc6 -eq 0 ] && [ $rc7 -eq 0 ] && [ $rc8 -eq 0 ]

@@ -14,6 +14,8 @@ const char* TransformName(Transform t) {
       return "neg_exp";
     case Transform::kPow2Ceil:
       return "pow2_ceil";
+    case Transform::kUe8m0Requant:
+      return "ue8m0_requant";
   }
   return "unknown";
 }
@@ -33,6 +35,7 @@ absl::Status ValidateTensorSpec(const TensorSpec& t) {
       break;
     case Transform::kNegExp:
     case Transform::kPow2Ceil:
+    case Transform::kUe8m0Requant:
       if (t.dtype != DType::kF32) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", t.name, ": transform ", TransformName(t.transform),

@@ -24,9 +24,12 @@ enum class Transform : int32_t {
   kNegExp = 1,    // x -> -exp(x); f32 only
   kPow2Ceil = 2,  // FP8 block scales rounded up to a power of two (UE8M0);
                   // f32 scale tensors only
+  kUe8m0Requant = 3,  // FP8 block scales of a weight quantized with float
+                      // scales and then requantized to power-of-two scales
+                      // (vLLM's DeepGEMM path); f32 scale tensors only
 };
 
-// "none", "neg_exp", "pow2_ceil".
+// "none", "neg_exp", "pow2_ceil", "ue8m0_requant".
 const char* TransformName(Transform t);
 
 struct TensorSpec {

@@ -12,7 +12,9 @@
 //     float32 parameters in vLLM's fp8 and kv_cache quantization methods;
 //   - quantized linear weights under quant=fp8: float8_e4m3fn;
 //   - everything else: the model's dtype (bf16).
+#include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -73,6 +75,47 @@ TEST(EngineDTypesTest, EveryTensorHasTheDtypeTheEngineCreates) {
     }
   }
   EXPECT_GT(checked, 1000);
+}
+
+// quant=mxfp8 on every built-in model: refused by name (an FP8 model, or a
+// K that is not a multiple of 32), or every e4m3 weight [..., N, K] has a
+// uint8 weight_scale [..., N, K/32] and every other tensor keeps the
+// engine's BF16 dtype (embeddings, lm_head, norms, router gates).
+TEST(EngineDTypesTest, Mxfp8WeightsHaveUint8BlockScalesAndTheRestStays) {
+  int quantized = 0;
+  for (const std::string& name : BuiltinModelNames()) {
+    absl::StatusOr<ModelConfig> c = LoadModelConfig(name);
+    ASSERT_TRUE(c.ok()) << name;
+    absl::StatusOr<MappedSide> dst =
+        BuildEngineLayout(*c, *ParseEngineSpec("vllm:tp=1,quant=mxfp8"));
+    if (!dst.ok()) {
+      EXPECT_TRUE(absl::StrContains(dst.status().message(), "multiple of 32") ||
+                  absl::StrContains(dst.status().message(), "already FP8"))
+          << name << ": " << dst.status();
+      continue;
+    }
+    std::map<std::string, const TensorSpec*> by_name;
+    for (const TensorSpec& t : dst->layout.tensors) by_name[t.name] = &t;
+    for (const TensorSpec& t : dst->layout.tensors) {
+      if (t.dtype == DType::kF8E4M3) {
+        ++quantized;
+        auto it = by_name.find(t.name + "_scale");
+        ASSERT_NE(it, by_name.end()) << name << ": " << t.name;
+        std::vector<int64_t> want = t.shape;
+        want.back() /= 32;
+        EXPECT_EQ(it->second->dtype, DType::kU8) << name << ": " << t.name;
+        EXPECT_EQ(it->second->shape, want) << name << ": " << t.name;
+        EXPECT_EQ(t.shape.back() % 32, 0) << name << ": " << t.name;
+      } else if (t.dtype == DType::kU8) {
+        EXPECT_TRUE(absl::EndsWith(t.name, "weight_scale")) << name << ": " << t.name;
+      }
+      if (absl::StrContains(t.name, "embed_tokens") || absl::StrContains(t.name, "lm_head") ||
+          absl::StrContains(t.name, "norm") || absl::EndsWith(t.name, "mlp.gate.weight")) {
+        EXPECT_NE(t.dtype, DType::kF8E4M3) << name << ": " << t.name;
+      }
+    }
+  }
+  EXPECT_GT(quantized, 100);
 }
 
 }  // namespace

@@ -63,6 +63,26 @@ constexpr RuleRow kVllmRules[] = {
     {Role::kMambaOutProj, L::kAny, "", Rule::kRow, 0},
 };
 
+// kernel=flashinfer: rows that replace kVllmRules' for the same role and
+// layer kind. FlashInfer's CUTLASS fused MoE applies the activation to the
+// other half of w13, so vLLM stores it as [w3; w1] (up before gate), block
+// scales alike: swap_w13_to_w31 in prepare_fp8_moe_layer_for_fi,
+// vllm/model_executor/layers/quantization/utils/flashinfer_utils.py at
+// 487151d (and fp8.py's process_weights_after_loading at 1436674). The part
+// is the slot in the fused buffer: up first. vLLM main then clamps the
+// experts' block scales to at least 1e-10; refit's scales are at least
+// 1e-4 / 448 (exec/quantize.h), so the clamp leaves them as they are.
+constexpr RuleRow kFlashinferRules[] = {
+    {Role::kExpertGate, L::kMoeGated, "{}.gate_proj.weight>w13_weight", Rule::kExpert, 1},
+    {Role::kExpertUp, L::kMoeGated, "{}.up_proj.weight>w13_weight", Rule::kExpert, 0},
+};
+
+// The rows a kernel layout puts before kVllmRules (empty: none).
+absl::Span<const RuleRow> KernelRules(EngineSpec::Kernel k) {
+  if (k == EngineSpec::Kernel::kFlashinfer) return kFlashinferRules;
+  return {};
+}
+
 // MLA without q_lora: kv_a_proj_with_mqa is its own replicated module.
 constexpr RuleRow kKvaAlone = {Role::kMlaKVA, L::kAny, "", Rule::kReplicate, 0};
 
@@ -117,10 +137,53 @@ constexpr EngineDTypeRow kEngineDTypes[] = {
 
 absl::Span<const EngineDTypeRow> EngineDTypes() { return kEngineDTypes; }
 
+const char* KernelLayoutSummary(EngineSpec::Kernel k) {
+  switch (k) {
+    case EngineSpec::Kernel::kCheckpoint:
+      return "checkpoint layout (what Triton and CUTLASS read)";
+    case EngineSpec::Kernel::kFlashinfer:
+      return "flashinfer: expert w13_weight and its block scales as [up; gate] "
+             "(w31, FlashInfer CUTLASS fused MoE)";
+    case EngineSpec::Kernel::kDeepgemm:
+      return "deepgemm: block-FP8 weights requantized to power-of-two (UE8M0) "
+             "scales, scales f32 row-major (DeepGEMM on SM90)";
+  }
+  return "unknown";
+}
+
 absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
                                                 const EngineSpec& spec) {
   ModelConfig c = config;
-  if (spec.quant != EngineSpec::Quant::kNone) {
+  const std::string side = absl::StrCat("engine ", EngineSpecString(spec));
+  if (spec.kernel != EngineSpec::Kernel::kCheckpoint && c.fp8_per_tensor) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        side, ": kernel=", KernelName(spec.kernel), " on a per-tensor FP8 "
+        "model: vLLM requantizes per-tensor FP8 weights with the max scale of "
+        "each fused module (and FlashInfer keeps alpha scales derived from "
+        "them), which refit does not write; serve a block-FP8 or BF16 model"));
+  }
+  if (spec.kernel == EngineSpec::Kernel::kDeepgemm) {
+    if (spec.quant == EngineSpec::Quant::kNone && c.fp8_block == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          side, ": kernel=deepgemm reads block-FP8 weights; the model is not "
+          "block FP8: add quant=fp8"));
+    }
+  }
+  if (spec.kernel != EngineSpec::Kernel::kCheckpoint && c.fp8_block != 0 &&
+      c.fp8_block != 128) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        side, ": kernel=", KernelName(spec.kernel), " reads 128x128 FP8 "
+        "blocks; the model's weight_block_size is ", c.fp8_block));
+  }
+  if (spec.quant == EngineSpec::Quant::kMxfp8) {
+    if (c.fp8_block != 0 || c.fp8_per_tensor) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          side, ": quant=mxfp8 quantizes BF16/F16/F32 weights; the model is "
+          "already FP8 (", c.fp8_block != 0 ? "block" : "per-tensor",
+          "), which refit does not requantize to MXFP8"));
+    }
+    c.mxfp8 = true;
+  } else if (spec.quant != EngineSpec::Quant::kNone) {
     if (c.fp8_block == 0 && c.fp8_per_tensor) {
       return absl::InvalidArgumentError(absl::StrCat(
           "engine ", EngineSpecString(spec), ": quant=fp8 asks for FP8 block "
@@ -137,9 +200,13 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
       m.tensors[t].transform = row.transform;
     }
   }
-  if (spec.quant == EngineSpec::Quant::kFp8Ue8m0) {
+  // The scales say how the engine's FP8 bytes are made.
+  Transform scales = Transform::kNone;
+  if (spec.quant == EngineSpec::Quant::kFp8Ue8m0) scales = Transform::kPow2Ceil;
+  if (spec.kernel == EngineSpec::Kernel::kDeepgemm) scales = Transform::kUe8m0Requant;
+  if (scales != Transform::kNone) {
     for (size_t t = 0; t < m.tensors.size(); ++t) {
-      if (m.is_scale[t]) m.tensors[t].transform = Transform::kPow2Ceil;
+      if (m.is_scale[t]) m.tensors[t].transform = scales;
     }
   }
   return m;
@@ -176,6 +243,7 @@ absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
   LayoutBuilder b(model, static_cast<int32_t>(world), side,
                   /*derive_scales=*/true);
   const absl::Span<const RuleRow> table(kVllmRules);
+  const absl::Span<const RuleRow> kernel_table = KernelRules(spec.kernel);
   const LayerKind none;
   std::vector<std::string> names(model.tensors.size());
   // Without vLLM's expert parallelism a rank holds what its TP peer of DP
@@ -240,7 +308,8 @@ absl::StatusOr<MappedSide> BuildVllmLayout(const ModelConfig& c,
         const Role role = static_cast<Role>(r);
         const int32_t t = model.Find(l, role);
         if (t < 0) continue;
-        const RuleRow* row = FindRule(table, role, kind, false);
+        const RuleRow* row = FindRule(kernel_table, role, kind, false);
+        if (row == nullptr) row = FindRule(table, role, kind, false);
         if (role == Role::kMlaKVA && c.q_lora_rank == 0) row = &kKvaAlone;
         if (row == nullptr) {
           return absl::InternalError(

@@ -37,6 +37,16 @@
 // "o_proj.weight_scale" [1], "experts.w13_weight_scale" [E_local, 2]
 // (gate, up; [E_local] when non-gated), "experts.w2_weight_scale" [E_local].
 //
+// Kernel layouts (spec.kernel, docs/kernel-layouts.md), rows placed before
+// the table's own:
+//   kernel=flashinfer: mlp.experts.w13_weight [E_local, 2*I_l, H] is
+//        [up_l; gate_l] (FlashInfer CUTLASS fused MoE's w31), and so are its
+//        block scales (w13_weight_scale_inv follows the weight's blocks).
+//   kernel=deepgemm: every block-FP8 weight holds vLLM's UE8M0
+//        requantization of the float-scale checkpoint bytes, and its
+//        weight_scale_inv the power-of-two scales, row-major f32 (the scale
+//        tensors carry transform ue8m0_requant; the senders compute it,
+//        plan/conversion.h).
 // SGLang (spec kind kSglang) shares these conventions except: MLA's fused
 // module is "self_attn.fused_qkv_a_proj_with_mqa", and expert parallelism
 // (ep dividing tp) spreads the experts over ep ranks of each TP group (ep
@@ -66,10 +76,16 @@ struct EngineDTypeRow {
 };
 absl::Span<const EngineDTypeRow> EngineDTypes();
 
+// One line saying what an engine kernel layout (spec.kernel) writes, for
+// `refit buffers`: "checkpoint layout (Triton, CUTLASS)", ...
+const char* KernelLayoutSummary(EngineSpec::Kernel k);
+
 // `model` as the engine holds it: EngineDTypes applied, and under
 // spec.quant every quantizable weight FP8 with its weight_scale_inv tensor
-// (scales with transform pow2_ceil under fp8-ue8m0). INVALID_ARGUMENT for
-// quant=fp8 on a per-tensor FP8 model.
+// (scales with transform pow2_ceil under fp8-ue8m0, ue8m0_requant under
+// kernel=deepgemm). INVALID_ARGUMENT for quant=fp8 on a per-tensor FP8
+// model, a kernel= layout on a per-tensor FP8 model or with blocks other
+// than 128, and kernel=deepgemm without block-FP8 weights.
 absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
                                                 const EngineSpec& spec);
 

@@ -163,11 +163,11 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
     if (grouped) scale_shape.push_back(shape[0]);
     if (scale_parts > 1 || !grouped) scale_shape.push_back(scale_parts);
   } else if (scaled) {
-    const int64_t b = model_.fp8_block;
+    const int64_t br = model_.scale_block_rows(), bc = model_.scale_block_cols();
     scale_shape = shape;
     size_t r = scale_shape.size();
-    scale_shape[r - 2] = (scale_shape[r - 2] + b - 1) / b;
-    scale_shape[r - 1] = (scale_shape[r - 1] + b - 1) / b;
+    scale_shape[r - 2] = (scale_shape[r - 2] + br - 1) / br;
+    scale_shape[r - 1] = (scale_shape[r - 1] + bc - 1) / bc;
   }
   std::vector<ByteRange> padding;
   if (pad_end > pad_begin && !shape.empty()) {
@@ -179,8 +179,8 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
   const int32_t idx = add(name, std::move(shape), t.dtype, std::move(padding));
   if (scaled) {
     const int32_t sidx =
-        add(model_.fp8_per_tensor ? PerTensorScaleName(name) : ScaleName(name),
-            std::move(scale_shape), DType::kF32, {});
+        add(model_.fp8_per_tensor || model_.mxfp8 ? PerTensorScaleName(name) : ScaleName(name),
+            std::move(scale_shape), model_.mxfp8 ? DType::kU8 : DType::kF32, {});
     scale_buffer_[idx] = sidx;
     scale_grouped_[sidx] = grouped;
   }
@@ -301,12 +301,12 @@ absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
         side_, ": FP8 tensor ", t.name, " placed in buffer ",
         out_.layout.buffers[buffer].name, " that has no scale buffer"));
   }
-  const int64_t b = model_.fp8_block;
   const int rank = box.rank();
   Box::Indices origin(box.origin().begin(), box.origin().end());
   Box::Indices shape(box.shape().begin(), box.shape().end());
   absl::InlinedVector<DimPlace, 4> sp(places.begin(), places.end());
   for (int d = rank - 2; d < rank; ++d) {
+    const int64_t b = d == rank - 1 ? model_.scale_block_cols() : model_.scale_block_rows();
     const int64_t o = box.origin(d), lim = box.limit(d), x = t.shape[d];
     const DimPlace& p = places[d];
     const bool interleaved = p.block > 0 && p.block < box.shape(d);
@@ -314,8 +314,10 @@ absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
       return absl::InvalidArgumentError(absl::StrCat(
           side_, ": FP8 tensor ", DescribePart(t, box), " on rank ",
           out_.layout.buffers[buffer].rank, " in buffer ",
-          out_.layout.buffers[buffer].name, ": this layout would split a ", b,
-          "x", b, " weight_scale_inv block across ranks or buffers (dim ", d,
+          out_.layout.buffers[buffer].name, ": this layout would split a ",
+          model_.scale_block_rows(), "x", model_.scale_block_cols(),
+          model_.mxfp8 ? " weight_scale" : " weight_scale_inv",
+          " block across ranks or buffers (dim ", d,
           ": ", why, ")"));
     };
     if (o % b != 0) return split(absl::StrCat("shard starts at ", o));

@@ -22,6 +22,7 @@ absl::StatusOr<MappedSide> BuildEngineLayout(const ModelConfig& config,
   REFIT_ASSIGN_OR_RETURN(ModelTensors model, EngineModelTensors(config, spec));
   ModelConfig c = config;
   c.fp8_block = model.fp8_block;
+  c.mxfp8 = model.mxfp8;
   return BuildVllmLayout(c, model, spec);
 }
 

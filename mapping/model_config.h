@@ -86,6 +86,10 @@ struct ModelConfig {
   // weights, each with an f32 scalar "<...>.weight_scale" (amax scale);
   // per-expert scales stack to [E]. Ignored when fp8_block > 0.
   bool fp8_per_tensor = false;
+  // MXFP8 (an engine's quant=mxfp8; no checkpoint field): e4m3 weights, each
+  // with a uint8 E8M0 "<...>.weight_scale" per 1 x 32 block of its last dim.
+  // Ignored when fp8_block > 0 or fp8_per_tensor.
+  bool mxfp8 = false;
   // KV-cache scales (k_scale, v_scale, q_scale per attention layer), from
   // quantization_config.kv_cache_scheme.
   bool kv_cache_scales = false;

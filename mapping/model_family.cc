@@ -292,6 +292,7 @@ absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& c) {
   ModelTensors m;
   m.fp8_block = c.fp8_block;
   m.fp8_per_tensor = c.fp8_block == 0 && c.fp8_per_tensor;
+  m.mxfp8 = c.fp8_block == 0 && !c.fp8_per_tensor && c.mxfp8;
   m.global.fill(-1);
   const GlobalNames& names =
       c.family == ModelFamily::kNemotronH ? kNemotronNames : kHfNames;
@@ -303,10 +304,20 @@ absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& c) {
     return static_cast<int32_t>(m.tensors.size() - 1);
   };
   auto add_weight = [&](TensorSpec t, bool linear) -> absl::StatusOr<int32_t> {
-    const bool fp8 = linear && (c.fp8_block > 0 || m.fp8_per_tensor);
+    const bool fp8 = linear && (c.fp8_block > 0 || m.fp8_per_tensor || m.mxfp8);
     if (fp8) t.dtype = DType::kF8E4M3;
     TensorSpec scale;
-    if (fp8 && m.fp8_per_tensor) {
+    if (fp8 && m.mxfp8) {
+      if (t.shape.size() < 2 || t.shape.back() % 32 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "MXFP8 weight ", t.name, ": the last dim must be a multiple of 32"));
+      }
+      scale.name = PerTensorScaleName(t.name);
+      scale.shape = t.shape;
+      scale.shape.back() /= 32;
+      scale.dtype = DType::kU8;
+      scale.stacked = t.stacked;
+    } else if (fp8 && m.fp8_per_tensor) {
       scale.name = PerTensorScaleName(t.name);
       if (t.stacked) scale.shape = {t.shape[0]};
       scale.dtype = DType::kF32;

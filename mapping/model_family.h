@@ -13,6 +13,9 @@
 // bias (e_score_correction_bias) and KV-cache scales are f32.
 // Per-tensor FP8 (config fp8_per_tensor): the companion is an f32 scalar
 // "<...>.weight_scale" ([E] for stacked experts).
+// MXFP8 (config mxfp8): the companion is a u8 "<...>.weight_scale" of shape
+// [..., out, in/32] (E8M0 exponents), vLLM's Mxfp8OnlineLinearMethod /
+// Mxfp8OnlineMoEMethod parameters after loading (mxfp8.py at 2aa8028).
 #ifndef REFIT_MAPPING_MODEL_FAMILY_H_
 #define REFIT_MAPPING_MODEL_FAMILY_H_
 
@@ -102,6 +105,12 @@ struct ModelTensors {
   std::vector<RoleIndex> layers;  // per layer
   int64_t fp8_block = 0;      // block scales (weight_scale_inv)
   bool fp8_per_tensor = false;  // per-tensor scales (weight_scale)
+  bool mxfp8 = false;           // 1 x 32 E8M0 block scales (weight_scale)
+
+  // The block of one scale element on a weight's last two dims: (fp8_block,
+  // fp8_block), or (1, 32) for MXFP8; (0, 0) without block scales.
+  int64_t scale_block_rows() const { return mxfp8 ? 1 : fp8_block; }
+  int64_t scale_block_cols() const { return mxfp8 ? 32 : fp8_block; }
 
   // Tensor index of `role` in `layer` (layer < 0: global), -1 if absent.
   int32_t Find(int64_t layer, Role role) const {

@@ -72,6 +72,70 @@ absl::Status UnknownKey(absl::string_view spec, const std::string& key,
 
 }  // namespace
 
+const char* KernelName(EngineSpec::Kernel k) {
+  switch (k) {
+    case EngineSpec::Kernel::kCheckpoint:
+      return "checkpoint";
+    case EngineSpec::Kernel::kFlashinfer:
+      return "flashinfer";
+    case EngineSpec::Kernel::kDeepgemm:
+      return "deepgemm";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// kernel=<value>: the layouts refit writes, and the ones it refuses by
+// name with the vLLM setting that avoids them.
+absl::Status ParseKernel(absl::string_view spec, const std::string& v,
+                         EngineSpec::Kernel* out) {
+  struct Refused {
+    const char* name;
+    const char* why;
+  };
+  static constexpr Refused kRefused[] = {
+      {"trtllm",
+       "FlashInfer's TRTLLM fused MoE shuffles weight blocks "
+       "(reorder_rows_for_gated_act_gemm, shuffle_matrix_a), which refit does "
+       "not write; run vLLM with VLLM_FLASHINFER_MOE_BACKEND=throughput "
+       "(CUTLASS, kernel=flashinfer) or without FlashInfer MoE"},
+      {"deepgemm-sm100",
+       "DeepGEMM on SM100 reads UE8M0 scales packed four to an int32 "
+       "(transform_sf_into_required_layout), which refit does not write; run "
+       "vLLM with VLLM_USE_DEEP_GEMM=0"},
+      {"marlin",
+       "Marlin repacks weights, which refit does not write; run vLLM on a "
+       "GPU with native FP8 (SM89+) or with VLLM_TEST_FORCE_FP8_MARLIN unset"},
+      {"aiter",
+       "ROCm AITER shuffles weights, which refit does not write; run vLLM "
+       "with VLLM_ROCM_USE_AITER=0"},
+  };
+  if (v == "flashinfer") {
+    *out = EngineSpec::Kernel::kFlashinfer;
+    return absl::OkStatus();
+  }
+  if (v == "deepgemm") {
+    *out = EngineSpec::Kernel::kDeepgemm;
+    return absl::OkStatus();
+  }
+  if (v == "checkpoint") {
+    *out = EngineSpec::Kernel::kCheckpoint;
+    return absl::OkStatus();
+  }
+  for (const Refused& r : kRefused) {
+    if (v == r.name) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "engine spec \"", spec, "\": kernel=", v, ": ", r.why));
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "engine spec \"", spec, "\": kernel=", v,
+      " is not checkpoint, flashinfer or deepgemm"));
+}
+
+}  // namespace
+
 absl::StatusOr<TrainerSpec> ParseTrainerSpec(absl::string_view text) {
   std::string kind;
   std::vector<KeyValue> kvs;
@@ -179,11 +243,15 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
         s.quant = EngineSpec::Quant::kFp8;
       } else if (kv.value == "fp8-ue8m0") {
         s.quant = EngineSpec::Quant::kFp8Ue8m0;
+      } else if (kv.value == "mxfp8") {
+        s.quant = EngineSpec::Quant::kMxfp8;
       } else if (kv.value != "none") {
         return absl::InvalidArgumentError(absl::StrCat(
             "engine spec \"", text, "\": quant=", kv.value,
-            " is not none, fp8 or fp8-ue8m0"));
+            " is not none, fp8, fp8-ue8m0 or mxfp8"));
       }
+    } else if (kv.key == "kernel") {
+      REFIT_RETURN_IF_ERROR(ParseKernel(text, kv.value, &s.kernel));
     } else if (kv.key == "placement") {
       if (kv.value != "linear" && kv.value != "round_robin") {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -193,7 +261,8 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
       s.round_robin = kv.value == "round_robin";
     } else {
       return UnknownKey(text, kv.key,
-                        "tp, dp, ep, placement, vocab_pad, gpus_per_host, quant");
+                        "tp, dp, ep, placement, vocab_pad, gpus_per_host, quant, "
+                        "kernel");
     }
   }
   if (s.round_robin && (s.kind != EngineSpec::Kind::kVllm || s.ep == 0)) {
@@ -203,6 +272,33 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
         "parallelism: it needs vllm with ep=tp*dp"));
   }
   REFIT_RETURN_IF_ERROR(CheckWorld(text, int64_t{s.tp} * int64_t{s.dp}));
+  if (s.kernel != EngineSpec::Kernel::kCheckpoint && s.kind != EngineSpec::Kind::kVllm) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine spec \"", text, "\": kernel=", KernelName(s.kernel),
+        " is a vLLM kernel layout; refit writes SGLang's checkpoint layout "
+        "only (SGLang's FlashInfer and DeepGEMM post-processing is not "
+        "written: run SGLang with --moe-runner-backend triton and "
+        "SGL_ENABLE_JIT_DEEPGEMM=0)"));
+  }
+  if (s.kernel == EngineSpec::Kernel::kDeepgemm &&
+      s.quant == EngineSpec::Quant::kFp8Ue8m0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine spec \"", text, "\": kernel=deepgemm makes its own UE8M0 "
+        "scales (vLLM requantizes the float-scale checkpoint); use quant=fp8, "
+        "not quant=fp8-ue8m0"));
+  }
+  if (s.quant == EngineSpec::Quant::kMxfp8 && s.kernel != EngineSpec::Kernel::kCheckpoint) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine spec \"", text, "\": quant=mxfp8 with kernel=", KernelName(s.kernel),
+        ": refit writes MXFP8 scales in the checkpoint layout only ([N, K/32] "
+        "uint8, what vLLM's emulation and Marlin backends load); FlashInfer's "
+        "swizzled F8_128x4 scales (swizzle_mxfp8_scale) are not written"));
+  }
+  if (s.quant == EngineSpec::Quant::kMxfp8 && s.kind != EngineSpec::Kind::kVllm) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine spec \"", text, "\": quant=mxfp8 follows vLLM's online MXFP8 "
+        "method (quantization=\"mxfp8\"); SGLang's is not written"));
+  }
   if (s.kind == EngineSpec::Kind::kSglang) {
     if (s.ep > 0 && s.tp % s.ep != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -248,6 +344,10 @@ std::string EngineSpecString(const EngineSpec& s) {
   if (s.gpus_per_host > 0) absl::StrAppend(&out, ",gpus_per_host=", s.gpus_per_host);
   if (s.quant == EngineSpec::Quant::kFp8) absl::StrAppend(&out, ",quant=fp8");
   if (s.quant == EngineSpec::Quant::kFp8Ue8m0) absl::StrAppend(&out, ",quant=fp8-ue8m0");
+  if (s.quant == EngineSpec::Quant::kMxfp8) absl::StrAppend(&out, ",quant=mxfp8");
+  if (s.kernel != EngineSpec::Kernel::kCheckpoint) {
+    absl::StrAppend(&out, ",kernel=", KernelName(s.kernel));
+  }
   return out;
 }
 

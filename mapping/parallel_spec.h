@@ -5,7 +5,7 @@
 //            [,experts=indexed|grouped][,glu_chunk=N][,vocab_div=128]
 //            [,gpus_per_host=8]
 //   fsdp:dp=64[,shard=8][,gpus_per_host=8]     (shard < dp: HSDP)
-//   vllm:tp=32,dp=8[,ep=256][,gpus_per_host=8]
+//   vllm:tp=32,dp=8[,ep=256][,gpus_per_host=8][,kernel=flashinfer|deepgemm]
 //   sglang:tp=16,dp=2[,ep=16]                   (ep divides tp)
 //
 // Megatron keys: tp, pp, dp (data-parallel size; world = tp*pp*dp), ep, etp
@@ -17,7 +17,9 @@
 // vocab_div (make_vocab_size_divisible_by; padding = multiple of
 // vocab_div * tp).
 // vLLM keys: tp, dp, ep (expert parallel over all tp*dp ranks: must equal
-// tp*dp), vocab_pad (default 64).
+// tp*dp), vocab_pad (default 64), kernel (the layout vLLM's kernels read
+// after its post-load processing; absent: the checkpoint layout, which
+// Triton and CUTLASS read; docs/kernel-layouts.md).
 #ifndef REFIT_MAPPING_PARALLEL_SPEC_H_
 #define REFIT_MAPPING_PARALLEL_SPEC_H_
 
@@ -74,12 +76,26 @@ struct EngineSpec {
   // (e4m3 + an f32 weight_scale_inv per 128x128 tile, the tensors an FP8
   // block checkpoint gives vLLM's loader) whatever the trainer holds; refit
   // quantizes on the way. quant=fp8-ue8m0: the same with every scale a
-  // power of two (DeepGEMM's UE8M0 scales).
-  enum class Quant { kNone, kFp8, kFp8Ue8m0 };
+  // power of two (DeepGEMM's UE8M0 scales). quant=mxfp8: vLLM's online
+  // MXFP8 (quantization="mxfp8"): every quantizable linear weight e4m3 with
+  // a uint8 E8M0 weight_scale per 1 x 32 block along K, [..., N, K/32].
+  enum class Quant { kNone, kFp8, kFp8Ue8m0, kMxfp8 };
   Quant quant = Quant::kNone;
+  // kernel=: vLLM post-processes some weights after loading for the kernel
+  // that reads them; the engine tensors are then that layout, not the
+  // checkpoint's (mapping/engine_vllm.h has the rows, docs/kernel-layouts.md
+  // the list). kCheckpoint: no post-processing (Triton, CUTLASS).
+  // kFlashinfer: FlashInfer CUTLASS fused MoE, expert w13 as [up; gate]
+  // (w31), block scales alike. kDeepgemm: DeepGEMM block FP8 on SM90,
+  // weights requantized to power-of-two scales, scales row-major f32.
+  enum class Kernel { kCheckpoint, kFlashinfer, kDeepgemm };
+  Kernel kernel = Kernel::kCheckpoint;
 
   int32_t world_size() const { return tp * dp; }
 };
+
+// "checkpoint", "flashinfer", "deepgemm".
+const char* KernelName(EngineSpec::Kernel k);
 
 // Parse the forms above. INVALID_ARGUMENT naming the unknown kind or key,
 // the bad value, or the impossible combination (a size < 1, first/last

@@ -108,5 +108,52 @@ TEST(ParallelSpecTest, PipelineSplits) {
   EXPECT_FALSE(PipelineStageLayers(5, s).ok());
 }
 
+TEST(ParallelSpecTest, KernelLayoutsParseRoundTripAndRefuseByName) {
+  auto f = ParseEngineSpec("vllm:tp=2,ep=2,kernel=flashinfer");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->kernel, EngineSpec::Kernel::kFlashinfer);
+  EXPECT_EQ(EngineSpecString(*f), "vllm:tp=2,dp=1,ep=2,kernel=flashinfer");
+  auto d = ParseEngineSpec(EngineSpecString(*ParseEngineSpec("vllm:tp=1,quant=fp8,kernel=deepgemm")));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->kernel, EngineSpec::Kernel::kDeepgemm);
+  EXPECT_EQ(ParseEngineSpec("vllm:tp=1")->kernel, EngineSpec::Kernel::kCheckpoint);
+  EXPECT_EQ(EngineSpecString(*ParseEngineSpec("vllm:tp=1,kernel=checkpoint")), "vllm:tp=1,dp=1");
+  struct Bad {
+    const char* spec;
+    const char* says;
+  };
+  for (const Bad& b : {Bad{"vllm:tp=1,kernel=trtllm", "VLLM_FLASHINFER_MOE_BACKEND=throughput"},
+                       Bad{"vllm:tp=1,kernel=deepgemm-sm100", "VLLM_USE_DEEP_GEMM=0"},
+                       Bad{"vllm:tp=1,kernel=marlin", "Marlin"},
+                       Bad{"vllm:tp=1,kernel=aiter", "VLLM_ROCM_USE_AITER=0"},
+                       Bad{"vllm:tp=1,kernel=cutlass3", "is not checkpoint, flashinfer or deepgemm"},
+                       Bad{"sglang:tp=1,kernel=flashinfer", "SGLang"},
+                       Bad{"vllm:tp=1,quant=fp8-ue8m0,kernel=deepgemm", "use quant=fp8"}}) {
+    auto s = ParseEngineSpec(b.spec);
+    ASSERT_FALSE(s.ok()) << b.spec;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr(b.says)) << b.spec;
+  }
+}
+
+TEST(ParallelSpecTest, Mxfp8ParsesRoundTripsAndRefusesWhatItDoesNotWrite) {
+  auto m = ParseEngineSpec("vllm:tp=2,quant=mxfp8");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->quant, EngineSpec::Quant::kMxfp8);
+  EXPECT_EQ(EngineSpecString(*m), "vllm:tp=2,dp=1,quant=mxfp8");
+  for (const char* bad : {"vllm:tp=1,quant=mxfp8,kernel=flashinfer",
+                          "vllm:tp=1,quant=mxfp8,kernel=deepgemm"}) {
+    auto s = ParseEngineSpec(bad);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr("swizzle_mxfp8_scale")) << bad;
+  }
+  auto sg = ParseEngineSpec("sglang:tp=1,quant=mxfp8");
+  ASSERT_FALSE(sg.ok());
+  EXPECT_THAT(std::string(sg.status().message()), HasSubstr("SGLang"));
+  auto q = ParseEngineSpec("vllm:tp=1,quant=mxfp9");
+  ASSERT_FALSE(q.ok());
+  EXPECT_THAT(std::string(q.status().message()), HasSubstr("fp8, fp8-ue8m0 or mxfp8"));
+}
+
 }  // namespace
 }  // namespace refit

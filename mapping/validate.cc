@@ -1,6 +1,9 @@
 #include "mapping/validate.h"
 
+#include <algorithm>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -38,6 +41,9 @@ absl::Status ValidateRankBuffers(const MappedSide& side, int32_t rank,
   seen.reserve(registered.size());
   std::vector<std::string> errors;
   const std::string where = absl::StrCat("rank ", rank, ": parameter ");
+  // Parameters by (their dtype, the expected one), and that error's line.
+  std::map<std::pair<std::string, std::string>, std::vector<absl::string_view>> wrong_dtype;
+  std::map<std::pair<std::string, std::string>, size_t> dtype_line;
   for (const LocalBuffer& r : registered) {
     if (seen[r.name]++ > 0) {
       errors.push_back(absl::StrCat(where, r.name, " is registered twice"));
@@ -57,14 +63,35 @@ absl::Status ValidateRankBuffers(const MappedSide& side, int32_t rank,
                                     ShapeString(info.shape)));
     }
     if (r.dtype != info.dtype) {
-      errors.push_back(absl::StrCat(where, r.name, " has dtype ",
-                                    DTypeName(r.dtype), ", expected ",
-                                    DTypeName(info.dtype)));
+      // One cause, one line: every parameter of the same wrong dtype together.
+      const auto dtypes = std::make_pair(std::string(DTypeName(r.dtype)),
+                                         std::string(DTypeName(info.dtype)));
+      std::vector<absl::string_view>& names = wrong_dtype[dtypes];
+      if (names.empty()) {
+        dtype_line[dtypes] = errors.size();
+        errors.emplace_back();  // its place, filled below
+      }
+      names.push_back(r.name);
     }
-    if (r.byte_size != spec.byte_size) {
+    // Bytes follow from shape and dtype: a mismatch of either says it.
+    if (r.shape == info.shape && r.dtype == info.dtype && r.byte_size != spec.byte_size) {
       errors.push_back(absl::StrCat(where, r.name, " has ", r.byte_size,
                                     " bytes, expected ", spec.byte_size));
     }
+  }
+  for (const auto& [dtypes, names] : wrong_dtype) {
+    std::string& line = errors[dtype_line[dtypes]];
+    if (names.size() == 1) {
+      line = absl::StrCat(where, names[0], " has dtype ", dtypes.first, ", expected ",
+                          dtypes.second);
+      continue;
+    }
+    constexpr size_t kNamed = 3;
+    line = absl::StrCat(
+        "rank ", rank, ": ", names.size(), " parameters have dtype ", dtypes.first,
+        ", expected ", dtypes.second, ": ",
+        absl::StrJoin(names.begin(), names.begin() + std::min(names.size(), kNamed), ", "),
+        names.size() > kNamed ? absl::StrCat(" and ", names.size() - kNamed, " more") : "");
   }
   std::vector<std::string> missing;
   for (int32_t b = begin; b < end; ++b) {

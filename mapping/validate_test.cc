@@ -1,5 +1,8 @@
 #include "mapping/validate.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mapping/mapping.h"
@@ -60,6 +63,23 @@ TEST(ValidateTest, ShapeAndDtypeMismatchNameTheParameter) {
               HasSubstr("rank 1: parameter model.layers.2.mlp.down_proj.weight "
                         "has shape [16, 24], expected [16, 12]"));
   EXPECT_THAT(s.message(), HasSubstr("model.norm.weight has dtype f32"));
+}
+
+TEST(ValidateTest, EveryParameterInTheWrongDtypeIsOneLine) {
+  MappedSide side = Engine();
+  std::vector<LocalBuffer> bufs = RankBuffers(side, 0);
+  ASSERT_GT(bufs.size(), 4u);
+  for (LocalBuffer& b : bufs) {
+    b.dtype = DType::kF32;  // e.g. numpy float32 arrays for a bf16 model
+    b.byte_size *= 2;
+  }
+  absl::Status s = ValidateRankBuffers(side, 0, bufs);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::count(s.message().begin(), s.message().end(), '\n'), 0) << s.message();
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("rank 0: ", bufs.size(),
+                                                  " parameters have dtype f32, expected "
+                                                  "bf16: ", bufs[0].name)));
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat(" and ", bufs.size() - 3, " more")));
 }
 
 TEST(ValidateTest, MissingBuffersAreListed) {

@@ -40,6 +40,10 @@ absl::StatusOr<ConversionKind> KindFor(const TensorSpec& s, const TensorSpec& d,
   if (d.dtype == DType::kF32 && d.transform == Transform::kNone) {
     return ConversionKind::kCastF32;
   }
+  if (d.dtype == DType::kF8E4M3 && d.transform == Transform::kNone &&
+      scale != nullptr && scale->dtype == DType::kU8) {
+    return ConversionKind::kMxfp8;
+  }
   if (d.dtype == DType::kF8E4M3 && d.transform == Transform::kNone) {
     if (scale == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -47,9 +51,14 @@ absl::StatusOr<ConversionKind> KindFor(const TensorSpec& s, const TensorSpec& d,
           ScaleTensorName(d.name), " tensor; refit quantizes only to FP8 "
           "with block scales"));
     }
-    return scale->transform == Transform::kPow2Ceil
-               ? ConversionKind::kFp8BlockUe8m0
-               : ConversionKind::kFp8Block;
+    switch (scale->transform) {
+      case Transform::kPow2Ceil:
+        return ConversionKind::kFp8BlockUe8m0;
+      case Transform::kUe8m0Requant:
+        return ConversionKind::kFp8BlockRequantUe8m0;
+      default:
+        return ConversionKind::kFp8Block;
+    }
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "tensor ", d.name, ": the engine holds ", DTypeName(d.dtype),
@@ -57,7 +66,11 @@ absl::StatusOr<ConversionKind> KindFor(const TensorSpec& s, const TensorSpec& d,
           ? absl::StrCat(" (", TransformName(d.transform), ")")
           : std::string(),
       " and the trainer ", DTypeName(s.dtype),
-      "; refit converts bf16/f16/f32 to f32, -exp f32 or FP8 blocks only"));
+      "; refit converts bf16/f16/f32 to f32, -exp f32 or FP8 blocks only",
+      d.transform == Transform::kUe8m0Requant
+          ? " (kernel=deepgemm quantizes and requantizes the trainer's "
+            "bf16/f16/f32 weights; a trainer holding FP8 is not requantized)"
+          : ""));
 }
 
 // Tiles entirely inside `box` along each dim, given the tensor's extents.
@@ -171,17 +184,26 @@ const char* ConversionKindName(ConversionKind k) {
       return "fp8_block";
     case ConversionKind::kFp8BlockUe8m0:
       return "fp8_block_ue8m0";
+    case ConversionKind::kFp8BlockRequantUe8m0:
+      return "fp8_block_requant_ue8m0";
+    case ConversionKind::kMxfp8:
+      return "mxfp8";
   }
   return "unknown";
 }
 
 bool IsBlockQuantized(ConversionKind k) {
-  return k == ConversionKind::kFp8Block || k == ConversionKind::kFp8BlockUe8m0;
+  return k == ConversionKind::kFp8Block || k == ConversionKind::kFp8BlockUe8m0 ||
+         k == ConversionKind::kFp8BlockRequantUe8m0 || k == ConversionKind::kMxfp8;
 }
+
+int64_t ScaleElementBytes(ConversionKind k) { return k == ConversionKind::kMxfp8 ? 1 : 4; }
 
 std::string ScaleTensorName(const std::string& weight) {
   return weight + "_scale_inv";
 }
+
+std::string MxScaleTensorName(const std::string& weight) { return weight + "_scale"; }
 
 Box IntersectingTiles(const Box& box, const std::vector<int64_t>& tile) {
   Box::Indices o(box.rank()), e(box.rank());
@@ -230,6 +252,9 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
     const TensorSpec* scale = nullptr;
     if (auto sc = dst_by_name.find(ScaleTensorName(d.name)); sc != dst_by_name.end()) {
       scale = &dst.tensors[sc->second];
+    } else if (auto mx = dst_by_name.find(MxScaleTensorName(d.name));
+               mx != dst_by_name.end() && dst.tensors[mx->second].dtype == DType::kU8) {
+      scale = &dst.tensors[mx->second];
     }
     REFIT_ASSIGN_OR_RETURN(ConversionKind kind, KindFor(s, d, scale));
     Plan1 p{kind, s.dtype, -1, {}};
@@ -238,16 +263,23 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", d.name, ": FP8 block quantization needs 2 or more dims"));
       }
+      const bool mx = kind == ConversionKind::kMxfp8;
       p.tile.assign(d.shape.size(), 1);
-      p.tile[d.shape.size() - 1] = block;
-      p.tile[d.shape.size() - 2] = block;
+      p.tile[d.shape.size() - 1] = mx ? kMxfp8Block : block;
+      p.tile[d.shape.size() - 2] = mx ? 1 : block;
+      if (mx && d.shape.back() % kMxfp8Block != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", d.name, ": MXFP8 needs the last dim (", d.shape.back(),
+            ") to be a multiple of ", kMxfp8Block, " (vLLM's Mxfp8OnlineLinearMethod "
+            "refuses it too)"));
+      }
       std::vector<int64_t> grid(d.shape.size());
       for (size_t k = 0; k < d.shape.size(); ++k) grid[k] = CeilDiv(d.shape[k], p.tile[k]);
       if (scale->shape != grid || scale->stacked != d.stacked) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", scale->name, ": shape [", absl::StrJoin(scale->shape, ", "),
-            "] is not the ", block, "x", block, " tile grid [",
-            absl::StrJoin(grid, ", "), "] of ", d.name));
+            "] is not the ", p.tile[d.shape.size() - 2], "x", p.tile.back(),
+            " tile grid [", absl::StrJoin(grid, ", "), "] of ", d.name));
       }
       if (src_by_name.count(scale->name)) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -294,7 +326,8 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
       if (!IsEmpty(owned)) {
         const int32_t sbuf = static_cast<int32_t>(src.buffers.size());
         src.buffers.push_back({r.rank, absl::StrCat("refit.scales.", i),
-                               UncheckedNumElements(owned) * 4, {}, true});
+                               UncheckedNumElements(owned) * ScaleElementBytes(p.kind),
+                               {}, true});
         Record sr;
         sr.tensor = p.scale_tensor;
         sr.rank = r.rank;

@@ -1,21 +1,27 @@
 // Conversions: the destination stores a tensor in another dtype, or as a
 // function of the trainer's values, and the sender computes it.
 //
-// Two cases exist today, each a row of the format table (conversion.cc):
+// The cases, each a row of the format table (conversion.cc):
 //   - kCastF32 / kNegExpF32: an f32 engine tensor from a bf16 / f16 / f32
 //     trainer tensor, as is or as -exp(x) (vLLM's Mamba `A = -exp(A_log)`,
 //     an f32 parameter whatever the model dtype);
 //   - kFp8Block / kFp8BlockUe8m0: e4m3 weights with one f32 scale
 //     (`<weight>_scale_inv`) per block x block tile of each logical weight
 //     (per expert for stacked experts), from a bf16 / f16 / f32 trainer
-//     tensor; Ue8m0 rounds every scale up to a power of two.
+//     tensor; Ue8m0 rounds every scale up to a power of two;
+//   - kFp8BlockRequantUe8m0: the bytes vLLM's DeepGEMM path holds after
+//     loading the kFp8Block checkpoint: each tile dequantized with its
+//     float scale and requantized with a power-of-two scale
+//     (exec/quantize.h has the arithmetic);
+//   - kMxfp8: e4m3 weights with one E8M0 byte (`<weight>_scale`, u8, vLLM's
+//     MXFP8 weight_scale) per 1 x 32 block along the last dim.
 //
 // How it runs: ConvertSource rewrites the source layout so that every
 // converted record reads from a scratch buffer (BufferSpec::scratch) that
 // holds the converted values row-major over the record's box, and adds the
 // scale tensors with records in scratch buffers too. The planner then plans
 // the converted layout like any other: the wire carries the engine's dtype
-// (FP8 at half the bytes of BF16). Before its rounds each sender computes
+// (FP8 at half the bytes of BF16). Before its waves each sender computes
 // its scratch buffers from its registered ones (exec/convert.h); where its
 // record cuts a tile that other ranks hold parts of, the holders first
 // exchange per-tile partial amaxes (CutTileGroup) so that every part is
@@ -39,19 +45,29 @@ enum class ConversionKind : int32_t {
   kNegExpF32 = 2,      // -exp(f32(x)), f32
   kFp8Block = 3,       // e4m3 + f32 block scales
   kFp8BlockUe8m0 = 4,  // the same, scales rounded up to powers of two
+  kFp8BlockRequantUe8m0 = 5,  // kFp8Block, then requantized to UE8M0 scales
+  kMxfp8 = 6,          // e4m3 + E8M0 byte scales per 1 x 32 block
 };
 
-// "cast_f32", "neg_exp_f32", "fp8_block", "fp8_block_ue8m0".
+// MXFP8's block length along the last dim (vLLM's MXFP8_BLOCK_SIZE).
+inline constexpr int64_t kMxfp8Block = 32;
+
+// "cast_f32", "neg_exp_f32", "fp8_block", "fp8_block_ue8m0",
+// "fp8_block_requant_ue8m0", "mxfp8".
 const char* ConversionKindName(ConversionKind k);
 
 // True for the block-quantizing kinds (they have scales and tiles).
 bool IsBlockQuantized(ConversionKind k);
 
+// Bytes of one scale element of a block kind: 1 (E8M0) for kMxfp8, else 4.
+int64_t ScaleElementBytes(ConversionKind k);
+
 // One source record's conversion. `from` is the record as registered (the
 // trainer's buffer, dtype from_dtype); the converted values lie row-major
 // over from.box in scratch buffer plan.src.buffers[to_buffer] (the
 // destination's dtype). Block kinds: scratch buffer scale_buffer holds the
-// f32 scales of OwnedTiles(from.box) (-1 when there are none), row-major.
+// scales of OwnedTiles(from.box) (-1 when there are none), row-major: f32,
+// or E8M0 bytes for kMxfp8.
 struct Conversion {
   ConversionKind kind = ConversionKind::kCastF32;
   DType from_dtype = DType::kBF16;
@@ -83,8 +99,9 @@ struct ConvertedSource {
 // namesake has another dtype, or that has a transform, and a dst tensor
 // "<w>_scale_inv" without a src namesake that is the scale of a block-
 // quantized weight w (kFp8BlockUe8m0 when the scale tensor's transform is
-// kPow2Ceil). `block` is the FP8 tile edge (128). Without any conversion
-// the source comes back unchanged.
+// kPow2Ceil, kFp8BlockRequantUe8m0 when it is kUe8m0Requant), or a u8 dst
+// tensor "<w>_scale" (kMxfp8). `block` is the FP8 tile edge (128). Without
+// any conversion the source comes back unchanged.
 //
 // INVALID_ARGUMENT naming the tensor when a conversion is not in the table
 // (e.g. f32 -> bf16, e4m3 from an integer dtype), a quantized weight has
@@ -93,8 +110,10 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
                                               const SideLayout& dst,
                                               int64_t block);
 
-// The scale tensor name of a block-quantized weight: name + "_scale_inv".
+// The scale tensor name of a block-quantized weight: name + "_scale_inv"
+// (FP8 blocks), name + "_scale" (MXFP8).
 std::string ScaleTensorName(const std::string& weight);
+std::string MxScaleTensorName(const std::string& weight);
 
 // Tiles of `box` along each dim: those intersecting it ([floor(o/t),
 // ceil(end/t))) and those whose first element lies in it ([ceil(o/t),

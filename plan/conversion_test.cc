@@ -126,6 +126,20 @@ TEST(ConvertSourceTest, Ue8m0FromTheScaleTransform) {
   EXPECT_EQ(c->layout.tensors[1].transform, Transform::kNone);
 }
 
+// kernel=deepgemm: the scale tensor's ue8m0_requant transform selects the
+// requantizing kind.
+TEST(ConvertSourceTest, RequantUe8m0FromTheScaleTransform) {
+  SideLayout src = Trainer("w", {128, 128}, DType::kBF16, 1);
+  SideLayout dst = Engine("w", {128, 128}, DType::kF8E4M3, Transform::kNone,
+                          {1, 1}, Transform::kUe8m0Requant);
+  absl::StatusOr<ConvertedSource> c = ConvertSource(src, dst, 128);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->conversions.size(), 1u);
+  EXPECT_EQ(c->conversions[0].kind, ConversionKind::kFp8BlockRequantUe8m0);
+  EXPECT_TRUE(IsBlockQuantized(c->conversions[0].kind));
+  EXPECT_STREQ(ConversionKindName(c->conversions[0].kind), "fp8_block_requant_ue8m0");
+}
+
 TEST(ConvertSourceTest, RefusesWhatTheTableLacks) {
   SideLayout f32 = Trainer("w", {4, 4}, DType::kF32, 1);
   absl::StatusOr<ConvertedSource> c = ConvertSource(
@@ -151,6 +165,47 @@ TEST(TilesTest, IntersectingAndOwned) {
   std::vector<int64_t> tile = {128, 128};
   EXPECT_EQ(IntersectingTiles(b, tile).ToString(), "[0:2, 0:3]");
   EXPECT_EQ(OwnedTiles(b, tile).ToString(), "[1:2, 0:3]");
+}
+
+// An e4m3 engine weight with a u8 "<w>_scale" [N, K/32] is MXFP8: tiles of
+// 1 x 32, one scale byte per block; a trainer cut along K at 48 shares
+// block [32, 64) of every row (a cut-tile group), and K not a multiple of
+// 32 is refused naming the tensor.
+TEST(ConvertSourceTest, Mxfp8TilesAreOneByThirtyTwoWithByteScales) {
+  SideLayout src;
+  src.world_size = 2;
+  const int32_t t = *AddTensor(src, TensorSpec{"w", {4, 96}, DType::kBF16});
+  Mesh mesh = *Mesh::Make({"tp"}, {2});
+  ASSERT_TRUE(AddDenseShards(src, t, mesh, {Placement::Shard(1)}).ok());
+  SideLayout dst = Engine("w", {4, 96}, DType::kF8E4M3, Transform::kNone, {});
+  Mesh one = *Mesh::Make({"tp"}, {1});
+  const int32_t si = *AddTensor(dst, TensorSpec{MxScaleTensorName("w"), {4, 3}, DType::kU8});
+  ASSERT_TRUE(AddDenseShards(dst, si, one, {Placement::Replicate()}).ok());
+  absl::StatusOr<ConvertedSource> c = ConvertSource(src, dst, 128);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->conversions.size(), 2u);
+  for (const Conversion& v : c->conversions) {
+    EXPECT_EQ(v.kind, ConversionKind::kMxfp8);
+    EXPECT_THAT(v.tile, ElementsAre(1, 32));
+    ASSERT_GE(v.scale_buffer, 0);
+    // Rank 0 owns blocks 0 and 1 (block 1 starts at 32 < 48); rank 1
+    // block 2.
+    EXPECT_EQ(c->layout.buffers[v.scale_buffer].byte_size, v.from.rank == 0 ? 4 * 2 : 4 * 1);
+  }
+  ASSERT_EQ(c->cut_tiles.size(), 1u);
+  EXPECT_EQ(c->cut_tiles[0].tiles, Box::Unchecked({0, 1}, {4, 1}));
+  EXPECT_THAT(c->cut_tiles[0].ranks, ElementsAre(0, 1));
+  EXPECT_EQ(std::string(ConversionKindName(ConversionKind::kMxfp8)), "mxfp8");
+
+  SideLayout odd = Trainer("w", {4, 40}, DType::kBF16, 1);
+  SideLayout odd_dst = Engine("w", {4, 40}, DType::kF8E4M3, Transform::kNone, {});
+  ASSERT_TRUE(AddDenseShards(odd_dst,
+                             *AddTensor(odd_dst, TensorSpec{"w_scale", {4, 2}, DType::kU8}), one,
+                             {Placement::Replicate()}).ok());
+  absl::StatusOr<ConvertedSource> bad = ConvertSource(odd, odd_dst, 128);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("tensor w: MXFP8 needs"));
 }
 
 }  // namespace

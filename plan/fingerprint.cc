@@ -173,7 +173,7 @@ std::string PlanFingerprint(const Plan& p) {
   }
   w.I(p.messages.size());
   for (const Message& m : p.messages) {
-    for (int64_t v : {int64_t{m.src_rank}, int64_t{m.dst_rank}, int64_t{m.round},
+    for (int64_t v : {int64_t{m.src_rank}, int64_t{m.dst_rank}, int64_t{m.wave},
                       int64_t{m.first_segment}, int64_t{m.num_segments}, m.bytes,
                       int64_t{m.src_contiguous}, int64_t{m.src_buffer},
                       m.src_offset, int64_t{m.dst_contiguous},
@@ -181,8 +181,8 @@ std::string PlanFingerprint(const Plan& p) {
       w.I(v);
     }
   }
-  w.I(p.rounds.size());
-  for (const Round& r : p.rounds) {
+  w.I(p.waves.size());
+  for (const Wave& r : p.waves) {
     w.I(r.lane);
     w.I(r.stage);
     w.I(r.first_message);
@@ -193,7 +193,7 @@ std::string PlanFingerprint(const Plan& p) {
   w.I(p.options.prefer_same_host);
   w.I(p.options.max_message_bytes);
   w.I(p.options.direct_min_bytes);
-  w.I(p.options.max_round_bytes);
+  w.I(p.options.max_wave_bytes);
   WriteConversions(w, p);
   return w.Digest();
 }

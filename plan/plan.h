@@ -3,17 +3,17 @@
 // Built once per membership by BuildPlan (planner.h), a pure function. It
 // lists every copy (Segment: a box of a tensor from one source record to one
 // destination record), groups the segments between one (source rank,
-// destination rank) pair into Messages, and orders Messages into Rounds.
+// destination rank) pair into Messages, and orders Messages into Waves.
 //
-// Executing a round on a rank means: pack each outgoing message's segments
+// Executing a wave on a rank means: pack each outgoing message's segments
 // (in order, each box in row-major order) into staging unless the message
 // is src_contiguous (then send straight from the buffer), post every send
-// and receive of the round in one group, and unpack each incoming message
+// and receive of the wave in one group, and unpack each incoming message
 // (unless dst_contiguous: then it was received in place).
 //
-// Deadlock freedom: every rank executes the rounds it takes part in, in the
-// global round order, each round as one group of sends and receives, on the
-// round's lane (one communicator + stream per lane). Since all ranks see
+// Deadlock freedom: every rank executes the waves it takes part in, in the
+// global wave order, each wave as one group of sends and receives, on the
+// wave's lane (one communicator + stream per lane). Since all ranks see
 // the same order per lane, every group's peers post matching groups.
 //
 // Ranks are side-local in the plan: trainer rank t and engine rank e. A
@@ -43,7 +43,7 @@ struct Segment {
 struct Message {
   int32_t src_rank = 0;
   int32_t dst_rank = 0;
-  int32_t round = 0;
+  int32_t wave = 0;
   // Segments, in pack order: Plan::segments[first_segment, +num_segments).
   int32_t first_segment = 0;
   int32_t num_segments = 0;
@@ -58,11 +58,11 @@ struct Message {
   int64_t dst_offset = 0;
 };
 
-struct Round {
+struct Wave {
   int32_t lane = 0;   // 0..num_lanes-1
-  int32_t stage = 0;  // source pipeline stage whose bytes this round moves
+  int32_t stage = 0;  // source pipeline stage whose bytes this wave moves
   // Messages[first_message, +num_messages), sorted by (src_rank, dst_rank);
-  // one pair's messages in a round keep their order (the i-th send of a
+  // one pair's messages in a wave keep their order (the i-th send of a
   // pair matches the i-th receive).
   int32_t first_message = 0;
   int32_t num_messages = 0;
@@ -84,7 +84,7 @@ struct LinkSpeeds {
 
 struct PlannerOptions {
   // Staging bytes one rank may use per lane (pack + unpack staging of one
-  // round together). Total staging per rank <= staging_budget_bytes.
+  // wave together). Total staging per rank <= staging_budget_bytes.
   int64_t staging_budget_bytes = 512LL << 20;
   int32_t num_lanes = 2;  // 1..kMaxLanes
   // Use the placement (SideLayout::host_of_rank on both sides, and
@@ -102,11 +102,11 @@ struct PlannerOptions {
   // smaller or doubly strided segments are coalesced. 0: never (every
   // pair's segments are coalesced greedily).
   int64_t direct_min_bytes = 8LL << 20;
-  // Bytes (staged or not) one rank sends plus receives in one round at
-  // most; a message larger than this gets a round to itself. Keeps rounds,
+  // Bytes (staged or not) one rank sends plus receives in one wave at
+  // most; a message larger than this gets a wave to itself. Keeps waves,
   // and with them lane pipelining, even when most messages need no
   // staging. 0 = the per-lane staging budget.
-  int64_t max_round_bytes = 0;
+  int64_t max_wave_bytes = 0;
   // Edge of the FP8 block-quantization tiles (weight_scale_inv blocks).
   int64_t fp8_block = 128;
   // When set and true, BuildPlan stops after its current phase with
@@ -118,7 +118,7 @@ struct PlanStats {
   int64_t total_bytes = 0;
   int64_t num_segments = 0;
   int64_t num_messages = 0;
-  int64_t num_rounds = 0;
+  int64_t num_waves = 0;
   std::vector<int64_t> bytes_sent;      // per src rank
   std::vector<int64_t> bytes_received;  // per dst rank
   std::vector<int64_t> staging_src;     // peak staging per src rank (all lanes)
@@ -153,9 +153,9 @@ struct Plan {
   // contiguous here. BuildPlan orders them by (pair, message); a slice
   // (ExtractSlice) by message.
   std::vector<Segment> segments;
-  std::vector<Message> messages;  // by (round, src rank, dst rank, seq)
-  std::vector<Round> rounds;
-  // What the senders compute before their rounds (plan/conversion.h): the
+  std::vector<Message> messages;  // by (wave, src rank, dst rank, seq)
+  std::vector<Wave> waves;
+  // What the senders compute before their waves (plan/conversion.h): the
   // converted values of their records, and first the partial amaxes of the
   // FP8 tiles their records cut. Sorted by source rank.
   std::vector<Conversion> conversions;

@@ -182,7 +182,7 @@ refit::v1::PlanProto ToProto(const Plan& plan) {
     auto* mp = p.add_messages();
     mp->set_src_rank(m.src_rank);
     mp->set_dst_rank(m.dst_rank);
-    mp->set_round(m.round);
+    mp->set_wave(m.wave);
     mp->set_first_segment(m.first_segment);
     mp->set_num_segments(m.num_segments);
     mp->set_bytes(m.bytes);
@@ -193,8 +193,8 @@ refit::v1::PlanProto ToProto(const Plan& plan) {
     mp->set_dst_buffer(m.dst_buffer);
     mp->set_dst_offset(m.dst_offset);
   }
-  for (const Round& r : plan.rounds) {
-    auto* rp = p.add_rounds();
+  for (const Wave& r : plan.waves) {
+    auto* rp = p.add_waves();
     rp->set_lane(r.lane);
     rp->set_stage(r.stage);
     rp->set_first_message(r.first_message);
@@ -206,7 +206,7 @@ refit::v1::PlanProto ToProto(const Plan& plan) {
   o->set_prefer_same_host(plan.options.prefer_same_host);
   o->set_max_message_bytes(plan.options.max_message_bytes);
   o->set_direct_min_bytes(plan.options.direct_min_bytes);
-  o->set_max_round_bytes(plan.options.max_round_bytes);
+  o->set_max_wave_bytes(plan.options.max_wave_bytes);
   o->set_fp8_block(plan.options.fp8_block);
   p.set_fingerprint(plan.fingerprint);
   for (const Conversion& c : plan.conversions) {
@@ -281,7 +281,8 @@ absl::Status ConversionsFromProto(const refit::v1::PlanProto& p, Plan* plan) {
       }
       const Box owned = OwnedTiles(c.from.box, c.tile);
       if (c.scale_buffer != -1 &&
-          !IsScratchOf(src, c.scale_buffer, c.from.rank, UncheckedNumElements(owned) * 4)) {
+          !IsScratchOf(src, c.scale_buffer, c.from.rank,
+                       UncheckedNumElements(owned) * ScaleElementBytes(c.kind))) {
         return absl::InvalidArgumentError(absl::StrCat(who, ": bad scale buffer"));
       }
     } else if (c.scale_buffer != -1 || !c.tile.empty()) {
@@ -322,11 +323,11 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
   plan.options.prefer_same_host = o.prefer_same_host();
   plan.options.max_message_bytes = o.max_message_bytes();
   plan.options.direct_min_bytes = o.direct_min_bytes();
-  plan.options.max_round_bytes = o.max_round_bytes();
+  plan.options.max_wave_bytes = o.max_wave_bytes();
   plan.options.fp8_block = o.fp8_block();
   if (o.num_lanes() < 1 || o.staging_budget_bytes() < 1 ||
       o.max_message_bytes() < 0 || o.direct_min_bytes() < 0 ||
-      o.max_round_bytes() < 0) {
+      o.max_wave_bytes() < 0) {
     return bad("plan options are invalid");
   }
   for (const TensorSpec& t : plan.src.tensors) {
@@ -379,12 +380,12 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
     plan.segments.push_back(std::move(s));
   }
   const int64_t nseg = static_cast<int64_t>(plan.segments.size());
-  const int32_t nrounds = p.rounds_size();
+  const int32_t nwaves = p.waves_size();
   for (const auto& mp : p.messages()) {
     Message m;
     m.src_rank = mp.src_rank();
     m.dst_rank = mp.dst_rank();
-    m.round = mp.round();
+    m.wave = mp.wave();
     m.first_segment = mp.first_segment();
     m.num_segments = mp.num_segments();
     m.bytes = mp.bytes();
@@ -397,10 +398,10 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
     const std::string who = absl::StrCat("message trainer rank ", m.src_rank,
                                          " -> engine rank ", m.dst_rank);
     if (m.src_rank < 0 || m.src_rank >= plan.src.world_size || m.dst_rank < 0 ||
-        m.dst_rank >= plan.dst.world_size || m.round < 0 || m.round >= nrounds ||
+        m.dst_rank >= plan.dst.world_size || m.wave < 0 || m.wave >= nwaves ||
         m.first_segment < 0 || m.num_segments < 0 ||
         int64_t{m.first_segment} + m.num_segments > nseg) {
-      return bad(absl::StrCat(who, ": ranks, round or segments out of range"));
+      return bad(absl::StrCat(who, ": ranks, wave or segments out of range"));
     }
     int64_t bytes = 0;
     for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
@@ -429,9 +430,9 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
     plan.messages.push_back(m);
   }
   const int64_t nmsg = static_cast<int64_t>(plan.messages.size());
-  for (int32_t ri = 0; ri < nrounds; ++ri) {
-    const auto& rp = p.rounds(ri);
-    Round r;
+  for (int32_t ri = 0; ri < nwaves; ++ri) {
+    const auto& rp = p.waves(ri);
+    Wave r;
     r.lane = rp.lane();
     r.stage = rp.stage();
     r.first_message = rp.first_message();
@@ -439,15 +440,15 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
     if (r.lane < 0 || r.lane >= plan.options.num_lanes || r.stage < 0 ||
         r.first_message < 0 || r.num_messages < 0 ||
         int64_t{r.first_message} + r.num_messages > nmsg) {
-      return bad(absl::StrCat("round ", ri, ": lane or messages out of range"));
+      return bad(absl::StrCat("wave ", ri, ": lane or messages out of range"));
     }
     for (int32_t i = r.first_message; i < r.first_message + r.num_messages; ++i) {
-      if (plan.messages[i].round != ri) {
-        return bad(absl::StrCat("round ", ri, ": message ", i,
-                                " names round ", plan.messages[i].round));
+      if (plan.messages[i].wave != ri) {
+        return bad(absl::StrCat("wave ", ri, ": message ", i,
+                                " names wave ", plan.messages[i].wave));
       }
     }
-    plan.rounds.push_back(r);
+    plan.waves.push_back(r);
   }
   REFIT_RETURN_IF_ERROR(ConversionsFromProto(p, &plan));
   plan.fingerprint = p.fingerprint();
@@ -525,15 +526,15 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
     }
     return buf_map[b];
   };
-  for (const Round& r : plan.rounds) {
-    Round nr = r;
+  for (const Wave& r : plan.waves) {
+    Wave nr = r;
     nr.first_message = static_cast<int32_t>(s.messages.size());
     nr.num_messages = 0;
     for (int32_t i = r.first_message; i < r.first_message + r.num_messages; ++i) {
       const Message& m = plan.messages[i];
       if ((side == Side::kTrainer ? m.src_rank : m.dst_rank) != rank) continue;
       Message nm = m;
-      nm.round = static_cast<int32_t>(s.rounds.size());
+      nm.wave = static_cast<int32_t>(s.waves.size());
       nm.first_segment = static_cast<int32_t>(s.segments.size());
       for (int32_t j = m.first_segment; j < m.first_segment + m.num_segments; ++j) {
         Segment g = plan.segments[j];
@@ -558,7 +559,7 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
       s.messages.push_back(nm);
       ++nr.num_messages;
     }
-    if (nr.num_messages > 0) s.rounds.push_back(nr);
+    if (nr.num_messages > 0) s.waves.push_back(nr);
   }
   if (side == Side::kTrainer) {
     // The rank's conversions, and the cut tiles it exchanges amaxes for.

@@ -23,15 +23,15 @@ refit::v1::PlanProto ToProto(const Plan& plan);
 // Parses and validates a plan: both sides (ValidateTensorSpec,
 // ValidateRecord), tensor matching, every segment (records in range, same
 // tensor, box inside both records, bytes), message (ranks, segment ranges,
-// contiguous buffers on the right rank and in range), round (lanes, message
-// ranges, message.round) and options. Fails with INVALID_ARGUMENT naming the
+// contiguous buffers on the right rank and in range), wave (lanes, message
+// ranges, message.wave) and options. Fails with INVALID_ARGUMENT naming the
 // first bad item.
 absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& proto);
 
 // The part of `plan` that `rank` of `side` takes part in: its messages (as
 // sender for kTrainer, receiver for kEngine) and their segments, the records
 // those segments name on both sides and their buffers (renumbered in original
-// order), the rounds containing them (original order and lanes kept, rounds
+// order), the waves containing them (original order and lanes kept, waves
 // without them dropped), all tensors, and the options and fingerprint of the
 // whole plan. Stats are those of the slice. A rank outside the side's world
 // gives an empty slice.

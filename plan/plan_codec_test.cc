@@ -1,4 +1,4 @@
-// Tests of the plan codec: round trip, rejection of bad peer input, slices.
+// Tests of the plan codec: wave trip, rejection of bad peer input, slices.
 #include "plan/plan_codec.h"
 
 #include "gmock/gmock.h"
@@ -25,7 +25,7 @@ Plan MakePlan() {
   return *BuildPlan(src, dst, o);
 }
 
-TEST(PlanCodecTest, RoundTripKeepsFingerprint) {
+TEST(PlanCodecTest, WaveTripKeepsFingerprint) {
   Plan p = MakePlan();
   absl::StatusOr<Plan> q = FromProto(ToProto(p));
   ASSERT_TRUE(q.ok()) << q.status();
@@ -35,7 +35,7 @@ TEST(PlanCodecTest, RoundTripKeepsFingerprint) {
   EXPECT_TRUE(q->src.tensors[0].stacked);
 }
 
-TEST(PlanCodecTest, RoundTripKeepsTheGpusAndTheirFingerprint) {
+TEST(PlanCodecTest, WaveTripKeepsTheGpusAndTheirFingerprint) {
   TensorSpec t{"w", {4, 6}, DType::kBF16};
   SideLayout src, dst;
   src.world_size = 2;
@@ -66,7 +66,7 @@ TEST(PlanCodecTest, RoundTripKeepsTheGpusAndTheirFingerprint) {
 // A BF16 trainer whose two shards cut an FP8 tile into an FP8 engine: the
 // conversions, scratch buffers and cut tiles survive the wire, and each
 // trainer rank's slice carries its own conversion and the shared tiles.
-TEST(PlanCodecTest, RoundTripKeepsConversionsAndCutTiles) {
+TEST(PlanCodecTest, WaveTripKeepsConversionsAndCutTiles) {
   SideLayout src, dst;
   src.world_size = 2;
   dst.world_size = 1;
@@ -104,7 +104,7 @@ TEST(PlanCodecTest, RoundTripKeepsConversionsAndCutTiles) {
   EXPECT_THAT(FromProto(bad).status().message(), ::testing::HasSubstr("bad scratch buffer"));
 }
 
-TEST(PlanCodecTest, RoundTripKeepsTheDestinationTransform) {
+TEST(PlanCodecTest, WaveTripKeepsTheDestinationTransform) {
   // NemotronH's A_log: the engine declares it with neg_exp (A = -exp(A_log)).
   TensorSpec t{"layers.0.mixer.A_log", {8}, DType::kF32};
   TensorSpec e = t;
@@ -159,7 +159,7 @@ TEST(PlanCodecTest, BadPeerInputIsInvalidArgument) {
   b.mutable_messages(0)->set_num_segments(1000);
   EXPECT_EQ(FromProto(b).status().code(), absl::StatusCode::kInvalidArgument);
   refit::v1::PlanProto c = ToProto(p);
-  c.mutable_rounds(0)->set_lane(7);
+  c.mutable_waves(0)->set_lane(7);
   EXPECT_EQ(FromProto(c).status().code(), absl::StatusCode::kInvalidArgument);
   refit::v1::PlanProto d = ToProto(p);
   d.mutable_dst()->mutable_records(0)->set_byte_offset(1 << 20);
@@ -191,7 +191,7 @@ TEST(PlanCodecTest, SliceHasOnlyTheRanksWork) {
     // The slice is itself a valid plan.
     absl::StatusOr<Plan> q = FromProto(ToProto(s));
     EXPECT_TRUE(q.ok()) << q.status();
-    for (const Round& rd : s.rounds) EXPECT_GT(rd.num_messages, 0);
+    for (const Wave& rd : s.waves) EXPECT_GT(rd.num_messages, 0);
   }
 }
 

@@ -1,5 +1,5 @@
 // ComputePlanStats: bytes and peak staging per rank from a plan's messages
-// and rounds.
+// and waves.
 #include "plan/plan_stats.h"
 
 #include <algorithm>
@@ -12,7 +12,7 @@ PlanStats ComputePlanStats(const Plan& plan) {
   PlanStats st;
   st.num_segments = static_cast<int64_t>(plan.segments.size());
   st.num_messages = static_cast<int64_t>(plan.messages.size());
-  st.num_rounds = static_cast<int64_t>(plan.rounds.size());
+  st.num_waves = static_cast<int64_t>(plan.waves.size());
   const int32_t S = std::max(0, plan.src.world_size);
   const int32_t D = std::max(0, plan.dst.world_size);
   const int L = std::max(1, plan.options.num_lanes);
@@ -22,7 +22,7 @@ PlanStats ComputePlanStats(const Plan& plan) {
   st.staging_dst.assign(D, 0);
   std::vector<int64_t> ps(int64_t{S} * L, 0), pd(int64_t{D} * L, 0);
   std::vector<int64_t> rs(S, 0), rd(D, 0);
-  for (const Round& r : plan.rounds) {
+  for (const Wave& r : plan.waves) {
     const int lane = std::min(std::max(r.lane, 0), L - 1);
     for (int32_t i = r.first_message; i < r.first_message + r.num_messages; ++i) {
       const Message& m = plan.messages[i];

@@ -18,7 +18,7 @@
 #include "plan/internal/errors.h"
 #include "plan/internal/messages.h"
 #include "plan/internal/normalize.h"
-#include "plan/internal/rounds.h"
+#include "plan/internal/waves.h"
 #include "plan/internal/segments.h"
 #include "plan/internal/validate.h"
 #include "plan/plan_stats.h"
@@ -38,7 +38,7 @@ using internal_plan::MergeIndexedRecords;
 using internal_plan::MessageCap;
 using internal_plan::OrderSegments;
 using internal_plan::PendingMessage;
-using internal_plan::ScheduleRounds;
+using internal_plan::ScheduleWaves;
 using internal_plan::SegmentKeys;
 using internal_plan::ValidateLayouts;
 using internal_plan::ValidateOptions;
@@ -135,9 +135,9 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   }  // the keys are not needed below
   REFIT_RETURN_IF_ERROR(phase_done("messages"));
 
-  ScheduleRounds(options, plan.src.world_size, plan.dst.world_size, &messages,
-                 &plan.rounds);
-  REFIT_RETURN_IF_ERROR(phase_done("rounds"));
+  ScheduleWaves(options, plan.src.world_size, plan.dst.world_size, &messages,
+                &plan.waves);
+  REFIT_RETURN_IF_ERROR(phase_done("waves"));
   EmitMessages(messages, &plan);
   REFIT_RETURN_IF_ERROR(phase_done("emit"));
 

@@ -58,18 +58,18 @@ namespace refit {
 // one contiguous byte range of its buffer on either side is a message of
 // its own (that side needs no staging); the others are packed greedily, in
 // order, into messages of at most that cap.
-// Messages go next-fit into rounds of their stage (stage =
-// src.stage_of_rank[src rank], 0 if empty) so that per round each rank's
+// Messages go next-fit into waves of their stage (stage =
+// src.stage_of_rank[src rank], 0 if empty) so that per wave each rank's
 // staging (bytes of its non-contiguous sends + receives) is <=
-// staging_budget_bytes / num_lanes and all its bytes are <= max_round_bytes
-// (or that per-lane budget; a message bigger than that alone in a round);
-// a pair's messages keep their order (the i-th send of a pair in a round
-// matches its i-th receive). Next fit: a message starts at the first round,
+// staging_budget_bytes / num_lanes and all its bytes are <= max_wave_bytes
+// (or that per-lane budget; a message bigger than that alone in a wave);
+// a pair's messages keep their order (the i-th send of a pair in a wave
+// matches its i-th receive). Next fit: a message starts at the first wave,
 // not before its pair's previous message, in which both ranks have room,
-// and a rank never returns to a round that one of its messages did not fit
-// in. Rounds of different stages are interleaved (round k of each stage in
+// and a rank never returns to a wave that one of its messages did not fit
+// in. Waves of different stages are interleaved (wave k of each stage in
 // stage order); lane = stage % num_lanes when there are >= 2 stages, else
-// round index % num_lanes.
+// wave index % num_lanes.
 //
 // Cost: linear in records and candidates apart from per-tensor and
 // per-pair sorts; plan.stats.phase_seconds has the time of each phase.

@@ -165,10 +165,10 @@ void CheckPlanInvariants(const Plan& plan, const HostBuffers& src,
   const int64_t cap = o.max_message_bytes > 0
                           ? std::min(o.max_message_bytes, lane_budget)
                           : lane_budget;
-  // Rounds partition the messages, in order.
+  // Waves partition the messages, in order.
   int32_t next = 0;
-  for (size_t r = 0; r < plan.rounds.size(); ++r) {
-    const Round& rd = plan.rounds[r];
+  for (size_t r = 0; r < plan.waves.size(); ++r) {
+    const Wave& rd = plan.waves[r];
     ASSERT_GE(rd.lane, 0);
     ASSERT_LT(rd.lane, o.num_lanes);
     ASSERT_EQ(rd.first_message, next);
@@ -177,7 +177,7 @@ void CheckPlanInvariants(const Plan& plan, const HostBuffers& src,
     std::map<int32_t, int32_t> scount, dcount;
     for (int32_t i = rd.first_message; i < rd.first_message + rd.num_messages; ++i) {
       const Message& m = plan.messages[i];
-      ASSERT_EQ(m.round, static_cast<int32_t>(r));
+      ASSERT_EQ(m.wave, static_cast<int32_t>(r));
       if (i > rd.first_message) {
         const Message& p = plan.messages[i - 1];
         ASSERT_LE(std::make_pair(p.src_rank, p.dst_rank),
@@ -195,18 +195,18 @@ void CheckPlanInvariants(const Plan& plan, const HostBuffers& src,
     }
     for (auto& [k, v] : ss) ASSERT_LE(v, lane_budget) << "src rank " << k;
     for (auto& [k, v] : ds) ASSERT_LE(v, lane_budget) << "dst rank " << k;
-    // All bytes of a rank in a round: within max_round_bytes, unless one
+    // All bytes of a rank in a wave: within max_wave_bytes, unless one
     // message alone exceeds it.
-    const int64_t round_cap =
-        o.max_round_bytes > 0 ? o.max_round_bytes : lane_budget;
+    const int64_t wave_cap =
+        o.max_wave_bytes > 0 ? o.max_wave_bytes : lane_budget;
     for (auto& [k, v] : sall) {
       if (scount[k] > 1) {
-        ASSERT_LE(v, round_cap) << "src rank " << k;
+        ASSERT_LE(v, wave_cap) << "src rank " << k;
       }
     }
     for (auto& [k, v] : dall) {
       if (dcount[k] > 1) {
-        ASSERT_LE(v, round_cap) << "dst rank " << k;
+        ASSERT_LE(v, wave_cap) << "dst rank " << k;
       }
     }
     next += rd.num_messages;
@@ -291,7 +291,7 @@ TEST(PlannerTest, RandomizedLayoutsCopyEveryElementExactlyOnce) {
     opt.staging_budget_bytes = opt.num_lanes * (8 + rng() % 200);
     opt.max_message_bytes = rng() % 2 ? 0 : 4 + rng() % 64;
     opt.direct_min_bytes = rng() % 3 == 0 ? 0 : 1 + rng() % 64;
-    opt.max_round_bytes = rng() % 2 ? 0 : 8 + rng() % 400;
+    opt.max_wave_bytes = rng() % 2 ? 0 : 8 + rng() % 400;
     absl::StatusOr<Plan> plan = BuildPlan(src, dst, opt);
     ASSERT_TRUE(plan.ok()) << plan.status();
     OwnedBuffers sb = AllocateBuffers(src);
@@ -354,9 +354,9 @@ TEST(PlannerTest, OverlappingSourceBoxesAreSentOnce) {
 
 std::string PlanText(const Plan& p) {
   std::string s;
-  for (size_t r = 0; r < p.rounds.size(); ++r) {
-    const Round& rd = p.rounds[r];
-    absl::StrAppend(&s, "round ", r, " lane ", rd.lane, " stage ", rd.stage, "\n");
+  for (size_t r = 0; r < p.waves.size(); ++r) {
+    const Wave& rd = p.waves[r];
+    absl::StrAppend(&s, "wave ", r, " lane ", rd.lane, " stage ", rd.stage, "\n");
     for (int32_t i = rd.first_message; i < rd.first_message + rd.num_messages; ++i) {
       const Message& m = p.messages[i];
       absl::StrAppend(&s, "  msg ", m.src_rank, "->", m.dst_rank, " ", m.bytes, "B");
@@ -389,7 +389,7 @@ TEST(PlannerTest, GoldenTp2ToTp1) {
   absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(PlanText(*plan),
-            "round 0 lane 0 stage 0\n"
+            "wave 0 lane 0 stage 0\n"
             "  msg 0->0 8B src=w@0 dst=w@0\n"
             "    w [0:2, 0:2] 8B\n"
             "  msg 1->0 8B src=w@0 dst=w@8\n"
@@ -398,7 +398,7 @@ TEST(PlannerTest, GoldenTp2ToTp1) {
 
 TEST(PlannerTest, GoldenReplicatedSourceToTwoShardsBalanced) {
   // [4] f32 replicated on 2 trainer ranks -> 2 engine shards; each engine
-  // shard comes from a different replica; small budget splits rounds.
+  // shard comes from a different replica; small budget splits waves.
   TensorSpec t{"b", {4}, DType::kF32};
   SideLayout src, dst;
   src.world_size = 2;
@@ -413,12 +413,12 @@ TEST(PlannerTest, GoldenReplicatedSourceToTwoShardsBalanced) {
   absl::StatusOr<Plan> plan = BuildPlan(src, dst, opt);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(PlanText(*plan),
-            "round 0 lane 0 stage 0\n"
+            "wave 0 lane 0 stage 0\n"
             "  msg 0->0 4B src=b@0 dst=b@0\n"
             "    b [0:1] 4B\n"
             "  msg 1->1 4B src=b@8 dst=b@0\n"
             "    b [2:3] 4B\n"
-            "round 1 lane 1 stage 0\n"
+            "wave 1 lane 1 stage 0\n"
             "  msg 0->0 4B src=b@4 dst=b@4\n"
             "    b [1:2] 4B\n"
             "  msg 1->1 4B src=b@12 dst=b@4\n"
@@ -429,7 +429,7 @@ TEST(PlannerTest, GoldenBigContiguousSegmentTravelsAlone) {
   // Three tensors on one rank each side, one buffer each. b (64 bytes) is
   // contiguous on both sides and >= direct_min_bytes: a message of its
   // own, no staging on either side. a and c are coalesced into one staged
-  // message, in the same round (a pair may repeat within a round).
+  // message, in the same wave (a pair may repeat within a wave).
   SideLayout src, dst;
   src.world_size = 1;
   dst.world_size = 1;
@@ -448,7 +448,7 @@ TEST(PlannerTest, GoldenBigContiguousSegmentTravelsAlone) {
   absl::StatusOr<Plan> plan = BuildPlan(src, dst, opt);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(PlanText(*plan),
-            "round 0 lane 0 stage 0\n"
+            "wave 0 lane 0 stage 0\n"
             "  msg 0->0 64B src=b@0 dst=b@0\n"
             "    b [0:16] 64B\n"
             "  msg 0->0 32B\n"
@@ -462,12 +462,12 @@ TEST(PlannerTest, GoldenBigContiguousSegmentTravelsAlone) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->messages.size(), 1u);
   EXPECT_EQ(plan->stats.staging_src[0], 96);
-  // A round holds at most max_round_bytes of a rank's bytes.
+  // A wave holds at most max_wave_bytes of a rank's bytes.
   opt.direct_min_bytes = 32;
-  opt.max_round_bytes = 64;
+  opt.max_wave_bytes = 64;
   plan = BuildPlan(src, dst, opt);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->rounds.size(), 2u);
+  EXPECT_EQ(plan->waves.size(), 2u);
 }
 
 // Megatron TEGroupedMLP: one buffer per local expert. The planner merges

@@ -14,6 +14,10 @@ namespace refit {
 // rather than reject.
 inline constexpr uint32_t kProtocolVersion = 3;
 
+// The address refitd listens on unless --address says otherwise, and the one
+// `refit status` and `refit health` ask unless --server says otherwise.
+inline constexpr char kDefaultRefitdAddress[] = "127.0.0.1:50051";
+
 }  // namespace refit
 
 #endif  // REFIT_PROTO_PROTOCOL_VERSION_H_

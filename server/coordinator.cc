@@ -3,7 +3,7 @@
 // epochs, expires members and waits, times out rounds and, once the
 // membership has settled, queues a plan job; the planner thread builds it
 // without the lock and applies it only if the membership is still the one it
-// was built for.
+// was built for. Rounds and status are in coordinator_rounds.cc.
 #include "server/coordinator.h"
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/constant_time.h"
 #include "common/member_secret.h"
 #include "common/status_macros.h"
 #include "proto/protocol_version.h"
@@ -37,7 +38,9 @@ Coordinator::Coordinator(Options options)
     : options_(std::move(options)),
       membership_(options_.min_engines),
       rounds_(options_.rounds_kept),
+      delta_rounds_(options_.delta, options_.verify_every),
       kv_(options_.kv_quota),
+      credentials_(options_.job_key),
       plan_cache_(16, options_.max_plan_cache_bytes) {}
 
 Coordinator::~Coordinator() { Stop(); }
@@ -58,29 +61,25 @@ void Coordinator::Stop() {
   if (planner_.joinable()) planner_.join();
 }
 
-std::string Coordinator::TransportLabel(int transport) {
-  const std::string full = v1::Transport_Name(static_cast<v1::Transport>(transport));
-  absl::string_view name = full;
-  absl::ConsumePrefix(&name, "TRANSPORT_");
-  return name == "UNSPECIFIED" || name.empty() ? "" : absl::AsciiStrToLower(name);
-}
-
-ServerMetrics::MemberCounts Coordinator::MemberCounts() {
+ServerMetrics::State Coordinator::MetricsState() {
   absl::MutexLock l(&mu_);
-  ServerMetrics::MemberCounts counts;
-  counts[{"trainer", "idle"}] = 0;
-  counts[{"engine", "idle"}] = 0;
+  ServerMetrics::State state;
   const Rounds::Active* active = rounds_.active();
+  std::set<std::string> engines;
   for (const auto& [id, m] : membership_.members()) {
-    const std::string side =
-        m.reg.identity().side() == v1::SIDE_ENGINE ? "engine" : "trainer";
-    std::string state = "idle";
+    const bool engine = m.reg.identity().side() == v1::SIDE_ENGINE;
+    std::string st = "idle";
     if (active != nullptr && active->participants.count(id) > 0) {
-      state = active->done.count(id) > 0 ? "reported" : "in_round";
+      st = active->done.count(id) > 0 ? "reported" : "in_round";
     }
-    ++counts[{side, state}];
+    ++state.members[{engine ? "engine" : "trainer", st}];
+    if (engine) engines.insert(m.reg.identity().engine_id());
   }
-  return counts;
+  for (const std::string& e : engines) {
+    state.engines.push_back({e, rounds_.CommittedVersion(e), rounds_.TornVersion(e) != 0,
+                             rounds_.LastCommitTime(e)});
+  }
+  return state;
 }
 
 std::string Coordinator::Describe(const std::string& member_id) const {
@@ -92,17 +91,12 @@ std::string Coordinator::Describe(const std::string& member_id) const {
 
 absl::Status Coordinator::CheckSecret(const std::string& member_id,
                                       const std::string& secret) const {
-  auto it = secrets_.find(member_id);
-  if (it == secrets_.end() || SecretsEqual(it->second, secret)) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat(
-      "member ", Describe(member_id), " (", member_id, "): ",
-      secret.empty() ? "the call carries no member secret"
-                     : "the call carries another member secret",
-      "; only the member itself may act for it"));
+  return credentials_.Check(member_id, Describe(member_id), secret);
 }
 
 absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registration& reg,
-                                                           std::string secret) {
+                                                           std::string secret,
+                                                           const std::string& job_key) {
   REFIT_RETURN_IF_ERROR(CheckProtocolVersion(reg));
   REFIT_RETURN_IF_ERROR(ValidateRegistration(reg, options_.max_buffers_per_member,
                                              options_.max_metadata_bytes));
@@ -113,15 +107,23 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registratio
   const v1::MemberIdentity& ident = reg.identity();
   v1::RegisterResponse resp;
   resp.set_member_id(MemberKey(ident));
-  absl::MutexLock l(&mu_);
-  // A live member (its round stream open) is re-registered only by the
-  // client holding its secret: nobody else can take its place (and abort
-  // its round). A member whose stream is gone (its process died) may be
-  // taken over by its restarted process, with a new secret.
-  if (secrets_.count(resp.member_id()) > 0 && streams_.count(resp.member_id()) > 0) {
-    REFIT_RETURN_IF_ERROR(CheckSecret(resp.member_id(), secret));
-  }
   if (secret.empty()) secret = NewMemberSecret();
+  absl::MutexLock l(&mu_);
+  // Only the process holding the member's secret registers it again while
+  // it is a member, stream open or not; with a job key, a registrant that
+  // presents it takes the member over (member_credentials.h).
+  std::string held_note;
+  if (const Member* m = membership_.Find(resp.member_id())) {
+    held_note = absl::StrCat(
+        "its last heartbeat came ",
+        absl::FormatDuration(absl::Trunc(absl::Now() - m->last_heartbeat, absl::Milliseconds(1))),
+        " ago; it expires after ", absl::FormatDuration(options_.heartbeat_timeout),
+        " without one");
+  }
+  REFIT_ASSIGN_OR_RETURN(
+      const MemberCredentials::Admission admission,
+      credentials_.CheckRegister(resp.member_id(), DescribeMember(ident), secret, job_key,
+                                 streams_.count(resp.member_id()) > 0, held_note));
   if (membership_.Find(resp.member_id()) == nullptr &&
       membership_.members().size() >= static_cast<size_t>(options_.max_members)) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -130,8 +132,11 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registratio
   }
   REFIT_ASSIGN_OR_RETURN(Membership::Admitted admitted,
                          membership_.Admit(reg, absl::Now()));
-  secrets_[resp.member_id()] = secret;
+  credentials_.Bind(resp.member_id(), secret);
   resp.set_member_secret(secret);
+  // The same registration from the new process is the same membership: the
+  // plan stands, and the data planes reconnect after the round it aborts.
+  if (admission == MemberCredentials::Admission::kTakeOver) TakeOver(resp.member_id(), ident);
   if (admitted == Membership::Admitted::kSame) {
     resp.set_already_registered(true);
     return resp;
@@ -148,6 +153,21 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registratio
                    DescribeMember(ident));
   MembershipChanged();
   return resp;
+}
+
+void Coordinator::TakeOver(const std::string& id, const v1::MemberIdentity& ident) {
+  const std::string why = absl::StrCat(
+      "member ", DescribeMember(ident),
+      " was taken over by a newer registration with the job key (its restarted process)");
+  if (rounds_.IsParticipant(id)) EndRound(false, why, AbortReason::kReregistered);
+  ServerLog().warn("member taken over member={} host={}", id, ident.host_id());
+  // The old process learns at once that it is out.
+  auto s = streams_.find(id);
+  if (s != streams_.end()) {
+    RoundStream* stream = s->second;
+    streams_.erase(s);
+    stream->End(absl::PermissionDeniedError(why));
+  }
 }
 
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
@@ -188,7 +208,7 @@ void Coordinator::RemoveMember(const std::string& id, const std::string& why,
   departed_wait_mark_ = waits_.last_id();
   membership_.Remove(id);
   kv_.DropOwner(id);
-  secrets_.erase(id);
+  credentials_.Unbind(id);
   // The member's round stream ends with the reason, so a member that is
   // still alive (a long pause, a network partition) learns at once that it
   // is out instead of waiting for rounds it is no longer part of.
@@ -269,206 +289,6 @@ void Coordinator::Unwatch(const std::string& member_id, RoundStream* stream,
   }
 }
 
-// --- rounds -----------------------------------------------------------------
-
-absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
-    const v1::StartRoundRequest& req) {
-  absl::MutexLock l(&mu_);
-  const Member* m = membership_.Find(req.member_id());
-  if (m == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("member_id: ", req.member_id(), " is not registered"));
-  }
-  REFIT_RETURN_IF_ERROR(CheckSecret(req.member_id(), req.member_secret()));
-  if (m->reg.identity().side() != v1::SIDE_TRAINER) {
-    return absl::PermissionDeniedError("member_id: only trainer members start rounds");
-  }
-  const int64_t v = req.version();
-  if (req.has_plan_epoch() && req.plan_epoch() != membership_.epoch()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "round ", v, ": the trainer prepared the plan of membership epoch ",
-        req.plan_epoch(), " but the membership is at epoch ", membership_.epoch(),
-        "; await the new plan and prepare again"));
-  }
-  v1::StartRoundResponse resp;
-  REFIT_ASSIGN_OR_RETURN(const bool already_started, rounds_.CheckStart(v));
-  if (already_started) {
-    resp.set_already_started(true);
-    resp.set_attempt(rounds_.last_attempt());
-    return resp;
-  }
-  if (plan_dirty_ || plan_epoch_ != membership_.epoch()) {
-    return absl::UnavailableError("membership changed; the new plan is being built, retry");
-  }
-  if (plan_incomplete_ || !plan_status_.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no valid plan: ", plan_status_.message()));
-  }
-  // A participant without a stream (it registered a moment ago, or its
-  // process died and has not expired yet) could not learn of the round.
-  std::set<std::string> participants;
-  for (const auto& [id, plan] : member_plans_) {
-    if (streams_.count(id) == 0) {
-      return absl::UnavailableError(
-          absl::StrCat("member ", Describe(id), " has no round stream yet; retry"));
-    }
-    participants.insert(id);
-  }
-  const size_t n = participants.size();
-  const int32_t attempt = rounds_.Start(v, std::move(participants), absl::Now());
-  resp.set_attempt(attempt);
-  ServerLog().info("round started round={} attempt={} members={} plan_epoch={}", v,
-                   attempt, n, plan_epoch_);
-  v1::RoundEvent e;
-  e.set_kind(v1::RoundEvent::ROUND_STARTED);
-  e.set_version(v);
-  e.set_attempt(attempt);
-  e.set_epoch(plan_epoch_);
-  Broadcast(e);
-  return resp;
-}
-
-absl::Status Coordinator::Report(const v1::ReportRequest& req) {
-  absl::MutexLock l(&mu_);
-  // Outcomes come only from the members themselves.
-  REFIT_RETURN_IF_ERROR(CheckSecret(req.member_id(), req.member_secret()));
-  const int64_t v = req.version();
-  // Late report of a finished round: tell the caller how it ended.
-  if (std::optional<absl::Status> reply = rounds_.ReplyToFinished(v, req.attempt())) {
-    return *reply;
-  }
-  if (!rounds_.IsParticipant(req.member_id())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "member_id: ", req.member_id(), " is not a participant of round ", v));
-  }
-  membership_.Touch(req.member_id(), absl::Now());
-  if (!req.ok()) {
-    // The reason is the member's own text: cut, so one peer cannot make
-    // refitd keep, log and broadcast megabytes.
-    const std::string reason = BoundedText(req.reason());
-    ServerLog().warn("member reported failure round={} member={} reason={}", v,
-                     req.member_id(), reason);
-    EndRound(false, absl::StrCat("member ", Describe(req.member_id()),
-                                 " failed: ", reason),
-             AbortReason::kMemberFailed);
-    return absl::OkStatus();
-  }
-  const Member* m = membership_.Find(req.member_id());
-  const std::string transport =
-      m == nullptr ? "" : TransportLabel(m->reg.identity().transport());
-  v1::MemberReport report;
-  report.set_member_id(req.member_id());
-  report.set_bytes(req.bytes());
-  report.set_seconds(req.seconds());
-  report.set_peak_staging_bytes(req.peak_staging_bytes());
-  ServerLog().info(
-      "member reported round={} member={} bytes={} seconds={:.6f} "
-      "peak_staging_bytes={} transport={}",
-      v, req.member_id(), req.bytes(), req.seconds(), req.peak_staging_bytes(),
-      transport.empty() ? "none" : transport);
-  metrics_.MemberReported(transport, req.bytes(), req.seconds());
-  if (rounds_.RecordDone(report)) {
-    EndRound(true, "", AbortReason::kMemberFailed);
-  }
-  return absl::OkStatus();
-}
-
-void Coordinator::EndRound(bool committed, const std::string& reason,
-                           AbortReason abort_reason) {
-  const Rounds::Active* active = rounds_.active();
-  if (active == nullptr) return;
-  const absl::Time now = absl::Now();
-  const double secs = absl::ToDoubleSeconds(now - active->started);
-  const int64_t version = active->version;
-  const int64_t bytes = active->bytes;
-  const std::string slowest = active->slowest;
-  const double slowest_seconds = active->seconds;
-  const int64_t peak_staging = active->peak_staging_bytes;
-  const std::string peak_member = active->peak_staging_member;
-  const size_t members = active->participants.size();
-  std::optional<v1::RoundEvent> e =
-      rounds_.End(committed, reason, now, plan_epoch_, [this](const std::string& id) {
-        const Member* m = membership_.Find(id);
-        return m != nullptr && m->reg.identity().side() == v1::SIDE_ENGINE
-                   ? m->reg.identity().engine_id()
-                   : std::string();
-      });
-  if (committed) {
-    ServerLog().info(
-        "round committed round={} seconds={:.6f} bytes={} members={} slowest={} "
-        "slowest_seconds={:.6f} peak_staging_bytes={} peak_staging_member={}",
-        version, secs, bytes, members, slowest.empty() ? "none" : slowest,
-        slowest_seconds, peak_staging, peak_member.empty() ? "none" : peak_member);
-    metrics_.RoundCommitted(secs, bytes, {slowest, slowest_seconds},
-                            {peak_member, static_cast<double>(peak_staging)});
-  } else {
-    ServerLog().warn("round aborted round={} seconds={:.6f} cause={} reason={}",
-                     version, secs, AbortReasonName(abort_reason), reason);
-    metrics_.RoundAborted(abort_reason, secs);
-  }
-  Broadcast(*e);
-}
-
-v1::EngineStateResponse Coordinator::GetEngineState(
-    const v1::EngineStateRequest& req) {
-  absl::MutexLock l(&mu_);
-  v1::EngineStateResponse resp;
-  resp.set_committed_version(rounds_.CommittedVersion(req.engine_id()));
-  resp.set_torn_version(rounds_.TornVersion(req.engine_id()));
-  return resp;
-}
-
-v1::StatusResponse Coordinator::GetStatus() {
-  v1::StatusResponse resp;
-  resp.set_protocol_version(kProtocolVersion);
-  absl::MutexLock l(&mu_);
-  const absl::Time now = absl::Now();
-  std::set<std::string> engines;
-  for (const auto& [id, m] : membership_.members()) {
-    v1::MemberStatus* ms = resp.add_members();
-    ms->set_member_id(id);
-    *ms->mutable_identity() = m.reg.identity();
-    ms->set_num_buffers(m.reg.buffers_size());
-    ms->set_seconds_since_heartbeat(absl::ToDoubleSeconds(now - m.last_heartbeat));
-    if (m.reg.identity().side() == v1::SIDE_ENGINE) {
-      engines.insert(m.reg.identity().engine_id());
-    }
-  }
-  resp.set_plan_fingerprint(plan_fingerprint_);
-  resp.set_epoch(plan_epoch_);
-  if (current_plan_ != nullptr && current_plan_->ok() && plan_status_.ok()) {
-    resp.set_pull_pairs((*current_plan_)->pull_pairs);
-    resp.set_network_pairs((*current_plan_)->network_pairs);
-  }
-  if (!plan_status_.ok()) resp.set_plan_error(std::string(plan_status_.message()));
-  for (const v1::RoundSummary& s : rounds_.history()) *resp.add_rounds() = s;
-  for (const std::string& e : engines) {
-    v1::EngineStatus* es = resp.add_engines();
-    es->set_engine_id(e);
-    es->set_committed_version(rounds_.CommittedVersion(e));
-    es->set_torn_version(rounds_.TornVersion(e));
-  }
-  if (const Rounds::Active* a = rounds_.active()) {
-    v1::RoundSummary* s = resp.add_rounds();
-    s->set_version(a->version);
-    s->set_attempt(a->attempt);
-    s->set_outcome("running");
-    s->set_bytes(a->bytes);
-    s->set_seconds(absl::ToDoubleSeconds(now - a->started));
-    s->set_peak_staging_bytes(a->peak_staging_bytes);
-    s->set_peak_staging_member(a->peak_staging_member);
-    for (const auto& [id, report] : a->reports) *s->add_reports() = report;
-    for (const std::string& id : a->participants) {
-      if (a->done.count(id) > 0) {
-        s->add_reported(id);
-      } else {
-        s->add_waiting(id);
-      }
-    }
-  }
-  return resp;
-}
-
 // --- waits and the key-value store -----------------------------------------
 
 Coordinator::WaitId Coordinator::AwaitPlan(const v1::AwaitPlanRequest& req,
@@ -476,6 +296,11 @@ Coordinator::WaitId Coordinator::AwaitPlan(const v1::AwaitPlanRequest& req,
   absl::MutexLock l(&mu_);
   if (stopping_) {
     done(absl::UnavailableError("refitd shutting down"));
+    return 0;
+  }
+  // A member's plan slice and bootstrap are for the member alone.
+  if (absl::Status s = CheckSecret(req.member_id(), req.member_secret()); !s.ok()) {
+    done(s);
     return 0;
   }
   Waiter w;
@@ -490,6 +315,16 @@ Coordinator::WaitId Coordinator::AwaitPlan(const v1::AwaitPlanRequest& req,
 Coordinator::WaitId Coordinator::KvGet(const v1::KvGetRequest& req, absl::Time deadline,
                                        KvDone done, const std::string& caller) {
   absl::MutexLock l(&mu_);
+  // Only members read the data-plane bootstrap (addresses, NCCL ids).
+  absl::Status member = membership_.Find(req.member_id()) == nullptr
+                            ? absl::PermissionDeniedError(absl::StrCat(
+                                  "key ", req.key(), ": member_id '", req.member_id(),
+                                  "' is not a registered member; only members read keys"))
+                            : CheckSecret(req.member_id(), req.member_secret());
+  if (!member.ok()) {
+    done(member);
+    return 0;
+  }
   Waiter w;
   w.key = req.key();
   w.kv_done = std::move(done);

@@ -25,12 +25,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/refit_service.pb.h"
+#include "server/coordinator_options.h"
 #include "server/kv_table.h"
+#include "server/member_credentials.h"
 #include "server/membership.h"
 #include "server/metrics.h"
 #include "server/plan_assembly.h"
 #include "server/plan_cache.h"
 #include "server/plan_function.h"
+#include "server/delta_rounds.h"
 #include "server/rounds.h"
 #include "server/waits.h"
 
@@ -54,27 +57,7 @@ class RoundStream {
 
 class Coordinator {
  public:
-  struct Options {
-    PlanFunction plan_function;  // required
-    int min_engines = 1;         // complete engines needed for a plan
-    int max_buffers_per_member = 1 << 20;
-    int64_t max_metadata_bytes = 64 << 20;  // per registration
-    int max_members = 16384;  // a new member beyond: RESOURCE_EXHAUSTED
-    // Parked KvGet(wait) calls: in all, and of one caller (its address).
-    int max_kv_waits = 16384;
-    int max_kv_waits_per_caller = 1024;
-    absl::Duration heartbeat_timeout = absl::Seconds(10);
-    absl::Duration round_timeout = absl::Minutes(30);
-    // A new plan is built once the membership was unchanged for plan_settle,
-    // or plan_settle_max after the first change not yet planned.
-    absl::Duration plan_settle = absl::Milliseconds(20);
-    absl::Duration plan_settle_max = absl::Milliseconds(500);
-    int64_t max_plan_cache_bytes = int64_t{2} << 30;  // see PlanCache
-    int rounds_kept = 64;  // round summaries in GetStatus
-    std::string kv_prefix = "refit";
-    KvTable::Quota kv_quota;  // key-value bytes per member and in total
-    absl::Duration tick = absl::Milliseconds(10);  // housekeeping period
-  };
+  using Options = CoordinatorOptions;  // coordinator_options.h
 
   // Names a wait for CancelWait; 0 names none. The answer callbacks
   // (PlanDone, KvDone: waits.h) are called exactly once, with the lock held.
@@ -91,10 +74,11 @@ class Coordinator {
   // refused calls).
   ServerMetrics& metrics() { return metrics_; }
 
-  // Returns the members counted by side ("trainer", "engine") and state
-  // ("idle", "in_round": in the running round and not reported yet,
-  // "reported").
-  ServerMetrics::MemberCounts MemberCounts();
+  // Returns what the metrics read at scrape time: the members counted by
+  // side ("trainer", "engine") and state ("idle", "in_round": in the
+  // running round and not reported yet, "reported"), and each registered
+  // engine's committed version, torn or not, and last commit time.
+  ServerMetrics::State MetricsState();
 
   // Aborts a round in flight ("refitd shutting down", members told), ends
   // every wait (UNAVAILABLE "refitd shutting down") and every round
@@ -105,20 +89,28 @@ class Coordinator {
   void Stop();
 
   // Admits a member and binds it to `secret` (empty: a new random one),
-  // returned in the response. Every later call acting for the member
-  // (StartRound, Watch, Report, Heartbeat, Leave, KvSet) must carry it, or
-  // fails with PERMISSION_DENIED naming the member. Fails with
-  // FAILED_PRECONDITION on another protocol version, INVALID_ARGUMENT on a
-  // bad registration or one inconsistent with the members there (or a
-  // secret over kMaxMemberSecretBytes), RESOURCE_EXHAUSTED when a new
-  // member would pass options.max_members, PERMISSION_DENIED when the member is
-  // registered with another secret and its round stream is open (a member
-  // without one, e.g. whose process died, is taken over). A member re-registering with other
-  // metadata aborts a round it takes part in.
+  // returned in the response, until it leaves or expires
+  // (member_credentials.h). Every later call acting for the member or
+  // reading its data (AwaitPlan, StartRound, Watch, Report, Heartbeat,
+  // Leave, KvSet, KvGet) must carry it, or fails with PERMISSION_DENIED
+  // naming the member. Fails with FAILED_PRECONDITION on another protocol
+  // version, INVALID_ARGUMENT on a bad registration or one inconsistent
+  // with the members there (or a secret over kMaxMemberSecretBytes),
+  // RESOURCE_EXHAUSTED when a new member would pass options.max_members,
+  // PERMISSION_DENIED when options.job_key is set and `job_key` is not it,
+  // when `secret` was retired for this member, or when the member is
+  // registered with another secret and refitd has no job key (UNAVAILABLE
+  // instead while that member has no round stream: it may expire). With the job
+  // key, a registration with another secret takes the member over (its
+  // restarted process): the old secret is retired and the old round stream
+  // ends PERMISSION_DENIED. A member re-registering with other metadata, or
+  // taken over, aborts a round it takes part in.
   absl::StatusOr<v1::RegisterResponse> Register(const v1::Registration& reg,
-                                                std::string secret = "");
+                                                std::string secret = "",
+                                                const std::string& job_key = "");
 
-  // Answers with the member's plan once a plan of at least min_epoch is
+  // Answers with the member's plan (PERMISSION_DENIED when req's
+  // member_secret is not the member's) once a plan of at least min_epoch is
   // current for the membership now: `done` gets the plan, the plan error
   // (the plan function's code), NOT_FOUND when the member is not (or no
   // longer) registered, DEADLINE_EXCEEDED at `deadline`, UNAVAILABLE when
@@ -133,7 +125,9 @@ class Coordinator {
   WaitId AwaitPlan(const v1::AwaitPlanRequest& req, absl::Time deadline,
                    PlanDone done);
 
-  // Answers with the value of a key: at once when set; NOT_FOUND when not set
+  // Answers with the value of a key to a registered member (PERMISSION_DENIED
+  // when req's member_id is not one, or its member_secret is not the
+  // member's): at once when set; NOT_FOUND when not set
   // and `req.wait()` is false (or stopping); else when it is set, or
   // DEADLINE_EXCEEDED at `deadline`, CANCELLED by CancelWait;
   // RESOURCE_EXHAUSTED at once when options.max_kv_waits waits are parked,
@@ -157,7 +151,8 @@ class Coordinator {
   // idempotent retry). Fails with NOT_FOUND (member unknown),
   // PERMISSION_DENIED (not a trainer), FAILED_PRECONDITION (req.plan_epoch
   // is set and is not the membership's epoch, another round runs, or no
-  // valid plan), INVALID_ARGUMENT (version below the last),
+  // valid plan), INVALID_ARGUMENT naming `version` (below the last, or outside
+  // [1, kMaxRoundVersion = 2^53]),
   // UNAVAILABLE (the plan for a changed membership is pending, or a
   // participant has no round stream yet: retry).
   absl::StatusOr<v1::StartRoundResponse> StartRound(const v1::StartRoundRequest& req);
@@ -166,7 +161,10 @@ class Coordinator {
   // failure aborts it (its reason cut to kMaxReasonBytes). For a round that
   // is not running (or an earlier attempt, req.attempt, of the running
   // version): OK if it committed, ABORTED if it aborted,
-  // FAILED_PRECONDITION if unknown or when the member is not a participant.
+  // FAILED_PRECONDITION if unknown or when the member is not a participant;
+  // INVALID_ARGUMENT naming the field for a success whose figures are
+  // absurd (Rounds::CheckReport: negative bytes, seconds NaN, infinite or
+  // negative, a byte sum that would overflow), which the round ignores.
   absl::Status Report(const v1::ReportRequest& req);
 
   // Records a heartbeat; NOT_FOUND when the member is not registered.
@@ -213,10 +211,12 @@ class Coordinator {
   // abort in the metrics.
   void EndRound(bool committed, const std::string& reason, AbortReason abort_reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends member `id`'s part as its old process: aborts a round it takes
+  // part in and ends its round stream with PERMISSION_DENIED.
+  void TakeOver(const std::string& id, const v1::MemberIdentity& ident)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveMember(const std::string& id, const std::string& why,
                     AbortReason round_abort) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Returns the metrics label of a v1::Transport ("nccl"; "" unspecified).
-  static std::string TransportLabel(int transport);
   bool TrySatisfy(Waiter& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeWaiters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends every plan wait parked when the last member departed
@@ -239,11 +239,12 @@ class Coordinator {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Membership membership_ ABSL_GUARDED_BY(mu_);
   Rounds rounds_ ABSL_GUARDED_BY(mu_);
+  DeltaRounds delta_rounds_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, RoundStream*> streams_ ABSL_GUARDED_BY(mu_);
   Waits waits_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_requested_{false};  // set first thing by Stop
   KvTable kv_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::string> secrets_ ABSL_GUARDED_BY(mu_);  // by member id
+  MemberCredentials credentials_ ABSL_GUARDED_BY(mu_);
 
   // The plan and its schedule. plan_dirty_: the membership changed since the
   // current plan; planning_: a PlanInput is queued in plan_job_ or being

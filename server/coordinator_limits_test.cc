@@ -159,14 +159,16 @@ TEST(CoordinatorLimitsTest, OnlyAMemberItselfActsForIt) {
   EXPECT_EQ(c->Register(Reg(v1::SIDE_ENGINE, "A", 0, 1, {"other"})).status().code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_FALSE(es.ended().has_value());  // the engine's stream is untouched
-  // Without its stream (its process died), a restarted process takes the
-  // identity over with a new secret.
+  // Without its stream (dropped, or its process died), another secret is
+  // still refused, only retryably (the member may expire); an empty one too.
   c->Unwatch(ids[1], &es, "");
-  auto restarted = c->Register(Reg(v1::SIDE_ENGINE, "A", 0, 1), "new-secret");
-  ASSERT_TRUE(restarted.ok()) << restarted.status();
-  EXPECT_EQ(restarted->member_secret(), "new-secret");
-  Secret(ids[1]) = "new-secret";
-  ASSERT_TRUE(c->Watch(ids[1], "new-secret", &es).ok());
+  for (const char* other : {"new-secret", ""}) {
+    auto taken = c->Register(Reg(v1::SIDE_ENGINE, "A", 0, 1), other);
+    EXPECT_EQ(taken.status().code(), absl::StatusCode::kUnavailable) << other;
+  }
+  // The member itself re-attaches.
+  ASSERT_TRUE(c->Register(Reg(v1::SIDE_ENGINE, "A", 0, 1), Secret(ids[1])).ok());
+  ASSERT_TRUE(c->Watch(ids[1], Secret(ids[1]), &es).ok());
   EXPECT_EQ(c->GetStatus().members_size(), 2);
   // The members themselves commit the round.
   ASSERT_TRUE(c->Report(Done(ids[0], 1)).ok());
@@ -183,6 +185,7 @@ class ParkedPlanWait {
   ParkedPlanWait(Coordinator& c, const std::string& id, absl::Duration wait) {
     v1::AwaitPlanRequest req;
     req.set_member_id(id);
+    req.set_member_secret(Secret(id));
     c.AwaitPlan(req, In(wait), [this](absl::StatusOr<v1::AwaitPlanResponse> r) {
       absl::MutexLock l(&mu_);
       result_ = std::move(r);

@@ -194,12 +194,15 @@ TEST(CoordinatorTest, ASilentMemberExpiresAndItsRoundAborts) {
   EXPECT_EQ(c->GetStatus().members_size(), 1);
 }
 
-// Calls KvGet and returns its answer (waits up to 5 s for it).
-absl::StatusOr<std::string> KvGet(Coordinator& c, const std::string& key, bool wait,
-                                  absl::Duration deadline) {
+// Calls KvGet as member `reader` (with its secret) and returns its answer
+// (waits up to 5 s for it).
+absl::StatusOr<std::string> KvGet(Coordinator& c, const std::string& reader,
+                                  const std::string& key, bool wait, absl::Duration deadline) {
   v1::KvGetRequest req;
   req.set_key(key);
   req.set_wait(wait);
+  req.set_member_id(reader);
+  req.set_member_secret(Secret(reader));
   absl::Notification n;
   absl::StatusOr<std::string> out = absl::InternalError("test: no answer");
   c.KvGet(req, In(deadline), [&](absl::StatusOr<std::string> r) {
@@ -212,13 +215,13 @@ absl::StatusOr<std::string> KvGet(Coordinator& c, const std::string& key, bool w
 
 TEST(CoordinatorTest, KeyValueStoreAnswersAtOnceOnSetOrAtTheDeadline) {
   auto c = Make();
-  EXPECT_EQ(KvGet(*c, "k", false, absl::Seconds(1)).status().code(),
+  const std::string t = Register(*c, Reg(v1::SIDE_TRAINER, "", 0, 1));
+  EXPECT_EQ(KvGet(*c, t, "k", false, absl::Seconds(1)).status().code(),
             absl::StatusCode::kNotFound);
-  EXPECT_EQ(KvGet(*c, "k", true, absl::Milliseconds(50)).status().code(),
+  EXPECT_EQ(KvGet(*c, t, "k", true, absl::Milliseconds(50)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
   v1::KvSetRequest set;
   EXPECT_EQ(c->KvSet(set).code(), absl::StatusCode::kInvalidArgument);
-  const std::string t = Register(*c, Reg(v1::SIDE_TRAINER, "", 0, 1));
   std::thread setter([&c, t] {
     absl::SleepFor(absl::Milliseconds(50));
     v1::KvSetRequest s;
@@ -228,7 +231,7 @@ TEST(CoordinatorTest, KeyValueStoreAnswersAtOnceOnSetOrAtTheDeadline) {
     s.set_value("v");
     EXPECT_TRUE(c->KvSet(s).ok());
   });
-  auto got = KvGet(*c, "k", true, absl::Seconds(5));
+  auto got = KvGet(*c, t, "k", true, absl::Seconds(5));
   setter.join();
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, "v");
@@ -236,6 +239,8 @@ TEST(CoordinatorTest, KeyValueStoreAnswersAtOnceOnSetOrAtTheDeadline) {
   v1::KvGetRequest req;
   req.set_key("never");
   req.set_wait(true);
+  req.set_member_id(t);
+  req.set_member_secret(Secret(t));
   absl::Status status;
   Coordinator::WaitId id = c->KvGet(req, In(absl::Seconds(30)),
                                     [&](absl::StatusOr<std::string> r) { status = r.status(); });
@@ -244,13 +249,34 @@ TEST(CoordinatorTest, KeyValueStoreAnswersAtOnceOnSetOrAtTheDeadline) {
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
 }
 
+TEST(CoordinatorTest, OnlyTheMemberItselfReadsItsPlanAndOnlyMembersReadKeys) {
+  auto c = Make();
+  const std::string t = Register(*c, Reg(v1::SIDE_TRAINER, "", 0, 1));
+  Register(*c, Reg(v1::SIDE_ENGINE, "A", 0, 1));
+  ASSERT_TRUE(AwaitPlan(*c, t).ok());
+  const std::string secret = Secret(t);
+  for (const std::string& forged : {std::string(""), std::string("guess")}) {
+    Secret(t) = forged;
+    absl::StatusOr<v1::AwaitPlanResponse> p = AwaitPlan(*c, t);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kPermissionDenied) << forged;
+    EXPECT_EQ(KvGet(*c, t, "k", false, absl::Seconds(1)).status().code(),
+              absl::StatusCode::kPermissionDenied);
+  }
+  Secret(t) = secret;
+  absl::StatusOr<std::string> outsider = KvGet(*c, "nobody", "k", false, absl::Seconds(1));
+  EXPECT_EQ(outsider.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(outsider.status().message().find("not a registered member"), std::string::npos);
+}
+
 TEST(CoordinatorTest, StopEndsWaitsAndStreams) {
   FakeStream ts, es;
   auto c = Make();
-  ReadyForRounds(*c, ts, es);
+  const std::vector<std::string> ids = ReadyForRounds(*c, ts, es);
   v1::KvGetRequest req;
   req.set_key("never");
   req.set_wait(true);
+  req.set_member_id(ids[0]);
+  req.set_member_secret(Secret(ids[0]));
   absl::Status status;
   c->KvGet(req, In(absl::Seconds(30)), [&](absl::StatusOr<std::string> r) { status = r.status(); });
   c->Stop();
@@ -312,7 +338,7 @@ TEST(CoordinatorTest, HousekeepingGoesOnWhileAPlanIsBuilt) {
   ASSERT_TRUE(planner.entered.WaitForNotificationWithTimeout(absl::Seconds(5)));
   const absl::Time blocked = absl::Now();
   // While the plan function is blocked: a KV wait meets its deadline...
-  EXPECT_EQ(KvGet(*c, "k", true, absl::Milliseconds(50)).status().code(),
+  EXPECT_EQ(KvGet(*c, t, "k", true, absl::Milliseconds(50)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
   // ...and the silent member expires within the heartbeat timeout + slack.
   while (c->GetStatus().members_size() == 3 && absl::Now() - blocked < absl::Seconds(5)) {

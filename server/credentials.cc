@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
+#include "common/constant_time.h"
 #include "grpc/grpc.h"
 #include "grpc/grpc_security.h"
 #include "grpc/slice.h"
@@ -78,16 +79,6 @@ class CoreServerCredentials final : public grpc::ServerCredentials {
 };
 
 }  // namespace
-
-bool ConstantTimeEquals(const std::string& got, const std::string& expected) {
-  unsigned char diff = got.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const unsigned char c =
-        got.empty() ? 0 : static_cast<unsigned char>(got[i % got.size()]);
-    diff |= c ^ static_cast<unsigned char>(expected[i]);
-  }
-  return diff == 0;
-}
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsOptions* tls, const std::string& bearer_token,

@@ -32,10 +32,6 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsOptions* tls, const std::string& bearer_token,
     std::function<void()> on_refused = nullptr);
 
-// Returns whether `got` equals `expected`, in time that depends only on the
-// length of `expected`.
-bool ConstantTimeEquals(const std::string& got, const std::string& expected);
-
 }  // namespace refit
 
 #endif  // REFIT_SERVER_CREDENTIALS_H_

@@ -2,10 +2,16 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+#include "common/version.h"
+#include "proto/protocol_version.h"
+#include "proto/refit_service.pb.h"
 #include "server/log.h"
+#include "server/process_metrics.h"
 
 namespace refit {
 namespace {
@@ -21,6 +27,22 @@ void Header(std::string* out, const char* name, const char* type, const char* he
 
 std::string Num(double v) { return absl::StrFormat("%.9g", v); }
 
+// Round durations: GPU rounds take 8-45 ms, host rounds up to minutes.
+std::vector<double> RoundBounds() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+          1,     2.5,    5,     10,   30,    60,   300, 1800};
+}
+
+// Plan builds: a few ms for one GPU pair, seconds for 256-rank MoE jobs.
+std::vector<double> PlanBounds() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+          1,     2.5,    5,     10,   30,    60,   120};
+}
+
+constexpr AbortReason kAbortReasons[] = {
+    AbortReason::kMemberFailed, AbortReason::kMemberLeft,   AbortReason::kMemberExpired,
+    AbortReason::kReregistered, AbortReason::kTimeout,      AbortReason::kShutdown};
+
 }  // namespace
 
 const char* AbortReasonName(AbortReason reason) {
@@ -35,31 +57,63 @@ const char* AbortReasonName(AbortReason reason) {
   return "unknown";
 }
 
-void ServerMetrics::RoundCommitted(double seconds, int64_t bytes,
-                                   const MemberFigure& slowest,
-                                   const MemberFigure& peak_staging) {
+void SecondsHistogram::Observe(double seconds) {
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    if (seconds <= bounds_[i]) ++counts_[i];
+  }
+  ++count_;
+  sum_ += seconds;
+}
+
+void SecondsHistogram::Append(std::string* out, const char* name) const {
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    absl::StrAppend(out, name, "_bucket{le=\"", Num(bounds_[i]), "\"} ", counts_[i], "\n");
+  }
+  absl::StrAppend(out, name, "_bucket{le=\"+Inf\"} ", count_, "\n", name, "_sum ",
+                  Num(sum_), "\n", name, "_count ", count_, "\n");
+}
+
+const std::vector<std::string>& ServerMetrics::MemberStates() {
+  static const std::vector<std::string>* const states =
+      new std::vector<std::string>{"idle", "in_round", "reported"};
+  return *states;
+}
+
+std::string ServerMetrics::TransportLabel(int transport) {
+  if (!v1::Transport_IsValid(transport)) return "";
+  const std::string full = v1::Transport_Name(static_cast<v1::Transport>(transport));
+  absl::string_view name = full;
+  absl::ConsumePrefix(&name, "TRANSPORT_");
+  return name == "UNSPECIFIED" || name.empty() ? "" : absl::AsciiStrToLower(name);
+}
+
+ServerMetrics::ServerMetrics()
+    : round_duration_(RoundBounds()), plan_build_(PlanBounds()) {
+  absl::MutexLock l(&mu_);
+  const google::protobuf::EnumDescriptor* d = v1::Transport_descriptor();
+  for (int i = 0; i < d->value_count(); ++i) {
+    const std::string t = TransportLabel(d->value(i)->number());
+    if (!t.empty()) transports_[t];
+  }
+}
+
+void ServerMetrics::RoundCommitted(double duration, const RoundBytes& bytes,
+                                   double seconds, int64_t peak_staging) {
   absl::MutexLock l(&mu_);
   ++committed_;
-  ++round_count_;
-  round_sum_ += seconds;
-  for (size_t i = 0; i < kRoundBuckets.size(); ++i) {
-    if (seconds <= kRoundBuckets[i]) ++round_buckets_[i];
-  }
-  bytes_total_ += bytes;
-  last_bytes_ = bytes;
-  last_gbps_ = seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
-  last_slowest_ = slowest;
+  round_duration_.Observe(duration);
+  bytes_total_ += bytes.per_engine_rank;
+  transfer_seconds_total_ += seconds;
+  last_bytes_ = bytes.per_engine_rank;
+  last_seconds_ = seconds;
+  last_bytes_per_second_ = RoundBytesPerSecond(bytes, seconds);
   last_peak_staging_ = peak_staging;
 }
 
-void ServerMetrics::RoundAborted(AbortReason reason, double seconds) {
+void ServerMetrics::RoundAborted(AbortReason reason, double duration) {
   absl::MutexLock l(&mu_);
   ++aborted_[AbortReasonName(reason)];
-  ++round_count_;
-  round_sum_ += seconds;
-  for (size_t i = 0; i < kRoundBuckets.size(); ++i) {
-    if (seconds <= kRoundBuckets[i]) ++round_buckets_[i];
-  }
+  round_duration_.Observe(duration);
 }
 
 void ServerMetrics::MemberReported(const std::string& transport, int64_t bytes,
@@ -73,9 +127,7 @@ void ServerMetrics::MemberReported(const std::string& transport, int64_t bytes,
 
 void ServerMetrics::PlanBuilt(double seconds) {
   absl::MutexLock l(&mu_);
-  ++plans_built_;
-  plan_seconds_total_ += seconds;
-  last_plan_seconds_ = seconds;
+  plan_build_.Observe(seconds);
 }
 
 void ServerMetrics::SetPlanCacheBytes(int64_t bytes) {
@@ -101,57 +153,78 @@ int64_t ServerMetrics::auth_failures() const {
   return auth_failures_;
 }
 
-std::string ServerMetrics::Exposition(const MemberCounts& members) const {
+std::string ServerMetrics::Exposition(const State& state) const {
   std::string out;
+  Header(&out, "refit_build_info", "gauge",
+         "Always 1; the labels say refitd's version and wire protocol.");
+  absl::StrAppend(&out, "refit_build_info{version=\"", kRefitVersion,
+                  "\",protocol_version=\"", kProtocolVersion, "\"} 1\n");
   Header(&out, "refit_members", "gauge", "Registered members by side and state.");
-  for (const auto& [key, n] : members) {
-    absl::StrAppend(&out, "refit_members{side=\"", Label(key.first), "\",state=\"",
-                    Label(key.second), "\"} ", n, "\n");
+  for (const char* side : {"engine", "trainer"}) {
+    for (const std::string& st : MemberStates()) {
+      auto it = state.members.find({side, st});
+      absl::StrAppend(&out, "refit_members{side=\"", side, "\",state=\"", st, "\"} ",
+                      it == state.members.end() ? 0 : it->second, "\n");
+    }
+  }
+  Header(&out, "refit_engine_committed_version", "gauge",
+         "The last weight version committed into each registered engine (0: none).");
+  for (const State::Engine& e : state.engines) {
+    absl::StrAppend(&out, "refit_engine_committed_version{engine=\"", Label(e.engine_id),
+                    "\"} ", e.committed_version, "\n");
+  }
+  Header(&out, "refit_engine_torn", "gauge",
+         "1 when a round aborted after it started writing the engine's weights and "
+         "none committed since: the engine holds no single version.");
+  for (const State::Engine& e : state.engines) {
+    absl::StrAppend(&out, "refit_engine_torn{engine=\"", Label(e.engine_id), "\"} ",
+                    e.torn ? 1 : 0, "\n");
+  }
+  Header(&out, "refit_engine_last_commit_timestamp_seconds", "gauge",
+         "When the last round committed into the engine ended, Unix seconds (0: none).");
+  for (const State::Engine& e : state.engines) {
+    absl::StrAppend(&out, "refit_engine_last_commit_timestamp_seconds{engine=\"",
+                    Label(e.engine_id), "\"} ",
+                    e.last_commit == absl::InfinitePast()
+                        ? std::string("0")
+                        : absl::StrFormat("%.3f", absl::ToUnixMillis(e.last_commit) / 1e3),
+                    "\n");
   }
   absl::MutexLock l(&mu_);
   Header(&out, "refit_rounds_committed_total", "counter", "Rounds committed.");
   absl::StrAppend(&out, "refit_rounds_committed_total ", committed_, "\n");
   Header(&out, "refit_rounds_aborted_total", "counter", "Rounds aborted, by reason.");
-  for (AbortReason r : {AbortReason::kMemberFailed, AbortReason::kMemberLeft,
-                        AbortReason::kMemberExpired, AbortReason::kReregistered,
-                        AbortReason::kTimeout, AbortReason::kShutdown}) {
+  for (AbortReason r : kAbortReasons) {
     auto it = aborted_.find(AbortReasonName(r));
     absl::StrAppend(&out, "refit_rounds_aborted_total{reason=\"", AbortReasonName(r),
                     "\"} ", it == aborted_.end() ? 0 : it->second, "\n");
   }
   Header(&out, "refit_round_duration_seconds", "histogram",
          "Seconds from a round's start to its commit or abort.");
-  for (size_t i = 0; i < kRoundBuckets.size(); ++i) {
-    absl::StrAppend(&out, "refit_round_duration_seconds_bucket{le=\"",
-                    Num(kRoundBuckets[i]), "\"} ", round_buckets_[i], "\n");
-  }
-  absl::StrAppend(&out, "refit_round_duration_seconds_bucket{le=\"+Inf\"} ",
-                  round_count_, "\n", "refit_round_duration_seconds_sum ",
-                  Num(round_sum_), "\n", "refit_round_duration_seconds_count ",
-                  round_count_, "\n");
+  round_duration_.Append(&out, "refit_round_duration_seconds");
   Header(&out, "refit_round_bytes_total", "counter",
-         "Bytes the members of committed rounds reported (sent + received).");
+         "Committed rounds' bytes: each round's, what one engine rank received "
+         "(the most any did).");
   absl::StrAppend(&out, "refit_round_bytes_total ", bytes_total_, "\n");
+  Header(&out, "refit_round_transfer_seconds_total", "counter",
+         "Committed rounds' seconds: each round's slowest participant's data-plane "
+         "time.");
+  absl::StrAppend(&out, "refit_round_transfer_seconds_total ",
+                  Num(transfer_seconds_total_), "\n");
   Header(&out, "refit_last_round_bytes", "gauge",
-         "Bytes the members of the last committed round reported.");
+         "The last committed round's bytes: what one engine rank received.");
   absl::StrAppend(&out, "refit_last_round_bytes ", last_bytes_, "\n");
-  Header(&out, "refit_last_round_gbps", "gauge",
-         "The last committed round's bytes / its duration, in GB/s (1e9).");
-  absl::StrAppend(&out, "refit_last_round_gbps ", Num(last_gbps_), "\n");
-  Header(&out, "refit_last_round_slowest_member_seconds", "gauge",
-         "The slowest member of the last committed round and its seconds.");
-  if (!last_slowest_.member.empty()) {
-    absl::StrAppend(&out, "refit_last_round_slowest_member_seconds{member=\"",
-                    Label(last_slowest_.member), "\"} ", Num(last_slowest_.value), "\n");
-  }
+  Header(&out, "refit_last_round_transfer_seconds", "gauge",
+         "The last committed round's slowest participant's data-plane seconds.");
+  absl::StrAppend(&out, "refit_last_round_transfer_seconds ", Num(last_seconds_), "\n");
+  Header(&out, "refit_last_round_bytes_per_second", "gauge",
+         "The last committed round's bytes over its transfer seconds.");
+  absl::StrAppend(&out, "refit_last_round_bytes_per_second ",
+                  Num(last_bytes_per_second_), "\n");
   Header(&out, "refit_last_round_peak_staging_bytes", "gauge",
-         "The member of the last committed round that held the most staging and "
-         "scratch memory, and its peak bytes.");
-  if (!last_peak_staging_.member.empty()) {
-    absl::StrAppend(&out, "refit_last_round_peak_staging_bytes{member=\"",
-                    Label(last_peak_staging_.member), "\"} ",
-                    static_cast<int64_t>(last_peak_staging_.value), "\n");
-  }
+         "The most staging and scratch memory one member of the last committed "
+         "round held (refit status names the member).");
+  absl::StrAppend(&out, "refit_last_round_peak_staging_bytes ", last_peak_staging_, "\n");
   Header(&out, "refit_member_reports_total", "counter",
          "Successful member reports, by transport.");
   for (const auto& [t, f] : transports_) {
@@ -159,28 +232,27 @@ std::string ServerMetrics::Exposition(const MemberCounts& members) const {
                     f.reports, "\n");
   }
   Header(&out, "refit_member_bytes_total", "counter",
-         "Bytes members reported moving, by transport.");
+         "Bytes members reported, each the larger of its sent and received, by "
+         "transport.");
   for (const auto& [t, f] : transports_) {
     absl::StrAppend(&out, "refit_member_bytes_total{transport=\"", Label(t), "\"} ",
                     f.bytes, "\n");
   }
   Header(&out, "refit_member_seconds_total", "counter",
-         "Seconds members reported their rounds took, by transport.");
+         "Data-plane seconds members reported, by transport.");
   for (const auto& [t, f] : transports_) {
     absl::StrAppend(&out, "refit_member_seconds_total{transport=\"", Label(t), "\"} ",
                     Num(f.seconds), "\n");
   }
-  Header(&out, "refit_plans_built_total", "counter", "Plans built (not from the cache).");
-  absl::StrAppend(&out, "refit_plans_built_total ", plans_built_, "\n");
-  Header(&out, "refit_plan_build_seconds_total", "counter", "Seconds spent building plans.");
-  absl::StrAppend(&out, "refit_plan_build_seconds_total ", Num(plan_seconds_total_), "\n");
-  Header(&out, "refit_last_plan_build_seconds", "gauge", "Seconds the last plan build took.");
-  absl::StrAppend(&out, "refit_last_plan_build_seconds ", Num(last_plan_seconds_), "\n");
+  Header(&out, "refit_plan_build_seconds", "histogram",
+         "Seconds each plan build took (plans from the cache not counted).");
+  plan_build_.Append(&out, "refit_plan_build_seconds");
   Header(&out, "refit_plan_cache_bytes", "gauge", "Serialized bytes of the cached plans.");
   absl::StrAppend(&out, "refit_plan_cache_bytes ", plan_cache_bytes_, "\n");
   Header(&out, "refit_auth_failures_total", "counter",
          "Calls refused for a missing or wrong bearer token.");
   absl::StrAppend(&out, "refit_auth_failures_total ", auth_failures_, "\n");
+  out += ProcessMetricsText();
   return out;
 }
 

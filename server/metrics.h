@@ -1,7 +1,12 @@
 // refitd's metrics, kept as figures and written as Prometheus text
-// exposition (names prefixed refit_). Thread-safe. The coordinator records
-// rounds, reports and plans; the listener records refused calls; members by
-// side and state are counted by the caller at scrape time.
+// exposition (names prefixed refit_, base units: bytes, seconds). Thread-
+// safe. The coordinator records rounds, reports and plans; the listener
+// records refused calls; members by side and state and each engine's
+// weights are read from the coordinator at scrape time (ServerMetrics::
+// State); process_* series come from /proc (process_metrics.h). Labels are
+// closed sets (side, state, reason, transport) or engine ids, which last as
+// long as the engine: no label changes every round. Every series of a
+// closed set is present from the start, at zero.
 #ifndef REFIT_SERVER_METRICS_H_
 #define REFIT_SERVER_METRICS_H_
 
@@ -10,10 +15,12 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/round_bytes.h"
 
 namespace refit {
 
@@ -31,28 +38,61 @@ enum class AbortReason {
 // Returns the label value of `reason` ("member_failed", ...).
 const char* AbortReasonName(AbortReason reason);
 
+// A histogram with fixed upper bounds (seconds), Prometheus-style
+// cumulative buckets.
+class SecondsHistogram {
+ public:
+  explicit SecondsHistogram(std::vector<double> bounds) : bounds_(std::move(bounds)),
+                                                          counts_(bounds_.size(), 0) {}
+  void Observe(double seconds);
+  // Appends the _bucket, _sum and _count lines of `name`.
+  void Append(std::string* out, const char* name) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<int64_t> counts_;  // observations <= bounds_[i]
+  int64_t count_ = 0;
+  double sum_ = 0;
+};
+
 class ServerMetrics {
  public:
-  // Members by (side, state), counted at scrape time.
-  using MemberCounts = std::map<std::pair<std::string, std::string>, int64_t>;
-
-  // A member and one of its figures.
-  struct MemberFigure {
-    std::string member;  // empty: none
-    double value = 0;
+  // What the coordinator knows at scrape time.
+  struct State {
+    // Members by (side, state); every side x state is shown, zero or not.
+    std::map<std::pair<std::string, std::string>, int64_t> members;
+    // Each engine registered now.
+    struct Engine {
+      std::string engine_id;
+      int64_t committed_version = 0;  // 0: none
+      bool torn = false;              // an aborted round wrote part of it
+      absl::Time last_commit = absl::InfinitePast();
+    };
+    std::vector<Engine> engines;
   };
 
-  // A round committed after `seconds`, moving `bytes` (as its members
-  // reported: sent + received); `slowest` took the longest (seconds) and
-  // `peak_staging` held the most staging (bytes).
-  void RoundCommitted(double seconds, int64_t bytes, const MemberFigure& slowest,
-                      const MemberFigure& peak_staging);
+  // The member states of refit_members (idle, in_round, reported).
+  static const std::vector<std::string>& MemberStates();
 
-  // A round aborted after `seconds`.
-  void RoundAborted(AbortReason reason, double seconds);
+  // Returns the `transport` label of a v1::Transport value ("nccl", "gloo",
+  // "ipc"; "" for unspecified or unknown).
+  static std::string TransportLabel(int transport);
 
-  // A member reported success: its bytes and seconds; `transport` is its
-  // registered data-plane transport ("nccl", "gloo", "ipc"; "" for none).
+  ServerMetrics();
+
+  // A round committed `duration` seconds after it started; `bytes` from
+  // its engine ranks' reports, `seconds` the slowest participant's
+  // data-plane time (common/round_bytes.h), `peak_staging` the most staging
+  // one member held.
+  void RoundCommitted(double duration, const RoundBytes& bytes, double seconds,
+                      int64_t peak_staging);
+
+  // A round aborted after `duration` seconds.
+  void RoundAborted(AbortReason reason, double duration);
+
+  // A member reported success: its bytes (the larger of sent and received)
+  // and seconds; `transport` its registered data-plane transport label
+  // ("" for none).
   void MemberReported(const std::string& transport, int64_t bytes, double seconds);
 
   // A plan was built in `seconds`.
@@ -68,34 +108,28 @@ class ServerMetrics {
   // Returns the refused calls so far.
   int64_t auth_failures() const;
 
-  // Returns the Prometheus text exposition of every metric, `members`
-  // included.
-  std::string Exposition(const MemberCounts& members) const;
+  // Returns the Prometheus text exposition of every metric, `state` and
+  // the process's included.
+  std::string Exposition(const State& state) const;
 
  private:
-  static constexpr std::array<double, 12> kRoundBuckets = {
-      0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800};
-
   mutable absl::Mutex mu_;
   int64_t committed_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, int64_t> aborted_ ABSL_GUARDED_BY(mu_);
-  std::array<int64_t, kRoundBuckets.size()> round_buckets_ ABSL_GUARDED_BY(mu_) = {};
-  int64_t round_count_ ABSL_GUARDED_BY(mu_) = 0;
-  double round_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  SecondsHistogram round_duration_ ABSL_GUARDED_BY(mu_);
   int64_t bytes_total_ ABSL_GUARDED_BY(mu_) = 0;
+  double transfer_seconds_total_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  double last_gbps_ ABSL_GUARDED_BY(mu_) = 0;
-  MemberFigure last_slowest_ ABSL_GUARDED_BY(mu_);
-  MemberFigure last_peak_staging_ ABSL_GUARDED_BY(mu_);
+  double last_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  double last_bytes_per_second_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_peak_staging_ ABSL_GUARDED_BY(mu_) = 0;
   struct TransportFigures {
     int64_t reports = 0;
     int64_t bytes = 0;
     double seconds = 0;
   };
   std::map<std::string, TransportFigures> transports_ ABSL_GUARDED_BY(mu_);
-  int64_t plans_built_ ABSL_GUARDED_BY(mu_) = 0;
-  double plan_seconds_total_ ABSL_GUARDED_BY(mu_) = 0;
-  double last_plan_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  SecondsHistogram plan_build_ ABSL_GUARDED_BY(mu_);
   int64_t plan_cache_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t auth_failures_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t auth_failures_logged_ ABSL_GUARDED_BY(mu_) = 0;

@@ -42,7 +42,7 @@ std::string Answer(int code, const char* reason, const std::string& type,
 }
 
 // The answer to a complete request head.
-std::string AnswerTo(absl::string_view head, const std::function<std::string()>& render) {
+std::string AnswerTo(absl::string_view head, const MetricsHttpServer::Options& o) {
   const absl::string_view line = head.substr(0, head.find("\r\n"));
   std::vector<absl::string_view> words = absl::StrSplit(line, ' ');
   if (words.size() != 3 || !absl::StartsWith(words[2], "HTTP/1.")) {
@@ -50,9 +50,18 @@ std::string AnswerTo(absl::string_view head, const std::function<std::string()>&
   }
   absl::string_view path = words[1];
   path = path.substr(0, path.find('?'));
-  if (path != "/metrics") return Answer(404, "Not Found", "text/plain", "not found\n");
+  if (path != "/metrics" && path != "/healthz") {
+    return Answer(404, "Not Found", "text/plain", "not found\n");
+  }
   if (words[0] != "GET") return Answer(405, "Method Not Allowed", "text/plain", "only GET\n");
-  return Answer(200, "OK", "text/plain; version=0.0.4; charset=utf-8", render());
+  if (path == "/healthz") {
+    // 503 once refitd is shutting down (draining): load balancers stop here.
+    return !o.serving || o.serving()
+               ? Answer(200, "OK", "text/plain; charset=utf-8", "ok\n")
+               : Answer(503, "Service Unavailable", "text/plain; charset=utf-8",
+                        "not serving\n");
+  }
+  return Answer(200, "OK", "text/plain; version=0.0.4; charset=utf-8", o.render());
 }
 
 }  // namespace
@@ -115,7 +124,7 @@ void MetricsHttpServer::Loop() {
           c.request.append(buf, static_cast<size_t>(n));
           const size_t end = c.request.find("\r\n\r\n");
           if (end != std::string::npos) {
-            c.answer = AnswerTo(absl::string_view(c.request).substr(0, end), options_.render);
+            c.answer = AnswerTo(absl::string_view(c.request).substr(0, end), options_);
             c.writing = true;
             c.deadline = now + options_.response_timeout;
           } else if (c.request.size() > kMaxRequestHead) {

@@ -1,5 +1,6 @@
-// A small HTTP/1.1 listener that serves one page, GET /metrics, in
-// Prometheus text exposition format; refitd's --metrics_port.
+// A small HTTP/1.1 listener for refitd's --metrics_port: GET /metrics (the
+// Prometheus text exposition format) and GET /healthz (200 "ok" while
+// serving, 503 "not serving" otherwise).
 //
 // One thread polls every connection: no client can hold a worker. A
 // connection must send its whole request head within request_timeout and
@@ -27,6 +28,8 @@ class MetricsHttpServer {
     int port = 0;  // 0 picks one
     // Returns the page; called on the server's thread for each scrape.
     std::function<std::string()> render;
+    // Returns whether /healthz says ok; unset: always.
+    std::function<bool()> serving;
     int max_connections = 64;
     absl::Duration request_timeout = absl::Seconds(5);
     absl::Duration response_timeout = absl::Seconds(10);

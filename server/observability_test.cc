@@ -3,6 +3,7 @@
 // round in flight produce (RefitServer + RefitClient on loopback), the
 // /metrics listener, and the exposition checked by `promtool check metrics`.
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -10,6 +11,9 @@
 
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "client/refit_client.h"
 #include "grpcpp/grpcpp.h"
 #include "gmock/gmock.h"
@@ -27,6 +31,7 @@ namespace refit {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 absl::Time In(absl::Duration d) { return absl::Now() + d; }
 
@@ -96,7 +101,7 @@ struct Pair {
 
 Pair Start() {
   RefitServer::Options o;
-  o.plan_function = NameMatchingPlan;
+  o.coordinator.plan_function = NameMatchingPlan;
   Pair p;
   auto s = RefitServer::Start(std::move(o));
   EXPECT_TRUE(s.ok()) << s.status();
@@ -178,7 +183,11 @@ TEST(ObservabilityTest, ACommittedAndAnAbortedRoundInTheLogAndTheMetrics) {
   std::vector<nlohmann::json> committed = log.Lines("round committed");
   ASSERT_EQ(committed.size(), 1u);
   EXPECT_EQ(committed[0]["round"], 1);
-  EXPECT_EQ(committed[0]["bytes"], 4000);
+  // The round's bytes: what the engine rank received (3000), not the
+  // trainer's 1000 sent added; over the slowest member's 0.75 s.
+  EXPECT_EQ(committed[0]["bytes"], 3000);
+  EXPECT_EQ(committed[0]["bytes_per_second"], 4000);
+  EXPECT_EQ(committed[0]["engine_ranks"], 1);
   EXPECT_EQ(committed[0]["members"], 2);
   EXPECT_EQ(committed[0]["slowest"], "engine/job/A/0");
   EXPECT_EQ(committed[0]["peak_staging_bytes"], 4096);
@@ -195,15 +204,124 @@ TEST(ObservabilityTest, ACommittedAndAnAbortedRoundInTheLogAndTheMetrics) {
   EXPECT_THAT(m, HasSubstr("\nrefit_rounds_committed_total 1\n"));
   EXPECT_THAT(m, HasSubstr("\nrefit_rounds_aborted_total{reason=\"member_failed\"} 1\n"));
   EXPECT_THAT(m, HasSubstr("\nrefit_round_duration_seconds_count 2\n"));
-  EXPECT_THAT(m, HasSubstr("\nrefit_last_round_bytes 4000\n"));
-  EXPECT_THAT(m, HasSubstr(
-      "\nrefit_last_round_slowest_member_seconds{member=\"engine/job/A/0\"} 0.75\n"));
+  EXPECT_THAT(m, HasSubstr("\nrefit_last_round_bytes 3000\n"));
+  EXPECT_THAT(m, HasSubstr("\nrefit_last_round_transfer_seconds 0.75\n"));
+  EXPECT_THAT(m, HasSubstr("\nrefit_last_round_bytes_per_second 4000\n"));
+  EXPECT_THAT(m, HasSubstr("\nrefit_round_bytes_total 3000\n"));
   EXPECT_THAT(m, HasSubstr("\nrefit_member_bytes_total{transport=\"gloo\"} 4000\n"));
-  EXPECT_THAT(m, HasSubstr(
-      "\nrefit_last_round_peak_staging_bytes{member=\"trainer/job/0\"} 4096\n"));
+  EXPECT_THAT(m, HasSubstr("\nrefit_last_round_peak_staging_bytes 4096\n"));
   EXPECT_THAT(m, HasSubstr("\nrefit_members{side=\"engine\",state=\"idle\"} 1\n"));
-  EXPECT_THAT(m, HasSubstr("\nrefit_plans_built_total 1\n"));
+  EXPECT_THAT(m, HasSubstr("\nrefit_plan_build_seconds_count 1\n"));
+  // Engine A: version 1 committed, then round 2 aborted on it.
+  EXPECT_THAT(m, HasSubstr("\nrefit_engine_committed_version{engine=\"A\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("\nrefit_engine_torn{engine=\"A\"} 1\n"));
+  // No label names a member: series do not change with every round.
+  EXPECT_THAT(m, Not(HasSubstr("member=")));
   EXPECT_THAT(Promtool(m), HasSubstr("rc=0")) << m;
+}
+
+// Returns each sample line's value by series ("name{labels}").
+std::map<std::string, double> Samples(const std::string& text) {
+  std::map<std::string, double> m;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    double v = 0;
+    if (absl::SimpleAtod(line.substr(sp + 1), &v)) m[line.substr(0, sp)] = v;
+  }
+  return m;
+}
+
+TEST(ObservabilityTest, NamesUnitsAndBucketsAsPrometheusUsersExpect) {
+  RefitServer::Options o;
+  o.coordinator.plan_function = NameMatchingPlan;
+  auto s = RefitServer::Start(std::move(o));
+  ASSERT_TRUE(s.ok()) << s.status();
+  const std::string m = (*s)->MetricsText();
+  std::map<std::string, double> v = Samples(m);
+  // Every series of a closed set is there before anything happened.
+  for (const char* side : {"trainer", "engine"}) {
+    for (const char* state : {"idle", "in_round", "reported"}) {
+      EXPECT_EQ(v.count(absl::StrCat("refit_members{side=\"", side, "\",state=\"", state,
+                                     "\"}")),
+                1u)
+          << side << " " << state;
+    }
+  }
+  for (const char* t : {"gloo", "nccl", "pull"}) {
+    EXPECT_EQ(v.count(absl::StrCat("refit_member_reports_total{transport=\"", t, "\"}")), 1u);
+  }
+  EXPECT_EQ(v.count("refit_rounds_aborted_total{reason=\"timeout\"}"), 1u);
+  // Round buckets from 1 ms (GPU rounds take 8-45 ms); planning is a histogram.
+  EXPECT_EQ(v.count("refit_round_duration_seconds_bucket{le=\"0.001\"}"), 1u);
+  EXPECT_EQ(v.count("refit_round_duration_seconds_bucket{le=\"0.01\"}"), 1u);
+  EXPECT_EQ(v.count("refit_plan_build_seconds_bucket{le=\"0.001\"}"), 1u);
+  // Build and process figures.
+  EXPECT_THAT(m, HasSubstr("\nrefit_build_info{version=\""));
+  for (const char* p : {"process_cpu_seconds_total", "process_resident_memory_bytes",
+                        "process_open_fds", "process_max_fds",
+                        "process_start_time_seconds"}) {
+    EXPECT_EQ(v.count(p), 1u) << p;
+  }
+  // Base units and conventional suffixes: counters end in _total, no GB/s.
+  EXPECT_THAT(m, Not(HasSubstr("gbps")));
+  std::istringstream in(m);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("# TYPE ", 0) != 0) continue;
+    std::vector<std::string> w = absl::StrSplit(line, ' ');
+    ASSERT_EQ(w.size(), 4u) << line;
+    if (w[3] == "counter") EXPECT_TRUE(absl::EndsWith(w[2], "_total")) << line;
+  }
+  EXPECT_THAT(Promtool(m), HasSubstr("rc=0")) << m;
+}
+
+// Returns the page at http://127.0.0.1:port/path, as a scraper sees it;
+// "rc=N" appended when the request failed.
+std::string HttpGet(int port, const std::string& path) {
+  FILE* p = popen(
+      absl::StrCat("python3 -c \"import sys, urllib.request, urllib.error\n"
+                   "try: print(urllib.request.urlopen('http://127.0.0.1:",
+                   port, path, "', timeout=5).read().decode())\n"
+                   "except urllib.error.HTTPError as e: print(e.code, e.read().decode())\"")
+          .c_str(),
+      "r");
+  if (p == nullptr) return "cannot run python3";
+  std::string out;
+  char buf[4096];
+  while (fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+  const int rc = pclose(p);
+  if (rc != 0) absl::StrAppend(&out, "rc=", rc);
+  return out;
+}
+
+TEST(ObservabilityTest, AScrapeDuringARoundShowsEachEnginesWeights) {
+  Pair p = Start();
+  MetricsHttpServer::Options mo;
+  RefitServer* server = p.server.get();
+  mo.render = [server] { return server->MetricsText(); };
+  auto http = MetricsHttpServer::Start(std::move(mo));
+  ASSERT_TRUE(http.ok()) << http.status();
+  const int port = (*http)->port();
+  std::map<std::string, double> before = Samples(HttpGet(port, "/metrics"));
+  EXPECT_EQ(before["refit_engine_committed_version{engine=\"A\"}"], 0);
+  EXPECT_EQ(before.count("refit_engine_last_commit_timestamp_seconds{engine=\"A\"}"), 1u);
+  StartRound(p, 1);
+  std::map<std::string, double> during = Samples(HttpGet(port, "/metrics"));
+  EXPECT_EQ(during["refit_members{side=\"engine\",state=\"in_round\"}"], 1);
+  EXPECT_EQ(during["refit_engine_committed_version{engine=\"A\"}"], 0);
+  EXPECT_EQ(during["refit_engine_torn{engine=\"A\"}"], 0);
+  const double t0 = absl::ToUnixSeconds(absl::Now());
+  ASSERT_TRUE(p.trainer->ReportDone(1, {100, 0.01}, In(absl::Seconds(5))).ok());
+  ASSERT_TRUE(p.engine->ReportDone(1, {100, 0.02}, In(absl::Seconds(5))).ok());
+  ASSERT_TRUE(p.trainer->AwaitOutcome(1, In(absl::Seconds(5))).ok());
+  std::map<std::string, double> after = Samples(HttpGet(port, "/metrics"));
+  EXPECT_EQ(after["refit_engine_committed_version{engine=\"A\"}"], 1);
+  EXPECT_EQ(after["refit_engine_torn{engine=\"A\"}"], 0);
+  EXPECT_NEAR(after["refit_engine_last_commit_timestamp_seconds{engine=\"A\"}"], t0, 5);
+  EXPECT_EQ(after["refit_last_round_bytes_per_second"], 100 / 0.02);
 }
 
 TEST(ObservabilityTest, ShutdownAbortsTheRoundInFlightAndTellsTheMembers) {
@@ -229,13 +347,21 @@ TEST(ObservabilityTest, ShutdownAbortsTheRoundInFlightAndTellsTheMembers) {
 
 TEST(ObservabilityTest, HealthSaysNotServingWhileShutdownDrains) {
   RefitServer::Options o;
-  o.plan_function = NameMatchingPlan;
+  o.coordinator.plan_function = NameMatchingPlan;
   o.drain = absl::Seconds(2);
   auto s = RefitServer::Start(std::move(o));
   ASSERT_TRUE(s.ok()) << s.status();
   bool serving = false;
   ASSERT_TRUE(testing::CheckHealth((*s)->port(), &serving, absl::Seconds(2)).ok());
   EXPECT_TRUE(serving);
+  // /healthz on the metrics port says the same.
+  MetricsHttpServer::Options mo;
+  RefitServer* server = s->get();
+  mo.render = [server] { return server->MetricsText(); };
+  mo.serving = [server] { return server->serving(); };
+  auto http = MetricsHttpServer::Start(std::move(mo));
+  ASSERT_TRUE(http.ok()) << http.status();
+  EXPECT_EQ(HttpGet((*http)->port(), "/healthz"), "ok\n\n");
   std::thread stopper([&] { (*s)->Shutdown(); });
   bool seen_not_serving = false;
   for (int i = 0; i < 40 && !seen_not_serving; ++i) {
@@ -243,8 +369,9 @@ TEST(ObservabilityTest, HealthSaysNotServingWhileShutdownDrains) {
     seen_not_serving =
         testing::CheckHealth((*s)->port(), &serving, absl::Seconds(2)).ok() && !serving;
   }
-  stopper.join();
   EXPECT_TRUE(seen_not_serving);
+  EXPECT_EQ(HttpGet((*http)->port(), "/healthz"), "503 not serving\n\n");
+  stopper.join();
 }
 
 TEST(ObservabilityTest, TheMetricsListenerServesTheExposition) {

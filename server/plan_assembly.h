@@ -25,7 +25,7 @@ namespace refit {
 // INTERNAL when it threw anything else or returned another number of slices
 // than members. Never lets an exception through. The result carries each
 // pair's data plane (BuiltPlan::host_of_member and what follows): on the
-// colocated pull path (transport ipc) pairs of one host pull and the others
+// colocated pull path (transport pull) pairs of one host pull and the others
 // go over NCCL; INVALID_ARGUMENT naming both members when two members with a
 // pair on NCCL share a GPU (NCCL connects one rank per GPU).
 absl::StatusOr<BuiltPlan> RunPlanFunction(const PlanFunction& plan,

@@ -21,6 +21,7 @@
 #include "server/acceptor.h"
 #include "server/coordinator.h"
 #include "server/log.h"
+#include "server/malformed_request.h"
 #include "server/request_text.h"
 #include "server/round_stream_reactor.h"
 
@@ -42,25 +43,6 @@ std::string PeerHost(const std::string& peer) {
   return colon == std::string::npos || colon < 5 ? peer : peer.substr(0, colon);
 }
 
-Coordinator::Options CoordinatorOptions(const RefitServer::Options& o) {
-  Coordinator::Options c;
-  c.plan_function = o.plan_function;
-  c.min_engines = o.min_engines;
-  c.max_buffers_per_member = o.max_buffers_per_member;
-  c.max_metadata_bytes = o.max_metadata_bytes;
-  c.max_members = o.max_members;
-  c.max_kv_waits = o.max_kv_waits;
-  c.max_kv_waits_per_caller = o.max_kv_waits_per_caller;
-  c.heartbeat_timeout = o.heartbeat_timeout;
-  c.round_timeout = o.round_timeout;
-  c.plan_settle = o.plan_settle;
-  c.plan_settle_max = o.plan_settle_max;
-  c.max_plan_cache_bytes = o.max_plan_cache_bytes;
-  c.rounds_kept = o.rounds_kept;
-  c.kv_prefix = o.kv_prefix;
-  return c;
-}
-
 // A unary call parked in the coordinator; a cancel ends the wait.
 class WaitReactor final : public grpc::ServerUnaryReactor {
  public:
@@ -79,22 +61,24 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
 
 class RefitServer::Impl final : public v1::RefitService::CallbackService {
  public:
-  explicit Impl(Options options) : options_(std::move(options)) {}
+  explicit Impl(Options options) : options_(std::move(options)) { InstallHandlers(); }
 
   // Starts the coordinator and the listener; see RefitServer::Start.
   absl::Status Init();
   // See RefitServer::Shutdown.
   void Shutdown();
   int port() const { return port_; }
+  bool serving() const { return !shut_down_; }
   std::string MetricsText() const {
-    return coordinator_->metrics().Exposition(coordinator_->MemberCounts());
+    return coordinator_->metrics().Exposition(coordinator_->MetricsState());
   }
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const v1::RegisterRequest* req,
                                      v1::RegisterResponse* resp) override {
     if (auto* r = RefuseNonText(ctx, *req)) return r;
-    return Reply(ctx, coordinator_->Register(req->registration(), req->member_secret()), resp);
+    return Reply(ctx, coordinator_->Register(req->registration(), req->member_secret(),
+                                                 req->job_key()), resp);
   }
   grpc::ServerUnaryReactor* AwaitPlan(grpc::CallbackServerContext* ctx,
                                       const v1::AwaitPlanRequest* req,
@@ -117,7 +101,7 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   grpc::ServerWriteReactor<v1::RoundEvent>* WatchRounds(
       grpc::CallbackServerContext* ctx, const v1::WatchRequest* req) override {
     auto* stream = new RoundStreamReactor(coordinator_.get(), req->member_id());
-    absl::Status s = CheckRequestText(*req);
+    absl::Status s = CheckRequest(*req);
     if (s.ok()) s = coordinator_->Watch(req->member_id(), req->member_secret(), stream);
     if (!s.ok()) stream->End(s);
     return stream;
@@ -169,6 +153,7 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx,
                                       const v1::StatusRequest* req,
                                       v1::StatusResponse* resp) override {
+    if (auto* r = RefuseNonText(ctx, *req)) return r;
     *resp = coordinator_->GetStatus();
     return Finish(ctx, absl::OkStatus());
   }
@@ -180,11 +165,50 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
     r->Finish(ToGrpcStatus(s));
     return r;
   }
-  // Returns the call finished with INVALID_ARGUMENT (naming the field) when
-  // `req`'s text is not UTF-8; null when it is.
+  // Replaces the generated handlers by ones that pass a request that does
+  // not parse on, marked (malformed_request.h), so that CheckRequest names
+  // the method. The indices are the methods' order in refit_service.proto.
+  void InstallHandlers() {
+    auto unary = [this](int index, const char* method, auto member) {
+      using Handler = decltype(UnaryHandlerFor(member));
+      MarkMethodCallback(index, new Handler(method, [this, member](auto* ctx, auto* req,
+                                                                   auto* resp) {
+                           return (this->*member)(ctx, req, resp);
+                         }));
+    };
+    unary(0, "Register", &Impl::Register);
+    unary(1, "AwaitPlan", &Impl::AwaitPlan);
+    unary(2, "StartRound", &Impl::StartRound);
+    MarkMethodCallback(
+        3, new TolerantServerStreamingHandler<v1::WatchRequest, v1::RoundEvent>(
+               "WatchRounds",
+               [this](grpc::CallbackServerContext* ctx, const v1::WatchRequest* req) {
+                 return WatchRounds(ctx, req);
+               }));
+    unary(4, "Report", &Impl::Report);
+    unary(5, "Heartbeat", &Impl::Heartbeat);
+    unary(6, "Leave", &Impl::Leave);
+    unary(7, "GetEngineState", &Impl::GetEngineState);
+    unary(8, "KvSet", &Impl::KvSet);
+    unary(9, "KvGet", &Impl::KvGet);
+    unary(10, "GetStatus", &Impl::GetStatus);
+  }
+  template <typename Request, typename Response>
+  static TolerantUnaryHandler<Request, Response> UnaryHandlerFor(
+      grpc::ServerUnaryReactor* (Impl::*)(grpc::CallbackServerContext*, const Request*,
+                                          Response*));
+
+  // OK, or INVALID_ARGUMENT naming the method for a request that did not
+  // parse, or naming the field for text that is not UTF-8.
+  static absl::Status CheckRequest(const google::protobuf::Message& req) {
+    absl::Status s = MalformedRequestStatus(req);
+    return s.ok() ? CheckRequestText(req) : s;
+  }
+  // Returns the call finished with CheckRequest's error; null when the
+  // request is well-formed.
   static grpc::ServerUnaryReactor* RefuseNonText(grpc::CallbackServerContext* ctx,
                                                  const google::protobuf::Message& req) {
-    absl::Status s = CheckRequestText(req);
+    absl::Status s = CheckRequest(req);
     return s.ok() ? nullptr : Finish(ctx, s);
   }
   template <typename Response>
@@ -209,7 +233,7 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
 };
 
 absl::Status RefitServer::Impl::Init() {
-  REFIT_ASSIGN_OR_RETURN(coordinator_, Coordinator::Create(CoordinatorOptions(options_)));
+  REFIT_ASSIGN_OR_RETURN(coordinator_, Coordinator::Create(options_.coordinator));
   if (options_.tls == nullptr && !IsLoopbackAddress(options_.address) &&
       !options_.allow_insecure_non_loopback) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -229,7 +253,7 @@ absl::Status RefitServer::Impl::Init() {
       grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, creds);
   builder.RegisterService(this);
   builder.SetMaxReceiveMessageSize(static_cast<int>(
-      std::min<int64_t>(options_.max_metadata_bytes + (1 << 20), INT32_MAX)));
+      std::min<int64_t>(options_.coordinator.max_metadata_bytes + (1 << 20), INT32_MAX)));
   builder.SetMaxSendMessageSize(INT32_MAX);
   // No compressed requests: gRPC checks the size limit before inflating a
   // message, so a 1 MiB gzip of 1 GiB would be inflated whole. A call
@@ -241,6 +265,12 @@ absl::Status RefitServer::Impl::Init() {
       GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
       static_cast<int>(std::min<int64_t>(
           absl::ToInt64Milliseconds(options_.first_request_timeout), INT32_MAX)));
+  // Members ping every second (RefitClient::Options::keepalive_interval) to
+  // learn within seconds that refitd froze: answer them, however often,
+  // instead of closing the connection for "too many pings".
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 200);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.address));
@@ -284,6 +314,7 @@ absl::StatusOr<std::unique_ptr<RefitServer>> RefitServer::Start(Options options)
 RefitServer::RefitServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RefitServer::~RefitServer() { Shutdown(); }
 int RefitServer::port() const { return impl_->port(); }
+bool RefitServer::serving() const { return impl_->serving(); }
 std::string RefitServer::MetricsText() const { return impl_->MetricsText(); }
 void RefitServer::Shutdown() { impl_->Shutdown(); }
 

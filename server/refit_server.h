@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/coordinator_options.h"
 #include "server/credentials.h"
 #include "server/plan_function.h"
 
@@ -25,38 +26,19 @@ class RefitServer {
     bool allow_insecure_non_loopback = false;
     std::unique_ptr<TlsOptions> tls;   // null: insecure listener
     std::string bearer_token;          // when set, checked on every call
-    PlanFunction plan_function;        // required
-    int min_engines = 1;               // complete engines needed for a plan
-    int max_buffers_per_member = 1 << 20;
-    int64_t max_metadata_bytes = 64 << 20;  // per Register request
-    int max_members = 16384;  // a new member beyond: RESOURCE_EXHAUSTED
-    // Parked KvGet(wait) calls, in all and from one address; beyond them a
-    // KvGet(wait) is answered RESOURCE_EXHAUSTED at once.
-    int max_kv_waits = 16384;
-    int max_kv_waits_per_caller = 1024;
+    // Registration, planning, rounds and the key-value store
+    // (coordinator.h); its plan_function is required.
+    CoordinatorOptions coordinator;
     // Connections that have not sent their first complete request (acceptor.h):
     // at most this many are held (the oldest is closed to take a new one),
     // each for at most first_request_timeout.
     int max_pending_connections = 256;
     absl::Duration first_request_timeout = absl::Seconds(10);
-    absl::Duration heartbeat_timeout = absl::Seconds(10);
-    absl::Duration round_timeout = absl::Minutes(30);
     absl::Duration max_wait = absl::Minutes(10);  // cap of any server wait
-    // A new plan is built once the membership was unchanged for plan_settle,
-    // or plan_settle_max after the first change not yet planned.
-    absl::Duration plan_settle = absl::Milliseconds(20);
-    absl::Duration plan_settle_max = absl::Milliseconds(500);
-    // Plans kept for memberships seen before (an engine that leaves and
-    // comes back gets its old plan without planning again): at most 16, and
-    // at most this many serialized slice bytes in all (a DeepSeek-V3
-    // 256 -> 256 plan is ~0.7 GB). The current plan is kept regardless.
-    int64_t max_plan_cache_bytes = int64_t{2} << 30;
-    int rounds_kept = 64;              // rounds listed in Status
     // Shutdown: how long the health service says NOT_SERVING, calls still
     // answered, before the round in flight is aborted and the listener
     // stops (so that load balancers and members see it first).
     absl::Duration drain = absl::ZeroDuration();
-    std::string kv_prefix = "refit";
   };
 
   // Starts serving on refitd's own listener (acceptor.h: it keeps
@@ -78,6 +60,10 @@ class RefitServer {
   // Returns the Prometheus text exposition of refitd's metrics
   // (server/metrics.h), members counted now.
   std::string MetricsText() const;
+
+  // Returns whether refitd serves: true from Start until Shutdown begins
+  // (what grpc.health.v1 says).
+  bool serving() const;
 
   // Sets the health service NOT_SERVING, waits options.drain, aborts a
   // round in flight (members told, reason "refitd shutting down"), stops

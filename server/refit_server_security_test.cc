@@ -123,8 +123,8 @@ class SecurityTest : public ::testing::Test {
 
   static RefitServer::Options BaseOptions() {
     RefitServer::Options o;
-    o.plan_function = NameMatchingPlan;
-    o.heartbeat_timeout = absl::Seconds(30);
+    o.coordinator.plan_function = NameMatchingPlan;
+    o.coordinator.heartbeat_timeout = absl::Seconds(30);
     return o;
   }
   std::unique_ptr<RefitServer> StartTls(bool mutual) {

@@ -24,10 +24,10 @@ absl::Time In(absl::Duration d) { return absl::Now() + d; }
 
 RefitServer::Options TestOptions() {
   RefitServer::Options o;
-  o.plan_function = NameMatchingPlan;
-  o.heartbeat_timeout = absl::Seconds(2);
-  o.max_buffers_per_member = 16;
-  o.max_metadata_bytes = 4096;
+  o.coordinator.plan_function = NameMatchingPlan;
+  o.coordinator.heartbeat_timeout = absl::Seconds(2);
+  o.coordinator.max_buffers_per_member = 16;
+  o.coordinator.max_metadata_bytes = 4096;
   return o;
 }
 
@@ -193,8 +193,12 @@ TEST(RefitServerTest, FullFlowPlanRoundsStatus) {
   EXPECT_FALSE(st->plan_fingerprint().empty());
   ASSERT_EQ(st->rounds_size(), 3);
   EXPECT_EQ(st->rounds(0).outcome(), "committed");
-  EXPECT_EQ(st->rounds(0).bytes(), 5 * 128);
-  EXPECT_GT(st->rounds(0).gbps(), 0);
+  // Bytes: what one engine rank received (each of the 3 reported 128), not
+  // the trainers' sends added; over the slowest member's 1 ms.
+  EXPECT_EQ(st->rounds(0).bytes(), 128);
+  EXPECT_EQ(st->rounds(0).engine_ranks(), 3);
+  EXPECT_EQ(st->rounds(0).engine_bytes(), 3 * 128);
+  EXPECT_DOUBLE_EQ(st->rounds(0).bytes_per_second(), 128 / 0.001);
   EXPECT_EQ(st->rounds(1).outcome(), "aborted");
   EXPECT_EQ(st->rounds(2).version(), 3);
   ASSERT_EQ(st->engines_size(), 2);
@@ -335,13 +339,13 @@ TEST(RefitServerTest, DataPlaneTransportsMustAgreeAndIpcStaysOnOneHost) {
   er.mutable_identity()->set_transport(v1::TRANSPORT_NCCL);
   absl::Status s = CheckDataPlane({tr}, {er});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("trainer rank 0 uses the ipc data plane and "
+  EXPECT_THAT(s.message(), HasSubstr("trainer rank 0 uses the pull data plane and "
                                      "engine A rank 0 the nccl one"));
   // Both NCCL on one GPU: the colocation error, which points at ipc.
   tr.mutable_identity()->set_transport(v1::TRANSPORT_NCCL);
   s = CheckDataPlane({tr}, {er});
   EXPECT_THAT(s.message(), HasSubstr("are on the same GPU GPU-0000aaaa"));
-  EXPECT_THAT(s.message(), HasSubstr("transport \"ipc\""));
+  EXPECT_THAT(s.message(), HasSubstr("transport \"pull\""));
   // IPC across hosts: fine here (pairs across hosts go over NCCL, checked
   // per pair after planning: plan_assembly_test).
   tr.mutable_identity()->set_transport(v1::TRANSPORT_IPC);
@@ -410,8 +414,9 @@ TEST(RefitServerTest, KvStoreSetGetWait) {
   ASSERT_TRUE(s.ok());
   auto a = Client((*s)->port());
   auto b = Client((*s)->port());
-  // Keys are set by members (each owns its keys); anyone may read them.
+  // Keys are set by members (each owns its keys); members read them.
   ASSERT_TRUE(a->Register(Reg(v1::SIDE_TRAINER, "", 0, 1, {"w0"})).ok());
+  ASSERT_TRUE(b->Register(Reg(v1::SIDE_ENGINE, "A", 0, 1, {"w0"})).ok());
   GrpcKvStore ka(a.get(), "p/"), kb(b.get(), "p/");
   std::thread setter([&] {
     absl::SleepFor(absl::Milliseconds(200));
@@ -494,8 +499,8 @@ TEST(RefitServerTest, DroppedStreamAbortsTheRoundForEveryone) {
 int PlansBuiltWhenAnEngineComesAndGoes(int64_t max_plan_cache_bytes) {
   auto calls = std::make_shared<std::atomic<int>>(0);
   RefitServer::Options o = TestOptions();
-  o.max_plan_cache_bytes = max_plan_cache_bytes;
-  o.plan_function = [calls](const std::vector<v1::Registration>& t,
+  o.coordinator.max_plan_cache_bytes = max_plan_cache_bytes;
+  o.coordinator.plan_function = [calls](const std::vector<v1::Registration>& t,
                             const std::vector<v1::Registration>& e) {
     ++*calls;
     return NameMatchingPlan(t, e);
@@ -526,7 +531,7 @@ TEST(RefitServerTest, PlanCacheIsBoundedByBytes) {
 // the registrations' one), and the data-plane keys live under it.
 TEST(RefitServerTest, MembersSeeThePlansOwnFingerprint) {
   RefitServer::Options o = TestOptions();
-  o.plan_function = [](const std::vector<v1::Registration>& t,
+  o.coordinator.plan_function = [](const std::vector<v1::Registration>& t,
                        const std::vector<v1::Registration>& e) {
     absl::StatusOr<BuiltPlan> p = NameMatchingPlan(t, e);
     if (p.ok()) p->fingerprint = "0123456789abcdef0123456789abcdef";
@@ -549,7 +554,7 @@ TEST(RefitServerTest, MembersSeeThePlansOwnFingerprint) {
 // once: its round stream ends with the reason.
 TEST(RefitServerTest, ExpiredMemberLearnsItWasRemoved) {
   RefitServer::Options o = TestOptions();
-  o.heartbeat_timeout = absl::Milliseconds(500);
+  o.coordinator.heartbeat_timeout = absl::Milliseconds(500);
   auto s = RefitServer::Start(std::move(o));
   ASSERT_TRUE(s.ok()) << s.status();
   auto alive = Client((*s)->port());
@@ -625,7 +630,7 @@ TEST(RefitServerTest, MembersRejoinARestartedRefitd) {
 
 TEST(RefitServerTest, RejoinNeedsARegistrationAndTakesAnExpiredMemberBack) {
   RefitServer::Options o = TestOptions();
-  o.heartbeat_timeout = absl::Milliseconds(500);
+  o.coordinator.heartbeat_timeout = absl::Milliseconds(500);
   auto s = RefitServer::Start(std::move(o));
   ASSERT_TRUE(s.ok()) << s.status();
   auto never = Client((*s)->port());

@@ -22,12 +22,13 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "plan/plan.h"
+#include "proto/protocol_version.h"
 #include "server/default_plan.h"
 #include "server/log.h"
 #include "server/metrics_http.h"
 #include "server/refit_server.h"
 
-ABSL_FLAG(std::string, address, "127.0.0.1:50051",
+ABSL_FLAG(std::string, address, refit::kDefaultRefitdAddress,
           "listen address HOST:PORT (port 0 picks one, printed as\n"
           "\"refitd listening on port N\")");
 ABSL_FLAG(std::string, tls_cert, "", "server certificate chain file (PEM)");
@@ -36,6 +37,10 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "require client certificates signed by this CA (PEM file)");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the bearer token every call must carry");
+ABSL_FLAG(std::string, job_key_file, "",
+          "file holding the job key: only registrations that carry it are "
+          "admitted, and one that does takes its member's place (a restarted "
+          "process); see docs/reliability.md");
 ABSL_FLAG(bool, allow_insecure_non_loopback, false,
           "permit a plaintext listener on a non-loopback address");
 ABSL_FLAG(int64_t, min_engines, 1, "complete engines needed before a plan");
@@ -65,20 +70,35 @@ ABSL_FLAG(int64_t, plan_settle_max_ms, 500,
 ABSL_FLAG(int64_t, plan_cache_mib, 2048,
           "plans kept for memberships seen before, in serialized MiB (the\n"
           "current one is always kept)");
+ABSL_FLAG(int64_t, rounds_kept, 64, "finished rounds listed by refit status");
+ABSL_FLAG(bool, delta, false,
+          "delta rounds: engines holding the last committed version get only the "
+          "changed words; verified (docs/delta.md)");
+ABSL_FLAG(int64_t, verify_every, 0,
+          "verify every Nth round that is not a delta round (0: never)");
+ABSL_FLAG(std::string, kv_prefix, "refit",
+          "prefix of the data-plane bootstrap keys refitd hands out");
+ABSL_FLAG(int64_t, kv_member_mib, 16,
+          "bootstrap key-value bytes one member may hold");
+ABSL_FLAG(int64_t, kv_total_mib, 512, "bootstrap key-value bytes of all members");
+ABSL_FLAG(int64_t, tick_ms, 10,
+          "housekeeping period (heartbeat expiry, round timeouts)");
 ABSL_FLAG(int64_t, staging_mib, 512, "planner staging budget per rank");
 ABSL_FLAG(int64_t, lanes, 2, "planner lanes (at most 64)");
 ABSL_FLAG(int64_t, max_plan_mib, 16384,
           "refuse a plan whose estimated size (one record per tensor per rank)\n"
           "is over this many MiB, before building it");
 ABSL_FLAG(std::string, log_level, "info",
-          "trace, debug, info, warn, error, critical or off");
+          "trace, debug, info, warning, error, critical or off (as the logs\n"
+          "spell the level; warn is accepted too)");
 ABSL_FLAG(std::string, log_format, "text",
           "text, or json: one JSON object a line (ts, level, logger, msg and\n"
           "the event's figures as fields)");
 ABSL_FLAG(int64_t, metrics_port, -1,
-          "serve Prometheus metrics at http://HOST:PORT/metrics, HOST the\n"
-          "--address host (0 picks a port, printed as \"refitd metrics on port\n"
-          "N\"); -1: none");
+          "serve Prometheus metrics at http://HOST:PORT/metrics and a health\n"
+          "probe at /healthz (200 while serving, 503 once shutting down), HOST\n"
+          "the --address host (0 picks a port, printed as \"refitd metrics on\n"
+          "port N\"); -1: none");
 ABSL_FLAG(int64_t, drain_ms, 0,
           "on SIGTERM, report NOT_SERVING to health checks this long before\n"
           "aborting a round in flight and stopping");
@@ -166,6 +186,15 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
     if (!t.ok()) return t.status();
     o.bearer_token = std::string(absl::StripAsciiWhitespace(*t));
   }
+  if (!absl::GetFlag(FLAGS_job_key_file).empty()) {
+    absl::StatusOr<std::string> k = ReadPem(absl::GetFlag(FLAGS_job_key_file));
+    if (!k.ok()) return k.status();
+    o.coordinator.job_key = std::string(absl::StripAsciiWhitespace(*k));
+    if (o.coordinator.job_key.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--job_key_file: ", absl::GetFlag(FLAGS_job_key_file), " is empty"));
+    }
+  }
   auto min_engines = Count(FLAGS_min_engines, "min_engines");
   auto max_buffers = Count(FLAGS_max_buffers, "max_buffers");
   auto max_meta = Count(FLAGS_max_metadata_bytes, "max_metadata_bytes");
@@ -183,39 +212,56 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   auto kv_waits_caller = Count(FLAGS_max_kv_waits_per_caller, "max_kv_waits_per_caller");
   auto pending = Count(FLAGS_max_pending_connections, "max_pending_connections");
   auto first_request = Count(FLAGS_first_request_timeout_ms, "first_request_timeout_ms");
-  for (auto* s : {&drain, &min_engines, &max_buffers, &max_meta, &hb, &rt, &settle,
-                  &settle_max, &cache_bytes, &staging, &lanes, &max_plan, &max_members,
-                  &kv_waits, &kv_waits_caller, &pending, &first_request}) {
+  auto rounds_kept = Count(FLAGS_rounds_kept, "rounds_kept");
+  auto kv_member = Mib(FLAGS_kv_member_mib, "kv_member_mib");
+  auto kv_total = Mib(FLAGS_kv_total_mib, "kv_total_mib");
+  auto tick = Count(FLAGS_tick_ms, "tick_ms");
+  auto verify_every = Count(FLAGS_verify_every, "verify_every");
+  for (auto* s : {&verify_every, &drain, &min_engines, &max_buffers, &max_meta, &hb, &rt, &settle,
+                  &settle_max, &cache_bytes, &staging, &lanes, &max_plan, &rounds_kept,
+                  &kv_member, &kv_total, &tick, &max_members, &kv_waits, &kv_waits_caller,
+                  &pending, &first_request}) {
     if (!s->ok()) return s->status();
   }
   if (*min_engines > std::numeric_limits<int>::max() ||
       *max_buffers > std::numeric_limits<int>::max() ||
       *lanes > std::numeric_limits<int32_t>::max() ||
+      *rounds_kept > std::numeric_limits<int>::max() ||
+      *verify_every > std::numeric_limits<int32_t>::max() ||
       *max_members > std::numeric_limits<int>::max() ||
       *kv_waits > std::numeric_limits<int>::max() ||
       *kv_waits_caller > std::numeric_limits<int>::max() ||
       *pending > std::numeric_limits<int>::max()) {
     return absl::InvalidArgumentError(
-        "--min_engines, --max_buffers, --lanes, --max_members, --max_kv_waits, "
-        "--max_kv_waits_per_caller and --max_pending_connections must fit in 32 bits");
+        "--min_engines, --max_buffers, --lanes, --rounds_kept, --verify_every, --max_members, "
+        "--max_kv_waits, --max_kv_waits_per_caller and --max_pending_connections must fit "
+        "in 32 bits");
   }
+  if (*tick < 1) return absl::InvalidArgumentError("--tick_ms: must be at least 1");
   if (*pending < 1 || *first_request < 1) {
     return absl::InvalidArgumentError(
         "--max_pending_connections and --first_request_timeout_ms must be at least 1");
   }
-  o.max_members = static_cast<int>(*max_members);
-  o.max_kv_waits = static_cast<int>(*kv_waits);
-  o.max_kv_waits_per_caller = static_cast<int>(*kv_waits_caller);
+  o.coordinator.max_members = static_cast<int>(*max_members);
+  o.coordinator.max_kv_waits = static_cast<int>(*kv_waits);
+  o.coordinator.max_kv_waits_per_caller = static_cast<int>(*kv_waits_caller);
   o.max_pending_connections = static_cast<int>(*pending);
   o.first_request_timeout = absl::Milliseconds(*first_request);
-  o.max_plan_cache_bytes = *cache_bytes;
-  o.plan_settle = absl::Milliseconds(*settle);
-  o.plan_settle_max = absl::Milliseconds(*settle_max);
-  o.min_engines = static_cast<int>(*min_engines);
-  o.max_buffers_per_member = static_cast<int>(*max_buffers);
-  o.max_metadata_bytes = *max_meta;
-  o.heartbeat_timeout = absl::Milliseconds(*hb);
-  o.round_timeout = absl::Seconds(*rt);
+  o.coordinator.max_plan_cache_bytes = *cache_bytes;
+  o.coordinator.plan_settle = absl::Milliseconds(*settle);
+  o.coordinator.plan_settle_max = absl::Milliseconds(*settle_max);
+  o.coordinator.min_engines = static_cast<int>(*min_engines);
+  o.coordinator.max_buffers_per_member = static_cast<int>(*max_buffers);
+  o.coordinator.max_metadata_bytes = *max_meta;
+  o.coordinator.heartbeat_timeout = absl::Milliseconds(*hb);
+  o.coordinator.round_timeout = absl::Seconds(*rt);
+  o.coordinator.rounds_kept = static_cast<int>(*rounds_kept);
+  o.coordinator.delta = absl::GetFlag(FLAGS_delta);
+  o.coordinator.verify_every = static_cast<int32_t>(*verify_every);
+  o.coordinator.kv_prefix = absl::GetFlag(FLAGS_kv_prefix);
+  o.coordinator.kv_quota.per_owner_bytes = *kv_member;
+  o.coordinator.kv_quota.total_bytes = *kv_total;
+  o.coordinator.tick = absl::Milliseconds(*tick);
   o.drain = absl::Milliseconds(*drain);
   const int64_t slice_threads = absl::GetFlag(FLAGS_slice_threads);
   if (slice_threads < 1 || slice_threads > 1024) {
@@ -236,7 +282,7 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   plan_options.max_plan_bytes = *max_plan;
   plan_options.budget_name = "--max_plan_mib";
   plan_options.cancel = g_cancel_plans;
-  o.plan_function = refit::DefaultPlanFunction(plan_options);
+  o.coordinator.plan_function = refit::DefaultPlanFunction(plan_options);
   return o;
 }
 
@@ -278,6 +324,7 @@ int main(int argc, char** argv) {
     mo.port = static_cast<int>(std::min<int64_t>(absl::GetFlag(FLAGS_metrics_port), 65536));
     refit::RefitServer* s = server->get();
     mo.render = [s] { return s->MetricsText(); };
+    mo.serving = [s] { return s->serving(); };
     absl::StatusOr<std::unique_ptr<refit::MetricsHttpServer>> m =
         refit::MetricsHttpServer::Start(std::move(mo));
     if (!m.ok()) return Fail(refit::AnnotateStatus(m.status(), "--metrics_port"));

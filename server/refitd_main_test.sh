@@ -14,6 +14,23 @@ for flag in --address --tls_cert --tls_key --tls_client_ca --token_file \
   check "help$flag" 0 "^  $flag" -- "$REFITD" --help
 done
 check help-short 0 "^  --token_file" -- "$REFITD" -h
+# docs/operations.md's flag table lists every flag `refitd --help` prints,
+# and no other.
+doc="${TEST_SRCDIR}/${TEST_WORKSPACE:-refit}/docs/operations.md"
+[ -r "$doc" ] || doc=$(find -L "${TEST_SRCDIR}" -path '*docs/operations.md' | head -1)
+help_flags=$("$REFITD" --help | sed -nE 's/^  --([a-z_0-9]+) \(default.*/\1/p' | sort -u)
+doc_flags=$(grep -E '^\| `--' "$doc" | cut -d'|' -f2 | grep -oE -- '--[a-z_0-9]+' | sed 's/^--//' | sort -u)
+if [ -n "$help_flags" ] && [ "$help_flags" = "$doc_flags" ]; then echo "ok docs-flag-table"; else
+  echo "FAIL docs-flag-table: only in --help: $(comm -23 <(echo "$help_flags") <(echo "$doc_flags") | tr '\n' ' ')" \
+    "only in docs/operations.md: $(comm -13 <(echo "$help_flags") <(echo "$doc_flags") | tr '\n' ' ')"
+  fail=1
+fi
+# The level is spelled as the logs spell it (warning); warn is accepted too.
+check help-log-level 0 'trace, debug, info, warning, error' -- "$REFITD" --help
+for level in warning warn WARNING; do
+  check "log-level-$level" 2 '--metrics_port: .*must be 0..65535' -- \
+    "$REFITD" --address=127.0.0.1:0 --log_level=$level --metrics_port=70000
+done
 check unknown-flag 2 'unknown flag --bogus .*refitd --help' -- "$REFITD" --bogus=1
 check bad-count 1 "Illegal value 'soon' specified for flag 'plan_settle_ms'" -- "$REFITD" --plan_settle_ms=soon
 check negative-count 2 '--plan_settle_ms: not a count: -1' -- "$REFITD" --plan_settle_ms=-1

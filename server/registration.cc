@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "common/hash.h"
 #include "common/status_macros.h"
 #include "exec/wire_enums.h"
 #include "layout/dtype.h"
@@ -21,7 +22,7 @@ using v1::Registration;
 
 constexpr int64_t kMaxElements = int64_t{1} << 50;
 
-// "gloo", "nccl", "ipc"; the number for a value this build does not know.
+// "gloo", "nccl", "pull"; the number for a value this build does not know.
 std::string WireTransportName(v1::Transport t) {
   absl::StatusOr<TransportKind> k = TransportFromProto(t, "identity.transport");
   return k.ok() ? std::string(TransportKindName(*k)) : absl::StrCat(static_cast<int>(t));
@@ -87,7 +88,7 @@ absl::Status CheckDataPlane(const std::vector<Registration>& trainer,
         id->device_uuid(),
         ": NCCL connects one rank per GPU, so a trainer and an engine sharing "
         "GPUs (colocated) cannot refit over it; give each member its own GPU, "
-        "or use the colocated pull path (transport \"ipc\")"));
+        "or use the colocated pull path (transport \"pull\")"));
   }
   return absl::OkStatus();
 }
@@ -170,17 +171,18 @@ absl::Status ValidateRegistration(const Registration& reg, int max_buffers,
   return absl::OkStatus();
 }
 
+// Where FingerprintRegistrations starts.
+constexpr uint64_t kRegistrationsFingerprintBasis = 1469598103934665603ull;
+
 std::string FingerprintRegistrations(const std::vector<const Registration*>& regs) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](const std::string& s) {
-    for (unsigned char c : s) {
-      h ^= c;
-      h *= 1099511628211ull;
-    }
-    h ^= 0xff;
-    h *= 1099511628211ull;
-  };
-  for (const Registration* r : regs) mix(SerializeRegistration(*r));
+  // FNV-1a (common/hash.h) from this fingerprint's own starting value (not
+  // FNV's offset basis: kept so that fingerprints stay what they were), each
+  // registration followed by a 0xff step.
+  uint64_t h = kRegistrationsFingerprintBasis;
+  for (const Registration* r : regs) {
+    h = Fnv1a64(SerializeRegistration(*r), h);
+    h = Fnv1a64Word(h, 0xff);
+  }
   return absl::StrFormat("%016x", h);
 }
 

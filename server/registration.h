@@ -25,9 +25,9 @@ absl::Status ValidateRegistration(const v1::Registration& reg,
 
 // Checks that the members can connect their data planes; INVALID_ARGUMENT
 // naming two members otherwise: they name different transports
-// (identity.transport), or — on a transport other than ipc — both are on
+// (identity.transport), or — on a transport other than pull — both are on
 // one physical GPU (identity.device_uuid; NCCL connects one rank per GPU).
-// On ipc, pairs across hosts are checked per pair after planning
+// On pull, pairs across hosts are checked per pair after planning
 // (plan_assembly.h). refitd plans no membership that fails it.
 absl::Status CheckDataPlane(const std::vector<v1::Registration>& trainer,
                             const std::vector<v1::Registration>& engine);

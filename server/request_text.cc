@@ -52,7 +52,8 @@ size_t Utf8Prefix(absl::string_view text) {
 }
 
 bool IsBinary(const FieldDescriptor& f) {
-  return f.name() == "member_secret" || f.full_name() == "refit.v1.KvSetRequest.value";
+  return f.name() == "member_secret" || f.full_name() == "refit.v1.KvSetRequest.value" ||
+         f.full_name() == "refit.v1.RegisterRequest.job_key";
 }
 
 absl::Status CheckValue(const std::string& path, const FieldDescriptor& f,

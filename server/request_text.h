@@ -30,10 +30,10 @@ bool IsUtf8(absl::string_view text);
 size_t MaxTextBytes(const google::protobuf::FieldDescriptor& field);
 
 // Checks every text field of `request` (every string or bytes field, in
-// nested messages too, except the binary ones: member_secret and
-// KvSetRequest.value). OK when all are UTF-8 and within their limits; else
-// INVALID_ARGUMENT naming the first field that is not, as a path
-// ("registration.buffers[3].name: not UTF-8 (byte 7 of 12)",
+// nested messages too, except the binary ones: member_secret,
+// KvSetRequest.value and RegisterRequest.job_key). OK when all are UTF-8 and
+// within their limits; else INVALID_ARGUMENT naming the first field that is
+// not, as a path ("registration.buffers[3].name: not UTF-8 (byte 7 of 12)",
 // "registration.identity.host_id: 62914560 bytes, over its limit of 256").
 // A field over its limit is refused without reading its bytes.
 absl::Status CheckRequestText(const google::protobuf::Message& request);

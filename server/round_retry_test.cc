@@ -45,7 +45,7 @@ std::unique_ptr<RefitClient> Member(int port, v1::Side side) {
 
 TEST(RoundRetryTest, AVersionStartedAgainAfterItsAbortRunsAndMakesTheEngineWhole) {
   RefitServer::Options o;
-  o.plan_function = NameMatchingPlan;
+  o.coordinator.plan_function = NameMatchingPlan;
   auto server = RefitServer::Start(std::move(o));
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->port();

@@ -2,12 +2,18 @@
 #include "server/rounds.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
 namespace refit {
 
 absl::StatusOr<bool> Rounds::CheckStart(int64_t version) const {
+  if (version < 1 || version > kMaxRoundVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "version: ", version, " is outside [1, 2^53 = ", kMaxRoundVersion, "]"));
+  }
   if (active_ != nullptr) {
     if (active_->version == version) return true;
     return absl::FailedPreconditionError(absl::StrCat(
@@ -21,7 +27,10 @@ absl::StatusOr<bool> Rounds::CheckStart(int64_t version) const {
   }
   if (version <= 0 || version < last_version_) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "version: ", version, " is not above the last version ", last_version_));
+        "version: ", version, " is not above the last version ", last_version_,
+        " (this refitd's versions rise across runs and jobs until it restarts: "
+        "start at ", last_version_ + 1, " or above; `refit status` lists the last "
+        "rounds)"));
   }
   return false;
 }
@@ -56,12 +65,34 @@ std::optional<absl::Status> Rounds::ReplyToFinished(int64_t version,
       absl::StrCat("round ", version, " already aborted: ", o->second.message()));
 }
 
-bool Rounds::RecordDone(const v1::MemberReport& report) {
+absl::Status Rounds::CheckReport(const v1::MemberReport& report) const {
+  if (report.bytes() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bytes: ", report.bytes(), " is negative"));
+  }
+  if (report.peak_staging_bytes() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "peak_staging_bytes: ", report.peak_staging_bytes(), " is negative"));
+  }
+  if (!std::isfinite(report.seconds()) || report.seconds() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "seconds: ", report.seconds(), " is not a finite non-negative number"));
+  }
+  const int64_t sum = active_ == nullptr ? 0 : active_->bytes.all_engine_ranks;
+  if (report.bytes() > std::numeric_limits<int64_t>::max() - sum) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bytes: ", report.bytes(), " overflows the round's sum (", sum,
+        " bytes reported so far)"));
+  }
+  return absl::OkStatus();
+}
+
+bool Rounds::RecordDone(const v1::MemberReport& report, bool engine) {
   if (active_ == nullptr) return false;
   const std::string& id = report.member_id();
   if (active_->done.insert(id).second) {
     active_->reports[id] = report;
-    active_->bytes += report.bytes();
+    if (engine) active_->bytes.AddEngineRank(report.bytes());
     if (active_->slowest.empty() || report.seconds() > active_->seconds) {
       active_->seconds = report.seconds();
       active_->slowest = id;
@@ -85,14 +116,10 @@ std::optional<v1::RoundEvent> Rounds::End(
   s.set_attempt(active_->attempt);
   s.set_outcome(committed ? "committed" : "aborted");
   s.set_reason(reason);
-  s.set_bytes(active_->bytes);
+  FillFigures(*active_, &s);
   s.set_seconds(committed ? active_->seconds : secs);
   s.set_duration_seconds(secs);
-  s.set_peak_staging_bytes(active_->peak_staging_bytes);
-  s.set_peak_staging_member(active_->peak_staging_member);
-  // Each byte is counted by its sender and its receiver.
-  const double moved = static_cast<double>(active_->bytes) / 2.0;
-  s.set_gbps(committed && active_->seconds > 0 ? moved / active_->seconds / 1e9 : 0);
+  if (committed) s.set_bytes_per_second(RoundBytesPerSecond(active_->bytes, active_->seconds));
   history_.push_back(s);
   while (static_cast<int>(history_.size()) > rounds_kept_) history_.pop_front();
   outcomes_[active_->version] = committed ? absl::OkStatus() : absl::AbortedError(reason);
@@ -102,6 +129,7 @@ std::optional<v1::RoundEvent> Rounds::End(
     if (engine.empty()) continue;
     if (committed) {
       engine_version_[engine] = active_->version;
+      engine_commit_time_[engine] = now;
       engine_torn_.erase(engine);
     } else {
       engine_torn_[engine] = active_->version;
@@ -126,6 +154,19 @@ int64_t Rounds::CommittedVersion(const std::string& engine_id) const {
 int64_t Rounds::TornVersion(const std::string& engine_id) const {
   auto it = engine_torn_.find(engine_id);
   return it == engine_torn_.end() ? 0 : it->second;
+}
+
+absl::Time Rounds::LastCommitTime(const std::string& engine_id) const {
+  auto it = engine_commit_time_.find(engine_id);
+  return it == engine_commit_time_.end() ? absl::InfinitePast() : it->second;
+}
+
+void Rounds::FillFigures(const Active& a, v1::RoundSummary* s) const {
+  s->set_bytes(a.bytes.per_engine_rank);
+  s->set_engine_ranks(a.bytes.engine_ranks);
+  s->set_engine_bytes(a.bytes.all_engine_ranks);
+  s->set_peak_staging_bytes(a.peak_staging_bytes);
+  s->set_peak_staging_member(a.peak_staging_member);
 }
 
 }  // namespace refit

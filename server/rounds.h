@@ -17,9 +17,15 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/round_bytes.h"
 #include "proto/refit_service.pb.h"
 
 namespace refit {
+
+// The largest round version refitd accepts: 2^53, so that every version is
+// exact as a double (JSON, Prometheus, Python floats). A trainer numbering
+// rounds by step, or by Unix time in microseconds, stays far below it.
+inline constexpr int64_t kMaxRoundVersion = int64_t{1} << 53;
 
 class Rounds {
  public:
@@ -30,7 +36,7 @@ class Rounds {
     absl::Time started;
     std::set<std::string> participants;  // member ids
     std::set<std::string> done;          // participants that reported success
-    int64_t bytes = 0;                   // reported bytes (sent + received)
+    RoundBytes bytes;                    // the engine ranks' received bytes
     double seconds = 0;                  // the slowest reported time
     std::string slowest;                 // the member that reported it
     int64_t peak_staging_bytes = 0;      // the largest reported peak staging
@@ -47,9 +53,16 @@ class Rounds {
   // running round or the last one and it committed (an idempotent retry),
   // false when it may start: a version above the last, or the last one
   // after its round aborted (run again, as the next attempt). Fails with
-  // FAILED_PRECONDITION while another round runs, INVALID_ARGUMENT when
-  // `version` is below the last one.
+  // FAILED_PRECONDITION while another round runs, INVALID_ARGUMENT naming
+  // `version` when it is below the last one, below 1 or above
+  // kMaxRoundVersion.
   absl::StatusOr<bool> CheckStart(int64_t version) const;
+
+  // Checks a participant's success figures before RecordDone: OK, or
+  // INVALID_ARGUMENT naming the field when bytes or peak_staging_bytes is
+  // negative, seconds is not a finite non-negative number, or the round's
+  // byte sum would overflow.
+  absl::Status CheckReport(const v1::MemberReport& report) const;
 
   // Starts round `version` (CheckStart said false) with `participants`;
   // returns its attempt (1, or one more than the last aborted attempt of
@@ -75,9 +88,10 @@ class Rounds {
   std::optional<absl::Status> ReplyToFinished(int64_t version, int32_t attempt = 0) const;
 
   // Records participant report.member_id()'s success (its bytes, seconds
-  // and peak staging; the first report counts); returns true when every
-  // participant has now reported success.
-  bool RecordDone(const v1::MemberReport& report);
+  // and peak staging; the first report counts; an `engine` rank's bytes are
+  // what it received and count in the round's bytes, common/round_bytes.h);
+  // returns true when every participant has now reported success.
+  bool RecordDone(const v1::MemberReport& report, bool engine);
 
   // Ends the running round (no-op without one): records its outcome, its
   // summary and, for each participant `engine_of` maps to an engine id (""
@@ -95,6 +109,14 @@ class Rounds {
   // commit since (0: none).
   int64_t TornVersion(const std::string& engine_id) const;
 
+  // Returns when the last round committed into `engine_id` ended
+  // (InfinitePast: none).
+  absl::Time LastCommitTime(const std::string& engine_id) const;
+
+  // Fills `s` with the running round's figures so far (bytes, peak staging;
+  // not its time); `s` gets the finished ones' in End.
+  void FillFigures(const Active& a, v1::RoundSummary* s) const;
+
   // Returns the summaries of the last finished rounds, oldest first.
   const std::deque<v1::RoundSummary>& history() const { return history_; }
 
@@ -106,6 +128,7 @@ class Rounds {
   std::map<int64_t, absl::Status> outcomes_;  // the last 1024 rounds
   std::map<std::string, int64_t> engine_version_;
   std::map<std::string, int64_t> engine_torn_;
+  std::map<std::string, absl::Time> engine_commit_time_;
   std::deque<v1::RoundSummary> history_;
 };
 

@@ -1,6 +1,9 @@
 // Rounds: starting, reports, commit and abort, torn engines, history.
 #include "server/rounds.h"
 
+#include <cmath>
+#include <limits>
+
 #include "gtest/gtest.h"
 
 namespace refit {
@@ -34,17 +37,50 @@ v1::MemberReport Report(const std::string& id, int64_t bytes, double seconds,
   return m;
 }
 
+TEST(RoundsTest, RefusesVersionsOutsideOneToTwoPow53NamingTheField) {
+  Rounds r(64);
+  for (int64_t v : {int64_t{0}, int64_t{-1}, kMaxRoundVersion + 1,
+                    std::numeric_limits<int64_t>::max()}) {
+    absl::StatusOr<bool> s = r.CheckStart(v);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << v;
+    EXPECT_NE(s.status().message().find("version: "), absl::string_view::npos) << v;
+  }
+  EXPECT_EQ(*r.CheckStart(kMaxRoundVersion), false);
+}
+
+TEST(RoundsTest, RefusesAbsurdFiguresNamingTheField) {
+  Rounds r(64);
+  r.Start(1, {"trainer/0", "engine/A", "engine/B"}, t0);
+  auto field_of = [&](const v1::MemberReport& m) {
+    absl::Status s = r.CheckReport(m);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    const std::string msg(s.message());
+    return msg.substr(0, msg.find(':'));
+  };
+  EXPECT_EQ(field_of(Report("trainer/0", -2, 1, 0)), "bytes");
+  EXPECT_EQ(field_of(Report("trainer/0", 1, 1, -1)), "peak_staging_bytes");
+  EXPECT_EQ(field_of(Report("trainer/0", 1, std::nan(""), 0)), "seconds");
+  EXPECT_EQ(field_of(Report("trainer/0", 1, -0.5, 0)), "seconds");
+  EXPECT_EQ(field_of(Report("trainer/0", 1, HUGE_VAL, 0)), "seconds");
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  // The round adds up what its engine ranks received.
+  ASSERT_TRUE(r.CheckReport(Report("engine/B", max, 1, 0)).ok());
+  EXPECT_FALSE(r.RecordDone(Report("engine/B", max, 1, 0), true));
+  EXPECT_EQ(field_of(Report("engine/A", 1, 1, 0)), "bytes");  // the sum overflows
+  EXPECT_TRUE(r.CheckReport(Report("engine/A", 0, 1, 0)).ok());
+}
+
 TEST(RoundsTest, CommitsWhenEveryParticipantIsDone) {
   Rounds r(64);
   r.Start(5, {"trainer/0", "engine/A"}, t0);
   EXPECT_TRUE(r.IsParticipant("engine/A"));
   EXPECT_FALSE(r.IsParticipant("engine/B"));
   EXPECT_EQ(r.ReplyToFinished(5), std::nullopt);
-  EXPECT_FALSE(r.RecordDone(Report("trainer/0", 100, 2.0, 4096)));
-  EXPECT_FALSE(r.RecordDone(Report("trainer/0", 100, 2.0, 1 << 20)));  // counted once
+  EXPECT_FALSE(r.RecordDone(Report("trainer/0", 100, 2.0, 4096), false));
+  EXPECT_FALSE(r.RecordDone(Report("trainer/0", 100, 2.0, 1 << 20), false));  // counted once
   ASSERT_EQ(r.active()->reports.size(), 1u);
   EXPECT_EQ(r.active()->reports.at("trainer/0").peak_staging_bytes(), 4096);
-  EXPECT_TRUE(r.RecordDone(Report("engine/A", 100, 1.0, 0)));
+  EXPECT_TRUE(r.RecordDone(Report("engine/A", 100, 1.0, 0), true));
   std::optional<v1::RoundEvent> e = r.End(true, "", t0 + absl::Seconds(3), 7, EngineOf);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->kind(), v1::RoundEvent::ROUND_COMMITTED);
@@ -53,8 +89,14 @@ TEST(RoundsTest, CommitsWhenEveryParticipantIsDone) {
   EXPECT_EQ(r.active(), nullptr);
   EXPECT_EQ(r.CommittedVersion("A"), 5);
   ASSERT_EQ(r.history().size(), 1u);
-  EXPECT_EQ(r.history()[0].bytes(), 200);
+  // What the engine rank received (not the trainer's sends added), over
+  // the slowest member's time.
+  EXPECT_EQ(r.history()[0].bytes(), 100);
+  EXPECT_EQ(r.history()[0].engine_ranks(), 1);
   EXPECT_DOUBLE_EQ(r.history()[0].seconds(), 2.0);
+  EXPECT_DOUBLE_EQ(r.history()[0].bytes_per_second(), 50);
+  EXPECT_EQ(r.LastCommitTime("A"), t0 + absl::Seconds(3));
+  EXPECT_EQ(r.LastCommitTime("B"), absl::InfinitePast());
   EXPECT_DOUBLE_EQ(r.history()[0].duration_seconds(), 3.0);
   EXPECT_EQ(r.history()[0].peak_staging_bytes(), 4096);
   EXPECT_EQ(r.history()[0].peak_staging_member(), "trainer/0");

@@ -57,6 +57,12 @@ inline std::unique_ptr<Coordinator> Make(Coordinator::Options o = TestOptions())
   return c.ok() ? std::move(*c) : nullptr;
 }
 
+// The member secret the last Register of `member_id` returned.
+inline std::string& Secret(const std::string& member_id) {
+  static auto* secrets = new std::map<std::string, std::string>();
+  return (*secrets)[member_id];
+}
+
 // Waits (up to `wait` + 5 s) for member `id`'s plan of at least `min_epoch`.
 inline absl::StatusOr<v1::AwaitPlanResponse> AwaitPlan(Coordinator& c, const std::string& id,
                                                 absl::Duration wait = absl::Seconds(5),
@@ -64,6 +70,7 @@ inline absl::StatusOr<v1::AwaitPlanResponse> AwaitPlan(Coordinator& c, const std
   v1::AwaitPlanRequest req;
   req.set_member_id(id);
   req.set_min_epoch(min_epoch);
+  req.set_member_secret(Secret(id));
   auto n = std::make_shared<absl::Notification>();
   auto result = std::make_shared<absl::StatusOr<v1::AwaitPlanResponse>>(
       absl::DeadlineExceededError("test: no answer"));
@@ -112,12 +119,6 @@ class FakeStream : public RoundStream {
   std::vector<v1::RoundEvent> events_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> ended_ ABSL_GUARDED_BY(mu_);
 };
-
-// The member secret the last Register of `member_id` returned.
-inline std::string& Secret(const std::string& member_id) {
-  static auto* secrets = new std::map<std::string, std::string>();
-  return (*secrets)[member_id];
-}
 
 inline std::string Register(Coordinator& c, const v1::Registration& reg) {
   auto r = c.Register(reg);

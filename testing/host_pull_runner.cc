@@ -73,7 +73,7 @@ absl::StatusOr<RunStats> HostPullRunner::Run(absl::Time deadline) {
     RunCopiesHost(copies_);
     s.bytes_received = bytes_;
   }
-  s.rounds = 1;
+  s.waves = 1;
   s.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return s;
 }

@@ -1,5 +1,5 @@
-// HostPullRunner: a stand-in for the colocated pull engine
-// (exec/cuda/pull_engine.h) in tests without a GPU. Members are threads of
+// HostPullRunner: a stand-in for the colocated pull runner
+// (exec/cuda/pull_runner.h) in tests without a GPU. Members are threads of
 // one process: a receiver runs its pull program (exec/pull_program.h) with
 // memcpy straight out of its senders' host buffers, found through their
 // slices exactly as the engine maps them (PairSourceBuffers). It does not

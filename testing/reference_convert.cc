@@ -71,9 +71,21 @@ uint64_t FiniteWord(DType dtype, uint64_t w) {
   }
 }
 
+Quantized ReferenceQuantizeAs(const std::vector<float>& values,
+                              const std::vector<int64_t>& shape, int64_t block,
+                              Transform scale_transform) {
+  Quantized q = ReferenceQuantize(values, shape, block,
+                                  scale_transform == Transform::kPow2Ceil);
+  if (scale_transform == Transform::kUe8m0Requant) {
+    q = ReferenceRequantUe8m0(q, shape, block);
+  }
+  return q;
+}
+
 std::vector<uint8_t> ExpectedConverted(const TensorSpec& t, DType source_dtype,
                                        const TensorSpec* weight, uint64_t seed,
-                                       int64_t block, bool ue8m0) {
+                                       int64_t block, Transform scale_transform,
+                                       bool mxfp8) {
   const TensorSpec& w = weight != nullptr ? *weight : t;
   const uint64_t h = NameHash(w.name);
   const int64_t n = Elements(w.shape);
@@ -90,7 +102,11 @@ std::vector<uint8_t> ExpectedConverted(const TensorSpec& t, DType source_dtype,
     }
     return AsBytes(v);
   }
-  Quantized q = ReferenceQuantize(v, w.shape, block, ue8m0);
+  if (mxfp8 || (weight != nullptr && t.dtype == DType::kU8)) {
+    Quantized q = ReferenceMxfp8Quantize(v, w.shape);
+    return weight != nullptr ? q.scale_bytes : q.values;
+  }
+  Quantized q = ReferenceQuantizeAs(v, w.shape, block, scale_transform);
   return weight != nullptr ? AsBytes(q.scales) : q.values;
 }
 
@@ -143,9 +159,14 @@ absl::Status ReferenceConvert(const Plan& plan, const std::vector<uint8_t*>& src
       }
     }
     auto [q, fresh] = quantized.try_emplace(c.from.tensor);
-    if (fresh) {
-      q->second = ReferenceQuantize(v, t.shape, c.tile.back(),
-                                    c.kind == ConversionKind::kFp8BlockUe8m0);
+    const bool mx = c.kind == ConversionKind::kMxfp8;
+    if (fresh && mx) q->second = ReferenceMxfp8Quantize(v, t.shape);
+    if (fresh && !mx) {
+      q->second = ReferenceQuantizeAs(
+          v, t.shape, c.tile.back(),
+          c.kind == ConversionKind::kFp8BlockUe8m0          ? Transform::kPow2Ceil
+          : c.kind == ConversionKind::kFp8BlockRequantUe8m0 ? Transform::kUe8m0Requant
+                                                            : Transform::kNone);
     }
     uint8_t* out = src[c.to_buffer];
     ForEachIndex(c.from.box, [&](const Box::Indices& g, int64_t k) {
@@ -155,8 +176,13 @@ absl::Status ReferenceConvert(const Plan& plan, const std::vector<uint8_t*>& src
     std::vector<int64_t> grid(t.shape.size());
     for (size_t d = 0; d < grid.size(); ++d) grid[d] = (t.shape[d] + c.tile[d] - 1) / c.tile[d];
     float* scales = reinterpret_cast<float*>(src[c.scale_buffer]);
+    uint8_t* bytes = src[c.scale_buffer];
     ForEachIndex(OwnedTiles(c.from.box, c.tile), [&](const Box::Indices& g, int64_t k) {
-      scales[k] = q->second.scales[Linear(grid, g)];
+      if (mx) {
+        bytes[k] = q->second.scale_bytes[Linear(grid, g)];
+      } else {
+        scales[k] = q->second.scales[Linear(grid, g)];
+      }
     });
   }
   return absl::OkStatus();

@@ -195,6 +195,19 @@ void FillPattern(const SideLayout& side, const HostBuffers& buffers,
   }
 }
 
+void ForEachPatternRow(
+    const SideLayout& side, PatternOptions options,
+    const std::function<void(const Record& record, int32_t buffer,
+                             const std::vector<int64_t>& inner, int64_t off, int64_t lin)>& row) {
+  for (const Record& r : side.records) {
+    if (!Selected(r, options)) continue;
+    const TensorSpec& t = side.tensors[r.tensor];
+    ForEachRow(r, t, DTypeSize(t.dtype),
+               [&](int32_t buffer, const std::vector<int64_t>& inner, int64_t off, int64_t lin,
+                   const Box::Indices&) { row(r, buffer, inner, off, lin); });
+  }
+}
+
 // The expected bytes of tensor t where the engine holds a conversion of
 // the trainer's pattern (options.source_dtypes); empty when t holds the
 // pattern itself.
@@ -208,16 +221,37 @@ const std::vector<uint8_t>* ExpectedFor(const SideLayout& side, const TensorSpec
   std::vector<uint8_t>& out = (*cache)[t.name];
   const auto& src = *options.source_dtypes;
   auto sd = src.find(t.name);
-  // A weight's scales say whether they are rounded to powers of two.
-  auto ue8m0 = [&](const std::string& weight) {
+  // A weight's scales say how they are made (float, pow2, requantized).
+  auto scale_transform = [&](const std::string& weight) {
     for (const TensorSpec& s : side.tensors) {
-      if (s.name == weight + "_scale_inv") return s.transform == Transform::kPow2Ceil;
+      if (s.name == weight + "_scale_inv") return s.transform;
+    }
+    return Transform::kNone;
+  };
+  // An e4m3 weight with a u8 "<w>_scale" tensor is MXFP8.
+  auto mx_scaled = [&](const std::string& weight) {
+    for (const TensorSpec& s : side.tensors) {
+      if (s.name == weight + "_scale" && s.dtype == DType::kU8) return true;
     }
     return false;
   };
   if (sd != src.end() && (sd->second != t.dtype || t.transform == Transform::kNegExp)) {
     out = testing::ExpectedConverted(t, sd->second, nullptr, options.seed,
-                                     options.fp8_block, ue8m0(t.name));
+                                     options.fp8_block, scale_transform(t.name),
+                                     t.dtype == DType::kF8E4M3 && mx_scaled(t.name));
+  }
+  const std::string mx_suffix = "_scale";
+  if (sd == src.end() && t.dtype == DType::kU8 && t.name.size() > mx_suffix.size() &&
+      t.name.compare(t.name.size() - mx_suffix.size(), mx_suffix.size(), mx_suffix) == 0) {
+    const std::string wname = t.name.substr(0, t.name.size() - mx_suffix.size());
+    auto ws = src.find(wname);
+    for (const TensorSpec& w : side.tensors) {
+      if (w.name == wname && ws != src.end() && w.dtype == DType::kF8E4M3 &&
+          ws->second != DType::kF8E4M3) {
+        out = testing::ExpectedConverted(t, ws->second, &w, options.seed,
+                                         options.fp8_block, Transform::kNone);
+      }
+    }
   }
   const std::string suffix = "_scale_inv";
   if (sd == src.end() && t.name.size() > suffix.size() &&
@@ -228,8 +262,7 @@ const std::vector<uint8_t>* ExpectedFor(const SideLayout& side, const TensorSpec
       if (w.name == wname && ws != src.end() && w.dtype == DType::kF8E4M3 &&
           ws->second != DType::kF8E4M3) {
         out = testing::ExpectedConverted(t, ws->second, &w, options.seed,
-                                         options.fp8_block,
-                                         t.transform == Transform::kPow2Ceil);
+                                         options.fp8_block, t.transform);
       }
     }
   }

@@ -8,6 +8,7 @@
 #define REFIT_TESTING_REFERENCE_COPY_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -73,6 +74,17 @@ std::map<std::string, DType> SourceDTypes(const SideLayout& trainer);
 // enough for real model sizes.
 void FillPattern(const SideLayout& side, const HostBuffers& buffers,
                  PatternOptions options = {});
+
+// Calls row(record, buffer, inner, off, lin) for every innermost row of
+// every selected record of `side`, in record order: element j of the row is
+// at byte off + inner[j] of side buffer `buffer` and has linear index
+// lin + j in its tensor (row-major over the tensor's global shape). The
+// walk FillPattern and CheckPattern make, for pattern code elsewhere (a GPU
+// fill or check).
+void ForEachPatternRow(
+    const SideLayout& side, PatternOptions options,
+    const std::function<void(const Record& record, int32_t buffer,
+                             const std::vector<int64_t>& inner, int64_t off, int64_t lin)>& row);
 
 // Checks every element of every selected record of `side` holds its pattern
 // value. Returns OK, or INTERNAL naming the tensor, element, rank and buffer

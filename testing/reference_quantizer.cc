@@ -84,4 +84,83 @@ Quantized ReferenceQuantize(const std::vector<float>& values,
   return q;
 }
 
+namespace {
+
+// e4m3 (OCP fn: bias 7, 3 mantissa bits, no infinities) by its fields.
+float DecodeE4M3(uint8_t b) {
+  const int sign = b >> 7, exp = (b >> 3) & 0xF, man = b & 0x7;
+  const double v = exp == 0 ? std::ldexp(man / 8.0, -6)
+                            : std::ldexp(1.0 + man / 8.0, exp - 7);
+  return static_cast<float>(sign ? -v : v);
+}
+
+}  // namespace
+
+Quantized ReferenceRequantUe8m0(const Quantized& checkpoint,
+                                const std::vector<int64_t>& shape, int64_t block) {
+  const size_t rank = shape.size();
+  const int64_t rows = shape[rank - 2], cols = shape[rank - 1];
+  int64_t lead = 1;
+  for (size_t d = 0; d + 2 < rank; ++d) lead *= shape[d];
+  const int64_t tr = (rows + block - 1) / block, tc = (cols + block - 1) / block;
+  Quantized q;
+  q.values.resize(checkpoint.values.size());
+  q.scales.resize(checkpoint.scales.size());
+  std::vector<float> d(checkpoint.values.size());
+  for (int64_t l = 0; l < lead; ++l) {
+    for (int64_t i = 0; i < tr; ++i) {
+      for (int64_t j = 0; j < tc; ++j) {
+        const float s_old = checkpoint.scales[(l * tr + i) * tc + j];
+        float amax = 0;
+        for (int64_t r = i * block; r < std::min(rows, (i + 1) * block); ++r) {
+          for (int64_t c = j * block; c < std::min(cols, (j + 1) * block); ++c) {
+            const int64_t k = (l * rows + r) * cols + c;
+            d[k] = DecodeE4M3(checkpoint.values[k]) * s_old;
+            amax = std::max(amax, std::fabs(d[k]));
+          }
+        }
+        const float sf = std::max(amax, 1e-4f) / 448.0f;
+        const float s_new =
+            static_cast<float>(std::pow(2.0, std::ceil(std::log2(static_cast<double>(sf)))));
+        q.scales[(l * tr + i) * tc + j] = s_new;
+        for (int64_t r = i * block; r < std::min(rows, (i + 1) * block); ++r) {
+          for (int64_t c = j * block; c < std::min(cols, (j + 1) * block); ++c) {
+            const int64_t k = (l * rows + r) * cols + c;
+            q.values[k] = ReferenceE4M3(d[k] * (1.0f / s_new));
+          }
+        }
+      }
+    }
+  }
+  return q;
+}
+
+Quantized ReferenceMxfp8Quantize(const std::vector<float>& values,
+                                 const std::vector<int64_t>& shape) {
+  const int64_t cols = shape.back();
+  const int64_t rows = static_cast<int64_t>(values.size()) / std::max<int64_t>(cols, 1);
+  Quantized q;
+  q.values.resize(values.size());
+  q.scale_bytes.resize(rows * (cols / 32));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols / 32; ++j) {
+      const float* x = values.data() + r * cols + j * 32;
+      float amax = 0;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const float tiny = std::ldexp(1.0f, -126);
+      const float ratio = std::max(amax, tiny) / 448.0f;
+      // The smallest k with 2^k >= ratio: ceil(log2(ratio)).
+      int k = -160;
+      while (std::ldexp(1.0, k) < static_cast<double>(ratio)) ++k;
+      const int e = std::min(254, std::max(0, k + 127));
+      q.scale_bytes[r * (cols / 32) + j] = static_cast<uint8_t>(e);
+      const float descale = std::ldexp(1.0f, e - 127);
+      for (int i = 0; i < 32; ++i) {
+        q.values[r * cols + j * 32 + i] = ReferenceE4M3(x[i] / descale);
+      }
+    }
+  }
+  return q;
+}
+
 }  // namespace refit::testing

@@ -16,6 +16,7 @@ uint8_t ReferenceE4M3(float x);
 struct Quantized {
   std::vector<uint8_t> values;  // row-major, the tensor's shape
   std::vector<float> scales;    // row-major, the tile grid
+  std::vector<uint8_t> scale_bytes;  // MXFP8: E8M0 bytes, the block grid
 };
 
 // Quantizes a whole tensor of `shape` (f32 values, row-major; tiles of
@@ -23,6 +24,28 @@ struct Quantized {
 Quantized ReferenceQuantize(const std::vector<float>& values,
                             const std::vector<int64_t>& shape, int64_t block,
                             bool ue8m0);
+
+// What vLLM holds after loading the block-FP8 checkpoint `checkpoint` (of
+// `shape`) on its DeepGEMM path with UE8M0 scales (VLLM_USE_DEEP_GEMM_E8M0=1,
+// the default): every tile dequantized in f32 (code value times its
+// scale), then quantized again as vLLM's per_block_cast_to_fp8(use_ue8m0=
+// True) does: amax of the dequantized tile, clamped to 1e-4, divided by
+// 448, rounded up to a power of two (2^ceil(log2 s)), codes e4m3(d * (1 /
+// s)). Read from vllm/model_executor/layers/quantization/utils/
+// fp8_utils.py (requant_weight_ue8m0_inplace) at 364d019 and
+// vllm/utils/deep_gemm.py at 779d1fc. Decodes e4m3 by its bit fields.
+Quantized ReferenceRequantUe8m0(const Quantized& checkpoint,
+                                const std::vector<int64_t>& shape, int64_t block);
+
+// vLLM's MXFP8 quantization of a whole tensor of `shape` (last dim a
+// multiple of 32), written from _mxfp8_e4m3_quantize_torch (vllm/
+// model_executor/layers/quantization/utils/mxfp8_utils.py, the version with
+// ceil(log2(amax / 448))): per block of 32 along the last dim, amax clamped
+// below to 2^-126, e = ceil(log2(amax / 448)) + 127 clamped to [0, 254]
+// (found by stepping a power of two, the quotient in f32), codes
+// ReferenceE4M3(x / 2^(e - 127)); scale_bytes holds e, [..., K / 32].
+Quantized ReferenceMxfp8Quantize(const std::vector<float>& values,
+                                 const std::vector<int64_t>& shape);
 
 }  // namespace refit::testing
 

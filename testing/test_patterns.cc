@@ -121,17 +121,17 @@ Plan MakeHandPlan(const SideLayout& src, const SideLayout& dst,
   for (auto& [key, segs] : groups) {
     const auto [round, sr, dr] = key;
     if (round != last_round) {
-      Round r;
+      Wave r;
       r.stage = round / rounds_per_stage;
-      r.lane = static_cast<int32_t>(plan.rounds.size()) % num_lanes;
+      r.lane = static_cast<int32_t>(plan.waves.size()) % num_lanes;
       r.first_message = static_cast<int32_t>(plan.messages.size());
-      plan.rounds.push_back(r);
+      plan.waves.push_back(r);
       last_round = round;
     }
     Message m;
     m.src_rank = sr;
     m.dst_rank = dr;
-    m.round = static_cast<int32_t>(plan.rounds.size() - 1);
+    m.wave = static_cast<int32_t>(plan.waves.size() - 1);
     m.first_segment = static_cast<int32_t>(plan.segments.size());
     m.num_segments = static_cast<int32_t>(segs.size());
     // Contiguity on each side: every segment one range, each following the
@@ -172,7 +172,7 @@ Plan MakeHandPlan(const SideLayout& src, const SideLayout& dst,
       plan.segments.push_back(s);
     }
     plan.messages.push_back(m);
-    ++plan.rounds.back().num_messages;
+    ++plan.waves.back().num_messages;
   }
   return plan;
 }

@@ -35,14 +35,17 @@ bool HaveDevice() {
     }                                                                             \
   } while (0)
 
-std::vector<uint16_t> RandomBf16(int64_t n, uint32_t seed, std::vector<float>* values) {
+// mul: tile amaxes of 896 give power-of-two float scales, which requantize
+// to themselves; the requantization cases scale the values by 0.7.
+std::vector<uint16_t> RandomBf16(int64_t n, uint32_t seed, std::vector<float>* values,
+                                 float mul = 1.0f) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-3.0f, 3.0f);
   std::uniform_int_distribution<int> big(0, 50);
   std::vector<uint16_t> out(n);
   values->resize(n);
   for (int64_t i = 0; i < n; ++i) {
-    float x = u(rng) * (big(rng) == 0 ? 300.0f : 1.0f);
+    float x = u(rng) * (big(rng) == 0 ? 300.0f : 1.0f) * mul;
     uint32_t b;
     std::memcpy(&b, &x, 4);
     out[i] = static_cast<uint16_t>(b >> 16);
@@ -72,11 +75,18 @@ std::vector<T> FromDevice(const char* d, int64_t n) {
 TEST(ConvertGpuTest, WholeTilesEqualTheReference) {
   REFIT_SKIP_WITHOUT_GPU();
   for (int64_t cols : {260, 392})
-  for (bool ue8m0 : {false, true}) {
+  for (ScaleMode mode : {ScaleMode::kFloat, ScaleMode::kPow2, ScaleMode::kPow2Requant}) {
+    const bool ue8m0 = mode == ScaleMode::kPow2;
     const std::vector<int64_t> shape = {3, 300, cols}, tile = {1, 128, 128};
     std::vector<float> v;
-    std::vector<uint16_t> bf = RandomBf16(3 * 300 * cols, ue8m0 ? 1 : 2, &v);
+    const bool requant = mode == ScaleMode::kPow2Requant;
+    std::vector<uint16_t> bf = RandomBf16(3 * 300 * cols, ue8m0 ? 1 : 2, &v, requant ? 0.7f : 1.0f);
     testing::Quantized want = testing::ReferenceQuantize(v, shape, 128, ue8m0);
+    if (requant) {
+      const testing::Quantized plain = want;
+      want = testing::ReferenceRequantUe8m0(plain, shape, 128);
+      EXPECT_NE(want.values, plain.values);  // the case tells the two apart
+    }
     char* in = ToDevice(bf);
     char* out = nullptr;
     char* scales = nullptr;
@@ -86,14 +96,16 @@ TEST(ConvertGpuTest, WholeTilesEqualTheReference) {
     ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
     auto ops = MakeCudaConvertOps(s);
     absl::Status st = ops->QuantizeWhole(in, DType::kBF16, *Box::FromShape(shape), tile,
-                                         ue8m0, out, scales, "w");
+                                         mode, out, scales, "w");
     ASSERT_TRUE(st.ok()) << st;
     ASSERT_TRUE(ops->Sync().ok());
     EXPECT_EQ(FromDevice<uint8_t>(out, v.size()), want.values);
     EXPECT_EQ(FromDevice<float>(scales, want.scales.size()), want.scales);
     std::printf("%s whole tiles, rows of %lld%s: %zu elements bit-equal to the reference\n",
                 HasFailure() ? "FAIL" : "PASS", static_cast<long long>(cols),
-                ue8m0 ? " (ue8m0)" : "", v.size());
+                mode == ScaleMode::kPow2 ? " (ue8m0)"
+                : mode == ScaleMode::kPow2Requant ? " (requantized to ue8m0)" : "",
+                v.size());
     cudaFree(in);
     cudaFree(out);
     cudaFree(scales);
@@ -129,8 +141,8 @@ TEST(ConvertGpuTest, CutTilesWithCombinedAmaxEqualTheReference) {
   for (int p = 0; p < 2; ++p) {
     char* out = nullptr;
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), 150 * 200), cudaSuccess);
-    ASSERT_TRUE(ops->Quantize(in[p], DType::kBF16, parts[p], tile, amax[p], false, out,
-                              nullptr).ok());
+    ASSERT_TRUE(ops->Quantize(in[p], DType::kBF16, parts[p], tile, amax[p], ScaleMode::kFloat,
+                              out, nullptr).ok());
     ASSERT_TRUE(ops->Sync().ok());
     std::vector<uint8_t> got = FromDevice<uint8_t>(out, 150 * 200);
     std::vector<uint8_t> exp(want.values.begin() + parts[p].origin(0) * 200,
@@ -176,12 +188,13 @@ TEST(ConvertGpuTest, NegExpAndNonFinite) {
   // deferred to Sync(): a clean call before the bad one does not hide it,
   // and the error names the bad call's tensor.
   absl::Status st = ops->QuantizeWhole(in, DType::kBF16, Box::Unchecked({10, 0}, {200, 260}),
-                                       {128, 128}, false, out, nullptr, "tensor good");
+                                       {128, 128}, ScaleMode::kFloat, out, nullptr,
+                                       "tensor good");
   bf[5 * 260 + 7] = 0x7FC0;
   char* bad_in = ToDevice(bf);
   if (st.ok()) {
     st = ops->QuantizeWhole(bad_in, DType::kBF16, Box::Unchecked({10, 0}, {200, 260}), {128, 128},
-                            false, out, nullptr, "tensor w, trainer rank 3");
+                            ScaleMode::kFloat, out, nullptr, "tensor w, trainer rank 3");
   }
   if (st.ok()) st = ops->Sync();
   EXPECT_THAT(st.message(),
@@ -220,7 +233,8 @@ TEST(ConvertGpuTest, QuantizeThroughputNextToACopy) {
     float ms = 0;
     cudaEventRecord(a, s);
     ASSERT_TRUE(
-        ops->QuantizeWhole(in, DType::kBF16, box, {128, 128}, false, out, scales, "w").ok());
+        ops->QuantizeWhole(in, DType::kBF16, box, {128, 128}, ScaleMode::kFloat, out, scales,
+                           "w").ok());
     cudaEventRecord(b, s);
     ASSERT_TRUE(ops->Sync().ok());
     cudaEventSynchronize(b);

@@ -21,23 +21,88 @@ __device__ float RefitLoadF32(const char* p, int dtype, int64_t i) {
   return reinterpret_cast<const float*>(p)[i];
 }
 
-__device__ float RefitBlockScale(float amax, bool ue8m0) {
-  float scale = __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f);
-  if (ue8m0) {
-    const unsigned int u = __float_as_uint(scale);
-    if ((u & 0x7FFFFFu) != 0) scale = __uint_as_float((u & 0xFF800000u) + 0x800000u);
+__device__ float RefitPow2Ceil(float scale) {
+  const unsigned int u = __float_as_uint(scale);
+  return (u & 0x7FFFFFu) != 0 ? __uint_as_float((u & 0xFF800000u) + 0x800000u) : scale;
+}
+
+// The value of e4m3(clamp(x, -448, 448)), exactly.
+__device__ float RefitE4M3Value(float x) {
+  const __nv_fp8_storage_t q =
+      __nv_cvt_float_to_fp8(fminf(fmaxf(x, -448.0f), 448.0f), __NV_SATFINITE, __NV_E4M3);
+  const __half h = __nv_cvt_fp8_to_halfraw(q, __NV_E4M3);
+  return __half2float(h);
+}
+
+// E8m0ScaleByte of exec/quantize.cc: clamp(ceil(log2(max(amax, 2^-126) /
+// 448)) + 127, 0, 254), the logarithm read exactly off the quotient's bits.
+__device__ int RefitE8m0Byte(float amax) {
+  const float r = __fdiv_rn(fmaxf(amax, 1.17549435e-38f), 448.0f);
+  const unsigned int u = __float_as_uint(r);
+  const int e = static_cast<int>(u >> 23);
+  const unsigned int m = u & 0x7FFFFFu;
+  int c;  // ceil(log2(r))
+  if (e > 0) {
+    c = e - 127 + (m != 0 ? 1 : 0);
+  } else {  // subnormal: r = m * 2^-149, m >= 1
+    c = (m > 1 ? 32 - __clz(m - 1) : 0) - 149;
   }
-  return scale;
+  return min(254, max(0, c + 127));
+}
+
+// 2^(e - 127) for an E8M0 byte (2^-127 is subnormal).
+__device__ float RefitE8m0Value(int e) {
+  return e == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(static_cast<unsigned>(e) << 23);
+}
+
+// BlockScale of exec/quantize.cc: the scale a tile is quantized with.
+__device__ float RefitBlockScale(float amax, int mode) {
+  if (mode == kScaleE8m0) return RefitE8m0Value(RefitE8m0Byte(amax));
+  const float s1 = __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f);
+  if (mode == kScaleFloat) return s1;
+  if (mode == kScalePow2) return RefitPow2Ceil(s1);
+  const float amax2 = __fmul_rn(RefitE4M3Value(__fmul_rn(amax, __fdiv_rn(1.0f, s1))), s1);
+  return RefitPow2Ceil(__fdiv_rn(fmaxf(amax2, 1e-4f), 448.0f));
+}
+
+// Per tile: codes are e4m3(clamp(RefitScaled(x))).
+struct RefitTileScales {
+  float scale;  // written to the scale tensor
+  float inv;    // 1 / the scale x is first divided by (s1 for requant)
+  float s1, inv2;
+};
+__device__ RefitTileScales RefitScalesOf(float amax, int mode) {
+  RefitTileScales t;
+  t.scale = RefitBlockScale(amax, mode);
+  t.s1 = mode == kScaleRequant ? RefitBlockScale(amax, kScaleFloat) : t.scale;
+  t.inv = __fdiv_rn(1.0f, t.s1);
+  t.inv2 = __fdiv_rn(1.0f, t.scale);
+  return t;
+}
+__device__ float RefitScaled(float v, const RefitTileScales& t, int mode) {
+  const float x = __fmul_rn(v, t.inv);
+  if (mode != kScaleRequant) return x;
+  return __fmul_rn(__fmul_rn(RefitE4M3Value(x), t.s1), t.inv2);
+}
+
+// Writes scale element k: the f32 scale, or for kScaleE8m0 its byte.
+__device__ void RefitStoreScale(void* scales, int64_t k, int mode, float scale) {
+  if (mode == kScaleE8m0) {
+    static_cast<unsigned char*>(scales)[k] =
+        static_cast<unsigned char>((__float_as_uint(scale) >> 23) & 0xFF);
+  } else {
+    static_cast<float*>(scales)[k] = scale;
+  }
 }
 
 // One block per tile: (l, i, j) = (blockIdx.z, blockIdx.y, blockIdx.x).
 __global__ void RefitTileAmaxKernel(DenseBox b, int64_t tr0, int64_t tc0,
                                     float* amax, long long* bad) {
   const int64_t l = blockIdx.z, ti = tr0 + blockIdx.y, tj = tc0 + blockIdx.x;
-  const int64_t rb = max(ti * b.block, b.r0) - b.r0;
-  const int64_t re = min((ti + 1) * b.block, b.r0 + b.R) - b.r0;
-  const int64_t cb = max(tj * b.block, b.c0) - b.c0;
-  const int64_t ce = min((tj + 1) * b.block, b.c0 + b.C) - b.c0;
+  const int64_t rb = max(ti * b.block_r, b.r0) - b.r0;
+  const int64_t re = min((ti + 1) * b.block_r, b.r0 + b.R) - b.r0;
+  const int64_t cb = max(tj * b.block_c, b.c0) - b.c0;
+  const int64_t ce = min((tj + 1) * b.block_c, b.c0 + b.C) - b.c0;
   const int64_t w = ce - cb, n = (re - rb) * w;
   float m = 0.0f;
   for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
@@ -57,27 +122,27 @@ __global__ void RefitTileAmaxKernel(DenseBox b, int64_t tr0, int64_t tc0,
 }
 
 __global__ void RefitQuantizeKernel(DenseBox b, int64_t tr0, int64_t tc0,
-                                    const float* amax, bool ue8m0, unsigned char* out,
-                                    float* scales, int64_t otr0, int64_t otc0,
+                                    const float* amax, int mode, unsigned char* out,
+                                    void* scales, int64_t otr0, int64_t otc0,
                                     int64_t otr, int64_t otc) {
   const int64_t l = blockIdx.z, ti = tr0 + blockIdx.y, tj = tc0 + blockIdx.x;
   const float a = amax[(l * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x];
-  const float scale = RefitBlockScale(a, ue8m0);
-  const float inv = __fdiv_rn(1.0f, scale);
-  const int64_t rb = max(ti * b.block, b.r0) - b.r0;
-  const int64_t re = min((ti + 1) * b.block, b.r0 + b.R) - b.r0;
-  const int64_t cb = max(tj * b.block, b.c0) - b.c0;
-  const int64_t ce = min((tj + 1) * b.block, b.c0 + b.C) - b.c0;
+  const RefitTileScales ts = RefitScalesOf(a, mode);
+  const float scale = ts.scale;
+  const int64_t rb = max(ti * b.block_r, b.r0) - b.r0;
+  const int64_t re = min((ti + 1) * b.block_r, b.r0 + b.R) - b.r0;
+  const int64_t cb = max(tj * b.block_c, b.c0) - b.c0;
+  const int64_t ce = min((tj + 1) * b.block_c, b.c0 + b.C) - b.c0;
   const int64_t w = ce - cb, n = (re - rb) * w;
   for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
     const int64_t idx = (l * b.R + rb + k / w) * b.C + cb + k % w;
-    const float x = __fmul_rn(RefitLoadF32(b.data, b.dtype, idx), inv);
+    const float x = RefitScaled(RefitLoadF32(b.data, b.dtype, idx), ts, mode);
     out[idx] = static_cast<unsigned char>(
         __nv_cvt_float_to_fp8(fminf(fmaxf(x, -448.0f), 448.0f), __NV_SATFINITE, __NV_E4M3));
   }
   if (threadIdx.x == 0 && scales != nullptr && ti >= otr0 && ti < otr0 + otr &&
       tj >= otc0 && tj < otc0 + otc) {
-    scales[(l * otr + (ti - otr0)) * otc + (tj - otc0)] = scale;
+    RefitStoreScale(scales, (l * otr + (ti - otr0)) * otc + (tj - otc0), mode, scale);
   }
 }
 
@@ -87,13 +152,13 @@ constexpr int kFusedThreads = 512;
 constexpr int kFusedPerThread = 32;  // 512 * 32 = one 128 x 128 tile
 
 __global__ void __launch_bounds__(kFusedThreads) RefitQuantizeFusedKernel(
-    DenseBox b, int64_t tr0, int64_t tc0, bool ue8m0, unsigned char* out, float* scales,
+    DenseBox b, int64_t tr0, int64_t tc0, int mode, unsigned char* out, void* scales,
     int64_t otr0, int64_t otc0, int64_t otr, int64_t otc, long long* bad) {
   const int64_t l = blockIdx.z, ti = tr0 + blockIdx.y, tj = tc0 + blockIdx.x;
-  const int64_t rb = max(ti * b.block, b.r0) - b.r0;
-  const int64_t re = min((ti + 1) * b.block, b.r0 + b.R) - b.r0;
-  const int64_t cb = max(tj * b.block, b.c0) - b.c0;
-  const int64_t ce = min((tj + 1) * b.block, b.c0 + b.C) - b.c0;
+  const int64_t rb = max(ti * b.block_r, b.r0) - b.r0;
+  const int64_t re = min((ti + 1) * b.block_r, b.r0 + b.R) - b.r0;
+  const int64_t cb = max(tj * b.block_c, b.c0) - b.c0;
+  const int64_t ce = min((tj + 1) * b.block_c, b.c0 + b.C) - b.c0;
   const int w = static_cast<int>(ce - cb), n = static_cast<int>((re - rb) * (ce - cb));
   const int64_t base = (l * b.R + rb) * b.C + cb;
   float v[kFusedPerThread];
@@ -111,24 +176,25 @@ __global__ void __launch_bounds__(kFusedThreads) RefitQuantizeFusedKernel(
   }
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   __shared__ float warp_max[kFusedThreads / 32];
-  __shared__ float tile_scale;
+  __shared__ float tile_amax;
   if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w2 = 1; w2 < kFusedThreads / 32; ++w2) m = fmaxf(m, warp_max[w2]);
-    tile_scale = RefitBlockScale(m, ue8m0);
-    if (scales != nullptr && ti >= otr0 && ti < otr0 + otr && tj >= otc0 && tj < otc0 + otc) {
-      scales[(l * otr + (ti - otr0)) * otc + (tj - otc0)] = tile_scale;
-    }
+    tile_amax = m;
   }
   __syncthreads();
-  const float inv = __fdiv_rn(1.0f, tile_scale);
+  const RefitTileScales ts = RefitScalesOf(tile_amax, mode);
+  if (threadIdx.x == 0 && scales != nullptr && ti >= otr0 && ti < otr0 + otr && tj >= otc0 &&
+      tj < otc0 + otc) {
+    RefitStoreScale(scales, (l * otr + (ti - otr0)) * otc + (tj - otc0), mode, ts.scale);
+  }
 #pragma unroll
   for (int q = 0; q < kFusedPerThread; ++q) {
     const int k = q * kFusedThreads + threadIdx.x;
     if (k < n) {
       const int64_t idx = base + static_cast<int64_t>(k / w) * b.C + k % w;
-      const float x = __fmul_rn(v[q], inv);
+      const float x = RefitScaled(v[q], ts, mode);
       out[idx] = static_cast<unsigned char>(
           __nv_cvt_float_to_fp8(fminf(fmaxf(x, -448.0f), 448.0f), __NV_SATFINITE, __NV_E4M3));
     }
@@ -146,7 +212,7 @@ constexpr int kVecRows = kVecThreads / 16;  // rows per pass
 constexpr int kVecPasses = 128 / kVecRows;
 
 __global__ void __launch_bounds__(kVecThreads) RefitQuantizeBf16x8Kernel(
-    DenseBox b, int64_t tr0, int64_t tc0, bool ue8m0, unsigned char* out, float* scales,
+    DenseBox b, int64_t tr0, int64_t tc0, int mode, unsigned char* out, void* scales,
     int64_t otr0, int64_t otc0, int64_t otr, int64_t otc, long long* bad) {
   const int64_t l = blockIdx.z, ti = tr0 + blockIdx.y, tj = tc0 + blockIdx.x;
   const int64_t rb = max(ti * 128, b.r0) - b.r0;
@@ -186,10 +252,11 @@ __global__ void __launch_bounds__(kVecThreads) RefitQuantizeBf16x8Kernel(
   __syncthreads();
 #pragma unroll
   for (int w2 = 0; w2 < kVecThreads / 32; ++w2) m = max(m, warp_max[w2]);
-  const float tile_scale = RefitBlockScale(__uint_as_float(m), ue8m0);
+  // kScaleFloat or kScalePow2 only (requant takes the fused kernel).
+  const float tile_scale = RefitBlockScale(__uint_as_float(m), mode);
   if (threadIdx.x == 0 && scales != nullptr && ti >= otr0 && ti < otr0 + otr && tj >= otc0 &&
       tj < otc0 + otc) {
-    scales[(l * otr + (ti - otr0)) * otc + (tj - otc0)] = tile_scale;
+    RefitStoreScale(scales, (l * otr + (ti - otr0)) * otc + (tj - otc0), mode, tile_scale);
   }
   const float inv = __fdiv_rn(1.0f, tile_scale);
 #pragma unroll
@@ -212,6 +279,36 @@ __global__ void __launch_bounds__(kVecThreads) RefitQuantizeBf16x8Kernel(
   }
 }
 
+// 1 x 32 blocks (MXFP8), none cut by the box: one warp per block, lane i
+// holding column i of it; blocks numbered row-major over (l, row, block
+// column), kMxWarps per thread block. The box's block columns all lie
+// wholly in it (its column origin and extent are multiples of 32 or the
+// block is the tensor's last, partial one).
+constexpr int kMxWarpBlock = 32;
+constexpr int kMxWarps = 8;
+
+__global__ void __launch_bounds__(kMxWarps * 32) RefitQuantizeMxKernel(
+    DenseBox b, int mode, unsigned char* out, void* scales, long long* bad) {
+  const int64_t tc = (b.C + kMxWarpBlock - 1) / kMxWarpBlock;
+  const int64_t blk = static_cast<int64_t>(blockIdx.x) * kMxWarps + (threadIdx.x >> 5);
+  if (blk >= b.L * b.R * tc) return;  // whole warps leave together
+  const int lane = threadIdx.x & 31;
+  const int64_t row = blk / tc, j = blk % tc;  // row over (l, r)
+  const int64_t col = j * kMxWarpBlock + lane;
+  const bool on = col < b.C;
+  const int64_t idx = row * b.C + col;
+  float v = on ? RefitLoadF32(b.data, b.dtype, idx) : 0.0f;
+  if (on && !isfinite(v)) atomicMin(bad, static_cast<long long>(idx));
+  float m = fabsf(v);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  const float scale = RefitBlockScale(m, mode);
+  if (lane == 0 && scales != nullptr) RefitStoreScale(scales, blk, mode, scale);
+  if (!on) return;
+  const float x = __fmul_rn(v, __fdiv_rn(1.0f, scale));
+  out[idx] = static_cast<unsigned char>(
+      __nv_cvt_float_to_fp8(fminf(fmaxf(x, -448.0f), 448.0f), __NV_SATFINITE, __NV_E4M3));
+}
+
 __global__ void RefitCastKernel(const char* in, int dtype, int64_t n, bool neg_exp,
                                 float* out) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -223,10 +320,10 @@ __global__ void RefitCastKernel(const char* in, int dtype, int64_t n, bool neg_e
 }
 
 int64_t TileRows(const DenseBox& b) {
-  return b.R == 0 ? 0 : (b.r0 + b.R + b.block - 1) / b.block - b.r0 / b.block;
+  return b.R == 0 ? 0 : (b.r0 + b.R + b.block_r - 1) / b.block_r - b.r0 / b.block_r;
 }
 int64_t TileCols(const DenseBox& b) {
-  return b.C == 0 ? 0 : (b.c0 + b.C + b.block - 1) / b.block - b.c0 / b.block;
+  return b.C == 0 ? 0 : (b.c0 + b.C + b.block_c - 1) / b.block_c - b.c0 / b.block_c;
 }
 
 // (Host helpers; kept out of an anonymous namespace like the kernels.)
@@ -242,49 +339,65 @@ struct Owned {
   int64_t r0, c0, rows, cols;
 };
 static Owned OwnedOf(const DenseBox& b) {
-  const int64_t r0 = (b.r0 + b.block - 1) / b.block;
-  const int64_t c0 = (b.c0 + b.block - 1) / b.block;
-  const int64_t rows = (b.r0 + b.R + b.block - 1) / b.block - r0;
-  const int64_t cols = (b.c0 + b.C + b.block - 1) / b.block - c0;
+  const int64_t r0 = (b.r0 + b.block_r - 1) / b.block_r;
+  const int64_t c0 = (b.c0 + b.block_c - 1) / b.block_c;
+  const int64_t rows = (b.r0 + b.R + b.block_r - 1) / b.block_r - r0;
+  const int64_t cols = (b.c0 + b.C + b.block_c - 1) / b.block_c - c0;
   return {r0, c0, rows > 0 ? rows : 0, cols > 0 ? cols : 0};
 }
 
 int LaunchTileAmax(const DenseBox& b, float* amax, long long* bad, void* stream) {
   if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
+  if (TileRows(b) > 65535 || TileCols(b) > 0x7FFFFFFF) {
+    return static_cast<int>(cudaErrorInvalidValue);  // grid y and x limits
+  }
   RefitTileAmaxKernel<<<GridOf(b), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      b, b.r0 / b.block, b.c0 / b.block, amax, bad);
+      b, b.r0 / b.block_r, b.c0 / b.block_c, amax, bad);
   return static_cast<int>(cudaGetLastError());
 }
 
-int LaunchQuantize(const DenseBox& b, const float* amax, bool ue8m0,
-                   unsigned char* out, float* scales, void* stream) {
+int LaunchQuantize(const DenseBox& b, const float* amax, int mode,
+                   unsigned char* out, void* scales, void* stream) {
   if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
+  if (TileRows(b) > 65535 || TileCols(b) > 0x7FFFFFFF) {
+    return static_cast<int>(cudaErrorInvalidValue);  // grid y and x limits
+  }
   const Owned o = OwnedOf(b);
   RefitQuantizeKernel<<<GridOf(b), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      b, b.r0 / b.block, b.c0 / b.block, amax, ue8m0, out, scales, o.r0, o.c0, o.rows,
+      b, b.r0 / b.block_r, b.c0 / b.block_c, amax, mode, out, scales, o.r0, o.c0, o.rows,
       o.cols);
   return static_cast<int>(cudaGetLastError());
 }
 
-int LaunchQuantizeFused(const DenseBox& b, bool ue8m0, unsigned char* out,
-                        float* scales, long long* bad, void* stream) {
+int LaunchQuantizeFused(const DenseBox& b, int mode, unsigned char* out,
+                        void* scales, long long* bad, void* stream) {
   if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
-  if (b.block * b.block > kFusedThreads * kFusedPerThread) {
+  if (b.block_r * b.block_c > kFusedThreads * kFusedPerThread) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
+  if (b.block_r == 1 && b.block_c == kMxWarpBlock && b.c0 % kMxWarpBlock == 0) {
+    const int64_t blocks = b.L * b.R * TileCols(b);
+    const int64_t ctas = (blocks + kMxWarps - 1) / kMxWarps;
+    if (ctas > 0x7FFFFFFF) return static_cast<int>(cudaErrorInvalidValue);
+    RefitQuantizeMxKernel<<<static_cast<unsigned>(ctas), kMxWarps * 32, 0,
+                            static_cast<cudaStream_t>(stream)>>>(b, mode, out, scales, bad);
+    return static_cast<int>(cudaGetLastError());
+  }
+  if (TileRows(b) > 65535) return static_cast<int>(cudaErrorInvalidValue);
   const dim3 grid = GridOf(b);
   const Owned o = OwnedOf(b);
-  const bool vec = b.dtype == kConvertBF16 && b.block == 128 && b.C % 8 == 0 &&
+  const bool vec = mode != kScaleRequant && mode != kScaleE8m0 && b.dtype == kConvertBF16 &&
+                   b.block_r == 128 && b.block_c == 128 && b.C % 8 == 0 &&
                    b.c0 % 8 == 0 && reinterpret_cast<uintptr_t>(b.data) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(out) % 8 == 0;
   if (vec) {
     RefitQuantizeBf16x8Kernel<<<grid, kVecThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        b, b.r0 / b.block, b.c0 / b.block, ue8m0, out, scales, o.r0, o.c0, o.rows, o.cols,
+        b, b.r0 / b.block_r, b.c0 / b.block_c, mode, out, scales, o.r0, o.c0, o.rows, o.cols,
         bad);
     return static_cast<int>(cudaGetLastError());
   }
   RefitQuantizeFusedKernel<<<grid, kFusedThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      b, b.r0 / b.block, b.c0 / b.block, ue8m0, out, scales, o.r0, o.c0, o.rows, o.cols,
+      b, b.r0 / b.block_r, b.c0 / b.block_c, mode, out, scales, o.r0, o.c0, o.rows, o.cols,
       bad);
   return static_cast<int>(cudaGetLastError());
 }

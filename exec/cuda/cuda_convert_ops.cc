@@ -35,14 +35,20 @@ absl::StatusOr<int> DtypeCode(DType d) {
 absl::StatusOr<cuda::DenseBox> Dense(const char* data, DType dtype, const Box& box,
                                      const std::vector<int64_t>& tile) {
   const int n = box.rank();
-  if (n < 2 || tile.size() != static_cast<size_t>(n) || tile[n - 1] != tile[n - 2]) {
-    return absl::InvalidArgumentError("FP8 tiles must be square on the last two dims");
+  if (n < 2 || tile.size() != static_cast<size_t>(n) ||
+      (tile[n - 1] != tile[n - 2] && tile[n - 2] != 1)) {
+    return absl::InvalidArgumentError(
+        "block tiles must be square (FP8) or 1 x k (MXFP8) on the last two dims");
   }
   REFIT_ASSIGN_OR_RETURN(int code, DtypeCode(dtype));
   cuda::DenseBox b{data, code, 1, box.shape(n - 2), box.shape(n - 1),
-                   box.origin(n - 2), box.origin(n - 1), tile[n - 1]};
+                   box.origin(n - 2), box.origin(n - 1), tile[n - 2], tile[n - 1]};
   for (int d = 0; d + 2 < n; ++d) b.L *= box.shape(d);
-  if (cuda::TileRows(b) > 65535 || b.L > 65535) {
+  // The MXFP8 kernel for whole 1 x 32 blocks numbers its blocks on one
+  // grid axis; the others take tile rows and L on theirs (LaunchTileAmax
+  // and LaunchQuantize refuse more than 65535 tile rows themselves).
+  const bool mx = tile[n - 2] == 1;
+  if ((!mx && cuda::TileRows(b) > 65535) || b.L > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("box ", box.ToString(),
                                                    " has too many FP8 tiles for one launch"));
   }
@@ -90,7 +96,7 @@ class CudaConvertOps : public ConvertOps {
         "gather tasks"));
     REFIT_RETURN_IF_ERROR(CudaStatus(
         static_cast<cudaError_t>(cuda::LaunchCopies(
-            reinterpret_cast<const cuda::DeviceCopy*>(tasks_), static_cast<int>(copies.size()),
+            reinterpret_cast<const ResolvedCopy*>(tasks_), static_cast<int>(copies.size()),
             s_)),
         "gather launch"));
     return dense_;
@@ -115,7 +121,7 @@ class CudaConvertOps : public ConvertOps {
 
   absl::Status Quantize(const char* dense, DType dtype, const Box& box,
                         const std::vector<int64_t>& tile, const std::vector<float>& amax,
-                        bool ue8m0, char* out, char* scales) override {
+                        ScaleMode mode, char* out, char* scales) override {
     REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, Dense(dense, dtype, box, tile));
     const int64_t bytes = static_cast<int64_t>(amax.size()) * 4;
     REFIT_RETURN_IF_ERROR(Grow(&amax_, &amax_bytes_, bytes));
@@ -124,15 +130,15 @@ class CudaConvertOps : public ConvertOps {
         cudaMemcpy(amax_, amax.data(), bytes, cudaMemcpyHostToDevice), "amax to device"));
     return CudaStatus(
         static_cast<cudaError_t>(cuda::LaunchQuantize(
-            b, reinterpret_cast<const float*>(amax_), ue8m0,
-            reinterpret_cast<unsigned char*>(out), reinterpret_cast<float*>(scales), s_)),
+            b, reinterpret_cast<const float*>(amax_), static_cast<int>(mode),
+            reinterpret_cast<unsigned char*>(out), scales, s_)),
         "quantize launch");
   }
 
   // Non-finite checks are deferred: each call gets a slot of a device flag
   // array, reset once per batch and read back once, by Sync().
   absl::Status QuantizeWhole(const char* dense, DType dtype, const Box& box,
-                             const std::vector<int64_t>& tile, bool ue8m0, char* out,
+                             const std::vector<int64_t>& tile, ScaleMode mode, char* out,
                              char* scales, absl::string_view what) override {
     REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, AnnotateStatus(Dense(dense, dtype, box, tile), what));
     if (pending_.size() == kSlots) REFIT_RETURN_IF_ERROR(Sync());
@@ -149,8 +155,8 @@ class CudaConvertOps : public ConvertOps {
     long long* slot = slots_ + pending_.size();
     pending_.push_back({box, std::string(what)});
     return CudaStatus(static_cast<cudaError_t>(cuda::LaunchQuantizeFused(
-                          b, ue8m0, reinterpret_cast<unsigned char*>(out),
-                          reinterpret_cast<float*>(scales), slot, s_)),
+                          b, static_cast<int>(mode), reinterpret_cast<unsigned char*>(out),
+                          scales, slot, s_)),
                       absl::StrCat(what, ": quantize launch"));
   }
 

@@ -1,6 +1,6 @@
-// CudaLanes: a device transport's lanes as the CUDA copy engine sees them.
-// NcclTransport implements it; MakeCudaCopyEngine
-// (cuda_copy_engine.h) runs its copies on these streams.
+// CudaLanes: a device transport's lanes as the CUDA copier sees them.
+// NcclTransport implements it; MakeCudaCopier
+// (cuda_copier.h) runs its copies on these streams.
 #ifndef REFIT_EXEC_CUDA_CUDA_LANES_H_
 #define REFIT_EXEC_CUDA_CUDA_LANES_H_
 
@@ -10,7 +10,7 @@
 
 namespace refit {
 
-// A device transport's lanes as the CUDA copy engine sees them: one CUDA
+// A device transport's lanes as the CUDA copier sees them: one CUDA
 // stream per lane, and a check that fails once the transport was cancelled
 // (so waits on those streams end promptly).
 class CudaLanes {

@@ -5,10 +5,23 @@
 
 namespace refit {
 
+namespace {
+
+std::string Message(cudaError_t e, const std::string& what) {
+  return absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+}
+
+}  // namespace
+
+absl::Status CudaStatus(cudaError_t e, const std::string& what, absl::StatusCode code) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  (void)cudaGetLastError();
+  return absl::Status(code, Message(e, what));
+}
+
 absl::Status CudaStatus(cudaError_t e, const std::string& what) {
   if (e == cudaSuccess) return absl::OkStatus();
-  const std::string msg =
-      absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+  const std::string msg = Message(e, what);
   switch (e) {
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:

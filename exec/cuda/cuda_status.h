@@ -16,6 +16,11 @@ namespace refit {
 // driver, RESOURCE_EXHAUSTED for out of memory) "<what>: <cuda error>".
 absl::Status CudaStatus(cudaError_t e, const std::string& what);
 
+// As above, but every error gets `code` (a data plane that documents one
+// code for device errors, e.g. the pull path's UNAVAILABLE), and the
+// thread's last CUDA error is cleared.
+absl::Status CudaStatus(cudaError_t e, const std::string& what, absl::StatusCode code);
+
 }  // namespace refit
 
 // Returns CudaStatus(x, "x") from the enclosing function (returning

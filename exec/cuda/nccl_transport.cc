@@ -23,7 +23,7 @@ struct NcclTransport::Lane {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   cudaEvent_t done = nullptr;               // unused spare (kept for teardown)
-  std::deque<cudaEvent_t> pending;          // one per round in flight, oldest first
+  std::deque<cudaEvent_t> pending;          // one per wave in flight, oldest first
   std::vector<cudaEvent_t> spare;           // recorded-and-waited events to reuse
   std::set<int32_t> peers;
   absl::Status error;
@@ -184,14 +184,11 @@ absl::Status NcclTransport::CheckCancelled() {
   return Abort(*lanes_[0], cancel_.status());
 }
 
-absl::Status NcclTransport::StartRound(int32_t lane,
+absl::Status NcclTransport::StartWave(int32_t lane,
                                        absl::Span<const SendOp> sends,
                                        absl::Span<const RecvOp> recvs,
                                        absl::Time deadline) {
-  if (lane < 0 || lane >= num_lanes()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank_, ": lane ", lane, " out of range"));
-  }
+  REFIT_RETURN_IF_ERROR(CheckWaveArguments(rank_, world_size_, num_lanes(), lane, sends, recvs));
   Lane& L = *lanes_[lane];
   if (!L.error.ok()) return L.error;
   if (cancel_.cancelled()) return Abort(L, cancel_.status());
@@ -213,11 +210,11 @@ absl::Status NcclTransport::StartRound(int32_t lane,
   ncclResult_t e = ncclGroupEnd();
   if (r == ncclSuccess || r == ncclInProgress) r = e;
   if (r != ncclSuccess && r != ncclInProgress) {
-    return Abort(L, NcclStatus(r, what + ": posting a round", L.comm));
+    return Abort(L, NcclStatus(r, what + ": posting a wave", L.comm));
   }
   // Non-blocking communicator: wait until the group is enqueued.
   absl::Status s =
-      WaitComm(L.comm, deadline, what + ": enqueueing a round", &cancel_);
+      WaitComm(L.comm, deadline, what + ": enqueueing a wave", &cancel_);
   if (absl::IsCancelled(s)) s = cancel_.status();
   if (!s.ok()) return Abort(L, s);
   cudaEvent_t ev = nullptr;
@@ -238,11 +235,8 @@ absl::Status NcclTransport::StartRound(int32_t lane,
   return absl::OkStatus();
 }
 
-absl::Status NcclTransport::WaitRound(int32_t lane, absl::Time deadline) {
-  if (lane < 0 || lane >= num_lanes()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank_, ": lane ", lane, " out of range"));
-  }
+absl::Status NcclTransport::WaitWave(int32_t lane, absl::Time deadline) {
+  REFIT_RETURN_IF_ERROR(CheckLane(rank_, lane, num_lanes()));
   Lane& L = *lanes_[lane];
   if (!L.error.ok()) return L.error;
   if (L.pending.empty()) return absl::OkStatus();
@@ -253,7 +247,7 @@ absl::Status NcclTransport::WaitRound(int32_t lane, absl::Time deadline) {
     cudaError_t q = cudaEventQuery(L.pending.front());
     if (q == cudaSuccess) break;
     if (q != cudaErrorNotReady) {
-      return Abort(L, CudaStatus(q, what + ": round failed"));
+      return Abort(L, CudaStatus(q, what + ": wave failed"));
     }
     ncclResult_t r = ncclSuccess;
     ncclCommGetAsyncError(L.comm, &r);
@@ -264,7 +258,7 @@ absl::Status NcclTransport::WaitRound(int32_t lane, absl::Time deadline) {
     if (absl::Now() > deadline) {
       const char* last = ncclGetLastError(L.comm);
       return Abort(L, absl::DeadlineExceededError(absl::StrCat(
-                          what, ": round not complete by the deadline; "
+                          what, ": wave not complete by the deadline; "
                           "communicator aborted",
                           last && *last ? absl::StrCat(" (", last, ")") : "")));
     }

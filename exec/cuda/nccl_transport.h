@@ -1,8 +1,8 @@
 // NcclTransport: device buffers over NCCL. One non-blocking communicator
 // (ncclCommInitRankConfig, blocking = 0) and one CUDA stream per lane, the
-// unique id of each lane exchanged through a KvStore. A round is one
+// unique id of each lane exchanged through a KvStore. A wave is one
 // ncclGroupStart / ncclSend / ncclRecv / ncclGroupEnd on the lane's stream;
-// WaitRound polls the round's event and ncclCommGetAsyncError against the
+// WaitWave polls the wave's event and ncclCommGetAsyncError against the
 // deadline and, on timeout or error, aborts the communicators of EVERY lane
 // (ncclCommAbort) and returns a status naming the peers and
 // ncclGetLastError. All lanes go down together: a dead peer leaves the other
@@ -11,9 +11,9 @@
 // executor's teardown) forever. Afterwards every call fails with the first
 // error; build a new transport to go on.
 //
-// Its lanes are CudaLanes: MakeCudaCopyEngine (cuda_copy_engine.h) gives the
+// Its lanes are CudaLanes: MakeCudaCopier (cuda_copier.h) gives the
 // executor device staging and the pack/unpack kernels on the same lane
-// streams (so packing is stream-ordered before the round's sends).
+// streams (so packing is stream-ordered before the wave's sends).
 #ifndef REFIT_EXEC_CUDA_NCCL_TRANSPORT_H_
 #define REFIT_EXEC_CUDA_NCCL_TRANSPORT_H_
 
@@ -54,15 +54,15 @@ class NcclTransport : public Transport, public CudaLanes {
   int32_t world_size() const override { return world_size_; }
   int32_t num_lanes() const override;
   MemoryKind memory_kind() const override { return MemoryKind::kDevice; }
-  absl::Status StartRound(int32_t lane, absl::Span<const SendOp> sends,
+  absl::Status StartWave(int32_t lane, absl::Span<const SendOp> sends,
                           absl::Span<const RecvOp> recvs,
                           absl::Time deadline) override;
-  absl::Status WaitRound(int32_t lane, absl::Time deadline) override;
+  absl::Status WaitWave(int32_t lane, absl::Time deadline) override;
   // The polling waits see it within microseconds and take every lane down
-  // (revoke + abort), as for a failed round.
+  // (revoke + abort), as for a failed wave.
   void Cancel(const absl::Status& reason) override;
-  // Rounds queue on the lane's stream; WaitRound waits for the oldest.
-  int32_t max_rounds_per_lane() const override { return 1 << 20; }
+  // Waves queue on the lane's stream; WaitWave waits for the oldest.
+  int32_t max_waves_per_lane() const override { return 1 << 20; }
 
   // OK, or — after Cancel — takes every lane down (once) and returns the
   // reason. For waits outside the transport on its lanes' streams (the copy

@@ -7,9 +7,9 @@ namespace refit {
 namespace cuda {
 namespace {
 
-__global__ void CopyKernel(const DeviceCopy* tasks, int n) {
+__global__ void CopyKernel(const ResolvedCopy* tasks, int n) {
   for (int t = blockIdx.y; t < n; t += gridDim.y) {
-    const DeviceCopy c = tasks[t];
+    const ResolvedCopy c = tasks[t];
     const bool wide =
         ((reinterpret_cast<uintptr_t>(c.src) | reinterpret_cast<uintptr_t>(c.dst) |
           static_cast<uintptr_t>(c.row_bytes) |
@@ -36,7 +36,7 @@ __global__ void CopyKernel(const DeviceCopy* tasks, int n) {
 
 }  // namespace
 
-int LaunchCopies(const DeviceCopy* tasks, int n, void* stream) {
+int LaunchCopies(const ResolvedCopy* tasks, int n, void* stream) {
   if (n <= 0) return 0;
   const int gx = n >= 2048 ? 1 : (2048 / n < 264 ? 2048 / n : 264);
   dim3 grid(gx, n < 65535 ? n : 65535);

@@ -7,23 +7,15 @@
 
 #include <cstdint>
 
+#include "exec/resolved_copy.h"
+
 namespace refit {
 namespace cuda {
-
-// Same layout as refit::ResolvedCopy (copy_program.h).
-struct DeviceCopy {
-  const char* src;
-  char* dst;
-  int64_t rows;
-  int64_t row_bytes;
-  int64_t src_row_stride;
-  int64_t dst_row_stride;
-};
 
 // Launches the copies of the device array `tasks` (n entries) on `stream`
 // (a cudaStream_t). Returns the cudaError_t of the launch as an int
 // (0 = success).
-int LaunchCopies(const DeviceCopy* tasks, int n, void* stream);
+int LaunchCopies(const ResolvedCopy* tasks, int n, void* stream);
 
 }  // namespace cuda
 }  // namespace refit

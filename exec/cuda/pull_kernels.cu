@@ -88,7 +88,7 @@ __global__ void ChecksumKernel(const char* p, int64_t bytes, uint8_t key,
 
 namespace {
 
-uint32_t WordShift(const PullCopy& c) {
+uint32_t WordShift(const ResolvedCopy& c) {
   const uint64_t bits = reinterpret_cast<uintptr_t>(c.src) |
                         reinterpret_cast<uintptr_t>(c.dst) |
                         static_cast<uint64_t>(c.row_bytes) |
@@ -101,11 +101,11 @@ uint32_t WordShift(const PullCopy& c) {
 
 }  // namespace
 
-std::vector<PullItem> SplitPullItems(const std::vector<PullCopy>& copies,
+std::vector<PullItem> SplitPullItems(const std::vector<ResolvedCopy>& copies,
                                      int64_t max_item_bytes) {
   max_item_bytes = std::max<int64_t>(16, max_item_bytes / 16 * 16);
   std::vector<PullItem> out;
-  for (PullCopy c : copies) {
+  for (ResolvedCopy c : copies) {
     if (c.rows <= 0 || c.row_bytes <= 0) continue;
     if (c.rows > 1 && c.src_row_stride == c.row_bytes &&
         c.dst_row_stride == c.row_bytes) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "exec/resolved_copy.h"
 
 namespace refit {
 namespace cuda {
@@ -32,19 +33,9 @@ struct PullItem {
   uint32_t reserved;
 };
 
-// A strided 2-D copy (the layout of refit::ResolvedCopy, copy_program.h).
-struct PullCopy {
-  const char* src;
-  char* dst;
-  int64_t rows;
-  int64_t row_bytes;
-  int64_t src_row_stride;
-  int64_t dst_row_stride;
-};
-
 // Items covering `copies` (device addresses), each at most max_item_bytes
 // (a multiple of 16, >= 16) bytes. Copies of zero bytes give no item.
-std::vector<PullItem> SplitPullItems(const std::vector<PullCopy>& copies,
+std::vector<PullItem> SplitPullItems(const std::vector<ResolvedCopy>& copies,
                                      int64_t max_item_bytes);
 
 // Launches the items of the device array `items` (n entries, n < 2^31) on

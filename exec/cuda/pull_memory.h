@@ -1,5 +1,5 @@
 // Sharing device buffers between the processes of one host, for the
-// colocated data plane (pull_engine.h): a sender describes its buffers once
+// colocated data plane (pull_runner.h): a sender describes its buffers once
 // (MemoryExporter), a receiver maps them once (MemoryImporter) and reads
 // them in place from then on.
 //

@@ -25,10 +25,10 @@ inline int64_t MessageCap(const PlannerOptions& options) {
              : lane_budget;
 }
 
-// Returns the most bytes one rank sends plus receives in one round:
-// max_round_bytes, or the per-lane budget when that is 0.
-inline int64_t RoundCap(const PlannerOptions& options) {
-  return options.max_round_bytes > 0 ? options.max_round_bytes
+// Returns the most bytes one rank sends plus receives in one wave:
+// max_wave_bytes, or the per-lane budget when that is 0.
+inline int64_t WaveCap(const PlannerOptions& options) {
+  return options.max_wave_bytes > 0 ? options.max_wave_bytes
                                      : LaneBudget(options);
 }
 

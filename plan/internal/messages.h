@@ -13,9 +13,9 @@
 namespace refit {
 namespace internal_plan {
 
-// A message before it has a round.
+// A message before it has a wave.
 struct PendingMessage {
-  Message m;  // round not set yet
+  Message m;  // wave not set yet
   int32_t stage = 0;
   int32_t seq = 0;  // index among its pair's messages
 };

@@ -105,13 +105,13 @@ absl::Status ValidateOptions(const PlannerOptions& options) {
   if (options.num_lanes < 1 || options.num_lanes > kMaxLanes ||
       options.staging_budget_bytes < 1 ||
       options.max_message_bytes < 0 || options.direct_min_bytes < 0 ||
-      options.max_round_bytes < 0) {
+      options.max_wave_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "invalid planner options: num_lanes ", options.num_lanes,
         ", staging_budget_bytes ", options.staging_budget_bytes,
         ", max_message_bytes ", options.max_message_bytes,
         ", direct_min_bytes ", options.direct_min_bytes,
-        ", max_round_bytes ", options.max_round_bytes));
+        ", max_wave_bytes ", options.max_wave_bytes));
   }
   if (!(options.links.same_gpu_gbps > 0) || !(options.links.intra_host_gbps > 0) ||
       !(options.links.inter_host_gbps > 0)) {

@@ -70,8 +70,8 @@ std::string RefitdFingerprint(const std::vector<std::string>& trainer_hosts,
                               const std::vector<std::string>& trainer_gpus = {},
                               const std::vector<std::string>& engine_gpus = {}) {
   RefitServer::Options o;
-  o.plan_function = DefaultPlanFunction();
-  o.heartbeat_timeout = absl::Seconds(5);
+  o.coordinator.plan_function = DefaultPlanFunction();
+  o.coordinator.heartbeat_timeout = absl::Seconds(5);
   auto server = RefitServer::Start(std::move(o));
   EXPECT_TRUE(server.ok()) << server.status();
   if (!server.ok()) return "";

@@ -23,6 +23,14 @@ for sub in "" plan; do
            grep -E '^ *refit plan ')
 done
 check unknown-command 2 "unknown command 'bogus'" -- "$REFIT" bogus
+# A dtype no model takes is a usage error: exit 2, the cause said once.
+check plan-dtype-fp16 2 '^refit: --dtype: weight dtype "fp16" is not one of bf16, fp8, fp8-tensor$' -- \
+  "$REFIT" plan --model tiny-qwen3 --trainer fsdp:dp=1 --engine vllm:tp=1 --dtype fp16
+check plan-dtype-fp8 0 'total.bytes' -- \
+  "$REFIT" plan --model tiny-qwen3-moe-b128 --trainer fsdp:dp=1 --engine vllm:tp=1 --dtype fp8
+check top-help-health 0 '^  health ' -- "$REFIT" --help
+check health-help 0 '^  --timeout_s' -- "$REFIT" health --help
+check health-rejects-plan-flag 2 'unknown flag --model' -- "$REFIT" health --model x
 for flag in --model --trainer --engine --dtype --gpus_per_host --colocated \
     --link --staging_mib --lanes --max_plan_mib --json --heatmap --timings --hosts; do
   check "plan-help$flag" 0 "^  $flag" -- "$REFIT" plan --help
@@ -30,6 +38,7 @@ done
 for flag in --server --token_file --timeout_s --rounds --json; do
   check "status-help$flag" 0 "^  $flag" -- "$REFIT" status --help
 done
+check status-help-default-server 0 'default: "127.0.0.1:50051"' -- "$REFIT" status --help
 # -h is --help; `refit models` lists every built-in model.
 check top-h 0 'refit plan' -- "$REFIT" -h
 check plan-h 0 'refit plan: ' -- "$REFIT" plan -h
@@ -137,4 +146,18 @@ svg="${TEST_TMPDIR:-/tmp}/h.svg"
 check heatmap 0 'predicted refit time' -- "$REFIT" plan --model tiny-qwen3 \
   --trainer megatron:tp=2,pp=2,dp=1 --engine vllm:tp=2,dp=2 --heatmap "$svg"
 grep -q '</svg>' "$svg" || { echo "FAIL heatmap file"; fail=1; }
+# Disaggregated, 2 GPUs a host: trainer hosts 0-1 (stage 0 on host 0, stage
+# 1 on host 1), engine hosts numbered from 0 on their own (not 2-3).
+check heatmap-hosts 0 'predicted refit time' -- "$REFIT" plan --model tiny-qwen3 \
+  --trainer megatron:tp=2,pp=2,dp=1 --engine vllm:tp=2,dp=2 --gpus_per_host 2 --heatmap "$svg"
+grep -q '>1 pp 1</text>' "$svg" && grep -q 'trainer host 0 pp 0 -> engine host 1:' "$svg" &&
+  ! grep -q 'engine host 2' "$svg" && echo "ok heatmap-labels" ||
+  { echo "FAIL heatmap-labels"; grep '<title>' "$svg" | head -5; fail=1; }
+# Colocated: one cell per (trainer rank, engine rank), copies within one GPU
+# outlined, instead of one cell for the one host.
+check heatmap-colocated 0 'predicted refit time' -- "$REFIT" plan --model tiny-qwen3 \
+  --trainer megatron:tp=2 --engine vllm:tp=2 --colocated --heatmap "$svg"
+grep -q 'engine rank, one GPU each' "$svg" &&
+  grep -q 'trainer rank 1 (host 0) -> engine rank 1 (host 0): .* (same GPU)' "$svg" &&
+  echo "ok heatmap-per-gpu" || { echo "FAIL heatmap-per-gpu"; grep '<title>' "$svg" | head -5; fail=1; }
 exit $fail

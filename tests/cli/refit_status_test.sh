@@ -24,7 +24,8 @@ done
 fail=0
 CHECK_TIMEOUT_S=30
 check status-help 0 '^  --token_file' -- "$REFIT" status --help
-check status-no-server 2 '--server is required' -- "$REFIT" status
+check status-empty-server 2 '--server needs HOST:PORT' -- "$REFIT" status --server=''
+check health-serving 0 "^refitd 127.0.0.1:$port: SERVING$" -- "$REFIT" health --server "127.0.0.1:$port"
 check status-members 0 '^members: 0$' -- "$REFIT" status --server "127.0.0.1:$port" --token_file "$tmp/token"
 check status-no-plan 0 'plan fingerprint: \(no plan\)' -- "$REFIT" status --server "127.0.0.1:$port" --token_file "$tmp/token"
 check status-no-rounds 0 '^rounds: none$' -- "$REFIT" status --server "127.0.0.1:$port" --token_file "$tmp/token"
@@ -35,4 +36,14 @@ check status-no-token 1 'UNAUTHENTICATED' -- "$REFIT" status --server "127.0.0.1
 check status-missing-token-file 1 'token_file: cannot read' -- "$REFIT" status --server "127.0.0.1:$port" --token_file "$tmp/nope"
 kill $pid; wait $pid 2>/dev/null
 check status-unreachable 1 "127.0.0.1:$port" -- "$REFIT" status --server "127.0.0.1:$port" --timeout_s 1
+check health-refused 1 "refit health: UNAVAILABLE: refitd 127.0.0.1:$port: .*Connection refused" -- \
+  "$REFIT" health --server "127.0.0.1:$port" --timeout_s 2
+# Without --server, status and health ask refitd's default address (whether
+# or not a refitd listens there on this machine).
+out=$("$REFIT" health --timeout_s 1 2>&1)
+grep -q '127.0.0.1:50051' <<<"$out" && echo "ok health-default-server" ||
+  { echo "FAIL health-default-server: $out"; fail=1; }
+out=$("$REFIT" status --timeout_s 1 2>&1); rc=$?
+{ [ $rc = 0 ] && grep -q '^members: ' <<<"$out"; } || { [ $rc = 1 ] && grep -q '127.0.0.1:50051' <<<"$out"; } &&
+  echo "ok status-default-server" || { echo "FAIL status-default-server rc=$rc: $out"; fail=1; }
 exit $fail

@@ -75,9 +75,9 @@ constexpr absl::Duration kHeartbeatTimeout = absl::Seconds(3);
 // refitd in process; a plan needs `min_engines` complete engines.
 std::unique_ptr<RefitServer> StartServer(int min_engines = 1) {
   RefitServer::Options o;
-  o.plan_function = NameMatchingPlan;
-  o.min_engines = min_engines;
-  o.heartbeat_timeout = kHeartbeatTimeout;
+  o.coordinator.plan_function = NameMatchingPlan;
+  o.coordinator.min_engines = min_engines;
+  o.coordinator.heartbeat_timeout = kHeartbeatTimeout;
   auto s = RefitServer::Start(std::move(o));
   EXPECT_TRUE(s.ok()) << s.status();
   return std::move(*s);

@@ -21,7 +21,7 @@ namespace {
 
 TEST(RoundRetryMemberTest, AVersionRunAgainAfterItsAbortMovesEveryByte) {
   RefitServer::Options so;
-  so.plan_function = DefaultPlanFunction({});
+  so.coordinator.plan_function = DefaultPlanFunction({});
   absl::StatusOr<std::unique_ptr<RefitServer>> server = RefitServer::Start(std::move(so));
   ASSERT_TRUE(server.ok()) << server.status();
   std::vector<testing::HostMember> nodes = testing::TrainerAndEngine(

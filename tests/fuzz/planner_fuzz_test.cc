@@ -42,7 +42,7 @@ v1::PlanProto Sides(const char* model, const char* trainer, const char* engine) 
   v1::PlanProto proto = ToProto(*BuildPlan(s.layout, d.layout, PlannerOptions{}));
   proto.clear_messages();
   proto.clear_segments();
-  proto.clear_rounds();
+  proto.clear_waves();
   return proto;
 }
 

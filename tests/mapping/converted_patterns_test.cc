@@ -143,13 +143,91 @@ TEST(ConvertedPlansTest, NonFiniteWeightFailsNamingTensorAndRank) {
   EXPECT_FALSE(status[ws].ok()) << "the engine must not complete the round";
 }
 
+// MXFP8 under Megatron TP 4: down_proj's K (192) is cut at 48, 96, 144, so
+// blocks [32, 64) and [128, 160) of every row are shared by two trainer
+// ranks; the plan exchanges their amaxes, the engine holds vLLM's uint8
+// weight_scale [64, 6], and a single wrong scale byte fails the check.
+TEST(ConvertedPlansTest, Mxfp8CutBlocksGetOneScaleAndEveryByteIsChecked) {
+  absl::StatusOr<ModelConfig> model = LoadModelConfig("tiny-qwen3-mx");
+  ASSERT_TRUE(model.ok());
+  absl::StatusOr<MappedSide> src =
+      BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=4"));
+  absl::StatusOr<MappedSide> dst =
+      BuildEngineLayout(*model, *ParseEngineSpec("vllm:tp=1,quant=mxfp8"));
+  ASSERT_TRUE(src.ok() && dst.ok());
+  absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->cut_tiles.empty());
+  const std::string scale = "model.layers.0.mlp.down_proj.weight_scale";
+  int32_t sbuf = -1;
+  for (size_t b = 0; b < plan->dst.buffers.size(); ++b) {
+    if (plan->dst.buffers[b].name == scale) sbuf = static_cast<int32_t>(b);
+  }
+  ASSERT_GE(sbuf, 0);
+  EXPECT_EQ(plan->dst.buffers[sbuf].byte_size, 64 * 6);
+  for (const TensorSpec& t : plan->dst.tensors) {
+    if (t.name == scale) {
+      EXPECT_EQ(t.dtype, DType::kU8);
+      EXPECT_EQ(t.shape, (std::vector<int64_t>{64, 6}));
+    }
+    // Norms, embeddings and lm_head stay bf16, as under vLLM's MXFP8 method.
+    if (t.name == "lm_head.weight" || t.name == "model.embed_tokens.weight" ||
+        t.name == "model.norm.weight") {
+      EXPECT_EQ(t.dtype, DType::kBF16) << t.name;
+    }
+  }
+  const std::map<std::string, DType> source = SourceDTypes(src->layout);
+  PatternOptions po{-1, 5};
+  po.source_dtypes = &source;
+  OwnedBuffers s = AllocateBuffers(src->layout);
+  OwnedBuffers d = AllocateBuffers(plan->dst);
+  FillPattern(src->layout, s.ptrs, po);
+  const std::vector<absl::Status> status = RunAllRanks(*plan, s, d, /*slices=*/true);
+  for (const absl::Status& st : status) ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(CheckPattern(plan->dst, d.ptrs, po).ok());
+  d.ptrs[sbuf][7] ^= 1;
+  absl::Status st = CheckPattern(plan->dst, d.ptrs, po);
+  EXPECT_FALSE(st.ok());
+  EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr(scale));
+}
+
+// Engines vLLM's MXFP8 method refuses are refused by name: K not a
+// multiple of 32 (whole or per TP rank), and an FP8 model.
+TEST(ConvertedPlansTest, Mxfp8RefusesWhatVllmRefuses) {
+  struct Bad {
+    const char* model;
+    const char* engine;
+    const char* says;
+  };
+  for (const Bad& b : {Bad{"tiny-qwen3", "vllm:tp=1,quant=mxfp8", "multiple of 32"},
+                       Bad{"tiny-qwen3-mx", "vllm:tp=4,quant=mxfp8", "1x32 weight_scale block"},
+                       Bad{"tiny-qwen3-moe-fp8", "vllm:tp=1,quant=mxfp8", "already FP8"}}) {
+    absl::StatusOr<ModelConfig> model = LoadModelConfig(b.model);
+    ASSERT_TRUE(model.ok()) << b.model;
+    absl::StatusOr<MappedSide> dst = BuildEngineLayout(*model, *ParseEngineSpec(b.engine));
+    ASSERT_FALSE(dst.ok()) << b.model << " " << b.engine;
+    EXPECT_EQ(dst.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(dst.status().message()), ::testing::HasSubstr(b.says))
+        << dst.status();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, ConvertedPatternsTest,
     ::testing::Values(
         Case{"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=fp8"},
         Case{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=fp8-ue8m0"},
         Case{"tiny-deepseek-v3-b128", "fsdp:dp=3", "sglang:tp=2,quant=fp8"},
-        Case{"tiny-nemotron-h", "megatron:tp=2", "vllm:tp=2"}));
+        Case{"tiny-nemotron-h", "megatron:tp=2", "vllm:tp=2"},
+        // MXFP8: Megatron TP 4 cuts the 1 x 32 blocks of o_proj (K 16 per
+        // rank) and down_proj (48 per rank): their E8M0 scales come from
+        // the amax exchange.
+        Case{"tiny-qwen3-mx", "megatron:tp=4,pp=2", "vllm:tp=2,quant=mxfp8"},
+        Case{"tiny-qwen3-mx", "megatron:tp=4,dp=2", "vllm:tp=2,dp=2,quant=mxfp8"},
+        Case{"tiny-qwen3-mx", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=mxfp8"},
+        Case{"tiny-qwen3-moe-mx", "megatron:tp=4,ep=4,etp=1", "vllm:tp=2,dp=2,ep=4,quant=mxfp8"},
+        Case{"tiny-qwen3-moe-mx", "megatron:tp=2,pp=2,ep=2,etp=1", "vllm:tp=2,quant=mxfp8"},
+        Case{"tiny-qwen3-moe-mx", "fsdp:dp=3", "vllm:tp=1,dp=3,ep=3,quant=mxfp8"}));
 
 }  // namespace
 }  // namespace refit

@@ -20,6 +20,7 @@ rejoin() it once it is back (a restarted refitd on the same address),
 prepare() the new plan, and do the version again from the start.
 --sleep-after-round=N: sleep 2 s after round N (the test restarts refitd
 then).
+REFIT_TEST_JOB_KEY in the environment: the job key refitd was given.
 """
 import json
 import os
@@ -54,7 +55,8 @@ def main(argv):
     buffers = {b.name: bytearray(b.nbytes) for b in want}
     m = refit.Member(server=server, side=side, rank=rank, model=MODEL,
                      convention=convention, engine_id=engine_id,
-                     buffers=buffers, heartbeat_ms=200, timeout=TIMEOUT)
+                     buffers=buffers, heartbeat_ms=200, timeout=TIMEOUT,
+                     job_key=os.environ.get("REFIT_TEST_JOB_KEY"))
     info = m.prepare(timeout=TIMEOUT)
     say(event="plan", side=side, rank=rank, **info)
     trainer = side == "trainer"

@@ -265,11 +265,17 @@ class PythonClientTest(unittest.TestCase):
     def test_replacement_member_joins_and_the_next_round_commits(self):
         # Trainer rank 1 dies inside round 1; the others fail that round
         # and wait for a complete membership; a new trainer rank 1 process
-        # joins; round 2 moves every byte again.
-        d = Refitd("--heartbeat_timeout_ms=2000")
+        # joins, taking its place at once with the job key (without one it
+        # waits for refitd to expire the dead process); round 2 moves every
+        # byte again.
+        key_file = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "job_key")
+        with open(key_file, "w") as f:
+            f.write("the-job-key\n")
+        d = Refitd("--heartbeat_timeout_ms=2000", f"--job_key_file={key_file}")
         procs = []
         try:
-            e = dict(os.environ, PYTHONPATH=PYTHONPATH, RUN_TIMEOUT="30")
+            e = dict(os.environ, PYTHONPATH=PYTHONPATH, RUN_TIMEOUT="30",
+                     REFIT_TEST_JOB_KEY="the-job-key")
             def start(*spec):
                 procs.append(subprocess.Popen(
                     [sys.executable, MEMBER, d.address, *map(str, spec)],

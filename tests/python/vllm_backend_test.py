@@ -11,7 +11,6 @@ The protocol's misuse fails with the documented codes.
 import os
 import sys
 import threading
-import types
 import unittest
 
 REFITD, LIB = (os.path.abspath(p) for p in sys.argv[1:3])
@@ -78,6 +77,10 @@ class HarnessTest(unittest.TestCase):
     def setUp(self):
         self.refitd = Refitd(REFITD)
         self.addCleanup(self.refitd.stop)
+        # The checkpoint layout, nothing derived (refit.engine_layouts decides
+        # this for real models; vllm_generations_test covers the calls).
+        rv.layout_hooks = (lambda model: None, lambda model: None)
+        self.addCleanup(setattr, rv, "layout_hooks", None)
 
     def check_engine(self, trainers, engine_local):
         for name, t in engine_local.items():
@@ -139,6 +142,7 @@ class HarnessTest(unittest.TestCase):
         worker.shutdown()
         self.assertEqual(worker.calls, ["init"] + ["start", "update", "finish"] * 2
                          + ["shutdown"])
+        self.assertEqual(client.weight_versions, ["1", "2"])
         self.assertIsNone(worker.engine.member)
         worker.shutdown()  # a second shutdown is a no-op
 
@@ -150,6 +154,13 @@ class HarnessTest(unittest.TestCase):
                 self.device = "cpu"
                 self.rank = 0
 
+        # vLLM releases' engine base takes (config, parallel_config): the
+        # extension must not build a vLLM engine at all.
+        def release_init(engine, config, parallel_config):
+            raise TypeError("__init__() takes 3 positional arguments but 5 were given")
+        saved_init = rv._EngineBase.__init__
+        rv._EngineBase.__init__ = release_init
+        self.addCleanup(setattr, rv._EngineBase, "__init__", saved_init)
         model, engine_local = engine_model()
         worker = Worker(model)
         trainers = trainer_modules()
@@ -244,28 +255,18 @@ class HarnessTest(unittest.TestCase):
                 iter([("lm_head.weight", st.Tensor([2, 2]))]),
                 {"member": m, "version": 1, "rank": 0, "world": 2})
 
-    def test_register_adds_the_backend_to_both_factories_once(self):
-        engine_f, trainer_f = vllm_harness.Factory(), vllm_harness.Factory()
-        names = ["vllm", "vllm.distributed", "vllm.distributed.weight_transfer",
-                 "vllm.distributed.weight_transfer.factory"]
-        mods = {n: types.ModuleType(n) for n in names}
-        mods[names[2]].factory = mods[names[3]]
-        mods[names[3]].WeightTransferEngineFactory = engine_f
-        mods[names[3]].WeightTransferTrainerFactory = trainer_f
-        saved = {n: sys.modules.get(n) for n in names}
-        sys.modules.update(mods)
-        try:
-            self.assertTrue(rv.register())
-            self.assertTrue(rv.register())  # a second call is a no-op
-        finally:
-            for n, m in saved.items():
-                if m is None:
-                    sys.modules.pop(n, None)
-                else:
-                    sys.modules[n] = m
-        self.assertIs(engine_f._registry["refit"](), rv.RefitWeightTransferEngine)
-        self.assertIs(trainer_f._registry["refit"](), rv.RefitTrainerEngine)
-        self.assertFalse(rv.register())  # no vLLM here
+    def test_register_without_vllm_registers_nothing(self):
+        # vllm_generations_*_test registers through vLLM's plugin loader.
+        self.assertFalse(rv.register())
+        self.assertIsNone(rv.VLLM_INTERFACE)
+
+    def test_engine_without_a_model_names_the_worker_extension(self):
+        # vLLM releases build engines as (config, parallel_config).
+        with self.assertRaises(refit.RefitError) as e:
+            rv.RefitWeightTransferEngine(None, vllm_harness.vllm_config(0).parallel_config)
+        self.assertEqual(e.exception.code_name, "FAILED_PRECONDITION")
+        self.assertIn('worker_extension_cls="refit.vllm.RefitWorkerExtension"',
+                      str(e.exception))
 
     def test_trainer_engine_takes_only_a_refit_source(self):
         info = rv.RefitTrainerInitInfo(rank=1, server=self.refitd.address, model=MODEL,

@@ -4,8 +4,9 @@ module path, or by class) and creates one per worker with (config,
 vllm_config, device, model); workers that run the documented protocol in
 order (init_transfer_engine with the parsed init info; per update
 start_weight_update, update_weights, finish_weight_update; shutdown); and a
-client with the four VLLMWeightSyncClient methods that fans each call out
-to every worker, as vLLM's engine client does. Every call is recorded."""
+client with the four VLLMWeightSyncClient methods (finish_weight_update
+taking vLLM's weight_version) that fans each call out to every worker, as
+vLLM's engine client does. Every call is recorded."""
 
 import importlib
 import types
@@ -37,7 +38,9 @@ class Factory:
 
 def vllm_config(rank: int) -> Any:
     """The parts of a VllmConfig an engine reads."""
-    return types.SimpleNamespace(parallel_config=types.SimpleNamespace(rank=rank),
+    return types.SimpleNamespace(parallel_config=types.SimpleNamespace(
+                                     rank=rank, tensor_parallel_size=1,
+                                     data_parallel_size=1, data_parallel_index=0),
                                  model_config=types.SimpleNamespace(model="stand-in"))
 
 
@@ -78,6 +81,7 @@ class Client:
 
     def __init__(self, workers: List[Worker]):
         self.workers = workers
+        self.weight_versions: List[str] = []
 
     def init_weight_transfer_engine(self, init_info: Dict[str, Any]) -> None:
         for w in self.workers:
@@ -91,6 +95,8 @@ class Client:
         for w in self.workers:
             w.update_weights(update_info)
 
-    def finish_weight_update(self) -> None:
+    def finish_weight_update(self, weight_version: str = None) -> None:
         for w in self.workers:
             w.finish_weight_update()
+        if weight_version is not None:
+            self.weight_versions.append(weight_version)

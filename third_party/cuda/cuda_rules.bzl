@@ -27,13 +27,15 @@ def cuda_enabled_select(if_true, if_false = []):
         "//conditions:default": if_true,
     })
 
-def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], **kwargs):
+# `nvcc_hdrs`: headers of other packages the .cu files include (labels;
+# their cc_library goes in `deps`).
+def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], nvcc_hdrs = [], **kwargs):
     objs = []
     for src in srcs:
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
         native.genrule(
             name = obj + "_nvcc",
-            srcs = [src] + hdrs,
+            srcs = [src] + hdrs + nvcc_hdrs,
             outs = [obj],
             tools = ["@local_cuda//:nvcc"],
             cmd = ("$(location @local_cuda//:nvcc) -c -std=c++17 -O3 -Xcompiler -fPIC " +

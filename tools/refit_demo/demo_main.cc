@@ -4,10 +4,12 @@
 // then N rounds of weight versions moved over the host transport with every
 // engine byte checked. While the members run it follows refitd's status:
 // every second a progress line for a round running longer than a second
-// ("round 3: 5/8 members reported, 1.9 s, 12.3 GB reported") and a final
-// line per round (round_progress.h). Then prints a table per round and a
-// final verification line with the achieved GB/s; exits 0 only if every
-// round committed and every engine rank holds exactly the trainer's bytes.
+// ("round 3: 5/8 members reported, 1.9 s, 1.19 GB per engine rank so far")
+// and a final line per round (round_progress.h). Then prints a table per
+// round (bytes and GB/s as common/round_bytes.h defines them, from the
+// members' own figures) and a final verification line with the achieved
+// GB/s; exits 0 only if every round committed and every engine rank holds
+// exactly the trainer's bytes.
 //
 // Flags (--name=value):
 //   --refitd=PATH --member=PATH   the two binaries
@@ -44,6 +46,7 @@
 #include "client/refit_client.h"
 #include "common/file.h"
 #include "mapping/parallel_spec.h"
+#include "common/round_bytes.h"
 #include "tools/refit_demo/round_progress.h"
 
 namespace {
@@ -286,8 +289,9 @@ int main(int argc, char** argv) {
   kill(refitd.pid, SIGTERM);
   waitpid(refitd.pid, &refitd.status, 0);
 
-  // Per round: bytes received by engines, slowest member's data-plane time.
-  std::map<int64_t, std::pair<int64_t, double>> per_round;
+  // Per round: the engine ranks' received bytes and the slowest member's
+  // data-plane time (common/round_bytes.h).
+  std::map<int64_t, std::pair<refit::RoundBytes, double>> per_round;
   std::map<int64_t, int> checked;
   int64_t staging = 0;
   std::string fingerprint;
@@ -302,7 +306,7 @@ int main(int argc, char** argv) {
                       "round %lld %127[^:]: sent %lld received %lld bytes in %lf s, "
                       "staging %lld, bytes %31s",
                       &v, who, &sent, &recv, &sec, &stg, check) == 7) {
-        per_round[v].first += recv;
+        if (std::string(who).rfind("engine ", 0) == 0) per_round[v].first.AddEngineRank(recv);
         per_round[v].second = std::max(per_round[v].second, sec);
         if (std::string(check) == "equal") ++checked[v];
         staging = std::max<int64_t>(staging, stg);
@@ -319,20 +323,22 @@ int main(int argc, char** argv) {
   for (const auto& e : engines) engine_ranks += e.second.world_size();
   std::printf("plan fingerprint %s, peak staging per rank %s\n", fingerprint.c_str(),
               refit::HumanBytes(staging).c_str());
+  std::printf("bytes: what one engine rank received; seconds: the slowest member's data "
+              "plane; GB/s = bytes / seconds (GB = 1e9)\n");
   std::printf("%8s %14s %12s %10s %18s\n", "version", "bytes", "seconds", "GB/s",
               "engine ranks equal");
-  int64_t total = 0, steady_bytes = 0;
+  int64_t checked_bytes = 0, steady_bytes = 0;
   double secs = 0;
   bool all_checked = static_cast<int64_t>(per_round.size()) == rounds;
   for (const auto& [v, bs] : per_round) {
-    std::printf("%8lld %14lld %12.4f %10.2f %12d of %d\n", static_cast<long long>(v),
-                static_cast<long long>(bs.first), bs.second,
-                bs.second > 0 ? bs.first / bs.second / 1e9 : 0.0, checked[v],
+    std::printf("%8lld %14s %12.4f %10.2f %12d of %d\n", static_cast<long long>(v),
+                refit::HumanBytes(bs.first.per_engine_rank).c_str(), bs.second,
+                refit::RoundBytesPerSecond(bs.first, bs.second) / 1e9, checked[v],
                 engine_ranks);
     if (checked[v] != engine_ranks) all_checked = false;
-    total += bs.first;
+    checked_bytes += bs.first.all_engine_ranks;
     if (v > 1 || rounds == 1) {
-      steady_bytes += bs.first;
+      steady_bytes += bs.first.per_engine_rank;
       secs += bs.second;
     }
   }
@@ -357,8 +363,8 @@ int main(int argc, char** argv) {
       engine_ranks, engines.size(),
       quantized ? " (FP8 weights and scales as the reference quantizer makes them)" : "",
       static_cast<long long>(rounds),
-      static_cast<long long>(total),
-      secs > 0 ? steady_bytes / secs / 1e9 : 0.0,
+      static_cast<long long>(checked_bytes),
+      refit::RoundBytesPerSecond({steady_bytes, 0, 0}, secs) / 1e9,
       f["gpus"].empty() ? "host (Gloo/TCP)" : "NCCL",
       rounds > 1 ? " (rounds 2.., the first warms up connections)" : "");
   return 0;

@@ -1,11 +1,11 @@
 // RoundProgress: the demo's live view of its rounds, from refitd's status
 // (GetStatus). While a round has run for at least a threshold (1 s), one
-// line every interval (1 s): "round 3: 5/8 members reported, 1.9 s, 12.3
-// GB reported"; when a round ends, one final line: "round 3 committed in
-// 2.410 s (slowest member 2.398 s): 24.6 GB moved, 10.26 GB/s, peak
+// line every interval (1 s): "round 3: 5/8 members reported, 1.9 s, 12.30 GB
+// per engine rank so far"; when a round ends, one final line
+// (client/round_text.h): "round 3 committed in 2.410 s (slowest member
+// 2.398 s): 16.38 GB per engine rank (4 engine ranks), 6.83 GB/s, peak
 // staging 64.0 MB (engine/demo/e0/1)" or "round 3 aborted after 2.410 s:
-// <reason>". Bytes reported count what each member sent or received (a
-// byte at both of its ends); bytes moved count each byte once; GB = 1e9.
+// <reason>". Bytes and GB/s as common/round_bytes.h defines them.
 #ifndef REFIT_TOOLS_REFIT_DEMO_ROUND_PROGRESS_H_
 #define REFIT_TOOLS_REFIT_DEMO_ROUND_PROGRESS_H_
 
@@ -17,9 +17,6 @@
 #include "proto/refit_service.pb.h"
 
 namespace refit {
-
-// Returns `bytes` for people: "512 bytes", "12.3 MB", "4.56 GB" (1e6, 1e9).
-std::string HumanBytes(int64_t bytes);
 
 class RoundProgress {
  public:

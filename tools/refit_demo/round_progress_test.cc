@@ -31,8 +31,10 @@ TEST(RoundProgressTest, ASlowRoundGetsALineEverySecondAndAFinalLine) {
   s->add_reported("t");
   s->add_waiting("e");
   s->set_bytes(12300000000);
+  s->set_engine_ranks(1);
   EXPECT_THAT(p.Update(slow, t0 + absl::Milliseconds(1500)),
-              ElementsAre("round 1: 1/2 members reported, 1.9 s, 12.30 GB reported"));
+              ElementsAre("round 1: 1/2 members reported, 1.9 s, 12.30 GB per engine rank "
+                          "so far"));
   EXPECT_THAT(p.Update(slow, t0 + absl::Milliseconds(2000)), IsEmpty());  // < 1 s later
   s->set_seconds(2.9);
   EXPECT_EQ(p.Update(slow, t0 + absl::Milliseconds(2600)).size(), 1u);
@@ -40,13 +42,15 @@ TEST(RoundProgressTest, ASlowRoundGetsALineEverySecondAndAFinalLine) {
   v1::StatusResponse done;
   v1::RoundSummary* c = Round(done, 1, "committed", 3.25);
   c->set_duration_seconds(3.5);
-  c->set_bytes(24600000);
-  c->set_gbps(0.0038);
+  c->set_bytes(12300000);
+  c->set_engine_ranks(1);
+  c->set_bytes_per_second(12300000 / 3.25);
   c->set_peak_staging_bytes(64000000);
   c->set_peak_staging_member("engine/demo/e0/1");
   EXPECT_THAT(p.Update(done, t0 + absl::Seconds(4)),
               ElementsAre("round 1 committed in 3.500 s (slowest member 3.250 s): 12.3 MB "
-                          "moved, 0.00 GB/s, peak staging 64.0 MB (engine/demo/e0/1)"));
+                          "per engine rank (1 engine rank), 0.00 GB/s, peak staging 64.0 MB "
+                          "(engine/demo/e0/1)"));
   EXPECT_THAT(p.Update(done, t0 + absl::Seconds(5)), IsEmpty());  // once
 }
 
@@ -59,14 +63,8 @@ TEST(RoundProgressTest, RoundsThatEndedBetweenPollsEachGetTheirFinalLine) {
   std::vector<std::string> lines = p.Update(r, t0);
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_THAT(lines[0], ::testing::StartsWith("round 1 committed in 0.000 s (slowest member "
-                                              "0.010 s): 0 bytes moved"));
+                                              "0.010 s): 0 bytes per engine rank"));
   EXPECT_EQ(lines[1], "round 2 aborted after 0.500 s: member engine e0 rank 1 failed: boom");
-}
-
-TEST(RoundProgressTest, HumanBytes) {
-  EXPECT_EQ(HumanBytes(999999), "999999 bytes");
-  EXPECT_EQ(HumanBytes(1500000), "1.5 MB");
-  EXPECT_EQ(HumanBytes(2500000000), "2.50 GB");
 }
 
 }  // namespace

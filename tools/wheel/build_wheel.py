@@ -4,15 +4,18 @@
   build_wheel.py OUT_DIR PACKAGE_DIR NATIVE_DIR
 
 PACKAGE_DIR is client/python/refit (its modules but testing.py, which
-needs the testing library, go in); NATIVE_DIR holds the client libraries
-and, in NATIVE_DIR/lib, the shared libraries they load (as
-tools/bundle_copy.sh lays them out; the libraries' rpath is $ORIGIN/lib).
-They become refit/_native, where refit.load_library looks first.
+needs the testing library, go in, and py.typed); NATIVE_DIR holds the
+client libraries, the binaries refitd and refit and, in NATIVE_DIR/lib,
+the shared libraries they load (as tools/bundle_copy.sh lays them out;
+their rpath is $ORIGIN/lib). They become refit/_native, where
+refit.load_library looks first and the commands find the binaries.
 
 The distribution is "refit-weights" (the import name stays "refit"); the
 tag is py3-none-linux_x86_64: the libraries need glibc >= 2.36 and
-libstdc++ from the host. Entry points: vLLM's general plugin that
-registers the "refit" weight-transfer backend. The archive is
+libstdc++ from the host. Entry points: the console scripts refitd and
+refit (refit.commands: they execute the binaries in refit/_native), and
+vLLM's general plugin that registers the "refit" weight-transfer backend.
+The archive is
 reproducible: sorted entries, fixed timestamps. Prints the wheel's path;
 exits 1 naming a missing input.
 """
@@ -20,12 +23,14 @@ import base64
 import hashlib
 import os
 import re
+import stat
 import sys
 import zipfile
 
 DIST = "refit-weights"
 TAG = "py3-none-linux_x86_64"
 LEFT_OUT = {"testing.py"}  # needs the testing library: tests only
+COMMANDS = ("refitd", "refit")  # binaries in NATIVE_DIR, console scripts
 EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
@@ -50,8 +55,9 @@ def metadata(version: str) -> str:
         "Provides-Extra: torch",
         "",
         "The import name is `refit`. The package carries the client library",
-        "(librefit_client.so, and librefit_client_gpu.so for CUDA buffers) and",
-        "the shared libraries it loads; torch and vLLM are optional.",
+        "(librefit_client.so, and librefit_client_gpu.so for CUDA buffers), the",
+        "commands `refitd` and `refit`, and the shared libraries they load;",
+        "torch and vLLM are optional.",
         "",
     ])
 
@@ -61,22 +67,25 @@ def wheel_file() -> str:
                       "Root-Is-Purelib: false", f"Tag: {TAG}", ""])
 
 
-ENTRY_POINTS = "[vllm.general_plugins]\nrefit = refit.vllm:register\n"
+ENTRY_POINTS = ("[console_scripts]\n"
+                + "".join(f"{c} = refit.commands:{c}\n" for c in COMMANDS)
+                + "\n[vllm.general_plugins]\nrefit = refit.vllm:register\n")
 
 
 def entries(package_dir: str, native_dir: str):
     """(archive name, source path) of every packaged file, sorted."""
     out = []
     for name in sorted(os.listdir(package_dir)):
-        if name.endswith(".py") and name not in LEFT_OUT:
+        if (name.endswith(".py") or name == "py.typed") and name not in LEFT_OUT:
             out.append((f"refit/{name}", os.path.join(package_dir, name)))
     for root, _, files in os.walk(native_dir):
         for name in sorted(files):
             path = os.path.join(root, name)
             rel = os.path.relpath(path, native_dir).replace(os.sep, "/")
             out.append((f"refit/_native/{rel}", path))
-    if not any(n.endswith("/librefit_client.so") for n, _ in out):
-        sys.exit(f"build_wheel: {native_dir} has no librefit_client.so")
+    for need in ("librefit_client.so",) + COMMANDS:
+        if not any(n == f"refit/_native/{need}" for n, _ in out):
+            sys.exit(f"build_wheel: {native_dir} has no {need}")
     return sorted(out)
 
 
@@ -88,7 +97,8 @@ def digest(data: bytes) -> str:
 def add(z: zipfile.ZipFile, name: str, data: bytes, executable: bool,
         record: list) -> None:
     info = zipfile.ZipInfo(name, EPOCH)
-    info.external_attr = (0o755 if executable else 0o644) << 16
+    # A regular file's mode: pip keeps the executable bits only with it.
+    info.external_attr = (stat.S_IFREG | (0o755 if executable else 0o644)) << 16
     info.compress_type = zipfile.ZIP_DEFLATED
     z.writestr(info, data)
     record.append(f"{name},{digest(data)},{len(data)}")
@@ -104,7 +114,9 @@ def build(out_dir: str, package_dir: str, native_dir: str) -> str:
     with zipfile.ZipFile(path, "w") as z:
         for name, src in entries(package_dir, native_dir):
             with open(src, "rb") as f:
-                add(z, name, f.read(), name.endswith(".so") or ".so." in name, record)
+                add(z, name, f.read(), name.endswith(".so") or ".so." in name
+                    or os.access(src, os.X_OK) and name.startswith("refit/_native/"),
+                    record)
         for name, text in [("METADATA", metadata(version)), ("WHEEL", wheel_file()),
                            ("entry_points.txt", ENTRY_POINTS),
                            ("top_level.txt", "refit\n")]:

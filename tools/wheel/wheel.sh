@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# tools/wheel/wheel.sh DIST_DIR: builds the client libraries and writes
-# refit's wheel (distribution refit-weights, import name refit) into
-# DIST_DIR. Install it with `pip install DIST_DIR/refit_weights-*.whl`.
+# tools/wheel/wheel.sh DIST_DIR: builds the client libraries, refitd and
+# refit, and writes refit's wheel (distribution refit-weights, import name
+# refit, commands refitd and refit) into DIST_DIR. Install it with
+# `pip install DIST_DIR/refit_weights-*.whl`.
 set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: tools/wheel/wheel.sh DIST_DIR" >&2; exit 2; }
 dist=$(realpath -m "$1")
 cd "$(dirname "$0")/../.."
 tools/setup >/dev/null
-libs=(//client/python:librefit_client.so)
+libs=(//client/python:librefit_client.so //server:refitd //cli:refit)
 [ -x /usr/local/cuda/bin/nvcc ] && libs+=(//client/python:librefit_client_gpu.so)
 bazel build "${libs[@]}"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 paths=()
-for l in "${libs[@]}"; do paths+=("bazel-bin/client/python/${l##*:}"); done
-tools/wheel/stage.sh tools/bundle_copy.sh "$stage" client/python/refit/*.py -- "${paths[@]}"
+for l in "${libs[@]}"; do pkg=${l#//}; paths+=("bazel-bin/${pkg%%:*}/${l##*:}"); done
+tools/wheel/stage.sh tools/bundle_copy.sh "$stage" client/python/refit/*.py \
+  client/python/refit/py.typed -- "${paths[@]}"
 python3 tools/wheel/build_wheel.py "$dist" "$stage/refit" "$stage/native"

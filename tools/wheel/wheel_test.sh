@@ -2,11 +2,13 @@
 # wheel_test.sh BUNDLE_COPY STAGE BUILD_WHEEL PY_FILE... -- LIB...: builds
 # the wheel, installs it with pip --no-index into a fresh virtualenv, and
 # from outside the tree, with no PYTHONPATH nor REFIT_CLIENT_LIB: imports
-# refit, refit.torch and refit.vllm, loads the client library from the
-# installed package and calls into it (a convention's buffers). Checks
+# refit, refit.torch, refit.vllm and refit.sglang, loads the client library
+# from the installed package and calls into it (a convention's buffers). Checks
 # that every packaged client library exports only refit_* symbols, that
 # its libraries resolve inside the package or to the host's own, that
-# refit.testing is left out, and that vLLM's plugin entry point is declared.
+# refit.testing is left out, that vLLM's plugin entry point is declared,
+# and that the venv's `refitd` and `refit` commands run the wheel's
+# binaries (refitd serves, `refit status` reads it).
 set -euo pipefail
 copy=$1 stage_sh=$2 build=$3
 shift 3
@@ -46,7 +48,7 @@ grep -q '^refit = refit.vllm:register$' "$site"/refit_weights-*.dist-info/entry_
 env -i PATH=/usr/bin:/bin HOME="$tmp" "$tmp/venv/bin/python" - "$site" <<'PY'
 import os, sys
 site = sys.argv[1]
-import refit, refit.torch, refit.vllm
+import refit, refit.torch, refit.vllm, refit.sglang
 assert refit.__file__.startswith(site), refit.__file__
 lib = refit.load_library()
 path = refit.loaded_library_path()
@@ -55,8 +57,35 @@ bufs = refit.expected_buffers(side="engine", rank=0, model="tiny-qwen3",
                               convention="vllm:tp=1")
 assert any(b.name.endswith("qkv_proj.weight") for b in bufs), bufs
 assert refit.vllm.register() is False  # no vLLM in this venv
+assert refit.vllm.VLLM_INTERFACE is None
+assert refit.sglang.LOADER == "refit.sglang.load"  # --custom-weight-loader
 print(f"import OK: {os.path.basename(path)} ({lib.refit_build_info().decode()}), "
       f"{len(bufs)} buffers")
 PY
+[ -e "$site/refit/py.typed" ] || { echo "FAIL: no refit/py.typed"; fail=1; }
+for cmd in refitd refit; do
+  [ -x "$tmp/venv/bin/$cmd" ] || { echo "FAIL: no $cmd command in the venv"; fail=1; }
+done
+# The commands, from outside the tree with a scrubbed environment: refitd
+# listens, `refit status` talks to it.
+env -i PATH="$tmp/venv/bin:/usr/bin:/bin" HOME="$tmp" refitd --address=127.0.0.1:0 \
+  >"$tmp/refitd.log" 2>&1 &
+refitd_pid=$!
+port=
+for _ in $(seq 100); do
+  port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$tmp/refitd.log" | head -1)
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+if [ -z "$port" ]; then
+  echo "FAIL: the refitd command did not listen: $(head -5 "$tmp/refitd.log")"; fail=1
+elif ! env -i PATH="$tmp/venv/bin:/usr/bin:/bin" HOME="$tmp" \
+    refit status --server="127.0.0.1:$port" >"$tmp/status.txt" 2>&1; then
+  echo "FAIL: refit status: $(head -5 "$tmp/status.txt")"; fail=1
+else
+  echo "commands OK: refitd on port $port; refit status: $(head -1 "$tmp/status.txt")"
+fi
+kill "$refitd_pid" 2>/dev/null || true
+wait "$refitd_pid" 2>/dev/null || true
 [ $fail -eq 0 ] || exit 1
 echo "wheel OK"

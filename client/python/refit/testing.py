@@ -19,7 +19,8 @@ FAILED_PRECONDITION saying which library to load.
 import ctypes
 from typing import Dict, Optional
 
-from . import Member, RefitError, _c_arrays, _check, _load, loaded_library_path
+from . import FailedPreconditionError, Member, loaded_library_path, raise_for_status
+from . import load_library as _load_library
 
 __all__ = ["load_library", "fill_pattern", "check_pattern"]
 
@@ -32,17 +33,17 @@ def load_library(gpu: bool = False, path: Optional[str] = None) -> ctypes.CDLL:
     ``librefit_client_gpu_testing.so`` or ``librefit_client_testing.so``.
     Raises FAILED_PRECONDITION when the loaded library lacks the testing
     ABI (a shipped library was loaded first: one process loads one)."""
-    lib = _load(gpu, path, "librefit_client_gpu_testing.so", "librefit_client_testing.so")
+    lib = _load_library(gpu, path, testing=True)
     _testing_function(lib, "refit_testing_fill_pattern")
     return lib
 
 
 def _testing_function(lib: ctypes.CDLL, name: str):
     if not hasattr(lib, name):
-        raise RefitError(9, f"{loaded_library_path()} has no testing ABI ({name}): "
-                            f"test patterns need librefit_client_testing.so or "
-                            f"librefit_client_gpu_testing.so, loaded before the first "
-                            f"Member (refit.testing.load_library())")
+        raise FailedPreconditionError(
+            f"{loaded_library_path()} has no testing ABI ({name}): test patterns need "
+            f"librefit_client_testing.so or librefit_client_gpu_testing.so, loaded "
+            f"before the first Member (refit.testing.load_library())")
     f = getattr(lib, name)
     f.restype = ctypes.c_int
     f.argtypes = _PATTERN_ARGS
@@ -61,8 +62,9 @@ def _pattern(member: Member, name: str, version: int, write_back: bool) -> None:
             h = b.detach().cpu().contiguous()
             host[buffer_name] = h.data_ptr()
             copies.append((b, h))
-    n, c_names, c_ptrs = _c_arrays(host)
-    _check(lib, fn(member.handle(), int(version), n, c_names, c_ptrs))
+    names = (ctypes.c_char_p * len(host))(*[n.encode() for n in host])
+    ptrs = (ctypes.c_void_p * len(host))(*host.values())
+    raise_for_status(fn(member.handle(), int(version), len(host), names, ptrs), lib)
     if write_back and copies:
         import torch  # copies exist only for torch tensors
         with torch.no_grad():  # parameters that require grad, too

@@ -32,6 +32,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import refit
+from refit import _buffers
 
 __all__ = ["WRAPPER_COMPONENTS", "strip_wrapper_prefixes", "local_shard",
            "module_buffers", "trainer_member", "wait_all_ranks_ready",
@@ -84,7 +85,7 @@ def local_shard(name: str, param: Any) -> Any:
     for p in placements:
         why = _placement_problem(p)
         if why:
-            raise refit.RefitError(3, f"parameter {name}: {why}")
+            raise refit.InvalidArgumentError(f"parameter {name}: {why}")
     return param.to_local()
 
 
@@ -115,7 +116,8 @@ def _is_empty(t: Any) -> bool:
 
 def _check_tensor(rank: int, name: str, t: Any, spec: refit.BufferSpec) -> Optional[str]:
     """Why tensor ``t`` cannot be buffer ``spec`` (None: it can)."""
-    dtype, shape = refit._declared(t)
+    declared = _buffers.declared(t)
+    dtype, shape = declared.dtype, declared.shape
     where = f"rank {rank}: parameter {name}"
     if shape is not None and shape != list(spec.shape):
         return f"{where}: local shape {shape}, the convention expects {list(spec.shape)}"
@@ -202,7 +204,7 @@ def module_buffers(module: Any, *, rank: int, model: str, convention: str,
                             f"expects it, the module has no such parameter (after "
                             f"stripping wrapper prefixes)")
     if problems:
-        raise refit.RefitError(3, "\n".join(problems))
+        raise refit.InvalidArgumentError("\n".join(problems))
     return found
 
 
@@ -238,7 +240,7 @@ def wait_all_ranks_ready(member: refit.Member, *, version: int, rank: int, world
     versions must increase over its lifetime (as refit's rounds do), or a
     stale key from an earlier run passes the barrier."""
     if not 0 <= rank < world:
-        raise refit.RefitError(3, f"rank {rank}: outside the world of {world} ranks")
+        raise refit.InvalidArgumentError(f"rank {rank}: outside the world of {world} ranks")
     member.kv_set(_ready_key(prefix, version, rank), "1", timeout=timeout)
     if rank != 0:
         return
@@ -247,11 +249,9 @@ def wait_all_ranks_ready(member: refit.Member, *, version: int, rank: int, world
         left = deadline - time.monotonic()
         try:
             member.kv_get(_ready_key(prefix, version, r), timeout=max(left, 0.001))
-        except refit.RefitError as e:
-            if e.code_name != "DEADLINE_EXCEEDED":
-                raise
-            raise refit.RefitError(4, f"rank {r} did not report version {version} "
-                                      f"ready within {timeout:g} s") from None
+        except refit.DeadlineExceededError:
+            raise refit.DeadlineExceededError(f"rank {r} did not report version {version} "
+                                              f"ready within {timeout:g} s") from None
 
 
 def start_round_when_ready(member: refit.Member, *, version: int, rank: int, world: int,
@@ -265,7 +265,7 @@ def start_round_when_ready(member: refit.Member, *, version: int, rank: int, wor
 
 
 def publish(member: refit.Member, *, version: int, rank: int, world: int,
-            timeout: float = 300.0, prefix: str = "refit.torch") -> Dict[str, Any]:
+            timeout: float = 300.0, prefix: str = "refit.torch") -> refit.RoundStats:
     """Moves version ``version`` out of this rank's buffers: the ready
     barrier, rank 0 starts the round, every rank runs it. Call on every
     trainer rank after the optimizer step (with CUDA buffers, after the
@@ -277,6 +277,6 @@ def publish(member: refit.Member, *, version: int, rank: int, world: int,
                            timeout=timeout, prefix=prefix)
     got = member.wait_for_round(timeout=timeout)
     if got != version:
-        raise refit.RefitError(9, f"rank {rank}: refitd announced round {got}, "
-                                  f"this rank publishes version {version}")
+        raise refit.FailedPreconditionError(f"rank {rank}: refitd announced round {got}, "
+                                            f"this rank publishes version {version}")
     return member.run_round(version, timeout=timeout)

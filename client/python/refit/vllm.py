@@ -1,24 +1,41 @@
 """refit as a vLLM weight-transfer backend, and its trainer side.
 
-Follows the interface of ``vllm.distributed.weight_transfer`` as of
-vllm-project/vllm commit 02f250b03f38822ccdb63f27a3005d10ca81f385 (base.py)
-and 047c993cc49c32e9b94f5bf826a9214e163eb982 (factory.py): a
-``WeightTransferEngine`` per worker (``init_transfer_engine``, then per
-update ``start_weight_update`` / ``update_weights`` / ``finish_weight_update``,
-and ``shutdown``), registered with ``WeightTransferEngineFactory``; a
-``TrainerWeightTransferEngine`` per trainer rank (``trainer_init`` with a
-``WeightSource`` and a ``VLLMWeightSyncClient``, then ``send_weights``),
-registered with ``WeightTransferTrainerFactory``. vLLM is optional: without
-it the same classes stand on small local bases with the same methods, and
-:class:`RefitWorkerExtension` serves vLLM versions that predate the
-weight-transfer system, through ``collective_rpc``.
+Two generations of ``vllm.distributed.weight_transfer`` are served; which
+one is installed is detected at import (:data:`VLLM_INTERFACE`):
+
+* ``"current"``: vLLM main as read on 2026-11-25: vllm-project/vllm
+  055e47c28003156421365af985d676fc921cb075 (factory.py; base.py at
+  a8f1d79812aa51e1036eba41286879eb09bd1635), where the engines live in
+  ``vllm.backends.distributed.weight_transfer`` (``vllm.distributed.
+  weight_transfer`` is an alias). The trainer side takes no config:
+  ``TrainerWeightTransferEngine.__init__(*, client, source=None,
+  is_sender=True)``, ``trainer_init(cls, init_info, *, client, source=None)``,
+  and ``WeightTransferTrainerFactory.trainer_init(init_info=..., client=...,
+  source=...)`` dispatches on ``init_info.backend``; the client's
+  ``finish_weight_update(weight_version=None)`` records the version vLLM
+  reports; the worker engine has no ``trainer_send_weights`` hook; a worker
+  may retarget an update at the speculative draft model
+  (``start_draft_weight_update``) when the engine's
+  ``supports_draft_weight_update`` is true.
+* ``"pinned"``: commit 02f250b03f38822ccdb63f27a3005d10ca81f385 (base.py)
+  and 047c993cc49c32e9b94f5bf826a9214e163eb982 (factory.py): the trainer
+  engine and ``trainer_init`` take a config first, the factory takes the
+  backend name, and ``finish_weight_update()`` takes no version.
+
+Both construct the worker engine as ``(config, vllm_config, device,
+model)``. vLLM releases whose engines take ``(config, parallel_config)`` give
+a backend no model to write into: use :class:`RefitWorkerExtension` there
+(it works with any vLLM). Without vLLM the classes stand on small local
+bases with the same methods.
 
 Inference side: :class:`RefitWeightTransferEngine` registers the worker's
-own parameters (vLLM's fused layout, written in place: same pointers, CUDA
-graphs stay valid) with refitd at init; each ``update_weights`` is one refit
-round. start/finish have nothing to do for an in-place engine. ``shutdown``
-leaves the membership. The init info carries refitd's address, the token,
-the engine id, the model and the engine's convention.
+own parameters (refit.engine_worker.EngineReceiver: in place, with the
+kernel layout its layers read) at init; each ``update_weights`` is one refit
+round, after which derived tensors are recomputed. Engine rank ``k =
+data_parallel_index * TP + rank`` (vLLM resets ``data_parallel_rank`` to 0 in
+a dense model's workers; ``data_parallel_index`` keeps the replica, as
+vLLM's own NCCL engine numbers its workers). Draft-model updates are
+refused: refit's buffers are the target model's, fixed at init.
 
 Trainer side: :class:`RefitSource` (a ``WeightSource`` over a module's own
 parameters, local shards included) and :class:`RefitTrainerEngine`, which
@@ -26,29 +43,78 @@ joins every trainer rank, and on rank 0 drives the engine through the
 client while all ranks run the round.
 """
 
-import dataclasses
+import inspect
 import sys
-import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, ClassVar, Dict, Iterator, List, Optional, Tuple
 
 import refit
+import refit.engine_worker as _ew
 import refit.torch as _rt
 
-__all__ = ["HAVE_VLLM", "RefitInitInfo", "RefitUpdateInfo", "RefitWeightTransferEngine",
-           "RefitSource", "RefitTrainerInitInfo", "RefitTrainerEngine",
-           "RefitWorkerExtension", "register"]
+__all__ = ["HAVE_VLLM", "VLLM_INTERFACE", "RefitInitInfo", "RefitUpdateInfo",
+           "RefitWeightTransferEngine", "RefitSource", "RefitTrainerInitInfo",
+           "RefitTrainerEngine", "RefitWorkerExtension", "engine_rank", "register"]
 
-VLLM_INTERFACE_COMMIT = "02f250b03f38822ccdb63f27a3005d10ca81f385"
+VLLM_INTERFACE_COMMITS = {"current": "055e47c28003156421365af985d676fc921cb075",
+                          "pinned": "02f250b03f38822ccdb63f27a3005d10ca81f385"}
+
+# Kernel-layout detector and derived-tensor refresh; None: refit.engine_layouts'.
+layout_hooks: Optional[_ew.LayoutHooks] = None
+
+
+def _hooks() -> _ew.LayoutHooks:
+    return layout_hooks or _ew.layout_hooks("vllm")
+
+
+def _takes(fn: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+# Where vLLM keeps the weight-transfer engines: vllm.backends.distributed
+# (current main, 055e47c; the old path is an alias there), else
+# vllm.distributed (the pinned commit and releases).
+_PACKAGES = ("vllm.backends.distributed.weight_transfer", "vllm.distributed.weight_transfer")
+
+
+def _import(module: str) -> Any:
+    """vLLM's weight_transfer ``module`` ("base", "factory") from the first
+    package that has it; raises ImportError when none does."""
+    import importlib
+    errors = []
+    for p in _PACKAGES:
+        try:
+            return importlib.import_module(f"{p}.{module}")
+        except ImportError as e:
+            errors.append(str(e))
+    raise ImportError("; ".join(errors))
+
 
 try:
-    from vllm.distributed.weight_transfer.base import WeightTransferEngine as _EngineBase
-    from vllm.distributed.weight_transfer.base import WeightTransferInitInfo as _InitBase
-    from vllm.distributed.weight_transfer.base import WeightTransferUpdateInfo as _UpdateBase
+    _base = _import("base")
     HAVE_VLLM = True
 except ImportError:
+    _base = None
     HAVE_VLLM = False
 
+_TrainerBaseVllm = getattr(_base, "TrainerWeightTransferEngine", None)
+if _base is None:
+    VLLM_INTERFACE: Optional[str] = None
+elif not _takes(_base.WeightTransferEngine.__init__, "model"):
+    VLLM_INTERFACE = "release"  # (config, parallel_config): no model for a backend
+elif _TrainerBaseVllm is not None and not _takes(_TrainerBaseVllm.__init__, "config"):
+    VLLM_INTERFACE = "current"
+else:
+    VLLM_INTERFACE = "pinned"
+
+if _base is not None:
+    _EngineBase = _base.WeightTransferEngine
+    _InitBase = _base.WeightTransferInitInfo
+    _UpdateBase = _base.WeightTransferUpdateInfo
+else:
     @dataclass
     class _InitBase:  # type: ignore[no-redef]
         """Stands for vLLM's WeightTransferInitInfo."""
@@ -84,12 +150,12 @@ except ImportError:
             except TypeError as e:
                 raise ValueError(f"Invalid update_info for {type(self).__name__}: {e}") from e
 
-try:
-    from vllm.distributed.weight_transfer.base import TrainerInitInfo as _TrainerInitBase
-    from vllm.distributed.weight_transfer.base import TrainerWeightTransferEngine as _TrainerBase
-    from vllm.distributed.weight_transfer.base import WeightSource as _SourceBase
-    from vllm.distributed.weight_transfer.base import ParamMeta as _ParamMeta
-except ImportError:  # no vLLM, or one from before the trainer-side engines
+if _TrainerBaseVllm is not None:
+    _TrainerInitBase = _base.TrainerInitInfo
+    _TrainerBase = _TrainerBaseVllm
+    _SourceBase = _base.WeightSource
+    _ParamMeta = _base.ParamMeta
+else:  # no vLLM, or one from before the trainer-side engines
     @dataclass
     class _TrainerInitBase:  # type: ignore[no-redef]
         """Stands for vLLM's TrainerInitInfo: the trainer rank; rank 0 sends.
@@ -108,11 +174,10 @@ except ImportError:  # no vLLM, or one from before the trainer-side engines
         """Stands for vLLM's WeightSource."""
 
     class _TrainerBase:  # type: ignore[no-redef]
-        """Stands for vLLM's TrainerWeightTransferEngine."""
+        """Stands for vLLM's current TrainerWeightTransferEngine."""
 
-        def __init__(self, config: Any, *, client: Any, source: Any,
+        def __init__(self, *, client: Any, source: Any = None,
                      is_sender: bool = True) -> None:
-            self.config = config
             self.client = client
             self.source = source
             self.is_sender = is_sender
@@ -129,11 +194,11 @@ except ImportError:  # no vLLM, or one from before the trainer-side engines
 class RefitInitInfo(_InitBase):
     """What a worker needs to join refit: refitd's ``server`` address, the
     ``engine_id`` of this vLLM instance, the ``model`` (a built-in name or
-    a config.json path) and the engine ``convention`` (e.g. "vllm:tp=2").
-    ``rank``: the worker's rank in the convention (default: the worker's
-    rank in vLLM's parallel config). ``device``: "cuda:N" or "cpu"
-    (default: the worker's device). ``timeout`` bounds joining and the
-    first plan, in seconds."""
+    a config.json path) and the engine ``convention`` (e.g. "vllm:tp=2,dp=2";
+    the worker adds ``kernel=`` when its layers read a kernel layout).
+    ``rank``: the worker's engine rank (default: :func:`engine_rank`).
+    ``device``: "cuda:N" or "cpu" (default: the worker's device).
+    ``timeout`` bounds joining and the first plan, in seconds."""
     server: str
     engine_id: str
     model: str
@@ -154,147 +219,159 @@ class RefitUpdateInfo(_UpdateBase):
     timeout: float = 300.0
 
 
-def _device_name(device: Any) -> str:
-    """'cpu' or 'cuda:N' for a torch.device, a string or None (cpu)."""
-    if device is None:
-        return "cpu"
-    if isinstance(device, str):
-        return device
-    kind, index = getattr(device, "type", str(device)), getattr(device, "index", None)
-    if kind == "cuda" and index is None:
-        import torch
-        index = torch.cuda.current_device()
-    return kind if kind == "cpu" else f"{kind}:{index}"
-
-
-def _worker_rank(parallel_config: Any) -> int:
-    """The worker's rank in its vLLM instance (ParallelConfig.rank)."""
-    rank = getattr(parallel_config, "rank", None)
-    if rank is None:
+def engine_rank(parallel_config: Any, convention: str) -> int:
+    """The worker's engine rank in refit's vLLM convention, ``k =
+    data_parallel_index * TP + rank`` (``rank``: the worker's rank inside its
+    DP replica), after checking vLLM's TP size, and its DP size where vLLM
+    keeps one (MoE; a dense model's replicas run as DP=1 engines), against
+    the convention's. Raises RefitError INVALID_ARGUMENT when they differ,
+    when the replica index is outside the convention's dp, under pipeline or
+    prefill-context parallelism, or when the parallel config lacks the rank."""
+    pc = parallel_config
+    rank = getattr(pc, "rank", None)
+    tp = getattr(pc, "tensor_parallel_size", None)
+    if rank is None or tp is None:
         raise refit.RefitError(3, "the worker's rank is unknown: give \"rank\" in the "
                                   "init info")
-    return int(rank)
+    pcp = int(getattr(pc, "prefill_context_parallel_size", 1) or 1)
+    if pcp > 1:
+        raise refit.RefitError(3, f"vLLM runs prefill context parallelism (pcp={pcp}): "
+                                  f"refit's vllm convention has none")
+    dp_index = getattr(pc, "data_parallel_index", None)
+    if dp_index is None:  # vLLM without data_parallel_index
+        dp_index = getattr(pc, "data_parallel_rank", 0)
+    dp = int(_ew.convention_params(convention).get("dp", "1"))
+    # A dense model's engines run as independent DP=1 engines
+    # (data_parallel_size reset to 1); MoE engines keep the DP size.
+    vllm_dp = int(getattr(pc, "data_parallel_size", 1) or 1)
+    _ew.check_parallel(convention, tp=int(tp), dp=vllm_dp if vllm_dp > 1 else dp,
+                       pp=int(getattr(pc, "pipeline_parallel_size", 1) or 1), engine="vllm")
+    if not 0 <= int(dp_index) < dp:
+        raise refit.RefitError(3, f"convention {convention}: vLLM's DP replica "
+                                  f"{dp_index} is outside dp={dp}")
+    return int(dp_index) * int(tp) + int(rank)
 
 
-def _synchronize(device: str) -> None:
-    """Waits for the device's queued work (CUDA buffers), so the next step
-    reads the new weights; a no-op for host buffers."""
-    if device.startswith("cuda"):
-        import torch
-        torch.cuda.synchronize(device)
+def _receiver(model: Any, device: Any, parallel_config: Any,
+              info: RefitInitInfo) -> _ew.EngineReceiver:
+    rank = info.rank if info.rank is not None else engine_rank(parallel_config,
+                                                               info.convention)
+    return _ew.EngineReceiver(
+        model, rank=rank, device=info.device or _ew.device_name(device),
+        server=info.server, engine_id=info.engine_id, model_name=info.model,
+        convention=info.convention, hooks=_hooks(), token=info.token, job=info.job,
+        transport=info.transport, timeout=info.timeout)
+
+
+def _draft_refused(engine_id: Optional[str]) -> refit.RefitError:
+    return refit.RefitError(9, f"engine {engine_id or '?'}: refit refuses draft-model "
+                               f"weight updates: its buffers are the target model's, "
+                               f"registered at init; update the draft model by other "
+                               f"means, or run without a draft model")
 
 
 class RefitWeightTransferEngine(_EngineBase):
     """vLLM's weight-transfer backend "refit", one per worker.
 
-    Invariant: ``member`` is None before init_transfer_engine and after
+    Invariant: ``receiver`` is None before init_transfer_engine and after
     shutdown; between them it holds the worker's parameters, registered in
     place. ``version`` is the last version written into them (0: none)."""
 
     init_info_cls = RefitInitInfo
     update_info_cls = RefitUpdateInfo
+    supports_draft_weight_update = False
 
-    def __init__(self, config: Any, vllm_config: Any, device: Any, model: Any) -> None:
+    def __init__(self, config: Any, vllm_config: Any, device: Any = None,
+                 model: Any = None) -> None:
+        """vLLM's constructor. Raises RefitError FAILED_PRECONDITION under a
+        vLLM whose engines get no model (``(config, parallel_config)``)."""
+        if model is None:
+            raise refit.RefitError(9, "this vLLM builds weight-transfer engines without "
+                                      "the model (config, parallel_config): refit writes "
+                                      "into the model's parameters; use "
+                                      "worker_extension_cls=\"refit.vllm.RefitWorkerExtension\"")
         super().__init__(config, vllm_config, device, model)
-        self.member: Optional[refit.Member] = None
+        self.receiver: Optional[_ew.EngineReceiver] = None
         self.init_info: Optional[RefitInitInfo] = None
-        self.version = 0
-        self.last_stats: Dict[str, Any] = {}
+
+    @property
+    def member(self) -> Optional[refit.Member]:
+        return self.receiver.member if self.receiver else None
+
+    @property
+    def version(self) -> int:
+        return self.receiver.version if self.receiver else 0
+
+    @property
+    def last_stats(self) -> Dict[str, Any]:
+        return self.receiver.last_stats if self.receiver else {}
 
     def init_transfer_engine(self, init_info: RefitInitInfo) -> None:
         """Registers the worker's parameters named by the engine convention
-        and waits for the plan. Raises RefitError: FAILED_PRECONDITION when
-        already initialized; INVALID_ARGUMENT naming each parameter the
-        convention expects that the model lacks or holds with another shape
-        or dtype; refitd's status (UNAVAILABLE, DEADLINE_EXCEEDED, ...)."""
-        if self.member is not None:
-            raise refit.RefitError(9, f"engine {init_info.engine_id}: the refit "
-                                      f"weight transfer is initialized already")
+        (with the detected kernel layout) and waits for the plan. Raises
+        RefitError: FAILED_PRECONDITION when already initialized;
+        INVALID_ARGUMENT as engine_rank and EngineReceiver do; refitd's
+        status (UNAVAILABLE, DEADLINE_EXCEEDED, ...)."""
         if isinstance(init_info, dict):
             init_info = self.parse_init_info(init_info)
-        rank = init_info.rank if init_info.rank is not None else _worker_rank(
-            self.parallel_config)
-        device = init_info.device or _device_name(self.device)
-        buffers = _rt.module_buffers(self.model, side="engine", rank=rank,
-                                     model=init_info.model, convention=init_info.convention,
-                                     ignore_unknown=True)
-        member = refit.Member(server=init_info.server, side="engine", rank=rank,
-                              model=init_info.model, convention=init_info.convention,
-                              engine_id=init_info.engine_id, device=device,
-                              buffers=buffers, token=init_info.token, job=init_info.job,
-                              transport=init_info.transport, timeout=init_info.timeout)
-        try:
-            member.prepare(timeout=init_info.timeout)
-        except BaseException:
-            member.close()
-            raise
-        self.member, self.init_info = member, init_info
+        if self.receiver is not None:
+            raise refit.RefitError(9, f"engine {init_info.engine_id}: the refit "
+                                      f"weight transfer is initialized already")
+        self.receiver = _receiver(self.model, self.device, self.parallel_config, init_info)
+        self.init_info = init_info
 
-    def _member(self) -> refit.Member:
-        if self.member is None:
+    def _r(self) -> _ew.EngineReceiver:
+        if self.receiver is None:
             raise refit.RefitError(9, "the refit weight transfer is not initialized: "
                                       "call init_weight_transfer_engine first")
-        return self.member
+        return self.receiver
+
+    def set_weight_update_target(self, model: Any, model_config: Any, **kwargs: Any) -> None:
+        """Refuses any target but the registered model (a draft model):
+        RefitError FAILED_PRECONDITION naming draft-model updates."""
+        if model is not getattr(self, "_default_model", self.model):
+            raise _draft_refused(self.init_info.engine_id if self.init_info else None)
 
     def start_weight_update(self) -> None:
         """Nothing to stage: weights are written in place. Takes refitd's
-        newer plan when there is one. Raises FAILED_PRECONDITION before
-        init; refitd's status from prepare()."""
-        m = self._member()
-        if m.plan_changed():
-            m.prepare(timeout=self.init_info.timeout)
+        newer plan when there is one. Raises FAILED_PRECONDITION before init
+        or when the target is not the registered model; refitd's status."""
+        r = self._r()
+        if self.model is not r.model:
+            raise _draft_refused(self.init_info.engine_id)
+        r.refresh_plan()
 
-    def receive_weights(self, update_info: RefitUpdateInfo) -> None:
-        """Runs one refit round into the worker's parameters: waits for
-        refitd's next round (``update_info.version`` when given) and moves
-        it. Raises RefitError: FAILED_PRECONDITION before init or when refitd
-        announces another version than the one asked for; DEADLINE_EXCEEDED
-        when no round comes within the timeout; ABORTED with refitd's reason
-        when the round aborted (the parameters may then hold part of it:
-        Member.engine_state says so)."""
-        m = self._member()
-        v = m.wait_for_round(timeout=update_info.timeout)
-        if update_info.version is not None and v != update_info.version:
-            raise refit.RefitError(9, f"engine {self.init_info.engine_id}: refitd "
-                                      f"announced version {v}, the update asked for "
-                                      f"{update_info.version}")
-        self.last_stats = m.run_round(v, timeout=update_info.timeout)
-        self.version = v
+    def receive_weights(self, update_info: RefitUpdateInfo, *unused: Any) -> None:
+        """Runs one refit round into the worker's parameters and recomputes
+        derived tensors (EngineReceiver.receive). Raises as it does."""
+        self._r().receive(update_info.version, update_info.timeout)
 
     def update_weights(self, update_info: Dict[str, Any]) -> None:
         """vLLM's entry point: parses ``update_info`` (ValueError on unknown
-        keys), receive_weights, then waits for the device. Raises as
-        receive_weights does."""
-        self.receive_weights(self.parse_update_info(update_info))
-        _synchronize(_device_name(self.device) if self.init_info.device is None
-                     else self.init_info.device)
+        keys) and receives the round. Raises as receive_weights does."""
+        self.receive_weights(self.parse_update_info(dict(update_info)))
 
     def finish_weight_update(self) -> None:
         """Nothing to finalize for an in-place engine. Raises
         FAILED_PRECONDITION before init."""
-        self._member()
+        self._r()
 
     def shutdown(self) -> None:
-        """Leaves refit's membership (bounded) and releases the parameters;
-        a no-op when not initialized. Never raises."""
-        m, self.member = self.member, None
-        if m is None:
-            return
-        try:
-            m.leave(timeout=10.0)
-        except refit.RefitError:
-            pass  # refitd gone or the member expired: nothing left to leave
-        finally:
-            m.close()
+        """Leaves refit's membership (bounded); a no-op when not
+        initialized. Never raises."""
+        r, self.receiver = self.receiver, None
+        if r is not None:
+            r.close()
 
     @staticmethod
     def trainer_send_weights(iterator: Any, trainer_args: Dict[str, Any]) -> None:
-        """vLLM's trainer-side static hook. ``trainer_args``: ``member`` (a
-        trainer refit.Member), ``version``, ``rank``, ``world`` and optional
-        ``timeout``. Tensors of ``iterator`` ((name, tensor) pairs) that are
-        not the member's own buffers are copied into them first; then the
-        round runs (refit.torch.publish). Raises RefitError INVALID_ARGUMENT
-        naming a tensor the member has no buffer for; as publish does."""
+        """The pinned generation's abstract static hook (current vLLM has
+        none). ``trainer_args``: ``member`` (a trainer refit.Member),
+        ``version``, ``rank``, ``world`` and optional ``timeout``. Tensors of
+        ``iterator`` that are not the member's own buffers are copied into
+        them first; then the round runs (refit.torch.publish). Raises
+        RefitError INVALID_ARGUMENT naming a tensor the member has no buffer
+        for; as publish does."""
         member = trainer_args["member"]
         own = member.buffers
         for name, tensor in iterator:
@@ -343,7 +420,9 @@ class RefitTrainerInitInfo(_TrainerInitBase):
     ``world`` size, the ``model``, the trainer ``convention`` (e.g.
     "fsdp:dp=8"), the ``device`` of its buffers; the engine's ``engine_id``
     and ``engine_convention`` go to the inference side's init info. ``rank``
-    (keyword) is this trainer rank; rank 0 drives the engine."""
+    (keyword) is this trainer rank; rank 0 drives the engine. ``backend``
+    (class-level) is the factory key, "refit"."""
+    backend: ClassVar[str] = "refit"
     server: str = ""
     world: int = 1
     model: str = ""
@@ -363,30 +442,6 @@ class RefitTrainerInitInfo(_TrainerInitBase):
                 "job": self.job, "transport": self.transport, "timeout": self.timeout}
 
 
-def _in_thread(fn: Callable[[], None]) -> Callable[[float], None]:
-    """Starts ``fn`` in a thread; returns a join(timeout) that re-raises
-    fn's exception, or DEADLINE_EXCEEDED when fn is still running."""
-    errors: List[BaseException] = []
-
-    def body() -> None:
-        try:
-            fn()
-        except BaseException as e:  # handed to the joiner
-            errors.append(e)
-
-    t = threading.Thread(target=body, daemon=True)
-    t.start()
-
-    def join(timeout: float) -> None:
-        t.join(timeout)
-        if t.is_alive():
-            raise refit.RefitError(4, f"the inference side did not answer within "
-                                      f"{timeout:g} s")
-        if errors:
-            raise errors[0]
-    return join
-
-
 class RefitTrainerEngine(_TrainerBase):
     """The trainer side of backend "refit", one per trainer rank.
 
@@ -396,24 +451,34 @@ class RefitTrainerEngine(_TrainerBase):
     init_info_cls = RefitTrainerInitInfo
     config_cls = dict
 
-    def __init__(self, config: Any, *, client: Any, source: RefitSource,
-                 is_sender: bool, init_info: RefitTrainerInitInfo,
-                 member: refit.Member) -> None:
-        super().__init__(config, client=client, source=source, is_sender=is_sender)
+    def __init__(self, *, client: Any, source: Optional[RefitSource] = None,
+                 is_sender: bool = True, init_info: RefitTrainerInitInfo,
+                 member: refit.Member, config: Any = None) -> None:
+        if _takes(_TrainerBase.__init__, "config"):  # the pinned generation
+            super().__init__(config, client=client, source=source, is_sender=is_sender)
+        else:
+            super().__init__(client=client, source=source, is_sender=is_sender)
         self.init_info = init_info
         self.member: Optional[refit.Member] = member
         self.version = 0
 
     @classmethod
-    def trainer_init(cls, config: Any, init_info: RefitTrainerInitInfo, *, client: Any,
-                     source: RefitSource) -> "RefitTrainerEngine":
-        """Joins this rank with the source's buffers; rank 0 also calls
+    def trainer_init(cls, *args: Any, client: Any, source: Optional[RefitSource] = None,
+                     init_info: Optional[RefitTrainerInitInfo] = None,
+                     config: Any = None) -> "RefitTrainerEngine":
+        """``trainer_init(init_info, *, client, source)`` (current vLLM) or
+        ``trainer_init(config, init_info, *, client, source)`` (pinned).
+        Joins this rank with the source's buffers; rank 0 also calls
         ``client.init_weight_transfer_engine`` (concurrently: the engine's
         plan needs the trainer's members and the reverse); every rank waits
         for its plan. Raises RefitError: INVALID_ARGUMENT when ``source`` is
         not a RefitSource or the rank is missing; refitd's status; the
         client's exception."""
-        if init_info.rank is None:
+        if len(args) == 2:
+            config, init_info = args
+        elif len(args) == 1:
+            init_info = args[0]
+        if init_info is None or getattr(init_info, "rank", None) is None:
             raise refit.RefitError(3, "the trainer init info has no rank")
         if not isinstance(source, RefitSource):
             raise refit.RefitError(3, f"rank {init_info.rank}: the refit trainer engine "
@@ -426,7 +491,7 @@ class RefitTrainerEngine(_TrainerBase):
                               transport=init_info.transport, timeout=init_info.timeout)
         sender = init_info.rank == 0
         try:
-            join = (_in_thread(lambda: client.init_weight_transfer_engine(
+            join = (_ew.in_thread(lambda: client.init_weight_transfer_engine(
                 init_info.engine_init_info())) if sender else None)
             member.prepare(timeout=init_info.timeout)
             if join:
@@ -434,15 +499,16 @@ class RefitTrainerEngine(_TrainerBase):
         except BaseException:
             member.close()
             raise
-        return cls(config, client=client, source=source, is_sender=sender,
-                   init_info=init_info, member=member)
+        return cls(client=client, source=source, is_sender=sender, init_info=init_info,
+                   member=member, config=config)
 
     def send_weights(self) -> None:
         """Sends the next version (one more than the last): every rank
         reports ready; rank 0 asks the engine to start and to update
         (concurrently with the round), starts the round and finishes the
-        update. Raises RefitError as refit.torch.publish does, FAILED_PRECONDITION
-        after shutdown, or the client's exception."""
+        update, passing the version as vLLM's ``weight_version`` (current
+        vLLM). Raises RefitError as refit.torch.publish does,
+        FAILED_PRECONDITION after shutdown, or the client's exception."""
         if self.member is None:
             raise refit.RefitError(9, f"rank {self.init_info.rank}: the trainer engine "
                                       f"is shut down")
@@ -451,13 +517,16 @@ class RefitTrainerEngine(_TrainerBase):
         join = None
         if self.is_sender:
             self.client.start_weight_update()
-            join = _in_thread(lambda: self.client.update_weights(
+            join = _ew.in_thread(lambda: self.client.update_weights(
                 {"version": v, "timeout": info.timeout}))
         _rt.publish(self.member, version=v, rank=info.rank, world=info.world,
                     timeout=info.timeout, prefix=f"refit.vllm/{info.job}")
         if join:
             join(info.timeout)
-            self.client.finish_weight_update()
+            if VLLM_INTERFACE == "pinned":
+                self.client.finish_weight_update()
+            else:
+                self.client.finish_weight_update(weight_version=str(v))
         self.version = v
 
     def shutdown(self) -> None:
@@ -469,54 +538,55 @@ class RefitTrainerEngine(_TrainerBase):
 
 class RefitWorkerExtension:
     """A vLLM worker extension (``worker_extension_cls="refit.vllm.RefitWorkerExtension"``)
-    for vLLM versions without the weight-transfer system, driven through
-    ``collective_rpc``: ``refit_init(init_info)`` (the RefitInitInfo dict),
-    ``refit_update(update_info)`` (the RefitUpdateInfo dict, returns the
-    version written) and ``refit_shutdown()``. Uses the worker's
-    ``model_runner.model``, ``device``, ``vllm_config`` and ``rank``."""
+    for any vLLM, driven through ``collective_rpc``: ``refit_init(init_info)``
+    (the RefitInitInfo dict), ``refit_update(update_info)`` (the
+    RefitUpdateInfo dict, returns the version written) and
+    ``refit_shutdown()``. Uses the worker's ``model_runner.model``,
+    ``device`` and ``vllm_config``; never constructs a vLLM engine."""
 
     def refit_init(self, init_info: Dict[str, Any]) -> None:
-        """Joins as RefitWeightTransferEngine.init_transfer_engine does, with
-        the worker's rank unless ``init_info`` names one. Raises as it."""
-        engine = RefitWeightTransferEngine(None, self.vllm_config, self.device,
-                                           self.model_runner.model)
-        info = engine.parse_init_info(dict(init_info))
-        if info.rank is None and getattr(self, "rank", None) is not None:
-            info = dataclasses.replace(info, rank=self.rank)
-        engine.init_transfer_engine(info)
-        self._refit_engine = engine
-
-    def _refit(self) -> RefitWeightTransferEngine:
-        engine = getattr(self, "_refit_engine", None)
-        if engine is None:
-            raise refit.RefitError(9, "refit_init has not been called on this worker")
-        return engine
+        """Joins as RefitWeightTransferEngine.init_transfer_engine does.
+        Raises as it (ValueError for unknown keys)."""
+        if getattr(self, "_refit_receiver", None) is not None:
+            raise refit.RefitError(9, "refit_init was called on this worker already")
+        try:
+            info = RefitInitInfo(**dict(init_info))
+        except TypeError as e:
+            raise ValueError(f"Invalid init_info for RefitWorkerExtension: {e}") from e
+        self._refit_receiver = _receiver(self.model_runner.model, self.device,
+                                         self.vllm_config.parallel_config, info)
 
     def refit_update(self, update_info: Optional[Dict[str, Any]] = None) -> int:
-        """One update (start, the round, finish); returns the version now in
-        the parameters. Raises as RefitWeightTransferEngine does."""
-        engine = self._refit()
-        engine.start_weight_update()
-        engine.update_weights(dict(update_info or {}))
-        engine.finish_weight_update()
-        return engine.version
+        """One round; returns the version now in the parameters. Raises as
+        EngineReceiver.receive does, FAILED_PRECONDITION before refit_init."""
+        r = getattr(self, "_refit_receiver", None)
+        if r is None:
+            raise refit.RefitError(9, "refit_init has not been called on this worker")
+        try:
+            u = RefitUpdateInfo(**dict(update_info or {}))
+        except TypeError as e:
+            raise ValueError(f"Invalid update_info for RefitWorkerExtension: {e}") from e
+        r.refresh_plan()
+        return r.receive(u.version, u.timeout)
 
     def refit_shutdown(self) -> None:
         """Leaves refit; a no-op when not joined."""
-        engine = getattr(self, "_refit_engine", None)
-        if engine is not None:
-            engine.shutdown()
-            self._refit_engine = None
+        r, self._refit_receiver = getattr(self, "_refit_receiver", None), None
+        if r is not None:
+            r.close()
 
 
 def register() -> bool:
-    """Registers backend "refit" with vLLM's engine factory (and the
-    trainer factory where vLLM has one), lazily by module path; a second
-    call is a no-op. Usable as a ``vllm.general_plugins`` entry point.
-    Returns False when vLLM's weight-transfer system is not installed."""
+    """Registers backend "refit" with vLLM's engine factory and trainer
+    factory, lazily by module path; a second call is a no-op. The
+    ``vllm.general_plugins`` entry point of refit's wheel. Returns False
+    when vLLM's weight-transfer system is not installed, or its engines get
+    no model (then use RefitWorkerExtension)."""
     try:
-        from vllm.distributed.weight_transfer import factory
+        base, factory = _import("base"), _import("factory")
     except ImportError:
+        return False
+    if not _takes(base.WeightTransferEngine.__init__, "model"):
         return False
     pairs = [(factory.WeightTransferEngineFactory, "RefitWeightTransferEngine")]
     trainer_factory = getattr(factory, "WeightTransferTrainerFactory", None)

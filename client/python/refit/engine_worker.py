@@ -1,0 +1,233 @@
+"""One inference worker's side of refit, shared by refit.vllm and refit.sglang.
+
+:class:`EngineReceiver` registers a worker's own parameters (the engine's
+layout, written in place: same pointers, CUDA graphs stay valid) with refitd
+under the engine convention, with the kernel layout the worker's layers read
+added to it (``kernel=flashinfer`` / ``kernel=deepgemm``, from
+``refit.engine_layouts``); each :meth:`EngineReceiver.receive` is one refit
+round, after which the tensors the engine derives from the moved weights
+(MLA's ``W_UK_T``/``W_UV``, SGLang's ``w_kc``/``w_vc``, ...) are recomputed
+before the engine serves again.
+
+The engine rank helpers follow refit's engine conventions
+(mapping/engine_vllm.h): engine rank ``k = dp * TP + tp``; refit's engine
+conventions have no pipeline stages.
+"""
+
+import threading
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+import refit
+import refit.torch as _rt
+
+# (detect(model) -> Optional[str], refresh(model) -> None)
+LayoutHooks = Tuple[Callable[[Any], Optional[str]], Callable[[Any], None]]
+
+
+def layout_hooks(engine: str) -> LayoutHooks:
+    """refit.engine_layouts' kernel-layout detector and derived-tensor
+    refresh for ``engine`` ("vllm" or "sglang"). Raises RefitError
+    FAILED_PRECONDITION when refit.engine_layouts is not installed."""
+    try:
+        from refit import engine_layouts as el
+    except ImportError as e:
+        raise refit.RefitError(9, f"refit.engine_layouts is missing ({e}): refit cannot "
+                                  f"tell which layout the {engine} kernels read") from e
+    if engine == "vllm":
+        return el.vllm_kernel_layout, el.refresh_vllm_derived
+    return el.sglang_kernel_layout, el.refresh_sglang_derived
+
+
+def convention_params(convention: str) -> Dict[str, str]:
+    """{key: value} of a spec such as "vllm:tp=2,dp=2" (no kind)."""
+    _, _, rest = convention.partition(":")
+    out = {}
+    for item in filter(None, rest.split(",")):
+        k, _, v = item.partition("=")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def with_kernel(convention: str, kernel: Optional[str]) -> str:
+    """``convention`` with ``kernel=<kernel>`` added when the worker's
+    layers read a kernel layout. Raises RefitError INVALID_ARGUMENT when the
+    convention names another kernel layout than the one detected."""
+    named = convention_params(convention).get("kernel")
+    if named == "checkpoint":  # the default layout, spelled out
+        named = ""
+    if named is not None and named != (kernel or ""):
+        raise refit.RefitError(3, f"convention {convention}: kernel={named}, but the "
+                                  f"worker's layers read "
+                                  f"{'kernel=' + kernel if kernel else 'the checkpoint layout'}")
+    if kernel is None or named:
+        return convention
+    if ":" not in convention:
+        return f"{convention}:kernel={kernel}"
+    sep = "" if convention.endswith(":") else ","
+    return f"{convention}{sep}kernel={kernel}"
+
+
+def block_scale_rename(want: Set[str]) -> Callable[[str], Optional[str]]:
+    """The engine's parameter names as the convention spells them. vLLM's
+    block-FP8 linears register ``weight_scale_inv`` and newer vLLM renames
+    it ``weight_scale`` after loading (vllm-project/vllm 1436674,
+    fp8.py's process_weights_after_loading): such a name maps back to the
+    convention's ``weight_scale_inv`` when the convention lists that and not
+    the other. Shapes and dtypes are still checked by module_buffers."""
+    def rename(name: str) -> Optional[str]:
+        if (name.endswith(".weight_scale") and name not in want
+                and name + "_inv" in want):
+            return name + "_inv"
+        return name
+    return rename
+
+
+def check_parallel(convention: str, *, tp: int, dp: int, pp: int = 1,
+                   engine: str) -> None:
+    """Checks the engine's parallel sizes against the convention's. Raises
+    RefitError INVALID_ARGUMENT naming the size that differs, or pipeline
+    parallelism (refit's engine conventions have no pipeline stages)."""
+    if pp > 1:
+        raise refit.RefitError(3, f"{engine} runs pipeline parallelism (pp={pp}): refit's "
+                                  f"{engine} convention has no pipeline stages; run the "
+                                  f"engine with pipeline_parallel_size=1")
+    params = convention_params(convention)
+    for key, have in (("tp", tp), ("dp", dp)):
+        want = int(params.get(key, "1"))
+        if want != have:
+            raise refit.RefitError(3, f"convention {convention}: {key}={want}, but the "
+                                      f"{engine} engine runs {key}={have}")
+
+
+def device_name(device: Any) -> str:
+    """'cpu' or 'cuda:N' for a torch.device, a string or None (cpu)."""
+    if device is None:
+        return "cpu"
+    if isinstance(device, str):
+        return device
+    kind, index = getattr(device, "type", str(device)), getattr(device, "index", None)
+    if kind == "cuda" and index is None:
+        import torch
+        index = torch.cuda.current_device()
+    return kind if kind == "cpu" else f"{kind}:{index}"
+
+
+def synchronize(device: str) -> None:
+    """Waits for the device's queued work; a no-op for host buffers."""
+    if device.startswith("cuda"):
+        import torch
+        torch.cuda.synchronize(device)
+
+
+class EngineReceiver:
+    """A worker's refit membership: its parameters, registered in place.
+
+    Invariant: ``member`` is None after :meth:`close`; ``version`` is the
+    last version written into the parameters (0: none); ``kernel`` is the
+    kernel layout detected at registration (None: the checkpoint layout)."""
+
+    def __init__(self, model: Any, *, rank: int, device: str, server: str,
+                 engine_id: str, model_name: str, convention: str, hooks: LayoutHooks,
+                 token: Optional[str] = None, job: str = "refit",
+                 transport: Optional[str] = None, timeout: float = 300.0) -> None:
+        """Detects the kernel layout, registers the parameters the
+        convention names and waits for the plan. Raises RefitError:
+        INVALID_ARGUMENT from the detector (naming the layer, the kernel and
+        the setting that avoids it), for a convention naming another kernel,
+        or naming each parameter the model lacks or holds with another shape
+        or dtype; refitd's status (UNAVAILABLE, DEADLINE_EXCEEDED, ...)."""
+        detect, self._refresh = hooks
+        self.model = model
+        self.kernel = detect(model)
+        self.convention = with_kernel(convention, self.kernel)
+        self.engine_id, self.rank, self.device = engine_id, rank, device
+        self.timeout = timeout
+        self.version = 0
+        self.last_stats: Dict[str, Any] = {}
+        want = {b.name for b in refit.expected_buffers(
+            side="engine", rank=rank, model=model_name, convention=self.convention)}
+        buffers = _rt.module_buffers(model, side="engine", rank=rank, model=model_name,
+                                     convention=self.convention, ignore_unknown=True,
+                                     rename=block_scale_rename(want))
+        member = refit.Member(server=server, side="engine", rank=rank, model=model_name,
+                              convention=self.convention, engine_id=engine_id,
+                              device=device, buffers=buffers, token=token, job=job,
+                              transport=transport, timeout=timeout)
+        try:
+            member.prepare(timeout=timeout)
+        except BaseException:
+            member.close()
+            raise
+        self.member: Optional[refit.Member] = member
+
+    def _m(self) -> refit.Member:
+        if self.member is None:
+            raise refit.RefitError(9, f"engine {self.engine_id}: the refit receiver is "
+                                      f"closed")
+        return self.member
+
+    def refresh_plan(self) -> None:
+        """Takes refitd's newer plan when there is one. Raises as prepare."""
+        m = self._m()
+        if m.plan_changed():
+            m.prepare(timeout=self.timeout)
+
+    def receive(self, version: Optional[int], timeout: float) -> int:
+        """One refit round into the parameters: waits for refitd's next
+        round (``version`` when given), moves it, then recomputes the
+        derived tensors; returns the version written. Raises RefitError:
+        FAILED_PRECONDITION when closed or when refitd announces another
+        version; DEADLINE_EXCEEDED when no round comes within ``timeout``;
+        ABORTED with refitd's reason (the parameters may hold part of the
+        round: Member.engine_state says so)."""
+        m = self._m()
+        v = m.wait_for_round(timeout=timeout)
+        if version is not None and v != version:
+            raise refit.RefitError(9, f"engine {self.engine_id}: refitd announced version "
+                                      f"{v}, the update asked for {version}")
+        self.last_stats = m.run_round(v, timeout=timeout)
+        synchronize(self.device)
+        self._refresh(self.model)
+        synchronize(self.device)
+        self.version = v
+        return v
+
+    def close(self) -> None:
+        """Leaves refit's membership (bounded) and releases the parameters;
+        a no-op when closed. Never raises."""
+        m, self.member = self.member, None
+        if m is None:
+            return
+        try:
+            m.leave(timeout=10.0)
+        except refit.RefitError:
+            pass  # refitd gone or the member expired: nothing left to leave
+        finally:
+            m.close()
+
+
+def in_thread(fn: Callable[[], Any]) -> Callable[[float], Any]:
+    """Starts ``fn`` in a thread; returns a join(timeout) that returns fn's
+    result or re-raises its exception, or raises DEADLINE_EXCEEDED when fn
+    is still running."""
+    out: List[Any] = []
+    errors: List[BaseException] = []
+
+    def body() -> None:
+        try:
+            out.append(fn())
+        except BaseException as e:  # handed to the joiner
+            errors.append(e)
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+
+    def join(timeout: float) -> Any:
+        t.join(timeout)
+        if t.is_alive():
+            raise refit.RefitError(4, f"the inference side did not answer within "
+                                      f"{timeout:g} s")
+        if errors:
+            raise errors[0]
+        return out[0]
+    return join

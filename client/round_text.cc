@@ -1,0 +1,34 @@
+// Rounds worded for people (see round_text.h).
+#include "client/round_text.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/printable.h"
+#include "common/round_bytes.h"
+
+namespace refit {
+
+std::string Counted(int64_t n, const std::string& noun) {
+  return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+}
+
+std::string FinishedRoundLine(const v1::RoundSummary& s) {
+  if (s.outcome() == "committed") {
+    return absl::StrFormat(
+        "round %d committed in %.3f s (slowest member %.3f s): %s per engine rank (%s), "
+        "%s, peak staging %s%s",
+        s.version(), s.duration_seconds(), s.seconds(), HumanBytes(s.bytes()),
+        Counted(s.engine_ranks(), "engine rank"), HumanRate(s.bytes_per_second()),
+        HumanBytes(s.peak_staging_bytes()),
+        s.peak_staging_member().empty() ? "" : " (" + Printable(s.peak_staging_member()) + ")");
+  }
+  return absl::StrFormat("round %d %s after %.3f s: %s", s.version(), s.outcome(),
+                         s.seconds(), Printable(s.reason()));
+}
+
+std::string RunningRoundBytes(const v1::RoundSummary& s) {
+  if (s.engine_ranks() == 0) return "";
+  return absl::StrCat(", ", HumanBytes(s.bytes()), " per engine rank so far");
+}
+
+}  // namespace refit

@@ -1,0 +1,52 @@
+#include "client/round_text.h"
+
+#include "gtest/gtest.h"
+
+namespace refit {
+namespace {
+
+TEST(RoundTextTest, ACommittedRoundSaysItsBytesPerEngineRankAndItsThroughput) {
+  v1::RoundSummary s;
+  s.set_version(3);
+  s.set_outcome("committed");
+  s.set_duration_seconds(0.5);
+  s.set_seconds(0.04502);
+  s.set_bytes(16380000000);
+  s.set_engine_ranks(2);
+  s.set_bytes_per_second(16380000000 / 0.04502);
+  s.set_peak_staging_bytes(64000000);
+  s.set_peak_staging_member("engine/demo/e0/1");
+  EXPECT_EQ(FinishedRoundLine(s),
+            "round 3 committed in 0.500 s (slowest member 0.045 s): 16.38 GB per engine "
+            "rank (2 engine ranks), 363.84 GB/s, peak staging 64.0 MB (engine/demo/e0/1)");
+  s.set_engine_ranks(1);
+  EXPECT_NE(FinishedRoundLine(s).find("(1 engine rank)"), std::string::npos);
+}
+
+TEST(RoundTextTest, AnAbortedRoundSaysWhy) {
+  v1::RoundSummary s;
+  s.set_version(2);
+  s.set_outcome("aborted");
+  s.set_seconds(1.25);
+  s.set_reason("member engine e0 rank 0 failed: NCCL timeout");
+  EXPECT_EQ(FinishedRoundLine(s),
+            "round 2 aborted after 1.250 s: member engine e0 rank 0 failed: NCCL timeout");
+}
+
+TEST(RoundTextTest, CountsAreSingularForOne) {
+  EXPECT_EQ(Counted(1, "member"), "1 member");
+  EXPECT_EQ(Counted(0, "member"), "0 members");
+  EXPECT_EQ(Counted(4, "member"), "4 members");
+}
+
+TEST(RoundTextTest, ARoundInFlightShowsBytesOnceAnEngineRankReported) {
+  v1::RoundSummary s;
+  s.set_outcome("running");
+  EXPECT_EQ(RunningRoundBytes(s), "");
+  s.set_engine_ranks(1);
+  s.set_bytes(816400000);
+  EXPECT_EQ(RunningRoundBytes(s), ", 816.4 MB per engine rank so far");
+}
+
+}  // namespace
+}  // namespace refit

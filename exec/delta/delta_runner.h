@@ -1,0 +1,186 @@
+// DeltaRunner: a member's data plane for delta and verified rounds on host
+// memory (Gloo, in-process), one per member per plan.
+//
+// A trainer rank keeps a snapshot: per message it sends, the bytes of the
+// last committed version (host memory; `SnapshotBytes` says how many, the
+// rank's share of the plan). Each round, per message, it packs the current
+// bytes, compares them with the snapshot and sends what the codec
+// (delta_codec.h) makes of them: the changed words with their exact values
+// or, past break-even, the dense bytes. An engine rank whose mode (the
+// round's announcement, delta_policy.h) is dense, and every message when
+// the trainer has no snapshot of the announced base version, gets dense
+// bytes. What it sent stays pending until Commit(version) folds it into the
+// snapshot; Abort() drops it, so the snapshot only ever holds committed
+// bytes.
+//
+// Receivers must post receives of exact sizes, and only the sender knows a
+// delta's size after encoding it: each wave is two exchanges on its lane,
+// first every message's 32-byte DeltaHeader, then the payloads, sized from
+// the headers (a receive of the dense size would not match the send, and
+// one extra small exchange per wave costs one latency, not bandwidth).
+// An engine applies in place: a message that is one contiguous buffer
+// range is applied where it lies; otherwise the engine gathers its own
+// current bytes of the message into staging (the reverse of unpack),
+// applies the delta there and unpacks as a dense round does. Buffers are
+// never moved or reallocated. ApplyDelta checks every header and index
+// before writing, so a malformed message changes nothing.
+//
+// Verified rounds (options.verify): the trainer digests all its current
+// bytes of every message at their engine places, the engine digests what
+// its buffers hold at every place the plan writes, after the round; both
+// are in digests() per (engine rank, tensor) for the control plane to
+// compare (round_digest.h: CompareDigests).
+#ifndef REFIT_EXEC_DELTA_DELTA_RUNNER_H_
+#define REFIT_EXEC_DELTA_DELTA_RUNNER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "exec/conversion_stage.h"
+#include "exec/copy_program.h"
+#include "exec/delta/delta_policy.h"
+#include "exec/delta/round_digest.h"
+#include "exec/round_runner.h"
+#include "exec/transport.h"
+#include "layout/side.h"
+#include "plan/plan.h"
+
+namespace refit {
+
+// A trainer rank's snapshot: the bytes of the last committed version of
+// what it sends, one copy per source region (SourceKey): the messages of
+// one region to several engine replicas carry the same bytes, so they
+// share it. The member owns it, so it outlives a runner rebuilt after an
+// aborted round (a broken transport); a runner for another plan (other
+// fingerprint) empties it.
+struct DeltaSnapshot {
+  std::string plan_fingerprint;
+  int64_t version = -1;  // -1: none
+  std::map<std::string, std::vector<uint8_t>> messages;  // by SourceKey
+  int64_t bytes() const {
+    int64_t n = 0;
+    for (const auto& [m, b] : messages) n += static_cast<int64_t>(b.size());
+    return n;
+  }
+};
+
+struct DeltaRunnerOptions {
+  // Trainer: the member's snapshot (nullptr: the runner keeps its own).
+  DeltaSnapshot* snapshot = nullptr;
+  // Send deltas where the announcement allows (false: every round dense).
+  bool delta = true;
+  // Digest both sides of every round (digests()).
+  bool verify = true;
+  // A trainer rank's snapshot may hold at most this many bytes (0: no
+  // bound); Create fails with RESOURCE_EXHAUSTED naming the rank above it.
+  int64_t max_snapshot_bytes = 0;
+};
+
+// What one round moved in delta form, beside RunStats.
+struct DeltaRoundStats {
+  int64_t messages = 0;
+  int64_t dense_messages = 0;   // sent or received dense
+  int64_t dense_bytes = 0;      // the messages' dense size
+  int64_t wire_bytes = 0;       // headers + payloads
+  int64_t changed_words = 0;
+  double digest_seconds = 0;    // time spent digesting
+};
+
+class DeltaRunner : public RoundRunner {
+ public:
+  // As Executor::Create (host memory only): INVALID_ARGUMENT for a missing
+  // buffer or a bad plan naming the tensor, FAILED_PRECONDITION when the
+  // transport's rank or memory kind does not match, RESOURCE_EXHAUSTED
+  // naming the trainer rank when its snapshot would pass
+  // options.max_snapshot_bytes. A trainer rank with conversions (FP8
+  // engines) quantizes each round first, exchanging cut tiles' amaxes with
+  // its peers, and compares the engine-format bytes (codes and scales).
+  static absl::StatusOr<std::unique_ptr<DeltaRunner>> Create(
+      const Plan& plan, Side side, int32_t rank, std::vector<char*> buffers,
+      Transport* transport, DeltaRunnerOptions options = {});
+
+  // The next round's announcement: per engine rank (indexed by engine
+  // rank), dense or delta against a version. Unset: every rank dense.
+  void SetModes(std::vector<EngineDeltaMode> modes) { modes_ = std::move(modes); }
+  // Whether the next round digests (options.verify until set).
+  void SetVerify(bool verify) { options_.verify = verify; }
+  // The runner owns `t` (its transport) from now on.
+  void AdoptTransport(std::unique_ptr<Transport> t) { owned_transport_ = std::move(t); }
+
+  // Runs this member's part of one round. Fails with the transport's error,
+  // DATA_LOSS naming the tensor and peer for a malformed message, or the
+  // reason given to Cancel. A failed round leaves the trainer's snapshot
+  // as it was (call Abort); the runner may run again after Abort.
+  absl::StatusOr<RunStats> Run(absl::Time deadline) override;
+  void Cancel(const absl::Status& reason) override;
+
+  // Trainer: the round of `version` committed everywhere: the snapshot now
+  // holds what it sent. Abort: the round will not commit; the snapshot
+  // keeps the previous version.
+  void Commit(int64_t version);
+  void Abort();
+
+  // The version the snapshot holds (-1: none yet).
+  int64_t snapshot_version() const { return snapshot_->version; }
+  // The bytes a trainer rank's snapshot holds when complete (one copy per
+  // source region).
+  static int64_t SnapshotBytes(const Plan& plan, int32_t trainer_rank);
+  // What message `m` sends, as a key: its segments' trainer records and
+  // boxes, in order. Messages with equal keys carry equal bytes.
+  static std::string SourceKey(const Plan& plan, const Message& m);
+
+  const DigestSums& digests() const { return digests_; }
+  const DeltaRoundStats& delta_stats() const { return delta_stats_; }
+
+ private:
+  struct MsgWork {
+    int32_t message = 0;
+    int32_t peer = 0;  // global rank
+    int32_t engine_rank = 0;
+    int64_t bytes = 0;
+    int word_bytes = 1;
+    std::string source_key;  // trainer: SourceKey
+    char* direct = nullptr;       // the buffer range when contiguous
+    std::vector<CopyTask> tasks;  // pack (trainer) or unpack (engine)
+  };
+  struct WaveWork {
+    int32_t lane = 0;
+    std::vector<MsgWork> msgs;
+  };
+  DeltaRunner() = default;
+  absl::Status Convert(absl::Time deadline);
+  absl::Status RunWave(const WaveWork& w, absl::Time deadline, RunStats* stats);
+  absl::Status SendWave(const WaveWork& w, absl::Time deadline, RunStats* stats);
+  absl::Status ReceiveWave(const WaveWork& w, absl::Time deadline, RunStats* stats);
+  absl::Status Exchange(int32_t lane, std::vector<SendOp> sends, std::vector<RecvOp> recvs,
+                        absl::Time deadline);
+
+  const Plan* plan_ = nullptr;
+  Side side_ = Side::kTrainer;
+  int32_t rank_ = 0;
+  std::vector<char*> buffers_;
+  Transport* transport_ = nullptr;
+  std::unique_ptr<Transport> owned_transport_;
+  DeltaRunnerOptions options_;
+  std::vector<WaveWork> work_;
+  std::unique_ptr<ConversionStage> conversions_;  // trainer with FP8 engines
+  std::vector<EngineDeltaMode> modes_;
+  // Trainer: per message, the committed bytes and this round's encoding.
+  DeltaSnapshot own_snapshot_;
+  DeltaSnapshot* snapshot_ = &own_snapshot_;
+  std::map<int32_t, std::vector<uint8_t>> pending_;
+  DigestSums digests_;
+  DeltaRoundStats delta_stats_;
+  absl::Mutex mu_;
+  absl::Status cancelled_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace refit
+
+#endif  // REFIT_EXEC_DELTA_DELTA_RUNNER_H_

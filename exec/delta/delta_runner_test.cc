@@ -1,0 +1,315 @@
+// Delta and verified rounds over Gloo (TCP on 127.0.0.1) and in-process:
+// every rank a thread, a DeltaPolicy as refitd's stand-in, every byte of
+// every engine checked against a reference copy after every round.
+#include "exec/delta/delta_runner.h"
+
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "exec/gloo_transport.h"
+#include "exec/inproc_transport.h"
+#include "exec/kv_store.h"
+#include "gtest/gtest.h"
+#include "testing/reference_copy.h"
+#include "testing/test_patterns.h"
+
+namespace refit {
+namespace {
+
+// One job: the trainers' and engines' buffers of every rank, the trainers'
+// snapshots and refitd's policy.
+struct Job {
+  Plan plan;
+  OwnedBuffers trainer, engine;
+  std::vector<DeltaSnapshot> snapshots;
+  std::unique_ptr<DeltaPolicy> policy;
+  bool gloo = true;
+  int64_t version = 0;
+  std::mt19937_64 rng{7};
+};
+
+std::unique_ptr<Job> MakeJob(const std::string& pattern, bool gloo) {
+  auto job = std::make_unique<Job>();
+  job->plan = testing::MakePatternPlan(pattern, 2, 2).value();
+  job->trainer = AllocateBuffers(job->plan.src, 0);
+  job->engine = AllocateBuffers(job->plan.dst, 0xEE);
+  job->snapshots.resize(job->plan.src.world_size);
+  job->policy = std::make_unique<DeltaPolicy>(job->plan.dst.world_size);
+  job->gloo = gloo;
+  for (auto& b : job->trainer.storage) {
+    for (auto& x : b) x = static_cast<uint8_t>(job->rng());
+  }
+  return job;
+}
+
+// Changes about `fraction` of the trainers' 2-byte words to new values.
+void Change(Job* job, double fraction) {
+  for (auto& b : job->trainer.storage) {
+    std::bernoulli_distribution pick(fraction);
+    for (size_t i = 0; i + 1 < b.size(); i += 2) {
+      if (!pick(job->rng)) continue;
+      b[i] ^= static_cast<uint8_t>(1 + job->rng() % 255);
+    }
+  }
+}
+
+// The trainers' bytes, to roll back to.
+std::vector<std::vector<uint8_t>> Save(const Job& job) { return job.trainer.storage; }
+void Restore(const std::vector<std::vector<uint8_t>>& saved, Job* job) {
+  for (size_t b = 0; b < saved.size(); ++b) {
+    std::copy(saved[b].begin(), saved[b].end(), job->trainer.storage[b].begin());
+  }
+}
+
+struct RoundResult {
+  std::vector<absl::Status> status;  // per global rank
+  std::vector<DeltaRoundStats> stats;
+  absl::Status commit;  // the commit decision: OK, or why it failed
+};
+
+// One round of version job->version + 1 as refitd runs it: announce, run
+// every rank (ranks in `absent` connect but never run), compare digests,
+// commit or abort. `modes` overrides the announcement when not empty;
+// `abort_after` aborts the round after every rank ran it (a member died
+// before it reported).
+RoundResult RunRound(Job* job, std::set<int> absent = {},
+                     std::vector<EngineDeltaMode> modes = {},
+                     absl::Duration timeout = absl::Seconds(20), bool abort_after = false) {
+  const Plan& plan = job->plan;
+  const int ws = plan.src.world_size, world = ws + plan.dst.world_size;
+  if (modes.empty()) modes = job->policy->Announce(true);
+  RoundResult res;
+  res.status.assign(world, absl::OkStatus());
+  res.stats.resize(world);
+  std::vector<DigestSums> digests(world);
+  // Transports outlive every rank's round (and the runners using them).
+  std::vector<std::unique_ptr<Transport>> transports(world);
+  std::vector<std::unique_ptr<DeltaRunner>> runners(world);
+  InMemoryKvStore store;
+  auto fabric = InProcFabric::Create(world, 2).value();
+  std::vector<std::thread> threads;
+  const absl::Time deadline = absl::Now() + timeout;
+  for (int g = 0; g < world; ++g) {
+    threads.emplace_back([&, g] {
+      std::unique_ptr<Transport>& t = transports[g];
+      if (job->gloo) {
+        GlooTransportOptions o;
+        o.connect_timeout = absl::Seconds(30);
+        auto gt = GlooTransport::Create(&store, g, world, o);
+        if (!gt.ok()) {
+          res.status[g] = gt.status();
+          return;
+        }
+        t = std::move(*gt);
+      } else {
+        t = InProcTransport::Create(fabric, g).value();
+      }
+      const bool src = g < ws;
+      std::vector<char*> bufs;
+      for (auto& b : (src ? job->trainer : job->engine).storage) {
+        bufs.push_back(reinterpret_cast<char*>(b.data()));
+      }
+      DeltaRunnerOptions opt;
+      if (src) opt.snapshot = &job->snapshots[g];
+      auto r = DeltaRunner::Create(plan, src ? Side::kTrainer : Side::kEngine,
+                                   src ? g : g - ws, bufs, t.get(), opt);
+      if (!r.ok()) {
+        res.status[g] = r.status();
+        return;
+      }
+      if (absent.count(g)) {
+        res.status[g] = absl::UnavailableError("absent");
+        absl::SleepFor(timeout);
+        return;
+      }
+      (*r)->SetModes(modes);
+      res.status[g] = (*r)->Run(deadline).status();
+      res.stats[g] = (*r)->delta_stats();
+      digests[g] = (*r)->digests();
+      runners[g] = std::move(*r);
+    });
+  }
+  for (auto& th : threads) th.join();
+  DigestSums trainer_sums, engine_sums;
+  res.commit = absl::OkStatus();
+  for (int g = 0; g < world; ++g) {
+    if (!res.status[g].ok()) res.commit = res.status[g];
+    AddDigests(digests[g], g < ws ? &trainer_sums : &engine_sums);
+  }
+  if (res.commit.ok()) res.commit = CompareDigests(plan, trainer_sums, engine_sums);
+  if (res.commit.ok() && abort_after) res.commit = absl::AbortedError("a member died");
+  if (res.commit.ok()) {
+    ++job->version;
+    for (int g = 0; g < ws; ++g) runners[g]->Commit(job->version);
+    job->policy->OnCommit(job->version);
+  } else {
+    for (int g = 0; g < ws; ++g) {
+      if (runners[g] != nullptr) runners[g]->Abort();
+    }
+    job->policy->OnAbort();
+  }
+  return res;
+}
+
+// "" when every engine byte equals the reference copy of the trainers'.
+std::string CheckEngines(const Job& job) {
+  OwnedBuffers want = AllocateBuffers(job.plan.dst, 0xEE);
+  absl::Status s = ReferenceCopy(job.plan, job.trainer.ptrs, want.ptrs);
+  if (!s.ok()) return std::string(s.message());
+  for (size_t b = 0; b < want.storage.size(); ++b) {
+    for (size_t i = 0; i < want.storage[b].size(); ++i) {
+      if (want.storage[b][i] != job.engine.storage[b][i]) {
+        return absl::StrCat("engine buffer ", job.plan.dst.buffers[b].name, " byte ", i);
+      }
+    }
+  }
+  return "";
+}
+
+int64_t DenseMessages(const RoundResult& r, int engine_global) {
+  return r.stats[engine_global].dense_messages;
+}
+
+class DeltaRounds : public ::testing::TestWithParam<bool> {};
+
+TEST_P(DeltaRounds, ManyRoundsOfRandomChangesLandEveryByte) {
+  for (const char* pattern : {"2to2", "qkv", "1to3", "replicated"}) {
+    auto job = MakeJob(pattern, GetParam());
+    const int ws = job->plan.src.world_size;
+    const double fractions[] = {1.0, 0.005, 0.02, 0.05, 0.2, 0.0, 0.9, 0.02};
+    int64_t wire = 0, dense = 0;
+    for (double f : fractions) {
+      Change(job.get(), f);
+      RoundResult r = RunRound(job.get());
+      ASSERT_TRUE(r.commit.ok()) << pattern << " fraction " << f << ": " << r.commit;
+      ASSERT_EQ(CheckEngines(*job), "") << pattern << " fraction " << f;
+      if (job->version > 1) {
+        for (int g = 0; g < ws; ++g) {
+          wire += r.stats[g].wire_bytes;
+          dense += r.stats[g].dense_bytes;
+        }
+      }
+    }
+    EXPECT_LT(wire, dense) << pattern;  // the deltas moved fewer bytes
+  }
+}
+
+TEST_P(DeltaRounds, FreshEnginesGetDenseWhileTheOthersGetDeltaInOneRound) {
+  auto job = MakeJob("1to3", GetParam());
+  const int ws = job->plan.src.world_size;
+  ASSERT_TRUE(RunRound(job.get()).commit.ok());
+  // Engine rank 0 restarts (its buffers are garbage) and engine rank 2
+  // joins late (its buffers were never written): neither holds a version.
+  for (int e : {0, 2}) {
+    for (size_t b = 0; b < job->plan.dst.buffers.size(); ++b) {
+      if (job->plan.dst.buffers[b].rank != e) continue;
+      for (auto& x : job->engine.storage[b]) x = static_cast<uint8_t>(job->rng());
+    }
+    ASSERT_TRUE(job->policy->OnEngineJoined(e).ok());
+  }
+  Change(job.get(), 0.01);
+  auto modes = job->policy->Announce(true);
+  EXPECT_EQ(EngineDeltaModeText(modes[0]), "dense");
+  EXPECT_EQ(EngineDeltaModeText(modes[1]), "delta against version 1");
+  RoundResult r = RunRound(job.get());
+  ASSERT_TRUE(r.commit.ok()) << r.commit;
+  EXPECT_EQ(CheckEngines(*job), "");
+  EXPECT_EQ(DenseMessages(r, ws + 0), r.stats[ws + 0].messages);
+  EXPECT_EQ(DenseMessages(r, ws + 2), r.stats[ws + 2].messages);
+  EXPECT_EQ(DenseMessages(r, ws + 1), 0);
+  EXPECT_GT(r.stats[ws + 1].messages, 0);
+}
+
+TEST_P(DeltaRounds, AnAbortedDeltaRoundIsRepairedByItsRetry) {
+  auto job = MakeJob("1to3", GetParam());
+  const int ws = job->plan.src.world_size;
+  ASSERT_TRUE(RunRound(job.get()).commit.ok());
+  // Version 2's round aborts: engine rank 1 never runs; engines 0 and 2
+  // apply their deltas and are torn (they hold bytes of an uncommitted
+  // version).
+  Change(job.get(), 0.05);
+  RoundResult aborted = RunRound(job.get(), {ws + 1}, {}, absl::Seconds(2));
+  ASSERT_FALSE(aborted.commit.ok());
+  EXPECT_EQ(job->version, 1);
+  EXPECT_TRUE(job->policy->torn(0));
+  // Its retry aborts too, after every engine applied it.
+  const auto v1 = Save(*job);
+  Change(job.get(), 0.05);
+  ASSERT_FALSE(RunRound(job.get(), {}, {}, absl::Seconds(20), true).commit.ok());
+  Restore(v1, job.get());  // the trainer rolls back its step
+  // The retry carries other bytes (the trainer stepped again): dense to
+  // every torn engine, and every byte lands.
+  Change(job.get(), 0.05);
+  for (const auto& m : job->policy->Announce(true)) EXPECT_TRUE(m.dense);
+  RoundResult retry = RunRound(job.get());
+  ASSERT_TRUE(retry.commit.ok()) << retry.commit;
+  EXPECT_EQ(CheckEngines(*job), "");
+  // And the next round is a delta round again.
+  Change(job.get(), 0.01);
+  RoundResult next = RunRound(job.get());
+  ASSERT_TRUE(next.commit.ok()) << next.commit;
+  EXPECT_EQ(CheckEngines(*job), "");
+  EXPECT_EQ(DenseMessages(next, ws + 0), 0);
+}
+
+TEST_P(DeltaRounds, ADeltaToATornEngineWouldBeCaughtByTheDigest) {
+  // The rule above matters: sending deltas to torn engines anyway leaves
+  // wrong bytes, and the verified round refuses to commit them.
+  auto job = MakeJob("1to3", GetParam());
+  ASSERT_TRUE(RunRound(job.get()).commit.ok());
+  const auto v1 = Save(*job);
+  Change(job.get(), 0.2);
+  // Every engine applies version 2's deltas, then the round aborts and the
+  // trainer rolls its step back: version 1's bytes plus other changes.
+  ASSERT_FALSE(RunRound(job.get(), {}, {}, absl::Seconds(20), true).commit.ok());
+  EXPECT_TRUE(job->policy->torn(1));
+  Restore(v1, job.get());
+  Change(job.get(), 0.2);
+  std::vector<EngineDeltaMode> wrong(job->plan.dst.world_size, EngineDeltaMode{false, 1});
+  RoundResult r = RunRound(job.get(), {}, wrong);
+  EXPECT_TRUE(absl::IsDataLoss(r.commit)) << r.commit;
+  EXPECT_NE(CheckEngines(*job), "");
+}
+
+TEST_P(DeltaRounds, AByteFlippedInAnEngineFailsTheNextCommitNamingIt) {
+  auto job = MakeJob("2to2", GetParam());
+  ASSERT_TRUE(RunRound(job.get()).commit.ok());
+  const Plan& plan = job->plan;
+  const Record& rec = plan.dst.records[plan.segments[0].dst_record];
+  job->engine.storage[rec.buffer][rec.byte_offset] ^= 0x10;
+  RoundResult r = RunRound(job.get());  // nothing changed: an empty delta
+  ASSERT_TRUE(absl::IsDataLoss(r.commit)) << r.commit;
+  EXPECT_TRUE(absl::StrContains(
+      r.commit.message(),
+      absl::StrCat("engine rank ", rec.rank, " tensor ", plan.dst.tensors[rec.tensor].name)))
+      << r.commit;
+  EXPECT_EQ(job->version, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, DeltaRounds, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "Gloo" : "InProc"; });
+
+TEST(DeltaRunner, ASnapshotBoundRefusesTheTrainerNamingRankAndBound) {
+  Plan plan = testing::MakePatternPlan("2to2", 1, 1).value();
+  const int64_t need = DeltaRunner::SnapshotBytes(plan, 1);
+  ASSERT_GT(need, 0);
+  auto fabric = InProcFabric::Create(4, 1).value();
+  auto t = InProcTransport::Create(fabric, 1).value();
+  OwnedBuffers b = AllocateBuffers(plan.src, 0);
+  std::vector<char*> p;
+  for (auto& x : b.storage) p.push_back(reinterpret_cast<char*>(x.data()));
+  DeltaRunnerOptions opt;
+  opt.max_snapshot_bytes = need - 1;
+  auto r = DeltaRunner::Create(plan, Side::kTrainer, 1, p, t.get(), opt);
+  ASSERT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "trainer rank 1")) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), absl::StrCat(need - 1))) << r.status();
+  opt.max_snapshot_bytes = need;
+  EXPECT_TRUE(DeltaRunner::Create(plan, Side::kTrainer, 1, p, t.get(), opt).ok());
+}
+
+}  // namespace
+}  // namespace refit

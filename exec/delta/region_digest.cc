@@ -1,0 +1,71 @@
+// RegionDigest (see region_digest.h).
+#include "exec/delta/region_digest.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace refit {
+
+absl::StatusOr<uint64_t> MakePositionKey(int64_t buffer, int64_t offset) {
+  if (buffer < 0 || buffer > kDigestMaxBufferIndex) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "digest: buffer index ", buffer, " outside [0, ", kDigestMaxBufferIndex, "]"));
+  }
+  if (offset < 0 || offset > kDigestMaxOffset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "digest: byte offset ", offset, " of buffer ", buffer, " outside [0, 2^",
+        kDigestOffsetBits, ")"));
+  }
+  return PositionKey(buffer, offset);
+}
+
+namespace {
+
+template <typename T>
+uint64_t DigestTyped(const unsigned char* p, int64_t n, uint64_t key) {
+  uint64_t sum = 0;
+  for (int64_t i = 0; i < n; ++i, key += sizeof(T)) {
+    T v;
+    std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+    sum += DigestTerm(key, static_cast<uint64_t>(v));
+  }
+  return sum;
+}
+
+}  // namespace
+
+uint64_t DigestContiguous(const void* data, int64_t bytes, int element_bytes,
+                          uint64_t first_key) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  const int64_t n = bytes / element_bytes;
+  switch (element_bytes) {
+    case 1: return DigestTyped<uint8_t>(p, n, first_key);
+    case 2: return DigestTyped<uint16_t>(p, n, first_key);
+    case 4: return DigestTyped<uint32_t>(p, n, first_key);
+    default: return DigestTyped<uint64_t>(p, n, first_key);
+  }
+}
+
+absl::StatusOr<uint64_t> DigestRun(const void* data, int64_t bytes,
+                                   int element_bytes, uint64_t first_key) {
+  if (element_bytes != 1 && element_bytes != 2 && element_bytes != 4 &&
+      element_bytes != 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("digest: element size ", element_bytes, " is not 1, 2, 4 or 8"));
+  }
+  if (bytes < 0 || bytes % element_bytes != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "digest: run of ", bytes, " bytes is not a whole number of ", element_bytes,
+        "-byte elements"));
+  }
+  const uint64_t offset = first_key & static_cast<uint64_t>(kDigestMaxOffset);
+  if (offset + static_cast<uint64_t>(bytes) > static_cast<uint64_t>(kDigestMaxOffset) + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "digest: run of ", bytes, " bytes from offset ", offset,
+        " passes the end of its buffer's key range (2^", kDigestOffsetBits, ")"));
+  }
+  return DigestContiguous(data, bytes, element_bytes, first_key);
+}
+
+}  // namespace refit

@@ -1,0 +1,84 @@
+#include "exec/delta/region_digest.h"
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace refit {
+namespace {
+
+std::vector<uint16_t> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = static_cast<uint16_t>(rng());
+  return v;
+}
+
+TEST(RegionDigestTest, SplitRunsAddUpToTheWhole) {
+  auto v = Random(1000, 1);
+  const uint64_t key = PositionKey(3, 4096);
+  const uint64_t whole = DigestContiguous(v.data(), 2000, 2, key);
+  // Any split into parts, digested by different parties, sums to the whole.
+  for (int cut : {0, 2, 1000, 1998, 2000}) {
+    uint64_t a = DigestContiguous(v.data(), cut, 2, key);
+    uint64_t b = DigestContiguous(reinterpret_cast<char*>(v.data()) + cut, 2000 - cut,
+                                  2, key + cut);
+    EXPECT_EQ(a + b, whole) << "cut at byte " << cut;
+  }
+}
+
+TEST(RegionDigestTest, OneFlippedBitChangesTheDigest) {
+  auto v = Random(4096, 2);
+  const uint64_t key = PositionKey(0, 0);
+  const uint64_t before = DigestContiguous(v.data(), v.size() * 2, 2, key);
+  for (size_t i : {size_t{0}, size_t{17}, size_t{4095}}) {
+    for (int bit : {0, 7, 15}) {
+      auto w = v;
+      w[i] ^= static_cast<uint16_t>(1u << bit);
+      EXPECT_NE(DigestContiguous(w.data(), w.size() * 2, 2, key), before)
+          << "element " << i << " bit " << bit;
+    }
+  }
+}
+
+TEST(RegionDigestTest, SwappedElementsAndShiftedPlacesChangeTheDigest) {
+  std::vector<uint16_t> v = {1, 2, 3, 4};
+  std::vector<uint16_t> swapped = {2, 1, 3, 4};
+  const uint64_t key = PositionKey(1, 0);
+  EXPECT_NE(DigestContiguous(v.data(), 8, 2, key),
+            DigestContiguous(swapped.data(), 8, 2, key));
+  // The same bytes one element further, or in another buffer.
+  EXPECT_NE(DigestContiguous(v.data(), 8, 2, key),
+            DigestContiguous(v.data(), 8, 2, key + 2));
+  EXPECT_NE(DigestContiguous(v.data(), 8, 2, PositionKey(1, 0)),
+            DigestContiguous(v.data(), 8, 2, PositionKey(2, 0)));
+}
+
+TEST(RegionDigestTest, ElementSizeIsPartOfTheDigest) {
+  // Digests agree only when both sides read the same element size: the
+  // engine's dtype, which both sides take from the plan.
+  std::vector<uint8_t> b = {1, 0, 2, 0};
+  EXPECT_NE(DigestContiguous(b.data(), 4, 1, 0), DigestContiguous(b.data(), 4, 2, 0));
+}
+
+TEST(RegionDigestTest, DigestRunRefusesBadArguments) {
+  std::vector<uint16_t> v(8);
+  EXPECT_EQ(DigestRun(v.data(), 16, 3, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DigestRun(v.data(), 15, 2, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DigestRun(v.data(), 16, 2, PositionKey(0, kDigestMaxOffset - 7)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto ok = DigestRun(v.data(), 16, 2, PositionKey(0, 64));
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(*ok, DigestContiguous(v.data(), 16, 2, PositionKey(0, 64)));
+  EXPECT_EQ(MakePositionKey(-1, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakePositionKey(0, kDigestMaxOffset + 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*MakePositionKey(5, 7), PositionKey(5, 7));
+}
+
+}  // namespace
+}  // namespace refit

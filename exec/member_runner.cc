@@ -1,0 +1,100 @@
+// MakeMemberRunner (see member_runner.h).
+#include "exec/member_runner.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "exec/composite_runner.h"
+#include "exec/executor.h"
+#include "exec/pair_routes.h"
+#include "exec/subset_transport.h"
+
+namespace refit {
+namespace {
+
+// An executor over `transport` (owned by the runner with its copier);
+// with `subset` (the network members), over a SubsetTransport among them,
+// leaving out the peers `exclude_peer` names. The copier is made for
+// `transport` itself (a device copier runs on its streams).
+absl::StatusOr<std::unique_ptr<RoundRunner>> ExecutorOver(
+    const MemberSlice& member, const DataPlaneParts& parts, std::unique_ptr<Transport> transport,
+    const std::vector<int32_t>* subset, std::function<bool(int32_t)> exclude_peer) {
+  ExecutorOptions eo;
+  eo.verify = parts.verify;
+  eo.exclude_peer = std::move(exclude_peer);
+  std::unique_ptr<Copier> copier;
+  if (parts.copier) {
+    copier = parts.copier(transport.get());
+    eo.copier = copier.get();
+  }
+  if (subset != nullptr) {
+    REFIT_ASSIGN_OR_RETURN(
+        std::unique_ptr<SubsetTransport> t,
+        SubsetTransport::Create(std::move(transport), *subset, member.global_world));
+    transport = std::move(t);
+  }
+  REFIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
+                         Executor::Create(*member.plan, member.side, member.rank,
+                                          member.buffers, transport.get(), eo));
+  REFIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<ExecutorRunner> r,
+      ExecutorRunner::Create(std::move(transport), std::move(copier), std::move(executor)));
+  return std::unique_ptr<RoundRunner>(std::move(r));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RoundRunner>> MakeMemberRunner(const MemberSlice& member,
+                                                              const DataPlaneParts& parts,
+                                                              KvStore* store,
+                                                              absl::Time deadline) {
+  if (member.plan == nullptr) return absl::InvalidArgumentError("member slice has no plan");
+  if (!parts.pull) {
+    if (!parts.transport) return absl::InvalidArgumentError("no transport factory");
+    REFIT_ASSIGN_OR_RETURN(
+        std::unique_ptr<Transport> transport,
+        AnnotateStatus(parts.transport(store, member.global_rank, member.global_world,
+                                       member.num_lanes),
+                       "data-plane transport"));
+    return ExecutorOver(member, parts, std::move(transport), nullptr, nullptr);
+  }
+  std::function<bool(int32_t)> pull_peer;
+  if (!member.host_of_member.empty()) {
+    pull_peer = [hosts = member.host_of_member, me = member.global_rank](int32_t g) {
+      return PullsBetween(hosts, me, g);
+    };
+  }
+  REFIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<RoundRunner> pull,
+      AnnotateStatus(parts.pull(*member.plan, member.side, member.rank, member.buffers, store,
+                                pull_peer, deadline),
+                     "pull data plane"));
+  const std::vector<int32_t>& net = member.network_members;
+  auto it = std::lower_bound(net.begin(), net.end(), member.global_rank);
+  if (member.host_of_member.empty() || it == net.end() || *it != member.global_rank) {
+    return pull;
+  }
+  // Pairs across hosts: a transport among the network members only.
+  if (!parts.transport) return absl::InvalidArgumentError("no transport factory");
+  const int32_t local = static_cast<int32_t>(it - net.begin());
+  REFIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<Transport> inner,
+      AnnotateStatus(parts.transport(store, local, static_cast<int32_t>(net.size()),
+                                     member.num_lanes),
+                     "network data plane transport"));
+  REFIT_ASSIGN_OR_RETURN(std::unique_ptr<RoundRunner> network,
+                         ExecutorOver(member, parts, std::move(inner), &net, pull_peer));
+  // The network part first: it runs on the calling thread, whose current
+  // CUDA device its transport set (its streams' kernels launch from there);
+  // the pull runner sets its device on its own thread.
+  std::vector<std::unique_ptr<RoundRunner>> both;
+  both.push_back(std::move(network));
+  both.push_back(std::move(pull));
+  REFIT_ASSIGN_OR_RETURN(std::unique_ptr<CompositeRunner> c,
+                         CompositeRunner::Create(std::move(both)));
+  return std::unique_ptr<RoundRunner>(std::move(c));
+}
+
+}  // namespace refit

@@ -1,0 +1,242 @@
+// Coordinator (see coordinator.h): rounds, their outcomes and status. The
+// rest of the class is in coordinator.cc.
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "proto/protocol_version.h"
+#include "server/coordinator.h"
+#include "server/bounded_text.h"
+#include "server/log.h"
+#include "server/registration.h"
+
+namespace refit {
+
+// --- rounds -----------------------------------------------------------------
+
+absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
+    const v1::StartRoundRequest& req) {
+  absl::MutexLock l(&mu_);
+  const Member* m = membership_.Find(req.member_id());
+  if (m == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("member_id: ", req.member_id(), " is not registered"));
+  }
+  REFIT_RETURN_IF_ERROR(CheckSecret(req.member_id(), req.member_secret()));
+  if (m->reg.identity().side() != v1::SIDE_TRAINER) {
+    return absl::PermissionDeniedError("member_id: only trainer members start rounds");
+  }
+  const int64_t v = req.version();
+  if (req.has_plan_epoch() && req.plan_epoch() != membership_.epoch()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "round ", v, ": the trainer prepared the plan of membership epoch ",
+        req.plan_epoch(), " but the membership is at epoch ", membership_.epoch(),
+        "; await the new plan and prepare again"));
+  }
+  v1::StartRoundResponse resp;
+  REFIT_ASSIGN_OR_RETURN(const bool already_started, rounds_.CheckStart(v));
+  if (already_started) {
+    resp.set_already_started(true);
+    resp.set_attempt(rounds_.last_attempt());
+    return resp;
+  }
+  if (plan_dirty_ || plan_epoch_ != membership_.epoch()) {
+    return absl::UnavailableError("membership changed; the new plan is being built, retry");
+  }
+  if (plan_incomplete_ || !plan_status_.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no valid plan: ", plan_status_.message()));
+  }
+  // A participant without a stream (it registered a moment ago, or its
+  // process died and has not expired yet) could not learn of the round.
+  std::set<std::string> participants;
+  for (const auto& [id, plan] : member_plans_) {
+    if (streams_.count(id) == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("member ", Describe(id), " has no round stream yet; retry"));
+    }
+    participants.insert(id);
+  }
+  const size_t n = participants.size();
+  const int32_t attempt = rounds_.Start(v, std::move(participants), absl::Now());
+  resp.set_attempt(attempt);
+  ServerLog().info("round started round={} attempt={} members={} plan_epoch={}", v,
+                   attempt, n, plan_epoch_);
+  v1::RoundEvent e;
+  e.set_kind(v1::RoundEvent::ROUND_STARTED);
+  e.set_version(v);
+  e.set_attempt(attempt);
+  e.set_epoch(plan_epoch_);
+  std::map<int32_t, std::string> engine_members;
+  for (const std::string& id : rounds_.active()->participants) {
+    const Member* pm = membership_.Find(id);
+    if (pm != nullptr && pm->reg.identity().side() == v1::SIDE_ENGINE) {
+      engine_members[pm->reg.identity().rank()] = id;
+    }
+  }
+  delta_rounds_.Announce(engine_members, &e);
+  Broadcast(e);
+  return resp;
+}
+
+absl::Status Coordinator::Report(const v1::ReportRequest& req) {
+  absl::MutexLock l(&mu_);
+  // Outcomes come only from the members themselves.
+  REFIT_RETURN_IF_ERROR(CheckSecret(req.member_id(), req.member_secret()));
+  const int64_t v = req.version();
+  // Late report of a finished round: tell the caller how it ended.
+  if (std::optional<absl::Status> reply = rounds_.ReplyToFinished(v, req.attempt())) {
+    return *reply;
+  }
+  if (!rounds_.IsParticipant(req.member_id())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member_id: ", req.member_id(), " is not a participant of round ", v));
+  }
+  membership_.Touch(req.member_id(), absl::Now());
+  if (!req.ok()) {
+    // The reason is the member's own text: cut, so one peer cannot make
+    // refitd keep, log and broadcast megabytes.
+    const std::string reason = BoundedText(req.reason());
+    ServerLog().warn("member reported failure round={} member={} reason={}", v,
+                     req.member_id(), reason);
+    EndRound(false, absl::StrCat("member ", Describe(req.member_id()),
+                                 " failed: ", reason),
+             AbortReason::kMemberFailed);
+    return absl::OkStatus();
+  }
+  const Member* m = membership_.Find(req.member_id());
+  const std::string transport =
+      m == nullptr ? "" : ServerMetrics::TransportLabel(m->reg.identity().transport());
+  v1::MemberReport report;
+  report.set_member_id(req.member_id());
+  report.set_bytes(req.bytes());
+  report.set_seconds(req.seconds());
+  report.set_peak_staging_bytes(req.peak_staging_bytes());
+  report.set_digest_seconds(req.digest_seconds());
+  // Figures that would corrupt the round's sum, status and metrics are
+  // refused; the round goes on (the member may report again).
+  REFIT_RETURN_IF_ERROR(rounds_.CheckReport(report));
+  ServerLog().info(
+      "member reported round={} member={} bytes={} seconds={:.6f} "
+      "peak_staging_bytes={} transport={}",
+      v, req.member_id(), req.bytes(), req.seconds(), req.peak_staging_bytes(),
+      transport.empty() ? "none" : transport);
+  metrics_.MemberReported(transport, req.bytes(), req.seconds());
+  const bool engine = m != nullptr && m->reg.identity().side() == v1::SIDE_ENGINE;
+  delta_rounds_.AddReport(engine, req);
+  if (rounds_.RecordDone(report, engine)) {
+    // A verified round commits only when the digests agree.
+    const absl::Status verified = delta_rounds_.Check();
+    EndRound(verified.ok(), std::string(verified.message()), AbortReason::kMemberFailed);
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::EndRound(bool committed, const std::string& reason,
+                           AbortReason abort_reason) {
+  const Rounds::Active* active = rounds_.active();
+  if (active == nullptr) return;
+  const absl::Time now = absl::Now();
+  const double secs = absl::ToDoubleSeconds(now - active->started);
+  const int64_t version = active->version;
+  const RoundBytes bytes = active->bytes;
+  const std::string slowest = active->slowest;
+  const double slowest_seconds = active->seconds;
+  const int64_t peak_staging = active->peak_staging_bytes;
+  const std::string peak_member = active->peak_staging_member;
+  const size_t members = active->participants.size();
+  std::set<std::string> engine_ids;
+  for (const std::string& id : active->participants) {
+    const Member* pm = membership_.Find(id);
+    if (pm != nullptr && pm->reg.identity().side() == v1::SIDE_ENGINE) {
+      engine_ids.insert(pm->reg.identity().engine_id());
+    }
+  }
+  delta_rounds_.End(committed, version, active->participants, engine_ids);
+  std::optional<v1::RoundEvent> e =
+      rounds_.End(committed, reason, now, plan_epoch_, [this](const std::string& id) {
+        const Member* m = membership_.Find(id);
+        return m != nullptr && m->reg.identity().side() == v1::SIDE_ENGINE
+                   ? m->reg.identity().engine_id()
+                   : std::string();
+      });
+  if (committed) {
+    ServerLog().info(
+        "round committed round={} seconds={:.6f} bytes={} bytes_per_second={:.6g} "
+        "engine_ranks={} members={} slowest={} slowest_seconds={:.6f} "
+        "peak_staging_bytes={} peak_staging_member={}",
+        version, secs, bytes.per_engine_rank, RoundBytesPerSecond(bytes, slowest_seconds),
+        bytes.engine_ranks, members, slowest.empty() ? "none" : slowest, slowest_seconds,
+        peak_staging, peak_member.empty() ? "none" : peak_member);
+    metrics_.RoundCommitted(secs, bytes, slowest_seconds, peak_staging);
+  } else {
+    ServerLog().warn("round aborted round={} seconds={:.6f} cause={} reason={}",
+                     version, secs, AbortReasonName(abort_reason), reason);
+    metrics_.RoundAborted(abort_reason, secs);
+  }
+  Broadcast(*e);
+}
+
+v1::EngineStateResponse Coordinator::GetEngineState(
+    const v1::EngineStateRequest& req) {
+  absl::MutexLock l(&mu_);
+  v1::EngineStateResponse resp;
+  resp.set_committed_version(rounds_.CommittedVersion(req.engine_id()));
+  resp.set_torn_version(rounds_.TornVersion(req.engine_id()));
+  return resp;
+}
+
+v1::StatusResponse Coordinator::GetStatus() {
+  v1::StatusResponse resp;
+  resp.set_protocol_version(kProtocolVersion);
+  absl::MutexLock l(&mu_);
+  const absl::Time now = absl::Now();
+  std::set<std::string> engines;
+  for (const auto& [id, m] : membership_.members()) {
+    v1::MemberStatus* ms = resp.add_members();
+    ms->set_member_id(id);
+    *ms->mutable_identity() = m.reg.identity();
+    ms->set_num_buffers(m.reg.buffers_size());
+    ms->set_seconds_since_heartbeat(absl::ToDoubleSeconds(now - m.last_heartbeat));
+    if (m.reg.identity().side() == v1::SIDE_ENGINE) {
+      engines.insert(m.reg.identity().engine_id());
+    }
+  }
+  resp.set_plan_fingerprint(plan_fingerprint_);
+  resp.set_epoch(plan_epoch_);
+  if (current_plan_ != nullptr && current_plan_->ok() && plan_status_.ok()) {
+    resp.set_pull_pairs((*current_plan_)->pull_pairs);
+    resp.set_network_pairs((*current_plan_)->network_pairs);
+  }
+  if (!plan_status_.ok()) resp.set_plan_error(std::string(plan_status_.message()));
+  for (const v1::RoundSummary& s : rounds_.history()) *resp.add_rounds() = s;
+  for (const std::string& e : engines) {
+    v1::EngineStatus* es = resp.add_engines();
+    es->set_engine_id(e);
+    es->set_committed_version(rounds_.CommittedVersion(e));
+    es->set_torn_version(rounds_.TornVersion(e));
+    es->set_verified_version(delta_rounds_.VerifiedVersion(e));
+  }
+  if (const Rounds::Active* a = rounds_.active()) {
+    v1::RoundSummary* s = resp.add_rounds();
+    s->set_version(a->version);
+    s->set_attempt(a->attempt);
+    s->set_outcome("running");
+    rounds_.FillFigures(*a, s);
+    s->set_seconds(absl::ToDoubleSeconds(now - a->started));
+    for (const auto& [id, report] : a->reports) *s->add_reports() = report;
+    for (const std::string& id : a->participants) {
+      if (a->done.count(id) > 0) {
+        s->add_reported(id);
+      } else {
+        s->add_waiting(id);
+      }
+    }
+  }
+  return resp;
+}
+
+}  // namespace refit

@@ -1,0 +1,84 @@
+// DeltaRounds: the delta announcement and the verified round's comparison.
+#include "server/delta_rounds.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace refit {
+
+void DeltaRounds::Announce(const std::map<int32_t, std::string>& engine_members,
+                           v1::RoundEvent* e) {
+  ++rounds_;
+  verify_ = delta_ || (verify_every_ > 0 && rounds_ % verify_every_ == 0);
+  trainer_sums_.clear();
+  engine_sums_.clear();
+  names_.clear();
+  e->set_verify(verify_);
+  e->set_delta_plane(delta_ || verify_every_ > 0);
+  if (!delta_) return;
+  int32_t next = 0;
+  for (const auto& [rank, id] : engine_members) {
+    for (; next < rank; ++next) e->add_delta_base(-1);  // a rank nobody holds
+    e->add_delta_base(committed_version_ > 0 && holding_.count(id) ? committed_version_ : -1);
+    next = rank + 1;
+  }
+}
+
+void DeltaRounds::AddReport(bool engine, const v1::ReportRequest& req) {
+  if (!verify_) return;
+  for (const v1::DigestPart& p : req.digests()) {
+    const std::pair<int32_t, int32_t> k{p.engine_rank(), p.tensor()};
+    (engine ? engine_sums_ : trainer_sums_)[k] += p.sum();
+    if (engine && !p.tensor_name().empty()) names_[k] = p.tensor_name().substr(0, 256);
+  }
+}
+
+absl::Status DeltaRounds::Check() const {
+  if (!verify_) return absl::OkStatus();
+  auto name = [&](const std::pair<int32_t, int32_t>& k) {
+    auto it = names_.find(k);
+    return it != names_.end() ? it->second : absl::StrCat("#", k.second);
+  };
+  for (const auto& [k, v] : trainer_sums_) {
+    auto it = engine_sums_.find(k);
+    if (it == engine_sums_.end()) {
+      return absl::DataLossError(absl::StrCat("verify: engine rank ", k.first, " tensor ",
+                                              name(k), ": no digest from the engine"));
+    }
+    if (it->second != v) {
+      return absl::DataLossError(absl::StrCat(
+          "verify: engine rank ", k.first, " tensor ", name(k), ": the engine holds digest ",
+          it->second, " but the trainers sent ", v));
+    }
+  }
+  for (const auto& [k, v] : engine_sums_) {
+    if (trainer_sums_.count(k) == 0) {
+      return absl::DataLossError(absl::StrCat("verify: engine rank ", k.first, " tensor ",
+                                              name(k), ": no digest from the trainers"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void DeltaRounds::End(bool committed, int64_t version,
+                      const std::set<std::string>& participants,
+                      const std::set<std::string>& engine_ids) {
+  if (committed) {
+    committed_version_ = version;
+    holding_ = participants;
+    // Members that reported no digests (a data plane that cannot verify)
+    // prove nothing: only a round with parts counts.
+    if (verify_ && !engine_sums_.empty()) {
+      for (const std::string& e : engine_ids) verified_[e] = version;
+    }
+  } else {
+    for (const std::string& id : participants) holding_.erase(id);
+  }
+  verify_ = false;
+}
+
+int64_t DeltaRounds::VerifiedVersion(const std::string& engine_id) const {
+  auto it = verified_.find(engine_id);
+  return it == verified_.end() ? 0 : it->second;
+}
+
+}  // namespace refit

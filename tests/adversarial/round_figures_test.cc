@@ -1,0 +1,94 @@
+// Absurd round versions and report figures against a refitd child process:
+// StartRound(INT64_MAX) and figures that would corrupt the round's sum or
+// its status (bytes INT64_MAX twice, negative bytes, NaN seconds) are
+// refused INVALID_ARGUMENT naming the field, the round still commits with
+// sane figures, and later versions start.
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "client/refit_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/refitd_process.h"
+#include "testing/tiny_registration.h"
+
+namespace refit {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::Time In(absl::Duration d) { return absl::Now() + d; }
+
+std::unique_ptr<RefitClient> Join(int port, const v1::Registration& reg) {
+  RefitClient::Options o;
+  o.target = absl::StrCat("127.0.0.1:", port);
+  auto c = RefitClient::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return nullptr;
+  EXPECT_TRUE((*c)->Register(reg).ok());
+  return std::move(*c);
+}
+
+absl::Status Start(RefitClient& t, int64_t v) {
+  absl::Status s = t.StartRound(v, In(absl::Seconds(10)));
+  while (absl::IsUnavailable(s)) {
+    absl::SleepFor(absl::Milliseconds(10));
+    s = t.StartRound(v, In(absl::Seconds(10)));
+  }
+  return s;
+}
+
+TEST(RoundFiguresTest, AbsurdVersionsAndFiguresAreRefusedNamingTheField) {
+  RefitdProcess refitd;
+  ASSERT_TRUE(refitd
+                  .Start(absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/server/refitd"),
+                         {"--plan_settle_ms=5"},
+                         absl::StrCat(std::getenv("TEST_TMPDIR"), "/refitd.out"),
+                         absl::Seconds(20))
+                  .ok());
+  auto t = Join(refitd.port(), testing::TinyRegistration(true, "job"));
+  auto e = Join(refitd.port(), testing::TinyRegistration(false, "job", "A"));
+  ASSERT_TRUE(t && e);
+  ASSERT_TRUE(t->AwaitPlan(In(absl::Seconds(20))).ok());
+  ASSERT_TRUE(e->AwaitPlan(In(absl::Seconds(20))).ok());
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  for (int64_t v : {max, (int64_t{1} << 53) + 1, int64_t{0}, int64_t{-3}}) {
+    absl::Status s = Start(*t, v);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << v << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("version: "));
+  }
+  ASSERT_TRUE(Start(*t, 1).ok());
+  ASSERT_TRUE(t->WaitForRound(In(absl::Seconds(10))).ok());
+  ASSERT_TRUE(e->WaitForRound(In(absl::Seconds(10))).ok());
+  ASSERT_TRUE(t->ReportDone(1, {max, 1.0, 0}, In(absl::Seconds(10))).ok());
+  struct Bad {
+    RefitClient::RoundFigures figures;
+    const char* field;
+  };
+  // A round's bytes are what its engine ranks received: the trainer's huge
+  // figure is its own; the sum of engine figures cannot overflow
+  // (rounds_test checks that with two engines).
+  for (const Bad& bad : {Bad{{-5, 1.0, 0}, "bytes: "},
+                         Bad{{1, std::nan(""), 0}, "seconds: "},
+                         Bad{{1, -1.0, 0}, "seconds: "},
+                         Bad{{1, 1.0, -7}, "peak_staging_bytes: "}}) {
+    absl::Status s = e->ReportDone(1, bad.figures, In(absl::Seconds(10)));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad.field << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(bad.field));
+  }
+  ASSERT_TRUE(e->ReportDone(1, {4096, 1.0, 0}, In(absl::Seconds(10))).ok());
+  EXPECT_TRUE(t->AwaitOutcome(1, In(absl::Seconds(10))).ok());
+  absl::StatusOr<v1::StatusResponse> status = t->GetStatus(In(absl::Seconds(10)));
+  ASSERT_TRUE(status.ok());
+  ASSERT_GT(status->rounds_size(), 0);
+  EXPECT_EQ(status->rounds(status->rounds_size() - 1).bytes(), 4096);
+  EXPECT_TRUE(std::isfinite(status->rounds(status->rounds_size() - 1).seconds()));
+  EXPECT_TRUE(Start(*t, 2).ok());  // later versions still start
+}
+
+}  // namespace
+}  // namespace refit

@@ -1,0 +1,294 @@
+"""refit.engine_layouts on stand-ins of vLLM's and SGLang's live layers
+(standin_engine_layers.py) and a pure-Python strided tensor
+(standin_tensor.py): every detection branch (the kernel= value, or the
+refusal naming the layer, the kernel and the setting that avoids it), and
+MLA's derived tensors after a commit: the attention computed from the
+refreshed engine tensors equals the one computed from tensors derived
+from scratch, and differs before the refresh."""
+
+import math
+import random
+import unittest
+
+import refit
+import refit.engine_layouts as el
+import standin_engine_layers as S
+import standin_tensor as T
+
+
+class VllmKernelLayoutTest(unittest.TestCase):
+    def refused(self, model, *says):
+        with self.assertRaises(refit.RefitError) as cm:
+            el.vllm_kernel_layout(model)
+        self.assertEqual(cm.exception.code_name, "INVALID_ARGUMENT")
+        for s in says:
+            self.assertIn(s, cm.exception.message)
+        return cm.exception.message
+
+    def test_checkpoint_layouts_give_none(self):
+        m = S.Model([
+            ("model.layers.0.self_attn.qkv_proj", S.fp8_linear(S.float_scales(2))),
+            ("model.layers.0.mlp.experts",
+             S.fp8_moe(S.float_scales(4), S.Fp8MoEMethod(fp8_backend=S.Fp8MoeBackend.TRITON))),
+            ("model.layers.1.mlp.experts",
+             S.bf16_moe(S.UnquantizedFusedMoEMethod(S.UnquantizedMoeBackend.TRITON))),
+            ("model.layers.1.mlp.down_proj", S.Layer(quant_method=S.UnquantizedLinearMethod())),
+        ])
+        self.assertIsNone(el.vllm_kernel_layout(m))
+        # DeepGEMM with float scales (VLLM_USE_DEEP_GEMM_E8M0=0) reads the
+        # checkpoint layout too.
+        m = S.Model([("l0.qkv_proj", S.fp8_linear(
+            S.float_scales(2), kernel=S.DeepGemmFp8BlockScaledMMKernel(e8m0=False)))])
+        self.assertIsNone(el.vllm_kernel_layout(m))
+
+    def test_flashinfer_cutlass_moe_bf16_and_block_fp8(self):
+        bf16 = S.Model([("model.layers.0.mlp.experts", S.bf16_moe(
+            S.UnquantizedFusedMoEMethod(S.UnquantizedMoeBackend.FLASHINFER_CUTLASS)))])
+        self.assertEqual(el.vllm_kernel_layout(bf16), "flashinfer")
+        older = S.Model([("model.layers.0.mlp.experts", S.bf16_moe(
+            S.UnquantizedFusedMoEMethod(flashinfer_cutlass_moe_enabled=True)))])
+        self.assertEqual(el.vllm_kernel_layout(older), "flashinfer")
+        fp8 = S.Model([
+            ("model.layers.0.self_attn.o_proj", S.fp8_linear(S.float_scales(2))),
+            ("model.layers.0.mlp.experts", S.fp8_moe(S.float_scales(4), S.Fp8MoEMethod(
+                flashinfer_moe_backend=S.FlashinferMoeBackend.CUTLASS)))])
+        self.assertEqual(el.vllm_kernel_layout(fp8), "flashinfer")
+        # Behind a modular kernel, the experts' class says it.
+        modular = S.Model([("model.layers.0.mlp.experts", S.bf16_moe(S.FusedMoEModularMethod(
+            S.UnquantizedFusedMoEMethod(), S.FlashInferExperts())))])
+        self.assertEqual(el.vllm_kernel_layout(modular), "flashinfer")
+
+    def test_deepgemm_ue8m0_requantized_linear_and_moe(self):
+        m = S.Model([
+            ("model.layers.0.self_attn.o_proj", S.fp8_linear(
+                S.pow2_scales(2), kernel=S.DeepGemmFp8BlockScaledMMKernel())),
+            ("model.layers.0.mlp.experts", S.fp8_moe(S.pow2_scales(4), S.Fp8MoEMethod(
+                fp8_backend=S.Fp8MoeBackend.DEEPGEMM))),
+        ])
+        self.assertEqual(el.vllm_kernel_layout(m), "deepgemm")
+
+    def test_marlin_aiter_trtllm_fnuz_sm100_refused_by_name(self):
+        self.refused(S.Model([("model.layers.3.self_attn.o_proj", S.fp8_linear(
+            S.float_scales(2), use_marlin=True))]),
+            "model.layers.3.self_attn.o_proj", "Marlin", "VLLM_TEST_FORCE_FP8_MARLIN")
+        self.refused(S.Model([("model.layers.3.self_attn.o_proj", S.fp8_linear(
+            S.float_scales(2), kernel=S.MarlinFp8ScaledMMLinearKernel()))]), "Marlin")
+        self.refused(S.Model([("model.layers.2.mlp.experts", S.fp8_moe(
+            S.float_scales(4), S.Fp8MoEMethod(fp8_backend=S.Fp8MoeBackend.MARLIN)))]),
+            "model.layers.2.mlp.experts", "Marlin")
+        self.refused(S.Model([("l.experts", S.fp8_moe(S.float_scales(4), S.Fp8MoEMethod(
+            rocm_aiter_moe_enabled=True)))]), "AITER", "VLLM_ROCM_USE_AITER_MOE=0")
+        self.refused(S.Model([("l.experts", S.bf16_moe(S.UnquantizedFusedMoEMethod(
+            S.UnquantizedMoeBackend.AITER)))]), "AITER")
+        self.refused(S.Model([("l.o_proj", S.fp8_linear(
+            S.float_scales(2), kernel=S.AiterFp8BlockScaledMMKernel()))]),
+            "AITER", "VLLM_ROCM_USE_AITER=0")
+        self.refused(S.Model([("l.experts", S.fp8_moe(S.float_scales(4), S.Fp8MoEMethod(
+            fp8_backend=S.Fp8MoeBackend.FLASHINFER_TRTLLM)))]),
+            "l.experts", "TRTLLM", "VLLM_FLASHINFER_MOE_BACKEND=throughput")
+        self.refused(S.Model([("l.experts", S.fp8_moe(S.float_scales(4), S.Fp8MoEMethod(
+            flashinfer_moe_backend=S.FlashinferMoeBackend.TENSORRT_LLM)))]), "TRTLLM")
+        self.refused(S.Model([("l.experts", S.bf16_moe(S.UnquantizedFusedMoEMethod(
+            S.UnquantizedMoeBackend.FLASHINFER_TRTLLM)))]), "TRTLLM")
+        fnuz = S.fp8_linear(S.float_scales(2))
+        fnuz.weight = T.Tensor.of([0.0] * 4, (2, 2), T.float8_e4m3fnuz)
+        self.refused(S.Model([("l.qkv_proj", fnuz)]), "l.qkv_proj", "FNUZ")
+        sm100 = S.fp8_linear(S.float_scales(2), kernel=S.DeepGemmFp8BlockScaledMMKernel())
+        sm100.weight_scale_inv = T.Tensor.of([1, 2], (2, 1), T.int32)
+        self.refused(S.Model([("l.qkv_proj", sm100)]), "SM100", "int32",
+                     "VLLM_USE_DEEP_GEMM=0")
+        self.refused(S.Model([("l.experts", S.fp8_moe(S.float_scales(4), S.Fp8MoEMethod(
+            fp8_backend=S.Fp8MoeBackend.XPU)))]), "l.experts", "XPU")
+
+    def test_mxfp8_linear_checkpoint_layout_and_refusals(self):
+        ok = S.Model([("model.layers.0.self_attn.qkv_proj",
+                       S.mxfp8_linear(S.Mxfp8LinearBackend.EMULATION))])
+        self.assertIsNone(el.vllm_kernel_layout(ok))
+        self.refused(S.Model([("l0.qkv_proj", S.mxfp8_linear(
+            S.Mxfp8LinearBackend.FLASHINFER_CUTLASS, swizzled=True))]),
+            "l0.qkv_proj", "FLASHINFER_CUTLASS", "F8_128x4")
+        self.refused(S.Model([("l0.o_proj", S.mxfp8_linear(S.Mxfp8LinearBackend.MARLIN))]),
+                     "l0.o_proj", "MARLIN")
+        moe = S.fp8_moe(S.float_scales(4), S.Mxfp8OnlineMoEMethod())
+        self.refused(S.Model([("model.layers.0.mlp.experts", moe)]),
+                     "model.layers.0.mlp.experts", "FlashInfer TRTLLM", "quant=fp8")
+
+    def test_per_tensor_fp8_refused_with_flashinfer_alpha_named(self):
+        self.refused(S.Model([("l.qkv_proj", S.fp8_linear(
+            S.float_scales(2), block_quant=False))]), "l.qkv_proj", "per-tensor", "max scale")
+        self.refused(S.Model([("l.experts", S.fp8_moe(
+            [], S.Fp8MoEMethod(block_quant=False,
+                               fp8_backend=S.Fp8MoeBackend.FLASHINFER_CUTLASS),
+            per_tensor=True))]), "l.experts", "per-tensor", "alpha")
+
+    def test_mixed_layouts_refused(self):
+        # DeepGEMM requantized one linear, another kept float scales.
+        self.refused(S.Model([
+            ("l0.o_proj", S.fp8_linear(S.pow2_scales(2),
+                                       kernel=S.DeepGemmFp8BlockScaledMMKernel())),
+            ("l1.o_proj", S.fp8_linear(S.float_scales(2))),
+        ]), "l0.o_proj", "l1.o_proj", "VLLM_USE_DEEP_GEMM=0")
+        # DeepGEMM linears with FlashInfer MoE: two layouts.
+        self.refused(S.Model([
+            ("l0.o_proj", S.fp8_linear(S.pow2_scales(2),
+                                       kernel=S.DeepGemmFp8BlockScaledMMKernel())),
+            ("l0.experts", S.fp8_moe(S.float_scales(4), S.Fp8MoEMethod(
+                fp8_backend=S.Fp8MoeBackend.FLASHINFER_CUTLASS))),
+        ]), "kernel=flashinfer", "kernel=deepgemm")
+        # FlashInfer on some MoE layers only.
+        self.refused(S.Model([
+            ("l0.experts", S.bf16_moe(S.UnquantizedFusedMoEMethod(
+                S.UnquantizedMoeBackend.FLASHINFER_CUTLASS))),
+            ("l1.experts", S.bf16_moe(S.UnquantizedFusedMoEMethod(
+                S.UnquantizedMoeBackend.TRITON))),
+        ]), "l0.experts", "l1.experts")
+
+
+class SglangKernelLayoutTest(unittest.TestCase):
+    def refused(self, model, *says):
+        with self.assertRaises(refit.RefitError) as cm:
+            el.sglang_kernel_layout(model)
+        self.assertEqual(cm.exception.code_name, "INVALID_ARGUMENT")
+        for s in says:
+            self.assertIn(s, cm.exception.message)
+
+    def test_checkpoint_layout_and_refusals(self):
+        self.assertIsNone(el.sglang_kernel_layout(S.Model([
+            ("model.layers.0.self_attn.o_proj", S.fp8_linear(S.float_scales(2))),
+            ("model.layers.0.mlp.experts", S.fp8_moe(S.float_scales(4), S.Fp8MoEMethod())),
+        ])))
+        moe = S.fp8_moe(S.float_scales(4), S.Fp8MoEMethod())
+        moe.enable_flashinfer_cutlass_moe = True
+        self.refused(S.Model([("model.layers.0.mlp.experts", moe)]),
+                     "model.layers.0.mlp.experts", "FlashInfer", "--moe-runner-backend triton")
+        self.refused(S.Model([("l.o_proj", S.fp8_linear(S.pow2_scales(2)))]),
+                     "l.o_proj", "UE8M0", "SGL_ENABLE_JIT_DEEPGEMM=0")
+        self.refused(S.Model([("l.o_proj", S.fp8_linear(S.float_scales(2), use_marlin=True))]),
+                     "Marlin")
+        per_tensor = S.fp8_linear(S.float_scales(2))
+        del per_tensor.weight_scale_inv
+        self.refused(S.Model([("l.o_proj", per_tensor)]), "per-tensor")
+
+
+# --- MLA derived tensors -------------------------------------------------------
+
+HEADS, LORA, NOPE, V = 2, 5, 4, 3
+
+
+def random_values(rng, n):
+    return [rng.uniform(-2, 2) for _ in range(n)]
+
+
+def kv_b_weight(rng, fp8):
+    rows = HEADS * (NOPE + V)
+    if not fp8:
+        return S.Linear(T.Tensor.of(random_values(rng, rows * LORA), (rows, LORA), T.bfloat16))
+    codes = [rng.choice(T.e4m3_values()) * rng.choice([-1, 1]) for _ in range(rows * LORA)]
+    return S.Linear(T.Tensor.of(codes, (rows, LORA), T.float8_e4m3fn),
+                    T.Tensor.of([rng.uniform(0.001, 0.01)], (1, 1), T.float32))
+
+
+def write_new_bytes(proj, rng):
+    """What a refit commit does: new bytes into the same kv_b_proj storage."""
+    rows = HEADS * (NOPE + V)
+    fresh = kv_b_weight(rng, proj.weight.dtype.name.startswith("float8"))
+    proj.weight.copy_(fresh.weight)
+    if hasattr(proj, "weight_scale_inv"):
+        proj.weight_scale_inv.copy_(fresh.weight_scale_inv)
+    assert proj.weight.shape == (rows, LORA)
+
+
+def mla_attention(q_nope, latent, w_uk_t, w_uv):
+    """Absorbed MLA for one query per head: q_nope [N][P], latent cache
+    [T][L], W_UK_T [N][P][L], W_UV [N][L][V] -> [N][V] (vLLM's decode path:
+    ql = q_nope @ W_UK_T, softmax(ql . c), o = a @ c, out = o @ W_UV)."""
+    uk, uv = w_uk_t.tolist(), w_uv.tolist()
+    out = []
+    for n in range(HEADS):
+        ql = [sum(q_nope[n][p] * uk[n][p][l] for p in range(NOPE)) for l in range(LORA)]
+        scores = [sum(ql[l] * c[l] for l in range(LORA)) for c in latent]
+        top = max(scores)
+        e = [math.exp(s - top) for s in scores]
+        a = [x / sum(e) for x in e]
+        o = [sum(a[t] * latent[t][l] for t in range(len(latent))) for l in range(LORA)]
+        out.append([sum(o[l] * uv[n][l][v] for l in range(LORA)) for v in range(V)])
+    return out
+
+
+class MlaDerivedTensorsTest(unittest.TestCase):
+    def setUp(self):
+        self.rng = random.Random(29)
+        self.q = [random_values(self.rng, NOPE) for _ in range(HEADS)]
+        self.latent = [random_values(self.rng, LORA) for _ in range(3)]
+
+    def vllm_case(self, fp8, contiguous):
+        proj = kv_b_weight(self.rng, fp8)
+        impl = S.VllmMLAImpl(proj, HEADS, LORA, NOPE, V, contiguous)
+        impl.process_weights_after_loading(T.bfloat16)
+        model = S.Model([("model.layers.0.self_attn.mla_attn", S.VllmMLAAttention(impl))])
+        uk_storage = impl.W_UK_T.untyped_storage()
+        write_new_bytes(proj, self.rng)
+        scratch = S.VllmMLAImpl(proj, HEADS, LORA, NOPE, V, contiguous)
+        scratch.process_weights_after_loading(T.bfloat16)
+        want = mla_attention(self.q, self.latent, scratch.W_UK_T, scratch.W_UV)
+        return model, impl, uk_storage, want
+
+    def test_vllm_stale_copies_are_recomputed_in_place(self):
+        for fp8, contiguous in ((False, True), (True, False), (True, True)):
+            with self.subTest(fp8=fp8, contiguous=contiguous):
+                model, impl, storage, want = self.vllm_case(fp8, contiguous)
+                stale = mla_attention(self.q, self.latent, impl.W_UK_T, impl.W_UV)
+                self.assertNotEqual(stale, want)
+                self.assertEqual(el.refresh_vllm_derived(model), 1)
+                self.assertIs(impl.W_UK_T.untyped_storage(), storage)  # same storage
+                self.assertEqual(mla_attention(self.q, self.latent, impl.W_UK_T, impl.W_UV),
+                                 want)
+
+    def test_vllm_views_of_kv_b_proj_need_nothing(self):
+        model, impl, _, want = self.vllm_case(False, False)
+        self.assertEqual(el.refresh_vllm_derived(model), 0)
+        self.assertEqual(mla_attention(self.q, self.latent, impl.W_UK_T, impl.W_UV), want)
+
+    def test_sglang_w_kc_w_vc_recomputed_in_place(self):
+        for fp8 in (False, True):
+            with self.subTest(fp8=fp8):
+                proj = kv_b_weight(self.rng, fp8)
+                attn = S.SglangMLA(proj, HEADS, LORA, NOPE, V)
+                attn.post_load_weights()
+                model = S.Model([("model.layers.0.self_attn", attn)])
+                kc = attn.w_kc
+                write_new_bytes(proj, self.rng)
+                scratch = S.SglangMLA(proj, HEADS, LORA, NOPE, V)
+                scratch.post_load_weights()
+                # SGLang's w_kc is [N, P, L]: W_UK_T's shape.
+                want = mla_attention(self.q, self.latent, scratch.w_kc, scratch.w_vc)
+                self.assertNotEqual(mla_attention(self.q, self.latent, attn.w_kc, attn.w_vc),
+                                    want)
+                self.assertEqual(el.refresh_sglang_derived(model), 1)
+                self.assertIs(attn.w_kc, kc)
+                self.assertEqual(mla_attention(self.q, self.latent, attn.w_kc, attn.w_vc), want)
+
+    def test_derived_copies_refit_does_not_recompute_are_refused(self):
+        impl = S.VllmMLAImpl(kv_b_weight(self.rng, True), HEADS, LORA, NOPE, V, False)
+        impl.process_weights_after_loading(T.bfloat16)
+        impl.W_K_scale = T.Tensor.of([1.0], (1,), T.float32)
+        with self.assertRaises(refit.RefitError) as cm:
+            el.refresh_vllm_derived(S.Model([("model.layers.4.self_attn.mla_attn",
+                                              S.VllmMLAAttention(impl))]))
+        self.assertIn("model.layers.4.self_attn.mla_attn", cm.exception.message)
+        self.assertIn("VLLM_ROCM_USE_AITER_FP8BMM=0", cm.exception.message)
+        moe = S.Layer(output1_scales_scalar=T.Tensor.of([1.0], (1,), T.float32))
+        with self.assertRaises(refit.RefitError) as cm:
+            el.refresh_vllm_derived(S.Model([("model.layers.1.mlp.experts", moe)]))
+        self.assertIn("output1_scales_scalar", cm.exception.message)
+        attn = S.SglangMLA(kv_b_weight(self.rng, False), HEADS, LORA, NOPE, V)
+        attn.post_load_weights()
+        attn.w_kc = attn.w_kc.to(T.float8_e4m3fn)
+        with self.assertRaises(refit.RefitError) as cm:
+            el.refresh_sglang_derived(S.Model([("model.layers.2.self_attn", attn)]))
+        self.assertIn("model.layers.2.self_attn", cm.exception.message)
+        self.assertEqual(cm.exception.code_name, "INVALID_ARGUMENT")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,1 @@
+"""Part of the sglang stand-in (see sglang/__init__.py)."""

@@ -1,0 +1,130 @@
+"""Stand-in of vllm/distributed/weight_transfer/base.py, pinned generation:
+vllm-project/vllm commit 02f250b03f38822ccdb63f27a3005d10ca81f385. What
+refit relies on, written for refit's tests (no torch; no vLLM code):
+- TrainerInitInfo(WeightTransferInitInfo): keyword-only `rank`, no backend.
+- WeightTransferEngine(config, vllm_config, device, model), draft targets,
+  and the abstract static trainer_send_weights hook.
+- TrainerWeightTransferEngine(config, *, client, source, is_sender=True) and
+  trainer_init(cls, config, init_info, *, client, source).
+- VLLMWeightSyncClient.finish_weight_update() takes no version."""
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Tuple
+
+GENERATION = "pinned"
+
+
+@dataclass(frozen=True)
+class ParamMeta:
+    name: str
+    dtype: Any
+    shape: Tuple[int, ...]
+
+
+class WeightSource(ABC):
+    @abstractmethod
+    def metadata(self):
+        ...
+
+    @abstractmethod
+    def __iter__(self):
+        ...
+
+
+@dataclass
+class WeightTransferInitInfo(ABC):  # noqa: B024
+    pass
+
+
+@dataclass
+class TrainerInitInfo(WeightTransferInitInfo):
+    rank: int = field(kw_only=True)
+
+    @property
+    def is_sender(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass
+class WeightTransferUpdateInfo(ABC):  # noqa: B024
+    pass
+
+
+class WeightTransferEngine(ABC):
+    init_info_cls: Any
+    update_info_cls: Any
+    supports_draft_weight_update: bool = True
+
+    def __init__(self, config: Any, vllm_config: Any, device: Any, model: Any) -> None:
+        self.config = config
+        self.vllm_config = vllm_config
+        self.parallel_config = vllm_config.parallel_config
+        self.model_config = vllm_config.model_config
+        self.device = device
+        self.model = model
+        self._default_model_config = self.model_config
+        self._default_model = model
+
+    def set_weight_update_target(self, model: Any, model_config: Any) -> None:
+        self.model = model
+        self.model_config = model_config
+
+    def reset_weight_update_target(self) -> None:
+        self.model = self._default_model
+        self.model_config = self._default_model_config
+
+    def parse_init_info(self, init_dict):
+        try:
+            return self.init_info_cls(**init_dict)
+        except TypeError as e:
+            raise ValueError(f"Invalid init_info for {type(self).__name__}: {e}") from e
+
+    def parse_update_info(self, update_dict):
+        try:
+            return self.update_info_cls(**update_dict)
+        except TypeError as e:
+            raise ValueError(f"Invalid update_info for {type(self).__name__}: {e}") from e
+
+    @abstractmethod
+    def init_transfer_engine(self, init_info) -> None: ...
+
+    @abstractmethod
+    def start_weight_update(self) -> None: ...
+
+    @abstractmethod
+    def finish_weight_update(self) -> None: ...
+
+    def update_weights(self, update_info) -> None:
+        self.receive_weights(self.parse_update_info(update_info))
+
+    @abstractmethod
+    def receive_weights(self, update_info) -> None: ...
+
+    @abstractmethod
+    def shutdown(self) -> None: ...
+
+    @staticmethod
+    @abstractmethod
+    def trainer_send_weights(iterator, trainer_args) -> None: ...
+
+
+class TrainerWeightTransferEngine(ABC):
+    init_info_cls: Any
+    config_cls: Any
+
+    def __init__(self, config: Any, *, client: Any, source: WeightSource,
+                 is_sender: bool = True) -> None:
+        self.config = config
+        self.is_sender = is_sender
+        self.client = client
+        self.source = source
+
+    @classmethod
+    @abstractmethod
+    def trainer_init(cls, config, init_info, *, client, source): ...
+
+    @abstractmethod
+    def send_weights(self) -> None: ...
+
+    def shutdown(self) -> None:
+        pass
