@@ -65,9 +65,10 @@ std::unique_ptr<RefitClient> Connect(int port) {
 }
 
 grpc::Status RawRegister(RefitClient& c, const v1::Registration& reg,
-                         v1::RegisterResponse* resp) {
+                         v1::RegisterResponse* resp, const std::string& secret = "") {
   v1::RegisterRequest req;
   *req.mutable_registration() = reg;
+  req.set_member_secret(secret);
   auto ctx = c.MakeContext(absl::Now() + absl::Seconds(20));
   return c.stub()->Register(ctx.get(), req, resp);
 }
@@ -103,9 +104,11 @@ TEST(PeerTextTest, MembersPastMaxMembersAreRefused) {
                   .ok());
   auto c = Connect(refitd.port());
   ASSERT_NE(c, nullptr);
+  std::string first_secret;
   for (int rank = 0; rank < 4; ++rank) {
     v1::RegisterResponse resp;
     grpc::Status st = RawRegister(*c, Trainer("h", rank, 8), &resp);
+    if (rank == 0) first_secret = resp.member_secret();
     if (rank < 3) {
       EXPECT_TRUE(st.ok()) << rank << ": " << st.error_message();
     } else {
@@ -113,9 +116,10 @@ TEST(PeerTextTest, MembersPastMaxMembersAreRefused) {
       EXPECT_TRUE(absl::StrContains(st.error_message(), "--max_members")) << st.error_message();
     }
   }
-  // A member already there may still register again.
+  // A member already there may still register again (with its secret).
   v1::RegisterResponse resp;
-  EXPECT_TRUE(RawRegister(*c, Trainer("h", 0, 8), &resp).ok());
+  grpc::Status again = RawRegister(*c, Trainer("h", 0, 8), &resp, first_secret);
+  EXPECT_TRUE(again.ok()) << again.error_message();
 }
 
 // Runs `argv` with stdout and stderr into `out`; returns its exit code.
@@ -212,6 +216,8 @@ TEST(PeerTextTest, ParkedKvGetsAreBoundedAndKvSetStaysFast) {
     v1::KvGetRequest req;
     req.set_key(absl::StrCat("never/", i));
     req.set_wait(true);
+    req.set_member_id(member->member_id());
+    req.set_member_secret(member->member_secret());
     call->reader = stub->AsyncKvGet(&call->ctx, req, &cq);
     call->reader->Finish(&call->resp, &call->status, call.get());
     calls.push_back(std::move(call));
