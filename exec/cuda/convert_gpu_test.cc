@@ -17,23 +17,14 @@
 #include "exec/quantize.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/gpu_test.h"
 #include "testing/reference_quantizer.h"
 
 namespace refit {
 namespace {
 
-bool HaveDevice() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define REFIT_SKIP_WITHOUT_GPU()                                                  \
-  do {                                                                            \
-    if (!HaveDevice()) {                                                          \
-      std::printf("SKIP convert_gpu_test: no CUDA device (REFIT_GPU_SKIP)\n");    \
-      GTEST_SKIP() << "no CUDA device";                                           \
-    }                                                                             \
-  } while (0)
+using testing::FromDevice;
+using testing::ToDevice;
 
 // mul: tile amaxes of 896 give power-of-two float scales, which requantize
 // to themselves; the requantization cases scale the values by 0.7.
@@ -55,25 +46,10 @@ std::vector<uint16_t> RandomBf16(int64_t n, uint32_t seed, std::vector<float>* v
   return out;
 }
 
-template <typename T>
-char* ToDevice(const std::vector<T>& v) {
-  char* d = nullptr;
-  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), v.size() * sizeof(T) + 1), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return d;
-}
-
-template <typename T>
-std::vector<T> FromDevice(const char* d, int64_t n) {
-  std::vector<T> v(n);
-  EXPECT_EQ(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return v;
-}
-
 // Rows of 260 columns take the general kernel; rows of 392 (a multiple of
 // 8, 16-byte aligned) the vectorized BF16 one. Partial edge tiles in both.
 TEST(ConvertGpuTest, WholeTilesEqualTheReference) {
-  REFIT_SKIP_WITHOUT_GPU();
+  REFIT_SKIP_WITHOUT_GPU("convert_gpu_test");
   for (int64_t cols : {260, 392})
   for (ScaleMode mode : {ScaleMode::kFloat, ScaleMode::kPow2, ScaleMode::kPow2Requant}) {
     const bool ue8m0 = mode == ScaleMode::kPow2;
@@ -114,7 +90,7 @@ TEST(ConvertGpuTest, WholeTilesEqualTheReference) {
 }
 
 TEST(ConvertGpuTest, CutTilesWithCombinedAmaxEqualTheReference) {
-  REFIT_SKIP_WITHOUT_GPU();
+  REFIT_SKIP_WITHOUT_GPU("convert_gpu_test");
   const std::vector<int64_t> shape = {300, 200}, tile = {128, 128};
   std::vector<float> v;
   std::vector<uint16_t> bf = RandomBf16(300 * 200, 3, &v);
@@ -157,7 +133,7 @@ TEST(ConvertGpuTest, CutTilesWithCombinedAmaxEqualTheReference) {
 }
 
 TEST(ConvertGpuTest, NegExpAndNonFinite) {
-  REFIT_SKIP_WITHOUT_GPU();
+  REFIT_SKIP_WITHOUT_GPU("convert_gpu_test");
   std::vector<float> v;
   std::vector<uint16_t> bf = RandomBf16(1 << 16, 4, &v);
   char* in = ToDevice(bf);
@@ -213,7 +189,7 @@ TEST(ConvertGpuTest, NegExpAndNonFinite) {
 // per 16384 elements) per element; a device copy of the BF16 bytes reads
 // and writes 2. Both as bytes moved per second.
 TEST(ConvertGpuTest, QuantizeThroughputNextToACopy) {
-  REFIT_SKIP_WITHOUT_GPU();
+  REFIT_SKIP_WITHOUT_GPU("convert_gpu_test");
   const int64_t rows = 16384, cols = 16384, n = rows * cols;
   char *in = nullptr, *out = nullptr, *scales = nullptr, *copy = nullptr;
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&in), n * 2), cudaSuccess);

@@ -21,23 +21,14 @@
 #include "exec/cuda/cuda_convert_ops.h"
 #include "exec/quantize.h"
 #include "gtest/gtest.h"
+#include "testing/gpu_test.h"
 #include "testing/reference_quantizer.h"
 
 namespace refit {
 namespace {
 
-bool HaveDevice() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define REFIT_SKIP_WITHOUT_GPU()                                               \
-  do {                                                                         \
-    if (!HaveDevice()) {                                                       \
-      std::printf("SKIP mxfp8_gpu_test: no CUDA device (REFIT_GPU_SKIP)\n");   \
-      GTEST_SKIP() << "no CUDA device";                                        \
-    }                                                                          \
-  } while (0)
+using testing::FromDevice;
+using testing::ToDevice;
 
 // BF16 values over a wide range of magnitudes (blocks of tiny, zero and
 // large values included), and their f32 values.
@@ -61,21 +52,6 @@ std::vector<uint16_t> WideBf16(int64_t n, uint32_t seed, std::vector<float>* val
   return out;
 }
 
-template <typename T>
-char* ToDevice(const std::vector<T>& v) {
-  char* d = nullptr;
-  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), v.size() * sizeof(T) + 1), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return d;
-}
-
-template <typename T>
-std::vector<T> FromDevice(const char* d, int64_t n) {
-  std::vector<T> v(n);
-  EXPECT_EQ(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return v;
-}
-
 // With REFIT_MXFP8_DUMP=DIR: the input and the kernel's output as files
 // for gpu_check/mxfp8_torch_check.py (torch's own conversions).
 void Dump(const char* name, const void* data, int64_t bytes) {
@@ -92,7 +68,7 @@ int64_t Mismatches(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b)
 }
 
 TEST(Mxfp8GpuTest, WholeAndCutBlocksEqualHostAndReference) {
-  REFIT_SKIP_WITHOUT_GPU();
+  REFIT_SKIP_WITHOUT_GPU("mxfp8_gpu_test");
   const int64_t lead = 3, rows = 37, cols = 416;  // 13 blocks per row
   const int64_t n = lead * rows * cols;
   std::vector<float> values;
@@ -190,7 +166,7 @@ TEST(Mxfp8GpuTest, WholeAndCutBlocksEqualHostAndReference) {
 // Throughput: the MXFP8 quantizer reads 2 bytes and writes 1 + 1/32 per
 // element; a device copy of the BF16 bytes reads and writes 2.
 TEST(Mxfp8GpuTest, QuantizeThroughputNextToACopy) {
-  REFIT_SKIP_WITHOUT_GPU();
+  REFIT_SKIP_WITHOUT_GPU("mxfp8_gpu_test");
   const int64_t rows = 16384, cols = 16384, n = rows * cols;
   char *in = nullptr, *out = nullptr, *scales = nullptr, *copy = nullptr;
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&in), n * 2), cudaSuccess);

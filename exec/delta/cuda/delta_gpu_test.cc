@@ -18,22 +18,10 @@
 #include "exec/delta/delta_codec.h"
 #include "exec/delta/region_digest.h"
 #include "gtest/gtest.h"
+#include "testing/gpu_test.h"
 
 namespace refit {
 namespace {
-
-bool HaveDevice() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define REFIT_SKIP_WITHOUT_GPU()                                              \
-  do {                                                                        \
-    if (!HaveDevice()) {                                                      \
-      std::printf("SKIP delta_gpu_test: no CUDA device (REFIT_GPU_SKIP)\n"); \
-      GTEST_SKIP() << "no CUDA device";                                       \
-    }                                                                         \
-  } while (0)
 
 using Bytes = std::vector<uint8_t>;
 
@@ -66,7 +54,7 @@ std::pair<Bytes, Bytes> Versions(int64_t bytes, int w, double fraction, uint32_t
 }
 
 TEST(DeltaGpuTest, DeviceEncodingEqualsTheHostsAndApplies) {
-  REFIT_SKIP_WITHOUT_GPU();
+  REFIT_SKIP_WITHOUT_GPU("delta_gpu_test");
   for (int w : {1, 2, 4}) {
     for (int64_t bytes : {int64_t{0}, int64_t{48}, int64_t{32768 * 3 + 4 * 37}, int64_t{1 << 22}}) {
       for (double f : {0.0, 0.003, 0.02, 0.2, 1.0}) {
@@ -101,7 +89,7 @@ TEST(DeltaGpuTest, DeviceEncodingEqualsTheHostsAndApplies) {
 }
 
 TEST(DeltaGpuTest, MalformedMessagesLeaveTheTargetAlone) {
-  REFIT_SKIP_WITHOUT_GPU();
+  REFIT_SKIP_WITHOUT_GPU("delta_gpu_test");
   const int64_t bytes = 65536 + 6;
   auto [snap, cur] = Versions(bytes, 2, 0.01, 9);
   for (DeltaEncoding e : {DeltaEncoding::kIndices, DeltaEncoding::kBitmask}) {
@@ -124,7 +112,7 @@ TEST(DeltaGpuTest, MalformedMessagesLeaveTheTargetAlone) {
 }
 
 TEST(DeltaGpuTest, DeviceDigestEqualsTheHosts) {
-  REFIT_SKIP_WITHOUT_GPU();
+  REFIT_SKIP_WITHOUT_GPU("delta_gpu_test");
   for (int w : {1, 2, 4, 8}) {
     const int64_t bytes = (1 << 20) + 8 * 13;
     auto [snap, cur] = Versions(bytes, w, 0.0, 11);
@@ -145,7 +133,7 @@ double Ms(cudaEvent_t a, cudaEvent_t b) {
 
 // Figures: 1 GiB of BF16, 2% of words changed at random.
 TEST(DeltaGpuTest, Throughput) {
-  REFIT_SKIP_WITHOUT_GPU();
+  REFIT_SKIP_WITHOUT_GPU("delta_gpu_test");
   const int64_t bytes = int64_t{1} << 30;
   const int64_t n = bytes / 2;
   Bytes snap(bytes);

@@ -1,0 +1,55 @@
+// What refit's GPU tests share: whether a CUDA device is there, the skip
+// that passes (printing REFIT_GPU_SKIP, which tools/test counts) where it is
+// not, and copies of host vectors to and from device memory.
+#ifndef REFIT_TESTING_GPU_TEST_H_
+#define REFIT_TESTING_GPU_TEST_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace refit {
+namespace testing {
+
+// True when the CUDA runtime sees at least one device.
+inline bool HaveCudaDevice() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+// A device copy of `v` (one spare byte, so empty vectors allocate too);
+// the caller frees it with cudaFree.
+template <typename T>
+char* ToDevice(const std::vector<T>& v) {
+  char* d = nullptr;
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), v.size() * sizeof(T) + 1), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return d;
+}
+
+// The first `n` elements at device address `d`.
+template <typename T>
+std::vector<T> FromDevice(const char* d, int64_t n) {
+  std::vector<T> v(n);
+  EXPECT_EQ(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return v;
+}
+
+}  // namespace testing
+}  // namespace refit
+
+// Ends the test as skipped (it passes) when there is no CUDA device, after
+// printing "SKIP <name>: no CUDA device (REFIT_GPU_SKIP)".
+#define REFIT_SKIP_WITHOUT_GPU(name)                                      \
+  do {                                                                    \
+    if (!::refit::testing::HaveCudaDevice()) {                            \
+      std::printf("SKIP " name ": no CUDA device (REFIT_GPU_SKIP)\n");    \
+      GTEST_SKIP() << "no CUDA device";                                   \
+    }                                                                     \
+  } while (0)
+
+#endif  // REFIT_TESTING_GPU_TEST_H_
