@@ -6,7 +6,11 @@ torch: vLLM's formula (_mxfp8_e4m3_quantize_torch in
 vllm/model_executor/layers/quantization/utils/mxfp8_utils.py, the version
 computing ceil(log2(amax / 448))) stated in torch operations, with torch's
 float8_e4m3fn cast for the codes and torch's float8_e8m0fnu reading of the
-scale bytes. Prints a table; exits 1 on any byte that differs.
+scale bytes as the divisor. (Not torch.exp2: on CUDA, exp2(-127) returns
+5.87747035e-39 instead of 2^-127 = 5.87747175e-39, so dividing by it moves
+ties in blocks whose scale byte is 0 up by one code.) The e8m0 reading is
+itself checked against 2^(byte - 127) computed exactly in float64 on the
+host. Prints a table; exits 1 on any byte that differs.
 
 Usage: python3 mxfp8_torch_check.py DUMP_DIR
 """
@@ -32,8 +36,10 @@ def main():
     want_scales = biased.to(torch.uint8)
     # torch's E8M0 reading of the bytes refit wrote is the descale vLLM uses.
     descale = scales.view(torch.float8_e8m0fnu).float()
-    e8m0_ok = torch.equal(descale, torch.exp2(want_scales.float() - 127.0))
-    want_codes = (xb / torch.exp2(biased - 127.0).unsqueeze(-1)).view(rows, cols)
+    exact = torch.pow(torch.tensor(2.0, dtype=torch.float64),
+                      want_scales.cpu().double() - 127.0).float().cuda()
+    e8m0_ok = torch.equal(descale, exact)
+    want_codes = (xb / descale.unsqueeze(-1)).view(rows, cols)
     want_codes = want_codes.to(torch.float8_e4m3fn).view(torch.uint8)
     bad_codes = int((want_codes != codes).sum())
     bad_scales = int((want_scales != scales).sum())
