@@ -12,6 +12,10 @@ namespace refit {
 absl::StatusOr<MemberCredentials::Admission> MemberCredentials::CheckRegister(
     const std::string& id, const std::string& who, const std::string& secret,
     const std::string& job_key, bool live, const std::string& held_note) const {
+  if (job_key.size() > kMaxJobKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job_key: ", job_key.size(), " bytes; at most ", kMaxJobKeyBytes));
+  }
   if (has_job_key() && !ConstantTimeEquals(job_key, job_key_)) {
     return absl::PermissionDeniedError(absl::StrCat(
         "job_key: ", job_key.empty() ? "missing" : "wrong",

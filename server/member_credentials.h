@@ -35,6 +35,9 @@ class MemberCredentials {
   // Retired secrets remembered per identity, and identities remembered.
   static constexpr size_t kRetiredPerIdentity = 8;
   static constexpr size_t kMaxIdentities = 1 << 16;
+  // The longest job key refitd takes (its --job_key_file and a
+  // registration's job_key); a longer one is INVALID_ARGUMENT naming job_key.
+  static constexpr size_t kMaxJobKeyBytes = 4096;
 
   // `job_key` empty: refitd has none (every registrant is taken at its
   // word; an identity is free again once its member left or expired).
@@ -44,7 +47,8 @@ class MemberCredentials {
 
   // Decides a registration of identity `id` (`who` names it in messages)
   // with `secret` (not empty) and `job_key`. PERMISSION_DENIED naming
-  // job_key when refitd has a key and `job_key` is not it; naming the
+  // job_key when refitd has a key and `job_key` is not it (INVALID_ARGUMENT
+  // when it is over kMaxJobKeyBytes, whether refitd has a key or not); naming the
   // member when `secret` was retired for it. When the identity is bound to
   // another secret and refitd has no job key: PERMISSION_DENIED while its
   // holder is `live` (its round stream is open), else UNAVAILABLE (retry:

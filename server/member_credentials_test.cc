@@ -62,6 +62,20 @@ TEST(MemberCredentialsTest, TheJobKeyIsRequiredAndLetsARestartedProcessTakeOver)
             absl::StatusCode::kPermissionDenied);  // the old process cannot take it back
 }
 
+TEST(MemberCredentialsTest, AnOversizedJobKeyIsRefusedNamingItWithOrWithoutAKey) {
+  const std::string huge(MemberCredentials::kMaxJobKeyBytes + 1, 'k');
+  for (const char* key : {"", "job-key"}) {
+    MemberCredentials c(key);
+    absl::StatusOr<Admission> a = c.CheckRegister("t/0", "trainer rank 0", "s1", huge, false, "");
+    EXPECT_EQ(Code(a), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_EQ(a.status().message(), "job_key: 4097 bytes; at most 4096") << key;
+  }
+  MemberCredentials c(std::string(MemberCredentials::kMaxJobKeyBytes, 'k'));
+  EXPECT_EQ(*c.CheckRegister("t/0", "trainer rank 0", "s1",
+                             std::string(MemberCredentials::kMaxJobKeyBytes, 'k'), false, ""),
+            Admission::kBind);
+}
+
 TEST(MemberCredentialsTest, UnboundIdentitiesAreForgottenPastTheCap) {
   MemberCredentials c("");
   for (size_t i = 0; i < MemberCredentials::kMaxIdentities + 10; ++i) {

@@ -25,6 +25,7 @@
 #include "proto/protocol_version.h"
 #include "server/default_plan.h"
 #include "server/log.h"
+#include "server/member_credentials.h"
 #include "server/metrics_http.h"
 #include "server/refit_server.h"
 
@@ -193,6 +194,11 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
     if (o.coordinator.job_key.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--job_key_file: ", absl::GetFlag(FLAGS_job_key_file), " is empty"));
+    }
+    if (o.coordinator.job_key.size() > refit::MemberCredentials::kMaxJobKeyBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--job_key_file: ", absl::GetFlag(FLAGS_job_key_file), " holds ",
+          o.coordinator.job_key.size(), " bytes; at most ", refit::MemberCredentials::kMaxJobKeyBytes));
     }
   }
   auto min_engines = Count(FLAGS_min_engines, "min_engines");
