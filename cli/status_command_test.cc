@@ -27,7 +27,7 @@ v1::StatusResponse Sample() {
   m->mutable_identity()->set_world_size(1);
   m->mutable_identity()->set_device("cuda:0");
   m->mutable_identity()->set_device_uuid("GPU-0000aaaa");
-  m->mutable_identity()->set_transport(v1::TRANSPORT_IPC);
+  m->mutable_identity()->set_transport(v1::TRANSPORT_PULL);
   auto* e0 = r.add_engines();
   e0->set_engine_id("e0");
   e0->set_committed_version(4);

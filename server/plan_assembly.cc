@@ -34,7 +34,7 @@ absl::Status RoutePairsOf(const PlanInput& input, BuiltPlan* built) {
     }
   }
   const bool pull = std::any_of(ids.begin(), ids.end(), [](const v1::MemberIdentity* id) {
-    return id->transport() == v1::TRANSPORT_IPC;
+    return id->transport() == v1::TRANSPORT_PULL;
   });
   std::vector<int32_t> host_of_member;
   if (pull) {

@@ -54,7 +54,7 @@ PlanFunction WithPairs(std::vector<std::pair<int32_t, int32_t>> pairs) {
 TEST(PlanAssemblyTest, SameHostPairsPullAndPairsAcrossHostsUseTheNetwork) {
   // Trainer 0 (global 0) feeds engines 0 and 1 (globals 2, 3); trainer 1
   // feeds engine 1. Hosts: {0, 2} on host0, {1, 3} on host1.
-  const PlanInput in = TwoHosts(v1::TRANSPORT_IPC);
+  const PlanInput in = TwoHosts(v1::TRANSPORT_PULL);
   absl::StatusOr<BuiltPlan> b = RunPlanFunction(WithPairs({{0, 2}, {0, 3}, {1, 3}}), in);
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->pull_pairs, 2);
@@ -71,7 +71,7 @@ TEST(PlanAssemblyTest, SameHostPairsPullAndPairsAcrossHostsUseTheNetwork) {
 }
 
 TEST(PlanAssemblyTest, OneHostNeedsNoNetworkAndNcclNeedsNoHosts) {
-  PlanInput in = TwoHosts(v1::TRANSPORT_IPC);
+  PlanInput in = TwoHosts(v1::TRANSPORT_PULL);
   for (auto* side : {&in.trainer, &in.engine}) {
     for (v1::Registration& r : *side) r.mutable_identity()->set_host_id("host0");
   }
@@ -97,7 +97,7 @@ TEST(PlanAssemblyTest, OneHostNeedsNoNetworkAndNcclNeedsNoHosts) {
 TEST(PlanAssemblyTest, MembersSharingAGpuCannotBothUseTheNetwork) {
   // Trainer 1 and engine 1 share GPU-1 and both have a pair across hosts.
   absl::StatusOr<BuiltPlan> b =
-      RunPlanFunction(WithPairs({{0, 3}, {1, 2}}), TwoHosts(v1::TRANSPORT_IPC));
+      RunPlanFunction(WithPairs({{0, 3}, {1, 2}}), TwoHosts(v1::TRANSPORT_PULL));
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(b.status().message().find("share GPU GPU-0"), std::string::npos)

@@ -331,7 +331,7 @@ TEST(RefitServerTest, DataPlaneTransportsMustAgreeAndIpcStaysOnOneHost) {
   for (auto* r : {&tr, &er}) {
     r->mutable_identity()->set_device("cuda:0");
     r->mutable_identity()->set_device_uuid("GPU-0000aaaa");
-    r->mutable_identity()->set_transport(v1::TRANSPORT_IPC);
+    r->mutable_identity()->set_transport(v1::TRANSPORT_PULL);
   }
   // Colocated on one GPU through CUDA IPC: fine.
   EXPECT_TRUE(CheckDataPlane({tr}, {er}).ok());
@@ -348,8 +348,8 @@ TEST(RefitServerTest, DataPlaneTransportsMustAgreeAndIpcStaysOnOneHost) {
   EXPECT_THAT(s.message(), HasSubstr("transport \"pull\""));
   // IPC across hosts: fine here (pairs across hosts go over NCCL, checked
   // per pair after planning: plan_assembly_test).
-  tr.mutable_identity()->set_transport(v1::TRANSPORT_IPC);
-  er.mutable_identity()->set_transport(v1::TRANSPORT_IPC);
+  tr.mutable_identity()->set_transport(v1::TRANSPORT_PULL);
+  er.mutable_identity()->set_transport(v1::TRANSPORT_PULL);
   er.mutable_identity()->set_host_id("host1");
   EXPECT_TRUE(CheckDataPlane({tr}, {er}).ok());
 }

@@ -76,7 +76,7 @@ absl::Status CheckDataPlane(const std::vector<Registration>& trainer,
   // The pull path: several members on one GPU are what it is for; pairs
   // across hosts go over NCCL, checked per pair once the plan says which
   // pairs exchange (RunPlanFunction).
-  if (first != nullptr && first->transport() == v1::TRANSPORT_IPC) return absl::OkStatus();
+  if (first != nullptr && first->transport() == v1::TRANSPORT_PULL) return absl::OkStatus();
   std::map<std::string, const v1::MemberIdentity*> by_gpu;
   for (const v1::MemberIdentity* id : all) {
     if (id->device_uuid().empty()) continue;

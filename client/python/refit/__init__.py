@@ -180,9 +180,10 @@ class Member:
     (saying "connection refused" when it was); refitd's own status
     otherwise.
 
-    ``transport`` (GPU buffers): ``"nccl"`` (the default) or ``"ipc"``, CUDA
-    IPC between the processes of one host, for a trainer and an engine that
-    share GPUs (NCCL refuses two ranks on one GPU). Every member of a job
+    ``transport`` (GPU buffers): ``"nccl"`` (the default) or ``"pull"``, the
+    colocated pull path over CUDA IPC between the processes of one host, for
+    a trainer and an engine that share GPUs (NCCL refuses two ranks on one
+    GPU; ``"ipc"``, its earlier name, is accepted too). Every member of a job
     uses the same one; refitd refuses a mix.
 
     ``job_key``: the job key refitd was started with (``--job_key_file``).
