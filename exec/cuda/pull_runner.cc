@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "exec/copy_program.h"
+#include "exec/cuda/copy_engine.h"
 #include "exec/cuda/cuda_status.h"
 #include "exec/cuda/pull_kernels.h"
 #include "exec/peer_signal.h"
@@ -34,6 +35,8 @@ struct Hello {
   int64_t pid;
   uint64_t token;
   int64_t buffers;
+  int32_t device;  // the CUDA device of its buffers
+  int32_t reserved;
   char signal[96];  // its PeerSignal's name
 };
 
@@ -89,7 +92,12 @@ PullRunner::~PullRunner() {
   if (items_ != nullptr) (void)cudaFree(items_);
   if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
   if (start_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(start_event_));
+  if (engine_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(engine_event_));
   if (stream_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  if (engine_stream_ != nullptr) {
+    (void)cudaStreamSynchronize(static_cast<cudaStream_t>(engine_stream_));
+    (void)cudaStreamDestroy(static_cast<cudaStream_t>(engine_stream_));
+  }
   (void)cudaGetLastError();
 }
 
@@ -260,7 +268,7 @@ absl::Status PullRunner::ExportTo(const Plan& slice, const std::vector<char*>& b
   for (int32_t g : peers_) {
     const std::vector<int32_t> order = PairSourceBuffers(slice, rank_, g - ws);
     Hello h{static_cast<int64_t>(getpid()), ProcessToken(),
-            static_cast<int64_t>(order.size()), {}};
+            static_cast<int64_t>(order.size()), options_.device, 0, {}};
     CopyName(signal_->name(), h.signal);
     std::string blob(reinterpret_cast<const char*>(&h), sizeof(h));
     for (int32_t b : order) {
@@ -379,15 +387,43 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
       src[b] = *a;
     }
   }
+  // Tasks reading a sender on another GPU (its Hello says which) go to the
+  // copy engines where options say so.
+  std::vector<bool> remote(slice.src.buffers.size(), false);
+  for (size_t i = 0; i < program.peers.size() && i < blobs.size(); ++i) {
+    Hello h;
+    std::memcpy(&h, blobs[i].data(), sizeof(h));
+    if (h.device == options_.device || options_.peer_copy_engine_min_row_bytes < 0) continue;
+    for (int32_t b : program.peers[i].buffers) remote[b] = true;
+  }
+  std::vector<CopyTask> local_tasks, remote_tasks;
+  for (const CopyTask& t : program.tasks) {
+    (t.src_buffer >= 0 && remote[t.src_buffer] ? remote_tasks : local_tasks).push_back(t);
+  }
   std::vector<ResolvedCopy> copies;
   if (mapped.ok()) {
     absl::StatusOr<std::vector<ResolvedCopy>> rc =
-        ResolveTasks(program.tasks, src, buffers, nullptr, nullptr);
-    if (rc.ok()) {
+        ResolveTasks(local_tasks, src, buffers, nullptr, nullptr);
+    absl::StatusOr<std::vector<ResolvedCopy>> rr =
+        ResolveTasks(remote_tasks, src, buffers, nullptr, nullptr);
+    if (rc.ok() && rr.ok()) {
       copies = std::move(*rc);
+      SplitForCopyEngine(*rr, options_.peer_copy_engine_min_row_bytes, &engine_copies_, &copies);
+      for (const ResolvedCopy& c : engine_copies_) engine_bytes_ += c.rows * c.row_bytes;
     } else {
-      mapped = AnnotateStatus(rc.status(), absl::StrCat("engine rank ", rank_));
+      mapped = AnnotateStatus(rc.ok() ? rr.status() : rc.status(),
+                              absl::StrCat("engine rank ", rank_));
     }
+  }
+  if (mapped.ok() && !engine_copies_.empty()) {
+    cudaStream_t es = nullptr;
+    mapped = Cuda(cudaStreamCreateWithFlags(&es, cudaStreamNonBlocking), "cudaStreamCreate");
+    engine_stream_ = es;
+    cudaEvent_t ee = nullptr;
+    if (mapped.ok()) {
+      mapped = Cuda(cudaEventCreateWithFlags(&ee, cudaEventDisableTiming), "cudaEventCreate");
+    }
+    engine_event_ = ee;
   }
   const std::vector<cuda::PullItem> items =
       cuda::SplitPullItems(copies, options_.max_item_bytes);
@@ -470,6 +506,14 @@ absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
   REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
                                  static_cast<const cuda::PullItem*>(items_), num_items_, st)),
                              "pull kernel launch"));
+  if (!engine_copies_.empty()) {
+    // The copy engines read the other GPUs alongside the kernel.
+    cudaStream_t es = static_cast<cudaStream_t>(engine_stream_);
+    cudaEvent_t ee = static_cast<cudaEvent_t>(engine_event_);
+    REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(engine_copies_, es));
+    REFIT_RETURN_IF_ERROR(Cuda(cudaEventRecord(ee, es), "cudaEventRecord"));
+    REFIT_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(st, ee, 0), "cudaStreamWaitEvent"));
+  }
   REFIT_RETURN_IF_ERROR(Cuda(cudaEventRecord(ev, st), "cudaEventRecord"));
   REFIT_RETURN_IF_ERROR(WaitEvent(event_, deadline, "the pull kernel"));
   float ms = 0;

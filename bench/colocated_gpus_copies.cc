@@ -1,0 +1,278 @@
+// The two-GPU copy table (see colocated_gpus_copies.h).
+#include "bench/colocated_gpus_copies.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <functional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "exec/cuda/copy_engine.h"
+#include "exec/cuda/pull_kernels.h"
+
+namespace refit::bench {
+namespace {
+
+constexpr int kGpus = 2;
+
+#define NK(x)                                                                        \
+  do {                                                                               \
+    ncclResult_t r_ = (x);                                                           \
+    if (r_ != ncclSuccess) {                                                         \
+      return absl::InternalError(absl::StrCat(#x, ": ", ncclGetErrorString(r_)));    \
+    }                                                                                \
+  } while (0)
+
+// One GPU's side of the table: trainer rank g's and engine rank g's arenas,
+// the engine's copies and their pull items on the device.
+struct Gpu {
+  int g = 0;
+  cudaStream_t a = nullptr, b = nullptr;
+  Arena trainer, engine;
+  EngineCopies copies;
+  std::vector<ResolvedCopy> peer_joined;
+  // The runner's split of the peer copies (copy engines for contiguous runs
+  // and long rows; the rest with the local copies in the kernel).
+  std::vector<ResolvedCopy> peer_ce, rest;
+  // local, peer, all, local + peer rows too short for the copy engines
+  cuda::PullItem* items[4] = {nullptr, nullptr, nullptr, nullptr};
+  int64_t n[4] = {0, 0, 0, 0};
+};
+
+absl::Status Upload(const std::vector<ResolvedCopy>& copies, cuda::PullItem** items,
+                    int64_t* n) {
+  const std::vector<cuda::PullItem> v = cuda::SplitPullItems(copies, 64 << 10);
+  *n = static_cast<int64_t>(v.size());
+  CK(cudaMalloc(reinterpret_cast<void**>(items), std::max<size_t>(1, v.size()) * sizeof(v[0])));
+  CK(cudaMemcpy(*items, v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice));
+  return absl::OkStatus();
+}
+
+// Runs `work(gpu)` on both GPUs at once (a thread each, every GPU's work
+// synchronized in its thread); the mean wall time in ms of `iters` runs
+// after a warm-up.
+absl::StatusOr<double> Both(std::vector<Gpu>& gpus, int iters,
+                            const std::function<absl::Status(Gpu&)>& work) {
+  auto once = [&]() -> absl::Status {
+    std::vector<absl::Status> st(gpus.size());
+    std::vector<std::thread> th;
+    for (size_t i = 0; i < gpus.size(); ++i) {
+      th.emplace_back([&, i] {
+        st[i] = [&]() -> absl::Status {
+          CK(cudaSetDevice(gpus[i].g));
+          REFIT_RETURN_IF_ERROR(work(gpus[i]));
+          CK(cudaStreamSynchronize(gpus[i].a));
+          CK(cudaStreamSynchronize(gpus[i].b));
+          return absl::OkStatus();
+        }();
+      });
+    }
+    for (auto& t : th) t.join();
+    for (const absl::Status& s : st) REFIT_RETURN_IF_ERROR(s);
+    return absl::OkStatus();
+  };
+  REFIT_RETURN_IF_ERROR(once());
+  const absl::Time t0 = absl::Now();
+  for (int i = 0; i < iters; ++i) REFIT_RETURN_IF_ERROR(once());
+  return absl::ToDoubleMilliseconds(absl::Now() - t0) / iters;
+}
+
+absl::Status Pull(Gpu& x, int which, cudaStream_t s) {
+  CK(static_cast<cudaError_t>(cuda::LaunchPull(x.items[which], x.n[which], s)));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
+    const GpusCase& c, const std::string& model, int iters, int64_t min_row_bytes,
+    std::vector<std::string>* table) {
+  REFIT_ASSIGN_OR_RETURN(Plan plan, GpusCasePlan(c, model));
+  std::vector<Gpu> gpus(kGpus);
+  std::vector<Arena> trainers(kGpus);
+  for (int g = 0; g < kGpus; ++g) {
+    CK(cudaSetDevice(g));
+    for (int p = 0; p < kGpus; ++p) {
+      if (p == g) continue;
+      const cudaError_t e = cudaDeviceEnablePeerAccess(p, 0);
+      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) CK(e);
+      (void)cudaGetLastError();
+    }
+    gpus[g].g = g;
+    CK(cudaStreamCreateWithFlags(&gpus[g].a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&gpus[g].b, cudaStreamNonBlocking));
+    REFIT_ASSIGN_OR_RETURN(gpus[g].trainer, Allocate(plan.src, g, 0));
+    REFIT_RETURN_IF_ERROR(Pattern(plan.src, g, gpus[g].trainer, 1, false));
+    REFIT_ASSIGN_OR_RETURN(gpus[g].engine, Allocate(plan.dst, g, 0xEE));
+    trainers[g] = gpus[g].trainer;
+  }
+  for (Gpu& x : gpus) {
+    CK(cudaSetDevice(x.g));
+    REFIT_ASSIGN_OR_RETURN(x.copies, ResolveEngineCopies(plan, x.g, trainers, x.engine));
+    x.peer_joined = JoinContiguous(x.copies.peer);
+    std::vector<ResolvedCopy> all = x.copies.local;
+    all.insert(all.end(), x.copies.peer.begin(), x.copies.peer.end());
+    REFIT_RETURN_IF_ERROR(Upload(x.copies.local, &x.items[0], &x.n[0]));
+    REFIT_RETURN_IF_ERROR(Upload(x.copies.peer, &x.items[1], &x.n[1]));
+    REFIT_RETURN_IF_ERROR(Upload(all, &x.items[2], &x.n[2]));
+    SplitForCopyEngine(x.copies.peer, min_row_bytes, &x.peer_ce, &x.rest);
+    x.rest.insert(x.rest.end(), x.copies.local.begin(), x.copies.local.end());
+    REFIT_RETURN_IF_ERROR(Upload(x.rest, &x.items[3], &x.n[3]));
+  }
+  std::map<std::string, std::string> out;
+  int64_t local_max = 0, peer_max = 0, total_max = 0;
+  for (Gpu& x : gpus) {
+    local_max = std::max(local_max, x.copies.local_bytes);
+    peer_max = std::max(peer_max, x.copies.peer_bytes);
+    total_max = std::max(total_max, x.copies.local_bytes + x.copies.peer_bytes);
+    int64_t strided = 0, min_row = 0, max_row = 0;
+    for (const ResolvedCopy& r : x.peer_joined) {
+      if (r.rows == 1) continue;
+      ++strided;
+      min_row = min_row == 0 ? r.row_bytes : std::min(min_row, r.row_bytes);
+      max_row = std::max(max_row, r.row_bytes);
+    }
+    out[absl::StrCat("gpu", x.g)] = absl::StrFormat(
+        "local %.3f GB, peer %.3f GB (%d copies, %d after joining, %d strided with rows of "
+        "%d-%d bytes; %d to the copy engines)",
+        x.copies.local_bytes / 1e9, x.copies.peer_bytes / 1e9, x.copies.peer.size(),
+        x.peer_joined.size(), strided, min_row, max_row, x.peer_ce.size());
+  }
+  out["local_bytes"] = absl::StrCat(local_max);
+  out["peer_bytes"] = absl::StrCat(peer_max);
+  // Checks: the engine's bytes start wrong and are checked after one run.
+  auto checked = [&](const std::string& key,
+                     const std::function<absl::Status(Gpu&)>& work) -> absl::Status {
+    for (Gpu& x : gpus) {
+      CK(cudaSetDevice(x.g));
+      CK(cudaMemset(x.engine.base, 0xEE, x.engine.bytes));
+      CK(cudaDeviceSynchronize());
+    }
+    REFIT_RETURN_IF_ERROR(Both(gpus, 0, work).status());
+    std::string verdict = "PASS";
+    for (Gpu& x : gpus) {
+      CK(cudaSetDevice(x.g));
+      absl::Status s = Pattern(plan.dst, x.g, x.engine, 1, true);
+      if (!s.ok()) verdict = absl::StrCat("FAIL engine rank ", x.g, ": ", s.message());
+    }
+    out[key] = verdict;
+    return absl::OkStatus();
+  };
+  auto kernel_all = [](Gpu& x) { return Pull(x, 2, x.a); };
+  auto ce_then_kernel = [](Gpu& x) -> absl::Status {
+    REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(x.peer_joined, x.a));
+    return Pull(x, 0, x.a);
+  };
+  auto hybrid = [](Gpu& x) -> absl::Status {
+    REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(x.peer_joined, x.b));
+    return Pull(x, 0, x.a);
+  };
+  auto split = [](Gpu& x) -> absl::Status {
+    REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(x.peer_ce, x.b));
+    return Pull(x, 3, x.a);
+  };
+  REFIT_RETURN_IF_ERROR(checked("check_kernel", kernel_all));
+  REFIT_RETURN_IF_ERROR(checked("check_ce", ce_then_kernel));
+  REFIT_RETURN_IF_ERROR(checked("check_hybrid", hybrid));
+  REFIT_RETURN_IF_ERROR(checked("check_split", split));
+
+  auto row = [&](const std::string& key, const std::string& what, double ms, int64_t bytes,
+                 double ref_ms) {
+    out[key] = absl::StrCat(ms);
+    table->push_back(absl::StrFormat("%-4s %-22s %8.2f ms %7.1f GB/s %6.3fx  %s", c.name, key,
+                                     ms, ms > 0 ? bytes / 1e6 / ms : 0.0,
+                                     ref_ms > 0 ? ms / ref_ms : 0.0, what));
+    std::printf("%s\n", table->back().c_str());
+    std::fflush(stdout);
+  };
+  // The floors.
+  double peer_ms = 0, local_ms = 0;
+  if (peer_max > 0) {
+    REFIT_ASSIGN_OR_RETURN(peer_ms, Both(gpus, iters, [&](Gpu& x) -> absl::Status {
+      const Gpu& o = gpus[1 - x.g];
+      CK(cudaMemcpyPeerAsync(x.engine.base, x.g, o.trainer.base, o.g,
+                             std::min(x.copies.peer_bytes, o.trainer.bytes), x.a));
+      return absl::OkStatus();
+    }));
+    row("memcpy-peer", "one cudaMemcpyPeerAsync of the peer bytes, both directions", peer_ms,
+        peer_max, peer_ms);
+  }
+  REFIT_ASSIGN_OR_RETURN(local_ms, Both(gpus, iters, [&](Gpu& x) -> absl::Status {
+    CK(cudaMemcpyAsync(x.engine.base, x.trainer.base,
+                       std::min(x.copies.local_bytes, x.trainer.bytes), cudaMemcpyDeviceToDevice,
+                       x.a));
+    return absl::OkStatus();
+  }));
+  row("memcpy-local", "one device copy of the local bytes, each GPU", local_ms, local_max,
+      local_ms);
+  if (peer_max > 0) {
+    REFIT_ASSIGN_OR_RETURN(double k, Both(gpus, iters, [](Gpu& x) { return Pull(x, 1, x.a); }));
+    row("kernel-peer", "pull kernel over the peer copies", k, peer_max, peer_ms);
+    REFIT_ASSIGN_OR_RETURN(double ce, Both(gpus, iters, [](Gpu& x) {
+      return EnqueueCopyEngine(x.peer_joined, x.a);
+    }));
+    row("ce-peer", "copy engines over the peer copies", ce, peer_max, peer_ms);
+    // NCCL over the same pairs: each GPU sends its trainer's bytes that
+    // the other engine reads, pre-packed, one message each way.
+    ncclComm_t comms[kGpus];
+    int devs[kGpus] = {0, 1};
+    NK(ncclCommInitAll(comms, kGpus, devs));
+    REFIT_ASSIGN_OR_RETURN(double nccl, Both(gpus, iters, [&](Gpu& x) -> absl::Status {
+      if (x.g != 0) return absl::OkStatus();  // one thread posts both GPUs' group
+      NK(ncclGroupStart());
+      for (Gpu& y : gpus) {
+        Gpu& o = gpus[1 - y.g];
+        NK(ncclSend(y.trainer.base, std::min(o.copies.peer_bytes, y.trainer.bytes), ncclChar,
+                    o.g, comms[y.g], y.a));
+        NK(ncclRecv(y.engine.base, std::min(y.copies.peer_bytes, o.trainer.bytes), ncclChar,
+                    o.g, comms[y.g], y.a));
+      }
+      NK(ncclGroupEnd());
+      for (Gpu& y : gpus) CK(cudaStreamSynchronize(y.a));
+      return absl::OkStatus();
+    }));
+    for (ncclComm_t cm : comms) (void)ncclCommDestroy(cm);
+    row("nccl-peer", "NCCL send/recv of the peer bytes pre-packed, both directions", nccl,
+        peer_max, peer_ms);
+  }
+  REFIT_ASSIGN_OR_RETURN(double kl, Both(gpus, iters, [](Gpu& x) { return Pull(x, 0, x.a); }));
+  row("kernel-local", "pull kernel over the local copies", kl, local_max, local_ms);
+  // The floor: the slowest GPU's local bytes at the device-copy rate plus
+  // its peer bytes at the peer rate (bytes per ms, both measured above).
+  const double local_rate = local_max / local_ms;
+  const double peer_rate = peer_ms > 0 ? peer_max / peer_ms : 0;
+  double floor_ms = 0;
+  for (const Gpu& x : gpus) {
+    floor_ms = std::max(floor_ms, x.copies.local_bytes / local_rate +
+                                      (peer_rate > 0 ? x.copies.peer_bytes / peer_rate : 0));
+  }
+  out["floor_ms"] = absl::StrCat(floor_ms);
+  REFIT_ASSIGN_OR_RETURN(double ka, Both(gpus, iters, kernel_all));
+  row("kernel-all", "one pull kernel over all copies (vs local + peer floors)", ka, total_max,
+      floor_ms);
+  REFIT_ASSIGN_OR_RETURN(double h, Both(gpus, iters, hybrid));
+  row("hybrid", "kernel over local || copy engines over peer (vs floors)", h, total_max,
+      floor_ms);
+  REFIT_ASSIGN_OR_RETURN(double sp, Both(gpus, iters, split));
+  row("split", absl::StrCat("hybrid, strided peer rows < ", min_row_bytes,
+                            " B in the kernel (vs floors)"),
+      sp, total_max, floor_ms);
+  out["local_gbps"] = absl::StrCat(local_rate / 1e6);
+  out["peer_gbps"] = absl::StrCat(peer_rate / 1e6);
+  for (Gpu& x : gpus) {
+    CK(cudaSetDevice(x.g));
+    for (cuda::PullItem* p : x.items) (void)cudaFree(p);
+    CK(cudaFree(x.trainer.base));
+    CK(cudaFree(x.engine.base));
+    CK(cudaStreamDestroy(x.a));
+    CK(cudaStreamDestroy(x.b));
+  }
+  return out;
+}
+
+}  // namespace refit::bench
