@@ -124,12 +124,14 @@ int Main(const Flags& fl) {
   int64_t total = 0;
   for (size_t i = 0; i < mine->size(); ++i) {
     const LocalBuffer& lb = (*mine)[i];
-    storage[i].assign(lb.byte_size, 0);
-    char* p = storage[i].data();
     total += lb.byte_size;
+    char* p = nullptr;
+    if (gpu < 0) {
+      storage[i].assign(lb.byte_size, 0);
+      p = storage[i].data();
+    }
 #ifdef REFIT_DEMO_CUDA
     if (gpu >= 0) {
-      host[lb.name] = p;
       absl::Status s = CudaStatus(cudaMalloc(reinterpret_cast<void**>(&p),
                                        std::max<int64_t>(lb.byte_size, 1)),
                             "cudaMalloc");
@@ -140,9 +142,18 @@ int Main(const Flags& fl) {
 #endif
     refs[lb.name] = {p, lb.byte_size};
   }
-  // Host mirrors <-> device buffers (no-ops on host buffers).
+  // Host mirrors <-> device buffers (no-ops on host buffers); the mirrors
+  // are made at the first use (GPU members that fill and check on the GPU
+  // have none).
   auto sync_buffers = [&](bool to_device) -> absl::Status {
 #ifdef REFIT_DEMO_CUDA
+    if (host.empty()) {
+      for (size_t i = 0; i < mine->size(); ++i) {
+        if (!dev.count((*mine)[i].name)) continue;
+        storage[i].assign((*mine)[i].byte_size, 0);
+        host[(*mine)[i].name] = storage[i].data();
+      }
+    }
     for (const auto& [name, d] : dev) {
       const int64_t n = refs.at(name).byte_size;
       REFIT_RETURN_IF_ERROR(CudaStatus(
@@ -214,7 +225,8 @@ int Main(const Flags& fl) {
       absl::StatusOr<bool> on_gpu = device_pattern(v, /*check=*/false);
       absl::Status s = on_gpu.status();
       if (s.ok() && !*on_gpu) {
-        s = testing::FillMemberPattern(member, v, host);
+        s = sync_buffers(/*to_device=*/false);  // makes the host mirrors
+        if (s.ok()) s = testing::FillMemberPattern(member, v, host);
         if (s.ok()) s = sync_buffers(/*to_device=*/true);
       }
       if (!s.ok()) return Fail(who, s);
