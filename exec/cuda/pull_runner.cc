@@ -79,9 +79,10 @@ PullRunner::~PullRunner() {
   (void)cudaSetDevice(options_.device);
   // Copies still queued (a failed round) finish on their own; wait a
   // bounded time before the mappings go.
-  if (stream_ != nullptr) {
-    const absl::Time until = absl::Now() + absl::Seconds(10);
-    while (cudaStreamQuery(static_cast<cudaStream_t>(stream_)) == cudaErrorNotReady &&
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  for (void* s : {stream_, engine_stream_}) {
+    if (s == nullptr) continue;
+    while (cudaStreamQuery(static_cast<cudaStream_t>(s)) == cudaErrorNotReady &&
            absl::Now() < until) {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
@@ -94,10 +95,7 @@ PullRunner::~PullRunner() {
   if (start_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(start_event_));
   if (engine_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(engine_event_));
   if (stream_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
-  if (engine_stream_ != nullptr) {
-    (void)cudaStreamSynchronize(static_cast<cudaStream_t>(engine_stream_));
-    (void)cudaStreamDestroy(static_cast<cudaStream_t>(engine_stream_));
-  }
+  if (engine_stream_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(engine_stream_));
   (void)cudaGetLastError();
 }
 
