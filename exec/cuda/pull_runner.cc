@@ -35,8 +35,8 @@ struct Hello {
   int64_t pid;
   uint64_t token;
   int64_t buffers;
-  int32_t device;  // the CUDA device of its buffers
-  int32_t reserved;
+  char device_uuid[16];  // the physical GPU of its buffers (not the ordinal:
+                         // processes may number the GPUs differently)
   char signal[96];  // its PeerSignal's name
 };
 
@@ -162,6 +162,11 @@ absl::Status PullRunner::Prepare(const Plan& slice, std::vector<char*> buffers,
                                  KvStore* store, absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(Cuda(cudaSetDevice(options_.device),
                              absl::StrCat("cudaSetDevice(", options_.device, ")")));
+  cudaDeviceProp prop;
+  REFIT_RETURN_IF_ERROR(Cuda(cudaGetDeviceProperties(&prop, options_.device),
+                             "cudaGetDeviceProperties"));
+  static_assert(sizeof(prop.uuid.bytes) == sizeof(device_uuid_), "16-byte GPU UUID");
+  std::memcpy(device_uuid_, prop.uuid.bytes, sizeof(device_uuid_));
   cudaStream_t st = nullptr;
   REFIT_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking),
                              "cudaStreamCreate"));
@@ -266,7 +271,8 @@ absl::Status PullRunner::ExportTo(const Plan& slice, const std::vector<char*>& b
   for (int32_t g : peers_) {
     const std::vector<int32_t> order = PairSourceBuffers(slice, rank_, g - ws);
     Hello h{static_cast<int64_t>(getpid()), ProcessToken(),
-            static_cast<int64_t>(order.size()), options_.device, 0, {}};
+            static_cast<int64_t>(order.size()), {}, {}};
+    std::memcpy(h.device_uuid, device_uuid_, sizeof(h.device_uuid));
     CopyName(signal_->name(), h.signal);
     std::string blob(reinterpret_cast<const char*>(&h), sizeof(h));
     for (int32_t b : order) {
@@ -391,7 +397,10 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
   for (size_t i = 0; i < program.peers.size() && i < blobs.size(); ++i) {
     Hello h;
     std::memcpy(&h, blobs[i].data(), sizeof(h));
-    if (h.device == options_.device || options_.peer_copy_engine_min_row_bytes < 0) continue;
+    if (std::memcmp(h.device_uuid, device_uuid_, sizeof(device_uuid_)) == 0 ||
+        options_.peer_copy_engine_min_row_bytes < 0) {
+      continue;
+    }
     for (int32_t b : program.peers[i].buffers) remote[b] = true;
   }
   std::vector<CopyTask> local_tasks, remote_tasks;

@@ -150,6 +150,7 @@ class PullRunner : public RoundRunner {
   int32_t rank_ = 0;
   int32_t global_rank_ = 0;
   int32_t src_world_ = 0;  // trainers: global ranks below it
+  char device_uuid_[16] = {};  // options.device's physical identity
   PullRunnerOptions options_;
   std::vector<int32_t> members_;  // global ranks on the control channel
   std::vector<int32_t> peers_;    // global ranks this member exchanges with
