@@ -39,14 +39,15 @@ struct Gpu {
   // The runner's split of the peer copies (copy engines for contiguous runs
   // and long rows; the rest with the local copies in the kernel).
   std::vector<ResolvedCopy> peer_ce, rest;
-  // local, peer, all, local + peer rows too short for the copy engines
-  cuda::PullItem* items[4] = {nullptr, nullptr, nullptr, nullptr};
-  int64_t n[4] = {0, 0, 0, 0};
+  // local, peer, all, local + peer rows too short for the copy engines,
+  // peer in 256 KiB items
+  cuda::PullItem* items[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+  int64_t n[5] = {0, 0, 0, 0, 0};
 };
 
 absl::Status Upload(const std::vector<ResolvedCopy>& copies, cuda::PullItem** items,
-                    int64_t* n) {
-  const std::vector<cuda::PullItem> v = cuda::SplitPullItems(copies, 64 << 10);
+                    int64_t* n, int64_t item_bytes = 64 << 10) {
+  const std::vector<cuda::PullItem> v = cuda::SplitPullItems(copies, item_bytes);
   *n = static_cast<int64_t>(v.size());
   CK(cudaMalloc(reinterpret_cast<void**>(items), std::max<size_t>(1, v.size()) * sizeof(v[0])));
   CK(cudaMemcpy(*items, v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice));
@@ -123,6 +124,7 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
     SplitForCopyEngine(x.copies.peer, min_row_bytes, &x.peer_ce, &x.rest);
     x.rest.insert(x.rest.end(), x.copies.local.begin(), x.copies.local.end());
     REFIT_RETURN_IF_ERROR(Upload(x.rest, &x.items[3], &x.n[3]));
+    REFIT_RETURN_IF_ERROR(Upload(x.copies.peer, &x.items[4], &x.n[4], 256 << 10));
   }
   std::map<std::string, std::string> out;
   int64_t local_max = 0, peer_max = 0, total_max = 0;
@@ -212,7 +214,9 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
       local_ms);
   if (peer_max > 0) {
     REFIT_ASSIGN_OR_RETURN(double k, Both(gpus, iters, [](Gpu& x) { return Pull(x, 1, x.a); }));
-    row("kernel-peer", "pull kernel over the peer copies", k, peer_max, peer_ms);
+    row("kernel-peer", "pull kernel over the peer copies (64 KiB items)", k, peer_max, peer_ms);
+    REFIT_ASSIGN_OR_RETURN(double k4, Both(gpus, iters, [](Gpu& x) { return Pull(x, 4, x.a); }));
+    row("kernel-peer-256k", "the same in 256 KiB items", k4, peer_max, peer_ms);
     REFIT_ASSIGN_OR_RETURN(double ce, Both(gpus, iters, [](Gpu& x) {
       return EnqueueCopyEngine(x.peer_joined, x.a);
     }));
