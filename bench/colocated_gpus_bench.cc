@@ -6,7 +6,7 @@
 // on a 2-GPU host from the bundle.
 //
 //   colocated_gpus_bench [--cases=tp2,dp2] [--model=qwen3-8b] [--iters=5]
-//                        [--tables=copies,rounds]
+//                        [--tables=copies,rounds] [--peer_copy_streams=4]
 //
 // Cases: tp2 = Megatron TP2 -> vLLM TP2; dp2 = Megatron TP2 -> vLLM TP1 x
 // DP2 (each engine GPU holds the whole model, half of it read from the
@@ -21,8 +21,8 @@
 //           bytes are checked after one run of each whole way.
 //   rounds  4 processes (2 trainers, 2 engines), twice: the pull runner with
 //           every copy in its kernel, and with the copies from the other
-//           GPU on the copy engines (--ce_min_row_bytes, the runner's
-//           peer_copy_engine_min_row_bytes): the refit round (from the
+//           GPU on the copy engines (--peer_copy_streams=4, the runner's
+//           option of that name): the refit round (from the
 //           last trainer's "weights in place" until both engines are done,
 //           mean of --iters rounds after a warm-up) next to the floor (the
 //           slowest GPU's local bytes at the measured device-copy rate
@@ -80,7 +80,7 @@ absl::Status Barrier(KvStore* kv, const std::string& tag, int me) {
 // Member `g` of the rounds table (its own process, on GPU rank).
 absl::StatusOr<std::map<std::string, std::string>> RoundMember(const Plan& plan, int g,
                                                               const std::string& dir, int iters,
-                                                              int64_t ce_min_row_bytes) {
+                                                              int peer_copy_streams) {
   const bool trainer = g < kTrainers;
   const Side side = trainer ? Side::kTrainer : Side::kEngine;
   const int rank = trainer ? g : g - kTrainers;
@@ -93,7 +93,7 @@ absl::StatusOr<std::map<std::string, std::string>> RoundMember(const Plan& plan,
   testing::DirKvStore kv(dir);
   PullRunnerOptions po;
   po.device = rank;
-  po.peer_copy_engine_min_row_bytes = ce_min_row_bytes;
+  po.peer_copy_streams = peer_copy_streams;
   REFIT_ASSIGN_OR_RETURN(
       std::unique_ptr<PullRunner> e,
       PullRunner::Create(slice, side, rank,
@@ -161,16 +161,14 @@ int Worker(int argc, char** argv) {
   absl::StatusOr<std::map<std::string, std::string>> r = [&]()
       -> absl::StatusOr<std::map<std::string, std::string>> {
     REFIT_ASSIGN_OR_RETURN(GpusCase c, GpusCaseNamed(case_name));
-    const int64_t min_row =
-        std::atoll(testing::FlagValue(argc, argv, "ce_min_row_bytes", "16384").c_str());
+    const int streams = std::atoi(testing::FlagValue(argc, argv, "peer_copy_streams", "4").c_str());
     if (mode == "copies") {
-      REFIT_ASSIGN_OR_RETURN(auto kv, CopiesTable(c, model, iters, min_row, &table));
+      REFIT_ASSIGN_OR_RETURN(auto kv, CopiesTable(c, model, iters, streams, &table));
       for (size_t i = 0; i < table.size(); ++i) kv[absl::StrCat("row", i)] = table[i];
       return kv;
     }
     REFIT_ASSIGN_OR_RETURN(Plan plan, GpusCasePlan(c, model));
-    const int64_t runner_row = mode == "member-kernel" ? -1 : min_row;
-    return RoundMember(plan, index, dir + "/kv", iters, runner_row);
+    return RoundMember(plan, index, dir + "/kv", iters, mode == "member-kernel" ? 0 : streams);
   }();
   const std::string out = absl::StrCat(dir, "/result.", index);
   if (!r.ok()) {
@@ -262,7 +260,7 @@ int Main(int argc, char** argv) {
       }
       std::printf("%s: GPU 0 %s; GPU 1 %s\n", name.c_str(), cp["gpu0"].c_str(),
                   cp["gpu1"].c_str());
-      for (const char* k : {"check_kernel", "check_ce", "check_hybrid", "check_split"}) {
+      for (const char* k : {"check_kernel", "check_ce", "check_hybrid"}) {
         if (cp[k] != "PASS") {
           std::printf("%s %s: %s\n", name.c_str(), k, cp[k].c_str());
           ok = false;

@@ -19,6 +19,7 @@ namespace refit::bench {
 namespace {
 
 constexpr int kGpus = 2;
+constexpr int kMaxStreams = 8;
 
 #define NK(x)                                                                        \
   do {                                                                               \
@@ -32,17 +33,14 @@ constexpr int kGpus = 2;
 // the engine's copies and their pull items on the device.
 struct Gpu {
   int g = 0;
-  cudaStream_t a = nullptr, b = nullptr;
+  cudaStream_t a = nullptr;
+  std::vector<void*> b;  // kMaxStreams streams for the copy engines
   Arena trainer, engine;
   EngineCopies copies;
   std::vector<ResolvedCopy> peer_joined;
-  // The runner's split of the peer copies (copy engines for contiguous runs
-  // and long rows; the rest with the local copies in the kernel).
-  std::vector<ResolvedCopy> peer_ce, rest;
-  // local, peer, all, local + peer rows too short for the copy engines,
-  // peer in 256 KiB items
-  cuda::PullItem* items[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
-  int64_t n[5] = {0, 0, 0, 0, 0};
+  // local, peer, all, peer in 256 KiB items
+  cuda::PullItem* items[4] = {nullptr, nullptr, nullptr, nullptr};
+  int64_t n[4] = {0, 0, 0, 0};
 };
 
 absl::Status Upload(const std::vector<ResolvedCopy>& copies, cuda::PullItem** items,
@@ -68,7 +66,7 @@ absl::StatusOr<double> Both(std::vector<Gpu>& gpus, int iters,
           CK(cudaSetDevice(gpus[i].g));
           REFIT_RETURN_IF_ERROR(work(gpus[i]));
           CK(cudaStreamSynchronize(gpus[i].a));
-          CK(cudaStreamSynchronize(gpus[i].b));
+          for (void* b : gpus[i].b) CK(cudaStreamSynchronize(static_cast<cudaStream_t>(b)));
           return absl::OkStatus();
         }();
       });
@@ -91,8 +89,9 @@ absl::Status Pull(Gpu& x, int which, cudaStream_t s) {
 }  // namespace
 
 absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
-    const GpusCase& c, const std::string& model, int iters, int64_t min_row_bytes,
+    const GpusCase& c, const std::string& model, int iters, int streams,
     std::vector<std::string>* table) {
+  streams = std::max(1, std::min(streams, kMaxStreams));
   REFIT_ASSIGN_OR_RETURN(Plan plan, GpusCasePlan(c, model));
   std::vector<Gpu> gpus(kGpus);
   std::vector<Arena> trainers(kGpus);
@@ -106,7 +105,11 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
     }
     gpus[g].g = g;
     CK(cudaStreamCreateWithFlags(&gpus[g].a, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&gpus[g].b, cudaStreamNonBlocking));
+    for (int i = 0; i < kMaxStreams; ++i) {
+      cudaStream_t b = nullptr;
+      CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+      gpus[g].b.push_back(b);
+    }
     REFIT_ASSIGN_OR_RETURN(gpus[g].trainer, Allocate(plan.src, g, 0));
     REFIT_RETURN_IF_ERROR(Pattern(plan.src, g, gpus[g].trainer, 1, false));
     REFIT_ASSIGN_OR_RETURN(gpus[g].engine, Allocate(plan.dst, g, 0xEE));
@@ -121,10 +124,7 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
     REFIT_RETURN_IF_ERROR(Upload(x.copies.local, &x.items[0], &x.n[0]));
     REFIT_RETURN_IF_ERROR(Upload(x.copies.peer, &x.items[1], &x.n[1]));
     REFIT_RETURN_IF_ERROR(Upload(all, &x.items[2], &x.n[2]));
-    SplitForCopyEngine(x.copies.peer, min_row_bytes, &x.peer_ce, &x.rest);
-    x.rest.insert(x.rest.end(), x.copies.local.begin(), x.copies.local.end());
-    REFIT_RETURN_IF_ERROR(Upload(x.rest, &x.items[3], &x.n[3]));
-    REFIT_RETURN_IF_ERROR(Upload(x.copies.peer, &x.items[4], &x.n[4], 256 << 10));
+    REFIT_RETURN_IF_ERROR(Upload(x.copies.peer, &x.items[3], &x.n[3], 256 << 10));
   }
   std::map<std::string, std::string> out;
   int64_t local_max = 0, peer_max = 0, total_max = 0;
@@ -141,9 +141,9 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
     }
     out[absl::StrCat("gpu", x.g)] = absl::StrFormat(
         "local %.3f GB, peer %.3f GB (%d copies, %d after joining, %d strided with rows of "
-        "%d-%d bytes; %d to the copy engines)",
+        "%d-%d bytes)",
         x.copies.local_bytes / 1e9, x.copies.peer_bytes / 1e9, x.copies.peer.size(),
-        x.peer_joined.size(), strided, min_row, max_row, x.peer_ce.size());
+        x.peer_joined.size(), strided, min_row, max_row);
   }
   out["local_bytes"] = absl::StrCat(local_max);
   out["peer_bytes"] = absl::StrCat(peer_max);
@@ -166,22 +166,25 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
     return absl::OkStatus();
   };
   auto kernel_all = [](Gpu& x) { return Pull(x, 2, x.a); };
-  auto ce_then_kernel = [](Gpu& x) -> absl::Status {
-    REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(x.peer_joined, x.a));
+  // The copy engines over the peer copies on `streams` streams.
+  auto ce = [](Gpu& x, int streams) -> absl::Status {
+    return EnqueueCopyEngine(SpreadCopies(x.peer_joined, streams),
+                             absl::MakeConstSpan(x.b).subspan(0, streams));
+  };
+  auto ce_then_kernel = [&](Gpu& x) -> absl::Status {
+    REFIT_RETURN_IF_ERROR(ce(x, 1));
+    CK(cudaStreamSynchronize(static_cast<cudaStream_t>(x.b[0])));
     return Pull(x, 0, x.a);
   };
-  auto hybrid = [](Gpu& x) -> absl::Status {
-    REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(x.peer_joined, x.b));
-    return Pull(x, 0, x.a);
-  };
-  auto split = [](Gpu& x) -> absl::Status {
-    REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(x.peer_ce, x.b));
-    return Pull(x, 3, x.a);
+  // What the pull runner does: the kernel over the local copies, the copy
+  // engines over the peer copies on `streams` streams, at once.
+  auto hybrid = [&](Gpu& x, int streams) -> absl::Status {
+    REFIT_RETURN_IF_ERROR(Pull(x, 0, x.a));
+    return ce(x, streams);
   };
   REFIT_RETURN_IF_ERROR(checked("check_kernel", kernel_all));
   REFIT_RETURN_IF_ERROR(checked("check_ce", ce_then_kernel));
-  REFIT_RETURN_IF_ERROR(checked("check_hybrid", hybrid));
-  REFIT_RETURN_IF_ERROR(checked("check_split", split));
+  REFIT_RETURN_IF_ERROR(checked("check_hybrid", [&](Gpu& x) { return hybrid(x, streams); }));
 
   auto row = [&](const std::string& key, const std::string& what, double ms, int64_t bytes,
                  double ref_ms) {
@@ -215,12 +218,14 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
   if (peer_max > 0) {
     REFIT_ASSIGN_OR_RETURN(double k, Both(gpus, iters, [](Gpu& x) { return Pull(x, 1, x.a); }));
     row("kernel-peer", "pull kernel over the peer copies (64 KiB items)", k, peer_max, peer_ms);
-    REFIT_ASSIGN_OR_RETURN(double k4, Both(gpus, iters, [](Gpu& x) { return Pull(x, 4, x.a); }));
+    REFIT_ASSIGN_OR_RETURN(double k4, Both(gpus, iters, [](Gpu& x) { return Pull(x, 3, x.a); }));
     row("kernel-peer-256k", "the same in 256 KiB items", k4, peer_max, peer_ms);
-    REFIT_ASSIGN_OR_RETURN(double ce, Both(gpus, iters, [](Gpu& x) {
-      return EnqueueCopyEngine(x.peer_joined, x.a);
-    }));
-    row("ce-peer", "copy engines over the peer copies", ce, peer_max, peer_ms);
+    for (int n : {1, 2, 4, 8}) {
+      REFIT_ASSIGN_OR_RETURN(double t, Both(gpus, iters, [&](Gpu& x) { return ce(x, n); }));
+      row(absl::StrCat("ce-peer-", n), absl::StrCat("copy engines over the peer copies, ", n,
+                                                    n == 1 ? " stream" : " streams"),
+          t, peer_max, peer_ms);
+    }
     // NCCL over the same pairs: each GPU sends its trainer's bytes that
     // the other engine reads, pre-packed, one message each way.
     ncclComm_t comms[kGpus];
@@ -259,13 +264,10 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
   REFIT_ASSIGN_OR_RETURN(double ka, Both(gpus, iters, kernel_all));
   row("kernel-all", "one pull kernel over all copies (vs local + peer floors)", ka, total_max,
       floor_ms);
-  REFIT_ASSIGN_OR_RETURN(double h, Both(gpus, iters, hybrid));
-  row("hybrid", "kernel over local || copy engines over peer (vs floors)", h, total_max,
-      floor_ms);
-  REFIT_ASSIGN_OR_RETURN(double sp, Both(gpus, iters, split));
-  row("split", absl::StrCat("hybrid, strided peer rows < ", min_row_bytes,
-                            " B in the kernel (vs floors)"),
-      sp, total_max, floor_ms);
+  REFIT_ASSIGN_OR_RETURN(double h, Both(gpus, iters, [&](Gpu& x) { return hybrid(x, streams); }));
+  row("hybrid", absl::StrCat("kernel over local || copy engines over peer (", streams,
+                             " streams; vs floors)"),
+      h, total_max, floor_ms);
   out["local_gbps"] = absl::StrCat(local_rate / 1e6);
   out["peer_gbps"] = absl::StrCat(peer_rate / 1e6);
   for (Gpu& x : gpus) {
@@ -274,7 +276,7 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
     CK(cudaFree(x.trainer.base));
     CK(cudaFree(x.engine.base));
     CK(cudaStreamDestroy(x.a));
-    CK(cudaStreamDestroy(x.b));
+    for (void* b : x.b) CK(cudaStreamDestroy(static_cast<cudaStream_t>(b)));
   }
   return out;
 }

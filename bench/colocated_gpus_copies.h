@@ -25,7 +25,7 @@ namespace refit::bench {
 // way, bytes per GPU, the engine bytes' check after the one-kernel, the
 // copy-engine and the hybrid ways); INTERNAL with a CUDA or NCCL error.
 absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
-    const GpusCase& c, const std::string& model, int iters, int64_t min_row_bytes,
+    const GpusCase& c, const std::string& model, int iters, int streams,
     std::vector<std::string>* table);
 
 }  // namespace refit::bench

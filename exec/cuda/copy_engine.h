@@ -1,9 +1,10 @@
 // Strided byte copies on the GPU's copy engines (DMA) instead of its SMs:
 // what the colocated data plane (pull_runner.h) uses for the copies it
-// reads from another GPU of the host, where one cudaMemcpyAsync per
-// contiguous run (cudaMemcpy2DAsync per strided copy) moves bytes over
-// NVLink faster than a kernel's loads, and leaves every SM to the copies
-// on the receiver's own GPU.
+// reads from another GPU of the host, alongside its kernel for the copies
+// on its own GPU. One cudaMemcpyAsync per contiguous run, one
+// cudaMemcpy2DAsync per strided copy, spread over several streams: copies
+// queued on one stream run one after another, each paying the engine's
+// start-up, while several streams keep several copies in flight.
 #ifndef REFIT_EXEC_CUDA_COPY_ENGINE_H_
 #define REFIT_EXEC_CUDA_COPY_ENGINE_H_
 
@@ -17,21 +18,27 @@
 namespace refit {
 
 // `copies` with rows contiguous on both sides made one row, and neighbours
-// that continue each other on both sides (one row each) joined into one
-// copy; copies of zero bytes dropped. Same bytes, same order otherwise.
-std::vector<ResolvedCopy> JoinContiguous(absl::Span<const ResolvedCopy> copies);
+// that continue each other on both sides (one row each, equal
+// `allocations[i]`: the same source and destination allocations; a copy
+// must not span two) joined into one; copies of zero bytes dropped. Same
+// bytes, same order otherwise. `allocations` is empty (one allocation on
+// each side) or as long as `copies`.
+std::vector<ResolvedCopy> JoinContiguous(absl::Span<const ResolvedCopy> copies,
+                                         absl::Span<const int64_t> allocations = {});
 
-// Splits `copies` (after JoinContiguous) into those for the copy engines
-// (contiguous, or rows of at least `min_row_bytes`) and the rest (for a
-// kernel: a DMA per short row is slower than SM loads).
-void SplitForCopyEngine(absl::Span<const ResolvedCopy> copies, int64_t min_row_bytes,
-                        std::vector<ResolvedCopy>* engine, std::vector<ResolvedCopy>* kernel);
+// `copies` spread over `n` (>= 1) lists of about equal bytes (each copy to
+// the list with the fewest bytes so far, in order).
+std::vector<std::vector<ResolvedCopy>> SpreadCopies(absl::Span<const ResolvedCopy> copies,
+                                                    int n);
 
-// Enqueues every copy on `stream` (a cudaStream_t of the current device):
-// cudaMemcpyAsync for one row, cudaMemcpy2DAsync for strided rows, both
-// with cudaMemcpyDefault (unified addresses, peer memory included).
-// UNAVAILABLE with the CUDA error naming the copy.
-absl::Status EnqueueCopyEngine(absl::Span<const ResolvedCopy> copies, void* stream);
+// Enqueues list i of `lists` on `streams[i]` (cudaStream_t of the current
+// device; lists.size() == streams.size()), the lists' copies interleaved so
+// that every stream starts at once: cudaMemcpyAsync for one row,
+// cudaMemcpy2DAsync for strided rows, with cudaMemcpyDefault (unified
+// addresses, peer memory included). UNAVAILABLE with the CUDA error naming
+// the copy.
+absl::Status EnqueueCopyEngine(const std::vector<std::vector<ResolvedCopy>>& lists,
+                               absl::Span<void* const> streams);
 
 }  // namespace refit
 

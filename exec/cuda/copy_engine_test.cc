@@ -43,17 +43,26 @@ TEST(JoinContiguousTest, MakesDenseStridedCopiesOneRowAndDropsEmptyOnes) {
   EXPECT_EQ(out[0].row_bytes, 1024);
 }
 
-TEST(SplitForCopyEngineTest, ShortStridedRowsStayWithTheKernel) {
-  const std::vector<ResolvedCopy> in = {
-      Row(0, 0, 1 << 20),                          // contiguous: engine
-      {At(0), At(0), 100, 8192, 16384, 8192},      // strided, 8 KiB rows: kernel
-      {At(0), At(0), 100, 32768, 65536, 32768}};   // strided, 32 KiB rows: engine
-  std::vector<ResolvedCopy> engine, kernel;
-  SplitForCopyEngine(in, 16 << 10, &engine, &kernel);
-  ASSERT_EQ(engine.size(), 2u);
-  ASSERT_EQ(kernel.size(), 1u);
-  EXPECT_EQ(kernel[0].row_bytes, 8192);
-  EXPECT_EQ(Bytes(engine) + Bytes(kernel), Bytes(in));
+TEST(JoinContiguousTest, NeverJoinsAcrossAllocations) {
+  // Adjacent in addresses on both sides, but two allocations (a copy
+  // engine refuses a range that spans two).
+  const std::vector<ResolvedCopy> in = {Row(0, 1000, 64), Row(64, 1064, 64), Row(128, 1128, 64)};
+  const std::vector<ResolvedCopy> out = JoinContiguous(in, {7, 7, 8});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].row_bytes, 128);
+  EXPECT_EQ(out[1].src, At(128));
+}
+
+TEST(SpreadCopiesTest, BalancesBytesAndKeepsEveryCopy) {
+  const std::vector<ResolvedCopy> in = {Row(0, 0, 400), Row(0, 0, 100), Row(0, 0, 100),
+                                        Row(0, 0, 100), Row(0, 0, 100),
+                                        {At(0), At(0), 10, 20, 40, 20}};
+  const std::vector<std::vector<ResolvedCopy>> lists = SpreadCopies(in, 2);
+  ASSERT_EQ(lists.size(), 2u);
+  EXPECT_EQ(Bytes(lists[0]), 600);  // 400, then the 200 when both hold 400
+  EXPECT_EQ(Bytes(lists[1]), 400);
+  EXPECT_EQ(lists[0].size() + lists[1].size(), in.size());
+  EXPECT_EQ(SpreadCopies(in, 0).size(), 1u);
 }
 
 }  // namespace

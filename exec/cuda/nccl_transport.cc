@@ -67,7 +67,7 @@ absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(
   t->rank_ = rank;
   t->world_size_ = world_size;
   t->device_ = options.device;
-  t->chain_waves_ = options.chain_waves;
+  t->stagger_lanes_ = options.stagger_lanes;
   REFIT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options.device),
                                    absl::StrCat("rank ", rank, ": cudaSetDevice(",
                                                 options.device, ")")));
@@ -195,7 +195,7 @@ absl::Status NcclTransport::StartWave(int32_t lane,
   if (cancel_.cancelled()) return Abort(L, cancel_.status());
   if (L.pending.empty()) L.peers.clear();
   const std::string what = absl::StrCat("rank ", rank_, " lane ", lane);
-  if (chain_waves_ && last_lane_ >= 0 && last_lane_ != lane &&
+  if (stagger_lanes_ && L.pending.empty() && last_lane_ >= 0 && last_lane_ != lane &&
       !lanes_[last_lane_]->pending.empty()) {
     // After the previous wave (its event is the newest of its lane).
     REFIT_RETURN_IF_ERROR(CudaStatus(

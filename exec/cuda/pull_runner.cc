@@ -80,7 +80,9 @@ PullRunner::~PullRunner() {
   // Copies still queued (a failed round) finish on their own; wait a
   // bounded time before the mappings go.
   const absl::Time until = absl::Now() + absl::Seconds(10);
-  for (void* s : {stream_, engine_stream_}) {
+  std::vector<void*> streams = engine_streams_;
+  streams.push_back(stream_);
+  for (void* s : streams) {
     if (s == nullptr) continue;
     while (cudaStreamQuery(static_cast<cudaStream_t>(s)) == cudaErrorNotReady &&
            absl::Now() < until) {
@@ -93,9 +95,9 @@ PullRunner::~PullRunner() {
   if (items_ != nullptr) (void)cudaFree(items_);
   if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
   if (start_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(start_event_));
-  if (engine_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(engine_event_));
+  for (void* e : engine_events_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
   if (stream_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
-  if (engine_stream_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(engine_stream_));
+  for (void* e : engine_streams_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(e));
   (void)cudaGetLastError();
 }
 
@@ -398,7 +400,7 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
     Hello h;
     std::memcpy(&h, blobs[i].data(), sizeof(h));
     if (std::memcmp(h.device_uuid, device_uuid_, sizeof(device_uuid_)) == 0 ||
-        options_.peer_copy_engine_min_row_bytes < 0) {
+        options_.peer_copy_streams <= 0) {
       continue;
     }
     for (int32_t b : program.peers[i].buffers) remote[b] = true;
@@ -415,22 +417,28 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
         ResolveTasks(remote_tasks, src, buffers, nullptr, nullptr);
     if (rc.ok() && rr.ok()) {
       copies = std::move(*rc);
-      SplitForCopyEngine(*rr, options_.peer_copy_engine_min_row_bytes, &engine_copies_, &copies);
-      for (const ResolvedCopy& c : engine_copies_) engine_bytes_ += c.rows * c.row_bytes;
+      // A copy-engine copy stays inside one allocation on each side.
+      std::vector<int64_t> allocations;
+      for (const CopyTask& t : remote_tasks) {
+        allocations.push_back((int64_t{t.src_buffer} << 32) | static_cast<uint32_t>(t.dst_buffer));
+      }
+      const std::vector<ResolvedCopy> joined = JoinContiguous(*rr, allocations);
+      num_engine_copies_ = static_cast<int64_t>(joined.size());
+      for (const ResolvedCopy& c : joined) engine_bytes_ += c.rows * c.row_bytes;
+      if (!joined.empty()) engine_copies_ = SpreadCopies(joined, options_.peer_copy_streams);
     } else {
       mapped = AnnotateStatus(rc.ok() ? rr.status() : rc.status(),
                               absl::StrCat("engine rank ", rank_));
     }
   }
-  if (mapped.ok() && !engine_copies_.empty()) {
+  for (size_t i = 0; i < engine_copies_.size() && mapped.ok(); ++i) {
     cudaStream_t es = nullptr;
     mapped = Cuda(cudaStreamCreateWithFlags(&es, cudaStreamNonBlocking), "cudaStreamCreate");
-    engine_stream_ = es;
+    if (!mapped.ok()) break;
+    engine_streams_.push_back(es);
     cudaEvent_t ee = nullptr;
-    if (mapped.ok()) {
-      mapped = Cuda(cudaEventCreateWithFlags(&ee, cudaEventDisableTiming), "cudaEventCreate");
-    }
-    engine_event_ = ee;
+    mapped = Cuda(cudaEventCreateWithFlags(&ee, cudaEventDisableTiming), "cudaEventCreate");
+    if (mapped.ok()) engine_events_.push_back(ee);
   }
   const std::vector<cuda::PullItem> items =
       cuda::SplitPullItems(copies, options_.max_item_bytes);
@@ -515,11 +523,13 @@ absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
                              "pull kernel launch"));
   if (!engine_copies_.empty()) {
     // The copy engines read the other GPUs alongside the kernel.
-    cudaStream_t es = static_cast<cudaStream_t>(engine_stream_);
-    cudaEvent_t ee = static_cast<cudaEvent_t>(engine_event_);
-    REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(engine_copies_, es));
-    REFIT_RETURN_IF_ERROR(Cuda(cudaEventRecord(ee, es), "cudaEventRecord"));
-    REFIT_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(st, ee, 0), "cudaStreamWaitEvent"));
+    REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(engine_copies_, engine_streams_));
+    for (size_t i = 0; i < engine_streams_.size(); ++i) {
+      cudaStream_t es = static_cast<cudaStream_t>(engine_streams_[i]);
+      cudaEvent_t ee = static_cast<cudaEvent_t>(engine_events_[i]);
+      REFIT_RETURN_IF_ERROR(Cuda(cudaEventRecord(ee, es), "cudaEventRecord"));
+      REFIT_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(st, ee, 0), "cudaStreamWaitEvent"));
+    }
   }
   REFIT_RETURN_IF_ERROR(Cuda(cudaEventRecord(ev, st), "cudaEventRecord"));
   REFIT_RETURN_IF_ERROR(WaitEvent(event_, deadline, "the pull kernel"));

@@ -21,7 +21,7 @@
 //   - a receiver, once every sender's signal says N, launches one
 //     gather-scatter kernel for all of its copies (those from a sender on
 //     another GPU on the copy engines alongside, see
-//     options.peer_copy_engine_min_row_bytes), waits for them, and
+//     options.peer_copy_streams), waits for them, and
 //     publishes "done with N"; a sender returns once every receiver's
 //     signal says so, so the trainer may change its weights afterwards.
 // One signal per member per round, microseconds each; no socket round
@@ -77,12 +77,10 @@ struct PullRunnerOptions {
   // Largest piece of work of one thread block (pull_kernels.h).
   int64_t max_item_bytes = 64 << 10;
   // Copies a receiver reads from a sender on another GPU go to the copy
-  // engines (copy_engine.h: one cudaMemcpyAsync per contiguous run, one
-  // cudaMemcpy2DAsync per strided copy with rows of at least this many
-  // bytes), on a second stream next to the kernel, which keeps the copies
-  // from its own GPU and the shorter rows. Negative: every copy in the
-  // kernel. Copies between members on one GPU always run in the kernel.
-  int64_t peer_copy_engine_min_row_bytes = 16 << 10;
+  // engines (copy_engine.h), spread over this many streams next to the
+  // kernel's, which keeps the copies from its own GPU; 0: every copy in
+  // the kernel. Copies between members on one GPU always run in the kernel.
+  int32_t peer_copy_streams = 4;
 };
 
 class PullRunner : public RoundRunner {
@@ -115,7 +113,7 @@ class PullRunner : public RoundRunner {
   // Work items of the receiver's kernel (0 on a sender).
   int64_t num_items() const { return num_items_; }
   // The receiver's copies on the copy engines per round, and their bytes.
-  int64_t num_engine_copies() const { return static_cast<int64_t>(engine_copies_.size()); }
+  int64_t num_engine_copies() const { return num_engine_copies_; }
   int64_t engine_bytes() const { return engine_bytes_; }
   // Global ranks this member exchanges with.
   const std::vector<int32_t>& peers() const { return peers_; }
@@ -164,11 +162,13 @@ class PullRunner : public RoundRunner {
   void* start_event_ = nullptr;  // cudaEvent_t before the pull kernel (its GPU time)
   void* items_ = nullptr;   // device PullItem array
   int64_t num_items_ = 0;
-  // Copies from senders on other GPUs for the copy engines, on engine_stream_.
-  std::vector<ResolvedCopy> engine_copies_;
+  // Copies from senders on other GPUs for the copy engines: list i on
+  // engine_streams_[i], engine_events_[i] recorded after it.
+  std::vector<std::vector<ResolvedCopy>> engine_copies_;
+  int64_t num_engine_copies_ = 0;
   int64_t engine_bytes_ = 0;
-  void* engine_stream_ = nullptr;  // cudaStream_t
-  void* engine_event_ = nullptr;   // cudaEvent_t after the copy-engine copies
+  std::vector<void*> engine_streams_;  // cudaStream_t
+  std::vector<void*> engine_events_;   // cudaEvent_t
   int64_t bytes_ = 0;
   // Sender with conversions (plan/conversion.h): its scratch buffers,
   // filled before each round's "weights in place".
