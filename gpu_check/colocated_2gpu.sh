@@ -43,9 +43,9 @@ step() {  # step NAME TIMEOUT_S COMMAND...: output to $out/NAME.txt
 }
 cases=${COLOCATED_CASES:-8b}
 step gpus 150 "$dir/colocated_gpus_bench" --cases=tp2,dp2 --iters=10
-step small 60 "$dir/refit_gpu_bench" --gpus=2 --scenarios=small,tp2 --iters=10
+step small 120 "$dir/refit_gpu_bench" --gpus=2 --scenarios=small,tp2 --iters=10
 step small_nostagger 40 "$dir/refit_gpu_bench" --gpus=2 --scenarios=small --iters=10 --stagger_lanes=0
-step colocated 120 "$dir/colocated_bench" --cases="$cases" --iters=10
+step colocated 180 "$dir/colocated_bench" --cases="$cases" --iters=10
 step python 120 "$py" "$dir/torch_gpu_check.py" "$dir" --gpus=2 --only=ipc-2gpu,pull-2gpu-qwen3-8b
 step demo_nccl 90 "$dir/refit_demo" --refitd="$dir/refitd" --member="$dir/refit_demo_member_gpu" \
   --gpus=2 --model=qwen3-8b --trainer=megatron:tp=1 --engines=vllm:tp=1 --rounds=3 \
