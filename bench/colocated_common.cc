@@ -16,7 +16,7 @@
 #include "common/status_macros.h"
 #include "exec/cuda/pack_kernels.h"
 #include "exec/cuda/pull_kernels.h"
-#include "bench/gpu_pattern.h"
+#include "testing/gpu_pattern.h"
 #include "mapping/layout_builder.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
@@ -137,10 +137,10 @@ std::vector<char*> SlicePointers(const SideLayout& full, const SideLayout& slice
   return p;
 }
 
-// The pattern on the GPU (gpu_pattern.h).
+// The pattern on the GPU (testing/gpu_pattern.h).
 absl::Status Pattern(const SideLayout& side, int rank, const Arena& a, uint64_t seed,
                      bool check) {
-  return DevicePattern(side, rank, a.Pointers(), seed, check);
+  return testing::DevicePattern(side, rank, a.Pointers(), seed, check);
 }
 
 // The first `max_records` records of `rank` filled or checked on the host

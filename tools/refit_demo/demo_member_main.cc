@@ -20,7 +20,7 @@
 //   --device=cuda:N     buffers in GPU N's memory, NCCL transport (only in
 //                       the CUDA build, refit_demo_member_gpu); the pattern
 //                       is then filled and checked by the GPU
-//                       (bench/gpu_pattern.h) where every engine tensor is a
+//                       (testing/gpu_pattern.h) where every engine tensor is a
 //                       plain copy, else through host copies
 //   --transport=pull    with --device: the colocated pull path
 //                       (client/pull_data_plane.h) instead of NCCL
@@ -48,12 +48,12 @@
 #ifdef REFIT_DEMO_CUDA
 #include <cuda_runtime_api.h>
 
-#include "bench/gpu_pattern.h"
 #include "client/nccl_data_plane.h"
 #include "client/pull_data_plane.h"
 #include "exec/cuda/cuda_status.h"
 #include "mapping/model_config.h"
 #include "mapping/model_family.h"
+#include "testing/gpu_pattern.h"
 #endif
 
 namespace refit {
@@ -210,7 +210,7 @@ int Main(const Flags& fl) {
       ptrs[b] = dev.at(side.layout.buffers[b].name);
     }
     REFIT_RETURN_IF_ERROR(AnnotateStatus(
-        bench::DevicePattern(side.layout, rank, ptrs, static_cast<uint64_t>(version), check),
+        testing::DevicePattern(side.layout, rank, ptrs, static_cast<uint64_t>(version), check),
         who));
     return true;
 #else

@@ -1,9 +1,9 @@
 // The test pattern of testing/reference_copy.h filled and checked in device
 // memory by the GPU (pattern_kernels.h), so that a many-GB model is written
 // and checked in milliseconds: for the benchmarks and the demo's GPU
-// members.
-#ifndef REFIT_BENCH_GPU_PATTERN_H_
-#define REFIT_BENCH_GPU_PATTERN_H_
+// members (testing/reference_copy.h is the definition).
+#ifndef REFIT_TESTING_GPU_PATTERN_H_
+#define REFIT_TESTING_GPU_PATTERN_H_
 
 #include <cstdint>
 #include <vector>
@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "layout/layout.h"
 
-namespace refit::bench {
+namespace refit::testing {
 
 // Fills (check = false) or checks every element of `rank`'s records of
 // `side` (testing/reference_copy.h: PatternWord of version `seed`), with
@@ -24,6 +24,6 @@ namespace refit::bench {
 absl::Status DevicePattern(const SideLayout& side, int rank, const std::vector<char*>& buffers,
                            uint64_t seed, bool check);
 
-}  // namespace refit::bench
+}  // namespace refit::testing
 
-#endif  // REFIT_BENCH_GPU_PATTERN_H_
+#endif  // REFIT_TESTING_GPU_PATTERN_H_

@@ -1,19 +1,19 @@
 // The test pattern on the GPU (see gpu_pattern.h).
-#include "bench/gpu_pattern.h"
+#include "testing/gpu_pattern.h"
 
 #include <cuda_runtime_api.h>
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "bench/pattern_kernels.h"
+#include "testing/pattern_kernels.h"
 #include "common/status_macros.h"
 #include "exec/cuda/cuda_status.h"
 #include "testing/reference_copy.h"
 
 #define CK(x) REFIT_RETURN_IF_CUDA_ERROR(x)
 
-namespace refit::bench {
+namespace refit::testing {
 namespace {
 
 // FiniteWord's kind of a dtype (pattern_kernels.h).
@@ -50,30 +50,30 @@ absl::Status DevicePattern(const SideLayout& side, int rank,
                     });
   int64_t* dev_inner = nullptr;
   constexpr int64_t kChunk = 1 << 20;  // rows per launch
-  bench::PatternRow* dev_rows = nullptr;
+  PatternRow* dev_rows = nullptr;
   unsigned long long* wrong = nullptr;
   CK(cudaMalloc(reinterpret_cast<void**>(&dev_inner),
                 std::max<size_t>(1, inner_all.size()) * sizeof(int64_t)));
   CK(cudaMemcpy(dev_inner, inner_all.data(), inner_all.size() * sizeof(int64_t),
                 cudaMemcpyHostToDevice));
-  CK(cudaMalloc(reinterpret_cast<void**>(&dev_rows), kChunk * sizeof(bench::PatternRow)));
+  CK(cudaMalloc(reinterpret_cast<void**>(&dev_rows), kChunk * sizeof(PatternRow)));
   CK(cudaMalloc(reinterpret_cast<void**>(&wrong), 2 * sizeof(unsigned long long)));
   // Per row of the chunk: where it is, for naming a wrong element.
   struct Where {
     int64_t record, buffer, off;
   };
-  std::vector<bench::PatternRow> rows;
+  std::vector<PatternRow> rows;
   std::vector<Where> where;
   int64_t nwrong = 0;
   std::string first;
   absl::Status st;
   auto flush = [&]() -> absl::Status {
     if (rows.empty()) return absl::OkStatus();
-    CK(cudaMemcpy(dev_rows, rows.data(), rows.size() * sizeof(bench::PatternRow),
+    CK(cudaMemcpy(dev_rows, rows.data(), rows.size() * sizeof(PatternRow),
                   cudaMemcpyHostToDevice));
     const unsigned long long init[2] = {0, ~0ULL};
     CK(cudaMemcpy(wrong, init, sizeof(init), cudaMemcpyHostToDevice));
-    CK(static_cast<cudaError_t>(bench::LaunchPatternRows(
+    CK(static_cast<cudaError_t>(LaunchPatternRows(
         dev_rows, static_cast<int64_t>(rows.size()), seed, check, wrong, nullptr)));
     unsigned long long got[2] = {0, 0};
     CK(cudaMemcpy(got, wrong, sizeof(got), cudaMemcpyDeviceToHost));
@@ -99,7 +99,7 @@ absl::Status DevicePattern(const SideLayout& side, int rank,
                       if (!st.ok()) return;
                       const int64_t ri = &r - side.records.data();
                       const TensorSpec& t = side.tensors[r.tensor];
-                      bench::PatternRow row;
+                      PatternRow row;
                       row.base = buffers[buffer] + off;
                       row.inner = dev_inner + inner_at[ri];
                       row.lin = lin;
@@ -124,4 +124,4 @@ absl::Status DevicePattern(const SideLayout& side, int rank,
   return absl::OkStatus();
 }
 
-}  // namespace refit::bench
+}  // namespace refit::testing
