@@ -393,8 +393,8 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
       src[b] = *a;
     }
   }
-  // Tasks reading a sender on another GPU (its Hello says which) go to the
-  // copy engines where options say so.
+  // Tasks reading a sender on another GPU (its Hello names the GPU) go to
+  // the copy engines, unless options.peer_copy_streams is 0.
   std::vector<bool> remote(slice.src.buffers.size(), false);
   for (size_t i = 0; i < program.peers.size() && i < blobs.size(); ++i) {
     Hello h;
@@ -403,11 +403,15 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
         options_.peer_copy_streams <= 0) {
       continue;
     }
-    for (int32_t b : program.peers[i].buffers) remote[b] = true;
+    for (int32_t b : program.peers[i].buffers) {
+      if (b >= 0 && static_cast<size_t>(b) < remote.size()) remote[b] = true;
+    }
   }
   std::vector<CopyTask> local_tasks, remote_tasks;
   for (const CopyTask& t : program.tasks) {
-    (t.src_buffer >= 0 && remote[t.src_buffer] ? remote_tasks : local_tasks).push_back(t);
+    const bool far = t.src_buffer >= 0 && static_cast<size_t>(t.src_buffer) < remote.size() &&
+                     remote[t.src_buffer];
+    (far ? remote_tasks : local_tasks).push_back(t);
   }
   std::vector<ResolvedCopy> copies;
   if (mapped.ok()) {
