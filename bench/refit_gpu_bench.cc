@@ -4,7 +4,6 @@
 //
 //   refit_gpu_bench [--model=qwen3-8b] [--iters=5] [--scenarios=tp2,dp2,small]
 //                   [--staging_mib=512] [--direct_mib=8] [--round_mib=0]
-//                   [--stagger_lanes=1]  (NcclTransportOptions::stagger_lanes)
 //
 // Scenarios:
 //   tp2    model --model from megatron:tp=2 to vllm:tp=2 (fused qkv/gate_up)
@@ -337,7 +336,6 @@ struct BenchOptions {
   int64_t staging_mib = 512;
   int64_t direct_mib = -1;  // -1: the planner's default
   int64_t round_mib = 0;
-  bool stagger_lanes = true;  // NcclTransportOptions::stagger_lanes
 };
 
 absl::Status Worker(const std::string& scenario, const std::string& model,
@@ -400,7 +398,6 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
     NcclTransportOptions no;
     no.num_lanes = lanes;
     no.device = g;
-    no.stagger_lanes = bo.stagger_lanes;
     REFIT_ASSIGN_OR_RETURN(std::unique_ptr<NcclTransport> t,
                            NcclTransport::Create(&kv, g, kWorld, no));
     std::unique_ptr<Copier> ce = MakeCudaCopier(t.get());
@@ -542,7 +539,6 @@ int main(int argc, char** argv) {
   (void)absl::SimpleAtoi(testing::FlagValue(argc, argv, "staging_mib", "512"), &bo.staging_mib);
   (void)absl::SimpleAtoi(testing::FlagValue(argc, argv, "direct_mib", "-1"), &bo.direct_mib);
   (void)absl::SimpleAtoi(testing::FlagValue(argc, argv, "round_mib", "0"), &bo.round_mib);
-  bo.stagger_lanes = testing::FlagValue(argc, argv, "stagger_lanes", "1") != "0";
   const int iters = bo.iters;
   const int64_t staging_mib = bo.staging_mib;
   int count = 0;
@@ -571,9 +567,8 @@ int main(int argc, char** argv) {
   }
   int nv = 0;
   ncclGetVersion(&nv);
-  std::printf("nccl %d, %d GPUs (trainer %d, engine %d), model %s, %d iterations, staging budget %lld MiB, lanes %s\n",
-              nv, count, kTrainer, kWorld - kTrainer, model.c_str(), iters, static_cast<long long>(staging_mib),
-              bo.stagger_lanes ? "staggered" : "not staggered");
+  std::printf("nccl %d, %d GPUs (trainer %d, engine %d), model %s, %d iterations, staging budget %lld MiB\n",
+              nv, count, kTrainer, kWorld - kTrainer, model.c_str(), iters, static_cast<long long>(staging_mib));
   std::fflush(stdout);
   bool ok = true;
   std::vector<std::string> table;

@@ -9,8 +9,7 @@
 #     the device copy, and the pull path's round next to its floor and NCCL;
 #  2. refit_gpu_bench on 2 GPUs (1 trainer GPU -> 1 engine GPU): 2048 x
 #     1 MiB strided pieces and Qwen3-8B over NCCL next to raw pre-packed
-#     NCCL, K = 1, 2, 4 lanes, staggered (the default) and, for comparison,
-#     not (--stagger_lanes=0);
+#     NCCL, K = 1, 2 and 4 lanes;
 #  3. colocated_bench on GPU 0, the cases in $COLOCATED_CASES (default 8b:
 #     Qwen3-8B BF16 -> BF16);
 #  4. torch_gpu_check.py: the pull path from GPU 0 to GPU 1 through the
@@ -44,7 +43,6 @@ step() {  # step NAME TIMEOUT_S COMMAND...: output to $out/NAME.txt
 cases=${COLOCATED_CASES:-8b}
 step gpus 150 "$dir/colocated_gpus_bench" --cases=tp2,dp2 --iters=10
 step small 120 "$dir/refit_gpu_bench" --gpus=2 --scenarios=small,tp2 --iters=10
-step small_nostagger 40 "$dir/refit_gpu_bench" --gpus=2 --scenarios=small --iters=10 --stagger_lanes=0
 step colocated 180 "$dir/colocated_bench" --cases="$cases" --iters=10
 step python 120 "$py" "$dir/torch_gpu_check.py" "$dir" --gpus=2 --only=ipc-2gpu,pull-2gpu-qwen3-8b
 step demo_nccl 90 "$dir/refit_demo" --refitd="$dir/refitd" --member="$dir/refit_demo_member_gpu" \
@@ -61,8 +59,6 @@ sed -n '/^case way/,$p' "$out/gpus.txt"
 echo "== 2. NCCL, 1 trainer GPU -> 1 engine GPU (refit_gpu_bench --gpus=2 --scenarios=small,tp2 --iters=10)"
 grep -E "^(small|tp2):" "$out/small.txt" | cut -c1-400
 sed -n '/^case  *refit ms/,$p' "$out/small.txt"
-echo "   the same, lanes not staggered (--stagger_lanes=0):"
-grep -E "^small " "$out/small_nostagger.txt"
 echo "== 3. colocated on GPU 0 (colocated_bench --cases=$cases --iters=10)"
 sed -n '/^case what/,$p' "$out/colocated.txt"
 echo "== 4. Python client, pull path GPU 0 -> GPU 1 (torch_gpu_check.py --only=ipc-2gpu,pull-2gpu-qwen3-8b)"
@@ -73,7 +69,7 @@ for d in demo_nccl demo_pull; do
   sed -n '/^ *version/,$p' "$out/$d.txt" | grep -v "^---" | head -8
 done
 fail=0
-for k in gpus small small_nostagger colocated python demo_nccl demo_pull; do
+for k in gpus small colocated python demo_nccl demo_pull; do
   [ "${rc[$k]}" -eq 0 ] || { echo "FAILED: $k (exit ${rc[$k]}, see $out/$k.txt)"; fail=1; }
 done
 [ $fail -eq 0 ] && echo "ALL PASS ($SECONDS s)"

@@ -67,7 +67,6 @@ absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(
   t->rank_ = rank;
   t->world_size_ = world_size;
   t->device_ = options.device;
-  t->stagger_lanes_ = options.stagger_lanes;
   REFIT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options.device),
                                    absl::StrCat("rank ", rank, ": cudaSetDevice(",
                                                 options.device, ")")));
@@ -195,14 +194,6 @@ absl::Status NcclTransport::StartWave(int32_t lane,
   if (cancel_.cancelled()) return Abort(L, cancel_.status());
   if (L.pending.empty()) L.peers.clear();
   const std::string what = absl::StrCat("rank ", rank_, " lane ", lane);
-  if (stagger_lanes_ && L.pending.empty() && last_lane_ >= 0 && last_lane_ != lane &&
-      !lanes_[last_lane_]->pending.empty()) {
-    // After the previous wave (its event is the newest of its lane).
-    REFIT_RETURN_IF_ERROR(CudaStatus(
-        cudaStreamWaitEvent(L.stream, lanes_[last_lane_]->pending.back(), 0),
-        what + ": cudaStreamWaitEvent on the previous wave"));
-  }
-  last_lane_ = lane;
   ncclResult_t r = ncclGroupStart();
   for (const SendOp& s : sends) {
     if (r != ncclSuccess && r != ncclInProgress) break;

@@ -38,14 +38,6 @@ struct NcclTransportOptions {
   int32_t device = 0;  // CUDA device of this rank
   std::string key_prefix = "refit/nccl";
   absl::Duration connect_timeout = absl::Seconds(60);
-  // A lane with no wave in flight starts its wave only once the wave
-  // posted before it (on another lane) is complete. Lanes then run
-  // staggered: each lane's pack and unpack copies overlap another lane's
-  // transfer. Without it, the lanes' first waves start together, share the
-  // links, finish together, and every lane packs its next wave at the same
-  // time with the links idle, every wave. Waves are posted in one order by
-  // every rank (the plan's), so the wait cannot deadlock.
-  bool stagger_lanes = true;
 };
 
 class NcclTransport : public Transport, public CudaLanes {
@@ -90,8 +82,6 @@ class NcclTransport : public Transport, public CudaLanes {
   int32_t world_size_ = 0;
   int32_t device_ = 0;
   std::vector<std::unique_ptr<Lane>> lanes_;
-  int32_t last_lane_ = -1;  // the lane of the wave posted last (stagger_lanes)
-  bool stagger_lanes_ = true;
   // Set by Cancel; polled by the owner thread's waits.
   Cancellation cancel_{"transport cancelled"};
 };
