@@ -38,9 +38,12 @@ struct Gpu {
   Arena trainer, engine;
   EngineCopies copies;
   std::vector<ResolvedCopy> peer_joined;
-  // local, peer, all, peer in 256 KiB items
-  cuda::PullItem* items[4] = {nullptr, nullptr, nullptr, nullptr};
-  int64_t n[4] = {0, 0, 0, 0};
+  // peer_joined's contiguous runs and strided copies
+  std::vector<ResolvedCopy> peer_runs, peer_strided;
+  int64_t runs_bytes = 0, strided_bytes = 0;
+  // local, peer, all, peer in 256 KiB items, strided peer
+  cuda::PullItem* items[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+  int64_t n[5] = {0, 0, 0, 0, 0};
 };
 
 absl::Status Upload(const std::vector<ResolvedCopy>& copies, cuda::PullItem** items,
@@ -125,6 +128,11 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
     REFIT_RETURN_IF_ERROR(Upload(x.copies.peer, &x.items[1], &x.n[1]));
     REFIT_RETURN_IF_ERROR(Upload(all, &x.items[2], &x.n[2]));
     REFIT_RETURN_IF_ERROR(Upload(x.copies.peer, &x.items[3], &x.n[3], 256 << 10));
+    for (const ResolvedCopy& r : x.peer_joined) {
+      (r.rows == 1 ? x.peer_runs : x.peer_strided).push_back(r);
+      (r.rows == 1 ? x.runs_bytes : x.strided_bytes) += r.rows * r.row_bytes;
+    }
+    REFIT_RETURN_IF_ERROR(Upload(x.peer_strided, &x.items[4], &x.n[4]));
   }
   std::map<std::string, std::string> out;
   int64_t local_max = 0, peer_max = 0, total_max = 0;
@@ -166,11 +174,12 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
     return absl::OkStatus();
   };
   auto kernel_all = [](Gpu& x) { return Pull(x, 2, x.a); };
-  // The copy engines over the peer copies on `streams` streams.
-  auto ce = [](Gpu& x, int streams) -> absl::Status {
-    return EnqueueCopyEngine(SpreadCopies(x.peer_joined, streams),
+  // The copy engines over `copies` on `streams` streams.
+  auto ce_of = [](Gpu& x, const std::vector<ResolvedCopy>& copies, int streams) {
+    return EnqueueCopyEngine(SpreadCopies(copies, streams),
                              absl::MakeConstSpan(x.b).subspan(0, streams));
   };
+  auto ce = [&](Gpu& x, int streams) { return ce_of(x, x.peer_joined, streams); };
   auto ce_then_kernel = [&](Gpu& x) -> absl::Status {
     REFIT_RETURN_IF_ERROR(ce(x, 1));
     CK(cudaStreamSynchronize(static_cast<cudaStream_t>(x.b[0])));
@@ -182,9 +191,18 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
     REFIT_RETURN_IF_ERROR(Pull(x, 0, x.a));
     return ce(x, streams);
   };
+  // With PullRunnerOptions::peer_strided_in_kernel: the strided peer copies
+  // in a second kernel on a stream of their own.
+  auto hybrid_far = [&](Gpu& x, int streams) -> absl::Status {
+    REFIT_RETURN_IF_ERROR(Pull(x, 0, x.a));
+    REFIT_RETURN_IF_ERROR(Pull(x, 4, static_cast<cudaStream_t>(x.b[kMaxStreams - 1])));
+    return ce_of(x, x.peer_runs, streams);
+  };
   REFIT_RETURN_IF_ERROR(checked("check_kernel", kernel_all));
   REFIT_RETURN_IF_ERROR(checked("check_ce", ce_then_kernel));
   REFIT_RETURN_IF_ERROR(checked("check_hybrid", [&](Gpu& x) { return hybrid(x, streams); }));
+  REFIT_RETURN_IF_ERROR(
+      checked("check_hybrid_far", [&](Gpu& x) { return hybrid_far(x, std::min(streams, 7)); }));
 
   auto row = [&](const std::string& key, const std::string& what, double ms, int64_t bytes,
                  double ref_ms) {
@@ -225,6 +243,31 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
       row(absl::StrCat("ce-peer-", n), absl::StrCat("copy engines over the peer copies, ", n,
                                                     n == 1 ? " stream" : " streams"),
           t, peer_max, peer_ms);
+    }
+    // The peer copies' contiguous runs and strided copies apart (rates over
+    // their own bytes; vs the peer floor at those bytes).
+    int64_t runs_max = 0, strided_max = 0;
+    for (const Gpu& x : gpus) {
+      runs_max = std::max(runs_max, x.runs_bytes);
+      strided_max = std::max(strided_max, x.strided_bytes);
+    }
+    const double peer_rate_ms = peer_max / peer_ms;  // bytes per ms
+    REFIT_ASSIGN_OR_RETURN(double r1, Both(gpus, iters, [&](Gpu& x) {
+      return ce_of(x, x.peer_runs, streams);
+    }));
+    row("ce-peer-runs", absl::StrCat("copy engines, the contiguous peer runs only (", streams,
+                                     " streams)"),
+        r1, runs_max, runs_max / peer_rate_ms);
+    if (strided_max > 0) {
+      REFIT_ASSIGN_OR_RETURN(double r2, Both(gpus, iters, [&](Gpu& x) {
+        return ce_of(x, x.peer_strided, streams);
+      }));
+      row("ce-peer-strided", absl::StrCat("copy engines, the strided peer copies only (", streams,
+                                          " streams)"),
+          r2, strided_max, strided_max / peer_rate_ms);
+      REFIT_ASSIGN_OR_RETURN(double r3, Both(gpus, iters, [&](Gpu& x) { return Pull(x, 4, x.a); }));
+      row("kernel-peer-strided", "pull kernel, the strided peer copies only", r3, strided_max,
+          strided_max / peer_rate_ms);
     }
     // NCCL over the same pairs: each GPU sends its trainer's bytes that
     // the other engine reads, pre-packed, one message each way.
@@ -268,6 +311,11 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
   row("hybrid", absl::StrCat("kernel over local || copy engines over peer (", streams,
                              " streams; vs floors)"),
       h, total_max, floor_ms);
+  REFIT_ASSIGN_OR_RETURN(double hf, Both(gpus, iters, [&](Gpu& x) {
+    return hybrid_far(x, std::min(streams, 7));
+  }));
+  row("hybrid-far", "the same, strided peer copies in a second kernel (vs floors)", hf,
+      total_max, floor_ms);
   out["local_gbps"] = absl::StrCat(local_rate / 1e6);
   out["peer_gbps"] = absl::StrCat(peer_rate / 1e6);
   for (Gpu& x : gpus) {
