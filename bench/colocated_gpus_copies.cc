@@ -37,8 +37,9 @@ struct Gpu {
   std::vector<void*> b;  // kMaxStreams streams for the copy engines
   Arena trainer, engine;
   EngineCopies copies;
-  std::vector<ResolvedCopy> peer_joined;
-  // peer_joined's contiguous runs and strided copies
+  std::vector<ResolvedCopy> peer_joined;      // as the pull runner joins them
+  std::vector<ResolvedCopy> peer_contiguous;  // contiguous runs joined only
+  // peer_joined's strided copies with rows under 64 KiB, and the others
   std::vector<ResolvedCopy> peer_runs, peer_strided;
   int64_t runs_bytes = 0, strided_bytes = 0;
   // local, peer, all, peer in 256 KiB items, strided peer
@@ -121,7 +122,8 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
   for (Gpu& x : gpus) {
     CK(cudaSetDevice(x.g));
     REFIT_ASSIGN_OR_RETURN(x.copies, ResolveEngineCopies(plan, x.g, trainers, x.engine));
-    x.peer_joined = JoinContiguous(x.copies.peer);
+    x.peer_joined = JoinForCopyEngine(x.copies.peer);  // one allocation a side
+    x.peer_contiguous = JoinContiguous(x.copies.peer);
     std::vector<ResolvedCopy> all = x.copies.local;
     all.insert(all.end(), x.copies.peer.begin(), x.copies.peer.end());
     REFIT_RETURN_IF_ERROR(Upload(x.copies.local, &x.items[0], &x.n[0]));
@@ -129,8 +131,9 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
     REFIT_RETURN_IF_ERROR(Upload(all, &x.items[2], &x.n[2]));
     REFIT_RETURN_IF_ERROR(Upload(x.copies.peer, &x.items[3], &x.n[3], 256 << 10));
     for (const ResolvedCopy& r : x.peer_joined) {
-      (r.rows == 1 ? x.peer_runs : x.peer_strided).push_back(r);
-      (r.rows == 1 ? x.runs_bytes : x.strided_bytes) += r.rows * r.row_bytes;
+      const bool short_rows = r.rows > 1 && r.row_bytes < (64 << 10);
+      (short_rows ? x.peer_strided : x.peer_runs).push_back(r);
+      (short_rows ? x.strided_bytes : x.runs_bytes) += r.rows * r.row_bytes;
     }
     REFIT_RETURN_IF_ERROR(Upload(x.peer_strided, &x.items[4], &x.n[4]));
   }
@@ -255,18 +258,24 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
     REFIT_ASSIGN_OR_RETURN(double r1, Both(gpus, iters, [&](Gpu& x) {
       return ce_of(x, x.peer_runs, streams);
     }));
-    row("ce-peer-runs", absl::StrCat("copy engines, the contiguous peer runs only (", streams,
-                                     " streams)"),
+    REFIT_ASSIGN_OR_RETURN(double r0, Both(gpus, iters, [&](Gpu& x) {
+      return ce_of(x, x.peer_contiguous, streams);
+    }));
+    row("ce-peer-unjoined", absl::StrCat("copy engines, contiguous runs joined but not evenly "
+                                         "spaced pieces (", streams, " streams)"),
+        r0, peer_max, peer_ms);
+    row("ce-peer-runs", absl::StrCat("copy engines, the peer copies but strided short rows (",
+                                     streams, " streams)"),
         r1, runs_max, runs_max / peer_rate_ms);
     if (strided_max > 0) {
       REFIT_ASSIGN_OR_RETURN(double r2, Both(gpus, iters, [&](Gpu& x) {
         return ce_of(x, x.peer_strided, streams);
       }));
-      row("ce-peer-strided", absl::StrCat("copy engines, the strided peer copies only (", streams,
-                                          " streams)"),
+      row("ce-peer-strided", absl::StrCat("copy engines, the strided peer copies with rows "
+                                          "under 64 KiB only (", streams, " streams)"),
           r2, strided_max, strided_max / peer_rate_ms);
       REFIT_ASSIGN_OR_RETURN(double r3, Both(gpus, iters, [&](Gpu& x) { return Pull(x, 4, x.a); }));
-      row("kernel-peer-strided", "pull kernel, the strided peer copies only", r3, strided_max,
+      row("kernel-peer-strided", "pull kernel, those strided copies only", r3, strided_max,
           strided_max / peer_rate_ms);
     }
     // NCCL over the same pairs: each GPU sends its trainer's bytes that

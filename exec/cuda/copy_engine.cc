@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "exec/cuda/cuda_status.h"
@@ -36,6 +37,69 @@ std::vector<ResolvedCopy> JoinContiguous(absl::Span<const ResolvedCopy> copies,
     }
     out.push_back(c);
     last = alloc;
+  }
+  return out;
+}
+
+std::vector<ResolvedCopy> JoinStrided(absl::Span<const ResolvedCopy> copies,
+                                      absl::Span<const int64_t> allocations) {
+  // The one-row copies by (allocations, length, source); the others as they are.
+  struct One {
+    int64_t alloc;
+    ResolvedCopy c;
+  };
+  std::vector<One> ones;
+  std::vector<ResolvedCopy> out;
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const ResolvedCopy& c = copies[i];
+    if (c.rows == 1) {
+      ones.push_back({allocations.empty() ? 0 : allocations[i], c});
+    } else if (c.rows > 1 && c.row_bytes > 0) {
+      out.push_back(c);
+    }
+  }
+  std::stable_sort(ones.begin(), ones.end(), [](const One& a, const One& b) {
+    if (a.alloc != b.alloc) return a.alloc < b.alloc;
+    if (a.c.row_bytes != b.c.row_bytes) return a.c.row_bytes < b.c.row_bytes;
+    return a.c.src < b.c.src;
+  });
+  constexpr int64_t kMaxPitch = (int64_t{1} << 31) - 1;  // cudaMemcpy2D's pitch limit
+  for (size_t i = 0; i < ones.size();) {
+    ResolvedCopy c = ones[i].c;
+    size_t j = i + 1;
+    if (j < ones.size() && ones[j].alloc == ones[i].alloc &&
+        ones[j].c.row_bytes == c.row_bytes) {
+      const int64_t ds = ones[j].c.src - c.src, dd = ones[j].c.dst - c.dst;
+      if (ds >= c.row_bytes && dd >= c.row_bytes && ds <= kMaxPitch && dd <= kMaxPitch) {
+        while (j < ones.size() && ones[j].alloc == ones[i].alloc &&
+               ones[j].c.row_bytes == c.row_bytes &&
+               ones[j].c.src - ones[j - 1].c.src == ds &&
+               ones[j].c.dst - ones[j - 1].c.dst == dd) {
+          ++j;
+        }
+        c.rows = static_cast<int64_t>(j - i);
+        c.src_row_stride = ds;
+        c.dst_row_stride = dd;
+      } else {
+        j = i + 1;
+      }
+    }
+    out.push_back(c);
+    i = j;
+  }
+  return out;
+}
+
+std::vector<ResolvedCopy> JoinForCopyEngine(absl::Span<const ResolvedCopy> copies,
+                                            absl::Span<const int64_t> allocations) {
+  std::map<int64_t, std::vector<ResolvedCopy>> by_allocation;
+  for (size_t i = 0; i < copies.size(); ++i) {
+    by_allocation[allocations.empty() ? 0 : allocations[i]].push_back(copies[i]);
+  }
+  std::vector<ResolvedCopy> out;
+  for (const auto& [alloc, group] : by_allocation) {
+    const std::vector<ResolvedCopy> joined = JoinStrided(JoinContiguous(group));
+    out.insert(out.end(), joined.begin(), joined.end());
   }
   return out;
 }

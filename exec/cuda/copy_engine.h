@@ -26,6 +26,20 @@ namespace refit {
 std::vector<ResolvedCopy> JoinContiguous(absl::Span<const ResolvedCopy> copies,
                                          absl::Span<const int64_t> allocations = {});
 
+// `copies` (after JoinContiguous, same `allocations` rule) with one-row
+// copies of equal length whose sources and destinations lie at constant
+// distances (d_src, d_dst >= the length) made one strided copy: a
+// fused qkv's per-group q pieces become one copy engine operation instead
+// of one per group. The copies come back reordered (every destination byte
+// is written once, so order does not matter); same bytes.
+std::vector<ResolvedCopy> JoinStrided(absl::Span<const ResolvedCopy> copies,
+                                      absl::Span<const int64_t> allocations = {});
+
+// JoinContiguous then JoinStrided within each allocation pair of
+// `allocations` (as above): the fewest copy-engine operations for `copies`.
+std::vector<ResolvedCopy> JoinForCopyEngine(absl::Span<const ResolvedCopy> copies,
+                                            absl::Span<const int64_t> allocations = {});
+
 // `copies` spread over `n` (>= 1) lists of about equal bytes (each copy to
 // the list with the fewest bytes so far, in order).
 std::vector<std::vector<ResolvedCopy>> SpreadCopies(absl::Span<const ResolvedCopy> copies,

@@ -53,6 +53,52 @@ TEST(JoinContiguousTest, NeverJoinsAcrossAllocations) {
   EXPECT_EQ(out[1].src, At(128));
 }
 
+TEST(JoinStridedTest, MakesEvenlySpacedPiecesOneStridedCopy) {
+  // A fused qkv's q pieces of 4 groups: 64 bytes every 96 in the source,
+  // every 64 in the destination; the k pieces (16 bytes) likewise.
+  std::vector<ResolvedCopy> in;
+  for (int g = 0; g < 4; ++g) {
+    in.push_back(Row(g * 96, 5000 + g * 64, 64));
+    in.push_back(Row(g * 96 + 64, 9000 + g * 16, 16));
+  }
+  const std::vector<ResolvedCopy> out = JoinStrided(in);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(Bytes(out), Bytes(in));
+  for (const ResolvedCopy& c : out) {
+    EXPECT_EQ(c.rows, 4);
+    EXPECT_EQ(c.src_row_stride, 96);
+    EXPECT_EQ(c.dst_row_stride, c.row_bytes == 64 ? 64 : 16);
+  }
+}
+
+TEST(JoinStridedTest, KeepsUnevenPiecesAndOtherAllocationsApart) {
+  const std::vector<ResolvedCopy> in = {Row(0, 0, 8), Row(100, 50, 8), Row(150, 60, 8),
+                                        Row(200, 100, 8)};
+  // Distances 100/50, 50/10, 50/40: the first two pieces make one strided
+  // copy, the last two another; never the middle pair across them.
+  const std::vector<ResolvedCopy> out = JoinStrided(in);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].src, At(0));
+  EXPECT_EQ(out[0].src_row_stride, 100);
+  EXPECT_EQ(out[0].dst_row_stride, 50);
+  EXPECT_EQ(out[1].src, At(150));
+  EXPECT_EQ(out[1].dst_row_stride, 40);
+  EXPECT_EQ(Bytes(out), Bytes(in));
+  const std::vector<ResolvedCopy> even = {Row(0, 0, 8), Row(10, 10, 8), Row(20, 20, 8)};
+  EXPECT_EQ(JoinStrided(even).size(), 1u);
+  EXPECT_EQ(JoinStrided(even, {1, 1, 2}).size(), 2u);
+}
+
+TEST(JoinForCopyEngineTest, JoinsWithinAnAllocationPairOnly) {
+  // Three evenly spaced pieces, the last in another allocation pair.
+  const std::vector<ResolvedCopy> in = {Row(0, 0, 8), Row(10, 10, 8), Row(20, 20, 8)};
+  const std::vector<ResolvedCopy> out = JoinForCopyEngine(in, {3, 3, 4});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].rows, 2);
+  EXPECT_EQ(out[1].src, At(20));
+  EXPECT_EQ(Bytes(out), Bytes(in));
+}
+
 TEST(SpreadCopiesTest, BalancesBytesAndKeepsEveryCopy) {
   const std::vector<ResolvedCopy> in = {Row(0, 0, 400), Row(0, 0, 100), Row(0, 0, 100),
                                         Row(0, 0, 100), Row(0, 0, 100),

@@ -25,6 +25,10 @@
 namespace refit {
 namespace {
 
+// Strided copies from another GPU with rows shorter than this run in a
+// kernel under PullRunnerOptions::peer_strided_in_kernel.
+constexpr int64_t kShortRow = 64 << 10;
+
 // Device errors are UNAVAILABLE on the pull path (pull_runner.h).
 absl::Status Cuda(cudaError_t e, const std::string& what) {
   return CudaStatus(e, what, absl::StatusCode::kUnavailable);
@@ -422,15 +426,18 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
         ResolveTasks(remote_tasks, src, buffers, nullptr, nullptr);
     if (rc.ok() && rr.ok()) {
       copies = std::move(*rc);
-      // A copy-engine copy stays inside one allocation on each side.
+      // As few copy-engine operations as the copies make (each costs the
+      // engine a start-up); one stays inside one allocation on each side.
       std::vector<int64_t> allocations;
       for (const CopyTask& t : remote_tasks) {
         allocations.push_back((int64_t{t.src_buffer} << 32) | static_cast<uint32_t>(t.dst_buffer));
       }
-      std::vector<ResolvedCopy> joined = JoinContiguous(*rr, allocations), strided;
+      std::vector<ResolvedCopy> joined = JoinForCopyEngine(*rr, allocations), strided;
       if (options_.peer_strided_in_kernel) {
         std::vector<ResolvedCopy> runs;
-        for (const ResolvedCopy& c : joined) (c.rows == 1 ? runs : strided).push_back(c);
+        for (const ResolvedCopy& c : joined) {
+          (c.rows > 1 && c.row_bytes < kShortRow ? strided : runs).push_back(c);
+        }
         joined = std::move(runs);
       }
       num_engine_copies_ = static_cast<int64_t>(joined.size());

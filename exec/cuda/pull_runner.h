@@ -81,9 +81,9 @@ struct PullRunnerOptions {
   // kernel's, which keeps the copies from its own GPU; 0: every copy in
   // the kernel. Copies between members on one GPU always run in the kernel.
   int32_t peer_copy_streams = 4;
-  // With peer_copy_streams > 0: the strided copies from another GPU (rows
-  // apart on either side) run in a second kernel on a stream of their own
-  // instead of on the copy engines; contiguous runs stay on the engines.
+  // With peer_copy_streams > 0: the strided copies from another GPU with
+  // rows under 64 KiB run in a second kernel on a stream of their own
+  // instead of on the copy engines; the others stay on the engines.
   bool peer_strided_in_kernel = false;
 };
 
