@@ -19,12 +19,11 @@
 //           copies, NCCL over the same pairs, and the whole engine's
 //           copies by one kernel and by kernel || copy engines. The engine
 //           bytes are checked after one run of each whole way.
-//   rounds  4 processes (2 trainers, 2 engines), three times: the pull
-//           runner with every copy in its kernel ("kernel"), with the
-//           copies from the other GPU on the copy engines ("kernel+CE",
-//           --peer_copy_streams=4, the runner's option of that name), and
-//           with those copies' strided ones in a second kernel ("k+CE+k",
-//           peer_strided_in_kernel): the refit round (from the
+//   rounds  4 processes (2 trainers, 2 engines), twice: the pull runner
+//           with every copy in its kernel ("kernel"), and with the copies
+//           from the other GPU on the copy engines ("kernel+CE",
+//           --peer_copy_streams=4, the runner's option of that name): the
+//           refit round (from the
 //           last trainer's "weights in place" until both engines are done,
 //           mean of --iters rounds after a warm-up) next to the floor (the
 //           slowest GPU's local bytes at the measured device-copy rate
@@ -82,8 +81,7 @@ absl::Status Barrier(KvStore* kv, const std::string& tag, int me) {
 // Member `g` of the rounds table (its own process, on GPU rank).
 absl::StatusOr<std::map<std::string, std::string>> RoundMember(const Plan& plan, int g,
                                                               const std::string& dir, int iters,
-                                                              int peer_copy_streams,
-                                                              bool strided_in_kernel) {
+                                                              int peer_copy_streams) {
   const bool trainer = g < kTrainers;
   const Side side = trainer ? Side::kTrainer : Side::kEngine;
   const int rank = trainer ? g : g - kTrainers;
@@ -97,7 +95,6 @@ absl::StatusOr<std::map<std::string, std::string>> RoundMember(const Plan& plan,
   PullRunnerOptions po;
   po.device = rank;
   po.peer_copy_streams = peer_copy_streams;
-  po.peer_strided_in_kernel = strided_in_kernel;
   REFIT_ASSIGN_OR_RETURN(
       std::unique_ptr<PullRunner> e,
       PullRunner::Create(slice, side, rank,
@@ -172,8 +169,7 @@ int Worker(int argc, char** argv) {
       return kv;
     }
     REFIT_ASSIGN_OR_RETURN(Plan plan, GpusCasePlan(c, model));
-    return RoundMember(plan, index, dir + "/kv", iters, mode == "member-kernel" ? 0 : streams,
-                       mode == "member-far");
+    return RoundMember(plan, index, dir + "/kv", iters, mode == "member-kernel" ? 0 : streams);
   }();
   const std::string out = absl::StrCat(dir, "/result.", index);
   if (!r.ok()) {
@@ -265,7 +261,7 @@ int Main(int argc, char** argv) {
       }
       std::printf("%s: GPU 0 %s; GPU 1 %s\n", name.c_str(), cp["gpu0"].c_str(),
                   cp["gpu1"].c_str());
-      for (const char* k : {"check_kernel", "check_ce", "check_hybrid", "check_hybrid_far"}) {
+      for (const char* k : {"check_kernel", "check_ce", "check_hybrid"}) {
         if (cp[k] != "PASS") {
           std::printf("%s %s: %s\n", name.c_str(), k, cp[k].c_str());
           ok = false;
@@ -273,11 +269,9 @@ int Main(int argc, char** argv) {
       }
     }
     if (!absl::StrContains(tables, "rounds")) continue;
-    for (const std::string mode : {"member-kernel", "member", "member-far"}) {
+    for (const std::string mode : {"member-kernel", "member"}) {
       auto r = run(mode, kMembers);
-      const std::string way = mode == "member"      ? "kernel+CE"
-                              : mode == "member-far" ? "k+CE+k"
-                                                     : "kernel";
+      const std::string way = mode == "member" ? "kernel+CE" : "kernel";
       if (!r.ok()) {
         std::printf("%s rounds (%s): %s\n", name.c_str(), way.c_str(),
                     r.status().ToString().c_str());

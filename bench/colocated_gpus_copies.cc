@@ -194,18 +194,9 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
     REFIT_RETURN_IF_ERROR(Pull(x, 0, x.a));
     return ce(x, streams);
   };
-  // With PullRunnerOptions::peer_strided_in_kernel: the strided peer copies
-  // in a second kernel on a stream of their own.
-  auto hybrid_far = [&](Gpu& x, int streams) -> absl::Status {
-    REFIT_RETURN_IF_ERROR(Pull(x, 0, x.a));
-    REFIT_RETURN_IF_ERROR(Pull(x, 4, static_cast<cudaStream_t>(x.b[kMaxStreams - 1])));
-    return ce_of(x, x.peer_runs, streams);
-  };
   REFIT_RETURN_IF_ERROR(checked("check_kernel", kernel_all));
   REFIT_RETURN_IF_ERROR(checked("check_ce", ce_then_kernel));
   REFIT_RETURN_IF_ERROR(checked("check_hybrid", [&](Gpu& x) { return hybrid(x, streams); }));
-  REFIT_RETURN_IF_ERROR(
-      checked("check_hybrid_far", [&](Gpu& x) { return hybrid_far(x, std::min(streams, 7)); }));
 
   auto row = [&](const std::string& key, const std::string& what, double ms, int64_t bytes,
                  double ref_ms) {
@@ -320,11 +311,6 @@ absl::StatusOr<std::map<std::string, std::string>> CopiesTable(
   row("hybrid", absl::StrCat("kernel over local || copy engines over peer (", streams,
                              " streams; vs floors)"),
       h, total_max, floor_ms);
-  REFIT_ASSIGN_OR_RETURN(double hf, Both(gpus, iters, [&](Gpu& x) {
-    return hybrid_far(x, std::min(streams, 7));
-  }));
-  row("hybrid-far", "the same, strided peer copies in a second kernel (vs floors)", hf,
-      total_max, floor_ms);
   out["local_gbps"] = absl::StrCat(local_rate / 1e6);
   out["peer_gbps"] = absl::StrCat(peer_rate / 1e6);
   for (Gpu& x : gpus) {

@@ -25,10 +25,6 @@
 namespace refit {
 namespace {
 
-// Strided copies from another GPU with rows shorter than this run in a
-// kernel under PullRunnerOptions::peer_strided_in_kernel.
-constexpr int64_t kShortRow = 64 << 10;
-
 // Device errors are UNAVAILABLE on the pull path (pull_runner.h).
 absl::Status Cuda(cudaError_t e, const std::string& what) {
   return CudaStatus(e, what, absl::StatusCode::kUnavailable);
@@ -97,7 +93,6 @@ PullRunner::~PullRunner() {
   exporter_.reset();
   conversions_.reset();
   if (items_ != nullptr) (void)cudaFree(items_);
-  if (far_items_ != nullptr) (void)cudaFree(far_items_);
   if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
   if (start_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(start_event_));
   for (void* e : engine_events_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
@@ -432,28 +427,10 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
       for (const CopyTask& t : remote_tasks) {
         allocations.push_back((int64_t{t.src_buffer} << 32) | static_cast<uint32_t>(t.dst_buffer));
       }
-      std::vector<ResolvedCopy> joined = JoinForCopyEngine(*rr, allocations), strided;
-      if (options_.peer_strided_in_kernel) {
-        std::vector<ResolvedCopy> runs;
-        for (const ResolvedCopy& c : joined) {
-          (c.rows > 1 && c.row_bytes < kShortRow ? strided : runs).push_back(c);
-        }
-        joined = std::move(runs);
-      }
+      const std::vector<ResolvedCopy> joined = JoinForCopyEngine(*rr, allocations);
       num_engine_copies_ = static_cast<int64_t>(joined.size());
       for (const ResolvedCopy& c : joined) engine_bytes_ += c.rows * c.row_bytes;
       if (!joined.empty()) engine_copies_ = SpreadCopies(joined, options_.peer_copy_streams);
-      if (!strided.empty()) {
-        const std::vector<cuda::PullItem> far = cuda::SplitPullItems(strided, options_.max_item_bytes);
-        num_far_items_ = static_cast<int64_t>(far.size());
-        engine_copies_.emplace_back();  // the far kernel's stream
-        mapped = Cuda(cudaMalloc(&far_items_, far.size() * sizeof(cuda::PullItem)), "cudaMalloc");
-        if (mapped.ok()) {
-          mapped = Cuda(cudaMemcpy(far_items_, far.data(), far.size() * sizeof(cuda::PullItem),
-                                   cudaMemcpyHostToDevice),
-                        "cudaMemcpy");
-        }
-      }
     } else {
       mapped = AnnotateStatus(rc.ok() ? rr.status() : rc.status(),
                               absl::StrCat("engine rank ", rank_));
@@ -551,13 +528,6 @@ absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
                              "pull kernel launch"));
   if (!engine_copies_.empty()) {
     // The copy engines read the other GPUs alongside the kernel.
-    if (num_far_items_ > 0) {
-      REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
-                                     static_cast<const cuda::PullItem*>(far_items_),
-                                     num_far_items_,
-                                     static_cast<cudaStream_t>(engine_streams_.back()))),
-                                 "pull kernel launch (strided copies from another GPU)"));
-    }
     REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(engine_copies_, engine_streams_));
     for (size_t i = 0; i < engine_streams_.size(); ++i) {
       cudaStream_t es = static_cast<cudaStream_t>(engine_streams_[i]);

@@ -81,10 +81,6 @@ struct PullRunnerOptions {
   // kernel's, which keeps the copies from its own GPU; 0: every copy in
   // the kernel. Copies between members on one GPU always run in the kernel.
   int32_t peer_copy_streams = 4;
-  // With peer_copy_streams > 0: the strided copies from another GPU with
-  // rows under 64 KiB run in a second kernel on a stream of their own
-  // instead of on the copy engines; the others stay on the engines.
-  bool peer_strided_in_kernel = false;
 };
 
 class PullRunner : public RoundRunner {
@@ -173,10 +169,7 @@ class PullRunner : public RoundRunner {
   int64_t engine_bytes_ = 0;
   std::vector<void*> engine_streams_;  // cudaStream_t
   std::vector<void*> engine_events_;   // cudaEvent_t
-  // options.peer_strided_in_kernel: their kernel's items, launched on
-  // engine_streams_.back() (whose copy list is empty).
-  void* far_items_ = nullptr;  // device PullItem array
-  int64_t num_far_items_ = 0;
+
   int64_t bytes_ = 0;
   // Sender with conversions (plan/conversion.h): its scratch buffers,
   // filled before each round's "weights in place".
