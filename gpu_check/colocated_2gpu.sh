@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The colocated and small-piece figures on the two GPUs of a host, from a
-# bundle (builds nothing; about 5 minutes on 2xH100), every engine byte
+# bundle (builds nothing; about 5 minutes on 2 H100s), every engine byte
 # checked, the tables printed last:
 #   colocated_2gpu.sh BUNDLE_DIR [OUT_DIR]
 #  1. colocated_gpus_bench: Megatron TP2 on GPUs 0-1 into vLLM TP2 and vLLM
@@ -10,8 +10,8 @@
 #  2. refit_gpu_bench on 2 GPUs (1 trainer GPU -> 1 engine GPU): 2048 x
 #     1 MiB strided pieces and Qwen3-8B over NCCL next to raw pre-packed
 #     NCCL, K = 1, 2 and 4 lanes;
-#  3. colocated_bench on GPU 0, the cases in $COLOCATED_CASES (default 8b:
-#     Qwen3-8B BF16 -> BF16);
+#  3. colocated_bench on GPU 0, the cases in $COLOCATED_CASES (default
+#     8b,8b-fp8: Qwen3-8B BF16 -> BF16 and BF16 -> FP8);
 #  4. torch_gpu_check.py: the pull path from GPU 0 to GPU 1 through the
 #     Python client (Qwen3-8B next to torch's peer copy; Qwen3-0.6B in two
 #     processes);
@@ -40,7 +40,7 @@ step() {  # step NAME TIMEOUT_S COMMAND...: output to $out/NAME.txt
   rc[$name]=$?
   echo "   exit ${rc[$name]} after $SECONDS s"
 }
-cases=${COLOCATED_CASES:-8b}
+cases=${COLOCATED_CASES:-8b,8b-fp8}
 step gpus 150 "$dir/colocated_gpus_bench" --cases=tp2,dp2 --iters=10
 step small 120 "$dir/refit_gpu_bench" --gpus=2 --scenarios=small,tp2 --iters=10
 step colocated 180 "$dir/colocated_bench" --cases="$cases" --iters=10
