@@ -31,7 +31,7 @@
 //               lower bound of that path (no IPC handshake costs)
 // Checks: the pattern written into every trainer buffer is checked byte
 // for byte in every engine buffer after round 1, both on the GPU
-// (bench/pattern_kernels.h; the baselines check the GPU's pattern against
+// (testing/gpu_pattern.h; the baselines check the GPU's pattern against
 // the host's definition on the first 64 records and see the check fail on
 // a flipped byte); every later round the trainers XOR their weights with a
 // new key and the engine compares a position-dependent checksum of every

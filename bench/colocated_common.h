@@ -67,7 +67,7 @@ std::vector<char*> SlicePointers(const SideLayout& full, const SideLayout& slice
 
 // Fills (check = false) or checks the pattern of `rank`'s records
 // (testing/reference_copy.h: every element's PatternWord of version `seed`)
-// in device memory, on the GPU (pattern_kernels.h). Returns INTERNAL naming
+// in device memory, on the GPU (testing/gpu_pattern.h). Returns INTERNAL naming
 // the first wrong element and how many are wrong, or with a CUDA error.
 absl::Status Pattern(const SideLayout& side, int rank, const Arena& a, uint64_t seed,
                      bool check);

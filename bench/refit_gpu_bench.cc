@@ -60,7 +60,7 @@
 #include "plan/planner.h"
 #include "testing/dir_kv_store.h"
 #include "testing/flags.h"
-#include "testing/reference_copy.h"
+#include "testing/gpu_pattern.h"
 
 namespace refit {
 namespace {
@@ -114,37 +114,6 @@ absl::StatusOr<std::pair<SideLayout, SideLayout>> Layouts(
   REFIT_ASSIGN_OR_RETURN(MappedSide src, BuildTrainerLayout(model, ts));
   REFIT_ASSIGN_OR_RETURN(MappedSide dst, BuildEngineLayout(model, es));
   return std::make_pair(std::move(src.layout), std::move(dst.layout));
-}
-
-// FillPattern / CheckPattern of one rank, split over threads by record.
-absl::Status PatternParallel(const SideLayout& side, int rank,
-                             const HostBuffers& host, uint64_t seed,
-                             bool check) {
-  const int nt = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-  std::vector<SideLayout> parts(nt);
-  for (int i = 0; i < nt; ++i) {
-    parts[i].world_size = side.world_size;
-    parts[i].tensors = side.tensors;
-    parts[i].buffers = side.buffers;
-  }
-  int k = 0;
-  for (const Record& r : side.records) {
-    if (r.rank == rank) parts[k++ % nt].records.push_back(r);
-  }
-  std::vector<absl::Status> st(nt);
-  std::vector<std::thread> th;
-  for (int i = 0; i < nt; ++i) {
-    th.emplace_back([&, i] {
-      if (check) {
-        st[i] = CheckPattern(parts[i], host, {rank, seed});
-      } else {
-        FillPattern(parts[i], host, {rank, seed});
-      }
-    });
-  }
-  for (auto& t : th) t.join();
-  for (const auto& s : st) REFIT_RETURN_IF_ERROR(s);
-  return absl::OkStatus();
 }
 
 struct Results {
@@ -351,10 +320,8 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
   const int rank = trainer ? g : g - kTrainer;
   const SideLayout& mine = trainer ? src : dst;
 
-  // Buffers: device memory for this rank's buffers, host mirrors for
-  // filling and checking.
-  std::vector<std::vector<uint8_t>> host_store(mine.buffers.size());
-  HostBuffers host(mine.buffers.size(), nullptr);
+  // Buffers: device memory for this rank's buffers, the test pattern
+  // filled and checked on the GPU (testing/gpu_pattern.h).
   std::vector<char*> dev(mine.buffers.size(), nullptr);
   int64_t my_bytes = 0, model_bytes = 0;
   for (const TensorSpec& t : mine.tensors) {
@@ -364,21 +331,12 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
   }
   for (size_t b = 0; b < mine.buffers.size(); ++b) {
     if (mine.buffers[b].rank != rank) continue;
-    host_store[b].assign(mine.buffers[b].byte_size, 0);
-    host[b] = host_store[b].data();
     CK(cudaMalloc(&dev[b], std::max<int64_t>(1, mine.buffers[b].byte_size)));
     CK(cudaMemset(dev[b], 0, mine.buffers[b].byte_size));
     my_bytes += mine.buffers[b].byte_size;
   }
-  if (trainer) {
-    REFIT_RETURN_IF_ERROR(PatternParallel(mine, rank, host, 1, false));
-    for (size_t b = 0; b < dev.size(); ++b) {
-      if (dev[b]) {
-        CK(cudaMemcpy(dev[b], host[b], mine.buffers[b].byte_size,
-                      cudaMemcpyHostToDevice));
-      }
-    }
-  }
+  if (trainer) REFIT_RETURN_IF_ERROR(testing::DevicePattern(mine, rank, dev, 1, false));
+  CK(cudaDeviceSynchronize());
   const std::vector<char*> before = dev;
   out->Put("model_bytes", static_cast<double>(model_bytes));
   out->Put("rank_bytes", static_cast<double>(my_bytes));
@@ -428,13 +386,7 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
     // Checked after the timed runs (a check between runs would be timed by
     // the peers waiting for this rank).
     if (!trainer) {
-      for (size_t b = 0; b < dev.size(); ++b) {
-        if (dev[b]) {
-          CK(cudaMemcpy(host[b], dev[b], mine.buffers[b].byte_size,
-                        cudaMemcpyDeviceToHost));
-        }
-      }
-      absl::Status c = PatternParallel(mine, rank, host, 1, true);
+      absl::Status c = testing::DevicePattern(mine, rank, dev, 1, true);
       if (!c.ok() || !out->kv.count("check")) {
         out->Put("check", c.ok() ? "equal"
                                  : absl::StrCat("K=", lanes, ": ",

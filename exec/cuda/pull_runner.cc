@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "exec/copy_program.h"
+#include "exec/cuda/copy_engine.h"
 #include "exec/cuda/cuda_status.h"
 #include "exec/cuda/pull_kernels.h"
 #include "exec/peer_signal.h"
@@ -34,6 +35,8 @@ struct Hello {
   int64_t pid;
   uint64_t token;
   int64_t buffers;
+  char device_uuid[16];  // the physical GPU of its buffers (not the ordinal:
+                         // processes may number the GPUs differently)
   char signal[96];  // its PeerSignal's name
 };
 
@@ -76,9 +79,12 @@ PullRunner::~PullRunner() {
   (void)cudaSetDevice(options_.device);
   // Copies still queued (a failed round) finish on their own; wait a
   // bounded time before the mappings go.
-  if (stream_ != nullptr) {
-    const absl::Time until = absl::Now() + absl::Seconds(10);
-    while (cudaStreamQuery(static_cast<cudaStream_t>(stream_)) == cudaErrorNotReady &&
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  std::vector<void*> streams = engine_streams_;
+  streams.push_back(stream_);
+  for (void* s : streams) {
+    if (s == nullptr) continue;
+    while (cudaStreamQuery(static_cast<cudaStream_t>(s)) == cudaErrorNotReady &&
            absl::Now() < until) {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
@@ -89,7 +95,9 @@ PullRunner::~PullRunner() {
   if (items_ != nullptr) (void)cudaFree(items_);
   if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
   if (start_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(start_event_));
+  for (void* e : engine_events_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
   if (stream_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  for (void* e : engine_streams_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(e));
   (void)cudaGetLastError();
 }
 
@@ -156,6 +164,11 @@ absl::Status PullRunner::Prepare(const Plan& slice, std::vector<char*> buffers,
                                  KvStore* store, absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(Cuda(cudaSetDevice(options_.device),
                              absl::StrCat("cudaSetDevice(", options_.device, ")")));
+  cudaDeviceProp prop;
+  REFIT_RETURN_IF_ERROR(Cuda(cudaGetDeviceProperties(&prop, options_.device),
+                             "cudaGetDeviceProperties"));
+  static_assert(sizeof(prop.uuid.bytes) == sizeof(device_uuid_), "16-byte GPU UUID");
+  std::memcpy(device_uuid_, prop.uuid.bytes, sizeof(device_uuid_));
   cudaStream_t st = nullptr;
   REFIT_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking),
                              "cudaStreamCreate"));
@@ -260,7 +273,8 @@ absl::Status PullRunner::ExportTo(const Plan& slice, const std::vector<char*>& b
   for (int32_t g : peers_) {
     const std::vector<int32_t> order = PairSourceBuffers(slice, rank_, g - ws);
     Hello h{static_cast<int64_t>(getpid()), ProcessToken(),
-            static_cast<int64_t>(order.size()), {}};
+            static_cast<int64_t>(order.size()), {}, {}};
+    std::memcpy(h.device_uuid, device_uuid_, sizeof(h.device_uuid));
     CopyName(signal_->name(), h.signal);
     std::string blob(reinterpret_cast<const char*>(&h), sizeof(h));
     for (int32_t b : order) {
@@ -379,15 +393,57 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
       src[b] = *a;
     }
   }
+  // Tasks reading a sender on another GPU (its Hello names the GPU) go to
+  // the copy engines, unless options.peer_copy_streams is 0.
+  std::vector<bool> remote(slice.src.buffers.size(), false);
+  for (size_t i = 0; i < program.peers.size() && i < blobs.size(); ++i) {
+    Hello h;
+    std::memcpy(&h, blobs[i].data(), sizeof(h));
+    if (std::memcmp(h.device_uuid, device_uuid_, sizeof(device_uuid_)) == 0 ||
+        options_.peer_copy_streams <= 0) {
+      continue;
+    }
+    for (int32_t b : program.peers[i].buffers) {
+      if (b >= 0 && static_cast<size_t>(b) < remote.size()) remote[b] = true;
+    }
+  }
+  std::vector<CopyTask> local_tasks, remote_tasks;
+  for (const CopyTask& t : program.tasks) {
+    const bool far = t.src_buffer >= 0 && static_cast<size_t>(t.src_buffer) < remote.size() &&
+                     remote[t.src_buffer];
+    (far ? remote_tasks : local_tasks).push_back(t);
+  }
   std::vector<ResolvedCopy> copies;
   if (mapped.ok()) {
     absl::StatusOr<std::vector<ResolvedCopy>> rc =
-        ResolveTasks(program.tasks, src, buffers, nullptr, nullptr);
-    if (rc.ok()) {
+        ResolveTasks(local_tasks, src, buffers, nullptr, nullptr);
+    absl::StatusOr<std::vector<ResolvedCopy>> rr =
+        ResolveTasks(remote_tasks, src, buffers, nullptr, nullptr);
+    if (rc.ok() && rr.ok()) {
       copies = std::move(*rc);
+      // As few copy-engine operations as the copies make (each costs the
+      // engine a start-up); one stays inside one allocation on each side.
+      std::vector<int64_t> allocations;
+      for (const CopyTask& t : remote_tasks) {
+        allocations.push_back((int64_t{t.src_buffer} << 32) | static_cast<uint32_t>(t.dst_buffer));
+      }
+      const std::vector<ResolvedCopy> joined = JoinForCopyEngine(*rr, allocations);
+      num_engine_copies_ = static_cast<int64_t>(joined.size());
+      for (const ResolvedCopy& c : joined) engine_bytes_ += c.rows * c.row_bytes;
+      if (!joined.empty()) engine_copies_ = SpreadCopies(joined, options_.peer_copy_streams);
     } else {
-      mapped = AnnotateStatus(rc.status(), absl::StrCat("engine rank ", rank_));
+      mapped = AnnotateStatus(rc.ok() ? rr.status() : rc.status(),
+                              absl::StrCat("engine rank ", rank_));
     }
+  }
+  for (size_t i = 0; i < engine_copies_.size() && mapped.ok(); ++i) {
+    cudaStream_t es = nullptr;
+    mapped = Cuda(cudaStreamCreateWithFlags(&es, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (!mapped.ok()) break;
+    engine_streams_.push_back(es);
+    cudaEvent_t ee = nullptr;
+    mapped = Cuda(cudaEventCreateWithFlags(&ee, cudaEventDisableTiming), "cudaEventCreate");
+    if (mapped.ok()) engine_events_.push_back(ee);
   }
   const std::vector<cuda::PullItem> items =
       cuda::SplitPullItems(copies, options_.max_item_bytes);
@@ -470,6 +526,16 @@ absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
   REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
                                  static_cast<const cuda::PullItem*>(items_), num_items_, st)),
                              "pull kernel launch"));
+  if (!engine_copies_.empty()) {
+    // The copy engines read the other GPUs alongside the kernel.
+    REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(engine_copies_, engine_streams_));
+    for (size_t i = 0; i < engine_streams_.size(); ++i) {
+      cudaStream_t es = static_cast<cudaStream_t>(engine_streams_[i]);
+      cudaEvent_t ee = static_cast<cudaEvent_t>(engine_events_[i]);
+      REFIT_RETURN_IF_ERROR(Cuda(cudaEventRecord(ee, es), "cudaEventRecord"));
+      REFIT_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(st, ee, 0), "cudaStreamWaitEvent"));
+    }
+  }
   REFIT_RETURN_IF_ERROR(Cuda(cudaEventRecord(ev, st), "cudaEventRecord"));
   REFIT_RETURN_IF_ERROR(WaitEvent(event_, deadline, "the pull kernel"));
   float ms = 0;

@@ -19,7 +19,9 @@
 //     writes — and publishes "version N in place" on its round signal
 //     (exec/peer_signal.h: a word in shared memory and a futex wake);
 //   - a receiver, once every sender's signal says N, launches one
-//     gather-scatter kernel for all of its copies, waits for it, and
+//     gather-scatter kernel for all of its copies (those from a sender on
+//     another GPU on the copy engines alongside, see
+//     options.peer_copy_streams), waits for them, and
 //     publishes "done with N"; a sender returns once every receiver's
 //     signal says so, so the trainer may change its weights afterwards.
 // One signal per member per round, microseconds each; no socket round
@@ -56,6 +58,7 @@
 #include "exec/kv_store.h"
 #include "exec/peer_signal.h"
 #include "exec/plan_side.h"
+#include "exec/resolved_copy.h"
 #include "exec/round_runner.h"
 #include "plan/plan.h"
 
@@ -73,6 +76,11 @@ struct PullRunnerOptions {
   std::function<bool(int32_t)> pull_peer;
   // Largest piece of work of one thread block (pull_kernels.h).
   int64_t max_item_bytes = 64 << 10;
+  // Copies a receiver reads from a sender on another GPU go to the copy
+  // engines (copy_engine.h), spread over this many streams next to the
+  // kernel's, which keeps the copies from its own GPU; 0: every copy in
+  // the kernel. Copies between members on one GPU always run in the kernel.
+  int32_t peer_copy_streams = 4;
 };
 
 class PullRunner : public RoundRunner {
@@ -104,6 +112,9 @@ class PullRunner : public RoundRunner {
   int64_t bytes() const { return bytes_; }
   // Work items of the receiver's kernel (0 on a sender).
   int64_t num_items() const { return num_items_; }
+  // The receiver's copies on the copy engines per round, and their bytes.
+  int64_t num_engine_copies() const { return num_engine_copies_; }
+  int64_t engine_bytes() const { return engine_bytes_; }
   // Global ranks this member exchanges with.
   const std::vector<int32_t>& peers() const { return peers_; }
 
@@ -137,6 +148,7 @@ class PullRunner : public RoundRunner {
   int32_t rank_ = 0;
   int32_t global_rank_ = 0;
   int32_t src_world_ = 0;  // trainers: global ranks below it
+  char device_uuid_[16] = {};  // options.device's physical identity
   PullRunnerOptions options_;
   std::vector<int32_t> members_;  // global ranks on the control channel
   std::vector<int32_t> peers_;    // global ranks this member exchanges with
@@ -150,6 +162,14 @@ class PullRunner : public RoundRunner {
   void* start_event_ = nullptr;  // cudaEvent_t before the pull kernel (its GPU time)
   void* items_ = nullptr;   // device PullItem array
   int64_t num_items_ = 0;
+  // Copies from senders on other GPUs for the copy engines: list i on
+  // engine_streams_[i], engine_events_[i] recorded after it.
+  std::vector<std::vector<ResolvedCopy>> engine_copies_;
+  int64_t num_engine_copies_ = 0;
+  int64_t engine_bytes_ = 0;
+  std::vector<void*> engine_streams_;  // cudaStream_t
+  std::vector<void*> engine_events_;   // cudaEvent_t
+
   int64_t bytes_ = 0;
   // Sender with conversions (plan/conversion.h): its scratch buffers,
   // filled before each round's "weights in place".

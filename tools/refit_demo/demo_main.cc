@@ -22,6 +22,11 @@
 //   --gpus=N                      member i (trainers first) on GPU i with the
 //                                 NCCL transport (--member must be
 //                                 refit_demo_member_gpu; needs N >= members)
+//   --transport=pull              with --gpus: the colocated pull path, the
+//                                 members sharing the N GPUs as RL jobs do
+//                                 (trainer rank r on GPU r % N, the k-th
+//                                 engine rank, counted over all engines,
+//                                 on GPU k % N)
 //   --test_round_delay_ms=N       passed to the members (only
 //                                 refit_demo_member_slow honours it: tests)
 #include <fcntl.h>
@@ -180,9 +185,19 @@ int main(int argc, char** argv) {
   }
   int engine_world = 0;
   for (const auto& e : engines) engine_world += e.second.world_size();
+  const bool pull = f["transport"] == "pull";
+  if (!f["transport"].empty() && f["transport"] != "pull" && f["transport"] != "nccl") {
+    std::fprintf(stderr, "refit_demo: --transport=%s: nccl or pull\n", f["transport"].c_str());
+    return 2;
+  }
+  if (pull && f["gpus"].empty()) {
+    std::fprintf(stderr, "refit_demo: --transport=pull needs --gpus=N\n");
+    return 2;
+  }
+  int gpus = 0;
   if (!f["gpus"].empty()) {
-    int gpus = 0;
-    if (!absl::SimpleAtoi(f["gpus"], &gpus) || gpus < ts->world_size() + engine_world) {
+    if (!absl::SimpleAtoi(f["gpus"], &gpus) || gpus < 1 ||
+        (!pull && gpus < ts->world_size() + engine_world)) {
       std::fprintf(stderr, "refit_demo: --gpus=%s: need one GPU per member (%d)\n",
                    f["gpus"].c_str(), ts->world_size() + engine_world);
       return 2;
@@ -245,7 +260,14 @@ int main(int argc, char** argv) {
       args.push_back("--test_round_delay_ms=" + f["test_round_delay_ms"]);
     }
     if (!f["gpus"].empty()) {
-      args.push_back(absl::StrCat("--device=cuda:", procs.size()));
+      // NCCL: a GPU per member; pull: members share the GPUs.
+      int device = static_cast<int>(procs.size());
+      if (pull) {
+        const int index = device < ts->world_size() ? device : device - ts->world_size();
+        device = index % gpus;
+        args.push_back("--transport=pull");
+      }
+      args.push_back(absl::StrCat("--device=cuda:", device));
     }
     if (!Spawn(&p, args)) std::perror("fork");
     procs.push_back(p);
@@ -365,7 +387,7 @@ int main(int argc, char** argv) {
       static_cast<long long>(rounds),
       static_cast<long long>(checked_bytes),
       refit::RoundBytesPerSecond({steady_bytes, 0, 0}, secs) / 1e9,
-      f["gpus"].empty() ? "host (Gloo/TCP)" : "NCCL",
+      f["gpus"].empty() ? "host (Gloo/TCP)" : pull ? "pull (colocated)" : "NCCL",
       rounds > 1 ? " (rounds 2.., the first warms up connections)" : "");
   return 0;
 }

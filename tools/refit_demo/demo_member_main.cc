@@ -18,7 +18,12 @@
 //   --deadline_s=S (120) bound of every wait
 //   --verify            executor verify mode (per-segment checksums)
 //   --device=cuda:N     buffers in GPU N's memory, NCCL transport (only in
-//                       the CUDA build, refit_demo_member_gpu)
+//                       the CUDA build, refit_demo_member_gpu); the pattern
+//                       is then filled and checked by the GPU
+//                       (testing/gpu_pattern.h) where every engine tensor is a
+//                       plain copy, else through host copies
+//   --transport=pull    with --device: the colocated pull path
+//                       (client/pull_data_plane.h) instead of NCCL
 //   --test_round_delay_ms=N  engine ranks wait N ms before each round's data
 //                       plane (only in refit_demo_member_slow, for tests)
 // Prints one line per event; the last line is "ok ..." or "error ...".
@@ -44,7 +49,11 @@
 #include <cuda_runtime_api.h>
 
 #include "client/nccl_data_plane.h"
+#include "client/pull_data_plane.h"
 #include "exec/cuda/cuda_status.h"
+#include "mapping/model_config.h"
+#include "mapping/model_family.h"
+#include "testing/gpu_pattern.h"
 #endif
 
 namespace refit {
@@ -115,12 +124,14 @@ int Main(const Flags& fl) {
   int64_t total = 0;
   for (size_t i = 0; i < mine->size(); ++i) {
     const LocalBuffer& lb = (*mine)[i];
-    storage[i].assign(lb.byte_size, 0);
-    char* p = storage[i].data();
     total += lb.byte_size;
+    char* p = nullptr;
+    if (gpu < 0) {
+      storage[i].assign(lb.byte_size, 0);
+      p = storage[i].data();
+    }
 #ifdef REFIT_DEMO_CUDA
     if (gpu >= 0) {
-      host[lb.name] = p;
       absl::Status s = CudaStatus(cudaMalloc(reinterpret_cast<void**>(&p),
                                        std::max<int64_t>(lb.byte_size, 1)),
                             "cudaMalloc");
@@ -131,9 +142,18 @@ int Main(const Flags& fl) {
 #endif
     refs[lb.name] = {p, lb.byte_size};
   }
-  // Host mirrors <-> device buffers (no-ops on host buffers).
+  // Host mirrors <-> device buffers (no-ops on host buffers); the mirrors
+  // are made at the first use (GPU members that fill and check on the GPU
+  // have none).
   auto sync_buffers = [&](bool to_device) -> absl::Status {
 #ifdef REFIT_DEMO_CUDA
+    if (host.empty()) {
+      for (size_t i = 0; i < mine->size(); ++i) {
+        if (!dev.count((*mine)[i].name)) continue;
+        storage[i].assign((*mine)[i].byte_size, 0);
+        host[(*mine)[i].name] = storage[i].data();
+      }
+    }
     for (const auto& [name, d] : dev) {
       const int64_t n = refs.at(name).byte_size;
       REFIT_RETURN_IF_ERROR(CudaStatus(
@@ -148,7 +168,9 @@ int Main(const Flags& fl) {
 
   DataPlaneOptions dpo;
 #ifdef REFIT_DEMO_CUDA
-  if (gpu >= 0) dpo = NcclDataPlaneOptions(gpu);
+  if (gpu >= 0) {
+    dpo = fl.Get("transport") == "pull" ? PullDataPlaneOptions(gpu) : NcclDataPlaneOptions(gpu);
+  }
 #endif
   dpo.verify = fl.f.count("verify") > 0;
   auto joined = Member::Join(o, refs, dpo, absl::Now() + wait);
@@ -167,11 +189,46 @@ int Main(const Flags& fl) {
   // trainer rank before rank 0 starts round v, and (demo only) every engine
   // rank has finished checking round v-1: a barrier through refitd's
   // key-value store, so a round's time is the data plane's alone.
+  // GPU members fill and check the pattern on the GPU when every tensor of
+  // theirs is a plain copy of the model's (no dtype change, no transform).
+  auto device_pattern = [&](int64_t version, bool check) -> absl::StatusOr<bool> {
+#ifdef REFIT_DEMO_CUDA
+    if (gpu < 0) return false;
+    REFIT_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(o.model));
+    REFIT_ASSIGN_OR_RETURN(ModelTensors model, BuildModelTensors(config));
+    std::map<std::string, DType> source;
+    for (const TensorSpec& t : model.tensors) source[t.name] = t.dtype;
+    const MappedSide& side = member.rank_layout();
+    for (const TensorSpec& t : side.layout.tensors) {
+      auto it = source.find(t.name);
+      if (t.transform != Transform::kNone || it == source.end() || it->second != t.dtype) {
+        return false;
+      }
+    }
+    std::vector<char*> ptrs(side.layout.buffers.size(), nullptr);
+    for (int32_t b = side.rank_begin[rank]; b < side.rank_begin[rank + 1]; ++b) {
+      ptrs[b] = dev.at(side.layout.buffers[b].name);
+    }
+    REFIT_RETURN_IF_ERROR(AnnotateStatus(
+        testing::DevicePattern(side.layout, rank, ptrs, static_cast<uint64_t>(version), check),
+        who));
+    return true;
+#else
+    (void)version;
+    (void)check;
+    return false;
+#endif
+  };
   const bool start = fl.f.count("start") > 0;
   for (int64_t v = 1; v <= rounds; ++v) {
     if (trainer) {
-      absl::Status s = testing::FillMemberPattern(member, v, host);
-      if (s.ok()) s = sync_buffers(/*to_device=*/true);
+      absl::StatusOr<bool> on_gpu = device_pattern(v, /*check=*/false);
+      absl::Status s = on_gpu.status();
+      if (s.ok() && !*on_gpu) {
+        s = sync_buffers(/*to_device=*/false);  // makes the host mirrors
+        if (s.ok()) s = testing::FillMemberPattern(member, v, host);
+        if (s.ok()) s = sync_buffers(/*to_device=*/true);
+      }
       if (!s.ok()) return Fail(who, s);
     }
     const std::string key = absl::StrCat("demo/ready/", m.fingerprint(), "/", v);
@@ -204,11 +261,14 @@ int Main(const Flags& fl) {
     if (!st.ok()) return Fail(absl::StrCat(who, " round ", *got), st.status());
     std::string check = "-";
     if (!trainer) {
-      absl::Status copied = sync_buffers(/*to_device=*/false);
-      if (!copied.ok()) return Fail(who, copied);
-      absl::Status ok = testing::CheckMemberPattern(member, *got, host);
+      absl::StatusOr<bool> on_gpu = device_pattern(*got, /*check=*/true);
+      absl::Status ok = on_gpu.status();
+      if (ok.ok() && !*on_gpu) {
+        ok = sync_buffers(/*to_device=*/false);
+        if (ok.ok()) ok = testing::CheckMemberPattern(member, *got, host);
+      }
       if (!ok.ok()) return Fail(absl::StrCat(who, " round ", *got, " check"), ok);
-      check = "equal";
+      check = on_gpu.ok() && *on_gpu ? "equal (checked on the GPU)" : "equal";
     }
     std::printf(
         "round %lld %s: sent %lld received %lld bytes in %.6f s, staging %lld, "

@@ -1,12 +1,12 @@
 // The test pattern on the GPU (see pattern_kernels.h). PatternWord and
 // FiniteWord are testing/reference_copy.cc's and reference_convert.cc's,
 // bit for bit (colocated_bench checks a sample against them on the host).
-#include "bench/pattern_kernels.h"
+#include "testing/pattern_kernels.h"
 
 #include <cuda_runtime.h>
 
 namespace refit {
-namespace bench {
+namespace testing {
 
 __device__ uint64_t DevicePatternWord(uint64_t name_hash, int64_t index, uint64_t seed) {
   uint64_t x = name_hash ^ (seed * 0xD6E8FEB86659FD93ULL) ^
@@ -66,5 +66,5 @@ int LaunchPatternRows(const PatternRow* rows, int64_t n, uint64_t seed, bool che
   return static_cast<int>(cudaGetLastError());
 }
 
-}  // namespace bench
+}  // namespace testing
 }  // namespace refit

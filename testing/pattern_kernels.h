@@ -1,15 +1,15 @@
-// The benchmarks' test pattern on the GPU (plain C++ API, no CUDA or Abseil
+// The test pattern on the GPU (plain C++ API, no CUDA or Abseil
 // headers): fills or checks rows of elements with the values of
 // testing/reference_copy.h's PatternWord (FiniteWord for float dtypes), so
 // that a many-GB model is written and checked in milliseconds instead of
 // minutes of host work.
-#ifndef REFIT_BENCH_PATTERN_KERNELS_H_
-#define REFIT_BENCH_PATTERN_KERNELS_H_
+#ifndef REFIT_TESTING_PATTERN_KERNELS_H_
+#define REFIT_TESTING_PATTERN_KERNELS_H_
 
 #include <cstdint>
 
 namespace refit {
-namespace bench {
+namespace testing {
 
 // One innermost row of a record (testing::ForEachPatternRow): element j is
 // at base + inner[j] and has linear index lin + j in its tensor.
@@ -32,7 +32,7 @@ struct PatternRow {
 int LaunchPatternRows(const PatternRow* rows, int64_t n, uint64_t seed, bool check,
                       unsigned long long* wrong, void* stream);
 
-}  // namespace bench
+}  // namespace testing
 }  // namespace refit
 
-#endif  // REFIT_BENCH_PATTERN_KERNELS_H_
+#endif  // REFIT_TESTING_PATTERN_KERNELS_H_
