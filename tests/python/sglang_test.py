@@ -103,7 +103,7 @@ class SglangTest(unittest.TestCase):
                  lambda: members[1].prepare(timeout=TIMEOUT)])
         self.assertEqual(rs.last_errors, [])
         runners = [r for e in engines for s in e.schedulers for r in s.runners]
-        self.assertEqual([rs._receivers[id(r.model)].rank for r in runners],
+        self.assertEqual([rs.receiver(r.model).rank for r in runners],
                          list(range(len(runners))))
         for v in (1, 2):
             for m in members:
@@ -112,7 +112,8 @@ class SglangTest(unittest.TestCase):
                 engines if r == 0 else None, members[r], engine_id="s0", version=v,
                 rank=r, world=2, timeout=TIMEOUT) for r in (0, 1)])
             for r in runners:
-                rtest.check_pattern(rs._receivers[id(r.model)].member, v)
+                rtest.check_pattern(rs.receiver(r.model).member, v)
+                self.assertEqual(rs.receiver(r.model).version, v)
         self.assertEqual(len(self.refreshed), 2 * len(runners))
         self.assertEqual([s.cache_flushes for e in engines for s in e.schedulers],
                          [2] * len(engines))
