@@ -578,11 +578,12 @@ def refused_as_expected(engine, row):
     try:
         engine.result(1, timeout=30)
     except EngineError as e:
+        said = " | ".join(str(e).splitlines())[:400]
         layers = [n for n in e.info.get("foreign", []) if f"layer {n}:" in str(e)]
         if layers:
             row["ok"] = row["refused"] = True
-            return f"refused at registration: {e}"
-        return f"refused, but naming none of {e.info.get('foreign')}: {e}"
+            return f"refused at registration: {said}"
+        return f"refused, but naming none of the layers SGLang holds so: {said}"
     return "the worker reported no refusal"
 
 
