@@ -606,7 +606,8 @@ def print_table(rows):
     print("(max|dlogit|: engine logits computed in BF16 vs transformers' forward of the "
           "trainer's model, worst step; tokens: the share within tol; same-w: float32 "
           "forwards over the same weights; refit ms: publish() wall time (sglang: "
-          "sync_weights()), in brackets the round's own; REFUSED: refit refused the "
+          "sync_weights(), which waits for the engine's answer: here after it computed "
+          "the step's logits and copies), in brackets the round's own; REFUSED: refit refused the "
           "engine at registration, naming the layer, as it must for that setup)")
 
 
