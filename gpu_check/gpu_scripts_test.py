@@ -1,4 +1,6 @@
-"""What of the GPU-host Python checks runs here: each script parses; the
+"""What of the GPU-host Python checks runs here: each script parses;
+rl_loop_gpu.py's command line (--backends, engines, modes) and which SGLang
+rows must show a refusal; the
 ELF reader of symbol_clash_check.py lists exactly what `nm -D
 --defined-only` lists for the client libraries; and, where torch is
 installed (not in CI), fused_qwen3.py's self-check (the fused-layout
@@ -14,7 +16,8 @@ import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = ["rl_loop_gpu.py", "fused_qwen3.py", "kernel_layouts_ref.py", "symbol_clash_check.py"]
+SCRIPTS = ["rl_loop_gpu.py", "rl_loop_trainer.py", "rl_loop_sglang.py", "sglang_standin.py",
+           "fused_qwen3.py", "kernel_layouts_ref.py", "symbol_clash_check.py"]
 LIBS = [os.path.abspath(p) for p in sys.argv[1:]]
 del sys.argv[1:]
 sys.path.insert(0, HERE)
@@ -53,6 +56,38 @@ class GpuScriptsTest(unittest.TestCase):
     def test_elf_reader_refuses_other_files(self):
         with self.assertRaises(ValueError):
             symbol_clash_check.exported_symbols(os.path.join(HERE, "rl_loop_gpu.py"))
+
+    def test_rl_loop_backends_flag(self):
+        import rl_loop_gpu as rl
+        _, opts, rows = rl.plan_rows(["B", "--backends=vllm,sglang", "--models=qwen3",
+                                      "--engines=bf16,deepgemm", "--modes=threads"])
+        self.assertEqual(rows, [("vllm", "qwen3", "bf16", "threads"),
+                                ("vllm", "qwen3", "deepgemm", "threads"),
+                                ("sglang", "qwen3", "bf16", "threads"),
+                                ("sglang", "qwen3", "deepgemm", "threads")])
+        self.assertEqual(opts["backends"], "vllm,sglang")
+        # Without the flag: the vLLM rows alone, as before it existed.
+        _, _, rows = rl.plan_rows(["B"])
+        self.assertEqual({r[0] for r in rows}, {"vllm"})
+        self.assertEqual(len(rows), 2 * 5 * 2)
+        for argv, says in ((["B", "--backends=trtllm"], "unknown backend 'trtllm'"),
+                           (["B", "--backends="], "unknown or empty option --backends="),
+                           (["B", "--backends=sglang", "--engines=fp4"], "engine fp4"),
+                           (["B", "--modes=remote"], "unknown mode remote"),
+                           (["--backends=vllm"], "the bundle folder comes first")):
+            with self.assertRaises(ValueError) as cm:
+                rl.plan_rows(argv)
+            self.assertIn(says, str(cm.exception), argv)
+
+    def test_sglang_rows_cover_every_engine_and_say_which_must_be_refused(self):
+        import rl_loop_gpu as rl
+        import rl_loop_sglang as rls
+        self.assertEqual(set(rls.CONVENTIONS), set(rl.ENGINE_CONVENTIONS))
+        self.assertTrue(all(c.startswith("sglang:tp=1") for c in rls.CONVENTIONS.values()))
+        refused = {(e, m) for e in rls.CONVENTIONS for m in ("qwen3", "qwen3-moe")
+                   if rls.expected_refusal(e, m)}
+        self.assertEqual(refused, {("deepgemm", "qwen3"), ("deepgemm", "qwen3-moe"),
+                                   ("flashinfer-fp8", "qwen3-moe")})
 
     def test_fused_forward_self_check(self):
         try:

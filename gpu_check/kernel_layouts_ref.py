@@ -23,6 +23,11 @@ every engine tensor against, bit for bit.
   transform_sf_into_required_layout keeps FP32 128x128 weight scales on
   SM90).
 
+SGLang holds the same bytes for the checkpoint layout, and for BF16
+experts loaded for FlashInfer CUTLASS (load_up_proj_weight_first) the same
+[up; gate] order: rl_loop_gpu.py's SGLang rows are checked against this
+reference too.
+
   python3 kernel_layouts_ref.py --self-check    (torch, any device)
 """
 

@@ -32,16 +32,28 @@ Checks after every step (a row passes when all hold at every step):
   the previous step (the model trains; with the weight check, an engine
   holding a previous step's weights cannot pass).
 
+Backends: "vllm" (the rows above); "sglang": the same checks with the
+engine joining through refit.sglang instead (rl_loop_sglang.py: a stand-in
+of SGLang's weight-update path with --custom-weight-loader
+refit.sglang.load, over stand-in layers of the SGLang setup the engine name
+stands for; the trainer calls refit.sglang.join_engine and sync_weights;
+refit.sglang detects the kernel layout from the layers). Under sglang,
+"flashinfer" is BF16 experts loaded [up; gate] for FlashInfer CUTLASS, and
+the setups SGLang holds in a layout refit does not write ("flashinfer-fp8":
+FP8 experts in FlashInfer CUTLASS, per-tensor; "deepgemm": DeepGEMM's
+int32-packed UE8M0 scales, SM100) must be refused at registration naming
+the layer: such a row reads REFUSED when refused as expected.
+
 Modes: "process": the engine is a separate process on the same GPU, over
 the colocated pull path (transport "ipc"); "threads": trainer and engine
-are two threads (members) of one process. Prints a table last (model,
-engine dtype, mode, steps, max |logit diff| vs trainer and its tolerance,
-same-weights diff, PASS/FAIL, refit ms per step); exits non-zero on any
-FAIL. Every wait is bounded.
+are two threads (members) of one process. Prints a table last (backend,
+model, engine, mode, steps, max |logit diff| vs trainer and its tolerance,
+same-weights diff, PASS/FAIL/REFUSED, refit ms per step); exits non-zero
+on any FAIL. Every wait is bounded.
 
   python3 rl_loop_gpu.py BUNDLE_DIR [--steps=3] [--models=qwen3,qwen3-moe]
       [--engines=bf16,fp8,flashinfer,flashinfer-fp8,deepgemm]
-      [--modes=process,threads] [--device=cuda:0]
+      [--backends=vllm,sglang] [--modes=process,threads] [--device=cuda:0]
       [--reference=transformers|stand-in] [--experts=IMPL] [--refitd=PATH]
 
 --experts: transformers' experts implementation for the trainer
@@ -50,7 +62,6 @@ FAIL. Every wait is bounded.
 transformers or a GPU (fused_qwen3.StandInQwen3 as the trainer, host
 buffers over TCP), for development.
 """
-import copy
 import json
 import os
 import queue
@@ -74,7 +85,6 @@ TOL_VS_TRAINER = {"bf16": 0.03, "fp8": 0.25, "flashinfer": 0.03, "flashinfer-fp8
 TOL_SAME_WEIGHTS = 1e-3
 MOE_TOKEN_SHARE = 0.9  # of the tokens within tolerance, MoE models
 EVAL_SEED, EVAL_SHAPE = 1234, (2, 24)
-TRAIN_SHAPE = (4, 32)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -199,160 +209,87 @@ def join_engine(server, cfg_path, convention, device, transport, tensors):
     return path, update, m.close
 
 
-def engine_loop(server, cfg_path, convention, device, steps, transport, deliver):
-    """The engine: joins, then per step takes refit's round in place and
-    delivers (step, result): its logits computed in bf16 and float32 from
-    its fused tensors, and host copies of those tensors."""
-    torch = torch_setup()
+def step_result(cfg, tokens, tensors, kernel, path, seconds):
+    """What the engine delivers for a step: its logits computed in bf16 and
+    float32 from its fused tensors (read in the ``kernel`` layout), host
+    copies of those tensors, how it joined and the round's seconds."""
+    import torch
     import fused_qwen3 as fq
+    w = fq.EngineWeights(tensors)
+    with torch.no_grad():
+        return {"bf16": fq.fused_logits(cfg, w, tokens, torch.bfloat16, kernel).cpu(),
+                "fp32": fq.fused_logits(cfg, w, tokens, torch.float32, kernel).cpu(),
+                "tensors": {n: t.detach().cpu().clone() for n, t in tensors.items()},
+                "path": path, "seconds": seconds}
+
+
+def engine_setup(cfg_path, convention, device):
+    """(config dict, zeroed engine tensors, eval tokens) on ``device``."""
+    torch = torch_setup()
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     with open(cfg_path) as f:
         cfg = json.load(f)
-    tensors = engine_tensors(cfg_path, convention, device)
+    return cfg, engine_tensors(cfg_path, convention, device), eval_tokens(cfg["vocab_size"],
+                                                                          device)
+
+
+def engine_loop(server, cfg_path, convention, device, steps, transport, deliver):
+    """The engine (vLLM backend): joins, then per step takes refit's round
+    in place and delivers (step, step_result)."""
+    cfg, tensors, tokens = engine_setup(cfg_path, convention, device)
     path, update, leave = join_engine(server, cfg_path, convention, device, transport, tensors)
-    tokens = eval_tokens(cfg["vocab_size"], device)
     try:
         for v in range(1, steps + 1):
             stats = update(v)
-            w = fq.EngineWeights(tensors)
-            kernel = kernel_of(convention)
-            with torch.no_grad():
-                result = {"bf16": fq.fused_logits(cfg, w, tokens, torch.bfloat16, kernel).cpu(),
-                          "fp32": fq.fused_logits(cfg, w, tokens, torch.float32, kernel).cpu(),
-                          "tensors": {n: t.detach().cpu().clone() for n, t in tensors.items()},
-                          "path": path, "seconds": stats.get("seconds", 0.0)}
-            deliver(v, result)
+            deliver(v, step_result(cfg, tokens, tensors, kernel_of(convention), path,
+                                   stats.get("seconds", 0.0)))
     finally:
         leave()
 
 
+def sglang_engine(cfg_path, convention, setup, device, deliver):
+    """The engine (SGLang backend): rl_loop_sglang.ServedEngine over the
+    setup's stand-in layers; the trainer drives it."""
+    import rl_loop_sglang as rls
+    cfg, tensors, tokens = engine_setup(cfg_path, convention, device)
+    return rls.ServedEngine(
+        tensors, setup, lambda t, k, path, s: step_result(cfg, tokens, t, k, path, s), deliver)
+
+
 def engine_main(argv):
     """Entry of the engine process: rl_loop_gpu.py --engine BUNDLE SERVER
-    CONFIG CONVENTION DEVICE STEPS OUTDIR TRANSPORT; results as OUTDIR/step{v}.pt."""
-    bundle, server, cfg_path, convention, device, steps, outdir, transport = argv
+    CONFIG CONVENTION DEVICE STEPS OUTDIR TRANSPORT BACKEND SETUP; results as
+    OUTDIR/step{v}.pt, an engine-side refit error as OUTDIR/error.json."""
+    bundle, server, cfg_path, convention, device, steps, outdir, transport, backend, setup = argv
     use_bundle(bundle)
     torch = torch_setup()
 
     def deliver(v, result):
+        if v is None:
+            with open(os.path.join(outdir, ".error.json"), "w") as f:
+                json.dump(result, f)
+            os.replace(os.path.join(outdir, ".error.json"), os.path.join(outdir, "error.json"))
+            return
         tmp = os.path.join(outdir, f".step{v}.pt")
         torch.save(result, tmp)
         os.replace(tmp, os.path.join(outdir, f"step{v}.pt"))
-    engine_loop(server, cfg_path, convention, device, int(steps),
-                None if transport == "-" else transport, deliver)
+    if backend == "sglang":
+        import rl_loop_sglang as rls
+        rls.serve_files(outdir, sglang_engine(cfg_path, convention, setup, device, deliver),
+                        DEADLINE)
+    else:
+        engine_loop(server, cfg_path, convention, device, int(steps),
+                    None if transport == "-" else transport, deliver)
     say(event="engine_done")
     return 0
 
 
-# ------------------------------------------------------------ the trainer
-def build_trainer(kind, device, reference, experts=""):
-    """The trainer's model in BF16 on ``device`` (seeded) and its config
-    dict (what refit and the engine read): transformers'
-    Qwen3ForCausalLM / Qwen3MoeForCausalLM built from fused_qwen3.CONFIGS,
-    or the stand-in. ``experts``: transformers' experts implementation
-    ("": its default)."""
-    import torch
-    import fused_qwen3 as fq
-    cfg = dict(fq.CONFIGS[kind])
-    torch.manual_seed(0)
-    if reference == "stand-in":
-        return fq.StandInQwen3(cfg).to(device=device, dtype=torch.bfloat16), cfg
-    import transformers
-    fields = {k: v for k, v in cfg.items() if k not in ("model_type", "rope_theta")}
-    hf_cfg = (transformers.Qwen3Config if kind == "qwen3" else transformers.Qwen3MoeConfig)(**fields)
-    # Built in BF16 the way from_pretrained(dtype=bfloat16) builds it: the
-    # parameters in BF16, the rotary inv_freq buffer in float32.
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    try:
-        model = (transformers.Qwen3ForCausalLM if kind == "qwen3"
-                 else transformers.Qwen3MoeForCausalLM)(hf_cfg)
-    finally:
-        torch.set_default_dtype(default)
-    model = model.to(device=device)  # a dtype here would cast inv_freq too
-    wrong = [n for n, p in model.named_parameters() if p.dtype != torch.bfloat16]
-    if wrong:
-        raise RuntimeError(f"parameters built in another dtype than bf16: {wrong[:3]}")
-    if experts and hasattr(model, "set_experts_implementation"):
-        model.set_experts_implementation(experts)
-    for key, want in fields.items():
-        got = getattr(model.config, key, None)
-        if got != want:
-            raise RuntimeError(f"transformers' {type(hf_cfg).__name__} has {key}={got!r}, "
-                               f"the test's config {want!r}")
-    params = getattr(model.config, "rope_parameters", None) or {}
-    cfg["rope_theta"] = float(params.get("rope_theta", getattr(model.config, "rope_theta", 0)))
-    check_rotary(model, cfg)
-    return model, cfg
-
-
-def check_rotary(model, cfg):
-    """Raises RuntimeError unless every rotary inv_freq buffer of the model
-    is float32 and equals 1 / theta^(2i/head_dim) for the config's theta
-    (the engine's rotary embedding), or when the model has none."""
-    import torch
-    hd = cfg["head_dim"]
-    want = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2).float() / hd))
-    found = 0
-    for name, buf in model.named_buffers():
-        if not name.endswith("inv_freq"):
-            continue
-        found += 1
-        if buf.dtype != torch.float32 or not torch.allclose(buf.cpu(), want, rtol=1e-6, atol=0):
-            raise RuntimeError(f"{name}: {buf.dtype}, {buf.flatten()[:3].tolist()}..., the "
-                               f"engine's rotary uses theta {cfg['rope_theta']:g}: "
-                               f"{want[:3].tolist()}...")
-    if not found:
-        raise RuntimeError("the model has no rotary inv_freq buffer to check theta against")
-
-
-def float32_copy(model):
-    """A float32 copy of the model for the same-weights reference, with
-    transformers' eager experts (its grouped_mm is for bf16)."""
-    m = copy.deepcopy(model).float()
-    if hasattr(m, "set_experts_implementation"):
-        m.set_experts_implementation("eager")
-    return m.eval()
-
-
-def load_engine_weights(model, engine, shapes, tied, kernel=None):
-    """Writes the engine's weights (dequantized, unfused) into ``model``'s
-    parameters (per-expert views of stacked experts). Raises RuntimeError
-    naming a parameter the engine does not hold."""
-    import torch
-    import fused_qwen3 as fq
-    values = fq.unfused_weights(engine, shapes, kernel)
-    with torch.no_grad():
-        for name, p in fq.ExpertViews(model).named_parameters(remove_duplicate=False):
-            if name in values:
-                p.copy_(values[name])
-            elif not (tied and name == "lm_head.weight"):
-                raise RuntimeError(f"the engine holds no value for parameter {name}")
-
-
-def logits(model, tokens):
-    """float32 logits of the model's own forward (eval mode, no grad)."""
-    import torch
-    was = model.training
-    model.eval()
-    with torch.no_grad():
-        out = model(input_ids=tokens).logits.float()
-    model.train(was)
-    return out
-
-
-def train_step(model, opt, gen, vocab, device):
-    """One AdamW step on random tokens (next-token loss); returns the loss."""
-    import torch
-    ids = torch.randint(0, vocab, TRAIN_SHAPE, generator=gen).to(device)
-    loss = model(input_ids=ids, labels=ids).loss
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return float(loss)
-
-
 # -------------------------------------------------------------- the driver
+from rl_loop_trainer import (build_trainer, float32_copy, load_engine_weights,  # noqa: E402
+                             logits, train_step)
+
+
 def start_refitd(refitd):
     """refitd on 127.0.0.1 (a free port): (process, port). Raises
     RuntimeError when it does not report its port within 30 s."""
@@ -377,21 +314,34 @@ def start_refitd(refitd):
     raise RuntimeError("refitd did not report its port within 30 s")
 
 
+class EngineError(RuntimeError):
+    """A refit error the engine side reported (``info``: what it delivered)."""
+
+    def __init__(self, info):
+        super().__init__(info["error"])
+        self.info = info
+
+
 class EngineProcess:
     """The engine as a child process; ``result(v)`` waits (bounded) for its
-    step-v file, failing at once when the child died."""
+    step-v file, failing at once when the child died or reported an error.
+    ``client``: the SGLang engine's handle for the trainer (sglang backend)."""
 
-    def __init__(self, bundle, server, cfg_path, convention, device, steps, workdir, transport):
+    def __init__(self, bundle, server, cfg_path, convention, device, steps, workdir, transport,
+                 backend="vllm", setup="-"):
         self.dir = workdir
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [os.path.join(bundle, "python"), HERE, os.environ.get("PYTHONPATH", "")]))
         self.proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--engine", bundle, server, cfg_path,
-             convention, device, str(steps), workdir, transport or "-"],
+             convention, device, str(steps), workdir, transport or "-", backend, setup],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         self.lines = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
+        if backend == "sglang":
+            import rl_loop_sglang as rls
+            self.client = rls.FileClient(workdir, lambda: self.proc.poll() is None, DEADLINE)
 
     def _read(self):
         for line in self.proc.stdout:
@@ -404,6 +354,9 @@ class EngineProcess:
         while time.monotonic() < t_end:
             if os.path.exists(path):
                 return torch.load(path, weights_only=False)  # this test's own file
+            if os.path.exists(os.path.join(self.dir, "error.json")):
+                with open(os.path.join(self.dir, "error.json")) as f:
+                    raise EngineError(json.load(f))
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the engine process exited ({self.proc.returncode}): "
                                    + " | ".join(self.lines[-5:]))
@@ -421,11 +374,19 @@ class EngineProcess:
 
 
 class EngineThread:
-    """The engine as a thread of this process (its own refit member)."""
+    """The engine as a thread of this process (its own refit member); under
+    the sglang backend, the stand-in SGLang engine in this process, whose
+    TP worker runs on its own thread (``client``: the trainer's handle)."""
 
-    def __init__(self, server, cfg_path, convention, device, steps, transport):
+    def __init__(self, server, cfg_path, convention, device, steps, transport,
+                 backend="vllm", setup="-"):
         self.results = queue.Queue()
         self.error = None
+        self.thread = None
+        if backend == "sglang":
+            self.client = sglang_engine(cfg_path, convention, setup, device,
+                                        lambda v, r: self.results.put((v, r)))
+            return
 
         def body():
             try:
@@ -442,11 +403,15 @@ class EngineThread:
             got, r = self.results.get(timeout=timeout)
         except queue.Empty:
             raise RuntimeError(f"no engine result for step {v} within {timeout:g} s") from None
+        if got is None and r is not None:
+            raise EngineError(r)
         if got != v:
             raise RuntimeError(f"the engine thread failed: {self.error}")
         return r
 
     def finish(self, timeout=60):
+        if self.thread is None:
+            return 0
         self.thread.join(timeout=timeout)
         return 1 if self.error or self.thread.is_alive() else 0
 
@@ -482,18 +447,22 @@ def judge(dtype, moe, eng16, eng32, mine, prev, same_ref, problems):
     return fig, None
 
 
-def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts):
-    """One (model, engine dtype, mode): returns the row's record."""
+def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts,
+            backend="vllm"):
+    """One (backend, model, engine dtype, mode): returns the row's record."""
     torch = torch_setup()
     import refit
     import refit.torch
     import fused_qwen3 as fq
-    row = dict(model=kind, engine=dtype, mode=mode, steps=0, ok=False, detail="",
-               diff=0.0, tol=0.0, within=0.0, same=0.0, same_tol=0.0, ms=[], round_ms=[],
-               path="")
+    import rl_loop_sglang as rls
+    row = dict(backend=backend, model=kind, engine=dtype, mode=mode, steps=0, ok=False,
+               refused=False, detail="", diff=0.0, tol=0.0, within=0.0, same=0.0,
+               same_tol=0.0, ms=[], round_ms=[], path="")
     transport = "ipc" if device.startswith("cuda") else None
-    convention = ENGINE_CONVENTIONS[dtype]
-    kernel = kernel_of(convention)
+    sglang = backend == "sglang"
+    convention = (rls.CONVENTIONS if sglang else ENGINE_CONVENTIONS)[dtype]
+    kernel = rls.KERNEL_READ.get(dtype) if sglang else kernel_of(convention)
+    refusal = sglang and rls.expected_refusal(dtype, kind)
     d, port = start_refitd(refitd)
     server = f"127.0.0.1:{port}"
     engine = member = None
@@ -507,14 +476,24 @@ def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts
         opt = torch.optim.AdamW(model.parameters(), lr=LR)
         if mode == "process":
             engine = EngineProcess(bundle, server, cfg_path, convention, device, steps,
-                                   work, transport)
+                                   work, transport, backend, dtype)
         else:
-            engine = EngineThread(server, cfg_path, convention, device, steps, transport)
+            engine = EngineThread(server, cfg_path, convention, device, steps, transport,
+                                  backend, dtype)
         member = refit.torch.trainer_member(
             fq.ExpertViews(model), server=server, rank=0, model=cfg_path,
             convention=TRAINER_CONVENTION, device=device, transport=transport,
             timeout=DEADLINE, heartbeat_ms=500)
-        member.prepare(timeout=PREPARE_TIMEOUT)
+        if not sglang:
+            member.prepare(timeout=PREPARE_TIMEOUT)
+        else:
+            why = rls.join(engine.client, member, server, cfg_path, convention, transport,
+                           refusal, PREPARE_TIMEOUT)
+            if why or refusal:
+                row["path"] = "refit.sglang"
+                row["detail"] = why or refused_as_expected(engine, row)
+                rls.leave(engine.client)
+                return row
         trainer = member.buffers  # fsdp names, tied aliases dropped
         shapes = {n: t.shape for n, t in trainer.items()}
         tied = bool(cfg.get("tie_word_embeddings"))
@@ -527,15 +506,20 @@ def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            stats = refit.torch.publish(member, version=v, rank=0, world=1, timeout=DEADLINE)
+            if sglang:
+                rls.sync(engine.client, member, v, DEADLINE)
+                stats = None
+            else:
+                stats = refit.torch.publish(member, version=v, rank=0, world=1,
+                                            timeout=DEADLINE)
             row["ms"].append((time.perf_counter() - t0) * 1e3)
-            row["round_ms"].append(stats.get("seconds", 0.0) * 1e3)
             mine = logits(model, tokens)
             res = engine.result(v)
+            row["round_ms"].append((stats or res).get("seconds", 0.0) * 1e3)
             row["path"] = res["path"]
             got = {n: t.to(device) for n, t in res["tensors"].items()}
             problems, counts = fq.check_engine_weights(got, trainer, kernel)
-            if kernel is not None:
+            if kernel is not None or sglang:
                 import kernel_layouts_ref as kl
                 exact, checked = kl.check_exact(got, trainer, "quant=fp8" in convention, kernel)
                 problems += exact
@@ -559,7 +543,11 @@ def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts
                 row["detail"] = (f"{counts['equal']} tensors bit-equal, {counts['fp8']} FP8 "
                                  f"within e4m3 rounding"
                                  + (f", {counts['vllm_exact']} bit-equal to vLLM's {kernel} "
-                                    f"layout" if kernel else ""))
+                                    f"layout" if kernel and not sglang else "")
+                                 + (f", {counts['vllm_exact']} bit-equal to the reference "
+                                    f"{kernel or 'checkpoint'} layout" if sglang else ""))
+        if sglang:
+            rls.leave(engine.client)
         member.close()
         member = None
         rc = engine.finish()
@@ -583,41 +571,84 @@ def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts
         d.wait()
 
 
+def refused_as_expected(engine, row):
+    """After a join that had to fail: the worker's refusal, which must name
+    a layer the stand-in holds in a layout refit does not write; sets
+    row["ok"] and row["refused"] when it does; returns the row's detail."""
+    try:
+        engine.result(1, timeout=30)
+    except EngineError as e:
+        said = " | ".join(str(e).splitlines())[:400]
+        layers = [n for n in e.info.get("foreign", []) if f"layer {n}:" in str(e)]
+        if layers:
+            row["ok"] = row["refused"] = True
+            return f"refused at registration: {said}"
+        return f"refused, but naming none of the layers SGLang holds so: {said}"
+    return "the worker reported no refusal"
+
+
 def print_table(rows):
     print("\n== RL loop: trainer (transformers, BF16, AdamW) -> refit -> engine "
-          "(vLLM fused layout)")
-    print(f"{'model':<10} {'engine':<14} {'mode':<8} {'steps':>5} {'max|dlogit|':>12} "
-          f"{'tol':>9} {'tokens':>6} {'same-w':>9} {'tol':>9} {'result':<6} "
-          f"{'refit ms/step':>13}  detail")
+          "(vLLM's / SGLang's fused layout)")
+    print(f"{'backend':<7} {'model':<10} {'engine':<14} {'mode':<8} {'steps':>5} "
+          f"{'max|dlogit|':>12} {'tol':>9} {'tokens':>6} {'same-w':>9} {'tol':>9} "
+          f"{'result':<7} {'refit ms/step':>13}  detail")
     for r in rows:
         ms = sum(r["ms"]) / len(r["ms"]) if r["ms"] else 0.0
         rms = sum(r["round_ms"]) / len(r["round_ms"]) if r["round_ms"] else 0.0
-        print(f"{r['model']:<10} {r['engine']:<14} {r['mode']:<8} {r['steps']:>5} "
+        result = "REFUSED" if r.get("refused") else "PASS" if r["ok"] else "FAIL"
+        print(f"{r.get('backend', 'vllm'):<7} {r['model']:<10} {r['engine']:<14} "
+              f"{r['mode']:<8} {r['steps']:>5} "
               f"{r['diff']:>12.4g} {r['tol']:>9.3g} {r['within']:>6.0%} {r['same']:>9.3g} "
               f"{r['same_tol']:>9.3g} "
-              f"{'PASS' if r['ok'] else 'FAIL':<6} {ms:>7.1f} ({rms:.1f})  "
+              f"{result:<7} {ms:>7.1f} ({rms:.1f})  "
               f"{r['path']}; {r['detail']}")
     print("(max|dlogit|: engine logits computed in BF16 vs transformers' forward of the "
           "trainer's model, worst step; tokens: the share within tol; same-w: float32 "
-          "forwards over the same weights; refit ms: publish() wall time, in brackets the "
-          "round's own)")
+          "forwards over the same weights; refit ms: publish() wall time (sglang: "
+          "sync_weights(), which waits for the engine's answer: here after it computed "
+          "the step's logits and copies), in brackets the round's own; REFUSED: refit refused the "
+          "engine at registration, naming the layer, as it must for that setup)")
 
 
-def main(argv):
+BACKENDS = ("vllm", "sglang")
+
+
+def plan_rows(argv):
+    """(bundle, options, rows as (backend, model, engine, mode)) from the
+    command line (backends outermost, then models, engines, modes). Raises
+    ValueError naming an unknown or empty option, backend, engine or mode."""
     if not argv or argv[0].startswith("--"):
-        print(__doc__, file=sys.stderr)
-        return 2
+        raise ValueError("the bundle folder comes first")
     bundle = os.path.abspath(argv[0])
     opts = dict(steps="3", models="qwen3,qwen3-moe",
-                engines="bf16,fp8,flashinfer,flashinfer-fp8,deepgemm",
+                engines="bf16,fp8,flashinfer,flashinfer-fp8,deepgemm", backends="vllm",
                 modes="process,threads", device="cuda:0", reference="transformers", experts="",
                 refitd=os.path.join(bundle, "refitd"))
     for a in argv[1:]:
         key, _, value = a.lstrip("-").partition("=")
         if key not in opts or not value:
-            print(f"unknown or empty option {a}\n{__doc__}", file=sys.stderr)
-            return 2
+            raise ValueError(f"unknown or empty option {a}")
         opts[key] = value
+    rows = []
+    for backend in opts["backends"].split(","):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
+        for kind in opts["models"].split(","):
+            for dtype in opts["engines"].split(","):
+                for mode in opts["modes"].split(","):
+                    if mode not in ("process", "threads") or dtype not in ENGINE_CONVENTIONS:
+                        raise ValueError(f"unknown mode {mode} or engine {dtype}")
+                    rows.append((backend, kind, dtype, mode))
+    return bundle, opts, rows
+
+
+def main(argv):
+    try:
+        bundle, opts, planned = plan_rows(argv)
+    except ValueError as e:
+        print(f"{e}\n{__doc__}", file=sys.stderr)
+        return 2
     use_bundle(bundle)
     torch = torch_setup()
     import refit
@@ -631,18 +662,13 @@ def main(argv):
     refit.load_library(gpu=device.startswith("cuda"))
     print(f"refit client library {refit.loaded_library_path()}", flush=True)
     rows = []
-    for kind in opts["models"].split(","):
-        for dtype in opts["engines"].split(","):
-            for mode in opts["modes"].split(","):
-                if mode not in ("process", "threads") or dtype not in ENGINE_CONVENTIONS:
-                    print(f"unknown mode {mode} or engine {dtype}", file=sys.stderr)
-                    return 2
-                t0 = time.monotonic()
-                row = run_row(bundle, opts["refitd"], kind, dtype, mode, int(opts["steps"]),
-                              device, opts["reference"], opts["experts"])
-                say(event="row", took_s=round(time.monotonic() - t0, 1),
-                    **{k: v for k, v in row.items() if k not in ("ms", "round_ms")})
-                rows.append(row)
+    for backend, kind, dtype, mode in planned:
+        t0 = time.monotonic()
+        row = run_row(bundle, opts["refitd"], kind, dtype, mode, int(opts["steps"]),
+                      device, opts["reference"], opts["experts"], backend)
+        say(event="row", took_s=round(time.monotonic() - t0, 1),
+            **{k: v for k, v in row.items() if k not in ("ms", "round_ms")})
+        rows.append(row)
     print_table(rows)
     return 0 if rows and all(r["ok"] for r in rows) else 1
 

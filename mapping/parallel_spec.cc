@@ -272,13 +272,26 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
         "parallelism: it needs vllm with ep=tp*dp"));
   }
   REFIT_RETURN_IF_ERROR(CheckWorld(text, int64_t{s.tp} * int64_t{s.dp}));
-  if (s.kernel != EngineSpec::Kernel::kCheckpoint && s.kind != EngineSpec::Kind::kVllm) {
+  // SGLang loads BF16 experts as [up; gate] for FlashInfer CUTLASS MoE
+  // (FusedMoE._load_w13, load_up_proj_weight_first): kernel=flashinfer.
+  // Its FlashInfer CUTLASS MoE reads FP8 experts with per-tensor scales
+  // only, and its UE8M0 requantization (DeepGEMM on Blackwell) packs the
+  // scales into int32, neither of which refit writes (docs/engines.md).
+  if (s.kind == EngineSpec::Kind::kSglang && s.kernel == EngineSpec::Kernel::kDeepgemm) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "engine spec \"", text, "\": kernel=", KernelName(s.kernel),
-        " is a vLLM kernel layout; refit writes SGLang's checkpoint layout "
-        "only (SGLang's FlashInfer and DeepGEMM post-processing is not "
-        "written: run SGLang with --moe-runner-backend triton and "
-        "SGL_ENABLE_JIT_DEEPGEMM=0)"));
+        "engine spec \"", text, "\": kernel=deepgemm: SGLang requantizes to "
+        "UE8M0 only for DeepGEMM on Blackwell and packs the scales four to an "
+        "int32, which refit does not write; on SM90 SGLang's DeepGEMM reads "
+        "the checkpoint's float scales: use quant=fp8 without kernel=, or set "
+        "SGLANG_ENABLE_JIT_DEEPGEMM=0"));
+  }
+  if (s.kind == EngineSpec::Kind::kSglang && s.kernel == EngineSpec::Kernel::kFlashinfer &&
+      s.quant != EngineSpec::Quant::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine spec \"", text, "\": kernel=flashinfer with quant=: SGLang's "
+        "FlashInfer CUTLASS MoE reads FP8 experts with per-tensor scales only, "
+        "which refit does not write; run SGLang with --moe-runner-backend "
+        "triton for block FP8"));
   }
   if (s.kernel == EngineSpec::Kernel::kDeepgemm &&
       s.quant == EngineSpec::Quant::kFp8Ue8m0) {

@@ -6,7 +6,7 @@
 //            [,gpus_per_host=8]
 //   fsdp:dp=64[,shard=8][,gpus_per_host=8]     (shard < dp: HSDP)
 //   vllm:tp=32,dp=8[,ep=256][,gpus_per_host=8][,kernel=flashinfer|deepgemm]
-//   sglang:tp=16,dp=2[,ep=16]                   (ep divides tp)
+//   sglang:tp=16,dp=2[,ep=16][,kernel=flashinfer] (ep divides tp)
 //
 // Megatron keys: tp, pp, dp (data-parallel size; world = tp*pp*dp), ep, etp
 // (expert tensor parallel, default = tp), first/last (layers of the first /
@@ -19,7 +19,9 @@
 // vLLM keys: tp, dp, ep (expert parallel over all tp*dp ranks: must equal
 // tp*dp), vocab_pad (default 64), kernel (the layout vLLM's kernels read
 // after its post-load processing; absent: the checkpoint layout, which
-// Triton and CUTLASS read; docs/kernel-layouts.md).
+// Triton and CUTLASS read; docs/kernel-layouts.md). SGLang: kernel=flashinfer
+// for BF16 experts loaded [up; gate] (FlashInfer CUTLASS MoE); its other
+// kernel layouts are refused (docs/engines.md).
 #ifndef REFIT_MAPPING_PARALLEL_SPEC_H_
 #define REFIT_MAPPING_PARALLEL_SPEC_H_
 

@@ -118,6 +118,11 @@ TEST(ParallelSpecTest, KernelLayoutsParseRoundTripAndRefuseByName) {
   EXPECT_EQ(d->kernel, EngineSpec::Kernel::kDeepgemm);
   EXPECT_EQ(ParseEngineSpec("vllm:tp=1")->kernel, EngineSpec::Kernel::kCheckpoint);
   EXPECT_EQ(EngineSpecString(*ParseEngineSpec("vllm:tp=1,kernel=checkpoint")), "vllm:tp=1,dp=1");
+  // SGLang's BF16 experts for FlashInfer CUTLASS: w13 as [up; gate].
+  auto sg = ParseEngineSpec("sglang:tp=2,kernel=flashinfer");
+  ASSERT_TRUE(sg.ok()) << sg.status();
+  EXPECT_EQ(sg->kernel, EngineSpec::Kernel::kFlashinfer);
+  EXPECT_THAT(EngineSpecString(*sg), HasSubstr("kernel=flashinfer"));
   struct Bad {
     const char* spec;
     const char* says;
@@ -127,7 +132,8 @@ TEST(ParallelSpecTest, KernelLayoutsParseRoundTripAndRefuseByName) {
                        Bad{"vllm:tp=1,kernel=marlin", "Marlin"},
                        Bad{"vllm:tp=1,kernel=aiter", "VLLM_ROCM_USE_AITER=0"},
                        Bad{"vllm:tp=1,kernel=cutlass3", "is not checkpoint, flashinfer or deepgemm"},
-                       Bad{"sglang:tp=1,kernel=flashinfer", "SGLang"},
+                       Bad{"sglang:tp=1,quant=fp8,kernel=deepgemm", "SGLANG_ENABLE_JIT_DEEPGEMM=0"},
+                       Bad{"sglang:tp=1,quant=fp8,kernel=flashinfer", "per-tensor scales only"},
                        Bad{"vllm:tp=1,quant=fp8-ue8m0,kernel=deepgemm", "use quant=fp8"}}) {
     auto s = ParseEngineSpec(b.spec);
     ASSERT_FALSE(s.ok()) << b.spec;

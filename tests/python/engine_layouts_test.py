@@ -152,22 +152,64 @@ class SglangKernelLayoutTest(unittest.TestCase):
         for s in says:
             self.assertIn(s, cm.exception.message)
 
-    def test_checkpoint_layout_and_refusals(self):
+    def test_checkpoint_layouts_give_none(self):
+        # Block FP8 with float scales (Triton, CUTLASS, DeepGEMM on SM90) and
+        # BF16 experts for Triton; power-of-two float scales (a UE8M0
+        # checkpoint, read as loaded on SM90) too.
         self.assertIsNone(el.sglang_kernel_layout(S.Model([
             ("model.layers.0.self_attn.o_proj", S.fp8_linear(S.float_scales(2))),
             ("model.layers.0.mlp.experts", S.fp8_moe(S.float_scales(4), S.Fp8MoEMethod())),
+            ("model.layers.1.self_attn.o_proj", S.fp8_linear(S.pow2_scales(2))),
+            ("model.layers.1.mlp.experts", S.bf16_moe(S.UnquantizedFusedMoEMethod(
+                load_up_proj_weight_first=False))),
+            ("model.layers.1.mlp.down_proj", S.Layer(quant_method=S.UnquantizedLinearMethod())),
         ])))
-        moe = S.fp8_moe(S.float_scales(4), S.Fp8MoEMethod())
-        moe.enable_flashinfer_cutlass_moe = True
-        self.refused(S.Model([("model.layers.0.mlp.experts", moe)]),
-                     "model.layers.0.mlp.experts", "FlashInfer", "--moe-runner-backend triton")
-        self.refused(S.Model([("l.o_proj", S.fp8_linear(S.pow2_scales(2)))]),
-                     "l.o_proj", "UE8M0", "SGL_ENABLE_JIT_DEEPGEMM=0")
+
+    def test_flashinfer_cutlass_bf16_experts_give_flashinfer(self):
+        self.assertEqual(el.sglang_kernel_layout(S.Model([
+            ("model.layers.0.self_attn.qkv_proj", S.Layer(quant_method=S.UnquantizedLinearMethod())),
+            ("model.layers.0.mlp.experts", S.bf16_moe(S.UnquantizedFusedMoEMethod(
+                use_flashinfer_cutlass=True, load_up_proj_weight_first=True))),
+        ])), "flashinfer")
+
+    def test_layouts_refit_does_not_write_refused_by_name(self):
+        def moe(**flags):
+            return S.Model([("model.layers.3.mlp.experts",
+                             S.bf16_moe(S.UnquantizedFusedMoEMethod(**flags)))])
+        self.refused(moe(use_flashinfer_trtllm_moe=True), "model.layers.3.mlp.experts",
+                     "FlashInfer TRTLLM", "--moe-runner-backend triton")
+        self.refused(moe(w13_swiglu_interleaved=True), "model.layers.3.mlp.experts",
+                     "SGLANG_OPT_FUSE_SWIGLU_INTERLEAVED=0")
+        self.refused(moe(use_triton_kernels=True), "triton_kernels", "--moe-runner-backend triton")
+        # FP8 experts through FlashInfer CUTLASS: per-tensor (ModelOpt FP8)
+        # or, were block scales loaded up-first, still not a layout refit writes.
+        self.refused(S.Model([("model.layers.0.mlp.experts", S.fp8_moe(
+            [], S.Fp8MoEMethod(load_up_proj_weight_first=True), per_tensor=True))]),
+            "model.layers.0.mlp.experts", "per-tensor", "FlashInfer CUTLASS (ModelOpt FP8)")
+        self.refused(S.Model([("model.layers.0.mlp.experts", S.fp8_moe(
+            S.float_scales(4), S.Fp8MoEMethod(load_up_proj_weight_first=True)))]),
+            "model.layers.0.mlp.experts", "per-tensor scales only", "--moe-runner-backend triton")
+        # DeepGEMM's UE8M0 requantization on Blackwell: int32-packed scales.
+        packed = S.fp8_linear(S.float_scales(2))
+        packed.weight_scale_inv = T.Tensor.of([0] * 256, (256, 1), T.int32)
+        self.refused(S.Model([("l.o_proj", packed)]), "l.o_proj", "UE8M0", "int32",
+                     "SGLANG_ENABLE_JIT_DEEPGEMM=0")
+        experts = S.fp8_moe(S.float_scales(4), S.Fp8MoEMethod())
+        experts.w13_weight_scale_inv = T.Tensor.of([0] * 512, (2, 256, 1), T.int32)
+        self.refused(S.Model([("l.experts", experts)]), "l.experts", "UE8M0",
+                     "SGLANG_ENABLE_JIT_DEEPGEMM=0")
         self.refused(S.Model([("l.o_proj", S.fp8_linear(S.float_scales(2), use_marlin=True))]),
-                     "Marlin")
+                     "l.o_proj", "Marlin")
         per_tensor = S.fp8_linear(S.float_scales(2))
         del per_tensor.weight_scale_inv
-        self.refused(S.Model([("l.o_proj", per_tensor)]), "per-tensor")
+        self.refused(S.Model([("l.o_proj", per_tensor)]), "l.o_proj", "per-tensor")
+
+    def test_mixed_moe_orders_refused(self):
+        self.refused(S.Model([
+            ("model.layers.0.mlp.experts", S.bf16_moe(S.UnquantizedFusedMoEMethod(
+                load_up_proj_weight_first=True))),
+            ("model.layers.1.mlp.experts", S.bf16_moe(S.UnquantizedFusedMoEMethod())),
+        ]), "model.layers.0.mlp.experts", "model.layers.1.mlp.experts", "one layout")
 
 
 # --- MLA derived tensors -------------------------------------------------------

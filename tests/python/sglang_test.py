@@ -103,7 +103,7 @@ class SglangTest(unittest.TestCase):
                  lambda: members[1].prepare(timeout=TIMEOUT)])
         self.assertEqual(rs.last_errors, [])
         runners = [r for e in engines for s in e.schedulers for r in s.runners]
-        self.assertEqual([rs._receivers[id(r.model)].rank for r in runners],
+        self.assertEqual([rs.receiver(r.model).rank for r in runners],
                          list(range(len(runners))))
         for v in (1, 2):
             for m in members:
@@ -112,7 +112,8 @@ class SglangTest(unittest.TestCase):
                 engines if r == 0 else None, members[r], engine_id="s0", version=v,
                 rank=r, world=2, timeout=TIMEOUT) for r in (0, 1)])
             for r in runners:
-                rtest.check_pattern(rs._receivers[id(r.model)].member, v)
+                rtest.check_pattern(rs.receiver(r.model).member, v)
+                self.assertEqual(rs.receiver(r.model).version, v)
         self.assertEqual(len(self.refreshed), 2 * len(runners))
         self.assertEqual([s.cache_flushes for e in engines for s in e.schedulers],
                          [2] * len(engines))
@@ -127,6 +128,40 @@ class SglangTest(unittest.TestCase):
 
     def test_moe_tp2_ep2_rounds(self):
         self.rounds("tiny-qwen3-moe", "sglang:tp=2,ep=2", dp=1, tp=2)
+
+    def test_default_hooks_are_engine_layouts_detect_and_refresh(self):
+        # Without layout_hooks, every worker runs refit.engine_layouts'
+        # SGLang detector at registration and its derived-tensor refresh
+        # (DeepSeek's w_kc / w_vc) after each round, before the commit.
+        import refit.engine_layouts as el
+        calls = []
+        real = (el.sglang_kernel_layout, el.refresh_sglang_derived)
+        self.addCleanup(setattr, el, "sglang_kernel_layout", real[0])
+        self.addCleanup(setattr, el, "refresh_sglang_derived", real[1])
+        el.sglang_kernel_layout = lambda m: calls.append("detect") or real[0](m)
+        el.refresh_sglang_derived = lambda m: calls.append("refresh") or real[1](m)
+        rs.layout_hooks = None
+        engine = Engine([[engine_model("tiny-qwen3", "sglang:tp=1", 0)]],
+                        custom_weight_loader=[rs.LOADER])
+        members = trainer_members(self.refitd.address, "tiny-qwen3")
+        run_all([lambda: rs.join_engine(engine, members[0], server=self.refitd.address,
+                                        engine_id="s0", model="tiny-qwen3",
+                                        convention="sglang:tp=1", timeout=TIMEOUT),
+                 lambda: members[1].prepare(timeout=TIMEOUT)])
+        for m in members:
+            rtest.fill_pattern(m, 1)
+        run_all([lambda r=r: rs.sync_weights(engine if r == 0 else None, members[r],
+                                             engine_id="s0", version=1, rank=r, world=2,
+                                             timeout=TIMEOUT) for r in (0, 1)])
+        self.assertEqual(rs.last_errors, [])
+        self.assertEqual(calls, ["detect", "refresh"])
+        worker = engine.schedulers[0].runners[0].model
+        self.assertIsNone(rs.receiver(worker).kernel)
+        self.assertEqual(rs.receiver(worker).version, 1)
+        engine.update_weights_from_tensor(**rs.shutdown_request())
+        self.assertIsNone(rs.receiver(worker))
+        for m in members:
+            m.close()
 
     def test_loader_never_raises_into_sglang(self):
         model = engine_model("tiny-qwen3", "sglang:tp=1", 0)

@@ -325,60 +325,141 @@ def vllm_kernel_layout(model: Any) -> Optional[str]:
 
 
 # --- SGLang ------------------------------------------------------------------
+#
+# Read from sgl-project/sglang (2026-11-25): layers/moe/fused_moe_triton/
+# layer.py 9af3c47 (FusedMoE._load_w13: the quant method's
+# load_up_proj_weight_first puts up_proj in the first half of w13, for
+# FlashInfer CUTLASS); layers/quantization/unquant.py, newest stored
+# version (UnquantizedFusedMoEMethod: load_up_proj_weight_first =
+# use_flashinfer_cutlass; use_flashinfer_trtllm_moe reorders w13/w2 into
+# TRTLLM's block layout; w13_swiglu_interleaved under
+# SGLANG_OPT_FUSE_SWIGLU_INTERLEAVED interleaves gate and up rows; AITER
+# shuffles); layers/moe/moe_runner/flashinfer_cutlass.py 420f0de (FlashInfer
+# CUTLASS MoE serves BF16, ModelOpt FP8 with per-tensor scales, NVFP4 and
+# MXFP4: no block-FP8 experts); layers/quantization/fp8_utils.py 6082c49
+# (requant_weight_ue8m0_inplace, only where DEEPGEMM_SCALE_UE8M0, i.e.
+# DeepGEMM on Blackwell: the weight dequantized to BF16, requantized, and the
+# scales packed four UE8M0 bytes to an int32 [N, K/512]; on SM90 DeepGEMM
+# reads the checkpoint's float 128x128 scales as loaded);
+# layers/deep_gemm_wrapper/configurer.py (DEEPGEMM_SCALE_UE8M0 =
+# DEEPGEMM_BLACKWELL).
+
+_SG_TRITON = "--moe-runner-backend triton"
+_SG_DEEPGEMM = "SGLANG_ENABLE_JIT_DEEPGEMM=0 (or --fp8-gemm-backend cutlass)"
+
+
+def _sglang_moe(name: str, layer: Any, qm: Any) -> Optional[str]:
+    """The layout of an SGLang FusedMoE layer's experts (flashinfer: w13 as
+    [up; gate]), or None for other layers; raises for the layouts refit does
+    not write."""
+    w13 = getattr(layer, "w13_weight", None)
+    if w13 is None:
+        return None
+    runner = _enum_name(getattr(getattr(qm, "runner", None), "runner_backend", None))
+    if getattr(qm, "use_flashinfer_trtllm_moe", False) or "TRTLLM" in runner:
+        raise _refuse(
+            f"layer {name}: SGLang runs the experts through FlashInfer TRTLLM, which "
+            f"reorders w13 / w2 into its block layout after loading; refit does not write "
+            f"it: start SGLang with {_SG_TRITON} (or flashinfer_cutlass for BF16 experts)")
+    if getattr(qm, "w13_swiglu_interleaved", False):
+        raise _refuse(
+            f"layer {name}: SGLang interleaved the gate and up rows of w13 for the fused "
+            f"SwiGLU epilogue (SGLANG_OPT_FUSE_SWIGLU_INTERLEAVED); refit does not write "
+            f"that order: set SGLANG_OPT_FUSE_SWIGLU_INTERLEAVED=0")
+    if getattr(qm, "use_triton_kernels", False):
+        raise _refuse(
+            f"layer {name}: SGLang's triton_kernels MoE holds the experts transposed; "
+            f"refit does not write it: start SGLang with {_SG_TRITON}")
+    if getattr(qm, "use_aiter", False) or getattr(qm, "_use_aiter", False) or "AITER" in runner:
+        raise _refuse(f"layer {name}: SGLang shuffles the experts for ROCm AITER; refit "
+                      f"does not write it: set SGLANG_USE_AITER=0")
+    w31 = bool(getattr(qm, "load_up_proj_weight_first", False))
+    if not _is_fp8(w13):
+        return FLASHINFER if w31 else _CHECKPOINT
+    if "fnuz" in _dtype_name(w13):
+        raise _refuse(f"layer {name}: w13_weight is {_dtype_name(w13)} (FNUZ); refit "
+                      f"writes e4m3fn only")
+    scale = getattr(layer, "w13_weight_scale_inv", None)
+    if scale is None:
+        raise _refuse(
+            f"layer {name}: FP8 experts with per-tensor scales"
+            f"{' through FlashInfer CUTLASS (ModelOpt FP8)' if w31 else ''}: SGLang "
+            f"requantizes w13 with the max of its shard scales, which refit does not "
+            f"write; serve a block-FP8 (128x128) or BF16 checkpoint with {_SG_TRITON}")
+    if w31:
+        raise _refuse(
+            f"layer {name}: block-FP8 experts loaded as [up; gate]: SGLang's FlashInfer "
+            f"CUTLASS MoE reads FP8 experts with per-tensor scales only, so refit does "
+            f"not write block FP8 in that order: start SGLang with {_SG_TRITON}")
+    if _dtype_name(scale) in ("int32", "int"):
+        raise _refuse(
+            f"layer {name}: SGLang requantized the experts to UE8M0 scales packed four "
+            f"to an int32 for DeepGEMM on Blackwell, which refit does not write: set "
+            f"{_SG_DEEPGEMM}")
+    return _CHECKPOINT
+
+
+def _sglang_linear(name: str, layer: Any, qm: Any) -> None:
+    """Raises for an SGLang linear held in a layout refit does not write."""
+    weight = getattr(layer, "weight", None)
+    if getattr(qm, "use_marlin", False):
+        raise _refuse(f"layer {name}: SGLang runs FP8 through Marlin (repacked weights), "
+                      f"which refit does not write: serve on a GPU with FP8 support (SM89+) "
+                      f"and leave SGLANG_FORCE_FP8_MARLIN unset")
+    if getattr(qm, "use_aiter", False) or getattr(qm, "_use_aiter", False):
+        raise _refuse(f"layer {name}: SGLang shuffles weights for ROCm AITER: set "
+                      f"SGLANG_USE_AITER=0")
+    if weight is None or not _is_fp8(weight):
+        return
+    if "fnuz" in _dtype_name(weight):
+        raise _refuse(f"layer {name}: weight is {_dtype_name(weight)} (FNUZ); refit writes "
+                      f"e4m3fn only")
+    scale = getattr(layer, "weight_scale_inv", None)
+    if scale is None:
+        raise _refuse(
+            f"layer {name}: per-tensor FP8 weight (SGLang requantizes fused shards with "
+            f"their max scale and transposes the weight); serve a block-FP8 or BF16 "
+            f"checkpoint")
+    if _dtype_name(scale) in ("int32", "int"):
+        raise _refuse(
+            f"layer {name}: SGLang requantized the weight to UE8M0 scales packed four to "
+            f"an int32 for DeepGEMM on Blackwell (requant_weight_ue8m0_inplace), which "
+            f"refit does not write: set {_SG_DEEPGEMM}")
+
 
 def sglang_kernel_layout(model: Any) -> Optional[str]:
-    """For SGLang, refit writes the checkpoint layout only: returns None when
-    the live model's layers hold it, else raises refit.RefitError
-    (INVALID_ARGUMENT) naming the layer, the kernel and the SGLang setting
-    that avoids it: FlashInfer MoE runners (--moe-runner-backend triton),
-    DeepGEMM's UE8M0 requantization (SGL_ENABLE_JIT_DEEPGEMM=0), Marlin,
-    ROCm AITER (SGLANG_USE_AITER=0), per-tensor FP8 and FNUZ.
+    """The ``kernel=`` value of SGLang's engine spec that matches the
+    weights ``model`` (an SGLang TP worker's model, or anything with
+    named_modules()) holds: None (the checkpoint layout: Triton MoE, and
+    block FP8 with float scales, which DeepGEMM on SM90, CUTLASS and Triton
+    read as loaded) or ``"flashinfer"`` (BF16 experts loaded for FlashInfer
+    CUTLASS MoE, w13 as [up; gate]: the quant method's
+    ``load_up_proj_weight_first``).
 
-    Read from SGLang 3e4a39e: python/sglang/srt/layers/quantization/fp8.py
-    (Fp8LinearMethod / Fp8MoEMethod: use_marlin, block_quant, the UE8M0
-    requantization of block scales for DeepGEMM) and layers/moe (the MoE
-    runner backend).
+    Raises refit.RefitError (INVALID_ARGUMENT) naming the layer, the kernel
+    and the SGLang setting that avoids it for what refit does not write:
+    FlashInfer TRTLLM MoE, SGLang's interleaved SwiGLU rows, triton_kernels
+    MoE, FP8 experts in FlashInfer CUTLASS (per-tensor scales only),
+    per-tensor FP8, DeepGEMM's UE8M0 requantization on Blackwell (int32
+    packed scales), Marlin, ROCm AITER, FNUZ, and MoE layers in two
+    different layouts.
     """
+    moe_seen = {}
     for name, layer in _modules(model):
         qm = getattr(layer, "quant_method", None)
-        flags = [k for k, v in vars(layer).items()
-                 if "flashinfer" in k.lower() and v is True] if hasattr(layer, "__dict__") else []
-        if qm is not None:
-            flags += [k for k, v in getattr(qm, "__dict__", {}).items()
-                      if "flashinfer" in k.lower() and v is True]
-        runner = _enum_name(getattr(getattr(layer, "moe_runner_config", None), "backend", None)
-                            or getattr(layer, "moe_runner_backend", None))
-        if flags or "FLASHINFER" in runner:
-            raise _refuse(
-                f"layer {name}: SGLang runs it through FlashInfer ({', '.join(flags) or runner}), "
-                f"whose weight layout refit does not write for SGLang: start SGLang with "
-                f"--moe-runner-backend triton")
         if qm is None:
             continue
-        if getattr(qm, "use_marlin", False):
-            raise _refuse(f"layer {name}: SGLang runs FP8 through Marlin (repacked weights); "
-                          f"serve on a GPU with FP8 support (SM89+)")
-        if getattr(qm, "use_aiter", False) or getattr(qm, "_use_aiter", False):
-            raise _refuse(f"layer {name}: SGLang shuffles weights for ROCm AITER: set "
-                          f"SGLANG_USE_AITER=0")
-        for prefix in ("", "w13_", "w2_"):
-            w = getattr(layer, prefix + "weight", None)
-            if w is None or not _is_fp8(w):
-                continue
-            if "fnuz" in _dtype_name(w):
-                raise _refuse(f"layer {name}: {prefix}weight is {_dtype_name(w)} (FNUZ); "
-                              f"refit writes e4m3fn only")
-            scale = getattr(layer, prefix + "weight_scale_inv", None)
-            if scale is None:
-                raise _refuse(
-                    f"layer {name}: per-tensor FP8 {prefix}weight (SGLang requantizes "
-                    f"fused shards with their max scale); serve a block-FP8 or BF16 checkpoint")
-            if _dtype_name(scale) in ("int32", "int") or _all_pow2(scale):
-                raise _refuse(
-                    f"layer {name}: SGLang requantized {prefix}weight to UE8M0 scales for "
-                    f"DeepGEMM, which refit does not write for SGLang: set "
-                    f"SGL_ENABLE_JIT_DEEPGEMM=0")
-    return None
+        moe = _sglang_moe(name, layer, qm)
+        if moe is not None:
+            moe_seen.setdefault(moe, name)
+            continue
+        _sglang_linear(name, layer, qm)
+    if FLASHINFER in moe_seen and _CHECKPOINT in moe_seen:
+        raise _refuse(
+            f"MoE layer {moe_seen[FLASHINFER]} holds w13 as [up; gate] (FlashInfer CUTLASS) "
+            f"and MoE layer {moe_seen[_CHECKPOINT]} as [gate; up]; refit writes one layout "
+            f"for all: start SGLang with one --moe-runner-backend")
+    return FLASHINFER if FLASHINFER in moe_seen else None
 
 
 # --- derived tensors ---------------------------------------------------------

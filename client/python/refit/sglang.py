@@ -43,7 +43,7 @@ import refit.engine_worker as _ew
 import refit.torch as _rt
 
 __all__ = ["LOADER", "load", "init_request", "update_request", "shutdown_request",
-           "engine_rank", "join_engine", "sync_weights", "last_errors"]
+           "engine_rank", "receiver", "join_engine", "sync_weights", "last_errors"]
 
 LOADER = "refit.sglang.load"
 _PREFIX = "refit.sglang/"
@@ -95,6 +95,15 @@ def engine_rank(convention: str, dp_rank: Optional[int] = None) -> int:
                                   f"dp={dp}")
     _ew.check_parallel(convention, tp=int(tp_size), dp=dp, pp=int(pp), engine="sglang")
     return dp_rank * int(tp_size) + int(tp_rank)
+
+
+def receiver(model: Any) -> Optional[_ew.EngineReceiver]:
+    """This worker's refit receiver for ``model`` (in the SGLang TP worker's
+    process: the kernel layout it detected, ``kernel``; the last version
+    written, ``version``; the last round's statistics, ``last_stats``), or
+    None when refit is not initialized on it."""
+    with _lock:
+        return _receivers.get(id(model))
 
 
 def _device_of(model: Any) -> str:
