@@ -372,6 +372,158 @@ __global__ void __launch_bounds__(kMxVecThreads) RefitQuantizeMxBf16x8Kernel(
   }
 }
 
+// Quantize-on-pull: one thread block per PullQuantItem (see the header).
+// The 16-byte path: thread t holds 8 columns (t & 15) of rows t / 16 + 16k,
+// all 8 loads in flight before the first use; 128 x 128 tiles reduce their
+// amax over the block, 1 x 32 blocks over the four lanes holding them.
+constexpr int kPullQuantThreads = 256;
+
+__device__ void RefitPullQuantStoreCodes(const PullQuantItem& it, int r, int c0, uint4 v,
+                                         float inv) {
+  if (it.dst == nullptr || r < it.w_r0 || r >= it.w_r1) return;
+  const int lo = max(c0, it.w_c0), hi = min(c0 + 8, it.w_c1);
+  if (lo >= hi) return;
+  const unsigned int w[4] = {v.x, v.y, v.z, v.w};
+  unsigned int packed[2] = {0, 0};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    // Finite inputs only: SATFINITE saturates at +-448 as clamping would.
+    const float2 y = make_float2(__fmul_rn(__uint_as_float(w[q] << 16), inv),
+                                 __fmul_rn(__uint_as_float(w[q] & 0xFFFF0000u), inv));
+    const unsigned int two = static_cast<unsigned short>(
+        __nv_cvt_float2_to_fp8x2(y, __NV_SATFINITE, __NV_E4M3));
+    packed[q >> 1] |= two << (16 * (q & 1));
+  }
+  unsigned char* out = it.dst + (r - it.w_r0) * it.dst_pitch + (c0 - it.w_c0);
+  if (lo == c0 && hi == c0 + 8 && reinterpret_cast<uintptr_t>(out) % 8 == 0) {
+    *reinterpret_cast<uint2*>(out) = make_uint2(packed[0], packed[1]);
+    return;
+  }
+  for (int c = lo; c < hi; ++c) out[c - c0] = (packed[(c - c0) >> 2] >> (8 * ((c - c0) & 3))) & 0xFF;
+}
+
+__device__ void RefitPullQuantStoreScale(const PullQuantItem& it, int i, int j, float scale) {
+  if (it.scales == nullptr || i < it.s_r0 || i >= it.s_r1 || j < it.s_c0 || j >= it.s_c1) return;
+  RefitStoreScale(it.scales, (i - it.s_r0) * it.scale_pitch + (j - it.s_c0), it.mode, scale);
+}
+
+__device__ void RefitPullQuantVector(const PullQuantItem& it, long long index, long long* bad) {
+  const int g = threadIdx.x & 15, r0 = threadIdx.x >> 4;
+  const int c0 = g * 8;
+  const bool on = c0 < it.cols;
+  uint4 v[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int r = r0 + 16 * k;
+    v[k] = make_uint4(0, 0, 0, 0);
+    if (on && r < it.rows) {
+      v[k] = __ldg(reinterpret_cast<const uint4*>(it.src + 2 * (r * it.src_pitch + c0)));
+    }
+  }
+  unsigned int m[8];
+  bool nonfinite = false;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const unsigned int w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+    m[k] = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      m[k] = max(m[k], max((w[q] << 16) & 0x7FFF0000u, w[q] & 0x7FFF0000u));
+      nonfinite |= (w[q] & 0x7F80u) == 0x7F80u || (w[q] & 0x7F800000u) == 0x7F800000u;
+    }
+  }
+  if (nonfinite) atomicMin(bad, index);
+  if (it.tile_r == 1) {  // 1 x 32 blocks: four lanes each
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      unsigned int b = m[k];
+      b = max(b, __shfl_xor_sync(0xffffffffu, b, 1));
+      b = max(b, __shfl_xor_sync(0xffffffffu, b, 2));
+      const int r = r0 + 16 * k;
+      if (!on || r >= it.rows) continue;
+      const float scale = RefitBlockScale(__uint_as_float(b), it.mode);
+      if ((g & 3) == 0) RefitPullQuantStoreScale(it, r, g >> 2, scale);
+      RefitPullQuantStoreCodes(it, r, c0, v[k], __fdiv_rn(1.0f, scale));
+    }
+    return;
+  }
+  unsigned int b = 0;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) b = max(b, m[k]);
+  b = __reduce_max_sync(0xffffffffu, b);
+  __shared__ unsigned int warp_max[kPullQuantThreads / 32];
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = b;
+  __syncthreads();
+#pragma unroll
+  for (int w2 = 0; w2 < kPullQuantThreads / 32; ++w2) b = max(b, warp_max[w2]);
+  const float scale = RefitBlockScale(__uint_as_float(b), it.mode);
+  if (threadIdx.x == 0) RefitPullQuantStoreScale(it, 0, 0, scale);
+  const float inv = __fdiv_rn(1.0f, scale);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int r = r0 + 16 * k;
+    if (on && r < it.rows) RefitPullQuantStoreCodes(it, r, c0, v[k], inv);
+  }
+}
+
+// Any alignment: element by element, the amax pass then the codes pass.
+__device__ void RefitPullQuantScalar(const PullQuantItem& it, long long index, long long* bad) {
+  const unsigned short* src = reinterpret_cast<const unsigned short*>(it.src);
+  auto load = [&](int r, int c) {
+    return __uint_as_float(static_cast<unsigned int>(src[r * it.src_pitch + c]) << 16);
+  };
+  auto store = [&](int r, int c, float x) {
+    if (it.dst == nullptr || r < it.w_r0 || r >= it.w_r1 || c < it.w_c0 || c >= it.w_c1) return;
+    it.dst[(r - it.w_r0) * it.dst_pitch + (c - it.w_c0)] = static_cast<unsigned char>(
+        __nv_cvt_float_to_fp8(fminf(fmaxf(x, -448.0f), 448.0f), __NV_SATFINITE, __NV_E4M3));
+  };
+  if (it.tile_r == 1) {  // a thread per 1 x 32 block
+    const int nb = (it.cols + it.tile_c - 1) / it.tile_c;
+    for (int blk = threadIdx.x; blk < it.rows * nb; blk += blockDim.x) {
+      const int r = blk / nb, j = blk % nb, cb = j * it.tile_c, ce = min(cb + it.tile_c, it.cols);
+      float m = 0.0f;
+      for (int c = cb; c < ce; ++c) {
+        const float x = load(r, c);
+        if (!isfinite(x)) atomicMin(bad, index);
+        m = fmaxf(m, fabsf(x));
+      }
+      const float scale = RefitBlockScale(m, it.mode);
+      RefitPullQuantStoreScale(it, r, j, scale);
+      const float inv = __fdiv_rn(1.0f, scale);
+      for (int c = cb; c < ce; ++c) store(r, c, __fmul_rn(load(r, c), inv));
+    }
+    return;
+  }
+  float m = 0.0f;
+  for (int k = threadIdx.x; k < it.rows * it.cols; k += blockDim.x) {
+    const float x = load(k / it.cols, k % it.cols);
+    if (!isfinite(x)) atomicMin(bad, index);
+    m = fmaxf(m, fabsf(x));
+  }
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  __shared__ float warp_max[kPullQuantThreads / 32];
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+  __syncthreads();
+  for (int w2 = 0; w2 < kPullQuantThreads / 32; ++w2) m = fmaxf(m, warp_max[w2]);
+  const float scale = RefitBlockScale(m, it.mode);
+  if (threadIdx.x == 0) RefitPullQuantStoreScale(it, 0, 0, scale);
+  const float inv = __fdiv_rn(1.0f, scale);
+  for (int k = threadIdx.x; k < it.rows * it.cols; k += blockDim.x) {
+    const int r = k / it.cols, c = k % it.cols;
+    store(r, c, __fmul_rn(load(r, c), inv));
+  }
+}
+
+__global__ void __launch_bounds__(kPullQuantThreads) RefitPullQuantKernel(
+    const PullQuantItem* items, long long* bad) {
+  const PullQuantItem it = items[blockIdx.x];
+  if (it.vec) {
+    RefitPullQuantVector(it, blockIdx.x, bad);
+  } else {
+    RefitPullQuantScalar(it, blockIdx.x, bad);
+  }
+}
+
 __global__ void RefitCastKernel(const char* in, int dtype, int64_t n, bool neg_exp,
                                 float* out) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -475,6 +627,19 @@ int LaunchQuantizeFused(const DenseBox& b, int mode, unsigned char* out,
   RefitQuantizeFusedKernel<<<grid, kFusedThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       b, b.r0 / b.block_r, b.c0 / b.block_c, mode, out, scales, o.r0, o.c0, o.rows, o.cols,
       bad);
+  return static_cast<int>(cudaGetLastError());
+}
+
+bool PullQuantVectorOk(const PullQuantItem& item) {
+  return reinterpret_cast<uintptr_t>(item.src) % 16 == 0 && (item.src_pitch * 2) % 16 == 0 &&
+         item.cols % 8 == 0 && item.rows <= 128 && item.cols <= 128;
+}
+
+int LaunchPullQuantize(const PullQuantItem* items, int64_t n, long long* bad, void* stream) {
+  if (n == 0) return 0;
+  if (n > 0x7FFFFFFF) return static_cast<int>(cudaErrorInvalidValue);
+  RefitPullQuantKernel<<<static_cast<unsigned>(n), kPullQuantThreads, 0,
+                         static_cast<cudaStream_t>(stream)>>>(items, bad);
   return static_cast<int>(cudaGetLastError());
 }
 
