@@ -7,6 +7,7 @@
 // byte is checked against the reference quantizer (CheckPattern); the
 // scratch buffers of fused conversions hold poison, so reading them would
 // fail the check.
+#include <cstdio>
 #include <map>
 #include <set>
 #include <vector>
@@ -231,6 +232,45 @@ TEST(FusedPullErrorsTest, NonFiniteWeightIsNamed) {
   EXPECT_THAT(std::string(st.message()),
               ::testing::HasSubstr("trainer rank 0's tensor " + name));
   EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("non-finite"));
+}
+
+// The colocated benchmark's cases (bench/colocated_bench.cc 8b-fp8, 8b-mx):
+// every conversion of Qwen3-8B from Megatron TP1 (interleaved q/k/v, fused
+// gate/up) into vLLM TP1 FP8 and MXFP8 fuses, FP8 in whole 128 x 128 cells,
+// and the engine's items cover every converted byte it receives.
+TEST(FusedPullPlansTest, Qwen3_8bMegatronTp1FusesEverything) {
+  for (const char* engine : {"vllm:tp=1,quant=fp8", "vllm:tp=1,quant=mxfp8"}) {
+    absl::StatusOr<ModelConfig> model = LoadModelConfig("qwen3-8b");
+    ASSERT_TRUE(model.ok());
+    auto src = BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=1"));
+    auto dst = BuildEngineLayout(*model, *ParseEngineSpec(engine));
+    ASSERT_TRUE(src.ok() && dst.ok());
+    PlannerOptions o;
+    o.num_lanes = 1;
+    absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, o);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const Plan ts = ExtractSlice(*plan, Side::kTrainer, 0);
+    const std::set<int32_t> fused = FusableConversions(ts, 0, {});
+    EXPECT_EQ(fused.size(), ts.conversions.size()) << engine;
+    const std::vector<FusedSource> sources = FusedSourcesOf(ts, 0, 0, fused);
+    for (const FusedSource& f : sources) {
+      if (f.kind != static_cast<int32_t>(ConversionKind::kMxfp8)) {
+        EXPECT_EQ(f.cell_r, 128);
+        EXPECT_EQ(f.cell_c, 128);
+      }
+    }
+    const Plan es = ExtractSlice(*plan, Side::kEngine, 0);
+    absl::StatusOr<FusedProgram> fp = BuildFusedItems(es, 0, {{0, sources}});
+    ASSERT_TRUE(fp.ok()) << fp.status();
+    // Every byte of the converted messages is written by an item.
+    int64_t converted = 0;
+    for (const Segment& s : es.segments) {
+      if (fp->fused_buffers.count(es.src.records[s.src_record].buffer)) converted += s.bytes;
+    }
+    EXPECT_EQ(fp->bytes, converted) << engine;
+    std::printf("%s: %zu conversions fused, %zu items, %lld bytes\n", engine, fused.size(),
+                fp->items.size(), static_cast<long long>(fp->bytes));
+  }
 }
 
 }  // namespace
