@@ -234,6 +234,38 @@ TEST(FusedPullErrorsTest, NonFiniteWeightIsNamed) {
   EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("non-finite"));
 }
 
+// A receiver refuses descriptions that do not fit its plan or would read
+// past the exported buffer, naming the trainer rank (and the tensor).
+TEST(FusedPullErrorsTest, MalformedSourcesAreRefused) {
+  absl::StatusOr<ModelConfig> model = LoadModelConfig("tiny-qwen3-mx");
+  ASSERT_TRUE(model.ok());
+  auto src = BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=1"));
+  auto dst = BuildEngineLayout(*model, *ParseEngineSpec("vllm:tp=1,quant=mxfp8"));
+  ASSERT_TRUE(src.ok() && dst.ok());
+  absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const Plan ts = ExtractSlice(*plan, Side::kTrainer, 0);
+  const Plan es = ExtractSlice(*plan, Side::kEngine, 0);
+  const std::vector<FusedSource> good = FusedSourcesOf(ts, 0, 0, FusableConversions(ts, 0, {}));
+  ASSERT_FALSE(good.empty());
+  ASSERT_TRUE(BuildFusedItems(es, 0, {{0, good}}).ok());
+  std::vector<FusedSource> bad = good;
+  bad[0].position = 1 << 20;
+  absl::StatusOr<FusedProgram> fp = BuildFusedItems(es, 0, {{0, bad}});
+  EXPECT_EQ(fp.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(fp.status().message()),
+              ::testing::HasSubstr("trainer rank 0 describes a malformed quantize-on-pull"));
+  bad = good;
+  bad[0].buffer_bytes = 64;
+  fp = BuildFusedItems(es, 0, {{0, bad}});
+  EXPECT_EQ(fp.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(fp.status().message()), ::testing::HasSubstr("reads past its buffer"));
+  bad = good;
+  bad[0].cell_c = 48;  // not whole 1 x 32 blocks
+  fp = BuildFusedItems(es, 0, {{0, bad}});
+  EXPECT_EQ(fp.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // The colocated benchmark's cases (bench/colocated_bench.cc 8b-fp8, 8b-mx):
 // every conversion of Qwen3-8B from Megatron TP1 (interleaved q/k/v, fused
 // gate/up) into vLLM TP1 FP8 and MXFP8 fuses, FP8 in whole 128 x 128 cells,
