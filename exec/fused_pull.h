@@ -6,18 +6,17 @@
 // engine then pulls (plan/conversion.h, exec/convert.h).
 //
 // Which conversions fuse is the trainer's choice (FusableConversions): a
-// block kind other than the DeepGEMM requantization, a BF16 source record
-// laid out affinely (one stride per dim, the last 1) whose tiles no other
-// trainer record holds part of, every reader of its scratch buffers a pull
-// receiver; source and destinations affine over every cell of elements
-// (one stride per dim there, the last 1): 128 x 128 cells for FP8 tiles,
-// for MXFP8 the largest of 128 x 128 down to 1 x 32 that works
-// (interleaved fused parameters qualify where their runs are multiples of
-// the cell). The rest keeps the
-// two-pass path: requantized UE8M0 scales (`kernel=deepgemm`), tiles cut
-// between trainer records (their partial amaxes are exchanged by the
-// trainers and the engine pulls the scratch), strided or indexed records.
-//
+// block kind other than the DeepGEMM requantization, from a BF16 record
+// whose tiles no other trainer record holds part of, every reader of its
+// scratch buffers a pull receiver, and source and destinations affine
+// over every cell of elements (one stride per dim there, the last 1):
+// 128 x 128 cells for FP8 tiles; for MXFP8 the largest cell from 128 x 128
+// down to 1 x 32 that works (interleaved fused parameters qualify where
+// their runs are multiples of the cell). The rest keeps the two-pass path:
+// requantized UE8M0 scales (`kernel=deepgemm`), tiles cut between trainer
+// records (the trainers exchange partial amaxes and quantize into
+// scratch, the engine pulls it), layouts that are not affine per cell.
+
 // At prepare the trainer exports, at the positions of a fused conversion's
 // scratch buffers in PairSourceBuffers' order, the conversion's BF16 source
 // buffer instead, and sends one FusedSource per such position. The engine
