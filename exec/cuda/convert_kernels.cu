@@ -5,6 +5,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace refit {
@@ -372,11 +373,14 @@ __global__ void __launch_bounds__(kMxVecThreads) RefitQuantizeMxBf16x8Kernel(
   }
 }
 
-// Quantize-on-pull: one thread block per PullQuantItem (see the header).
-// The 16-byte path: thread t holds 8 columns (t & 15) of rows t / 16 + 16k,
-// all 8 loads in flight before the first use; 128 x 128 tiles reduce their
-// amax over the block, 1 x 32 blocks over the four lanes holding them.
-constexpr int kPullQuantThreads = 256;
+// Quantize-on-pull (see the header). The 16-byte path: thread t holds 8
+// columns (t & 15) of rows t / 16 + (kThreads / 16) k, all its loads in
+// flight before the first use; 128 x 128 tiles reduce their amax over the
+// block, 1 x 32 blocks over the four lanes holding them. Two launch shapes:
+// a thread block per item, or a persistent grid whose blocks walk the items,
+// each loading its next item's description while it works on the current
+// one (the description's load is then off the critical path).
+constexpr int kPullQuantMaxThreads = 256;
 
 __device__ void RefitPullQuantStoreCodes(const PullQuantItem& it, int r, int c0, uint4 v,
                                          float inv) {
@@ -384,7 +388,7 @@ __device__ void RefitPullQuantStoreCodes(const PullQuantItem& it, int r, int c0,
   const int lo = max(c0, it.w_c0), hi = min(c0 + 8, it.w_c1);
   if (lo >= hi) return;
   const unsigned int w[4] = {v.x, v.y, v.z, v.w};
-  unsigned int packed[2] = {0, 0};
+  unsigned int p0 = 0, p1 = 0;
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     // Finite inputs only: SATFINITE saturates at +-448 as clamping would.
@@ -392,14 +396,21 @@ __device__ void RefitPullQuantStoreCodes(const PullQuantItem& it, int r, int c0,
                                  __fmul_rn(__uint_as_float(w[q] & 0xFFFF0000u), inv));
     const unsigned int two = static_cast<unsigned short>(
         __nv_cvt_float2_to_fp8x2(y, __NV_SATFINITE, __NV_E4M3));
-    packed[q >> 1] |= two << (16 * (q & 1));
+    if (q < 2) {
+      p0 |= two << (16 * q);
+    } else {
+      p1 |= two << (16 * (q - 2));
+    }
   }
   unsigned char* out = it.dst + (r - it.w_r0) * it.dst_pitch + (c0 - it.w_c0);
   if (lo == c0 && hi == c0 + 8 && reinterpret_cast<uintptr_t>(out) % 8 == 0) {
-    *reinterpret_cast<uint2*>(out) = make_uint2(packed[0], packed[1]);
+    *reinterpret_cast<uint2*>(out) = make_uint2(p0, p1);
     return;
   }
-  for (int c = lo; c < hi; ++c) out[c - c0] = (packed[(c - c0) >> 2] >> (8 * ((c - c0) & 3))) & 0xFF;
+  for (int c = lo; c < hi; ++c) {
+    const int k = c - c0;
+    out[k] = ((k < 4 ? p0 : p1) >> (8 * (k & 3))) & 0xFF;
+  }
 }
 
 __device__ void RefitPullQuantStoreScale(const PullQuantItem& it, int i, int j, float scale) {
@@ -407,23 +418,27 @@ __device__ void RefitPullQuantStoreScale(const PullQuantItem& it, int i, int j, 
   RefitStoreScale(it.scales, (i - it.s_r0) * it.scale_pitch + (j - it.s_c0), it.mode, scale);
 }
 
-__device__ void RefitPullQuantVector(const PullQuantItem& it, long long index, long long* bad) {
+template <int kThreads>
+__device__ void RefitPullQuantVector(const PullQuantItem& it, long long index, long long* bad,
+                                     unsigned int* warp_max) {
+  constexpr int kRows = kThreads / 16;   // rows per pass
+  constexpr int kLoads = 128 / kRows;    // passes
   const int g = threadIdx.x & 15, r0 = threadIdx.x >> 4;
   const int c0 = g * 8;
   const bool on = c0 < it.cols;
-  uint4 v[8];
+  const char* src = it.src;
+  const int64_t pitch = it.src_pitch, rows = it.rows;
+  uint4 v[kLoads];
 #pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const int r = r0 + 16 * k;
+  for (int k = 0; k < kLoads; ++k) {
+    const int r = r0 + kRows * k;
     v[k] = make_uint4(0, 0, 0, 0);
-    if (on && r < it.rows) {
-      v[k] = __ldg(reinterpret_cast<const uint4*>(it.src + 2 * (r * it.src_pitch + c0)));
-    }
+    if (on && r < rows) v[k] = __ldg(reinterpret_cast<const uint4*>(src + 2 * (r * pitch + c0)));
   }
-  unsigned int m[8];
+  unsigned int m[kLoads];
   bool nonfinite = false;
 #pragma unroll
-  for (int k = 0; k < 8; ++k) {
+  for (int k = 0; k < kLoads; ++k) {
     const unsigned int w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
     m[k] = 0;
 #pragma unroll
@@ -435,12 +450,12 @@ __device__ void RefitPullQuantVector(const PullQuantItem& it, long long index, l
   if (nonfinite) atomicMin(bad, index);
   if (it.tile_r == 1) {  // 1 x 32 blocks: four lanes each
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
+    for (int k = 0; k < kLoads; ++k) {
       unsigned int b = m[k];
       b = max(b, __shfl_xor_sync(0xffffffffu, b, 1));
       b = max(b, __shfl_xor_sync(0xffffffffu, b, 2));
-      const int r = r0 + 16 * k;
-      if (!on || r >= it.rows) continue;
+      const int r = r0 + kRows * k;
+      if (!on || r >= rows) continue;
       const float scale = RefitBlockScale(__uint_as_float(b), it.mode);
       if ((g & 3) == 0) RefitPullQuantStoreScale(it, r, g >> 2, scale);
       RefitPullQuantStoreCodes(it, r, c0, v[k], __fdiv_rn(1.0f, scale));
@@ -449,25 +464,25 @@ __device__ void RefitPullQuantVector(const PullQuantItem& it, long long index, l
   }
   unsigned int b = 0;
 #pragma unroll
-  for (int k = 0; k < 8; ++k) b = max(b, m[k]);
+  for (int k = 0; k < kLoads; ++k) b = max(b, m[k]);
   b = __reduce_max_sync(0xffffffffu, b);
-  __shared__ unsigned int warp_max[kPullQuantThreads / 32];
   if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = b;
   __syncthreads();
 #pragma unroll
-  for (int w2 = 0; w2 < kPullQuantThreads / 32; ++w2) b = max(b, warp_max[w2]);
+  for (int w2 = 0; w2 < kThreads / 32; ++w2) b = max(b, warp_max[w2]);
   const float scale = RefitBlockScale(__uint_as_float(b), it.mode);
   if (threadIdx.x == 0) RefitPullQuantStoreScale(it, 0, 0, scale);
   const float inv = __fdiv_rn(1.0f, scale);
 #pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const int r = r0 + 16 * k;
-    if (on && r < it.rows) RefitPullQuantStoreCodes(it, r, c0, v[k], inv);
+  for (int k = 0; k < kLoads; ++k) {
+    const int r = r0 + kRows * k;
+    if (on && r < rows) RefitPullQuantStoreCodes(it, r, c0, v[k], inv);
   }
 }
 
 // Any alignment: element by element, the amax pass then the codes pass.
-__device__ void RefitPullQuantScalar(const PullQuantItem& it, long long index, long long* bad) {
+__device__ void RefitPullQuantScalar(const PullQuantItem& it, long long index, long long* bad,
+                                     float* warp_max) {
   const unsigned short* src = reinterpret_cast<const unsigned short*>(it.src);
   auto load = [&](int r, int c) {
     return __uint_as_float(static_cast<unsigned int>(src[r * it.src_pitch + c]) << 16);
@@ -501,10 +516,9 @@ __device__ void RefitPullQuantScalar(const PullQuantItem& it, long long index, l
     m = fmaxf(m, fabsf(x));
   }
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  __shared__ float warp_max[kPullQuantThreads / 32];
   if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
   __syncthreads();
-  for (int w2 = 0; w2 < kPullQuantThreads / 32; ++w2) m = fmaxf(m, warp_max[w2]);
+  for (unsigned w2 = 0; w2 < blockDim.x / 32; ++w2) m = fmaxf(m, warp_max[w2]);
   const float scale = RefitBlockScale(m, it.mode);
   if (threadIdx.x == 0) RefitPullQuantStoreScale(it, 0, 0, scale);
   const float inv = __fdiv_rn(1.0f, scale);
@@ -514,13 +528,46 @@ __device__ void RefitPullQuantScalar(const PullQuantItem& it, long long index, l
   }
 }
 
-__global__ void __launch_bounds__(kPullQuantThreads) RefitPullQuantKernel(
-    const PullQuantItem* items, long long* bad) {
-  const PullQuantItem it = items[blockIdx.x];
+template <int kThreads>
+__device__ void RefitPullQuantItem(const PullQuantItem& it, long long index, long long* bad) {
+  __shared__ unsigned int warp_max[kPullQuantMaxThreads / 32];
   if (it.vec) {
-    RefitPullQuantVector(it, blockIdx.x, bad);
+    RefitPullQuantVector<kThreads>(it, index, bad, warp_max);
   } else {
-    RefitPullQuantScalar(it, blockIdx.x, bad);
+    RefitPullQuantScalar(it, index, bad, reinterpret_cast<float*>(warp_max));
+  }
+}
+
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) RefitPullQuantKernel(const PullQuantItem* items,
+                                                                 long long* bad) {
+  const PullQuantItem it = items[blockIdx.x];
+  RefitPullQuantItem<kThreads>(it, blockIdx.x, bad);
+}
+
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) RefitPullQuantPersistentKernel(
+    const PullQuantItem* items, int64_t n, long long* bad) {
+  constexpr int kWords = sizeof(PullQuantItem) / 4;
+  static_assert(kWords <= kThreads, "one word of an item per thread");
+  __shared__ PullQuantItem buf[2];
+  int64_t i = blockIdx.x;
+  if (i >= n) return;
+  if (threadIdx.x < kWords) {
+    reinterpret_cast<unsigned int*>(&buf[0])[threadIdx.x] =
+        __ldg(reinterpret_cast<const unsigned int*>(items + i) + threadIdx.x);
+  }
+  __syncthreads();
+  for (int k = 0; i < n; ++k) {
+    const int64_t j = i + gridDim.x;
+    unsigned int w = 0;  // a word of the next item, in flight meanwhile
+    if (threadIdx.x < kWords && j < n) {
+      w = __ldg(reinterpret_cast<const unsigned int*>(items + j) + threadIdx.x);
+    }
+    RefitPullQuantItem<kThreads>(buf[k & 1], i, bad);
+    if (threadIdx.x < kWords) reinterpret_cast<unsigned int*>(&buf[(k + 1) & 1])[threadIdx.x] = w;
+    __syncthreads();
+    i = j;
   }
 }
 
@@ -635,12 +682,43 @@ bool PullQuantVectorOk(const PullQuantItem& item) {
          item.cols % 8 == 0 && item.rows <= 128 && item.cols <= 128;
 }
 
-int LaunchPullQuantize(const PullQuantItem* items, int64_t n, long long* bad, void* stream) {
+int LaunchPullQuantizeShape(const PullQuantItem* items, int64_t n, long long* bad, void* stream,
+                            int threads, bool persistent) {
   if (n == 0) return 0;
-  if (n > 0x7FFFFFFF) return static_cast<int>(cudaErrorInvalidValue);
-  RefitPullQuantKernel<<<static_cast<unsigned>(n), kPullQuantThreads, 0,
-                         static_cast<cudaStream_t>(stream)>>>(items, bad);
+  if (n > 0x7FFFFFFF || (threads != 128 && threads != 256)) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  if (!persistent) {
+    if (threads == 128) {
+      RefitPullQuantKernel<128><<<static_cast<unsigned>(n), 128, 0, st>>>(items, bad);
+    } else {
+      RefitPullQuantKernel<256><<<static_cast<unsigned>(n), 256, 0, st>>>(items, bad);
+    }
+    return static_cast<int>(cudaGetLastError());
+  }
+  int device = 0, sms = 0, per_sm = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e == cudaSuccess) {
+    e = threads == 128
+            ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                  &per_sm, RefitPullQuantPersistentKernel<128>, 128, 0)
+            : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                  &per_sm, RefitPullQuantPersistentKernel<256>, 256, 0);
+  }
+  if (e != cudaSuccess) return static_cast<int>(e);
+  const int64_t grid = std::min<int64_t>(n, static_cast<int64_t>(sms) * std::max(per_sm, 1));
+  if (threads == 128) {
+    RefitPullQuantPersistentKernel<128><<<static_cast<unsigned>(grid), 128, 0, st>>>(items, n, bad);
+  } else {
+    RefitPullQuantPersistentKernel<256><<<static_cast<unsigned>(grid), 256, 0, st>>>(items, n, bad);
+  }
   return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchPullQuantize(const PullQuantItem* items, int64_t n, long long* bad, void* stream) {
+  return LaunchPullQuantizeShape(items, n, bad, stream, 256, true);
 }
 
 int LaunchCastF32(const char* in, int dtype, int64_t n, bool neg_exp, float* out,

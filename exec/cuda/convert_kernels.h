@@ -87,6 +87,13 @@ bool PullQuantVectorOk(const PullQuantItem& item);
 // Returns the launch's cudaError_t as an int.
 int LaunchPullQuantize(const PullQuantItem* items, int64_t n, long long* bad, void* stream);
 
+// The same in a given launch shape (the benchmark's comparison): `threads`
+// (128 or 256) per block; a block per item, or a persistent grid of as
+// many blocks as fit on the device, each walking items. INVALID_VALUE for
+// another thread count.
+int LaunchPullQuantizeShape(const PullQuantItem* items, int64_t n, long long* bad, void* stream,
+                            int threads, bool persistent);
+
 // out[i] = f32(x[i]) or -exp(f32(x[i])) (exp in double, rounded once).
 int LaunchCastF32(const char* in, int dtype, int64_t n, bool neg_exp, float* out,
                   void* stream);

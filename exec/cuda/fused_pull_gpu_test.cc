@@ -16,8 +16,10 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "exec/cuda/convert_kernels.h"
 #include "exec/cuda/fused_pull_items.h"
 #include "exec/fused_pull.h"
@@ -225,10 +227,37 @@ TEST(FusedPullGpuTest, OnePassNextToACopyAndTwoPasses) {
                     reinterpret_cast<unsigned char*>(out), reinterpret_cast<unsigned char*>(scales));
     char* dev_items = d.Add(items.data(), static_cast<int64_t>(items.size() * sizeof(items[0])));
     const int64_t scale_bytes = (f.mode == cuda::kScaleE8m0 ? 1 : 4) * n / (f.tile_r * f.tile_c);
-    const float fused_ms = time([&] {
-      cuda::LaunchPullQuantize(reinterpret_cast<const cuda::PullQuantItem*>(dev_items),
-                               static_cast<int64_t>(items.size()), bad, nullptr);
-    });
+    // Every launch shape (threads per block; a block per item or a
+    // persistent grid); the default's time is the one-pass figure.
+    struct Shape {
+      int threads;
+      bool persistent;
+    };
+    float fused_ms = 0;
+    std::string shapes;
+    for (const Shape& sh : {Shape{256, true}, Shape{256, false}, Shape{128, true},
+                            Shape{128, false}}) {
+      const float ms = time([&] {
+        cuda::LaunchPullQuantizeShape(reinterpret_cast<const cuda::PullQuantItem*>(dev_items),
+                                      static_cast<int64_t>(items.size()), bad, nullptr,
+                                      sh.threads, sh.persistent);
+      });
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<char> got = FromDevice<char>(out, n);
+      if (sh.threads == 256 && sh.persistent) {
+        fused_ms = ms;
+      } else {
+        const float ref = time([&] {
+          cuda::LaunchPullQuantize(reinterpret_cast<const cuda::PullQuantItem*>(dev_items),
+                                   static_cast<int64_t>(items.size()), bad, nullptr);
+        });
+        (void)ref;
+        EXPECT_TRUE(got == FromDevice<char>(out, n)) << f.name << " shape " << sh.threads;
+      }
+      shapes += absl::StrFormat(" %d threads %s %.3f ms;", sh.threads,
+                                sh.persistent ? "persistent" : "per item", ms);
+    }
+    std::printf("FIGURE quantize-on-pull %s launch shapes:%s\n", f.name, shapes.c_str());
     // Two passes: quantize into scratch (the trainer), copy it (the pull).
     const cuda::DenseBox box{in, cuda::kConvertBF16, 1, rows, cols, 0, 0, f.tile_r, f.tile_c};
     const float two_ms = time([&] {
