@@ -418,6 +418,25 @@ __device__ void RefitPullQuantStoreScale(const PullQuantItem& it, int i, int j, 
   RefitStoreScale(it.scales, (i - it.s_r0) * it.scale_pitch + (j - it.s_c0), it.mode, scale);
 }
 
+// 1 / 2^(e - 127) for an E8M0 byte, exactly (the product with it is the
+// quotient by the scale, as RefitQuantizeMxKernel computes it).
+__device__ float RefitE8m0Inverse(int e) {
+  return e == 254 ? __uint_as_float(0x00400000u) : __uint_as_float(static_cast<unsigned>(254 - e) << 23);
+}
+
+// The max of |x| over the 8 BF16 of v as f32 bits (non-negative floats
+// order as unsigned ints); *nonfinite set for a NaN or infinity.
+__device__ unsigned int RefitAbsMaxBits(uint4 v, bool* nonfinite) {
+  const unsigned int w[4] = {v.x, v.y, v.z, v.w};
+  unsigned int m = 0;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    m = max(m, max((w[q] << 16) & 0x7FFF0000u, w[q] & 0x7FFF0000u));
+    *nonfinite |= (w[q] & 0x7F80u) == 0x7F80u || (w[q] & 0x7F800000u) == 0x7F800000u;
+  }
+  return m;
+}
+
 template <int kThreads>
 __device__ void RefitPullQuantVector(const PullQuantItem& it, long long index, long long* bad,
                                      unsigned int* warp_max) {
@@ -435,36 +454,34 @@ __device__ void RefitPullQuantVector(const PullQuantItem& it, long long index, l
     v[k] = make_uint4(0, 0, 0, 0);
     if (on && r < rows) v[k] = __ldg(reinterpret_cast<const uint4*>(src + 2 * (r * pitch + c0)));
   }
-  unsigned int m[kLoads];
   bool nonfinite = false;
-#pragma unroll
-  for (int k = 0; k < kLoads; ++k) {
-    const unsigned int w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-    m[k] = 0;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      m[k] = max(m[k], max((w[q] << 16) & 0x7FFF0000u, w[q] & 0x7FFF0000u));
-      nonfinite |= (w[q] & 0x7F80u) == 0x7F80u || (w[q] & 0x7F800000u) == 0x7F800000u;
-    }
-  }
-  if (nonfinite) atomicMin(bad, index);
   if (it.tile_r == 1) {  // 1 x 32 blocks: four lanes each
 #pragma unroll
     for (int k = 0; k < kLoads; ++k) {
-      unsigned int b = m[k];
+      unsigned int b = RefitAbsMaxBits(v[k], &nonfinite);
       b = max(b, __shfl_xor_sync(0xffffffffu, b, 1));
       b = max(b, __shfl_xor_sync(0xffffffffu, b, 2));
       const int r = r0 + kRows * k;
       if (!on || r >= rows) continue;
-      const float scale = RefitBlockScale(__uint_as_float(b), it.mode);
+      float scale, inv;
+      if (it.mode == kScaleE8m0) {
+        const int e = RefitE8m0Byte(__uint_as_float(b));
+        scale = RefitE8m0Value(e);
+        inv = RefitE8m0Inverse(e);
+      } else {
+        scale = RefitBlockScale(__uint_as_float(b), it.mode);
+        inv = __fdiv_rn(1.0f, scale);
+      }
       if ((g & 3) == 0) RefitPullQuantStoreScale(it, r, g >> 2, scale);
-      RefitPullQuantStoreCodes(it, r, c0, v[k], __fdiv_rn(1.0f, scale));
+      RefitPullQuantStoreCodes(it, r, c0, v[k], inv);
     }
+    if (nonfinite) atomicMin(bad, index);
     return;
   }
   unsigned int b = 0;
 #pragma unroll
-  for (int k = 0; k < kLoads; ++k) b = max(b, m[k]);
+  for (int k = 0; k < kLoads; ++k) b = max(b, RefitAbsMaxBits(v[k], &nonfinite));
+  if (nonfinite) atomicMin(bad, index);
   b = __reduce_max_sync(0xffffffffu, b);
   if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = b;
   __syncthreads();
@@ -538,15 +555,15 @@ __device__ void RefitPullQuantItem(const PullQuantItem& it, long long index, lon
   }
 }
 
-template <int kThreads>
-__global__ void __launch_bounds__(kThreads) RefitPullQuantKernel(const PullQuantItem* items,
-                                                                 long long* bad) {
+template <int kThreads, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) RefitPullQuantKernel(
+    const PullQuantItem* items, int64_t, long long* bad) {
   const PullQuantItem it = items[blockIdx.x];
   RefitPullQuantItem<kThreads>(it, blockIdx.x, bad);
 }
 
-template <int kThreads>
-__global__ void __launch_bounds__(kThreads) RefitPullQuantPersistentKernel(
+template <int kThreads, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) RefitPullQuantPersistentKernel(
     const PullQuantItem* items, int64_t n, long long* bad) {
   constexpr int kWords = sizeof(PullQuantItem) / 4;
   static_assert(kWords <= kThreads, "one word of an item per thread");
@@ -682,43 +699,45 @@ bool PullQuantVectorOk(const PullQuantItem& item) {
          item.cols % 8 == 0 && item.rows <= 128 && item.cols <= 128;
 }
 
-int LaunchPullQuantizeShape(const PullQuantItem* items, int64_t n, long long* bad, void* stream,
-                            int threads, bool persistent) {
-  if (n == 0) return 0;
-  if (n > 0x7FFFFFFF || (threads != 128 && threads != 256)) {
-    return static_cast<int>(cudaErrorInvalidValue);
+// A launch of kernel `k` with `threads` per block: a block per item, or
+// as many persistent blocks as fit on the device.
+template <typename Kernel>
+static int LaunchShape(Kernel k, bool persistent, int threads, const PullQuantItem* items,
+                       int64_t n, long long* bad, cudaStream_t st) {
+  int64_t grid = n;
+  if (persistent) {
+    int device = 0, sms = 0, per_sm = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, threads, 0);
+    if (e != cudaSuccess) return static_cast<int>(e);
+    grid = std::min<int64_t>(n, static_cast<int64_t>(sms) * std::max(per_sm, 1));
   }
-  cudaStream_t st = static_cast<cudaStream_t>(stream);
-  if (!persistent) {
-    if (threads == 128) {
-      RefitPullQuantKernel<128><<<static_cast<unsigned>(n), 128, 0, st>>>(items, bad);
-    } else {
-      RefitPullQuantKernel<256><<<static_cast<unsigned>(n), 256, 0, st>>>(items, bad);
-    }
-    return static_cast<int>(cudaGetLastError());
-  }
-  int device = 0, sms = 0, per_sm = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e == cudaSuccess) {
-    e = threads == 128
-            ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                  &per_sm, RefitPullQuantPersistentKernel<128>, 128, 0)
-            : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                  &per_sm, RefitPullQuantPersistentKernel<256>, 256, 0);
-  }
-  if (e != cudaSuccess) return static_cast<int>(e);
-  const int64_t grid = std::min<int64_t>(n, static_cast<int64_t>(sms) * std::max(per_sm, 1));
-  if (threads == 128) {
-    RefitPullQuantPersistentKernel<128><<<static_cast<unsigned>(grid), 128, 0, st>>>(items, n, bad);
-  } else {
-    RefitPullQuantPersistentKernel<256><<<static_cast<unsigned>(grid), 256, 0, st>>>(items, n, bad);
-  }
+  k<<<static_cast<unsigned>(grid), threads, 0, st>>>(items, n, bad);
   return static_cast<int>(cudaGetLastError());
 }
 
+int LaunchPullQuantizeShape(const PullQuantItem* items, int64_t n, long long* bad, void* stream,
+                            int threads, bool persistent, bool compact) {
+  if (n == 0) return 0;
+  if (n > 0x7FFFFFFF || (threads != 128 && threads != 256) || (compact && threads != 256)) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  if (persistent) {
+    if (threads == 128) {
+      return LaunchShape(RefitPullQuantPersistentKernel<128, 1>, true, 128, items, n, bad, st);
+    }
+    return compact ? LaunchShape(RefitPullQuantPersistentKernel<256, 5>, true, 256, items, n, bad, st)
+                   : LaunchShape(RefitPullQuantPersistentKernel<256, 4>, true, 256, items, n, bad, st);
+  }
+  if (threads == 128) return LaunchShape(RefitPullQuantKernel<128, 1>, false, 128, items, n, bad, st);
+  return compact ? LaunchShape(RefitPullQuantKernel<256, 5>, false, 256, items, n, bad, st)
+                 : LaunchShape(RefitPullQuantKernel<256, 4>, false, 256, items, n, bad, st);
+}
+
 int LaunchPullQuantize(const PullQuantItem* items, int64_t n, long long* bad, void* stream) {
-  return LaunchPullQuantizeShape(items, n, bad, stream, 256, true);
+  return LaunchPullQuantizeShape(items, n, bad, stream, 256, true, false);
 }
 
 int LaunchCastF32(const char* in, int dtype, int64_t n, bool neg_exp, float* out,

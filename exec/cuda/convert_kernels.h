@@ -89,10 +89,11 @@ int LaunchPullQuantize(const PullQuantItem* items, int64_t n, long long* bad, vo
 
 // The same in a given launch shape (the benchmark's comparison): `threads`
 // (128 or 256) per block; a block per item, or a persistent grid of as
-// many blocks as fit on the device, each walking items. INVALID_VALUE for
-// another thread count.
+// many blocks as fit on the device, each walking items; `compact` (256
+// threads only): registers capped for five blocks per SM. LaunchPullQuantize
+// is 256 threads, persistent, not compact. INVALID_VALUE otherwise.
 int LaunchPullQuantizeShape(const PullQuantItem* items, int64_t n, long long* bad, void* stream,
-                            int threads, bool persistent);
+                            int threads, bool persistent, bool compact);
 
 // out[i] = f32(x[i]) or -exp(f32(x[i])) (exp in double, rounded once).
 int LaunchCastF32(const char* in, int dtype, int64_t n, bool neg_exp, float* out,

@@ -231,20 +231,20 @@ TEST(FusedPullGpuTest, OnePassNextToACopyAndTwoPasses) {
     // persistent grid); the default's time is the one-pass figure.
     struct Shape {
       int threads;
-      bool persistent;
+      bool persistent, compact;
     };
     float fused_ms = 0;
     std::string shapes;
-    for (const Shape& sh : {Shape{256, true}, Shape{256, false}, Shape{128, true},
-                            Shape{128, false}}) {
+    for (const Shape& sh : {Shape{256, true, false}, Shape{256, true, true},
+                            Shape{256, false, false}, Shape{128, true, false}}) {
       const float ms = time([&] {
         cuda::LaunchPullQuantizeShape(reinterpret_cast<const cuda::PullQuantItem*>(dev_items),
                                       static_cast<int64_t>(items.size()), bad, nullptr,
-                                      sh.threads, sh.persistent);
+                                      sh.threads, sh.persistent, sh.compact);
       });
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::vector<char> got = FromDevice<char>(out, n);
-      if (sh.threads == 256 && sh.persistent) {
+      if (sh.threads == 256 && sh.persistent && !sh.compact) {
         fused_ms = ms;
       } else {
         const float ref = time([&] {
@@ -254,8 +254,9 @@ TEST(FusedPullGpuTest, OnePassNextToACopyAndTwoPasses) {
         (void)ref;
         EXPECT_TRUE(got == FromDevice<char>(out, n)) << f.name << " shape " << sh.threads;
       }
-      shapes += absl::StrFormat(" %d threads %s %.3f ms;", sh.threads,
-                                sh.persistent ? "persistent" : "per item", ms);
+      shapes += absl::StrFormat(" %d threads %s%s %.3f ms;", sh.threads,
+                                sh.persistent ? "persistent" : "per item",
+                                sh.compact ? " (48 registers)" : "", ms);
     }
     std::printf("FIGURE quantize-on-pull %s launch shapes:%s\n", f.name, shapes.c_str());
     // Two passes: quantize into scratch (the trainer), copy it (the pull).
