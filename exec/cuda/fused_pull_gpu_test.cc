@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_format.h"
 #include "exec/cuda/convert_kernels.h"
+#include "exec/cuda/pull_quantize_kernels.h"
 #include "exec/cuda/fused_pull_items.h"
 #include "exec/fused_pull.h"
 #include "exec/pull_program.h"

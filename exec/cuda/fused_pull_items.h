@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "exec/cuda/convert_kernels.h"
+#include "exec/cuda/pull_quantize_kernels.h"
 #include "exec/fused_pull.h"
 
 namespace refit {

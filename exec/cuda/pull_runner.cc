@@ -17,7 +17,7 @@
 #include "exec/cuda/cuda_status.h"
 #include "exec/cuda/pull_kernels.h"
 #include "exec/peer_signal.h"
-#include "exec/cuda/convert_kernels.h"
+#include "exec/cuda/pull_quantize_kernels.h"
 #include "exec/cuda/cuda_convert_ops.h"
 #include "exec/cuda/fused_pull_items.h"
 #include "exec/fused_pull.h"
