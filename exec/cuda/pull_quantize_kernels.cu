@@ -271,7 +271,10 @@ int LaunchPullQuantizeShape(const PullQuantItem* items, int64_t n, long long* ba
 }
 
 int LaunchPullQuantize(const PullQuantItem* items, int64_t n, long long* bad, void* stream) {
-  return LaunchPullQuantizeShape(items, n, bad, stream, 256, true, false);
+  // A block of 256 threads per item: the fastest shape on an H200
+  // (fused_pull_gpu_test, 2026-11-26: FP8 0.193 ms, MXFP8 0.240 ms for
+  // 268M elements; persistent 0.217 / 0.287 ms).
+  return LaunchPullQuantizeShape(items, n, bad, stream, 256, false, false);
 }
 
 }  // namespace cuda

@@ -43,7 +43,7 @@ int LaunchPullQuantize(const PullQuantItem* items, int64_t n, long long* bad, vo
 // (128 or 256) per block; a block per item, or a persistent grid of as
 // many blocks as fit on the device, each walking items; `compact` (256
 // threads only): registers capped for five blocks per SM. LaunchPullQuantize
-// is 256 threads, persistent, not compact. INVALID_VALUE otherwise.
+// is 256 threads, a block per item, not compact. INVALID_VALUE otherwise.
 int LaunchPullQuantizeShape(const PullQuantItem* items, int64_t n, long long* bad, void* stream,
                             int threads, bool persistent, bool compact);
 
