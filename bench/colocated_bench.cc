@@ -12,6 +12,8 @@
 //   tp2  qwen3-8b, Megatron TP2 (two trainer processes) -> vLLM TP1
 //   moe  --moe_model, Megatron TP1 with one buffer per expert
 //        (experts=indexed) -> vLLM's fused w13 / w2
+//   8b-fp8, 8b-mx  qwen3-8b, Megatron TP1 (BF16) -> vLLM TP1 quant=fp8
+//        (128 x 128 blocks, f32 scales) / quant=mxfp8 (1 x 32, E8M0)
 // Rows per case, times in ms per refit (mean over --iters after a warm-up):
 //   floor       one cudaMemcpy device-to-device of the refit's bytes
 //   pull-procs  refit's pull path (exec/cuda/pull_runner.h), trainer and
@@ -29,6 +31,16 @@
 //               parameters, with a stream synchronization per bucket (the
 //               handshake of a bucketed CUDA IPC refit), one process: a
 //               lower bound of that path (no IPC handshake costs)
+// Rows of 8b-fp8 and 8b-mx, ms per refit, next to the BF16 round:
+//   bf16-round  the 8b case's pull-procs (BF16 -> BF16, same trainer)
+//   2-pass      pull-procs where the trainer quantizes into scratch first
+//               and the engine pulls the scratch
+//   1-pass      pull-procs quantizing on pull (exec/fused_pull.h): the
+//               engine reads the trainer's BF16 and writes codes and
+//               scales in one pass
+//   checks: the engine's bytes after 1-pass equal 2-pass's (checksum of
+//   every byte; tests hold both to the reference quantizer), every round
+//   (the engine's buffers are poisoned before each).
 // Checks: the pattern written into every trainer buffer is checked byte
 // for byte in every engine buffer after round 1, both on the GPU
 // (testing/gpu_pattern.h; the baselines check the GPU's pattern against
@@ -51,8 +63,10 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -86,20 +100,32 @@ absl::Status Barrier(KvStore* kv, const std::string& tag, int me, int n) {
 absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, const Plan& plan,
                                                              int g, const std::string& dir,
                                                              int iters, const std::string& ref_sum,
-                                                             int64_t item_kib, bool vmm = false) {
+                                                             int64_t item_kib, bool vmm = false,
+                                                             bool two_pass = false) {
   CK(cudaSetDevice(0));
   const bool trainer = g < c.trainers;
   const Side side = trainer ? Side::kTrainer : Side::kEngine;
   const int rank = trainer ? g : g - c.trainers;
   const SideLayout& full = trainer ? plan.src : plan.dst;
   REFIT_ASSIGN_OR_RETURN(Arena a, Allocate(full, rank, trainer ? 0 : 0xEE, trainer && vmm));
-  if (trainer) REFIT_RETURN_IF_ERROR(Pattern(full, rank, a, 1, false));
+  const bool quantized = absl::StrContains(c.engine, "quant=");
+  if (trainer && quantized) {
+    // The BF16 weights the conversions read (plan.src's records of them
+    // are the converted ones).
+    REFIT_ASSIGN_OR_RETURN(SideLayout registered, CaseTrainerLayout(c));
+    REFIT_RETURN_IF_ERROR(Pattern(registered, rank, a, 1, false));
+  } else if (trainer) {
+    REFIT_RETURN_IF_ERROR(Pattern(full, rank, a, 1, false));
+  }
   CK(cudaDeviceSynchronize());
   const Plan slice = ExtractSlice(plan, side, rank);
   testing::DirKvStore kv(dir);
   PullRunnerOptions po;
   po.device = 0;
   po.max_item_bytes = item_kib << 10;
+  // Quantized engines: the trainer's weights stay; the engine's buffers
+  // are poisoned before every round and must come back equal.
+  po.quantize_on_pull = !two_pass;
   const absl::Time prep0 = absl::Now();
   REFIT_ASSIGN_OR_RETURN(
       std::unique_ptr<PullRunner> e,
@@ -114,7 +140,11 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
   std::string check = "PASS";
   const int world = c.trainers + 1;
   for (int round = 1; round <= iters + 1; ++round) {
-    if (trainer && round > 1) {
+    if (quantized && !trainer) {
+      CK(cudaMemset(a.base, 0xEE, a.bytes));
+      CK(cudaDeviceSynchronize());
+    }
+    if (trainer && round > 1 && !quantized) {
       CK(static_cast<cudaError_t>(cuda::LaunchXorBytes(
           a.base, a.bytes, static_cast<uint8_t>(Key(round) ^ Key(round - 1)), nullptr)));
       CK(cudaDeviceSynchronize());
@@ -129,7 +159,11 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
       ends.push_back(absl::StrCat(absl::ToUnixNanos(t1)));
       kernel += s.device_seconds;
     }
-    if (!trainer) {
+    if (!trainer && quantized) {
+      REFIT_ASSIGN_OR_RETURN(unsigned long long h, Checksum(full, rank, a, 0));
+      if (round == 1) sum1 = h;
+      if (h != sum1 && check == "PASS") check = absl::StrCat("FAIL round ", round, ": checksum");
+    } else if (!trainer) {
       if (round == 1) {
         REFIT_ASSIGN_OR_RETURN(sum1, Checksum(full, rank, a, 0));
         if (ref_sum.empty()) {  // no host-checked reference: check here
@@ -158,6 +192,9 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
   r["prepare_s"] = absl::StrCat(prep_s);
   r["bytes"] = absl::StrCat(e->bytes());
   r["items"] = absl::StrCat(e->num_items());
+  if (!trainer) r["sum1"] = absl::StrCat(sum1);
+  if (!trainer) r["qitems"] = absl::StrCat(e->num_quantize_items());
+  if (trainer) r["fused"] = absl::StrCat(e->num_fused_conversions());
   e.reset();
   if (!a.vmm) CK(cudaFree(a.base));
   return r;
@@ -176,6 +213,9 @@ absl::StatusOr<std::map<std::string, std::string>> Merge(
       kernel_ms = std::max(kernel_ms, v);
     }
     if (r->count("items") && r->at("items") != "0") out["items"] = r->at("items");
+    for (const char* k : {"sum1", "qitems", "fused"}) {
+      if (r->count(k)) out[k] = r->at(k);
+    }
     // Every member waits in Create for the last one to arrive (the others
     // may still be filling their buffers): the shortest is the cost.
     double p = 0, best = 0;
@@ -247,6 +287,9 @@ int Worker(int argc, char** argv) {
     const int64_t kib = std::atoll(testing::FlagValue(argc, argv, "item_kib", "64").c_str());
     if (mode == "threads") return PullThreads(c, plan, dir + "/kv", iters, ref, kib);
     if (mode == "member-vmm") return PullMember(c, plan, index, dir + "/kv", iters, ref, kib, true);
+    if (mode == "member-2pass") {
+      return PullMember(c, plan, index, dir + "/kv", iters, ref, kib, false, true);
+    }
     return PullMember(c, plan, index, dir + "/kv", iters, ref, kib);
   }();
   const std::string out = absl::StrCat(dir, "/result.", index);
@@ -290,12 +333,12 @@ int Main(int argc, char** argv) {
       return 2;
     }
     std::vector<std::string> case_flags = flags;
-    auto run = [&](const std::string& mode, int n)
+    auto run = [&](const std::string& mode, int n, const std::string& case_name = "")
         -> absl::StatusOr<std::vector<std::map<std::string, std::string>>> {
       char tmpl[] = "/tmp/colocated_bench.XXXXXX";
       const std::string dir = mkdtemp(tmpl);
       (void)system(absl::StrCat("mkdir -p ", dir, "/kv").c_str());
-      std::vector<std::string> args = {mode, name};
+      std::vector<std::string> args = {mode, case_name.empty() ? name : case_name};
       absl::StatusOr<std::vector<std::map<std::string, std::string>>> r =
           Spawn(argv[0], args, n, dir, case_flags);
       (void)system(absl::StrCat("rm -rf ", dir).c_str());
@@ -304,6 +347,51 @@ int Main(int argc, char** argv) {
     std::printf("== %s: %s, %s -> %s\n", name.c_str(), c->model.c_str(), c->trainer.c_str(),
                 c->engine.c_str());
     std::fflush(stdout);
+    if (absl::StrContains(c->engine, "quant=")) {
+      // The BF16 round of the same trainer, then the two quantized rounds.
+      double bf16 = 0;
+      std::string sum2;
+      for (const auto& [what, mode, case_name] :
+           std::vector<std::tuple<std::string, std::string, std::string>>{
+               {"bf16-round", "member", "8b"},
+               {"2-pass", "member-2pass", name},
+               {"1-pass", "member", name}}) {
+        auto res = run(mode, 2, case_name);
+        absl::StatusOr<std::map<std::string, std::string>> m =
+            res.ok() ? Merge({res->begin(), res->end()})
+                     : absl::StatusOr<std::map<std::string, std::string>>(res.status());
+        if (!m.ok()) {
+          std::printf("%s %s: %s\n", name.c_str(), what.c_str(), m.status().ToString().c_str());
+          ok = false;
+          continue;
+        }
+        std::string check = m->at("check");
+        if (what == "bf16-round") bf16 = D(*m, "ms");
+        if (what == "2-pass") sum2 = m->count("sum1") ? m->at("sum1") : "";
+        if (what == "1-pass" && check == "PASS") {
+          if (!m->count("sum1") || m->at("sum1") != sum2) {
+            check = "FAIL: engine bytes differ from the 2-pass round";
+          } else if (D(*m, "qitems") <= 0) {
+            check = "FAIL: nothing was quantized on pull";
+          }
+        }
+        table.push_back(absl::StrFormat(
+            "%-6s %-10s %9.2f ms %6.3fx  %-5s %s", name, what, D(*m, "ms"),
+            bf16 > 0 ? D(*m, "ms") / bf16 : 0, check.substr(0, 5),
+            absl::StrFormat("x the bf16 round; kernel %.2f ms, %s copy items, %s quantize "
+                            "items, %s conversions fused",
+                            D(*m, "kernel_ms"), m->count("items") ? m->at("items") : "0",
+                            m->count("qitems") ? m->at("qitems") : "0",
+                            m->count("fused") ? m->at("fused") : "0")));
+        std::printf("%s\n", table.back().c_str());
+        std::fflush(stdout);
+        if (check != "PASS") {
+          ok = false;
+          std::printf("%s %s: %s\n", name.c_str(), what.c_str(), check.c_str());
+        }
+      }
+      continue;
+    }
     auto base = run("baselines", 1);
     if (!base.ok()) {
       std::printf("%s baselines: %s\n", name.c_str(), base.status().ToString().c_str());

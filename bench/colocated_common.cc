@@ -79,6 +79,11 @@ absl::StatusOr<char*> AllocateVmm(int64_t bytes) {
 absl::StatusOr<Case> CaseNamed(const std::string& name, const std::string& moe_model) {
   if (name == "8b") return Case{name, "qwen3-8b", "megatron:tp=1", "vllm:tp=1", 1};
   if (name == "tp2") return Case{name, "qwen3-8b", "megatron:tp=2", "vllm:tp=1", 2};
+  // Quantized engines: the trainer's BF16 into vLLM's FP8 (128 x 128
+  // blocks) or MXFP8 (1 x 32) parameters, quantized on pull or in two
+  // passes.
+  if (name == "8b-fp8") return Case{name, "qwen3-8b", "megatron:tp=1", "vllm:tp=1,quant=fp8", 1};
+  if (name == "8b-mx") return Case{name, "qwen3-8b", "megatron:tp=1", "vllm:tp=1,quant=mxfp8", 1};
   if (name == "moe") {
     return Case{name, moe_model, "megatron:tp=1,experts=indexed", "vllm:tp=1", 1};
   }
@@ -99,6 +104,13 @@ absl::StatusOr<Plan> CasePlan(const Case& c, bool hf_source) {
 }
 
 
+
+absl::StatusOr<SideLayout> CaseTrainerLayout(const Case& c) {
+  REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(c.model));
+  REFIT_ASSIGN_OR_RETURN(TrainerSpec ts, ParseTrainerSpec(c.trainer));
+  REFIT_ASSIGN_OR_RETURN(MappedSide src, BuildTrainerLayout(model, ts));
+  return std::move(src.layout);
+}
 
 absl::StatusOr<Arena> Allocate(const SideLayout& side, int rank, int fill, bool vmm) {
   Arena a;

@@ -30,7 +30,8 @@ struct Case {
   int trainers = 1;
 };
 
-// The case called `name` ("8b", "tp2", "moe" with `moe_model`);
+// The case called `name` ("8b", "tp2", "8b-fp8", "8b-mx", "moe" with
+// `moe_model`);
 // INVALID_ARGUMENT otherwise.
 absl::StatusOr<Case> CaseNamed(const std::string& name, const std::string& moe_model);
 
@@ -38,6 +39,10 @@ absl::StatusOr<Case> CaseNamed(const std::string& name, const std::string& moe_m
 // `hf_source`, from HF tensors (one contiguous source buffer each). Fails
 // with the mapping's or the planner's error.
 absl::StatusOr<Plan> CasePlan(const Case& c, bool hf_source);
+
+// The trainer layout of a case as registered (before conversions: its
+// buffers are the first ones of CasePlan's source side).
+absl::StatusOr<SideLayout> CaseTrainerLayout(const Case& c);
 
 // One device arena per member, its buffers 256-byte aligned inside (as a
 // caching allocator's segment holds tensors).

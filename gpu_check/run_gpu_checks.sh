@@ -35,6 +35,8 @@ REFIT_MXFP8_DUMP="$(mktemp -d)" && export REFIT_MXFP8_DUMP
 if python3 -c 'import torch' 2>/dev/null; then
   python3 "$dir/mxfp8_torch_check.py" "$REFIT_MXFP8_DUMP" || rc4=1
 fi
+echo "== fused_pull_gpu_test (quantize-on-pull kernel vs its host items; next to a copy)"
+"$dir/fused_pull_gpu_test" || rc4=1
 echo "== delta_gpu_test (delta encode/apply and digest kernels vs the host codec)"
 "$dir/delta_gpu_test"
 rc9=$?

@@ -5,7 +5,10 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+
+#include "exec/cuda/quantize_math.cuh"
 
 namespace refit {
 namespace cuda {
@@ -19,80 +22,6 @@ __device__ float RefitLoadF32(const char* p, int dtype, int64_t i) {
   }
   if (dtype == kConvertF16) return __half2float(reinterpret_cast<const __half*>(p)[i]);
   return reinterpret_cast<const float*>(p)[i];
-}
-
-__device__ float RefitPow2Ceil(float scale) {
-  const unsigned int u = __float_as_uint(scale);
-  return (u & 0x7FFFFFu) != 0 ? __uint_as_float((u & 0xFF800000u) + 0x800000u) : scale;
-}
-
-// The value of e4m3(clamp(x, -448, 448)), exactly.
-__device__ float RefitE4M3Value(float x) {
-  const __nv_fp8_storage_t q =
-      __nv_cvt_float_to_fp8(fminf(fmaxf(x, -448.0f), 448.0f), __NV_SATFINITE, __NV_E4M3);
-  const __half h = __nv_cvt_fp8_to_halfraw(q, __NV_E4M3);
-  return __half2float(h);
-}
-
-// E8m0ScaleByte of exec/quantize.cc: clamp(ceil(log2(max(amax, 2^-126) /
-// 448)) + 127, 0, 254), the logarithm read exactly off the quotient's bits.
-__device__ int RefitE8m0Byte(float amax) {
-  const float r = __fdiv_rn(fmaxf(amax, 1.17549435e-38f), 448.0f);
-  const unsigned int u = __float_as_uint(r);
-  const int e = static_cast<int>(u >> 23);
-  const unsigned int m = u & 0x7FFFFFu;
-  int c;  // ceil(log2(r))
-  if (e > 0) {
-    c = e - 127 + (m != 0 ? 1 : 0);
-  } else {  // subnormal: r = m * 2^-149, m >= 1
-    c = (m > 1 ? 32 - __clz(m - 1) : 0) - 149;
-  }
-  return min(254, max(0, c + 127));
-}
-
-// 2^(e - 127) for an E8M0 byte (2^-127 is subnormal).
-__device__ float RefitE8m0Value(int e) {
-  return e == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(static_cast<unsigned>(e) << 23);
-}
-
-// BlockScale of exec/quantize.cc: the scale a tile is quantized with.
-__device__ float RefitBlockScale(float amax, int mode) {
-  if (mode == kScaleE8m0) return RefitE8m0Value(RefitE8m0Byte(amax));
-  const float s1 = __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f);
-  if (mode == kScaleFloat) return s1;
-  if (mode == kScalePow2) return RefitPow2Ceil(s1);
-  const float amax2 = __fmul_rn(RefitE4M3Value(__fmul_rn(amax, __fdiv_rn(1.0f, s1))), s1);
-  return RefitPow2Ceil(__fdiv_rn(fmaxf(amax2, 1e-4f), 448.0f));
-}
-
-// Per tile: codes are e4m3(clamp(RefitScaled(x))).
-struct RefitTileScales {
-  float scale;  // written to the scale tensor
-  float inv;    // 1 / the scale x is first divided by (s1 for requant)
-  float s1, inv2;
-};
-__device__ RefitTileScales RefitScalesOf(float amax, int mode) {
-  RefitTileScales t;
-  t.scale = RefitBlockScale(amax, mode);
-  t.s1 = mode == kScaleRequant ? RefitBlockScale(amax, kScaleFloat) : t.scale;
-  t.inv = __fdiv_rn(1.0f, t.s1);
-  t.inv2 = __fdiv_rn(1.0f, t.scale);
-  return t;
-}
-__device__ float RefitScaled(float v, const RefitTileScales& t, int mode) {
-  const float x = __fmul_rn(v, t.inv);
-  if (mode != kScaleRequant) return x;
-  return __fmul_rn(__fmul_rn(RefitE4M3Value(x), t.s1), t.inv2);
-}
-
-// Writes scale element k: the f32 scale, or for kScaleE8m0 its byte.
-__device__ void RefitStoreScale(void* scales, int64_t k, int mode, float scale) {
-  if (mode == kScaleE8m0) {
-    static_cast<unsigned char*>(scales)[k] =
-        static_cast<unsigned char>((__float_as_uint(scale) >> 23) & 0xFF);
-  } else {
-    static_cast<float*>(scales)[k] = scale;
-  }
 }
 
 // One block per tile: (l, i, j) = (blockIdx.z, blockIdx.y, blockIdx.x).
@@ -309,6 +238,69 @@ __global__ void __launch_bounds__(kMxWarps * 32) RefitQuantizeMxKernel(
       __nv_cvt_float_to_fp8(fminf(fmaxf(x, -448.0f), 448.0f), __NV_SATFINITE, __NV_E4M3));
 }
 
+// 1 x 32 blocks (MXFP8) of BF16 rows made of whole blocks (the box's
+// columns a multiple of 32), input 16-byte and codes 8-byte aligned: the
+// box is a run of 64-byte blocks numbered like their scales. Each lane
+// holds 8 elements (one 16-byte load), four lanes one block (two shuffles
+// give its amax); a warp's k-th load reads 512 consecutive bytes and each
+// thread has kMxVecLoads loads in flight before the first use; codes go
+// out as 8-byte stores, the block's scale byte from its first lane. Codes
+// and bytes are those of RefitQuantizeMxKernel (same scale and product).
+constexpr int kMxVecThreads = 256;
+constexpr int kMxVecLoads = 4;
+constexpr int64_t kMxVecChunksPerCta = int64_t{kMxVecThreads} * kMxVecLoads;
+
+__global__ void __launch_bounds__(kMxVecThreads) RefitQuantizeMxBf16x8Kernel(
+    const uint4* in, int64_t chunks, uint2* out, unsigned char* scales, long long* bad) {
+  const int lane = threadIdx.x & 31;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kMxVecChunksPerCta +
+                       static_cast<int64_t>(threadIdx.x >> 5) * (32 * kMxVecLoads) + lane;
+  uint4 v[kMxVecLoads];
+#pragma unroll
+  for (int k = 0; k < kMxVecLoads; ++k) {
+    const int64_t c = base + 32 * k;
+    v[k] = c < chunks ? __ldg(in + c) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int k = 0; k < kMxVecLoads; ++k) {
+    const int64_t c = base + 32 * k;
+    const unsigned int w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+    // The max of |x| as f32 bits (non-negative floats order as unsigned ints).
+    unsigned int m = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      m = max(m, max((w[q] << 16) & 0x7FFF0000u, w[q] & 0x7FFF0000u));
+      // An all-ones exponent in either half: NaN or infinity (rare path).
+      if ((w[q] & 0x7F80u) == 0x7F80u || (w[q] & 0x7F800000u) == 0x7F800000u) {
+        const int half = (w[q] & 0x7F80u) == 0x7F80u ? 0 : 1;
+        atomicMin(bad, static_cast<long long>(c * 8 + 2 * q + half));
+      }
+    }
+    // Every lane takes part (out-of-range lanes hold zeros); whole blocks
+    // of four lanes are in or out together (chunks % 4 == 0).
+    m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    if (c >= chunks) continue;
+    const int byte = RefitE8m0Byte(__uint_as_float(m));
+    if ((lane & 3) == 0 && scales != nullptr) {
+      scales[c >> 2] = static_cast<unsigned char>(byte);
+    }
+    const float inv = __fdiv_rn(1.0f, RefitE8m0Value(byte));
+    unsigned int packed[2] = {0, 0};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      // Finite inputs only (checked above): SATFINITE saturates at +-448
+      // exactly as clamping first would.
+      const float2 y = make_float2(__fmul_rn(__uint_as_float(w[q] << 16), inv),
+                                   __fmul_rn(__uint_as_float(w[q] & 0xFFFF0000u), inv));
+      const unsigned int two = static_cast<unsigned short>(
+          __nv_cvt_float2_to_fp8x2(y, __NV_SATFINITE, __NV_E4M3));
+      packed[q >> 1] |= two << (16 * (q & 1));
+    }
+    out[c] = make_uint2(packed[0], packed[1]);
+  }
+}
+
 __global__ void RefitCastKernel(const char* in, int dtype, int64_t n, bool neg_exp,
                                 float* out) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -374,6 +366,19 @@ int LaunchQuantizeFused(const DenseBox& b, int mode, unsigned char* out,
   if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
   if (b.block_r * b.block_c > kFusedThreads * kFusedPerThread) {
     return static_cast<int>(cudaErrorInvalidValue);
+  }
+  if (b.block_r == 1 && b.block_c == kMxWarpBlock && b.c0 % kMxWarpBlock == 0 &&
+      b.C % kMxWarpBlock == 0 && b.dtype == kConvertBF16 && mode == kScaleE8m0 &&
+      reinterpret_cast<uintptr_t>(b.data) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(out) % 8 == 0) {
+    const int64_t chunks = b.L * b.R * b.C / 8;
+    const int64_t ctas = (chunks + kMxVecChunksPerCta - 1) / kMxVecChunksPerCta;
+    if (ctas > 0x7FFFFFFF) return static_cast<int>(cudaErrorInvalidValue);
+    RefitQuantizeMxBf16x8Kernel<<<static_cast<unsigned>(ctas), kMxVecThreads, 0,
+                                  static_cast<cudaStream_t>(stream)>>>(
+        reinterpret_cast<const uint4*>(b.data), chunks, reinterpret_cast<uint2*>(out),
+        static_cast<unsigned char*>(scales), bad);
+    return static_cast<int>(cudaGetLastError());
   }
   if (b.block_r == 1 && b.block_c == kMxWarpBlock && b.c0 % kMxWarpBlock == 0) {
     const int64_t blocks = b.L * b.R * TileCols(b);

@@ -51,7 +51,8 @@ int LaunchQuantize(const DenseBox& b, const float* amax, int mode,
 
 // Both of the above in one pass, for a box none of whose tiles another rank
 // holds part of (block_r * block_c <= 16384): *bad as in LaunchTileAmax.
-// 1 x 32 tiles (MXFP8) take a kernel of one warp per block.
+// 1 x 32 tiles (MXFP8): BF16 rows of whole blocks take a vectorized
+// kernel (four lanes per block, 16-byte loads), others one warp per block.
 int LaunchQuantizeFused(const DenseBox& b, int mode, unsigned char* out,
                         void* scales, long long* bad, void* stream);
 

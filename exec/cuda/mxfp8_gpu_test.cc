@@ -2,9 +2,11 @@
 // MakeCudaConvertOps, ScaleMode::kE8m0, 1 x 32 blocks): e4m3 codes and E8M0
 // scale bytes bit-equal to the host loops (exec/quantize.h) and to the
 // independent reference of vLLM's formula (ReferenceMxfp8Quantize), for
-// whole blocks (the warp-per-block kernel) and for blocks cut between two
-// boxes whose amaxes are combined (the general kernels); then the fused
-// quantizer's throughput next to a device copy. Prints PASS/FAIL lines and a
+// whole blocks (the vectorized kernel) and for blocks cut between two
+// boxes whose amaxes are combined (the general kernels); the vectorized
+// kernel and the warp-per-block kernel it leaves partial blocks and
+// unaligned sources to, NaN and infinity refused by coordinates; then the
+// fused quantizer's throughput next to a device copy. Prints PASS/FAIL lines and a
 // FIGURE line; with no CUDA device it prints SKIP and REFIT_GPU_SKIP and
 // exits 0.
 #include <cuda_runtime_api.h>
@@ -20,6 +22,8 @@
 
 #include "exec/cuda/cuda_convert_ops.h"
 #include "exec/quantize.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/gpu_test.h"
 #include "testing/reference_quantizer.h"
@@ -160,6 +164,106 @@ TEST(Mxfp8GpuTest, WholeAndCutBlocksEqualHostAndReference) {
   cudaFree(in);
   cudaFree(out);
   cudaFree(scales);
+  cudaStreamDestroy(s);
+}
+
+std::vector<int64_t> MxTile(const Box& box) {
+  std::vector<int64_t> tile(box.rank(), 1);
+  tile.back() = 32;
+  return tile;
+}
+
+// One QuantizeWhole of `bf16` over `box` (1 x 32 blocks, E8M0) read from a
+// device copy `offset` bytes past an allocation's start: its codes and
+// scale bytes, and the status of the call and of Sync.
+struct MxRun {
+  std::vector<uint8_t> codes, scales;
+  absl::Status status;
+};
+MxRun RunWhole(ConvertOps& ops, const std::vector<uint16_t>& bf16, const Box& box,
+               int64_t offset, const char* what) {
+  const int64_t n = static_cast<int64_t>(bf16.size());
+  const int64_t ns = UncheckedNumElements(OwnedTiles(box, MxTile(box)));
+  std::vector<uint8_t> padded(offset + n * 2, 0);
+  std::memcpy(padded.data() + offset, bf16.data(), n * 2);
+  char* in = ToDevice(padded);
+  char *out = nullptr, *scales = nullptr;
+  MxRun r;
+  if (cudaMalloc(reinterpret_cast<void**>(&out), n + 1) != cudaSuccess ||
+      cudaMalloc(reinterpret_cast<void**>(&scales), ns + 1) != cudaSuccess) {
+    r.status = absl::InternalError("cudaMalloc");
+    return r;
+  }
+  r.status = ops.QuantizeWhole(in + offset, DType::kBF16, box, MxTile(box), ScaleMode::kE8m0,
+                               out, scales, what);
+  if (r.status.ok()) r.status = ops.Sync();
+  r.codes = FromDevice<uint8_t>(out, n);
+  r.scales = FromDevice<uint8_t>(scales, ns);
+  cudaFree(in);
+  cudaFree(out);
+  cudaFree(scales);
+  return r;
+}
+
+// The vectorized kernel (rows of whole blocks, aligned) and the warp-per-
+// block kernel it leaves the rest to (a partial last block, an unaligned
+// source), on sizes whose last thread block is partly empty: codes and
+// scale bytes equal the host loops (and the reference where it applies);
+// then a NaN and an infinity are refused, the first one named.
+TEST(Mxfp8GpuTest, VectorAndFallbackKernelsEqualHostAndRefuseNonFinite) {
+  REFIT_SKIP_WITHOUT_GPU("mxfp8_gpu_test");
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  auto ops = MakeCudaConvertOps(s);
+  struct Case {
+    int64_t rows, cols, offset;
+    const char* what;
+  };
+  const Case cases[] = {{1003, 4096, 0, "vector, 1003 x 4096"},
+                        {7, 96, 0, "vector, 7 x 96"},
+                        {301, 1000, 0, "warp per block, partial last block (1000 columns)"},
+                        {64, 512, 2, "warp per block, source 2 bytes off 16-byte alignment"}};
+  for (const Case& c : cases) {
+    std::vector<float> values;
+    const std::vector<uint16_t> bf16 = WideBf16(c.rows * c.cols, 11, &values);
+    const Box box = Box::Unchecked({0, 0}, {c.rows, c.cols});
+    const MxRun got = RunWhole(*ops, bf16, box, c.offset, "w");
+    ASSERT_TRUE(got.status.ok()) << c.what << ": " << got.status;
+    const char* host_in = reinterpret_cast<const char*>(bf16.data());
+    auto amax = TileAmaxHost({host_in, DType::kBF16, box}, MxTile(box));
+    ASSERT_TRUE(amax.ok()) << amax.status();
+    std::vector<uint8_t> host(got.codes.size()), host_scales(got.scales.size());
+    QuantizeHost({host_in, DType::kBF16, box}, MxTile(box), *amax, ScaleMode::kE8m0,
+                 host.data(), host_scales.data());
+    EXPECT_EQ(Mismatches(got.codes, host), 0) << c.what;
+    EXPECT_EQ(Mismatches(got.scales, host_scales), 0) << c.what;
+    if (c.cols % 32 == 0) {
+      const testing::Quantized want = testing::ReferenceMxfp8Quantize(values, {c.rows, c.cols});
+      EXPECT_EQ(Mismatches(got.codes, want.values), 0) << c.what;
+      EXPECT_EQ(Mismatches(got.scales, want.scale_bytes), 0) << c.what;
+    }
+    std::printf("%s mxfp8 %s: codes and E8M0 bytes equal the host loops (and the reference)\n",
+                HasFailure() ? "FAIL" : "PASS", c.what);
+  }
+  // Non-finite: a NaN at [700, col], an infinity after it in the next
+  // block, another later; the NaN is named, in either half of its 32-bit
+  // word (col 8 or 9).
+  for (const int col : {8, 9}) {
+    std::vector<float> values;
+    std::vector<uint16_t> bf16 = WideBf16(1003 * 4096, 5, &values);
+    bf16[700 * 4096 + 33] = 0x7F80;   // +inf
+    bf16[700 * 4096 + col] = 0xFFC0;  // NaN
+    bf16[900 * 4096 + 2] = 0xFF80;    // -inf
+    const MxRun got = RunWhole(*ops, bf16, Box::Unchecked({0, 0}, {1003, 4096}), 0,
+                               "tensor w, trainer rank 1");
+    EXPECT_THAT(std::string(got.status.message()),
+                ::testing::HasSubstr(absl::StrCat(
+                    "tensor w, trainer rank 1: non-finite value at [700, ", col, "]")))
+        << got.status;
+    EXPECT_TRUE(ops->Sync().ok()) << "the flag is reset after an error is reported";
+    std::printf("%s mxfp8 non-finite: %s\n", HasFailure() ? "FAIL" : "PASS",
+                std::string(got.status.message()).c_str());
+  }
   cudaStreamDestroy(s);
 }
 

@@ -18,7 +18,10 @@
 #include "exec/cuda/cuda_status.h"
 #include "exec/cuda/pull_kernels.h"
 #include "exec/peer_signal.h"
+#include "exec/cuda/pull_quantize_kernels.h"
 #include "exec/cuda/cuda_convert_ops.h"
+#include "exec/cuda/fused_pull_items.h"
+#include "exec/fused_pull.h"
 #include "exec/pull_program.h"
 #include "layout/dtype.h"
 
@@ -93,6 +96,8 @@ PullRunner::~PullRunner() {
   exporter_.reset();
   conversions_.reset();
   if (items_ != nullptr) (void)cudaFree(items_);
+  if (quant_items_ != nullptr) (void)cudaFree(quant_items_);
+  if (bad_ != nullptr) (void)cudaFree(bad_);
   if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
   if (start_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(start_event_));
   for (void* e : engine_events_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
@@ -226,9 +231,22 @@ absl::Status PullRunner::PrepareConversions(const Plan& slice, std::vector<char*
     return static_cast<char*>(p);
   };
   memory.release = [](char* p, int64_t) { (void)cudaFree(p); };
+  // The conversions the receivers fuse are not run here (nor their scratch
+  // allocated).
+  const Plan* convert = &slice;
+  if (options_.quantize_on_pull) {
+    const int32_t ws = slice.src.world_size;
+    fused_ = FusableConversions(slice, rank_, [&](int32_t d) {
+      return !options_.pull_peer || options_.pull_peer(ws + d);
+    });
+  }
+  if (!fused_.empty()) {
+    kept_slice_ = std::make_unique<Plan>(WithoutConversions(slice, fused_));
+    convert = kept_slice_.get();
+  }
   REFIT_ASSIGN_OR_RETURN(
       conversions_, ConversionStage::Create(
-                        slice, rank_, [this] { return MakeCudaConvertOps(stream_); },
+                        *convert, rank_, [this] { return MakeCudaConvertOps(stream_); },
                         std::move(memory), buffers));
   if (conversions_ == nullptr) return absl::OkStatus();
   for (const auto& [peer, count] : conversions_->peers()) {
@@ -271,7 +289,7 @@ absl::Status PullRunner::ExportTo(const Plan& slice, const std::vector<char*>& b
   const int32_t ws = slice.src.world_size;
   std::vector<std::string> blobs;
   for (int32_t g : peers_) {
-    const std::vector<int32_t> order = PairSourceBuffers(slice, rank_, g - ws);
+    const std::vector<int32_t> order = ExportedSourceBuffers(slice, rank_, g - ws, fused_);
     Hello h{static_cast<int64_t>(getpid()), ProcessToken(),
             static_cast<int64_t>(order.size()), {}, {}};
     std::memcpy(h.device_uuid, device_uuid_, sizeof(h.device_uuid));
@@ -289,6 +307,10 @@ absl::Status PullRunner::ExportTo(const Plan& slice, const std::vector<char*>& b
           exporter_->Export(buffers[b], slice.src.buffers[b].byte_size, &blob),
           absl::StrCat("trainer rank ", rank_, " buffer ", slice.src.buffers[b].name)));
     }
+    // What the receiver quantizes on pull.
+    const std::vector<FusedSource> fs = FusedSourcesOf(slice, rank_, g - ws, fused_);
+    blob += U64(fs.size());
+    blob.append(reinterpret_cast<const char*>(fs.data()), fs.size() * sizeof(FusedSource));
     blobs.push_back(std::move(blob));
   }
   for (const Message& m : slice.messages) {
@@ -369,6 +391,7 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
                            return std::binary_search(peers_.begin(), peers_.end(), s);
                          }));
   std::vector<char*> src(slice.src.buffers.size(), nullptr);
+  std::map<int32_t, std::vector<FusedSource>> fused;
   for (size_t i = 0; i < program.peers.size() && mapped.ok(); ++i) {
     const PullPeer& peer = program.peers[i];
     const std::string who = absl::StrCat("engine rank ", rank_, " mapping trainer rank ",
@@ -392,7 +415,37 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
       }
       src[b] = *a;
     }
+    uint64_t count = 0;
+    if (mapped.ok() && left >= 8) {
+      std::memcpy(&count, p, 8);
+      p += 8;
+      left -= 8;
+    }
+    if (mapped.ok() && (count > left / sizeof(FusedSource) || left != count * sizeof(FusedSource))) {
+      mapped = absl::InvalidArgumentError(absl::StrCat(
+          who, ": ", left, " bytes of quantize-on-pull descriptions for ", count, " entries"));
+    }
+    if (mapped.ok() && count > 0) {
+      std::vector<FusedSource>& v = fused[peer.src_rank];
+      v.resize(count);
+      std::memcpy(v.data(), p, count * sizeof(FusedSource));
+    }
   }
+  FusedProgram quant;
+  if (mapped.ok()) {
+    absl::StatusOr<FusedProgram> fp = BuildFusedItems(slice, rank_, fused);
+    if (fp.ok()) {
+      quant = *std::move(fp);
+    } else {
+      mapped = fp.status();
+    }
+  }
+  // The fused conversions' scratch is not pulled: the items write it.
+  program.tasks.erase(std::remove_if(program.tasks.begin(), program.tasks.end(),
+                                     [&](const CopyTask& t) {
+                                       return quant.fused_buffers.count(t.src_buffer) > 0;
+                                     }),
+                      program.tasks.end());
   // Tasks reading a sender on another GPU (its Hello names the GPU) go to
   // the copy engines, unless options.peer_copy_streams is 0.
   std::vector<bool> remote(slice.src.buffers.size(), false);
@@ -458,6 +511,7 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
                     "cudaMemcpy");
     }
   }
+  if (mapped.ok() && !quant.items.empty()) mapped = PrepareQuantize(slice, quant, src, buffers);
   num_items_ = static_cast<int64_t>(items.size());
   bytes_ = program.bytes;
   own_buffers_ = std::move(buffers);
@@ -480,6 +534,38 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status PullRunner::PrepareQuantize(const Plan& slice, const FusedProgram& quant,
+                                         const std::vector<char*>& src,
+                                         const std::vector<char*>& buffers) {
+  std::map<int32_t, std::vector<char*>> by_rank;
+  for (const FusedItem& it : quant.items) {
+    if (by_rank.count(it.src_rank) == 0) by_rank[it.src_rank] = src;
+    quant_where_.emplace_back(slice.src.tensors[it.tensor].name, it.where);
+  }
+  REFIT_ASSIGN_OR_RETURN(std::vector<cuda::PullQuantItem> items,
+                         AnnotateStatus(ResolveFusedItems(quant.items, by_rank, buffers),
+                                        absl::StrCat("engine rank ", rank_)));
+  REFIT_RETURN_IF_ERROR(Cuda(cudaMalloc(&bad_, 8), "cudaMalloc"));
+  REFIT_RETURN_IF_ERROR(
+      Cuda(cudaMalloc(&quant_items_, items.size() * sizeof(items[0])), "cudaMalloc"));
+  REFIT_RETURN_IF_ERROR(Cuda(cudaMemcpy(quant_items_, items.data(),
+                                        items.size() * sizeof(items[0]), cudaMemcpyHostToDevice),
+                             "cudaMemcpy"));
+  num_quant_items_ = static_cast<int64_t>(items.size());
+  return absl::OkStatus();
+}
+
+absl::Status PullRunner::CheckQuantized() {
+  long long bad = 0;
+  REFIT_RETURN_IF_ERROR(
+      Cuda(cudaMemcpy(&bad, bad_, 8, cudaMemcpyDeviceToHost), "the non-finite flag"));
+  if (bad < 0 || bad >= num_quant_items_) return absl::OkStatus();
+  const auto& [name, where] = quant_where_[bad];
+  return absl::InvalidArgumentError(absl::StrCat(
+      "engine rank ", rank_, ": tensor ", name, ": non-finite value in the region at [",
+      absl::StrJoin(where, ", "), "] (quantize-on-pull of the trainer's weights)"));
 }
 
 absl::Status PullRunner::WaitPeers(absl::Time deadline) {
@@ -526,8 +612,15 @@ absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
   REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
                                  static_cast<const cuda::PullItem*>(items_), num_items_, st)),
                              "pull kernel launch"));
+  if (num_quant_items_ > 0) {
+    REFIT_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(bad_, 0x7F, 8, st), "cudaMemsetAsync"));
+    REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPullQuantize(
+                                   static_cast<const cuda::PullQuantItem*>(quant_items_),
+                                   num_quant_items_, static_cast<long long*>(bad_), st)),
+                               "quantize-on-pull kernel launch"));
+  }
   if (!engine_copies_.empty()) {
-    // The copy engines read the other GPUs alongside the kernel.
+    // The copy engines read the other GPUs alongside the kernels.
     REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(engine_copies_, engine_streams_));
     for (size_t i = 0; i < engine_streams_.size(); ++i) {
       cudaStream_t es = static_cast<cudaStream_t>(engine_streams_[i]);
@@ -542,6 +635,7 @@ absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
   if (cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_event_), ev) == cudaSuccess) {
     stats->device_seconds = ms / 1e3;
   }
+  if (num_quant_items_ > 0) REFIT_RETURN_IF_ERROR(CheckQuantized());
   signal_->Publish(PeerSignal::Encode(round_, false));  // done with version round_
   return absl::OkStatus();
 }

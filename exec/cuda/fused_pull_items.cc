@@ -1,0 +1,59 @@
+// ResolveFusedItems (see fused_pull_items.h).
+#include "exec/cuda/fused_pull_items.h"
+
+#include "absl/strings/str_cat.h"
+#include "exec/quantize.h"
+
+namespace refit {
+
+absl::StatusOr<std::vector<cuda::PullQuantItem>> ResolveFusedItems(
+    absl::Span<const FusedItem> items, const std::map<int32_t, std::vector<char*>>& src,
+    absl::Span<char* const> dst) {
+  std::vector<cuda::PullQuantItem> out;
+  out.reserve(items.size());
+  auto own = [&](int32_t b) -> char* {
+    return b >= 0 && b < static_cast<int32_t>(dst.size()) ? dst[b] : nullptr;
+  };
+  for (const FusedItem& it : items) {
+    auto s = src.find(it.src_rank);
+    char* from = s != src.end() && it.src_buffer >= 0 &&
+                         it.src_buffer < static_cast<int32_t>(s->second.size())
+                     ? s->second[it.src_buffer]
+                     : nullptr;
+    if (from == nullptr || (it.dst_buffer >= 0 && own(it.dst_buffer) == nullptr) ||
+        (it.scale_buffer >= 0 && own(it.scale_buffer) == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "quantize-on-pull: a buffer of trainer rank ", it.src_rank, " (#", it.src_buffer,
+          ") or of this receiver (#", it.dst_buffer, ", #", it.scale_buffer, ") is missing"));
+    }
+    cuda::PullQuantItem d{};
+    d.src = from + it.src_offset;
+    d.dst = it.dst_buffer >= 0 ? reinterpret_cast<unsigned char*>(own(it.dst_buffer)) +
+                                     it.dst_offset
+                               : nullptr;
+    d.scales = it.scale_buffer >= 0 ? reinterpret_cast<unsigned char*>(own(it.scale_buffer)) +
+                                          it.scale_offset
+                                    : nullptr;
+    d.src_pitch = it.src_pitch;
+    d.dst_pitch = it.dst_pitch;
+    d.scale_pitch = it.scale_pitch;
+    d.rows = it.rows;
+    d.cols = it.cols;
+    d.w_r0 = it.w_r0;
+    d.w_r1 = it.w_r1;
+    d.w_c0 = it.w_c0;
+    d.w_c1 = it.w_c1;
+    d.s_r0 = it.s_r0;
+    d.s_r1 = it.s_r1;
+    d.s_c0 = it.s_c0;
+    d.s_c1 = it.s_c1;
+    d.mode = static_cast<int32_t>(ScaleModeOf(static_cast<ConversionKind>(it.kind)));
+    d.tile_r = it.tile_r;
+    d.tile_c = it.tile_c;
+    d.vec = cuda::PullQuantVectorOk(d) ? 1 : 0;
+    out.push_back(d);
+  }
+  return out;
+}
+
+}  // namespace refit
