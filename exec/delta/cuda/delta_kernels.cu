@@ -248,6 +248,231 @@ __global__ void DigestKernel(const uint8_t* p, int64_t bytes, int w, uint64_t ke
   if ((threadIdx.x & 31) == 0) atomicAdd(sum, static_cast<unsigned long long>(s));
 }
 
+// ---- Batched over a wave's messages (WaveMsg / WaveTile rows).
+
+// Calls f(local word, rank) for each set bit of one tile's `mask_words` mask
+// words (word(k) reads word k), in order, ranks from rank_base.
+template <typename Word, typename F>
+__device__ inline void WaveForEachSetBit(int64_t mask_words, uint64_t rank_base, Word word,
+                                         F f) {
+  const int64_t per = (mask_words + kDeltaThreads - 1) / kDeltaThreads;
+  const int64_t lo = min(mask_words, threadIdx.x * per);
+  const int64_t hi = min(mask_words, lo + per);
+  uint32_t mine = 0;
+  for (int64_t k = lo; k < hi; ++k) mine += __popc(word(k));
+  uint64_t rank = rank_base + DeltaBlockExclusiveScan(mine);
+  for (int64_t k = lo; k < hi; ++k) {
+    uint32_t m = word(k);
+    while (m != 0) {
+      const int bit = __ffs(m) - 1;
+      m &= m - 1;
+      f(static_cast<uint64_t>(k) * 32 + bit, rank++);
+    }
+  }
+}
+
+__device__ inline bool WaveAligned(const void* a, const void* b) {
+  return ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15u) == 0;
+}
+
+__device__ inline uint32_t WaveLoadU32(const uint8_t* p) {
+  if ((reinterpret_cast<uintptr_t>(p) & 3u) == 0) return *reinterpret_cast<const uint32_t*>(p);
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+
+__global__ void WaveMaskKernel(const WaveMsg* msgs, const WaveTile* tiles, uint32_t* mask,
+                               uint32_t* tile_counts) {
+  const int64_t g = blockIdx.x;
+  const WaveTile t = tiles[g];
+  const WaveMsg m = msgs[t.msg];
+  const int w = m.word;
+  const int64_t base = static_cast<int64_t>(t.tile) * kDeltaTileBytes;
+  const bool aligned = WaveAligned(m.cur, m.snap);
+  uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
+  const int b = kDeltaChunk / w;  // bits per chunk
+  const int gs = 32 / b;          // lanes per mask word
+  const int lane = threadIdx.x & 31;
+  uint32_t count = 0;
+  for (int j = 0; j < kDeltaChunksPerThread; ++j) {
+    const int64_t local = (static_cast<int64_t>(j) * kDeltaThreads + threadIdx.x) * kDeltaChunk;
+    const int64_t off = base + local;
+    uint32_t bits = 0;
+    if (off < m.bytes) {
+      bits = DeltaDiffBits(DeltaLoad(m.cur, off, m.bytes, aligned),
+                           DeltaLoad(m.snap, off, m.bytes, aligned), w);
+    }
+    count += __popc(bits);
+    uint32_t word = bits << ((lane % gs) * b);
+    for (int o = 1; o < gs; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
+    if (lane % gs == 0) tmask[(local / w) / 32] = word;
+  }
+  const uint32_t total = DeltaBlockSum(count);
+  if (threadIdx.x == 0) tile_counts[g] = total;
+}
+
+__global__ void WaveTotalsKernel(const WaveMsg* msgs, int64_t num_msgs,
+                                 const uint32_t* tile_counts, const uint64_t* tile_offsets,
+                                 uint64_t* totals) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < num_msgs;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const WaveMsg m = msgs[i];
+    const int64_t nt = (m.bytes + kDeltaTileBytes - 1) / kDeltaTileBytes;
+    const int64_t last = m.first_tile + nt - 1;
+    totals[i] = nt == 0 ? 0 : tile_offsets[last] + tile_counts[last] - tile_offsets[m.first_tile];
+  }
+}
+
+__global__ void WaveGatherKernel(const WaveMsg* msgs, const WaveTile* tiles,
+                                 const uint32_t* mask, const uint64_t* tile_offsets) {
+  const int64_t g = blockIdx.x;
+  const WaveTile t = tiles[g];
+  const WaveMsg m = msgs[t.msg];
+  if (m.encoding != 1 && m.encoding != 2) return;  // kIndices, kBitmask
+  const int w = m.word;
+  const int64_t wpt = kDeltaTileBytes / w;  // words per tile
+  const int64_t mw = wpt / 32;
+  const int64_t n = m.bytes / w;
+  const uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
+  const uint64_t rank_base = tile_offsets[g] - tile_offsets[m.first_tile];
+  const int64_t first_word = static_cast<int64_t>(t.tile) * wpt;
+  uint8_t* values;
+  uint32_t* indices = nullptr;
+  if (m.encoding == 1) {
+    indices = reinterpret_cast<uint32_t*>(m.out);
+    values = m.out + m.changed * 4;
+  } else {
+    const int64_t mask_bytes = (n + 7) / 8;
+    values = m.out + mask_bytes;
+    // This tile's mask words into the message's bitmask.
+    for (int64_t k = threadIdx.x; k < mw; k += kDeltaThreads) {
+      const int64_t at = (first_word / 32 + k) * 4;
+      const uint32_t x = tmask[k];
+      for (int i = 0; i < 4; ++i) {
+        if (at + i < mask_bytes) m.out[at + i] = static_cast<uint8_t>(x >> (8 * i));
+      }
+    }
+  }
+  WaveForEachSetBit(mw, rank_base, [&](int64_t k) { return tmask[k]; },
+                    [&](uint64_t local, uint64_t r) {
+                      const uint64_t i = first_word + local;
+                      if (indices != nullptr) {
+                        const uint32_t x = static_cast<uint32_t>(i);
+                        uint8_t* ip = reinterpret_cast<uint8_t*>(indices) + r * 4;
+                        for (int b = 0; b < 4; ++b) ip[b] = static_cast<uint8_t>(x >> (8 * b));
+                      }
+                      for (int b = 0; b < w; ++b) values[r * w + b] = m.cur[i * w + b];
+                    });
+}
+
+__global__ void WaveApplyCountKernel(const WaveMsg* msgs, const WaveTile* tiles,
+                                     uint32_t* tile_counts, uint32_t* bad, uint32_t* bad_any) {
+  const int64_t g = blockIdx.x;
+  const WaveTile t = tiles[g];
+  const WaveMsg m = msgs[t.msg];
+  const int w = m.word;
+  const int64_t n = m.bytes / w;
+  if (m.encoding == 1) {
+    const int64_t k0 = static_cast<int64_t>(t.tile) * kWaveIndicesPerTile;
+    const int64_t k1 = min(m.changed, k0 + kWaveIndicesPerTile);
+    for (int64_t k = k0 + threadIdx.x; k < k1; k += kDeltaThreads) {
+      const uint32_t i = WaveLoadU32(m.cur + k * 4);
+      if (i >= static_cast<uint64_t>(n) || (k > 0 && i <= WaveLoadU32(m.cur + (k - 1) * 4))) {
+        bad[t.msg] = 1;
+        *bad_any = 1;
+      }
+    }
+    if (threadIdx.x == 0) tile_counts[g] = 0;
+    return;
+  }
+  const int64_t mw = kDeltaTileBytes / w / 32;
+  const int64_t mask_bytes = (n + 7) / 8;
+  uint32_t count = 0;
+  for (int64_t k = threadIdx.x; k < mw; k += kDeltaThreads) {
+    count += __popc(DeltaMaskWord(m.cur, mask_bytes, static_cast<int64_t>(t.tile) * mw + k));
+  }
+  const uint32_t total = DeltaBlockSum(count);
+  if (threadIdx.x == 0) tile_counts[g] = total;
+}
+
+__global__ void WaveApplyCheckKernel(const WaveMsg* msgs, int64_t num_msgs,
+                                     const uint32_t* tile_counts, const uint64_t* tile_offsets,
+                                     uint32_t* bad, uint32_t* bad_any) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < num_msgs;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const WaveMsg m = msgs[i];
+    if (m.encoding != 2) continue;
+    const int64_t n = m.bytes / m.word;
+    const int64_t mask_bytes = (n + 7) / 8;
+    const int64_t nt = (m.bytes + kDeltaTileBytes - 1) / kDeltaTileBytes;
+    const int64_t last = m.first_tile + nt - 1;
+    const uint64_t set =
+        nt == 0 ? 0 : tile_offsets[last] + tile_counts[last] - tile_offsets[m.first_tile];
+    const int tail = static_cast<int>(n % 8);
+    const bool past_end = tail != 0 && (m.cur[mask_bytes - 1] >> tail) != 0;
+    if (set != static_cast<uint64_t>(m.changed) || past_end) {
+      bad[i] = 1;
+      *bad_any = 1;
+    }
+  }
+}
+
+__global__ void WaveScatterKernel(const WaveMsg* msgs, const WaveTile* tiles,
+                                  const uint64_t* tile_offsets, const uint32_t* bad_any) {
+  if (*bad_any != 0) return;
+  const int64_t g = blockIdx.x;
+  const WaveTile t = tiles[g];
+  const WaveMsg m = msgs[t.msg];
+  const int w = m.word;
+  const int64_t n = m.bytes / w;
+  if (m.encoding == 1) {
+    const uint8_t* values = m.cur + m.changed * 4;
+    const int64_t k0 = static_cast<int64_t>(t.tile) * kWaveIndicesPerTile;
+    const int64_t k1 = min(m.changed, k0 + kWaveIndicesPerTile);
+    for (int64_t k = k0 + threadIdx.x; k < k1; k += kDeltaThreads) {
+      const uint64_t i = WaveLoadU32(m.cur + k * 4);
+      for (int b = 0; b < w; ++b) m.out[i * w + b] = values[k * w + b];
+    }
+    return;
+  }
+  const int64_t wpt = kDeltaTileBytes / w;
+  const int64_t mw = wpt / 32;
+  const int64_t mask_bytes = (n + 7) / 8;
+  const uint8_t* values = m.cur + mask_bytes;
+  const int64_t first_word = static_cast<int64_t>(t.tile) * wpt;
+  const uint64_t rank_base = tile_offsets[g] - tile_offsets[m.first_tile];
+  WaveForEachSetBit(
+      mw, rank_base,
+      [&](int64_t k) { return DeltaMaskWord(m.cur, mask_bytes, first_word / 32 + k); },
+      [&](uint64_t local, uint64_t r) {
+        const uint64_t i = first_word + local;
+        for (int b = 0; b < w; ++b) m.out[i * w + b] = values[r * w + b];
+      });
+}
+
+__global__ void WaveDigestKernel(const WaveDigestRun* runs, const WaveTile* tiles,
+                                 unsigned long long* sums) {
+  const WaveTile t = tiles[blockIdx.x];
+  const WaveDigestRun r = runs[t.msg];
+  const int w = r.element_bytes;
+  const bool aligned = (reinterpret_cast<uintptr_t>(r.data) & 15u) == 0;
+  const int64_t lo = static_cast<int64_t>(t.tile) * kDeltaTileBytes;
+  const int64_t hi = min(r.bytes, lo + kDeltaTileBytes);
+  const int per_chunk = kDeltaChunk / w;
+  uint64_t s = 0;
+  for (int64_t off = lo + static_cast<int64_t>(threadIdx.x) * kDeltaChunk; off < hi;
+       off += static_cast<int64_t>(kDeltaThreads) * kDeltaChunk) {
+    const DeltaChunk c = DeltaLoad(r.data, off, hi, aligned);
+    for (int j = 0; j < per_chunk; ++j) {
+      const int64_t o = off + static_cast<int64_t>(j) * w;
+      if (o >= hi) break;
+      s += DigestTerm(r.first_key + static_cast<uint64_t>(o), DeltaWord(c, w, j));
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+  if ((threadIdx.x & 31) == 0) atomicAdd(sums + r.slot, static_cast<unsigned long long>(s));
+}
+
 namespace {
 
 int64_t Tiles(int64_t bytes) { return (bytes + kDeltaTileBytes - 1) / kDeltaTileBytes; }
@@ -323,6 +548,59 @@ void LaunchDigest(const void* data, int64_t bytes, int element_bytes, uint64_t f
   if (bytes == 0) return;
   DigestKernel<<<GridFor((bytes + kDeltaChunk - 1) / kDeltaChunk), kDeltaThreads, 0, stream>>>(
       static_cast<const uint8_t*>(data), bytes, element_bytes, first_key, Aligned16(data), sum);
+}
+
+void LaunchWaveMask(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                    uint32_t* mask, uint32_t* tile_counts, cudaStream_t stream) {
+  if (num_tiles == 0) return;
+  WaveMaskKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
+      msgs, tiles, mask, tile_counts);
+}
+
+void LaunchWaveTotals(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* tile_counts,
+                      const uint64_t* tile_offsets, uint64_t* totals, cudaStream_t stream) {
+  if (num_msgs == 0) return;
+  WaveTotalsKernel<<<GridFor(num_msgs), kDeltaThreads, 0, stream>>>(msgs, num_msgs, tile_counts,
+                                                                    tile_offsets, totals);
+}
+
+void LaunchWaveGather(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                      const uint32_t* mask, const uint64_t* tile_offsets,
+                      cudaStream_t stream) {
+  if (num_tiles == 0) return;
+  WaveGatherKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
+      msgs, tiles, mask, tile_offsets);
+}
+
+void LaunchWaveApplyCount(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                          uint32_t* tile_counts, uint32_t* bad, uint32_t* bad_any,
+                          cudaStream_t stream) {
+  if (num_tiles == 0) return;
+  WaveApplyCountKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
+      msgs, tiles, tile_counts, bad, bad_any);
+}
+
+void LaunchWaveApplyCheck(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* tile_counts,
+                          const uint64_t* tile_offsets, uint32_t* bad, uint32_t* bad_any,
+                          cudaStream_t stream) {
+  if (num_msgs == 0) return;
+  WaveApplyCheckKernel<<<GridFor(num_msgs), kDeltaThreads, 0, stream>>>(
+      msgs, num_msgs, tile_counts, tile_offsets, bad, bad_any);
+}
+
+void LaunchWaveScatter(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                       const uint64_t* tile_offsets, const uint32_t* bad_any,
+                       cudaStream_t stream) {
+  if (num_tiles == 0) return;
+  WaveScatterKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
+      msgs, tiles, tile_offsets, bad_any);
+}
+
+void LaunchWaveDigest(const WaveDigestRun* runs, const WaveTile* tiles, int64_t num_tiles,
+                      unsigned long long* sums, cudaStream_t stream) {
+  if (num_tiles == 0) return;
+  WaveDigestKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
+      runs, tiles, sums);
 }
 
 }  // namespace refit

@@ -60,6 +60,77 @@ void LaunchScatterMasked(const uint8_t* mask, int64_t mask_bytes, int word_bytes
 void LaunchDigest(const void* data, int64_t bytes, int element_bytes, uint64_t first_key,
                   unsigned long long* sum, cudaStream_t stream);
 
+// Batched launches: every message of a wave in one launch each. A wave's
+// messages are WaveMsg rows and its work is a list of WaveTile rows (tile
+// `tile` of message `msg`), one block per tile; a message's tiles are
+// consecutive from its first_tile. The mask scratch holds
+// kWaveMaskWordsPerTile u32 per tile of the wave.
+inline constexpr int64_t kWaveMaskWordsPerTile = kDeltaTileBytes / 32;  // 1-byte words
+// Indices one apply tile of a kIndices message checks and scatters.
+inline constexpr int64_t kWaveIndicesPerTile = 8192;
+
+struct WaveMsg {
+  const uint8_t* cur = nullptr;   // encode: current bytes; apply: payload
+  const uint8_t* snap = nullptr;  // encode: snapshot
+  uint8_t* out = nullptr;         // encode: payload; apply: target
+  int64_t bytes = 0;              // the message's (target's) bytes
+  int64_t first_tile = 0;
+  int64_t changed = 0;            // encode and apply: words sent
+  int32_t word = 1;
+  int32_t encoding = 0;           // a DeltaEncoding
+};
+struct WaveTile {
+  int32_t msg = 0;
+  int32_t tile = 0;
+};
+static_assert(sizeof(WaveMsg) == 56 && sizeof(WaveTile) == 8, "copied as bytes");
+
+// Tiles of a message: encode and bitmask apply by kDeltaTileBytes of the
+// message, kIndices apply by kWaveIndicesPerTile indices.
+inline int64_t WaveEncodeTiles(int64_t bytes) {
+  return (bytes + kDeltaTileBytes - 1) / kDeltaTileBytes;
+}
+
+// Encode, pass 1: the mask of changed words and each tile's count.
+void LaunchWaveMask(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                    uint32_t* mask, uint32_t* tile_counts, cudaStream_t stream);
+// totals[i] = message i's changed words, from the scanned tile offsets.
+void LaunchWaveTotals(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* tile_counts,
+                      const uint64_t* tile_offsets, uint64_t* totals, cudaStream_t stream);
+// Encode, pass 2: each kIndices / kBitmask message's payload at its `out`
+// (dense messages: nothing).
+void LaunchWaveGather(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                      const uint32_t* mask, const uint64_t* tile_offsets,
+                      cudaStream_t stream);
+// Apply, pass 1: bitmask tiles' set bits into tile_counts; kIndices tiles'
+// indices checked (bad[msg] and *bad_any set for one out of range or not
+// increasing), their count 0.
+void LaunchWaveApplyCount(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                          uint32_t* tile_counts, uint32_t* bad, uint32_t* bad_any,
+                          cudaStream_t stream);
+// Apply, pass 2: a bitmask message whose set bits disagree with its count
+// or that has bits past its end is bad.
+void LaunchWaveApplyCheck(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* tile_counts,
+                          const uint64_t* tile_offsets, uint32_t* bad, uint32_t* bad_any,
+                          cudaStream_t stream);
+// Apply, pass 3: unless *bad_any, every changed word into its target.
+void LaunchWaveScatter(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                       const uint64_t* tile_offsets, const uint32_t* bad_any,
+                       cudaStream_t stream);
+
+// One digest run of a batch, and its tiles (kDeltaTileBytes each).
+struct WaveDigestRun {
+  const uint8_t* data = nullptr;
+  int64_t bytes = 0;
+  uint64_t first_key = 0;
+  int32_t element_bytes = 1;
+  int32_t slot = 0;
+};
+static_assert(sizeof(WaveDigestRun) == 32, "copied as bytes");
+// sums[run.slot] += the digest of each tile of each run.
+void LaunchWaveDigest(const WaveDigestRun* runs, const WaveTile* tiles, int64_t num_tiles,
+                      unsigned long long* sums, cudaStream_t stream);
+
 }  // namespace refit
 
 #endif  // REFIT_EXEC_DELTA_CUDA_DELTA_KERNELS_H_
