@@ -103,7 +103,7 @@ struct DeltaRoundStats {
   int64_t dense_messages = 0;   // sent or received dense
   int64_t dense_bytes = 0;      // the messages' dense size
   int64_t wire_bytes = 0;       // headers + payloads
-  int64_t changed_words = 0;
+  int64_t changed_words = 0;   // trainer: counted; engine: sent
   double digest_seconds = 0;    // time spent digesting
   double encode_seconds = 0;    // trainer: counting and encoding, host-visible
 };

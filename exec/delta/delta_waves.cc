@@ -145,7 +145,7 @@ absl::Status DeltaRunner::SendWave(WaveWork& w, absl::Time deadline, RunStats* s
     }
     delta_stats_.dense_bytes += m.bytes;
     delta_stats_.wire_bytes += kHeader + p;
-    delta_stats_.changed_words += static_cast<int64_t>(m.header.num_changed);
+    delta_stats_.changed_words += changed[i];  // counted, also of dense ones
     stats->bytes_sent += kHeader + p;
   }
   REFIT_RETURN_IF_ERROR(Post(w.lane, std::move(head), {}, deadline));

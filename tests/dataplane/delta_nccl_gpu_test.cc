@@ -79,8 +79,12 @@ void RunDeltaRounds(const std::string& engine_spec) {
   absl::StatusOr<MappedSide> src = BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=1"));
   absl::StatusOr<MappedSide> dst = BuildEngineLayout(*model, *ParseEngineSpec(engine_spec));
   ASSERT_TRUE(src.ok() && dst.ok());
+  // Small waves: many waves on both lanes, several messages (some packed)
+  // per wave.
   PlannerOptions po;
   po.num_lanes = 2;
+  po.staging_budget_bytes = 1 << 19;
+  po.max_wave_bytes = 1 << 19;
   absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, po);
   ASSERT_TRUE(plan.ok()) << plan.status();
   OwnedBuffers s = AllocateBuffers(src->layout);
@@ -200,9 +204,10 @@ void RunDeltaRounds(const std::string& engine_spec) {
   ASSERT_TRUE(absl::IsDataLoss(r3)) << r3;
   EXPECT_TRUE(absl::StrContains(r3.message(), "engine rank 0 tensor " + plan->dst.tensors[tensor].name))
       << r3;
-  std::printf("%s: delta round %lld of %lld messages as deltas, wire %.4f of dense; "
+  std::printf("%s: %zu messages in %zu waves; delta round %lld of %lld messages as deltas, wire %.4f of dense; "
               "flipped byte caught: %s\n",
-              engine_spec.c_str(), static_cast<long long>(stats.messages - stats.dense_messages),
+              engine_spec.c_str(), plan->messages.size(), plan->waves.size(),
+              static_cast<long long>(stats.messages - stats.dense_messages),
               static_cast<long long>(stats.messages),
               static_cast<double>(stats.wire_bytes) / stats.dense_bytes,
               std::string(r3.message()).c_str());
