@@ -293,15 +293,34 @@ __global__ void WaveMaskKernel(const WaveMsg* msgs, const WaveTile* tiles, uint3
   const int b = kDeltaChunk / w;  // bits per chunk
   const int gs = 32 / b;          // lanes per mask word
   const int lane = threadIdx.x & 31;
+  // Every load of the thread first (16 loads in flight), then the compares.
+  DeltaChunk a[kDeltaChunksPerThread], s[kDeltaChunksPerThread];
+  if (aligned && base + kDeltaTileBytes <= m.bytes) {
+#pragma unroll
+    for (int j = 0; j < kDeltaChunksPerThread; ++j) {
+      const int64_t off = base + (static_cast<int64_t>(j) * kDeltaThreads + threadIdx.x) * kDeltaChunk;
+      const uint4 x = __ldcs(reinterpret_cast<const uint4*>(m.cur + off));
+      const uint4 y = __ldcs(reinterpret_cast<const uint4*>(m.snap + off));
+      a[j] = {{x.x, x.y, x.z, x.w}};
+      s[j] = {{y.x, y.y, y.z, y.w}};
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kDeltaChunksPerThread; ++j) {
+      const int64_t off = base + (static_cast<int64_t>(j) * kDeltaThreads + threadIdx.x) * kDeltaChunk;
+      a[j] = {{0, 0, 0, 0}};
+      s[j] = a[j];
+      if (off < m.bytes) {
+        a[j] = DeltaLoad(m.cur, off, m.bytes, aligned);
+        s[j] = DeltaLoad(m.snap, off, m.bytes, aligned);
+      }
+    }
+  }
   uint32_t count = 0;
+#pragma unroll
   for (int j = 0; j < kDeltaChunksPerThread; ++j) {
     const int64_t local = (static_cast<int64_t>(j) * kDeltaThreads + threadIdx.x) * kDeltaChunk;
-    const int64_t off = base + local;
-    uint32_t bits = 0;
-    if (off < m.bytes) {
-      bits = DeltaDiffBits(DeltaLoad(m.cur, off, m.bytes, aligned),
-                           DeltaLoad(m.snap, off, m.bytes, aligned), w);
-    }
+    const uint32_t bits = DeltaDiffBits(a[j], s[j], w);  // past the end: equal zeros
     count += __popc(bits);
     uint32_t word = bits << ((lane % gs) * b);
     for (int o = 1; o < gs; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
