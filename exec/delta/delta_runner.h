@@ -191,11 +191,16 @@ class DeltaRunner : public RoundRunner {
     int64_t staging_bytes = 0;
     char* coded = nullptr;    // encoded (trainer) or received (engine) payloads
     int64_t coded_bytes = 0;
+    std::vector<EncodeItem> items;  // trainer: this round's, counting
   };
   DeltaRunner() = default;
   absl::Status Prepare(const Plan& plan, bool src);
   absl::Status Convert(absl::Time deadline);
-  absl::Status SendWave(WaveWork& w, absl::Time deadline, RunStats* stats);
+  // A trainer's wave in two steps: BeginSend packs and starts the count,
+  // EndSend waits for it, encodes and posts; the next wave's BeginSend
+  // runs before this one's EndSend when its lane differs.
+  absl::Status BeginSend(WaveWork& w, absl::Time deadline);
+  absl::Status EndSend(WaveWork& w, absl::Time deadline, RunStats* stats);
   absl::Status ReceiveWave(WaveWork& w, absl::Time deadline, RunStats* stats);
   absl::Status Post(int32_t lane, std::vector<SendOp> sends, std::vector<RecvOp> recvs,
                     absl::Time deadline);

@@ -64,7 +64,7 @@ absl::Status DeltaRunner::Drain(absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status DeltaRunner::SendWave(WaveWork& w, absl::Time deadline, RunStats* stats) {
+absl::Status DeltaRunner::BeginSend(WaveWork& w, absl::Time deadline) {
   const absl::Time t0 = absl::Now();
   // Pack what is not one buffer range into the wave's staging.
   if (w.staging != nullptr) {
@@ -80,7 +80,8 @@ absl::Status DeltaRunner::SendWave(WaveWork& w, absl::Time deadline, RunStats* s
     if (!copier_->OrderedWithTransport()) REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
     REFIT_RETURN_IF_ERROR(ops_->AfterLane(w.lane));
   }
-  std::vector<EncodeItem> items;
+  std::vector<EncodeItem>& items = w.items;
+  items.clear();
   for (const MsgWork& m : w.msgs) {
     const EngineDeltaMode mode = static_cast<size_t>(m.engine_rank) < modes_.size()
                                      ? modes_[m.engine_rank]
@@ -96,7 +97,15 @@ absl::Status DeltaRunner::SendWave(WaveWork& w, absl::Time deadline, RunStats* s
     it.word_bytes = m.word_bytes;
     items.push_back(it);
   }
-  REFIT_ASSIGN_OR_RETURN(std::vector<int64_t> changed, ops_->Count(w.lane, items, deadline));
+  REFIT_RETURN_IF_ERROR(ops_->StartCount(w.lane, items, deadline));
+  delta_stats_.encode_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
+  return absl::OkStatus();
+}
+
+absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* stats) {
+  const absl::Time t0 = absl::Now();
+  const std::vector<EncodeItem>& items = w.items;
+  REFIT_ASSIGN_OR_RETURN(std::vector<int64_t> changed, ops_->FinishCount(w.lane, deadline));
   // Headers, and where each payload goes: dense ones are sent from where
   // they lie, deltas from the wave's encoding buffer.
   std::vector<DeltaHeader> headers(items.size());

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -55,8 +56,8 @@ class HostWaveOps : public DeltaWaveOps {
     if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(DeltaHeader));
     return absl::OkStatus();
   }
-  absl::StatusOr<std::vector<int64_t>> Count(int32_t, absl::Span<const EncodeItem> items,
-                                             absl::Time) override {
+  absl::Status StartCount(int32_t lane, absl::Span<const EncodeItem> items,
+                          absl::Time) override {
     std::vector<int64_t> counts;
     counts.reserve(items.size());
     for (const EncodeItem& it : items) {
@@ -66,6 +67,16 @@ class HostWaveOps : public DeltaWaveOps {
                            : CountChangedWords(Bytes(it.cur, it.bytes), Bytes(it.snap, it.bytes),
                                                it.word_bytes));
     }
+    counted_[lane] = std::move(counts);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<int64_t>> FinishCount(int32_t lane, absl::Time) override {
+    auto it = counted_.find(lane);
+    if (it == counted_.end()) {
+      return absl::FailedPreconditionError(absl::StrCat("delta: no count started on lane ", lane));
+    }
+    std::vector<int64_t> counts = std::move(it->second);
+    counted_.erase(it);
     return counts;
   }
   absl::Status Encode(int32_t, absl::Span<const EncodeItem> items,
@@ -102,6 +113,11 @@ class HostWaveOps : public DeltaWaveOps {
     return absl::OkStatus();
   }
   absl::Status Finish(absl::Time) override { return absl::OkStatus(); }
+
+ private:
+  std::map<int32_t, std::vector<int64_t>> counted_;  // by lane
+
+ public:
   absl::StatusOr<std::vector<uint64_t>> Digest(int32_t, absl::Span<const DigestItem> items,
                                                int32_t slots, absl::Time) override {
     std::vector<uint64_t> sums(static_cast<size_t>(slots), 0);

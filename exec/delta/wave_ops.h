@@ -94,10 +94,21 @@ class DeltaWaveOps {
   // Returns, per item, how many words differ from its snapshot (an item
   // without one: every word). One pass over the wave; waits for it.
   // INVALID_ARGUMENT for a word size other than 1, 2, 4, 8 or bytes that
-  // are not whole words.
-  virtual absl::StatusOr<std::vector<int64_t>> Count(int32_t lane,
-                                                     absl::Span<const EncodeItem> items,
-                                                     absl::Time deadline) = 0;
+  // are not whole words. Count = StartCount, then FinishCount.
+  absl::StatusOr<std::vector<int64_t>> Count(int32_t lane, absl::Span<const EncodeItem> items,
+                                             absl::Time deadline) {
+    absl::Status s = StartCount(lane, items, deadline);
+    if (!s.ok()) return s;
+    return FinishCount(lane, deadline);
+  }
+  // Starts counting `items` on `lane` (their memory must stay as it is
+  // until FinishCount), so that the count of one lane's wave runs while
+  // the host waits for another's. One count per lane at a time.
+  virtual absl::Status StartCount(int32_t lane, absl::Span<const EncodeItem> items,
+                                  absl::Time deadline) = 0;
+  // Waits for the count StartCount started on `lane` and returns it.
+  virtual absl::StatusOr<std::vector<int64_t>> FinishCount(int32_t lane,
+                                                           absl::Time deadline) = 0;
   // Writes headers[i] into header_out + 32 i for every item, and item i's
   // payload (its header's encoding, after Count on the same items) at
   // out[i]; items whose header is dense are not written (they are sent from

@@ -55,11 +55,13 @@ struct Mem {
 struct Lane {
   cudaStream_t stream = nullptr;  // the transport's
   cudaStream_t codec = nullptr;   // ours
-  cudaEvent_t encoded = nullptr, applied = nullptr, mark = nullptr;
+  cudaEvent_t encoded = nullptr, applied = nullptr, mark = nullptr, counted = nullptr;
   // Count / Encode: [msgs][tiles] rows, mask, tile counts and offsets.
   Mem table_h{nullptr, 0, true}, table, mask, counts, offsets, totals, totals_h{nullptr, 0, true};
   Mem headers_h{nullptr, 0, true};
   std::vector<int32_t> msg_of_item;
+  std::vector<int64_t> words_of_item;  // the started count's items
+  bool counting = false;
   int64_t num_msgs = 0, num_tiles = 0;
   // Apply.
   Mem apply_h{nullptr, 0, true}, apply, apply_counts, apply_offsets, bad, bad_h{nullptr, 0, true};
@@ -82,7 +84,7 @@ class GpuWaveOps : public DeltaWaveOps {
                      &l.digest, &l.sums, &l.sums_h}) {
         m->Release();
       }
-      for (cudaEvent_t e : {l.encoded, l.applied, l.mark}) {
+      for (cudaEvent_t e : {l.encoded, l.applied, l.mark, l.counted}) {
         if (e != nullptr) cudaEventDestroy(e);
       }
       if (l.codec != nullptr) cudaStreamDestroy(l.codec);
@@ -96,7 +98,7 @@ class GpuWaveOps : public DeltaWaveOps {
       Lane& l = lanes_[i];
       l.stream = static_cast<cudaStream_t>(t_->stream(i));
       REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.codec, cudaStreamNonBlocking));
-      for (cudaEvent_t* e : {&l.encoded, &l.applied, &l.mark}) {
+      for (cudaEvent_t* e : {&l.encoded, &l.applied, &l.mark, &l.counted}) {
         REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
       }
       // Nothing in flight yet: the events count as done.
@@ -177,8 +179,9 @@ class GpuWaveOps : public DeltaWaveOps {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<std::vector<int64_t>> Count(int32_t lane, absl::Span<const EncodeItem> items,
-                                             absl::Time deadline) override;
+  absl::Status StartCount(int32_t lane, absl::Span<const EncodeItem> items,
+                          absl::Time deadline) override;
+  absl::StatusOr<std::vector<int64_t>> FinishCount(int32_t lane, absl::Time deadline) override;
   absl::Status Encode(int32_t lane, absl::Span<const EncodeItem> items,
                       absl::Span<const DeltaHeader> headers, absl::Span<char* const> out,
                       char* header_out, absl::Time deadline) override;
@@ -246,10 +249,13 @@ absl::Status CheckItem(const EncodeItem& it) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int64_t>> GpuWaveOps::Count(int32_t lane,
-                                                       absl::Span<const EncodeItem> items,
-                                                       absl::Time deadline) {
+absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> items,
+                                    absl::Time deadline) {
   REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
+  if (l->counting) {  // a count a failed round left: let it end
+    REFIT_RETURN_IF_ERROR(Wait(l->counted, deadline, "delta count"));
+    l->counting = false;
+  }
   // The previous encode on this lane has read the tables and mask.
   REFIT_RETURN_IF_ERROR(Wait(l->encoded, deadline, "delta encode"));
   std::vector<WaveMsg> msgs;
@@ -277,9 +283,10 @@ absl::StatusOr<std::vector<int64_t>> GpuWaveOps::Count(int32_t lane,
   }
   l->num_msgs = static_cast<int64_t>(msgs.size());
   l->num_tiles = static_cast<int64_t>(tiles.size());
-  std::vector<int64_t> out(items.size());
-  for (size_t i = 0; i < items.size(); ++i) out[i] = items[i].bytes / items[i].word_bytes;
-  if (msgs.empty()) return out;
+  l->words_of_item.resize(items.size());
+  for (size_t i = 0; i < items.size(); ++i) l->words_of_item[i] = items[i].bytes / items[i].word_bytes;
+  l->counting = true;
+  if (msgs.empty()) return absl::OkStatus();
   const int64_t mb = l->num_msgs * sizeof(WaveMsg);
   const int64_t tb = l->num_tiles * sizeof(WaveTile);
   REFIT_RETURN_IF_ERROR(l->table_h.Reserve(Align256(mb) + tb, "tables"));
@@ -305,10 +312,21 @@ absl::StatusOr<std::vector<int64_t>> GpuWaveOps::Count(int32_t lane,
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->totals_h.p, l->totals.p, l->num_msgs * 8,
                                              cudaMemcpyDeviceToHost, l->codec));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, l->codec));
-  REFIT_RETURN_IF_ERROR(Wait(l->mark, deadline, "delta count"));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->counted, l->codec));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int64_t>> GpuWaveOps::FinishCount(int32_t lane, absl::Time deadline) {
+  REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
+  if (!l->counting) {
+    return absl::FailedPreconditionError(absl::StrCat("delta: no count started on lane ", lane));
+  }
+  l->counting = false;
+  std::vector<int64_t> out = l->words_of_item;
+  if (l->num_msgs == 0) return out;
+  REFIT_RETURN_IF_ERROR(Wait(l->counted, deadline, "delta count"));
   const auto* totals = reinterpret_cast<const uint64_t*>(l->totals_h.p);
-  for (size_t i = 0; i < items.size(); ++i) {
+  for (size_t i = 0; i < out.size(); ++i) {
     if (l->msg_of_item[i] >= 0) out[i] = static_cast<int64_t>(totals[l->msg_of_item[i]]);
   }
   return out;
