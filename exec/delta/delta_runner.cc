@@ -270,18 +270,17 @@ absl::StatusOr<RunStats> DeltaRunner::Run(absl::Time deadline) {
   for (int32_t lane = 0; lane < transport_->num_lanes(); ++lane) {
     REFIT_RETURN_IF_ERROR(ops_->AfterLane(lane));
   }
+  // Wave k+1 begins (a trainer's count, an engine's headers) before wave
+  // k is awaited, unless both share a lane.
+  const bool src = side_ == Side::kTrainer;
+  auto begin = [&](WaveWork& w) { return src ? BeginSend(w, deadline) : BeginReceive(w, deadline); };
   for (size_t k = 0; k < work_.size(); ++k) {
-    if (side_ == Side::kEngine) {
-      REFIT_RETURN_IF_ERROR(ReceiveWave(work_[k], deadline, &stats));
-    } else {
-      // The next wave's count runs while this one's is awaited, unless
-      // both share a lane.
-      if (k == 0) REFIT_RETURN_IF_ERROR(BeginSend(work_[0], deadline));
-      const bool next = k + 1 < work_.size() && work_[k + 1].lane != work_[k].lane;
-      if (next) REFIT_RETURN_IF_ERROR(BeginSend(work_[k + 1], deadline));
-      REFIT_RETURN_IF_ERROR(EndSend(work_[k], deadline, &stats));
-      if (k + 1 < work_.size() && !next) REFIT_RETURN_IF_ERROR(BeginSend(work_[k + 1], deadline));
-    }
+    if (k == 0) REFIT_RETURN_IF_ERROR(begin(work_[0]));
+    const bool early = k + 1 < work_.size() && work_[k + 1].lane != work_[k].lane;
+    if (early) REFIT_RETURN_IF_ERROR(begin(work_[k + 1]));
+    REFIT_RETURN_IF_ERROR(src ? EndSend(work_[k], deadline, &stats)
+                              : EndReceive(work_[k], deadline, &stats));
+    if (k + 1 < work_.size() && !early) REFIT_RETURN_IF_ERROR(begin(work_[k + 1]));
     ++stats.waves;
   }
   REFIT_RETURN_IF_ERROR(Drain(deadline));

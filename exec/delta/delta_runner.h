@@ -201,7 +201,12 @@ class DeltaRunner : public RoundRunner {
   // runs before this one's EndSend when its lane differs.
   absl::Status BeginSend(WaveWork& w, absl::Time deadline);
   absl::Status EndSend(WaveWork& w, absl::Time deadline, RunStats* stats);
-  absl::Status ReceiveWave(WaveWork& w, absl::Time deadline, RunStats* stats);
+  // An engine's wave in two steps: BeginReceive posts the headers'
+  // receive, EndReceive waits for it, posts the payloads' and applies; the
+  // next wave's headers are posted before this one's are awaited when its
+  // lane differs.
+  absl::Status BeginReceive(WaveWork& w, absl::Time deadline);
+  absl::Status EndReceive(WaveWork& w, absl::Time deadline, RunStats* stats);
   absl::Status Post(int32_t lane, std::vector<SendOp> sends, std::vector<RecvOp> recvs,
                     absl::Time deadline);
   absl::Status Drain(absl::Time deadline);

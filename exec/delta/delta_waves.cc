@@ -161,14 +161,17 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
   return Post(w.lane, std::move(payloads), {}, deadline);
 }
 
-absl::Status DeltaRunner::ReceiveWave(WaveWork& w, absl::Time deadline, RunStats* stats) {
+absl::Status DeltaRunner::BeginReceive(WaveWork& w, absl::Time deadline) {
   std::vector<RecvOp> head;
   int64_t first = 0;
   for (const auto& [peer, count] : w.peers) {
     head.push_back({peer, w.headers + first * kHeader, count * kHeader});
     first += count;
   }
-  REFIT_RETURN_IF_ERROR(Post(w.lane, {}, std::move(head), deadline));
+  return Post(w.lane, {}, std::move(head), deadline);
+}
+
+absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats* stats) {
   // The headers size the payloads: wait for this wave's (the lane's
   // earlier waves came first).
   while (in_flight_[w.lane] > 0) {
