@@ -160,12 +160,28 @@ TEST(GpuWaveOpsTest, AWaveEncodesAsTheHostAndApplies) {
       if (hs[i].encoding == 0) continue;
       EXPECT_EQ(Down(targets[k++], w.cur[i].size()), w.cur[i]) << "message " << i;
     }
-    // One malformed message: nothing of the wave is written.
-    if (fraction == 0.02) {
+    // One malformed message: nothing of the wave is written. At 2%: an
+    // index past the end; at 20%: a bitmask marking one word more than
+    // its count.
+    if (fraction == 0.02 || fraction == 0.2) {
+      const uint8_t want = fraction == 0.02 ? 1 : 2;
       size_t bad = 0;
-      while (hs[bad].encoding != 1 || hs[bad].num_changed == 0) ++bad;
-      const uint32_t past = static_cast<uint32_t>(hs[bad].num_words);
-      ASSERT_EQ(cudaMemcpy(douts[bad], &past, 4, cudaMemcpyHostToDevice), cudaSuccess);
+      while (bad < hs.size() && (hs[bad].encoding != want || hs[bad].num_changed == 0 ||
+                                 hs[bad].num_changed == hs[bad].num_words)) {
+        ++bad;
+      }
+      ASSERT_LT(bad, hs.size());
+      if (want == 1) {
+        const uint32_t past = static_cast<uint32_t>(hs[bad].num_words);
+        ASSERT_EQ(cudaMemcpy(douts[bad], &past, 4, cudaMemcpyHostToDevice), cudaSuccess);
+      } else {
+        Bytes mask = Down(douts[bad], (hs[bad].num_words + 7) / 8);
+        size_t k0 = 0;
+        while (mask[k0 / 8] & (1u << (k0 % 8))) ++k0;  // a word not marked
+        mask[k0 / 8] |= static_cast<uint8_t>(1u << (k0 % 8));
+        ASSERT_EQ(cudaMemcpy(douts[bad], mask.data(), mask.size(), cudaMemcpyHostToDevice),
+                  cudaSuccess);
+      }
       std::vector<std::string> names;
       k = 0;
       for (size_t i = 0; i < hs.size(); ++i) {
