@@ -482,18 +482,19 @@ int Main(int argc, char** argv) {
       "changed = words changed (bf16: of the BF16 words; fp8: engine-format bytes / 2); wire = "
       "delta bytes / dense bytes;\ndelta_s = the delta round less its digests, dense_s = the "
       "executor's dense round (slower member each);\nencode/copy = GB/s read (encoder: current "
-      "+ snapshot, one batch; copy: the bytes once); digest_s = the verified round's digests "
+      "+ snapshot, one batch; copy: the bytes once);\nenc/HBM = the encoder's read rate over the "
+      "copy's bytes moved (read + write: the HBM rate); digest_s = the verified round's digests "
       "(slower member, all of its bytes);\nbytes = the delta engine equals the dense engine byte "
       "for byte and the digests agreed\n\n",
       model.c_str(), prop.name);
-  std::printf("%-6s %-15s %8s %7s %9s %9s %7s %9s %9s %9s %9s %5s\n", "engine", "change",
+  std::printf("%-6s %-15s %8s %7s %9s %9s %7s %9s %9s %9s %7s %9s %5s\n", "engine", "change",
               "changed", "wire", "delta_s", "dense_s", "ratio", "raw_nccl", "enc_GB/s",
-              "copy_GB/s", "digest_s", "bytes");
+              "copy_GB/s", "enc/HBM", "digest_s", "bytes");
   for (const Row& r : rows) {
-    std::printf("%-6s %-15s %8.4f %7.4f %9.4f %9.4f %7.3f %9.4f %9.0f %9.0f %9.4f %5s\n",
+    std::printf("%-6s %-15s %8.4f %7.4f %9.4f %9.4f %7.3f %9.4f %9.0f %9.0f %7.2f %9.4f %5s\n",
                 r.engine.c_str(), r.change.c_str(), r.changed, r.wire, r.delta_s, r.dense_s,
-                r.delta_s / r.dense_s, r.raw_s, r.encode_gbps, r.copy_gbps, r.digest_s,
-                r.ok ? "ok" : "WRONG");
+                r.delta_s / r.dense_s, r.raw_s, r.encode_gbps, r.copy_gbps,
+                r.encode_gbps / (2 * r.copy_gbps), r.digest_s, r.ok ? "ok" : "WRONG");
   }
   return all_ok ? 0 : 1;
 }
