@@ -271,6 +271,43 @@ __device__ inline void WaveForEachSetBit(int64_t mask_words, uint64_t rank_base,
   }
 }
 
+// Exclusive prefix sum of `v` over the block's threads, and (*total) the
+// block's sum. Safe to call again right away.
+__device__ inline uint32_t WaveBlockScan(uint32_t v, uint32_t* total) {
+  __shared__ uint32_t warp_totals[kDeltaThreads / 32];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  uint32_t inc = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t y = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += y;
+  }
+  if (lane == 31) warp_totals[warp] = inc;
+  __syncthreads();
+  uint32_t before = 0, all = 0;
+  for (int k = 0; k < kDeltaThreads / 32; ++k) {
+    if (k < warp) before += warp_totals[k];
+    all += warp_totals[k];
+  }
+  __syncthreads();
+  *total = all;
+  return before + inc - v;
+}
+
+// Word j of a chunk (w bytes, little-endian), by selects: a dynamic index
+// into the chunk would put the thread's chunks in local memory.
+__device__ inline uint64_t WaveWordAt(const DeltaChunk& c, int w, int j) {
+  const int byte = j * w;
+  const int q = byte >> 2;
+  const uint32_t lo = q == 0 ? c.w[0] : q == 1 ? c.w[1] : q == 2 ? c.w[2] : c.w[3];
+  if (w == 8) {
+    const uint32_t hi = q == 0 ? c.w[1] : c.w[3];
+    return static_cast<uint64_t>(lo) | (static_cast<uint64_t>(hi) << 32);
+  }
+  const uint32_t x = lo >> (8 * (byte & 3));
+  return w == 4 ? x : w == 2 ? (x & 0xffffu) : (x & 0xffu);
+}
+
 __device__ inline bool WaveAligned(const void* a, const void* b) {
   return ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15u) == 0;
 }
@@ -282,7 +319,7 @@ __device__ inline uint32_t WaveLoadU32(const uint8_t* p) {
 }
 
 __global__ void WaveMaskKernel(const WaveMsg* msgs, const WaveTile* tiles, uint32_t* mask,
-                               uint32_t* tile_counts) {
+                               uint32_t* tile_counts, uint8_t* vals) {
   const int64_t g = blockIdx.x;
   const WaveTile t = tiles[g];
   const WaveMsg m = msgs[t.msg];
@@ -316,18 +353,36 @@ __global__ void WaveMaskKernel(const WaveMsg* msgs, const WaveTile* tiles, uint3
       }
     }
   }
+  // Each chunk's changed words, in tile order, into the tile's value slot
+  // (while they fit): the gather then copies them instead of reading the
+  // current bytes again.
+  uint8_t* tvals = vals + g * kWaveValueBytesPerTile;
+  const uint32_t cap = static_cast<uint32_t>(kWaveValueBytesPerTile / w);
   uint32_t count = 0;
 #pragma unroll
   for (int j = 0; j < kDeltaChunksPerThread; ++j) {
     const int64_t local = (static_cast<int64_t>(j) * kDeltaThreads + threadIdx.x) * kDeltaChunk;
     const uint32_t bits = DeltaDiffBits(a[j], s[j], w);  // past the end: equal zeros
-    count += __popc(bits);
+    const uint32_t c = __popc(bits);
+    uint32_t chunk_total = 0;
+    const uint32_t rank = count + WaveBlockScan(c, &chunk_total);
+    if (c != 0 && rank + c <= cap) {
+      uint32_t left = bits;
+      uint32_t r = rank;
+      while (left != 0) {
+        const int bit = __ffs(left) - 1;
+        left &= left - 1;
+        const uint64_t v = WaveWordAt(a[j], w, bit);
+        for (int k = 0; k < w; ++k) tvals[r * w + k] = static_cast<uint8_t>(v >> (8 * k));
+        ++r;
+      }
+    }
+    count += chunk_total;
     uint32_t word = bits << ((lane % gs) * b);
     for (int o = 1; o < gs; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
     if (lane % gs == 0) tmask[(local / w) / 32] = word;
   }
-  const uint32_t total = DeltaBlockSum(count);
-  if (threadIdx.x == 0) tile_counts[g] = total;
+  if (threadIdx.x == 0) tile_counts[g] = count;
 }
 
 __global__ void WaveTotalsKernel(const WaveMsg* msgs, int64_t num_msgs,
@@ -343,7 +398,8 @@ __global__ void WaveTotalsKernel(const WaveMsg* msgs, int64_t num_msgs,
 }
 
 __global__ void WaveGatherKernel(const WaveMsg* msgs, const WaveTile* tiles,
-                                 const uint32_t* mask, const uint64_t* tile_offsets) {
+                                 const uint32_t* mask, const uint32_t* tile_counts,
+                                 const uint64_t* tile_offsets, const uint8_t* vals) {
   const int64_t g = blockIdx.x;
   const WaveTile t = tiles[g];
   const WaveMsg m = msgs[t.msg];
@@ -372,6 +428,16 @@ __global__ void WaveGatherKernel(const WaveMsg* msgs, const WaveTile* tiles,
       }
     }
   }
+  // The values: the mask pass's copy when the tile's fitted its slot.
+  const uint32_t count = tile_counts[g];
+  const bool compact = count <= static_cast<uint32_t>(kWaveValueBytesPerTile / w);
+  if (compact) {
+    const uint8_t* tvals = vals + g * kWaveValueBytesPerTile;
+    for (int64_t k = threadIdx.x; k < static_cast<int64_t>(count) * w; k += kDeltaThreads) {
+      values[rank_base * w + k] = tvals[k];
+    }
+    if (indices == nullptr) return;
+  }
   WaveForEachSetBit(mw, rank_base, [&](int64_t k) { return tmask[k]; },
                     [&](uint64_t local, uint64_t r) {
                       const uint64_t i = first_word + local;
@@ -380,7 +446,9 @@ __global__ void WaveGatherKernel(const WaveMsg* msgs, const WaveTile* tiles,
                         uint8_t* ip = reinterpret_cast<uint8_t*>(indices) + r * 4;
                         for (int b = 0; b < 4; ++b) ip[b] = static_cast<uint8_t>(x >> (8 * b));
                       }
-                      for (int b = 0; b < w; ++b) values[r * w + b] = m.cur[i * w + b];
+                      if (!compact) {
+                        for (int b = 0; b < w; ++b) values[r * w + b] = m.cur[i * w + b];
+                      }
                     });
 }
 
@@ -570,10 +638,10 @@ void LaunchDigest(const void* data, int64_t bytes, int element_bytes, uint64_t f
 }
 
 void LaunchWaveMask(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
-                    uint32_t* mask, uint32_t* tile_counts, cudaStream_t stream) {
+                    uint32_t* mask, uint32_t* tile_counts, uint8_t* vals, cudaStream_t stream) {
   if (num_tiles == 0) return;
   WaveMaskKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
-      msgs, tiles, mask, tile_counts);
+      msgs, tiles, mask, tile_counts, vals);
 }
 
 void LaunchWaveTotals(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* tile_counts,
@@ -584,11 +652,11 @@ void LaunchWaveTotals(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* til
 }
 
 void LaunchWaveGather(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
-                      const uint32_t* mask, const uint64_t* tile_offsets,
-                      cudaStream_t stream) {
+                      const uint32_t* mask, const uint32_t* tile_counts,
+                      const uint64_t* tile_offsets, const uint8_t* vals, cudaStream_t stream) {
   if (num_tiles == 0) return;
   WaveGatherKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
-      msgs, tiles, mask, tile_offsets);
+      msgs, tiles, mask, tile_counts, tile_offsets, vals);
 }
 
 void LaunchWaveApplyCount(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,

@@ -57,7 +57,8 @@ struct Lane {
   cudaStream_t codec = nullptr;   // ours
   cudaEvent_t encoded = nullptr, applied = nullptr, mark = nullptr, counted = nullptr;
   // Count / Encode: [msgs][tiles] rows, mask, tile counts and offsets.
-  Mem table_h{nullptr, 0, true}, table, mask, counts, offsets, totals, totals_h{nullptr, 0, true};
+  Mem table_h{nullptr, 0, true}, table, mask, vals, counts, offsets, totals,
+      totals_h{nullptr, 0, true};
   Mem headers_h{nullptr, 0, true};
   std::vector<int32_t> msg_of_item;
   std::vector<int64_t> words_of_item;  // the started count's items
@@ -78,7 +79,7 @@ class GpuWaveOps : public DeltaWaveOps {
     cudaSetDevice(o_.device);
     for (Lane& l : lanes_) {
       if (l.codec != nullptr) cudaStreamSynchronize(l.codec);
-      for (Mem* m : {&l.table_h, &l.table, &l.mask, &l.counts, &l.offsets, &l.totals,
+      for (Mem* m : {&l.table_h, &l.table, &l.mask, &l.vals, &l.counts, &l.offsets, &l.totals,
                      &l.totals_h, &l.headers_h, &l.apply_h, &l.apply, &l.apply_counts,
                      &l.apply_offsets, &l.bad, &l.bad_h, &l.headers_in_h, &l.digest_h,
                      &l.digest, &l.sums, &l.sums_h}) {
@@ -292,6 +293,7 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   REFIT_RETURN_IF_ERROR(l->table_h.Reserve(Align256(mb) + tb, "tables"));
   REFIT_RETURN_IF_ERROR(l->table.Reserve(Align256(mb) + tb, "tables"));
   REFIT_RETURN_IF_ERROR(l->mask.Reserve(l->num_tiles * kWaveMaskWordsPerTile * 4, "mask"));
+  REFIT_RETURN_IF_ERROR(l->vals.Reserve(l->num_tiles * kWaveValueBytesPerTile, "values"));
   REFIT_RETURN_IF_ERROR(l->counts.Reserve(l->num_tiles * 4, "tile counts"));
   REFIT_RETURN_IF_ERROR(l->offsets.Reserve(l->num_tiles * 8 + 8, "tile offsets"));
   REFIT_RETURN_IF_ERROR(l->totals.Reserve(l->num_msgs * 8, "totals"));
@@ -305,7 +307,7 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->table.p, l->table_h.p, Align256(mb) + tb,
                                              cudaMemcpyHostToDevice, l->codec));
   LaunchWaveMask(dmsgs, dtiles, l->num_tiles, reinterpret_cast<uint32_t*>(l->mask.p), counts,
-                 l->codec);
+                 reinterpret_cast<uint8_t*>(l->vals.p), l->codec);
   LaunchTileScan(counts, l->num_tiles, offsets, offsets + l->num_tiles, l->codec);
   LaunchWaveTotals(dmsgs, l->num_msgs, counts, offsets,
                    reinterpret_cast<uint64_t*>(l->totals.p), l->codec);
@@ -368,7 +370,9 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
     LaunchWaveGather(reinterpret_cast<const WaveMsg*>(l->table.p),
                      reinterpret_cast<const WaveTile*>(l->table.p + Align256(mb)), l->num_tiles,
                      reinterpret_cast<const uint32_t*>(l->mask.p),
-                     reinterpret_cast<const uint64_t*>(l->offsets.p), l->codec);
+                     reinterpret_cast<const uint32_t*>(l->counts.p),
+                     reinterpret_cast<const uint64_t*>(l->offsets.p),
+                     reinterpret_cast<const uint8_t*>(l->vals.p), l->codec);
     REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   }
   (void)deadline;
