@@ -163,6 +163,7 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
         if (fresh) digest_keys_.push_back(it->first);
         mw.run_slots.push_back(it->second);
       }
+      w.dense_bytes += m.bytes;
       w.msgs.push_back(std::move(mw));
     }
     if (w.msgs.empty()) continue;
@@ -199,12 +200,12 @@ DeltaRunner::~DeltaRunner() {
   conversions_.reset();  // releases its scratch through the copier
 }
 
-absl::Status DeltaRunner::Reserve(char** p, int64_t* cap, int64_t bytes) {
+absl::Status DeltaRunner::Reserve(char** p, int64_t* cap, int64_t bytes, int64_t floor) {
   if (bytes <= *cap) return absl::OkStatus();
   if (*p != nullptr) ops_->Free(*p);
   *p = nullptr;
   *cap = 0;
-  const int64_t want = Align256(bytes + bytes / 4);
+  const int64_t want = Align256(std::max(bytes + bytes / 4, floor));
   REFIT_ASSIGN_OR_RETURN(*p, ops_->Allocate(want));
   *cap = want;
   return absl::OkStatus();
@@ -283,8 +284,10 @@ absl::StatusOr<RunStats> DeltaRunner::Run(absl::Time deadline) {
     if (k + 1 < work_.size() && !early) REFIT_RETURN_IF_ERROR(begin(work_[k + 1]));
     ++stats.waves;
   }
+  const absl::Time t_drain = absl::Now();
   REFIT_RETURN_IF_ERROR(Drain(deadline));
   REFIT_RETURN_IF_ERROR(ops_->Finish(deadline));
+  delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
   if (side_ == Side::kTrainer) sent_ = true;
   if (options_.verify) REFIT_RETURN_IF_ERROR(DigestRound(deadline));
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);

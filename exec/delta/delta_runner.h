@@ -105,7 +105,16 @@ struct DeltaRoundStats {
   int64_t wire_bytes = 0;       // headers + payloads
   int64_t changed_words = 0;   // trainer: counted; engine: sent
   double digest_seconds = 0;    // time spent digesting
-  double encode_seconds = 0;    // trainer: counting and encoding, host-visible
+  // Where the member's thread spent the round (host time): trainer: the
+  // counts awaited, encodes enqueued; both: waiting on the transport
+  // (an engine: for headers and, on the host, payloads), the applies
+  // enqueued (engine), the end of the round (every lane drained, the
+  // applies' checks read).
+  double count_wait_seconds = 0;
+  double encode_seconds = 0;
+  double transport_wait_seconds = 0;
+  double apply_seconds = 0;
+  double drain_seconds = 0;
 };
 
 class DeltaRunner : public RoundRunner {
@@ -191,6 +200,7 @@ class DeltaRunner : public RoundRunner {
     int64_t staging_bytes = 0;
     char* coded = nullptr;    // encoded (trainer) or received (engine) payloads
     int64_t coded_bytes = 0;
+    int64_t dense_bytes = 0;  // of its messages
     std::vector<EncodeItem> items;  // trainer: this round's, counting
   };
   DeltaRunner() = default;
@@ -211,7 +221,10 @@ class DeltaRunner : public RoundRunner {
                     absl::Time deadline);
   absl::Status Drain(absl::Time deadline);
   absl::Status DigestRound(absl::Time deadline);
-  absl::Status Reserve(char** p, int64_t* cap, int64_t bytes);
+  // Grows a wave's encoding buffer to `bytes`, to at least `floor` (so
+  // later rounds rarely grow it: freeing device memory waits for the
+  // whole device).
+  absl::Status Reserve(char** p, int64_t* cap, int64_t bytes, int64_t floor);
   std::string Context(const MsgWork& m) const;
 
   const Plan* plan_ = nullptr;

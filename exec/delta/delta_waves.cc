@@ -98,7 +98,7 @@ absl::Status DeltaRunner::BeginSend(WaveWork& w, absl::Time deadline) {
     items.push_back(it);
   }
   REFIT_RETURN_IF_ERROR(ops_->StartCount(w.lane, items, deadline));
-  delta_stats_.encode_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
+  delta_stats_.count_wait_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
   return absl::OkStatus();
 }
 
@@ -106,6 +106,8 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
   const absl::Time t0 = absl::Now();
   const std::vector<EncodeItem>& items = w.items;
   REFIT_ASSIGN_OR_RETURN(std::vector<int64_t> changed, ops_->FinishCount(w.lane, deadline));
+  const absl::Time t1 = absl::Now();
+  delta_stats_.count_wait_seconds += absl::ToDoubleSeconds(t1 - t0);
   // Headers, and where each payload goes: dense ones are sent from where
   // they lie, deltas from the wave's encoding buffer.
   std::vector<DeltaHeader> headers(items.size());
@@ -128,7 +130,7 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
       coded += Align16(static_cast<int64_t>(h.payload_bytes));
     }
   }
-  REFIT_RETURN_IF_ERROR(Reserve(&w.coded, &w.coded_bytes, coded));
+  REFIT_RETURN_IF_ERROR(Reserve(&w.coded, &w.coded_bytes, coded, w.dense_bytes / 8));
   std::vector<char*> out(items.size(), nullptr);
   for (size_t i = 0; i < items.size(); ++i) {
     MsgWork& m = w.msgs[i];
@@ -137,7 +139,7 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
     out[i] = at[i] >= 0 ? m.payload : nullptr;
   }
   REFIT_RETURN_IF_ERROR(ops_->Encode(w.lane, items, headers, out, w.headers, deadline));
-  delta_stats_.encode_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
+  delta_stats_.encode_seconds += absl::ToDoubleSeconds(absl::Now() - t1);
   std::vector<SendOp> head, payloads;
   int64_t first = 0;
   for (const auto& [peer, count] : w.peers) {
@@ -157,8 +159,11 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
     delta_stats_.changed_words += changed[i];  // counted, also of dense ones
     stats->bytes_sent += kHeader + p;
   }
+  const absl::Time t2 = absl::Now();
   REFIT_RETURN_IF_ERROR(Post(w.lane, std::move(head), {}, deadline));
-  return Post(w.lane, std::move(payloads), {}, deadline);
+  absl::Status s = Post(w.lane, std::move(payloads), {}, deadline);
+  delta_stats_.transport_wait_seconds += absl::ToDoubleSeconds(absl::Now() - t2);
+  return s;
 }
 
 absl::Status DeltaRunner::BeginReceive(WaveWork& w, absl::Time deadline) {
@@ -174,6 +179,7 @@ absl::Status DeltaRunner::BeginReceive(WaveWork& w, absl::Time deadline) {
 absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats* stats) {
   // The headers size the payloads: wait for this wave's (the lane's
   // earlier waves came first).
+  const absl::Time t0 = absl::Now();
   while (in_flight_[w.lane] > 0) {
     REFIT_RETURN_IF_ERROR(transport_->WaitWave(w.lane, deadline));
     --in_flight_[w.lane];
@@ -181,6 +187,7 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
   std::vector<DeltaHeader> headers(w.msgs.size());
   REFIT_RETURN_IF_ERROR(ops_->HeadersToHost(w.lane, w.headers, headers.data(),
                                             static_cast<int64_t>(headers.size()), deadline));
+  delta_stats_.transport_wait_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
   int64_t coded = 0;
   std::vector<int64_t> at(w.msgs.size(), -1);
   for (size_t i = 0; i < w.msgs.size(); ++i) {
@@ -199,7 +206,7 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
       coded += Align16(static_cast<int64_t>(h->payload_bytes));
     }
   }
-  REFIT_RETURN_IF_ERROR(Reserve(&w.coded, &w.coded_bytes, coded));
+  REFIT_RETURN_IF_ERROR(Reserve(&w.coded, &w.coded_bytes, coded, w.dense_bytes / 8));
   std::vector<RecvOp> payloads;
   std::vector<ResolvedCopy> gather, unpack;
   std::vector<ApplyItem> apply;
@@ -244,8 +251,10 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
     }
   }
   // Ordered after the receive on the lane (device), or after it completed.
+  const absl::Time t1 = absl::Now();
   REFIT_RETURN_IF_ERROR(ops_->Apply(w.lane, apply, std::move(names), deadline));
   if (!unpack.empty()) REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, unpack));
+  delta_stats_.apply_seconds += absl::ToDoubleSeconds(absl::Now() - t1);
   return absl::OkStatus();
 }
 

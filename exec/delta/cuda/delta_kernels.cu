@@ -336,8 +336,8 @@ __global__ void WaveMaskKernel(const WaveMsg* msgs, const WaveTile* tiles, uint3
 #pragma unroll
     for (int j = 0; j < kDeltaChunksPerThread; ++j) {
       const int64_t off = base + (static_cast<int64_t>(j) * kDeltaThreads + threadIdx.x) * kDeltaChunk;
-      const uint4 x = __ldcs(reinterpret_cast<const uint4*>(m.cur + off));
-      const uint4 y = __ldcs(reinterpret_cast<const uint4*>(m.snap + off));
+      const uint4 x = __ldg(reinterpret_cast<const uint4*>(m.cur + off));
+      const uint4 y = __ldg(reinterpret_cast<const uint4*>(m.snap + off));
       a[j] = {{x.x, x.y, x.z, x.w}};
       s[j] = {{y.x, y.y, y.z, y.w}};
     }

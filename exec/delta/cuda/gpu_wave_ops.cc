@@ -42,7 +42,7 @@ struct Mem {
   absl::Status Reserve(int64_t bytes, const char* what) {
     if (bytes <= cap) return absl::OkStatus();
     Release();
-    const int64_t want = std::max<int64_t>(Align256(bytes + bytes / 4), 256);
+    const int64_t want = std::max<int64_t>(Align256(2 * bytes), 256);
     void* q = nullptr;
     const cudaError_t e = pinned ? cudaMallocHost(&q, want) : cudaMalloc(&q, want);
     REFIT_RETURN_IF_ERROR(CudaStatus(e, absl::StrCat("delta ", what, ": ", want, " bytes")));

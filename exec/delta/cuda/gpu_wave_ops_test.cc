@@ -238,10 +238,14 @@ TEST(GpuWaveOpsTest, Figure) {
   std::vector<EncodeItem> items;
   for (int64_t m = 0; m < count; ++m) items.push_back({cur + m * each, snap + m * each, each, 2});
   auto stream = static_cast<cudaStream_t>(lane.stream(0));
-  double best = 1e9;
+  double best = 1e9, best_count = 1e9;
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   for (int iter = 0; iter < 4; ++iter) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<int64_t> c = *gpu->Count(0, items, Deadline());
+    best_count = std::min(best_count, since(t0));
     std::vector<DeltaHeader> hs = Headers(items, c);
     std::vector<char*> outs;
     int64_t at = 0;
@@ -257,11 +261,11 @@ TEST(GpuWaveOpsTest, Figure) {
   ASSERT_EQ(cudaMemcpyAsync(out, cur, total, cudaMemcpyDeviceToDevice, stream), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   const double copy = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("FIGURE wave encode: 1 GiB in 32 messages, BF16, 2%% changed: %.3f ms, %.0f GB/s "
-              "read (current + snapshot); device copy %.3f ms, %.0f GB/s read; encoder/copy "
-              "read rate %.2f\n",
-              best * 1e3, 2.0 * total / best / 1e9, copy * 1e3, total / copy / 1e9,
-              (2.0 * total / best) / (total / copy));
+  std::printf("FIGURE wave encode: 1 GiB in 32 messages, BF16, 2%% changed: %.3f ms (count %.3f "
+              "ms), %.0f GB/s read (current + snapshot); device copy %.3f ms, %.0f GB/s read; "
+              "encoder/copy read rate %.2f\n",
+              best * 1e3, best_count * 1e3, 2.0 * total / best / 1e9, copy * 1e3,
+              total / copy / 1e9, (2.0 * total / best) / (total / copy));
   cudaFree(cur);
   cudaFree(snap);
   cudaFree(out);
