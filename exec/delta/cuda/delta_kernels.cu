@@ -232,17 +232,15 @@ __global__ void ScatterIndexedKernel(const uint32_t* indices, const uint8_t* val
 
 __global__ void DigestKernel(const uint8_t* p, int64_t bytes, int w, uint64_t key0,
                              bool aligned, unsigned long long* sum) {
+  (void)w;  // the digest is of bytes (digest_term.h)
   uint64_t s = 0;
-  const int per_chunk = kDeltaChunk / w;
   for (int64_t chunk = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
        chunk * kDeltaChunk < bytes; chunk += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t off = chunk * kDeltaChunk;
-    const DeltaChunk c = DeltaLoad(p, off, bytes, aligned);
-    for (int j = 0; j < per_chunk; ++j) {
-      const int64_t o = off + static_cast<int64_t>(j) * w;
-      if (o >= bytes) break;
-      s += DigestTerm(key0 + static_cast<uint64_t>(o), DeltaWord(c, w, j));
-    }
+    const DeltaChunk c = DeltaLoad(p, off, bytes, aligned);  // zeros past the end
+    s += Digest16(key0 + static_cast<uint64_t>(off),
+                  c.w[0] | (static_cast<uint64_t>(c.w[1]) << 32),
+                  c.w[2] | (static_cast<uint64_t>(c.w[3]) << 32));
   }
   for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
   if ((threadIdx.x & 31) == 0) atomicAdd(sum, static_cast<unsigned long long>(s));
@@ -541,20 +539,16 @@ __global__ void WaveDigestKernel(const WaveDigestRun* runs, const WaveTile* tile
                                  unsigned long long* sums) {
   const WaveTile t = tiles[blockIdx.x];
   const WaveDigestRun r = runs[t.msg];
-  const int w = r.element_bytes;
   const bool aligned = (reinterpret_cast<uintptr_t>(r.data) & 15u) == 0;
   const int64_t lo = static_cast<int64_t>(t.tile) * kDeltaTileBytes;
   const int64_t hi = min(r.bytes, lo + kDeltaTileBytes);
-  const int per_chunk = kDeltaChunk / w;
   uint64_t s = 0;
   for (int64_t off = lo + static_cast<int64_t>(threadIdx.x) * kDeltaChunk; off < hi;
        off += static_cast<int64_t>(kDeltaThreads) * kDeltaChunk) {
-    const DeltaChunk c = DeltaLoad(r.data, off, hi, aligned);
-    for (int j = 0; j < per_chunk; ++j) {
-      const int64_t o = off + static_cast<int64_t>(j) * w;
-      if (o >= hi) break;
-      s += DigestTerm(r.first_key + static_cast<uint64_t>(o), DeltaWord(c, w, j));
-    }
+    const DeltaChunk c = DeltaLoad(r.data, off, hi, aligned);  // zeros past the end
+    s += Digest16(r.first_key + static_cast<uint64_t>(off),
+                  c.w[0] | (static_cast<uint64_t>(c.w[1]) << 32),
+                  c.w[2] | (static_cast<uint64_t>(c.w[3]) << 32));
   }
   for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
   if ((threadIdx.x & 31) == 0) atomicAdd(sums + r.slot, static_cast<unsigned long long>(s));
