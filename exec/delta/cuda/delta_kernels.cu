@@ -61,17 +61,6 @@ __device__ inline uint32_t DeltaDiffBits(const DeltaChunk& a, const DeltaChunk& 
   return bits;
 }
 
-// Word j of a chunk (w bytes, little-endian).
-__device__ inline uint64_t DeltaWord(const DeltaChunk& c, int w, int j) {
-  switch (w) {
-    case 1: return (c.w[j >> 2] >> (8 * (j & 3))) & 0xffu;
-    case 2: return (c.w[j >> 1] >> (16 * (j & 1))) & 0xffffu;
-    case 4: return c.w[j];
-    default: return static_cast<uint64_t>(c.w[2 * j]) |
-                    (static_cast<uint64_t>(c.w[2 * j + 1]) << 32);
-  }
-}
-
 // Exclusive prefix sum of `v` over the block's threads (kDeltaThreads).
 __device__ inline uint32_t DeltaBlockExclusiveScan(uint32_t v) {
   __shared__ uint32_t warp_totals[kDeltaThreads / 32];
@@ -100,30 +89,6 @@ __device__ inline uint32_t DeltaBlockSum(uint32_t v) {
   return total;
 }
 
-__global__ void DeltaMaskKernel(const uint8_t* cur, const uint8_t* snap, int64_t bytes, int w,
-                                bool aligned, uint32_t* mask, uint32_t* tile_counts) {
-  const int64_t tile = blockIdx.x;
-  const int b = kDeltaChunk / w;  // bits per chunk
-  const int g = 32 / b;           // lanes per mask word
-  const int lane = threadIdx.x & 31;
-  uint32_t count = 0;
-  for (int j = 0; j < kDeltaChunksPerThread; ++j) {
-    const int64_t chunk = tile * (kDeltaTileBytes / kDeltaChunk) + j * kDeltaThreads + threadIdx.x;
-    const int64_t off = chunk * kDeltaChunk;
-    uint32_t bits = 0;
-    if (off < bytes) {
-      bits = DeltaDiffBits(DeltaLoad(cur, off, bytes, aligned),
-                           DeltaLoad(snap, off, bytes, aligned), w);
-    }
-    count += __popc(bits);
-    uint32_t word = bits << ((lane % g) * b);
-    for (int o = 1; o < g; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
-    if (lane % g == 0) mask[(off / w) / 32] = word;
-  }
-  const uint32_t total = DeltaBlockSum(count);
-  if (threadIdx.x == 0) tile_counts[tile] = total;
-}
-
 // Mask word k of a byte mask of `mask_bytes` bytes (zero past its end).
 __device__ inline uint32_t DeltaMaskWord(const uint8_t* mask, int64_t mask_bytes, int64_t k) {
   const int64_t o = 4 * k;
@@ -135,17 +100,6 @@ __device__ inline uint32_t DeltaMaskWord(const uint8_t* mask, int64_t mask_bytes
     if (o + i < mask_bytes) x |= static_cast<uint32_t>(mask[o + i]) << (8 * i);
   }
   return x;
-}
-
-__global__ void MaskTileCountsKernel(const uint8_t* mask, int64_t mask_bytes, int w,
-                                     uint32_t* tile_counts) {
-  const int64_t words = kDeltaTileBytes / w / 32;
-  uint32_t count = 0;
-  for (int64_t k = threadIdx.x; k < words; k += kDeltaThreads) {
-    count += __popc(DeltaMaskWord(mask, mask_bytes, blockIdx.x * words + k));
-  }
-  const uint32_t total = DeltaBlockSum(count);
-  if (threadIdx.x == 0) tile_counts[blockIdx.x] = total;
 }
 
 __global__ void TileScanKernel(const uint32_t* counts, int64_t n, uint64_t* offsets,
@@ -171,79 +125,6 @@ __global__ void TileScanKernel(const uint32_t* counts, int64_t n, uint64_t* offs
     run += counts[i];
   }
   if (t == 1023) *total = sums[1023];
-}
-
-// One tile of a mask: calls f(word index, rank) for each set bit, in order.
-template <typename F>
-__device__ inline void DeltaForEachSetBit(const uint8_t* mask, int64_t mask_bytes, int w,
-                                          const uint64_t* tile_offsets, F f) {
-  const int64_t words = kDeltaTileBytes / w / 32;
-  const int64_t per = (words + kDeltaThreads - 1) / kDeltaThreads;
-  const int64_t first = blockIdx.x * words;
-  const int64_t lo = min(words, threadIdx.x * per);
-  const int64_t hi = min(words, lo + per);
-  uint32_t mine = 0;
-  for (int64_t k = lo; k < hi; ++k) mine += __popc(DeltaMaskWord(mask, mask_bytes, first + k));
-  uint64_t rank = tile_offsets[blockIdx.x] + DeltaBlockExclusiveScan(mine);
-  for (int64_t k = lo; k < hi; ++k) {
-    uint32_t m = DeltaMaskWord(mask, mask_bytes, first + k);
-    while (m != 0) {
-      const int bit = __ffs(m) - 1;
-      m &= m - 1;
-      f(static_cast<uint64_t>(first + k) * 32 + bit, rank++);
-    }
-  }
-}
-
-__global__ void DeltaGatherKernel(const uint8_t* cur, int w, int64_t mask_bytes,
-                                  const uint8_t* mask, const uint64_t* tile_offsets,
-                                  uint32_t* indices, uint8_t* values) {
-  DeltaForEachSetBit(mask, mask_bytes, w, tile_offsets, [&](uint64_t i, uint64_t r) {
-    if (indices != nullptr) indices[r] = static_cast<uint32_t>(i);
-    for (int b = 0; b < w; ++b) values[r * w + b] = cur[i * w + b];
-  });
-}
-
-__global__ void ScatterMaskedKernel(const uint8_t* mask, int64_t mask_bytes, int w,
-                                    const uint64_t* tile_offsets, const uint8_t* values,
-                                    uint8_t* target) {
-  DeltaForEachSetBit(mask, mask_bytes, w, tile_offsets, [&](uint64_t i, uint64_t r) {
-    for (int b = 0; b < w; ++b) target[i * w + b] = values[r * w + b];
-  });
-}
-
-__global__ void CheckIndicesKernel(const uint32_t* indices, int64_t count, uint64_t num_words,
-                                   uint32_t* bad) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < count;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint32_t i = indices[k];
-    if (i >= num_words || (k > 0 && i <= indices[k - 1])) *bad = 1;
-  }
-}
-
-__global__ void ScatterIndexedKernel(const uint32_t* indices, const uint8_t* values,
-                                     int64_t count, int w, uint8_t* target) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < count;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint64_t i = indices[k];
-    for (int b = 0; b < w; ++b) target[i * w + b] = values[k * w + b];
-  }
-}
-
-__global__ void DigestKernel(const uint8_t* p, int64_t bytes, int w, uint64_t key0,
-                             bool aligned, unsigned long long* sum) {
-  (void)w;  // the digest is of bytes (digest_term.h)
-  uint64_t s = 0;
-  for (int64_t chunk = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-       chunk * kDeltaChunk < bytes; chunk += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t off = chunk * kDeltaChunk;
-    const DeltaChunk c = DeltaLoad(p, off, bytes, aligned);  // zeros past the end
-    s += Digest16(key0 + static_cast<uint64_t>(off),
-                  c.w[0] | (static_cast<uint64_t>(c.w[1]) << 32),
-                  c.w[2] | (static_cast<uint64_t>(c.w[3]) << 32));
-  }
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
-  if ((threadIdx.x & 31) == 0) atomicAdd(sum, static_cast<unsigned long long>(s));
 }
 
 // ---- Batched over a wave's messages (WaveMsg / WaveTile rows).
@@ -556,13 +437,6 @@ __global__ void WaveDigestKernel(const WaveDigestRun* runs, const WaveTile* tile
 
 namespace {
 
-int64_t Tiles(int64_t bytes) { return (bytes + kDeltaTileBytes - 1) / kDeltaTileBytes; }
-
-bool Aligned16(const void* a, const void* b = nullptr) {
-  return (reinterpret_cast<uintptr_t>(a) & 15u) == 0 &&
-         (b == nullptr || (reinterpret_cast<uintptr_t>(b) & 15u) == 0);
-}
-
 unsigned int GridFor(int64_t items) {
   const int64_t blocks = (items + kDeltaThreads - 1) / kDeltaThreads;
   return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > 132 * 32 ? 132 * 32 : blocks));
@@ -570,65 +444,9 @@ unsigned int GridFor(int64_t items) {
 
 }  // namespace
 
-void LaunchDeltaMask(const void* cur, const void* snap, int64_t bytes, int word_bytes,
-                     uint32_t* mask, uint32_t* tile_counts, cudaStream_t stream) {
-  const int64_t tiles = Tiles(bytes);
-  if (tiles == 0) return;
-  DeltaMaskKernel<<<static_cast<unsigned int>(tiles), kDeltaThreads, 0, stream>>>(
-      static_cast<const uint8_t*>(cur), static_cast<const uint8_t*>(snap), bytes, word_bytes,
-      Aligned16(cur, snap), mask, tile_counts);
-}
-
-void LaunchMaskTileCounts(const uint8_t* mask, int64_t mask_bytes, int word_bytes,
-                          int64_t num_tiles, uint32_t* tile_counts, cudaStream_t stream) {
-  if (num_tiles == 0) return;
-  MaskTileCountsKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
-      mask, mask_bytes, word_bytes, tile_counts);
-}
-
 void LaunchTileScan(const uint32_t* tile_counts, int64_t num_tiles, uint64_t* tile_offsets,
                     uint64_t* total, cudaStream_t stream) {
   TileScanKernel<<<1, 1024, 0, stream>>>(tile_counts, num_tiles, tile_offsets, total);
-}
-
-void LaunchDeltaGather(const void* cur, int word_bytes, int64_t num_tiles, const uint8_t* mask,
-                       const uint64_t* tile_offsets, uint32_t* indices, uint8_t* values,
-                       cudaStream_t stream) {
-  if (num_tiles == 0) return;
-  // The mask here is the encoder's own: whole tiles of u32 words.
-  const int64_t mask_bytes = num_tiles * DeltaMaskWordsPerTile(word_bytes) * 4;
-  DeltaGatherKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
-      static_cast<const uint8_t*>(cur), word_bytes, mask_bytes, mask, tile_offsets, indices,
-      values);
-}
-
-void LaunchCheckIndices(const uint32_t* indices, int64_t count, uint64_t num_words,
-                        uint32_t* bad, cudaStream_t stream) {
-  if (count == 0) return;
-  CheckIndicesKernel<<<GridFor(count), kDeltaThreads, 0, stream>>>(indices, count, num_words,
-                                                                   bad);
-}
-
-void LaunchScatterIndexed(const uint32_t* indices, const uint8_t* values, int64_t count,
-                          int word_bytes, void* target, cudaStream_t stream) {
-  if (count == 0) return;
-  ScatterIndexedKernel<<<GridFor(count), kDeltaThreads, 0, stream>>>(
-      indices, values, count, word_bytes, static_cast<uint8_t*>(target));
-}
-
-void LaunchScatterMasked(const uint8_t* mask, int64_t mask_bytes, int word_bytes,
-                         int64_t num_tiles, const uint64_t* tile_offsets,
-                         const uint8_t* values, void* target, cudaStream_t stream) {
-  if (num_tiles == 0) return;
-  ScatterMaskedKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
-      mask, mask_bytes, word_bytes, tile_offsets, values, static_cast<uint8_t*>(target));
-}
-
-void LaunchDigest(const void* data, int64_t bytes, int element_bytes, uint64_t first_key,
-                  unsigned long long* sum, cudaStream_t stream) {
-  if (bytes == 0) return;
-  DigestKernel<<<GridFor((bytes + kDeltaChunk - 1) / kDeltaChunk), kDeltaThreads, 0, stream>>>(
-      static_cast<const uint8_t*>(data), bytes, element_bytes, first_key, Aligned16(data), sum);
 }
 
 void LaunchWaveMask(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
