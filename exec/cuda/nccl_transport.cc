@@ -5,10 +5,10 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <set>
-#include <chrono>
 #include <thread>
 
 #include "absl/strings/str_cat.h"

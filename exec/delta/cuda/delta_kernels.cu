@@ -11,6 +11,7 @@ constexpr int kDeltaThreads = 256;
 constexpr int kDeltaChunk = 16;  // bytes one thread compares at a time
 constexpr int kDeltaChunksPerThread =
     static_cast<int>(kDeltaTileBytes / (kDeltaThreads * kDeltaChunk));
+static_assert(kDeltaChunksPerThread == 8, "the mask pass runs two halves of four chunks");
 
 struct DeltaChunk {
   uint32_t w[4];
@@ -197,71 +198,132 @@ __device__ inline uint32_t WaveLoadU32(const uint8_t* p) {
          (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
 }
 
-__global__ void WaveMaskKernel(const WaveMsg* msgs, const WaveTile* tiles, uint32_t* mask,
-                               uint32_t* tile_counts, uint8_t* vals) {
-  const int64_t g = blockIdx.x;
-  const WaveTile t = tiles[g];
-  const WaveMsg m = msgs[t.msg];
+// Tiles a block runs, their rows loaded once into shared memory (a row
+// read per tile from global memory would stall every short tile).
+constexpr int kWaveTilesPerBlock = 8;
+struct WaveTileRow {
+  WaveMsg m;
+  WaveTile t;
+};
+
+__device__ inline int WaveLoadRows(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                                   WaveTileRow* rows) {
+  const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kWaveTilesPerBlock;
+  const int n = static_cast<int>(min(static_cast<int64_t>(kWaveTilesPerBlock), num_tiles - g0));
+  if (static_cast<int>(threadIdx.x) < n) {
+    const WaveTile t = tiles[g0 + threadIdx.x];
+    rows[threadIdx.x].t = t;
+    rows[threadIdx.x].m = msgs[t.msg];
+  }
+  __syncthreads();
+  return n;
+}
+
+// Exclusive prefix sums of four 16-bit counts packed in `v` over the
+// block's threads, and (*total) their sums. Safe to call again right away.
+__device__ inline uint64_t WaveBlockScan4(uint64_t v, uint64_t* total) {
+  __shared__ uint64_t warp_totals[kDeltaThreads / 32];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  uint64_t inc = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint64_t y = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += y;
+  }
+  if (lane == 31) warp_totals[warp] = inc;
+  __syncthreads();
+  uint64_t before = 0, all = 0;
+  for (int k = 0; k < kDeltaThreads / 32; ++k) {
+    if (k < warp) before += warp_totals[k];
+    all += warp_totals[k];
+  }
+  __syncthreads();
+  *total = all;
+  return before + inc - v;
+}
+
+// One tile of the mask pass: its mask words, its count and, when they
+// fit, its changed words in order into its value slot (the gather then
+// copies them instead of reading the current bytes again). Chunks go in
+// two halves of four per thread: the loads of a half in flight together,
+// one scan per half for the values' ranks.
+__device__ inline void WaveMaskTile(const WaveMsg& m, const WaveTile& t, int64_t g,
+                                    uint32_t* mask, uint32_t* tile_counts, uint8_t* vals) {
   const int w = m.word;
   const int64_t base = static_cast<int64_t>(t.tile) * kDeltaTileBytes;
   const bool aligned = WaveAligned(m.cur, m.snap);
+  const bool whole = aligned && base + kDeltaTileBytes <= m.bytes;
   uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
+  uint8_t* tvals = vals + g * kWaveValueBytesPerTile;
+  const uint32_t cap = static_cast<uint32_t>(kWaveValueBytesPerTile / w);
   const int b = kDeltaChunk / w;  // bits per chunk
   const int gs = 32 / b;          // lanes per mask word
   const int lane = threadIdx.x & 31;
-  // Every load of the thread first (16 loads in flight), then the compares.
-  DeltaChunk a[kDeltaChunksPerThread], s[kDeltaChunksPerThread];
-  if (aligned && base + kDeltaTileBytes <= m.bytes) {
-#pragma unroll
-    for (int j = 0; j < kDeltaChunksPerThread; ++j) {
-      const int64_t off = base + (static_cast<int64_t>(j) * kDeltaThreads + threadIdx.x) * kDeltaChunk;
-      const uint4 x = __ldg(reinterpret_cast<const uint4*>(m.cur + off));
-      const uint4 y = __ldg(reinterpret_cast<const uint4*>(m.snap + off));
-      a[j] = {{x.x, x.y, x.z, x.w}};
-      s[j] = {{y.x, y.y, y.z, y.w}};
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < kDeltaChunksPerThread; ++j) {
-      const int64_t off = base + (static_cast<int64_t>(j) * kDeltaThreads + threadIdx.x) * kDeltaChunk;
-      a[j] = {{0, 0, 0, 0}};
-      s[j] = a[j];
-      if (off < m.bytes) {
-        a[j] = DeltaLoad(m.cur, off, m.bytes, aligned);
-        s[j] = DeltaLoad(m.snap, off, m.bytes, aligned);
-      }
-    }
-  }
-  // Each chunk's changed words, in tile order, into the tile's value slot
-  // (while they fit): the gather then copies them instead of reading the
-  // current bytes again.
-  uint8_t* tvals = vals + g * kWaveValueBytesPerTile;
-  const uint32_t cap = static_cast<uint32_t>(kWaveValueBytesPerTile / w);
   uint32_t count = 0;
 #pragma unroll
-  for (int j = 0; j < kDeltaChunksPerThread; ++j) {
-    const int64_t local = (static_cast<int64_t>(j) * kDeltaThreads + threadIdx.x) * kDeltaChunk;
-    const uint32_t bits = DeltaDiffBits(a[j], s[j], w);  // past the end: equal zeros
-    const uint32_t c = __popc(bits);
-    uint32_t chunk_total = 0;
-    const uint32_t rank = count + WaveBlockScan(c, &chunk_total);
-    if (c != 0 && rank + c <= cap) {
-      uint32_t left = bits;
-      uint32_t r = rank;
-      while (left != 0) {
-        const int bit = __ffs(left) - 1;
-        left &= left - 1;
-        const uint64_t v = WaveWordAt(a[j], w, bit);
-        for (int k = 0; k < w; ++k) tvals[r * w + k] = static_cast<uint8_t>(v >> (8 * k));
-        ++r;
+  for (int half = 0; half < 2; ++half) {
+    DeltaChunk a[4], s[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int j = half * 4 + q;
+      const int64_t off = base + (static_cast<int64_t>(j) * kDeltaThreads + threadIdx.x) * kDeltaChunk;
+      if (whole) {
+        const uint4 x = __ldg(reinterpret_cast<const uint4*>(m.cur + off));
+        const uint4 y = __ldg(reinterpret_cast<const uint4*>(m.snap + off));
+        a[q] = {{x.x, x.y, x.z, x.w}};
+        s[q] = {{y.x, y.y, y.z, y.w}};
+      } else if (off < m.bytes) {
+        a[q] = DeltaLoad(m.cur, off, m.bytes, aligned);
+        s[q] = DeltaLoad(m.snap, off, m.bytes, aligned);
+      } else {
+        a[q] = {{0, 0, 0, 0}};
+        s[q] = a[q];
       }
     }
-    count += chunk_total;
-    uint32_t word = bits << ((lane % gs) * b);
-    for (int o = 1; o < gs; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
-    if (lane % gs == 0) tmask[(local / w) / 32] = word;
+    uint32_t bits[4];
+    uint64_t packed = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      bits[q] = DeltaDiffBits(a[q], s[q], w);  // past the end: equal zeros
+      packed |= static_cast<uint64_t>(__popc(bits[q])) << (16 * q);
+    }
+    uint64_t totals = 0;
+    const uint64_t ex = WaveBlockScan4(packed, &totals);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int j = half * 4 + q;
+      const int64_t local = (static_cast<int64_t>(j) * kDeltaThreads + threadIdx.x) * kDeltaChunk;
+      const uint32_t c = __popc(bits[q]);
+      const uint32_t rank = count + static_cast<uint32_t>((ex >> (16 * q)) & 0xffff);
+      if (c != 0 && rank + c <= cap) {
+        uint32_t left = bits[q];
+        uint32_t r = rank;
+        while (left != 0) {
+          const int bit = __ffs(left) - 1;
+          left &= left - 1;
+          const uint64_t v = WaveWordAt(a[q], w, bit);
+          for (int k = 0; k < w; ++k) tvals[r * w + k] = static_cast<uint8_t>(v >> (8 * k));
+          ++r;
+        }
+      }
+      count += static_cast<uint32_t>((totals >> (16 * q)) & 0xffff);
+      uint32_t word = bits[q] << ((lane % gs) * b);
+      for (int o = 1; o < gs; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
+      if (lane % gs == 0) tmask[(local / w) / 32] = word;
+    }
   }
   if (threadIdx.x == 0) tile_counts[g] = count;
+}
+
+__global__ void WaveMaskKernel(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                               uint32_t* mask, uint32_t* tile_counts, uint8_t* vals) {
+  __shared__ WaveTileRow rows[kWaveTilesPerBlock];
+  const int n = WaveLoadRows(msgs, tiles, num_tiles, rows);
+  const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kWaveTilesPerBlock;
+  for (int i = 0; i < n; ++i) {
+    const WaveMsg m = rows[i].m;
+    WaveMaskTile(m, rows[i].t, g0 + i, mask, tile_counts, vals);
+  }
 }
 
 __global__ void WaveTotalsKernel(const WaveMsg* msgs, int64_t num_msgs,
@@ -276,12 +338,9 @@ __global__ void WaveTotalsKernel(const WaveMsg* msgs, int64_t num_msgs,
   }
 }
 
-__global__ void WaveGatherKernel(const WaveMsg* msgs, const WaveTile* tiles,
-                                 const uint32_t* mask, const uint32_t* tile_counts,
-                                 const uint64_t* tile_offsets, const uint8_t* vals) {
-  const int64_t g = blockIdx.x;
-  const WaveTile t = tiles[g];
-  const WaveMsg m = msgs[t.msg];
+__device__ inline void WaveGatherTile(const WaveMsg& m, const WaveTile& t, int64_t g,
+                                      const uint32_t* mask, const uint32_t* tile_counts,
+                                      const uint64_t* tile_offsets, const uint8_t* vals) {
   if (m.encoding != 1 && m.encoding != 2) return;  // kIndices, kBitmask
   const int w = m.word;
   const int64_t wpt = kDeltaTileBytes / w;  // words per tile
@@ -329,6 +388,19 @@ __global__ void WaveGatherKernel(const WaveMsg* msgs, const WaveTile* tiles,
                         for (int b = 0; b < w; ++b) values[r * w + b] = m.cur[i * w + b];
                       }
                     });
+}
+
+__global__ void WaveGatherKernel(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                                 const uint32_t* mask, const uint32_t* tile_counts,
+                                 const uint64_t* tile_offsets, const uint8_t* vals) {
+  __shared__ WaveTileRow rows[kWaveTilesPerBlock];
+  const int n = WaveLoadRows(msgs, tiles, num_tiles, rows);
+  const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kWaveTilesPerBlock;
+  for (int i = 0; i < n; ++i) {
+    const WaveMsg m = rows[i].m;
+    WaveGatherTile(m, rows[i].t, g0 + i, mask, tile_counts, tile_offsets, vals);
+    __syncthreads();  // the next tile's scan reuses shared memory
+  }
 }
 
 __global__ void WaveApplyCountKernel(const WaveMsg* msgs, const WaveTile* tiles,
@@ -417,25 +489,40 @@ __global__ void WaveScatterKernel(const WaveMsg* msgs, const WaveTile* tiles,
 }
 
 __global__ void WaveDigestKernel(const WaveDigestRun* runs, const WaveTile* tiles,
-                                 unsigned long long* sums) {
-  const WaveTile t = tiles[blockIdx.x];
-  const WaveDigestRun r = runs[t.msg];
-  const bool aligned = (reinterpret_cast<uintptr_t>(r.data) & 15u) == 0;
-  const int64_t lo = static_cast<int64_t>(t.tile) * kDeltaTileBytes;
-  const int64_t hi = min(r.bytes, lo + kDeltaTileBytes);
-  uint64_t s = 0;
-  for (int64_t off = lo + static_cast<int64_t>(threadIdx.x) * kDeltaChunk; off < hi;
-       off += static_cast<int64_t>(kDeltaThreads) * kDeltaChunk) {
-    const DeltaChunk c = DeltaLoad(r.data, off, hi, aligned);  // zeros past the end
-    s += Digest16(r.first_key + static_cast<uint64_t>(off),
-                  c.w[0] | (static_cast<uint64_t>(c.w[1]) << 32),
-                  c.w[2] | (static_cast<uint64_t>(c.w[3]) << 32));
+                                 int64_t num_tiles, unsigned long long* sums) {
+  __shared__ WaveTile rows[kWaveTilesPerBlock];
+  __shared__ WaveDigestRun runs_of[kWaveTilesPerBlock];
+  const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kWaveTilesPerBlock;
+  const int n = static_cast<int>(min(static_cast<int64_t>(kWaveTilesPerBlock), num_tiles - g0));
+  if (static_cast<int>(threadIdx.x) < n) {
+    rows[threadIdx.x] = tiles[g0 + threadIdx.x];
+    runs_of[threadIdx.x] = runs[rows[threadIdx.x].msg];
   }
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
-  if ((threadIdx.x & 31) == 0) atomicAdd(sums + r.slot, static_cast<unsigned long long>(s));
+  __syncthreads();
+  for (int i = 0; i < n; ++i) {
+    const WaveTile t = rows[i];
+    const WaveDigestRun r = runs_of[i];
+    const bool aligned = (reinterpret_cast<uintptr_t>(r.data) & 15u) == 0;
+    const int64_t lo = static_cast<int64_t>(t.tile) * kDeltaTileBytes;
+    const int64_t hi = min(r.bytes, lo + kDeltaTileBytes);
+    uint64_t s = 0;
+    for (int64_t off = lo + static_cast<int64_t>(threadIdx.x) * kDeltaChunk; off < hi;
+         off += static_cast<int64_t>(kDeltaThreads) * kDeltaChunk) {
+      const DeltaChunk c = DeltaLoad(r.data, off, hi, aligned);  // zeros past the end
+      s += Digest16(r.first_key + static_cast<uint64_t>(off),
+                    c.w[0] | (static_cast<uint64_t>(c.w[1]) << 32),
+                    c.w[2] | (static_cast<uint64_t>(c.w[3]) << 32));
+    }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) atomicAdd(sums + r.slot, static_cast<unsigned long long>(s));
+  }
 }
 
 namespace {
+
+unsigned int WaveBlocks(int64_t num_tiles) {
+  return static_cast<unsigned int>((num_tiles + kWaveTilesPerBlock - 1) / kWaveTilesPerBlock);
+}
 
 unsigned int GridFor(int64_t items) {
   const int64_t blocks = (items + kDeltaThreads - 1) / kDeltaThreads;
@@ -452,8 +539,8 @@ void LaunchTileScan(const uint32_t* tile_counts, int64_t num_tiles, uint64_t* ti
 void LaunchWaveMask(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
                     uint32_t* mask, uint32_t* tile_counts, uint8_t* vals, cudaStream_t stream) {
   if (num_tiles == 0) return;
-  WaveMaskKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
-      msgs, tiles, mask, tile_counts, vals);
+  WaveMaskKernel<<<WaveBlocks(num_tiles), kDeltaThreads, 0, stream>>>(msgs, tiles, num_tiles,
+                                                                     mask, tile_counts, vals);
 }
 
 void LaunchWaveTotals(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* tile_counts,
@@ -467,8 +554,8 @@ void LaunchWaveGather(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_ti
                       const uint32_t* mask, const uint32_t* tile_counts,
                       const uint64_t* tile_offsets, const uint8_t* vals, cudaStream_t stream) {
   if (num_tiles == 0) return;
-  WaveGatherKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
-      msgs, tiles, mask, tile_counts, tile_offsets, vals);
+  WaveGatherKernel<<<WaveBlocks(num_tiles), kDeltaThreads, 0, stream>>>(
+      msgs, tiles, num_tiles, mask, tile_counts, tile_offsets, vals);
 }
 
 void LaunchWaveApplyCount(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
@@ -498,8 +585,8 @@ void LaunchWaveScatter(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_t
 void LaunchWaveDigest(const WaveDigestRun* runs, const WaveTile* tiles, int64_t num_tiles,
                       unsigned long long* sums, cudaStream_t stream) {
   if (num_tiles == 0) return;
-  WaveDigestKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
-      runs, tiles, sums);
+  WaveDigestKernel<<<WaveBlocks(num_tiles), kDeltaThreads, 0, stream>>>(runs, tiles, num_tiles,
+                                                                       sums);
 }
 
 }  // namespace refit
