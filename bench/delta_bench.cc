@@ -26,6 +26,8 @@
 // Prints the table last; exit 1 if any byte or digest differs.
 //
 //   delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] [--model=qwen3-8b]
+//               [--snapshot=gpu|pinned]   (the trainer's snapshot: GPU memory by
+//               default, or pinned host memory the encoder reads over the bus)
 //   (needs 2 GPUs; exits 0 with SKIP otherwise)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -83,7 +85,8 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-DataPlaneParts NcclParts(int device, const char* prefix) {
+DataPlaneParts NcclParts(int device, const char* prefix,
+                         SnapshotMemory snapshot = SnapshotMemory::kDevice) {
   DataPlaneParts p;
   p.transport = [device, prefix](KvStore* store, int32_t rank, int32_t world,
                                  int32_t lanes) -> absl::StatusOr<std::unique_ptr<Transport>> {
@@ -96,9 +99,10 @@ DataPlaneParts NcclParts(int device, const char* prefix) {
     return std::unique_ptr<Transport>(std::move(*t));
   };
   p.copier = [](Transport* t) { return MakeCudaCopier(static_cast<NcclTransport*>(t)); };
-  p.delta_ops = [device](Transport* t) {
+  p.delta_ops = [device, snapshot](Transport* t) {
     GpuWaveOpsOptions o;
     o.device = device;
+    o.snapshot = snapshot;
     return MakeGpuWaveOps(static_cast<NcclTransport*>(t), o);
   };
   return p;
@@ -153,7 +157,7 @@ void Free(Buffers* b, int device) {
 
 class Bench {
  public:
-  Bench(const std::string& model, bool fp8) : fp8_(fp8) {
+  Bench(const std::string& model, bool fp8, SnapshotMemory snapshot) : fp8_(fp8) {
     ModelConfig m = Ok(LoadModelConfig(model), "model");
     MappedSide src = Ok(BuildTrainerLayout(m, Ok(ParseTrainerSpec("fsdp:dp=1"), "trainer")),
                         "trainer layout");
@@ -190,7 +194,7 @@ class Bench {
         ms.buffers = g == 0 ? trainer_.ptrs : delta_engine_.ptrs;
         DeltaRunnerOptions o;
         if (g == 0) o.snapshot = &snapshot_;
-        delta_[g] = Ok(MakeDeltaMemberRunner(ms, NcclParts(g, "delta"), &delta_store_, o),
+        delta_[g] = Ok(MakeDeltaMemberRunner(ms, NcclParts(g, "delta", snapshot), &delta_store_, o),
                        "delta member");
         ms.buffers = g == 0 ? trainer_.ptrs : dense_engine_.ptrs;
         dense_[g] = Ok(MakeMemberRunner(ms, NcclParts(g, "dense"), &dense_store_,
@@ -299,7 +303,7 @@ class Bench {
     std::vector<EncodeItem> items;
     int64_t at = 0;
     for (const auto& [key, r] : snapshot_.messages) {
-      CU(cudaMemcpy(cur + at, r.data.get(), r.bytes, cudaMemcpyDeviceToDevice));
+      CU(cudaMemcpy(cur + at, r.data.get(), r.bytes, cudaMemcpyDefault));
       items.push_back({cur + at, r.data.get(), r.bytes, r.bytes % 2 == 0 ? 2 : 1});
       at += (r.bytes + 15) / 16 * 16;
     }
@@ -403,14 +407,17 @@ class Bench {
 
 int Main(int argc, char** argv) {
   std::string rows_flag = "0.5,2,5,20,adamw", engines_flag = "bf16,fp8", model = "qwen3-8b";
+  SnapshotMemory snapshot = SnapshotMemory::kDevice;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("--rows=", 0) == 0) rows_flag = a.substr(7);
     else if (a.rfind("--engines=", 0) == 0) engines_flag = a.substr(10);
     else if (a.rfind("--model=", 0) == 0) model = a.substr(8);
+    else if (a == "--snapshot=pinned") snapshot = SnapshotMemory::kPinnedHost;
+    else if (a == "--snapshot=gpu") snapshot = SnapshotMemory::kDevice;
     else {
       std::fprintf(stderr, "usage: delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] "
-                           "[--model=qwen3-8b]\n");
+                           "[--model=qwen3-8b] [--snapshot=gpu|pinned]\n");
       return 2;
     }
   }
@@ -423,7 +430,8 @@ int Main(int argc, char** argv) {
   ncclGetVersion(&nccl_version);
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, 0));
-  std::printf("delta_bench: %s x2, NCCL %d, model %s\n", prop.name, nccl_version, model.c_str());
+  std::printf("delta_bench: %s x2, NCCL %d, model %s, snapshot in %s\n", prop.name, nccl_version,
+              model.c_str(), snapshot == SnapshotMemory::kDevice ? "GPU memory" : "pinned host memory");
   int devs[2] = {0, 1};
   ncclComm_t comms[2];
   if (ncclCommInitAll(comms, 2, devs) != ncclSuccess) return 1;
@@ -431,7 +439,7 @@ int Main(int argc, char** argv) {
   bool all_ok = true;
   for (const std::string& engine : std::vector<std::string>(absl::StrSplit(engines_flag, ','))) {
     const double t_setup = Now();
-    Bench b(model, engine == "fp8");
+    Bench b(model, engine == "fp8", snapshot);
     double digest = 0;
     DeltaRoundStats st;
     // Version 1, dense everywhere (the snapshot is made at its commit),
