@@ -182,7 +182,7 @@ class Bench {
     // The members, built as DataPlaneMember builds them.
     std::vector<std::thread> threads;
     for (int g = 0; g < 2; ++g) {
-      threads.emplace_back([this, g] {
+      threads.emplace_back([this, g, snapshot] {
         CU(cudaSetDevice(g));
         MemberSlice ms;
         ms.plan = &plan_;
