@@ -261,6 +261,15 @@ absl::Status DeltaRunner::Convert(absl::Time deadline) {
 }
 
 absl::StatusOr<RunStats> DeltaRunner::Run(absl::Time deadline) {
+  absl::StatusOr<RunStats> r = RunWaves(deadline);
+  // A failed round takes the transport down (NCCL: every lane's
+  // communicator aborted), so nothing waits behind a wave that will never
+  // complete, and the runner is not run again.
+  if (!r.ok()) transport_->Cancel(r.status());
+  return r;
+}
+
+absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   const absl::Time start = absl::Now();
   RunStats stats;
   digests_.clear();

@@ -149,7 +149,8 @@ class DeltaRunner : public RoundRunner {
   // Runs this member's part of one round. Fails with the transport's error,
   // DATA_LOSS naming the tensor and peer for a malformed message, or the
   // reason given to Cancel. A failed round leaves the trainer's snapshot
-  // as it was (call Abort); the runner may run again after Abort.
+  // as it was (call Abort) and takes the transport down: build a new runner
+  // (the member's snapshot carries over) for the next round.
   absl::StatusOr<RunStats> Run(absl::Time deadline) override;
   void Cancel(const absl::Status& reason) override;
 
@@ -205,6 +206,7 @@ class DeltaRunner : public RoundRunner {
   };
   DeltaRunner() = default;
   absl::Status Prepare(const Plan& plan, bool src);
+  absl::StatusOr<RunStats> RunWaves(absl::Time deadline);
   absl::Status Convert(absl::Time deadline);
   // A trainer's wave in two steps: BeginSend packs and starts the count,
   // EndSend waits for it, encodes and posts; the next wave's BeginSend
