@@ -475,8 +475,7 @@ int Main(int argc, char** argv) {
       b.Change(adamw ? "adamw" : "random", pct / 100, ++seed * 1000);
       DeltaRoundStats est;
       r.delta_s = b.DeltaRound(true, &r.digest_s, &st, &est);
-      r.changed = static_cast<double>(st.changed_words) /
-                  std::max<int64_t>(1, st.dense_bytes / 2);
+      r.changed = static_cast<double>(st.changed_words) / std::max<int64_t>(1, st.words);
       r.wire = static_cast<double>(st.wire_bytes) / std::max<int64_t>(1, st.dense_bytes);
       r.digest_gb = 2.0 * b.dense_bytes() / 1e9;
       r.dense_s = b.DenseRound();
@@ -500,7 +499,7 @@ int Main(int argc, char** argv) {
   std::printf(
       "\ndelta_bench: %s synthetic weights, fsdp:dp=1 trainer GPU 0 -> vllm:tp=1 engine GPU 1 over "
       "NCCL (%s)\n"
-      "changed = words changed (bf16: of the BF16 words; fp8: engine-format bytes / 2); wire = "
+      "changed = engine-format words changed (bf16: 2-byte words; fp8: bytes of codes and scales); wire = "
       "delta bytes / dense bytes;\ndelta_s = the delta round less its digests, dense_s = the "
       "executor's dense round (slower member each);\nencode/copy = GB/s read (encoder: current "
       "+ snapshot, one batch; copy: the bytes once);\nenc/HBM = the encoder's read rate over the "

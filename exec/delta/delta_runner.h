@@ -104,6 +104,7 @@ struct DeltaRoundStats {
   int64_t dense_bytes = 0;      // the messages' dense size
   int64_t wire_bytes = 0;       // headers + payloads
   int64_t changed_words = 0;   // trainer: counted; engine: sent
+  int64_t words = 0;           // of the messages (their codec words)
   double digest_seconds = 0;    // time spent digesting
   // Where the member's thread spent the round (host time): trainer: the
   // counts awaited, encodes enqueued; both: waiting on the transport

@@ -157,6 +157,7 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
     delta_stats_.dense_bytes += m.bytes;
     delta_stats_.wire_bytes += kHeader + p;
     delta_stats_.changed_words += changed[i];  // counted, also of dense ones
+    delta_stats_.words += static_cast<int64_t>(m.header.num_words);
     stats->bytes_sent += kHeader + p;
   }
   const absl::Time t2 = absl::Now();
@@ -237,6 +238,7 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
     delta_stats_.dense_bytes += m.bytes;
     delta_stats_.wire_bytes += kHeader + p;
     delta_stats_.changed_words += static_cast<int64_t>(m.header.num_changed);
+    delta_stats_.words += static_cast<int64_t>(m.header.num_words);
     stats->bytes_received += kHeader + p;
   }
   if (!gather.empty()) {
