@@ -499,13 +499,31 @@ __global__ void WaveDigestKernel(const WaveDigestRun* runs, const WaveTile* tile
     runs_of[threadIdx.x] = runs[rows[threadIdx.x].msg];
   }
   __syncthreads();
+  // One atomic per block and slot: tiles of one run share a slot, and
+  // per-warp atomics on one address were the digest's bottleneck.
+  __shared__ unsigned long long warp_sums[kDeltaThreads / 32];
+  auto flush = [&](uint64_t v, int32_t slot) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned long long total = 0;
+      for (int k = 0; k < kDeltaThreads / 32; ++k) total += warp_sums[k];
+      atomicAdd(sums + slot, total);
+    }
+    __syncthreads();
+  };
+  uint64_t s = 0;
   for (int i = 0; i < n; ++i) {
     const WaveTile t = rows[i];
     const WaveDigestRun r = runs_of[i];
+    if (i > 0 && r.slot != runs_of[i - 1].slot) {  // the same for every thread
+      flush(s, runs_of[i - 1].slot);
+      s = 0;
+    }
     const bool aligned = (reinterpret_cast<uintptr_t>(r.data) & 15u) == 0;
     const int64_t lo = static_cast<int64_t>(t.tile) * kDeltaTileBytes;
     const int64_t hi = min(r.bytes, lo + kDeltaTileBytes);
-    uint64_t s = 0;
     for (int64_t off = lo + static_cast<int64_t>(threadIdx.x) * kDeltaChunk; off < hi;
          off += static_cast<int64_t>(kDeltaThreads) * kDeltaChunk) {
       const DeltaChunk c = DeltaLoad(r.data, off, hi, aligned);  // zeros past the end
@@ -513,9 +531,8 @@ __global__ void WaveDigestKernel(const WaveDigestRun* runs, const WaveTile* tile
                     c.w[0] | (static_cast<uint64_t>(c.w[1]) << 32),
                     c.w[2] | (static_cast<uint64_t>(c.w[3]) << 32));
     }
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
-    if ((threadIdx.x & 31) == 0) atomicAdd(sums + r.slot, static_cast<unsigned long long>(s));
   }
+  if (n > 0) flush(s, runs_of[n - 1].slot);
 }
 
 namespace {
