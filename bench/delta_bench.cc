@@ -1,57 +1,68 @@
-// delta_bench: a delta round next to a dense one, trainer GPU -> engine GPU
-// over NCCL, on Qwen3-8B's tensors (8.19 B parameters, 16.4 GB in BF16;
-// synthetic normal(0, 0.02) weights), one process driving GPUs 0 and 1.
+// delta_bench: delta rounds of the refit GPU member path next to dense
+// rounds, trainer GPU 0 -> engine GPU 1 over NCCL, on a model's tensors
+// (default Qwen3-8B: 8.19 B parameters, 16.4 GB in BF16; synthetic
+// normal(0, 0.02) weights), one process driving both GPUs, one thread per
+// member.
 //
-// Per message (one per tensor, contiguous on both sides as with tp=1 ->
-// tp=1) the trainer compares its engine-format bytes with its snapshot on
-// the GPU (exec/delta/cuda: count, then gather), sends every message's
-// 32-byte header first, then the payloads sized from them, and the engine
-// applies them in place (checked before writing). After each round the
-// engine's bytes are compared with the trainer's, byte for byte, on the
-// GPU. Rows: 0.5%, 2%, 5%, 20% of the BF16 elements changed at random
-// positions, and one AdamW-like step (lr 1e-6); for a BF16 engine and for
-// an FP8 engine (the trainer quantizes to e4m3 with 128x128 block scales,
-// exec/cuda's kernel, and the delta compares the FP8 codes and scales).
-// Columns: changed engine words, wire bytes over dense, the delta round
-// (quantize, encode, headers, payloads, apply), the dense round (quantize,
-// one send per message), raw NCCL of the dense bytes in one send, the
-// encoder's read rate next to a device copy's, and a verified round's
-// digests of every engine byte on both GPUs. Prints the table last.
+// Both members are built as DataPlaneMember builds them
+// (exec/member_runner.h): the delta round is MakeDeltaMemberRunner's
+// DeltaRunner (NCCL transport, CUDA copier, GPU wave ops: per wave one
+// count pass, one scan, one gather, headers then payloads, the next wave's
+// encode while this one sends; the engine applies in place), verified as
+// delta rounds are; the dense round is MakeMemberRunner's executor into a
+// second set of engine buffers. The plan is the planner's for fsdp:dp=1 ->
+// vllm:tp=1 (BF16 engine) and vllm:tp=1,quant=fp8 (the trainer quantizes to
+// e4m3 with 128x128 block scales each round; deltas compare the codes and
+// scales). After every row the two engine copies are compared byte for
+// byte on GPU 1 and the verified round's digests must agree.
 //
-//   delta_bench [--gib_limit=N]   (needs 2 GPUs; exits 0 with SKIP otherwise)
+// Rows: 0.5%, 2%, 5%, 20% of the BF16 elements changed at random positions,
+// and one AdamW step at lr 1e-6. Columns: engine words changed, wire bytes
+// over dense, the delta round without its digests (the slower member),
+// the dense round, their ratio, raw NCCL of the dense bytes in one send,
+// the encoder (count + gather of every message in one batch, current and
+// snapshot read: GB/s read) next to a device copy (GB/s read), and the
+// verified round's digests (the slower member, every byte of the round).
+// Prints the table last; exit 1 if any byte or digest differs.
+//
+//   delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] [--model=qwen3-8b]
+//               [--snapshot=gpu|pinned]   (the trainer's snapshot: GPU memory by
+//               default, or pinned host memory the encoder reads over the bus)
+//   (needs 2 GPUs; exits 0 with SKIP otherwise)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "bench/delta_bench_kernels.h"
-#include "exec/cuda/convert_kernels.h"
-#include "exec/delta/cuda/gpu_delta.h"
-#include "exec/delta/delta_codec.h"
-#include "exec/delta/digest_term.h"
+#include "exec/cuda/cuda_copier.h"
+#include "exec/cuda/cuda_lanes.h"
+#include "exec/cuda/nccl_transport.h"
+#include "exec/delta/cuda/gpu_wave_ops.h"
+#include "exec/kv_store.h"
+#include "exec/member_runner.h"
+#include "mapping/mapping.h"
+#include "plan/planner.h"
 
 namespace refit {
 namespace {
 
 #define CU(x) Check(static_cast<int>(x), #x, __LINE__)
-#define NC(x) CheckNccl((x), #x, __LINE__)
 
 void Check(int e, const char* what, int line) {
   if (e != 0) {
     std::fprintf(stderr, "delta_bench: %s (line %d): %s\n", what, line,
                  cudaGetErrorString(static_cast<cudaError_t>(e)));
-    std::exit(1);
-  }
-}
-void CheckNccl(ncclResult_t r, const char* what, int line) {
-  if (r != ncclSuccess) {
-    std::fprintf(stderr, "delta_bench: %s (line %d): %s\n", what, line, ncclGetErrorString(r));
     std::exit(1);
   }
 }
@@ -61,7 +72,7 @@ T Ok(absl::StatusOr<T> v, const char* what) {
     std::fprintf(stderr, "delta_bench: %s: %s\n", what, std::string(v.status().message()).c_str());
     std::exit(1);
   }
-  return *v;
+  return std::move(*v);
 }
 void Ok(const absl::Status& s, const char* what) {
   if (!s.ok()) {
@@ -74,379 +85,436 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-struct Tensor {
-  int64_t rows = 1, cols = 1;  // a norm: rows 1
-  bool matrix = false;
-};
-
-// Qwen3-8B (config.json: hidden 4096, intermediate 12288, 36 layers, 32
-// heads and 8 KV heads of 128, vocab 151936, untied embeddings).
-std::vector<Tensor> Qwen3_8B() {
-  const int64_t h = 4096, inter = 12288, q = 32 * 128, kv = 8 * 128, vocab = 151936;
-  std::vector<Tensor> t;
-  t.push_back({vocab, h, true});
-  for (int l = 0; l < 36; ++l) {
-    for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{
-             {q, h}, {kv, h}, {kv, h}, {h, q}, {inter, h}, {inter, h}, {h, inter}}) {
-      t.push_back({r, c, true});
-    }
-    for (int64_t n : {h, h, int64_t{128}, int64_t{128}}) t.push_back({1, n, false});
-  }
-  t.push_back({1, h, false});
-  t.push_back({vocab, h, true});
-  return t;
+DataPlaneParts NcclParts(int device, const char* prefix,
+                         SnapshotMemory snapshot = SnapshotMemory::kDevice) {
+  DataPlaneParts p;
+  p.transport = [device, prefix](KvStore* store, int32_t rank, int32_t world,
+                                 int32_t lanes) -> absl::StatusOr<std::unique_ptr<Transport>> {
+    NcclTransportOptions o;
+    o.num_lanes = lanes;
+    o.device = device;
+    o.key_prefix = prefix;
+    auto t = NcclTransport::Create(store, rank, world, o);
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<Transport>(std::move(*t));
+  };
+  p.copier = [](Transport* t) { return MakeCudaCopier(static_cast<NcclTransport*>(t)); };
+  p.delta_ops = [device, snapshot](Transport* t) {
+    GpuWaveOpsOptions o;
+    o.device = device;
+    o.snapshot = snapshot;
+    return MakeGpuWaveOps(static_cast<NcclTransport*>(t), o);
+  };
+  return p;
 }
 
-struct Message {
-  int64_t src = 0;     // offset in the trainer's BF16 weights
-  int64_t elems = 0;
-  int64_t off = 0;     // offset in the engine format (current, snapshot, target)
-  int64_t bytes = 0;   // engine-format bytes (FP8: codes, then scales)
-  int word = 2;
-  const Tensor* t = nullptr;
-  int64_t out = 0;     // offset of its encoding in out / recv
+// One stream as CudaLanes, for the encoder's own measurement.
+class OneLane : public CudaLanes {
+ public:
+  OneLane() { CU(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~OneLane() override { cudaStreamDestroy(s_); }
+  int32_t num_lanes() const override { return 1; }
+  void* stream(int32_t lane) const override { return lane == 0 ? s_ : nullptr; }
+  absl::Status CheckCancelled() override { return absl::OkStatus(); }
+
+ private:
+  cudaStream_t s_ = nullptr;
 };
 
 struct Row {
   std::string engine, change;
-  double changed = 0, wire_ratio = 0, delta_s = 0, dense_s = 0, raw_s = 0;
-  double encode_gbps = 0, copy_gbps = 0, digest_s = 0, encode_s = 0, apply_s = 0;
-  bool bytes_ok = false;
+  double changed = 0, wire = 0, delta_s = 0, dense_s = 0, raw_s = 0;
+  double encode_gbps = 0, copy_gbps = 0, digest_s = 0, digest_gb = 0;
+  bool ok = false;
 };
+
+struct Buffers {
+  std::vector<char*> ptrs;
+  std::vector<int64_t> bytes;
+};
+
+Buffers Allocate(const SideLayout& side, int device) {
+  CU(cudaSetDevice(device));
+  Buffers b;
+  for (const auto& buf : side.buffers) {
+    char* p = nullptr;
+    if (buf.rank == 0 && !buf.scratch) {
+      CU(cudaMalloc(reinterpret_cast<void**>(&p), buf.byte_size + 16));
+      CU(cudaMemset(p, 0, buf.byte_size));
+    }
+    b.ptrs.push_back(p);
+    b.bytes.push_back(p != nullptr ? buf.byte_size : 0);
+  }
+  return b;
+}
+
+void Free(Buffers* b, int device) {
+  CU(cudaSetDevice(device));
+  for (char* p : b->ptrs) {
+    if (p != nullptr) cudaFree(p);
+  }
+}
 
 class Bench {
  public:
-  Bench(bool fp8, ncclComm_t* comms) : fp8_(fp8), comms_(comms) {}
-
-  void Setup() {
-    tensors_ = Qwen3_8B();
-    int64_t src = 0, off = 0, out = 0;
-    for (const Tensor& t : tensors_) {
-      Message m;
-      m.t = &t;
-      m.src = src;
-      m.elems = t.rows * t.cols;
-      m.off = fp8_ ? off : m.src * 2;
-      const bool q = fp8_ && t.matrix;
-      m.word = q ? 1 : 2;
-      m.bytes = q ? m.elems + ((t.rows + 127) / 128) * ((t.cols + 127) / 128) * 4 : m.elems * 2;
-      m.out = out;
-      src += m.elems;
-      // BF16 engines: the engine format is the weights' own layout.
-      off = fp8_ ? off + (m.bytes + 255) / 256 * 256 : src * 2;
-      out += (32 + m.bytes + 255) / 256 * 256;
-      max_bytes_ = std::max(max_bytes_, m.bytes);
-      msgs_.push_back(m);
-      engine_bytes_ += m.bytes;
-    }
-    weights_elems_ = src;
-    format_bytes_ = off;
-    out_bytes_ = out;
+  Bench(const std::string& model, bool fp8, SnapshotMemory snapshot) : fp8_(fp8) {
+    ModelConfig m = Ok(LoadModelConfig(model), "model");
+    MappedSide src = Ok(BuildTrainerLayout(m, Ok(ParseTrainerSpec("fsdp:dp=1"), "trainer")),
+                        "trainer layout");
+    MappedSide dst = Ok(BuildEngineLayout(m, Ok(ParseEngineSpec(fp8 ? "vllm:tp=1,quant=fp8"
+                                                                   : "vllm:tp=1"),
+                                                 "engine")),
+                        "engine layout");
+    PlannerOptions po;
+    po.num_lanes = 2;
+    plan_ = Ok(BuildPlan(src.layout, dst.layout, po), "plan");
+    for (const Message& msg : plan_.messages) dense_bytes_ += msg.bytes;
+    trainer_ = Allocate(plan_.src, 0);
+    delta_engine_ = Allocate(plan_.dst, 1);
+    dense_engine_ = Allocate(plan_.dst, 1);
     CU(cudaSetDevice(0));
-    CU(cudaStreamCreateWithFlags(&s0_, cudaStreamNonBlocking));
-    CU(cudaMalloc(&w_, weights_elems_ * 2));
-    cur_ = fp8_ ? nullptr : reinterpret_cast<uint8_t*>(w_);
-    if (fp8_) CU(cudaMalloc(&cur_, format_bytes_));
-    CU(cudaMalloc(&snap_, format_bytes_));
-    CU(cudaMalloc(&out_, out_bytes_));
-    CU(cudaMalloc(&hdr0_, msgs_.size() * 32));
-    CU(cudaMalloc(&scratch0_, GpuDeltaScratchBytes(max_bytes_)));
-    CU(cudaMalloc(&bad_, sizeof(long long)));
-    CU(cudaSetDevice(1));
-    CU(cudaStreamCreateWithFlags(&s1_, cudaStreamNonBlocking));
-    CU(cudaMalloc(&target_, format_bytes_));
-    CU(cudaMalloc(&recv_, std::max(out_bytes_, format_bytes_)));
-    CU(cudaMalloc(&hdr1_, msgs_.size() * 32));
-    CU(cudaMalloc(&scratch1_, GpuDeltaScratchBytes(max_bytes_)));
-    CU(cudaMalloc(&diff_, sizeof(unsigned long long)));
-    CU(cudaSetDevice(0));
-    CU(bench::LaunchFillWeights(w_, weights_elems_, 1, s0_));
-    Quantize();
-    // Version 0 committed everywhere: snapshot and engine hold it.
-    CU(cudaMemcpyAsync(snap_, cur_, format_bytes_, cudaMemcpyDeviceToDevice, s0_));
-    CU(cudaStreamSynchronize(s0_));
-    CU(cudaMemcpyPeer(target_, 1, cur_, 0, format_bytes_));
-    for (int dev : {1, 0}) {
-      CU(cudaSetDevice(dev));
-      CU(cudaDeviceSynchronize());
+    for (size_t b = 0; b < trainer_.ptrs.size(); ++b) {
+      if (trainer_.ptrs[b] == nullptr) continue;
+      CU(bench::LaunchFillWeights(reinterpret_cast<uint16_t*>(trainer_.ptrs[b]),
+                                  trainer_.bytes[b] / 2, b + 1, nullptr));
     }
+    CU(cudaDeviceSynchronize());
+    // The members, built as DataPlaneMember builds them.
+    std::vector<std::thread> threads;
+    for (int g = 0; g < 2; ++g) {
+      threads.emplace_back([this, g, snapshot] {
+        CU(cudaSetDevice(g));
+        MemberSlice ms;
+        ms.plan = &plan_;
+        ms.side = g == 0 ? Side::kTrainer : Side::kEngine;
+        ms.rank = 0;
+        ms.global_rank = g;
+        ms.global_world = 2;
+        ms.num_lanes = 2;
+        ms.buffers = g == 0 ? trainer_.ptrs : delta_engine_.ptrs;
+        DeltaRunnerOptions o;
+        if (g == 0) o.snapshot = &snapshot_;
+        delta_[g] = Ok(MakeDeltaMemberRunner(ms, NcclParts(g, "delta", snapshot), &delta_store_, o),
+                       "delta member");
+        ms.buffers = g == 0 ? trainer_.ptrs : dense_engine_.ptrs;
+        dense_[g] = Ok(MakeMemberRunner(ms, NcclParts(g, "dense"), &dense_store_,
+                                        absl::Now() + absl::Seconds(60)),
+                       "dense member");
+      });
+    }
+    for (auto& t : threads) t.join();
   }
 
   ~Bench() {
-    CU(cudaSetDevice(0));
-    for (void* p : {static_cast<void*>(w_), static_cast<void*>(snap_), static_cast<void*>(out_),
-                    static_cast<void*>(hdr0_), scratch0_, static_cast<void*>(bad_)}) {
-      cudaFree(p);
+    for (int g = 0; g < 2; ++g) {
+      CU(cudaSetDevice(g));
+      delta_[g].reset();
+      dense_[g].reset();
     }
-    if (fp8_) cudaFree(cur_);
-    cudaStreamDestroy(s0_);
-    CU(cudaSetDevice(1));
-    for (void* p : {static_cast<void*>(target_), static_cast<void*>(recv_),
-                    static_cast<void*>(hdr1_), scratch1_, static_cast<void*>(diff_)}) {
-      cudaFree(p);
-    }
-    cudaStreamDestroy(s1_);
+    Free(&trainer_, 0);
+    Free(&delta_engine_, 1);
+    Free(&dense_engine_, 1);
   }
 
-  // The trainer's engine-format bytes of its current weights (FP8: e4m3
-  // codes and 128x128 block scales; norms stay BF16).
-  void Quantize() {
-    if (!fp8_) return;
-    CU(cudaSetDevice(0));
-    for (const Message& m : msgs_) {
-      const char* src = reinterpret_cast<const char*>(w_ + m.src);
-      if (!m.t->matrix) {
-        CU(cudaMemcpyAsync(cur_ + m.off, src, m.bytes, cudaMemcpyDeviceToDevice, s0_));
-        continue;
-      }
-      cuda::DenseBox b{src, cuda::kConvertBF16, 1, m.t->rows, m.t->cols, 0, 0, 128, 128};
-      CU(cuda::LaunchQuantizeFused(b, cuda::kScaleFloat, cur_ + m.off,
-                                   reinterpret_cast<float*>(cur_ + m.off + m.elems), bad_, s0_));
+  // One delta round (verified); returns the slower member's seconds less
+  // its digests, *digest_s the slower member's digest seconds. Commits.
+  double DeltaRound(bool delta, double* digest_s, DeltaRoundStats* trainer_stats,
+                    DeltaRoundStats* engine_stats = nullptr) {
+    std::vector<EngineDeltaMode> modes = {delta ? EngineDeltaMode{false, version_}
+                                                : EngineDeltaMode{}};
+    double secs[2] = {0, 0}, dig[2] = {0, 0};
+    std::vector<std::thread> threads;
+    for (int g = 0; g < 2; ++g) {
+      threads.emplace_back([&, g] {
+        CU(cudaSetDevice(g));
+        delta_[g]->SetModes(modes);
+        RunStats s = Ok(delta_[g]->Run(absl::Now() + absl::Seconds(60)), "delta round");
+        dig[g] = delta_[g]->delta_stats().digest_seconds;
+        secs[g] = s.seconds - dig[g];
+      });
     }
+    for (auto& t : threads) t.join();
+    digests_ok_ = CompareDigests(plan_, delta_[0]->digests(), delta_[1]->digests()).ok();
+    *trainer_stats = delta_[0]->delta_stats();
+    if (engine_stats != nullptr) *engine_stats = delta_[1]->delta_stats();
+    delta_[0]->Commit(++version_);
+    *digest_s = std::max(dig[0], dig[1]);
+    return std::max(secs[0], secs[1]);
+  }
+
+  double DenseRound() {
+    double secs[2] = {0, 0};
+    std::vector<std::thread> threads;
+    for (int g = 0; g < 2; ++g) {
+      threads.emplace_back([&, g] {
+        CU(cudaSetDevice(g));
+        secs[g] = Ok(dense_[g]->Run(absl::Now() + absl::Seconds(60)), "dense round").seconds;
+      });
+    }
+    for (auto& t : threads) t.join();
+    return std::max(secs[0], secs[1]);
   }
 
   void Change(const std::string& how, double fraction, uint64_t seed) {
     CU(cudaSetDevice(0));
-    if (how == "adamw") {
-      CU(bench::LaunchAdamStep(w_, weights_elems_, 1e-6f, seed, s0_));
-    } else {
-      CU(bench::LaunchRandomChange(w_, weights_elems_, fraction, seed, s0_));
+    for (size_t b = 0; b < trainer_.ptrs.size(); ++b) {
+      if (trainer_.ptrs[b] == nullptr) continue;
+      auto* w = reinterpret_cast<uint16_t*>(trainer_.ptrs[b]);
+      const int64_t n = trainer_.bytes[b] / 2;
+      CU(how == "adamw" ? bench::LaunchAdamStep(w, n, 1e-6f, seed + b, nullptr)
+                        : bench::LaunchRandomChange(w, n, fraction, seed + b, nullptr));
     }
-    CU(cudaStreamSynchronize(s0_));
+    CU(cudaDeviceSynchronize());
   }
 
-  // One delta round; fills the row's delta, encode, apply time and wire ratio.
-  void DeltaRound(Row* row) {
-    const double t0 = Now();
-    CU(cudaSetDevice(0));
-    Quantize();
-    int64_t wire = 0, changed = 0, words = 0;
-    std::vector<DeltaHeader> headers(msgs_.size());
-    for (size_t i = 0; i < msgs_.size(); ++i) {
-      const Message& m = msgs_[i];
-      const int64_t n = m.bytes / m.word;
-      const int64_t c = Ok(GpuCountChanged(cur_ + m.off, snap_ + m.off, m.bytes, m.word,
-                                           scratch0_, s0_), "count");
-      const DeltaEncoding e = ChooseEncoding(m.word, n, c);
-      const int64_t w = Ok(GpuEncodeDelta(cur_ + m.off, m.bytes, m.word, e, c, scratch0_,
-                                          out_ + m.out, 32 + m.bytes, s0_), "encode");
-      CU(cudaMemcpyAsync(hdr0_ + 32 * i, out_ + m.out, 32, cudaMemcpyDeviceToDevice, s0_));
-      wire += w;
-      changed += c;
-      words += n;
-    }
-    CU(cudaStreamSynchronize(s0_));
-    const double t1 = Now();
-    // Headers first: the engine sizes its receives from them.
-    NC(ncclGroupStart());
-    NC(ncclSend(hdr0_, msgs_.size() * 32, ncclUint8, 1, comms_[0], s0_));
-    NC(ncclRecv(hdr1_, msgs_.size() * 32, ncclUint8, 0, comms_[1], s1_));
-    NC(ncclGroupEnd());
-    CU(cudaSetDevice(1));
-    CU(cudaMemcpyAsync(headers.data(), hdr1_, msgs_.size() * 32, cudaMemcpyDeviceToHost, s1_));
-    CU(cudaStreamSynchronize(s1_));
-    NC(ncclGroupStart());
-    for (size_t i = 0; i < msgs_.size(); ++i) {
-      const Message& m = msgs_[i];
-      const int64_t p = static_cast<int64_t>(headers[i].payload_bytes);
-      if (p <= 0) continue;
-      NC(ncclSend(out_ + m.out + 32, p, ncclUint8, 1, comms_[0], s0_));
-      NC(ncclRecv(recv_ + m.out + 32, p, ncclUint8, 0, comms_[1], s1_));
-    }
-    NC(ncclGroupEnd());
-    CU(cudaSetDevice(1));
-    for (size_t i = 0; i < msgs_.size(); ++i) {
-      CU(cudaMemcpyAsync(recv_ + msgs_[i].out, hdr1_ + 32 * i, 32, cudaMemcpyDeviceToDevice, s1_));
-    }
-    CU(cudaStreamSynchronize(s1_));
-    const double t2 = Now();
-    for (size_t i = 0; i < msgs_.size(); ++i) {
-      const Message& m = msgs_[i];
-      Ok(GpuApplyDelta(recv_ + m.out, 32 + static_cast<int64_t>(headers[i].payload_bytes),
-                       target_ + m.off, m.bytes, scratch1_, s1_),
-         "apply");
-    }
-    CU(cudaStreamSynchronize(s1_));
-    const double t3 = Now();
-    row->delta_s = t3 - t0;
-    row->encode_s = t1 - t0;
-    row->apply_s = t3 - t2;
-    row->wire_ratio = static_cast<double>(wire) / engine_bytes_;
-    row->changed = static_cast<double>(changed) / words;
-    // The encoder read current and snapshot: its read rate.
-    row->encode_gbps = 2.0 * engine_bytes_ / row->encode_s / 1e9;
-    // Commit: the snapshot takes the sent changes (off the round).
-    CU(cudaSetDevice(0));
-    for (size_t i = 0; i < msgs_.size(); ++i) {
-      const Message& m = msgs_[i];
-      Ok(GpuApplyDelta(out_ + m.out, 32 + static_cast<int64_t>(headers[i].payload_bytes),
-                       snap_ + m.off, m.bytes, scratch0_, s0_),
-         "snapshot");
-    }
-    CU(cudaStreamSynchronize(s0_));
-  }
-
-  double DenseRound() {
-    const double t0 = Now();
-    CU(cudaSetDevice(0));
-    Quantize();
-    NC(ncclGroupStart());
-    for (const Message& m : msgs_) {
-      NC(ncclSend(cur_ + m.off, m.bytes, ncclUint8, 1, comms_[0], s0_));
-      NC(ncclRecv(target_ + m.off, m.bytes, ncclUint8, 0, comms_[1], s1_));
-    }
-    NC(ncclGroupEnd());
-    CU(cudaStreamSynchronize(s0_));
-    CU(cudaSetDevice(1));
-    CU(cudaStreamSynchronize(s1_));
-    return Now() - t0;
-  }
-
-  // Raw NCCL: the dense bytes as one send.
-  double RawNccl() {
-    const double t0 = Now();
-    NC(ncclGroupStart());
-    NC(ncclSend(cur_, format_bytes_, ncclUint8, 1, comms_[0], s0_));
-    NC(ncclRecv(recv_, format_bytes_, ncclUint8, 0, comms_[1], s1_));
-    NC(ncclGroupEnd());
-    CU(cudaSetDevice(0));
-    CU(cudaStreamSynchronize(s0_));
-    CU(cudaSetDevice(1));
-    CU(cudaStreamSynchronize(s1_));
-    return Now() - t0;
-  }
-
-  // A device copy of the engine-format bytes: bytes read per second.
-  double CopyGbps() {
-    CU(cudaSetDevice(0));
-    const double t0 = Now();
-    CU(cudaMemcpyAsync(out_, cur_, format_bytes_, cudaMemcpyDeviceToDevice, s0_));
-    CU(cudaStreamSynchronize(s0_));
-    return format_bytes_ / (Now() - t0) / 1e9;
-  }
-
-  // Digests of every engine byte on both GPUs (a verified round's); false
-  // when they differ. *seconds: the slower side's time.
-  bool Digests(double* seconds) {
-    uint64_t sums[2] = {0, 0};
-    double took[2] = {0, 0};
-    for (int dev = 0; dev < 2; ++dev) {
-      CU(cudaSetDevice(dev));
-      const double t0 = Now();
-      for (size_t i = 0; i < msgs_.size(); ++i) {
-        const Message& m = msgs_[i];
-        const uint8_t* p = (dev == 0 ? cur_ : target_) + m.off;
-        sums[dev] += Ok(GpuDigest(p, m.bytes, m.word, PositionKey(static_cast<int64_t>(i), 0),
-                                  dev == 0 ? scratch0_ : scratch1_, dev == 0 ? s0_ : s1_),
-                        "digest");
-      }
-      took[dev] = Now() - t0;
-    }
-    *seconds = std::max(took[0], took[1]);
-    return sums[0] == sums[1];
-  }
-
-  // Byte compare of the engine with the trainer, on GPU 1.
+  // Engine copies equal, byte for byte, and the digests agreed.
   bool BytesEqual() {
-    // On the stream the compare runs on: cudaMemcpyPeer is not ordered with
-    // a non-blocking stream.
     CU(cudaSetDevice(1));
-    CU(cudaMemcpyPeerAsync(recv_, 1, cur_, 0, format_bytes_, s1_));
-    CU(cudaMemsetAsync(diff_, 0, sizeof(unsigned long long), s1_));
-    for (const Message& m : msgs_) {
-      CU(bench::LaunchCountDiff(recv_ + m.off, target_ + m.off, m.bytes, diff_, s1_));
+    unsigned long long* diff = nullptr;
+    CU(cudaMalloc(reinterpret_cast<void**>(&diff), sizeof(*diff)));
+    CU(cudaMemset(diff, 0, sizeof(*diff)));
+    for (size_t b = 0; b < delta_engine_.ptrs.size(); ++b) {
+      if (delta_engine_.ptrs[b] == nullptr) continue;
+      CU(bench::LaunchCountDiff(reinterpret_cast<const uint8_t*>(delta_engine_.ptrs[b]),
+                                reinterpret_cast<const uint8_t*>(dense_engine_.ptrs[b]),
+                                delta_engine_.bytes[b], diff, nullptr));
     }
     unsigned long long d = 0;
-    CU(cudaMemcpyAsync(&d, diff_, sizeof(d), cudaMemcpyDeviceToHost, s1_));
-    CU(cudaStreamSynchronize(s1_));
+    CU(cudaMemcpy(&d, diff, sizeof(d), cudaMemcpyDeviceToHost));
+    cudaFree(diff);
     if (d != 0) std::fprintf(stderr, "delta_bench: %llu engine bytes differ\n", d);
-    return d == 0;
+    if (!digests_ok_) std::fprintf(stderr, "delta_bench: the verified round's digests differ\n");
+    return d == 0 && digests_ok_;
   }
 
-  int64_t engine_bytes() const { return engine_bytes_; }
+  // The encoder on the snapshot's regions against a copy with `fraction`
+  // of its 2-byte words changed, every message in one batch (GB/s read:
+  // current and snapshot), and a device copy (GB/s read; it writes as
+  // many bytes as it reads).
+  void Encoder(double fraction, double* encode_gbps, double* copy_gbps) {
+    CU(cudaSetDevice(0));
+    OneLane lane;
+    std::unique_ptr<DeltaWaveOps> ops = Ok(MakeGpuWaveOps(&lane, {}), "encoder ops");
+    const int64_t total = snapshot_.bytes();
+    int64_t aligned = 0;
+    for (const auto& [key, r] : snapshot_.messages) aligned += (r.bytes + 15) / 16 * 16;
+    char *cur = nullptr, *out = nullptr;
+    CU(cudaMalloc(reinterpret_cast<void**>(&cur), aligned + 16));
+    std::vector<EncodeItem> items;
+    int64_t at = 0;
+    for (const auto& [key, r] : snapshot_.messages) {
+      CU(cudaMemcpy(cur + at, r.data.get(), r.bytes, cudaMemcpyDefault));
+      items.push_back({cur + at, r.data.get(), r.bytes, r.bytes % 2 == 0 ? 2 : 1});
+      at += (r.bytes + 15) / 16 * 16;
+    }
+    CU(bench::LaunchRandomChange(reinterpret_cast<uint16_t*>(cur), aligned / 2, fraction, 77,
+                                 nullptr));
+    CU(cudaDeviceSynchronize());
+    auto stream = static_cast<cudaStream_t>(lane.stream(0));
+    char* hdr = nullptr;
+    CU(cudaMalloc(reinterpret_cast<void**>(&hdr), items.size() * 32));
+    double best = 1e9;
+    for (int iter = 0; iter < 3; ++iter) {
+      const double t0 = Now();
+      std::vector<int64_t> c = Ok(ops->Count(0, items, absl::Now() + absl::Seconds(30)), "count");
+      std::vector<DeltaHeader> h(items.size());
+      std::vector<char*> outs(items.size());
+      int64_t need = 0;
+      for (size_t i = 0; i < items.size(); ++i) {
+        const int64_t n = items[i].bytes / items[i].word_bytes;
+        const DeltaEncoding e = ChooseEncoding(items[i].word_bytes, n, c[i]);
+        h[i].encoding = static_cast<uint8_t>(e);
+        h[i].word_bytes = static_cast<uint8_t>(items[i].word_bytes);
+        h[i].num_words = n;
+        h[i].num_changed = e == DeltaEncoding::kDense ? n : c[i];
+        h[i].payload_bytes = DeltaPayloadBytes(e, items[i].word_bytes, n, h[i].num_changed);
+        need += (h[i].payload_bytes + 15) / 16 * 16;
+      }
+      if (out == nullptr) CU(cudaMalloc(reinterpret_cast<void**>(&out), need + 16));
+      int64_t o = 0;
+      for (size_t i = 0; i < items.size(); ++i) {
+        outs[i] = h[i].encoding == 0 ? nullptr : out + o;
+        if (h[i].encoding != 0) o += (h[i].payload_bytes + 15) / 16 * 16;
+      }
+      Ok(ops->Encode(0, items, h, outs, hdr, absl::Now() + absl::Seconds(30)), "encode");
+      CU(cudaStreamSynchronize(stream));
+      best = std::min(best, Now() - t0);
+    }
+    *encode_gbps = 2.0 * total / best / 1e9;
+    // A device copy of half the bytes onto the other half.
+    const int64_t half = aligned / 2 / 256 * 256;
+    double copy = 1e9;
+    for (int iter = 0; iter < 3; ++iter) {
+      const double t0 = Now();
+      CU(cudaMemcpyAsync(cur + half, cur, half, cudaMemcpyDeviceToDevice, stream));
+      CU(cudaStreamSynchronize(stream));
+      copy = std::min(copy, Now() - t0);
+    }
+    *copy_gbps = half / copy / 1e9;
+    ops.reset();
+    cudaFree(cur);
+    cudaFree(out);
+    cudaFree(hdr);
+  }
+
+  // Raw NCCL: the dense bytes as one send, GPU 0 -> GPU 1.
+  double RawNccl(ncclComm_t* comms) {
+    char *a = nullptr, *b = nullptr;
+    cudaStream_t s[2];
+    for (int g = 0; g < 2; ++g) {
+      CU(cudaSetDevice(g));
+      CU(cudaMalloc(reinterpret_cast<void**>(g == 0 ? &a : &b), dense_bytes_));
+      CU(cudaStreamCreateWithFlags(&s[g], cudaStreamNonBlocking));
+    }
+    double best = 1e9;
+    for (int iter = 0; iter < 3; ++iter) {
+      const double t0 = Now();
+      ncclGroupStart();
+      ncclSend(a, dense_bytes_, ncclUint8, 1, comms[0], s[0]);
+      ncclRecv(b, dense_bytes_, ncclUint8, 0, comms[1], s[1]);
+      if (ncclGroupEnd() != ncclSuccess) std::exit(1);
+      for (int g = 0; g < 2; ++g) {
+        CU(cudaSetDevice(g));
+        CU(cudaStreamSynchronize(s[g]));
+      }
+      best = std::min(best, Now() - t0);
+    }
+    for (int g = 0; g < 2; ++g) {
+      CU(cudaSetDevice(g));
+      cudaFree(g == 0 ? a : b);
+      cudaStreamDestroy(s[g]);
+    }
+    return best;
+  }
+
+  int64_t dense_bytes() const { return dense_bytes_; }
+  int64_t snapshot_bytes() const { return snapshot_.bytes(); }
+  size_t messages() const { return plan_.messages.size(); }
+  size_t waves() const { return plan_.waves.size(); }
 
  private:
   bool fp8_;
-  ncclComm_t* comms_;
-  std::vector<Tensor> tensors_;
-  std::vector<Message> msgs_;
-  int64_t weights_elems_ = 0, format_bytes_ = 0, out_bytes_ = 0, engine_bytes_ = 0;
-  int64_t max_bytes_ = 0;
-  cudaStream_t s0_ = nullptr, s1_ = nullptr;
-  uint16_t* w_ = nullptr;
-  uint8_t *cur_ = nullptr, *snap_ = nullptr, *out_ = nullptr, *hdr0_ = nullptr;
-  uint8_t *target_ = nullptr, *recv_ = nullptr, *hdr1_ = nullptr;
-  void *scratch0_ = nullptr, *scratch1_ = nullptr;
-  long long* bad_ = nullptr;
-  unsigned long long* diff_ = nullptr;
+  Plan plan_;
+  int64_t dense_bytes_ = 0;
+  Buffers trainer_, delta_engine_, dense_engine_;
+  InMemoryKvStore delta_store_, dense_store_;
+  DeltaSnapshot snapshot_;
+  std::unique_ptr<DeltaRunner> delta_[2];
+  std::unique_ptr<RoundRunner> dense_[2];
+  int64_t version_ = 0;
+  bool digests_ok_ = true;
 };
 
-int Main() {
+int Main(int argc, char** argv) {
+  std::string rows_flag = "0.5,2,5,20,adamw", engines_flag = "bf16,fp8", model = "qwen3-8b";
+  SnapshotMemory snapshot = SnapshotMemory::kDevice;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--rows=", 0) == 0) rows_flag = a.substr(7);
+    else if (a.rfind("--engines=", 0) == 0) engines_flag = a.substr(10);
+    else if (a.rfind("--model=", 0) == 0) model = a.substr(8);
+    else if (a == "--snapshot=pinned") snapshot = SnapshotMemory::kPinnedHost;
+    else if (a == "--snapshot=gpu") snapshot = SnapshotMemory::kDevice;
+    else {
+      std::fprintf(stderr, "usage: delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] "
+                           "[--model=qwen3-8b] [--snapshot=gpu|pinned]\n");
+      return 2;
+    }
+  }
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
     std::printf("SKIP delta_bench: needs 2 CUDA devices, found %d (REFIT_GPU_SKIP)\n", n);
     return 0;
   }
+  int nccl_version = 0;
+  ncclGetVersion(&nccl_version);
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, 0));
+  std::printf("delta_bench: %s x2, NCCL %d, model %s, snapshot in %s\n", prop.name, nccl_version,
+              model.c_str(), snapshot == SnapshotMemory::kDevice ? "GPU memory" : "pinned host memory");
   int devs[2] = {0, 1};
   ncclComm_t comms[2];
-  NC(ncclCommInitAll(comms, 2, devs));
+  if (ncclCommInitAll(comms, 2, devs) != ncclSuccess) return 1;
   std::vector<Row> rows;
   bool all_ok = true;
-  for (bool fp8 : {false, true}) {
-    Bench b(fp8, comms);
-    b.Setup();
-    const std::string engine = fp8 ? "fp8" : "bf16";
-    // Warm-up: NCCL's connections, the kernels' first launches.
-    b.RawNccl();
+  for (const std::string& engine : std::vector<std::string>(absl::StrSplit(engines_flag, ','))) {
+    const double t_setup = Now();
+    Bench b(model, engine == "fp8", snapshot);
+    double digest = 0;
+    DeltaRoundStats st;
+    // Version 1, dense everywhere (the snapshot is made at its commit),
+    // then warm-up delta rounds: 20% changed (the encodings' buffers reach
+    // their size, as after an RL job's first steps), then none.
+    b.DeltaRound(false, &digest, &st);
     b.DenseRound();
-    Row warm;
-    b.DeltaRound(&warm);
-    const double raw = b.RawNccl();
-    const double copy = b.CopyGbps();
+    bool ok = b.BytesEqual();
+    b.Change("random", 0.2, 7);
+    b.DeltaRound(true, &digest, &st);
+    b.DeltaRound(true, &digest, &st);
+    b.DenseRound();
+    ok = b.BytesEqual() && ok;
+    const double raw = b.RawNccl(comms);
+    std::printf("%s engine: %zu messages in %zu waves, %lld bytes per round, snapshot %lld "
+                "bytes, set up in %.1f s, first rounds %s\n",
+                engine.c_str(), b.messages(), b.waves(),
+                static_cast<long long>(b.dense_bytes()),
+                static_cast<long long>(b.snapshot_bytes()), Now() - t_setup,
+                ok ? "bytes ok" : "BYTES WRONG");
+    all_ok = all_ok && ok;
     uint64_t seed = 100;
-    for (const auto& [how, f] : std::vector<std::pair<std::string, double>>{
-             {"random", 0.005}, {"random", 0.02}, {"random", 0.05}, {"random", 0.20},
-             {"adamw", 0}}) {
+    for (const std::string& what : std::vector<std::string>(absl::StrSplit(rows_flag, ','))) {
       Row r;
       r.engine = engine;
-      r.change = how == "adamw" ? "AdamW lr 1e-6" : absl::StrFormat("random %.1f%%", 100 * f);
-      b.Change(how, f, ++seed);
-      b.DeltaRound(&r);
-      r.bytes_ok = b.BytesEqual();
-      double digest = 0;
-      r.bytes_ok = b.Digests(&digest) && r.bytes_ok;
-      r.digest_s = digest;
+      double pct = 0;
+      const bool adamw = what == "adamw";
+      if (!adamw && !absl::SimpleAtod(what, &pct)) {
+        std::fprintf(stderr, "delta_bench: bad row %s\n", what.c_str());
+        return 2;
+      }
+      r.change = adamw ? "AdamW lr 1e-6" : absl::StrFormat("random %.1f%%", pct);
+      b.Change(adamw ? "adamw" : "random", pct / 100, ++seed * 1000);
+      DeltaRoundStats est;
+      r.delta_s = b.DeltaRound(true, &r.digest_s, &st, &est);
+      r.changed = static_cast<double>(st.changed_words) / std::max<int64_t>(1, st.words);
+      r.wire = static_cast<double>(st.wire_bytes) / std::max<int64_t>(1, st.dense_bytes);
+      r.digest_gb = 2.0 * b.dense_bytes() / 1e9;
       r.dense_s = b.DenseRound();
-      r.bytes_ok = b.BytesEqual() && r.bytes_ok;
+      r.ok = b.BytesEqual();
       r.raw_s = raw;
-      r.copy_gbps = copy;
-      all_ok = all_ok && r.bytes_ok;
-      std::printf("%s %s: changed %.4f wire %.4f delta %.4f s dense %.4f s %s\n",
-                  r.engine.c_str(), r.change.c_str(), r.changed, r.wire_ratio, r.delta_s,
-                  r.dense_s, r.bytes_ok ? "bytes ok" : "BYTES WRONG");
+      b.Encoder(adamw ? std::max(r.changed, 1e-4) : pct / 100, &r.encode_gbps, &r.copy_gbps);
+      all_ok = all_ok && r.ok;
+      std::printf("%s %s: changed %.4f wire %.4f delta %.4f s dense %.4f s digest %.4f s %s\n",
+                  r.engine.c_str(), r.change.c_str(), r.changed, r.wire, r.delta_s, r.dense_s,
+                  r.digest_s, r.ok ? "bytes ok" : "BYTES WRONG");
+      std::printf("  trainer: count wait %.4f s, encode %.4f s, posting %.4f s, drain %.4f s; "
+                  "engine: headers wait %.4f s, apply %.4f s, drain %.4f s\n",
+                  st.count_wait_seconds, st.encode_seconds, st.transport_wait_seconds,
+                  st.drain_seconds, est.transport_wait_seconds, est.apply_seconds,
+                  est.drain_seconds);
       std::fflush(stdout);
       rows.push_back(r);
     }
-    std::printf("%s engine: %lld bytes per round\n", engine.c_str(),
-                static_cast<long long>(b.engine_bytes()));
   }
   for (ncclComm_t c : comms) ncclCommDestroy(c);
   std::printf(
-      "\ndelta_bench: Qwen3-8B (synthetic weights), trainer GPU 0 -> engine GPU 1 over NCCL, %s\n"
-      "changed = engine words changed; wire = delta bytes / dense bytes; encode/copy = GB/s\n"
-      "read (encoder: current + snapshot; copy: the dense bytes once); digest = both GPUs' digest\n"
-      "of every engine byte (the slower); bytes = engine equals trainer after both rounds\n\n",
-      prop.name);
-  std::printf("%-6s %-15s %8s %7s %9s %9s %8s %9s %9s %8s %9s %9s %5s\n", "engine", "change",
-              "changed", "wire", "delta_s", "dense_s", "ratio", "raw_nccl", "encode_s", "enc_GB/s",
-              "copy_GB/s", "digest_s", "bytes");
+      "\ndelta_bench: %s synthetic weights, fsdp:dp=1 trainer GPU 0 -> vllm:tp=1 engine GPU 1 over "
+      "NCCL (%s)\n"
+      "changed = engine-format words changed (bf16: 2-byte words; fp8: bytes of codes and scales); wire = "
+      "delta bytes / dense bytes;\ndelta_s = the delta round less its digests, dense_s = the "
+      "executor's dense round (slower member each);\nencode/copy = GB/s read (encoder: current "
+      "+ snapshot, one batch; copy: the bytes once);\nenc/HBM = the encoder's read rate over the "
+      "copy's bytes moved (read + write: the HBM rate); digest_s = the verified round's digests "
+      "(slower member, all of its bytes);\nbytes = the delta engine equals the dense engine byte "
+      "for byte and the digests agreed\n\n",
+      model.c_str(), prop.name);
+  std::printf("%-6s %-15s %8s %7s %9s %9s %7s %9s %9s %9s %7s %9s %5s\n", "engine", "change",
+              "changed", "wire", "delta_s", "dense_s", "ratio", "raw_nccl", "enc_GB/s",
+              "copy_GB/s", "enc/HBM", "digest_s", "bytes");
   for (const Row& r : rows) {
-    std::printf("%-6s %-15s %8.4f %7.4f %9.4f %9.4f %8.3f %9.4f %9.4f %8.0f %9.0f %9.4f %5s\n",
-                r.engine.c_str(), r.change.c_str(), r.changed, r.wire_ratio, r.delta_s,
-                r.dense_s, r.delta_s / r.dense_s, r.raw_s, r.encode_s, r.encode_gbps,
-                r.copy_gbps, r.digest_s, r.bytes_ok ? "ok" : "WRONG");
+    std::printf("%-6s %-15s %8.4f %7.4f %9.4f %9.4f %7.3f %9.4f %9.0f %9.0f %7.2f %9.4f %5s\n",
+                r.engine.c_str(), r.change.c_str(), r.changed, r.wire, r.delta_s, r.dense_s,
+                r.delta_s / r.dense_s, r.raw_s, r.encode_gbps, r.copy_gbps,
+                r.encode_gbps / (2 * r.copy_gbps), r.digest_s, r.ok ? "ok" : "WRONG");
   }
   return all_ok ? 0 : 1;
 }
@@ -454,4 +522,4 @@ int Main() {
 }  // namespace
 }  // namespace refit
 
-int main() { return refit::Main(); }
+int main(int argc, char** argv) { return refit::Main(argc, argv); }

@@ -259,31 +259,24 @@ absl::Status DataPlaneMember::Connect(int64_t version, int32_t attempt, absl::Ti
   member.num_lanes = num_lanes_;
   member.host_of_member = host_of_member_;
   member.network_members = network_members_;
-  if (client_->RoundModeOf(version).delta_plane) {
-    if (options_.pull || options_.copier) {
-      return absl::FailedPreconditionError(
-          "refitd runs delta or verified rounds (--delta, --verify_every), which this "
-          "member's data plane (device memory or the colocated pull path) does not run yet; "
-          "run refitd without them for this job");
-    }
-    REFIT_ASSIGN_OR_RETURN(
-        std::unique_ptr<Transport> t,
-        AnnotateStatus(options_.transport(store_.get(), global_rank_, global_world_, num_lanes_),
-                       "data-plane transport"));
-    DeltaRunnerOptions o;
-    o.snapshot = &delta_snapshot_;
-    REFIT_ASSIGN_OR_RETURN(std::unique_ptr<DeltaRunner> r,
-                           DeltaRunner::Create(plan_, side_, rank_, ptrs_, t.get(), o));
-    r->AdoptTransport(std::move(t));
-    delta_runner_ = r.get();
-    runner_ = std::move(r);
-    return absl::OkStatus();
-  }
   DataPlaneParts parts;
   parts.transport = options_.transport;
   parts.copier = options_.copier;
   parts.pull = options_.pull;
   parts.verify = options_.verify;
+  parts.delta_ops = options_.delta_ops;
+  // Delta and verified rounds, unless refitd planned the colocated pull
+  // path: pull rounds stay dense (one device copy is cheaper than reading
+  // two versions) and report no digests.
+  if (client_->RoundModeOf(version).delta_plane && host_of_member_.empty()) {
+    DeltaRunnerOptions o;
+    o.snapshot = &delta_snapshot_;
+    REFIT_ASSIGN_OR_RETURN(std::unique_ptr<DeltaRunner> r,
+                           MakeDeltaMemberRunner(member, parts, store_.get(), o));
+    delta_runner_ = r.get();
+    runner_ = std::move(r);
+    return absl::OkStatus();
+  }
   REFIT_ASSIGN_OR_RETURN(runner_, MakeMemberRunner(member, parts, store_.get(), deadline));
   return absl::OkStatus();
 }

@@ -58,6 +58,9 @@ struct DataPlaneOptions {
   // the transport); called once per plan. Empty = host memcpy.
   CopierFactory copier;
   bool verify = false;  // per-segment checksums compared by both sides
+  // The codec steps of delta rounds on the transport's memory
+  // (NcclDataPlaneOptions sets the GPU's); empty = host memory.
+  DeltaOpsFactory delta_ops;
   // The physical GPU of the buffers, "GPU-<uuid>" (NcclDataPlaneOptions sets
   // it); Member registers it so refitd can refuse two members on one GPU.
   std::string device_uuid;
@@ -98,11 +101,11 @@ class DataPlaneMember {
   // comes while this member's data plane still waits (a peer died, even
   // before it connected) cancels the bootstrap store and the transport:
   // the member fails within ~0.5 s of refitd's decision, not at
-  // `deadline`. When refitd runs delta or verified rounds, a host member
-  // runs them (exec/delta/delta_runner.h), reporting its digest parts, and
-  // folds what it sent into its snapshot once refitd committed; a member
-  // with device memory or the pull path fails with FAILED_PRECONDITION
-  // (reported, so the round aborts for all). FAILED_PRECONDITION naming both epochs, reported to refitd
+  // `deadline`. When refitd runs delta or verified rounds, the member runs
+  // them (exec/delta/delta_runner.h: host memory, or the GPU with
+  // options.delta_ops), reporting its digest parts, and folds what it sent
+  // into its snapshot once refitd committed; when refitd planned the
+  // colocated pull path the rounds stay dense and report no digests. FAILED_PRECONDITION naming both epochs, reported to refitd
   // (which aborts the round for everyone), when the round runs the plan of
   // a newer membership than this member prepared.
   absl::StatusOr<RunStats> RunRound(int64_t version, absl::Time deadline);
@@ -143,8 +146,8 @@ class DataPlaneMember {
   RoundRunner* cancel_runner_ ABSL_GUARDED_BY(cancel_mu_) = nullptr;
   std::unique_ptr<GrpcKvStore> store_;
   std::unique_ptr<RoundRunner> runner_;  // the member's data plane
-  // Delta and verified rounds (refitd --delta / --verify_every, host
-  // members): runner_ is then this DeltaRunner; the snapshot outlives it.
+  // Delta and verified rounds (refitd --delta / --verify_every):
+  // runner_ is then this DeltaRunner; the snapshot outlives it.
   DeltaRunner* delta_runner_ = nullptr;
   DeltaSnapshot delta_snapshot_;
 };

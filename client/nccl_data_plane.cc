@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "exec/cuda/cuda_copier.h"
 #include "exec/cuda/nccl_transport.h"
+#include "exec/delta/cuda/gpu_wave_ops.h"
 
 namespace refit {
 
@@ -54,8 +55,17 @@ DataPlaneOptions DeviceDataPlane(int device, TransportKind kind) {
 
 }  // namespace
 
-DataPlaneOptions NcclDataPlaneOptions(int device) {
-  return DeviceDataPlane<NcclTransport, NcclTransportOptions>(device, TransportKind::kNccl);
+DataPlaneOptions NcclDataPlaneOptions(int device, SnapshotMemory snapshot) {
+  DataPlaneOptions o =
+      DeviceDataPlane<NcclTransport, NcclTransportOptions>(device, TransportKind::kNccl);
+  // Delta rounds: the GPU codec on the transport's lane streams.
+  o.delta_ops = [device, snapshot](Transport* t) {
+    GpuWaveOpsOptions go;
+    go.device = device;
+    go.snapshot = snapshot;
+    return MakeGpuWaveOps(static_cast<NcclTransport*>(t), go);
+  };
+  return o;
 }
 
 }  // namespace refit

@@ -13,9 +13,11 @@ namespace refit {
 
 // NCCL transport on CUDA device `device` (one communicator and stream per
 // lane, unique ids through refitd's key-value store) with the CUDA
-// pack/unpack kernels on the lanes' streams.
+// pack/unpack kernels on the lanes' streams, and delta rounds' codec on
+// the GPU, a trainer's snapshot in `snapshot` (GPU memory by default).
 // Its device_uuid is CudaDeviceUuid(device).
-DataPlaneOptions NcclDataPlaneOptions(int device);
+DataPlaneOptions NcclDataPlaneOptions(int device,
+                                      SnapshotMemory snapshot = SnapshotMemory::kDevice);
 
 // The physical identity of CUDA device `device` as nvidia-smi prints it
 // ("GPU-8f3c0b1e-..."), the same whatever CUDA_VISIBLE_DEVICES renumbers;

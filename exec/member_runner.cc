@@ -97,4 +97,33 @@ absl::StatusOr<std::unique_ptr<RoundRunner>> MakeMemberRunner(const MemberSlice&
   return std::unique_ptr<RoundRunner>(std::move(c));
 }
 
+absl::StatusOr<std::unique_ptr<DeltaRunner>> MakeDeltaMemberRunner(
+    const MemberSlice& member, const DataPlaneParts& parts, KvStore* store,
+    DeltaRunnerOptions options) {
+  if (member.plan == nullptr) return absl::InvalidArgumentError("member slice has no plan");
+  if (!parts.transport) return absl::InvalidArgumentError("no transport factory");
+  if (parts.copier && !parts.delta_ops) {
+    return absl::FailedPreconditionError(
+        "delta rounds on device memory need the codec's device steps (delta_ops)");
+  }
+  REFIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<Transport> transport,
+      AnnotateStatus(parts.transport(store, member.global_rank, member.global_world,
+                                     member.num_lanes),
+                     "data-plane transport"));
+  std::unique_ptr<Copier> copier;
+  if (parts.copier) copier = parts.copier(transport.get());
+  std::unique_ptr<DeltaWaveOps> ops;
+  if (parts.delta_ops) {
+    REFIT_ASSIGN_OR_RETURN(ops, AnnotateStatus(parts.delta_ops(transport.get()), "delta codec"));
+  }
+  options.copier = copier.get();
+  options.ops = ops.get();
+  REFIT_ASSIGN_OR_RETURN(std::unique_ptr<DeltaRunner> r,
+                         DeltaRunner::Create(*member.plan, member.side, member.rank,
+                                             member.buffers, transport.get(), options));
+  r->Adopt(std::move(transport), std::move(copier), std::move(ops));
+  return r;
+}
+
 }  // namespace refit

@@ -9,6 +9,11 @@
 //   - both: the pull runner for the pairs on the member's host and an
 //     executor over a transport among the network members for the pairs
 //     across hosts, composed into one round (CompositeRunner).
+// MakeDeltaMemberRunner makes the runner of delta and verified rounds
+// (exec/delta/delta_runner.h) over the member's transport, on host memory
+// or, with a codec factory for device memory (DataPlaneParts::delta_ops),
+// on the GPU. Colocated pull rounds stay dense: a member whose pairs refitd
+// pulls runs MakeMemberRunner's runner for every round.
 #ifndef REFIT_EXEC_MEMBER_RUNNER_H_
 #define REFIT_EXEC_MEMBER_RUNNER_H_
 
@@ -20,6 +25,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "exec/copier.h"
+#include "exec/delta/delta_runner.h"
+#include "exec/delta/wave_ops.h"
 #include "exec/kv_store.h"
 #include "exec/plan_side.h"
 #include "exec/round_runner.h"
@@ -48,12 +55,18 @@ using PullRunnerFactory = std::function<absl::StatusOr<std::unique_ptr<RoundRunn
     const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
     KvStore* store, std::function<bool(int32_t)> pull_peer, absl::Time deadline)>;
 
+// The codec steps of delta rounds on `transport`'s memory (e.g. the GPU
+// wave ops on its lane streams).
+using DeltaOpsFactory =
+    std::function<absl::StatusOr<std::unique_ptr<DeltaWaveOps>>(Transport* transport)>;
+
 // How a member's data plane is made.
 struct DataPlaneParts {
   TransportFactory transport;  // required unless every pair is pulled
   CopierFactory copier;  // empty = host memcpy
   PullRunnerFactory pull;  // empty = no pull path
   bool verify = false;  // per-segment checksums compared by both sides
+  DeltaOpsFactory delta_ops;  // empty = host memory (MakeHostWaveOps)
 };
 
 // One member's part of a plan.
@@ -80,6 +93,17 @@ absl::StatusOr<std::unique_ptr<RoundRunner>> MakeMemberRunner(const MemberSlice&
                                                               const DataPlaneParts& parts,
                                                               KvStore* store,
                                                               absl::Time deadline);
+
+// Returns the member's delta runner over a transport from parts.transport
+// (bootstrapped through `store`), with parts.copier's copier and
+// parts.delta_ops's codec, all owned by the runner. `options` as
+// DeltaRunner::Create takes them (its copier and ops are set here).
+// Fails with INVALID_ARGUMENT for a missing plan or transport factory,
+// FAILED_PRECONDITION when the member has device memory (a copier) but no
+// codec factory, or the error of what it creates (annotated with which).
+absl::StatusOr<std::unique_ptr<DeltaRunner>> MakeDeltaMemberRunner(
+    const MemberSlice& member, const DataPlaneParts& parts, KvStore* store,
+    DeltaRunnerOptions options);
 
 }  // namespace refit
 

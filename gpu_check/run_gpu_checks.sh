@@ -37,9 +37,13 @@ if python3 -c 'import torch' 2>/dev/null; then
 fi
 echo "== fused_pull_gpu_test (quantize-on-pull kernel vs its host items; next to a copy)"
 "$dir/fused_pull_gpu_test" || rc4=1
-echo "== delta_gpu_test (delta encode/apply and digest kernels vs the host codec)"
-"$dir/delta_gpu_test"
+echo "== gpu_wave_ops_test (delta encode/apply and digest kernels, a wave at once, vs the host codec)"
+"$dir/gpu_wave_ops_test"
 rc9=$?
+if [ "$gpus" -ge 2 ]; then
+  echo "== delta_nccl_gpu_test (GPU members' delta and verified rounds over NCCL)"
+  "$dir/delta_nccl_gpu_test" || rc9=1
+fi
 echo "== refit_gpu_bench $*"
 "$dir/refit_gpu_bench" "$@"
 rc3=$?

@@ -5,6 +5,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <set>
@@ -36,6 +37,9 @@ namespace {
 absl::Status WaitComm(ncclComm_t comm, absl::Time deadline,
                       const std::string& what,
                       const Cancellation* cancelled = nullptr) {
+  // Enqueueing a group takes microseconds: poll without sleeping at first
+  // (a 100 us sleep per wave was most of a small wave's cost).
+  const auto start = std::chrono::steady_clock::now();
   while (true) {
     if (cancelled != nullptr && cancelled->cancelled()) {
       return absl::CancelledError(what);
@@ -48,7 +52,11 @@ absl::Status WaitComm(ncclComm_t comm, absl::Time deadline,
       return absl::DeadlineExceededError(
           absl::StrCat(what, ": not complete by the deadline"));
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(500)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
   }
 }
 
@@ -243,6 +251,9 @@ absl::Status NcclTransport::WaitWave(int32_t lane, absl::Time deadline) {
   const std::string what =
       absl::StrCat("rank ", rank_, " lane ", lane, " (peers ",
                    absl::StrJoin(L.peers, ", "), ")");
+  // Poll without sleeping at first: a short wave (a delta round's headers)
+  // completes within microseconds, and a sleep overshoots by tens.
+  const auto start = std::chrono::steady_clock::now();
   while (true) {
     cudaError_t q = cudaEventQuery(L.pending.front());
     if (q == cudaSuccess) break;
@@ -262,7 +273,11 @@ absl::Status NcclTransport::WaitWave(int32_t lane, absl::Time deadline) {
                           "communicator aborted",
                           last && *last ? absl::StrCat(" (", last, ")") : "")));
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(200)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
   }
   L.spare.push_back(L.pending.front());
   L.pending.pop_front();

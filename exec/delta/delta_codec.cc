@@ -71,10 +71,10 @@ int64_t CountChangedWords(absl::Span<const uint8_t> current,
   return changed;
 }
 
-absl::StatusOr<int64_t> EncodeDelta(absl::Span<const uint8_t> current,
-                                    absl::Span<const uint8_t> snapshot, int word_bytes,
-                                    DeltaEncoding e, int64_t num_changed,
-                                    absl::Span<uint8_t> out) {
+absl::StatusOr<DeltaHeader> EncodeDeltaPayload(absl::Span<const uint8_t> current,
+                                               absl::Span<const uint8_t> snapshot,
+                                               int word_bytes, DeltaEncoding e,
+                                               int64_t num_changed, absl::Span<uint8_t> out) {
   if (!ValidWordBytes(word_bytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat("delta encode: word size ", word_bytes, " is not 1, 2, 4 or 8"));
@@ -93,9 +93,9 @@ absl::StatusOr<int64_t> EncodeDelta(absl::Span<const uint8_t> current,
         "delta encode: ", DeltaEncodingName(e), " cannot hold ", num_changed,
         " changes of ", n, " words"));
   }
-  if (static_cast<int64_t>(out.size()) < kHeaderBytes + payload) {
+  if (static_cast<int64_t>(out.size()) < payload) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "delta encode: output of ", out.size(), " bytes, ", kHeaderBytes + payload,
+        "delta encode: output of ", out.size(), " bytes, ", payload,
         " needed"));
   }
   DeltaHeader h;
@@ -104,13 +104,12 @@ absl::StatusOr<int64_t> EncodeDelta(absl::Span<const uint8_t> current,
   h.num_words = static_cast<uint64_t>(n);
   h.num_changed = static_cast<uint64_t>(num_changed);
   h.payload_bytes = static_cast<uint64_t>(payload);
-  std::memcpy(out.data(), &h, kHeaderBytes);
-  uint8_t* p = out.data() + kHeaderBytes;
+  uint8_t* p = out.data();
   const uint8_t* cur = current.data();
   const uint8_t* snap = snapshot.data();
   if (e == DeltaEncoding::kDense) {
     std::memcpy(p, cur, current.size());
-    return kHeaderBytes + payload;
+    return h;
   }
   int64_t written = 0;
   bool more = false;  // a changed word past num_changed
@@ -147,7 +146,22 @@ absl::StatusOr<int64_t> EncodeDelta(absl::Span<const uint8_t> current,
         "delta encode: told ", num_changed, " words changed, found ",
         more ? "more" : absl::StrCat(written)));
   }
-  return kHeaderBytes + payload;
+  return h;
+}
+
+absl::StatusOr<int64_t> EncodeDelta(absl::Span<const uint8_t> current,
+                                    absl::Span<const uint8_t> snapshot, int word_bytes,
+                                    DeltaEncoding e, int64_t num_changed,
+                                    absl::Span<uint8_t> out) {
+  if (static_cast<int64_t>(out.size()) < kHeaderBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("delta encode: output of ", out.size(), " bytes, shorter than a header"));
+  }
+  auto h = EncodeDeltaPayload(current, snapshot, word_bytes, e, num_changed,
+                              out.subspan(kHeaderBytes));
+  if (!h.ok()) return h.status();
+  std::memcpy(out.data(), &*h, kHeaderBytes);
+  return kHeaderBytes + static_cast<int64_t>(h->payload_bytes);
 }
 
 absl::StatusOr<DeltaHeader> ReadDeltaHeader(absl::Span<const uint8_t> encoded) {
@@ -185,17 +199,26 @@ absl::Status ApplyDelta(absl::Span<const uint8_t> encoded, absl::Span<uint8_t> t
   auto header = ReadDeltaHeader(encoded);
   if (!header.ok()) return header.status();
   const DeltaHeader& h = *header;
+  if (static_cast<int64_t>(encoded.size()) < kHeaderBytes + static_cast<int64_t>(h.payload_bytes)) {
+    return DataLoss(absl::StrCat(encoded.size(), " bytes, its header says ",
+                                 kHeaderBytes + h.payload_bytes));
+  }
+  return ApplyDeltaPayload(h, encoded.subspan(kHeaderBytes), target);
+}
+
+absl::Status ApplyDeltaPayload(const DeltaHeader& h, absl::Span<const uint8_t> payload,
+                               absl::Span<uint8_t> target) {
   const int w = h.word_bytes;
   const int64_t n = static_cast<int64_t>(h.num_words);
   const int64_t c = static_cast<int64_t>(h.num_changed);
   if (static_cast<int64_t>(target.size()) != n * w) {
     return DataLoss(absl::StrCat("for ", n * w, " bytes, applied to ", target.size()));
   }
-  if (static_cast<int64_t>(encoded.size()) < kHeaderBytes + static_cast<int64_t>(h.payload_bytes)) {
-    return DataLoss(absl::StrCat(encoded.size(), " bytes, its header says ",
-                                 kHeaderBytes + h.payload_bytes));
+  if (static_cast<int64_t>(payload.size()) < static_cast<int64_t>(h.payload_bytes)) {
+    return DataLoss(absl::StrCat("payload of ", payload.size(), " bytes, its header says ",
+                                 h.payload_bytes));
   }
-  const uint8_t* p = encoded.data() + kHeaderBytes;
+  const uint8_t* p = payload.data();
   uint8_t* t = target.data();
   switch (static_cast<DeltaEncoding>(h.encoding)) {
     case DeltaEncoding::kDense:

@@ -77,6 +77,13 @@ absl::StatusOr<int64_t> EncodeDelta(absl::Span<const uint8_t> current,
                                     DeltaEncoding e, int64_t num_changed,
                                     absl::Span<uint8_t> out);
 
+// EncodeDelta without the header: writes only the payload into `out` (at
+// least the payload's bytes) and returns the header that describes it.
+absl::StatusOr<DeltaHeader> EncodeDeltaPayload(absl::Span<const uint8_t> current,
+                                               absl::Span<const uint8_t> snapshot,
+                                               int word_bytes, DeltaEncoding e,
+                                               int64_t num_changed, absl::Span<uint8_t> out);
+
 // Reads and checks the header at the start of `encoded` (at least 32
 // bytes): DATA_LOSS naming the field when the magic, encoding, word size or
 // the payload size that its counts imply is wrong.
@@ -89,6 +96,11 @@ absl::StatusOr<DeltaHeader> ReadDeltaHeader(absl::Span<const uint8_t> encoded);
 // naming what is wrong (header, target size, an index out of range or not
 // increasing, a bitmask whose bits disagree with the count).
 absl::Status ApplyDelta(absl::Span<const uint8_t> encoded, absl::Span<uint8_t> target);
+
+// ApplyDelta for a header that ReadDeltaHeader accepted and its payload
+// (at least header.payload_bytes), received apart from it.
+absl::Status ApplyDeltaPayload(const DeltaHeader& header, absl::Span<const uint8_t> payload,
+                               absl::Span<uint8_t> target);
 
 }  // namespace refit
 

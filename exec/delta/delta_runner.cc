@@ -1,7 +1,8 @@
-// DeltaRunner: delta and verified rounds on host memory, wave by wave:
-// headers, then payloads, then apply in place.
+// DeltaRunner: delta and verified rounds, wave by wave: headers, then
+// payloads, then apply in place (the waves themselves: delta_waves.cc).
 #include "exec/delta/delta_runner.h"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <set>
@@ -9,7 +10,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "exec/copier.h"
 #include "exec/delta/delta_codec.h"
 #include "exec/plan_side.h"
 #include "layout/dtype.h"
@@ -29,20 +29,7 @@ int MessageWordBytes(const Plan& plan, const Message& m) {
   return g == 2 || g == 4 || g == 8 ? static_cast<int>(g) : 1;
 }
 
-// The reverse of an unpack program: the engine's buffers -> the stream.
-std::vector<CopyTask> Reversed(const std::vector<CopyTask>& tasks) {
-  std::vector<CopyTask> out = tasks;
-  for (CopyTask& t : out) {
-    std::swap(t.src_buffer, t.dst_buffer);
-    std::swap(t.src_offset, t.dst_offset);
-    std::swap(t.src_row_stride, t.dst_row_stride);
-  }
-  return out;
-}
-
-absl::Span<const uint8_t> Bytes(const char* p, int64_t n) {
-  return {reinterpret_cast<const uint8_t*>(p), static_cast<size_t>(n)};
-}
+int64_t Align256(int64_t x) { return (x + 255) / 256 * 256; }
 
 }  // namespace
 
@@ -81,11 +68,21 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> DeltaRunner::Create(
     return absl::InvalidArgumentError(absl::StrCat(side_name, " rank ", rank,
                                                    " outside world size ", layout.world_size));
   }
-  if (transport->memory_kind() != MemoryKind::kHost ||
-      transport->rank() != GlobalRank(plan, side, rank)) {
+  std::unique_ptr<DeltaRunner> r(new DeltaRunner());
+  if (options.copier == nullptr) {
+    r->host_copier_ = MakeHostCopier();
+    options.copier = r->host_copier_.get();
+  }
+  if (options.ops == nullptr) {
+    r->host_ops_ = MakeHostWaveOps();
+    options.ops = r->host_ops_.get();
+  }
+  const MemoryKind kind = transport->memory_kind();
+  if (transport->rank() != GlobalRank(plan, side, rank) || options.copier->kind() != kind ||
+      options.ops->kind() != kind) {
     return absl::FailedPreconditionError(absl::StrCat(
-        side_name, " rank ", rank, ": the delta runner needs a host transport of global rank ",
-        GlobalRank(plan, side, rank)));
+        side_name, " rank ", rank, ": the delta runner needs a transport of global rank ",
+        GlobalRank(plan, side, rank), " and a copier and codec of its memory kind"));
   }
   if (src && options.max_snapshot_bytes > 0 &&
       SnapshotBytes(plan, rank) > options.max_snapshot_bytes) {
@@ -93,12 +90,14 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> DeltaRunner::Create(
         "trainer rank ", rank, " needs a delta snapshot of ", SnapshotBytes(plan, rank),
         " bytes, above the bound of ", options.max_snapshot_bytes, " (max_snapshot_bytes)"));
   }
-  std::unique_ptr<DeltaRunner> r(new DeltaRunner());
   r->plan_ = &plan;
   r->side_ = side;
   r->rank_ = rank;
   r->transport_ = transport;
+  r->copier_ = options.copier;
+  r->ops_ = options.ops;
   r->options_ = options;
+  r->in_flight_.assign(transport->num_lanes(), 0);
   if (options.snapshot != nullptr) r->snapshot_ = options.snapshot;
   if (r->snapshot_->plan_fingerprint != plan.fingerprint) {
     *r->snapshot_ = DeltaSnapshot();
@@ -108,25 +107,30 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> DeltaRunner::Create(
   r->buffers_ = std::move(buffers);
   if (src) {
     ConversionStage::Memory memory;
-    memory.allocate = [](int64_t bytes) -> absl::StatusOr<char*> {
-      return new char[std::max<int64_t>(bytes, 1)];
-    };
-    memory.release = [](char* p, int64_t) { delete[] p; };
-    auto copier = std::shared_ptr<Copier>(MakeHostCopier());
+    Copier* copier = r->copier_;
+    memory.allocate = [copier](int64_t bytes) { return copier->Allocate(bytes); };
+    memory.release = [copier](char* p, int64_t) { copier->Free(p); };
     REFIT_ASSIGN_OR_RETURN(
         r->conversions_,
         ConversionStage::Create(plan, rank, [copier] { return copier->MakeConvertOps(); },
                                 std::move(memory), &r->buffers_));
   }
+  REFIT_RETURN_IF_ERROR(r->Prepare(plan, src));
+  return r;
+}
+
+absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
+  const std::string side_name(SideName(side_));
+  std::map<std::pair<int32_t, int32_t>, int32_t> slots;
   for (const Wave& wave : plan.waves) {
     WaveWork w;
-    w.lane = std::max(0, wave.lane) % transport->num_lanes();
+    w.lane = std::max(0, wave.lane) % transport_->num_lanes();
     for (int32_t mi = wave.first_message; mi < wave.first_message + wave.num_messages; ++mi) {
       if (mi < 0 || static_cast<size_t>(mi) >= plan.messages.size()) {
         return absl::InvalidArgumentError(absl::StrCat("message ", mi, " outside the plan"));
       }
       const Message& m = plan.messages[mi];
-      if ((src ? m.src_rank : m.dst_rank) != rank) continue;
+      if ((src ? m.src_rank : m.dst_rank) != rank_) continue;
       MsgWork mw;
       mw.message = mi;
       mw.engine_rank = m.dst_rank;
@@ -137,25 +141,74 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> DeltaRunner::Create(
       if (src) mw.source_key = SourceKey(plan, m);
       const bool contiguous = src ? m.src_contiguous : m.dst_contiguous;
       const int32_t cbuf = src ? m.src_buffer : m.dst_buffer;
-      if (contiguous && cbuf >= 0 && static_cast<size_t>(cbuf) < r->buffers_.size() &&
-          r->buffers_[cbuf] != nullptr) {
-        mw.direct = r->buffers_[cbuf] + (src ? m.src_offset : m.dst_offset);
+      if (contiguous && cbuf >= 0 && static_cast<size_t>(cbuf) < buffers_.size() &&
+          buffers_[cbuf] != nullptr) {
+        mw.direct = buffers_[cbuf] + (src ? m.src_offset : m.dst_offset);
       } else {
         REFIT_ASSIGN_OR_RETURN(mw.tasks, src ? PackProgram(plan, m) : UnpackProgram(plan, m));
         for (const CopyTask& t : mw.tasks) {
           const int32_t b = src ? t.src_buffer : t.dst_buffer;
-          if (b < 0 || static_cast<size_t>(b) >= r->buffers_.size() ||
-              r->buffers_[b] == nullptr) {
+          if (b < 0 || static_cast<size_t>(b) >= buffers_.size() || buffers_[b] == nullptr) {
             return absl::InvalidArgumentError(absl::StrCat(
-                side_name, " rank ", rank, ": buffer #", b, " is not registered"));
+                side_name, " rank ", rank_, ": buffer #", b, " is not registered"));
           }
         }
+        mw.stage_offset = w.staging_bytes;
+        w.staging_bytes += Align256(m.bytes);
       }
+      REFIT_RETURN_IF_ERROR(AppendStreamDigestRuns(plan, m, &mw.runs));
+      for (const StreamDigestRun& run : mw.runs) {
+        auto [it, fresh] = slots.emplace(std::make_pair(run.engine_rank, run.tensor),
+                                         static_cast<int32_t>(digest_keys_.size()));
+        if (fresh) digest_keys_.push_back(it->first);
+        mw.run_slots.push_back(it->second);
+      }
+      w.dense_bytes += m.bytes;
       w.msgs.push_back(std::move(mw));
     }
-    if (!w.msgs.empty()) r->work_.push_back(std::move(w));
+    if (w.msgs.empty()) continue;
+    // By peer, then message: each peer's headers are one send.
+    std::stable_sort(w.msgs.begin(), w.msgs.end(), [](const MsgWork& a, const MsgWork& b) {
+      return a.peer < b.peer;
+    });
+    for (const MsgWork& m : w.msgs) {
+      if (w.peers.empty() || w.peers.back().first != m.peer) w.peers.push_back({m.peer, 0});
+      ++w.peers.back().second;
+    }
+    REFIT_ASSIGN_OR_RETURN(w.headers,
+                           ops_->Allocate(static_cast<int64_t>(w.msgs.size()) * sizeof(DeltaHeader)));
+    if (w.staging_bytes > 0) {
+      absl::StatusOr<char*> st = copier_->Allocate(w.staging_bytes);
+      if (!st.ok()) {
+        ops_->Free(w.headers);
+        return st.status();
+      }
+      w.staging = *st;
+    }
+    work_.push_back(std::move(w));
   }
-  return r;
+  return absl::OkStatus();
+}
+
+DeltaRunner::~DeltaRunner() {
+  if (ops_ != nullptr) (void)ops_->Finish(absl::Now() + absl::Seconds(10));
+  for (WaveWork& w : work_) {
+    if (w.headers != nullptr) ops_->Free(w.headers);
+    if (w.coded != nullptr) ops_->Free(w.coded);
+    if (w.staging != nullptr) copier_->Free(w.staging);
+  }
+  conversions_.reset();  // releases its scratch through the copier
+}
+
+absl::Status DeltaRunner::Reserve(char** p, int64_t* cap, int64_t bytes, int64_t floor) {
+  if (bytes <= *cap) return absl::OkStatus();
+  if (*p != nullptr) ops_->Free(*p);
+  *p = nullptr;
+  *cap = 0;
+  const int64_t want = Align256(std::max(bytes + bytes / 4, floor));
+  REFIT_ASSIGN_OR_RETURN(*p, ops_->Allocate(want));
+  *cap = want;
+  return absl::OkStatus();
 }
 
 void DeltaRunner::Cancel(const absl::Status& reason) {
@@ -166,33 +219,39 @@ void DeltaRunner::Cancel(const absl::Status& reason) {
   transport_->Cancel(reason);
 }
 
-absl::Status DeltaRunner::Exchange(int32_t lane, std::vector<SendOp> sends,
-                                   std::vector<RecvOp> recvs, absl::Time deadline) {
-  {
-    absl::MutexLock l(&mu_);
-    if (!cancelled_.ok()) return cancelled_;
-  }
-  if (sends.empty() && recvs.empty()) return absl::OkStatus();
-  REFIT_RETURN_IF_ERROR(transport_->StartWave(lane, sends, recvs, deadline));
-  return transport_->WaitWave(lane, deadline);
-}
-
 absl::Status DeltaRunner::Convert(absl::Time deadline) {
   // The cut tiles' partial amaxes among the trainer ranks sharing them,
   // one exchange on lane 0 before any wave (as the executor does).
   auto exchange = [this, deadline](const std::map<int32_t, std::vector<float>>& sends)
       -> absl::StatusOr<std::map<int32_t, std::vector<float>>> {
     std::map<int32_t, std::vector<float>> received;
+    std::vector<char*> mem;
     std::vector<SendOp> so;
     std::vector<RecvOp> ro;
+    absl::Status s;
     for (const auto& [peer, count] : conversions_->peers()) {
-      const std::vector<float>& v = sends.at(peer);
-      so.push_back({peer, v.data(), static_cast<int64_t>(v.size() * 4)});
-      std::vector<float>& in = received[peer];
-      in.resize(count);
-      ro.push_back({peer, in.data(), count * 4});
+      const int64_t bytes = count * 4;
+      absl::StatusOr<char*> sp = copier_->Allocate(bytes);
+      absl::StatusOr<char*> rp = sp.ok() ? copier_->Allocate(bytes) : sp;
+      if (sp.ok()) mem.push_back(*sp);
+      if (rp.ok()) mem.push_back(*rp);
+      s = rp.status();
+      if (s.ok()) s = copier_->FromHost(*sp, sends.at(peer).data(), bytes);
+      if (!s.ok()) break;
+      so.push_back({peer, *sp, bytes});
+      ro.push_back({peer, *rp, bytes});
     }
-    absl::Status s = Exchange(0, std::move(so), std::move(ro), deadline);
+    if (s.ok()) s = copier_->Sync(0, deadline);
+    if (s.ok()) s = Post(0, std::move(so), std::move(ro), deadline);
+    if (s.ok()) s = Drain(deadline);
+    for (const RecvOp& r : ro) {
+      if (!s.ok()) break;
+      std::vector<float>& v = received[r.peer];
+      v.resize(r.bytes / 4);
+      s = copier_->ToHost(reinterpret_cast<char*>(v.data()), static_cast<const char*>(r.ptr),
+                          r.bytes);
+    }
+    for (char* p : mem) copier_->Free(p);
     if (!s.ok()) {
       return AnnotateStatus(s, absl::StrCat("trainer rank ", rank_, ": exchanging FP8 tile amaxes"));
     }
@@ -202,169 +261,136 @@ absl::Status DeltaRunner::Convert(absl::Time deadline) {
 }
 
 absl::StatusOr<RunStats> DeltaRunner::Run(absl::Time deadline) {
+  absl::StatusOr<RunStats> r = RunWaves(deadline);
+  // A failed round takes the transport down (NCCL: every lane's
+  // communicator aborted), so nothing waits behind a wave that will never
+  // complete, and the runner is not run again.
+  if (!r.ok()) transport_->Cancel(r.status());
+  return r;
+}
+
+absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   const absl::Time start = absl::Now();
   RunStats stats;
-  if (conversions_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
   digests_.clear();
   delta_stats_ = DeltaRoundStats();
-  pending_.clear();
-  for (const WaveWork& w : work_) {
-    REFIT_RETURN_IF_ERROR(side_ == Side::kTrainer ? SendWave(w, deadline, &stats)
-                                                  : ReceiveWave(w, deadline, &stats));
+  sent_ = false;
+  if (conversions_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
+  // The codec reads what conversions wrote on the lanes.
+  for (int32_t lane = 0; lane < transport_->num_lanes(); ++lane) {
+    REFIT_RETURN_IF_ERROR(ops_->AfterLane(lane));
+  }
+  // Wave k+1 begins (a trainer's count, an engine's headers) before wave
+  // k is awaited, unless both share a lane.
+  const bool src = side_ == Side::kTrainer;
+  auto begin = [&](WaveWork& w) { return src ? BeginSend(w, deadline) : BeginReceive(w, deadline); };
+  for (size_t k = 0; k < work_.size(); ++k) {
+    if (k == 0) REFIT_RETURN_IF_ERROR(begin(work_[0]));
+    const bool early = k + 1 < work_.size() && work_[k + 1].lane != work_[k].lane;
+    if (early) REFIT_RETURN_IF_ERROR(begin(work_[k + 1]));
+    REFIT_RETURN_IF_ERROR(src ? EndSend(work_[k], deadline, &stats)
+                              : EndReceive(work_[k], deadline, &stats));
+    if (k + 1 < work_.size() && !early) REFIT_RETURN_IF_ERROR(begin(work_[k + 1]));
     ++stats.waves;
   }
-  if (side_ == Side::kEngine && options_.verify) {
-    const absl::Time t0 = absl::Now();
-    for (const WaveWork& w : work_) {
-      for (const MsgWork& m : w.msgs) {
-        REFIT_RETURN_IF_ERROR(
-            DigestMessageTarget(*plan_, plan_->messages[m.message], buffers_, &digests_));
-      }
-    }
-    delta_stats_.digest_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
-  }
+  const absl::Time t_drain = absl::Now();
+  REFIT_RETURN_IF_ERROR(Drain(deadline));
+  REFIT_RETURN_IF_ERROR(ops_->Finish(deadline));
+  delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
+  if (side_ == Side::kTrainer) sent_ = true;
+  if (options_.verify) REFIT_RETURN_IF_ERROR(DigestRound(deadline));
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return stats;
 }
 
-absl::Status DeltaRunner::SendWave(const WaveWork& w, absl::Time deadline, RunStats* stats) {
-  std::vector<SendOp> headers, payloads;
-  std::vector<char> current;
-  for (const MsgWork& m : w.msgs) {
-    const Message& msg = plan_->messages[m.message];
-    const char* cur = m.direct;
-    if (cur == nullptr) {
-      current.resize(m.bytes);
-      REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> copies,
-                             ResolveTasks(m.tasks, buffers_, {}, nullptr, current.data()));
-      RunCopiesHost(copies);
-      cur = current.data();
+absl::Status DeltaRunner::DigestRound(absl::Time deadline) {
+  const absl::Time t0 = absl::Now();
+  std::vector<DigestItem> items;
+  for (WaveWork& w : work_) {
+    // An engine's packed messages: gather what its buffers hold now.
+    if (side_ == Side::kEngine && w.staging != nullptr) {
+      std::vector<ResolvedCopy> gather;
+      for (const MsgWork& m : w.msgs) {
+        if (m.direct != nullptr) continue;
+        std::vector<CopyTask> rev = m.tasks;
+        for (CopyTask& t : rev) {
+          std::swap(t.src_buffer, t.dst_buffer);
+          std::swap(t.src_offset, t.dst_offset);
+          std::swap(t.src_row_stride, t.dst_row_stride);
+        }
+        REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> g,
+                               ResolveTasks(rev, buffers_, {}, nullptr, w.staging + m.stage_offset));
+        gather.insert(gather.end(), g.begin(), g.end());
+      }
+      REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, gather));
+      REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
     }
-    const int64_t words = m.bytes / m.word_bytes;
-    const EngineDeltaMode mode = static_cast<size_t>(m.engine_rank) < modes_.size()
-                                     ? modes_[m.engine_rank]
-                                     : EngineDeltaMode{};
-    auto snap = snapshot_->messages.find(m.source_key);
-    const bool delta = options_.delta && !mode.dense && mode.base_version >= 0 &&
-                       mode.base_version == snapshot_->version && snap != snapshot_->messages.end() &&
-                       static_cast<int64_t>(snap->second.size()) == m.bytes;
-    DeltaEncoding enc = DeltaEncoding::kDense;
-    int64_t changed = words;
-    absl::Span<const uint8_t> base = Bytes(cur, m.bytes);
-    if (delta) {
-      base = absl::MakeConstSpan(snap->second);
-      changed = CountChangedWords(Bytes(cur, m.bytes), base, m.word_bytes);
-      enc = ChooseEncoding(m.word_bytes, words, changed);
+    for (const MsgWork& m : w.msgs) {
+      const char* stream = m.direct != nullptr ? m.direct : w.staging + m.stage_offset;
+      for (size_t k = 0; k < m.runs.size(); ++k) {
+        const StreamDigestRun& r = m.runs[k];
+        items.push_back({stream + r.offset, r.bytes, r.element_bytes, r.first_key,
+                         m.run_slots[k]});
+      }
     }
-    const int64_t payload = DeltaPayloadBytes(enc, m.word_bytes, words, changed);
-    std::vector<uint8_t>& out = pending_[m.message];
-    out.assign(sizeof(DeltaHeader) + payload, 0);
-    absl::StatusOr<int64_t> n =
-        EncodeDelta(Bytes(cur, m.bytes), base, m.word_bytes, enc, changed, absl::MakeSpan(out));
-    if (!n.ok()) {
-      return AnnotateStatus(n.status(), absl::StrCat("trainer rank ", rank_, " to engine rank ",
-                                                     m.engine_rank, ": encoding"));
-    }
-    if (options_.verify) {
-      const absl::Time t0 = absl::Now();
-      REFIT_RETURN_IF_ERROR(DigestMessageStream(*plan_, msg, cur, &digests_));
-      delta_stats_.digest_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
-    }
-    headers.push_back(SendOp{m.peer, out.data(), sizeof(DeltaHeader)});
-    if (payload > 0) payloads.push_back(SendOp{m.peer, out.data() + sizeof(DeltaHeader), payload});
-    ++delta_stats_.messages;
-    if (enc == DeltaEncoding::kDense) ++delta_stats_.dense_messages;
-    delta_stats_.dense_bytes += m.bytes;
-    delta_stats_.wire_bytes += *n;
-    delta_stats_.changed_words += changed;
-    stats->bytes_sent += *n;
   }
-  REFIT_RETURN_IF_ERROR(Exchange(w.lane, std::move(headers), {}, deadline));
-  return Exchange(w.lane, std::move(payloads), {}, deadline);
-}
-
-absl::Status DeltaRunner::ReceiveWave(const WaveWork& w, absl::Time deadline, RunStats* stats) {
-  std::vector<std::vector<uint8_t>> enc(w.msgs.size());
-  std::vector<RecvOp> headers, payloads;
-  for (size_t i = 0; i < w.msgs.size(); ++i) {
-    enc[i].assign(sizeof(DeltaHeader), 0);
-    headers.push_back(RecvOp{w.msgs[i].peer, enc[i].data(), sizeof(DeltaHeader)});
-  }
-  REFIT_RETURN_IF_ERROR(Exchange(w.lane, {}, std::move(headers), deadline));
-  auto context = [&](const MsgWork& m) {
-    const Message& msg = plan_->messages[m.message];
-    const Segment& seg = plan_->segments[msg.first_segment];
-    return absl::StrCat("engine rank ", rank_, ", tensor ",
-                        plan_->dst.tensors[plan_->dst.records[seg.dst_record].tensor].name,
-                        " from trainer rank ", msg.src_rank);
-  };
-  for (size_t i = 0; i < w.msgs.size(); ++i) {
-    const MsgWork& m = w.msgs[i];
-    absl::StatusOr<DeltaHeader> h = ReadDeltaHeader(enc[i]);
-    if (!h.ok()) return AnnotateStatus(h.status(), context(m));
-    if (h->word_bytes == 0 || static_cast<int64_t>(h->num_words * h->word_bytes) != m.bytes) {
-      return absl::DataLossError(absl::StrCat(context(m), ": the header describes ",
-                                              h->num_words, " words of ", h->word_bytes,
-                                              " bytes, the message has ", m.bytes));
-    }
-    enc[i].resize(sizeof(DeltaHeader) + h->payload_bytes);
-    if (h->payload_bytes > 0) {
-      payloads.push_back(RecvOp{m.peer, enc[i].data() + sizeof(DeltaHeader),
-                                static_cast<int64_t>(h->payload_bytes)});
-    }
-    ++delta_stats_.messages;
-    if (h->encoding == static_cast<uint8_t>(DeltaEncoding::kDense)) ++delta_stats_.dense_messages;
-    delta_stats_.dense_bytes += m.bytes;
-    delta_stats_.wire_bytes += enc[i].size();
-    delta_stats_.changed_words += h->num_changed;
-    stats->bytes_received += enc[i].size();
-  }
-  REFIT_RETURN_IF_ERROR(Exchange(w.lane, {}, std::move(payloads), deadline));
-  std::vector<char> staging;
-  for (size_t i = 0; i < w.msgs.size(); ++i) {
-    const MsgWork& m = w.msgs[i];
-    if (m.direct != nullptr) {
-      absl::Status s = ApplyDelta(enc[i], {reinterpret_cast<uint8_t*>(m.direct),
-                                           static_cast<size_t>(m.bytes)});
-      if (!s.ok()) return AnnotateStatus(s, context(m));
-      continue;
-    }
-    // Gather the engine's own bytes of the message, apply, unpack.
-    staging.resize(m.bytes);
-    REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> gather,
-                           ResolveTasks(Reversed(m.tasks), buffers_, {}, nullptr, staging.data()));
-    RunCopiesHost(gather);
-    absl::Status s = ApplyDelta(enc[i], {reinterpret_cast<uint8_t*>(staging.data()),
-                                         static_cast<size_t>(m.bytes)});
-    if (!s.ok()) return AnnotateStatus(s, context(m));
-    REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> unpack,
-                           ResolveTasks(m.tasks, {}, buffers_, staging.data(), nullptr));
-    RunCopiesHost(unpack);
-  }
+  REFIT_ASSIGN_OR_RETURN(std::vector<uint64_t> sums,
+                         ops_->Digest(0, items, static_cast<int32_t>(digest_keys_.size()),
+                                      deadline));
+  for (size_t s = 0; s < digest_keys_.size(); ++s) digests_[digest_keys_[s]] += sums[s];
+  delta_stats_.digest_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
   return absl::OkStatus();
 }
 
 void DeltaRunner::Commit(int64_t version) {
+  if (side_ != Side::kTrainer || !sent_) {
+    snapshot_->version = version;
+    return;
+  }
+  sent_ = false;
   // Messages of one source region carry the same current bytes: the
   // first one's encoding brings the shared snapshot up to date.
   std::set<std::string> done;
-  for (const WaveWork& w : work_) {
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  absl::Status s;
+  for (WaveWork& w : work_) {
+    std::vector<ApplyItem> apply;
     for (const MsgWork& m : w.msgs) {
-      auto enc = pending_.find(m.message);
-      if (enc == pending_.end() || !done.insert(m.source_key).second) continue;
-      std::vector<uint8_t>& snap = snapshot_->messages[m.source_key];
-      snap.resize(m.bytes);
-      // Our own encoding; should it ever fail, the region has no snapshot
-      // and goes dense next round.
-      if (!ApplyDelta(enc->second, absl::MakeSpan(snap)).ok()) {
-        snapshot_->messages.erase(m.source_key);
+      if (m.payload == nullptr || !done.insert(m.source_key).second) continue;
+      DeltaSnapshot::Region& region = snapshot_->messages[m.source_key];
+      const bool dense = m.header.encoding == static_cast<uint8_t>(DeltaEncoding::kDense);
+      if (region.data == nullptr || region.bytes != m.bytes) {
+        if (!dense) {  // a delta needs the snapshot it was taken against
+          s = absl::InternalError("delta snapshot region missing at commit");
+          break;
+        }
+        absl::StatusOr<char*> p = ops_->AllocateSnapshot(m.bytes);
+        if (!p.ok()) {
+          s = p.status();
+          break;
+        }
+        region.data = std::shared_ptr<char>(*p, ops_->SnapshotReleaser());
+        region.bytes = m.bytes;
+      }
+      if (dense) {
+        s = ops_->Copy(w.lane, region.data.get(), m.payload, m.bytes);
+        if (!s.ok()) break;
+      } else {
+        apply.push_back({m.header, m.payload, region.data.get()});
       }
     }
+    if (s.ok() && !apply.empty()) s = ops_->Apply(w.lane, apply, {}, deadline);
+    if (!s.ok()) break;
   }
-  pending_.clear();
+  if (s.ok()) s = ops_->Finish(deadline);
+  if (!s.ok()) {
+    // Our own encodings; should applying them ever fail, nothing of the
+    // snapshot can be trusted: the next round goes dense.
+    snapshot_->messages.clear();
+  }
   snapshot_->version = version;
 }
 
-void DeltaRunner::Abort() { pending_.clear(); }
+void DeltaRunner::Abort() { sent_ = false; }
 
 }  // namespace refit

@@ -1,29 +1,33 @@
-// DeltaRunner: a member's data plane for delta and verified rounds on host
-// memory (Gloo, in-process), one per member per plan.
+// DeltaRunner: a member's data plane for delta and verified rounds, one
+// per member per plan, on host memory (Gloo, in-process) or on a GPU
+// (NCCL): the steps are the same, the memory kind's DeltaWaveOps
+// (wave_ops.h) does them, once per wave over all its messages.
 //
 // A trainer rank keeps a snapshot: per message it sends, the bytes of the
-// last committed version (host memory; `SnapshotBytes` says how many, the
-// rank's share of the plan). Each round, per message, it packs the current
-// bytes, compares them with the snapshot and sends what the codec
-// (delta_codec.h) makes of them: the changed words with their exact values
-// or, past break-even, the dense bytes. An engine rank whose mode (the
-// round's announcement, delta_policy.h) is dense, and every message when
-// the trainer has no snapshot of the announced base version, gets dense
-// bytes. What it sent stays pending until Commit(version) folds it into the
-// snapshot; Abort() drops it, so the snapshot only ever holds committed
-// bytes.
+// last committed version (GPU memory by default on a GPU member, pinned host
+// memory as an option; `SnapshotBytes` says how many, the rank's share of
+// the plan). Each round, per wave, it counts the changed words of every
+// message against the snapshot in one pass, chooses per message what the
+// codec (delta_codec.h) makes smallest (the changed words with their exact
+// values or, past break-even, the dense bytes) and encodes them all. An
+// engine rank whose mode (the round's announcement, delta_policy.h) is
+// dense, and every message when the trainer has no snapshot of the
+// announced base version, gets dense bytes, sent from where they lie.
+// Commit(version) folds what was sent into the snapshot; Abort() drops
+// it, so the snapshot only ever holds committed bytes.
 //
 // Receivers must post receives of exact sizes, and only the sender knows a
 // delta's size after encoding it: each wave is two exchanges on its lane,
-// first every message's 32-byte DeltaHeader, then the payloads, sized from
-// the headers (a receive of the dense size would not match the send, and
-// one extra small exchange per wave costs one latency, not bandwidth).
-// An engine applies in place: a message that is one contiguous buffer
-// range is applied where it lies; otherwise the engine gathers its own
-// current bytes of the message into staging (the reverse of unpack),
-// applies the delta there and unpacks as a dense round does. Buffers are
-// never moved or reallocated. ApplyDelta checks every header and index
-// before writing, so a malformed message changes nothing.
+// first the 32-byte DeltaHeaders of every message (one send per peer),
+// then the payloads, sized from the headers. A device member keeps waves
+// in flight on every lane: the encode of the next wave runs while this
+// one sends. An engine applies in place: a message that is one contiguous
+// buffer range is applied where it lies (a dense one received there);
+// otherwise the engine gathers its own current bytes of the message into
+// staging (the reverse of unpack), applies the delta there and unpacks as a
+// dense round does. Buffers are never moved or reallocated, so pointers
+// and captured CUDA graphs stay valid. Every header and index is checked
+// before a byte is written, so a malformed message changes nothing.
 //
 // Verified rounds (options.verify): the trainer digests all its current
 // bytes of every message at their engine places, the engine digests what
@@ -43,9 +47,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "exec/conversion_stage.h"
+#include "exec/copier.h"
 #include "exec/copy_program.h"
 #include "exec/delta/delta_policy.h"
 #include "exec/delta/round_digest.h"
+#include "exec/delta/wave_ops.h"
 #include "exec/round_runner.h"
 #include "exec/transport.h"
 #include "layout/side.h"
@@ -58,14 +64,18 @@ namespace refit {
 // one region to several engine replicas carry the same bytes, so they
 // share it. The member owns it, so it outlives a runner rebuilt after an
 // aborted round (a broken transport); a runner for another plan (other
-// fingerprint) empties it.
+// fingerprint) empties it. Regions free themselves (host or GPU memory).
 struct DeltaSnapshot {
+  struct Region {
+    std::shared_ptr<char> data;
+    int64_t bytes = 0;
+  };
   std::string plan_fingerprint;
   int64_t version = -1;  // -1: none
-  std::map<std::string, std::vector<uint8_t>> messages;  // by SourceKey
+  std::map<std::string, Region> messages;  // by SourceKey
   int64_t bytes() const {
     int64_t n = 0;
-    for (const auto& [m, b] : messages) n += static_cast<int64_t>(b.size());
+    for (const auto& [m, r] : messages) n += r.bytes;
     return n;
   }
 };
@@ -80,6 +90,11 @@ struct DeltaRunnerOptions {
   // A trainer rank's snapshot may hold at most this many bytes (0: no
   // bound); Create fails with RESOURCE_EXHAUSTED naming the rank above it.
   int64_t max_snapshot_bytes = 0;
+  // The transport's memory kind: staging, pack/unpack and conversions
+  // (null: the host copier) and the codec's steps (null: MakeHostWaveOps).
+  // Both must outlive the runner unless given to Adopt.
+  Copier* copier = nullptr;
+  DeltaWaveOps* ops = nullptr;
 };
 
 // What one round moved in delta form, beside RunStats.
@@ -88,15 +103,26 @@ struct DeltaRoundStats {
   int64_t dense_messages = 0;   // sent or received dense
   int64_t dense_bytes = 0;      // the messages' dense size
   int64_t wire_bytes = 0;       // headers + payloads
-  int64_t changed_words = 0;
+  int64_t changed_words = 0;   // trainer: counted; engine: sent
+  int64_t words = 0;           // of the messages (their codec words)
   double digest_seconds = 0;    // time spent digesting
+  // Where the member's thread spent the round (host time): trainer: the
+  // counts awaited, encodes enqueued; both: waiting on the transport
+  // (an engine: for headers and, on the host, payloads), the applies
+  // enqueued (engine), the end of the round (every lane drained, the
+  // applies' checks read).
+  double count_wait_seconds = 0;
+  double encode_seconds = 0;
+  double transport_wait_seconds = 0;
+  double apply_seconds = 0;
+  double drain_seconds = 0;
 };
 
 class DeltaRunner : public RoundRunner {
  public:
-  // As Executor::Create (host memory only): INVALID_ARGUMENT for a missing
-  // buffer or a bad plan naming the tensor, FAILED_PRECONDITION when the
-  // transport's rank or memory kind does not match, RESOURCE_EXHAUSTED
+  // As Executor::Create: INVALID_ARGUMENT for a missing buffer or a bad
+  // plan naming the tensor, FAILED_PRECONDITION when the transport's rank
+  // or memory kind does not match the copier's and ops', RESOURCE_EXHAUSTED
   // naming the trainer rank when its snapshot would pass
   // options.max_snapshot_bytes. A trainer rank with conversions (FP8
   // engines) quantizes each round first, exchanging cut tiles' amaxes with
@@ -110,19 +136,31 @@ class DeltaRunner : public RoundRunner {
   void SetModes(std::vector<EngineDeltaMode> modes) { modes_ = std::move(modes); }
   // Whether the next round digests (options.verify until set).
   void SetVerify(bool verify) { options_.verify = verify; }
-  // The runner owns `t` (its transport) from now on.
+  // The runner owns its transport, copier and ops from now on (any may be
+  // null); they are destroyed after the runner's buffers, ops first.
+  void Adopt(std::unique_ptr<Transport> t, std::unique_ptr<Copier> copier = nullptr,
+             std::unique_ptr<DeltaWaveOps> ops = nullptr) {
+    owned_transport_ = std::move(t);
+    owned_copier_ = std::move(copier);
+    owned_ops_ = std::move(ops);
+  }
   void AdoptTransport(std::unique_ptr<Transport> t) { owned_transport_ = std::move(t); }
+  ~DeltaRunner() override;
 
   // Runs this member's part of one round. Fails with the transport's error,
   // DATA_LOSS naming the tensor and peer for a malformed message, or the
   // reason given to Cancel. A failed round leaves the trainer's snapshot
-  // as it was (call Abort); the runner may run again after Abort.
+  // as it was (call Abort) and takes the transport down: build a new runner
+  // (the member's snapshot carries over) for the next round.
   absl::StatusOr<RunStats> Run(absl::Time deadline) override;
   void Cancel(const absl::Status& reason) override;
 
   // Trainer: the round of `version` committed everywhere: the snapshot now
-  // holds what it sent. Abort: the round will not commit; the snapshot
-  // keeps the previous version.
+  // holds what it sent (the trainer's bytes must not have changed since
+  // Run: RunRound returns only after the commit). Abort: the round will not
+  // commit; the snapshot keeps the previous version. Should updating the
+  // snapshot fail (a device error), the snapshot is emptied and the next
+  // round goes dense.
   void Commit(int64_t version);
   void Abort();
 
@@ -148,33 +186,72 @@ class DeltaRunner : public RoundRunner {
     std::string source_key;  // trainer: SourceKey
     char* direct = nullptr;       // the buffer range when contiguous
     std::vector<CopyTask> tasks;  // pack (trainer) or unpack (engine)
+    int64_t stage_offset = -1;    // in the wave's staging when packed
+    std::vector<StreamDigestRun> runs;  // verify: its stream's digest runs
+    std::vector<int32_t> run_slots;     // their slots in digest_keys_
+    // This round: the header sent or received and where its payload lies.
+    DeltaHeader header;
+    char* payload = nullptr;
   };
   struct WaveWork {
     int32_t lane = 0;
-    std::vector<MsgWork> msgs;
+    std::vector<MsgWork> msgs;  // by peer, then message
+    std::vector<std::pair<int32_t, int32_t>> peers;  // (peer, messages) in order
+    char* headers = nullptr;  // memory of the transport's kind
+    char* staging = nullptr;  // packed messages
+    int64_t staging_bytes = 0;
+    char* coded = nullptr;    // encoded (trainer) or received (engine) payloads
+    int64_t coded_bytes = 0;
+    int64_t dense_bytes = 0;  // of its messages
+    std::vector<EncodeItem> items;  // trainer: this round's, counting
   };
   DeltaRunner() = default;
+  absl::Status Prepare(const Plan& plan, bool src);
+  absl::StatusOr<RunStats> RunWaves(absl::Time deadline);
   absl::Status Convert(absl::Time deadline);
-  absl::Status RunWave(const WaveWork& w, absl::Time deadline, RunStats* stats);
-  absl::Status SendWave(const WaveWork& w, absl::Time deadline, RunStats* stats);
-  absl::Status ReceiveWave(const WaveWork& w, absl::Time deadline, RunStats* stats);
-  absl::Status Exchange(int32_t lane, std::vector<SendOp> sends, std::vector<RecvOp> recvs,
-                        absl::Time deadline);
+  // A trainer's wave in two steps: BeginSend packs and starts the count,
+  // EndSend waits for it, encodes and posts; the next wave's BeginSend
+  // runs before this one's EndSend when its lane differs.
+  absl::Status BeginSend(WaveWork& w, absl::Time deadline);
+  absl::Status EndSend(WaveWork& w, absl::Time deadline, RunStats* stats);
+  // An engine's wave in two steps: BeginReceive posts the headers'
+  // receive, EndReceive waits for it, posts the payloads' and applies; the
+  // next wave's headers are posted before this one's are awaited when its
+  // lane differs.
+  absl::Status BeginReceive(WaveWork& w, absl::Time deadline);
+  absl::Status EndReceive(WaveWork& w, absl::Time deadline, RunStats* stats);
+  absl::Status Post(int32_t lane, std::vector<SendOp> sends, std::vector<RecvOp> recvs,
+                    absl::Time deadline);
+  absl::Status Drain(absl::Time deadline);
+  absl::Status DigestRound(absl::Time deadline);
+  // Grows a wave's encoding buffer to `bytes`, to at least `floor` (so
+  // later rounds rarely grow it: freeing device memory waits for the
+  // whole device).
+  absl::Status Reserve(char** p, int64_t* cap, int64_t bytes, int64_t floor);
+  std::string Context(const MsgWork& m) const;
 
   const Plan* plan_ = nullptr;
   Side side_ = Side::kTrainer;
   int32_t rank_ = 0;
   std::vector<char*> buffers_;
-  Transport* transport_ = nullptr;
+  // Destroyed last, in this order reversed: ops, copier, transport.
   std::unique_ptr<Transport> owned_transport_;
+  std::unique_ptr<Copier> owned_copier_;
+  std::unique_ptr<DeltaWaveOps> owned_ops_;
+  std::unique_ptr<Copier> host_copier_;
+  std::unique_ptr<DeltaWaveOps> host_ops_;
+  Transport* transport_ = nullptr;
+  Copier* copier_ = nullptr;
+  DeltaWaveOps* ops_ = nullptr;
   DeltaRunnerOptions options_;
   std::vector<WaveWork> work_;
+  std::vector<int32_t> in_flight_;  // waves posted per lane, not yet waited
   std::unique_ptr<ConversionStage> conversions_;  // trainer with FP8 engines
   std::vector<EngineDeltaMode> modes_;
-  // Trainer: per message, the committed bytes and this round's encoding.
+  std::vector<std::pair<int32_t, int32_t>> digest_keys_;  // slot -> (engine rank, tensor)
   DeltaSnapshot own_snapshot_;
   DeltaSnapshot* snapshot_ = &own_snapshot_;
-  std::map<int32_t, std::vector<uint8_t>> pending_;
+  bool sent_ = false;  // trainer: a round ran since the last Commit/Abort
   DigestSums digests_;
   DeltaRoundStats delta_stats_;
   absl::Mutex mu_;

@@ -1,4 +1,4 @@
-// The digest's term (region_digest.h) as inline functions that compile for
+// The digest's terms (region_digest.h) as inline functions that compile for
 // the host and, under nvcc, for the device, so both compute the same sums.
 #ifndef REFIT_EXEC_DELTA_DIGEST_TERM_H_
 #define REFIT_EXEC_DELTA_DIGEST_TERM_H_
@@ -36,10 +36,34 @@ REFIT_HD inline uint64_t DigestMix64(uint64_t x) {
   return x;
 }
 
-// One element's term: its value (an odd multiple, so distinct values give
-// distinct words) folded into its key, then mixed.
-REFIT_HD inline uint64_t DigestTerm(uint64_t key, uint64_t value) {
-  return DigestMix64(key ^ (value * 0x9e3779b97f4a7c15ULL));
+// The digest is linear in the bytes: byte value x at key K adds
+//   x * 2^(8 (K mod 4)) * L(K mod 8 < 4) * H(K - K mod 8)   (mod 2^64),
+// H(k) = DigestMix64(k) | 1 the weight of the 8-byte word at key k and
+// L = kDigestLaneLow / kDigestLaneHigh (odd) for its low and high 4 bytes.
+// So a word's term is H(k) * (lo32 * L_low + hi32 * L_high), and the bytes
+// of a word digested in parts (zeros elsewhere) add up to the whole word's.
+// A changed byte always changes the sum (every weight is odd times a power
+// of two below 2^32).
+inline constexpr uint64_t kDigestLaneLow = 0x9e3779b1ULL;
+inline constexpr uint64_t kDigestLaneHigh = 0x85ebca77ULL;
+
+// The term of the 8-byte word at key `word_key` (a multiple of 8) holding
+// `v` (little-endian; bytes outside the digested range zero).
+REFIT_HD inline uint64_t DigestWord(uint64_t word_key, uint64_t v) {
+  const uint64_t lanes = (v & 0xffffffffULL) * kDigestLaneLow + (v >> 32) * kDigestLaneHigh;
+  return (DigestMix64(word_key) | 1) * lanes;
+}
+
+// The terms of 16 bytes (`lo`, `hi`: bytes 0-7 and 8-15, little-endian)
+// whose first byte is at key `key`, cut into the 8-byte words of the key
+// space.
+REFIT_HD inline uint64_t Digest16(uint64_t key, uint64_t lo, uint64_t hi) {
+  const int s = static_cast<int>(key & 7);
+  const uint64_t k = key - s;
+  if (s == 0) return DigestWord(k, lo) + DigestWord(k + 8, hi);
+  const int b = 8 * s;
+  return DigestWord(k, lo << b) + DigestWord(k + 8, (lo >> (64 - b)) | (hi << b)) +
+         DigestWord(k + 16, hi >> (64 - b));
 }
 
 }  // namespace refit

@@ -20,31 +20,28 @@ absl::StatusOr<uint64_t> MakePositionKey(int64_t buffer, int64_t offset) {
   return PositionKey(buffer, offset);
 }
 
-namespace {
-
-template <typename T>
-uint64_t DigestTyped(const unsigned char* p, int64_t n, uint64_t key) {
-  uint64_t sum = 0;
-  for (int64_t i = 0; i < n; ++i, key += sizeof(T)) {
-    T v;
-    std::memcpy(&v, p + i * sizeof(T), sizeof(T));
-    sum += DigestTerm(key, static_cast<uint64_t>(v));
-  }
-  return sum;
-}
-
-}  // namespace
-
 uint64_t DigestContiguous(const void* data, int64_t bytes, int element_bytes,
                           uint64_t first_key) {
+  (void)element_bytes;  // the digest is of bytes: elements only bound runs
   const auto* p = static_cast<const unsigned char*>(data);
-  const int64_t n = bytes / element_bytes;
-  switch (element_bytes) {
-    case 1: return DigestTyped<uint8_t>(p, n, first_key);
-    case 2: return DigestTyped<uint16_t>(p, n, first_key);
-    case 4: return DigestTyped<uint32_t>(p, n, first_key);
-    default: return DigestTyped<uint64_t>(p, n, first_key);
+  uint64_t sum = 0;
+  int64_t i = 0;
+  // 16 bytes at a time, then the rest (zeros past the end add nothing).
+  for (; i + 16 <= bytes; i += 16) {
+    uint64_t lo, hi;
+    std::memcpy(&lo, p + i, 8);
+    std::memcpy(&hi, p + i + 8, 8);
+    sum += Digest16(first_key + i, lo, hi);
   }
+  if (i < bytes) {
+    unsigned char tail[16] = {0};
+    std::memcpy(tail, p + i, bytes - i);
+    uint64_t lo, hi;
+    std::memcpy(&lo, tail, 8);
+    std::memcpy(&hi, tail + 8, 8);
+    sum += Digest16(first_key + i, lo, hi);
+  }
+  return sum;
 }
 
 absl::StatusOr<uint64_t> DigestRun(const void* data, int64_t bytes,

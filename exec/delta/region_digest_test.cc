@@ -56,11 +56,25 @@ TEST(RegionDigestTest, SwappedElementsAndShiftedPlacesChangeTheDigest) {
             DigestContiguous(v.data(), 8, 2, PositionKey(2, 0)));
 }
 
-TEST(RegionDigestTest, ElementSizeIsPartOfTheDigest) {
-  // Digests agree only when both sides read the same element size: the
-  // engine's dtype, which both sides take from the plan.
-  std::vector<uint8_t> b = {1, 0, 2, 0};
-  EXPECT_NE(DigestContiguous(b.data(), 4, 1, 0), DigestContiguous(b.data(), 4, 2, 0));
+TEST(RegionDigestTest, PartsCutInsideWordsAddUp) {
+  // Bytes, not elements: parts cut at any byte, at any key alignment, add
+  // up to the whole, and one changed byte anywhere changes the sum.
+  auto v = Random(64, 3);
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (uint64_t key : {PositionKey(2, 0), PositionKey(2, 5), PositionKey(7, 1023)}) {
+    const uint64_t whole = DigestContiguous(p, 128, 1, key);
+    for (int cut : {1, 3, 7, 9, 15, 17, 100, 127}) {
+      EXPECT_EQ(DigestContiguous(p, cut, 1, key) + DigestContiguous(p + cut, 128 - cut, 1, key + cut),
+                whole)
+          << "cut at byte " << cut;
+    }
+    std::vector<unsigned char> w(p, p + 128);
+    for (int i = 0; i < 128; i += 13) {
+      w[i] ^= 0x80;
+      EXPECT_NE(DigestContiguous(w.data(), 128, 1, key), whole) << "byte " << i;
+      w[i] ^= 0x80;
+    }
+  }
 }
 
 TEST(RegionDigestTest, DigestRunRefusesBadArguments) {

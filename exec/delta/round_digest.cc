@@ -42,15 +42,18 @@ absl::Status ForEachSegment(const Plan& plan, const Message& m, Fn fn) {
   return absl::OkStatus();
 }
 
-// The digest of one segment's bytes in stream order (`data`, the box
-// row-major), each element keyed by its byte offset in the whole tensor.
-absl::StatusOr<uint64_t> DigestSegment(const Segment& seg, int32_t tensor,
-                                       const TensorSpec& t, int64_t es, const char* data) {
+// Appends one run per row of a segment's box (row-major in the stream,
+// from `offset`), each element keyed by its byte offset in the whole tensor.
+absl::Status SegmentRuns(const Segment& seg, int32_t engine_rank, int32_t tensor,
+                         const TensorSpec& t, int64_t es, int64_t offset,
+                         std::vector<StreamDigestRun>* runs) {
   const Box& box = seg.box;
   const int rank = box.rank();
+  const int eb = DigestElementBytes(es);
   if (rank == 0) {
     REFIT_ASSIGN_OR_RETURN(uint64_t key, MakePositionKey(tensor, 0));
-    return DigestRun(data, es, DigestElementBytes(es), key);
+    runs->push_back({offset, es, eb, key, engine_rank, tensor});
+    return absl::OkStatus();
   }
   if (static_cast<int>(t.shape.size()) != rank) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, ": segment box ",
@@ -59,22 +62,33 @@ absl::StatusOr<uint64_t> DigestSegment(const Segment& seg, int32_t tensor,
   const int64_t row = box.shape(rank - 1);
   int64_t rows = 1;
   for (int d = 0; d + 1 < rank; ++d) rows *= box.shape(d);
-  if (row == 0 || rows == 0) return uint64_t{0};
+  if (row == 0 || rows == 0) return absl::OkStatus();
   std::vector<int64_t> idx(rank, 0);  // box-relative, last dim 0
-  uint64_t sum = 0;
   for (int64_t k = 0; k < rows; ++k) {
     int64_t linear = 0;
     for (int d = 0; d < rank; ++d) linear = linear * t.shape[d] + box.origin(d) + idx[d];
     REFIT_ASSIGN_OR_RETURN(uint64_t key, MakePositionKey(tensor, linear * es));
-    REFIT_ASSIGN_OR_RETURN(uint64_t x,
-                           DigestRun(data + k * row * es, row * es, DigestElementBytes(es), key));
-    sum += x;
+    const uint64_t last = (key & static_cast<uint64_t>(kDigestMaxOffset)) + row * es;
+    if (last > static_cast<uint64_t>(kDigestMaxOffset) + 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", t.name, ": a row passes the digest's key range"));
+    }
+    // A row that continues the previous one in both the stream and the
+    // tensor extends it: a whole-row box is one run.
+    StreamDigestRun* prev = runs->empty() ? nullptr : &runs->back();
+    if (prev != nullptr && prev->engine_rank == engine_rank && prev->tensor == tensor &&
+        prev->element_bytes == eb && prev->offset + prev->bytes == offset + k * row * es &&
+        prev->first_key + static_cast<uint64_t>(prev->bytes) == key) {
+      prev->bytes += row * es;
+    } else {
+      runs->push_back({offset + k * row * es, row * es, eb, key, engine_rank, tensor});
+    }
     for (int d = rank - 2; d >= 0; --d) {  // next row
       if (++idx[d] < box.shape(d)) break;
       idx[d] = 0;
     }
   }
-  return sum;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -83,14 +97,24 @@ void AddDigests(const DigestSums& b, DigestSums* a) {
   for (const auto& [k, v] : b) (*a)[k] += v;
 }
 
-absl::Status DigestMessageStream(const Plan& plan, const Message& m, const char* stream,
-                                 DigestSums* sums) {
+absl::Status AppendStreamDigestRuns(const Plan& plan, const Message& m,
+                                   std::vector<StreamDigestRun>* runs) {
   return ForEachSegment(plan, m, [&](const Segment& seg, const Record& r, const TensorSpec& t,
                                      int64_t es, int64_t offset) -> absl::Status {
-    REFIT_ASSIGN_OR_RETURN(uint64_t x, DigestSegment(seg, r.tensor, t, es, stream + offset));
-    (*sums)[{m.dst_rank, r.tensor}] += x;
-    return absl::OkStatus();
+    return SegmentRuns(seg, m.dst_rank, r.tensor, t, es, offset, runs);
   });
+}
+
+absl::Status DigestMessageStream(const Plan& plan, const Message& m, const char* stream,
+                                 DigestSums* sums) {
+  std::vector<StreamDigestRun> runs;
+  REFIT_RETURN_IF_ERROR(AppendStreamDigestRuns(plan, m, &runs));
+  for (const StreamDigestRun& r : runs) {
+    REFIT_ASSIGN_OR_RETURN(uint64_t x,
+                           DigestRun(stream + r.offset, r.bytes, r.element_bytes, r.first_key));
+    (*sums)[{r.engine_rank, r.tensor}] += x;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status DigestMessageTarget(const Plan& plan, const Message& m,
@@ -105,8 +129,13 @@ absl::Status DigestMessageTarget(const Plan& plan, const Message& m,
     REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> copies,
                            ResolveTasks(tasks, buffers, {}, nullptr, scratch.data()));
     RunCopiesHost(copies);
-    REFIT_ASSIGN_OR_RETURN(uint64_t x, DigestSegment(seg, r.tensor, t, es, scratch.data()));
-    (*sums)[{m.dst_rank, r.tensor}] += x;
+    std::vector<StreamDigestRun> runs;
+    REFIT_RETURN_IF_ERROR(SegmentRuns(seg, m.dst_rank, r.tensor, t, es, 0, &runs));
+    for (const StreamDigestRun& run : runs) {
+      REFIT_ASSIGN_OR_RETURN(uint64_t x, DigestRun(scratch.data() + run.offset, run.bytes,
+                                                   run.element_bytes, run.first_key));
+      (*sums)[{m.dst_rank, r.tensor}] += x;
+    }
     return absl::OkStatus();
   });
 }

@@ -26,6 +26,25 @@ namespace refit {
 // (engine rank, engine tensor index) -> digest sum (mod 2^64).
 using DigestSums = std::map<std::pair<int32_t, int32_t>, uint64_t>;
 
+// One contiguous run of a message's packed stream and where it lands: the
+// digest of stream[offset, offset + bytes) in elements of element_bytes,
+// the first keyed first_key, is part of (engine_rank, tensor)'s sum.
+struct StreamDigestRun {
+  int64_t offset = 0;
+  int64_t bytes = 0;
+  int element_bytes = 1;
+  uint64_t first_key = 0;
+  int32_t engine_rank = 0;
+  int32_t tensor = 0;
+};
+
+// Appends the runs of message `m`'s stream (one per row of each segment,
+// rows that continue each other merged) to `runs`: what a device digests
+// in one pass. INVALID_ARGUMENT naming the tensor when a segment is
+// outside its record or a run outside the digest's key range.
+absl::Status AppendStreamDigestRuns(const Plan& plan, const Message& m,
+                                    std::vector<StreamDigestRun>* runs);
+
 // Adds `b` into `a`.
 void AddDigests(const DigestSums& b, DigestSums* a);
 

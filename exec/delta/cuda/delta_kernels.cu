@@ -11,6 +11,7 @@ constexpr int kDeltaThreads = 256;
 constexpr int kDeltaChunk = 16;  // bytes one thread compares at a time
 constexpr int kDeltaChunksPerThread =
     static_cast<int>(kDeltaTileBytes / (kDeltaThreads * kDeltaChunk));
+static_assert(kDeltaChunksPerThread == 8, "the mask pass runs two halves of four chunks");
 
 struct DeltaChunk {
   uint32_t w[4];
@@ -61,17 +62,6 @@ __device__ inline uint32_t DeltaDiffBits(const DeltaChunk& a, const DeltaChunk& 
   return bits;
 }
 
-// Word j of a chunk (w bytes, little-endian).
-__device__ inline uint64_t DeltaWord(const DeltaChunk& c, int w, int j) {
-  switch (w) {
-    case 1: return (c.w[j >> 2] >> (8 * (j & 3))) & 0xffu;
-    case 2: return (c.w[j >> 1] >> (16 * (j & 1))) & 0xffffu;
-    case 4: return c.w[j];
-    default: return static_cast<uint64_t>(c.w[2 * j]) |
-                    (static_cast<uint64_t>(c.w[2 * j + 1]) << 32);
-  }
-}
-
 // Exclusive prefix sum of `v` over the block's threads (kDeltaThreads).
 __device__ inline uint32_t DeltaBlockExclusiveScan(uint32_t v) {
   __shared__ uint32_t warp_totals[kDeltaThreads / 32];
@@ -100,30 +90,6 @@ __device__ inline uint32_t DeltaBlockSum(uint32_t v) {
   return total;
 }
 
-__global__ void DeltaMaskKernel(const uint8_t* cur, const uint8_t* snap, int64_t bytes, int w,
-                                bool aligned, uint32_t* mask, uint32_t* tile_counts) {
-  const int64_t tile = blockIdx.x;
-  const int b = kDeltaChunk / w;  // bits per chunk
-  const int g = 32 / b;           // lanes per mask word
-  const int lane = threadIdx.x & 31;
-  uint32_t count = 0;
-  for (int j = 0; j < kDeltaChunksPerThread; ++j) {
-    const int64_t chunk = tile * (kDeltaTileBytes / kDeltaChunk) + j * kDeltaThreads + threadIdx.x;
-    const int64_t off = chunk * kDeltaChunk;
-    uint32_t bits = 0;
-    if (off < bytes) {
-      bits = DeltaDiffBits(DeltaLoad(cur, off, bytes, aligned),
-                           DeltaLoad(snap, off, bytes, aligned), w);
-    }
-    count += __popc(bits);
-    uint32_t word = bits << ((lane % g) * b);
-    for (int o = 1; o < g; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
-    if (lane % g == 0) mask[(off / w) / 32] = word;
-  }
-  const uint32_t total = DeltaBlockSum(count);
-  if (threadIdx.x == 0) tile_counts[tile] = total;
-}
-
 // Mask word k of a byte mask of `mask_bytes` bytes (zero past its end).
 __device__ inline uint32_t DeltaMaskWord(const uint8_t* mask, int64_t mask_bytes, int64_t k) {
   const int64_t o = 4 * k;
@@ -135,17 +101,6 @@ __device__ inline uint32_t DeltaMaskWord(const uint8_t* mask, int64_t mask_bytes
     if (o + i < mask_bytes) x |= static_cast<uint32_t>(mask[o + i]) << (8 * i);
   }
   return x;
-}
-
-__global__ void MaskTileCountsKernel(const uint8_t* mask, int64_t mask_bytes, int w,
-                                     uint32_t* tile_counts) {
-  const int64_t words = kDeltaTileBytes / w / 32;
-  uint32_t count = 0;
-  for (int64_t k = threadIdx.x; k < words; k += kDeltaThreads) {
-    count += __popc(DeltaMaskWord(mask, mask_bytes, blockIdx.x * words + k));
-  }
-  const uint32_t total = DeltaBlockSum(count);
-  if (threadIdx.x == 0) tile_counts[blockIdx.x] = total;
 }
 
 __global__ void TileScanKernel(const uint32_t* counts, int64_t n, uint64_t* offsets,
@@ -173,88 +128,417 @@ __global__ void TileScanKernel(const uint32_t* counts, int64_t n, uint64_t* offs
   if (t == 1023) *total = sums[1023];
 }
 
-// One tile of a mask: calls f(word index, rank) for each set bit, in order.
-template <typename F>
-__device__ inline void DeltaForEachSetBit(const uint8_t* mask, int64_t mask_bytes, int w,
-                                          const uint64_t* tile_offsets, F f) {
-  const int64_t words = kDeltaTileBytes / w / 32;
-  const int64_t per = (words + kDeltaThreads - 1) / kDeltaThreads;
-  const int64_t first = blockIdx.x * words;
-  const int64_t lo = min(words, threadIdx.x * per);
-  const int64_t hi = min(words, lo + per);
+// ---- Batched over a wave's messages (WaveMsg / WaveTile rows).
+
+// Calls f(local word, rank) for each set bit of one tile's `mask_words` mask
+// words (word(k) reads word k), in order, ranks from rank_base.
+template <typename Word, typename F>
+__device__ inline void WaveForEachSetBit(int64_t mask_words, uint64_t rank_base, Word word,
+                                         F f) {
+  const int64_t per = (mask_words + kDeltaThreads - 1) / kDeltaThreads;
+  const int64_t lo = min(mask_words, threadIdx.x * per);
+  const int64_t hi = min(mask_words, lo + per);
   uint32_t mine = 0;
-  for (int64_t k = lo; k < hi; ++k) mine += __popc(DeltaMaskWord(mask, mask_bytes, first + k));
-  uint64_t rank = tile_offsets[blockIdx.x] + DeltaBlockExclusiveScan(mine);
+  for (int64_t k = lo; k < hi; ++k) mine += __popc(word(k));
+  uint64_t rank = rank_base + DeltaBlockExclusiveScan(mine);
   for (int64_t k = lo; k < hi; ++k) {
-    uint32_t m = DeltaMaskWord(mask, mask_bytes, first + k);
+    uint32_t m = word(k);
     while (m != 0) {
       const int bit = __ffs(m) - 1;
       m &= m - 1;
-      f(static_cast<uint64_t>(first + k) * 32 + bit, rank++);
+      f(static_cast<uint64_t>(k) * 32 + bit, rank++);
     }
   }
 }
 
-__global__ void DeltaGatherKernel(const uint8_t* cur, int w, int64_t mask_bytes,
-                                  const uint8_t* mask, const uint64_t* tile_offsets,
-                                  uint32_t* indices, uint8_t* values) {
-  DeltaForEachSetBit(mask, mask_bytes, w, tile_offsets, [&](uint64_t i, uint64_t r) {
-    if (indices != nullptr) indices[r] = static_cast<uint32_t>(i);
-    for (int b = 0; b < w; ++b) values[r * w + b] = cur[i * w + b];
-  });
+// Exclusive prefix sum of `v` over the block's threads, and (*total) the
+// block's sum. Safe to call again right away.
+__device__ inline uint32_t WaveBlockScan(uint32_t v, uint32_t* total) {
+  __shared__ uint32_t warp_totals[kDeltaThreads / 32];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  uint32_t inc = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t y = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += y;
+  }
+  if (lane == 31) warp_totals[warp] = inc;
+  __syncthreads();
+  uint32_t before = 0, all = 0;
+  for (int k = 0; k < kDeltaThreads / 32; ++k) {
+    if (k < warp) before += warp_totals[k];
+    all += warp_totals[k];
+  }
+  __syncthreads();
+  *total = all;
+  return before + inc - v;
 }
 
-__global__ void ScatterMaskedKernel(const uint8_t* mask, int64_t mask_bytes, int w,
-                                    const uint64_t* tile_offsets, const uint8_t* values,
-                                    uint8_t* target) {
-  DeltaForEachSetBit(mask, mask_bytes, w, tile_offsets, [&](uint64_t i, uint64_t r) {
-    for (int b = 0; b < w; ++b) target[i * w + b] = values[r * w + b];
-  });
+// Word j of a chunk (w bytes, little-endian), by selects: a dynamic index
+// into the chunk would put the thread's chunks in local memory.
+__device__ inline uint64_t WaveWordAt(const DeltaChunk& c, int w, int j) {
+  const int byte = j * w;
+  const int q = byte >> 2;
+  const uint32_t lo = q == 0 ? c.w[0] : q == 1 ? c.w[1] : q == 2 ? c.w[2] : c.w[3];
+  if (w == 8) {
+    const uint32_t hi = q == 0 ? c.w[1] : c.w[3];
+    return static_cast<uint64_t>(lo) | (static_cast<uint64_t>(hi) << 32);
+  }
+  const uint32_t x = lo >> (8 * (byte & 3));
+  return w == 4 ? x : w == 2 ? (x & 0xffffu) : (x & 0xffu);
 }
 
-__global__ void CheckIndicesKernel(const uint32_t* indices, int64_t count, uint64_t num_words,
-                                   uint32_t* bad) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < count;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint32_t i = indices[k];
-    if (i >= num_words || (k > 0 && i <= indices[k - 1])) *bad = 1;
+__device__ inline bool WaveAligned(const void* a, const void* b) {
+  return ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15u) == 0;
+}
+
+__device__ inline uint32_t WaveLoadU32(const uint8_t* p) {
+  if ((reinterpret_cast<uintptr_t>(p) & 3u) == 0) return *reinterpret_cast<const uint32_t*>(p);
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+
+// Tiles a block runs, their rows loaded once into shared memory (a row
+// read per tile from global memory would stall every short tile).
+constexpr int kWaveTilesPerBlock = 8;
+struct WaveTileRow {
+  WaveMsg m;
+  WaveTile t;
+};
+
+__device__ inline int WaveLoadRows(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                                   WaveTileRow* rows) {
+  const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kWaveTilesPerBlock;
+  const int n = static_cast<int>(min(static_cast<int64_t>(kWaveTilesPerBlock), num_tiles - g0));
+  if (static_cast<int>(threadIdx.x) < n) {
+    const WaveTile t = tiles[g0 + threadIdx.x];
+    rows[threadIdx.x].t = t;
+    rows[threadIdx.x].m = msgs[t.msg];
+  }
+  __syncthreads();
+  return n;
+}
+
+// Exclusive prefix sums of four 16-bit counts packed in `v` over the
+// block's threads, and (*total) their sums. Safe to call again right away.
+__device__ inline uint64_t WaveBlockScan4(uint64_t v, uint64_t* total) {
+  __shared__ uint64_t warp_totals[kDeltaThreads / 32];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  uint64_t inc = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint64_t y = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += y;
+  }
+  if (lane == 31) warp_totals[warp] = inc;
+  __syncthreads();
+  uint64_t before = 0, all = 0;
+  for (int k = 0; k < kDeltaThreads / 32; ++k) {
+    if (k < warp) before += warp_totals[k];
+    all += warp_totals[k];
+  }
+  __syncthreads();
+  *total = all;
+  return before + inc - v;
+}
+
+// One tile of the mask pass: its mask words, its count and, when they
+// fit, its changed words in order into its value slot (the gather then
+// copies them instead of reading the current bytes again). Chunks go in
+// two halves of four per thread: the loads of a half in flight together,
+// one scan per half for the values' ranks.
+__device__ inline void WaveMaskTile(const WaveMsg& m, const WaveTile& t, int64_t g,
+                                    uint32_t* mask, uint32_t* tile_counts, uint8_t* vals) {
+  const int w = m.word;
+  const int64_t base = static_cast<int64_t>(t.tile) * kDeltaTileBytes;
+  const bool aligned = WaveAligned(m.cur, m.snap);
+  const bool whole = aligned && base + kDeltaTileBytes <= m.bytes;
+  uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
+  uint8_t* tvals = vals + g * kWaveValueBytesPerTile;
+  const uint32_t cap = static_cast<uint32_t>(kWaveValueBytesPerTile / w);
+  const int b = kDeltaChunk / w;  // bits per chunk
+  const int gs = 32 / b;          // lanes per mask word
+  const int lane = threadIdx.x & 31;
+  uint32_t count = 0;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    DeltaChunk a[4], s[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int j = half * 4 + q;
+      const int64_t off = base + (static_cast<int64_t>(j) * kDeltaThreads + threadIdx.x) * kDeltaChunk;
+      if (whole) {
+        const uint4 x = __ldg(reinterpret_cast<const uint4*>(m.cur + off));
+        const uint4 y = __ldg(reinterpret_cast<const uint4*>(m.snap + off));
+        a[q] = {{x.x, x.y, x.z, x.w}};
+        s[q] = {{y.x, y.y, y.z, y.w}};
+      } else if (off < m.bytes) {
+        a[q] = DeltaLoad(m.cur, off, m.bytes, aligned);
+        s[q] = DeltaLoad(m.snap, off, m.bytes, aligned);
+      } else {
+        a[q] = {{0, 0, 0, 0}};
+        s[q] = a[q];
+      }
+    }
+    uint32_t bits[4];
+    uint64_t packed = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      bits[q] = DeltaDiffBits(a[q], s[q], w);  // past the end: equal zeros
+      packed |= static_cast<uint64_t>(__popc(bits[q])) << (16 * q);
+    }
+    uint64_t totals = 0;
+    const uint64_t ex = WaveBlockScan4(packed, &totals);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int j = half * 4 + q;
+      const int64_t local = (static_cast<int64_t>(j) * kDeltaThreads + threadIdx.x) * kDeltaChunk;
+      const uint32_t c = __popc(bits[q]);
+      const uint32_t rank = count + static_cast<uint32_t>((ex >> (16 * q)) & 0xffff);
+      if (c != 0 && rank + c <= cap) {
+        uint32_t left = bits[q];
+        uint32_t r = rank;
+        while (left != 0) {
+          const int bit = __ffs(left) - 1;
+          left &= left - 1;
+          const uint64_t v = WaveWordAt(a[q], w, bit);
+          for (int k = 0; k < w; ++k) tvals[r * w + k] = static_cast<uint8_t>(v >> (8 * k));
+          ++r;
+        }
+      }
+      count += static_cast<uint32_t>((totals >> (16 * q)) & 0xffff);
+      uint32_t word = bits[q] << ((lane % gs) * b);
+      for (int o = 1; o < gs; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
+      if (lane % gs == 0) tmask[(local / w) / 32] = word;
+    }
+  }
+  if (threadIdx.x == 0) tile_counts[g] = count;
+}
+
+__global__ void WaveMaskKernel(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                               uint32_t* mask, uint32_t* tile_counts, uint8_t* vals) {
+  __shared__ WaveTileRow rows[kWaveTilesPerBlock];
+  const int n = WaveLoadRows(msgs, tiles, num_tiles, rows);
+  const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kWaveTilesPerBlock;
+  for (int i = 0; i < n; ++i) {
+    const WaveMsg m = rows[i].m;
+    WaveMaskTile(m, rows[i].t, g0 + i, mask, tile_counts, vals);
   }
 }
 
-__global__ void ScatterIndexedKernel(const uint32_t* indices, const uint8_t* values,
-                                     int64_t count, int w, uint8_t* target) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < count;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint64_t i = indices[k];
-    for (int b = 0; b < w; ++b) target[i * w + b] = values[k * w + b];
+__global__ void WaveTotalsKernel(const WaveMsg* msgs, int64_t num_msgs,
+                                 const uint32_t* tile_counts, const uint64_t* tile_offsets,
+                                 uint64_t* totals) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < num_msgs;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const WaveMsg m = msgs[i];
+    const int64_t nt = (m.bytes + kDeltaTileBytes - 1) / kDeltaTileBytes;
+    const int64_t last = m.first_tile + nt - 1;
+    totals[i] = nt == 0 ? 0 : tile_offsets[last] + tile_counts[last] - tile_offsets[m.first_tile];
   }
 }
 
-__global__ void DigestKernel(const uint8_t* p, int64_t bytes, int w, uint64_t key0,
-                             bool aligned, unsigned long long* sum) {
+__device__ inline void WaveGatherTile(const WaveMsg& m, const WaveTile& t, int64_t g,
+                                      const uint32_t* mask, const uint32_t* tile_counts,
+                                      const uint64_t* tile_offsets, const uint8_t* vals) {
+  if (m.encoding != 1 && m.encoding != 2) return;  // kIndices, kBitmask
+  const int w = m.word;
+  const int64_t wpt = kDeltaTileBytes / w;  // words per tile
+  const int64_t mw = wpt / 32;
+  const int64_t n = m.bytes / w;
+  const uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
+  const uint64_t rank_base = tile_offsets[g] - tile_offsets[m.first_tile];
+  const int64_t first_word = static_cast<int64_t>(t.tile) * wpt;
+  uint8_t* values;
+  uint32_t* indices = nullptr;
+  if (m.encoding == 1) {
+    indices = reinterpret_cast<uint32_t*>(m.out);
+    values = m.out + m.changed * 4;
+  } else {
+    const int64_t mask_bytes = (n + 7) / 8;
+    values = m.out + mask_bytes;
+    // This tile's mask words into the message's bitmask.
+    for (int64_t k = threadIdx.x; k < mw; k += kDeltaThreads) {
+      const int64_t at = (first_word / 32 + k) * 4;
+      const uint32_t x = tmask[k];
+      for (int i = 0; i < 4; ++i) {
+        if (at + i < mask_bytes) m.out[at + i] = static_cast<uint8_t>(x >> (8 * i));
+      }
+    }
+  }
+  // The values: the mask pass's copy when the tile's fitted its slot.
+  const uint32_t count = tile_counts[g];
+  const bool compact = count <= static_cast<uint32_t>(kWaveValueBytesPerTile / w);
+  if (compact) {
+    const uint8_t* tvals = vals + g * kWaveValueBytesPerTile;
+    for (int64_t k = threadIdx.x; k < static_cast<int64_t>(count) * w; k += kDeltaThreads) {
+      values[rank_base * w + k] = tvals[k];
+    }
+    if (indices == nullptr) return;
+  }
+  WaveForEachSetBit(mw, rank_base, [&](int64_t k) { return tmask[k]; },
+                    [&](uint64_t local, uint64_t r) {
+                      const uint64_t i = first_word + local;
+                      if (indices != nullptr) {
+                        const uint32_t x = static_cast<uint32_t>(i);
+                        uint8_t* ip = reinterpret_cast<uint8_t*>(indices) + r * 4;
+                        for (int b = 0; b < 4; ++b) ip[b] = static_cast<uint8_t>(x >> (8 * b));
+                      }
+                      if (!compact) {
+                        for (int b = 0; b < w; ++b) values[r * w + b] = m.cur[i * w + b];
+                      }
+                    });
+}
+
+__global__ void WaveGatherKernel(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                                 const uint32_t* mask, const uint32_t* tile_counts,
+                                 const uint64_t* tile_offsets, const uint8_t* vals) {
+  __shared__ WaveTileRow rows[kWaveTilesPerBlock];
+  const int n = WaveLoadRows(msgs, tiles, num_tiles, rows);
+  const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kWaveTilesPerBlock;
+  for (int i = 0; i < n; ++i) {
+    const WaveMsg m = rows[i].m;
+    WaveGatherTile(m, rows[i].t, g0 + i, mask, tile_counts, tile_offsets, vals);
+    __syncthreads();  // the next tile's scan reuses shared memory
+  }
+}
+
+__global__ void WaveApplyCountKernel(const WaveMsg* msgs, const WaveTile* tiles,
+                                     uint32_t* tile_counts, uint32_t* bad, uint32_t* bad_any) {
+  const int64_t g = blockIdx.x;
+  const WaveTile t = tiles[g];
+  const WaveMsg m = msgs[t.msg];
+  const int w = m.word;
+  const int64_t n = m.bytes / w;
+  if (m.encoding == 1) {
+    const int64_t k0 = static_cast<int64_t>(t.tile) * kWaveIndicesPerTile;
+    const int64_t k1 = min(m.changed, k0 + kWaveIndicesPerTile);
+    for (int64_t k = k0 + threadIdx.x; k < k1; k += kDeltaThreads) {
+      const uint32_t i = WaveLoadU32(m.cur + k * 4);
+      if (i >= static_cast<uint64_t>(n) || (k > 0 && i <= WaveLoadU32(m.cur + (k - 1) * 4))) {
+        bad[t.msg] = 1;
+        *bad_any = 1;
+      }
+    }
+    if (threadIdx.x == 0) tile_counts[g] = 0;
+    return;
+  }
+  const int64_t mw = kDeltaTileBytes / w / 32;
+  const int64_t mask_bytes = (n + 7) / 8;
+  uint32_t count = 0;
+  for (int64_t k = threadIdx.x; k < mw; k += kDeltaThreads) {
+    count += __popc(DeltaMaskWord(m.cur, mask_bytes, static_cast<int64_t>(t.tile) * mw + k));
+  }
+  const uint32_t total = DeltaBlockSum(count);
+  if (threadIdx.x == 0) tile_counts[g] = total;
+}
+
+__global__ void WaveApplyCheckKernel(const WaveMsg* msgs, int64_t num_msgs,
+                                     const uint32_t* tile_counts, const uint64_t* tile_offsets,
+                                     uint32_t* bad, uint32_t* bad_any) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < num_msgs;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const WaveMsg m = msgs[i];
+    if (m.encoding != 2) continue;
+    const int64_t n = m.bytes / m.word;
+    const int64_t mask_bytes = (n + 7) / 8;
+    const int64_t nt = (m.bytes + kDeltaTileBytes - 1) / kDeltaTileBytes;
+    const int64_t last = m.first_tile + nt - 1;
+    const uint64_t set =
+        nt == 0 ? 0 : tile_offsets[last] + tile_counts[last] - tile_offsets[m.first_tile];
+    const int tail = static_cast<int>(n % 8);
+    const bool past_end = tail != 0 && (m.cur[mask_bytes - 1] >> tail) != 0;
+    if (set != static_cast<uint64_t>(m.changed) || past_end) {
+      bad[i] = 1;
+      *bad_any = 1;
+    }
+  }
+}
+
+__global__ void WaveScatterKernel(const WaveMsg* msgs, const WaveTile* tiles,
+                                  const uint64_t* tile_offsets, const uint32_t* bad_any) {
+  if (*bad_any != 0) return;
+  const int64_t g = blockIdx.x;
+  const WaveTile t = tiles[g];
+  const WaveMsg m = msgs[t.msg];
+  const int w = m.word;
+  const int64_t n = m.bytes / w;
+  if (m.encoding == 1) {
+    const uint8_t* values = m.cur + m.changed * 4;
+    const int64_t k0 = static_cast<int64_t>(t.tile) * kWaveIndicesPerTile;
+    const int64_t k1 = min(m.changed, k0 + kWaveIndicesPerTile);
+    for (int64_t k = k0 + threadIdx.x; k < k1; k += kDeltaThreads) {
+      const uint64_t i = WaveLoadU32(m.cur + k * 4);
+      for (int b = 0; b < w; ++b) m.out[i * w + b] = values[k * w + b];
+    }
+    return;
+  }
+  const int64_t wpt = kDeltaTileBytes / w;
+  const int64_t mw = wpt / 32;
+  const int64_t mask_bytes = (n + 7) / 8;
+  const uint8_t* values = m.cur + mask_bytes;
+  const int64_t first_word = static_cast<int64_t>(t.tile) * wpt;
+  const uint64_t rank_base = tile_offsets[g] - tile_offsets[m.first_tile];
+  WaveForEachSetBit(
+      mw, rank_base,
+      [&](int64_t k) { return DeltaMaskWord(m.cur, mask_bytes, first_word / 32 + k); },
+      [&](uint64_t local, uint64_t r) {
+        const uint64_t i = first_word + local;
+        for (int b = 0; b < w; ++b) m.out[i * w + b] = values[r * w + b];
+      });
+}
+
+__global__ void WaveDigestKernel(const WaveDigestRun* runs, const WaveTile* tiles,
+                                 int64_t num_tiles, unsigned long long* sums) {
+  __shared__ WaveTile rows[kWaveTilesPerBlock];
+  __shared__ WaveDigestRun runs_of[kWaveTilesPerBlock];
+  const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kWaveTilesPerBlock;
+  const int n = static_cast<int>(min(static_cast<int64_t>(kWaveTilesPerBlock), num_tiles - g0));
+  if (static_cast<int>(threadIdx.x) < n) {
+    rows[threadIdx.x] = tiles[g0 + threadIdx.x];
+    runs_of[threadIdx.x] = runs[rows[threadIdx.x].msg];
+  }
+  __syncthreads();
+  // One atomic per block and slot: tiles of one run share a slot, and
+  // per-warp atomics on one address were the digest's bottleneck.
+  __shared__ unsigned long long warp_sums[kDeltaThreads / 32];
+  auto flush = [&](uint64_t v, int32_t slot) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned long long total = 0;
+      for (int k = 0; k < kDeltaThreads / 32; ++k) total += warp_sums[k];
+      atomicAdd(sums + slot, total);
+    }
+    __syncthreads();
+  };
   uint64_t s = 0;
-  const int per_chunk = kDeltaChunk / w;
-  for (int64_t chunk = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-       chunk * kDeltaChunk < bytes; chunk += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t off = chunk * kDeltaChunk;
-    const DeltaChunk c = DeltaLoad(p, off, bytes, aligned);
-    for (int j = 0; j < per_chunk; ++j) {
-      const int64_t o = off + static_cast<int64_t>(j) * w;
-      if (o >= bytes) break;
-      s += DigestTerm(key0 + static_cast<uint64_t>(o), DeltaWord(c, w, j));
+  for (int i = 0; i < n; ++i) {
+    const WaveTile t = rows[i];
+    const WaveDigestRun r = runs_of[i];
+    if (i > 0 && r.slot != runs_of[i - 1].slot) {  // the same for every thread
+      flush(s, runs_of[i - 1].slot);
+      s = 0;
+    }
+    const bool aligned = (reinterpret_cast<uintptr_t>(r.data) & 15u) == 0;
+    const int64_t lo = static_cast<int64_t>(t.tile) * kDeltaTileBytes;
+    const int64_t hi = min(r.bytes, lo + kDeltaTileBytes);
+    for (int64_t off = lo + static_cast<int64_t>(threadIdx.x) * kDeltaChunk; off < hi;
+         off += static_cast<int64_t>(kDeltaThreads) * kDeltaChunk) {
+      const DeltaChunk c = DeltaLoad(r.data, off, hi, aligned);  // zeros past the end
+      s += Digest16(r.first_key + static_cast<uint64_t>(off),
+                    c.w[0] | (static_cast<uint64_t>(c.w[1]) << 32),
+                    c.w[2] | (static_cast<uint64_t>(c.w[3]) << 32));
     }
   }
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
-  if ((threadIdx.x & 31) == 0) atomicAdd(sum, static_cast<unsigned long long>(s));
+  if (n > 0) flush(s, runs_of[n - 1].slot);
 }
 
 namespace {
 
-int64_t Tiles(int64_t bytes) { return (bytes + kDeltaTileBytes - 1) / kDeltaTileBytes; }
-
-bool Aligned16(const void* a, const void* b = nullptr) {
-  return (reinterpret_cast<uintptr_t>(a) & 15u) == 0 &&
-         (b == nullptr || (reinterpret_cast<uintptr_t>(b) & 15u) == 0);
+unsigned int WaveBlocks(int64_t num_tiles) {
+  return static_cast<unsigned int>((num_tiles + kWaveTilesPerBlock - 1) / kWaveTilesPerBlock);
 }
 
 unsigned int GridFor(int64_t items) {
@@ -264,65 +548,62 @@ unsigned int GridFor(int64_t items) {
 
 }  // namespace
 
-void LaunchDeltaMask(const void* cur, const void* snap, int64_t bytes, int word_bytes,
-                     uint32_t* mask, uint32_t* tile_counts, cudaStream_t stream) {
-  const int64_t tiles = Tiles(bytes);
-  if (tiles == 0) return;
-  DeltaMaskKernel<<<static_cast<unsigned int>(tiles), kDeltaThreads, 0, stream>>>(
-      static_cast<const uint8_t*>(cur), static_cast<const uint8_t*>(snap), bytes, word_bytes,
-      Aligned16(cur, snap), mask, tile_counts);
-}
-
-void LaunchMaskTileCounts(const uint8_t* mask, int64_t mask_bytes, int word_bytes,
-                          int64_t num_tiles, uint32_t* tile_counts, cudaStream_t stream) {
-  if (num_tiles == 0) return;
-  MaskTileCountsKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
-      mask, mask_bytes, word_bytes, tile_counts);
-}
-
 void LaunchTileScan(const uint32_t* tile_counts, int64_t num_tiles, uint64_t* tile_offsets,
                     uint64_t* total, cudaStream_t stream) {
   TileScanKernel<<<1, 1024, 0, stream>>>(tile_counts, num_tiles, tile_offsets, total);
 }
 
-void LaunchDeltaGather(const void* cur, int word_bytes, int64_t num_tiles, const uint8_t* mask,
-                       const uint64_t* tile_offsets, uint32_t* indices, uint8_t* values,
+void LaunchWaveMask(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                    uint32_t* mask, uint32_t* tile_counts, uint8_t* vals, cudaStream_t stream) {
+  if (num_tiles == 0) return;
+  WaveMaskKernel<<<WaveBlocks(num_tiles), kDeltaThreads, 0, stream>>>(msgs, tiles, num_tiles,
+                                                                     mask, tile_counts, vals);
+}
+
+void LaunchWaveTotals(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* tile_counts,
+                      const uint64_t* tile_offsets, uint64_t* totals, cudaStream_t stream) {
+  if (num_msgs == 0) return;
+  WaveTotalsKernel<<<GridFor(num_msgs), kDeltaThreads, 0, stream>>>(msgs, num_msgs, tile_counts,
+                                                                    tile_offsets, totals);
+}
+
+void LaunchWaveGather(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                      const uint32_t* mask, const uint32_t* tile_counts,
+                      const uint64_t* tile_offsets, const uint8_t* vals, cudaStream_t stream) {
+  if (num_tiles == 0) return;
+  WaveGatherKernel<<<WaveBlocks(num_tiles), kDeltaThreads, 0, stream>>>(
+      msgs, tiles, num_tiles, mask, tile_counts, tile_offsets, vals);
+}
+
+void LaunchWaveApplyCount(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                          uint32_t* tile_counts, uint32_t* bad, uint32_t* bad_any,
+                          cudaStream_t stream) {
+  if (num_tiles == 0) return;
+  WaveApplyCountKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
+      msgs, tiles, tile_counts, bad, bad_any);
+}
+
+void LaunchWaveApplyCheck(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* tile_counts,
+                          const uint64_t* tile_offsets, uint32_t* bad, uint32_t* bad_any,
+                          cudaStream_t stream) {
+  if (num_msgs == 0) return;
+  WaveApplyCheckKernel<<<GridFor(num_msgs), kDeltaThreads, 0, stream>>>(
+      msgs, num_msgs, tile_counts, tile_offsets, bad, bad_any);
+}
+
+void LaunchWaveScatter(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+                       const uint64_t* tile_offsets, const uint32_t* bad_any,
                        cudaStream_t stream) {
   if (num_tiles == 0) return;
-  // The mask here is the encoder's own: whole tiles of u32 words.
-  const int64_t mask_bytes = num_tiles * DeltaMaskWordsPerTile(word_bytes) * 4;
-  DeltaGatherKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
-      static_cast<const uint8_t*>(cur), word_bytes, mask_bytes, mask, tile_offsets, indices,
-      values);
+  WaveScatterKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
+      msgs, tiles, tile_offsets, bad_any);
 }
 
-void LaunchCheckIndices(const uint32_t* indices, int64_t count, uint64_t num_words,
-                        uint32_t* bad, cudaStream_t stream) {
-  if (count == 0) return;
-  CheckIndicesKernel<<<GridFor(count), kDeltaThreads, 0, stream>>>(indices, count, num_words,
-                                                                   bad);
-}
-
-void LaunchScatterIndexed(const uint32_t* indices, const uint8_t* values, int64_t count,
-                          int word_bytes, void* target, cudaStream_t stream) {
-  if (count == 0) return;
-  ScatterIndexedKernel<<<GridFor(count), kDeltaThreads, 0, stream>>>(
-      indices, values, count, word_bytes, static_cast<uint8_t*>(target));
-}
-
-void LaunchScatterMasked(const uint8_t* mask, int64_t mask_bytes, int word_bytes,
-                         int64_t num_tiles, const uint64_t* tile_offsets,
-                         const uint8_t* values, void* target, cudaStream_t stream) {
+void LaunchWaveDigest(const WaveDigestRun* runs, const WaveTile* tiles, int64_t num_tiles,
+                      unsigned long long* sums, cudaStream_t stream) {
   if (num_tiles == 0) return;
-  ScatterMaskedKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
-      mask, mask_bytes, word_bytes, tile_offsets, values, static_cast<uint8_t*>(target));
-}
-
-void LaunchDigest(const void* data, int64_t bytes, int element_bytes, uint64_t first_key,
-                  unsigned long long* sum, cudaStream_t stream) {
-  if (bytes == 0) return;
-  DigestKernel<<<GridFor((bytes + kDeltaChunk - 1) / kDeltaChunk), kDeltaThreads, 0, stream>>>(
-      static_cast<const uint8_t*>(data), bytes, element_bytes, first_key, Aligned16(data), sum);
+  WaveDigestKernel<<<WaveBlocks(num_tiles), kDeltaThreads, 0, stream>>>(runs, tiles, num_tiles,
+                                                                       sums);
 }
 
 }  // namespace refit

@@ -1,0 +1,534 @@
+// The GPU DeltaWaveOps (see gpu_wave_ops.h).
+#include "exec/delta/cuda/gpu_wave_ops.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "exec/cuda/cuda_status.h"
+#include "exec/delta/cuda/delta_kernels.h"
+
+namespace refit {
+namespace {
+
+constexpr int64_t kHeader = sizeof(DeltaHeader);
+
+int64_t Align256(int64_t x) { return (x + 255) / 256 * 256; }
+
+// Device or pinned host memory that grows (and never shrinks); the caller
+// makes sure its last use completed before it grows.
+struct Mem {
+  char* p = nullptr;
+  int64_t cap = 0;
+  bool pinned = false;
+  void Release() {
+    if (p == nullptr) return;
+    if (pinned) {
+      cudaFreeHost(p);
+    } else {
+      cudaFree(p);
+    }
+    p = nullptr;
+    cap = 0;
+  }
+  absl::Status Reserve(int64_t bytes, const char* what) {
+    if (bytes <= cap) return absl::OkStatus();
+    Release();
+    const int64_t want = std::max<int64_t>(Align256(2 * bytes), 256);
+    void* q = nullptr;
+    const cudaError_t e = pinned ? cudaMallocHost(&q, want) : cudaMalloc(&q, want);
+    REFIT_RETURN_IF_ERROR(CudaStatus(e, absl::StrCat("delta ", what, ": ", want, " bytes")));
+    p = static_cast<char*>(q);
+    cap = want;
+    return absl::OkStatus();
+  }
+};
+
+struct Lane {
+  cudaStream_t stream = nullptr;  // the transport's
+  cudaStream_t codec = nullptr;   // ours
+  cudaEvent_t encoded = nullptr, applied = nullptr, mark = nullptr, counted = nullptr;
+  // Count / Encode: [msgs][tiles] rows, mask, tile counts and offsets.
+  Mem table_h{nullptr, 0, true}, table, mask, vals, counts, offsets, totals,
+      totals_h{nullptr, 0, true};
+  Mem headers_h{nullptr, 0, true};
+  std::vector<int32_t> msg_of_item;
+  std::vector<int64_t> words_of_item;  // the started count's items
+  bool counting = false;
+  int64_t num_msgs = 0, num_tiles = 0;
+  // Apply.
+  Mem apply_h{nullptr, 0, true}, apply, apply_counts, apply_offsets, bad, bad_h{nullptr, 0, true};
+  std::vector<std::string> pending;  // names of the apply in flight
+  int64_t pending_msgs = 0;
+  Mem headers_in_h{nullptr, 0, true};
+  Mem digest_h{nullptr, 0, true}, digest, sums, sums_h{nullptr, 0, true};
+};
+
+class GpuWaveOps : public DeltaWaveOps {
+ public:
+  GpuWaveOps(CudaLanes* lanes, GpuWaveOpsOptions o) : t_(lanes), o_(o) {}
+  ~GpuWaveOps() override {
+    cudaSetDevice(o_.device);
+    for (Lane& l : lanes_) {
+      if (l.codec != nullptr) cudaStreamSynchronize(l.codec);
+      for (Mem* m : {&l.table_h, &l.table, &l.mask, &l.vals, &l.counts, &l.offsets, &l.totals,
+                     &l.totals_h, &l.headers_h, &l.apply_h, &l.apply, &l.apply_counts,
+                     &l.apply_offsets, &l.bad, &l.bad_h, &l.headers_in_h, &l.digest_h,
+                     &l.digest, &l.sums, &l.sums_h}) {
+        m->Release();
+      }
+      for (cudaEvent_t e : {l.encoded, l.applied, l.mark, l.counted}) {
+        if (e != nullptr) cudaEventDestroy(e);
+      }
+      if (l.codec != nullptr) cudaStreamDestroy(l.codec);
+    }
+  }
+
+  absl::Status Init() {
+    REFIT_RETURN_IF_CUDA_ERROR(cudaSetDevice(o_.device));
+    lanes_.resize(t_->num_lanes());
+    for (int32_t i = 0; i < t_->num_lanes(); ++i) {
+      Lane& l = lanes_[i];
+      l.stream = static_cast<cudaStream_t>(t_->stream(i));
+      REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.codec, cudaStreamNonBlocking));
+      for (cudaEvent_t* e : {&l.encoded, &l.applied, &l.mark, &l.counted}) {
+        REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+      }
+      // Nothing in flight yet: the events count as done.
+      REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l.encoded, l.codec));
+      REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l.applied, l.codec));
+    }
+    return absl::OkStatus();
+  }
+
+  MemoryKind kind() const override { return MemoryKind::kDevice; }
+  bool OrderedWithTransport() const override { return true; }
+
+  absl::StatusOr<char*> Allocate(int64_t bytes) override {
+    REFIT_RETURN_IF_CUDA_ERROR(cudaSetDevice(o_.device));
+    void* p = nullptr;
+    REFIT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&p, std::max<int64_t>(bytes, 1)),
+                                     absl::StrCat("delta buffer of ", bytes, " bytes")));
+    return static_cast<char*>(p);
+  }
+  void Free(char* p) override {
+    cudaSetDevice(o_.device);
+    cudaFree(p);
+  }
+  absl::StatusOr<char*> AllocateSnapshot(int64_t bytes) override {
+    if (o_.snapshot == SnapshotMemory::kDevice) return Allocate(bytes);
+    void* p = nullptr;
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        cudaHostAlloc(&p, std::max<int64_t>(bytes, 1), cudaHostAllocMapped | cudaHostAllocPortable),
+        absl::StrCat("pinned delta snapshot of ", bytes, " bytes")));
+    return static_cast<char*>(p);
+  }
+  std::function<void(char*)> SnapshotReleaser() const override {
+    if (o_.snapshot == SnapshotMemory::kDevice) {
+      return [device = o_.device](char* p) {
+        int was = 0;
+        cudaGetDevice(&was);
+        cudaSetDevice(device);
+        cudaFree(p);
+        cudaSetDevice(was);
+      };
+    }
+    return [](char* p) { cudaFreeHost(p); };
+  }
+
+  absl::Status AfterLane(int32_t lane) override {
+    REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
+    REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, l->stream));
+    REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->codec, l->mark, 0));
+    return absl::OkStatus();
+  }
+
+  absl::Status Sync(int32_t lane, absl::Time deadline) override {
+    REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
+    for (cudaStream_t s : {l->stream, l->codec}) {
+      REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, s));
+      REFIT_RETURN_IF_ERROR(Wait(l->mark, deadline, "delta kernels"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Copy(int32_t lane, char* dst, const char* src, int64_t bytes) override {
+    REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
+    if (bytes <= 0) return absl::OkStatus();
+    REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, l->stream));
+    return absl::OkStatus();
+  }
+
+  absl::Status HeadersToHost(int32_t lane, const char* src, DeltaHeader* dst, int64_t n,
+                             absl::Time deadline) override {
+    REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
+    if (n <= 0) return absl::OkStatus();
+    REFIT_RETURN_IF_ERROR(l->headers_in_h.Reserve(n * kHeader, "headers"));
+    REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->headers_in_h.p, src, n * kHeader,
+                                               cudaMemcpyDefault, l->stream));
+    REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, l->stream));
+    REFIT_RETURN_IF_ERROR(Wait(l->mark, deadline, "delta headers"));
+    std::memcpy(dst, l->headers_in_h.p, n * kHeader);
+    return absl::OkStatus();
+  }
+
+  absl::Status StartCount(int32_t lane, absl::Span<const EncodeItem> items,
+                          absl::Time deadline) override;
+  absl::StatusOr<std::vector<int64_t>> FinishCount(int32_t lane, absl::Time deadline) override;
+  absl::Status Encode(int32_t lane, absl::Span<const EncodeItem> items,
+                      absl::Span<const DeltaHeader> headers, absl::Span<char* const> out,
+                      char* header_out, absl::Time deadline) override;
+  absl::Status Apply(int32_t lane, absl::Span<const ApplyItem> items,
+                     std::vector<std::string> names, absl::Time deadline) override;
+  absl::Status Finish(absl::Time deadline) override;
+  absl::StatusOr<std::vector<uint64_t>> Digest(int32_t lane, absl::Span<const DigestItem> items,
+                                               int32_t slots, absl::Time deadline) override;
+
+ private:
+  absl::StatusOr<Lane*> Get(int32_t lane) {
+    if (lane < 0 || lane >= static_cast<int32_t>(lanes_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("delta: lane ", lane, " of ", lanes_.size()));
+    }
+    REFIT_RETURN_IF_CUDA_ERROR(cudaSetDevice(o_.device));
+    return &lanes_[lane];
+  }
+  // Polls `e` until it completed: spins at first (a wave's counts are
+  // back within microseconds), then sleeps between polls.
+  absl::Status Wait(cudaEvent_t e, absl::Time deadline, const char* what) {
+    const auto start = std::chrono::steady_clock::now();
+    while (true) {
+      const cudaError_t q = cudaEventQuery(e);
+      if (q == cudaSuccess) return absl::OkStatus();
+      if (q != cudaErrorNotReady) return CudaStatus(q, what);
+      REFIT_RETURN_IF_ERROR(t_->CheckCancelled());
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(what, ": not complete by the deadline"));
+      }
+      if (std::chrono::steady_clock::now() - start > std::chrono::milliseconds(2)) {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    }
+  }
+  // The checks of the apply last run on `l` (complete: its event waited).
+  void TakeChecks(Lane& l) {
+    const auto* bad = reinterpret_cast<const uint32_t*>(l.bad_h.p);
+    for (int64_t i = 0; i < l.pending_msgs && bad != nullptr; ++i) {
+      if (bad[i] != 0 && failure_.ok()) {
+        failure_ = absl::DataLossError(absl::StrCat(
+            i < static_cast<int64_t>(l.pending.size()) ? l.pending[i] : "",
+            ": delta message: an index is past the message's end or not increasing, or the "
+            "bitmask disagrees with its count (nothing of its wave was applied)"));
+      }
+    }
+    l.pending.clear();
+    l.pending_msgs = 0;
+  }
+
+  CudaLanes* t_;
+  GpuWaveOpsOptions o_;
+  std::vector<Lane> lanes_;
+  absl::Status failure_;
+};
+
+absl::Status CheckItem(const EncodeItem& it) {
+  const int w = it.word_bytes;
+  if (w != 1 && w != 2 && w != 4 && w != 8) {
+    return absl::InvalidArgumentError(absl::StrCat("delta: word size ", w, " is not 1, 2, 4 or 8"));
+  }
+  if (it.bytes < 0 || it.bytes % w != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "delta: ", it.bytes, " bytes are not a whole number of ", w, "-byte words"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> items,
+                                    absl::Time deadline) {
+  REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
+  if (l->counting) {  // a count a failed round left: let it end
+    REFIT_RETURN_IF_ERROR(Wait(l->counted, deadline, "delta count"));
+    l->counting = false;
+  }
+  // The previous encode on this lane has read the tables and mask.
+  REFIT_RETURN_IF_ERROR(Wait(l->encoded, deadline, "delta encode"));
+  std::vector<WaveMsg> msgs;
+  std::vector<WaveTile> tiles;
+  l->msg_of_item.assign(items.size(), -1);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const EncodeItem& it = items[i];
+    REFIT_RETURN_IF_ERROR(CheckItem(it));
+    if (it.snap == nullptr || it.bytes == 0) continue;
+    WaveMsg m;
+    m.cur = reinterpret_cast<const uint8_t*>(it.cur);
+    m.snap = reinterpret_cast<const uint8_t*>(it.snap);
+    m.bytes = it.bytes;
+    m.word = it.word_bytes;
+    m.first_tile = static_cast<int64_t>(tiles.size());
+    const int64_t nt = WaveEncodeTiles(it.bytes);
+    if (nt > (int64_t{1} << 31) - 1 - static_cast<int64_t>(tiles.size())) {
+      return absl::InvalidArgumentError("delta: a wave of more than 2^31 tiles");
+    }
+    for (int64_t t = 0; t < nt; ++t) {
+      tiles.push_back({static_cast<int32_t>(msgs.size()), static_cast<int32_t>(t)});
+    }
+    l->msg_of_item[i] = static_cast<int32_t>(msgs.size());
+    msgs.push_back(m);
+  }
+  l->num_msgs = static_cast<int64_t>(msgs.size());
+  l->num_tiles = static_cast<int64_t>(tiles.size());
+  l->words_of_item.resize(items.size());
+  for (size_t i = 0; i < items.size(); ++i) l->words_of_item[i] = items[i].bytes / items[i].word_bytes;
+  l->counting = true;
+  if (msgs.empty()) return absl::OkStatus();
+  const int64_t mb = l->num_msgs * sizeof(WaveMsg);
+  const int64_t tb = l->num_tiles * sizeof(WaveTile);
+  REFIT_RETURN_IF_ERROR(l->table_h.Reserve(Align256(mb) + tb, "tables"));
+  REFIT_RETURN_IF_ERROR(l->table.Reserve(Align256(mb) + tb, "tables"));
+  REFIT_RETURN_IF_ERROR(l->mask.Reserve(l->num_tiles * kWaveMaskWordsPerTile * 4, "mask"));
+  REFIT_RETURN_IF_ERROR(l->vals.Reserve(l->num_tiles * kWaveValueBytesPerTile, "values"));
+  REFIT_RETURN_IF_ERROR(l->counts.Reserve(l->num_tiles * 4, "tile counts"));
+  REFIT_RETURN_IF_ERROR(l->offsets.Reserve(l->num_tiles * 8 + 8, "tile offsets"));
+  REFIT_RETURN_IF_ERROR(l->totals.Reserve(l->num_msgs * 8, "totals"));
+  REFIT_RETURN_IF_ERROR(l->totals_h.Reserve(l->num_msgs * 8, "totals"));
+  std::memcpy(l->table_h.p, msgs.data(), mb);
+  std::memcpy(l->table_h.p + Align256(mb), tiles.data(), tb);
+  const auto* dmsgs = reinterpret_cast<const WaveMsg*>(l->table.p);
+  const auto* dtiles = reinterpret_cast<const WaveTile*>(l->table.p + Align256(mb));
+  auto* counts = reinterpret_cast<uint32_t*>(l->counts.p);
+  auto* offsets = reinterpret_cast<uint64_t*>(l->offsets.p);
+  REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->table.p, l->table_h.p, Align256(mb) + tb,
+                                             cudaMemcpyHostToDevice, l->codec));
+  LaunchWaveMask(dmsgs, dtiles, l->num_tiles, reinterpret_cast<uint32_t*>(l->mask.p), counts,
+                 reinterpret_cast<uint8_t*>(l->vals.p), l->codec);
+  LaunchTileScan(counts, l->num_tiles, offsets, offsets + l->num_tiles, l->codec);
+  LaunchWaveTotals(dmsgs, l->num_msgs, counts, offsets,
+                   reinterpret_cast<uint64_t*>(l->totals.p), l->codec);
+  REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
+  REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->totals_h.p, l->totals.p, l->num_msgs * 8,
+                                             cudaMemcpyDeviceToHost, l->codec));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->counted, l->codec));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int64_t>> GpuWaveOps::FinishCount(int32_t lane, absl::Time deadline) {
+  REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
+  if (!l->counting) {
+    return absl::FailedPreconditionError(absl::StrCat("delta: no count started on lane ", lane));
+  }
+  l->counting = false;
+  std::vector<int64_t> out = l->words_of_item;
+  if (l->num_msgs == 0) return out;
+  REFIT_RETURN_IF_ERROR(Wait(l->counted, deadline, "delta count"));
+  const auto* totals = reinterpret_cast<const uint64_t*>(l->totals_h.p);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (l->msg_of_item[i] >= 0) out[i] = static_cast<int64_t>(totals[l->msg_of_item[i]]);
+  }
+  return out;
+}
+
+absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items,
+                                absl::Span<const DeltaHeader> headers,
+                                absl::Span<char* const> out, char* header_out,
+                                absl::Time deadline) {
+  REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
+  if (headers.size() != items.size() || out.size() != items.size() ||
+      l->msg_of_item.size() != items.size()) {
+    return absl::InvalidArgumentError("delta encode: items, headers and outputs disagree");
+  }
+  // Count on this lane synchronized its codec stream: the tables are free.
+  auto* msgs = reinterpret_cast<WaveMsg*>(l->table_h.p);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const int32_t j = l->msg_of_item[i];
+    const auto e = static_cast<DeltaEncoding>(headers[i].encoding);
+    if (e != DeltaEncoding::kDense && j < 0) {
+      return absl::InvalidArgumentError("delta encode: a delta needs a snapshot");
+    }
+    if (j < 0) continue;
+    msgs[j].encoding = static_cast<int32_t>(e);
+    msgs[j].changed = static_cast<int64_t>(headers[i].num_changed);
+    msgs[j].out = reinterpret_cast<uint8_t*>(out[i]);
+  }
+  const int64_t n = static_cast<int64_t>(items.size());
+  REFIT_RETURN_IF_ERROR(l->headers_h.Reserve(std::max<int64_t>(n, 1) * kHeader, "headers"));
+  std::memcpy(l->headers_h.p, headers.data(), n * kHeader);
+  if (n > 0) {
+    REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(header_out, l->headers_h.p, n * kHeader,
+                                               cudaMemcpyHostToDevice, l->codec));
+  }
+  if (l->num_msgs > 0) {
+    const int64_t mb = l->num_msgs * sizeof(WaveMsg);
+    REFIT_RETURN_IF_CUDA_ERROR(
+        cudaMemcpyAsync(l->table.p, l->table_h.p, mb, cudaMemcpyHostToDevice, l->codec));
+    LaunchWaveGather(reinterpret_cast<const WaveMsg*>(l->table.p),
+                     reinterpret_cast<const WaveTile*>(l->table.p + Align256(mb)), l->num_tiles,
+                     reinterpret_cast<const uint32_t*>(l->mask.p),
+                     reinterpret_cast<const uint32_t*>(l->counts.p),
+                     reinterpret_cast<const uint64_t*>(l->offsets.p),
+                     reinterpret_cast<const uint8_t*>(l->vals.p), l->codec);
+    REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
+  }
+  (void)deadline;
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->encoded, l->codec));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->stream, l->encoded, 0));
+  return absl::OkStatus();
+}
+
+absl::Status GpuWaveOps::Apply(int32_t lane, absl::Span<const ApplyItem> items,
+                               std::vector<std::string> names, absl::Time deadline) {
+  REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
+  REFIT_RETURN_IF_ERROR(Wait(l->applied, deadline, "delta apply"));
+  TakeChecks(*l);
+  std::vector<WaveMsg> msgs;
+  std::vector<WaveTile> tiles;
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const ApplyItem& it = items[i];
+    const DeltaHeader& h = it.header;
+    const int64_t bytes = static_cast<int64_t>(h.num_words) * h.word_bytes;
+    const auto e = static_cast<DeltaEncoding>(h.encoding);
+    if (e == DeltaEncoding::kDense) {
+      if (bytes > 0 && it.payload != it.target) {
+        REFIT_RETURN_IF_CUDA_ERROR(
+            cudaMemcpyAsync(it.target, it.payload, bytes, cudaMemcpyDefault, l->stream));
+      }
+      continue;
+    }
+    WaveMsg m;
+    m.cur = reinterpret_cast<const uint8_t*>(it.payload);
+    m.out = reinterpret_cast<uint8_t*>(it.target);
+    m.bytes = bytes;
+    m.word = h.word_bytes;
+    m.encoding = static_cast<int32_t>(e);
+    m.changed = static_cast<int64_t>(h.num_changed);
+    m.first_tile = static_cast<int64_t>(tiles.size());
+    const int64_t nt = e == DeltaEncoding::kIndices
+                           ? (m.changed + kWaveIndicesPerTile - 1) / kWaveIndicesPerTile
+                           : WaveEncodeTiles(bytes);
+    for (int64_t t = 0; t < nt; ++t) {
+      tiles.push_back({static_cast<int32_t>(msgs.size()), static_cast<int32_t>(t)});
+    }
+    msgs.push_back(m);
+    kept.push_back(i < names.size() ? names[i] : "");
+  }
+  if (!msgs.empty()) {
+    const int64_t nm = static_cast<int64_t>(msgs.size());
+    const int64_t nt = static_cast<int64_t>(tiles.size());
+    const int64_t mb = nm * sizeof(WaveMsg);
+    const int64_t tb = nt * sizeof(WaveTile);
+    REFIT_RETURN_IF_ERROR(l->apply_h.Reserve(Align256(mb) + tb + 8, "apply tables"));
+    REFIT_RETURN_IF_ERROR(l->apply.Reserve(Align256(mb) + tb + 8, "apply tables"));
+    REFIT_RETURN_IF_ERROR(l->apply_counts.Reserve(nt * 4 + 4, "apply counts"));
+    REFIT_RETURN_IF_ERROR(l->apply_offsets.Reserve(nt * 8 + 8, "apply offsets"));
+    REFIT_RETURN_IF_ERROR(l->bad.Reserve((nm + 1) * 4, "apply checks"));
+    REFIT_RETURN_IF_ERROR(l->bad_h.Reserve((nm + 1) * 4, "apply checks"));
+    std::memcpy(l->apply_h.p, msgs.data(), mb);
+    if (tb > 0) std::memcpy(l->apply_h.p + Align256(mb), tiles.data(), tb);
+    const auto* dmsgs = reinterpret_cast<const WaveMsg*>(l->apply.p);
+    const auto* dtiles = reinterpret_cast<const WaveTile*>(l->apply.p + Align256(mb));
+    auto* counts = reinterpret_cast<uint32_t*>(l->apply_counts.p);
+    auto* offsets = reinterpret_cast<uint64_t*>(l->apply_offsets.p);
+    auto* bad = reinterpret_cast<uint32_t*>(l->bad.p);
+    REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->apply.p, l->apply_h.p, Align256(mb) + tb,
+                                               cudaMemcpyHostToDevice, l->stream));
+    REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(bad, 0, (nm + 1) * 4, l->stream));
+    LaunchWaveApplyCount(dmsgs, dtiles, nt, counts, bad, bad + nm, l->stream);
+    if (nt > 0) LaunchTileScan(counts, nt, offsets, offsets + nt, l->stream);
+    LaunchWaveApplyCheck(dmsgs, nm, counts, offsets, bad, bad + nm, l->stream);
+    LaunchWaveScatter(dmsgs, dtiles, nt, offsets, bad + nm, l->stream);
+    REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
+    REFIT_RETURN_IF_CUDA_ERROR(
+        cudaMemcpyAsync(l->bad_h.p, bad, (nm + 1) * 4, cudaMemcpyDeviceToHost, l->stream));
+    l->pending = std::move(kept);
+    l->pending_msgs = nm;
+  }
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->applied, l->stream));
+  return absl::OkStatus();
+}
+
+absl::Status GpuWaveOps::Finish(absl::Time deadline) {
+  for (int32_t i = 0; i < static_cast<int32_t>(lanes_.size()); ++i) {
+    REFIT_ASSIGN_OR_RETURN(Lane * l, Get(i));
+    REFIT_RETURN_IF_ERROR(Wait(l->applied, deadline, "delta apply"));
+    REFIT_RETURN_IF_ERROR(Wait(l->encoded, deadline, "delta encode"));
+    TakeChecks(*l);
+  }
+  absl::Status s = failure_;
+  failure_ = absl::OkStatus();
+  return s;
+}
+
+absl::StatusOr<std::vector<uint64_t>> GpuWaveOps::Digest(int32_t lane,
+                                                         absl::Span<const DigestItem> items,
+                                                         int32_t slots, absl::Time deadline) {
+  REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
+  std::vector<uint64_t> sums(static_cast<size_t>(std::max(slots, 0)), 0);
+  std::vector<WaveDigestRun> runs;
+  std::vector<WaveTile> tiles;
+  for (const DigestItem& it : items) {
+    const int w = it.element_bytes;
+    if (w != 1 && w != 2 && w != 4 && w != 8) {
+      return absl::InvalidArgumentError(absl::StrCat("digest: element size ", w));
+    }
+    if (it.bytes < 0 || it.bytes % w != 0 || it.slot < 0 || it.slot >= slots) {
+      return absl::InvalidArgumentError(absl::StrCat("digest: a run of ", it.bytes,
+                                                     " bytes into slot ", it.slot));
+    }
+    if (it.bytes == 0) continue;
+    const int64_t nt = WaveEncodeTiles(it.bytes);
+    for (int64_t t = 0; t < nt; ++t) {
+      tiles.push_back({static_cast<int32_t>(runs.size()), static_cast<int32_t>(t)});
+    }
+    runs.push_back({reinterpret_cast<const uint8_t*>(it.data), it.bytes, it.first_key, w,
+                    it.slot});
+  }
+  if (runs.empty() || slots <= 0) return sums;
+  // After everything on every lane (the applies wrote what we digest).
+  for (Lane& o : lanes_) {
+    REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(o.mark, o.stream));
+    REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->codec, o.mark, 0));
+  }
+  const int64_t rb = static_cast<int64_t>(runs.size() * sizeof(WaveDigestRun));
+  const int64_t tb = static_cast<int64_t>(tiles.size() * sizeof(WaveTile));
+  REFIT_RETURN_IF_ERROR(l->digest_h.Reserve(Align256(rb) + tb, "digest tables"));
+  REFIT_RETURN_IF_ERROR(l->digest.Reserve(Align256(rb) + tb, "digest tables"));
+  REFIT_RETURN_IF_ERROR(l->sums.Reserve(slots * 8, "digest sums"));
+  REFIT_RETURN_IF_ERROR(l->sums_h.Reserve(slots * 8, "digest sums"));
+  std::memcpy(l->digest_h.p, runs.data(), rb);
+  std::memcpy(l->digest_h.p + Align256(rb), tiles.data(), tb);
+  REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->digest.p, l->digest_h.p, Align256(rb) + tb,
+                                             cudaMemcpyHostToDevice, l->codec));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(l->sums.p, 0, slots * 8, l->codec));
+  LaunchWaveDigest(reinterpret_cast<const WaveDigestRun*>(l->digest.p),
+                   reinterpret_cast<const WaveTile*>(l->digest.p + Align256(rb)),
+                   static_cast<int64_t>(tiles.size()),
+                   reinterpret_cast<unsigned long long*>(l->sums.p), l->codec);
+  REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
+  REFIT_RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(l->sums_h.p, l->sums.p, slots * 8, cudaMemcpyDeviceToHost, l->codec));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, l->codec));
+  REFIT_RETURN_IF_ERROR(Wait(l->mark, deadline, "delta digest"));
+  std::memcpy(sums.data(), l->sums_h.p, slots * 8);
+  return sums;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeltaWaveOps>> MakeGpuWaveOps(CudaLanes* lanes,
+                                                             GpuWaveOpsOptions options) {
+  if (lanes == nullptr || lanes->num_lanes() < 1) {
+    return absl::InvalidArgumentError("delta: GPU ops need a device transport's lanes");
+  }
+  auto ops = std::make_unique<GpuWaveOps>(lanes, options);
+  REFIT_RETURN_IF_ERROR(ops->Init());
+  return std::unique_ptr<DeltaWaveOps>(std::move(ops));
+}
+
+}  // namespace refit

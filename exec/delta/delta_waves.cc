@@ -1,0 +1,263 @@
+// DeltaRunner's waves (see delta_runner.h): a trainer counts and encodes
+// every message of a wave at once and sends the headers, then the
+// payloads; an engine receives the headers, sizes the payloads' receives
+// from them and applies every message of the wave at once.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "exec/delta/delta_codec.h"
+#include "exec/delta/delta_runner.h"
+
+namespace refit {
+namespace {
+
+constexpr int64_t kHeader = sizeof(DeltaHeader);
+
+int64_t Align16(int64_t x) { return (x + 15) / 16 * 16; }
+
+std::vector<CopyTask> Reversed(const std::vector<CopyTask>& tasks) {
+  std::vector<CopyTask> out = tasks;
+  for (CopyTask& t : out) {
+    std::swap(t.src_buffer, t.dst_buffer);
+    std::swap(t.src_offset, t.dst_offset);
+    std::swap(t.src_row_stride, t.dst_row_stride);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string DeltaRunner::Context(const MsgWork& m) const {
+  const Message& msg = plan_->messages[m.message];
+  const Segment& seg = plan_->segments[msg.first_segment];
+  return absl::StrCat("engine rank ", msg.dst_rank, ", tensor ",
+                      plan_->dst.tensors[plan_->dst.records[seg.dst_record].tensor].name,
+                      " from trainer rank ", msg.src_rank);
+}
+
+absl::Status DeltaRunner::Post(int32_t lane, std::vector<SendOp> sends,
+                               std::vector<RecvOp> recvs, absl::Time deadline) {
+  {
+    absl::MutexLock l(&mu_);
+    if (!cancelled_.ok()) return cancelled_;
+  }
+  if (sends.empty() && recvs.empty()) return absl::OkStatus();
+  // A transport that holds one wave per lane: wait for it first.
+  while (in_flight_[lane] >= transport_->max_waves_per_lane()) {
+    REFIT_RETURN_IF_ERROR(transport_->WaitWave(lane, deadline));
+    --in_flight_[lane];
+  }
+  REFIT_RETURN_IF_ERROR(transport_->StartWave(lane, sends, recvs, deadline));
+  ++in_flight_[lane];
+  return absl::OkStatus();
+}
+
+absl::Status DeltaRunner::Drain(absl::Time deadline) {
+  for (int32_t lane = 0; lane < static_cast<int32_t>(in_flight_.size()); ++lane) {
+    while (in_flight_[lane] > 0) {
+      REFIT_RETURN_IF_ERROR(transport_->WaitWave(lane, deadline));
+      --in_flight_[lane];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeltaRunner::BeginSend(WaveWork& w, absl::Time deadline) {
+  const absl::Time t0 = absl::Now();
+  // Pack what is not one buffer range into the wave's staging.
+  if (w.staging != nullptr) {
+    std::vector<ResolvedCopy> copies;
+    for (const MsgWork& m : w.msgs) {
+      if (m.direct != nullptr) continue;
+      REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> c,
+                             ResolveTasks(m.tasks, buffers_, {}, nullptr,
+                                          w.staging + m.stage_offset));
+      copies.insert(copies.end(), c.begin(), c.end());
+    }
+    REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, copies));
+    if (!copier_->OrderedWithTransport()) REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
+    REFIT_RETURN_IF_ERROR(ops_->AfterLane(w.lane));
+  }
+  std::vector<EncodeItem>& items = w.items;
+  items.clear();
+  for (const MsgWork& m : w.msgs) {
+    const EngineDeltaMode mode = static_cast<size_t>(m.engine_rank) < modes_.size()
+                                     ? modes_[m.engine_rank]
+                                     : EngineDeltaMode{};
+    auto snap = snapshot_->messages.find(m.source_key);
+    const bool delta = options_.delta && !mode.dense && mode.base_version >= 0 &&
+                       mode.base_version == snapshot_->version &&
+                       snap != snapshot_->messages.end() && snap->second.bytes == m.bytes;
+    EncodeItem it;
+    it.cur = m.direct != nullptr ? m.direct : w.staging + m.stage_offset;
+    it.snap = delta ? snap->second.data.get() : nullptr;
+    it.bytes = m.bytes;
+    it.word_bytes = m.word_bytes;
+    items.push_back(it);
+  }
+  REFIT_RETURN_IF_ERROR(ops_->StartCount(w.lane, items, deadline));
+  delta_stats_.count_wait_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
+  return absl::OkStatus();
+}
+
+absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* stats) {
+  const absl::Time t0 = absl::Now();
+  const std::vector<EncodeItem>& items = w.items;
+  REFIT_ASSIGN_OR_RETURN(std::vector<int64_t> changed, ops_->FinishCount(w.lane, deadline));
+  const absl::Time t1 = absl::Now();
+  delta_stats_.count_wait_seconds += absl::ToDoubleSeconds(t1 - t0);
+  // Headers, and where each payload goes: dense ones are sent from where
+  // they lie, deltas from the wave's encoding buffer.
+  std::vector<DeltaHeader> headers(items.size());
+  std::vector<int64_t> at(items.size(), -1);
+  int64_t coded = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const int64_t n = items[i].bytes / items[i].word_bytes;
+    const DeltaEncoding e = items[i].snap == nullptr
+                                ? DeltaEncoding::kDense
+                                : ChooseEncoding(items[i].word_bytes, n, changed[i]);
+    const int64_t c = e == DeltaEncoding::kDense ? n : changed[i];
+    DeltaHeader& h = headers[i];
+    h.encoding = static_cast<uint8_t>(e);
+    h.word_bytes = static_cast<uint8_t>(items[i].word_bytes);
+    h.num_words = static_cast<uint64_t>(n);
+    h.num_changed = static_cast<uint64_t>(c);
+    h.payload_bytes = static_cast<uint64_t>(DeltaPayloadBytes(e, items[i].word_bytes, n, c));
+    if (e != DeltaEncoding::kDense) {
+      at[i] = coded;
+      coded += Align16(static_cast<int64_t>(h.payload_bytes));
+    }
+  }
+  REFIT_RETURN_IF_ERROR(Reserve(&w.coded, &w.coded_bytes, coded, w.dense_bytes / 8));
+  std::vector<char*> out(items.size(), nullptr);
+  for (size_t i = 0; i < items.size(); ++i) {
+    MsgWork& m = w.msgs[i];
+    m.header = headers[i];
+    m.payload = at[i] >= 0 ? w.coded + at[i] : const_cast<char*>(items[i].cur);
+    out[i] = at[i] >= 0 ? m.payload : nullptr;
+  }
+  REFIT_RETURN_IF_ERROR(ops_->Encode(w.lane, items, headers, out, w.headers, deadline));
+  delta_stats_.encode_seconds += absl::ToDoubleSeconds(absl::Now() - t1);
+  std::vector<SendOp> head, payloads;
+  int64_t first = 0;
+  for (const auto& [peer, count] : w.peers) {
+    head.push_back({peer, w.headers + first * kHeader, count * kHeader});
+    first += count;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    const MsgWork& m = w.msgs[i];
+    const int64_t p = static_cast<int64_t>(m.header.payload_bytes);
+    if (p > 0) payloads.push_back({m.peer, m.payload, p});
+    ++delta_stats_.messages;
+    if (m.header.encoding == static_cast<uint8_t>(DeltaEncoding::kDense)) {
+      ++delta_stats_.dense_messages;
+    }
+    delta_stats_.dense_bytes += m.bytes;
+    delta_stats_.wire_bytes += kHeader + p;
+    delta_stats_.changed_words += changed[i];  // counted, also of dense ones
+    delta_stats_.words += static_cast<int64_t>(m.header.num_words);
+    stats->bytes_sent += kHeader + p;
+  }
+  const absl::Time t2 = absl::Now();
+  REFIT_RETURN_IF_ERROR(Post(w.lane, std::move(head), {}, deadline));
+  absl::Status s = Post(w.lane, std::move(payloads), {}, deadline);
+  delta_stats_.transport_wait_seconds += absl::ToDoubleSeconds(absl::Now() - t2);
+  return s;
+}
+
+absl::Status DeltaRunner::BeginReceive(WaveWork& w, absl::Time deadline) {
+  std::vector<RecvOp> head;
+  int64_t first = 0;
+  for (const auto& [peer, count] : w.peers) {
+    head.push_back({peer, w.headers + first * kHeader, count * kHeader});
+    first += count;
+  }
+  return Post(w.lane, {}, std::move(head), deadline);
+}
+
+absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats* stats) {
+  // The headers size the payloads: wait for this wave's (the lane's
+  // earlier waves came first).
+  const absl::Time t0 = absl::Now();
+  while (in_flight_[w.lane] > 0) {
+    REFIT_RETURN_IF_ERROR(transport_->WaitWave(w.lane, deadline));
+    --in_flight_[w.lane];
+  }
+  std::vector<DeltaHeader> headers(w.msgs.size());
+  REFIT_RETURN_IF_ERROR(ops_->HeadersToHost(w.lane, w.headers, headers.data(),
+                                            static_cast<int64_t>(headers.size()), deadline));
+  delta_stats_.transport_wait_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
+  int64_t coded = 0;
+  std::vector<int64_t> at(w.msgs.size(), -1);
+  for (size_t i = 0; i < w.msgs.size(); ++i) {
+    MsgWork& m = w.msgs[i];
+    absl::StatusOr<DeltaHeader> h = ReadDeltaHeader(
+        {reinterpret_cast<const uint8_t*>(&headers[i]), static_cast<size_t>(kHeader)});
+    if (!h.ok()) return AnnotateStatus(h.status(), Context(m));
+    if (h->word_bytes == 0 || static_cast<int64_t>(h->num_words * h->word_bytes) != m.bytes) {
+      return absl::DataLossError(absl::StrCat(Context(m), ": the header describes ",
+                                              h->num_words, " words of ", h->word_bytes,
+                                              " bytes, the message has ", m.bytes));
+    }
+    m.header = *h;
+    if (h->encoding != static_cast<uint8_t>(DeltaEncoding::kDense)) {
+      at[i] = coded;
+      coded += Align16(static_cast<int64_t>(h->payload_bytes));
+    }
+  }
+  REFIT_RETURN_IF_ERROR(Reserve(&w.coded, &w.coded_bytes, coded, w.dense_bytes / 8));
+  std::vector<RecvOp> payloads;
+  std::vector<ResolvedCopy> gather, unpack;
+  std::vector<ApplyItem> apply;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < w.msgs.size(); ++i) {
+    MsgWork& m = w.msgs[i];
+    const bool dense = at[i] < 0;
+    char* place = m.direct != nullptr ? m.direct : w.staging + m.stage_offset;
+    m.payload = dense ? place : w.coded + at[i];
+    const int64_t p = static_cast<int64_t>(m.header.payload_bytes);
+    if (p > 0) payloads.push_back({m.peer, m.payload, p});
+    if (m.direct == nullptr) {
+      if (!dense) {  // the engine's own bytes of the message, to apply to
+        REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> g,
+                               ResolveTasks(Reversed(m.tasks), buffers_, {}, nullptr, place));
+        gather.insert(gather.end(), g.begin(), g.end());
+      }
+      REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> u,
+                             ResolveTasks(m.tasks, {}, buffers_, place, nullptr));
+      unpack.insert(unpack.end(), u.begin(), u.end());
+    }
+    if (!dense) {
+      apply.push_back({m.header, m.payload, place});
+      names.push_back(Context(m));
+    }
+    ++delta_stats_.messages;
+    if (dense) ++delta_stats_.dense_messages;
+    delta_stats_.dense_bytes += m.bytes;
+    delta_stats_.wire_bytes += kHeader + p;
+    delta_stats_.changed_words += static_cast<int64_t>(m.header.num_changed);
+    delta_stats_.words += static_cast<int64_t>(m.header.num_words);
+    stats->bytes_received += kHeader + p;
+  }
+  if (!gather.empty()) {
+    REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, gather));
+    if (!copier_->OrderedWithTransport()) REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
+  }
+  REFIT_RETURN_IF_ERROR(Post(w.lane, {}, std::move(payloads), deadline));
+  if (!ops_->OrderedWithTransport()) {
+    while (in_flight_[w.lane] > 0) {
+      REFIT_RETURN_IF_ERROR(transport_->WaitWave(w.lane, deadline));
+      --in_flight_[w.lane];
+    }
+  }
+  // Ordered after the receive on the lane (device), or after it completed.
+  const absl::Time t1 = absl::Now();
+  REFIT_RETURN_IF_ERROR(ops_->Apply(w.lane, apply, std::move(names), deadline));
+  if (!unpack.empty()) REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, unpack));
+  delta_stats_.apply_seconds += absl::ToDoubleSeconds(absl::Now() - t1);
+  return absl::OkStatus();
+}
+
+}  // namespace refit

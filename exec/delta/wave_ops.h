@@ -1,0 +1,141 @@
+// DeltaWaveOps: the memory-kind half of a delta round, one call per wave.
+//
+// DeltaRunner (delta_runner.h) runs the same steps for host and device
+// members: per wave it counts the changed words of all its messages at
+// once, encodes them all, sends every header then every payload, and on
+// the engine applies them all; verified rounds digest every byte. Only
+// where those bytes live differs: MakeHostWaveOps (host memory, Gloo and
+// the in-process transport) does each step on the calling thread;
+// exec/delta/cuda's GPU ops do each as a few kernels over every message of
+// the wave on the lane's stream (one count pass, one scan, one gather, one
+// header upload), ordered with the transport's sends and receives of that
+// lane, so the host waits once per wave (for the counts) and never per
+// message.
+#ifndef REFIT_EXEC_DELTA_WAVE_OPS_H_
+#define REFIT_EXEC_DELTA_WAVE_OPS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "exec/delta/delta_codec.h"
+#include "exec/transport.h"
+
+namespace refit {
+
+// One message to count and encode: its current bytes, and the snapshot's
+// (null: no snapshot, the message goes dense).
+struct EncodeItem {
+  const char* cur = nullptr;
+  const char* snap = nullptr;
+  int64_t bytes = 0;
+  int word_bytes = 1;
+};
+
+// One received message to apply: its header (ReadDeltaHeader checked it),
+// its payload (header.payload_bytes) and the bytes it updates in place
+// (header.num_words * header.word_bytes).
+struct ApplyItem {
+  DeltaHeader header;
+  const char* payload = nullptr;
+  char* target = nullptr;
+};
+
+// One contiguous run to digest into sums[slot] (region_digest.h).
+struct DigestItem {
+  const char* data = nullptr;
+  int64_t bytes = 0;
+  int element_bytes = 1;
+  uint64_t first_key = 0;
+  int32_t slot = 0;
+};
+
+// Where a snapshot lives on a device member.
+enum class SnapshotMemory { kDevice, kPinnedHost };
+
+class DeltaWaveOps {
+ public:
+  virtual ~DeltaWaveOps() = default;
+  // The memory every pointer passed in is of (pinned host memory counts as
+  // device memory for kernels).
+  virtual MemoryKind kind() const = 0;
+  // True when calls on a lane are ordered with the transport's operations
+  // on that lane (a CUDA stream): the runner then posts a wave's payloads
+  // and applies without waiting on the host.
+  virtual bool OrderedWithTransport() const = 0;
+
+  // Memory of kind() for encodings and headers (RESOURCE_EXHAUSTED when it
+  // cannot), and for snapshots (where the ops keep them).
+  virtual absl::StatusOr<char*> Allocate(int64_t bytes) = 0;
+  virtual void Free(char* p) = 0;
+  virtual absl::StatusOr<char*> AllocateSnapshot(int64_t bytes) = 0;
+  // Frees what AllocateSnapshot returned; needs nothing of the ops (a
+  // snapshot outlives the runner and ops it was made by).
+  virtual std::function<void(char*)> SnapshotReleaser() const = 0;
+
+  // Later Count/Encode work of `lane` runs after what is enqueued on the
+  // lane's transport stream now (packing, conversions).
+  virtual absl::Status AfterLane(int32_t lane) = 0;
+  // Waits until everything enqueued on `lane` ran: DEADLINE_EXCEEDED after
+  // `deadline`, or the transport's cancellation reason.
+  virtual absl::Status Sync(int32_t lane, absl::Time deadline) = 0;
+  // Copies `bytes` from src to dst (both of kind()), ordered on `lane`.
+  virtual absl::Status Copy(int32_t lane, char* dst, const char* src, int64_t bytes) = 0;
+  // Copies `n` headers from `src` (kind()) to the host; waits for the lane.
+  virtual absl::Status HeadersToHost(int32_t lane, const char* src, DeltaHeader* dst, int64_t n,
+                                     absl::Time deadline) = 0;
+
+  // Returns, per item, how many words differ from its snapshot (an item
+  // without one: every word). One pass over the wave; waits for it.
+  // INVALID_ARGUMENT for a word size other than 1, 2, 4, 8 or bytes that
+  // are not whole words. Count = StartCount, then FinishCount.
+  absl::StatusOr<std::vector<int64_t>> Count(int32_t lane, absl::Span<const EncodeItem> items,
+                                             absl::Time deadline) {
+    absl::Status s = StartCount(lane, items, deadline);
+    if (!s.ok()) return s;
+    return FinishCount(lane, deadline);
+  }
+  // Starts counting `items` on `lane` (their memory must stay as it is
+  // until FinishCount), so that the count of one lane's wave runs while
+  // the host waits for another's. One count per lane at a time.
+  virtual absl::Status StartCount(int32_t lane, absl::Span<const EncodeItem> items,
+                                  absl::Time deadline) = 0;
+  // Waits for the count StartCount started on `lane` and returns it.
+  virtual absl::StatusOr<std::vector<int64_t>> FinishCount(int32_t lane,
+                                                           absl::Time deadline) = 0;
+  // Writes headers[i] into header_out + 32 i for every item, and item i's
+  // payload (its header's encoding, after Count on the same items) at
+  // out[i]; items whose header is dense are not written (they are sent from
+  // `cur`). Ordered on `lane`.
+  virtual absl::Status Encode(int32_t lane, absl::Span<const EncodeItem> items,
+                              absl::Span<const DeltaHeader> headers,
+                              absl::Span<char* const> out, char* header_out,
+                              absl::Time deadline) = 0;
+  // Applies every item in place. A malformed item (an index out of range
+  // or not increasing, a bitmask that disagrees with its count) fails with
+  // DATA_LOSS naming names[i] and leaves its target unwritten: at once,
+  // after the items before it were applied (host), or from Finish, every
+  // target of the call unwritten (device: checked on the lane first).
+  virtual absl::Status Apply(int32_t lane, absl::Span<const ApplyItem> items,
+                             std::vector<std::string> names, absl::Time deadline) = 0;
+  // Waits for every lane (by `deadline`) and returns the first failure an
+  // Apply found since the last Finish.
+  virtual absl::Status Finish(absl::Time deadline) = 0;
+  // Returns the digest sums of `items` by slot (`slots` of them); waits.
+  virtual absl::StatusOr<std::vector<uint64_t>> Digest(int32_t lane,
+                                                       absl::Span<const DigestItem> items,
+                                                       int32_t slots, absl::Time deadline) = 0;
+};
+
+// Host memory, every step on the calling thread.
+std::unique_ptr<DeltaWaveOps> MakeHostWaveOps();
+
+}  // namespace refit
+
+#endif  // REFIT_EXEC_DELTA_WAVE_OPS_H_
