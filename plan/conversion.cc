@@ -188,6 +188,8 @@ const char* ConversionKindName(ConversionKind k) {
       return "fp8_block_requant_ue8m0";
     case ConversionKind::kMxfp8:
       return "mxfp8";
+    case ConversionKind::kNvfp4:
+      return "nvfp4";
   }
   return "unknown";
 }

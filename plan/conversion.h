@@ -47,10 +47,13 @@ enum class ConversionKind : int32_t {
   kFp8BlockUe8m0 = 4,  // the same, scales rounded up to powers of two
   kFp8BlockRequantUe8m0 = 5,  // kFp8Block, then requantized to UE8M0 scales
   kMxfp8 = 6,          // e4m3 + E8M0 byte scales per 1 x 32 block
+  kNvfp4 = 7,          // E2M1 x2 bytes + e4m3 scales per 1 x 16 + f32 global
 };
 
 // MXFP8's block length along the last dim (vLLM's MXFP8_BLOCK_SIZE).
 inline constexpr int64_t kMxfp8Block = 32;
+// NVFP4's block length along the last dim (ModelOpt's group_size).
+inline constexpr int64_t kNvfp4Block = 16;
 
 // "cast_f32", "neg_exp_f32", "fp8_block", "fp8_block_ue8m0",
 // "fp8_block_requant_ue8m0", "mxfp8".
