@@ -35,6 +35,12 @@ REFIT_MXFP8_DUMP="$(mktemp -d)" && export REFIT_MXFP8_DUMP
 if python3 -c 'import torch' 2>/dev/null; then
   python3 "$dir/mxfp8_torch_check.py" "$REFIT_MXFP8_DUMP" || rc4=1
 fi
+echo "== nvfp4_gpu_test (NVFP4 quantize kernels vs host and the reference of ModelOpt's formula)"
+REFIT_NVFP4_DUMP="$(mktemp -d)" && export REFIT_NVFP4_DUMP
+"$dir/nvfp4_gpu_test" || rc4=1
+if python3 -c 'import torch' 2>/dev/null; then
+  python3 "$dir/nvfp4_torch_check.py" "$REFIT_NVFP4_DUMP" || rc4=1
+fi
 echo "== delta_gpu_test (delta encode/apply and digest kernels vs the host codec)"
 "$dir/delta_gpu_test"
 rc9=$?
