@@ -183,6 +183,14 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
           "), which refit does not requantize to MXFP8"));
     }
     c.mxfp8 = true;
+  } else if (spec.quant == EngineSpec::Quant::kNvfp4) {
+    if (c.fp8_block != 0 || c.fp8_per_tensor) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          side, ": quant=nvfp4 quantizes BF16/F16/F32 weights; the model is "
+          "already FP8 (", c.fp8_block != 0 ? "block" : "per-tensor",
+          "), which refit does not requantize to NVFP4"));
+    }
+    c.nvfp4 = true;
   } else if (spec.quant != EngineSpec::Quant::kNone) {
     if (c.fp8_block == 0 && c.fp8_per_tensor) {
       return absl::InvalidArgumentError(absl::StrCat(

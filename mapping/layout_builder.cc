@@ -96,6 +96,7 @@ void LayoutBuilder::StartRank(int32_t rank) {
     reserve(out_.layout.buffers, b0);
     reserve(out_.buffer_info, b0);
     reserve(scale_buffer_, b0);
+    reserve(global_buffer_, b0);
     reserve(scale_grouped_, b0);
     reserve(out_.layout.records, first_record_[current_rank_]);
   }
@@ -147,6 +148,7 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
     spec.padding = std::move(padding);
     out_.buffer_info.push_back({std::move(s), dt});
     scale_buffer_.push_back(-1);
+    global_buffer_.push_back(-1);
     scale_grouped_.push_back(false);
     const int32_t idx = static_cast<int32_t>(out_.layout.buffers.size() - 1);
     by_name_.insert(idx);  // hashes the name just stored
@@ -176,13 +178,25 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
     int64_t row = elems / std::max<int64_t>(shape[0], 1) * DTypeSize(t.dtype);
     padding.push_back({pad_begin * row, (pad_end - pad_begin) * row});
   }
+  std::vector<int64_t> global_shape;
+  if (scaled && model_.nvfp4) {
+    global_shape.assign(shape.begin(), shape.end() - std::min<size_t>(2, shape.size()));
+  }
   const int32_t idx = add(name, std::move(shape), t.dtype, std::move(padding));
   if (scaled) {
-    const int32_t sidx =
-        add(model_.fp8_per_tensor || model_.mxfp8 ? PerTensorScaleName(name) : ScaleName(name),
-            std::move(scale_shape), model_.mxfp8 ? DType::kU8 : DType::kF32, {});
+    const DType sdt = model_.mxfp8   ? DType::kU8
+                      : model_.nvfp4 ? DType::kF8E4M3
+                                     : DType::kF32;
+    const int32_t sidx = add(
+        model_.fp8_per_tensor || model_.mxfp8 || model_.nvfp4 ? PerTensorScaleName(name)
+                                                              : ScaleName(name),
+        std::move(scale_shape), sdt, {});
     scale_buffer_[idx] = sidx;
     scale_grouped_[sidx] = grouped;
+    if (model_.nvfp4) {
+      global_buffer_[idx] =
+          add(GlobalScaleBufferName(name), std::move(global_shape), DType::kF32, {});
+    }
   }
   return idx;
 }
@@ -284,6 +298,35 @@ absl::Status LayoutBuilder::PlacePerTensorScale(int32_t tensor,
   return absl::OkStatus();
 }
 
+absl::Status LayoutBuilder::PlaceGlobalScale(int32_t tensor, int32_t buffer,
+                                             const Box& box,
+                                             absl::Span<const DimPlace> places) {
+  const int32_t g = model_.global_of[tensor];
+  if (g < 0) return absl::OkStatus();
+  const int32_t gbuf = global_buffer_[buffer];
+  const TensorSpec& t = model_.tensors[tensor];
+  if (gbuf < 0) {
+    return absl::InternalError(absl::StrCat(
+        side_, ": NVFP4 tensor ", t.name, " placed in buffer ",
+        out_.layout.buffers[buffer].name, " that has no global scale buffer"));
+  }
+  const int64_t first = t.stacked ? box.origin(0) : 0;
+  if (!globals_placed_.insert({g, gbuf, first}).second) return absl::OkStatus();
+  Record r;
+  r.tensor = g;
+  r.rank = out_.layout.buffers[gbuf].rank;
+  r.buffer = gbuf;
+  if (t.stacked) {
+    const bool has_lead = !out_.buffer_info[gbuf].shape.empty();
+    r.box = MakeBox({box.origin(0)}, {box.shape(0)});
+    r.dims.resize(1);
+    r.dims[0].splits.push_back({box.shape(0), 1});
+    r.byte_offset = (has_lead ? places[0].at : 0) * DTypeSize(DType::kF32);
+  }
+  out_.layout.records.push_back(std::move(r));
+  return absl::OkStatus();
+}
+
 absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
                                   const Box& box,
                                   absl::Span<const DimPlace> places,
@@ -294,6 +337,7 @@ absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
   if (model_.fp8_per_tensor) {
     return PlacePerTensorScale(tensor, buffer, box, part);
   }
+  if (model_.nvfp4) REFIT_RETURN_IF_ERROR(PlaceGlobalScale(tensor, buffer, box, places));
   const int32_t sbuf = scale_buffer_[buffer];
   const TensorSpec& t = model_.tensors[tensor];
   if (sbuf < 0) {
@@ -316,7 +360,7 @@ absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
           out_.layout.buffers[buffer].rank, " in buffer ",
           out_.layout.buffers[buffer].name, ": this layout would split a ",
           model_.scale_block_rows(), "x", model_.scale_block_cols(),
-          model_.mxfp8 ? " weight_scale" : " weight_scale_inv",
+          model_.mxfp8 || model_.nvfp4 ? " weight_scale" : " weight_scale_inv",
           " block across ranks or buffers (dim ", d,
           ": ", why, ")"));
     };
@@ -373,6 +417,7 @@ absl::Status LayoutBuilder::CloneRank(int32_t src_rank, int32_t dst_rank,
     buffers.back().rank = dst_rank;
     out_.buffer_info.push_back(out_.buffer_info[b]);
     scale_buffer_.push_back(scale_buffer_[b] < 0 ? -1 : scale_buffer_[b] + shift);
+    global_buffer_.push_back(global_buffer_[b] < 0 ? -1 : global_buffer_[b] + shift);
     scale_grouped_.push_back(scale_grouped_[b]);
   }
   std::vector<Record>& records = out_.layout.records;
