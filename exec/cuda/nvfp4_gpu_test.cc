@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "exec/convert.h"
+#include "exec/cuda/cuda_convert_ops.h"
 #include "exec/cuda/nvfp4_kernels.h"
 #include "exec/nvfp4.h"
 #include "gtest/gtest.h"
@@ -195,6 +197,54 @@ TEST(Nvfp4GpuTest, WholeAndCutBlocksEqualHostAndReference) {
   cudaFree(bad);
   cudaFree(out);
   cudaFree(scales);
+  cudaStreamDestroy(s);
+}
+
+// The same through MakeCudaConvertOps (what the Converter calls): pass 1
+// with and without block amaxes, pass 2 with in-kernel and with given block
+// amaxes, and the global scales written; all equal to the host ops.
+TEST(Nvfp4GpuTest, ConvertOpsEqualTheHostOps) {
+  REFIT_SKIP_WITHOUT_GPU("nvfp4_gpu_test");
+  const int64_t lead = 2, rows = 9, cols = 160;
+  const int64_t n = lead * rows * cols;
+  std::vector<float> values;
+  const std::vector<uint16_t> bf16 = WideBf16(n, 5, &values);
+  const Box box = Box::Unchecked({0, 0, 0}, {lead, rows, cols});
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  auto gpu = MakeCudaConvertOps(s);
+  auto host = MakeHostConvertOps();
+  char* in = ToDevice(bf16);
+  auto ga = gpu->Nvfp4Amax(in, DType::kBF16, box, true);
+  auto ha = host->Nvfp4Amax(reinterpret_cast<const char*>(bf16.data()), DType::kBF16, box, true);
+  ASSERT_TRUE(ga.ok() && ha.ok()) << ga.status() << ha.status();
+  EXPECT_EQ(ga->global, ha->global);
+  EXPECT_EQ(ga->block, ha->block);
+  for (bool given : {false, true}) {
+    const std::vector<float> blocks = given ? ha->block : std::vector<float>{};
+    char *out = nullptr, *scales = nullptr, *global = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), n / 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&scales), n / 16), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&global), lead * 4), cudaSuccess);
+    ASSERT_TRUE(gpu->QuantizeNvfp4(in, DType::kBF16, box, blocks, ha->global, out, scales,
+                                   global).ok());
+    ASSERT_TRUE(gpu->Sync().ok());
+    std::vector<uint8_t> ho(n / 2), hs(n / 16);
+    std::vector<float> hg(lead);
+    ASSERT_TRUE(host->QuantizeNvfp4(reinterpret_cast<const char*>(bf16.data()), DType::kBF16,
+                                    box, blocks, ha->global, reinterpret_cast<char*>(ho.data()),
+                                    reinterpret_cast<char*>(hs.data()),
+                                    reinterpret_cast<char*>(hg.data())).ok());
+    EXPECT_EQ(Mismatches(FromDevice<uint8_t>(out, n / 2), ho), 0);
+    EXPECT_EQ(Mismatches(FromDevice<uint8_t>(scales, n / 16), hs), 0);
+    EXPECT_EQ(Mismatches(FromDevice<float>(global, lead), hg), 0);
+    cudaFree(out);
+    cudaFree(scales);
+    cudaFree(global);
+  }
+  std::printf("%s nvfp4 through the CUDA ConvertOps: amaxes, codes, scales and global scales "
+              "equal the host ops\n", HasFailure() ? "FAIL" : "PASS");
+  cudaFree(in);
   cudaStreamDestroy(s);
 }
 
