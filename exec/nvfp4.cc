@@ -12,7 +12,11 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-float Nvfp4GlobalScale(float amax) { return amax / 2688.0f; }
+float Nvfp4GlobalScale(float amax) {
+  // torch on CUDA divides by a Python scalar as a product with its f32
+  // reciprocal; f32(1 / 2688) is exact here as a constant.
+  return amax * (1.0f / 2688.0f);
+}
 
 uint8_t Nvfp4ScaleByte(float block_amax, float global_scale) {
   const float d = 6.0f * global_scale;

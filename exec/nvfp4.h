@@ -12,7 +12,13 @@
 // get_weights_scaling_factor, get_weights_scaling_factor_2, _cast_fp4), all
 // in f32:
 //   amax  = max |x| over the logical weight (its fused group, per expert)
-//   g     = amax / 2688.0f           weight_scale_2 (6 * 448 = 2688)
+//   g     = amax * f32(1 / 2688)     weight_scale_2: ModelOpt writes
+//           amax / (6.0 * 448.0), and torch on CUDA (where ModelOpt
+//           calibrates and exports) divides a tensor by a Python scalar as
+//           a product with the scalar's f32 reciprocal (ATen's
+//           div_true_kernel_cuda); an H200 run of gpu_check/
+//           nvfp4_torch_check.py showed the true quotient one ulp off
+//           for 1 of 3 experts
 //   s     = block_amax / (6.0f * g)  (6 * g rounded to f32 first)
 //   s     = 1.0f where s == 0 (all-zero block), then max(s, 2^-9)
 //   S     = e4m3(s)                  weight_scale (RNE; s never exceeds 448
@@ -49,7 +55,7 @@
 
 namespace refit {
 
-// amax / 2688 in f32: weight_scale_2 (vLLM's weight_global_scale).
+// amax * f32(1 / 2688): weight_scale_2 (vLLM's weight_global_scale).
 float Nvfp4GlobalScale(float amax);
 
 // The e4m3 byte of a 16-block's scale, from its amax and the global scale.

@@ -48,7 +48,8 @@ TEST(Nvfp4Test, E2M1RoundsTiesToEvenAndSaturates) {
 
 TEST(Nvfp4Test, ScalesFollowModelOpt) {
   const float g = Nvfp4GlobalScale(2688.0f);
-  EXPECT_EQ(g, 1.0f);
+  EXPECT_EQ(g, 2688.0f * (1.0f / 2688.0f));
+  EXPECT_NE(Nvfp4GlobalScale(1.11f), 1.11f / 2688.0f);  // the reciprocal rounds
   EXPECT_EQ(E4M3ToF32(Nvfp4ScaleByte(6.0f, g)), 1.0f);   // 6 / 6
   EXPECT_EQ(E4M3ToF32(Nvfp4ScaleByte(0.0f, g)), 1.0f);   // all-zero block: 1
   EXPECT_EQ(E4M3ToF32(Nvfp4ScaleByte(2688.0f, g)), 448.0f);
@@ -120,8 +121,8 @@ TEST(Nvfp4Test, FusedGroupAmaxOverridesTheSlice) {
   std::vector<float> values(32, 0.5f);
   const testing::Quantized own = testing::ReferenceNvfp4Quantize(values, {2, 16});
   const testing::Quantized fused = testing::ReferenceNvfp4Quantize(values, {2, 16}, {6.0f});
-  EXPECT_EQ(own.global_scales[0], 0.5f / 2688.0f);
-  EXPECT_EQ(fused.global_scales[0], 6.0f / 2688.0f);
+  EXPECT_EQ(own.global_scales[0], Nvfp4GlobalScale(0.5f));
+  EXPECT_EQ(fused.global_scales[0], Nvfp4GlobalScale(6.0f));
   EXPECT_NE(own.scale_bytes, fused.scale_bytes);
 }
 

@@ -8,11 +8,17 @@ ModelOptNvFp4LinearMethod / ModelOptNvFp4FusedMoE load its bytes as they
 are): global scale amax / (6 * 448) per expert, block scales
 block_amax / (6 * g) (1 for an all-zero block, at least 2^-9) cast by
 torch's float8_e4m3fn, codes by _cast_fp4's searchsorted over the E2M1
-bounds, packed with the even element in the low nibble. All divisions are
-torch's IEEE f32 divisions on CUDA. Where torch casts float32 to
-float4_e2m1fn_x2 itself, its bytes are compared too (torch 2.11 may not
-implement that cast: the table says so). Prints a table; exits 1 on any
-byte that differs.
+bounds, packed with the even element in the low nibble; the divisions by
+tensors are IEEE f32 divisions. Where torch casts float32 to
+float4_e2m1fn_x2 itself, its bytes are compared too (torch 2.11 does not
+implement that cast: copy_() refuses it, and the table says so).
+
+The global scale is ModelOpt's amax / (6 * 448) as torch on CUDA computes
+it: a tensor divided by a Python scalar is multiplied by the scalar's f32
+reciprocal there (one ulp from the true quotient for some amaxes); the
+table also checks refit's global scales against amax * f32(1/2688) done
+exactly in float64 and rounded once. Prints a table; exits 1 on any byte
+that differs.
 
 Usage: python3 nvfp4_torch_check.py DUMP_DIR
 """
@@ -57,6 +63,9 @@ def main():
     q = cast_fp4(y).view(m, k)
     packed = (q[:, 1::2] << 4) | q[:, 0::2]
     bad_global = int((g != glob).sum())
+    recip = torch.tensor(1.0 / 2688.0, dtype=torch.float32).double()
+    exact = (amax.double().cpu() * recip).float()
+    bad_exact = int((exact != glob.cpu()).sum())
     bad_scales = int((s8.view(torch.uint8) != scales).sum())
     bad_codes = int((packed != codes).sum())
     fp4_note = "not implemented"
@@ -69,11 +78,13 @@ def main():
         fp4_note = "no cast: " + str(e).split("\n")[0][:40]
     print(f"{'check':<48}{'elements':>12}{'differ':>10}")
     print(f"{'nvfp4 global scales vs torch amax / 2688':<48}{lead:>12}{bad_global:>10}")
+    print(f"{'nvfp4 global scales vs amax*f32(1/2688) exact':<48}{lead:>12}{bad_exact:>10}")
     print(f"{'nvfp4 scale bytes vs torch float8_e4m3fn':<48}{m * k // 16:>12}{bad_scales:>10}")
     print(f"{'nvfp4 packed codes vs ModelOpt _cast_fp4 (torch)':<48}{m * k // 2:>12}"
           f"{bad_codes:>10}")
     print(f"{'nvfp4 packed codes vs torch float4_e2m1fn_x2':<48}{m * k // 2:>12}  {fp4_note}")
-    ok = bad_global == 0 and bad_scales == 0 and bad_codes == 0 and bad_fp4 == 0
+    ok = (bad_global == 0 and bad_exact == 0 and bad_scales == 0 and bad_codes == 0 and
+          bad_fp4 == 0)
     print("PASS nvfp4 vs torch" if ok else "FAIL nvfp4 vs torch")
     return 0 if ok else 1
 

@@ -191,7 +191,9 @@ Quantized ReferenceNvfp4Quantize(const std::vector<float>& values,
     } else {
       for (int64_t k = 0; k < rows * cols; ++k) amax = std::max(amax, std::fabs(slice[k]));
     }
-    const float g = amax / 2688.0f;
+    // torch's CUDA division by the Python scalar 6 * 448: a product with
+    // its f32 reciprocal.
+    const float g = amax * (1.0f / 2688.0f);
     q.global_scales.push_back(g);
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t j = 0; j < cols / 16; ++j) {

@@ -57,7 +57,8 @@ uint8_t ReferenceE2M1(float y);
 // quantization/qtensor/nvfp4_tensor.py, NVIDIA/Model-Optimizer at 211c6b3;
 // vLLM's ModelOptNvFp4LinearMethod / ModelOptNvFp4FusedMoE load its bytes
 // as they are), written plainly: per leading index l (expert) the global
-// scale g = amax / 2688 with amax = global_amax[l] when given (a fused
+// scale g = amax * f32(1 / 2688) (ModelOpt's amax / (6 * 448) as torch on
+// CUDA computes it) with amax = global_amax[l] when given (a fused
 // group's amax), else max |x| over the slice; per 16-block along the last
 // dim the scale s = bamax / (6 * g) (1 when 0, at least 2^-9) rounded by
 // ReferenceE4M3; codes ReferenceE2M1(x / (e4m3 value * g)), packed two per

@@ -112,7 +112,7 @@ __global__ void RefitNvfp4QuantizeKernel(DenseBox b, int64_t tiles, int64_t firs
   } else {
     for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(v[i]));
   }
-  const float g = __fdiv_rn(global_amax[x.row / b.R], 2688.0f);
+  const float g = __fmul_rn(global_amax[x.row / b.R], 1.0f / 2688.0f);
   float s = __fdiv_rn(amax, __fmul_rn(6.0f, g));
   if (s == 0.0f) s = 1.0f;
   s = fmaxf(s, 0.001953125f);
@@ -135,6 +135,110 @@ __global__ void RefitNvfp4QuantizeKernel(DenseBox b, int64_t tiles, int64_t firs
   if (scales != nullptr && j >= 0 && j < owned) scales[x.row * owned + j] = sb;
 }
 
+// Fast path: BF16, every tile whole (c0 and C multiples of 16), 16-byte
+// aligned rows. Thread i of the grid-stride loop takes elements [8i, 8i+8)
+// of the dense box (one 16-byte load, one 4-byte store); lanes 2j and
+// 2j+1 hold one tile and combine their amaxes by a shuffle. Leading index
+// l of element 8i: i / per_l (per_l = R * C / 8), found by division only
+// when i crosses into the next l.
+__device__ void RefitNvfp4Eight(const char* data, int64_t i, float* v) {
+  const uint4 q = reinterpret_cast<const uint4*>(data)[i];
+  const unsigned int w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    v[2 * k] = __uint_as_float(w[k] << 16);
+    v[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+  }
+}
+
+__global__ void __launch_bounds__(256) RefitNvfp4AmaxFastKernel(
+    const char* data, int64_t halves, int64_t per_l, float* block_amax, float* global_amax,
+    long long* bad) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t l = -1, l_end = 0;
+  float run = 0.0f;
+  // Every thread runs the same number of iterations (halves rounded up to
+  // the stride), so the shuffles see whole warps.
+  const int64_t rounds = (halves + stride - 1) / stride;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t it = 0; it < rounds; ++it, i += stride) {
+    const bool in = i < halves;
+    float m = 0.0f;
+    if (in) {
+      float v[8];
+      RefitNvfp4Eight(data, i, v);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        if (!isfinite(v[k])) atomicMin(bad, static_cast<long long>(8 * i + k));
+        m = fmaxf(m, fabsf(v[k]));
+      }
+      if (i >= l_end) {
+        if (l >= 0) atomicMax(reinterpret_cast<unsigned int*>(global_amax) + l, __float_as_uint(run));
+        l = i / per_l;
+        l_end = (l + 1) * per_l;
+        run = 0.0f;
+      }
+      run = fmaxf(run, m);
+    }
+    if (block_amax != nullptr) {
+      const float pair = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      if (in && (i & 1) == 0) block_amax[i / 2] = pair;
+    }
+  }
+  // One atomic per warp when its lanes end on one leading index.
+  const long long l0 = __shfl_sync(0xffffffffu, static_cast<long long>(l), 0);
+  if (__all_sync(0xffffffffu, l == l0 || l < 0)) {
+    for (int o = 16; o > 0; o >>= 1) run = fmaxf(run, __shfl_xor_sync(0xffffffffu, run, o));
+    if ((threadIdx.x & 31) == 0 && l0 >= 0) {
+      atomicMax(reinterpret_cast<unsigned int*>(global_amax) + l0, __float_as_uint(run));
+    }
+  } else if (l >= 0) {
+    atomicMax(reinterpret_cast<unsigned int*>(global_amax) + l, __float_as_uint(run));
+  }
+}
+
+__global__ void __launch_bounds__(256) RefitNvfp4QuantizeFastKernel(
+    const char* data, int64_t halves, int64_t per_l, const float* block_amax,
+    const float* global_amax, unsigned char* out, unsigned char* scales) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t rounds = (halves + stride - 1) / stride;
+  int64_t l = -1, l_end = 0;
+  float g = 0.0f;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t it = 0; it < rounds; ++it, i += stride) {
+    const bool in = i < halves;
+    float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    float m = 0.0f;
+    if (in) {
+      RefitNvfp4Eight(data, i, v);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(v[k]));
+    }
+    const float pair = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    if (!in) continue;
+    if (i >= l_end) {
+      l = i / per_l;
+      l_end = (l + 1) * per_l;
+      g = __fmul_rn(global_amax[l], 1.0f / 2688.0f);
+    }
+    const float amax = block_amax != nullptr ? block_amax[i / 2] : pair;
+    float sc = __fdiv_rn(amax, __fmul_rn(6.0f, g));
+    if (sc == 0.0f) sc = 1.0f;
+    sc = fmaxf(sc, 0.001953125f);
+    const __nv_fp8_storage_t sb = __nv_cvt_float_to_fp8(sc, __NV_SATFINITE, __NV_E4M3);
+    const float d = __fmul_rn(__half2float(__half(__nv_cvt_fp8_to_halfraw(sb, __NV_E4M3))), g);
+    unsigned int packed = 0u;
+#pragma unroll
+    for (int k = 0; k < 8; k += 2) {
+      const unsigned int byte =
+          RefitE2M1(__fdiv_rn(v[k], d)) | RefitE2M1(__fdiv_rn(v[k + 1], d)) << 4;
+      packed |= byte << (4 * k);
+    }
+    reinterpret_cast<unsigned int*>(out)[i] = packed;
+    if (scales != nullptr && (i & 1) == 0) scales[i / 2] = sb;
+  }
+}
+
 namespace {
 
 int64_t TilesOf(const DenseBox& b, int64_t* first) {
@@ -146,6 +250,24 @@ unsigned BlocksFor(int64_t n, int threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }
 
+bool Fast(const DenseBox& b) {
+  return b.dtype == kConvertBF16 && b.c0 % 16 == 0 && b.C % 16 == 0 &&
+         (reinterpret_cast<uintptr_t>(b.data) & 15) == 0;
+}
+
+// Enough resident blocks to fill the GPU, each looping over many eights.
+unsigned FastBlocks(int64_t halves) {
+  static int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n > 0 ? n : 132;
+  }();
+  const int64_t want = (halves + 255) / 256;
+  const int64_t cap = static_cast<int64_t>(sms) * 8;
+  return static_cast<unsigned>(want < cap ? (want > 0 ? want : 1) : cap);
+}
+
 }  // namespace
 
 int LaunchNvfp4Amax(const DenseBox& b, float* block_amax, float* global_amax,
@@ -155,6 +277,12 @@ int LaunchNvfp4Amax(const DenseBox& b, float* block_amax, float* global_amax,
   const int64_t tiles = TilesOf(b, &first);
   const int64_t n = b.L * b.R * tiles;
   if (n / 256 >= 0x7FFFFFFF) return static_cast<int>(cudaErrorInvalidValue);
+  if (Fast(b)) {
+    const int64_t halves = b.L * b.R * b.C / 8;
+    RefitNvfp4AmaxFastKernel<<<FastBlocks(halves), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        b.data, halves, b.R * b.C / 8, block_amax, global_amax, bad);
+    return static_cast<int>(cudaGetLastError());
+  }
   RefitNvfp4AmaxKernel<<<BlocksFor(n, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(
       b, tiles, first, block_amax, global_amax, bad);
   return static_cast<int>(cudaGetLastError());
@@ -172,6 +300,13 @@ int LaunchNvfp4Quantize(const DenseBox& b, const float* block_amax,
   const int64_t owned0 = (b.c0 + 15) / 16;
   const int64_t owned_end = (b.c0 + b.C + 15) / 16;
   const int64_t owned = owned_end > owned0 ? owned_end - owned0 : 0;
+  if (Fast(b) && (reinterpret_cast<uintptr_t>(out) & 3) == 0) {
+    const int64_t halves = b.L * b.R * b.C / 8;
+    RefitNvfp4QuantizeFastKernel<<<FastBlocks(halves), 256, 0,
+                                   static_cast<cudaStream_t>(stream)>>>(
+        b.data, halves, b.R * b.C / 8, block_amax, global_amax, out, scales);
+    return static_cast<int>(cudaGetLastError());
+  }
   RefitNvfp4QuantizeKernel<<<BlocksFor(n, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(
       b, tiles, first, block_amax, global_amax, out, scales, owned0, owned);
   return static_cast<int>(cudaGetLastError());

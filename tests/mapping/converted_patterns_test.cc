@@ -294,7 +294,7 @@ TEST(ConvertedPlansTest, Nvfp4CutBlocksSharedGlobalScaleAndEveryByteIsChecked) {
   EXPECT_EQ(plan->dst.buffers[gbuf].byte_size, 4);
   float g;
   std::memcpy(&g, d.ptrs[gbuf], 4);
-  EXPECT_EQ(g, amax / 2688.0f);
+  EXPECT_EQ(g, amax * (1.0f / 2688.0f));  // torch's CUDA amax / (6 * 448)
   for (const std::string& name : {attn + "qkv_proj.weight_global_scale",
                                   attn + "o_proj.weight_scale", attn + "o_proj.weight"}) {
     const int32_t b = BufferIndex(plan->dst, name, 0);
