@@ -498,11 +498,12 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
         if (p.global_leader && c.from.box.origin(fr - 2) == 0 &&
             c.from.box.origin(fr - 1) == 0 && !IsEmpty(c.from.box)) {
           const int32_t gbuf = static_cast<int32_t>(src.buffers.size());
-          src.buffers.push_back({r.rank, absl::StrCat("refit.global_scales.", i),
+          // (r may dangle here: the scale record was pushed above.)
+          src.buffers.push_back({c.from.rank, absl::StrCat("refit.global_scales.", i),
                                  UncheckedNumElements(lead) * 4, {}, true});
           Record gr;
           gr.tensor = p.global_tensor;
-          gr.rank = r.rank;
+          gr.rank = c.from.rank;
           gr.buffer = gbuf;
           gr.box = lead;
           gr.dims = SubArrayDims(lead.shape(), lead.shape());

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "exec/executor.h"
 #include "exec/inproc_transport.h"
@@ -333,6 +334,33 @@ TEST(ConvertedPlansTest, Nvfp4AllZeroParameterFailsNamingIt) {
   EXPECT_THAT(std::string(status[0].message()), ::testing::HasSubstr("tensor " + name));
   EXPECT_THAT(std::string(status[0].message()), ::testing::HasSubstr("is zero"));
   EXPECT_FALSE(status[plan->src.world_size].ok());
+}
+
+// A real MoE model plans into NVFP4 under EP: every engine rank gets one
+// global scale per parameter (qkv_proj, o_proj, w13, w2 of each layer), and
+// the plan survives the codec (it once read a record after the scale
+// records had moved the vector).
+TEST(ConvertedPlansTest, Nvfp4PlansQwen3MoeUnderExpertParallelism) {
+  absl::StatusOr<ModelConfig> model = LoadModelConfig("qwen3-30b-a3b");
+  ASSERT_TRUE(model.ok());
+  absl::StatusOr<MappedSide> src =
+      BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=4,ep=4,etp=1"));
+  absl::StatusOr<MappedSide> dst =
+      BuildEngineLayout(*model, *ParseEngineSpec("vllm:tp=2,dp=2,ep=4,quant=nvfp4"));
+  ASSERT_TRUE(src.ok() && dst.ok());
+  absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int globals = 0;
+  for (const BufferSpec& b : plan->dst.buffers) {
+    if (b.rank == 3 && (absl::EndsWith(b.name, "_global_scale") ||
+                        absl::EndsWith(b.name, "_scale_2"))) {
+      ++globals;
+    }
+  }
+  EXPECT_EQ(globals, 4 * model->num_layers);
+  absl::StatusOr<Plan> back = FromProto(ToProto(*plan));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->conversions.size(), plan->conversions.size());
 }
 
 // Engines vLLM's NVFP4 method refuses are refused by name: K not a
