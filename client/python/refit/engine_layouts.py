@@ -418,6 +418,33 @@ def _mla_dims(a: Any) -> Tuple[int, int, int, int]:
     return heads, a.kv_lora_rank, a.qk_nope_head_dim, a.v_head_dim
 
 
+def _refresh_nvfp4_alphas(name: str, m: Any) -> bool:
+    """vLLM's NVFP4 alphas of layer ``m`` recomputed in place from the
+    global scales refit wrote; False where ``m`` keeps none."""
+    alpha = getattr(m, "alpha", None)
+    igs, wgs = getattr(m, "input_global_scale", None), getattr(m, "weight_global_scale", None)
+    if alpha is not None and igs is not None and wgs is not None:
+        alpha.copy_(igs * wgs)
+        return True
+    cfg = getattr(getattr(m, "quant_method", None), "moe_quant_config", None)
+    done = False
+    for alphas_name, a_name, w_name in (("g1_alphas", "w13_input_scale", "w13_weight_scale_2"),
+                                        ("g2_alphas", "w2_input_scale", "w2_weight_scale_2")):
+        w = getattr(m, w_name, None)
+        alphas = getattr(cfg, alphas_name, None) if cfg is not None else None
+        if w is None or alphas is None:
+            continue
+        a = getattr(m, a_name, None)
+        if a is None or tuple(a.shape) != tuple(w.shape) or tuple(alphas.shape) != tuple(w.shape):
+            raise _refuse(
+                f"layer {name}: its NVFP4 MoE {alphas_name} {tuple(alphas.shape)} is not "
+                f"{a_name} * {w_name} {tuple(w.shape)} element by element, so refit cannot "
+                f"recompute it after writing {w_name}: serve the MoE layers in BF16 or FP8")
+        alphas.copy_(a * w)
+        done = True
+    return done
+
+
 def refresh_vllm_derived(model: Any) -> int:
     """Recomputes, in place, every tensor vLLM derived from a weight refit
     writes, from the bytes that weight holds now: MLA's ``W_UK_T`` [N, P, L]
@@ -435,14 +462,27 @@ def refresh_vllm_derived(model: Any) -> int:
     reads and writes about 4 MiB per layer, 0.5 GB over 61 layers per GPU,
     a fraction of a millisecond of HBM time; the launches dominate).
 
+    NVFP4 (quant=nvfp4, vLLM's ModelOpt method at 00155cd): a linear's
+    ``alpha`` = ``input_global_scale * weight_global_scale`` (refit writes
+    the weight global scale; the input scale is the engine's calibration),
+    and a MoE layer's ``g1_alphas`` / ``g2_alphas`` in its quant method's
+    ``moe_quant_config`` = ``w13_input_scale * w13_weight_scale_2`` /
+    ``w2_input_scale * w2_weight_scale_2``, each written with ``copy_``;
+    counted with the MLA layers in the return value.
+
     Raises refit.RefitError (INVALID_ARGUMENT) naming the layer for derived
     tensors refit does not recompute: ROCm AITER's FP8 BMM copies (W_K /
-    W_V with scales: set VLLM_ROCM_USE_AITER_FP8BMM=0) and FlashInfer's
+    W_V with scales: set VLLM_ROCM_USE_AITER_FP8BMM=0), FlashInfer's
     per-tensor FP8 MoE alpha scales (output1_scales_scalar / g1_alphas:
-    serve block FP8 or BF16; vllm_kernel_layout refuses those layers too).
+    serve block FP8 or BF16; vllm_kernel_layout refuses those layers too),
+    and NVFP4 MoE alphas whose shape is not that of the product (a backend
+    that folded the input scales differently).
     """
     done = 0
     for name, m in _modules(model):
+        if _refresh_nvfp4_alphas(name, m):
+            done += 1
+            continue
         for attr in ("output1_scales_scalar", "g1_alphas"):
             if getattr(m, attr, None) is not None:
                 raise _refuse(
