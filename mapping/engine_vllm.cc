@@ -200,6 +200,7 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
     if (c.fp8_block == 0) c.fp8_block = 128;
   }
   REFIT_ASSIGN_OR_RETURN(ModelTensors m, BuildModelTensors(c));
+  m.nvfp4_swizzled = m.nvfp4 && spec.kernel == EngineSpec::Kernel::kFlashinfer;
   for (const EngineDTypeRow& row : kEngineDTypes) {
     for (size_t l = 0; l < m.layers.size(); ++l) {
       const int32_t t = m.Find(static_cast<int64_t>(l), row.role);

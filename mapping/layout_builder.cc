@@ -160,6 +160,16 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
   const bool grouped = scaled && model_.fp8_per_tensor && t.stacked &&
                        shape.size() == t.shape.size();
   std::vector<int64_t> scale_shape;
+  if (scaled && model_.nvfp4_swizzled) {
+    const size_t r = shape.size();
+    if (r < 2 || shape[r - 2] % 128 != 0 || (shape[r - 1] / 8) % 4 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          side_, ": buffer ", name, " [", absl::StrJoin(shape, ", "), "] on rank ", rank,
+          ": kernel=flashinfer pads NVFP4 scales to multiples of 128 rows and 4 "
+          "columns (swizzle_blockscale); refit writes unpadded shapes only (rows a "
+          "multiple of 128, K a multiple of 64 per rank)"));
+    }
+  }
   if (scaled && model_.fp8_per_tensor) {
     // [E_local] / [E_local, parts] for grouped experts, else [parts].
     if (grouped) scale_shape.push_back(shape[0]);
@@ -376,8 +386,55 @@ absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
     sp[d] = {p.at / b, interleaved ? p.block / b : 0,
              interleaved ? p.period / b : 0};
   }
-  return PlaceOne(scale, sbuf,
-                  Box::UncheckedMove(std::move(origin), std::move(shape)), sp);
+  Box scale_box = Box::UncheckedMove(std::move(origin), std::move(shape));
+  if (model_.nvfp4_swizzled) return PlaceSwizzledScale(scale, sbuf, scale_box, sp);
+  return PlaceOne(scale, sbuf, scale_box, sp);
+}
+
+// vLLM's swizzle_blockscale (quantization/utils/nvfp4_utils.py at 0b70ce1):
+// the [.., M, K] scales (M a multiple of 128, K of 4, else padded, which
+// refit refuses) viewed as [.., M/128, 4, 32, K/4, 4] and permuted to
+// [.., M/128, K/4, 32, 4, 4]: element (m, k) lands at
+//   ((m/128 * K/4 + k/4) * 32 + m%32) * 16 + (m%128)/32 * 4 + k%4.
+// As digits of the record's dims: rows (M/128, stride 128 * K), (4, 4),
+// (32, 16); columns (K/4, 512), (4, 1).
+absl::Status LayoutBuilder::PlaceSwizzledScale(int32_t scale, int32_t sbuf, const Box& box,
+                                               absl::Span<const DimPlace> places) {
+  const BufferInfo& info = out_.buffer_info[sbuf];
+  const int rank = box.rank();
+  const int lead = rank - static_cast<int>(info.shape.size());
+  const int64_t kp = info.shape.back(), mp = info.shape[info.shape.size() - 2];
+  const DimPlace& pr = places[rank - 2];
+  const DimPlace& pc = places[rank - 1];
+  const int64_t rows = box.shape(rank - 2), cols = box.shape(rank - 1);
+  if (pr.at % 128 != 0 || rows % 128 != 0 || pc.at % 4 != 0 || cols % 4 != 0 ||
+      (pr.block > 0 && pr.block < rows) || (pc.block > 0 && pc.block < cols)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        side_, ": tensor ", DescribePart(model_.tensors[scale], box), " in buffer ",
+        out_.layout.buffers[sbuf].name, ": kernel=flashinfer swizzles NVFP4 scales in ",
+        "128 x 4 tiles (swizzle_blockscale); this part (rows ", rows, " at ", pr.at,
+        ", scale columns ", cols, " at ", pc.at, ") does not fill whole tiles"));
+  }
+  Record& r = out_.layout.records.emplace_back();
+  r.tensor = scale;
+  r.rank = out_.layout.buffers[sbuf].rank;
+  r.buffer = sbuf;
+  r.box = box;
+  r.dims.resize(rank);
+  int64_t offset = (pr.at / 128) * 128 * kp + (pc.at / 4) * 512;
+  int64_t lead_stride = mp * kp;
+  for (int d = rank - 3; d >= 0; --d) {
+    const bool has = d >= lead;
+    if (box.shape(d) > 0) r.dims[d].splits.push_back({box.shape(d), has ? lead_stride : 0});
+    if (has) {
+      offset += places[d].at * lead_stride;
+      lead_stride *= info.shape[d - lead];
+    }
+  }
+  r.dims[rank - 2].splits = {{rows / 128, 128 * kp}, {4, 4}, {32, 16}};
+  r.dims[rank - 1].splits = {{cols / 4, 512}, {4, 1}};
+  r.byte_offset = offset;  // e4m3: one byte an element
+  return absl::OkStatus();
 }
 
 absl::Status LayoutBuilder::PlaceAt(int32_t tensor, int32_t buffer,

@@ -166,6 +166,11 @@ class LayoutBuilder {
   // global buffer, once per (buffer, experts), when `tensor` has one.
   absl::Status PlaceGlobalScale(int32_t tensor, int32_t buffer, const Box& box,
                                 absl::Span<const DimPlace> places);
+  // NVFP4 with kernel=flashinfer: `box` of the scale tensor into buffer
+  // `sbuf` in vLLM's swizzled 128 x 4 tile order; INVALID_ARGUMENT when the
+  // part does not fill whole tiles.
+  absl::Status PlaceSwizzledScale(int32_t scale, int32_t sbuf, const Box& box,
+                                  absl::Span<const DimPlace> places);
   absl::Status PlacePerTensorScale(int32_t tensor, int32_t buffer,
                                    const Box& box, int part);
 

@@ -114,6 +114,9 @@ struct ModelTensors {
   bool fp8_per_tensor = false;  // per-tensor scales (weight_scale)
   bool mxfp8 = false;           // 1 x 32 E8M0 block scales (weight_scale)
   bool nvfp4 = false;           // packed E2M1, 1 x 16 e4m3 scales, globals
+  // NVFP4 scales in FlashInfer / CUTLASS's swizzled 128 x 4 tiles (an
+  // engine's kernel=flashinfer).
+  bool nvfp4_swizzled = false;
   // Per tensor: index of its NVFP4 global scale tensor, or -1.
   std::vector<int32_t> global_of;
 

@@ -296,13 +296,11 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
         "uint8, what vLLM's emulation and Marlin backends load); FlashInfer's "
         "swizzled F8_128x4 scales (swizzle_mxfp8_scale) are not written"));
   }
-  if (s.quant == EngineSpec::Quant::kNvfp4 && s.kernel != EngineSpec::Kernel::kCheckpoint) {
+  if (s.quant == EngineSpec::Quant::kNvfp4 && s.kernel == EngineSpec::Kernel::kDeepgemm) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "engine spec \"", text, "\": quant=nvfp4 with kernel=", KernelName(s.kernel),
-        ": refit writes NVFP4 block scales in the checkpoint layout only ([N, K/16] "
-        "f8e4m3, what vLLM's emulation and Marlin backends load); the padded, "
-        "swizzled scales of CUTLASS and FlashInfer (swizzle_blockscale) are not "
-        "written"));
+        "engine spec \"", text, "\": quant=nvfp4 with kernel=deepgemm: DeepGEMM reads "
+        "block FP8; NVFP4 engines take kernel=flashinfer (swizzled scales, experts' "
+        "w13 as [up; gate]) or the checkpoint layout"));
   }
   if (s.quant == EngineSpec::Quant::kNvfp4 && s.kind != EngineSpec::Kind::kVllm) {
     return absl::InvalidArgumentError(absl::StrCat(

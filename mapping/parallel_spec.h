@@ -83,7 +83,8 @@ struct EngineSpec {
   // quantizable linear weight uint8 [..., N, K/2] (E2M1 pairs, even element
   // low), an f8e4m3 weight_scale [..., N, K/16] and one f32 global scale per
   // engine parameter (weight_global_scale, 0-dim; MoE w13_weight_scale_2 /
-  // w2_weight_scale_2 [E]) over its fused parts (exec/nvfp4.h).
+  // w2_weight_scale_2 [E]) over its fused parts (exec/nvfp4.h); with
+  // kernel=flashinfer the block scales in vLLM's swizzled 128 x 4 tiles.
   enum class Quant { kNone, kFp8, kFp8Ue8m0, kMxfp8, kNvfp4 };
   Quant quant = Quant::kNone;
   // kernel=: vLLM post-processes some weights after loading for the kernel

@@ -363,6 +363,67 @@ TEST(ConvertedPlansTest, Nvfp4PlansQwen3MoeUnderExpertParallelism) {
   EXPECT_EQ(back->conversions.size(), plan->conversions.size());
 }
 
+// kernel=flashinfer: the bytes of o_proj's and qkv_proj's weight_scale
+// buffers equal vLLM's swizzle_blockscale of the reference scales, written
+// here as its reshape [M/128, 4, 32, K/4, 4] and permute (0, 3, 2, 1, 4).
+TEST(ConvertedPlansTest, Nvfp4FlashinferScalesAreVllmsSwizzle) {
+  absl::StatusOr<ModelConfig> model = LoadModelConfig("tiny-qwen3-fp4-fi");
+  ASSERT_TRUE(model.ok());
+  absl::StatusOr<MappedSide> src =
+      BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=2"));
+  absl::StatusOr<MappedSide> dst = BuildEngineLayout(
+      *model, *ParseEngineSpec("vllm:tp=1,quant=nvfp4,kernel=flashinfer"));
+  ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
+  absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::map<std::string, DType> source = SourceDTypes(src->layout);
+  PatternOptions po{-1, 4};
+  po.source_dtypes = &source;
+  OwnedBuffers s = AllocateBuffers(src->layout);
+  OwnedBuffers d = AllocateBuffers(plan->dst);
+  FillPattern(src->layout, s.ptrs, po);
+  const std::vector<absl::Status> status = RunAllRanks(*plan, s, d, /*slices=*/true);
+  for (const absl::Status& st : status) ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(CheckPattern(plan->dst, d.ptrs, po).ok());
+  const std::string attn = "model.layers.1.self_attn.";
+  struct Param {
+    std::string buffer;
+    std::vector<std::string> parts;  // rows in order
+  };
+  for (const Param& p : {Param{attn + "o_proj.weight_scale", {attn + "o_proj.weight_scale"}},
+                         Param{attn + "qkv_proj.weight_scale",
+                               {attn + "q_proj.weight_scale", attn + "k_proj.weight_scale",
+                                attn + "v_proj.weight_scale"}}}) {
+    std::vector<uint8_t> logical;  // [M, K] row-major, the parts stacked
+    int64_t k = 0;
+    for (const std::string& part : p.parts) {
+      const TensorSpec* t = nullptr;
+      for (const TensorSpec& x : plan->dst.tensors) {
+        if (x.name == part) t = &x;
+      }
+      ASSERT_NE(t, nullptr) << part;
+      std::vector<uint8_t> bytes;
+      ASSERT_TRUE(testing::ExpectedNvfp4(plan->dst, *t, source, po.seed, &bytes)) << part;
+      logical.insert(logical.end(), bytes.begin(), bytes.end());
+      k = t->shape.back();
+    }
+    const int64_t m = static_cast<int64_t>(logical.size()) / k;
+    ASSERT_EQ(m % 128, 0);
+    ASSERT_EQ(k % 4, 0);
+    std::vector<uint8_t> want(logical.size());
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        const int64_t a = r / 128, b = (r % 128) / 32, e = r % 32, f = c / 4, g = c % 4;
+        want[(((a * (k / 4) + f) * 32 + e) * 4 + b) * 4 + g] = logical[r * k + c];
+      }
+    }
+    const int32_t b = BufferIndex(plan->dst, p.buffer, 0);
+    ASSERT_GE(b, 0) << p.buffer;
+    ASSERT_EQ(plan->dst.buffers[b].byte_size, static_cast<int64_t>(want.size()));
+    EXPECT_EQ(std::vector<uint8_t>(d.ptrs[b], d.ptrs[b] + want.size()), want) << p.buffer;
+  }
+}
+
 // Engines vLLM's NVFP4 method refuses are refused by name: K not a
 // multiple of 16 (whole or per TP rank), an FP8 model, kernel=flashinfer.
 TEST(ConvertedPlansTest, Nvfp4RefusesWhatIsNotWritten) {
@@ -382,9 +443,16 @@ TEST(ConvertedPlansTest, Nvfp4RefusesWhatIsNotWritten) {
     EXPECT_THAT(std::string(dst.status().message()), ::testing::HasSubstr(b.says))
         << dst.status();
   }
-  absl::StatusOr<EngineSpec> fi = ParseEngineSpec("vllm:tp=1,quant=nvfp4,kernel=flashinfer");
+  absl::StatusOr<EngineSpec> dg = ParseEngineSpec("vllm:tp=1,quant=nvfp4,kernel=deepgemm");
+  ASSERT_FALSE(dg.ok());
+  EXPECT_THAT(std::string(dg.status().message()), ::testing::HasSubstr("deepgemm"));
+  // kernel=flashinfer swizzles 128 x 4 tiles: 96 rows of q_proj are refused.
+  absl::StatusOr<ModelConfig> m = LoadModelConfig("tiny-qwen3-fp4");
+  ASSERT_TRUE(m.ok());
+  absl::StatusOr<MappedSide> fi =
+      BuildEngineLayout(*m, *ParseEngineSpec("vllm:tp=1,quant=nvfp4,kernel=flashinfer"));
   ASSERT_FALSE(fi.ok());
-  EXPECT_THAT(std::string(fi.status().message()), ::testing::HasSubstr("swizzle"));
+  EXPECT_THAT(std::string(fi.status().message()), ::testing::HasSubstr("swizzle_blockscale"));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -412,7 +480,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"tiny-qwen3-fp4", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=nvfp4"},
         Case{"tiny-qwen3-moe-fp4", "megatron:tp=4,ep=4,etp=1", "vllm:tp=2,dp=2,ep=4,quant=nvfp4"},
         Case{"tiny-qwen3-moe-fp4", "megatron:tp=2,pp=2,ep=2,etp=1", "vllm:tp=2,quant=nvfp4"},
-        Case{"tiny-qwen3-moe-fp4", "fsdp:dp=3", "vllm:tp=1,dp=3,ep=3,quant=nvfp4"}));
+        Case{"tiny-qwen3-moe-fp4", "fsdp:dp=3", "vllm:tp=1,dp=3,ep=3,quant=nvfp4"},
+        // NVFP4 with kernel=flashinfer: block scales in swizzled 128 x 4
+        // tiles, experts' w13 as [up; gate].
+        Case{"tiny-qwen3-fp4-fi", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer"},
+        Case{"tiny-qwen3-moe-fp4-fi", "megatron:tp=2,ep=2,etp=1",
+             "vllm:tp=1,dp=2,ep=2,quant=nvfp4,kernel=flashinfer"},
+        Case{"tiny-qwen3-moe-fp4-fi", "fsdp:dp=3", "vllm:tp=1,quant=nvfp4,kernel=flashinfer"}));
 
 }  // namespace
 }  // namespace refit

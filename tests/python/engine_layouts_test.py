@@ -113,6 +113,46 @@ class VllmKernelLayoutTest(unittest.TestCase):
         self.refused(S.Model([("model.layers.0.mlp.experts", moe)]),
                      "model.layers.0.mlp.experts", "FlashInfer TRTLLM", "quant=fp8")
 
+    def test_nvfp4_linear_and_moe_layouts_and_refusals(self):
+        class ModelOptNvFp4LinearMethod:
+            def __init__(self, kernel):
+                self.kernel = kernel
+
+        class ModelOptNvFp4FusedMoE:
+            def __init__(self, backend):
+                self.nvfp4_backend = backend  # an enum; its name is what counts
+
+        class CutlassNvFp4LinearKernel:
+            pass
+
+        class EmulationNvFp4LinearKernel:
+            pass
+
+        class MarlinNvFp4LinearKernel:
+            pass
+
+        def lin(kernel):
+            return S.Layer(quant_method=ModelOptNvFp4LinearMethod(kernel()))
+
+        self.assertIsNone(el.vllm_kernel_layout(
+            S.Model([("l0.qkv_proj", lin(EmulationNvFp4LinearKernel))])))
+        self.assertEqual(el.vllm_kernel_layout(
+            S.Model([("l0.qkv_proj", lin(CutlassNvFp4LinearKernel))])), "flashinfer")
+        self.refused(S.Model([("l0.o_proj", lin(MarlinNvFp4LinearKernel))]),
+                     "l0.o_proj", "Marlin")
+        self.refused(S.Model([("l0.qkv_proj", lin(CutlassNvFp4LinearKernel)),
+                              ("l1.qkv_proj", lin(EmulationNvFp4LinearKernel))]),
+                     "l1.qkv_proj", "one layout")
+
+        def moe(backend):
+            return S.Layer(quant_method=ModelOptNvFp4FusedMoE(backend), w13_weight=object())
+
+        B = S.Mxfp8LinearBackend  # EMULATION, FLASHINFER_CUTLASS, MARLIN by name
+        self.assertIsNone(el.vllm_kernel_layout(S.Model([("l0.mlp.experts", moe(B.EMULATION))])))
+        self.assertEqual(el.vllm_kernel_layout(
+            S.Model([("l0.mlp.experts", moe(B.FLASHINFER_CUTLASS))])), "flashinfer")
+        self.refused(S.Model([("l0.mlp.experts", moe(B.MARLIN))]), "l0.mlp.experts", "MARLIN")
+
     def test_per_tensor_fp8_refused_with_flashinfer_alpha_named(self):
         self.refused(S.Model([("l.qkv_proj", S.fp8_linear(
             S.float_scales(2), block_quant=False))]), "l.qkv_proj", "per-tensor", "max scale")

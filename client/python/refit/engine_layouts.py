@@ -177,6 +177,39 @@ def _vllm_mxfp8(name: str, layer: Any, qm: Any) -> Optional[str]:
     return _CHECKPOINT
 
 
+def _vllm_nvfp4(name: str, layer: Any, qm: Any) -> Optional[str]:
+    """The layout of a layer under vLLM's ModelOpt NVFP4 methods
+    (quantization/modelopt.py at 00155cd), or None for other methods: the
+    checkpoint layout (quant=nvfp4) for the emulation backends, FLASHINFER
+    (quant=nvfp4,kernel=flashinfer: scales swizzled by swizzle_blockscale,
+    experts' w13 as [up; gate]) for the CUTLASS and FlashInfer CUTLASS
+    linear kernels and the FlashInfer CUTLASS MoE. Refused: Marlin (repacked
+    weights), FlashInfer TRTLLM and CuteDSL MoE (shuffled experts), and
+    vLLM's own CUTLASS MoE (swizzled scales without the [up; gate] order)."""
+    if "NvFp4" not in type(qm).__name__:
+        return None
+    if getattr(layer, "w13_weight", None) is not None:
+        backend = _enum_name(getattr(qm, "nvfp4_backend", None))
+        if backend == "EMULATION":
+            return _CHECKPOINT
+        if backend == "FLASHINFER_CUTLASS":
+            return FLASHINFER
+        raise _refuse(
+            f"layer {name}: vLLM's NVFP4 MoE backend {backend or 'unknown'} holds the experts "
+            f"in a layout refit does not write (quant=nvfp4 writes the checkpoint layout, "
+            f"kernel=flashinfer FlashInfer CUTLASS's): set VLLM_USE_FLASHINFER_MOE_FP4=1 with "
+            f"the CUTLASS backend")
+    kernel = type(getattr(qm, "kernel", None)).__name__
+    if "Emulation" in kernel:
+        return _CHECKPOINT
+    if "Marlin" not in kernel and ("Cutlass" in kernel or "FlashInfer" in kernel):
+        return FLASHINFER
+    raise _refuse(
+        f"layer {name}: vLLM's NVFP4 linear kernel {kernel} holds the weights in a layout "
+        f"refit does not write (Marlin repacks them); quant=nvfp4 writes the emulation "
+        f"backend's tensors and kernel=flashinfer CUTLASS's swizzled scales")
+
+
 def _kernel_classes(qm: Any) -> str:
     """Class names of the objects a MoE quant method runs with, two levels
     deep (FusedMoEModularMethod -> FusedMoEModularKernel -> FlashInferExperts)."""
@@ -290,6 +323,14 @@ def vllm_kernel_layout(model: Any) -> Optional[str]:
         mx = _vllm_mxfp8(name, layer, qm)
         if mx is not None:
             seen.setdefault(mx, name)
+            continue
+        nv = _vllm_nvfp4(name, layer, qm)
+        if nv is not None:
+            seen.setdefault(nv, name)
+            if FLASHINFER in seen and _CHECKPOINT in seen:
+                raise _refuse(
+                    f"layer {seen[FLASHINFER]} holds swizzled NVFP4 scales and layer "
+                    f"{seen[_CHECKPOINT]} does not; refit writes one layout for all")
             continue
         moe = _vllm_moe(name, layer, qm)
         if moe is not None:
