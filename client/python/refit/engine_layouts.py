@@ -202,12 +202,14 @@ def _vllm_nvfp4(name: str, layer: Any, qm: Any) -> Optional[str]:
     kernel = type(getattr(qm, "kernel", None)).__name__
     if "Emulation" in kernel:
         return _CHECKPOINT
-    if "Marlin" not in kernel and ("Cutlass" in kernel or "FlashInfer" in kernel):
+    if ("Marlin" not in kernel and "TRTLLM" not in kernel.upper() and
+            ("Cutlass" in kernel or "FlashInfer" in kernel)):
         return FLASHINFER
     raise _refuse(
         f"layer {name}: vLLM's NVFP4 linear kernel {kernel} holds the weights in a layout "
-        f"refit does not write (Marlin repacks them); quant=nvfp4 writes the emulation "
-        f"backend's tensors and kernel=flashinfer CUTLASS's swizzled scales")
+        f"refit does not write (Marlin repacks them, TRTLLM shuffles them); quant=nvfp4 "
+        f"writes the emulation backend's tensors and kernel=flashinfer CUTLASS's swizzled "
+        f"scales")
 
 
 def _kernel_classes(qm: Any) -> str:
