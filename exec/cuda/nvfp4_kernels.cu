@@ -141,8 +141,7 @@ __global__ void RefitNvfp4QuantizeKernel(DenseBox b, int64_t tiles, int64_t firs
 // 2j+1 hold one tile and combine their amaxes by a shuffle. Leading index
 // l of element 8i: i / per_l (per_l = R * C / 8), found by division only
 // when i crosses into the next l.
-__device__ void RefitNvfp4Eight(const char* data, int64_t i, float* v) {
-  const uint4 q = reinterpret_cast<const uint4*>(data)[i];
+__device__ void RefitNvfp4Eight(const uint4& q, float* v) {
   const unsigned int w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -151,38 +150,55 @@ __device__ void RefitNvfp4Eight(const char* data, int64_t i, float* v) {
   }
 }
 
+// Eights a thread loads before it computes on them (memory parallelism).
+constexpr int kNvfp4Unroll = 4;
+
 __global__ void __launch_bounds__(256) RefitNvfp4AmaxFastKernel(
     const char* data, int64_t halves, int64_t per_l, float* block_amax, float* global_amax,
     long long* bad) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t l = -1, l_end = 0;
   float run = 0.0f;
-  // Every thread runs the same number of iterations (halves rounded up to
-  // the stride), so the shuffles see whole warps.
-  const int64_t rounds = (halves + stride - 1) / stride;
-  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int64_t it = 0; it < rounds; ++it, i += stride) {
-    const bool in = i < halves;
-    float m = 0.0f;
-    if (in) {
-      float v[8];
-      RefitNvfp4Eight(data, i, v);
+  // Every thread runs the same number of rounds, so the shuffles see whole
+  // warps; eight j of a round is i0 + j * stride.
+  const int64_t step = stride * kNvfp4Unroll;
+  const int64_t rounds = (halves + step - 1) / step;
+  const uint4* in4 = reinterpret_cast<const uint4*>(data);
+  int64_t i0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t it = 0; it < rounds; ++it, i0 += step) {
+    uint4 q[kNvfp4Unroll];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        if (!isfinite(v[k])) atomicMin(bad, static_cast<long long>(8 * i + k));
-        m = fmaxf(m, fabsf(v[k]));
-      }
-      if (i >= l_end) {
-        if (l >= 0) atomicMax(reinterpret_cast<unsigned int*>(global_amax) + l, __float_as_uint(run));
-        l = i / per_l;
-        l_end = (l + 1) * per_l;
-        run = 0.0f;
-      }
-      run = fmaxf(run, m);
+    for (int j = 0; j < kNvfp4Unroll; ++j) {
+      const int64_t i = i0 + j * stride;
+      if (i < halves) q[j] = in4[i];
     }
-    if (block_amax != nullptr) {
-      const float pair = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      if (in && (i & 1) == 0) block_amax[i / 2] = pair;
+#pragma unroll
+    for (int j = 0; j < kNvfp4Unroll; ++j) {
+      const int64_t i = i0 + j * stride;
+      const bool in = i < halves;
+      float m = 0.0f;
+      if (in) {
+        float v[8];
+        RefitNvfp4Eight(q[j], v);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          if (!isfinite(v[k])) atomicMin(bad, static_cast<long long>(8 * i + k));
+          m = fmaxf(m, fabsf(v[k]));
+        }
+        if (i >= l_end) {
+          if (l >= 0) {
+            atomicMax(reinterpret_cast<unsigned int*>(global_amax) + l, __float_as_uint(run));
+          }
+          l = i / per_l;
+          l_end = (l + 1) * per_l;
+          run = 0.0f;
+        }
+        run = fmaxf(run, m);
+      }
+      if (block_amax != nullptr) {
+        const float pair = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        if (in && (i & 1) == 0) block_amax[i / 2] = pair;
+      }
     }
   }
   // One atomic per warp when its lanes end on one leading index.
@@ -201,41 +217,51 @@ __global__ void __launch_bounds__(256) RefitNvfp4QuantizeFastKernel(
     const char* data, int64_t halves, int64_t per_l, const float* block_amax,
     const float* global_amax, unsigned char* out, unsigned char* scales) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t rounds = (halves + stride - 1) / stride;
+  const int64_t step = stride * kNvfp4Unroll;
+  const int64_t rounds = (halves + step - 1) / step;
+  const uint4* in4 = reinterpret_cast<const uint4*>(data);
   int64_t l = -1, l_end = 0;
   float g = 0.0f;
-  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int64_t it = 0; it < rounds; ++it, i += stride) {
-    const bool in = i < halves;
-    float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    float m = 0.0f;
-    if (in) {
-      RefitNvfp4Eight(data, i, v);
+  int64_t i0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t it = 0; it < rounds; ++it, i0 += step) {
+    uint4 q[kNvfp4Unroll];
+#pragma unroll
+    for (int j = 0; j < kNvfp4Unroll; ++j) {
+      const int64_t i = i0 + j * stride;
+      q[j] = i < halves ? in4[i] : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int j = 0; j < kNvfp4Unroll; ++j) {
+      const int64_t i = i0 + j * stride;
+      float v[8];
+      RefitNvfp4Eight(q[j], v);  // zeros past the end
+      float m = 0.0f;
 #pragma unroll
       for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(v[k]));
-    }
-    const float pair = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-    if (!in) continue;
-    if (i >= l_end) {
-      l = i / per_l;
-      l_end = (l + 1) * per_l;
-      g = __fmul_rn(global_amax[l], 1.0f / 2688.0f);
-    }
-    const float amax = block_amax != nullptr ? block_amax[i / 2] : pair;
-    float sc = __fdiv_rn(amax, __fmul_rn(6.0f, g));
-    if (sc == 0.0f) sc = 1.0f;
-    sc = fmaxf(sc, 0.001953125f);
-    const __nv_fp8_storage_t sb = __nv_cvt_float_to_fp8(sc, __NV_SATFINITE, __NV_E4M3);
-    const float d = __fmul_rn(__half2float(__half(__nv_cvt_fp8_to_halfraw(sb, __NV_E4M3))), g);
-    unsigned int packed = 0u;
+      const float pair = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      if (i >= halves) continue;
+      if (i >= l_end) {
+        l = i / per_l;
+        l_end = (l + 1) * per_l;
+        g = __fmul_rn(global_amax[l], 1.0f / 2688.0f);
+      }
+      const float amax = block_amax != nullptr ? block_amax[i / 2] : pair;
+      float sc = __fdiv_rn(amax, __fmul_rn(6.0f, g));
+      if (sc == 0.0f) sc = 1.0f;
+      sc = fmaxf(sc, 0.001953125f);
+      const __nv_fp8_storage_t sb = __nv_cvt_float_to_fp8(sc, __NV_SATFINITE, __NV_E4M3);
+      const float d =
+          __fmul_rn(__half2float(__half(__nv_cvt_fp8_to_halfraw(sb, __NV_E4M3))), g);
+      unsigned int packed = 0u;
 #pragma unroll
-    for (int k = 0; k < 8; k += 2) {
-      const unsigned int byte =
-          RefitE2M1(__fdiv_rn(v[k], d)) | RefitE2M1(__fdiv_rn(v[k + 1], d)) << 4;
-      packed |= byte << (4 * k);
+      for (int k = 0; k < 8; k += 2) {
+        const unsigned int byte =
+            RefitE2M1(__fdiv_rn(v[k], d)) | RefitE2M1(__fdiv_rn(v[k + 1], d)) << 4;
+        packed |= byte << (4 * k);
+      }
+      reinterpret_cast<unsigned int*>(out)[i] = packed;
+      if (scales != nullptr && (i & 1) == 0) scales[i / 2] = sb;
     }
-    reinterpret_cast<unsigned int*>(out)[i] = packed;
-    if (scales != nullptr && (i & 1) == 0) scales[i / 2] = sb;
   }
 }
 
