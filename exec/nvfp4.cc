@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "plan/conversion.h"
 
@@ -27,27 +28,19 @@ uint8_t Nvfp4ScaleByte(float block_amax, float global_scale) {
 }
 
 uint8_t F32ToE2M1(float y) {
+  // Round to nearest even onto the E2M1 grid by the bits: below 1 the
+  // step is 0.5 (rint of 2|y|: 0, 1 or 2 = the codes of 0, 0.5 and 1.0);
+  // from 1 up, one mantissa bit kept (RNE on bit 22), the code being
+  // (biased exponent << 1 | mantissa bit) - 252, at most 7 (6.0). Equal to
+  // _cast_fp4's bounds (exec/nvfp4_test.cc checks every float near them).
   const uint8_t sign = y < 0.0f ? 8 : 0;
   const float a = std::fabs(y);
-  uint8_t c;
-  if (a <= 0.25f) {
-    c = 0;
-  } else if (a < 0.75f) {
-    c = 1;
-  } else if (a <= 1.25f) {
-    c = 2;
-  } else if (a < 1.75f) {
-    c = 3;
-  } else if (a <= 2.5f) {
-    c = 4;
-  } else if (a < 3.5f) {
-    c = 5;
-  } else if (a <= 5.0f) {
-    c = 6;
-  } else {
-    c = 7;
-  }
-  return sign | c;
+  if (a < 1.0f) return sign | static_cast<uint8_t>(std::nearbyint(a * 2.0f));
+  uint32_t u;
+  std::memcpy(&u, &a, 4);
+  u = (u + 0x1FFFFFu + ((u >> 22) & 1u)) & 0xFFC00000u;
+  const uint32_t c = (u >> 22) - 252u;
+  return sign | static_cast<uint8_t>(c < 7u ? c : 7u);
 }
 
 float E2M1ToF32(uint8_t code) {

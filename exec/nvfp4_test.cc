@@ -46,6 +46,41 @@ TEST(Nvfp4Test, E2M1RoundsTiesToEvenAndSaturates) {
   EXPECT_EQ(E2M1ToF32(13), -3.0f);
 }
 
+// The bit-level rounding against the reference's nearest-value search, on
+// every float within 64 ulps of each E2M1 value and midpoint, and on a
+// stride through [0, 8] and beyond.
+TEST(Nvfp4Test, E2M1EqualsTheReferenceNearEveryBoundary) {
+  std::vector<float> xs;
+  for (float t : {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f,
+                  3.5f, 4.0f, 5.0f, 6.0f, 7.0f}) {
+    uint32_t u;
+    std::memcpy(&u, &t, 4);
+    for (int d = -64; d <= 64; ++d) {
+      const uint32_t v = u + d;
+      if (t == 0.0f && d < 0) continue;
+      float f;
+      std::memcpy(&f, &v, 4);
+      xs.push_back(f);
+    }
+  }
+  for (uint32_t v = 0; v < 0x41800000u; v += 4099) {
+    float f;
+    std::memcpy(&f, &v, 4);
+    xs.push_back(f);
+  }
+  xs.push_back(3.0e38f);
+  int64_t bad = 0;
+  for (float x : xs) {
+    for (float s : {x, -x}) {
+      if (F32ToE2M1(s) != testing::ReferenceE2M1(s)) {
+        if (++bad < 5) ADD_FAILURE() << s;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(xs.size(), 200000u);
+}
+
 TEST(Nvfp4Test, ScalesFollowModelOpt) {
   const float g = Nvfp4GlobalScale(2688.0f);
   EXPECT_EQ(g, 2688.0f * (1.0f / 2688.0f));

@@ -22,13 +22,15 @@ __device__ float RefitNvfp4Load(const char* p, int dtype, int64_t i) {
   return reinterpret_cast<const float*>(p)[i];
 }
 
-// F32ToE2M1 of exec/nvfp4.cc.
+// F32ToE2M1 of exec/nvfp4.cc, by the bits.
 __device__ unsigned int RefitE2M1(float y) {
   const unsigned int sign = y < 0.0f ? 8u : 0u;
   const float a = fabsf(y);
-  const unsigned int c = a <= 0.25f ? 0u : a < 0.75f ? 1u : a <= 1.25f ? 2u : a < 1.75f ? 3u
-                       : a <= 2.5f ? 4u : a < 3.5f ? 5u : a <= 5.0f ? 6u : 7u;
-  return sign | c;
+  if (a < 1.0f) return sign | static_cast<unsigned int>(__float2int_rn(a * 2.0f));
+  unsigned int u = __float_as_uint(a);
+  u = (u + 0x1FFFFFu + ((u >> 22) & 1u)) & 0xFFC00000u;
+  const unsigned int c = (u >> 22) - 252u;
+  return sign | (c < 7u ? c : 7u);
 }
 
 // A tile's columns [lo, hi) in the box's own coordinates.
