@@ -178,14 +178,16 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
     for (const Conversion& c : plan.conversions) {
       if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(unconverted.size())) continue;
       const TensorSpec& t = plan.src.tensors[c.from.tensor];
+      // NVFP4 packs two elements a byte.
       unconverted[c.from.tensor] =
-          static_cast<double>(DTypeSize(c.from_dtype)) / DTypeSize(t.dtype);
+          static_cast<double>(DTypeSize(c.from_dtype)) / DTypeSize(t.dtype) *
+          (c.kind == ConversionKind::kNvfp4 ? 2 : 1);
       format[c.from.tensor] = ConversionKindName(c.kind);
       converted[t.name] = ConversionKindName(c.kind);
     }
     for (size_t t = 0; t < plan.src.tensors.size(); ++t) {
       const std::string& n = plan.src.tensors[t].name;
-      for (absl::string_view suffix : {"_scale_inv", "_scale"}) {
+      for (absl::string_view suffix : {"_scale_inv", "_scale", "_scale_2"}) {
         if (!absl::EndsWith(n, suffix)) continue;
         auto it = converted.find(n.substr(0, n.size() - suffix.size()));
         if (it == converted.end() || !format[t].empty()) continue;

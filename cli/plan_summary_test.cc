@@ -273,5 +273,46 @@ TEST(PlanSummaryTest, WireBytesByFormat) {
   EXPECT_EQ(nlohmann::json::parse(FormatSummaryJson(*s))["wire_bytes_by_format"]["mxfp8"], 264);
 }
 
+// An NVFP4 weight [4, 64] (bf16 on the trainer, 512 bytes): 128 bytes of
+// packed codes, 16 e4m3 block scales and a 4-byte global scale, all nvfp4
+// on the wire; in the trainer's dtypes the codes weigh four times as much,
+// the scales nothing.
+TEST(PlanSummaryTest, Nvfp4WireBytesCountPackedCodesAndBothScales) {
+  Plan p;
+  p.src.world_size = 1;
+  p.dst.world_size = 1;
+  p.src.tensors = {{"w", {4, 32}, DType::kU8, false},
+                   {"w_scale", {4, 4}, DType::kF8E4M3, false},
+                   {"w_scale_2", {}, DType::kF32, false}};
+  Record w, sc, g;
+  w.tensor = 0;
+  sc.tensor = 1;
+  g.tensor = 2;
+  p.src.records = {w, sc, g};
+  Conversion c;
+  c.kind = ConversionKind::kNvfp4;
+  c.from_dtype = DType::kBF16;
+  c.from = w;
+  p.conversions = {c};
+  p.segments.resize(3);
+  const int64_t bytes[3] = {128, 16, 4};
+  for (int k = 0; k < 3; ++k) {
+    p.segments[k].src_record = k;
+    p.segments[k].bytes = bytes[k];
+  }
+  Message m = Msg(0, 0, 0, 148);
+  m.first_segment = 0;
+  m.num_segments = 3;
+  p.messages = {m};
+  p.waves.resize(1);
+  auto s = SummarizePlan(p, LinkModel{});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->converted_wire_bytes, 148);
+  EXPECT_EQ(s->converted_unconverted_bytes, 512);
+  ASSERT_EQ(s->wire_bytes_by_format.size(), 1u);
+  EXPECT_EQ(s->wire_bytes_by_format[0].first, "nvfp4");
+  EXPECT_EQ(s->wire_bytes_by_format[0].second, 148);
+}
+
 }  // namespace
 }  // namespace refit

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "exec/copy_program.h"
+#include "exec/nvfp4.h"
 #include "exec/quantize.h"
 
 namespace refit {
@@ -71,6 +73,13 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank) {
       }
       v.tiles = IntersectingTiles(c.from.box, c.tile);
     }
+    if (c.kind == ConversionKind::kNvfp4) {
+      if (c.global_tensor < 0 || c.global_tensor >= static_cast<int32_t>(src.tensors.size())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", v.tensor->name, ": its NVFP4 global scale tensor is missing"));
+      }
+      v.experts = LeadingBox(c.from.box);
+    }
     cv.convs_.push_back(std::move(v));
   }
   for (const CutTileGroup& g : plan.cut_tiles) {
@@ -81,6 +90,21 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank) {
     }
     for (Conv& v : cv.convs_) {
       if (v.c->from.tensor == g.tensor && Intersects(v.tiles, g.tiles)) v.has_cut = true;
+    }
+  }
+  // Every NVFP4 record's experts are in its parameter's amax exchange.
+  for (const Conv& v : cv.convs_) {
+    if (v.c->kind != ConversionKind::kNvfp4) continue;
+    int64_t covered = 0;
+    for (const Group& gr : cv.groups_) {
+      if (gr.g->tensor == v.c->global_tensor) {
+        covered += UncheckedNumElements(Intersect(v.experts, gr.g->tiles));
+      }
+    }
+    if (covered != UncheckedNumElements(v.experts)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", v.tensor->name, ", trainer rank ", rank,
+          ": the plan has no global amax exchange for all of its experts"));
     }
   }
   return cv;
@@ -102,11 +126,31 @@ absl::Status Converter::Amax(ConvertOps& ops, Conv& v,
 absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
     ConvertOps& ops, absl::Span<char* const> buffers) {
   for (Conv& v : convs_) {
-    if (v.has_cut) REFIT_RETURN_IF_ERROR(Amax(ops, v, buffers));
+    if (v.c->kind == ConversionKind::kNvfp4) {
+      REFIT_ASSIGN_OR_RETURN(const char* dense,
+                             ops.Gather(v.c->from, v.c->from_dtype, buffers));
+      absl::StatusOr<ConvertOps::Nvfp4Amaxes> a =
+          ops.Nvfp4Amax(dense, v.c->from_dtype, v.c->from.box, v.has_cut);
+      if (!a.ok()) {
+        return AnnotateStatus(a.status(), absl::StrCat("tensor ", v.tensor->name,
+                                                       ", trainer rank ", rank_));
+      }
+      v.amax = std::move(a->block);
+      v.global_amax = std::move(a->global);
+    } else if (v.has_cut) {
+      REFIT_RETURN_IF_ERROR(Amax(ops, v, buffers));
+    }
   }
   for (Group& gr : groups_) {
     std::fill(gr.own.begin(), gr.own.end(), 0.0f);
     for (const Conv& v : convs_) {
+      if (v.c->kind == ConversionKind::kNvfp4 && v.c->global_tensor == gr.g->tensor) {
+        ForEachTile(Intersect(v.experts, gr.g->tiles), [&](absl::Span<const int64_t> t) {
+          float& o = gr.own[IndexIn(gr.g->tiles, t)];
+          o = std::fmax(o, v.global_amax[IndexIn(v.experts, t)]);
+        });
+        continue;
+      }
       if (v.c->from.tensor != gr.g->tensor || !v.has_cut) continue;
       ForEachTile(Intersect(v.tiles, gr.g->tiles), [&](absl::Span<const int64_t> t) {
         float& o = gr.own[IndexIn(gr.g->tiles, t)];
@@ -150,6 +194,10 @@ absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
   }
   for (Conv& v : convs_) {
     const Conversion& c = *v.c;
+    if (c.kind == ConversionKind::kNvfp4) {
+      REFIT_RETURN_IF_ERROR(FinishNvfp4(ops, v, buffers));
+      continue;
+    }
     if (!IsBlockQuantized(c.kind)) {
       REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
       REFIT_RETURN_IF_ERROR(ops.Cast(dense, c.from_dtype, UncheckedNumElements(c.from.box),
@@ -181,7 +229,58 @@ absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
   return ops.Sync();
 }
 
+absl::Status Converter::FinishNvfp4(ConvertOps& ops, Conv& v,
+                                    absl::Span<char* const> buffers) {
+  const Conversion& c = *v.c;
+  for (const Group& gr : groups_) {
+    if (gr.g->tensor == c.global_tensor) {
+      ForEachTile(Intersect(v.experts, gr.g->tiles), [&](absl::Span<const int64_t> t) {
+        v.global_amax[IndexIn(v.experts, t)] = gr.own[IndexIn(gr.g->tiles, t)];
+      });
+    } else if (gr.g->tensor == c.from.tensor && v.has_cut) {
+      ForEachTile(Intersect(v.tiles, gr.g->tiles), [&](absl::Span<const int64_t> t) {
+        v.amax[IndexIn(v.tiles, t)] = gr.own[IndexIn(gr.g->tiles, t)];
+      });
+    }
+  }
+  for (size_t k = 0; k < v.global_amax.size(); ++k) {
+    if (v.global_amax[k] == 0.0f) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", v.tensor->name, ", trainer rank ", rank_,
+          ": every value of its NVFP4 parameter",
+          v.experts.rank() > 0 ? absl::StrCat(" (expert ", v.experts.origin(0) + k, ")") : "",
+          " is zero; its global scale amax / 2688 would be 0, which ModelOpt's "
+          "quantization divides by"));
+    }
+  }
+  REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
+  REFIT_RETURN_IF_ERROR(AnnotateStatus(
+      ops.QuantizeNvfp4(dense, c.from_dtype, c.from.box,
+                        v.has_cut ? v.amax : std::vector<float>{}, v.global_amax,
+                        buffers[c.to_buffer],
+                        c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr,
+                        c.global_buffer >= 0 ? buffers[c.global_buffer] : nullptr),
+      absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_)));
+  v.amax.clear();
+  return absl::OkStatus();
+}
+
 namespace {
+
+// The tile of one leading index's whole slice of `box`.
+std::vector<int64_t> SliceTile(const Box& box) {
+  std::vector<int64_t> t(box.rank(), 1);
+  for (int d = std::max(0, box.rank() - 2); d < box.rank(); ++d) {
+    t[d] = std::max<int64_t>(1, box.limit(d));
+  }
+  return t;
+}
+
+std::vector<int64_t> Nvfp4Tile(int rank) {
+  std::vector<int64_t> t(rank, 1);
+  t[rank - 1] = kNvfp4Block;
+  return t;
+}
 
 class HostConvertOps : public ConvertOps {
  public:
@@ -209,6 +308,30 @@ class HostConvertOps : public ConvertOps {
                         char* scales) override {
     QuantizeHost({dense, dtype, box}, tile, amax, mode, reinterpret_cast<uint8_t*>(out),
                  scales);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Nvfp4Amaxes> Nvfp4Amax(const char* dense, DType dtype, const Box& box,
+                                        bool blocks) override {
+    Nvfp4Amaxes a;
+    REFIT_ASSIGN_OR_RETURN(a.global, TileAmaxHost({dense, dtype, box}, SliceTile(box)));
+    if (blocks) {
+      REFIT_ASSIGN_OR_RETURN(a.block, TileAmaxHost({dense, dtype, box}, Nvfp4Tile(box.rank())));
+    }
+    return a;
+  }
+  absl::Status QuantizeNvfp4(const char* dense, DType dtype, const Box& box,
+                             const std::vector<float>& block_amax,
+                             const std::vector<float>& global_amax, char* out, char* scales,
+                             char* global_scales) override {
+    std::vector<float> own;
+    if (block_amax.empty()) {
+      REFIT_ASSIGN_OR_RETURN(own, TileAmaxHost({dense, dtype, box}, Nvfp4Tile(box.rank())));
+    }
+    std::vector<float> g(global_amax.size());
+    for (size_t k = 0; k < g.size(); ++k) g[k] = Nvfp4GlobalScale(global_amax[k]);
+    QuantizeNvfp4Host({dense, dtype, box}, block_amax.empty() ? own : block_amax, g,
+                      reinterpret_cast<uint8_t*>(out), reinterpret_cast<uint8_t*>(scales));
+    if (global_scales != nullptr) std::memcpy(global_scales, g.data(), g.size() * 4);
     return absl::OkStatus();
   }
   absl::Status Cast(const char* dense, DType dtype, int64_t n, bool neg_exp,

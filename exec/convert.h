@@ -57,6 +57,26 @@ class ConvertOps {
   virtual absl::Status QuantizeWhole(const char* dense, DType dtype, const Box& box,
                                      const std::vector<int64_t>& tile, ScaleMode mode,
                                      char* out, char* scales, absl::string_view what);
+  // NVFP4 (exec/nvfp4.h), pass 1 on dense data of `box`: per index of the
+  // box's leading dims the amax of its slice (`global`) and, with
+  // `blocks`, the amax of the part of every 1 x 16 tile in the box
+  // (`block`, row-major over IntersectingTiles). INVALID_ARGUMENT naming the
+  // first non-finite element's global index.
+  struct Nvfp4Amaxes {
+    std::vector<float> block;
+    std::vector<float> global;
+  };
+  virtual absl::StatusOr<Nvfp4Amaxes> Nvfp4Amax(const char* dense, DType dtype,
+                                                const Box& box, bool blocks) = 0;
+  // NVFP4, pass 2: QuantizeNvfp4Host with the global scales of
+  // `global_amax` (per leading index, the parameter's amax) and the block
+  // amaxes `block_amax` (empty: each tile's own, every tile whole in the
+  // box) into out (packed) and scales (e4m3 bytes; may be null); the global
+  // scales (f32) also into global_scales when not null.
+  virtual absl::Status QuantizeNvfp4(const char* dense, DType dtype, const Box& box,
+                                     const std::vector<float>& block_amax,
+                                     const std::vector<float>& global_amax, char* out,
+                                     char* scales, char* global_scales) = 0;
   // CastF32Host into out.
   virtual absl::Status Cast(const char* dense, DType dtype, int64_t n,
                             bool neg_exp, char* out) = 0;
@@ -111,6 +131,10 @@ class Converter {
     Box tiles;                     // IntersectingTiles(from.box)
     std::vector<float> amax;       // per tile of `tiles`, after step 1
     bool has_cut = false;
+    // kNvfp4: the record's experts (LeadingBox(from.box)) and its partial,
+    // then the parameter's, amax of each.
+    Box experts;
+    std::vector<float> global_amax;
   };
   // For one cut-tile group this rank is in: its tiles' partial amaxes.
   struct Group {
@@ -118,6 +142,7 @@ class Converter {
     std::vector<float> own;
   };
   absl::Status Amax(ConvertOps& ops, Conv& v, absl::Span<char* const> buffers);
+  absl::Status FinishNvfp4(ConvertOps& ops, Conv& v, absl::Span<char* const> buffers);
 
   const Plan* plan_ = nullptr;
   int32_t rank_ = 0;

@@ -37,6 +37,12 @@ if python3 -c 'import torch' 2>/dev/null; then
 fi
 echo "== fused_pull_gpu_test (quantize-on-pull kernel vs its host items; next to a copy)"
 "$dir/fused_pull_gpu_test" || rc4=1
+echo "== nvfp4_gpu_test (NVFP4 quantize kernels vs host and the reference of ModelOpt's formula)"
+REFIT_NVFP4_DUMP="$(mktemp -d)" && export REFIT_NVFP4_DUMP
+"$dir/nvfp4_gpu_test" || rc4=1
+if python3 -c 'import torch' 2>/dev/null; then
+  python3 "$dir/nvfp4_torch_check.py" "$REFIT_NVFP4_DUMP" || rc4=1
+fi
 echo "== gpu_wave_ops_test (delta encode/apply and digest kernels, a wave at once, vs the host codec)"
 "$dir/gpu_wave_ops_test"
 rc9=$?

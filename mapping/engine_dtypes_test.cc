@@ -118,5 +118,62 @@ TEST(EngineDTypesTest, Mxfp8WeightsHaveUint8BlockScalesAndTheRestStays) {
   EXPECT_GT(quantized, 100);
 }
 
+// quant=nvfp4 on every built-in model: refused by name (an FP8 model, or a
+// K that is not a multiple of 16), or every packed u8 weight [..., N, K/2]
+// has an f8e4m3 weight_scale [..., N, K/16]; every engine parameter buffer
+// of packed weights has one f32 global scale buffer (weight_global_scale
+// 0-dim, or w13/w2_weight_scale_2 [E_local]); embeddings, lm_head, norms and
+// router gates stay unpacked.
+TEST(EngineDTypesTest, Nvfp4WeightsHaveE4m3BlockScalesAndOneGlobalPerParameter) {
+  int quantized = 0, globals = 0;
+  for (const std::string& name : BuiltinModelNames()) {
+    absl::StatusOr<ModelConfig> c = LoadModelConfig(name);
+    ASSERT_TRUE(c.ok()) << name;
+    absl::StatusOr<MappedSide> dst =
+        BuildEngineLayout(*c, *ParseEngineSpec("vllm:tp=2,quant=nvfp4"));
+    if (!dst.ok()) {
+      EXPECT_TRUE(absl::StrContains(dst.status().message(), "multiple of 16") ||
+                  absl::StrContains(dst.status().message(), "already FP8"))
+          << name << ": " << dst.status();
+      continue;
+    }
+    std::map<std::string, const TensorSpec*> by_name;
+    for (const TensorSpec& t : dst->layout.tensors) by_name[t.name] = &t;
+    for (const TensorSpec& t : dst->layout.tensors) {
+      if (t.dtype == DType::kU8) {
+        ++quantized;
+        auto it = by_name.find(t.name + "_scale");
+        ASSERT_NE(it, by_name.end()) << name << ": " << t.name;
+        std::vector<int64_t> want = t.shape;
+        want.back() /= 8;
+        EXPECT_EQ(it->second->dtype, DType::kF8E4M3) << name << ": " << t.name;
+        EXPECT_EQ(it->second->shape, want) << name << ": " << t.name;
+      }
+      if (absl::StrContains(t.name, "embed_tokens") || absl::StrContains(t.name, "lm_head") ||
+          absl::StrContains(t.name, "norm") || absl::EndsWith(t.name, "mlp.gate.weight")) {
+        EXPECT_NE(t.dtype, DType::kU8) << name << ": " << t.name;
+      }
+    }
+    const MappedSide& side = *dst;
+    std::map<std::string, const BufferInfo*> bufs;
+    for (int32_t b = side.rank_begin[0]; b < side.rank_begin[1]; ++b) {
+      bufs[side.layout.buffers[b].name] = &side.buffer_info[b];
+    }
+    for (const auto& [bname, info] : bufs) {
+      if (info->dtype != DType::kU8 || absl::EndsWith(bname, "_scale")) continue;
+      const bool moe = absl::StrContains(bname, "experts.w");
+      const std::string g =
+          bname + (moe ? "_scale_2" : "_global_scale");
+      auto it = bufs.find(g);
+      ASSERT_NE(it, bufs.end()) << name << ": " << bname;
+      EXPECT_EQ(it->second->dtype, DType::kF32);
+      EXPECT_EQ(it->second->shape.size(), info->shape.size() - 2) << name << ": " << g;
+      ++globals;
+    }
+  }
+  EXPECT_GT(quantized, 100);
+  EXPECT_GT(globals, 20);
+}
+
 }  // namespace
 }  // namespace refit

@@ -183,6 +183,14 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
           "), which refit does not requantize to MXFP8"));
     }
     c.mxfp8 = true;
+  } else if (spec.quant == EngineSpec::Quant::kNvfp4) {
+    if (c.fp8_block != 0 || c.fp8_per_tensor) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          side, ": quant=nvfp4 quantizes BF16/F16/F32 weights; the model is "
+          "already FP8 (", c.fp8_block != 0 ? "block" : "per-tensor",
+          "), which refit does not requantize to NVFP4"));
+    }
+    c.nvfp4 = true;
   } else if (spec.quant != EngineSpec::Quant::kNone) {
     if (c.fp8_block == 0 && c.fp8_per_tensor) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -192,6 +200,7 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
     if (c.fp8_block == 0) c.fp8_block = 128;
   }
   REFIT_ASSIGN_OR_RETURN(ModelTensors m, BuildModelTensors(c));
+  m.nvfp4_swizzled = m.nvfp4 && spec.kernel == EngineSpec::Kernel::kFlashinfer;
   for (const EngineDTypeRow& row : kEngineDTypes) {
     for (size_t l = 0; l < m.layers.size(); ++l) {
       const int32_t t = m.Find(static_cast<int64_t>(l), row.role);

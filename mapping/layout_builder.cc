@@ -96,6 +96,7 @@ void LayoutBuilder::StartRank(int32_t rank) {
     reserve(out_.layout.buffers, b0);
     reserve(out_.buffer_info, b0);
     reserve(scale_buffer_, b0);
+    reserve(global_buffer_, b0);
     reserve(scale_grouped_, b0);
     reserve(out_.layout.records, first_record_[current_rank_]);
   }
@@ -147,6 +148,7 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
     spec.padding = std::move(padding);
     out_.buffer_info.push_back({std::move(s), dt});
     scale_buffer_.push_back(-1);
+    global_buffer_.push_back(-1);
     scale_grouped_.push_back(false);
     const int32_t idx = static_cast<int32_t>(out_.layout.buffers.size() - 1);
     by_name_.insert(idx);  // hashes the name just stored
@@ -158,6 +160,16 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
   const bool grouped = scaled && model_.fp8_per_tensor && t.stacked &&
                        shape.size() == t.shape.size();
   std::vector<int64_t> scale_shape;
+  if (scaled && model_.nvfp4_swizzled) {
+    const size_t r = shape.size();
+    if (r < 2 || shape[r - 2] % 128 != 0 || (shape[r - 1] / 8) % 4 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          side_, ": buffer ", name, " [", absl::StrJoin(shape, ", "), "] on rank ", rank,
+          ": kernel=flashinfer pads NVFP4 scales to multiples of 128 rows and 4 "
+          "columns (swizzle_blockscale); refit writes unpadded shapes only (rows a "
+          "multiple of 128, K a multiple of 64 per rank)"));
+    }
+  }
   if (scaled && model_.fp8_per_tensor) {
     // [E_local] / [E_local, parts] for grouped experts, else [parts].
     if (grouped) scale_shape.push_back(shape[0]);
@@ -176,13 +188,25 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
     int64_t row = elems / std::max<int64_t>(shape[0], 1) * DTypeSize(t.dtype);
     padding.push_back({pad_begin * row, (pad_end - pad_begin) * row});
   }
+  std::vector<int64_t> global_shape;
+  if (scaled && model_.nvfp4) {
+    global_shape.assign(shape.begin(), shape.end() - std::min<size_t>(2, shape.size()));
+  }
   const int32_t idx = add(name, std::move(shape), t.dtype, std::move(padding));
   if (scaled) {
-    const int32_t sidx =
-        add(model_.fp8_per_tensor || model_.mxfp8 ? PerTensorScaleName(name) : ScaleName(name),
-            std::move(scale_shape), model_.mxfp8 ? DType::kU8 : DType::kF32, {});
+    const DType sdt = model_.mxfp8   ? DType::kU8
+                      : model_.nvfp4 ? DType::kF8E4M3
+                                     : DType::kF32;
+    const int32_t sidx = add(
+        model_.fp8_per_tensor || model_.mxfp8 || model_.nvfp4 ? PerTensorScaleName(name)
+                                                              : ScaleName(name),
+        std::move(scale_shape), sdt, {});
     scale_buffer_[idx] = sidx;
     scale_grouped_[sidx] = grouped;
+    if (model_.nvfp4) {
+      global_buffer_[idx] =
+          add(GlobalScaleBufferName(name), std::move(global_shape), DType::kF32, {});
+    }
   }
   return idx;
 }
@@ -284,6 +308,35 @@ absl::Status LayoutBuilder::PlacePerTensorScale(int32_t tensor,
   return absl::OkStatus();
 }
 
+absl::Status LayoutBuilder::PlaceGlobalScale(int32_t tensor, int32_t buffer,
+                                             const Box& box,
+                                             absl::Span<const DimPlace> places) {
+  const int32_t g = model_.global_of[tensor];
+  if (g < 0) return absl::OkStatus();
+  const int32_t gbuf = global_buffer_[buffer];
+  const TensorSpec& t = model_.tensors[tensor];
+  if (gbuf < 0) {
+    return absl::InternalError(absl::StrCat(
+        side_, ": NVFP4 tensor ", t.name, " placed in buffer ",
+        out_.layout.buffers[buffer].name, " that has no global scale buffer"));
+  }
+  const int64_t first = t.stacked ? box.origin(0) : 0;
+  if (!globals_placed_.insert({g, gbuf, first}).second) return absl::OkStatus();
+  Record r;
+  r.tensor = g;
+  r.rank = out_.layout.buffers[gbuf].rank;
+  r.buffer = gbuf;
+  if (t.stacked) {
+    const bool has_lead = !out_.buffer_info[gbuf].shape.empty();
+    r.box = MakeBox({box.origin(0)}, {box.shape(0)});
+    r.dims.resize(1);
+    r.dims[0].splits.push_back({box.shape(0), 1});
+    r.byte_offset = (has_lead ? places[0].at : 0) * DTypeSize(DType::kF32);
+  }
+  out_.layout.records.push_back(std::move(r));
+  return absl::OkStatus();
+}
+
 absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
                                   const Box& box,
                                   absl::Span<const DimPlace> places,
@@ -294,6 +347,7 @@ absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
   if (model_.fp8_per_tensor) {
     return PlacePerTensorScale(tensor, buffer, box, part);
   }
+  if (model_.nvfp4) REFIT_RETURN_IF_ERROR(PlaceGlobalScale(tensor, buffer, box, places));
   const int32_t sbuf = scale_buffer_[buffer];
   const TensorSpec& t = model_.tensors[tensor];
   if (sbuf < 0) {
@@ -315,8 +369,9 @@ absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
           side_, ": FP8 tensor ", DescribePart(t, box), " on rank ",
           out_.layout.buffers[buffer].rank, " in buffer ",
           out_.layout.buffers[buffer].name, ": this layout would split a ",
-          model_.scale_block_rows(), "x", model_.scale_block_cols(),
-          model_.mxfp8 ? " weight_scale" : " weight_scale_inv",
+          model_.scale_block_rows(), "x",
+          model_.nvfp4 ? "16" : absl::StrCat(model_.scale_block_cols()),
+          model_.mxfp8 || model_.nvfp4 ? " weight_scale" : " weight_scale_inv",
           " block across ranks or buffers (dim ", d,
           ": ", why, ")"));
     };
@@ -331,8 +386,55 @@ absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
     sp[d] = {p.at / b, interleaved ? p.block / b : 0,
              interleaved ? p.period / b : 0};
   }
-  return PlaceOne(scale, sbuf,
-                  Box::UncheckedMove(std::move(origin), std::move(shape)), sp);
+  Box scale_box = Box::UncheckedMove(std::move(origin), std::move(shape));
+  if (model_.nvfp4_swizzled) return PlaceSwizzledScale(scale, sbuf, scale_box, sp);
+  return PlaceOne(scale, sbuf, scale_box, sp);
+}
+
+// vLLM's swizzle_blockscale (quantization/utils/nvfp4_utils.py at 0b70ce1):
+// the [.., M, K] scales (M a multiple of 128, K of 4, else padded, which
+// refit refuses) viewed as [.., M/128, 4, 32, K/4, 4] and permuted to
+// [.., M/128, K/4, 32, 4, 4]: element (m, k) lands at
+//   ((m/128 * K/4 + k/4) * 32 + m%32) * 16 + (m%128)/32 * 4 + k%4.
+// As digits of the record's dims: rows (M/128, stride 128 * K), (4, 4),
+// (32, 16); columns (K/4, 512), (4, 1).
+absl::Status LayoutBuilder::PlaceSwizzledScale(int32_t scale, int32_t sbuf, const Box& box,
+                                               absl::Span<const DimPlace> places) {
+  const BufferInfo& info = out_.buffer_info[sbuf];
+  const int rank = box.rank();
+  const int lead = rank - static_cast<int>(info.shape.size());
+  const int64_t kp = info.shape.back(), mp = info.shape[info.shape.size() - 2];
+  const DimPlace& pr = places[rank - 2];
+  const DimPlace& pc = places[rank - 1];
+  const int64_t rows = box.shape(rank - 2), cols = box.shape(rank - 1);
+  if (pr.at % 128 != 0 || rows % 128 != 0 || pc.at % 4 != 0 || cols % 4 != 0 ||
+      (pr.block > 0 && pr.block < rows) || (pc.block > 0 && pc.block < cols)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        side_, ": tensor ", DescribePart(model_.tensors[scale], box), " in buffer ",
+        out_.layout.buffers[sbuf].name, ": kernel=flashinfer swizzles NVFP4 scales in ",
+        "128 x 4 tiles (swizzle_blockscale); this part (rows ", rows, " at ", pr.at,
+        ", scale columns ", cols, " at ", pc.at, ") does not fill whole tiles"));
+  }
+  Record& r = out_.layout.records.emplace_back();
+  r.tensor = scale;
+  r.rank = out_.layout.buffers[sbuf].rank;
+  r.buffer = sbuf;
+  r.box = box;
+  r.dims.resize(rank);
+  int64_t offset = (pr.at / 128) * 128 * kp + (pc.at / 4) * 512;
+  int64_t lead_stride = mp * kp;
+  for (int d = rank - 3; d >= 0; --d) {
+    const bool has = d >= lead;
+    if (box.shape(d) > 0) r.dims[d].splits.push_back({box.shape(d), has ? lead_stride : 0});
+    if (has) {
+      offset += places[d].at * lead_stride;
+      lead_stride *= info.shape[d - lead];
+    }
+  }
+  r.dims[rank - 2].splits = {{rows / 128, 128 * kp}, {4, 4}, {32, 16}};
+  r.dims[rank - 1].splits = {{cols / 4, 512}, {4, 1}};
+  r.byte_offset = offset;  // e4m3: one byte an element
+  return absl::OkStatus();
 }
 
 absl::Status LayoutBuilder::PlaceAt(int32_t tensor, int32_t buffer,
@@ -373,6 +475,7 @@ absl::Status LayoutBuilder::CloneRank(int32_t src_rank, int32_t dst_rank,
     buffers.back().rank = dst_rank;
     out_.buffer_info.push_back(out_.buffer_info[b]);
     scale_buffer_.push_back(scale_buffer_[b] < 0 ? -1 : scale_buffer_[b] + shift);
+    global_buffer_.push_back(global_buffer_[b] < 0 ? -1 : global_buffer_[b] + shift);
     scale_grouped_.push_back(scale_grouped_[b]);
   }
   std::vector<Record>& records = out_.layout.records;

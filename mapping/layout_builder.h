@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -161,6 +162,15 @@ class LayoutBuilder {
   void StartRank(int32_t rank);
   absl::Status PlaceOne(int32_t tensor, int32_t buffer, const Box& box,
                         absl::Span<const DimPlace> places);
+  // NVFP4: the global scale of `tensor`'s parameter into the companion
+  // global buffer, once per (buffer, experts), when `tensor` has one.
+  absl::Status PlaceGlobalScale(int32_t tensor, int32_t buffer, const Box& box,
+                                absl::Span<const DimPlace> places);
+  // NVFP4 with kernel=flashinfer: `box` of the scale tensor into buffer
+  // `sbuf` in vLLM's swizzled 128 x 4 tile order; INVALID_ARGUMENT when the
+  // part does not fill whole tiles.
+  absl::Status PlaceSwizzledScale(int32_t scale, int32_t sbuf, const Box& box,
+                                  absl::Span<const DimPlace> places);
   absl::Status PlacePerTensorScale(int32_t tensor, int32_t buffer,
                                    const Box& box, int part);
 
@@ -169,6 +179,9 @@ class LayoutBuilder {
   bool derive_scales_;
   MappedSide out_;
   std::vector<int32_t> scale_buffer_;  // per buffer, -1 if none
+  std::vector<int32_t> global_buffer_;  // per buffer: NVFP4 global, -1 if none
+  // NVFP4 global scale records placed: (global tensor, buffer, first expert).
+  absl::flat_hash_set<std::tuple<int32_t, int32_t, int64_t>> globals_placed_;
   std::vector<bool> scale_grouped_;    // per buffer: an [E_local, ...] scale
   // First buffer / record of each rank built so far (-1: none yet).
   std::vector<int64_t> first_buffer_, first_record_;

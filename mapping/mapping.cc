@@ -23,6 +23,7 @@ absl::StatusOr<MappedSide> BuildEngineLayout(const ModelConfig& config,
   ModelConfig c = config;
   c.fp8_block = model.fp8_block;
   c.mxfp8 = model.mxfp8;
+  c.nvfp4 = model.nvfp4;
   return BuildVllmLayout(c, model, spec);
 }
 

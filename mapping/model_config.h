@@ -90,6 +90,12 @@ struct ModelConfig {
   // with a uint8 E8M0 "<...>.weight_scale" per 1 x 32 block of its last dim.
   // Ignored when fp8_block > 0 or fp8_per_tensor.
   bool mxfp8 = false;
+  // NVFP4 (an engine's quant=nvfp4; no checkpoint field): uint8 weights
+  // [..., N, K/2] (two E2M1 codes a byte), each with an f8e4m3
+  // "<...>.weight_scale" [..., N, K/16] and, on the first part of each
+  // engine parameter, an f32 "<...>.weight_scale_2" ([E] for stacked
+  // experts) shared by the parameter's fused parts. Ignored with the above.
+  bool nvfp4 = false;
   // KV-cache scales (k_scale, v_scale, q_scale per attention layer), from
   // quantization_config.kv_cache_scheme.
   bool kv_cache_scales = false;

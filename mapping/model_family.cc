@@ -279,6 +279,26 @@ std::string PerTensorScaleName(absl::string_view weight_name) {
   return s;
 }
 
+std::string GlobalScaleName(absl::string_view weight_name) {
+  std::string s(weight_name);
+  size_t pos = s.rfind("weight");
+  if (pos == std::string::npos) return s + "_scale_2";
+  s.insert(pos + 6, "_scale_2");
+  return s;
+}
+
+std::string GlobalScaleBufferName(absl::string_view weight_buffer_name) {
+  std::string s(weight_buffer_name);
+  const size_t pos = s.rfind("weight");
+  if (pos == std::string::npos) return s + "_global_scale";
+  const size_t dot = s.rfind('.', pos);
+  const absl::string_view last =
+      absl::string_view(s).substr(dot == std::string::npos ? 0 : dot + 1);
+  const bool moe = last.size() > 1 && last[0] == 'w' && last[1] >= '0' && last[1] <= '9';
+  s.insert(pos + 6, moe ? "_scale_2" : "_global_scale");
+  return s;
+}
+
 std::string ScaleName(absl::string_view weight_name) {
   std::string s(weight_name);
   size_t pos = s.rfind("weight");
@@ -287,12 +307,47 @@ std::string ScaleName(absl::string_view weight_name) {
   return s;
 }
 
+namespace {
+
+// The NVFP4 global scale tensors of one layer: one per engine parameter,
+// on its first part (a follower whose leader is in the layer shares it).
+void AddNvfp4GlobalScales(const ModelTensors::RoleIndex& ix, ModelTensors* m) {
+  static constexpr std::pair<Role, Role> kFollows[] = {
+      {Role::kK, Role::kQ},          {Role::kV, Role::kQ},
+      {Role::kUp, Role::kGate},      {Role::kExpertUp, Role::kExpertGate},
+      {Role::kSharedUp, Role::kSharedGate}, {Role::kMlaKVA, Role::kMlaQA},
+  };
+  for (int role = 0; role < ModelTensors::kNumRoles; ++role) {
+    const int32_t w = ix[role];
+    if (w < 0 || m->scale_of[w] < 0) continue;
+    bool follower = false;
+    for (const auto& [f, lead] : kFollows) {
+      if (static_cast<int>(f) == role && ix[static_cast<int>(lead)] >= 0) follower = true;
+    }
+    if (follower) continue;
+    const TensorSpec& t = m->tensors[w];
+    TensorSpec g;
+    g.name = GlobalScaleName(t.name);
+    if (t.stacked) g.shape = {t.shape[0]};
+    g.dtype = DType::kF32;
+    g.stacked = t.stacked;
+    m->tensors.push_back(std::move(g));
+    m->scale_of.push_back(-1);
+    m->is_scale.push_back(false);
+    m->global_of.push_back(-1);
+    m->global_of[w] = static_cast<int32_t>(m->tensors.size() - 1);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& c) {
   REFIT_RETURN_IF_ERROR(ValidateModelConfig(c));
   ModelTensors m;
   m.fp8_block = c.fp8_block;
   m.fp8_per_tensor = c.fp8_block == 0 && c.fp8_per_tensor;
   m.mxfp8 = c.fp8_block == 0 && !c.fp8_per_tensor && c.mxfp8;
+  m.nvfp4 = c.fp8_block == 0 && !c.fp8_per_tensor && !c.mxfp8 && c.nvfp4;
   m.global.fill(-1);
   const GlobalNames& names =
       c.family == ModelFamily::kNemotronH ? kNemotronNames : kHfNames;
@@ -301,13 +356,26 @@ absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& c) {
     m.tensors.push_back(std::move(t));
     m.scale_of.push_back(-1);
     m.is_scale.push_back(false);
+    m.global_of.push_back(-1);
     return static_cast<int32_t>(m.tensors.size() - 1);
   };
   auto add_weight = [&](TensorSpec t, bool linear) -> absl::StatusOr<int32_t> {
-    const bool fp8 = linear && (c.fp8_block > 0 || m.fp8_per_tensor || m.mxfp8);
+    const bool fp8 = linear && (c.fp8_block > 0 || m.fp8_per_tensor || m.mxfp8 || m.nvfp4);
     if (fp8) t.dtype = DType::kF8E4M3;
     TensorSpec scale;
-    if (fp8 && m.mxfp8) {
+    if (fp8 && m.nvfp4) {
+      if (t.shape.size() < 2 || t.shape.back() % 16 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "NVFP4 weight ", t.name, ": the last dim must be a multiple of 16"));
+      }
+      t.dtype = DType::kU8;
+      t.shape.back() /= 2;
+      scale.name = PerTensorScaleName(t.name);
+      scale.shape = t.shape;
+      scale.shape.back() /= 8;
+      scale.dtype = DType::kF8E4M3;
+      scale.stacked = t.stacked;
+    } else if (fp8 && m.mxfp8) {
       if (t.shape.size() < 2 || t.shape.back() % 32 != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "MXFP8 weight ", t.name, ": the last dim must be a multiple of 32"));
@@ -366,6 +434,7 @@ absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& c) {
         ix[static_cast<int>(d.role)] = idx;
       }
     }
+    if (m.nvfp4) AddNvfp4GlobalScales(ix, &m);
     m.layers.push_back(ix);
   }
   m.global[static_cast<int>(Role::kFinalNorm)] =

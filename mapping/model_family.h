@@ -16,6 +16,13 @@
 // MXFP8 (config mxfp8): the companion is a u8 "<...>.weight_scale" of shape
 // [..., out, in/32] (E8M0 exponents), vLLM's Mxfp8OnlineLinearMethod /
 // Mxfp8OnlineMoEMethod parameters after loading (mxfp8.py at 2aa8028).
+// NVFP4 (config nvfp4): the weight itself is u8 [..., out, in/2] (two E2M1
+// codes a byte), its companion an f8e4m3 "<...>.weight_scale" [..., out,
+// in/16]; the first part of each engine parameter (q of qkv, gate of
+// gate/up, q_a of fused_qkv_a, every unfused weight) also has an f32
+// global scale "<...>.weight_scale_2" ([E] for stacked experts) that the
+// parameter's parts share (vLLM's ModelOpt NVFP4 parameters after
+// loading, exec/nvfp4.h).
 #ifndef REFIT_MAPPING_MODEL_FAMILY_H_
 #define REFIT_MAPPING_MODEL_FAMILY_H_
 
@@ -106,11 +113,18 @@ struct ModelTensors {
   int64_t fp8_block = 0;      // block scales (weight_scale_inv)
   bool fp8_per_tensor = false;  // per-tensor scales (weight_scale)
   bool mxfp8 = false;           // 1 x 32 E8M0 block scales (weight_scale)
+  bool nvfp4 = false;           // packed E2M1, 1 x 16 e4m3 scales, globals
+  // NVFP4 scales in FlashInfer / CUTLASS's swizzled 128 x 4 tiles (an
+  // engine's kernel=flashinfer).
+  bool nvfp4_swizzled = false;
+  // Per tensor: index of its NVFP4 global scale tensor, or -1.
+  std::vector<int32_t> global_of;
 
-  // The block of one scale element on a weight's last two dims: (fp8_block,
-  // fp8_block), or (1, 32) for MXFP8; (0, 0) without block scales.
-  int64_t scale_block_rows() const { return mxfp8 ? 1 : fp8_block; }
-  int64_t scale_block_cols() const { return mxfp8 ? 32 : fp8_block; }
+  // The block of one scale element on a weight's last two dims, in the
+  // weight's own elements: (fp8_block, fp8_block), (1, 32) for MXFP8, (1, 8)
+  // for NVFP4 (8 bytes of packed codes, 16 values); (0, 0) without.
+  int64_t scale_block_rows() const { return mxfp8 || nvfp4 ? 1 : fp8_block; }
+  int64_t scale_block_cols() const { return mxfp8 ? 32 : nvfp4 ? 8 : fp8_block; }
 
   // Tensor index of `role` in `layer` (layer < 0: global), -1 if absent.
   int32_t Find(int64_t layer, Role role) const {
@@ -129,6 +143,15 @@ absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& config);
 // "qkv_proj.weight_scale_inv", "linear_fc1.weight3" ->
 // "linear_fc1.weight_scale_inv3", "w13_weight" -> "w13_weight_scale_inv").
 std::string ScaleName(absl::string_view weight_name);
+
+// The NVFP4 global scale of a weight: "_scale_2" inserted after the last
+// "weight" ("q_proj.weight" -> "q_proj.weight_scale_2").
+std::string GlobalScaleName(absl::string_view weight_name);
+
+// The engine buffer holding an NVFP4 parameter's global scale, as vLLM
+// names it after loading: "w13_weight" -> "w13_weight_scale_2" (MoE),
+// "qkv_proj.weight" -> "qkv_proj.weight_global_scale" (dense).
+std::string GlobalScaleBufferName(absl::string_view weight_buffer_name);
 
 // The per-tensor scale name: "_scale" inserted after the last "weight"
 // ("o_proj.weight" -> "o_proj.weight_scale", "w13_weight" ->

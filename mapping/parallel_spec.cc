@@ -245,10 +245,12 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
         s.quant = EngineSpec::Quant::kFp8Ue8m0;
       } else if (kv.value == "mxfp8") {
         s.quant = EngineSpec::Quant::kMxfp8;
+      } else if (kv.value == "nvfp4") {
+        s.quant = EngineSpec::Quant::kNvfp4;
       } else if (kv.value != "none") {
         return absl::InvalidArgumentError(absl::StrCat(
             "engine spec \"", text, "\": quant=", kv.value,
-            " is not none, fp8, fp8-ue8m0 or mxfp8"));
+            " is not none, fp8, fp8-ue8m0, mxfp8 or nvfp4"));
       }
     } else if (kv.key == "kernel") {
       REFIT_RETURN_IF_ERROR(ParseKernel(text, kv.value, &s.kernel));
@@ -307,6 +309,17 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
         "uint8, what vLLM's emulation and Marlin backends load); FlashInfer's "
         "swizzled F8_128x4 scales (swizzle_mxfp8_scale) are not written"));
   }
+  if (s.quant == EngineSpec::Quant::kNvfp4 && s.kernel == EngineSpec::Kernel::kDeepgemm) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine spec \"", text, "\": quant=nvfp4 with kernel=deepgemm: DeepGEMM reads "
+        "block FP8; NVFP4 engines take kernel=flashinfer (swizzled scales, experts' "
+        "w13 as [up; gate]) or the checkpoint layout"));
+  }
+  if (s.quant == EngineSpec::Quant::kNvfp4 && s.kind != EngineSpec::Kind::kVllm) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine spec \"", text, "\": quant=nvfp4 follows vLLM's ModelOpt NVFP4 "
+        "parameters after loading; SGLang's are not written"));
+  }
   if (s.quant == EngineSpec::Quant::kMxfp8 && s.kind != EngineSpec::Kind::kVllm) {
     return absl::InvalidArgumentError(absl::StrCat(
         "engine spec \"", text, "\": quant=mxfp8 follows vLLM's online MXFP8 "
@@ -358,6 +371,7 @@ std::string EngineSpecString(const EngineSpec& s) {
   if (s.quant == EngineSpec::Quant::kFp8) absl::StrAppend(&out, ",quant=fp8");
   if (s.quant == EngineSpec::Quant::kFp8Ue8m0) absl::StrAppend(&out, ",quant=fp8-ue8m0");
   if (s.quant == EngineSpec::Quant::kMxfp8) absl::StrAppend(&out, ",quant=mxfp8");
+  if (s.quant == EngineSpec::Quant::kNvfp4) absl::StrAppend(&out, ",quant=nvfp4");
   if (s.kernel != EngineSpec::Kernel::kCheckpoint) {
     absl::StrAppend(&out, ",kernel=", KernelName(s.kernel));
   }

@@ -81,7 +81,13 @@ struct EngineSpec {
   // power of two (DeepGEMM's UE8M0 scales). quant=mxfp8: vLLM's online
   // MXFP8 (quantization="mxfp8"): every quantizable linear weight e4m3 with
   // a uint8 E8M0 weight_scale per 1 x 32 block along K, [..., N, K/32].
-  enum class Quant { kNone, kFp8, kFp8Ue8m0, kMxfp8 };
+  // quant=nvfp4: vLLM's ModelOpt NVFP4 parameters after loading: every
+  // quantizable linear weight uint8 [..., N, K/2] (E2M1 pairs, even element
+  // low), an f8e4m3 weight_scale [..., N, K/16] and one f32 global scale per
+  // engine parameter (weight_global_scale, 0-dim; MoE w13_weight_scale_2 /
+  // w2_weight_scale_2 [E]) over its fused parts (exec/nvfp4.h); with
+  // kernel=flashinfer the block scales in vLLM's swizzled 128 x 4 tiles.
+  enum class Quant { kNone, kFp8, kFp8Ue8m0, kMxfp8, kNvfp4 };
   Quant quant = Quant::kNone;
   // kernel=: vLLM post-processes some weights after loading for the kernel
   // that reads them; the engine tensors are then that layout, not the

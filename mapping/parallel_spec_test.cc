@@ -158,7 +158,7 @@ TEST(ParallelSpecTest, Mxfp8ParsesRoundTripsAndRefusesWhatItDoesNotWrite) {
   EXPECT_THAT(std::string(sg.status().message()), HasSubstr("SGLang"));
   auto q = ParseEngineSpec("vllm:tp=1,quant=mxfp9");
   ASSERT_FALSE(q.ok());
-  EXPECT_THAT(std::string(q.status().message()), HasSubstr("fp8, fp8-ue8m0 or mxfp8"));
+  EXPECT_THAT(std::string(q.status().message()), HasSubstr("fp8, fp8-ue8m0, mxfp8 or nvfp4"));
 }
 
 }  // namespace

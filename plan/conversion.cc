@@ -1,6 +1,7 @@
 #include "plan/conversion.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <utility>
 
@@ -44,6 +45,10 @@ absl::StatusOr<ConversionKind> KindFor(const TensorSpec& s, const TensorSpec& d,
       scale != nullptr && scale->dtype == DType::kU8) {
     return ConversionKind::kMxfp8;
   }
+  if (d.dtype == DType::kU8 && d.transform == Transform::kNone && scale != nullptr &&
+      scale->dtype == DType::kF8E4M3) {
+    return ConversionKind::kNvfp4;
+  }
   if (d.dtype == DType::kF8E4M3 && d.transform == Transform::kNone) {
     if (scale == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -66,7 +71,7 @@ absl::StatusOr<ConversionKind> KindFor(const TensorSpec& s, const TensorSpec& d,
           ? absl::StrCat(" (", TransformName(d.transform), ")")
           : std::string(),
       " and the trainer ", DTypeName(s.dtype),
-      "; refit converts bf16/f16/f32 to f32, -exp f32 or FP8 blocks only",
+      "; refit converts bf16/f16/f32 to f32, -exp f32, FP8 blocks, MXFP8 or NVFP4 only",
       d.transform == Transform::kUe8m0Requant
           ? " (kernel=deepgemm quantizes and requantizes the trainer's "
             "bf16/f16/f32 weights; a trainer holding FP8 is not requantized)"
@@ -172,6 +177,124 @@ absl::StatusOr<std::vector<CutTileGroup>> GroupCutTiles(
   return out;
 }
 
+// Per converted src tensor: the conversion kind and (block kinds) the src
+// index of its scale tensor.
+struct Plan1 {
+  ConversionKind kind;
+  DType from;
+  int32_t scale_tensor = -1;
+  std::vector<int64_t> tile;
+  int32_t dst_tensor = -1;
+  int32_t global_tensor = -1;  // kNvfp4: src index of the global scale
+  bool global_leader = false;  // kNvfp4: this weight carries it
+};
+
+// The packed (kNvfp4) box of a trainer record: its last extent halved.
+// INVALID_ARGUMENT when a shard boundary falls inside a byte.
+absl::StatusOr<Box> PackedBox(const Record& r, const std::string& name) {
+  const int n = r.box.rank();
+  if (n < 1 || r.box.origin(n - 1) % 2 != 0 || r.box.limit(n - 1) % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", name, ", trainer rank ", r.rank, ": its shard ", r.box.ToString(),
+        " starts or ends at an odd column, inside an NVFP4 byte (two E2M1 codes); "
+        "refit packs whole bytes per trainer rank"));
+  }
+  Box::Indices o(r.box.origin().begin(), r.box.origin().end());
+  Box::Indices e(r.box.shape().begin(), r.box.shape().end());
+  o[n - 1] /= 2;
+  e[n - 1] /= 2;
+  return Box::UncheckedMove(std::move(o), std::move(e));
+}
+
+// NVFP4 parameters: the converted dst weights whose records share an
+// engine buffer form one parameter; the one weight of it with a dst tensor
+// GlobalScaleTensorName(weight) carries the parameter's global scale,
+// which joins the src tensors. Sets global_tensor / global_leader.
+absl::Status AddNvfp4GlobalScales(
+    const SideLayout& dst, const absl::flat_hash_map<std::string, int32_t>& dst_by_name,
+    const absl::flat_hash_map<std::string, int32_t>& src_by_name, SideLayout* src,
+    std::map<int32_t, Plan1>* converted) {
+  std::map<int32_t, int32_t> src_of;  // dst weight -> src tensor
+  for (auto& [s, p] : *converted) {
+    if (p.kind == ConversionKind::kNvfp4) src_of[p.dst_tensor] = s;
+  }
+  if (src_of.empty()) return absl::OkStatus();
+  // Union-find over dst weights through shared buffers.
+  std::map<int32_t, int32_t> parent;
+  std::function<int32_t(int32_t)> root = [&](int32_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  for (const auto& [d, s] : src_of) parent[d] = d;
+  std::map<int32_t, int32_t> buffer_first;
+  for (const Record& r : dst.records) {
+    if (!src_of.count(r.tensor)) continue;
+    auto [it, fresh] = buffer_first.emplace(r.buffer, r.tensor);
+    if (!fresh) parent[root(r.tensor)] = root(it->second);
+  }
+  std::map<int32_t, std::vector<int32_t>> groups;
+  for (const auto& [d, s] : src_of) groups[root(d)].push_back(d);
+  for (const auto& [g, members] : groups) {
+    std::vector<std::string> names;
+    int32_t leader = -1, global = -1;
+    for (int32_t m : members) {
+      names.push_back(dst.tensors[m].name);
+      auto it = dst_by_name.find(GlobalScaleTensorName(dst.tensors[m].name));
+      if (it == dst_by_name.end()) continue;
+      if (leader >= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensors ", dst.tensors[leader].name, " and ", dst.tensors[m].name,
+            " share an engine parameter but each has an NVFP4 global scale (",
+            GlobalScaleTensorName(dst.tensors[m].name), "); vLLM keeps one"));
+      }
+      leader = m;
+      global = it->second;
+    }
+    if (leader < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "NVFP4 weights ", absl::StrJoin(names, ", "), ": no global scale ",
+          GlobalScaleTensorName(names[0]), " in the engine for their parameter"));
+    }
+    const TensorSpec& lw = dst.tensors[leader];
+    const Box lead_box = LeadingBox(Box::Unchecked(
+        std::vector<int64_t>(lw.shape.size(), 0), lw.shape));
+    const std::vector<int64_t> lead(lead_box.shape().begin(), lead_box.shape().end());
+    for (int32_t m : members) {
+      const TensorSpec& w = dst.tensors[m];
+      const Box mb = LeadingBox(Box::Unchecked(std::vector<int64_t>(w.shape.size(), 0),
+                                               w.shape));
+      if (w.stacked != lw.stacked ||
+          std::vector<int64_t>(mb.shape().begin(), mb.shape().end()) != lead) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "NVFP4 weights ", lw.name, " and ", w.name, " share an engine parameter "
+            "but not their leading (expert) dims"));
+      }
+    }
+    const TensorSpec& gs = dst.tensors[global];
+    if (gs.shape != lead || gs.dtype != DType::kF32 || gs.stacked != lw.stacked) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", gs.name, ": an NVFP4 global scale is f32 of shape [",
+          absl::StrJoin(lead, ", "), "] (the leading dims of ", lw.name, "), not ",
+          DTypeName(gs.dtype), " [", absl::StrJoin(gs.shape, ", "), "]"));
+    }
+    if (src_by_name.count(gs.name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", gs.name, ": the trainer holds it, but its weight ", lw.name,
+          " is not NVFP4"));
+    }
+    TensorSpec st = gs;
+    st.transform = Transform::kNone;
+    const int32_t gsrc = static_cast<int32_t>(src->tensors.size());
+    src->tensors.push_back(std::move(st));
+    for (int32_t m : members) {
+      Plan1& p = (*converted)[src_of[m]];
+      p.global_tensor = gsrc;
+      p.global_leader = m == leader;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const char* ConversionKindName(ConversionKind k) {
@@ -188,16 +311,28 @@ const char* ConversionKindName(ConversionKind k) {
       return "fp8_block_requant_ue8m0";
     case ConversionKind::kMxfp8:
       return "mxfp8";
+    case ConversionKind::kNvfp4:
+      return "nvfp4";
   }
   return "unknown";
 }
 
 bool IsBlockQuantized(ConversionKind k) {
   return k == ConversionKind::kFp8Block || k == ConversionKind::kFp8BlockUe8m0 ||
-         k == ConversionKind::kFp8BlockRequantUe8m0 || k == ConversionKind::kMxfp8;
+         k == ConversionKind::kFp8BlockRequantUe8m0 || k == ConversionKind::kMxfp8 ||
+         k == ConversionKind::kNvfp4;
 }
 
-int64_t ScaleElementBytes(ConversionKind k) { return k == ConversionKind::kMxfp8 ? 1 : 4; }
+int64_t ScaleElementBytes(ConversionKind k) {
+  return k == ConversionKind::kMxfp8 || k == ConversionKind::kNvfp4 ? 1 : 4;
+}
+
+std::string GlobalScaleTensorName(const std::string& weight) { return weight + "_scale_2"; }
+
+Box LeadingBox(const Box& box) {
+  const int n = std::max(0, box.rank() - 2);
+  return Box::Unchecked(box.origin().subspan(0, n), box.shape().subspan(0, n));
+}
 
 std::string ScaleTensorName(const std::string& weight) {
   return weight + "_scale_inv";
@@ -236,37 +371,45 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
   }
   // Per src tensor: the conversion kind and (block kinds) the src index of
   // its scale tensor.
-  struct Plan1 {
-    ConversionKind kind;
-    DType from;
-    int32_t scale_tensor = -1;
-    std::vector<int64_t> tile;
-  };
   std::map<int32_t, Plan1> converted;
   for (const TensorSpec& d : dst.tensors) {
     auto it = src_by_name.find(d.name);
     if (it == src_by_name.end()) continue;
     const TensorSpec s = src.tensors[it->second];
     if (s.dtype == d.dtype && d.transform == Transform::kNone) continue;
-    if (s.shape != d.shape || s.stacked != d.stacked) continue;  // planner says
     const TensorSpec* scale = nullptr;
     if (auto sc = dst_by_name.find(ScaleTensorName(d.name)); sc != dst_by_name.end()) {
       scale = &dst.tensors[sc->second];
     } else if (auto mx = dst_by_name.find(MxScaleTensorName(d.name));
-               mx != dst_by_name.end() && dst.tensors[mx->second].dtype == DType::kU8) {
+               mx != dst_by_name.end() && (dst.tensors[mx->second].dtype == DType::kU8 ||
+                                           dst.tensors[mx->second].dtype == DType::kF8E4M3)) {
       scale = &dst.tensors[mx->second];
     }
+    // NVFP4: the engine's weight is packed, half the trainer's last dim.
+    const bool packed = d.dtype == DType::kU8 && scale != nullptr &&
+                        scale->dtype == DType::kF8E4M3 && !d.shape.empty();
+    std::vector<int64_t> unpacked = d.shape;
+    if (packed) unpacked.back() *= 2;
+    if (s.shape != unpacked || s.stacked != d.stacked) continue;  // planner says
     REFIT_ASSIGN_OR_RETURN(ConversionKind kind, KindFor(s, d, scale));
     Plan1 p{kind, s.dtype, -1, {}};
+    p.dst_tensor = dst_by_name[d.name];
     if (IsBlockQuantized(kind)) {
       if (d.shape.size() < 2) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", d.name, ": FP8 block quantization needs 2 or more dims"));
       }
       const bool mx = kind == ConversionKind::kMxfp8;
+      const bool nv = kind == ConversionKind::kNvfp4;
       p.tile.assign(d.shape.size(), 1);
-      p.tile[d.shape.size() - 1] = mx ? kMxfp8Block : block;
-      p.tile[d.shape.size() - 2] = mx ? 1 : block;
+      p.tile[d.shape.size() - 1] = mx ? kMxfp8Block : nv ? kNvfp4Block : block;
+      p.tile[d.shape.size() - 2] = mx || nv ? 1 : block;
+      if (nv && s.shape.back() % kNvfp4Block != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", d.name, ": NVFP4 needs the last dim (", s.shape.back(),
+            ") to be a multiple of ", kNvfp4Block, " (vLLM's ModelOptNvFp4LinearMethod "
+            "refuses it too)"));
+      }
       if (mx && d.shape.back() % kMxfp8Block != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", d.name, ": MXFP8 needs the last dim (", d.shape.back(),
@@ -274,7 +417,7 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
             "refuses it too)"));
       }
       std::vector<int64_t> grid(d.shape.size());
-      for (size_t k = 0; k < d.shape.size(); ++k) grid[k] = CeilDiv(d.shape[k], p.tile[k]);
+      for (size_t k = 0; k < d.shape.size(); ++k) grid[k] = CeilDiv(s.shape[k], p.tile[k]);
       if (scale->shape != grid || scale->stacked != d.stacked) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", scale->name, ": shape [", absl::StrJoin(scale->shape, ", "),
@@ -292,14 +435,22 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
       src.tensors.push_back(std::move(st));
     }
     src.tensors[it->second].dtype = d.dtype;
+    src.tensors[it->second].shape = d.shape;
     converted[it->second] = std::move(p);
   }
   if (converted.empty()) {
     out.layout = std::move(src);
     return out;
   }
+  REFIT_RETURN_IF_ERROR(AddNvfp4GlobalScales(dst, dst_by_name, src_by_name, &src, &converted));
   // Re-point every converted record at a scratch buffer of its own.
-  std::map<int32_t, std::vector<std::pair<Box, int32_t>>> cut_boxes;
+  std::map<int32_t, std::vector<std::pair<Box, int32_t>>> cut_boxes, global_boxes;
+  // The trainer's (unpacked) shape of a converted record's tensor.
+  auto src_shape_of = [&](const Conversion& c) {
+    std::vector<int64_t> s = src.tensors[c.from.tensor].shape;
+    if (c.kind == ConversionKind::kNvfp4) s.back() *= 2;
+    return s;
+  };
   const size_t num_records = src.records.size();
   for (size_t i = 0; i < num_records; ++i) {
     Record& r = src.records[i];
@@ -312,6 +463,10 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
     c.from_dtype = p.from;
     c.from = r;
     c.tile = p.tile;
+    if (p.kind == ConversionKind::kNvfp4) {
+      REFIT_ASSIGN_OR_RETURN(r.box, PackedBox(c.from, t.name));
+      c.global_tensor = p.global_tensor;
+    }
     const int64_t n = UncheckedNumElements(r.box);
     const int32_t buf = static_cast<int32_t>(src.buffers.size());
     src.buffers.push_back(
@@ -337,7 +492,27 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
         c.scale_buffer = sbuf;
         src.records.push_back(std::move(sr));
       }
-      const Box whole = WholeTiles(c.from.box, p.tile, t.shape);
+      if (p.kind == ConversionKind::kNvfp4) {
+        const Box lead = LeadingBox(c.from.box);
+        const int fr = c.from.box.rank();
+        if (p.global_leader && c.from.box.origin(fr - 2) == 0 &&
+            c.from.box.origin(fr - 1) == 0 && !IsEmpty(c.from.box)) {
+          const int32_t gbuf = static_cast<int32_t>(src.buffers.size());
+          // (r may dangle here: the scale record was pushed above.)
+          src.buffers.push_back({c.from.rank, absl::StrCat("refit.global_scales.", i),
+                                 UncheckedNumElements(lead) * 4, {}, true});
+          Record gr;
+          gr.tensor = p.global_tensor;
+          gr.rank = c.from.rank;
+          gr.buffer = gbuf;
+          gr.box = lead;
+          gr.dims = SubArrayDims(lead.shape(), lead.shape());
+          c.global_buffer = gbuf;
+          src.records.push_back(std::move(gr));
+        }
+        global_boxes[p.global_tensor].push_back({lead, c.from.rank});
+      }
+      const Box whole = WholeTiles(c.from.box, p.tile, src_shape_of(c));
       for (Box& b : Difference(IntersectingTiles(c.from.box, p.tile), whole)) {
         if (!IsEmpty(b)) cut_boxes[c.from.tensor].push_back({std::move(b), c.from.rank});
       }
@@ -349,6 +524,13 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
                      return a.from.rank < b.from.rank;
                    });
   for (const auto& [tensor, boxes] : cut_boxes) {
+    REFIT_ASSIGN_OR_RETURN(
+        std::vector<CutTileGroup> g,
+        AnnotateStatus(GroupCutTiles(tensor, boxes),
+                       absl::StrCat("tensor ", src.tensors[tensor].name)));
+    for (CutTileGroup& x : g) out.cut_tiles.push_back(std::move(x));
+  }
+  for (const auto& [tensor, boxes] : global_boxes) {
     REFIT_ASSIGN_OR_RETURN(
         std::vector<CutTileGroup> g,
         AnnotateStatus(GroupCutTiles(tensor, boxes),

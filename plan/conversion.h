@@ -14,7 +14,13 @@
 //     float scale and requantized with a power-of-two scale
 //     (exec/quantize.h has the arithmetic);
 //   - kMxfp8: e4m3 weights with one E8M0 byte (`<weight>_scale`, u8, vLLM's
-//     MXFP8 weight_scale) per 1 x 32 block along the last dim.
+//     MXFP8 weight_scale) per 1 x 32 block along the last dim;
+//   - kNvfp4: a u8 engine weight [..., N, K/2] (two E2M1 codes a byte) from
+//     a float trainer weight [..., N, K], with an f8e4m3 `<weight>_scale`
+//     [..., N, K/16] and an f32 global scale `<weight>_scale_2` ([] or [E])
+//     shared by every weight of its engine parameter (the dst weights whose
+//     records share a buffer: q/k/v in qkv_proj, gate/up in w13); its amax
+//     is that of all of them, per expert (exec/nvfp4.h has the formulas).
 //
 // How it runs: ConvertSource rewrites the source layout so that every
 // converted record reads from a scratch buffer (BufferSpec::scratch) that
@@ -25,7 +31,10 @@
 // its scratch buffers from its registered ones (exec/convert.h); where its
 // record cuts a tile that other ranks hold parts of, the holders first
 // exchange per-tile partial amaxes (CutTileGroup) so that every part is
-// quantized with the same scale.
+// quantized with the same scale. NVFP4's global amax is exchanged the same
+// way, with the global scale tensor's leading dims (experts; none for a
+// dense weight) as its tiles: every rank holding part of the parameter
+// sends its partial amax per expert, a few floats.
 #ifndef REFIT_PLAN_CONVERSION_H_
 #define REFIT_PLAN_CONVERSION_H_
 
@@ -47,10 +56,13 @@ enum class ConversionKind : int32_t {
   kFp8BlockUe8m0 = 4,  // the same, scales rounded up to powers of two
   kFp8BlockRequantUe8m0 = 5,  // kFp8Block, then requantized to UE8M0 scales
   kMxfp8 = 6,          // e4m3 + E8M0 byte scales per 1 x 32 block
+  kNvfp4 = 7,          // E2M1 x2 bytes + e4m3 scales per 1 x 16 + f32 global
 };
 
 // MXFP8's block length along the last dim (vLLM's MXFP8_BLOCK_SIZE).
 inline constexpr int64_t kMxfp8Block = 32;
+// NVFP4's block length along the last dim (ModelOpt's group_size).
+inline constexpr int64_t kNvfp4Block = 16;
 
 // "cast_f32", "neg_exp_f32", "fp8_block", "fp8_block_ue8m0",
 // "fp8_block_requant_ue8m0", "mxfp8".
@@ -59,7 +71,8 @@ const char* ConversionKindName(ConversionKind k);
 // True for the block-quantizing kinds (they have scales and tiles).
 bool IsBlockQuantized(ConversionKind k);
 
-// Bytes of one scale element of a block kind: 1 (E8M0) for kMxfp8, else 4.
+// Bytes of one scale element of a block kind: 1 (E8M0, e4m3) for kMxfp8
+// and kNvfp4, else 4.
 int64_t ScaleElementBytes(ConversionKind k);
 
 // One source record's conversion. `from` is the record as registered (the
@@ -77,6 +90,13 @@ struct Conversion {
   // Tile extent per tensor dim (1 on leading dims, `block` on the last
   // two); empty for element-wise kinds.
   std::vector<int64_t> tile;
+  // kNvfp4: the plan.src tensor of the parameter's global scale (its dims
+  // are from.box's leading dims), and the scratch buffer (-1: none) that
+  // receives it, f32 row-major over from.box's leading dims, when this
+  // record is of the weight that carries it and holds element [.., 0, 0].
+  // The scratch at to_buffer holds from.box with its last extent halved.
+  int32_t global_tensor = -1;
+  int32_t global_buffer = -1;
 };
 
 // Tiles of one source tensor that several source records share, each
@@ -114,6 +134,11 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
 // (FP8 blocks), name + "_scale" (MXFP8).
 std::string ScaleTensorName(const std::string& weight);
 std::string MxScaleTensorName(const std::string& weight);
+// NVFP4's global scale of a weight: name + "_scale_2".
+std::string GlobalScaleTensorName(const std::string& weight);
+
+// The leading dims of `box` (all but the last two).
+Box LeadingBox(const Box& box);
 
 // Tiles of `box` along each dim: those intersecting it ([floor(o/t),
 // ceil(end/t))) and those whose first element lies in it ([ceil(o/t),

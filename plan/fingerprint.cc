@@ -141,6 +141,10 @@ void WriteConversions(Writer& w, const Plan& p) {
     w.I(c.scale_buffer);
     w.I(c.tile.size());
     for (int64_t t : c.tile) w.I(t);
+    if (c.kind == ConversionKind::kNvfp4) {
+      w.I(c.global_tensor);
+      w.I(c.global_buffer);
+    }
   }
   w.I(p.cut_tiles.size());
   for (const CutTileGroup& g : p.cut_tiles) {

@@ -217,6 +217,8 @@ refit::v1::PlanProto ToProto(const Plan& plan) {
     cp->set_to_buffer(c.to_buffer);
     cp->set_scale_buffer(c.scale_buffer);
     for (int64_t t : c.tile) cp->add_tile(t);
+    cp->set_global_tensor(c.global_tensor);
+    cp->set_global_buffer(c.global_buffer);
   }
   for (const CutTileGroup& g : plan.cut_tiles) {
     auto* gp = p.add_cut_tiles();
@@ -260,19 +262,38 @@ absl::Status ConversionsFromProto(const refit::v1::PlanProto& p, Plan* plan) {
     TensorSpec& t = src.tensors[c.from.tensor];
     const std::string who = absl::StrCat("conversion of tensor ", t.name, " on trainer rank ",
                                          c.from.rank);
-    if (t.dtype != (block ? DType::kF8E4M3 : DType::kF32) ||
-        DTypeSize(c.from_dtype) < 2) {
+    const bool nv = c.kind == ConversionKind::kNvfp4;
+    if (t.dtype != (nv ? DType::kU8 : block ? DType::kF8E4M3 : DType::kF32) ||
+        DTypeSize(c.from_dtype) < 2 || (nv && t.shape.empty())) {
       return absl::InvalidArgumentError(absl::StrCat(who, ": dtypes do not fit"));
     }
-    // The registered record is checked in its own dtype.
+    // The registered record is checked in its own dtype (and, NVFP4, its
+    // unpacked shape).
     const DType converted = t.dtype;
     t.dtype = c.from_dtype;
+    if (nv) t.shape.back() *= 2;
     absl::Status valid = ValidateRecord(src, c.from);
     t.dtype = converted;
+    if (nv) t.shape.back() /= 2;
     REFIT_RETURN_IF_ERROR(AnnotateStatus(valid, who));
     const int64_t n = UncheckedNumElements(c.from.box);
-    if (!IsScratchOf(src, c.to_buffer, c.from.rank, n * DTypeSize(converted))) {
+    if (!IsScratchOf(src, c.to_buffer, c.from.rank,
+                     nv ? n / 2 : n * DTypeSize(converted))) {
       return absl::InvalidArgumentError(absl::StrCat(who, ": bad scratch buffer"));
+    }
+    c.global_tensor = nv ? cp.global_tensor() : -1;
+    c.global_buffer = nv ? cp.global_buffer() : -1;
+    if (nv) {
+      const Box lead = LeadingBox(c.from.box);
+      const bool tensor_ok =
+          c.global_tensor >= 0 && c.global_tensor < ntensors &&
+          src.tensors[c.global_tensor].dtype == DType::kF32 &&
+          static_cast<int>(src.tensors[c.global_tensor].shape.size()) == lead.rank();
+      if (!tensor_ok || (c.global_buffer != -1 &&
+                         !IsScratchOf(src, c.global_buffer, c.from.rank,
+                                      UncheckedNumElements(lead) * 4))) {
+        return absl::InvalidArgumentError(absl::StrCat(who, ": bad NVFP4 global scale"));
+      }
     }
     if (block) {
       if (static_cast<int>(c.tile.size()) != c.from.box.rank() ||
@@ -571,6 +592,7 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
       map_buffers(plan.src, &s.src, src_buf, n.from);
       n.to_buffer = keep_buffer(plan.src, &s.src, src_buf, c.to_buffer);
       n.scale_buffer = keep_buffer(plan.src, &s.src, src_buf, c.scale_buffer);
+      n.global_buffer = keep_buffer(plan.src, &s.src, src_buf, c.global_buffer);
       s.conversions.push_back(std::move(n));
     }
     for (const CutTileGroup& g : plan.cut_tiles) {

@@ -1,8 +1,10 @@
 #include "testing/reference_convert.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "exec/quantize.h"
@@ -110,20 +112,121 @@ std::vector<uint8_t> ExpectedConverted(const TensorSpec& t, DType source_dtype,
   return weight != nullptr ? AsBytes(q.scales) : q.values;
 }
 
+namespace {
+
+// The trainer's (unpacked) shape of a converted record's tensor.
+std::vector<int64_t> SourceShape(const Plan& plan, const Conversion& c) {
+  std::vector<int64_t> s = plan.src.tensors[c.from.tensor].shape;
+  if (c.kind == ConversionKind::kNvfp4) s.back() *= 2;
+  return s;
+}
+
+// The pattern values of weight `w` (its trainer shape `shape`) as f32.
+std::vector<float> PatternValues(const std::string& w, const std::vector<int64_t>& shape,
+                                 DType source_dtype, uint64_t seed) {
+  const uint64_t h = NameHash(w);
+  std::vector<float> v(Elements(shape));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint64_t word = FiniteWord(source_dtype, PatternWord(h, i, seed));
+    char bytes[8];
+    std::memcpy(bytes, &word, 8);
+    v[i] = LoadAsF32(source_dtype, bytes);
+  }
+  return v;
+}
+
+// max |x| per leading index (all dims but the last two).
+std::vector<float> LeadAmax(const std::vector<float>& v, const std::vector<int64_t>& shape) {
+  const int64_t slice = shape[shape.size() - 1] * shape[shape.size() - 2];
+  std::vector<float> a(v.size() / slice, 0.0f);
+  for (size_t i = 0; i < v.size(); ++i) a[i / slice] = std::max(a[i / slice], std::fabs(v[i]));
+  return a;
+}
+
+}  // namespace
+
+bool ExpectedNvfp4(const SideLayout& engine, const TensorSpec& t,
+                   const std::map<std::string, DType>& source, uint64_t seed,
+                   std::vector<uint8_t>* out) {
+  std::map<std::string, int32_t> by_name;
+  for (size_t i = 0; i < engine.tensors.size(); ++i) by_name[engine.tensors[i].name] = i;
+  auto is_weight = [&](const std::string& n) {
+    auto w = by_name.find(n);
+    auto s = by_name.find(n + "_scale");
+    return w != by_name.end() && s != by_name.end() &&
+           engine.tensors[w->second].dtype == DType::kU8 &&
+           engine.tensors[s->second].dtype == DType::kF8E4M3 && source.count(n) &&
+           source.at(n) != DType::kU8;
+  };
+  auto strip = [&](const std::string& suffix) {
+    return t.name.size() > suffix.size() &&
+                   t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0
+               ? t.name.substr(0, t.name.size() - suffix.size())
+               : std::string();
+  };
+  std::string w;
+  int part = 0;  // 0 codes, 1 block scales, 2 global scales
+  if (t.dtype == DType::kU8 && is_weight(t.name)) {
+    w = t.name;
+  } else if (t.dtype == DType::kF8E4M3 && is_weight(strip("_scale"))) {
+    w = strip("_scale");
+    part = 1;
+  } else if (t.dtype == DType::kF32 && is_weight(strip("_scale_2"))) {
+    w = strip("_scale_2");
+    part = 2;
+  } else {
+    return false;
+  }
+  // The weights sharing an engine buffer with w, transitively.
+  std::set<int32_t> members = {by_name[w]};
+  for (bool grew = true; grew;) {
+    grew = false;
+    std::set<int32_t> bufs;
+    for (const Record& r : engine.records) {
+      if (members.count(r.tensor)) bufs.insert(r.buffer);
+    }
+    for (const Record& r : engine.records) {
+      if (bufs.count(r.buffer) && !members.count(r.tensor) &&
+          is_weight(engine.tensors[r.tensor].name)) {
+        members.insert(r.tensor);
+        grew = true;
+      }
+    }
+  }
+  auto unpacked = [](std::vector<int64_t> s) {
+    s.back() *= 2;
+    return s;
+  };
+  const TensorSpec& ws = engine.tensors[by_name[w]];
+  std::vector<float> amax;
+  for (int32_t m : members) {
+    const TensorSpec& ms = engine.tensors[m];
+    const std::vector<float> a =
+        LeadAmax(PatternValues(ms.name, unpacked(ms.shape), source.at(ms.name), seed),
+                 unpacked(ms.shape));
+    if (amax.empty()) amax.assign(a.size(), 0.0f);
+    for (size_t k = 0; k < a.size() && k < amax.size(); ++k) amax[k] = std::max(amax[k], a[k]);
+  }
+  const Quantized q = ReferenceNvfp4Quantize(
+      PatternValues(w, unpacked(ws.shape), source.at(w), seed), unpacked(ws.shape), amax);
+  *out = part == 0 ? q.values : part == 1 ? q.scale_bytes : AsBytes(q.global_scales);
+  return true;
+}
+
 absl::Status ReferenceConvert(const Plan& plan, const std::vector<uint8_t*>& src) {
   // Whole tensors, per converted source tensor, as f32.
   std::map<int32_t, std::vector<float>> whole;
   std::map<int32_t, std::vector<bool>> seen;
   for (const Conversion& c : plan.conversions) {
-    const TensorSpec& t = plan.src.tensors[c.from.tensor];
+    const std::vector<int64_t> shape = SourceShape(plan, c);
     auto [it, fresh] = whole.try_emplace(c.from.tensor);
     if (fresh) {
-      it->second.assign(Elements(t.shape), 0.0f);
+      it->second.assign(Elements(shape), 0.0f);
       seen[c.from.tensor].assign(it->second.size(), false);
     }
     const int64_t es = DTypeSize(c.from_dtype);
     ForEachIndex(c.from.box, [&](const Box::Indices& g, int64_t) {
-      const int64_t k = Linear(t.shape, g);
+      const int64_t k = Linear(shape, g);
       it->second[k] = LoadAsF32(c.from_dtype,
                                 reinterpret_cast<const char*>(ElementPtr(c.from, es, g, src)));
       seen[c.from.tensor][k] = true;
@@ -138,10 +241,56 @@ absl::Status ReferenceConvert(const Plan& plan, const std::vector<uint8_t*>& src
       }
     }
   }
+  // NVFP4: each parameter's amax per expert, over its weights.
+  std::map<int32_t, std::vector<float>> param_amax;
+  for (const auto& [tensor, v] : whole) {
+    for (const Conversion& c : plan.conversions) {
+      if (c.from.tensor != tensor || c.kind != ConversionKind::kNvfp4) continue;
+      const std::vector<float> a = LeadAmax(v, SourceShape(plan, c));
+      std::vector<float>& p = param_amax[c.global_tensor];
+      if (p.empty()) p.assign(a.size(), 0.0f);
+      for (size_t k = 0; k < a.size() && k < p.size(); ++k) p[k] = std::max(p[k], a[k]);
+      break;
+    }
+  }
   std::map<int32_t, Quantized> quantized;
   for (const Conversion& c : plan.conversions) {
     const TensorSpec& t = plan.src.tensors[c.from.tensor];
     const std::vector<float>& v = whole[c.from.tensor];
+    if (c.kind == ConversionKind::kNvfp4) {
+      const std::vector<int64_t> shape = SourceShape(plan, c);
+      auto [q, fresh] = quantized.try_emplace(c.from.tensor);
+      if (fresh) q->second = ReferenceNvfp4Quantize(v, shape, param_amax[c.global_tensor]);
+      const int n = c.from.box.rank();
+      Box::Indices po(c.from.box.origin().begin(), c.from.box.origin().end());
+      Box::Indices pe(c.from.box.shape().begin(), c.from.box.shape().end());
+      po[n - 1] /= 2;
+      pe[n - 1] /= 2;
+      ForEachIndex(Box::UncheckedMove(std::move(po), std::move(pe)),
+                   [&](const Box::Indices& g, int64_t k) {
+                     src[c.to_buffer][k] = q->second.values[Linear(t.shape, g)];
+                   });
+      std::vector<int64_t> grid = shape;
+      grid.back() /= kNvfp4Block;
+      if (c.scale_buffer >= 0) {
+        ForEachIndex(OwnedTiles(c.from.box, c.tile), [&](const Box::Indices& g, int64_t k) {
+          src[c.scale_buffer][k] = q->second.scale_bytes[Linear(grid, g)];
+        });
+      }
+      if (c.global_buffer >= 0) {
+        const Box lead = LeadingBox(c.from.box);
+        const std::vector<int64_t> ls(shape.begin(), shape.end() - 2);
+        float* g = reinterpret_cast<float*>(src[c.global_buffer]);
+        if (lead.rank() == 0) {
+          g[0] = q->second.global_scales[0];
+        } else {
+          ForEachIndex(lead, [&](const Box::Indices& x, int64_t k) {
+            g[k] = q->second.global_scales[Linear(ls, x)];
+          });
+        }
+      }
+      continue;
+    }
     if (!IsBlockQuantized(c.kind)) {
       float* out = reinterpret_cast<float*>(src[c.to_buffer]);
       ForEachIndex(c.from.box, [&](const Box::Indices& g, int64_t k) {

@@ -5,11 +5,14 @@
 #define REFIT_TESTING_REFERENCE_CONVERT_H_
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "layout/dtype.h"
 #include "layout/tensor_spec.h"
+#include "layout/layout.h"
 #include "plan/plan.h"
 #include "testing/reference_quantizer.h"
 
@@ -41,6 +44,16 @@ std::vector<uint8_t> ExpectedConverted(const TensorSpec& t, DType source_dtype,
                                        const TensorSpec* weight, uint64_t seed,
                                        int64_t block, Transform scale_transform,
                                        bool mxfp8 = false);
+
+// NVFP4 engines (exec/nvfp4.h): when `t` is a u8 NVFP4 weight of `engine`
+// (it has an f8e4m3 "<t>_scale" and the trainer holds it in a float dtype),
+// its "_scale" or the f32 "<w>_scale_2" global of one, sets *out to the
+// bytes it holds for the trainer's pattern of version `seed`
+// (ReferenceNvfp4Quantize, the global amax that of every weight sharing an
+// engine buffer with w, per expert) and returns true; else false.
+bool ExpectedNvfp4(const SideLayout& engine, const TensorSpec& t,
+                   const std::map<std::string, DType>& source, uint64_t seed,
+                   std::vector<uint8_t>* out);
 
 // ReferenceQuantize of `values` as a weight whose scale tensor has
 // `scale_transform`.

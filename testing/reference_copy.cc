@@ -220,6 +220,9 @@ const std::vector<uint8_t>* ExpectedFor(const SideLayout& side, const TensorSpec
   }
   std::vector<uint8_t>& out = (*cache)[t.name];
   const auto& src = *options.source_dtypes;
+  if (testing::ExpectedNvfp4(side, t, src, options.seed, &out)) {
+    return out.empty() ? nullptr : &out;
+  }
   auto sd = src.find(t.name);
   // A weight's scales say how they are made (float, pow2, requantized).
   auto scale_transform = [&](const std::string& weight) {

@@ -163,4 +163,58 @@ Quantized ReferenceMxfp8Quantize(const std::vector<float>& values,
   return q;
 }
 
+uint8_t ReferenceE2M1(float y) {
+  static const float kMagnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const double a = std::min(6.0, std::fabs(static_cast<double>(y)));
+  int best = 0;
+  for (int c = 1; c < 8; ++c) {
+    const double dc = std::fabs(a - kMagnitudes[c]), db = std::fabs(a - kMagnitudes[best]);
+    if (dc < db || (dc == db && c % 2 == 0)) best = c;
+  }
+  return static_cast<uint8_t>((y < 0.0f ? 8 : 0) | best);
+}
+
+Quantized ReferenceNvfp4Quantize(const std::vector<float>& values,
+                                 const std::vector<int64_t>& shape,
+                                 const std::vector<float>& global_amax) {
+  const size_t rank = shape.size();
+  const int64_t rows = shape[rank - 2], cols = shape[rank - 1];
+  const int64_t lead = static_cast<int64_t>(values.size()) / std::max<int64_t>(rows * cols, 1);
+  Quantized q;
+  q.values.assign(values.size() / 2, 0);
+  q.scale_bytes.resize(lead * rows * (cols / 16));
+  for (int64_t l = 0; l < lead; ++l) {
+    const float* slice = values.data() + l * rows * cols;
+    float amax = 0;
+    if (!global_amax.empty()) {
+      amax = global_amax[l];
+    } else {
+      for (int64_t k = 0; k < rows * cols; ++k) amax = std::max(amax, std::fabs(slice[k]));
+    }
+    // torch's CUDA division by the Python scalar 6 * 448: a product with
+    // its f32 reciprocal.
+    const float g = amax * (1.0f / 2688.0f);
+    q.global_scales.push_back(g);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < cols / 16; ++j) {
+        const float* x = slice + r * cols + j * 16;
+        float bamax = 0;
+        for (int i = 0; i < 16; ++i) bamax = std::max(bamax, std::fabs(x[i]));
+        float s = bamax / (6.0f * g);
+        if (s == 0.0f) s = 1.0f;
+        s = std::max(s, std::ldexp(1.0f, -9));
+        const uint8_t sb = ReferenceE4M3(s);
+        q.scale_bytes[(l * rows + r) * (cols / 16) + j] = sb;
+        const float d = DecodeE4M3(sb) * g;
+        for (int i = 0; i < 16; ++i) {
+          const int64_t k = (l * rows + r) * cols + j * 16 + i;
+          const uint8_t code = ReferenceE2M1(x[i] / d);
+          q.values[k / 2] |= static_cast<uint8_t>(k % 2 == 0 ? code : code << 4);
+        }
+      }
+    }
+  }
+  return q;
+}
+
 }  // namespace refit::testing

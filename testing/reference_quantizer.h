@@ -16,7 +16,9 @@ uint8_t ReferenceE4M3(float x);
 struct Quantized {
   std::vector<uint8_t> values;  // row-major, the tensor's shape
   std::vector<float> scales;    // row-major, the tile grid
-  std::vector<uint8_t> scale_bytes;  // MXFP8: E8M0 bytes, the block grid
+  std::vector<uint8_t> scale_bytes;  // MXFP8: E8M0 bytes, the block grid;
+                                     // NVFP4: e4m3 bytes, the 1 x 16 grid
+  std::vector<float> global_scales;  // NVFP4: per leading index
 };
 
 // Quantizes a whole tensor of `shape` (f32 values, row-major; tiles of
@@ -46,6 +48,25 @@ Quantized ReferenceRequantUe8m0(const Quantized& checkpoint,
 // ReferenceE4M3(x / 2^(e - 127)); scale_bytes holds e, [..., K / 32].
 Quantized ReferenceMxfp8Quantize(const std::vector<float>& values,
                                  const std::vector<int64_t>& shape);
+
+// The E2M1 code nearest to y after clamping to [-6, 6] (ties to the even
+// code), by search over the eight magnitudes; the sign bit set when y < 0.
+uint8_t ReferenceE2M1(float y);
+
+// NVFP4 as ModelOpt's NVFP4QTensor.quantize computes it (modelopt/torch/
+// quantization/qtensor/nvfp4_tensor.py, NVIDIA/Model-Optimizer at 211c6b3;
+// vLLM's ModelOptNvFp4LinearMethod / ModelOptNvFp4FusedMoE load its bytes
+// as they are), written plainly: per leading index l (expert) the global
+// scale g = amax * f32(1 / 2688) (ModelOpt's amax / (6 * 448) as torch on
+// CUDA computes it) with amax = global_amax[l] when given (a fused
+// group's amax), else max |x| over the slice; per 16-block along the last
+// dim the scale s = bamax / (6 * g) (1 when 0, at least 2^-9) rounded by
+// ReferenceE4M3; codes ReferenceE2M1(x / (e4m3 value * g)), packed two per
+// byte, even element low. values: packed bytes [..., K / 2]; scale_bytes:
+// [..., K / 16]; global_scales: g per leading index.
+Quantized ReferenceNvfp4Quantize(const std::vector<float>& values,
+                                 const std::vector<int64_t>& shape,
+                                 const std::vector<float>& global_amax = {});
 
 }  // namespace refit::testing
 

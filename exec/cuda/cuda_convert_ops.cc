@@ -11,8 +11,10 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "exec/copy_program.h"
+#include "exec/nvfp4.h"
 #include "exec/cuda/convert_kernels.h"
 #include "exec/cuda/cuda_status.h"
+#include "exec/cuda/nvfp4_kernels.h"
 #include "exec/cuda/pack_kernels.h"
 
 namespace refit {
@@ -52,6 +54,17 @@ absl::StatusOr<cuda::DenseBox> Dense(const char* data, DType dtype, const Box& b
     return absl::InvalidArgumentError(absl::StrCat("box ", box.ToString(),
                                                    " has too many FP8 tiles for one launch"));
   }
+  return b;
+}
+
+// NVFP4's dense box: 1 x 16 tiles on the last dim, L the leading dims.
+absl::StatusOr<cuda::DenseBox> Nvfp4Dense(const char* data, DType dtype, const Box& box) {
+  const int n = box.rank();
+  if (n < 2) return absl::InvalidArgumentError("NVFP4 needs 2 or more dims");
+  REFIT_ASSIGN_OR_RETURN(int code, DtypeCode(dtype));
+  cuda::DenseBox b{data, code, 1, box.shape(n - 2), box.shape(n - 1),
+                   box.origin(n - 2), box.origin(n - 1), 1, kNvfp4Block};
+  for (int d = 0; d + 2 < n; ++d) b.L *= box.shape(d);
   return b;
 }
 
@@ -133,6 +146,65 @@ class CudaConvertOps : public ConvertOps {
             b, reinterpret_cast<const float*>(amax_), static_cast<int>(mode),
             reinterpret_cast<unsigned char*>(out), scales, s_)),
         "quantize launch");
+  }
+
+  absl::StatusOr<Nvfp4Amaxes> Nvfp4Amax(const char* dense, DType dtype, const Box& box,
+                                        bool blocks) override {
+    REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, Nvfp4Dense(dense, dtype, box));
+    const int64_t tiles = b.L * b.R * ((b.c0 + b.C + 15) / 16 - b.c0 / 16);
+    const int64_t bytes = (b.L + (blocks ? tiles : 0)) * 4;
+    REFIT_RETURN_IF_ERROR(Grow(&amax_, &amax_bytes_, bytes));
+    REFIT_RETURN_IF_ERROR(ResetBad());
+    float* global = reinterpret_cast<float*>(amax_);
+    REFIT_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(global, 0, b.L * 4, s_), "amax"));
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        static_cast<cudaError_t>(cuda::LaunchNvfp4Amax(b, blocks ? global + b.L : nullptr,
+                                                       global, bad_, s_)),
+        "nvfp4 amax launch"));
+    Nvfp4Amaxes a;
+    a.global.resize(b.L);
+    if (blocks) a.block.resize(tiles);
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(a.global.data(), global, b.L * 4, cudaMemcpyDeviceToHost, s_),
+        "amax to host"));
+    if (blocks) {
+      REFIT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(a.block.data(), global + b.L,
+                                                       tiles * 4, cudaMemcpyDeviceToHost, s_),
+                                       "amax to host"));
+    }
+    REFIT_RETURN_IF_ERROR(CheckBad(box));
+    return a;
+  }
+
+  absl::Status QuantizeNvfp4(const char* dense, DType dtype, const Box& box,
+                             const std::vector<float>& block_amax,
+                             const std::vector<float>& global_amax, char* out, char* scales,
+                             char* global_scales) override {
+    REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, Nvfp4Dense(dense, dtype, box));
+    if (static_cast<int64_t>(global_amax.size()) != b.L) {
+      return absl::InvalidArgumentError("NVFP4: one global amax per leading index");
+    }
+    // Amaxes (and the global scales) to the device: the stream is idle
+    // first, so the host vectors may go after the synchronous copy.
+    std::vector<float> host(global_amax);
+    for (float a : global_amax) host.push_back(Nvfp4GlobalScale(a));
+    host.insert(host.end(), block_amax.begin(), block_amax.end());
+    REFIT_RETURN_IF_ERROR(Grow(&amax_, &amax_bytes_, static_cast<int64_t>(host.size()) * 4));
+    REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s_), "conversion stream"));
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy(amax_, host.data(), host.size() * 4, cudaMemcpyHostToDevice),
+        "amax to device"));
+    const float* g = reinterpret_cast<const float*>(amax_);
+    if (global_scales != nullptr) {
+      REFIT_RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(global_scales, g + b.L, b.L * 4, cudaMemcpyDeviceToDevice, s_),
+          "global scales"));
+    }
+    return CudaStatus(static_cast<cudaError_t>(cuda::LaunchNvfp4Quantize(
+                          b, block_amax.empty() ? nullptr : g + 2 * b.L, g,
+                          reinterpret_cast<unsigned char*>(out),
+                          reinterpret_cast<unsigned char*>(scales), s_)),
+                      "nvfp4 quantize launch");
   }
 
   // Non-finite checks are deferred: each call gets a slot of a device flag

@@ -4,16 +4,22 @@
 // plane's Converter, cut-tile amax exchange included) both leave every
 // engine element equal to what CheckPattern expects of the trainer's
 // pattern.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "exec/executor.h"
 #include "exec/inproc_transport.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "exec/quantize.h"
 #include "mapping/mapping.h"
 #include "plan/plan_codec.h"
 #include "plan/planner.h"
+#include "testing/reference_convert.h"
 #include "testing/reference_copy.h"
 
 namespace refit {
@@ -212,6 +218,243 @@ TEST(ConvertedPlansTest, Mxfp8RefusesWhatVllmRefuses) {
   }
 }
 
+// Returns the index of buffer `name` of engine rank `rank` in `side`, -1 if
+// none.
+int32_t BufferIndex(const SideLayout& side, const std::string& name, int32_t rank) {
+  for (size_t b = 0; b < side.buffers.size(); ++b) {
+    if (side.buffers[b].name == name && side.buffers[b].rank == rank) {
+      return static_cast<int32_t>(b);
+    }
+  }
+  return -1;
+}
+
+// NVFP4 under Megatron TP 4 into one vLLM rank: o_proj's K (96) is cut at
+// 24, 48, 72, so 16-blocks are shared by two trainer ranks; qkv_proj's
+// global scale is max |q, k, v| / 2688 over all four ranks' rows; the
+// engine holds vLLM's names, shapes and dtypes, and a flipped byte in the
+// codes, the block scales or the global scale fails the check naming it.
+TEST(ConvertedPlansTest, Nvfp4CutBlocksSharedGlobalScaleAndEveryByteIsChecked) {
+  absl::StatusOr<ModelConfig> model = LoadModelConfig("tiny-qwen3-fp4");
+  ASSERT_TRUE(model.ok());
+  absl::StatusOr<MappedSide> src =
+      BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=4"));
+  absl::StatusOr<MappedSide> dst =
+      BuildEngineLayout(*model, *ParseEngineSpec("vllm:tp=1,quant=nvfp4"));
+  ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
+  absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::string attn = "model.layers.0.self_attn.";
+  std::map<std::string, const TensorSpec*> t;
+  for (const TensorSpec& x : plan->dst.tensors) t[x.name] = &x;
+  ASSERT_TRUE(t.count(attn + "q_proj.weight") && t.count(attn + "q_proj.weight_scale") &&
+              t.count(attn + "q_proj.weight_scale_2"));
+  EXPECT_EQ(t[attn + "q_proj.weight"]->dtype, DType::kU8);
+  EXPECT_EQ(t[attn + "q_proj.weight"]->shape, (std::vector<int64_t>{96, 32}));
+  EXPECT_EQ(t[attn + "q_proj.weight_scale"]->dtype, DType::kF8E4M3);
+  EXPECT_EQ(t[attn + "q_proj.weight_scale"]->shape, (std::vector<int64_t>{96, 4}));
+  EXPECT_EQ(t[attn + "q_proj.weight_scale_2"]->shape, std::vector<int64_t>{});
+  EXPECT_FALSE(t.count(attn + "k_proj.weight_scale_2"));  // shared with q
+  EXPECT_EQ(t["lm_head.weight"]->dtype, DType::kBF16);
+  EXPECT_EQ(t["model.embed_tokens.weight"]->dtype, DType::kBF16);
+  // The exchanges: o_proj's cut blocks, and qkv_proj's global over 4 ranks.
+  int32_t o_proj = -1, qkv_global = -1;
+  for (size_t i = 0; i < plan->src.tensors.size(); ++i) {
+    if (plan->src.tensors[i].name == attn + "o_proj.weight") o_proj = i;
+    if (plan->src.tensors[i].name == attn + "q_proj.weight_scale_2") qkv_global = i;
+  }
+  bool cut = false, global4 = false;
+  for (const CutTileGroup& g : plan->cut_tiles) {
+    cut |= g.tensor == o_proj;
+    global4 |= g.tensor == qkv_global && g.ranks.size() == 4;
+  }
+  EXPECT_TRUE(cut);
+  EXPECT_TRUE(global4);
+  const std::map<std::string, DType> source = SourceDTypes(src->layout);
+  PatternOptions po{-1, 9};
+  po.source_dtypes = &source;
+  OwnedBuffers s = AllocateBuffers(src->layout);
+  OwnedBuffers d = AllocateBuffers(plan->dst);
+  FillPattern(src->layout, s.ptrs, po);
+  const std::vector<absl::Status> status = RunAllRanks(*plan, s, d, /*slices=*/true);
+  for (const absl::Status& st : status) ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(CheckPattern(plan->dst, d.ptrs, po).ok());
+  // The global scale: amax over q, k, v (the trainer's bf16 pattern) / 2688.
+  float amax = 0;
+  for (const char* part : {"q_proj.weight", "k_proj.weight", "v_proj.weight"}) {
+    const uint64_t h = NameHash(attn + part);
+    for (int64_t i = 0; i < 96 * 64; ++i) {
+      const uint64_t w = testing::FiniteWord(DType::kBF16, PatternWord(h, i, po.seed));
+      char b[8];
+      std::memcpy(b, &w, 8);
+      amax = std::max(amax, std::fabs(LoadAsF32(DType::kBF16, b)));
+    }
+  }
+  const int32_t gbuf = BufferIndex(plan->dst, attn + "qkv_proj.weight_global_scale", 0);
+  ASSERT_GE(gbuf, 0);
+  EXPECT_EQ(plan->dst.buffers[gbuf].byte_size, 4);
+  float g;
+  std::memcpy(&g, d.ptrs[gbuf], 4);
+  EXPECT_EQ(g, amax * (1.0f / 2688.0f));  // torch's CUDA amax / (6 * 448)
+  for (const std::string& name : {attn + "qkv_proj.weight_global_scale",
+                                  attn + "o_proj.weight_scale", attn + "o_proj.weight"}) {
+    const int32_t b = BufferIndex(plan->dst, name, 0);
+    ASSERT_GE(b, 0) << name;
+    d.ptrs[b][3] ^= 1;
+    absl::Status st = CheckPattern(plan->dst, d.ptrs, po);
+    EXPECT_FALSE(st.ok()) << name;
+    EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr(name.substr(attn.size())));
+    d.ptrs[b][3] ^= 1;
+  }
+}
+
+// A parameter whose every value is zero has no NVFP4 global scale
+// (ModelOpt divides by amax / 2688): the trainer ranks holding it fail,
+// naming the tensor, and the engine does not complete the round.
+TEST(ConvertedPlansTest, Nvfp4AllZeroParameterFailsNamingIt) {
+  absl::StatusOr<ModelConfig> model = LoadModelConfig("tiny-qwen3-fp4");
+  ASSERT_TRUE(model.ok());
+  absl::StatusOr<MappedSide> src = BuildTrainerLayout(*model, *ParseTrainerSpec("fsdp:dp=2"));
+  absl::StatusOr<MappedSide> dst =
+      BuildEngineLayout(*model, *ParseEngineSpec("vllm:tp=1,quant=nvfp4"));
+  ASSERT_TRUE(src.ok() && dst.ok());
+  absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  OwnedBuffers s = AllocateBuffers(src->layout);
+  OwnedBuffers d = AllocateBuffers(plan->dst);
+  FillPattern(src->layout, s.ptrs, {-1, 1});
+  const std::string name = "model.layers.1.self_attn.o_proj.weight";
+  for (const Record& r : src->layout.records) {
+    if (src->layout.tensors[r.tensor].name == name) {
+      std::memset(s.ptrs[r.buffer], 0, src->layout.buffers[r.buffer].byte_size);
+    }
+  }
+  const std::vector<absl::Status> status = RunAllRanks(*plan, s, d, /*slices=*/false);
+  EXPECT_EQ(status[0].code(), absl::StatusCode::kInvalidArgument) << status[0];
+  EXPECT_THAT(std::string(status[0].message()), ::testing::HasSubstr("tensor " + name));
+  EXPECT_THAT(std::string(status[0].message()), ::testing::HasSubstr("is zero"));
+  EXPECT_FALSE(status[plan->src.world_size].ok());
+}
+
+// A real MoE model plans into NVFP4 under EP: every engine rank gets one
+// global scale per parameter (qkv_proj, o_proj, w13, w2 of each layer), and
+// the plan survives the codec (it once read a record after the scale
+// records had moved the vector).
+TEST(ConvertedPlansTest, Nvfp4PlansQwen3MoeUnderExpertParallelism) {
+  absl::StatusOr<ModelConfig> model = LoadModelConfig("qwen3-30b-a3b");
+  ASSERT_TRUE(model.ok());
+  absl::StatusOr<MappedSide> src =
+      BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=4,ep=4,etp=1"));
+  absl::StatusOr<MappedSide> dst =
+      BuildEngineLayout(*model, *ParseEngineSpec("vllm:tp=2,dp=2,ep=4,quant=nvfp4"));
+  ASSERT_TRUE(src.ok() && dst.ok());
+  absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int globals = 0;
+  for (const BufferSpec& b : plan->dst.buffers) {
+    if (b.rank == 3 && (absl::EndsWith(b.name, "_global_scale") ||
+                        absl::EndsWith(b.name, "_scale_2"))) {
+      ++globals;
+    }
+  }
+  EXPECT_EQ(globals, 4 * model->num_layers);
+  absl::StatusOr<Plan> back = FromProto(ToProto(*plan));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->conversions.size(), plan->conversions.size());
+}
+
+// kernel=flashinfer: the bytes of o_proj's and qkv_proj's weight_scale
+// buffers equal vLLM's swizzle_blockscale of the reference scales, written
+// here as its reshape [M/128, 4, 32, K/4, 4] and permute (0, 3, 2, 1, 4).
+TEST(ConvertedPlansTest, Nvfp4FlashinferScalesAreVllmsSwizzle) {
+  absl::StatusOr<ModelConfig> model = LoadModelConfig("tiny-qwen3-fp4-fi");
+  ASSERT_TRUE(model.ok());
+  absl::StatusOr<MappedSide> src =
+      BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=2"));
+  absl::StatusOr<MappedSide> dst = BuildEngineLayout(
+      *model, *ParseEngineSpec("vllm:tp=1,quant=nvfp4,kernel=flashinfer"));
+  ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
+  absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::map<std::string, DType> source = SourceDTypes(src->layout);
+  PatternOptions po{-1, 4};
+  po.source_dtypes = &source;
+  OwnedBuffers s = AllocateBuffers(src->layout);
+  OwnedBuffers d = AllocateBuffers(plan->dst);
+  FillPattern(src->layout, s.ptrs, po);
+  const std::vector<absl::Status> status = RunAllRanks(*plan, s, d, /*slices=*/true);
+  for (const absl::Status& st : status) ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(CheckPattern(plan->dst, d.ptrs, po).ok());
+  const std::string attn = "model.layers.1.self_attn.";
+  struct Param {
+    std::string buffer;
+    std::vector<std::string> parts;  // rows in order
+  };
+  for (const Param& p : {Param{attn + "o_proj.weight_scale", {attn + "o_proj.weight_scale"}},
+                         Param{attn + "qkv_proj.weight_scale",
+                               {attn + "q_proj.weight_scale", attn + "k_proj.weight_scale",
+                                attn + "v_proj.weight_scale"}}}) {
+    std::vector<uint8_t> logical;  // [M, K] row-major, the parts stacked
+    int64_t k = 0;
+    for (const std::string& part : p.parts) {
+      const TensorSpec* t = nullptr;
+      for (const TensorSpec& x : plan->dst.tensors) {
+        if (x.name == part) t = &x;
+      }
+      ASSERT_NE(t, nullptr) << part;
+      std::vector<uint8_t> bytes;
+      ASSERT_TRUE(testing::ExpectedNvfp4(plan->dst, *t, source, po.seed, &bytes)) << part;
+      logical.insert(logical.end(), bytes.begin(), bytes.end());
+      k = t->shape.back();
+    }
+    const int64_t m = static_cast<int64_t>(logical.size()) / k;
+    ASSERT_EQ(m % 128, 0);
+    ASSERT_EQ(k % 4, 0);
+    std::vector<uint8_t> want(logical.size());
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        const int64_t a = r / 128, b = (r % 128) / 32, e = r % 32, f = c / 4, g = c % 4;
+        want[(((a * (k / 4) + f) * 32 + e) * 4 + b) * 4 + g] = logical[r * k + c];
+      }
+    }
+    const int32_t b = BufferIndex(plan->dst, p.buffer, 0);
+    ASSERT_GE(b, 0) << p.buffer;
+    ASSERT_EQ(plan->dst.buffers[b].byte_size, static_cast<int64_t>(want.size()));
+    EXPECT_EQ(std::vector<uint8_t>(d.ptrs[b], d.ptrs[b] + want.size()), want) << p.buffer;
+  }
+}
+
+// Engines vLLM's NVFP4 method refuses are refused by name: K not a
+// multiple of 16 (whole or per TP rank), an FP8 model, kernel=flashinfer.
+TEST(ConvertedPlansTest, Nvfp4RefusesWhatIsNotWritten) {
+  struct Bad {
+    const char* model;
+    const char* engine;
+    const char* says;
+  };
+  for (const Bad& b : {Bad{"tiny-qwen3", "vllm:tp=1,quant=nvfp4", "multiple of 16"},
+                       Bad{"tiny-qwen3-fp4", "vllm:tp=4,quant=nvfp4", "1x16 weight_scale block"},
+                       Bad{"tiny-qwen3-moe-fp8", "vllm:tp=1,quant=nvfp4", "already FP8"}}) {
+    absl::StatusOr<ModelConfig> model = LoadModelConfig(b.model);
+    ASSERT_TRUE(model.ok()) << b.model;
+    absl::StatusOr<MappedSide> dst = BuildEngineLayout(*model, *ParseEngineSpec(b.engine));
+    ASSERT_FALSE(dst.ok()) << b.model << " " << b.engine;
+    EXPECT_EQ(dst.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(dst.status().message()), ::testing::HasSubstr(b.says))
+        << dst.status();
+  }
+  absl::StatusOr<EngineSpec> dg = ParseEngineSpec("vllm:tp=1,quant=nvfp4,kernel=deepgemm");
+  ASSERT_FALSE(dg.ok());
+  EXPECT_THAT(std::string(dg.status().message()), ::testing::HasSubstr("deepgemm"));
+  // kernel=flashinfer swizzles 128 x 4 tiles: 96 rows of q_proj are refused.
+  absl::StatusOr<ModelConfig> m = LoadModelConfig("tiny-qwen3-fp4");
+  ASSERT_TRUE(m.ok());
+  absl::StatusOr<MappedSide> fi =
+      BuildEngineLayout(*m, *ParseEngineSpec("vllm:tp=1,quant=nvfp4,kernel=flashinfer"));
+  ASSERT_FALSE(fi.ok());
+  EXPECT_THAT(std::string(fi.status().message()), ::testing::HasSubstr("swizzle_blockscale"));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, ConvertedPatternsTest,
     ::testing::Values(
@@ -227,7 +470,23 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"tiny-qwen3-mx", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=mxfp8"},
         Case{"tiny-qwen3-moe-mx", "megatron:tp=4,ep=4,etp=1", "vllm:tp=2,dp=2,ep=4,quant=mxfp8"},
         Case{"tiny-qwen3-moe-mx", "megatron:tp=2,pp=2,ep=2,etp=1", "vllm:tp=2,quant=mxfp8"},
-        Case{"tiny-qwen3-moe-mx", "fsdp:dp=3", "vllm:tp=1,dp=3,ep=3,quant=mxfp8"}));
+        Case{"tiny-qwen3-moe-mx", "fsdp:dp=3", "vllm:tp=1,dp=3,ep=3,quant=mxfp8"},
+        // NVFP4: Megatron TP 4 cuts the 1 x 16 blocks of o_proj (K 24 per
+        // rank) and down_proj (40 per rank); every parameter's global scale
+        // comes from the amax of all its parts on every rank (FSDP's uneven
+        // row chunks, Megatron's TP shards, experts per EP rank).
+        Case{"tiny-qwen3-fp4", "megatron:tp=4,pp=2", "vllm:tp=2,quant=nvfp4"},
+        Case{"tiny-qwen3-fp4", "megatron:tp=4,dp=2", "vllm:tp=2,dp=2,quant=nvfp4"},
+        Case{"tiny-qwen3-fp4", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=nvfp4"},
+        Case{"tiny-qwen3-moe-fp4", "megatron:tp=4,ep=4,etp=1", "vllm:tp=2,dp=2,ep=4,quant=nvfp4"},
+        Case{"tiny-qwen3-moe-fp4", "megatron:tp=2,pp=2,ep=2,etp=1", "vllm:tp=2,quant=nvfp4"},
+        Case{"tiny-qwen3-moe-fp4", "fsdp:dp=3", "vllm:tp=1,dp=3,ep=3,quant=nvfp4"},
+        // NVFP4 with kernel=flashinfer: block scales in swizzled 128 x 4
+        // tiles, experts' w13 as [up; gate].
+        Case{"tiny-qwen3-fp4-fi", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer"},
+        Case{"tiny-qwen3-moe-fp4-fi", "megatron:tp=2,ep=2,etp=1",
+             "vllm:tp=1,dp=2,ep=2,quant=nvfp4,kernel=flashinfer"},
+        Case{"tiny-qwen3-moe-fp4-fi", "fsdp:dp=3", "vllm:tp=1,quant=nvfp4,kernel=flashinfer"}));
 
 }  // namespace
 }  // namespace refit

@@ -113,6 +113,46 @@ class VllmKernelLayoutTest(unittest.TestCase):
         self.refused(S.Model([("model.layers.0.mlp.experts", moe)]),
                      "model.layers.0.mlp.experts", "FlashInfer TRTLLM", "quant=fp8")
 
+    def test_nvfp4_linear_and_moe_layouts_and_refusals(self):
+        class ModelOptNvFp4LinearMethod:
+            def __init__(self, kernel):
+                self.kernel = kernel
+
+        class ModelOptNvFp4FusedMoE:
+            def __init__(self, backend):
+                self.nvfp4_backend = backend  # an enum; its name is what counts
+
+        class CutlassNvFp4LinearKernel:
+            pass
+
+        class EmulationNvFp4LinearKernel:
+            pass
+
+        class MarlinNvFp4LinearKernel:
+            pass
+
+        def lin(kernel):
+            return S.Layer(quant_method=ModelOptNvFp4LinearMethod(kernel()))
+
+        self.assertIsNone(el.vllm_kernel_layout(
+            S.Model([("l0.qkv_proj", lin(EmulationNvFp4LinearKernel))])))
+        self.assertEqual(el.vllm_kernel_layout(
+            S.Model([("l0.qkv_proj", lin(CutlassNvFp4LinearKernel))])), "flashinfer")
+        self.refused(S.Model([("l0.o_proj", lin(MarlinNvFp4LinearKernel))]),
+                     "l0.o_proj", "Marlin")
+        self.refused(S.Model([("l0.qkv_proj", lin(CutlassNvFp4LinearKernel)),
+                              ("l1.qkv_proj", lin(EmulationNvFp4LinearKernel))]),
+                     "l1.qkv_proj", "one layout")
+
+        def moe(backend):
+            return S.Layer(quant_method=ModelOptNvFp4FusedMoE(backend), w13_weight=object())
+
+        B = S.Mxfp8LinearBackend  # EMULATION, FLASHINFER_CUTLASS, MARLIN by name
+        self.assertIsNone(el.vllm_kernel_layout(S.Model([("l0.mlp.experts", moe(B.EMULATION))])))
+        self.assertEqual(el.vllm_kernel_layout(
+            S.Model([("l0.mlp.experts", moe(B.FLASHINFER_CUTLASS))])), "flashinfer")
+        self.refused(S.Model([("l0.mlp.experts", moe(B.MARLIN))]), "l0.mlp.experts", "MARLIN")
+
     def test_per_tensor_fp8_refused_with_flashinfer_alpha_named(self):
         self.refused(S.Model([("l.qkv_proj", S.fp8_linear(
             S.float_scales(2), block_quant=False))]), "l.qkv_proj", "per-tensor", "max scale")
@@ -309,6 +349,32 @@ class MlaDerivedTensorsTest(unittest.TestCase):
                 self.assertEqual(el.refresh_sglang_derived(model), 1)
                 self.assertIs(attn.w_kc, kc)
                 self.assertEqual(mla_attention(self.q, self.latent, attn.w_kc, attn.w_vc), want)
+
+    def test_vllm_nvfp4_alphas_follow_the_global_scales(self):
+        f32 = T.float32
+        dense = S.Layer(alpha=T.Tensor.of([0.5], (), f32),
+                        input_global_scale=T.Tensor.of([0.25], (), f32),
+                        weight_global_scale=T.Tensor.of([3.0], (), f32))
+        cfg = S.Layer(g1_alphas=T.Tensor.of([0.0, 0.0], (2,), f32),
+                      g2_alphas=T.Tensor.of([0.0, 0.0], (2,), f32))
+        moe = S.Layer(quant_method=S.Layer(moe_quant_config=cfg),
+                      w13_input_scale=T.Tensor.of([2.0, 4.0], (2,), f32),
+                      w13_weight_scale_2=T.Tensor.of([0.5, 0.125], (2,), f32),
+                      w2_input_scale=T.Tensor.of([1.0, 3.0], (2,), f32),
+                      w2_weight_scale_2=T.Tensor.of([0.25, 2.0], (2,), f32))
+        g1 = cfg.g1_alphas
+        model = S.Model([("model.layers.0.self_attn.qkv_proj", dense),
+                         ("model.layers.0.mlp.experts", moe)])
+        self.assertEqual(el.refresh_vllm_derived(model), 2)
+        self.assertEqual(dense.alpha.item(), 0.75)
+        self.assertIs(cfg.g1_alphas, g1)  # written in place
+        self.assertEqual(cfg.g1_alphas.flat(), [1.0, 0.5])
+        self.assertEqual(cfg.g2_alphas.flat(), [0.25, 6.0])
+        cfg.g1_alphas = T.Tensor.of([0.0], (1,), f32)  # folded differently: refused
+        with self.assertRaises(refit.RefitError) as cm:
+            el.refresh_vllm_derived(model)
+        self.assertIn("model.layers.0.mlp.experts", cm.exception.message)
+        self.assertIn("g1_alphas", cm.exception.message)
 
     def test_derived_copies_refit_does_not_recompute_are_refused(self):
         impl = S.VllmMLAImpl(kv_b_weight(self.rng, True), HEADS, LORA, NOPE, V, False)

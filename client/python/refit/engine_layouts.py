@@ -177,6 +177,41 @@ def _vllm_mxfp8(name: str, layer: Any, qm: Any) -> Optional[str]:
     return _CHECKPOINT
 
 
+def _vllm_nvfp4(name: str, layer: Any, qm: Any) -> Optional[str]:
+    """The layout of a layer under vLLM's ModelOpt NVFP4 methods
+    (quantization/modelopt.py at 00155cd), or None for other methods: the
+    checkpoint layout (quant=nvfp4) for the emulation backends, FLASHINFER
+    (quant=nvfp4,kernel=flashinfer: scales swizzled by swizzle_blockscale,
+    experts' w13 as [up; gate]) for the CUTLASS and FlashInfer CUTLASS
+    linear kernels and the FlashInfer CUTLASS MoE. Refused: Marlin (repacked
+    weights), FlashInfer TRTLLM and CuteDSL MoE (shuffled experts), and
+    vLLM's own CUTLASS MoE (swizzled scales without the [up; gate] order)."""
+    if "NvFp4" not in type(qm).__name__:
+        return None
+    if getattr(layer, "w13_weight", None) is not None:
+        backend = _enum_name(getattr(qm, "nvfp4_backend", None))
+        if backend == "EMULATION":
+            return _CHECKPOINT
+        if backend == "FLASHINFER_CUTLASS":
+            return FLASHINFER
+        raise _refuse(
+            f"layer {name}: vLLM's NVFP4 MoE backend {backend or 'unknown'} holds the experts "
+            f"in a layout refit does not write (quant=nvfp4 writes the checkpoint layout, "
+            f"kernel=flashinfer FlashInfer CUTLASS's): set VLLM_USE_FLASHINFER_MOE_FP4=1 with "
+            f"the CUTLASS backend")
+    kernel = type(getattr(qm, "kernel", None)).__name__
+    if "Emulation" in kernel:
+        return _CHECKPOINT
+    if ("Marlin" not in kernel and "TRTLLM" not in kernel.upper() and
+            ("Cutlass" in kernel or "FlashInfer" in kernel)):
+        return FLASHINFER
+    raise _refuse(
+        f"layer {name}: vLLM's NVFP4 linear kernel {kernel} holds the weights in a layout "
+        f"refit does not write (Marlin repacks them, TRTLLM shuffles them); quant=nvfp4 "
+        f"writes the emulation backend's tensors and kernel=flashinfer CUTLASS's swizzled "
+        f"scales")
+
+
 def _kernel_classes(qm: Any) -> str:
     """Class names of the objects a MoE quant method runs with, two levels
     deep (FusedMoEModularMethod -> FusedMoEModularKernel -> FlashInferExperts)."""
@@ -290,6 +325,14 @@ def vllm_kernel_layout(model: Any) -> Optional[str]:
         mx = _vllm_mxfp8(name, layer, qm)
         if mx is not None:
             seen.setdefault(mx, name)
+            continue
+        nv = _vllm_nvfp4(name, layer, qm)
+        if nv is not None:
+            seen.setdefault(nv, name)
+            if FLASHINFER in seen and _CHECKPOINT in seen:
+                raise _refuse(
+                    f"layer {seen[FLASHINFER]} holds swizzled NVFP4 scales and layer "
+                    f"{seen[_CHECKPOINT]} does not; refit writes one layout for all")
             continue
         moe = _vllm_moe(name, layer, qm)
         if moe is not None:
@@ -499,6 +542,33 @@ def _mla_dims(a: Any) -> Tuple[int, int, int, int]:
     return heads, a.kv_lora_rank, a.qk_nope_head_dim, a.v_head_dim
 
 
+def _refresh_nvfp4_alphas(name: str, m: Any) -> bool:
+    """vLLM's NVFP4 alphas of layer ``m`` recomputed in place from the
+    global scales refit wrote; False where ``m`` keeps none."""
+    alpha = getattr(m, "alpha", None)
+    igs, wgs = getattr(m, "input_global_scale", None), getattr(m, "weight_global_scale", None)
+    if alpha is not None and igs is not None and wgs is not None:
+        alpha.copy_(igs * wgs)
+        return True
+    cfg = getattr(getattr(m, "quant_method", None), "moe_quant_config", None)
+    done = False
+    for alphas_name, a_name, w_name in (("g1_alphas", "w13_input_scale", "w13_weight_scale_2"),
+                                        ("g2_alphas", "w2_input_scale", "w2_weight_scale_2")):
+        w = getattr(m, w_name, None)
+        alphas = getattr(cfg, alphas_name, None) if cfg is not None else None
+        if w is None or alphas is None:
+            continue
+        a = getattr(m, a_name, None)
+        if a is None or tuple(a.shape) != tuple(w.shape) or tuple(alphas.shape) != tuple(w.shape):
+            raise _refuse(
+                f"layer {name}: its NVFP4 MoE {alphas_name} {tuple(alphas.shape)} is not "
+                f"{a_name} * {w_name} {tuple(w.shape)} element by element, so refit cannot "
+                f"recompute it after writing {w_name}: serve the MoE layers in BF16 or FP8")
+        alphas.copy_(a * w)
+        done = True
+    return done
+
+
 def refresh_vllm_derived(model: Any) -> int:
     """Recomputes, in place, every tensor vLLM derived from a weight refit
     writes, from the bytes that weight holds now: MLA's ``W_UK_T`` [N, P, L]
@@ -516,14 +586,27 @@ def refresh_vllm_derived(model: Any) -> int:
     reads and writes about 4 MiB per layer, 0.5 GB over 61 layers per GPU,
     a fraction of a millisecond of HBM time; the launches dominate).
 
+    NVFP4 (quant=nvfp4, vLLM's ModelOpt method at 00155cd): a linear's
+    ``alpha`` = ``input_global_scale * weight_global_scale`` (refit writes
+    the weight global scale; the input scale is the engine's calibration),
+    and a MoE layer's ``g1_alphas`` / ``g2_alphas`` in its quant method's
+    ``moe_quant_config`` = ``w13_input_scale * w13_weight_scale_2`` /
+    ``w2_input_scale * w2_weight_scale_2``, each written with ``copy_``;
+    counted with the MLA layers in the return value.
+
     Raises refit.RefitError (INVALID_ARGUMENT) naming the layer for derived
     tensors refit does not recompute: ROCm AITER's FP8 BMM copies (W_K /
-    W_V with scales: set VLLM_ROCM_USE_AITER_FP8BMM=0) and FlashInfer's
+    W_V with scales: set VLLM_ROCM_USE_AITER_FP8BMM=0), FlashInfer's
     per-tensor FP8 MoE alpha scales (output1_scales_scalar / g1_alphas:
-    serve block FP8 or BF16; vllm_kernel_layout refuses those layers too).
+    serve block FP8 or BF16; vllm_kernel_layout refuses those layers too),
+    and NVFP4 MoE alphas whose shape is not that of the product (a backend
+    that folded the input scales differently).
     """
     done = 0
     for name, m in _modules(model):
+        if _refresh_nvfp4_alphas(name, m):
+            done += 1
+            continue
         for attr in ("output1_scales_scalar", "g1_alphas"):
             if getattr(m, attr, None) is not None:
                 raise _refuse(

@@ -1,0 +1,344 @@
+// CUDA NVFP4 kernels (see nvfp4_kernels.h): one thread per 1 x 16 tile of a
+// row; the arithmetic of exec/nvfp4.cc with IEEE f32 operations
+// (__fdiv_rn / __fmul_rn) so that the bytes are the host's.
+#include "exec/cuda/nvfp4_kernels.h"
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace refit {
+namespace cuda {
+
+// Kept out of an anonymous namespace (reproducible objects).
+__device__ float RefitNvfp4Load(const char* p, int dtype, int64_t i) {
+  if (dtype == kConvertBF16) {
+    const unsigned short h = reinterpret_cast<const unsigned short*>(p)[i];
+    return __uint_as_float(static_cast<unsigned int>(h) << 16);
+  }
+  if (dtype == kConvertF16) return __half2float(reinterpret_cast<const __half*>(p)[i]);
+  return reinterpret_cast<const float*>(p)[i];
+}
+
+// F32ToE2M1 of exec/nvfp4.cc, by the bits.
+__device__ unsigned int RefitE2M1(float y) {
+  const unsigned int sign = y < 0.0f ? 8u : 0u;
+  const float a = fabsf(y);
+  if (a < 1.0f) return sign | static_cast<unsigned int>(__float2int_rn(a * 2.0f));
+  unsigned int u = __float_as_uint(a);
+  u = (u + 0x1FFFFFu + ((u >> 22) & 1u)) & 0xFFC00000u;
+  const unsigned int c = (u >> 22) - 252u;
+  return sign | (c < 7u ? c : 7u);
+}
+
+// A tile's columns [lo, hi) in the box's own coordinates.
+struct RefitNvfp4Tile {
+  int64_t row, t, lo, hi;
+};
+
+__device__ bool RefitNvfp4TileOf(const DenseBox& b, int64_t tiles, int64_t first,
+                                 RefitNvfp4Tile* x) {
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= b.L * b.R * tiles) return false;
+  x->row = k / tiles;
+  x->t = k % tiles;
+  x->lo = max((first + x->t) * 16, b.c0) - b.c0;
+  x->hi = min((first + x->t + 1) * 16, b.c0 + b.C) - b.c0;
+  return true;
+}
+
+// Whole aligned BF16 tile: 16 values by two 16-byte loads.
+__device__ bool RefitNvfp4Vec(const DenseBox& b, const RefitNvfp4Tile& x) {
+  return b.dtype == kConvertBF16 && x.hi - x.lo == 16 &&
+         ((reinterpret_cast<uintptr_t>(b.data) + 2 * (x.row * b.C + x.lo)) & 15) == 0;
+}
+
+__device__ void RefitNvfp4Values(const DenseBox& b, const RefitNvfp4Tile& x, float* v) {
+  if (RefitNvfp4Vec(b, x)) {
+    const uint4* p = reinterpret_cast<const uint4*>(b.data + 2 * (x.row * b.C + x.lo));
+    const uint4 q[2] = {p[0], p[1]};
+    const unsigned int* w = reinterpret_cast<const unsigned int*>(q);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      v[2 * i] = __uint_as_float(w[i] << 16);
+      v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < 16; ++i) {
+    v[i] = x.lo + i < x.hi ? RefitNvfp4Load(b.data, b.dtype, x.row * b.C + x.lo + i) : 0.0f;
+  }
+}
+
+__global__ void RefitNvfp4AmaxKernel(DenseBox b, int64_t tiles, int64_t first,
+                                     float* block_amax, float* global_amax, long long* bad) {
+  RefitNvfp4Tile x;
+  float m = 0.0f;
+  int64_t l = -1;
+  if (RefitNvfp4TileOf(b, tiles, first, &x)) {
+    float v[16];
+    RefitNvfp4Values(b, x, v);
+    for (int i = 0; i < 16; ++i) {
+      if (!isfinite(v[i])) atomicMin(bad, static_cast<long long>(x.row * b.C + x.lo + i));
+      m = fmaxf(m, fabsf(v[i]));
+    }
+    if (block_amax != nullptr) block_amax[x.row * tiles + x.t] = m;
+    l = x.row / b.R;
+  }
+  // Non-negative floats order as their bits: one atomicMax per warp and l.
+  const unsigned int active = __activemask();
+  const int64_t l0 = __shfl_sync(active, l, __ffs(active) - 1);
+  if (__all_sync(active, l == l0)) {
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(active, m, o));
+    if ((threadIdx.x & 31) == __ffs(active) - 1 && l >= 0) {
+      atomicMax(reinterpret_cast<unsigned int*>(global_amax) + l, __float_as_uint(m));
+    }
+  } else if (l >= 0) {
+    atomicMax(reinterpret_cast<unsigned int*>(global_amax) + l, __float_as_uint(m));
+  }
+}
+
+__global__ void RefitNvfp4QuantizeKernel(DenseBox b, int64_t tiles, int64_t first,
+                                         const float* block_amax, const float* global_amax,
+                                         unsigned char* out, unsigned char* scales,
+                                         int64_t owned0, int64_t owned) {
+  RefitNvfp4Tile x;
+  if (!RefitNvfp4TileOf(b, tiles, first, &x)) return;
+  float v[16];
+  RefitNvfp4Values(b, x, v);
+  float amax = 0.0f;
+  if (block_amax != nullptr) {
+    amax = block_amax[x.row * tiles + x.t];
+  } else {
+    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  }
+  const float g = __fmul_rn(global_amax[x.row / b.R], 1.0f / 2688.0f);
+  float s = __fdiv_rn(amax, __fmul_rn(6.0f, g));
+  if (s == 0.0f) s = 1.0f;
+  s = fmaxf(s, 0.001953125f);
+  const __nv_fp8_storage_t sb = __nv_cvt_float_to_fp8(s, __NV_SATFINITE, __NV_E4M3);
+  const float d = __fmul_rn(__half2float(__half(__nv_cvt_fp8_to_halfraw(sb, __NV_E4M3))), g);
+  const int64_t n = x.hi - x.lo;
+  unsigned int packed[2] = {0u, 0u};
+  for (int i = 0; i < 16; i += 2) {
+    if (i >= n) break;
+    const unsigned int byte = RefitE2M1(__fdiv_rn(v[i], d)) | RefitE2M1(__fdiv_rn(v[i + 1], d)) << 4;
+    packed[i / 8] |= byte << (8 * ((i / 2) % 4));
+  }
+  unsigned char* o = out + (x.row * b.C + x.lo) / 2;
+  if (n == 16 && (reinterpret_cast<uintptr_t>(o) & 7) == 0) {
+    *reinterpret_cast<uint2*>(o) = make_uint2(packed[0], packed[1]);
+  } else {
+    for (int64_t j = 0; j < n / 2; ++j) o[j] = (packed[j / 4] >> (8 * (j % 4))) & 0xFF;
+  }
+  const int64_t j = first + x.t - owned0;
+  if (scales != nullptr && j >= 0 && j < owned) scales[x.row * owned + j] = sb;
+}
+
+// Fast path: BF16, every tile whole (c0 and C multiples of 16), 16-byte
+// aligned rows. Thread i of the grid-stride loop takes elements [8i, 8i+8)
+// of the dense box (one 16-byte load, one 4-byte store); lanes 2j and
+// 2j+1 hold one tile and combine their amaxes by a shuffle. Leading index
+// l of element 8i: i / per_l (per_l = R * C / 8), found by division only
+// when i crosses into the next l.
+__device__ void RefitNvfp4Eight(const uint4& q, float* v) {
+  const unsigned int w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    v[2 * k] = __uint_as_float(w[k] << 16);
+    v[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+  }
+}
+
+// Eights a thread loads before it computes on them (memory parallelism).
+constexpr int kNvfp4Unroll = 4;
+
+__global__ void __launch_bounds__(256) RefitNvfp4AmaxFastKernel(
+    const char* data, int64_t halves, int64_t per_l, float* block_amax, float* global_amax,
+    long long* bad) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t l = -1, l_end = 0;
+  float run = 0.0f;
+  // Every thread runs the same number of rounds, so the shuffles see whole
+  // warps; eight j of a round is i0 + j * stride.
+  const int64_t step = stride * kNvfp4Unroll;
+  const int64_t rounds = (halves + step - 1) / step;
+  const uint4* in4 = reinterpret_cast<const uint4*>(data);
+  int64_t i0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t it = 0; it < rounds; ++it, i0 += step) {
+    uint4 q[kNvfp4Unroll];
+#pragma unroll
+    for (int j = 0; j < kNvfp4Unroll; ++j) {
+      const int64_t i = i0 + j * stride;
+      if (i < halves) q[j] = in4[i];
+    }
+#pragma unroll
+    for (int j = 0; j < kNvfp4Unroll; ++j) {
+      const int64_t i = i0 + j * stride;
+      const bool in = i < halves;
+      float m = 0.0f;
+      if (in) {
+        float v[8];
+        RefitNvfp4Eight(q[j], v);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          if (!isfinite(v[k])) atomicMin(bad, static_cast<long long>(8 * i + k));
+          m = fmaxf(m, fabsf(v[k]));
+        }
+        if (i >= l_end) {
+          if (l >= 0) {
+            atomicMax(reinterpret_cast<unsigned int*>(global_amax) + l, __float_as_uint(run));
+          }
+          l = i / per_l;
+          l_end = (l + 1) * per_l;
+          run = 0.0f;
+        }
+        run = fmaxf(run, m);
+      }
+      if (block_amax != nullptr) {
+        const float pair = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        if (in && (i & 1) == 0) block_amax[i / 2] = pair;
+      }
+    }
+  }
+  // One atomic per warp when its lanes end on one leading index.
+  const long long l0 = __shfl_sync(0xffffffffu, static_cast<long long>(l), 0);
+  if (__all_sync(0xffffffffu, l == l0 || l < 0)) {
+    for (int o = 16; o > 0; o >>= 1) run = fmaxf(run, __shfl_xor_sync(0xffffffffu, run, o));
+    if ((threadIdx.x & 31) == 0 && l0 >= 0) {
+      atomicMax(reinterpret_cast<unsigned int*>(global_amax) + l0, __float_as_uint(run));
+    }
+  } else if (l >= 0) {
+    atomicMax(reinterpret_cast<unsigned int*>(global_amax) + l, __float_as_uint(run));
+  }
+}
+
+__global__ void __launch_bounds__(256) RefitNvfp4QuantizeFastKernel(
+    const char* data, int64_t halves, int64_t per_l, const float* block_amax,
+    const float* global_amax, unsigned char* out, unsigned char* scales) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t step = stride * kNvfp4Unroll;
+  const int64_t rounds = (halves + step - 1) / step;
+  const uint4* in4 = reinterpret_cast<const uint4*>(data);
+  int64_t l = -1, l_end = 0;
+  float g = 0.0f;
+  int64_t i0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t it = 0; it < rounds; ++it, i0 += step) {
+    uint4 q[kNvfp4Unroll];
+#pragma unroll
+    for (int j = 0; j < kNvfp4Unroll; ++j) {
+      const int64_t i = i0 + j * stride;
+      q[j] = i < halves ? in4[i] : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int j = 0; j < kNvfp4Unroll; ++j) {
+      const int64_t i = i0 + j * stride;
+      float v[8];
+      RefitNvfp4Eight(q[j], v);  // zeros past the end
+      float m = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(v[k]));
+      const float pair = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      if (i >= halves) continue;
+      if (i >= l_end) {
+        l = i / per_l;
+        l_end = (l + 1) * per_l;
+        g = __fmul_rn(global_amax[l], 1.0f / 2688.0f);
+      }
+      const float amax = block_amax != nullptr ? block_amax[i / 2] : pair;
+      float sc = __fdiv_rn(amax, __fmul_rn(6.0f, g));
+      if (sc == 0.0f) sc = 1.0f;
+      sc = fmaxf(sc, 0.001953125f);
+      const __nv_fp8_storage_t sb = __nv_cvt_float_to_fp8(sc, __NV_SATFINITE, __NV_E4M3);
+      const float d =
+          __fmul_rn(__half2float(__half(__nv_cvt_fp8_to_halfraw(sb, __NV_E4M3))), g);
+      unsigned int packed = 0u;
+#pragma unroll
+      for (int k = 0; k < 8; k += 2) {
+        const unsigned int byte =
+            RefitE2M1(__fdiv_rn(v[k], d)) | RefitE2M1(__fdiv_rn(v[k + 1], d)) << 4;
+        packed |= byte << (4 * k);
+      }
+      reinterpret_cast<unsigned int*>(out)[i] = packed;
+      if (scales != nullptr && (i & 1) == 0) scales[i / 2] = sb;
+    }
+  }
+}
+
+namespace {
+
+int64_t TilesOf(const DenseBox& b, int64_t* first) {
+  *first = b.c0 / 16;
+  return (b.c0 + b.C + 15) / 16 - *first;
+}
+
+unsigned BlocksFor(int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+bool Fast(const DenseBox& b) {
+  return b.dtype == kConvertBF16 && b.c0 % 16 == 0 && b.C % 16 == 0 &&
+         (reinterpret_cast<uintptr_t>(b.data) & 15) == 0;
+}
+
+// Enough resident blocks to fill the GPU, each looping over many eights.
+unsigned FastBlocks(int64_t halves) {
+  static int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n > 0 ? n : 132;
+  }();
+  const int64_t want = (halves + 255) / 256;
+  const int64_t cap = static_cast<int64_t>(sms) * 8;
+  return static_cast<unsigned>(want < cap ? (want > 0 ? want : 1) : cap);
+}
+
+}  // namespace
+
+int LaunchNvfp4Amax(const DenseBox& b, float* block_amax, float* global_amax,
+                    long long* bad, void* stream) {
+  if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
+  int64_t first = 0;
+  const int64_t tiles = TilesOf(b, &first);
+  const int64_t n = b.L * b.R * tiles;
+  if (n / 256 >= 0x7FFFFFFF) return static_cast<int>(cudaErrorInvalidValue);
+  if (Fast(b)) {
+    const int64_t halves = b.L * b.R * b.C / 8;
+    RefitNvfp4AmaxFastKernel<<<FastBlocks(halves), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        b.data, halves, b.R * b.C / 8, block_amax, global_amax, bad);
+    return static_cast<int>(cudaGetLastError());
+  }
+  RefitNvfp4AmaxKernel<<<BlocksFor(n, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      b, tiles, first, block_amax, global_amax, bad);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchNvfp4Quantize(const DenseBox& b, const float* block_amax,
+                        const float* global_amax, unsigned char* out,
+                        unsigned char* scales, void* stream) {
+  if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
+  if (b.c0 % 2 != 0 || b.C % 2 != 0) return static_cast<int>(cudaErrorInvalidValue);
+  int64_t first = 0;
+  const int64_t tiles = TilesOf(b, &first);
+  const int64_t n = b.L * b.R * tiles;
+  if (n / 256 >= 0x7FFFFFFF) return static_cast<int>(cudaErrorInvalidValue);
+  const int64_t owned0 = (b.c0 + 15) / 16;
+  const int64_t owned_end = (b.c0 + b.C + 15) / 16;
+  const int64_t owned = owned_end > owned0 ? owned_end - owned0 : 0;
+  if (Fast(b) && (reinterpret_cast<uintptr_t>(out) & 3) == 0) {
+    const int64_t halves = b.L * b.R * b.C / 8;
+    RefitNvfp4QuantizeFastKernel<<<FastBlocks(halves), 256, 0,
+                                   static_cast<cudaStream_t>(stream)>>>(
+        b.data, halves, b.R * b.C / 8, block_amax, global_amax, out, scales);
+    return static_cast<int>(cudaGetLastError());
+  }
+  RefitNvfp4QuantizeKernel<<<BlocksFor(n, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      b, tiles, first, block_amax, global_amax, out, scales, owned0, owned);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace cuda
+}  // namespace refit

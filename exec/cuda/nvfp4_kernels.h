@@ -1,0 +1,36 @@
+// CUDA kernels of NVFP4 quantization (ConversionKind::kNvfp4), computing the
+// bytes exec/nvfp4.h computes on the host. Plain C++ API, no CUDA or Abseil
+// headers. Dense data is convert_kernels.h's DenseBox with 1 x 16 tiles
+// (block_r 1, block_c 16; c0 and C even); L indexes the leading dims
+// (experts), one global scale each.
+#ifndef REFIT_EXEC_CUDA_NVFP4_KERNELS_H_
+#define REFIT_EXEC_CUDA_NVFP4_KERNELS_H_
+
+#include "exec/cuda/convert_kernels.h"
+
+namespace refit {
+namespace cuda {
+
+// Pass 1: per leading index l, global_amax[l] = max(global_amax[l], max |x|
+// over the box's slice l) (the caller zeroes it first); with block_amax
+// set, the amax of the part of every 1 x 16 tile inside the box, row-major
+// over the intersecting tiles [L * R, TileCols]. *bad (INT64_MAX from the
+// caller) becomes the smallest dense index of a non-finite element. Returns
+// the launch's cudaError_t as an int.
+int LaunchNvfp4Amax(const DenseBox& b, float* block_amax, float* global_amax,
+                    long long* bad, void* stream);
+
+// Pass 2: the packed E2M1 codes of every element into out (row-major, C / 2
+// bytes a row) and the e4m3 scale bytes of the tiles whose first element
+// lies in the box into scales (row-major over those; may be null), with
+// global scale global_amax[l] / 2688 and the block amaxes block_amax
+// (layout of pass 1), or, when block_amax is null, each tile's amax from
+// the box itself (every tile whole in the box).
+int LaunchNvfp4Quantize(const DenseBox& b, const float* block_amax,
+                        const float* global_amax, unsigned char* out,
+                        unsigned char* scales, void* stream);
+
+}  // namespace cuda
+}  // namespace refit
+
+#endif  // REFIT_EXEC_CUDA_NVFP4_KERNELS_H_
