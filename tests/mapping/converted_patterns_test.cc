@@ -197,25 +197,33 @@ TEST(ConvertedPlansTest, Mxfp8CutBlocksGetOneScaleAndEveryByteIsChecked) {
   EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr(scale));
 }
 
+// An engine spec that model `model` cannot be laid out for, and what the
+// refusal must say.
+struct RefusedEngine {
+  const char* model;
+  const char* engine;
+  const char* says;
+};
+
+// Laying out `model` for `engine` fails with INVALID_ARGUMENT saying `says`.
+void ExpectEngineRefused(const char* model, const char* engine, const char* says) {
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(model);
+  ASSERT_TRUE(config.ok()) << model;
+  absl::StatusOr<MappedSide> dst = BuildEngineLayout(*config, *ParseEngineSpec(engine));
+  ASSERT_FALSE(dst.ok()) << model << " " << engine;
+  EXPECT_EQ(dst.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(dst.status().message()), ::testing::HasSubstr(says)) << dst.status();
+}
+
 // Engines vLLM's MXFP8 method refuses are refused by name: K not a
 // multiple of 32 (whole or per TP rank), and an FP8 model.
 TEST(ConvertedPlansTest, Mxfp8RefusesWhatVllmRefuses) {
-  struct Bad {
-    const char* model;
-    const char* engine;
-    const char* says;
+  const RefusedEngine cases[] = {
+      RefusedEngine{"tiny-qwen3", "vllm:tp=1,quant=mxfp8", "multiple of 32"},
+      RefusedEngine{"tiny-qwen3-mx", "vllm:tp=4,quant=mxfp8", "1x32 weight_scale block"},
+      RefusedEngine{"tiny-qwen3-moe-fp8", "vllm:tp=1,quant=mxfp8", "already FP8"},
   };
-  for (const Bad& b : {Bad{"tiny-qwen3", "vllm:tp=1,quant=mxfp8", "multiple of 32"},
-                       Bad{"tiny-qwen3-mx", "vllm:tp=4,quant=mxfp8", "1x32 weight_scale block"},
-                       Bad{"tiny-qwen3-moe-fp8", "vllm:tp=1,quant=mxfp8", "already FP8"}}) {
-    absl::StatusOr<ModelConfig> model = LoadModelConfig(b.model);
-    ASSERT_TRUE(model.ok()) << b.model;
-    absl::StatusOr<MappedSide> dst = BuildEngineLayout(*model, *ParseEngineSpec(b.engine));
-    ASSERT_FALSE(dst.ok()) << b.model << " " << b.engine;
-    EXPECT_EQ(dst.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(std::string(dst.status().message()), ::testing::HasSubstr(b.says))
-        << dst.status();
-  }
+  for (const RefusedEngine& b : cases) ExpectEngineRefused(b.model, b.engine, b.says);
 }
 
 // Returns the index of buffer `name` of engine rank `rank` in `side`, -1 if
@@ -427,22 +435,12 @@ TEST(ConvertedPlansTest, Nvfp4FlashinferScalesAreVllmsSwizzle) {
 // Engines vLLM's NVFP4 method refuses are refused by name: K not a
 // multiple of 16 (whole or per TP rank), an FP8 model, kernel=flashinfer.
 TEST(ConvertedPlansTest, Nvfp4RefusesWhatIsNotWritten) {
-  struct Bad {
-    const char* model;
-    const char* engine;
-    const char* says;
+  const RefusedEngine cases[] = {
+      RefusedEngine{"tiny-qwen3", "vllm:tp=1,quant=nvfp4", "multiple of 16"},
+      RefusedEngine{"tiny-qwen3-fp4", "vllm:tp=4,quant=nvfp4", "1x16 weight_scale block"},
+      RefusedEngine{"tiny-qwen3-moe-fp8", "vllm:tp=1,quant=nvfp4", "already FP8"},
   };
-  for (const Bad& b : {Bad{"tiny-qwen3", "vllm:tp=1,quant=nvfp4", "multiple of 16"},
-                       Bad{"tiny-qwen3-fp4", "vllm:tp=4,quant=nvfp4", "1x16 weight_scale block"},
-                       Bad{"tiny-qwen3-moe-fp8", "vllm:tp=1,quant=nvfp4", "already FP8"}}) {
-    absl::StatusOr<ModelConfig> model = LoadModelConfig(b.model);
-    ASSERT_TRUE(model.ok()) << b.model;
-    absl::StatusOr<MappedSide> dst = BuildEngineLayout(*model, *ParseEngineSpec(b.engine));
-    ASSERT_FALSE(dst.ok()) << b.model << " " << b.engine;
-    EXPECT_EQ(dst.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(std::string(dst.status().message()), ::testing::HasSubstr(b.says))
-        << dst.status();
-  }
+  for (const RefusedEngine& b : cases) ExpectEngineRefused(b.model, b.engine, b.says);
   absl::StatusOr<EngineSpec> dg = ParseEngineSpec("vllm:tp=1,quant=nvfp4,kernel=deepgemm");
   ASSERT_FALSE(dg.ok());
   EXPECT_THAT(std::string(dg.status().message()), ::testing::HasSubstr("deepgemm"));
