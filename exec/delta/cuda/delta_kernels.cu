@@ -62,21 +62,28 @@ __device__ inline uint32_t DeltaDiffBits(const DeltaChunk& a, const DeltaChunk& 
   return bits;
 }
 
-// Exclusive prefix sum of `v` over the block's threads (kDeltaThreads).
-__device__ inline uint32_t DeltaBlockExclusiveScan(uint32_t v) {
-  __shared__ uint32_t warp_totals[kDeltaThreads / 32];
+// Exclusive prefix sum of `v` over the block's kDeltaThreads threads and,
+// when `total` is given, the block's sum. Safe to call again right away.
+// (T = uint64_t scans four 16-bit counts packed in one word at once.)
+template <typename T>
+__device__ inline T BlockExclusiveScan(T v, T* total = nullptr) {
+  __shared__ T warp_totals[kDeltaThreads / 32];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  uint32_t inc = v;
+  T inc = v;
   for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t y = __shfl_up_sync(0xffffffffu, inc, o);
+    const T y = __shfl_up_sync(0xffffffffu, inc, o);
     if (lane >= o) inc += y;
   }
   if (lane == 31) warp_totals[warp] = inc;
   __syncthreads();
-  uint32_t before = 0;
-  for (int k = 0; k < warp; ++k) before += warp_totals[k];
+  T before = 0, all = 0;
+  for (int k = 0; k < kDeltaThreads / 32; ++k) {
+    if (k < warp) before += warp_totals[k];
+    all += warp_totals[k];
+  }
   __syncthreads();
+  if (total != nullptr) *total = all;
   return before + inc - v;
 }
 
@@ -140,7 +147,7 @@ __device__ inline void WaveForEachSetBit(int64_t mask_words, uint64_t rank_base,
   const int64_t hi = min(mask_words, lo + per);
   uint32_t mine = 0;
   for (int64_t k = lo; k < hi; ++k) mine += __popc(word(k));
-  uint64_t rank = rank_base + DeltaBlockExclusiveScan(mine);
+  uint64_t rank = rank_base + BlockExclusiveScan<uint32_t>(mine);
   for (int64_t k = lo; k < hi; ++k) {
     uint32_t m = word(k);
     while (m != 0) {
@@ -149,29 +156,6 @@ __device__ inline void WaveForEachSetBit(int64_t mask_words, uint64_t rank_base,
       f(static_cast<uint64_t>(k) * 32 + bit, rank++);
     }
   }
-}
-
-// Exclusive prefix sum of `v` over the block's threads, and (*total) the
-// block's sum. Safe to call again right away.
-__device__ inline uint32_t WaveBlockScan(uint32_t v, uint32_t* total) {
-  __shared__ uint32_t warp_totals[kDeltaThreads / 32];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  uint32_t inc = v;
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t y = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += y;
-  }
-  if (lane == 31) warp_totals[warp] = inc;
-  __syncthreads();
-  uint32_t before = 0, all = 0;
-  for (int k = 0; k < kDeltaThreads / 32; ++k) {
-    if (k < warp) before += warp_totals[k];
-    all += warp_totals[k];
-  }
-  __syncthreads();
-  *total = all;
-  return before + inc - v;
 }
 
 // Word j of a chunk (w bytes, little-endian), by selects: a dynamic index
@@ -217,29 +201,6 @@ __device__ inline int WaveLoadRows(const WaveMsg* msgs, const WaveTile* tiles, i
   }
   __syncthreads();
   return n;
-}
-
-// Exclusive prefix sums of four 16-bit counts packed in `v` over the
-// block's threads, and (*total) their sums. Safe to call again right away.
-__device__ inline uint64_t WaveBlockScan4(uint64_t v, uint64_t* total) {
-  __shared__ uint64_t warp_totals[kDeltaThreads / 32];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  uint64_t inc = v;
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint64_t y = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += y;
-  }
-  if (lane == 31) warp_totals[warp] = inc;
-  __syncthreads();
-  uint64_t before = 0, all = 0;
-  for (int k = 0; k < kDeltaThreads / 32; ++k) {
-    if (k < warp) before += warp_totals[k];
-    all += warp_totals[k];
-  }
-  __syncthreads();
-  *total = all;
-  return before + inc - v;
 }
 
 // One tile of the mask pass: its mask words, its count and, when they
@@ -288,7 +249,7 @@ __device__ inline void WaveMaskTile(const WaveMsg& m, const WaveTile& t, int64_t
       packed |= static_cast<uint64_t>(__popc(bits[q])) << (16 * q);
     }
     uint64_t totals = 0;
-    const uint64_t ex = WaveBlockScan4(packed, &totals);
+    const uint64_t ex = BlockExclusiveScan<uint64_t>(packed, &totals);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int j = half * 4 + q;
