@@ -67,6 +67,9 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
   if (!r.plan_error().empty()) {
     absl::StrAppend(&out, "plan error: ", Printable(r.plan_error()), "\n");
   }
+  for (const std::string& refusal : r.refusals()) {
+    absl::StrAppend(&out, "refused to join: ", Printable(refusal), "\n");
+  }
   if (r.pull_pairs() + r.network_pairs() > 0) {
     absl::StrAppend(&out, "pairs (trainer, engine): ", r.pull_pairs(),
                     " on the pull path (same host), ", r.network_pairs(),
@@ -133,6 +136,8 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
   j["epoch"] = r.epoch();
   j["plan_fingerprint"] = r.plan_fingerprint();
   j["plan_error"] = r.plan_error();
+  j["refusals"] = nlohmann::json::array();
+  for (const std::string& refusal : r.refusals()) j["refusals"].push_back(refusal);
   j["pairs"] = {{"pull", r.pull_pairs()}, {"network", r.network_pairs()}};
   j["engines"] = nlohmann::json::array();
   for (const v1::EngineStatus& e : r.engines()) {
@@ -165,7 +170,8 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
                            {"peak_staging_member", s.peak_staging_member()},
                            {"reports", reports}});
   }
-  return j.dump(2) + "\n";
+  // Text from peers (reasons, refusals) may hold bytes that are not UTF-8.
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 namespace {

@@ -20,6 +20,7 @@ v1::StatusResponse Sample() {
   r.set_plan_fingerprint("abc123");
   r.set_pull_pairs(6);
   r.set_network_pairs(2);
+  r.add_refusals("engine e2 rank 1: layer model.layers.0.mlp.experts: FlashInfer TRTLLM");
   auto* m = r.add_members();
   m->set_member_id("engine/e0/0");
   m->mutable_identity()->set_side(v1::SIDE_ENGINE);
@@ -62,6 +63,7 @@ TEST(StatusCommandTest, TextNamesTornEnginesAndTheProtocol) {
   EXPECT_THAT(text, HasSubstr("; version 3 verified\n"));
   EXPECT_THAT(text, HasSubstr("engine e0: version 4 committed; TORN by aborted round 5"));
   EXPECT_THAT(text, HasSubstr("engine e1: no version committed\n"));
+  EXPECT_THAT(text, HasSubstr("refused to join: engine e2 rank 1: layer model.layers.0"));
   EXPECT_THAT(text, HasSubstr("rounds (last 2 of 5)"));
   EXPECT_THAT(text, HasSubstr("pairs (trainer, engine): 6 on the pull path (same host), 2 on "
                               "the network transport"));
@@ -82,6 +84,8 @@ TEST(StatusCommandTest, JsonCarriesTheSameFields) {
   EXPECT_EQ(j["members"][0]["device_uuid"], "GPU-0000aaaa");
   EXPECT_EQ(j["pairs"]["pull"], 6);
   EXPECT_EQ(j["pairs"]["network"], 2);
+  ASSERT_EQ(j["refusals"].size(), 1u);
+  EXPECT_EQ(j["refusals"][0], "engine e2 rank 1: layer model.layers.0.mlp.experts: FlashInfer TRTLLM");
   ASSERT_EQ(j["engines"].size(), 2u);
   EXPECT_EQ(j["engines"][0]["engine_id"], "e0");
   EXPECT_EQ(j["engines"][0]["committed_version"], 4);

@@ -269,6 +269,16 @@ int refit_member_join(const char* options_json, int32_t num_buffers,
   });
 }
 
+int refit_refuse(const char* options_json, const char* reason, double timeout_s) {
+  return Guard("refit_refuse", [&]() -> absl::Status {
+    if (reason == nullptr) return absl::InvalidArgumentError("reason is null");
+    REFIT_ASSIGN_OR_RETURN(absl::Time deadline, refit::Deadline(timeout_s));
+    REFIT_ASSIGN_OR_RETURN(refit::Parsed p,
+                           refit::ParseOptions(options_json, /*for_join=*/true));
+    return refit::RefuseToJoin(p.options, reason, deadline);
+  });
+}
+
 int refit_member_rejoin(refit_member* member, double timeout_s) {
   return Guard("refit_member_rejoin", [&]() -> absl::Status {
     REFIT_RETURN_IF_ERROR(refit::NeedMember(member));

@@ -77,6 +77,13 @@ int refit_member_join(const char* options_json, int32_t num_buffers,
                       const int64_t* sizes, double timeout_s,
                       refit_member** member);
 
+/* Tells refitd that the member options_json names (as for
+ * refit_member_join; "server" required) cannot join, and why: `reason`
+ * (e.g. the layer whose layout refit does not write). Every member waiting
+ * for a plan then fails at once with 9 FAILED_PRECONDITION naming this
+ * member and the reason, until it registers. Registers nothing. */
+int refit_refuse(const char* options_json, const char* reason, double timeout_s);
+
 /* Registers again after refitd restarted or expired this member (a call
  * returned 14 UNAVAILABLE): retries until refitd is back or the timeout
  * passes (14 UNAVAILABLE naming refitd's address); then call

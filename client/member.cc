@@ -92,6 +92,31 @@ absl::StatusOr<std::vector<LocalBuffer>> ExpectedBuffers(
   return RankBuffers(side, options.rank);
 }
 
+absl::Status RefuseToJoin(const MemberOptions& options, const std::string& reason,
+                          absl::Time deadline) {
+  v1::Registration reg;
+  v1::MemberIdentity* id = reg.mutable_identity();
+  id->set_job(options.job);
+  id->set_side(SideToProto(options.side));
+  if (options.side == Side::kEngine) id->set_engine_id(options.engine_id);
+  id->set_rank(options.rank);
+  // A member refusing because its convention does not map still names its
+  // rank: the world is then the least that holds it.
+  absl::StatusOr<MappedSide> side = BuildSide(options);
+  id->set_world_size(side.ok() ? side->layout.world_size : options.rank + 1);
+  char name[256] = {0};
+  id->set_host_id(!options.host_id.empty()                       ? options.host_id
+                  : gethostname(name, sizeof(name) - 1) == 0 ? name
+                                                              : "localhost");
+  id->set_device(options.device);
+  reg.set_convention(options.convention);
+  RefitClient::Options co = options.connection;
+  co.connect_timeout = std::max(absl::ZeroDuration(), deadline - absl::Now());
+  REFIT_ASSIGN_OR_RETURN(std::unique_ptr<RefitClient> client,
+                         AnnotateStatus(RefitClient::Connect(co), Who(options)));
+  return AnnotateStatus(client->Refuse(reg, reason, deadline), Who(options));
+}
+
 absl::StatusOr<std::unique_ptr<Member>> Member::Join(
     MemberOptions options, std::map<std::string, BufferRef> buffers,
     DataPlaneOptions data_plane, absl::Time deadline) {

@@ -60,6 +60,16 @@ struct BufferRef {
 absl::StatusOr<std::vector<LocalBuffer>> ExpectedBuffers(
     const MemberOptions& options);
 
+// Tells refitd that the member `options` names cannot join, and why (its
+// engine holds a layout refit does not write, its parameters do not match
+// the convention): every member waiting for a plan then fails at once with
+// FAILED_PRECONDITION naming it and `reason`, instead of at its deadline.
+// The refusal stands until this member registers (or refitd's heartbeat
+// timeout passes). UNAVAILABLE when refitd is not reachable by `deadline`;
+// refitd's status otherwise (PERMISSION_DENIED for a wrong job key).
+absl::Status RefuseToJoin(const MemberOptions& options, const std::string& reason,
+                          absl::Time deadline);
+
 class Member {
  public:
   // Checks `buffers` against ExpectedBuffers(options) (INVALID_ARGUMENT

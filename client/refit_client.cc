@@ -222,6 +222,20 @@ absl::StatusOr<std::string> RefitClient::Register(const v1::Registration& regist
   }
 }
 
+absl::Status RefitClient::Refuse(const v1::Registration& registration,
+                                 const std::string& reason, absl::Time deadline) {
+  v1::RegisterRequest req;
+  *req.mutable_registration() = registration;
+  if (registration.protocol_version() == 0) {
+    req.mutable_registration()->set_protocol_version(kProtocolVersion);
+  }
+  req.set_job_key(options_.job_key);
+  req.set_refusal(reason.empty() ? "no reason given" : reason);
+  v1::RegisterResponse resp;
+  auto ctx = MakeContext(std::min(deadline, absl::Now() + options_.rpc_timeout));
+  return FromRpc(stub_->Register(ctx.get(), req, &resp));
+}
+
 void RefitClient::ResetSession() {
   StopThreads();
   absl::MutexLock l(&mu_);

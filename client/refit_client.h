@@ -81,6 +81,14 @@ class RefitClient {
   // this member's identity or the job key is wrong, UNAVAILABLE ...).
   absl::StatusOr<std::string> Register(const v1::Registration& registration);
 
+  // Tells refitd that the member `registration` names cannot join, and why
+  // (RegisterRequest.refusal): the members waiting for a plan then fail at
+  // once with FAILED_PRECONDITION naming it and `reason`. Registers nothing
+  // and opens no stream. Fails with refitd's status (PERMISSION_DENIED for
+  // a wrong job key, FAILED_PRECONDITION when the member is registered, ...).
+  absl::Status Refuse(const v1::Registration& registration, const std::string& reason,
+                      absl::Time deadline);
+
   // Registers again, with what the last successful Register sent, once
   // refitd has forgotten this member: it restarted (refitd keeps no state
   // across restarts; the members' registrations rebuild it), or it expired

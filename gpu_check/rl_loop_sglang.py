@@ -11,8 +11,9 @@ cache after every round.
 Setups whose layers SGLang holds in a layout refit does not write (FP8
 experts in FlashInfer CUTLASS, DeepGEMM's int32-packed UE8M0 scales) test
 the refusal: the worker's init request must fail at registration naming
-the layer (refit.sglang records it; join_engine then times out after
-REFUSAL_WAIT s), and the row reads REFUSED.
+the layer (refit.sglang records it and tells refitd; join_engine then
+fails within REFUSAL_WAIT s with the worker's refusal), and the row reads
+REFUSED.
 
 In process mode the trainer reaches the engine process as it reaches an
 SGLang server over HTTP: each update_weights_from_tensor request goes as a
@@ -131,17 +132,20 @@ def serve_files(workdir, served, timeout):
 def join(engine, member, server, cfg_path, convention, transport, expect_refused, timeout):
     """The trainer's join (refit.sglang.join_engine). Returns None when it
     went as expected, else why the row fails. Where the worker must refuse,
-    join_engine is given REFUSAL_WAIT s and must fail."""
+    join_engine is given REFUSAL_WAIT s and must fail with the worker's
+    refusal (FAILED_PRECONDITION "... refused to join: ...")."""
     import refit
     import refit.sglang as rs
     try:
         rs.join_engine(engine, member, server=server, engine_id=ENGINE_ID, model=cfg_path,
                        convention=convention, transport=transport,
                        timeout=REFUSAL_WAIT if expect_refused else timeout)
-    except refit.RefitError:
-        if expect_refused:
+    except refit.RefitError as e:
+        if not expect_refused:
+            raise
+        if isinstance(e, refit.FailedPreconditionError) and "refused to join" in e.message:
             return None
-        raise
+        return f"join_engine failed with {e.code_name} instead of the worker's refusal: {e}"
     if expect_refused:
         return ("refit.sglang registered the worker, though SGLang holds layers "
                 "in a layout refit does not write")

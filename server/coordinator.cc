@@ -41,6 +41,7 @@ Coordinator::Coordinator(Options options)
       delta_rounds_(options_.delta, options_.verify_every),
       kv_(options_.kv_quota),
       credentials_(options_.job_key),
+      refusals_(static_cast<size_t>(std::max(1, options_.max_members))),
       plan_cache_(16, options_.max_plan_cache_bytes) {}
 
 Coordinator::~Coordinator() { Stop(); }
@@ -134,6 +135,9 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registratio
                          membership_.Admit(reg, absl::Now()));
   credentials_.Bind(resp.member_id(), secret);
   resp.set_member_secret(secret);
+  if (refusals_.Clear(resp.member_id())) {
+    ServerLog().info("member {} registered: its refusal is withdrawn", resp.member_id());
+  }
   // The same registration from the new process is the same membership: the
   // plan stands, and the data planes reconnect after the round it aborts.
   if (admission == MemberCredentials::Admission::kTakeOver) TakeOver(resp.member_id(), ident);
@@ -152,6 +156,32 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registratio
                    resp.member_id(), ident.host_id(), reg.buffers_size(),
                    DescribeMember(ident));
   MembershipChanged();
+  return resp;
+}
+
+absl::StatusOr<v1::RegisterResponse> Coordinator::Refuse(const v1::Registration& reg,
+                                                         const std::string& reason,
+                                                         const std::string& secret,
+                                                         const std::string& job_key) {
+  REFIT_RETURN_IF_ERROR(CheckProtocolVersion(reg));
+  REFIT_RETURN_IF_ERROR(ValidateRegistration(reg, options_.max_buffers_per_member,
+                                             options_.max_metadata_bytes));
+  const v1::MemberIdentity& ident = reg.identity();
+  v1::RegisterResponse resp;
+  resp.set_member_id(MemberKey(ident));
+  const std::string who = DescribeMember(ident);
+  absl::MutexLock l(&mu_);
+  if (membership_.Find(resp.member_id()) != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member ", who, " is registered: a registered member cannot refuse to join "
+        "(leave first)"));
+  }
+  REFIT_RETURN_IF_ERROR(
+      credentials_.CheckRegister(resp.member_id(), who, secret, job_key, false, "").status());
+  REFIT_RETURN_IF_ERROR(refusals_.Add(resp.member_id(), who, reason, absl::Now()));
+  ServerLog().warn("member refused to join member={} host={}: {}", resp.member_id(),
+                   ident.host_id(), BoundedText(reason, 512));
+  WakeWaiters();
   return resp;
 }
 
@@ -376,6 +406,10 @@ bool Coordinator::TrySatisfy(Waiter& w) {
         "member ", w.member_id, " is not registered (left or expired)")));
     return true;
   }
+  if (!refusals_.empty()) {
+    w.plan_done(refusals_.AsPlanError());
+    return true;
+  }
   if (plan_dirty_ || plan_epoch_ < w.min_epoch || plan_epoch_ != membership_.epoch()) {
     return false;
   }
@@ -422,6 +456,7 @@ void Coordinator::HousekeepingLoop() {
 
 void Coordinator::Tick(absl::Time now) {
   AnnounceEpoch();
+  refusals_.Expire(now, options_.heartbeat_timeout);
   for (const std::string& id : membership_.Expired(now, options_.heartbeat_timeout)) {
     RemoveMember(id,
                  absl::StrCat("expired: stopped heart-beating for more than ",

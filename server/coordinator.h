@@ -33,6 +33,7 @@
 #include "server/plan_assembly.h"
 #include "server/plan_cache.h"
 #include "server/plan_function.h"
+#include "server/refusals.h"
 #include "server/delta_rounds.h"
 #include "server/rounds.h"
 #include "server/waits.h"
@@ -108,6 +109,18 @@ class Coordinator {
   absl::StatusOr<v1::RegisterResponse> Register(const v1::Registration& reg,
                                                 std::string secret = "",
                                                 const std::string& job_key = "");
+
+  // Records that the member `reg` names cannot join, and why (see
+  // RegisterRequest.refusal and refusals.h): every plan wait, parked or
+  // later, then ends with FAILED_PRECONDITION naming it and `reason` until
+  // that member registers or options.heartbeat_timeout passes. Fails as
+  // Register does on a malformed registration, a wrong job key or a
+  // retired secret; FAILED_PRECONDITION when the member is registered now;
+  // RESOURCE_EXHAUSTED past max_members refusals. Returns the member id.
+  absl::StatusOr<v1::RegisterResponse> Refuse(const v1::Registration& reg,
+                                              const std::string& reason,
+                                              const std::string& secret = "",
+                                              const std::string& job_key = "");
 
   // Answers with the member's plan (PERMISSION_DENIED when req's
   // member_secret is not the member's) once a plan of at least min_epoch is
@@ -245,6 +258,7 @@ class Coordinator {
   std::atomic<bool> stop_requested_{false};  // set first thing by Stop
   KvTable kv_ ABSL_GUARDED_BY(mu_);
   MemberCredentials credentials_ ABSL_GUARDED_BY(mu_);
+  Refusals refusals_ ABSL_GUARDED_BY(mu_);
 
   // The plan and its schedule. plan_dirty_: the membership changed since the
   // current plan; planning_: a PlanInput is queued in plan_job_ or being

@@ -194,6 +194,7 @@ v1::StatusResponse Coordinator::GetStatus() {
   resp.set_protocol_version(kProtocolVersion);
   absl::MutexLock l(&mu_);
   const absl::Time now = absl::Now();
+  for (std::string& r : refusals_.Describe()) resp.add_refusals(std::move(r));
   std::set<std::string> engines;
   for (const auto& [id, m] : membership_.members()) {
     v1::MemberStatus* ms = resp.add_members();

@@ -77,6 +77,10 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
                                      const v1::RegisterRequest* req,
                                      v1::RegisterResponse* resp) override {
     if (auto* r = RefuseNonText(ctx, *req)) return r;
+    if (!req->refusal().empty()) {
+      return Reply(ctx, coordinator_->Refuse(req->registration(), req->refusal(),
+                                             req->member_secret(), req->job_key()), resp);
+    }
     return Reply(ctx, coordinator_->Register(req->registration(), req->member_secret(),
                                                  req->job_key()), resp);
   }

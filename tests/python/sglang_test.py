@@ -11,6 +11,7 @@ cache flushed after each round, and the loader never raises into SGLang.
 import os
 import sys
 import threading
+import time
 import types
 import unittest
 
@@ -160,6 +161,49 @@ class SglangTest(unittest.TestCase):
         self.assertEqual(rs.receiver(worker).version, 1)
         engine.update_weights_from_tensor(**rs.shutdown_request())
         self.assertIsNone(rs.receiver(worker))
+        for m in members:
+            m.close()
+
+    def test_a_worker_refusing_its_layout_fails_every_member_at_once(self):
+        # Worker 1 of a TP2 engine holds a layout refit does not write: it
+        # tells refitd, and the trainer's join_engine, the other trainer
+        # rank and worker 0 all fail within seconds naming it and the
+        # layer, not at their 60 s timeouts.
+        why = "layer model.layers.0.mlp.experts: FlashInfer TRTLLM blocks"
+        models = [engine_model("tiny-qwen3", "sglang:tp=2", r) for r in range(2)]
+
+        def detect(model):
+            if model is models[1]:
+                raise refit.RefitError(3, why)
+            return None
+        rs.layout_hooks = (detect, self.refreshed.append)
+        engine = Engine([models], custom_weight_loader=[rs.LOADER])
+        members = trainer_members(self.refitd.address, "tiny-qwen3")
+        failed = {}
+
+        def expect_failure(rank, fn):
+            try:
+                fn()
+            except refit.RefitError as e:
+                failed[rank] = e
+        start = time.monotonic()
+        run_all([lambda: expect_failure(0, lambda: rs.join_engine(
+                    engine, members[0], server=self.refitd.address, engine_id="s0",
+                    model="tiny-qwen3", convention="sglang:tp=2", timeout=TIMEOUT)),
+                 lambda: expect_failure(1, lambda: members[1].prepare(timeout=TIMEOUT))])
+        self.assertLess(time.monotonic() - start, 20.0)
+        self.assertEqual(sorted(failed), [0, 1])
+        for e in failed.values():
+            self.assertIsInstance(e, refit.FailedPreconditionError)
+            self.assertIn("engine s0 rank 1 refused to join", e.message)
+            self.assertIn(why, e.message)
+        deadline = time.monotonic() + 10.0
+        while len(rs.last_errors) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertTrue(any(why in m and "refused" not in m for m in rs.last_errors),
+                        rs.last_errors)  # worker 1's own log
+        self.assertTrue(any("rank 1 refused to join" in m for m in rs.last_errors),
+                        rs.last_errors)  # worker 0 learned it from refitd
         for m in members:
             m.close()
 

@@ -51,7 +51,7 @@ __version__ = "0.1.0"
 __all__ = ["StatusCode", "RefitError", "InvalidArgumentError", "DeadlineExceededError",
            "NotFoundError", "FailedPreconditionError", "AbortedError", "UnavailableError",
            "UnauthenticatedError", "BufferSpec", "EngineState", "PlanInfo", "RoundStats",
-           "Member", "expected_buffers", "load_library", "loaded_library_path",
+           "Member", "expected_buffers", "refuse", "load_library", "loaded_library_path",
            "raise_for_status"]
 
 
@@ -156,6 +156,27 @@ def expected_buffers(*, side: str, rank: int, model: str, convention: str,
         ctypes.byref(out)))
     return [BufferSpec(b["name"], list(b["shape"]), b["dtype"], b["bytes"])
             for b in json.loads(_ffi.take_string(lib, out))]
+
+
+def refuse(reason: str, *, server: str, side: str, rank: int, model: str, convention: str,
+           engine_id: Optional[str] = None, device: str = "cpu", token: Optional[str] = None,
+           job: str = "refit", host_id: Optional[str] = None, timeout: float = 10.0,
+           tls: bool = False, root_ca_pem: Optional[str] = None,
+           client_cert_pem: Optional[str] = None, client_key_pem: Optional[str] = None,
+           job_key: Optional[str] = None, library: Optional[ctypes.CDLL] = None) -> None:
+    """Tells refitd that the member these arguments name (as for
+    :class:`Member`) cannot join, and why: every member waiting for a plan
+    then fails at once with FailedPreconditionError naming it and
+    ``reason``, instead of at its timeout. The refusal stands until that
+    member registers. Raises refitd's status (UnavailableError when it is
+    not reachable within ``timeout``)."""
+    lib = library or load_library(gpu=device.startswith("cuda"))
+    opts = _ffi.options(server=server, side=side, rank=rank, model=model,
+                        convention=convention, engine_id=engine_id, device=device,
+                        token=token, job=job, host_id=host_id, tls=tls,
+                        root_ca_pem=root_ca_pem, client_cert_pem=client_cert_pem,
+                        client_key_pem=client_key_pem, job_key=job_key)
+    _ffi.check(lib, lib.refit_refuse(opts, reason.encode(errors="replace"), float(timeout)))
 
 
 class Member:

@@ -24,6 +24,7 @@ SIGNATURES = {
         ctypes.POINTER(ctypes.c_int64), ctypes.c_double, ctypes.POINTER(_P)]),
     "refit_member_prepare": (ctypes.c_int, [_P, ctypes.c_double, ctypes.POINTER(_P)]),
     "refit_member_rejoin": (ctypes.c_int, [_P, ctypes.c_double]),
+    "refit_refuse": (ctypes.c_int, [_S, _S, ctypes.c_double]),
     "refit_member_plan_changed": (ctypes.c_int, [_P]),
     "refit_member_start_round": (ctypes.c_int, [_P, ctypes.c_int64, ctypes.c_double]),
     "refit_member_wait_for_round": (ctypes.c_int, [

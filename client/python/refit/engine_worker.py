@@ -14,6 +14,7 @@ The engine rank helpers follow refit's engine conventions
 conventions have no pipeline stages.
 """
 
+import logging
 import threading
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
@@ -231,3 +232,32 @@ def in_thread(fn: Callable[[], Any]) -> Callable[[float], Any]:
             raise errors[0]
         return out[0]
     return join
+
+
+# refitd's answers that say nothing of this worker's own setup: a refusal
+# would not help (refitd unreachable, or refusing the worker itself).
+_NOT_THE_WORKERS = {4, 7, 14, 16}  # DEADLINE_EXCEEDED, PERMISSION_DENIED, UNAVAILABLE, UNAUTHENTICATED
+
+
+def join_or_refuse(make: Callable[[], "EngineReceiver"], **member: Any) -> "EngineReceiver":
+    """``make()`` (the worker's EngineReceiver). When it fails for a reason
+    of the worker's own (a layout refit does not write, parameters that do
+    not match the convention), first tells refitd that this worker refuses
+    to join (:func:`refit.refuse` with ``member``: server, side, rank,
+    model, convention, engine_id, device, token, job), so that the trainer
+    and the other workers fail at once naming it instead of at their
+    timeouts; then raises make's error."""
+    try:
+        return make()
+    except Exception as e:
+        if isinstance(e, refit.RefitError) and int(e.code) in _NOT_THE_WORKERS:
+            raise
+        try:
+            refit.refuse(f"{type(e).__name__}: {e}" if not isinstance(e, refit.RefitError)
+                         else str(e), timeout=min(10.0, float(member.pop("timeout", 10.0))),
+                         **member)
+        except refit.RefitError as r:
+            logging.getLogger("refit").warning("telling refitd that this worker refuses to "
+                                               "join failed: %s", r)
+        raise
+

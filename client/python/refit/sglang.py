@@ -137,12 +137,17 @@ def _init(model: Any, args: Dict[str, Any]) -> None:
     rank = args.get("rank")
     if rank is None:
         rank = engine_rank(args["convention"], args.get("dp_rank"))
-    r = _ew.EngineReceiver(
-        model, rank=rank, device=args.get("device") or _device_of(model),
-        server=args["server"], engine_id=args["engine_id"], model_name=args["model"],
-        convention=args["convention"], hooks=layout_hooks or _ew.layout_hooks("sglang"),
-        token=args.get("token"), job=args.get("job", "refit"),
-        transport=args.get("transport"), timeout=float(args.get("timeout", 300.0)))
+    device = args.get("device") or _device_of(model)
+    r = _ew.join_or_refuse(
+        lambda: _ew.EngineReceiver(
+            model, rank=rank, device=device,
+            server=args["server"], engine_id=args["engine_id"], model_name=args["model"],
+            convention=args["convention"], hooks=layout_hooks or _ew.layout_hooks("sglang"),
+            token=args.get("token"), job=args.get("job", "refit"),
+            transport=args.get("transport"), timeout=float(args.get("timeout", 300.0))),
+        server=args["server"], side="engine", rank=rank, model=args["model"],
+        convention=args["convention"], engine_id=args["engine_id"], device=device,
+        token=args.get("token"), job=args.get("job", "refit"))
     with _lock:
         _receivers[id(model)] = r
 
@@ -258,7 +263,9 @@ def join_engine(engines: Any, member: refit.Member, **init: Any) -> None:
     list of them, one per DP replica in replica order (each is told its
     index). ``init``: init_request's arguments (its ``timeout`` bounds the
     join and the plan here too). Raises refitd's status
-    (DEADLINE_EXCEEDED when the workers did not join: their log says why)
+    (FAILED_PRECONDITION naming the worker and why when one refused to
+    join, e.g. for a layout refit does not write; DEADLINE_EXCEEDED when
+    workers did not join and said nothing: their log says why)
     or the engine's exception."""
     es = _engines(engines)
     timeout = float(init.get("timeout", 300.0))

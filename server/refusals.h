@@ -1,0 +1,67 @@
+// Refusals: the members that cannot join and said so. A worker whose engine
+// holds a layout refit does not write (or whose parameters do not match its
+// convention) cannot register; without a word from it, every other member
+// would wait for it until its own deadline. Instead it sends refitd a
+// refusal (RegisterRequest.refusal) under its identity, and every member
+// waiting for a plan fails at once with FAILED_PRECONDITION naming it and
+// its reason.
+//
+// A refusal stands until its member registers (the worker restarted with a
+// setting refit writes) or `ttl` passes (a job that changed shape does not
+// meet it forever). At most `max_entries` are held; one more is
+// RESOURCE_EXHAUSTED. Not thread-safe: the coordinator's lock guards it.
+#ifndef REFIT_SERVER_REFUSALS_H_
+#define REFIT_SERVER_REFUSALS_H_
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace refit {
+
+class Refusals {
+ public:
+  // Members whose refusals are named in one plan error; the rest are counted.
+  static constexpr size_t kNamedInError = 4;
+
+  explicit Refusals(size_t max_entries) : max_entries_(max_entries) {}
+
+  // Records that member `id` (described as `who`, e.g. "engine e0 rank 1")
+  // refuses to join, with `reason` (cut to kMaxReasonBytes). A second
+  // refusal of the same member replaces the first. RESOURCE_EXHAUSTED when
+  // max_entries others are held; INVALID_ARGUMENT when `reason` is empty.
+  absl::Status Add(const std::string& id, const std::string& who,
+                   const std::string& reason, absl::Time now);
+
+  // Forgets member `id`'s refusal (it registered). Returns whether it had one.
+  bool Clear(const std::string& id);
+
+  // Forgets the refusals older than `ttl` at `now`; returns how many.
+  size_t Expire(absl::Time now, absl::Duration ttl);
+
+  bool empty() const { return entries_.empty(); }
+
+  // OK when none is held; else FAILED_PRECONDITION "engine e0 rank 1 refused
+  // to join: <reason>" (up to kNamedInError members, then "and N more").
+  absl::Status AsPlanError() const;
+
+  // "who: reason" per refusal, in member-id order (for GetStatus).
+  std::vector<std::string> Describe() const;
+
+ private:
+  struct Entry {
+    std::string who;
+    std::string reason;
+    absl::Time at;
+  };
+  size_t max_entries_;
+  std::map<std::string, Entry> entries_;
+};
+
+}  // namespace refit
+
+#endif  // REFIT_SERVER_REFUSALS_H_
