@@ -11,6 +11,7 @@ The protocol's misuse fails with the documented codes.
 import os
 import sys
 import threading
+import time
 import unittest
 
 REFITD, LIB = (os.path.abspath(p) for p in sys.argv[1:3])
@@ -243,6 +244,19 @@ class HarnessTest(unittest.TestCase):
         self.assertIn(f"rank 0: parameter {gone}: convention {ENGINE} expects it",
                       str(e.exception))
         self.assertIsNone(worker.engine.member)
+        # The worker told refitd: the trainer ranks waiting for their plan
+        # fail at once naming it and the parameter, not at their timeouts.
+        members = [refit.Member(server=self.refitd.address, side="trainer", rank=r,
+                                model=MODEL, convention=TRAINER, buffers=local)
+                   for r, (_, local) in enumerate(trainer_modules())]
+        start = time.monotonic()
+        for m in members:
+            with self.assertRaises(refit.FailedPreconditionError) as refused:
+                m.prepare(timeout=TIMEOUT)
+            self.assertIn("engine e0 rank 0 refused to join", refused.exception.message)
+            self.assertIn(f"parameter {gone}", refused.exception.message)
+            m.close()
+        self.assertLess(time.monotonic() - start, 10.0)
 
     def test_static_send_hook_names_a_tensor_without_a_buffer(self):
         trainers = trainer_modules()

@@ -256,11 +256,18 @@ def _receiver(model: Any, device: Any, parallel_config: Any,
               info: RefitInitInfo) -> _ew.EngineReceiver:
     rank = info.rank if info.rank is not None else engine_rank(parallel_config,
                                                                info.convention)
-    return _ew.EngineReceiver(
-        model, rank=rank, device=info.device or _ew.device_name(device),
-        server=info.server, engine_id=info.engine_id, model_name=info.model,
-        convention=info.convention, hooks=_hooks(), token=info.token, job=info.job,
-        transport=info.transport, timeout=info.timeout)
+    dev = info.device or _ew.device_name(device)
+    # A worker that cannot join tells refitd, so that the trainer and the
+    # other workers (waiting for the plan) fail at once naming it.
+    return _ew.join_or_refuse(
+        lambda: _ew.EngineReceiver(
+            model, rank=rank, device=dev,
+            server=info.server, engine_id=info.engine_id, model_name=info.model,
+            convention=info.convention, hooks=_hooks(), token=info.token, job=info.job,
+            transport=info.transport, timeout=info.timeout),
+        server=info.server, side="engine", rank=rank, model=info.model,
+        convention=info.convention, engine_id=info.engine_id, device=dev,
+        token=info.token, job=info.job)
 
 
 def _draft_refused(engine_id: Optional[str]) -> refit.RefitError:
