@@ -5,6 +5,7 @@
 // byte a sentinel), moved by the real planner through the reference copy
 // and the executor, and every engine element must equal the reference's
 // logical tensors. Then the pairs and layouts refit refuses, by name.
+#include <map>
 #include <ostream>
 #include <string>
 
@@ -159,6 +160,50 @@ INSTANTIATE_TEST_SUITE_P(Cases, GtpRoundTest, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<GtpCase>& i) {
                            return std::string(i.param.name);
                          });
+
+// BF16 GTP trainers (weights=model: pad_for_alignment 1) into BF16 and
+// quantizing engines: GTP's row slices (342 rows of 1024 here) cut the
+// 128x128 FP8 tiles and NVFP4's fused parameters across trainer ranks, whose
+// amaxes the plan exchanges; every engine element is the converted pattern.
+class Bf16GtpTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Bf16GtpTest, EngineHoldsTheTrainersPattern) {
+  absl::StatusOr<ModelConfig> model = LoadModelConfig("tiny-qwen3-moe-b128");
+  ASSERT_TRUE(model.ok());
+  absl::StatusOr<MappedSide> src = BuildTrainerLayout(
+      *model, *ParseTrainerSpec("megatron:tp=1,gtp=3,dp=2,ep=2,etp=1,egtp=3"));
+  ASSERT_TRUE(src.ok()) << src.status();
+  absl::StatusOr<MappedSide> dst = BuildEngineLayout(*model, *ParseEngineSpec(GetParam()));
+  ASSERT_TRUE(dst.ok()) << dst.status();
+  absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const LocalBuffer& b : RankBuffers(*src, 5)) {
+    if (b.name == "decoder.layers.0.self_attention.linear_qkv.weight") {
+      EXPECT_EQ(b.shape, (std::vector<int64_t>{342, 256}));
+    }
+  }
+  const std::map<std::string, DType> source = SourceDTypes(src->layout);
+  PatternOptions po{-1, 3};
+  po.source_dtypes = &source;
+  OwnedBuffers s = AllocateBuffers(src->layout);
+  FillPattern(src->layout, s.ptrs, po);
+  {
+    OwnedBuffers d = AllocateBuffers(plan->dst);
+    ASSERT_TRUE(ReferenceCopy(*plan, s.ptrs, d.ptrs).ok());
+    absl::Status st = CheckPattern(plan->dst, d.ptrs, po);
+    EXPECT_TRUE(st.ok()) << "reference copy: " << st.message().substr(0, 600);
+  }
+  OwnedBuffers d = AllocateBuffers(plan->dst);
+  const std::vector<absl::Status> status = testing::RunAllRanksInProc(*plan, s, d, true);
+  for (const absl::Status& st : status) ASSERT_TRUE(st.ok()) << st;
+  absl::Status st = CheckPattern(plan->dst, d.ptrs, po);
+  EXPECT_TRUE(st.ok()) << "executor: " << st.message().substr(0, 600);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, Bf16GtpTest,
+                         ::testing::Values("vllm:tp=2", "vllm:tp=2,quant=fp8",
+                                           "vllm:tp=1,dp=2,ep=2,quant=mxfp8",
+                                           "vllm:tp=2,quant=nvfp4"));
 
 absl::Status PlanOf(const char* model, const char* trainer, const char* engine) {
   absl::StatusOr<ModelConfig> m = LoadModelConfig(model);
