@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 
 namespace refit {
@@ -229,20 +230,23 @@ absl::Status ApplyGtp(const ModelTensors& model, const TrainerSpec& spec,
   std::vector<GtpGroup> bgroup(nbuf, GtpGroup::kNone);
   std::vector<bool> bscale(nbuf, false);
   std::vector<bool> placed(nbuf, false);
-  std::map<std::string, std::pair<GtpGroup, bool>> by_name;  // a buffer's kind
   for (const Record& r : L.records) {
     placed[r.buffer] = true;
     bgroup[r.buffer] = groups[r.tensor];
     if (model.is_scale[r.tensor]) bscale[r.buffer] = true;
-    by_name[L.buffers[r.buffer].name] = {bgroup[r.buffer], bscale[r.buffer]};
   }
   // A buffer without records (a TP rank's vocabulary rows past the model's)
   // is cut like its namesakes on other ranks.
+  std::map<absl::string_view, size_t> placed_by_name;
   for (size_t b = 0; b < nbuf; ++b) {
-    auto it = by_name.find(L.buffers[b].name);
-    if (placed[b] || it == by_name.end()) continue;
-    bgroup[b] = it->second.first;
-    bscale[b] = it->second.second;
+    if (placed[b]) placed_by_name.emplace(L.buffers[b].name, b);
+  }
+  for (size_t b = 0; b < nbuf; ++b) {
+    if (placed[b]) continue;
+    auto it = placed_by_name.find(L.buffers[b].name);
+    if (it == placed_by_name.end()) continue;
+    bgroup[b] = bgroup[it->second];
+    bscale[b] = bscale[it->second];
   }
   const int64_t align = model.mxfp8 ? 32 : model.nvfp4 ? 16 : 1;
   const int64_t stage = spec.stage_size(), tp = spec.tp;
@@ -281,7 +285,8 @@ absl::Status ApplyGtp(const ModelTensors& model, const TrainerSpec& spec,
     }
   }
   std::vector<Record> out;
-  out.reserve(L.records.size());
+  // A sliced record is at most three (a block cut at each end), mostly one.
+  out.reserve(L.records.size() + L.records.size() / 2);
   for (Record& r : L.records) {
     const Window& x = win[r.buffer];
     if (!x.active) {
