@@ -165,7 +165,7 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
   // map's rows.
   std::vector<int32_t> stages;
   if (ts.kind == TrainerSpec::Kind::kMegatron && ts.pp > 1) {
-    for (int32_t k = 0; k < ts.world_size(); ++k) stages.push_back(k / (ts.dp * ts.tp));
+    for (int32_t k = 0; k < ts.world_size(); ++k) stages.push_back(k / ts.stage_size());
   }
   REFIT_ASSIGN_OR_RETURN(PlanSummary s, SummarizePlan(plan, opt.link, stages));
   REFIT_RETURN_IF_ERROR(CheckSnapshotBound(SnapshotBytesPerRank(plan),

@@ -173,6 +173,7 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
   std::vector<double> unconverted(plan.src.tensors.size(), 1.0);
   // The format of each converted src tensor and of its scales ("" if none).
   std::vector<std::string> format(plan.src.tensors.size());
+  bool per_segment = !plan.conversions.empty();
   {
     std::map<std::string, std::string> converted;  // weight name -> format
     for (const Conversion& c : plan.conversions) {
@@ -194,6 +195,33 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
         unconverted[t] = 0;  // scales exist only because of the conversion
         format[t] = it->second;
       }
+    }
+    // A trainer already in low precision (weights=mxfp8|nvfp4, --dtype fp8):
+    // its codes and scales travel as they are, under its own format.
+    std::map<std::string, std::string> native;  // weight name -> format
+    std::map<std::string, DType> dtype_of;
+    for (const TensorSpec& t : plan.src.tensors) dtype_of[t.name] = t.dtype;
+    for (const TensorSpec& t : plan.src.tensors) {
+      auto companion = [&](const char* suffix) {
+        auto it = dtype_of.find(t.name + suffix);
+        return it == dtype_of.end() ? DType::kBF16 : it->second;
+      };
+      if (t.dtype == DType::kU8 && companion("_scale") == DType::kF8E4M3) native[t.name] = "nvfp4";
+      if (t.dtype == DType::kF8E4M3) {
+        if (companion("_scale") == DType::kU8) native[t.name] = "mxfp8";
+        if (companion("_scale_inv") == DType::kF32) native[t.name] = "fp8_block";
+      }
+    }
+    for (size_t t = 0; t < plan.src.tensors.size() && !native.empty(); ++t) {
+      if (!format[t].empty()) continue;
+      const std::string& n = plan.src.tensors[t].name;
+      if (auto it = native.find(n); it != native.end()) format[t] = it->second;
+      for (absl::string_view suffix : {"_scale_inv", "_scale", "_scale_2"}) {
+        if (!absl::EndsWith(n, suffix)) continue;
+        auto it = native.find(n.substr(0, n.size() - suffix.size()));
+        if (it != native.end()) format[t] = it->second;
+      }
+      if (!format[t].empty()) per_segment = true;
     }
   }
   std::map<std::string, int64_t> by_format;
@@ -218,8 +246,7 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
     t_src[m.src_rank] += m.bytes / bw;
     t_dst[m.dst_rank] += m.bytes / bw;
     double ub = plan.conversions.empty() ? static_cast<double>(m.bytes) : 0.0;
-    for (int32_t k = m.first_segment; !plan.conversions.empty() && 
-                                          k < m.first_segment + m.num_segments;
+    for (int32_t k = m.first_segment; per_segment && k < m.first_segment + m.num_segments;
          ++k) {
       if (k < 0 || k >= static_cast<int32_t>(plan.segments.size())) continue;
       const Segment& g = plan.segments[k];
@@ -229,7 +256,7 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
                             : -1;
       const double factor =
           t >= 0 && t < static_cast<int32_t>(unconverted.size()) ? unconverted[t] : 1.0;
-      ub += g.bytes * factor;
+      if (!plan.conversions.empty()) ub += g.bytes * factor;
       if (t >= 0 && t < static_cast<int32_t>(format.size()) && !format[t].empty()) {
         by_format[format[t]] += g.bytes;
       }
@@ -352,6 +379,14 @@ std::string FormatSummaryText(const PlanSummary& s) {
                       HumanBinaryBytes(bytes));
     }
     if (!formats.empty()) absl::StrAppend(&o, "  on the wire by format: ", formats, "\n");
+  } else if (!s.wire_bytes_by_format.empty()) {
+    std::string formats;
+    for (const auto& [name, bytes] : s.wire_bytes_by_format) {
+      absl::StrAppend(&formats, formats.empty() ? "" : ", ", name, " ",
+                      HumanBinaryBytes(bytes));
+    }
+    absl::StrAppend(&o, "the trainer's low-precision tensors on the wire, by format: ",
+                    formats, "\n");
   }
   return o;
 }

@@ -87,7 +87,9 @@ struct PlanSummary {
   int64_t converted_wire_bytes = 0;
   int64_t converted_unconverted_bytes = 0;
   // converted_wire_bytes by format (ConversionKindName: "fp8_block",
-  // "mxfp8", "cast_f32", ...; codes and scales together), by name.
+  // "mxfp8", "cast_f32", ...; codes and scales together), by name; and a
+  // low-precision trainer's own tensors that travel as they are, under its
+  // format ("mxfp8", "nvfp4", "fp8_block").
   std::vector<std::pair<std::string, int64_t>> wire_bytes_by_format;
   std::string slowest_rank;                  // e.g. "trainer rank 3" (MemberName)
   // The heat map, bytes [row][col], in one of two views:

@@ -30,7 +30,9 @@ ABSL_FLAG(std::string, model, "",
 ABSL_FLAG(std::string, trainer, "",
           "trainer layout, e.g. megatron:tp=8,pp=16,ep=16,etp=1,dp=2 (optional\n"
           "first=N,last=M: first/last PP stage layer counts; without them layers\n"
-          "are split evenly, earlier stages take the extra layer) or fsdp:dp=64");
+          "are split evenly, earlier stages take the extra layer; gtp=,egtp=,\n"
+          "weights=mxfp8|nvfp4: GTP row slices of TE's native tensors,\n"
+          "docs/kernel-layouts.md) or fsdp:dp=64");
 ABSL_FLAG(std::string, engine, "",
           "engine layout, e.g. vllm:tp=32,dp=8 or vllm:tp=8,dp=2,ep=16 (ep must\n"
           "equal tp*dp; engine rank = dp_rank*TP + tp_rank)");

@@ -1,5 +1,6 @@
 #include "mapping/mapping.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "mapping/engine_vllm.h"
 #include "mapping/model_family.h"
@@ -10,11 +11,25 @@ namespace refit {
 
 absl::StatusOr<MappedSide> BuildTrainerLayout(const ModelConfig& config,
                                               const TrainerSpec& spec) {
-  REFIT_ASSIGN_OR_RETURN(ModelTensors model, BuildModelTensors(config));
   if (spec.kind == TrainerSpec::Kind::kFsdp) {
+    REFIT_ASSIGN_OR_RETURN(ModelTensors model, BuildModelTensors(config));
     return BuildFsdpLayout(model, spec);
   }
-  return BuildMegatronLayout(config, model, spec);
+  // weights=mxfp8|nvfp4: the linear weights as TE's native tensors, the
+  // same logical tensors (names, shapes, dtypes) as the engine's quant=.
+  ModelConfig c = config;
+  if (spec.weights != TrainerSpec::Weights::kModel) {
+    if (c.fp8_block != 0 || c.fp8_per_tensor || c.mxfp8 || c.nvfp4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trainer ", TrainerSpecString(spec), ": weights= describes a BF16 model "
+          "trained in TE's native MXFP8/NVFP4 tensors; the model config is already "
+          "quantized (--dtype bf16 gives its BF16 form)"));
+    }
+    c.mxfp8 = spec.weights == TrainerSpec::Weights::kMxfp8;
+    c.nvfp4 = spec.weights == TrainerSpec::Weights::kNvfp4;
+  }
+  REFIT_ASSIGN_OR_RETURN(ModelTensors model, BuildModelTensors(c));
+  return BuildMegatronLayout(c, model, spec);
 }
 
 absl::StatusOr<MappedSide> BuildEngineLayout(const ModelConfig& config,

@@ -335,7 +335,14 @@ void AddNvfp4GlobalScales(const ModelTensors::RoleIndex& ix, ModelTensors* m) {
     m->scale_of.push_back(-1);
     m->is_scale.push_back(false);
     m->global_of.push_back(-1);
-    m->global_of[w] = static_cast<int32_t>(m->tensors.size() - 1);
+    m->global_group.push_back(-1);
+    const int32_t gi = static_cast<int32_t>(m->tensors.size() - 1);
+    m->global_of[w] = gi;
+    m->global_group[w] = gi;
+    for (const auto& [f, lead] : kFollows) {
+      const int32_t ft = ix[static_cast<int>(f)];
+      if (static_cast<int>(lead) == role && ft >= 0) m->global_group[ft] = gi;
+    }
   }
 }
 
@@ -357,6 +364,7 @@ absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& c) {
     m.scale_of.push_back(-1);
     m.is_scale.push_back(false);
     m.global_of.push_back(-1);
+    m.global_group.push_back(-1);
     return static_cast<int32_t>(m.tensors.size() - 1);
   };
   auto add_weight = [&](TensorSpec t, bool linear) -> absl::StatusOr<int32_t> {

@@ -119,6 +119,9 @@ struct ModelTensors {
   bool nvfp4_swizzled = false;
   // Per tensor: index of its NVFP4 global scale tensor, or -1.
   std::vector<int32_t> global_of;
+  // Per tensor: the NVFP4 global scale tensor of its engine parameter (its
+  // own, or its leader's: k and v share q's), or -1.
+  std::vector<int32_t> global_group;
 
   // The block of one scale element on a weight's last two dims, in the
   // weight's own elements: (fp8_block, fp8_block), (1, 32) for MXFP8, (1, 8)

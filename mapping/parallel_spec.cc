@@ -164,6 +164,27 @@ absl::StatusOr<TrainerSpec> ParseTrainerSpec(absl::string_view text) {
         REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.vocab_divisor, 1));
       } else if (kv.key == "gpus_per_host") {
         REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.gpus_per_host, 1));
+      } else if (kv.key == "gtp") {
+        REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.gtp, 1));
+      } else if (kv.key == "egtp") {
+        REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.egtp, 1));
+      } else if (kv.key == "weights") {
+        if (kv.value == "mxfp8") {
+          s.weights = TrainerSpec::Weights::kMxfp8;
+        } else if (kv.value == "nvfp4") {
+          s.weights = TrainerSpec::Weights::kNvfp4;
+        } else if (kv.value != "model") {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "spec \"", text, "\": weights=", kv.value,
+              " (expected model, mxfp8 or nvfp4)"));
+        }
+      } else if (kv.key == "amax") {
+        if (kv.value != "gtp" && kv.value != "tp") {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "spec \"", text, "\": amax=", kv.value, " (expected gtp or tp)"));
+        }
+        s.amax = kv.value == "tp" ? TrainerSpec::AmaxScope::kTp
+                                  : TrainerSpec::AmaxScope::kGtp;
       } else if (kv.key == "experts") {
         if (kv.value != "indexed" && kv.value != "grouped") {
           return absl::InvalidArgumentError(
@@ -173,23 +194,29 @@ absl::StatusOr<TrainerSpec> ParseTrainerSpec(absl::string_view text) {
         s.grouped_experts = kv.value == "grouped";
       } else {
         return UnknownKey(text, kv.key,
-                          "tp, pp, dp, ep, etp, first, last, experts, "
-                          "glu_chunk, vocab_div, gpus_per_host");
+                          "tp, pp, dp, ep, etp, gtp, egtp, weights, amax, "
+                          "first, last, experts, glu_chunk, vocab_div, "
+                          "gpus_per_host");
       }
     }
-    REFIT_RETURN_IF_ERROR(
-        CheckWorld(text, int64_t{s.tp} * int64_t{s.pp} * int64_t{s.dp}));
+    REFIT_RETURN_IF_ERROR(CheckWorld(
+        text, int64_t{s.tp} * int64_t{s.gtp} * int64_t{s.pp} * int64_t{s.dp}));
     if ((s.first > 0 || s.last > 0) && s.pp < 2) {
       return absl::InvalidArgumentError(absl::StrCat(
           "spec \"", text, "\": first/last need pp >= 2"));
     }
-    int64_t stage = int64_t{s.tp} * s.dp;
-    if (stage % (int64_t{s.expert_tp()} * s.ep) != 0) {
+    int64_t stage = int64_t{s.tp} * s.gtp * s.dp;
+    if (stage % (int64_t{s.expert_tp()} * s.ep * s.egtp) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "spec \"", text, "\": the expert mesh etp*ep = ", s.expert_tp(),
-          "*", s.ep, " must divide the ranks of a pipeline stage tp*dp = ",
-          stage, s.etp == 0 ? " (etp defaults to tp, as in Megatron; set etp)"
-                            : ""));
+          "spec \"", text, "\": the expert mesh etp*ep*egtp = ", s.expert_tp(),
+          "*", s.ep, "*", s.egtp,
+          " must divide the ranks of a pipeline stage tp*gtp*dp = ", stage,
+          s.etp == 0 ? " (etp defaults to tp, as in Megatron; set etp)" : ""));
+    }
+    if (s.amax == TrainerSpec::AmaxScope::kTp &&
+        s.weights != TrainerSpec::Weights::kNvfp4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec \"", text, "\": amax= applies to weights=nvfp4 only"));
     }
   } else if (kind == "fsdp") {
     s.kind = TrainerSpec::Kind::kFsdp;
@@ -356,6 +383,11 @@ std::string TrainerSpecString(const TrainerSpec& s) {
   absl::StrAppend(&out, ",experts=", s.grouped_experts ? "grouped" : "indexed");
   if (s.glu_chunk > 0) absl::StrAppend(&out, ",glu_chunk=", s.glu_chunk);
   absl::StrAppend(&out, ",vocab_div=", s.vocab_divisor);
+  if (s.gtp > 1) absl::StrAppend(&out, ",gtp=", s.gtp);
+  if (s.egtp > 1) absl::StrAppend(&out, ",egtp=", s.egtp);
+  if (s.weights == TrainerSpec::Weights::kMxfp8) absl::StrAppend(&out, ",weights=mxfp8");
+  if (s.weights == TrainerSpec::Weights::kNvfp4) absl::StrAppend(&out, ",weights=nvfp4");
+  if (s.amax == TrainerSpec::AmaxScope::kTp) absl::StrAppend(&out, ",amax=tp");
   if (s.gpus_per_host > 0) absl::StrAppend(&out, ",gpus_per_host=", s.gpus_per_host);
   return out;
 }

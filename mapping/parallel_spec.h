@@ -3,6 +3,7 @@
 //
 //   megatron:tp=8,pp=16,ep=16,etp=1,dp=2[,first=3,last=2]
 //            [,experts=indexed|grouped][,glu_chunk=N][,vocab_div=128]
+//            [,gtp=2][,egtp=2][,weights=mxfp8|nvfp4][,amax=gtp|tp]
 //            [,gpus_per_host=8]
 //   fsdp:dp=64[,shard=8][,gpus_per_host=8]     (shard < dp: HSDP)
 //   vllm:tp=32,dp=8[,ep=256][,gpus_per_host=8][,kernel=flashinfer|deepgemm]
@@ -15,7 +16,16 @@
 // grouped: one [E_local, ...] buffer per weight), glu_chunk (expert
 // linear_fc1 rows alternate gate/up in chunks of N rows; 0 = [gate; up]),
 // vocab_div (make_vocab_size_divisible_by; padding = multiple of
-// vocab_div * tp).
+// vocab_div * tp). Generalized Tensor Parallelism (Megatron-LM's GTP_remat,
+// mapping/gtp.h): gtp (dense weights, --tensor-parallel-num-weight-shards /
+// tp) and egtp (routed experts, --expert-tensor-parallel-num-weight-shards /
+// etp) cut each TP-local linear weight along dim 0 into that many row
+// slices, padded at the tail; world = tp*gtp*dp*pp (dp the replicate
+// degree). weights: the trainer's linear weights as Transformer Engine's
+// native MXFP8Tensor / NVFP4Tensor (rowwise data and compact scale_inv);
+// absent: the model's dtype. amax (NVFP4): which ranks share a weight's
+// per-tensor amax: gtp (default: each TP / expert-TP shard has its own,
+// shared by its GTP peers) or tp (one over the whole parameter).
 // vLLM keys: tp, dp, ep (expert parallel over all tp*dp ranks: must equal
 // tp*dp), vocab_pad (default 64), kernel (the layout vLLM's kernels read
 // after its post-load processing; absent: the checkpoint layout, which
@@ -49,9 +59,22 @@ struct TrainerSpec {
   int64_t vocab_divisor = 128;
   int32_t shard = 0;  // fsdp: shard group size (0 = dp)
   int32_t gpus_per_host = 0;
+  // Megatron GTP (mapping/gtp.h): row slices of each TP-local weight.
+  int32_t gtp = 1;
+  int32_t egtp = 1;
+  // The trainer's linear weights: the model's dtype, or TE's native
+  // MXFP8 / NVFP4 tensors.
+  enum class Weights { kModel, kMxfp8, kNvfp4 };
+  Weights weights = Weights::kModel;
+  // NVFP4: the ranks sharing one weight's amax (global scale): its GTP
+  // peers only (kGtp), or all of its TP and GTP peers (kTp).
+  enum class AmaxScope { kGtp, kTp };
+  AmaxScope amax = AmaxScope::kGtp;
 
+  // Ranks of one pipeline stage (Megatron): tp * gtp * dp.
+  int32_t stage_size() const { return tp * gtp * dp; }
   int32_t world_size() const {
-    return kind == Kind::kMegatron ? tp * pp * dp : dp;
+    return kind == Kind::kMegatron ? stage_size() * pp : dp;
   }
   int32_t expert_tp() const { return etp > 0 ? etp : tp; }
 };

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "mapping/conventions.h"
+#include "mapping/gtp.h"
 
 namespace refit {
 namespace {
@@ -82,11 +83,15 @@ absl::StatusOr<MappedSide> BuildMegatronLayout(const ModelConfig& c,
   }
   const std::string side = absl::StrCat("trainer ", TrainerSpecString(spec));
   auto fail = [&](const absl::Status& s) { return AnnotateStatus(s, side); };
-  const int64_t tp = spec.tp, dp = spec.dp, pp = spec.pp;
+  const int64_t tp = spec.tp, pp = spec.pp;
   const int64_t etp = spec.expert_tp(), ep = spec.ep;
-  if ((tp * dp) % (etp * ep) != 0) {
+  // Ranks of one stage: tp*gtp*dp (GTP's row slices come after the rules,
+  // ApplyGtp; the rules give each rank its TP-local parameters).
+  const int64_t stage_size = spec.stage_size();
+  if (stage_size % (etp * ep * spec.egtp) != 0) {
     return fail(absl::InvalidArgumentError(absl::StrCat(
-        "etp*ep = ", etp * ep, " must divide tp*dp = ", tp * dp)));
+        "etp*ep*egtp = ", etp * ep * spec.egtp, " must divide tp*gtp*dp = ",
+        stage_size)));
   }
   absl::StatusOr<std::vector<int64_t>> stage_layers =
       PipelineStageLayers(c.num_layers, spec);
@@ -108,7 +113,7 @@ absl::StatusOr<MappedSide> BuildMegatronLayout(const ModelConfig& c,
   const LayerKind none;
   std::vector<std::string> names(model.tensors.size());
   // Ranks of one stage whose TP and expert-TP coordinates agree (w equal
-  // modulo lcm(tp, etp), which divides tp*dp) hold the same parameters,
+  // modulo lcm(tp, etp), which divides tp*gtp*dp) hold the same parameters,
   // but for which experts: the first of them is built by the rules, the
   // others copy it with the expert index moved (CloneRank).
   const int64_t coords = std::lcm(tp, etp);
@@ -117,13 +122,13 @@ absl::StatusOr<MappedSide> BuildMegatronLayout(const ModelConfig& c,
   };
   for (int32_t rank = 0; rank < world; ++rank) {
     const int64_t tp_rank = rank % tp;
-    const int64_t stage = rank / (tp * dp);
-    const int64_t w = rank % (tp * dp);
+    const int64_t stage = rank / stage_size;
+    const int64_t w = rank % stage_size;
     stage_of_rank[rank] = static_cast<int32_t>(stage);
     if (w >= coords) {
       const int64_t twin = w % coords;
       REFIT_RETURN_IF_ERROR(b.CloneRank(
-          static_cast<int32_t>(stage * tp * dp + twin), rank,
+          static_cast<int32_t>(stage * stage_size + twin), rank,
           expert_begin(w) - expert_begin(twin)));
       continue;
     }
@@ -180,7 +185,9 @@ absl::StatusOr<MappedSide> BuildMegatronLayout(const ModelConfig& c,
   }
   b.SetStage(std::move(stage_of_rank));
   b.SetHosts(spec.gpus_per_host);
-  return std::move(b).Finish();
+  REFIT_ASSIGN_OR_RETURN(MappedSide out, std::move(b).Finish());
+  REFIT_RETURN_IF_ERROR(ApplyGtp(model, spec, side, &out));
+  return out;
 }
 
 }  // namespace refit

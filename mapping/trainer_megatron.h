@@ -9,6 +9,10 @@
 // An ep rank holds experts [ep*E/EP, (ep+1)*E/EP); etp shards their
 // intermediate dim. Dense parameters are replicated over dp, experts over
 // edp; every replica gets records (all of them are sources).
+// With GTP (gtp=, egtp=; mapping/gtp.h) a stage has TP*GTP*DP ranks,
+//   rank = ((pp * DP + dp) * GTP + g) * TP + tp,
+//   w = ((edp * EGTP + eg) * EP + ep) * ETP + etp,
+// and each rank holds row slice g (eg for experts) of its TP-local weights.
 //
 // Parameter names are Megatron's own (TE spec), with LOCAL layer numbering
 // per pipeline stage, as Megatron names its modules: stage s's first layer

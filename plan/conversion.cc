@@ -295,6 +295,60 @@ absl::Status AddNvfp4GlobalScales(
   return absl::OkStatus();
 }
 
+// The storage format of weight `name` in a layout, from its dtype and its
+// companion scale tensor: a quantized format, or "" (a plain dtype).
+std::string QuantizedFormat(const absl::flat_hash_map<std::string, int32_t>& by_name,
+                            const SideLayout& side, const std::string& name) {
+  auto dtype = [&](const std::string& n, DType* out) {
+    auto it = by_name.find(n);
+    if (it == by_name.end()) return false;
+    *out = side.tensors[it->second].dtype;
+    return true;
+  };
+  DType w, sc;
+  if (!dtype(name, &w)) return "";
+  if (w == DType::kU8 && dtype(name + "_scale", &sc) && sc == DType::kF8E4M3) {
+    return "NVFP4 (E2M1 codes two a byte, an e4m3 scale per 1x16, an f32 global scale)";
+  }
+  if (w != DType::kF8E4M3) return "";
+  if (dtype(name + "_scale", &sc) && sc == DType::kU8) {
+    return "MXFP8 (e4m3 codes, an E8M0 scale per 1x32)";
+  }
+  if (dtype(ScaleTensorName(name), &sc)) return "FP8 with block scales (weight_scale_inv)";
+  if (dtype(name + "_scale", &sc)) return "FP8 with a per-tensor scale";
+  return "";
+}
+
+// A trainer already holding a quantized format moves its codes and scales
+// as bytes into an engine of the same format; any other pair is refused.
+absl::Status CheckQuantizedPairs(const SideLayout& src, const SideLayout& dst,
+                                 const absl::flat_hash_map<std::string, int32_t>& src_by_name,
+                                 const absl::flat_hash_map<std::string, int32_t>& dst_by_name) {
+  for (const TensorSpec& d : dst.tensors) {
+    auto it = src_by_name.find(d.name);
+    if (it == src_by_name.end()) continue;
+    const std::string from = QuantizedFormat(src_by_name, src, d.name);
+    if (from.empty()) continue;
+    const std::string to = QuantizedFormat(dst_by_name, dst, d.name);
+    if (from == to) continue;
+    std::string param;
+    for (const Record& r : src.records) {
+      if (r.tensor == it->second && r.buffer >= 0 &&
+          r.buffer < static_cast<int32_t>(src.buffers.size())) {
+        param = absl::StrCat(" (trainer parameter ", src.buffers[r.buffer].name, ")");
+        break;
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", d.name, param, ": the trainer holds it as ", from, " and the engine as ",
+        to.empty() ? DTypeName(d.dtype) : to,
+        "; refit moves a low-precision trainer's codes and scales as bytes into an "
+        "engine of the same format only (it neither dequantizes nor requantizes them): "
+        "serve the engine in the trainer's format, or register BF16 weights"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const char* ConversionKindName(ConversionKind k) {
@@ -369,6 +423,7 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
   for (size_t i = 0; i < dst.tensors.size(); ++i) {
     dst_by_name[dst.tensors[i].name] = static_cast<int32_t>(i);
   }
+  REFIT_RETURN_IF_ERROR(CheckQuantizedPairs(src, dst, src_by_name, dst_by_name));
   // Per src tensor: the conversion kind and (block kinds) the src index of
   // its scale tensor.
   std::map<int32_t, Plan1> converted;

@@ -123,6 +123,12 @@ struct ConvertedSource {
 // tensor "<w>_scale" (kMxfp8). `block` is the FP8 tile edge (128). Without
 // any conversion the source comes back unchanged.
 //
+// A trainer tensor already quantized (MXFP8, NVFP4, FP8: a weight with its
+// companion scale tensor) is not converted: its codes and scales move as
+// bytes when the engine holds the same format, and any other pair is
+// INVALID_ARGUMENT naming the tensor, the trainer's parameter and both
+// formats (refit does not dequantize or requantize them).
+//
 // INVALID_ARGUMENT naming the tensor when a conversion is not in the table
 // (e.g. f32 -> bf16, e4m3 from an integer dtype), a quantized weight has
 // fewer than 2 dims, or its scale tensor's shape is not the tile grid.

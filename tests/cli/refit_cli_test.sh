@@ -28,6 +28,15 @@ check plan-dtype-fp16 2 '^refit: --dtype: weight dtype "fp16" is not one of bf16
   "$REFIT" plan --model tiny-qwen3 --trainer fsdp:dp=1 --engine vllm:tp=1 --dtype fp16
 check plan-dtype-fp8 0 'total.bytes' -- \
   "$REFIT" plan --model tiny-qwen3-moe-b128 --trainer fsdp:dp=1 --engine vllm:tp=1 --dtype fp8
+# Megatron GTP trainers in TE's native MXFP8 / NVFP4: planned, bytes by
+# format; another engine format is refused naming both.
+check plan-gtp-mxfp8 0 'by format: mxfp8 ' -- "$REFIT" plan --model tiny-qwen3-mx \
+  --trainer megatron:tp=2,gtp=2,weights=mxfp8 --engine vllm:tp=1,quant=mxfp8
+check plan-gtp-nvfp4 0 'by format: nvfp4 ' -- "$REFIT" plan --model tiny-qwen3-moe-fp4 \
+  --trainer megatron:tp=1,gtp=2,dp=2,ep=2,etp=1,egtp=2,weights=nvfp4 \
+  --engine vllm:tp=2,dp=2,ep=4,quant=nvfp4
+check plan-gtp-other-format 1 'holds it as MXFP8 .* and the engine as NVFP4' -- "$REFIT" plan \
+  --model tiny-qwen3-mx --trainer megatron:tp=1,gtp=2,weights=mxfp8 --engine vllm:tp=1,quant=nvfp4
 check top-help-health 0 '^  health ' -- "$REFIT" --help
 check health-help 0 '^  --timeout_s' -- "$REFIT" health --help
 check health-rejects-plan-flag 2 'unknown flag --model' -- "$REFIT" health --model x

@@ -20,6 +20,7 @@
 #include "plan/plan_codec.h"
 #include "plan/planner.h"
 #include "testing/reference_convert.h"
+#include "testing/inproc_ranks.h"
 #include "testing/reference_copy.h"
 
 namespace refit {
@@ -31,52 +32,7 @@ struct Case {
   const char* engine;
 };
 
-// Runs every rank of `plan` as a thread over the in-process transport, on
-// the host buffers s (trainer, as registered) and d (engine); with `slices`
-// each rank runs its own slice off the wire, as members do. Returns each
-// global rank's status.
-std::vector<absl::Status> RunAllRanks(const Plan& full_plan, const OwnedBuffers& s,
-                                      const OwnedBuffers& d, bool slices) {
-  const Plan* plan = &full_plan;
-  const int32_t ws = plan->src.world_size, wd = plan->dst.world_size;
-  auto fabric = InProcFabric::Create(ws + wd, 2).value();
-  std::vector<absl::Status> status(ws + wd);
-  std::vector<std::thread> threads;
-  for (int32_t g = 0; g < ws + wd; ++g) {
-    threads.emplace_back([&, g] {
-      const bool is_src = g < ws;
-      std::vector<char*> ptrs;
-      for (uint8_t* p : (is_src ? s : d).ptrs) ptrs.push_back(reinterpret_cast<char*>(p));
-      auto t = InProcTransport::Create(fabric, g).value();
-      // With slices, each rank runs its own slice off the wire.
-      const Side side = is_src ? Side::kTrainer : Side::kEngine;
-      const int32_t rank = is_src ? g : g - ws;
-      absl::StatusOr<Plan> slice =
-          slices ? FromProto(ToProto(ExtractSlice(*plan, side, rank))) : *plan;
-      if (!slice.ok()) {
-        status[g] = slice.status();
-        fabric->Kill(g);
-        return;
-      }
-      const SideLayout& full = is_src ? plan->src : plan->dst;
-      const SideLayout& mine = is_src ? slice->src : slice->dst;
-      std::vector<char*> local(mine.buffers.size(), nullptr);
-      for (size_t b = 0; b < mine.buffers.size(); ++b) {
-        if (mine.buffers[b].rank != rank || mine.buffers[b].scratch) continue;
-        for (size_t k = 0; k < full.buffers.size(); ++k) {
-          if (full.buffers[k].rank == rank && full.buffers[k].name == mine.buffers[b].name) {
-            local[b] = ptrs[k];
-          }
-        }
-      }
-      auto ex = Executor::Create(*slice, side, rank, local, t.get());
-      status[g] = ex.ok() ? (*ex)->Run(absl::Now() + absl::Seconds(60)).status() : ex.status();
-      if (!status[g].ok()) fabric->Kill(g);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return status;
-}
+using testing::RunAllRanksInProc;
 
 class ConvertedPatternsTest : public ::testing::TestWithParam<Case> {};
 
@@ -107,7 +63,7 @@ TEST_P(ConvertedPatternsTest, EngineHoldsTheConvertedPattern) {
   OwnedBuffers s = AllocateBuffers(src->layout);
   OwnedBuffers d = AllocateBuffers(plan->dst);
   FillPattern(src->layout, s.ptrs, po);
-  const std::vector<absl::Status> status = RunAllRanks(*plan, s, d, /*slices=*/true);
+  const std::vector<absl::Status> status = RunAllRanksInProc(*plan, s, d, /*slices=*/true);
   const int32_t ws = plan->src.world_size, wd = plan->dst.world_size;
   for (int32_t g = 0; g < ws + wd; ++g) ASSERT_TRUE(status[g].ok()) << g << ": " << status[g];
   absl::Status st = CheckPattern(plan->dst, d.ptrs, po);
@@ -140,7 +96,7 @@ TEST(ConvertedPlansTest, NonFiniteWeightFailsNamingTensorAndRank) {
     }
   }
   ASSERT_TRUE(planted);
-  const std::vector<absl::Status> status = RunAllRanks(*plan, s, d, /*slices=*/false);
+  const std::vector<absl::Status> status = RunAllRanksInProc(*plan, s, d, /*slices=*/false);
   const int32_t ws = plan->src.world_size;
   EXPECT_EQ(status[1].code(), absl::StatusCode::kInvalidArgument) << status[1];
   EXPECT_THAT(std::string(status[1].message()),
@@ -188,7 +144,7 @@ TEST(ConvertedPlansTest, Mxfp8CutBlocksGetOneScaleAndEveryByteIsChecked) {
   OwnedBuffers s = AllocateBuffers(src->layout);
   OwnedBuffers d = AllocateBuffers(plan->dst);
   FillPattern(src->layout, s.ptrs, po);
-  const std::vector<absl::Status> status = RunAllRanks(*plan, s, d, /*slices=*/true);
+  const std::vector<absl::Status> status = RunAllRanksInProc(*plan, s, d, /*slices=*/true);
   for (const absl::Status& st : status) ASSERT_TRUE(st.ok()) << st;
   ASSERT_TRUE(CheckPattern(plan->dst, d.ptrs, po).ok());
   d.ptrs[sbuf][7] ^= 1;
@@ -284,7 +240,7 @@ TEST(ConvertedPlansTest, Nvfp4CutBlocksSharedGlobalScaleAndEveryByteIsChecked) {
   OwnedBuffers s = AllocateBuffers(src->layout);
   OwnedBuffers d = AllocateBuffers(plan->dst);
   FillPattern(src->layout, s.ptrs, po);
-  const std::vector<absl::Status> status = RunAllRanks(*plan, s, d, /*slices=*/true);
+  const std::vector<absl::Status> status = RunAllRanksInProc(*plan, s, d, /*slices=*/true);
   for (const absl::Status& st : status) ASSERT_TRUE(st.ok()) << st;
   ASSERT_TRUE(CheckPattern(plan->dst, d.ptrs, po).ok());
   // The global scale: amax over q, k, v (the trainer's bf16 pattern) / 2688.
@@ -337,7 +293,7 @@ TEST(ConvertedPlansTest, Nvfp4AllZeroParameterFailsNamingIt) {
       std::memset(s.ptrs[r.buffer], 0, src->layout.buffers[r.buffer].byte_size);
     }
   }
-  const std::vector<absl::Status> status = RunAllRanks(*plan, s, d, /*slices=*/false);
+  const std::vector<absl::Status> status = RunAllRanksInProc(*plan, s, d, /*slices=*/false);
   EXPECT_EQ(status[0].code(), absl::StatusCode::kInvalidArgument) << status[0];
   EXPECT_THAT(std::string(status[0].message()), ::testing::HasSubstr("tensor " + name));
   EXPECT_THAT(std::string(status[0].message()), ::testing::HasSubstr("is zero"));
@@ -390,7 +346,7 @@ TEST(ConvertedPlansTest, Nvfp4FlashinferScalesAreVllmsSwizzle) {
   OwnedBuffers s = AllocateBuffers(src->layout);
   OwnedBuffers d = AllocateBuffers(plan->dst);
   FillPattern(src->layout, s.ptrs, po);
-  const std::vector<absl::Status> status = RunAllRanks(*plan, s, d, /*slices=*/true);
+  const std::vector<absl::Status> status = RunAllRanksInProc(*plan, s, d, /*slices=*/true);
   for (const absl::Status& st : status) ASSERT_TRUE(st.ok()) << st;
   ASSERT_TRUE(CheckPattern(plan->dst, d.ptrs, po).ok());
   const std::string attn = "model.layers.1.self_attn.";
