@@ -79,9 +79,19 @@ TRAINER_CONVENTION = "fsdp:dp=1"
 ENGINE_CONVENTIONS = {"bf16": "vllm:tp=1", "fp8": "vllm:tp=1,quant=fp8",
                       "flashinfer": "vllm:tp=1,kernel=flashinfer",
                       "flashinfer-fp8": "vllm:tp=1,quant=fp8,kernel=flashinfer",
-                      "deepgemm": "vllm:tp=1,quant=fp8,kernel=deepgemm"}
+                      "deepgemm": "vllm:tp=1,quant=fp8,kernel=deepgemm",
+                      "mxfp8": "vllm:tp=1,quant=mxfp8",
+                      "nvfp4": "vllm:tp=1,quant=nvfp4",
+                      "nvfp4-flashinfer": "vllm:tp=1,quant=nvfp4,kernel=flashinfer"}
+# Of max |trainer logit|. FP8 and MXFP8 round each weight to e4m3 (within
+# 2^-4 of it); E2M1 keeps one mantissa bit instead of three, so NVFP4's
+# steps are 4x e4m3's at the same scale (within 1/4 of a weight): FP8 rows
+# measure about 6% of the range (tolerance 25%), NVFP4 rows are expected
+# near 4x that (24%), with the same 2x margin. The same-weights check
+# (TOL_SAME_WEIGHTS) and the bit-exact layout check are what show that the
+# forward reads each layout; these bound the quantization error only.
 TOL_VS_TRAINER = {"bf16": 0.03, "fp8": 0.25, "flashinfer": 0.03, "flashinfer-fp8": 0.25,
-                  "deepgemm": 0.25}  # of max |trainer logit|
+                  "deepgemm": 0.25, "mxfp8": 0.25, "nvfp4": 0.5, "nvfp4-flashinfer": 0.5}
 TOL_SAME_WEIGHTS = 1e-3
 MOE_TOKEN_SHARE = 0.9  # of the tokens within tolerance, MoE models
 EVAL_SEED, EVAL_SHAPE = 1234, (2, 24)
@@ -89,11 +99,11 @@ EVAL_SEED, EVAL_SHAPE = 1234, (2, 24)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def kernel_of(convention):
-    """The kernel= value of an engine convention, or None."""
+def kernel_of(convention, key="kernel"):
+    """The kernel= (or ``key``=) value of an engine convention, or None."""
     for kv in convention.partition(":")[2].split(","):
-        if kv.startswith("kernel="):
-            return kv[len("kernel="):]
+        if kv.startswith(key + "="):
+            return kv[len(key) + 1:]
     return None
 
 
@@ -146,7 +156,7 @@ def engine_tensors(cfg_path, convention, device):
     import torch
     import refit
     dtypes = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
-              "f8e4m3": getattr(torch, "float8_e4m3fn", torch.uint8)}
+              "u8": torch.uint8, "f8e4m3": getattr(torch, "float8_e4m3fn", torch.uint8)}
     out = {}
     for b in refit.expected_buffers(side="engine", rank=0, model=cfg_path,
                                     convention=convention):
@@ -167,7 +177,8 @@ def join_engine(server, cfg_path, convention, device, transport, tensors):
     leave() (bounded)."""
     import torch
     import refit
-    bytes_fp8 = any(t.dtype == torch.uint8 for t in tensors.values())
+    bytes_fp8 = not hasattr(torch, "float8_e4m3fn") and any(
+        t.dtype == torch.uint8 for t in tensors.values())
     eng, path = None, "refit.Member (FP8 as bytes)"
     if not bytes_fp8:
         import refit.engine_layouts
@@ -215,7 +226,7 @@ def step_result(cfg, tokens, tensors, kernel, path, seconds):
     copies of those tensors, how it joined and the round's seconds."""
     import torch
     import fused_qwen3 as fq
-    w = fq.EngineWeights(tensors)
+    w = fq.EngineWeights(tensors, kernel)
     with torch.no_grad():
         return {"bf16": fq.fused_logits(cfg, w, tokens, torch.bfloat16, kernel).cpu(),
                 "fp32": fq.fused_logits(cfg, w, tokens, torch.float32, kernel).cpu(),
@@ -519,9 +530,10 @@ def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts
             row["path"] = res["path"]
             got = {n: t.to(device) for n, t in res["tensors"].items()}
             problems, counts = fq.check_engine_weights(got, trainer, kernel)
-            if kernel is not None or sglang:
+            quant = kernel_of(convention, "quant")
+            if kernel is not None or sglang or quant in ("mxfp8", "nvfp4"):
                 import kernel_layouts_ref as kl
-                exact, checked = kl.check_exact(got, trainer, "quant=fp8" in convention, kernel)
+                exact, checked = kl.check_exact(got, trainer, quant, kernel)
                 problems += exact
                 counts["vllm_exact"] = checked
             load_engine_weights(ref32, got, shapes, tied, kernel)
@@ -540,10 +552,13 @@ def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts
                 return row
             row["steps"] = v
             if v == 1:
-                row["detail"] = (f"{counts['equal']} tensors bit-equal, {counts['fp8']} FP8 "
-                                 f"within e4m3 rounding"
-                                 + (f", {counts['vllm_exact']} bit-equal to vLLM's {kernel} "
-                                    f"layout" if kernel and not sglang else "")
+                lowp = quant in ("mxfp8", "nvfp4")
+                fmt = quant.upper() if lowp else "FP8"
+                layout = " ".join(x for x in (quant if lowp else "", kernel or "") if x)
+                row["detail"] = (f"{counts['equal']} tensors bit-equal, {counts['fp8']} {fmt} "
+                                 f"within {'its' if lowp else 'e4m3'} rounding"
+                                 + (f", {counts['vllm_exact']} bit-equal to vLLM's {layout} "
+                                    f"layout" if layout and not sglang else "")
                                  + (f", {counts['vllm_exact']} bit-equal to the reference "
                                     f"{kernel or 'checkpoint'} layout" if sglang else ""))
         if sglang:
