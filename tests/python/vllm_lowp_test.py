@@ -17,7 +17,6 @@ import ctypes
 import os
 import random
 import sys
-import threading
 import types
 import unittest
 
@@ -32,6 +31,7 @@ import refit  # noqa: E402
 import refit.vllm as rv  # noqa: E402
 import lowp_reference as ref  # noqa: E402
 import standin_torch as st  # noqa: E402
+from concurrently import run_all  # noqa: E402
 from refitd_process import Refitd  # noqa: E402
 from vllm.distributed.weight_transfer import factory  # noqa: E402
 from vllm.model_executor.layers.quantization import modelopt as mo  # noqa: E402
@@ -44,25 +44,6 @@ FUSED = {"self_attn.qkv_proj": ("q_proj", "k_proj", "v_proj"),
          "mlp.gate_up_proj": ("gate_proj", "up_proj")}
 LINEARS = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
 INPUT_SCALE = 0.0125  # the engine's activation calibration (ModelOpt's input_scale)
-
-
-def run_all(fns, timeout=TIMEOUT * 2):
-    errors = []
-
-    def body(fn):
-        try:
-            fn()
-        except BaseException as e:
-            errors.append(e)
-    ts = [threading.Thread(target=body, args=(f,)) for f in fns]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout)
-    if any(t.is_alive() for t in ts):
-        raise AssertionError("a member hung")
-    if errors:
-        raise errors[0]
 
 
 def bf16(x):
