@@ -130,3 +130,39 @@ def expected(matrices: List[List[torch.Tensor]], quant: str, kernel: Optional[st
     if quant == "nvfp4":
         out["global"] = pick(gs)
     return out
+
+
+def self_check() -> int:
+    """On any device: lowp_dequant reads back what this quantizes, within
+    its rounding bound, for MXFP8 and NVFP4 (swizzled too); every E2M1
+    code's midpoint ties round to the even code; swizzling moves bytes and
+    unswizzle undoes it. Returns 0 when all hold."""
+    import lowp_dequant as lowp
+    torch.manual_seed(0)
+    x = torch.randn(256, 128) * 0.02
+    x[3, :16] = 0  # an all-zero block
+    ok = True
+    q, s = mxfp8(x)
+    eng = {"w": q, "w_scale": s}
+    vals, unit = lowp.block_units("w", eng, None)
+    ok &= bool(((vals * unit - x).abs() <= lowp.rounding_bound("mxfp8", x, unit)).all())
+    g = nvfp4_global(x.abs().max())
+    q, s = nvfp4(x, g)
+    for kernel, scale in ((None, s), ("flashinfer", swizzle(s))):
+        eng = {"w": q, "w_scale": scale, "w_global_scale": g}
+        vals, unit = lowp.block_units("w", eng, kernel)
+        ok &= bool(((vals * unit - x).abs() <= lowp.rounding_bound("nvfp4", x, unit)).all())
+    ok &= not torch.equal(swizzle(s), s) and torch.equal(lowp.unswizzle(swizzle(s)), s)
+    mids = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, -0.75])
+    ok &= cast_fp4(mids).tolist() == [0, 2, 2, 4, 4, 6, 6, 7, 10]
+    print(f"{'PASS' if ok else 'FAIL'}  MXFP8 / NVFP4 references: read back within their "
+          f"rounding bounds (NVFP4 swizzled too), E2M1 ties to even, swizzle round trip")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] != ["--self-check"]:
+        print("usage: lowp_ref.py --self-check", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(self_check())

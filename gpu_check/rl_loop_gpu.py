@@ -92,6 +92,9 @@ ENGINE_CONVENTIONS = {"bf16": "vllm:tp=1", "fp8": "vllm:tp=1,quant=fp8",
 # forward reads each layout; these bound the quantization error only.
 TOL_VS_TRAINER = {"bf16": 0.03, "fp8": 0.25, "flashinfer": 0.03, "flashinfer-fp8": 0.25,
                   "deepgemm": 0.25, "mxfp8": 0.25, "nvfp4": 0.5, "nvfp4-flashinfer": 0.5}
+# refit writes MXFP8 and NVFP4 engines for vLLM only (an SGLang convention
+# with quant=mxfp8 or quant=nvfp4 is refused): no SGLang rows for these.
+VLLM_ONLY = ("mxfp8", "nvfp4", "nvfp4-flashinfer")
 TOL_SAME_WEIGHTS = 1e-3
 MOE_TOKEN_SHARE = 0.9  # of the tokens within tolerance, MoE models
 EVAL_SEED, EVAL_SHAPE = 1234, (2, 24)
@@ -631,13 +634,14 @@ BACKENDS = ("vllm", "sglang")
 
 def plan_rows(argv):
     """(bundle, options, rows as (backend, model, engine, mode)) from the
-    command line (backends outermost, then models, engines, modes). Raises
+    command line (backends outermost, then models, engines, modes; the
+    MXFP8 / NVFP4 engines, VLLM_ONLY, for the vllm backend alone). Raises
     ValueError naming an unknown or empty option, backend, engine or mode."""
     if not argv or argv[0].startswith("--"):
         raise ValueError("the bundle folder comes first")
     bundle = os.path.abspath(argv[0])
     opts = dict(steps="3", models="qwen3,qwen3-moe",
-                engines="bf16,fp8,flashinfer,flashinfer-fp8,deepgemm", backends="vllm",
+                engines=",".join(ENGINE_CONVENTIONS), backends="vllm",
                 modes="process,threads", device="cuda:0", reference="transformers", experts="",
                 refitd=os.path.join(bundle, "refitd"))
     for a in argv[1:]:
@@ -654,7 +658,8 @@ def plan_rows(argv):
                 for mode in opts["modes"].split(","):
                     if mode not in ("process", "threads") or dtype not in ENGINE_CONVENTIONS:
                         raise ValueError(f"unknown mode {mode} or engine {dtype}")
-                    rows.append((backend, kind, dtype, mode))
+                    if backend != "sglang" or dtype not in VLLM_ONLY:
+                        rows.append((backend, kind, dtype, mode))
     return bundle, opts, rows
 
 
