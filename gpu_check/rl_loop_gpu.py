@@ -11,6 +11,12 @@ DeepGEMM on SM90)) and joins through refit's vLLM weight-transfer backend
 (refit.vllm.RefitWeightTransferEngine: init, then start / update / finish
 per step, shutdown). The engine computes logits with a forward written
 against that layout the way vLLM's model code reads it (fused_qwen3.py).
+MXFP8 and NVFP4 engines (vllm:tp=1,quant=mxfp8 / quant=nvfp4, and
+kernel=flashinfer: swizzled NVFP4 scales, w31 experts) hold vLLM's layers
+over their tensors (vllm_layers.py) and join with "vllm:tp=1" alone:
+refit.vllm detects quant= and kernel= from the layers and recomputes the
+NVFP4 alphas after each round (checked); the forward dequantizes them
+(lowp_dequant.py) and every tensor is compared with lowp_ref.py.
 
 Checks after every step (a row passes when all hold at every step):
 - weights: every engine tensor holds the trainer's values: bit-equal, or for
@@ -138,20 +144,6 @@ def eval_tokens(vocab, device):
 
 
 # ------------------------------------------------------------- the engine
-class TensorTable:
-    """An engine's tensors as a module's parameters (what vLLM's model
-    gives the weight-transfer backend): named_parameters / named_buffers."""
-
-    def __init__(self, tensors):
-        self.tensors = tensors
-
-    def named_parameters(self, remove_duplicate=True):
-        return list(self.tensors.items())
-
-    def named_buffers(self):
-        return []
-
-
 def engine_tensors(cfg_path, convention, device):
     """Zeroed tensors for every buffer refit expects of engine rank 0, with
     the convention's shapes and dtypes (FP8 as uint8 bytes where torch has
@@ -175,40 +167,61 @@ def join_engine(server, cfg_path, convention, device, transport, tensors):
     finish_weight_update; shutdown), or through refit.Member when the
     tensors are uint8 stand-ins for FP8 (torch without float8), which the
     backend's dtype check refuses, or when an installed vLLM's base class
-    takes other constructor arguments. Returns (path, update, leave):
-    which of the two, update(v) running round v in place (its statistics),
-    leave() (bounded)."""
+    takes other constructor arguments. Returns (path, update, leave,
+    stale): which of the two, update(v) running round v in place (its
+    statistics), leave() (bounded), stale() the derived tensors not
+    recomputed from the round's weights.
+
+    MXFP8 and NVFP4 engines give the backend vLLM-shaped layers
+    (vllm_layers.QuantizedTable) and the convention without quant= and
+    kernel=: refit.vllm detects both from the layers, as in a vLLM worker,
+    and must come to the row's convention; it refreshes their alphas."""
     import torch
     import refit
+    import vllm_layers
     bytes_fp8 = not hasattr(torch, "float8_e4m3fn") and any(
         t.dtype == torch.uint8 for t in tensors.values())
     eng, path = None, "refit.Member (FP8 as bytes)"
+    quant, kernel = kernel_of(convention, "quant"), kernel_of(convention)
+    model, given = vllm_layers.TensorTable(tensors), convention
     if not bytes_fp8:
         import refit.engine_layouts
         import refit.vllm
-        # The engine here is a table of tensors read by fused_qwen3's
-        # forward, not vLLM's layers, so there is nothing for the detector
-        # to inspect (engine_layouts_test covers it on vLLM-shaped layers):
-        # it reports the layout this forward reads; the refresh is refit's.
-        refit.vllm.layout_hooks = (lambda _model, k=kernel_of(convention): k,
-                                   refit.engine_layouts.refresh_vllm_derived)
+        if quant in ("mxfp8", "nvfp4"):
+            refit.vllm.layout_hooks = None  # refit's own detectors and refresh
+            model = vllm_layers.QuantizedTable(tensors, quant, kernel)
+            given = ",".join(kv for kv in convention.split(",")
+                             if not kv.startswith(("quant=", "kernel=")))
+        else:
+            # A table of tensors read by fused_qwen3's forward, no vLLM
+            # layers for the detector to inspect (engine_layouts_test covers
+            # it on vLLM-shaped layers): it reports the layout this forward
+            # reads; the refresh is refit's.
+            refit.vllm.layout_hooks = (lambda _model, k=kernel: k,
+                                       refit.engine_layouts.refresh_vllm_derived)
         try:
             eng = refit.vllm.RefitWeightTransferEngine(
                 None, types.SimpleNamespace(parallel_config=types.SimpleNamespace(rank=0)),
-                torch.device(device), TensorTable(tensors))
+                torch.device(device), model)
         except TypeError as e:  # an installed vLLM whose base class differs
             path = f"refit.Member (the vLLM backend: {e})"
     if eng is not None:
         eng.init_transfer_engine(dict(server=server, engine_id="e0", model=cfg_path,
-                                      convention=convention, rank=0, device=device,
+                                      convention=given, rank=0, device=device,
                                       transport=transport, timeout=DEADLINE))
+        got = eng.receiver.convention
+        if given != convention and sorted(got.split(",")) != sorted(convention.split(",")):
+            raise RuntimeError(f"refit.vllm registered {got} from {given}; the layers hold "
+                               f"{convention}")
 
         def update(v):
             eng.start_weight_update()
             eng.update_weights({"version": v, "timeout": DEADLINE})
             eng.finish_weight_update()
             return eng.last_stats
-        return "vllm backend", update, eng.shutdown
+        how = f"vllm backend (detected {got[len(given) + 1:]})" if given != convention \
+            else "vllm backend"
+        return how, update, eng.shutdown, getattr(model, "stale_alphas", list)
     m = refit.Member(server=server, side="engine", rank=0, model=cfg_path,
                      convention=convention, engine_id="e0", device=device,
                      buffers=tensors, transport=transport, timeout=DEADLINE,
@@ -220,7 +233,7 @@ def join_engine(server, cfg_path, convention, device, transport, tensors):
         if got != v:
             raise RuntimeError(f"engine: refitd announced round {got}, expected {v}")
         return m.run_round(v, timeout=DEADLINE)
-    return path, update, m.close
+    return path, update, m.close, list
 
 
 def step_result(cfg, tokens, tensors, kernel, path, seconds):
@@ -252,12 +265,16 @@ def engine_loop(server, cfg_path, convention, device, steps, transport, deliver)
     """The engine (vLLM backend): joins, then per step takes refit's round
     in place and delivers (step, step_result)."""
     cfg, tensors, tokens = engine_setup(cfg_path, convention, device)
-    path, update, leave = join_engine(server, cfg_path, convention, device, transport, tensors)
+    path, update, leave, stale = join_engine(server, cfg_path, convention, device, transport,
+                                             tensors)
     try:
         for v in range(1, steps + 1):
             stats = update(v)
-            deliver(v, step_result(cfg, tokens, tensors, kernel_of(convention), path,
-                                   stats.get("seconds", 0.0)))
+            result = step_result(cfg, tokens, tensors, kernel_of(convention), path,
+                                 stats.get("seconds", 0.0))
+            result["stale"] = [f"{p}: alpha is not input_global_scale * weight_global_scale "
+                               f"after round {v}" for p in stale()]
+            deliver(v, result)
     finally:
         leave()
 
@@ -533,6 +550,7 @@ def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts
             row["path"] = res["path"]
             got = {n: t.to(device) for n, t in res["tensors"].items()}
             problems, counts = fq.check_engine_weights(got, trainer, kernel)
+            problems += res.get("stale", [])
             quant = kernel_of(convention, "quant")
             if kernel is not None or sglang or quant in ("mxfp8", "nvfp4"):
                 import kernel_layouts_ref as kl
@@ -605,30 +623,6 @@ def refused_as_expected(engine, row):
     return "the worker reported no refusal"
 
 
-def print_table(rows):
-    print("\n== RL loop: trainer (transformers, BF16, AdamW) -> refit -> engine "
-          "(vLLM's / SGLang's fused layout)")
-    print(f"{'backend':<7} {'model':<10} {'engine':<14} {'mode':<8} {'steps':>5} "
-          f"{'max|dlogit|':>12} {'tol':>9} {'tokens':>6} {'same-w':>9} {'tol':>9} "
-          f"{'result':<7} {'refit ms/step':>13}  detail")
-    for r in rows:
-        ms = sum(r["ms"]) / len(r["ms"]) if r["ms"] else 0.0
-        rms = sum(r["round_ms"]) / len(r["round_ms"]) if r["round_ms"] else 0.0
-        result = "REFUSED" if r.get("refused") else "PASS" if r["ok"] else "FAIL"
-        print(f"{r.get('backend', 'vllm'):<7} {r['model']:<10} {r['engine']:<14} "
-              f"{r['mode']:<8} {r['steps']:>5} "
-              f"{r['diff']:>12.4g} {r['tol']:>9.3g} {r['within']:>6.0%} {r['same']:>9.3g} "
-              f"{r['same_tol']:>9.3g} "
-              f"{result:<7} {ms:>7.1f} ({rms:.1f})  "
-              f"{r['path']}; {r['detail']}")
-    print("(max|dlogit|: engine logits computed in BF16 vs transformers' forward of the "
-          "trainer's model, worst step; tokens: the share within tol; same-w: float32 "
-          "forwards over the same weights; refit ms: publish() wall time (sglang: "
-          "sync_weights(), which waits for the engine's answer: here after it computed "
-          "the step's logits and copies), in brackets the round's own; REFUSED: refit refused the "
-          "engine at registration, naming the layer, as it must for that setup)")
-
-
 BACKENDS = ("vllm", "sglang")
 
 
@@ -689,6 +683,7 @@ def main(argv):
         say(event="row", took_s=round(time.monotonic() - t0, 1),
             **{k: v for k, v in row.items() if k not in ("ms", "round_ms")})
         rows.append(row)
+    from rl_loop_report import print_table
     print_table(rows)
     return 0 if rows and all(r["ok"] for r in rows) else 1
 
