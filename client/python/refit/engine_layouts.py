@@ -327,7 +327,8 @@ def vllm_kernel_layout(model: Any) -> Optional[str]:
     Raises refit.RefitError (INVALID_ARGUMENT) naming the layer, the kernel
     and the vLLM setting that avoids it for what refit does not write:
     Marlin, ROCm AITER, FlashInfer TRTLLM, MXFP8 scales other than [N, K/32]
-    uint8 and MXFP8 experts, per-tensor FP8 (max-scale
+    uint8, MXFP8 weights dequantized at load and MXFP8 experts but the
+    emulation's, per-tensor FP8 (max-scale
     requantization, FlashInfer alpha scales), FNUZ, DeepGEMM's SM100 packed
     scales, an unknown MoE backend, and a model whose layers need two
     different layouts (DeepGEMM linears with FlashInfer MoE, or block-FP8
