@@ -564,7 +564,7 @@ def _refresh_nvfp4_alphas(name: str, m: Any) -> bool:
     """vLLM's NVFP4 alphas of layer ``m`` recomputed in place from the
     global scales refit wrote; False where ``m`` keeps none. Where vLLM's
     quant config passes the weight global scale itself as the MoE alphas
-    (fused_moe/oracle/nvfp4.py, newest read: g1_alphas is w13_weight_scale_2)
+    (fused_moe/oracle/nvfp4.py at 0136201: g1_alphas is w13_weight_scale_2)
     FlashInfer CUTLASS experts folded the input scale into it in place
     (FlashInferExperts.process_weights_after_loading, flashinfer_cutlass_moe.py
     at 03063c09): the scale refit wrote is multiplied by it again; other

@@ -2,7 +2,7 @@
 vllm-project/vllm (read 2026-11-26; no vLLM code): quantization/modelopt.py
 at 00155cd (ModelOptNvFp4LinearMethod, ModelOptNvFp4FusedMoE,
 ModelOptNvFp4W4A16LinearMethod: create_weights and
-process_weights_after_loading), fused_moe/oracle/nvfp4.py (newest read:
+process_weights_after_loading), fused_moe/oracle/nvfp4.py (at 0136201:
 make_nvfp4_moe_quant_config passes w13_weight_scale_2 / w2_weight_scale_2
 themselves as g1_alphas / g2_alphas; prepare_nvfp4_moe_layer_for_fi_or_cutlass
 merges w13's input scales to one per expert, reorders w13 to [up; gate] and
