@@ -30,7 +30,7 @@ Checks after every step (a row passes when all hold at every step):
   model holding the engine's (dequantized) weights;
 - vs trainer: the engine's logits computed in BF16, as vLLM does, equal
   transformers' own forward of the trainer's BF16 model on the same tokens
-  within 3% of the logits' range (BF16 engine) or 25% (FP8 engine): every
+  within 3% of the logits' range (BF16), 25% (FP8, MXFP8), 50% (NVFP4): every
   token's for the dense model, 90% of them for the MoE one (a token whose
   router scores are a near-tie may go to another expert under BF16
   rounding in one of the two forwards);
