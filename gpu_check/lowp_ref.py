@@ -57,6 +57,16 @@ def _e4m3_bytes(x: torch.Tensor) -> torch.Tensor:
     return q.view(torch.uint8) if q.dtype != torch.uint8 else q
 
 
+def _e4m3_float(b: torch.Tensor) -> torch.Tensor:
+    """float32 values of e4m3 bytes: torch's float8_e4m3fn reading where
+    torch has it, else fused_qwen3's decoding."""
+    import kernel_layouts_ref as kl
+    if kl.FP8 is not None:
+        return b.view(kl.FP8).float()
+    import fused_qwen3 as fq
+    return fq.e4m3_values(b)
+
+
 def mxfp8(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """(e4m3 bytes [.., N, K], E8M0 bytes [.., N, K/32]) of x."""
     x = x.float()
@@ -93,8 +103,7 @@ def nvfp4(x: torch.Tensor, g: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]
     s = b.abs().amax(dim=-1) / (6.0 * g)
     s = torch.where(s == 0, torch.ones_like(s), s).clamp(min=2.0 ** -9)
     sb = _e4m3_bytes(s)
-    import fused_qwen3 as fq
-    y = b / (fq.e4m3_values(sb) * g).unsqueeze(-1)
+    y = b / (_e4m3_float(sb) * g).unsqueeze(-1)
     q = cast_fp4(y).reshape(x.shape)
     return (q[:, 1::2] << 4) | q[:, 0::2], sb
 
