@@ -42,6 +42,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
+import lowp_dequant as lowp
+
 BLOCK = 128  # vLLM's FP8 weight_block_size, both dims
 SCALE = "_scale_inv"
 
@@ -135,10 +137,13 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, name: str) -> torch.Tensor:
 
 class EngineWeights:
     """An engine's tensors by vLLM parameter name; ``get`` gives a weight in
-    the compute dtype, FP8 ones dequantized."""
+    the compute dtype, FP8, MXFP8 and NVFP4 ones dequantized
+    (lowp_dequant; NVFP4 block scales read swizzled under ``kernel``
+    "flashinfer")."""
 
-    def __init__(self, tensors: Dict[str, torch.Tensor]):
+    def __init__(self, tensors: Dict[str, torch.Tensor], kernel: Optional[str] = None):
         self.tensors = tensors
+        self.kernel = kernel
 
     def has(self, name: str) -> bool:
         return name in self.tensors
@@ -148,10 +153,12 @@ class EngineWeights:
         if name not in self.tensors:
             raise KeyError(f"the engine holds no tensor {name}")
         t = self.tensors[name]
-        s = self.tensors.get(name + SCALE)
-        if s is None:
+        fmt = lowp.format_of(name, self.tensors)
+        if fmt is None:
             return t.to(dtype)
-        return dequantize(t, s, name).to(dtype)
+        if fmt == "fp8":
+            return dequantize(t, self.tensors[name + SCALE], name).to(dtype)
+        return lowp.dequantize(name, self.tensors, self.kernel).to(dtype)
 
 
 # ----------------------------------------------------- the fused forward
@@ -315,34 +322,41 @@ def check_engine_weights(engine: Dict[str, torch.Tensor], trainer: Dict[str, tor
     """(problems, counts): every engine tensor checked against the trainer's
     tensors it holds: bit-equal, or for an FP8 weight its dequantized value
     within e4m3 rounding of the trainer's (|d| <= 2^-4 |w| + 2^-9 scale:
-    half a unit in the last place, normal or subnormal); every trainer
-    tensor held by exactly one engine tensor. counts: tensors "equal" and
-    "fp8". kernel "deepgemm": two roundings (|d| <= 2^-3 |w| + 2^-8 scale)."""
+    half a unit in the last place, normal or subnormal), for MXFP8 and NVFP4
+    within lowp_dequant.rounding_bound; every trainer tensor held by exactly
+    one engine tensor; every scale next to its weight. counts: tensors
+    "equal" and "fp8" (FP8, MXFP8 and NVFP4). kernel "deepgemm": two
+    roundings (|d| <= 2^-3 |w| + 2^-8 scale)."""
     rel, absolute = (2.0 ** -3, 2.0 ** -8) if kernel == "deepgemm" else (2.0 ** -4, 2.0 ** -9)
     shapes = {n: t.shape for n, t in trainer.items()}
     problems: List[str] = []
     counts = {"equal": 0, "fp8": 0}
     held: Dict[str, str] = {}
     for name, t in engine.items():
-        if name.endswith(SCALE):
-            if name[: -len(SCALE)] not in engine:
-                problems.append(f"{name}: a scale without its weight")
+        if lowp.aux_of(name, engine) is not None:
+            continue
+        if any(name.endswith(s) for s in lowp.AUX_SUFFIXES) and name not in shapes:
+            problems.append(f"{name}: a scale without its weight")
             continue
         try:
             parts = engine_parts(name, shapes, kernel)
         except KeyError as e:
             problems.append(str(e.args[0]))
             continue
-        scale = engine.get(name + SCALE)
-        if scale is not None:
+        fmt = lowp.format_of(name, engine)
+        if fmt == "fp8":
+            scale = engine[name + SCALE]
             deq = dequantize(t, scale, name)
             grid = scale_grid(scale, t.shape, name)
+        elif fmt is not None:
+            vals, unit = lowp.block_units(name, engine, kernel)
+            deq = vals * unit
         for index, hf in parts:
             if hf in held:
                 problems.append(f"{hf}: held by both {held[hf]} and {name}")
             held[hf] = name
             want = trainer[hf]
-            if scale is None:
+            if fmt is None:
                 got = t[index]
                 if got.shape != want.shape or not torch.equal(got, want.to(got.device)):
                     bad = (got.float() != want.to(got.device).float()).sum().item() \
@@ -351,12 +365,15 @@ def check_engine_weights(engine: Dict[str, torch.Tensor], trainer: Dict[str, tor
                 continue
             w32 = want.to(deq.device).float()
             err = (deq[index] - w32).abs()
-            bound = w32.abs() * rel + grid[index] * absolute + 1e-30
+            if fmt == "fp8":
+                bound = w32.abs() * rel + grid[index] * absolute + 1e-30
+            else:
+                bound = lowp.rounding_bound(fmt, w32, unit[index]) + 1e-30
             if not bool((err <= bound).all()):
                 worst = (err / bound).max().item()
                 problems.append(f"{name}: its part {hf} dequantized is {worst:.2f}x "
-                                f"the e4m3 rounding bound away from the trainer's")
-        counts["fp8" if scale is not None else "equal"] += 1
+                                f"the {fmt} rounding bound away from the trainer's")
+        counts["fp8" if fmt is not None else "equal"] += 1
     for hf in trainer:
         if hf not in held:
             problems.append(f"{hf}: no engine tensor holds it")
@@ -367,10 +384,10 @@ def unfused_weights(engine: Dict[str, torch.Tensor], shapes: Dict[str, torch.Siz
                     kernel: Optional[str] = None) -> Dict[str, torch.Tensor]:
     """The engine's weights (dequantized, float32) under Hugging Face's
     names: what a model loaded from the engine's memory holds."""
-    w = EngineWeights(engine)
+    w = EngineWeights(engine, kernel)
     out = {}
     for name in engine:
-        if name.endswith(SCALE):
+        if lowp.aux_of(name, engine) is not None:
             continue
         full = w.get(name, torch.float32)
         for index, hf in engine_parts(name, shapes, kernel):

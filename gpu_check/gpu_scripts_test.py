@@ -17,7 +17,8 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = ["rl_loop_gpu.py", "rl_loop_trainer.py", "rl_loop_sglang.py", "sglang_standin.py",
-           "fused_qwen3.py", "kernel_layouts_ref.py", "symbol_clash_check.py"]
+           "fused_qwen3.py", "kernel_layouts_ref.py", "lowp_dequant.py", "lowp_ref.py",
+           "vllm_layers.py", "rl_loop_report.py", "symbol_clash_check.py"]
 LIBS = [os.path.abspath(p) for p in sys.argv[1:]]
 del sys.argv[1:]
 sys.path.insert(0, HERE)
@@ -69,7 +70,13 @@ class GpuScriptsTest(unittest.TestCase):
         # Without the flag: the vLLM rows alone, as before it existed.
         _, _, rows = rl.plan_rows(["B"])
         self.assertEqual({r[0] for r in rows}, {"vllm"})
-        self.assertEqual(len(rows), 2 * 5 * 2)
+        self.assertEqual(len(rows), 2 * 8 * 2)
+        # MXFP8 / NVFP4 engines are vLLM rows only.
+        _, _, rows = rl.plan_rows(["B", "--backends=vllm,sglang", "--models=qwen3",
+                                   "--engines=fp8,nvfp4", "--modes=threads"])
+        self.assertEqual([r[:3] for r in rows], [("vllm", "qwen3", "fp8"),
+                                                 ("vllm", "qwen3", "nvfp4"),
+                                                 ("sglang", "qwen3", "fp8")])
         for argv, says in ((["B", "--backends=trtllm"], "unknown backend 'trtllm'"),
                            (["B", "--backends="], "unknown or empty option --backends="),
                            (["B", "--backends=sglang", "--engines=fp4"], "engine fp4"),
@@ -82,7 +89,7 @@ class GpuScriptsTest(unittest.TestCase):
     def test_sglang_rows_cover_every_engine_and_say_which_must_be_refused(self):
         import rl_loop_gpu as rl
         import rl_loop_sglang as rls
-        self.assertEqual(set(rls.CONVENTIONS), set(rl.ENGINE_CONVENTIONS))
+        self.assertEqual(set(rls.CONVENTIONS), set(rl.ENGINE_CONVENTIONS) - set(rl.VLLM_ONLY))
         self.assertTrue(all(c.startswith("sglang:tp=1") for c in rls.CONVENTIONS.values()))
         refused = {(e, m) for e in rls.CONVENTIONS for m in ("qwen3", "qwen3-moe")
                    if rls.expected_refusal(e, m)}
@@ -104,6 +111,14 @@ class GpuScriptsTest(unittest.TestCase):
             self.skipTest("torch is not installed here")
         import kernel_layouts_ref
         self.assertEqual(kernel_layouts_ref.self_check(), 0)
+
+    def test_low_precision_references_self_check(self):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            self.skipTest("torch is not installed here")
+        import lowp_ref
+        self.assertEqual(lowp_ref.self_check(), 0)
 
 
 if __name__ == "__main__":

@@ -156,27 +156,59 @@ def _fp8(b: torch.Tensor) -> torch.Tensor:
     return b.view(FP8) if FP8 is not None else b
 
 
+def _lowp_pairs(name: str, engine: Dict[str, torch.Tensor], trainer: Dict[str, torch.Tensor],
+                quant: str, kernel: Optional[str]) -> List[Tuple[str, torch.Tensor, torch.Tensor]]:
+    """(what, engine tensor, expected) of a tensor under quant=mxfp8 /
+    quant=nvfp4 (lowp_ref): the weight, its block scales and, for NVFP4, its
+    global scale, or the BF16 tensor as it is where vLLM does not quantize."""
+    import lowp_ref
+    parts = _parts(name, trainer, kernel) or [[name]]
+    if not lowp_ref.quantized(name):
+        want = torch.stack([torch.cat([trainer[p] for p in m]) for m in parts]) \
+            if ".experts.w" in name else torch.cat([trainer[p] for p in parts[0]])
+        return [(name, engine[name], want)]
+    want = lowp_ref.expected([[trainer[p] for p in m] for m in parts], quant, kernel,
+                             ".experts.w" in name)
+    out = [(name, engine[name], want["weight"]),
+           (name + "_scale", engine.get(name + "_scale"), want["scale"])]
+    if quant == "nvfp4":
+        g = name + ("_scale_2" if ".experts.w" in name else "_global_scale")
+        out.append((g, engine.get(g), want["global"]))
+    return out
+
+
 def check_exact(engine: Dict[str, torch.Tensor], trainer: Dict[str, torch.Tensor],
-                fp8: bool, kernel: Optional[str]) -> Tuple[List[str], int]:
-    """(problems, tensors checked): every engine tensor (and FP8 scale)
-    against `expected`, bit for bit; rows beyond the trainer's (vocabulary
-    padding) are not compared."""
+                quant: Optional[str], kernel: Optional[str]) -> Tuple[List[str], int]:
+    """(problems, tensors checked): every engine tensor (and its scales)
+    against what vLLM holds (`expected`; lowp_ref for ``quant`` "mxfp8" and
+    "nvfp4"; True stands for "fp8"), bit for bit; rows beyond the trainer's
+    (vocabulary padding) are not compared."""
+    import lowp_dequant
+    quant = "fp8" if quant is True else (quant or None)
     problems, n = [], 0
     for name, got in engine.items():
-        if name.endswith(SCALE):
+        if lowp_dequant.aux_of(name, engine) is not None:
             continue
         if name not in trainer and _parts(name, trainer, kernel) is None:
             if name == "lm_head.weight":
                 continue  # tied: the engine shares the embedding
             problems.append(f"{name}: the trainer has no such tensor")
             continue
-        want_w, want_s = expected(name, trainer, fp8 and name + SCALE in engine, kernel)
-        rows = want_w.shape[0]
-        pairs = [(name, got[:rows] if got.shape[0] != rows else got, want_w)]
-        if want_s is not None:
-            pairs.append((name + SCALE, engine[name + SCALE], want_s))
+        if quant in ("mxfp8", "nvfp4"):
+            pairs = _lowp_pairs(name, engine, trainer, quant, kernel)
+        else:
+            want_w, want_s = expected(name, trainer, quant == "fp8" and name + SCALE in engine,
+                                      kernel)
+            pairs = [(name, got, want_w)]
+            if want_s is not None:
+                pairs.append((name + SCALE, engine[name + SCALE], want_s))
         for what, g, w in pairs:
-            g, w = g.to(w.device), w
+            if g is None:
+                problems.append(f"{what}: the engine holds no such tensor")
+                continue
+            if what == name and g.shape[0] != w.shape[0] and g.dim() == 2:
+                g = g[: w.shape[0]]  # vocabulary padding
+            g = g.to(w.device)
             same = g.shape == w.shape and torch.equal(
                 _bytes(g), _bytes(w) if w.dtype in (FP8, torch.uint8) else w.to(g.dtype))
             if not same:

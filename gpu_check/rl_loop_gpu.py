@@ -11,6 +11,12 @@ DeepGEMM on SM90)) and joins through refit's vLLM weight-transfer backend
 (refit.vllm.RefitWeightTransferEngine: init, then start / update / finish
 per step, shutdown). The engine computes logits with a forward written
 against that layout the way vLLM's model code reads it (fused_qwen3.py).
+MXFP8 and NVFP4 engines (vllm:tp=1,quant=mxfp8 / quant=nvfp4, and
+kernel=flashinfer: swizzled NVFP4 scales, w31 experts) hold vLLM's layers
+over their tensors (vllm_layers.py) and join with "vllm:tp=1" alone:
+refit.vllm detects quant= and kernel= from the layers and recomputes the
+NVFP4 alphas after each round (checked); the forward dequantizes them
+(lowp_dequant.py) and every tensor is compared with lowp_ref.py.
 
 Checks after every step (a row passes when all hold at every step):
 - weights: every engine tensor holds the trainer's values: bit-equal, or for
@@ -24,7 +30,7 @@ Checks after every step (a row passes when all hold at every step):
   model holding the engine's (dequantized) weights;
 - vs trainer: the engine's logits computed in BF16, as vLLM does, equal
   transformers' own forward of the trainer's BF16 model on the same tokens
-  within 3% of the logits' range (BF16 engine) or 25% (FP8 engine): every
+  within 3% of the logits' range (BF16), 25% (FP8, MXFP8), 50% (NVFP4): every
   token's for the dense model, 90% of them for the MoE one (a token whose
   router scores are a near-tie may go to another expert under BF16
   rounding in one of the two forwards);
@@ -79,9 +85,22 @@ TRAINER_CONVENTION = "fsdp:dp=1"
 ENGINE_CONVENTIONS = {"bf16": "vllm:tp=1", "fp8": "vllm:tp=1,quant=fp8",
                       "flashinfer": "vllm:tp=1,kernel=flashinfer",
                       "flashinfer-fp8": "vllm:tp=1,quant=fp8,kernel=flashinfer",
-                      "deepgemm": "vllm:tp=1,quant=fp8,kernel=deepgemm"}
+                      "deepgemm": "vllm:tp=1,quant=fp8,kernel=deepgemm",
+                      "mxfp8": "vllm:tp=1,quant=mxfp8",
+                      "nvfp4": "vllm:tp=1,quant=nvfp4",
+                      "nvfp4-flashinfer": "vllm:tp=1,quant=nvfp4,kernel=flashinfer"}
+# Of max |trainer logit|. FP8 and MXFP8 round each weight to e4m3 (within
+# 2^-4 of it); E2M1 keeps one mantissa bit instead of three, so NVFP4's
+# steps are 4x e4m3's at the same scale (within 1/4 of a weight). Measured
+# (H200, 2026-11-26): FP8 8-13% of the range, MXFP8 8-14%, NVFP4 20-23%;
+# NVFP4's tolerance is twice FP8's, keeping about its margin. The
+# same-weights check (TOL_SAME_WEIGHTS) and the bit-exact layout check show
+# that the forward reads each layout; these bound the quantization error.
 TOL_VS_TRAINER = {"bf16": 0.03, "fp8": 0.25, "flashinfer": 0.03, "flashinfer-fp8": 0.25,
-                  "deepgemm": 0.25}  # of max |trainer logit|
+                  "deepgemm": 0.25, "mxfp8": 0.25, "nvfp4": 0.5, "nvfp4-flashinfer": 0.5}
+# refit writes MXFP8 and NVFP4 engines for vLLM only (an SGLang convention
+# with quant=mxfp8 or quant=nvfp4 is refused): no SGLang rows for these.
+VLLM_ONLY = ("mxfp8", "nvfp4", "nvfp4-flashinfer")
 TOL_SAME_WEIGHTS = 1e-3
 MOE_TOKEN_SHARE = 0.9  # of the tokens within tolerance, MoE models
 EVAL_SEED, EVAL_SHAPE = 1234, (2, 24)
@@ -89,11 +108,11 @@ EVAL_SEED, EVAL_SHAPE = 1234, (2, 24)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def kernel_of(convention):
-    """The kernel= value of an engine convention, or None."""
+def kernel_of(convention, key="kernel"):
+    """The kernel= (or ``key``=) value of an engine convention, or None."""
     for kv in convention.partition(":")[2].split(","):
-        if kv.startswith("kernel="):
-            return kv[len("kernel="):]
+        if kv.startswith(key + "="):
+            return kv[len(key) + 1:]
     return None
 
 
@@ -125,20 +144,6 @@ def eval_tokens(vocab, device):
 
 
 # ------------------------------------------------------------- the engine
-class TensorTable:
-    """An engine's tensors as a module's parameters (what vLLM's model
-    gives the weight-transfer backend): named_parameters / named_buffers."""
-
-    def __init__(self, tensors):
-        self.tensors = tensors
-
-    def named_parameters(self, remove_duplicate=True):
-        return list(self.tensors.items())
-
-    def named_buffers(self):
-        return []
-
-
 def engine_tensors(cfg_path, convention, device):
     """Zeroed tensors for every buffer refit expects of engine rank 0, with
     the convention's shapes and dtypes (FP8 as uint8 bytes where torch has
@@ -146,7 +151,7 @@ def engine_tensors(cfg_path, convention, device):
     import torch
     import refit
     dtypes = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
-              "f8e4m3": getattr(torch, "float8_e4m3fn", torch.uint8)}
+              "u8": torch.uint8, "f8e4m3": getattr(torch, "float8_e4m3fn", torch.uint8)}
     out = {}
     for b in refit.expected_buffers(side="engine", rank=0, model=cfg_path,
                                     convention=convention):
@@ -162,39 +167,61 @@ def join_engine(server, cfg_path, convention, device, transport, tensors):
     finish_weight_update; shutdown), or through refit.Member when the
     tensors are uint8 stand-ins for FP8 (torch without float8), which the
     backend's dtype check refuses, or when an installed vLLM's base class
-    takes other constructor arguments. Returns (path, update, leave):
-    which of the two, update(v) running round v in place (its statistics),
-    leave() (bounded)."""
+    takes other constructor arguments. Returns (path, update, leave,
+    stale): which of the two, update(v) running round v in place (its
+    statistics), leave() (bounded), stale() the derived tensors not
+    recomputed from the round's weights.
+
+    MXFP8 and NVFP4 engines give the backend vLLM-shaped layers
+    (vllm_layers.QuantizedTable) and the convention without quant= and
+    kernel=: refit.vllm detects both from the layers, as in a vLLM worker,
+    and must come to the row's convention; it refreshes their alphas."""
     import torch
     import refit
-    bytes_fp8 = any(t.dtype == torch.uint8 for t in tensors.values())
+    import vllm_layers
+    bytes_fp8 = not hasattr(torch, "float8_e4m3fn") and any(
+        t.dtype == torch.uint8 for t in tensors.values())
     eng, path = None, "refit.Member (FP8 as bytes)"
+    quant, kernel = kernel_of(convention, "quant"), kernel_of(convention)
+    model, given = vllm_layers.TensorTable(tensors), convention
     if not bytes_fp8:
         import refit.engine_layouts
         import refit.vllm
-        # The engine here is a table of tensors read by fused_qwen3's
-        # forward, not vLLM's layers, so there is nothing for the detector
-        # to inspect (engine_layouts_test covers it on vLLM-shaped layers):
-        # it reports the layout this forward reads; the refresh is refit's.
-        refit.vllm.layout_hooks = (lambda _model, k=kernel_of(convention): k,
-                                   refit.engine_layouts.refresh_vllm_derived)
+        if quant in ("mxfp8", "nvfp4"):
+            refit.vllm.layout_hooks = None  # refit's own detectors and refresh
+            model = vllm_layers.QuantizedTable(tensors, quant, kernel)
+            given = ",".join(kv for kv in convention.split(",")
+                             if not kv.startswith(("quant=", "kernel=")))
+        else:
+            # A table of tensors read by fused_qwen3's forward, no vLLM
+            # layers for the detector to inspect (engine_layouts_test covers
+            # it on vLLM-shaped layers): it reports the layout this forward
+            # reads; the refresh is refit's.
+            refit.vllm.layout_hooks = (lambda _model, k=kernel: k,
+                                       refit.engine_layouts.refresh_vllm_derived)
         try:
             eng = refit.vllm.RefitWeightTransferEngine(
                 None, types.SimpleNamespace(parallel_config=types.SimpleNamespace(rank=0)),
-                torch.device(device), TensorTable(tensors))
+                torch.device(device), model)
         except TypeError as e:  # an installed vLLM whose base class differs
             path = f"refit.Member (the vLLM backend: {e})"
     if eng is not None:
         eng.init_transfer_engine(dict(server=server, engine_id="e0", model=cfg_path,
-                                      convention=convention, rank=0, device=device,
+                                      convention=given, rank=0, device=device,
                                       transport=transport, timeout=DEADLINE))
+        got = eng.receiver.convention
+        if given != convention and sorted(got.split(",")) != sorted(convention.split(",")):
+            raise RuntimeError(f"refit.vllm registered {got} from {given}; the layers hold "
+                               f"{convention}")
 
         def update(v):
             eng.start_weight_update()
             eng.update_weights({"version": v, "timeout": DEADLINE})
             eng.finish_weight_update()
             return eng.last_stats
-        return "vllm backend", update, eng.shutdown
+        how = f"vllm backend (detected {got[len(given) + 1:]})" if given != convention \
+            else "vllm backend"
+        return how, update, eng.shutdown, getattr(model, "stale_alphas", list)
     m = refit.Member(server=server, side="engine", rank=0, model=cfg_path,
                      convention=convention, engine_id="e0", device=device,
                      buffers=tensors, transport=transport, timeout=DEADLINE,
@@ -206,7 +233,7 @@ def join_engine(server, cfg_path, convention, device, transport, tensors):
         if got != v:
             raise RuntimeError(f"engine: refitd announced round {got}, expected {v}")
         return m.run_round(v, timeout=DEADLINE)
-    return path, update, m.close
+    return path, update, m.close, list
 
 
 def step_result(cfg, tokens, tensors, kernel, path, seconds):
@@ -215,7 +242,7 @@ def step_result(cfg, tokens, tensors, kernel, path, seconds):
     copies of those tensors, how it joined and the round's seconds."""
     import torch
     import fused_qwen3 as fq
-    w = fq.EngineWeights(tensors)
+    w = fq.EngineWeights(tensors, kernel)
     with torch.no_grad():
         return {"bf16": fq.fused_logits(cfg, w, tokens, torch.bfloat16, kernel).cpu(),
                 "fp32": fq.fused_logits(cfg, w, tokens, torch.float32, kernel).cpu(),
@@ -238,12 +265,16 @@ def engine_loop(server, cfg_path, convention, device, steps, transport, deliver)
     """The engine (vLLM backend): joins, then per step takes refit's round
     in place and delivers (step, step_result)."""
     cfg, tensors, tokens = engine_setup(cfg_path, convention, device)
-    path, update, leave = join_engine(server, cfg_path, convention, device, transport, tensors)
+    path, update, leave, stale = join_engine(server, cfg_path, convention, device, transport,
+                                             tensors)
     try:
         for v in range(1, steps + 1):
             stats = update(v)
-            deliver(v, step_result(cfg, tokens, tensors, kernel_of(convention), path,
-                                   stats.get("seconds", 0.0)))
+            result = step_result(cfg, tokens, tensors, kernel_of(convention), path,
+                                 stats.get("seconds", 0.0))
+            result["stale"] = [f"{p}: alpha is not input_global_scale * weight_global_scale "
+                               f"after round {v}" for p in stale()]
+            deliver(v, result)
     finally:
         leave()
 
@@ -519,9 +550,11 @@ def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts
             row["path"] = res["path"]
             got = {n: t.to(device) for n, t in res["tensors"].items()}
             problems, counts = fq.check_engine_weights(got, trainer, kernel)
-            if kernel is not None or sglang:
+            problems += res.get("stale", [])
+            quant = kernel_of(convention, "quant")
+            if kernel is not None or sglang or quant in ("mxfp8", "nvfp4"):
                 import kernel_layouts_ref as kl
-                exact, checked = kl.check_exact(got, trainer, "quant=fp8" in convention, kernel)
+                exact, checked = kl.check_exact(got, trainer, quant, kernel)
                 problems += exact
                 counts["vllm_exact"] = checked
             load_engine_weights(ref32, got, shapes, tied, kernel)
@@ -540,10 +573,13 @@ def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts
                 return row
             row["steps"] = v
             if v == 1:
-                row["detail"] = (f"{counts['equal']} tensors bit-equal, {counts['fp8']} FP8 "
-                                 f"within e4m3 rounding"
-                                 + (f", {counts['vllm_exact']} bit-equal to vLLM's {kernel} "
-                                    f"layout" if kernel and not sglang else "")
+                lowp = quant in ("mxfp8", "nvfp4")
+                fmt = quant.upper() if lowp else "FP8"
+                layout = " ".join(x for x in (quant if lowp else "", kernel or "") if x)
+                row["detail"] = (f"{counts['equal']} tensors bit-equal, {counts['fp8']} {fmt} "
+                                 f"within {'its' if lowp else 'e4m3'} rounding"
+                                 + (f", {counts['vllm_exact']} bit-equal to vLLM's {layout} "
+                                    f"layout" if layout and not sglang else "")
                                  + (f", {counts['vllm_exact']} bit-equal to the reference "
                                     f"{kernel or 'checkpoint'} layout" if sglang else ""))
         if sglang:
@@ -587,42 +623,19 @@ def refused_as_expected(engine, row):
     return "the worker reported no refusal"
 
 
-def print_table(rows):
-    print("\n== RL loop: trainer (transformers, BF16, AdamW) -> refit -> engine "
-          "(vLLM's / SGLang's fused layout)")
-    print(f"{'backend':<7} {'model':<10} {'engine':<14} {'mode':<8} {'steps':>5} "
-          f"{'max|dlogit|':>12} {'tol':>9} {'tokens':>6} {'same-w':>9} {'tol':>9} "
-          f"{'result':<7} {'refit ms/step':>13}  detail")
-    for r in rows:
-        ms = sum(r["ms"]) / len(r["ms"]) if r["ms"] else 0.0
-        rms = sum(r["round_ms"]) / len(r["round_ms"]) if r["round_ms"] else 0.0
-        result = "REFUSED" if r.get("refused") else "PASS" if r["ok"] else "FAIL"
-        print(f"{r.get('backend', 'vllm'):<7} {r['model']:<10} {r['engine']:<14} "
-              f"{r['mode']:<8} {r['steps']:>5} "
-              f"{r['diff']:>12.4g} {r['tol']:>9.3g} {r['within']:>6.0%} {r['same']:>9.3g} "
-              f"{r['same_tol']:>9.3g} "
-              f"{result:<7} {ms:>7.1f} ({rms:.1f})  "
-              f"{r['path']}; {r['detail']}")
-    print("(max|dlogit|: engine logits computed in BF16 vs transformers' forward of the "
-          "trainer's model, worst step; tokens: the share within tol; same-w: float32 "
-          "forwards over the same weights; refit ms: publish() wall time (sglang: "
-          "sync_weights(), which waits for the engine's answer: here after it computed "
-          "the step's logits and copies), in brackets the round's own; REFUSED: refit refused the "
-          "engine at registration, naming the layer, as it must for that setup)")
-
-
 BACKENDS = ("vllm", "sglang")
 
 
 def plan_rows(argv):
     """(bundle, options, rows as (backend, model, engine, mode)) from the
-    command line (backends outermost, then models, engines, modes). Raises
+    command line (backends outermost, then models, engines, modes; the
+    MXFP8 / NVFP4 engines, VLLM_ONLY, for the vllm backend alone). Raises
     ValueError naming an unknown or empty option, backend, engine or mode."""
     if not argv or argv[0].startswith("--"):
         raise ValueError("the bundle folder comes first")
     bundle = os.path.abspath(argv[0])
     opts = dict(steps="3", models="qwen3,qwen3-moe",
-                engines="bf16,fp8,flashinfer,flashinfer-fp8,deepgemm", backends="vllm",
+                engines=",".join(ENGINE_CONVENTIONS), backends="vllm",
                 modes="process,threads", device="cuda:0", reference="transformers", experts="",
                 refitd=os.path.join(bundle, "refitd"))
     for a in argv[1:]:
@@ -639,7 +652,8 @@ def plan_rows(argv):
                 for mode in opts["modes"].split(","):
                     if mode not in ("process", "threads") or dtype not in ENGINE_CONVENTIONS:
                         raise ValueError(f"unknown mode {mode} or engine {dtype}")
-                    rows.append((backend, kind, dtype, mode))
+                    if backend != "sglang" or dtype not in VLLM_ONLY:
+                        rows.append((backend, kind, dtype, mode))
     return bundle, opts, rows
 
 
@@ -669,6 +683,7 @@ def main(argv):
         say(event="row", took_s=round(time.monotonic() - t0, 1),
             **{k: v for k, v in row.items() if k not in ("ms", "round_ms")})
         rows.append(row)
+    from rl_loop_report import print_table
     print_table(rows)
     return 0 if rows and all(r["ok"] for r in rows) else 1
 

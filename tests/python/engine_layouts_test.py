@@ -11,6 +11,7 @@ import random
 import unittest
 
 import refit
+import refit.engine_formats as ef
 import refit.engine_layouts as el
 import standin_engine_layers as S
 import standin_tensor as T
@@ -182,6 +183,87 @@ class VllmKernelLayoutTest(unittest.TestCase):
             ("l1.experts", S.bf16_moe(S.UnquantizedFusedMoEMethod(
                 S.UnquantizedMoeBackend.TRITON))),
         ]), "l0.experts", "l1.experts")
+
+
+class VllmQuantFormatTest(unittest.TestCase):
+    """refit.engine_formats.vllm_quant_format: the quant= value of each
+    quantization method, and the refusals by name."""
+
+    def named(cls_name, **attrs):  # a quant method of that class name
+        obj = type(cls_name, (), {})()
+        obj.__dict__.update(attrs)
+        return obj
+
+    M = staticmethod(named)
+
+    def fmt(self, *methods):
+        return ef.vllm_quant_format(S.Model([(f"model.layers.{i}.self_attn.qkv_proj",
+                                              S.Layer(quant_method=m))
+                                             for i, m in enumerate(methods)]))
+
+    def refused(self, *methods, says):
+        with self.assertRaises(refit.RefitError) as cm:
+            self.fmt(*methods)
+        self.assertEqual(cm.exception.code_name, "INVALID_ARGUMENT")
+        for s in says:
+            self.assertIn(s, cm.exception.message)
+
+    def test_each_method_gives_its_format(self):
+        M = self.M
+        self.assertIsNone(self.fmt(S.UnquantizedLinearMethod(), M("Fp8KVCacheMethod")))
+        self.assertEqual(self.fmt(S.Fp8LinearMethod(), M("Fp8KVCacheMethod")), "fp8")
+        self.assertEqual(self.fmt(M("Mxfp8OnlineLinearMethod"), M("Fp8KVCacheMethod"),
+                                  S.UnquantizedLinearMethod()), "mxfp8")
+        self.assertEqual(self.fmt(M("ModelOptNvFp4LinearMethod"), M("ModelOptKVCacheMethod"),
+                                  M("ModelOptNvFp4FusedMoE")), "nvfp4")
+        # A modular MoE kernel wraps the method vLLM chose.
+        wrapped = M("FusedMoEModularMethod", old_quant_method=M("Mxfp8OnlineMoEMethod"))
+        self.assertEqual(self.fmt(wrapped), "mxfp8")
+
+    def test_methods_refit_does_not_write_are_refused_by_name(self):
+        M = self.M
+        self.refused(M("ModelOptNvFp4W4A16LinearMethod"),
+                     says=("model.layers.0.self_attn.qkv_proj", "W4A16", "Marlin"))
+        self.refused(M("ModelOptNvFp4LinearMethod"), M("ModelOptNvFp4LMHeadMethod"),
+                     says=("model.layers.1.self_attn.qkv_proj", "lm_head", "exclude_modules"))
+        self.refused(M("ModelOptFp8LinearMethod"), says=("ModelOptFp8LinearMethod", "quant=fp8"))
+        self.refused(M("CompressedTensorsLinearMethod"), says=("CompressedTensorsLinearMethod",))
+        self.refused(M("GPTQMarlinLinearMethod"), says=("GPTQMarlinLinearMethod",))
+        self.refused(S.Fp8LinearMethod(), M("ModelOptNvFp4LinearMethod"),
+                     says=("model.layers.0.self_attn.qkv_proj holds fp8",
+                           "model.layers.1.self_attn.qkv_proj nvfp4", "one format"))
+
+    def test_mxfp8_emulation_experts_and_dequantized_weights(self):
+        class EmulationMxfp8LinearKernel:
+            pass
+
+        class FlashInferMxfp8LinearKernel:
+            pass
+
+        class Mxfp8EmulationTritonExperts:
+            pass
+
+        def lin(kernel, dtype=T.float8_e4m3fn):
+            qm = self.M("Mxfp8OnlineLinearMethod", kernel=kernel())
+            return S.Layer(quant_method=qm,
+                           weight=T.Tensor.of([0.0] * 64 * 64, (64, 64), dtype),
+                           weight_scale=T.Tensor.of([127.0] * 64 * 2, (64, 2), T.uint8))
+        self.assertIsNone(el.vllm_kernel_layout(S.Model([("l0.o_proj",
+                                                          lin(EmulationMxfp8LinearKernel))])))
+        for layer, says in ((lin(EmulationMxfp8LinearKernel, T.bfloat16),
+                             "VLLM_MXFP8_EMULATION_DEQUANT_AT_LOAD=0"),
+                            (lin(FlashInferMxfp8LinearKernel), "FlashInferMxfp8LinearKernel")):
+            with self.assertRaises(refit.RefitError) as cm:
+                el.vllm_kernel_layout(S.Model([("l0.o_proj", layer)]))
+            self.assertIn("layer l0.o_proj", cm.exception.message)
+            self.assertIn(says, cm.exception.message)
+        experts = self.M("Mxfp8OnlineMoEMethod",
+                         moe_kernel=self.M("FusedMoEKernel",
+                                           fused_experts=Mxfp8EmulationTritonExperts()))
+        moe = S.Layer(quant_method=experts,
+                      w13_weight=T.Tensor.of([0.0] * 2 * 64 * 64, (2, 64, 64), T.float8_e4m3fn),
+                      w13_weight_scale=T.Tensor.of([127.0] * 2 * 64 * 2, (2, 64, 2), T.uint8))
+        self.assertIsNone(el.vllm_kernel_layout(S.Model([("l0.mlp.experts", moe)])))
 
 
 class SglangKernelLayoutTest(unittest.TestCase):

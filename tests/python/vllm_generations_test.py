@@ -12,7 +12,6 @@ after each round, draft-model refusal and the worker extension.
 import os
 import sys
 import tempfile
-import threading
 import types
 import unittest
 
@@ -29,6 +28,7 @@ import refit.testing as rtest  # noqa: E402
 rtest.load_library()
 import refit.vllm as rv  # noqa: E402
 import standin_torch as st  # noqa: E402
+from concurrently import run_all  # noqa: E402
 from refitd_process import Refitd  # noqa: E402
 from vllm.distributed.weight_transfer import factory  # noqa: E402
 from vllm.v1.worker.gpu_worker import LLM, Worker  # noqa: E402
@@ -53,26 +53,6 @@ class Hooks:
 
     def refresh(self, model):
         self.refreshed.append(model)
-
-
-def run_all(fns, timeout=TIMEOUT * 2):
-    """Runs every fn at once; re-raises the first error; fails on a hang."""
-    errors = []
-
-    def body(fn):
-        try:
-            fn()
-        except BaseException as e:
-            errors.append(e)
-    ts = [threading.Thread(target=body, args=(f,)) for f in fns]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout)
-    if any(t.is_alive() for t in ts):
-        raise AssertionError("a rank hung")
-    if errors:
-        raise errors[0]
 
 
 def parallel_config(dp, tp, *, moe):

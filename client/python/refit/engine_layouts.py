@@ -150,30 +150,47 @@ def _vllm_linear(name: str, layer: Any, qm: Any) -> Optional[str]:
 
 
 def _vllm_mxfp8(name: str, layer: Any, qm: Any) -> Optional[str]:
-    """The layout of a layer under vLLM's online MXFP8 (--quantization mxfp8,
-    quantization/mxfp8.py at 2aa8028), or None for other methods: the
-    checkpoint layout (quant=mxfp8) when a linear keeps weight_scale as
-    [N, K/32] uint8 (the emulation backend). Refused: FlashInfer CUTLASS's
-    swizzled F8_128x4 scales (swizzle_mxfp8_scale), Marlin, and MXFP8 MoE,
-    whose only backend is FlashInfer TRTLLM (fused_moe/oracle/mxfp8.py at
-    d965a8a), which shuffles the experts."""
+    """The layout of a layer under vLLM's online MXFP8 (--quantization mxfp8:
+    quantization/mxfp8.py at 2aa8028, quantization/online/mxfp8.py at
+    03bf2d3), or None for other methods: the checkpoint layout (quant=mxfp8)
+    when the weight stays e4m3 with [.., N, K/32] uint8 weight_scale (the
+    emulation kernels, linear and experts). Refused: FlashInfer CUTLASS's
+    swizzled F8_128x4 scales (swizzle_mxfp8_scale), Marlin, FlashInfer TRTLLM
+    experts (fused_moe/oracle/mxfp8.py at d965a8a: shuffled), and weights the
+    emulation dequantized to BF16 at load (kernels/linear/mxfp8/emulation.py
+    at 0f6c0f5, VLLM_MXFP8_EMULATION_DEQUANT_AT_LOAD; the experts alike,
+    fused_moe/experts/mxfp8_emulation_moe.py at 0d77a76)."""
     if "Mxfp8" not in type(qm).__name__:
         return None
-    if getattr(layer, "w13_weight", None) is not None:
+    moe = getattr(layer, "w13_weight", None) is not None
+    prefix = "w13_" if moe else ""
+    weight = getattr(layer, prefix + "weight", None)
+    scale = getattr(layer, prefix + "weight_scale", None)
+    kernel = type(getattr(qm, "kernel", None)).__name__
+    backend = _enum_name(getattr(getattr(qm, "mxfp8_linear", None), "backend", None) or
+                         getattr(qm, "fp8_backend", None))
+    kernels = _kernel_classes(qm) if moe else kernel
+    if moe and ("TRTLLM" in backend or "TrtLlm" in kernels or
+                ("EMULATION" not in backend and "Emulation" not in kernels)):
         raise _refuse(
-            f"layer {name}: vLLM runs MXFP8 experts only through FlashInfer TRTLLM, "
-            f"which shuffles them after quantizing; refit does not write that layout: "
-            f"serve the MoE model with quant=fp8 or in BF16")
-    weight = getattr(layer, "weight", None)
-    scale = getattr(layer, "weight_scale", None)
-    backend = _enum_name(getattr(getattr(qm, "mxfp8_linear", None), "backend", None))
-    if (backend in ("FLASHINFER_CUTLASS", "MARLIN") or scale is None or weight is None or
+            f"layer {name}: vLLM runs these MXFP8 experts through {backend or kernels or '?'} "
+            f"(FlashInfer TRTLLM shuffles them after quantizing); refit writes the "
+            f"checkpoint layout the emulation experts read: serve the MoE model with "
+            f"quant=fp8 or in BF16, or select the MXFP8 emulation MoE backend")
+    if weight is not None and not _is_fp8(weight):
+        raise _refuse(
+            f"layer {name}: vLLM's MXFP8 emulation dequantized the {prefix or 'linear '}"
+            f"weights to {_dtype_name(weight)} at load; refit writes e4m3 codes with their "
+            f"scales (quant=mxfp8): set VLLM_MXFP8_EMULATION_DEQUANT_AT_LOAD=0")
+    if (backend in ("FLASHINFER_CUTLASS", "MARLIN") or "Marlin" in kernel or
+            "FlashInfer" in kernel or scale is None or weight is None or
             len(scale.shape) != len(weight.shape) or _dtype_name(scale) != "uint8"):
         raise _refuse(
-            f"layer {name}: vLLM's MXFP8 backend {backend or 'unknown'} holds the scales "
-            f"as {_dtype_name(scale)} {tuple(getattr(scale, 'shape', ()))} (FlashInfer's "
-            f"swizzled F8_128x4 layout, or Marlin's repacking), which refit does not "
-            f"write; quant=mxfp8 writes [N, K/32] uint8 scales (the emulation backend)")
+            f"layer {name}: vLLM's MXFP8 backend {backend or kernel or 'unknown'} holds the "
+            f"scales as {_dtype_name(scale)} {tuple(getattr(scale, 'shape', ()))} "
+            f"(FlashInfer's swizzled F8_128x4 layout, or Marlin's repacking), which refit "
+            f"does not write; quant=mxfp8 writes [N, K/32] uint8 scales (the emulation "
+            f"backend)")
     return _CHECKPOINT
 
 
@@ -310,7 +327,8 @@ def vllm_kernel_layout(model: Any) -> Optional[str]:
     Raises refit.RefitError (INVALID_ARGUMENT) naming the layer, the kernel
     and the vLLM setting that avoids it for what refit does not write:
     Marlin, ROCm AITER, FlashInfer TRTLLM, MXFP8 scales other than [N, K/32]
-    uint8 and MXFP8 experts, per-tensor FP8 (max-scale
+    uint8, MXFP8 weights dequantized at load and MXFP8 experts but the
+    emulation's, per-tensor FP8 (max-scale
     requantization, FlashInfer alpha scales), FNUZ, DeepGEMM's SM100 packed
     scales, an unknown MoE backend, and a model whose layers need two
     different layouts (DeepGEMM linears with FlashInfer MoE, or block-FP8
@@ -544,19 +562,31 @@ def _mla_dims(a: Any) -> Tuple[int, int, int, int]:
 
 def _refresh_nvfp4_alphas(name: str, m: Any) -> bool:
     """vLLM's NVFP4 alphas of layer ``m`` recomputed in place from the
-    global scales refit wrote; False where ``m`` keeps none."""
+    global scales refit wrote; False where ``m`` keeps none. Where vLLM's
+    quant config passes the weight global scale itself as the MoE alphas
+    (fused_moe/oracle/nvfp4.py at 0136201: g1_alphas is w13_weight_scale_2)
+    FlashInfer CUTLASS experts folded the input scale into it in place
+    (FlashInferExperts.process_weights_after_loading, flashinfer_cutlass_moe.py
+    at 03063c09): the scale refit wrote is multiplied by it again; other
+    experts (emulation) read it as written."""
     alpha = getattr(m, "alpha", None)
     igs, wgs = getattr(m, "input_global_scale", None), getattr(m, "weight_global_scale", None)
     if alpha is not None and igs is not None and wgs is not None:
         alpha.copy_(igs * wgs)
         return True
-    cfg = getattr(getattr(m, "quant_method", None), "moe_quant_config", None)
+    qm = getattr(m, "quant_method", None)
+    cfg = getattr(qm, "moe_quant_config", None)
+    folds = "FlashInferExperts" in _kernel_classes(qm) or _enum_name(
+        getattr(qm, "nvfp4_backend", None)) == "FLASHINFER_CUTLASS"
     done = False
     for alphas_name, a_name, w_name in (("g1_alphas", "w13_input_scale", "w13_weight_scale_2"),
                                         ("g2_alphas", "w2_input_scale", "w2_weight_scale_2")):
         w = getattr(m, w_name, None)
         alphas = getattr(cfg, alphas_name, None) if cfg is not None else None
         if w is None or alphas is None:
+            continue
+        if alphas is w and not folds:
+            done = True  # the kernels read the global scale refit wrote
             continue
         a = getattr(m, a_name, None)
         if a is None or tuple(a.shape) != tuple(w.shape) or tuple(alphas.shape) != tuple(w.shape):

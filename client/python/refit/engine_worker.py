@@ -21,21 +21,24 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 import refit
 import refit.torch as _rt
 
-# (detect(model) -> Optional[str], refresh(model) -> None)
-LayoutHooks = Tuple[Callable[[Any], Optional[str]], Callable[[Any], None]]
+# (detect(model) -> Optional[str], refresh(model) -> None), optionally with
+# a third, detect_quant(model) -> Optional[str] (the quant= value).
+LayoutHooks = Tuple[Callable[[Any], Any], ...]
 
 
 def layout_hooks(engine: str) -> LayoutHooks:
     """refit.engine_layouts' kernel-layout detector and derived-tensor
-    refresh for ``engine`` ("vllm" or "sglang"). Raises RefitError
-    FAILED_PRECONDITION when refit.engine_layouts is not installed."""
+    refresh for ``engine`` ("vllm" or "sglang"), and for vLLM
+    refit.engine_formats' weight-format detector. Raises RefitError
+    FAILED_PRECONDITION when they are not installed."""
     try:
+        from refit import engine_formats as ef
         from refit import engine_layouts as el
     except ImportError as e:
         raise refit.RefitError(9, f"refit.engine_layouts is missing ({e}): refit cannot "
                                   f"tell which layout the {engine} kernels read") from e
     if engine == "vllm":
-        return el.vllm_kernel_layout, el.refresh_vllm_derived
+        return el.vllm_kernel_layout, el.refresh_vllm_derived, ef.vllm_quant_format
     return el.sglang_kernel_layout, el.refresh_sglang_derived
 
 
@@ -66,6 +69,25 @@ def with_kernel(convention: str, kernel: Optional[str]) -> str:
         return f"{convention}:kernel={kernel}"
     sep = "" if convention.endswith(":") else ","
     return f"{convention}{sep}kernel={kernel}"
+
+
+def with_quant(convention: str, quant: Optional[str]) -> str:
+    """``convention`` with ``quant=<quant>`` added when the worker's layers
+    hold that weight format and the convention names none. Raises
+    RefitError INVALID_ARGUMENT when the convention names another format
+    than the one detected."""
+    if quant is None:
+        return convention
+    named = convention_params(convention).get("quant")
+    if named is not None and named != quant:
+        raise refit.RefitError(3, f"convention {convention}: quant={named}, but the "
+                                  f"worker's layers hold {quant} weights (quant={quant})")
+    if named is not None:
+        return convention
+    if ":" not in convention:
+        return f"{convention}:quant={quant}"
+    sep = "" if convention.endswith(":") else ","
+    return f"{convention}{sep}quant={quant}"
 
 
 def block_scale_rename(want: Set[str]) -> Callable[[str], Optional[str]]:
@@ -125,22 +147,26 @@ class EngineReceiver:
 
     Invariant: ``member`` is None after :meth:`close`; ``version`` is the
     last version written into the parameters (0: none); ``kernel`` is the
-    kernel layout detected at registration (None: the checkpoint layout)."""
+    kernel layout detected at registration (None: the checkpoint layout),
+    ``quant`` the weight format (None: not detected, or BF16)."""
 
     def __init__(self, model: Any, *, rank: int, device: str, server: str,
                  engine_id: str, model_name: str, convention: str, hooks: LayoutHooks,
                  token: Optional[str] = None, job: str = "refit",
                  transport: Optional[str] = None, timeout: float = 300.0) -> None:
-        """Detects the kernel layout, registers the parameters the
-        convention names and waits for the plan. Raises RefitError:
-        INVALID_ARGUMENT from the detector (naming the layer, the kernel and
-        the setting that avoids it), for a convention naming another kernel,
+        """Detects the weight format (``hooks[2]``, when given) and the
+        kernel layout, adds them to the convention, registers the
+        parameters it names and waits for the plan. Raises RefitError:
+        INVALID_ARGUMENT from the detectors (naming the layer, the kernel and
+        the setting that avoids it), for a convention naming another format
+        or kernel,
         or naming each parameter the model lacks or holds with another shape
         or dtype; refitd's status (UNAVAILABLE, DEADLINE_EXCEEDED, ...)."""
-        detect, self._refresh = hooks
+        detect, self._refresh = hooks[0], hooks[1]
         self.model = model
+        self.quant = hooks[2](model) if len(hooks) > 2 else None
         self.kernel = detect(model)
-        self.convention = with_kernel(convention, self.kernel)
+        self.convention = with_kernel(with_quant(convention, self.quant), self.kernel)
         self.engine_id, self.rank, self.device = engine_id, rank, device
         self.timeout = timeout
         self.version = 0

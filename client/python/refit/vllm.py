@@ -30,7 +30,9 @@ bases with the same methods.
 
 Inference side: :class:`RefitWeightTransferEngine` registers the worker's
 own parameters (refit.engine_worker.EngineReceiver: in place, with the
-kernel layout its layers read) at init; each ``update_weights`` is one refit
+weight format its layers hold, ``quant=fp8`` / ``mxfp8`` / ``nvfp4`` from
+refit.engine_formats, and the kernel layout they read, from
+refit.engine_layouts, added to the convention) at init; each ``update_weights`` is one refit
 round, after which derived tensors are recomputed. Engine rank ``k =
 data_parallel_index * TP + rank`` (vLLM resets ``data_parallel_rank`` to 0 in
 a dense model's workers; ``data_parallel_index`` keeps the replica, as
@@ -59,7 +61,8 @@ __all__ = ["HAVE_VLLM", "VLLM_INTERFACE", "RefitInitInfo", "RefitUpdateInfo",
 VLLM_INTERFACE_COMMITS = {"current": "055e47c28003156421365af985d676fc921cb075",
                           "pinned": "02f250b03f38822ccdb63f27a3005d10ca81f385"}
 
-# Kernel-layout detector and derived-tensor refresh; None: refit.engine_layouts'.
+# (kernel-layout detector, derived-tensor refresh[, weight-format detector]);
+# None: refit.engine_layouts' and refit.engine_formats'.
 layout_hooks: Optional[_ew.LayoutHooks] = None
 
 

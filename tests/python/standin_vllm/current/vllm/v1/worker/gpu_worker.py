@@ -1,131 +1,14 @@
 """Stand-in of vllm/v1/worker/gpu_worker.py's weight-transfer session and of
-the LLM entry points that drive it (vllm/entrypoints/llm.py), current
-generation (vLLM main as read 2026-11-25, 055e47c), written for refit's tests:
-- the worker builds its engine with WeightTransferEngineFactory.create_engine(
-  config, vllm_config, device, model) at load time;
-- start_weight_update / start_draft_weight_update (refused with RuntimeError
-  "<Engine> does not support draft model weight updates." when the engine's
-  supports_draft_weight_update is false; otherwise the engine is retargeted
-  at the draft model, and reset on failure and at finish);
-- update_weights requires an active session; a list payload is indexed by
-  data_parallel_index * world_size + rank; finish_weight_update resets the
-  target;
-- LLM.finish_weight_update(weight_version=None) runs the workers' finish,
-  then records the version (set_weight_version)."""
-import types
-
+the LLM entry points that drive it, current generation (vLLM main as read
+2026-11-25, 055e47c): standin_vllm/session.py's, over this generation's
+factory (vllm.backends.distributed.weight_transfer);
+LLM.finish_weight_update(weight_version=None) records the version."""
+from standin_vllm import session
 from vllm.backends.distributed.weight_transfer.factory import WeightTransferEngineFactory
 
 
-class Worker:
-    def __init__(self, *, backend, parallel_config, model, draft_model=None,
-                 device="cpu"):
-        self.parallel_config = parallel_config
-        self.vllm_config = types.SimpleNamespace(
-            parallel_config=parallel_config,
-            model_config=types.SimpleNamespace(model="stand-in"),
-            speculative_config=(types.SimpleNamespace(draft_model_config="draft")
-                                if draft_model is not None else None))
-        self.draft_model = draft_model
-        self.weight_transfer_engine = WeightTransferEngineFactory.create_engine(
-            types.SimpleNamespace(backend=backend), self.vllm_config, device, model)
-        self._active = False
-        self._is_draft = False
-
-    def init_weight_transfer_engine(self, init_info):
-        e = self.weight_transfer_engine
-        e.init_transfer_engine(e.parse_init_info(init_info))
-
-    def start_weight_update(self):
-        self._start(False)
-
-    def start_draft_weight_update(self):
-        self._start(True)
-
-    def _start(self, is_draft):
-        e = self.weight_transfer_engine
-        if is_draft and not e.supports_draft_weight_update:
-            raise RuntimeError(f"{type(e).__name__} does not support draft model "
-                               f"weight updates.")
-        if self._active:
-            raise RuntimeError("start_weight_update called while a weight update is "
-                               "already active. Call finish_weight_update first.")
-        try:
-            if is_draft:
-                if self.draft_model is None:
-                    raise RuntimeError("Draft model weight update requested, but no "
-                                       "draft model is configured.")
-                e.set_weight_update_target(self.draft_model,
-                                           self.vllm_config.speculative_config.draft_model_config)
-            e.start_weight_update()
-        except BaseException:
-            e.reset_weight_update_target()
-            raise
-        self._active, self._is_draft = True, is_draft
-
-    def update_weights(self, update_info):
-        if not self._active:
-            raise RuntimeError("start_weight_update must be called before update_weights.")
-        if isinstance(update_info, list):
-            pc = self.parallel_config
-            update_info = update_info[pc.data_parallel_index * pc.world_size + pc.rank]
-        try:
-            self.weight_transfer_engine.update_weights(update_info)
-        except BaseException:
-            self._active = False
-            self.weight_transfer_engine.reset_weight_update_target()
-            raise
-
-    def finish_weight_update(self):
-        if not self._active:
-            raise RuntimeError("finish_weight_update called without a matching "
-                               "start_weight_update.")
-        self.weight_transfer_engine.finish_weight_update()
-        self.weight_transfer_engine.reset_weight_update_target()
-        self._active = False
-
-    def shutdown(self):
-        self.weight_transfer_engine.shutdown()
+class Worker(session.Worker):
+    factory = WeightTransferEngineFactory
 
 
-class LLM:
-    """The weight-sync methods of vllm.LLM over in-process workers: each
-    call runs on every worker concurrently (collective_rpc)."""
-
-    def __init__(self, workers):
-        self.workers = workers
-        self.weight_version = None
-
-    def _rpc(self, method, *args):
-        import threading
-        errors = []
-
-        def run(w):
-            try:
-                getattr(w, method)(*args)
-            except BaseException as e:
-                errors.append(e)
-        ts = [threading.Thread(target=run, args=(w,)) for w in self.workers]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(120)
-        if errors:
-            raise errors[0]
-
-    def init_weight_transfer_engine(self, init_info):
-        self._rpc("init_weight_transfer_engine", dict(init_info))
-
-    def start_weight_update(self):
-        self._rpc("start_weight_update")
-
-    def start_draft_weight_update(self):
-        self._rpc("start_draft_weight_update")
-
-    def update_weights(self, update_info):
-        self._rpc("update_weights", update_info)
-
-    def finish_weight_update(self, weight_version=None):
-        self._rpc("finish_weight_update")
-        if weight_version is not None:
-            self.weight_version = weight_version
+LLM = session.LLM

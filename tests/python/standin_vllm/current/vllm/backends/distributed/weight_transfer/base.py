@@ -15,6 +15,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, Tuple
 
+from standin_vllm import engine_base
+
 GENERATION = "current"
 
 
@@ -60,58 +62,8 @@ class WeightTransferUpdateInfo(ABC):  # noqa: B024
     pass
 
 
-class WeightTransferEngine(ABC):
-    init_info_cls: Any
-    update_info_cls: Any
-    supports_draft_weight_update: bool = True
-
-    def __init__(self, config: Any, vllm_config: Any, device: Any, model: Any) -> None:
-        self.config = config
-        self.vllm_config = vllm_config
-        self.parallel_config = vllm_config.parallel_config
-        self.model_config = vllm_config.model_config
-        self.device = device
-        self.model = model
-        self._default_model_config = self.model_config
-        self._default_model = model
-
-    def set_weight_update_target(self, model: Any, model_config: Any) -> None:
-        self.model = model
-        self.model_config = model_config
-
-    def reset_weight_update_target(self) -> None:
-        self.model = self._default_model
-        self.model_config = self._default_model_config
-
-    def parse_init_info(self, init_dict):
-        try:
-            return self.init_info_cls(**init_dict)
-        except TypeError as e:
-            raise ValueError(f"Invalid init_info for {type(self).__name__}: {e}") from e
-
-    def parse_update_info(self, update_dict):
-        try:
-            return self.update_info_cls(**update_dict)
-        except TypeError as e:
-            raise ValueError(f"Invalid update_info for {type(self).__name__}: {e}") from e
-
-    @abstractmethod
-    def init_transfer_engine(self, init_info) -> None: ...
-
-    @abstractmethod
-    def start_weight_update(self) -> None: ...
-
-    @abstractmethod
-    def finish_weight_update(self) -> None: ...
-
-    def update_weights(self, update_info) -> None:
-        self.receive_weights(self.parse_update_info(update_info))
-
-    @abstractmethod
-    def receive_weights(self, update_info) -> None: ...
-
-    @abstractmethod
-    def shutdown(self) -> None: ...
+class WeightTransferEngine(engine_base.WeightTransferEngine):
+    """standin_vllm/engine_base.py's (this generation has no trainer_send_weights)."""
 
 
 class TrainerWeightTransferEngine(ABC):

@@ -1,0 +1,115 @@
+"""Which weight format a live vLLM engine holds: the ``quant=`` value of
+refit's engine spec that matches the quantization method vLLM loaded the
+model with, or a refusal naming the layer for the methods refit does not
+write. refit.vllm adds the detected ``quant=`` to the engine convention when
+a worker registers (and refuses a convention that names another).
+
+    fmt = refit.engine_formats.vllm_quant_format(model)   # None, "fp8", "mxfp8", "nvfp4"
+
+Duck typed, like refit.engine_layouts: looks at each layer's
+``quant_method`` class name (no vLLM or torch import). Read from
+vllm-project/vllm (2026-11-26):
+
+- quantization/fp8.py 1436674: ``Fp8LinearMethod`` / ``Fp8MoEMethod``
+  (block FP8, ``quant=fp8``; per-tensor FP8 is refused by
+  refit.engine_layouts).
+- quantization/online/mxfp8.py 03bf2d3: ``Mxfp8OnlineLinearMethod`` /
+  ``Mxfp8OnlineMoEMethod`` (``--quantization mxfp8``, ``quant=mxfp8``).
+- quantization/modelopt.py 00155cd: ``ModelOptNvFp4LinearMethod`` /
+  ``ModelOptNvFp4FusedMoE`` (NVFP4 W4A4 checkpoints, ``quant=nvfp4``);
+  ``ModelOptNvFp4W4A16LinearMethod`` (W4A16: Marlin only, repacked),
+  ``ModelOptNvFp4LMHeadMethod`` / ``ModelOptNvFp4EmbeddingMethod`` (an
+  NVFP4 lm_head or embedding, which refit keeps in the model dtype) and the
+  ModelOpt FP8 / MXFP8 checkpoint methods (``ModelOptFp8LinearMethod``,
+  ``ModelOptFp8PcPtLinearMethod``, ``ModelOptFp8PbWoLinearMethod``,
+  ``ModelOptMxFp8...``: per-tensor, per-channel or weight-only scales, not
+  the layouts refit writes) are refused by name;
+- ``Unquantized*Method`` layers and KV-cache methods carry no weight format.
+"""
+
+from typing import Any, Dict, Optional
+
+import refit
+
+_INVALID_ARGUMENT = 3
+
+# Substrings of quant-method class names of methods refit does not write.
+_FOREIGN = ("GPTQ", "AWQ", "BitsAndBytes", "GGUF", "Mxfp4", "MXFP4", "Int8", "Int4",
+            "CompressedTensors", "Quark", "Humming", "BitBLAS", "Bitblas", "FBGEMM",
+            "Fbgemm", "Marlin", "Torchao", "TorchAO", "Petit")
+
+
+def _refuse(message: str) -> refit.RefitError:
+    return refit.RefitError(_INVALID_ARGUMENT, message)
+
+
+def _method(qm: Any) -> str:
+    """The class name of the quant method vLLM chose (a modular MoE kernel
+    wraps it as ``old_quant_method``)."""
+    return type(getattr(qm, "old_quant_method", None) or qm).__name__
+
+
+def _layer_format(name: str, qm: Any) -> Optional[str]:
+    """The format of one layer ("bf16" for an unquantized one), None for a
+    method that holds no weights (KV cache) or one this does not know."""
+    cls = _method(qm)
+    if "KVCache" in cls or "Attention" in cls:
+        return None
+    if cls.startswith("Unquantized"):
+        return "bf16"
+    if cls.startswith("ModelOpt"):
+        if "W4A16" in cls:
+            raise _refuse(
+                f"layer {name}: vLLM loaded a W4A16 NVFP4 checkpoint ({cls}), which only "
+                f"Marlin serves, with repacked weights; refit writes NVFP4 W4A4 "
+                f"checkpoints' tensors (quant=nvfp4): serve an NVFP4 (W4A4) checkpoint")
+        if "LMHead" in cls or "Embedding" in cls:
+            raise _refuse(
+                f"layer {name}: vLLM holds it in NVFP4 ({cls}); refit keeps embeddings and "
+                f"lm_head in the model dtype: serve a checkpoint that excludes them from "
+                f"quantization (ModelOpt's exclude_modules)")
+        if "NvFp4" in cls:
+            return "nvfp4"
+        raise _refuse(
+            f"layer {name}: vLLM's {cls} holds ModelOpt's FP8 / MXFP8 checkpoint scales "
+            f"(per-tensor, per-channel or weight-only), which refit does not write; "
+            f"refit writes block FP8 (quant=fp8: --quantization fp8 with 128x128 "
+            f"weight_block_size), MXFP8 (quant=mxfp8: --quantization mxfp8 on a BF16 "
+            f"checkpoint) and ModelOpt NVFP4 (quant=nvfp4)")
+    if cls.startswith("Mxfp8"):
+        return "mxfp8"
+    if any(s in cls for s in _FOREIGN):
+        raise _refuse(
+            f"layer {name}: vLLM's quantization method {cls} holds weights in a layout "
+            f"refit does not write; refit writes BF16, block FP8 (quant=fp8), MXFP8 "
+            f"(quant=mxfp8) and ModelOpt NVFP4 (quant=nvfp4) engines")
+    if cls.startswith("Fp8"):
+        return "fp8"
+    return None
+
+
+def vllm_quant_format(model: Any) -> Optional[str]:
+    """The ``quant=`` value of vLLM's engine spec for the weights ``model``
+    (a vLLM worker's model, or anything with named_modules() whose layers
+    carry ``quant_method``) holds: ``"fp8"``, ``"mxfp8"``, ``"nvfp4"``, or
+    None when no layer is quantized (BF16) or no layer says.
+
+    Raises refit.RefitError (INVALID_ARGUMENT) naming the layer for a
+    method refit does not write (ModelOpt W4A16 NVFP4, an NVFP4 lm_head or
+    embedding, ModelOpt FP8 / MXFP8 checkpoints, GPTQ, AWQ, compressed
+    tensors, ...), and naming two layers when the model mixes two formats.
+    """
+    seen: Dict[str, str] = {}
+    items = model.named_modules() if hasattr(model, "named_modules") else [("", model)]
+    for name, layer in items:
+        qm = getattr(layer, "quant_method", None)
+        if qm is None:
+            continue
+        fmt = _layer_format(name, qm)
+        if fmt is not None and fmt != "bf16":
+            seen.setdefault(fmt, name)
+    if len(seen) > 1:
+        (a, la), (b, lb) = list(seen.items())[:2]
+        raise _refuse(f"layer {la} holds {a} weights and layer {lb} {b}; refit writes one "
+                      f"format per engine")
+    return next(iter(seen), None)
