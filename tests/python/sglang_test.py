@@ -10,7 +10,6 @@ cache flushed after each round, and the loader never raises into SGLang.
 """
 import os
 import sys
-import threading
 import time
 import types
 import unittest
@@ -26,6 +25,7 @@ import refit  # noqa: E402
 import refit.testing as rtest  # noqa: E402
 rtest.load_library()
 import refit.sglang as rs  # noqa: E402
+import concurrently  # noqa: E402
 import standin_torch as st  # noqa: E402
 from refitd_process import Refitd  # noqa: E402
 from sglang.srt.distributed import parallel_state  # noqa: E402
@@ -35,23 +35,8 @@ TIMEOUT = 60.0
 TRAINER = "fsdp:dp=2"
 
 
-def run_all(fns, timeout=TIMEOUT * 2):
-    errors = []
-
-    def body(fn):
-        try:
-            fn()
-        except BaseException as e:
-            errors.append(e)
-    ts = [threading.Thread(target=body, args=(f,)) for f in fns]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout)
-    if any(t.is_alive() for t in ts):
-        raise AssertionError("a rank hung")
-    if errors:
-        raise errors[0]
+def run_all(fns):
+    concurrently.run_all(fns, timeout=TIMEOUT * 2)
 
 
 def engine_model(model, convention, rank):
