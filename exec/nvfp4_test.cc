@@ -1,9 +1,12 @@
 #include "exec/nvfp4.h"
 
+#include "exec/nvfp4_math.h"
+
 #include <cmath>
 #include <cstring>
 #include <random>
 
+#include "exec/quantize.h"
 #include "gtest/gtest.h"
 #include "plan/conversion.h"
 #include "testing/reference_quantizer.h"
@@ -79,6 +82,59 @@ TEST(Nvfp4Test, E2M1EqualsTheReferenceNearEveryBoundary) {
   }
   EXPECT_EQ(bad, 0);
   EXPECT_GT(xs.size(), 200000u);
+}
+
+// The kernels' division by a reciprocal and two Markstein steps
+// (exec/nvfp4_math.h) against the division, on every finite BF16 value
+// for divisors a block can have (e4m3 scales times global scales of many
+// magnitudes), powers of two (exact E2M1 ties) and divisors whose
+// mantissa is all ones, over the whole fast range.
+TEST(Nvfp4Test, FastCodeEqualsTheDivisionForEveryBf16) {
+  std::vector<float> divisors;
+  for (int e = -100; e <= 16; e += 3) {
+    for (float m : {1.0f, 1.5f, 1.875f, 1.99999988f}) divisors.push_back(std::ldexp(m, e));
+  }
+  std::mt19937 rng(3);
+  for (int k = 0; k < 20; ++k) {
+    uint32_t bits = (rng() & 0x7FFFu) << 16;
+    float amax;
+    std::memcpy(&amax, &bits, 4);
+    if (!(amax > 0.0f) || !std::isfinite(amax)) continue;
+    for (int s = 1; s < 127; s += 5) divisors.push_back(E4M3ToF32(s) * Nvfp4GlobalScale(amax));
+  }
+  int64_t n = 0, bad = 0;
+  for (float d : divisors) {
+    if (!Nvfp4FastDivisor(d)) continue;
+    const float r = 1.0f / d;
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const uint32_t u = h << 16;
+      float x;
+      std::memcpy(&x, &u, 4);
+      if (!std::isfinite(x)) continue;
+      ++n;
+      if (Nvfp4FastCode(x, d, r) != F32ToE2M1(x / d) && ++bad < 5) {
+        ADD_FAILURE() << "x " << x << " d " << d;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(n, 25000000);
+  EXPECT_FALSE(Nvfp4FastDivisor(std::ldexp(1.0f, 17)));
+  EXPECT_FALSE(Nvfp4FastDivisor(std::ldexp(1.0f, -101)));
+}
+
+// The branch-free rounding equals F32ToE2M1 (which the test above checks
+// against the reference) on a stride through all floats.
+TEST(Nvfp4Test, BranchFreeCodeEqualsF32ToE2M1) {
+  int64_t bad = 0;
+  for (uint64_t v = 0; v <= 0xFFFFFFFFull; v += 977) {
+    const uint32_t u = static_cast<uint32_t>(v);
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (std::isnan(f)) continue;
+    if (Nvfp4Code(f) != F32ToE2M1(f) && ++bad < 5) ADD_FAILURE() << f;
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(Nvfp4Test, ScalesFollowModelOpt) {

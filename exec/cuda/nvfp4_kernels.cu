@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "exec/cuda/nvfp4_block.cuh"
+
 namespace refit {
 namespace cuda {
 
@@ -215,54 +217,47 @@ __global__ void __launch_bounds__(256) RefitNvfp4AmaxFastKernel(
   }
 }
 
+// Fast quantize pass: a thread per 16-block (two 16-byte loads, one
+// 8-byte store of codes, one scale byte), kNvfp4Blocks blocks loaded
+// before the first is computed; no division per element
+// (nvfp4_block.cuh). Leading index l of block i: i / per_l (per_l =
+// R * C / 16), found by division only when i crosses into the next l.
+constexpr int kNvfp4Blocks = 2;
+
 __global__ void __launch_bounds__(256) RefitNvfp4QuantizeFastKernel(
-    const char* data, int64_t halves, int64_t per_l, const float* block_amax,
+    const char* data, int64_t blocks, int64_t per_l, const float* block_amax,
     const float* global_amax, unsigned char* out, unsigned char* scales) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t step = stride * kNvfp4Unroll;
-  const int64_t rounds = (halves + step - 1) / step;
   const uint4* in4 = reinterpret_cast<const uint4*>(data);
   int64_t l = -1, l_end = 0;
   float g = 0.0f;
-  int64_t i0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int64_t it = 0; it < rounds; ++it, i0 += step) {
-    uint4 q[kNvfp4Unroll];
+  for (int64_t i0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i0 < blocks;
+       i0 += stride * kNvfp4Blocks) {
+    uint4 q[kNvfp4Blocks][2];
 #pragma unroll
-    for (int j = 0; j < kNvfp4Unroll; ++j) {
+    for (int j = 0; j < kNvfp4Blocks; ++j) {
       const int64_t i = i0 + j * stride;
-      q[j] = i < halves ? in4[i] : make_uint4(0u, 0u, 0u, 0u);
+      if (i < blocks) {
+        q[j][0] = __ldg(in4 + 2 * i);
+        q[j][1] = __ldg(in4 + 2 * i + 1);
+      }
     }
 #pragma unroll
-    for (int j = 0; j < kNvfp4Unroll; ++j) {
+    for (int j = 0; j < kNvfp4Blocks; ++j) {
       const int64_t i = i0 + j * stride;
-      float v[8];
-      RefitNvfp4Eight(q[j], v);  // zeros past the end
-      float m = 0.0f;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(v[k]));
-      const float pair = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      if (i >= halves) continue;
+      if (i >= blocks) break;
       if (i >= l_end) {
         l = i / per_l;
         l_end = (l + 1) * per_l;
-        g = __fmul_rn(global_amax[l], 1.0f / 2688.0f);
+        g = Nvfp4Global(global_amax[l]);
       }
-      const float amax = block_amax != nullptr ? block_amax[i / 2] : pair;
-      float sc = __fdiv_rn(amax, __fmul_rn(6.0f, g));
-      if (sc == 0.0f) sc = 1.0f;
-      sc = fmaxf(sc, 0.001953125f);
-      const __nv_fp8_storage_t sb = __nv_cvt_float_to_fp8(sc, __NV_SATFINITE, __NV_E4M3);
-      const float d =
-          __fmul_rn(__half2float(__half(__nv_cvt_fp8_to_halfraw(sb, __NV_E4M3))), g);
-      unsigned int packed = 0u;
-#pragma unroll
-      for (int k = 0; k < 8; k += 2) {
-        const unsigned int byte =
-            RefitE2M1(__fdiv_rn(v[k], d)) | RefitE2M1(__fdiv_rn(v[k + 1], d)) << 4;
-        packed |= byte << (4 * k);
-      }
-      reinterpret_cast<unsigned int*>(out)[i] = packed;
-      if (scales != nullptr && (i & 1) == 0) scales[i / 2] = sb;
+      const float amax = block_amax != nullptr
+                             ? block_amax[i]
+                             : __uint_as_float(RefitNvfp4AbsMaxBits(q[j][0], q[j][1]));
+      float d;
+      const unsigned int sb = RefitNvfp4Scale(amax, g, &d);
+      reinterpret_cast<uint2*>(out)[i] = RefitNvfp4Codes(q[j][0], q[j][1], d);
+      if (scales != nullptr) scales[i] = static_cast<unsigned char>(sb);
     }
   }
 }
@@ -328,11 +323,11 @@ int LaunchNvfp4Quantize(const DenseBox& b, const float* block_amax,
   const int64_t owned0 = (b.c0 + 15) / 16;
   const int64_t owned_end = (b.c0 + b.C + 15) / 16;
   const int64_t owned = owned_end > owned0 ? owned_end - owned0 : 0;
-  if (Fast(b) && (reinterpret_cast<uintptr_t>(out) & 3) == 0) {
-    const int64_t halves = b.L * b.R * b.C / 8;
-    RefitNvfp4QuantizeFastKernel<<<FastBlocks(halves), 256, 0,
+  if (Fast(b) && (reinterpret_cast<uintptr_t>(out) & 7) == 0) {
+    const int64_t blocks = b.L * b.R * b.C / 16;
+    RefitNvfp4QuantizeFastKernel<<<FastBlocks(blocks), 256, 0,
                                    static_cast<cudaStream_t>(stream)>>>(
-        b.data, halves, b.R * b.C / 8, block_amax, global_amax, out, scales);
+        b.data, blocks, b.R * b.C / 16, block_amax, global_amax, out, scales);
     return static_cast<int>(cudaGetLastError());
   }
   RefitNvfp4QuantizeKernel<<<BlocksFor(n, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(
