@@ -46,7 +46,8 @@ absl::Status ConvertOps::QuantizeWhole(const char* dense, DType dtype, const Box
   return AnnotateStatus(Quantize(dense, dtype, box, tile, amax, mode, out, scales), what);
 }
 
-absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank) {
+absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
+                                            const std::set<int32_t>& global_amax_only) {
   Converter cv;
   cv.plan_ = &plan;
   cv.rank_ = rank;
@@ -79,6 +80,7 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank) {
             "tensor ", v.tensor->name, ": its NVFP4 global scale tensor is missing"));
       }
       v.experts = LeadingBox(c.from.box);
+      v.global_only = global_amax_only.count(static_cast<int32_t>(&c - plan.conversions.data())) > 0;
     }
     cv.convs_.push_back(std::move(v));
   }
@@ -253,6 +255,13 @@ absl::Status Converter::FinishNvfp4(ConvertOps& ops, Conv& v,
           "quantization divides by"));
     }
   }
+  if (v.global_only) {  // the receivers quantize on pull
+    std::vector<float> g;
+    for (float a : v.global_amax) g.push_back(Nvfp4GlobalScale(a));
+    REFIT_RETURN_IF_ERROR(ops.StoreF32(v.global_amax, buffers[c.to_buffer]));
+    if (c.global_buffer >= 0) REFIT_RETURN_IF_ERROR(ops.StoreF32(g, buffers[c.global_buffer]));
+    return absl::OkStatus();
+  }
   REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
   REFIT_RETURN_IF_ERROR(AnnotateStatus(
       ops.QuantizeNvfp4(dense, c.from_dtype, c.from.box,
@@ -332,6 +341,10 @@ class HostConvertOps : public ConvertOps {
     QuantizeNvfp4Host({dense, dtype, box}, block_amax.empty() ? own : block_amax, g,
                       reinterpret_cast<uint8_t*>(out), reinterpret_cast<uint8_t*>(scales));
     if (global_scales != nullptr) std::memcpy(global_scales, g.data(), g.size() * 4);
+    return absl::OkStatus();
+  }
+  absl::Status StoreF32(absl::Span<const float> values, char* out) override {
+    if (!values.empty()) std::memcpy(out, values.data(), values.size() * 4);
     return absl::OkStatus();
   }
   absl::Status Cast(const char* dense, DType dtype, int64_t n, bool neg_exp,

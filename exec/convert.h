@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -77,6 +78,8 @@ class ConvertOps {
                                      const std::vector<float>& block_amax,
                                      const std::vector<float>& global_amax, char* out,
                                      char* scales, char* global_scales) = 0;
+  // Copies `values` (host memory, free to go when this returns) to out.
+  virtual absl::Status StoreF32(absl::Span<const float> values, char* out) = 0;
   // CastF32Host into out.
   virtual absl::Status Cast(const char* dense, DType dtype, int64_t n,
                             bool neg_exp, char* out) = 0;
@@ -100,9 +103,14 @@ absl::StatusOr<const char*> DenseRecordData(const Record& r, DType dtype,
 class Converter {
  public:
   // The conversions of source rank `rank` in `plan`; an empty converter
-  // when it has none. INVALID_ARGUMENT for a conversion whose buffers are
-  // not the rank's.
-  static absl::StatusOr<Converter> Create(const Plan& plan, int32_t rank);
+  // when it has none. The NVFP4 conversions of `global_amax_only`
+  // (indices into plan.conversions; exec/fused_pull.h) compute and
+  // exchange the global amax as usual, then write it (f32 per leading
+  // index) to their to_buffer and the global scales to global_buffer,
+  // quantizing nothing. INVALID_ARGUMENT for a conversion whose buffers
+  // are not the rank's.
+  static absl::StatusOr<Converter> Create(const Plan& plan, int32_t rank,
+                                          const std::set<int32_t>& global_amax_only = {});
 
   bool empty() const { return convs_.empty(); }
 
@@ -135,6 +143,7 @@ class Converter {
     // then the parameter's, amax of each.
     Box experts;
     std::vector<float> global_amax;
+    bool global_only = false;
   };
   // For one cut-tile group this rank is in: its tiles' partial amaxes.
   struct Group {

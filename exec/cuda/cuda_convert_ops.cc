@@ -2,7 +2,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,6 +89,7 @@ class CudaConvertOps : public ConvertOps {
     cudaFree(bad_);
     cudaFree(slots_);
     cudaFree(tasks_);
+    cudaFreeHost(staging_);
   }
 
   absl::StatusOr<const char*> Gather(const Record& r, DType dtype,
@@ -232,6 +235,29 @@ class CudaConvertOps : public ConvertOps {
                       absl::StrCat(what, ": quantize launch"));
   }
 
+  // Through pinned staging memory, so the copy is queued without a wait;
+  // the staging is reused after the next Sync().
+  absl::Status StoreF32(absl::Span<const float> values, char* out) override {
+    const int64_t n = static_cast<int64_t>(values.size());
+    if (n == 0) return absl::OkStatus();
+    if (staged_ + n > staging_cap_) {
+      REFIT_RETURN_IF_ERROR(Sync());
+      if (n > staging_cap_) {
+        cudaFreeHost(staging_);
+        staging_ = nullptr;
+        staging_cap_ = 0;
+        REFIT_RETURN_IF_ERROR(CudaStatus(
+            cudaMallocHost(reinterpret_cast<void**>(&staging_), std::max<int64_t>(n, 4096) * 4),
+            "cudaMallocHost of the f32 staging"));
+        staging_cap_ = std::max<int64_t>(n, 4096);
+      }
+    }
+    float* p = staging_ + staged_;
+    std::memcpy(p, values.data(), n * 4);
+    staged_ += n;
+    return CudaStatus(cudaMemcpyAsync(out, p, n * 4, cudaMemcpyHostToDevice, s_), "f32 to device");
+  }
+
   absl::Status Cast(const char* dense, DType dtype, int64_t n, bool neg_exp,
                     char* out) override {
     REFIT_ASSIGN_OR_RETURN(int code, DtypeCode(dtype));
@@ -249,6 +275,7 @@ class CudaConvertOps : public ConvertOps {
                                        "non-finite flags"));
     }
     REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s_), "conversion kernels"));
+    staged_ = 0;
     std::vector<Pending> pending = std::move(pending_);
     pending_.clear();
     for (size_t i = 0; i < flags.size(); ++i) {
@@ -319,6 +346,9 @@ class CudaConvertOps : public ConvertOps {
   char* tasks_ = nullptr;
   int64_t tasks_bytes_ = 0;
   long long* bad_ = nullptr;
+  float* staging_ = nullptr;  // pinned, staging_cap_ floats, staged_ in use
+  int64_t staging_cap_ = 0;
+  int64_t staged_ = 0;
 };
 
 }  // namespace
