@@ -46,6 +46,13 @@ absl::Status ConvertOps::QuantizeWhole(const char* dense, DType dtype, const Box
   return AnnotateStatus(Quantize(dense, dtype, box, tile, amax, mode, out, scales), what);
 }
 
+absl::Status ConvertOps::Nvfp4GlobalAmax(const char* dense, DType dtype, const Box& box,
+                                          std::vector<float>* global, absl::string_view what) {
+  REFIT_ASSIGN_OR_RETURN(Nvfp4Amaxes a, AnnotateStatus(Nvfp4Amax(dense, dtype, box, false), what));
+  *global = std::move(a.global);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
                                             const std::set<int32_t>& global_amax_only) {
   Converter cv;
@@ -131,6 +138,13 @@ absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
     if (v.c->kind == ConversionKind::kNvfp4) {
       REFIT_ASSIGN_OR_RETURN(const char* dense,
                              ops.Gather(v.c->from, v.c->from_dtype, buffers));
+      if (!v.has_cut) {  // the global amax only, every record behind one wait
+        v.amax.clear();
+        REFIT_RETURN_IF_ERROR(
+            ops.Nvfp4GlobalAmax(dense, v.c->from_dtype, v.c->from.box, &v.global_amax,
+                                absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_)));
+        continue;
+      }
       absl::StatusOr<ConvertOps::Nvfp4Amaxes> a =
           ops.Nvfp4Amax(dense, v.c->from_dtype, v.c->from.box, v.has_cut);
       if (!a.ok()) {
@@ -143,6 +157,7 @@ absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
       REFIT_RETURN_IF_ERROR(Amax(ops, v, buffers));
     }
   }
+  REFIT_RETURN_IF_ERROR(ops.Sync());  // the deferred global amaxes
   for (Group& gr : groups_) {
     std::fill(gr.own.begin(), gr.own.end(), 0.0f);
     for (const Conv& v : convs_) {

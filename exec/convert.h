@@ -69,6 +69,12 @@ class ConvertOps {
   };
   virtual absl::StatusOr<Nvfp4Amaxes> Nvfp4Amax(const char* dense, DType dtype,
                                                 const Box& box, bool blocks) = 0;
+  // Nvfp4Amax's global amaxes into *global, which is valid once this call
+  // or the next Sync() returns OK (engines batch the passes of many
+  // records behind one wait); a non-finite value fails one of them with
+  // INVALID_ARGUMENT "<what>: non-finite value at [coordinates]".
+  virtual absl::Status Nvfp4GlobalAmax(const char* dense, DType dtype, const Box& box,
+                                       std::vector<float>* global, absl::string_view what);
   // NVFP4, pass 2: QuantizeNvfp4Host with the global scales of
   // `global_amax` (per leading index, the parameter's amax) and the block
   // amaxes `block_amax` (empty: each tile's own, every tile whole in the

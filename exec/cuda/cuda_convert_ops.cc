@@ -90,6 +90,7 @@ class CudaConvertOps : public ConvertOps {
     cudaFree(slots_);
     cudaFree(tasks_);
     cudaFreeHost(staging_);
+    cudaFree(gslots_);
   }
 
   absl::StatusOr<const char*> Gather(const Record& r, DType dtype,
@@ -179,6 +180,33 @@ class CudaConvertOps : public ConvertOps {
     return a;
   }
 
+  // Deferred: the amaxes go to a slot range of gslots_, the non-finite
+  // flag to a slot of slots_; Sync() reads them all back at once.
+  absl::Status Nvfp4GlobalAmax(const char* dense, DType dtype, const Box& box,
+                               std::vector<float>* global, absl::string_view what) override {
+    REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, AnnotateStatus(Nvfp4Dense(dense, dtype, box), what));
+    if (pending_.size() == kSlots || gused_ + b.L > gcap_) REFIT_RETURN_IF_ERROR(Sync());
+    if (b.L > gcap_) {
+      cudaFree(gslots_);
+      gslots_ = nullptr;
+      gcap_ = 0;
+      REFIT_RETURN_IF_ERROR(CudaStatus(
+          cudaMalloc(reinterpret_cast<void**>(&gslots_), std::max<int64_t>(b.L, 1 << 14) * 4),
+          "cudaMalloc of the amax slots"));
+      gcap_ = std::max<int64_t>(b.L, 1 << 14);
+    }
+    REFIT_RETURN_IF_ERROR(Slots());
+    long long* slot = slots_ + pending_.size();
+    pending_.push_back({box, std::string(what)});
+    float* g = gslots_ + gused_;
+    gpending_.push_back({global, gused_, b.L});
+    gused_ += b.L;
+    REFIT_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(g, 0, b.L * 4, s_), "amax"));
+    return CudaStatus(
+        static_cast<cudaError_t>(cuda::LaunchNvfp4Amax(b, nullptr, g, slot, s_)),
+        absl::StrCat(what, ": nvfp4 amax launch"));
+  }
+
   absl::Status QuantizeNvfp4(const char* dense, DType dtype, const Box& box,
                              const std::vector<float>& block_amax,
                              const std::vector<float>& global_amax, char* out, char* scales,
@@ -217,16 +245,7 @@ class CudaConvertOps : public ConvertOps {
                              char* scales, absl::string_view what) override {
     REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, AnnotateStatus(Dense(dense, dtype, box, tile), what));
     if (pending_.size() == kSlots) REFIT_RETURN_IF_ERROR(Sync());
-    if (slots_ == nullptr) {
-      REFIT_RETURN_IF_ERROR(CudaStatus(
-          cudaMalloc(reinterpret_cast<void**>(&slots_), kSlots * sizeof(long long)),
-          "cudaMalloc of the non-finite flags"));
-    }
-    if (pending_.empty()) {
-      // 0x7F.. in every byte: above any element index ("none").
-      REFIT_RETURN_IF_ERROR(CudaStatus(
-          cudaMemsetAsync(slots_, 0x7F, kSlots * sizeof(long long), s_), "non-finite flags"));
-    }
+    REFIT_RETURN_IF_ERROR(Slots());
     long long* slot = slots_ + pending_.size();
     pending_.push_back({box, std::string(what)});
     return CudaStatus(static_cast<cudaError_t>(cuda::LaunchQuantizeFused(
@@ -274,8 +293,19 @@ class CudaConvertOps : public ConvertOps {
                                                        cudaMemcpyDeviceToHost, s_),
                                        "non-finite flags"));
     }
+    std::vector<float> amaxes(gused_);
+    if (gused_ > 0) {
+      REFIT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(amaxes.data(), gslots_, gused_ * 4,
+                                                       cudaMemcpyDeviceToHost, s_),
+                                       "amaxes to host"));
+    }
     REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s_), "conversion kernels"));
     staged_ = 0;
+    gused_ = 0;
+    for (const GlobalPending& g : gpending_) {
+      g.out->assign(amaxes.begin() + g.at, amaxes.begin() + g.at + g.count);
+    }
+    gpending_.clear();
     std::vector<Pending> pending = std::move(pending_);
     pending_.clear();
     for (size_t i = 0; i < flags.size(); ++i) {
@@ -309,6 +339,18 @@ class CudaConvertOps : public ConvertOps {
     *have = need;
     return absl::OkStatus();
   }
+  // The non-finite flags of deferred steps, reset when none is pending.
+  absl::Status Slots() {
+    if (slots_ == nullptr) {
+      REFIT_RETURN_IF_ERROR(CudaStatus(
+          cudaMalloc(reinterpret_cast<void**>(&slots_), kSlots * sizeof(long long)),
+          "cudaMalloc of the non-finite flags"));
+    }
+    if (!pending_.empty()) return absl::OkStatus();
+    // 0x7F.. in every byte: above any element index ("none").
+    return CudaStatus(cudaMemsetAsync(slots_, 0x7F, kSlots * sizeof(long long), s_),
+                      "non-finite flags");
+  }
   absl::Status ResetBad() {
     if (bad_ == nullptr) {
       REFIT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(reinterpret_cast<void**>(&bad_), 8),
@@ -337,6 +379,15 @@ class CudaConvertOps : public ConvertOps {
   static constexpr long long kNone = 0x7F7F7F7F7F7F7F7FLL;
   long long* slots_ = nullptr;  // device, kSlots
   std::vector<Pending> pending_;
+  // Nvfp4GlobalAmax's results: gcap_ floats of device slots, gused_ of
+  // them pending, each range for one caller's vector.
+  struct GlobalPending {
+    std::vector<float>* out;
+    int64_t at, count;
+  };
+  float* gslots_ = nullptr;
+  int64_t gcap_ = 0, gused_ = 0;
+  std::vector<GlobalPending> gpending_;
 
   cudaStream_t s_;
   char* dense_ = nullptr;

@@ -252,8 +252,27 @@ TEST(Nvfp4GpuTest, ConvertOpsEqualTheHostOps) {
     cudaFree(scales);
     cudaFree(global);
   }
-  std::printf("%s nvfp4 through the CUDA ConvertOps: amaxes, codes, scales and global scales "
-              "equal the host ops\n", HasFailure() ? "FAIL" : "PASS");
+  // The deferred global amaxes (many records behind one wait), and a NaN
+  // reported by the Sync() after them, naming its record and element.
+  std::vector<float> g1, g2;
+  ASSERT_TRUE(gpu->Nvfp4GlobalAmax(in, DType::kBF16, box, &g1, "first").ok());
+  std::vector<uint16_t> with_nan = bf16;
+  with_nan[rows * cols + 7] = 0x7FC0;
+  char* nan_in = ToDevice(with_nan);
+  ASSERT_TRUE(gpu->Nvfp4GlobalAmax(in, DType::kBF16, box, &g2, "second").ok());
+  ASSERT_TRUE(gpu->Sync().ok());
+  EXPECT_EQ(g1, ha->global);
+  EXPECT_EQ(g2, ha->global);
+  std::vector<float> g3;
+  ASSERT_TRUE(gpu->Nvfp4GlobalAmax(nan_in, DType::kBF16, box, &g3, "planted").ok());
+  const absl::Status st = gpu->Sync();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.message()).find("planted: non-finite value at [1, 0, 7]"),
+            std::string::npos) << st;
+  cudaFree(nan_in);
+  std::printf("%s nvfp4 through the CUDA ConvertOps: amaxes (also deferred), codes, scales and "
+              "global scales equal the host ops; a NaN is named\n",
+              HasFailure() ? "FAIL" : "PASS");
   cudaFree(in);
   cudaStreamDestroy(s);
 }
