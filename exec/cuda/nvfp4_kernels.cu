@@ -1,6 +1,9 @@
-// CUDA NVFP4 kernels (see nvfp4_kernels.h): one thread per 1 x 16 tile of a
-// row; the arithmetic of exec/nvfp4.cc with IEEE f32 operations
-// (__fdiv_rn / __fmul_rn) so that the bytes are the host's.
+// CUDA NVFP4 kernels (see nvfp4_kernels.h). The general kernels: one
+// thread per 1 x 16 tile of a row, the arithmetic of exec/nvfp4.cc with
+// IEEE f32 operations (__fdiv_rn / __fmul_rn). The fast ones (BF16, whole
+// 16-aligned tiles): 16-byte loads, and for the quantize pass a thread per
+// 16-block dividing by a reciprocal (nvfp4_block.cuh, exec/nvfp4_math.h);
+// the same bytes.
 #include "exec/cuda/nvfp4_kernels.h"
 
 #include <cuda_fp16.h>
