@@ -281,16 +281,23 @@ bool Fast(const DenseBox& b) {
          (reinterpret_cast<uintptr_t>(b.data) & 15) == 0;
 }
 
-// Enough resident blocks to fill the GPU, each looping over many eights.
-unsigned FastBlocks(int64_t halves) {
+// As many blocks of 256 threads as are resident at once on the device (a
+// grid-stride loop then has no tail wave), at most one per 256 pieces of
+// work.
+unsigned FastBlocks(const void* kernel, int64_t work) {
   static int sms = [] {
     int dev = 0, n = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
     return n > 0 ? n : 132;
   }();
-  const int64_t want = (halves + 255) / 256;
-  const int64_t cap = static_cast<int64_t>(sms) * 8;
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0) != cudaSuccess ||
+      per_sm <= 0) {
+    per_sm = 4;
+  }
+  const int64_t want = (work + 255) / 256;
+  const int64_t cap = static_cast<int64_t>(sms) * per_sm;
   return static_cast<unsigned>(want < cap ? (want > 0 ? want : 1) : cap);
 }
 
@@ -305,7 +312,9 @@ int LaunchNvfp4Amax(const DenseBox& b, float* block_amax, float* global_amax,
   if (n / 256 >= 0x7FFFFFFF) return static_cast<int>(cudaErrorInvalidValue);
   if (Fast(b)) {
     const int64_t halves = b.L * b.R * b.C / 8;
-    RefitNvfp4AmaxFastKernel<<<FastBlocks(halves), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+    const unsigned grid =
+        FastBlocks(reinterpret_cast<const void*>(RefitNvfp4AmaxFastKernel), halves);
+    RefitNvfp4AmaxFastKernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(
         b.data, halves, b.R * b.C / 8, block_amax, global_amax, bad);
     return static_cast<int>(cudaGetLastError());
   }
@@ -328,8 +337,9 @@ int LaunchNvfp4Quantize(const DenseBox& b, const float* block_amax,
   const int64_t owned = owned_end > owned0 ? owned_end - owned0 : 0;
   if (Fast(b) && (reinterpret_cast<uintptr_t>(out) & 7) == 0) {
     const int64_t blocks = b.L * b.R * b.C / 16;
-    RefitNvfp4QuantizeFastKernel<<<FastBlocks(blocks), 256, 0,
-                                   static_cast<cudaStream_t>(stream)>>>(
+    const unsigned grid =
+        FastBlocks(reinterpret_cast<const void*>(RefitNvfp4QuantizeFastKernel), blocks);
+    RefitNvfp4QuantizeFastKernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(
         b.data, blocks, b.R * b.C / 16, block_amax, global_amax, out, scales);
     return static_cast<int>(cudaGetLastError());
   }
