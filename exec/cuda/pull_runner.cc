@@ -20,9 +20,7 @@
 #include "exec/peer_signal.h"
 #include "exec/cuda/pull_quantize_kernels.h"
 #include "exec/cuda/cuda_convert_ops.h"
-#include "exec/cuda/fused_pull_items.h"
-#include "exec/cuda/pull_nvfp4_items.h"
-#include "exec/cuda/pull_nvfp4_kernels.h"
+#include "exec/cuda/fused_pull_device.h"
 #include "exec/fused_pull.h"
 #include "exec/pull_program.h"
 #include "layout/dtype.h"
@@ -98,9 +96,7 @@ PullRunner::~PullRunner() {
   exporter_.reset();
   conversions_.reset();
   if (items_ != nullptr) (void)cudaFree(items_);
-  if (quant_items_ != nullptr) (void)cudaFree(quant_items_);
-  if (nv_items_ != nullptr) (void)cudaFree(nv_items_);
-  if (bad_ != nullptr) (void)cudaFree(bad_);
+  quant_.reset();
   if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
   if (start_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(start_event_));
   for (void* e : engine_events_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
@@ -515,7 +511,17 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
                     "cudaMemcpy");
     }
   }
-  if (mapped.ok() && !quant.items.empty()) mapped = PrepareQuantize(slice, quant, src, buffers);
+  if (mapped.ok() && !quant.items.empty()) {
+    std::map<int32_t, std::vector<char*>> by_rank;
+    for (const FusedItem& it : quant.items) by_rank[it.src_rank] = src;
+    absl::StatusOr<std::unique_ptr<FusedPullDevice>> q =
+        FusedPullDevice::Create(slice, quant, by_rank, buffers);
+    if (q.ok()) {
+      quant_ = *std::move(q);
+    } else {
+      mapped = AnnotateStatus(q.status(), absl::StrCat("engine rank ", rank_));
+    }
+  }
   num_items_ = static_cast<int64_t>(items.size());
   bytes_ = program.bytes;
   own_buffers_ = std::move(buffers);
@@ -538,59 +544,6 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
     }
   }
   return absl::OkStatus();
-}
-
-absl::Status PullRunner::PrepareQuantize(const Plan& slice, const FusedProgram& quant,
-                                         const std::vector<char*>& src,
-                                         const std::vector<char*>& buffers) {
-  // NVFP4's items run in their own kernel (pull_nvfp4_kernels.h), after
-  // the others; quant_where_ names the others', then NVFP4's.
-  std::map<int32_t, std::vector<char*>> by_rank;
-  std::vector<FusedItem> others, nv;
-  for (const FusedItem& it : quant.items) {
-    if (by_rank.count(it.src_rank) == 0) by_rank[it.src_rank] = src;
-    (IsNvfp4Item(it) ? nv : others).push_back(it);
-  }
-  for (const std::vector<FusedItem>* list : {&others, &nv}) {
-    for (const FusedItem& it : *list) {
-      quant_where_.emplace_back(slice.src.tensors[it.tensor].name, it.where);
-    }
-  }
-  REFIT_ASSIGN_OR_RETURN(std::vector<cuda::PullQuantItem> items,
-                         AnnotateStatus(ResolveFusedItems(others, by_rank, buffers),
-                                        absl::StrCat("engine rank ", rank_)));
-  REFIT_ASSIGN_OR_RETURN(std::vector<cuda::PullNvfp4Item> nv_items,
-                         AnnotateStatus(ResolveNvfp4Items(nv, by_rank, buffers),
-                                        absl::StrCat("engine rank ", rank_)));
-  REFIT_RETURN_IF_ERROR(Cuda(cudaMalloc(&bad_, 16), "cudaMalloc"));
-  auto upload = [](const void* host, size_t bytes, void** dev) -> absl::Status {
-    if (bytes == 0) return absl::OkStatus();
-    REFIT_RETURN_IF_ERROR(Cuda(cudaMalloc(dev, bytes), "cudaMalloc"));
-    return Cuda(cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-  };
-  REFIT_RETURN_IF_ERROR(upload(items.data(), items.size() * sizeof(items[0]), &quant_items_));
-  REFIT_RETURN_IF_ERROR(
-      upload(nv_items.data(), nv_items.size() * sizeof(nv_items[0]), &nv_items_));
-  num_quant_items_ = static_cast<int64_t>(items.size());
-  num_nv_items_ = static_cast<int64_t>(nv_items.size());
-  return absl::OkStatus();
-}
-
-absl::Status PullRunner::CheckQuantized() {
-  long long bad[2] = {0, 0};  // item of the FP8 / MXFP8 kernel, of NVFP4's
-  REFIT_RETURN_IF_ERROR(
-      Cuda(cudaMemcpy(bad, bad_, 16, cudaMemcpyDeviceToHost), "the non-finite flags"));
-  int64_t k = -1;
-  if (bad[0] >= 0 && bad[0] < num_quant_items_) {
-    k = bad[0];
-  } else if (bad[1] >= 0 && bad[1] < num_nv_items_) {
-    k = num_quant_items_ + bad[1];
-  }
-  if (k < 0) return absl::OkStatus();
-  const auto& [name, where] = quant_where_[k];
-  return absl::InvalidArgumentError(absl::StrCat(
-      "engine rank ", rank_, ": tensor ", name, ": non-finite value in the region at [",
-      absl::StrJoin(where, ", "), "] (quantize-on-pull of the trainer's weights)"));
 }
 
 absl::Status PullRunner::WaitPeers(absl::Time deadline) {
@@ -637,17 +590,7 @@ absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
   REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
                                  static_cast<const cuda::PullItem*>(items_), num_items_, st)),
                              "pull kernel launch"));
-  if (num_quant_items_ + num_nv_items_ > 0) {
-    REFIT_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(bad_, 0x7F, 16, st), "cudaMemsetAsync"));
-    REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPullQuantize(
-                                   static_cast<const cuda::PullQuantItem*>(quant_items_),
-                                   num_quant_items_, static_cast<long long*>(bad_), st)),
-                               "quantize-on-pull kernel launch"));
-    REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPullNvfp4(
-                                   static_cast<const cuda::PullNvfp4Item*>(nv_items_),
-                                   num_nv_items_, static_cast<long long*>(bad_) + 1, st)),
-                               "NVFP4 quantize-on-pull kernel launch"));
-  }
+  if (quant_ != nullptr) REFIT_RETURN_IF_ERROR(quant_->Launch(st));
   if (!engine_copies_.empty()) {
     // The copy engines read the other GPUs alongside the kernels.
     REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(engine_copies_, engine_streams_));
@@ -664,7 +607,7 @@ absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
   if (cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_event_), ev) == cudaSuccess) {
     stats->device_seconds = ms / 1e3;
   }
-  if (num_quant_items_ + num_nv_items_ > 0) REFIT_RETURN_IF_ERROR(CheckQuantized());
+  if (quant_ != nullptr) REFIT_RETURN_IF_ERROR(quant_->Check(rank_));
   signal_->Publish(PeerSignal::Encode(round_, false));  // done with version round_
   return absl::OkStatus();
 }

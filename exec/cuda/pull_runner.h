@@ -62,6 +62,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/cancellation.h"
+#include "exec/cuda/fused_pull_device.h"
 #include "exec/cuda/pull_memory.h"
 #include "exec/run_stats.h"
 #include "exec/gloo_transport.h"
@@ -133,7 +134,7 @@ class PullRunner : public RoundRunner {
   int64_t engine_bytes() const { return engine_bytes_; }
   // Quantize-on-pull items of the receiver (0 on a sender); the
   // conversions a sender leaves to its receivers.
-  int64_t num_quantize_items() const { return num_quant_items_ + num_nv_items_; }
+  int64_t num_quantize_items() const { return quant_ != nullptr ? quant_->num_items() : 0; }
   int64_t num_fused_conversions() const { return static_cast<int64_t>(fused_.size()); }
   // Global ranks this member exchanges with.
   const std::vector<int32_t>& peers() const { return peers_; }
@@ -197,21 +198,10 @@ class PullRunner : public RoundRunner {
   absl::Status Convert(absl::Time deadline);
   std::unique_ptr<ConversionStage> conversions_;
   // Quantize-on-pull: the sender's fused conversions (slice indices) and
-  // the slice it converts the rest of; the receiver's device items, its
-  // non-finite flag, and what names an item in errors.
+  // the slice it converts the rest of; the receiver's device items.
   std::set<int32_t> fused_;
   std::unique_ptr<Plan> kept_slice_;
-  void* quant_items_ = nullptr;
-  int64_t num_quant_items_ = 0;
-  void* nv_items_ = nullptr;  // NVFP4's (pull_nvfp4_kernels.h)
-  int64_t num_nv_items_ = 0;
-  void* bad_ = nullptr;  // long long[2] on the device: per kernel
-  std::vector<std::pair<std::string, std::vector<int64_t>>> quant_where_;
-  // Receiver: the items' device copy (ImportFrom), and after a round
-  // whether they met a NaN or infinity (INVALID_ARGUMENT naming it).
-  absl::Status PrepareQuantize(const Plan& slice, const FusedProgram& quant,
-                               const std::vector<char*>& src, const std::vector<char*>& buffers);
-  absl::Status CheckQuantized();
+  std::unique_ptr<FusedPullDevice> quant_;  // receiver: its items, if any
   std::vector<char*> own_buffers_;
   uint64_t round_ = 0;
   Cancellation cancel_;  // set by Cancel; polled by the waits
