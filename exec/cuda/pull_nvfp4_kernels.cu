@@ -14,6 +14,7 @@ namespace cuda {
 
 constexpr int kPullNvfp4Threads = 256;
 constexpr int kPullNvfp4Loads = 4;  // 16-blocks a thread loads before computing
+// (64 registers, four blocks of 256 threads an SM)
 
 // Kept out of an anonymous namespace (reproducible objects).
 __device__ void RefitPullNvfp4Load(const PullNvfp4Item& it, int r, int b, uint4* q) {
@@ -55,7 +56,7 @@ __device__ void RefitPullNvfp4Store(const PullNvfp4Item& it, int r, int b, uint2
   }
 }
 
-__global__ void __launch_bounds__(kPullNvfp4Threads) RefitPullNvfp4Kernel(
+__global__ void __launch_bounds__(kPullNvfp4Threads, 4) RefitPullNvfp4Kernel(
     const PullNvfp4Item* items, long long* bad) {
   const PullNvfp4Item it = items[blockIdx.x];
   const float g = Nvfp4Global(__ldg(it.global_amax));
