@@ -87,7 +87,8 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
             "tensor ", v.tensor->name, ": its NVFP4 global scale tensor is missing"));
       }
       v.experts = LeadingBox(c.from.box);
-      v.global_only = global_amax_only.count(static_cast<int32_t>(&c - plan.conversions.data())) > 0;
+      const int32_t index = static_cast<int32_t>(&c - plan.conversions.data());
+      v.global_only = global_amax_only.count(index) > 0;
     }
     cv.convs_.push_back(std::move(v));
   }

@@ -422,7 +422,9 @@ std::set<int32_t> FusableConversions(const Plan& slice, int32_t rank,
 Plan WithoutConversions(const Plan& slice, const std::set<int32_t>& fused) {
   Plan out = slice;
   out.conversions.clear();
-  auto valid = [&](int32_t b) { return b >= 0 && b < static_cast<int32_t>(out.src.buffers.size()); };
+  auto valid = [&](int32_t b) {
+    return b >= 0 && b < static_cast<int32_t>(out.src.buffers.size());
+  };
   for (size_t i = 0; i < slice.conversions.size(); ++i) {
     const Conversion& c = slice.conversions[i];
     if (fused.count(static_cast<int32_t>(i)) == 0) {

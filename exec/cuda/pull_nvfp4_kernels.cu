@@ -52,7 +52,8 @@ __device__ void RefitPullNvfp4Store(const PullNvfp4Item& it, int r, int b, uint2
   }
   for (int c = lo; c < hi; c += 2) {
     const int k = (c - c0) / 2;
-    row[(c - it.w_c0) / 2] = static_cast<unsigned char>(((k < 4 ? codes.x : codes.y) >> (8 * (k & 3))) & 0xFF);
+    const unsigned int word = k < 4 ? codes.x : codes.y;
+    row[(c - it.w_c0) / 2] = static_cast<unsigned char>((word >> (8 * (k & 3))) & 0xFF);
   }
 }
 
