@@ -10,12 +10,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "exec/nvfp4.h"
+#include "exec/fused_pull_nvfp4.h"
 #include "exec/pull_program.h"
 #include "exec/quantize.h"
 
 namespace refit {
 namespace {
+
+using fused_pull_internal::CheckNvfp4Positions;
+using fused_pull_internal::Nvfp4GlobalAmaxOnly;
+using fused_pull_internal::Positions;
+using fused_pull_internal::QuantizeNvfp4Region;
+using fused_pull_internal::SetNvfp4GlobalAmax;
 
 // Record r's elements over `sub` (global coordinates, inside r.box) as
 // offset + sum (x_d - sub.origin(d)) * stride[d] elements (relative to
@@ -432,12 +438,7 @@ Plan WithoutConversions(const Plan& slice, const std::set<int32_t>& fused) {
       continue;
     }
     if (c.kind == ConversionKind::kNvfp4 && valid(c.to_buffer)) {
-      // The global amaxes only: one f32 per leading index in to_buffer.
-      Conversion g = c;
-      if (valid(c.scale_buffer)) out.src.buffers[c.scale_buffer].scratch = false;
-      g.scale_buffer = -1;
-      out.src.buffers[c.to_buffer].byte_size = 4 * UncheckedNumElements(LeadingBox(c.from.box));
-      out.conversions.push_back(std::move(g));
+      out.conversions.push_back(Nvfp4GlobalAmaxOnly(c, &out.src));
       continue;
     }
     for (int32_t b : {c.to_buffer, c.scale_buffer}) {
@@ -520,7 +521,7 @@ absl::StatusOr<FusedProgram> BuildFusedItems(
   for (const auto& [src, list] : sources) {
     const std::vector<int32_t> order = PairSourceBuffers(slice, src, dst_rank);
     std::map<int32_t, const FusedSource*> by_buffer;
-    std::map<std::pair<int32_t, int32_t>, int32_t> position;  // (conversion, role) -> buffer
+    Positions position;
     for (const FusedSource& f : list) {
       bool ok = f.position >= 0 && f.position < static_cast<int32_t>(order.size()) &&
                 f.rank >= 2 && f.rank <= kFusedMaxRank && (f.role == 0 || f.role == 1);
@@ -548,16 +549,7 @@ absl::StatusOr<FusedProgram> BuildFusedItems(
       out.fused_buffers.insert(order[f.position]);
       position[{f.conversion, f.role}] = order[f.position];
     }
-    // NVFP4 items read the BF16 weight at the codes position and the global
-    // amaxes at the scale position, whichever they write.
-    for (const FusedSource& f : list) {
-      if (f.kind != static_cast<int32_t>(ConversionKind::kNvfp4)) continue;
-      if (position.count({f.conversion, 0}) == 0 || position.count({f.conversion, 1}) == 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "engine rank ", dst_rank, ": trainer rank ", src, " exports only part of an NVFP4 "
-            "quantize-on-pull source (the two members hold different plans)"));
-      }
-    }
+    REFIT_RETURN_IF_ERROR(CheckNvfp4Positions(list, position, dst_rank, src));
     std::map<int32_t, Record> from;  // by buffer
     for (const auto& [b, f] : by_buffer) from[b] = SourceRecord(*f);
     absl::Status st;
@@ -576,14 +568,7 @@ absl::StatusOr<FusedProgram> BuildFusedItems(
       for (size_t k = first; k < out.items.size() && st.ok(); ++k) {
         FusedItem& it = out.items[k];
         it.tensor = tensor;
-        if (nv) {  // its leading index's f32 in the global amaxes
-          it.global_buffer = position.at({fs.conversion, 1});
-          int64_t lead = 0;
-          for (int d = 0; d + 2 < fs.rank; ++d) {
-            lead = lead * fs.shape[d] + (it.where[d] - fs.origin[d]);
-          }
-          it.global_offset = 4 * lead;
-        }
+        if (nv) SetNvfp4GlobalAmax(fs, position.at({fs.conversion, 1}), &it);
         const int64_t last = it.src_offset + 2 * ((it.rows - 1) * it.src_pitch + it.cols);
         if (it.src_offset < 0 || last > f->second->buffer_bytes) {
           st = absl::InvalidArgumentError(absl::StrCat(
@@ -634,9 +619,7 @@ absl::Status RunFusedItemsHost(absl::Span<const FusedItem> items, const Plan& sl
     std::vector<uint8_t> codes(dense.size() / pack);
     std::vector<uint8_t> scales(tiles_r * tiles_c * es);
     if (nv) {
-      float global_amax;
-      std::memcpy(&global_amax, src.at(it.src_rank)[it.global_buffer] + it.global_offset, 4);
-      QuantizeNvfp4Host(in, *amax, {Nvfp4GlobalScale(global_amax)}, codes.data(), scales.data());
+      QuantizeNvfp4Region(it, in, *amax, src.at(it.src_rank), codes.data(), scales.data());
     } else {
       QuantizeHost(in, tile, *amax, mode, codes.data(), scales.data());
     }

@@ -11,12 +11,15 @@
 // makes it faithful and a second one correctly rounded (Markstein,
 // "IA-64 and elementary functions", Theorem 8.10: r correctly rounded, q
 // faithful), which is CUDA's own div.rn.f32 sequence without its range
-// check. That check is replaced by one per block (Nvfp4FastDivisor):
-// with 2^-100 <= d <= 2^16 every residual of a quotient near an E2M1
-// bound (|x / d| >= 0.2) is exact, every nonzero BF16 x gives a nonzero
-// y (so the sign bit is x's), and a smaller quotient rounds to code 0
-// whatever its last bits. Blocks outside that range divide.
-// E2M1 rounding is by the bits, without a branch (Nvfp4Magnitude).
+// check. That check is replaced by one per block (Nvfp4FastDivisor,
+// 2^-120 <= d <= 2^126; d <= 2^128 / 6 always) and one per element: where the
+// quotient is at least 2^-100 the residuals near an E2M1 bound (|x / d|
+// >= 0.2, x >= 2^-123 normal) are exact and y is nonzero (its sign is
+// x's); below it the code is 0 or 8, 8 when x < 0 and y != 0, that is
+// |x| / d > 2^-150 (2^-150 itself rounds to 0), decided exactly as
+// |x| * 2^100 > d * 2^-50 (both exact: such a nonzero BF16 x makes
+// d > 2^-34). Blocks outside that range divide. E2M1 rounding is by the
+// bits, without a branch (Nvfp4Magnitude).
 #ifndef REFIT_EXEC_NVFP4_MATH_H_
 #define REFIT_EXEC_NVFP4_MATH_H_
 
@@ -99,18 +102,25 @@ REFIT_NVFP4_HD uint32_t Nvfp4Code(float y) {
 
 // Whether a block's divisor takes Nvfp4FastCode (see above).
 REFIT_NVFP4_HD bool Nvfp4FastDivisor(float d) {
-  return d >= 7.888609052210118e-31f /* 2^-100 */ && d <= 65536.0f;
+  return d >= 7.52316384526264e-37f /* 2^-120 */ && d <= 8.507059173023462e37f /* 2^126 */;
 }
 
-// Nvfp4Code(x / d) for a finite x, given r = RN(1 / d) and
-// Nvfp4FastDivisor(d).
-REFIT_NVFP4_HD uint32_t Nvfp4FastCode(float x, float d, float r) {
+// Nvfp4Code(x / d) for a finite BF16 x, given r = RN(1 / d) and
+// d_tiny = d * 2^-50 of a divisor with Nvfp4FastDivisor(d).
+REFIT_NVFP4_HD uint32_t Nvfp4FastCode(float x, float d, float r, float d_tiny) {
   const float q0 = Nvfp4Mul(x, r);
   const float q1 = Nvfp4Fma(Nvfp4Fma(-d, q0, x), r, q0);
   const float q2 = Nvfp4Fma(Nvfp4Fma(-d, q1, x), r, q1);
-  const uint32_t sign = Nvfp4Bits(x) > 0x80000000u ? 8u : 0u;  // x < 0, not -0
-  return sign | Nvfp4Magnitude(Nvfp4Abs(q2));
+  const float a = Nvfp4Abs(q2);
+  bool neg = Nvfp4Bits(x) > 0x80000000u;  // x < 0, not -0
+  if (a < 7.888609052210118e-31f /* 2^-100 */) {
+    neg = neg && Nvfp4Mul(Nvfp4Abs(x), 1.2676506002282294e30f /* 2^100 */) > d_tiny;
+  }
+  return (neg ? 8u : 0u) | Nvfp4Magnitude(a);
 }
+
+// d * 2^-50 for Nvfp4FastCode.
+REFIT_NVFP4_HD float Nvfp4Tiny(float d) { return Nvfp4Mul(d, 8.881784197001252e-16f); }
 
 // ModelOpt's global scale amax / (6 * 448) as torch on CUDA computes it.
 REFIT_NVFP4_HD float Nvfp4Global(float amax) { return Nvfp4Mul(amax, 1.0f / 2688.0f); }

@@ -88,10 +88,11 @@ TEST(Nvfp4Test, E2M1EqualsTheReferenceNearEveryBoundary) {
 // (exec/nvfp4_math.h) against the division, on every finite BF16 value
 // for divisors a block can have (e4m3 scales times global scales of many
 // magnitudes), powers of two (exact E2M1 ties) and divisors whose
-// mantissa is all ones, over the whole fast range.
+// mantissa is all ones, over the whole fast range (quotients that round to
+// zero or to the smallest subnormal included).
 TEST(Nvfp4Test, FastCodeEqualsTheDivisionForEveryBf16) {
   std::vector<float> divisors;
-  for (int e = -100; e <= 16; e += 3) {
+  for (int e = -121; e <= 127; e += 3) {
     for (float m : {1.0f, 1.5f, 1.875f, 1.99999988f}) divisors.push_back(std::ldexp(m, e));
   }
   std::mt19937 rng(3);
@@ -105,22 +106,23 @@ TEST(Nvfp4Test, FastCodeEqualsTheDivisionForEveryBf16) {
   int64_t n = 0, bad = 0;
   for (float d : divisors) {
     if (!Nvfp4FastDivisor(d)) continue;
-    const float r = 1.0f / d;
+    const float r = 1.0f / d, tiny = Nvfp4Tiny(d);
     for (uint32_t h = 0; h < 65536; ++h) {
       const uint32_t u = h << 16;
       float x;
       std::memcpy(&x, &u, 4);
       if (!std::isfinite(x)) continue;
       ++n;
-      if (Nvfp4FastCode(x, d, r) != F32ToE2M1(x / d) && ++bad < 5) {
+      if (Nvfp4FastCode(x, d, r, tiny) != F32ToE2M1(x / d) && ++bad < 5) {
         ADD_FAILURE() << "x " << x << " d " << d;
       }
     }
   }
   EXPECT_EQ(bad, 0);
-  EXPECT_GT(n, 25000000);
-  EXPECT_FALSE(Nvfp4FastDivisor(std::ldexp(1.0f, 17)));
-  EXPECT_FALSE(Nvfp4FastDivisor(std::ldexp(1.0f, -101)));
+  EXPECT_GT(n, 40000000);
+  EXPECT_TRUE(Nvfp4FastDivisor(std::ldexp(1.0f, 126)));
+  EXPECT_FALSE(Nvfp4FastDivisor(std::ldexp(1.0f, 127)));
+  EXPECT_FALSE(Nvfp4FastDivisor(std::ldexp(1.0f, -121)));
 }
 
 // The branch-free rounding equals F32ToE2M1 (which the test above checks

@@ -196,12 +196,14 @@ class CudaConvertOps : public ConvertOps {
       gcap_ = std::max<int64_t>(b.L, 1 << 14);
     }
     REFIT_RETURN_IF_ERROR(Slots());
+    if (gused_ == 0) {  // every slot of the batch zeroed at once
+      REFIT_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(gslots_, 0, gcap_ * 4, s_), "amax"));
+    }
     long long* slot = slots_ + pending_.size();
     pending_.push_back({box, std::string(what)});
     float* g = gslots_ + gused_;
     gpending_.push_back({global, gused_, b.L});
     gused_ += b.L;
-    REFIT_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(g, 0, b.L * 4, s_), "amax"));
     return CudaStatus(
         static_cast<cudaError_t>(cuda::LaunchNvfp4Amax(b, nullptr, g, slot, s_)),
         absl::StrCat(what, ": nvfp4 amax launch"));

@@ -42,7 +42,8 @@ __device__ __forceinline__ unsigned int RefitNvfp4Scale(float amax, float g, flo
 // The packed codes of the 16 values of a and b divided by d: byte j holds
 // element 2j in its low nibble.
 template <bool kFast>
-__device__ __forceinline__ uint2 RefitNvfp4Pack(const uint4& a, const uint4& b, float d, float r) {
+__device__ __forceinline__ uint2 RefitNvfp4Pack(const uint4& a, const uint4& b, float d, float r,
+                                                float tiny) {
   const unsigned int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
   unsigned int p[2] = {0u, 0u};
 #pragma unroll
@@ -50,8 +51,8 @@ __device__ __forceinline__ uint2 RefitNvfp4Pack(const uint4& a, const uint4& b, 
     const float x0 = __uint_as_float(w[i] << 16), x1 = __uint_as_float(w[i] & 0xFFFF0000u);
     unsigned int c0, c1;
     if (kFast) {
-      c0 = Nvfp4FastCode(x0, d, r);
-      c1 = Nvfp4FastCode(x1, d, r);
+      c0 = Nvfp4FastCode(x0, d, r, tiny);
+      c1 = Nvfp4FastCode(x1, d, r, tiny);
     } else {
       c0 = Nvfp4Code(__fdiv_rn(x0, d));
       c1 = Nvfp4Code(__fdiv_rn(x1, d));
@@ -62,8 +63,8 @@ __device__ __forceinline__ uint2 RefitNvfp4Pack(const uint4& a, const uint4& b, 
 }
 
 __device__ __forceinline__ uint2 RefitNvfp4Codes(const uint4& a, const uint4& b, float d) {
-  if (Nvfp4FastDivisor(d)) return RefitNvfp4Pack<true>(a, b, d, __frcp_rn(d));
-  return RefitNvfp4Pack<false>(a, b, d, 0.0f);
+  if (Nvfp4FastDivisor(d)) return RefitNvfp4Pack<true>(a, b, d, __frcp_rn(d), Nvfp4Tiny(d));
+  return RefitNvfp4Pack<false>(a, b, d, 0.0f, 0.0f);
 }
 
 }  // namespace cuda
