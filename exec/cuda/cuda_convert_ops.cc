@@ -106,11 +106,9 @@ class CudaConvertOps : public ConvertOps {
     const int64_t bytes = copies.size() * sizeof(ResolvedCopy);
     REFIT_RETURN_IF_ERROR(Grow(&tasks_, &tasks_bytes_, bytes));
     // Stream-ordered after the previous gather's launch, which may still
-    // read the task array (a pageable source is staged before this
-    // returns); the dense buffer is likewise reused in stream order.
-    REFIT_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(tasks_, copies.data(), bytes, cudaMemcpyHostToDevice, s_),
-        "gather tasks"));
+    // read the task array; the dense buffer is likewise reused in stream
+    // order.
+    REFIT_RETURN_IF_ERROR(AnnotateStatus(Upload(copies.data(), bytes, tasks_), "gather tasks"));
     REFIT_RETURN_IF_ERROR(CudaStatus(
         static_cast<cudaError_t>(cuda::LaunchCopies(
             reinterpret_cast<const ResolvedCopy*>(tasks_), static_cast<int>(copies.size()),
@@ -217,16 +215,14 @@ class CudaConvertOps : public ConvertOps {
     if (static_cast<int64_t>(global_amax.size()) != b.L) {
       return absl::InvalidArgumentError("NVFP4: one global amax per leading index");
     }
-    // Amaxes (and the global scales) to the device: the stream is idle
-    // first, so the host vectors may go after the synchronous copy.
+    // Amaxes (and the global scales) to the device, in stream order after
+    // the previous step that read amax_.
     std::vector<float> host(global_amax);
     for (float a : global_amax) host.push_back(Nvfp4GlobalScale(a));
     host.insert(host.end(), block_amax.begin(), block_amax.end());
     REFIT_RETURN_IF_ERROR(Grow(&amax_, &amax_bytes_, static_cast<int64_t>(host.size()) * 4));
-    REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s_), "conversion stream"));
-    REFIT_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpy(amax_, host.data(), host.size() * 4, cudaMemcpyHostToDevice),
-        "amax to device"));
+    REFIT_RETURN_IF_ERROR(AnnotateStatus(
+        Upload(host.data(), static_cast<int64_t>(host.size()) * 4, amax_), "amax to device"));
     const float* g = reinterpret_cast<const float*>(amax_);
     if (global_scales != nullptr) {
       REFIT_RETURN_IF_ERROR(CudaStatus(
@@ -256,27 +252,8 @@ class CudaConvertOps : public ConvertOps {
                       absl::StrCat(what, ": quantize launch"));
   }
 
-  // Through pinned staging memory, so the copy is queued without a wait;
-  // the staging is reused after the next Sync().
   absl::Status StoreF32(absl::Span<const float> values, char* out) override {
-    const int64_t n = static_cast<int64_t>(values.size());
-    if (n == 0) return absl::OkStatus();
-    if (staged_ + n > staging_cap_) {
-      REFIT_RETURN_IF_ERROR(Sync());
-      if (n > staging_cap_) {
-        cudaFreeHost(staging_);
-        staging_ = nullptr;
-        staging_cap_ = 0;
-        REFIT_RETURN_IF_ERROR(CudaStatus(
-            cudaMallocHost(reinterpret_cast<void**>(&staging_), std::max<int64_t>(n, 4096) * 4),
-            "cudaMallocHost of the f32 staging"));
-        staging_cap_ = std::max<int64_t>(n, 4096);
-      }
-    }
-    float* p = staging_ + staged_;
-    std::memcpy(p, values.data(), n * 4);
-    staged_ += n;
-    return CudaStatus(cudaMemcpyAsync(out, p, n * 4, cudaMemcpyHostToDevice, s_), "f32 to device");
+    return Upload(values.data(), static_cast<int64_t>(values.size()) * 4, out);
   }
 
   absl::Status Cast(const char* dense, DType dtype, int64_t n, bool neg_exp,
@@ -324,6 +301,30 @@ class CudaConvertOps : public ConvertOps {
   }
 
  private:
+  // Copies host bytes to device memory `out` on the stream through pinned
+  // staging memory, so the copy is queued without a wait (a pageable source
+  // would synchronize the stream); the staging is reused after Sync().
+  absl::Status Upload(const void* host, int64_t bytes, void* out) {
+    if (bytes == 0) return absl::OkStatus();
+    const int64_t need = (bytes + 15) / 16 * 16;
+    if (staged_ + need > staging_cap_) {
+      REFIT_RETURN_IF_ERROR(Sync());
+      if (need > staging_cap_) {
+        cudaFreeHost(staging_);
+        staging_ = nullptr;
+        staging_cap_ = 0;
+        const int64_t cap = std::max<int64_t>(need, 1 << 20);
+        REFIT_RETURN_IF_ERROR(CudaStatus(cudaMallocHost(reinterpret_cast<void**>(&staging_), cap),
+                                         "cudaMallocHost of the upload staging"));
+        staging_cap_ = cap;
+      }
+    }
+    char* p = staging_ + staged_;
+    std::memcpy(p, host, bytes);
+    staged_ += need;
+    return CudaStatus(cudaMemcpyAsync(out, p, bytes, cudaMemcpyHostToDevice, s_), "upload");
+  }
+
   // Replaces *p by an allocation of at least `need` bytes once every step
   // queued (which may use the old one) is done.
   absl::Status Grow(void* p, int64_t* have, int64_t need) {
@@ -399,7 +400,7 @@ class CudaConvertOps : public ConvertOps {
   char* tasks_ = nullptr;
   int64_t tasks_bytes_ = 0;
   long long* bad_ = nullptr;
-  float* staging_ = nullptr;  // pinned, staging_cap_ floats, staged_ in use
+  char* staging_ = nullptr;  // pinned, staging_cap_ bytes, staged_ in use
   int64_t staging_cap_ = 0;
   int64_t staged_ = 0;
 };
