@@ -20,6 +20,17 @@
 // |x| * 2^100 > d * 2^-50 (both exact: such a nonzero BF16 x makes
 // d > 2^-34). Blocks outside that range divide. E2M1 rounding is by the
 // bits, without a branch (Nvfp4Magnitude).
+//
+// For the divisors of realistic weights, 2^-100 <= d <= 2^16
+// (Nvfp4OneStepDivisor), one Markstein step gives the code already: q1 is
+// within an ulp of x / d, so it can differ from the correctly rounded
+// quotient only next to an f32 midpoint, which changes the code only
+// where x / d is within a few ulps of an E2M1 bound; BF16 values are 2^-8
+// apart relatively, so at most two of them lie that close to each bound,
+// and for every divisor the kernels can form (f32(S) * g, S any e4m3
+// scale, g from any BF16 amax: 1.87 million) those two agree with the
+// division (nvfp4_test checks a third of the divisors on every run); no
+// quotient of a nonzero BF16 x is then below 2^-149, so the sign is x's.
 #ifndef REFIT_EXEC_NVFP4_MATH_H_
 #define REFIT_EXEC_NVFP4_MATH_H_
 
@@ -117,6 +128,19 @@ REFIT_NVFP4_HD uint32_t Nvfp4FastCode(float x, float d, float r, float d_tiny) {
     neg = neg && Nvfp4Mul(Nvfp4Abs(x), 1.2676506002282294e30f /* 2^100 */) > d_tiny;
   }
   return (neg ? 8u : 0u) | Nvfp4Magnitude(a);
+}
+
+// Whether a block's divisor takes Nvfp4OneStepCode (see above).
+REFIT_NVFP4_HD bool Nvfp4OneStepDivisor(float d) {
+  return d >= 7.888609052210118e-31f /* 2^-100 */ && d <= 65536.0f;
+}
+
+// Nvfp4Code(x / d) for a finite BF16 x, given r = RN(1 / d), where d =
+// f32(S) * Nvfp4Global(amax) (S e4m3, amax BF16) and Nvfp4OneStepDivisor(d).
+REFIT_NVFP4_HD uint32_t Nvfp4OneStepCode(float x, float d, float r) {
+  const float q0 = Nvfp4Mul(x, r);
+  const float q1 = Nvfp4Fma(Nvfp4Fma(-d, q0, x), r, q0);
+  return (Nvfp4Bits(x) > 0x80000000u ? 8u : 0u) | Nvfp4Magnitude(Nvfp4Abs(q1));
 }
 
 // d * 2^-50 for Nvfp4FastCode.

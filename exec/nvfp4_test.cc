@@ -113,8 +113,12 @@ TEST(Nvfp4Test, FastCodeEqualsTheDivisionForEveryBf16) {
       std::memcpy(&x, &u, 4);
       if (!std::isfinite(x)) continue;
       ++n;
-      if (Nvfp4FastCode(x, d, r, tiny) != F32ToE2M1(x / d) && ++bad < 5) {
+      const uint8_t want = F32ToE2M1(x / d);
+      if (Nvfp4FastCode(x, d, r, tiny) != want && ++bad < 5) {
         ADD_FAILURE() << "x " << x << " d " << d;
+      }
+      if (Nvfp4OneStepDivisor(d) && Nvfp4OneStepCode(x, d, r) != want && ++bad < 5) {
+        ADD_FAILURE() << "one step: x " << x << " d " << d;
       }
     }
   }
@@ -123,6 +127,43 @@ TEST(Nvfp4Test, FastCodeEqualsTheDivisionForEveryBf16) {
   EXPECT_TRUE(Nvfp4FastDivisor(std::ldexp(1.0f, 126)));
   EXPECT_FALSE(Nvfp4FastDivisor(std::ldexp(1.0f, 127)));
   EXPECT_FALSE(Nvfp4FastDivisor(std::ldexp(1.0f, -121)));
+}
+
+// The one-step code (exec/nvfp4_math.h) for every divisor the kernels form
+// in its range (every e4m3 scale times the global scale of every BF16
+// amax; here every third amax) on the BF16 values nearest each E2M1 bound,
+// where alone it could differ from the division, of either sign.
+TEST(Nvfp4Test, OneStepCodeEqualsTheDivisionNextToEveryBound) {
+  const double bounds[] = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0};
+  int64_t divisors = 0, bad = 0;
+  for (uint32_t a = 1; a < 0x7F80; a += 3) {
+    const uint32_t abits = a << 16;
+    float amax;
+    std::memcpy(&amax, &abits, 4);
+    for (int s = 1; s < 127; ++s) {
+      const float d = E4M3ToF32(s) * Nvfp4GlobalScale(amax);
+      if (!Nvfp4OneStepDivisor(d)) continue;
+      ++divisors;
+      const float r = 1.0f / d;
+      for (double t : bounds) {
+        const float near = static_cast<float>(t * d);
+        uint32_t nb;
+        std::memcpy(&nb, &near, 4);
+        for (int k = -2; k <= 2; ++k) {
+          for (uint32_t sign : {0u, 0x80000000u}) {
+            const uint32_t u = (((nb >> 16) + k) << 16) | sign;
+            float x;
+            std::memcpy(&x, &u, 4);
+            if (Nvfp4OneStepCode(x, d, r) != F32ToE2M1(x / d) && ++bad < 5) {
+              ADD_FAILURE() << "x " << x << " d " << d;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(divisors, 600000);
 }
 
 // The branch-free rounding equals F32ToE2M1 (which the test above checks

@@ -40,8 +40,9 @@ __device__ __forceinline__ unsigned int RefitNvfp4Scale(float amax, float g, flo
 }
 
 // The packed codes of the 16 values of a and b divided by d: byte j holds
-// element 2j in its low nibble.
-template <bool kFast>
+// element 2j in its low nibble. kPath 1: Nvfp4OneStepCode, 2:
+// Nvfp4FastCode, 0: the division.
+template <int kPath>
 __device__ __forceinline__ uint2 RefitNvfp4Pack(const uint4& a, const uint4& b, float d, float r,
                                                 float tiny) {
   const unsigned int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
@@ -50,7 +51,10 @@ __device__ __forceinline__ uint2 RefitNvfp4Pack(const uint4& a, const uint4& b, 
   for (int i = 0; i < 8; ++i) {
     const float x0 = __uint_as_float(w[i] << 16), x1 = __uint_as_float(w[i] & 0xFFFF0000u);
     unsigned int c0, c1;
-    if (kFast) {
+    if (kPath == 1) {
+      c0 = Nvfp4OneStepCode(x0, d, r);
+      c1 = Nvfp4OneStepCode(x1, d, r);
+    } else if (kPath == 2) {
       c0 = Nvfp4FastCode(x0, d, r, tiny);
       c1 = Nvfp4FastCode(x1, d, r, tiny);
     } else {
@@ -63,8 +67,9 @@ __device__ __forceinline__ uint2 RefitNvfp4Pack(const uint4& a, const uint4& b, 
 }
 
 __device__ __forceinline__ uint2 RefitNvfp4Codes(const uint4& a, const uint4& b, float d) {
-  if (Nvfp4FastDivisor(d)) return RefitNvfp4Pack<true>(a, b, d, __frcp_rn(d), Nvfp4Tiny(d));
-  return RefitNvfp4Pack<false>(a, b, d, 0.0f, 0.0f);
+  if (Nvfp4OneStepDivisor(d)) return RefitNvfp4Pack<1>(a, b, d, __frcp_rn(d), 0.0f);
+  if (Nvfp4FastDivisor(d)) return RefitNvfp4Pack<2>(a, b, d, __frcp_rn(d), Nvfp4Tiny(d));
+  return RefitNvfp4Pack<0>(a, b, d, 0.0f, 0.0f);
 }
 
 }  // namespace cuda
