@@ -217,20 +217,16 @@ TEST(PullNvfp4GpuTest, KernelEqualsHostItemsOnPlannerCases) {
   }
 }
 
-// BF16 values of many magnitudes per 16-block, zero blocks, negative zeros.
-std::vector<uint16_t> WideValues(int64_t n, uint32_t seed) {
+// BF16 weights as a trained model has them: N(0, 0.02).
+std::vector<uint16_t> Weights(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> ex(-12, 12);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
   std::vector<uint16_t> out(n);
-  int e = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (i % 16 == 0) e = ex(rng);
-    float x = std::ldexp(u(rng), e);
-    if ((i / 16) % 23 == 7) x = (i % 2) ? -0.0f : 0.0f;
+  for (uint16_t& h : out) {
+    const float x = normal(rng);
     uint32_t b;
     std::memcpy(&b, &x, 4);
-    out[i] = static_cast<uint16_t>(b >> 16);
+    h = static_cast<uint16_t>(b >> 16);
   }
   return out;
 }
@@ -246,7 +242,7 @@ TEST(PullNvfp4GpuTest, OnePassNextToACopyAndTwoPasses) {
   char* scratch = d.Add(nullptr, n / 2);
   char* scratch_scales = d.Add(nullptr, n / 16);
   const int64_t chunk = int64_t{1} << 24;
-  const std::vector<uint16_t> w = WideValues(chunk, 3);
+  const std::vector<uint16_t> w = Weights(chunk, 3);
   for (int64_t at = 0; at < n; at += chunk) {
     ASSERT_EQ(cudaMemcpy(in + 2 * at, w.data(), 2 * chunk, cudaMemcpyHostToDevice), cudaSuccess);
   }
@@ -314,7 +310,8 @@ TEST(PullNvfp4GpuTest, OnePassNextToACopyAndTwoPasses) {
   const bool same = FromDevice<char>(out, n / 2) == FromDevice<char>(scratch, n / 2) &&
                     FromDevice<char>(scales, n / 16) == FromDevice<char>(scratch_scales, n / 16);
   EXPECT_TRUE(same) << "one pass and two passes wrote different bytes";
-  std::printf("FIGURE nvfp4 quantize-on-pull, %lld bf16 elements: one pass %.3f ms; two passes "
+  std::printf("FIGURE nvfp4 quantize-on-pull, %lld bf16 N(0, 0.02) elements: one pass %.3f ms; "
+              "two passes "
               "(quantize into scratch + copy) %.3f ms; the trainer's global amax pass before "
               "either %.3f ms; device copy of the bf16 bytes %.3f ms; one pass / copy %.2f, "
               "one pass / two passes %.2f, (amax + one pass) / (amax + two passes) %.2f\n",
