@@ -36,7 +36,9 @@ namespace refit {
 // Replica choice (deterministic greedy): every (dst record, disjoint source
 // piece) intersection is a candidate. Candidates with one replica are
 // assigned first. The others are processed by bytes descending, then dst
-// record index, then source piece; each goes to the replica that makes the
+// record index, then source piece; each goes to a replica on the dst
+// rank's own GPU when there is one (gpu_of_rank; among several, by the
+// rule that follows), else to the replica that makes the
 // larger of its src rank's and its dst rank's predicted time smallest
 // (plan/cost.h: a rank's bytes per link class of the pair, at options.links'
 // speeds: same GPU where gpu_of_rank names one GPU for both, same host by
