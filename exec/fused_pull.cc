@@ -124,8 +124,8 @@ bool ReadersFuse(const Plan& slice, int32_t rank, const Conversion& c,
 bool Fusable(const Plan& slice, int32_t rank, const Conversion& c,
              const std::function<bool(int32_t)>& pulls, std::pair<int64_t, int64_t>* cell) {
   if (c.kind != ConversionKind::kFp8Block && c.kind != ConversionKind::kFp8BlockUe8m0 &&
-      c.kind != ConversionKind::kMxfp8) {
-    return false;  // the DeepGEMM requantization keeps two passes
+      c.kind != ConversionKind::kFp8BlockRequantUe8m0 && c.kind != ConversionKind::kMxfp8) {
+    return false;
   }
   if (c.from.rank != rank || c.from_dtype != DType::kBF16 || !FusableTile(c.tile)) return false;
   if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(slice.src.tensors.size())) {

@@ -1,21 +1,22 @@
 // Quantize-on-pull: on the colocated data plane (exec/cuda/pull_runner.h)
 // an engine rank reads its trainers' BF16 weights and writes FP8 codes and
-// block scales (kFp8Block, kFp8BlockUe8m0: 128 x 128 tiles, f32 scales;
-// kMxfp8: 1 x 32 blocks, E8M0 bytes) straight into its own buffers in one
+// block scales (kFp8Block, kFp8BlockUe8m0, kFp8BlockRequantUe8m0 (DeepGEMM's
+// requantized power-of-two scales, `kernel=deepgemm`): 128 x 128 tiles, f32
+// scales; kMxfp8: 1 x 32 blocks, E8M0 bytes) straight into its own buffers in one
 // pass, instead of the trainer quantizing into scratch buffers that the
 // engine then pulls (plan/conversion.h, exec/convert.h).
 //
 // Which conversions fuse is the trainer's choice (FusableConversions): a
-// block kind other than the DeepGEMM requantization, from a BF16 record
+// block kind (above), from a BF16 record
 // whose tiles no other trainer record holds part of, every reader of its
 // scratch buffers a pull receiver, and source and destinations affine
 // over every cell of elements (one stride per dim there, the last 1):
 // 128 x 128 cells for FP8 tiles; for MXFP8 the largest cell from 128 x 128
 // down to 1 x 32 that works (interleaved fused parameters qualify where
 // their runs are multiples of the cell). The rest keeps the two-pass path:
-// requantized UE8M0 scales (`kernel=deepgemm`), tiles cut between trainer
-// records (the trainers exchange partial amaxes and quantize into
-// scratch, the engine pulls it), layouts that are not affine per cell.
+// tiles cut between trainer records (the trainers exchange partial amaxes
+// and quantize into scratch, the engine pulls it), layouts that are not
+// affine per cell.
 
 // At prepare the trainer exports, at the positions of a fused conversion's
 // scratch buffers in PairSourceBuffers' order, the conversion's BF16 source

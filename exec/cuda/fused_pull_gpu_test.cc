@@ -1,6 +1,7 @@
 // GPU check of quantize-on-pull (exec/fused_pull.h, the kernel of
 // convert_kernels.h through fused_pull_items.h): for planner cases (FP8
-// 128 x 128 with float and UE8M0 scales, FlashInfer's layout, MXFP8 with
+// 128 x 128 with float, UE8M0 and DeepGEMM's requantized scales,
+// FlashInfer's layout, MXFP8 with
 // whole and interleaved cells), every engine rank's items run on the GPU
 // leave its buffers bit-equal to the host run of the same items (which
 // tests/dataplane:fused_pull_test holds to the reference quantizer); a NaN
@@ -83,6 +84,7 @@ TEST(FusedPullGpuTest, KernelEqualsHostItemsOnPlannerCases) {
       {"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=fp8-ue8m0"},
       {"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1",
        "vllm:tp=2,dp=2,ep=4,quant=fp8,kernel=flashinfer"},
+      {"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=fp8,kernel=deepgemm"},
       {"tiny-qwen3-mx", "megatron:tp=1", "vllm:tp=2,quant=mxfp8"},
       {"tiny-qwen3-mx", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=mxfp8"},
       {"tiny-qwen3-moe-mx", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=mxfp8"}};

@@ -1,7 +1,7 @@
 // Quantize-on-pull (exec/fused_pull.h) on host memory, through the real
 // planner and every rank's own slice off the wire: trainers run the
-// conversions they keep (two passes: cut tiles with their amax exchange,
-// DeepGEMM requantization), engines pull the rest of their bytes and run
+// conversions they keep (two passes: cut tiles with their amax exchange),
+// engines pull the rest of their bytes and run
 // the fused items on their trainers' BF16, exactly as the pull runner
 // wires them (positions of PairSourceBuffers, FusedSources). Every engine
 // byte is checked against the reference quantizer (CheckPattern); the
@@ -188,9 +188,11 @@ INSTANTIATE_TEST_SUITE_P(
              Case::kAll},
         // FSDP's flat shards cut 128 x 128 tiles: two passes, amaxes exchanged.
         Case{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=fp8", Case::kNone},
-        // The DeepGEMM requantization keeps two passes.
+        // DeepGEMM's requantized power-of-two scales, in the pass.
         Case{"tiny-qwen3-moe-b128", "megatron:tp=1", "vllm:tp=1,quant=fp8,kernel=deepgemm",
-             Case::kNone},
+             Case::kAll},
+        Case{"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1",
+             "vllm:tp=2,quant=fp8,kernel=deepgemm", Case::kAll},
         // Megatron's interleaved q/k/v (runs of 64 rows) in MXFP8 cells of
         // fewer rows; K cut at 16 per TP rank keeps o_proj in two passes.
         Case{"tiny-qwen3-mx", "megatron:tp=1", "vllm:tp=2,quant=mxfp8", Case::kAll},
