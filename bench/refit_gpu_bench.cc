@@ -4,6 +4,7 @@
 //
 //   refit_gpu_bench [--model=qwen3-8b] [--iters=5] [--scenarios=tp2,dp2,small]
 //                   [--staging_mib=512] [--direct_mib=8] [--round_mib=0]
+//                   [--lanes=2,1,4] [--message_mib=-1,128,64]
 //
 // Scenarios:
 //   tp2    model --model from megatron:tp=2 to vllm:tp=2 (fused qkv/gate_up)
@@ -11,7 +12,9 @@
 //   small  2048 tensors of 1 MiB, Shard(0) on the trainer, Shard(1) on the
 //          engine: thousands of small strided pieces (coalescing at work)
 // For each: the refit (plan + executor + NCCL transport) with K = 2, 1, 4
-// lanes; every engine byte checked after the first K=2 refit; the raw NCCL
+// lanes (--lanes), and with K=2 once more per --message_mib value
+// (messages and waves of at most that many MiB; -1: the per-lane budget);
+// every engine byte checked after each; the raw NCCL
 // time of the same bytes between the same GPU pairs, pre-packed, one
 // message per pair (the physical limit); for tp2/dp2 the broadcast refit
 // most RL frameworks do (the trainer's rank 0 holds the full tensors and
@@ -305,6 +308,11 @@ struct BenchOptions {
   int64_t staging_mib = 512;
   int64_t direct_mib = -1;  // -1: the planner's default
   int64_t round_mib = 0;
+  std::vector<int> lanes = {2, 1, 4};  // K=2 first (its plan is the baseline's)
+  // Extra K=2 refits, messages and waves of at most this many MiB each
+  // (-1: the per-lane budget, the planner's choice before pipelined
+  // staging), on the K=2 transport, every engine byte checked.
+  std::vector<int64_t> message_mib;
 };
 
 absl::Status Worker(const std::string& scenario, const std::string& model,
@@ -343,7 +351,7 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
 
   const Side side = trainer ? Side::kTrainer : Side::kEngine;
   Plan plan2;
-  for (int lanes : {2, 1, 4}) {
+  for (int lanes : bo.lanes) {
     PlannerOptions po;
     po.num_lanes = lanes;
     po.staging_budget_bytes = staging_mib << 20;
@@ -394,6 +402,35 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
       }
     }
 
+    // The message-size sweep on this transport (K=2 only).
+    for (const int64_t mib : lanes == 2 ? bo.message_mib : std::vector<int64_t>{}) {
+      PlannerOptions so = po;
+      so.max_message_bytes = mib < 0 ? so.staging_budget_bytes / lanes : mib << 20;
+      so.max_wave_bytes = mib < 0 ? 0 : mib << 20;
+      REFIT_ASSIGN_OR_RETURN(Plan sp, BuildPlan(src, dst, so));
+      REFIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> sx,
+                             Executor::Create(sp, side, rank, dev, t.get(), eo));
+      if (!trainer) {
+        for (size_t b = 0; b < dev.size(); ++b) {
+          if (dev[b]) CK(cudaMemset(dev[b], 0, mine.buffers[b].byte_size));
+        }
+        CK(cudaDeviceSynchronize());
+      }
+      REFIT_RETURN_IF_ERROR(sx->Run(absl::Now() + absl::Seconds(120)).status());
+      const absl::Time s0 = absl::Now();
+      for (int i = 0; i < iters; ++i) {
+        REFIT_RETURN_IF_ERROR(sx->Run(absl::Now() + absl::Seconds(120)).status());
+      }
+      out->Put(absl::StrCat("sweep_s_", mib), absl::ToDoubleSeconds(absl::Now() - s0) / iters);
+      out->Put(absl::StrCat("sweep_waves_", mib), static_cast<double>(sp.waves.size()));
+      if (!trainer) {
+        absl::Status c = testing::DevicePattern(mine, rank, dev, 1, true);
+        if (!c.ok() && out->kv["check"] == "equal") {
+          out->Put("check", absl::StrCat("K=2, messages of ", mib, " MiB: ",
+                                         std::string(c.message()).substr(0, 300)));
+        }
+      }
+    }
     out->Put(absl::StrCat("staging_k", lanes),
              static_cast<double>(last.peak_staging_bytes));
     out->Put(absl::StrCat("recv_k", lanes), static_cast<double>(last.bytes_received));
@@ -491,6 +528,24 @@ int main(int argc, char** argv) {
   (void)absl::SimpleAtoi(testing::FlagValue(argc, argv, "staging_mib", "512"), &bo.staging_mib);
   (void)absl::SimpleAtoi(testing::FlagValue(argc, argv, "direct_mib", "-1"), &bo.direct_mib);
   (void)absl::SimpleAtoi(testing::FlagValue(argc, argv, "round_mib", "0"), &bo.round_mib);
+  bo.lanes.clear();
+  for (absl::string_view v : absl::StrSplit(testing::FlagValue(argc, argv, "lanes", "2,1,4"), ',')) {
+    int k = 0;
+    if (absl::SimpleAtoi(v, &k) && (k == 1 || k == 2 || k == 4)) bo.lanes.push_back(k);
+  }
+  if (bo.lanes.empty() || bo.lanes[0] != 2) {
+    std::printf("--lanes: a list of 1, 2 and 4 starting with 2\n");
+    return 2;
+  }
+  for (absl::string_view v :
+       absl::StrSplit(testing::FlagValue(argc, argv, "message_mib", ""), ',', absl::SkipEmpty())) {
+    int64_t m = 0;
+    if (!absl::SimpleAtoi(v, &m) || m < -1 || m == 0) {
+      std::printf("--message_mib: MiB above 0, or -1 for the per-lane budget\n");
+      return 2;
+    }
+    bo.message_mib.push_back(m);
+  }
   const int iters = bo.iters;
   const int64_t staging_mib = bo.staging_mib;
   int count = 0;
@@ -618,6 +673,14 @@ int main(int argc, char** argv) {
                            slowest("broadcast_nogather_s") * 1e3, " ms without").c_str(),
         peak_staging / 1048576, D(r[0], "budget") / 1048576, check.c_str(),
         r[kTrainer]["pointers"].c_str());
+    for (const int64_t mib : bo.message_mib) {
+      const double sw = slowest(absl::StrCat("sweep_s_", mib));
+      std::printf("%s: K=2, messages and waves of at most %s: %.2f ms (raw / refit %.2f), "
+                  "%.0f waves\n",
+                  scenario.c_str(),
+                  mib < 0 ? "the per-lane budget" : absl::StrCat(mib, " MiB").c_str(), sw * 1e3,
+                  sw > 0 ? raw / sw : 0.0, D(r[0], absl::StrCat("sweep_waves_", mib)));
+    }
     std::fflush(stdout);
     const double base = scenario == "small" ? slowest("per_piece_s") : slowest("broadcast_s");
     table.push_back(absl::StrFormat(

@@ -30,12 +30,14 @@ using internal_plan::BalanceReplicas;
 using internal_plan::Candidates;
 using internal_plan::CheckCoverage;
 using internal_plan::CoalesceMessages;
+using internal_plan::HeaviestCoalescedBytes;
 using internal_plan::EmitMessages;
 using internal_plan::FindCandidates;
 using internal_plan::JoinErrors;
 using internal_plan::MatchTensors;
 using internal_plan::MergeIndexedRecords;
 using internal_plan::MessageCap;
+using internal_plan::StagedWaveCap;
 using internal_plan::OrderSegments;
 using internal_plan::PendingMessage;
 using internal_plan::ScheduleWaves;
@@ -125,17 +127,20 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
 
   const int64_t cap = MessageCap(options);
   std::vector<PendingMessage> messages;
+  int64_t staged_cap = cap;
   {
     SegmentKeys keys;
     REFIT_RETURN_IF_ERROR(
         OrderSegments(candidates, choice, plan.src, plan.dst, cap, &keys));
     REFIT_RETURN_IF_ERROR(phase_done("segments"));
-    messages = CoalesceMessages(keys, candidates, choice, cap,
+    staged_cap = StagedWaveCap(options, HeaviestCoalescedBytes(keys, candidates, plan,
+                                                               options.direct_min_bytes));
+    messages = CoalesceMessages(keys, candidates, choice, staged_cap,
                                 options.direct_min_bytes, &plan);
   }  // the keys are not needed below
   REFIT_RETURN_IF_ERROR(phase_done("messages"));
 
-  ScheduleWaves(options, plan.src.world_size, plan.dst.world_size, &messages,
+  ScheduleWaves(options, staged_cap, plan.src.world_size, plan.dst.world_size, &messages,
                 &plan.waves);
   REFIT_RETURN_IF_ERROR(phase_done("waves"));
   EmitMessages(messages, &plan);

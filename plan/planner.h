@@ -59,7 +59,13 @@ namespace refit {
 // dst byte offset). A segment of at least options.direct_min_bytes that is
 // one contiguous byte range of its buffer on either side is a message of
 // its own (that side needs no staging); the others are packed greedily, in
-// order, into messages of at most that cap.
+// order, into messages of at most that cap, or, when max_message_bytes is
+// 0 and one rank has at least 4 per-lane budgets of segments below
+// direct_min_bytes (many small or strided pieces), of at most a quarter
+// of the per-lane budget (at least 1 MiB), and each wave stages at most
+// that much per rank: a lane's pack and unpack then stay short next to the
+// other lane's transfer, and the first pack and the last unpack, which
+// nothing overlaps, are small (plan/internal/budgets.h, StagedWaveCap).
 // Messages go next-fit into waves of their stage (stage =
 // src.stage_of_rank[src rank], 0 if empty) so that per wave each rank's
 // staging (bytes of its non-contiguous sends + receives) is <=

@@ -425,6 +425,60 @@ TEST(PlannerTest, GoldenReplicatedSourceToTwoShardsBalanced) {
             "    b [3:4] 4B\n");
 }
 
+// Per wave, the most bytes one rank stages (sends plus receives of
+// messages not contiguous on its side).
+int64_t MostStagedPerWave(const Plan& plan) {
+  int64_t most = 0;
+  for (const Wave& w : plan.waves) {
+    std::map<std::pair<int, int32_t>, int64_t> staged;  // (side, rank)
+    for (int32_t i = w.first_message; i < w.first_message + w.num_messages; ++i) {
+      const Message& m = plan.messages[i];
+      if (!m.src_contiguous) most = std::max(most, staged[{0, m.src_rank}] += m.bytes);
+      if (!m.dst_contiguous) most = std::max(most, staged[{1, m.dst_rank}] += m.bytes);
+    }
+  }
+  return most;
+}
+
+TEST(PlannerTest, ManySmallStridedPiecesStageInQuarterLaneWaves) {
+  // 128 bf16 [256, 1024] tensors, Shard(0) over 2 trainer ranks into
+  // Shard(1) over 2 engine ranks: 512 strided pieces of 128 KiB, 32 MiB
+  // per rank, with 8 MiB of staging per lane. The planner stages 2 MiB
+  // per wave (a quarter of a lane's budget) so lanes pipeline finely.
+  SideLayout src, dst;
+  src.world_size = dst.world_size = 2;
+  const Mesh two = *Mesh::Make({"x"}, {2});
+  for (int i = 0; i < 128; ++i) {
+    TensorSpec t{absl::StrCat("w", i), {256, 1024}, DType::kBF16};
+    ASSERT_TRUE(AddTensor(src, t).ok());
+    ASSERT_TRUE(AddTensor(dst, t).ok());
+    ASSERT_TRUE(AddDenseShards(src, i, two, {Placement::Shard(0)}).ok());
+    ASSERT_TRUE(AddDenseShards(dst, i, two, {Placement::Shard(1)}).ok());
+  }
+  PlannerOptions opt;
+  opt.num_lanes = 2;
+  opt.staging_budget_bytes = 16 << 20;
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, opt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int64_t biggest = 0;
+  for (const Message& m : plan->messages) biggest = std::max(biggest, m.bytes);
+  EXPECT_EQ(biggest, 2 << 20);
+  EXPECT_EQ(MostStagedPerWave(*plan), 2 << 20);
+  EXPECT_EQ(plan->stats.total_bytes, int64_t{128} * 256 * 1024 * 2);
+  EXPECT_GE(plan->waves.size(), 16u);
+  // A message size the caller chose is kept: lane-budget waves.
+  opt.max_message_bytes = 8 << 20;
+  plan = BuildPlan(src, dst, opt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(MostStagedPerWave(*plan), 8 << 20);
+  // Fewer staged bytes than 4 lane budgets: lane-budget messages.
+  opt.max_message_bytes = 0;
+  opt.staging_budget_bytes = 32 << 20;
+  plan = BuildPlan(src, dst, opt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(MostStagedPerWave(*plan), 16 << 20);
+}
+
 TEST(PlannerTest, GoldenBigContiguousSegmentTravelsAlone) {
   // Three tensors on one rank each side, one buffer each. b (64 bytes) is
   // contiguous on both sides and >= direct_min_bytes: a message of its

@@ -1,6 +1,7 @@
 // Messages: coalescing each pair's segments.
 #include "plan/internal/messages.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "layout/dtype.h"
@@ -152,6 +153,24 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
     }
   }
   return msgs;
+}
+
+int64_t HeaviestCoalescedBytes(const SegmentKeys& keys, const Candidates& candidates,
+                               const Plan& plan, int64_t direct_min) {
+  std::vector<int64_t> sent(std::max(0, plan.src.world_size), 0);
+  std::vector<int64_t> received(std::max(0, plan.dst.world_size), 0);
+  int64_t most = 0;
+  for (const SegKey& k : keys.keys) {
+    if (direct_min > 0 && k.bytes >= direct_min) continue;
+    const int32_t d = candidates.cands[k.cand].dst_rank;
+    if (k.src_rank >= 0 && k.src_rank < static_cast<int32_t>(sent.size())) {
+      most = std::max(most, sent[k.src_rank] += k.bytes);
+    }
+    if (d >= 0 && d < static_cast<int32_t>(received.size())) {
+      most = std::max(most, received[d] += k.bytes);
+    }
+  }
+  return most;
 }
 
 }  // namespace internal_plan
