@@ -2,6 +2,7 @@
 #include "exec/fused_pull.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <tuple>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "exec/fused_pull_scales.h"
 #include "exec/pull_program.h"
 #include "exec/quantize.h"
 
@@ -98,17 +100,39 @@ void ForEachSourcePart(const Plan& slice, int32_t src, int32_t dst, Fn fn) {
   }
 }
 
-// Whether every reader of c's scratch buffers is a pull receiver writing
-// into a destination affine over every cell_r x cell_c cell (codes; the
-// cells' tiles for scales).
+// Whether c's record cuts tiles on its last two dims (a tile it holds
+// part of, the rest held by other records). Requires a valid tile.
+bool CutsTiles(const Plan& slice, const Conversion& c) {
+  if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(slice.src.tensors.size())) {
+    return false;
+  }
+  const std::vector<int64_t>& shape = slice.src.tensors[c.from.tensor].shape;
+  const Box& box = c.from.box;
+  const int n = box.rank();
+  if (static_cast<int>(shape.size()) != n || static_cast<int>(c.tile.size()) != n || n < 2) {
+    return false;
+  }
+  for (int d = n - 2; d < n; ++d) {
+    const int64_t t = c.tile[d];
+    if (box.origin(d) % t != 0 || (box.limit(d) % t != 0 && box.limit(d) != shape[d])) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether every reader of c's scratch buffers (only of its codes with
+// `codes_only`) is a pull receiver writing into a destination affine over
+// every cell_r x cell_c cell (codes; the cells' tiles for scales).
 bool ReadersFuse(const Plan& slice, int32_t rank, const Conversion& c,
-                 const std::function<bool(int32_t)>& pulls, int64_t cell_r, int64_t cell_c) {
+                 const std::function<bool(int32_t)>& pulls, int64_t cell_r, int64_t cell_c,
+                 bool codes_only) {
   const int n = c.from.box.rank();
   const int64_t tr = c.tile[n - 2], tc = c.tile[n - 1];
   bool read = false, ok = true;
   ForEachSourcePart(slice, rank, -1, [&](const Message& m, const Segment& s, int32_t b,
                                          const Box& part) {
-    if (!ok || (b != c.to_buffer && b != c.scale_buffer)) return;
+    if (!ok || (b != c.to_buffer && (codes_only || b != c.scale_buffer))) return;
     read = true;
     const Record& d = slice.dst.records[s.dst_record];
     const bool codes = b == c.to_buffer;
@@ -127,6 +151,7 @@ bool Fusable(const Plan& slice, int32_t rank, const Conversion& c,
       c.kind != ConversionKind::kFp8BlockRequantUe8m0 && c.kind != ConversionKind::kMxfp8) {
     return false;
   }
+  if (c.to_buffer < 0) return false;
   if (c.from.rank != rank || c.from_dtype != DType::kBF16 || !FusableTile(c.tile)) return false;
   if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(slice.src.tensors.size())) {
     return false;
@@ -140,19 +165,23 @@ bool Fusable(const Plan& slice, int32_t rank, const Conversion& c,
       return false;
     }
   }
-  // No tile cut between trainer records.
-  for (int d = n - 2; d < n; ++d) {
-    const int64_t t = c.tile[d];
-    if (box.origin(d) % t != 0 || (box.limit(d) % t != 0 && box.limit(d) != shape[d])) {
-      return false;
-    }
+  // Cut tiles take their scales from the owner's scratch: the requantized
+  // codes would need its first scale too.
+  // A record owning no tile has no scale scratch: only a cut one.
+  const bool cut = CutsTiles(slice, c);
+  if ((cut && c.kind == ConversionKind::kFp8BlockRequantUe8m0) ||
+      (c.scale_buffer < 0 && !cut)) {
+    return false;
   }
-  // The largest cell every record involved is affine over.
+  // The largest cell every record involved is affine over (one block
+  // column for cut 1 x 32 blocks: an item's blocks then start at its
+  // region's first column).
   const int64_t tr = c.tile[n - 2], tc = c.tile[n - 1];
   for (const int64_t cc : {int64_t{128}, int64_t{64}, int64_t{32}}) {
     for (const int64_t cr : {128, 64, 32, 16, 8, 4, 2, 1}) {
-      if (cc % tc != 0 || cr % tr != 0) continue;
-      if (AffinePerCell(c.from, box, cr, cc) && ReadersFuse(slice, rank, c, pulls, cr, cc)) {
+      if (cc % tc != 0 || cr % tr != 0 || (cut && tr == 1 && cc != tc)) continue;
+      if (AffinePerCell(c.from, box, cr, cc) &&
+          ReadersFuse(slice, rank, c, pulls, cr, cc, cut)) {
         if (cell != nullptr) *cell = {cr, cc};
         return true;
       }
@@ -415,7 +444,12 @@ Plan WithoutConversions(const Plan& slice, const std::set<int32_t>& fused) {
       out.conversions.push_back(c);
       continue;
     }
-    for (int32_t b : {c.to_buffer, c.scale_buffer}) {
+    const bool cut = CutsTiles(slice, c);
+    if (cut) {  // scales only: the trainer still writes its scale scratch
+      out.conversions.push_back(c);
+      out.conversions.back().to_buffer = -1;
+    }
+    for (int32_t b : {c.to_buffer, cut ? -1 : c.scale_buffer}) {
       if (b >= 0 && b < static_cast<int32_t>(out.src.buffers.size())) {
         out.src.buffers[b].scratch = false;
       }
@@ -430,7 +464,7 @@ std::vector<int32_t> ExportedSourceBuffers(const Plan& slice, int32_t rank, int3
   for (int32_t& b : order) {
     for (int32_t i : fused) {
       const Conversion& c = slice.conversions[i];
-      if (b == c.to_buffer || b == c.scale_buffer) {
+      if (b == c.to_buffer || (b == c.scale_buffer && !CutsTiles(slice, c))) {
         b = c.from.buffer;
         break;
       }
@@ -446,11 +480,13 @@ std::vector<FusedSource> FusedSourcesOf(const Plan& slice, int32_t rank, int32_t
   for (size_t p = 0; p < order.size(); ++p) {
     for (int32_t i : fused) {
       const Conversion& c = slice.conversions[i];
-      if (order[p] != c.to_buffer && order[p] != c.scale_buffer) continue;
+      const bool cut = CutsTiles(slice, c);
+      if (order[p] != c.to_buffer && (cut || order[p] != c.scale_buffer)) continue;
       const Box& box = c.from.box;
       FusedSource f;
       f.position = static_cast<int32_t>(p);
       f.role = order[p] == c.to_buffer ? 0 : 1;
+      f.cut = cut ? 1 : 0;
       f.conversion = i;
       f.kind = static_cast<int32_t>(c.kind);
       f.rank = box.rank();
@@ -482,12 +518,16 @@ absl::StatusOr<FusedProgram> BuildFusedItems(
     const std::map<int32_t, std::vector<FusedSource>>& sources) {
   FusedProgram out;
   ItemBuilder builder(slice, &out);
+  CutScaleSources scales(slice, dst_rank);
   for (const auto& [src, list] : sources) {
     const std::vector<int32_t> order = PairSourceBuffers(slice, src, dst_rank);
     std::map<int32_t, const FusedSource*> by_buffer;
     for (const FusedSource& f : list) {
       bool ok = f.position >= 0 && f.position < static_cast<int32_t>(order.size()) &&
-                f.rank >= 2 && f.rank <= kFusedMaxRank && (f.role == 0 || f.role == 1);
+                f.rank >= 2 && f.rank <= kFusedMaxRank && (f.role == 0 || f.role == 1) &&
+                (f.cut == 0 || (f.cut == 1 && f.role == 0 &&
+                                f.kind != static_cast<int32_t>(ConversionKind::kFp8BlockRequantUe8m0) &&
+                                (f.tile[f.rank - 2] != 1 || f.cell_c == f.tile[f.rank - 1])));
       if (ok) {
         std::vector<int64_t> tile(f.tile, f.tile + f.rank);
         ok = FusableTile(tile) && f.cell_r >= 1 && f.cell_r <= 128 && f.cell_c >= 1 &&
@@ -526,6 +566,8 @@ absl::StatusOr<FusedProgram> BuildFusedItems(
       for (size_t k = first; k < out.items.size() && st.ok(); ++k) {
         FusedItem& it = out.items[k];
         it.tensor = tensor;
+        if (f->second->cut == 1) st = scales.Set(tensor, &it);
+        if (!st.ok()) break;
         const int64_t last = it.src_offset + 2 * ((it.rows - 1) * it.src_pitch + it.cols);
         if (it.src_offset < 0 || last > f->second->buffer_bytes) {
           st = absl::InvalidArgumentError(absl::StrCat(
@@ -569,6 +611,25 @@ absl::Status RunFusedItemsHost(absl::Span<const FusedItem> items, const Plan& sl
     }
     const ScaleMode mode = ScaleModeOf(static_cast<ConversionKind>(it.kind));
     const int64_t es = ScaleElementSize(mode);
+    if (it.scale_src_buffer >= 0) {
+      // A record cutting tiles: each tile's scale as its owner wrote it.
+      const char* sbase = src.at(it.scale_src_rank)[it.scale_src_buffer] + it.scale_src_offset;
+      const int64_t tr0 = it.where[n - 2] / it.tile_r, tc0 = it.where[n - 1] / it.tile_c;
+      char* out = it.dst_buffer >= 0 ? dst[it.dst_buffer] + it.dst_offset : nullptr;
+      for (int32_t r = it.w_r0; r < it.w_r1 && out != nullptr; ++r) {
+        for (int32_t c = it.w_c0; c < it.w_c1; ++c) {
+          const int64_t i = (it.where[n - 2] + r) / it.tile_r - tr0;
+          const int64_t j = (it.where[n - 1] + c) / it.tile_c - tc0;
+          const float inv =
+              1.0f / ScaleValue(it.kind, sbase + (i * it.scale_src_pitch + j) * es);
+          const float x = LoadAsF32(DType::kBF16, reinterpret_cast<const char*>(
+                                                      &dense[static_cast<size_t>(r) * it.cols + c]));
+          out[(r - it.w_r0) * it.dst_pitch + (c - it.w_c0)] =
+              static_cast<char>(F32ToE4M3(std::fmin(std::fmax(x * inv, -448.0f), 448.0f)));
+        }
+      }
+      continue;
+    }
     const int64_t tiles_r = (it.rows + it.tile_r - 1) / it.tile_r;
     const int64_t tiles_c = (it.cols + it.tile_c - 1) / it.tile_c;
     std::vector<uint8_t> codes(dense.size());

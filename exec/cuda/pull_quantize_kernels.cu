@@ -110,6 +110,11 @@ __device__ void RefitPullQuantVector(const PullQuantItem& it, long long index, l
       const int r = r0 + kRows * k;
       if (!on || r >= rows) continue;
       float scale, inv;
+      if (it.scale_src != nullptr) {  // a cut block: its owner's E8M0 byte
+        const int e = __ldg(it.scale_src + r * it.scale_src_pitch + (g >> 2));
+        RefitPullQuantStoreCodes(it, r, c0, v[k], RefitE8m0Inverse(e));
+        continue;
+      }
       if (it.mode == kScaleE8m0) {
         const int e = RefitE8m0Byte(__uint_as_float(b));
         scale = RefitE8m0Value(e);
@@ -131,6 +136,15 @@ __device__ void RefitPullQuantVector(const PullQuantItem& it, long long index, l
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) b = max(b, RefitAbsMaxBits(v[k], &nonfinite));
   if (nonfinite) atomicMin(bad, index);
+  if (it.scale_src != nullptr) {  // a cut tile: its owner's scale
+    const float inv = __fdiv_rn(1.0f, __ldg(reinterpret_cast<const float*>(it.scale_src)));
+#pragma unroll
+    for (int k = 0; k < kLoads; ++k) {
+      const int r = r0 + kRows * k;
+      if (on && r < rows) RefitPullQuantStoreCodes(it, r, c0, v[k], inv);
+    }
+    return;
+  }
   b = __reduce_max_sync(0xffffffffu, b);
   if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = b;
   __syncthreads();
@@ -168,6 +182,14 @@ __device__ void RefitPullQuantScalar(const PullQuantItem& it, long long index, l
         if (!isfinite(x)) atomicMin(bad, index);
         m = fmaxf(m, fabsf(x));
       }
+      if (it.scale_src != nullptr) {  // a cut block: its owner's scale
+        const float inv =
+            it.mode == kScaleE8m0
+                ? RefitE8m0Inverse(it.scale_src[r * it.scale_src_pitch + j])
+                : __fdiv_rn(1.0f, reinterpret_cast<const float*>(it.scale_src)[r * it.scale_src_pitch + j]);
+        for (int c = cb; c < ce; ++c) store(r, c, __fmul_rn(load(r, c), inv));
+        continue;
+      }
       const RefitTileScales ts = RefitScalesOf(m, it.mode);
       RefitPullQuantStoreScale(it, r, j, ts.scale);
       for (int c = cb; c < ce; ++c) store(r, c, RefitScaled(load(r, c), ts, it.mode));
@@ -184,6 +206,14 @@ __device__ void RefitPullQuantScalar(const PullQuantItem& it, long long index, l
   if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
   __syncthreads();
   for (unsigned w2 = 0; w2 < blockDim.x / 32; ++w2) m = fmaxf(m, warp_max[w2]);
+  if (it.scale_src != nullptr) {  // a cut tile: its owner's scale
+    const float inv = __fdiv_rn(1.0f, *reinterpret_cast<const float*>(it.scale_src));
+    for (int k = threadIdx.x; k < it.rows * it.cols; k += blockDim.x) {
+      const int r = k / it.cols, c = k % it.cols;
+      store(r, c, __fmul_rn(load(r, c), inv));
+    }
+    return;
+  }
   const RefitTileScales ts = RefitScalesOf(m, it.mode);
   if (threadIdx.x == 0) RefitPullQuantStoreScale(it, 0, 0, ts.scale);
   for (int k = threadIdx.x; k < it.rows * it.cols; k += blockDim.x) {
