@@ -30,7 +30,7 @@ using internal_plan::BalanceReplicas;
 using internal_plan::Candidates;
 using internal_plan::CheckCoverage;
 using internal_plan::CoalesceMessages;
-using internal_plan::HeaviestCoalescedBytes;
+using internal_plan::HeaviestRankBytes;
 using internal_plan::EmitMessages;
 using internal_plan::FindCandidates;
 using internal_plan::JoinErrors;
@@ -133,8 +133,9 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
     REFIT_RETURN_IF_ERROR(
         OrderSegments(candidates, choice, plan.src, plan.dst, cap, &keys));
     REFIT_RETURN_IF_ERROR(phase_done("segments"));
-    staged_cap = StagedWaveCap(options, HeaviestCoalescedBytes(keys, candidates, plan,
-                                                               options.direct_min_bytes));
+    const internal_plan::RankBytes heaviest =
+        HeaviestRankBytes(keys, candidates, plan, options.direct_min_bytes);
+    staged_cap = StagedWaveCap(options, heaviest.coalesced, heaviest.all);
     messages = CoalesceMessages(keys, candidates, choice, staged_cap,
                                 options.direct_min_bytes, &plan);
   }  // the keys are not needed below

@@ -60,12 +60,13 @@ namespace refit {
 // one contiguous byte range of its buffer on either side is a message of
 // its own (that side needs no staging); the others are packed greedily, in
 // order, into messages of at most that cap, or, when max_message_bytes is
-// 0 and one rank has at least 4 per-lane budgets of segments below
-// direct_min_bytes (many small or strided pieces), of at most a quarter
-// of the per-lane budget (at least 1 MiB), and each wave stages at most
-// that much per rank: a lane's pack and unpack then stay short next to the
-// other lane's transfer, and the first pack and the last unpack, which
-// nothing overlaps, are small (plan/internal/budgets.h, StagedWaveCap).
+// 0, the heaviest rank has S bytes of segments below direct_min_bytes
+// (many small or strided pieces) with S >= 4 per-lane budgets and the
+// heaviest rank fewer than 32 per-lane budgets of bytes in all, of
+// at most max(S / 32, a quarter of the per-lane budget, 1 MiB), and each
+// wave stages at most that much per rank: the first pack and the last
+// unpack, which no other lane's transfer hides, are then a small part of
+// the round (plan/internal/budgets.h, StagedWaveCap).
 // Messages go next-fit into waves of their stage (stage =
 // src.stage_of_rank[src rank], 0 if empty) so that per wave each rank's
 // staging (bytes of its non-contiguous sends + receives) is <=

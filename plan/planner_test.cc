@@ -443,8 +443,9 @@ int64_t MostStagedPerWave(const Plan& plan) {
 TEST(PlannerTest, ManySmallStridedPiecesStageInQuarterLaneWaves) {
   // 128 bf16 [256, 1024] tensors, Shard(0) over 2 trainer ranks into
   // Shard(1) over 2 engine ranks: 512 strided pieces of 128 KiB, 32 MiB
-  // per rank, with 8 MiB of staging per lane. The planner stages 2 MiB
-  // per wave (a quarter of a lane's budget) so lanes pipeline finely.
+  // per rank, with 8 MiB of staging per lane (4 lane budgets). The planner
+  // stages 2 MiB per wave (a quarter of a lane's budget; 32 MiB / 32 is
+  // less) so that the unhidden first pack and last unpack are small.
   SideLayout src, dst;
   src.world_size = dst.world_size = 2;
   const Mesh two = *Mesh::Make({"x"}, {2});
@@ -471,7 +472,8 @@ TEST(PlannerTest, ManySmallStridedPiecesStageInQuarterLaneWaves) {
   plan = BuildPlan(src, dst, opt);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(MostStagedPerWave(*plan), 8 << 20);
-  // Fewer staged bytes than 4 lane budgets: lane-budget messages.
+  // 16 MiB of staging per lane: 32 MiB are fewer than 4 lane budgets,
+  // lane-budget waves.
   opt.max_message_bytes = 0;
   opt.staging_budget_bytes = 32 << 20;
   plan = BuildPlan(src, dst, opt);

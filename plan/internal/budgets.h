@@ -25,28 +25,34 @@ inline int64_t MessageCap(const PlannerOptions& options) {
              : lane_budget;
 }
 
-// Pipelined staging: when max_message_bytes is 0 and the heaviest rank
-// stages at least kPipelinedStagingWaves per-lane budgets (many small or
-// strided pieces: `coalesced_bytes`, per rank, the bytes of segments below
-// direct_min_bytes, sent plus received), its waves stage at most
-// 1 / kPipelinedStagingSplit of the per-lane budget, so that a lane's pack
-// and unpack are short next to the other lanes' transfers and the first
-// pack and last unpack, which nothing hides, are small.
-inline constexpr int64_t kPipelinedStagingWaves = 4;
-inline constexpr int64_t kPipelinedStagingSplit = 4;
+// Pipelined staging: when max_message_bytes is 0, the heaviest rank
+// stages (`coalesced_bytes`: the most bytes of one rank's segments below
+// direct_min_bytes, sent or received) at least kPipelinedStagingMinWaves
+// per-lane budgets, and the heaviest rank's bytes (`all_bytes`) make fewer
+// than kPipelinedStagingWaves waves, waves stage at most coalesced_bytes /
+// kPipelinedStagingWaves (at least a quarter of the per-lane budget), so
+// that the first pack and last unpack, which no other lane's transfer
+// hides, are a small part of the round. Plans with more waves already
+// have that; plans staging less are left alone (their per-wave costs
+// would grow).
+inline constexpr int64_t kPipelinedStagingMinWaves = 4;
+inline constexpr int64_t kPipelinedStagingWaves = 32;
 
 // Returns the staged bytes one rank packs plus unpacks in one wave at most
-// (the cap of coalesced messages): the per-lane budget, or a fraction of
-// it for a plan of many staged bytes (above) when options leave message
-// sizes to the planner; never below 1 MiB or above MessageCap(options).
-inline int64_t StagedWaveCap(const PlannerOptions& options, int64_t coalesced_bytes) {
+// (the cap of coalesced messages): MessageCap(options), or less for a plan
+// of many staged bytes (above); never below 1 MiB.
+inline int64_t StagedWaveCap(const PlannerOptions& options, int64_t coalesced_bytes,
+                             int64_t all_bytes) {
   const int64_t cap = MessageCap(options);
   const int64_t lane_budget = LaneBudget(options);
   if (options.max_message_bytes != 0 ||
-      coalesced_bytes < kPipelinedStagingWaves * lane_budget) {
+      coalesced_bytes < kPipelinedStagingMinWaves * lane_budget ||
+      all_bytes / kPipelinedStagingWaves >= lane_budget) {
     return cap;
   }
-  return std::min(cap, std::max<int64_t>(int64_t{1} << 20, lane_budget / kPipelinedStagingSplit));
+  const int64_t per_wave = std::max({int64_t{1} << 20, lane_budget / 4,
+                                     coalesced_bytes / kPipelinedStagingWaves});
+  return std::min(cap, per_wave);
 }
 
 // Returns the most bytes one rank sends plus receives in one wave:

@@ -155,20 +155,24 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
   return msgs;
 }
 
-int64_t HeaviestCoalescedBytes(const SegmentKeys& keys, const Candidates& candidates,
-                               const Plan& plan, int64_t direct_min) {
-  std::vector<int64_t> sent(std::max(0, plan.src.world_size), 0);
-  std::vector<int64_t> received(std::max(0, plan.dst.world_size), 0);
-  int64_t most = 0;
+RankBytes HeaviestRankBytes(const SegmentKeys& keys, const Candidates& candidates,
+                            const Plan& plan, int64_t direct_min) {
+  std::vector<RankBytes> sent(std::max(0, plan.src.world_size));
+  std::vector<RankBytes> received(std::max(0, plan.dst.world_size));
+  RankBytes most;
+  auto add = [&](RankBytes& r, int64_t bytes, bool coalesced) {
+    r.all += bytes;
+    if (coalesced) r.coalesced += bytes;
+    most.all = std::max(most.all, r.all);
+    most.coalesced = std::max(most.coalesced, r.coalesced);
+  };
   for (const SegKey& k : keys.keys) {
-    if (direct_min > 0 && k.bytes >= direct_min) continue;
+    const bool coalesced = direct_min <= 0 || k.bytes < direct_min;
     const int32_t d = candidates.cands[k.cand].dst_rank;
     if (k.src_rank >= 0 && k.src_rank < static_cast<int32_t>(sent.size())) {
-      most = std::max(most, sent[k.src_rank] += k.bytes);
+      add(sent[k.src_rank], k.bytes, coalesced);
     }
-    if (d >= 0 && d < static_cast<int32_t>(received.size())) {
-      most = std::max(most, received[d] += k.bytes);
-    }
+    if (d >= 0 && d < static_cast<int32_t>(received.size())) add(received[d], k.bytes, coalesced);
   }
   return most;
 }
