@@ -350,6 +350,16 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
   out->Put("rank_bytes", static_cast<double>(my_bytes));
 
   const Side side = trainer ? Side::kTrainer : Side::kEngine;
+  // Engines start every refit measured from zeros, so that every one's
+  // bytes are checked.
+  auto zero_engine = [&]() -> absl::Status {
+    if (trainer) return absl::OkStatus();
+    for (size_t b = 0; b < dev.size(); ++b) {
+      if (dev[b]) CK(cudaMemset(dev[b], 0, mine.buffers[b].byte_size));
+    }
+    CK(cudaDeviceSynchronize());
+    return absl::OkStatus();
+  };
   Plan plan2;
   for (int lanes : bo.lanes) {
     PlannerOptions po;
@@ -371,13 +381,7 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
     eo.copier = ce.get();
     REFIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex,
                            Executor::Create(plan, side, rank, dev, t.get(), eo));
-    // Engines start from zeros for every K, so every K's bytes are checked.
-    if (!trainer) {
-      for (size_t b = 0; b < dev.size(); ++b) {
-        if (dev[b]) CK(cudaMemset(dev[b], 0, mine.buffers[b].byte_size));
-      }
-      CK(cudaDeviceSynchronize());
-    }
+    REFIT_RETURN_IF_ERROR(zero_engine());
     const absl::Time deadline = absl::Now() + absl::Seconds(120);
     REFIT_ASSIGN_OR_RETURN(RunStats first, ex->Run(deadline));
     RunStats last = first;
@@ -410,12 +414,7 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
       REFIT_ASSIGN_OR_RETURN(Plan sp, BuildPlan(src, dst, so));
       REFIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> sx,
                              Executor::Create(sp, side, rank, dev, t.get(), eo));
-      if (!trainer) {
-        for (size_t b = 0; b < dev.size(); ++b) {
-          if (dev[b]) CK(cudaMemset(dev[b], 0, mine.buffers[b].byte_size));
-        }
-        CK(cudaDeviceSynchronize());
-      }
+      REFIT_RETURN_IF_ERROR(zero_engine());
       REFIT_RETURN_IF_ERROR(sx->Run(absl::Now() + absl::Seconds(120)).status());
       const absl::Time s0 = absl::Now();
       for (int i = 0; i < iters; ++i) {
