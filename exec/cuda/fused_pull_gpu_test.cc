@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "exec/convert.h"
 #include "exec/cuda/convert_kernels.h"
+#include "exec/cuda/cuda_convert_ops.h"
 #include "exec/cuda/pull_quantize_kernels.h"
 #include "exec/cuda/fused_pull_items.h"
 #include "exec/fused_pull.h"
@@ -152,6 +153,35 @@ TEST(FusedPullGpuTest, KernelEqualsHostItemsOnPlannerCases) {
         for (const auto& [peer, count] : conv[t].peers()) received[peer] = sent[peer].at(t);
         ASSERT_TRUE(conv[t].Finish(*ops, tbuf[t], received).ok());
       }
+      // The same conversions with the CUDA steps (scales only where the
+      // receivers quantize on pull) write the same scratch bytes.
+      DeviceCopies tdev;
+      std::vector<std::vector<char*>> dbuf(ws);
+      auto cuda_ops = MakeCudaConvertOps(nullptr);
+      for (int32_t t = 0; t < ws; ++t) {
+        dbuf[t].assign(tbuf[t].size(), nullptr);
+        for (size_t b = 0; b < tbuf[t].size(); ++b) {
+          if (tbuf[t][b] == nullptr) continue;
+          const BufferSpec& spec = kept[t].src.buffers[b];
+          dbuf[t][b] = tdev.Add(spec.scratch ? nullptr : tbuf[t][b], spec.byte_size);
+        }
+        auto p = conv[t].Partials(*cuda_ops, dbuf[t]);
+        ASSERT_TRUE(p.ok()) << p.status();
+        sent[t] = *std::move(p);
+      }
+      int64_t scratch_differ = 0;
+      for (int32_t t = 0; t < ws; ++t) {
+        std::map<int32_t, std::vector<float>> received;
+        for (const auto& [peer, count] : conv[t].peers()) received[peer] = sent[peer].at(t);
+        ASSERT_TRUE(conv[t].Finish(*cuda_ops, dbuf[t], received).ok());
+        for (size_t b = 0; b < tbuf[t].size(); ++b) {
+          const BufferSpec& spec = kept[t].src.buffers[b];
+          if (!spec.scratch || tbuf[t][b] == nullptr) continue;
+          const std::vector<char> got = FromDevice<char>(dbuf[t][b], spec.byte_size);
+          for (int64_t i = 0; i < spec.byte_size; ++i) scratch_differ += got[i] != tbuf[t][b][i];
+        }
+      }
+      EXPECT_EQ(scratch_differ, 0) << "trainer scratch, CUDA vs host";
     }
     int64_t items_run = 0, differ = 0;
     for (int32_t e = 0; e < plan->dst.world_size; ++e) {
