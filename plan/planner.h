@@ -59,14 +59,15 @@ namespace refit {
 // dst byte offset). A segment of at least options.direct_min_bytes that is
 // one contiguous byte range of its buffer on either side is a message of
 // its own (that side needs no staging); the others are packed greedily, in
-// order, into messages of at most that cap, or, when max_message_bytes is
-// 0, the heaviest rank has S bytes of segments below direct_min_bytes
-// (many small or strided pieces) with S >= 4 per-lane budgets and the
-// heaviest rank fewer than 32 per-lane budgets of bytes in all, of
-// at most max(S / 32, a quarter of the per-lane budget, 1 MiB), and each
-// wave stages at most that much per rank: the first pack and the last
-// unpack, which no other lane's transfer hides, are then a small part of
-// the round (plan/internal/budgets.h, StagedWaveCap).
+// order, into messages of at most that cap.
+// Lanes: options.num_lanes, or 4 when options.choose_lanes is set, fewer
+// were asked for, and the heaviest rank's segments below direct_min_bytes
+// (many small or strided pieces, which it packs or unpacks) come to at
+// least 4 per-lane budgets, at least 256 MiB and at least half of its
+// bytes (and the budget gives each of 4 lanes 16 MiB): with two lanes a
+// lane's pack and unpack cannot hide behind the other lane's transfer.
+// plan.options.num_lanes is the count chosen; members run that many
+// (refitd bootstraps them with it).
 // Messages go next-fit into waves of their stage (stage =
 // src.stage_of_rank[src rank], 0 if empty) so that per wave each rank's
 // staging (bytes of its non-contiguous sends + receives) is <=

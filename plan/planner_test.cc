@@ -440,17 +440,16 @@ int64_t MostStagedPerWave(const Plan& plan) {
   return most;
 }
 
-TEST(PlannerTest, ManySmallStridedPiecesStageInQuarterLaneWaves) {
-  // 128 bf16 [256, 1024] tensors, Shard(0) over 2 trainer ranks into
-  // Shard(1) over 2 engine ranks: 512 strided pieces of 128 KiB, 32 MiB
-  // per rank, with 8 MiB of staging per lane (4 lane budgets). The planner
-  // stages 2 MiB per wave (a quarter of a lane's budget; 32 MiB / 32 is
-  // less) so that the unhidden first pack and last unpack are small.
+TEST(PlannerTest, ManySmallStridedPiecesGetFourLanes) {
+  // 256 bf16 [1024, 1024] tensors, Shard(0) over 2 trainer ranks into
+  // Shard(1) over 2 engine ranks: 1024 strided pieces of 512 KiB, 256 MiB
+  // staged per rank, 64 MiB of staging per lane with the 2 lanes asked
+  // for. The planner takes 4 lanes (32 MiB each).
   SideLayout src, dst;
   src.world_size = dst.world_size = 2;
   const Mesh two = *Mesh::Make({"x"}, {2});
-  for (int i = 0; i < 128; ++i) {
-    TensorSpec t{absl::StrCat("w", i), {256, 1024}, DType::kBF16};
+  for (int i = 0; i < 256; ++i) {
+    TensorSpec t{absl::StrCat("w", i), {1024, 1024}, DType::kBF16};
     ASSERT_TRUE(AddTensor(src, t).ok());
     ASSERT_TRUE(AddTensor(dst, t).ok());
     ASSERT_TRUE(AddDenseShards(src, i, two, {Placement::Shard(0)}).ok());
@@ -458,27 +457,27 @@ TEST(PlannerTest, ManySmallStridedPiecesStageInQuarterLaneWaves) {
   }
   PlannerOptions opt;
   opt.num_lanes = 2;
-  opt.staging_budget_bytes = 16 << 20;
+  opt.staging_budget_bytes = 128 << 20;
   absl::StatusOr<Plan> plan = BuildPlan(src, dst, opt);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  int64_t biggest = 0;
-  for (const Message& m : plan->messages) biggest = std::max(biggest, m.bytes);
-  EXPECT_EQ(biggest, 2 << 20);
-  EXPECT_EQ(MostStagedPerWave(*plan), 2 << 20);
-  EXPECT_EQ(plan->stats.total_bytes, int64_t{128} * 256 * 1024 * 2);
-  EXPECT_GE(plan->waves.size(), 16u);
-  // A message size the caller chose is kept: lane-budget waves.
-  opt.max_message_bytes = 8 << 20;
+  EXPECT_EQ(plan->options.num_lanes, 4);
+  std::set<int32_t> lanes;
+  for (const Wave& w : plan->waves) lanes.insert(w.lane);
+  EXPECT_EQ(lanes, (std::set<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(MostStagedPerWave(*plan), 32 << 20);
+  EXPECT_EQ(plan->stats.total_bytes, int64_t{256} << 21);
+  // The lanes asked for when the caller fixes them, or when the staged
+  // bytes are under 4 lane budgets.
+  opt.choose_lanes = false;
   plan = BuildPlan(src, dst, opt);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(MostStagedPerWave(*plan), 8 << 20);
-  // 16 MiB of staging per lane: 32 MiB are fewer than 4 lane budgets,
-  // lane-budget waves.
-  opt.max_message_bytes = 0;
-  opt.staging_budget_bytes = 32 << 20;
+  EXPECT_EQ(plan->options.num_lanes, 2);
+  EXPECT_EQ(MostStagedPerWave(*plan), 64 << 20);
+  opt.choose_lanes = true;
+  opt.staging_budget_bytes = 256 << 20;
   plan = BuildPlan(src, dst, opt);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(MostStagedPerWave(*plan), 16 << 20);
+  EXPECT_EQ(plan->options.num_lanes, 2);
 }
 
 TEST(PlannerTest, GoldenBigContiguousSegmentTravelsAlone) {

@@ -42,11 +42,11 @@ void SortRuns(std::vector<int32_t>* order, Same same, Less less) {
 
 }  // namespace
 
-void ScheduleWaves(const PlannerOptions& options, int64_t staged_cap, int32_t src_world,
+void ScheduleWaves(const PlannerOptions& options, int32_t src_world,
                     int32_t dst_world, std::vector<PendingMessage>* messages,
                     std::vector<Wave>* waves) {
   std::vector<PendingMessage>& msgs = *messages;
-  const int64_t lane_budget = std::min(LaneBudget(options), std::max<int64_t>(1, staged_cap));
+  const int64_t lane_budget = LaneBudget(options);
   std::vector<int32_t> stages;
   for (const PendingMessage& m : msgs) {
     if (stages.empty() || stages.back() != m.stage) stages.push_back(m.stage);
@@ -108,10 +108,7 @@ void ScheduleWaves(const PlannerOptions& options, int64_t staged_cap, int32_t sr
       };
       auto fits = [&](const Use& u, int64_t staged, int64_t all) {
         if (u.all == 0 && all > wave_cap) return true;  // a wave of its own
-        // A message staging more than the cap (at most the per-lane
-        // budget) in a wave that stages nothing yet.
-        const bool room = u.staged + staged <= lane_budget || (u.staged == 0 && u.all == 0);
-        return room && u.all + all <= wave_cap;
+        return u.staged + staged <= lane_budget && u.all + all <= wave_cap;
       };
       auto full = [&](const Use& u) {
         return u.staged >= lane_budget || u.all >= wave_cap;

@@ -13,9 +13,8 @@ namespace refit {
 namespace internal_plan {
 
 // Places the messages next-fit into waves of their stage, so that per
-// wave each rank's staged bytes are <= staged_cap (<= LaneBudget(options);
-// a message staging more alone in a wave) and all its bytes <=
-// WaveCap(options) (a bigger message alone in a wave), keeping
+// wave each rank's staged bytes are <= LaneBudget(options) and all its
+// bytes <= WaveCap(options) (a bigger message alone in a wave), keeping
 // each pair's order; then interleaves the stages' waves (wave k of each
 // stage, in stage order) and gives each wave its lane (see planner.h).
 // Sets every message's m.wave and appends the waves to *waves (no
@@ -23,7 +22,7 @@ namespace internal_plan {
 // placed in (stage, seq, src rank, dst rank) order; that is linear when
 // `messages` come in pair order (CoalesceMessages), sorted otherwise.
 // Never fails.
-void ScheduleWaves(const PlannerOptions& options, int64_t staged_cap,
+void ScheduleWaves(const PlannerOptions& options,
                                     int32_t src_world, int32_t dst_world,
                                     std::vector<PendingMessage>* messages,
                                     std::vector<Wave>* waves);
