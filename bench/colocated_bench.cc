@@ -12,8 +12,11 @@
 //   tp2  qwen3-8b, Megatron TP2 (two trainer processes) -> vLLM TP1
 //   moe  --moe_model, Megatron TP1 with one buffer per expert
 //        (experts=indexed) -> vLLM's fused w13 / w2
-//   8b-fp8, 8b-mx  qwen3-8b, Megatron TP1 (BF16) -> vLLM TP1 quant=fp8
-//        (128 x 128 blocks, f32 scales) / quant=mxfp8 (1 x 32, E8M0)
+//   8b-fp8, 8b-mx, 8b-nv  qwen3-8b, Megatron TP1 (BF16) -> vLLM TP1
+//        quant=fp8 (128 x 128 blocks, f32 scales) / quant=mxfp8 (1 x 32,
+//        E8M0) / quant=nvfp4 (packed E2M1, e4m3 per 1 x 16, f32 global
+//        scale per parameter: the trainer's global amax pass runs before
+//        either path)
 // Rows per case, times in ms per refit (mean over --iters after a warm-up):
 //   floor       one cudaMemcpy device-to-device of the refit's bytes
 //   pull-procs  refit's pull path (exec/cuda/pull_runner.h), trainer and
@@ -31,7 +34,7 @@
 //               parameters, with a stream synchronization per bucket (the
 //               handshake of a bucketed CUDA IPC refit), one process: a
 //               lower bound of that path (no IPC handshake costs)
-// Rows of 8b-fp8 and 8b-mx, ms per refit, next to the BF16 round:
+// Rows of 8b-fp8, 8b-mx and 8b-nv, ms per refit, next to the BF16 round:
 //   bf16-round  the 8b case's pull-procs (BF16 -> BF16, same trainer)
 //   2-pass      pull-procs where the trainer quantizes into scratch first
 //               and the engine pulls the scratch

@@ -80,10 +80,11 @@ absl::StatusOr<Case> CaseNamed(const std::string& name, const std::string& moe_m
   if (name == "8b") return Case{name, "qwen3-8b", "megatron:tp=1", "vllm:tp=1", 1};
   if (name == "tp2") return Case{name, "qwen3-8b", "megatron:tp=2", "vllm:tp=1", 2};
   // Quantized engines: the trainer's BF16 into vLLM's FP8 (128 x 128
-  // blocks) or MXFP8 (1 x 32) parameters, quantized on pull or in two
-  // passes.
+  // blocks), MXFP8 (1 x 32) or NVFP4 (1 x 16, global scales) parameters,
+  // quantized on pull or in two passes.
   if (name == "8b-fp8") return Case{name, "qwen3-8b", "megatron:tp=1", "vllm:tp=1,quant=fp8", 1};
   if (name == "8b-mx") return Case{name, "qwen3-8b", "megatron:tp=1", "vllm:tp=1,quant=mxfp8", 1};
+  if (name == "8b-nv") return Case{name, "qwen3-8b", "megatron:tp=1", "vllm:tp=1,quant=nvfp4", 1};
   if (name == "moe") {
     return Case{name, moe_model, "megatron:tp=1,experts=indexed", "vllm:tp=1", 1};
   }

@@ -46,7 +46,15 @@ absl::Status ConvertOps::QuantizeWhole(const char* dense, DType dtype, const Box
   return AnnotateStatus(Quantize(dense, dtype, box, tile, amax, mode, out, scales), what);
 }
 
-absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank) {
+absl::Status ConvertOps::Nvfp4GlobalAmax(const char* dense, DType dtype, const Box& box,
+                                          std::vector<float>* global, absl::string_view what) {
+  REFIT_ASSIGN_OR_RETURN(Nvfp4Amaxes a, AnnotateStatus(Nvfp4Amax(dense, dtype, box, false), what));
+  *global = std::move(a.global);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
+                                            const std::set<int32_t>& global_amax_only) {
   Converter cv;
   cv.plan_ = &plan;
   cv.rank_ = rank;
@@ -84,6 +92,8 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank) {
             "tensor ", v.tensor->name, ": its NVFP4 global scale tensor is missing"));
       }
       v.experts = LeadingBox(c.from.box);
+      const int32_t index = static_cast<int32_t>(&c - plan.conversions.data());
+      v.global_only = global_amax_only.count(index) > 0;
     }
     cv.convs_.push_back(std::move(v));
   }
@@ -134,6 +144,13 @@ absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
     if (v.c->kind == ConversionKind::kNvfp4) {
       REFIT_ASSIGN_OR_RETURN(const char* dense,
                              ops.Gather(v.c->from, v.c->from_dtype, buffers));
+      if (!v.has_cut) {  // the global amax only, every record behind one wait
+        v.amax.clear();
+        REFIT_RETURN_IF_ERROR(
+            ops.Nvfp4GlobalAmax(dense, v.c->from_dtype, v.c->from.box, &v.global_amax,
+                                absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_)));
+        continue;
+      }
       absl::StatusOr<ConvertOps::Nvfp4Amaxes> a =
           ops.Nvfp4Amax(dense, v.c->from_dtype, v.c->from.box, v.has_cut);
       if (!a.ok()) {
@@ -146,6 +163,7 @@ absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
       REFIT_RETURN_IF_ERROR(Amax(ops, v, buffers));
     }
   }
+  REFIT_RETURN_IF_ERROR(ops.Sync());  // the deferred global amaxes
   for (Group& gr : groups_) {
     std::fill(gr.own.begin(), gr.own.end(), 0.0f);
     for (const Conv& v : convs_) {
@@ -263,6 +281,13 @@ absl::Status Converter::FinishNvfp4(ConvertOps& ops, Conv& v,
           "quantization divides by"));
     }
   }
+  if (v.global_only) {  // the receivers quantize on pull
+    std::vector<float> g;
+    for (float a : v.global_amax) g.push_back(Nvfp4GlobalScale(a));
+    REFIT_RETURN_IF_ERROR(ops.StoreF32(v.global_amax, buffers[c.to_buffer]));
+    if (c.global_buffer >= 0) REFIT_RETURN_IF_ERROR(ops.StoreF32(g, buffers[c.global_buffer]));
+    return absl::OkStatus();
+  }
   REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
   REFIT_RETURN_IF_ERROR(AnnotateStatus(
       ops.QuantizeNvfp4(dense, c.from_dtype, c.from.box,
@@ -342,6 +367,10 @@ class HostConvertOps : public ConvertOps {
     QuantizeNvfp4Host({dense, dtype, box}, block_amax.empty() ? own : block_amax, g,
                       reinterpret_cast<uint8_t*>(out), reinterpret_cast<uint8_t*>(scales));
     if (global_scales != nullptr) std::memcpy(global_scales, g.data(), g.size() * 4);
+    return absl::OkStatus();
+  }
+  absl::Status StoreF32(absl::Span<const float> values, char* out) override {
+    if (!values.empty()) std::memcpy(out, values.data(), values.size() * 4);
     return absl::OkStatus();
   }
   absl::Status Cast(const char* dense, DType dtype, int64_t n, bool neg_exp,

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -68,6 +69,12 @@ class ConvertOps {
   };
   virtual absl::StatusOr<Nvfp4Amaxes> Nvfp4Amax(const char* dense, DType dtype,
                                                 const Box& box, bool blocks) = 0;
+  // Nvfp4Amax's global amaxes into *global, which is valid once this call
+  // or the next Sync() returns OK (engines batch the passes of many
+  // records behind one wait); a non-finite value fails one of them with
+  // INVALID_ARGUMENT "<what>: non-finite value at [coordinates]".
+  virtual absl::Status Nvfp4GlobalAmax(const char* dense, DType dtype, const Box& box,
+                                       std::vector<float>* global, absl::string_view what);
   // NVFP4, pass 2: QuantizeNvfp4Host with the global scales of
   // `global_amax` (per leading index, the parameter's amax) and the block
   // amaxes `block_amax` (empty: each tile's own, every tile whole in the
@@ -77,6 +84,8 @@ class ConvertOps {
                                      const std::vector<float>& block_amax,
                                      const std::vector<float>& global_amax, char* out,
                                      char* scales, char* global_scales) = 0;
+  // Copies `values` (host memory, free to go when this returns) to out.
+  virtual absl::Status StoreF32(absl::Span<const float> values, char* out) = 0;
   // CastF32Host into out.
   virtual absl::Status Cast(const char* dense, DType dtype, int64_t n,
                             bool neg_exp, char* out) = 0;
@@ -100,9 +109,14 @@ absl::StatusOr<const char*> DenseRecordData(const Record& r, DType dtype,
 class Converter {
  public:
   // The conversions of source rank `rank` in `plan`; an empty converter
-  // when it has none. INVALID_ARGUMENT for a conversion whose buffers are
-  // not the rank's.
-  static absl::StatusOr<Converter> Create(const Plan& plan, int32_t rank);
+  // when it has none. The NVFP4 conversions of `global_amax_only`
+  // (indices into plan.conversions; exec/fused_pull.h) compute and
+  // exchange the global amax as usual, then write it (f32 per leading
+  // index) to their to_buffer and the global scales to global_buffer,
+  // quantizing nothing. INVALID_ARGUMENT for a conversion whose buffers
+  // are not the rank's.
+  static absl::StatusOr<Converter> Create(const Plan& plan, int32_t rank,
+                                          const std::set<int32_t>& global_amax_only = {});
 
   bool empty() const { return convs_.empty(); }
 
@@ -135,6 +149,7 @@ class Converter {
     // then the parameter's, amax of each.
     Box experts;
     std::vector<float> global_amax;
+    bool global_only = false;
   };
   // For one cut-tile group this rank is in: its tiles' partial amaxes.
   struct Group {

@@ -11,12 +11,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "exec/fused_pull_nvfp4.h"
 #include "exec/fused_pull_scales.h"
 #include "exec/pull_program.h"
 #include "exec/quantize.h"
 
 namespace refit {
 namespace {
+
+using fused_pull_internal::CheckNvfp4Positions;
+using fused_pull_internal::Nvfp4GlobalAmaxOnly;
+using fused_pull_internal::Positions;
+using fused_pull_internal::QuantizeNvfp4Region;
+using fused_pull_internal::SetNvfp4GlobalAmax;
 
 // Record r's elements over `sub` (global coordinates, inside r.box) as
 // offset + sum (x_d - sub.origin(d)) * stride[d] elements (relative to
@@ -82,7 +89,8 @@ bool FusableTile(const std::vector<int64_t>& tile) {
   for (size_t d = 0; d + 2 < n; ++d) {
     if (tile[d] != 1) return false;
   }
-  return (tile[n - 2] == 128 && tile[n - 1] == 128) || (tile[n - 2] == 1 && tile[n - 1] == 32);
+  return (tile[n - 2] == 128 && tile[n - 1] == 128) ||
+         (tile[n - 2] == 1 && (tile[n - 1] == 32 || tile[n - 1] == kNvfp4Block));
 }
 
 // Calls fn(buffer, part, segment) for every part of a segment of a message
@@ -123,32 +131,40 @@ bool CutsTiles(const Plan& slice, const Conversion& c) {
 
 // Whether every reader of c's scratch buffers (only of its codes with
 // `codes_only`) is a pull receiver writing into a destination affine over
-// every cell_r x cell_c cell (codes; the cells' tiles for scales).
+// every cell_r x cell_c cell (codes; the cells' tiles for scales). NVFP4
+// codes are bytes of two columns, and its receivers read codes and scales
+// from the same sender (an item of either needs the BF16 weight and the
+// global amax, exported at the two positions).
 bool ReadersFuse(const Plan& slice, int32_t rank, const Conversion& c,
                  const std::function<bool(int32_t)>& pulls, int64_t cell_r, int64_t cell_c,
                  bool codes_only) {
   const int n = c.from.box.rank();
   const int64_t tr = c.tile[n - 2], tc = c.tile[n - 1];
+  const int64_t pack = c.kind == ConversionKind::kNvfp4 ? 2 : 1;
   bool read = false, ok = true;
+  std::set<int32_t> readers[2];
   ForEachSourcePart(slice, rank, -1, [&](const Message& m, const Segment& s, int32_t b,
                                          const Box& part) {
     if (!ok || (b != c.to_buffer && (codes_only || b != c.scale_buffer))) return;
     read = true;
     const Record& d = slice.dst.records[s.dst_record];
     const bool codes = b == c.to_buffer;
+    readers[codes ? 0 : 1].insert(m.dst_rank);
     if ((pulls && !pulls(m.dst_rank)) ||
-        !AffinePerCell(d, part, codes ? cell_r : cell_r / tr, codes ? cell_c : cell_c / tc)) {
+        !AffinePerCell(d, part, codes ? cell_r : cell_r / tr,
+                       codes ? cell_c / pack : cell_c / tc)) {
       ok = false;
     }
   });
-  return read && ok;
+  return read && ok && (pack == 1 || readers[0] == readers[1]);
 }
 
 // Whether conversion c fuses (see fused_pull.h); *cell: its cell size.
 bool Fusable(const Plan& slice, int32_t rank, const Conversion& c,
              const std::function<bool(int32_t)>& pulls, std::pair<int64_t, int64_t>* cell) {
   if (c.kind != ConversionKind::kFp8Block && c.kind != ConversionKind::kFp8BlockUe8m0 &&
-      c.kind != ConversionKind::kFp8BlockRequantUe8m0 && c.kind != ConversionKind::kMxfp8) {
+      c.kind != ConversionKind::kFp8BlockRequantUe8m0 && c.kind != ConversionKind::kMxfp8 &&
+      c.kind != ConversionKind::kNvfp4) {
     return false;
   }
   if (c.to_buffer < 0) return false;
@@ -166,10 +182,11 @@ bool Fusable(const Plan& slice, int32_t rank, const Conversion& c,
     }
   }
   // Cut tiles take their scales from the owner's scratch: the requantized
-  // codes would need its first scale too.
-  // A record owning no tile has no scale scratch: only a cut one.
+  // codes would need its first scale too, and NVFP4 its block amaxes. A
+  // record owning no tile has no scale scratch: only a cut one.
   const bool cut = CutsTiles(slice, c);
-  if ((cut && c.kind == ConversionKind::kFp8BlockRequantUe8m0) ||
+  if ((cut && (c.kind == ConversionKind::kFp8BlockRequantUe8m0 ||
+               c.kind == ConversionKind::kNvfp4)) ||
       (c.scale_buffer < 0 && !cut)) {
     return false;
   }
@@ -255,8 +272,10 @@ class ItemBuilder {
     }
     const int64_t tr = f.tile[n - 2], tc = f.tile[n - 1];
     const Rect fr = FromRect(f);
-    const Rect seg{part.origin(n - 2), part.limit(n - 2), part.origin(n - 1),
-                   part.limit(n - 1)};
+    // NVFP4: `part` and the destination count bytes of two columns.
+    const int64_t pack = f.kind == static_cast<int32_t>(ConversionKind::kNvfp4) ? 2 : 1;
+    const Rect seg{part.origin(n - 2), part.limit(n - 2), pack * part.origin(n - 1),
+                   pack * part.limit(n - 1)};
     absl::Status st;
     ForEachLead(part, [&](const std::vector<int64_t>& x) {
       const int64_t cr = f.cell_r, cc = f.cell_c;
@@ -272,7 +291,7 @@ class ItemBuilder {
           }
           const Rect w{std::max(reg.r0, seg.r0), std::min(reg.r1, seg.r1),
                        std::max(reg.c0, seg.c0), std::min(reg.c1, seg.c1)};
-          const Box wb = RegionBox(x, w);
+          const Box wb = RegionBox(x, {w.r0, w.r1, w.c0 / pack, w.c1 / pack});
           const std::optional<Affine> da = AffineOver(d, wb);
           if (!da) {
             st = Bad(s, "its codes destination is not affine over a cell");
@@ -290,7 +309,7 @@ class ItemBuilder {
           (*it)->w_r1 = static_cast<int32_t>(w.r1 - reg.r0);
           (*it)->w_c0 = static_cast<int32_t>(w.c0 - reg.c0);
           (*it)->w_c1 = static_cast<int32_t>(w.c1 - reg.c0);
-          out_->bytes += (w.r1 - w.r0) * (w.c1 - w.c0);
+          out_->bytes += (w.r1 - w.r0) * (w.c1 - w.c0) / pack;
         }
       }
     });
@@ -303,7 +322,10 @@ class ItemBuilder {
                       const Record& from, const Segment& s, const Box& part) {
     const Record& d = slice_.dst.records[s.dst_record];
     const int n = part.rank();
-    const int64_t es = f.kind == static_cast<int32_t>(ConversionKind::kMxfp8) ? 1 : 4;
+    const int64_t es = f.kind == static_cast<int32_t>(ConversionKind::kMxfp8) ||
+                               f.kind == static_cast<int32_t>(ConversionKind::kNvfp4)
+                           ? 1
+                           : 4;
     if (n != f.rank || DTypeSize(slice_.dst.tensors[d.tensor].dtype) != es) {
       return Bad(s, "its scales destination is not a record of scale elements");
     }
@@ -438,10 +460,17 @@ std::set<int32_t> FusableConversions(const Plan& slice, int32_t rank,
 Plan WithoutConversions(const Plan& slice, const std::set<int32_t>& fused) {
   Plan out = slice;
   out.conversions.clear();
+  auto valid = [&](int32_t b) {
+    return b >= 0 && b < static_cast<int32_t>(out.src.buffers.size());
+  };
   for (size_t i = 0; i < slice.conversions.size(); ++i) {
     const Conversion& c = slice.conversions[i];
     if (fused.count(static_cast<int32_t>(i)) == 0) {
       out.conversions.push_back(c);
+      continue;
+    }
+    if (c.kind == ConversionKind::kNvfp4 && valid(c.to_buffer)) {
+      out.conversions.push_back(Nvfp4GlobalAmaxOnly(c, &out.src));
       continue;
     }
     const bool cut = CutsTiles(slice, c);
@@ -450,9 +479,21 @@ Plan WithoutConversions(const Plan& slice, const std::set<int32_t>& fused) {
       out.conversions.back().to_buffer = -1;
     }
     for (int32_t b : {c.to_buffer, cut ? -1 : c.scale_buffer}) {
-      if (b >= 0 && b < static_cast<int32_t>(out.src.buffers.size())) {
-        out.src.buffers[b].scratch = false;
-      }
+      if (valid(b)) out.src.buffers[b].scratch = false;
+    }
+  }
+  return out;
+}
+
+std::set<int32_t> GlobalAmaxConversions(const Plan& slice, const std::set<int32_t>& fused) {
+  std::set<int32_t> out;
+  int32_t kept = 0;
+  for (size_t i = 0; i < slice.conversions.size(); ++i) {
+    const bool f = fused.count(static_cast<int32_t>(i)) > 0;
+    if (f && slice.conversions[i].kind == ConversionKind::kNvfp4) out.insert(kept);
+    if (!f || slice.conversions[i].kind == ConversionKind::kNvfp4 ||
+        CutsTiles(slice, slice.conversions[i])) {
+      ++kept;  // as WithoutConversions keeps them
     }
   }
   return out;
@@ -465,7 +506,8 @@ std::vector<int32_t> ExportedSourceBuffers(const Plan& slice, int32_t rank, int3
     for (int32_t i : fused) {
       const Conversion& c = slice.conversions[i];
       if (b == c.to_buffer || (b == c.scale_buffer && !CutsTiles(slice, c))) {
-        b = c.from.buffer;
+        // NVFP4: the scale position carries the global amaxes.
+        b = c.kind == ConversionKind::kNvfp4 && b == c.scale_buffer ? c.to_buffer : c.from.buffer;
         break;
       }
     }
@@ -522,11 +564,13 @@ absl::StatusOr<FusedProgram> BuildFusedItems(
   for (const auto& [src, list] : sources) {
     const std::vector<int32_t> order = PairSourceBuffers(slice, src, dst_rank);
     std::map<int32_t, const FusedSource*> by_buffer;
+    Positions position;
     for (const FusedSource& f : list) {
       bool ok = f.position >= 0 && f.position < static_cast<int32_t>(order.size()) &&
                 f.rank >= 2 && f.rank <= kFusedMaxRank && (f.role == 0 || f.role == 1) &&
                 (f.cut == 0 || (f.cut == 1 && f.role == 0 &&
                                 f.kind != static_cast<int32_t>(ConversionKind::kFp8BlockRequantUe8m0) &&
+                                f.kind != static_cast<int32_t>(ConversionKind::kNvfp4) &&
                                 (f.tile[f.rank - 2] != 1 || f.cell_c == f.tile[f.rank - 1])));
       if (ok) {
         std::vector<int64_t> tile(f.tile, f.tile + f.rank);
@@ -550,7 +594,9 @@ absl::StatusOr<FusedProgram> BuildFusedItems(
       }
       by_buffer[order[f.position]] = &f;
       out.fused_buffers.insert(order[f.position]);
+      position[{f.conversion, f.role}] = order[f.position];
     }
+    REFIT_RETURN_IF_ERROR(CheckNvfp4Positions(list, position, dst_rank, src));
     std::map<int32_t, Record> from;  // by buffer
     for (const auto& [b, f] : by_buffer) from[b] = SourceRecord(*f);
     absl::Status st;
@@ -559,14 +605,18 @@ absl::StatusOr<FusedProgram> BuildFusedItems(
       auto f = by_buffer.find(b);
       if (!st.ok() || f == by_buffer.end()) return;
       const size_t first = out.items.size();
-      const Record& r = from[b];
-      st = f->second->role == 0 ? builder.Codes(src, b, *f->second, r, s, part)
-                                : builder.Scales(src, b, *f->second, r, s, part);
+      const FusedSource& fs = *f->second;
+      const bool nv = fs.kind == static_cast<int32_t>(ConversionKind::kNvfp4);
+      const int32_t weight = nv ? position.at({fs.conversion, 0}) : b;
+      const Record& r = from[weight];
+      st = fs.role == 0 ? builder.Codes(src, weight, fs, r, s, part)
+                        : builder.Scales(src, weight, fs, r, s, part);
       const int32_t tensor = slice.src.records[s.src_record].tensor;
       for (size_t k = first; k < out.items.size() && st.ok(); ++k) {
         FusedItem& it = out.items[k];
         it.tensor = tensor;
-        if (f->second->cut == 1) st = scales.Set(tensor, &it);
+        if (nv) SetNvfp4GlobalAmax(fs, position.at({fs.conversion, 1}), &it);
+        if (fs.cut == 1) st = scales.Set(tensor, &it);
         if (!st.ok()) break;
         const int64_t last = it.src_offset + 2 * ((it.rows - 1) * it.src_pitch + it.cols);
         if (it.src_offset < 0 || last > f->second->buffer_bytes) {
@@ -609,37 +659,29 @@ absl::Status RunFusedItemsHost(absl::Span<const FusedItem> items, const Plan& sl
           slice.src.tensors[it.tensor].name, " (region at [", absl::StrJoin(it.where, ", "),
           "]): ", amax.status().message()));
     }
+    const bool nv = it.kind == static_cast<int32_t>(ConversionKind::kNvfp4);
+    const int64_t pack = nv ? 2 : 1;  // NVFP4: two codes a byte
     const ScaleMode mode = ScaleModeOf(static_cast<ConversionKind>(it.kind));
-    const int64_t es = ScaleElementSize(mode);
-    if (it.scale_src_buffer >= 0) {
-      // A record cutting tiles: each tile's scale as its owner wrote it.
-      const char* sbase = src.at(it.scale_src_rank)[it.scale_src_buffer] + it.scale_src_offset;
-      const int64_t tr0 = it.where[n - 2] / it.tile_r, tc0 = it.where[n - 1] / it.tile_c;
-      char* out = it.dst_buffer >= 0 ? dst[it.dst_buffer] + it.dst_offset : nullptr;
-      for (int32_t r = it.w_r0; r < it.w_r1 && out != nullptr; ++r) {
-        for (int32_t c = it.w_c0; c < it.w_c1; ++c) {
-          const int64_t i = (it.where[n - 2] + r) / it.tile_r - tr0;
-          const int64_t j = (it.where[n - 1] + c) / it.tile_c - tc0;
-          const float inv =
-              1.0f / ScaleValue(it.kind, sbase + (i * it.scale_src_pitch + j) * es);
-          const float x = LoadAsF32(DType::kBF16, reinterpret_cast<const char*>(
-                                                      &dense[static_cast<size_t>(r) * it.cols + c]));
-          out[(r - it.w_r0) * it.dst_pitch + (c - it.w_c0)] =
-              static_cast<char>(F32ToE4M3(std::fmin(std::fmax(x * inv, -448.0f), 448.0f)));
-        }
-      }
+    const int64_t es = nv ? 1 : ScaleElementSize(mode);  // NVFP4: e4m3 bytes
+    if (it.scale_src_buffer >= 0) {  // a record cutting tiles
+      QuantizeCutItemHost(it, dense.data(), src.at(it.scale_src_rank), dst);
       continue;
     }
     const int64_t tiles_r = (it.rows + it.tile_r - 1) / it.tile_r;
     const int64_t tiles_c = (it.cols + it.tile_c - 1) / it.tile_c;
-    std::vector<uint8_t> codes(dense.size());
+    std::vector<uint8_t> codes(dense.size() / pack);
     std::vector<uint8_t> scales(tiles_r * tiles_c * es);
-    QuantizeHost(in, tile, *amax, mode, codes.data(), scales.data());
+    if (nv) {
+      QuantizeNvfp4Region(it, in, *amax, src.at(it.src_rank), codes.data(), scales.data());
+    } else {
+      QuantizeHost(in, tile, *amax, mode, codes.data(), scales.data());
+    }
     if (it.dst_buffer >= 0) {
       char* out = dst[it.dst_buffer] + it.dst_offset;
       for (int32_t r = it.w_r0; r < it.w_r1; ++r) {
         std::memcpy(out + (r - it.w_r0) * it.dst_pitch,
-                    &codes[static_cast<size_t>(r) * it.cols + it.w_c0], it.w_c1 - it.w_c0);
+                    &codes[(static_cast<size_t>(r) * it.cols + it.w_c0) / pack],
+                    (it.w_c1 - it.w_c0) / pack);
       }
     }
     if (it.scale_buffer >= 0) {

@@ -2,9 +2,21 @@
 // an engine rank reads its trainers' BF16 weights and writes FP8 codes and
 // block scales (kFp8Block, kFp8BlockUe8m0, kFp8BlockRequantUe8m0 (DeepGEMM's
 // requantized power-of-two scales, `kernel=deepgemm`): 128 x 128 tiles, f32
-// scales; kMxfp8: 1 x 32 blocks, E8M0 bytes) straight into its own buffers in one
-// pass, instead of the trainer quantizing into scratch buffers that the
-// engine then pulls (plan/conversion.h, exec/convert.h).
+// scales; kMxfp8: 1 x 32 blocks, E8M0 bytes; kNvfp4: packed E2M1 codes and
+// e4m3 bytes per 1 x 16 block) straight into its own buffers in one pass,
+// instead of the trainer quantizing into scratch buffers that the engine
+// then pulls (plan/conversion.h, exec/convert.h).
+//
+// NVFP4 needs the parameter's global amax (over every trainer's part of
+// it, per expert) before any block is quantized: the trainer keeps such a
+// conversion as a global-amax-only one (WithoutConversions,
+// GlobalAmaxConversions), computes and exchanges the amaxes as before the
+// two-pass quantization (exec/convert.h) and writes them, one f32 per
+// leading index, into the conversion's codes scratch buffer, now that
+// size; it exports the BF16 weight at the codes position and that buffer
+// at the scale position. Its global scale tensor is still a scratch
+// buffer it fills and the engine pulls. The engine's items read the BF16
+// weight and their expert's global amax and write codes and scales.
 //
 // Which conversions fuse is the trainer's choice (FusableConversions): a
 // block kind (above), from a BF16 record
@@ -16,7 +28,7 @@
 // their runs are multiples of the cell). A conversion whose record cuts
 // tiles that other trainer records hold the rest of (FSDP's flat shards,
 // a TP cut through a 128 x 128 tile or a 1 x 32 block) fuses too, except
-// for the DeepGEMM requantization: its trainer still computes the amaxes
+// for the DeepGEMM requantization and NVFP4: its trainer still computes the amaxes
 // of all its tiles, exchanges the cut tiles' partial amaxes with their
 // other holders (a few floats) and writes the scales of the tiles it owns
 // into its scale scratch, which receivers pull as before; only the codes
@@ -90,14 +102,22 @@ std::set<int32_t> FusableConversions(const Plan& slice, int32_t rank,
 // `slice` without the conversions `fused` (what the trainer still runs
 // itself): their scratch buffers are no longer scratch (nothing allocates
 // them; the pair exports the source buffer at their positions instead).
-// A fused conversion whose record cuts tiles stays, without its codes
-// (to_buffer -1): the trainer computes its scales into the scale scratch.
+// A fused conversion whose record cuts FP8 / MXFP8 tiles stays, without
+// its codes (to_buffer -1): the trainer computes its scales into the scale
+// scratch. A fused NVFP4 conversion stays, without scale buffer, its codes
+// scratch resized to one f32 per leading index: the global amaxes (see
+// above).
 Plan WithoutConversions(const Plan& slice, const std::set<int32_t>& fused);
 
+// The indices into WithoutConversions(slice, fused).conversions of the
+// fused NVFP4 conversions (Converter's global-amax-only ones).
+std::set<int32_t> GlobalAmaxConversions(const Plan& slice, const std::set<int32_t>& fused);
+
 // What trainer `rank` exports to engine rank `dst_rank`, by position:
-// PairSourceBuffers, with each fused conversion's scratch buffers (only
-// the codes scratch where the record cuts tiles) replaced by the
-// conversion's BF16 source buffer.
+// PairSourceBuffers, with each fused conversion's scratch buffers replaced
+// by the conversion's BF16 source buffer (only the codes scratch where the
+// record cuts tiles; NVFP4's scale buffer by its codes scratch buffer, the
+// global amaxes).
 std::vector<int32_t> ExportedSourceBuffers(const Plan& slice, int32_t rank,
                                            int32_t dst_rank,
                                            const std::set<int32_t>& fused);
@@ -142,7 +162,12 @@ struct FusedItem {
   int64_t scale_src_offset = 0;
   int64_t scale_src_pitch = 0;
   int32_t kind = 0;              // ConversionKind
-  int32_t tile_r = 0, tile_c = 0;  // 128 x 128 or 1 x 32
+  int32_t tile_r = 0, tile_c = 0;  // 128 x 128, 1 x 32 or 1 x 16
+  // NVFP4: the f32 global amax of the region's leading index lies at
+  // global_offset bytes of source buffer global_buffer. Its codes are
+  // packed: columns [w_c0, w_c1) (even) are bytes [w_c0 / 2, w_c1 / 2).
+  int32_t global_buffer = -1;
+  int64_t global_offset = 0;
   // For errors: the source tensor (slice.src index) and the region's
   // global coordinates (leading dims, then row and column).
   int32_t tensor = 0;

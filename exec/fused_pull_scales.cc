@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "exec/quantize.h"
 #include "layout/layout.h"
 #include "plan/conversion.h"
 
@@ -94,6 +95,10 @@ absl::Status CutScaleSources::Set(int32_t codes_tensor, FusedItem* it) {
       ") from one trainer record"));
 }
 
+namespace {
+
+// The value of an FP8 / MXFP8 scale element of `kind` at p (f32, or the
+// E8M0 byte's power of two).
 float ScaleValue(int32_t kind, const char* p) {
   if (kind == static_cast<int32_t>(ConversionKind::kMxfp8)) {
     return std::ldexp(1.0f, static_cast<int>(static_cast<unsigned char>(*p)) - 127);
@@ -101,6 +106,29 @@ float ScaleValue(int32_t kind, const char* p) {
   float f;
   std::memcpy(&f, p, 4);
   return f;
+}
+
+}  // namespace
+
+void QuantizeCutItemHost(const FusedItem& it, const uint16_t* dense,
+                         const std::vector<const char*>& scale_src, absl::Span<char* const> dst) {
+  if (it.dst_buffer < 0) return;
+  const int n = static_cast<int>(it.where.size());
+  const int64_t es = it.kind == static_cast<int32_t>(ConversionKind::kMxfp8) ? 1 : 4;
+  const char* sbase = scale_src[it.scale_src_buffer] + it.scale_src_offset;
+  const int64_t tr0 = it.where[n - 2] / it.tile_r, tc0 = it.where[n - 1] / it.tile_c;
+  char* out = dst[it.dst_buffer] + it.dst_offset;
+  for (int32_t r = it.w_r0; r < it.w_r1; ++r) {
+    for (int32_t c = it.w_c0; c < it.w_c1; ++c) {
+      const int64_t i = (it.where[n - 2] + r) / it.tile_r - tr0;
+      const int64_t j = (it.where[n - 1] + c) / it.tile_c - tc0;
+      const float inv = 1.0f / ScaleValue(it.kind, sbase + (i * it.scale_src_pitch + j) * es);
+      const float x = LoadAsF32(
+          DType::kBF16, reinterpret_cast<const char*>(&dense[static_cast<size_t>(r) * it.cols + c]));
+      out[(r - it.w_r0) * it.dst_pitch + (c - it.w_c0)] =
+          static_cast<char>(F32ToE4M3(std::fmin(std::fmax(x * inv, -448.0f), 448.0f)));
+    }
+  }
 }
 
 }  // namespace refit

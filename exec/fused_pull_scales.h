@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "exec/fused_pull.h"
 #include "layout/box.h"
 #include "plan/plan.h"
@@ -41,9 +42,12 @@ class CutScaleSources {
   std::map<int32_t, std::vector<Part>> parts_;  // by scale tensor, built on first use
 };
 
-// The value of an FP8 / MXFP8 scale element of `kind` at p (f32, or the
-// E8M0 byte's power of two).
-float ScaleValue(int32_t kind, const char* p);
+// RunFusedItemsHost's codes of an item with scale_src_buffer >= 0: the
+// region's BF16 `dense` (row-major, it.rows x it.cols), each tile's scale
+// read from scale_src[it.scale_src_buffer] (the scale sender's exported
+// buffers), the codes written to dst[it.dst_buffer] (if any).
+void QuantizeCutItemHost(const FusedItem& it, const uint16_t* dense,
+                         const std::vector<const char*>& scale_src, absl::Span<char* const> dst);
 
 }  // namespace refit
 

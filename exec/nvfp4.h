@@ -2,7 +2,8 @@
 // per byte, one e4m3 scale per 1 x 16 block along the last dim, and one f32
 // global scale per logical weight (per expert for stacked experts; one over
 // the fused parts of qkv_proj / gate_up_proj / w13). The CUDA kernels
-// (exec/cuda/nvfp4_kernels.h) compute the same bytes.
+// (exec/cuda/nvfp4_kernels.h, exec/cuda/pull_nvfp4_kernels.h) compute the
+// same bytes, dividing by a reciprocal (exec/nvfp4_math.h).
 //
 // vLLM does not quantize NVFP4 weights itself: it loads ModelOpt's export
 // (ModelOptNvFp4LinearMethod / ModelOptNvFp4FusedMoE, vllm/model_executor/

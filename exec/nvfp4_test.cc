@@ -1,9 +1,12 @@
 #include "exec/nvfp4.h"
 
+#include "exec/nvfp4_math.h"
+
 #include <cmath>
 #include <cstring>
 #include <random>
 
+#include "exec/quantize.h"
 #include "gtest/gtest.h"
 #include "plan/conversion.h"
 #include "testing/reference_quantizer.h"
@@ -79,6 +82,102 @@ TEST(Nvfp4Test, E2M1EqualsTheReferenceNearEveryBoundary) {
   }
   EXPECT_EQ(bad, 0);
   EXPECT_GT(xs.size(), 200000u);
+}
+
+// The kernels' division by a reciprocal and two Markstein steps
+// (exec/nvfp4_math.h) against the division, on every finite BF16 value
+// for divisors a block can have (e4m3 scales times global scales of many
+// magnitudes), powers of two (exact E2M1 ties) and divisors whose
+// mantissa is all ones, over the whole fast range (quotients that round to
+// zero or to the smallest subnormal included).
+TEST(Nvfp4Test, FastCodeEqualsTheDivisionForEveryBf16) {
+  std::vector<float> divisors;
+  for (int e = -121; e <= 127; e += 3) {
+    for (float m : {1.0f, 1.5f, 1.875f, 1.99999988f}) divisors.push_back(std::ldexp(m, e));
+  }
+  std::mt19937 rng(3);
+  for (int k = 0; k < 20; ++k) {
+    uint32_t bits = (rng() & 0x7FFFu) << 16;
+    float amax;
+    std::memcpy(&amax, &bits, 4);
+    if (!(amax > 0.0f) || !std::isfinite(amax)) continue;
+    for (int s = 1; s < 127; s += 5) divisors.push_back(E4M3ToF32(s) * Nvfp4GlobalScale(amax));
+  }
+  int64_t n = 0, bad = 0;
+  for (float d : divisors) {
+    if (!Nvfp4FastDivisor(d)) continue;
+    const float r = 1.0f / d, tiny = Nvfp4Tiny(d);
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const uint32_t u = h << 16;
+      float x;
+      std::memcpy(&x, &u, 4);
+      if (!std::isfinite(x)) continue;
+      ++n;
+      const uint8_t want = F32ToE2M1(x / d);
+      if (Nvfp4FastCode(x, d, r, tiny) != want && ++bad < 5) {
+        ADD_FAILURE() << "x " << x << " d " << d;
+      }
+      if (Nvfp4OneStepDivisor(d) && Nvfp4OneStepCode(x, d, r) != want && ++bad < 5) {
+        ADD_FAILURE() << "one step: x " << x << " d " << d;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(n, 40000000);
+  EXPECT_TRUE(Nvfp4FastDivisor(std::ldexp(1.0f, 126)));
+  EXPECT_FALSE(Nvfp4FastDivisor(std::ldexp(1.0f, 127)));
+  EXPECT_FALSE(Nvfp4FastDivisor(std::ldexp(1.0f, -121)));
+}
+
+// The one-step code (exec/nvfp4_math.h) for every divisor the kernels form
+// in its range (every e4m3 scale times the global scale of every BF16
+// amax; here every third amax) on the BF16 values nearest each E2M1 bound,
+// where alone it could differ from the division, of either sign.
+TEST(Nvfp4Test, OneStepCodeEqualsTheDivisionNextToEveryBound) {
+  const double bounds[] = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0};
+  int64_t divisors = 0, bad = 0;
+  for (uint32_t a = 1; a < 0x7F80; a += 3) {
+    const uint32_t abits = a << 16;
+    float amax;
+    std::memcpy(&amax, &abits, 4);
+    for (int s = 1; s < 127; ++s) {
+      const float d = E4M3ToF32(s) * Nvfp4GlobalScale(amax);
+      if (!Nvfp4OneStepDivisor(d)) continue;
+      ++divisors;
+      const float r = 1.0f / d;
+      for (double t : bounds) {
+        const float near = static_cast<float>(t * d);
+        uint32_t nb;
+        std::memcpy(&nb, &near, 4);
+        for (int k = -2; k <= 2; ++k) {
+          for (uint32_t sign : {0u, 0x80000000u}) {
+            const uint32_t u = (((nb >> 16) + k) << 16) | sign;
+            float x;
+            std::memcpy(&x, &u, 4);
+            if (Nvfp4OneStepCode(x, d, r) != F32ToE2M1(x / d) && ++bad < 5) {
+              ADD_FAILURE() << "x " << x << " d " << d;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(divisors, 600000);
+}
+
+// The branch-free rounding equals F32ToE2M1 (which the test above checks
+// against the reference) on a stride through all floats.
+TEST(Nvfp4Test, BranchFreeCodeEqualsF32ToE2M1) {
+  int64_t bad = 0;
+  for (uint64_t v = 0; v <= 0xFFFFFFFFull; v += 977) {
+    const uint32_t u = static_cast<uint32_t>(v);
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (std::isnan(f)) continue;
+    if (Nvfp4Code(f) != F32ToE2M1(f) && ++bad < 5) ADD_FAILURE() << f;
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(Nvfp4Test, ScalesFollowModelOpt) {

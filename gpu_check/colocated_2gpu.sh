@@ -11,7 +11,8 @@
 #     1 MiB strided pieces and Qwen3-8B over NCCL next to raw pre-packed
 #     NCCL, K = 1, 2 and 4 lanes;
 #  3. colocated_bench on GPU 0, the cases in $COLOCATED_CASES (default
-#     8b,8b-fp8: Qwen3-8B BF16 -> BF16 and BF16 -> FP8);
+#     8b,8b-fp8,8b-mx,8b-nv: Qwen3-8B BF16 -> BF16, -> FP8, -> MXFP8 and
+#     -> NVFP4, the quantized ones in two passes and in one);
 #  4. torch_gpu_check.py: the pull path from GPU 0 to GPU 1 through the
 #     Python client (Qwen3-8B next to torch's peer copy; Qwen3-0.6B in two
 #     processes);
@@ -40,10 +41,10 @@ step() {  # step NAME TIMEOUT_S COMMAND...: output to $out/NAME.txt
   rc[$name]=$?
   echo "   exit ${rc[$name]} after $SECONDS s"
 }
-cases=${COLOCATED_CASES:-8b,8b-fp8}
+cases=${COLOCATED_CASES:-8b,8b-fp8,8b-mx,8b-nv}
 step gpus 150 "$dir/colocated_gpus_bench" --cases=tp2,dp2 --iters=10
 step small 120 "$dir/refit_gpu_bench" --gpus=2 --scenarios=small,tp2 --iters=10
-step colocated 180 "$dir/colocated_bench" --cases="$cases" --iters=10
+step colocated 300 "$dir/colocated_bench" --cases="$cases" --iters=10
 step python 120 "$py" "$dir/torch_gpu_check.py" "$dir" --gpus=2 --only=ipc-2gpu,pull-2gpu-qwen3-8b
 step demo_nccl 90 "$dir/refit_demo" --refitd="$dir/refitd" --member="$dir/refit_demo_member_gpu" \
   --gpus=2 --model=qwen3-8b --trainer=megatron:tp=1 --engines=vllm:tp=1 --rounds=3 \

@@ -2,7 +2,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,6 +89,8 @@ class CudaConvertOps : public ConvertOps {
     cudaFree(bad_);
     cudaFree(slots_);
     cudaFree(tasks_);
+    cudaFreeHost(staging_);
+    cudaFree(gslots_);
   }
 
   absl::StatusOr<const char*> Gather(const Record& r, DType dtype,
@@ -102,11 +106,9 @@ class CudaConvertOps : public ConvertOps {
     const int64_t bytes = copies.size() * sizeof(ResolvedCopy);
     REFIT_RETURN_IF_ERROR(Grow(&tasks_, &tasks_bytes_, bytes));
     // Stream-ordered after the previous gather's launch, which may still
-    // read the task array (a pageable source is staged before this
-    // returns); the dense buffer is likewise reused in stream order.
-    REFIT_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(tasks_, copies.data(), bytes, cudaMemcpyHostToDevice, s_),
-        "gather tasks"));
+    // read the task array; the dense buffer is likewise reused in stream
+    // order.
+    REFIT_RETURN_IF_ERROR(AnnotateStatus(Upload(copies.data(), bytes, tasks_), "gather tasks"));
     REFIT_RETURN_IF_ERROR(CudaStatus(
         static_cast<cudaError_t>(cuda::LaunchCopies(
             reinterpret_cast<const ResolvedCopy*>(tasks_), static_cast<int>(copies.size()),
@@ -176,6 +178,35 @@ class CudaConvertOps : public ConvertOps {
     return a;
   }
 
+  // Deferred: the amaxes go to a slot range of gslots_, the non-finite
+  // flag to a slot of slots_; Sync() reads them all back at once.
+  absl::Status Nvfp4GlobalAmax(const char* dense, DType dtype, const Box& box,
+                               std::vector<float>* global, absl::string_view what) override {
+    REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, AnnotateStatus(Nvfp4Dense(dense, dtype, box), what));
+    if (pending_.size() == kSlots || gused_ + b.L > gcap_) REFIT_RETURN_IF_ERROR(Sync());
+    if (b.L > gcap_) {
+      cudaFree(gslots_);
+      gslots_ = nullptr;
+      gcap_ = 0;
+      REFIT_RETURN_IF_ERROR(CudaStatus(
+          cudaMalloc(reinterpret_cast<void**>(&gslots_), std::max<int64_t>(b.L, 1 << 14) * 4),
+          "cudaMalloc of the amax slots"));
+      gcap_ = std::max<int64_t>(b.L, 1 << 14);
+    }
+    REFIT_RETURN_IF_ERROR(Slots());
+    if (gused_ == 0) {  // every slot of the batch zeroed at once
+      REFIT_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(gslots_, 0, gcap_ * 4, s_), "amax"));
+    }
+    long long* slot = slots_ + pending_.size();
+    pending_.push_back({box, std::string(what)});
+    float* g = gslots_ + gused_;
+    gpending_.push_back({global, gused_, b.L});
+    gused_ += b.L;
+    return CudaStatus(
+        static_cast<cudaError_t>(cuda::LaunchNvfp4Amax(b, nullptr, g, slot, s_)),
+        absl::StrCat(what, ": nvfp4 amax launch"));
+  }
+
   absl::Status QuantizeNvfp4(const char* dense, DType dtype, const Box& box,
                              const std::vector<float>& block_amax,
                              const std::vector<float>& global_amax, char* out, char* scales,
@@ -184,16 +215,14 @@ class CudaConvertOps : public ConvertOps {
     if (static_cast<int64_t>(global_amax.size()) != b.L) {
       return absl::InvalidArgumentError("NVFP4: one global amax per leading index");
     }
-    // Amaxes (and the global scales) to the device: the stream is idle
-    // first, so the host vectors may go after the synchronous copy.
+    // Amaxes (and the global scales) to the device, in stream order after
+    // the previous step that read amax_.
     std::vector<float> host(global_amax);
     for (float a : global_amax) host.push_back(Nvfp4GlobalScale(a));
     host.insert(host.end(), block_amax.begin(), block_amax.end());
     REFIT_RETURN_IF_ERROR(Grow(&amax_, &amax_bytes_, static_cast<int64_t>(host.size()) * 4));
-    REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s_), "conversion stream"));
-    REFIT_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpy(amax_, host.data(), host.size() * 4, cudaMemcpyHostToDevice),
-        "amax to device"));
+    REFIT_RETURN_IF_ERROR(AnnotateStatus(
+        Upload(host.data(), static_cast<int64_t>(host.size()) * 4, amax_), "amax to device"));
     const float* g = reinterpret_cast<const float*>(amax_);
     if (global_scales != nullptr) {
       REFIT_RETURN_IF_ERROR(CudaStatus(
@@ -214,22 +243,17 @@ class CudaConvertOps : public ConvertOps {
                              char* scales, absl::string_view what) override {
     REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, AnnotateStatus(Dense(dense, dtype, box, tile), what));
     if (pending_.size() == kSlots) REFIT_RETURN_IF_ERROR(Sync());
-    if (slots_ == nullptr) {
-      REFIT_RETURN_IF_ERROR(CudaStatus(
-          cudaMalloc(reinterpret_cast<void**>(&slots_), kSlots * sizeof(long long)),
-          "cudaMalloc of the non-finite flags"));
-    }
-    if (pending_.empty()) {
-      // 0x7F.. in every byte: above any element index ("none").
-      REFIT_RETURN_IF_ERROR(CudaStatus(
-          cudaMemsetAsync(slots_, 0x7F, kSlots * sizeof(long long), s_), "non-finite flags"));
-    }
+    REFIT_RETURN_IF_ERROR(Slots());
     long long* slot = slots_ + pending_.size();
     pending_.push_back({box, std::string(what)});
     return CudaStatus(static_cast<cudaError_t>(cuda::LaunchQuantizeFused(
                           b, static_cast<int>(mode), reinterpret_cast<unsigned char*>(out),
                           scales, slot, s_)),
                       absl::StrCat(what, ": quantize launch"));
+  }
+
+  absl::Status StoreF32(absl::Span<const float> values, char* out) override {
+    return Upload(values.data(), static_cast<int64_t>(values.size()) * 4, out);
   }
 
   absl::Status Cast(const char* dense, DType dtype, int64_t n, bool neg_exp,
@@ -248,7 +272,19 @@ class CudaConvertOps : public ConvertOps {
                                                        cudaMemcpyDeviceToHost, s_),
                                        "non-finite flags"));
     }
+    std::vector<float> amaxes(gused_);
+    if (gused_ > 0) {
+      REFIT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(amaxes.data(), gslots_, gused_ * 4,
+                                                       cudaMemcpyDeviceToHost, s_),
+                                       "amaxes to host"));
+    }
     REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s_), "conversion kernels"));
+    staged_ = 0;
+    gused_ = 0;
+    for (const GlobalPending& g : gpending_) {
+      g.out->assign(amaxes.begin() + g.at, amaxes.begin() + g.at + g.count);
+    }
+    gpending_.clear();
     std::vector<Pending> pending = std::move(pending_);
     pending_.clear();
     for (size_t i = 0; i < flags.size(); ++i) {
@@ -265,6 +301,30 @@ class CudaConvertOps : public ConvertOps {
   }
 
  private:
+  // Copies host bytes to device memory `out` on the stream through pinned
+  // staging memory, so the copy is queued without a wait (a pageable source
+  // would synchronize the stream); the staging is reused after Sync().
+  absl::Status Upload(const void* host, int64_t bytes, void* out) {
+    if (bytes == 0) return absl::OkStatus();
+    const int64_t need = (bytes + 15) / 16 * 16;
+    if (staged_ + need > staging_cap_) {
+      REFIT_RETURN_IF_ERROR(Sync());
+      if (need > staging_cap_) {
+        cudaFreeHost(staging_);
+        staging_ = nullptr;
+        staging_cap_ = 0;
+        const int64_t cap = std::max<int64_t>(need, 1 << 20);
+        REFIT_RETURN_IF_ERROR(CudaStatus(cudaMallocHost(reinterpret_cast<void**>(&staging_), cap),
+                                         "cudaMallocHost of the upload staging"));
+        staging_cap_ = cap;
+      }
+    }
+    char* p = staging_ + staged_;
+    std::memcpy(p, host, bytes);
+    staged_ += need;
+    return CudaStatus(cudaMemcpyAsync(out, p, bytes, cudaMemcpyHostToDevice, s_), "upload");
+  }
+
   // Replaces *p by an allocation of at least `need` bytes once every step
   // queued (which may use the old one) is done.
   absl::Status Grow(void* p, int64_t* have, int64_t need) {
@@ -281,6 +341,18 @@ class CudaConvertOps : public ConvertOps {
                                                   " bytes for conversions")));
     *have = need;
     return absl::OkStatus();
+  }
+  // The non-finite flags of deferred steps, reset when none is pending.
+  absl::Status Slots() {
+    if (slots_ == nullptr) {
+      REFIT_RETURN_IF_ERROR(CudaStatus(
+          cudaMalloc(reinterpret_cast<void**>(&slots_), kSlots * sizeof(long long)),
+          "cudaMalloc of the non-finite flags"));
+    }
+    if (!pending_.empty()) return absl::OkStatus();
+    // 0x7F.. in every byte: above any element index ("none").
+    return CudaStatus(cudaMemsetAsync(slots_, 0x7F, kSlots * sizeof(long long), s_),
+                      "non-finite flags");
   }
   absl::Status ResetBad() {
     if (bad_ == nullptr) {
@@ -310,6 +382,15 @@ class CudaConvertOps : public ConvertOps {
   static constexpr long long kNone = 0x7F7F7F7F7F7F7F7FLL;
   long long* slots_ = nullptr;  // device, kSlots
   std::vector<Pending> pending_;
+  // Nvfp4GlobalAmax's results: gcap_ floats of device slots, gused_ of
+  // them pending, each range for one caller's vector.
+  struct GlobalPending {
+    std::vector<float>* out;
+    int64_t at, count;
+  };
+  float* gslots_ = nullptr;
+  int64_t gcap_ = 0, gused_ = 0;
+  std::vector<GlobalPending> gpending_;
 
   cudaStream_t s_;
   char* dense_ = nullptr;
@@ -319,6 +400,9 @@ class CudaConvertOps : public ConvertOps {
   char* tasks_ = nullptr;
   int64_t tasks_bytes_ = 0;
   long long* bad_ = nullptr;
+  char* staging_ = nullptr;  // pinned, staging_cap_ bytes, staged_ in use
+  int64_t staging_cap_ = 0;
+  int64_t staged_ = 0;
 };
 
 }  // namespace

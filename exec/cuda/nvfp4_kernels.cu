@@ -1,6 +1,9 @@
-// CUDA NVFP4 kernels (see nvfp4_kernels.h): one thread per 1 x 16 tile of a
-// row; the arithmetic of exec/nvfp4.cc with IEEE f32 operations
-// (__fdiv_rn / __fmul_rn) so that the bytes are the host's.
+// CUDA NVFP4 kernels (see nvfp4_kernels.h). The general kernels: one
+// thread per 1 x 16 tile of a row, the arithmetic of exec/nvfp4.cc with
+// IEEE f32 operations (__fdiv_rn / __fmul_rn). The fast ones (BF16, whole
+// 16-aligned tiles): 16-byte loads, and for the quantize pass a thread per
+// 16-block dividing by a reciprocal (nvfp4_block.cuh, exec/nvfp4_math.h);
+// the same bytes.
 #include "exec/cuda/nvfp4_kernels.h"
 
 #include <cuda_fp16.h>
@@ -8,6 +11,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "exec/cuda/nvfp4_block.cuh"
 
 namespace refit {
 namespace cuda {
@@ -215,54 +220,47 @@ __global__ void __launch_bounds__(256) RefitNvfp4AmaxFastKernel(
   }
 }
 
+// Fast quantize pass: a thread per 16-block (two 16-byte loads, one
+// 8-byte store of codes, one scale byte), kNvfp4Blocks blocks loaded
+// before the first is computed; no division per element
+// (nvfp4_block.cuh). Leading index l of block i: i / per_l (per_l =
+// R * C / 16), found by division only when i crosses into the next l.
+constexpr int kNvfp4Blocks = 2;
+
 __global__ void __launch_bounds__(256) RefitNvfp4QuantizeFastKernel(
-    const char* data, int64_t halves, int64_t per_l, const float* block_amax,
+    const char* data, int64_t blocks, int64_t per_l, const float* block_amax,
     const float* global_amax, unsigned char* out, unsigned char* scales) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t step = stride * kNvfp4Unroll;
-  const int64_t rounds = (halves + step - 1) / step;
   const uint4* in4 = reinterpret_cast<const uint4*>(data);
   int64_t l = -1, l_end = 0;
   float g = 0.0f;
-  int64_t i0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int64_t it = 0; it < rounds; ++it, i0 += step) {
-    uint4 q[kNvfp4Unroll];
+  for (int64_t i0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i0 < blocks;
+       i0 += stride * kNvfp4Blocks) {
+    uint4 q[kNvfp4Blocks][2];
 #pragma unroll
-    for (int j = 0; j < kNvfp4Unroll; ++j) {
+    for (int j = 0; j < kNvfp4Blocks; ++j) {
       const int64_t i = i0 + j * stride;
-      q[j] = i < halves ? in4[i] : make_uint4(0u, 0u, 0u, 0u);
+      if (i < blocks) {
+        q[j][0] = __ldg(in4 + 2 * i);
+        q[j][1] = __ldg(in4 + 2 * i + 1);
+      }
     }
 #pragma unroll
-    for (int j = 0; j < kNvfp4Unroll; ++j) {
+    for (int j = 0; j < kNvfp4Blocks; ++j) {
       const int64_t i = i0 + j * stride;
-      float v[8];
-      RefitNvfp4Eight(q[j], v);  // zeros past the end
-      float m = 0.0f;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(v[k]));
-      const float pair = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      if (i >= halves) continue;
+      if (i >= blocks) break;
       if (i >= l_end) {
         l = i / per_l;
         l_end = (l + 1) * per_l;
-        g = __fmul_rn(global_amax[l], 1.0f / 2688.0f);
+        g = Nvfp4Global(global_amax[l]);
       }
-      const float amax = block_amax != nullptr ? block_amax[i / 2] : pair;
-      float sc = __fdiv_rn(amax, __fmul_rn(6.0f, g));
-      if (sc == 0.0f) sc = 1.0f;
-      sc = fmaxf(sc, 0.001953125f);
-      const __nv_fp8_storage_t sb = __nv_cvt_float_to_fp8(sc, __NV_SATFINITE, __NV_E4M3);
-      const float d =
-          __fmul_rn(__half2float(__half(__nv_cvt_fp8_to_halfraw(sb, __NV_E4M3))), g);
-      unsigned int packed = 0u;
-#pragma unroll
-      for (int k = 0; k < 8; k += 2) {
-        const unsigned int byte =
-            RefitE2M1(__fdiv_rn(v[k], d)) | RefitE2M1(__fdiv_rn(v[k + 1], d)) << 4;
-        packed |= byte << (4 * k);
-      }
-      reinterpret_cast<unsigned int*>(out)[i] = packed;
-      if (scales != nullptr && (i & 1) == 0) scales[i / 2] = sb;
+      const float amax = block_amax != nullptr
+                             ? block_amax[i]
+                             : __uint_as_float(RefitNvfp4AbsMaxBits(q[j][0], q[j][1]));
+      float d;
+      const unsigned int sb = RefitNvfp4Scale(amax, g, &d);
+      reinterpret_cast<uint2*>(out)[i] = RefitNvfp4Codes(q[j][0], q[j][1], d);
+      if (scales != nullptr) scales[i] = static_cast<unsigned char>(sb);
     }
   }
 }
@@ -283,16 +281,23 @@ bool Fast(const DenseBox& b) {
          (reinterpret_cast<uintptr_t>(b.data) & 15) == 0;
 }
 
-// Enough resident blocks to fill the GPU, each looping over many eights.
-unsigned FastBlocks(int64_t halves) {
+// As many blocks of 256 threads as are resident at once on the device (a
+// grid-stride loop then has no tail wave), at most one per 256 pieces of
+// work.
+unsigned FastBlocks(const void* kernel, int64_t work) {
   static int sms = [] {
     int dev = 0, n = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
     return n > 0 ? n : 132;
   }();
-  const int64_t want = (halves + 255) / 256;
-  const int64_t cap = static_cast<int64_t>(sms) * 8;
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0) != cudaSuccess ||
+      per_sm <= 0) {
+    per_sm = 4;
+  }
+  const int64_t want = (work + 255) / 256;
+  const int64_t cap = static_cast<int64_t>(sms) * per_sm;
   return static_cast<unsigned>(want < cap ? (want > 0 ? want : 1) : cap);
 }
 
@@ -307,7 +312,9 @@ int LaunchNvfp4Amax(const DenseBox& b, float* block_amax, float* global_amax,
   if (n / 256 >= 0x7FFFFFFF) return static_cast<int>(cudaErrorInvalidValue);
   if (Fast(b)) {
     const int64_t halves = b.L * b.R * b.C / 8;
-    RefitNvfp4AmaxFastKernel<<<FastBlocks(halves), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+    const unsigned grid =
+        FastBlocks(reinterpret_cast<const void*>(RefitNvfp4AmaxFastKernel), halves);
+    RefitNvfp4AmaxFastKernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(
         b.data, halves, b.R * b.C / 8, block_amax, global_amax, bad);
     return static_cast<int>(cudaGetLastError());
   }
@@ -328,11 +335,12 @@ int LaunchNvfp4Quantize(const DenseBox& b, const float* block_amax,
   const int64_t owned0 = (b.c0 + 15) / 16;
   const int64_t owned_end = (b.c0 + b.C + 15) / 16;
   const int64_t owned = owned_end > owned0 ? owned_end - owned0 : 0;
-  if (Fast(b) && (reinterpret_cast<uintptr_t>(out) & 3) == 0) {
-    const int64_t halves = b.L * b.R * b.C / 8;
-    RefitNvfp4QuantizeFastKernel<<<FastBlocks(halves), 256, 0,
-                                   static_cast<cudaStream_t>(stream)>>>(
-        b.data, halves, b.R * b.C / 8, block_amax, global_amax, out, scales);
+  if (Fast(b) && (reinterpret_cast<uintptr_t>(out) & 7) == 0) {
+    const int64_t blocks = b.L * b.R * b.C / 16;
+    const unsigned grid =
+        FastBlocks(reinterpret_cast<const void*>(RefitNvfp4QuantizeFastKernel), blocks);
+    RefitNvfp4QuantizeFastKernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        b.data, blocks, b.R * b.C / 16, block_amax, global_amax, out, scales);
     return static_cast<int>(cudaGetLastError());
   }
   RefitNvfp4QuantizeKernel<<<BlocksFor(n, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(

@@ -20,7 +20,7 @@
 #include "exec/peer_signal.h"
 #include "exec/cuda/pull_quantize_kernels.h"
 #include "exec/cuda/cuda_convert_ops.h"
-#include "exec/cuda/fused_pull_items.h"
+#include "exec/cuda/fused_pull_device.h"
 #include "exec/fused_pull.h"
 #include "exec/pull_program.h"
 #include "layout/dtype.h"
@@ -96,8 +96,7 @@ PullRunner::~PullRunner() {
   exporter_.reset();
   conversions_.reset();
   if (items_ != nullptr) (void)cudaFree(items_);
-  if (quant_items_ != nullptr) (void)cudaFree(quant_items_);
-  if (bad_ != nullptr) (void)cudaFree(bad_);
+  quant_.reset();
   if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
   if (start_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(start_event_));
   for (void* e : engine_events_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
@@ -247,7 +246,7 @@ absl::Status PullRunner::PrepareConversions(const Plan& slice, std::vector<char*
   REFIT_ASSIGN_OR_RETURN(
       conversions_, ConversionStage::Create(
                         *convert, rank_, [this] { return MakeCudaConvertOps(stream_); },
-                        std::move(memory), buffers));
+                        std::move(memory), buffers, GlobalAmaxConversions(slice, fused_)));
   if (conversions_ == nullptr) return absl::OkStatus();
   for (const auto& [peer, count] : conversions_->peers()) {
     if (!std::binary_search(members_.begin(), members_.end(), peer)) {
@@ -303,8 +302,9 @@ absl::Status PullRunner::ExportTo(const Plan& slice, const std::vector<char*>& b
                 ? slice.src.buffers[b].name : "?",
             "), which was not given"));
       }
+      const Plan& sizes = kept_slice_ != nullptr ? *kept_slice_ : slice;
       REFIT_RETURN_IF_ERROR(AnnotateStatus(
-          exporter_->Export(buffers[b], slice.src.buffers[b].byte_size, &blob),
+          exporter_->Export(buffers[b], sizes.src.buffers[b].byte_size, &blob),
           absl::StrCat("trainer rank ", rank_, " buffer ", slice.src.buffers[b].name)));
     }
     // What the receiver quantizes on pull.
@@ -511,7 +511,17 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
                     "cudaMemcpy");
     }
   }
-  if (mapped.ok() && !quant.items.empty()) mapped = PrepareQuantize(slice, quant, src, buffers);
+  if (mapped.ok() && !quant.items.empty()) {
+    std::map<int32_t, std::vector<char*>> by_rank;
+    for (const FusedItem& it : quant.items) by_rank[it.src_rank] = src;
+    absl::StatusOr<std::unique_ptr<FusedPullDevice>> q =
+        FusedPullDevice::Create(slice, quant, by_rank, buffers);
+    if (q.ok()) {
+      quant_ = *std::move(q);
+    } else {
+      mapped = AnnotateStatus(q.status(), absl::StrCat("engine rank ", rank_));
+    }
+  }
   num_items_ = static_cast<int64_t>(items.size());
   bytes_ = program.bytes;
   own_buffers_ = std::move(buffers);
@@ -534,38 +544,6 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
     }
   }
   return absl::OkStatus();
-}
-
-absl::Status PullRunner::PrepareQuantize(const Plan& slice, const FusedProgram& quant,
-                                         const std::vector<char*>& src,
-                                         const std::vector<char*>& buffers) {
-  std::map<int32_t, std::vector<char*>> by_rank;
-  for (const FusedItem& it : quant.items) {
-    if (by_rank.count(it.src_rank) == 0) by_rank[it.src_rank] = src;
-    quant_where_.emplace_back(slice.src.tensors[it.tensor].name, it.where);
-  }
-  REFIT_ASSIGN_OR_RETURN(std::vector<cuda::PullQuantItem> items,
-                         AnnotateStatus(ResolveFusedItems(quant.items, by_rank, buffers),
-                                        absl::StrCat("engine rank ", rank_)));
-  REFIT_RETURN_IF_ERROR(Cuda(cudaMalloc(&bad_, 8), "cudaMalloc"));
-  REFIT_RETURN_IF_ERROR(
-      Cuda(cudaMalloc(&quant_items_, items.size() * sizeof(items[0])), "cudaMalloc"));
-  REFIT_RETURN_IF_ERROR(Cuda(cudaMemcpy(quant_items_, items.data(),
-                                        items.size() * sizeof(items[0]), cudaMemcpyHostToDevice),
-                             "cudaMemcpy"));
-  num_quant_items_ = static_cast<int64_t>(items.size());
-  return absl::OkStatus();
-}
-
-absl::Status PullRunner::CheckQuantized() {
-  long long bad = 0;
-  REFIT_RETURN_IF_ERROR(
-      Cuda(cudaMemcpy(&bad, bad_, 8, cudaMemcpyDeviceToHost), "the non-finite flag"));
-  if (bad < 0 || bad >= num_quant_items_) return absl::OkStatus();
-  const auto& [name, where] = quant_where_[bad];
-  return absl::InvalidArgumentError(absl::StrCat(
-      "engine rank ", rank_, ": tensor ", name, ": non-finite value in the region at [",
-      absl::StrJoin(where, ", "), "] (quantize-on-pull of the trainer's weights)"));
 }
 
 absl::Status PullRunner::WaitPeers(absl::Time deadline) {
@@ -612,13 +590,7 @@ absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
   REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
                                  static_cast<const cuda::PullItem*>(items_), num_items_, st)),
                              "pull kernel launch"));
-  if (num_quant_items_ > 0) {
-    REFIT_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(bad_, 0x7F, 8, st), "cudaMemsetAsync"));
-    REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPullQuantize(
-                                   static_cast<const cuda::PullQuantItem*>(quant_items_),
-                                   num_quant_items_, static_cast<long long*>(bad_), st)),
-                               "quantize-on-pull kernel launch"));
-  }
+  if (quant_ != nullptr) REFIT_RETURN_IF_ERROR(quant_->Launch(st));
   if (!engine_copies_.empty()) {
     // The copy engines read the other GPUs alongside the kernels.
     REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(engine_copies_, engine_streams_));
@@ -635,7 +607,7 @@ absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
   if (cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_event_), ev) == cudaSuccess) {
     stats->device_seconds = ms / 1e3;
   }
-  if (num_quant_items_ > 0) REFIT_RETURN_IF_ERROR(CheckQuantized());
+  if (quant_ != nullptr) REFIT_RETURN_IF_ERROR(quant_->Check(rank_));
   signal_->Publish(PeerSignal::Encode(round_, false));  // done with version round_
   return absl::OkStatus();
 }

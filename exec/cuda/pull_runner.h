@@ -34,12 +34,14 @@
 // destroyed. The Gloo control channel carries only prepare and the FP8
 // amax exchange.
 //
-// FP8 and MXFP8 conversions (plan/conversion.h) run in one pass where they
-// can (exec/fused_pull.h): the sender exports the BF16 weight in place of
-// its scratch buffers and describes it, and the receiver's round runs a
-// second kernel after the copies that reads it and writes codes and
-// scales; the rest (tiles cut between trainers, DeepGEMM requantization)
-// the sender converts into scratch before "in place", as before.
+// FP8, MXFP8 and NVFP4 conversions (plan/conversion.h) run in one pass
+// where they can (exec/fused_pull.h): the sender exports the BF16 weight in
+// place of its scratch buffers and describes it, and the receiver's round
+// runs kernels after the copies that read it and write codes and scales
+// (NVFP4's with the global amaxes the senders computed and exchanged
+// before "in place"); the rest (tiles cut between trainers, DeepGEMM
+// requantization) the sender converts into scratch before "in place", as
+// before.
 //
 // Members for which options.pull_peer is false (another host) are left
 // out: the caller moves their bytes another way (NCCL).
@@ -60,6 +62,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/cancellation.h"
+#include "exec/cuda/fused_pull_device.h"
 #include "exec/cuda/pull_memory.h"
 #include "exec/run_stats.h"
 #include "exec/gloo_transport.h"
@@ -91,7 +94,7 @@ struct PullRunnerOptions {
   // kernel's, which keeps the copies from its own GPU; 0: every copy in
   // the kernel. Copies between members on one GPU always run in the kernel.
   int32_t peer_copy_streams = 4;
-  // Sender: leave the FP8 / MXFP8 conversions that can fuse to the
+  // Sender: leave the FP8 / MXFP8 / NVFP4 conversions that can fuse to the
   // receivers, who quantize while they pull (exec/fused_pull.h); false:
   // quantize every one into scratch first (two passes).
   bool quantize_on_pull = true;
@@ -131,7 +134,7 @@ class PullRunner : public RoundRunner {
   int64_t engine_bytes() const { return engine_bytes_; }
   // Quantize-on-pull items of the receiver (0 on a sender); the
   // conversions a sender leaves to its receivers.
-  int64_t num_quantize_items() const { return num_quant_items_; }
+  int64_t num_quantize_items() const { return quant_ != nullptr ? quant_->num_items() : 0; }
   int64_t num_fused_conversions() const { return static_cast<int64_t>(fused_.size()); }
   // Global ranks this member exchanges with.
   const std::vector<int32_t>& peers() const { return peers_; }
@@ -195,19 +198,10 @@ class PullRunner : public RoundRunner {
   absl::Status Convert(absl::Time deadline);
   std::unique_ptr<ConversionStage> conversions_;
   // Quantize-on-pull: the sender's fused conversions (slice indices) and
-  // the slice it converts the rest of; the receiver's device items, its
-  // non-finite flag, and what names an item in errors.
+  // the slice it converts the rest of; the receiver's device items.
   std::set<int32_t> fused_;
   std::unique_ptr<Plan> kept_slice_;
-  void* quant_items_ = nullptr;
-  int64_t num_quant_items_ = 0;
-  void* bad_ = nullptr;  // long long on the device
-  std::vector<std::pair<std::string, std::vector<int64_t>>> quant_where_;
-  // Receiver: the items' device copy (ImportFrom), and after a round
-  // whether they met a NaN or infinity (INVALID_ARGUMENT naming it).
-  absl::Status PrepareQuantize(const Plan& slice, const FusedProgram& quant,
-                               const std::vector<char*>& src, const std::vector<char*>& buffers);
-  absl::Status CheckQuantized();
+  std::unique_ptr<FusedPullDevice> quant_;  // receiver: its items, if any
   std::vector<char*> own_buffers_;
   uint64_t round_ = 0;
   Cancellation cancel_;  // set by Cancel; polled by the waits

@@ -70,6 +70,7 @@ absl::Status RunRound(const Plan& plan, const SideLayout& trainer, const HostBuf
   m->fused.assign(ws, {});
   std::vector<Converter> converters;
   std::vector<Plan> kept;
+  std::vector<std::set<int32_t>> global_only;
   for (int32_t t = 0; t < ws; ++t) {
     REFIT_ASSIGN_OR_RETURN(Plan slice, FromProto(ToProto(ExtractSlice(plan, Side::kTrainer, t))));
     std::vector<char*> buf = ByName(slice.src, trainer, s, t);
@@ -82,6 +83,7 @@ absl::Status RunRound(const Plan& plan, const SideLayout& trainer, const HostBuf
     m->conversions += static_cast<int64_t>(slice.conversions.size());
     m->fused_count += static_cast<int64_t>(m->fused[t].size());
     kept.push_back(WithoutConversions(slice, m->fused[t]));
+    global_only.push_back(GlobalAmaxConversions(slice, m->fused[t]));
     m->trainer_slices.push_back(std::move(slice));
     m->trainer_buffers.push_back(std::move(buf));
   }
@@ -89,7 +91,7 @@ absl::Status RunRound(const Plan& plan, const SideLayout& trainer, const HostBuf
   auto ops = MakeHostConvertOps();
   std::vector<std::map<int32_t, std::vector<float>>> sent(ws);
   for (int32_t t = 0; t < ws; ++t) {
-    REFIT_ASSIGN_OR_RETURN(Converter c, Converter::Create(kept[t], t));
+    REFIT_ASSIGN_OR_RETURN(Converter c, Converter::Create(kept[t], t, global_only[t]));
     REFIT_ASSIGN_OR_RETURN(sent[t], c.Partials(*ops, m->trainer_buffers[t]));
     converters.push_back(std::move(c));
   }
@@ -207,6 +209,22 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=fp8,kernel=deepgemm",
              Case::kNone},
         Case{"tiny-qwen3-moe-mx", "megatron:tp=1", "vllm:tp=2,quant=mxfp8", Case::kAll},
+        // NVFP4: the trainers exchange every parameter's global amax (per
+        // expert) and write it where the engines' items read it; the 1 x 16
+        // blocks lie whole in the records (FSDP's chunks cut rows) except
+        // where Megatron TP 4 cuts o_proj and down_proj (K 24 and 40 a
+        // rank: two passes there); FlashInfer's swizzled scales are affine
+        // over cells of fewer rows.
+        Case{"tiny-qwen3-fp4", "megatron:tp=1", "vllm:tp=2,quant=nvfp4", Case::kAll},
+        Case{"tiny-qwen3-fp4", "megatron:tp=2", "vllm:tp=1,quant=nvfp4", Case::kAll},
+        Case{"tiny-qwen3-fp4", "megatron:tp=4,dp=2", "vllm:tp=2,dp=2,quant=nvfp4", Case::kSome},
+        Case{"tiny-qwen3-fp4", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=nvfp4", Case::kAll},
+        Case{"tiny-qwen3-moe-fp4", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=nvfp4",
+             Case::kAll},
+        Case{"tiny-qwen3-moe-fp4", "megatron:tp=4,ep=4,etp=1", "vllm:tp=2,dp=2,ep=4,quant=nvfp4",
+             Case::kSome},
+        Case{"tiny-qwen3-fp4-fi", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer",
+             Case::kAll},
         // FlashInfer's w31 order and scale layouts (MXFP8 with FlashInfer is
         // refused at planning).
         Case{"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1",
@@ -277,12 +295,13 @@ TEST(FusedPullErrorsTest, MalformedSourcesAreRefused) {
   EXPECT_EQ(fp.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// The colocated benchmark's cases (bench/colocated_bench.cc 8b-fp8, 8b-mx):
+// The colocated benchmark's cases (bench/colocated_bench.cc 8b-fp8, 8b-mx, 8b-nv):
 // every conversion of Qwen3-8B from Megatron TP1 (interleaved q/k/v, fused
-// gate/up) into vLLM TP1 FP8 and MXFP8 fuses, FP8 in whole 128 x 128 cells,
+// gate/up) into vLLM TP1 FP8, MXFP8 and NVFP4 fuses, FP8 in whole 128 x 128 cells,
 // and the engine's items cover every converted byte it receives.
 TEST(FusedPullPlansTest, Qwen3_8bMegatronTp1FusesEverything) {
-  for (const char* engine : {"vllm:tp=1,quant=fp8", "vllm:tp=1,quant=mxfp8"}) {
+  for (const char* engine :
+       {"vllm:tp=1,quant=fp8", "vllm:tp=1,quant=mxfp8", "vllm:tp=1,quant=nvfp4"}) {
     absl::StatusOr<ModelConfig> model = LoadModelConfig("qwen3-8b");
     ASSERT_TRUE(model.ok());
     auto src = BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=1"));
@@ -297,7 +316,7 @@ TEST(FusedPullPlansTest, Qwen3_8bMegatronTp1FusesEverything) {
     EXPECT_EQ(fused.size(), ts.conversions.size()) << engine;
     const std::vector<FusedSource> sources = FusedSourcesOf(ts, 0, 0, fused);
     for (const FusedSource& f : sources) {
-      if (f.kind != static_cast<int32_t>(ConversionKind::kMxfp8)) {
+      if (f.kind == static_cast<int32_t>(ConversionKind::kFp8Block)) {
         EXPECT_EQ(f.cell_r, 128);
         EXPECT_EQ(f.cell_c, 128);
       }
