@@ -293,6 +293,22 @@ TEST(FusedPullErrorsTest, MalformedSourcesAreRefused) {
   bad[0].cell_c = 48;  // not whole 1 x 32 blocks
   fp = BuildFusedItems(es, 0, {{0, bad}});
   EXPECT_EQ(fp.status().code(), absl::StatusCode::kInvalidArgument);
+  // A record that cuts tiles sends its codes position only, in cells of one
+  // 1 x 32 block column.
+  for (const int32_t role : {0, 1}) {
+    bad = good;
+    for (FusedSource& f : bad) {
+      if (f.role == role) {
+        f.cut = 1;
+        f.cell_c = role == 0 ? 64 : 32;
+        break;
+      }
+    }
+    fp = BuildFusedItems(es, 0, {{0, bad}});
+    EXPECT_EQ(fp.status().code(), absl::StatusCode::kInvalidArgument) << "role " << role;
+    EXPECT_THAT(std::string(fp.status().message()),
+                ::testing::HasSubstr("malformed quantize-on-pull source"));
+  }
 }
 
 // The colocated benchmark's cases (bench/colocated_bench.cc 8b-fp8, 8b-mx, 8b-nv):
