@@ -37,6 +37,8 @@ if python3 -c 'import torch' 2>/dev/null; then
 fi
 echo "== fused_pull_gpu_test (quantize-on-pull kernel vs its host items; next to a copy)"
 "$dir/fused_pull_gpu_test" || rc4=1
+echo "== pull_nvfp4_gpu_test (NVFP4 quantize-on-pull kernel vs its host items; next to a copy)"
+"$dir/pull_nvfp4_gpu_test" || rc4=1
 echo "== nvfp4_gpu_test (NVFP4 quantize kernels vs host and the reference of ModelOpt's formula)"
 REFIT_NVFP4_DUMP="$(mktemp -d)" && export REFIT_NVFP4_DUMP
 "$dir/nvfp4_gpu_test" || rc4=1

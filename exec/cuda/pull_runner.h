@@ -31,8 +31,8 @@
 // either side ever waits on an event of the other process, so a peer that
 // dies leaves nothing queued on this GPU that could wait forever. The
 // mappings of a dead sender's memory stay valid until the engine is
-// destroyed. The Gloo control channel carries only prepare and the FP8
-// amax exchange.
+// destroyed. The Gloo control channel carries only prepare and the amax
+// exchanges (FP8 / MXFP8 tiles cut between trainers, NVFP4 global amaxes).
 //
 // FP8, MXFP8 and NVFP4 conversions (plan/conversion.h) run in one pass
 // where they can (exec/fused_pull.h): the sender exports the BF16 weight in
