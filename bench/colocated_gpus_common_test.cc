@@ -57,6 +57,30 @@ TEST(GpusCaseTest, TensorParallelEnginesReadMostlyTheirOwnGpu) {
   }
 }
 
+TEST(GpusCaseTest, ReplicatedTensorsAreReadFromTheEngineRanksOwnGpu) {
+  // Norms are replicated on both trainer ranks: each engine rank reads
+  // them from the trainer on its GPU (145 small peer copies otherwise).
+  for (const char* name : {"tp2", "dp2"}) {
+    absl::StatusOr<Plan> plan = GpusCasePlan(*GpusCaseNamed(name), "qwen3-8b");
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    int replicated = 0;
+    for (const Segment& s : plan->segments) {
+      const Record& from = plan->src.records[s.src_record];
+      const int32_t e = plan->dst.records[s.dst_record].rank;
+      bool on_engine_gpu = false;
+      for (const Record& r : plan->src.records) {
+        on_engine_gpu = on_engine_gpu ||
+                        (r.rank == e && r.tensor == from.tensor && Contains(r.box, s.box));
+      }
+      if (!on_engine_gpu) continue;
+      ++replicated;
+      EXPECT_EQ(from.rank, e) << name << ": engine rank " << e << " reads "
+                              << plan->src.tensors[from.tensor].name << " from the other GPU";
+    }
+    EXPECT_GT(replicated, 145) << name;
+  }
+}
+
 TEST(GpusCaseTest, UnknownCaseNamesTheFlag) {
   absl::StatusOr<GpusCase> c = GpusCaseNamed("tp4");
   ASSERT_FALSE(c.ok());

@@ -4,14 +4,19 @@
 //
 //   refit_gpu_bench [--model=qwen3-8b] [--iters=5] [--scenarios=tp2,dp2,small]
 //                   [--staging_mib=512] [--direct_mib=8] [--round_mib=0]
+//                   [--lanes=2,1,4] [--message_mib=-1,128,64]
 //
 // Scenarios:
 //   tp2    model --model from megatron:tp=2 to vllm:tp=2 (fused qkv/gate_up)
 //   dp2    the same to vllm:tp=1,dp=2 (each engine GPU holds the whole model)
 //   small  2048 tensors of 1 MiB, Shard(0) on the trainer, Shard(1) on the
 //          engine: thousands of small strided pieces (coalescing at work)
-// For each: the refit (plan + executor + NCCL transport) with K = 2, 1, 4
-// lanes; every engine byte checked after the first K=2 refit; the raw NCCL
+// For each: the refit (plan + executor + NCCL transport) with the default
+// settings (2 lanes asked for; the planner may take 4 for many small
+// pieces, and the transport has the plan's lanes), with K = 1 and 4 lanes
+// fixed (--lanes), and with K=2 fixed once more per --message_mib value
+// (messages and waves of at most that many MiB; -1: the per-lane budget);
+// every engine byte checked after each; the raw NCCL
 // time of the same bytes between the same GPU pairs, pre-packed, one
 // message per pair (the physical limit); for tp2/dp2 the broadcast refit
 // most RL frameworks do (the trainer's rank 0 holds the full tensors and
@@ -305,6 +310,11 @@ struct BenchOptions {
   int64_t staging_mib = 512;
   int64_t direct_mib = -1;  // -1: the planner's default
   int64_t round_mib = 0;
+  std::vector<int> lanes = {2, 1, 4};  // K=2 first (its plan is the baseline's)
+  // Extra K=2 refits, messages and waves of at most this many MiB each
+  // (-1: the per-lane budget, the planner's choice before pipelined
+  // staging), on the K=2 transport, every engine byte checked.
+  std::vector<int64_t> message_mib;
 };
 
 absl::Status Worker(const std::string& scenario, const std::string& model,
@@ -342,19 +352,36 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
   out->Put("rank_bytes", static_cast<double>(my_bytes));
 
   const Side side = trainer ? Side::kTrainer : Side::kEngine;
+  // Engines start every refit measured from zeros, so that every one's
+  // bytes are checked.
+  auto zero_engine = [&]() -> absl::Status {
+    if (trainer) return absl::OkStatus();
+    for (size_t b = 0; b < dev.size(); ++b) {
+      if (dev[b]) CK(cudaMemset(dev[b], 0, mine.buffers[b].byte_size));
+    }
+    CK(cudaDeviceSynchronize());
+    return absl::OkStatus();
+  };
   Plan plan2;
-  for (int lanes : {2, 1, 4}) {
+  for (int lanes : bo.lanes) {
+    // K=2 is the default: the planner may take more lanes (planner.h), and
+    // the transport has the plan's (as refitd bootstraps members); K=1 and
+    // K=4 are fixed.
     PlannerOptions po;
     po.num_lanes = lanes;
+    po.choose_lanes = lanes == 2;
     po.staging_budget_bytes = staging_mib << 20;
     if (bo.direct_mib >= 0) po.direct_min_bytes = bo.direct_mib << 20;
     po.max_wave_bytes = bo.round_mib << 20;
     const absl::Time p0 = absl::Now();
     REFIT_ASSIGN_OR_RETURN(Plan plan, BuildPlan(src, dst, po));
-    if (lanes == 2) out->Put("plan_s", absl::ToDoubleSeconds(absl::Now() - p0));
+    if (lanes == 2) {
+      out->Put("plan_s", absl::ToDoubleSeconds(absl::Now() - p0));
+      out->Put("plan_lanes", static_cast<double>(plan.options.num_lanes));
+    }
     testing::DirKvStore kv(absl::StrCat(dir, "/lanes", lanes));
     NcclTransportOptions no;
-    no.num_lanes = lanes;
+    no.num_lanes = plan.options.num_lanes;
     no.device = g;
     REFIT_ASSIGN_OR_RETURN(std::unique_ptr<NcclTransport> t,
                            NcclTransport::Create(&kv, g, kWorld, no));
@@ -363,13 +390,7 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
     eo.copier = ce.get();
     REFIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex,
                            Executor::Create(plan, side, rank, dev, t.get(), eo));
-    // Engines start from zeros for every K, so every K's bytes are checked.
-    if (!trainer) {
-      for (size_t b = 0; b < dev.size(); ++b) {
-        if (dev[b]) CK(cudaMemset(dev[b], 0, mine.buffers[b].byte_size));
-      }
-      CK(cudaDeviceSynchronize());
-    }
+    REFIT_RETURN_IF_ERROR(zero_engine());
     const absl::Time deadline = absl::Now() + absl::Seconds(120);
     REFIT_ASSIGN_OR_RETURN(RunStats first, ex->Run(deadline));
     RunStats last = first;
@@ -394,6 +415,33 @@ absl::Status Worker(const std::string& scenario, const std::string& model,
       }
     }
 
+    // The message-size sweep on this transport (K=2 only).
+    for (const int64_t mib : lanes == 2 ? bo.message_mib : std::vector<int64_t>{}) {
+      PlannerOptions so = po;
+      so.choose_lanes = false;
+      so.max_message_bytes = mib < 0 ? so.staging_budget_bytes / lanes : mib << 20;
+      so.max_wave_bytes = mib < 0 ? 0 : mib << 20;
+      REFIT_ASSIGN_OR_RETURN(Plan sp, BuildPlan(src, dst, so));
+      ExecutorOptions seo = eo;
+      seo.num_lanes = lanes;
+      REFIT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> sx,
+                             Executor::Create(sp, side, rank, dev, t.get(), seo));
+      REFIT_RETURN_IF_ERROR(zero_engine());
+      REFIT_RETURN_IF_ERROR(sx->Run(absl::Now() + absl::Seconds(120)).status());
+      const absl::Time s0 = absl::Now();
+      for (int i = 0; i < iters; ++i) {
+        REFIT_RETURN_IF_ERROR(sx->Run(absl::Now() + absl::Seconds(120)).status());
+      }
+      out->Put(absl::StrCat("sweep_s_", mib), absl::ToDoubleSeconds(absl::Now() - s0) / iters);
+      out->Put(absl::StrCat("sweep_waves_", mib), static_cast<double>(sp.waves.size()));
+      if (!trainer) {
+        absl::Status c = testing::DevicePattern(mine, rank, dev, 1, true);
+        if (!c.ok() && out->kv["check"] == "equal") {
+          out->Put("check", absl::StrCat("K=2, messages of ", mib, " MiB: ",
+                                         std::string(c.message()).substr(0, 300)));
+        }
+      }
+    }
     out->Put(absl::StrCat("staging_k", lanes),
              static_cast<double>(last.peak_staging_bytes));
     out->Put(absl::StrCat("recv_k", lanes), static_cast<double>(last.bytes_received));
@@ -491,6 +539,24 @@ int main(int argc, char** argv) {
   (void)absl::SimpleAtoi(testing::FlagValue(argc, argv, "staging_mib", "512"), &bo.staging_mib);
   (void)absl::SimpleAtoi(testing::FlagValue(argc, argv, "direct_mib", "-1"), &bo.direct_mib);
   (void)absl::SimpleAtoi(testing::FlagValue(argc, argv, "round_mib", "0"), &bo.round_mib);
+  bo.lanes.clear();
+  for (absl::string_view v : absl::StrSplit(testing::FlagValue(argc, argv, "lanes", "2,1,4"), ',')) {
+    int k = 0;
+    if (absl::SimpleAtoi(v, &k) && (k == 1 || k == 2 || k == 4)) bo.lanes.push_back(k);
+  }
+  if (bo.lanes.empty() || bo.lanes[0] != 2) {
+    std::printf("--lanes: a list of 1, 2 and 4 starting with 2\n");
+    return 2;
+  }
+  for (absl::string_view v :
+       absl::StrSplit(testing::FlagValue(argc, argv, "message_mib", ""), ',', absl::SkipEmpty())) {
+    int64_t m = 0;
+    if (!absl::SimpleAtoi(v, &m) || m < -1 || m == 0) {
+      std::printf("--message_mib: MiB above 0, or -1 for the per-lane budget\n");
+      return 2;
+    }
+    bo.message_mib.push_back(m);
+  }
   const int iters = bo.iters;
   const int64_t staging_mib = bo.staging_mib;
   int count = 0;
@@ -603,12 +669,14 @@ int main(int argc, char** argv) {
       if (r[g]["pointers"] != "unchanged") ok = false;
     }
     std::printf(
-        "%s: %.2f GB model, plan %.3f s (%s messages, %s segments, %s rounds); "
-        "refit K=1/2/4: %.2f / %.2f / %.2f ms; the plan's K=2 rounds without "
+        "%s: %.2f GB model, plan %.3f s (%s messages, %s segments, %s rounds, "
+        "%.0f lanes); refit K=1/2 (the default: the plan's lanes)/4: %.2f / %.2f / "
+        "%.2f ms; the plan's default rounds without "
         "copies %.2f ms; raw NCCL %.2f ms; %s%s; "
         "peak staging %.0f MiB (budget %.0f MiB); engine bytes %s, pointers %s\n",
         scenario.c_str(), D(r[0], "model_bytes") / 1e9, D(r[0], "plan_s"),
         r[0]["messages"].c_str(), r[0]["segments"].c_str(), r[0]["rounds"].c_str(),
+        D(r[0], "plan_lanes"),
         slowest("refit_s_k1") * 1e3, refit * 1e3, slowest("refit_s_k4") * 1e3,
         slowest("rounds_only_s") * 1e3, raw * 1e3,
         scenario == "small" ? "one message per piece " : "broadcast ",
@@ -618,6 +686,14 @@ int main(int argc, char** argv) {
                            slowest("broadcast_nogather_s") * 1e3, " ms without").c_str(),
         peak_staging / 1048576, D(r[0], "budget") / 1048576, check.c_str(),
         r[kTrainer]["pointers"].c_str());
+    for (const int64_t mib : bo.message_mib) {
+      const double sw = slowest(absl::StrCat("sweep_s_", mib));
+      std::printf("%s: K=2, messages and waves of at most %s: %.2f ms (raw / refit %.2f), "
+                  "%.0f waves\n",
+                  scenario.c_str(),
+                  mib < 0 ? "the per-lane budget" : absl::StrCat(mib, " MiB").c_str(), sw * 1e3,
+                  sw > 0 ? raw / sw : 0.0, D(r[0], absl::StrCat("sweep_waves_", mib)));
+    }
     std::fflush(stdout);
     const double base = scenario == "small" ? slowest("per_piece_s") : slowest("broadcast_s");
     table.push_back(absl::StrFormat(
@@ -634,7 +710,7 @@ int main(int argc, char** argv) {
   for (const std::string& l : table) std::printf("%s\n", l.c_str());
   std::printf("(baseline: for tp2/dp2, trainer rank 0 gathers each 1 GiB "
               "bucket from the trainer ranks and broadcasts it to every engine "
-              "rank; for small, one NCCL message per piece; K=2 lanes unless "
-              "stated)\n");
+              "rank; for small, one NCCL message per piece; refit ms: the "
+              "default settings, 2 lanes asked for, the plan's lanes taken)\n");
   return ok ? 0 : 1;
 }

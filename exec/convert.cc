@@ -65,8 +65,13 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
   };
   for (const Conversion& c : plan.conversions) {
     if (c.from.rank != rank) continue;
+    // A block conversion without codes (to_buffer -1) writes only its
+    // scales (its receivers quantize on pull, exec/fused_pull.h).
+    const bool scales_only = c.to_buffer == -1 && IsBlockQuantized(c.kind) &&
+                             c.kind != ConversionKind::kNvfp4;
     if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(src.tensors.size()) ||
-        !own_buffer(c.to_buffer) || (c.scale_buffer >= 0 && !own_buffer(c.scale_buffer))) {
+        (!scales_only && !own_buffer(c.to_buffer)) ||
+        (c.scale_buffer >= 0 && !own_buffer(c.scale_buffer))) {
       return absl::InvalidArgumentError(absl::StrCat(
           "trainer rank ", rank, ": a conversion's tensor or scratch buffers are "
           "not this rank's"));
@@ -223,7 +228,7 @@ absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
                                      buffers[c.to_buffer]));
       continue;
     }
-    if (!v.has_cut) {
+    if (!v.has_cut && c.to_buffer >= 0) {
       REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
       REFIT_RETURN_IF_ERROR(ops.QuantizeWhole(
           dense, c.from_dtype, c.from.box, c.tile, ScaleModeOf(c.kind),
@@ -237,10 +242,15 @@ absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
         v.amax[IndexIn(v.tiles, t)] = gr.own[IndexIn(gr.g->tiles, t)];
       });
     }
+    if (c.to_buffer < 0 && c.scale_buffer < 0) {  // its part of cut tiles' amaxes only
+      v.amax.clear();
+      continue;
+    }
+    if (!v.has_cut) REFIT_RETURN_IF_ERROR(Amax(ops, v, buffers));  // scales only
     REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
     REFIT_RETURN_IF_ERROR(ops.Quantize(dense, c.from_dtype, c.from.box, c.tile, v.amax,
                                        ScaleModeOf(c.kind),
-                                       buffers[c.to_buffer],
+                                       c.to_buffer >= 0 ? buffers[c.to_buffer] : nullptr,
                                        c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr));
     v.amax.clear();
   }

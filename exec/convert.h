@@ -45,8 +45,8 @@ class ConvertOps {
   virtual absl::StatusOr<std::vector<float>> TileAmax(
       const char* dense, DType dtype, const Box& box,
       const std::vector<int64_t>& tile) = 0;
-  // QuantizeHost into out (e4m3) and scales (f32, E8M0 bytes for kE8m0;
-  // may be null).
+  // QuantizeHost into out (e4m3; null: scales only) and scales (f32, E8M0
+  // bytes for kE8m0; may be null).
   virtual absl::Status Quantize(const char* dense, DType dtype, const Box& box,
                                 const std::vector<int64_t>& tile,
                                 const std::vector<float>& amax, ScaleMode mode,

@@ -2,6 +2,7 @@
 #include "exec/fused_pull.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <tuple>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "exec/fused_pull_nvfp4.h"
+#include "exec/fused_pull_scales.h"
 #include "exec/pull_program.h"
 #include "exec/quantize.h"
 
@@ -106,13 +108,36 @@ void ForEachSourcePart(const Plan& slice, int32_t src, int32_t dst, Fn fn) {
   }
 }
 
-// Whether every reader of c's scratch buffers is a pull receiver writing
-// into a destination affine over every cell_r x cell_c cell (codes; the
-// cells' tiles for scales). NVFP4 codes are bytes of two columns, and its
-// receivers read codes and scales from the same sender (an item of either
-// needs the BF16 weight and the global amax, exported at the two positions).
+// Whether c's record cuts tiles on its last two dims (a tile it holds
+// part of, the rest held by other records). Requires a valid tile.
+bool CutsTiles(const Plan& slice, const Conversion& c) {
+  if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(slice.src.tensors.size())) {
+    return false;
+  }
+  const std::vector<int64_t>& shape = slice.src.tensors[c.from.tensor].shape;
+  const Box& box = c.from.box;
+  const int n = box.rank();
+  if (static_cast<int>(shape.size()) != n || static_cast<int>(c.tile.size()) != n || n < 2) {
+    return false;
+  }
+  for (int d = n - 2; d < n; ++d) {
+    const int64_t t = c.tile[d];
+    if (box.origin(d) % t != 0 || (box.limit(d) % t != 0 && box.limit(d) != shape[d])) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether every reader of c's scratch buffers (only of its codes with
+// `codes_only`) is a pull receiver writing into a destination affine over
+// every cell_r x cell_c cell (codes; the cells' tiles for scales). NVFP4
+// codes are bytes of two columns, and its receivers read codes and scales
+// from the same sender (an item of either needs the BF16 weight and the
+// global amax, exported at the two positions).
 bool ReadersFuse(const Plan& slice, int32_t rank, const Conversion& c,
-                 const std::function<bool(int32_t)>& pulls, int64_t cell_r, int64_t cell_c) {
+                 const std::function<bool(int32_t)>& pulls, int64_t cell_r, int64_t cell_c,
+                 bool codes_only) {
   const int n = c.from.box.rank();
   const int64_t tr = c.tile[n - 2], tc = c.tile[n - 1];
   const int64_t pack = c.kind == ConversionKind::kNvfp4 ? 2 : 1;
@@ -120,7 +145,7 @@ bool ReadersFuse(const Plan& slice, int32_t rank, const Conversion& c,
   std::set<int32_t> readers[2];
   ForEachSourcePart(slice, rank, -1, [&](const Message& m, const Segment& s, int32_t b,
                                          const Box& part) {
-    if (!ok || (b != c.to_buffer && b != c.scale_buffer)) return;
+    if (!ok || (b != c.to_buffer && (codes_only || b != c.scale_buffer))) return;
     read = true;
     const Record& d = slice.dst.records[s.dst_record];
     const bool codes = b == c.to_buffer;
@@ -138,9 +163,11 @@ bool ReadersFuse(const Plan& slice, int32_t rank, const Conversion& c,
 bool Fusable(const Plan& slice, int32_t rank, const Conversion& c,
              const std::function<bool(int32_t)>& pulls, std::pair<int64_t, int64_t>* cell) {
   if (c.kind != ConversionKind::kFp8Block && c.kind != ConversionKind::kFp8BlockUe8m0 &&
-      c.kind != ConversionKind::kMxfp8 && c.kind != ConversionKind::kNvfp4) {
-    return false;  // the DeepGEMM requantization keeps two passes
+      c.kind != ConversionKind::kFp8BlockRequantUe8m0 && c.kind != ConversionKind::kMxfp8 &&
+      c.kind != ConversionKind::kNvfp4) {
+    return false;
   }
+  if (c.to_buffer < 0) return false;
   if (c.from.rank != rank || c.from_dtype != DType::kBF16 || !FusableTile(c.tile)) return false;
   if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(slice.src.tensors.size())) {
     return false;
@@ -154,19 +181,24 @@ bool Fusable(const Plan& slice, int32_t rank, const Conversion& c,
       return false;
     }
   }
-  // No tile cut between trainer records.
-  for (int d = n - 2; d < n; ++d) {
-    const int64_t t = c.tile[d];
-    if (box.origin(d) % t != 0 || (box.limit(d) % t != 0 && box.limit(d) != shape[d])) {
-      return false;
-    }
+  // Cut tiles take their scales from the owner's scratch: the requantized
+  // codes would need its first scale too, and NVFP4 its block amaxes. A
+  // record owning no tile has no scale scratch: only a cut one.
+  const bool cut = CutsTiles(slice, c);
+  if ((cut && (c.kind == ConversionKind::kFp8BlockRequantUe8m0 ||
+               c.kind == ConversionKind::kNvfp4)) ||
+      (c.scale_buffer < 0 && !cut)) {
+    return false;
   }
-  // The largest cell every record involved is affine over.
+  // The largest cell every record involved is affine over (one block
+  // column for cut 1 x 32 blocks: an item's blocks then start at its
+  // region's first column).
   const int64_t tr = c.tile[n - 2], tc = c.tile[n - 1];
   for (const int64_t cc : {int64_t{128}, int64_t{64}, int64_t{32}}) {
     for (const int64_t cr : {128, 64, 32, 16, 8, 4, 2, 1}) {
-      if (cc % tc != 0 || cr % tr != 0) continue;
-      if (AffinePerCell(c.from, box, cr, cc) && ReadersFuse(slice, rank, c, pulls, cr, cc)) {
+      if (cc % tc != 0 || cr % tr != 0 || (cut && tr == 1 && cc != tc)) continue;
+      if (AffinePerCell(c.from, box, cr, cc) &&
+          ReadersFuse(slice, rank, c, pulls, cr, cc, cut)) {
         if (cell != nullptr) *cell = {cr, cc};
         return true;
       }
@@ -441,7 +473,12 @@ Plan WithoutConversions(const Plan& slice, const std::set<int32_t>& fused) {
       out.conversions.push_back(Nvfp4GlobalAmaxOnly(c, &out.src));
       continue;
     }
-    for (int32_t b : {c.to_buffer, c.scale_buffer}) {
+    const bool cut = CutsTiles(slice, c);
+    if (cut) {  // scales only: the trainer still writes its scale scratch
+      out.conversions.push_back(c);
+      out.conversions.back().to_buffer = -1;
+    }
+    for (int32_t b : {c.to_buffer, cut ? -1 : c.scale_buffer}) {
       if (valid(b)) out.src.buffers[b].scratch = false;
     }
   }
@@ -454,7 +491,10 @@ std::set<int32_t> GlobalAmaxConversions(const Plan& slice, const std::set<int32_
   for (size_t i = 0; i < slice.conversions.size(); ++i) {
     const bool f = fused.count(static_cast<int32_t>(i)) > 0;
     if (f && slice.conversions[i].kind == ConversionKind::kNvfp4) out.insert(kept);
-    if (!f || slice.conversions[i].kind == ConversionKind::kNvfp4) ++kept;
+    if (!f || slice.conversions[i].kind == ConversionKind::kNvfp4 ||
+        CutsTiles(slice, slice.conversions[i])) {
+      ++kept;  // as WithoutConversions keeps them
+    }
   }
   return out;
 }
@@ -465,7 +505,7 @@ std::vector<int32_t> ExportedSourceBuffers(const Plan& slice, int32_t rank, int3
   for (int32_t& b : order) {
     for (int32_t i : fused) {
       const Conversion& c = slice.conversions[i];
-      if (b == c.to_buffer || b == c.scale_buffer) {
+      if (b == c.to_buffer || (b == c.scale_buffer && !CutsTiles(slice, c))) {
         // NVFP4: the scale position carries the global amaxes.
         b = c.kind == ConversionKind::kNvfp4 && b == c.scale_buffer ? c.to_buffer : c.from.buffer;
         break;
@@ -482,11 +522,13 @@ std::vector<FusedSource> FusedSourcesOf(const Plan& slice, int32_t rank, int32_t
   for (size_t p = 0; p < order.size(); ++p) {
     for (int32_t i : fused) {
       const Conversion& c = slice.conversions[i];
-      if (order[p] != c.to_buffer && order[p] != c.scale_buffer) continue;
+      const bool cut = CutsTiles(slice, c);
+      if (order[p] != c.to_buffer && (cut || order[p] != c.scale_buffer)) continue;
       const Box& box = c.from.box;
       FusedSource f;
       f.position = static_cast<int32_t>(p);
       f.role = order[p] == c.to_buffer ? 0 : 1;
+      f.cut = cut ? 1 : 0;
       f.conversion = i;
       f.kind = static_cast<int32_t>(c.kind);
       f.rank = box.rank();
@@ -518,13 +560,18 @@ absl::StatusOr<FusedProgram> BuildFusedItems(
     const std::map<int32_t, std::vector<FusedSource>>& sources) {
   FusedProgram out;
   ItemBuilder builder(slice, &out);
+  CutScaleSources scales(slice, dst_rank);
   for (const auto& [src, list] : sources) {
     const std::vector<int32_t> order = PairSourceBuffers(slice, src, dst_rank);
     std::map<int32_t, const FusedSource*> by_buffer;
     Positions position;
     for (const FusedSource& f : list) {
       bool ok = f.position >= 0 && f.position < static_cast<int32_t>(order.size()) &&
-                f.rank >= 2 && f.rank <= kFusedMaxRank && (f.role == 0 || f.role == 1);
+                f.rank >= 2 && f.rank <= kFusedMaxRank && (f.role == 0 || f.role == 1) &&
+                (f.cut == 0 || (f.cut == 1 && f.role == 0 &&
+                                f.kind != static_cast<int32_t>(ConversionKind::kFp8BlockRequantUe8m0) &&
+                                f.kind != static_cast<int32_t>(ConversionKind::kNvfp4) &&
+                                (f.tile[f.rank - 2] != 1 || f.cell_c == f.tile[f.rank - 1])));
       if (ok) {
         std::vector<int64_t> tile(f.tile, f.tile + f.rank);
         ok = FusableTile(tile) && f.cell_r >= 1 && f.cell_r <= 128 && f.cell_c >= 1 &&
@@ -569,6 +616,8 @@ absl::StatusOr<FusedProgram> BuildFusedItems(
         FusedItem& it = out.items[k];
         it.tensor = tensor;
         if (nv) SetNvfp4GlobalAmax(fs, position.at({fs.conversion, 1}), &it);
+        if (fs.cut == 1) st = scales.Set(tensor, &it);
+        if (!st.ok()) break;
         const int64_t last = it.src_offset + 2 * ((it.rows - 1) * it.src_pitch + it.cols);
         if (it.src_offset < 0 || last > f->second->buffer_bytes) {
           st = absl::InvalidArgumentError(absl::StrCat(
@@ -614,6 +663,10 @@ absl::Status RunFusedItemsHost(absl::Span<const FusedItem> items, const Plan& sl
     const int64_t pack = nv ? 2 : 1;  // NVFP4: two codes a byte
     const ScaleMode mode = ScaleModeOf(static_cast<ConversionKind>(it.kind));
     const int64_t es = nv ? 1 : ScaleElementSize(mode);  // NVFP4: e4m3 bytes
+    if (it.scale_src_buffer >= 0) {  // a record cutting tiles
+      QuantizeCutItemHost(it, dense.data(), src.at(it.scale_src_rank), dst);
+      continue;
+    }
     const int64_t tiles_r = (it.rows + it.tile_r - 1) / it.tile_r;
     const int64_t tiles_c = (it.cols + it.tile_c - 1) / it.tile_c;
     std::vector<uint8_t> codes(dense.size() / pack);

@@ -1,8 +1,9 @@
 // Quantize-on-pull: on the colocated data plane (exec/cuda/pull_runner.h)
 // an engine rank reads its trainers' BF16 weights and writes FP8 codes and
-// block scales (kFp8Block, kFp8BlockUe8m0: 128 x 128 tiles, f32 scales;
-// kMxfp8: 1 x 32 blocks, E8M0 bytes; kNvfp4: packed E2M1 codes and e4m3
-// bytes per 1 x 16 block) straight into its own buffers in one pass,
+// block scales (kFp8Block, kFp8BlockUe8m0, kFp8BlockRequantUe8m0 (DeepGEMM's
+// requantized power-of-two scales, `kernel=deepgemm`): 128 x 128 tiles, f32
+// scales; kMxfp8: 1 x 32 blocks, E8M0 bytes; kNvfp4: packed E2M1 codes and
+// e4m3 bytes per 1 x 16 block) straight into its own buffers in one pass,
 // instead of the trainer quantizing into scratch buffers that the engine
 // then pulls (plan/conversion.h, exec/convert.h).
 //
@@ -18,16 +19,24 @@
 // weight and their expert's global amax and write codes and scales.
 //
 // Which conversions fuse is the trainer's choice (FusableConversions): a
-// block kind other than the DeepGEMM requantization, from a BF16 record
+// block kind (above), from a BF16 record
 // whose tiles no other trainer record holds part of, every reader of its
 // scratch buffers a pull receiver, and source and destinations affine
 // over every cell of elements (one stride per dim there, the last 1):
 // 128 x 128 cells for FP8 tiles; for MXFP8 the largest cell from 128 x 128
 // down to 1 x 32 that works (interleaved fused parameters qualify where
-// their runs are multiples of the cell). The rest keeps the two-pass path:
-// requantized UE8M0 scales (`kernel=deepgemm`), tiles cut between trainer
-// records (the trainers exchange partial amaxes and quantize into
-// scratch, the engine pulls it), layouts that are not affine per cell.
+// their runs are multiples of the cell). A conversion whose record cuts
+// tiles that other trainer records hold the rest of (FSDP's flat shards,
+// a TP cut through a 128 x 128 tile or a 1 x 32 block) fuses too, except
+// for the DeepGEMM requantization and NVFP4: its trainer still computes the amaxes
+// of all its tiles, exchanges the cut tiles' partial amaxes with their
+// other holders (a few floats) and writes the scales of the tiles it owns
+// into its scale scratch, which receivers pull as before; only the codes
+// scratch goes, and the receiver's items quantize the codes of cut tiles
+// with the scale read from the scale scratch of the tile's owner (the
+// trainer record whose scale segment the receiver reads; cells of one
+// block column for MXFP8). The rest keeps the two-pass path: layouts that
+// are not affine per cell, readers that do not pull.
 
 // At prepare the trainer exports, at the positions of a fused conversion's
 // scratch buffers in PairSourceBuffers' order, the conversion's BF16 source
@@ -69,6 +78,7 @@ struct FusedSource {
   int32_t conversion = 0;  // links a conversion's codes and scales
   int32_t kind = 0;        // ConversionKind
   int32_t rank = 0;        // tensor rank, 2..kFusedMaxRank
+  int32_t cut = 0;         // 1: the record cuts tiles (codes only; see above)
   int32_t splits[kFusedMaxRank] = {};  // per dim, 1..kFusedMaxSplits
   int64_t split_size[kFusedMaxRank][kFusedMaxSplits] = {};
   int64_t split_stride[kFusedMaxRank][kFusedMaxSplits] = {};
@@ -92,8 +102,11 @@ std::set<int32_t> FusableConversions(const Plan& slice, int32_t rank,
 // `slice` without the conversions `fused` (what the trainer still runs
 // itself): their scratch buffers are no longer scratch (nothing allocates
 // them; the pair exports the source buffer at their positions instead).
-// A fused NVFP4 conversion stays, without scale buffer, its codes scratch
-// resized to one f32 per leading index: the global amaxes (see above).
+// A fused conversion whose record cuts FP8 / MXFP8 tiles stays, without
+// its codes (to_buffer -1): the trainer computes its scales into the scale
+// scratch. A fused NVFP4 conversion stays, without scale buffer, its codes
+// scratch resized to one f32 per leading index: the global amaxes (see
+// above).
 Plan WithoutConversions(const Plan& slice, const std::set<int32_t>& fused);
 
 // The indices into WithoutConversions(slice, fused).conversions of the
@@ -102,8 +115,9 @@ std::set<int32_t> GlobalAmaxConversions(const Plan& slice, const std::set<int32_
 
 // What trainer `rank` exports to engine rank `dst_rank`, by position:
 // PairSourceBuffers, with each fused conversion's scratch buffers replaced
-// by the conversion's BF16 source buffer (NVFP4's scale buffer by its
-// codes scratch buffer, the global amaxes).
+// by the conversion's BF16 source buffer (only the codes scratch where the
+// record cuts tiles; NVFP4's scale buffer by its codes scratch buffer, the
+// global amaxes).
 std::vector<int32_t> ExportedSourceBuffers(const Plan& slice, int32_t rank,
                                            int32_t dst_rank,
                                            const std::set<int32_t>& fused);
@@ -125,6 +139,10 @@ std::vector<FusedSource> FusedSourcesOf(const Plan& slice, int32_t rank,
 // [s_r0, s_r1) x [s_c0, s_c1) (region-relative tile indices) to
 // scale_buffer at scale_offset + (i * scale_pitch + j) * element bytes.
 // dst_buffer / scale_buffer are -1 when the item writes none.
+// scale_src_buffer >= 0 (the item of a record cutting tiles): the tiles'
+// scales are read, not computed, from buffer scale_src_buffer of sender
+// scale_src_rank (its scale scratch): tile (i, j) of the region at
+// scale_src_offset + (i * scale_src_pitch + j) * element bytes.
 struct FusedItem {
   int32_t src_rank = 0;
   int32_t src_buffer = 0;
@@ -139,6 +157,10 @@ struct FusedItem {
   int32_t rows = 0, cols = 0;
   int32_t w_r0 = 0, w_r1 = 0, w_c0 = 0, w_c1 = 0;
   int32_t s_r0 = 0, s_r1 = 0, s_c0 = 0, s_c1 = 0;
+  int32_t scale_src_rank = -1;
+  int32_t scale_src_buffer = -1;
+  int64_t scale_src_offset = 0;
+  int64_t scale_src_pitch = 0;
   int32_t kind = 0;              // ConversionKind
   int32_t tile_r = 0, tile_c = 0;  // 128 x 128, 1 x 32 or 1 x 16
   // NVFP4: the f32 global amax of the region's leading index lies at

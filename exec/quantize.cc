@@ -242,6 +242,7 @@ void QuantizeHost(const HostDenseBox& in, const std::vector<int64_t>& tile,
   const int64_t es = DTypeSize(in.dtype);
   const int last = in.box.rank() - 1;
   ForEachRow(in.box, [&](int64_t pos, const std::vector<int64_t>& g, int64_t n) {
+    if (out == nullptr) return;  // scales only
     const int64_t base = RowTileBase(tiles, tile, g);
     ForEachTileRun(g[last], n, tile[last], base, [&](int64_t i0, int64_t len, int64_t k) {
       const float f = inv[k];

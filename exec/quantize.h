@@ -90,7 +90,8 @@ struct HostDenseBox {
 absl::StatusOr<std::vector<float>> TileAmaxHost(const HostDenseBox& in,
                                                 const std::vector<int64_t>& tile);
 
-// Quantizes `in` into e4m3 `out` (row-major over in.box) with the scales of
+// Quantizes `in` into e4m3 `out` (row-major over in.box; null: only the
+// scales) with the scales of
 // `amax` (row-major over IntersectingTiles(in.box, tile)), and writes the
 // scales of OwnedTiles(in.box, tile) to `scales` (row-major, f32, or E8M0
 // bytes for kE8m0; may be null when there are none).

@@ -1,7 +1,7 @@
 // The planner's placed replica choice: the time model (cost.h) recomputed
 // from the plan's messages equals plan.stats' prediction, the lower bound
-// never exceeds it, and a replica on the destination's GPU, else its host,
-// is chosen when it is free.
+// never exceeds it, a replica on the destination's GPU is chosen whenever
+// there is one, and one on its host when it is free.
 #include "plan/cost.h"
 
 #include <random>
@@ -135,6 +135,41 @@ TEST(PlacedPlanTest, EachEngineRankReadsFromTheReplicaOnItsGpu) {
   EXPECT_EQ(plan->stats.same_gpu_bytes, 0);
   EXPECT_EQ(plan->stats.intra_host_bytes, 4 * 64 * 64 * 4);
   EXPECT_DOUBLE_EQ(plan->stats.predicted_seconds, 64 * 64 * 4 / 370e9);
+}
+
+TEST(PlacedPlanTest, ReplicatedTensorsComeFromTheEngineRanksOwnGpuEvenFromABusierTrainer) {
+  // Colocated TP2 -> TP1 x DP2 on GPUs 0-1: trainer rank 0 holds the
+  // larger chunk of "w" (rows 0-4 of 9) and so sends the most; the norm
+  // "n" is replicated on both trainer ranks. Every engine rank still reads
+  // its norm from the trainer rank on its own GPU, never across NVLink.
+  SideLayout src, dst;
+  src.world_size = dst.world_size = 2;
+  const Mesh tp = *Mesh::Make({"tp"}, {2});
+  const Mesh dp = *Mesh::Make({"dp"}, {2});
+  for (const TensorSpec& t : {TensorSpec{"w", {9, 64}, DType::kBF16},
+                              TensorSpec{"n", {64}, DType::kBF16}}) {
+    ASSERT_TRUE(AddTensor(src, t).ok());
+    ASSERT_TRUE(AddTensor(dst, t).ok());
+  }
+  ASSERT_TRUE(AddDenseShards(src, 0, tp, {Placement::Shard(0)}).ok());
+  ASSERT_TRUE(AddDenseShards(src, 1, tp, {Placement::Replicate()}).ok());
+  ASSERT_TRUE(AddDenseShards(dst, 0, dp, {Placement::Replicate()}).ok());
+  ASSERT_TRUE(AddDenseShards(dst, 1, dp, {Placement::Replicate()}).ok());
+  src.host_of_rank = dst.host_of_rank = {0, 0};
+  src.gpu_of_rank = dst.gpu_of_rank = {0, 1};
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int norms = 0;
+  for (const Segment& s : plan->segments) {
+    if (plan->src.records[s.src_record].tensor != 1) continue;
+    ++norms;
+    EXPECT_EQ(plan->src.records[s.src_record].rank, plan->dst.records[s.dst_record].rank)
+        << "engine rank " << plan->dst.records[s.dst_record].rank
+        << " reads its norm from the other GPU";
+  }
+  EXPECT_EQ(norms, 2);
+  EXPECT_EQ(plan->stats.same_gpu_bytes, (5 + 4) * 64 * 2 + 2 * 64 * 2);
+  EXPECT_EQ(plan->stats.intra_host_bytes, (4 + 5) * 64 * 2);
 }
 
 TEST(PlacedPlanTest, RejectsAGpuOnTwoHostsAndGpusWithoutHosts) {

@@ -87,6 +87,10 @@ struct PlannerOptions {
   // wave together). Total staging per rank <= staging_budget_bytes.
   int64_t staging_budget_bytes = 512LL << 20;
   int32_t num_lanes = 2;  // 1..kMaxLanes
+  // Let the planner raise num_lanes to 4 for a plan of mostly staged
+  // bytes (many small or strided pieces; planner.h). The plan's
+  // options.num_lanes is what it chose; this flag is not part of the plan.
+  bool choose_lanes = true;
   // Use the placement (SideLayout::host_of_rank on both sides, and
   // gpu_of_rank where given): replica choice minimizes the predicted refit
   // time under `links`. When false, or when a side gives no hosts, every

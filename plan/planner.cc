@@ -30,12 +30,14 @@ using internal_plan::BalanceReplicas;
 using internal_plan::Candidates;
 using internal_plan::CheckCoverage;
 using internal_plan::CoalesceMessages;
+using internal_plan::HeaviestRankBytes;
 using internal_plan::EmitMessages;
 using internal_plan::FindCandidates;
 using internal_plan::JoinErrors;
 using internal_plan::MatchTensors;
 using internal_plan::MergeIndexedRecords;
 using internal_plan::MessageCap;
+using internal_plan::ChooseLanes;
 using internal_plan::OrderSegments;
 using internal_plan::PendingMessage;
 using internal_plan::ScheduleWaves;
@@ -123,19 +125,29 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
       BalanceReplicas(candidates, plan.src, plan.dst, options, &cost_stats);
   REFIT_RETURN_IF_ERROR(phase_done("balance"));
 
-  const int64_t cap = MessageCap(options);
   std::vector<PendingMessage> messages;
   {
     SegmentKeys keys;
-    REFIT_RETURN_IF_ERROR(
-        OrderSegments(candidates, choice, plan.src, plan.dst, cap, &keys));
+    REFIT_RETURN_IF_ERROR(OrderSegments(candidates, choice, plan.src, plan.dst,
+                                        MessageCap(plan.options), &keys));
+    // More lanes for a plan of mostly staged bytes; its segments are then
+    // cut at the smaller per-lane budget.
+    const internal_plan::RankBytes heaviest =
+        HeaviestRankBytes(keys, candidates, plan, options.direct_min_bytes);
+    const int32_t lanes = ChooseLanes(options, heaviest.coalesced, heaviest.all);
+    if (lanes != plan.options.num_lanes) {
+      plan.options.num_lanes = lanes;
+      keys = SegmentKeys();
+      REFIT_RETURN_IF_ERROR(OrderSegments(candidates, choice, plan.src, plan.dst,
+                                          MessageCap(plan.options), &keys));
+    }
     REFIT_RETURN_IF_ERROR(phase_done("segments"));
-    messages = CoalesceMessages(keys, candidates, choice, cap,
+    messages = CoalesceMessages(keys, candidates, choice, MessageCap(plan.options),
                                 options.direct_min_bytes, &plan);
   }  // the keys are not needed below
   REFIT_RETURN_IF_ERROR(phase_done("messages"));
 
-  ScheduleWaves(options, plan.src.world_size, plan.dst.world_size, &messages,
+  ScheduleWaves(plan.options, plan.src.world_size, plan.dst.world_size, &messages,
                 &plan.waves);
   REFIT_RETURN_IF_ERROR(phase_done("waves"));
   EmitMessages(messages, &plan);

@@ -36,7 +36,9 @@ namespace refit {
 // Replica choice (deterministic greedy): every (dst record, disjoint source
 // piece) intersection is a candidate. Candidates with one replica are
 // assigned first. The others are processed by bytes descending, then dst
-// record index, then source piece; each goes to the replica that makes the
+// record index, then source piece; each goes to a replica on the dst
+// rank's own GPU when there is one (gpu_of_rank; among several, by the
+// rule that follows), else to the replica that makes the
 // larger of its src rank's and its dst rank's predicted time smallest
 // (plan/cost.h: a rank's bytes per link class of the pair, at options.links'
 // speeds: same GPU where gpu_of_rank names one GPU for both, same host by
@@ -58,6 +60,14 @@ namespace refit {
 // one contiguous byte range of its buffer on either side is a message of
 // its own (that side needs no staging); the others are packed greedily, in
 // order, into messages of at most that cap.
+// Lanes: options.num_lanes, or 4 when options.choose_lanes is set, fewer
+// were asked for, and the heaviest rank's segments below direct_min_bytes
+// (many small or strided pieces, which it packs or unpacks) come to at
+// least 4 per-lane budgets, at least 256 MiB and at least half of its
+// bytes (and the budget gives each of 4 lanes 16 MiB): with two lanes a
+// lane's pack and unpack cannot hide behind the other lane's transfer.
+// plan.options.num_lanes is the count chosen; members run that many
+// (refitd bootstraps them with it).
 // Messages go next-fit into waves of their stage (stage =
 // src.stage_of_rank[src rank], 0 if empty) so that per wave each rank's
 // staging (bytes of its non-contiguous sends + receives) is <=

@@ -425,6 +425,61 @@ TEST(PlannerTest, GoldenReplicatedSourceToTwoShardsBalanced) {
             "    b [3:4] 4B\n");
 }
 
+// Per wave, the most bytes one rank stages (sends plus receives of
+// messages not contiguous on its side).
+int64_t MostStagedPerWave(const Plan& plan) {
+  int64_t most = 0;
+  for (const Wave& w : plan.waves) {
+    std::map<std::pair<int, int32_t>, int64_t> staged;  // (side, rank)
+    for (int32_t i = w.first_message; i < w.first_message + w.num_messages; ++i) {
+      const Message& m = plan.messages[i];
+      if (!m.src_contiguous) most = std::max(most, staged[{0, m.src_rank}] += m.bytes);
+      if (!m.dst_contiguous) most = std::max(most, staged[{1, m.dst_rank}] += m.bytes);
+    }
+  }
+  return most;
+}
+
+TEST(PlannerTest, ManySmallStridedPiecesGetFourLanes) {
+  // 256 bf16 [1024, 1024] tensors, Shard(0) over 2 trainer ranks into
+  // Shard(1) over 2 engine ranks: 1024 strided pieces of 512 KiB, 256 MiB
+  // staged per rank, 64 MiB of staging per lane with the 2 lanes asked
+  // for. The planner takes 4 lanes (32 MiB each).
+  SideLayout src, dst;
+  src.world_size = dst.world_size = 2;
+  const Mesh two = *Mesh::Make({"x"}, {2});
+  for (int i = 0; i < 256; ++i) {
+    TensorSpec t{absl::StrCat("w", i), {1024, 1024}, DType::kBF16};
+    ASSERT_TRUE(AddTensor(src, t).ok());
+    ASSERT_TRUE(AddTensor(dst, t).ok());
+    ASSERT_TRUE(AddDenseShards(src, i, two, {Placement::Shard(0)}).ok());
+    ASSERT_TRUE(AddDenseShards(dst, i, two, {Placement::Shard(1)}).ok());
+  }
+  PlannerOptions opt;
+  opt.num_lanes = 2;
+  opt.staging_budget_bytes = 128 << 20;
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, opt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->options.num_lanes, 4);
+  std::set<int32_t> lanes;
+  for (const Wave& w : plan->waves) lanes.insert(w.lane);
+  EXPECT_EQ(lanes, (std::set<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(MostStagedPerWave(*plan), 32 << 20);
+  EXPECT_EQ(plan->stats.total_bytes, int64_t{256} << 21);
+  // The lanes asked for when the caller fixes them, or when the staged
+  // bytes are under 4 lane budgets.
+  opt.choose_lanes = false;
+  plan = BuildPlan(src, dst, opt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->options.num_lanes, 2);
+  EXPECT_EQ(MostStagedPerWave(*plan), 64 << 20);
+  opt.choose_lanes = true;
+  opt.staging_budget_bytes = 256 << 20;
+  plan = BuildPlan(src, dst, opt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->options.num_lanes, 2);
+}
+
 TEST(PlannerTest, GoldenBigContiguousSegmentTravelsAlone) {
   // Three tensors on one rank each side, one buffer each. b (64 bytes) is
   // contiguous on both sides and >= direct_min_bytes: a message of its

@@ -201,7 +201,7 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
   REFIT_ASSIGN_OR_RETURN(Plan plan, PlanJob(std::move(layouts), engines, placement, planner));
   REFIT_RETURN_IF_ERROR(Cancelled(options));
   BuiltPlan out;
-  out.num_lanes = options.planner.num_lanes;
+  out.num_lanes = plan.options.num_lanes;  // the planner may take more (planner.h)
   out.fingerprint = plan.fingerprint;
   out.bytes = plan.stats.total_bytes;
   out.predicted_seconds = plan.stats.predicted_seconds;

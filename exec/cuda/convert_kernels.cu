@@ -62,7 +62,7 @@ __global__ void RefitQuantizeKernel(DenseBox b, int64_t tr0, int64_t tc0,
   const int64_t re = min((ti + 1) * b.block_r, b.r0 + b.R) - b.r0;
   const int64_t cb = max(tj * b.block_c, b.c0) - b.c0;
   const int64_t ce = min((tj + 1) * b.block_c, b.c0 + b.C) - b.c0;
-  const int64_t w = ce - cb, n = (re - rb) * w;
+  const int64_t w = ce - cb, n = out != nullptr ? (re - rb) * w : 0;  // null: scales only
   for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
     const int64_t idx = (l * b.R + rb + k / w) * b.C + cb + k % w;
     const float x = RefitScaled(RefitLoadF32(b.data, b.dtype, idx), ts, mode);

@@ -42,7 +42,8 @@ int64_t TileCols(const DenseBox& b);
 // launch's cudaError_t as an int.
 int LaunchTileAmax(const DenseBox& b, float* amax, long long* bad, void* stream);
 
-// out[k] = the codes of QuantizeHost (exec/quantize.h) for every element,
+// out[k] = the codes of QuantizeHost (exec/quantize.h) for every element
+// (none when out is null),
 // with the scales of BlockScale(amax[tile], mode) (mode: kScale*); scales
 // of the tiles whose first element lies in the box go to `scales`
 // (row-major over those, f32, or bytes for kScaleE8m0; may be null).

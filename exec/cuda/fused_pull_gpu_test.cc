@@ -1,6 +1,9 @@
 // GPU check of quantize-on-pull (exec/fused_pull.h, the kernel of
 // convert_kernels.h through fused_pull_items.h): for planner cases (FP8
-// 128 x 128 with float and UE8M0 scales, FlashInfer's layout, MXFP8 with
+// 128 x 128 with float, UE8M0 and DeepGEMM's requantized scales,
+// FlashInfer's layout, records cutting tiles (FSDP's flat shards, a TP
+// cut through MXFP8 blocks: scales read from their owners' scratch, which
+// the trainers' host conversions fill), MXFP8 with
 // whole and interleaved cells), every engine rank's items run on the GPU
 // leave its buffers bit-equal to the host run of the same items (which
 // tests/dataplane:fused_pull_test holds to the reference quantizer); a NaN
@@ -20,7 +23,9 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "exec/convert.h"
 #include "exec/cuda/convert_kernels.h"
+#include "exec/cuda/cuda_convert_ops.h"
 #include "exec/cuda/pull_quantize_kernels.h"
 #include "exec/cuda/fused_pull_items.h"
 #include "exec/fused_pull.h"
@@ -83,9 +88,13 @@ TEST(FusedPullGpuTest, KernelEqualsHostItemsOnPlannerCases) {
       {"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=fp8-ue8m0"},
       {"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1",
        "vllm:tp=2,dp=2,ep=4,quant=fp8,kernel=flashinfer"},
+      {"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=fp8,kernel=deepgemm"},
       {"tiny-qwen3-mx", "megatron:tp=1", "vllm:tp=2,quant=mxfp8"},
       {"tiny-qwen3-mx", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=mxfp8"},
-      {"tiny-qwen3-moe-mx", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=mxfp8"}};
+      {"tiny-qwen3-moe-mx", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=mxfp8"},
+      // Records that cut tiles: scales from their owners' scratch.
+      {"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=fp8"},
+      {"tiny-qwen3-mx", "megatron:tp=4", "vllm:tp=2,quant=mxfp8"}};
   for (const Case& c : cases) {
     auto model = LoadModelConfig(c.model);
     ASSERT_TRUE(model.ok());
@@ -107,6 +116,73 @@ TEST(FusedPullGpuTest, KernelEqualsHostItemsOnPlannerCases) {
     for (size_t b = 0; b < src->layout.buffers.size(); ++b) {
       named[src->layout.buffers[b].rank][src->layout.buffers[b].name] = s.ptrs[b];
     }
+    // What the trainers still convert (host loops, cut tiles' amaxes
+    // exchanged): the scale scratch of records that cut tiles, which
+    // their receivers' items read.
+    std::vector<std::vector<std::vector<char>>> scratch(ws);
+    std::vector<std::vector<char*>> tbuf(ws);
+    {
+      std::vector<Plan> kept;
+      std::vector<Converter> conv;
+      std::vector<std::map<int32_t, std::vector<float>>> sent(ws);
+      auto ops = MakeHostConvertOps();
+      for (int32_t t = 0; t < ws; ++t) {
+        kept.push_back(WithoutConversions(tslices[t], fused[t]));
+        tbuf[t].assign(kept[t].src.buffers.size(), nullptr);
+        for (size_t b = 0; b < kept[t].src.buffers.size(); ++b) {
+          const BufferSpec& spec = kept[t].src.buffers[b];
+          if (spec.rank != t) continue;
+          if (spec.scratch) {
+            scratch[t].emplace_back(spec.byte_size, 0);
+            tbuf[t][b] = scratch[t].back().data();
+          } else if (named[t].count(spec.name)) {
+            tbuf[t][b] = reinterpret_cast<char*>(named[t].at(spec.name));
+          }
+        }
+      }
+      for (int32_t t = 0; t < ws; ++t) {
+        auto c = Converter::Create(kept[t], t);
+        ASSERT_TRUE(c.ok()) << c.status();
+        auto p = c->Partials(*ops, tbuf[t]);
+        ASSERT_TRUE(p.ok()) << p.status();
+        sent[t] = *std::move(p);
+        conv.push_back(*std::move(c));
+      }
+      for (int32_t t = 0; t < ws; ++t) {
+        std::map<int32_t, std::vector<float>> received;
+        for (const auto& [peer, count] : conv[t].peers()) received[peer] = sent[peer].at(t);
+        ASSERT_TRUE(conv[t].Finish(*ops, tbuf[t], received).ok());
+      }
+      // The same conversions with the CUDA steps (scales only where the
+      // receivers quantize on pull) write the same scratch bytes.
+      DeviceCopies tdev;
+      std::vector<std::vector<char*>> dbuf(ws);
+      auto cuda_ops = MakeCudaConvertOps(nullptr);
+      for (int32_t t = 0; t < ws; ++t) {
+        dbuf[t].assign(tbuf[t].size(), nullptr);
+        for (size_t b = 0; b < tbuf[t].size(); ++b) {
+          if (tbuf[t][b] == nullptr) continue;
+          const BufferSpec& spec = kept[t].src.buffers[b];
+          dbuf[t][b] = tdev.Add(spec.scratch ? nullptr : tbuf[t][b], spec.byte_size);
+        }
+        auto p = conv[t].Partials(*cuda_ops, dbuf[t]);
+        ASSERT_TRUE(p.ok()) << p.status();
+        sent[t] = *std::move(p);
+      }
+      int64_t scratch_differ = 0;
+      for (int32_t t = 0; t < ws; ++t) {
+        std::map<int32_t, std::vector<float>> received;
+        for (const auto& [peer, count] : conv[t].peers()) received[peer] = sent[peer].at(t);
+        ASSERT_TRUE(conv[t].Finish(*cuda_ops, dbuf[t], received).ok());
+        for (size_t b = 0; b < tbuf[t].size(); ++b) {
+          const BufferSpec& spec = kept[t].src.buffers[b];
+          if (!spec.scratch || tbuf[t][b] == nullptr) continue;
+          const std::vector<char> got = FromDevice<char>(dbuf[t][b], spec.byte_size);
+          for (int64_t i = 0; i < spec.byte_size; ++i) scratch_differ += got[i] != tbuf[t][b][i];
+        }
+      }
+      EXPECT_EQ(scratch_differ, 0) << "trainer scratch, CUDA vs host";
+    }
     int64_t items_run = 0, differ = 0;
     for (int32_t e = 0; e < plan->dst.world_size; ++e) {
       const Plan slice = *FromProto(ToProto(ExtractSlice(*plan, Side::kEngine, e)));
@@ -122,9 +198,12 @@ TEST(FusedPullGpuTest, KernelEqualsHostItemsOnPlannerCases) {
         dev_src[t].assign(slice.src.buffers.size(), nullptr);
         for (size_t p = 0; p < exported.size(); ++p) {
           const BufferSpec& spec = tslices[t].src.buffers[exported[p]];
-          if (spec.scratch) continue;  // two-pass scratch: not read by items
-          const uint8_t* h = named[t].at(spec.name);
-          host_src[t][peer.buffers[p]] = reinterpret_cast<const char*>(h);
+          // Scratch: the scales of records that cut tiles (two-pass
+          // scratch is not read by items).
+          const char* h = spec.scratch ? tbuf[t][exported[p]]
+                                       : reinterpret_cast<const char*>(named[t].at(spec.name));
+          if (h == nullptr) continue;
+          host_src[t][peer.buffers[p]] = h;
           dev_src[t][peer.buffers[p]] = dev.Add(h, spec.byte_size);
         }
         sources[t] = FusedSourcesOf(tslices[t], t, e, fused[t]);

@@ -20,10 +20,20 @@ absl::StatusOr<std::vector<cuda::PullQuantItem>> ResolveFusedItems(
                          it.src_buffer < static_cast<int32_t>(s->second.size())
                      ? s->second[it.src_buffer]
                      : nullptr;
+    const char* scale_from = nullptr;  // a cut tile's scale, in its owner's scratch
+    if (it.scale_src_buffer >= 0) {
+      auto o = src.find(it.scale_src_rank);
+      if (o != src.end() && it.scale_src_buffer < static_cast<int32_t>(o->second.size()) &&
+          o->second[it.scale_src_buffer] != nullptr) {
+        scale_from = o->second[it.scale_src_buffer] + it.scale_src_offset;
+      }
+    }
     if (from == nullptr || (it.dst_buffer >= 0 && own(it.dst_buffer) == nullptr) ||
-        (it.scale_buffer >= 0 && own(it.scale_buffer) == nullptr)) {
+        (it.scale_buffer >= 0 && own(it.scale_buffer) == nullptr) ||
+        (it.scale_src_buffer >= 0 && scale_from == nullptr)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "quantize-on-pull: a buffer of trainer rank ", it.src_rank, " (#", it.src_buffer,
+          "; scales #", it.scale_src_buffer, " of trainer rank ", it.scale_src_rank,
           ") or of this receiver (#", it.dst_buffer, ", #", it.scale_buffer, ") is missing"));
     }
     cuda::PullQuantItem d{};
@@ -34,6 +44,8 @@ absl::StatusOr<std::vector<cuda::PullQuantItem>> ResolveFusedItems(
     d.scales = it.scale_buffer >= 0 ? reinterpret_cast<unsigned char*>(own(it.scale_buffer)) +
                                           it.scale_offset
                                     : nullptr;
+    d.scale_src = reinterpret_cast<const unsigned char*>(scale_from);
+    d.scale_src_pitch = it.scale_src_pitch;
     d.src_pitch = it.src_pitch;
     d.dst_pitch = it.dst_pitch;
     d.scale_pitch = it.scale_pitch;

@@ -22,8 +22,10 @@ namespace cuda {
 // one (the description's load is then off the critical path).
 constexpr int kPullQuantMaxThreads = 256;
 
+// Codes of 8 BF16 at row r, columns c0.. of the region: e4m3(x * inv), or
+// for kScaleRequant (t non-null) the requantized e4m3 of exec/quantize.h.
 __device__ void RefitPullQuantStoreCodes(const PullQuantItem& it, int r, int c0, uint4 v,
-                                         float inv) {
+                                         float inv, const RefitTileScales* t = nullptr) {
   if (it.dst == nullptr || r < it.w_r0 || r >= it.w_r1) return;
   const int lo = max(c0, it.w_c0), hi = min(c0 + 8, it.w_c1);
   if (lo >= hi) return;
@@ -32,8 +34,12 @@ __device__ void RefitPullQuantStoreCodes(const PullQuantItem& it, int r, int c0,
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     // Finite inputs only: SATFINITE saturates at +-448 as clamping would.
-    const float2 y = make_float2(__fmul_rn(__uint_as_float(w[q] << 16), inv),
-                                 __fmul_rn(__uint_as_float(w[q] & 0xFFFF0000u), inv));
+    float2 y = make_float2(__fmul_rn(__uint_as_float(w[q] << 16), inv),
+                           __fmul_rn(__uint_as_float(w[q] & 0xFFFF0000u), inv));
+    if (t != nullptr) {
+      y.x = __fmul_rn(__fmul_rn(RefitE4M3Value(y.x), t->s1), t->inv2);
+      y.y = __fmul_rn(__fmul_rn(RefitE4M3Value(y.y), t->s1), t->inv2);
+    }
     const unsigned int two = static_cast<unsigned short>(
         __nv_cvt_float2_to_fp8x2(y, __NV_SATFINITE, __NV_E4M3));
     if (q < 2) {
@@ -104,13 +110,21 @@ __device__ void RefitPullQuantVector(const PullQuantItem& it, long long index, l
       const int r = r0 + kRows * k;
       if (!on || r >= rows) continue;
       float scale, inv;
+      if (it.scale_src != nullptr) {  // a cut block: its owner's E8M0 byte
+        const int e = __ldg(it.scale_src + r * it.scale_src_pitch + (g >> 2));
+        RefitPullQuantStoreCodes(it, r, c0, v[k], RefitE8m0Inverse(e));
+        continue;
+      }
       if (it.mode == kScaleE8m0) {
         const int e = RefitE8m0Byte(__uint_as_float(b));
         scale = RefitE8m0Value(e);
         inv = RefitE8m0Inverse(e);
       } else {
-        scale = RefitBlockScale(__uint_as_float(b), it.mode);
-        inv = __fdiv_rn(1.0f, scale);
+        const RefitTileScales ts = RefitScalesOf(__uint_as_float(b), it.mode);
+        if ((g & 3) == 0) RefitPullQuantStoreScale(it, r, g >> 2, ts.scale);
+        RefitPullQuantStoreCodes(it, r, c0, v[k], ts.inv,
+                                 it.mode == kScaleRequant ? &ts : nullptr);
+        continue;
       }
       if ((g & 3) == 0) RefitPullQuantStoreScale(it, r, g >> 2, scale);
       RefitPullQuantStoreCodes(it, r, c0, v[k], inv);
@@ -122,18 +136,27 @@ __device__ void RefitPullQuantVector(const PullQuantItem& it, long long index, l
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) b = max(b, RefitAbsMaxBits(v[k], &nonfinite));
   if (nonfinite) atomicMin(bad, index);
+  if (it.scale_src != nullptr) {  // a cut tile: its owner's scale
+    const float inv = __fdiv_rn(1.0f, __ldg(reinterpret_cast<const float*>(it.scale_src)));
+#pragma unroll
+    for (int k = 0; k < kLoads; ++k) {
+      const int r = r0 + kRows * k;
+      if (on && r < rows) RefitPullQuantStoreCodes(it, r, c0, v[k], inv);
+    }
+    return;
+  }
   b = __reduce_max_sync(0xffffffffu, b);
   if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = b;
   __syncthreads();
 #pragma unroll
   for (int w2 = 0; w2 < kThreads / 32; ++w2) b = max(b, warp_max[w2]);
-  const float scale = RefitBlockScale(__uint_as_float(b), it.mode);
-  if (threadIdx.x == 0) RefitPullQuantStoreScale(it, 0, 0, scale);
-  const float inv = __fdiv_rn(1.0f, scale);
+  const RefitTileScales ts = RefitScalesOf(__uint_as_float(b), it.mode);
+  if (threadIdx.x == 0) RefitPullQuantStoreScale(it, 0, 0, ts.scale);
+  const RefitTileScales* rq = it.mode == kScaleRequant ? &ts : nullptr;
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
     const int r = r0 + kRows * k;
-    if (on && r < rows) RefitPullQuantStoreCodes(it, r, c0, v[k], inv);
+    if (on && r < rows) RefitPullQuantStoreCodes(it, r, c0, v[k], ts.inv, rq);
   }
 }
 
@@ -159,10 +182,17 @@ __device__ void RefitPullQuantScalar(const PullQuantItem& it, long long index, l
         if (!isfinite(x)) atomicMin(bad, index);
         m = fmaxf(m, fabsf(x));
       }
-      const float scale = RefitBlockScale(m, it.mode);
-      RefitPullQuantStoreScale(it, r, j, scale);
-      const float inv = __fdiv_rn(1.0f, scale);
-      for (int c = cb; c < ce; ++c) store(r, c, __fmul_rn(load(r, c), inv));
+      if (it.scale_src != nullptr) {  // a cut block: its owner's scale
+        const float inv =
+            it.mode == kScaleE8m0
+                ? RefitE8m0Inverse(it.scale_src[r * it.scale_src_pitch + j])
+                : __fdiv_rn(1.0f, reinterpret_cast<const float*>(it.scale_src)[r * it.scale_src_pitch + j]);
+        for (int c = cb; c < ce; ++c) store(r, c, __fmul_rn(load(r, c), inv));
+        continue;
+      }
+      const RefitTileScales ts = RefitScalesOf(m, it.mode);
+      RefitPullQuantStoreScale(it, r, j, ts.scale);
+      for (int c = cb; c < ce; ++c) store(r, c, RefitScaled(load(r, c), ts, it.mode));
     }
     return;
   }
@@ -176,12 +206,19 @@ __device__ void RefitPullQuantScalar(const PullQuantItem& it, long long index, l
   if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
   __syncthreads();
   for (unsigned w2 = 0; w2 < blockDim.x / 32; ++w2) m = fmaxf(m, warp_max[w2]);
-  const float scale = RefitBlockScale(m, it.mode);
-  if (threadIdx.x == 0) RefitPullQuantStoreScale(it, 0, 0, scale);
-  const float inv = __fdiv_rn(1.0f, scale);
+  if (it.scale_src != nullptr) {  // a cut tile: its owner's scale
+    const float inv = __fdiv_rn(1.0f, *reinterpret_cast<const float*>(it.scale_src));
+    for (int k = threadIdx.x; k < it.rows * it.cols; k += blockDim.x) {
+      const int r = k / it.cols, c = k % it.cols;
+      store(r, c, __fmul_rn(load(r, c), inv));
+    }
+    return;
+  }
+  const RefitTileScales ts = RefitScalesOf(m, it.mode);
+  if (threadIdx.x == 0) RefitPullQuantStoreScale(it, 0, 0, ts.scale);
   for (int k = threadIdx.x; k < it.rows * it.cols; k += blockDim.x) {
     const int r = k / it.cols, c = k % it.cols;
-    store(r, c, __fmul_rn(load(r, c), inv));
+    store(r, c, RefitScaled(load(r, c), ts, it.mode));
   }
 }
 

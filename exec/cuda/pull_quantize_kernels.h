@@ -12,16 +12,21 @@ namespace cuda {
 // addresses): one thread block reads a region of `rows` x `cols` BF16
 // elements (<= 128 each; row r at src + 2 * r * src_pitch bytes) made of
 // whole tile_r x tile_c tiles (128 x 128, or 1 x 32 blocks), computes each
-// tile's scale (mode: kScaleFloat, kScalePow2 or kScaleE8m0), writes the
+// tile's scale (mode: kScaleFloat, kScalePow2, kScaleRequant or
+// kScaleE8m0; kScaleRequant writes the requantized codes), writes the
 // codes of the region-relative rectangle [w_r0, w_r1) x [w_c0, w_c1) to
 // dst (its first element; rows dst_pitch bytes apart) and the scales of
 // tiles [s_r0, s_r1) x [s_c0, s_c1) to scales (f32, or E8M0 bytes; rows
-// scale_pitch elements apart). dst / scales may be null.
+// scale_pitch elements apart). dst / scales may be null. With scale_src
+// set (a record cutting tiles, exec/fused_pull.h), tile (i, j) of the
+// region is quantized with the scale at scale_src + (i * scale_src_pitch +
+// j) * element bytes (f32, or an E8M0 byte), not its own amax's.
 struct PullQuantItem {
   const char* src;
   unsigned char* dst;
   unsigned char* scales;
-  int64_t src_pitch, dst_pitch, scale_pitch;
+  const unsigned char* scale_src;
+  int64_t src_pitch, dst_pitch, scale_pitch, scale_src_pitch;
   int32_t rows, cols;
   int32_t w_r0, w_r1, w_c0, w_c1;
   int32_t s_r0, s_r1, s_c0, s_c1;

@@ -110,12 +110,19 @@ std::vector<int32_t> BalanceReplicas(const Candidates& candidates,
     const int64_t bytes = -neg_bytes;
     const int32_t d = cands[ci].dst_rank;
     const std::vector<int32_t>& ranks = candidates.PieceOf(cands[ci]).ranks;
+    // A replica on the dst rank's own GPU is taken whenever there is one:
+    // its copy reads the memory the dst rank writes anyway, where a copy
+    // from another GPU adds that GPU's reads and the link, and the model
+    // counts the two ranks of one GPU as two resources.
+    bool same_gpu = false;
+    for (int32_t r : ranks) same_gpu = same_gpu || cost.ClassOf(r, d) == LinkClass::kSameGpu;
     int32_t best = -1;
     double best_cost = 0, best_src = 0, best_peak = 0;
     LinkClass best_class = LinkClass::kInterHost;
     for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
       const int32_t r = ranks[k];
       const LinkClass lc = cost.ClassOf(r, d);
+      if (same_gpu && lc != LinkClass::kSameGpu) continue;
       const double t_src = cost.SecondsWith(src_load[r], lc, bytes);
       const double peak = std::max(t_src, cost.SecondsWith(dst_load[d], lc, bytes));
       const double t = std::max(peak, floor);

@@ -16,7 +16,8 @@ namespace internal_plan {
 // Returns, per candidate, the index of its chosen replica (into its
 // piece's replicas), by the deterministic greedy rule of planner.h:
 // candidates with one replica first; the others by bytes descending, then
-// dst record, then piece, each to the replica that makes the larger of
+// dst record, then piece, each (among the replicas on the dst rank's GPU
+// when it has any) to the replica that makes the larger of
 // its src rank's and its dst rank's predicted time (plan/cost.h) smallest,
 // times below the lower bound (or the slowest rank so far, when above it)
 // counting as equal; among equal ones to a replica over the faster link

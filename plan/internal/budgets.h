@@ -32,6 +32,24 @@ inline int64_t WaveCap(const PlannerOptions& options) {
                                      : LaneBudget(options);
 }
 
+// Lanes for a plan of many small or strided pieces: when options allow it
+// (choose_lanes) and ask for fewer, a plan whose heaviest rank stages
+// (`staged`: the most bytes of one rank's segments below direct_min_bytes,
+// sent or received) at least 4 per-lane budgets and 256 MiB, and at least
+// half of that heaviest rank's bytes (`all`), gets kStagedLanes lanes
+// (each at least 16 MiB of the staging budget): with two, a lane's pack
+// and unpack cannot hide behind the other lane's transfer; with four they
+// do (refit_gpu_bench small, 2xH200: 0.94 of raw NCCL against 0.87).
+inline constexpr int32_t kStagedLanes = 4;
+inline int32_t ChooseLanes(const PlannerOptions& options, int64_t staged, int64_t all) {
+  if (!options.choose_lanes || options.num_lanes >= kStagedLanes ||
+      staged < std::max<int64_t>(4 * LaneBudget(options), int64_t{256} << 20) ||
+      2 * staged < all || options.staging_budget_bytes / kStagedLanes < (int64_t{16} << 20)) {
+    return options.num_lanes;
+  }
+  return kStagedLanes;
+}
+
 }  // namespace internal_plan
 }  // namespace refit
 

@@ -1,6 +1,7 @@
 // Messages: coalescing each pair's segments.
 #include "plan/internal/messages.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "layout/dtype.h"
@@ -152,6 +153,28 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
     }
   }
   return msgs;
+}
+
+RankBytes HeaviestRankBytes(const SegmentKeys& keys, const Candidates& candidates,
+                            const Plan& plan, int64_t direct_min) {
+  std::vector<RankBytes> sent(std::max(0, plan.src.world_size));
+  std::vector<RankBytes> received(std::max(0, plan.dst.world_size));
+  RankBytes most;
+  auto add = [&](RankBytes& r, int64_t bytes, bool coalesced) {
+    r.all += bytes;
+    if (coalesced) r.coalesced += bytes;
+    most.all = std::max(most.all, r.all);
+    most.coalesced = std::max(most.coalesced, r.coalesced);
+  };
+  for (const SegKey& k : keys.keys) {
+    const bool coalesced = direct_min <= 0 || k.bytes < direct_min;
+    const int32_t d = candidates.cands[k.cand].dst_rank;
+    if (k.src_rank >= 0 && k.src_rank < static_cast<int32_t>(sent.size())) {
+      add(sent[k.src_rank], k.bytes, coalesced);
+    }
+    if (d >= 0 && d < static_cast<int32_t>(received.size())) add(received[d], k.bytes, coalesced);
+  }
+  return most;
 }
 
 }  // namespace internal_plan

@@ -32,6 +32,17 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& keys,
                                              int64_t cap, int64_t direct_min,
                                              Plan* plan);
 
+// The most bytes one rank (a src rank's sends or a dst rank's receives)
+// has in segments below `direct_min` (all segments when it is 0: the bytes
+// it will pack or unpack, but for doubly strided big ones), and in all
+// segments. plan.src / plan.dst give the world sizes. Never fails.
+struct RankBytes {
+  int64_t coalesced = 0;
+  int64_t all = 0;
+};
+RankBytes HeaviestRankBytes(const SegmentKeys& keys, const Candidates& candidates,
+                            const Plan& plan, int64_t direct_min);
+
 }  // namespace internal_plan
 }  // namespace refit
 

@@ -1,7 +1,7 @@
 // Quantize-on-pull (exec/fused_pull.h) on host memory, through the real
 // planner and every rank's own slice off the wire: trainers run the
-// conversions they keep (two passes: cut tiles with their amax exchange,
-// DeepGEMM requantization), engines pull the rest of their bytes and run
+// conversions they keep (two passes: cut tiles with their amax exchange),
+// engines pull the rest of their bytes and run
 // the fused items on their trainers' BF16, exactly as the pull runner
 // wires them (positions of PairSourceBuffers, FusedSources). Every engine
 // byte is checked against the reference quantizer (CheckPattern); the
@@ -173,6 +173,9 @@ TEST_P(FusedPullTest, EngineBytesEqualTheReference) {
       EXPECT_EQ(m.fused_count, 0);
       break;
   }
+  std::printf("%s %s -> %s: %lld of %lld conversions fused, %lld items\n", c.model, c.trainer,
+              c.engine, static_cast<long long>(m.fused_count),
+              static_cast<long long>(m.conversions), static_cast<long long>(m.items));
   absl::Status st = CheckPattern(plan->dst, d.ptrs, po);
   EXPECT_TRUE(st.ok()) << st.message().substr(0, 600);
 }
@@ -188,15 +191,23 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"tiny-qwen3-mx", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=mxfp8", Case::kAll},
         Case{"tiny-qwen3-moe-mx", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=mxfp8",
              Case::kAll},
-        // FSDP's flat shards cut 128 x 128 tiles: two passes, amaxes exchanged.
-        Case{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=fp8", Case::kNone},
-        // The DeepGEMM requantization keeps two passes.
+        // FSDP's flat shards cut 128 x 128 tiles: the trainers exchange the
+        // cut tiles' amaxes and write only scales; codes on pull.
+        Case{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=fp8", Case::kAll},
+        // DeepGEMM's requantized power-of-two scales, in the pass.
         Case{"tiny-qwen3-moe-b128", "megatron:tp=1", "vllm:tp=1,quant=fp8,kernel=deepgemm",
-             Case::kNone},
+             Case::kAll},
+        Case{"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1",
+             "vllm:tp=2,quant=fp8,kernel=deepgemm", Case::kAll},
         // Megatron's interleaved q/k/v (runs of 64 rows) in MXFP8 cells of
-        // fewer rows; K cut at 16 per TP rank keeps o_proj in two passes.
+        // fewer rows; K cut at 16 per TP rank cuts o_proj's 1 x 32 blocks
+        // (the block's owner writes its scale, the other half reads it).
         Case{"tiny-qwen3-mx", "megatron:tp=1", "vllm:tp=2,quant=mxfp8", Case::kAll},
-        Case{"tiny-qwen3-mx", "megatron:tp=4", "vllm:tp=2,quant=mxfp8", Case::kSome},
+        Case{"tiny-qwen3-mx", "megatron:tp=4", "vllm:tp=2,quant=mxfp8", Case::kAll},
+        // Cut tiles of the DeepGEMM requantization keep two passes (its
+        // codes need the first, float scale too).
+        Case{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=fp8,kernel=deepgemm",
+             Case::kNone},
         Case{"tiny-qwen3-moe-mx", "megatron:tp=1", "vllm:tp=2,quant=mxfp8", Case::kAll},
         // NVFP4: the trainers exchange every parameter's global amax (per
         // expert) and write it where the engines' items read it; the 1 x 16
@@ -282,6 +293,22 @@ TEST(FusedPullErrorsTest, MalformedSourcesAreRefused) {
   bad[0].cell_c = 48;  // not whole 1 x 32 blocks
   fp = BuildFusedItems(es, 0, {{0, bad}});
   EXPECT_EQ(fp.status().code(), absl::StatusCode::kInvalidArgument);
+  // A record that cuts tiles sends its codes position only, in cells of one
+  // 1 x 32 block column.
+  for (const int32_t role : {0, 1}) {
+    bad = good;
+    for (FusedSource& f : bad) {
+      if (f.role == role) {
+        f.cut = 1;
+        f.cell_c = role == 0 ? 64 : 32;
+        break;
+      }
+    }
+    fp = BuildFusedItems(es, 0, {{0, bad}});
+    EXPECT_EQ(fp.status().code(), absl::StatusCode::kInvalidArgument) << "role " << role;
+    EXPECT_THAT(std::string(fp.status().message()),
+                ::testing::HasSubstr("malformed quantize-on-pull source"));
+  }
 }
 
 // The colocated benchmark's cases (bench/colocated_bench.cc 8b-fp8, 8b-mx, 8b-nv):
