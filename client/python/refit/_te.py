@@ -1,0 +1,238 @@
+"""Transformer Engine's native low-precision parameters as refit's buffers
+(private; refit.torch uses it).
+
+A Megatron trainer with TE's MXFP8 or NVFP4 weights (``megatron:...,
+weights=mxfp8|nvfp4``, GTP or not) holds each linear weight as one TE
+tensor. Read in NVIDIA/TransformerEngine at 00768c7
+(transformer_engine/pytorch/tensor/mxfp8_tensor.py: MXFP8Quantizer.make_empty,
+get_scale_shape), 042eae0 (tensor/storage/mxfp8_tensor_storage.py),
+01852f4 (tensor/storage/nvfp4_tensor_storage.py; nvfp4_tensor.py's
+NVFP4Quantizer.make_empty) and common/recipe/nvfp4.cu
+(nvte_nvfp4_compute_per_tensor_scale):
+
+- ``_rowwise_data``: the codes, torch.uint8: MXFP8 ``[rows, K]`` (e4m3 when
+  ``_fp8_dtype`` is kFloat8E4M3), NVFP4 ``[rows, K/2]`` (two E2M1 codes a
+  byte). ``None`` when the tensor holds only its columnwise (transposed)
+  copy.
+- ``_rowwise_scale_inv``: torch.uint8, E8M0 (MXFP8) or e4m3 (NVFP4),
+  ``[round_up(rows, 128), round_up(K/32 or K/16, 4)]``, compact unless
+  ``_with_gemm_swizzled_scales`` is set (the cuBLAS layout).
+- NVFP4 ``_amax_rowwise``: f32 ``[1]``, the amax the codes were quantized
+  against (encode scale 2688 / amax); TE's GEMM multiplies by amax / 2688
+  per operand.
+- ``_columnwise_*``: the transposed copy, not moved.
+
+refit registers the TE tensors' own rowwise data and scale_inv (no copy),
+and for NVFP4 one f32 buffer of its own per parameter for
+``weight_global_scale``, refreshed before every round as
+``amax * f32(1 / 2688)`` in f32: ModelOpt's ``amax / (6 * 448)`` as torch
+computes it on CUDA (a product with the f32 reciprocal), so an engine gets
+the same global scale from a TE trainer as from a BF16 trainer with the
+same amax. Nothing here imports transformer_engine: TE tensors are
+recognized by their class names and attributes.
+"""
+
+import re
+import struct
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import _buffers
+from ._status import FailedPreconditionError
+
+# f32(1 / 2688): exact in a Python float, so torch's f32 multiply by it
+# (CPU or CUDA) rounds once, as ModelOpt's amax / (6 * 448) on CUDA.
+GLOBAL_SCALE_FACTOR = struct.unpack("<f", struct.pack("<f", 1.0 / 2688.0))[0]
+
+_MXFP8 = ("MXFP8Tensor", "MXFP8TensorStorage")
+_NVFP4 = ("NVFP4Tensor", "NVFP4TensorStorage")
+# Attributes only TE's quantized tensors carry (Float8Tensor: _data,
+# _scale_inv, _fp8_dtype; blockwise, MXFP8, NVFP4: _rowwise_data, ...).
+_TE_ATTRIBUTES = ("_rowwise_data", "_columnwise_data", "_fp8_dtype", "_fp4_dtype",
+                  "_rowwise_scale_inv", "_scale_inv")
+_WEIGHT_NAME = re.compile(r"^(.*)\.weight(\d*)$")
+_FORMAT_WORDS = {"mxfp8": "MXFP8 (weights=mxfp8)", "nvfp4": "NVFP4 (weights=nvfp4)"}
+
+
+def kind(t: Any) -> Optional[str]:
+    """"mxfp8" or "nvfp4" for TE's MXFP8Tensor / NVFP4Tensor (or their
+    storage classes), the class name for another TE quantized tensor
+    (Float8Tensor, Float8BlockwiseQTensor, ...), None for anything else."""
+    names = {c.__name__ for c in type(t).__mro__}
+    if names.intersection(_NVFP4):
+        return "nvfp4"
+    if names.intersection(_MXFP8):
+        return "mxfp8"
+    if any(hasattr(t, a) for a in _TE_ATTRIBUTES):
+        return type(t).__name__
+    return None
+
+
+def _ptr(t: Any) -> int:
+    return int(t.data_ptr())
+
+
+class TeParameter:
+    """One registered TE parameter: the tensor objects refit took and their
+    addresses, and for NVFP4 the global-scale buffer refit owns.
+
+    Invariant: ``data``/``scale``/``amax`` are the objects TE held at
+    registration and ``ptrs`` their addresses; refit's member reads those
+    addresses every round."""
+
+    def __init__(self, label: str, fmt: str, te: Any, names: Tuple[str, str, Optional[str]],
+                 global_scale: Any):
+        self.label = label
+        self.format = fmt
+        self.te = te
+        self.names = names
+        self.global_scale = global_scale
+        self.ptrs = {"_rowwise_data": _ptr(te._rowwise_data),
+                     "_rowwise_scale_inv": _ptr(te._rowwise_scale_inv)}
+        if fmt == "nvfp4":
+            self.ptrs["_amax_rowwise"] = _ptr(te._amax_rowwise)
+
+    def storage_problem(self) -> Optional[str]:
+        """Why TE's storage is no longer what refit registered (None: it
+        is): an attribute now None, or holding other memory."""
+        for attr, ptr in self.ptrs.items():
+            cur = getattr(self.te, attr, None)
+            if cur is None:
+                return (f"Transformer Engine dropped its {attr} after registration "
+                        f"(rowwise usage turned off, or the tensor cleared)")
+            if _ptr(cur) != ptr:
+                return (f"Transformer Engine reallocated its {attr} after registration "
+                        f"(address {ptr:#x} registered, now {_ptr(cur):#x}): refit "
+                        f"would send the old memory. Keep TE updating the weights in "
+                        f"place (the optimizer's quantize into the parameter), or "
+                        f"register again (a new member)")
+        return None
+
+    def refresh_global_scale(self) -> None:
+        """NVFP4: global scale := amax * f32(1 / 2688), in f32 on the
+        tensors' device, no host synchronization. MXFP8: nothing."""
+        if self.global_scale is None:
+            return
+        gs = self.global_scale
+        gs.copy_(self.te._amax_rowwise.view(tuple(gs.shape)))
+        gs.mul_(GLOBAL_SCALE_FACTOR)
+
+
+def _dtype_name(t: Any) -> str:
+    d = getattr(t, "_fp8_dtype", None)
+    return "" if d is None else str(getattr(d, "name", d))
+
+
+def _layout_problem(fmt: str, te: Any) -> Optional[str]:
+    """Why refit cannot move this TE tensor's layout (None: it can)."""
+    if getattr(te, "_rowwise_data", None) is None:
+        return ("holds no rowwise data (a columnwise-only copy): refit moves the "
+                "rowwise codes and scale_inv; keep rowwise usage on for weights")
+    if getattr(te, "_rowwise_scale_inv", None) is None:
+        return "holds rowwise data without its rowwise scale_inv"
+    if getattr(te, "_with_gemm_swizzled_scales", False):
+        return ("its rowwise scale_inv is in the GEMM-swizzled layout "
+                "(optimize_for_gemm); refit moves the compact layout")
+    if fmt == "mxfp8" and "E5M2" in _dtype_name(te).upper():
+        return "holds e5m2 codes; refit's MXFP8 weights are e4m3"
+    if fmt == "nvfp4" and getattr(te, "_amax_rowwise", None) is None:
+        return "holds no _amax_rowwise, from which refit derives the global scale"
+    for attr in ("_rowwise_data", "_rowwise_scale_inv"):
+        t = getattr(te, attr)
+        if hasattr(t, "is_contiguous") and not t.is_contiguous():
+            return f"its {attr} is not contiguous"
+    return None
+
+
+def _shape_problem(what: str, t: Any, spec: Any) -> Optional[str]:
+    d = _buffers.declared(t)
+    if d.shape is not None and d.shape != list(spec.shape):
+        return f"{what} has shape {d.shape}, the convention expects {list(spec.shape)}"
+    if d.dtype is not None and d.dtype not in ("u8", spec.dtype):
+        return f"{what} has dtype {d.dtype}, the convention expects {spec.dtype} (or u8)"
+    return None
+
+
+def _expected_format(names: Tuple[str, str, str], want: Dict[str, Any]) -> str:
+    if names[2] in want:
+        return "nvfp4"
+    if names[1] in want:
+        return "mxfp8"
+    return want[names[0]].dtype
+
+
+def unwrap(rank: int, name: str, label: str, te: Any, fmt: str, convention: str,
+           want: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional[TeParameter], List[str]]:
+    """The buffers of TE tensor ``te`` (format ``fmt`` from :func:`kind`)
+    registered under convention name ``name``: ({buffer name: tensor},
+    its TeParameter, problems), the problems one line each naming ``rank``
+    and ``label``: another TE class, a name that is no ``<param>.weight<j>``,
+    a format or shape the convention does not hold, a layout refit does not
+    move (see _layout_problem)."""
+    where = f"rank {rank}: parameter {label}"
+    if fmt not in ("mxfp8", "nvfp4"):
+        return {}, None, [f"{where}: a Transformer Engine {fmt}; refit moves TE's "
+                          f"MXFP8Tensor and NVFP4Tensor weights (or plain tensors)"]
+    m = _WEIGHT_NAME.match(name)
+    if not m:
+        return {}, None, [f"{where}: a Transformer Engine {fmt.upper()} tensor under a "
+                          f"name that is no <param>.weight"]
+    base, j = m.group(1), m.group(2)
+    names = (f"{base}.weight{j}", f"{base}.weight_scale{j}", f"{base}.weight_global_scale{j}")
+    expected = _expected_format(names, want)
+    if expected != fmt:
+        return {}, None, [f"{where}: a Transformer Engine {fmt.upper()} tensor; convention "
+                          f"{convention} holds this weight as "
+                          f"{_FORMAT_WORDS.get(expected, expected)}"]
+    why = _layout_problem(fmt, te)
+    if why:
+        return {}, None, [f"{where}: {why}"]
+    problems = []
+    for what, t, spec_name in (("its _rowwise_data", te._rowwise_data, names[0]),
+                               ("its _rowwise_scale_inv", te._rowwise_scale_inv, names[1])):
+        why = _shape_problem(what, t, want[spec_name])
+        if why:
+            problems.append(f"{where}: {why}")
+    out = {names[0]: te._rowwise_data, names[1]: te._rowwise_scale_inv}
+    global_scale = None
+    if fmt == "nvfp4":
+        spec = want[names[2]]
+        amax = te._amax_rowwise
+        count = 1
+        for n in spec.shape:
+            count *= n
+        if amax.numel() != count:
+            problems.append(f"{where}: its _amax_rowwise holds {amax.numel()} values, the "
+                            f"convention's {names[2]} {count}")
+        else:
+            global_scale = amax.new_zeros(tuple(spec.shape))
+            out[names[2]] = global_scale
+    if problems:
+        return {}, None, problems
+    return out, TeParameter(label, fmt, te, names, global_scale), []
+
+
+def refresh(rank: int, params: List[TeParameter]) -> None:
+    """Before a round: checks that TE still holds the registered storage of
+    every parameter, then recomputes every NVFP4 global scale from its
+    current amax (on CUDA, waits for those few kernels so the round's send
+    reads them). Raises FailedPreconditionError listing, one line each
+    naming the rank and the parameter, storage TE dropped or reallocated;
+    nothing is refreshed then."""
+    problems = []
+    for p in params:
+        why = p.storage_problem()
+        if why:
+            problems.append(f"rank {rank}: parameter {p.label}: {why}")
+    if problems:
+        raise FailedPreconditionError("\n".join(problems))
+    devices = set()
+    for p in params:
+        p.refresh_global_scale()
+        if p.global_scale is not None:
+            dev = getattr(p.global_scale, "device", None)
+            if getattr(dev, "type", "cpu") == "cuda":
+                devices.add(dev)
+    if devices:
+        import torch  # only where the buffers are torch CUDA tensors
+        for dev in devices:
+            torch.cuda.synchronize(dev)
