@@ -18,6 +18,7 @@ slices' concatenation; Megatron's linear_qkv orders rows per query group
   te_trainer_test.py REFITD LIBREFIT_CLIENT_SO
 """
 import os
+import re
 import struct
 import sys
 import threading
@@ -47,7 +48,12 @@ CASES = {
               32, 4, (64, 4, 4, 16, 192, 90)),
     "nvfp4": ("tiny-qwen3-fp4", "megatron:tp=1,gtp=3,weights=nvfp4", "vllm:tp=1,quant=nvfp4",
               16, 3, (64, 4, 4, 24, 160, 90)),
+    # TE GroupedLinear experts (weight<j> per local expert) over EP 2, the
+    # attention replicated over DP 2: per-expert global scales.
+    "nvfp4-moe": ("tiny-qwen3-moe-fp4", "megatron:tp=1,dp=2,ep=2,etp=1,weights=nvfp4",
+                  "vllm:tp=1,quant=nvfp4", 16, 2, (64, 4, 4, 24, 160, 64)),
 }
+EXPERTS, LOCAL_EXPERTS = 4, 2
 LINEARS = {"self_attention.linear_qkv": "self_attn.qkv_proj",
            "self_attention.linear_proj": "self_attn.o_proj",
            "mlp.linear_fc1": "mlp.gate_up_proj", "mlp.linear_fc2": "mlp.down_proj"}
@@ -98,9 +104,8 @@ def trainer_module(specs, fmt, *, wrap=lambda n: "module." + n):
     for s in specs:
         if ".weight_scale" in s.name or ".weight_global_scale" in s.name:
             continue
-        scale = s.name.replace(".weight", ".weight_scale", 1) if s.name.endswith(
-            ".weight") else None
-        if scale in names:
+        scale = re.sub(r"\.weight(\d*)$", r".weight_scale\1", s.name)
+        if scale != s.name and scale in names:
             shape = list(s.shape)
             if fmt == "nvfp4":
                 shape[-1] *= 2
@@ -112,22 +117,27 @@ def trainer_module(specs, fmt, *, wrap=lambda n: "module." + n):
     return st.Module(params), held
 
 
-def fill(ranks, fmt, version):
-    """New trainer contents: codes and scales differ per rank, version and
-    tensor; replicated tensors (norms) equal on every rank, as GTP holds
-    them; one amax per parameter shared by its GTP peers."""
+def fill(ranks, fmt, version, moe=False):
+    """New trainer contents, differing per version and tensor: what ranks
+    hold as slices (GTP slices, embedding rows, experts of an EP rank)
+    differs per rank; what they replicate (norms; under DP the attention)
+    is equal on every rank; one amax per parameter shared by its GTP
+    peers, one per expert."""
     for r, held in enumerate(ranks):
         for i, (name, t) in enumerate(sorted(held.items())):
-            sliced = name.startswith(("embedding.", "output_layer."))
+            sliced = ".experts." in name if moe else (
+                not isinstance(t, st.Tensor) or name.startswith(("embedding.", "output_layer.")))
+            q = r if sliced else 0
             if isinstance(t, st.Tensor):
-                seed = version * 1000 + i * 10 + (r if sliced else 0)
-                ctypes_fill(t, pattern(seed, t.nbytes()))
+                ctypes_fill(t, pattern(version * 1000 + i * 10 + q, t.nbytes()))
                 continue
-            ctypes_fill(t._rowwise_data, pattern(version * 977 + i * 13 + r, t._rowwise_data.nbytes()))
+            ctypes_fill(t._rowwise_data, pattern(version * 977 + i * 13 + q,
+                                                 t._rowwise_data.nbytes()))
             ctypes_fill(t._rowwise_scale_inv,
-                        pattern(version * 733 + i * 17 + r, t._rowwise_scale_inv.nbytes()))
+                        pattern(version * 733 + i * 17 + q, t._rowwise_scale_inv.nbytes()))
             if fmt == "nvfp4":
-                t._amax_rowwise.set_f32([f32(0.37 * (i + 1) + 1.9 * version)])
+                expert = r if moe and sliced else 0
+                t._amax_rowwise.set_f32([f32(0.37 * (i + 1) + 1.9 * version + 0.01 * expert)])
 
 
 def ctypes_fill(t, data):
@@ -165,6 +175,40 @@ def qkv_to_hf(rows, heads, kv, hd):
     return q + k + v
 
 
+def expected_moe(ranks, case):
+    """{engine name: bytes} of the attention linears and the experts of the
+    MoE case: engine expert e is local expert e % 2 of EP rank e // 2."""
+    _, _, _, block, _, (hidden, heads, kv, hd, inter, _) = case
+    out = {}
+    for layer in (0, 1):
+        for mname, n, k in (("linear_qkv", (heads + 2 * kv) * hd, hidden),
+                            ("linear_proj", hidden, heads * hd)):
+            name = f"decoder.layers.{layer}.self_attention.{mname}.weight"
+            codes, scales = logical_rows(ranks[:1], name, "nvfp4", block, n, k)
+            if mname == "linear_qkv":
+                codes, scales = qkv_to_hf(codes, heads, kv, hd), qkv_to_hf(scales, heads, kv, hd)
+            engine = f"model.layers.{layer}.self_attn.{LINEARS['self_attention.' + mname][10:]}"
+            out[engine + ".weight"] = b"".join(codes)
+            out[engine + ".weight_scale"] = b"".join(scales)
+            amax = ranks[0][name]._amax_rowwise.f32()[0]
+            out[engine + ".weight_global_scale"] = struct.pack("<f", global_scale(amax))
+        for mname, vname, n, k in (("linear_fc1", "w13", 2 * inter, hidden),
+                                   ("linear_fc2", "w2", hidden, inter)):
+            codes, scales, gs = [], [], []
+            for e in range(EXPERTS):
+                name = f"decoder.layers.{layer}.mlp.experts.{mname}.weight{e % LOCAL_EXPERTS}"
+                one = [ranks[e // LOCAL_EXPERTS]]
+                c, sc = logical_rows(one, name, "nvfp4", block, n, k)
+                codes += c
+                scales += sc
+                gs.append(global_scale(one[0][name]._amax_rowwise.f32()[0]))
+            engine = f"model.layers.{layer}.mlp.experts.{vname}"
+            out[engine + "_weight"] = b"".join(codes)
+            out[engine + "_weight_scale"] = b"".join(scales)
+            out[engine + "_weight_scale_2"] = struct.pack(f"<{EXPERTS}f", *gs)
+    return out
+
+
 def expected_engine(ranks, fmt, case):
     """{engine name: bytes} of every low-precision tensor, the norms and the
     vocabulary rows of the embedding and the output layer."""
@@ -196,8 +240,9 @@ def expected_engine(ranks, fmt, case):
 
 
 class TeTrainerTest(unittest.TestCase):
-    def rounds(self, fmt):
-        case = CASES[fmt]
+    def rounds(self, key):
+        case = CASES[key]
+        fmt, moe = key.split("-")[0], key.endswith("-moe")
         model, trainer, engine, _, world = case[:5]
         refitd = Refitd(REFITD)
         self.addCleanup(refitd.stop)
@@ -208,7 +253,7 @@ class TeTrainerTest(unittest.TestCase):
             module, held = trainer_module(specs, fmt)
             modules.append(module)
             ranks.append(held)
-        fill(ranks, fmt, 1)
+        fill(ranks, fmt, 1, moe)
         for r in range(world):
             m = rt.trainer_member(modules[r], server=refitd.address, rank=r, model=model,
                                   convention=trainer, timeout=TIMEOUT)
@@ -227,16 +272,18 @@ class TeTrainerTest(unittest.TestCase):
 
         for version in (1, 2):
             if version > 1:
-                fill(ranks, fmt, version)  # the optimizer step: codes, scales, amax in place
+                fill(ranks, fmt, version, moe)  # the optimizer step: codes, scales, amax in place
             run_all([lambda r=r: rt.publish(members[r], version=version, rank=r, world=world,
                                             timeout=TIMEOUT) for r in range(world)]
                     + [engine_round])
-            want = expected_engine(ranks, fmt, case)
+            want = expected_moe(ranks, case) if moe else expected_engine(ranks, fmt, case)
             for name, data in want.items():
                 got = bytes(ebufs[name][:len(data)])
-                self.assertEqual(got, data, f"{fmt} round {version}: engine {name}")
+                self.assertEqual(got, data, f"{key} round {version}: engine {name}")
             moved = [s.name for s in especs if s.dtype != "bf16"]
             self.assertTrue(set(moved) <= set(want), set(moved) - set(want))
+        if moe:
+            return
 
         # TE reallocates a weight's storage (clear() and a new quantize):
         # the next publish refuses, naming the parameter, before any barrier.
@@ -260,6 +307,9 @@ class TeTrainerTest(unittest.TestCase):
 
     def test_nvfp4_gtp3_into_nvfp4_engine_global_scale_follows_amax(self):
         self.rounds("nvfp4")
+
+    def test_nvfp4_experts_ep2_per_expert_global_scales(self):
+        self.rounds("nvfp4-moe")
 
 
 def _numel(shape):
