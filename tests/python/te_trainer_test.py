@@ -96,9 +96,10 @@ def run_all(fns, timeout=TIMEOUT * 2):
 
 
 def trainer_module(specs, fmt, *, wrap=lambda n: "module." + n):
-    """A module of stand-in tensors per BufferSpec: a TE tensor per
-    <param>.weight whose <param>.weight_scale the convention lists, bf16
-    otherwise. Returns it and {param name: tensor}."""
+    """A module of stand-in tensors per BufferSpec: a TE tensor reclassed by
+    GTP per <param>.weight whose <param>.weight_scale the convention lists,
+    bf16 otherwise (the embedding and output layer as BF16 GTP shards).
+    Returns it and {param name: tensor}."""
     names = {s.name: s for s in specs}
     params, held = [], {}
     for s in specs:
@@ -109,9 +110,11 @@ def trainer_module(specs, fmt, *, wrap=lambda n: "module." + n):
             shape = list(s.shape)
             if fmt == "nvfp4":
                 shape[-1] *= 2
-            t = (te.MXFP8Tensor if fmt == "mxfp8" else te.NVFP4Tensor)(shape)
+            t = te.gtp_reclass((te.MXFP8Tensor if fmt == "mxfp8" else te.NVFP4Tensor)(shape))
         else:
             t = st.Tensor(s.shape, st.bfloat16 if s.dtype == "bf16" else st.float32)
+            if s.name.startswith(("embedding.", "output_layer.")):
+                te.gtp_bf16(t)
         held[s.name] = t
         params.append((wrap(s.name), t))
     return st.Module(params), held

@@ -30,6 +30,13 @@ computes it on CUDA (a product with the f32 reciprocal), so an engine gets
 the same global scale from a TE trainer as from a BF16 trainer with the
 same amax. Nothing here imports transformer_engine: TE tensors are
 recognized by their class names and attributes.
+
+Under Megatron-LM's GTP (read at 0031397,
+megatron/core/tensor_parallel/generalized_tensor_parallelism.py:
+_gtp_reclass_native_fp8_shard) a native MXFP8/NVFP4 weight shard stays
+the TE tensor, reclassed in place into a ``GTP_<TE class>`` subclass, and
+the optimizer writes it in place (``copy_`` -> ``quantize_``); a BF16 GTP
+shard (GTPShardedParam, ``_quantizer`` None) is a plain tensor here.
 """
 
 import re

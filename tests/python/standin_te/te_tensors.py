@@ -18,6 +18,13 @@ NVFP4Quantizer.make_empty):
   ``_with_gemm_swizzled_scales``.
 - Float8Tensor (per-tensor FP8): ``_data``, ``_scale_inv``, ``_fp8_dtype``,
   ``_transpose``: a TE tensor refit does not move.
+
+And Megatron-LM's GTP at 0031397
+(megatron/core/tensor_parallel/generalized_tensor_parallelism.py:
+_gtp_reclass_native_fp8_shard, _init_gtp_runtime_attrs): a native-FP8
+weight shard is reclassed in place into a dynamic ``GTP_<TE class>``
+subclass with ``quantized`` pointing at itself; a BF16 shard is a
+GTPShardedParam whose ``_quantizer`` and ``quantized`` are None.
 """
 
 import ctypes
@@ -154,3 +161,29 @@ class Float8Tensor(QuantizedTensorStorage):
         self._scale_inv = Tensor([1], float32)
         self._fp8_dtype = DType.kFloat8E4M3
         self._transpose = None
+
+
+_GTP_SUBCLASSES = {}
+
+
+def gtp_reclass(t, pad_length: int = 0):
+    """What Megatron's _gtp_reclass_native_fp8_shard does to a TE weight
+    shard: its class becomes GTP_<class> (a subclass), GTP attributes
+    attached, ``quantized`` itself. Returns ``t``."""
+    base = type(t)
+    sub = _GTP_SUBCLASSES.setdefault(base, type(f"GTP_{base.__name__}", (base,), {}))
+    t.__class__ = sub
+    t.is_gtp_weight_remat = True
+    t._gtp_native_fp8 = True
+    t.quantized = t
+    t.pad_length = pad_length
+    return t
+
+
+def gtp_bf16(t):
+    """The attributes a BF16 GTPShardedParam carries that a TE check could
+    trip on: ``_quantizer`` and ``quantized`` None. Returns ``t``."""
+    t.is_gtp_weight_remat = True
+    t._quantizer = None
+    t.quantized = None
+    return t
