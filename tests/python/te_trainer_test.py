@@ -326,7 +326,7 @@ class RegistrationTest(unittest.TestCase):
     """Layouts refit does not move are refused when the buffers are taken,
     naming the rank and the parameter."""
 
-    def refused(self, fmt, change, *, convention=None):
+    def refused(self, fmt, change, *, convention=None, only=True):
         model, trainer = CASES[fmt][:2]
         convention = convention or trainer
         specs = refit.expected_buffers(side="trainer", rank=1, model=model, convention=trainer)
@@ -337,9 +337,11 @@ class RegistrationTest(unittest.TestCase):
         with self.assertRaises(refit.RefitError) as e:
             rt.module_buffers(module, rank=1, model=model, convention=convention)
         self.assertEqual(e.exception.code_name, "INVALID_ARGUMENT")
-        self.assertIn(f"rank 1: parameter {name} (module name module.{name}): ",
-                      str(e.exception))
-        return str(e.exception)
+        msg = str(e.exception)
+        self.assertIn(f"rank 1: parameter {name} (module name module.{name}): ", msg)
+        if only:
+            self.assertEqual(len(msg.splitlines()), 1, msg)  # that parameter, once
+        return msg
 
     def test_columnwise_only_is_refused(self):
         msg = self.refused("mxfp8", lambda t: te.MXFP8Tensor(t.shape, rowwise=False))
@@ -379,6 +381,12 @@ class RegistrationTest(unittest.TestCase):
                                     f"tp=1,gtp=3,weights=nvfp4 holds this weight as NVFP4"):
             rt.module_buffers(module, rank=0, model="tiny-qwen3-fp4",
                               convention="megatron:tp=1,gtp=3,weights=nvfp4")
+
+    def test_te_tensor_under_a_bf16_convention_is_refused(self):
+        msg = self.refused("mxfp8", lambda t: t, convention="megatron:tp=1,gtp=4",
+                           only=False)
+        self.assertIn("a Transformer Engine MXFP8 tensor; convention megatron:tp=1,gtp=4 "
+                      "holds this weight as bf16 (weights=model)", msg)
 
     def test_buffers_are_te_storage_and_global_scale_is_refits(self):
         model, trainer = CASES["nvfp4"][:2]

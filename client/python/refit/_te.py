@@ -57,7 +57,8 @@ _NVFP4 = ("NVFP4Tensor", "NVFP4TensorStorage")
 _TE_ATTRIBUTES = ("_rowwise_data", "_columnwise_data", "_fp8_dtype", "_fp4_dtype",
                   "_rowwise_scale_inv", "_scale_inv")
 _WEIGHT_NAME = re.compile(r"^(.*)\.weight(\d*)$")
-_FORMAT_WORDS = {"mxfp8": "MXFP8 (weights=mxfp8)", "nvfp4": "NVFP4 (weights=nvfp4)"}
+_FORMAT_WORDS = {"mxfp8": "MXFP8 (weights=mxfp8)", "nvfp4": "NVFP4 (weights=nvfp4)",
+                 "bf16": "bf16 (weights=model)"}
 
 
 def kind(t: Any) -> Optional[str]:
@@ -167,6 +168,17 @@ def _expected_format(names: Tuple[str, str, str], want: Dict[str, Any]) -> str:
     return want[names[0]].dtype
 
 
+def buffer_names(name: str) -> Tuple[str, ...]:
+    """The convention's buffers a TE weight registered as ``name``
+    (``<param>.weight<j>``) stands for: its codes, block scales and global
+    scale; ``(name,)`` for any other name."""
+    m = _WEIGHT_NAME.match(name)
+    if not m:
+        return (name,)
+    base, j = m.group(1), m.group(2)
+    return (f"{base}.weight{j}", f"{base}.weight_scale{j}", f"{base}.weight_global_scale{j}")
+
+
 def unwrap(rank: int, name: str, label: str, te: Any, fmt: str, convention: str,
            want: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional[TeParameter], List[str]]:
     """The buffers of TE tensor ``te`` (format ``fmt`` from :func:`kind`)
@@ -179,12 +191,10 @@ def unwrap(rank: int, name: str, label: str, te: Any, fmt: str, convention: str,
     if fmt not in ("mxfp8", "nvfp4"):
         return {}, None, [f"{where}: a Transformer Engine {fmt}; refit moves TE's "
                           f"MXFP8Tensor and NVFP4Tensor weights (or plain tensors)"]
-    m = _WEIGHT_NAME.match(name)
-    if not m:
+    names = buffer_names(name)
+    if len(names) == 1:
         return {}, None, [f"{where}: a Transformer Engine {fmt.upper()} tensor under a "
                           f"name that is no <param>.weight"]
-    base, j = m.group(1), m.group(2)
-    names = (f"{base}.weight{j}", f"{base}.weight_scale{j}", f"{base}.weight_global_scale{j}")
     expected = _expected_format(names, want)
     if expected != fmt:
         return {}, None, [f"{where}: a Transformer Engine {fmt.upper()} tensor; convention "

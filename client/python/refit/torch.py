@@ -193,6 +193,7 @@ def module_buffers(module: Any, *, rank: int, model: str, convention: str,
     source: Dict[str, str] = {}
     origin: Dict[str, Any] = {}  # buffer name -> the module's tensor it came from
     low_precision: List[_te.TeParameter] = []
+    claimed = set()  # buffer names a TE tensor stands for
     problems: List[str] = []
     unknown: List[Tuple[str, Any]] = []
     mapped_ids = set()
@@ -227,6 +228,7 @@ def module_buffers(module: Any, *, rank: int, model: str, convention: str,
         if fmt is not None:
             parts, param, why = _te.unwrap(rank, name, label, local, fmt, convention, want)
             problems.extend(why)
+            claimed.update(_te.buffer_names(name))  # reported here if refused
             taken = [n for n in parts if n in found]
             if taken:
                 problems.append(f"rank {rank}: parameter {label}: {', '.join(taken)} "
@@ -251,7 +253,7 @@ def module_buffers(module: Any, *, rank: int, model: str, convention: str,
             problems.append(f"rank {rank}: parameter {label}: not a buffer of "
                             f"convention {convention} for model {model} on this rank")
     for name in want:
-        if name not in found:
+        if name not in found and name not in claimed:
             problems.append(f"rank {rank}: parameter {name}: convention {convention} "
                             f"expects it, the module has no such parameter (after "
                             f"stripping wrapper prefixes)")
