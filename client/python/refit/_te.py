@@ -37,6 +37,16 @@ _gtp_reclass_native_fp8_shard) a native MXFP8/NVFP4 weight shard stays
 the TE tensor, reclassed in place into a ``GTP_<TE class>`` subclass, and
 the optimizer writes it in place (``copy_`` -> ``quantize_``); a BF16 GTP
 shard (GTPShardedParam, ``_quantizer`` None) is a plain tensor here.
+
+refit's member reads the addresses taken at registration. TE keeps them
+while it quantizes into the parameter (``quantize_``, ``param.data =
+bf16``), but some paths move the storage: ``param.data = <another TE
+tensor>`` (``_set_data``) or ``restore_from_saved`` put other tensors
+under the attributes (refit would send the old ones, which it keeps
+alive: stale bytes), and ``clear()`` (``t.data = empty``) frees the
+memory under the registered tensor (refit would read freed memory).
+:func:`refresh` compares the addresses before every round and refuses
+both, naming the parameter.
 """
 
 import re
