@@ -81,17 +81,19 @@ def main() -> int:
     failed = False
     for device in ("cuda:0", "cpu"):
         ps = params(device, amaxes)
-        _te.refresh(0, ps)  # warm-up
+        _te.refresh(ps)  # warm-up
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        _te.refresh(0, ps)
+        _te.refresh(ps)
         ms = (time.perf_counter() - t0) * 1e3
         got = [p.global_scale.item() for p in ps]
         same_host = sum(bits(g) == bits(h) for g, h in zip(got, host))
         modelopt = [(p.te._amax_rowwise.float() / (6.0 * 448.0)).item() for p in ps]
         same_modelopt = sum(bits(g) == bits(m) for g, m in zip(got, modelopt))
         shapes_ok = all(tuple(p.global_scale.shape) == () for p in ps)
+        # refresh_low_precision finds them from a member's buffer objects.
+        shapes_ok &= len(_te.registered_in([p.registered[0] for p in ps])) == len(ps)
         ok = same_host == len(ps) and shapes_ok and (
             device == "cpu" or same_modelopt == len(ps))
         failed |= not ok

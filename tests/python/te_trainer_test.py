@@ -258,8 +258,16 @@ class TeTrainerTest(unittest.TestCase):
             ranks.append(held)
         fill(ranks, fmt, 1, moe)
         for r in range(world):
-            m = rt.trainer_member(modules[r], server=refitd.address, rank=r, model=model,
-                                  convention=trainer, timeout=TIMEOUT)
+            if fmt == "nvfp4" and not moe:
+                # As refit.vllm's trainer path builds it: a Member over a
+                # plain dict of module_buffers' tensors.
+                bufs = dict(rt.module_buffers(modules[r], rank=r, model=model,
+                                              convention=trainer))
+                m = refit.Member(server=refitd.address, side="trainer", rank=r, model=model,
+                                 convention=trainer, buffers=bufs, timeout=TIMEOUT)
+            else:
+                m = rt.trainer_member(modules[r], server=refitd.address, rank=r, model=model,
+                                      convention=trainer, timeout=TIMEOUT)
             self.addCleanup(m.close)
             members.append(m)
         especs = refit.expected_buffers(side="engine", rank=0, model=model, convention=engine)

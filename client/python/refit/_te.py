@@ -67,6 +67,10 @@ _NVFP4 = ("NVFP4Tensor", "NVFP4TensorStorage")
 _TE_ATTRIBUTES = ("_rowwise_data", "_columnwise_data", "_fp8_dtype", "_fp4_dtype",
                   "_rowwise_scale_inv", "_scale_inv")
 _WEIGHT_NAME = re.compile(r"^(.*)\.weight(\d*)$")
+# The attribute on a registered codes tensor that holds its TeParameter:
+# refresh_low_precision finds a Member's TE parameters from its buffers, for
+# as long as the member holds them.
+_ATTRIBUTE = "_refit_te_parameter"
 _FORMAT_WORDS = {"mxfp8": "MXFP8 (weights=mxfp8)", "nvfp4": "NVFP4 (weights=nvfp4)",
                  "bf16": "bf16 (weights=model)"}
 
@@ -90,24 +94,29 @@ def _ptr(t: Any) -> int:
 
 
 class TeParameter:
-    """One registered TE parameter: the tensor objects refit took and their
-    addresses, and for NVFP4 the global-scale buffer refit owns.
+    """One registered TE parameter of trainer rank ``rank``: the tensors
+    refit took, their addresses, and for NVFP4 the global-scale buffer
+    refit owns.
 
-    Invariant: ``data``/``scale``/``amax`` are the objects TE held at
-    registration and ``ptrs`` their addresses; refit's member reads those
-    addresses every round."""
+    Invariant: ``registered`` holds the codes and scale tensors TE held at
+    registration, the codes tensor points back here (attribute
+    ``_refit_te_parameter``), and ``ptrs`` holds the addresses of those and
+    of the amax, which refit's member reads every round."""
 
-    def __init__(self, label: str, fmt: str, te: Any, names: Tuple[str, str, Optional[str]],
-                 global_scale: Any):
+    def __init__(self, rank: int, label: str, fmt: str, te: Any,
+                 names: Tuple[str, ...], global_scale: Any):
+        self.rank = rank
         self.label = label
         self.format = fmt
         self.te = te
         self.names = names
         self.global_scale = global_scale
+        self.registered = (te._rowwise_data, te._rowwise_scale_inv)
         self.ptrs = {"_rowwise_data": _ptr(te._rowwise_data),
                      "_rowwise_scale_inv": _ptr(te._rowwise_scale_inv)}
         if fmt == "nvfp4":
             self.ptrs["_amax_rowwise"] = _ptr(te._amax_rowwise)
+        setattr(te._rowwise_data, _ATTRIBUTE, self)
 
     def storage_problem(self) -> Optional[str]:
         """Why TE's storage is no longer what refit registered (None: it
@@ -235,10 +244,21 @@ def unwrap(rank: int, name: str, label: str, te: Any, fmt: str, convention: str,
             out[names[2]] = global_scale
     if problems:
         return {}, None, problems
-    return out, TeParameter(label, fmt, te, names, global_scale), []
+    return out, TeParameter(rank, label, fmt, te, names, global_scale), []
 
 
-def refresh(rank: int, params: List[TeParameter]) -> None:
+def registered_in(buffers: Any) -> List[TeParameter]:
+    """The TeParameters whose codes are among ``buffers`` (a member's
+    buffer objects), in their order."""
+    out = []
+    for b in buffers:
+        p = getattr(b, _ATTRIBUTE, None)
+        if isinstance(p, TeParameter) and p.registered[0] is b:
+            out.append(p)
+    return out
+
+
+def refresh(params: List[TeParameter]) -> None:
     """Before a round: checks that TE still holds the registered storage of
     every parameter, then recomputes every NVFP4 global scale from its
     current amax (on CUDA, waits for those few kernels so the round's send
@@ -249,7 +269,7 @@ def refresh(rank: int, params: List[TeParameter]) -> None:
     for p in params:
         why = p.storage_problem()
         if why:
-            problems.append(f"rank {rank}: parameter {p.label}: {why}")
+            problems.append(f"rank {p.rank}: parameter {p.label}: {why}")
     if problems:
         raise FailedPreconditionError("\n".join(problems))
     devices = set()

@@ -33,7 +33,6 @@ A trainer rank::
 """
 
 import time
-import weakref
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import refit
@@ -140,15 +139,13 @@ class ModuleBuffers(dict):
     them, whose storage :meth:`refresh` checks and whose NVFP4 global
     scales it recomputes."""
 
-    def __init__(self, buffers: Dict[str, Any], rank: int,
-                 low_precision: List[_te.TeParameter]):
+    def __init__(self, buffers: Dict[str, Any], low_precision: List[_te.TeParameter]):
         super().__init__(buffers)
-        self.rank = rank
         self.low_precision = low_precision
 
     def refresh(self) -> None:
         """See :func:`refresh_low_precision`."""
-        _te.refresh(self.rank, self.low_precision)
+        _te.refresh(self.low_precision)
 
 
 def module_buffers(module: Any, *, rank: int, model: str, convention: str,
@@ -259,14 +256,9 @@ def module_buffers(module: Any, *, rank: int, model: str, convention: str,
                             f"stripping wrapper prefixes)")
     if problems:
         raise refit.InvalidArgumentError("\n".join(problems))
-    out = ModuleBuffers(found, rank, low_precision)
+    out = ModuleBuffers(found, low_precision)
     out.refresh()
     return out
-
-
-# The ModuleBuffers each trainer_member's Member was built from.
-_MEMBER_BUFFERS: "weakref.WeakKeyDictionary[refit.Member, ModuleBuffers]" = \
-    weakref.WeakKeyDictionary()
 
 
 def refresh_low_precision(member_or_buffers: Union[refit.Member, ModuleBuffers]) -> None:
@@ -277,14 +269,16 @@ def refresh_low_precision(member_or_buffers: Union[refit.Member, ModuleBuffers])
     parameter's current ``_amax_rowwise`` (on CUDA: two small kernels per
     parameter, then a device synchronize). :func:`publish` calls it; call
     it before ``run_round`` when driving rounds yourself, after the
-    optimizer step. Takes a Member from :func:`trainer_member` (nothing to
-    do for other members) or :func:`module_buffers`' result. Raises
-    RefitError FAILED_PRECONDITION listing each parameter (and the rank)
-    whose storage changed: register again (a new member)."""
-    buffers = (member_or_buffers if isinstance(member_or_buffers, ModuleBuffers)
-               else _MEMBER_BUFFERS.get(member_or_buffers))
-    if buffers is not None:
-        buffers.refresh()
+    optimizer step. Takes a Member whose buffers came from
+    :func:`module_buffers` (:func:`trainer_member`, refit.vllm's and
+    refit.sglang's trainer paths; nothing to do for others) or
+    module_buffers' result. Raises RefitError FAILED_PRECONDITION listing
+    each parameter (and the rank) whose storage changed: register again
+    (a new member)."""
+    if isinstance(member_or_buffers, ModuleBuffers):
+        member_or_buffers.refresh()
+    else:
+        _te.refresh(_te.registered_in(member_or_buffers.buffers.values()))
 
 
 def trainer_member(module: Any, *, server: str, rank: int, model: str,
@@ -299,11 +293,9 @@ def trainer_member(module: Any, *, server: str, rank: int, model: str,
     buffers = module_buffers(module, rank=rank, model=model, convention=convention,
                              rename=rename, ignore=ignore, ignore_unknown=ignore_unknown,
                              library=member_options.get("library"))
-    member = refit.Member(server=server, side="trainer", rank=rank, model=model,
-                          convention=convention, device=device, buffers=buffers,
-                          **member_options)
-    _MEMBER_BUFFERS[member] = buffers
-    return member
+    return refit.Member(server=server, side="trainer", rank=rank, model=model,
+                        convention=convention, device=device, buffers=buffers,
+                        **member_options)
 
 
 def _ready_key(prefix: str, version: int, rank: int) -> str:
