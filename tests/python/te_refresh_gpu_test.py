@@ -1,5 +1,6 @@
-"""refit's NVFP4 global scale on real torch tensors: for TE-shaped NVFP4
-parameters over torch CUDA (and CPU) tensors, refit.torch's refresh gives
+"""refit's NVFP4 global scale on real torch tensors: for 12288 TE-shaped
+NVFP4 parameters over torch CUDA (and CPU) tensors, refit.torch's refresh
+(one torch.cat of the amaxes into refit's buffer, one multiply) gives
 every parameter exactly f32(amax * f32(1/2688)) (the host reference) and,
 on CUDA, exactly ModelOpt's ``amax.float() / (6.0 * 448.0)`` as torch
 computes it there; a storage swapped under TE's attribute (``t.data =``)
@@ -28,7 +29,7 @@ if not torch.cuda.is_available():
 
 from refit import _te  # noqa: E402
 
-PARAMS = 2000
+PARAMS = 12288  # Qwen3-30B-A3B: 48 layers x 128 experts x 2
 
 
 def f32(x: float) -> float:
@@ -69,6 +70,7 @@ def params(device: str, amaxes: List[float]):
                                     "megatron:weights=nvfp4", want)
         assert not problems, problems
         out.append(p)
+    _te.allocate_global_scales(out)
     return out
 
 
@@ -92,6 +94,9 @@ def main() -> int:
         modelopt = [(p.te._amax_rowwise.float() / (6.0 * 448.0)).item() for p in ps]
         same_modelopt = sum(bits(g) == bits(m) for g, m in zip(got, modelopt))
         shapes_ok = all(tuple(p.global_scale.shape) == () for p in ps)
+        # One buffer for all: consecutive f32 views.
+        shapes_ok &= all(p.global_scale.data_ptr() == ps[0].global_scale.data_ptr() + 4 * i
+                         for i, p in enumerate(ps))
         # refresh_low_precision finds them from a member's buffer objects.
         shapes_ok &= len(_te.registered_in([p.registered[0] for p in ps])) == len(ps)
         ok = same_host == len(ps) and shapes_ok and (

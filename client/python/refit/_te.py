@@ -104,13 +104,15 @@ class TeParameter:
     of the amax, which refit's member reads every round."""
 
     def __init__(self, rank: int, label: str, fmt: str, te: Any,
-                 names: Tuple[str, ...], global_scale: Any):
+                 names: Tuple[str, ...], global_shape: Optional[Tuple[int, ...]]):
         self.rank = rank
         self.label = label
         self.format = fmt
         self.te = te
         self.names = names
-        self.global_scale = global_scale
+        self.global_shape = global_shape  # NVFP4: the global scale's shape
+        self.global_scale: Any = None  # its view of GlobalScales.flat, once allocated
+        self.scales: Optional["GlobalScales"] = None
         self.registered = (te._rowwise_data, te._rowwise_scale_inv)
         self.ptrs = {"_rowwise_data": _ptr(te._rowwise_data),
                      "_rowwise_scale_inv": _ptr(te._rowwise_scale_inv)}
@@ -134,14 +136,66 @@ class TeParameter:
                         f"register again (a new member)")
         return None
 
-    def refresh_global_scale(self) -> None:
-        """NVFP4: global scale := amax * f32(1 / 2688), in f32 on the
-        tensors' device, no host synchronization. MXFP8: nothing."""
-        if self.global_scale is None:
-            return
-        gs = self.global_scale
-        gs.copy_(self.te._amax_rowwise.view(tuple(gs.shape)))
-        gs.mul_(GLOBAL_SCALE_FACTOR)
+
+class GlobalScales:
+    """The f32 global scales of a rank's NVFP4 parameters on one device,
+    refit's own memory: one buffer ``flat``, each parameter's global scale
+    a view of it in order, so a round's refresh is one gather of the amaxes
+    and one multiply (torch.cat into ``flat``, then ``flat.mul_``), not two
+    kernels per parameter."""
+
+    def __init__(self, params: List[TeParameter]):
+        sizes = [_numel(p.global_shape) for p in params]
+        self.params = params
+        self.flat = params[0].te._amax_rowwise.new_zeros((sum(sizes),))
+        offset = 0
+        for p, n in zip(params, sizes):
+            p.global_scale = self.flat.narrow(0, offset, n).view(p.global_shape)
+            p.scales = self
+            offset += n
+
+    def refresh(self) -> None:
+        """Every global scale := its parameter's amax * f32(1 / 2688), in
+        f32 where the tensors live; no host synchronization."""
+        amaxes = [p.te._amax_rowwise for p in self.params]
+        torch = _torch_of(self.flat)
+        if torch is not None:
+            torch.cat([a.reshape(-1) for a in amaxes], out=self.flat)
+        else:  # a tensor type without torch.cat: one copy per parameter
+            for p, a in zip(self.params, amaxes):
+                p.global_scale.copy_(a.view(p.global_shape))
+        self.flat.mul_(GLOBAL_SCALE_FACTOR)
+
+
+def _numel(shape: Tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _torch_of(t: Any) -> Any:
+    """The torch module when ``t`` is a torch tensor (imported by then),
+    else None."""
+    if not type(t).__module__.startswith("torch"):
+        return None
+    import torch
+    return torch if isinstance(t, torch.Tensor) else None
+
+
+def allocate_global_scales(params: List[TeParameter]) -> Dict[str, Any]:
+    """Gives every NVFP4 parameter among ``params`` its global-scale
+    buffer (a GlobalScales per device); returns {buffer name: tensor}."""
+    by_device: Dict[str, List[TeParameter]] = {}
+    for p in params:
+        if p.global_shape is not None:
+            by_device.setdefault(str(getattr(p.te._amax_rowwise, "device", "")), []).append(p)
+    out = {}
+    for group in by_device.values():
+        GlobalScales(group)
+        for p in group:
+            out[p.names[2]] = p.global_scale
+    return out
 
 
 def _dtype_name(t: Any) -> str:
@@ -201,11 +255,13 @@ def buffer_names(name: str) -> Tuple[str, ...]:
 def unwrap(rank: int, name: str, label: str, te: Any, fmt: str, convention: str,
            want: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional[TeParameter], List[str]]:
     """The buffers of TE tensor ``te`` (format ``fmt`` from :func:`kind`)
-    registered under convention name ``name``: ({buffer name: tensor},
-    its TeParameter, problems), the problems one line each naming ``rank``
-    and ``label``: another TE class, a name that is no ``<param>.weight<j>``,
-    a format or shape the convention does not hold, a layout refit does not
-    move (see _layout_problem)."""
+    registered under convention name ``name``: ({buffer name: tensor} of
+    its codes and block scales, its TeParameter, problems); an NVFP4
+    parameter's global scale comes from :func:`allocate_global_scales`.
+    The problems, one line each naming ``rank`` and ``label``: another TE
+    class, a name that is no ``<param>.weight<j>``, a format or shape the
+    convention does not hold, a layout refit does not move (see
+    _layout_problem)."""
     where = f"rank {rank}: parameter {label}"
     if fmt not in ("mxfp8", "nvfp4"):
         return {}, None, [f"{where}: a Transformer Engine {fmt}; refit moves TE's "
@@ -229,22 +285,16 @@ def unwrap(rank: int, name: str, label: str, te: Any, fmt: str, convention: str,
         if why:
             problems.append(f"{where}: {why}")
     out = {names[0]: te._rowwise_data, names[1]: te._rowwise_scale_inv}
-    global_scale = None
+    global_shape = None
     if fmt == "nvfp4":
-        spec = want[names[2]]
+        global_shape = tuple(want[names[2]].shape)
         amax = te._amax_rowwise
-        count = 1
-        for n in spec.shape:
-            count *= n
-        if amax.numel() != count:
+        if amax.numel() != _numel(global_shape):
             problems.append(f"{where}: its _amax_rowwise holds {amax.numel()} values, the "
-                            f"convention's {names[2]} {count}")
-        else:
-            global_scale = amax.new_zeros(tuple(spec.shape))
-            out[names[2]] = global_scale
+                            f"convention's {names[2]} {_numel(global_shape)}")
     if problems:
         return {}, None, problems
-    return out, TeParameter(rank, label, fmt, te, names, global_scale), []
+    return out, TeParameter(rank, label, fmt, te, names, global_shape), []
 
 
 def registered_in(buffers: Any) -> List[TeParameter]:
@@ -260,9 +310,9 @@ def registered_in(buffers: Any) -> List[TeParameter]:
 
 def refresh(params: List[TeParameter]) -> None:
     """Before a round: checks that TE still holds the registered storage of
-    every parameter, then recomputes every NVFP4 global scale from its
-    current amax (on CUDA, waits for those few kernels so the round's send
-    reads them). Raises FailedPreconditionError listing, one line each
+    every parameter, then recomputes the NVFP4 global scales from the
+    current amaxes, every GlobalScales that holds one of ``params`` whole
+    (on CUDA, waits for those kernels so the round's send reads them). Raises FailedPreconditionError listing, one line each
     naming the rank and the parameter, storage TE dropped or reallocated;
     nothing is refreshed then."""
     problems = []
@@ -272,13 +322,15 @@ def refresh(params: List[TeParameter]) -> None:
             problems.append(f"rank {p.rank}: parameter {p.label}: {why}")
     if problems:
         raise FailedPreconditionError("\n".join(problems))
-    devices = set()
+    groups, devices = {}, set()
     for p in params:
-        p.refresh_global_scale()
-        if p.global_scale is not None:
-            dev = getattr(p.global_scale, "device", None)
-            if getattr(dev, "type", "cpu") == "cuda":
-                devices.add(dev)
+        if p.scales is not None:
+            groups[id(p.scales)] = p.scales
+    for g in groups.values():
+        g.refresh()
+        dev = getattr(g.flat, "device", None)
+        if getattr(dev, "type", "cpu") == "cuda":
+            devices.add(dev)
     if devices:
         import torch  # only where the buffers are torch CUDA tensors
         for dev in devices:

@@ -168,7 +168,8 @@ def module_buffers(module: Any, *, rank: int, model: str, convention: str,
     gives ``<param>.weight<j>`` (its ``_rowwise_data``) and
     ``<param>.weight_scale<j>`` (its compact ``_rowwise_scale_inv``), TE's
     own memory; an NVFP4 one also ``<param>.weight_global_scale<j>``, an
-    f32 tensor refit allocates beside the amax and sets to
+    f32 tensor refit allocates on the amax's device (a view of one buffer
+    for all of them) and sets to
     ``amax * f32(1/2688)`` (ModelOpt's ``amax / (6 * 448)``) now and in
     every :func:`refresh_low_precision`.
 
@@ -245,6 +246,8 @@ def module_buffers(module: Any, *, rank: int, model: str, convention: str,
         source[name] = raw
         origin[name] = tensor
         mapped_ids.add(id(tensor))
+    if not problems:
+        found.update(_te.allocate_global_scales(low_precision))
     for label, tensor in unknown:
         if id(tensor) not in mapped_ids:  # else a tied alias of a moved tensor
             problems.append(f"rank {rank}: parameter {label}: not a buffer of "

@@ -65,6 +65,14 @@ class Tensor(st.Tensor):
         assert v.numel() == self.numel(), (shape, self.shape)
         return v
 
+    def narrow(self, dim: int, start: int, length: int) -> "Tensor":
+        """Rows [start, start + length) of dimension 0, sharing memory."""
+        assert dim == 0
+        row = self.nbytes() // self.shape[0]
+        v = Tensor((length,) + self.shape[1:], self.dtype, base=self)
+        v._mem = (ctypes.c_char * max(length * row, 1)).from_buffer(self._mem, start * row)
+        return v
+
     def new_zeros(self, shape: Sequence[int]) -> "Tensor":
         return Tensor(shape, self.dtype)
 
