@@ -310,11 +310,12 @@ def registered_in(buffers: Any) -> List[TeParameter]:
 
 def refresh(params: List[TeParameter]) -> None:
     """Before a round: checks that TE still holds the registered storage of
-    every parameter, then recomputes the NVFP4 global scales from the
-    current amaxes, every GlobalScales that holds one of ``params`` whole
-    (on CUDA, waits for those kernels so the round's send reads them). Raises FailedPreconditionError listing, one line each
-    naming the rank and the parameter, storage TE dropped or reallocated;
-    nothing is refreshed then."""
+    every parameter, then recomputes from the current amaxes the NVFP4
+    global scales of every GlobalScales holding one of ``params`` (on CUDA,
+    waits for those kernels so the round's send reads them). Raises
+    FailedPreconditionError listing, one line each naming the rank and the
+    parameter, storage TE dropped or reallocated; nothing is refreshed
+    then."""
     problems = []
     for p in params:
         why = p.storage_problem()
