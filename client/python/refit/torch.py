@@ -11,6 +11,10 @@ and checks every buffer's shape and dtype against the convention, raising
 one RefitError that names each parameter and the rank that does not match.
 Megatron-Core parameters keep Megatron's own names (local layer numbering
 per pipeline stage), which is what the ``megatron`` convention expects.
+Transformer Engine's MXFP8Tensor / NVFP4Tensor weights (``megatron:...,
+weights=mxfp8|nvfp4``, with GTP or not) give their own rowwise codes and
+scale_inv, and for NVFP4 a global scale refit keeps and refreshes from
+TE's amax before every round (:func:`refresh_low_precision`).
 
 The memory is the module's own: refit reads the parameters in place, so a
 round moves what the optimizer last wrote. Nothing here imports torch;
@@ -32,10 +36,11 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import refit
-from refit import _buffers
+from refit import _buffers, _te
 
 __all__ = ["WRAPPER_COMPONENTS", "strip_wrapper_prefixes", "local_shard",
-           "module_buffers", "trainer_member", "wait_all_ranks_ready",
+           "ModuleBuffers", "module_buffers", "trainer_member",
+           "refresh_low_precision", "wait_all_ranks_ready",
            "start_round_when_ready", "publish"]
 
 # Path components wrapper modules insert anywhere in a parameter's name.
@@ -128,11 +133,26 @@ def _check_tensor(rank: int, name: str, t: Any, spec: refit.BufferSpec) -> Optio
     return None
 
 
+class ModuleBuffers(dict):
+    """{convention name: local tensor}, as :func:`module_buffers` returns
+    it, plus ``low_precision``: the Transformer Engine parameters among
+    them, whose storage :meth:`refresh` checks and whose NVFP4 global
+    scales it recomputes."""
+
+    def __init__(self, buffers: Dict[str, Any], low_precision: List[_te.TeParameter]):
+        super().__init__(buffers)
+        self.low_precision = low_precision
+
+    def refresh(self) -> None:
+        """See :func:`refresh_low_precision`."""
+        _te.refresh(self.low_precision)
+
+
 def module_buffers(module: Any, *, rank: int, model: str, convention: str,
                    side: str = "trainer",
                    rename: Union[None, Mapping[str, str], Callable[[str], Optional[str]]] = None,
                    ignore: Iterable[str] = (), ignore_unknown: bool = False,
-                   library: Any = None) -> Dict[str, Any]:
+                   library: Any = None) -> ModuleBuffers:
     """The buffers rank ``rank`` gives refit under ``convention``, taken from
     ``module``'s parameters and buffers: {convention name: local tensor}.
 
@@ -144,19 +164,34 @@ def module_buffers(module: Any, *, rank: int, model: str, convention: str,
     aliases (another name of a tensor that is moved, such as a tied
     ``lm_head.weight``) are skipped.
 
+    A Transformer Engine MXFP8Tensor / NVFP4Tensor ``<param>.weight<j>``
+    gives ``<param>.weight<j>`` (its ``_rowwise_data``) and
+    ``<param>.weight_scale<j>`` (its compact ``_rowwise_scale_inv``), TE's
+    own memory; an NVFP4 one also ``<param>.weight_global_scale<j>``, an
+    f32 tensor refit allocates on the amax's device (a view of one buffer
+    for all of them) and sets to
+    ``amax * f32(1/2688)`` (ModelOpt's ``amax / (6 * 448)``) now and in
+    every :func:`refresh_low_precision`.
+
     Raises RefitError INVALID_ARGUMENT listing, one line each with the rank
     and the parameter: a parameter the convention does not know (unless
     ``ignore_unknown``), one the convention expects that the module lacks,
     a local shape or dtype that differs from the convention's, a
     non-contiguous local tensor, a placement other than Shard(0) /
-    Replicate, and two module names that map to one buffer. NOT_FOUND when
-    the client library cannot be loaded; the library's status when the
-    model or convention is unknown."""
+    Replicate, two module names that map to one buffer, and a TE tensor
+    refit does not move: another TE class (Float8Tensor, blockwise FP8),
+    a format other than the convention's ``weights=``, no rowwise copy
+    (columnwise only), GEMM-swizzled scales, e5m2 codes, no amax (NVFP4).
+    NOT_FOUND when the client library cannot be loaded; the library's
+    status when the model or convention is unknown."""
     want = {b.name: b for b in refit.expected_buffers(
         side=side, rank=rank, model=model, convention=convention, library=library)}
     skip = set(ignore)
     found: Dict[str, Any] = {}
     source: Dict[str, str] = {}
+    origin: Dict[str, Any] = {}  # buffer name -> the module's tensor it came from
+    low_precision: List[_te.TeParameter] = []
+    claimed = set()  # buffer names a TE tensor stands for
     problems: List[str] = []
     unknown: List[Tuple[str, Any]] = []
     mapped_ids = set()
@@ -179,7 +214,7 @@ def module_buffers(module: Any, *, rank: int, model: str, convention: str,
                 unknown.append((label, tensor))
             continue
         if name in found:
-            if found[name] is tensor or source[name] == raw:
+            if origin[name] is tensor or source[name] == raw:
                 continue
             same = (hasattr(local, "data_ptr") and hasattr(found[name], "data_ptr")
                     and local.data_ptr() == found[name].data_ptr())
@@ -187,25 +222,66 @@ def module_buffers(module: Any, *, rank: int, model: str, convention: str,
                 problems.append(f"rank {rank}: parameter {name}: both {source[name]} "
                                 f"and {raw} map to it")
             continue
+        fmt = _te.kind(local)
+        if fmt is not None:
+            parts, param, why = _te.unwrap(rank, name, label, local, fmt, convention, want)
+            problems.extend(why)
+            claimed.update(_te.buffer_names(name))  # reported here if refused
+            taken = [n for n in parts if n in found]
+            if taken:
+                problems.append(f"rank {rank}: parameter {label}: {', '.join(taken)} "
+                                f"also come from {source[taken[0]]}")
+                continue
+            for n, t in parts.items():
+                found[n], source[n], origin[n] = t, raw, tensor
+            if param is not None:
+                low_precision.append(param)
+            mapped_ids.add(id(tensor))
+            continue
         why = _check_tensor(rank, label, local, spec)
         if why:
             problems.append(why)
             continue
         found[name] = local
         source[name] = raw
+        origin[name] = tensor
         mapped_ids.add(id(tensor))
+    if not problems:
+        found.update(_te.allocate_global_scales(low_precision))
     for label, tensor in unknown:
         if id(tensor) not in mapped_ids:  # else a tied alias of a moved tensor
             problems.append(f"rank {rank}: parameter {label}: not a buffer of "
                             f"convention {convention} for model {model} on this rank")
     for name in want:
-        if name not in found:
+        if name not in found and name not in claimed:
             problems.append(f"rank {rank}: parameter {name}: convention {convention} "
                             f"expects it, the module has no such parameter (after "
                             f"stripping wrapper prefixes)")
     if problems:
         raise refit.InvalidArgumentError("\n".join(problems))
-    return found
+    out = ModuleBuffers(found, low_precision)
+    out.refresh()
+    return out
+
+
+def refresh_low_precision(member_or_buffers: Union[refit.Member, ModuleBuffers]) -> None:
+    """Readies a trainer rank's Transformer Engine parameters for a round:
+    checks that TE still holds the memory registered (a tensor TE dropped
+    or reallocated would otherwise be sent stale, or freed), then sets
+    every NVFP4 ``weight_global_scale`` to ``amax * f32(1/2688)`` from the
+    parameter's current ``_amax_rowwise`` (on CUDA: two small kernels per
+    parameter, then a device synchronize). :func:`publish` calls it; call
+    it before ``run_round`` when driving rounds yourself, after the
+    optimizer step. Takes a Member whose buffers came from
+    :func:`module_buffers` (:func:`trainer_member`, refit.vllm's and
+    refit.sglang's trainer paths; nothing to do for others) or
+    module_buffers' result. Raises RefitError FAILED_PRECONDITION listing
+    each parameter (and the rank) whose storage changed: register again
+    (a new member)."""
+    if isinstance(member_or_buffers, ModuleBuffers):
+        member_or_buffers.refresh()
+    else:
+        _te.refresh(_te.registered_in(member_or_buffers.buffers.values()))
 
 
 def trainer_member(module: Any, *, server: str, rank: int, model: str,
@@ -266,13 +342,16 @@ def start_round_when_ready(member: refit.Member, *, version: int, rank: int, wor
 
 def publish(member: refit.Member, *, version: int, rank: int, world: int,
             timeout: float = 300.0, prefix: str = "refit.torch") -> refit.RoundStats:
-    """Moves version ``version`` out of this rank's buffers: the ready
-    barrier, rank 0 starts the round, every rank runs it. Call on every
-    trainer rank after the optimizer step (with CUDA buffers, after the
-    step's kernels are done: ``torch.cuda.synchronize()``). Returns
-    run_round's statistics; raises RefitError as start_round_when_ready and
-    Member.run_round do (ABORTED with refitd's reason), FAILED_PRECONDITION
-    when refitd announces another version."""
+    """Moves version ``version`` out of this rank's buffers: Transformer
+    Engine parameters checked and NVFP4 global scales refreshed
+    (:func:`refresh_low_precision`), the ready barrier, rank 0 starts the
+    round, every rank runs it. Call on every trainer rank after the
+    optimizer step (with CUDA buffers, after the step's kernels are done:
+    ``torch.cuda.synchronize()``). Returns run_round's statistics; raises
+    RefitError as refresh_low_precision (before this rank reports ready),
+    start_round_when_ready and Member.run_round do (ABORTED with refitd's
+    reason), FAILED_PRECONDITION when refitd announces another version."""
+    refresh_low_precision(member)
     start_round_when_ready(member, version=version, rank=rank, world=world,
                            timeout=timeout, prefix=prefix)
     got = member.wait_for_round(timeout=timeout)
