@@ -122,13 +122,30 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> DeltaRunner::Create(
 absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
   const std::string side_name(SideName(side_));
   std::map<std::pair<int32_t, int32_t>, int32_t> slots;
+  // Batches: consecutive plan waves of one lane, until a batch holds
+  // options_.batch_bytes of the plan's bytes (every rank's: so every rank
+  // cuts the same batches, and a pair's sends and receives match).
+  const int32_t lanes = transport_->num_lanes();
+  std::vector<WaveWork> batches;
+  std::vector<int64_t> open(lanes, -1), open_bytes(lanes, 0);
   for (const Wave& wave : plan.waves) {
-    WaveWork w;
-    w.lane = std::max(0, wave.lane) % transport_->num_lanes();
+    const int32_t lane = std::max(0, wave.lane) % lanes;
+    int64_t wave_bytes = 0;
     for (int32_t mi = wave.first_message; mi < wave.first_message + wave.num_messages; ++mi) {
       if (mi < 0 || static_cast<size_t>(mi) >= plan.messages.size()) {
         return absl::InvalidArgumentError(absl::StrCat("message ", mi, " outside the plan"));
       }
+      wave_bytes += plan.messages[mi].bytes;
+    }
+    if (open[lane] < 0 || open_bytes[lane] >= options_.batch_bytes) {
+      open[lane] = static_cast<int64_t>(batches.size());
+      open_bytes[lane] = 0;
+      batches.emplace_back();
+      batches.back().lane = lane;
+    }
+    open_bytes[lane] += wave_bytes;
+    WaveWork& w = batches[open[lane]];
+    for (int32_t mi = wave.first_message; mi < wave.first_message + wave.num_messages; ++mi) {
       const Message& m = plan.messages[mi];
       if ((src ? m.src_rank : m.dst_rank) != rank_) continue;
       MsgWork mw;
@@ -166,6 +183,8 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       w.dense_bytes += m.bytes;
       w.msgs.push_back(std::move(mw));
     }
+  }
+  for (WaveWork& w : batches) {
     if (w.msgs.empty()) continue;
     // By peer, then message: each peer's headers are one send.
     std::stable_sort(w.msgs.begin(), w.msgs.end(), [](const MsgWork& a, const MsgWork& b) {
@@ -275,7 +294,10 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   digests_.clear();
   delta_stats_ = DeltaRoundStats();
   sent_ = false;
-  if (conversions_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
+  if (conversions_ != nullptr) {
+    REFIT_RETURN_IF_ERROR(Convert(deadline));
+    delta_stats_.convert_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  }
   // The codec reads what conversions wrote on the lanes.
   for (int32_t lane = 0; lane < transport_->num_lanes(); ++lane) {
     REFIT_RETURN_IF_ERROR(ops_->AfterLane(lane));
@@ -292,6 +314,7 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
                               : EndReceive(work_[k], deadline, &stats));
     if (k + 1 < work_.size() && !early) REFIT_RETURN_IF_ERROR(begin(work_[k + 1]));
     ++stats.waves;
+    ++delta_stats_.batches;
   }
   const absl::Time t_drain = absl::Now();
   REFIT_RETURN_IF_ERROR(Drain(deadline));

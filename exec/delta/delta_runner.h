@@ -95,6 +95,11 @@ struct DeltaRunnerOptions {
   // Both must outlive the runner unless given to Adopt.
   Copier* copier = nullptr;
   DeltaWaveOps* ops = nullptr;
+  // Consecutive plan waves of one lane run as one batch (one count, one
+  // encode, one group of sends or two of receives) until the batch holds
+  // this many of the plan's bytes (0: every plan wave its own batch). Both
+  // sides of a pair must use the same value.
+  int64_t batch_bytes = int64_t{1} << 30;
 };
 
 // What one round moved in delta form, beside RunStats.
@@ -106,11 +111,14 @@ struct DeltaRoundStats {
   int64_t changed_words = 0;   // trainer: counted; engine: sent
   int64_t words = 0;           // of the messages (their codec words)
   double digest_seconds = 0;    // time spent digesting
+  int64_t batches = 0;          // batches of waves run (delta_runner.h)
+  int64_t groups = 0;           // groups of sends and receives posted
   // Where the member's thread spent the round (host time): trainer: the
   // counts awaited, encodes enqueued; both: waiting on the transport
   // (an engine: for headers and, on the host, payloads), the applies
   // enqueued (engine), the end of the round (every lane drained, the
   // applies' checks read).
+  double convert_seconds = 0;  // trainer with FP8 engines: quantizing first
   double count_wait_seconds = 0;
   double encode_seconds = 0;
   double transport_wait_seconds = 0;

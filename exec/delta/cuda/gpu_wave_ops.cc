@@ -260,7 +260,7 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   // The previous encode on this lane has read the tables and mask.
   REFIT_RETURN_IF_ERROR(Wait(l->encoded, deadline, "delta encode"));
   std::vector<WaveMsg> msgs;
-  std::vector<WaveTile> tiles;
+  int64_t num_tiles = 0;
   l->msg_of_item.assign(items.size(), -1);
   for (size_t i = 0; i < items.size(); ++i) {
     const EncodeItem& it = items[i];
@@ -271,27 +271,24 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
     m.snap = reinterpret_cast<const uint8_t*>(it.snap);
     m.bytes = it.bytes;
     m.word = it.word_bytes;
-    m.first_tile = static_cast<int64_t>(tiles.size());
+    m.first_tile = num_tiles;
     const int64_t nt = WaveEncodeTiles(it.bytes);
-    if (nt > (int64_t{1} << 31) - 1 - static_cast<int64_t>(tiles.size())) {
+    if (nt > (int64_t{1} << 31) - 1 - num_tiles) {
       return absl::InvalidArgumentError("delta: a wave of more than 2^31 tiles");
     }
-    for (int64_t t = 0; t < nt; ++t) {
-      tiles.push_back({static_cast<int32_t>(msgs.size()), static_cast<int32_t>(t)});
-    }
+    num_tiles += nt;
     l->msg_of_item[i] = static_cast<int32_t>(msgs.size());
     msgs.push_back(m);
   }
   l->num_msgs = static_cast<int64_t>(msgs.size());
-  l->num_tiles = static_cast<int64_t>(tiles.size());
+  l->num_tiles = num_tiles;
   l->words_of_item.resize(items.size());
   for (size_t i = 0; i < items.size(); ++i) l->words_of_item[i] = items[i].bytes / items[i].word_bytes;
   l->counting = true;
   if (msgs.empty()) return absl::OkStatus();
   const int64_t mb = l->num_msgs * sizeof(WaveMsg);
-  const int64_t tb = l->num_tiles * sizeof(WaveTile);
-  REFIT_RETURN_IF_ERROR(l->table_h.Reserve(Align256(mb) + tb, "tables"));
-  REFIT_RETURN_IF_ERROR(l->table.Reserve(Align256(mb) + tb, "tables"));
+  REFIT_RETURN_IF_ERROR(l->table_h.Reserve(mb, "tables"));
+  REFIT_RETURN_IF_ERROR(l->table.Reserve(mb, "tables"));
   REFIT_RETURN_IF_ERROR(l->mask.Reserve(l->num_tiles * kWaveMaskWordsPerTile * 4, "mask"));
   REFIT_RETURN_IF_ERROR(l->vals.Reserve(l->num_tiles * kWaveValueBytesPerTile, "values"));
   REFIT_RETURN_IF_ERROR(l->counts.Reserve(l->num_tiles * 4, "tile counts"));
@@ -299,15 +296,14 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   REFIT_RETURN_IF_ERROR(l->totals.Reserve(l->num_msgs * 8, "totals"));
   REFIT_RETURN_IF_ERROR(l->totals_h.Reserve(l->num_msgs * 8, "totals"));
   std::memcpy(l->table_h.p, msgs.data(), mb);
-  std::memcpy(l->table_h.p + Align256(mb), tiles.data(), tb);
   const auto* dmsgs = reinterpret_cast<const WaveMsg*>(l->table.p);
-  const auto* dtiles = reinterpret_cast<const WaveTile*>(l->table.p + Align256(mb));
+  const auto nm = static_cast<int32_t>(l->num_msgs);
   auto* counts = reinterpret_cast<uint32_t*>(l->counts.p);
   auto* offsets = reinterpret_cast<uint64_t*>(l->offsets.p);
-  REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->table.p, l->table_h.p, Align256(mb) + tb,
-                                             cudaMemcpyHostToDevice, l->codec));
-  LaunchWaveMask(dmsgs, dtiles, l->num_tiles, reinterpret_cast<uint32_t*>(l->mask.p), counts,
-                 reinterpret_cast<uint8_t*>(l->vals.p), l->codec);
+  REFIT_RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(l->table.p, l->table_h.p, mb, cudaMemcpyHostToDevice, l->codec));
+  LaunchWaveMask(dmsgs, nm, l->num_tiles, reinterpret_cast<uint32_t*>(l->mask.p), counts,
+                 reinterpret_cast<uint8_t*>(l->vals.p), l->codec, o_.mask_unroll);
   LaunchTileScan(counts, l->num_tiles, offsets, offsets + l->num_tiles, l->codec);
   LaunchWaveTotals(dmsgs, l->num_msgs, counts, offsets,
                    reinterpret_cast<uint64_t*>(l->totals.p), l->codec);
@@ -368,7 +364,7 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
     REFIT_RETURN_IF_CUDA_ERROR(
         cudaMemcpyAsync(l->table.p, l->table_h.p, mb, cudaMemcpyHostToDevice, l->codec));
     LaunchWaveGather(reinterpret_cast<const WaveMsg*>(l->table.p),
-                     reinterpret_cast<const WaveTile*>(l->table.p + Align256(mb)), l->num_tiles,
+                     static_cast<int32_t>(l->num_msgs), l->num_tiles,
                      reinterpret_cast<const uint32_t*>(l->mask.p),
                      reinterpret_cast<const uint32_t*>(l->counts.p),
                      reinterpret_cast<const uint64_t*>(l->offsets.p),
@@ -387,7 +383,7 @@ absl::Status GpuWaveOps::Apply(int32_t lane, absl::Span<const ApplyItem> items,
   REFIT_RETURN_IF_ERROR(Wait(l->applied, deadline, "delta apply"));
   TakeChecks(*l);
   std::vector<WaveMsg> msgs;
-  std::vector<WaveTile> tiles;
+  int64_t num_tiles = 0;
   std::vector<std::string> kept;
   for (size_t i = 0; i < items.size(); ++i) {
     const ApplyItem& it = items[i];
@@ -408,41 +404,36 @@ absl::Status GpuWaveOps::Apply(int32_t lane, absl::Span<const ApplyItem> items,
     m.word = h.word_bytes;
     m.encoding = static_cast<int32_t>(e);
     m.changed = static_cast<int64_t>(h.num_changed);
-    m.first_tile = static_cast<int64_t>(tiles.size());
-    const int64_t nt = e == DeltaEncoding::kIndices
-                           ? (m.changed + kWaveIndicesPerTile - 1) / kWaveIndicesPerTile
-                           : WaveEncodeTiles(bytes);
-    for (int64_t t = 0; t < nt; ++t) {
-      tiles.push_back({static_cast<int32_t>(msgs.size()), static_cast<int32_t>(t)});
-    }
+    m.first_tile = num_tiles;
+    num_tiles += e == DeltaEncoding::kIndices
+                     ? (m.changed + kWaveIndicesPerTile - 1) / kWaveIndicesPerTile
+                     : WaveEncodeTiles(bytes);
     msgs.push_back(m);
     kept.push_back(i < names.size() ? names[i] : "");
   }
   if (!msgs.empty()) {
     const int64_t nm = static_cast<int64_t>(msgs.size());
-    const int64_t nt = static_cast<int64_t>(tiles.size());
+    const int64_t nt = num_tiles;
     const int64_t mb = nm * sizeof(WaveMsg);
-    const int64_t tb = nt * sizeof(WaveTile);
-    REFIT_RETURN_IF_ERROR(l->apply_h.Reserve(Align256(mb) + tb + 8, "apply tables"));
-    REFIT_RETURN_IF_ERROR(l->apply.Reserve(Align256(mb) + tb + 8, "apply tables"));
+    REFIT_RETURN_IF_ERROR(l->apply_h.Reserve(mb, "apply tables"));
+    REFIT_RETURN_IF_ERROR(l->apply.Reserve(mb, "apply tables"));
     REFIT_RETURN_IF_ERROR(l->apply_counts.Reserve(nt * 4 + 4, "apply counts"));
     REFIT_RETURN_IF_ERROR(l->apply_offsets.Reserve(nt * 8 + 8, "apply offsets"));
     REFIT_RETURN_IF_ERROR(l->bad.Reserve((nm + 1) * 4, "apply checks"));
     REFIT_RETURN_IF_ERROR(l->bad_h.Reserve((nm + 1) * 4, "apply checks"));
     std::memcpy(l->apply_h.p, msgs.data(), mb);
-    if (tb > 0) std::memcpy(l->apply_h.p + Align256(mb), tiles.data(), tb);
     const auto* dmsgs = reinterpret_cast<const WaveMsg*>(l->apply.p);
-    const auto* dtiles = reinterpret_cast<const WaveTile*>(l->apply.p + Align256(mb));
+    const auto nmsgs = static_cast<int32_t>(nm);
     auto* counts = reinterpret_cast<uint32_t*>(l->apply_counts.p);
     auto* offsets = reinterpret_cast<uint64_t*>(l->apply_offsets.p);
     auto* bad = reinterpret_cast<uint32_t*>(l->bad.p);
-    REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->apply.p, l->apply_h.p, Align256(mb) + tb,
-                                               cudaMemcpyHostToDevice, l->stream));
+    REFIT_RETURN_IF_CUDA_ERROR(
+        cudaMemcpyAsync(l->apply.p, l->apply_h.p, mb, cudaMemcpyHostToDevice, l->stream));
     REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(bad, 0, (nm + 1) * 4, l->stream));
-    LaunchWaveApplyCount(dmsgs, dtiles, nt, counts, bad, bad + nm, l->stream);
+    LaunchWaveApplyCount(dmsgs, nmsgs, nt, counts, bad, bad + nm, l->stream);
     if (nt > 0) LaunchTileScan(counts, nt, offsets, offsets + nt, l->stream);
     LaunchWaveApplyCheck(dmsgs, nm, counts, offsets, bad, bad + nm, l->stream);
-    LaunchWaveScatter(dmsgs, dtiles, nt, offsets, bad + nm, l->stream);
+    LaunchWaveScatter(dmsgs, nmsgs, nt, offsets, bad + nm, l->stream);
     REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
     REFIT_RETURN_IF_CUDA_ERROR(
         cudaMemcpyAsync(l->bad_h.p, bad, (nm + 1) * 4, cudaMemcpyDeviceToHost, l->stream));
