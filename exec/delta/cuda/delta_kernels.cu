@@ -323,20 +323,28 @@ __device__ inline void WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int64_t 
   if (lane == 0) tile_counts[g] = count;
 }
 
+// Consecutive tiles one warp runs: one search for the first one's message.
+constexpr int kMaskTilesPerWarp = 4;
+
 template <int kUnroll>
 __global__ void __launch_bounds__(kDeltaThreads) WaveMaskKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
     uint32_t* tile_counts, uint8_t* vals) {
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5);
-  if (g >= num_tiles) return;  // a whole warp
-  const int32_t i = WaveFindMsg(msgs, num_msgs, g);
-  const WaveMsg m = msgs[i];
-  const int64_t t = g - m.first_tile;
-  switch (m.word) {
-    case 1: WaveMaskTileWarp<1, kUnroll>(m, t, g, mask, tile_counts, vals); break;
-    case 2: WaveMaskTileWarp<2, kUnroll>(m, t, g, mask, tile_counts, vals); break;
-    case 4: WaveMaskTileWarp<4, kUnroll>(m, t, g, mask, tile_counts, vals); break;
-    default: WaveMaskTileWarp<8, kUnroll>(m, t, g, mask, tile_counts, vals); break;
+  const int64_t g0 =
+      (static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5)) *
+      kMaskTilesPerWarp;
+  if (g0 >= num_tiles) return;  // a whole warp
+  int32_t i = WaveFindMsg(msgs, num_msgs, g0);
+  for (int64_t g = g0; g < min(num_tiles, g0 + kMaskTilesPerWarp); ++g) {
+    while (i + 1 < num_msgs && msgs[i + 1].first_tile <= g) ++i;
+    const WaveMsg m = msgs[i];
+    const int64_t t = g - m.first_tile;
+    switch (m.word) {
+      case 1: WaveMaskTileWarp<1, kUnroll>(m, t, g, mask, tile_counts, vals); break;
+      case 2: WaveMaskTileWarp<2, kUnroll>(m, t, g, mask, tile_counts, vals); break;
+      case 4: WaveMaskTileWarp<4, kUnroll>(m, t, g, mask, tile_counts, vals); break;
+      default: WaveMaskTileWarp<8, kUnroll>(m, t, g, mask, tile_counts, vals); break;
+    }
   }
 }
 
@@ -572,8 +580,8 @@ void LaunchTileScan(const uint32_t* tile_counts, int64_t num_tiles, uint64_t* ti
 void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
                     uint32_t* tile_counts, uint8_t* vals, cudaStream_t stream, int unroll) {
   if (num_tiles == 0 || num_msgs == 0) return;
-  const auto blocks = static_cast<unsigned int>((num_tiles + kDeltaThreads / 32 - 1) /
-                                                (kDeltaThreads / 32));
+  const int64_t per_block = kDeltaThreads / 32 * kMaskTilesPerWarp;
+  const auto blocks = static_cast<unsigned int>((num_tiles + per_block - 1) / per_block);
   if (unroll == 4) {
     WaveMaskKernel<4><<<blocks, kDeltaThreads, 0, stream>>>(msgs, num_msgs, num_tiles, mask,
                                                             tile_counts, vals);
