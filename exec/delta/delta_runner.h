@@ -1,7 +1,9 @@
 // DeltaRunner: a member's data plane for delta and verified rounds, one
 // per member per plan, on host memory (Gloo, in-process) or on a GPU
 // (NCCL): the steps are the same, the memory kind's DeltaWaveOps
-// (wave_ops.h) does them, once per wave over all its messages.
+// (wave_ops.h) does them, once per batch over all its messages. A batch is
+// consecutive plan waves of one lane, up to options.batch_bytes of the
+// plan's bytes (DeltaRunnerOptions); below, "wave" is such a batch.
 //
 // A trainer rank keeps a snapshot: per message it sends, the bytes of the
 // last committed version (GPU memory by default on a GPU member, pinned host
@@ -17,11 +19,12 @@
 // it, so the snapshot only ever holds committed bytes.
 //
 // Receivers must post receives of exact sizes, and only the sender knows a
-// delta's size after encoding it: each wave is two exchanges on its lane,
-// first the 32-byte DeltaHeaders of every message (one send per peer),
-// then the payloads, sized from the headers. A device member keeps waves
-// in flight on every lane: the encode of the next wave runs while this
-// one sends. An engine applies in place: a message that is one contiguous
+// delta's size after encoding it: an engine receives each wave in two
+// exchanges on its lane, first the 32-byte DeltaHeaders of every message
+// (one receive per peer), then the payloads, sized from the headers; the
+// trainer posts both as one group (per peer its headers, then its
+// payloads). A device member keeps waves in flight on every lane: the
+// count of the next wave runs while this one is encoded and sent. An engine applies in place: a message that is one contiguous
 // buffer range is applied where it lies (a dense one received there);
 // otherwise the engine gathers its own current bytes of the message into
 // staging (the reverse of unpack), applies the delta there and unpacks as a
