@@ -54,7 +54,11 @@ struct Mem {
 
 struct Lane {
   cudaStream_t stream = nullptr;  // the transport's
-  cudaStream_t codec = nullptr;   // ours
+  cudaStream_t codec = nullptr;   // ours: counts, digests
+  // Ours, of the highest priority: encodes (gathers). A gather's blocks go
+  // before the rest of the next wave's count, which is queued by then and
+  // would otherwise hold every SM until it ends.
+  cudaStream_t gather = nullptr;
   cudaEvent_t encoded = nullptr, applied = nullptr, mark = nullptr, counted = nullptr;
   // Count / Encode: [msgs][tiles] rows, mask, tile counts and offsets.
   Mem table_h{nullptr, 0, true}, table, mask, vals, counts, offsets, totals,
@@ -79,6 +83,7 @@ class GpuWaveOps : public DeltaWaveOps {
     cudaSetDevice(o_.device);
     for (Lane& l : lanes_) {
       if (l.codec != nullptr) cudaStreamSynchronize(l.codec);
+      if (l.gather != nullptr) cudaStreamSynchronize(l.gather);
       for (Mem* m : {&l.table_h, &l.table, &l.mask, &l.vals, &l.counts, &l.offsets, &l.totals,
                      &l.totals_h, &l.headers_h, &l.apply_h, &l.apply, &l.apply_counts,
                      &l.apply_offsets, &l.bad, &l.bad_h, &l.headers_in_h, &l.digest_h,
@@ -89,6 +94,7 @@ class GpuWaveOps : public DeltaWaveOps {
         if (e != nullptr) cudaEventDestroy(e);
       }
       if (l.codec != nullptr) cudaStreamDestroy(l.codec);
+      if (l.gather != nullptr) cudaStreamDestroy(l.gather);
     }
   }
 
@@ -99,6 +105,10 @@ class GpuWaveOps : public DeltaWaveOps {
       Lane& l = lanes_[i];
       l.stream = static_cast<cudaStream_t>(t_->stream(i));
       REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.codec, cudaStreamNonBlocking));
+      int least = 0, greatest = 0;
+      REFIT_RETURN_IF_CUDA_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      REFIT_RETURN_IF_CUDA_ERROR(
+          cudaStreamCreateWithPriority(&l.gather, cudaStreamNonBlocking, greatest));
       for (cudaEvent_t* e : {&l.encoded, &l.applied, &l.mark, &l.counted}) {
         REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
       }
@@ -153,7 +163,7 @@ class GpuWaveOps : public DeltaWaveOps {
 
   absl::Status Sync(int32_t lane, absl::Time deadline) override {
     REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
-    for (cudaStream_t s : {l->stream, l->codec}) {
+    for (cudaStream_t s : {l->stream, l->codec, l->gather}) {
       REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, s));
       REFIT_RETURN_IF_ERROR(Wait(l->mark, deadline, "delta kernels"));
     }
@@ -339,7 +349,9 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
       l->msg_of_item.size() != items.size()) {
     return absl::InvalidArgumentError("delta encode: items, headers and outputs disagree");
   }
-  // Count on this lane synchronized its codec stream: the tables are free.
+  // FinishCount waited for the count: the host tables are free. The
+  // gather runs on its own stream, after the count.
+  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->gather, l->counted, 0));
   auto* msgs = reinterpret_cast<WaveMsg*>(l->table_h.p);
   for (size_t i = 0; i < items.size(); ++i) {
     const int32_t j = l->msg_of_item[i];
@@ -357,22 +369,22 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
   std::memcpy(l->headers_h.p, headers.data(), n * kHeader);
   if (n > 0) {
     REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(header_out, l->headers_h.p, n * kHeader,
-                                               cudaMemcpyHostToDevice, l->codec));
+                                               cudaMemcpyHostToDevice, l->gather));
   }
   if (l->num_msgs > 0) {
     const int64_t mb = l->num_msgs * sizeof(WaveMsg);
     REFIT_RETURN_IF_CUDA_ERROR(
-        cudaMemcpyAsync(l->table.p, l->table_h.p, mb, cudaMemcpyHostToDevice, l->codec));
+        cudaMemcpyAsync(l->table.p, l->table_h.p, mb, cudaMemcpyHostToDevice, l->gather));
     LaunchWaveGather(reinterpret_cast<const WaveMsg*>(l->table.p),
                      static_cast<int32_t>(l->num_msgs), l->num_tiles,
                      reinterpret_cast<const uint32_t*>(l->mask.p),
                      reinterpret_cast<const uint32_t*>(l->counts.p),
                      reinterpret_cast<const uint64_t*>(l->offsets.p),
-                     reinterpret_cast<const uint8_t*>(l->vals.p), l->codec);
+                     reinterpret_cast<const uint8_t*>(l->vals.p), l->gather);
     REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   }
   (void)deadline;
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->encoded, l->codec));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->encoded, l->gather));
   REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->stream, l->encoded, 0));
   return absl::OkStatus();
 }
