@@ -512,51 +512,79 @@ __global__ void WaveScatterKernel(const WaveMsg* msgs, int32_t num_msgs,
       });
 }
 
-__global__ void WaveDigestKernel(const WaveDigestRun* runs, const WaveTile* tiles,
-                                 int64_t num_tiles, unsigned long long* sums) {
-  __shared__ WaveTile rows[kWaveTilesPerBlock];
-  __shared__ WaveDigestRun runs_of[kWaveTilesPerBlock];
-  const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kWaveTilesPerBlock;
-  const int n = static_cast<int>(min(static_cast<int64_t>(kWaveTilesPerBlock), num_tiles - g0));
-  if (static_cast<int>(threadIdx.x) < n) {
-    rows[threadIdx.x] = tiles[g0 + threadIdx.x];
-    runs_of[threadIdx.x] = runs[rows[threadIdx.x].msg];
-  }
-  __syncthreads();
-  // One atomic per block and slot: tiles of one run share a slot, and
-  // per-warp atomics on one address were the digest's bottleneck.
-  __shared__ unsigned long long warp_sums[kDeltaThreads / 32];
-  auto flush = [&](uint64_t v, int32_t slot) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = v;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      unsigned long long total = 0;
-      for (int k = 0; k < kDeltaThreads / 32; ++k) total += warp_sums[k];
-      atomicAdd(sums + slot, total);
+// The digest pass: one warp per tile, kDigestTilesPerWarp consecutive
+// tiles a warp (one search for the first one's run), kDigestUnroll of its
+// 512-byte steps loaded at once; a warp's sum goes to its slot with one
+// atomic per run it touches (tiles of one run share a slot).
+constexpr int kDigestTilesPerWarp = 4;
+constexpr int kDigestUnroll = 4;
+
+__device__ inline int32_t WaveFindRun(const WaveDigestRun* runs, int32_t num_runs, int64_t g) {
+  int32_t lo = 0, hi = num_runs;
+  while (hi - lo > 1) {
+    const int32_t mid = (lo + hi) / 2;
+    if (runs[mid].first_tile <= g) {
+      lo = mid;
+    } else {
+      hi = mid;
     }
-    __syncthreads();
-  };
+  }
+  return lo;
+}
+
+__device__ inline void WaveDigestFlush(uint64_t s, unsigned long long* sum) {
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+  if ((threadIdx.x & 31) == 0 && s != 0) atomicAdd(sum, static_cast<unsigned long long>(s));
+}
+
+__global__ void __launch_bounds__(kDeltaThreads) WaveDigestKernel(
+    const WaveDigestRun* runs, int32_t num_runs, int64_t num_tiles, unsigned long long* sums) {
+  const int64_t g0 =
+      (static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5)) *
+      kDigestTilesPerWarp;
+  if (g0 >= num_tiles) return;  // a whole warp
+  const int lane = threadIdx.x & 31;
+  int32_t i = WaveFindRun(runs, num_runs, g0);
+  int32_t slot = -1;
   uint64_t s = 0;
-  for (int i = 0; i < n; ++i) {
-    const WaveTile t = rows[i];
-    const WaveDigestRun r = runs_of[i];
-    if (i > 0 && r.slot != runs_of[i - 1].slot) {  // the same for every thread
-      flush(s, runs_of[i - 1].slot);
+  for (int64_t g = g0; g < min(num_tiles, g0 + kDigestTilesPerWarp); ++g) {
+    while (i + 1 < num_runs && runs[i + 1].first_tile <= g) ++i;
+    const WaveDigestRun r = runs[i];
+    if (r.slot != slot) {
+      if (slot >= 0) WaveDigestFlush(s, sums + slot);
+      slot = r.slot;
       s = 0;
     }
-    const bool aligned = (reinterpret_cast<uintptr_t>(r.data) & 15u) == 0;
-    const int64_t lo = static_cast<int64_t>(t.tile) * kDeltaTileBytes;
+    const int64_t lo = (g - r.first_tile) * kDeltaTileBytes;
     const int64_t hi = min(r.bytes, lo + kDeltaTileBytes);
-    for (int64_t off = lo + static_cast<int64_t>(threadIdx.x) * kDeltaChunk; off < hi;
-         off += static_cast<int64_t>(kDeltaThreads) * kDeltaChunk) {
-      const DeltaChunk c = DeltaLoad(r.data, off, hi, aligned);  // zeros past the end
-      s += Digest16(r.first_key + static_cast<uint64_t>(off),
-                    c.w[0] | (static_cast<uint64_t>(c.w[1]) << 32),
-                    c.w[2] | (static_cast<uint64_t>(c.w[3]) << 32));
+    const bool aligned = (reinterpret_cast<uintptr_t>(r.data) & 15u) == 0;
+    const bool whole = aligned && hi == lo + kDeltaTileBytes;
+    for (int s0 = 0; s0 < kMaskSteps; s0 += kDigestUnroll) {
+      DeltaChunk c[kDigestUnroll];
+#pragma unroll
+      for (int u = 0; u < kDigestUnroll; ++u) {
+        const int64_t off = lo + static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
+        if (whole) {
+          const uint4 x = __ldcs(reinterpret_cast<const uint4*>(r.data + off));
+          c[u] = {{x.x, x.y, x.z, x.w}};
+        } else if (off < hi) {
+          c[u] = DeltaLoad(r.data, off, hi, aligned);  // zeros past the end
+        } else {
+          c[u] = {{0, 0, 0, 0}};
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kDigestUnroll; ++u) {
+        const int64_t off = lo + static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
+        if (off < hi) {
+          s += Digest16(r.first_key + static_cast<uint64_t>(off),
+                        c[u].w[0] | (static_cast<uint64_t>(c[u].w[1]) << 32),
+                        c[u].w[2] | (static_cast<uint64_t>(c[u].w[3]) << 32));
+        }
+      }
     }
   }
-  if (n > 0) flush(s, runs_of[n - 1].slot);
+  WaveDigestFlush(s, sums + slot);
 }
 
 namespace {
@@ -630,11 +658,12 @@ void LaunchWaveScatter(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
       msgs, num_msgs, tile_offsets, bad_any);
 }
 
-void LaunchWaveDigest(const WaveDigestRun* runs, const WaveTile* tiles, int64_t num_tiles,
+void LaunchWaveDigest(const WaveDigestRun* runs, int32_t num_runs, int64_t num_tiles,
                       unsigned long long* sums, cudaStream_t stream) {
-  if (num_tiles == 0) return;
-  WaveDigestKernel<<<WaveBlocks(num_tiles), kDeltaThreads, 0, stream>>>(runs, tiles, num_tiles,
-                                                                       sums);
+  if (num_tiles == 0 || num_runs == 0) return;
+  const int64_t per_block = kDeltaThreads / 32 * kDigestTilesPerWarp;
+  const auto blocks = static_cast<unsigned int>((num_tiles + per_block - 1) / per_block);
+  WaveDigestKernel<<<blocks, kDeltaThreads, 0, stream>>>(runs, num_runs, num_tiles, sums);
 }
 
 }  // namespace refit

@@ -43,7 +43,7 @@ struct WaveMsg {
   int32_t word = 1;
   int32_t encoding = 0;           // a DeltaEncoding
 };
-// A tile of a digest batch (digest runs keep a per-tile table).
+// A tile: its message (or run) and its index in it.
 struct WaveTile {
   int32_t msg = 0;
   int32_t tile = 0;
@@ -90,17 +90,20 @@ void LaunchWaveScatter(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                        const uint64_t* tile_offsets, const uint32_t* bad_any,
                        cudaStream_t stream);
 
-// One digest run of a batch, and its tiles (kDeltaTileBytes each).
+// One digest run of a batch: its tiles (kDeltaTileBytes each) are
+// [first_tile, the next run's first_tile), found on the GPU as a wave's.
 struct WaveDigestRun {
   const uint8_t* data = nullptr;
   int64_t bytes = 0;
   uint64_t first_key = 0;
+  int64_t first_tile = 0;
   int32_t element_bytes = 1;
   int32_t slot = 0;
 };
-static_assert(sizeof(WaveDigestRun) == 32, "copied as bytes");
-// sums[run.slot] += the digest of each tile of each run.
-void LaunchWaveDigest(const WaveDigestRun* runs, const WaveTile* tiles, int64_t num_tiles,
+static_assert(sizeof(WaveDigestRun) == 40, "copied as bytes");
+// sums[run.slot] += the digest of every tile of every run. One warp per
+// tile, loads of four 512-byte steps in flight.
+void LaunchWaveDigest(const WaveDigestRun* runs, int32_t num_runs, int64_t num_tiles,
                       unsigned long long* sums, cudaStream_t stream);
 
 }  // namespace refit

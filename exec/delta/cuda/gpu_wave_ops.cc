@@ -474,7 +474,7 @@ absl::StatusOr<std::vector<uint64_t>> GpuWaveOps::Digest(int32_t lane,
   REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
   std::vector<uint64_t> sums(static_cast<size_t>(std::max(slots, 0)), 0);
   std::vector<WaveDigestRun> runs;
-  std::vector<WaveTile> tiles;
+  int64_t num_tiles = 0;
   for (const DigestItem& it : items) {
     const int w = it.element_bytes;
     if (w != 1 && w != 2 && w != 4 && w != 8) {
@@ -485,12 +485,12 @@ absl::StatusOr<std::vector<uint64_t>> GpuWaveOps::Digest(int32_t lane,
                                                      " bytes into slot ", it.slot));
     }
     if (it.bytes == 0) continue;
-    const int64_t nt = WaveEncodeTiles(it.bytes);
-    for (int64_t t = 0; t < nt; ++t) {
-      tiles.push_back({static_cast<int32_t>(runs.size()), static_cast<int32_t>(t)});
+    if (runs.size() >= static_cast<size_t>(INT32_MAX)) {
+      return absl::InvalidArgumentError("digest: more than 2^31 runs");
     }
-    runs.push_back({reinterpret_cast<const uint8_t*>(it.data), it.bytes, it.first_key, w,
-                    it.slot});
+    runs.push_back({reinterpret_cast<const uint8_t*>(it.data), it.bytes, it.first_key, num_tiles,
+                    w, it.slot});
+    num_tiles += WaveEncodeTiles(it.bytes);
   }
   if (runs.empty() || slots <= 0) return sums;
   // After everything on every lane (the applies wrote what we digest).
@@ -499,19 +499,16 @@ absl::StatusOr<std::vector<uint64_t>> GpuWaveOps::Digest(int32_t lane,
     REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->codec, o.mark, 0));
   }
   const int64_t rb = static_cast<int64_t>(runs.size() * sizeof(WaveDigestRun));
-  const int64_t tb = static_cast<int64_t>(tiles.size() * sizeof(WaveTile));
-  REFIT_RETURN_IF_ERROR(l->digest_h.Reserve(Align256(rb) + tb, "digest tables"));
-  REFIT_RETURN_IF_ERROR(l->digest.Reserve(Align256(rb) + tb, "digest tables"));
+  REFIT_RETURN_IF_ERROR(l->digest_h.Reserve(rb, "digest tables"));
+  REFIT_RETURN_IF_ERROR(l->digest.Reserve(rb, "digest tables"));
   REFIT_RETURN_IF_ERROR(l->sums.Reserve(slots * 8, "digest sums"));
   REFIT_RETURN_IF_ERROR(l->sums_h.Reserve(slots * 8, "digest sums"));
   std::memcpy(l->digest_h.p, runs.data(), rb);
-  std::memcpy(l->digest_h.p + Align256(rb), tiles.data(), tb);
-  REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->digest.p, l->digest_h.p, Align256(rb) + tb,
-                                             cudaMemcpyHostToDevice, l->codec));
+  REFIT_RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(l->digest.p, l->digest_h.p, rb, cudaMemcpyHostToDevice, l->codec));
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(l->sums.p, 0, slots * 8, l->codec));
   LaunchWaveDigest(reinterpret_cast<const WaveDigestRun*>(l->digest.p),
-                   reinterpret_cast<const WaveTile*>(l->digest.p + Align256(rb)),
-                   static_cast<int64_t>(tiles.size()),
+                   static_cast<int32_t>(runs.size()), num_tiles,
                    reinterpret_cast<unsigned long long*>(l->sums.p), l->codec);
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   REFIT_RETURN_IF_CUDA_ERROR(

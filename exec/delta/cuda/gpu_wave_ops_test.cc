@@ -221,8 +221,8 @@ TEST(GpuWaveOpsTest, AWaveEncodesAsTheHostAndApplies) {
 // The one-pass mask kernel on many messages of every size (none, less than
 // a tile, across tile edges), word size and alignment (current bytes at
 // any word-aligned address): with either unroll, the same headers and
-// payload bytes as the host ops, and applied on the device it gives the
-// current bytes back.
+// payload bytes as the host ops, applied on the device it gives the
+// current bytes back, and the digest of the same runs equals the host's.
 TEST(GpuWaveOpsTest, ManyMessagesAtAnyAlignmentEncodeAsTheHost) {
   REFIT_SKIP_WITHOUT_GPU("gpu_wave_ops_test");
   std::unique_ptr<DeltaWaveOps> host = MakeHostWaveOps();
@@ -301,6 +301,17 @@ TEST(GpuWaveOpsTest, ManyMessagesAtAnyAlignmentEncodeAsTheHost) {
       for (const auto& [i, t] : targets) {
         EXPECT_EQ(Down(t, cur[i].size()), cur[i]) << "message " << i;
       }
+      // The digest of the same runs (any key, any alignment) into 7 slots.
+      std::vector<DigestItem> dig, hdig;
+      for (int i = 0; i < kMessages; ++i) {
+        const uint64_t key = PositionKey(i, static_cast<int64_t>(rng() % 1000));
+        dig.push_back({ditems[i].cur, ditems[i].bytes, ditems[i].word_bytes, key, i % 7});
+        hdig.push_back({hitems[i].cur, hitems[i].bytes, hitems[i].word_bytes, key, i % 7});
+      }
+      absl::StatusOr<std::vector<uint64_t>> ds = (*gpu)->Digest(0, dig, 7, Deadline());
+      absl::StatusOr<std::vector<uint64_t>> hsum = host->Digest(0, hdig, 7, Deadline());
+      ASSERT_TRUE(ds.ok() && hsum.ok()) << ds.status();
+      EXPECT_EQ(*ds, *hsum);
       for (char* p : dev) cudaFree(p);
     }
   }
