@@ -133,7 +133,8 @@ class OneLane : public CudaLanes {
 struct Row {
   std::string engine, change;
   double changed = 0, wire = 0, delta_s = 0, dense_s = 0, raw_s = 0;
-  double encode_gbps = 0, copy_gbps = 0, digest_s = 0, digest_gb = 0, commit_s = 0;
+  double encode_gbps = 0, copy_gbps = 0, read_gbps = 0, digest_s = 0, digest_gb = 0,
+         commit_s = 0;
   bool ok = false;
 };
 
@@ -303,7 +304,7 @@ class Bench {
   // of its 2-byte words changed, every message in one batch (GB/s read:
   // current and snapshot), and a device copy (GB/s read; it writes as
   // many bytes as it reads).
-  void Encoder(double fraction, double* encode_gbps, double* copy_gbps) {
+  void Encoder(double fraction, double* encode_gbps, double* copy_gbps, double* read_gbps) {
     CU(cudaSetDevice(0));
     OneLane lane;
     GpuWaveOpsOptions oo;
@@ -365,6 +366,21 @@ class Bench {
       copy = std::min(copy, Now() - t0);
     }
     *copy_gbps = half / copy / 1e9;
+    // A compare that reads current and snapshot and writes nothing.
+    unsigned long long* diff = nullptr;
+    CU(cudaMalloc(reinterpret_cast<void**>(&diff), sizeof(*diff)));
+    const int64_t cmp = aligned / 2 / 16 * 16;
+    double rd = 1e9;
+    for (int iter = 0; iter < 3; ++iter) {
+      const double t0 = Now();
+      CU(bench::LaunchCompareChunks(reinterpret_cast<const uint8_t*>(cur),
+                                    reinterpret_cast<const uint8_t*>(cur + cmp), cmp, diff,
+                                    stream));
+      CU(cudaStreamSynchronize(stream));
+      rd = std::min(rd, Now() - t0);
+    }
+    *read_gbps = 2.0 * cmp / rd / 1e9;
+    cudaFree(diff);
     ops.reset();
     cudaFree(cur);
     cudaFree(out);
@@ -509,7 +525,8 @@ int Main(int argc, char** argv) {
       r.dense_s = b.DenseRound();
       r.ok = b.BytesEqual();
       r.raw_s = raw;
-      b.Encoder(adamw ? std::max(r.changed, 1e-4) : pct / 100, &r.encode_gbps, &r.copy_gbps);
+      b.Encoder(adamw ? std::max(r.changed, 1e-4) : pct / 100, &r.encode_gbps, &r.copy_gbps,
+                &r.read_gbps);
       all_ok = all_ok && r.ok;
       std::printf("%s %s: changed %.4f wire %.4f delta %.4f s dense %.4f s digest %.4f s %s\n",
                   r.engine.c_str(), r.change.c_str(), r.changed, r.wire, r.delta_s, r.dense_s,
@@ -535,17 +552,19 @@ int Main(int argc, char** argv) {
       "executor's dense round (slower member each);\nencode/copy = GB/s read (encoder: current "
       "+ snapshot, one batch; copy: the bytes once);\nenc/HBM = the encoder's read rate over the "
       "copy's bytes moved (read + write: the HBM rate); digest_s = the verified round's digests "
-      "(slower member, all of its bytes);\ncommit_s = the trainer's snapshot update after the commit (outside the round);\nbytes = the delta engine equals the dense engine byte "
+      "(slower member, all of its bytes);\nread = a compare of two buffers that writes nothing (GB/s read: the encoder's floor);\ncommit_s = the trainer's snapshot update after the commit (outside the round);\nbytes = the delta engine equals the dense engine byte "
       "for byte and the digests agreed\n\n",
       model.c_str(), prop.name);
-  std::printf("%-6s %-15s %8s %7s %9s %9s %7s %9s %9s %9s %7s %9s %9s %5s\n", "engine",
+  std::printf("%-6s %-15s %8s %7s %9s %9s %7s %9s %9s %9s %9s %7s %9s %9s %5s\n", "engine",
               "change", "changed", "wire", "delta_s", "dense_s", "ratio", "raw_nccl",
-              "enc_GB/s", "copy_GB/s", "enc/HBM", "digest_s", "commit_s", "bytes");
+              "enc_GB/s", "read_GB/s", "copy_GB/s", "enc/HBM", "digest_s", "commit_s",
+              "bytes");
   for (const Row& r : rows) {
     std::printf(
-        "%-6s %-15s %8.4f %7.4f %9.4f %9.4f %7.3f %9.4f %9.0f %9.0f %7.2f %9.4f %9.4f %5s\n",
+        "%-6s %-15s %8.4f %7.4f %9.4f %9.4f %7.3f %9.4f %9.0f %9.0f %9.0f %7.2f %9.4f %9.4f "
+        "%5s\n",
         r.engine.c_str(), r.change.c_str(), r.changed, r.wire, r.delta_s, r.dense_s,
-        r.delta_s / r.dense_s, r.raw_s, r.encode_gbps, r.copy_gbps,
+        r.delta_s / r.dense_s, r.raw_s, r.encode_gbps, r.read_gbps, r.copy_gbps,
         r.encode_gbps / (2 * r.copy_gbps), r.digest_s, r.commit_s, r.ok ? "ok" : "WRONG");
   }
   return all_ok ? 0 : 1;
