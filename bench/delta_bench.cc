@@ -29,7 +29,7 @@
 //               [--snapshot=gpu|pinned]   (the trainer's snapshot: GPU memory by
 //               default, or pinned host memory the encoder reads over the bus)
 //               [--batch_mib=N]   (plan waves per batch: DeltaRunnerOptions::batch_bytes;
-//               0: every wave its own batch) [--mask_unroll=4|8]
+//               0: every wave its own batch) [--mask_unroll=4|8] [--mask_values=0|1]
 //   (needs 2 GPUs; exits 0 with SKIP otherwise)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -92,6 +92,7 @@ struct Knobs {
   SnapshotMemory snapshot = SnapshotMemory::kDevice;
   int64_t batch_bytes = DeltaRunnerOptions().batch_bytes;
   int mask_unroll = GpuWaveOpsOptions().mask_unroll;
+  bool mask_values = GpuWaveOpsOptions().mask_values;
 };
 
 DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
@@ -112,6 +113,7 @@ DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
     o.device = device;
     o.snapshot = knobs.snapshot;
     o.mask_unroll = knobs.mask_unroll;
+    o.mask_values = knobs.mask_values;
     return MakeGpuWaveOps(static_cast<NcclTransport*>(t), o);
   };
   return p;
@@ -309,6 +311,7 @@ class Bench {
     OneLane lane;
     GpuWaveOpsOptions oo;
     oo.mask_unroll = knobs_.mask_unroll;
+    oo.mask_values = knobs_.mask_values;
     std::unique_ptr<DeltaWaveOps> ops = Ok(MakeGpuWaveOps(&lane, oo), "encoder ops");
     const int64_t total = snapshot_.bytes();
     int64_t aligned = 0;
@@ -454,10 +457,11 @@ int Main(int argc, char** argv) {
     else if (a.rfind("--batch_mib=", 0) == 0 && absl::SimpleAtoi(a.substr(12), &v) && v >= 0)
       knobs.batch_bytes = v << 20;
     else if (a == "--mask_unroll=4" || a == "--mask_unroll=8") knobs.mask_unroll = a.back() - '0';
+    else if (a == "--mask_values=0" || a == "--mask_values=1") knobs.mask_values = a.back() == '1';
     else {
       std::fprintf(stderr, "usage: delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] "
                            "[--model=qwen3-8b] [--snapshot=gpu|pinned] [--batch_mib=N] "
-                           "[--mask_unroll=4|8]\n");
+                           "[--mask_unroll=4|8] [--mask_values=0|1]\n");
       return 2;
     }
   }
@@ -471,10 +475,11 @@ int Main(int argc, char** argv) {
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, 0));
   std::printf("delta_bench: %s x2, NCCL %d, model %s, snapshot in %s, batches of %lld MiB, "
-              "mask unroll %d\n",
+              "mask unroll %d, values %s\n",
               prop.name, nccl_version, model.c_str(),
               knobs.snapshot == SnapshotMemory::kDevice ? "GPU memory" : "pinned host memory",
-              static_cast<long long>(knobs.batch_bytes >> 20), knobs.mask_unroll);
+              static_cast<long long>(knobs.batch_bytes >> 20), knobs.mask_unroll,
+              knobs.mask_values ? "kept" : "re-read");
   int devs[2] = {0, 1};
   ncclComm_t comms[2];
   if (ncclCommInitAll(comms, 2, devs) != ncclSuccess) return 1;

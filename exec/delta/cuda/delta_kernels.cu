@@ -260,7 +260,7 @@ __device__ inline void WaveStoreWord(uint8_t* p, uint64_t v) {
   }
 }
 
-template <int W, int kUnroll>
+template <int W, int kUnroll, bool kValues>
 __device__ inline void WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int64_t g,
                                         uint32_t* mask, uint32_t* tile_counts, uint8_t* vals) {
   constexpr int kBits = kDeltaChunk / W;  // bits per lane per step
@@ -272,7 +272,7 @@ __device__ inline void WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int64_t 
   const bool whole = aligned && base + kDeltaTileBytes <= m.bytes;
   uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
   uint8_t* tvals = vals + g * kWaveValueBytesPerTile;
-  uint32_t count = 0;  // the tile's changed words before this step
+  uint32_t count = 0;  // the tile's changed words before this step (kValues: the lane's)
   for (int s0 = 0; s0 < kMaskSteps; s0 += kUnroll) {
     DeltaChunk a[kUnroll], b[kUnroll];
 #pragma unroll
@@ -295,22 +295,26 @@ __device__ inline void WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int64_t 
     for (int u = 0; u < kUnroll; ++u) {
       const uint32_t bits = DeltaDiffBits(a[u], b[u], W);
       const uint32_t c = __popc(bits);
-      uint32_t inc = c;
+      if (kValues) {
+        uint32_t inc = c;
 #pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const uint32_t y = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += y;
+        for (int o = 1; o < 32; o <<= 1) {
+          const uint32_t y = __shfl_up_sync(0xffffffffu, inc, o);
+          if (lane >= o) inc += y;
+        }
+        const uint32_t step_total = __shfl_sync(0xffffffffu, inc, 31);
+        uint32_t r = count + inc - c;
+        uint32_t left = bits;
+        while (left != 0 && r < kCap) {
+          const int bit = __ffs(left) - 1;
+          left &= left - 1;
+          WaveStoreWord<W>(tvals + r * W, WaveWordAt(a[u], W, bit));
+          ++r;
+        }
+        count += step_total;
+      } else {
+        count += c;
       }
-      const uint32_t step_total = __shfl_sync(0xffffffffu, inc, 31);
-      uint32_t r = count + inc - c;
-      uint32_t left = bits;
-      while (left != 0 && r < kCap) {
-        const int bit = __ffs(left) - 1;
-        left &= left - 1;
-        WaveStoreWord<W>(tvals + r * W, WaveWordAt(a[u], W, bit));
-        ++r;
-      }
-      count += step_total;
       uint32_t word = bits << ((lane % kGroup) * kBits);
 #pragma unroll
       for (int o = 1; o < kGroup; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
@@ -320,13 +324,16 @@ __device__ inline void WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int64_t 
       }
     }
   }
+  if (!kValues) {
+    for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
+  }
   if (lane == 0) tile_counts[g] = count;
 }
 
 // Consecutive tiles one warp runs: one search for the first one's message.
 constexpr int kMaskTilesPerWarp = 4;
 
-template <int kUnroll>
+template <int kUnroll, bool kValues>
 __global__ void __launch_bounds__(kDeltaThreads) WaveMaskKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
     uint32_t* tile_counts, uint8_t* vals) {
@@ -340,10 +347,10 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveMaskKernel(
     const WaveMsg m = msgs[i];
     const int64_t t = g - m.first_tile;
     switch (m.word) {
-      case 1: WaveMaskTileWarp<1, kUnroll>(m, t, g, mask, tile_counts, vals); break;
-      case 2: WaveMaskTileWarp<2, kUnroll>(m, t, g, mask, tile_counts, vals); break;
-      case 4: WaveMaskTileWarp<4, kUnroll>(m, t, g, mask, tile_counts, vals); break;
-      default: WaveMaskTileWarp<8, kUnroll>(m, t, g, mask, tile_counts, vals); break;
+      case 1: WaveMaskTileWarp<1, kUnroll, kValues>(m, t, g, mask, tile_counts, vals); break;
+      case 2: WaveMaskTileWarp<2, kUnroll, kValues>(m, t, g, mask, tile_counts, vals); break;
+      case 4: WaveMaskTileWarp<4, kUnroll, kValues>(m, t, g, mask, tile_counts, vals); break;
+      default: WaveMaskTileWarp<8, kUnroll, kValues>(m, t, g, mask, tile_counts, vals); break;
     }
   }
 }
@@ -388,9 +395,10 @@ __device__ inline void WaveGatherTile(const WaveMsg& m, const WaveTile& t, int64
       }
     }
   }
-  // The values: the mask pass's copy when the tile's fitted its slot.
+  // The values: the mask pass's copy when it made one (vals) and the
+  // tile's fitted its slot.
   const uint32_t count = tile_counts[g];
-  const bool compact = count <= static_cast<uint32_t>(kWaveValueBytesPerTile / w);
+  const bool compact = vals != nullptr && count <= static_cast<uint32_t>(kWaveValueBytesPerTile / w);
   if (compact) {
     const uint8_t* tvals = vals + g * kWaveValueBytesPerTile;
     for (int64_t k = threadIdx.x; k < static_cast<int64_t>(count) * w; k += kDeltaThreads) {
@@ -606,16 +614,19 @@ void LaunchTileScan(const uint32_t* tile_counts, int64_t num_tiles, uint64_t* ti
 }
 
 void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-                    uint32_t* tile_counts, uint8_t* vals, cudaStream_t stream, int unroll) {
+                    uint32_t* tile_counts, uint8_t* vals, cudaStream_t stream, int unroll,
+                    bool values) {
   if (num_tiles == 0 || num_msgs == 0) return;
   const int64_t per_block = kDeltaThreads / 32 * kMaskTilesPerWarp;
   const auto blocks = static_cast<unsigned int>((num_tiles + per_block - 1) / per_block);
+  auto launch = [&](auto kernel) {
+    kernel<<<blocks, kDeltaThreads, 0, stream>>>(msgs, num_msgs, num_tiles, mask, tile_counts,
+                                                 vals);
+  };
   if (unroll == 4) {
-    WaveMaskKernel<4><<<blocks, kDeltaThreads, 0, stream>>>(msgs, num_msgs, num_tiles, mask,
-                                                            tile_counts, vals);
+    values ? launch(WaveMaskKernel<4, true>) : launch(WaveMaskKernel<4, false>);
   } else {
-    WaveMaskKernel<8><<<blocks, kDeltaThreads, 0, stream>>>(msgs, num_msgs, num_tiles, mask,
-                                                            tile_counts, vals);
+    values ? launch(WaveMaskKernel<8, true>) : launch(WaveMaskKernel<8, false>);
   }
 }
 

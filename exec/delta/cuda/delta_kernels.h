@@ -58,18 +58,19 @@ inline int64_t WaveEncodeTiles(int64_t bytes) {
 
 // Encode, pass 1, the one pass over the current and snapshot bytes: the
 // mask of changed words, each tile's count and, when they fit, its changed
-// words in order (`vals`: kWaveValueBytesPerTile a tile). One warp per
-// tile, `unroll` (4 or 8) of its 512-byte steps loaded at once.
+// words in order (`vals`: kWaveValueBytesPerTile a tile; not with
+// `values` false: the gather then reads them from the current bytes). One
+// warp per tile, `unroll` (4 or 8) of its 512-byte steps loaded at once.
 inline constexpr int kWaveMaskUnroll = 8;
 void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
                     uint32_t* tile_counts, uint8_t* vals, cudaStream_t stream,
-                    int unroll = kWaveMaskUnroll);
+                    int unroll = kWaveMaskUnroll, bool values = true);
 // totals[i] = message i's changed words, from the scanned tile offsets.
 void LaunchWaveTotals(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* tile_counts,
                       const uint64_t* tile_offsets, uint64_t* totals, cudaStream_t stream);
 // Encode, pass 2: each kIndices / kBitmask message's payload at its `out`
 // (dense messages: nothing); values from `vals` where the tile's fitted,
-// else read again from the current bytes.
+// else (or with vals null) read again from the current bytes.
 void LaunchWaveGather(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                       const uint32_t* mask, const uint32_t* tile_counts,
                       const uint64_t* tile_offsets, const uint8_t* vals,

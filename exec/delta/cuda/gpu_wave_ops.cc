@@ -300,7 +300,9 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   REFIT_RETURN_IF_ERROR(l->table_h.Reserve(mb, "tables"));
   REFIT_RETURN_IF_ERROR(l->table.Reserve(mb, "tables"));
   REFIT_RETURN_IF_ERROR(l->mask.Reserve(l->num_tiles * kWaveMaskWordsPerTile * 4, "mask"));
-  REFIT_RETURN_IF_ERROR(l->vals.Reserve(l->num_tiles * kWaveValueBytesPerTile, "values"));
+  if (o_.mask_values) {
+    REFIT_RETURN_IF_ERROR(l->vals.Reserve(l->num_tiles * kWaveValueBytesPerTile, "values"));
+  }
   REFIT_RETURN_IF_ERROR(l->counts.Reserve(l->num_tiles * 4, "tile counts"));
   REFIT_RETURN_IF_ERROR(l->offsets.Reserve(l->num_tiles * 8 + 8, "tile offsets"));
   REFIT_RETURN_IF_ERROR(l->totals.Reserve(l->num_msgs * 8, "totals"));
@@ -313,7 +315,8 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   REFIT_RETURN_IF_CUDA_ERROR(
       cudaMemcpyAsync(l->table.p, l->table_h.p, mb, cudaMemcpyHostToDevice, l->codec));
   LaunchWaveMask(dmsgs, nm, l->num_tiles, reinterpret_cast<uint32_t*>(l->mask.p), counts,
-                 reinterpret_cast<uint8_t*>(l->vals.p), l->codec, o_.mask_unroll);
+                 reinterpret_cast<uint8_t*>(l->vals.p), l->codec, o_.mask_unroll,
+                 o_.mask_values);
   LaunchTileScan(counts, l->num_tiles, offsets, offsets + l->num_tiles, l->codec);
   LaunchWaveTotals(dmsgs, l->num_msgs, counts, offsets,
                    reinterpret_cast<uint64_t*>(l->totals.p), l->codec);
@@ -380,7 +383,8 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
                      reinterpret_cast<const uint32_t*>(l->mask.p),
                      reinterpret_cast<const uint32_t*>(l->counts.p),
                      reinterpret_cast<const uint64_t*>(l->offsets.p),
-                     reinterpret_cast<const uint8_t*>(l->vals.p), l->gather);
+                     o_.mask_values ? reinterpret_cast<const uint8_t*>(l->vals.p) : nullptr,
+                     l->gather);
     REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   }
   (void)deadline;

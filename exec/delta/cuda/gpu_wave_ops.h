@@ -31,6 +31,9 @@ struct GpuWaveOpsOptions {
   // The mask pass's loads in flight per lane, in 512-byte warp steps: 4 or
   // 8 (delta_kernels.h: LaunchWaveMask).
   int mask_unroll = 8;
+  // Whether the mask pass keeps each tile's changed values (the gather
+  // copies them) or the gather reads them from the current bytes.
+  bool mask_values = true;
 };
 
 // Ops on `lanes`' streams (`lanes` must outlive them). Fails with the CUDA

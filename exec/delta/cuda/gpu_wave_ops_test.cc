@@ -15,6 +15,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -220,19 +221,22 @@ TEST(GpuWaveOpsTest, AWaveEncodesAsTheHostAndApplies) {
 
 // The one-pass mask kernel on many messages of every size (none, less than
 // a tile, across tile edges), word size and alignment (current bytes at
-// any word-aligned address): with either unroll, the same headers and
+// any word-aligned address): with either unroll, values kept or not, the
+// same headers and
 // payload bytes as the host ops, applied on the device it gives the
 // current bytes back, and the digest of the same runs equals the host's.
 TEST(GpuWaveOpsTest, ManyMessagesAtAnyAlignmentEncodeAsTheHost) {
   REFIT_SKIP_WITHOUT_GPU("gpu_wave_ops_test");
   std::unique_ptr<DeltaWaveOps> host = MakeHostWaveOps();
   std::mt19937_64 rng(11);
-  for (int unroll : {4, 8}) {
+  for (auto [unroll, values] : {std::pair{4, true}, {8, true}, {8, false}}) {
     for (double fraction : {0.02, 0.2}) {
-      SCOPED_TRACE(::testing::Message() << "unroll " << unroll << " fraction " << fraction);
+      SCOPED_TRACE(::testing::Message() << "unroll " << unroll << " values " << values
+                                        << " fraction " << fraction);
       OneLane lane;
       GpuWaveOpsOptions o;
       o.mask_unroll = unroll;
+      o.mask_values = values;
       absl::StatusOr<std::unique_ptr<DeltaWaveOps>> gpu = MakeGpuWaveOps(&lane, o);
       ASSERT_TRUE(gpu.ok()) << gpu.status();
       const int kMessages = 150;
@@ -347,9 +351,10 @@ TEST(GpuWaveOpsTest, Figure) {
     copy = std::min(copy, since(t0));
   }
   std::unique_ptr<DeltaWaveOps> gpu;
-  for (int unroll : {4, 8}) {
+  for (auto [unroll, values] : {std::pair{4, true}, {8, true}, {4, false}, {8, false}}) {
   GpuWaveOpsOptions o;
   o.mask_unroll = unroll;
+  o.mask_values = values;
   gpu = *MakeGpuWaveOps(&lane, o);
   double best = 1e9, best_count = 1e9;
   for (int iter = 0; iter < 4; ++iter) {
@@ -367,11 +372,11 @@ TEST(GpuWaveOpsTest, Figure) {
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::printf("FIGURE wave encode (mask unroll %d): 1 GiB in 32 messages, BF16, 2%% changed: "
+  std::printf("FIGURE wave encode (mask unroll %d, values %s): 1 GiB in 32 messages, BF16, 2%% changed: "
               "%.3f ms (count %.3f ms), %.0f GB/s read (current + snapshot); device copy %.3f "
               "ms, %.0f GB/s read + as much written; encoder read rate / copy's HBM rate "
               "(read + write) %.2f\n",
-              unroll, best * 1e3, best_count * 1e3, 2.0 * total / best / 1e9, copy * 1e3,
+              unroll, values ? "kept" : "re-read", best * 1e3, best_count * 1e3, 2.0 * total / best / 1e9, copy * 1e3,
               total / copy / 1e9, (2.0 * total / best) / (2.0 * total / copy));
   }
   // The digest of the same 1 GiB (one run), next to the copy.
