@@ -213,28 +213,6 @@ __device__ inline int32_t WaveFindMsg(const WaveMsg* msgs, int32_t num_msgs, int
   return lo;
 }
 
-// Tiles a block runs, their rows loaded once into shared memory (a row
-// read per tile from global memory would stall every short tile).
-constexpr int kWaveTilesPerBlock = 8;
-struct WaveTileRow {
-  WaveMsg m;
-  WaveTile t;
-};
-
-__device__ inline int WaveLoadRows(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
-                                   WaveTileRow* rows) {
-  const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kWaveTilesPerBlock;
-  const int n = static_cast<int>(min(static_cast<int64_t>(kWaveTilesPerBlock), num_tiles - g0));
-  if (static_cast<int>(threadIdx.x) < n) {
-    const int64_t g = g0 + threadIdx.x;
-    const int32_t i = WaveFindMsg(msgs, num_msgs, g);
-    rows[threadIdx.x].m = msgs[i];
-    rows[threadIdx.x].t = {i, static_cast<int32_t>(g - msgs[i].first_tile)};
-  }
-  __syncthreads();
-  return n;
-}
-
 // The mask pass: one warp per tile, no block-wide step. The warp reads the
 // tile in steps of 512 bytes (16 per lane) of the current and snapshot
 // bytes, kUnroll steps of loads in flight at once; per step each lane's
@@ -367,69 +345,106 @@ __global__ void WaveTotalsKernel(const WaveMsg* msgs, int64_t num_msgs,
   }
 }
 
-__device__ inline void WaveGatherTile(const WaveMsg& m, const WaveTile& t, int64_t g,
-                                      const uint32_t* mask, const uint32_t* tile_counts,
-                                      const uint64_t* tile_offsets, const uint8_t* vals) {
+// A u32 at p, in one store when aligned.
+__device__ inline void WaveStoreU32(uint8_t* p, uint32_t x) {
+  if ((reinterpret_cast<uintptr_t>(p) & 3u) == 0) {
+    *reinterpret_cast<uint32_t*>(p) = x;
+  } else {
+    for (int b = 0; b < 4; ++b) p[b] = static_cast<uint8_t>(x >> (8 * b));
+  }
+}
+
+// The gather: one warp per tile, no block-wide step. A kBitmask message
+// gets the tile's mask words; the changed values come from the tile's
+// value slot (one coalesced copy) when the mask pass kept them, else from
+// the current bytes; a kIndices message gets each changed word's index.
+// Lane l owns mask words [l * kPer, (l + 1) * kPer) of the tile: their set
+// bits' ranks are the lane's exclusive prefix of set bits (a warp scan).
+template <int W>
+__device__ inline void WaveGatherTileWarp(const WaveMsg& m, int64_t tile, int64_t g,
+                                          const uint32_t* mask, const uint32_t* tile_counts,
+                                          const uint64_t* tile_offsets, const uint8_t* vals) {
   if (m.encoding != 1 && m.encoding != 2) return;  // kIndices, kBitmask
-  const int w = m.word;
-  const int64_t wpt = kDeltaTileBytes / w;  // words per tile
-  const int64_t mw = wpt / 32;
-  const int64_t n = m.bytes / w;
+  constexpr int64_t kWpt = kDeltaTileBytes / W;  // words per tile
+  constexpr int kMw = static_cast<int>(kWpt / 32);  // mask words per tile
+  constexpr int kPer = kMw / 32;                  // mask words per lane
+  const int lane = threadIdx.x & 31;
+  const int64_t n = m.bytes / W;
   const uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
   const uint64_t rank_base = tile_offsets[g] - tile_offsets[m.first_tile];
-  const int64_t first_word = static_cast<int64_t>(t.tile) * wpt;
+  const int64_t first_word = tile * kWpt;
   uint8_t* values;
-  uint32_t* indices = nullptr;
+  uint8_t* indices = nullptr;
   if (m.encoding == 1) {
-    indices = reinterpret_cast<uint32_t*>(m.out);
+    indices = m.out;
     values = m.out + m.changed * 4;
   } else {
     const int64_t mask_bytes = (n + 7) / 8;
     values = m.out + mask_bytes;
-    // This tile's mask words into the message's bitmask.
-    for (int64_t k = threadIdx.x; k < mw; k += kDeltaThreads) {
+    for (int k = lane; k < kMw; k += 32) {
       const int64_t at = (first_word / 32 + k) * 4;
       const uint32_t x = tmask[k];
-      for (int i = 0; i < 4; ++i) {
-        if (at + i < mask_bytes) m.out[at + i] = static_cast<uint8_t>(x >> (8 * i));
+      if (at + 4 <= mask_bytes) {
+        WaveStoreU32(m.out + at, x);
+      } else {
+        for (int i = 0; i < 4; ++i) {
+          if (at + i < mask_bytes) m.out[at + i] = static_cast<uint8_t>(x >> (8 * i));
+        }
       }
     }
   }
-  // The values: the mask pass's copy when it made one (vals) and the
-  // tile's fitted its slot.
   const uint32_t count = tile_counts[g];
-  const bool compact = vals != nullptr && count <= static_cast<uint32_t>(kWaveValueBytesPerTile / w);
+  const bool compact =
+      vals != nullptr && count <= static_cast<uint32_t>(kWaveValueBytesPerTile / W);
   if (compact) {
-    const uint8_t* tvals = vals + g * kWaveValueBytesPerTile;
-    for (int64_t k = threadIdx.x; k < static_cast<int64_t>(count) * w; k += kDeltaThreads) {
-      values[rank_base * w + k] = tvals[k];
-    }
+    const uint8_t* tv = vals + g * kWaveValueBytesPerTile;
+    uint8_t* dst = values + rank_base * W;
+    for (uint32_t k = lane; k < count; k += 32) WaveCopyWord(dst + k * W, tv + k * W, W);
     if (indices == nullptr) return;
   }
-  WaveForEachSetBit(mw, rank_base, [&](int64_t k) { return tmask[k]; },
-                    [&](uint64_t local, uint64_t r) {
-                      const uint64_t i = first_word + local;
-                      if (indices != nullptr) {
-                        const uint32_t x = static_cast<uint32_t>(i);
-                        uint8_t* ip = reinterpret_cast<uint8_t*>(indices) + r * 4;
-                        for (int b = 0; b < 4; ++b) ip[b] = static_cast<uint8_t>(x >> (8 * b));
-                      }
-                      if (!compact) {
-                        WaveCopyWord(values + r * w, m.cur + i * w, w);
-                      }
-                    });
+  uint32_t mine = 0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) mine += __popc(tmask[lane * kPer + j]);
+  uint32_t inc = mine;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t y = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += y;
+  }
+  uint64_t r = rank_base + (inc - mine);
+  for (int j = 0; j < kPer; ++j) {
+    uint32_t bits = tmask[lane * kPer + j];
+    while (bits != 0) {
+      const int bit = __ffs(bits) - 1;
+      bits &= bits - 1;
+      const int64_t i = first_word + static_cast<int64_t>(lane * kPer + j) * 32 + bit;
+      if (indices != nullptr) WaveStoreU32(indices + r * 4, static_cast<uint32_t>(i));
+      if (!compact) WaveCopyWord(values + r * W, m.cur + i * W, W);
+      ++r;
+    }
+  }
 }
 
-__global__ void WaveGatherKernel(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
-                                 const uint32_t* mask, const uint32_t* tile_counts,
-                                 const uint64_t* tile_offsets, const uint8_t* vals) {
-  __shared__ WaveTileRow rows[kWaveTilesPerBlock];
-  const int n = WaveLoadRows(msgs, num_msgs, num_tiles, rows);
-  const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kWaveTilesPerBlock;
-  for (int i = 0; i < n; ++i) {
-    const WaveMsg m = rows[i].m;
-    WaveGatherTile(m, rows[i].t, g0 + i, mask, tile_counts, tile_offsets, vals);
-    __syncthreads();  // the next tile's scan reuses shared memory
+constexpr int kGatherTilesPerWarp = 4;
+
+__global__ void __launch_bounds__(kDeltaThreads) WaveGatherKernel(
+    const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, const uint32_t* mask,
+    const uint32_t* tile_counts, const uint64_t* tile_offsets, const uint8_t* vals) {
+  const int64_t g0 =
+      (static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5)) *
+      kGatherTilesPerWarp;
+  if (g0 >= num_tiles) return;  // a whole warp
+  int32_t i = WaveFindMsg(msgs, num_msgs, g0);
+  for (int64_t g = g0; g < min(num_tiles, g0 + kGatherTilesPerWarp); ++g) {
+    while (i + 1 < num_msgs && msgs[i + 1].first_tile <= g) ++i;
+    const WaveMsg m = msgs[i];
+    const int64_t t = g - m.first_tile;
+    switch (m.word) {
+      case 1: WaveGatherTileWarp<1>(m, t, g, mask, tile_counts, tile_offsets, vals); break;
+      case 2: WaveGatherTileWarp<2>(m, t, g, mask, tile_counts, tile_offsets, vals); break;
+      case 4: WaveGatherTileWarp<4>(m, t, g, mask, tile_counts, tile_offsets, vals); break;
+      default: WaveGatherTileWarp<8>(m, t, g, mask, tile_counts, tile_offsets, vals); break;
+    }
   }
 }
 
@@ -597,10 +612,6 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveDigestKernel(
 
 namespace {
 
-unsigned int WaveBlocks(int64_t num_tiles) {
-  return static_cast<unsigned int>((num_tiles + kWaveTilesPerBlock - 1) / kWaveTilesPerBlock);
-}
-
 unsigned int GridFor(int64_t items) {
   const int64_t blocks = (items + kDeltaThreads - 1) / kDeltaThreads;
   return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > 132 * 32 ? 132 * 32 : blocks));
@@ -641,8 +652,10 @@ void LaunchWaveGather(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                       const uint32_t* mask, const uint32_t* tile_counts,
                       const uint64_t* tile_offsets, const uint8_t* vals, cudaStream_t stream) {
   if (num_tiles == 0 || num_msgs == 0) return;
-  WaveGatherKernel<<<WaveBlocks(num_tiles), kDeltaThreads, 0, stream>>>(
-      msgs, num_msgs, num_tiles, mask, tile_counts, tile_offsets, vals);
+  const int64_t per_block = kDeltaThreads / 32 * kGatherTilesPerWarp;
+  const auto blocks = static_cast<unsigned int>((num_tiles + per_block - 1) / per_block);
+  WaveGatherKernel<<<blocks, kDeltaThreads, 0, stream>>>(msgs, num_msgs, num_tiles, mask,
+                                                        tile_counts, tile_offsets, vals);
 }
 
 void LaunchWaveApplyCount(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
