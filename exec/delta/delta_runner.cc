@@ -302,17 +302,27 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   for (int32_t lane = 0; lane < transport_->num_lanes(); ++lane) {
     REFIT_RETURN_IF_ERROR(ops_->AfterLane(lane));
   }
-  // Wave k+1 begins (a trainer's count, an engine's headers) before wave
-  // k is awaited, unless both share a lane.
+  // Waves begin ahead of the one awaited: a trainer's counts up to
+  // kMaxCountsInFlight - 1 waves ahead (the GPU counts them while the host
+  // encodes and posts), an engine's headers one wave ahead when it is on
+  // another lane (on one lane its receives must follow the sender's order:
+  // headers, payloads, next headers).
   const bool src = side_ == Side::kTrainer;
-  auto begin = [&](WaveWork& w) { return src ? BeginSend(w, deadline) : BeginReceive(w, deadline); };
-  for (size_t k = 0; k < work_.size(); ++k) {
-    if (k == 0) REFIT_RETURN_IF_ERROR(begin(work_[0]));
-    const bool early = k + 1 < work_.size() && work_[k + 1].lane != work_[k].lane;
-    if (early) REFIT_RETURN_IF_ERROR(begin(work_[k + 1]));
+  const size_t n = work_.size();
+  size_t begun = 0;
+  for (size_t k = 0; k < n; ++k) {
+    if (src) {
+      while (begun < std::min(n, k + kMaxCountsInFlight)) {
+        REFIT_RETURN_IF_ERROR(BeginSend(work_[begun++], deadline));
+      }
+    } else {
+      if (begun == k) REFIT_RETURN_IF_ERROR(BeginReceive(work_[begun++], deadline));
+      if (begun == k + 1 && k + 1 < n && work_[k + 1].lane != work_[k].lane) {
+        REFIT_RETURN_IF_ERROR(BeginReceive(work_[begun++], deadline));
+      }
+    }
     REFIT_RETURN_IF_ERROR(src ? EndSend(work_[k], deadline, &stats)
                               : EndReceive(work_[k], deadline, &stats));
-    if (k + 1 < work_.size() && !early) REFIT_RETURN_IF_ERROR(begin(work_[k + 1]));
     ++stats.waves;
     ++delta_stats_.batches;
   }

@@ -102,7 +102,7 @@ struct DeltaRunnerOptions {
   // encode, one group of sends or two of receives) until the batch holds
   // this many of the plan's bytes (0: every plan wave its own batch). Both
   // sides of a pair must use the same value.
-  int64_t batch_bytes = int64_t{1} << 30;
+  int64_t batch_bytes = int64_t{512} << 20;
 };
 
 // What one round moved in delta form, beside RunStats.

@@ -61,7 +61,7 @@ inline int64_t WaveEncodeTiles(int64_t bytes) {
 // words in order (`vals`: kWaveValueBytesPerTile a tile; not with
 // `values` false: the gather then reads them from the current bytes). One
 // warp per tile, `unroll` (4 or 8) of its 512-byte steps loaded at once.
-inline constexpr int kWaveMaskUnroll = 8;
+inline constexpr int kWaveMaskUnroll = 4;
 void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
                     uint32_t* tile_counts, uint8_t* vals, cudaStream_t stream,
                     int unroll = kWaveMaskUnroll, bool values = true);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <thread>
 #include <utility>
@@ -52,6 +53,22 @@ struct Mem {
   }
 };
 
+// One count and its encode: the wave's message rows, mask, values, tile
+// counts and offsets, per-message totals, headers. A lane has
+// kMaxCountsInFlight of them; StartCount takes a free one.
+struct CountSlot {
+  cudaEvent_t counted = nullptr, encoded = nullptr;
+  Mem table_h{nullptr, 0, true}, table, mask, vals, counts, offsets, totals,
+      totals_h{nullptr, 0, true}, headers_h{nullptr, 0, true};
+  std::vector<int32_t> msg_of_item;
+  std::vector<int64_t> words_of_item;  // the count's items
+  bool counting = false;
+  int64_t num_msgs = 0, num_tiles = 0;
+  std::vector<Mem*> mems() {
+    return {&table_h, &table, &mask, &vals, &counts, &offsets, &totals, &totals_h, &headers_h};
+  }
+};
+
 struct Lane {
   cudaStream_t stream = nullptr;  // the transport's
   cudaStream_t codec = nullptr;   // ours: counts, digests
@@ -59,15 +76,10 @@ struct Lane {
   // before the rest of the next wave's count, which is queued by then and
   // would otherwise hold every SM until it ends.
   cudaStream_t gather = nullptr;
-  cudaEvent_t encoded = nullptr, applied = nullptr, mark = nullptr, counted = nullptr;
-  // Count / Encode: [msgs][tiles] rows, mask, tile counts and offsets.
-  Mem table_h{nullptr, 0, true}, table, mask, vals, counts, offsets, totals,
-      totals_h{nullptr, 0, true};
-  Mem headers_h{nullptr, 0, true};
-  std::vector<int32_t> msg_of_item;
-  std::vector<int64_t> words_of_item;  // the started count's items
-  bool counting = false;
-  int64_t num_msgs = 0, num_tiles = 0;
+  cudaEvent_t applied = nullptr, mark = nullptr;
+  std::vector<CountSlot> slots;
+  std::deque<int> started;  // slots counting, oldest first
+  int finished = -1;  // the slot FinishCount returned last: Encode's
   // Apply.
   Mem apply_h{nullptr, 0, true}, apply, apply_counts, apply_offsets, bad, bad_h{nullptr, 0, true};
   std::vector<std::string> pending;  // names of the apply in flight
@@ -84,13 +96,17 @@ class GpuWaveOps : public DeltaWaveOps {
     for (Lane& l : lanes_) {
       if (l.codec != nullptr) cudaStreamSynchronize(l.codec);
       if (l.gather != nullptr) cudaStreamSynchronize(l.gather);
-      for (Mem* m : {&l.table_h, &l.table, &l.mask, &l.vals, &l.counts, &l.offsets, &l.totals,
-                     &l.totals_h, &l.headers_h, &l.apply_h, &l.apply, &l.apply_counts,
-                     &l.apply_offsets, &l.bad, &l.bad_h, &l.headers_in_h, &l.digest_h,
-                     &l.digest, &l.sums, &l.sums_h}) {
+      for (Mem* m : {&l.apply_h, &l.apply, &l.apply_counts, &l.apply_offsets, &l.bad, &l.bad_h,
+                     &l.headers_in_h, &l.digest_h, &l.digest, &l.sums, &l.sums_h}) {
         m->Release();
       }
-      for (cudaEvent_t e : {l.encoded, l.applied, l.mark, l.counted}) {
+      for (CountSlot& c : l.slots) {
+        for (Mem* m : c.mems()) m->Release();
+        for (cudaEvent_t e : {c.counted, c.encoded}) {
+          if (e != nullptr) cudaEventDestroy(e);
+        }
+      }
+      for (cudaEvent_t e : {l.applied, l.mark}) {
         if (e != nullptr) cudaEventDestroy(e);
       }
       if (l.codec != nullptr) cudaStreamDestroy(l.codec);
@@ -109,11 +125,17 @@ class GpuWaveOps : public DeltaWaveOps {
       REFIT_RETURN_IF_CUDA_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
       REFIT_RETURN_IF_CUDA_ERROR(
           cudaStreamCreateWithPriority(&l.gather, cudaStreamNonBlocking, greatest));
-      for (cudaEvent_t* e : {&l.encoded, &l.applied, &l.mark, &l.counted}) {
+      for (cudaEvent_t* e : {&l.applied, &l.mark}) {
         REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
       }
-      // Nothing in flight yet: the events count as done.
-      REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l.encoded, l.codec));
+      l.slots.resize(kMaxCountsInFlight);
+      for (CountSlot& c : l.slots) {
+        for (cudaEvent_t* e : {&c.counted, &c.encoded}) {
+          REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+        }
+        // Nothing in flight yet: the events count as done.
+        REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.encoded, l.codec));
+      }
       REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l.applied, l.codec));
     }
     return absl::OkStatus();
@@ -263,15 +285,27 @@ absl::Status CheckItem(const EncodeItem& it) {
 absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> items,
                                     absl::Time deadline) {
   REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
-  if (l->counting) {  // a count a failed round left: let it end
-    REFIT_RETURN_IF_ERROR(Wait(l->counted, deadline, "delta count"));
-    l->counting = false;
+  // A slot neither counting nor awaiting its encode, one whose last encode
+  // ended if there is one (the fewest slots, so the least scratch, in use).
+  int si = -1;
+  for (int i = 0; i < kMaxCountsInFlight; ++i) {
+    if (l->slots[i].counting || i == l->finished) continue;
+    if (si < 0) si = i;
+    if (cudaEventQuery(l->slots[i].encoded) == cudaSuccess) {
+      si = i;
+      break;
+    }
   }
-  // The previous encode on this lane has read the tables and mask.
-  REFIT_RETURN_IF_ERROR(Wait(l->encoded, deadline, "delta encode"));
+  if (si < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "delta: more than ", kMaxCountsInFlight, " counts in flight on lane ", lane));
+  }
+  CountSlot& c = l->slots[si];
+  // The slot's previous encode has read its tables, mask and values.
+  REFIT_RETURN_IF_ERROR(Wait(c.encoded, deadline, "delta encode"));
   std::vector<WaveMsg> msgs;
   int64_t num_tiles = 0;
-  l->msg_of_item.assign(items.size(), -1);
+  c.msg_of_item.assign(items.size(), -1);
   for (size_t i = 0; i < items.size(); ++i) {
     const EncodeItem& it = items[i];
     REFIT_RETURN_IF_ERROR(CheckItem(it));
@@ -287,58 +321,63 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
       return absl::InvalidArgumentError("delta: a wave of more than 2^31 tiles");
     }
     num_tiles += nt;
-    l->msg_of_item[i] = static_cast<int32_t>(msgs.size());
+    c.msg_of_item[i] = static_cast<int32_t>(msgs.size());
     msgs.push_back(m);
   }
-  l->num_msgs = static_cast<int64_t>(msgs.size());
-  l->num_tiles = num_tiles;
-  l->words_of_item.resize(items.size());
-  for (size_t i = 0; i < items.size(); ++i) l->words_of_item[i] = items[i].bytes / items[i].word_bytes;
-  l->counting = true;
+  c.num_msgs = static_cast<int64_t>(msgs.size());
+  c.num_tiles = num_tiles;
+  c.words_of_item.resize(items.size());
+  for (size_t i = 0; i < items.size(); ++i) c.words_of_item[i] = items[i].bytes / items[i].word_bytes;
+  c.counting = true;
+  l->started.push_back(si);
   if (msgs.empty()) return absl::OkStatus();
-  const int64_t mb = l->num_msgs * sizeof(WaveMsg);
-  REFIT_RETURN_IF_ERROR(l->table_h.Reserve(mb, "tables"));
-  REFIT_RETURN_IF_ERROR(l->table.Reserve(mb, "tables"));
-  REFIT_RETURN_IF_ERROR(l->mask.Reserve(l->num_tiles * kWaveMaskWordsPerTile * 4, "mask"));
+  const int64_t mb = c.num_msgs * sizeof(WaveMsg);
+  REFIT_RETURN_IF_ERROR(c.table_h.Reserve(mb, "tables"));
+  REFIT_RETURN_IF_ERROR(c.table.Reserve(mb, "tables"));
+  REFIT_RETURN_IF_ERROR(c.mask.Reserve(c.num_tiles * kWaveMaskWordsPerTile * 4, "mask"));
   if (o_.mask_values) {
-    REFIT_RETURN_IF_ERROR(l->vals.Reserve(l->num_tiles * kWaveValueBytesPerTile, "values"));
+    REFIT_RETURN_IF_ERROR(c.vals.Reserve(c.num_tiles * kWaveValueBytesPerTile, "values"));
   }
-  REFIT_RETURN_IF_ERROR(l->counts.Reserve(l->num_tiles * 4, "tile counts"));
-  REFIT_RETURN_IF_ERROR(l->offsets.Reserve(l->num_tiles * 8 + 8, "tile offsets"));
-  REFIT_RETURN_IF_ERROR(l->totals.Reserve(l->num_msgs * 8, "totals"));
-  REFIT_RETURN_IF_ERROR(l->totals_h.Reserve(l->num_msgs * 8, "totals"));
-  std::memcpy(l->table_h.p, msgs.data(), mb);
-  const auto* dmsgs = reinterpret_cast<const WaveMsg*>(l->table.p);
-  const auto nm = static_cast<int32_t>(l->num_msgs);
-  auto* counts = reinterpret_cast<uint32_t*>(l->counts.p);
-  auto* offsets = reinterpret_cast<uint64_t*>(l->offsets.p);
+  REFIT_RETURN_IF_ERROR(c.counts.Reserve(c.num_tiles * 4, "tile counts"));
+  REFIT_RETURN_IF_ERROR(c.offsets.Reserve(c.num_tiles * 8 + 8, "tile offsets"));
+  REFIT_RETURN_IF_ERROR(c.totals.Reserve(c.num_msgs * 8, "totals"));
+  REFIT_RETURN_IF_ERROR(c.totals_h.Reserve(c.num_msgs * 8, "totals"));
+  std::memcpy(c.table_h.p, msgs.data(), mb);
+  const auto* dmsgs = reinterpret_cast<const WaveMsg*>(c.table.p);
+  const auto nm = static_cast<int32_t>(c.num_msgs);
+  auto* counts = reinterpret_cast<uint32_t*>(c.counts.p);
+  auto* offsets = reinterpret_cast<uint64_t*>(c.offsets.p);
   REFIT_RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(l->table.p, l->table_h.p, mb, cudaMemcpyHostToDevice, l->codec));
-  LaunchWaveMask(dmsgs, nm, l->num_tiles, reinterpret_cast<uint32_t*>(l->mask.p), counts,
-                 reinterpret_cast<uint8_t*>(l->vals.p), l->codec, o_.mask_unroll,
+      cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->codec));
+  LaunchWaveMask(dmsgs, nm, c.num_tiles, reinterpret_cast<uint32_t*>(c.mask.p), counts,
+                 reinterpret_cast<uint8_t*>(c.vals.p), l->codec, o_.mask_unroll,
                  o_.mask_values);
-  LaunchTileScan(counts, l->num_tiles, offsets, offsets + l->num_tiles, l->codec);
-  LaunchWaveTotals(dmsgs, l->num_msgs, counts, offsets,
-                   reinterpret_cast<uint64_t*>(l->totals.p), l->codec);
+  LaunchTileScan(counts, c.num_tiles, offsets, offsets + c.num_tiles, l->codec);
+  LaunchWaveTotals(dmsgs, c.num_msgs, counts, offsets,
+                   reinterpret_cast<uint64_t*>(c.totals.p), l->codec);
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
-  REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->totals_h.p, l->totals.p, l->num_msgs * 8,
+  REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(c.totals_h.p, c.totals.p, c.num_msgs * 8,
                                              cudaMemcpyDeviceToHost, l->codec));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->counted, l->codec));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.counted, l->codec));
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<int64_t>> GpuWaveOps::FinishCount(int32_t lane, absl::Time deadline) {
   REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
-  if (!l->counting) {
+  if (l->started.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("delta: no count started on lane ", lane));
   }
-  l->counting = false;
-  std::vector<int64_t> out = l->words_of_item;
-  if (l->num_msgs == 0) return out;
-  REFIT_RETURN_IF_ERROR(Wait(l->counted, deadline, "delta count"));
-  const auto* totals = reinterpret_cast<const uint64_t*>(l->totals_h.p);
+  const int si = l->started.front();
+  l->started.pop_front();
+  CountSlot& c = l->slots[si];
+  c.counting = false;
+  l->finished = si;
+  std::vector<int64_t> out = c.words_of_item;
+  if (c.num_msgs == 0) return out;
+  REFIT_RETURN_IF_ERROR(Wait(c.counted, deadline, "delta count"));
+  const auto* totals = reinterpret_cast<const uint64_t*>(c.totals_h.p);
   for (size_t i = 0; i < out.size(); ++i) {
-    if (l->msg_of_item[i] >= 0) out[i] = static_cast<int64_t>(totals[l->msg_of_item[i]]);
+    if (c.msg_of_item[i] >= 0) out[i] = static_cast<int64_t>(totals[c.msg_of_item[i]]);
   }
   return out;
 }
@@ -348,16 +387,21 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
                                 absl::Span<char* const> out, char* header_out,
                                 absl::Time deadline) {
   REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
+  if (l->finished < 0) {
+    return absl::FailedPreconditionError(absl::StrCat("delta: no count finished on lane ", lane));
+  }
+  CountSlot& c = l->slots[l->finished];
+  l->finished = -1;
   if (headers.size() != items.size() || out.size() != items.size() ||
-      l->msg_of_item.size() != items.size()) {
+      c.msg_of_item.size() != items.size()) {
     return absl::InvalidArgumentError("delta encode: items, headers and outputs disagree");
   }
-  // FinishCount waited for the count: the host tables are free. The
+  // FinishCount waited for the count: the slot's host tables are free. The
   // gather runs on its own stream, after the count.
-  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->gather, l->counted, 0));
-  auto* msgs = reinterpret_cast<WaveMsg*>(l->table_h.p);
+  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->gather, c.counted, 0));
+  auto* msgs = reinterpret_cast<WaveMsg*>(c.table_h.p);
   for (size_t i = 0; i < items.size(); ++i) {
-    const int32_t j = l->msg_of_item[i];
+    const int32_t j = c.msg_of_item[i];
     const auto e = static_cast<DeltaEncoding>(headers[i].encoding);
     if (e != DeltaEncoding::kDense && j < 0) {
       return absl::InvalidArgumentError("delta encode: a delta needs a snapshot");
@@ -368,28 +412,28 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
     msgs[j].out = reinterpret_cast<uint8_t*>(out[i]);
   }
   const int64_t n = static_cast<int64_t>(items.size());
-  REFIT_RETURN_IF_ERROR(l->headers_h.Reserve(std::max<int64_t>(n, 1) * kHeader, "headers"));
-  std::memcpy(l->headers_h.p, headers.data(), n * kHeader);
+  REFIT_RETURN_IF_ERROR(c.headers_h.Reserve(std::max<int64_t>(n, 1) * kHeader, "headers"));
+  std::memcpy(c.headers_h.p, headers.data(), n * kHeader);
   if (n > 0) {
-    REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(header_out, l->headers_h.p, n * kHeader,
+    REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(header_out, c.headers_h.p, n * kHeader,
                                                cudaMemcpyHostToDevice, l->gather));
   }
-  if (l->num_msgs > 0) {
-    const int64_t mb = l->num_msgs * sizeof(WaveMsg);
+  if (c.num_msgs > 0) {
+    const int64_t mb = c.num_msgs * sizeof(WaveMsg);
     REFIT_RETURN_IF_CUDA_ERROR(
-        cudaMemcpyAsync(l->table.p, l->table_h.p, mb, cudaMemcpyHostToDevice, l->gather));
-    LaunchWaveGather(reinterpret_cast<const WaveMsg*>(l->table.p),
-                     static_cast<int32_t>(l->num_msgs), l->num_tiles,
-                     reinterpret_cast<const uint32_t*>(l->mask.p),
-                     reinterpret_cast<const uint32_t*>(l->counts.p),
-                     reinterpret_cast<const uint64_t*>(l->offsets.p),
-                     o_.mask_values ? reinterpret_cast<const uint8_t*>(l->vals.p) : nullptr,
+        cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->gather));
+    LaunchWaveGather(reinterpret_cast<const WaveMsg*>(c.table.p),
+                     static_cast<int32_t>(c.num_msgs), c.num_tiles,
+                     reinterpret_cast<const uint32_t*>(c.mask.p),
+                     reinterpret_cast<const uint32_t*>(c.counts.p),
+                     reinterpret_cast<const uint64_t*>(c.offsets.p),
+                     o_.mask_values ? reinterpret_cast<const uint8_t*>(c.vals.p) : nullptr,
                      l->gather);
     REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   }
   (void)deadline;
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->encoded, l->gather));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->stream, l->encoded, 0));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.encoded, l->gather));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->stream, c.encoded, 0));
   return absl::OkStatus();
 }
 
@@ -464,7 +508,7 @@ absl::Status GpuWaveOps::Finish(absl::Time deadline) {
   for (int32_t i = 0; i < static_cast<int32_t>(lanes_.size()); ++i) {
     REFIT_ASSIGN_OR_RETURN(Lane * l, Get(i));
     REFIT_RETURN_IF_ERROR(Wait(l->applied, deadline, "delta apply"));
-    REFIT_RETURN_IF_ERROR(Wait(l->encoded, deadline, "delta encode"));
+    for (CountSlot& c : l->slots) REFIT_RETURN_IF_ERROR(Wait(c.encoded, deadline, "delta encode"));
     TakeChecks(*l);
   }
   absl::Status s = failure_;

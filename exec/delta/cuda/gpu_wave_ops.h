@@ -30,7 +30,7 @@ struct GpuWaveOpsOptions {
   SnapshotMemory snapshot = SnapshotMemory::kDevice;
   // The mask pass's loads in flight per lane, in 512-byte warp steps: 4 or
   // 8 (delta_kernels.h: LaunchWaveMask).
-  int mask_unroll = 8;
+  int mask_unroll = 4;
   // Whether the mask pass keeps each tile's changed values (the gather
   // copies them) or the gather reads them from the current bytes.
   bool mask_values = true;
