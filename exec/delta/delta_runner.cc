@@ -209,8 +209,14 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
   return absl::OkStatus();
 }
 
+void DeltaRunner::FreeRetired() {
+  for (char* p : retired_) ops_->Free(p);
+  retired_.clear();
+}
+
 DeltaRunner::~DeltaRunner() {
   if (ops_ != nullptr) (void)ops_->Finish(absl::Now() + absl::Seconds(10));
+  if (ops_ != nullptr) FreeRetired();
   for (WaveWork& w : work_) {
     if (w.headers != nullptr) ops_->Free(w.headers);
     if (w.coded != nullptr) ops_->Free(w.coded);
@@ -221,7 +227,10 @@ DeltaRunner::~DeltaRunner() {
 
 absl::Status DeltaRunner::Reserve(char** p, int64_t* cap, int64_t bytes, int64_t floor) {
   if (bytes <= *cap) return absl::OkStatus();
-  if (*p != nullptr) ops_->Free(*p);
+  // Freed after the round (FreeRetired): freeing device memory waits for
+  // the whole device, where a send of this round may wait for a peer that
+  // waits for us.
+  if (*p != nullptr) retired_.push_back(*p);
   *p = nullptr;
   *cap = 0;
   const int64_t want = Align256(std::max(bytes + bytes / 4, floor));
@@ -329,6 +338,7 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   const absl::Time t_drain = absl::Now();
   REFIT_RETURN_IF_ERROR(Drain(deadline));
   REFIT_RETURN_IF_ERROR(ops_->Finish(deadline));
+  FreeRetired();
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
   if (side_ == Side::kTrainer) sent_ = true;
   if (options_.verify) REFIT_RETURN_IF_ERROR(DigestRound(deadline));

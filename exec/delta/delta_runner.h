@@ -239,6 +239,8 @@ class DeltaRunner : public RoundRunner {
   // later rounds rarely grow it: freeing device memory waits for the
   // whole device).
   absl::Status Reserve(char** p, int64_t* cap, int64_t bytes, int64_t floor);
+  // Frees the buffers Reserve grew out of (once every lane is drained).
+  void FreeRetired();
   std::string Context(const MsgWork& m) const;
 
   const Plan* plan_ = nullptr;
@@ -257,6 +259,7 @@ class DeltaRunner : public RoundRunner {
   DeltaRunnerOptions options_;
   std::vector<WaveWork> work_;
   std::vector<int32_t> in_flight_;  // waves posted per lane, not yet waited
+  std::vector<char*> retired_;      // grown out of this round (Reserve)
   std::unique_ptr<ConversionStage> conversions_;  // trainer with FP8 engines
   std::vector<EngineDeltaMode> modes_;
   std::vector<std::pair<int32_t, int32_t>> digest_keys_;  // slot -> (engine rank, tensor)

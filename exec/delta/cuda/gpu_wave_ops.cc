@@ -40,9 +40,15 @@ struct Mem {
     p = nullptr;
     cap = 0;
   }
-  absl::Status Reserve(int64_t bytes, const char* what) {
+  // Grows to at least `bytes`. The memory it held goes to *retired, freed
+  // only once the device is idle (GpuWaveOps::Finish): cudaFree waits for
+  // the whole device, and an NCCL kernel of this round waiting for a peer
+  // that waits for us would never let it return.
+  absl::Status Reserve(int64_t bytes, const char* what, std::vector<Mem>* retired) {
     if (bytes <= cap) return absl::OkStatus();
-    Release();
+    if (p != nullptr) retired->push_back(*this);
+    p = nullptr;
+    cap = 0;
     const int64_t want = std::max<int64_t>(Align256(2 * bytes), 256);
     void* q = nullptr;
     const cudaError_t e = pinned ? cudaMallocHost(&q, want) : cudaMalloc(&q, want);
@@ -93,6 +99,7 @@ class GpuWaveOps : public DeltaWaveOps {
   GpuWaveOps(CudaLanes* lanes, GpuWaveOpsOptions o) : t_(lanes), o_(o) {}
   ~GpuWaveOps() override {
     cudaSetDevice(o_.device);
+    for (Mem& m : retired_) m.Release();
     for (Lane& l : lanes_) {
       if (l.codec != nullptr) cudaStreamSynchronize(l.codec);
       if (l.gather != nullptr) cudaStreamSynchronize(l.gather);
@@ -203,7 +210,7 @@ class GpuWaveOps : public DeltaWaveOps {
                              absl::Time deadline) override {
     REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
     if (n <= 0) return absl::OkStatus();
-    REFIT_RETURN_IF_ERROR(l->headers_in_h.Reserve(n * kHeader, "headers"));
+    REFIT_RETURN_IF_ERROR(l->headers_in_h.Reserve(n * kHeader, "headers", &retired_));
     REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->headers_in_h.p, src, n * kHeader,
                                                cudaMemcpyDefault, l->stream));
     REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, l->stream));
@@ -268,6 +275,7 @@ class GpuWaveOps : public DeltaWaveOps {
   GpuWaveOpsOptions o_;
   std::vector<Lane> lanes_;
   absl::Status failure_;
+  std::vector<Mem> retired_;  // grown out of, freed by Finish
 };
 
 absl::Status CheckItem(const EncodeItem& it) {
@@ -332,16 +340,18 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   l->started.push_back(si);
   if (msgs.empty()) return absl::OkStatus();
   const int64_t mb = c.num_msgs * sizeof(WaveMsg);
-  REFIT_RETURN_IF_ERROR(c.table_h.Reserve(mb, "tables"));
-  REFIT_RETURN_IF_ERROR(c.table.Reserve(mb, "tables"));
-  REFIT_RETURN_IF_ERROR(c.mask.Reserve(c.num_tiles * kWaveMaskWordsPerTile * 4, "mask"));
+  REFIT_RETURN_IF_ERROR(c.table_h.Reserve(mb, "tables", &retired_));
+  REFIT_RETURN_IF_ERROR(c.table.Reserve(mb, "tables", &retired_));
+  REFIT_RETURN_IF_ERROR(
+      c.mask.Reserve(c.num_tiles * kWaveMaskWordsPerTile * 4, "mask", &retired_));
   if (o_.mask_values) {
-    REFIT_RETURN_IF_ERROR(c.vals.Reserve(c.num_tiles * kWaveValueBytesPerTile, "values"));
+    REFIT_RETURN_IF_ERROR(
+        c.vals.Reserve(c.num_tiles * kWaveValueBytesPerTile, "values", &retired_));
   }
-  REFIT_RETURN_IF_ERROR(c.counts.Reserve(c.num_tiles * 4, "tile counts"));
-  REFIT_RETURN_IF_ERROR(c.offsets.Reserve(c.num_tiles * 8 + 8, "tile offsets"));
-  REFIT_RETURN_IF_ERROR(c.totals.Reserve(c.num_msgs * 8, "totals"));
-  REFIT_RETURN_IF_ERROR(c.totals_h.Reserve(c.num_msgs * 8, "totals"));
+  REFIT_RETURN_IF_ERROR(c.counts.Reserve(c.num_tiles * 4, "tile counts", &retired_));
+  REFIT_RETURN_IF_ERROR(c.offsets.Reserve(c.num_tiles * 8 + 8, "tile offsets", &retired_));
+  REFIT_RETURN_IF_ERROR(c.totals.Reserve(c.num_msgs * 8, "totals", &retired_));
+  REFIT_RETURN_IF_ERROR(c.totals_h.Reserve(c.num_msgs * 8, "totals", &retired_));
   std::memcpy(c.table_h.p, msgs.data(), mb);
   const auto* dmsgs = reinterpret_cast<const WaveMsg*>(c.table.p);
   const auto nm = static_cast<int32_t>(c.num_msgs);
@@ -412,7 +422,8 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
     msgs[j].out = reinterpret_cast<uint8_t*>(out[i]);
   }
   const int64_t n = static_cast<int64_t>(items.size());
-  REFIT_RETURN_IF_ERROR(c.headers_h.Reserve(std::max<int64_t>(n, 1) * kHeader, "headers"));
+  REFIT_RETURN_IF_ERROR(
+      c.headers_h.Reserve(std::max<int64_t>(n, 1) * kHeader, "headers", &retired_));
   std::memcpy(c.headers_h.p, headers.data(), n * kHeader);
   if (n > 0) {
     REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(header_out, c.headers_h.p, n * kHeader,
@@ -475,12 +486,12 @@ absl::Status GpuWaveOps::Apply(int32_t lane, absl::Span<const ApplyItem> items,
     const int64_t nm = static_cast<int64_t>(msgs.size());
     const int64_t nt = num_tiles;
     const int64_t mb = nm * sizeof(WaveMsg);
-    REFIT_RETURN_IF_ERROR(l->apply_h.Reserve(mb, "apply tables"));
-    REFIT_RETURN_IF_ERROR(l->apply.Reserve(mb, "apply tables"));
-    REFIT_RETURN_IF_ERROR(l->apply_counts.Reserve(nt * 4 + 4, "apply counts"));
-    REFIT_RETURN_IF_ERROR(l->apply_offsets.Reserve(nt * 8 + 8, "apply offsets"));
-    REFIT_RETURN_IF_ERROR(l->bad.Reserve((nm + 1) * 4, "apply checks"));
-    REFIT_RETURN_IF_ERROR(l->bad_h.Reserve((nm + 1) * 4, "apply checks"));
+    REFIT_RETURN_IF_ERROR(l->apply_h.Reserve(mb, "apply tables", &retired_));
+    REFIT_RETURN_IF_ERROR(l->apply.Reserve(mb, "apply tables", &retired_));
+    REFIT_RETURN_IF_ERROR(l->apply_counts.Reserve(nt * 4 + 4, "apply counts", &retired_));
+    REFIT_RETURN_IF_ERROR(l->apply_offsets.Reserve(nt * 8 + 8, "apply offsets", &retired_));
+    REFIT_RETURN_IF_ERROR(l->bad.Reserve((nm + 1) * 4, "apply checks", &retired_));
+    REFIT_RETURN_IF_ERROR(l->bad_h.Reserve((nm + 1) * 4, "apply checks", &retired_));
     std::memcpy(l->apply_h.p, msgs.data(), mb);
     const auto* dmsgs = reinterpret_cast<const WaveMsg*>(l->apply.p);
     const auto nmsgs = static_cast<int32_t>(nm);
@@ -511,6 +522,9 @@ absl::Status GpuWaveOps::Finish(absl::Time deadline) {
     for (CountSlot& c : l->slots) REFIT_RETURN_IF_ERROR(Wait(c.encoded, deadline, "delta encode"));
     TakeChecks(*l);
   }
+  // Every lane waited for: the device is idle for this member's work.
+  for (Mem& m : retired_) m.Release();
+  retired_.clear();
   absl::Status s = failure_;
   failure_ = absl::OkStatus();
   return s;
@@ -547,10 +561,10 @@ absl::StatusOr<std::vector<uint64_t>> GpuWaveOps::Digest(int32_t lane,
     REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->codec, o.mark, 0));
   }
   const int64_t rb = static_cast<int64_t>(runs.size() * sizeof(WaveDigestRun));
-  REFIT_RETURN_IF_ERROR(l->digest_h.Reserve(rb, "digest tables"));
-  REFIT_RETURN_IF_ERROR(l->digest.Reserve(rb, "digest tables"));
-  REFIT_RETURN_IF_ERROR(l->sums.Reserve(slots * 8, "digest sums"));
-  REFIT_RETURN_IF_ERROR(l->sums_h.Reserve(slots * 8, "digest sums"));
+  REFIT_RETURN_IF_ERROR(l->digest_h.Reserve(rb, "digest tables", &retired_));
+  REFIT_RETURN_IF_ERROR(l->digest.Reserve(rb, "digest tables", &retired_));
+  REFIT_RETURN_IF_ERROR(l->sums.Reserve(slots * 8, "digest sums", &retired_));
+  REFIT_RETURN_IF_ERROR(l->sums_h.Reserve(slots * 8, "digest sums", &retired_));
   std::memcpy(l->digest_h.p, runs.data(), rb);
   REFIT_RETURN_IF_CUDA_ERROR(
       cudaMemcpyAsync(l->digest.p, l->digest_h.p, rb, cudaMemcpyHostToDevice, l->codec));
