@@ -28,6 +28,8 @@
 //   delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] [--model=qwen3-8b]
 //               [--snapshot=gpu|pinned]   (the trainer's snapshot: GPU memory by
 //               default, or pinned host memory the encoder reads over the bus)
+//               [--batch_mib=N]   (plan waves per batch: DeltaRunnerOptions::batch_bytes;
+//               0: every wave its own batch) [--mask_unroll=4|8] [--mask_values=0|1]
 //   (needs 2 GPUs; exits 0 with SKIP otherwise)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -85,8 +87,15 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-DataPlaneParts NcclParts(int device, const char* prefix,
-                         SnapshotMemory snapshot = SnapshotMemory::kDevice) {
+// Knobs of the delta path the bench can turn (flags).
+struct Knobs {
+  SnapshotMemory snapshot = SnapshotMemory::kDevice;
+  int64_t batch_bytes = DeltaRunnerOptions().batch_bytes;
+  int mask_unroll = GpuWaveOpsOptions().mask_unroll;
+  bool mask_values = GpuWaveOpsOptions().mask_values;
+};
+
+DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
   DataPlaneParts p;
   p.transport = [device, prefix](KvStore* store, int32_t rank, int32_t world,
                                  int32_t lanes) -> absl::StatusOr<std::unique_ptr<Transport>> {
@@ -99,10 +108,12 @@ DataPlaneParts NcclParts(int device, const char* prefix,
     return std::unique_ptr<Transport>(std::move(*t));
   };
   p.copier = [](Transport* t) { return MakeCudaCopier(static_cast<NcclTransport*>(t)); };
-  p.delta_ops = [device, snapshot](Transport* t) {
+  p.delta_ops = [device, knobs](Transport* t) {
     GpuWaveOpsOptions o;
     o.device = device;
-    o.snapshot = snapshot;
+    o.snapshot = knobs.snapshot;
+    o.mask_unroll = knobs.mask_unroll;
+    o.mask_values = knobs.mask_values;
     return MakeGpuWaveOps(static_cast<NcclTransport*>(t), o);
   };
   return p;
@@ -124,7 +135,8 @@ class OneLane : public CudaLanes {
 struct Row {
   std::string engine, change;
   double changed = 0, wire = 0, delta_s = 0, dense_s = 0, raw_s = 0;
-  double encode_gbps = 0, copy_gbps = 0, digest_s = 0, digest_gb = 0;
+  double encode_gbps = 0, copy_gbps = 0, read_gbps = 0, digest_s = 0, digest_gb = 0,
+         commit_s = 0;
   bool ok = false;
 };
 
@@ -157,7 +169,7 @@ void Free(Buffers* b, int device) {
 
 class Bench {
  public:
-  Bench(const std::string& model, bool fp8, SnapshotMemory snapshot) : fp8_(fp8) {
+  Bench(const std::string& model, bool fp8, Knobs knobs) : fp8_(fp8), knobs_(knobs) {
     ModelConfig m = Ok(LoadModelConfig(model), "model");
     MappedSide src = Ok(BuildTrainerLayout(m, Ok(ParseTrainerSpec("fsdp:dp=1"), "trainer")),
                         "trainer layout");
@@ -182,7 +194,7 @@ class Bench {
     // The members, built as DataPlaneMember builds them.
     std::vector<std::thread> threads;
     for (int g = 0; g < 2; ++g) {
-      threads.emplace_back([this, g, snapshot] {
+      threads.emplace_back([this, g, knobs] {
         CU(cudaSetDevice(g));
         MemberSlice ms;
         ms.plan = &plan_;
@@ -193,8 +205,9 @@ class Bench {
         ms.num_lanes = 2;
         ms.buffers = g == 0 ? trainer_.ptrs : delta_engine_.ptrs;
         DeltaRunnerOptions o;
+        o.batch_bytes = knobs.batch_bytes;
         if (g == 0) o.snapshot = &snapshot_;
-        delta_[g] = Ok(MakeDeltaMemberRunner(ms, NcclParts(g, "delta", snapshot), &delta_store_, o),
+        delta_[g] = Ok(MakeDeltaMemberRunner(ms, NcclParts(g, "delta", knobs), &delta_store_, o),
                        "delta member");
         ms.buffers = g == 0 ? trainer_.ptrs : dense_engine_.ptrs;
         dense_[g] = Ok(MakeMemberRunner(ms, NcclParts(g, "dense"), &dense_store_,
@@ -237,7 +250,9 @@ class Bench {
     digests_ok_ = CompareDigests(plan_, delta_[0]->digests(), delta_[1]->digests()).ok();
     *trainer_stats = delta_[0]->delta_stats();
     if (engine_stats != nullptr) *engine_stats = delta_[1]->delta_stats();
+    const double t_commit = Now();
     delta_[0]->Commit(++version_);
+    commit_s_ = Now() - t_commit;
     *digest_s = std::max(dig[0], dig[1]);
     return std::max(secs[0], secs[1]);
   }
@@ -291,10 +306,13 @@ class Bench {
   // of its 2-byte words changed, every message in one batch (GB/s read:
   // current and snapshot), and a device copy (GB/s read; it writes as
   // many bytes as it reads).
-  void Encoder(double fraction, double* encode_gbps, double* copy_gbps) {
+  void Encoder(double fraction, double* encode_gbps, double* copy_gbps, double* read_gbps) {
     CU(cudaSetDevice(0));
     OneLane lane;
-    std::unique_ptr<DeltaWaveOps> ops = Ok(MakeGpuWaveOps(&lane, {}), "encoder ops");
+    GpuWaveOpsOptions oo;
+    oo.mask_unroll = knobs_.mask_unroll;
+    oo.mask_values = knobs_.mask_values;
+    std::unique_ptr<DeltaWaveOps> ops = Ok(MakeGpuWaveOps(&lane, oo), "encoder ops");
     const int64_t total = snapshot_.bytes();
     int64_t aligned = 0;
     for (const auto& [key, r] : snapshot_.messages) aligned += (r.bytes + 15) / 16 * 16;
@@ -351,6 +369,21 @@ class Bench {
       copy = std::min(copy, Now() - t0);
     }
     *copy_gbps = half / copy / 1e9;
+    // A compare that reads current and snapshot and writes nothing.
+    unsigned long long* diff = nullptr;
+    CU(cudaMalloc(reinterpret_cast<void**>(&diff), sizeof(*diff)));
+    const int64_t cmp = aligned / 2 / 16 * 16;
+    double rd = 1e9;
+    for (int iter = 0; iter < 3; ++iter) {
+      const double t0 = Now();
+      CU(bench::LaunchCompareChunks(reinterpret_cast<const uint8_t*>(cur),
+                                    reinterpret_cast<const uint8_t*>(cur + cmp), cmp, diff,
+                                    stream));
+      CU(cudaStreamSynchronize(stream));
+      rd = std::min(rd, Now() - t0);
+    }
+    *read_gbps = 2.0 * cmp / rd / 1e9;
+    cudaFree(diff);
     ops.reset();
     cudaFree(cur);
     cudaFree(out);
@@ -388,12 +421,16 @@ class Bench {
   }
 
   int64_t dense_bytes() const { return dense_bytes_; }
+  // The last Commit's time: the snapshot brought up to date (outside the
+  // round: the trainer's next step runs meanwhile).
+  double commit_seconds() const { return commit_s_; }
   int64_t snapshot_bytes() const { return snapshot_.bytes(); }
   size_t messages() const { return plan_.messages.size(); }
   size_t waves() const { return plan_.waves.size(); }
 
  private:
   bool fp8_;
+  Knobs knobs_;
   Plan plan_;
   int64_t dense_bytes_ = 0;
   Buffers trainer_, delta_engine_, dense_engine_;
@@ -403,21 +440,28 @@ class Bench {
   std::unique_ptr<RoundRunner> dense_[2];
   int64_t version_ = 0;
   bool digests_ok_ = true;
+  double commit_s_ = 0;
 };
 
 int Main(int argc, char** argv) {
   std::string rows_flag = "0.5,2,5,20,adamw", engines_flag = "bf16,fp8", model = "qwen3-8b";
-  SnapshotMemory snapshot = SnapshotMemory::kDevice;
+  Knobs knobs;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    int64_t v = 0;
     if (a.rfind("--rows=", 0) == 0) rows_flag = a.substr(7);
     else if (a.rfind("--engines=", 0) == 0) engines_flag = a.substr(10);
     else if (a.rfind("--model=", 0) == 0) model = a.substr(8);
-    else if (a == "--snapshot=pinned") snapshot = SnapshotMemory::kPinnedHost;
-    else if (a == "--snapshot=gpu") snapshot = SnapshotMemory::kDevice;
+    else if (a == "--snapshot=pinned") knobs.snapshot = SnapshotMemory::kPinnedHost;
+    else if (a == "--snapshot=gpu") knobs.snapshot = SnapshotMemory::kDevice;
+    else if (a.rfind("--batch_mib=", 0) == 0 && absl::SimpleAtoi(a.substr(12), &v) && v >= 0)
+      knobs.batch_bytes = v << 20;
+    else if (a == "--mask_unroll=4" || a == "--mask_unroll=8") knobs.mask_unroll = a.back() - '0';
+    else if (a == "--mask_values=0" || a == "--mask_values=1") knobs.mask_values = a.back() == '1';
     else {
       std::fprintf(stderr, "usage: delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] "
-                           "[--model=qwen3-8b] [--snapshot=gpu|pinned]\n");
+                           "[--model=qwen3-8b] [--snapshot=gpu|pinned] [--batch_mib=N] "
+                           "[--mask_unroll=4|8] [--mask_values=0|1]\n");
       return 2;
     }
   }
@@ -430,8 +474,12 @@ int Main(int argc, char** argv) {
   ncclGetVersion(&nccl_version);
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, 0));
-  std::printf("delta_bench: %s x2, NCCL %d, model %s, snapshot in %s\n", prop.name, nccl_version,
-              model.c_str(), snapshot == SnapshotMemory::kDevice ? "GPU memory" : "pinned host memory");
+  std::printf("delta_bench: %s x2, NCCL %d, model %s, snapshot in %s, batches of %lld MiB, "
+              "mask unroll %d, values %s\n",
+              prop.name, nccl_version, model.c_str(),
+              knobs.snapshot == SnapshotMemory::kDevice ? "GPU memory" : "pinned host memory",
+              static_cast<long long>(knobs.batch_bytes >> 20), knobs.mask_unroll,
+              knobs.mask_values ? "kept" : "re-read");
   int devs[2] = {0, 1};
   ncclComm_t comms[2];
   if (ncclCommInitAll(comms, 2, devs) != ncclSuccess) return 1;
@@ -439,7 +487,7 @@ int Main(int argc, char** argv) {
   bool all_ok = true;
   for (const std::string& engine : std::vector<std::string>(absl::StrSplit(engines_flag, ','))) {
     const double t_setup = Now();
-    Bench b(model, engine == "fp8", snapshot);
+    Bench b(model, engine == "fp8", knobs);
     double digest = 0;
     DeltaRoundStats st;
     // Version 1, dense everywhere (the snapshot is made at its commit),
@@ -475,22 +523,27 @@ int Main(int argc, char** argv) {
       b.Change(adamw ? "adamw" : "random", pct / 100, ++seed * 1000);
       DeltaRoundStats est;
       r.delta_s = b.DeltaRound(true, &r.digest_s, &st, &est);
+      r.commit_s = b.commit_seconds();
       r.changed = static_cast<double>(st.changed_words) / std::max<int64_t>(1, st.words);
       r.wire = static_cast<double>(st.wire_bytes) / std::max<int64_t>(1, st.dense_bytes);
       r.digest_gb = 2.0 * b.dense_bytes() / 1e9;
       r.dense_s = b.DenseRound();
       r.ok = b.BytesEqual();
       r.raw_s = raw;
-      b.Encoder(adamw ? std::max(r.changed, 1e-4) : pct / 100, &r.encode_gbps, &r.copy_gbps);
+      b.Encoder(adamw ? std::max(r.changed, 1e-4) : pct / 100, &r.encode_gbps, &r.copy_gbps,
+                &r.read_gbps);
       all_ok = all_ok && r.ok;
       std::printf("%s %s: changed %.4f wire %.4f delta %.4f s dense %.4f s digest %.4f s %s\n",
                   r.engine.c_str(), r.change.c_str(), r.changed, r.wire, r.delta_s, r.dense_s,
                   r.digest_s, r.ok ? "bytes ok" : "BYTES WRONG");
-      std::printf("  trainer: count wait %.4f s, encode %.4f s, posting %.4f s, drain %.4f s; "
-                  "engine: headers wait %.4f s, apply %.4f s, drain %.4f s\n",
-                  st.count_wait_seconds, st.encode_seconds, st.transport_wait_seconds,
-                  st.drain_seconds, est.transport_wait_seconds, est.apply_seconds,
-                  est.drain_seconds);
+      std::printf("  trainer: %lld batches, %lld groups; quantize %.4f s, count wait %.4f s, "
+                  "encode %.4f s, posting %.4f s, drain %.4f s; engine: %lld groups; headers "
+                  "wait %.4f s, apply %.4f s, drain %.4f s\n",
+                  static_cast<long long>(st.batches), static_cast<long long>(st.groups),
+                  st.convert_seconds, st.count_wait_seconds, st.encode_seconds,
+                  st.transport_wait_seconds, st.drain_seconds,
+                  static_cast<long long>(est.groups), est.transport_wait_seconds,
+                  est.apply_seconds, est.drain_seconds);
       std::fflush(stdout);
       rows.push_back(r);
     }
@@ -504,17 +557,20 @@ int Main(int argc, char** argv) {
       "executor's dense round (slower member each);\nencode/copy = GB/s read (encoder: current "
       "+ snapshot, one batch; copy: the bytes once);\nenc/HBM = the encoder's read rate over the "
       "copy's bytes moved (read + write: the HBM rate); digest_s = the verified round's digests "
-      "(slower member, all of its bytes);\nbytes = the delta engine equals the dense engine byte "
+      "(slower member, all of its bytes);\nread = a compare of two buffers that writes nothing (GB/s read: the encoder's floor);\ncommit_s = the trainer's snapshot update after the commit (outside the round);\nbytes = the delta engine equals the dense engine byte "
       "for byte and the digests agreed\n\n",
       model.c_str(), prop.name);
-  std::printf("%-6s %-15s %8s %7s %9s %9s %7s %9s %9s %9s %7s %9s %5s\n", "engine", "change",
-              "changed", "wire", "delta_s", "dense_s", "ratio", "raw_nccl", "enc_GB/s",
-              "copy_GB/s", "enc/HBM", "digest_s", "bytes");
+  std::printf("%-6s %-15s %8s %7s %9s %9s %7s %9s %9s %9s %9s %7s %9s %9s %5s\n", "engine",
+              "change", "changed", "wire", "delta_s", "dense_s", "ratio", "raw_nccl",
+              "enc_GB/s", "read_GB/s", "copy_GB/s", "enc/HBM", "digest_s", "commit_s",
+              "bytes");
   for (const Row& r : rows) {
-    std::printf("%-6s %-15s %8.4f %7.4f %9.4f %9.4f %7.3f %9.4f %9.0f %9.0f %7.2f %9.4f %5s\n",
-                r.engine.c_str(), r.change.c_str(), r.changed, r.wire, r.delta_s, r.dense_s,
-                r.delta_s / r.dense_s, r.raw_s, r.encode_gbps, r.copy_gbps,
-                r.encode_gbps / (2 * r.copy_gbps), r.digest_s, r.ok ? "ok" : "WRONG");
+    std::printf(
+        "%-6s %-15s %8.4f %7.4f %9.4f %9.4f %7.3f %9.4f %9.0f %9.0f %9.0f %7.2f %9.4f %9.4f "
+        "%5s\n",
+        r.engine.c_str(), r.change.c_str(), r.changed, r.wire, r.delta_s, r.dense_s,
+        r.delta_s / r.dense_s, r.raw_s, r.encode_gbps, r.read_gbps, r.copy_gbps,
+        r.encode_gbps / (2 * r.copy_gbps), r.digest_s, r.commit_s, r.ok ? "ok" : "WRONG");
   }
   return all_ok ? 0 : 1;
 }

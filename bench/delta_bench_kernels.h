@@ -26,6 +26,13 @@ int LaunchAdamStep(uint16_t* w, int64_t n, float lr, uint64_t seed, void* stream
 int LaunchCountDiff(const uint8_t* a, const uint8_t* b, int64_t n, unsigned long long* out,
                     void* stream);
 
+// *out += the number of 16-byte chunks in which a and b (device, 16-byte
+// aligned, n bytes: a multiple of 16) differ: 16-byte loads, four in flight
+// per array and thread, nothing written but the count. The read rate of a
+// compare with no output: the encoder's floor.
+int LaunchCompareChunks(const uint8_t* a, const uint8_t* b, int64_t n, unsigned long long* out,
+                        void* stream);
+
 }  // namespace bench
 }  // namespace refit
 

@@ -122,13 +122,30 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> DeltaRunner::Create(
 absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
   const std::string side_name(SideName(side_));
   std::map<std::pair<int32_t, int32_t>, int32_t> slots;
+  // Batches: consecutive plan waves of one lane, until a batch holds
+  // options_.batch_bytes of the plan's bytes (every rank's: so every rank
+  // cuts the same batches, and a pair's sends and receives match).
+  const int32_t lanes = transport_->num_lanes();
+  std::vector<WaveWork> batches;
+  std::vector<int64_t> open(lanes, -1), open_bytes(lanes, 0);
   for (const Wave& wave : plan.waves) {
-    WaveWork w;
-    w.lane = std::max(0, wave.lane) % transport_->num_lanes();
+    const int32_t lane = std::max(0, wave.lane) % lanes;
+    int64_t wave_bytes = 0;
     for (int32_t mi = wave.first_message; mi < wave.first_message + wave.num_messages; ++mi) {
       if (mi < 0 || static_cast<size_t>(mi) >= plan.messages.size()) {
         return absl::InvalidArgumentError(absl::StrCat("message ", mi, " outside the plan"));
       }
+      wave_bytes += plan.messages[mi].bytes;
+    }
+    if (open[lane] < 0 || open_bytes[lane] >= options_.batch_bytes) {
+      open[lane] = static_cast<int64_t>(batches.size());
+      open_bytes[lane] = 0;
+      batches.emplace_back();
+      batches.back().lane = lane;
+    }
+    open_bytes[lane] += wave_bytes;
+    WaveWork& w = batches[open[lane]];
+    for (int32_t mi = wave.first_message; mi < wave.first_message + wave.num_messages; ++mi) {
       const Message& m = plan.messages[mi];
       if ((src ? m.src_rank : m.dst_rank) != rank_) continue;
       MsgWork mw;
@@ -166,6 +183,8 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       w.dense_bytes += m.bytes;
       w.msgs.push_back(std::move(mw));
     }
+  }
+  for (WaveWork& w : batches) {
     if (w.msgs.empty()) continue;
     // By peer, then message: each peer's headers are one send.
     std::stable_sort(w.msgs.begin(), w.msgs.end(), [](const MsgWork& a, const MsgWork& b) {
@@ -190,8 +209,14 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
   return absl::OkStatus();
 }
 
+void DeltaRunner::FreeRetired() {
+  for (char* p : retired_) ops_->Free(p);
+  retired_.clear();
+}
+
 DeltaRunner::~DeltaRunner() {
   if (ops_ != nullptr) (void)ops_->Finish(absl::Now() + absl::Seconds(10));
+  if (ops_ != nullptr) FreeRetired();
   for (WaveWork& w : work_) {
     if (w.headers != nullptr) ops_->Free(w.headers);
     if (w.coded != nullptr) ops_->Free(w.coded);
@@ -202,7 +227,10 @@ DeltaRunner::~DeltaRunner() {
 
 absl::Status DeltaRunner::Reserve(char** p, int64_t* cap, int64_t bytes, int64_t floor) {
   if (bytes <= *cap) return absl::OkStatus();
-  if (*p != nullptr) ops_->Free(*p);
+  // Freed after the round (FreeRetired): freeing device memory waits for
+  // the whole device, where a send of this round may wait for a peer that
+  // waits for us.
+  if (*p != nullptr) retired_.push_back(*p);
   *p = nullptr;
   *cap = 0;
   const int64_t want = Align256(std::max(bytes + bytes / 4, floor));
@@ -275,27 +303,42 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   digests_.clear();
   delta_stats_ = DeltaRoundStats();
   sent_ = false;
-  if (conversions_ != nullptr) REFIT_RETURN_IF_ERROR(Convert(deadline));
+  if (conversions_ != nullptr) {
+    REFIT_RETURN_IF_ERROR(Convert(deadline));
+    delta_stats_.convert_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  }
   // The codec reads what conversions wrote on the lanes.
   for (int32_t lane = 0; lane < transport_->num_lanes(); ++lane) {
     REFIT_RETURN_IF_ERROR(ops_->AfterLane(lane));
   }
-  // Wave k+1 begins (a trainer's count, an engine's headers) before wave
-  // k is awaited, unless both share a lane.
+  // Waves begin ahead of the one awaited: a trainer's counts up to
+  // kMaxCountsInFlight - 1 waves ahead (the GPU counts them while the host
+  // encodes and posts), an engine's headers one wave ahead when it is on
+  // another lane (on one lane its receives must follow the sender's order:
+  // headers, payloads, next headers).
   const bool src = side_ == Side::kTrainer;
-  auto begin = [&](WaveWork& w) { return src ? BeginSend(w, deadline) : BeginReceive(w, deadline); };
-  for (size_t k = 0; k < work_.size(); ++k) {
-    if (k == 0) REFIT_RETURN_IF_ERROR(begin(work_[0]));
-    const bool early = k + 1 < work_.size() && work_[k + 1].lane != work_[k].lane;
-    if (early) REFIT_RETURN_IF_ERROR(begin(work_[k + 1]));
+  const size_t n = work_.size();
+  size_t begun = 0;
+  for (size_t k = 0; k < n; ++k) {
+    if (src) {
+      while (begun < std::min(n, k + kMaxCountsInFlight)) {
+        REFIT_RETURN_IF_ERROR(BeginSend(work_[begun++], deadline));
+      }
+    } else {
+      if (begun == k) REFIT_RETURN_IF_ERROR(BeginReceive(work_[begun++], deadline));
+      if (begun == k + 1 && k + 1 < n && work_[k + 1].lane != work_[k].lane) {
+        REFIT_RETURN_IF_ERROR(BeginReceive(work_[begun++], deadline));
+      }
+    }
     REFIT_RETURN_IF_ERROR(src ? EndSend(work_[k], deadline, &stats)
                               : EndReceive(work_[k], deadline, &stats));
-    if (k + 1 < work_.size() && !early) REFIT_RETURN_IF_ERROR(begin(work_[k + 1]));
     ++stats.waves;
+    ++delta_stats_.batches;
   }
   const absl::Time t_drain = absl::Now();
   REFIT_RETURN_IF_ERROR(Drain(deadline));
   REFIT_RETURN_IF_ERROR(ops_->Finish(deadline));
+  FreeRetired();
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
   if (side_ == Side::kTrainer) sent_ = true;
   if (options_.verify) REFIT_RETURN_IF_ERROR(DigestRound(deadline));

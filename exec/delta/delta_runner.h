@@ -1,7 +1,9 @@
 // DeltaRunner: a member's data plane for delta and verified rounds, one
 // per member per plan, on host memory (Gloo, in-process) or on a GPU
 // (NCCL): the steps are the same, the memory kind's DeltaWaveOps
-// (wave_ops.h) does them, once per wave over all its messages.
+// (wave_ops.h) does them, once per batch over all its messages. A batch is
+// consecutive plan waves of one lane, up to options.batch_bytes of the
+// plan's bytes (DeltaRunnerOptions); below, "wave" is such a batch.
 //
 // A trainer rank keeps a snapshot: per message it sends, the bytes of the
 // last committed version (GPU memory by default on a GPU member, pinned host
@@ -17,11 +19,12 @@
 // it, so the snapshot only ever holds committed bytes.
 //
 // Receivers must post receives of exact sizes, and only the sender knows a
-// delta's size after encoding it: each wave is two exchanges on its lane,
-// first the 32-byte DeltaHeaders of every message (one send per peer),
-// then the payloads, sized from the headers. A device member keeps waves
-// in flight on every lane: the encode of the next wave runs while this
-// one sends. An engine applies in place: a message that is one contiguous
+// delta's size after encoding it: an engine receives each wave in two
+// exchanges on its lane, first the 32-byte DeltaHeaders of every message
+// (one receive per peer), then the payloads, sized from the headers; the
+// trainer posts both as one group (per peer its headers, then its
+// payloads). A device member keeps waves in flight on every lane: the
+// count of the next wave runs while this one is encoded and sent. An engine applies in place: a message that is one contiguous
 // buffer range is applied where it lies (a dense one received there);
 // otherwise the engine gathers its own current bytes of the message into
 // staging (the reverse of unpack), applies the delta there and unpacks as a
@@ -95,6 +98,11 @@ struct DeltaRunnerOptions {
   // Both must outlive the runner unless given to Adopt.
   Copier* copier = nullptr;
   DeltaWaveOps* ops = nullptr;
+  // Consecutive plan waves of one lane run as one batch (one count, one
+  // encode, one group of sends or two of receives) until the batch holds
+  // this many of the plan's bytes (0: every plan wave its own batch). Both
+  // sides of a pair must use the same value.
+  int64_t batch_bytes = int64_t{512} << 20;
 };
 
 // What one round moved in delta form, beside RunStats.
@@ -106,11 +114,14 @@ struct DeltaRoundStats {
   int64_t changed_words = 0;   // trainer: counted; engine: sent
   int64_t words = 0;           // of the messages (their codec words)
   double digest_seconds = 0;    // time spent digesting
+  int64_t batches = 0;          // batches of waves run (delta_runner.h)
+  int64_t groups = 0;           // groups of sends and receives posted
   // Where the member's thread spent the round (host time): trainer: the
   // counts awaited, encodes enqueued; both: waiting on the transport
   // (an engine: for headers and, on the host, payloads), the applies
   // enqueued (engine), the end of the round (every lane drained, the
   // applies' checks read).
+  double convert_seconds = 0;  // trainer with FP8 engines: quantizing first
   double count_wait_seconds = 0;
   double encode_seconds = 0;
   double transport_wait_seconds = 0;
@@ -228,6 +239,8 @@ class DeltaRunner : public RoundRunner {
   // later rounds rarely grow it: freeing device memory waits for the
   // whole device).
   absl::Status Reserve(char** p, int64_t* cap, int64_t bytes, int64_t floor);
+  // Frees the buffers Reserve grew out of (once every lane is drained).
+  void FreeRetired();
   std::string Context(const MsgWork& m) const;
 
   const Plan* plan_ = nullptr;
@@ -246,6 +259,7 @@ class DeltaRunner : public RoundRunner {
   DeltaRunnerOptions options_;
   std::vector<WaveWork> work_;
   std::vector<int32_t> in_flight_;  // waves posted per lane, not yet waited
+  std::vector<char*> retired_;      // grown out of this round (Reserve)
   std::unique_ptr<ConversionStage> conversions_;  // trainer with FP8 engines
   std::vector<EngineDeltaMode> modes_;
   std::vector<std::pair<int32_t, int32_t>> digest_keys_;  // slot -> (engine rank, tensor)

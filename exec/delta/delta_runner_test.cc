@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "exec/gloo_transport.h"
 #include "exec/inproc_transport.h"
 #include "exec/kv_store.h"
@@ -27,13 +28,14 @@ struct Job {
   std::vector<DeltaSnapshot> snapshots;
   std::unique_ptr<DeltaPolicy> policy;
   bool gloo = true;
+  int64_t batch_bytes = DeltaRunnerOptions().batch_bytes;
   int64_t version = 0;
   std::mt19937_64 rng{7};
 };
 
-std::unique_ptr<Job> MakeJob(const std::string& pattern, bool gloo) {
+std::unique_ptr<Job> MakeJob(const std::string& pattern, bool gloo, int rounds_per_stage = 2) {
   auto job = std::make_unique<Job>();
-  job->plan = testing::MakePatternPlan(pattern, 2, 2).value();
+  job->plan = testing::MakePatternPlan(pattern, 2, rounds_per_stage).value();
   job->trainer = AllocateBuffers(job->plan.src, 0);
   job->engine = AllocateBuffers(job->plan.dst, 0xEE);
   job->snapshots.resize(job->plan.src.world_size);
@@ -113,6 +115,7 @@ RoundResult RunRound(Job* job, std::set<int> absent = {},
         bufs.push_back(reinterpret_cast<char*>(b.data()));
       }
       DeltaRunnerOptions opt;
+      opt.batch_bytes = job->batch_bytes;
       if (src) opt.snapshot = &job->snapshots[g];
       auto r = DeltaRunner::Create(plan, src ? Side::kTrainer : Side::kEngine,
                                    src ? g : g - ws, bufs, t.get(), opt);
@@ -176,8 +179,13 @@ int64_t DenseMessages(const RoundResult& r, int engine_global) {
 class DeltaRounds : public ::testing::TestWithParam<bool> {};
 
 TEST_P(DeltaRounds, ManyRoundsOfRandomChangesLandEveryByte) {
+  // Every plan wave its own batch, and the default (here: all waves of a
+  // lane in one batch).
+  for (int64_t batch : {int64_t{0}, DeltaRunnerOptions().batch_bytes}) {
   for (const char* pattern : {"2to2", "qkv", "1to3", "replicated"}) {
+    SCOPED_TRACE(absl::StrCat("batch_bytes ", batch));
     auto job = MakeJob(pattern, GetParam());
+    job->batch_bytes = batch;
     const int ws = job->plan.src.world_size;
     const double fractions[] = {1.0, 0.005, 0.02, 0.05, 0.2, 0.0, 0.9, 0.02};
     int64_t wire = 0, dense = 0;
@@ -194,6 +202,29 @@ TEST_P(DeltaRounds, ManyRoundsOfRandomChangesLandEveryByte) {
       }
     }
     EXPECT_LT(wire, dense) << pattern;  // the deltas moved fewer bytes
+  }
+  }
+}
+
+// A batch is one group of sends on the trainer (headers, then payloads)
+// and two groups of receives on the engine; by default a small plan's
+// waves of one lane make one batch.
+TEST_P(DeltaRounds, ABatchOfWavesIsOneGroupOfSends) {
+  auto job = MakeJob("2to2", GetParam(), 4);
+  const int ws = job->plan.src.world_size;
+  const int world = ws + job->plan.dst.world_size;
+  ASSERT_GT(job->plan.waves.size(), 2u);  // more waves than lanes
+  for (int round = 0; round < 2; ++round) {
+    Change(job.get(), 0.05);
+    RoundResult r = RunRound(job.get());
+    ASSERT_TRUE(r.commit.ok()) << r.commit;
+    ASSERT_EQ(CheckEngines(*job), "");
+    for (int g = 0; g < world; ++g) {
+      const DeltaRoundStats& st = r.stats[g];
+      EXPECT_GE(st.batches, 1) << "rank " << g;
+      EXPECT_LE(st.batches, 2) << "rank " << g;  // one per lane
+      EXPECT_EQ(st.groups, (g < ws ? 1 : 2) * st.batches) << "rank " << g;
+    }
   }
 }
 

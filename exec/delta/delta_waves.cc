@@ -51,6 +51,7 @@ absl::Status DeltaRunner::Post(int32_t lane, std::vector<SendOp> sends,
   }
   REFIT_RETURN_IF_ERROR(transport_->StartWave(lane, sends, recvs, deadline));
   ++in_flight_[lane];
+  ++delta_stats_.groups;
   return absl::OkStatus();
 }
 
@@ -160,9 +161,12 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
     delta_stats_.words += static_cast<int64_t>(m.header.num_words);
     stats->bytes_sent += kHeader + p;
   }
+  // One group: per peer its headers, then its payloads; the engine
+  // receives the headers in one group and the payloads, sized from them,
+  // in the next (sends and receives match in order per pair and lane).
+  head.insert(head.end(), payloads.begin(), payloads.end());
   const absl::Time t2 = absl::Now();
-  REFIT_RETURN_IF_ERROR(Post(w.lane, std::move(head), {}, deadline));
-  absl::Status s = Post(w.lane, std::move(payloads), {}, deadline);
+  absl::Status s = Post(w.lane, std::move(head), {}, deadline);
   delta_stats_.transport_wait_seconds += absl::ToDoubleSeconds(absl::Now() - t2);
   return s;
 }

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <utility>
 
@@ -67,16 +68,16 @@ class HostWaveOps : public DeltaWaveOps {
                            : CountChangedWords(Bytes(it.cur, it.bytes), Bytes(it.snap, it.bytes),
                                                it.word_bytes));
     }
-    counted_[lane] = std::move(counts);
+    counted_[lane].push_back(std::move(counts));
     return absl::OkStatus();
   }
   absl::StatusOr<std::vector<int64_t>> FinishCount(int32_t lane, absl::Time) override {
     auto it = counted_.find(lane);
-    if (it == counted_.end()) {
+    if (it == counted_.end() || it->second.empty()) {
       return absl::FailedPreconditionError(absl::StrCat("delta: no count started on lane ", lane));
     }
-    std::vector<int64_t> counts = std::move(it->second);
-    counted_.erase(it);
+    std::vector<int64_t> counts = std::move(it->second.front());
+    it->second.pop_front();
     return counts;
   }
   absl::Status Encode(int32_t, absl::Span<const EncodeItem> items,
@@ -115,7 +116,7 @@ class HostWaveOps : public DeltaWaveOps {
   absl::Status Finish(absl::Time) override { return absl::OkStatus(); }
 
  private:
-  std::map<int32_t, std::vector<int64_t>> counted_;  // by lane
+  std::map<int32_t, std::deque<std::vector<int64_t>>> counted_;  // by lane, oldest first
 
  public:
   absl::StatusOr<std::vector<uint64_t>> Digest(int32_t, absl::Span<const DigestItem> items,

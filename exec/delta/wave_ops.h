@@ -56,6 +56,9 @@ struct DigestItem {
   int32_t slot = 0;
 };
 
+// Counts a lane may have started and not yet encoded (StartCount).
+inline constexpr int kMaxCountsInFlight = 4;
+
 // Where a snapshot lives on a device member.
 enum class SnapshotMemory { kDevice, kPinnedHost };
 
@@ -102,17 +105,20 @@ class DeltaWaveOps {
     return FinishCount(lane, deadline);
   }
   // Starts counting `items` on `lane` (their memory must stay as it is
-  // until FinishCount), so that the count of one lane's wave runs while
-  // the host waits for another's. One count per lane at a time.
+  // until the encode), so that later waves' counts run while the host
+  // waits for, encodes and posts earlier ones. Up to kMaxCountsInFlight
+  // counts per lane may be started and not yet encoded; FinishCount takes
+  // them oldest first.
   virtual absl::Status StartCount(int32_t lane, absl::Span<const EncodeItem> items,
                                   absl::Time deadline) = 0;
-  // Waits for the count StartCount started on `lane` and returns it.
+  // Waits for the oldest count started on `lane` and returns it
+  // (FAILED_PRECONDITION when none is).
   virtual absl::StatusOr<std::vector<int64_t>> FinishCount(int32_t lane,
                                                            absl::Time deadline) = 0;
   // Writes headers[i] into header_out + 32 i for every item, and item i's
-  // payload (its header's encoding, after Count on the same items) at
-  // out[i]; items whose header is dense are not written (they are sent from
-  // `cur`). Ordered on `lane`.
+  // payload (its header's encoding) at out[i], for the items of the count
+  // FinishCount returned last on `lane`; items whose header is dense are
+  // not written (they are sent from `cur`). Ordered on `lane`.
   virtual absl::Status Encode(int32_t lane, absl::Span<const EncodeItem> items,
                               absl::Span<const DeltaHeader> headers,
                               absl::Span<char* const> out, char* header_out,

@@ -172,6 +172,20 @@ __device__ inline uint64_t WaveWordAt(const DeltaChunk& c, int w, int j) {
   return w == 4 ? x : w == 2 ? (x & 0xffffu) : (x & 0xffu);
 }
 
+// Copies one w-byte word, in one access when both ends allow it.
+__device__ inline void WaveCopyWord(uint8_t* dst, const uint8_t* src, int w) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src);
+  if (w == 2 && (a & 1u) == 0) {
+    *reinterpret_cast<uint16_t*>(dst) = *reinterpret_cast<const uint16_t*>(src);
+  } else if (w == 4 && (a & 3u) == 0) {
+    *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(src);
+  } else if (w == 8 && (a & 7u) == 0) {
+    *reinterpret_cast<uint64_t*>(dst) = *reinterpret_cast<const uint64_t*>(src);
+  } else {
+    for (int b = 0; b < w; ++b) dst[b] = src[b];
+  }
+}
+
 __device__ inline bool WaveAligned(const void* a, const void* b) {
   return ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15u) == 0;
 }
@@ -182,108 +196,140 @@ __device__ inline uint32_t WaveLoadU32(const uint8_t* p) {
          (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
 }
 
-// Tiles a block runs, their rows loaded once into shared memory (a row
-// read per tile from global memory would stall every short tile).
-constexpr int kWaveTilesPerBlock = 8;
-struct WaveTileRow {
-  WaveMsg m;
-  WaveTile t;
-};
-
-__device__ inline int WaveLoadRows(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
-                                   WaveTileRow* rows) {
-  const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kWaveTilesPerBlock;
-  const int n = static_cast<int>(min(static_cast<int64_t>(kWaveTilesPerBlock), num_tiles - g0));
-  if (static_cast<int>(threadIdx.x) < n) {
-    const WaveTile t = tiles[g0 + threadIdx.x];
-    rows[threadIdx.x].t = t;
-    rows[threadIdx.x].m = msgs[t.msg];
+// The message a tile of a batch belongs to: the last row whose first_tile
+// is at most g (rows with no tiles share the next row's first_tile, so the
+// last such row is the one that owns g). Every lane of a warp reads the
+// same rows: broadcasts, cached.
+__device__ inline int32_t WaveFindMsg(const WaveMsg* msgs, int32_t num_msgs, int64_t g) {
+  int32_t lo = 0, hi = num_msgs;  // answer in [lo, hi)
+  while (hi - lo > 1) {
+    const int32_t mid = (lo + hi) / 2;
+    if (msgs[mid].first_tile <= g) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
   }
-  __syncthreads();
-  return n;
+  return lo;
 }
 
-// One tile of the mask pass: its mask words, its count and, when they
-// fit, its changed words in order into its value slot (the gather then
-// copies them instead of reading the current bytes again). Chunks go in
-// two halves of four per thread: the loads of a half in flight together,
-// one scan per half for the values' ranks.
-__device__ inline void WaveMaskTile(const WaveMsg& m, const WaveTile& t, int64_t g,
-                                    uint32_t* mask, uint32_t* tile_counts, uint8_t* vals) {
-  const int w = m.word;
-  const int64_t base = static_cast<int64_t>(t.tile) * kDeltaTileBytes;
+// The mask pass: one warp per tile, no block-wide step. The warp reads the
+// tile in steps of 512 bytes (16 per lane) of the current and snapshot
+// bytes, kUnroll steps of loads in flight at once; per step each lane's
+// changed words get their ranks by a warp scan, go into the tile's value
+// slot while they fit (the gather then copies them instead of reading the
+// current bytes again), and the lanes of a mask word OR their bits
+// together. Past the message's end both sides read as zeros: no bits, but
+// the tile's whole mask is written (the gather reads all of it).
+constexpr int kMaskStep = 32 * kDeltaChunk;  // bytes per warp step
+constexpr int kMaskSteps = static_cast<int>(kDeltaTileBytes / kMaskStep);
+static_assert(kMaskSteps == 64, "a tile is 64 warp steps");
+
+template <int W>
+__device__ inline void WaveStoreWord(uint8_t* p, uint64_t v) {
+  if (W == 1) {
+    *p = static_cast<uint8_t>(v);
+  } else if (W == 2) {
+    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
+  } else if (W == 4) {
+    *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v);
+  } else {
+    *reinterpret_cast<uint64_t*>(p) = v;
+  }
+}
+
+template <int W, int kUnroll, bool kValues>
+__device__ inline void WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int64_t g,
+                                        uint32_t* mask, uint32_t* tile_counts, uint8_t* vals) {
+  constexpr int kBits = kDeltaChunk / W;  // bits per lane per step
+  constexpr int kGroup = 32 / kBits;      // lanes per mask word
+  constexpr uint32_t kCap = static_cast<uint32_t>(kWaveValueBytesPerTile / W);
+  const int lane = threadIdx.x & 31;
+  const int64_t base = tile * kDeltaTileBytes;
   const bool aligned = WaveAligned(m.cur, m.snap);
   const bool whole = aligned && base + kDeltaTileBytes <= m.bytes;
   uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
   uint8_t* tvals = vals + g * kWaveValueBytesPerTile;
-  const uint32_t cap = static_cast<uint32_t>(kWaveValueBytesPerTile / w);
-  const int b = kDeltaChunk / w;  // bits per chunk
-  const int gs = 32 / b;          // lanes per mask word
-  const int lane = threadIdx.x & 31;
-  uint32_t count = 0;
+  uint32_t count = 0;  // the tile's changed words before this step (kValues: the lane's)
+  for (int s0 = 0; s0 < kMaskSteps; s0 += kUnroll) {
+    DeltaChunk a[kUnroll], b[kUnroll];
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    DeltaChunk a[4], s[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int j = half * 4 + q;
-      const int64_t off = base + (static_cast<int64_t>(j) * kDeltaThreads + threadIdx.x) * kDeltaChunk;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t off = base + static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
       if (whole) {
-        const uint4 x = __ldg(reinterpret_cast<const uint4*>(m.cur + off));
-        const uint4 y = __ldg(reinterpret_cast<const uint4*>(m.snap + off));
-        a[q] = {{x.x, x.y, x.z, x.w}};
-        s[q] = {{y.x, y.y, y.z, y.w}};
+        const uint4 x = __ldcs(reinterpret_cast<const uint4*>(m.cur + off));
+        const uint4 y = __ldcs(reinterpret_cast<const uint4*>(m.snap + off));
+        a[u] = {{x.x, x.y, x.z, x.w}};
+        b[u] = {{y.x, y.y, y.z, y.w}};
       } else if (off < m.bytes) {
-        a[q] = DeltaLoad(m.cur, off, m.bytes, aligned);
-        s[q] = DeltaLoad(m.snap, off, m.bytes, aligned);
+        a[u] = DeltaLoad(m.cur, off, m.bytes, aligned);
+        b[u] = DeltaLoad(m.snap, off, m.bytes, aligned);
       } else {
-        a[q] = {{0, 0, 0, 0}};
-        s[q] = a[q];
+        a[u] = {{0, 0, 0, 0}};
+        b[u] = a[u];
       }
     }
-    uint32_t bits[4];
-    uint64_t packed = 0;
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      bits[q] = DeltaDiffBits(a[q], s[q], w);  // past the end: equal zeros
-      packed |= static_cast<uint64_t>(__popc(bits[q])) << (16 * q);
-    }
-    uint64_t totals = 0;
-    const uint64_t ex = BlockExclusiveScan<uint64_t>(packed, &totals);
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint32_t bits = DeltaDiffBits(a[u], b[u], W);
+      const uint32_t c = __popc(bits);
+      if (kValues) {
+        uint32_t inc = c;
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int j = half * 4 + q;
-      const int64_t local = (static_cast<int64_t>(j) * kDeltaThreads + threadIdx.x) * kDeltaChunk;
-      const uint32_t c = __popc(bits[q]);
-      const uint32_t rank = count + static_cast<uint32_t>((ex >> (16 * q)) & 0xffff);
-      if (c != 0 && rank + c <= cap) {
-        uint32_t left = bits[q];
-        uint32_t r = rank;
-        while (left != 0) {
+        for (int o = 1; o < 32; o <<= 1) {
+          const uint32_t y = __shfl_up_sync(0xffffffffu, inc, o);
+          if (lane >= o) inc += y;
+        }
+        const uint32_t step_total = __shfl_sync(0xffffffffu, inc, 31);
+        uint32_t r = count + inc - c;
+        uint32_t left = bits;
+        while (left != 0 && r < kCap) {
           const int bit = __ffs(left) - 1;
           left &= left - 1;
-          const uint64_t v = WaveWordAt(a[q], w, bit);
-          for (int k = 0; k < w; ++k) tvals[r * w + k] = static_cast<uint8_t>(v >> (8 * k));
+          WaveStoreWord<W>(tvals + r * W, WaveWordAt(a[u], W, bit));
           ++r;
         }
+        count += step_total;
+      } else {
+        count += c;
       }
-      count += static_cast<uint32_t>((totals >> (16 * q)) & 0xffff);
-      uint32_t word = bits[q] << ((lane % gs) * b);
-      for (int o = 1; o < gs; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
-      if (lane % gs == 0) tmask[(local / w) / 32] = word;
+      uint32_t word = bits << ((lane % kGroup) * kBits);
+#pragma unroll
+      for (int o = 1; o < kGroup; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
+      if (lane % kGroup == 0) {
+        const int64_t local = static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
+        tmask[local / W / 32] = word;
+      }
     }
   }
-  if (threadIdx.x == 0) tile_counts[g] = count;
+  if (!kValues) {
+    for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
+  }
+  if (lane == 0) tile_counts[g] = count;
 }
 
-__global__ void WaveMaskKernel(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
-                               uint32_t* mask, uint32_t* tile_counts, uint8_t* vals) {
-  __shared__ WaveTileRow rows[kWaveTilesPerBlock];
-  const int n = WaveLoadRows(msgs, tiles, num_tiles, rows);
-  const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kWaveTilesPerBlock;
-  for (int i = 0; i < n; ++i) {
-    const WaveMsg m = rows[i].m;
-    WaveMaskTile(m, rows[i].t, g0 + i, mask, tile_counts, vals);
+// Consecutive tiles one warp runs: one search for the first one's message.
+constexpr int kMaskTilesPerWarp = 4;
+
+template <int kUnroll, bool kValues>
+__global__ void __launch_bounds__(kDeltaThreads) WaveMaskKernel(
+    const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
+    uint32_t* tile_counts, uint8_t* vals) {
+  const int64_t g0 =
+      (static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5)) *
+      kMaskTilesPerWarp;
+  if (g0 >= num_tiles) return;  // a whole warp
+  int32_t i = WaveFindMsg(msgs, num_msgs, g0);
+  for (int64_t g = g0; g < min(num_tiles, g0 + kMaskTilesPerWarp); ++g) {
+    while (i + 1 < num_msgs && msgs[i + 1].first_tile <= g) ++i;
+    const WaveMsg m = msgs[i];
+    const int64_t t = g - m.first_tile;
+    switch (m.word) {
+      case 1: WaveMaskTileWarp<1, kUnroll, kValues>(m, t, g, mask, tile_counts, vals); break;
+      case 2: WaveMaskTileWarp<2, kUnroll, kValues>(m, t, g, mask, tile_counts, vals); break;
+      case 4: WaveMaskTileWarp<4, kUnroll, kValues>(m, t, g, mask, tile_counts, vals); break;
+      default: WaveMaskTileWarp<8, kUnroll, kValues>(m, t, g, mask, tile_counts, vals); break;
+    }
   }
 }
 
@@ -299,76 +345,115 @@ __global__ void WaveTotalsKernel(const WaveMsg* msgs, int64_t num_msgs,
   }
 }
 
-__device__ inline void WaveGatherTile(const WaveMsg& m, const WaveTile& t, int64_t g,
-                                      const uint32_t* mask, const uint32_t* tile_counts,
-                                      const uint64_t* tile_offsets, const uint8_t* vals) {
+// A u32 at p, in one store when aligned.
+__device__ inline void WaveStoreU32(uint8_t* p, uint32_t x) {
+  if ((reinterpret_cast<uintptr_t>(p) & 3u) == 0) {
+    *reinterpret_cast<uint32_t*>(p) = x;
+  } else {
+    for (int b = 0; b < 4; ++b) p[b] = static_cast<uint8_t>(x >> (8 * b));
+  }
+}
+
+// The gather: one warp per tile, no block-wide step. A kBitmask message
+// gets the tile's mask words; the changed values come from the tile's
+// value slot (one coalesced copy) when the mask pass kept them, else from
+// the current bytes; a kIndices message gets each changed word's index.
+// Lane l owns mask words [l * kPer, (l + 1) * kPer) of the tile: their set
+// bits' ranks are the lane's exclusive prefix of set bits (a warp scan).
+template <int W>
+__device__ inline void WaveGatherTileWarp(const WaveMsg& m, int64_t tile, int64_t g,
+                                          const uint32_t* mask, const uint32_t* tile_counts,
+                                          const uint64_t* tile_offsets, const uint8_t* vals) {
   if (m.encoding != 1 && m.encoding != 2) return;  // kIndices, kBitmask
-  const int w = m.word;
-  const int64_t wpt = kDeltaTileBytes / w;  // words per tile
-  const int64_t mw = wpt / 32;
-  const int64_t n = m.bytes / w;
+  constexpr int64_t kWpt = kDeltaTileBytes / W;  // words per tile
+  constexpr int kMw = static_cast<int>(kWpt / 32);  // mask words per tile
+  constexpr int kPer = kMw / 32;                  // mask words per lane
+  const int lane = threadIdx.x & 31;
+  const int64_t n = m.bytes / W;
   const uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
   const uint64_t rank_base = tile_offsets[g] - tile_offsets[m.first_tile];
-  const int64_t first_word = static_cast<int64_t>(t.tile) * wpt;
+  const int64_t first_word = tile * kWpt;
   uint8_t* values;
-  uint32_t* indices = nullptr;
+  uint8_t* indices = nullptr;
   if (m.encoding == 1) {
-    indices = reinterpret_cast<uint32_t*>(m.out);
+    indices = m.out;
     values = m.out + m.changed * 4;
   } else {
     const int64_t mask_bytes = (n + 7) / 8;
     values = m.out + mask_bytes;
-    // This tile's mask words into the message's bitmask.
-    for (int64_t k = threadIdx.x; k < mw; k += kDeltaThreads) {
+    for (int k = lane; k < kMw; k += 32) {
       const int64_t at = (first_word / 32 + k) * 4;
       const uint32_t x = tmask[k];
-      for (int i = 0; i < 4; ++i) {
-        if (at + i < mask_bytes) m.out[at + i] = static_cast<uint8_t>(x >> (8 * i));
+      if (at + 4 <= mask_bytes) {
+        WaveStoreU32(m.out + at, x);
+      } else {
+        for (int i = 0; i < 4; ++i) {
+          if (at + i < mask_bytes) m.out[at + i] = static_cast<uint8_t>(x >> (8 * i));
+        }
       }
     }
   }
-  // The values: the mask pass's copy when the tile's fitted its slot.
   const uint32_t count = tile_counts[g];
-  const bool compact = count <= static_cast<uint32_t>(kWaveValueBytesPerTile / w);
+  const bool compact =
+      vals != nullptr && count <= static_cast<uint32_t>(kWaveValueBytesPerTile / W);
   if (compact) {
-    const uint8_t* tvals = vals + g * kWaveValueBytesPerTile;
-    for (int64_t k = threadIdx.x; k < static_cast<int64_t>(count) * w; k += kDeltaThreads) {
-      values[rank_base * w + k] = tvals[k];
-    }
+    const uint8_t* tv = vals + g * kWaveValueBytesPerTile;
+    uint8_t* dst = values + rank_base * W;
+    for (uint32_t k = lane; k < count; k += 32) WaveCopyWord(dst + k * W, tv + k * W, W);
     if (indices == nullptr) return;
   }
-  WaveForEachSetBit(mw, rank_base, [&](int64_t k) { return tmask[k]; },
-                    [&](uint64_t local, uint64_t r) {
-                      const uint64_t i = first_word + local;
-                      if (indices != nullptr) {
-                        const uint32_t x = static_cast<uint32_t>(i);
-                        uint8_t* ip = reinterpret_cast<uint8_t*>(indices) + r * 4;
-                        for (int b = 0; b < 4; ++b) ip[b] = static_cast<uint8_t>(x >> (8 * b));
-                      }
-                      if (!compact) {
-                        for (int b = 0; b < w; ++b) values[r * w + b] = m.cur[i * w + b];
-                      }
-                    });
-}
-
-__global__ void WaveGatherKernel(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
-                                 const uint32_t* mask, const uint32_t* tile_counts,
-                                 const uint64_t* tile_offsets, const uint8_t* vals) {
-  __shared__ WaveTileRow rows[kWaveTilesPerBlock];
-  const int n = WaveLoadRows(msgs, tiles, num_tiles, rows);
-  const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kWaveTilesPerBlock;
-  for (int i = 0; i < n; ++i) {
-    const WaveMsg m = rows[i].m;
-    WaveGatherTile(m, rows[i].t, g0 + i, mask, tile_counts, tile_offsets, vals);
-    __syncthreads();  // the next tile's scan reuses shared memory
+  uint32_t mine = 0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) mine += __popc(tmask[lane * kPer + j]);
+  uint32_t inc = mine;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t y = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += y;
+  }
+  uint64_t r = rank_base + (inc - mine);
+  for (int j = 0; j < kPer; ++j) {
+    uint32_t bits = tmask[lane * kPer + j];
+    while (bits != 0) {
+      const int bit = __ffs(bits) - 1;
+      bits &= bits - 1;
+      const int64_t i = first_word + static_cast<int64_t>(lane * kPer + j) * 32 + bit;
+      if (indices != nullptr) WaveStoreU32(indices + r * 4, static_cast<uint32_t>(i));
+      if (!compact) WaveCopyWord(values + r * W, m.cur + i * W, W);
+      ++r;
+    }
   }
 }
 
-__global__ void WaveApplyCountKernel(const WaveMsg* msgs, const WaveTile* tiles,
+constexpr int kGatherTilesPerWarp = 4;
+
+__global__ void __launch_bounds__(kDeltaThreads) WaveGatherKernel(
+    const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, const uint32_t* mask,
+    const uint32_t* tile_counts, const uint64_t* tile_offsets, const uint8_t* vals) {
+  const int64_t g0 =
+      (static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5)) *
+      kGatherTilesPerWarp;
+  if (g0 >= num_tiles) return;  // a whole warp
+  int32_t i = WaveFindMsg(msgs, num_msgs, g0);
+  for (int64_t g = g0; g < min(num_tiles, g0 + kGatherTilesPerWarp); ++g) {
+    while (i + 1 < num_msgs && msgs[i + 1].first_tile <= g) ++i;
+    const WaveMsg m = msgs[i];
+    const int64_t t = g - m.first_tile;
+    switch (m.word) {
+      case 1: WaveGatherTileWarp<1>(m, t, g, mask, tile_counts, tile_offsets, vals); break;
+      case 2: WaveGatherTileWarp<2>(m, t, g, mask, tile_counts, tile_offsets, vals); break;
+      case 4: WaveGatherTileWarp<4>(m, t, g, mask, tile_counts, tile_offsets, vals); break;
+      default: WaveGatherTileWarp<8>(m, t, g, mask, tile_counts, tile_offsets, vals); break;
+    }
+  }
+}
+
+__global__ void WaveApplyCountKernel(const WaveMsg* msgs, int32_t num_msgs,
                                      uint32_t* tile_counts, uint32_t* bad, uint32_t* bad_any) {
   const int64_t g = blockIdx.x;
-  const WaveTile t = tiles[g];
-  const WaveMsg m = msgs[t.msg];
+  const int32_t mi = WaveFindMsg(msgs, num_msgs, g);
+  const WaveMsg m = msgs[mi];
+  const WaveTile t = {mi, static_cast<int32_t>(g - m.first_tile)};
   const int w = m.word;
   const int64_t n = m.bytes / w;
   if (m.encoding == 1) {
@@ -416,12 +501,13 @@ __global__ void WaveApplyCheckKernel(const WaveMsg* msgs, int64_t num_msgs,
   }
 }
 
-__global__ void WaveScatterKernel(const WaveMsg* msgs, const WaveTile* tiles,
+__global__ void WaveScatterKernel(const WaveMsg* msgs, int32_t num_msgs,
                                   const uint64_t* tile_offsets, const uint32_t* bad_any) {
   if (*bad_any != 0) return;
   const int64_t g = blockIdx.x;
-  const WaveTile t = tiles[g];
-  const WaveMsg m = msgs[t.msg];
+  const int32_t mi = WaveFindMsg(msgs, num_msgs, g);
+  const WaveMsg m = msgs[mi];
+  const WaveTile t = {mi, static_cast<int32_t>(g - m.first_tile)};
   const int w = m.word;
   const int64_t n = m.bytes / w;
   if (m.encoding == 1) {
@@ -430,7 +516,7 @@ __global__ void WaveScatterKernel(const WaveMsg* msgs, const WaveTile* tiles,
     const int64_t k1 = min(m.changed, k0 + kWaveIndicesPerTile);
     for (int64_t k = k0 + threadIdx.x; k < k1; k += kDeltaThreads) {
       const uint64_t i = WaveLoadU32(m.cur + k * 4);
-      for (int b = 0; b < w; ++b) m.out[i * w + b] = values[k * w + b];
+      WaveCopyWord(m.out + i * w, values + k * w, w);
     }
     return;
   }
@@ -445,62 +531,86 @@ __global__ void WaveScatterKernel(const WaveMsg* msgs, const WaveTile* tiles,
       [&](int64_t k) { return DeltaMaskWord(m.cur, mask_bytes, first_word / 32 + k); },
       [&](uint64_t local, uint64_t r) {
         const uint64_t i = first_word + local;
-        for (int b = 0; b < w; ++b) m.out[i * w + b] = values[r * w + b];
+        WaveCopyWord(m.out + i * w, values + r * w, w);
       });
 }
 
-__global__ void WaveDigestKernel(const WaveDigestRun* runs, const WaveTile* tiles,
-                                 int64_t num_tiles, unsigned long long* sums) {
-  __shared__ WaveTile rows[kWaveTilesPerBlock];
-  __shared__ WaveDigestRun runs_of[kWaveTilesPerBlock];
-  const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kWaveTilesPerBlock;
-  const int n = static_cast<int>(min(static_cast<int64_t>(kWaveTilesPerBlock), num_tiles - g0));
-  if (static_cast<int>(threadIdx.x) < n) {
-    rows[threadIdx.x] = tiles[g0 + threadIdx.x];
-    runs_of[threadIdx.x] = runs[rows[threadIdx.x].msg];
-  }
-  __syncthreads();
-  // One atomic per block and slot: tiles of one run share a slot, and
-  // per-warp atomics on one address were the digest's bottleneck.
-  __shared__ unsigned long long warp_sums[kDeltaThreads / 32];
-  auto flush = [&](uint64_t v, int32_t slot) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = v;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      unsigned long long total = 0;
-      for (int k = 0; k < kDeltaThreads / 32; ++k) total += warp_sums[k];
-      atomicAdd(sums + slot, total);
+// The digest pass: one warp per tile, kDigestTilesPerWarp consecutive
+// tiles a warp (one search for the first one's run), kDigestUnroll of its
+// 512-byte steps loaded at once; a warp's sum goes to its slot with one
+// atomic per run it touches (tiles of one run share a slot).
+constexpr int kDigestTilesPerWarp = 4;
+constexpr int kDigestUnroll = 4;
+
+__device__ inline int32_t WaveFindRun(const WaveDigestRun* runs, int32_t num_runs, int64_t g) {
+  int32_t lo = 0, hi = num_runs;
+  while (hi - lo > 1) {
+    const int32_t mid = (lo + hi) / 2;
+    if (runs[mid].first_tile <= g) {
+      lo = mid;
+    } else {
+      hi = mid;
     }
-    __syncthreads();
-  };
+  }
+  return lo;
+}
+
+__device__ inline void WaveDigestFlush(uint64_t s, unsigned long long* sum) {
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+  if ((threadIdx.x & 31) == 0 && s != 0) atomicAdd(sum, static_cast<unsigned long long>(s));
+}
+
+__global__ void __launch_bounds__(kDeltaThreads) WaveDigestKernel(
+    const WaveDigestRun* runs, int32_t num_runs, int64_t num_tiles, unsigned long long* sums) {
+  const int64_t g0 =
+      (static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5)) *
+      kDigestTilesPerWarp;
+  if (g0 >= num_tiles) return;  // a whole warp
+  const int lane = threadIdx.x & 31;
+  int32_t i = WaveFindRun(runs, num_runs, g0);
+  int32_t slot = -1;
   uint64_t s = 0;
-  for (int i = 0; i < n; ++i) {
-    const WaveTile t = rows[i];
-    const WaveDigestRun r = runs_of[i];
-    if (i > 0 && r.slot != runs_of[i - 1].slot) {  // the same for every thread
-      flush(s, runs_of[i - 1].slot);
+  for (int64_t g = g0; g < min(num_tiles, g0 + kDigestTilesPerWarp); ++g) {
+    while (i + 1 < num_runs && runs[i + 1].first_tile <= g) ++i;
+    const WaveDigestRun r = runs[i];
+    if (r.slot != slot) {
+      if (slot >= 0) WaveDigestFlush(s, sums + slot);
+      slot = r.slot;
       s = 0;
     }
-    const bool aligned = (reinterpret_cast<uintptr_t>(r.data) & 15u) == 0;
-    const int64_t lo = static_cast<int64_t>(t.tile) * kDeltaTileBytes;
+    const int64_t lo = (g - r.first_tile) * kDeltaTileBytes;
     const int64_t hi = min(r.bytes, lo + kDeltaTileBytes);
-    for (int64_t off = lo + static_cast<int64_t>(threadIdx.x) * kDeltaChunk; off < hi;
-         off += static_cast<int64_t>(kDeltaThreads) * kDeltaChunk) {
-      const DeltaChunk c = DeltaLoad(r.data, off, hi, aligned);  // zeros past the end
-      s += Digest16(r.first_key + static_cast<uint64_t>(off),
-                    c.w[0] | (static_cast<uint64_t>(c.w[1]) << 32),
-                    c.w[2] | (static_cast<uint64_t>(c.w[3]) << 32));
+    const bool aligned = (reinterpret_cast<uintptr_t>(r.data) & 15u) == 0;
+    const bool whole = aligned && hi == lo + kDeltaTileBytes;
+    for (int s0 = 0; s0 < kMaskSteps; s0 += kDigestUnroll) {
+      DeltaChunk c[kDigestUnroll];
+#pragma unroll
+      for (int u = 0; u < kDigestUnroll; ++u) {
+        const int64_t off = lo + static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
+        if (whole) {
+          const uint4 x = __ldcs(reinterpret_cast<const uint4*>(r.data + off));
+          c[u] = {{x.x, x.y, x.z, x.w}};
+        } else if (off < hi) {
+          c[u] = DeltaLoad(r.data, off, hi, aligned);  // zeros past the end
+        } else {
+          c[u] = {{0, 0, 0, 0}};
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kDigestUnroll; ++u) {
+        const int64_t off = lo + static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
+        if (off < hi) {
+          s += Digest16(r.first_key + static_cast<uint64_t>(off),
+                        c[u].w[0] | (static_cast<uint64_t>(c[u].w[1]) << 32),
+                        c[u].w[2] | (static_cast<uint64_t>(c[u].w[3]) << 32));
+        }
+      }
     }
   }
-  if (n > 0) flush(s, runs_of[n - 1].slot);
+  WaveDigestFlush(s, sums + slot);
 }
 
 namespace {
-
-unsigned int WaveBlocks(int64_t num_tiles) {
-  return static_cast<unsigned int>((num_tiles + kWaveTilesPerBlock - 1) / kWaveTilesPerBlock);
-}
 
 unsigned int GridFor(int64_t items) {
   const int64_t blocks = (items + kDeltaThreads - 1) / kDeltaThreads;
@@ -514,11 +624,21 @@ void LaunchTileScan(const uint32_t* tile_counts, int64_t num_tiles, uint64_t* ti
   TileScanKernel<<<1, 1024, 0, stream>>>(tile_counts, num_tiles, tile_offsets, total);
 }
 
-void LaunchWaveMask(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
-                    uint32_t* mask, uint32_t* tile_counts, uint8_t* vals, cudaStream_t stream) {
-  if (num_tiles == 0) return;
-  WaveMaskKernel<<<WaveBlocks(num_tiles), kDeltaThreads, 0, stream>>>(msgs, tiles, num_tiles,
-                                                                     mask, tile_counts, vals);
+void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
+                    uint32_t* tile_counts, uint8_t* vals, cudaStream_t stream, int unroll,
+                    bool values) {
+  if (num_tiles == 0 || num_msgs == 0) return;
+  const int64_t per_block = kDeltaThreads / 32 * kMaskTilesPerWarp;
+  const auto blocks = static_cast<unsigned int>((num_tiles + per_block - 1) / per_block);
+  auto launch = [&](auto kernel) {
+    kernel<<<blocks, kDeltaThreads, 0, stream>>>(msgs, num_msgs, num_tiles, mask, tile_counts,
+                                                 vals);
+  };
+  if (unroll == 4) {
+    values ? launch(WaveMaskKernel<4, true>) : launch(WaveMaskKernel<4, false>);
+  } else {
+    values ? launch(WaveMaskKernel<8, true>) : launch(WaveMaskKernel<8, false>);
+  }
 }
 
 void LaunchWaveTotals(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* tile_counts,
@@ -528,20 +648,22 @@ void LaunchWaveTotals(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* til
                                                                     tile_offsets, totals);
 }
 
-void LaunchWaveGather(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+void LaunchWaveGather(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                       const uint32_t* mask, const uint32_t* tile_counts,
                       const uint64_t* tile_offsets, const uint8_t* vals, cudaStream_t stream) {
-  if (num_tiles == 0) return;
-  WaveGatherKernel<<<WaveBlocks(num_tiles), kDeltaThreads, 0, stream>>>(
-      msgs, tiles, num_tiles, mask, tile_counts, tile_offsets, vals);
+  if (num_tiles == 0 || num_msgs == 0) return;
+  const int64_t per_block = kDeltaThreads / 32 * kGatherTilesPerWarp;
+  const auto blocks = static_cast<unsigned int>((num_tiles + per_block - 1) / per_block);
+  WaveGatherKernel<<<blocks, kDeltaThreads, 0, stream>>>(msgs, num_msgs, num_tiles, mask,
+                                                        tile_counts, tile_offsets, vals);
 }
 
-void LaunchWaveApplyCount(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+void LaunchWaveApplyCount(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                           uint32_t* tile_counts, uint32_t* bad, uint32_t* bad_any,
                           cudaStream_t stream) {
-  if (num_tiles == 0) return;
+  if (num_tiles == 0 || num_msgs == 0) return;
   WaveApplyCountKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
-      msgs, tiles, tile_counts, bad, bad_any);
+      msgs, num_msgs, tile_counts, bad, bad_any);
 }
 
 void LaunchWaveApplyCheck(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* tile_counts,
@@ -552,19 +674,20 @@ void LaunchWaveApplyCheck(const WaveMsg* msgs, int64_t num_msgs, const uint32_t*
       msgs, num_msgs, tile_counts, tile_offsets, bad, bad_any);
 }
 
-void LaunchWaveScatter(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+void LaunchWaveScatter(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                        const uint64_t* tile_offsets, const uint32_t* bad_any,
                        cudaStream_t stream) {
-  if (num_tiles == 0) return;
+  if (num_tiles == 0 || num_msgs == 0) return;
   WaveScatterKernel<<<static_cast<unsigned int>(num_tiles), kDeltaThreads, 0, stream>>>(
-      msgs, tiles, tile_offsets, bad_any);
+      msgs, num_msgs, tile_offsets, bad_any);
 }
 
-void LaunchWaveDigest(const WaveDigestRun* runs, const WaveTile* tiles, int64_t num_tiles,
+void LaunchWaveDigest(const WaveDigestRun* runs, int32_t num_runs, int64_t num_tiles,
                       unsigned long long* sums, cudaStream_t stream) {
-  if (num_tiles == 0) return;
-  WaveDigestKernel<<<WaveBlocks(num_tiles), kDeltaThreads, 0, stream>>>(runs, tiles, num_tiles,
-                                                                       sums);
+  if (num_tiles == 0 || num_runs == 0) return;
+  const int64_t per_block = kDeltaThreads / 32 * kDigestTilesPerWarp;
+  const auto blocks = static_cast<unsigned int>((num_tiles + per_block - 1) / per_block);
+  WaveDigestKernel<<<blocks, kDeltaThreads, 0, stream>>>(runs, num_runs, num_tiles, sums);
 }
 
 }  // namespace refit

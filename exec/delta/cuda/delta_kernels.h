@@ -20,11 +20,12 @@ inline constexpr int64_t kDeltaTileBytes = 32 * 1024;
 void LaunchTileScan(const uint32_t* tile_counts, int64_t num_tiles, uint64_t* tile_offsets,
                     uint64_t* total, cudaStream_t stream);
 
-// Batched launches: every message of a wave in one launch each. A wave's
-// messages are WaveMsg rows and its work is a list of WaveTile rows (tile
-// `tile` of message `msg`), one block per tile; a message's tiles are
-// consecutive from its first_tile. The mask scratch holds
-// kWaveMaskWordsPerTile u32 per tile of the wave.
+// Batched launches: every message of a wave (or of a batch of waves) in
+// one launch each. A batch's messages are WaveMsg rows, in the order of
+// their first_tile: message i owns tiles [first_tile(i), first_tile(i+1)),
+// the last one up to num_tiles, and the kernels find a tile's message by a
+// binary search over the rows (no per-tile table). The mask scratch holds
+// kWaveMaskWordsPerTile u32 per tile of the batch.
 inline constexpr int64_t kWaveMaskWordsPerTile = kDeltaTileBytes / 32;  // 1-byte words
 // The value slot per tile: a tile's changed words while they fit (1/8 of
 // the tile: 12% of BF16 words changed, 6% of 1-byte words).
@@ -42,6 +43,7 @@ struct WaveMsg {
   int32_t word = 1;
   int32_t encoding = 0;           // a DeltaEncoding
 };
+// A tile: its message (or run) and its index in it.
 struct WaveTile {
   int32_t msg = 0;
   int32_t tile = 0;
@@ -54,26 +56,29 @@ inline int64_t WaveEncodeTiles(int64_t bytes) {
   return (bytes + kDeltaTileBytes - 1) / kDeltaTileBytes;
 }
 
-// Encode, pass 1: the mask of changed words, each tile's count and, when
-// they fit, its changed words in order (`vals`: kWaveValueBytesPerTile a
-// tile).
-void LaunchWaveMask(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
-                    uint32_t* mask, uint32_t* tile_counts, uint8_t* vals,
-                    cudaStream_t stream);
+// Encode, pass 1, the one pass over the current and snapshot bytes: the
+// mask of changed words, each tile's count and, when they fit, its changed
+// words in order (`vals`: kWaveValueBytesPerTile a tile; not with
+// `values` false: the gather then reads them from the current bytes). One
+// warp per tile, `unroll` (4 or 8) of its 512-byte steps loaded at once.
+inline constexpr int kWaveMaskUnroll = 4;
+void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
+                    uint32_t* tile_counts, uint8_t* vals, cudaStream_t stream,
+                    int unroll = kWaveMaskUnroll, bool values = true);
 // totals[i] = message i's changed words, from the scanned tile offsets.
 void LaunchWaveTotals(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* tile_counts,
                       const uint64_t* tile_offsets, uint64_t* totals, cudaStream_t stream);
 // Encode, pass 2: each kIndices / kBitmask message's payload at its `out`
 // (dense messages: nothing); values from `vals` where the tile's fitted,
-// else read again from the current bytes.
-void LaunchWaveGather(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+// else (or with vals null) read again from the current bytes.
+void LaunchWaveGather(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                       const uint32_t* mask, const uint32_t* tile_counts,
                       const uint64_t* tile_offsets, const uint8_t* vals,
                       cudaStream_t stream);
 // Apply, pass 1: bitmask tiles' set bits into tile_counts; kIndices tiles'
 // indices checked (bad[msg] and *bad_any set for one out of range or not
 // increasing), their count 0.
-void LaunchWaveApplyCount(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+void LaunchWaveApplyCount(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                           uint32_t* tile_counts, uint32_t* bad, uint32_t* bad_any,
                           cudaStream_t stream);
 // Apply, pass 2: a bitmask message whose set bits disagree with its count
@@ -82,21 +87,24 @@ void LaunchWaveApplyCheck(const WaveMsg* msgs, int64_t num_msgs, const uint32_t*
                           const uint64_t* tile_offsets, uint32_t* bad, uint32_t* bad_any,
                           cudaStream_t stream);
 // Apply, pass 3: unless *bad_any, every changed word into its target.
-void LaunchWaveScatter(const WaveMsg* msgs, const WaveTile* tiles, int64_t num_tiles,
+void LaunchWaveScatter(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                        const uint64_t* tile_offsets, const uint32_t* bad_any,
                        cudaStream_t stream);
 
-// One digest run of a batch, and its tiles (kDeltaTileBytes each).
+// One digest run of a batch: its tiles (kDeltaTileBytes each) are
+// [first_tile, the next run's first_tile), found on the GPU as a wave's.
 struct WaveDigestRun {
   const uint8_t* data = nullptr;
   int64_t bytes = 0;
   uint64_t first_key = 0;
+  int64_t first_tile = 0;
   int32_t element_bytes = 1;
   int32_t slot = 0;
 };
-static_assert(sizeof(WaveDigestRun) == 32, "copied as bytes");
-// sums[run.slot] += the digest of each tile of each run.
-void LaunchWaveDigest(const WaveDigestRun* runs, const WaveTile* tiles, int64_t num_tiles,
+static_assert(sizeof(WaveDigestRun) == 40, "copied as bytes");
+// sums[run.slot] += the digest of every tile of every run. One warp per
+// tile, loads of four 512-byte steps in flight.
+void LaunchWaveDigest(const WaveDigestRun* runs, int32_t num_runs, int64_t num_tiles,
                       unsigned long long* sums, cudaStream_t stream);
 
 }  // namespace refit

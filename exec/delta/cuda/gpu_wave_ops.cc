@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <thread>
 #include <utility>
@@ -39,9 +40,15 @@ struct Mem {
     p = nullptr;
     cap = 0;
   }
-  absl::Status Reserve(int64_t bytes, const char* what) {
+  // Grows to at least `bytes`. The memory it held goes to *retired, freed
+  // only once the device is idle (GpuWaveOps::Finish): cudaFree waits for
+  // the whole device, and an NCCL kernel of this round waiting for a peer
+  // that waits for us would never let it return.
+  absl::Status Reserve(int64_t bytes, const char* what, std::vector<Mem>* retired) {
     if (bytes <= cap) return absl::OkStatus();
-    Release();
+    if (p != nullptr) retired->push_back(*this);
+    p = nullptr;
+    cap = 0;
     const int64_t want = std::max<int64_t>(Align256(2 * bytes), 256);
     void* q = nullptr;
     const cudaError_t e = pinned ? cudaMallocHost(&q, want) : cudaMalloc(&q, want);
@@ -52,18 +59,33 @@ struct Mem {
   }
 };
 
-struct Lane {
-  cudaStream_t stream = nullptr;  // the transport's
-  cudaStream_t codec = nullptr;   // ours
-  cudaEvent_t encoded = nullptr, applied = nullptr, mark = nullptr, counted = nullptr;
-  // Count / Encode: [msgs][tiles] rows, mask, tile counts and offsets.
+// One count and its encode: the wave's message rows, mask, values, tile
+// counts and offsets, per-message totals, headers. A lane has
+// kMaxCountsInFlight of them; StartCount takes a free one.
+struct CountSlot {
+  cudaEvent_t counted = nullptr, encoded = nullptr;
   Mem table_h{nullptr, 0, true}, table, mask, vals, counts, offsets, totals,
-      totals_h{nullptr, 0, true};
-  Mem headers_h{nullptr, 0, true};
+      totals_h{nullptr, 0, true}, headers_h{nullptr, 0, true};
   std::vector<int32_t> msg_of_item;
-  std::vector<int64_t> words_of_item;  // the started count's items
+  std::vector<int64_t> words_of_item;  // the count's items
   bool counting = false;
   int64_t num_msgs = 0, num_tiles = 0;
+  std::vector<Mem*> mems() {
+    return {&table_h, &table, &mask, &vals, &counts, &offsets, &totals, &totals_h, &headers_h};
+  }
+};
+
+struct Lane {
+  cudaStream_t stream = nullptr;  // the transport's
+  cudaStream_t codec = nullptr;   // ours: counts, digests
+  // Ours, of the highest priority: encodes (gathers). A gather's blocks go
+  // before the rest of the next wave's count, which is queued by then and
+  // would otherwise hold every SM until it ends.
+  cudaStream_t gather = nullptr;
+  cudaEvent_t applied = nullptr, mark = nullptr;
+  std::vector<CountSlot> slots;
+  std::deque<int> started;  // slots counting, oldest first
+  int finished = -1;  // the slot FinishCount returned last: Encode's
   // Apply.
   Mem apply_h{nullptr, 0, true}, apply, apply_counts, apply_offsets, bad, bad_h{nullptr, 0, true};
   std::vector<std::string> pending;  // names of the apply in flight
@@ -77,18 +99,25 @@ class GpuWaveOps : public DeltaWaveOps {
   GpuWaveOps(CudaLanes* lanes, GpuWaveOpsOptions o) : t_(lanes), o_(o) {}
   ~GpuWaveOps() override {
     cudaSetDevice(o_.device);
+    for (Mem& m : retired_) m.Release();
     for (Lane& l : lanes_) {
       if (l.codec != nullptr) cudaStreamSynchronize(l.codec);
-      for (Mem* m : {&l.table_h, &l.table, &l.mask, &l.vals, &l.counts, &l.offsets, &l.totals,
-                     &l.totals_h, &l.headers_h, &l.apply_h, &l.apply, &l.apply_counts,
-                     &l.apply_offsets, &l.bad, &l.bad_h, &l.headers_in_h, &l.digest_h,
-                     &l.digest, &l.sums, &l.sums_h}) {
+      if (l.gather != nullptr) cudaStreamSynchronize(l.gather);
+      for (Mem* m : {&l.apply_h, &l.apply, &l.apply_counts, &l.apply_offsets, &l.bad, &l.bad_h,
+                     &l.headers_in_h, &l.digest_h, &l.digest, &l.sums, &l.sums_h}) {
         m->Release();
       }
-      for (cudaEvent_t e : {l.encoded, l.applied, l.mark, l.counted}) {
+      for (CountSlot& c : l.slots) {
+        for (Mem* m : c.mems()) m->Release();
+        for (cudaEvent_t e : {c.counted, c.encoded}) {
+          if (e != nullptr) cudaEventDestroy(e);
+        }
+      }
+      for (cudaEvent_t e : {l.applied, l.mark}) {
         if (e != nullptr) cudaEventDestroy(e);
       }
       if (l.codec != nullptr) cudaStreamDestroy(l.codec);
+      if (l.gather != nullptr) cudaStreamDestroy(l.gather);
     }
   }
 
@@ -99,11 +128,21 @@ class GpuWaveOps : public DeltaWaveOps {
       Lane& l = lanes_[i];
       l.stream = static_cast<cudaStream_t>(t_->stream(i));
       REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.codec, cudaStreamNonBlocking));
-      for (cudaEvent_t* e : {&l.encoded, &l.applied, &l.mark, &l.counted}) {
+      int least = 0, greatest = 0;
+      REFIT_RETURN_IF_CUDA_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      REFIT_RETURN_IF_CUDA_ERROR(
+          cudaStreamCreateWithPriority(&l.gather, cudaStreamNonBlocking, greatest));
+      for (cudaEvent_t* e : {&l.applied, &l.mark}) {
         REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
       }
-      // Nothing in flight yet: the events count as done.
-      REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l.encoded, l.codec));
+      l.slots.resize(kMaxCountsInFlight);
+      for (CountSlot& c : l.slots) {
+        for (cudaEvent_t* e : {&c.counted, &c.encoded}) {
+          REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+        }
+        // Nothing in flight yet: the events count as done.
+        REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.encoded, l.codec));
+      }
       REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l.applied, l.codec));
     }
     return absl::OkStatus();
@@ -153,7 +192,7 @@ class GpuWaveOps : public DeltaWaveOps {
 
   absl::Status Sync(int32_t lane, absl::Time deadline) override {
     REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
-    for (cudaStream_t s : {l->stream, l->codec}) {
+    for (cudaStream_t s : {l->stream, l->codec, l->gather}) {
       REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, s));
       REFIT_RETURN_IF_ERROR(Wait(l->mark, deadline, "delta kernels"));
     }
@@ -171,7 +210,7 @@ class GpuWaveOps : public DeltaWaveOps {
                              absl::Time deadline) override {
     REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
     if (n <= 0) return absl::OkStatus();
-    REFIT_RETURN_IF_ERROR(l->headers_in_h.Reserve(n * kHeader, "headers"));
+    REFIT_RETURN_IF_ERROR(l->headers_in_h.Reserve(n * kHeader, "headers", &retired_));
     REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->headers_in_h.p, src, n * kHeader,
                                                cudaMemcpyDefault, l->stream));
     REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, l->stream));
@@ -236,6 +275,7 @@ class GpuWaveOps : public DeltaWaveOps {
   GpuWaveOpsOptions o_;
   std::vector<Lane> lanes_;
   absl::Status failure_;
+  std::vector<Mem> retired_;  // grown out of, freed by Finish
 };
 
 absl::Status CheckItem(const EncodeItem& it) {
@@ -253,15 +293,27 @@ absl::Status CheckItem(const EncodeItem& it) {
 absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> items,
                                     absl::Time deadline) {
   REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
-  if (l->counting) {  // a count a failed round left: let it end
-    REFIT_RETURN_IF_ERROR(Wait(l->counted, deadline, "delta count"));
-    l->counting = false;
+  // A slot neither counting nor awaiting its encode, one whose last encode
+  // ended if there is one (the fewest slots, so the least scratch, in use).
+  int si = -1;
+  for (int i = 0; i < kMaxCountsInFlight; ++i) {
+    if (l->slots[i].counting || i == l->finished) continue;
+    if (si < 0) si = i;
+    if (cudaEventQuery(l->slots[i].encoded) == cudaSuccess) {
+      si = i;
+      break;
+    }
   }
-  // The previous encode on this lane has read the tables and mask.
-  REFIT_RETURN_IF_ERROR(Wait(l->encoded, deadline, "delta encode"));
+  if (si < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "delta: more than ", kMaxCountsInFlight, " counts in flight on lane ", lane));
+  }
+  CountSlot& c = l->slots[si];
+  // The slot's previous encode has read its tables, mask and values.
+  REFIT_RETURN_IF_ERROR(Wait(c.encoded, deadline, "delta encode"));
   std::vector<WaveMsg> msgs;
-  std::vector<WaveTile> tiles;
-  l->msg_of_item.assign(items.size(), -1);
+  int64_t num_tiles = 0;
+  c.msg_of_item.assign(items.size(), -1);
   for (size_t i = 0; i < items.size(); ++i) {
     const EncodeItem& it = items[i];
     REFIT_RETURN_IF_ERROR(CheckItem(it));
@@ -271,65 +323,71 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
     m.snap = reinterpret_cast<const uint8_t*>(it.snap);
     m.bytes = it.bytes;
     m.word = it.word_bytes;
-    m.first_tile = static_cast<int64_t>(tiles.size());
+    m.first_tile = num_tiles;
     const int64_t nt = WaveEncodeTiles(it.bytes);
-    if (nt > (int64_t{1} << 31) - 1 - static_cast<int64_t>(tiles.size())) {
+    if (nt > (int64_t{1} << 31) - 1 - num_tiles) {
       return absl::InvalidArgumentError("delta: a wave of more than 2^31 tiles");
     }
-    for (int64_t t = 0; t < nt; ++t) {
-      tiles.push_back({static_cast<int32_t>(msgs.size()), static_cast<int32_t>(t)});
-    }
-    l->msg_of_item[i] = static_cast<int32_t>(msgs.size());
+    num_tiles += nt;
+    c.msg_of_item[i] = static_cast<int32_t>(msgs.size());
     msgs.push_back(m);
   }
-  l->num_msgs = static_cast<int64_t>(msgs.size());
-  l->num_tiles = static_cast<int64_t>(tiles.size());
-  l->words_of_item.resize(items.size());
-  for (size_t i = 0; i < items.size(); ++i) l->words_of_item[i] = items[i].bytes / items[i].word_bytes;
-  l->counting = true;
+  c.num_msgs = static_cast<int64_t>(msgs.size());
+  c.num_tiles = num_tiles;
+  c.words_of_item.resize(items.size());
+  for (size_t i = 0; i < items.size(); ++i) c.words_of_item[i] = items[i].bytes / items[i].word_bytes;
+  c.counting = true;
+  l->started.push_back(si);
   if (msgs.empty()) return absl::OkStatus();
-  const int64_t mb = l->num_msgs * sizeof(WaveMsg);
-  const int64_t tb = l->num_tiles * sizeof(WaveTile);
-  REFIT_RETURN_IF_ERROR(l->table_h.Reserve(Align256(mb) + tb, "tables"));
-  REFIT_RETURN_IF_ERROR(l->table.Reserve(Align256(mb) + tb, "tables"));
-  REFIT_RETURN_IF_ERROR(l->mask.Reserve(l->num_tiles * kWaveMaskWordsPerTile * 4, "mask"));
-  REFIT_RETURN_IF_ERROR(l->vals.Reserve(l->num_tiles * kWaveValueBytesPerTile, "values"));
-  REFIT_RETURN_IF_ERROR(l->counts.Reserve(l->num_tiles * 4, "tile counts"));
-  REFIT_RETURN_IF_ERROR(l->offsets.Reserve(l->num_tiles * 8 + 8, "tile offsets"));
-  REFIT_RETURN_IF_ERROR(l->totals.Reserve(l->num_msgs * 8, "totals"));
-  REFIT_RETURN_IF_ERROR(l->totals_h.Reserve(l->num_msgs * 8, "totals"));
-  std::memcpy(l->table_h.p, msgs.data(), mb);
-  std::memcpy(l->table_h.p + Align256(mb), tiles.data(), tb);
-  const auto* dmsgs = reinterpret_cast<const WaveMsg*>(l->table.p);
-  const auto* dtiles = reinterpret_cast<const WaveTile*>(l->table.p + Align256(mb));
-  auto* counts = reinterpret_cast<uint32_t*>(l->counts.p);
-  auto* offsets = reinterpret_cast<uint64_t*>(l->offsets.p);
-  REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->table.p, l->table_h.p, Align256(mb) + tb,
-                                             cudaMemcpyHostToDevice, l->codec));
-  LaunchWaveMask(dmsgs, dtiles, l->num_tiles, reinterpret_cast<uint32_t*>(l->mask.p), counts,
-                 reinterpret_cast<uint8_t*>(l->vals.p), l->codec);
-  LaunchTileScan(counts, l->num_tiles, offsets, offsets + l->num_tiles, l->codec);
-  LaunchWaveTotals(dmsgs, l->num_msgs, counts, offsets,
-                   reinterpret_cast<uint64_t*>(l->totals.p), l->codec);
+  const int64_t mb = c.num_msgs * sizeof(WaveMsg);
+  REFIT_RETURN_IF_ERROR(c.table_h.Reserve(mb, "tables", &retired_));
+  REFIT_RETURN_IF_ERROR(c.table.Reserve(mb, "tables", &retired_));
+  REFIT_RETURN_IF_ERROR(
+      c.mask.Reserve(c.num_tiles * kWaveMaskWordsPerTile * 4, "mask", &retired_));
+  if (o_.mask_values) {
+    REFIT_RETURN_IF_ERROR(
+        c.vals.Reserve(c.num_tiles * kWaveValueBytesPerTile, "values", &retired_));
+  }
+  REFIT_RETURN_IF_ERROR(c.counts.Reserve(c.num_tiles * 4, "tile counts", &retired_));
+  REFIT_RETURN_IF_ERROR(c.offsets.Reserve(c.num_tiles * 8 + 8, "tile offsets", &retired_));
+  REFIT_RETURN_IF_ERROR(c.totals.Reserve(c.num_msgs * 8, "totals", &retired_));
+  REFIT_RETURN_IF_ERROR(c.totals_h.Reserve(c.num_msgs * 8, "totals", &retired_));
+  std::memcpy(c.table_h.p, msgs.data(), mb);
+  const auto* dmsgs = reinterpret_cast<const WaveMsg*>(c.table.p);
+  const auto nm = static_cast<int32_t>(c.num_msgs);
+  auto* counts = reinterpret_cast<uint32_t*>(c.counts.p);
+  auto* offsets = reinterpret_cast<uint64_t*>(c.offsets.p);
+  REFIT_RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->codec));
+  LaunchWaveMask(dmsgs, nm, c.num_tiles, reinterpret_cast<uint32_t*>(c.mask.p), counts,
+                 reinterpret_cast<uint8_t*>(c.vals.p), l->codec, o_.mask_unroll,
+                 o_.mask_values);
+  LaunchTileScan(counts, c.num_tiles, offsets, offsets + c.num_tiles, l->codec);
+  LaunchWaveTotals(dmsgs, c.num_msgs, counts, offsets,
+                   reinterpret_cast<uint64_t*>(c.totals.p), l->codec);
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
-  REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->totals_h.p, l->totals.p, l->num_msgs * 8,
+  REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(c.totals_h.p, c.totals.p, c.num_msgs * 8,
                                              cudaMemcpyDeviceToHost, l->codec));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->counted, l->codec));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.counted, l->codec));
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<int64_t>> GpuWaveOps::FinishCount(int32_t lane, absl::Time deadline) {
   REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
-  if (!l->counting) {
+  if (l->started.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("delta: no count started on lane ", lane));
   }
-  l->counting = false;
-  std::vector<int64_t> out = l->words_of_item;
-  if (l->num_msgs == 0) return out;
-  REFIT_RETURN_IF_ERROR(Wait(l->counted, deadline, "delta count"));
-  const auto* totals = reinterpret_cast<const uint64_t*>(l->totals_h.p);
+  const int si = l->started.front();
+  l->started.pop_front();
+  CountSlot& c = l->slots[si];
+  c.counting = false;
+  l->finished = si;
+  std::vector<int64_t> out = c.words_of_item;
+  if (c.num_msgs == 0) return out;
+  REFIT_RETURN_IF_ERROR(Wait(c.counted, deadline, "delta count"));
+  const auto* totals = reinterpret_cast<const uint64_t*>(c.totals_h.p);
   for (size_t i = 0; i < out.size(); ++i) {
-    if (l->msg_of_item[i] >= 0) out[i] = static_cast<int64_t>(totals[l->msg_of_item[i]]);
+    if (c.msg_of_item[i] >= 0) out[i] = static_cast<int64_t>(totals[c.msg_of_item[i]]);
   }
   return out;
 }
@@ -339,14 +397,21 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
                                 absl::Span<char* const> out, char* header_out,
                                 absl::Time deadline) {
   REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
+  if (l->finished < 0) {
+    return absl::FailedPreconditionError(absl::StrCat("delta: no count finished on lane ", lane));
+  }
+  CountSlot& c = l->slots[l->finished];
+  l->finished = -1;
   if (headers.size() != items.size() || out.size() != items.size() ||
-      l->msg_of_item.size() != items.size()) {
+      c.msg_of_item.size() != items.size()) {
     return absl::InvalidArgumentError("delta encode: items, headers and outputs disagree");
   }
-  // Count on this lane synchronized its codec stream: the tables are free.
-  auto* msgs = reinterpret_cast<WaveMsg*>(l->table_h.p);
+  // FinishCount waited for the count: the slot's host tables are free. The
+  // gather runs on its own stream, after the count.
+  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->gather, c.counted, 0));
+  auto* msgs = reinterpret_cast<WaveMsg*>(c.table_h.p);
   for (size_t i = 0; i < items.size(); ++i) {
-    const int32_t j = l->msg_of_item[i];
+    const int32_t j = c.msg_of_item[i];
     const auto e = static_cast<DeltaEncoding>(headers[i].encoding);
     if (e != DeltaEncoding::kDense && j < 0) {
       return absl::InvalidArgumentError("delta encode: a delta needs a snapshot");
@@ -357,27 +422,29 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
     msgs[j].out = reinterpret_cast<uint8_t*>(out[i]);
   }
   const int64_t n = static_cast<int64_t>(items.size());
-  REFIT_RETURN_IF_ERROR(l->headers_h.Reserve(std::max<int64_t>(n, 1) * kHeader, "headers"));
-  std::memcpy(l->headers_h.p, headers.data(), n * kHeader);
+  REFIT_RETURN_IF_ERROR(
+      c.headers_h.Reserve(std::max<int64_t>(n, 1) * kHeader, "headers", &retired_));
+  std::memcpy(c.headers_h.p, headers.data(), n * kHeader);
   if (n > 0) {
-    REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(header_out, l->headers_h.p, n * kHeader,
-                                               cudaMemcpyHostToDevice, l->codec));
+    REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(header_out, c.headers_h.p, n * kHeader,
+                                               cudaMemcpyHostToDevice, l->gather));
   }
-  if (l->num_msgs > 0) {
-    const int64_t mb = l->num_msgs * sizeof(WaveMsg);
+  if (c.num_msgs > 0) {
+    const int64_t mb = c.num_msgs * sizeof(WaveMsg);
     REFIT_RETURN_IF_CUDA_ERROR(
-        cudaMemcpyAsync(l->table.p, l->table_h.p, mb, cudaMemcpyHostToDevice, l->codec));
-    LaunchWaveGather(reinterpret_cast<const WaveMsg*>(l->table.p),
-                     reinterpret_cast<const WaveTile*>(l->table.p + Align256(mb)), l->num_tiles,
-                     reinterpret_cast<const uint32_t*>(l->mask.p),
-                     reinterpret_cast<const uint32_t*>(l->counts.p),
-                     reinterpret_cast<const uint64_t*>(l->offsets.p),
-                     reinterpret_cast<const uint8_t*>(l->vals.p), l->codec);
+        cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->gather));
+    LaunchWaveGather(reinterpret_cast<const WaveMsg*>(c.table.p),
+                     static_cast<int32_t>(c.num_msgs), c.num_tiles,
+                     reinterpret_cast<const uint32_t*>(c.mask.p),
+                     reinterpret_cast<const uint32_t*>(c.counts.p),
+                     reinterpret_cast<const uint64_t*>(c.offsets.p),
+                     o_.mask_values ? reinterpret_cast<const uint8_t*>(c.vals.p) : nullptr,
+                     l->gather);
     REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   }
   (void)deadline;
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->encoded, l->codec));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->stream, l->encoded, 0));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.encoded, l->gather));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->stream, c.encoded, 0));
   return absl::OkStatus();
 }
 
@@ -387,7 +454,7 @@ absl::Status GpuWaveOps::Apply(int32_t lane, absl::Span<const ApplyItem> items,
   REFIT_RETURN_IF_ERROR(Wait(l->applied, deadline, "delta apply"));
   TakeChecks(*l);
   std::vector<WaveMsg> msgs;
-  std::vector<WaveTile> tiles;
+  int64_t num_tiles = 0;
   std::vector<std::string> kept;
   for (size_t i = 0; i < items.size(); ++i) {
     const ApplyItem& it = items[i];
@@ -408,41 +475,36 @@ absl::Status GpuWaveOps::Apply(int32_t lane, absl::Span<const ApplyItem> items,
     m.word = h.word_bytes;
     m.encoding = static_cast<int32_t>(e);
     m.changed = static_cast<int64_t>(h.num_changed);
-    m.first_tile = static_cast<int64_t>(tiles.size());
-    const int64_t nt = e == DeltaEncoding::kIndices
-                           ? (m.changed + kWaveIndicesPerTile - 1) / kWaveIndicesPerTile
-                           : WaveEncodeTiles(bytes);
-    for (int64_t t = 0; t < nt; ++t) {
-      tiles.push_back({static_cast<int32_t>(msgs.size()), static_cast<int32_t>(t)});
-    }
+    m.first_tile = num_tiles;
+    num_tiles += e == DeltaEncoding::kIndices
+                     ? (m.changed + kWaveIndicesPerTile - 1) / kWaveIndicesPerTile
+                     : WaveEncodeTiles(bytes);
     msgs.push_back(m);
     kept.push_back(i < names.size() ? names[i] : "");
   }
   if (!msgs.empty()) {
     const int64_t nm = static_cast<int64_t>(msgs.size());
-    const int64_t nt = static_cast<int64_t>(tiles.size());
+    const int64_t nt = num_tiles;
     const int64_t mb = nm * sizeof(WaveMsg);
-    const int64_t tb = nt * sizeof(WaveTile);
-    REFIT_RETURN_IF_ERROR(l->apply_h.Reserve(Align256(mb) + tb + 8, "apply tables"));
-    REFIT_RETURN_IF_ERROR(l->apply.Reserve(Align256(mb) + tb + 8, "apply tables"));
-    REFIT_RETURN_IF_ERROR(l->apply_counts.Reserve(nt * 4 + 4, "apply counts"));
-    REFIT_RETURN_IF_ERROR(l->apply_offsets.Reserve(nt * 8 + 8, "apply offsets"));
-    REFIT_RETURN_IF_ERROR(l->bad.Reserve((nm + 1) * 4, "apply checks"));
-    REFIT_RETURN_IF_ERROR(l->bad_h.Reserve((nm + 1) * 4, "apply checks"));
+    REFIT_RETURN_IF_ERROR(l->apply_h.Reserve(mb, "apply tables", &retired_));
+    REFIT_RETURN_IF_ERROR(l->apply.Reserve(mb, "apply tables", &retired_));
+    REFIT_RETURN_IF_ERROR(l->apply_counts.Reserve(nt * 4 + 4, "apply counts", &retired_));
+    REFIT_RETURN_IF_ERROR(l->apply_offsets.Reserve(nt * 8 + 8, "apply offsets", &retired_));
+    REFIT_RETURN_IF_ERROR(l->bad.Reserve((nm + 1) * 4, "apply checks", &retired_));
+    REFIT_RETURN_IF_ERROR(l->bad_h.Reserve((nm + 1) * 4, "apply checks", &retired_));
     std::memcpy(l->apply_h.p, msgs.data(), mb);
-    if (tb > 0) std::memcpy(l->apply_h.p + Align256(mb), tiles.data(), tb);
     const auto* dmsgs = reinterpret_cast<const WaveMsg*>(l->apply.p);
-    const auto* dtiles = reinterpret_cast<const WaveTile*>(l->apply.p + Align256(mb));
+    const auto nmsgs = static_cast<int32_t>(nm);
     auto* counts = reinterpret_cast<uint32_t*>(l->apply_counts.p);
     auto* offsets = reinterpret_cast<uint64_t*>(l->apply_offsets.p);
     auto* bad = reinterpret_cast<uint32_t*>(l->bad.p);
-    REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->apply.p, l->apply_h.p, Align256(mb) + tb,
-                                               cudaMemcpyHostToDevice, l->stream));
+    REFIT_RETURN_IF_CUDA_ERROR(
+        cudaMemcpyAsync(l->apply.p, l->apply_h.p, mb, cudaMemcpyHostToDevice, l->stream));
     REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(bad, 0, (nm + 1) * 4, l->stream));
-    LaunchWaveApplyCount(dmsgs, dtiles, nt, counts, bad, bad + nm, l->stream);
+    LaunchWaveApplyCount(dmsgs, nmsgs, nt, counts, bad, bad + nm, l->stream);
     if (nt > 0) LaunchTileScan(counts, nt, offsets, offsets + nt, l->stream);
     LaunchWaveApplyCheck(dmsgs, nm, counts, offsets, bad, bad + nm, l->stream);
-    LaunchWaveScatter(dmsgs, dtiles, nt, offsets, bad + nm, l->stream);
+    LaunchWaveScatter(dmsgs, nmsgs, nt, offsets, bad + nm, l->stream);
     REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
     REFIT_RETURN_IF_CUDA_ERROR(
         cudaMemcpyAsync(l->bad_h.p, bad, (nm + 1) * 4, cudaMemcpyDeviceToHost, l->stream));
@@ -457,9 +519,12 @@ absl::Status GpuWaveOps::Finish(absl::Time deadline) {
   for (int32_t i = 0; i < static_cast<int32_t>(lanes_.size()); ++i) {
     REFIT_ASSIGN_OR_RETURN(Lane * l, Get(i));
     REFIT_RETURN_IF_ERROR(Wait(l->applied, deadline, "delta apply"));
-    REFIT_RETURN_IF_ERROR(Wait(l->encoded, deadline, "delta encode"));
+    for (CountSlot& c : l->slots) REFIT_RETURN_IF_ERROR(Wait(c.encoded, deadline, "delta encode"));
     TakeChecks(*l);
   }
+  // Every lane waited for: the device is idle for this member's work.
+  for (Mem& m : retired_) m.Release();
+  retired_.clear();
   absl::Status s = failure_;
   failure_ = absl::OkStatus();
   return s;
@@ -471,7 +536,7 @@ absl::StatusOr<std::vector<uint64_t>> GpuWaveOps::Digest(int32_t lane,
   REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
   std::vector<uint64_t> sums(static_cast<size_t>(std::max(slots, 0)), 0);
   std::vector<WaveDigestRun> runs;
-  std::vector<WaveTile> tiles;
+  int64_t num_tiles = 0;
   for (const DigestItem& it : items) {
     const int w = it.element_bytes;
     if (w != 1 && w != 2 && w != 4 && w != 8) {
@@ -482,12 +547,12 @@ absl::StatusOr<std::vector<uint64_t>> GpuWaveOps::Digest(int32_t lane,
                                                      " bytes into slot ", it.slot));
     }
     if (it.bytes == 0) continue;
-    const int64_t nt = WaveEncodeTiles(it.bytes);
-    for (int64_t t = 0; t < nt; ++t) {
-      tiles.push_back({static_cast<int32_t>(runs.size()), static_cast<int32_t>(t)});
+    if (runs.size() >= static_cast<size_t>(INT32_MAX)) {
+      return absl::InvalidArgumentError("digest: more than 2^31 runs");
     }
-    runs.push_back({reinterpret_cast<const uint8_t*>(it.data), it.bytes, it.first_key, w,
-                    it.slot});
+    runs.push_back({reinterpret_cast<const uint8_t*>(it.data), it.bytes, it.first_key, num_tiles,
+                    w, it.slot});
+    num_tiles += WaveEncodeTiles(it.bytes);
   }
   if (runs.empty() || slots <= 0) return sums;
   // After everything on every lane (the applies wrote what we digest).
@@ -496,19 +561,16 @@ absl::StatusOr<std::vector<uint64_t>> GpuWaveOps::Digest(int32_t lane,
     REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->codec, o.mark, 0));
   }
   const int64_t rb = static_cast<int64_t>(runs.size() * sizeof(WaveDigestRun));
-  const int64_t tb = static_cast<int64_t>(tiles.size() * sizeof(WaveTile));
-  REFIT_RETURN_IF_ERROR(l->digest_h.Reserve(Align256(rb) + tb, "digest tables"));
-  REFIT_RETURN_IF_ERROR(l->digest.Reserve(Align256(rb) + tb, "digest tables"));
-  REFIT_RETURN_IF_ERROR(l->sums.Reserve(slots * 8, "digest sums"));
-  REFIT_RETURN_IF_ERROR(l->sums_h.Reserve(slots * 8, "digest sums"));
+  REFIT_RETURN_IF_ERROR(l->digest_h.Reserve(rb, "digest tables", &retired_));
+  REFIT_RETURN_IF_ERROR(l->digest.Reserve(rb, "digest tables", &retired_));
+  REFIT_RETURN_IF_ERROR(l->sums.Reserve(slots * 8, "digest sums", &retired_));
+  REFIT_RETURN_IF_ERROR(l->sums_h.Reserve(slots * 8, "digest sums", &retired_));
   std::memcpy(l->digest_h.p, runs.data(), rb);
-  std::memcpy(l->digest_h.p + Align256(rb), tiles.data(), tb);
-  REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->digest.p, l->digest_h.p, Align256(rb) + tb,
-                                             cudaMemcpyHostToDevice, l->codec));
+  REFIT_RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(l->digest.p, l->digest_h.p, rb, cudaMemcpyHostToDevice, l->codec));
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(l->sums.p, 0, slots * 8, l->codec));
   LaunchWaveDigest(reinterpret_cast<const WaveDigestRun*>(l->digest.p),
-                   reinterpret_cast<const WaveTile*>(l->digest.p + Align256(rb)),
-                   static_cast<int64_t>(tiles.size()),
+                   static_cast<int32_t>(runs.size()), num_tiles,
                    reinterpret_cast<unsigned long long*>(l->sums.p), l->codec);
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   REFIT_RETURN_IF_CUDA_ERROR(
