@@ -174,6 +174,26 @@ struct FusedItem {
   std::vector<int64_t> where;
 };
 
+// Copies the region of `it` (the pitches, rows and cols, and the weight and
+// scale windows) into `d`, a device item of either pull kernel
+// (exec/cuda/pull_quantize_kernels.h, exec/cuda/pull_nvfp4_kernels.h).
+template <typename DeviceItem>
+void CopyRegion(const FusedItem& it, DeviceItem* d) {
+  d->src_pitch = it.src_pitch;
+  d->dst_pitch = it.dst_pitch;
+  d->scale_pitch = it.scale_pitch;
+  d->rows = it.rows;
+  d->cols = it.cols;
+  d->w_r0 = it.w_r0;
+  d->w_r1 = it.w_r1;
+  d->w_c0 = it.w_c0;
+  d->w_c1 = it.w_c1;
+  d->s_r0 = it.s_r0;
+  d->s_r1 = it.s_r1;
+  d->s_c0 = it.s_c0;
+  d->s_c1 = it.s_c1;
+}
+
 struct FusedProgram {
   std::vector<FusedItem> items;
   // slice.src buffers whose tasks the items replace (drop them from the

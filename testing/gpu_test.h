@@ -1,11 +1,13 @@
 // What refit's GPU tests share: whether a CUDA device is there, the skip
 // that passes (printing REFIT_GPU_SKIP, which tools/test counts) where it is
-// not, and copies of host vectors to and from device memory.
+// not, copies of host vectors to and from device memory, and the best time
+// of a few runs of a stream's work.
 #ifndef REFIT_TESTING_GPU_TEST_H_
 #define REFIT_TESTING_GPU_TEST_H_
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -37,6 +39,28 @@ std::vector<T> FromDevice(const char* d, int64_t n) {
   std::vector<T> v(n);
   EXPECT_EQ(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
   return v;
+}
+
+// The least time in ms, over `runs` runs after one warm-up, that `fn` (work
+// enqueued on the default stream) takes between two events on that stream.
+template <typename Fn>
+float BestMs(Fn&& fn, int runs = 5) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  float best = 1e30f;
+  for (int it = 0; it <= runs; ++it) {
+    float ms = 0;
+    cudaEventRecord(a);
+    fn();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    cudaEventElapsedTime(&ms, a, b);
+    if (it > 0) best = std::min(best, ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return best;
 }
 
 }  // namespace testing

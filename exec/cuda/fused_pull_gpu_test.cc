@@ -279,22 +279,7 @@ TEST(FusedPullGpuTest, OnePassNextToACopyAndTwoPasses) {
   ASSERT_EQ(cudaMemset(in, 0x3c, n * 2), cudaSuccess);
   const long long none = LLONG_MAX;
   long long* bad = reinterpret_cast<long long*>(d.Add(&none, 8));
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  auto time = [&](auto fn) {
-    float best = 1e30f;
-    for (int it = 0; it < 6; ++it) {
-      float ms = 0;
-      cudaEventRecord(a);
-      fn();
-      cudaEventRecord(b);
-      cudaEventSynchronize(b);
-      cudaEventElapsedTime(&ms, a, b);
-      if (it > 0) best = std::min(best, ms);
-    }
-    return best;
-  };
+  auto time = [](auto fn) { return ::refit::testing::BestMs(fn); };
   const float copy_ms = time([&] { cudaMemcpyAsync(copy, in, n * 2, cudaMemcpyDeviceToDevice); });
   struct Format {
     const char* name;

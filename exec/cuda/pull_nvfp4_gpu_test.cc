@@ -273,22 +273,7 @@ TEST(PullNvfp4GpuTest, OnePassNextToACopyAndTwoPasses) {
   const auto* dev_items = reinterpret_cast<const cuda::PullNvfp4Item*>(
       d.Add(items.data(), static_cast<int64_t>(items.size() * sizeof(items[0]))));
   const int64_t ni = static_cast<int64_t>(items.size());
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  auto time = [&](auto fn) {
-    float best = 1e30f;
-    for (int it = 0; it < 6; ++it) {
-      float ms = 0;
-      cudaEventRecord(a);
-      fn();
-      cudaEventRecord(b);
-      cudaEventSynchronize(b);
-      cudaEventElapsedTime(&ms, a, b);
-      if (it > 0) best = std::min(best, ms);
-    }
-    return best;
-  };
+  auto time = [](auto fn) { return ::refit::testing::BestMs(fn); };
   const float copy_ms = time([&] { cudaMemcpyAsync(copy, in, n * 2, cudaMemcpyDeviceToDevice); });
   // The trainer's pass before either path: the global amax.
   const float amax_ms = time([&] {
@@ -326,8 +311,6 @@ TEST(PullNvfp4GpuTest, OnePassNextToACopyAndTwoPasses) {
   EXPECT_EQ(FromDevice<long long>(reinterpret_cast<char*>(bad), 1)[0], 2 * (cols / 128) + 39);
   std::printf("%s nvfp4 quantize-on-pull: bytes equal the two-pass path, a NaN is named by its "
               "item\n", HasFailure() ? "FAIL" : "PASS");
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
 }
 
 }  // namespace

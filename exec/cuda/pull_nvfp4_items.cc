@@ -43,19 +43,7 @@ absl::StatusOr<std::vector<cuda::PullNvfp4Item>> ResolveNvfp4Items(
                    ? reinterpret_cast<unsigned char*>(own(it.scale_buffer)) + it.scale_offset
                    : nullptr;
     d.global_amax = reinterpret_cast<const float*>(from(it.global_buffer) + it.global_offset);
-    d.src_pitch = it.src_pitch;
-    d.dst_pitch = it.dst_pitch;
-    d.scale_pitch = it.scale_pitch;
-    d.rows = it.rows;
-    d.cols = it.cols;
-    d.w_r0 = it.w_r0;
-    d.w_r1 = it.w_r1;
-    d.w_c0 = it.w_c0;
-    d.w_c1 = it.w_c1;
-    d.s_r0 = it.s_r0;
-    d.s_r1 = it.s_r1;
-    d.s_c0 = it.s_c0;
-    d.s_c1 = it.s_c1;
+    CopyRegion(it, &d);
     d.vec = cuda::PullNvfp4VectorOk(d) ? 1 : 0;
     out.push_back(d);
   }
