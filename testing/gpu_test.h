@@ -1,6 +1,7 @@
 // What refit's GPU tests share: whether a CUDA device is there, the skip
 // that passes (printing REFIT_GPU_SKIP, which tools/test counts) where it is
-// not, copies of host vectors to and from device memory, and the best time
+// not, copies of host vectors to and from device memory (and device copies
+// freed together), and the best time
 // of a few runs of a stream's work.
 #ifndef REFIT_TESTING_GPU_TEST_H_
 #define REFIT_TESTING_GPU_TEST_H_
@@ -40,6 +41,29 @@ std::vector<T> FromDevice(const char* d, int64_t n) {
   EXPECT_EQ(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
   return v;
 }
+
+// Device copies of host buffers (`bytes` + 16 spare bytes each; zeroed when
+// `host` is null), freed with the object.
+struct DeviceCopies {
+  std::vector<char*> ptrs;
+  DeviceCopies() = default;
+  DeviceCopies(const DeviceCopies&) = delete;
+  DeviceCopies& operator=(const DeviceCopies&) = delete;
+  ~DeviceCopies() {
+    for (char* p : ptrs) cudaFree(p);
+  }
+  char* Add(const void* host, int64_t bytes) {
+    char* d = nullptr;
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), bytes + 16), cudaSuccess);
+    if (host != nullptr) {
+      EXPECT_EQ(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    } else {
+      EXPECT_EQ(cudaMemset(d, 0, bytes), cudaSuccess);
+    }
+    ptrs.push_back(d);
+    return d;
+  }
+};
 
 // The least time in ms, over `runs` runs after one warm-up, that `fn` (work
 // enqueued on the default stream) takes between two events on that stream.

@@ -40,31 +40,13 @@
 namespace refit {
 namespace {
 
+using testing::DeviceCopies;
 using testing::FromDevice;
 
 struct Case {
   const char* model;
   const char* trainer;
   const char* engine;
-};
-
-// Device copies of host buffers, freed with the object.
-struct DeviceCopies {
-  std::vector<char*> ptrs;
-  ~DeviceCopies() {
-    for (char* p : ptrs) cudaFree(p);
-  }
-  char* Add(const void* host, int64_t bytes) {
-    char* d = nullptr;
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), bytes + 16), cudaSuccess);
-    if (host != nullptr) {
-      EXPECT_EQ(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    } else {
-      EXPECT_EQ(cudaMemset(d, 0, bytes), cudaSuccess);
-    }
-    ptrs.push_back(d);
-    return d;
-  }
 };
 
 // Runs `items` on the GPU; returns the bad-item flag.

@@ -43,26 +43,8 @@
 namespace refit {
 namespace {
 
+using testing::DeviceCopies;
 using testing::FromDevice;
-
-// Device copies of host buffers, freed with the object.
-struct DeviceCopies {
-  std::vector<char*> ptrs;
-  ~DeviceCopies() {
-    for (char* p : ptrs) cudaFree(p);
-  }
-  char* Add(const void* host, int64_t bytes) {
-    char* d = nullptr;
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), bytes + 16), cudaSuccess);
-    if (host != nullptr) {
-      EXPECT_EQ(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    } else {
-      EXPECT_EQ(cudaMemset(d, 0, bytes), cudaSuccess);
-    }
-    ptrs.push_back(d);
-    return d;
-  }
-};
 
 // A trainer rank on host memory: its slice, fused conversions, and buffers
 // (registered ones by name, scratch of the conversions it keeps).

@@ -99,6 +99,70 @@ std::vector<DeltaHeader> Headers(const std::vector<EncodeItem>& items,
   return hs;
 }
 
+// A wave's messages encoded by the host ops and by the GPU ops, found equal.
+struct Encoded {
+  std::vector<DeltaHeader> hs;
+  std::vector<Bytes> hout;   // the host's payloads
+  std::vector<char*> douts;  // the GPU's (null for dense messages)
+};
+
+// Counts and encodes the same messages with `host` (hitems) and `gpu`
+// (ditems, at device addresses); expects equal counts, headers and payload
+// bytes. Device memory it takes goes to `dev`.
+void EncodeOnBoth(DeltaWaveOps& host, DeltaWaveOps& gpu, const std::vector<EncodeItem>& hitems,
+                  const std::vector<EncodeItem>& ditems, std::vector<char*>* dev, Encoded* e) {
+  absl::StatusOr<std::vector<int64_t>> hc = host.Count(0, hitems, Deadline());
+  absl::StatusOr<std::vector<int64_t>> dc = gpu.Count(0, ditems, Deadline());
+  ASSERT_TRUE(hc.ok() && dc.ok()) << dc.status();
+  ASSERT_EQ(*hc, *dc);
+  e->hs = Headers(hitems, *hc);
+  e->hout.assign(e->hs.size(), Bytes());
+  std::vector<char*> houts;
+  for (size_t i = 0; i < e->hs.size(); ++i) {
+    e->hout[i].resize(e->hs[i].payload_bytes + 1);
+    houts.push_back(e->hs[i].encoding == 0 ? nullptr
+                                           : reinterpret_cast<char*>(e->hout[i].data()));
+    char* d = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), e->hs[i].payload_bytes + 16),
+              cudaSuccess);
+    dev->push_back(d);
+    e->douts.push_back(e->hs[i].encoding == 0 ? nullptr : d);
+  }
+  std::vector<char> hhead(e->hs.size() * 32);
+  char* dhead = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dhead), e->hs.size() * 32), cudaSuccess);
+  dev->push_back(dhead);
+  ASSERT_TRUE(host.Encode(0, hitems, e->hs, houts, hhead.data(), Deadline()).ok());
+  ASSERT_TRUE(gpu.Encode(0, ditems, e->hs, e->douts, dhead, Deadline()).ok());
+  ASSERT_TRUE(gpu.Sync(0, Deadline()).ok());
+  ASSERT_EQ(Down(dhead, e->hs.size() * 32), Bytes(hhead.begin(), hhead.end()));
+  for (size_t i = 0; i < e->hs.size(); ++i) {
+    if (e->hs[i].encoding == 0) continue;
+    Bytes got = Down(e->douts[i], e->hs[i].payload_bytes);
+    ASSERT_EQ(0, std::memcmp(got.data(), e->hout[i].data(), got.size())) << "message " << i;
+  }
+}
+
+// Applies e's messages on the GPU to device copies of snap[i] (`targets`,
+// with `apply` as given to the ops) and expects cur[i] there afterwards.
+void ApplyAndExpectCurrent(DeltaWaveOps& gpu, const Encoded& e, const std::vector<Bytes>& snap,
+                           const std::vector<Bytes>& cur, std::vector<char*>* dev,
+                           std::vector<ApplyItem>* apply,
+                           std::vector<std::pair<size_t, char*>>* targets) {
+  for (size_t i = 0; i < e.hs.size(); ++i) {
+    if (e.hs[i].encoding == 0) continue;
+    char* t = Up(snap[i]);
+    dev->push_back(t);
+    targets->push_back({i, t});
+    apply->push_back({e.hs[i], e.douts[i], t});
+  }
+  ASSERT_TRUE(gpu.Apply(0, *apply, {}, Deadline()).ok());
+  ASSERT_TRUE(gpu.Finish(Deadline()).ok());
+  for (const auto& [i, t] : *targets) {
+    EXPECT_EQ(Down(t, cur[i].size()), cur[i]) << "message " << i;
+  }
+}
+
 TEST(GpuWaveOpsTest, AWaveEncodesAsTheHostAndApplies) {
   REFIT_SKIP_WITHOUT_GPU("gpu_wave_ops_test");
   OneLane lane;
@@ -120,47 +184,14 @@ TEST(GpuWaveOpsTest, AWaveEncodesAsTheHostAndApplies) {
       dev.push_back(s);
       ditems.push_back({c, s, n, w.word[i]});
     }
-    absl::StatusOr<std::vector<int64_t>> hc = host->Count(0, hitems, Deadline());
-    absl::StatusOr<std::vector<int64_t>> dc = (*gpu)->Count(0, ditems, Deadline());
-    ASSERT_TRUE(hc.ok() && dc.ok()) << dc.status();
-    ASSERT_EQ(*hc, *dc);
-    std::vector<DeltaHeader> hs = Headers(hitems, *hc);
-    std::vector<Bytes> hout(hs.size());
-    std::vector<char*> houts, douts;
-    for (size_t i = 0; i < hs.size(); ++i) {
-      hout[i].resize(hs[i].payload_bytes + 1);
-      houts.push_back(hs[i].encoding == 0 ? nullptr : reinterpret_cast<char*>(hout[i].data()));
-      char* d = nullptr;
-      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), hs[i].payload_bytes + 16), cudaSuccess);
-      dev.push_back(d);
-      douts.push_back(hs[i].encoding == 0 ? nullptr : d);
-    }
-    std::vector<char> hhead(hs.size() * 32);
-    char* dhead = nullptr;
-    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dhead), hs.size() * 32), cudaSuccess);
-    ASSERT_TRUE(host->Encode(0, hitems, hs, houts, hhead.data(), Deadline()).ok());
-    ASSERT_TRUE((*gpu)->Encode(0, ditems, hs, douts, dhead, Deadline()).ok());
-    ASSERT_TRUE((*gpu)->Sync(0, Deadline()).ok());
-    Bytes dh = Down(dhead, hs.size() * 32);
-    ASSERT_EQ(0, std::memcmp(dh.data(), hhead.data(), hhead.size()));
+    Encoded e;
+    ASSERT_NO_FATAL_FAILURE(EncodeOnBoth(*host, **gpu, hitems, ditems, &dev, &e));
+    const std::vector<DeltaHeader>& hs = e.hs;
+    const std::vector<char*>& douts = e.douts;
     std::vector<ApplyItem> apply;
-    std::vector<char*> targets;
-    for (size_t i = 0; i < hs.size(); ++i) {
-      if (hs[i].encoding == 0) continue;
-      Bytes got = Down(douts[i], hs[i].payload_bytes);
-      ASSERT_EQ(0, std::memcmp(got.data(), hout[i].data(), got.size())) << "message " << i;
-      char* t = Up(w.snap[i]);
-      dev.push_back(t);
-      targets.push_back(t);
-      apply.push_back({hs[i], douts[i], t});
-    }
-    ASSERT_TRUE((*gpu)->Apply(0, apply, {}, Deadline()).ok());
-    ASSERT_TRUE((*gpu)->Finish(Deadline()).ok());
-    size_t k = 0;
-    for (size_t i = 0; i < hs.size(); ++i) {
-      if (hs[i].encoding == 0) continue;
-      EXPECT_EQ(Down(targets[k++], w.cur[i].size()), w.cur[i]) << "message " << i;
-    }
+    std::vector<std::pair<size_t, char*>> targets;
+    ASSERT_NO_FATAL_FAILURE(
+        ApplyAndExpectCurrent(**gpu, e, w.snap, w.cur, &dev, &apply, &targets));
     // One malformed message: nothing of the wave is written. At 2%: an
     // index past the end; at 20%: a bitmask marking one word more than
     // its count.
@@ -184,11 +215,8 @@ TEST(GpuWaveOpsTest, AWaveEncodesAsTheHostAndApplies) {
                   cudaSuccess);
       }
       std::vector<std::string> names;
-      k = 0;
-      for (size_t i = 0; i < hs.size(); ++i) {
-        if (hs[i].encoding == 0) continue;
-        ASSERT_EQ(cudaMemcpy(targets[k++], w.snap[i].data(), w.snap[i].size(),
-                             cudaMemcpyHostToDevice),
+      for (const auto& [i, t] : targets) {
+        ASSERT_EQ(cudaMemcpy(t, w.snap[i].data(), w.snap[i].size(), cudaMemcpyHostToDevice),
                   cudaSuccess);
         names.push_back("tensor t" + std::to_string(i));
       }
@@ -196,10 +224,8 @@ TEST(GpuWaveOpsTest, AWaveEncodesAsTheHostAndApplies) {
       absl::Status s = (*gpu)->Finish(Deadline());
       ASSERT_TRUE(absl::IsDataLoss(s)) << s;
       EXPECT_TRUE(absl::StrContains(s.message(), "tensor t" + std::to_string(bad))) << s;
-      k = 0;
-      for (size_t i = 0; i < hs.size(); ++i) {
-        if (hs[i].encoding == 0) continue;
-        EXPECT_EQ(Down(targets[k++], w.snap[i].size()), w.snap[i]) << "message " << i;
+      for (const auto& [i, t] : targets) {
+        EXPECT_EQ(Down(t, w.snap[i].size()), w.snap[i]) << "message " << i;
       }
     }
     // Digests per slot, as the host sums them.
@@ -215,7 +241,6 @@ TEST(GpuWaveOpsTest, AWaveEncodesAsTheHostAndApplies) {
     ASSERT_TRUE(ds.ok() && hsum.ok()) << ds.status();
     EXPECT_EQ(*ds, *hsum);
     for (char* p : dev) cudaFree(p);
-    cudaFree(dhead);
   }
 }
 
@@ -266,45 +291,11 @@ TEST(GpuWaveOpsTest, ManyMessagesAtAnyAlignmentEncodeAsTheHost) {
         dev.push_back(sp);
         ditems.push_back({c + shift, sp, n, word});
       }
-      absl::StatusOr<std::vector<int64_t>> hc = host->Count(0, hitems, Deadline());
-      absl::StatusOr<std::vector<int64_t>> dc = (*gpu)->Count(0, ditems, Deadline());
-      ASSERT_TRUE(hc.ok() && dc.ok()) << dc.status();
-      ASSERT_EQ(*hc, *dc);
-      std::vector<DeltaHeader> hs = Headers(hitems, *hc);
-      std::vector<Bytes> hout(hs.size());
-      std::vector<char*> houts, douts;
-      for (size_t i = 0; i < hs.size(); ++i) {
-        hout[i].resize(hs[i].payload_bytes + 1);
-        houts.push_back(hs[i].encoding == 0 ? nullptr : reinterpret_cast<char*>(hout[i].data()));
-        char* d = nullptr;
-        ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), hs[i].payload_bytes + 16), cudaSuccess);
-        dev.push_back(d);
-        douts.push_back(hs[i].encoding == 0 ? nullptr : d);
-      }
-      std::vector<char> hhead(hs.size() * 32);
-      char* dhead = nullptr;
-      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dhead), hs.size() * 32), cudaSuccess);
-      dev.push_back(dhead);
-      ASSERT_TRUE(host->Encode(0, hitems, hs, houts, hhead.data(), Deadline()).ok());
-      ASSERT_TRUE((*gpu)->Encode(0, ditems, hs, douts, dhead, Deadline()).ok());
-      ASSERT_TRUE((*gpu)->Sync(0, Deadline()).ok());
-      ASSERT_EQ(Down(dhead, hs.size() * 32), Bytes(hhead.begin(), hhead.end()));
+      Encoded e;
+      ASSERT_NO_FATAL_FAILURE(EncodeOnBoth(*host, **gpu, hitems, ditems, &dev, &e));
       std::vector<ApplyItem> apply;
       std::vector<std::pair<size_t, char*>> targets;
-      for (size_t i = 0; i < hs.size(); ++i) {
-        if (hs[i].encoding == 0) continue;
-        Bytes got = Down(douts[i], hs[i].payload_bytes);
-        ASSERT_EQ(0, std::memcmp(got.data(), hout[i].data(), got.size())) << "message " << i;
-        char* t = Up(snap[i]);
-        dev.push_back(t);
-        targets.push_back({i, t});
-        apply.push_back({hs[i], douts[i], t});
-      }
-      ASSERT_TRUE((*gpu)->Apply(0, apply, {}, Deadline()).ok());
-      ASSERT_TRUE((*gpu)->Finish(Deadline()).ok());
-      for (const auto& [i, t] : targets) {
-        EXPECT_EQ(Down(t, cur[i].size()), cur[i]) << "message " << i;
-      }
+      ASSERT_NO_FATAL_FAILURE(ApplyAndExpectCurrent(**gpu, e, snap, cur, &dev, &apply, &targets));
       // The digest of the same runs (any key, any alignment) into 7 slots.
       std::vector<DigestItem> dig, hdig;
       for (int i = 0; i < kMessages; ++i) {
