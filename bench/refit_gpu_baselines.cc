@@ -7,19 +7,14 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "exec/cuda/cuda_status.h"
+#include "exec/cuda/nccl_status.h"
 #include "exec/plan_side.h"
 
 namespace refit {
 namespace gpu_bench {
 
 #define CK(x) REFIT_RETURN_IF_CUDA_ERROR(x)
-#define NK(x)                                                                     \
-  do {                                                                            \
-    ncclResult_t r_ = (x);                                                        \
-    if (r_ != ncclSuccess) {                                                      \
-      return absl::InternalError(absl::StrCat(#x, ": ", ncclGetErrorString(r_))); \
-    }                                                                             \
-  } while (0)
+#define NK(x) REFIT_RETURN_IF_ERROR(NcclStatus((x), #x))
 
 PairBytes CountPairs(const Plan& plan) {
   PairBytes p;

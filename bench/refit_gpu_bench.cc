@@ -53,6 +53,7 @@
 #include "common/status_macros.h"
 #include "exec/cuda/cuda_copier.h"
 #include "exec/cuda/cuda_status.h"
+#include "exec/cuda/nccl_status.h"
 #include "exec/cuda/nccl_transport.h"
 #include "exec/executor.h"
 #include "exec/plan_side.h"
@@ -84,13 +85,7 @@ int kTrainer = 2;
 
 
 #define CK(x) REFIT_RETURN_IF_CUDA_ERROR(x)
-#define NK(x)                                                               \
-  do {                                                                      \
-    ncclResult_t r_ = (x);                                                  \
-    if (r_ != ncclSuccess) {                                                \
-      return absl::InternalError(absl::StrCat(#x, ": ", ncclGetErrorString(r_))); \
-    }                                                                       \
-  } while (0)
+#define NK(x) REFIT_RETURN_IF_ERROR(NcclStatus((x), #x))
 
 // The two sides of a scenario (every worker builds them; deterministic).
 absl::StatusOr<std::pair<SideLayout, SideLayout>> Layouts(
