@@ -76,22 +76,21 @@ __device__ __forceinline__ uint2 RefitNvfp4Codes(const uint4& a, const uint4& b,
 // Coding by thresholds (exec/nvfp4_thresholds.h) with packed BF16
 // comparisons (sm_90: set.*.bf16x2, max.NaN.bf16x2).
 
-// The table of one global scale g: for every e4m3 scale byte S < 127,
-// eight words at 8 * S: T_1..T_7 of d = f32(S) * g, then -T_0 (its BF16
-// sign bit set), each in both 16-bit halves. Built by the whole thread
-// block; the caller synchronizes before and after.
-constexpr int kRefitNvfp4TableWords = 8 * 128;
+// The table of one global scale g: for every e4m3 scale byte S < 127, at
+// 8 * S the eight BF16 magnitudes T_1..T_7 of d = f32(S) * g, then -T_0
+// (its sign bit set): one 16-byte entry per S. Built by the whole thread
+// block (into shared or global memory); the caller synchronizes after.
+constexpr int kRefitNvfp4TableEntries = 128;
 
-__device__ __forceinline__ void RefitNvfp4BuildTable(float g, unsigned int* table) {
+__device__ __forceinline__ void RefitNvfp4BuildTable(float g, unsigned short* table) {
   for (int i = threadIdx.x; i < 8 * 127; i += blockDim.x) {
     const unsigned int s = static_cast<unsigned int>(i) >> 3, k = i & 7;
     const float d = __fmul_rn(
         __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(s),
                                                      __NV_E4M3))),
         g);
-    const unsigned int t = k < 7 ? Nvfp4Threshold(static_cast<int>(k) + 1, d)
-                                 : Nvfp4Threshold(0, d) | 0x8000u;
-    table[i] = t | t << 16;
+    table[i] = static_cast<unsigned short>(k < 7 ? Nvfp4Threshold(static_cast<int>(k) + 1, d)
+                                                 : Nvfp4Threshold(0, d) | 0x8000u);
   }
 }
 
@@ -124,9 +123,10 @@ __device__ __forceinline__ unsigned int RefitNvfp4AbsMaxPacked(const unsigned in
 }
 
 // The codes of the two BF16 in w (magnitudes a = w & 0x7FFF7FFF) from the
-// thresholds t = T_1..T_4 and u = T_5..T_7, -T_0: element 0's code in bits
-// 0-3, element 1's in bits 20-23. Magnitude by a binary search over the
-// thresholds (three comparisons), each half choosing its own next one.
+// thresholds t = T_1..T_4 and u = T_5..T_7, -T_0, each in both halves of
+// its word: element 0's code in bits 0-3, element 1's in bits 20-23.
+// Magnitude by a binary search over the thresholds (three comparisons),
+// each half choosing its own next one.
 __device__ __forceinline__ unsigned int RefitNvfp4PairCodes(unsigned int w, unsigned int a,
                                                             const uint4& t, const uint4& u) {
   const unsigned int m4 = RefitBf16x2Ge(a, t.w);
@@ -140,10 +140,14 @@ __device__ __forceinline__ unsigned int RefitNvfp4PairCodes(unsigned int w, unsi
 }
 
 // The packed codes of a 16-block (RefitNvfp4Codes' bytes) whose values are
-// finite, from its scale byte's eight table words tw[0..1].
+// finite, from its scale byte's table entry e (RefitNvfp4BuildTable).
 __device__ __forceinline__ uint2 RefitNvfp4CodesByTable(const uint4& q0, const uint4& q1,
                                                         const unsigned int (&a)[8],
-                                                        const uint4& t, const uint4& u) {
+                                                        const uint4& e) {
+  const uint4 t = make_uint4(__byte_perm(e.x, 0, 0x1010), __byte_perm(e.x, 0, 0x3232),
+                             __byte_perm(e.y, 0, 0x1010), __byte_perm(e.y, 0, 0x3232));
+  const uint4 u = make_uint4(__byte_perm(e.z, 0, 0x1010), __byte_perm(e.z, 0, 0x3232),
+                             __byte_perm(e.w, 0, 0x1010), __byte_perm(e.w, 0, 0x3232));
   const unsigned int w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
   unsigned int c[8];
 #pragma unroll

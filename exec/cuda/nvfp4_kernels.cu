@@ -276,9 +276,8 @@ template <int kUnroll>
 __global__ void __launch_bounds__(256) RefitNvfp4QuantizeTableKernel(
     const char* data, int64_t blocks, int64_t per_l, int64_t chunk, const float* block_amax,
     const float* global_amax, unsigned char* out, unsigned char* scales) {
-  __shared__ __align__(16) unsigned int table[kRefitNvfp4TableWords];
+  __shared__ uint4 table[kRefitNvfp4TableEntries];
   const uint4* in4 = reinterpret_cast<const uint4*>(data);
-  const uint4* tab4 = reinterpret_cast<const uint4*>(table);
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * chunk;
   const int64_t end = min(begin + chunk, blocks);
   for (int64_t seg = begin; seg < end;) {
@@ -287,7 +286,7 @@ __global__ void __launch_bounds__(256) RefitNvfp4QuantizeTableKernel(
     const float g = Nvfp4Global(global_amax[l]);
     const bool by_table = isfinite(g);  // the same for the whole thread block
     __syncthreads();
-    if (by_table) RefitNvfp4BuildTable(g, table);
+    if (by_table) RefitNvfp4BuildTable(g, reinterpret_cast<unsigned short*>(table));
     __syncthreads();
     for (int64_t i0 = seg + threadIdx.x; i0 < seg_end; i0 += kUnroll * blockDim.x) {
       uint4 q[kUnroll][2];
@@ -312,7 +311,7 @@ __global__ void __launch_bounds__(256) RefitNvfp4QuantizeTableKernel(
         unsigned int sb;
         if (by_table && bits < 0x7F800000u && isfinite(amax)) {
           sb = __nv_cvt_float_to_fp8(Nvfp4BlockScale(amax, g), __NV_SATFINITE, __NV_E4M3);
-          codes = RefitNvfp4CodesByTable(q[j][0], q[j][1], a, tab4[2 * sb], tab4[2 * sb + 1]);
+          codes = RefitNvfp4CodesByTable(q[j][0], q[j][1], a, table[sb]);
         } else {
           sb = RefitNvfp4Scale(block_amax != nullptr
                                    ? amax
