@@ -29,7 +29,8 @@
 //               [--snapshot=gpu|pinned]   (the trainer's snapshot: GPU memory by
 //               default, or pinned host memory the encoder reads over the bus)
 //               [--batch_mib=N]   (plan waves per batch: DeltaRunnerOptions::batch_bytes;
-//               0: every wave its own batch) [--mask_unroll=4|8] [--mask_values=0|1]
+//               0: every wave its own batch) [--mask_kernel=sweep|tiles|block|bulk]
+//               [--mask_unroll=4|8] [--mask_values=0|1]
 //   (needs 2 GPUs; exits 0 with SKIP otherwise)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -47,6 +48,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/delta_bench_kernels.h"
+#include "testing/read_floor_kernels.h"
 #include "exec/cuda/cuda_copier.h"
 #include "exec/cuda/cuda_lanes.h"
 #include "exec/cuda/nccl_transport.h"
@@ -91,8 +93,7 @@ double Now() {
 struct Knobs {
   SnapshotMemory snapshot = SnapshotMemory::kDevice;
   int64_t batch_bytes = DeltaRunnerOptions().batch_bytes;
-  int mask_unroll = GpuWaveOpsOptions().mask_unroll;
-  bool mask_values = GpuWaveOpsOptions().mask_values;
+  WaveMaskConfig mask;
 };
 
 DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
@@ -112,8 +113,7 @@ DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
     GpuWaveOpsOptions o;
     o.device = device;
     o.snapshot = knobs.snapshot;
-    o.mask_unroll = knobs.mask_unroll;
-    o.mask_values = knobs.mask_values;
+    o.mask = knobs.mask;
     return MakeGpuWaveOps(static_cast<NcclTransport*>(t), o);
   };
   return p;
@@ -136,7 +136,7 @@ struct Row {
   std::string engine, change;
   double changed = 0, wire = 0, delta_s = 0, dense_s = 0, raw_s = 0;
   double encode_gbps = 0, copy_gbps = 0, read_gbps = 0, digest_s = 0, digest_gb = 0,
-         commit_s = 0;
+         commit_s = 0, verified_s = 0;
   bool ok = false;
 };
 
@@ -230,12 +230,14 @@ class Bench {
   }
 
   // One delta round (verified); returns the slower member's seconds less
-  // its digests, *digest_s the slower member's digest seconds. Commits.
+  // its digests, *digest_s the slower member's digest seconds, *verified_s
+  // the slower member's whole round, digests included (the round as the
+  // user sees it). Commits.
   double DeltaRound(bool delta, double* digest_s, DeltaRoundStats* trainer_stats,
-                    DeltaRoundStats* engine_stats = nullptr) {
+                    DeltaRoundStats* engine_stats = nullptr, double* verified_s = nullptr) {
     std::vector<EngineDeltaMode> modes = {delta ? EngineDeltaMode{false, version_}
                                                 : EngineDeltaMode{}};
-    double secs[2] = {0, 0}, dig[2] = {0, 0};
+    double secs[2] = {0, 0}, dig[2] = {0, 0}, whole[2] = {0, 0};
     std::vector<std::thread> threads;
     for (int g = 0; g < 2; ++g) {
       threads.emplace_back([&, g] {
@@ -243,6 +245,7 @@ class Bench {
         delta_[g]->SetModes(modes);
         RunStats s = Ok(delta_[g]->Run(absl::Now() + absl::Seconds(60)), "delta round");
         dig[g] = delta_[g]->delta_stats().digest_seconds;
+        whole[g] = s.seconds;
         secs[g] = s.seconds - dig[g];
       });
     }
@@ -254,6 +257,7 @@ class Bench {
     delta_[0]->Commit(++version_);
     commit_s_ = Now() - t_commit;
     *digest_s = std::max(dig[0], dig[1]);
+    if (verified_s != nullptr) *verified_s = std::max(whole[0], whole[1]);
     return std::max(secs[0], secs[1]);
   }
 
@@ -310,8 +314,7 @@ class Bench {
     CU(cudaSetDevice(0));
     OneLane lane;
     GpuWaveOpsOptions oo;
-    oo.mask_unroll = knobs_.mask_unroll;
-    oo.mask_values = knobs_.mask_values;
+    oo.mask = knobs_.mask;
     std::unique_ptr<DeltaWaveOps> ops = Ok(MakeGpuWaveOps(&lane, oo), "encoder ops");
     const int64_t total = snapshot_.bytes();
     int64_t aligned = 0;
@@ -376,7 +379,7 @@ class Bench {
     double rd = 1e9;
     for (int iter = 0; iter < 3; ++iter) {
       const double t0 = Now();
-      CU(bench::LaunchCompareChunks(reinterpret_cast<const uint8_t*>(cur),
+      CU(testing::LaunchCompareChunks(reinterpret_cast<const uint8_t*>(cur),
                                     reinterpret_cast<const uint8_t*>(cur + cmp), cmp, diff,
                                     stream));
       CU(cudaStreamSynchronize(stream));
@@ -456,12 +459,16 @@ int Main(int argc, char** argv) {
     else if (a == "--snapshot=gpu") knobs.snapshot = SnapshotMemory::kDevice;
     else if (a.rfind("--batch_mib=", 0) == 0 && absl::SimpleAtoi(a.substr(12), &v) && v >= 0)
       knobs.batch_bytes = v << 20;
-    else if (a == "--mask_unroll=4" || a == "--mask_unroll=8") knobs.mask_unroll = a.back() - '0';
-    else if (a == "--mask_values=0" || a == "--mask_values=1") knobs.mask_values = a.back() == '1';
+    else if (a == "--mask_unroll=4" || a == "--mask_unroll=8") knobs.mask.unroll = a.back() - '0';
+    else if (a == "--mask_values=0" || a == "--mask_values=1") knobs.mask.values = a.back() == '1';
+    else if (a == "--mask_kernel=sweep") knobs.mask.kind = WaveMaskKind::kSweep;
+    else if (a == "--mask_kernel=tiles") knobs.mask.kind = WaveMaskKind::kTiles;
+    else if (a == "--mask_kernel=block") knobs.mask.kind = WaveMaskKind::kBlock;
+    else if (a == "--mask_kernel=bulk") knobs.mask.kind = WaveMaskKind::kBulk;
     else {
       std::fprintf(stderr, "usage: delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] "
                            "[--model=qwen3-8b] [--snapshot=gpu|pinned] [--batch_mib=N] "
-                           "[--mask_unroll=4|8] [--mask_values=0|1]\n");
+                           "[--mask_kernel=sweep|tiles|block|bulk] [--mask_unroll=4|8] [--mask_values=0|1]\n");
       return 2;
     }
   }
@@ -475,11 +482,13 @@ int Main(int argc, char** argv) {
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, 0));
   std::printf("delta_bench: %s x2, NCCL %d, model %s, snapshot in %s, batches of %lld MiB, "
-              "mask unroll %d, values %s\n",
+              "mask kernel %s, unroll %d, values %s\n",
               prop.name, nccl_version, model.c_str(),
               knobs.snapshot == SnapshotMemory::kDevice ? "GPU memory" : "pinned host memory",
-              static_cast<long long>(knobs.batch_bytes >> 20), knobs.mask_unroll,
-              knobs.mask_values ? "kept" : "re-read");
+              static_cast<long long>(knobs.batch_bytes >> 20),
+              std::vector<std::string>{"sweep", "tiles", "block", "bulk"}
+                  [static_cast<int>(knobs.mask.kind)].c_str(),
+              knobs.mask.unroll, knobs.mask.values ? "kept" : "re-read");
   int devs[2] = {0, 1};
   ncclComm_t comms[2];
   if (ncclCommInitAll(comms, 2, devs) != ncclSuccess) return 1;
@@ -522,7 +531,7 @@ int Main(int argc, char** argv) {
       r.change = adamw ? "AdamW lr 1e-6" : absl::StrFormat("random %.1f%%", pct);
       b.Change(adamw ? "adamw" : "random", pct / 100, ++seed * 1000);
       DeltaRoundStats est;
-      r.delta_s = b.DeltaRound(true, &r.digest_s, &st, &est);
+      r.delta_s = b.DeltaRound(true, &r.digest_s, &st, &est, &r.verified_s);
       r.commit_s = b.commit_seconds();
       r.changed = static_cast<double>(st.changed_words) / std::max<int64_t>(1, st.words);
       r.wire = static_cast<double>(st.wire_bytes) / std::max<int64_t>(1, st.dense_bytes);
@@ -533,9 +542,10 @@ int Main(int argc, char** argv) {
       b.Encoder(adamw ? std::max(r.changed, 1e-4) : pct / 100, &r.encode_gbps, &r.copy_gbps,
                 &r.read_gbps);
       all_ok = all_ok && r.ok;
-      std::printf("%s %s: changed %.4f wire %.4f delta %.4f s dense %.4f s digest %.4f s %s\n",
+      std::printf("%s %s: changed %.4f wire %.4f delta %.4f s dense %.4f s digest %.4f s "
+                  "verified round %.4f s %s\n",
                   r.engine.c_str(), r.change.c_str(), r.changed, r.wire, r.delta_s, r.dense_s,
-                  r.digest_s, r.ok ? "bytes ok" : "BYTES WRONG");
+                  r.digest_s, r.verified_s, r.ok ? "bytes ok" : "BYTES WRONG");
       std::printf("  trainer: %lld batches, %lld groups; quantize %.4f s, count wait %.4f s, "
                   "encode %.4f s, posting %.4f s, drain %.4f s; engine: %lld groups; headers "
                   "wait %.4f s, apply %.4f s, drain %.4f s\n",
@@ -557,19 +567,20 @@ int Main(int argc, char** argv) {
       "executor's dense round (slower member each);\nencode/copy = GB/s read (encoder: current "
       "+ snapshot, one batch; copy: the bytes once);\nenc/HBM = the encoder's read rate over the "
       "copy's bytes moved (read + write: the HBM rate); digest_s = the verified round's digests "
-      "(slower member, all of its bytes);\nread = a compare of two buffers that writes nothing (GB/s read: the encoder's floor);\ncommit_s = the trainer's snapshot update after the commit (outside the round);\nbytes = the delta engine equals the dense engine byte "
+      "(slower member, all of its bytes);\nverified_s = the delta round with its digests, as a verified round takes (slower member); v/dense = verified_s / dense_s;\nread = a compare of two buffers that writes nothing (GB/s read: the encoder's floor);\ncommit_s = the trainer's snapshot update after the commit (outside the round);\nbytes = the delta engine equals the dense engine byte "
       "for byte and the digests agreed\n\n",
       model.c_str(), prop.name);
-  std::printf("%-6s %-15s %8s %7s %9s %9s %7s %9s %9s %9s %9s %7s %9s %9s %5s\n", "engine",
-              "change", "changed", "wire", "delta_s", "dense_s", "ratio", "raw_nccl",
+  std::printf("%-6s %-15s %8s %7s %9s %9s %7s %10s %7s %9s %9s %9s %9s %7s %9s %9s %5s\n",
+              "engine", "change", "changed", "wire", "delta_s", "dense_s", "ratio", "verified_s",
+              "v/dense", "raw_nccl",
               "enc_GB/s", "read_GB/s", "copy_GB/s", "enc/HBM", "digest_s", "commit_s",
               "bytes");
   for (const Row& r : rows) {
     std::printf(
-        "%-6s %-15s %8.4f %7.4f %9.4f %9.4f %7.3f %9.4f %9.0f %9.0f %9.0f %7.2f %9.4f %9.4f "
-        "%5s\n",
+        "%-6s %-15s %8.4f %7.4f %9.4f %9.4f %7.3f %10.4f %7.3f %9.4f %9.0f %9.0f %9.0f %7.2f "
+        "%9.4f %9.4f %5s\n",
         r.engine.c_str(), r.change.c_str(), r.changed, r.wire, r.delta_s, r.dense_s,
-        r.delta_s / r.dense_s, r.raw_s, r.encode_gbps, r.read_gbps, r.copy_gbps,
+        r.delta_s / r.dense_s, r.verified_s, r.verified_s / r.dense_s, r.raw_s, r.encode_gbps, r.read_gbps, r.copy_gbps,
         r.encode_gbps / (2 * r.copy_gbps), r.digest_s, r.commit_s, r.ok ? "ok" : "WRONG");
   }
   return all_ok ? 0 : 1;

@@ -206,6 +206,12 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
     }
     work_.push_back(std::move(w));
   }
+  std::vector<int32_t> last(lanes, -1);
+  for (int32_t k = 0; k < static_cast<int32_t>(work_.size()); ++k) {
+    const int32_t lane = work_[k].lane;
+    if (last[lane] >= 0) work_[last[lane]].next_on_lane = k;
+    last[lane] = k;
+  }
   return absl::OkStatus();
 }
 
@@ -319,15 +325,16 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   const bool src = side_ == Side::kTrainer;
   const size_t n = work_.size();
   size_t begun = 0;
+  for (WaveWork& w : work_) w.headers_posted = false;
   for (size_t k = 0; k < n; ++k) {
     if (src) {
       while (begun < std::min(n, k + kMaxCountsInFlight)) {
         REFIT_RETURN_IF_ERROR(BeginSend(work_[begun++], deadline));
       }
     } else {
-      if (begun == k) REFIT_RETURN_IF_ERROR(BeginReceive(work_[begun++], deadline));
-      if (begun == k + 1 && k + 1 < n && work_[k + 1].lane != work_[k].lane) {
-        REFIT_RETURN_IF_ERROR(BeginReceive(work_[begun++], deadline));
+      if (!work_[k].headers_posted) REFIT_RETURN_IF_ERROR(BeginReceive(work_[k], deadline));
+      if (k + 1 < n && work_[k + 1].lane != work_[k].lane && !work_[k + 1].headers_posted) {
+        REFIT_RETURN_IF_ERROR(BeginReceive(work_[k + 1], deadline));
       }
     }
     REFIT_RETURN_IF_ERROR(src ? EndSend(work_[k], deadline, &stats)

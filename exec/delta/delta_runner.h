@@ -215,6 +215,8 @@ class DeltaRunner : public RoundRunner {
     int64_t coded_bytes = 0;
     int64_t dense_bytes = 0;  // of its messages
     std::vector<EncodeItem> items;  // trainer: this round's, counting
+    int32_t next_on_lane = -1;  // the next batch on this lane (work_ index), -1: none
+    bool headers_posted = false;  // engine: this round's headers' receive posted
   };
   DeltaRunner() = default;
   absl::Status Prepare(const Plan& plan, bool src);
@@ -228,8 +230,11 @@ class DeltaRunner : public RoundRunner {
   // An engine's wave in two steps: BeginReceive posts the headers'
   // receive, EndReceive waits for it, posts the payloads' and applies; the
   // next wave's headers are posted before this one's are awaited when its
-  // lane differs.
+  // lane differs, and the next wave of the same lane has its headers'
+  // receive posted in the group of this one's payloads (one group a wave).
   absl::Status BeginReceive(WaveWork& w, absl::Time deadline);
+  // The receives of w's headers (one per peer).
+  std::vector<RecvOp> HeaderReceives(const WaveWork& w) const;
   absl::Status EndReceive(WaveWork& w, absl::Time deadline, RunStats* stats);
   absl::Status Post(int32_t lane, std::vector<SendOp> sends, std::vector<RecvOp> recvs,
                     absl::Time deadline);

@@ -171,14 +171,19 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
   return s;
 }
 
-absl::Status DeltaRunner::BeginReceive(WaveWork& w, absl::Time deadline) {
+std::vector<RecvOp> DeltaRunner::HeaderReceives(const WaveWork& w) const {
   std::vector<RecvOp> head;
   int64_t first = 0;
   for (const auto& [peer, count] : w.peers) {
     head.push_back({peer, w.headers + first * kHeader, count * kHeader});
     first += count;
   }
-  return Post(w.lane, {}, std::move(head), deadline);
+  return head;
+}
+
+absl::Status DeltaRunner::BeginReceive(WaveWork& w, absl::Time deadline) {
+  w.headers_posted = true;
+  return Post(w.lane, {}, HeaderReceives(w), deadline);
 }
 
 absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats* stats) {
@@ -248,6 +253,19 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
   if (!gather.empty()) {
     REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, gather));
     if (!copier_->OrderedWithTransport()) REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
+  }
+  // The next wave of this lane: its headers come after these payloads on
+  // the lane (the trainer sends them in that order), so their receive joins
+  // this group. Not on a transport that holds one wave a lane (the host's):
+  // its applies wait for the payloads, which must not wait for the next
+  // headers.
+  if (w.next_on_lane >= 0 && ops_->OrderedWithTransport()) {
+    WaveWork& next = work_[w.next_on_lane];
+    if (!next.headers_posted) {
+      std::vector<RecvOp> head = HeaderReceives(next);
+      payloads.insert(payloads.end(), head.begin(), head.end());
+      next.headers_posted = true;
+    }
   }
   REFIT_RETURN_IF_ERROR(Post(w.lane, {}, std::move(payloads), deadline));
   if (!ops_->OrderedWithTransport()) {

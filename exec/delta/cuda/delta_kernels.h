@@ -56,18 +56,39 @@ inline int64_t WaveEncodeTiles(int64_t bytes) {
   return (bytes + kDeltaTileBytes - 1) / kDeltaTileBytes;
 }
 
-// Encode, pass 1, the one pass over the current and snapshot bytes: the
-// mask of changed words, each tile's count and, when they fit, its changed
-// words in order (`vals`: kWaveValueBytesPerTile a tile; not with
-// `values` false: the gather then reads them from the current bytes). One
-// warp per tile, `unroll` (4 or 8) of its 512-byte steps loaded at once.
-inline constexpr int kWaveMaskUnroll = 4;
+// Encode, pass 1, the one pass over the current and snapshot bytes
+// (delta_mask_kernels.cu): every tile's mask of changed words and count,
+// and, when they fit and `values` is set, its changed words in order
+// (`vals`: kWaveValueBytesPerTile a tile; otherwise the gather reads them
+// from the current bytes); each tile's count is added to totals[its
+// message] (u64, zeroed by the caller). Past a message's end both sides
+// read as zeros.
+enum class WaveMaskKind : int32_t {
+  // One warp per tile, a persistent grid of warps stepping over the tiles
+  // (the warps at work read one window of the batch).
+  kSweep = 0,
+  // One warp per four consecutive tiles, a grid of the batch's size.
+  kTiles = 1,
+  // One block per tile (each thread's 8 chunks of both sides loaded at
+  // once), a persistent grid stepping over the tiles.
+  kBlock = 2,
+  // kBlock's tiles brought into shared memory by bulk copies (Hopper's
+  // cp.async.bulk), three tiles ahead: loads in flight not bounded by
+  // registers. One block per SM.
+  kBulk = 3,
+};
+struct WaveMaskConfig {
+  WaveMaskKind kind = WaveMaskKind::kSweep;
+  int unroll = 4;      // warp kinds: 512-byte warp steps loaded at once (4 or 8)
+  bool values = true;  // keep the changed values for the gather
+  int blocks = 0;      // persistent kinds: the grid (WaveMaskBlocks); 0: the batch's size
+};
+// The blocks of the config's kernel resident on `device` at once (every SM
+// full): the grid of a persistent kind. 0 when the device cannot say.
+int WaveMaskBlocks(int device, const WaveMaskConfig& config);
 void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-                    uint32_t* tile_counts, uint8_t* vals, cudaStream_t stream,
-                    int unroll = kWaveMaskUnroll, bool values = true);
-// totals[i] = message i's changed words, from the scanned tile offsets.
-void LaunchWaveTotals(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* tile_counts,
-                      const uint64_t* tile_offsets, uint64_t* totals, cudaStream_t stream);
+                    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, cudaStream_t stream,
+                    const WaveMaskConfig& config);
 // Encode, pass 2: each kIndices / kBitmask message's payload at its `out`
 // (dense messages: nothing); values from `vals` where the tile's fitted,
 // else (or with vals null) read again from the current bytes.

@@ -123,6 +123,9 @@ class GpuWaveOps : public DeltaWaveOps {
 
   absl::Status Init() {
     REFIT_RETURN_IF_CUDA_ERROR(cudaSetDevice(o_.device));
+    if (o_.mask.kind != WaveMaskKind::kTiles && o_.mask.blocks <= 0) {
+      o_.mask.blocks = WaveMaskBlocks(o_.device, o_.mask);
+    }
     lanes_.resize(t_->num_lanes());
     for (int32_t i = 0; i < t_->num_lanes(); ++i) {
       Lane& l = lanes_[i];
@@ -344,7 +347,7 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   REFIT_RETURN_IF_ERROR(c.table.Reserve(mb, "tables", &retired_));
   REFIT_RETURN_IF_ERROR(
       c.mask.Reserve(c.num_tiles * kWaveMaskWordsPerTile * 4, "mask", &retired_));
-  if (o_.mask_values) {
+  if (o_.mask.values) {
     REFIT_RETURN_IF_ERROR(
         c.vals.Reserve(c.num_tiles * kWaveValueBytesPerTile, "values", &retired_));
   }
@@ -356,15 +359,12 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   const auto* dmsgs = reinterpret_cast<const WaveMsg*>(c.table.p);
   const auto nm = static_cast<int32_t>(c.num_msgs);
   auto* counts = reinterpret_cast<uint32_t*>(c.counts.p);
-  auto* offsets = reinterpret_cast<uint64_t*>(c.offsets.p);
   REFIT_RETURN_IF_CUDA_ERROR(
       cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->codec));
+  auto* totals = reinterpret_cast<uint64_t*>(c.totals.p);
+  REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(totals, 0, c.num_msgs * 8, l->codec));
   LaunchWaveMask(dmsgs, nm, c.num_tiles, reinterpret_cast<uint32_t*>(c.mask.p), counts,
-                 reinterpret_cast<uint8_t*>(c.vals.p), l->codec, o_.mask_unroll,
-                 o_.mask_values);
-  LaunchTileScan(counts, c.num_tiles, offsets, offsets + c.num_tiles, l->codec);
-  LaunchWaveTotals(dmsgs, c.num_msgs, counts, offsets,
-                   reinterpret_cast<uint64_t*>(c.totals.p), l->codec);
+                 reinterpret_cast<uint8_t*>(c.vals.p), totals, l->codec, o_.mask);
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(c.totals_h.p, c.totals.p, c.num_msgs * 8,
                                              cudaMemcpyDeviceToHost, l->codec));
@@ -433,12 +433,16 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
     const int64_t mb = c.num_msgs * sizeof(WaveMsg);
     REFIT_RETURN_IF_CUDA_ERROR(
         cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->gather));
+    // The tiles' offsets for the gather (the count needed only the totals).
+    auto* offsets = reinterpret_cast<uint64_t*>(c.offsets.p);
+    LaunchTileScan(reinterpret_cast<const uint32_t*>(c.counts.p), c.num_tiles, offsets,
+                   offsets + c.num_tiles, l->gather);
     LaunchWaveGather(reinterpret_cast<const WaveMsg*>(c.table.p),
                      static_cast<int32_t>(c.num_msgs), c.num_tiles,
                      reinterpret_cast<const uint32_t*>(c.mask.p),
                      reinterpret_cast<const uint32_t*>(c.counts.p),
                      reinterpret_cast<const uint64_t*>(c.offsets.p),
-                     o_.mask_values ? reinterpret_cast<const uint8_t*>(c.vals.p) : nullptr,
+                     o_.mask.values ? reinterpret_cast<const uint8_t*>(c.vals.p) : nullptr,
                      l->gather);
     REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   }
