@@ -33,10 +33,11 @@
 // before a byte is written, so a malformed message changes nothing.
 //
 // Verified rounds (options.verify): the trainer digests all its current
-// bytes of every message at their engine places, the engine digests what
-// its buffers hold at every place the plan writes, after the round; both
-// are in digests() per (engine rank, tensor) for the control plane to
-// compare (round_digest.h: CompareDigests).
+// bytes of every message at their engine places (a GPU member in the same
+// read as its count), the engine digests what its buffers hold at every
+// place the plan writes, each wave once applied (a GPU member beside the
+// later waves' transfers); both are in digests() per (engine rank, tensor)
+// for the control plane to compare (round_digest.h: CompareDigests).
 #ifndef REFIT_EXEC_DELTA_DELTA_RUNNER_H_
 #define REFIT_EXEC_DELTA_DELTA_RUNNER_H_
 
@@ -200,6 +201,7 @@ class DeltaRunner : public RoundRunner {
     int64_t stage_offset = -1;    // in the wave's staging when packed
     std::vector<StreamDigestRun> runs;  // verify: its stream's digest runs
     std::vector<int32_t> run_slots;     // their slots in digest_keys_
+    std::vector<DigestItem> digest;     // this round's runs (trainer: counted with it)
     // This round: the header sent or received and where its payload lies.
     DeltaHeader header;
     char* payload = nullptr;
@@ -239,6 +241,11 @@ class DeltaRunner : public RoundRunner {
   absl::Status Post(int32_t lane, std::vector<SendOp> sends, std::vector<RecvOp> recvs,
                     absl::Time deadline);
   absl::Status Drain(absl::Time deadline);
+  // Verified rounds: the digest items of m's stream at `stream`; an
+  // engine's digest of wave w once applied (enqueued behind it); the
+  // round's sums.
+  void DigestItems(MsgWork& m, const char* stream) const;
+  absl::Status DigestWave(WaveWork& w, absl::Time deadline);
   absl::Status DigestRound(absl::Time deadline);
   // Grows a wave's encoding buffer to `bytes`, to at least `floor` (so
   // later rounds rarely grow it: freeing device memory waits for the

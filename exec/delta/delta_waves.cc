@@ -83,7 +83,7 @@ absl::Status DeltaRunner::BeginSend(WaveWork& w, absl::Time deadline) {
   }
   std::vector<EncodeItem>& items = w.items;
   items.clear();
-  for (const MsgWork& m : w.msgs) {
+  for (MsgWork& m : w.msgs) {
     const EngineDeltaMode mode = static_cast<size_t>(m.engine_rank) < modes_.size()
                                      ? modes_[m.engine_rank]
                                      : EngineDeltaMode{};
@@ -96,6 +96,10 @@ absl::Status DeltaRunner::BeginSend(WaveWork& w, absl::Time deadline) {
     it.snap = delta ? snap->second.data.get() : nullptr;
     it.bytes = m.bytes;
     it.word_bytes = m.word_bytes;
+    // Verified rounds: the count digests the current bytes as it reads them.
+    m.digest.clear();
+    if (options_.verify) DigestItems(m, it.cur);
+    it.digest = m.digest;
     items.push_back(it);
   }
   REFIT_RETURN_IF_ERROR(ops_->StartCount(w.lane, items, deadline));
@@ -279,6 +283,8 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
   REFIT_RETURN_IF_ERROR(ops_->Apply(w.lane, apply, std::move(names), deadline));
   if (!unpack.empty()) REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, unpack));
   delta_stats_.apply_seconds += absl::ToDoubleSeconds(absl::Now() - t1);
+  // Verified rounds: digest what the wave left in the buffers, behind it.
+  if (options_.verify) REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));
   return absl::OkStatus();
 }
 

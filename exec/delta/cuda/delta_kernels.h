@@ -42,14 +42,27 @@ struct WaveMsg {
   int64_t changed = 0;            // encode and apply: words sent
   int32_t word = 1;
   int32_t encoding = 0;           // a DeltaEncoding
+  int32_t first_run = 0;          // encode: its digest runs (LaunchWaveMask), none when
+  int32_t num_runs = 0;           // num_runs is 0
 };
 // A tile: its message (or run) and its index in it.
 struct WaveTile {
   int32_t msg = 0;
   int32_t tile = 0;
 };
-static_assert(sizeof(WaveMsg) == 56 && sizeof(WaveTile) == 8, "copied as bytes");
+static_assert(sizeof(WaveMsg) == 64 && sizeof(WaveTile) == 8, "copied as bytes");
 
+// One digest run of a batch: its tiles (kDeltaTileBytes each) are
+// [first_tile, the next run's first_tile), found on the GPU as a wave's.
+struct WaveDigestRun {
+  const uint8_t* data = nullptr;
+  int64_t bytes = 0;
+  uint64_t first_key = 0;
+  int64_t first_tile = 0;
+  int32_t element_bytes = 1;
+  int32_t slot = 0;
+};
+static_assert(sizeof(WaveDigestRun) == 40, "copied as bytes");
 // Tiles of a message: encode and bitmask apply by kDeltaTileBytes of the
 // message, kIndices apply by kWaveIndicesPerTile indices.
 inline int64_t WaveEncodeTiles(int64_t bytes) {
@@ -62,7 +75,10 @@ inline int64_t WaveEncodeTiles(int64_t bytes) {
 // (`vals`: kWaveValueBytesPerTile a tile; otherwise the gather reads them
 // from the current bytes); each tile's count is added to totals[its
 // message] (u64, zeroed by the caller). Past a message's end both sides
-// read as zeros.
+// read as zeros. Verified rounds: when `sums` is given and the kind digests
+// (WaveMaskDigests), each message's digest runs (`runs` rows [first_run,
+// first_run + num_runs), in stream order, `data` within its current bytes)
+// are digested into sums[run.slot] in the same read.
 enum class WaveMaskKind : int32_t {
   // One warp per tile, a persistent grid of warps stepping over the tiles
   // (the warps at work read one window of the batch).
@@ -81,14 +97,19 @@ struct WaveMaskConfig {
   WaveMaskKind kind = WaveMaskKind::kSweep;
   int unroll = 4;      // warp kinds: 512-byte warp steps loaded at once (4 or 8)
   bool values = true;  // keep the changed values for the gather
-  int blocks = 0;      // persistent kinds: the grid (WaveMaskBlocks); 0: the batch's size
+  int blocks = 0;      // persistent kinds: the grid; 0: WaveMaskBlocks of the device
 };
-// The blocks of the config's kernel resident on `device` at once (every SM
-// full): the grid of a persistent kind. 0 when the device cannot say.
-int WaveMaskBlocks(int device, const WaveMaskConfig& config);
+// The blocks of the config's kernel (`digest`: the one that digests too)
+// resident on `device` at once (every SM full): the grid of a persistent
+// kind. 0 when the device cannot say.
+int WaveMaskBlocks(int device, const WaveMaskConfig& config, bool digest = false);
+// Whether the config's kernel digests (the warp kinds); the others leave
+// the digest to LaunchWaveDigest.
+bool WaveMaskDigests(const WaveMaskConfig& config);
 void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
                     uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, cudaStream_t stream,
-                    const WaveMaskConfig& config);
+                    const WaveMaskConfig& config, const WaveDigestRun* runs = nullptr,
+                    unsigned long long* sums = nullptr);
 // Encode, pass 2: each kIndices / kBitmask message's payload at its `out`
 // (dense messages: nothing); values from `vals` where the tile's fitted,
 // else (or with vals null) read again from the current bytes.
@@ -112,17 +133,6 @@ void LaunchWaveScatter(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                        const uint64_t* tile_offsets, const uint32_t* bad_any,
                        cudaStream_t stream);
 
-// One digest run of a batch: its tiles (kDeltaTileBytes each) are
-// [first_tile, the next run's first_tile), found on the GPU as a wave's.
-struct WaveDigestRun {
-  const uint8_t* data = nullptr;
-  int64_t bytes = 0;
-  uint64_t first_key = 0;
-  int64_t first_tile = 0;
-  int32_t element_bytes = 1;
-  int32_t slot = 0;
-};
-static_assert(sizeof(WaveDigestRun) == 40, "copied as bytes");
 // sums[run.slot] += the digest of every tile of every run. One warp per
 // tile, loads of four 512-byte steps in flight.
 void LaunchWaveDigest(const WaveDigestRun* runs, int32_t num_runs, int64_t num_tiles,

@@ -9,8 +9,102 @@
 
 #include "exec/delta/cuda/delta_device.cuh"
 #include "exec/delta/cuda/delta_kernels.h"
+#include "exec/delta/digest_term.h"
 
 namespace refit {
+
+
+// The trainer's digest in the mask pass (verified rounds): each lane digests
+// the current bytes of its chunks into the running sums as it compares
+// them, so the digest costs no read of its own. A message's digest runs
+// (WaveDigestRun rows [first_run, first_run + num_runs), in stream order,
+// `data` pointing into its current bytes) key each byte; a lane keeps the
+// run of its chunks and its slot's running sum in registers, adds to the
+// slot's sum when its slot changes, and the warp adds its sums at the end of
+// each tile (one atomic when every lane has the same slot).
+struct WaveDigestLane {
+  const WaveDigestRun* runs = nullptr;
+  int32_t ri = 0, re = 0;  // the run, the end of the message's runs
+  const uint8_t* lo = nullptr;
+  const uint8_t* hi = nullptr;
+  uint64_t key = 0;
+  int32_t rslot = -1;
+  int32_t slot = -1;  // the slot `sum` belongs to
+  uint64_t sum = 0;
+
+  __device__ void Load() {
+    if (ri >= re) return;
+    const WaveDigestRun r = runs[ri];
+    lo = r.data;
+    hi = r.data + r.bytes;
+    key = r.first_key;
+    rslot = r.slot;
+  }
+  // The message's first run that ends past p.
+  __device__ void Seek(const WaveMsg& m, const WaveDigestRun* table, const uint8_t* p) {
+    runs = table;
+    int32_t a = m.first_run, b = m.first_run + m.num_runs;
+    re = b;
+    while (a < b) {
+      const int32_t mid = (a + b) / 2;
+      if (table[mid].data + table[mid].bytes <= p) {
+        a = mid + 1;
+      } else {
+        b = mid;
+      }
+    }
+    ri = a;
+    Load();
+  }
+  __device__ static uint64_t KeepBytes(uint64_t v, int a, int b) {  // bytes [a, b) of 8
+    a = a < 0 ? 0 : a;
+    b = b > 8 ? 8 : b;
+    if (b <= a) return 0;
+    const uint64_t below_b = b == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * b)) - 1;
+    const uint64_t below_a = (uint64_t{1} << (8 * a)) - 1;
+    return v & below_b & ~below_a;
+  }
+  // Digests the chunk `c` of bytes [p, pend) (pend - p <= 16).
+  __device__ void Add(const DeltaChunk& c, const uint8_t* p, const uint8_t* pend,
+                      unsigned long long* sums) {
+    const uint64_t w0 = c.w[0] | (static_cast<uint64_t>(c.w[1]) << 32);
+    const uint64_t w1 = c.w[2] | (static_cast<uint64_t>(c.w[3]) << 32);
+    const uint8_t* at = p;
+    while (at < pend) {
+      while (ri < re && hi <= at) {
+        ++ri;
+        Load();
+      }
+      if (ri >= re || lo >= pend) return;
+      const uint8_t* x0 = at > lo ? at : lo;
+      const uint8_t* x1 = pend < hi ? pend : hi;
+      if (rslot != slot) {
+        if (slot >= 0 && sum != 0) atomicAdd(sums + slot, static_cast<unsigned long long>(sum));
+        slot = rslot;
+        sum = 0;
+      }
+      const int a = static_cast<int>(x0 - p), b = static_cast<int>(x1 - p);
+      const bool all = a == 0 && b == 16;
+      sum += Digest16(key + static_cast<uint64_t>(p - lo), all ? w0 : KeepBytes(w0, a, b),
+                      all ? w1 : KeepBytes(w1, a - 8, b - 8));
+      at = x1;
+    }
+  }
+  // Warp-collective: adds the lanes' sums to their slots.
+  __device__ void Flush(unsigned long long* sums) {
+    const int first = __shfl_sync(0xffffffffu, slot, 0);
+    if (__all_sync(0xffffffffu, slot == first || sum == 0)) {
+      uint64_t s = sum;
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if ((threadIdx.x & 31) == 0 && first >= 0 && s != 0) {
+        atomicAdd(sums + first, static_cast<unsigned long long>(s));
+      }
+    } else if (slot >= 0 && sum != 0) {
+      atomicAdd(sums + slot, static_cast<unsigned long long>(sum));
+    }
+    sum = 0;
+  }
+};
 
 // The mask pass: one warp per tile, no block-wide step. The warp reads the
 // tile in steps of 512 bytes (16 per lane) of the current and snapshot
@@ -20,9 +114,11 @@ namespace refit {
 // current bytes again), and the lanes of a mask word OR their bits
 // together. Past the message's end both sides read as zeros: no bits, but
 // the tile's whole mask is written (the gather reads all of it).
-template <int W, int kUnroll, bool kValues>
+template <int W, int kUnroll, bool kValues, bool kDigest>
 __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int64_t g,
-                                            uint32_t* mask, uint8_t* vals) {
+                                            uint32_t* mask, uint8_t* vals,
+                                            const WaveDigestRun* runs,
+                                            unsigned long long* sums) {
   constexpr int kBits = kDeltaChunk / W;  // bits per lane per step
   constexpr int kGroup = 32 / kBits;      // lanes per mask word
   constexpr uint32_t kCap = static_cast<uint32_t>(kWaveValueBytesPerTile / W);
@@ -33,6 +129,9 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
   uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
   uint8_t* tvals = vals + g * kWaveValueBytesPerTile;
   uint32_t count = 0;  // the tile's changed words before this step (kValues: the lane's)
+  const bool digest = kDigest && m.num_runs > 0;  // the same in the warp
+  WaveDigestLane dl;
+  if (digest) dl.Seek(m, runs, m.cur + base + lane * kDeltaChunk);
   for (int s0 = 0; s0 < kMaskSteps; s0 += kUnroll) {
     DeltaChunk a[kUnroll], b[kUnroll];
 #pragma unroll
@@ -53,6 +152,13 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
+      if (digest) {
+        const int64_t off = base + static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
+        if (off < m.bytes) {
+          dl.Add(a[u], m.cur + off, m.cur + (off + kDeltaChunk < m.bytes ? off + kDeltaChunk : m.bytes),
+                 sums);
+        }
+      }
       const uint32_t bits = DeltaDiffBits(a[u], b[u], W);
       const uint32_t c = __popc(bits);
       if (kValues) {
@@ -87,6 +193,7 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
   if (!kValues) {
     for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
   }
+  if (digest) dl.Flush(sums);
   return count;  // the same in every lane
 }
 
@@ -97,17 +204,18 @@ __device__ inline void WaveMaskTileDone(uint32_t count, int64_t g, uint32_t* til
   if (count != 0) atomicAdd(reinterpret_cast<unsigned long long*>(total), count);
 }
 
-template <int kUnroll, bool kValues>
+template <int kUnroll, bool kValues, bool kDigest>
 __device__ inline void WaveMaskWarpAt(const WaveMsg* msgs, int32_t i, int64_t g, uint32_t* mask,
-                                      uint32_t* tile_counts, uint8_t* vals, uint64_t* totals) {
+                                      uint32_t* tile_counts, uint8_t* vals, uint64_t* totals,
+                                      const WaveDigestRun* runs, unsigned long long* sums) {
   const WaveMsg m = msgs[i];
   const int64_t t = g - m.first_tile;
   uint32_t c;
   switch (m.word) {
-    case 1: c = WaveMaskTileWarp<1, kUnroll, kValues>(m, t, g, mask, vals); break;
-    case 2: c = WaveMaskTileWarp<2, kUnroll, kValues>(m, t, g, mask, vals); break;
-    case 4: c = WaveMaskTileWarp<4, kUnroll, kValues>(m, t, g, mask, vals); break;
-    default: c = WaveMaskTileWarp<8, kUnroll, kValues>(m, t, g, mask, vals); break;
+    case 1: c = WaveMaskTileWarp<1, kUnroll, kValues, kDigest>(m, t, g, mask, vals, runs, sums); break;
+    case 2: c = WaveMaskTileWarp<2, kUnroll, kValues, kDigest>(m, t, g, mask, vals, runs, sums); break;
+    case 4: c = WaveMaskTileWarp<4, kUnroll, kValues, kDigest>(m, t, g, mask, vals, runs, sums); break;
+    default: c = WaveMaskTileWarp<8, kUnroll, kValues, kDigest>(m, t, g, mask, vals, runs, sums); break;
   }
   if ((threadIdx.x & 31) == 0) WaveMaskTileDone(c, g, tile_counts, totals + i);
 }
@@ -116,10 +224,11 @@ __device__ inline void WaveMaskWarpAt(const WaveMsg* msgs, int32_t i, int64_t g,
 // the first one's message), a grid of the batch's size.
 constexpr int kMaskTilesPerWarp = 4;
 
-template <int kUnroll, bool kValues>
-__global__ void __launch_bounds__(kDeltaThreads) WaveMaskTilesKernel(
+template <int kUnroll, bool kValues, bool kDigest>
+__global__ void __launch_bounds__(kDeltaThreads, kDigest ? 3 : 1) WaveMaskTilesKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals) {
+    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, const WaveDigestRun* runs,
+    unsigned long long* sums) {
   const int64_t g0 =
       (static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5)) *
       kMaskTilesPerWarp;
@@ -127,22 +236,23 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveMaskTilesKernel(
   int32_t i = WaveFindMsg(msgs, num_msgs, g0);
   for (int64_t g = g0; g < min(num_tiles, g0 + kMaskTilesPerWarp); ++g) {
     while (i + 1 < num_msgs && msgs[i + 1].first_tile <= g) ++i;
-    WaveMaskWarpAt<kUnroll, kValues>(msgs, i, g, mask, tile_counts, vals, totals);
+    WaveMaskWarpAt<kUnroll, kValues, kDigest>(msgs, i, g, mask, tile_counts, vals, totals, runs, sums);
   }
 }
 
 // kSweep: a persistent grid (as many blocks as fit on the device at once);
 // warp w of W runs tiles w, w + W, w + 2W, ...: the warps at work read one
 // window of the batch, and every warp ends within a tile of the others.
-template <int kUnroll, bool kValues>
-__global__ void __launch_bounds__(kDeltaThreads) WaveMaskSweepKernel(
+template <int kUnroll, bool kValues, bool kDigest>
+__global__ void __launch_bounds__(kDeltaThreads, kDigest ? 3 : 1) WaveMaskSweepKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals) {
+    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, const WaveDigestRun* runs,
+    unsigned long long* sums) {
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kDeltaThreads / 32);
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5);
        g < num_tiles; g += warps) {
-    WaveMaskWarpAt<kUnroll, kValues>(msgs, WaveFindMsg(msgs, num_msgs, g), g, mask,
-                                     tile_counts, vals, totals);
+    WaveMaskWarpAt<kUnroll, kValues, kDigest>(msgs, WaveFindMsg(msgs, num_msgs, g), g, mask,
+                                     tile_counts, vals, totals, runs, sums);
   }
 }
 
@@ -227,7 +337,8 @@ __device__ inline void WaveMaskTileBlock(const WaveMsg& m, int64_t tile, int64_t
 template <bool kValues>
 __global__ void __launch_bounds__(kDeltaThreads) WaveMaskBlockKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals) {
+    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, const WaveDigestRun* runs,
+    unsigned long long* sums) {
   for (int64_t g = blockIdx.x; g < num_tiles; g += gridDim.x) {
     const int32_t i = WaveFindMsg(msgs, num_msgs, g);
     const WaveMsg m = msgs[i];
@@ -294,7 +405,8 @@ __device__ inline void WaveBulkWait(uint64_t* bar, uint32_t parity) {
 template <bool kValues>
 __global__ void __launch_bounds__(kDeltaThreads) WaveMaskBulkKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals) {
+    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, const WaveDigestRun* runs,
+    unsigned long long* sums) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t bars[kBulkStages];
   const int64_t G = gridDim.x;
@@ -350,21 +462,34 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveMaskBulkKernel(
 namespace {
 
 using MaskKernel = void (*)(const WaveMsg*, int32_t, int64_t, uint32_t*, uint32_t*, uint8_t*,
-                            uint64_t*);
+                            uint64_t*, const WaveDigestRun*, unsigned long long*);
 
-MaskKernel PickMaskKernel(const WaveMaskConfig& c) {
-  const bool eight = c.unroll == 8;
+// The digesting warp kernels load four steps at once (eight would spill).
+template <template <int, bool, bool> class K>
+MaskKernel PickWarp(const WaveMaskConfig& c, bool digest) {
+  if (digest) return c.values ? K<4, true, true>::kFn : K<4, false, true>::kFn;
+  if (c.unroll == 8) return c.values ? K<8, true, false>::kFn : K<8, false, false>::kFn;
+  return c.values ? K<4, true, false>::kFn : K<4, false, false>::kFn;
+}
+template <int U, bool V, bool D>
+struct SweepOf {
+  static constexpr MaskKernel kFn = WaveMaskSweepKernel<U, V, D>;
+};
+template <int U, bool V, bool D>
+struct TilesOf {
+  static constexpr MaskKernel kFn = WaveMaskTilesKernel<U, V, D>;
+};
+
+MaskKernel PickMaskKernel(const WaveMaskConfig& c, bool digest = false) {
   switch (c.kind) {
     case WaveMaskKind::kTiles:
-      if (c.values) return eight ? WaveMaskTilesKernel<8, true> : WaveMaskTilesKernel<4, true>;
-      return eight ? WaveMaskTilesKernel<8, false> : WaveMaskTilesKernel<4, false>;
+      return PickWarp<TilesOf>(c, digest);
     case WaveMaskKind::kBlock:
       return c.values ? WaveMaskBlockKernel<true> : WaveMaskBlockKernel<false>;
     case WaveMaskKind::kBulk:
       return c.values ? WaveMaskBulkKernel<true> : WaveMaskBulkKernel<false>;
     default:
-      if (c.values) return eight ? WaveMaskSweepKernel<8, true> : WaveMaskSweepKernel<4, true>;
-      return eight ? WaveMaskSweepKernel<8, false> : WaveMaskSweepKernel<4, false>;
+      return PickWarp<SweepOf>(c, digest);
   }
 }
 
@@ -380,9 +505,14 @@ cudaError_t AllowSmem(MaskKernel k, const WaveMaskConfig& c) {
 
 }  // namespace
 
-int WaveMaskBlocks(int device, const WaveMaskConfig& c) {
+bool WaveMaskDigests(const WaveMaskConfig& c) {
+  return c.kind == WaveMaskKind::kSweep || c.kind == WaveMaskKind::kTiles;
+}
+
+namespace {
+
+int ResidentBlocks(int device, MaskKernel k, const WaveMaskConfig& c) {
   int sms = 0, per_sm = 0;
-  const MaskKernel k = PickMaskKernel(c);
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       AllowSmem(k, c) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(k),
@@ -392,11 +522,20 @@ int WaveMaskBlocks(int device, const WaveMaskConfig& c) {
   return sms * per_sm;
 }
 
+}  // namespace
+
+int WaveMaskBlocks(int device, const WaveMaskConfig& c, bool digest) {
+  return ResidentBlocks(device, PickMaskKernel(c, digest && WaveMaskDigests(c)), c);
+}
+
 void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
                     uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, cudaStream_t stream,
-                    const WaveMaskConfig& c) {
+                    const WaveMaskConfig& c, const WaveDigestRun* runs,
+                    unsigned long long* sums) {
   if (num_tiles == 0 || num_msgs == 0) return;
   const int64_t warps_per_block = kDeltaThreads / 32;
+  const bool digest = sums != nullptr && runs != nullptr && WaveMaskDigests(c);
+  const MaskKernel k = PickMaskKernel(c, digest);
   int64_t blocks = 0;
   if (c.kind == WaveMaskKind::kTiles) {
     blocks = (num_tiles + warps_per_block * kMaskTilesPerWarp - 1) /
@@ -405,12 +544,14 @@ void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, ui
     const int64_t need = c.kind == WaveMaskKind::kBlock || c.kind == WaveMaskKind::kBulk
                              ? num_tiles
                              : (num_tiles + warps_per_block - 1) / warps_per_block;
-    blocks = c.blocks > 0 && c.blocks < need ? c.blocks : need;
+    int device = 0;
+    int grid = c.blocks;
+    if (grid <= 0 && cudaGetDevice(&device) == cudaSuccess) grid = ResidentBlocks(device, k, c);
+    blocks = grid > 0 && grid < need ? grid : need;
   }
-  const MaskKernel k = PickMaskKernel(c);
   if (AllowSmem(k, c) != cudaSuccess) return;  // the launch error stays for cudaGetLastError
   k<<<static_cast<unsigned int>(blocks), kDeltaThreads, MaskSmem(c), stream>>>(
-      msgs, num_msgs, num_tiles, mask, tile_counts, vals, totals);
+      msgs, num_msgs, num_tiles, mask, tile_counts, vals, totals, runs, digest ? sums : nullptr);
 }
 
 }  // namespace refit

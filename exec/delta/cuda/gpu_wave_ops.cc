@@ -91,7 +91,14 @@ struct Lane {
   std::vector<std::string> pending;  // names of the apply in flight
   int64_t pending_msgs = 0;
   Mem headers_in_h{nullptr, 0, true};
-  Mem digest_h{nullptr, 0, true}, digest, sums, sums_h{nullptr, 0, true};
+  // Ours: digests (AddDigest), beside the lane's transfers.
+  cudaStream_t digest = nullptr;
+};
+
+// One AddDigest's (or a count's dense messages') runs: host and device
+// tables, kept until TakeDigests (the kernel reads the device one).
+struct DigestTable {
+  Mem host{nullptr, 0, true}, dev;
 };
 
 class GpuWaveOps : public DeltaWaveOps {
@@ -103,8 +110,9 @@ class GpuWaveOps : public DeltaWaveOps {
     for (Lane& l : lanes_) {
       if (l.codec != nullptr) cudaStreamSynchronize(l.codec);
       if (l.gather != nullptr) cudaStreamSynchronize(l.gather);
+      if (l.digest != nullptr) cudaStreamSynchronize(l.digest);
       for (Mem* m : {&l.apply_h, &l.apply, &l.apply_counts, &l.apply_offsets, &l.bad, &l.bad_h,
-                     &l.headers_in_h, &l.digest_h, &l.digest, &l.sums, &l.sums_h}) {
+                     &l.headers_in_h}) {
         m->Release();
       }
       for (CountSlot& c : l.slots) {
@@ -118,19 +126,24 @@ class GpuWaveOps : public DeltaWaveOps {
       }
       if (l.codec != nullptr) cudaStreamDestroy(l.codec);
       if (l.gather != nullptr) cudaStreamDestroy(l.gather);
+      if (l.digest != nullptr) cudaStreamDestroy(l.digest);
     }
+    for (DigestTable& t : tables_) {
+      t.host.Release();
+      t.dev.Release();
+    }
+    sums_.Release();
+    sums_h_.Release();
   }
 
   absl::Status Init() {
     REFIT_RETURN_IF_CUDA_ERROR(cudaSetDevice(o_.device));
-    if (o_.mask.kind != WaveMaskKind::kTiles && o_.mask.blocks <= 0) {
-      o_.mask.blocks = WaveMaskBlocks(o_.device, o_.mask);
-    }
     lanes_.resize(t_->num_lanes());
     for (int32_t i = 0; i < t_->num_lanes(); ++i) {
       Lane& l = lanes_[i];
       l.stream = static_cast<cudaStream_t>(t_->stream(i));
       REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.codec, cudaStreamNonBlocking));
+      REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.digest, cudaStreamNonBlocking));
       int least = 0, greatest = 0;
       REFIT_RETURN_IF_CUDA_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
       REFIT_RETURN_IF_CUDA_ERROR(
@@ -195,7 +208,7 @@ class GpuWaveOps : public DeltaWaveOps {
 
   absl::Status Sync(int32_t lane, absl::Time deadline) override {
     REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
-    for (cudaStream_t s : {l->stream, l->codec, l->gather}) {
+    for (cudaStream_t s : {l->stream, l->codec, l->gather, l->digest}) {
       REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, s));
       REFIT_RETURN_IF_ERROR(Wait(l->mark, deadline, "delta kernels"));
     }
@@ -231,8 +244,10 @@ class GpuWaveOps : public DeltaWaveOps {
   absl::Status Apply(int32_t lane, absl::Span<const ApplyItem> items,
                      std::vector<std::string> names, absl::Time deadline) override;
   absl::Status Finish(absl::Time deadline) override;
-  absl::StatusOr<std::vector<uint64_t>> Digest(int32_t lane, absl::Span<const DigestItem> items,
-                                               int32_t slots, absl::Time deadline) override;
+  absl::Status StartDigests(int32_t slots) override;
+  absl::Status AddDigest(int32_t lane, absl::Span<const DigestItem> items,
+                         absl::Time deadline) override;
+  absl::StatusOr<std::vector<uint64_t>> TakeDigests(absl::Time deadline) override;
 
  private:
   absl::StatusOr<Lane*> Get(int32_t lane) {
@@ -278,7 +293,21 @@ class GpuWaveOps : public DeltaWaveOps {
   GpuWaveOpsOptions o_;
   std::vector<Lane> lanes_;
   absl::Status failure_;
+  // Digest runs of `items` (checked) as rows, their tiles numbered from 0;
+  // *tiles their count.
+  absl::StatusOr<std::vector<WaveDigestRun>> DigestRuns(absl::Span<const DigestItem> items,
+                                                        int64_t* tiles);
+  // Uploads `runs` into the next table, on `stream`; returns its rows.
+  absl::StatusOr<const WaveDigestRun*> UploadRuns(const std::vector<WaveDigestRun>& runs,
+                                                  cudaStream_t stream);
+
   std::vector<Mem> retired_;  // grown out of, freed by Finish
+  // Verified rounds: the running sums (StartDigests), the tables of the
+  // round's digests so far.
+  Mem sums_, sums_h_{nullptr, 0, true};
+  int32_t slots_ = 0;
+  std::vector<DigestTable> tables_;
+  size_t tables_used_ = 0;
 };
 
 absl::Status CheckItem(const EncodeItem& it) {
@@ -317,11 +346,29 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   std::vector<WaveMsg> msgs;
   int64_t num_tiles = 0;
   c.msg_of_item.assign(items.size(), -1);
+  // Digest runs: of counted messages (read by their count), of the others.
+  std::vector<DigestItem> counted_runs, other_runs;
   for (size_t i = 0; i < items.size(); ++i) {
     const EncodeItem& it = items[i];
     REFIT_RETURN_IF_ERROR(CheckItem(it));
-    if (it.snap == nullptr || it.bytes == 0) continue;
+    const bool counted = it.snap != nullptr && it.bytes > 0;
+    std::vector<DigestItem> runs;
+    for (const DigestItem& d : it.digest) {
+      if (d.data < it.cur || d.bytes < 0 || d.data + d.bytes > it.cur + it.bytes) {
+        return absl::InvalidArgumentError("digest: a run outside its message's bytes");
+      }
+      if (d.bytes > 0) runs.push_back(d);
+    }
+    std::sort(runs.begin(), runs.end(),
+              [](const DigestItem& a, const DigestItem& b) { return a.data < b.data; });
+    if (!counted) {
+      other_runs.insert(other_runs.end(), runs.begin(), runs.end());
+      continue;
+    }
     WaveMsg m;
+    m.first_run = static_cast<int32_t>(counted_runs.size());
+    m.num_runs = static_cast<int32_t>(runs.size());
+    counted_runs.insert(counted_runs.end(), runs.begin(), runs.end());
     m.cur = reinterpret_cast<const uint8_t*>(it.cur);
     m.snap = reinterpret_cast<const uint8_t*>(it.snap);
     m.bytes = it.bytes;
@@ -339,6 +386,10 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   c.num_tiles = num_tiles;
   c.words_of_item.resize(items.size());
   for (size_t i = 0; i < items.size(); ++i) c.words_of_item[i] = items[i].bytes / items[i].word_bytes;
+  int64_t run_tiles = 0;
+  REFIT_ASSIGN_OR_RETURN(std::vector<WaveDigestRun> run_rows,
+                         DigestRuns(counted_runs, &run_tiles));
+  REFIT_RETURN_IF_ERROR(AddDigest(lane, other_runs, deadline));
   c.counting = true;
   l->started.push_back(si);
   if (msgs.empty()) return absl::OkStatus();
@@ -363,8 +414,18 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
       cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->codec));
   auto* totals = reinterpret_cast<uint64_t*>(c.totals.p);
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(totals, 0, c.num_msgs * 8, l->codec));
+  const WaveDigestRun* rows = nullptr;
+  if (!run_rows.empty()) {
+    REFIT_ASSIGN_OR_RETURN(rows, UploadRuns(run_rows, l->codec));
+  }
+  auto* sums = reinterpret_cast<unsigned long long*>(sums_.p);
   LaunchWaveMask(dmsgs, nm, c.num_tiles, reinterpret_cast<uint32_t*>(c.mask.p), counts,
-                 reinterpret_cast<uint8_t*>(c.vals.p), totals, l->codec, o_.mask);
+                 reinterpret_cast<uint8_t*>(c.vals.p), totals, l->codec, o_.mask, rows,
+                 rows != nullptr ? sums : nullptr);
+  // A mask kernel that does not digest: the runs read again after it.
+  if (rows != nullptr && !WaveMaskDigests(o_.mask)) {
+    LaunchWaveDigest(rows, static_cast<int32_t>(run_rows.size()), run_tiles, sums, l->codec);
+  }
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(c.totals_h.p, c.totals.p, c.num_msgs * 8,
                                              cudaMemcpyDeviceToHost, l->codec));
@@ -534,54 +595,90 @@ absl::Status GpuWaveOps::Finish(absl::Time deadline) {
   return s;
 }
 
-absl::StatusOr<std::vector<uint64_t>> GpuWaveOps::Digest(int32_t lane,
-                                                         absl::Span<const DigestItem> items,
-                                                         int32_t slots, absl::Time deadline) {
-  REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
-  std::vector<uint64_t> sums(static_cast<size_t>(std::max(slots, 0)), 0);
+absl::StatusOr<std::vector<WaveDigestRun>> GpuWaveOps::DigestRuns(
+    absl::Span<const DigestItem> items, int64_t* tiles) {
   std::vector<WaveDigestRun> runs;
-  int64_t num_tiles = 0;
+  *tiles = 0;
   for (const DigestItem& it : items) {
     const int w = it.element_bytes;
     if (w != 1 && w != 2 && w != 4 && w != 8) {
       return absl::InvalidArgumentError(absl::StrCat("digest: element size ", w));
     }
-    if (it.bytes < 0 || it.bytes % w != 0 || it.slot < 0 || it.slot >= slots) {
+    if (it.bytes < 0 || it.bytes % w != 0 || it.slot < 0 || it.slot >= slots_) {
       return absl::InvalidArgumentError(absl::StrCat("digest: a run of ", it.bytes,
-                                                     " bytes into slot ", it.slot));
+                                                     " bytes into slot ", it.slot, " of ",
+                                                     slots_));
     }
     if (it.bytes == 0) continue;
     if (runs.size() >= static_cast<size_t>(INT32_MAX)) {
       return absl::InvalidArgumentError("digest: more than 2^31 runs");
     }
-    runs.push_back({reinterpret_cast<const uint8_t*>(it.data), it.bytes, it.first_key, num_tiles,
+    runs.push_back({reinterpret_cast<const uint8_t*>(it.data), it.bytes, it.first_key, *tiles,
                     w, it.slot});
-    num_tiles += WaveEncodeTiles(it.bytes);
+    *tiles += WaveEncodeTiles(it.bytes);
   }
-  if (runs.empty() || slots <= 0) return sums;
-  // After everything on every lane (the applies wrote what we digest).
-  for (Lane& o : lanes_) {
-    REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(o.mark, o.stream));
-    REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->codec, o.mark, 0));
-  }
+  return runs;
+}
+
+absl::StatusOr<const WaveDigestRun*> GpuWaveOps::UploadRuns(
+    const std::vector<WaveDigestRun>& runs, cudaStream_t stream) {
+  if (tables_used_ == tables_.size()) tables_.emplace_back();
+  DigestTable& t = tables_[tables_used_++];
   const int64_t rb = static_cast<int64_t>(runs.size() * sizeof(WaveDigestRun));
-  REFIT_RETURN_IF_ERROR(l->digest_h.Reserve(rb, "digest tables", &retired_));
-  REFIT_RETURN_IF_ERROR(l->digest.Reserve(rb, "digest tables", &retired_));
-  REFIT_RETURN_IF_ERROR(l->sums.Reserve(slots * 8, "digest sums", &retired_));
-  REFIT_RETURN_IF_ERROR(l->sums_h.Reserve(slots * 8, "digest sums", &retired_));
-  std::memcpy(l->digest_h.p, runs.data(), rb);
+  // Every kernel that read this table ended at the last TakeDigests.
+  REFIT_RETURN_IF_ERROR(t.host.Reserve(rb, "digest tables", &retired_));
+  REFIT_RETURN_IF_ERROR(t.dev.Reserve(rb, "digest tables", &retired_));
+  std::memcpy(t.host.p, runs.data(), rb);
   REFIT_RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(l->digest.p, l->digest_h.p, rb, cudaMemcpyHostToDevice, l->codec));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(l->sums.p, 0, slots * 8, l->codec));
-  LaunchWaveDigest(reinterpret_cast<const WaveDigestRun*>(l->digest.p),
-                   static_cast<int32_t>(runs.size()), num_tiles,
-                   reinterpret_cast<unsigned long long*>(l->sums.p), l->codec);
+      cudaMemcpyAsync(t.dev.p, t.host.p, rb, cudaMemcpyHostToDevice, stream));
+  return reinterpret_cast<const WaveDigestRun*>(t.dev.p);
+}
+
+absl::Status GpuWaveOps::StartDigests(int32_t slots) {
+  if (slots < 0) return absl::InvalidArgumentError(absl::StrCat("digest: ", slots, " slots"));
+  REFIT_ASSIGN_OR_RETURN(Lane * l, Get(0));
+  // Every lane is idle (the caller's promise): the sums may move.
+  REFIT_RETURN_IF_ERROR(sums_.Reserve(std::max(slots, 1) * 8, "digest sums", &retired_));
+  REFIT_RETURN_IF_ERROR(sums_h_.Reserve(std::max(slots, 1) * 8, "digest sums", &retired_));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(sums_.p, 0, std::max(slots, 1) * 8, l->codec));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(l->codec));
+  slots_ = slots;
+  tables_used_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status GpuWaveOps::AddDigest(int32_t lane, absl::Span<const DigestItem> items,
+                                   absl::Time deadline) {
+  REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
+  (void)deadline;
+  int64_t tiles = 0;
+  REFIT_ASSIGN_OR_RETURN(std::vector<WaveDigestRun> runs, DigestRuns(items, &tiles));
+  if (runs.empty()) return absl::OkStatus();
+  // After what the lane holds now (the applies wrote what we digest), on
+  // the lane's digest stream.
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, l->stream));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->digest, l->mark, 0));
+  REFIT_ASSIGN_OR_RETURN(const WaveDigestRun* rows, UploadRuns(runs, l->digest));
+  LaunchWaveDigest(rows, static_cast<int32_t>(runs.size()), tiles,
+                   reinterpret_cast<unsigned long long*>(sums_.p), l->digest);
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
-  REFIT_RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(l->sums_h.p, l->sums.p, slots * 8, cudaMemcpyDeviceToHost, l->codec));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, l->codec));
-  REFIT_RETURN_IF_ERROR(Wait(l->mark, deadline, "delta digest"));
-  std::memcpy(sums.data(), l->sums_h.p, slots * 8);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint64_t>> GpuWaveOps::TakeDigests(absl::Time deadline) {
+  for (int32_t i = 0; i < static_cast<int32_t>(lanes_.size()); ++i) {
+    REFIT_RETURN_IF_ERROR(Sync(i, deadline));
+  }
+  std::vector<uint64_t> sums(static_cast<size_t>(slots_), 0);
+  if (slots_ > 0) {
+    REFIT_ASSIGN_OR_RETURN(Lane * l, Get(0));
+    REFIT_RETURN_IF_CUDA_ERROR(
+        cudaMemcpyAsync(sums_h_.p, sums_.p, slots_ * 8, cudaMemcpyDeviceToHost, l->codec));
+    REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, l->codec));
+    REFIT_RETURN_IF_ERROR(Wait(l->mark, deadline, "delta digest"));
+    std::memcpy(sums.data(), sums_h_.p, slots_ * 8);
+  }
+  tables_used_ = 0;
   return sums;
 }
 

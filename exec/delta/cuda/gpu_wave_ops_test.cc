@@ -273,7 +273,9 @@ TEST(GpuWaveOpsTest, AWaveEncodesAsTheHostAndApplies) {
 // any word-aligned address): with either unroll, values kept or not, the
 // same headers and
 // payload bytes as the host ops, applied on the device it gives the
-// current bytes back, and the digest of the same runs equals the host's.
+// current bytes back, and the digest of the same runs equals the host's:
+// both digested by the count (runs cut anywhere in a message, several
+// slots a message, messages without a snapshot) and on their own.
 TEST(GpuWaveOpsTest, ManyMessagesAtAnyAlignmentEncodeAsTheHost) {
   REFIT_SKIP_WITHOUT_GPU("gpu_wave_ops_test");
   std::unique_ptr<DeltaWaveOps> host = MakeHostWaveOps();
@@ -290,6 +292,8 @@ TEST(GpuWaveOpsTest, ManyMessagesAtAnyAlignmentEncodeAsTheHost) {
       std::vector<Bytes> cur(kMessages), snap(kMessages);
       std::vector<EncodeItem> hitems, ditems;
       std::vector<char*> dev;
+      // Per message, its digest runs in the count (host and device).
+      std::vector<std::vector<DigestItem>> hruns(kMessages), druns(kMessages);
       for (int i = 0; i < kMessages; ++i) {
         const int word = 1 << (rng() % 4);
         const int64_t sizes[] = {0, 40, 32768, 32768 * 4 + 24, int64_t(rng() % 300000)};
@@ -312,9 +316,29 @@ TEST(GpuWaveOpsTest, ManyMessagesAtAnyAlignmentEncodeAsTheHost) {
         dev.push_back(c);
         dev.push_back(sp);
         ditems.push_back({c + shift, sp, n, word});
+        // Every 9th message without a snapshot (dense); runs of whole words
+        // cut at random places (a gap left between some), slots at random.
+        if (i % 9 == 4) hitems.back().snap = ditems.back().snap = nullptr;
+        int64_t at = 0;
+        while (at < n) {
+          const int64_t len = std::min<int64_t>(n - at, (1 + rng() % 40000) * word);
+          const uint64_t key = PositionKey(i % 5, static_cast<int64_t>(rng() % 100000));
+          const int slot = static_cast<int>(rng() % 7);
+          hruns[i].push_back({hitems.back().cur + at, len, word, key, slot});
+          druns[i].push_back({ditems.back().cur + at, len, word, key, slot});
+          at += len + (rng() % 4 == 0 ? word * static_cast<int64_t>(rng() % 9) : 0);
+        }
+        hitems.back().digest = hruns[i];
+        ditems.back().digest = druns[i];
       }
+      ASSERT_TRUE(host->StartDigests(7).ok());
+      ASSERT_TRUE((*gpu)->StartDigests(7).ok());
       Encoded e;
       ASSERT_NO_FATAL_FAILURE(EncodeOnBoth(*host, **gpu, hitems, ditems, &dev, &e));
+      absl::StatusOr<std::vector<uint64_t>> hcounted = host->TakeDigests(Deadline());
+      absl::StatusOr<std::vector<uint64_t>> dcounted = (*gpu)->TakeDigests(Deadline());
+      ASSERT_TRUE(hcounted.ok() && dcounted.ok()) << dcounted.status();
+      EXPECT_EQ(*dcounted, *hcounted) << "digests of the count";
       std::vector<ApplyItem> apply;
       std::vector<std::pair<size_t, char*>> targets;
       ASSERT_NO_FATAL_FAILURE(ApplyAndExpectCurrent(**gpu, e, snap, cur, &dev, &apply, &targets));
@@ -484,6 +508,43 @@ TEST(GpuWaveOpsTest, Figure) {
                 MaskName(base).c_str(), mc.blocks, ms[0], gbps[0], gbps[0] / floor_gbps, ms[1],
                 gbps[1], gbps[1] / floor_gbps);
     std::fflush(stdout);
+  }
+  // The warp kinds digesting the current bytes in the same pass (one run a
+  // message), as a verified round's count does.
+  {
+    std::vector<WaveDigestRun> runs(count);
+    std::vector<WaveMsg> with = msgs;
+    for (int64_t m = 0; m < count; ++m) {
+      runs[m] = {msgs[m].cur, each, PositionKey(m, 0), m * (each / kDeltaTileBytes), 2,
+                 static_cast<int32_t>(m % 3)};
+      with[m].first_run = static_cast<int32_t>(m);
+      with[m].num_runs = 1;
+    }
+    char* extra = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&extra), count * 40 + 64), cudaSuccess);
+    auto* drows = reinterpret_cast<WaveDigestRun*>(extra);
+    auto* dsums = reinterpret_cast<unsigned long long*>(extra + count * 40);
+    ASSERT_EQ(cudaMemcpy(drows, runs.data(), count * 40, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(rows, with.data(), count * sizeof(WaveMsg), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    for (WaveMaskKind kind : {WaveMaskKind::kSweep, WaveMaskKind::kTiles}) {
+      WaveMaskConfig mc;
+      mc.kind = kind;
+      const float ms = testing::BestMs([&] {
+        cudaMemsetAsync(totals, 0, count * 8);
+        LaunchWaveMask(rows, count, tiles, mask, tile_counts, vals, totals, nullptr, mc, drows,
+                       dsums);
+      });
+      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+      const double gbps = 2.0 * total / (ms * 1e-3) / 1e9;
+      std::printf("FIGURE mask pass %s with the digest, %d blocks: 1 GiB %.3f ms, %.0f GB/s "
+                  "read, %.2f of the floor\n",
+                  MaskName(mc).c_str(), WaveMaskBlocks(0, mc, true), ms, gbps, gbps / floor_gbps);
+      std::fflush(stdout);
+    }
+    ASSERT_EQ(cudaMemcpy(rows, msgs.data(), count * sizeof(WaveMsg), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    cudaFree(extra);
   }
   // The whole count and encode through the ops (default options), as the
   // round's host thread waits for them.
