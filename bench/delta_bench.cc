@@ -18,11 +18,14 @@
 //
 // Rows: 0.5%, 2%, 5%, 20% of the BF16 elements changed at random positions,
 // and one AdamW step at lr 1e-6. Columns: engine words changed, wire bytes
-// over dense, the delta round without its digests (the slower member),
-// the dense round, their ratio, raw NCCL of the dense bytes in one send,
-// the encoder (count + gather of every message in one batch, current and
-// snapshot read: GB/s read) next to a device copy (GB/s read), and the
-// verified round's digests (the slower member, every byte of the round).
+// over dense, the delta round less the time its members spent on digests
+// outside the overlap (the slower member), the dense round, their ratio,
+// the verified round as a user sees it (digests included: delta rounds
+// are always verified) and its ratio to the dense round, raw NCCL of the
+// dense bytes in one send, the encoder (count + gather of every message in
+// one batch, current and snapshot read: GB/s read) next to the read floor
+// (a compare that writes nothing) and a device copy (GB/s read), and the
+// digest time outside the overlap (the slower member).
 // Prints the table last; exit 1 if any byte or digest differs.
 //
 //   delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] [--model=qwen3-8b]
@@ -30,7 +33,8 @@
 //               default, or pinned host memory the encoder reads over the bus)
 //               [--batch_mib=N]   (plan waves per batch: DeltaRunnerOptions::batch_bytes;
 //               0: every wave its own batch) [--mask_kernel=sweep|tiles|block|bulk]
-//               [--mask_unroll=4|8] [--mask_values=0|1]
+//               [--mask_unroll=4|8] [--mask_values=0|1]   (the mask pass's kernel:
+//               GpuWaveOpsOptions::mask)
 //   (needs 2 GPUs; exits 0 with SKIP otherwise)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -566,8 +570,8 @@ int Main(int argc, char** argv) {
       "delta bytes / dense bytes;\ndelta_s = the delta round less its digests, dense_s = the "
       "executor's dense round (slower member each);\nencode/copy = GB/s read (encoder: current "
       "+ snapshot, one batch; copy: the bytes once);\nenc/HBM = the encoder's read rate over the "
-      "copy's bytes moved (read + write: the HBM rate); digest_s = the verified round's digests "
-      "(slower member, all of its bytes);\nverified_s = the delta round with its digests, as a verified round takes (slower member); v/dense = verified_s / dense_s;\nread = a compare of two buffers that writes nothing (GB/s read: the encoder's floor);\ncommit_s = the trainer's snapshot update after the commit (outside the round);\nbytes = the delta engine equals the dense engine byte "
+      "copy's bytes moved (read + write: the HBM rate); digest_s = the time spent on the verified round's digests "
+      "outside the overlap (slower member, all of its bytes);\nverified_s = the delta round with its digests, as a verified round takes (slower member); v/dense = verified_s / dense_s;\nread = a compare of two buffers that writes nothing (GB/s read: the encoder's floor);\ncommit_s = the trainer's snapshot update after the commit (outside the round);\nbytes = the delta engine equals the dense engine byte "
       "for byte and the digests agreed\n\n",
       model.c_str(), prop.name);
   std::printf("%-6s %-15s %8s %7s %9s %9s %7s %10s %7s %9s %9s %9s %9s %7s %9s %9s %5s\n",
