@@ -75,8 +75,7 @@ inline int64_t WaveEncodeTiles(int64_t bytes) {
 // (`vals`: kWaveValueBytesPerTile a tile; otherwise the gather reads them
 // from the current bytes); each tile's count is added to totals[its
 // message] (u64, zeroed by the caller). Past a message's end both sides
-// read as zeros. Verified rounds: when `sums` is given and the kind digests
-// (WaveMaskDigests), each message's digest runs (`runs` rows [first_run,
+// read as zeros. Verified rounds: when `sums` is given, each message's digest runs (`runs` rows [first_run,
 // first_run + num_runs), in stream order, `data` within its current bytes)
 // are digested into sums[run.slot] in the same read.
 enum class WaveMaskKind : int32_t {
@@ -103,9 +102,6 @@ struct WaveMaskConfig {
 // resident on `device` at once (every SM full): the grid of a persistent
 // kind. 0 when the device cannot say.
 int WaveMaskBlocks(int device, const WaveMaskConfig& config, bool digest = false);
-// Whether the config's kernel digests (the warp kinds); the others leave
-// the digest to LaunchWaveDigest.
-bool WaveMaskDigests(const WaveMaskConfig& config);
 void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
                     uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, cudaStream_t stream,
                     const WaveMaskConfig& config, const WaveDigestRun* runs = nullptr,

@@ -14,7 +14,7 @@
 namespace refit {
 
 
-// The trainer's digest in the mask pass (verified rounds): each lane digests
+// The trainer's digest in the mask pass (verified rounds): each thread digests
 // the current bytes of its chunks into the running sums as it compares
 // them, so the digest costs no read of its own. A message's digest runs
 // (WaveDigestRun rows [first_run, first_run + num_runs), in stream order,
@@ -262,10 +262,12 @@ __global__ void __launch_bounds__(kDeltaThreads, kDigest ? 3 : 1) WaveMaskSweepK
 // ranks of its changed words in tile order come from one block scan of
 // its 8 chunk counts, packed four 16-bit fields to a word (a tile's chunk
 // u holds at most 4096 changed words, so no field carries into the next).
-template <int W, bool kValues>
+template <int W, bool kValues, bool kDigest>
 __device__ inline void WaveMaskTileBlock(const WaveMsg& m, int64_t tile, int64_t g,
                                          uint32_t* mask, uint32_t* tile_counts, uint8_t* vals,
-                                         uint64_t* total, const uint8_t* scur = nullptr,
+                                         uint64_t* total, const WaveDigestRun* runs,
+                                         unsigned long long* sums,
+                                         const uint8_t* scur = nullptr,
                                          const uint8_t* ssnap = nullptr) {
   constexpr int kBits = kDeltaChunk / W;  // bits per chunk
   constexpr int kGroup = 32 / kBits;      // lanes per mask word
@@ -298,6 +300,19 @@ __device__ inline void WaveMaskTileBlock(const WaveMsg& m, int64_t tile, int64_t
       a[u] = {{0, 0, 0, 0}};
       b[u] = a[u];
     }
+  }
+  if (kDigest && m.num_runs > 0) {  // the same in the block
+    WaveDigestLane dl;
+    dl.Seek(m, runs, m.cur + base + t * kDeltaChunk);
+#pragma unroll
+    for (int u = 0; u < kSub; ++u) {
+      const int64_t off = base + static_cast<int64_t>(u) * kBlockStep + t * kDeltaChunk;
+      if (off < m.bytes) {
+        dl.Add(a[u], m.cur + off, m.cur + (off + kDeltaChunk < m.bytes ? off + kDeltaChunk : m.bytes),
+               sums);
+      }
+    }
+    dl.Flush(sums);
   }
   uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
   uint32_t bits[kSub];
@@ -334,7 +349,7 @@ __device__ inline void WaveMaskTileBlock(const WaveMsg& m, int64_t tile, int64_t
   if (t == 0) WaveMaskTileDone(run, g, tile_counts, total);
 }
 
-template <bool kValues>
+template <bool kValues, bool kDigest>
 __global__ void __launch_bounds__(kDeltaThreads) WaveMaskBlockKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
     uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, const WaveDigestRun* runs,
@@ -344,10 +359,10 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveMaskBlockKernel(
     const WaveMsg m = msgs[i];
     const int64_t t = g - m.first_tile;
     switch (m.word) {
-      case 1: WaveMaskTileBlock<1, kValues>(m, t, g, mask, tile_counts, vals, totals + i); break;
-      case 2: WaveMaskTileBlock<2, kValues>(m, t, g, mask, tile_counts, vals, totals + i); break;
-      case 4: WaveMaskTileBlock<4, kValues>(m, t, g, mask, tile_counts, vals, totals + i); break;
-      default: WaveMaskTileBlock<8, kValues>(m, t, g, mask, tile_counts, vals, totals + i); break;
+      case 1: WaveMaskTileBlock<1, kValues, kDigest>(m, t, g, mask, tile_counts, vals, totals + i, runs, sums); break;
+      case 2: WaveMaskTileBlock<2, kValues, kDigest>(m, t, g, mask, tile_counts, vals, totals + i, runs, sums); break;
+      case 4: WaveMaskTileBlock<4, kValues, kDigest>(m, t, g, mask, tile_counts, vals, totals + i, runs, sums); break;
+      default: WaveMaskTileBlock<8, kValues, kDigest>(m, t, g, mask, tile_counts, vals, totals + i, runs, sums); break;
     }
   }
 }
@@ -402,7 +417,7 @@ __device__ inline void WaveBulkWait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
-template <bool kValues>
+template <bool kValues, bool kDigest>
 __global__ void __launch_bounds__(kDeltaThreads) WaveMaskBulkKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
     uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, const WaveDigestRun* runs,
@@ -442,10 +457,10 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveMaskBulkKernel(
       ssnap = scur + kDeltaTileBytes;
     }
     switch (m.word) {
-      case 1: WaveMaskTileBlock<1, kValues>(m, t, g, mask, tile_counts, vals, totals + i, scur, ssnap); break;
-      case 2: WaveMaskTileBlock<2, kValues>(m, t, g, mask, tile_counts, vals, totals + i, scur, ssnap); break;
-      case 4: WaveMaskTileBlock<4, kValues>(m, t, g, mask, tile_counts, vals, totals + i, scur, ssnap); break;
-      default: WaveMaskTileBlock<8, kValues>(m, t, g, mask, tile_counts, vals, totals + i, scur, ssnap); break;
+      case 1: WaveMaskTileBlock<1, kValues, kDigest>(m, t, g, mask, tile_counts, vals, totals + i, runs, sums, scur, ssnap); break;
+      case 2: WaveMaskTileBlock<2, kValues, kDigest>(m, t, g, mask, tile_counts, vals, totals + i, runs, sums, scur, ssnap); break;
+      case 4: WaveMaskTileBlock<4, kValues, kDigest>(m, t, g, mask, tile_counts, vals, totals + i, runs, sums, scur, ssnap); break;
+      default: WaveMaskTileBlock<8, kValues, kDigest>(m, t, g, mask, tile_counts, vals, totals + i, runs, sums, scur, ssnap); break;
     }
     __syncthreads();  // every thread is done with stage s
     const int64_t next = g + kBulkStages * G;
@@ -485,9 +500,11 @@ MaskKernel PickMaskKernel(const WaveMaskConfig& c, bool digest = false) {
     case WaveMaskKind::kTiles:
       return PickWarp<TilesOf>(c, digest);
     case WaveMaskKind::kBlock:
-      return c.values ? WaveMaskBlockKernel<true> : WaveMaskBlockKernel<false>;
+      if (digest) return c.values ? WaveMaskBlockKernel<true, true> : WaveMaskBlockKernel<false, true>;
+      return c.values ? WaveMaskBlockKernel<true, false> : WaveMaskBlockKernel<false, false>;
     case WaveMaskKind::kBulk:
-      return c.values ? WaveMaskBulkKernel<true> : WaveMaskBulkKernel<false>;
+      if (digest) return c.values ? WaveMaskBulkKernel<true, true> : WaveMaskBulkKernel<false, true>;
+      return c.values ? WaveMaskBulkKernel<true, false> : WaveMaskBulkKernel<false, false>;
     default:
       return PickWarp<SweepOf>(c, digest);
   }
@@ -505,10 +522,6 @@ cudaError_t AllowSmem(MaskKernel k, const WaveMaskConfig& c) {
 
 }  // namespace
 
-bool WaveMaskDigests(const WaveMaskConfig& c) {
-  return c.kind == WaveMaskKind::kSweep || c.kind == WaveMaskKind::kTiles;
-}
-
 namespace {
 
 int ResidentBlocks(int device, MaskKernel k, const WaveMaskConfig& c) {
@@ -525,7 +538,7 @@ int ResidentBlocks(int device, MaskKernel k, const WaveMaskConfig& c) {
 }  // namespace
 
 int WaveMaskBlocks(int device, const WaveMaskConfig& c, bool digest) {
-  return ResidentBlocks(device, PickMaskKernel(c, digest && WaveMaskDigests(c)), c);
+  return ResidentBlocks(device, PickMaskKernel(c, digest), c);
 }
 
 void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
@@ -534,7 +547,7 @@ void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, ui
                     unsigned long long* sums) {
   if (num_tiles == 0 || num_msgs == 0) return;
   const int64_t warps_per_block = kDeltaThreads / 32;
-  const bool digest = sums != nullptr && runs != nullptr && WaveMaskDigests(c);
+  const bool digest = sums != nullptr && runs != nullptr;
   const MaskKernel k = PickMaskKernel(c, digest);
   int64_t blocks = 0;
   if (c.kind == WaveMaskKind::kTiles) {

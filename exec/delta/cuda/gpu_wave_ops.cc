@@ -422,10 +422,6 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   LaunchWaveMask(dmsgs, nm, c.num_tiles, reinterpret_cast<uint32_t*>(c.mask.p), counts,
                  reinterpret_cast<uint8_t*>(c.vals.p), totals, l->codec, o_.mask, rows,
                  rows != nullptr ? sums : nullptr);
-  // A mask kernel that does not digest: the runs read again after it.
-  if (rows != nullptr && !WaveMaskDigests(o_.mask)) {
-    LaunchWaveDigest(rows, static_cast<int32_t>(run_rows.size()), run_tiles, sums, l->codec);
-  }
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(c.totals_h.p, c.totals.p, c.num_msgs * 8,
                                              cudaMemcpyDeviceToHost, l->codec));

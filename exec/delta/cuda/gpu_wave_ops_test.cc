@@ -509,7 +509,7 @@ TEST(GpuWaveOpsTest, Figure) {
                 gbps[1], gbps[1] / floor_gbps);
     std::fflush(stdout);
   }
-  // The warp kinds digesting the current bytes in the same pass (one run a
+  // Each kind digesting the current bytes in the same pass (one run a
   // message), as a verified round's count does.
   {
     std::vector<WaveDigestRun> runs(count);
@@ -527,7 +527,8 @@ TEST(GpuWaveOpsTest, Figure) {
     ASSERT_EQ(cudaMemcpy(drows, runs.data(), count * 40, cudaMemcpyHostToDevice), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(rows, with.data(), count * sizeof(WaveMsg), cudaMemcpyHostToDevice),
               cudaSuccess);
-    for (WaveMaskKind kind : {WaveMaskKind::kSweep, WaveMaskKind::kTiles}) {
+    for (WaveMaskKind kind :
+         {WaveMaskKind::kSweep, WaveMaskKind::kTiles, WaveMaskKind::kBlock, WaveMaskKind::kBulk}) {
       WaveMaskConfig mc;
       mc.kind = kind;
       const float ms = testing::BestMs([&] {
