@@ -34,7 +34,7 @@
 //               [--batch_mib=N]   (plan waves per batch: DeltaRunnerOptions::batch_bytes;
 //               0: every wave its own batch) [--mask_kernel=sweep|tiles|block|bulk]
 //               [--mask_unroll=4|8] [--mask_values=0|1]   (the mask pass's kernel:
-//               GpuWaveOpsOptions::mask)
+//               GpuWaveOpsOptions::mask) [--count_streams=1|2]
 //   (needs 2 GPUs; exits 0 with SKIP otherwise)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -98,6 +98,7 @@ struct Knobs {
   SnapshotMemory snapshot = SnapshotMemory::kDevice;
   int64_t batch_bytes = DeltaRunnerOptions().batch_bytes;
   WaveMaskConfig mask;
+  int count_streams = GpuWaveOpsOptions().count_streams;
 };
 
 DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
@@ -118,6 +119,7 @@ DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
     o.device = device;
     o.snapshot = knobs.snapshot;
     o.mask = knobs.mask;
+    o.count_streams = knobs.count_streams;
     return MakeGpuWaveOps(static_cast<NcclTransport*>(t), o);
   };
   return p;
@@ -469,10 +471,12 @@ int Main(int argc, char** argv) {
     else if (a == "--mask_kernel=tiles") knobs.mask.kind = WaveMaskKind::kTiles;
     else if (a == "--mask_kernel=block") knobs.mask.kind = WaveMaskKind::kBlock;
     else if (a == "--mask_kernel=bulk") knobs.mask.kind = WaveMaskKind::kBulk;
+    else if (a == "--count_streams=1" || a == "--count_streams=2") knobs.count_streams = a.back() - '0';
     else {
       std::fprintf(stderr, "usage: delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] "
                            "[--model=qwen3-8b] [--snapshot=gpu|pinned] [--batch_mib=N] "
-                           "[--mask_kernel=sweep|tiles|block|bulk] [--mask_unroll=4|8] [--mask_values=0|1]\n");
+                           "[--mask_kernel=sweep|tiles|block|bulk] [--mask_unroll=4|8] [--mask_values=0|1] "
+                           "[--count_streams=1|2]\n");
       return 2;
     }
   }
@@ -486,13 +490,13 @@ int Main(int argc, char** argv) {
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, 0));
   std::printf("delta_bench: %s x2, NCCL %d, model %s, snapshot in %s, batches of %lld MiB, "
-              "mask kernel %s, unroll %d, values %s\n",
+              "mask kernel %s, unroll %d, values %s, %d count streams\n",
               prop.name, nccl_version, model.c_str(),
               knobs.snapshot == SnapshotMemory::kDevice ? "GPU memory" : "pinned host memory",
               static_cast<long long>(knobs.batch_bytes >> 20),
               std::vector<std::string>{"sweep", "tiles", "block", "bulk"}
                   [static_cast<int>(knobs.mask.kind)].c_str(),
-              knobs.mask.unroll, knobs.mask.values ? "kept" : "re-read");
+              knobs.mask.unroll, knobs.mask.values ? "kept" : "re-read", knobs.count_streams);
   int devs[2] = {0, 1};
   ncclComm_t comms[2];
   if (ncclCommInitAll(comms, 2, devs) != ncclSuccess) return 1;

@@ -155,8 +155,8 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
       if (digest) {
         const int64_t off = base + static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
         if (off < m.bytes) {
-          dl.Add(a[u], m.cur + off, m.cur + (off + kDeltaChunk < m.bytes ? off + kDeltaChunk : m.bytes),
-                 sums);
+          const int64_t end = off + kDeltaChunk < m.bytes ? off + kDeltaChunk : m.bytes;
+          dl.Add(a[u], m.cur + off, m.cur + end, sums);
         }
       }
       const uint32_t bits = DeltaDiffBits(a[u], b[u], W);
@@ -212,10 +212,14 @@ __device__ inline void WaveMaskWarpAt(const WaveMsg* msgs, int32_t i, int64_t g,
   const int64_t t = g - m.first_tile;
   uint32_t c;
   switch (m.word) {
-    case 1: c = WaveMaskTileWarp<1, kUnroll, kValues, kDigest>(m, t, g, mask, vals, runs, sums); break;
-    case 2: c = WaveMaskTileWarp<2, kUnroll, kValues, kDigest>(m, t, g, mask, vals, runs, sums); break;
-    case 4: c = WaveMaskTileWarp<4, kUnroll, kValues, kDigest>(m, t, g, mask, vals, runs, sums); break;
-    default: c = WaveMaskTileWarp<8, kUnroll, kValues, kDigest>(m, t, g, mask, vals, runs, sums); break;
+    case 1: c = WaveMaskTileWarp<1, kUnroll, kValues, kDigest>(
+        m, t, g, mask, vals, runs, sums); break;
+    case 2: c = WaveMaskTileWarp<2, kUnroll, kValues, kDigest>(
+        m, t, g, mask, vals, runs, sums); break;
+    case 4: c = WaveMaskTileWarp<4, kUnroll, kValues, kDigest>(
+        m, t, g, mask, vals, runs, sums); break;
+    default: c = WaveMaskTileWarp<8, kUnroll, kValues, kDigest>(
+        m, t, g, mask, vals, runs, sums); break;
   }
   if ((threadIdx.x & 31) == 0) WaveMaskTileDone(c, g, tile_counts, totals + i);
 }
@@ -236,7 +240,8 @@ __global__ void __launch_bounds__(kDeltaThreads, kDigest ? 3 : 1) WaveMaskTilesK
   int32_t i = WaveFindMsg(msgs, num_msgs, g0);
   for (int64_t g = g0; g < min(num_tiles, g0 + kMaskTilesPerWarp); ++g) {
     while (i + 1 < num_msgs && msgs[i + 1].first_tile <= g) ++i;
-    WaveMaskWarpAt<kUnroll, kValues, kDigest>(msgs, i, g, mask, tile_counts, vals, totals, runs, sums);
+    WaveMaskWarpAt<kUnroll, kValues, kDigest>(
+        msgs, i, g, mask, tile_counts, vals, totals, runs, sums);
   }
 }
 
@@ -308,8 +313,8 @@ __device__ inline void WaveMaskTileBlock(const WaveMsg& m, int64_t tile, int64_t
     for (int u = 0; u < kSub; ++u) {
       const int64_t off = base + static_cast<int64_t>(u) * kBlockStep + t * kDeltaChunk;
       if (off < m.bytes) {
-        dl.Add(a[u], m.cur + off, m.cur + (off + kDeltaChunk < m.bytes ? off + kDeltaChunk : m.bytes),
-               sums);
+        const int64_t end = off + kDeltaChunk < m.bytes ? off + kDeltaChunk : m.bytes;
+        dl.Add(a[u], m.cur + off, m.cur + end, sums);
       }
     }
     dl.Flush(sums);
@@ -359,10 +364,14 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveMaskBlockKernel(
     const WaveMsg m = msgs[i];
     const int64_t t = g - m.first_tile;
     switch (m.word) {
-      case 1: WaveMaskTileBlock<1, kValues, kDigest>(m, t, g, mask, tile_counts, vals, totals + i, runs, sums); break;
-      case 2: WaveMaskTileBlock<2, kValues, kDigest>(m, t, g, mask, tile_counts, vals, totals + i, runs, sums); break;
-      case 4: WaveMaskTileBlock<4, kValues, kDigest>(m, t, g, mask, tile_counts, vals, totals + i, runs, sums); break;
-      default: WaveMaskTileBlock<8, kValues, kDigest>(m, t, g, mask, tile_counts, vals, totals + i, runs, sums); break;
+      case 1: WaveMaskTileBlock<1, kValues, kDigest>(
+          m, t, g, mask, tile_counts, vals, totals + i, runs, sums); break;
+      case 2: WaveMaskTileBlock<2, kValues, kDigest>(
+          m, t, g, mask, tile_counts, vals, totals + i, runs, sums); break;
+      case 4: WaveMaskTileBlock<4, kValues, kDigest>(
+          m, t, g, mask, tile_counts, vals, totals + i, runs, sums); break;
+      default: WaveMaskTileBlock<8, kValues, kDigest>(
+          m, t, g, mask, tile_counts, vals, totals + i, runs, sums); break;
     }
   }
 }
@@ -457,10 +466,14 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveMaskBulkKernel(
       ssnap = scur + kDeltaTileBytes;
     }
     switch (m.word) {
-      case 1: WaveMaskTileBlock<1, kValues, kDigest>(m, t, g, mask, tile_counts, vals, totals + i, runs, sums, scur, ssnap); break;
-      case 2: WaveMaskTileBlock<2, kValues, kDigest>(m, t, g, mask, tile_counts, vals, totals + i, runs, sums, scur, ssnap); break;
-      case 4: WaveMaskTileBlock<4, kValues, kDigest>(m, t, g, mask, tile_counts, vals, totals + i, runs, sums, scur, ssnap); break;
-      default: WaveMaskTileBlock<8, kValues, kDigest>(m, t, g, mask, tile_counts, vals, totals + i, runs, sums, scur, ssnap); break;
+      case 1: WaveMaskTileBlock<1, kValues, kDigest>(
+          m, t, g, mask, tile_counts, vals, totals + i, runs, sums, scur, ssnap); break;
+      case 2: WaveMaskTileBlock<2, kValues, kDigest>(
+          m, t, g, mask, tile_counts, vals, totals + i, runs, sums, scur, ssnap); break;
+      case 4: WaveMaskTileBlock<4, kValues, kDigest>(
+          m, t, g, mask, tile_counts, vals, totals + i, runs, sums, scur, ssnap); break;
+      default: WaveMaskTileBlock<8, kValues, kDigest>(
+          m, t, g, mask, tile_counts, vals, totals + i, runs, sums, scur, ssnap); break;
     }
     __syncthreads();  // every thread is done with stage s
     const int64_t next = g + kBulkStages * G;
@@ -500,10 +513,14 @@ MaskKernel PickMaskKernel(const WaveMaskConfig& c, bool digest = false) {
     case WaveMaskKind::kTiles:
       return PickWarp<TilesOf>(c, digest);
     case WaveMaskKind::kBlock:
-      if (digest) return c.values ? WaveMaskBlockKernel<true, true> : WaveMaskBlockKernel<false, true>;
+      if (digest) {
+        return c.values ? WaveMaskBlockKernel<true, true> : WaveMaskBlockKernel<false, true>;
+      }
       return c.values ? WaveMaskBlockKernel<true, false> : WaveMaskBlockKernel<false, false>;
     case WaveMaskKind::kBulk:
-      if (digest) return c.values ? WaveMaskBulkKernel<true, true> : WaveMaskBulkKernel<false, true>;
+      if (digest) {
+        return c.values ? WaveMaskBulkKernel<true, true> : WaveMaskBulkKernel<false, true>;
+      }
       return c.values ? WaveMaskBulkKernel<true, false> : WaveMaskBulkKernel<false, false>;
     default:
       return PickWarp<SweepOf>(c, digest);

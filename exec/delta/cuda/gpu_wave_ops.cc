@@ -77,7 +77,11 @@ struct CountSlot {
 
 struct Lane {
   cudaStream_t stream = nullptr;  // the transport's
-  cudaStream_t codec = nullptr;   // ours: counts, digests
+  cudaStream_t codec = nullptr;   // ours: counts
+  // Ours: every other count when options.count_streams is 2 (a count's
+  // start fills the SMs the last one's ending warps leave).
+  cudaStream_t codec2 = nullptr;
+  int next_codec = 0;
   // Ours, of the highest priority: encodes (gathers). A gather's blocks go
   // before the rest of the next wave's count, which is queued by then and
   // would otherwise hold every SM until it ends.
@@ -109,6 +113,7 @@ class GpuWaveOps : public DeltaWaveOps {
     for (Mem& m : retired_) m.Release();
     for (Lane& l : lanes_) {
       if (l.codec != nullptr) cudaStreamSynchronize(l.codec);
+      if (l.codec2 != nullptr) cudaStreamSynchronize(l.codec2);
       if (l.gather != nullptr) cudaStreamSynchronize(l.gather);
       if (l.digest != nullptr) cudaStreamSynchronize(l.digest);
       for (Mem* m : {&l.apply_h, &l.apply, &l.apply_counts, &l.apply_offsets, &l.bad, &l.bad_h,
@@ -125,6 +130,7 @@ class GpuWaveOps : public DeltaWaveOps {
         if (e != nullptr) cudaEventDestroy(e);
       }
       if (l.codec != nullptr) cudaStreamDestroy(l.codec);
+      if (l.codec2 != nullptr) cudaStreamDestroy(l.codec2);
       if (l.gather != nullptr) cudaStreamDestroy(l.gather);
       if (l.digest != nullptr) cudaStreamDestroy(l.digest);
     }
@@ -143,6 +149,7 @@ class GpuWaveOps : public DeltaWaveOps {
       Lane& l = lanes_[i];
       l.stream = static_cast<cudaStream_t>(t_->stream(i));
       REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.codec, cudaStreamNonBlocking));
+      REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.codec2, cudaStreamNonBlocking));
       REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.digest, cudaStreamNonBlocking));
       int least = 0, greatest = 0;
       REFIT_RETURN_IF_CUDA_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -203,12 +210,13 @@ class GpuWaveOps : public DeltaWaveOps {
     REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
     REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, l->stream));
     REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->codec, l->mark, 0));
+    REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->codec2, l->mark, 0));
     return absl::OkStatus();
   }
 
   absl::Status Sync(int32_t lane, absl::Time deadline) override {
     REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
-    for (cudaStream_t s : {l->stream, l->codec, l->gather, l->digest}) {
+    for (cudaStream_t s : {l->stream, l->codec, l->codec2, l->gather, l->digest}) {
       REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, s));
       REFIT_RETURN_IF_ERROR(Wait(l->mark, deadline, "delta kernels"));
     }
@@ -394,6 +402,11 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   l->started.push_back(si);
   if (msgs.empty()) return absl::OkStatus();
   const int64_t mb = c.num_msgs * sizeof(WaveMsg);
+  cudaStream_t codec = l->codec;
+  if (o_.count_streams == 2) {
+    codec = l->next_codec == 0 ? l->codec : l->codec2;
+    l->next_codec ^= 1;
+  }
   REFIT_RETURN_IF_ERROR(c.table_h.Reserve(mb, "tables", &retired_));
   REFIT_RETURN_IF_ERROR(c.table.Reserve(mb, "tables", &retired_));
   REFIT_RETURN_IF_ERROR(
@@ -411,21 +424,21 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   const auto nm = static_cast<int32_t>(c.num_msgs);
   auto* counts = reinterpret_cast<uint32_t*>(c.counts.p);
   REFIT_RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->codec));
+      cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, codec));
   auto* totals = reinterpret_cast<uint64_t*>(c.totals.p);
-  REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(totals, 0, c.num_msgs * 8, l->codec));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(totals, 0, c.num_msgs * 8, codec));
   const WaveDigestRun* rows = nullptr;
   if (!run_rows.empty()) {
-    REFIT_ASSIGN_OR_RETURN(rows, UploadRuns(run_rows, l->codec));
+    REFIT_ASSIGN_OR_RETURN(rows, UploadRuns(run_rows, codec));
   }
   auto* sums = reinterpret_cast<unsigned long long*>(sums_.p);
   LaunchWaveMask(dmsgs, nm, c.num_tiles, reinterpret_cast<uint32_t*>(c.mask.p), counts,
-                 reinterpret_cast<uint8_t*>(c.vals.p), totals, l->codec, o_.mask, rows,
+                 reinterpret_cast<uint8_t*>(c.vals.p), totals, codec, o_.mask, rows,
                  rows != nullptr ? sums : nullptr);
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(c.totals_h.p, c.totals.p, c.num_msgs * 8,
-                                             cudaMemcpyDeviceToHost, l->codec));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.counted, l->codec));
+                                             cudaMemcpyDeviceToHost, codec));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.counted, codec));
   return absl::OkStatus();
 }
 

@@ -32,6 +32,9 @@ struct GpuWaveOpsOptions {
   // The mask pass's kernel (delta_kernels.h: WaveMaskConfig); a
   // persistent kind with no grid given gets the device's resident blocks.
   WaveMaskConfig mask;
+  // Streams the counts of a lane alternate over: 1, or 2 (a count starts
+  // as the last one's warps end, beside it).
+  int count_streams = 1;
 };
 
 // Ops on `lanes`' streams (`lanes` must outlive them). Fails with the CUDA

@@ -363,64 +363,69 @@ TEST(GpuWaveOpsTest, ManyMessagesAtAnyAlignmentEncodeAsTheHost) {
 // in flight is refused.
 TEST(GpuWaveOpsTest, CountsInFlightFinishInOrder) {
   REFIT_SKIP_WITHOUT_GPU("gpu_wave_ops_test");
-  OneLane lane;
-  absl::StatusOr<std::unique_ptr<DeltaWaveOps>> gpu = MakeGpuWaveOps(&lane);
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
-  std::unique_ptr<DeltaWaveOps> host = MakeHostWaveOps();
-  std::vector<Wave> waves;
-  std::vector<std::vector<EncodeItem>> hitems(kMaxCountsInFlight), ditems(kMaxCountsInFlight);
-  std::vector<char*> dev;
-  for (int k = 0; k < kMaxCountsInFlight; ++k) {
-    waves.push_back(MakeWave(k % 2 == 0 ? 0.02 : 0.2, 20 + k));
-    const Wave& w = waves.back();
-    for (size_t i = 0; i < w.cur.size(); ++i) {
-      const int64_t n = static_cast<int64_t>(w.cur[i].size());
-      hitems[k].push_back({reinterpret_cast<const char*>(w.cur[i].data()),
-                           reinterpret_cast<const char*>(w.snap[i].data()), n, w.word[i]});
-      char* c = Up(w.cur[i]);
-      char* sp = Up(w.snap[i]);
-      dev.push_back(c);
-      dev.push_back(sp);
-      ditems[k].push_back({c, sp, n, w.word[i]});
+  for (int streams : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << streams << " count streams");
+    OneLane lane;
+    GpuWaveOpsOptions options;
+    options.count_streams = streams;
+    absl::StatusOr<std::unique_ptr<DeltaWaveOps>> gpu = MakeGpuWaveOps(&lane, options);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    std::unique_ptr<DeltaWaveOps> host = MakeHostWaveOps();
+    std::vector<Wave> waves;
+    std::vector<std::vector<EncodeItem>> hitems(kMaxCountsInFlight), ditems(kMaxCountsInFlight);
+    std::vector<char*> dev;
+    for (int k = 0; k < kMaxCountsInFlight; ++k) {
+      waves.push_back(MakeWave(k % 2 == 0 ? 0.02 : 0.2, 20 + k));
+      const Wave& w = waves.back();
+      for (size_t i = 0; i < w.cur.size(); ++i) {
+        const int64_t n = static_cast<int64_t>(w.cur[i].size());
+        hitems[k].push_back({reinterpret_cast<const char*>(w.cur[i].data()),
+                             reinterpret_cast<const char*>(w.snap[i].data()), n, w.word[i]});
+        char* c = Up(w.cur[i]);
+        char* sp = Up(w.snap[i]);
+        dev.push_back(c);
+        dev.push_back(sp);
+        ditems[k].push_back({c, sp, n, w.word[i]});
+      }
+      ASSERT_TRUE((*gpu)->StartCount(0, ditems[k], Deadline()).ok()) << "wave " << k;
     }
-    ASSERT_TRUE((*gpu)->StartCount(0, ditems[k], Deadline()).ok()) << "wave " << k;
+    absl::Status fifth = (*gpu)->StartCount(0, ditems[0], Deadline());
+    EXPECT_TRUE(absl::IsFailedPrecondition(fifth)) << fifth;
+    for (int k = 0; k < kMaxCountsInFlight; ++k) {
+      SCOPED_TRACE(k);
+      absl::StatusOr<std::vector<int64_t>> hc = host->Count(0, hitems[k], Deadline());
+      absl::StatusOr<std::vector<int64_t>> dc = (*gpu)->FinishCount(0, Deadline());
+      ASSERT_TRUE(hc.ok() && dc.ok()) << dc.status();
+      ASSERT_EQ(*hc, *dc);
+      std::vector<DeltaHeader> hs = Headers(hitems[k], *hc);
+      std::vector<Bytes> hout(hs.size());
+      std::vector<char*> houts, douts;
+      for (size_t i = 0; i < hs.size(); ++i) {
+        hout[i].resize(hs[i].payload_bytes + 1);
+        houts.push_back(hs[i].encoding == 0 ? nullptr : reinterpret_cast<char*>(hout[i].data()));
+        char* d = nullptr;
+        ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), hs[i].payload_bytes + 16), cudaSuccess);
+        dev.push_back(d);
+        douts.push_back(hs[i].encoding == 0 ? nullptr : d);
+      }
+      std::vector<char> hhead(hs.size() * 32);
+      char* dhead = nullptr;
+      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dhead), hs.size() * 32), cudaSuccess);
+      dev.push_back(dhead);
+      ASSERT_TRUE(host->Encode(0, hitems[k], hs, houts, hhead.data(), Deadline()).ok());
+      ASSERT_TRUE((*gpu)->Encode(0, ditems[k], hs, douts, dhead, Deadline()).ok());
+      ASSERT_TRUE((*gpu)->Sync(0, Deadline()).ok());
+      ASSERT_EQ(Down(dhead, hs.size() * 32), Bytes(hhead.begin(), hhead.end()));
+      for (size_t i = 0; i < hs.size(); ++i) {
+        if (hs[i].encoding == 0) continue;
+        Bytes got = Down(douts[i], hs[i].payload_bytes);
+        ASSERT_EQ(0, std::memcmp(got.data(), hout[i].data(), got.size())) << "message " << i;
+      }
+    }
+    EXPECT_FALSE((*gpu)->FinishCount(0, Deadline()).ok());  // none left
+    ASSERT_TRUE((*gpu)->Finish(Deadline()).ok());
+    for (char* p : dev) cudaFree(p);
   }
-  absl::Status fifth = (*gpu)->StartCount(0, ditems[0], Deadline());
-  EXPECT_TRUE(absl::IsFailedPrecondition(fifth)) << fifth;
-  for (int k = 0; k < kMaxCountsInFlight; ++k) {
-    SCOPED_TRACE(k);
-    absl::StatusOr<std::vector<int64_t>> hc = host->Count(0, hitems[k], Deadline());
-    absl::StatusOr<std::vector<int64_t>> dc = (*gpu)->FinishCount(0, Deadline());
-    ASSERT_TRUE(hc.ok() && dc.ok()) << dc.status();
-    ASSERT_EQ(*hc, *dc);
-    std::vector<DeltaHeader> hs = Headers(hitems[k], *hc);
-    std::vector<Bytes> hout(hs.size());
-    std::vector<char*> houts, douts;
-    for (size_t i = 0; i < hs.size(); ++i) {
-      hout[i].resize(hs[i].payload_bytes + 1);
-      houts.push_back(hs[i].encoding == 0 ? nullptr : reinterpret_cast<char*>(hout[i].data()));
-      char* d = nullptr;
-      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), hs[i].payload_bytes + 16), cudaSuccess);
-      dev.push_back(d);
-      douts.push_back(hs[i].encoding == 0 ? nullptr : d);
-    }
-    std::vector<char> hhead(hs.size() * 32);
-    char* dhead = nullptr;
-    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dhead), hs.size() * 32), cudaSuccess);
-    dev.push_back(dhead);
-    ASSERT_TRUE(host->Encode(0, hitems[k], hs, houts, hhead.data(), Deadline()).ok());
-    ASSERT_TRUE((*gpu)->Encode(0, ditems[k], hs, douts, dhead, Deadline()).ok());
-    ASSERT_TRUE((*gpu)->Sync(0, Deadline()).ok());
-    ASSERT_EQ(Down(dhead, hs.size() * 32), Bytes(hhead.begin(), hhead.end()));
-    for (size_t i = 0; i < hs.size(); ++i) {
-      if (hs[i].encoding == 0) continue;
-      Bytes got = Down(douts[i], hs[i].payload_bytes);
-      ASSERT_EQ(0, std::memcmp(got.data(), hout[i].data(), got.size())) << "message " << i;
-    }
-  }
-  EXPECT_FALSE((*gpu)->FinishCount(0, Deadline()).ok());  // none left
-  ASSERT_TRUE((*gpu)->Finish(Deadline()).ok());
-  for (char* p : dev) cudaFree(p);
 }
 
 // Each mask kernel alone (the encoder's one read of current and snapshot)
