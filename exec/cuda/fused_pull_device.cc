@@ -42,6 +42,7 @@ absl::StatusOr<std::unique_ptr<FusedPullDevice>> FusedPullDevice::Create(
   }
   REFIT_ASSIGN_OR_RETURN(std::vector<cuda::PullQuantItem> q, ResolveFusedItems(others, src, dst));
   REFIT_ASSIGN_OR_RETURN(std::vector<cuda::PullNvfp4Item> n, ResolveNvfp4Items(nv, src, dst));
+  REFIT_RETURN_IF_ERROR(d->AddNvfp4Tables(&n));
   REFIT_RETURN_IF_ERROR(Cuda(cudaMalloc(&d->bad_, 16), "cudaMalloc"));
   REFIT_RETURN_IF_ERROR(Upload(q.data(), q.size() * sizeof(q[0]), &d->quant_));
   REFIT_RETURN_IF_ERROR(Upload(n.data(), n.size() * sizeof(n[0]), &d->nv_));
@@ -50,7 +51,29 @@ absl::StatusOr<std::unique_ptr<FusedPullDevice>> FusedPullDevice::Create(
   return d;
 }
 
+absl::Status FusedPullDevice::AddNvfp4Tables(std::vector<cuda::PullNvfp4Item>* items) {
+  std::map<const float*, int64_t> index;
+  std::vector<const float*> amax;
+  for (const cuda::PullNvfp4Item& it : *items) {
+    if (index.emplace(it.global_amax, static_cast<int64_t>(amax.size())).second) {
+      amax.push_back(it.global_amax);
+    }
+  }
+  if (amax.empty()) return absl::OkStatus();
+  REFIT_RETURN_IF_ERROR(Cuda(
+      cudaMalloc(&tables_, static_cast<size_t>(amax.size()) * cuda::kPullNvfp4TableBytes),
+      "cudaMalloc of NVFP4 threshold tables"));
+  REFIT_RETURN_IF_ERROR(Upload(amax.data(), amax.size() * sizeof(amax[0]), &table_amax_));
+  num_tables_ = static_cast<int64_t>(amax.size());
+  for (cuda::PullNvfp4Item& it : *items) {
+    it.table = static_cast<char*>(tables_) + index[it.global_amax] * cuda::kPullNvfp4TableBytes;
+  }
+  return absl::OkStatus();
+}
+
 FusedPullDevice::~FusedPullDevice() {
+  if (tables_ != nullptr) (void)cudaFree(tables_);
+  if (table_amax_ != nullptr) (void)cudaFree(table_amax_);
   if (quant_ != nullptr) (void)cudaFree(quant_);
   if (nv_ != nullptr) (void)cudaFree(nv_);
   if (bad_ != nullptr) (void)cudaFree(bad_);
@@ -64,6 +87,10 @@ absl::Status FusedPullDevice::Launch(void* stream) {
       static_cast<cudaError_t>(cuda::LaunchPullQuantize(
           static_cast<const cuda::PullQuantItem*>(quant_), num_quant_, bad, st)),
       "quantize-on-pull kernel launch"));
+  REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPullNvfp4Tables(
+                                 static_cast<const float* const*>(table_amax_), num_tables_,
+                                 tables_, st)),
+                             "NVFP4 threshold tables launch"));
   return Cuda(static_cast<cudaError_t>(cuda::LaunchPullNvfp4(
                         static_cast<const cuda::PullNvfp4Item*>(nv_), num_nv_, bad + 1, st)),
                     "NVFP4 quantize-on-pull kernel launch");

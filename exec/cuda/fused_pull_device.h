@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "exec/cuda/pull_nvfp4_kernels.h"
 #include "exec/fused_pull.h"
 #include "plan/plan.h"
 
@@ -35,7 +36,8 @@ class FusedPullDevice {
 
   int64_t num_items() const { return num_quant_ + num_nv_; }
 
-  // Queues the flags' reset and the kernels on `stream` (a cudaStream_t).
+  // Queues the flags' reset, the NVFP4 items' threshold tables (from this
+  // round's global amaxes) and the kernels on `stream` (a cudaStream_t).
   // UNAVAILABLE with the CUDA error of a launch.
   absl::Status Launch(void* stream);
 
@@ -46,11 +48,17 @@ class FusedPullDevice {
 
  private:
   FusedPullDevice() = default;
+  // One threshold table per distinct global amax of `items`, rebuilt by
+  // Launch each round; sets each item's table.
+  absl::Status AddNvfp4Tables(std::vector<cuda::PullNvfp4Item>* items);
   void* quant_ = nullptr;  // cuda::PullQuantItem[num_quant_]
   int64_t num_quant_ = 0;
   void* nv_ = nullptr;  // cuda::PullNvfp4Item[num_nv_]
   int64_t num_nv_ = 0;
   void* bad_ = nullptr;  // long long[2]: the two kernels' flags
+  void* tables_ = nullptr;      // num_tables_ NVFP4 threshold tables
+  void* table_amax_ = nullptr;  // const float*[num_tables_]: their global amaxes
+  int64_t num_tables_ = 0;
   // Tensor name and region origin of item k: quant_'s, then nv_'s.
   std::vector<std::pair<std::string, std::vector<int64_t>>> where_;
 };

@@ -265,6 +265,68 @@ __global__ void __launch_bounds__(256) RefitNvfp4QuantizeFastKernel(
   }
 }
 
+// Fast quantize pass by thresholds (nvfp4_block.cuh): each thread block
+// takes a contiguous run of `chunk` 16-blocks, and for each leading index
+// l in its run builds the threshold table of l's global scale in shared
+// memory, then codes its 16-blocks with BF16 comparisons (kUnroll per
+// thread loaded before the first is computed). A 16-block with a value
+// that is not finite, or a global scale that is not, takes RefitNvfp4Codes'
+// arithmetic.
+template <int kUnroll>
+__global__ void __launch_bounds__(256) RefitNvfp4QuantizeTableKernel(
+    const char* data, int64_t blocks, int64_t per_l, int64_t chunk, const float* block_amax,
+    const float* global_amax, unsigned char* out, unsigned char* scales) {
+  __shared__ uint4 table[kRefitNvfp4TableEntries];
+  const uint4* in4 = reinterpret_cast<const uint4*>(data);
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * chunk;
+  const int64_t end = min(begin + chunk, blocks);
+  for (int64_t seg = begin; seg < end;) {
+    const int64_t l = seg / per_l;
+    const int64_t seg_end = min(end, (l + 1) * per_l);
+    const float g = Nvfp4Global(global_amax[l]);
+    const bool by_table = isfinite(g);  // the same for the whole thread block
+    __syncthreads();
+    if (by_table) RefitNvfp4BuildTable(g, reinterpret_cast<unsigned short*>(table));
+    __syncthreads();
+    for (int64_t i0 = seg + threadIdx.x; i0 < seg_end; i0 += kUnroll * blockDim.x) {
+      uint4 q[kUnroll][2];
+#pragma unroll
+      for (int j = 0; j < kUnroll; ++j) {
+        const int64_t i = i0 + j * blockDim.x;
+        if (i < seg_end) {
+          q[j][0] = __ldg(in4 + 2 * i);
+          q[j][1] = __ldg(in4 + 2 * i + 1);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kUnroll; ++j) {
+        const int64_t i = i0 + j * blockDim.x;
+        if (i >= seg_end) break;
+        unsigned int a[8];
+        RefitNvfp4Magnitudes(q[j][0], q[j][1], a);
+        const unsigned int bits = RefitNvfp4AbsMaxPacked(a);
+        const float amax = block_amax != nullptr ? block_amax[i] : __uint_as_float(bits);
+        float d;
+        uint2 codes;
+        unsigned int sb;
+        if (by_table && bits < 0x7F800000u && isfinite(amax)) {
+          sb = __nv_cvt_float_to_fp8(Nvfp4BlockScale(amax, g), __NV_SATFINITE, __NV_E4M3);
+          codes = RefitNvfp4CodesByTable(q[j][0], q[j][1], a, table[sb]);
+        } else {
+          sb = RefitNvfp4Scale(block_amax != nullptr
+                                   ? amax
+                                   : __uint_as_float(RefitNvfp4AbsMaxBits(q[j][0], q[j][1])),
+                               g, &d);
+          codes = RefitNvfp4Codes(q[j][0], q[j][1], d);
+        }
+        reinterpret_cast<uint2*>(out)[i] = codes;
+        if (scales != nullptr) scales[i] = static_cast<unsigned char>(sb);
+      }
+    }
+    seg = seg_end;
+  }
+}
+
 namespace {
 
 int64_t TilesOf(const DenseBox& b, int64_t* first) {
@@ -323,9 +385,9 @@ int LaunchNvfp4Amax(const DenseBox& b, float* block_amax, float* global_amax,
   return static_cast<int>(cudaGetLastError());
 }
 
-int LaunchNvfp4Quantize(const DenseBox& b, const float* block_amax,
-                        const float* global_amax, unsigned char* out,
-                        unsigned char* scales, void* stream) {
+int LaunchNvfp4QuantizeWith(Nvfp4Method method, const DenseBox& b, const float* block_amax,
+                            const float* global_amax, unsigned char* out,
+                            unsigned char* scales, void* stream) {
   if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
   if (b.c0 % 2 != 0 || b.C % 2 != 0) return static_cast<int>(cudaErrorInvalidValue);
   int64_t first = 0;
@@ -335,17 +397,44 @@ int LaunchNvfp4Quantize(const DenseBox& b, const float* block_amax,
   const int64_t owned0 = (b.c0 + 15) / 16;
   const int64_t owned_end = (b.c0 + b.C + 15) / 16;
   const int64_t owned = owned_end > owned0 ? owned_end - owned0 : 0;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (Fast(b) && (reinterpret_cast<uintptr_t>(out) & 7) == 0) {
     const int64_t blocks = b.L * b.R * b.C / 16;
-    const unsigned grid =
-        FastBlocks(reinterpret_cast<const void*>(RefitNvfp4QuantizeFastKernel), blocks);
-    RefitNvfp4QuantizeFastKernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(
-        b.data, blocks, b.R * b.C / 16, block_amax, global_amax, out, scales);
+    const int64_t per_l = b.R * b.C / 16;
+    if (method == Nvfp4Method::kAuto) {
+      method = blocks >= kNvfp4TableMinBlocks ? Nvfp4Method::kTable4 : Nvfp4Method::kArithmetic;
+    }
+    if (method == Nvfp4Method::kArithmetic) {
+      const unsigned grid =
+          FastBlocks(reinterpret_cast<const void*>(RefitNvfp4QuantizeFastKernel), blocks);
+      RefitNvfp4QuantizeFastKernel<<<grid, 256, 0, s>>>(b.data, blocks, per_l, block_amax,
+                                                         global_amax, out, scales);
+      return static_cast<int>(cudaGetLastError());
+    }
+    const void* kernel = method == Nvfp4Method::kTable2
+                             ? reinterpret_cast<const void*>(RefitNvfp4QuantizeTableKernel<2>)
+                             : reinterpret_cast<const void*>(RefitNvfp4QuantizeTableKernel<4>);
+    const unsigned grid = FastBlocks(kernel, blocks);
+    const int64_t chunk = (blocks + grid - 1) / grid;
+    if (method == Nvfp4Method::kTable2) {
+      RefitNvfp4QuantizeTableKernel<2><<<grid, 256, 0, s>>>(
+          b.data, blocks, per_l, chunk, block_amax, global_amax, out, scales);
+    } else {
+      RefitNvfp4QuantizeTableKernel<4><<<grid, 256, 0, s>>>(
+          b.data, blocks, per_l, chunk, block_amax, global_amax, out, scales);
+    }
     return static_cast<int>(cudaGetLastError());
   }
-  RefitNvfp4QuantizeKernel<<<BlocksFor(n, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+  RefitNvfp4QuantizeKernel<<<BlocksFor(n, 256), 256, 0, s>>>(
       b, tiles, first, block_amax, global_amax, out, scales, owned0, owned);
   return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchNvfp4Quantize(const DenseBox& b, const float* block_amax,
+                        const float* global_amax, unsigned char* out,
+                        unsigned char* scales, void* stream) {
+  return LaunchNvfp4QuantizeWith(Nvfp4Method::kAuto, b, block_amax, global_amax, out, scales,
+                                 stream);
 }
 
 }  // namespace cuda

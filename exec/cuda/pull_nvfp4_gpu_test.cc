@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "exec/convert.h"
+#include "exec/cuda/fused_pull_device.h"
 #include "exec/cuda/fused_pull_items.h"
 #include "exec/cuda/nvfp4_kernels.h"
 #include "exec/cuda/pull_nvfp4_items.h"
@@ -148,7 +149,7 @@ TEST(PullNvfp4GpuTest, KernelEqualsHostItemsOnPlannerCases) {
       for (const auto& [peer, count] : conv[t].peers()) received[peer] = sent[peer].at(t);
       ASSERT_TRUE(conv[t].Finish(*ops, tr[t].buffers, received).ok());
     }
-    int64_t items_run = 0, nv_run = 0, differ = 0;
+    int64_t items_run = 0, nv_run = 0, differ = 0, differ_tables = 0;
     for (int32_t e = 0; e < plan->dst.world_size; ++e) {
       const Plan slice = *FromProto(ToProto(ExtractSlice(*plan, Side::kEngine, e)));
       const PullProgram program = *BuildPullProgram(slice, e);
@@ -184,18 +185,31 @@ TEST(PullNvfp4GpuTest, KernelEqualsHostItemsOnPlannerCases) {
       EXPECT_FALSE(RunOnGpu(fp->items, dev_src, dd, &nv)) << "no non-finite values";
       items_run += static_cast<int64_t>(fp->items.size());
       nv_run += nv;
-      for (size_t b = 0; b < host_dst.size(); ++b) {
-        const std::vector<char> got = FromDevice<char>(dd[b], host_dst[b].size());
-        for (size_t i = 0; i < got.size(); ++i) differ += got[i] != host_dst[b][i];
-      }
+      auto count_differ = [&](int64_t* n) {
+        for (size_t b = 0; b < host_dst.size(); ++b) {
+          const std::vector<char> got = FromDevice<char>(dd[b], host_dst[b].size());
+          for (size_t i = 0; i < got.size(); ++i) *n += got[i] != host_dst[b][i];
+          if (dd[b] != nullptr) cudaMemset(dd[b], 0, host_dst[b].size());
+        }
+      };
+      count_differ(&differ);
+      // The pull runner's device items (NVFP4 by threshold tables).
+      auto device = FusedPullDevice::Create(slice, *fp, dev_src, dd);
+      ASSERT_TRUE(device.ok()) << device.status();
+      ASSERT_TRUE((*device)->Launch(nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_TRUE((*device)->Check(e).ok());
+      count_differ(&differ_tables);
     }
     EXPECT_GT(nv_run, 0) << c.engine;
     EXPECT_EQ(differ, 0) << c.model << " " << c.trainer << " -> " << c.engine;
+    EXPECT_EQ(differ_tables, 0) << c.model << " " << c.trainer << " -> " << c.engine;
     std::printf("%s nvfp4 quantize-on-pull %s %s -> %s: %lld items (%lld NVFP4), %lld bytes "
-                "differ from the host\n",
+                "differ from the host by arithmetic, %lld through FusedPullDevice's threshold "
+                "tables\n",
                 HasFailure() ? "FAIL" : "PASS", c.model, c.trainer, c.engine,
                 static_cast<long long>(items_run), static_cast<long long>(nv_run),
-                static_cast<long long>(differ));
+                static_cast<long long>(differ), static_cast<long long>(differ_tables));
   }
 }
 
@@ -254,6 +268,13 @@ TEST(PullNvfp4GpuTest, OnePassNextToACopyAndTwoPasses) {
   }
   const auto* dev_items = reinterpret_cast<const cuda::PullNvfp4Item*>(
       d.Add(items.data(), static_cast<int64_t>(items.size() * sizeof(items[0]))));
+  // The same items coding by a threshold table of the global amax.
+  char* table = d.Add(nullptr, cuda::kPullNvfp4TableBytes);
+  const float* table_amax = gamax;
+  const auto* dev_amax_list = reinterpret_cast<const float* const*>(d.Add(&table_amax, 8));
+  for (cuda::PullNvfp4Item& it : items) it.table = table;
+  const auto* table_items = reinterpret_cast<const cuda::PullNvfp4Item*>(
+      d.Add(items.data(), static_cast<int64_t>(items.size() * sizeof(items[0]))));
   const int64_t ni = static_cast<int64_t>(items.size());
   auto time = [](auto fn) { return ::refit::testing::BestMs(fn); };
   const float copy_ms = time([&] { cudaMemcpyAsync(copy, in, n * 2, cudaMemcpyDeviceToDevice); });
@@ -262,7 +283,11 @@ TEST(PullNvfp4GpuTest, OnePassNextToACopyAndTwoPasses) {
     cudaMemsetAsync(gamax, 0, 4);
     cuda::LaunchNvfp4Amax(box, nullptr, gamax, bad, nullptr);
   });
-  const float one_ms = time([&] { cuda::LaunchPullNvfp4(dev_items, ni, bad, nullptr); });
+  const float arith_ms = time([&] { cuda::LaunchPullNvfp4(dev_items, ni, bad, nullptr); });
+  const float one_ms = time([&] {
+    cuda::LaunchPullNvfp4Tables(dev_amax_list, 1, table, nullptr);
+    cuda::LaunchPullNvfp4(table_items, ni, bad, nullptr);
+  });
   // Two passes for real: quantize into scratch, then copy it (the pull).
   const float two_copy_ms = time([&] {
     cuda::LaunchNvfp4Quantize(box, nullptr, gamax, reinterpret_cast<unsigned char*>(scratch),
@@ -272,11 +297,19 @@ TEST(PullNvfp4GpuTest, OnePassNextToACopyAndTwoPasses) {
   });
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(FromDevice<long long>(reinterpret_cast<char*>(bad), 1)[0], LLONG_MAX);
-  ASSERT_EQ(cuda::LaunchPullNvfp4(dev_items, ni, bad, nullptr), 0);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const bool same = FromDevice<char>(out, n / 2) == FromDevice<char>(scratch, n / 2) &&
-                    FromDevice<char>(scales, n / 16) == FromDevice<char>(scratch_scales, n / 16);
-  EXPECT_TRUE(same) << "one pass and two passes wrote different bytes";
+  for (const cuda::PullNvfp4Item* run : {dev_items, table_items}) {
+    ASSERT_EQ(cudaMemset(out, 0, n / 2), cudaSuccess);
+    ASSERT_EQ(cudaMemset(scales, 0, n / 16), cudaSuccess);
+    ASSERT_EQ(cuda::LaunchPullNvfp4Tables(dev_amax_list, 1, table, nullptr), 0);
+    ASSERT_EQ(cuda::LaunchPullNvfp4(run, ni, bad, nullptr), 0);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const bool same = FromDevice<char>(out, n / 2) == FromDevice<char>(scratch, n / 2) &&
+                      FromDevice<char>(scales, n / 16) == FromDevice<char>(scratch_scales, n / 16);
+    EXPECT_TRUE(same) << "one pass and two passes wrote different bytes, "
+                      << (run == table_items ? "by thresholds" : "by arithmetic");
+  }
+  std::printf("FIGURE nvfp4 quantize-on-pull one pass by arithmetic %.3f ms, by threshold "
+              "tables (their build included) %.3f ms\n", arith_ms, one_ms);
   std::printf("FIGURE nvfp4 quantize-on-pull, %lld bf16 N(0, 0.02) elements: one pass %.3f ms; "
               "two passes "
               "(quantize into scratch + copy) %.3f ms; the trainer's global amax pass before "
@@ -289,7 +322,7 @@ TEST(PullNvfp4GpuTest, OnePassNextToACopyAndTwoPasses) {
   ASSERT_EQ(cudaMemcpy(in + 2 * (300 * cols + 5000), &nan, 2, cudaMemcpyHostToDevice),
             cudaSuccess);
   ASSERT_EQ(cudaMemcpy(bad, &none, 8, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cuda::LaunchPullNvfp4(dev_items, ni, bad, nullptr), 0);
+  ASSERT_EQ(cuda::LaunchPullNvfp4(table_items, ni, bad, nullptr), 0);
   EXPECT_EQ(FromDevice<long long>(reinterpret_cast<char*>(bad), 1)[0], 2 * (cols / 128) + 39);
   std::printf("%s nvfp4 quantize-on-pull: bytes equal the two-pass path, a NaN is named by its "
               "item\n", HasFailure() ? "FAIL" : "PASS");

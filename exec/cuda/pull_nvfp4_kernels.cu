@@ -1,6 +1,7 @@
 // The NVFP4 quantize-on-pull kernel (see pull_nvfp4_kernels.h): a thread
 // block per item, a thread per 16-block (two 16-byte loads, up to four
-// blocks in flight a thread), the arithmetic of nvfp4_block.cuh.
+// blocks in flight a thread), codes by the thresholds of the item's table
+// or by the arithmetic of nvfp4_block.cuh.
 #include "exec/cuda/pull_nvfp4_kernels.h"
 
 #include <cuda_runtime.h>
@@ -13,6 +14,8 @@ namespace refit {
 namespace cuda {
 
 constexpr int kPullNvfp4Threads = 256;
+static_assert(kPullNvfp4TableBytes == sizeof(uint4) * kRefitNvfp4TableEntries,
+              "a table is one entry per e4m3 scale byte");
 constexpr int kPullNvfp4Loads = 4;  // 16-blocks a thread loads before computing
 // (64 registers, four blocks of 256 threads an SM)
 
@@ -57,10 +60,18 @@ __device__ void RefitPullNvfp4Store(const PullNvfp4Item& it, int r, int b, uint2
   }
 }
 
+__global__ void __launch_bounds__(256) RefitPullNvfp4TablesKernel(const float* const* global_amax,
+                                                                   uint4* tables) {
+  const float g = Nvfp4Global(__ldg(global_amax[blockIdx.x]));
+  RefitNvfp4BuildTable(g, reinterpret_cast<unsigned short*>(tables + kRefitNvfp4TableEntries *
+                                                                          blockIdx.x));
+}
+
 __global__ void __launch_bounds__(kPullNvfp4Threads, 4) RefitPullNvfp4Kernel(
     const PullNvfp4Item* items, long long* bad) {
   const PullNvfp4Item it = items[blockIdx.x];
   const float g = Nvfp4Global(__ldg(it.global_amax));
+  const uint4* table = isfinite(g) ? static_cast<const uint4*>(it.table) : nullptr;
   const int nb = it.cols / 16, total = it.rows * nb;
   bool nonfinite = false;
   for (int base = 0; base < total; base += kPullNvfp4Threads * kPullNvfp4Loads) {
@@ -74,10 +85,21 @@ __global__ void __launch_bounds__(kPullNvfp4Threads, 4) RefitPullNvfp4Kernel(
     for (int j = 0; j < kPullNvfp4Loads; ++j) {
       const int k = base + threadIdx.x + kPullNvfp4Threads * j;
       if (k >= total) break;
-      const unsigned int m = RefitNvfp4AbsMaxBits(q[j][0], q[j][1]);
+      unsigned int a[8];
+      RefitNvfp4Magnitudes(q[j][0], q[j][1], a);
+      const unsigned int m = RefitNvfp4AbsMaxPacked(a);
+      if (m < 0x7F800000u && table != nullptr) {
+        const unsigned int sb =
+            __nv_cvt_float_to_fp8(Nvfp4BlockScale(__uint_as_float(m), g), __NV_SATFINITE,
+                                  __NV_E4M3);
+        RefitPullNvfp4Store(it, k / nb, k % nb,
+                            RefitNvfp4CodesByTable(q[j][0], q[j][1], a, __ldg(table + sb)), sb);
+        continue;
+      }
       nonfinite |= m >= 0x7F800000u;
       float d;
-      const unsigned int sb = RefitNvfp4Scale(__uint_as_float(m), g, &d);
+      const unsigned int sb =
+          RefitNvfp4Scale(__uint_as_float(RefitNvfp4AbsMaxBits(q[j][0], q[j][1])), g, &d);
       RefitPullNvfp4Store(it, k / nb, k % nb, RefitNvfp4Codes(q[j][0], q[j][1], d), sb);
     }
   }
@@ -86,6 +108,16 @@ __global__ void __launch_bounds__(kPullNvfp4Threads, 4) RefitPullNvfp4Kernel(
 
 bool PullNvfp4VectorOk(const PullNvfp4Item& item) {
   return reinterpret_cast<uintptr_t>(item.src) % 16 == 0 && (item.src_pitch * 2) % 16 == 0;
+}
+
+int LaunchPullNvfp4Tables(const float* const* global_amax, int64_t n, void* tables,
+                          void* stream) {
+  if (n == 0) return 0;
+  if (n > 0x7FFFFFFF) return static_cast<int>(cudaErrorInvalidValue);
+  RefitPullNvfp4TablesKernel<<<static_cast<unsigned>(n), 256, 0,
+                               static_cast<cudaStream_t>(stream)>>>(global_amax,
+                                                                    static_cast<uint4*>(tables));
+  return static_cast<int>(cudaGetLastError());
 }
 
 int LaunchPullNvfp4(const PullNvfp4Item* items, int64_t n, long long* bad, void* stream) {

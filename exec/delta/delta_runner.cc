@@ -276,9 +276,10 @@ absl::Status DeltaRunner::Convert(absl::Time deadline) {
       ro.push_back({peer, *rp, bytes});
     }
     if (s.ok()) s = copier_->Sync(0, deadline);
+    const std::vector<RecvOp> landed = ro;  // Post takes the ops
     if (s.ok()) s = Post(0, std::move(so), std::move(ro), deadline);
     if (s.ok()) s = Drain(deadline);
-    for (const RecvOp& r : ro) {
+    for (const RecvOp& r : landed) {
       if (!s.ok()) break;
       std::vector<float>& v = received[r.peer];
       v.resize(r.bytes / 4);

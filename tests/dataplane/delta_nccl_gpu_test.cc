@@ -1,7 +1,7 @@
 // Delta and verified rounds of GPU members over NCCL (2 GPUs: trainer on
 // GPU 0, engine on GPU 1), built as a member builds them
 // (MakeDeltaMemberRunner with the NCCL transport, the CUDA copier and the
-// GPU wave ops), for a BF16 and an FP8 engine: a dense first round, then a
+// GPU wave ops), for BF16, FP8, MXFP8 and NVFP4 engines: a dense first round, then a
 // delta round of 1% changed words, after each every engine byte equal to
 // the host reference copy and the digests agreeing; then a byte flipped in
 // the engine's GPU memory fails the next verified round's comparison,
@@ -72,9 +72,9 @@ Side2 Upload(const SideLayout& layout, const HostBuffers& host, int device) {
   return s;
 }
 
-void RunDeltaRounds(const std::string& engine_spec) {
+void RunDeltaRounds(const std::string& model_name, const std::string& engine_spec) {
   SCOPED_TRACE(engine_spec);
-  absl::StatusOr<ModelConfig> model = LoadModelConfig("tiny-qwen3-moe-b128");
+  absl::StatusOr<ModelConfig> model = LoadModelConfig(model_name);
   ASSERT_TRUE(model.ok()) << model.status();
   absl::StatusOr<MappedSide> src = BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=1"));
   absl::StatusOr<MappedSide> dst = BuildEngineLayout(*model, *ParseEngineSpec(engine_spec));
@@ -221,8 +221,10 @@ TEST(DeltaNcclGpuTest, GpuMembersRunDeltaRoundsAndVerifiedRoundsCatchAFlippedByt
     std::printf("SKIP delta_nccl_gpu_test: needs 2 CUDA devices (REFIT_GPU_SKIP)\n");
     GTEST_SKIP() << "needs 2 CUDA devices";
   }
-  RunDeltaRounds("vllm:tp=1");
-  RunDeltaRounds("vllm:tp=1,quant=fp8");
+  RunDeltaRounds("tiny-qwen3-moe-b128", "vllm:tp=1");
+  RunDeltaRounds("tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8");
+  RunDeltaRounds("tiny-qwen3-moe-mx", "vllm:tp=1,quant=mxfp8");
+  RunDeltaRounds("tiny-qwen3-moe-fp4", "vllm:tp=1,quant=nvfp4");
 }
 
 }  // namespace

@@ -22,6 +22,7 @@ import re
 import struct
 import sys
 import threading
+import time
 import unittest
 
 REFITD, LIB = (os.path.abspath(p) for p in sys.argv[1:3])
@@ -299,14 +300,30 @@ class TeTrainerTest(unittest.TestCase):
             return
 
         # TE reallocates a weight's storage (clear() and a new quantize):
-        # the next publish refuses, naming the parameter, before any barrier.
+        # rank 1's publish refuses, naming the parameter, before any barrier,
+        # and every other rank's publish fails at once with its reason
+        # (not at its 60 s timeout).
         name = "decoder.layers.1.mlp.linear_fc2.weight"
         ranks[1][name]._rowwise_scale_inv.reallocate()
-        with self.assertRaises(refit.RefitError) as e:
-            rt.publish(members[1], version=3, rank=1, world=world, timeout=5)
-        self.assertEqual(e.exception.code_name, "FAILED_PRECONDITION")
-        self.assertIn(f"rank 1: parameter {name} (module name module.{name}): Transformer "
-                      f"Engine reallocated its _rowwise_scale_inv", str(e.exception))
+        errors = {}
+
+        def publish3(r):
+            try:
+                rt.publish(members[r], version=3, rank=r, world=world, timeout=60)
+            except refit.RefitError as e:
+                errors[r] = e
+        began = time.monotonic()
+        run_all([lambda r=r: publish3(r) for r in range(world)], timeout=30)
+        self.assertLess(time.monotonic() - began, 10)
+        self.assertEqual(sorted(errors), list(range(world)))
+        why = (f"rank 1: parameter {name} (module name module.{name}): Transformer "
+               f"Engine reallocated its _rowwise_scale_inv")
+        for r, e in errors.items():
+            self.assertEqual(e.code_name, "FAILED_PRECONDITION", f"rank {r}: {e}")
+            self.assertIn(why, str(e), f"rank {r}")
+        self.assertIn("rank 1 cannot publish version 3", str(errors[0]))
+        for r in range(2, world):
+            self.assertIn(f"rank {r}: round 3 was not started", str(errors[r]))
         # A tensor object replaced under the attribute is caught the same way.
         held = ranks[0]["decoder.layers.0.self_attention.linear_qkv.weight"]
         held._rowwise_data = te.Tensor(held._rowwise_data.shape)

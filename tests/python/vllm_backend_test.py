@@ -300,6 +300,20 @@ class HarnessTest(unittest.TestCase):
         self.assertIn("rank 1 did not report version 7 ready within 1 s", str(e.exception))
         m.kv_set("refit.torch/ready/7/1", "1")
         rt.wait_all_ranks_ready(m, version=7, rank=0, world=2, timeout=5.0)
+        # A rank that cannot publish says why; the barrier fails with it.
+        m.kv_set("refit.torch/ready/8/1", "failed: rank 1: parameter w: gone")
+        with self.assertRaises(refit.RefitError) as e:
+            rt.wait_all_ranks_ready(m, version=8, rank=0, world=2, timeout=60.0)
+        self.assertEqual(e.exception.code_name, "FAILED_PRECONDITION")
+        self.assertIn("rank 1 cannot publish version 8: rank 1: parameter w: gone",
+                      str(e.exception))
+        # Rank 0's word reaches the others: a failed start fails them at once.
+        m.kv_set("refit.torch/go/9", "failed: rank 0 could not start")
+        with self.assertRaises(refit.RefitError) as e:
+            rt.start_round_when_ready(m, version=9, rank=1, world=2, timeout=60.0)
+        self.assertEqual(e.exception.code_name, "FAILED_PRECONDITION")
+        self.assertIn("rank 1: round 9 was not started: rank 0 could not start",
+                      str(e.exception))
 
 
 if __name__ == "__main__":

@@ -305,16 +305,34 @@ def _ready_key(prefix: str, version: int, rank: int) -> str:
     return f"{prefix}/ready/{version}/{rank}"
 
 
+def _go_key(prefix: str, version: int) -> str:
+    return f"{prefix}/go/{version}"
+
+
+_FAILED = "failed: "
+_MAX_REASON = 2000  # characters of a reason kept in refitd's store
+
+
+def _say(member: refit.Member, key: str, value: str) -> None:
+    """Best effort: a rank on its way to raising tells its peers why."""
+    try:
+        member.kv_set(key, value[:_MAX_REASON], timeout=10.0)
+    except refit.RefitError:
+        pass
+
+
 def wait_all_ranks_ready(member: refit.Member, *, version: int, rank: int, world: int,
                          timeout: float = 300.0, prefix: str = "refit.torch") -> None:
     """A barrier through refitd's key-value store: this rank says version
     ``version`` is in its buffers; rank 0 then waits until every rank of
     ``range(world)`` has said so. Other ranks return at once. Raises
     RefitError DEADLINE_EXCEEDED naming the first rank that did not report
-    within ``timeout`` seconds, INVALID_ARGUMENT for a rank outside
-    [0, world), refitd's status otherwise. The keys stay in refitd's store:
-    versions must increase over its lifetime (as refit's rounds do), or a
-    stale key from an earlier run passes the barrier."""
+    within ``timeout`` seconds, FAILED_PRECONDITION with its reason when a
+    rank reported that it cannot publish this version (:func:`publish`
+    does), INVALID_ARGUMENT for a rank outside [0, world), refitd's status
+    otherwise. The keys stay in refitd's store: versions must increase over
+    its lifetime (as refit's rounds do), or a stale key from an earlier run
+    passes the barrier."""
     if not 0 <= rank < world:
         raise refit.InvalidArgumentError(f"rank {rank}: outside the world of {world} ranks")
     member.kv_set(_ready_key(prefix, version, rank), "1", timeout=timeout)
@@ -324,20 +342,45 @@ def wait_all_ranks_ready(member: refit.Member, *, version: int, rank: int, world
     for r in range(1, world):
         left = deadline - time.monotonic()
         try:
-            member.kv_get(_ready_key(prefix, version, r), timeout=max(left, 0.001))
+            said = member.kv_get(_ready_key(prefix, version, r), timeout=max(left, 0.001))
         except refit.DeadlineExceededError:
             raise refit.DeadlineExceededError(f"rank {r} did not report version {version} "
                                               f"ready within {timeout:g} s") from None
+        if said != "1":
+            raise refit.FailedPreconditionError(
+                f"rank {r} cannot publish version {version}: {said[len(_FAILED):]}")
 
 
 def start_round_when_ready(member: refit.Member, *, version: int, rank: int, world: int,
                            timeout: float = 300.0, prefix: str = "refit.torch") -> None:
-    """:func:`wait_all_ranks_ready`, then rank 0 starts round ``version``.
-    Raises RefitError as those two do."""
-    wait_all_ranks_ready(member, version=version, rank=rank, world=world,
-                         timeout=timeout, prefix=prefix)
-    if rank == 0:
+    """:func:`wait_all_ranks_ready`, then rank 0 starts round ``version``
+    and tells the other ranks, which wait for its word: so when a rank
+    cannot publish (:func:`publish` reports why) or the start fails, every
+    rank raises at once with the reason instead of waiting for a round
+    until its timeout. Raises RefitError as those two do;
+    FAILED_PRECONDITION on the other ranks with rank 0's reason;
+    DEADLINE_EXCEEDED when rank 0 says nothing within ``timeout``."""
+    if rank != 0:
+        wait_all_ranks_ready(member, version=version, rank=rank, world=world,
+                             timeout=timeout, prefix=prefix)
+        try:
+            word = member.kv_get(_go_key(prefix, version), timeout=timeout)
+        except refit.DeadlineExceededError:
+            raise refit.DeadlineExceededError(
+                f"rank {rank}: rank 0 did not start round {version} within "
+                f"{timeout:g} s") from None
+        if word != "1":
+            raise refit.FailedPreconditionError(
+                f"rank {rank}: round {version} was not started: {word[len(_FAILED):]}")
+        return
+    try:
+        wait_all_ranks_ready(member, version=version, rank=rank, world=world,
+                             timeout=timeout, prefix=prefix)
         member.start_round(version, timeout=timeout)
+    except refit.RefitError as e:
+        _say(member, _go_key(prefix, version), _FAILED + str(e))
+        raise
+    _say(member, _go_key(prefix, version), "1")
 
 
 def publish(member: refit.Member, *, version: int, rank: int, world: int,
@@ -348,10 +391,17 @@ def publish(member: refit.Member, *, version: int, rank: int, world: int,
     round, every rank runs it. Call on every trainer rank after the
     optimizer step (with CUDA buffers, after the step's kernels are done:
     ``torch.cuda.synchronize()``). Returns run_round's statistics; raises
-    RefitError as refresh_low_precision (before this rank reports ready),
-    start_round_when_ready and Member.run_round do (ABORTED with refitd's
-    reason), FAILED_PRECONDITION when refitd announces another version."""
-    refresh_low_precision(member)
+    RefitError as refresh_low_precision (before this rank reports ready;
+    it then tells the others, which raise FAILED_PRECONDITION naming it and
+    the reason at once), start_round_when_ready and Member.run_round do
+    (ABORTED with refitd's reason), FAILED_PRECONDITION when refitd
+    announces another version."""
+    try:
+        refresh_low_precision(member)
+    except refit.RefitError as e:  # the other ranks hear why, and raise too
+        _say(member, _go_key(prefix, version) if rank == 0
+             else _ready_key(prefix, version, rank), _FAILED + str(e))
+        raise
     start_round_when_ready(member, version=version, rank=rank, world=world,
                            timeout=timeout, prefix=prefix)
     got = member.wait_for_round(timeout=timeout)

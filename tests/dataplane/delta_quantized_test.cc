@@ -1,9 +1,12 @@
-// Delta rounds into FP8 engines over Gloo: BF16 trainers (Megatron tp=2,
-// ep=2) quantize every round, cut tiles' amaxes exchanged, and compare in
-// the engine's format (e4m3 codes and their scales); after every round of
-// random changes every engine byte equals the reference copy's (which
-// quantizes with the reference quantizer), the verified round's digests
-// agree, and small changes move fewer bytes than dense.
+// Delta rounds into quantized engines over Gloo: BF16 trainers (Megatron
+// tp=2, ep=2; FSDP over 3 ranks, whose uneven shards cut blocks) quantize
+// every round into FP8 (128 x 128 tiles), MXFP8 (1 x 32
+// blocks) and NVFP4 (1 x 16 blocks and global scales) engines, cut blocks'
+// and global amaxes exchanged, and compare in the engine's format (codes
+// and their scales); after every round of random changes every engine byte
+// equals the reference copy's (which quantizes with the reference
+// quantizer), the verified round's digests agree, and small changes move
+// fewer bytes than dense.
 #include <random>
 #include <thread>
 
@@ -18,12 +21,23 @@
 namespace refit {
 namespace {
 
-TEST(DeltaFp8Test, RoundsOfRandomChangesLandEveryEngineByte) {
-  absl::StatusOr<ModelConfig> model = LoadModelConfig("tiny-qwen3-moe-b128");
+struct Format {
+  const char* model;
+  const char* trainer;
+  const char* engine;
+};
+
+constexpr char kMegatron[] = "megatron:tp=2,ep=2,etp=1";
+
+class DeltaQuantizedTest : public ::testing::TestWithParam<Format> {};
+
+TEST_P(DeltaQuantizedTest, RoundsOfRandomChangesLandEveryEngineByte) {
+  absl::StatusOr<ModelConfig> model = LoadModelConfig(GetParam().model);
   ASSERT_TRUE(model.ok()) << model.status();
   absl::StatusOr<MappedSide> src =
-      BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=2,ep=2,etp=1"));
-  absl::StatusOr<MappedSide> dst = BuildEngineLayout(*model, *ParseEngineSpec("vllm:tp=2,quant=fp8"));
+      BuildTrainerLayout(*model, *ParseTrainerSpec(GetParam().trainer));
+  absl::StatusOr<MappedSide> dst =
+      BuildEngineLayout(*model, *ParseEngineSpec(GetParam().engine));
   ASSERT_TRUE(src.ok() && dst.ok());
   absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -103,6 +117,16 @@ TEST(DeltaFp8Test, RoundsOfRandomChangesLandEveryEngineByte) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Formats, DeltaQuantizedTest,
+                         ::testing::Values(
+                             Format{"tiny-qwen3-moe-b128", kMegatron, "vllm:tp=2,quant=fp8"},
+                             Format{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=2,quant=fp8"},
+                             Format{"tiny-qwen3-moe-mx", kMegatron, "vllm:tp=2,quant=mxfp8"},
+                             Format{"tiny-qwen3-moe-mx", "fsdp:dp=3", "vllm:tp=2,quant=mxfp8"},
+                             Format{"tiny-qwen3-moe-fp4", kMegatron, "vllm:tp=2,quant=nvfp4"},
+                             Format{"tiny-qwen3-moe-fp4", "fsdp:dp=3",
+                                    "vllm:tp=2,quant=nvfp4"}));
 
 }  // namespace
 }  // namespace refit
