@@ -57,6 +57,7 @@
 #include "exec/cuda/cuda_lanes.h"
 #include "exec/cuda/nccl_transport.h"
 #include "exec/delta/cuda/gpu_wave_ops.h"
+#include "exec/delta/digest_term.h"
 #include "exec/kv_store.h"
 #include "exec/member_runner.h"
 #include "mapping/mapping.h"
@@ -328,10 +329,17 @@ class Bench {
     char *cur = nullptr, *out = nullptr;
     CU(cudaMalloc(reinterpret_cast<void**>(&cur), aligned + 16));
     std::vector<EncodeItem> items;
+    // As a verified round's count: each message digested in the same read.
+    std::vector<DigestItem> runs;
+    runs.reserve(snapshot_.messages.size());
     int64_t at = 0;
     for (const auto& [key, r] : snapshot_.messages) {
       CU(cudaMemcpy(cur + at, r.data.get(), r.bytes, cudaMemcpyDefault));
-      items.push_back({cur + at, r.data.get(), r.bytes, r.bytes % 2 == 0 ? 2 : 1});
+      const int word = r.bytes % 2 == 0 ? 2 : 1;
+      runs.push_back({cur + at, r.bytes, word, PositionKey(static_cast<int64_t>(runs.size()), 0),
+                      0});
+      items.push_back({cur + at, r.data.get(), r.bytes, word});
+      items.back().digest = absl::MakeConstSpan(&runs.back(), 1);
       at += (r.bytes + 15) / 16 * 16;
     }
     CU(bench::LaunchRandomChange(reinterpret_cast<uint16_t*>(cur), aligned / 2, fraction, 77,
@@ -342,6 +350,7 @@ class Bench {
     CU(cudaMalloc(reinterpret_cast<void**>(&hdr), items.size() * 32));
     double best = 1e9;
     for (int iter = 0; iter < 3; ++iter) {
+      Ok(ops->StartDigests(1), "digests");
       const double t0 = Now();
       std::vector<int64_t> c = Ok(ops->Count(0, items, absl::Now() + absl::Seconds(30)), "count");
       std::vector<DeltaHeader> h(items.size());
@@ -573,7 +582,7 @@ int Main(int argc, char** argv) {
       "changed = engine-format words changed (bf16: 2-byte words; fp8: bytes of codes and scales); wire = "
       "delta bytes / dense bytes;\ndelta_s = the delta round less its digests, dense_s = the "
       "executor's dense round (slower member each);\nencode/copy = GB/s read (encoder: current "
-      "+ snapshot, one batch; copy: the bytes once);\nenc/HBM = the encoder's read rate over the "
+      "+ snapshot, one batch, digesting as a verified round's count does; copy: the bytes once);\nenc/HBM = the encoder's read rate over the "
       "copy's bytes moved (read + write: the HBM rate); digest_s = the time spent on the verified round's digests "
       "outside the overlap (slower member, all of its bytes);\nverified_s = the delta round with its digests, as a verified round takes (slower member); v/dense = verified_s / dense_s;\nread = a compare of two buffers that writes nothing (GB/s read: the encoder's floor);\ncommit_s = the trainer's snapshot update after the commit (outside the round);\nbytes = the delta engine equals the dense engine byte "
       "for byte and the digests agreed\n\n",
