@@ -329,6 +329,8 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveDigestKernel(
     const int64_t hi = min(r.bytes, lo + kDeltaTileBytes);
     const bool aligned = (reinterpret_cast<uintptr_t>(r.data) & 15u) == 0;
     const bool whole = aligned && hi == lo + kDeltaTileBytes;
+    // The weight of the lane's first word; each step is 32 words on.
+    uint64_t h = DigestWeight(r.first_key + static_cast<uint64_t>(lo + lane * kDeltaChunk));
     for (int s0 = 0; s0 < kMaskSteps; s0 += kDigestUnroll) {
       DeltaChunk c[kDigestUnroll];
 #pragma unroll
@@ -347,10 +349,11 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveDigestKernel(
       for (int u = 0; u < kDigestUnroll; ++u) {
         const int64_t off = lo + static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
         if (off < hi) {
-          s += Digest16(r.first_key + static_cast<uint64_t>(off),
-                        c[u].w[0] | (static_cast<uint64_t>(c[u].w[1]) << 32),
-                        c[u].w[2] | (static_cast<uint64_t>(c[u].w[3]) << 32));
+          s += DigestChunk(h, r.first_key + static_cast<uint64_t>(off),
+                           c[u].w[0] | (static_cast<uint64_t>(c[u].w[1]) << 32),
+                           c[u].w[2] | (static_cast<uint64_t>(c[u].w[3]) << 32));
         }
+        h *= kDigestA32;
       }
     }
   }

@@ -94,7 +94,8 @@ enum class WaveMaskKind : int32_t {
 };
 struct WaveMaskConfig {
   WaveMaskKind kind = WaveMaskKind::kSweep;
-  int unroll = 4;      // warp kinds: 512-byte warp steps loaded at once (4 or 8)
+  int unroll = 4;      // warp kinds: 512-byte warp steps loaded at once (4 or 8; half
+                       // that when the pass digests too)
   bool values = true;  // keep the changed values for the gather
   int blocks = 0;      // persistent kinds: the grid; 0: WaveMaskBlocks of the device
 };

@@ -22,6 +22,16 @@ namespace refit {
 // run of its chunks and its slot's running sum in registers, adds to the
 // slot's sum when its slot changes, and the warp adds its sums at the end of
 // each tile (one atomic when every lane has the same slot).
+// The rare paths out of line, so the mask pass keeps its registers: a
+// word's weight by a power, and a chunk that is cut or not on a 16-byte key.
+__device__ inline uint64_t WaveDigestWeight(uint64_t word_key) {
+  return DigestWeight(word_key);
+}
+__device__ inline uint64_t WaveDigestChunk(uint64_t h, uint64_t key, uint64_t lo,
+                                                 uint64_t hi) {
+  return DigestChunk(h, key, lo, hi);
+}
+
 struct WaveDigestLane {
   const WaveDigestRun* runs = nullptr;
   int32_t ri = 0, re = 0;  // the run, the end of the message's runs
@@ -31,6 +41,8 @@ struct WaveDigestLane {
   int32_t rslot = -1;
   int32_t slot = -1;  // the slot `sum` belongs to
   uint64_t sum = 0;
+  uint64_t word = ~uint64_t{0};  // the word key `h` is the weight of
+  uint64_t h = 0;
 
   __device__ void Load() {
     if (ri >= re) return;
@@ -85,8 +97,21 @@ struct WaveDigestLane {
       }
       const int a = static_cast<int>(x0 - p), b = static_cast<int>(x1 - p);
       const bool all = a == 0 && b == 16;
-      sum += Digest16(key + static_cast<uint64_t>(p - lo), all ? w0 : KeepBytes(w0, a, b),
-                      all ? w1 : KeepBytes(w1, a - 8, b - 8));
+      // The chunk's first word's weight: a lane's chunks are 32 words
+      // apart within a run (one multiply); else a power.
+      const uint64_t ck = key + static_cast<uint64_t>(p - lo);
+      const uint64_t wk = ck & ~uint64_t{15};
+      if (wk == word + 512 && ((wk ^ word) >> kDigestOffsetBits) == 0) {
+        h *= kDigestA32;
+      } else if (wk != word) {
+        h = WaveDigestWeight(wk);
+      }
+      word = wk;
+      if (all && wk == ck) {
+        sum += h * DigestLanes(w0, w1);
+      } else {
+        sum += WaveDigestChunk(h, ck, KeepBytes(w0, a, b), KeepBytes(w1, a - 8, b - 8));
+      }
       at = x1;
     }
   }
@@ -229,7 +254,7 @@ __device__ inline void WaveMaskWarpAt(const WaveMsg* msgs, int32_t i, int64_t g,
 constexpr int kMaskTilesPerWarp = 4;
 
 template <int kUnroll, bool kValues, bool kDigest>
-__global__ void __launch_bounds__(kDeltaThreads, kDigest ? 3 : 1) WaveMaskTilesKernel(
+__global__ void __launch_bounds__(kDeltaThreads, kDigest ? (kUnroll == 2 ? 3 : 2) : 1) WaveMaskTilesKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
     uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, const WaveDigestRun* runs,
     unsigned long long* sums) {
@@ -249,7 +274,7 @@ __global__ void __launch_bounds__(kDeltaThreads, kDigest ? 3 : 1) WaveMaskTilesK
 // warp w of W runs tiles w, w + W, w + 2W, ...: the warps at work read one
 // window of the batch, and every warp ends within a tile of the others.
 template <int kUnroll, bool kValues, bool kDigest>
-__global__ void __launch_bounds__(kDeltaThreads, kDigest ? 3 : 1) WaveMaskSweepKernel(
+__global__ void __launch_bounds__(kDeltaThreads, kDigest ? (kUnroll == 2 ? 3 : 2) : 1) WaveMaskSweepKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
     uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, const WaveDigestRun* runs,
     unsigned long long* sums) {
@@ -492,10 +517,12 @@ namespace {
 using MaskKernel = void (*)(const WaveMsg*, int32_t, int64_t, uint32_t*, uint32_t*, uint8_t*,
                             uint64_t*, const WaveDigestRun*, unsigned long long*);
 
-// The digesting warp kernels load four steps at once (eight would spill).
+// The digesting warp kernels load half the steps at once: two at three
+// blocks an SM (unroll 4), four at two (unroll 8).
 template <template <int, bool, bool> class K>
 MaskKernel PickWarp(const WaveMaskConfig& c, bool digest) {
-  if (digest) return c.values ? K<4, true, true>::kFn : K<4, false, true>::kFn;
+  if (digest && c.unroll == 8) return c.values ? K<4, true, true>::kFn : K<4, false, true>::kFn;
+  if (digest) return c.values ? K<2, true, true>::kFn : K<2, false, true>::kFn;
   if (c.unroll == 8) return c.values ? K<8, true, false>::kFn : K<8, false, false>::kFn;
   return c.values ? K<4, true, false>::kFn : K<4, false, false>::kFn;
 }
