@@ -34,7 +34,7 @@
 //               [--batch_mib=N]   (plan waves per batch: DeltaRunnerOptions::batch_bytes;
 //               0: every wave its own batch) [--mask_kernel=sweep|tiles|block|bulk]
 //               [--mask_unroll=4|8] [--mask_values=0|1]   (the mask pass's kernel:
-//               GpuWaveOpsOptions::mask) [--count_streams=1|2]
+//               GpuWaveOpsOptions::mask) [--count_streams=1|2] [--fused_digest=0|1]
 //   (needs 2 GPUs; exits 0 with SKIP otherwise)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -100,6 +100,7 @@ struct Knobs {
   int64_t batch_bytes = DeltaRunnerOptions().batch_bytes;
   WaveMaskConfig mask;
   int count_streams = GpuWaveOpsOptions().count_streams;
+  bool fused_digest = GpuWaveOpsOptions().fused_digest;
 };
 
 DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
@@ -121,6 +122,7 @@ DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
     o.snapshot = knobs.snapshot;
     o.mask = knobs.mask;
     o.count_streams = knobs.count_streams;
+    o.fused_digest = knobs.fused_digest;
     return MakeGpuWaveOps(static_cast<NcclTransport*>(t), o);
   };
   return p;
@@ -481,11 +483,12 @@ int Main(int argc, char** argv) {
     else if (a == "--mask_kernel=block") knobs.mask.kind = WaveMaskKind::kBlock;
     else if (a == "--mask_kernel=bulk") knobs.mask.kind = WaveMaskKind::kBulk;
     else if (a == "--count_streams=1" || a == "--count_streams=2") knobs.count_streams = a.back() - '0';
+    else if (a == "--fused_digest=0" || a == "--fused_digest=1") knobs.fused_digest = a.back() == '1';
     else {
       std::fprintf(stderr, "usage: delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] "
                            "[--model=qwen3-8b] [--snapshot=gpu|pinned] [--batch_mib=N] "
                            "[--mask_kernel=sweep|tiles|block|bulk] [--mask_unroll=4|8] [--mask_values=0|1] "
-                           "[--count_streams=1|2]\n");
+                           "[--count_streams=1|2] [--fused_digest=0|1]\n");
       return 2;
     }
   }
@@ -499,13 +502,14 @@ int Main(int argc, char** argv) {
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, 0));
   std::printf("delta_bench: %s x2, NCCL %d, model %s, snapshot in %s, batches of %lld MiB, "
-              "mask kernel %s, unroll %d, values %s, %d count streams\n",
+              "mask kernel %s, unroll %d, values %s, %d count streams, digest %s\n",
               prop.name, nccl_version, model.c_str(),
               knobs.snapshot == SnapshotMemory::kDevice ? "GPU memory" : "pinned host memory",
               static_cast<long long>(knobs.batch_bytes >> 20),
               std::vector<std::string>{"sweep", "tiles", "block", "bulk"}
                   [static_cast<int>(knobs.mask.kind)].c_str(),
-              knobs.mask.unroll, knobs.mask.values ? "kept" : "re-read", knobs.count_streams);
+              knobs.mask.unroll, knobs.mask.values ? "kept" : "re-read", knobs.count_streams,
+              knobs.fused_digest ? "in the count" : "a pass of its own");
   int devs[2] = {0, 1};
   ncclComm_t comms[2];
   if (ncclCommInitAll(comms, 2, devs) != ncclSuccess) return 1;

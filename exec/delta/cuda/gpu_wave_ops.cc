@@ -369,10 +369,11 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
     }
     std::sort(runs.begin(), runs.end(),
               [](const DigestItem& a, const DigestItem& b) { return a.data < b.data; });
-    if (!counted) {
+    if (!counted || !o_.fused_digest) {
       other_runs.insert(other_runs.end(), runs.begin(), runs.end());
-      continue;
     }
+    if (!counted) continue;
+    if (!o_.fused_digest) runs.clear();
     WaveMsg m;
     m.first_run = static_cast<int32_t>(counted_runs.size());
     m.num_runs = static_cast<int32_t>(runs.size());

@@ -32,6 +32,10 @@ struct GpuWaveOpsOptions {
   // The mask pass's kernel (delta_kernels.h: WaveMaskConfig); a
   // persistent kind with no grid given gets the device's resident blocks.
   WaveMaskConfig mask;
+  // Verified rounds: the count digests the current bytes of the messages it
+  // compares in the same read (true), or a digest kernel reads them again
+  // on a stream of its own beside the counts (false).
+  bool fused_digest = true;
   // Streams the counts of a lane alternate over: 1, or 2 (a count starts
   // as the last one's warps end, beside it).
   int count_streams = 1;
