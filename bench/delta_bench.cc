@@ -33,8 +33,10 @@
 //               default, or pinned host memory the encoder reads over the bus)
 //               [--batch_mib=N]   (plan waves per batch: DeltaRunnerOptions::batch_bytes;
 //               0: every wave its own batch) [--mask_kernel=sweep|tiles|block|bulk]
-//               [--mask_unroll=4|8] [--mask_values=0|1]   (the mask pass's kernel:
+//               [--mask_unroll=2|4|8] [--mask_values=0|1]   (the mask pass's kernel:
 //               GpuWaveOpsOptions::mask) [--count_streams=1|2] [--fused_digest=0|1]
+//               [--digests=overlap|after]   (verified rounds' digests within the round,
+//               DeltaRunnerOptions::overlap_digests, or after its last wave)
 //   (needs 2 GPUs; exits 0 with SKIP otherwise)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -101,6 +103,7 @@ struct Knobs {
   WaveMaskConfig mask;
   int count_streams = GpuWaveOpsOptions().count_streams;
   bool fused_digest = GpuWaveOpsOptions().fused_digest;
+  bool overlap_digests = DeltaRunnerOptions().overlap_digests;
 };
 
 DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
@@ -215,6 +218,7 @@ class Bench {
         ms.buffers = g == 0 ? trainer_.ptrs : delta_engine_.ptrs;
         DeltaRunnerOptions o;
         o.batch_bytes = knobs.batch_bytes;
+        o.overlap_digests = knobs.overlap_digests;
         if (g == 0) o.snapshot = &snapshot_;
         delta_[g] = Ok(MakeDeltaMemberRunner(ms, NcclParts(g, "delta", knobs), &delta_store_, o),
                        "delta member");
@@ -476,7 +480,8 @@ int Main(int argc, char** argv) {
     else if (a == "--snapshot=gpu") knobs.snapshot = SnapshotMemory::kDevice;
     else if (a.rfind("--batch_mib=", 0) == 0 && absl::SimpleAtoi(a.substr(12), &v) && v >= 0)
       knobs.batch_bytes = v << 20;
-    else if (a == "--mask_unroll=4" || a == "--mask_unroll=8") knobs.mask.unroll = a.back() - '0';
+    else if (a == "--mask_unroll=2" || a == "--mask_unroll=4" || a == "--mask_unroll=8")
+      knobs.mask.unroll = a.back() - '0';
     else if (a == "--mask_values=0" || a == "--mask_values=1") knobs.mask.values = a.back() == '1';
     else if (a == "--mask_kernel=sweep") knobs.mask.kind = WaveMaskKind::kSweep;
     else if (a == "--mask_kernel=tiles") knobs.mask.kind = WaveMaskKind::kTiles;
@@ -484,11 +489,13 @@ int Main(int argc, char** argv) {
     else if (a == "--mask_kernel=bulk") knobs.mask.kind = WaveMaskKind::kBulk;
     else if (a == "--count_streams=1" || a == "--count_streams=2") knobs.count_streams = a.back() - '0';
     else if (a == "--fused_digest=0" || a == "--fused_digest=1") knobs.fused_digest = a.back() == '1';
+    else if (a == "--digests=overlap" || a == "--digests=after")
+      knobs.overlap_digests = a == "--digests=overlap";
     else {
       std::fprintf(stderr, "usage: delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] "
                            "[--model=qwen3-8b] [--snapshot=gpu|pinned] [--batch_mib=N] "
-                           "[--mask_kernel=sweep|tiles|block|bulk] [--mask_unroll=4|8] [--mask_values=0|1] "
-                           "[--count_streams=1|2] [--fused_digest=0|1]\n");
+                           "[--mask_kernel=sweep|tiles|block|bulk] [--mask_unroll=2|4|8] [--mask_values=0|1] "
+                           "[--count_streams=1|2] [--fused_digest=0|1] [--digests=overlap|after]\n");
       return 2;
     }
   }
@@ -509,7 +516,9 @@ int Main(int argc, char** argv) {
               std::vector<std::string>{"sweep", "tiles", "block", "bulk"}
                   [static_cast<int>(knobs.mask.kind)].c_str(),
               knobs.mask.unroll, knobs.mask.values ? "kept" : "re-read", knobs.count_streams,
-              knobs.fused_digest ? "in the count" : "a pass of its own");
+              !knobs.overlap_digests ? "after the round"
+              : knobs.fused_digest   ? "in the count"
+                                     : "a pass of its own");
   int devs[2] = {0, 1};
   ncclComm_t comms[2];
   if (ncclCommInitAll(comms, 2, devs) != ncclSuccess) return 1;

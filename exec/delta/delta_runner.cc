@@ -352,6 +352,9 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   FreeRetired();
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
   if (side_ == Side::kTrainer) sent_ = true;
+  if (options_.verify && !options_.overlap_digests) {
+    for (WaveWork& w : work_) REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));
+  }
   if (options_.verify) REFIT_RETURN_IF_ERROR(DigestRound(deadline));
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return stats;
@@ -368,8 +371,9 @@ void DeltaRunner::DigestItems(MsgWork& m, const char* stream) const {
 
 absl::Status DeltaRunner::DigestWave(WaveWork& w, absl::Time deadline) {
   const absl::Time t0 = absl::Now();
-  // Packed messages: what the buffers hold now, gathered into staging.
-  if (w.staging != nullptr) {
+  // An engine's packed messages: what the buffers hold now, gathered into
+  // staging (a trainer's staging holds its packed current bytes).
+  if (side_ == Side::kEngine && w.staging != nullptr) {
     std::vector<ResolvedCopy> gather;
     for (const MsgWork& m : w.msgs) {
       if (m.direct != nullptr) continue;

@@ -98,7 +98,7 @@ absl::Status DeltaRunner::BeginSend(WaveWork& w, absl::Time deadline) {
     it.word_bytes = m.word_bytes;
     // Verified rounds: the count digests the current bytes as it reads them.
     m.digest.clear();
-    if (options_.verify) DigestItems(m, it.cur);
+    if (options_.verify && options_.overlap_digests) DigestItems(m, it.cur);
     it.digest = m.digest;
     items.push_back(it);
   }
@@ -284,7 +284,9 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
   if (!unpack.empty()) REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, unpack));
   delta_stats_.apply_seconds += absl::ToDoubleSeconds(absl::Now() - t1);
   // Verified rounds: digest what the wave left in the buffers, behind it.
-  if (options_.verify) REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));
+  if (options_.verify && options_.overlap_digests) {
+    REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));
+  }
   return absl::OkStatus();
 }
 

@@ -42,15 +42,18 @@ struct WaveMsg {
   int64_t changed = 0;            // encode and apply: words sent
   int32_t word = 1;
   int32_t encoding = 0;           // a DeltaEncoding
-  int32_t first_run = 0;          // encode: its digest runs (LaunchWaveMask), none when
-  int32_t num_runs = 0;           // num_runs is 0
+  // Encode, verified rounds: the slot the count digests the message's bytes
+  // into (LaunchWaveMask), from key digest_key (a multiple of 16); -1: not.
+  int32_t digest_slot = -1;
+  int32_t pad = 0;
+  uint64_t digest_key = 0;
 };
 // A tile: its message (or run) and its index in it.
 struct WaveTile {
   int32_t msg = 0;
   int32_t tile = 0;
 };
-static_assert(sizeof(WaveMsg) == 64 && sizeof(WaveTile) == 8, "copied as bytes");
+static_assert(sizeof(WaveMsg) == 72 && sizeof(WaveTile) == 8, "copied as bytes");
 
 // One digest run of a batch: its tiles (kDeltaTileBytes each) are
 // [first_tile, the next run's first_tile), found on the GPU as a wave's.
@@ -75,9 +78,9 @@ inline int64_t WaveEncodeTiles(int64_t bytes) {
 // (`vals`: kWaveValueBytesPerTile a tile; otherwise the gather reads them
 // from the current bytes); each tile's count is added to totals[its
 // message] (u64, zeroed by the caller). Past a message's end both sides
-// read as zeros. Verified rounds: when `sums` is given, each message's digest runs (`runs` rows [first_run,
-// first_run + num_runs), in stream order, `data` within its current bytes)
-// are digested into sums[run.slot] in the same read.
+// read as zeros. Verified rounds: when `sums` is given, the bytes of each
+// message with a digest_slot are digested into sums[digest_slot] in the
+// same read.
 enum class WaveMaskKind : int32_t {
   // One warp per tile, a persistent grid of warps stepping over the tiles
   // (the warps at work read one window of the batch).
@@ -94,8 +97,7 @@ enum class WaveMaskKind : int32_t {
 };
 struct WaveMaskConfig {
   WaveMaskKind kind = WaveMaskKind::kSweep;
-  int unroll = 4;      // warp kinds: 512-byte warp steps loaded at once (4 or 8; half
-                       // that when the pass digests too)
+  int unroll = 4;      // warp kinds: 512-byte warp steps loaded at once (2, 4 or 8)
   bool values = true;  // keep the changed values for the gather
   int blocks = 0;      // persistent kinds: the grid; 0: WaveMaskBlocks of the device
 };
@@ -105,8 +107,7 @@ struct WaveMaskConfig {
 int WaveMaskBlocks(int device, const WaveMaskConfig& config, bool digest = false);
 void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
                     uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, cudaStream_t stream,
-                    const WaveMaskConfig& config, const WaveDigestRun* runs = nullptr,
-                    unsigned long long* sums = nullptr);
+                    const WaveMaskConfig& config, unsigned long long* sums = nullptr);
 // Encode, pass 2: each kIndices / kBitmask message's payload at its `out`
 // (dense messages: nothing); values from `vals` where the tile's fitted,
 // else (or with vals null) read again from the current bytes.

@@ -14,122 +14,20 @@
 namespace refit {
 
 
-// The trainer's digest in the mask pass (verified rounds): each thread digests
-// the current bytes of its chunks into the running sums as it compares
-// them, so the digest costs no read of its own. A message's digest runs
-// (WaveDigestRun rows [first_run, first_run + num_runs), in stream order,
-// `data` pointing into its current bytes) key each byte; a lane keeps the
-// run of its chunks and its slot's running sum in registers, adds to the
-// slot's sum when its slot changes, and the warp adds its sums at the end of
-// each tile (one atomic when every lane has the same slot).
-// The rare paths out of line, so the mask pass keeps its registers: a
-// word's weight by a power, and a chunk that is cut or not on a 16-byte key.
-__device__ inline uint64_t WaveDigestWeight(uint64_t word_key) {
-  return DigestWeight(word_key);
+// The trainer's digest in the mask pass (verified rounds): a message whose
+// current bytes are one digest run from a key on a 16-byte word
+// (digest_slot >= 0) is digested as it is compared, so the digest costs
+// no read of its own. A thread's chunks of a tile are a fixed number of
+// words apart, so past its first chunk's weight (a power) each weight is
+// the last one's times a constant; bytes past the message's end read as
+// zeros and add nothing. The warp adds its lanes' sums to the slot with
+// one atomic per tile.
+__device__ inline void WaveDigestFlush(uint64_t s, int32_t slot, unsigned long long* sums) {
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if ((threadIdx.x & 31) == 0 && s != 0) {
+    atomicAdd(sums + slot, static_cast<unsigned long long>(s));
+  }
 }
-__device__ inline uint64_t WaveDigestChunk(uint64_t h, uint64_t key, uint64_t lo,
-                                                 uint64_t hi) {
-  return DigestChunk(h, key, lo, hi);
-}
-
-struct WaveDigestLane {
-  const WaveDigestRun* runs = nullptr;
-  int32_t ri = 0, re = 0;  // the run, the end of the message's runs
-  const uint8_t* lo = nullptr;
-  const uint8_t* hi = nullptr;
-  uint64_t key = 0;
-  int32_t rslot = -1;
-  int32_t slot = -1;  // the slot `sum` belongs to
-  uint64_t sum = 0;
-  uint64_t word = ~uint64_t{0};  // the word key `h` is the weight of
-  uint64_t h = 0;
-
-  __device__ void Load() {
-    if (ri >= re) return;
-    const WaveDigestRun r = runs[ri];
-    lo = r.data;
-    hi = r.data + r.bytes;
-    key = r.first_key;
-    rslot = r.slot;
-  }
-  // The message's first run that ends past p.
-  __device__ void Seek(const WaveMsg& m, const WaveDigestRun* table, const uint8_t* p) {
-    runs = table;
-    int32_t a = m.first_run, b = m.first_run + m.num_runs;
-    re = b;
-    while (a < b) {
-      const int32_t mid = (a + b) / 2;
-      if (table[mid].data + table[mid].bytes <= p) {
-        a = mid + 1;
-      } else {
-        b = mid;
-      }
-    }
-    ri = a;
-    Load();
-  }
-  __device__ static uint64_t KeepBytes(uint64_t v, int a, int b) {  // bytes [a, b) of 8
-    a = a < 0 ? 0 : a;
-    b = b > 8 ? 8 : b;
-    if (b <= a) return 0;
-    const uint64_t below_b = b == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * b)) - 1;
-    const uint64_t below_a = (uint64_t{1} << (8 * a)) - 1;
-    return v & below_b & ~below_a;
-  }
-  // Digests the chunk `c` of bytes [p, pend) (pend - p <= 16).
-  __device__ void Add(const DeltaChunk& c, const uint8_t* p, const uint8_t* pend,
-                      unsigned long long* sums) {
-    const uint64_t w0 = c.w[0] | (static_cast<uint64_t>(c.w[1]) << 32);
-    const uint64_t w1 = c.w[2] | (static_cast<uint64_t>(c.w[3]) << 32);
-    const uint8_t* at = p;
-    while (at < pend) {
-      while (ri < re && hi <= at) {
-        ++ri;
-        Load();
-      }
-      if (ri >= re || lo >= pend) return;
-      const uint8_t* x0 = at > lo ? at : lo;
-      const uint8_t* x1 = pend < hi ? pend : hi;
-      if (rslot != slot) {
-        if (slot >= 0 && sum != 0) atomicAdd(sums + slot, static_cast<unsigned long long>(sum));
-        slot = rslot;
-        sum = 0;
-      }
-      const int a = static_cast<int>(x0 - p), b = static_cast<int>(x1 - p);
-      const bool all = a == 0 && b == 16;
-      // The chunk's first word's weight: a lane's chunks are 32 words
-      // apart within a run (one multiply); else a power.
-      const uint64_t ck = key + static_cast<uint64_t>(p - lo);
-      const uint64_t wk = ck & ~uint64_t{15};
-      if (wk == word + 512 && ((wk ^ word) >> kDigestOffsetBits) == 0) {
-        h *= kDigestA32;
-      } else if (wk != word) {
-        h = WaveDigestWeight(wk);
-      }
-      word = wk;
-      if (all && wk == ck) {
-        sum += h * DigestLanes(w0, w1);
-      } else {
-        sum += WaveDigestChunk(h, ck, KeepBytes(w0, a, b), KeepBytes(w1, a - 8, b - 8));
-      }
-      at = x1;
-    }
-  }
-  // Warp-collective: adds the lanes' sums to their slots.
-  __device__ void Flush(unsigned long long* sums) {
-    const int first = __shfl_sync(0xffffffffu, slot, 0);
-    if (__all_sync(0xffffffffu, slot == first || sum == 0)) {
-      uint64_t s = sum;
-      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      if ((threadIdx.x & 31) == 0 && first >= 0 && s != 0) {
-        atomicAdd(sums + first, static_cast<unsigned long long>(s));
-      }
-    } else if (slot >= 0 && sum != 0) {
-      atomicAdd(sums + slot, static_cast<unsigned long long>(sum));
-    }
-    sum = 0;
-  }
-};
 
 // The mask pass: one warp per tile, no block-wide step. The warp reads the
 // tile in steps of 512 bytes (16 per lane) of the current and snapshot
@@ -142,7 +40,6 @@ struct WaveDigestLane {
 template <int W, int kUnroll, bool kValues, bool kDigest>
 __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int64_t g,
                                             uint32_t* mask, uint8_t* vals,
-                                            const WaveDigestRun* runs,
                                             unsigned long long* sums) {
   constexpr int kBits = kDeltaChunk / W;  // bits per lane per step
   constexpr int kGroup = 32 / kBits;      // lanes per mask word
@@ -154,9 +51,9 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
   uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
   uint8_t* tvals = vals + g * kWaveValueBytesPerTile;
   uint32_t count = 0;  // the tile's changed words before this step (kValues: the lane's)
-  const bool digest = kDigest && m.num_runs > 0;  // the same in the warp
-  WaveDigestLane dl;
-  if (digest) dl.Seek(m, runs, m.cur + base + lane * kDeltaChunk);
+  const bool digest = kDigest && m.digest_slot >= 0;  // the same in the warp
+  uint64_t h = 0, dsum = 0;  // the lane's next chunk's weight, its sum
+  if (digest) h = DigestWeight(m.digest_key + static_cast<uint64_t>(base + lane * kDeltaChunk));
   for (int s0 = 0; s0 < kMaskSteps; s0 += kUnroll) {
     DeltaChunk a[kUnroll], b[kUnroll];
 #pragma unroll
@@ -178,11 +75,9 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (digest) {
-        const int64_t off = base + static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
-        if (off < m.bytes) {
-          const int64_t end = off + kDeltaChunk < m.bytes ? off + kDeltaChunk : m.bytes;
-          dl.Add(a[u], m.cur + off, m.cur + end, sums);
-        }
+        dsum += h * DigestLanes(a[u].w[0] | (static_cast<uint64_t>(a[u].w[1]) << 32),
+                                a[u].w[2] | (static_cast<uint64_t>(a[u].w[3]) << 32));
+        h *= kDigestA32;
       }
       const uint32_t bits = DeltaDiffBits(a[u], b[u], W);
       const uint32_t c = __popc(bits);
@@ -218,7 +113,7 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
   if (!kValues) {
     for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
   }
-  if (digest) dl.Flush(sums);
+  if (digest) WaveDigestFlush(dsum, m.digest_slot, sums);
   return count;  // the same in every lane
 }
 
@@ -232,21 +127,28 @@ __device__ inline void WaveMaskTileDone(uint32_t count, int64_t g, uint32_t* til
 template <int kUnroll, bool kValues, bool kDigest>
 __device__ inline void WaveMaskWarpAt(const WaveMsg* msgs, int32_t i, int64_t g, uint32_t* mask,
                                       uint32_t* tile_counts, uint8_t* vals, uint64_t* totals,
-                                      const WaveDigestRun* runs, unsigned long long* sums) {
+                                      unsigned long long* sums) {
   const WaveMsg m = msgs[i];
   const int64_t t = g - m.first_tile;
   uint32_t c;
   switch (m.word) {
     case 1: c = WaveMaskTileWarp<1, kUnroll, kValues, kDigest>(
-        m, t, g, mask, vals, runs, sums); break;
+        m, t, g, mask, vals, sums); break;
     case 2: c = WaveMaskTileWarp<2, kUnroll, kValues, kDigest>(
-        m, t, g, mask, vals, runs, sums); break;
+        m, t, g, mask, vals, sums); break;
     case 4: c = WaveMaskTileWarp<4, kUnroll, kValues, kDigest>(
-        m, t, g, mask, vals, runs, sums); break;
+        m, t, g, mask, vals, sums); break;
     default: c = WaveMaskTileWarp<8, kUnroll, kValues, kDigest>(
-        m, t, g, mask, vals, runs, sums); break;
+        m, t, g, mask, vals, sums); break;
   }
   if ((threadIdx.x & 31) == 0) WaveMaskTileDone(c, g, tile_counts, totals + i);
+}
+
+// Blocks an SM the warp kernels' registers must allow: four (eight warps
+// each) but where eight steps of loads or the digest at four steps need
+// more registers.
+constexpr int WaveMaskMinBlocks(int unroll, bool digest) {
+  return unroll == 8 ? 2 : (unroll == 4 && digest) ? 3 : 4;
 }
 
 // kTiles: one warp per kMaskTilesPerWarp consecutive tiles (one search for
@@ -254,10 +156,9 @@ __device__ inline void WaveMaskWarpAt(const WaveMsg* msgs, int32_t i, int64_t g,
 constexpr int kMaskTilesPerWarp = 4;
 
 template <int kUnroll, bool kValues, bool kDigest>
-__global__ void __launch_bounds__(kDeltaThreads, kDigest ? (kUnroll == 2 ? 3 : 2) : 1) WaveMaskTilesKernel(
+__global__ void __launch_bounds__(kDeltaThreads, WaveMaskMinBlocks(kUnroll, kDigest)) WaveMaskTilesKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, const WaveDigestRun* runs,
-    unsigned long long* sums) {
+    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, unsigned long long* sums) {
   const int64_t g0 =
       (static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5)) *
       kMaskTilesPerWarp;
@@ -266,7 +167,7 @@ __global__ void __launch_bounds__(kDeltaThreads, kDigest ? (kUnroll == 2 ? 3 : 2
   for (int64_t g = g0; g < min(num_tiles, g0 + kMaskTilesPerWarp); ++g) {
     while (i + 1 < num_msgs && msgs[i + 1].first_tile <= g) ++i;
     WaveMaskWarpAt<kUnroll, kValues, kDigest>(
-        msgs, i, g, mask, tile_counts, vals, totals, runs, sums);
+        msgs, i, g, mask, tile_counts, vals, totals, sums);
   }
 }
 
@@ -274,15 +175,14 @@ __global__ void __launch_bounds__(kDeltaThreads, kDigest ? (kUnroll == 2 ? 3 : 2
 // warp w of W runs tiles w, w + W, w + 2W, ...: the warps at work read one
 // window of the batch, and every warp ends within a tile of the others.
 template <int kUnroll, bool kValues, bool kDigest>
-__global__ void __launch_bounds__(kDeltaThreads, kDigest ? (kUnroll == 2 ? 3 : 2) : 1) WaveMaskSweepKernel(
+__global__ void __launch_bounds__(kDeltaThreads, WaveMaskMinBlocks(kUnroll, kDigest)) WaveMaskSweepKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, const WaveDigestRun* runs,
-    unsigned long long* sums) {
+    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, unsigned long long* sums) {
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kDeltaThreads / 32);
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5);
        g < num_tiles; g += warps) {
     WaveMaskWarpAt<kUnroll, kValues, kDigest>(msgs, WaveFindMsg(msgs, num_msgs, g), g, mask,
-                                     tile_counts, vals, totals, runs, sums);
+                                     tile_counts, vals, totals, sums);
   }
 }
 
@@ -295,8 +195,7 @@ __global__ void __launch_bounds__(kDeltaThreads, kDigest ? (kUnroll == 2 ? 3 : 2
 template <int W, bool kValues, bool kDigest>
 __device__ inline void WaveMaskTileBlock(const WaveMsg& m, int64_t tile, int64_t g,
                                          uint32_t* mask, uint32_t* tile_counts, uint8_t* vals,
-                                         uint64_t* total, const WaveDigestRun* runs,
-                                         unsigned long long* sums,
+                                         uint64_t* total, unsigned long long* sums,
                                          const uint8_t* scur = nullptr,
                                          const uint8_t* ssnap = nullptr) {
   constexpr int kBits = kDeltaChunk / W;  // bits per chunk
@@ -331,18 +230,17 @@ __device__ inline void WaveMaskTileBlock(const WaveMsg& m, int64_t tile, int64_t
       b[u] = a[u];
     }
   }
-  if (kDigest && m.num_runs > 0) {  // the same in the block
-    WaveDigestLane dl;
-    dl.Seek(m, runs, m.cur + base + t * kDeltaChunk);
+  if (kDigest && m.digest_slot >= 0) {  // the same in the block
+    constexpr uint64_t kStepWeight = DigestPow(kDigestA, kBlockStep / 16);
+    uint64_t h = DigestWeight(m.digest_key + static_cast<uint64_t>(base + t * kDeltaChunk));
+    uint64_t dsum = 0;
 #pragma unroll
     for (int u = 0; u < kSub; ++u) {
-      const int64_t off = base + static_cast<int64_t>(u) * kBlockStep + t * kDeltaChunk;
-      if (off < m.bytes) {
-        const int64_t end = off + kDeltaChunk < m.bytes ? off + kDeltaChunk : m.bytes;
-        dl.Add(a[u], m.cur + off, m.cur + end, sums);
-      }
+      dsum += h * DigestLanes(a[u].w[0] | (static_cast<uint64_t>(a[u].w[1]) << 32),
+                              a[u].w[2] | (static_cast<uint64_t>(a[u].w[3]) << 32));
+      h *= kStepWeight;
     }
-    dl.Flush(sums);
+    WaveDigestFlush(dsum, m.digest_slot, sums);
   }
   uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
   uint32_t bits[kSub];
@@ -382,21 +280,20 @@ __device__ inline void WaveMaskTileBlock(const WaveMsg& m, int64_t tile, int64_t
 template <bool kValues, bool kDigest>
 __global__ void __launch_bounds__(kDeltaThreads) WaveMaskBlockKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, const WaveDigestRun* runs,
-    unsigned long long* sums) {
+    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, unsigned long long* sums) {
   for (int64_t g = blockIdx.x; g < num_tiles; g += gridDim.x) {
     const int32_t i = WaveFindMsg(msgs, num_msgs, g);
     const WaveMsg m = msgs[i];
     const int64_t t = g - m.first_tile;
     switch (m.word) {
       case 1: WaveMaskTileBlock<1, kValues, kDigest>(
-          m, t, g, mask, tile_counts, vals, totals + i, runs, sums); break;
+          m, t, g, mask, tile_counts, vals, totals + i, sums); break;
       case 2: WaveMaskTileBlock<2, kValues, kDigest>(
-          m, t, g, mask, tile_counts, vals, totals + i, runs, sums); break;
+          m, t, g, mask, tile_counts, vals, totals + i, sums); break;
       case 4: WaveMaskTileBlock<4, kValues, kDigest>(
-          m, t, g, mask, tile_counts, vals, totals + i, runs, sums); break;
+          m, t, g, mask, tile_counts, vals, totals + i, sums); break;
       default: WaveMaskTileBlock<8, kValues, kDigest>(
-          m, t, g, mask, tile_counts, vals, totals + i, runs, sums); break;
+          m, t, g, mask, tile_counts, vals, totals + i, sums); break;
     }
   }
 }
@@ -454,8 +351,7 @@ __device__ inline void WaveBulkWait(uint64_t* bar, uint32_t parity) {
 template <bool kValues, bool kDigest>
 __global__ void __launch_bounds__(kDeltaThreads) WaveMaskBulkKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, const WaveDigestRun* runs,
-    unsigned long long* sums) {
+    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, unsigned long long* sums) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t bars[kBulkStages];
   const int64_t G = gridDim.x;
@@ -492,13 +388,13 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveMaskBulkKernel(
     }
     switch (m.word) {
       case 1: WaveMaskTileBlock<1, kValues, kDigest>(
-          m, t, g, mask, tile_counts, vals, totals + i, runs, sums, scur, ssnap); break;
+          m, t, g, mask, tile_counts, vals, totals + i, sums, scur, ssnap); break;
       case 2: WaveMaskTileBlock<2, kValues, kDigest>(
-          m, t, g, mask, tile_counts, vals, totals + i, runs, sums, scur, ssnap); break;
+          m, t, g, mask, tile_counts, vals, totals + i, sums, scur, ssnap); break;
       case 4: WaveMaskTileBlock<4, kValues, kDigest>(
-          m, t, g, mask, tile_counts, vals, totals + i, runs, sums, scur, ssnap); break;
+          m, t, g, mask, tile_counts, vals, totals + i, sums, scur, ssnap); break;
       default: WaveMaskTileBlock<8, kValues, kDigest>(
-          m, t, g, mask, tile_counts, vals, totals + i, runs, sums, scur, ssnap); break;
+          m, t, g, mask, tile_counts, vals, totals + i, sums, scur, ssnap); break;
     }
     __syncthreads();  // every thread is done with stage s
     const int64_t next = g + kBulkStages * G;
@@ -515,16 +411,18 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveMaskBulkKernel(
 namespace {
 
 using MaskKernel = void (*)(const WaveMsg*, int32_t, int64_t, uint32_t*, uint32_t*, uint8_t*,
-                            uint64_t*, const WaveDigestRun*, unsigned long long*);
+                            uint64_t*, unsigned long long*);
 
-// The digesting warp kernels load half the steps at once: two at three
-// blocks an SM (unroll 4), four at two (unroll 8).
+// The warp kernels by steps loaded at once: 2, 4 or 8.
+template <template <int, bool, bool> class K, bool D>
+MaskKernel PickWarpUnroll(const WaveMaskConfig& c) {
+  if (c.unroll == 8) return c.values ? K<8, true, D>::kFn : K<8, false, D>::kFn;
+  if (c.unroll == 2) return c.values ? K<2, true, D>::kFn : K<2, false, D>::kFn;
+  return c.values ? K<4, true, D>::kFn : K<4, false, D>::kFn;
+}
 template <template <int, bool, bool> class K>
 MaskKernel PickWarp(const WaveMaskConfig& c, bool digest) {
-  if (digest && c.unroll == 8) return c.values ? K<4, true, true>::kFn : K<4, false, true>::kFn;
-  if (digest) return c.values ? K<2, true, true>::kFn : K<2, false, true>::kFn;
-  if (c.unroll == 8) return c.values ? K<8, true, false>::kFn : K<8, false, false>::kFn;
-  return c.values ? K<4, true, false>::kFn : K<4, false, false>::kFn;
+  return digest ? PickWarpUnroll<K, true>(c) : PickWarpUnroll<K, false>(c);
 }
 template <int U, bool V, bool D>
 struct SweepOf {
@@ -587,11 +485,10 @@ int WaveMaskBlocks(int device, const WaveMaskConfig& c, bool digest) {
 
 void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
                     uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, cudaStream_t stream,
-                    const WaveMaskConfig& c, const WaveDigestRun* runs,
-                    unsigned long long* sums) {
+                    const WaveMaskConfig& c, unsigned long long* sums) {
   if (num_tiles == 0 || num_msgs == 0) return;
   const int64_t warps_per_block = kDeltaThreads / 32;
-  const bool digest = sums != nullptr && runs != nullptr;
+  const bool digest = sums != nullptr;
   const MaskKernel k = PickMaskKernel(c, digest);
   int64_t blocks = 0;
   if (c.kind == WaveMaskKind::kTiles) {
@@ -608,7 +505,7 @@ void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, ui
   }
   if (AllowSmem(k, c) != cudaSuccess) return;  // the launch error stays for cudaGetLastError
   k<<<static_cast<unsigned int>(blocks), kDeltaThreads, MaskSmem(c), stream>>>(
-      msgs, num_msgs, num_tiles, mask, tile_counts, vals, totals, runs, digest ? sums : nullptr);
+      msgs, num_msgs, num_tiles, mask, tile_counts, vals, totals, sums);
 }
 
 }  // namespace refit

@@ -354,30 +354,32 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   std::vector<WaveMsg> msgs;
   int64_t num_tiles = 0;
   c.msg_of_item.assign(items.size(), -1);
-  // Digest runs: of counted messages (read by their count), of the others.
-  std::vector<DigestItem> counted_runs, other_runs;
+  // Digest runs the count does not digest itself (a pass of their own).
+  std::vector<DigestItem> other_runs;
+  bool any_fused = false;
   for (size_t i = 0; i < items.size(); ++i) {
     const EncodeItem& it = items[i];
     REFIT_RETURN_IF_ERROR(CheckItem(it));
-    const bool counted = it.snap != nullptr && it.bytes > 0;
-    std::vector<DigestItem> runs;
     for (const DigestItem& d : it.digest) {
       if (d.data < it.cur || d.bytes < 0 || d.data + d.bytes > it.cur + it.bytes) {
         return absl::InvalidArgumentError("digest: a run outside its message's bytes");
       }
-      if (d.bytes > 0) runs.push_back(d);
     }
-    std::sort(runs.begin(), runs.end(),
-              [](const DigestItem& a, const DigestItem& b) { return a.data < b.data; });
-    if (!counted || !o_.fused_digest) {
-      other_runs.insert(other_runs.end(), runs.begin(), runs.end());
-    }
+    const bool counted = it.snap != nullptr && it.bytes > 0;
+    // The count digests a message that is one run from a 16-byte word's key.
+    const bool fused = o_.fused_digest && counted && it.digest.size() == 1 &&
+                       it.digest[0].data == it.cur && it.digest[0].bytes == it.bytes &&
+                       (it.digest[0].first_key & 15) == 0;
+    if (!fused) other_runs.insert(other_runs.end(), it.digest.begin(), it.digest.end());
     if (!counted) continue;
-    if (!o_.fused_digest) runs.clear();
     WaveMsg m;
-    m.first_run = static_cast<int32_t>(counted_runs.size());
-    m.num_runs = static_cast<int32_t>(runs.size());
-    counted_runs.insert(counted_runs.end(), runs.begin(), runs.end());
+    if (fused) {
+      int64_t tiles = 0;  // checks the run's element size and slot
+      REFIT_RETURN_IF_ERROR(DigestRuns(it.digest, &tiles).status());
+      any_fused = true;
+      m.digest_slot = it.digest[0].slot;
+      m.digest_key = it.digest[0].first_key;
+    }
     m.cur = reinterpret_cast<const uint8_t*>(it.cur);
     m.snap = reinterpret_cast<const uint8_t*>(it.snap);
     m.bytes = it.bytes;
@@ -395,9 +397,6 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   c.num_tiles = num_tiles;
   c.words_of_item.resize(items.size());
   for (size_t i = 0; i < items.size(); ++i) c.words_of_item[i] = items[i].bytes / items[i].word_bytes;
-  int64_t run_tiles = 0;
-  REFIT_ASSIGN_OR_RETURN(std::vector<WaveDigestRun> run_rows,
-                         DigestRuns(counted_runs, &run_tiles));
   REFIT_RETURN_IF_ERROR(AddDigest(lane, other_runs, deadline));
   c.counting = true;
   l->started.push_back(si);
@@ -428,14 +427,9 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
       cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, codec));
   auto* totals = reinterpret_cast<uint64_t*>(c.totals.p);
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(totals, 0, c.num_msgs * 8, codec));
-  const WaveDigestRun* rows = nullptr;
-  if (!run_rows.empty()) {
-    REFIT_ASSIGN_OR_RETURN(rows, UploadRuns(run_rows, codec));
-  }
-  auto* sums = reinterpret_cast<unsigned long long*>(sums_.p);
   LaunchWaveMask(dmsgs, nm, c.num_tiles, reinterpret_cast<uint32_t*>(c.mask.p), counts,
-                 reinterpret_cast<uint8_t*>(c.vals.p), totals, codec, o_.mask, rows,
-                 rows != nullptr ? sums : nullptr);
+                 reinterpret_cast<uint8_t*>(c.vals.p), totals, codec, o_.mask,
+                 any_fused ? reinterpret_cast<unsigned long long*>(sums_.p) : nullptr);
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(c.totals_h.p, c.totals.p, c.num_msgs * 8,
                                              cudaMemcpyDeviceToHost, codec));

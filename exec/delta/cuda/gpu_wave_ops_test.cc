@@ -152,7 +152,8 @@ void EncodeOnBoth(DeltaWaveOps& host, DeltaWaveOps& gpu, const std::vector<Encod
 // grids of a few blocks, whose warps or blocks then run many tiles each.
 std::vector<WaveMaskConfig> MaskConfigs() {
   using K = WaveMaskKind;
-  return {{K::kSweep, 4, true, 0}, {K::kSweep, 8, true, 0},  {K::kSweep, 8, false, 0},
+  return {{K::kSweep, 4, true, 0}, {K::kSweep, 2, true, 0},  {K::kSweep, 8, true, 0},
+          {K::kSweep, 8, false, 0},
           {K::kSweep, 4, true, 3},
           {K::kTiles, 4, true, 0}, {K::kTiles, 8, true, 0},  {K::kBlock, 4, true, 0},
           {K::kBlock, 4, false, 0}, {K::kBlock, 4, true, 5},  {K::kBulk, 4, true, 0},
@@ -323,6 +324,13 @@ TEST(GpuWaveOpsTest, ManyMessagesAtAnyAlignmentEncodeAsTheHost) {
         // cut at random places (a gap left between some), slots at random.
         if (i % 9 == 4) hitems.back().snap = ditems.back().snap = nullptr;
         int64_t at = 0;
+        if (i % 3 == 0) {  // one run from a 16-byte word's key: the count digests it
+          const uint64_t key = PositionKey(i % 5, 16 * static_cast<int64_t>(rng() % 5000));
+          const int slot = static_cast<int>(rng() % 7);
+          hruns[i].push_back({hitems.back().cur, n, word, key, slot});
+          druns[i].push_back({ditems.back().cur, n, word, key, slot});
+          at = n;
+        }
         while (at < n) {
           const int64_t len = std::min<int64_t>(n - at, (1 + rng() % 40000) * word);
           const uint64_t key = PositionKey(i % 5, static_cast<int64_t>(rng() % 100000));
@@ -521,19 +529,14 @@ TEST(GpuWaveOpsTest, Figure) {
   // Each kind digesting the current bytes in the same pass (one run a
   // message), as a verified round's count does.
   {
-    std::vector<WaveDigestRun> runs(count);
     std::vector<WaveMsg> with = msgs;
     for (int64_t m = 0; m < count; ++m) {
-      runs[m] = {msgs[m].cur, each, PositionKey(m, 0), m * (each / kDeltaTileBytes), 2,
-                 static_cast<int32_t>(m % 3)};
-      with[m].first_run = static_cast<int32_t>(m);
-      with[m].num_runs = 1;
+      with[m].digest_slot = static_cast<int32_t>(m % 3);
+      with[m].digest_key = PositionKey(m, 0);
     }
     char* extra = nullptr;
-    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&extra), count * 40 + 64), cudaSuccess);
-    auto* drows = reinterpret_cast<WaveDigestRun*>(extra);
-    auto* dsums = reinterpret_cast<unsigned long long*>(extra + count * 40);
-    ASSERT_EQ(cudaMemcpy(drows, runs.data(), count * 40, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&extra), 64), cudaSuccess);
+    auto* dsums = reinterpret_cast<unsigned long long*>(extra);
     ASSERT_EQ(cudaMemcpy(rows, with.data(), count * sizeof(WaveMsg), cudaMemcpyHostToDevice),
               cudaSuccess);
     for (const WaveMaskConfig& base : MaskConfigs()) {
@@ -541,8 +544,7 @@ TEST(GpuWaveOpsTest, Figure) {
       WaveMaskConfig mc = base;
       const float ms = testing::BestMs([&] {
         cudaMemsetAsync(totals, 0, count * 8);
-        LaunchWaveMask(rows, count, tiles, mask, tile_counts, vals, totals, nullptr, mc, drows,
-                       dsums);
+        LaunchWaveMask(rows, count, tiles, mask, tile_counts, vals, totals, nullptr, mc, dsums);
       });
       ASSERT_EQ(cudaGetLastError(), cudaSuccess);
       const double gbps = 2.0 * total / (ms * 1e-3) / 1e9;
