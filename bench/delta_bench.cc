@@ -37,6 +37,8 @@
 //               GpuWaveOpsOptions::mask) [--count_streams=1|2] [--fused_digest=0|1]
 //               [--digests=overlap|after]   (verified rounds' digests within the round,
 //               DeltaRunnerOptions::overlap_digests, or after its last wave)
+//               [--merge_headers=0|1] [--scan_with_count=0|1]   (the engine's next headers in
+//               this wave's group; the count's tile scan on its own stream)
 //   (needs 2 GPUs; exits 0 with SKIP otherwise)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -104,6 +106,8 @@ struct Knobs {
   int count_streams = GpuWaveOpsOptions().count_streams;
   bool fused_digest = GpuWaveOpsOptions().fused_digest;
   bool overlap_digests = DeltaRunnerOptions().overlap_digests;
+  bool merge_headers = DeltaRunnerOptions().merge_headers;
+  bool scan_with_count = GpuWaveOpsOptions().scan_with_count;
 };
 
 DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
@@ -126,6 +130,7 @@ DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
     o.mask = knobs.mask;
     o.count_streams = knobs.count_streams;
     o.fused_digest = knobs.fused_digest;
+    o.scan_with_count = knobs.scan_with_count;
     return MakeGpuWaveOps(static_cast<NcclTransport*>(t), o);
   };
   return p;
@@ -219,6 +224,7 @@ class Bench {
         DeltaRunnerOptions o;
         o.batch_bytes = knobs.batch_bytes;
         o.overlap_digests = knobs.overlap_digests;
+        o.merge_headers = knobs.merge_headers;
         if (g == 0) o.snapshot = &snapshot_;
         delta_[g] = Ok(MakeDeltaMemberRunner(ms, NcclParts(g, "delta", knobs), &delta_store_, o),
                        "delta member");
@@ -491,11 +497,15 @@ int Main(int argc, char** argv) {
     else if (a == "--fused_digest=0" || a == "--fused_digest=1") knobs.fused_digest = a.back() == '1';
     else if (a == "--digests=overlap" || a == "--digests=after")
       knobs.overlap_digests = a == "--digests=overlap";
+    else if (a == "--merge_headers=0" || a == "--merge_headers=1") knobs.merge_headers = a.back() == '1';
+    else if (a == "--scan_with_count=0" || a == "--scan_with_count=1")
+      knobs.scan_with_count = a.back() == '1';
     else {
       std::fprintf(stderr, "usage: delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] "
                            "[--model=qwen3-8b] [--snapshot=gpu|pinned] [--batch_mib=N] "
                            "[--mask_kernel=sweep|tiles|block|bulk] [--mask_unroll=2|4|8] [--mask_values=0|1] "
-                           "[--count_streams=1|2] [--fused_digest=0|1] [--digests=overlap|after]\n");
+                           "[--count_streams=1|2] [--fused_digest=0|1] [--digests=overlap|after] "
+                           "[--merge_headers=0|1] [--scan_with_count=0|1]\n");
       return 2;
     }
   }
@@ -509,7 +519,8 @@ int Main(int argc, char** argv) {
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, 0));
   std::printf("delta_bench: %s x2, NCCL %d, model %s, snapshot in %s, batches of %lld MiB, "
-              "mask kernel %s, unroll %d, values %s, %d count streams, digest %s\n",
+              "mask kernel %s, unroll %d, values %s, %d count streams, digest %s, headers %s, "
+              "scan %s\n",
               prop.name, nccl_version, model.c_str(),
               knobs.snapshot == SnapshotMemory::kDevice ? "GPU memory" : "pinned host memory",
               static_cast<long long>(knobs.batch_bytes >> 20),
@@ -518,7 +529,9 @@ int Main(int argc, char** argv) {
               knobs.mask.unroll, knobs.mask.values ? "kept" : "re-read", knobs.count_streams,
               !knobs.overlap_digests ? "after the round"
               : knobs.fused_digest   ? "in the count"
-                                     : "a pass of its own");
+                                     : "a pass of its own",
+              knobs.merge_headers ? "merged" : "apart",
+              knobs.scan_with_count ? "with the count" : "with the gather");
   int devs[2] = {0, 1};
   ncclComm_t comms[2];
   if (ncclCommInitAll(comms, 2, devs) != ncclSuccess) return 1;

@@ -263,7 +263,7 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
   // this group. Not on a transport that holds one wave a lane (the host's):
   // its applies wait for the payloads, which must not wait for the next
   // headers.
-  if (w.next_on_lane >= 0 && ops_->OrderedWithTransport()) {
+  if (options_.merge_headers && w.next_on_lane >= 0 && ops_->OrderedWithTransport()) {
     WaveWork& next = work_[w.next_on_lane];
     if (!next.headers_posted) {
       std::vector<RecvOp> head = HeaderReceives(next);

@@ -430,6 +430,10 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   LaunchWaveMask(dmsgs, nm, c.num_tiles, reinterpret_cast<uint32_t*>(c.mask.p), counts,
                  reinterpret_cast<uint8_t*>(c.vals.p), totals, codec, o_.mask,
                  any_fused ? reinterpret_cast<unsigned long long*>(sums_.p) : nullptr);
+  if (o_.scan_with_count) {
+    auto* offsets = reinterpret_cast<uint64_t*>(c.offsets.p);
+    LaunchTileScan(counts, c.num_tiles, offsets, offsets + c.num_tiles, codec);
+  }
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(c.totals_h.p, c.totals.p, c.num_msgs * 8,
                                              cudaMemcpyDeviceToHost, codec));
@@ -500,8 +504,10 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
         cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->gather));
     // The tiles' offsets for the gather (the count needed only the totals).
     auto* offsets = reinterpret_cast<uint64_t*>(c.offsets.p);
-    LaunchTileScan(reinterpret_cast<const uint32_t*>(c.counts.p), c.num_tiles, offsets,
-                   offsets + c.num_tiles, l->gather);
+    if (!o_.scan_with_count) {
+      LaunchTileScan(reinterpret_cast<const uint32_t*>(c.counts.p), c.num_tiles, offsets,
+                     offsets + c.num_tiles, l->gather);
+    }
     LaunchWaveGather(reinterpret_cast<const WaveMsg*>(c.table.p),
                      static_cast<int32_t>(c.num_msgs), c.num_tiles,
                      reinterpret_cast<const uint32_t*>(c.mask.p),

@@ -36,6 +36,9 @@ struct GpuWaveOpsOptions {
   // compares in the same read (true), or a digest kernel reads them again
   // on a stream of its own beside the counts (false).
   bool fused_digest = true;
+  // Where the tiles' offsets are scanned: on the count's stream right after
+  // the mask pass (true), or on the gather's stream before the gather.
+  bool scan_with_count = false;
   // Streams the counts of a lane alternate over: 1, or 2 (a count starts
   // as the last one's warps end, beside it).
   int count_streams = 1;
