@@ -18,18 +18,27 @@
 //
 // Rows: 0.5%, 2%, 5%, 20% of the BF16 elements changed at random positions,
 // and one AdamW step at lr 1e-6. Columns: engine words changed, wire bytes
-// over dense, the delta round without its digests (the slower member),
-// the dense round, their ratio, raw NCCL of the dense bytes in one send,
-// the encoder (count + gather of every message in one batch, current and
-// snapshot read: GB/s read) next to a device copy (GB/s read), and the
-// verified round's digests (the slower member, every byte of the round).
+// over dense, the delta round less the time its members spent on digests
+// outside the overlap (the slower member), the dense round, their ratio,
+// the verified round as a user sees it (digests included: delta rounds
+// are always verified) and its ratio to the dense round, raw NCCL of the
+// dense bytes in one send, the encoder (count + gather of every message in
+// one batch, current and snapshot read: GB/s read) next to the read floor
+// (a compare that writes nothing) and a device copy (GB/s read), and the
+// digest time outside the overlap (the slower member).
 // Prints the table last; exit 1 if any byte or digest differs.
 //
 //   delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] [--model=qwen3-8b]
 //               [--snapshot=gpu|pinned]   (the trainer's snapshot: GPU memory by
 //               default, or pinned host memory the encoder reads over the bus)
 //               [--batch_mib=N]   (plan waves per batch: DeltaRunnerOptions::batch_bytes;
-//               0: every wave its own batch) [--mask_unroll=4|8] [--mask_values=0|1]
+//               0: every wave its own batch) [--mask_kernel=sweep|tiles|block|bulk]
+//               [--mask_unroll=2|4|8] [--mask_values=0|1]   (the mask pass's kernel:
+//               GpuWaveOpsOptions::mask) [--count_streams=1|2] [--fused_digest=0|1]
+//               [--digests=overlap|after]   (verified rounds' digests within the round,
+//               DeltaRunnerOptions::overlap_digests, or after its last wave)
+//               [--merge_headers=0|1] [--scan_with_count=0|1]   (the engine's next headers in
+//               this wave's group; the count's tile scan on its own stream)
 //   (needs 2 GPUs; exits 0 with SKIP otherwise)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -47,10 +56,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/delta_bench_kernels.h"
+#include "testing/read_floor_kernels.h"
 #include "exec/cuda/cuda_copier.h"
 #include "exec/cuda/cuda_lanes.h"
 #include "exec/cuda/nccl_transport.h"
 #include "exec/delta/cuda/gpu_wave_ops.h"
+#include "exec/delta/digest_term.h"
 #include "exec/kv_store.h"
 #include "exec/member_runner.h"
 #include "mapping/mapping.h"
@@ -91,8 +102,12 @@ double Now() {
 struct Knobs {
   SnapshotMemory snapshot = SnapshotMemory::kDevice;
   int64_t batch_bytes = DeltaRunnerOptions().batch_bytes;
-  int mask_unroll = GpuWaveOpsOptions().mask_unroll;
-  bool mask_values = GpuWaveOpsOptions().mask_values;
+  WaveMaskConfig mask;
+  int count_streams = GpuWaveOpsOptions().count_streams;
+  bool fused_digest = GpuWaveOpsOptions().fused_digest;
+  bool overlap_digests = DeltaRunnerOptions().overlap_digests;
+  bool merge_headers = DeltaRunnerOptions().merge_headers;
+  bool scan_with_count = GpuWaveOpsOptions().scan_with_count;
 };
 
 DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
@@ -112,8 +127,10 @@ DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
     GpuWaveOpsOptions o;
     o.device = device;
     o.snapshot = knobs.snapshot;
-    o.mask_unroll = knobs.mask_unroll;
-    o.mask_values = knobs.mask_values;
+    o.mask = knobs.mask;
+    o.count_streams = knobs.count_streams;
+    o.fused_digest = knobs.fused_digest;
+    o.scan_with_count = knobs.scan_with_count;
     return MakeGpuWaveOps(static_cast<NcclTransport*>(t), o);
   };
   return p;
@@ -136,7 +153,7 @@ struct Row {
   std::string engine, change;
   double changed = 0, wire = 0, delta_s = 0, dense_s = 0, raw_s = 0;
   double encode_gbps = 0, copy_gbps = 0, read_gbps = 0, digest_s = 0, digest_gb = 0,
-         commit_s = 0;
+         commit_s = 0, verified_s = 0;
   bool ok = false;
 };
 
@@ -206,6 +223,8 @@ class Bench {
         ms.buffers = g == 0 ? trainer_.ptrs : delta_engine_.ptrs;
         DeltaRunnerOptions o;
         o.batch_bytes = knobs.batch_bytes;
+        o.overlap_digests = knobs.overlap_digests;
+        o.merge_headers = knobs.merge_headers;
         if (g == 0) o.snapshot = &snapshot_;
         delta_[g] = Ok(MakeDeltaMemberRunner(ms, NcclParts(g, "delta", knobs), &delta_store_, o),
                        "delta member");
@@ -230,12 +249,14 @@ class Bench {
   }
 
   // One delta round (verified); returns the slower member's seconds less
-  // its digests, *digest_s the slower member's digest seconds. Commits.
+  // its digests, *digest_s the slower member's digest seconds, *verified_s
+  // the slower member's whole round, digests included (the round as the
+  // user sees it). Commits.
   double DeltaRound(bool delta, double* digest_s, DeltaRoundStats* trainer_stats,
-                    DeltaRoundStats* engine_stats = nullptr) {
+                    DeltaRoundStats* engine_stats = nullptr, double* verified_s = nullptr) {
     std::vector<EngineDeltaMode> modes = {delta ? EngineDeltaMode{false, version_}
                                                 : EngineDeltaMode{}};
-    double secs[2] = {0, 0}, dig[2] = {0, 0};
+    double secs[2] = {0, 0}, dig[2] = {0, 0}, whole[2] = {0, 0};
     std::vector<std::thread> threads;
     for (int g = 0; g < 2; ++g) {
       threads.emplace_back([&, g] {
@@ -243,6 +264,7 @@ class Bench {
         delta_[g]->SetModes(modes);
         RunStats s = Ok(delta_[g]->Run(absl::Now() + absl::Seconds(60)), "delta round");
         dig[g] = delta_[g]->delta_stats().digest_seconds;
+        whole[g] = s.seconds;
         secs[g] = s.seconds - dig[g];
       });
     }
@@ -254,6 +276,7 @@ class Bench {
     delta_[0]->Commit(++version_);
     commit_s_ = Now() - t_commit;
     *digest_s = std::max(dig[0], dig[1]);
+    if (verified_s != nullptr) *verified_s = std::max(whole[0], whole[1]);
     return std::max(secs[0], secs[1]);
   }
 
@@ -310,8 +333,7 @@ class Bench {
     CU(cudaSetDevice(0));
     OneLane lane;
     GpuWaveOpsOptions oo;
-    oo.mask_unroll = knobs_.mask_unroll;
-    oo.mask_values = knobs_.mask_values;
+    oo.mask = knobs_.mask;
     std::unique_ptr<DeltaWaveOps> ops = Ok(MakeGpuWaveOps(&lane, oo), "encoder ops");
     const int64_t total = snapshot_.bytes();
     int64_t aligned = 0;
@@ -319,10 +341,17 @@ class Bench {
     char *cur = nullptr, *out = nullptr;
     CU(cudaMalloc(reinterpret_cast<void**>(&cur), aligned + 16));
     std::vector<EncodeItem> items;
+    // As a verified round's count: each message digested in the same read.
+    std::vector<DigestItem> runs;
+    runs.reserve(snapshot_.messages.size());
     int64_t at = 0;
     for (const auto& [key, r] : snapshot_.messages) {
       CU(cudaMemcpy(cur + at, r.data.get(), r.bytes, cudaMemcpyDefault));
-      items.push_back({cur + at, r.data.get(), r.bytes, r.bytes % 2 == 0 ? 2 : 1});
+      const int word = r.bytes % 2 == 0 ? 2 : 1;
+      runs.push_back({cur + at, r.bytes, word, PositionKey(static_cast<int64_t>(runs.size()), 0),
+                      0});
+      items.push_back({cur + at, r.data.get(), r.bytes, word});
+      items.back().digest = absl::MakeConstSpan(&runs.back(), 1);
       at += (r.bytes + 15) / 16 * 16;
     }
     CU(bench::LaunchRandomChange(reinterpret_cast<uint16_t*>(cur), aligned / 2, fraction, 77,
@@ -333,6 +362,7 @@ class Bench {
     CU(cudaMalloc(reinterpret_cast<void**>(&hdr), items.size() * 32));
     double best = 1e9;
     for (int iter = 0; iter < 3; ++iter) {
+      Ok(ops->StartDigests(1), "digests");
       const double t0 = Now();
       std::vector<int64_t> c = Ok(ops->Count(0, items, absl::Now() + absl::Seconds(30)), "count");
       std::vector<DeltaHeader> h(items.size());
@@ -376,7 +406,7 @@ class Bench {
     double rd = 1e9;
     for (int iter = 0; iter < 3; ++iter) {
       const double t0 = Now();
-      CU(bench::LaunchCompareChunks(reinterpret_cast<const uint8_t*>(cur),
+      CU(testing::LaunchCompareChunks(reinterpret_cast<const uint8_t*>(cur),
                                     reinterpret_cast<const uint8_t*>(cur + cmp), cmp, diff,
                                     stream));
       CU(cudaStreamSynchronize(stream));
@@ -456,12 +486,26 @@ int Main(int argc, char** argv) {
     else if (a == "--snapshot=gpu") knobs.snapshot = SnapshotMemory::kDevice;
     else if (a.rfind("--batch_mib=", 0) == 0 && absl::SimpleAtoi(a.substr(12), &v) && v >= 0)
       knobs.batch_bytes = v << 20;
-    else if (a == "--mask_unroll=4" || a == "--mask_unroll=8") knobs.mask_unroll = a.back() - '0';
-    else if (a == "--mask_values=0" || a == "--mask_values=1") knobs.mask_values = a.back() == '1';
+    else if (a == "--mask_unroll=2" || a == "--mask_unroll=4" || a == "--mask_unroll=8")
+      knobs.mask.unroll = a.back() - '0';
+    else if (a == "--mask_values=0" || a == "--mask_values=1") knobs.mask.values = a.back() == '1';
+    else if (a == "--mask_kernel=sweep") knobs.mask.kind = WaveMaskKind::kSweep;
+    else if (a == "--mask_kernel=tiles") knobs.mask.kind = WaveMaskKind::kTiles;
+    else if (a == "--mask_kernel=block") knobs.mask.kind = WaveMaskKind::kBlock;
+    else if (a == "--mask_kernel=bulk") knobs.mask.kind = WaveMaskKind::kBulk;
+    else if (a == "--count_streams=1" || a == "--count_streams=2") knobs.count_streams = a.back() - '0';
+    else if (a == "--fused_digest=0" || a == "--fused_digest=1") knobs.fused_digest = a.back() == '1';
+    else if (a == "--digests=overlap" || a == "--digests=after")
+      knobs.overlap_digests = a == "--digests=overlap";
+    else if (a == "--merge_headers=0" || a == "--merge_headers=1") knobs.merge_headers = a.back() == '1';
+    else if (a == "--scan_with_count=0" || a == "--scan_with_count=1")
+      knobs.scan_with_count = a.back() == '1';
     else {
       std::fprintf(stderr, "usage: delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] "
                            "[--model=qwen3-8b] [--snapshot=gpu|pinned] [--batch_mib=N] "
-                           "[--mask_unroll=4|8] [--mask_values=0|1]\n");
+                           "[--mask_kernel=sweep|tiles|block|bulk] [--mask_unroll=2|4|8] [--mask_values=0|1] "
+                           "[--count_streams=1|2] [--fused_digest=0|1] [--digests=overlap|after] "
+                           "[--merge_headers=0|1] [--scan_with_count=0|1]\n");
       return 2;
     }
   }
@@ -475,11 +519,19 @@ int Main(int argc, char** argv) {
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, 0));
   std::printf("delta_bench: %s x2, NCCL %d, model %s, snapshot in %s, batches of %lld MiB, "
-              "mask unroll %d, values %s\n",
+              "mask kernel %s, unroll %d, values %s, %d count streams, digest %s, headers %s, "
+              "scan %s\n",
               prop.name, nccl_version, model.c_str(),
               knobs.snapshot == SnapshotMemory::kDevice ? "GPU memory" : "pinned host memory",
-              static_cast<long long>(knobs.batch_bytes >> 20), knobs.mask_unroll,
-              knobs.mask_values ? "kept" : "re-read");
+              static_cast<long long>(knobs.batch_bytes >> 20),
+              std::vector<std::string>{"sweep", "tiles", "block", "bulk"}
+                  [static_cast<int>(knobs.mask.kind)].c_str(),
+              knobs.mask.unroll, knobs.mask.values ? "kept" : "re-read", knobs.count_streams,
+              !knobs.overlap_digests ? "after the round"
+              : knobs.fused_digest   ? "in the count"
+                                     : "a pass of its own",
+              knobs.merge_headers ? "merged" : "apart",
+              knobs.scan_with_count ? "with the count" : "with the gather");
   int devs[2] = {0, 1};
   ncclComm_t comms[2];
   if (ncclCommInitAll(comms, 2, devs) != ncclSuccess) return 1;
@@ -522,7 +574,7 @@ int Main(int argc, char** argv) {
       r.change = adamw ? "AdamW lr 1e-6" : absl::StrFormat("random %.1f%%", pct);
       b.Change(adamw ? "adamw" : "random", pct / 100, ++seed * 1000);
       DeltaRoundStats est;
-      r.delta_s = b.DeltaRound(true, &r.digest_s, &st, &est);
+      r.delta_s = b.DeltaRound(true, &r.digest_s, &st, &est, &r.verified_s);
       r.commit_s = b.commit_seconds();
       r.changed = static_cast<double>(st.changed_words) / std::max<int64_t>(1, st.words);
       r.wire = static_cast<double>(st.wire_bytes) / std::max<int64_t>(1, st.dense_bytes);
@@ -533,9 +585,10 @@ int Main(int argc, char** argv) {
       b.Encoder(adamw ? std::max(r.changed, 1e-4) : pct / 100, &r.encode_gbps, &r.copy_gbps,
                 &r.read_gbps);
       all_ok = all_ok && r.ok;
-      std::printf("%s %s: changed %.4f wire %.4f delta %.4f s dense %.4f s digest %.4f s %s\n",
+      std::printf("%s %s: changed %.4f wire %.4f delta %.4f s dense %.4f s digest %.4f s "
+                  "verified round %.4f s %s\n",
                   r.engine.c_str(), r.change.c_str(), r.changed, r.wire, r.delta_s, r.dense_s,
-                  r.digest_s, r.ok ? "bytes ok" : "BYTES WRONG");
+                  r.digest_s, r.verified_s, r.ok ? "bytes ok" : "BYTES WRONG");
       std::printf("  trainer: %lld batches, %lld groups; quantize %.4f s, count wait %.4f s, "
                   "encode %.4f s, posting %.4f s, drain %.4f s; engine: %lld groups; headers "
                   "wait %.4f s, apply %.4f s, drain %.4f s\n",
@@ -555,21 +608,22 @@ int Main(int argc, char** argv) {
       "changed = engine-format words changed (bf16: 2-byte words; fp8: bytes of codes and scales); wire = "
       "delta bytes / dense bytes;\ndelta_s = the delta round less its digests, dense_s = the "
       "executor's dense round (slower member each);\nencode/copy = GB/s read (encoder: current "
-      "+ snapshot, one batch; copy: the bytes once);\nenc/HBM = the encoder's read rate over the "
-      "copy's bytes moved (read + write: the HBM rate); digest_s = the verified round's digests "
-      "(slower member, all of its bytes);\nread = a compare of two buffers that writes nothing (GB/s read: the encoder's floor);\ncommit_s = the trainer's snapshot update after the commit (outside the round);\nbytes = the delta engine equals the dense engine byte "
+      "+ snapshot, one batch, digesting as a verified round's count does; copy: the bytes once);\nenc/HBM = the encoder's read rate over the "
+      "copy's bytes moved (read + write: the HBM rate); digest_s = the time spent on the verified round's digests "
+      "outside the overlap (slower member, all of its bytes);\nverified_s = the delta round with its digests, as a verified round takes (slower member); v/dense = verified_s / dense_s;\nread = a compare of two buffers that writes nothing (GB/s read: the encoder's floor);\ncommit_s = the trainer's snapshot update after the commit (outside the round);\nbytes = the delta engine equals the dense engine byte "
       "for byte and the digests agreed\n\n",
       model.c_str(), prop.name);
-  std::printf("%-6s %-15s %8s %7s %9s %9s %7s %9s %9s %9s %9s %7s %9s %9s %5s\n", "engine",
-              "change", "changed", "wire", "delta_s", "dense_s", "ratio", "raw_nccl",
+  std::printf("%-6s %-15s %8s %7s %9s %9s %7s %10s %7s %9s %9s %9s %9s %7s %9s %9s %5s\n",
+              "engine", "change", "changed", "wire", "delta_s", "dense_s", "ratio", "verified_s",
+              "v/dense", "raw_nccl",
               "enc_GB/s", "read_GB/s", "copy_GB/s", "enc/HBM", "digest_s", "commit_s",
               "bytes");
   for (const Row& r : rows) {
     std::printf(
-        "%-6s %-15s %8.4f %7.4f %9.4f %9.4f %7.3f %9.4f %9.0f %9.0f %9.0f %7.2f %9.4f %9.4f "
-        "%5s\n",
+        "%-6s %-15s %8.4f %7.4f %9.4f %9.4f %7.3f %10.4f %7.3f %9.4f %9.0f %9.0f %9.0f %7.2f "
+        "%9.4f %9.4f %5s\n",
         r.engine.c_str(), r.change.c_str(), r.changed, r.wire, r.delta_s, r.dense_s,
-        r.delta_s / r.dense_s, r.raw_s, r.encode_gbps, r.read_gbps, r.copy_gbps,
+        r.delta_s / r.dense_s, r.verified_s, r.verified_s / r.dense_s, r.raw_s, r.encode_gbps, r.read_gbps, r.copy_gbps,
         r.encode_gbps / (2 * r.copy_gbps), r.digest_s, r.commit_s, r.ok ? "ok" : "WRONG");
   }
   return all_ok ? 0 : 1;

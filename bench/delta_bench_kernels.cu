@@ -64,30 +64,6 @@ __global__ void CountDiffKernel(const uint8_t* a, const uint8_t* b, int64_t n,
   if (c > 0) atomicAdd(out, c);
 }
 
-__global__ void CompareChunksKernel(const uint4* a, const uint4* b, int64_t n16,
-                                    unsigned long long* out) {
-  unsigned long long c = 0;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  for (; i + 3 * stride < n16; i += 4 * stride) {
-    uint4 x[4], y[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      x[u] = __ldcs(a + i + u * stride);
-      y[u] = __ldcs(b + i + u * stride);
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      c += (x[u].x != y[u].x) | (x[u].y != y[u].y) | (x[u].z != y[u].z) | (x[u].w != y[u].w);
-    }
-  }
-  for (; i < n16; i += stride) {
-    const uint4 x = a[i], y = b[i];
-    c += (x.x != y.x) | (x.y != y.y) | (x.z != y.z) | (x.w != y.w);
-  }
-  if (c > 0) atomicAdd(out, c);
-}
-
 namespace {
 constexpr int kThreads = 256;
 int Blocks(int64_t n) {
@@ -118,16 +94,6 @@ int LaunchAdamStep(uint16_t* w, int64_t n, float lr, uint64_t seed, void* stream
 int LaunchCountDiff(const uint8_t* a, const uint8_t* b, int64_t n, unsigned long long* out,
                     void* stream) {
   CountDiffKernel<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a, b, n, out);
-  return static_cast<int>(cudaGetLastError());
-}
-
-int LaunchCompareChunks(const uint8_t* a, const uint8_t* b, int64_t n, unsigned long long* out,
-                        void* stream) {
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  CompareChunksKernel<<<sms * 8, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      reinterpret_cast<const uint4*>(a), reinterpret_cast<const uint4*>(b), n / 16, out);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -1,6 +1,6 @@
 // Kernels of delta_bench: synthetic BF16 weights, the changes between two
 // versions (at random positions, or an AdamW-like step), and a byte
-// compare. Plain C++ API (no CUDA headers); each returns the launch's
+// count of differences. Plain C++ API (no CUDA headers); each returns the launch's
 // cudaError_t as an int.
 #ifndef REFIT_BENCH_DELTA_BENCH_KERNELS_H_
 #define REFIT_BENCH_DELTA_BENCH_KERNELS_H_
@@ -25,13 +25,6 @@ int LaunchAdamStep(uint16_t* w, int64_t n, float lr, uint64_t seed, void* stream
 // *out += the number of bytes in which a and b (device, n bytes) differ.
 int LaunchCountDiff(const uint8_t* a, const uint8_t* b, int64_t n, unsigned long long* out,
                     void* stream);
-
-// *out += the number of 16-byte chunks in which a and b (device, 16-byte
-// aligned, n bytes: a multiple of 16) differ: 16-byte loads, four in flight
-// per array and thread, nothing written but the count. The read rate of a
-// compare with no output: the encoder's floor.
-int LaunchCompareChunks(const uint8_t* a, const uint8_t* b, int64_t n, unsigned long long* out,
-                        void* stream);
 
 }  // namespace bench
 }  // namespace refit

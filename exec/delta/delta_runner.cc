@@ -206,6 +206,12 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
     }
     work_.push_back(std::move(w));
   }
+  std::vector<int32_t> last(lanes, -1);
+  for (int32_t k = 0; k < static_cast<int32_t>(work_.size()); ++k) {
+    const int32_t lane = work_[k].lane;
+    if (last[lane] >= 0) work_[last[lane]].next_on_lane = k;
+    last[lane] = k;
+  }
   return absl::OkStatus();
 }
 
@@ -312,6 +318,9 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   for (int32_t lane = 0; lane < transport_->num_lanes(); ++lane) {
     REFIT_RETURN_IF_ERROR(ops_->AfterLane(lane));
   }
+  if (options_.verify) {
+    REFIT_RETURN_IF_ERROR(ops_->StartDigests(static_cast<int32_t>(digest_keys_.size())));
+  }
   // Waves begin ahead of the one awaited: a trainer's counts up to
   // kMaxCountsInFlight - 1 waves ahead (the GPU counts them while the host
   // encodes and posts), an engine's headers one wave ahead when it is on
@@ -320,15 +329,16 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   const bool src = side_ == Side::kTrainer;
   const size_t n = work_.size();
   size_t begun = 0;
+  for (WaveWork& w : work_) w.headers_posted = false;
   for (size_t k = 0; k < n; ++k) {
     if (src) {
       while (begun < std::min(n, k + kMaxCountsInFlight)) {
         REFIT_RETURN_IF_ERROR(BeginSend(work_[begun++], deadline));
       }
     } else {
-      if (begun == k) REFIT_RETURN_IF_ERROR(BeginReceive(work_[begun++], deadline));
-      if (begun == k + 1 && k + 1 < n && work_[k + 1].lane != work_[k].lane) {
-        REFIT_RETURN_IF_ERROR(BeginReceive(work_[begun++], deadline));
+      if (!work_[k].headers_posted) REFIT_RETURN_IF_ERROR(BeginReceive(work_[k], deadline));
+      if (k + 1 < n && work_[k + 1].lane != work_[k].lane && !work_[k + 1].headers_posted) {
+        REFIT_RETURN_IF_ERROR(BeginReceive(work_[k + 1], deadline));
       }
     }
     REFIT_RETURN_IF_ERROR(src ? EndSend(work_[k], deadline, &stats)
@@ -342,46 +352,60 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   FreeRetired();
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
   if (side_ == Side::kTrainer) sent_ = true;
+  if (options_.verify && !options_.overlap_digests) {
+    for (WaveWork& w : work_) REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));
+  }
   if (options_.verify) REFIT_RETURN_IF_ERROR(DigestRound(deadline));
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return stats;
 }
 
+void DeltaRunner::DigestItems(MsgWork& m, const char* stream) const {
+  m.digest.clear();
+  for (size_t k = 0; k < m.runs.size(); ++k) {
+    const StreamDigestRun& r = m.runs[k];
+    m.digest.push_back({stream + r.offset, r.bytes, r.element_bytes, r.first_key,
+                        m.run_slots[k]});
+  }
+}
+
+absl::Status DeltaRunner::DigestWave(WaveWork& w, absl::Time deadline) {
+  const absl::Time t0 = absl::Now();
+  // An engine's packed messages: what the buffers hold now, gathered into
+  // staging (a trainer's staging holds its packed current bytes).
+  if (side_ == Side::kEngine && w.staging != nullptr) {
+    std::vector<ResolvedCopy> gather;
+    for (const MsgWork& m : w.msgs) {
+      if (m.direct != nullptr) continue;
+      std::vector<CopyTask> rev = m.tasks;
+      for (CopyTask& t : rev) {
+        std::swap(t.src_buffer, t.dst_buffer);
+        std::swap(t.src_offset, t.dst_offset);
+        std::swap(t.src_row_stride, t.dst_row_stride);
+      }
+      REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> g,
+                             ResolveTasks(rev, buffers_, {}, nullptr, w.staging + m.stage_offset));
+      gather.insert(gather.end(), g.begin(), g.end());
+    }
+    REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, gather));
+    if (!copier_->OrderedWithTransport()) REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
+  }
+  std::vector<DigestItem> items;
+  for (MsgWork& m : w.msgs) {
+    DigestItems(m, m.direct != nullptr ? m.direct : w.staging + m.stage_offset);
+    items.insert(items.end(), m.digest.begin(), m.digest.end());
+  }
+  REFIT_RETURN_IF_ERROR(ops_->AddDigest(w.lane, items, deadline));
+  delta_stats_.digest_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
+  return absl::OkStatus();
+}
+
 absl::Status DeltaRunner::DigestRound(absl::Time deadline) {
   const absl::Time t0 = absl::Now();
-  std::vector<DigestItem> items;
-  for (WaveWork& w : work_) {
-    // An engine's packed messages: gather what its buffers hold now.
-    if (side_ == Side::kEngine && w.staging != nullptr) {
-      std::vector<ResolvedCopy> gather;
-      for (const MsgWork& m : w.msgs) {
-        if (m.direct != nullptr) continue;
-        std::vector<CopyTask> rev = m.tasks;
-        for (CopyTask& t : rev) {
-          std::swap(t.src_buffer, t.dst_buffer);
-          std::swap(t.src_offset, t.dst_offset);
-          std::swap(t.src_row_stride, t.dst_row_stride);
-        }
-        REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> g,
-                               ResolveTasks(rev, buffers_, {}, nullptr, w.staging + m.stage_offset));
-        gather.insert(gather.end(), g.begin(), g.end());
-      }
-      REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, gather));
-      REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
-    }
-    for (const MsgWork& m : w.msgs) {
-      const char* stream = m.direct != nullptr ? m.direct : w.staging + m.stage_offset;
-      for (size_t k = 0; k < m.runs.size(); ++k) {
-        const StreamDigestRun& r = m.runs[k];
-        items.push_back({stream + r.offset, r.bytes, r.element_bytes, r.first_key,
-                         m.run_slots[k]});
-      }
-    }
+  REFIT_ASSIGN_OR_RETURN(std::vector<uint64_t> sums, ops_->TakeDigests(deadline));
+  for (size_t s = 0; s < digest_keys_.size() && s < sums.size(); ++s) {
+    digests_[digest_keys_[s]] += sums[s];
   }
-  REFIT_ASSIGN_OR_RETURN(std::vector<uint64_t> sums,
-                         ops_->Digest(0, items, static_cast<int32_t>(digest_keys_.size()),
-                                      deadline));
-  for (size_t s = 0; s < digest_keys_.size(); ++s) digests_[digest_keys_[s]] += sums[s];
   delta_stats_.digest_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
   return absl::OkStatus();
 }

@@ -33,10 +33,11 @@
 // before a byte is written, so a malformed message changes nothing.
 //
 // Verified rounds (options.verify): the trainer digests all its current
-// bytes of every message at their engine places, the engine digests what
-// its buffers hold at every place the plan writes, after the round; both
-// are in digests() per (engine rank, tensor) for the control plane to
-// compare (round_digest.h: CompareDigests).
+// bytes of every message at their engine places (a GPU member in the same
+// read as its count), the engine digests what its buffers hold at every
+// place the plan writes, each wave once applied (a GPU member beside the
+// later waves' transfers); both are in digests() per (engine rank, tensor)
+// for the control plane to compare (round_digest.h: CompareDigests).
 #ifndef REFIT_EXEC_DELTA_DELTA_RUNNER_H_
 #define REFIT_EXEC_DELTA_DELTA_RUNNER_H_
 
@@ -90,6 +91,12 @@ struct DeltaRunnerOptions {
   bool delta = true;
   // Digest both sides of every round (digests()).
   bool verify = true;
+  // Verified rounds: digest within the round (the trainer's count, the
+  // engine's waves as they land: true) or after its last wave (false).
+  bool overlap_digests = true;
+  // Engine: the next wave of a lane has its headers' receive posted in the
+  // group of this wave's payloads (true), or in a group of its own.
+  bool merge_headers = true;
   // A trainer rank's snapshot may hold at most this many bytes (0: no
   // bound); Create fails with RESOURCE_EXHAUSTED naming the rank above it.
   int64_t max_snapshot_bytes = 0;
@@ -200,6 +207,7 @@ class DeltaRunner : public RoundRunner {
     int64_t stage_offset = -1;    // in the wave's staging when packed
     std::vector<StreamDigestRun> runs;  // verify: its stream's digest runs
     std::vector<int32_t> run_slots;     // their slots in digest_keys_
+    std::vector<DigestItem> digest;     // this round's runs (trainer: counted with it)
     // This round: the header sent or received and where its payload lies.
     DeltaHeader header;
     char* payload = nullptr;
@@ -215,6 +223,8 @@ class DeltaRunner : public RoundRunner {
     int64_t coded_bytes = 0;
     int64_t dense_bytes = 0;  // of its messages
     std::vector<EncodeItem> items;  // trainer: this round's, counting
+    int32_t next_on_lane = -1;  // the next batch on this lane (work_ index), -1: none
+    bool headers_posted = false;  // engine: this round's headers' receive posted
   };
   DeltaRunner() = default;
   absl::Status Prepare(const Plan& plan, bool src);
@@ -228,12 +238,20 @@ class DeltaRunner : public RoundRunner {
   // An engine's wave in two steps: BeginReceive posts the headers'
   // receive, EndReceive waits for it, posts the payloads' and applies; the
   // next wave's headers are posted before this one's are awaited when its
-  // lane differs.
+  // lane differs, and the next wave of the same lane has its headers'
+  // receive posted in the group of this one's payloads (one group a wave).
   absl::Status BeginReceive(WaveWork& w, absl::Time deadline);
+  // The receives of w's headers (one per peer).
+  std::vector<RecvOp> HeaderReceives(const WaveWork& w) const;
   absl::Status EndReceive(WaveWork& w, absl::Time deadline, RunStats* stats);
   absl::Status Post(int32_t lane, std::vector<SendOp> sends, std::vector<RecvOp> recvs,
                     absl::Time deadline);
   absl::Status Drain(absl::Time deadline);
+  // Verified rounds: the digest items of m's stream at `stream`; an
+  // engine's digest of wave w once applied (enqueued behind it); the
+  // round's sums.
+  void DigestItems(MsgWork& m, const char* stream) const;
+  absl::Status DigestWave(WaveWork& w, absl::Time deadline);
   absl::Status DigestRound(absl::Time deadline);
   // Grows a wave's encoding buffer to `bytes`, to at least `floor` (so
   // later rounds rarely grow it: freeing device memory waits for the

@@ -83,7 +83,7 @@ absl::Status DeltaRunner::BeginSend(WaveWork& w, absl::Time deadline) {
   }
   std::vector<EncodeItem>& items = w.items;
   items.clear();
-  for (const MsgWork& m : w.msgs) {
+  for (MsgWork& m : w.msgs) {
     const EngineDeltaMode mode = static_cast<size_t>(m.engine_rank) < modes_.size()
                                      ? modes_[m.engine_rank]
                                      : EngineDeltaMode{};
@@ -96,6 +96,10 @@ absl::Status DeltaRunner::BeginSend(WaveWork& w, absl::Time deadline) {
     it.snap = delta ? snap->second.data.get() : nullptr;
     it.bytes = m.bytes;
     it.word_bytes = m.word_bytes;
+    // Verified rounds: the count digests the current bytes as it reads them.
+    m.digest.clear();
+    if (options_.verify && options_.overlap_digests) DigestItems(m, it.cur);
+    it.digest = m.digest;
     items.push_back(it);
   }
   REFIT_RETURN_IF_ERROR(ops_->StartCount(w.lane, items, deadline));
@@ -171,14 +175,19 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
   return s;
 }
 
-absl::Status DeltaRunner::BeginReceive(WaveWork& w, absl::Time deadline) {
+std::vector<RecvOp> DeltaRunner::HeaderReceives(const WaveWork& w) const {
   std::vector<RecvOp> head;
   int64_t first = 0;
   for (const auto& [peer, count] : w.peers) {
     head.push_back({peer, w.headers + first * kHeader, count * kHeader});
     first += count;
   }
-  return Post(w.lane, {}, std::move(head), deadline);
+  return head;
+}
+
+absl::Status DeltaRunner::BeginReceive(WaveWork& w, absl::Time deadline) {
+  w.headers_posted = true;
+  return Post(w.lane, {}, HeaderReceives(w), deadline);
 }
 
 absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats* stats) {
@@ -249,6 +258,19 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
     REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, gather));
     if (!copier_->OrderedWithTransport()) REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
   }
+  // The next wave of this lane: its headers come after these payloads on
+  // the lane (the trainer sends them in that order), so their receive joins
+  // this group. Not on a transport that holds one wave a lane (the host's):
+  // its applies wait for the payloads, which must not wait for the next
+  // headers.
+  if (options_.merge_headers && w.next_on_lane >= 0 && ops_->OrderedWithTransport()) {
+    WaveWork& next = work_[w.next_on_lane];
+    if (!next.headers_posted) {
+      std::vector<RecvOp> head = HeaderReceives(next);
+      payloads.insert(payloads.end(), head.begin(), head.end());
+      next.headers_posted = true;
+    }
+  }
   REFIT_RETURN_IF_ERROR(Post(w.lane, {}, std::move(payloads), deadline));
   if (!ops_->OrderedWithTransport()) {
     while (in_flight_[w.lane] > 0) {
@@ -261,6 +283,10 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
   REFIT_RETURN_IF_ERROR(ops_->Apply(w.lane, apply, std::move(names), deadline));
   if (!unpack.empty()) REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, unpack));
   delta_stats_.apply_seconds += absl::ToDoubleSeconds(absl::Now() - t1);
+  // Verified rounds: digest what the wave left in the buffers, behind it.
+  if (options_.verify && options_.overlap_digests) {
+    REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));
+  }
   return absl::OkStatus();
 }
 

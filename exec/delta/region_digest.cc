@@ -26,12 +26,14 @@ uint64_t DigestContiguous(const void* data, int64_t bytes, int element_bytes,
   const auto* p = static_cast<const unsigned char*>(data);
   uint64_t sum = 0;
   int64_t i = 0;
-  // 16 bytes at a time, then the rest (zeros past the end add nothing).
-  for (; i + 16 <= bytes; i += 16) {
+  // 16 bytes at a time, then the rest (zeros past the end add nothing);
+  // each chunk's first word is the last one's next: its weight times A.
+  uint64_t h = DigestWeight(first_key);
+  for (; i + 16 <= bytes; i += 16, h *= kDigestA) {
     uint64_t lo, hi;
     std::memcpy(&lo, p + i, 8);
     std::memcpy(&hi, p + i + 8, 8);
-    sum += Digest16(first_key + i, lo, hi);
+    sum += DigestChunk(h, first_key + i, lo, hi);
   }
   if (i < bytes) {
     unsigned char tail[16] = {0};
@@ -39,7 +41,7 @@ uint64_t DigestContiguous(const void* data, int64_t bytes, int element_bytes,
     uint64_t lo, hi;
     std::memcpy(&lo, tail, 8);
     std::memcpy(&hi, tail + 8, 8);
-    sum += Digest16(first_key + i, lo, hi);
+    sum += DigestChunk(h, first_key + i, lo, hi);
   }
   return sum;
 }

@@ -1,6 +1,7 @@
 #include "exec/delta/region_digest.h"
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -14,6 +15,47 @@ std::vector<uint16_t> Random(size_t n, uint32_t seed) {
   std::vector<uint16_t> v(n);
   for (auto& x : v) x = static_cast<uint16_t>(rng());
   return v;
+}
+
+// The digest byte by byte, as digest_term.h defines it: byte x at key K
+// adds x * 2^(8 (K mod 4)) * L((K mod 16) / 4) * H(K - K mod 16).
+uint64_t Bytewise(const unsigned char* p, int64_t n, uint64_t key) {
+  const uint64_t lanes[4] = {kDigestLane0, kDigestLane1, kDigestLane2, kDigestLane3};
+  uint64_t sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t k = key + static_cast<uint64_t>(i);
+    sum += (static_cast<uint64_t>(p[i]) << (8 * (k % 4))) * lanes[(k % 16) / 4] *
+           DigestWeight(k - k % 16);
+  }
+  return sum;
+}
+
+TEST(RegionDigestTest, EqualsTheBytewiseDefinitionAtAnyKeyAndLength) {
+  std::mt19937_64 rng(7);
+  std::vector<unsigned char> v(4096);
+  for (auto& x : v) x = static_cast<unsigned char>(rng());
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t start = static_cast<int64_t>(rng() % 64);
+    const int64_t n = static_cast<int64_t>(rng() % 1000);
+    const uint64_t key = PositionKey(static_cast<int64_t>(rng() % 9),
+                                     static_cast<int64_t>(rng() % 100000));
+    EXPECT_EQ(DigestContiguous(v.data() + start, n, 1, key), Bytewise(v.data() + start, n, key))
+        << "trial " << trial;
+  }
+  // A chunk begun before its run's first key, at the start of a buffer's
+  // keys (the chunk's first word lies in the previous buffer's range): its
+  // bytes before the run are zeros, the rest weighs as the run's.
+  for (int d = 1; d < 16; ++d) {
+    unsigned char c[16] = {0};
+    for (int j = d; j < 16; ++j) c[j] = static_cast<unsigned char>(rng());
+    uint64_t lo, hi;
+    std::memcpy(&lo, c, 8);
+    std::memcpy(&hi, c + 8, 8);
+    const uint64_t key = PositionKey(5, 0) - static_cast<uint64_t>(d);
+    EXPECT_EQ(DigestChunk(DigestWeight(key), key, lo, hi),
+              Bytewise(c + d, 16 - d, PositionKey(5, 0)))
+        << "bytes before the run: " << d;
+  }
 }
 
 TEST(RegionDigestTest, SplitRunsAddUpToTheWhole) {

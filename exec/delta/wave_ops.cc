@@ -58,11 +58,17 @@ class HostWaveOps : public DeltaWaveOps {
     return absl::OkStatus();
   }
   absl::Status StartCount(int32_t lane, absl::Span<const EncodeItem> items,
-                          absl::Time) override {
+                          absl::Time deadline) override {
     std::vector<int64_t> counts;
     counts.reserve(items.size());
     for (const EncodeItem& it : items) {
       REFIT_RETURN_IF_ERROR(CheckWords(it));
+      for (const DigestItem& d : it.digest) {
+        if (d.data < it.cur || d.bytes < 0 || d.data + d.bytes > it.cur + it.bytes) {
+          return absl::InvalidArgumentError("digest: a run outside its message's bytes");
+        }
+      }
+      REFIT_RETURN_IF_ERROR(AddDigest(lane, it.digest, deadline));
       counts.push_back(it.snap == nullptr
                            ? it.bytes / it.word_bytes
                            : CountChangedWords(Bytes(it.cur, it.bytes), Bytes(it.snap, it.bytes),
@@ -115,23 +121,28 @@ class HostWaveOps : public DeltaWaveOps {
   }
   absl::Status Finish(absl::Time) override { return absl::OkStatus(); }
 
- private:
-  std::map<int32_t, std::deque<std::vector<int64_t>>> counted_;  // by lane, oldest first
-
- public:
-  absl::StatusOr<std::vector<uint64_t>> Digest(int32_t, absl::Span<const DigestItem> items,
-                                               int32_t slots, absl::Time) override {
-    std::vector<uint64_t> sums(static_cast<size_t>(slots), 0);
+  absl::Status StartDigests(int32_t slots) override {
+    if (slots < 0) return absl::InvalidArgumentError(absl::StrCat("digest: ", slots, " slots"));
+    sums_.assign(static_cast<size_t>(slots), 0);
+    return absl::OkStatus();
+  }
+  absl::Status AddDigest(int32_t, absl::Span<const DigestItem> items, absl::Time) override {
+    const auto slots = static_cast<int32_t>(sums_.size());
     for (const DigestItem& it : items) {
       if (it.slot < 0 || it.slot >= slots) {
         return absl::InvalidArgumentError(absl::StrCat("digest: slot ", it.slot, " of ", slots));
       }
       REFIT_ASSIGN_OR_RETURN(uint64_t x,
                              DigestRun(it.data, it.bytes, it.element_bytes, it.first_key));
-      sums[it.slot] += x;
+      sums_[it.slot] += x;
     }
-    return sums;
+    return absl::OkStatus();
   }
+  absl::StatusOr<std::vector<uint64_t>> TakeDigests(absl::Time) override { return sums_; }
+
+ private:
+  std::map<int32_t, std::deque<std::vector<int64_t>>> counted_;  // by lane, oldest first
+  std::vector<uint64_t> sums_;  // the running digest sums (StartDigests)
 };
 
 }  // namespace

@@ -29,13 +29,26 @@
 
 namespace refit {
 
+// One contiguous run to digest into sums[slot] (region_digest.h).
+struct DigestItem {
+  const char* data = nullptr;
+  int64_t bytes = 0;
+  int element_bytes = 1;
+  uint64_t first_key = 0;
+  int32_t slot = 0;
+};
+
 // One message to count and encode: its current bytes, and the snapshot's
-// (null: no snapshot, the message goes dense).
+// (null: no snapshot, the message goes dense); in verified rounds, the
+// digest runs of its current bytes (each within [cur, cur + bytes)), which
+// the count adds to the running digest sums (StartDigests) in the same
+// read where it can.
 struct EncodeItem {
   const char* cur = nullptr;
   const char* snap = nullptr;
   int64_t bytes = 0;
   int word_bytes = 1;
+  absl::Span<const DigestItem> digest;
 };
 
 // One received message to apply: its header (ReadDeltaHeader checked it),
@@ -45,15 +58,6 @@ struct ApplyItem {
   DeltaHeader header;
   const char* payload = nullptr;
   char* target = nullptr;
-};
-
-// One contiguous run to digest into sums[slot] (region_digest.h).
-struct DigestItem {
-  const char* data = nullptr;
-  int64_t bytes = 0;
-  int element_bytes = 1;
-  uint64_t first_key = 0;
-  int32_t slot = 0;
 };
 
 // Counts a lane may have started and not yet encoded (StartCount).
@@ -106,7 +110,9 @@ class DeltaWaveOps {
   }
   // Starts counting `items` on `lane` (their memory must stay as it is
   // until the encode), so that later waves' counts run while the host
-  // waits for, encodes and posts earlier ones. Up to kMaxCountsInFlight
+  // waits for, encodes and posts earlier ones; adds their digest runs to
+  // the running sums (INVALID_ARGUMENT for a run outside its item or a
+  // slot outside StartDigests'). Up to kMaxCountsInFlight
   // counts per lane may be started and not yet encoded; FinishCount takes
   // them oldest first.
   virtual absl::Status StartCount(int32_t lane, absl::Span<const EncodeItem> items,
@@ -133,10 +139,25 @@ class DeltaWaveOps {
   // Waits for every lane (by `deadline`) and returns the first failure an
   // Apply found since the last Finish.
   virtual absl::Status Finish(absl::Time deadline) = 0;
-  // Returns the digest sums of `items` by slot (`slots` of them); waits.
-  virtual absl::StatusOr<std::vector<uint64_t>> Digest(int32_t lane,
-                                                       absl::Span<const DigestItem> items,
-                                                       int32_t slots, absl::Time deadline) = 0;
+  // Verified rounds. StartDigests zeroes the running digest sums of
+  // `slots` slots (region_digest.h) once every lane is idle; AddDigest adds
+  // `items`' sums to them, after what is enqueued on `lane` now (device:
+  // without waiting, beside the lane's later work); TakeDigests waits for
+  // every lane and returns them. INVALID_ARGUMENT for an element size
+  // other than 1, 2, 4, 8, a run not of whole elements or a slot out of
+  // range.
+  virtual absl::Status StartDigests(int32_t slots) = 0;
+  virtual absl::Status AddDigest(int32_t lane, absl::Span<const DigestItem> items,
+                                 absl::Time deadline) = 0;
+  virtual absl::StatusOr<std::vector<uint64_t>> TakeDigests(absl::Time deadline) = 0;
+  // The digest sums of `items` by slot (`slots` of them), on `lane`; waits.
+  absl::StatusOr<std::vector<uint64_t>> Digest(int32_t lane, absl::Span<const DigestItem> items,
+                                               int32_t slots, absl::Time deadline) {
+    absl::Status s = StartDigests(slots);
+    if (s.ok()) s = AddDigest(lane, items, deadline);
+    if (!s.ok()) return s;
+    return TakeDigests(deadline);
+  }
 };
 
 // Host memory, every step on the calling thread.

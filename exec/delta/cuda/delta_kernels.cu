@@ -3,99 +3,10 @@
 
 #include <cstdint>
 
+#include "exec/delta/cuda/delta_device.cuh"
 #include "exec/delta/digest_term.h"
 
 namespace refit {
-
-constexpr int kDeltaThreads = 256;
-constexpr int kDeltaChunk = 16;  // bytes one thread compares at a time
-constexpr int kDeltaChunksPerThread =
-    static_cast<int>(kDeltaTileBytes / (kDeltaThreads * kDeltaChunk));
-static_assert(kDeltaChunksPerThread == 8, "the mask pass runs two halves of four chunks");
-
-struct DeltaChunk {
-  uint32_t w[4];
-};
-
-__device__ inline DeltaChunk DeltaLoad(const uint8_t* p, int64_t off, int64_t end,
-                                       bool aligned) {
-  DeltaChunk c;
-  if (aligned && off + kDeltaChunk <= end) {
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p + off));
-    c.w[0] = v.x;
-    c.w[1] = v.y;
-    c.w[2] = v.z;
-    c.w[3] = v.w;
-    return c;
-  }
-  for (int i = 0; i < 4; ++i) {
-    uint32_t x = 0;
-    for (int k = 0; k < 4; ++k) {
-      const int64_t o = off + 4 * i + k;
-      if (o < end) x |= static_cast<uint32_t>(p[o]) << (8 * k);
-    }
-    c.w[i] = x;
-  }
-  return c;
-}
-
-// Bit j set when word j of the chunk (16 / w words) differs.
-__device__ inline uint32_t DeltaDiffBits(const DeltaChunk& a, const DeltaChunk& b, int w) {
-  uint32_t bits = 0;
-  if (w == 1) {
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t d = __vcmpne4(a.w[i], b.w[i]) & 0x80808080u;
-      bits |= (((d >> 7) & 1u) | ((d >> 14) & 2u) | ((d >> 21) & 4u) | ((d >> 28) & 8u))
-              << (4 * i);
-    }
-  } else if (w == 2) {
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t d = __vcmpne2(a.w[i], b.w[i]);
-      bits |= (((d >> 15) & 1u) | ((d >> 30) & 2u)) << (2 * i);
-    }
-  } else if (w == 4) {
-    for (int i = 0; i < 4; ++i) bits |= (a.w[i] != b.w[i] ? 1u : 0u) << i;
-  } else {
-    bits = ((a.w[0] != b.w[0] || a.w[1] != b.w[1]) ? 1u : 0u) |
-           ((a.w[2] != b.w[2] || a.w[3] != b.w[3]) ? 2u : 0u);
-  }
-  return bits;
-}
-
-// Exclusive prefix sum of `v` over the block's kDeltaThreads threads and,
-// when `total` is given, the block's sum. Safe to call again right away.
-// (T = uint64_t scans four 16-bit counts packed in one word at once.)
-template <typename T>
-__device__ inline T BlockExclusiveScan(T v, T* total = nullptr) {
-  __shared__ T warp_totals[kDeltaThreads / 32];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  T inc = v;
-  for (int o = 1; o < 32; o <<= 1) {
-    const T y = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += y;
-  }
-  if (lane == 31) warp_totals[warp] = inc;
-  __syncthreads();
-  T before = 0, all = 0;
-  for (int k = 0; k < kDeltaThreads / 32; ++k) {
-    if (k < warp) before += warp_totals[k];
-    all += warp_totals[k];
-  }
-  __syncthreads();
-  if (total != nullptr) *total = all;
-  return before + inc - v;
-}
-
-__device__ inline uint32_t DeltaBlockSum(uint32_t v) {
-  __shared__ uint32_t warp_sums[kDeltaThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = v;
-  __syncthreads();
-  uint32_t total = 0;
-  for (int k = 0; k < kDeltaThreads / 32; ++k) total += warp_sums[k];
-  return total;
-}
 
 // Mask word k of a byte mask of `mask_bytes` bytes (zero past its end).
 __device__ inline uint32_t DeltaMaskWord(const uint8_t* mask, int64_t mask_bytes, int64_t k) {
@@ -158,19 +69,6 @@ __device__ inline void WaveForEachSetBit(int64_t mask_words, uint64_t rank_base,
   }
 }
 
-// Word j of a chunk (w bytes, little-endian), by selects: a dynamic index
-// into the chunk would put the thread's chunks in local memory.
-__device__ inline uint64_t WaveWordAt(const DeltaChunk& c, int w, int j) {
-  const int byte = j * w;
-  const int q = byte >> 2;
-  const uint32_t lo = q == 0 ? c.w[0] : q == 1 ? c.w[1] : q == 2 ? c.w[2] : c.w[3];
-  if (w == 8) {
-    const uint32_t hi = q == 0 ? c.w[1] : c.w[3];
-    return static_cast<uint64_t>(lo) | (static_cast<uint64_t>(hi) << 32);
-  }
-  const uint32_t x = lo >> (8 * (byte & 3));
-  return w == 4 ? x : w == 2 ? (x & 0xffffu) : (x & 0xffu);
-}
 
 // Copies one w-byte word, in one access when both ends allow it.
 __device__ inline void WaveCopyWord(uint8_t* dst, const uint8_t* src, int w) {
@@ -186,9 +84,6 @@ __device__ inline void WaveCopyWord(uint8_t* dst, const uint8_t* src, int w) {
   }
 }
 
-__device__ inline bool WaveAligned(const void* a, const void* b) {
-  return ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15u) == 0;
-}
 
 __device__ inline uint32_t WaveLoadU32(const uint8_t* p) {
   if ((reinterpret_cast<uintptr_t>(p) & 3u) == 0) return *reinterpret_cast<const uint32_t*>(p);
@@ -196,154 +91,6 @@ __device__ inline uint32_t WaveLoadU32(const uint8_t* p) {
          (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
 }
 
-// The message a tile of a batch belongs to: the last row whose first_tile
-// is at most g (rows with no tiles share the next row's first_tile, so the
-// last such row is the one that owns g). Every lane of a warp reads the
-// same rows: broadcasts, cached.
-__device__ inline int32_t WaveFindMsg(const WaveMsg* msgs, int32_t num_msgs, int64_t g) {
-  int32_t lo = 0, hi = num_msgs;  // answer in [lo, hi)
-  while (hi - lo > 1) {
-    const int32_t mid = (lo + hi) / 2;
-    if (msgs[mid].first_tile <= g) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
-
-// The mask pass: one warp per tile, no block-wide step. The warp reads the
-// tile in steps of 512 bytes (16 per lane) of the current and snapshot
-// bytes, kUnroll steps of loads in flight at once; per step each lane's
-// changed words get their ranks by a warp scan, go into the tile's value
-// slot while they fit (the gather then copies them instead of reading the
-// current bytes again), and the lanes of a mask word OR their bits
-// together. Past the message's end both sides read as zeros: no bits, but
-// the tile's whole mask is written (the gather reads all of it).
-constexpr int kMaskStep = 32 * kDeltaChunk;  // bytes per warp step
-constexpr int kMaskSteps = static_cast<int>(kDeltaTileBytes / kMaskStep);
-static_assert(kMaskSteps == 64, "a tile is 64 warp steps");
-
-template <int W>
-__device__ inline void WaveStoreWord(uint8_t* p, uint64_t v) {
-  if (W == 1) {
-    *p = static_cast<uint8_t>(v);
-  } else if (W == 2) {
-    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
-  } else if (W == 4) {
-    *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v);
-  } else {
-    *reinterpret_cast<uint64_t*>(p) = v;
-  }
-}
-
-template <int W, int kUnroll, bool kValues>
-__device__ inline void WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int64_t g,
-                                        uint32_t* mask, uint32_t* tile_counts, uint8_t* vals) {
-  constexpr int kBits = kDeltaChunk / W;  // bits per lane per step
-  constexpr int kGroup = 32 / kBits;      // lanes per mask word
-  constexpr uint32_t kCap = static_cast<uint32_t>(kWaveValueBytesPerTile / W);
-  const int lane = threadIdx.x & 31;
-  const int64_t base = tile * kDeltaTileBytes;
-  const bool aligned = WaveAligned(m.cur, m.snap);
-  const bool whole = aligned && base + kDeltaTileBytes <= m.bytes;
-  uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
-  uint8_t* tvals = vals + g * kWaveValueBytesPerTile;
-  uint32_t count = 0;  // the tile's changed words before this step (kValues: the lane's)
-  for (int s0 = 0; s0 < kMaskSteps; s0 += kUnroll) {
-    DeltaChunk a[kUnroll], b[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t off = base + static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
-      if (whole) {
-        const uint4 x = __ldcs(reinterpret_cast<const uint4*>(m.cur + off));
-        const uint4 y = __ldcs(reinterpret_cast<const uint4*>(m.snap + off));
-        a[u] = {{x.x, x.y, x.z, x.w}};
-        b[u] = {{y.x, y.y, y.z, y.w}};
-      } else if (off < m.bytes) {
-        a[u] = DeltaLoad(m.cur, off, m.bytes, aligned);
-        b[u] = DeltaLoad(m.snap, off, m.bytes, aligned);
-      } else {
-        a[u] = {{0, 0, 0, 0}};
-        b[u] = a[u];
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const uint32_t bits = DeltaDiffBits(a[u], b[u], W);
-      const uint32_t c = __popc(bits);
-      if (kValues) {
-        uint32_t inc = c;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-          const uint32_t y = __shfl_up_sync(0xffffffffu, inc, o);
-          if (lane >= o) inc += y;
-        }
-        const uint32_t step_total = __shfl_sync(0xffffffffu, inc, 31);
-        uint32_t r = count + inc - c;
-        uint32_t left = bits;
-        while (left != 0 && r < kCap) {
-          const int bit = __ffs(left) - 1;
-          left &= left - 1;
-          WaveStoreWord<W>(tvals + r * W, WaveWordAt(a[u], W, bit));
-          ++r;
-        }
-        count += step_total;
-      } else {
-        count += c;
-      }
-      uint32_t word = bits << ((lane % kGroup) * kBits);
-#pragma unroll
-      for (int o = 1; o < kGroup; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
-      if (lane % kGroup == 0) {
-        const int64_t local = static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
-        tmask[local / W / 32] = word;
-      }
-    }
-  }
-  if (!kValues) {
-    for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
-  }
-  if (lane == 0) tile_counts[g] = count;
-}
-
-// Consecutive tiles one warp runs: one search for the first one's message.
-constexpr int kMaskTilesPerWarp = 4;
-
-template <int kUnroll, bool kValues>
-__global__ void __launch_bounds__(kDeltaThreads) WaveMaskKernel(
-    const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-    uint32_t* tile_counts, uint8_t* vals) {
-  const int64_t g0 =
-      (static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5)) *
-      kMaskTilesPerWarp;
-  if (g0 >= num_tiles) return;  // a whole warp
-  int32_t i = WaveFindMsg(msgs, num_msgs, g0);
-  for (int64_t g = g0; g < min(num_tiles, g0 + kMaskTilesPerWarp); ++g) {
-    while (i + 1 < num_msgs && msgs[i + 1].first_tile <= g) ++i;
-    const WaveMsg m = msgs[i];
-    const int64_t t = g - m.first_tile;
-    switch (m.word) {
-      case 1: WaveMaskTileWarp<1, kUnroll, kValues>(m, t, g, mask, tile_counts, vals); break;
-      case 2: WaveMaskTileWarp<2, kUnroll, kValues>(m, t, g, mask, tile_counts, vals); break;
-      case 4: WaveMaskTileWarp<4, kUnroll, kValues>(m, t, g, mask, tile_counts, vals); break;
-      default: WaveMaskTileWarp<8, kUnroll, kValues>(m, t, g, mask, tile_counts, vals); break;
-    }
-  }
-}
-
-__global__ void WaveTotalsKernel(const WaveMsg* msgs, int64_t num_msgs,
-                                 const uint32_t* tile_counts, const uint64_t* tile_offsets,
-                                 uint64_t* totals) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < num_msgs;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const WaveMsg m = msgs[i];
-    const int64_t nt = (m.bytes + kDeltaTileBytes - 1) / kDeltaTileBytes;
-    const int64_t last = m.first_tile + nt - 1;
-    totals[i] = nt == 0 ? 0 : tile_offsets[last] + tile_counts[last] - tile_offsets[m.first_tile];
-  }
-}
 
 // A u32 at p, in one store when aligned.
 __device__ inline void WaveStoreU32(uint8_t* p, uint32_t x) {
@@ -582,6 +329,8 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveDigestKernel(
     const int64_t hi = min(r.bytes, lo + kDeltaTileBytes);
     const bool aligned = (reinterpret_cast<uintptr_t>(r.data) & 15u) == 0;
     const bool whole = aligned && hi == lo + kDeltaTileBytes;
+    // The weight of the lane's first word; each step is 32 words on.
+    uint64_t h = DigestWeight(r.first_key + static_cast<uint64_t>(lo + lane * kDeltaChunk));
     for (int s0 = 0; s0 < kMaskSteps; s0 += kDigestUnroll) {
       DeltaChunk c[kDigestUnroll];
 #pragma unroll
@@ -600,10 +349,11 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveDigestKernel(
       for (int u = 0; u < kDigestUnroll; ++u) {
         const int64_t off = lo + static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
         if (off < hi) {
-          s += Digest16(r.first_key + static_cast<uint64_t>(off),
-                        c[u].w[0] | (static_cast<uint64_t>(c[u].w[1]) << 32),
-                        c[u].w[2] | (static_cast<uint64_t>(c[u].w[3]) << 32));
+          s += DigestChunk(h, r.first_key + static_cast<uint64_t>(off),
+                           c[u].w[0] | (static_cast<uint64_t>(c[u].w[1]) << 32),
+                           c[u].w[2] | (static_cast<uint64_t>(c[u].w[3]) << 32));
         }
+        h *= kDigestA32;
       }
     }
   }
@@ -622,30 +372,6 @@ unsigned int GridFor(int64_t items) {
 void LaunchTileScan(const uint32_t* tile_counts, int64_t num_tiles, uint64_t* tile_offsets,
                     uint64_t* total, cudaStream_t stream) {
   TileScanKernel<<<1, 1024, 0, stream>>>(tile_counts, num_tiles, tile_offsets, total);
-}
-
-void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-                    uint32_t* tile_counts, uint8_t* vals, cudaStream_t stream, int unroll,
-                    bool values) {
-  if (num_tiles == 0 || num_msgs == 0) return;
-  const int64_t per_block = kDeltaThreads / 32 * kMaskTilesPerWarp;
-  const auto blocks = static_cast<unsigned int>((num_tiles + per_block - 1) / per_block);
-  auto launch = [&](auto kernel) {
-    kernel<<<blocks, kDeltaThreads, 0, stream>>>(msgs, num_msgs, num_tiles, mask, tile_counts,
-                                                 vals);
-  };
-  if (unroll == 4) {
-    values ? launch(WaveMaskKernel<4, true>) : launch(WaveMaskKernel<4, false>);
-  } else {
-    values ? launch(WaveMaskKernel<8, true>) : launch(WaveMaskKernel<8, false>);
-  }
-}
-
-void LaunchWaveTotals(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* tile_counts,
-                      const uint64_t* tile_offsets, uint64_t* totals, cudaStream_t stream) {
-  if (num_msgs == 0) return;
-  WaveTotalsKernel<<<GridFor(num_msgs), kDeltaThreads, 0, stream>>>(msgs, num_msgs, tile_counts,
-                                                                    tile_offsets, totals);
 }
 
 void LaunchWaveGather(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,

@@ -42,32 +42,72 @@ struct WaveMsg {
   int64_t changed = 0;            // encode and apply: words sent
   int32_t word = 1;
   int32_t encoding = 0;           // a DeltaEncoding
+  // Encode, verified rounds: the slot the count digests the message's bytes
+  // into (LaunchWaveMask), from key digest_key (a multiple of 16); -1: not.
+  int32_t digest_slot = -1;
+  int32_t pad = 0;
+  uint64_t digest_key = 0;
 };
 // A tile: its message (or run) and its index in it.
 struct WaveTile {
   int32_t msg = 0;
   int32_t tile = 0;
 };
-static_assert(sizeof(WaveMsg) == 56 && sizeof(WaveTile) == 8, "copied as bytes");
+static_assert(sizeof(WaveMsg) == 72 && sizeof(WaveTile) == 8, "copied as bytes");
 
+// One digest run of a batch: its tiles (kDeltaTileBytes each) are
+// [first_tile, the next run's first_tile), found on the GPU as a wave's.
+struct WaveDigestRun {
+  const uint8_t* data = nullptr;
+  int64_t bytes = 0;
+  uint64_t first_key = 0;
+  int64_t first_tile = 0;
+  int32_t element_bytes = 1;
+  int32_t slot = 0;
+};
+static_assert(sizeof(WaveDigestRun) == 40, "copied as bytes");
 // Tiles of a message: encode and bitmask apply by kDeltaTileBytes of the
 // message, kIndices apply by kWaveIndicesPerTile indices.
 inline int64_t WaveEncodeTiles(int64_t bytes) {
   return (bytes + kDeltaTileBytes - 1) / kDeltaTileBytes;
 }
 
-// Encode, pass 1, the one pass over the current and snapshot bytes: the
-// mask of changed words, each tile's count and, when they fit, its changed
-// words in order (`vals`: kWaveValueBytesPerTile a tile; not with
-// `values` false: the gather then reads them from the current bytes). One
-// warp per tile, `unroll` (4 or 8) of its 512-byte steps loaded at once.
-inline constexpr int kWaveMaskUnroll = 4;
+// Encode, pass 1, the one pass over the current and snapshot bytes
+// (delta_mask_kernels.cu): every tile's mask of changed words and count,
+// and, when they fit and `values` is set, its changed words in order
+// (`vals`: kWaveValueBytesPerTile a tile; otherwise the gather reads them
+// from the current bytes); each tile's count is added to totals[its
+// message] (u64, zeroed by the caller). Past a message's end both sides
+// read as zeros. Verified rounds: when `sums` is given, the bytes of each
+// message with a digest_slot are digested into sums[digest_slot] in the
+// same read.
+enum class WaveMaskKind : int32_t {
+  // One warp per tile, a persistent grid of warps stepping over the tiles
+  // (the warps at work read one window of the batch).
+  kSweep = 0,
+  // One warp per four consecutive tiles, a grid of the batch's size.
+  kTiles = 1,
+  // One block per tile (each thread's 8 chunks of both sides loaded at
+  // once), a persistent grid stepping over the tiles.
+  kBlock = 2,
+  // kBlock's tiles brought into shared memory by bulk copies (Hopper's
+  // cp.async.bulk), three tiles ahead: loads in flight not bounded by
+  // registers. One block per SM.
+  kBulk = 3,
+};
+struct WaveMaskConfig {
+  WaveMaskKind kind = WaveMaskKind::kSweep;
+  int unroll = 4;      // warp kinds: 512-byte warp steps loaded at once (2, 4 or 8)
+  bool values = true;  // keep the changed values for the gather
+  int blocks = 0;      // persistent kinds: the grid; 0: WaveMaskBlocks of the device
+};
+// The blocks of the config's kernel (`digest`: the one that digests too)
+// resident on `device` at once (every SM full): the grid of a persistent
+// kind. 0 when the device cannot say.
+int WaveMaskBlocks(int device, const WaveMaskConfig& config, bool digest = false);
 void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-                    uint32_t* tile_counts, uint8_t* vals, cudaStream_t stream,
-                    int unroll = kWaveMaskUnroll, bool values = true);
-// totals[i] = message i's changed words, from the scanned tile offsets.
-void LaunchWaveTotals(const WaveMsg* msgs, int64_t num_msgs, const uint32_t* tile_counts,
-                      const uint64_t* tile_offsets, uint64_t* totals, cudaStream_t stream);
+                    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, cudaStream_t stream,
+                    const WaveMaskConfig& config, unsigned long long* sums = nullptr);
 // Encode, pass 2: each kIndices / kBitmask message's payload at its `out`
 // (dense messages: nothing); values from `vals` where the tile's fitted,
 // else (or with vals null) read again from the current bytes.
@@ -91,17 +131,6 @@ void LaunchWaveScatter(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                        const uint64_t* tile_offsets, const uint32_t* bad_any,
                        cudaStream_t stream);
 
-// One digest run of a batch: its tiles (kDeltaTileBytes each) are
-// [first_tile, the next run's first_tile), found on the GPU as a wave's.
-struct WaveDigestRun {
-  const uint8_t* data = nullptr;
-  int64_t bytes = 0;
-  uint64_t first_key = 0;
-  int64_t first_tile = 0;
-  int32_t element_bytes = 1;
-  int32_t slot = 0;
-};
-static_assert(sizeof(WaveDigestRun) == 40, "copied as bytes");
 // sums[run.slot] += the digest of every tile of every run. One warp per
 // tile, loads of four 512-byte steps in flight.
 void LaunchWaveDigest(const WaveDigestRun* runs, int32_t num_runs, int64_t num_tiles,

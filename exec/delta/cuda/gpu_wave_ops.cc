@@ -77,7 +77,11 @@ struct CountSlot {
 
 struct Lane {
   cudaStream_t stream = nullptr;  // the transport's
-  cudaStream_t codec = nullptr;   // ours: counts, digests
+  cudaStream_t codec = nullptr;   // ours: counts
+  // Ours: every other count when options.count_streams is 2 (a count's
+  // start fills the SMs the last one's ending warps leave).
+  cudaStream_t codec2 = nullptr;
+  int next_codec = 0;
   // Ours, of the highest priority: encodes (gathers). A gather's blocks go
   // before the rest of the next wave's count, which is queued by then and
   // would otherwise hold every SM until it ends.
@@ -91,7 +95,14 @@ struct Lane {
   std::vector<std::string> pending;  // names of the apply in flight
   int64_t pending_msgs = 0;
   Mem headers_in_h{nullptr, 0, true};
-  Mem digest_h{nullptr, 0, true}, digest, sums, sums_h{nullptr, 0, true};
+  // Ours: digests (AddDigest), beside the lane's transfers.
+  cudaStream_t digest = nullptr;
+};
+
+// One AddDigest's (or a count's dense messages') runs: host and device
+// tables, kept until TakeDigests (the kernel reads the device one).
+struct DigestTable {
+  Mem host{nullptr, 0, true}, dev;
 };
 
 class GpuWaveOps : public DeltaWaveOps {
@@ -102,9 +113,11 @@ class GpuWaveOps : public DeltaWaveOps {
     for (Mem& m : retired_) m.Release();
     for (Lane& l : lanes_) {
       if (l.codec != nullptr) cudaStreamSynchronize(l.codec);
+      if (l.codec2 != nullptr) cudaStreamSynchronize(l.codec2);
       if (l.gather != nullptr) cudaStreamSynchronize(l.gather);
+      if (l.digest != nullptr) cudaStreamSynchronize(l.digest);
       for (Mem* m : {&l.apply_h, &l.apply, &l.apply_counts, &l.apply_offsets, &l.bad, &l.bad_h,
-                     &l.headers_in_h, &l.digest_h, &l.digest, &l.sums, &l.sums_h}) {
+                     &l.headers_in_h}) {
         m->Release();
       }
       for (CountSlot& c : l.slots) {
@@ -117,8 +130,16 @@ class GpuWaveOps : public DeltaWaveOps {
         if (e != nullptr) cudaEventDestroy(e);
       }
       if (l.codec != nullptr) cudaStreamDestroy(l.codec);
+      if (l.codec2 != nullptr) cudaStreamDestroy(l.codec2);
       if (l.gather != nullptr) cudaStreamDestroy(l.gather);
+      if (l.digest != nullptr) cudaStreamDestroy(l.digest);
     }
+    for (DigestTable& t : tables_) {
+      t.host.Release();
+      t.dev.Release();
+    }
+    sums_.Release();
+    sums_h_.Release();
   }
 
   absl::Status Init() {
@@ -128,6 +149,8 @@ class GpuWaveOps : public DeltaWaveOps {
       Lane& l = lanes_[i];
       l.stream = static_cast<cudaStream_t>(t_->stream(i));
       REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.codec, cudaStreamNonBlocking));
+      REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.codec2, cudaStreamNonBlocking));
+      REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.digest, cudaStreamNonBlocking));
       int least = 0, greatest = 0;
       REFIT_RETURN_IF_CUDA_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
       REFIT_RETURN_IF_CUDA_ERROR(
@@ -187,12 +210,13 @@ class GpuWaveOps : public DeltaWaveOps {
     REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
     REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, l->stream));
     REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->codec, l->mark, 0));
+    REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->codec2, l->mark, 0));
     return absl::OkStatus();
   }
 
   absl::Status Sync(int32_t lane, absl::Time deadline) override {
     REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
-    for (cudaStream_t s : {l->stream, l->codec, l->gather}) {
+    for (cudaStream_t s : {l->stream, l->codec, l->codec2, l->gather, l->digest}) {
       REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, s));
       REFIT_RETURN_IF_ERROR(Wait(l->mark, deadline, "delta kernels"));
     }
@@ -228,8 +252,10 @@ class GpuWaveOps : public DeltaWaveOps {
   absl::Status Apply(int32_t lane, absl::Span<const ApplyItem> items,
                      std::vector<std::string> names, absl::Time deadline) override;
   absl::Status Finish(absl::Time deadline) override;
-  absl::StatusOr<std::vector<uint64_t>> Digest(int32_t lane, absl::Span<const DigestItem> items,
-                                               int32_t slots, absl::Time deadline) override;
+  absl::Status StartDigests(int32_t slots) override;
+  absl::Status AddDigest(int32_t lane, absl::Span<const DigestItem> items,
+                         absl::Time deadline) override;
+  absl::StatusOr<std::vector<uint64_t>> TakeDigests(absl::Time deadline) override;
 
  private:
   absl::StatusOr<Lane*> Get(int32_t lane) {
@@ -275,7 +301,21 @@ class GpuWaveOps : public DeltaWaveOps {
   GpuWaveOpsOptions o_;
   std::vector<Lane> lanes_;
   absl::Status failure_;
+  // Digest runs of `items` (checked) as rows, their tiles numbered from 0;
+  // *tiles their count.
+  absl::StatusOr<std::vector<WaveDigestRun>> DigestRuns(absl::Span<const DigestItem> items,
+                                                        int64_t* tiles);
+  // Uploads `runs` into the next table, on `stream`; returns its rows.
+  absl::StatusOr<const WaveDigestRun*> UploadRuns(const std::vector<WaveDigestRun>& runs,
+                                                  cudaStream_t stream);
+
   std::vector<Mem> retired_;  // grown out of, freed by Finish
+  // Verified rounds: the running sums (StartDigests), the tables of the
+  // round's digests so far.
+  Mem sums_, sums_h_{nullptr, 0, true};
+  int32_t slots_ = 0;
+  std::vector<DigestTable> tables_;
+  size_t tables_used_ = 0;
 };
 
 absl::Status CheckItem(const EncodeItem& it) {
@@ -314,11 +354,32 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   std::vector<WaveMsg> msgs;
   int64_t num_tiles = 0;
   c.msg_of_item.assign(items.size(), -1);
+  // Digest runs the count does not digest itself (a pass of their own).
+  std::vector<DigestItem> other_runs;
+  bool any_fused = false;
   for (size_t i = 0; i < items.size(); ++i) {
     const EncodeItem& it = items[i];
     REFIT_RETURN_IF_ERROR(CheckItem(it));
-    if (it.snap == nullptr || it.bytes == 0) continue;
+    for (const DigestItem& d : it.digest) {
+      if (d.data < it.cur || d.bytes < 0 || d.data + d.bytes > it.cur + it.bytes) {
+        return absl::InvalidArgumentError("digest: a run outside its message's bytes");
+      }
+    }
+    const bool counted = it.snap != nullptr && it.bytes > 0;
+    // The count digests a message that is one run from a 16-byte word's key.
+    const bool fused = o_.fused_digest && counted && it.digest.size() == 1 &&
+                       it.digest[0].data == it.cur && it.digest[0].bytes == it.bytes &&
+                       (it.digest[0].first_key & 15) == 0;
+    if (!fused) other_runs.insert(other_runs.end(), it.digest.begin(), it.digest.end());
+    if (!counted) continue;
     WaveMsg m;
+    if (fused) {
+      int64_t tiles = 0;  // checks the run's element size and slot
+      REFIT_RETURN_IF_ERROR(DigestRuns(it.digest, &tiles).status());
+      any_fused = true;
+      m.digest_slot = it.digest[0].slot;
+      m.digest_key = it.digest[0].first_key;
+    }
     m.cur = reinterpret_cast<const uint8_t*>(it.cur);
     m.snap = reinterpret_cast<const uint8_t*>(it.snap);
     m.bytes = it.bytes;
@@ -336,15 +397,21 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   c.num_tiles = num_tiles;
   c.words_of_item.resize(items.size());
   for (size_t i = 0; i < items.size(); ++i) c.words_of_item[i] = items[i].bytes / items[i].word_bytes;
+  REFIT_RETURN_IF_ERROR(AddDigest(lane, other_runs, deadline));
   c.counting = true;
   l->started.push_back(si);
   if (msgs.empty()) return absl::OkStatus();
   const int64_t mb = c.num_msgs * sizeof(WaveMsg);
+  cudaStream_t codec = l->codec;
+  if (o_.count_streams == 2) {
+    codec = l->next_codec == 0 ? l->codec : l->codec2;
+    l->next_codec ^= 1;
+  }
   REFIT_RETURN_IF_ERROR(c.table_h.Reserve(mb, "tables", &retired_));
   REFIT_RETURN_IF_ERROR(c.table.Reserve(mb, "tables", &retired_));
   REFIT_RETURN_IF_ERROR(
       c.mask.Reserve(c.num_tiles * kWaveMaskWordsPerTile * 4, "mask", &retired_));
-  if (o_.mask_values) {
+  if (o_.mask.values) {
     REFIT_RETURN_IF_ERROR(
         c.vals.Reserve(c.num_tiles * kWaveValueBytesPerTile, "values", &retired_));
   }
@@ -356,19 +423,21 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   const auto* dmsgs = reinterpret_cast<const WaveMsg*>(c.table.p);
   const auto nm = static_cast<int32_t>(c.num_msgs);
   auto* counts = reinterpret_cast<uint32_t*>(c.counts.p);
-  auto* offsets = reinterpret_cast<uint64_t*>(c.offsets.p);
   REFIT_RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->codec));
+      cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, codec));
+  auto* totals = reinterpret_cast<uint64_t*>(c.totals.p);
+  REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(totals, 0, c.num_msgs * 8, codec));
   LaunchWaveMask(dmsgs, nm, c.num_tiles, reinterpret_cast<uint32_t*>(c.mask.p), counts,
-                 reinterpret_cast<uint8_t*>(c.vals.p), l->codec, o_.mask_unroll,
-                 o_.mask_values);
-  LaunchTileScan(counts, c.num_tiles, offsets, offsets + c.num_tiles, l->codec);
-  LaunchWaveTotals(dmsgs, c.num_msgs, counts, offsets,
-                   reinterpret_cast<uint64_t*>(c.totals.p), l->codec);
+                 reinterpret_cast<uint8_t*>(c.vals.p), totals, codec, o_.mask,
+                 any_fused ? reinterpret_cast<unsigned long long*>(sums_.p) : nullptr);
+  if (o_.scan_with_count) {
+    auto* offsets = reinterpret_cast<uint64_t*>(c.offsets.p);
+    LaunchTileScan(counts, c.num_tiles, offsets, offsets + c.num_tiles, codec);
+  }
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(c.totals_h.p, c.totals.p, c.num_msgs * 8,
-                                             cudaMemcpyDeviceToHost, l->codec));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.counted, l->codec));
+                                             cudaMemcpyDeviceToHost, codec));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.counted, codec));
   return absl::OkStatus();
 }
 
@@ -433,12 +502,18 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
     const int64_t mb = c.num_msgs * sizeof(WaveMsg);
     REFIT_RETURN_IF_CUDA_ERROR(
         cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->gather));
+    // The tiles' offsets for the gather (the count needed only the totals).
+    auto* offsets = reinterpret_cast<uint64_t*>(c.offsets.p);
+    if (!o_.scan_with_count) {
+      LaunchTileScan(reinterpret_cast<const uint32_t*>(c.counts.p), c.num_tiles, offsets,
+                     offsets + c.num_tiles, l->gather);
+    }
     LaunchWaveGather(reinterpret_cast<const WaveMsg*>(c.table.p),
                      static_cast<int32_t>(c.num_msgs), c.num_tiles,
                      reinterpret_cast<const uint32_t*>(c.mask.p),
                      reinterpret_cast<const uint32_t*>(c.counts.p),
                      reinterpret_cast<const uint64_t*>(c.offsets.p),
-                     o_.mask_values ? reinterpret_cast<const uint8_t*>(c.vals.p) : nullptr,
+                     o_.mask.values ? reinterpret_cast<const uint8_t*>(c.vals.p) : nullptr,
                      l->gather);
     REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   }
@@ -530,54 +605,90 @@ absl::Status GpuWaveOps::Finish(absl::Time deadline) {
   return s;
 }
 
-absl::StatusOr<std::vector<uint64_t>> GpuWaveOps::Digest(int32_t lane,
-                                                         absl::Span<const DigestItem> items,
-                                                         int32_t slots, absl::Time deadline) {
-  REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
-  std::vector<uint64_t> sums(static_cast<size_t>(std::max(slots, 0)), 0);
+absl::StatusOr<std::vector<WaveDigestRun>> GpuWaveOps::DigestRuns(
+    absl::Span<const DigestItem> items, int64_t* tiles) {
   std::vector<WaveDigestRun> runs;
-  int64_t num_tiles = 0;
+  *tiles = 0;
   for (const DigestItem& it : items) {
     const int w = it.element_bytes;
     if (w != 1 && w != 2 && w != 4 && w != 8) {
       return absl::InvalidArgumentError(absl::StrCat("digest: element size ", w));
     }
-    if (it.bytes < 0 || it.bytes % w != 0 || it.slot < 0 || it.slot >= slots) {
+    if (it.bytes < 0 || it.bytes % w != 0 || it.slot < 0 || it.slot >= slots_) {
       return absl::InvalidArgumentError(absl::StrCat("digest: a run of ", it.bytes,
-                                                     " bytes into slot ", it.slot));
+                                                     " bytes into slot ", it.slot, " of ",
+                                                     slots_));
     }
     if (it.bytes == 0) continue;
     if (runs.size() >= static_cast<size_t>(INT32_MAX)) {
       return absl::InvalidArgumentError("digest: more than 2^31 runs");
     }
-    runs.push_back({reinterpret_cast<const uint8_t*>(it.data), it.bytes, it.first_key, num_tiles,
+    runs.push_back({reinterpret_cast<const uint8_t*>(it.data), it.bytes, it.first_key, *tiles,
                     w, it.slot});
-    num_tiles += WaveEncodeTiles(it.bytes);
+    *tiles += WaveEncodeTiles(it.bytes);
   }
-  if (runs.empty() || slots <= 0) return sums;
-  // After everything on every lane (the applies wrote what we digest).
-  for (Lane& o : lanes_) {
-    REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(o.mark, o.stream));
-    REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->codec, o.mark, 0));
-  }
+  return runs;
+}
+
+absl::StatusOr<const WaveDigestRun*> GpuWaveOps::UploadRuns(
+    const std::vector<WaveDigestRun>& runs, cudaStream_t stream) {
+  if (tables_used_ == tables_.size()) tables_.emplace_back();
+  DigestTable& t = tables_[tables_used_++];
   const int64_t rb = static_cast<int64_t>(runs.size() * sizeof(WaveDigestRun));
-  REFIT_RETURN_IF_ERROR(l->digest_h.Reserve(rb, "digest tables", &retired_));
-  REFIT_RETURN_IF_ERROR(l->digest.Reserve(rb, "digest tables", &retired_));
-  REFIT_RETURN_IF_ERROR(l->sums.Reserve(slots * 8, "digest sums", &retired_));
-  REFIT_RETURN_IF_ERROR(l->sums_h.Reserve(slots * 8, "digest sums", &retired_));
-  std::memcpy(l->digest_h.p, runs.data(), rb);
+  // Every kernel that read this table ended at the last TakeDigests.
+  REFIT_RETURN_IF_ERROR(t.host.Reserve(rb, "digest tables", &retired_));
+  REFIT_RETURN_IF_ERROR(t.dev.Reserve(rb, "digest tables", &retired_));
+  std::memcpy(t.host.p, runs.data(), rb);
   REFIT_RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(l->digest.p, l->digest_h.p, rb, cudaMemcpyHostToDevice, l->codec));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(l->sums.p, 0, slots * 8, l->codec));
-  LaunchWaveDigest(reinterpret_cast<const WaveDigestRun*>(l->digest.p),
-                   static_cast<int32_t>(runs.size()), num_tiles,
-                   reinterpret_cast<unsigned long long*>(l->sums.p), l->codec);
+      cudaMemcpyAsync(t.dev.p, t.host.p, rb, cudaMemcpyHostToDevice, stream));
+  return reinterpret_cast<const WaveDigestRun*>(t.dev.p);
+}
+
+absl::Status GpuWaveOps::StartDigests(int32_t slots) {
+  if (slots < 0) return absl::InvalidArgumentError(absl::StrCat("digest: ", slots, " slots"));
+  REFIT_ASSIGN_OR_RETURN(Lane * l, Get(0));
+  // Every lane is idle (the caller's promise): the sums may move.
+  REFIT_RETURN_IF_ERROR(sums_.Reserve(std::max(slots, 1) * 8, "digest sums", &retired_));
+  REFIT_RETURN_IF_ERROR(sums_h_.Reserve(std::max(slots, 1) * 8, "digest sums", &retired_));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(sums_.p, 0, std::max(slots, 1) * 8, l->codec));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(l->codec));
+  slots_ = slots;
+  tables_used_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status GpuWaveOps::AddDigest(int32_t lane, absl::Span<const DigestItem> items,
+                                   absl::Time deadline) {
+  REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
+  (void)deadline;
+  int64_t tiles = 0;
+  REFIT_ASSIGN_OR_RETURN(std::vector<WaveDigestRun> runs, DigestRuns(items, &tiles));
+  if (runs.empty()) return absl::OkStatus();
+  // After what the lane holds now (the applies wrote what we digest), on
+  // the lane's digest stream.
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, l->stream));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->digest, l->mark, 0));
+  REFIT_ASSIGN_OR_RETURN(const WaveDigestRun* rows, UploadRuns(runs, l->digest));
+  LaunchWaveDigest(rows, static_cast<int32_t>(runs.size()), tiles,
+                   reinterpret_cast<unsigned long long*>(sums_.p), l->digest);
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
-  REFIT_RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(l->sums_h.p, l->sums.p, slots * 8, cudaMemcpyDeviceToHost, l->codec));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, l->codec));
-  REFIT_RETURN_IF_ERROR(Wait(l->mark, deadline, "delta digest"));
-  std::memcpy(sums.data(), l->sums_h.p, slots * 8);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint64_t>> GpuWaveOps::TakeDigests(absl::Time deadline) {
+  for (int32_t i = 0; i < static_cast<int32_t>(lanes_.size()); ++i) {
+    REFIT_RETURN_IF_ERROR(Sync(i, deadline));
+  }
+  std::vector<uint64_t> sums(static_cast<size_t>(slots_), 0);
+  if (slots_ > 0) {
+    REFIT_ASSIGN_OR_RETURN(Lane * l, Get(0));
+    REFIT_RETURN_IF_CUDA_ERROR(
+        cudaMemcpyAsync(sums_h_.p, sums_.p, slots_ * 8, cudaMemcpyDeviceToHost, l->codec));
+    REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, l->codec));
+    REFIT_RETURN_IF_ERROR(Wait(l->mark, deadline, "delta digest"));
+    std::memcpy(sums.data(), sums_h_.p, slots_ * 8);
+  }
+  tables_used_ = 0;
   return sums;
 }
 

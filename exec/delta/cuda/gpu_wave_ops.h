@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "exec/cuda/cuda_lanes.h"
+#include "exec/delta/cuda/delta_kernels.h"
 #include "exec/delta/wave_ops.h"
 
 namespace refit {
@@ -28,12 +29,19 @@ struct GpuWaveOpsOptions {
   // Where a trainer's snapshot lives: device memory (read at HBM speed), or
   // pinned host memory (the GPU reads it over the bus: slower, no HBM).
   SnapshotMemory snapshot = SnapshotMemory::kDevice;
-  // The mask pass's loads in flight per lane, in 512-byte warp steps: 4 or
-  // 8 (delta_kernels.h: LaunchWaveMask).
-  int mask_unroll = 4;
-  // Whether the mask pass keeps each tile's changed values (the gather
-  // copies them) or the gather reads them from the current bytes.
-  bool mask_values = true;
+  // The mask pass's kernel (delta_kernels.h: WaveMaskConfig); a
+  // persistent kind with no grid given gets the device's resident blocks.
+  WaveMaskConfig mask;
+  // Verified rounds: the count digests the current bytes of the messages it
+  // compares in the same read (true), or a digest kernel reads them again
+  // on a stream of its own beside the counts (false).
+  bool fused_digest = true;
+  // Where the tiles' offsets are scanned: on the count's stream right after
+  // the mask pass (true), or on the gather's stream before the gather.
+  bool scan_with_count = false;
+  // Streams the counts of a lane alternate over: 1, or 2 (a count starts
+  // as the last one's warps end, beside it).
+  int count_streams = 1;
 };
 
 // Ops on `lanes`' streams (`lanes` must outlive them). Fails with the CUDA
