@@ -37,6 +37,25 @@ __device__ inline void WaveDigestFlush(uint64_t s, int32_t slot, unsigned long l
 // current bytes again), and the lanes of a mask word OR their bits
 // together. Past the message's end both sides read as zeros: no bits, but
 // the tile's whole mask is written (the gather reads all of it).
+// The 16-byte chunk at `off` of the message's current bytes (*a) and
+// snapshot (*b): streaming 16-byte loads where the tile is whole and
+// aligned, zeros past the message's end.
+__device__ inline void WaveLoadPair(const WaveMsg& m, int64_t off, bool whole, bool aligned,
+                                    DeltaChunk* a, DeltaChunk* b) {
+  if (whole) {
+    const uint4 x = __ldcs(reinterpret_cast<const uint4*>(m.cur + off));
+    const uint4 y = __ldcs(reinterpret_cast<const uint4*>(m.snap + off));
+    *a = {{x.x, x.y, x.z, x.w}};
+    *b = {{y.x, y.y, y.z, y.w}};
+  } else if (off < m.bytes) {
+    *a = DeltaLoad(m.cur, off, m.bytes, aligned);
+    *b = DeltaLoad(m.snap, off, m.bytes, aligned);
+  } else {
+    *a = {{0, 0, 0, 0}};
+    *b = *a;
+  }
+}
+
 template <int W, int kUnroll, bool kValues, bool kDigest>
 __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int64_t g,
                                             uint32_t* mask, uint8_t* vals,
@@ -59,18 +78,7 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t off = base + static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
-      if (whole) {
-        const uint4 x = __ldcs(reinterpret_cast<const uint4*>(m.cur + off));
-        const uint4 y = __ldcs(reinterpret_cast<const uint4*>(m.snap + off));
-        a[u] = {{x.x, x.y, x.z, x.w}};
-        b[u] = {{y.x, y.y, y.z, y.w}};
-      } else if (off < m.bytes) {
-        a[u] = DeltaLoad(m.cur, off, m.bytes, aligned);
-        b[u] = DeltaLoad(m.snap, off, m.bytes, aligned);
-      } else {
-        a[u] = {{0, 0, 0, 0}};
-        b[u] = a[u];
-      }
+      WaveLoadPair(m, off, whole, aligned, &a[u], &b[u]);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -217,17 +225,8 @@ __device__ inline void WaveMaskTileBlock(const WaveMsg& m, int64_t tile, int64_t
       const uint4 y = *reinterpret_cast<const uint4*>(ssnap + (off - base));
       a[u] = {{x.x, x.y, x.z, x.w}};
       b[u] = {{y.x, y.y, y.z, y.w}};
-    } else if (whole) {
-      const uint4 x = __ldcs(reinterpret_cast<const uint4*>(m.cur + off));
-      const uint4 y = __ldcs(reinterpret_cast<const uint4*>(m.snap + off));
-      a[u] = {{x.x, x.y, x.z, x.w}};
-      b[u] = {{y.x, y.y, y.z, y.w}};
-    } else if (off < m.bytes) {
-      a[u] = DeltaLoad(m.cur, off, m.bytes, aligned);
-      b[u] = DeltaLoad(m.snap, off, m.bytes, aligned);
     } else {
-      a[u] = {{0, 0, 0, 0}};
-      b[u] = a[u];
+      WaveLoadPair(m, off, whole, aligned, &a[u], &b[u]);
     }
   }
   if (kDigest && m.digest_slot >= 0) {  // the same in the block
