@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "exec/delta/digest_term.h"
 #include "exec/gloo_transport.h"
 #include "plan/plan_codec.h"
 
@@ -207,6 +208,7 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
   figures.peak_staging_bytes = stats->peak_staging_bytes;
   if (delta_runner_ != nullptr) {
     figures.digest_seconds = delta_runner_->delta_stats().digest_seconds;
+    figures.digest_scheme = kDigestScheme;
     for (const auto& [key, sum] : delta_runner_->digests()) {
       v1::DigestPart& p = figures.digests.emplace_back();
       p.set_engine_rank(key.first);

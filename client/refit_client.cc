@@ -529,6 +529,7 @@ absl::Status RefitClient::ReportDone(int64_t version, const RoundFigures& figure
   req.set_seconds(figures.seconds);
   req.set_peak_staging_bytes(figures.peak_staging_bytes);
   for (const v1::DigestPart& p : figures.digests) *req.add_digests() = p;
+  req.set_digest_scheme(figures.digest_scheme);
   req.set_digest_seconds(figures.digest_seconds);
   v1::ReportResponse resp;
   auto ctx = MakeContext(deadline);

@@ -163,6 +163,7 @@ class RefitClient {
     double seconds = 0;              // the data plane's time
     int64_t peak_staging_bytes = 0;  // staging and scratch held (RunStats)
     std::vector<v1::DigestPart> digests;  // a verified round's digest parts
+    uint32_t digest_scheme = 0;           // their definition (kDigestScheme)
     double digest_seconds = 0;            // of `seconds`, spent digesting
   };
 

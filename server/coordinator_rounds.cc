@@ -126,7 +126,7 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
       transport.empty() ? "none" : transport);
   metrics_.MemberReported(transport, req.bytes(), req.seconds());
   const bool engine = m != nullptr && m->reg.identity().side() == v1::SIDE_ENGINE;
-  delta_rounds_.AddReport(engine, req);
+  delta_rounds_.AddReport(engine, req, Describe(req.member_id()));
   if (rounds_.RecordDone(report, engine)) {
     // A verified round commits only when the digests agree.
     const absl::Status verified = delta_rounds_.Check();

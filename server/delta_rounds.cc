@@ -1,6 +1,8 @@
 // DeltaRounds: the delta announcement and the verified round's comparison.
 #include "server/delta_rounds.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace refit {
@@ -12,6 +14,8 @@ void DeltaRounds::Announce(const std::map<int32_t, std::string>& engine_members,
   trainer_sums_.clear();
   engine_sums_.clear();
   names_.clear();
+  scheme_from_.clear();
+  scheme_error_.clear();
   e->set_verify(verify_);
   e->set_delta_plane(delta_ || verify_every_ > 0);
   if (!delta_) return;
@@ -23,8 +27,22 @@ void DeltaRounds::Announce(const std::map<int32_t, std::string>& engine_members,
   }
 }
 
-void DeltaRounds::AddReport(bool engine, const v1::ReportRequest& req) {
+void DeltaRounds::AddReport(bool engine, const v1::ReportRequest& req,
+                            absl::string_view who) {
   if (!verify_) return;
+  if (req.digests_size() > 0) {
+    // Scheme 0 is the first definition (members built before the field).
+    const uint32_t scheme = std::max<uint32_t>(req.digest_scheme(), 1);
+    if (scheme_from_.empty()) {
+      scheme_ = scheme;
+      scheme_from_ = std::string(who.substr(0, 256));
+    } else if (scheme != scheme_ && scheme_error_.empty()) {
+      scheme_error_ = absl::StrCat(
+          "verify: ", who.substr(0, 256), " digests by definition ", scheme, " but ",
+          scheme_from_, " by definition ", scheme_,
+          ": the members run different refit builds; run one refit version on every member");
+    }
+  }
   for (const v1::DigestPart& p : req.digests()) {
     const std::pair<int32_t, int32_t> k{p.engine_rank(), p.tensor()};
     (engine ? engine_sums_ : trainer_sums_)[k] += p.sum();
@@ -34,6 +52,7 @@ void DeltaRounds::AddReport(bool engine, const v1::ReportRequest& req) {
 
 absl::Status DeltaRounds::Check() const {
   if (!verify_) return absl::OkStatus();
+  if (!scheme_error_.empty()) return absl::FailedPreconditionError(scheme_error_);
   auto name = [&](const std::pair<int32_t, int32_t>& k) {
     auto it = names_.find(k);
     return it != names_.end() ? it->second : absl::StrCat("#", k.second);

@@ -37,7 +37,9 @@ class DeltaRounds {
   void Announce(const std::map<int32_t, std::string>& engine_members, v1::RoundEvent* e);
 
   // Adds a success report's digest parts (`engine`: an engine member's).
-  void AddReport(bool engine, const v1::ReportRequest& req);
+  // `who` names the member in errors ("trainer rank 3").
+  void AddReport(bool engine, const v1::ReportRequest& req,
+                 absl::string_view who = "a member");
 
   // OK unless the round is verified and the parts disagree: DATA_LOSS
   // naming the engine rank and tensor (or the side that sent no part).
@@ -62,6 +64,10 @@ class DeltaRounds {
   std::map<std::pair<int32_t, int32_t>, uint64_t> trainer_sums_, engine_sums_;
   std::map<std::pair<int32_t, int32_t>, std::string> names_;
   std::map<std::string, int64_t> verified_;
+  // The running round's digest scheme (ReportRequest.digest_scheme) and
+  // who reported it first; the first member reporting another.
+  uint32_t scheme_ = 0;
+  std::string scheme_from_, scheme_error_;
 };
 
 }  // namespace refit

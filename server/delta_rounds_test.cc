@@ -54,6 +54,33 @@ TEST(DeltaRounds, AMismatchNamesTheEngineRankAndTensor) {
   EXPECT_EQ(d.VerifiedVersion("engA"), 1);
 }
 
+// Parts digested by different definitions (members of different builds)
+// are not compared: the commit fails naming both members and the cause,
+// not as corruption. Members reporting no scheme digest by the first one.
+TEST(DeltaRounds, DigestsOfDifferentBuildsAreRefusedNamingBoth) {
+  DeltaRounds d(true, 0);
+  v1::RoundEvent e;
+  d.Announce({{0, "e0"}}, &e);
+  v1::ReportRequest trainer = Part(0, 3, 5);
+  trainer.set_digest_scheme(2);
+  d.AddReport(false, trainer, "trainer rank 0");
+  d.AddReport(true, Part(0, 3, 5, "w"), "engine e0 rank 0");  // scheme 0: the first
+  absl::Status s = d.Check();
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_NE(s.message().find("engine e0 rank 0 digests by definition 1 but trainer rank 0 by "
+                             "definition 2"),
+            std::string::npos)
+      << s;
+  // The next round starts clean; the same scheme on both sides compares.
+  d.End(false, 1, {"e0"}, {"engA"});
+  d.Announce({{0, "e0"}}, &e);
+  v1::ReportRequest engine = Part(0, 3, 5, "w");
+  engine.set_digest_scheme(2);
+  d.AddReport(false, trainer, "trainer rank 0");
+  d.AddReport(true, engine, "engine e0 rank 0");
+  EXPECT_TRUE(d.Check().ok());
+}
+
 TEST(DeltaRounds, DenseRoundsVerifyEveryNth) {
   DeltaRounds d(false, 2);
   v1::RoundEvent a, b;

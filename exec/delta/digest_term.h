@@ -13,6 +13,12 @@
 
 namespace refit {
 
+// The definition of the digest below, reported with every digest part
+// (ReportRequest.digest_scheme): members whose builds digest differently
+// cannot be compared. 2: one weight per 16-byte word (the definition here);
+// 1 (reported as 0): the earlier 64-bit mix per 8 bytes.
+inline constexpr uint32_t kDigestScheme = 2;
+
 // Byte offsets within one buffer are below 2^40 (1 TiB); buffer indices
 // below 2^24.
 inline constexpr int kDigestOffsetBits = 40;
