@@ -84,6 +84,15 @@ absl::Status WithStaleMembers(absl::Status error, RefitClient& client,
                    "restart refitd"));
 }
 
+// The job, side, engine id and rank of `options` (the world size is set
+// by the caller).
+void SetIdentity(const MemberOptions& options, v1::MemberIdentity* id) {
+  id->set_job(options.job);
+  id->set_side(SideToProto(options.side));
+  if (options.side == Side::kEngine) id->set_engine_id(options.engine_id);
+  id->set_rank(options.rank);
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<LocalBuffer>> ExpectedBuffers(
@@ -96,10 +105,7 @@ absl::Status RefuseToJoin(const MemberOptions& options, const std::string& reaso
                           absl::Time deadline) {
   v1::Registration reg;
   v1::MemberIdentity* id = reg.mutable_identity();
-  id->set_job(options.job);
-  id->set_side(SideToProto(options.side));
-  if (options.side == Side::kEngine) id->set_engine_id(options.engine_id);
-  id->set_rank(options.rank);
+  SetIdentity(options, id);
   // A member refusing because its convention does not map still names its
   // rank: the world is then the least that holds it.
   absl::StatusOr<MappedSide> side = BuildSide(options);
@@ -168,10 +174,7 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Join(
 
   v1::Registration reg;
   v1::MemberIdentity* id = reg.mutable_identity();
-  id->set_job(options.job);
-  id->set_side(SideToProto(options.side));
-  if (options.side == Side::kEngine) id->set_engine_id(options.engine_id);
-  id->set_rank(options.rank);
+  SetIdentity(options, id);
   id->set_world_size(world);
   std::string host = options.host_id;
   if (host.empty()) {

@@ -1,8 +1,8 @@
 // What refit's GPU tests share: whether a CUDA device is there, the skip
 // that passes (printing REFIT_GPU_SKIP, which tools/test counts) where it is
 // not, copies of host vectors to and from device memory (and device copies
-// freed together), and the best time
-// of a few runs of a stream's work.
+// freed together), the best time of a few runs of a stream's work, and
+// BF16 weights as a trained model has them.
 #ifndef REFIT_TESTING_GPU_TEST_H_
 #define REFIT_TESTING_GPU_TEST_H_
 
@@ -11,12 +11,29 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 
 namespace refit {
 namespace testing {
+
+// n BF16 values (bit patterns) drawn from N(0, 0.02), as a trained
+// model's weights are distributed; the same for the same seed.
+inline std::vector<uint16_t> TrainedBf16(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<uint16_t> out(n);
+  for (uint16_t& h : out) {
+    const float x = normal(rng);
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    h = static_cast<uint16_t>(b >> 16);
+  }
+  return out;
+}
 
 // True when the CUDA runtime sees at least one device.
 inline bool HaveCudaDevice() {

@@ -26,8 +26,8 @@
 #include "exec/convert.h"
 #include "exec/cuda/convert_kernels.h"
 #include "exec/cuda/cuda_convert_ops.h"
-#include "exec/cuda/pull_quantize_kernels.h"
 #include "exec/cuda/fused_pull_items.h"
+#include "exec/cuda/pull_quantize_kernels.h"
 #include "exec/fused_pull.h"
 #include "exec/pull_program.h"
 #include "gtest/gtest.h"
@@ -35,6 +35,7 @@
 #include "plan/plan_codec.h"
 #include "plan/planner.h"
 #include "testing/gpu_test.h"
+#include "testing/planned_case.h"
 #include "testing/reference_copy.h"
 
 namespace refit {
@@ -78,13 +79,10 @@ TEST(FusedPullGpuTest, KernelEqualsHostItemsOnPlannerCases) {
       {"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=fp8"},
       {"tiny-qwen3-mx", "megatron:tp=4", "vllm:tp=2,quant=mxfp8"}};
   for (const Case& c : cases) {
-    auto model = LoadModelConfig(c.model);
-    ASSERT_TRUE(model.ok());
-    auto src = BuildTrainerLayout(*model, *ParseTrainerSpec(c.trainer));
-    auto dst = BuildEngineLayout(*model, *ParseEngineSpec(c.engine));
-    ASSERT_TRUE(src.ok() && dst.ok());
-    auto plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
-    ASSERT_TRUE(plan.ok()) << plan.status();
+    testing::PlannedCase pc;
+    const absl::Status planned = testing::PlanCase(c.model, c.trainer, c.engine, &pc);
+    ASSERT_TRUE(planned.ok()) << planned;
+    auto& [model, src, dst, plan] = pc;
     OwnedBuffers s = AllocateBuffers(src->layout);
     FillPattern(src->layout, s.ptrs, {-1, 4});
     const int32_t ws = plan->src.world_size;

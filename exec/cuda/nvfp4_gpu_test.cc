@@ -366,15 +366,7 @@ TEST(Nvfp4GpuTest, QuantizeThroughputNextToACopy) {
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&bad), 8), cudaSuccess);
   {  // Weights as a trained model has them: N(0, 0.02), 16M of them repeated.
     const int64_t chunk = int64_t{1} << 24;
-    std::mt19937 rng(9);
-    std::normal_distribution<float> normal(0.0f, 0.02f);
-    std::vector<uint16_t> w(chunk);
-    for (uint16_t& h : w) {
-      const float x = normal(rng);
-      uint32_t b;
-      std::memcpy(&b, &x, 4);
-      h = static_cast<uint16_t>(b >> 16);
-    }
+    const std::vector<uint16_t> w = testing::TrainedBf16(chunk, 9);
     for (int64_t at = 0; at < n; at += chunk) {
       ASSERT_EQ(cudaMemcpy(in + 2 * at, w.data(), 2 * chunk, cudaMemcpyHostToDevice),
                 cudaSuccess);

@@ -39,6 +39,7 @@
 #include "plan/plan_codec.h"
 #include "plan/planner.h"
 #include "testing/gpu_test.h"
+#include "testing/planned_case.h"
 #include "testing/reference_copy.h"
 
 namespace refit {
@@ -99,13 +100,10 @@ TEST(PullNvfp4GpuTest, KernelEqualsHostItemsOnPlannerCases) {
       {"tiny-qwen3-moe-fp4", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=nvfp4"},
       {"tiny-qwen3-fp4-fi", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer"}};
   for (const Case& c : cases) {
-    auto model = LoadModelConfig(c.model);
-    ASSERT_TRUE(model.ok());
-    auto src = BuildTrainerLayout(*model, *ParseTrainerSpec(c.trainer));
-    auto dst = BuildEngineLayout(*model, *ParseEngineSpec(c.engine));
-    ASSERT_TRUE(src.ok() && dst.ok());
-    auto plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
-    ASSERT_TRUE(plan.ok()) << plan.status();
+    testing::PlannedCase pc;
+    const absl::Status planned = testing::PlanCase(c.model, c.trainer, c.engine, &pc);
+    ASSERT_TRUE(planned.ok()) << planned;
+    auto& [model, src, dst, plan] = pc;
     const std::map<std::string, DType> source = SourceDTypes(src->layout);
     PatternOptions po{-1, 5};
     po.source_dtypes = &source;
@@ -213,20 +211,6 @@ TEST(PullNvfp4GpuTest, KernelEqualsHostItemsOnPlannerCases) {
   }
 }
 
-// BF16 weights as a trained model has them: N(0, 0.02).
-std::vector<uint16_t> Weights(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 0.02f);
-  std::vector<uint16_t> out(n);
-  for (uint16_t& h : out) {
-    const float x = normal(rng);
-    uint32_t b;
-    std::memcpy(&b, &x, 4);
-    h = static_cast<uint16_t>(b >> 16);
-  }
-  return out;
-}
-
 TEST(PullNvfp4GpuTest, OnePassNextToACopyAndTwoPasses) {
   REFIT_SKIP_WITHOUT_GPU("pull_nvfp4_gpu_test");
   const int64_t rows = 16384, cols = 16384, n = rows * cols;
@@ -238,7 +222,7 @@ TEST(PullNvfp4GpuTest, OnePassNextToACopyAndTwoPasses) {
   char* scratch = d.Add(nullptr, n / 2);
   char* scratch_scales = d.Add(nullptr, n / 16);
   const int64_t chunk = int64_t{1} << 24;
-  const std::vector<uint16_t> w = Weights(chunk, 3);
+  const std::vector<uint16_t> w = testing::TrainedBf16(chunk, 3);
   for (int64_t at = 0; at < n; at += chunk) {
     ASSERT_EQ(cudaMemcpy(in + 2 * at, w.data(), 2 * chunk, cudaMemcpyHostToDevice), cudaSuccess);
   }

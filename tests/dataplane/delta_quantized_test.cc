@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "mapping/mapping.h"
 #include "plan/planner.h"
+#include "testing/planned_case.h"
 #include "testing/reference_copy.h"
 
 namespace refit {
@@ -32,15 +33,11 @@ constexpr char kMegatron[] = "megatron:tp=2,ep=2,etp=1";
 class DeltaQuantizedTest : public ::testing::TestWithParam<Format> {};
 
 TEST_P(DeltaQuantizedTest, RoundsOfRandomChangesLandEveryEngineByte) {
-  absl::StatusOr<ModelConfig> model = LoadModelConfig(GetParam().model);
-  ASSERT_TRUE(model.ok()) << model.status();
-  absl::StatusOr<MappedSide> src =
-      BuildTrainerLayout(*model, *ParseTrainerSpec(GetParam().trainer));
-  absl::StatusOr<MappedSide> dst =
-      BuildEngineLayout(*model, *ParseEngineSpec(GetParam().engine));
-  ASSERT_TRUE(src.ok() && dst.ok());
-  absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  testing::PlannedCase pc;
+  const absl::Status planned =
+      testing::PlanCase(GetParam().model, GetParam().trainer, GetParam().engine, &pc);
+  ASSERT_TRUE(planned.ok()) << planned;
+  auto& [model, src, dst, plan] = pc;
   ASSERT_FALSE(plan->conversions.empty());
   const int ws = plan->src.world_size, world = ws + plan->dst.world_size;
   OwnedBuffers s = AllocateBuffers(src->layout);

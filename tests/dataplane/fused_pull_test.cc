@@ -23,6 +23,7 @@
 #include "mapping/mapping.h"
 #include "plan/plan_codec.h"
 #include "plan/planner.h"
+#include "testing/planned_case.h"
 #include "testing/reference_copy.h"
 
 namespace refit {
@@ -143,14 +144,10 @@ class FusedPullTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FusedPullTest, EngineBytesEqualTheReference) {
   const Case& c = GetParam();
-  absl::StatusOr<ModelConfig> model = LoadModelConfig(c.model);
-  ASSERT_TRUE(model.ok()) << model.status();
-  absl::StatusOr<MappedSide> src = BuildTrainerLayout(*model, *ParseTrainerSpec(c.trainer));
-  ASSERT_TRUE(src.ok()) << src.status();
-  absl::StatusOr<MappedSide> dst = BuildEngineLayout(*model, *ParseEngineSpec(c.engine));
-  ASSERT_TRUE(dst.ok()) << dst.status();
-  absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  testing::PlannedCase pc;
+  const absl::Status planned = testing::PlanCase(c.model, c.trainer, c.engine, &pc);
+  ASSERT_TRUE(planned.ok()) << planned;
+  auto& [model, src, dst, plan] = pc;
   const std::map<std::string, DType> source = SourceDTypes(src->layout);
   PatternOptions po{-1, 9};
   po.source_dtypes = &source;

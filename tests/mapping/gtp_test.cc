@@ -17,6 +17,7 @@
 #include "plan/planner.h"
 #include "testing/gtp_reference.h"
 #include "testing/inproc_ranks.h"
+#include "testing/planned_case.h"
 #include "testing/reference_copy.h"
 
 namespace refit {
@@ -102,14 +103,10 @@ class GtpRoundTest : public ::testing::TestWithParam<GtpCase> {};
 
 TEST_P(GtpRoundTest, EveryEngineByteIsTheReferences) {
   const GtpCase& c = GetParam();
-  absl::StatusOr<ModelConfig> model = LoadModelConfig(c.model);
-  ASSERT_TRUE(model.ok()) << model.status();
-  absl::StatusOr<MappedSide> src = BuildTrainerLayout(*model, *ParseTrainerSpec(c.trainer));
-  ASSERT_TRUE(src.ok()) << src.status();
-  absl::StatusOr<MappedSide> dst = BuildEngineLayout(*model, *ParseEngineSpec(c.engine));
-  ASSERT_TRUE(dst.ok()) << dst.status();
-  absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  testing::PlannedCase pc;
+  const absl::Status planned = testing::PlanCase(c.model, c.trainer, c.engine, &pc);
+  ASSERT_TRUE(planned.ok()) << planned;
+  auto& [model, src, dst, plan] = pc;
   EXPECT_TRUE(plan->conversions.empty()) << "codes and scales move as bytes";
   absl::StatusOr<testing_mapping::Ckpt> ckpt =
       testing::LowPrecisionCheckpoint(*model, c.ref.format, 7);

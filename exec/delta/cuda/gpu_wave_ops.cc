@@ -16,48 +16,14 @@
 #include "common/status_macros.h"
 #include "exec/cuda/cuda_status.h"
 #include "exec/delta/cuda/delta_kernels.h"
+#include "exec/delta/cuda/growing_memory.h"
 
 namespace refit {
 namespace {
 
 constexpr int64_t kHeader = sizeof(DeltaHeader);
 
-int64_t Align256(int64_t x) { return (x + 255) / 256 * 256; }
-
-// Device or pinned host memory that grows (and never shrinks); the caller
-// makes sure its last use completed before it grows.
-struct Mem {
-  char* p = nullptr;
-  int64_t cap = 0;
-  bool pinned = false;
-  void Release() {
-    if (p == nullptr) return;
-    if (pinned) {
-      cudaFreeHost(p);
-    } else {
-      cudaFree(p);
-    }
-    p = nullptr;
-    cap = 0;
-  }
-  // Grows to at least `bytes`. The memory it held goes to *retired, freed
-  // only once the device is idle (GpuWaveOps::Finish): cudaFree waits for
-  // the whole device, and an NCCL kernel of this round waiting for a peer
-  // that waits for us would never let it return.
-  absl::Status Reserve(int64_t bytes, const char* what, std::vector<Mem>* retired) {
-    if (bytes <= cap) return absl::OkStatus();
-    if (p != nullptr) retired->push_back(*this);
-    p = nullptr;
-    cap = 0;
-    const int64_t want = std::max<int64_t>(Align256(2 * bytes), 256);
-    void* q = nullptr;
-    const cudaError_t e = pinned ? cudaMallocHost(&q, want) : cudaMalloc(&q, want);
-    REFIT_RETURN_IF_ERROR(CudaStatus(e, absl::StrCat("delta ", what, ": ", want, " bytes")));
-    p = static_cast<char*>(q);
-    cap = want;
-    return absl::OkStatus();
-  }
-};
+using Mem = GrowingMemory;
 
 // One count and its encode: the wave's message rows, mask, values, tile
 // counts and offsets, per-message totals, headers. A lane has
