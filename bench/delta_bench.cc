@@ -33,8 +33,14 @@
 //               default, or pinned host memory the encoder reads over the bus)
 //               [--batch_mib=N]   (plan waves per batch: DeltaRunnerOptions::batch_bytes;
 //               0: every wave its own batch) [--mask_kernel=sweep|tiles|block|bulk]
-//               [--mask_unroll=2|4|8] [--mask_values=0|1]   (the mask pass's kernel:
-//               GpuWaveOpsOptions::mask) [--count_streams=1|2] [--fused_digest=0|1]
+//               [--mask_unroll=2|4|8] [--mask_values=0|1] [--mask_claim=0|1]
+//               [--mask_blocks=N]   (the mask pass's kernel: GpuWaveOpsOptions::mask;
+//               N: a persistent kind's grid, 0: every SM full)
+//               [--shared_counts=0|1]   (every lane's counts on one stream)
+//               [--warm_ms=N]   (the trainer GPU reads its weights for N ms before each
+//               delta round, as a trainer's optimizer step keeps it busy; default 50, 0: an
+//               idle GPU, whose first milliseconds of work run slower)
+//               [--count_streams=1|2] [--fused_digest=0|1]
 //               [--digests=overlap|after]   (verified rounds' digests within the round,
 //               DeltaRunnerOptions::overlap_digests, or after its last wave)
 //               [--merge_headers=0|1] [--scan_with_count=0|1]   (the engine's next headers in
@@ -108,6 +114,11 @@ struct Knobs {
   bool overlap_digests = DeltaRunnerOptions().overlap_digests;
   bool merge_headers = DeltaRunnerOptions().merge_headers;
   bool scan_with_count = GpuWaveOpsOptions().scan_with_count;
+  bool shared_counts = GpuWaveOpsOptions().shared_counts;
+  // The trainer GPU reads its weights for this long right before each
+  // delta round, as a trainer's GPU is busy (its optimizer step) right
+  // before a refit: an idle GPU's first milliseconds of work run slower.
+  double warm_ms = 50;
 };
 
 DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
@@ -129,6 +140,7 @@ DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
     o.snapshot = knobs.snapshot;
     o.mask = knobs.mask;
     o.count_streams = knobs.count_streams;
+    o.shared_counts = knobs.shared_counts;
     o.fused_digest = knobs.fused_digest;
     o.scan_with_count = knobs.scan_with_count;
     return MakeGpuWaveOps(static_cast<NcclTransport*>(t), o);
@@ -256,6 +268,7 @@ class Bench {
                     DeltaRoundStats* engine_stats = nullptr, double* verified_s = nullptr) {
     std::vector<EngineDeltaMode> modes = {delta ? EngineDeltaMode{false, version_}
                                                 : EngineDeltaMode{}};
+    Warm();
     double secs[2] = {0, 0}, dig[2] = {0, 0}, whole[2] = {0, 0};
     std::vector<std::thread> threads;
     for (int g = 0; g < 2; ++g) {
@@ -278,6 +291,25 @@ class Bench {
     *digest_s = std::max(dig[0], dig[1]);
     if (verified_s != nullptr) *verified_s = std::max(whole[0], whole[1]);
     return std::max(secs[0], secs[1]);
+  }
+
+  // Keeps the trainer GPU reading its largest buffer for knobs_.warm_ms.
+  void Warm() {
+    if (knobs_.warm_ms <= 0) return;
+    CU(cudaSetDevice(0));
+    size_t big = 0;
+    for (size_t b = 0; b < trainer_.bytes.size(); ++b) {
+      if (trainer_.ptrs[b] != nullptr && trainer_.bytes[b] > trainer_.bytes[big]) big = b;
+    }
+    unsigned long long* sink = nullptr;
+    CU(cudaMalloc(reinterpret_cast<void**>(&sink), sizeof(*sink)));
+    const auto* p = reinterpret_cast<const uint8_t*>(trainer_.ptrs[big]);
+    const int64_t n = trainer_.bytes[big] / 16 * 16;
+    for (const double t0 = Now(); (Now() - t0) * 1e3 < knobs_.warm_ms;) {
+      CU(testing::LaunchCompareChunks(p, p, n, sink, nullptr));
+      CU(cudaDeviceSynchronize());
+    }
+    cudaFree(sink);
   }
 
   double DenseRound() {
@@ -493,6 +525,13 @@ int Main(int argc, char** argv) {
     else if (a == "--mask_kernel=tiles") knobs.mask.kind = WaveMaskKind::kTiles;
     else if (a == "--mask_kernel=block") knobs.mask.kind = WaveMaskKind::kBlock;
     else if (a == "--mask_kernel=bulk") knobs.mask.kind = WaveMaskKind::kBulk;
+    else if (a == "--mask_claim=0" || a == "--mask_claim=1") knobs.mask.claim = a.back() == '1';
+    else if (a.rfind("--mask_blocks=", 0) == 0 && absl::SimpleAtoi(a.substr(14), &v) && v >= 0)
+      knobs.mask.blocks = static_cast<int>(v);
+    else if (a == "--shared_counts=0" || a == "--shared_counts=1")
+      knobs.shared_counts = a.back() == '1';
+    else if (a.rfind("--warm_ms=", 0) == 0 && absl::SimpleAtoi(a.substr(10), &v) && v >= 0)
+      knobs.warm_ms = static_cast<double>(v);
     else if (a == "--count_streams=1" || a == "--count_streams=2") knobs.count_streams = a.back() - '0';
     else if (a == "--fused_digest=0" || a == "--fused_digest=1") knobs.fused_digest = a.back() == '1';
     else if (a == "--digests=overlap" || a == "--digests=after")
@@ -504,7 +543,9 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "usage: delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] "
                            "[--model=qwen3-8b] [--snapshot=gpu|pinned] [--batch_mib=N] "
                            "[--mask_kernel=sweep|tiles|block|bulk] [--mask_unroll=2|4|8] [--mask_values=0|1] "
-                           "[--count_streams=1|2] [--fused_digest=0|1] [--digests=overlap|after] "
+                           "[--mask_claim=0|1] [--mask_blocks=N] [--shared_counts=0|1] [--warm_ms=N] "
+                           "[--count_streams=1|2] "
+                           "[--fused_digest=0|1] [--digests=overlap|after] "
                            "[--merge_headers=0|1] [--scan_with_count=0|1]\n");
       return 2;
     }
@@ -519,19 +560,28 @@ int Main(int argc, char** argv) {
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, 0));
   std::printf("delta_bench: %s x2, NCCL %d, model %s, snapshot in %s, batches of %lld MiB, "
-              "mask kernel %s, unroll %d, values %s, %d count streams, digest %s, headers %s, "
-              "scan %s\n",
+              "mask kernel %s%s, grid %s, unroll %d, values %s, %d count streams%s, digest %s, "
+              "headers %s, scan %s\n",
               prop.name, nccl_version, model.c_str(),
               knobs.snapshot == SnapshotMemory::kDevice ? "GPU memory" : "pinned host memory",
               static_cast<long long>(knobs.batch_bytes >> 20),
               std::vector<std::string>{"sweep", "tiles", "block", "bulk"}
                   [static_cast<int>(knobs.mask.kind)].c_str(),
+              knobs.mask.kind == WaveMaskKind::kSweep
+                  ? (knobs.mask.claim ? " (tiles claimed)" : " (grid-stepped)")
+                  : "",
+              knobs.mask.blocks > 0 ? std::to_string(knobs.mask.blocks).c_str() : "every SM full",
               knobs.mask.unroll, knobs.mask.values ? "kept" : "re-read", knobs.count_streams,
+              knobs.shared_counts ? " shared by the lanes" : " per lane",
               !knobs.overlap_digests ? "after the round"
               : knobs.fused_digest   ? "in the count"
                                      : "a pass of its own",
               knobs.merge_headers ? "merged" : "apart",
               knobs.scan_with_count ? "with the count" : "with the gather");
+  if (knobs.warm_ms > 0) {
+    std::printf("the trainer GPU reads its weights for %.0f ms before each delta round\n",
+                knobs.warm_ms);
+  }
   int devs[2] = {0, 1};
   ncclComm_t comms[2];
   if (ncclCommInitAll(comms, 2, devs) != ncclSuccess) return 1;
@@ -590,11 +640,13 @@ int Main(int argc, char** argv) {
                   r.engine.c_str(), r.change.c_str(), r.changed, r.wire, r.delta_s, r.dense_s,
                   r.digest_s, r.verified_s, r.ok ? "bytes ok" : "BYTES WRONG");
       std::printf("  trainer: %lld batches, %lld groups; quantize %.4f s, count wait %.4f s, "
-                  "encode %.4f s, posting %.4f s, drain %.4f s; engine: %lld groups; headers "
+                  "encode %.4f s, posting %.4f s, drain %.4f s; GPU: %lld counts %.4f s, "
+                  "encodes %.4f s; engine: %lld groups; headers "
                   "wait %.4f s, apply %.4f s, drain %.4f s\n",
                   static_cast<long long>(st.batches), static_cast<long long>(st.groups),
                   st.convert_seconds, st.count_wait_seconds, st.encode_seconds,
-                  st.transport_wait_seconds, st.drain_seconds,
+                  st.transport_wait_seconds, st.drain_seconds, static_cast<long long>(st.counts),
+                  st.count_gpu_seconds, st.encode_gpu_seconds,
                   static_cast<long long>(est.groups), est.transport_wait_seconds,
                   est.apply_seconds, est.drain_seconds);
       std::fflush(stdout);

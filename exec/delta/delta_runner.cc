@@ -351,6 +351,10 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(ops_->Finish(deadline));
   FreeRetired();
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
+  const WaveOpsTimes times = ops_->TakeTimes();
+  delta_stats_.counts = times.counts;
+  delta_stats_.count_gpu_seconds = times.count_seconds;
+  delta_stats_.encode_gpu_seconds = times.encode_seconds;
   if (side_ == Side::kTrainer) sent_ = true;
   if (options_.verify && !options_.overlap_digests) {
     for (WaveWork& w : work_) REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));

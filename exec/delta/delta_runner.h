@@ -109,7 +109,7 @@ struct DeltaRunnerOptions {
   // encode, one group of sends or two of receives) until the batch holds
   // this many of the plan's bytes (0: every plan wave its own batch). Both
   // sides of a pair must use the same value.
-  int64_t batch_bytes = int64_t{512} << 20;
+  int64_t batch_bytes = int64_t{256} << 20;
 };
 
 // What one round moved in delta form, beside RunStats.
@@ -134,6 +134,10 @@ struct DeltaRoundStats {
   double transport_wait_seconds = 0;
   double apply_seconds = 0;
   double drain_seconds = 0;
+  // Trainer on a GPU: the device time of its counts and encodes (wave_ops.h).
+  int64_t counts = 0;
+  double count_gpu_seconds = 0;
+  double encode_gpu_seconds = 0;
 };
 
 class DeltaRunner : public RoundRunner {

@@ -63,6 +63,15 @@ struct ApplyItem {
 // Counts a lane may have started and not yet encoded (StartCount).
 inline constexpr int kMaxCountsInFlight = 4;
 
+// The device time of a round's count and encode kernels (GPU ops; the
+// host ops leave them zero): from each count's first enqueued step to its
+// totals on the host, and each encode's gather to its headers written.
+struct WaveOpsTimes {
+  int64_t counts = 0;
+  double count_seconds = 0;
+  double encode_seconds = 0;
+};
+
 // Where a snapshot lives on a device member.
 enum class SnapshotMemory { kDevice, kPinnedHost };
 
@@ -150,6 +159,8 @@ class DeltaWaveOps {
   virtual absl::Status AddDigest(int32_t lane, absl::Span<const DigestItem> items,
                                  absl::Time deadline) = 0;
   virtual absl::StatusOr<std::vector<uint64_t>> TakeDigests(absl::Time deadline) = 0;
+  // The kernels' times since the last call (after Finish: all of them).
+  virtual WaveOpsTimes TakeTimes() { return {}; }
   // The digest sums of `items` by slot (`slots` of them), on `lane`; waits.
   absl::StatusOr<std::vector<uint64_t>> Digest(int32_t lane, absl::Span<const DigestItem> items,
                                                int32_t slots, absl::Time deadline) {

@@ -104,13 +104,15 @@ __device__ inline void WaveStoreU32(uint8_t* p, uint32_t x) {
 // The gather: one warp per tile, no block-wide step. A kBitmask message
 // gets the tile's mask words; the changed values come from the tile's
 // value slot (one coalesced copy) when the mask pass kept them, else from
-// the current bytes; a kIndices message gets each changed word's index.
+// the current bytes; a kIndices message gets each changed word's index,
+// copied from the tile's index slot when the mask pass kept them.
 // Lane l owns mask words [l * kPer, (l + 1) * kPer) of the tile: their set
 // bits' ranks are the lane's exclusive prefix of set bits (a warp scan).
 template <int W>
 __device__ inline void WaveGatherTileWarp(const WaveMsg& m, int64_t tile, int64_t g,
                                           const uint32_t* mask, const uint32_t* tile_counts,
-                                          const uint64_t* tile_offsets, const uint8_t* vals) {
+                                          const uint64_t* tile_offsets, const uint8_t* vals,
+                                          const uint32_t* idx) {
   if (m.encoding != 1 && m.encoding != 2) return;  // kIndices, kBitmask
   constexpr int64_t kWpt = kDeltaTileBytes / W;  // words per tile
   constexpr int kMw = static_cast<int>(kWpt / 32);  // mask words per tile
@@ -148,6 +150,12 @@ __device__ inline void WaveGatherTileWarp(const WaveMsg& m, int64_t tile, int64_
     uint8_t* dst = values + rank_base * W;
     for (uint32_t k = lane; k < count; k += 32) WaveCopyWord(dst + k * W, tv + k * W, W);
     if (indices == nullptr) return;
+    if (idx != nullptr && count <= static_cast<uint32_t>(kWaveIndexSlots)) {
+      const uint32_t* ti = idx + g * kWaveIndexSlots;
+      uint8_t* di = indices + rank_base * 4;
+      for (uint32_t k = lane; k < count; k += 32) WaveStoreU32(di + k * 4, ti[k]);
+      return;
+    }
   }
   uint32_t mine = 0;
 #pragma unroll
@@ -176,7 +184,8 @@ constexpr int kGatherTilesPerWarp = 4;
 
 __global__ void __launch_bounds__(kDeltaThreads) WaveGatherKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, const uint32_t* mask,
-    const uint32_t* tile_counts, const uint64_t* tile_offsets, const uint8_t* vals) {
+    const uint32_t* tile_counts, const uint64_t* tile_offsets, const uint8_t* vals,
+    const uint32_t* idx) {
   const int64_t g0 =
       (static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5)) *
       kGatherTilesPerWarp;
@@ -187,10 +196,18 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveGatherKernel(
     const WaveMsg m = msgs[i];
     const int64_t t = g - m.first_tile;
     switch (m.word) {
-      case 1: WaveGatherTileWarp<1>(m, t, g, mask, tile_counts, tile_offsets, vals); break;
-      case 2: WaveGatherTileWarp<2>(m, t, g, mask, tile_counts, tile_offsets, vals); break;
-      case 4: WaveGatherTileWarp<4>(m, t, g, mask, tile_counts, tile_offsets, vals); break;
-      default: WaveGatherTileWarp<8>(m, t, g, mask, tile_counts, tile_offsets, vals); break;
+      case 1:
+        WaveGatherTileWarp<1>(m, t, g, mask, tile_counts, tile_offsets, vals, idx);
+        break;
+      case 2:
+        WaveGatherTileWarp<2>(m, t, g, mask, tile_counts, tile_offsets, vals, idx);
+        break;
+      case 4:
+        WaveGatherTileWarp<4>(m, t, g, mask, tile_counts, tile_offsets, vals, idx);
+        break;
+      default:
+        WaveGatherTileWarp<8>(m, t, g, mask, tile_counts, tile_offsets, vals, idx);
+        break;
     }
   }
 }
@@ -376,12 +393,13 @@ void LaunchTileScan(const uint32_t* tile_counts, int64_t num_tiles, uint64_t* ti
 
 void LaunchWaveGather(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                       const uint32_t* mask, const uint32_t* tile_counts,
-                      const uint64_t* tile_offsets, const uint8_t* vals, cudaStream_t stream) {
+                      const uint64_t* tile_offsets, const uint8_t* vals, const uint32_t* idx,
+                      cudaStream_t stream) {
   if (num_tiles == 0 || num_msgs == 0) return;
   const int64_t per_block = kDeltaThreads / 32 * kGatherTilesPerWarp;
   const auto blocks = static_cast<unsigned int>((num_tiles + per_block - 1) / per_block);
   WaveGatherKernel<<<blocks, kDeltaThreads, 0, stream>>>(msgs, num_msgs, num_tiles, mask,
-                                                        tile_counts, tile_offsets, vals);
+                                                        tile_counts, tile_offsets, vals, idx);
 }
 
 void LaunchWaveApplyCount(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,

@@ -30,6 +30,10 @@ inline constexpr int64_t kWaveMaskWordsPerTile = kDeltaTileBytes / 32;  // 1-byt
 // The value slot per tile: a tile's changed words while they fit (1/8 of
 // the tile: 12% of BF16 words changed, 6% of 1-byte words).
 inline constexpr int64_t kWaveValueBytesPerTile = kDeltaTileBytes / 8;
+// The index slot per tile: its changed words' indices in the message while
+// they fit (1024: 6.2% of a tile's BF16 words, 3.1% of 1-byte words, where
+// kIndices stops being the smaller encoding), so the gather copies them.
+inline constexpr int64_t kWaveIndexSlots = 1024;
 // Indices one apply tile of a kIndices message checks and scatters.
 inline constexpr int64_t kWaveIndicesPerTile = 8192;
 
@@ -100,20 +104,42 @@ struct WaveMaskConfig {
   int unroll = 4;      // warp kinds: 512-byte warp steps loaded at once (2, 4 or 8)
   bool values = true;  // keep the changed values for the gather
   int blocks = 0;      // persistent kinds: the grid; 0: WaveMaskBlocks of the device
+  // kSweep: warps claim tiles one at a time from a counter (true) or step
+  // over them by the grid (false: a block resident late does its share
+  // after the others).
+  bool claim = true;
 };
 // The blocks of the config's kernel (`digest`: the one that digests too)
 // resident on `device` at once (every SM full): the grid of a persistent
 // kind. 0 when the device cannot say.
 int WaveMaskBlocks(int device, const WaveMaskConfig& config, bool digest = false);
-void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-                    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, cudaStream_t stream,
-                    const WaveMaskConfig& config, unsigned long long* sums = nullptr);
+// Where the mask pass writes: per tile of the batch its kWaveMaskWordsPerTile
+// mask words, its count, its changed values (kWaveValueBytesPerTile, when
+// config.values) and their indices (kWaveIndexSlots u32, when
+// WaveMaskKeepsIndices; null: not kept); per message its total (zeroed by
+// the caller); `claim`: a zeroed counter for kSweep's tile claims (null:
+// it steps by the grid).
+struct WaveMaskOut {
+  uint32_t* mask = nullptr;
+  uint32_t* tile_counts = nullptr;
+  uint8_t* vals = nullptr;
+  uint32_t* idx = nullptr;
+  uint64_t* totals = nullptr;
+  unsigned long long* claim = nullptr;
+};
+// Whether the config's kernel keeps the indices (the warp kinds keeping
+// values).
+bool WaveMaskKeepsIndices(const WaveMaskConfig& config);
+void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
+                    const WaveMaskOut& out, cudaStream_t stream, const WaveMaskConfig& config,
+                    unsigned long long* sums = nullptr);
 // Encode, pass 2: each kIndices / kBitmask message's payload at its `out`
 // (dense messages: nothing); values from `vals` where the tile's fitted,
-// else (or with vals null) read again from the current bytes.
+// else (or with vals null) read again from the current bytes; indices from
+// `idx` where the tile's fitted, else (or with idx null) from the mask.
 void LaunchWaveGather(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                       const uint32_t* mask, const uint32_t* tile_counts,
-                      const uint64_t* tile_offsets, const uint8_t* vals,
+                      const uint64_t* tile_offsets, const uint8_t* vals, const uint32_t* idx,
                       cudaStream_t stream);
 // Apply, pass 1: bitmask tiles' set bits into tile_counts; kIndices tiles'
 // indices checked (bad[msg] and *bad_any set for one out of range or not

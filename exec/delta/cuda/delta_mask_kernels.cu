@@ -58,7 +58,7 @@ __device__ inline void WaveLoadPair(const WaveMsg& m, int64_t off, bool whole, b
 
 template <int W, int kUnroll, bool kValues, bool kDigest>
 __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int64_t g,
-                                            uint32_t* mask, uint8_t* vals,
+                                            uint32_t* mask, uint8_t* vals, uint32_t* idx,
                                             unsigned long long* sums) {
   constexpr int kBits = kDeltaChunk / W;  // bits per lane per step
   constexpr int kGroup = 32 / kBits;      // lanes per mask word
@@ -69,6 +69,8 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
   const bool whole = aligned && base + kDeltaTileBytes <= m.bytes;
   uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
   uint8_t* tvals = vals + g * kWaveValueBytesPerTile;
+  uint32_t* tidx = idx != nullptr ? idx + g * kWaveIndexSlots : nullptr;
+  const uint32_t icap = tidx != nullptr ? static_cast<uint32_t>(kWaveIndexSlots) : 0;
   uint32_t count = 0;  // the tile's changed words before this step (kValues: the lane's)
   const bool digest = kDigest && m.digest_slot >= 0;  // the same in the warp
   uint64_t h = 0, dsum = 0;  // the lane's next chunk's weight, its sum
@@ -99,10 +101,14 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
         const uint32_t step_total = __shfl_sync(0xffffffffu, inc, 31);
         uint32_t r = count + inc - c;
         uint32_t left = bits;
+        // The chunk's first word, as an index into the message.
+        const uint32_t word0 = static_cast<uint32_t>(
+            (base + static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk) / W);
         while (left != 0 && r < kCap) {
           const int bit = __ffs(left) - 1;
           left &= left - 1;
           WaveStoreWord<W>(tvals + r * W, WaveWordAt(a[u], W, bit));
+          if (r < icap) tidx[r] = word0 + static_cast<uint32_t>(bit);
           ++r;
         }
         count += step_total;
@@ -134,20 +140,20 @@ __device__ inline void WaveMaskTileDone(uint32_t count, int64_t g, uint32_t* til
 
 template <int kUnroll, bool kValues, bool kDigest>
 __device__ inline void WaveMaskWarpAt(const WaveMsg* msgs, int32_t i, int64_t g, uint32_t* mask,
-                                      uint32_t* tile_counts, uint8_t* vals, uint64_t* totals,
-                                      unsigned long long* sums) {
+                                      uint32_t* tile_counts, uint8_t* vals, uint32_t* idx,
+                                      uint64_t* totals, unsigned long long* sums) {
   const WaveMsg m = msgs[i];
   const int64_t t = g - m.first_tile;
   uint32_t c;
   switch (m.word) {
     case 1: c = WaveMaskTileWarp<1, kUnroll, kValues, kDigest>(
-        m, t, g, mask, vals, sums); break;
+        m, t, g, mask, vals, idx, sums); break;
     case 2: c = WaveMaskTileWarp<2, kUnroll, kValues, kDigest>(
-        m, t, g, mask, vals, sums); break;
+        m, t, g, mask, vals, idx, sums); break;
     case 4: c = WaveMaskTileWarp<4, kUnroll, kValues, kDigest>(
-        m, t, g, mask, vals, sums); break;
+        m, t, g, mask, vals, idx, sums); break;
     default: c = WaveMaskTileWarp<8, kUnroll, kValues, kDigest>(
-        m, t, g, mask, vals, sums); break;
+        m, t, g, mask, vals, idx, sums); break;
   }
   if ((threadIdx.x & 31) == 0) WaveMaskTileDone(c, g, tile_counts, totals + i);
 }
@@ -166,7 +172,9 @@ constexpr int kMaskTilesPerWarp = 4;
 template <int kUnroll, bool kValues, bool kDigest>
 __global__ void __launch_bounds__(kDeltaThreads, WaveMaskMinBlocks(kUnroll, kDigest)) WaveMaskTilesKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, unsigned long long* sums) {
+    uint32_t* tile_counts, uint8_t* vals, uint32_t* idx, uint64_t* totals,
+    unsigned long long* sums,
+    unsigned long long* /*claim: a grid of the batch's size claims nothing*/) {
   const int64_t g0 =
       (static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5)) *
       kMaskTilesPerWarp;
@@ -175,22 +183,33 @@ __global__ void __launch_bounds__(kDeltaThreads, WaveMaskMinBlocks(kUnroll, kDig
   for (int64_t g = g0; g < min(num_tiles, g0 + kMaskTilesPerWarp); ++g) {
     while (i + 1 < num_msgs && msgs[i + 1].first_tile <= g) ++i;
     WaveMaskWarpAt<kUnroll, kValues, kDigest>(
-        msgs, i, g, mask, tile_counts, vals, totals, sums);
+        msgs, i, g, mask, tile_counts, vals, idx, totals, sums);
   }
 }
 
 // kSweep: a persistent grid (as many blocks as fit on the device at once);
 // warp w of W runs tiles w, w + W, w + 2W, ...: the warps at work read one
 // window of the batch, and every warp ends within a tile of the others.
+// With `claim` (a counter the caller zeroed), each warp claims its next
+// tile by one atomic instead: a block that becomes resident late (the SMs
+// held by another kernel, NCCL's or a gather) finds the tiles taken by
+// the warps at work rather than a share of its own to do after them.
 template <int kUnroll, bool kValues, bool kDigest>
 __global__ void __launch_bounds__(kDeltaThreads, WaveMaskMinBlocks(kUnroll, kDigest)) WaveMaskSweepKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, unsigned long long* sums) {
+    uint32_t* tile_counts, uint8_t* vals, uint32_t* idx, uint64_t* totals,
+    unsigned long long* sums, unsigned long long* claim) {
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kDeltaThreads / 32);
-  for (int64_t g = static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5);
-       g < num_tiles; g += warps) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5);
+  auto next = [claim, warps](int64_t g) -> int64_t {
+    if (claim == nullptr) return g + warps;
+    unsigned long long x = 0;
+    if ((threadIdx.x & 31) == 0) x = atomicAdd(claim, 1ull);
+    return static_cast<int64_t>(__shfl_sync(0xffffffffu, x, 0));
+  };
+  for (int64_t g = claim == nullptr ? first : next(0); g < num_tiles; g = next(g)) {
     WaveMaskWarpAt<kUnroll, kValues, kDigest>(msgs, WaveFindMsg(msgs, num_msgs, g), g, mask,
-                                     tile_counts, vals, totals, sums);
+                                              tile_counts, vals, idx, totals, sums);
   }
 }
 
@@ -279,7 +298,8 @@ __device__ inline void WaveMaskTileBlock(const WaveMsg& m, int64_t tile, int64_t
 template <bool kValues, bool kDigest>
 __global__ void __launch_bounds__(kDeltaThreads) WaveMaskBlockKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, unsigned long long* sums) {
+    uint32_t* tile_counts, uint8_t* vals, uint32_t* /*idx: warp kinds only*/,
+    uint64_t* totals, unsigned long long* sums, unsigned long long* /*claim: steps by the grid*/) {
   for (int64_t g = blockIdx.x; g < num_tiles; g += gridDim.x) {
     const int32_t i = WaveFindMsg(msgs, num_msgs, g);
     const WaveMsg m = msgs[i];
@@ -350,7 +370,8 @@ __device__ inline void WaveBulkWait(uint64_t* bar, uint32_t parity) {
 template <bool kValues, bool kDigest>
 __global__ void __launch_bounds__(kDeltaThreads) WaveMaskBulkKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, unsigned long long* sums) {
+    uint32_t* tile_counts, uint8_t* vals, uint32_t* /*idx: warp kinds only*/,
+    uint64_t* totals, unsigned long long* sums, unsigned long long* /*claim: its prefetch needs the tiles ahead*/) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t bars[kBulkStages];
   const int64_t G = gridDim.x;
@@ -410,7 +431,7 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveMaskBulkKernel(
 namespace {
 
 using MaskKernel = void (*)(const WaveMsg*, int32_t, int64_t, uint32_t*, uint32_t*, uint8_t*,
-                            uint64_t*, unsigned long long*);
+                            uint32_t*, uint64_t*, unsigned long long*, unsigned long long*);
 
 // The warp kernels by steps loaded at once: 2, 4 or 8.
 template <template <int, bool, bool> class K, bool D>
@@ -482,9 +503,13 @@ int WaveMaskBlocks(int device, const WaveMaskConfig& c, bool digest) {
   return ResidentBlocks(device, PickMaskKernel(c, digest), c);
 }
 
-void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
-                    uint32_t* tile_counts, uint8_t* vals, uint64_t* totals, cudaStream_t stream,
-                    const WaveMaskConfig& c, unsigned long long* sums) {
+bool WaveMaskKeepsIndices(const WaveMaskConfig& c) {
+  return c.values && (c.kind == WaveMaskKind::kSweep || c.kind == WaveMaskKind::kTiles);
+}
+
+void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
+                    const WaveMaskOut& out, cudaStream_t stream, const WaveMaskConfig& c,
+                    unsigned long long* sums) {
   if (num_tiles == 0 || num_msgs == 0) return;
   const int64_t warps_per_block = kDeltaThreads / 32;
   const bool digest = sums != nullptr;
@@ -504,7 +529,9 @@ void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, ui
   }
   if (AllowSmem(k, c) != cudaSuccess) return;  // the launch error stays for cudaGetLastError
   k<<<static_cast<unsigned int>(blocks), kDeltaThreads, MaskSmem(c), stream>>>(
-      msgs, num_msgs, num_tiles, mask, tile_counts, vals, totals, sums);
+      msgs, num_msgs, num_tiles, out.mask, out.tile_counts, c.values ? out.vals : nullptr,
+      WaveMaskKeepsIndices(c) ? out.idx : nullptr, out.totals, sums,
+      c.kind == WaveMaskKind::kSweep && c.claim ? out.claim : nullptr);
 }
 
 }  // namespace refit

@@ -2,7 +2,7 @@
 // encoded, applied and digested by a few kernels each, over all of them at
 // once (delta_kernels.h: the Wave* launchers).
 //
-// Encoding runs on a codec stream of its own per lane: Count reads the
+// Encoding runs on a codec stream (one for every lane by default): Count reads the
 // current and snapshot bytes of every message of the wave in one pass
 // (mask and per-tile counts, one scan, the per-message totals: one copy to
 // the host and the one wait of the wave), Encode gathers every payload in
@@ -42,6 +42,11 @@ struct GpuWaveOpsOptions {
   // Streams the counts of a lane alternate over: 1, or 2 (a count starts
   // as the last one's warps end, beside it).
   int count_streams = 1;
+  // Every lane's counts on one stream (true), in the order they start, or
+  // each lane's on its own. Counts read at the HBM rate: two at once take
+  // twice as long each, delay both waves' sends and hold the SMs the
+  // gathers need.
+  bool shared_counts = true;
 };
 
 // Ops on `lanes`' streams (`lanes` must outlive them). Fails with the CUDA

@@ -154,7 +154,7 @@ std::vector<WaveMaskConfig> MaskConfigs() {
   using K = WaveMaskKind;
   return {{K::kSweep, 4, true, 0}, {K::kSweep, 2, true, 0},  {K::kSweep, 8, true, 0},
           {K::kSweep, 8, false, 0},
-          {K::kSweep, 4, true, 3},
+          {K::kSweep, 4, true, 3}, {K::kSweep, 4, true, 0, /*claim=*/false},
           {K::kTiles, 4, true, 0}, {K::kTiles, 8, true, 0},  {K::kBlock, 4, true, 0},
           {K::kBlock, 4, false, 0}, {K::kBlock, 4, true, 5},  {K::kBulk, 4, true, 0},
           {K::kBulk, 4, false, 0},  {K::kBulk, 4, true, 2}};
@@ -166,7 +166,8 @@ std::string MaskName(const WaveMaskConfig& c) {
   return std::string(kinds[static_cast<int>(c.kind)]) +
          (warps ? " unroll " + std::to_string(c.unroll) : "") +
          (c.values ? ", values kept" : ", values re-read") +
-         (c.blocks > 0 ? ", " + std::to_string(c.blocks) + " blocks" : "");
+         (c.blocks > 0 ? ", " + std::to_string(c.blocks) + " blocks" : "") +
+         (c.kind == WaveMaskKind::kSweep && !c.claim ? ", grid-stepped" : "");
 }
 
 // Applies e's messages on the GPU to device copies of snap[i] (`targets`,
@@ -454,9 +455,9 @@ TEST(GpuWaveOpsTest, Figure) {
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&snap), total), cudaSuccess);
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), total), cudaSuccess);
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&head), count * 32), cudaSuccess);
-  // Mask, values, tile counts, totals, message rows.
+  // Mask, values, indices, tile counts, totals, message rows.
   const int64_t scratch_bytes =
-      tiles * (kWaveMaskWordsPerTile * 4 + kWaveValueBytesPerTile + 4) +
+      tiles * (kWaveMaskWordsPerTile * 4 + kWaveValueBytesPerTile + kWaveIndexSlots * 4 + 4) +
       count * (8 + static_cast<int64_t>(sizeof(WaveMsg)));
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&scratch), scratch_bytes), cudaSuccess);
   ASSERT_EQ(cudaMemset(snap, 0, total), cudaSuccess);
@@ -472,7 +473,8 @@ TEST(GpuWaveOpsTest, Figure) {
   }
   auto* mask = reinterpret_cast<uint32_t*>(scratch);
   auto* vals = reinterpret_cast<uint8_t*>(mask + tiles * kWaveMaskWordsPerTile);
-  auto* tile_counts = reinterpret_cast<uint32_t*>(vals + tiles * kWaveValueBytesPerTile);
+  auto* idx = reinterpret_cast<uint32_t*>(vals + tiles * kWaveValueBytesPerTile);
+  auto* tile_counts = idx + tiles * kWaveIndexSlots;
   auto* totals = reinterpret_cast<uint64_t*>(tile_counts + tiles);
   auto* rows = reinterpret_cast<WaveMsg*>(totals + count);
   std::vector<WaveMsg> msgs(count);
@@ -486,6 +488,8 @@ TEST(GpuWaveOpsTest, Figure) {
   ASSERT_EQ(cudaMemcpy(rows, msgs.data(), count * sizeof(WaveMsg), cudaMemcpyHostToDevice),
             cudaSuccess);
   unsigned long long* diff = reinterpret_cast<unsigned long long*>(totals);
+  unsigned long long* claim = nullptr;  // the sweep's tile claims
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&claim), 8), cudaSuccess);
   const float floor_ms = testing::BestMs([&] {
     testing::LaunchCompareChunks(reinterpret_cast<const uint8_t*>(cur),
                                  reinterpret_cast<const uint8_t*>(snap), total, diff, nullptr);
@@ -509,7 +513,8 @@ TEST(GpuWaveOpsTest, Figure) {
       const int64_t nt = half == 0 ? tiles : tiles / 2;
       ms[half] = testing::BestMs([&] {
         cudaMemsetAsync(totals, 0, count * 8);
-        LaunchWaveMask(rows, nm, nt, mask, tile_counts, vals, totals, nullptr, mc);
+        cudaMemsetAsync(claim, 0, 8);
+        LaunchWaveMask(rows, nm, nt, {mask, tile_counts, vals, idx, totals, claim}, nullptr, mc);
       });
       ASSERT_EQ(cudaGetLastError(), cudaSuccess);
       gbps[half] = 2.0 * (total / (half + 1)) / (ms[half] * 1e-3) / 1e9;
@@ -544,7 +549,9 @@ TEST(GpuWaveOpsTest, Figure) {
       WaveMaskConfig mc = base;
       const float ms = testing::BestMs([&] {
         cudaMemsetAsync(totals, 0, count * 8);
-        LaunchWaveMask(rows, count, tiles, mask, tile_counts, vals, totals, nullptr, mc, dsums);
+        cudaMemsetAsync(claim, 0, 8);
+        LaunchWaveMask(rows, count, tiles, {mask, tile_counts, vals, idx, totals, claim},
+                       nullptr, mc, dsums);
       });
       ASSERT_EQ(cudaGetLastError(), cudaSuccess);
       const double gbps = 2.0 * total / (ms * 1e-3) / 1e9;
@@ -604,6 +611,7 @@ TEST(GpuWaveOpsTest, Figure) {
   cudaFree(out);
   cudaFree(head);
   cudaFree(scratch);
+  cudaFree(claim);
 }
 
 }  // namespace
