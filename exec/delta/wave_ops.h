@@ -64,8 +64,8 @@ struct ApplyItem {
 inline constexpr int kMaxCountsInFlight = 4;
 
 // The device time of a round's count and encode kernels (GPU ops; the
-// host ops leave them zero): from each count's first enqueued step to its
-// totals on the host, and each encode's gather to its headers written.
+// host ops leave them zero): each count's mask pass, and each encode from
+// its count's end to its payloads and headers written.
 struct WaveOpsTimes {
   int64_t counts = 0;
   double count_seconds = 0;

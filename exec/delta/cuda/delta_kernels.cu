@@ -70,6 +70,26 @@ __device__ inline void WaveForEachSetBit(int64_t mask_words, uint64_t rank_base,
 }
 
 
+// A w-byte word at p (w-aligned, as in a tile's value slot).
+template <int W>
+__device__ inline uint64_t WaveLoadWord(const uint8_t* p) {
+  if (W == 1) return *p;
+  if (W == 2) return *reinterpret_cast<const uint16_t*>(p);
+  if (W == 4) return *reinterpret_cast<const uint32_t*>(p);
+  return *reinterpret_cast<const uint64_t*>(p);
+}
+
+// A w-byte word to p, in one store when p allows it (a payload's values
+// follow its u32 indices: 8-byte words may sit on 4 bytes).
+template <int W>
+__device__ inline void WaveStoreWordAt(uint8_t* p, uint64_t v) {
+  if ((reinterpret_cast<uintptr_t>(p) & (W - 1)) == 0) {
+    WaveStoreWord<W>(p, v);
+  } else {
+    for (int b = 0; b < W; ++b) p[b] = static_cast<uint8_t>(v >> (8 * b));
+  }
+}
+
 // Copies one w-byte word, in one access when both ends allow it.
 __device__ inline void WaveCopyWord(uint8_t* dst, const uint8_t* src, int w) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src);
@@ -130,14 +150,20 @@ __device__ inline void WaveGatherTileWarp(const WaveMsg& m, int64_t tile, int64_
   } else {
     const int64_t mask_bytes = (n + 7) / 8;
     values = m.out + mask_bytes;
-    for (int k = lane; k < kMw; k += 32) {
-      const int64_t at = (first_word / 32 + k) * 4;
-      const uint32_t x = tmask[k];
-      if (at + 4 <= mask_bytes) {
-        WaveStoreU32(m.out + at, x);
-      } else {
-        for (int i = 0; i < 4; ++i) {
-          if (at + i < mask_bytes) m.out[at + i] = static_cast<uint8_t>(x >> (8 * i));
+    constexpr int kLoads = kMw / 32 < 4 ? kMw / 32 : 4;  // mask words in flight a lane
+    for (int k0 = 0; k0 < kMw; k0 += 32 * kLoads) {
+      uint32_t w[kLoads];
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) w[j] = tmask[k0 + j * 32 + lane];
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) {
+        const int64_t at = (first_word / 32 + k0 + j * 32 + lane) * 4;
+        if (at + 4 <= mask_bytes) {
+          WaveStoreU32(m.out + at, w[j]);
+        } else {
+          for (int i = 0; i < 4; ++i) {
+            if (at + i < mask_bytes) m.out[at + i] = static_cast<uint8_t>(w[j] >> (8 * i));
+          }
         }
       }
     }
@@ -145,17 +171,38 @@ __device__ inline void WaveGatherTileWarp(const WaveMsg& m, int64_t tile, int64_
   const uint32_t count = tile_counts[g];
   const bool compact =
       vals != nullptr && count <= static_cast<uint32_t>(kWaveValueBytesPerTile / W);
+  const bool indexed = indices != nullptr && idx != nullptr &&
+                       count <= static_cast<uint32_t>(kWaveIndexSlots);
   if (compact) {
+    // The slots' words in groups of four a lane, every load of a group
+    // before its stores: the gather waits on memory once a group, not once
+    // a word.
     const uint8_t* tv = vals + g * kWaveValueBytesPerTile;
+    const uint32_t* ti = indexed ? idx + g * kWaveIndexSlots : nullptr;
     uint8_t* dst = values + rank_base * W;
-    for (uint32_t k = lane; k < count; k += 32) WaveCopyWord(dst + k * W, tv + k * W, W);
-    if (indices == nullptr) return;
-    if (idx != nullptr && count <= static_cast<uint32_t>(kWaveIndexSlots)) {
-      const uint32_t* ti = idx + g * kWaveIndexSlots;
-      uint8_t* di = indices + rank_base * 4;
-      for (uint32_t k = lane; k < count; k += 32) WaveStoreU32(di + k * 4, ti[k]);
-      return;
+    uint8_t* di = indexed ? indices + rank_base * 4 : nullptr;
+    constexpr int kGroup = 4;
+    for (uint32_t k0 = 0; k0 < count; k0 += 32 * kGroup) {
+      uint64_t v[kGroup];
+      uint32_t x[kGroup];
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        const uint32_t k = k0 + j * 32 + lane;
+        if (k < count) {
+          v[j] = WaveLoadWord<W>(tv + k * W);
+          if (indexed) x[j] = ti[k];
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        const uint32_t k = k0 + j * 32 + lane;
+        if (k < count) {
+          WaveStoreWordAt<W>(dst + k * W, v[j]);
+          if (indexed) WaveStoreU32(di + k * 4, x[j]);
+        }
+      }
     }
+    if (indices == nullptr || indexed) return;
   }
   uint32_t mine = 0;
 #pragma unroll
@@ -180,7 +227,9 @@ __device__ inline void WaveGatherTileWarp(const WaveMsg& m, int64_t tile, int64_
   }
 }
 
-constexpr int kGatherTilesPerWarp = 4;
+// One tile a warp: the gather is bound by memory latency, not bandwidth,
+// so as many tiles as possible wait at once.
+constexpr int kGatherTilesPerWarp = 1;
 
 __global__ void __launch_bounds__(kDeltaThreads) WaveGatherKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, const uint32_t* mask,

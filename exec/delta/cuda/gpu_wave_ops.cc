@@ -101,7 +101,6 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
     codec = next_codec_ == 0 ? l->codec : l->codec2;
     next_codec_ ^= 1;
   }
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.began, codec));
   REFIT_RETURN_IF_ERROR(c.table_h.Reserve(mb, "tables", &retired_));
   REFIT_RETURN_IF_ERROR(c.table.Reserve(mb, "tables", &retired_));
   REFIT_RETURN_IF_ERROR(
@@ -122,10 +121,15 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   const auto* dmsgs = reinterpret_cast<const WaveMsg*>(c.table.p);
   const auto nm = static_cast<int32_t>(c.num_msgs);
   auto* counts = reinterpret_cast<uint32_t*>(c.counts.p);
+  // The slot's last encode is done (waited above): its rows and totals may
+  // be written beside the count running now.
   REFIT_RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, codec));
+      cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->upload));
   auto* totals = reinterpret_cast<uint64_t*>(c.totals.p);
-  REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(totals, 0, c.num_msgs * 8 + 8, codec));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(totals, 0, c.num_msgs * 8 + 8, l->upload));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.uploaded, l->upload));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(codec, c.uploaded, 0));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.began, codec));
   WaveMaskOut out;
   out.mask = reinterpret_cast<uint32_t*>(c.mask.p);
   out.tile_counts = counts;
@@ -140,9 +144,11 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
     LaunchTileScan(counts, c.num_tiles, offsets, offsets + c.num_tiles, codec);
   }
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.masked, codec));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->download, c.masked, 0));
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(c.totals_h.p, c.totals.p, c.num_msgs * 8,
-                                             cudaMemcpyDeviceToHost, codec));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.counted, codec));
+                                             cudaMemcpyDeviceToHost, l->download));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.counted, l->download));
   return absl::OkStatus();
 }
 
@@ -160,7 +166,7 @@ absl::StatusOr<std::vector<int64_t>> GpuWaveOps::FinishCount(int32_t lane, absl:
   if (c.num_msgs == 0) return out;
   REFIT_RETURN_IF_ERROR(Wait(c.counted, deadline, "delta count"));
   float ms = 0;
-  if (cudaEventElapsedTime(&ms, c.began, c.counted) == cudaSuccess) {
+  if (cudaEventElapsedTime(&ms, c.began, c.masked) == cudaSuccess) {
     ++times_.counts;
     times_.count_seconds += ms * 1e-3;
   }

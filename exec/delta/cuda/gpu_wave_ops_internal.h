@@ -37,6 +37,9 @@ struct CountSlot {
   // began/counted and gathering/encoded bound the count and the encode
   // (timed: TakeTimes).
   cudaEvent_t began = nullptr, counted = nullptr, gathering = nullptr, encoded = nullptr;
+  // The rows and zeroed totals uploaded; the mask pass done (before its
+  // totals reach the host).
+  cudaEvent_t uploaded = nullptr, masked = nullptr;
   bool encode_timed = false;  // an encode to time once `encoded` completed
   Mem table_h{nullptr, 0, true}, table, mask, vals, idx, counts, offsets, totals,
       totals_h{nullptr, 0, true}, headers_h{nullptr, 0, true};
@@ -57,6 +60,10 @@ struct Lane {
   // start fills the SMs the last one's ending warps leave).
   cudaStream_t codec2 = nullptr;
   bool owns_codec = false;  // false: lane 0's (options.shared_counts)
+  // Ours, beside the codec streams (shared as they are): a count's rows go
+  // up and its totals come down here, so the codec stream runs the mask
+  // passes back to back.
+  cudaStream_t upload = nullptr, download = nullptr;
   // Ours, of the highest priority: encodes (gathers). A gather's blocks go
   // before the rest of the next wave's count, which is queued by then and
   // would otherwise hold every SM until it ends.
@@ -87,7 +94,7 @@ class GpuWaveOps : public DeltaWaveOps {
     cudaSetDevice(o_.device);
     for (Mem& m : retired_) m.Release();
     for (Lane& l : lanes_) {  // before any stream goes: lanes may share them
-      for (cudaStream_t s : {l.codec, l.codec2, l.gather, l.digest}) {
+      for (cudaStream_t s : {l.codec, l.codec2, l.upload, l.download, l.gather, l.digest}) {
         if (s != nullptr) cudaStreamSynchronize(s);
       }
     }
@@ -98,7 +105,7 @@ class GpuWaveOps : public DeltaWaveOps {
       }
       for (CountSlot& c : l.slots) {
         for (Mem* m : c.mems()) m->Release();
-        for (cudaEvent_t e : {c.began, c.counted, c.gathering, c.encoded}) {
+        for (cudaEvent_t e : {c.began, c.counted, c.gathering, c.encoded, c.uploaded, c.masked}) {
           if (e != nullptr) cudaEventDestroy(e);
         }
       }
@@ -107,6 +114,8 @@ class GpuWaveOps : public DeltaWaveOps {
       }
       if (l.owns_codec && l.codec != nullptr) cudaStreamDestroy(l.codec);
       if (l.owns_codec && l.codec2 != nullptr) cudaStreamDestroy(l.codec2);
+      if (l.owns_codec && l.upload != nullptr) cudaStreamDestroy(l.upload);
+      if (l.owns_codec && l.download != nullptr) cudaStreamDestroy(l.download);
       if (l.gather != nullptr) cudaStreamDestroy(l.gather);
       if (l.digest != nullptr) cudaStreamDestroy(l.digest);
     }
@@ -127,10 +136,15 @@ class GpuWaveOps : public DeltaWaveOps {
       if (i == 0 || !o_.shared_counts) {
         REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.codec, cudaStreamNonBlocking));
         REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.codec2, cudaStreamNonBlocking));
+        REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.upload, cudaStreamNonBlocking));
+        REFIT_RETURN_IF_CUDA_ERROR(
+            cudaStreamCreateWithFlags(&l.download, cudaStreamNonBlocking));
         l.owns_codec = true;
       } else {
         l.codec = lanes_[0].codec;
         l.codec2 = lanes_[0].codec2;
+        l.upload = lanes_[0].upload;
+        l.download = lanes_[0].download;
       }
       REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.digest, cudaStreamNonBlocking));
       int least = 0, greatest = 0;
@@ -142,9 +156,10 @@ class GpuWaveOps : public DeltaWaveOps {
       }
       l.slots.resize(kMaxCountsInFlight);
       for (CountSlot& c : l.slots) {
-        for (cudaEvent_t* e : {&c.began, &c.counted, &c.gathering, &c.encoded}) {
+        for (cudaEvent_t* e : {&c.began, &c.counted, &c.gathering, &c.encoded, &c.masked}) {
           REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(e, cudaEventDefault));
         }
+        REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&c.uploaded, cudaEventDisableTiming));
         // Nothing in flight yet: the events count as done.
         REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.encoded, l.codec));
       }
@@ -198,7 +213,8 @@ class GpuWaveOps : public DeltaWaveOps {
 
   absl::Status Sync(int32_t lane, absl::Time deadline) override {
     REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
-    for (cudaStream_t s : {l->stream, l->codec, l->codec2, l->gather, l->digest}) {
+    for (cudaStream_t s :
+         {l->stream, l->codec, l->codec2, l->upload, l->download, l->gather, l->digest}) {
       REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, s));
       REFIT_RETURN_IF_ERROR(Wait(l->mark, deadline, "delta kernels"));
     }
