@@ -640,13 +640,13 @@ int Main(int argc, char** argv) {
                   r.engine.c_str(), r.change.c_str(), r.changed, r.wire, r.delta_s, r.dense_s,
                   r.digest_s, r.verified_s, r.ok ? "bytes ok" : "BYTES WRONG");
       std::printf("  trainer: %lld batches, %lld groups; quantize %.4f s, count wait %.4f s, "
-                  "encode %.4f s, posting %.4f s, drain %.4f s; GPU: %lld counts %.4f s, "
+                  "encode %.4f s, posting %.4f s, drain %.4f s; GPU: %lld counts %.4f s over %.4f s, "
                   "encodes %.4f s; engine: %lld groups; headers "
                   "wait %.4f s, apply %.4f s, drain %.4f s\n",
                   static_cast<long long>(st.batches), static_cast<long long>(st.groups),
                   st.convert_seconds, st.count_wait_seconds, st.encode_seconds,
                   st.transport_wait_seconds, st.drain_seconds, static_cast<long long>(st.counts),
-                  st.count_gpu_seconds, st.encode_gpu_seconds,
+                  st.count_gpu_seconds, st.count_span_gpu_seconds, st.encode_gpu_seconds,
                   static_cast<long long>(est.groups), est.transport_wait_seconds,
                   est.apply_seconds, est.drain_seconds);
       std::fflush(stdout);

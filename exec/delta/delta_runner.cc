@@ -31,6 +31,13 @@ int MessageWordBytes(const Plan& plan, const Message& m) {
 
 int64_t Align256(int64_t x) { return (x + 255) / 256 * 256; }
 
+// A trainer begins the counts of up to this many waves past the one it
+// encodes: enough queued on the GPU that the host's posting, whose time
+// varies, never leaves the counts' stream idle. On one lane they and the
+// one encoding take kCountsAhead + 1 of its kMaxCountsInFlight slots.
+constexpr size_t kCountsAhead = 5;
+static_assert(kCountsAhead + 1 <= kMaxCountsInFlight, "a lane holds the counts begun ahead");
+
 }  // namespace
 
 std::string DeltaRunner::SourceKey(const Plan& plan, const Message& m) {
@@ -322,7 +329,7 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
     REFIT_RETURN_IF_ERROR(ops_->StartDigests(static_cast<int32_t>(digest_keys_.size())));
   }
   // Waves begin ahead of the one awaited: a trainer's counts up to
-  // kMaxCountsInFlight - 1 waves ahead (the GPU counts them while the host
+  // kCountsAhead waves ahead (the GPU counts them while the host
   // encodes and posts), an engine's headers one wave ahead when it is on
   // another lane (on one lane its receives must follow the sender's order:
   // headers, payloads, next headers).
@@ -332,7 +339,7 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   for (WaveWork& w : work_) w.headers_posted = false;
   for (size_t k = 0; k < n; ++k) {
     if (src) {
-      while (begun < std::min(n, k + kMaxCountsInFlight)) {
+      while (begun < std::min(n, k + kCountsAhead + 1)) {
         REFIT_RETURN_IF_ERROR(BeginSend(work_[begun++], deadline));
       }
     } else {
@@ -355,6 +362,7 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   delta_stats_.counts = times.counts;
   delta_stats_.count_gpu_seconds = times.count_seconds;
   delta_stats_.encode_gpu_seconds = times.encode_seconds;
+  delta_stats_.count_span_gpu_seconds = times.count_span_seconds;
   if (side_ == Side::kTrainer) sent_ = true;
   if (options_.verify && !options_.overlap_digests) {
     for (WaveWork& w : work_) REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));

@@ -138,6 +138,7 @@ struct DeltaRoundStats {
   int64_t counts = 0;
   double count_gpu_seconds = 0;
   double encode_gpu_seconds = 0;
+  double count_span_gpu_seconds = 0;
 };
 
 class DeltaRunner : public RoundRunner {

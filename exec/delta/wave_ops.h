@@ -61,7 +61,7 @@ struct ApplyItem {
 };
 
 // Counts a lane may have started and not yet encoded (StartCount).
-inline constexpr int kMaxCountsInFlight = 4;
+inline constexpr int kMaxCountsInFlight = 8;
 
 // The device time of a round's count and encode kernels (GPU ops; the
 // host ops leave them zero): each count's mask pass, and each encode from
@@ -70,6 +70,9 @@ struct WaveOpsTimes {
   int64_t counts = 0;
   double count_seconds = 0;
   double encode_seconds = 0;
+  // From the first count's start to the last one's end: count_seconds
+  // short of it is time the counts' stream waited.
+  double count_span_seconds = 0;
 };
 
 // Where a snapshot lives on a device member.

@@ -92,14 +92,18 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
       const uint32_t bits = DeltaDiffBits(a[u], b[u], W);
       const uint32_t c = __popc(bits);
       if (kValues) {
-        uint32_t inc = c;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-          const uint32_t y = __shfl_up_sync(0xffffffffu, inc, o);
-          if (lane >= o) inc += y;
+        // The lane's rank among the step's changed words: those of the lanes
+        // below it, one ballot per "at least j changed" (a step seldom has a
+        // lane with more than two: two or three ballots, not a warp scan).
+        const uint32_t below = (1u << lane) - 1u;
+        uint32_t before = 0, step_total = 0;
+        for (uint32_t j = 0;; ++j) {
+          const uint32_t b = __ballot_sync(0xffffffffu, c > j);
+          if (b == 0) break;
+          before += __popc(b & below);
+          step_total += __popc(b);
         }
-        const uint32_t step_total = __shfl_sync(0xffffffffu, inc, 31);
-        uint32_t r = count + inc - c;
+        uint32_t r = count + before;
         uint32_t left = bits;
         // The chunk's first word, as an index into the message.
         const uint32_t word0 = static_cast<uint32_t>(
@@ -115,12 +119,21 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
       } else {
         count += c;
       }
-      uint32_t word = bits << ((lane % kGroup) * kBits);
+      const int64_t local = static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
+      if (W <= 2) {
+        // The lane's bits are whole bytes of the mask (one for BF16, two for
+        // 1-byte words), the lanes' side by side: one store each.
+        auto* tm = reinterpret_cast<uint8_t*>(tmask) + local / W / 8;
+        if (W == 2) {
+          *tm = static_cast<uint8_t>(bits);
+        } else {
+          *reinterpret_cast<uint16_t*>(tm) = static_cast<uint16_t>(bits);
+        }
+      } else {
+        uint32_t word = bits << ((lane % kGroup) * kBits);
 #pragma unroll
-      for (int o = 1; o < kGroup; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
-      if (lane % kGroup == 0) {
-        const int64_t local = static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
-        tmask[local / W / 32] = word;
+        for (int o = 1; o < kGroup; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
+        if (lane % kGroup == 0) tmask[local / W / 32] = word;
       }
     }
   }

@@ -130,6 +130,10 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.uploaded, l->upload));
   REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(codec, c.uploaded, 0));
   REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.began, codec));
+  if (!span_open_) {
+    REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(span_begin_, codec));
+    span_open_ = true;
+  }
   WaveMaskOut out;
   out.mask = reinterpret_cast<uint32_t*>(c.mask.p);
   out.tile_counts = counts;
@@ -145,6 +149,7 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   }
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.masked, codec));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(span_end_, codec));
   REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->download, c.masked, 0));
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(c.totals_h.p, c.totals.p, c.num_msgs * 8,
                                              cudaMemcpyDeviceToHost, l->download));

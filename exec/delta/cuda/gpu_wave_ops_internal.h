@@ -123,6 +123,9 @@ class GpuWaveOps : public DeltaWaveOps {
       t.host.Release();
       t.dev.Release();
     }
+    for (cudaEvent_t e : {span_begin_, span_end_}) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
     sums_.Release();
     sums_h_.Release();
   }
@@ -130,6 +133,8 @@ class GpuWaveOps : public DeltaWaveOps {
   absl::Status Init() {
     REFIT_RETURN_IF_CUDA_ERROR(cudaSetDevice(o_.device));
     lanes_.resize(t_->num_lanes());
+    REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreate(&span_begin_));
+    REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreate(&span_end_));
     for (int32_t i = 0; i < t_->num_lanes(); ++i) {
       Lane& l = lanes_[i];
       l.stream = static_cast<cudaStream_t>(t_->stream(i));
@@ -254,7 +259,15 @@ class GpuWaveOps : public DeltaWaveOps {
   absl::Status AddDigest(int32_t lane, absl::Span<const DigestItem> items,
                          absl::Time deadline) override;
   absl::StatusOr<std::vector<uint64_t>> TakeDigests(absl::Time deadline) override;
-  WaveOpsTimes TakeTimes() override { return std::exchange(times_, WaveOpsTimes()); }
+  WaveOpsTimes TakeTimes() override {
+    float ms = 0;
+    if (span_open_ && cudaEventSynchronize(span_end_) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, span_begin_, span_end_) == cudaSuccess) {
+      times_.count_span_seconds = ms * 1e-3;
+    }
+    span_open_ = false;
+    return std::exchange(times_, WaveOpsTimes());
+  }
 
  private:
   absl::StatusOr<Lane*> Get(int32_t lane) {
@@ -308,6 +321,10 @@ class GpuWaveOps : public DeltaWaveOps {
   CudaLanes* t_;
   GpuWaveOpsOptions o_;
   WaveOpsTimes times_;
+  // The counts' span since the last TakeTimes: the first one's start, the
+  // last one's end (recorded again after every count).
+  cudaEvent_t span_begin_ = nullptr, span_end_ = nullptr;
+  bool span_open_ = false;
   int next_codec_ = 0;  // count_streams 2: the codec stream of the next count
   std::vector<Lane> lanes_;
   absl::Status failure_;
