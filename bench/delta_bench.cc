@@ -40,6 +40,7 @@
 //               [--warm_ms=N]   (the trainer GPU reads its weights for N ms before each
 //               delta round, as a trainer's optimizer step keeps it busy; default 50, 0: an
 //               idle GPU, whose first milliseconds of work run slower)
+//               [--trace]   (every batch of every row, step by step, on both members)
 //               [--count_streams=1|2] [--fused_digest=0|1]
 //               [--digests=overlap|after]   (verified rounds' digests within the round,
 //               DeltaRunnerOptions::overlap_digests, or after its last wave)
@@ -62,6 +63,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/delta_bench_kernels.h"
+#include "bench/delta_bench_knobs.h"
 #include "testing/read_floor_kernels.h"
 #include "exec/cuda/cuda_copier.h"
 #include "exec/cuda/cuda_lanes.h"
@@ -104,22 +106,22 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Knobs of the delta path the bench can turn (flags).
-struct Knobs {
-  SnapshotMemory snapshot = SnapshotMemory::kDevice;
-  int64_t batch_bytes = DeltaRunnerOptions().batch_bytes;
-  WaveMaskConfig mask;
-  int count_streams = GpuWaveOpsOptions().count_streams;
-  bool fused_digest = GpuWaveOpsOptions().fused_digest;
-  bool overlap_digests = DeltaRunnerOptions().overlap_digests;
-  bool merge_headers = DeltaRunnerOptions().merge_headers;
-  bool scan_with_count = GpuWaveOpsOptions().scan_with_count;
-  bool shared_counts = GpuWaveOpsOptions().shared_counts;
-  // The trainer GPU reads its weights for this long right before each
-  // delta round, as a trainer's GPU is busy (its optimizer step) right
-  // before a refit: an idle GPU's first milliseconds of work run slower.
-  double warm_ms = 50;
-};
+
+// Per batch, in ms since each member's round began: the trainer's count
+// kernel, when its thread had the count and posted the group; when the
+// engine had the headers, posted the payloads' receive and the apply.
+void PrintTrace(const DeltaRoundStats& t, const DeltaRoundStats& e) {
+  for (size_t k = 0; k < t.batch_times.size(); ++k) {
+    const DeltaBatchTimes& a = t.batch_times[k];
+    const DeltaBatchTimes b = k < e.batch_times.size() ? e.batch_times[k] : DeltaBatchTimes();
+    const std::pair<double, double> c =
+        k < t.count_windows.size() ? t.count_windows[k] : std::pair<double, double>();
+    std::printf("    batch %2zu lane %d: count %6.2f-%6.2f, trainer had it %6.2f, posted %6.2f; "
+                "engine headers %6.2f, posted %6.2f, applied %6.2f ms\n",
+                k, a.lane, c.first * 1e3, c.second * 1e3, a.ready * 1e3, a.posted * 1e3,
+                b.ready * 1e3, b.posted * 1e3, b.applied * 1e3);
+  }
+}
 
 DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
   DataPlaneParts p;
@@ -510,43 +512,13 @@ int Main(int argc, char** argv) {
   Knobs knobs;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    int64_t v = 0;
     if (a.rfind("--rows=", 0) == 0) rows_flag = a.substr(7);
     else if (a.rfind("--engines=", 0) == 0) engines_flag = a.substr(10);
     else if (a.rfind("--model=", 0) == 0) model = a.substr(8);
-    else if (a == "--snapshot=pinned") knobs.snapshot = SnapshotMemory::kPinnedHost;
-    else if (a == "--snapshot=gpu") knobs.snapshot = SnapshotMemory::kDevice;
-    else if (a.rfind("--batch_mib=", 0) == 0 && absl::SimpleAtoi(a.substr(12), &v) && v >= 0)
-      knobs.batch_bytes = v << 20;
-    else if (a == "--mask_unroll=2" || a == "--mask_unroll=4" || a == "--mask_unroll=8")
-      knobs.mask.unroll = a.back() - '0';
-    else if (a == "--mask_values=0" || a == "--mask_values=1") knobs.mask.values = a.back() == '1';
-    else if (a == "--mask_kernel=sweep") knobs.mask.kind = WaveMaskKind::kSweep;
-    else if (a == "--mask_kernel=tiles") knobs.mask.kind = WaveMaskKind::kTiles;
-    else if (a == "--mask_kernel=block") knobs.mask.kind = WaveMaskKind::kBlock;
-    else if (a == "--mask_kernel=bulk") knobs.mask.kind = WaveMaskKind::kBulk;
-    else if (a == "--mask_claim=0" || a == "--mask_claim=1") knobs.mask.claim = a.back() == '1';
-    else if (a.rfind("--mask_blocks=", 0) == 0 && absl::SimpleAtoi(a.substr(14), &v) && v >= 0)
-      knobs.mask.blocks = static_cast<int>(v);
-    else if (a == "--shared_counts=0" || a == "--shared_counts=1")
-      knobs.shared_counts = a.back() == '1';
-    else if (a.rfind("--warm_ms=", 0) == 0 && absl::SimpleAtoi(a.substr(10), &v) && v >= 0)
-      knobs.warm_ms = static_cast<double>(v);
-    else if (a == "--count_streams=1" || a == "--count_streams=2") knobs.count_streams = a.back() - '0';
-    else if (a == "--fused_digest=0" || a == "--fused_digest=1") knobs.fused_digest = a.back() == '1';
-    else if (a == "--digests=overlap" || a == "--digests=after")
-      knobs.overlap_digests = a == "--digests=overlap";
-    else if (a == "--merge_headers=0" || a == "--merge_headers=1") knobs.merge_headers = a.back() == '1';
-    else if (a == "--scan_with_count=0" || a == "--scan_with_count=1")
-      knobs.scan_with_count = a.back() == '1';
+    else if (ParseKnob(a, &knobs)) continue;
     else {
       std::fprintf(stderr, "usage: delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] "
-                           "[--model=qwen3-8b] [--snapshot=gpu|pinned] [--batch_mib=N] "
-                           "[--mask_kernel=sweep|tiles|block|bulk] [--mask_unroll=2|4|8] [--mask_values=0|1] "
-                           "[--mask_claim=0|1] [--mask_blocks=N] [--shared_counts=0|1] [--warm_ms=N] "
-                           "[--count_streams=1|2] "
-                           "[--fused_digest=0|1] [--digests=overlap|after] "
-                           "[--merge_headers=0|1] [--scan_with_count=0|1]\n");
+                           "[--model=qwen3-8b] %s\n", kKnobsUsage);
       return 2;
     }
   }
@@ -559,25 +531,8 @@ int Main(int argc, char** argv) {
   ncclGetVersion(&nccl_version);
   cudaDeviceProp prop;
   CU(cudaGetDeviceProperties(&prop, 0));
-  std::printf("delta_bench: %s x2, NCCL %d, model %s, snapshot in %s, batches of %lld MiB, "
-              "mask kernel %s%s, grid %s, unroll %d, values %s, %d count streams%s, digest %s, "
-              "headers %s, scan %s\n",
-              prop.name, nccl_version, model.c_str(),
-              knobs.snapshot == SnapshotMemory::kDevice ? "GPU memory" : "pinned host memory",
-              static_cast<long long>(knobs.batch_bytes >> 20),
-              std::vector<std::string>{"sweep", "tiles", "block", "bulk"}
-                  [static_cast<int>(knobs.mask.kind)].c_str(),
-              knobs.mask.kind == WaveMaskKind::kSweep
-                  ? (knobs.mask.claim ? " (tiles claimed)" : " (grid-stepped)")
-                  : "",
-              knobs.mask.blocks > 0 ? std::to_string(knobs.mask.blocks).c_str() : "every SM full",
-              knobs.mask.unroll, knobs.mask.values ? "kept" : "re-read", knobs.count_streams,
-              knobs.shared_counts ? " shared by the lanes" : " per lane",
-              !knobs.overlap_digests ? "after the round"
-              : knobs.fused_digest   ? "in the count"
-                                     : "a pass of its own",
-              knobs.merge_headers ? "merged" : "apart",
-              knobs.scan_with_count ? "with the count" : "with the gather");
+  std::printf("delta_bench: %s x2, NCCL %d, model %s, %s\n", prop.name, nccl_version,
+              model.c_str(), DescribeKnobs(knobs).c_str());
   if (knobs.warm_ms > 0) {
     std::printf("the trainer GPU reads its weights for %.0f ms before each delta round\n",
                 knobs.warm_ms);
@@ -649,6 +604,7 @@ int Main(int argc, char** argv) {
                   st.count_gpu_seconds, st.count_span_gpu_seconds, st.encode_gpu_seconds,
                   static_cast<long long>(est.groups), est.transport_wait_seconds,
                   est.apply_seconds, est.drain_seconds);
+      if (knobs.trace) PrintTrace(st, est);
       std::fflush(stdout);
       rows.push_back(r);
     }

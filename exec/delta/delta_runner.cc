@@ -313,9 +313,12 @@ absl::StatusOr<RunStats> DeltaRunner::Run(absl::Time deadline) {
 
 absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   const absl::Time start = absl::Now();
+  round_start_ = start;
   RunStats stats;
   digests_.clear();
   delta_stats_ = DeltaRoundStats();
+  delta_stats_.batch_times.resize(work_.size());
+  for (size_t k = 0; k < work_.size(); ++k) delta_stats_.batch_times[k].lane = work_[k].lane;
   sent_ = false;
   if (conversions_ != nullptr) {
     REFIT_RETURN_IF_ERROR(Convert(deadline));
@@ -363,6 +366,10 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   delta_stats_.count_gpu_seconds = times.count_seconds;
   delta_stats_.encode_gpu_seconds = times.encode_seconds;
   delta_stats_.count_span_gpu_seconds = times.count_span_seconds;
+  const double origin = absl::ToDoubleSeconds(times.origin - start);
+  for (const auto& [b, e] : times.count_windows) {
+    delta_stats_.count_windows.push_back({origin + b, origin + e});
+  }
   if (side_ == Side::kTrainer) sent_ = true;
   if (options_.verify && !options_.overlap_digests) {
     for (WaveWork& w : work_) REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));

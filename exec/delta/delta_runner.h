@@ -45,6 +45,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -112,6 +113,15 @@ struct DeltaRunnerOptions {
   int64_t batch_bytes = int64_t{256} << 20;
 };
 
+// One batch's steps on a member's thread, in seconds since the round
+// began. Trainer: its count enqueued, awaited, its group posted. Engine:
+// its headers' receive posted, its headers on the host, its payloads'
+// receive posted, its apply enqueued.
+struct DeltaBatchTimes {
+  int32_t lane = 0;
+  double start = 0, ready = 0, posted = 0, applied = 0;
+};
+
 // What one round moved in delta form, beside RunStats.
 struct DeltaRoundStats {
   int64_t messages = 0;
@@ -139,6 +149,10 @@ struct DeltaRoundStats {
   double count_gpu_seconds = 0;
   double encode_gpu_seconds = 0;
   double count_span_gpu_seconds = 0;
+  // Per batch, in the order run; the trainer's counts' kernels (start,
+  // end) in seconds since the round began, in the same order.
+  std::vector<DeltaBatchTimes> batch_times;
+  std::vector<std::pair<double, double>> count_windows;
 };
 
 class DeltaRunner : public RoundRunner {
@@ -291,6 +305,13 @@ class DeltaRunner : public RoundRunner {
   bool sent_ = false;  // trainer: a round ran since the last Commit/Abort
   DigestSums digests_;
   DeltaRoundStats delta_stats_;
+  absl::Time round_start_;
+  // Notes a step of work_[w] (delta_stats_.batch_times): the seconds since
+  // the round began.
+  double Since() const { return absl::ToDoubleSeconds(absl::Now() - round_start_); }
+  DeltaBatchTimes& TimesOf(const WaveWork& w) {
+    return delta_stats_.batch_times[static_cast<size_t>(&w - work_.data())];
+  }
   absl::Mutex mu_;
   absl::Status cancelled_ ABSL_GUARDED_BY(mu_);
 };

@@ -104,6 +104,7 @@ absl::Status DeltaRunner::BeginSend(WaveWork& w, absl::Time deadline) {
   }
   REFIT_RETURN_IF_ERROR(ops_->StartCount(w.lane, items, deadline));
   delta_stats_.count_wait_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
+  TimesOf(w).start = Since();
   return absl::OkStatus();
 }
 
@@ -113,6 +114,7 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
   REFIT_ASSIGN_OR_RETURN(std::vector<int64_t> changed, ops_->FinishCount(w.lane, deadline));
   const absl::Time t1 = absl::Now();
   delta_stats_.count_wait_seconds += absl::ToDoubleSeconds(t1 - t0);
+  TimesOf(w).ready = Since();
   // Headers, and where each payload goes: dense ones are sent from where
   // they lie, deltas from the wave's encoding buffer.
   std::vector<DeltaHeader> headers(items.size());
@@ -172,6 +174,7 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
   const absl::Time t2 = absl::Now();
   absl::Status s = Post(w.lane, std::move(head), {}, deadline);
   delta_stats_.transport_wait_seconds += absl::ToDoubleSeconds(absl::Now() - t2);
+  TimesOf(w).posted = Since();
   return s;
 }
 
@@ -187,7 +190,9 @@ std::vector<RecvOp> DeltaRunner::HeaderReceives(const WaveWork& w) const {
 
 absl::Status DeltaRunner::BeginReceive(WaveWork& w, absl::Time deadline) {
   w.headers_posted = true;
-  return Post(w.lane, {}, HeaderReceives(w), deadline);
+  absl::Status s = Post(w.lane, {}, HeaderReceives(w), deadline);
+  TimesOf(w).start = Since();
+  return s;
 }
 
 absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats* stats) {
@@ -202,6 +207,7 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
   REFIT_RETURN_IF_ERROR(ops_->HeadersToHost(w.lane, w.headers, headers.data(),
                                             static_cast<int64_t>(headers.size()), deadline));
   delta_stats_.transport_wait_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
+  TimesOf(w).ready = Since();
   int64_t coded = 0;
   std::vector<int64_t> at(w.msgs.size(), -1);
   for (size_t i = 0; i < w.msgs.size(); ++i) {
@@ -272,6 +278,7 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
     }
   }
   REFIT_RETURN_IF_ERROR(Post(w.lane, {}, std::move(payloads), deadline));
+  TimesOf(w).posted = Since();
   if (!ops_->OrderedWithTransport()) {
     while (in_flight_[w.lane] > 0) {
       REFIT_RETURN_IF_ERROR(transport_->WaitWave(w.lane, deadline));
@@ -283,6 +290,7 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
   REFIT_RETURN_IF_ERROR(ops_->Apply(w.lane, apply, std::move(names), deadline));
   if (!unpack.empty()) REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, unpack));
   delta_stats_.apply_seconds += absl::ToDoubleSeconds(absl::Now() - t1);
+  TimesOf(w).applied = Since();
   // Verified rounds: digest what the wave left in the buffers, behind it.
   if (options_.verify && options_.overlap_digests) {
     REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));

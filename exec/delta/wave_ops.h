@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -73,6 +74,10 @@ struct WaveOpsTimes {
   // From the first count's start to the last one's end: count_seconds
   // short of it is time the counts' stream waited.
   double count_span_seconds = 0;
+  // Each count's mask pass (start, end), in seconds after `origin` (the
+  // host's clock when the first count was enqueued), in FinishCount order.
+  absl::Time origin;
+  std::vector<std::pair<double, double>> count_windows;
 };
 
 // Where a snapshot lives on a device member.
@@ -106,7 +111,9 @@ class DeltaWaveOps {
   virtual absl::Status Sync(int32_t lane, absl::Time deadline) = 0;
   // Copies `bytes` from src to dst (both of kind()), ordered on `lane`.
   virtual absl::Status Copy(int32_t lane, char* dst, const char* src, int64_t bytes) = 0;
-  // Copies `n` headers from `src` (kind()) to the host; waits for the lane.
+  // Copies `n` headers from `src` (kind()) to the host and waits for them;
+  // they must have landed (the transport's WaitWave returned for their
+  // receive): the copy does not wait for the lane's later work.
   virtual absl::Status HeadersToHost(int32_t lane, const char* src, DeltaHeader* dst, int64_t n,
                                      absl::Time deadline) = 0;
 

@@ -101,6 +101,10 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
     codec = next_codec_ == 0 ? l->codec : l->codec2;
     next_codec_ ^= 1;
   }
+  if (!span_open_) {
+    times_.origin = absl::Now();
+    REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(origin_, codec));
+  }
   REFIT_RETURN_IF_ERROR(c.table_h.Reserve(mb, "tables", &retired_));
   REFIT_RETURN_IF_ERROR(c.table.Reserve(mb, "tables", &retired_));
   REFIT_RETURN_IF_ERROR(
@@ -174,6 +178,11 @@ absl::StatusOr<std::vector<int64_t>> GpuWaveOps::FinishCount(int32_t lane, absl:
   if (cudaEventElapsedTime(&ms, c.began, c.masked) == cudaSuccess) {
     ++times_.counts;
     times_.count_seconds += ms * 1e-3;
+  }
+  float from = 0, to = 0;
+  if (cudaEventElapsedTime(&from, origin_, c.began) == cudaSuccess &&
+      cudaEventElapsedTime(&to, origin_, c.masked) == cudaSuccess) {
+    times_.count_windows.push_back({from * 1e-3, to * 1e-3});
   }
   const auto* totals = reinterpret_cast<const uint64_t*>(c.totals_h.p);
   for (size_t i = 0; i < out.size(); ++i) {
@@ -251,8 +260,10 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
 absl::Status GpuWaveOps::Apply(int32_t lane, absl::Span<const ApplyItem> items,
                                std::vector<std::string> names, absl::Time deadline) {
   REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
-  REFIT_RETURN_IF_ERROR(Wait(l->applied, deadline, "delta apply"));
-  TakeChecks(*l);
+  ApplySlot& a = l->applies[l->next_apply];
+  l->next_apply ^= 1;
+  REFIT_RETURN_IF_ERROR(Wait(a.applied, deadline, "delta apply"));
+  TakeChecks(a);
   std::vector<WaveMsg> msgs;
   int64_t num_tiles = 0;
   std::vector<std::string> kept;
@@ -286,20 +297,20 @@ absl::Status GpuWaveOps::Apply(int32_t lane, absl::Span<const ApplyItem> items,
     const int64_t nm = static_cast<int64_t>(msgs.size());
     const int64_t nt = num_tiles;
     const int64_t mb = nm * sizeof(WaveMsg);
-    REFIT_RETURN_IF_ERROR(l->apply_h.Reserve(mb, "apply tables", &retired_));
-    REFIT_RETURN_IF_ERROR(l->apply.Reserve(mb, "apply tables", &retired_));
-    REFIT_RETURN_IF_ERROR(l->apply_counts.Reserve(nt * 4 + 4, "apply counts", &retired_));
-    REFIT_RETURN_IF_ERROR(l->apply_offsets.Reserve(nt * 8 + 8, "apply offsets", &retired_));
-    REFIT_RETURN_IF_ERROR(l->bad.Reserve((nm + 1) * 4, "apply checks", &retired_));
-    REFIT_RETURN_IF_ERROR(l->bad_h.Reserve((nm + 1) * 4, "apply checks", &retired_));
-    std::memcpy(l->apply_h.p, msgs.data(), mb);
-    const auto* dmsgs = reinterpret_cast<const WaveMsg*>(l->apply.p);
+    REFIT_RETURN_IF_ERROR(a.apply_h.Reserve(mb, "apply tables", &retired_));
+    REFIT_RETURN_IF_ERROR(a.apply.Reserve(mb, "apply tables", &retired_));
+    REFIT_RETURN_IF_ERROR(a.counts.Reserve(nt * 4 + 4, "apply counts", &retired_));
+    REFIT_RETURN_IF_ERROR(a.offsets.Reserve(nt * 8 + 8, "apply offsets", &retired_));
+    REFIT_RETURN_IF_ERROR(a.bad.Reserve((nm + 1) * 4, "apply checks", &retired_));
+    REFIT_RETURN_IF_ERROR(a.bad_h.Reserve((nm + 1) * 4, "apply checks", &retired_));
+    std::memcpy(a.apply_h.p, msgs.data(), mb);
+    const auto* dmsgs = reinterpret_cast<const WaveMsg*>(a.apply.p);
     const auto nmsgs = static_cast<int32_t>(nm);
-    auto* counts = reinterpret_cast<uint32_t*>(l->apply_counts.p);
-    auto* offsets = reinterpret_cast<uint64_t*>(l->apply_offsets.p);
-    auto* bad = reinterpret_cast<uint32_t*>(l->bad.p);
+    auto* counts = reinterpret_cast<uint32_t*>(a.counts.p);
+    auto* offsets = reinterpret_cast<uint64_t*>(a.offsets.p);
+    auto* bad = reinterpret_cast<uint32_t*>(a.bad.p);
     REFIT_RETURN_IF_CUDA_ERROR(
-        cudaMemcpyAsync(l->apply.p, l->apply_h.p, mb, cudaMemcpyHostToDevice, l->stream));
+        cudaMemcpyAsync(a.apply.p, a.apply_h.p, mb, cudaMemcpyHostToDevice, l->stream));
     REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(bad, 0, (nm + 1) * 4, l->stream));
     LaunchWaveApplyCount(dmsgs, nmsgs, nt, counts, bad, bad + nm, l->stream);
     if (nt > 0) LaunchTileScan(counts, nt, offsets, offsets + nt, l->stream);
@@ -307,23 +318,25 @@ absl::Status GpuWaveOps::Apply(int32_t lane, absl::Span<const ApplyItem> items,
     LaunchWaveScatter(dmsgs, nmsgs, nt, offsets, bad + nm, l->stream);
     REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
     REFIT_RETURN_IF_CUDA_ERROR(
-        cudaMemcpyAsync(l->bad_h.p, bad, (nm + 1) * 4, cudaMemcpyDeviceToHost, l->stream));
-    l->pending = std::move(kept);
-    l->pending_msgs = nm;
+        cudaMemcpyAsync(a.bad_h.p, bad, (nm + 1) * 4, cudaMemcpyDeviceToHost, l->stream));
+    a.pending = std::move(kept);
+    a.pending_msgs = nm;
   }
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->applied, l->stream));
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(a.applied, l->stream));
   return absl::OkStatus();
 }
 
 absl::Status GpuWaveOps::Finish(absl::Time deadline) {
   for (int32_t i = 0; i < static_cast<int32_t>(lanes_.size()); ++i) {
     REFIT_ASSIGN_OR_RETURN(Lane * l, Get(i));
-    REFIT_RETURN_IF_ERROR(Wait(l->applied, deadline, "delta apply"));
+    for (ApplySlot& a : l->applies) {
+      REFIT_RETURN_IF_ERROR(Wait(a.applied, deadline, "delta apply"));
+      TakeChecks(a);
+    }
     for (CountSlot& c : l->slots) {
       REFIT_RETURN_IF_ERROR(Wait(c.encoded, deadline, "delta encode"));
       TimeEncode(c);
     }
-    TakeChecks(*l);
   }
   // Every lane waited for: the device is idle for this member's work.
   for (Mem& m : retired_) m.Release();

@@ -53,6 +53,15 @@ struct CountSlot {
   }
 };
 
+// One apply's tables and checks (GpuWaveOps::Apply).
+struct ApplySlot {
+  cudaEvent_t applied = nullptr;
+  Mem apply_h{nullptr, 0, true}, apply, counts, offsets, bad, bad_h{nullptr, 0, true};
+  std::vector<std::string> pending;  // names of the apply in flight
+  int64_t pending_msgs = 0;
+  std::vector<Mem*> mems() { return {&apply_h, &apply, &counts, &offsets, &bad, &bad_h}; }
+};
+
 struct Lane {
   cudaStream_t stream = nullptr;  // the transport's
   cudaStream_t codec = nullptr;   // ours: counts
@@ -68,14 +77,16 @@ struct Lane {
   // before the rest of the next wave's count, which is queued by then and
   // would otherwise hold every SM until it ends.
   cudaStream_t gather = nullptr;
-  cudaEvent_t applied = nullptr, mark = nullptr;
+  cudaEvent_t mark = nullptr, fetched = nullptr;
   std::vector<CountSlot> slots;
   std::deque<int> started;  // slots counting, oldest first
   int finished = -1;  // the slot FinishCount returned last: Encode's
   // Apply.
-  Mem apply_h{nullptr, 0, true}, apply, apply_counts, apply_offsets, bad, bad_h{nullptr, 0, true};
-  std::vector<std::string> pending;  // names of the apply in flight
-  int64_t pending_msgs = 0;
+  // Applies alternate over two slots, so an apply waits for the one before
+  // the last (which ran while its batch's payloads and the next headers
+  // arrived), not for the last.
+  ApplySlot applies[2];
+  int next_apply = 0;
   Mem headers_in_h{nullptr, 0, true};
   // Ours: digests (AddDigest), beside the lane's transfers.
   cudaStream_t digest = nullptr;
@@ -99,9 +110,10 @@ class GpuWaveOps : public DeltaWaveOps {
       }
     }
     for (Lane& l : lanes_) {
-      for (Mem* m : {&l.apply_h, &l.apply, &l.apply_counts, &l.apply_offsets, &l.bad, &l.bad_h,
-                     &l.headers_in_h}) {
-        m->Release();
+      l.headers_in_h.Release();
+      for (ApplySlot& a : l.applies) {
+        for (Mem* m : a.mems()) m->Release();
+        if (a.applied != nullptr) cudaEventDestroy(a.applied);
       }
       for (CountSlot& c : l.slots) {
         for (Mem* m : c.mems()) m->Release();
@@ -109,7 +121,7 @@ class GpuWaveOps : public DeltaWaveOps {
           if (e != nullptr) cudaEventDestroy(e);
         }
       }
-      for (cudaEvent_t e : {l.applied, l.mark}) {
+      for (cudaEvent_t e : {l.mark, l.fetched}) {
         if (e != nullptr) cudaEventDestroy(e);
       }
       if (l.owns_codec && l.codec != nullptr) cudaStreamDestroy(l.codec);
@@ -123,7 +135,7 @@ class GpuWaveOps : public DeltaWaveOps {
       t.host.Release();
       t.dev.Release();
     }
-    for (cudaEvent_t e : {span_begin_, span_end_}) {
+    for (cudaEvent_t e : {span_begin_, span_end_, origin_}) {
       if (e != nullptr) cudaEventDestroy(e);
     }
     sums_.Release();
@@ -135,6 +147,7 @@ class GpuWaveOps : public DeltaWaveOps {
     lanes_.resize(t_->num_lanes());
     REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreate(&span_begin_));
     REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreate(&span_end_));
+    REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreate(&origin_));
     for (int32_t i = 0; i < t_->num_lanes(); ++i) {
       Lane& l = lanes_[i];
       l.stream = static_cast<cudaStream_t>(t_->stream(i));
@@ -156,7 +169,7 @@ class GpuWaveOps : public DeltaWaveOps {
       REFIT_RETURN_IF_CUDA_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
       REFIT_RETURN_IF_CUDA_ERROR(
           cudaStreamCreateWithPriority(&l.gather, cudaStreamNonBlocking, greatest));
-      for (cudaEvent_t* e : {&l.applied, &l.mark}) {
+      for (cudaEvent_t* e : {&l.mark, &l.fetched}) {
         REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
       }
       l.slots.resize(kMaxCountsInFlight);
@@ -168,7 +181,10 @@ class GpuWaveOps : public DeltaWaveOps {
         // Nothing in flight yet: the events count as done.
         REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.encoded, l.codec));
       }
-      REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l.applied, l.codec));
+      for (ApplySlot& a : l.applies) {
+        REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&a.applied, cudaEventDisableTiming));
+        REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(a.applied, l.codec));
+      }
     }
     return absl::OkStatus();
   }
@@ -238,10 +254,12 @@ class GpuWaveOps : public DeltaWaveOps {
     REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
     if (n <= 0) return absl::OkStatus();
     REFIT_RETURN_IF_ERROR(l->headers_in_h.Reserve(n * kHeader, "headers", &retired_));
+    // The headers landed (the caller waited for their receive): fetch them
+    // beside the lane's later work (the last batch's apply), not behind it.
     REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(l->headers_in_h.p, src, n * kHeader,
-                                               cudaMemcpyDefault, l->stream));
-    REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, l->stream));
-    REFIT_RETURN_IF_ERROR(Wait(l->mark, deadline, "delta headers"));
+                                               cudaMemcpyDefault, l->download));
+    REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->fetched, l->download));
+    REFIT_RETURN_IF_ERROR(Wait(l->fetched, deadline, "delta headers"));
     std::memcpy(dst, l->headers_in_h.p, n * kHeader);
     return absl::OkStatus();
   }
@@ -294,8 +312,8 @@ class GpuWaveOps : public DeltaWaveOps {
       }
     }
   }
-  // The checks of the apply last run on `l` (complete: its event waited).
-  void TakeChecks(Lane& l) {
+  // The checks of the apply last run in `a` (complete: its event waited).
+  void TakeChecks(ApplySlot& l) {
     const auto* bad = reinterpret_cast<const uint32_t*>(l.bad_h.p);
     for (int64_t i = 0; i < l.pending_msgs && bad != nullptr; ++i) {
       if (bad[i] != 0 && failure_.ok()) {
@@ -325,6 +343,9 @@ class GpuWaveOps : public DeltaWaveOps {
   // last one's end (recorded again after every count).
   cudaEvent_t span_begin_ = nullptr, span_end_ = nullptr;
   bool span_open_ = false;
+  // Recorded on the (idle) codec stream as the round's first count is
+  // enqueued, at the host's times_.origin: the counts' windows from it.
+  cudaEvent_t origin_ = nullptr;
   int next_codec_ = 0;  // count_streams 2: the codec stream of the next count
   std::vector<Lane> lanes_;
   absl::Status failure_;
