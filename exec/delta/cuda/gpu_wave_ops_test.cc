@@ -370,8 +370,8 @@ TEST(GpuWaveOpsTest, ManyMessagesAtAnyAlignmentEncodeAsTheHost) {
   }
 }
 
-// Four waves' counts started on one lane before the first is finished:
-// each finishes and encodes, in order, to the host's bytes; a fifth count
+// kMaxCountsInFlight waves' counts started on one lane before the first is
+// finished: each finishes and encodes, in order, to the host's bytes; one more
 // in flight is refused.
 TEST(GpuWaveOpsTest, CountsInFlightFinishInOrder) {
   REFIT_SKIP_WITHOUT_GPU("gpu_wave_ops_test");
@@ -401,8 +401,8 @@ TEST(GpuWaveOpsTest, CountsInFlightFinishInOrder) {
       }
       ASSERT_TRUE((*gpu)->StartCount(0, ditems[k], Deadline()).ok()) << "wave " << k;
     }
-    absl::Status fifth = (*gpu)->StartCount(0, ditems[0], Deadline());
-    EXPECT_TRUE(absl::IsFailedPrecondition(fifth)) << fifth;
+    absl::Status one_more = (*gpu)->StartCount(0, ditems[0], Deadline());
+    EXPECT_TRUE(absl::IsFailedPrecondition(one_more)) << one_more;
     for (int k = 0; k < kMaxCountsInFlight; ++k) {
       SCOPED_TRACE(k);
       absl::StatusOr<std::vector<int64_t>> hc = host->Count(0, hitems[k], Deadline());
