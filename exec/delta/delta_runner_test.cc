@@ -228,6 +228,14 @@ TEST_P(DeltaRounds, ABatchOfWavesIsOneGroupOfSends) {
       EXPECT_GE(st.batches, 1) << "rank " << g;
       EXPECT_LE(st.batches, 2) << "rank " << g;  // one per lane
       EXPECT_EQ(st.groups, (g < ws ? 1 : 2) * st.batches) << "rank " << g;
+      // Every batch's steps, in the order each member takes them.
+      ASSERT_EQ(static_cast<int64_t>(st.batch_times.size()), st.batches) << "rank " << g;
+      for (const DeltaBatchTimes& t : st.batch_times) {
+        EXPECT_LE(0, t.start) << "rank " << g;
+        EXPECT_LE(t.start, t.ready) << "rank " << g;
+        EXPECT_LE(t.ready, t.posted) << "rank " << g;
+        if (g >= ws) EXPECT_LE(t.posted, t.applied) << "rank " << g;
+      }
     }
   }
 }
