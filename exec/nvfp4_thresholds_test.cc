@@ -1,10 +1,10 @@
 #include "exec/nvfp4_thresholds.h"
 
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "exec/nvfp4.h"
 #include "exec/quantize.h"
 #include "gtest/gtest.h"
@@ -12,11 +12,7 @@
 namespace refit {
 namespace {
 
-float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+float FromBits(uint32_t u) { return absl::bit_cast<float>(u); }
 
 // Every finite BF16 of either sign coded by d's thresholds equals the
 // division's code (F32ToE2M1 of the f32 quotient); returns the mismatches.

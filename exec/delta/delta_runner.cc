@@ -361,15 +361,7 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(ops_->Finish(deadline));
   FreeRetired();
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
-  const WaveOpsTimes times = ops_->TakeTimes();
-  delta_stats_.counts = times.counts;
-  delta_stats_.count_gpu_seconds = times.count_seconds;
-  delta_stats_.encode_gpu_seconds = times.encode_seconds;
-  delta_stats_.count_span_gpu_seconds = times.count_span_seconds;
-  const double origin = absl::ToDoubleSeconds(times.origin - start);
-  for (const auto& [b, e] : times.count_windows) {
-    delta_stats_.count_windows.push_back({origin + b, origin + e});
-  }
+  NoteTimes(ops_->TakeTimes(), start);
   if (side_ == Side::kTrainer) sent_ = true;
   if (options_.verify && !options_.overlap_digests) {
     for (WaveWork& w : work_) REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));
@@ -377,6 +369,21 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   if (options_.verify) REFIT_RETURN_IF_ERROR(DigestRound(deadline));
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return stats;
+}
+
+void DeltaRunner::NoteTimes(const WaveOpsTimes& times, absl::Time start) {
+  DeltaRoundStats& st = delta_stats_;
+  st.encode_gpu_seconds = times.encode_seconds;
+  st.counts = static_cast<int64_t>(times.count_windows.size());
+  const double origin = absl::ToDoubleSeconds(times.origin - start);
+  double first = 0, last = 0;
+  for (const auto& [b, e] : times.count_windows) {
+    st.count_windows.push_back({origin + b, origin + e});
+    st.count_gpu_seconds += e - b;
+    first = st.count_windows.size() == 1 ? b : std::min(first, b);
+    last = std::max(last, e);
+  }
+  st.count_span_gpu_seconds = last - first;
 }
 
 void DeltaRunner::DigestItems(MsgWork& m, const char* stream) const {

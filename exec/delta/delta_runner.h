@@ -144,7 +144,9 @@ struct DeltaRoundStats {
   double transport_wait_seconds = 0;
   double apply_seconds = 0;
   double drain_seconds = 0;
-  // Trainer on a GPU: the device time of its counts and encodes (wave_ops.h).
+  // Trainer on a GPU (wave_ops.h): its counts, their kernels' time summed
+  // and from the first one's start to the last one's end (the difference:
+  // the counts' stream waiting), its encodes' time.
   int64_t counts = 0;
   double count_gpu_seconds = 0;
   double encode_gpu_seconds = 0;
@@ -272,6 +274,9 @@ class DeltaRunner : public RoundRunner {
   void DigestItems(MsgWork& m, const char* stream) const;
   absl::Status DigestWave(WaveWork& w, absl::Time deadline);
   absl::Status DigestRound(absl::Time deadline);
+  // The round's kernel times (the ops' TakeTimes) into delta_stats_, its
+  // counts' windows from the round's `start`.
+  void NoteTimes(const WaveOpsTimes& times, absl::Time start);
   // Grows a wave's encoding buffer to `bytes`, to at least `floor` (so
   // later rounds rarely grow it: freeing device memory waits for the
   // whole device).

@@ -65,17 +65,12 @@ struct ApplyItem {
 inline constexpr int kMaxCountsInFlight = 8;
 
 // The device time of a round's count and encode kernels (GPU ops; the
-// host ops leave them zero): each count's mask pass, and each encode from
-// its count's end to its payloads and headers written.
+// host ops leave them empty): each count's mask pass (start, end), in
+// seconds after `origin` (the host's clock when the first count was
+// enqueued), in FinishCount order; each encode from its count's end to its
+// payloads and headers written, summed.
 struct WaveOpsTimes {
-  int64_t counts = 0;
-  double count_seconds = 0;
   double encode_seconds = 0;
-  // From the first count's start to the last one's end: count_seconds
-  // short of it is time the counts' stream waited.
-  double count_span_seconds = 0;
-  // Each count's mask pass (start, end), in seconds after `origin` (the
-  // host's clock when the first count was enqueued), in FinishCount order.
   absl::Time origin;
   std::vector<std::pair<double, double>> count_windows;
 };

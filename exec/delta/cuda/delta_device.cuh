@@ -119,21 +119,25 @@ __device__ inline bool WaveAligned(const void* a, const void* b) {
   return ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15u) == 0;
 }
 
-// The message a tile of a batch belongs to: the last row whose first_tile
-// is at most g (rows with no tiles share the next row's first_tile, so the
-// last such row is the one that owns g). Every lane of a warp reads the
-// same rows: broadcasts, cached.
-__device__ inline int32_t WaveFindMsg(const WaveMsg* msgs, int32_t num_msgs, int64_t g) {
-  int32_t lo = 0, hi = num_msgs;  // answer in [lo, hi)
+// The row (a message or a digest run) a tile of a batch belongs to: the
+// last row whose first_tile is at most g (rows with no tiles share the next
+// row's first_tile, so the last such row is the one that owns g). Every
+// lane of a warp reads the same rows: broadcasts, cached.
+template <typename Row>
+__device__ inline int32_t WaveFindRow(const Row* rows, int32_t num_rows, int64_t g) {
+  int32_t lo = 0, hi = num_rows;  // answer in [lo, hi)
   while (hi - lo > 1) {
     const int32_t mid = (lo + hi) / 2;
-    if (msgs[mid].first_tile <= g) {
+    if (rows[mid].first_tile <= g) {
       lo = mid;
     } else {
       hi = mid;
     }
   }
   return lo;
+}
+__device__ inline int32_t WaveFindMsg(const WaveMsg* msgs, int32_t num_msgs, int64_t g) {
+  return WaveFindRow(msgs, num_msgs, g);
 }
 
 // The mask pass reads a tile in warp steps of 512 bytes (16 per lane).

@@ -229,35 +229,19 @@ __device__ inline void WaveGatherTileWarp(const WaveMsg& m, int64_t tile, int64_
 
 // One tile a warp: the gather is bound by memory latency, not bandwidth,
 // so as many tiles as possible wait at once.
-constexpr int kGatherTilesPerWarp = 1;
-
 __global__ void __launch_bounds__(kDeltaThreads) WaveGatherKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, const uint32_t* mask,
     const uint32_t* tile_counts, const uint64_t* tile_offsets, const uint8_t* vals,
     const uint32_t* idx) {
-  const int64_t g0 =
-      (static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5)) *
-      kGatherTilesPerWarp;
-  if (g0 >= num_tiles) return;  // a whole warp
-  int32_t i = WaveFindMsg(msgs, num_msgs, g0);
-  for (int64_t g = g0; g < min(num_tiles, g0 + kGatherTilesPerWarp); ++g) {
-    while (i + 1 < num_msgs && msgs[i + 1].first_tile <= g) ++i;
-    const WaveMsg m = msgs[i];
-    const int64_t t = g - m.first_tile;
-    switch (m.word) {
-      case 1:
-        WaveGatherTileWarp<1>(m, t, g, mask, tile_counts, tile_offsets, vals, idx);
-        break;
-      case 2:
-        WaveGatherTileWarp<2>(m, t, g, mask, tile_counts, tile_offsets, vals, idx);
-        break;
-      case 4:
-        WaveGatherTileWarp<4>(m, t, g, mask, tile_counts, tile_offsets, vals, idx);
-        break;
-      default:
-        WaveGatherTileWarp<8>(m, t, g, mask, tile_counts, tile_offsets, vals, idx);
-        break;
-    }
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5);
+  if (g >= num_tiles) return;  // a whole warp
+  const WaveMsg m = msgs[WaveFindMsg(msgs, num_msgs, g)];
+  const int64_t t = g - m.first_tile;
+  switch (m.word) {
+    case 1: WaveGatherTileWarp<1>(m, t, g, mask, tile_counts, tile_offsets, vals, idx); break;
+    case 2: WaveGatherTileWarp<2>(m, t, g, mask, tile_counts, tile_offsets, vals, idx); break;
+    case 4: WaveGatherTileWarp<4>(m, t, g, mask, tile_counts, tile_offsets, vals, idx); break;
+    default: WaveGatherTileWarp<8>(m, t, g, mask, tile_counts, tile_offsets, vals, idx); break;
   }
 }
 
@@ -355,19 +339,6 @@ __global__ void WaveScatterKernel(const WaveMsg* msgs, int32_t num_msgs,
 constexpr int kDigestTilesPerWarp = 4;
 constexpr int kDigestUnroll = 4;
 
-__device__ inline int32_t WaveFindRun(const WaveDigestRun* runs, int32_t num_runs, int64_t g) {
-  int32_t lo = 0, hi = num_runs;
-  while (hi - lo > 1) {
-    const int32_t mid = (lo + hi) / 2;
-    if (runs[mid].first_tile <= g) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
-
 __device__ inline void WaveDigestFlush(uint64_t s, unsigned long long* sum) {
   for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
   if ((threadIdx.x & 31) == 0 && s != 0) atomicAdd(sum, static_cast<unsigned long long>(s));
@@ -380,7 +351,7 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveDigestKernel(
       kDigestTilesPerWarp;
   if (g0 >= num_tiles) return;  // a whole warp
   const int lane = threadIdx.x & 31;
-  int32_t i = WaveFindRun(runs, num_runs, g0);
+  int32_t i = WaveFindRow(runs, num_runs, g0);
   int32_t slot = -1;
   uint64_t s = 0;
   for (int64_t g = g0; g < min(num_tiles, g0 + kDigestTilesPerWarp); ++g) {
@@ -445,7 +416,7 @@ void LaunchWaveGather(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                       const uint64_t* tile_offsets, const uint8_t* vals, const uint32_t* idx,
                       cudaStream_t stream) {
   if (num_tiles == 0 || num_msgs == 0) return;
-  const int64_t per_block = kDeltaThreads / 32 * kGatherTilesPerWarp;
+  const int64_t per_block = kDeltaThreads / 32;
   const auto blocks = static_cast<unsigned int>((num_tiles + per_block - 1) / per_block);
   WaveGatherKernel<<<blocks, kDeltaThreads, 0, stream>>>(msgs, num_msgs, num_tiles, mask,
                                                         tile_counts, tile_offsets, vals, idx);

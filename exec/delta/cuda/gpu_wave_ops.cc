@@ -101,9 +101,10 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
     codec = next_codec_ == 0 ? l->codec : l->codec2;
     next_codec_ ^= 1;
   }
-  if (!span_open_) {
+  if (!origin_set_) {
     times_.origin = absl::Now();
     REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(origin_, codec));
+    origin_set_ = true;
   }
   REFIT_RETURN_IF_ERROR(c.table_h.Reserve(mb, "tables", &retired_));
   REFIT_RETURN_IF_ERROR(c.table.Reserve(mb, "tables", &retired_));
@@ -134,10 +135,6 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.uploaded, l->upload));
   REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(codec, c.uploaded, 0));
   REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.began, codec));
-  if (!span_open_) {
-    REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(span_begin_, codec));
-    span_open_ = true;
-  }
   WaveMaskOut out;
   out.mask = reinterpret_cast<uint32_t*>(c.mask.p);
   out.tile_counts = counts;
@@ -153,7 +150,6 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   }
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.masked, codec));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(span_end_, codec));
   REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->download, c.masked, 0));
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(c.totals_h.p, c.totals.p, c.num_msgs * 8,
                                              cudaMemcpyDeviceToHost, l->download));
@@ -174,11 +170,6 @@ absl::StatusOr<std::vector<int64_t>> GpuWaveOps::FinishCount(int32_t lane, absl:
   std::vector<int64_t> out = c.words_of_item;
   if (c.num_msgs == 0) return out;
   REFIT_RETURN_IF_ERROR(Wait(c.counted, deadline, "delta count"));
-  float ms = 0;
-  if (cudaEventElapsedTime(&ms, c.began, c.masked) == cudaSuccess) {
-    ++times_.counts;
-    times_.count_seconds += ms * 1e-3;
-  }
   float from = 0, to = 0;
   if (cudaEventElapsedTime(&from, origin_, c.began) == cudaSuccess &&
       cudaEventElapsedTime(&to, origin_, c.masked) == cudaSuccess) {

@@ -135,9 +135,7 @@ class GpuWaveOps : public DeltaWaveOps {
       t.host.Release();
       t.dev.Release();
     }
-    for (cudaEvent_t e : {span_begin_, span_end_, origin_}) {
-      if (e != nullptr) cudaEventDestroy(e);
-    }
+    if (origin_ != nullptr) cudaEventDestroy(origin_);
     sums_.Release();
     sums_h_.Release();
   }
@@ -145,8 +143,6 @@ class GpuWaveOps : public DeltaWaveOps {
   absl::Status Init() {
     REFIT_RETURN_IF_CUDA_ERROR(cudaSetDevice(o_.device));
     lanes_.resize(t_->num_lanes());
-    REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreate(&span_begin_));
-    REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreate(&span_end_));
     REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreate(&origin_));
     for (int32_t i = 0; i < t_->num_lanes(); ++i) {
       Lane& l = lanes_[i];
@@ -278,12 +274,7 @@ class GpuWaveOps : public DeltaWaveOps {
                          absl::Time deadline) override;
   absl::StatusOr<std::vector<uint64_t>> TakeDigests(absl::Time deadline) override;
   WaveOpsTimes TakeTimes() override {
-    float ms = 0;
-    if (span_open_ && cudaEventSynchronize(span_end_) == cudaSuccess &&
-        cudaEventElapsedTime(&ms, span_begin_, span_end_) == cudaSuccess) {
-      times_.count_span_seconds = ms * 1e-3;
-    }
-    span_open_ = false;
+    origin_set_ = false;
     return std::exchange(times_, WaveOpsTimes());
   }
 
@@ -339,13 +330,11 @@ class GpuWaveOps : public DeltaWaveOps {
   CudaLanes* t_;
   GpuWaveOpsOptions o_;
   WaveOpsTimes times_;
-  // The counts' span since the last TakeTimes: the first one's start, the
-  // last one's end (recorded again after every count).
-  cudaEvent_t span_begin_ = nullptr, span_end_ = nullptr;
-  bool span_open_ = false;
-  // Recorded on the (idle) codec stream as the round's first count is
-  // enqueued, at the host's times_.origin: the counts' windows from it.
+  // Recorded on the (idle) codec stream as the first count since the last
+  // TakeTimes is enqueued, at the host's times_.origin: the counts'
+  // windows from it.
   cudaEvent_t origin_ = nullptr;
+  bool origin_set_ = false;
   int next_codec_ = 0;  // count_streams 2: the codec stream of the next count
   std::vector<Lane> lanes_;
   absl::Status failure_;
