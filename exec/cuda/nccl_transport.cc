@@ -5,9 +5,11 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -21,7 +23,14 @@ namespace refit {
 
 struct NcclTransport::Lane {
   int32_t index = 0;
-  ncclComm_t comm = nullptr;
+  ncclComm_t comm = nullptr;  // the waves'
+  // inline_groups: the non-blocking communicator `comm` was split from,
+  // and the peers `comm` has sent to / received from (connected), by rank.
+  ncclComm_t parent = nullptr;
+  std::vector<uint8_t> send_ready, recv_ready;
+  // A first group missed its deadline: `comm` is its helper's (leaked, never
+  // aborted under it).
+  bool left_to_helper = false;
   cudaStream_t stream = nullptr;
   cudaEvent_t done = nullptr;               // unused spare (kept for teardown)
   std::deque<cudaEvent_t> pending;          // one per wave in flight, oldest first
@@ -58,6 +67,47 @@ absl::Status WaitComm(ncclComm_t comm, absl::Time deadline,
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
   }
+}
+
+// One group of `sends` and `recvs` on `comm` and `stream` (empty ones
+// skipped); the first failing NCCL result, else ncclGroupEnd's.
+ncclResult_t PostGroup(ncclComm_t comm, cudaStream_t stream, absl::Span<const SendOp> sends,
+                       absl::Span<const RecvOp> recvs) {
+  ncclResult_t r = ncclGroupStart();
+  for (const SendOp& s : sends) {
+    if (r != ncclSuccess && r != ncclInProgress) break;
+    if (s.bytes > 0) r = ncclSend(s.ptr, s.bytes, ncclInt8, s.peer, comm, stream);
+  }
+  for (const RecvOp& v : recvs) {
+    if (r != ncclSuccess && r != ncclInProgress) break;
+    if (v.bytes > 0) r = ncclRecv(v.ptr, v.bytes, ncclInt8, v.peer, comm, stream);
+  }
+  const ncclResult_t e = ncclGroupEnd();
+  return r == ncclSuccess || r == ncclInProgress ? e : r;
+}
+
+// A group posted by a helper thread (inline_groups, a peer not yet
+// connected): the thread owns a reference, so a caller that gives up at
+// its deadline leaves it valid.
+struct HelperGroup {
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  ncclResult_t result = ncclSuccess;
+  std::atomic<bool> done{false};
+};
+
+// Splits a blocking communicator off `parent` (non-blocking), polled
+// against `deadline`. `*child` must outlive a timeout (NCCL's thread
+// writes it when the split completes).
+absl::Status SplitBlocking(ncclComm_t parent, int32_t rank, ncclComm_t* child,
+                           absl::Time deadline, const std::string& what) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  const ncclResult_t r = ncclCommSplit(parent, 0, rank, child, &config);
+  if (r != ncclSuccess && r != ncclInProgress) return NcclStatus(r, what, parent);
+  REFIT_RETURN_IF_ERROR(WaitComm(parent, deadline, what));
+  if (*child == nullptr) return absl::InternalError(absl::StrCat(what, ": no communicator"));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -119,6 +169,19 @@ absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(
       lane->comm = nullptr;
       return s;
     }
+    if (options.inline_groups) {
+      ncclComm_t* child = &lane->parent;  // the lane holds it, kept on failure
+      s = SplitBlocking(lane->comm, rank, child, deadline,
+                        absl::StrCat("rank ", rank, " lane ", l, ": ncclCommSplit (blocking)"));
+      if (!s.ok()) {
+        ncclCommAbort(lane->comm);
+        lane.release();  // NCCL's split may still write *child
+        return s;
+      }
+      std::swap(lane->comm, lane->parent);
+      lane->send_ready.assign(world_size, 0);
+      lane->recv_ready.assign(world_size, 0);
+    }
     t->lanes_.push_back(std::move(lane));
   }
   return t;
@@ -126,14 +189,18 @@ absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(
 
 NcclTransport::~NcclTransport() {
   for (auto& l : lanes_) {
-    if (l->comm != nullptr) {
-      if (l->error.ok()) {
-        ncclCommFinalize(l->comm);
-        WaitComm(l->comm, absl::Now() + absl::Seconds(10), "finalize")
-            .IgnoreError();
-        ncclCommDestroy(l->comm);
+    // A wave still in flight (the owner gave up on it) would hold a
+    // blocking communicator's finalize: abort then.
+    bool quiet = l->error.ok();
+    for (cudaEvent_t e : l->pending) quiet = quiet && cudaEventQuery(e) == cudaSuccess;
+    for (ncclComm_t c : {l->comm, l->parent}) {
+      if (c == nullptr) continue;
+      if (quiet) {
+        ncclCommFinalize(c);
+        WaitComm(c, absl::Now() + absl::Seconds(10), "finalize").IgnoreError();
+        ncclCommDestroy(c);
       } else {
-        ncclCommAbort(l->comm);
+        ncclCommAbort(c);
       }
     }
     if (l->done != nullptr) cudaEventDestroy(l->done);
@@ -160,12 +227,14 @@ absl::Status NcclTransport::Abort(Lane& lane, absl::Status why) {
   // operations), then abort them concurrently.
   std::vector<std::thread> aborts;
   for (auto& l : lanes_) {
-    if (l->comm != nullptr) ncclCommRevoke(l->comm, NCCL_REVOKE_DEFAULT);
+    for (ncclComm_t c : {l->comm, l->parent}) {
+      if (c != nullptr) ncclCommRevoke(c, NCCL_REVOKE_DEFAULT);
+    }
   }
   for (auto& l : lanes_) {
-    if (l->comm != nullptr) {
-      aborts.emplace_back([c = l->comm] { ncclCommAbort(c); });
-      l->comm = nullptr;
+    for (ncclComm_t* c : {&l->comm, &l->parent}) {
+      if (*c != nullptr) aborts.emplace_back([c = *c] { ncclCommAbort(c); });
+      *c = nullptr;
     }
   }
   for (std::thread& a : aborts) a.join();
@@ -201,29 +270,28 @@ absl::Status NcclTransport::StartWave(int32_t lane,
   if (!L.error.ok()) return L.error;
   if (cancel_.cancelled()) return Abort(L, cancel_.status());
   if (L.pending.empty()) L.peers.clear();
-  const std::string what = absl::StrCat("rank ", rank_, " lane ", lane);
-  ncclResult_t r = ncclGroupStart();
   for (const SendOp& s : sends) {
-    if (r != ncclSuccess && r != ncclInProgress) break;
-    if (s.bytes == 0) continue;
-    L.peers.insert(s.peer);
-    r = ncclSend(s.ptr, s.bytes, ncclInt8, s.peer, L.comm, L.stream);
+    if (s.bytes > 0) L.peers.insert(s.peer);
   }
   for (const RecvOp& v : recvs) {
-    if (r != ncclSuccess && r != ncclInProgress) break;
-    if (v.bytes == 0) continue;
-    L.peers.insert(v.peer);
-    r = ncclRecv(v.ptr, v.bytes, ncclInt8, v.peer, L.comm, L.stream);
+    if (v.bytes > 0) L.peers.insert(v.peer);
   }
-  ncclResult_t e = ncclGroupEnd();
-  if (r == ncclSuccess || r == ncclInProgress) r = e;
-  if (r != ncclSuccess && r != ncclInProgress) {
-    return Abort(L, NcclStatus(r, what + ": posting a wave", L.comm));
+  const std::string what = absl::StrCat("rank ", rank_, " lane ", lane);
+  absl::Status s;
+  if (L.parent == nullptr) {
+    // Non-blocking communicator: wait until the group is enqueued.
+    const ncclResult_t r = PostGroup(L.comm, L.stream, sends, recvs);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      return Abort(L, NcclStatus(r, what + ": posting a wave", L.comm));
+    }
+    s = WaitComm(L.comm, deadline, what + ": enqueueing a wave", &cancel_);
+    if (absl::IsCancelled(s)) s = cancel_.status();
+  } else if (Connected(L, sends, recvs)) {
+    const ncclResult_t r = PostGroup(L.comm, L.stream, sends, recvs);
+    if (r != ncclSuccess) s = NcclStatus(r, what + ": posting a wave", L.comm);
+  } else {
+    s = FirstGroup(L, sends, recvs, deadline, what);
   }
-  // Non-blocking communicator: wait until the group is enqueued.
-  absl::Status s =
-      WaitComm(L.comm, deadline, what + ": enqueueing a wave", &cancel_);
-  if (absl::IsCancelled(s)) s = cancel_.status();
   if (!s.ok()) return Abort(L, s);
   cudaEvent_t ev = nullptr;
   if (!L.spare.empty()) {
@@ -240,6 +308,60 @@ absl::Status NcclTransport::StartWave(int32_t lane,
     return Abort(L, s);
   }
   L.pending.push_back(ev);
+  return absl::OkStatus();
+}
+
+bool NcclTransport::Connected(const Lane& L, absl::Span<const SendOp> sends,
+                              absl::Span<const RecvOp> recvs) {
+  for (const SendOp& s : sends) {
+    if (s.bytes > 0 && !L.send_ready[s.peer]) return false;
+  }
+  for (const RecvOp& v : recvs) {
+    if (v.bytes > 0 && !L.recv_ready[v.peer]) return false;
+  }
+  return true;
+}
+
+absl::Status NcclTransport::FirstGroup(Lane& L, absl::Span<const SendOp> sends,
+                                       absl::Span<const RecvOp> recvs, absl::Time deadline,
+                                       const std::string& what) {
+  auto job = std::make_shared<HelperGroup>();
+  job->sends.assign(sends.begin(), sends.end());
+  job->recvs.assign(recvs.begin(), recvs.end());
+  std::thread([job, comm = L.comm, stream = L.stream, device = device_] {
+    cudaSetDevice(device);
+    job->result = PostGroup(comm, stream, job->sends, job->recvs);
+    job->done.store(true, std::memory_order_release);
+  }).detach();
+  const auto start = std::chrono::steady_clock::now();
+  while (!job->done.load(std::memory_order_acquire)) {
+    absl::Status late;
+    if (cancel_.cancelled()) {
+      late = cancel_.status();
+    } else if (absl::Now() > deadline) {
+      late = absl::DeadlineExceededError(
+          absl::StrCat(what, ": connecting to its peers not done by the deadline"));
+    }
+    if (!late.ok()) {
+      L.left_to_helper = true;
+      L.comm = nullptr;  // the helper's: aborting it under the helper is unsafe
+      return late;
+    }
+    if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(500)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  if (job->result != ncclSuccess) {
+    return NcclStatus(job->result, what + ": posting a wave (connecting)", L.comm);
+  }
+  for (const SendOp& s : sends) {
+    if (s.bytes > 0) L.send_ready[s.peer] = 1;
+  }
+  for (const RecvOp& v : recvs) {
+    if (v.bytes > 0) L.recv_ready[v.peer] = 1;
+  }
   return absl::OkStatus();
 }
 
