@@ -125,9 +125,12 @@ void PrintTrace(const DeltaRoundStats& t, const DeltaRoundStats& e) {
 
 DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
   DataPlaneParts p;
-  p.transport = [device, prefix](KvStore* store, int32_t rank, int32_t world,
-                                 int32_t lanes) -> absl::StatusOr<std::unique_ptr<Transport>> {
+  p.transport = [device, prefix, knobs](KvStore* store, int32_t rank, int32_t world,
+                                        int32_t lanes)
+      -> absl::StatusOr<std::unique_ptr<Transport>> {
     NcclTransportOptions o;
+    o.inline_groups = knobs.nccl_inline;
+    o.connect_timeout = absl::Seconds(knobs.deadline_s);
     o.num_lanes = lanes;
     o.device = device;
     o.key_prefix = prefix;
@@ -209,7 +212,8 @@ class Bench {
                                                  "engine")),
                         "engine layout");
     PlannerOptions po;
-    po.num_lanes = 2;
+    po.num_lanes = knobs.lanes;
+    po.choose_lanes = false;
     plan_ = Ok(BuildPlan(src.layout, dst.layout, po), "plan");
     for (const Message& msg : plan_.messages) dense_bytes_ += msg.bytes;
     trainer_ = Allocate(plan_.src, 0);
@@ -233,7 +237,7 @@ class Bench {
         ms.rank = 0;
         ms.global_rank = g;
         ms.global_world = 2;
-        ms.num_lanes = 2;
+        ms.num_lanes = plan_.options.num_lanes;
         ms.buffers = g == 0 ? trainer_.ptrs : delta_engine_.ptrs;
         DeltaRunnerOptions o;
         o.batch_bytes = knobs.batch_bytes;
@@ -243,8 +247,8 @@ class Bench {
         delta_[g] = Ok(MakeDeltaMemberRunner(ms, NcclParts(g, "delta", knobs), &delta_store_, o),
                        "delta member");
         ms.buffers = g == 0 ? trainer_.ptrs : dense_engine_.ptrs;
-        dense_[g] = Ok(MakeMemberRunner(ms, NcclParts(g, "dense"), &dense_store_,
-                                        absl::Now() + absl::Seconds(60)),
+        dense_[g] = Ok(MakeMemberRunner(ms, NcclParts(g, "dense", knobs), &dense_store_,
+                                        absl::Now() + absl::Seconds(knobs_.deadline_s)),
                        "dense member");
       });
     }
@@ -277,7 +281,7 @@ class Bench {
       threads.emplace_back([&, g] {
         CU(cudaSetDevice(g));
         delta_[g]->SetModes(modes);
-        RunStats s = Ok(delta_[g]->Run(absl::Now() + absl::Seconds(60)), "delta round");
+        RunStats s = Ok(delta_[g]->Run(absl::Now() + absl::Seconds(knobs_.deadline_s)), "delta round");
         dig[g] = delta_[g]->delta_stats().digest_seconds;
         whole[g] = s.seconds;
         secs[g] = s.seconds - dig[g];
@@ -320,7 +324,7 @@ class Bench {
     for (int g = 0; g < 2; ++g) {
       threads.emplace_back([&, g] {
         CU(cudaSetDevice(g));
-        secs[g] = Ok(dense_[g]->Run(absl::Now() + absl::Seconds(60)), "dense round").seconds;
+        secs[g] = Ok(dense_[g]->Run(absl::Now() + absl::Seconds(knobs_.deadline_s)), "dense round").seconds;
       });
     }
     for (auto& t : threads) t.join();

@@ -11,7 +11,8 @@ const char* const kKnobsUsage =
     "[--mask_kernel=sweep|tiles|block|bulk] [--mask_unroll=2|4|8] [--mask_values=0|1] "
     "[--mask_claim=0|1] [--mask_blocks=N] [--shared_counts=0|1] [--count_streams=1|2] "
     "[--fused_digest=0|1] [--digests=overlap|after] [--merge_headers=0|1] "
-    "[--scan_with_count=0|1]";
+    "[--scan_with_count=0|1] [--nccl_inline=0|1] [--lanes=1|2|3|4] "
+    "[--deadline_s=N]";
 
 namespace {
 
@@ -50,6 +51,10 @@ bool ParseKnob(const std::string& a, Knobs* k) {
                    : kind == "tiles" ? WaveMaskKind::kTiles
                    : kind == "block" ? WaveMaskKind::kBlock
                                      : WaveMaskKind::kBulk;
+  } else if (a.size() == 9 && a.rfind("--lanes=", 0) == 0 && a[8] >= '1' && a[8] <= '4') {
+    k->lanes = a[8] - '0';
+  } else if (CountFlag(a, "deadline_s", &v)) {
+    k->deadline_s = v;
   } else if (CountFlag(a, "mask_blocks", &v)) {
     k->mask.blocks = static_cast<int>(v);
   } else if (a == "--count_streams=1" || a == "--count_streams=2") {
@@ -62,7 +67,8 @@ bool ParseKnob(const std::string& a, Knobs* k) {
            BoolFlag(a, "shared_counts", &k->shared_counts) ||
            BoolFlag(a, "fused_digest", &k->fused_digest) ||
            BoolFlag(a, "merge_headers", &k->merge_headers) ||
-           BoolFlag(a, "scan_with_count", &k->scan_with_count);
+           BoolFlag(a, "scan_with_count", &k->scan_with_count) ||
+           BoolFlag(a, "nccl_inline", &k->nccl_inline);
   }
   return true;
 }
@@ -71,7 +77,7 @@ std::string DescribeKnobs(const Knobs& k) {
   const char* kinds[] = {"sweep", "tiles", "block", "bulk"};
   return absl::StrCat(
       "snapshot in ", k.snapshot == SnapshotMemory::kDevice ? "GPU memory" : "pinned host memory",
-      ", batches of ", k.batch_bytes >> 20, " MiB, mask kernel ",
+      ", ", k.lanes, " lanes, batches of ", k.batch_bytes >> 20, " MiB, mask kernel ",
       kinds[static_cast<int>(k.mask.kind)],
       k.mask.kind == WaveMaskKind::kSweep ? (k.mask.claim ? " (tiles claimed)" : " (grid-stepped)")
                                           : "",
@@ -82,7 +88,8 @@ std::string DescribeKnobs(const Knobs& k) {
       : k.fused_digest   ? "in the count"
                          : "a pass of its own",
       ", headers ", k.merge_headers ? "merged" : "apart", ", scan ",
-      k.scan_with_count ? "with the count" : "with the gather");
+      k.scan_with_count ? "with the count" : "with the gather", ", NCCL groups ",
+      k.nccl_inline ? "inline (blocking communicators)" : "through NCCL's thread (non-blocking)");
 }
 
 }  // namespace refit

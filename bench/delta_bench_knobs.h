@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "exec/cuda/nccl_transport.h"
 #include "exec/delta/cuda/gpu_wave_ops.h"
 #include "exec/delta/delta_runner.h"
 
@@ -22,11 +23,14 @@ struct Knobs {
   bool merge_headers = DeltaRunnerOptions().merge_headers;
   bool scan_with_count = GpuWaveOpsOptions().scan_with_count;
   bool shared_counts = GpuWaveOpsOptions().shared_counts;
+  bool nccl_inline = NcclTransportOptions().inline_groups;
   // The trainer GPU reads its weights for this long right before each
   // delta round, as a trainer's GPU is busy (its optimizer step) right
   // before a refit: an idle GPU's first milliseconds of work run slower.
   double warm_ms = 50;
   bool trace = false;  // each row's batches, step by step
+  int lanes = 2;       // the plan's lanes (1 .. 4)
+  int64_t deadline_s = 60;  // each member's setup and each round
 };
 
 // The knobs' flags, for a usage line.
