@@ -236,6 +236,34 @@ DeltaRunner::~DeltaRunner() {
     if (w.staging != nullptr) copier_->Free(w.staging);
   }
   conversions_.reset();  // releases its scratch through the copier
+  if (connect_bytes_ != nullptr) ops_->Free(connect_bytes_);
+}
+
+absl::Status DeltaRunner::ConnectLanes(absl::Time deadline) {
+  std::vector<std::set<int32_t>> peers(in_flight_.size());
+  size_t total = 0;
+  for (const WaveWork& w : work_) {
+    for (const auto& [peer, count] : w.peers) total += peers[w.lane].insert(peer).second;
+  }
+  REFIT_ASSIGN_OR_RETURN(connect_bytes_,
+                         ops_->Allocate(static_cast<int64_t>(std::max<size_t>(total, 1))));
+  char* at = connect_bytes_;
+  for (int32_t lane = 0; lane < static_cast<int32_t>(peers.size()); ++lane) {
+    std::vector<SendOp> sends;
+    std::vector<RecvOp> recvs;
+    for (int32_t peer : peers[lane]) {
+      if (side_ == Side::kTrainer) {
+        sends.push_back({peer, at++, 1});
+      } else {
+        recvs.push_back({peer, at++, 1});
+      }
+    }
+    if (sends.empty() && recvs.empty()) continue;
+    // Not a group of the round's (Post counts those); nothing is in flight.
+    REFIT_RETURN_IF_ERROR(transport_->StartWave(lane, sends, recvs, deadline));
+    REFIT_RETURN_IF_ERROR(transport_->WaitWave(lane, deadline));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status DeltaRunner::Reserve(char** p, int64_t* cap, int64_t bytes, int64_t floor) {
@@ -320,6 +348,7 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   delta_stats_.batch_times.resize(work_.size());
   for (size_t k = 0; k < work_.size(); ++k) delta_stats_.batch_times[k].lane = work_[k].lane;
   sent_ = false;
+  if (connect_bytes_ == nullptr) REFIT_RETURN_IF_ERROR(ConnectLanes(deadline));
   if (conversions_ != nullptr) {
     REFIT_RETURN_IF_ERROR(Convert(deadline));
     delta_stats_.convert_seconds = absl::ToDoubleSeconds(absl::Now() - start);

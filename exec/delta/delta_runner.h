@@ -268,6 +268,12 @@ class DeltaRunner : public RoundRunner {
   absl::Status Post(int32_t lane, std::vector<SendOp> sends, std::vector<RecvOp> recvs,
                     absl::Time deadline);
   absl::Status Drain(absl::Time deadline);
+  // Before its first round's first transfer, a runner exchanges one byte
+  // with each of its peers on every lane, one lane at a time, each awaited:
+  // NCCL connects a communicator to a peer at its first operation, and a
+  // lane connecting while another lane's receive kernel spins (waiting on
+  // a sender that is itself connecting) stalls until the deadline.
+  absl::Status ConnectLanes(absl::Time deadline);
   // Verified rounds: the digest items of m's stream at `stream`; an
   // engine's digest of wave w once applied (enqueued behind it); the
   // round's sums.
@@ -308,6 +314,7 @@ class DeltaRunner : public RoundRunner {
   DeltaSnapshot own_snapshot_;
   DeltaSnapshot* snapshot_ = &own_snapshot_;
   bool sent_ = false;  // trainer: a round ran since the last Commit/Abort
+  char* connect_bytes_ = nullptr;  // ConnectLanes' bytes, one per peer (null: not yet)
   DigestSums digests_;
   DeltaRoundStats delta_stats_;
   absl::Time round_start_;

@@ -30,13 +30,16 @@ struct Job {
   bool gloo = true;
   int64_t batch_bytes = DeltaRunnerOptions().batch_bytes;
   bool overlap_digests = true;
+  int32_t lanes = 2;  // the plan's and the transports'
   int64_t version = 0;
   std::mt19937_64 rng{7};
 };
 
-std::unique_ptr<Job> MakeJob(const std::string& pattern, bool gloo, int rounds_per_stage = 2) {
+std::unique_ptr<Job> MakeJob(const std::string& pattern, bool gloo, int rounds_per_stage = 2,
+                             int32_t lanes = 2) {
   auto job = std::make_unique<Job>();
-  job->plan = testing::MakePatternPlan(pattern, 2, rounds_per_stage).value();
+  job->lanes = lanes;
+  job->plan = testing::MakePatternPlan(pattern, lanes, rounds_per_stage).value();
   job->trainer = AllocateBuffers(job->plan.src, 0);
   job->engine = AllocateBuffers(job->plan.dst, 0xEE);
   job->snapshots.resize(job->plan.src.world_size);
@@ -92,7 +95,7 @@ RoundResult RunRound(Job* job, std::set<int> absent = {},
   std::vector<std::unique_ptr<Transport>> transports(world);
   std::vector<std::unique_ptr<DeltaRunner>> runners(world);
   InMemoryKvStore store;
-  auto fabric = InProcFabric::Create(world, 2).value();
+  auto fabric = InProcFabric::Create(world, job->lanes).value();
   std::vector<std::thread> threads;
   const absl::Time deadline = absl::Now() + timeout;
   for (int g = 0; g < world; ++g) {
@@ -100,6 +103,7 @@ RoundResult RunRound(Job* job, std::set<int> absent = {},
       std::unique_ptr<Transport>& t = transports[g];
       if (job->gloo) {
         GlooTransportOptions o;
+        o.num_lanes = job->lanes;
         o.connect_timeout = absl::Seconds(30);
         auto gt = GlooTransport::Create(&store, g, world, o);
         if (!gt.ok()) {
@@ -210,6 +214,22 @@ TEST_P(DeltaRounds, ManyRoundsOfRandomChangesLandEveryByte) {
   }
 }
 
+// Plans of three and four lanes (the planner chooses four for plans of
+// many staged pieces): batches go round the lanes, every byte lands.
+TEST_P(DeltaRounds, RoundsOnThreeAndFourLanesLandEveryByte) {
+  for (int32_t lanes : {3, 4}) {
+    SCOPED_TRACE(absl::StrCat(lanes, " lanes"));
+    auto job = MakeJob("2to2", GetParam(), 6, lanes);
+    job->batch_bytes = 0;  // every plan wave its own batch: all lanes in use
+    for (double f : {1.0, 0.02, 0.2}) {
+      Change(job.get(), f);
+      RoundResult r = RunRound(job.get());
+      ASSERT_TRUE(r.commit.ok()) << "fraction " << f << ": " << r.commit;
+      ASSERT_EQ(CheckEngines(*job), "") << "fraction " << f;
+    }
+  }
+}
+
 // A batch is one group of sends on the trainer (headers, then payloads)
 // and two groups of receives on the engine; by default a small plan's
 // waves of one lane make one batch.
@@ -234,7 +254,9 @@ TEST_P(DeltaRounds, ABatchOfWavesIsOneGroupOfSends) {
         EXPECT_LE(0, t.start) << "rank " << g;
         EXPECT_LE(t.start, t.ready) << "rank " << g;
         EXPECT_LE(t.ready, t.posted) << "rank " << g;
-        if (g >= ws) EXPECT_LE(t.posted, t.applied) << "rank " << g;
+        if (g >= ws) {
+          EXPECT_LE(t.posted, t.applied) << "rank " << g;
+        }
       }
     }
   }

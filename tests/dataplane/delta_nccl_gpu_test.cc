@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "exec/cuda/cuda_copier.h"
 #include "exec/cuda/nccl_transport.h"
 #include "exec/delta/cuda/gpu_wave_ops.h"
@@ -65,24 +66,28 @@ Side2 Upload(const SideLayout& layout, const HostBuffers& host, int device) {
     char* p = nullptr;
     const int64_t n = layout.buffers[b].byte_size;
     EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), n + 1), cudaSuccess);
-    if (b < host.size()) EXPECT_EQ(cudaMemcpy(p, host[b], n, cudaMemcpyHostToDevice), cudaSuccess);
+    if (b < host.size()) {
+      EXPECT_EQ(cudaMemcpy(p, host[b], n, cudaMemcpyHostToDevice), cudaSuccess);
+    }
     s.dev.push_back(p);
     s.bytes.push_back(n);
   }
   return s;
 }
 
-void RunDeltaRounds(const std::string& model_name, const std::string& engine_spec) {
-  SCOPED_TRACE(engine_spec);
+void RunDeltaRounds(const std::string& model_name, const std::string& engine_spec,
+                    int32_t lanes = 2) {
+  SCOPED_TRACE(absl::StrCat(engine_spec, ", ", lanes, " lanes"));
   absl::StatusOr<ModelConfig> model = LoadModelConfig(model_name);
   ASSERT_TRUE(model.ok()) << model.status();
   absl::StatusOr<MappedSide> src = BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=1"));
   absl::StatusOr<MappedSide> dst = BuildEngineLayout(*model, *ParseEngineSpec(engine_spec));
   ASSERT_TRUE(src.ok() && dst.ok());
-  // Small waves: many waves on both lanes, several messages (some packed)
+  // Small waves: many waves on every lane, several messages (some packed)
   // per wave.
   PlannerOptions po;
-  po.num_lanes = 2;
+  po.num_lanes = lanes;
+  po.choose_lanes = false;
   po.staging_budget_bytes = 1 << 19;
   po.max_wave_bytes = 1 << 19;
   absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, po);
@@ -109,7 +114,7 @@ void RunDeltaRounds(const std::string& model_name, const std::string& engine_spe
         m.buffers.resize(g == 0 ? plan->src.buffers.size() : plan->dst.buffers.size(), nullptr);
         m.global_rank = g;
         m.global_world = 2;
-        m.num_lanes = 2;
+        m.num_lanes = plan->options.num_lanes;
         DeltaRunnerOptions o;
         if (g == 0) o.snapshot = &snapshot;
         auto r = MakeDeltaMemberRunner(m, NcclParts(g), &store, o);
@@ -204,9 +209,10 @@ void RunDeltaRounds(const std::string& model_name, const std::string& engine_spe
   ASSERT_TRUE(absl::IsDataLoss(r3)) << r3;
   EXPECT_TRUE(absl::StrContains(r3.message(), "engine rank 0 tensor " + plan->dst.tensors[tensor].name))
       << r3;
-  std::printf("%s: %zu messages in %zu waves; delta round %lld of %lld messages as deltas, wire %.4f of dense; "
+  std::printf("%s, %d lanes: %zu messages in %zu waves; delta round %lld of %lld messages as deltas, wire %.4f of dense; "
               "flipped byte caught: %s\n",
-              engine_spec.c_str(), plan->messages.size(), plan->waves.size(),
+              engine_spec.c_str(), plan->options.num_lanes, plan->messages.size(),
+              plan->waves.size(),
               static_cast<long long>(stats.messages - stats.dense_messages),
               static_cast<long long>(stats.messages),
               static_cast<double>(stats.wire_bytes) / stats.dense_bytes,
@@ -225,6 +231,9 @@ TEST(DeltaNcclGpuTest, GpuMembersRunDeltaRoundsAndVerifiedRoundsCatchAFlippedByt
   RunDeltaRounds("tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8");
   RunDeltaRounds("tiny-qwen3-moe-mx", "vllm:tp=1,quant=mxfp8");
   RunDeltaRounds("tiny-qwen3-moe-fp4", "vllm:tp=1,quant=nvfp4");
+  // Four lanes (the planner's choice for plans of many staged pieces): each
+  // lane connects before the round's kernels are in flight.
+  RunDeltaRounds("tiny-qwen3-moe-b128", "vllm:tp=1", 4);
 }
 
 }  // namespace
