@@ -248,7 +248,7 @@ class Bench {
                        "delta member");
         ms.buffers = g == 0 ? trainer_.ptrs : dense_engine_.ptrs;
         dense_[g] = Ok(MakeMemberRunner(ms, NcclParts(g, "dense", knobs), &dense_store_,
-                                        absl::Now() + absl::Seconds(knobs_.deadline_s)),
+                                        Deadline()),
                        "dense member");
       });
     }
@@ -281,7 +281,7 @@ class Bench {
       threads.emplace_back([&, g] {
         CU(cudaSetDevice(g));
         delta_[g]->SetModes(modes);
-        RunStats s = Ok(delta_[g]->Run(absl::Now() + absl::Seconds(knobs_.deadline_s)), "delta round");
+        RunStats s = Ok(delta_[g]->Run(Deadline()), "delta round");
         dig[g] = delta_[g]->delta_stats().digest_seconds;
         whole[g] = s.seconds;
         secs[g] = s.seconds - dig[g];
@@ -324,7 +324,7 @@ class Bench {
     for (int g = 0; g < 2; ++g) {
       threads.emplace_back([&, g] {
         CU(cudaSetDevice(g));
-        secs[g] = Ok(dense_[g]->Run(absl::Now() + absl::Seconds(knobs_.deadline_s)), "dense round").seconds;
+        secs[g] = Ok(dense_[g]->Run(Deadline()), "dense round").seconds;
       });
     }
     for (auto& t : threads) t.join();
@@ -499,6 +499,8 @@ class Bench {
  private:
   bool fp8_;
   Knobs knobs_;
+  // Each member's set-up and each round must end by then.
+  absl::Time Deadline() const { return absl::Now() + absl::Seconds(knobs_.deadline_s); }
   Plan plan_;
   int64_t dense_bytes_ = 0;
   Buffers trainer_, delta_engine_, dense_engine_;
