@@ -28,9 +28,6 @@ struct NcclTransport::Lane {
   // and the peers `comm` has sent to / received from (connected), by rank.
   ncclComm_t parent = nullptr;
   std::vector<uint8_t> send_ready, recv_ready;
-  // A first group missed its deadline: `comm` is its helper's (leaked, never
-  // aborted under it).
-  bool left_to_helper = false;
   cudaStream_t stream = nullptr;
   cudaEvent_t done = nullptr;               // unused spare (kept for teardown)
   std::deque<cudaEvent_t> pending;          // one per wave in flight, oldest first
@@ -41,13 +38,23 @@ struct NcclTransport::Lane {
 
 namespace {
 
+// Between two polls of a group being enqueued or connected (microseconds
+// when nothing waits on a peer): spins for the first 500 us since `start`
+// (a 100 us sleep per wave was most of a small wave's cost), then sleeps
+// 100 us.
+void PausePoll(std::chrono::steady_clock::time_point start) {
+  if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(500)) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 // Polls ncclCommGetAsyncError until it leaves ncclInProgress, or until
 // `*cancelled` (when given) is cancelled: CANCELLED then.
 absl::Status WaitComm(ncclComm_t comm, absl::Time deadline,
                       const std::string& what,
                       const Cancellation* cancelled = nullptr) {
-  // Enqueueing a group takes microseconds: poll without sleeping at first
-  // (a 100 us sleep per wave was most of a small wave's cost).
   const auto start = std::chrono::steady_clock::now();
   while (true) {
     if (cancelled != nullptr && cancelled->cancelled()) {
@@ -61,11 +68,7 @@ absl::Status WaitComm(ncclComm_t comm, absl::Time deadline,
       return absl::DeadlineExceededError(
           absl::StrCat(what, ": not complete by the deadline"));
     }
-    if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(500)) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
+    PausePoll(start);
   }
 }
 
@@ -343,15 +346,10 @@ absl::Status NcclTransport::FirstGroup(Lane& L, absl::Span<const SendOp> sends,
           absl::StrCat(what, ": connecting to its peers not done by the deadline"));
     }
     if (!late.ok()) {
-      L.left_to_helper = true;
-      L.comm = nullptr;  // the helper's: aborting it under the helper is unsafe
+      L.comm = nullptr;  // the helper's (leaked): aborting it under the helper is unsafe
       return late;
     }
-    if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(500)) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
+    PausePoll(start);
   }
   if (job->result != ncclSuccess) {
     return NcclStatus(job->result, what + ": posting a wave (connecting)", L.comm);
