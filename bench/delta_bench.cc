@@ -29,23 +29,8 @@
 // Prints the table last; exit 1 if any byte or digest differs.
 //
 //   delta_bench [--rows=0.5,2,5,20,adamw] [--engines=bf16,fp8] [--model=qwen3-8b]
-//               [--snapshot=gpu|pinned]   (the trainer's snapshot: GPU memory by
-//               default, or pinned host memory the encoder reads over the bus)
-//               [--batch_mib=N]   (plan waves per batch: DeltaRunnerOptions::batch_bytes;
-//               0: every wave its own batch) [--mask_kernel=sweep|tiles|block|bulk]
-//               [--mask_unroll=2|4|8] [--mask_values=0|1] [--mask_claim=0|1]
-//               [--mask_blocks=N]   (the mask pass's kernel: GpuWaveOpsOptions::mask;
-//               N: a persistent kind's grid, 0: every SM full)
-//               [--shared_counts=0|1]   (every lane's counts on one stream)
-//               [--warm_ms=N]   (the trainer GPU reads its weights for N ms before each
-//               delta round, as a trainer's optimizer step keeps it busy; default 50, 0: an
-//               idle GPU, whose first milliseconds of work run slower)
-//               [--trace]   (every batch of every row, step by step, on both members)
-//               [--count_streams=1|2] [--fused_digest=0|1]
-//               [--digests=overlap|after]   (verified rounds' digests within the round,
-//               DeltaRunnerOptions::overlap_digests, or after its last wave)
-//               [--merge_headers=0|1] [--scan_with_count=0|1]   (the engine's next headers in
-//               this wave's group; the count's tile scan on its own stream)
+//               KNOBS   (the delta path's options: bench/delta_bench_knobs.h,
+//               kKnobsUsage; each described in docs/delta.md)
 //   (needs 2 GPUs; exits 0 with SKIP otherwise)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -606,8 +591,9 @@ int Main(int argc, char** argv) {
                   "wait %.4f s, apply %.4f s, drain %.4f s\n",
                   static_cast<long long>(st.batches), static_cast<long long>(st.groups),
                   st.convert_seconds, st.count_wait_seconds, st.encode_seconds,
-                  st.transport_wait_seconds, st.drain_seconds, static_cast<long long>(st.counts),
-                  st.count_gpu_seconds, st.count_span_gpu_seconds, st.encode_gpu_seconds,
+                  st.transport_wait_seconds, st.drain_seconds,
+                  static_cast<long long>(st.counts()), st.count_gpu_seconds(),
+                  st.count_span_gpu_seconds(), st.encode_gpu_seconds,
                   static_cast<long long>(est.groups), est.transport_wait_seconds,
                   est.apply_seconds, est.drain_seconds);
       if (knobs.trace) PrintTrace(st, est);

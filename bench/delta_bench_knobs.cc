@@ -51,8 +51,8 @@ bool ParseKnob(const std::string& a, Knobs* k) {
                    : kind == "tiles" ? WaveMaskKind::kTiles
                    : kind == "block" ? WaveMaskKind::kBlock
                                      : WaveMaskKind::kBulk;
-  } else if (a.size() == 9 && a.rfind("--lanes=", 0) == 0 && a[8] >= '1' && a[8] <= '4') {
-    k->lanes = a[8] - '0';
+  } else if (CountFlag(a, "lanes", &v) && v >= 1 && v <= 4) {
+    k->lanes = static_cast<int>(v);
   } else if (CountFlag(a, "deadline_s", &v)) {
     k->deadline_s = v;
   } else if (CountFlag(a, "mask_blocks", &v)) {

@@ -400,19 +400,28 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   return stats;
 }
 
-void DeltaRunner::NoteTimes(const WaveOpsTimes& times, absl::Time start) {
-  DeltaRoundStats& st = delta_stats_;
-  st.encode_gpu_seconds = times.encode_seconds;
-  st.counts = static_cast<int64_t>(times.count_windows.size());
-  const double origin = absl::ToDoubleSeconds(times.origin - start);
-  double first = 0, last = 0;
-  for (const auto& [b, e] : times.count_windows) {
-    st.count_windows.push_back({origin + b, origin + e});
-    st.count_gpu_seconds += e - b;
-    first = st.count_windows.size() == 1 ? b : std::min(first, b);
+double DeltaRoundStats::count_gpu_seconds() const {
+  double sum = 0;
+  for (const auto& [b, e] : count_windows) sum += e - b;
+  return sum;
+}
+
+double DeltaRoundStats::count_span_gpu_seconds() const {
+  if (count_windows.empty()) return 0;
+  double first = count_windows[0].first, last = count_windows[0].second;
+  for (const auto& [b, e] : count_windows) {
+    first = std::min(first, b);
     last = std::max(last, e);
   }
-  st.count_span_gpu_seconds = last - first;
+  return last - first;
+}
+
+void DeltaRunner::NoteTimes(const WaveOpsTimes& times, absl::Time start) {
+  delta_stats_.encode_gpu_seconds = times.encode_seconds;
+  const double origin = absl::ToDoubleSeconds(times.origin - start);
+  for (const auto& [b, e] : times.count_windows) {
+    delta_stats_.count_windows.push_back({origin + b, origin + e});
+  }
 }
 
 void DeltaRunner::DigestItems(MsgWork& m, const char* stream) const {

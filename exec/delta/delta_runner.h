@@ -144,17 +144,18 @@ struct DeltaRoundStats {
   double transport_wait_seconds = 0;
   double apply_seconds = 0;
   double drain_seconds = 0;
-  // Trainer on a GPU (wave_ops.h): its counts, their kernels' time summed
-  // and from the first one's start to the last one's end (the difference:
-  // the counts' stream waiting), its encodes' time.
-  int64_t counts = 0;
-  double count_gpu_seconds = 0;
+  // Trainer on a GPU (wave_ops.h): its encodes' kernel time.
   double encode_gpu_seconds = 0;
-  double count_span_gpu_seconds = 0;
   // Per batch, in the order run; the trainer's counts' kernels (start,
   // end) in seconds since the round began, in the same order.
   std::vector<DeltaBatchTimes> batch_times;
   std::vector<std::pair<double, double>> count_windows;
+  // From count_windows: the counts, their kernels' time summed, and from
+  // the first one's start to the last one's end (the difference: the
+  // counts' stream waiting).
+  int64_t counts() const { return static_cast<int64_t>(count_windows.size()); }
+  double count_gpu_seconds() const;
+  double count_span_gpu_seconds() const;
 };
 
 class DeltaRunner : public RoundRunner {

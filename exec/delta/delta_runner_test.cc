@@ -376,5 +376,16 @@ TEST(DeltaRunner, ASnapshotBoundRefusesTheTrainerNamingRankAndBound) {
   EXPECT_TRUE(DeltaRunner::Create(plan, Side::kTrainer, 1, p, t.get(), opt).ok());
 }
 
+// The counts' figures come from their windows, in any order.
+TEST(DeltaRoundStatsTest, CountFiguresFromTheirWindows) {
+  DeltaRoundStats st;
+  EXPECT_EQ(st.counts(), 0);
+  EXPECT_EQ(st.count_span_gpu_seconds(), 0);
+  st.count_windows = {{2.0, 3.0}, {1.0, 1.5}, {3.5, 4.0}};
+  EXPECT_EQ(st.counts(), 3);
+  EXPECT_DOUBLE_EQ(st.count_gpu_seconds(), 2.0);
+  EXPECT_DOUBLE_EQ(st.count_span_gpu_seconds(), 3.0);
+}
+
 }  // namespace
 }  // namespace refit

@@ -6,20 +6,25 @@
 namespace refit {
 namespace gpu_wave_internal {
 
+absl::Status GpuWaveOps::CheckDigestRun(const DigestItem& it) const {
+  const int w = it.element_bytes;
+  if (w != 1 && w != 2 && w != 4 && w != 8) {
+    return absl::InvalidArgumentError(absl::StrCat("digest: element size ", w));
+  }
+  if (it.bytes < 0 || it.bytes % w != 0 || it.slot < 0 || it.slot >= slots_) {
+    return absl::InvalidArgumentError(absl::StrCat("digest: a run of ", it.bytes,
+                                                   " bytes into slot ", it.slot, " of ", slots_));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<WaveDigestRun>> GpuWaveOps::DigestRuns(
     absl::Span<const DigestItem> items, int64_t* tiles) {
   std::vector<WaveDigestRun> runs;
   *tiles = 0;
   for (const DigestItem& it : items) {
+    REFIT_RETURN_IF_ERROR(CheckDigestRun(it));
     const int w = it.element_bytes;
-    if (w != 1 && w != 2 && w != 4 && w != 8) {
-      return absl::InvalidArgumentError(absl::StrCat("digest: element size ", w));
-    }
-    if (it.bytes < 0 || it.bytes % w != 0 || it.slot < 0 || it.slot >= slots_) {
-      return absl::InvalidArgumentError(absl::StrCat("digest: a run of ", it.bytes,
-                                                     " bytes into slot ", it.slot, " of ",
-                                                     slots_));
-    }
     if (it.bytes == 0) continue;
     if (runs.size() >= static_cast<size_t>(INT32_MAX)) {
       return absl::InvalidArgumentError("digest: more than 2^31 runs");

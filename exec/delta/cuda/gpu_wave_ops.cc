@@ -68,8 +68,7 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
     if (!counted) continue;
     WaveMsg m;
     if (fused) {
-      int64_t tiles = 0;  // checks the run's element size and slot
-      REFIT_RETURN_IF_ERROR(DigestRuns(it.digest, &tiles).status());
+      REFIT_RETURN_IF_ERROR(CheckDigestRun(it.digest[0]));
       any_fused = true;
       m.digest_slot = it.digest[0].slot;
       m.digest_key = it.digest[0].first_key;

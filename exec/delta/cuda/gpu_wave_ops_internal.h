@@ -338,6 +338,9 @@ class GpuWaveOps : public DeltaWaveOps {
   int next_codec_ = 0;  // count_streams 2: the codec stream of the next count
   std::vector<Lane> lanes_;
   absl::Status failure_;
+  // INVALID_ARGUMENT for a run of an element size other than 1, 2, 4, 8,
+  // not of whole elements or into a slot outside StartDigests'.
+  absl::Status CheckDigestRun(const DigestItem& it) const;
   // Digest runs of `items` (checked) as rows, their tiles numbered from 0;
   // *tiles their count.
   absl::StatusOr<std::vector<WaveDigestRun>> DigestRuns(absl::Span<const DigestItem> items,
