@@ -585,11 +585,13 @@ int Main(int argc, char** argv) {
                   "verified round %.4f s %s\n",
                   r.engine.c_str(), r.change.c_str(), r.changed, r.wire, r.delta_s, r.dense_s,
                   r.digest_s, r.verified_s, r.ok ? "bytes ok" : "BYTES WRONG");
-      std::printf("  trainer: %lld batches, %lld groups; quantize %.4f s, count wait %.4f s, "
+      std::printf("  trainer: %lld batches, %lld groups, %lld payload transfers for %lld messages; "
+                  "quantize %.4f s, count wait %.4f s, "
                   "encode %.4f s, posting %.4f s, drain %.4f s; GPU: %lld counts %.4f s over %.4f s, "
                   "encodes %.4f s; engine: %lld groups; headers "
                   "wait %.4f s, apply %.4f s, drain %.4f s\n",
                   static_cast<long long>(st.batches), static_cast<long long>(st.groups),
+                  static_cast<long long>(st.transfers), static_cast<long long>(st.messages),
                   st.convert_seconds, st.count_wait_seconds, st.encode_seconds,
                   st.transport_wait_seconds, st.drain_seconds,
                   static_cast<long long>(st.counts()), st.count_gpu_seconds(),

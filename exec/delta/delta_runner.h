@@ -133,6 +133,9 @@ struct DeltaRoundStats {
   double digest_seconds = 0;    // time spent digesting
   int64_t batches = 0;          // batches of waves run (delta_runner.h)
   int64_t groups = 0;           // groups of sends and receives posted
+  // Payload transfers posted (sends or receives): a batch's encoded
+  // payloads to (from) one peer travel as one; dense ones each apart.
+  int64_t transfers = 0;
   // Where the member's thread spent the round (host time): trainer: the
   // counts awaited, encodes enqueued; both: waiting on the transport
   // (an engine: for headers and, on the host, payloads), the applies

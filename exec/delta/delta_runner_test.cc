@@ -214,6 +214,29 @@ TEST_P(DeltaRounds, ManyRoundsOfRandomChangesLandEveryByte) {
   }
 }
 
+// A batch's encoded payloads to one peer travel as one transfer (each a
+// step of the transport's kernel): fewer transfers than messages, and
+// every byte lands (trainer pipeline stages: several messages a peer).
+TEST_P(DeltaRounds, ABatchsDeltasToAPeerTravelAsOneTransfer) {
+  auto job = MakeJob("pp", GetParam(), 8);
+  const int ws = job->plan.src.world_size;
+  const int world = ws + job->plan.dst.world_size;
+  for (double f : {1.0, 0.02, 0.05}) {
+    Change(job.get(), f);
+    RoundResult r = RunRound(job.get());
+    ASSERT_TRUE(r.commit.ok()) << "fraction " << f << ": " << r.commit;
+    ASSERT_EQ(CheckEngines(*job), "") << "fraction " << f;
+    if (f == 1.0) continue;  // the first round: dense everywhere
+    for (int g = 0; g < world; ++g) {
+      const DeltaRoundStats& st = r.stats[g];
+      const int64_t peers = g < ws ? job->plan.dst.world_size : ws;
+      ASSERT_GT(st.messages - st.dense_messages, st.batches * peers) << "rank " << g;
+      EXPECT_LE(st.transfers, st.batches * peers + st.dense_messages) << "rank " << g;
+      EXPECT_LT(st.transfers, st.messages - st.dense_messages) << "rank " << g;
+    }
+  }
+}
+
 // Plans of three and four lanes (the planner chooses four for plans of
 // many staged pieces): batches go round the lanes, every byte lands.
 TEST_P(DeltaRounds, RoundsOnThreeAndFourLanesLandEveryByte) {
@@ -248,6 +271,10 @@ TEST_P(DeltaRounds, ABatchOfWavesIsOneGroupOfSends) {
       EXPECT_GE(st.batches, 1) << "rank " << g;
       EXPECT_LE(st.batches, 2) << "rank " << g;  // one per lane
       EXPECT_EQ(st.groups, (g < ws ? 1 : 2) * st.batches) << "rank " << g;
+      // A batch's encoded payloads to (from) one peer are one transfer.
+      const int64_t peers = g < ws ? job->plan.dst.world_size : ws;
+      EXPECT_LE(st.transfers, st.batches * peers + st.dense_messages) << "rank " << g;
+
       // Every batch's steps, in the order each member takes them.
       ASSERT_EQ(static_cast<int64_t>(st.batch_times.size()), st.batches) << "rank " << g;
       for (const DeltaBatchTimes& t : st.batch_times) {

@@ -27,6 +27,35 @@ std::vector<CopyTask> Reversed(const std::vector<CopyTask>& tasks) {
   return out;
 }
 
+// A wave's payload transfers. Encoded payloads lie one after another in
+// the wave's encoding buffer, each from a 16-byte boundary: one that
+// starts where the last transfer's ends (rounded up to 16), to the same
+// peer, joins it, padding included, so a wave's deltas to a peer travel as
+// one transfer rather than one per message (each is a step of the
+// transport's kernel). Dense payloads go on their own. Sender and receiver
+// lay out and join alike, so their operations match.
+template <typename Op>
+class PayloadOps {
+ public:
+  template <typename Ptr>
+  void Add(int32_t peer, Ptr p, int64_t bytes, bool encoded) {
+    if (bytes <= 0) return;
+    const auto* c = reinterpret_cast<const char*>(p);
+    if (encoded && last_encoded_ && ops_.back().peer == peer &&
+        c == static_cast<const char*>(ops_.back().ptr) + Align16(ops_.back().bytes)) {
+      ops_.back().bytes = c - static_cast<const char*>(ops_.back().ptr) + bytes;
+      return;
+    }
+    ops_.push_back({peer, p, bytes});
+    last_encoded_ = encoded;
+  }
+  std::vector<Op> Take() { return std::move(ops_); }
+
+ private:
+  std::vector<Op> ops_;
+  bool last_encoded_ = false;
+};
+
 }  // namespace
 
 std::string DeltaRunner::Context(const MsgWork& m) const {
@@ -147,7 +176,8 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
   }
   REFIT_RETURN_IF_ERROR(ops_->Encode(w.lane, items, headers, out, w.headers, deadline));
   delta_stats_.encode_seconds += absl::ToDoubleSeconds(absl::Now() - t1);
-  std::vector<SendOp> head, payloads;
+  std::vector<SendOp> head;
+  PayloadOps<SendOp> payloads;
   int64_t first = 0;
   for (const auto& [peer, count] : w.peers) {
     head.push_back({peer, w.headers + first * kHeader, count * kHeader});
@@ -156,7 +186,7 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
   for (size_t i = 0; i < items.size(); ++i) {
     const MsgWork& m = w.msgs[i];
     const int64_t p = static_cast<int64_t>(m.header.payload_bytes);
-    if (p > 0) payloads.push_back({m.peer, m.payload, p});
+    payloads.Add(m.peer, static_cast<const void*>(m.payload), p, at[i] >= 0);
     ++delta_stats_.messages;
     if (m.header.encoding == static_cast<uint8_t>(DeltaEncoding::kDense)) {
       ++delta_stats_.dense_messages;
@@ -170,7 +200,9 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
   // One group: per peer its headers, then its payloads; the engine
   // receives the headers in one group and the payloads, sized from them,
   // in the next (sends and receives match in order per pair and lane).
-  head.insert(head.end(), payloads.begin(), payloads.end());
+  std::vector<SendOp> sends = payloads.Take();
+  delta_stats_.transfers += static_cast<int64_t>(sends.size());
+  head.insert(head.end(), sends.begin(), sends.end());
   const absl::Time t2 = absl::Now();
   absl::Status s = Post(w.lane, std::move(head), {}, deadline);
   delta_stats_.transport_wait_seconds += absl::ToDoubleSeconds(absl::Now() - t2);
@@ -227,7 +259,7 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
     }
   }
   REFIT_RETURN_IF_ERROR(Reserve(&w.coded, &w.coded_bytes, coded, w.dense_bytes / 8));
-  std::vector<RecvOp> payloads;
+  PayloadOps<RecvOp> payload_ops;
   std::vector<ResolvedCopy> gather, unpack;
   std::vector<ApplyItem> apply;
   std::vector<std::string> names;
@@ -237,7 +269,7 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
     char* place = m.direct != nullptr ? m.direct : w.staging + m.stage_offset;
     m.payload = dense ? place : w.coded + at[i];
     const int64_t p = static_cast<int64_t>(m.header.payload_bytes);
-    if (p > 0) payloads.push_back({m.peer, m.payload, p});
+    payload_ops.Add(m.peer, static_cast<void*>(m.payload), p, !dense);
     if (m.direct == nullptr) {
       if (!dense) {  // the engine's own bytes of the message, to apply to
         REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> g,
@@ -269,6 +301,8 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
   // this group. Not on a transport that holds one wave a lane (the host's):
   // its applies wait for the payloads, which must not wait for the next
   // headers.
+  std::vector<RecvOp> payloads = payload_ops.Take();
+  delta_stats_.transfers += static_cast<int64_t>(payloads.size());
   if (options_.merge_headers && w.next_on_lane >= 0 && ops_->OrderedWithTransport()) {
     WaveWork& next = work_[w.next_on_lane];
     if (!next.headers_posted) {
