@@ -9,7 +9,7 @@ namespace refit {
 const char* const kKnobsUsage =
     "[--snapshot=gpu|pinned] [--batch_mib=N] [--warm_ms=N] [--trace] "
     "[--mask_kernel=sweep|tiles|block|bulk] [--mask_unroll=2|4|8] [--mask_values=0|1] "
-    "[--mask_claim=0|1] [--mask_blocks=N] [--shared_counts=0|1] [--count_streams=1|2] "
+    "[--mask_claim=0|1] [--mask_smem=0|1] [--mask_blocks=N] [--shared_counts=0|1] [--count_streams=1|2] "
     "[--fused_digest=0|1] [--digests=overlap|after] [--merge_headers=0|1] "
     "[--scan_with_count=0|1] [--nccl_inline=0|1] [--lanes=1|2|3|4] "
     "[--deadline_s=N]";
@@ -64,6 +64,7 @@ bool ParseKnob(const std::string& a, Knobs* k) {
   } else {
     return BoolFlag(a, "mask_values", &k->mask.values) ||
            BoolFlag(a, "mask_claim", &k->mask.claim) ||
+           BoolFlag(a, "mask_smem", &k->mask.smem_slots) ||
            BoolFlag(a, "shared_counts", &k->shared_counts) ||
            BoolFlag(a, "fused_digest", &k->fused_digest) ||
            BoolFlag(a, "merge_headers", &k->merge_headers) ||
@@ -82,7 +83,8 @@ std::string DescribeKnobs(const Knobs& k) {
       k.mask.kind == WaveMaskKind::kSweep ? (k.mask.claim ? " (tiles claimed)" : " (grid-stepped)")
                                           : "",
       ", grid ", k.mask.blocks > 0 ? absl::StrCat(k.mask.blocks) : "every SM full", ", unroll ",
-      k.mask.unroll, ", values ", k.mask.values ? "kept" : "re-read", ", ", k.count_streams,
+      k.mask.unroll, ", values ", k.mask.values ? "kept" : "re-read",
+      k.mask.values && k.mask.smem_slots ? " (through shared memory)" : "", ", ", k.count_streams,
       " count streams", k.shared_counts ? " shared by the lanes" : " per lane", ", digest ",
       !k.overlap_digests ? "after the round"
       : k.fused_digest   ? "in the count"

@@ -108,6 +108,12 @@ struct WaveMaskConfig {
   // over them by the grid (false: a block resident late does its share
   // after the others).
   bool claim = true;
+  // kSweep, values kept: each warp gathers its tile's changed values and
+  // indices in shared memory and writes them to the tile's slots at its
+  // end in 16-byte stores (false: each lane stores its words as it finds
+  // them, a few bytes a store, each a transaction of the L2, which the
+  // pass keeps about 92% busy).
+  bool smem_slots = true;
 };
 // The blocks of the config's kernel (`digest`: the one that digests too)
 // resident on `device` at once (every SM full): the grid of a persistent

@@ -56,7 +56,9 @@ __device__ inline void WaveLoadPair(const WaveMsg& m, int64_t off, bool whole, b
   }
 }
 
-template <int W, int kUnroll, bool kValues, bool kDigest>
+// kSmem: vals and idx are the warp's own slots in shared memory (same
+// capacity), copied to the tile's slots by WaveSmemSlotsOut.
+template <int W, int kUnroll, bool kValues, bool kDigest, bool kSmem = false>
 __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int64_t g,
                                             uint32_t* mask, uint8_t* vals, uint32_t* idx,
                                             unsigned long long* sums) {
@@ -68,8 +70,8 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
   const bool aligned = WaveAligned(m.cur, m.snap);
   const bool whole = aligned && base + kDeltaTileBytes <= m.bytes;
   uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
-  uint8_t* tvals = vals + g * kWaveValueBytesPerTile;
-  uint32_t* tidx = idx != nullptr ? idx + g * kWaveIndexSlots : nullptr;
+  uint8_t* tvals = kSmem ? vals : vals + g * kWaveValueBytesPerTile;
+  uint32_t* tidx = kSmem ? idx : idx != nullptr ? idx + g * kWaveIndexSlots : nullptr;
   const uint32_t icap = tidx != nullptr ? static_cast<uint32_t>(kWaveIndexSlots) : 0;
   uint32_t count = 0;  // the tile's changed words before this step (kValues: the lane's)
   const bool digest = kDigest && m.digest_slot >= 0;  // the same in the warp
@@ -151,23 +153,46 @@ __device__ inline void WaveMaskTileDone(uint32_t count, int64_t g, uint32_t* til
   if (count != 0) atomicAdd(reinterpret_cast<unsigned long long*>(total), count);
 }
 
-template <int kUnroll, bool kValues, bool kDigest>
+// Copies the warp's shared-memory slots (kept words: up to the slots'
+// capacity) to tile g's slots, 16 bytes a lane a store.
+__device__ inline void WaveSmemSlotsOut(int w, uint32_t count, int64_t g, const uint8_t* svals,
+                                        const uint32_t* sidx, uint8_t* vals, uint32_t* idx) {
+  const int lane = threadIdx.x & 31;
+  const int64_t vb = min(static_cast<int64_t>(count) * w, kWaveValueBytesPerTile);
+  const int64_t ib = min(static_cast<int64_t>(count), kWaveIndexSlots) * 4;
+  __syncwarp();  // every lane's words are in shared memory
+  auto* dv = reinterpret_cast<uint4*>(vals + g * kWaveValueBytesPerTile);
+  const auto* sv = reinterpret_cast<const uint4*>(svals);
+  for (int64_t k = lane; k < (vb + 15) / 16; k += 32) dv[k] = sv[k];
+  if (idx != nullptr) {
+    auto* di = reinterpret_cast<uint4*>(idx + g * kWaveIndexSlots);
+    const auto* si = reinterpret_cast<const uint4*>(sidx);
+    for (int64_t k = lane; k < (ib + 15) / 16; k += 32) di[k] = si[k];
+  }
+  __syncwarp();  // read before the warp's next tile writes them
+}
+
+template <int kUnroll, bool kValues, bool kDigest, bool kSmem = false>
 __device__ inline void WaveMaskWarpAt(const WaveMsg* msgs, int32_t i, int64_t g, uint32_t* mask,
                                       uint32_t* tile_counts, uint8_t* vals, uint32_t* idx,
-                                      uint64_t* totals, unsigned long long* sums) {
+                                      uint64_t* totals, unsigned long long* sums,
+                                      uint8_t* svals = nullptr, uint32_t* sidx = nullptr) {
   const WaveMsg m = msgs[i];
   const int64_t t = g - m.first_tile;
+  uint8_t* v = kSmem ? svals : vals;
+  uint32_t* x = kSmem ? sidx : idx;
   uint32_t c;
   switch (m.word) {
-    case 1: c = WaveMaskTileWarp<1, kUnroll, kValues, kDigest>(
-        m, t, g, mask, vals, idx, sums); break;
-    case 2: c = WaveMaskTileWarp<2, kUnroll, kValues, kDigest>(
-        m, t, g, mask, vals, idx, sums); break;
-    case 4: c = WaveMaskTileWarp<4, kUnroll, kValues, kDigest>(
-        m, t, g, mask, vals, idx, sums); break;
-    default: c = WaveMaskTileWarp<8, kUnroll, kValues, kDigest>(
-        m, t, g, mask, vals, idx, sums); break;
+    case 1: c = WaveMaskTileWarp<1, kUnroll, kValues, kDigest, kSmem>(
+        m, t, g, mask, v, x, sums); break;
+    case 2: c = WaveMaskTileWarp<2, kUnroll, kValues, kDigest, kSmem>(
+        m, t, g, mask, v, x, sums); break;
+    case 4: c = WaveMaskTileWarp<4, kUnroll, kValues, kDigest, kSmem>(
+        m, t, g, mask, v, x, sums); break;
+    default: c = WaveMaskTileWarp<8, kUnroll, kValues, kDigest, kSmem>(
+        m, t, g, mask, v, x, sums); break;
   }
+  if (kSmem) WaveSmemSlotsOut(m.word, c, g, svals, sidx, vals, idx);
   if ((threadIdx.x & 31) == 0) WaveMaskTileDone(c, g, tile_counts, totals + i);
 }
 
@@ -207,11 +232,20 @@ __global__ void __launch_bounds__(kDeltaThreads, WaveMaskMinBlocks(kUnroll, kDig
 // tile by one atomic instead: a block that becomes resident late (the SMs
 // held by another kernel, NCCL's or a gather) finds the tiles taken by
 // the warps at work rather than a share of its own to do after them.
-template <int kUnroll, bool kValues, bool kDigest>
+// kSmem: each warp keeps its tile's words in its 8 KiB of the block's
+// dynamic shared memory (kSmemSlotsBytes).
+template <int kUnroll, bool kValues, bool kDigest, bool kSmem = false>
 __global__ void __launch_bounds__(kDeltaThreads, WaveMaskMinBlocks(kUnroll, kDigest)) WaveMaskSweepKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
     uint32_t* tile_counts, uint8_t* vals, uint32_t* idx, uint64_t* totals,
     unsigned long long* sums, unsigned long long* claim) {
+  extern __shared__ __align__(16) uint8_t smem_slots[];
+  uint8_t* svals = nullptr;
+  uint32_t* sidx = nullptr;
+  if (kSmem) {
+    svals = smem_slots + (threadIdx.x >> 5) * (kWaveValueBytesPerTile + kWaveIndexSlots * 4);
+    sidx = reinterpret_cast<uint32_t*>(svals + kWaveValueBytesPerTile);
+  }
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kDeltaThreads / 32);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5);
   auto next = [claim, warps](int64_t g) -> int64_t {
@@ -221,8 +255,9 @@ __global__ void __launch_bounds__(kDeltaThreads, WaveMaskMinBlocks(kUnroll, kDig
     return static_cast<int64_t>(__shfl_sync(0xffffffffu, x, 0));
   };
   for (int64_t g = claim == nullptr ? first : next(0); g < num_tiles; g = next(g)) {
-    WaveMaskWarpAt<kUnroll, kValues, kDigest>(msgs, WaveFindMsg(msgs, num_msgs, g), g, mask,
-                                              tile_counts, vals, idx, totals, sums);
+    WaveMaskWarpAt<kUnroll, kValues, kDigest, kSmem>(msgs, WaveFindMsg(msgs, num_msgs, g), g,
+                                                     mask, tile_counts, vals, idx, totals, sums,
+                                                     svals, sidx);
   }
 }
 
@@ -466,7 +501,25 @@ struct TilesOf {
   static constexpr MaskKernel kFn = WaveMaskTilesKernel<U, V, D>;
 };
 
+// The sweep kernels keeping their tiles' words in shared memory.
+MaskKernel PickSmemSlots(const WaveMaskConfig& c, bool digest) {
+  if (c.unroll == 8) {
+    return digest ? WaveMaskSweepKernel<8, true, true, true> : WaveMaskSweepKernel<8, true, false, true>;
+  }
+  if (c.unroll == 2) {
+    return digest ? WaveMaskSweepKernel<2, true, true, true> : WaveMaskSweepKernel<2, true, false, true>;
+  }
+  return digest ? WaveMaskSweepKernel<4, true, true, true> : WaveMaskSweepKernel<4, true, false, true>;
+}
+
+bool SmemSlots(const WaveMaskConfig& c) {
+  return c.smem_slots && c.values && c.kind == WaveMaskKind::kSweep;
+}
+constexpr int kSmemSlotsBytes =
+    (kDeltaThreads / 32) * static_cast<int>(kWaveValueBytesPerTile + kWaveIndexSlots * 4);
+
 MaskKernel PickMaskKernel(const WaveMaskConfig& c, bool digest = false) {
+  if (SmemSlots(c)) return PickSmemSlots(c, digest);
   switch (c.kind) {
     case WaveMaskKind::kTiles:
       return PickWarp<TilesOf>(c, digest);
@@ -485,7 +538,9 @@ MaskKernel PickMaskKernel(const WaveMaskConfig& c, bool digest = false) {
   }
 }
 
-int MaskSmem(const WaveMaskConfig& c) { return c.kind == WaveMaskKind::kBulk ? kBulkSmem : 0; }
+int MaskSmem(const WaveMaskConfig& c) {
+  return c.kind == WaveMaskKind::kBulk ? kBulkSmem : SmemSlots(c) ? kSmemSlotsBytes : 0;
+}
 
 // The bulk kernel's shared memory is past the default 48 KiB: allowed once
 // per kernel (cheap to repeat).
