@@ -577,31 +577,31 @@ TEST(GpuWaveOpsTest, Figure) {
   };
   std::unique_ptr<DeltaWaveOps> gpu;
   for (bool smem : {false, true}) {
-  GpuWaveOpsOptions oo;
-  oo.mask.smem_slots = smem;
-  gpu = *MakeGpuWaveOps(&lane, oo);
-  double best = 1e9, best_count = 1e9;
-  for (int iter = 0; iter < 4; ++iter) {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::vector<int64_t> c = *gpu->Count(0, items, Deadline());
-    best_count = std::min(best_count, since(t0));
-    std::vector<DeltaHeader> hs = Headers(items, c);
-    std::vector<char*> outs;
-    int64_t at = 0;
-    for (const DeltaHeader& h : hs) {
-      outs.push_back(out + at);
-      at += (h.payload_bytes + 15) / 16 * 16;
+    GpuWaveOpsOptions oo;
+    oo.mask.smem_slots = smem;
+    gpu = *MakeGpuWaveOps(&lane, oo);
+    double best = 1e9, best_count = 1e9;
+    for (int iter = 0; iter < 4; ++iter) {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::vector<int64_t> c = *gpu->Count(0, items, Deadline());
+      best_count = std::min(best_count, since(t0));
+      std::vector<DeltaHeader> hs = Headers(items, c);
+      std::vector<char*> outs;
+      int64_t at = 0;
+      for (const DeltaHeader& h : hs) {
+        outs.push_back(out + at);
+        at += (h.payload_bytes + 15) / 16 * 16;
+      }
+      ASSERT_TRUE(gpu->Encode(0, items, hs, outs, head, Deadline()).ok());
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      best = std::min(best, since(t0));
     }
-    ASSERT_TRUE(gpu->Encode(0, items, hs, outs, head, Deadline()).ok());
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    best = std::min(best, since(t0));
-  }
-  std::printf("FIGURE wave encode (default mask pass%s): 1 GiB in 32 messages, BF16, 2%% changed: "
-              "%.3f ms (count %.3f ms), %.0f GB/s read (current + snapshot), %.2f of the read "
-              "floor\n",
-              smem ? "" : ", lanes' own stores", best * 1e3, best_count * 1e3,
-              2.0 * total / best / 1e9, 2.0 * total / best / 1e9 / floor_gbps);
-  std::fflush(stdout);
+    std::printf("FIGURE wave encode (default mask pass%s): 1 GiB in 32 messages, BF16, 2%% changed: "
+                "%.3f ms (count %.3f ms), %.0f GB/s read (current + snapshot), %.2f of the read "
+                "floor\n",
+                smem ? "" : ", lanes' own stores", best * 1e3, best_count * 1e3,
+                2.0 * total / best / 1e9, 2.0 * total / best / 1e9 / floor_gbps);
+    std::fflush(stdout);
   }
   // The digest of the same 1 GiB (one run).
   double dbest = 1e9;
