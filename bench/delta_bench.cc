@@ -154,9 +154,8 @@ class OneLane : public CudaLanes {
 struct Row {
   std::string engine, change;
   double changed = 0, wire = 0, delta_s = 0, dense_s = 0, raw_s = 0;
-  double encode_gbps = 0, count_gbps = 0, copy_gbps = 0, read_gbps = 0, digest_s = 0,
-         digest_gb = 0,
-         commit_s = 0, verified_s = 0;
+  double encode_gbps = 0, count_gbps = 0, copy_gbps = 0, read_gbps = 0;
+  double digest_s = 0, digest_gb = 0, commit_s = 0, verified_s = 0;
   bool ok = false;
 };
 

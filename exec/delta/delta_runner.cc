@@ -390,7 +390,7 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(ops_->Finish(deadline));
   FreeRetired();
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
-  NoteTimes(ops_->TakeTimes(), start);
+  NoteTimes(ops_->TakeTimes());
   if (side_ == Side::kTrainer) sent_ = true;
   if (options_.verify && !options_.overlap_digests) {
     for (WaveWork& w : work_) REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));
@@ -416,9 +416,9 @@ double DeltaRoundStats::count_span_gpu_seconds() const {
   return last - first;
 }
 
-void DeltaRunner::NoteTimes(const WaveOpsTimes& times, absl::Time start) {
+void DeltaRunner::NoteTimes(const WaveOpsTimes& times) {
   delta_stats_.encode_gpu_seconds = times.encode_seconds;
-  const double origin = absl::ToDoubleSeconds(times.origin - start);
+  const double origin = absl::ToDoubleSeconds(times.origin - round_start_);
   for (const auto& [b, e] : times.count_windows) {
     delta_stats_.count_windows.push_back({origin + b, origin + e});
   }

@@ -285,8 +285,8 @@ class DeltaRunner : public RoundRunner {
   absl::Status DigestWave(WaveWork& w, absl::Time deadline);
   absl::Status DigestRound(absl::Time deadline);
   // The round's kernel times (the ops' TakeTimes) into delta_stats_, its
-  // counts' windows from the round's `start`.
-  void NoteTimes(const WaveOpsTimes& times, absl::Time start);
+  // counts' windows from the round's start.
+  void NoteTimes(const WaveOpsTimes& times);
   // Grows a wave's encoding buffer to `bytes`, to at least `floor` (so
   // later rounds rarely grow it: freeing device memory waits for the
   // whole device).

@@ -501,16 +501,11 @@ struct TilesOf {
   static constexpr MaskKernel kFn = WaveMaskTilesKernel<U, V, D>;
 };
 
-// The sweep kernels keeping their tiles' words in shared memory.
-MaskKernel PickSmemSlots(const WaveMaskConfig& c, bool digest) {
-  if (c.unroll == 8) {
-    return digest ? WaveMaskSweepKernel<8, true, true, true> : WaveMaskSweepKernel<8, true, false, true>;
-  }
-  if (c.unroll == 2) {
-    return digest ? WaveMaskSweepKernel<2, true, true, true> : WaveMaskSweepKernel<2, true, false, true>;
-  }
-  return digest ? WaveMaskSweepKernel<4, true, true, true> : WaveMaskSweepKernel<4, true, false, true>;
-}
+// The sweep keeping its tiles' words in shared memory (when it keeps them).
+template <int U, bool V, bool D>
+struct SmemSweepOf {
+  static constexpr MaskKernel kFn = WaveMaskSweepKernel<U, V, D, V>;
+};
 
 bool SmemSlots(const WaveMaskConfig& c) {
   return c.smem_slots && c.values && c.kind == WaveMaskKind::kSweep;
@@ -519,7 +514,7 @@ constexpr int kSmemSlotsBytes =
     (kDeltaThreads / 32) * static_cast<int>(kWaveValueBytesPerTile + kWaveIndexSlots * 4);
 
 MaskKernel PickMaskKernel(const WaveMaskConfig& c, bool digest = false) {
-  if (SmemSlots(c)) return PickSmemSlots(c, digest);
+  if (SmemSlots(c)) return PickWarp<SmemSweepOf>(c, digest);
   switch (c.kind) {
     case WaveMaskKind::kTiles:
       return PickWarp<TilesOf>(c, digest);
