@@ -406,7 +406,14 @@ def join_engine(engines: Any, member: refit.Member, **init: Any) -> None:
                          token=init.get("token"), job=init.get("job", "refit"))
             raise
     calls = [_Call(lambda i=i, e=e: join_one(i, e)) for i, e in enumerate(es)]
-    member.prepare(timeout=timeout)
+    try:
+        member.prepare(timeout=timeout)
+    except BaseException:
+        # The workers fail at once too (refitd tells every plan waiter):
+        # let their requests and sessions finish before the caller goes on.
+        for c in calls:
+            _quietly(lambda c=c: c.result(min(timeout, 10.0)))
+        raise
     for c in calls:
         c.result(timeout)
 
