@@ -29,8 +29,39 @@ import asyncio
 import importlib
 import threading
 import types
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
 
 _local = threading.local()
+
+
+@dataclass
+class UpdateWeightsFromTensorFields:
+    """The fields of io_struct's UpdateWeightsFromTensorReqInput both
+    generations have; each adds how an update keeps off the draft model."""
+    serialized_named_tensors: List[Any] = field(default_factory=list)
+    load_format: Optional[str] = None
+    flush_cache: bool = True
+    abort_all_requests: bool = False
+    weight_version: Optional[str] = None
+    torch_empty_cache: bool = False
+
+
+@dataclass
+class UpdateWeightsFromTensorReqOutput:
+    """io_struct's answer to a weight call, the same in both generations."""
+    success: bool
+    message: str
+
+
+@dataclass
+class PauseGenerationReqInput:
+    mode: str = "abort"
+
+
+@dataclass
+class ContinueGenerationReqInput:
+    pass
 
 
 def set_ranks(tp_rank: int, tp_size: int, pp_size: int = 1) -> None:

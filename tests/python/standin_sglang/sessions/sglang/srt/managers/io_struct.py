@@ -1,25 +1,18 @@
 """The request objects of SGLang's session line (io_struct): begin / end of
 a weight-update session, a selector instead of disable_draft_model, and the
-base-weight checksums end verifies."""
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+base-weight checksums end verifies. The answers and the pause requests are
+the same in both generations (standin_sglang_runtime)."""
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from standin_sglang_runtime import (  # noqa: F401
+    ContinueGenerationReqInput, PauseGenerationReqInput, UpdateWeightsFromTensorFields,
+    UpdateWeightsFromTensorReqOutput)
 
 
 @dataclass
-class UpdateWeightsFromTensorReqInput:
-    serialized_named_tensors: List[Any] = field(default_factory=list)
-    load_format: Optional[str] = None
-    flush_cache: bool = True
-    abort_all_requests: bool = False
-    weight_version: Optional[str] = None
+class UpdateWeightsFromTensorReqInput(UpdateWeightsFromTensorFields):
     selector: str = "all"
-    torch_empty_cache: bool = False
-
-
-@dataclass
-class UpdateWeightsFromTensorReqOutput:
-    success: bool
-    message: str
 
 
 @dataclass
@@ -33,19 +26,3 @@ class EndWeightUpdateReqInput:
     abort: bool = False
     expected_base_weight_checksums: Optional[Dict[str, Dict[str, str]]] = None
     expected_lora_checksums: Optional[Dict[str, Dict[str, str]]] = None
-
-
-@dataclass
-class WeightUpdateReqOutput:
-    success: bool
-    message: str
-
-
-@dataclass
-class PauseGenerationReqInput:
-    mode: str = "abort"
-
-
-@dataclass
-class ContinueGenerationReqInput:
-    pass

@@ -23,7 +23,7 @@ def _roles(selector):
 
 
 def _out(success, message):
-    return io_struct.WeightUpdateReqOutput(success=success, message=message)
+    return io_struct.UpdateWeightsFromTensorReqOutput(success=success, message=message)
 
 
 class Scheduler(SchedulerBase):
