@@ -392,6 +392,17 @@ class SglangTest(unittest.TestCase):
             self.assertIs(req["disable_draft_model"], True)
             self.assertNotIn("selector", req)
         self.assertEqual(rs.SGLANG_INTERFACE, GEN)
+        # Through sglang.Engine, a field this generation lacks is refused,
+        # not dropped (the update would reach the draft runners).
+        c = rs.client(self.engines("tiny-qwen3", "sglang:tp=1", 1, 1)[0])
+        other = {"disable_draft_model": True} if SESSIONS else {"selector": "target"}
+        with self.assertRaisesRegex(refit.FailedPreconditionError,
+                                    f"UpdateWeightsFromTensorReqInput has no {list(other)[0]}"):
+            c.update_weights_from_tensor([], rs.LOADER, False, **other)
+        if not SESSIONS:
+            with self.assertRaisesRegex(refit.FailedPreconditionError,
+                                        "this SGLang has no BeginWeightUpdateReqInput"):
+                c.begin_weight_update()
 
     def test_engine_rank_follows_the_convention(self):
         parallel_state.set_ranks(1, 2)

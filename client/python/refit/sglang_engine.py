@@ -115,14 +115,23 @@ class EngineClient:
         self.engine = engine
 
     def _run(self, method: str, req: Any) -> Any:
-        tm = self.engine.tokenizer_manager
-        coro = getattr(tm, method)(req, None)
+        """The tokenizer manager's ``method(req[, request])`` run to its
+        answer on the engine's loop (its methods take the HTTP request as a
+        second argument where they take one; None in process)."""
+        fn = getattr(self.engine.tokenizer_manager, method)
+        try:
+            takes_request = len(inspect.signature(fn).parameters) >= 2
+        except (TypeError, ValueError):
+            takes_request = True
+        coro = fn(req, None) if takes_request else fn(req)
         loop = getattr(self.engine, "loop", None) or asyncio.get_event_loop()
         return loop.run_until_complete(coro)
 
     def _request(self, cls_name: str, **fields: Any) -> Any:
         from sglang.srt.managers import io_struct
-        cls = getattr(io_struct, cls_name)
+        cls = getattr(io_struct, cls_name, None)
+        if cls is None:
+            raise refit.FailedPreconditionError(f"this SGLang has no {cls_name}")
         have = _fields(cls)
         missing = sorted(k for k, v in fields.items() if k not in have and v is not None)
         if missing:
