@@ -400,10 +400,11 @@ def join_engine(engines: Any, member: refit.Member, **init: Any) -> None:
             _in_session(e, init["engine_id"], interface, lambda: _se.check(
                 init["engine_id"], "the init request", e.update_weights_from_tensor(**req)))
         except Exception as err:
-            refit.refuse(str(err), server=init["server"], side="engine", rank=i * tp,
-                         model=init["model"], convention=init["convention"],
-                         engine_id=init["engine_id"], device=member.device,
-                         token=init.get("token"), job=init.get("job", "refit"))
+            _quietly(lambda: refit.refuse(
+                str(err), server=init["server"], side="engine", rank=i * tp,
+                model=init["model"], convention=init["convention"],
+                engine_id=init["engine_id"], device=member.device, token=init.get("token"),
+                job=init.get("job", "refit")))  # refitd gone, or the rank joined already
             raise
     calls = [_Call(lambda i=i, e=e: join_one(i, e)) for i, e in enumerate(es)]
     try:
