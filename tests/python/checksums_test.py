@@ -2,7 +2,10 @@
 into two vLLM workers (refit.vllm's worker extension), whose checksums in
 vLLM's weight-checker form equal an independent SHA-256 of the workers'
 tensors and the expected values the trainer side computes from the same
-checkpoint with `refit simulate` (Python API and `python -m refit.checksums`).
+checkpoint with `refit simulate` (Python API and `python -m refit.checksums`);
+and into an SGLang server of the session line (standin_sglang/sessions),
+whose own end_weight_update accepts refit simulate's expected values in
+SGLang's form and refuses them for another checkpoint.
 
   checksums_test.py REFITD LIBREFIT_CLIENT_TESTING_SO REFIT_CLI
 """
@@ -23,16 +26,19 @@ del sys.argv[1:4]
 os.environ["REFIT_CLIENT_LIB"] = LIB
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "standin_sglang", "sessions"))
 
 import refit  # noqa: E402
 import refit.checksums as rc  # noqa: E402
 import refit.testing as rtest  # noqa: E402
 rtest.load_library()
 import refit.torch  # noqa: E402
+import refit.sglang as rs  # noqa: E402
 import refit.vllm as rv  # noqa: E402
 import standin_torch as st  # noqa: E402
 from concurrently import run_all  # noqa: E402
 from refitd_process import Refitd  # noqa: E402
+from sglang.srt.managers.scheduler import Engine as SglangEngine  # noqa: E402
 
 TIMEOUT = 60.0
 MODEL = "tiny-qwen3"
@@ -59,15 +65,20 @@ class Worker(rv.RefitWorkerExtension):
     """A vLLM worker with the extension mixed in, over a zeroed model."""
 
     def __init__(self, rank):
-        specs = refit.expected_buffers(side="engine", rank=rank, model=MODEL,
-                                       convention=ENGINE)
-        self.model_runner = types.SimpleNamespace(model=st.Module(
-            [(s.name, st.Tensor(s.shape, st.bfloat16 if s.dtype == "bf16" else st.float32))
-             for s in specs]))
+        self.model_runner = types.SimpleNamespace(model=zeroed(ENGINE, rank))
         self.vllm_config = types.SimpleNamespace(parallel_config=types.SimpleNamespace(
             rank=rank, world_size=2, tensor_parallel_size=2, data_parallel_size=1,
             data_parallel_index=0))
         self.device = "cpu"
+
+
+def zeroed(convention, rank):
+    """A module of the engine rank's parameters, all bytes zero (as an
+    engine's padding rows stay where refit writes none)."""
+    specs = refit.expected_buffers(side="engine", rank=rank, model=MODEL,
+                                   convention=convention)
+    return st.Module([(s.name, st.Tensor(s.shape, st.bfloat16 if s.dtype == "bf16"
+                                         else st.float32)) for s in specs])
 
 
 class ChecksumsTest(unittest.TestCase):
@@ -92,12 +103,7 @@ class ChecksumsTest(unittest.TestCase):
         run_all([lambda w=w: w.refit_init(init) for w in workers]
                 + [lambda: member.prepare(timeout=TIMEOUT)])
         rtest.fill_pattern(member, 1)
-        ckpt = os.path.join(self.tmp, "model.safetensors")
-        write_safetensors(ckpt, specs, local)
-        sim = os.path.join(self.tmp, "sim")
-        subprocess.run([CLI, "simulate", f"--model={MODEL}", f"--checkpoint={ckpt}",
-                        f"--trainer={TRAINER}", f"--engine={ENGINE}", f"--out={sim}"],
-                       check=True, capture_output=True, text=True)
+        per_rank = self.simulate(member, specs, local, ENGINE, "sim")
 
         run_all([lambda: workers[0].refit_update([{"version": 1, "timeout": TIMEOUT}] * 2),
                  lambda: workers[1].refit_update({"version": 1, "timeout": TIMEOUT}),
@@ -112,12 +118,13 @@ class ChecksumsTest(unittest.TestCase):
                 independent[f"dp0:pp0:pcp0:tp{k}:ep0:{n}"] = hashlib.sha256(p.raw()).hexdigest()
         self.assertEqual(engine, independent)
 
-        expected = rc.vllm_form(rc.from_simulation(sim), ENGINE)
+        expected = rc.vllm_form(per_rank, ENGINE)
         self.assertEqual(set(expected), set(engine))
         self.assertEqual(rc.mismatches(expected, engine), [])
         out = io.StringIO()
         with redirect_stdout(out):
-            self.assertEqual(rc.main([sim, f"--convention={ENGINE}", "--form=vllm"]), 0)
+            self.assertEqual(rc.main([os.path.join(self.tmp, "sim"), f"--convention={ENGINE}",
+                                      "--form=vllm"]), 0)
         self.assertEqual(json.loads(out.getvalue()), expected)
 
         # One byte off in the engine: exactly that tensor is named.
@@ -130,6 +137,49 @@ class ChecksumsTest(unittest.TestCase):
         self.assertEqual(rc.mismatches(expected, after), [f"dp0:pp0:pcp0:tp1:ep0:{name}"])
         for w in workers:
             w.refit_shutdown()
+
+    def simulate(self, member, specs, local, engine, name):
+        """refit simulate of the trainer's buffers as a checkpoint."""
+        ckpt = os.path.join(self.tmp, f"{name}.safetensors")
+        write_safetensors(ckpt, specs, local)
+        sim = os.path.join(self.tmp, name)
+        subprocess.run([CLI, "simulate", f"--model={MODEL}", f"--checkpoint={ckpt}",
+                        f"--trainer={TRAINER}", f"--engine={engine}", f"--out={sim}"],
+                       check=True, capture_output=True, text=True)
+        return rc.from_simulation(sim)
+
+    def test_sglang_end_weight_update_checks_refit_simulates_values(self):
+        conv = "sglang:tp=2"
+        rs.layout_hooks = (lambda m: None, lambda m: None)
+        rs.empty_tensor = lambda: None
+        self.addCleanup(setattr, rs, "layout_hooks", None)
+        self.addCleanup(setattr, rs, "empty_tensor", None)
+        self.addCleanup(rs._receivers.clear)
+        specs = refit.expected_buffers(side="trainer", rank=0, model=MODEL,
+                                       convention=TRAINER)
+        _, local = st.module_from_specs(specs)
+        member = refit.Member(server=self.refitd.address, side="trainer", rank=0,
+                              model=MODEL, convention=TRAINER, buffers=local,
+                              timeout=TIMEOUT)
+        self.addCleanup(member.close)
+        engine = SglangEngine([zeroed(conv, 0), zeroed(conv, 1)],
+                              custom_weight_loader=[rs.LOADER])
+        rs.join_engine(engine, member, server=self.refitd.address, engine_id="s0",
+                       model=MODEL, convention=conv, timeout=TIMEOUT)
+        rtest.fill_pattern(member, 1)
+        expected = rc.sglang_form(self.simulate(member, specs, local, conv, "v1"), conv)
+        got = rs.sync_weights(engine, member, engine_id="s0", version=1, rank=0, world=1,
+                              timeout=TIMEOUT, checksums=True, expected_checksums=expected)
+        self.assertEqual(rc.sglang_form(got, conv), expected)
+        self.assertEqual(engine.scheduler.weight_version, "1")
+        # Values of another checkpoint: SGLang itself refuses the update.
+        rtest.fill_pattern(member, 2)
+        with self.assertRaisesRegex(refit.FailedPreconditionError,
+                                    "SGLang refused end_weight_update: checksum mismatch"):
+            rs.sync_weights(engine, member, engine_id="s0", version=2, rank=0, world=1,
+                            timeout=TIMEOUT, expected_checksums=expected)
+        self.assertEqual(engine.scheduler.weight_version, "1")
+        rs.leave_engine(engine, engine_id="s0")
 
     def test_sglang_form_is_one_manifest_per_replica(self):
         per_rank = {0: {"a": "0"}, 1: {"a": "1"}, 2: {"a": "2"}, 3: {"a": "3"}}
