@@ -89,7 +89,8 @@ class ChecksumsTest(unittest.TestCase):
         self.addCleanup(setattr, rv, "layout_hooks", None)
         self.tmp = tempfile.mkdtemp()
 
-    def test_engine_checksums_match_hashlib_and_refit_simulate(self):
+    def trainer(self):
+        """The one trainer rank: its specs, its buffers, its member."""
         specs = refit.expected_buffers(side="trainer", rank=0, model=MODEL,
                                        convention=TRAINER)
         _, local = st.module_from_specs(specs)
@@ -97,13 +98,17 @@ class ChecksumsTest(unittest.TestCase):
                               model=MODEL, convention=TRAINER, buffers=local,
                               timeout=TIMEOUT)
         self.addCleanup(member.close)
+        return specs, local, member
+
+    def test_engine_checksums_match_hashlib_and_refit_simulate(self):
+        specs, local, member = self.trainer()
         workers = [Worker(0), Worker(1)]
         init = {"server": self.refitd.address, "engine_id": "e0", "model": MODEL,
                 "convention": ENGINE, "timeout": TIMEOUT}
         run_all([lambda w=w: w.refit_init(init) for w in workers]
                 + [lambda: member.prepare(timeout=TIMEOUT)])
         rtest.fill_pattern(member, 1)
-        per_rank = self.simulate(member, specs, local, ENGINE, "sim")
+        per_rank = self.simulate(specs, local, ENGINE, "sim")
 
         run_all([lambda: workers[0].refit_update([{"version": 1, "timeout": TIMEOUT}] * 2),
                  lambda: workers[1].refit_update({"version": 1, "timeout": TIMEOUT}),
@@ -138,7 +143,7 @@ class ChecksumsTest(unittest.TestCase):
         for w in workers:
             w.refit_shutdown()
 
-    def simulate(self, member, specs, local, engine, name):
+    def simulate(self, specs, local, engine, name):
         """refit simulate of the trainer's buffers as a checkpoint."""
         ckpt = os.path.join(self.tmp, f"{name}.safetensors")
         write_safetensors(ckpt, specs, local)
@@ -155,19 +160,13 @@ class ChecksumsTest(unittest.TestCase):
         self.addCleanup(setattr, rs, "layout_hooks", None)
         self.addCleanup(setattr, rs, "empty_tensor", None)
         self.addCleanup(rs._receivers.clear)
-        specs = refit.expected_buffers(side="trainer", rank=0, model=MODEL,
-                                       convention=TRAINER)
-        _, local = st.module_from_specs(specs)
-        member = refit.Member(server=self.refitd.address, side="trainer", rank=0,
-                              model=MODEL, convention=TRAINER, buffers=local,
-                              timeout=TIMEOUT)
-        self.addCleanup(member.close)
+        specs, local, member = self.trainer()
         engine = SglangEngine([zeroed(conv, 0), zeroed(conv, 1)],
                               custom_weight_loader=[rs.LOADER])
         rs.join_engine(engine, member, server=self.refitd.address, engine_id="s0",
                        model=MODEL, convention=conv, timeout=TIMEOUT)
         rtest.fill_pattern(member, 1)
-        expected = rc.sglang_form(self.simulate(member, specs, local, conv, "v1"), conv)
+        expected = rc.sglang_form(self.simulate(specs, local, conv, "v1"), conv)
         got = rs.sync_weights(engine, member, engine_id="s0", version=1, rank=0, world=1,
                               timeout=TIMEOUT, checksums=True, expected_checksums=expected)
         self.assertEqual(rc.sglang_form(got, conv), expected)
