@@ -1,12 +1,14 @@
 """rl_loop_gpu.py's SGLang rows (--backends=sglang): the engine is
 sglang_standin.py's SGLang (Engine -> Scheduler -> ModelRunner with
---custom-weight-loader refit.sglang.load) over stand-in layers of the row's
-SGLang setup, holding refit's engine buffers for the sglang:tp=1 convention
-as its parameters; the trainer joins and updates it through refit.sglang's
-trainer side (join_engine, then sync_weights per step), and refit.sglang
-detects the kernel layout from the layers (refit.engine_layouts'
-sglang_kernel_layout), runs the post-load steps and flushes the prefix
-cache after every round.
+--custom-weight-loader refit.sglang.load, answering as SGLang's session line
+does: updates only inside begin_weight_update ... end_weight_update) over
+stand-in layers of the row's SGLang setup, holding refit's engine buffers
+for the sglang:tp=1 convention as its parameters; the trainer joins and
+updates it through refit.sglang's trainer side (join_engine, then
+sync_weights(pause=True) per step: pause, session, update, end, continue),
+and refit.sglang detects the kernel layout from the layers
+(refit.engine_layouts' sglang_kernel_layout), runs the post-load steps and
+flushes the prefix cache, paused, after every round.
 
 Setups whose layers SGLang holds in a layout refit does not write (FP8
 experts in FlashInfer CUTLASS, DeepGEMM's int32-packed UE8M0 scales) test
@@ -16,9 +18,10 @@ fails within REFUSAL_WAIT s with the worker's refusal), and the row reads
 REFUSED.
 
 In process mode the trainer reaches the engine process as it reaches an
-SGLang server over HTTP: each update_weights_from_tensor request goes as a
-file into the work folder and is answered by a file (FileClient /
-serve_files).
+SGLang server over HTTP: each call (update_weights_from_tensor,
+begin_weight_update, end_weight_update, pause_generation,
+continue_generation) goes as a file into the work folder and is answered by
+a file (FileClient / serve_files).
 """
 import json
 import os
@@ -49,9 +52,11 @@ class ServedEngine:
         self.version = 0
         rs.parallel_ranks = ss.parallel_ranks
 
-    def update_weights_from_tensor(self, named_tensors, load_format=None, flush_cache=True):
+    def update_weights_from_tensor(self, named_tensors, load_format=None, flush_cache=True,
+                                   **fields):
         before = len(self.rs.last_errors)
-        out = self.engine.update_weights_from_tensor(named_tensors, load_format, flush_cache)
+        out = self.engine.update_weights_from_tensor(named_tensors, load_format, flush_cache,
+                                                     **fields)
         errors = self.rs.last_errors[before:]
         r = self.rs.receiver(self.model)
         if errors:
@@ -64,10 +69,22 @@ class ServedEngine:
                                                      path, r.last_stats.get("seconds", 0.0)))
         return out
 
+    def begin_weight_update(self, selector="all"):
+        return self.engine.begin_weight_update(selector)
+
+    def end_weight_update(self, **fields):
+        return self.engine.end_weight_update(**fields)
+
+    def pause_generation(self):
+        return self.engine.pause_generation()
+
+    def continue_generation(self):
+        return self.engine.continue_generation()
+
 
 class FileClient:
-    """The trainer's handle on the engine process: update_weights_from_tensor
-    as request / answer files (refit's requests carry empty tensors, so the
+    """The trainer's handle on the engine process: the engine's calls as
+    request / answer files (refit's requests carry empty tensors, so the
     names are the request). ``alive()``: whether the engine process runs."""
 
     def __init__(self, workdir, alive, timeout):
@@ -75,14 +92,12 @@ class FileClient:
         self.n = 0
         self.lock = threading.Lock()
 
-    def update_weights_from_tensor(self, named_tensors, load_format=None, flush_cache=True):
+    def _call(self, call, **kwargs):
         with self.lock:
             n, self.n = self.n, self.n + 1
-        req = {"names": [name for name, _ in named_tensors], "load_format": load_format,
-               "flush_cache": flush_cache}
         tmp = os.path.join(self.dir, f".req{n}.json")
         with open(tmp, "w") as f:
-            json.dump(req, f)
+            json.dump({"call": call, "kwargs": kwargs}, f)
         os.replace(tmp, os.path.join(self.dir, f"req{n}.json"))
         answer = os.path.join(self.dir, f"resp{n}.json")
         t_end = time.monotonic() + self.timeout
@@ -92,19 +107,39 @@ class FileClient:
                     got = json.load(f)
                 if "raised" in got:
                     raise RuntimeError(got["raised"])
-                return tuple(got["result"])
+                res = got["result"]
+                return tuple(res) if isinstance(res, list) else res
             if not self.alive():
                 raise RuntimeError("the engine process exited before answering")
             time.sleep(0.01)
-        raise RuntimeError(f"the engine answered no update_weights_from_tensor request "
-                           f"within {self.timeout:g} s")
+        raise RuntimeError(f"the engine answered no {call} request within {self.timeout:g} s")
+
+    def update_weights_from_tensor(self, named_tensors, load_format=None, flush_cache=True,
+                                   **fields):
+        return self._call("update_weights_from_tensor",
+                          names=[name for name, _ in named_tensors], load_format=load_format,
+                          flush_cache=flush_cache, **fields)
+
+    def begin_weight_update(self, selector="all"):
+        return self._call("begin_weight_update", selector=selector)
+
+    def end_weight_update(self, **fields):
+        return self._call("end_weight_update", **fields)
+
+    def pause_generation(self):
+        return self._call("pause_generation")
+
+    def continue_generation(self):
+        return self._call("continue_generation")
 
 
 def serve_files(workdir, served, timeout):
-    """The engine process: answers FileClient's requests in order until a
-    refit shutdown request was served, or none came within ``timeout``."""
+    """The engine process: answers FileClient's requests in order until the
+    session that carried a refit shutdown request ended, or none came
+    within ``timeout``."""
     import torch
     n = 0
+    leaving = False
     while True:
         path = os.path.join(workdir, f"req{n}.json")
         t_end = time.monotonic() + timeout
@@ -114,10 +149,15 @@ def serve_files(workdir, served, timeout):
             time.sleep(0.01)
         with open(path) as f:
             req = json.load(f)
-        named = [(name, torch.empty(0, dtype=torch.uint8)) for name in req["names"]]
+        call, kwargs = req["call"], dict(req["kwargs"])
+        if call == "update_weights_from_tensor":
+            names = kwargs.pop("names")
+            leaving |= any('"op": "shutdown"' in name for name in names)
+            kwargs["named_tensors"] = [(name, torch.empty(0, dtype=torch.uint8))
+                                       for name in names]
         try:
-            ans = {"result": list(served.update_weights_from_tensor(
-                named, req["load_format"], req["flush_cache"]))}
+            got = getattr(served, call)(**kwargs)
+            ans = {"result": list(got) if isinstance(got, tuple) else got}
         except Exception as e:  # the trainer's call raises it
             ans = {"raised": f"{type(e).__name__}: {e}"}
         tmp = os.path.join(workdir, f".resp{n}.json")
@@ -125,7 +165,7 @@ def serve_files(workdir, served, timeout):
             json.dump(ans, f)
         os.replace(tmp, os.path.join(workdir, f"resp{n}.json"))
         n += 1
-        if any('"op": "shutdown"' in name for name in req["names"]):
+        if leaving and call == "end_weight_update":
             return
 
 
@@ -153,17 +193,18 @@ def join(engine, member, server, cfg_path, convention, transport, expect_refused
 
 
 def sync(engine, member, version, timeout):
-    """One step's weight update (refit.sglang.sync_weights, trainer rank 0
-    of 1)."""
+    """One step's weight update (refit.sglang.sync_weights with the engine
+    paused, trainer rank 0 of 1)."""
     import refit.sglang as rs
     rs.sync_weights(engine, member, engine_id=ENGINE_ID, version=version, rank=0, world=1,
-                    timeout=timeout)
+                    timeout=timeout, pause=True)
 
 
 def leave(engine):
-    """Makes the engine's workers leave refit (refit.sglang.shutdown_request)."""
+    """Makes the engine's workers leave refit (refit.sglang.leave_engine,
+    inside a session)."""
     import refit.sglang as rs
-    engine.update_weights_from_tensor(**rs.shutdown_request())
+    rs.leave_engine(engine, engine_id=ENGINE_ID)
 
 
 def expected_refusal(setup, kind):

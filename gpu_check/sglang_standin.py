@@ -198,19 +198,52 @@ class ModelRunner:
 
 
 class Engine:
-    """sglang.Engine's update_weights_from_tensor over one scheduler of
+    """sglang.Engine's weight-update calls as SGLang's session line answers
+    them (the session line's scheduler_components/weight_updater.py, with
+    _WeightUpdateSession, read 2026-12-06) over one scheduler of
     ``len(models)`` TP workers (each on its own thread, as SGLang runs one
-    process per worker); ``cache_flushes`` counts the radix-cache flushes."""
+    process per worker): an update outside begin_weight_update ...
+    end_weight_update is answered (False, message); a version is recorded
+    when end commits; the prefix-cache flush after an update needs the
+    engine paused (or idle) and is an assertion otherwise, as in SGLang;
+    ``cache_flushes`` counts the flushes."""
 
     def __init__(self, models: List[Any], custom_weight_loader: List[str]) -> None:
         self.server_args = types.SimpleNamespace(custom_weight_loader=list(custom_weight_loader))
         self.runners = [ModelRunner(m, self.server_args, r, len(models))
                         for r, m in enumerate(models)]
         self.cache_flushes = 0
+        self.paused = False
+        self.session: Any = None
+        self.weight_version = "default"
+
+    def pause_generation(self) -> None:
+        self.paused = True
+
+    def continue_generation(self) -> None:
+        self.paused = False
+
+    def begin_weight_update(self, selector: str = "all") -> Tuple[bool, str]:
+        if self.session is not None:
+            return False, "a weight-update session is already open; call end_weight_update() first"
+        self.session = {"selector": selector, "version": None}
+        return True, "Success"
+
+    def end_weight_update(self, **fields: Any) -> Tuple[bool, str]:
+        if self.session is None:
+            return False, "no weight-update session is open; call begin_weight_update() first"
+        session, self.session = self.session, None
+        if session["version"] is not None:
+            self.weight_version = session["version"]
+        return True, "Success"
 
     def update_weights_from_tensor(self, named_tensors: List[Tuple[str, Any]],
-                                   load_format: Any = None,
-                                   flush_cache: bool = True) -> Tuple[bool, str]:
+                                   load_format: Any = None, flush_cache: bool = True,
+                                   selector: str = "all",
+                                   weight_version: Any = None) -> Tuple[bool, str]:
+        if self.session is None:
+            return False, ("update_weights_from_tensor must run between "
+                           "begin_weight_update() and end_weight_update()")
         results: List[Any] = [None] * len(self.runners)
         errors: List[BaseException] = []
 
@@ -230,5 +263,9 @@ class Engine:
                                f"{errors[0]}") from errors[0]
         success = all(r is not None and r[0] for r in results)
         if success and flush_cache:
+            if not self.paused:
+                raise AssertionError("Cache flush failed after updating weights")
             self.cache_flushes += 1
+        if success and weight_version is not None:
+            self.session["version"] = weight_version
         return success, "Success" if success else "Failed"

@@ -1,13 +1,17 @@
-"""refit.sglang against a stand-in of SGLang's update_weights_from_tensor
-path (standin_sglang: engine, scheduler with its cache flush, model runner
-with the custom weight loader hook) and a real refitd over the host path:
-every worker joins with engine rank dp*TP + tp (dense dp=2 x tp=2, MoE
-tp=2,ep=2), every engine byte of every rank is checked after every round
-(refit.testing's pattern), derived tensors are refreshed and the prefix
-cache flushed after each round, and the loader never raises into SGLang.
+"""refit.sglang against a stand-in of one SGLang generation (standin_sglang/
+main: no weight-update sessions; standin_sglang/sessions: begin / end
+sessions with selectors) and a real refitd over the host path: every worker
+joins with engine rank dp*TP + tp, every engine byte of every rank is checked
+after every round (refit.testing's pattern), the speculative draft runners
+never join, a refusal by SGLang fails every trainer rank within 5 s naming
+the engine and SGLang's message, the prefix cache is flushed only with the
+engine paused, layers a session would rewrite are refused at registration,
+and the checksums the workers report equal an independent SHA-256 of their
+tensors (and pass SGLang's own end-of-session check).
 
-  sglang_test.py REFITD LIBREFIT_CLIENT_TESTING_SO
+  sglang_test.py REFITD LIBREFIT_CLIENT_TESTING_SO GENERATION
 """
+import hashlib
 import os
 import sys
 import time
@@ -15,24 +19,30 @@ import types
 import unittest
 
 REFITD, LIB = (os.path.abspath(p) for p in sys.argv[1:3])
-del sys.argv[1:3]
+GEN = sys.argv[3]
+del sys.argv[1:4]
 os.environ["REFIT_CLIENT_LIB"] = LIB
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "standin_sglang"))
+sys.path.insert(0, os.path.join(HERE, "standin_sglang", GEN))
 
 import refit  # noqa: E402
+import refit.checksums as rc  # noqa: E402
 import refit.testing as rtest  # noqa: E402
 rtest.load_library()
 import refit.sglang as rs  # noqa: E402
+import refit.sglang_receiver as rr  # noqa: E402
 import concurrently  # noqa: E402
 import standin_torch as st  # noqa: E402
-from refitd_process import Refitd  # noqa: E402
 from sglang.srt.distributed import parallel_state  # noqa: E402
 from sglang.srt.managers.scheduler import Engine  # noqa: E402
+from refitd_process import Refitd  # noqa: E402
 
 TIMEOUT = 60.0
 TRAINER = "fsdp:dp=2"
+SESSIONS = GEN == "sessions"
+CACHE_ERROR = ("Online weight updates are not supported while the HPC-Ops bf16xfp32 GEMM "
+               "optimization is enabled")
 
 
 def run_all(fns):
@@ -40,11 +50,18 @@ def run_all(fns):
 
 
 def engine_model(model, convention, rank):
+    """An SGLang worker's model: a module tree holding the engine rank's
+    parameters (distinct bytes) and a rotary cache refit does not move."""
+    root = st.Layer()
     want = refit.expected_buffers(side="engine", rank=rank, model=model,
                                   convention=convention)
-    module, _ = st.module_from_specs(want)
-    module._params.append(("model.rotary_emb.cos_sin_cache", st.Tensor([4, 4], st.float32)))
-    return module
+    for i, s in enumerate(want):
+        path, _, leaf = s.name.rpartition(".")
+        t = st.Tensor(s.shape, st.bfloat16 if s.dtype == "bf16" else st.float32)
+        t.fill_bytes(i + 1)
+        setattr(root.child(path), leaf, t)
+    root.child("model.rotary_emb").cos_sin_cache = st.Tensor([4, 4], st.float32)
+    return root
 
 
 def trainer_members(server, model):
@@ -58,56 +75,87 @@ def trainer_members(server, model):
     return out
 
 
+def failures(fns):
+    """Runs fns at once; {index: RefitError} of those that raised one."""
+    failed = {}
+
+    def catch(i, fn):
+        try:
+            fn()
+        except refit.RefitError as e:
+            failed[i] = e
+    run_all([lambda i=i, f=f: catch(i, f) for i, f in enumerate(fns)])
+    return failed
+
+
 class SglangTest(unittest.TestCase):
     def setUp(self):
         self.refitd = Refitd(REFITD)
         self.addCleanup(self.refitd.stop)
         self.refreshed = []
-        self.detect_error = None
-
-        def detect(model):
-            if self.detect_error:
-                raise self.detect_error
-            return None
-        rs.layout_hooks = (detect, self.refreshed.append)
+        rs.layout_hooks = (lambda model: None, self.refreshed.append)
         rs.empty_tensor = lambda: None
         rs.last_errors.clear()
         self.addCleanup(setattr, rs, "layout_hooks", None)
         self.addCleanup(setattr, rs, "empty_tensor", None)
         self.addCleanup(rs._receivers.clear)
 
-    def rounds(self, model, convention, dp, tp):
-        """Rounds into ``dp`` SGLang servers (one per replica) of ``tp``
-        workers each."""
-        engines = [Engine([[engine_model(model, convention, d * tp + r) for r in range(tp)]],
-                          custom_weight_loader=[rs.LOADER]) for d in range(dp)]
+    def engines(self, model, convention, dp, tp, drafts=False):
+        return [Engine([engine_model(model, convention, d * tp + r) for r in range(tp)],
+                       custom_weight_loader=[rs.LOADER],
+                       drafts=[engine_model(model, convention, d * tp + r) for r in range(tp)]
+                       if drafts else None) for d in range(dp)]
+
+    def join(self, engines, model, convention):
         members = trainer_members(self.refitd.address, model)
+        self.addCleanup(lambda: [m.close() for m in members])
         run_all([lambda: rs.join_engine(
                     engines if len(engines) > 1 else engines[0], members[0],
                     server=self.refitd.address, engine_id="s0",
                     model=model, convention=convention, timeout=TIMEOUT),
                  lambda: members[1].prepare(timeout=TIMEOUT)])
         self.assertEqual(rs.last_errors, [])
-        runners = [r for e in engines for s in e.schedulers for r in s.runners]
-        self.assertEqual([rs.receiver(r.model).rank for r in runners],
-                         list(range(len(runners))))
+        return members
+
+    def sync(self, engines, members, v, **kw):
+        out = {}
+
+        def one(r):
+            got = rs.sync_weights(engines if r == 0 else None, members[r], engine_id="s0",
+                                  version=v, rank=r, world=2, timeout=TIMEOUT, **kw)
+            if r == 0:
+                out["checksums"] = got
+        run_all([lambda r=r: one(r) for r in (0, 1)])
+        return out["checksums"]
+
+    def rounds(self, model, convention, dp, tp):
+        """Rounds into ``dp`` SGLang servers (one per replica) of ``tp``
+        workers each, every worker with a speculative draft model."""
+        engines = self.engines(model, convention, dp, tp, drafts=True)
+        members = self.join(engines, model, convention)
+        workers = [w for e in engines for w in e.scheduler.workers]
+        self.assertEqual([rs.receiver(w.model_runner.model).rank for w in workers],
+                         list(range(len(workers))))
         for v in (1, 2):
             for m in members:
                 rtest.fill_pattern(m, v)
-            run_all([lambda r=r: rs.sync_weights(
-                engines if r == 0 else None, members[r], engine_id="s0", version=v,
-                rank=r, world=2, timeout=TIMEOUT) for r in (0, 1)])
-            for r in runners:
-                rtest.check_pattern(rs.receiver(r.model).member, v)
-                self.assertEqual(rs.receiver(r.model).version, v)
-        self.assertEqual(len(self.refreshed), 2 * len(runners))
-        self.assertEqual([s.cache_flushes for e in engines for s in e.schedulers],
-                         [2] * len(engines))
-        for e in engines:
-            e.update_weights_from_tensor(**rs.shutdown_request())
+            self.sync(engines, members, v)
+            for w in workers:
+                r = rs.receiver(w.model_runner.model)
+                rtest.check_pattern(r.member, v)
+                self.assertEqual(r.version, v)
+            self.assertEqual([e.scheduler.weight_version for e in engines], [str(v)] * dp)
+        self.assertEqual(len(self.refreshed), 2 * len(workers))
+        for w in workers:  # the draft runners never joined, nor were asked
+            self.assertIsNone(rs.receiver(w.draft_runner.model))
+            self.assertEqual(w.draft_runner.loader_calls, 0)
+            self.assertEqual(w.draft_runner.begin_calls, 0)
+            # init, two rounds: each inside its own session (sessions only)
+            self.assertEqual(w.model_runner.begin_calls, 3 if SESSIONS else 0)
+            self.assertEqual(w.model_runner.end_calls, 3 if SESSIONS else 0)
+        self.assertEqual([e.scheduler.cache_flushes for e in engines], [0] * dp)
+        rs.leave_engine(engines, engine_id="s0")
         self.assertEqual(rs._receivers, {})
-        for m in members:
-            m.close()
 
     def test_dense_dp2_tp2_rounds_reach_engine_ranks_0_to_3(self):
         self.rounds("tiny-qwen3", "sglang:tp=2,dp=2", dp=2, tp=2)
@@ -115,96 +163,246 @@ class SglangTest(unittest.TestCase):
     def test_moe_tp2_ep2_rounds(self):
         self.rounds("tiny-qwen3-moe", "sglang:tp=2,ep=2", dp=1, tp=2)
 
-    def test_default_hooks_are_engine_layouts_detect_and_refresh(self):
-        # Without layout_hooks, every worker runs refit.engine_layouts'
-        # SGLang detector at registration and its derived-tensor refresh
-        # (DeepSeek's w_kc / w_vc) after each round, before the commit.
-        import refit.engine_layouts as el
-        calls = []
-        real = (el.sglang_kernel_layout, el.refresh_sglang_derived)
-        self.addCleanup(setattr, el, "sglang_kernel_layout", real[0])
-        self.addCleanup(setattr, el, "refresh_sglang_derived", real[1])
-        el.sglang_kernel_layout = lambda m: calls.append("detect") or real[0](m)
-        el.refresh_sglang_derived = lambda m: calls.append("refresh") or real[1](m)
-        rs.layout_hooks = None
-        engine = Engine([[engine_model("tiny-qwen3", "sglang:tp=1", 0)]],
-                        custom_weight_loader=[rs.LOADER])
+    def test_a_draft_runner_reached_by_a_request_still_never_joins(self):
+        # The request goes out the way SGLang's own Engine API sends it
+        # (main: no disable_draft_model; sessions: a session opened with
+        # selector="all"), so the draft runner's loader runs too: it sees a
+        # second model on its engine rank and stays out of refit.
+        engine = self.engines("tiny-qwen3", "sglang:tp=2", 1, 2, drafts=True)[0]
+        req = rs.init_request(server=self.refitd.address, engine_id="s0",
+                              model="tiny-qwen3", convention="sglang:tp=2", timeout=TIMEOUT)
+        for k in ("selector", "disable_draft_model"):
+            req.pop(k, None)
         members = trainer_members(self.refitd.address, "tiny-qwen3")
-        run_all([lambda: rs.join_engine(engine, members[0], server=self.refitd.address,
-                                        engine_id="s0", model="tiny-qwen3",
-                                        convention="sglang:tp=1", timeout=TIMEOUT),
-                 lambda: members[1].prepare(timeout=TIMEOUT)])
+        self.addCleanup(lambda: [m.close() for m in members])
+
+        def raw_init():
+            c = rs.client(engine)
+            if SESSIONS:
+                c.begin_weight_update(selector="all")
+            out = engine.update_weights_from_tensor(**req)
+            if SESSIONS:
+                c.end_weight_update()
+            self.assertTrue(out.success, out.message)
+        run_all([raw_init] + [lambda m=m: m.prepare(timeout=TIMEOUT) for m in members])
+        for w in engine.scheduler.workers:
+            self.assertEqual(w.draft_runner.loader_calls, 1)
+            self.assertIsNone(rs.receiver(w.draft_runner.model))
+            self.assertIsNotNone(rs.receiver(w.model_runner.model))
+        self.assertEqual(len(rs._receivers), 2)
+        self.assertEqual(rs.last_errors, [])
+        rs.leave_engine(engine, engine_id="s0")
+
+    def test_a_refused_update_fails_every_trainer_rank_within_5s(self):
+        # Replica 1 publishes a derived-weight cache: its model runners
+        # refuse every update before the loader runs. Replica 0 took the
+        # update; it is called off. Both trainer ranks fail in under 5 s
+        # (not at their 60 s timeout), naming the engine and SGLang's reason.
+        engines = self.engines("tiny-qwen3", "sglang:tp=2,dp=2", 2, 2)
+        members = self.join(engines, "tiny-qwen3", "sglang:tp=2,dp=2")
+        for w in engines[1].scheduler.workers:
+            w.model_runner.model._derived_weight_cache_error = CACHE_ERROR
         for m in members:
             rtest.fill_pattern(m, 1)
-        run_all([lambda r=r: rs.sync_weights(engine if r == 0 else None, members[r],
-                                             engine_id="s0", version=1, rank=r, world=2,
-                                             timeout=TIMEOUT) for r in (0, 1)])
-        self.assertEqual(rs.last_errors, [])
-        self.assertEqual(calls, ["detect", "refresh"])
-        worker = engine.schedulers[0].runners[0].model
-        self.assertIsNone(rs.receiver(worker).kernel)
-        self.assertEqual(rs.receiver(worker).version, 1)
-        engine.update_weights_from_tensor(**rs.shutdown_request())
-        self.assertIsNone(rs.receiver(worker))
-        for m in members:
-            m.close()
-
-    def test_a_worker_refusing_its_layout_fails_every_member_at_once(self):
-        # Worker 1 of a TP2 engine holds a layout refit does not write: it
-        # tells refitd, and the trainer's join_engine, the other trainer
-        # rank and worker 0 all fail within seconds naming it and the
-        # layer, not at their 60 s timeouts.
-        why = "layer model.layers.0.mlp.experts: FlashInfer TRTLLM blocks"
-        models = [engine_model("tiny-qwen3", "sglang:tp=2", r) for r in range(2)]
-
-        def detect(model):
-            if model is models[1]:
-                raise refit.RefitError(3, why)
-            return None
-        rs.layout_hooks = (detect, self.refreshed.append)
-        engine = Engine([models], custom_weight_loader=[rs.LOADER])
-        members = trainer_members(self.refitd.address, "tiny-qwen3")
-        failed = {}
-
-        def expect_failure(rank, fn):
-            try:
-                fn()
-            except refit.RefitError as e:
-                failed[rank] = e
         start = time.monotonic()
-        run_all([lambda: expect_failure(0, lambda: rs.join_engine(
-                    engine, members[0], server=self.refitd.address, engine_id="s0",
-                    model="tiny-qwen3", convention="sglang:tp=2", timeout=TIMEOUT)),
-                 lambda: expect_failure(1, lambda: members[1].prepare(timeout=TIMEOUT))])
-        self.assertLess(time.monotonic() - start, 20.0)
+        failed = failures([lambda r=r: rs.sync_weights(
+            engines if r == 0 else None, members[r], engine_id="s0", version=1, rank=r,
+            world=2, timeout=TIMEOUT) for r in (0, 1)])
+        self.assertLess(time.monotonic() - start, 5.0)
         self.assertEqual(sorted(failed), [0, 1])
         for e in failed.values():
             self.assertIsInstance(e, refit.FailedPreconditionError)
-            self.assertIn("engine s0 rank 1 refused to join", e.message)
-            self.assertIn(why, e.message)
+            self.assertIn("engine s0: SGLang refused update_weights_from_tensor: " +
+                          CACHE_ERROR, e.message)
+        self.assertIn("rank 1: round 1 was not started", failed[1].message)
         deadline = time.monotonic() + 10.0
         while len(rs.last_errors) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        self.assertTrue(any(why in m and "refused" not in m for m in rs.last_errors),
-                        rs.last_errors)  # worker 1's own log
-        self.assertTrue(any("rank 1 refused to join" in m for m in rs.last_errors),
-                        rs.last_errors)  # worker 0 learned it from refitd
+        self.assertEqual(len(rs.last_errors), 2, rs.last_errors)  # replica 0's two workers
+        for msg in rs.last_errors:
+            self.assertIn("the update to version 1 was called off", msg)
+        for e in engines:
+            self.assertFalse(e.scheduler.paused)
+            if SESSIONS:
+                self.assertIsNone(e.scheduler.session)
+        self.assertEqual(members[0].current_version("s0"), 0)
+
+    def test_a_refused_init_fails_every_member_at_once(self):
+        engine = self.engines("tiny-qwen3", "sglang:tp=2", 1, 2)[0]
+        for w in engine.scheduler.workers:
+            w.model_runner.model._derived_weight_cache_error = CACHE_ERROR
+        members = trainer_members(self.refitd.address, "tiny-qwen3")
+        self.addCleanup(lambda: [m.close() for m in members])
+        start = time.monotonic()
+        failed = failures([
+            lambda: rs.join_engine(engine, members[0], server=self.refitd.address,
+                                   engine_id="s0", model="tiny-qwen3",
+                                   convention="sglang:tp=2", timeout=TIMEOUT),
+            lambda: members[1].prepare(timeout=TIMEOUT)])
+        self.assertLess(time.monotonic() - start, 10.0)
+        self.assertEqual(sorted(failed), [0, 1])
+        for e in failed.values():
+            self.assertIsInstance(e, refit.FailedPreconditionError)
+            self.assertIn("engine s0 rank 0 refused to join", e.message)
+            self.assertIn(CACHE_ERROR, e.message)
+
+    def test_the_cache_flush_needs_the_engine_paused(self):
+        with self.assertRaisesRegex(refit.FailedPreconditionError,
+                                    "engine s0: flush_cache=True needs the engine paused"):
+            rs.update_request(1, engine_id="s0", flush_cache=True)
+        engine = self.engines("tiny-qwen3", "sglang:tp=1", 1, 1)[0]
+        engine.scheduler.running_requests = 1  # serving: not idle
+        members = self.join([engine], "tiny-qwen3", "sglang:tp=1")
         for m in members:
-            m.close()
+            rtest.fill_pattern(m, 1)
+        self.sync([engine], members, 1)  # no pause, no flush
+        self.assertEqual(engine.scheduler.cache_flushes, 0)
+        for m in members:
+            rtest.fill_pattern(m, 2)
+        self.sync([engine], members, 2, pause=True)
+        self.assertEqual(engine.scheduler.cache_flushes, 1)
+        self.assertFalse(engine.scheduler.paused)
+        rtest.check_pattern(rs.receiver(engine.scheduler.runners[0].model).member, 2)
+
+    def refused_in_sessions(self, setup, words):
+        """A layer set up by ``setup`` fails the join under sessions, naming
+        it, ``words`` and the setting that avoids it; joins on main."""
+        engine = self.engines("tiny-qwen3", "sglang:tp=1", 1, 1)[0]
+        setup(engine.scheduler.runners[0].model.child("model.layers.0.self_attn.qkv_proj"))
+        members = trainer_members(self.refitd.address, "tiny-qwen3")
+        self.addCleanup(lambda: [m.close() for m in members])
+        failed = failures([
+            lambda: rs.join_engine(engine, members[0], server=self.refitd.address,
+                                   engine_id="s0", model="tiny-qwen3",
+                                   convention="sglang:tp=1", timeout=TIMEOUT),
+            lambda: members[1].prepare(timeout=TIMEOUT)])
+        if not SESSIONS:  # no sessions: nothing rewrites what refit writes
+            self.assertEqual(failed, {})
+            rs.leave_engine(engine, engine_id="s0")
+            return
+        self.assertEqual(sorted(failed), [0, 1])
+        for e in failed.values():
+            self.assertIsInstance(e, refit.FailedPreconditionError)
+            self.assertIn("layer model.layers.0.self_attn.qkv_proj: " + words, e.message)
+            self.assertIn("--quantization", e.message)
+
+    def test_a_layer_end_would_rederive_is_refused_under_sessions(self):
+        class Fp8Method:
+            def restore_weights_before_loading(self, layer):
+                pass
+
+            def process_weights_after_loading(self, layer):
+                pass
+        self.refused_in_sessions(lambda layer: setattr(layer, "quant_method", Fp8Method()),
+                                 "Fp8Method re-derives weight at end_weight_update")
+
+    def test_a_layer_begin_would_resize_is_refused_under_sessions(self):
+        self.refused_in_sessions(
+            lambda layer: object.__setattr__(layer, "_original_shapes", {"weight": (1, 1)}),
+            "SGLang's begin_weight_update resizes weight back to its checkpoint shape")
+
+    def test_checksums_match_an_independent_sha256_of_the_engine_tensors(self):
+        engines = self.engines("tiny-qwen3", "sglang:tp=2", 1, 2)
+        members = self.join(engines, "tiny-qwen3", "sglang:tp=2")
+        for m in members:
+            rtest.fill_pattern(m, 1)
+        got = self.sync(engines, members, 1, checksums=True)
+        runners = engines[0].scheduler.runners
+        self.assertEqual(sorted(got), [0, 1])
+        for k, r in enumerate(runners):
+            moved = {n for n in rs.receiver(r.model).member.buffers}
+            independent = {n: hashlib.sha256(p.raw()).hexdigest()
+                           for n, p in r.model.named_parameters() if n in moved}
+            self.assertEqual(got[k], independent)
+            self.assertEqual(len(independent), len(moved))
+        form = rc.sglang_form(got, "sglang:tp=2")
+        self.assertEqual(form, [{"0": got[0], "1": got[1]}])
+        if not SESSIONS:
+            with self.assertRaisesRegex(refit.InvalidArgumentError, "session line"):
+                rs.sync_weights(engines, members[0], engine_id="s0", version=2, rank=0,
+                                world=2, expected_checksums=form)
+            return
+        # The same bytes again: SGLang's end_weight_update verifies refit's
+        # expected checksums and commits; one wrong digest and it refuses.
+        self.sync(engines, members, 2, expected_checksums=form)
+        self.assertEqual(engines[0].scheduler.weight_version, "2")
+        name = sorted(got[1])[0]
+        bad = [{"0": got[0], "1": dict(got[1], **{name: "0" * 64})}]
+        failed = failures([lambda r=r: rs.sync_weights(
+            engines if r == 0 else None, members[r], engine_id="s0", version=3, rank=r,
+            world=2, timeout=TIMEOUT, expected_checksums=bad) for r in (0, 1)])
+        self.assertEqual(sorted(failed), [0])
+        self.assertIn(f"SGLang refused end_weight_update: checksum mismatch for "
+                      f"{name!r} on tp rank 1", failed[0].message)
+        self.assertEqual(engines[0].scheduler.weight_version, "2")
+
+    def test_external_receiver_factory(self):
+        model = engine_model("tiny-qwen3", "sglang:tp=1", 0)
+        with self.assertRaisesRegex(refit.InvalidArgumentError, "init_payload lacks server"):
+            rr.make_receiver(types.SimpleNamespace(model=model, tp_rank=0, tp_size=1,
+                                                   init_payload={}))
+        members = trainer_members(self.refitd.address, "tiny-qwen3")
+        self.addCleanup(lambda: [m.close() for m in members])
+        context = types.SimpleNamespace(
+            model=model, device="cpu", tp_rank=0, tp_size=1, group_name="g",
+            master_address="", master_port=0, world_size=1, rank_offset=0,
+            init_payload={"server": self.refitd.address, "engine_id": "s0",
+                          "model": "tiny-qwen3", "convention": "sglang:tp=1",
+                          "timeout": TIMEOUT})
+        got = {}
+        run_all([lambda: got.setdefault("r", rr.make_receiver(context))] +
+                [lambda m=m: m.prepare(timeout=TIMEOUT) for m in members])
+        receiver = got["r"]
+        for m in members:
+            rtest.fill_pattern(m, 1)
+        run_all([lambda: receiver.receive({"version": 1, "timeout": TIMEOUT})] +
+                [lambda r=r: refit.torch.publish(members[r], version=1, rank=r, world=2,
+                                                 timeout=TIMEOUT) for r in (0, 1)])
+        rtest.check_pattern(receiver.receiver.member, 1)
+        receiver.destroy()
+        receiver.destroy()
+        with self.assertRaisesRegex(refit.FailedPreconditionError, "destroyed"):
+            receiver.receive(None)
 
     def test_loader_never_raises_into_sglang(self):
         model = engine_model("tiny-qwen3", "sglang:tp=1", 0)
         parallel_state.set_ranks(0, 1)
         rs.load(model, [("model.embed_tokens.weight", None)])
         self.assertIn("takes only refit's requests", rs.last_errors[-1])
-        rs.load(model, rs.update_request(1)["named_tensors"])
+        rs.load(model, rs.update_request(1, engine_id="s0")["named_tensors"])
         self.assertIn("refit is not initialized on this worker", rs.last_errors[-1])
-        self.detect_error = refit.RefitError(3, "layer model.layers.0.mlp: FlashInfer MoE")
+
+        def detect(m):
+            raise refit.RefitError(3, "layer model.layers.0.mlp: FlashInfer MoE")
+        rs.layout_hooks = (detect, self.refreshed.append)
         rs.load(model, rs.init_request(server=self.refitd.address, engine_id="s0",
                                        model="tiny-qwen3", convention="sglang:tp=1",
                                        timeout=5.0)["named_tensors"])
         self.assertIn("FlashInfer MoE", rs.last_errors[-1])
         self.assertEqual(rs._receivers, {})
+
+    def test_requests_carry_the_generations_target_selector_and_the_version(self):
+        req = rs.update_request(7, engine_id="s0")
+        self.assertEqual(req["weight_version"], "7")
+        self.assertFalse(req["flush_cache"])
+        if SESSIONS:
+            self.assertEqual(req["selector"], "target")
+            self.assertNotIn("disable_draft_model", req)
+        else:
+            self.assertIs(req["disable_draft_model"], True)
+            self.assertNotIn("selector", req)
+        self.assertEqual(rs.SGLANG_INTERFACE, GEN)
+        # Through sglang.Engine, a field this generation lacks is refused,
+        # not dropped (the update would reach the draft runners).
+        c = rs.client(self.engines("tiny-qwen3", "sglang:tp=1", 1, 1)[0])
+        other = {"disable_draft_model": True} if SESSIONS else {"selector": "target"}
+        with self.assertRaisesRegex(refit.FailedPreconditionError,
+                                    f"UpdateWeightsFromTensorReqInput has no {list(other)[0]}"):
+            c.update_weights_from_tensor([], rs.LOADER, False, **other)
+        if not SESSIONS:
+            with self.assertRaisesRegex(refit.FailedPreconditionError,
+                                        "this SGLang has no BeginWeightUpdateReqInput"):
+                c.begin_weight_update()
 
     def test_engine_rank_follows_the_convention(self):
         parallel_state.set_ranks(1, 2)

@@ -1,11 +1,15 @@
-"""refit.vllm against stand-ins of two generations of vLLM's weight-transfer
-interface (standin_vllm/current: vLLM main as read 2026-11-25;
-standin_vllm/pinned: commit 02f250b) and a real refitd over the host path:
-import, the vllm.general_plugins entry point, the trainer factory's
-dispatch, engine rank numbering under DP (dense and MoE, dp=2 x tp=2 gives
-engine ranks 0..3), every engine byte of every rank after every round
-(refit.testing's pattern), the version vLLM records, derived-tensor refresh
-after each round, draft-model refusal and the worker extension.
+"""refit.vllm against stand-ins of vLLM's weight-transfer interface
+(standin_vllm/current: vLLM main as read 2026-12-06, under
+vllm.distributed.weight_transfer; standin_vllm/pr54654: the same API under
+vllm.backends.distributed.weight_transfer, as built from the unmerged
+vllm-project/vllm#54654; standin_vllm/pinned: commit 02f250b) and a real
+refitd over the host path: import, the vllm.general_plugins entry point, the
+trainer factory's dispatch, engine rank numbering under DP (dense and MoE,
+dp=2 x tp=2 gives engine ranks 0..3), every engine byte of every rank after
+every round (refit.testing's pattern), the version vLLM records, derived-
+tensor refresh after each round, LoRA adapters unloaded after each update,
+draft-model and LoRA refusals, list payloads, checksums in vLLM's checker
+form, and the worker extension.
 
   vllm_generations_test.py REFITD LIBREFIT_CLIENT_TESTING_SO GENERATION
 """
@@ -30,7 +34,11 @@ import refit.vllm as rv  # noqa: E402
 import standin_torch as st  # noqa: E402
 from concurrently import run_all  # noqa: E402
 from refitd_process import Refitd  # noqa: E402
-from vllm.distributed.weight_transfer import factory  # noqa: E402
+import importlib  # noqa: E402
+ROOT = ("vllm.backends.distributed.weight_transfer" if GENERATION == "pr54654"
+        else "vllm.distributed.weight_transfer")
+factory = importlib.import_module(ROOT + ".factory")
+import refit.checksums as rc  # noqa: E402
 from vllm.v1.worker.gpu_worker import LLM, Worker  # noqa: E402
 
 TIMEOUT = 60.0
@@ -85,7 +93,7 @@ def trainer_source(model, rank):
 def trainer_init(info, client, source):
     """Through vLLM's trainer factory, as a user of this generation calls it."""
     f = factory.WeightTransferTrainerFactory
-    if GENERATION == "current":
+    if GENERATION != "pinned":
         return f.trainer_init(init_info=info, client=client, source=source)
     return f.trainer_init("refit", {}, info, client=client, source=source)
 
@@ -103,7 +111,8 @@ class GenerationTest(unittest.TestCase):
         self.addCleanup(setattr, rv, "layout_hooks", None)
 
     def test_detects_this_generation(self):
-        self.assertEqual(rv.VLLM_INTERFACE, GENERATION)
+        self.assertEqual(rv.VLLM_INTERFACE, "pinned" if GENERATION == "pinned" else "current")
+        self.assertEqual(rv.VLLM_IMPORT_ROOT, ROOT)
         self.assertTrue(rv.HAVE_VLLM)
         self.assertEqual(rv.RefitTrainerInitInfo.backend, "refit")
 
@@ -129,8 +138,10 @@ class GenerationTest(unittest.TestCase):
 
     def rounds(self, model, convention, *, moe):
         workers = [Worker(backend="refit", parallel_config=parallel_config(dp, tp, moe=moe),
-                          model=engine_model(model, convention, dp * 2 + tp))
+                          model=engine_model(model, convention, dp * 2 + tp), moe=moe)
                    for dp in (0, 1) for tp in (0, 1)]
+        for w in workers:
+            w.lora_adapters.add(1)
         llm = LLM(workers)
         info = [rv.RefitTrainerInitInfo(rank=r, server=self.refitd.address, world=2,
                                         model=model, convention=TRAINER, engine_id="e0",
@@ -152,7 +163,14 @@ class GenerationTest(unittest.TestCase):
             for w in workers:
                 rtest.check_pattern(w.weight_transfer_engine.member, v)
                 self.assertEqual(w.weight_transfer_engine.version, v)
-            if GENERATION == "current":
+                # vLLM unloads every LoRA adapter after a base-weight update.
+                self.assertEqual((w.lora_adapters, w.lora_resets), (set(), v))
+                # What refit wrote, in vLLM's checker form, is what vLLM's
+                # own checker (an independent SHA-256 of the tensors) says.
+                mine = w.weight_transfer_engine.checksums()
+                self.assertEqual(len(mine), len(w.weight_transfer_engine.member.buffers))
+                self.assertEqual(rc.mismatches(mine, w.compute_weight_checksums()), [])
+            if GENERATION != "pinned":
                 self.assertEqual(llm.weight_version, str(v))
         self.assertEqual(len(self.hooks.refreshed), 2 * len(workers))
         for e in engines:
@@ -181,6 +199,28 @@ class GenerationTest(unittest.TestCase):
         self.assertEqual(e.exception.code_name, "FAILED_PRECONDITION")
         self.assertIn("refuses draft-model weight updates", str(e.exception))
         self.assertIs(engine.model, worker.weight_transfer_engine._default_model)
+
+    def test_lora_weight_updates_are_refused_naming_lora(self):
+        worker = Worker(backend="refit", parallel_config=parallel_config(0, 0, moe=False),
+                        model=engine_model(*DENSE, 0))
+        worker.lora_adapters.add(7)
+        engine = worker.weight_transfer_engine
+        self.assertIs(engine.supports_lora_weight_update, False)
+        with self.assertRaisesRegex(RuntimeError, "RefitWeightTransferEngine does not "
+                                    "support LoRA weight updates"):
+            worker.start_lora_weight_update({"lora_int_id": 7})
+        with self.assertRaises(refit.FailedPreconditionError) as e:
+            engine.set_weight_update_target(("lora", 7), None, requires_model_reload=False)
+        self.assertIn("engine ?: refit refuses LoRA weight updates", e.exception.message)
+
+    def test_a_list_payload_gives_each_worker_its_entry(self):
+        pc = parallel_config(1, 1, moe=False)  # data_parallel_index 1, world 2, rank 1
+        infos = [{"version": i} for i in range(4)]
+        self.assertEqual(rv.local_update_info(infos, pc), {"version": 3})
+        self.assertEqual(rv.local_update_info({"version": 9}, pc), {"version": 9})
+        with self.assertRaisesRegex(refit.InvalidArgumentError,
+                                    "lists 2 workers' infos; this worker's is entry 3"):
+            rv.local_update_info(infos[:2], pc)
 
     def test_rank_checks_name_what_differs(self):
         pc = parallel_config(1, 1, moe=False)

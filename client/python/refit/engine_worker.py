@@ -16,6 +16,7 @@ conventions have no pipeline stages.
 
 import logging
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import refit
@@ -199,16 +200,41 @@ class EngineReceiver:
         if m.plan_changed():
             m.prepare(timeout=self.timeout)
 
-    def receive(self, version: Optional[int], timeout: float) -> int:
+    def _await_round(self, m: refit.Member, version: Optional[int], timeout: float,
+                     abort_key: Optional[str]) -> int:
+        """refitd's next round; with ``abort_key``, checks refitd's store for
+        it about once a second and raises ABORTED with its value when the
+        trainer called the update off (an engine that refused it)."""
+        if abort_key is None:
+            return m.wait_for_round(timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return m.wait_for_round(timeout=max(min(1.0, left), 0.001))
+            except refit.DeadlineExceededError:
+                if time.monotonic() >= deadline:
+                    raise
+            try:
+                why = m.kv_get(abort_key, timeout=0.01)
+            except refit.DeadlineExceededError:
+                continue
+            raise refit.AbortedError(f"engine {self.engine_id} rank {self.rank}: the update "
+                                     f"to version {version} was called off: {why}")
+
+    def receive(self, version: Optional[int], timeout: float,
+                abort_key: Optional[str] = None) -> int:
         """One refit round into the parameters: waits for refitd's next
         round (``version`` when given), moves it, then recomputes the
-        derived tensors; returns the version written. Raises RefitError:
-        FAILED_PRECONDITION when closed or when refitd announces another
-        version; DEADLINE_EXCEEDED when no round comes within ``timeout``;
-        ABORTED with refitd's reason (the parameters may hold part of the
-        round: Member.engine_state says so)."""
+        derived tensors; returns the version written. ``abort_key``: a key
+        of refitd's store whose appearance calls the wait off. Raises
+        RefitError: FAILED_PRECONDITION when closed or when refitd announces
+        another version; DEADLINE_EXCEEDED when no round comes within
+        ``timeout``; ABORTED with refitd's reason (the parameters may hold
+        part of the round: Member.engine_state says so), or with the value
+        under ``abort_key``."""
         m = self._m()
-        v = m.wait_for_round(timeout=timeout)
+        v = self._await_round(m, version, timeout, abort_key)
         if version is not None and v != version:
             raise refit.RefitError(9, f"engine {self.engine_id}: refitd announced version "
                                       f"{v}, the update asked for {version}")
@@ -218,6 +244,24 @@ class EngineReceiver:
         synchronize(self.device)
         self.version = v
         return v
+
+    def checksums(self) -> Dict[str, str]:
+        """{name: SHA-256 of the raw bytes} of every buffer refit writes on
+        this worker (refit.checksums.tensor_sha256), named as the engine's
+        model names its parameters (what the engine's own weight checker
+        reports), a buffer that is no parameter of its own by the
+        convention. Raises FAILED_PRECONDITION when closed."""
+        from refit.checksums import named_checksums
+        left = {(b.data_ptr(), b.numel() * b.element_size()): n
+                for n, b in self._m().buffers.items() if hasattr(b, "data_ptr")}
+        named = []
+        if hasattr(self.model, "named_parameters"):
+            for n, p in self.model.named_parameters():
+                if left.pop((p.data_ptr(), p.numel() * p.element_size()), None) is not None:
+                    named.append((n, p))
+        bufs = self._m().buffers
+        named += [(n, bufs[n]) for n in left.values()]
+        return named_checksums(named)
 
     def close(self) -> None:
         """Leaves refit's membership (bounded) and releases the parameters;

@@ -1,14 +1,12 @@
 """refit as a vLLM weight-transfer backend, and its trainer side.
 
-Two generations of ``vllm.distributed.weight_transfer`` are served; which
-one is installed is detected at import (:data:`VLLM_INTERFACE`):
+Two generations of vLLM's weight-transfer interface are served; which one is
+installed is detected at import (:data:`VLLM_INTERFACE`):
 
-* ``"current"``: vLLM main as read on 2026-11-25: vllm-project/vllm
-  055e47c28003156421365af985d676fc921cb075 (factory.py; base.py at
-  a8f1d79812aa51e1036eba41286879eb09bd1635), where the engines live in
-  ``vllm.backends.distributed.weight_transfer`` (``vllm.distributed.
-  weight_transfer`` is an alias). The trainer side takes no config:
-  ``TrainerWeightTransferEngine.__init__(*, client, source=None,
+* ``"current"``: vLLM main as read on 2026-12-06, where the engines live in
+  ``vllm.distributed.weight_transfer`` (base.py: the version defining
+  ``WeightTransferUpdatePayload = dict | list[dict]``). The trainer side takes
+  no config: ``TrainerWeightTransferEngine.__init__(*, client, source=None,
   is_sender=True)``, ``trainer_init(cls, init_info, *, client, source=None)``,
   and ``WeightTransferTrainerFactory.trainer_init(init_info=..., client=...,
   source=...)`` dispatches on ``init_info.backend``; the client's
@@ -16,11 +14,28 @@ one is installed is detected at import (:data:`VLLM_INTERFACE`):
   reports; the worker engine has no ``trainer_send_weights`` hook; a worker
   may retarget an update at the speculative draft model
   (``start_draft_weight_update``) when the engine's
-  ``supports_draft_weight_update`` is true.
+  ``supports_draft_weight_update`` is true, and at a loaded LoRA adapter
+  (``start_lora_weight_update``) when its ``supports_lora_weight_update`` is.
+  The same API under ``vllm.backends.distributed.weight_transfer`` comes from
+  the reorganisation vllm-project/vllm#54654 (055e47c, a8f1d79), closed
+  without merging: refit imports it only where the main path is absent (a
+  vLLM built from that branch).
 * ``"pinned"``: commit 02f250b03f38822ccdb63f27a3005d10ca81f385 (base.py)
   and 047c993cc49c32e9b94f5bf826a9214e163eb982 (factory.py): the trainer
   engine and ``trainer_init`` take a config first, the factory takes the
   backend name, and ``finish_weight_update()`` takes no version.
+
+After every update that was not a draft update, vLLM's GPU worker calls
+``model_runner.reset_lora_state()`` (``finish_weight_update``, vllm/v1/worker/
+gpu_worker.py on main, 2026-12-06): every loaded LoRA adapter is unloaded,
+since it was computed against the old base weights. Load the adapters again
+after each refit update if you serve any. refit does not update LoRA
+adapters (``supports_lora_weight_update = False``: vLLM refuses
+``start_lora_weight_update`` before it reaches refit).
+
+A list payload (one ``update_info`` per worker) is indexed as vLLM's worker
+indexes it, ``data_parallel_index * world_size + rank``; refit's engine
+rank uses the same numbers (``k = data_parallel_index * TP + rank``).
 
 Both construct the worker engine as ``(config, vllm_config, device,
 model)``. vLLM releases whose engines take ``(config, parallel_config)`` give
@@ -54,11 +69,15 @@ import refit
 import refit.engine_worker as _ew
 import refit.torch as _rt
 
-__all__ = ["HAVE_VLLM", "VLLM_INTERFACE", "RefitInitInfo", "RefitUpdateInfo",
+__all__ = ["HAVE_VLLM", "VLLM_INTERFACE", "VLLM_IMPORT_ROOT", "RefitInitInfo", "RefitUpdateInfo",
            "RefitWeightTransferEngine", "RefitSource", "RefitTrainerInitInfo",
            "RefitTrainerEngine", "RefitWorkerExtension", "engine_rank", "register"]
 
-VLLM_INTERFACE_COMMITS = {"current": "055e47c28003156421365af985d676fc921cb075",
+# The commits each generation was read at: vLLM main (no single commit: the
+# stored base.py defining WeightTransferUpdatePayload, 2026-12-06), the
+# unmerged vllm-project/vllm#54654 layout of the same API, and the pinned one.
+VLLM_INTERFACE_COMMITS = {"current": "main (2026-12-06)",
+                          "current-pr54654": "055e47c28003156421365af985d676fc921cb075",
                           "pinned": "02f250b03f38822ccdb63f27a3005d10ca81f385"}
 
 # (kernel-layout detector, derived-tensor refresh[, weight-format detector]);
@@ -77,22 +96,28 @@ def _takes(fn: Any, name: str) -> bool:
         return False
 
 
-# Where vLLM keeps the weight-transfer engines: vllm.backends.distributed
-# (current main, 055e47c; the old path is an alias there), else
-# vllm.distributed (the pinned commit and releases).
-_PACKAGES = ("vllm.backends.distributed.weight_transfer", "vllm.distributed.weight_transfer")
+# Where vLLM keeps the weight-transfer engines: vllm.distributed (vLLM main,
+# its releases and the pinned commit), else vllm.backends.distributed (a vLLM
+# built from the unmerged vllm-project/vllm#54654).
+_PACKAGES = ("vllm.distributed.weight_transfer", "vllm.backends.distributed.weight_transfer")
+# The package the engines were imported from (None without vLLM).
+VLLM_IMPORT_ROOT: Optional[str] = None
 
 
 def _import(module: str) -> Any:
     """vLLM's weight_transfer ``module`` ("base", "factory") from the first
     package that has it; raises ImportError when none does."""
     import importlib
+    global VLLM_IMPORT_ROOT
     errors = []
     for p in _PACKAGES:
         try:
-            return importlib.import_module(f"{p}.{module}")
+            m = importlib.import_module(f"{p}.{module}")
         except ImportError as e:
             errors.append(str(e))
+            continue
+        VLLM_IMPORT_ROOT = p
+        return m
     raise ImportError("; ".join(errors))
 
 
@@ -280,6 +305,36 @@ def _draft_refused(engine_id: Optional[str]) -> refit.RefitError:
                                f"means, or run without a draft model")
 
 
+def _lora_refused(engine_id: Optional[str]) -> refit.RefitError:
+    return refit.RefitError(9, f"engine {engine_id or '?'}: refit refuses LoRA weight "
+                               f"updates: its buffers are the base model's, registered at "
+                               f"init; load the adapter with vLLM's LoRA API (vLLM unloads "
+                               f"every adapter after each base-weight update)")
+
+
+def local_update_info(update_info: Any, parallel_config: Any) -> Any:
+    """This worker's entry of a list payload (one per worker, indexed as
+    vLLM's worker does: ``data_parallel_index * world_size + rank``), or the
+    payload itself. Raises RefitError INVALID_ARGUMENT when the list has no
+    entry for this worker."""
+    if not isinstance(update_info, list):
+        return update_info
+    pc = parallel_config
+    dp = getattr(pc, "data_parallel_index", None)
+    if dp is None:
+        dp = getattr(pc, "data_parallel_rank", 0)
+    i = int(dp) * int(getattr(pc, "world_size", 1)) + int(getattr(pc, "rank", 0))
+    if not 0 <= i < len(update_info):
+        raise refit.InvalidArgumentError(f"the update payload lists {len(update_info)} "
+                                         f"workers' infos; this worker's is entry {i}")
+    return update_info[i]
+
+
+def _vllm_checksums(r: _ew.EngineReceiver) -> Dict[str, str]:
+    from refit.checksums import vllm_form
+    return vllm_form({r.rank: r.checksums()}, r.convention)
+
+
 class RefitWeightTransferEngine(_EngineBase):
     """vLLM's weight-transfer backend "refit", one per worker.
 
@@ -290,6 +345,7 @@ class RefitWeightTransferEngine(_EngineBase):
     init_info_cls = RefitInitInfo
     update_info_cls = RefitUpdateInfo
     supports_draft_weight_update = False
+    supports_lora_weight_update = False
 
     def __init__(self, config: Any, vllm_config: Any, device: Any = None,
                  model: Any = None) -> None:
@@ -337,10 +393,21 @@ class RefitWeightTransferEngine(_EngineBase):
         return self.receiver
 
     def set_weight_update_target(self, model: Any, model_config: Any, **kwargs: Any) -> None:
-        """Refuses any target but the registered model (a draft model):
-        RefitError FAILED_PRECONDITION naming draft-model updates."""
+        """Refuses any target but the registered model: RefitError
+        FAILED_PRECONDITION naming LoRA updates for a LoRA adapter target
+        (vLLM passes ``requires_model_reload=False`` for one), draft-model
+        updates for another model."""
+        engine_id = self.init_info.engine_id if self.init_info else None
+        if kwargs.get("requires_model_reload") is False:
+            raise _lora_refused(engine_id)
         if model is not getattr(self, "_default_model", self.model):
-            raise _draft_refused(self.init_info.engine_id if self.init_info else None)
+            raise _draft_refused(engine_id)
+
+    def checksums(self) -> Dict[str, str]:
+        """This worker's per-tensor SHA-256 of what refit wrote, keyed as
+        vLLM's weight checker keys them (refit.checksums.vllm_form). Raises
+        FAILED_PRECONDITION before init."""
+        return _vllm_checksums(self._r())
 
     def start_weight_update(self) -> None:
         """Nothing to stage: weights are written in place. Takes refitd's
@@ -356,10 +423,12 @@ class RefitWeightTransferEngine(_EngineBase):
         derived tensors (EngineReceiver.receive). Raises as it does."""
         self._r().receive(update_info.version, update_info.timeout)
 
-    def update_weights(self, update_info: Dict[str, Any]) -> None:
-        """vLLM's entry point: parses ``update_info`` (ValueError on unknown
-        keys) and receives the round. Raises as receive_weights does."""
-        self.receive_weights(self.parse_update_info(dict(update_info)))
+    def update_weights(self, update_info: Any) -> None:
+        """vLLM's entry point: parses ``update_info`` (this worker's entry
+        of a list payload; ValueError on unknown keys) and receives the
+        round. Raises as receive_weights and local_update_info do."""
+        info = local_update_info(update_info, self.parallel_config)
+        self.receive_weights(self.parse_update_info(dict(info)))
 
     def finish_weight_update(self) -> None:
         """Nothing to finalize for an in-place engine. Raises
@@ -566,18 +635,32 @@ class RefitWorkerExtension:
         self._refit_receiver = _receiver(self.model_runner.model, self.device,
                                          self.vllm_config.parallel_config, info)
 
-    def refit_update(self, update_info: Optional[Dict[str, Any]] = None) -> int:
-        """One round; returns the version now in the parameters. Raises as
-        EngineReceiver.receive does, FAILED_PRECONDITION before refit_init."""
+    def _refit_r(self) -> _ew.EngineReceiver:
         r = getattr(self, "_refit_receiver", None)
         if r is None:
             raise refit.RefitError(9, "refit_init has not been called on this worker")
+        return r
+
+    def refit_update(self, update_info: Any = None) -> int:
+        """One round (``update_info``: the RefitUpdateInfo dict, or a list
+        of them, one per worker); returns the version now in the parameters.
+        Raises as EngineReceiver.receive and local_update_info do,
+        FAILED_PRECONDITION before refit_init."""
+        r = self._refit_r()
+        info = local_update_info(update_info or {}, self.vllm_config.parallel_config)
         try:
-            u = RefitUpdateInfo(**dict(update_info or {}))
+            u = RefitUpdateInfo(**dict(info))
         except TypeError as e:
             raise ValueError(f"Invalid update_info for RefitWorkerExtension: {e}") from e
         r.refresh_plan()
         return r.receive(u.version, u.timeout)
+
+    def refit_checksums(self) -> Dict[str, str]:
+        """This worker's per-tensor SHA-256 of what refit wrote, keyed as
+        vLLM's weight checker keys them (``collective_rpc("refit_checksums")``
+        gathers every worker's). Raises FAILED_PRECONDITION before
+        refit_init."""
+        return _vllm_checksums(self._refit_r())
 
     def refit_shutdown(self) -> None:
         """Leaves refit; a no-op when not joined."""

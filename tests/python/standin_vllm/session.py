@@ -11,9 +11,19 @@ tests:
   at the draft model, and reset on failure and at finish);
 - update_weights requires an active session; a list payload is indexed by
   data_parallel_index * world_size + rank; finish_weight_update resets the
-  target;
+  target and, after an update that was not a draft update, unloads every
+  LoRA adapter (model_runner.reset_lora_state());
+- start_lora_weight_update(info) (vLLM main, 2026-12-06): the adapter must
+  be loaded (ValueError "... must be loaded"), the engine must support LoRA
+  updates (RuntimeError "<Engine> does not support LoRA weight updates"),
+  then the engine is retargeted at the adapter with
+  requires_model_reload=False;
+- compute_weight_checksums(): vLLM's weight checker's per-worker answer,
+  one SHA-256 of each parameter's raw bytes keyed
+  dp{d}:pp{p}:pcp{c}:tp{t}:ep{e}:{name}, the EP rank only for MoE models;
 - LLM.finish_weight_update(weight_version=None) runs the workers' finish,
   then records the version (set_weight_version)."""
+import hashlib
 import types
 
 
@@ -24,8 +34,11 @@ class Worker:
     factory = None
 
     def __init__(self, *, backend, parallel_config, model, draft_model=None,
-                 device="cpu"):
+                 device="cpu", moe=False):
         self.parallel_config = parallel_config
+        self.model, self.moe = model, moe
+        self.lora_adapters = set()  # loaded LoRA adapter ids
+        self.lora_resets = 0
         self.vllm_config = types.SimpleNamespace(
             parallel_config=parallel_config,
             model_config=types.SimpleNamespace(model="stand-in"),
@@ -88,6 +101,38 @@ class Worker:
         self.weight_transfer_engine.finish_weight_update()
         self.weight_transfer_engine.reset_weight_update_target()
         self._active = False
+        if not self._is_draft:
+            self.reset_lora_state()
+
+    def reset_lora_state(self):
+        self.lora_adapters.clear()
+        self.lora_resets += 1
+
+    def start_lora_weight_update(self, info):
+        e = self.weight_transfer_engine
+        if info["lora_int_id"] not in self.lora_adapters:
+            raise ValueError(f"LoRA adapter {info['lora_int_id']} must be loaded before "
+                             f"its weights can be updated")
+        if not getattr(e, "supports_lora_weight_update", False):
+            raise RuntimeError(f"{type(e).__name__} does not support LoRA weight updates.")
+        if self._active:
+            raise RuntimeError("start_weight_update called while a weight update is "
+                               "already active. Call finish_weight_update first.")
+        try:
+            e.set_weight_update_target(("lora", info["lora_int_id"]), None,
+                                       requires_model_reload=False)
+            e.start_weight_update()
+        except BaseException:
+            e.reset_weight_update_target()
+            raise
+        self._active, self._is_draft = True, False
+
+    def compute_weight_checksums(self):
+        pc = self.parallel_config
+        ep = pc.data_parallel_index * pc.tensor_parallel_size + pc.rank if self.moe else 0
+        prefix = f"dp{pc.data_parallel_index}:pp0:pcp0:tp{pc.rank}:ep{ep}:"
+        return {prefix + n: hashlib.sha256(p.raw()).hexdigest()
+                for n, p in self.model.named_parameters()}
 
     def shutdown(self):
         self.weight_transfer_engine.shutdown()

@@ -1,6 +1,6 @@
-"""Stand-in of current vLLM's alias module: this name is the module
-vllm.backends.distributed.weight_transfer.base itself."""
+"""Stand-in of vLLM main's vllm/distributed/weight_transfer/base.py: this name is standin_vllm.current_base
+itself (see there)."""
 import importlib
 import sys
 
-sys.modules[__name__] = importlib.import_module("vllm.backends.distributed.weight_transfer.base")
+sys.modules[__name__] = importlib.import_module("standin_vllm.current_base")

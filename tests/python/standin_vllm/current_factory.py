@@ -1,5 +1,6 @@
-"""Stand-in of vllm/backends/distributed/weight_transfer/factory.py, current
-generation: vllm-project/vllm 055e47c28003156421365af985d676fc921cb075.
+"""Stand-in of vLLM's weight_transfer/factory.py, current generation: vLLM
+main's vllm/distributed/weight_transfer/factory.py (read 2026-12-06), which
+vllm-project/vllm#54654 (055e47c, unmerged) moved under vllm/backends/.
 Lazy registries by name; the worker factory builds engine_cls(config,
 vllm_config, device, model); the trainer factory dispatches on
 init_info.backend and calls

@@ -1,7 +1,10 @@
-"""Stand-in of vllm/backends/distributed/weight_transfer/base.py, current
-generation: vllm-project/vllm a8f1d79812aa51e1036eba41286879eb09bd1635 (read
-2026-11-25; the trainer side as reworked by vllm-project/vllm#50902, with
-TrainerInitInfo.backend). What refit relies on, written for refit's tests
+"""Stand-in of vLLM's weight_transfer/base.py, current generation: vLLM main's
+vllm/distributed/weight_transfer/base.py as read 2026-12-06 (the version
+defining WeightTransferUpdatePayload = dict | list[dict]; the trainer side
+as reworked by vllm-project/vllm#50902, with TrainerInitInfo.backend), which
+the unmerged reorganisation vllm-project/vllm#54654 (a8f1d79) moved to
+vllm/backends/distributed/weight_transfer/base.py unchanged. Both layouts
+alias this module (standin_vllm/current, standin_vllm/pr54654). What refit relies on, written for refit's tests
 (no torch; no vLLM code):
 - TrainerInitInfo: keyword-only `rank`, a class-level `backend` that every
   subclass must set (TypeError at class creation otherwise), is_sender.

@@ -1,1 +1,0 @@
-"""Part of the sglang stand-in (see sglang/__init__.py)."""

@@ -1,0 +1,1 @@
+"""Part of the vllm stand-in (see vllm/__init__.py)."""
