@@ -166,11 +166,19 @@ class LayoutBuilder {
   // global buffer, once per (buffer, experts), when `tensor` has one.
   absl::Status PlaceGlobalScale(int32_t tensor, int32_t buffer, const Box& box,
                                 absl::Span<const DimPlace> places);
-  // NVFP4 with kernel=flashinfer: `box` of the scale tensor into buffer
-  // `sbuf` in vLLM's swizzled 128 x 4 tile order; INVALID_ARGUMENT when the
-  // part does not fill whole tiles.
+  // kernel=flashinfer: `box` of the scale tensor into buffer `sbuf` in the
+  // swizzled 128 x 4 tile order (SwizzledScaleOffset), as a few records
+  // (partial 32-row groups, partial tiles, whole tiles); INVALID_ARGUMENT
+  // for a part interleaved in runs.
   absl::Status PlaceSwizzledScale(int32_t scale, int32_t sbuf, const Box& box,
                                   absl::Span<const DimPlace> places);
+  // NVFP4 dense weight with kernel=flashinfer: `shape` ([N, K/2] bytes)
+  // rounded up to multiples of 32 rows and 32 codes, the added bytes
+  // appended to `padding`; INVALID_ARGUMENT naming the buffer when a
+  // stacked or row-padded buffer would need it.
+  absl::Status PadNvfp4Weight(int32_t rank, const std::string& name, bool row_padded,
+                              std::vector<int64_t>* shape,
+                              std::vector<ByteRange>* padding) const;
   absl::Status PlacePerTensorScale(int32_t tensor, int32_t buffer,
                                    const Box& box, int part);
 
@@ -183,6 +191,9 @@ class LayoutBuilder {
   // NVFP4 global scale records placed: (global tensor, buffer, first expert).
   absl::flat_hash_set<std::tuple<int32_t, int32_t, int64_t>> globals_placed_;
   std::vector<bool> scale_grouped_;    // per buffer: an [E_local, ...] scale
+  // Per buffer: the padded scale columns of a swizzled scale buffer (a
+  // multiple of 4), 0 for any other buffer.
+  std::vector<int64_t> swizzle_cols_;
   // First buffer / record of each rank built so far (-1: none yet).
   std::vector<int64_t> first_buffer_, first_record_;
   // Buffers of the current rank by name (ranks are built in order).
@@ -194,6 +205,20 @@ class LayoutBuilder {
   // Per-tensor scales placed: (tensor, weight buffer).
   absl::flat_hash_set<std::pair<int32_t, int32_t>> scaled_;
 };
+
+// FlashInfer / CUTLASS's 128 x 4 scale tiles, as vLLM writes them after
+// loading (swizzle_blockscale for NVFP4, quantization/utils/nvfp4_utils.py
+// at 4159f5b; swizzle_mxfp8_scale for MXFP8, quantization/utils/
+// mxfp8_utils.py, read at f195871's kernels/linear/mxfp8/flashinfer.py):
+// an [M, C] scale matrix zero-padded to [Mp, Cp] (Mp = M rounded up to 128,
+// Cp = C rounded up to 4), viewed as [Mp/128, 4, 32, Cp/4, 4] and permuted
+// to [Mp/128, Cp/4, 32, 4, 4]. Returns the byte offset of element (m, c)
+// of such a matrix with `padded_cols` = Cp.
+int64_t SwizzledScaleOffset(int64_t m, int64_t c, int64_t padded_cols);
+
+// The bytes of an [lead * Mp * Cp] swizzled scale buffer (lead matrices of
+// `rows` x `cols` scales each) that hold padding, sorted and merged.
+std::vector<ByteRange> SwizzledScalePadding(int64_t lead, int64_t rows, int64_t cols);
 
 // A box [origin, origin + shape).
 Box MakeBox(absl::Span<const int64_t> origin, absl::Span<const int64_t> shape);
