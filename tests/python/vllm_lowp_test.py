@@ -200,6 +200,8 @@ class LowPrecisionEngineTest(unittest.TestCase):
                 c, s = ref.nvfp4(rows, g)
                 if kernel == "flashinfer":
                     s = ref.swizzle(s, len(rows), len(rows[0]) // 16)
+                    if not moe:
+                        c = ref.pad_codes(c, len(rows), len(rows[0]) // 2)
                 globals_.append(g)
             codes, scales = codes + c, scales + s
         self.assertEqual(getattr(layer, prefix + "weight").raw(), codes, f"{path} {prefix}weight")
@@ -240,6 +242,12 @@ class LowPrecisionEngineTest(unittest.TestCase):
 
     def test_nvfp4_dense_cutlass_swizzled_scales(self):
         self.rounds("tiny-qwen3-fp4-fi", lambda: mo.ModelOptNvFp4LinearMethod(
+            mo.CutlassNvFp4LinearKernel()), None, "nvfp4", "flashinfer", steps=1)
+
+    def test_nvfp4_dense_cutlass_padded_weights_and_scales(self):
+        # q, k, v of 96 rows, o_proj K 96 (6 scale columns), down_proj K 160:
+        # every scale matrix padded to whole 128 x 4 tiles.
+        self.rounds("tiny-qwen3-fp4", lambda: mo.ModelOptNvFp4LinearMethod(
             mo.CutlassNvFp4LinearKernel()), None, "nvfp4", "flashinfer", steps=1)
 
     def test_nvfp4_moe_flashinfer_cutlass_w31_swizzled_folded_alphas(self):
