@@ -195,6 +195,8 @@ class LowPrecisionEngineTest(unittest.TestCase):
             rows = [row for p in parts for row in p]
             if quant == "mxfp8":
                 c, s = ref.mxfp8(rows)
+                if kernel == "flashinfer":
+                    s = ref.swizzle(s, len(rows), len(rows[0]) // 32)
             else:
                 g = ref.nvfp4_global(ref.amax(parts))
                 c, s = ref.nvfp4(rows, g)
@@ -261,6 +263,12 @@ class LowPrecisionEngineTest(unittest.TestCase):
                     lambda: mo.ModelOptNvFp4LinearMethod(mo.EmulationNvFp4LinearKernel()),
                     lambda: mo.ModelOptNvFp4FusedMoE(mo.NvFp4MoeBackend.EMULATION),
                     "nvfp4", None, steps=1)
+
+    def test_mxfp8_dense_flashinfer_cutlass_flat_swizzled_scales(self):
+        # FlashInfer CUTLASS linears: flat [Mp * Kp] E8M0 scales; tiny-qwen3-mx's
+        # parts (64 rows, 2 to 6 scale columns) pad to whole tiles.
+        self.rounds("tiny-qwen3-mx", lambda: mx.Mxfp8OnlineLinearMethod(
+            mx.FlashInferCutlassMxfp8LinearKernel()), None, "mxfp8", "flashinfer", steps=1)
 
     def test_mxfp8_dense_emulation_every_byte(self):
         self.rounds("tiny-qwen3-mx", lambda: mx.Mxfp8OnlineLinearMethod(
