@@ -537,7 +537,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"tiny-qwen3-fp4", "megatron:tp=4,pp=2", "vllm:tp=2,quant=nvfp4,kernel=flashinfer"},
         Case{"tiny-qwen3-moe-fp4", "megatron:tp=2,ep=2,etp=1",
              "vllm:tp=1,dp=2,ep=2,quant=nvfp4,kernel=flashinfer"},
-        Case{"tiny-qwen3-mx", "megatron:tp=4,dp=2", "vllm:tp=2,dp=2,quant=mxfp8,kernel=flashinfer"}));
+        Case{"tiny-qwen3-mx", "megatron:tp=4,dp=2", "vllm:tp=2,dp=2,quant=mxfp8,kernel=flashinfer"},
+        Case{"tiny-qwen3-mx", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=mxfp8,kernel=flashinfer"},
+        Case{"tiny-qwen3-moe-fp4", "fsdp:dp=3", "vllm:tp=1,dp=3,ep=3,quant=nvfp4,kernel=flashinfer"}));
 
 }  // namespace
 }  // namespace refit
