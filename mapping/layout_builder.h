@@ -87,7 +87,12 @@ class LayoutBuilder {
   // Returns the buffer `name` of `rank`, adding it with `shape` and the dtype
   // of `tensor` if new (ranks must be visited in increasing order). An
   // existing buffer must have the same shape (INTERNAL otherwise). Padding
-  // rows [pad_begin, pad_end) of dim 0 are declared unsourced.
+  // rows [pad_begin, pad_end) of dim 0 are declared unsourced. With
+  // ModelTensors::swizzled_scales the companion scale buffer holds whole
+  // 128 x 4 tiles and an NVFP4 dense weight whole 32 x 32 blocks of codes
+  // (vLLM's padding), their padding declared unsourced; INVALID_ARGUMENT
+  // naming the buffer when a stacked or row-padded NVFP4 weight would need
+  // the weight padding.
   // scale_parts: how many weights share the buffer's per-tensor FP8 scale
   // buffer (3 for a fused qkv, 2 for gate/up; per-tensor FP8 only).
   absl::StatusOr<int32_t> Buffer(int32_t rank, const std::string& name,
@@ -205,20 +210,6 @@ class LayoutBuilder {
   // Per-tensor scales placed: (tensor, weight buffer).
   absl::flat_hash_set<std::pair<int32_t, int32_t>> scaled_;
 };
-
-// FlashInfer / CUTLASS's 128 x 4 scale tiles, as vLLM writes them after
-// loading (swizzle_blockscale for NVFP4, quantization/utils/nvfp4_utils.py
-// at 4159f5b; swizzle_mxfp8_scale for MXFP8, quantization/utils/
-// mxfp8_utils.py, read at f195871's kernels/linear/mxfp8/flashinfer.py):
-// an [M, C] scale matrix zero-padded to [Mp, Cp] (Mp = M rounded up to 128,
-// Cp = C rounded up to 4), viewed as [Mp/128, 4, 32, Cp/4, 4] and permuted
-// to [Mp/128, Cp/4, 32, 4, 4]. Returns the byte offset of element (m, c)
-// of such a matrix with `padded_cols` = Cp.
-int64_t SwizzledScaleOffset(int64_t m, int64_t c, int64_t padded_cols);
-
-// The bytes of an [lead * Mp * Cp] swizzled scale buffer (lead matrices of
-// `rows` x `cols` scales each) that hold padding, sorted and merged.
-std::vector<ByteRange> SwizzledScalePadding(int64_t lead, int64_t rows, int64_t cols);
 
 // A box [origin, origin + shape).
 Box MakeBox(absl::Span<const int64_t> origin, absl::Span<const int64_t> shape);
