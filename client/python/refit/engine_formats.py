@@ -86,8 +86,10 @@ def _layer_format(name: str, qm: Any) -> Optional[str]:
             f"nvfp4_per_token: global scale (6 * 448) / amax, FlashInfer's block quantizer"
             + (", and FLASHINFER_NVFP4_4OVER6=1 picks each block's maximum from 4 or 6 "
                "(4over6); unset FLASHINFER_NVFP4_4OVER6" if four_over_six else "")
-            + "); refit writes the bytes of ModelOpt's NVFP4 export (quant=nvfp4): serve a "
-            f"ModelOpt NVFP4 checkpoint, or the model in BF16")
+            + "; its per-token activations run FlashInfer TRTLLM or CuteDSL experts, whose "
+            "shuffled layouts refit does not write either); refit writes the bytes of "
+            "ModelOpt's NVFP4 export (quant=nvfp4): serve a ModelOpt NVFP4 checkpoint, or the "
+            "model in BF16")
     if any(s in cls for s in _FOREIGN):
         raise _refuse(
             f"layer {name}: vLLM's quantization method {cls} holds weights in a layout "
