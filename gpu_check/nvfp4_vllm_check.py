@@ -118,6 +118,13 @@ def main(argv):
     r6, m6 = approx(six), rcp_model(six)
     print(f"rcp.approx(6) = {r6.view(torch.int32).item():#010x}, "
           f"RN(1/6) = {m6.view(torch.int32).item():#010x}")
+    # FlashInfer's MXFP8 quantizer (SM100) scales by vecMax * rcp(448); with
+    # rcp(448) = RN(1 / 448) its E8M0 exponents equal vLLM's torch formula
+    # for every normal BF16 block amax (a host sweep), so this constant
+    # decides whether they do on the GPU.
+    c448 = torch.full((1,), 448.0, device=dev)
+    print(f"rcp.approx(448) = {approx(c448).view(torch.int32).item():#010x}, "
+          f"RN(1/448) = {rcp_model(c448).view(torch.int32).item():#010x}")
     sig = (torch.arange(1 << 23, device=dev, dtype=torch.int32) | 0x3F800000).view(torch.float32)
     off = (approx(sig) != rcp_model(sig)).sum().item()
     print(f"significands in [1, 2) where rcp.approx != RN(1/x): {off} of {1 << 23}")

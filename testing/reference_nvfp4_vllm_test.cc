@@ -106,5 +106,29 @@ TEST(ReferenceDeepgemmSm100Test, PacksRowExponentsMnMajor) {
   EXPECT_EQ(got, want);
 }
 
+// The smallest e with 2^e >= q (q > 0 normal).
+int CeilLog2(float q) {
+  int e = std::ilogb(q);
+  if (std::ldexp(1.0f, e) < q) ++e;
+  return e;
+}
+
+// FlashInfer's MXFP8 quantizer (cvt_warp_fp16_to_mxfp8, quantization_utils.cuh
+// at 014327a; vLLM's mxfp8_e4m3_quantize on SM100) takes the E8M0 exponent of
+// v * rcp(448) rounded up, vLLM's torch formula ceil(log2(v / 448)): with
+// rcp(448) = RN(1 / 448) they agree for every normal BF16 block amax, so the
+// two quantizers' bytes are equal where the GPU's rcp.approx(448) is
+// RN(1 / 448) (gpu_check/nvfp4_vllm_check.py prints it).
+TEST(ReferenceVllmNvfp4Test, FlashinferMxfp8ExponentEqualsTorchFormula) {
+  const float rcp448 = RcpModel(448.0f);
+  int checked = 0;
+  for (uint32_t h = 0x0080; h < 0x7F80; ++h) {
+    const float v = FromBits(h << 16);
+    ASSERT_EQ(CeilLog2(v * rcp448), CeilLog2(v / 448.0f)) << "block amax " << v;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 0x7F00);
+}
+
 }  // namespace
 }  // namespace refit::testing
