@@ -215,7 +215,7 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
             "swizzled scales (FlashInferCutlassMxfp8LinearKernel); the experts (",
             m.tensors[t].name, ") go to vLLM's MXFP8 MoE backend, whose FlashInfer "
             "TRTLLM layout refit does not write: serve the MoE model without kernel= "
-            "(vLLM's emulation or Marlin MXFP8 backends)"));
+            "(vLLM's MXFP8 emulation backends, linear and experts)"));
       }
     }
   }
