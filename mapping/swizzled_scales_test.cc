@@ -27,11 +27,20 @@ int64_t VllmOffset(int64_t m, int64_t c, int64_t cp) {
   return (((a * (cp / 4) + f) * 32 + e) * 4 + b) * 4 + g;
 }
 
-TEST(SwizzledScalesTest, OffsetIsVllmsPermutation) {
+// The quantizer kernels' own statement of the layout they write
+// (cvt_quant_to_fp4_get_sf_out_offset, vLLM csrc/quantization/fp4/
+// nvfp4_utils.cuh at 07c13c7): (mTile * numKTiles + kTile) << 9 |
+// (m % 32) << 4 | ((m / 32) % 4) << 2 | k % 4.
+int64_t KernelOffset(int64_t m, int64_t c, int64_t cp) {
+  return ((m >> 7) * (cp / 4) + (c >> 2)) << 9 | (m & 31) << 4 | ((m >> 5) & 3) << 2 | (c & 3);
+}
+
+TEST(SwizzledScalesTest, OffsetIsVllmsPermutationAndTheKernelsFormula) {
   for (int64_t cp : {4, 8, 12, 64}) {
     for (int64_t m = 0; m < 384; ++m) {
       for (int64_t c = 0; c < cp; ++c) {
         ASSERT_EQ(SwizzledScaleOffset(m, c, cp), VllmOffset(m, c, cp)) << m << " " << c;
+        ASSERT_EQ(SwizzledScaleOffset(m, c, cp), KernelOffset(m, c, cp)) << m << " " << c;
       }
     }
   }
