@@ -45,6 +45,13 @@ REFIT_NVFP4_DUMP="$(mktemp -d)" && export REFIT_NVFP4_DUMP
 if python3 -c 'import torch' 2>/dev/null; then
   python3 "$dir/nvfp4_torch_check.py" "$REFIT_NVFP4_DUMP" || rc4=1
 fi
+echo "== nvfp4_vllm_gpu_test (vLLM's online NVFP4 kernel vs host with the device's reciprocals)"
+REFIT_NVFP4_VLLM_DUMP="$(mktemp -d)" && export REFIT_NVFP4_VLLM_DUMP
+"$dir/nvfp4_vllm_gpu_test" || rc4=1
+if python3 -c 'import torch' 2>/dev/null; then
+  echo "== nvfp4_vllm_check.py (the kernel vs torch with rcp.approx; host rcp model vs the GPU)"
+  python3 "$dir/nvfp4_vllm_check.py" "$REFIT_NVFP4_VLLM_DUMP" || rc4=1
+fi
 echo "== gpu_wave_ops_test (delta encode/apply and digest kernels, a wave at once, vs the host codec)"
 "$dir/gpu_wave_ops_test"
 rc9=$?

@@ -143,7 +143,9 @@ const char* KernelLayoutSummary(EngineSpec::Kernel k) {
       return "checkpoint layout (what Triton and CUTLASS read)";
     case EngineSpec::Kernel::kFlashinfer:
       return "flashinfer: expert w13_weight and its block scales as [up; gate] "
-             "(w31, FlashInfer CUTLASS fused MoE)";
+             "(w31, FlashInfer CUTLASS fused MoE); NVFP4 and MXFP8 block scales "
+             "in 128 x 4 tiles padded with zeros, NVFP4 dense weights padded to "
+             "multiples of 32";
     case EngineSpec::Kernel::kDeepgemm:
       return "deepgemm: block-FP8 weights requantized to power-of-two (UE8M0) "
              "scales, scales f32 row-major (DeepGEMM on SM90)";
@@ -200,7 +202,23 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
     if (c.fp8_block == 0) c.fp8_block = 128;
   }
   REFIT_ASSIGN_OR_RETURN(ModelTensors m, BuildModelTensors(c));
-  m.nvfp4_swizzled = m.nvfp4 && spec.kernel == EngineSpec::Kernel::kFlashinfer;
+  m.swizzled_scales = (m.nvfp4 || m.mxfp8) && spec.kernel == EngineSpec::Kernel::kFlashinfer;
+  m.swizzled_flat = m.swizzled_scales && m.mxfp8;
+  if (m.swizzled_flat) {
+    // vLLM's online MXFP8 MoE hands its experts to the backend that
+    // select_mxfp8_moe_backend picks (FlashInfer TRTLLM shuffles them);
+    // only the linear layers' F8_128x4 scales are written.
+    for (size_t t = 0; t < m.tensors.size(); ++t) {
+      if (m.tensors[t].stacked && m.scale_of[t] >= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            side, ": quant=mxfp8 with kernel=flashinfer writes the linear layers' "
+            "swizzled scales (FlashInferCutlassMxfp8LinearKernel); the experts (",
+            m.tensors[t].name, ") go to vLLM's MXFP8 MoE backend, whose FlashInfer "
+            "TRTLLM layout refit does not write: serve the MoE model without kernel= "
+            "(vLLM's MXFP8 emulation backends, linear and experts)"));
+      }
+    }
+  }
   for (const EngineDTypeRow& row : kEngineDTypes) {
     for (size_t l = 0; l < m.layers.size(); ++l) {
       const int32_t t = m.Find(static_cast<int64_t>(l), row.role);

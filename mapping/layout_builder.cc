@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "mapping/swizzled_scales.h"
 
 namespace refit {
 
@@ -98,6 +99,7 @@ void LayoutBuilder::StartRank(int32_t rank) {
     reserve(scale_buffer_, b0);
     reserve(global_buffer_, b0);
     reserve(scale_grouped_, b0);
+    reserve(swizzle_cols_, b0);
     reserve(out_.layout.records, first_record_[current_rank_]);
   }
   current_rank_ = rank;
@@ -125,6 +127,20 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
     StartRank(rank);
     by_name_.reserve(last);  // ranks look alike: no rehash while it grows
   }
+  const TensorSpec& t = model_.tensors[tensor];
+  const bool scaled = derive_scales_ && model_.scale_of[tensor] >= 0;
+  const bool swizzled = scaled && model_.swizzled_scales;
+  if (swizzled && shape.size() < 2) {
+    return absl::InternalError(absl::StrCat(side_, ": swizzled scales of buffer ", name,
+                                            " need a matrix"));
+  }
+  // The weight's own rows and columns, before any kernel padding.
+  const std::vector<int64_t> logical = shape;
+  std::vector<ByteRange> weight_padding;
+  if (swizzled && model_.nvfp4 && !t.stacked) {
+    REFIT_RETURN_IF_ERROR(PadNvfp4Weight(rank, name, pad_end > pad_begin, &shape,
+                                         &weight_padding));
+  }
   auto it = by_name_.find(absl::string_view(name));
   if (it != by_name_.end()) {
     if (out_.buffer_info[*it].shape != shape) {
@@ -136,7 +152,6 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
     }
     return *it;
   }
-  const TensorSpec& t = model_.tensors[tensor];
   auto add = [&](std::string n, std::vector<int64_t> s, DType dt,
                  std::vector<ByteRange> padding) {
     int64_t e = 1;
@@ -150,38 +165,43 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
     scale_buffer_.push_back(-1);
     global_buffer_.push_back(-1);
     scale_grouped_.push_back(false);
+    swizzle_cols_.push_back(0);
     const int32_t idx = static_cast<int32_t>(out_.layout.buffers.size() - 1);
     by_name_.insert(idx);  // hashes the name just stored
     return idx;
   };
   // The companion scale buffer's shape, worked out before `shape` moves
   // into the weight's buffer.
-  const bool scaled = derive_scales_ && model_.scale_of[tensor] >= 0;
   const bool grouped = scaled && model_.fp8_per_tensor && t.stacked &&
                        shape.size() == t.shape.size();
   std::vector<int64_t> scale_shape;
-  if (scaled && model_.nvfp4_swizzled) {
-    const size_t r = shape.size();
-    if (r < 2 || shape[r - 2] % 128 != 0 || (shape[r - 1] / 8) % 4 != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          side_, ": buffer ", name, " [", absl::StrJoin(shape, ", "), "] on rank ", rank,
-          ": kernel=flashinfer pads NVFP4 scales to multiples of 128 rows and 4 "
-          "columns (swizzle_blockscale); refit writes unpadded shapes only (rows a "
-          "multiple of 128, K a multiple of 64 per rank)"));
-    }
-  }
+  std::vector<ByteRange> scale_padding;
+  int64_t swizzle_cols = 0;
   if (scaled && model_.fp8_per_tensor) {
     // [E_local] / [E_local, parts] for grouped experts, else [parts].
     if (grouped) scale_shape.push_back(shape[0]);
     if (scale_parts > 1 || !grouped) scale_shape.push_back(scale_parts);
   } else if (scaled) {
     const int64_t br = model_.scale_block_rows(), bc = model_.scale_block_cols();
-    scale_shape = shape;
+    scale_shape = logical;
     size_t r = scale_shape.size();
     scale_shape[r - 2] = (scale_shape[r - 2] + br - 1) / br;
     scale_shape[r - 1] = (scale_shape[r - 1] + bc - 1) / bc;
+    if (swizzled) {
+      int64_t lead = 1;
+      for (size_t d = 0; d + 2 < r; ++d) lead *= scale_shape[d];
+      scale_padding = SwizzledScalePadding(lead, scale_shape[r - 2], scale_shape[r - 1]);
+      scale_shape[r - 2] = (scale_shape[r - 2] + 127) / 128 * 128;
+      scale_shape[r - 1] = (scale_shape[r - 1] + 3) / 4 * 4;
+      swizzle_cols = scale_shape[r - 1];
+      if (model_.swizzled_flat) {
+        int64_t n = 1;
+        for (int64_t d : scale_shape) n *= d;
+        scale_shape = {n};
+      }
+    }
   }
-  std::vector<ByteRange> padding;
+  std::vector<ByteRange> padding = std::move(weight_padding);
   if (pad_end > pad_begin && !shape.empty()) {
     int64_t elems = 1;
     for (int64_t d : shape) elems *= d;
@@ -200,7 +220,8 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
     const int32_t sidx = add(
         model_.fp8_per_tensor || model_.mxfp8 || model_.nvfp4 ? PerTensorScaleName(name)
                                                               : ScaleName(name),
-        std::move(scale_shape), sdt, {});
+        std::move(scale_shape), sdt, std::move(scale_padding));
+    swizzle_cols_[sidx] = swizzle_cols;
     scale_buffer_[idx] = sidx;
     scale_grouped_[sidx] = grouped;
     if (model_.nvfp4) {
@@ -387,53 +408,85 @@ absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
              interleaved ? p.period / b : 0};
   }
   Box scale_box = Box::UncheckedMove(std::move(origin), std::move(shape));
-  if (model_.nvfp4_swizzled) return PlaceSwizzledScale(scale, sbuf, scale_box, sp);
+  if (model_.swizzled_scales) return PlaceSwizzledScale(scale, sbuf, scale_box, sp);
   return PlaceOne(scale, sbuf, scale_box, sp);
 }
 
-// vLLM's swizzle_blockscale (quantization/utils/nvfp4_utils.py at 0b70ce1):
-// the [.., M, K] scales (M a multiple of 128, K of 4, else padded, which
-// refit refuses) viewed as [.., M/128, 4, 32, K/4, 4] and permuted to
-// [.., M/128, K/4, 32, 4, 4]: element (m, k) lands at
-//   ((m/128 * K/4 + k/4) * 32 + m%32) * 16 + (m%128)/32 * 4 + k%4.
-// As digits of the record's dims: rows (M/128, stride 128 * K), (4, 4),
-// (32, 16); columns (K/4, 512), (4, 1).
+absl::Status LayoutBuilder::PadNvfp4Weight(int32_t rank, const std::string& name,
+                                           bool row_padded, std::vector<int64_t>* shape,
+                                           std::vector<ByteRange>* padding) const {
+  const size_t r = shape->size();
+  const int64_t n = (*shape)[r - 2], kb = (*shape)[r - 1];
+  const int64_t np = (n + 31) / 32 * 32, kbp = (2 * kb + 31) / 32 * 16;
+  if (np == n && kbp == kb) return absl::OkStatus();
+  if (r != 2 || row_padded) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        side_, ": buffer ", name, " [", absl::StrJoin(*shape, ", "), "] on rank ", rank,
+        ": kernel=flashinfer pads NVFP4 weights to multiples of 32 rows and codes "
+        "(pad_nvfp4_weight_for_cutlass), which refit writes for plain matrices only"));
+  }
+  for (int64_t row = 0; kbp > kb && row < n; ++row) {
+    padding->push_back({row * kbp + kb, kbp - kb});
+  }
+  if (np > n) padding->push_back({n * kbp, (np - n) * kbp});
+  (*shape)[r - 2] = np;
+  (*shape)[r - 1] = kbp;
+  return absl::OkStatus();
+}
+
 absl::Status LayoutBuilder::PlaceSwizzledScale(int32_t scale, int32_t sbuf, const Box& box,
                                                absl::Span<const DimPlace> places) {
   const BufferInfo& info = out_.buffer_info[sbuf];
   const int rank = box.rank();
-  const int lead = rank - static_cast<int>(info.shape.size());
-  const int64_t kp = info.shape.back(), mp = info.shape[info.shape.size() - 2];
+  const int64_t cp = swizzle_cols_[sbuf];
+  // Leading dims of the tensor the buffer does not have (one expert of
+  // stacked experts; every leading dim of a flat buffer).
+  const int lead = model_.swizzled_flat ? rank - 2 : rank - static_cast<int>(info.shape.size());
+  int64_t matrix = 1;  // bytes of one [Mp, Cp] matrix
+  for (size_t d = model_.swizzled_flat ? 0 : info.shape.size() - 2; d < info.shape.size(); ++d) {
+    matrix *= info.shape[d];
+  }
   const DimPlace& pr = places[rank - 2];
   const DimPlace& pc = places[rank - 1];
   const int64_t rows = box.shape(rank - 2), cols = box.shape(rank - 1);
-  if (pr.at % 128 != 0 || rows % 128 != 0 || pc.at % 4 != 0 || cols % 4 != 0 ||
-      (pr.block > 0 && pr.block < rows) || (pc.block > 0 && pc.block < cols)) {
+  if (cp <= 0 || (pr.block > 0 && pr.block < rows) || (pc.block > 0 && pc.block < cols)) {
     return absl::InvalidArgumentError(absl::StrCat(
         side_, ": tensor ", DescribePart(model_.tensors[scale], box), " in buffer ",
-        out_.layout.buffers[sbuf].name, ": kernel=flashinfer swizzles NVFP4 scales in ",
-        "128 x 4 tiles (swizzle_blockscale); this part (rows ", rows, " at ", pr.at,
-        ", scale columns ", cols, " at ", pc.at, ") does not fill whole tiles"));
+        out_.layout.buffers[sbuf].name, ": kernel=flashinfer swizzles block scales in ",
+        "128 x 4 tiles; a part placed in interleaved runs is not written"));
   }
-  Record& r = out_.layout.records.emplace_back();
-  r.tensor = scale;
-  r.rank = out_.layout.buffers[sbuf].rank;
-  r.buffer = sbuf;
-  r.box = box;
-  r.dims.resize(rank);
-  int64_t offset = (pr.at / 128) * 128 * kp + (pc.at / 4) * 512;
-  int64_t lead_stride = mp * kp;
+  // The leading dims: the same for every record of this part.
+  int64_t lead_offset = 0;
+  absl::InlinedVector<DimMap, 4> lead_dims(rank - 2);
+  int64_t lead_stride = matrix;
   for (int d = rank - 3; d >= 0; --d) {
     const bool has = d >= lead;
-    if (box.shape(d) > 0) r.dims[d].splits.push_back({box.shape(d), has ? lead_stride : 0});
+    if (box.shape(d) > 0) lead_dims[d].splits.push_back({box.shape(d), has ? lead_stride : 0});
     if (has) {
-      offset += places[d].at * lead_stride;
+      lead_offset += places[d].at * lead_stride;
       lead_stride *= info.shape[d - lead];
     }
   }
-  r.dims[rank - 2].splits = {{rows / 128, 128 * kp}, {4, 4}, {32, 16}};
-  r.dims[rank - 1].splits = {{cols / 4, 512}, {4, 1}};
-  r.byte_offset = offset;  // e4m3: one byte an element
+  for (const SwizzleRun& rr : SwizzleRowRuns(pr.at, pr.at + rows, cp)) {
+    for (const SwizzleRun& cr : SwizzleColRuns(pc.at, pc.at + cols)) {
+      Box::Indices origin(box.origin().begin(), box.origin().end());
+      Box::Indices shape(box.shape().begin(), box.shape().end());
+      origin[rank - 2] += rr.at - pr.at;
+      shape[rank - 2] = rr.n;
+      origin[rank - 1] += cr.at - pc.at;
+      shape[rank - 1] = cr.n;
+      Record& r = out_.layout.records.emplace_back();
+      r.tensor = scale;
+      r.rank = out_.layout.buffers[sbuf].rank;
+      r.buffer = sbuf;
+      r.box = Box::UncheckedMove(std::move(origin), std::move(shape));
+      r.dims.assign(lead_dims.begin(), lead_dims.end());
+      r.dims.resize(rank);
+      r.dims[rank - 2].splits.assign(rr.splits.begin(), rr.splits.end());
+      r.dims[rank - 1].splits.assign(cr.splits.begin(), cr.splits.end());
+      r.byte_offset = lead_offset + SwizzledScaleOffset(rr.at, cr.at, cp);  // one byte each
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -477,6 +530,7 @@ absl::Status LayoutBuilder::CloneRank(int32_t src_rank, int32_t dst_rank,
     scale_buffer_.push_back(scale_buffer_[b] < 0 ? -1 : scale_buffer_[b] + shift);
     global_buffer_.push_back(global_buffer_[b] < 0 ? -1 : global_buffer_[b] + shift);
     scale_grouped_.push_back(scale_grouped_[b]);
+    swizzle_cols_.push_back(swizzle_cols_[b]);
   }
   std::vector<Record>& records = out_.layout.records;
   const int64_t copy_begin = static_cast<int64_t>(records.size());

@@ -87,7 +87,12 @@ class LayoutBuilder {
   // Returns the buffer `name` of `rank`, adding it with `shape` and the dtype
   // of `tensor` if new (ranks must be visited in increasing order). An
   // existing buffer must have the same shape (INTERNAL otherwise). Padding
-  // rows [pad_begin, pad_end) of dim 0 are declared unsourced.
+  // rows [pad_begin, pad_end) of dim 0 are declared unsourced. With
+  // ModelTensors::swizzled_scales the companion scale buffer holds whole
+  // 128 x 4 tiles and an NVFP4 dense weight whole 32 x 32 blocks of codes
+  // (vLLM's padding), their padding declared unsourced; INVALID_ARGUMENT
+  // naming the buffer when a stacked or row-padded NVFP4 weight would need
+  // the weight padding.
   // scale_parts: how many weights share the buffer's per-tensor FP8 scale
   // buffer (3 for a fused qkv, 2 for gate/up; per-tensor FP8 only).
   absl::StatusOr<int32_t> Buffer(int32_t rank, const std::string& name,
@@ -166,11 +171,19 @@ class LayoutBuilder {
   // global buffer, once per (buffer, experts), when `tensor` has one.
   absl::Status PlaceGlobalScale(int32_t tensor, int32_t buffer, const Box& box,
                                 absl::Span<const DimPlace> places);
-  // NVFP4 with kernel=flashinfer: `box` of the scale tensor into buffer
-  // `sbuf` in vLLM's swizzled 128 x 4 tile order; INVALID_ARGUMENT when the
-  // part does not fill whole tiles.
+  // kernel=flashinfer: `box` of the scale tensor into buffer `sbuf` in the
+  // swizzled 128 x 4 tile order (SwizzledScaleOffset), as a few records
+  // (partial 32-row groups, partial tiles, whole tiles); INVALID_ARGUMENT
+  // for a part interleaved in runs.
   absl::Status PlaceSwizzledScale(int32_t scale, int32_t sbuf, const Box& box,
                                   absl::Span<const DimPlace> places);
+  // NVFP4 dense weight with kernel=flashinfer: `shape` ([N, K/2] bytes)
+  // rounded up to multiples of 32 rows and 32 codes, the added bytes
+  // appended to `padding`; INVALID_ARGUMENT naming the buffer when a
+  // stacked or row-padded buffer would need it.
+  absl::Status PadNvfp4Weight(int32_t rank, const std::string& name, bool row_padded,
+                              std::vector<int64_t>* shape,
+                              std::vector<ByteRange>* padding) const;
   absl::Status PlacePerTensorScale(int32_t tensor, int32_t buffer,
                                    const Box& box, int part);
 
@@ -183,6 +196,9 @@ class LayoutBuilder {
   // NVFP4 global scale records placed: (global tensor, buffer, first expert).
   absl::flat_hash_set<std::tuple<int32_t, int32_t, int64_t>> globals_placed_;
   std::vector<bool> scale_grouped_;    // per buffer: an [E_local, ...] scale
+  // Per buffer: the padded scale columns of a swizzled scale buffer (a
+  // multiple of 4), 0 for any other buffer.
+  std::vector<int64_t> swizzle_cols_;
   // First buffer / record of each rank built so far (-1: none yet).
   std::vector<int64_t> first_buffer_, first_record_;
   // Buffers of the current rank by name (ranks are built in order).

@@ -329,12 +329,11 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
         "scales (vLLM requantizes the float-scale checkpoint); use quant=fp8, "
         "not quant=fp8-ue8m0"));
   }
-  if (s.quant == EngineSpec::Quant::kMxfp8 && s.kernel != EngineSpec::Kernel::kCheckpoint) {
+  if (s.quant == EngineSpec::Quant::kMxfp8 && s.kernel == EngineSpec::Kernel::kDeepgemm) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "engine spec \"", text, "\": quant=mxfp8 with kernel=", KernelName(s.kernel),
-        ": refit writes MXFP8 scales in the checkpoint layout only ([N, K/32] "
-        "uint8, what vLLM's emulation and Marlin backends load); FlashInfer's "
-        "swizzled F8_128x4 scales (swizzle_mxfp8_scale) are not written"));
+        "engine spec \"", text, "\": quant=mxfp8 with kernel=deepgemm: DeepGEMM reads "
+        "block FP8; MXFP8 engines take kernel=flashinfer (swizzled F8_128x4 scales, "
+        "swizzle_mxfp8_scale) or the checkpoint layout ([N, K/32] uint8)"));
   }
   if (s.quant == EngineSpec::Quant::kNvfp4 && s.kernel == EngineSpec::Kernel::kDeepgemm) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -74,6 +74,7 @@ TEST(FusedPullGpuTest, KernelEqualsHostItemsOnPlannerCases) {
       {"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=fp8,kernel=deepgemm"},
       {"tiny-qwen3-mx", "megatron:tp=1", "vllm:tp=2,quant=mxfp8"},
       {"tiny-qwen3-mx", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=mxfp8"},
+      {"tiny-qwen3-mx", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=mxfp8,kernel=flashinfer"},
       {"tiny-qwen3-moe-mx", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=mxfp8"},
       // Records that cut tiles: scales from their owners' scratch.
       {"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=fp8"},

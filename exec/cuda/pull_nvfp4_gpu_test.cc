@@ -98,7 +98,9 @@ TEST(PullNvfp4GpuTest, KernelEqualsHostItemsOnPlannerCases) {
       {"tiny-qwen3-fp4", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=nvfp4"},
       {"tiny-qwen3-fp4", "megatron:tp=4,dp=2", "vllm:tp=2,dp=2,quant=nvfp4"},
       {"tiny-qwen3-moe-fp4", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=nvfp4"},
-      {"tiny-qwen3-fp4-fi", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer"}};
+      {"tiny-qwen3-fp4-fi", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer"},
+      // Scales padded to whole tiles, weights to 32 rows and codes.
+      {"tiny-qwen3-fp4", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer"}};
   for (const Case& c : cases) {
     testing::PlannedCase pc;
     const absl::Status planned = testing::PlanCase(c.model, c.trainer, c.engine, &pc);

@@ -222,8 +222,13 @@ INSTANTIATE_TEST_SUITE_P(
              Case::kSome},
         Case{"tiny-qwen3-fp4-fi", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer",
              Case::kAll},
-        // FlashInfer's w31 order and scale layouts (MXFP8 with FlashInfer is
-        // refused at planning).
+        // Padded to whole tiles: q, k and v of 96 rows, o_proj's 6 scale
+        // columns, weights padded to 32 rows and codes; MXFP8's flat scales.
+        Case{"tiny-qwen3-fp4", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer",
+             Case::kAll},
+        Case{"tiny-qwen3-mx", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=mxfp8,kernel=flashinfer",
+             Case::kAll},
+        // FlashInfer's w31 order and scale layouts.
         Case{"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1",
              "vllm:tp=2,dp=2,ep=4,quant=fp8,kernel=flashinfer", Case::kAll}));
 

@@ -324,69 +324,167 @@ TEST(ConvertedPlansTest, Nvfp4PlansQwen3MoeUnderExpertParallelism) {
   EXPECT_EQ(back->conversions.size(), plan->conversions.size());
 }
 
-// kernel=flashinfer: the bytes of o_proj's and qkv_proj's weight_scale
-// buffers equal vLLM's swizzle_blockscale of the reference scales, written
-// here as its reshape [M/128, 4, 32, K/4, 4] and permute (0, 3, 2, 1, 4).
-TEST(ConvertedPlansTest, Nvfp4FlashinferScalesAreVllmsSwizzle) {
-  absl::StatusOr<ModelConfig> model = LoadModelConfig("tiny-qwen3-fp4-fi");
+// vLLM's swizzle of an [m, k] scale matrix (swizzle_blockscale,
+// swizzle_mxfp8_scale), stated as vLLM writes it: zero-padded to [mp, kp]
+// (128 rows, 4 columns), viewed as [mp/128, 4, 32, kp/4, 4] and dims 1 and
+// 3 swapped. Padding bytes are `pad`.
+std::vector<uint8_t> VllmSwizzle(const std::vector<uint8_t>& logical, int64_t m, int64_t k,
+                                 uint8_t pad) {
+  const int64_t mp = (m + 127) / 128 * 128, kp = (k + 3) / 4 * 4;
+  std::vector<uint8_t> padded(mp * kp, pad), out(mp * kp);
+  for (int64_t r = 0; r < m; ++r) {
+    std::copy_n(logical.begin() + r * k, k, padded.begin() + r * kp);
+  }
+  for (int64_t a = 0; a < mp / 128; ++a) {
+    for (int64_t b = 0; b < 4; ++b) {
+      for (int64_t e = 0; e < 32; ++e) {
+        for (int64_t f = 0; f < kp / 4; ++f) {
+          for (int64_t g = 0; g < 4; ++g) {
+            out[(((a * (kp / 4) + f) * 32 + e) * 4 + b) * 4 + g] =
+                padded[(a * 128 + b * 32 + e) * kp + f * 4 + g];
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// The bytes engine tensor `name` holds for the pattern (NVFP4 codes or
+// scales, or MXFP8 E8M0 scales), row-major; `*cols` its last extent.
+std::vector<uint8_t> ExpectedTensor(const Plan& plan, const std::map<std::string, DType>& source,
+                                    uint64_t seed, const std::string& name, int64_t* cols) {
+  const TensorSpec* t = nullptr;
+  const TensorSpec* w = nullptr;
+  const std::string weight = name.substr(0, name.rfind("_scale"));
+  for (const TensorSpec& x : plan.dst.tensors) {
+    if (x.name == name) t = &x;
+    if (x.name == weight) w = &x;
+  }
+  std::vector<uint8_t> bytes;
+  if (t == nullptr) return bytes;
+  *cols = t->shape.back();
+  if (!testing::ExpectedNvfp4(plan.dst, *t, source, seed, &bytes) && w != nullptr) {
+    auto sd = source.find(weight);
+    if (sd == source.end()) return bytes;
+    bytes = testing::ExpectedConverted(*t, sd->second, w, seed, 128, Transform::kNone);
+  }
+  return bytes;
+}
+
+struct SwizzledBuffer {
+  std::string buffer;
+  std::vector<std::string> parts;  // the tensors stacked in its rows, in order
+  bool row_parallel = false;       // vLLM shards its columns, else its rows
+};
+
+// Engine TP rank 0's share of an [m, k] row-major matrix: the first 1/tp
+// of its rows, or of its columns when `row_parallel`; `*k` becomes the
+// share's columns.
+std::vector<uint8_t> RankZeroShare(const std::vector<uint8_t>& whole, int64_t* k, int tp,
+                                   bool row_parallel) {
+  const int64_t m = static_cast<int64_t>(whole.size()) / *k;
+  if (!row_parallel) return std::vector<uint8_t>(whole.begin(), whole.begin() + m / tp * *k);
+  const int64_t ks = *k / tp;
+  std::vector<uint8_t> out;
+  for (int64_t r = 0; r < m; ++r) {
+    out.insert(out.end(), whole.begin() + r * *k, whole.begin() + r * *k + ks);
+  }
+  *k = ks;
+  return out;
+}
+
+// kernel=flashinfer: every byte of the listed dense weight_scale buffers of
+// engine rank 0 equals vLLM's swizzle of the reference scales, padding
+// tiles (rows to 128, columns to 4) untouched; with NVFP4, the weights sit
+// in rows padded to 32 codes, padding untouched. Tiny models' parts are
+// 96 or 144 rows and 3, 6 or 10 scale columns: no part fills whole tiles.
+void ExpectVllmSwizzle(const char* model_name, const char* trainer, const char* engine,
+                       const std::vector<SwizzledBuffer>& buffers) {
+  const bool nvfp4 = absl::StrContains(engine, "quant=nvfp4");
+  const int tp = absl::StrContains(engine, "tp=2") ? 2 : 1;
+  SCOPED_TRACE(absl::StrCat(model_name, " ", trainer, " -> ", engine));
+  absl::StatusOr<ModelConfig> model = LoadModelConfig(model_name);
   ASSERT_TRUE(model.ok());
-  absl::StatusOr<MappedSide> src =
-      BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=2"));
-  absl::StatusOr<MappedSide> dst = BuildEngineLayout(
-      *model, *ParseEngineSpec("vllm:tp=1,quant=nvfp4,kernel=flashinfer"));
+  absl::StatusOr<MappedSide> src = BuildTrainerLayout(*model, *ParseTrainerSpec(trainer));
+  absl::StatusOr<MappedSide> dst = BuildEngineLayout(*model, *ParseEngineSpec(engine));
   ASSERT_TRUE(src.ok() && dst.ok()) << src.status() << dst.status();
   absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, PlannerOptions{});
   ASSERT_TRUE(plan.ok()) << plan.status();
   const std::map<std::string, DType> source = SourceDTypes(src->layout);
   PatternOptions po{-1, 4};
   po.source_dtypes = &source;
+  constexpr uint8_t kUntouched = 0x5A;
   OwnedBuffers s = AllocateBuffers(src->layout);
-  OwnedBuffers d = AllocateBuffers(plan->dst);
+  OwnedBuffers d = AllocateBuffers(plan->dst, kUntouched);
   FillPattern(src->layout, s.ptrs, po);
   const std::vector<absl::Status> status = RunAllRanksInProc(*plan, s, d, /*slices=*/true);
   for (const absl::Status& st : status) ASSERT_TRUE(st.ok()) << st;
   ASSERT_TRUE(CheckPattern(plan->dst, d.ptrs, po).ok());
-  const std::string attn = "model.layers.1.self_attn.";
-  struct Param {
-    std::string buffer;
-    std::vector<std::string> parts;  // rows in order
-  };
-  for (const Param& p : {Param{attn + "o_proj.weight_scale", {attn + "o_proj.weight_scale"}},
-                         Param{attn + "qkv_proj.weight_scale",
-                               {attn + "q_proj.weight_scale", attn + "k_proj.weight_scale",
-                                attn + "v_proj.weight_scale"}}}) {
-    std::vector<uint8_t> logical;  // [M, K] row-major, the parts stacked
-    int64_t k = 0;
+  for (const SwizzledBuffer& p : buffers) {
+    std::vector<uint8_t> logical, codes;
+    int64_t k = 0, kb = 0;
     for (const std::string& part : p.parts) {
-      const TensorSpec* t = nullptr;
-      for (const TensorSpec& x : plan->dst.tensors) {
-        if (x.name == part) t = &x;
-      }
-      ASSERT_NE(t, nullptr) << part;
-      std::vector<uint8_t> bytes;
-      ASSERT_TRUE(testing::ExpectedNvfp4(plan->dst, *t, source, po.seed, &bytes)) << part;
+      std::vector<uint8_t> bytes = ExpectedTensor(*plan, source, po.seed, part, &k);
+      ASSERT_FALSE(bytes.empty()) << part;
+      bytes = RankZeroShare(bytes, &k, tp, p.row_parallel);
       logical.insert(logical.end(), bytes.begin(), bytes.end());
-      k = t->shape.back();
+      if (!nvfp4) continue;
+      const std::string w = part.substr(0, part.rfind("_scale"));
+      std::vector<uint8_t> c = ExpectedTensor(*plan, source, po.seed, w, &kb);
+      ASSERT_FALSE(c.empty()) << w;
+      c = RankZeroShare(c, &kb, tp, p.row_parallel);
+      codes.insert(codes.end(), c.begin(), c.end());
     }
     const int64_t m = static_cast<int64_t>(logical.size()) / k;
-    ASSERT_EQ(m % 128, 0);
-    ASSERT_EQ(k % 4, 0);
-    std::vector<uint8_t> want(logical.size());
-    for (int64_t r = 0; r < m; ++r) {
-      for (int64_t c = 0; c < k; ++c) {
-        const int64_t a = r / 128, b = (r % 128) / 32, e = r % 32, f = c / 4, g = c % 4;
-        want[(((a * (k / 4) + f) * 32 + e) * 4 + b) * 4 + g] = logical[r * k + c];
-      }
-    }
+    const std::vector<uint8_t> want = VllmSwizzle(logical, m, k, kUntouched);
     const int32_t b = BufferIndex(plan->dst, p.buffer, 0);
     ASSERT_GE(b, 0) << p.buffer;
     ASSERT_EQ(plan->dst.buffers[b].byte_size, static_cast<int64_t>(want.size()));
     EXPECT_EQ(std::vector<uint8_t>(d.ptrs[b], d.ptrs[b] + want.size()), want) << p.buffer;
+    if (!nvfp4) continue;  // MXFP8: weights as in the checkpoint layout
+    const std::string wbuf = p.buffer.substr(0, p.buffer.rfind("_scale"));
+    const int32_t wb = BufferIndex(plan->dst, wbuf, 0);
+    ASSERT_GE(wb, 0) << wbuf;
+    ASSERT_EQ(static_cast<int64_t>(codes.size()), m * kb) << wbuf;
+    const int64_t np = (m + 31) / 32 * 32, kbp = (2 * kb + 31) / 32 * 16;
+    std::vector<uint8_t> padded(np * kbp, kUntouched);
+    for (int64_t r = 0; r < m; ++r) {
+      std::copy_n(codes.begin() + r * kb, kb, padded.begin() + r * kbp);
+    }
+    ASSERT_EQ(plan->dst.buffers[wb].byte_size, static_cast<int64_t>(padded.size())) << wbuf;
+    EXPECT_EQ(std::vector<uint8_t>(d.ptrs[wb], d.ptrs[wb] + padded.size()), padded) << wbuf;
   }
 }
 
+TEST(ConvertedPlansTest, FlashinferScalesAreVllmsSwizzlePaddedToWholeTiles) {
+  const std::string attn = "model.layers.1.self_attn.";
+  const std::string mlp = "model.layers.0.mlp.";
+  const SwizzledBuffer o{attn + "o_proj.weight_scale", {attn + "o_proj.weight_scale"}, true};
+  const SwizzledBuffer qkv{attn + "qkv_proj.weight_scale",
+                           {attn + "q_proj.weight_scale", attn + "k_proj.weight_scale",
+                            attn + "v_proj.weight_scale"}};
+  const SwizzledBuffer gate_up{mlp + "gate_up_proj.weight_scale",
+                               {mlp + "gate_proj.weight_scale", mlp + "up_proj.weight_scale"}};
+  const SwizzledBuffer down{mlp + "down_proj.weight_scale", {mlp + "down_proj.weight_scale"},
+                            true};
+  // Whole tiles (the model made for it), then parts of tiles.
+  ExpectVllmSwizzle("tiny-qwen3-fp4-fi", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer",
+                    {o, qkv});
+  ExpectVllmSwizzle("tiny-qwen3-fp4", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer",
+                    {o, qkv, gate_up, down});
+  // Per rank: qkv 144 rows (weights padded to 160), o_proj K 48 (codes
+  // padded to 64, scale columns 3 to 4).
+  ExpectVllmSwizzle("tiny-qwen3-fp4", "fsdp:dp=3", "vllm:tp=2,quant=nvfp4,kernel=flashinfer",
+                    {o, qkv, gate_up, down});
+  // MXFP8 linears: flat [Mp * Kp] E8M0 scales (FlashInferCutlassMxfp8LinearKernel).
+  ExpectVllmSwizzle("tiny-qwen3-mx", "megatron:tp=2", "vllm:tp=2,quant=mxfp8,kernel=flashinfer",
+                    {o, qkv, gate_up, down});
+}
+
 // Engines vLLM's NVFP4 method refuses are refused by name: K not a
-// multiple of 16 (whole or per TP rank), an FP8 model, kernel=flashinfer.
+// multiple of 16 (whole or per TP rank), an FP8 model, kernel=deepgemm;
+// and MXFP8 experts with kernel=flashinfer.
 TEST(ConvertedPlansTest, Nvfp4RefusesWhatIsNotWritten) {
   const RefusedEngine cases[] = {
       RefusedEngine{"tiny-qwen3", "vllm:tp=1,quant=nvfp4", "multiple of 16"},
@@ -397,13 +495,9 @@ TEST(ConvertedPlansTest, Nvfp4RefusesWhatIsNotWritten) {
   absl::StatusOr<EngineSpec> dg = ParseEngineSpec("vllm:tp=1,quant=nvfp4,kernel=deepgemm");
   ASSERT_FALSE(dg.ok());
   EXPECT_THAT(std::string(dg.status().message()), ::testing::HasSubstr("deepgemm"));
-  // kernel=flashinfer swizzles 128 x 4 tiles: 96 rows of q_proj are refused.
-  absl::StatusOr<ModelConfig> m = LoadModelConfig("tiny-qwen3-fp4");
-  ASSERT_TRUE(m.ok());
-  absl::StatusOr<MappedSide> fi =
-      BuildEngineLayout(*m, *ParseEngineSpec("vllm:tp=1,quant=nvfp4,kernel=flashinfer"));
-  ASSERT_FALSE(fi.ok());
-  EXPECT_THAT(std::string(fi.status().message()), ::testing::HasSubstr("swizzle_blockscale"));
+  // MXFP8 experts with kernel=flashinfer go to a MoE backend refit does not write.
+  ExpectEngineRefused("tiny-qwen3-moe-mx", "vllm:tp=1,quant=mxfp8,kernel=flashinfer",
+                      "FlashInfer TRTLLM");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -437,7 +531,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"tiny-qwen3-fp4-fi", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer"},
         Case{"tiny-qwen3-moe-fp4-fi", "megatron:tp=2,ep=2,etp=1",
              "vllm:tp=1,dp=2,ep=2,quant=nvfp4,kernel=flashinfer"},
-        Case{"tiny-qwen3-moe-fp4-fi", "fsdp:dp=3", "vllm:tp=1,quant=nvfp4,kernel=flashinfer"}));
+        Case{"tiny-qwen3-moe-fp4-fi", "fsdp:dp=3", "vllm:tp=1,quant=nvfp4,kernel=flashinfer"},
+        // Padded to whole tiles: dense parts of 96 and 144 rows, experts'
+        // w2 scales of 10 columns.
+        Case{"tiny-qwen3-fp4", "megatron:tp=4,pp=2", "vllm:tp=2,quant=nvfp4,kernel=flashinfer"},
+        Case{"tiny-qwen3-moe-fp4", "megatron:tp=2,ep=2,etp=1",
+             "vllm:tp=1,dp=2,ep=2,quant=nvfp4,kernel=flashinfer"},
+        Case{"tiny-qwen3-mx", "megatron:tp=4,dp=2", "vllm:tp=2,dp=2,quant=mxfp8,kernel=flashinfer"},
+        Case{"tiny-qwen3-mx", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=mxfp8,kernel=flashinfer"},
+        Case{"tiny-qwen3-moe-fp4", "fsdp:dp=3", "vllm:tp=1,dp=3,ep=3,quant=nvfp4,kernel=flashinfer"}));
 
 }  // namespace
 }  // namespace refit

@@ -7,6 +7,7 @@ refreshed engine tensors equals the one computed from tensors derived
 from scratch, and differs before the refresh."""
 
 import math
+import os
 import random
 import unittest
 
@@ -105,8 +106,12 @@ class VllmKernelLayoutTest(unittest.TestCase):
         ok = S.Model([("model.layers.0.self_attn.qkv_proj",
                        S.mxfp8_linear(S.Mxfp8LinearBackend.EMULATION))])
         self.assertIsNone(el.vllm_kernel_layout(ok))
+        fi = S.mxfp8_linear(S.Mxfp8LinearBackend.FLASHINFER_CUTLASS, swizzled=True)
+        self.assertEqual(el.vllm_kernel_layout(S.Model([("l0.qkv_proj", fi)])), "flashinfer")
+        self.refused(S.Model([("l0.qkv_proj", fi), ("l0.o_proj", S.mxfp8_linear(
+            S.Mxfp8LinearBackend.EMULATION))]), "l0.qkv_proj", "swizzled MXFP8", "l0.o_proj")
         self.refused(S.Model([("l0.qkv_proj", S.mxfp8_linear(
-            S.Mxfp8LinearBackend.FLASHINFER_CUTLASS, swizzled=True))]),
+            S.Mxfp8LinearBackend.FLASHINFER_CUTLASS))]),
             "l0.qkv_proj", "FLASHINFER_CUTLASS", "F8_128x4")
         self.refused(S.Model([("l0.o_proj", S.mxfp8_linear(S.Mxfp8LinearBackend.MARLIN))]),
                      "l0.o_proj", "MARLIN")
@@ -229,6 +234,14 @@ class VllmQuantFormatTest(unittest.TestCase):
         self.refused(M("ModelOptFp8LinearMethod"), says=("ModelOptFp8LinearMethod", "quant=fp8"))
         self.refused(M("CompressedTensorsLinearMethod"), says=("CompressedTensorsLinearMethod",))
         self.refused(M("GPTQMarlinLinearMethod"), says=("GPTQMarlinLinearMethod",))
+        self.refused(M("Nvfp4OnlineMoEMethod"),
+                     says=("Nvfp4OnlineMoEMethod", "nvfp4_per_token", "ModelOpt NVFP4 checkpoint"))
+        os.environ["FLASHINFER_NVFP4_4OVER6"] = "1"
+        try:
+            self.refused(M("Nvfp4OnlineMoEMethod"),
+                         says=("4over6", "unset FLASHINFER_NVFP4_4OVER6"))
+        finally:
+            del os.environ["FLASHINFER_NVFP4_4OVER6"]
         self.refused(S.Fp8LinearMethod(), M("ModelOptNvFp4LinearMethod"),
                      says=("model.layers.0.self_attn.qkv_proj holds fp8",
                            "model.layers.1.self_attn.qkv_proj nvfp4", "one format"))

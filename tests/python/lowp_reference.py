@@ -126,14 +126,29 @@ def nvfp4(rows: Rows, g: float) -> Tuple[bytes, bytes]:
 
 
 def swizzle(scale: bytes, m: int, k: int) -> bytes:
-    """vLLM's swizzle_blockscale of one [m, k] byte matrix."""
+    """vLLM's swizzle_blockscale of one [m, k] byte matrix: zero-padded to
+    128 rows and 4 columns, then in 128 x 4 tiles."""
+    mp, kp = -(-m // 128) * 128, -(-k // 4) * 4
+    padded = bytearray(mp * kp)
+    for r in range(m):
+        padded[r * kp:r * kp + k] = scale[r * k:(r + 1) * k]
     out = bytearray()
-    for mt in range(m // 128):
-        for kt in range(k // 4):
+    for mt in range(mp // 128):
+        for kt in range(kp // 4):
             for r32 in range(32):
                 for r4 in range(4):
-                    src = (mt * 128 + r4 * 32 + r32) * k + kt * 4
-                    out += scale[src:src + 4]
+                    src = (mt * 128 + r4 * 32 + r32) * kp + kt * 4
+                    out += padded[src:src + 4]
+    return bytes(out)
+
+
+def pad_codes(codes: bytes, n: int, kb: int) -> bytes:
+    """[n, kb] packed codes zero-padded to 32 rows and 32 codes, as vLLM's
+    CUTLASS NVFP4 linears hold them."""
+    np_, kbp = -(-n // 32) * 32, -(-2 * kb // 32) * 16
+    out = bytearray(np_ * kbp)
+    for r in range(n):
+        out[r * kbp:r * kbp + kb] = codes[r * kb:(r + 1) * kb]
     return bytes(out)
 
 

@@ -195,11 +195,15 @@ class LowPrecisionEngineTest(unittest.TestCase):
             rows = [row for p in parts for row in p]
             if quant == "mxfp8":
                 c, s = ref.mxfp8(rows)
+                if kernel == "flashinfer":
+                    s = ref.swizzle(s, len(rows), len(rows[0]) // 32)
             else:
                 g = ref.nvfp4_global(ref.amax(parts))
                 c, s = ref.nvfp4(rows, g)
                 if kernel == "flashinfer":
                     s = ref.swizzle(s, len(rows), len(rows[0]) // 16)
+                    if not moe:
+                        c = ref.pad_codes(c, len(rows), len(rows[0]) // 2)
                 globals_.append(g)
             codes, scales = codes + c, scales + s
         self.assertEqual(getattr(layer, prefix + "weight").raw(), codes, f"{path} {prefix}weight")
@@ -242,6 +246,12 @@ class LowPrecisionEngineTest(unittest.TestCase):
         self.rounds("tiny-qwen3-fp4-fi", lambda: mo.ModelOptNvFp4LinearMethod(
             mo.CutlassNvFp4LinearKernel()), None, "nvfp4", "flashinfer", steps=1)
 
+    def test_nvfp4_dense_cutlass_padded_weights_and_scales(self):
+        # q, k, v of 96 rows, o_proj K 96 (6 scale columns), down_proj K 160:
+        # every scale matrix padded to whole 128 x 4 tiles.
+        self.rounds("tiny-qwen3-fp4", lambda: mo.ModelOptNvFp4LinearMethod(
+            mo.CutlassNvFp4LinearKernel()), None, "nvfp4", "flashinfer", steps=1)
+
     def test_nvfp4_moe_flashinfer_cutlass_w31_swizzled_folded_alphas(self):
         self.rounds("tiny-qwen3-moe-fp4-fi",
                     lambda: mo.ModelOptNvFp4LinearMethod(mo.CutlassNvFp4LinearKernel()),
@@ -253,6 +263,12 @@ class LowPrecisionEngineTest(unittest.TestCase):
                     lambda: mo.ModelOptNvFp4LinearMethod(mo.EmulationNvFp4LinearKernel()),
                     lambda: mo.ModelOptNvFp4FusedMoE(mo.NvFp4MoeBackend.EMULATION),
                     "nvfp4", None, steps=1)
+
+    def test_mxfp8_dense_flashinfer_cutlass_flat_swizzled_scales(self):
+        # FlashInfer CUTLASS linears: flat [Mp * Kp] E8M0 scales; tiny-qwen3-mx's
+        # parts (64 rows, 2 to 6 scale columns) pad to whole tiles.
+        self.rounds("tiny-qwen3-mx", lambda: mx.Mxfp8OnlineLinearMethod(
+            mx.FlashInferCutlassMxfp8LinearKernel()), None, "mxfp8", "flashinfer", steps=1)
 
     def test_mxfp8_dense_emulation_every_byte(self):
         self.rounds("tiny-qwen3-mx", lambda: mx.Mxfp8OnlineLinearMethod(

@@ -27,6 +27,7 @@ vllm-project/vllm (2026-11-26):
 - ``Unquantized*Method`` layers and KV-cache methods carry no weight format.
 """
 
+import os
 from typing import Any, Dict, Optional
 
 import refit
@@ -78,6 +79,17 @@ def _layer_format(name: str, qm: Any) -> Optional[str]:
             f"checkpoint) and ModelOpt NVFP4 (quant=nvfp4)")
     if cls.startswith("Mxfp8"):
         return "mxfp8"
+    if cls.startswith("Nvfp4Online"):
+        four_over_six = os.environ.get("FLASHINFER_NVFP4_4OVER6") == "1"
+        raise _refuse(
+            f"layer {name}: vLLM quantized these weights itself ({cls}, --quantization "
+            f"nvfp4_per_token: global scale (6 * 448) / amax, FlashInfer's block quantizer"
+            + (", and FLASHINFER_NVFP4_4OVER6=1 picks each block's maximum from 4 or 6 "
+               "(4over6); unset FLASHINFER_NVFP4_4OVER6" if four_over_six else "")
+            + "; its per-token activations run FlashInfer TRTLLM or CuteDSL experts, whose "
+            "shuffled layouts refit does not write either); refit writes the bytes of "
+            "ModelOpt's NVFP4 export (quant=nvfp4): serve a ModelOpt NVFP4 checkpoint, or the "
+            "model in BF16")
     if any(s in cls for s in _FOREIGN):
         raise _refuse(
             f"layer {name}: vLLM's quantization method {cls} holds weights in a layout "

@@ -154,8 +154,10 @@ def _vllm_mxfp8(name: str, layer: Any, qm: Any) -> Optional[str]:
     quantization/mxfp8.py at 2aa8028, quantization/online/mxfp8.py at
     03bf2d3), or None for other methods: the checkpoint layout (quant=mxfp8)
     when the weight stays e4m3 with [.., N, K/32] uint8 weight_scale (the
-    emulation kernels, linear and experts). Refused: FlashInfer CUTLASS's
-    swizzled F8_128x4 scales (swizzle_mxfp8_scale), Marlin, FlashInfer TRTLLM
+    emulation kernels, linear and experts); kernel=flashinfer for FlashInfer
+    CUTLASS linears (FlashInferCutlassMxfp8LinearKernel, kernels/linear/mxfp8/
+    flashinfer.py at f195871: flat swizzled F8_128x4 uint8 scales,
+    swizzle_mxfp8_scale). Refused: Marlin, FlashInfer TRTLLM
     experts (fused_moe/oracle/mxfp8.py at d965a8a: shuffled), and weights the
     emulation dequantized to BF16 at load (kernels/linear/mxfp8/emulation.py
     at 0f6c0f5, VLLM_MXFP8_EMULATION_DEQUANT_AT_LOAD; the experts alike,
@@ -182,15 +184,19 @@ def _vllm_mxfp8(name: str, layer: Any, qm: Any) -> Optional[str]:
             f"layer {name}: vLLM's MXFP8 emulation dequantized the {prefix or 'linear '}"
             f"weights to {_dtype_name(weight)} at load; refit writes e4m3 codes with their "
             f"scales (quant=mxfp8): set VLLM_MXFP8_EMULATION_DEQUANT_AT_LOAD=0")
-    if (backend in ("FLASHINFER_CUTLASS", "MARLIN") or "Marlin" in kernel or
-            "FlashInfer" in kernel or scale is None or weight is None or
-            len(scale.shape) != len(weight.shape) or _dtype_name(scale) != "uint8"):
+    flashinfer = not moe and (backend == "FLASHINFER_CUTLASS" or "FlashInfer" in kernel)
+    if (flashinfer and weight is not None and scale is not None and len(scale.shape) == 1
+            and _dtype_name(scale) == "uint8"):
+        return FLASHINFER  # FlashInferCutlassMxfp8LinearKernel: flat F8_128x4 scales
+    if (flashinfer or backend == "MARLIN" or "Marlin" in kernel or scale is None or
+            weight is None or len(scale.shape) != len(weight.shape) or
+            _dtype_name(scale) != "uint8"):
         raise _refuse(
             f"layer {name}: vLLM's MXFP8 backend {backend or kernel or 'unknown'} holds the "
             f"scales as {_dtype_name(scale)} {tuple(getattr(scale, 'shape', ()))} "
-            f"(FlashInfer's swizzled F8_128x4 layout, or Marlin's repacking), which refit "
-            f"does not write; quant=mxfp8 writes [N, K/32] uint8 scales (the emulation "
-            f"backend)")
+            f"(Marlin's repacking, or a layout refit does not know), which refit does not "
+            f"write; quant=mxfp8 writes [N, K/32] uint8 scales (the emulation backend), "
+            f"kernel=flashinfer the flat F8_128x4 scales of FlashInfer CUTLASS linears")
     return _CHECKPOINT
 
 
@@ -315,8 +321,9 @@ def vllm_kernel_layout(model: Any) -> Optional[str]:
     ``model`` (a vLLM worker's model, or anything with named_modules())
     holds after vLLM's post-load processing: None (the checkpoint layout,
     Triton / CUTLASS), ``"flashinfer"`` (FlashInfer CUTLASS MoE: experts'
-    w13 as [up; gate]) or ``"deepgemm"`` (DeepGEMM on SM90: block-FP8
-    weights requantized to power-of-two scales).
+    w13 as [up; gate]; NVFP4 and MXFP8 linears of FlashInfer / CUTLASS:
+    scales in padded 128 x 4 tiles) or ``"deepgemm"`` (DeepGEMM on SM90:
+    block-FP8 weights requantized to power-of-two scales).
 
     Looks at each layer's quant method (its class, ``use_marlin``,
     ``block_quant``, the MoE backend enum, ``flashinfer_moe_backend``,
@@ -327,7 +334,7 @@ def vllm_kernel_layout(model: Any) -> Optional[str]:
     Raises refit.RefitError (INVALID_ARGUMENT) naming the layer, the kernel
     and the vLLM setting that avoids it for what refit does not write:
     Marlin, ROCm AITER, FlashInfer TRTLLM, MXFP8 scales other than [N, K/32]
-    uint8, MXFP8 weights dequantized at load and MXFP8 experts but the
+    uint8 or FlashInfer CUTLASS's flat swizzled ones, MXFP8 weights dequantized at load and MXFP8 experts but the
     emulation's, per-tensor FP8 (max-scale
     requantization, FlashInfer alpha scales), FNUZ, DeepGEMM's SM100 packed
     scales, an unknown MoE backend, and a model whose layers need two
@@ -343,6 +350,10 @@ def vllm_kernel_layout(model: Any) -> Optional[str]:
         mx = _vllm_mxfp8(name, layer, qm)
         if mx is not None:
             seen.setdefault(mx, name)
+            if FLASHINFER in seen and _CHECKPOINT in seen:
+                raise _refuse(
+                    f"layer {seen[FLASHINFER]} holds swizzled MXFP8 scales and layer "
+                    f"{seen[_CHECKPOINT]} does not; refit writes one layout for all")
             continue
         nv = _vllm_nvfp4(name, layer, qm)
         if nv is not None:

@@ -10,7 +10,7 @@ swizzles the block scales for the FlashInfer and CUTLASS backends),
 fused_moe/experts/flashinfer_cutlass_moe.py at 03063c09
 (FlashInferExperts.process_weights_after_loading folds the input scales
 into the weight global scales in place) and quantization/utils/
-nvfp4_utils.py at 0b70ce1 (swizzle_blockscale). What is kept: every
+nvfp4_utils.py at 4159f5b (swizzle_blockscale, pad_nvfp4_weight_for_cutlass). What is kept: every
 parameter's name, shape and dtype as the layer holds it after loading, the
 renames (weight_scale_2 -> weight_global_scale, input_scale ->
 input_global_scale), the derived alpha and the MoE alphas, and the kernel
@@ -33,27 +33,47 @@ class NvFp4MoeBackend(enum.Enum):
     MARLIN = "MARLIN"
 
 
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
 def swizzle_blockscale(scale: st.Tensor) -> st.Tensor:
-    """[.., M, K] e4m3 scale bytes in 128 x 4 tiles: viewed as [.., M/128, 4,
-    32, K/4, 4], permuted (0, 1, 4, 3, 2, 5). Raises ValueError where vLLM
-    would pad (M not a multiple of 128, K of 4)."""
+    """[.., M, K] e4m3 scale bytes zero-padded to [.., Mp, Kp] (M rounded up
+    to 128, K to 4) and in 128 x 4 tiles: viewed as [.., Mp/128, 4, 32,
+    Kp/4, 4], permuted (0, 1, 4, 3, 2, 5) (nvfp4_utils.py at 4159f5b)."""
     *lead, m, k = scale.shape
-    if m % 128 or k % 4:
-        raise ValueError(f"swizzle_blockscale: [{m}, {k}] needs padding")
+    mp, kp = _round_up(m, 128), _round_up(k, 4)
     raw = scale.raw()
-    out = bytearray(len(raw))
     batches = len(raw) // (m * k)
+    out = bytearray(batches * mp * kp)
     at = 0
     for b in range(batches):
-        for mt in range(m // 128):
-            for kt in range(k // 4):
+        for mt in range(mp // 128):
+            for kt in range(kp // 4):
                 for r32 in range(32):
                     for r4 in range(4):
-                        row = b * m + mt * 128 + r4 * 32 + r32
-                        src = row * k + kt * 4
-                        out[at:at + 4] = raw[src:src + 4]
+                        row = mt * 128 + r4 * 32 + r32
+                        for c in range(4):
+                            if row < m and kt * 4 + c < k:
+                                out[at + c] = raw[(b * m + row) * k + kt * 4 + c]
                         at += 4
-    t = st.Tensor(scale.shape, scale.dtype)
+    t = st.Tensor((*lead, mp, kp), scale.dtype)
+    t._mem[:len(out)] = bytes(out)
+    return t
+
+
+def pad_nvfp4_weight_for_cutlass(weight: st.Tensor) -> st.Tensor:
+    """[N, K/2] packed codes zero-padded to multiples of 32 rows and 32 codes
+    (nvfp4_utils.py at 4159f5b)."""
+    n, kb = weight.shape
+    np_, kbp = _round_up(n, 32), _round_up(2 * kb, 32) // 2
+    if (np_, kbp) == (n, kb):
+        return weight
+    raw = weight.raw()
+    out = bytearray(np_ * kbp)
+    for r in range(n):
+        out[r * kbp:r * kbp + kb] = raw[r * kb:(r + 1) * kb]
+    t = st.Tensor((np_, kbp), weight.dtype)
     t._mem[:len(out)] = bytes(out)
     return t
 
@@ -66,9 +86,11 @@ class EmulationNvFp4LinearKernel:
 
 
 class CutlassNvFp4LinearKernel:
-    """kernels/linear/nvfp4/cutlass.py: swizzles weight_scale."""
+    """kernels/linear/nvfp4/cutlass.py: pads the weight and swizzles weight_scale
+    (prepare_weights_for_nvfp4_cutlass)."""
 
     def process_weights_after_loading(self, layer: st.Layer) -> None:
+        layer.weight = pad_nvfp4_weight_for_cutlass(layer.weight)
         layer.weight_scale = swizzle_blockscale(layer.weight_scale)
 
 

@@ -5,12 +5,16 @@ weight quantized at load to e4m3 ``weight`` [N, K] and uint8 E8M0
 ``weight_scale`` [N, K/32], then its kernel's process_weights_after_loading),
 kernels/linear/mxfp8/emulation.py at 0f6c0f5 (EmulationMxfp8LinearKernel:
 with VLLM_MXFP8_EMULATION_DEQUANT_AT_LOAD the weight is dequantized to BF16
-at load). Names, shapes and dtypes as the layer holds them after loading;
-the values are whatever refit writes."""
+at load), kernels/linear/mxfp8/flashinfer.py at f195871
+(FlashInferCutlassMxfp8LinearKernel: weight_scale swizzled by
+swizzle_mxfp8_scale into one flat uint8 tensor of whole 128 x 4 tiles).
+Names, shapes and dtypes as the layer holds them after loading; the values
+are whatever refit writes."""
 
 from typing import List
 
 import standin_torch as st
+from vllm.model_executor.layers.quantization.modelopt import swizzle_blockscale
 
 
 class EmulationMxfp8LinearKernel:
@@ -20,6 +24,14 @@ class EmulationMxfp8LinearKernel:
     def process_weights_after_loading(self, layer: st.Layer) -> None:
         if self.dequant_at_load:
             layer.weight = st.Tensor(layer.weight.shape, st.bfloat16)
+
+
+class FlashInferCutlassMxfp8LinearKernel:
+    def process_weights_after_loading(self, layer: st.Layer) -> None:
+        tiles = swizzle_blockscale(layer.weight_scale)  # the same 128 x 4 tile order
+        flat = st.Tensor([tiles.numel()], st.uint8)
+        flat._mem[:] = tiles.raw()
+        layer.weight_scale = flat
 
 
 class Mxfp8OnlineLinearMethod:
