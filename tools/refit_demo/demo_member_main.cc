@@ -24,6 +24,10 @@
 //                       plain copy, else through host copies
 //   --transport=pull    with --device: the colocated pull path
 //                       (client/pull_data_plane.h) instead of NCCL
+//   --staged            engine ranks stage each round (DataPlaneOptions::
+//                       staging): received while the live buffers stay as
+//                       they are, applied once every engine rank holds it;
+//                       the round line then ends with the pause
 //   --test_round_delay_ms=N  engine ranks wait N ms before each round's data
 //                       plane (only in refit_demo_member_slow, for tests)
 // Prints one line per event; the last line is "ok ..." or "error ...".
@@ -36,6 +40,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/data_plane.h"
 #include "client/member.h"
@@ -173,6 +178,7 @@ int Main(const Flags& fl) {
   }
 #endif
   dpo.verify = fl.f.count("verify") > 0;
+  dpo.staging.enabled = !trainer && fl.f.count("staged") > 0;
   auto joined = Member::Join(o, refs, dpo, absl::Now() + wait);
   if (!joined.ok()) return Fail(who, joined.status());
   Member& member = **joined;
@@ -272,11 +278,13 @@ int Main(const Flags& fl) {
     }
     std::printf(
         "round %lld %s: sent %lld received %lld bytes in %.6f s, staging %lld, "
-        "bytes %s\n",
+        "bytes %s%s\n",
         static_cast<long long>(*got), who.c_str(),
         static_cast<long long>(st->bytes_sent),
         static_cast<long long>(st->bytes_received), st->seconds,
-        static_cast<long long>(st->peak_staging_bytes), check.c_str());
+        static_cast<long long>(st->peak_staging_bytes), check.c_str(),
+        dpo.staging.enabled ? absl::StrFormat(", pause %.6f s", st->pause_seconds).c_str()
+                            : "");
     std::fflush(stdout);
   }
   (void)c.Leave(absl::Now() + absl::Seconds(5));
