@@ -11,7 +11,9 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "exec/copier.h"
 #include "exec/delta/digest_term.h"
+#include "exec/delta/wave_ops.h"
 #include "exec/gloo_transport.h"
 #include "plan/plan_codec.h"
 
@@ -128,6 +130,11 @@ absl::Status DataPlaneMember::MakeStaging(const SideLayout& layout, absl::Time d
     total += bytes[b];
   }
   const StagingOptions& o = options_.staging;
+  if (options_.copier && !o.memory) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine rank ", rank_, ": staged rounds of a device member need device staging "
+        "(StagingOptions::memory; NcclDataPlaneOptions sets it)"));
+  }
   const int64_t budget = o.budget_bytes >= 0 ? o.budget_bytes
                          : o.budget_share >= 1 ? -1
                                                : static_cast<int64_t>(o.budget_share * total);
@@ -164,6 +171,7 @@ absl::StatusOr<RunStats> DataPlaneMember::ReceiveRound(int64_t version, absl::Ti
     staging_ahead_ = false;
   }
   int32_t attempt = 0;
+  staged_log_.Clear();
   absl::StatusOr<RunStats> stats = MoveAndReport(version, deadline, true, &attempt);
   staging_ahead_ = true;  // until applied
   if (!stats.ok()) return stats;
@@ -188,8 +196,14 @@ absl::StatusOr<RunStats> DataPlaneMember::ApplyRound(int64_t version, absl::Time
   // from now on counts the engine torn, and one before it leaves them be.
   absl::Status s = client_->ReportApplying(version, deadline, received_attempt_);
   if (!s.ok()) return Finish(version, s, stats);
-  absl::StatusOr<double> copied = staged_->Apply(deadline);
-  s = copied.status();
+  // A delta round that came wholly as changed words (a host member logs
+  // them) writes only those; any other round copies every staged byte.
+  if (delta_runner_ != nullptr && options_.copier == nullptr &&
+      delta_runner_->delta_stats().dense_messages == 0 && staged_log_.messages() > 0) {
+    s = staged_log_.ApplyToLive(staged_->staging(), staged_->live(), staged_->bytes()).status();
+  } else {
+    s = staged_->Apply(deadline).status();
+  }
   if (s.ok()) {
     staging_ahead_ = false;
     stats.pause_seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -366,6 +380,13 @@ absl::Status DataPlaneMember::Connect(int64_t version, int32_t attempt, absl::Ti
   // path: pull rounds stay dense (one device copy is cheaper than reading
   // two versions) and report no digests.
   if (client_->RoundModeOf(version).delta_plane && host_of_member_.empty()) {
+    if (staged_ != nullptr && !options_.copier) {
+      // The log sees the host runner's applies and unpacks.
+      parts.delta_ops = [this](Transport*) -> absl::StatusOr<std::unique_ptr<DeltaWaveOps>> {
+        return staged_log_.WrapOps(MakeHostWaveOps());
+      };
+      parts.copier = [this](Transport*) { return staged_log_.WrapCopier(MakeHostCopier()); };
+    }
     DeltaRunnerOptions o;
     o.snapshot = &delta_snapshot_;
     REFIT_ASSIGN_OR_RETURN(std::unique_ptr<DeltaRunner> r,

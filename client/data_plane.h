@@ -31,6 +31,7 @@
 #include "client/grpc_kv_store.h"
 #include "client/refit_client.h"
 #include "client/staged_buffers.h"
+#include "client/staged_delta.h"
 #include "exec/delta/delta_runner.h"
 #include "exec/kv_store.h"
 #include "exec/member_runner.h"
@@ -206,6 +207,9 @@ class DataPlaneMember {
   // of the live buffers (a round aborted before its apply); the round
   // ReceiveRound returned (version, attempt) and its stats.
   std::unique_ptr<StagedBuffers> staged_;
+  // A staged host member's delta rounds: what changed, so that the apply
+  // writes only that (client/staged_delta.h).
+  StagedDeltaLog staged_log_;
   bool staging_ahead_ = false;
   int64_t received_version_ = 0;
   int32_t received_attempt_ = 0;

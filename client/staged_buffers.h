@@ -59,8 +59,11 @@ class StagedBuffers {
       std::unique_ptr<StagingMemory> memory, int64_t fast_budget, absl::Time deadline);
   ~StagedBuffers();
 
-  // The staging address of each buffer, indexed like `live`.
+  // The staging address of each buffer, indexed like `live`; the live
+  // buffers and their sizes as given.
   const std::vector<char*>& staging() const { return staging_; }
+  const std::vector<char*>& live() const { return live_; }
+  const std::vector<int64_t>& bytes() const { return bytes_; }
   // The bytes staged in fast and in overflow memory.
   int64_t fast_bytes() const { return fast_bytes_; }
   int64_t overflow_bytes() const { return overflow_bytes_; }

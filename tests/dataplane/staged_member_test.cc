@@ -123,6 +123,58 @@ TEST_P(StagedMemberTest, AnAbortBeforeTheApplyLeavesTheLiveBytesOfThePreviousVer
   EXPECT_EQ(state->committed, 3);
 }
 
+// A delta round that changes 1/50 of the words lands every byte, and its
+// apply writes only the changed words: a live byte changed behind refit's
+// back survives a round that changes nothing.
+TEST(StagedDeltaTest, TheApplyOfADeltaRoundWritesOnlyTheChangedWords) {
+  RefitServer::Options so;
+  so.coordinator.plan_function = DefaultPlanFunction({});
+  so.coordinator.delta = true;
+  absl::StatusOr<std::unique_ptr<RefitServer>> server = RefitServer::Start(std::move(so));
+  ASSERT_TRUE(server.ok()) << server.status();
+  // Megatron's interleaved fused buffers land in vLLM's: some messages are
+  // applied in place, others unpacked from the runner's staging.
+  std::vector<testing::HostMember> nodes = testing::TrainerAndEngine(
+      absl::StrCat("127.0.0.1:", (*server)->port()), "tiny-llama");
+  const absl::Time deadline = absl::Now() + absl::Seconds(90);
+  ASSERT_TRUE(testing::JoinHostMembers(
+                  nodes,
+                  [](size_t i) {
+                    DataPlaneOptions o;
+                    o.staging.enabled = i == 1;
+                    return o;
+                  },
+                  deadline)
+                  .ok());
+  Member& trainer = *nodes[0].member;
+  Member& engine = *nodes[1].member;
+  ASSERT_TRUE(trainer.Prepare(deadline).ok());
+  ASSERT_TRUE(engine.Prepare(deadline).ok());
+  auto round = [&](int64_t version, int64_t base, int64_t pattern) -> absl::Status {
+    absl::Status ts = testing::FillMemberDelta(trainer, base, pattern, 50);
+    if (ts.ok()) ts = trainer.StartRound(version, deadline);
+    std::thread t([&] {
+      absl::StatusOr<int64_t> v = ts.ok() ? trainer.WaitForRound(deadline) : ts;
+      ts = v.ok() ? trainer.RunRound(*v, deadline).status() : v.status();
+    });
+    absl::StatusOr<int64_t> v = engine.WaitForRound(deadline);
+    absl::Status es = v.ok() ? engine.RunRound(*v, deadline).status() : v.status();
+    t.join();
+    return !ts.ok() ? ts : es;
+  };
+  ASSERT_TRUE(round(1, 1, 1).ok());  // dense: every word
+  ASSERT_TRUE(round(2, 1, 2).ok());  // 1/50 of the words change
+  absl::Status live = testing::CheckMemberDelta(engine, 1, 2, 50);
+  EXPECT_TRUE(live.ok()) << live;
+  char& byte = nodes[1].memory.begin()->second[0];
+  byte ^= 0x10;
+  ASSERT_TRUE(round(3, 1, 2).ok());  // no word changes
+  EXPECT_FALSE(testing::CheckMemberDelta(engine, 1, 2, 50).ok());
+  byte ^= 0x10;
+  live = testing::CheckMemberDelta(engine, 1, 2, 50);
+  EXPECT_TRUE(live.ok()) << live;
+}
+
 INSTANTIATE_TEST_SUITE_P(DenseAndDelta, StagedMemberTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& i) {
                            return i.param ? "Delta" : "Dense";

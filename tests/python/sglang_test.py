@@ -76,16 +76,16 @@ class SglangTest(unittest.TestCase):
         self.addCleanup(setattr, rs, "empty_tensor", None)
         self.addCleanup(rs._receivers.clear)
 
-    def rounds(self, model, convention, dp, tp):
+    def rounds(self, model, convention, dp, tp, staged=False):
         """Rounds into ``dp`` SGLang servers (one per replica) of ``tp``
-        workers each."""
+        workers each (``staged``: workers that stage rounds)."""
         engines = [Engine([[engine_model(model, convention, d * tp + r) for r in range(tp)]],
                           custom_weight_loader=[rs.LOADER]) for d in range(dp)]
         members = trainer_members(self.refitd.address, model)
         run_all([lambda: rs.join_engine(
                     engines if len(engines) > 1 else engines[0], members[0],
                     server=self.refitd.address, engine_id="s0",
-                    model=model, convention=convention, timeout=TIMEOUT),
+                    model=model, convention=convention, timeout=TIMEOUT, staged=staged),
                  lambda: members[1].prepare(timeout=TIMEOUT)])
         self.assertEqual(rs.last_errors, [])
         runners = [r for e in engines for s in e.schedulers for r in s.runners]
@@ -100,6 +100,8 @@ class SglangTest(unittest.TestCase):
             for r in runners:
                 rtest.check_pattern(rs.receiver(r.model).member, v)
                 self.assertEqual(rs.receiver(r.model).version, v)
+                if staged:
+                    self.assertGreater(rs.receiver(r.model).last_stats["pause_seconds"], 0)
         self.assertEqual(len(self.refreshed), 2 * len(runners))
         self.assertEqual([s.cache_flushes for e in engines for s in e.schedulers],
                          [2] * len(engines))
@@ -111,6 +113,9 @@ class SglangTest(unittest.TestCase):
 
     def test_dense_dp2_tp2_rounds_reach_engine_ranks_0_to_3(self):
         self.rounds("tiny-qwen3", "sglang:tp=2,dp=2", dp=2, tp=2)
+
+    def test_staged_tp2_rounds_apply_what_arrived(self):
+        self.rounds("tiny-qwen3", "sglang:tp=2", dp=1, tp=2, staged=True)
 
     def test_moe_tp2_ep2_rounds(self):
         self.rounds("tiny-qwen3-moe", "sglang:tp=2,ep=2", dp=1, tp=2)

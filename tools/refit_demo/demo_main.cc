@@ -19,6 +19,8 @@
 //                                 (default vllm:tp=1;vllm:tp=2)
 //   --rounds=N (3)  --deadline_s=S (300)  --lanes=K (2)  --staging_mib=M (64)
 //   --verify                      executor verify mode as well
+//   --delta_every=N               refitd --delta, and rounds 2.. change
+//                                 about 1/N of the words (50: 2%)
 //   --staged                      engines stage each round: received while
 //                                 they serve, applied in a pause once every
 //                                 engine rank holds it (the table and the
@@ -217,7 +219,8 @@ int main(int argc, char** argv) {
   if (!Spawn(&refitd, {f["refitd"], "--address=127.0.0.1:0", "--heartbeat_timeout_ms=5000",
                        absl::StrCat("--lanes=", f["lanes"]),
                        absl::StrCat("--staging_mib=", f["staging_mib"]),
-                       absl::StrCat("--min_engines=", engines.size())})) {
+                       absl::StrCat("--min_engines=", engines.size()),
+                       f.count("delta_every") ? "--delta" : "--nodelta"})) {
     std::perror("fork");
     return 1;
   }
@@ -261,6 +264,7 @@ int main(int argc, char** argv) {
     args.insert(args.begin(), f["member"]);
     args.insert(args.end(), common.begin(), common.end());
     if (f.count("verify")) args.push_back("--verify");
+    if (f.count("delta_every")) args.push_back("--delta_every=" + f["delta_every"]);
     if (f.count("staged") && name.rfind("engine", 0) == 0) args.push_back("--staged");
     if (f.count("test_round_delay_ms")) {
       args.push_back("--test_round_delay_ms=" + f["test_round_delay_ms"]);

@@ -28,6 +28,9 @@
 //                       staging): received while the live buffers stay as
 //                       they are, applied once every engine rank holds it;
 //                       the round line then ends with the pause
+//   --delta_every=N     rounds 2.. change about 1/N of the words of round
+//                       1's pattern (testing::FillMemberDelta), for refitd
+//                       --delta: delta rounds of that density
 //   --test_round_delay_ms=N  engine ranks wait N ms before each round's data
 //                       plane (only in refit_demo_member_slow, for tests)
 // Prints one line per event; the last line is "ok ..." or "error ...".
@@ -226,13 +229,14 @@ int Main(const Flags& fl) {
 #endif
   };
   const bool start = fl.f.count("start") > 0;
+  const int64_t every = fl.Int("delta_every", 0);
   for (int64_t v = 1; v <= rounds; ++v) {
     if (trainer) {
       absl::StatusOr<bool> on_gpu = device_pattern(v, /*check=*/false);
       absl::Status s = on_gpu.status();
       if (s.ok() && !*on_gpu) {
         s = sync_buffers(/*to_device=*/false);  // makes the host mirrors
-        if (s.ok()) s = testing::FillMemberPattern(member, v, host);
+        if (s.ok()) s = testing::FillMemberDelta(member, 1, v, v > 1 ? every : 0, host);
         if (s.ok()) s = sync_buffers(/*to_device=*/true);
       }
       if (!s.ok()) return Fail(who, s);
@@ -271,7 +275,7 @@ int Main(const Flags& fl) {
       absl::Status ok = on_gpu.status();
       if (ok.ok() && !*on_gpu) {
         ok = sync_buffers(/*to_device=*/false);
-        if (ok.ok()) ok = testing::CheckMemberPattern(member, *got, host);
+        if (ok.ok()) ok = testing::CheckMemberDelta(member, 1, *got, *got > 1 ? every : 0, host);
       }
       if (!ok.ok()) return Fail(absl::StrCat(who, " round ", *got, " check"), ok);
       check = on_gpu.ok() && *on_gpu ? "equal (checked on the GPU)" : "equal";

@@ -144,7 +144,8 @@ def _init(model: Any, args: Dict[str, Any]) -> None:
             server=args["server"], engine_id=args["engine_id"], model_name=args["model"],
             convention=args["convention"], hooks=layout_hooks or _ew.layout_hooks("sglang"),
             token=args.get("token"), job=args.get("job", "refit"),
-            transport=args.get("transport"), timeout=float(args.get("timeout", 300.0))),
+            transport=args.get("transport"), timeout=float(args.get("timeout", 300.0)),
+            staged=bool(args.get("staged", False)), staging_bytes=args.get("staging_bytes")),
         server=args["server"], side="engine", rank=rank, model=args["model"],
         convention=args["convention"], engine_id=args["engine_id"], device=device,
         token=args.get("token"), job=args.get("job", "refit"))
@@ -205,14 +206,18 @@ def _request(cmd: Dict[str, Any], flush_cache: bool) -> Dict[str, Any]:
 def init_request(*, server: str, engine_id: str, model: str, convention: str,
                  token: Optional[str] = None, job: str = "refit",
                  transport: Optional[str] = None, timeout: float = 300.0,
-                 dp_rank: Optional[int] = None) -> Dict[str, Any]:
+                 dp_rank: Optional[int] = None, staged: bool = False) -> Dict[str, Any]:
     """Keyword arguments for ``update_weights_from_tensor`` that make every
-    worker join refit (``convention``: e.g. "sglang:tp=4,dp=2")."""
+    worker join refit (``convention``: e.g. "sglang:tp=4,dp=2"). ``staged``:
+    the workers receive rounds while SGLang serves, and each update applies
+    the round that arrived (docs/engines.md)."""
     cmd = {"op": "init", "server": server, "engine_id": engine_id, "model": model,
            "convention": convention, "token": token, "job": job,
            "transport": transport, "timeout": timeout}
     if dp_rank is not None:
         cmd["dp_rank"] = dp_rank
+    if staged:
+        cmd["staged"] = True
     return _request(cmd, flush_cache=False)
 
 
