@@ -102,12 +102,17 @@ std::string FormatStatusText(const v1::StatusResponse& r, int rounds) {
                         "outcome", "bytes", "seconds", "GB/s", "peak staging");
   for (int i = first; i < r.rounds_size(); ++i) {
     const v1::RoundSummary& s = r.rounds(i);
-    absl::StrAppendFormat(&out, "  %8d  %-10s %10s %10.3f %12.2f %14s%s%s\n",
+    absl::StrAppendFormat(&out, "  %8d  %-10s %10s %10.3f %12.2f %14s%s%s%s\n",
                           s.version(), Printable(s.outcome()), HumanBytes(s.bytes()), s.seconds(),
                           s.bytes_per_second() / 1e9, HumanBytes(s.peak_staging_bytes()),
                           s.peak_staging_member().empty()
                               ? ""
                               : "  (" + Printable(s.peak_staging_member()) + ")",
+                          s.pause_member().empty()
+                              ? ""
+                              : absl::StrFormat("  engine pause %.1f ms (%s)",
+                                                s.pause_seconds() * 1e3,
+                                                Printable(s.pause_member())),
                           s.reason().empty() ? "" : "  " + Printable(s.reason()));
   }
   return out;
@@ -168,6 +173,8 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
                            {"engine_bytes", s.engine_bytes()},
                            {"peak_staging_bytes", s.peak_staging_bytes()},
                            {"peak_staging_member", s.peak_staging_member()},
+                           {"pause_seconds", s.pause_seconds()},
+                           {"pause_member", s.pause_member()},
                            {"reports", reports}});
   }
   // Text from peers (reasons, refusals) may hold bytes that are not UTF-8.

@@ -48,7 +48,7 @@ const std::set<std::string>& KnownKeys() {
       "client_cert_pem", "client_key_pem", "tls_server_name", "job",
       "side",            "engine_id",    "rank",        "model",
       "convention",      "host_id",      "device",      "verify",
-      "transport",       "job_key",
+      "transport",       "job_key",      "staged",      "staging_bytes",
       "heartbeat_ms",    "rpc_timeout_s"};
   return *keys;
 }
@@ -57,6 +57,8 @@ struct Parsed {
   MemberOptions options;
   bool verify = false;
   std::string transport;  // "", "nccl" or "pull" (GPU buffers)
+  bool staged = false;    // engines: staged rounds
+  int64_t staging_bytes = -1;
 };
 
 // Typed field readers: INVALID_ARGUMENT naming the option. `*found` is
@@ -169,6 +171,13 @@ absl::StatusOr<Parsed> ParseOptions(const char* text, bool for_join) {
   c.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
   c.rpc_timeout = absl::Seconds(rpc_timeout_s);
   REFIT_RETURN_IF_ERROR(GetBool(j, "verify", &p.verify));
+  REFIT_RETURN_IF_ERROR(GetBool(j, "staged", &p.staged));
+  REFIT_RETURN_IF_ERROR(
+      GetInt(j, "staging_bytes", -1, int64_t{1} << 50, &p.staging_bytes, false));
+  if (p.staged && o.side != Side::kEngine) {
+    return absl::InvalidArgumentError(
+        "member option \"staged\" applies to engine members; trainers are unchanged");
+  }
   REFIT_RETURN_IF_ERROR(GetString(j, "transport", &p.transport, false));
   if (p.transport == "ipc") p.transport = "pull";  // the pull path's earlier name
   if (!p.transport.empty() && p.transport != "nccl" && p.transport != "pull") {
@@ -187,6 +196,8 @@ absl::StatusOr<Parsed> ParseOptions(const char* text, bool for_join) {
 absl::StatusOr<DataPlaneOptions> DataPlaneFor(const Parsed& p) {
   DataPlaneOptions d;
   d.verify = p.verify;
+  d.staging.enabled = p.staged;
+  d.staging.budget_bytes = p.staging_bytes;
   if (p.options.device == "cpu") return d;
 #ifdef REFIT_C_API_CUDA
   int gpu = 0;
@@ -194,6 +205,8 @@ absl::StatusOr<DataPlaneOptions> DataPlaneFor(const Parsed& p) {
   DataPlaneOptions n =
       p.transport == "pull" ? PullDataPlaneOptions(gpu) : NcclDataPlaneOptions(gpu);
   n.verify = p.verify;
+  n.staging.enabled = p.staged;
+  n.staging.budget_bytes = p.staging_bytes;
   return n;
 #else
   return absl::FailedPreconditionError(absl::StrCat(
@@ -207,6 +220,33 @@ absl::StatusOr<DataPlaneOptions> DataPlaneFor(const Parsed& p) {
 }  // namespace refit
 
 using refit::internal_c_abi::Guard;
+
+namespace refit {
+namespace {
+
+// A round call of the C ABI: `step` of round `version` on the member, its
+// stats as JSON into *stats_json (when not null).
+int RoundCall(const char* name, refit_member* member, int64_t version, double timeout_s,
+              char** stats_json,
+              absl::StatusOr<RunStats> (Member::*step)(int64_t, absl::Time)) {
+  return Guard(name, [&]() -> absl::Status {
+    REFIT_RETURN_IF_ERROR(NeedMember(member));
+    REFIT_ASSIGN_OR_RETURN(absl::Time deadline, Deadline(timeout_s));
+    REFIT_ASSIGN_OR_RETURN(RunStats s, ((*member->m).*step)(version, deadline));
+    if (stats_json != nullptr) {
+      nlohmann::json j = {{"bytes_sent", s.bytes_sent},
+                          {"bytes_received", s.bytes_received},
+                          {"seconds", s.seconds},
+                          {"peak_staging_bytes", s.peak_staging_bytes},
+                          {"pause_seconds", s.pause_seconds}};
+      *stats_json = Dup(j.dump());
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace
+}  // namespace refit
 
 extern "C" {
 
@@ -332,19 +372,20 @@ int refit_member_wait_for_round(refit_member* member, double timeout_s,
 
 int refit_member_run_round(refit_member* member, int64_t version,
                            double timeout_s, char** stats_json) {
-  return Guard("refit_member_run_round", [&]() -> absl::Status {
-    REFIT_RETURN_IF_ERROR(refit::NeedMember(member));
-    REFIT_ASSIGN_OR_RETURN(absl::Time deadline, refit::Deadline(timeout_s));
-    REFIT_ASSIGN_OR_RETURN(refit::RunStats s, member->m->RunRound(version, deadline));
-    if (stats_json != nullptr) {
-      nlohmann::json j = {{"bytes_sent", s.bytes_sent},
-                          {"bytes_received", s.bytes_received},
-                          {"seconds", s.seconds},
-                          {"peak_staging_bytes", s.peak_staging_bytes}};
-      *stats_json = refit::Dup(j.dump());
-    }
-    return absl::OkStatus();
-  });
+  return refit::RoundCall("refit_member_run_round", member, version, timeout_s, stats_json,
+                          &refit::Member::RunRound);
+}
+
+int refit_member_receive_round(refit_member* member, int64_t version, double timeout_s,
+                               char** stats_json) {
+  return refit::RoundCall("refit_member_receive_round", member, version, timeout_s,
+                          stats_json, &refit::Member::ReceiveRound);
+}
+
+int refit_member_apply_round(refit_member* member, int64_t version, double timeout_s,
+                             char** stats_json) {
+  return refit::RoundCall("refit_member_apply_round", member, version, timeout_s, stats_json,
+                          &refit::Member::ApplyRound);
 }
 
 int refit_member_engine_state(refit_member* member, const char* engine_id,

@@ -59,6 +59,9 @@ typedef struct refit_member refit_member;
  *    "job": "refit", "side", "engine_id", "rank", "model", "convention",
  *    "host_id" (default: hostname), "device": "cpu" | "cuda:N",
  *    "verify": false (per-segment checksums on both sides),
+ *    "staged": false (engines: staged rounds, refit_member_receive_round),
+ *    "staging_bytes": -1 (staged GPU members: device staging up to this
+ *      many bytes, the rest in pinned host memory; -1: all on the device),
  *    "transport": "nccl" | "pull" (GPU buffers; "pull": the colocated pull
  *      path between the processes of one host, for members that share GPUs;
  *      "ipc" is accepted for it too; every member of a job uses the same), "heartbeat_ms": 1000, "rpc_timeout_s": 10,
@@ -113,6 +116,20 @@ int refit_member_wait_for_round(refit_member* member, double timeout_s,
  * "peak_staging_bytes"}. */
 int refit_member_run_round(refit_member* member, int64_t version,
                            double timeout_s, char** stats_json);
+
+/* A staged engine member ("staged": true) in two steps, the engine serving
+ * between them (docs/engines.md, "Serving while weights arrive"):
+ * receive_round moves round `version` into staging, the live buffers
+ * untouched, and returns once every engine rank holds it (10 ABORTED: the
+ * round aborted; the live buffers are as they were); apply_round writes the
+ * live buffers from staging and waits for the commit. stats_json as
+ * run_round's, with "pause_seconds" (apply_round: the time the live
+ * buffers took to write). 9 FAILED_PRECONDITION: not staged, or
+ * apply_round of another version than receive_round returned. */
+int refit_member_receive_round(refit_member* member, int64_t version, double timeout_s,
+                               char** stats_json);
+int refit_member_apply_round(refit_member* member, int64_t version, double timeout_s,
+                             char** stats_json);
 
 /* committed: the last version committed into engine `engine_id` (0: none).
  * torn: non-zero when round `torn` aborted after it had started on that

@@ -11,7 +11,9 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "exec/copier.h"
 #include "exec/delta/digest_term.h"
+#include "exec/delta/wave_ops.h"
 #include "exec/gloo_transport.h"
 #include "plan/plan_codec.h"
 
@@ -113,18 +115,119 @@ absl::Status DataPlaneMember::Prepare(absl::Time deadline) {
   side_ = side;
   rank_ = rank;
   ptrs_ = std::move(ptrs);
+  staged_.reset();
+  if (staged()) REFIT_RETURN_IF_ERROR(MakeStaging(layout, deadline));
   prepared_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status DataPlaneMember::MakeStaging(const SideLayout& layout, absl::Time deadline) {
+  std::vector<int64_t> bytes(ptrs_.size(), 0);
+  int64_t total = 0;
+  for (size_t b = 0; b < ptrs_.size(); ++b) {
+    if (ptrs_[b] == nullptr) continue;
+    bytes[b] = layout.buffers[b].byte_size;
+    total += bytes[b];
+  }
+  const StagingOptions& o = options_.staging;
+  if (options_.copier && !o.memory) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine rank ", rank_, ": staged rounds of a device member need device staging "
+        "(StagingOptions::memory; NcclDataPlaneOptions sets it)"));
+  }
+  const int64_t budget = o.budget_bytes >= 0 ? o.budget_bytes
+                         : o.budget_share >= 1 ? -1
+                                               : static_cast<int64_t>(o.budget_share * total);
+  REFIT_ASSIGN_OR_RETURN(
+      staged_, AnnotateStatus(StagedBuffers::Create(ptrs_, std::move(bytes),
+                                                    o.memory ? o.memory() : HostStagingMemory(),
+                                                    budget, deadline),
+                              absl::StrCat("engine rank ", rank_, ": staging")));
+  staging_ahead_ = false;
+  received_version_ = 0;
   return absl::OkStatus();
 }
 
 absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
                                                    absl::Time deadline) {
+  if (staged()) {
+    REFIT_RETURN_IF_ERROR(ReceiveRound(version, deadline).status());
+    return ApplyRound(version, deadline);
+  }
+  int32_t attempt = 0;
+  REFIT_ASSIGN_OR_RETURN(RunStats stats, MoveAndReport(version, deadline, false, &attempt));
+  return Finish(version, client_->AwaitOutcome(version, deadline, attempt), stats);
+}
+
+absl::StatusOr<RunStats> DataPlaneMember::ReceiveRound(int64_t version, absl::Time deadline) {
+  if (!staged()) {
+    return absl::FailedPreconditionError(
+        "ReceiveRound: this member does not stage rounds (DataPlaneOptions::staging)");
+  }
+  if (staged_ == nullptr) return absl::FailedPreconditionError("no plan: call Prepare() first");
+  received_version_ = 0;
+  if (staging_ahead_) {  // the live bytes are read only: the engine keeps serving
+    REFIT_RETURN_IF_ERROR(staged_->Reset(deadline));
+    staging_ahead_ = false;
+  }
+  int32_t attempt = 0;
+  staged_log_.Clear();
+  absl::StatusOr<RunStats> stats = MoveAndReport(version, deadline, true, &attempt);
+  staging_ahead_ = true;  // until applied
+  if (!stats.ok()) return stats;
+  absl::Status s = client_->AwaitStaged(version, deadline, attempt);
+  if (!s.ok()) return Finish(version, s, *stats);
+  received_version_ = version;
+  received_attempt_ = attempt;
+  received_stats_ = *stats;
+  return stats;
+}
+
+absl::StatusOr<RunStats> DataPlaneMember::ApplyRound(int64_t version, absl::Time deadline) {
+  if (!staged() || received_version_ != version || version == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ApplyRound(", version, "): the round ReceiveRound holds is ",
+        received_version_ == 0 ? std::string("none") : absl::StrCat(received_version_)));
+  }
+  received_version_ = 0;
+  RunStats stats = received_stats_;
+  const absl::Time start = absl::Now();
+  // refitd hears first that the live buffers are about to change: an abort
+  // from now on counts the engine torn, and one before it leaves them be.
+  absl::Status s = client_->ReportApplying(version, deadline, received_attempt_);
+  if (!s.ok()) return Finish(version, s, stats);
+  // A delta round that came wholly as changed words (a host member logs
+  // them) writes only those; any other round copies every staged byte.
+  if (delta_runner_ != nullptr && options_.copier == nullptr &&
+      delta_runner_->delta_stats().dense_messages == 0 && staged_log_.messages() > 0) {
+    s = staged_log_.ApplyToLive(staged_->staging(), staged_->live(), staged_->bytes()).status();
+  } else {
+    s = staged_->Apply(deadline).status();
+  }
+  if (s.ok()) {
+    staging_ahead_ = false;
+    stats.pause_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    s = client_->ReportApplied(version, stats.pause_seconds, deadline, received_attempt_);
+  } else {
+    (void)client_->ReportFailed(version, std::string(s.message()),
+                                std::min(std::max(deadline, absl::Now() + absl::Seconds(2)),
+                                         absl::Now() + absl::Seconds(10)),
+                                received_attempt_);
+    s = AnnotateStatus(s, absl::StrCat("round ", version, " apply"));
+  }
+  if (s.ok()) s = client_->AwaitOutcome(version, deadline, received_attempt_);
+  return Finish(version, s, stats);
+}
+
+absl::StatusOr<RunStats> DataPlaneMember::MoveAndReport(int64_t version, absl::Time deadline,
+                                                        bool staged, int32_t* attempt_out) {
   if (ptrs_.empty() && plan_.messages.empty() && fingerprint_.empty()) {
     return absl::FailedPreconditionError("no plan: call Prepare() first");
   }
   // The run of `version` this member takes part in: reports and outcomes
   // are of this attempt, even once a later one has started.
   const int32_t attempt = std::max(1, client_->RoundAttempt(version));
+  *attempt_out = attempt;
   // A member still on the plan of an older membership would move the wrong
   // bytes or wait for messages nobody sends: refuse, and tell refitd so the
   // round aborts for everyone now instead of at their deadlines.
@@ -220,23 +323,29 @@ absl::StatusOr<RunStats> DataPlaneMember::RunRound(int64_t version,
       }
     }
   }
+  figures.staged = staged;
   absl::Status s = client_->ReportDone(version, figures, deadline, attempt);
-  if (s.ok()) s = client_->AwaitOutcome(version, deadline, attempt);
+  if (!s.ok()) return Finish(version, s, *stats);
+  return *stats;
+}
+
+absl::StatusOr<RunStats> DataPlaneMember::Finish(int64_t version, absl::Status outcome,
+                                                 const RunStats& stats) {
   if (delta_runner_ != nullptr) {
     // The snapshot holds only committed bytes.
-    if (s.ok()) {
+    if (outcome.ok()) {
       delta_runner_->Commit(version);
     } else {
       delta_runner_->Abort();
     }
   }
-  if (!s.ok()) {
+  if (!outcome.ok()) {
     // An aborted round may have left any peer's transport broken: every
     // member reconnects for the next round.
     Disconnect();
-    return s;
+    return outcome;
   }
-  return *stats;
+  return stats;
 }
 
 absl::Status DataPlaneMember::Connect(int64_t version, int32_t attempt, absl::Time deadline) {
@@ -255,7 +364,7 @@ absl::Status DataPlaneMember::Connect(int64_t version, int32_t attempt, absl::Ti
   member.plan = &plan_;
   member.side = side_;
   member.rank = rank_;
-  member.buffers = ptrs_;
+  member.buffers = staged_ != nullptr ? staged_->staging() : ptrs_;
   member.global_rank = global_rank_;
   member.global_world = global_world_;
   member.num_lanes = num_lanes_;
@@ -271,6 +380,13 @@ absl::Status DataPlaneMember::Connect(int64_t version, int32_t attempt, absl::Ti
   // path: pull rounds stay dense (one device copy is cheaper than reading
   // two versions) and report no digests.
   if (client_->RoundModeOf(version).delta_plane && host_of_member_.empty()) {
+    if (staged_ != nullptr && !options_.copier) {
+      // The log sees the host runner's applies and unpacks.
+      parts.delta_ops = [this](Transport*) -> absl::StatusOr<std::unique_ptr<DeltaWaveOps>> {
+        return staged_log_.WrapOps(MakeHostWaveOps());
+      };
+      parts.copier = [this](Transport*) { return staged_log_.WrapCopier(MakeHostCopier()); };
+    }
     DeltaRunnerOptions o;
     o.snapshot = &delta_snapshot_;
     REFIT_ASSIGN_OR_RETURN(std::unique_ptr<DeltaRunner> r,

@@ -30,6 +30,8 @@
 #include "absl/time/time.h"
 #include "client/grpc_kv_store.h"
 #include "client/refit_client.h"
+#include "client/staged_buffers.h"
+#include "client/staged_delta.h"
 #include "exec/delta/delta_runner.h"
 #include "exec/kv_store.h"
 #include "exec/member_runner.h"
@@ -46,6 +48,24 @@ namespace refit {
 
 // The host transport (Gloo over TCP on `hostname`).
 TransportFactory GlooTransportFactory(std::string hostname = "127.0.0.1");
+
+// Staged rounds of an engine member (docs/engines.md, "Serving while
+// weights arrive"): each round is received into a staging copy of the
+// member's buffers while the engine keeps serving, and written into the
+// live buffers only once every engine rank holds the whole round
+// (DataPlaneMember::ApplyRound). Trainer members ignore it.
+struct StagingOptions {
+  bool enabled = false;
+  // Staging in fast memory (a GPU member's device memory) up to
+  // `budget_bytes` (-1: `budget_share` of the member's buffer bytes), the
+  // buffers past it in overflow memory (pinned host), copied during the
+  // pause.
+  int64_t budget_bytes = -1;
+  double budget_share = 1.0;
+  // How staging is allocated and copied; empty = host memory
+  // (HostStagingMemory).
+  std::function<std::unique_ptr<StagingMemory>()> memory;
+};
 
 struct DataPlaneOptions {
   TransportFactory transport;  // empty = GlooTransportFactory()
@@ -67,6 +87,7 @@ struct DataPlaneOptions {
   // The data plane's kind as Member registers it (kPull = the colocated pull
   // path): refitd refuses a membership whose members disagree.
   TransportKind transport_kind = TransportKind::kGloo;
+  StagingOptions staging;  // staged rounds (engine members)
 };
 
 class DataPlaneMember {
@@ -108,7 +129,29 @@ class DataPlaneMember {
   // colocated pull path the rounds stay dense and report no digests. FAILED_PRECONDITION naming both epochs, reported to refitd
   // (which aborts the round for everyone), when the round runs the plan of
   // a newer membership than this member prepared.
+  // A staged member (DataPlaneOptions::staging) runs ReceiveRound, then
+  // ApplyRound, and returns the stats with the pause.
   absl::StatusOr<RunStats> RunRound(int64_t version, absl::Time deadline);
+
+  // Staged members, in two steps, so the engine serves between them:
+  // ReceiveRound moves the round's bytes into staging (as RunRound, the
+  // live buffers untouched), reports them staged and waits until refitd
+  // says every engine rank holds the round; returns the data plane's stats
+  // then. Its errors are RunRound's; an abort up to here leaves the live
+  // buffers as they were (refitd does not count the engine torn).
+  // FAILED_PRECONDITION when the member is not staged.
+  absl::StatusOr<RunStats> ReceiveRound(int64_t version, absl::Time deadline);
+  // Writes the round ReceiveRound returned into the live buffers (the
+  // engine pauses around this call), reports it applied and waits for
+  // refitd's commit; returns the stats with pause_seconds, the time the
+  // live buffers took to write. FAILED_PRECONDITION when `version` is not
+  // the round ReceiveRound returned last; ABORTED when the round aborted
+  // (its live bytes are then the round's: refitd counts the engine torn).
+  absl::StatusOr<RunStats> ApplyRound(int64_t version, absl::Time deadline);
+  // True for a staged member.
+  bool staged() const { return options_.staging.enabled && side_ == Side::kEngine; }
+  // Its staging (null before Prepare, or when not staged).
+  const StagedBuffers* staged_buffers() const { return staged_.get(); }
 
   const Plan& plan() const { return plan_; }
   const std::string& fingerprint() const { return fingerprint_; }
@@ -121,6 +164,16 @@ class DataPlaneMember {
   // round `version`, attempt `attempt`.
   absl::Status Connect(int64_t version, int32_t attempt, absl::Time deadline);
   void Disconnect();
+  // RunRound's first half: the data plane of round `version` and the done
+  // report (marked staged when `staged`); sets *attempt. On failure it has
+  // reported it and disconnected.
+  absl::StatusOr<RunStats> MoveAndReport(int64_t version, absl::Time deadline, bool staged,
+                                         int32_t* attempt);
+  // Its second half once reported: `outcome` (refitd's), the delta
+  // snapshot committed or dropped, disconnected after an abort.
+  absl::StatusOr<RunStats> Finish(int64_t version, absl::Status outcome, const RunStats& stats);
+  // Staging of a staged member, made by Prepare.
+  absl::Status MakeStaging(const SideLayout& layout, absl::Time deadline);
 
   RefitClient* client_ = nullptr;
   std::map<std::string, char*> buffers_;
@@ -150,6 +203,17 @@ class DataPlaneMember {
   // runner_ is then this DeltaRunner; the snapshot outlives it.
   DeltaRunner* delta_runner_ = nullptr;
   DeltaSnapshot delta_snapshot_;
+  // Staged members: the staging the data plane writes; whether it is ahead
+  // of the live buffers (a round aborted before its apply); the round
+  // ReceiveRound returned (version, attempt) and its stats.
+  std::unique_ptr<StagedBuffers> staged_;
+  // A staged host member's delta rounds: what changed, so that the apply
+  // writes only that (client/staged_delta.h).
+  StagedDeltaLog staged_log_;
+  bool staging_ahead_ = false;
+  int64_t received_version_ = 0;
+  int32_t received_attempt_ = 0;
+  RunStats received_stats_;
 };
 
 }  // namespace refit

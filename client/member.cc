@@ -185,6 +185,7 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Join(
   id->set_device(options.device);
   if (options.device != "cpu") id->set_device_uuid(data_plane.device_uuid);
   id->set_transport(TransportToProto(data_plane.transport_kind));
+  reg.set_staged(options.side == Side::kEngine && data_plane.staging.enabled);
   REFIT_ASSIGN_OR_RETURN(std::string model, ModelForRegistration(options.model));
   reg.set_model_config(model);
   reg.set_convention(options.convention);
@@ -258,6 +259,16 @@ absl::StatusOr<int64_t> Member::WaitForRound(absl::Time deadline) {
 
 absl::StatusOr<RunStats> Member::RunRound(int64_t version, absl::Time deadline) {
   return AnnotateStatus(data_plane_->RunRound(version, deadline),
+                        absl::StrCat(Who(options_), ": round ", version));
+}
+
+absl::StatusOr<RunStats> Member::ReceiveRound(int64_t version, absl::Time deadline) {
+  return AnnotateStatus(data_plane_->ReceiveRound(version, deadline),
+                        absl::StrCat(Who(options_), ": round ", version));
+}
+
+absl::StatusOr<RunStats> Member::ApplyRound(int64_t version, absl::Time deadline) {
+  return AnnotateStatus(data_plane_->ApplyRound(version, deadline),
                         absl::StrCat(Who(options_), ": round ", version));
 }
 

@@ -110,6 +110,11 @@ class Member {
   // Moves this member's bytes of round `version` and waits for the commit
   // (see DataPlaneMember::RunRound).
   absl::StatusOr<RunStats> RunRound(int64_t version, absl::Time deadline);
+  // A staged engine member (DataPlaneOptions::staging) in two steps, the
+  // engine serving between them: see DataPlaneMember::ReceiveRound and
+  // ApplyRound.
+  absl::StatusOr<RunStats> ReceiveRound(int64_t version, absl::Time deadline);
+  absl::StatusOr<RunStats> ApplyRound(int64_t version, absl::Time deadline);
 
   RefitClient& client() { return *client_; }
   DataPlaneMember& data_plane() { return *data_plane_; }

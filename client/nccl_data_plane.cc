@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "client/cuda_staging_memory.h"
 #include "common/status_macros.h"
 #include "exec/cuda/cuda_copier.h"
 #include "exec/cuda/nccl_transport.h"
@@ -65,6 +66,8 @@ DataPlaneOptions NcclDataPlaneOptions(int device, SnapshotMemory snapshot) {
     go.snapshot = snapshot;
     return MakeGpuWaveOps(static_cast<NcclTransport*>(t), go);
   };
+  // Staged rounds (when the caller enables them): device staging.
+  o.staging.memory = [device] { return CudaStagingMemory(device); };
   return o;
 }
 

@@ -15,7 +15,8 @@ namespace refit {
 // lane, unique ids through refitd's key-value store) with the CUDA
 // pack/unpack kernels on the lanes' streams, and delta rounds' codec on
 // the GPU, a trainer's snapshot in `snapshot` (GPU memory by default).
-// Its device_uuid is CudaDeviceUuid(device).
+// Its device_uuid is CudaDeviceUuid(device); staged rounds, when enabled,
+// stage in device memory (CudaStagingMemory).
 DataPlaneOptions NcclDataPlaneOptions(int device,
                                       SnapshotMemory snapshot = SnapshotMemory::kDevice);
 

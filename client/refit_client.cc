@@ -346,6 +346,10 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
         while (round_attempts_.size() > 1024) round_attempts_.erase(round_attempts_.begin());
         break;
       }
+      case v1::RoundEvent::ROUND_STAGED:
+        staged_.insert({e.version(), std::max(1, e.attempt())});
+        while (staged_.size() > 1024) staged_.erase(staged_.begin());
+        break;
       case v1::RoundEvent::ROUND_COMMITTED:
         outcomes_[{e.version(), std::max(1, e.attempt())}] = absl::OkStatus();
         break;
@@ -531,6 +535,34 @@ absl::Status RefitClient::ReportDone(int64_t version, const RoundFigures& figure
   for (const v1::DigestPart& p : figures.digests) *req.add_digests() = p;
   req.set_digest_scheme(figures.digest_scheme);
   req.set_digest_seconds(figures.digest_seconds);
+  req.set_staged(figures.staged);
+  v1::ReportResponse resp;
+  auto ctx = MakeContext(deadline);
+  return FromRpc(stub_->Report(ctx.get(), req, &resp));
+}
+
+absl::Status RefitClient::ReportApplied(int64_t version, double pause_seconds,
+                                        absl::Time deadline, int32_t attempt) {
+  v1::ReportRequest req;
+  req.set_applied(true);
+  req.set_pause_seconds(pause_seconds);
+  return ReportApply(version, std::move(req), deadline, attempt);
+}
+
+absl::Status RefitClient::ReportApplying(int64_t version, absl::Time deadline,
+                                         int32_t attempt) {
+  v1::ReportRequest req;
+  req.set_applying(true);
+  return ReportApply(version, std::move(req), deadline, attempt);
+}
+
+absl::Status RefitClient::ReportApply(int64_t version, v1::ReportRequest req,
+                                      absl::Time deadline, int32_t attempt) {
+  req.set_member_id(member_id_);
+  req.set_member_secret(member_secret_);
+  req.set_version(version);
+  req.set_attempt(attempt > 0 ? attempt : RoundAttempt(version));
+  req.set_ok(true);
   v1::ReportResponse resp;
   auto ctx = MakeContext(deadline);
   return FromRpc(stub_->Report(ctx.get(), req, &resp));
@@ -586,6 +618,22 @@ absl::Status RefitClient::AwaitOutcome(int64_t version, absl::Time deadline,
   }
   return absl::DeadlineExceededError(
       absl::StrCat("no outcome of round ", version, " before the deadline"));
+}
+
+absl::Status RefitClient::AwaitStaged(int64_t version, absl::Time deadline, int32_t attempt,
+                                      const absl::Notification* stop) {
+  if (attempt <= 0) attempt = std::max(1, RoundAttempt(version));
+  const std::pair<int64_t, int32_t> key(version, attempt);
+  {
+    absl::MutexLock l(&mu_);
+    auto staged = [this, &key, stop]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return staged_.count(key) > 0 || outcomes_.count(key) > 0 || stream_broken_ ||
+             stopping_ || (stop != nullptr && stop->HasBeenNotified());
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&staged), deadline);
+    if (staged_.count(key) > 0) return absl::OkStatus();
+  }
+  return AwaitOutcome(version, absl::Now(), attempt, stop);  // says which end came
 }
 
 void RefitClient::WakeWaiters() {

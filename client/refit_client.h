@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <thread>
@@ -165,6 +166,9 @@ class RefitClient {
     std::vector<v1::DigestPart> digests;  // a verified round's digest parts
     uint32_t digest_scheme = 0;           // their definition (kDigestScheme)
     double digest_seconds = 0;            // of `seconds`, spent digesting
+    // A staged engine member: the round is in its staging, its live
+    // buffers untouched (it applies after ROUND_STAGED, ReportApplied).
+    bool staged = false;
   };
 
   // Report this member's part of round `version`, attempt `attempt` (0:
@@ -177,6 +181,26 @@ class RefitClient {
                           absl::Time deadline, int32_t attempt = 0);
   absl::Status ReportFailed(int64_t version, const std::string& reason,
                             absl::Time deadline, int32_t attempt = 0);
+
+  // A staged engine member's second report of round `version`: its live
+  // buffers hold the round now, written in `pause_seconds`. Returns
+  // refitd's answer (FAILED_PRECONDITION when the round is not applying or
+  // this member is not staged in it; ABORTED when it aborted) or
+  // UNAVAILABLE / DEADLINE_EXCEEDED.
+  absl::Status ReportApplied(int64_t version, double pause_seconds, absl::Time deadline,
+                             int32_t attempt = 0);
+  // Before it writes its live buffers: OK while the round runs (refitd
+  // counts the engine torn should it abort from now on), ABORTED once it
+  // ended (the live buffers must then stay as they are), as ReportApplied.
+  absl::Status ReportApplying(int64_t version, absl::Time deadline, int32_t attempt = 0);
+
+  // Waits until refitd says every engine rank holds round `version`,
+  // attempt `attempt` (0: the newest this client saw start) in staging
+  // (ROUND_STAGED): OK then; the round's outcome when it ended first
+  // (ABORTED with refitd's reason; OK when it committed); otherwise as
+  // AwaitOutcome.
+  absl::Status AwaitStaged(int64_t version, absl::Time deadline, int32_t attempt = 0,
+                           const absl::Notification* stop = nullptr);
 
   // Waits for the outcome of round `version`, attempt `attempt` (0: the
   // newest attempt this client saw start): OK when committed, ABORTED with
@@ -229,6 +253,10 @@ class RefitClient {
   void StopThreads();
   // Stops the threads and forgets the session (member id, stream, rounds).
   void ResetSession();
+  // Sends `req` (its apply fields set) as this member's report of round
+  // `version`, attempt `attempt`.
+  absl::Status ReportApply(int64_t version, v1::ReportRequest req, absl::Time deadline,
+                           int32_t attempt);
   absl::StatusOr<std::string> RegisterOnce(const v1::Registration& reg,
                                            absl::Time deadline);
   // A call's status as absl::Status, saying what refitd's side of it means:
@@ -265,6 +293,7 @@ class RefitClient {
   int32_t last_returned_attempt_ ABSL_GUARDED_BY(mu_) = 0;
   // By (version, attempt).
   std::map<std::pair<int64_t, int32_t>, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
+  std::set<std::pair<int64_t, int32_t>> staged_ ABSL_GUARDED_BY(mu_);  // ROUND_STAGED seen
   std::map<int64_t, int64_t> round_epochs_ ABSL_GUARDED_BY(mu_);  // version -> epoch
   std::map<int64_t, int32_t> round_attempts_ ABSL_GUARDED_BY(mu_);  // version -> attempt
   std::map<int64_t, RoundMode> round_modes_ ABSL_GUARDED_BY(mu_);  // version -> mode

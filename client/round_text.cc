@@ -12,6 +12,18 @@ std::string Counted(int64_t n, const std::string& noun) {
   return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
 }
 
+// ", engine pause 12.3 ms (engine/demo/e0/1), 0.051 of the round" for a
+// round with staged engines, else "".
+std::string PauseText(const v1::RoundSummary& s) {
+  if (s.pause_member().empty()) return "";
+  const double round = s.duration_seconds();
+  return absl::StrFormat(", engine pause %.1f ms (%s)%s", s.pause_seconds() * 1e3,
+                         Printable(s.pause_member()),
+                         round > 0 ? absl::StrFormat(", %.3f of the round",
+                                                     s.pause_seconds() / round)
+                                   : "");
+}
+
 std::string FinishedRoundLine(const v1::RoundSummary& s) {
   if (s.outcome() == "committed") {
     return absl::StrFormat(
@@ -20,7 +32,8 @@ std::string FinishedRoundLine(const v1::RoundSummary& s) {
         s.version(), s.duration_seconds(), s.seconds(), HumanBytes(s.bytes()),
         Counted(s.engine_ranks(), "engine rank"), HumanRate(s.bytes_per_second()),
         HumanBytes(s.peak_staging_bytes()),
-        s.peak_staging_member().empty() ? "" : " (" + Printable(s.peak_staging_member()) + ")");
+        s.peak_staging_member().empty() ? "" : " (" + Printable(s.peak_staging_member()) + ")") +
+        PauseText(s);
   }
   return absl::StrFormat("round %d %s after %.3f s: %s", s.version(), s.outcome(),
                          s.seconds(), Printable(s.reason()));

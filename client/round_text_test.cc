@@ -23,6 +23,21 @@ TEST(RoundTextTest, ACommittedRoundSaysItsBytesPerEngineRankAndItsThroughput) {
   EXPECT_NE(FinishedRoundLine(s).find("(1 engine rank)"), std::string::npos);
 }
 
+TEST(RoundTextTest, ARoundWithStagedEnginesGivesTheLongestPause) {
+  v1::RoundSummary s;
+  s.set_version(3);
+  s.set_outcome("committed");
+  s.set_duration_seconds(2.0);
+  s.set_pause_seconds(0.1234);
+  s.set_pause_member("engine/demo/e0/1");
+  const std::string line = FinishedRoundLine(s);
+  EXPECT_NE(line.find(", engine pause 123.4 ms (engine/demo/e0/1), 0.062 of the round"),
+            std::string::npos)
+      << line;
+  s.clear_pause_member();
+  EXPECT_EQ(FinishedRoundLine(s).find("pause"), std::string::npos);
+}
+
 TEST(RoundTextTest, AnAbortedRoundSaysWhy) {
   v1::RoundSummary s;
   s.set_version(2);

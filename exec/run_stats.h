@@ -17,6 +17,9 @@ struct RunStats {
   // steps' workspace (ConvertOps::workspace_bytes).
   int64_t peak_staging_bytes = 0;
   double device_seconds = 0;  // GPU time of the round's copy kernels (pull path)
+  // A staged engine member: seconds its live buffers took to write from
+  // staging (the engine's pause; client/data_plane.h ApplyRound).
+  double pause_seconds = 0;
 };
 
 }  // namespace refit

@@ -220,6 +220,13 @@ class Coordinator {
   void MembershipChanged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AnnounceEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Broadcast(const v1::RoundEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every participant of the running round reported done and it has staged
+  // engine members: tells every member (ROUND_STAGED) that they apply now.
+  void BeginApply() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A staged member's report that its live buffers hold the running round
+  // (Rounds::RecordApplied's errors); commits the round once every staged
+  // member applied.
+  absl::Status ReportApplied(const v1::ReportRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the running round (no-op without one); `abort_reason` labels an
   // abort in the metrics.
   void EndRound(bool committed, const std::string& reason, AbortReason abort_reason)

@@ -71,12 +71,15 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
   e.set_attempt(attempt);
   e.set_epoch(plan_epoch_);
   std::map<int32_t, std::string> engine_members;
+  std::set<std::string> staged;
   for (const std::string& id : rounds_.active()->participants) {
     const Member* pm = membership_.Find(id);
     if (pm != nullptr && pm->reg.identity().side() == v1::SIDE_ENGINE) {
       engine_members[pm->reg.identity().rank()] = id;
+      if (pm->reg.staged()) staged.insert(id);
     }
   }
+  rounds_.MarkStaged(std::move(staged));
   delta_rounds_.Announce(engine_members, &e);
   Broadcast(e);
   return resp;
@@ -96,6 +99,8 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
         "member_id: ", req.member_id(), " is not a participant of round ", v));
   }
   membership_.Touch(req.member_id(), absl::Now());
+  if (req.ok() && req.applying()) return rounds_.RecordWriting(req.member_id());
+  if (req.ok() && req.applied()) return ReportApplied(req);
   if (!req.ok()) {
     // The reason is the member's own text: cut, so one peer cannot make
     // refitd keep, log and broadcast megabytes.
@@ -130,8 +135,36 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
   if (rounds_.RecordDone(report, engine)) {
     // A verified round commits only when the digests agree.
     const absl::Status verified = delta_rounds_.Check();
-    EndRound(verified.ok(), std::string(verified.message()), AbortReason::kMemberFailed);
+    if (verified.ok() && !rounds_.active()->staged.empty()) {
+      BeginApply();  // staged engines hold it: they apply, then it commits
+    } else {
+      EndRound(verified.ok(), std::string(verified.message()), AbortReason::kMemberFailed);
+    }
   }
+  return absl::OkStatus();
+}
+
+void Coordinator::BeginApply() {
+  const Rounds::Active* a = rounds_.active();
+  rounds_.BeginApply();
+  ServerLog().info("round staged round={} attempt={} staged_members={} seconds={:.6f}",
+                   a->version, a->attempt, a->staged.size(),
+                   absl::ToDoubleSeconds(absl::Now() - a->started));
+  v1::RoundEvent e;
+  e.set_kind(v1::RoundEvent::ROUND_STAGED);
+  e.set_version(a->version);
+  e.set_attempt(a->attempt);
+  e.set_epoch(plan_epoch_);
+  Broadcast(e);
+}
+
+absl::Status Coordinator::ReportApplied(const v1::ReportRequest& req) {
+  REFIT_ASSIGN_OR_RETURN(const bool all,
+                         rounds_.RecordApplied(req.member_id(), req.pause_seconds()));
+  ServerLog().info("member applied round={} member={} pause_seconds={:.6f}", req.version(),
+                   req.member_id(), req.pause_seconds());
+  metrics_.EnginePaused(req.pause_seconds());
+  if (all) EndRound(true, "", AbortReason::kMemberFailed);
   return absl::OkStatus();
 }
 
@@ -148,6 +181,8 @@ void Coordinator::EndRound(bool committed, const std::string& reason,
   const int64_t peak_staging = active->peak_staging_bytes;
   const std::string peak_member = active->peak_staging_member;
   const size_t members = active->participants.size();
+  const double pause = active->pause_seconds;
+  const std::string pause_member = active->pause_member;
   std::set<std::string> engine_ids;
   for (const std::string& id : active->participants) {
     const Member* pm = membership_.Find(id);
@@ -167,10 +202,11 @@ void Coordinator::EndRound(bool committed, const std::string& reason,
     ServerLog().info(
         "round committed round={} seconds={:.6f} bytes={} bytes_per_second={:.6g} "
         "engine_ranks={} members={} slowest={} slowest_seconds={:.6f} "
-        "peak_staging_bytes={} peak_staging_member={}",
+        "peak_staging_bytes={} peak_staging_member={} pause_seconds={:.6f} pause_member={}",
         version, secs, bytes.per_engine_rank, RoundBytesPerSecond(bytes, slowest_seconds),
         bytes.engine_ranks, members, slowest.empty() ? "none" : slowest, slowest_seconds,
-        peak_staging, peak_member.empty() ? "none" : peak_member);
+        peak_staging, peak_member.empty() ? "none" : peak_member, pause,
+        pause_member.empty() ? "none" : pause_member);
     metrics_.RoundCommitted(secs, bytes, slowest_seconds, peak_staging);
   } else {
     ServerLog().warn("round aborted round={} seconds={:.6f} cause={} reason={}",

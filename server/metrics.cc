@@ -88,7 +88,7 @@ std::string ServerMetrics::TransportLabel(int transport) {
 }
 
 ServerMetrics::ServerMetrics()
-    : round_duration_(RoundBounds()), plan_build_(PlanBounds()) {
+    : round_duration_(RoundBounds()), plan_build_(PlanBounds()), engine_pause_(RoundBounds()) {
   absl::MutexLock l(&mu_);
   const google::protobuf::EnumDescriptor* d = v1::Transport_descriptor();
   for (int i = 0; i < d->value_count(); ++i) {
@@ -108,6 +108,11 @@ void ServerMetrics::RoundCommitted(double duration, const RoundBytes& bytes,
   last_seconds_ = seconds;
   last_bytes_per_second_ = RoundBytesPerSecond(bytes, seconds);
   last_peak_staging_ = peak_staging;
+}
+
+void ServerMetrics::EnginePaused(double seconds) {
+  absl::MutexLock l(&mu_);
+  engine_pause_.Observe(seconds);
 }
 
 void ServerMetrics::RoundAborted(AbortReason reason, double duration) {
@@ -244,6 +249,10 @@ std::string ServerMetrics::Exposition(const State& state) const {
     absl::StrAppend(&out, "refit_member_seconds_total{transport=\"", Label(t), "\"} ",
                     Num(f.seconds), "\n");
   }
+  Header(&out, "refit_engine_pause_seconds", "histogram",
+         "Seconds a staged engine rank took to write its live buffers from "
+         "staging (its engine's pause), one per rank per round.");
+  engine_pause_.Append(&out, "refit_engine_pause_seconds");
   Header(&out, "refit_plan_build_seconds", "histogram",
          "Seconds each plan build took (plans from the cache not counted).");
   plan_build_.Append(&out, "refit_plan_build_seconds");

@@ -95,6 +95,10 @@ class ServerMetrics {
   // ("" for none).
   void MemberReported(const std::string& transport, int64_t bytes, double seconds);
 
+  // A staged engine rank wrote its live buffers from staging in `seconds`
+  // (its engine's pause).
+  void EnginePaused(double seconds);
+
   // A plan was built in `seconds`.
   void PlanBuilt(double seconds);
 
@@ -130,6 +134,7 @@ class ServerMetrics {
   };
   std::map<std::string, TransportFigures> transports_ ABSL_GUARDED_BY(mu_);
   SecondsHistogram plan_build_ ABSL_GUARDED_BY(mu_);
+  SecondsHistogram engine_pause_ ABSL_GUARDED_BY(mu_);
   int64_t plan_cache_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t auth_failures_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t auth_failures_logged_ ABSL_GUARDED_BY(mu_) = 0;

@@ -106,6 +106,41 @@ bool Rounds::RecordDone(const v1::MemberReport& report, bool engine) {
   return active_->done.size() == active_->participants.size();
 }
 
+void Rounds::MarkStaged(std::set<std::string> ids) {
+  if (active_ != nullptr) active_->staged = std::move(ids);
+}
+
+void Rounds::BeginApply() {
+  if (active_ != nullptr) active_->applying = true;
+}
+
+absl::Status Rounds::RecordWriting(const std::string& id) {
+  if (active_ == nullptr || !active_->applying) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member_id: ", id, " reported an apply, but no round waits for applies"));
+  }
+  if (active_->staged.count(id) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member_id: ", id, " is not a staged member of round ", active_->version));
+  }
+  active_->writing.insert(id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Rounds::RecordApplied(const std::string& id, double pause_seconds) {
+  if (absl::Status s = RecordWriting(id); !s.ok()) return s;
+  if (!std::isfinite(pause_seconds) || pause_seconds < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pause_seconds: ", pause_seconds, " is not a finite non-negative number"));
+  }
+  if (active_->applied.insert(id).second &&
+      (active_->pause_member.empty() || pause_seconds > active_->pause_seconds)) {
+    active_->pause_seconds = pause_seconds;
+    active_->pause_member = id;
+  }
+  return active_->applied.size() == active_->staged.size();
+}
+
 std::optional<v1::RoundEvent> Rounds::End(
     bool committed, const std::string& reason, absl::Time now, int64_t plan_epoch,
     const std::function<std::string(const std::string&)>& engine_of) {
@@ -131,8 +166,8 @@ std::optional<v1::RoundEvent> Rounds::End(
       engine_version_[engine] = active_->version;
       engine_commit_time_[engine] = now;
       engine_torn_.erase(engine);
-    } else {
-      engine_torn_[engine] = active_->version;
+    } else if (active_->staged.count(id) == 0 || active_->writing.count(id) > 0) {
+      engine_torn_[engine] = active_->version;  // this rank may have written live bytes
     }
   }
   v1::RoundEvent e;
@@ -167,6 +202,8 @@ void Rounds::FillFigures(const Active& a, v1::RoundSummary* s) const {
   s->set_engine_bytes(a.bytes.all_engine_ranks);
   s->set_peak_staging_bytes(a.peak_staging_bytes);
   s->set_peak_staging_member(a.peak_staging_member);
+  s->set_pause_seconds(a.pause_seconds);
+  s->set_pause_member(a.pause_member);
 }
 
 }  // namespace refit

@@ -44,6 +44,16 @@ class Rounds {
     // Each success report, by member id (member_id, bytes, seconds, peak
     // staging as the member sent them).
     std::map<std::string, v1::MemberReport> reports;
+    // Staged engine members among the participants (Registration.staged):
+    // they write their live buffers only once every participant reported
+    // done (`applying`, ROUND_STAGED); those that have since reported
+    // their apply, and the longest pause one reported, and who.
+    std::set<std::string> staged;
+    bool applying = false;
+    std::set<std::string> writing;  // began writing their live buffers
+    std::set<std::string> applied;
+    double pause_seconds = 0;
+    std::string pause_member;
   };
 
   // Keeps the summaries of the last `rounds_kept` finished rounds.
@@ -93,9 +103,31 @@ class Rounds {
   // returns true when every participant has now reported success.
   bool RecordDone(const v1::MemberReport& report, bool engine);
 
+  // Marks participants `ids` of the running round as staged members
+  // (no-op without a round).
+  void MarkStaged(std::set<std::string> ids);
+
+  // Every participant reported done and the round has staged members:
+  // they apply now (Active::applying).
+  void BeginApply();
+
+  // Records that staged member `id` begins writing its live buffers: an
+  // abort from now on tears its engine. FAILED_PRECONDITION as
+  // RecordApplied.
+  absl::Status RecordWriting(const std::string& id);
+
+  // Records staged member `id`'s apply of the running round, which paused
+  // its engine `pause_seconds`; returns true when every staged member has
+  // applied. FAILED_PRECONDITION when no round is applying or `id` is not
+  // one of its staged members, INVALID_ARGUMENT naming pause_seconds when
+  // it is not a finite non-negative number.
+  absl::StatusOr<bool> RecordApplied(const std::string& id, double pause_seconds);
+
   // Ends the running round (no-op without one): records its outcome, its
   // summary and, for each participant `engine_of` maps to an engine id (""
-  // for trainers), the engine's committed or torn version. Returns the event
+  // for trainers), the engine's committed or torn version: an aborted
+  // round tears an engine unless all its participants are staged members
+  // that had not begun writing it (their live bytes are untouched). Returns the event
   // to broadcast (ROUND_COMMITTED or ROUND_ABORTED, with `plan_epoch`), or
   // nullopt when no round was running.
   std::optional<v1::RoundEvent> End(

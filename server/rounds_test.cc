@@ -125,6 +125,38 @@ TEST(RoundsTest, AbortLeavesEnginesTornUntilACommit) {
   EXPECT_EQ(r.TornVersion("A"), 0);
 }
 
+TEST(RoundsTest, StagedEnginesAreTornOnlyOnceTheyBeganWritingLiveBuffers) {
+  Rounds r(64);
+  // Round 1 commits after both staged engines applied; the longest pause
+  // is the round's.
+  r.Start(1, {"trainer/0", "engine/A", "engine/B"}, t0);
+  r.MarkStaged({"engine/A", "engine/B"});
+  EXPECT_EQ(r.RecordApplied("engine/A", 0.1).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // not applying yet
+  for (const char* id : {"trainer/0", "engine/A", "engine/B"}) {
+    r.RecordDone(Report(id, 10, 1, 0), id[0] == 'e');
+  }
+  r.BeginApply();
+  EXPECT_EQ(r.RecordApplied("trainer/0", 0.1).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // not staged
+  EXPECT_EQ(r.RecordApplied("engine/A", -1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*r.RecordApplied("engine/A", 0.25), false);
+  EXPECT_EQ(*r.RecordApplied("engine/B", 0.5), true);
+  ASSERT_TRUE(r.End(true, "", t0, 1, EngineOf).has_value());
+  EXPECT_DOUBLE_EQ(r.history().back().pause_seconds(), 0.5);
+  EXPECT_EQ(r.history().back().pause_member(), "engine/B");
+  // Round 2 aborts while applying: A began writing (torn), B had not.
+  r.Start(2, {"trainer/0", "engine/A", "engine/B"}, t0);
+  r.MarkStaged({"engine/A", "engine/B"});
+  r.BeginApply();
+  ASSERT_TRUE(r.RecordWriting("engine/A").ok());
+  ASSERT_TRUE(r.End(false, "injected", t0, 1, EngineOf).has_value());
+  EXPECT_EQ(r.TornVersion("A"), 2);
+  EXPECT_EQ(r.TornVersion("B"), 0);
+  EXPECT_EQ(r.CommittedVersion("B"), 1);
+}
+
 TEST(RoundsTest, AVersionStartedAgainAfterItsAbortRunsAsTheNextAttempt) {
   Rounds r(64);
   EXPECT_EQ(r.Start(1, {"trainer/0", "engine/A"}, t0), 1);

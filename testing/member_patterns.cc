@@ -55,14 +55,26 @@ absl::StatusOr<HostBuffers> PatternBuffers(
 
 absl::Status FillMemberPattern(const Member& member, int64_t version,
                                const std::map<std::string, char*>& host) {
-  REFIT_ASSIGN_OR_RETURN(HostBuffers ptrs, PatternBuffers(member, host));
-  FillPattern(member.rank_layout().layout, ptrs,
-              {member.options().rank, static_cast<uint64_t>(version)});
-  return absl::OkStatus();
+  return FillMemberDelta(member, version, version, 0, host);
 }
 
 absl::Status CheckMemberPattern(const Member& member, int64_t version,
                                 const std::map<std::string, char*>& host) {
+  return CheckMemberDelta(member, version, version, 0, host);
+}
+
+absl::Status FillMemberDelta(const Member& member, int64_t base, int64_t version,
+                             int64_t changed_every, const std::map<std::string, char*>& host) {
+  REFIT_ASSIGN_OR_RETURN(HostBuffers ptrs, PatternBuffers(member, host));
+  PatternOptions po{member.options().rank, static_cast<uint64_t>(version)};
+  po.changed_every = changed_every;
+  po.base_seed = static_cast<uint64_t>(base);
+  FillPattern(member.rank_layout().layout, ptrs, po);
+  return absl::OkStatus();
+}
+
+absl::Status CheckMemberDelta(const Member& member, int64_t base, int64_t version,
+                              int64_t changed_every, const std::map<std::string, char*>& host) {
   REFIT_ASSIGN_OR_RETURN(HostBuffers ptrs, PatternBuffers(member, host));
   // The trainer holds the model's own dtypes (its checkpoint's); an engine
   // tensor in another dtype (FP8, f32 -exp) is expected converted.
@@ -71,6 +83,8 @@ absl::Status CheckMemberPattern(const Member& member, int64_t version,
   std::map<std::string, DType> source;
   for (const TensorSpec& t : model.tensors) source[t.name] = t.dtype;
   PatternOptions po{member.options().rank, static_cast<uint64_t>(version)};
+  po.changed_every = changed_every;
+  po.base_seed = static_cast<uint64_t>(base);
   po.source_dtypes = &source;
   return AnnotateStatus(CheckPattern(member.rank_layout().layout, ptrs, po),
                         Who(member.options()));

@@ -32,6 +32,17 @@ absl::Status FillMemberPattern(const Member& member, int64_t version,
 absl::Status CheckMemberPattern(const Member& member, int64_t version,
                                 const std::map<std::string, char*>& host = {});
 
+// As FillMemberPattern and CheckMemberPattern, for a version that changes
+// about 1/`changed_every` of the words of version `base` into version
+// `version`'s values (testing/reference_copy.h PatternOptions), the same
+// elements each time: a delta round's input.
+absl::Status FillMemberDelta(const Member& member, int64_t base, int64_t version,
+                             int64_t changed_every,
+                             const std::map<std::string, char*>& host = {});
+absl::Status CheckMemberDelta(const Member& member, int64_t base, int64_t version,
+                              int64_t changed_every,
+                              const std::map<std::string, char*>& host = {});
+
 }  // namespace refit::testing
 
 #endif  // REFIT_TESTING_MEMBER_PATTERNS_H_

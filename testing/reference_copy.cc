@@ -117,6 +117,13 @@ uint64_t PatternWord(uint64_t name_hash, int64_t index, uint64_t seed) {
   return x;
 }
 
+uint64_t ElementSeed(const PatternOptions& options, uint64_t name_hash, int64_t index) {
+  if (options.changed_every <= 0) return options.seed;
+  const uint64_t h = PatternWord(name_hash, index, 0x5eed);
+  return h % static_cast<uint64_t>(options.changed_every) == 0 ? options.seed
+                                                                : options.base_seed;
+}
+
 uint8_t PatternByte(uint64_t name_hash, int64_t index, int64_t k,
                     uint64_t seed) {
   return static_cast<uint8_t>(PatternWord(name_hash, index, seed) >> (8 * k));
@@ -187,7 +194,8 @@ void FillPattern(const SideLayout& side, const HostBuffers& buffers,
       uint8_t* b = buffers[buffer];
       for (size_t j = 0; j < inner.size(); ++j) {
         const uint64_t w = testing::FiniteWord(
-            t.dtype, PatternWord(h, lin + static_cast<int64_t>(j), options.seed));
+            t.dtype, PatternWord(h, lin + static_cast<int64_t>(j),
+                                 ElementSeed(options, h, lin + static_cast<int64_t>(j))));
         uint8_t* p = b + off + inner[j];
         for (int64_t k = 0; k < es; ++k) p[k] = static_cast<uint8_t>(w >> (8 * k));
       }
@@ -300,7 +308,7 @@ absl::Status CheckPattern(const SideLayout& side, const HostBuffers& buffers,
           std::memcpy(expect, want->data() + k * es, es);
         } else {
           const uint64_t w =
-              testing::FiniteWord(t.dtype, PatternWord(h, k, options.seed));
+              testing::FiniteWord(t.dtype, PatternWord(h, k, ElementSeed(options, h, k)));
           std::memcpy(expect, &w, 8);
         }
         const uint8_t* p = b + off + inner[j];

@@ -54,6 +54,12 @@ uint64_t NameHash(const std::string& name);
 struct PatternOptions {
   int32_t rank = -1;   // only records of this rank; -1 = every rank
   uint64_t seed = 0;   // e.g. the weight version: other seeds differ
+  // 0: every element is of `seed`. N > 0: only the elements whose index
+  // hashes to 0 mod N are; the others are of `base_seed` (a version that
+  // changes about 1/N of the words of version `base_seed`; plain copies
+  // only, not converted tensors).
+  int64_t changed_every = 0;
+  uint64_t base_seed = 0;
   // CheckPattern on an engine: the trainer's dtype of each tensor by name.
   // A tensor the engine holds in another dtype, or with a transform, and
   // the "<w>_scale_inv" of an e4m3 weight w the trainer holds in a float
@@ -62,6 +68,10 @@ struct PatternOptions {
   const std::map<std::string, DType>* source_dtypes = nullptr;
   int64_t fp8_block = 128;
 };
+
+// The seed of element `index` of the tensor whose name hashes to
+// `name_hash` under `options` (seed, or base_seed, as changed_every says).
+uint64_t ElementSeed(const PatternOptions& options, uint64_t name_hash, int64_t index);
 
 // The dtype of every tensor of a trainer layout by name, as
 // PatternOptions::source_dtypes wants it. Pass the layout as registered

@@ -106,13 +106,13 @@ class SglangTest(unittest.TestCase):
                        drafts=[engine_model(model, convention, d * tp + r) for r in range(tp)]
                        if drafts else None) for d in range(dp)]
 
-    def join(self, engines, model, convention):
+    def join(self, engines, model, convention, staged=False):
         members = trainer_members(self.refitd.address, model)
         self.addCleanup(lambda: [m.close() for m in members])
         run_all([lambda: rs.join_engine(
                     engines if len(engines) > 1 else engines[0], members[0],
                     server=self.refitd.address, engine_id="s0",
-                    model=model, convention=convention, timeout=TIMEOUT),
+                    model=model, convention=convention, timeout=TIMEOUT, staged=staged),
                  lambda: members[1].prepare(timeout=TIMEOUT)])
         self.assertEqual(rs.last_errors, [])
         return members
@@ -128,11 +128,12 @@ class SglangTest(unittest.TestCase):
         run_all([lambda r=r: one(r) for r in (0, 1)])
         return out["checksums"]
 
-    def rounds(self, model, convention, dp, tp):
+    def rounds(self, model, convention, dp, tp, staged=False):
         """Rounds into ``dp`` SGLang servers (one per replica) of ``tp``
-        workers each, every worker with a speculative draft model."""
+        workers each, every worker with a speculative draft model
+        (``staged``: workers that stage rounds)."""
         engines = self.engines(model, convention, dp, tp, drafts=True)
-        members = self.join(engines, model, convention)
+        members = self.join(engines, model, convention, staged=staged)
         workers = [w for e in engines for w in e.scheduler.workers]
         self.assertEqual([rs.receiver(w.model_runner.model).rank for w in workers],
                          list(range(len(workers))))
@@ -144,6 +145,8 @@ class SglangTest(unittest.TestCase):
                 r = rs.receiver(w.model_runner.model)
                 rtest.check_pattern(r.member, v)
                 self.assertEqual(r.version, v)
+                if staged:
+                    self.assertGreater(r.last_stats["pause_seconds"], 0)
             self.assertEqual([e.scheduler.weight_version for e in engines], [str(v)] * dp)
         self.assertEqual(len(self.refreshed), 2 * len(workers))
         for w in workers:  # the draft runners never joined, nor were asked
@@ -159,6 +162,9 @@ class SglangTest(unittest.TestCase):
 
     def test_dense_dp2_tp2_rounds_reach_engine_ranks_0_to_3(self):
         self.rounds("tiny-qwen3", "sglang:tp=2,dp=2", dp=2, tp=2)
+
+    def test_staged_tp2_rounds_apply_what_arrived(self):
+        self.rounds("tiny-qwen3", "sglang:tp=2", dp=1, tp=2, staged=True)
 
     def test_moe_tp2_ep2_rounds(self):
         self.rounds("tiny-qwen3-moe", "sglang:tp=2,ep=2", dp=1, tp=2)

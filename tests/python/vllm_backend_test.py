@@ -111,14 +111,9 @@ class HarnessTest(unittest.TestCase):
         if errors:
             raise errors[0]
 
-    def test_backend_and_trainer_engine_move_every_round_in_place(self):
-        factory = vllm_harness.Factory()
-        factory.register_engine("refit", "refit.vllm", "RefitWeightTransferEngine")
-        model, engine_local = engine_model()
-        worker = vllm_harness.Worker(factory, "refit", 0, model)
-        self.assertIsInstance(worker.engine, rv.RefitWeightTransferEngine)
-        client = vllm_harness.Client([worker])
-        trainers = trainer_modules()
+    def trainer_engines(self, client, trainers, staged=False):
+        """The trainer engines of both ranks (rank 0 drives ``client``'s
+        workers, staged ones when ``staged``)."""
         engines = [None, None]
 
         def init(rank):
@@ -127,10 +122,21 @@ class HarnessTest(unittest.TestCase):
             info = rv.RefitTrainerInitInfo(
                 rank=rank, server=self.refitd.address, world=2, model=MODEL,
                 convention=TRAINER, engine_id="e0", engine_convention=ENGINE,
-                timeout=TIMEOUT)
+                timeout=TIMEOUT, engine_staged=staged)
             engines[rank] = rv.RefitTrainerEngine.trainer_init(
                 {}, info, client=client if rank == 0 else None, source=source)
         self.run_ranks(init)
+        return engines
+
+    def test_backend_and_trainer_engine_move_every_round_in_place(self):
+        factory = vllm_harness.Factory()
+        factory.register_engine("refit", "refit.vllm", "RefitWeightTransferEngine")
+        model, engine_local = engine_model()
+        worker = vllm_harness.Worker(factory, "refit", 0, model)
+        self.assertIsInstance(worker.engine, rv.RefitWeightTransferEngine)
+        client = vllm_harness.Client([worker])
+        trainers = trainer_modules()
+        engines = self.trainer_engines(client, trainers)
         pointers = {n: t.data_ptr() for n, t in engine_local.items()}
         for version in (1, 2):
             refill(trainers, version)
@@ -146,6 +152,27 @@ class HarnessTest(unittest.TestCase):
         self.assertEqual(client.weight_versions, ["1", "2"])
         self.assertIsNone(worker.engine.member)
         worker.shutdown()  # a second shutdown is a no-op
+
+    def test_a_staged_worker_applies_the_round_that_arrived(self):
+        factory = vllm_harness.Factory()
+        factory.register_engine("refit", "refit.vllm", "RefitWeightTransferEngine")
+        model, engine_local = engine_model()
+        worker = vllm_harness.Worker(factory, "refit", 0, model)
+        client = vllm_harness.Client([worker])
+        trainers = trainer_modules()
+        engines = self.trainer_engines(client, trainers, staged=True)
+        self.assertIsNotNone(worker.engine.receiver.staged)
+        pointers = {n: t.data_ptr() for n, t in engine_local.items()}
+        for version in (1, 2, 3):
+            refill(trainers, version)
+            self.run_ranks(lambda rank: engines[rank].send_weights())
+            self.assertEqual(worker.engine.version, version)
+            self.assertGreater(worker.engine.last_stats["pause_seconds"], 0)
+            self.check_engine(trainers, engine_local)
+        self.assertEqual(pointers, {n: t.data_ptr() for n, t in engine_local.items()})
+        for e in engines:
+            e.shutdown()
+        worker.shutdown()
 
     def test_worker_extension_with_publish_and_the_static_send_hook(self):
         class Worker(rv.RefitWorkerExtension):  # what vLLM mixes the extension into

@@ -19,6 +19,12 @@
 //                                 (default vllm:tp=1;vllm:tp=2)
 //   --rounds=N (3)  --deadline_s=S (300)  --lanes=K (2)  --staging_mib=M (64)
 //   --verify                      executor verify mode as well
+//   --delta_every=N               refitd --delta, and rounds 2.. change
+//                                 about 1/N of the words (50: 2%)
+//   --staged                      engines stage each round: received while
+//                                 they serve, applied in a pause once every
+//                                 engine rank holds it (the table and the
+//                                 round lines give the pause)
 //   --gpus=N                      member i (trainers first) on GPU i with the
 //                                 NCCL transport (--member must be
 //                                 refit_demo_member_gpu; needs N >= members)
@@ -46,6 +52,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/refit_client.h"
@@ -212,7 +219,8 @@ int main(int argc, char** argv) {
   if (!Spawn(&refitd, {f["refitd"], "--address=127.0.0.1:0", "--heartbeat_timeout_ms=5000",
                        absl::StrCat("--lanes=", f["lanes"]),
                        absl::StrCat("--staging_mib=", f["staging_mib"]),
-                       absl::StrCat("--min_engines=", engines.size())})) {
+                       absl::StrCat("--min_engines=", engines.size()),
+                       f.count("delta_every") ? "--delta" : "--nodelta"})) {
     std::perror("fork");
     return 1;
   }
@@ -256,6 +264,8 @@ int main(int argc, char** argv) {
     args.insert(args.begin(), f["member"]);
     args.insert(args.end(), common.begin(), common.end());
     if (f.count("verify")) args.push_back("--verify");
+    if (f.count("delta_every")) args.push_back("--delta_every=" + f["delta_every"]);
+    if (f.count("staged") && name.rfind("engine", 0) == 0) args.push_back("--staged");
     if (f.count("test_round_delay_ms")) {
       args.push_back("--test_round_delay_ms=" + f["test_round_delay_ms"]);
     }
@@ -315,6 +325,7 @@ int main(int argc, char** argv) {
   // data-plane time (common/round_bytes.h).
   std::map<int64_t, std::pair<refit::RoundBytes, double>> per_round;
   std::map<int64_t, int> checked;
+  std::map<int64_t, double> pause;  // the longest engine pause of each round
   int64_t staging = 0;
   std::string fingerprint;
   for (const Proc& p : procs) {
@@ -330,8 +341,13 @@ int main(int argc, char** argv) {
                       &v, who, &sent, &recv, &sec, &stg, check) == 7) {
         if (std::string(who).rfind("engine ", 0) == 0) per_round[v].first.AddEngineRank(recv);
         per_round[v].second = std::max(per_round[v].second, sec);
-        if (std::string(check) == "equal") ++checked[v];
+        if (std::string(check).rfind("equal", 0) == 0) ++checked[v];  // "equal" or "equal,"
         staging = std::max<int64_t>(staging, stg);
+        const size_t at = line.find(", pause ");
+        double ps = 0;
+        if (at != std::string::npos && std::sscanf(line.c_str() + at, ", pause %lf s", &ps) == 1) {
+          pause[v] = std::max(pause[v], ps);
+        }
       }
       if (fingerprint.empty() && line.rfind("plan ", 0) == 0) {
         size_t c = line.find(": ");
@@ -347,16 +363,25 @@ int main(int argc, char** argv) {
               refit::HumanBytes(staging).c_str());
   std::printf("bytes: what one engine rank received; seconds: the slowest member's data "
               "plane; GB/s = bytes / seconds (GB = 1e9)\n");
-  std::printf("%8s %14s %12s %10s %18s\n", "version", "bytes", "seconds", "GB/s",
-              "engine ranks equal");
+  const bool staged = f.count("staged") > 0;
+  if (staged) {
+    std::printf("pause: the longest an engine rank's live buffers took to write from "
+                "staging, against the slowest member's data plane\n");
+  }
+  std::printf("%8s %14s %12s %10s %18s%s\n", "version", "bytes", "seconds", "GB/s",
+              "engine ranks equal", staged ? "   pause (ms)  of round" : "");
   int64_t checked_bytes = 0, steady_bytes = 0;
   double secs = 0;
   bool all_checked = static_cast<int64_t>(per_round.size()) == rounds;
   for (const auto& [v, bs] : per_round) {
-    std::printf("%8lld %14s %12.4f %10.2f %12d of %d\n", static_cast<long long>(v),
+    std::printf("%8lld %14s %12.4f %10.2f %12d of %d%s\n", static_cast<long long>(v),
                 refit::HumanBytes(bs.first.per_engine_rank).c_str(), bs.second,
                 refit::RoundBytesPerSecond(bs.first, bs.second) / 1e9, checked[v],
-                engine_ranks);
+                engine_ranks,
+                staged ? absl::StrFormat(" %13.1f %9.3f", pause[v] * 1e3,
+                                         bs.second > 0 ? pause[v] / bs.second : 0)
+                             .c_str()
+                       : "");
     if (checked[v] != engine_ranks) all_checked = false;
     checked_bytes += bs.first.all_engine_ranks;
     if (v > 1 || rounds == 1) {

@@ -24,6 +24,13 @@
 //                       plain copy, else through host copies
 //   --transport=pull    with --device: the colocated pull path
 //                       (client/pull_data_plane.h) instead of NCCL
+//   --staged            engine ranks stage each round (DataPlaneOptions::
+//                       staging): received while the live buffers stay as
+//                       they are, applied once every engine rank holds it;
+//                       the round line then ends with the pause
+//   --delta_every=N     rounds 2.. change about 1/N of the words of round
+//                       1's pattern (testing::FillMemberDelta), for refitd
+//                       --delta: delta rounds of that density
 //   --test_round_delay_ms=N  engine ranks wait N ms before each round's data
 //                       plane (only in refit_demo_member_slow, for tests)
 // Prints one line per event; the last line is "ok ..." or "error ...".
@@ -36,6 +43,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/data_plane.h"
 #include "client/member.h"
@@ -173,6 +181,7 @@ int Main(const Flags& fl) {
   }
 #endif
   dpo.verify = fl.f.count("verify") > 0;
+  dpo.staging.enabled = !trainer && fl.f.count("staged") > 0;
   auto joined = Member::Join(o, refs, dpo, absl::Now() + wait);
   if (!joined.ok()) return Fail(who, joined.status());
   Member& member = **joined;
@@ -220,13 +229,14 @@ int Main(const Flags& fl) {
 #endif
   };
   const bool start = fl.f.count("start") > 0;
+  const int64_t every = fl.Int("delta_every", 0);
   for (int64_t v = 1; v <= rounds; ++v) {
     if (trainer) {
       absl::StatusOr<bool> on_gpu = device_pattern(v, /*check=*/false);
       absl::Status s = on_gpu.status();
       if (s.ok() && !*on_gpu) {
         s = sync_buffers(/*to_device=*/false);  // makes the host mirrors
-        if (s.ok()) s = testing::FillMemberPattern(member, v, host);
+        if (s.ok()) s = testing::FillMemberDelta(member, 1, v, v > 1 ? every : 0, host);
         if (s.ok()) s = sync_buffers(/*to_device=*/true);
       }
       if (!s.ok()) return Fail(who, s);
@@ -265,18 +275,20 @@ int Main(const Flags& fl) {
       absl::Status ok = on_gpu.status();
       if (ok.ok() && !*on_gpu) {
         ok = sync_buffers(/*to_device=*/false);
-        if (ok.ok()) ok = testing::CheckMemberPattern(member, *got, host);
+        if (ok.ok()) ok = testing::CheckMemberDelta(member, 1, *got, *got > 1 ? every : 0, host);
       }
       if (!ok.ok()) return Fail(absl::StrCat(who, " round ", *got, " check"), ok);
       check = on_gpu.ok() && *on_gpu ? "equal (checked on the GPU)" : "equal";
     }
     std::printf(
         "round %lld %s: sent %lld received %lld bytes in %.6f s, staging %lld, "
-        "bytes %s\n",
+        "bytes %s%s\n",
         static_cast<long long>(*got), who.c_str(),
         static_cast<long long>(st->bytes_sent),
         static_cast<long long>(st->bytes_received), st->seconds,
-        static_cast<long long>(st->peak_staging_bytes), check.c_str());
+        static_cast<long long>(st->peak_staging_bytes), check.c_str(),
+        dpo.staging.enabled ? absl::StrFormat(", pause %.6f s", st->pause_seconds).c_str()
+                            : "");
     std::fflush(stdout);
   }
   (void)c.Leave(absl::Now() + absl::Seconds(5));

@@ -110,6 +110,7 @@ class RoundStats(_Record):
     bytes_received: int = 0
     seconds: float = 0.0          # the data plane's time
     peak_staging_bytes: int = 0   # staging and scratch memory held
+    pause_seconds: float = 0.0    # staged engines: the live buffers' write
 
 
 def load_library(gpu: bool = False, path: Optional[str] = None, *,
@@ -224,6 +225,7 @@ class Member:
                  client_key_pem: Optional[str] = None,
                  transport: Optional[str] = None,
                  job_key: Optional[str] = None,
+                 staged: bool = False, staging_bytes: Optional[int] = None,
                  library: Optional[ctypes.CDLL] = None):
         self._lib = library or load_library(gpu=device.startswith("cuda"))
         self._handle = ctypes.c_void_p()
@@ -247,7 +249,8 @@ class Member:
                             root_ca_pem=root_ca_pem,
                             client_cert_pem=client_cert_pem,
                             client_key_pem=client_key_pem, transport=transport,
-                            job_key=job_key)
+                            job_key=job_key, staged=staged or None,
+                            staging_bytes=staging_bytes)
         _ffi.check(self._lib, self._lib.refit_member_join(
             opts, n, c_names, c_ptrs, sizes, float(timeout),
             ctypes.byref(self._handle)))
@@ -315,6 +318,24 @@ class Member:
         out = ctypes.c_void_p()
         _ffi.check(self._lib, self._lib.refit_member_run_round(
             self._h(), int(version), float(timeout), ctypes.byref(out)))
+        return RoundStats._from_json(_ffi.take_string(self._lib, out))
+
+    def receive_round(self, version: int, timeout: float = 300.0) -> RoundStats:
+        """A staged engine member (``staged=True``): moves round ``version``
+        into staging while the engine serves from its live weights, and
+        returns once every engine rank holds it. Raises AbortedError when the
+        round aborted (the live weights are as they were)."""
+        return self._round_step(self._lib.refit_member_receive_round, version, timeout)
+
+    def apply_round(self, version: int, timeout: float = 300.0) -> RoundStats:
+        """Writes the round receive_round returned into the live weights
+        (pause generation around it) and waits for the commit; the stats'
+        ``pause_seconds`` is the write's time."""
+        return self._round_step(self._lib.refit_member_apply_round, version, timeout)
+
+    def _round_step(self, fn: Any, version: int, timeout: float) -> RoundStats:
+        out = ctypes.c_void_p()
+        _ffi.check(self._lib, fn(self._h(), int(version), float(timeout), ctypes.byref(out)))
         return RoundStats._from_json(_ffi.take_string(self._lib, out))
 
     def current_version(self, engine_id: str, timeout: float = 10.0) -> int:

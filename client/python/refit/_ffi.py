@@ -31,6 +31,10 @@ SIGNATURES = {
         _P, ctypes.c_double, ctypes.POINTER(ctypes.c_int64)]),
     "refit_member_run_round": (ctypes.c_int, [
         _P, ctypes.c_int64, ctypes.c_double, ctypes.POINTER(_P)]),
+    "refit_member_receive_round": (ctypes.c_int, [
+        _P, ctypes.c_int64, ctypes.c_double, ctypes.POINTER(_P)]),
+    "refit_member_apply_round": (ctypes.c_int, [
+        _P, ctypes.c_int64, ctypes.c_double, ctypes.POINTER(_P)]),
     "refit_member_current_version": (ctypes.c_int, [
         _P, _S, ctypes.c_double, ctypes.POINTER(ctypes.c_int64)]),
     "refit_member_engine_state": (ctypes.c_int, [

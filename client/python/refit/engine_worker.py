@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import refit
+import refit.staged as _staged
 import refit.torch as _rt
 
 # (detect(model) -> Optional[str], refresh(model) -> None), optionally with
@@ -154,7 +155,8 @@ class EngineReceiver:
     def __init__(self, model: Any, *, rank: int, device: str, server: str,
                  engine_id: str, model_name: str, convention: str, hooks: LayoutHooks,
                  token: Optional[str] = None, job: str = "refit",
-                 transport: Optional[str] = None, timeout: float = 300.0) -> None:
+                 transport: Optional[str] = None, timeout: float = 300.0,
+                 staged: bool = False, staging_bytes: Optional[int] = None) -> None:
         """Detects the weight format (``hooks[2]``, when given) and the
         kernel layout, adds them to the convention, registers the
         parameters it names and waits for the plan. Raises RefitError:
@@ -180,13 +182,16 @@ class EngineReceiver:
         member = refit.Member(server=server, side="engine", rank=rank, model=model_name,
                               convention=self.convention, engine_id=engine_id,
                               device=device, buffers=buffers, token=token, job=job,
-                              transport=transport, timeout=timeout)
+                              transport=transport, timeout=timeout,
+                              staged=staged, staging_bytes=staging_bytes)
         try:
             member.prepare(timeout=timeout)
         except BaseException:
             member.close()
             raise
         self.member: Optional[refit.Member] = member
+        # Staged: rounds arrive in the background; receive() applies one.
+        self.staged = _staged.StagedRounds(member) if staged else None
 
     def _m(self) -> refit.Member:
         if self.member is None:
@@ -197,7 +202,7 @@ class EngineReceiver:
     def refresh_plan(self) -> None:
         """Takes refitd's newer plan when there is one. Raises as prepare."""
         m = self._m()
-        if m.plan_changed():
+        if self.staged is None and m.plan_changed():
             m.prepare(timeout=self.timeout)
 
     def _await_round(self, m: refit.Member, version: Optional[int], timeout: float,
@@ -234,11 +239,15 @@ class EngineReceiver:
         part of the round: Member.engine_state says so), or with the value
         under ``abort_key``."""
         m = self._m()
-        v = self._await_round(m, version, timeout, abort_key)
-        if version is not None and v != version:
-            raise refit.RefitError(9, f"engine {self.engine_id}: refitd announced version "
-                                      f"{v}, the update asked for {version}")
-        self.last_stats = m.run_round(v, timeout=timeout)
+        if self.staged is not None:  # the round is in staging already, or on its way
+            self.last_stats = self.staged.apply(version, timeout=timeout)
+            v = self.staged.version
+        else:
+            v = self._await_round(m, version, timeout, abort_key)
+            if version is not None and v != version:
+                raise refit.RefitError(9, f"engine {self.engine_id}: refitd announced "
+                                          f"version {v}, the update asked for {version}")
+            self.last_stats = m.run_round(v, timeout=timeout)
         synchronize(self.device)
         self._refresh(self.model)
         synchronize(self.device)
@@ -269,6 +278,8 @@ class EngineReceiver:
         m, self.member = self.member, None
         if m is None:
             return
+        if self.staged is not None:
+            self.staged.close()
         try:
             m.leave(timeout=10.0)
         except refit.RefitError:

@@ -190,7 +190,8 @@ def _init(model: Any, args: Dict[str, Any]) -> None:
             server=args["server"], engine_id=engine_id, model_name=args["model"],
             convention=args["convention"], hooks=_hooks(),
             token=args.get("token"), job=args.get("job", "refit"),
-            transport=args.get("transport"), timeout=float(args.get("timeout", 300.0))),
+            transport=args.get("transport"), timeout=float(args.get("timeout", 300.0)),
+            staged=bool(args.get("staged", False)), staging_bytes=args.get("staging_bytes")),
         server=args["server"], side="engine", rank=rank, model=args["model"],
         convention=args["convention"], engine_id=engine_id, device=device,
         token=args.get("token"), job=args.get("job", "refit"))
@@ -271,17 +272,21 @@ def init_request(*, server: str, engine_id: str, model: str, convention: str,
                  token: Optional[str] = None, job: str = "refit",
                  transport: Optional[str] = None, timeout: float = 300.0,
                  dp_rank: Optional[int] = None,
-                 interface: Optional[str] = None) -> Dict[str, Any]:
+                 interface: Optional[str] = None, staged: bool = False) -> Dict[str, Any]:
     """Keyword arguments of refit's engine protocol's
     ``update_weights_from_tensor`` that make every worker join refit
     (``convention``: e.g. "sglang:tp=4,dp=2"; ``interface``: the SGLang
-    generation, default :data:`SGLANG_INTERFACE`). Under sessions, send it
-    between begin_weight_update and end_weight_update."""
+    generation, default :data:`SGLANG_INTERFACE`; ``staged``: the workers
+    receive rounds while SGLang serves, and each update applies the round
+    that arrived, docs/engines.md). Under sessions, send it between
+    begin_weight_update and end_weight_update."""
     cmd = {"op": "init", "server": server, "engine_id": engine_id, "model": model,
            "convention": convention, "token": token, "job": job,
            "transport": transport, "timeout": timeout}
     if dp_rank is not None:
         cmd["dp_rank"] = dp_rank
+    if staged:
+        cmd["staged"] = True
     return _request(cmd, flush_cache=False, interface=interface)
 
 

@@ -237,6 +237,10 @@ class RefitInitInfo(_InitBase):
     rank: Optional[int] = None
     device: Optional[str] = None
     timeout: float = 300.0
+    # Staged rounds (docs/engines.md): rounds arrive while vLLM serves, and
+    # update_weights applies the one that arrived.
+    staged: bool = False
+    staging_bytes: Optional[int] = None
 
 
 @dataclass
@@ -292,7 +296,8 @@ def _receiver(model: Any, device: Any, parallel_config: Any,
             model, rank=rank, device=dev,
             server=info.server, engine_id=info.engine_id, model_name=info.model,
             convention=info.convention, hooks=_hooks(), token=info.token, job=info.job,
-            transport=info.transport, timeout=info.timeout),
+            transport=info.transport, timeout=info.timeout, staged=info.staged,
+            staging_bytes=info.staging_bytes),
         server=info.server, side="engine", rank=rank, model=info.model,
         convention=info.convention, engine_id=info.engine_id, device=dev,
         token=info.token, job=info.job)
@@ -513,12 +518,16 @@ class RefitTrainerInitInfo(_TrainerInitBase):
     job: str = "refit"
     transport: Optional[str] = None
     timeout: float = 300.0
+    engine_staged: bool = False  # the workers stage rounds (RefitInitInfo.staged)
 
     def engine_init_info(self) -> Dict[str, Any]:
         """The init info dict each inference worker gets (RefitInitInfo)."""
-        return {"server": self.server, "engine_id": self.engine_id, "model": self.model,
+        info = {"server": self.server, "engine_id": self.engine_id, "model": self.model,
                 "convention": self.engine_convention, "token": self.token,
                 "job": self.job, "transport": self.transport, "timeout": self.timeout}
+        if self.engine_staged:
+            info["staged"] = True
+        return info
 
 
 class RefitTrainerEngine(_TrainerBase):

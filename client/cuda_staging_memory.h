@@ -1,0 +1,22 @@
+// CudaStagingMemory: the staging of a GPU engine member's staged rounds
+// (client/staged_buffers.h): fast memory is device memory (cudaMalloc),
+// overflow memory pinned host memory (cudaMallocHost: the device reads and
+// writes it too, so the data plane lands bytes there directly); copies
+// between staging and live buffers run on a stream of their own, so a
+// device-to-device apply of the engine's weights is one copy per buffer.
+#ifndef REFIT_CLIENT_CUDA_STAGING_MEMORY_H_
+#define REFIT_CLIENT_CUDA_STAGING_MEMORY_H_
+
+#include <memory>
+
+#include "client/staged_buffers.h"
+
+namespace refit {
+
+// Staging on CUDA device `device`; its stream is created at the first copy
+// (the device's error then names cudaStreamCreate).
+std::unique_ptr<StagingMemory> CudaStagingMemory(int device);
+
+}  // namespace refit
+
+#endif  // REFIT_CLIENT_CUDA_STAGING_MEMORY_H_
