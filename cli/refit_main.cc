@@ -310,7 +310,14 @@ int RunPlan(const std::vector<std::string>& args) {
   opt.timings = absl::GetFlag(FLAGS_timings);
   opt.heatmap = absl::GetFlag(FLAGS_heatmap);
   opt.delta = absl::GetFlag(FLAGS_delta);
-  if (opt.delta > 1) return Usage("--delta: a fraction of the elements, at most 1", kPlanHelp);
+  // -1, the default: no delta prediction. Anything else outside [0, 1] is
+  // a usage error, not silently ignored.
+  if (opt.delta != -1 && !(opt.delta >= 0 && opt.delta <= 1)) {
+    return Usage(absl::StrCat("--delta=", opt.delta,
+                              ": the fraction of the elements changed, in [0, 1] "
+                              "(e.g. --delta=0.02 for 2%)"),
+                 kPlanHelp);
+  }
   opt.max_snapshot_mib = absl::GetFlag(FLAGS_max_snapshot_mib);
   if (opt.max_snapshot_mib < 0 || opt.max_snapshot_mib > (int64_t{1} << 30)) {
     return Usage("--max_snapshot_mib: 0 (no bound) to 2^30", kPlanHelp);

@@ -184,8 +184,9 @@ absl::StatusOr<std::unique_ptr<RefitClient>> ConnectForStatus(
   }
   RefitClient::Options co;
   co.target = opt.server;
-  co.connect_timeout = std::min(opt.timeout, absl::Seconds(10));
-  co.rpc_timeout = co.connect_timeout;
+  // A stopped refitd is named within the client's connect timeout (2 s).
+  co.connect_timeout = std::min(opt.timeout, co.connect_timeout);
+  co.rpc_timeout = std::min(opt.timeout, absl::Seconds(10));
   if (!opt.token_file.empty()) {
     REFIT_ASSIGN_OR_RETURN(
         std::string token,
