@@ -226,7 +226,18 @@ absl::StatusOr<v1::RoundSummary> RunStatusWatch(
     }
     return st;
   };
-  return WatchRounds(get, show, opt.server, interval, deadline, clear_screen);
+  if (!opt.follow) return WatchRounds(get, show, opt.server, interval, deadline, clear_screen);
+  v1::RoundSummary last;
+  auto get_and_note = [&](absl::Time d) -> absl::StatusOr<v1::StatusResponse> {
+    absl::StatusOr<v1::StatusResponse> st = get(d);
+    if (st.ok()) {
+      if (const v1::RoundSummary* done = FinishedRoundAfter(*st, last.version())) last = *done;
+    }
+    return st;
+  };
+  REFIT_RETURN_IF_ERROR(
+      FollowRounds(get_and_note, show, opt.server, interval, deadline, clear_screen).status());
+  return last;
 }
 
 }  // namespace refit
