@@ -13,6 +13,7 @@
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
 #include "mapping/parallel_spec.h"
+#include "mapping/split_advice.h"
 #include "nlohmann/json.hpp"
 
 namespace refit {
@@ -24,7 +25,8 @@ absl::StatusOr<std::string> RunBuffersCommand(const BuffersCommandOptions& opt) 
   REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(opt.model));
   const bool trainer = !opt.trainer.empty();
   const std::string& convention = trainer ? opt.trainer : opt.engine;
-  REFIT_ASSIGN_OR_RETURN(MappedSide side, BuildSideLayout(model, trainer, convention));
+  REFIT_ASSIGN_OR_RETURN(MappedSide side,
+                         BuildSideLayoutExplained(model, trainer, convention));
   const int32_t world = side.layout.world_size;
   std::string text;
   if (opt.rank < -1 || opt.rank >= world) {

@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "mapping/mapping.h"
 #include "mapping/plan_size.h"
+#include "mapping/split_advice.h"
 #include "plan/planner.h"
 
 namespace refit {
@@ -146,7 +147,9 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
                            ParseHostsFile(text, ts.world_size(), es.world_size()));
   }
   lap("config+specs");
-  REFIT_ASSIGN_OR_RETURN(JobLayouts layouts, MapJob(model, ts, engines));
+  absl::StatusOr<JobLayouts> mapped = MapJob(model, ts, engines);
+  if (!mapped.ok()) return JobLayoutErrors(model, ts, es, mapped.status());
+  JobLayouts layouts = *std::move(mapped);
   lap("layouts");
   PlannerOptions po;
   po.staging_budget_bytes = opt.staging_mib << 20;

@@ -95,6 +95,9 @@ ABSL_FLAG(bool, watch, false,
           "when it committed, 1 when it aborted); --timeout_s bounds the whole\n"
           "watch (default 600)");
 ABSL_FLAG(int32_t, interval_ms, 500, "--watch refresh period");
+ABSL_FLAG(bool, follow, false,
+          "with --watch: keep watching round after round (each one's members,\n"
+          "bytes and final line) until --timeout_s; exit 0 then");
 // refit buffers
 ABSL_FLAG(int32_t, rank, -1,
           "only rank R (engine: within the replica); -1: every rank");
@@ -167,13 +170,16 @@ last rounds with their outcome, bytes, seconds and GB/s: bytes are what one
 engine rank received, seconds the slowest member's data-plane time, GB/s =
 bytes / seconds (GB = 1e9 bytes). --server defaults to refitd's own default
 address, 127.0.0.1:50051. With --watch it follows the round in flight
-instead, until it ends.
+instead, until it ends (each member reported with its bytes, seconds and
+peak staging, or still moving); with --follow it keeps watching round
+after round until --timeout_s.
 
 exit codes: 0 ok, 1 failure (unreachable server, wrong token), 2 usage error.
 
 example:
   refit status --server 127.0.0.1:50051 --token_file token.txt --json
   refit status --server 127.0.0.1:50051 --watch --timeout_s 3600
+  refit status --server 127.0.0.1:50051 --follow --timeout_s 86400
 )HELP";
 
 constexpr char kHealthHelp[] =
@@ -310,7 +316,14 @@ int RunPlan(const std::vector<std::string>& args) {
   opt.timings = absl::GetFlag(FLAGS_timings);
   opt.heatmap = absl::GetFlag(FLAGS_heatmap);
   opt.delta = absl::GetFlag(FLAGS_delta);
-  if (opt.delta > 1) return Usage("--delta: a fraction of the elements, at most 1", kPlanHelp);
+  // -1, the default: no delta prediction. Anything else outside [0, 1] is
+  // a usage error, not silently ignored.
+  if (opt.delta != -1 && !(opt.delta >= 0 && opt.delta <= 1)) {
+    return Usage(absl::StrCat("--delta=", opt.delta,
+                              ": the fraction of the elements changed, in [0, 1] "
+                              "(e.g. --delta=0.02 for 2%)"),
+                 kPlanHelp);
+  }
   opt.max_snapshot_mib = absl::GetFlag(FLAGS_max_snapshot_mib);
   if (opt.max_snapshot_mib < 0 || opt.max_snapshot_mib > (int64_t{1} << 30)) {
     return Usage("--max_snapshot_mib: 0 (no bound) to 2^30", kPlanHelp);
@@ -376,7 +389,7 @@ int RunStatus(const std::vector<std::string>& args) {
   if (int rc = ParseSubcommand(
           "status", args,
           {"server", "token_file", "timeout_s", "rounds", "json", "watch",
-           "interval_ms"},
+           "interval_ms", "follow"},
           kStatusHelp);
       rc >= 0) {
     return rc;
@@ -385,7 +398,8 @@ int RunStatus(const std::vector<std::string>& args) {
   opt.server = absl::GetFlag(FLAGS_server);
   if (opt.server.empty()) return Usage("--server needs HOST:PORT", kStatusHelp);
   opt.token_file = absl::GetFlag(FLAGS_token_file);
-  const bool watch = absl::GetFlag(FLAGS_watch);
+  opt.follow = absl::GetFlag(FLAGS_follow);
+  const bool watch = absl::GetFlag(FLAGS_watch) || opt.follow;
   std::optional<absl::Duration> timeout =
       Timeout(watch ? absl::Seconds(600) : opt.timeout);
   if (!timeout) return Usage("--timeout_s needs a positive number", kStatusHelp);
@@ -402,6 +416,7 @@ int RunStatus(const std::vector<std::string>& args) {
       std::cerr << "refit status: error: " << ended.status().ToString() << "\n";
       return 1;
     }
+    if (opt.follow) return 0;  // watched until --timeout_s
     return ended->outcome() == "committed" ? 0 : 1;
   }
   opt.rounds = absl::GetFlag(FLAGS_rounds);

@@ -191,8 +191,9 @@ absl::StatusOr<std::unique_ptr<RefitClient>> ConnectForStatus(
   }
   RefitClient::Options co;
   co.target = opt.server;
-  co.connect_timeout = std::min(opt.timeout, absl::Seconds(10));
-  co.rpc_timeout = co.connect_timeout;
+  // A stopped refitd is named within the client's connect timeout (2 s).
+  co.connect_timeout = std::min(opt.timeout, co.connect_timeout);
+  co.rpc_timeout = std::min(opt.timeout, absl::Seconds(10));
   if (!opt.token_file.empty()) {
     REFIT_ASSIGN_OR_RETURN(
         std::string token,
@@ -232,7 +233,18 @@ absl::StatusOr<v1::RoundSummary> RunStatusWatch(
     }
     return st;
   };
-  return WatchRounds(get, show, opt.server, interval, deadline, clear_screen);
+  if (!opt.follow) return WatchRounds(get, show, opt.server, interval, deadline, clear_screen);
+  v1::RoundSummary last;
+  auto get_and_note = [&](absl::Time d) -> absl::StatusOr<v1::StatusResponse> {
+    absl::StatusOr<v1::StatusResponse> st = get(d);
+    if (st.ok()) {
+      if (const v1::RoundSummary* done = FinishedRoundAfter(*st, last.version())) last = *done;
+    }
+    return st;
+  };
+  REFIT_RETURN_IF_ERROR(
+      FollowRounds(get_and_note, show, opt.server, interval, deadline, clear_screen).status());
+  return last;
 }
 
 }  // namespace refit

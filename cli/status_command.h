@@ -19,6 +19,7 @@ struct StatusCommandOptions {
   absl::Duration timeout = absl::Seconds(10);  // connect + call
   int rounds = 10;         // last rounds shown
   bool json = false;
+  bool follow = false;     // --watch: keep watching after a round ends
 };
 
 // Connects, calls GetStatus and returns the text to print. Fails with
@@ -31,7 +32,9 @@ absl::StatusOr<std::string> RunStatusCommand(const StatusCommandOptions& opt);
 // in flight every `interval` until a round ends (status_watch.h), within
 // opt.timeout in all. Returns that round's summary. Fails as
 // RunStatusCommand does, and with DEADLINE_EXCEEDED when no round ends in
-// time.
+// time. With opt.follow it keeps watching round after round until
+// opt.timeout (FollowRounds) and returns the last round that ended (an
+// empty summary when none did).
 absl::StatusOr<v1::RoundSummary> RunStatusWatch(
     const StatusCommandOptions& opt, absl::Duration interval, bool clear_screen,
     const std::function<void(const std::string&)>& show);

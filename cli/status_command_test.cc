@@ -163,6 +163,43 @@ TEST(StatusWatchTest, FollowsTheRoundUntilItEnds) {
   EXPECT_THAT(shown[3], ::testing::HasSubstr("round 2 aborted after 0.000 s: member e failed"));
 }
 
+TEST(StatusWatchTest, FollowKeepsWatchingRoundAfterRound) {
+  // Polls see round 1 running, then committed, round 2 running, then
+  // committed, then nothing new until the deadline.
+  std::vector<v1::StatusResponse> polls(5);
+  Round(polls[0], 1, "running")->add_waiting("e");
+  Round(polls[1], 1, "committed");
+  Round(polls[2], 1, "committed");
+  Round(polls[2], 2, "running")->add_waiting("e");
+  for (size_t i = 3; i < polls.size(); ++i) {
+    Round(polls[i], 1, "committed");
+    Round(polls[i], 2, "committed");
+  }
+  size_t next = 0;
+  std::vector<std::string> shown;
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<int> ended = FollowRounds(
+      [&](absl::Time) -> absl::StatusOr<v1::StatusResponse> {
+        return polls[std::min(next++, polls.size() - 1)];
+      },
+      [&](const std::string& f) { shown.push_back(f); }, "h:1", absl::Milliseconds(5),
+      absl::Now() + absl::Milliseconds(300), false);
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(*ended, 2);
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(250));  // watched until the deadline
+  int finals = 0;
+  for (const std::string& f : shown) finals += f.rfind("round ", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(finals, 2);
+  // refitd gone: the error, not a silent end.
+  absl::StatusOr<int> gone = FollowRounds(
+      [&](absl::Time) -> absl::StatusOr<v1::StatusResponse> {
+        return absl::UnavailableError("refitd at h:1: connection refused");
+      },
+      [](const std::string&) {}, "h:1", absl::Milliseconds(5),
+      absl::Now() + absl::Seconds(5), false);
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kUnavailable);
+}
+
 TEST(StatusWatchTest, GivesUpAtTheDeadline) {
   v1::StatusResponse idle;
   absl::StatusOr<v1::RoundSummary> got = WatchRounds(

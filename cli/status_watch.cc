@@ -100,4 +100,18 @@ absl::StatusOr<v1::RoundSummary> WatchRounds(
   }
 }
 
+absl::StatusOr<int> FollowRounds(
+    const std::function<absl::StatusOr<v1::StatusResponse>(absl::Time)>& get_status,
+    const std::function<void(const std::string&)>& show, const std::string& server,
+    absl::Duration interval, absl::Time deadline, bool clear_screen) {
+  for (int ended = 0;; ++ended) {
+    absl::StatusOr<v1::RoundSummary> r =
+        WatchRounds(get_status, show, server, interval, deadline, clear_screen);
+    if (absl::IsDeadlineExceeded(r.status()) && absl::Now() + interval > deadline) {
+      return ended;
+    }
+    if (!r.ok()) return r.status();
+  }
+}
+
 }  // namespace refit

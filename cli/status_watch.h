@@ -33,6 +33,15 @@ absl::StatusOr<v1::RoundSummary> WatchRounds(
     const std::function<void(const std::string&)>& show, const std::string& server,
     absl::Duration interval, absl::Time deadline, bool clear_screen);
 
+// Keeps watching: WatchRounds again after each round ends, so every round
+// shows its frames and its final line, until `deadline`. Returns the
+// number of rounds that ended (OK at the deadline, the watch's normal
+// end), or get_status's error.
+absl::StatusOr<int> FollowRounds(
+    const std::function<absl::StatusOr<v1::StatusResponse>(absl::Time)>& get_status,
+    const std::function<void(const std::string&)>& show, const std::string& server,
+    absl::Duration interval, absl::Time deadline, bool clear_screen);
+
 }  // namespace refit
 
 #endif  // REFIT_TOOLS_CLI_STATUS_WATCH_H_

@@ -49,7 +49,7 @@ const std::set<std::string>& KnownKeys() {
       "side",            "engine_id",    "rank",        "model",
       "convention",      "host_id",      "device",      "verify",
       "transport",       "job_key",      "staged",      "staging_bytes",
-      "heartbeat_ms",    "rpc_timeout_s"};
+      "heartbeat_ms",    "rpc_timeout_s", "connect_timeout_s"};
   return *keys;
 }
 
@@ -101,6 +101,19 @@ absl::Status GetInt(const json& j, const char* key, int64_t lo, int64_t hi,
         "]"));
   }
   *out = it->get<int64_t>();
+  return absl::OkStatus();
+}
+
+absl::Status GetSeconds(const json& j, const char* key, double hi, absl::Duration* out) {
+  json::const_iterator it;
+  bool found = false;
+  REFIT_RETURN_IF_ERROR(Find(j, key, /*required=*/false, &it, &found));
+  if (!found) return absl::OkStatus();
+  if (!it->is_number() || !(it->get<double>() > 0) || it->get<double>() > hi) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "member option \"", key, "\" must be a number of seconds in (0, ", hi, "]"));
+  }
+  *out = absl::Seconds(it->get<double>());
   return absl::OkStatus();
 }
 
@@ -170,6 +183,7 @@ absl::StatusOr<Parsed> ParseOptions(const char* text, bool for_join) {
   REFIT_RETURN_IF_ERROR(GetInt(j, "rpc_timeout_s", 1, 3600, &rpc_timeout_s, false));
   c.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
   c.rpc_timeout = absl::Seconds(rpc_timeout_s);
+  REFIT_RETURN_IF_ERROR(GetSeconds(j, "connect_timeout_s", 3600, &c.connect_timeout));
   REFIT_RETURN_IF_ERROR(GetBool(j, "verify", &p.verify));
   REFIT_RETURN_IF_ERROR(GetBool(j, "staged", &p.staged));
   REFIT_RETURN_IF_ERROR(
@@ -359,6 +373,17 @@ int refit_member_start_round(refit_member* member, int64_t version,
   });
 }
 
+int refit_member_start_next_round(refit_member* member, double timeout_s,
+                                  int64_t* version) {
+  return Guard("refit_member_start_next_round", [&]() -> absl::Status {
+    REFIT_RETURN_IF_ERROR(refit::NeedMember(member));
+    if (version == nullptr) return absl::InvalidArgumentError("version is null");
+    REFIT_ASSIGN_OR_RETURN(absl::Time deadline, refit::Deadline(timeout_s));
+    REFIT_ASSIGN_OR_RETURN(*version, member->m->StartNextRound(deadline));
+    return absl::OkStatus();
+  });
+}
+
 int refit_member_wait_for_round(refit_member* member, double timeout_s,
                                 int64_t* version) {
   return Guard("refit_member_wait_for_round", [&]() -> absl::Status {
@@ -366,6 +391,23 @@ int refit_member_wait_for_round(refit_member* member, double timeout_s,
     if (version == nullptr) return absl::InvalidArgumentError("version is null");
     REFIT_ASSIGN_OR_RETURN(absl::Time deadline, refit::Deadline(timeout_s));
     REFIT_ASSIGN_OR_RETURN(*version, member->m->WaitForRound(deadline));
+    return absl::OkStatus();
+  });
+}
+
+int refit_member_round_progress(refit_member* member, int64_t version, double timeout_s,
+                                char** progress_json) {
+  return Guard("refit_member_round_progress", [&]() -> absl::Status {
+    REFIT_RETURN_IF_ERROR(refit::NeedMember(member));
+    if (progress_json == nullptr) return absl::InvalidArgumentError("progress_json is null");
+    REFIT_ASSIGN_OR_RETURN(absl::Time deadline, refit::Deadline(timeout_s));
+    REFIT_ASSIGN_OR_RETURN(refit::Member::RoundProgress p,
+                           member->m->Progress(version, deadline));
+    const nlohmann::json j = {{"version", version},   {"running", p.running},
+                    {"seconds", p.seconds},       {"reported", p.reported},
+                    {"members", p.members},       {"engine_bytes", p.engine_bytes},
+                    {"engine_ranks", p.engine_ranks}};
+    *progress_json = refit::Dup(j.dump());
     return absl::OkStatus();
   });
 }

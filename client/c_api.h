@@ -20,8 +20,9 @@
  * owned by the caller: free them with refit_free().
  *
  * A member handle is used by one thread at a time (calls on different
- * members may run concurrently); refit_member_close only after every other
- * call on it returned.
+ * members may run concurrently; refit_member_round_progress alongside
+ * refit_member_run_round); refit_member_close only after every other call
+ * on it returned.
  */
 #ifndef REFIT_CLIENT_C_API_H_
 #define REFIT_CLIENT_C_API_H_
@@ -65,6 +66,8 @@ typedef struct refit_member refit_member;
  *    "transport": "nccl" | "pull" (GPU buffers; "pull": the colocated pull
  *      path between the processes of one host, for members that share GPUs;
  *      "ipc" is accepted for it too; every member of a job uses the same), "heartbeat_ms": 1000, "rpc_timeout_s": 10,
+ *    "connect_timeout_s": 2 (how long a call waits for refitd's connection
+ *      before it fails with 14 UNAVAILABLE naming refitd's address),
  *    "job_key": the job key refitd was given (--job_key_file), if any}
  * Buffer i is names[i], sizes[i] bytes at ptrs[i] (host or device memory as
  * "device" says); the memory must stay valid until refit_member_close.
@@ -73,8 +76,8 @@ typedef struct refit_member refit_member;
  * "host:port" (no port, a URL such as "http://host:port") or a "token"
  * with a byte a gRPC header cannot carry once surrounding whitespace (a
  * token file's newline) is stripped; the message never holds the token.
- * 14 UNAVAILABLE when refitd is not reachable by the timeout, saying why
- * ("connection refused", ...). */
+ * 14 UNAVAILABLE when refitd is not reachable within "connect_timeout_s"
+ * (or the timeout, if shorter), saying why ("connection refused", ...). */
 int refit_member_join(const char* options_json, int32_t num_buffers,
                       const char* const* names, void* const* ptrs,
                       const int64_t* sizes, double timeout_s,
@@ -102,9 +105,16 @@ int refit_member_prepare(refit_member* member, double timeout_s,
 int refit_member_plan_changed(refit_member* member);
 
 /* Starts round `version` (trainer ranks); retries while refitd is not
- * ready until the timeout. */
+ * ready (a plan being built) until the timeout; 14 UNAVAILABLE naming
+ * refitd's address within "connect_timeout_s" when refitd is gone. */
 int refit_member_start_round(refit_member* member, int64_t version,
                              double timeout_s);
+
+/* Starts the next version, one above the last round refitd started, and
+ * stores it in *version (trainer rank 0 of a run that keeps no count of its
+ * own); retries and fails as refit_member_start_round. */
+int refit_member_start_next_round(refit_member* member, double timeout_s,
+                                  int64_t* version);
 
 /* The next announced round's version. */
 int refit_member_wait_for_round(refit_member* member, double timeout_s,
@@ -130,6 +140,14 @@ int refit_member_receive_round(refit_member* member, int64_t version, double tim
                                char** stats_json);
 int refit_member_apply_round(refit_member* member, int64_t version, double timeout_s,
                              char** stats_json);
+/* What refitd says of round `version` so far, as JSON: {"version",
+ * "running" (false: not started yet, or ended), "seconds" (since it
+ * started), "reported", "members" (participants that reported success, of
+ * all), "engine_bytes", "engine_ranks" (bytes the engine ranks that
+ * reported received)}. The one call that may run while another thread is
+ * in refit_member_run_round on the same member (for progress lines). */
+int refit_member_round_progress(refit_member* member, int64_t version, double timeout_s,
+                                char** progress_json);
 
 /* committed: the last version committed into engine `engine_id` (0: none).
  * torn: non-zero when round `torn` aborted after it had started on that

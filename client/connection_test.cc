@@ -3,7 +3,8 @@
 // a gRPC header cannot carry is refused (never crashing the process, never
 // printed); a malformed address is refused at once and a refused connection
 // is named; close() leaves the membership, so the same program can run
-// again at once; a call that refitd's shutdown ends says so.
+// again at once; a call that refitd's shutdown ends says so, and every
+// call, start_round included, fails fast once refitd is gone.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -133,6 +134,40 @@ TEST(CApiConnection, RefusedConnectionIsNamed) {
   EXPECT_LT(absl::Now() - t0, absl::Seconds(3));
   EXPECT_THAT(refit_last_error(), HasSubstr("127.0.0.1:1"));
   EXPECT_THAT(refit_last_error(), HasSubstr("connection refused"));
+}
+
+TEST(CApiConnection, EveryCallFailsFastOnceRefitdIsGone) {
+  // A member waits 2 s (its connect timeout) for refitd, not its whole
+  // timeout.
+  Trainer t;
+  refit_member* m = nullptr;
+  absl::Time t0 = absl::Now();
+  EXPECT_EQ(t.Join(", \"server\": \"127.0.0.1:1\"", 60, &m), kUnavailable);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(4));
+  EXPECT_THAT(refit_last_error(), HasSubstr("127.0.0.1:1"));
+
+  std::unique_ptr<RefitServer> server = StartRefitd("");
+  ASSERT_NE(server, nullptr);
+  const std::string address = absl::StrCat("127.0.0.1:", server->port());
+  ASSERT_EQ(t.Join(Server(*server), 10, &m), 0) << refit_last_error();
+  server->Shutdown();
+  server.reset();
+  // start_round retries refitd's own UNAVAILABLE (a plan being built) but
+  // not a refitd that is gone: UNAVAILABLE naming it within ~2 s, as every
+  // other call, instead of DEADLINE_EXCEEDED at its 60 s.
+  t0 = absl::Now();
+  EXPECT_EQ(refit_member_start_round(m, 1, 60), kUnavailable);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(4));
+  EXPECT_THAT(refit_last_error(), HasSubstr(absl::StrCat("refitd at ", address)));
+  int64_t v = 0;
+  t0 = absl::Now();
+  EXPECT_EQ(refit_member_start_next_round(m, 60, &v), kUnavailable);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(4));
+  EXPECT_THAT(refit_last_error(), HasSubstr(address));
+  t0 = absl::Now();
+  EXPECT_EQ(refit_member_wait_for_round(m, 60, &v), kUnavailable);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(4));
+  refit_member_close(m);
 }
 
 // refitd's member list, through a client of its own.

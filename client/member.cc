@@ -18,27 +18,26 @@
 #include "exec/wire_enums.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
+#include "mapping/split_advice.h"
 #include "mapping/validate.h"
 
 namespace refit {
 namespace {
 
-// The model as refitd receives it: a built-in name as is, a file's text.
+// The model as refitd receives it: a built-in name as is, the text of its
+// config.json otherwise (a path, a directory, a Hugging Face id in the
+// local cache).
 absl::StatusOr<std::string> ModelForRegistration(const std::string& model) {
   if (BuiltinModelJson(model).ok()) return model;
-  absl::StatusOr<std::string> text = ReadModelConfigFile(model);
-  if (absl::IsNotFound(text.status())) {
-    return absl::NotFoundError(absl::StrCat(
-        "model ", model, " is neither a built-in model nor a readable file"));
-  }
-  return text;
+  REFIT_ASSIGN_OR_RETURN(std::string path, NonBuiltinModelConfigPath(model));
+  return ReadModelConfigFile(path);
 }
 
 // The layout of o's side, checked to hold o.rank.
 absl::StatusOr<MappedSide> BuildSide(const MemberOptions& o) {
   REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(o.model));
-  REFIT_ASSIGN_OR_RETURN(MappedSide side,
-                         BuildSideLayout(model, o.side == Side::kTrainer, o.convention));
+  REFIT_ASSIGN_OR_RETURN(MappedSide side, BuildSideLayoutExplained(
+                                             model, o.side == Side::kTrainer, o.convention));
   if (o.rank < 0 || o.rank >= side.layout.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", o.rank, " is outside the world of ",
@@ -84,6 +83,13 @@ absl::Status WithStaleMembers(absl::Status error, RefitClient& client,
                    "restart refitd"));
 }
 
+// How long to wait for refitd's connection: the options' connect timeout
+// (2 s by default), cut to what is left before `deadline`.
+absl::Duration ConnectTimeout(const RefitClient::Options& o, absl::Time deadline) {
+  return std::max(absl::ZeroDuration(),
+                  std::min(o.connect_timeout, deadline - absl::Now()));
+}
+
 // The job, side, engine id and rank of `options` (the world size is set
 // by the caller).
 void SetIdentity(const MemberOptions& options, v1::MemberIdentity* id) {
@@ -117,7 +123,7 @@ absl::Status RefuseToJoin(const MemberOptions& options, const std::string& reaso
   id->set_device(options.device);
   reg.set_convention(options.convention);
   RefitClient::Options co = options.connection;
-  co.connect_timeout = std::max(absl::ZeroDuration(), deadline - absl::Now());
+  co.connect_timeout = ConnectTimeout(co, deadline);
   REFIT_ASSIGN_OR_RETURN(std::unique_ptr<RefitClient> client,
                          AnnotateStatus(RefitClient::Connect(co), Who(options)));
   return AnnotateStatus(client->Refuse(reg, reason, deadline), Who(options));
@@ -202,8 +208,7 @@ absl::StatusOr<std::unique_ptr<Member>> Member::Join(
   m->side_ = std::move(side);
   m->buffers_ = std::move(buffers);
   RefitClient::Options co = m->options_.connection;
-  co.connect_timeout =
-      std::max(absl::ZeroDuration(), deadline - absl::Now());
+  co.connect_timeout = ConnectTimeout(co, deadline);
   REFIT_ASSIGN_OR_RETURN(m->client_,
                          AnnotateStatus(RefitClient::Connect(co), who));
   absl::StatusOr<std::string> registered = m->client_->Register(reg);
@@ -244,13 +249,50 @@ absl::Status Member::Prepare(absl::Time deadline) {
       Who(options_));
 }
 
-absl::Status Member::StartRound(int64_t version, absl::Time deadline) {
-  absl::Status s = client_->StartRound(version, deadline);
-  while (absl::IsUnavailable(s) && absl::Now() < deadline) {
+absl::StatusOr<int64_t> Member::StartWithRetries(
+    const std::function<absl::StatusOr<int64_t>()>& start, absl::Time deadline) {
+  absl::StatusOr<int64_t> s = start();
+  while (absl::IsUnavailable(s.status()) && absl::Now() < deadline) {
+    // refitd's own UNAVAILABLE (a plan being built, a stream not up yet)
+    // is retried; a refitd that is gone fails within the connect timeout.
+    REFIT_RETURN_IF_ERROR(client_->CheckReachable(deadline));
     absl::SleepFor(absl::Milliseconds(20));
-    s = client_->StartRound(version, deadline);
+    s = start();
   }
-  return AnnotateStatus(s, absl::StrCat(Who(options_), ": round ", version));
+  return s;
+}
+
+absl::Status Member::StartRound(int64_t version, absl::Time deadline) {
+  absl::StatusOr<int64_t> s = StartWithRetries(
+      [&]() -> absl::StatusOr<int64_t> {
+        REFIT_RETURN_IF_ERROR(client_->StartRound(version, deadline));
+        return version;
+      },
+      deadline);
+  return AnnotateStatus(s.status(), absl::StrCat(Who(options_), ": round ", version));
+}
+
+absl::StatusOr<int64_t> Member::StartNextRound(absl::Time deadline) {
+  return AnnotateStatus(
+      StartWithRetries([&] { return client_->StartNextRound(deadline); }, deadline),
+      absl::StrCat(Who(options_), ": the next round"));
+}
+
+absl::StatusOr<Member::RoundProgress> Member::Progress(int64_t version,
+                                                      absl::Time deadline) {
+  REFIT_ASSIGN_OR_RETURN(v1::StatusResponse status,
+                         AnnotateStatus(client_->GetStatus(deadline), Who(options_)));
+  RoundProgress p;
+  for (const v1::RoundSummary& s : status.rounds()) {
+    if (s.version() != version || s.outcome() != "running") continue;
+    p.running = true;
+    p.seconds = s.seconds();
+    p.reported = s.reported_size();
+    p.members = s.reported_size() + s.waiting_size();
+    p.engine_bytes = s.engine_bytes();
+    p.engine_ranks = s.engine_ranks();
+  }
+  return p;
 }
 
 absl::StatusOr<int64_t> Member::WaitForRound(absl::Time deadline) {

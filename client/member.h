@@ -18,6 +18,7 @@
 #define REFIT_CLIENT_MEMBER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -75,7 +76,8 @@ class Member {
   // Checks `buffers` against ExpectedBuffers(options) (INVALID_ARGUMENT
   // listing every problem, each naming the rank and the parameter: unknown,
   // missing, wrong byte size, null address) before it contacts refitd; then
-  // connects (UNAVAILABLE naming the target by `deadline`) and registers
+  // connects (UNAVAILABLE naming the target within the connection's
+  // connect_timeout, 2 s by default, or by `deadline`) and registers
   // (refitd's status: INVALID_ARGUMENT, UNAUTHENTICATED, ...; naming the
   // members that stopped heart-beating when refitd refuses it, as Prepare).
   static absl::StatusOr<std::unique_ptr<Member>> Join(
@@ -103,8 +105,15 @@ class Member {
 
   // Starts round `version` (a trainer rank; OK when another rank started it
   // already). Retries while refitd answers UNAVAILABLE (a member's round
-  // stream is not up yet, a plan is being built) until `deadline`.
+  // stream is not up yet, a plan is being built) until `deadline`; fails
+  // with UNAVAILABLE naming refitd's address within the connect timeout
+  // (2 s by default) when refitd is gone (rejoin once it is back).
   absl::Status StartRound(int64_t version, absl::Time deadline);
+  // Starts the next version, one above the last round refitd started, and
+  // returns it (RefitClient::StartNextRound); retries and fails as
+  // StartRound. Versions then stay monotonic across runs without a count
+  // of the trainer's own.
+  absl::StatusOr<int64_t> StartNextRound(absl::Time deadline);
   // The next announced round (see RefitClient::WaitForRound).
   absl::StatusOr<int64_t> WaitForRound(absl::Time deadline);
   // Moves this member's bytes of round `version` and waits for the commit
@@ -115,6 +124,22 @@ class Member {
   // ApplyRound.
   absl::StatusOr<RunStats> ReceiveRound(int64_t version, absl::Time deadline);
   absl::StatusOr<RunStats> ApplyRound(int64_t version, absl::Time deadline);
+
+  // What refitd says of round `version` so far (for progress lines; safe
+  // to call while another thread is in RunRound): whether it is running,
+  // for how long, how many participants reported of how many, and the
+  // bytes the engine ranks that reported received. A round that is not
+  // running (not started yet, or ended) has running false. Fails with
+  // refitd's status (UNAVAILABLE when it is gone).
+  struct RoundProgress {
+    bool running = false;
+    double seconds = 0;
+    int32_t reported = 0;
+    int32_t members = 0;
+    int64_t engine_bytes = 0;
+    int32_t engine_ranks = 0;
+  };
+  absl::StatusOr<RoundProgress> Progress(int64_t version, absl::Time deadline);
 
   RefitClient& client() { return *client_; }
   DataPlaneMember& data_plane() { return *data_plane_; }
@@ -130,6 +155,9 @@ class Member {
 
  private:
   Member() = default;
+  // StartRound's retries around `start` (one StartRound call).
+  absl::StatusOr<int64_t> StartWithRetries(
+      const std::function<absl::StatusOr<int64_t>()>& start, absl::Time deadline);
 
   MemberOptions options_;
   MappedSide side_;  // RankOnly(whole side, options_.rank)

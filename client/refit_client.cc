@@ -144,6 +144,15 @@ absl::StatusOr<std::unique_ptr<RefitClient>> RefitClient::Connect(Options option
   return c;
 }
 
+absl::Status RefitClient::CheckReachable(absl::Time deadline) {
+  const absl::Time until = std::min(deadline, absl::Now() + options_.connect_timeout);
+  if (channel_->WaitForConnected(absl::ToChronoTime(until))) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "refitd at ", options_.target, " not reachable within ",
+      absl::FormatDuration(options_.connect_timeout), WhyNotConnected(),
+      " (rejoin once it is back)"));
+}
+
 std::string RefitClient::WhyNotConnected() {
   // A call that does not wait for the channel fails at once with the
   // transport's last error.
@@ -487,17 +496,29 @@ bool RefitClient::PlanChanged() {
 }
 
 absl::Status RefitClient::StartRound(int64_t version, absl::Time deadline) {
+  return StartRoundRpc(version, /*next=*/false, deadline).status();
+}
+
+absl::StatusOr<int64_t> RefitClient::StartNextRound(absl::Time deadline) {
+  return StartRoundRpc(0, /*next=*/true, deadline);
+}
+
+absl::StatusOr<int64_t> RefitClient::StartRoundRpc(int64_t version, bool next,
+                                                   absl::Time deadline) {
   v1::StartRoundRequest req;
   req.set_member_id(member_id_);
   req.set_member_secret(member_secret_);
   req.set_version(version);
+  req.set_next_version(next);
   {
     absl::MutexLock l(&mu_);
     if (plan_epoch_ >= 0) req.set_plan_epoch(plan_epoch_);
   }
   v1::StartRoundResponse resp;
   auto ctx = MakeContext(deadline);
-  return FromRpc(stub_->StartRound(ctx.get(), req, &resp));
+  REFIT_RETURN_IF_ERROR(FromRpc(stub_->StartRound(ctx.get(), req, &resp)));
+  // A refitd older than next_version answers no version: the one asked for.
+  return resp.version() > 0 ? resp.version() : version;
 }
 
 absl::StatusOr<int64_t> RefitClient::WaitForRound(absl::Time deadline) {

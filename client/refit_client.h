@@ -46,7 +46,9 @@ class RefitClient {
     // long: round waits fail with UNAVAILABLE "refitd at <target> did not
     // answer heartbeats for ...".
     absl::Duration refitd_timeout = absl::Seconds(10);
-    absl::Duration connect_timeout = absl::Seconds(10);
+    // How long Connect (and CheckReachable) wait for the connection to
+    // refitd: a stopped refitd fails calls with UNAVAILABLE after this.
+    absl::Duration connect_timeout = absl::Seconds(2);
     // The connection's liveness: an HTTP/2 ping every keepalive_interval;
     // one not answered within keepalive_timeout (a frozen, hung or
     // partitioned refitd) closes the connection, and every call in flight
@@ -70,6 +72,12 @@ class RefitClient {
   static absl::Status CheckOptions(const Options& options, std::string* token);
 
   ~RefitClient();  // stops the background threads (bounded)
+
+  // OK when the connection to refitd is up or comes up within
+  // min(connect_timeout, `deadline`); UNAVAILABLE naming the target and why
+  // ("connection refused", ...) otherwise. Tells an UNAVAILABLE of refitd's
+  // own (a plan being built: retry) from a refitd that is gone (rejoin).
+  absl::Status CheckReachable(absl::Time deadline);
 
   // Registers this member (idempotent on retry), opens the round stream and
   // starts heartbeats; returns only once the stream delivered its first
@@ -151,6 +159,11 @@ class RefitClient {
   // participant has no open round stream (it just registered, or it died and
   // has not expired yet).
   absl::Status StartRound(int64_t version, absl::Time deadline);
+
+  // Starts the next version, one above the last round refitd started
+  // (StartRoundRequest.next_version), and returns it; fails as StartRound.
+  // A run that starts again needs no count of its own this way.
+  absl::StatusOr<int64_t> StartNextRound(absl::Time deadline);
 
   // Returns the version of the next round this member has not yet seen
   // start (a version run again after its abort counts as a new round). DEADLINE_EXCEEDED when none starts by `deadline`, UNAVAILABLE if
@@ -263,6 +276,9 @@ class RefitClient {
   // CANCELLED (refitd closed the call: it is shutting down) becomes
   // UNAVAILABLE naming the target, as does a refused connection.
   absl::Status FromRpc(const grpc::Status& status) const;
+  // The StartRound call: version `version`, or the next one when `next`;
+  // returns the version refitd started.
+  absl::StatusOr<int64_t> StartRoundRpc(int64_t version, bool next, absl::Time deadline);
   // Why the channel is not connected, as ": connection refused (...)" or
   // ": <gRPC's last error>"; "" when it does not say.
   std::string WhyNotConnected();

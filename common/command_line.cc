@@ -79,6 +79,58 @@ absl::Status CheckFlagfile(const std::string& path, std::vector<std::string>* ch
   return absl::OkStatus();
 }
 
+// The edit distance between `a` and `b` (insertions, deletions,
+// substitutions).
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean --x?)" for the accepted flag nearest to `name` (a third
+// of its letters or fewer changed, or one holding the other); "" when none
+// is that near.
+std::string DidYouMean(absl::Span<const std::string> accepted, absl::string_view name) {
+  std::string best;
+  size_t best_d = std::max<size_t>(2, name.size() / 3) + 1;
+  for (const std::string& a : accepted) {
+    size_t d = EditDistance(name, a);
+    if (name.size() >= 3 && (absl::StrContains(a, name) || absl::StrContains(name, a))) {
+      d = std::min<size_t>(d, 1);
+    }
+    if (d < best_d) {
+      best_d = d;
+      best = a;
+    }
+  }
+  return best.empty() ? "" : absl::StrCat(" (did you mean --", best, "?)");
+}
+
+// INVALID_ARGUMENT naming the flag when `value` is not one of its type (a
+// number for a numeric flag, true/false for a boolean): Abseil would exit
+// the process with code 1 instead. Sets the flag when it is.
+absl::Status CheckValue(absl::string_view name, absl::string_view value) {
+  absl::CommandLineFlag* f = absl::FindCommandLineFlag(name);
+  if (f == nullptr || name == "flagfile") return absl::OkStatus();
+  std::string error;
+  if (f->ParseFrom(value, &error)) return absl::OkStatus();
+  const char* want = f->IsOfType<bool>()                                   ? "true or false"
+                     : f->IsOfType<double>() || f->IsOfType<float>()      ? "a number"
+                     : f->IsOfType<std::string>()                         ? "a string"
+                                                                          : "an integer";
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", name, "=", value, ": not ", want, " (", error, ")"));
+}
+
 bool IsBool(absl::string_view name) {
   const absl::CommandLineFlag* f = absl::FindCommandLineFlag(name);
   return f != nullptr && f->IsOfType<bool>();
@@ -137,8 +189,9 @@ absl::StatusOr<CommandLineResult> ParseCommandLine(
           Accepted(accepted, positive) && IsBool(positive)) {
         continue;  // --nojson
       }
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown flag --", name, " (", program, " --help lists the flags)"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name,
+                                                     DidYouMean(accepted, name), " (",
+                                                     program, " --help lists the flags)"));
     }
     if (!has_value && !IsBool(name)) {
       if (i + 1 >= args.size()) {
@@ -146,6 +199,9 @@ absl::StatusOr<CommandLineResult> ParseCommandLine(
             absl::StrCat("flag --", name, " needs a value"));
       }
       ++i;
+      if (absl::Status s = CheckValue(name, args[i]); !s.ok()) return s;
+    } else if (has_value) {
+      if (absl::Status s = CheckValue(name, a.substr(eq + 1)); !s.ok()) return s;
     }
     if (name == "flagfile") {
       const std::string value = has_value ? std::string(a.substr(eq + 1)) : args[i];

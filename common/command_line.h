@@ -30,11 +30,13 @@ std::string FlagsHelp(absl::Span<const std::string> names);
 // the Abseil flags among `accepted` (plus --flagfile). On -h, --help or a
 // lone "help" prints `usage` followed by FlagsHelp(accepted) on stdout and
 // returns kHelpShown. Fails with INVALID_ARGUMENT (naming the argument) on
-// an unknown flag, a positional argument, or a flag missing its value;
+// an unknown flag (suggesting the nearest accepted one), a positional
+// argument, a flag missing its value, or a value not of the flag's type
+// (--delta=2%, --lanes=two);
 // a --flagfile that names itself, directly or through others (a -> b -> a),
 // or nests more than 32 deep (the chain is named; Abseil would loop);
-// a value of the wrong type (for example --lanes=two) or an unreadable
-// --flagfile is reported by Abseil, which exits the process with code 1.
+// a value of the wrong type inside a --flagfile, or an unreadable
+// --flagfile, is reported by Abseil, which exits the process with code 1.
 // `program` is what Abseil's messages call the program.
 absl::StatusOr<CommandLineResult> ParseCommandLine(
     const std::string& program, const std::vector<std::string>& args,

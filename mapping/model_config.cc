@@ -3,10 +3,12 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "common/file.h"
 #include "common/status_macros.h"
 #include "mapping/builtin_configs.h"
+#include "mapping/model_source.h"
 #include "nlohmann/json.hpp"
 
 namespace refit {
@@ -410,13 +412,18 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& name_or_path) {
     if (!c.ok()) return AnnotateStatus(c.status(), name_or_path);
     return c;
   }
-  absl::StatusOr<ModelConfig> c = LoadModelConfigFile(name_or_path);
-  if (absl::IsNotFound(c.status())) {
-    return absl::NotFoundError(absl::StrCat(
-        "\"", name_or_path, "\" is neither a built-in model (",
-        absl::StrJoin(BuiltinModelNames(), ", "), ") nor a readable file"));
-  }
-  return c;
+  REFIT_ASSIGN_OR_RETURN(std::string path, NonBuiltinModelConfigPath(name_or_path));
+  return LoadModelConfigFile(path);
+}
+
+absl::StatusOr<std::string> NonBuiltinModelConfigPath(const std::string& model) {
+  absl::StatusOr<std::string> path = ModelConfigPath(model);
+  if (path.ok() || LooksLikePath(model) || absl::StrContains(model, "/")) return path;
+  // A plain name: most likely a misspelt built-in one.
+  return absl::NotFoundError(absl::StrCat(
+      "no built-in model \"", model, "\" (known: ", absl::StrJoin(BuiltinModelNames(), ", "),
+      "); --model also takes a config.json path, a checkpoint directory or a Hugging Face "
+      "id in the local cache (", path.status().message(), ")"));
 }
 
 }  // namespace refit

@@ -144,9 +144,16 @@ std::vector<std::string> BuiltinModelNames();
 // names otherwise.
 absl::StatusOr<std::string> BuiltinModelJson(absl::string_view name);
 
-// A built-in name, or else a path to a config.json file (LoadModelConfigFile;
-// NOT_FOUND listing the built-in names when there is no such file).
+// A built-in name, or else what ModelConfigPath (mapping/model_source.h)
+// finds: a config.json path, a directory holding one, or a Hugging Face id
+// in the local cache (LoadModelConfigFile). NOT_FOUND saying "no such file"
+// for a path, naming the cache for an id, listing the built-in names for a
+// name that is neither.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& name_or_path);
+
+// The config.json path of a model that is not built in (ModelConfigPath),
+// with LoadModelConfig's errors: what a client registers the text of.
+absl::StatusOr<std::string> NonBuiltinModelConfigPath(const std::string& model);
 
 // Overrides the weight format (the CLI's --dtype): "bf16" drops FP8;
 // "fp8" keeps the config's FP8 scheme, or else selects 128x128 blocks

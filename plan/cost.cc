@@ -1,6 +1,8 @@
 // CostModel (see cost.h).
 #include "plan/cost.h"
 
+#include <algorithm>
+
 namespace refit {
 
 CostModel::CostModel(const SideLayout& src, const SideLayout& dst,
@@ -19,5 +21,32 @@ CostModel::CostModel(const SideLayout& src, const SideLayout& dst,
       spb_{1.0 / (options.links.same_gpu_gbps * 1e9),
            1.0 / (options.links.intra_host_gbps * 1e9),
            1.0 / (options.links.inter_host_gbps * 1e9)} {}
+
+double PredictedSeconds(const Plan& plan, const LinkSpeeds& links, LinkBytes* by_class) {
+  PlannerOptions options = plan.options;
+  options.links = links;
+  const CostModel cost(plan.src, plan.dst, options);
+  std::vector<LinkBytes> src(plan.src.world_size), dst(plan.dst.world_size);
+  LinkBytes all;
+  for (const Message& m : plan.messages) {
+    const LinkClass k = cost.ClassOf(m.src_rank, m.dst_rank);
+    src[m.src_rank].Add(k, m.bytes);
+    dst[m.dst_rank].Add(k, m.bytes);
+    all.Add(k, m.bytes);
+  }
+  if (by_class != nullptr) *by_class = all;
+  double t = 0;
+  for (const LinkBytes& l : src) t = std::max(t, cost.Seconds(l));
+  for (const LinkBytes& l : dst) t = std::max(t, cost.Seconds(l));
+  return t;
+}
+
+LinkSpeeds GlooLinkSpeeds() {
+  LinkSpeeds s;
+  s.same_gpu_gbps = 1.0;   // no GPU: two processes of one host, loopback TCP
+  s.intra_host_gbps = 1.0;
+  s.inter_host_gbps = 1.25;
+  return s;
+}
 
 }  // namespace refit

@@ -84,6 +84,19 @@ class CostModel {
   std::array<double, kNumLinkClasses> spb_;  // seconds per byte
 };
 
+// Returns the slowest rank's seconds for `plan`'s messages (its own
+// placement) at `links`: plan.stats.predicted_seconds when `links` are the
+// speeds it was planned with. `by_class` (may be null) gets all bytes per
+// link class.
+double PredictedSeconds(const Plan& plan, const LinkSpeeds& links,
+                        LinkBytes* by_class = nullptr);
+
+// The link speeds of members that move host memory over Gloo (TCP), not
+// GPU links: loopback TCP between the processes of one host, 1 GB/s (what
+// tools/demo measured per engine rank on a 2-core x86-64 host at best,
+// 2026-11-25; README), and a 10 Gb/s network between hosts, 1.25 GB/s.
+LinkSpeeds GlooLinkSpeeds();
+
 }  // namespace refit
 
 #endif  // REFIT_PLAN_COST_H_

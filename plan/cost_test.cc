@@ -16,22 +16,10 @@
 namespace refit {
 namespace {
 
-// Seconds of the slowest rank, from the messages; *by_class: all bytes per
-// link class.
+// Seconds of the slowest rank, from the messages at the planned speeds;
+// *by_class: all bytes per link class.
 double PredictFromMessages(const Plan& plan, LinkBytes* by_class) {
-  const CostModel cost(plan.src, plan.dst, plan.options);
-  std::vector<LinkBytes> s(plan.src.world_size), d(plan.dst.world_size);
-  *by_class = LinkBytes();
-  for (const Message& m : plan.messages) {
-    const LinkClass k = cost.ClassOf(m.src_rank, m.dst_rank);
-    s[m.src_rank].Add(k, m.bytes);
-    d[m.dst_rank].Add(k, m.bytes);
-    by_class->Add(k, m.bytes);
-  }
-  double t = 0;
-  for (const LinkBytes& l : s) t = std::max(t, cost.Seconds(l));
-  for (const LinkBytes& l : d) t = std::max(t, cost.Seconds(l));
-  return t;
+  return PredictedSeconds(plan, plan.options.links, by_class);
 }
 
 // [rows, 64] f32 tensors, replicated over dp and sharded over tp on the
@@ -102,6 +90,28 @@ TEST(PlacedPlanTest, PredictionMatchesTheMessagesAndTheBoundStaysBelow) {
   EXPECT_GT(with_gpus, 50);
   EXPECT_GT(same_gpu_seen, 20);
   EXPECT_GT(tight, 100);  // most random cases reach the bound
+}
+
+TEST(PlacedPlanTest, GlooSpeedsPredictHostLinksNotGpuLinks) {
+  std::mt19937_64 rng(20261206);
+  SideLayout src, dst;
+  Sides(rng, &src, &dst);
+  if (HasFailure()) return;
+  for (int r = 0; r < src.world_size; ++r) src.host_of_rank.push_back(0);
+  for (int r = 0; r < dst.world_size; ++r) dst.host_of_rank.push_back(0);
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, PlannerOptions());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // One host: every byte at loopback TCP's 1 GB/s instead of NVLink's 370.
+  LinkBytes by_class;
+  const double gloo = PredictedSeconds(*plan, GlooLinkSpeeds(), &by_class);
+  EXPECT_EQ(by_class.bytes[2], 0);
+  EXPECT_NEAR(gloo, 370 * plan->stats.predicted_seconds, 1e-9 * gloo);
+  int64_t busiest = 0;
+  std::vector<int64_t> received(plan->dst.world_size), sent(plan->src.world_size);
+  for (const Message& m : plan->messages) {
+    busiest = std::max({busiest, received[m.dst_rank] += m.bytes, sent[m.src_rank] += m.bytes});
+  }
+  EXPECT_NEAR(gloo, busiest / 1e9, 1e-9 * gloo);
 }
 
 TEST(PlacedPlanTest, EachEngineRankReadsFromTheReplicaOnItsGpu) {

@@ -80,6 +80,9 @@ ServerMetrics::State Coordinator::MetricsState() {
     state.engines.push_back({e, rounds_.CommittedVersion(e), rounds_.TornVersion(e) != 0,
                              rounds_.LastCommitTime(e)});
   }
+  if (active != nullptr) {
+    state.round_age_seconds = absl::ToDoubleSeconds(absl::Now() - active->started);
+  }
   return state;
 }
 
@@ -565,6 +568,7 @@ void Coordinator::ApplyPlan(const PlanInput& input, PlanCache::Entry entry,
     // Cut: a plan error naming every one of a million buffers is not kept
     // (and sent by every GetStatus and AwaitPlan) whole.
     plan_status_ = BoundedStatus(AnnotateStatus(built.status(), "building the plan"));
+    metrics_.PlanFailed();
     ServerLog().warn("plan failed epoch={} seconds={:.6f} cached={} reason={}",
                      input.epoch, seconds, cached ? "yes" : "no", plan_status_.ToString());
   } else {

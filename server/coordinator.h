@@ -167,7 +167,9 @@ class Coordinator {
   // valid plan), INVALID_ARGUMENT naming `version` (below the last, or outside
   // [1, kMaxRoundVersion = 2^53]),
   // UNAVAILABLE (the plan for a changed membership is pending, or a
-  // participant has no round stream yet: retry).
+  // participant has no round stream yet: retry). With req.next_version the
+  // version is one above the last started (response.version says which).
+  // A refusal is logged (UNAVAILABLE, which trainers retry, at debug level).
   absl::StatusOr<v1::StartRoundResponse> StartRound(const v1::StartRoundRequest& req);
 
   // Records a participant's outcome; all successes commit the round, one
@@ -206,6 +208,8 @@ class Coordinator {
                const std::string& why);
 
  private:
+  // StartRound without its log line for a refusal.
+  absl::StatusOr<v1::StartRoundResponse> TryStartRound(const v1::StartRoundRequest& req);
   explicit Coordinator(Options options);
 
   void HousekeepingLoop();

@@ -19,6 +19,24 @@ namespace refit {
 
 absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
     const v1::StartRoundRequest& req) {
+  absl::StatusOr<v1::StartRoundResponse> r = TryStartRound(req);
+  if (!r.ok()) {
+    const std::string version =
+        req.next_version() ? std::string("next") : absl::StrCat(req.version());
+    const std::string reason = BoundedText(std::string(r.status().ToString()));
+    if (absl::IsUnavailable(r.status())) {
+      ServerLog().debug("round start refused round={} member={} reason={}", version,
+                        BoundedText(req.member_id()), reason);
+    } else {
+      ServerLog().warn("round start refused round={} member={} reason={}", version,
+                       BoundedText(req.member_id()), reason);
+    }
+  }
+  return r;
+}
+
+absl::StatusOr<v1::StartRoundResponse> Coordinator::TryStartRound(
+    const v1::StartRoundRequest& req) {
   absl::MutexLock l(&mu_);
   const Member* m = membership_.Find(req.member_id());
   if (m == nullptr) {
@@ -29,7 +47,7 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
   if (m->reg.identity().side() != v1::SIDE_TRAINER) {
     return absl::PermissionDeniedError("member_id: only trainer members start rounds");
   }
-  const int64_t v = req.version();
+  const int64_t v = req.next_version() ? rounds_.NextVersion() : req.version();
   if (req.has_plan_epoch() && req.plan_epoch() != membership_.epoch()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "round ", v, ": the trainer prepared the plan of membership epoch ",
@@ -37,6 +55,7 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
         "; await the new plan and prepare again"));
   }
   v1::StartRoundResponse resp;
+  resp.set_version(v);
   REFIT_ASSIGN_OR_RETURN(const bool already_started, rounds_.CheckStart(v));
   if (already_started) {
     resp.set_already_started(true);

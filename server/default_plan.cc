@@ -18,6 +18,7 @@
 #include "mapping/parallel_spec.h"
 #include "mapping/plan_size.h"
 #include "mapping/validate.h"
+#include "plan/cost.h"
 #include "plan/plan_codec.h"
 #include "plan/planner.h"
 
@@ -204,7 +205,10 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
   out.num_lanes = plan.options.num_lanes;  // the planner may take more (planner.h)
   out.fingerprint = plan.fingerprint;
   out.bytes = plan.stats.total_bytes;
-  out.predicted_seconds = plan.stats.predicted_seconds;
+  // Members without GPUs move host memory over Gloo: their round is
+  // predicted at TCP's speeds, not the GPU links the plan was placed with.
+  out.predicted_seconds = any_gpu ? plan.stats.predicted_seconds
+                                  : PredictedSeconds(plan, GlooLinkSpeeds());
   std::vector<int32_t> trainer_ranks(trainer.size());
   for (size_t t = 0; t < trainer.size(); ++t) trainer_ranks[t] = static_cast<int32_t>(t);
   out.trainer_slices =

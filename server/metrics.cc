@@ -130,6 +130,11 @@ void ServerMetrics::MemberReported(const std::string& transport, int64_t bytes,
   t.seconds += seconds;
 }
 
+void ServerMetrics::PlanFailed() {
+  absl::MutexLock l(&mu_);
+  ++plan_failures_;
+}
+
 void ServerMetrics::PlanBuilt(double seconds) {
   absl::MutexLock l(&mu_);
   plan_build_.Observe(seconds);
@@ -258,6 +263,12 @@ std::string ServerMetrics::Exposition(const State& state) const {
   plan_build_.Append(&out, "refit_plan_build_seconds");
   Header(&out, "refit_plan_cache_bytes", "gauge", "Serialized bytes of the cached plans.");
   absl::StrAppend(&out, "refit_plan_cache_bytes ", plan_cache_bytes_, "\n");
+  Header(&out, "refit_plan_failures_total", "counter",
+         "Plans that failed (refit status says why), built or from the cache.");
+  absl::StrAppend(&out, "refit_plan_failures_total ", plan_failures_, "\n");
+  Header(&out, "refit_round_age_seconds", "gauge",
+         "Seconds since the running round started (0: no round runs).");
+  absl::StrAppend(&out, "refit_round_age_seconds ", Num(state.round_age_seconds), "\n");
   Header(&out, "refit_auth_failures_total", "counter",
          "Calls refused for a missing or wrong bearer token.");
   absl::StrAppend(&out, "refit_auth_failures_total ", auth_failures_, "\n");

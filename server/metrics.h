@@ -69,6 +69,7 @@ class ServerMetrics {
       absl::Time last_commit = absl::InfinitePast();
     };
     std::vector<Engine> engines;
+    double round_age_seconds = 0;  // of the round running now (0: none)
   };
 
   // The member states of refit_members (idle, in_round, reported).
@@ -101,6 +102,9 @@ class ServerMetrics {
 
   // A plan was built in `seconds`.
   void PlanBuilt(double seconds);
+
+  // A plan build (or a plan taken from the cache) failed.
+  void PlanFailed();
 
   // The plan cache holds `bytes` now.
   void SetPlanCacheBytes(int64_t bytes);
@@ -136,6 +140,7 @@ class ServerMetrics {
   SecondsHistogram plan_build_ ABSL_GUARDED_BY(mu_);
   SecondsHistogram engine_pause_ ABSL_GUARDED_BY(mu_);
   int64_t plan_cache_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t plan_failures_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t auth_failures_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t auth_failures_logged_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_auth_log_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

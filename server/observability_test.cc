@@ -308,8 +308,14 @@ TEST(ObservabilityTest, AScrapeDuringARoundShowsEachEnginesWeights) {
   std::map<std::string, double> before = Samples(HttpGet(port, "/metrics"));
   EXPECT_EQ(before["refit_engine_committed_version{engine=\"A\"}"], 0);
   EXPECT_EQ(before.count("refit_engine_last_commit_timestamp_seconds{engine=\"A\"}"), 1u);
+  EXPECT_EQ(before["refit_round_age_seconds"], 0);  // no round runs
+  EXPECT_EQ(before.count("refit_plan_failures_total"), 1u);
+  EXPECT_EQ(before["refit_plan_failures_total"], 0);
   StartRound(p, 1);
+  absl::SleepFor(absl::Milliseconds(50));
   std::map<std::string, double> during = Samples(HttpGet(port, "/metrics"));
+  EXPECT_GE(during["refit_round_age_seconds"], 0.05);  // the running round's age
+  EXPECT_LT(during["refit_round_age_seconds"], 30);
   EXPECT_EQ(during["refit_members{side=\"engine\",state=\"in_round\"}"], 1);
   EXPECT_EQ(during["refit_engine_committed_version{engine=\"A\"}"], 0);
   EXPECT_EQ(during["refit_engine_torn{engine=\"A\"}"], 0);
@@ -322,6 +328,7 @@ TEST(ObservabilityTest, AScrapeDuringARoundShowsEachEnginesWeights) {
   EXPECT_EQ(after["refit_engine_torn{engine=\"A\"}"], 0);
   EXPECT_NEAR(after["refit_engine_last_commit_timestamp_seconds{engine=\"A\"}"], t0, 5);
   EXPECT_EQ(after["refit_last_round_bytes_per_second"], 100 / 0.02);
+  EXPECT_EQ(after["refit_round_age_seconds"], 0);
 }
 
 TEST(ObservabilityTest, ShutdownAbortsTheRoundInFlightAndTellsTheMembers) {

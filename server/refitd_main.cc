@@ -98,8 +98,12 @@ ABSL_FLAG(std::string, log_format, "text",
 ABSL_FLAG(int64_t, metrics_port, -1,
           "serve Prometheus metrics at http://HOST:PORT/metrics and a health\n"
           "probe at /healthz (200 while serving, 503 once shutting down), HOST\n"
-          "the --address host (0 picks a port, printed as \"refitd metrics on\n"
-          "port N\"); -1: none");
+          "the --address host, or --metrics_host (0 picks a port, printed as\n"
+          "\"refitd metrics on port N\"); -1: none");
+ABSL_FLAG(std::string, metrics_host, "",
+          "the address /metrics and /healthz listen on, e.g. 0.0.0.0 for a\n"
+          "Prometheus on another host while refitd's gRPC stays on 127.0.0.1;\n"
+          "empty: the --address host");
 ABSL_FLAG(int64_t, drain_ms, 0,
           "on SIGTERM, report NOT_SERVING to health checks this long before\n"
           "aborting a round in flight and stopping");
@@ -326,7 +330,8 @@ int main(int argc, char** argv) {
     host = host.substr(0, host.rfind(':'));
     absl::ConsumePrefix(&host, "[");
     absl::ConsumeSuffix(&host, "]");
-    mo.host = std::string(host);
+    mo.host = absl::GetFlag(FLAGS_metrics_host).empty() ? std::string(host)
+                                                        : absl::GetFlag(FLAGS_metrics_host);
     mo.port = static_cast<int>(std::min<int64_t>(absl::GetFlag(FLAGS_metrics_port), 65536));
     refit::RefitServer* s = server->get();
     mo.render = [s] { return s->MetricsText(); };

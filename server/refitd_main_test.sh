@@ -32,7 +32,7 @@ for level in warning warn WARNING; do
     "$REFITD" --address=127.0.0.1:0 --log_level=$level --metrics_port=70000
 done
 check unknown-flag 2 'unknown flag --bogus .*refitd --help' -- "$REFITD" --bogus=1
-check bad-count 1 "Illegal value 'soon' specified for flag 'plan_settle_ms'" -- "$REFITD" --plan_settle_ms=soon
+check bad-count 2 "--plan_settle_ms=soon: not an integer \\(Illegal value 'soon' specified for flag 'plan_settle_ms'\\)" -- "$REFITD" --plan_settle_ms=soon
 check negative-count 2 '--plan_settle_ms: not a count: -1' -- "$REFITD" --plan_settle_ms=-1
 check huge-mib 2 '--staging_mib: too large' -- "$REFITD" --staging_mib=9223372036854775807
 check bad-slice-threads 2 '--slice_threads: must be 1..1024' -- "$REFITD" --slice_threads=0

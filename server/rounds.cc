@@ -29,7 +29,8 @@ absl::StatusOr<bool> Rounds::CheckStart(int64_t version) const {
     return absl::InvalidArgumentError(absl::StrCat(
         "version: ", version, " is not above the last version ", last_version_,
         " (this refitd's versions rise across runs and jobs until it restarts: "
-        "start at ", last_version_ + 1, " or above; `refit status` lists the last "
+        "start at ", last_version_ + 1, " or above, or start the next version "
+        "without naming one: start_round() in Python; `refit status` lists the last "
         "rounds)"));
   }
   return false;

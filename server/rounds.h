@@ -79,6 +79,10 @@ class Rounds {
   // the same version).
   int32_t Start(int64_t version, std::set<std::string> participants, absl::Time now);
 
+  // Returns the version a StartRound with next_version starts: one above
+  // the last started round's (1 when none started).
+  int64_t NextVersion() const { return last_version_ + 1; }
+
   // Returns the attempt of the last started round (0: none).
   int32_t last_attempt() const { return last_attempt_; }
 

@@ -27,6 +27,16 @@ TEST(RoundsTest, StartChecksVersionsAndRetries) {
   EXPECT_EQ(*r.CheckStart(2), false);
 }
 
+TEST(RoundsTest, TheNextVersionIsOneAboveTheLastStarted) {
+  Rounds r(64);
+  EXPECT_EQ(r.NextVersion(), 1);
+  r.Start(7, {"trainer/0"}, t0);
+  EXPECT_EQ(r.NextVersion(), 8);
+  ASSERT_TRUE(r.End(false, "aborted", t0, 3, EngineOf).has_value());
+  EXPECT_EQ(r.NextVersion(), 8);  // new weights after an abort: a new version
+  EXPECT_EQ(*r.CheckStart(r.NextVersion()), false);
+}
+
 v1::MemberReport Report(const std::string& id, int64_t bytes, double seconds,
                         int64_t peak_staging) {
   v1::MemberReport m;

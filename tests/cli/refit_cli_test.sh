@@ -22,6 +22,18 @@ for sub in "" plan; do
   done < <("$REFIT" $sub --help | sed -e ':a' -e '/\\$/N; s/\\\n *//; ta' |
            grep -E '^ *refit plan ')
 done
+# docs/operations.md's `refit plan` example runs as written, with every
+# optional [--flag] given.
+doc="${TEST_SRCDIR}/${TEST_WORKSPACE:-refit}/docs/operations.md"
+[ -r "$doc" ] || doc=$(find -L "${TEST_SRCDIR}" -path '*docs/operations.md' | head -1)
+n=0
+while IFS= read -r ex; do
+  ex=$(sed -e 's/\[\([^]|]*\)\]/\1/g' -e "s#plan.svg#${TEST_TMPDIR:-/tmp}/doc_plan.svg#" <<<"$ex")
+  eval "set -- $ex"
+  shift  # "refit"
+  check "operations-example-$((n += 1))" 0 'total.bytes' -- "$REFIT" "$@"
+done < <(sed -e ':a' -e '/\\$/N; s/\\\n *//; ta' "$doc" | grep -E '^refit plan ')
+[ "$n" -gt 0 ] || { echo "FAIL: no refit plan example in $doc"; fail=1; }
 check unknown-command 2 "unknown command 'bogus'" -- "$REFIT" bogus
 # A dtype no model takes is a usage error: exit 2, the cause said once.
 check plan-dtype-fp16 2 '^refit: --dtype: weight dtype "fp16" is not one of bf16, fp8, fp8-tensor$' -- \
@@ -80,8 +92,29 @@ check unknown-model 1 'no-such-model' -- "$REFIT" plan --model no-such-model \
 # directory) or too large fails at once, naming it.
 CHECK_TIMEOUT_S=10 check model-dev-zero 1 '/dev/zero is not a regular file' -- \
   "$REFIT" plan --model /dev/zero --trainer fsdp:dp=2 --engine vllm:tp=2
-CHECK_TIMEOUT_S=10 check model-directory 1 'is not a regular file' -- \
-  "$REFIT" plan --model "${TEST_TMPDIR:-/tmp}" --trainer fsdp:dp=2 --engine vllm:tp=2
+emptydir="${TEST_TMPDIR:-/tmp}/no_config_here"
+mkdir -p "$emptydir"
+CHECK_TIMEOUT_S=10 check model-directory 1 'no_config_here: the directory has no config.json' -- \
+  "$REFIT" plan --model "$emptydir" --trainer fsdp:dp=2 --engine vllm:tp=2
+# A config.json path that is not there says so (not the built-in list).
+check model-missing-file 1 'model /nonexistent/config.json: no such file$' -- \
+  "$REFIT" plan --model /nonexistent/config.json --trainer fsdp:dp=2 --engine vllm:tp=2
+# A Hugging Face id is read from the local cache, without network.
+hub="${TEST_TMPDIR:-/tmp}/hf/hub"
+mkdir -p "$hub/models--Org--Tiny/snapshots/rev1" "$hub/models--Org--Tiny/refs"
+echo rev1 >"$hub/models--Org--Tiny/refs/main"
+"$REFIT" buffers --model tiny-qwen3 --engine vllm:tp=1 --json >/dev/null  # the binary works
+printf '{"model_type": "qwen3", "hidden_size": 16, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 24,
+  "num_hidden_layers": 3, "vocab_size": 90, "tie_word_embeddings": true}' \
+  >"$hub/models--Org--Tiny/snapshots/rev1/config.json"
+check model-hf-id 0 'total bytes moved: [1-9]' -- env HF_HUB_CACHE="$hub" "$REFIT" plan \
+  --model Org/Tiny --trainer fsdp:dp=2 --engine vllm:tp=2
+check model-hf-home 0 'total bytes moved: [1-9]' -- env -u HF_HUB_CACHE \
+  HF_HOME="${TEST_TMPDIR:-/tmp}/hf" "$REFIT" plan --model Org/Tiny --trainer fsdp:dp=2 \
+  --engine vllm:tp=2
+check model-hf-id-missing 1 'models--Org--Absent/snapshots' -- env HF_HUB_CACHE="$hub" \
+  "$REFIT" plan --model Org/Absent --trainer fsdp:dp=2 --engine vllm:tp=2
 big="${TEST_TMPDIR:-/tmp}/big_config.json"
 head -c $((16 * 1024 * 1024 + 1)) /dev/zero >"$big"
 CHECK_TIMEOUT_S=10 check model-too-large 1 "big_config.json holds more than 16777216 bytes" -- \
@@ -93,6 +126,29 @@ check timings 0 'timing: planner' -- "$REFIT" plan --model tiny-qwen3 \
   --trainer fsdp:dp=2 --engine vllm:tp=2 --timings
 check no-command 2 'missing command' -- "$REFIT"
 check unknown-flag 2 'unknown flag --bogus' -- "$REFIT" plan --bogus 1
+# A misspelt flag gets the nearest one; a value of the wrong type or out of
+# range is a usage error (exit 2), never silently ignored.
+check did-you-mean 2 'unknown flag --delat \(did you mean --delta\?\)' -- "$REFIT" plan \
+  --model tiny-qwen3 --trainer fsdp:dp=2 --engine vllm:tp=2 --delat=0.02
+check did-you-mean-status 2 'did you mean --token_file' -- "$REFIT" status --tokenfile=x
+check delta-percent 2 '^refit: --delta=2%: not a number' -- "$REFIT" plan \
+  --model tiny-qwen3 --trainer fsdp:dp=2 --engine vllm:tp=2 --delta=2%
+check delta-percent-space 2 '^refit: --delta=2%: not a number' -- "$REFIT" plan \
+  --model tiny-qwen3 --trainer fsdp:dp=2 --engine vllm:tp=2 --delta 2%
+check delta-negative 2 '^refit: --delta=-0.5: the fraction of the elements changed, in \[0, 1\]' \
+  -- "$REFIT" plan --model tiny-qwen3 --trainer fsdp:dp=2 --engine vllm:tp=2 --delta=-0.5
+check lanes-word 2 '^refit: --lanes=two: not an integer' -- "$REFIT" plan \
+  --model tiny-qwen3 --trainer fsdp:dp=2 --engine vllm:tp=2 --lanes=two
+# An engine TP that cannot split the model names the heads first, prints
+# every layout error (trainer and engine) and the nearest valid TP.
+check tp3-heads 1 'engine vllm:tp=3.*: num_attention_heads \(32\) is not divisible by tp=3' -- \
+  "$REFIT" plan --model qwen3-8b --trainer megatron:tp=2 --engine vllm:tp=3
+check tp3-nearest 1 'valid near tp=3: tp=2 \(vllm:tp=2.*\), tp=4 \(vllm:tp=4' -- \
+  "$REFIT" plan --model qwen3-8b --trainer megatron:tp=2 --engine vllm:tp=3
+check tp3-both-sides 1 'trainer megatron:tp=3' -- \
+  "$REFIT" plan --model qwen3-8b --trainer megatron:tp=3 --engine vllm:tp=3
+check tp3-buffers 1 'num_attention_heads \(32\) is not divisible by tp=3' -- \
+  "$REFIT" buffers --model qwen3-8b --engine vllm:tp=3
 check missing-model 2 'required' -- "$REFIT" plan --trainer fsdp:dp=2 --engine vllm:tp=2
 check tiny-plan 0 'total bytes moved: [1-9]' -- "$REFIT" plan --model tiny-qwen3 \
   --trainer megatron:tp=2,pp=2,dp=1 --engine vllm:tp=2,dp=2

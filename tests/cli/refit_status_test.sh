@@ -36,6 +36,14 @@ check status-no-token 1 'UNAUTHENTICATED' -- "$REFIT" status --server "127.0.0.1
 check status-missing-token-file 1 'token_file: cannot read' -- "$REFIT" status --server "127.0.0.1:$port" --token_file "$tmp/nope"
 kill $pid; wait $pid 2>/dev/null
 check status-unreachable 1 "127.0.0.1:$port" -- "$REFIT" status --server "127.0.0.1:$port" --timeout_s 1
+# With its default timeout too, a stopped refitd is named within the 2 s
+# connect timeout.
+t0=$(date +%s%N)
+check status-refused-fast 1 "127.0.0.1:$port not reachable within 2s: connection refused" -- \
+  "$REFIT" status --server "127.0.0.1:$port"
+took_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ "$took_ms" -lt 4000 ] && echo "ok status-refused-within-4s ($took_ms ms)" ||
+  { echo "FAIL status-refused took $took_ms ms"; fail=1; }
 check health-refused 1 "refit health: UNAVAILABLE: refitd 127.0.0.1:$port: .*Connection refused" -- \
   "$REFIT" health --server "127.0.0.1:$port" --timeout_s 2
 # Without --server, status and health ask refitd's default address (whether

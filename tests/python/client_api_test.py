@@ -4,9 +4,10 @@ element width and shape, close() leaves so the same program can run again
 at once (and a stale member of an earlier run is named when it is the cause
 of an error), malformed addresses fail at once, refitd's shutdown gives a
 reason, exceptions have a class per code and results are typed, and the
-host library is picked where there is no GPU.
+host library is picked where there is no GPU, and a Hugging Face id is read
+from the local cache.
 
-  client_api_test.py REFITD LIBREFIT_CLIENT_SO
+  client_api_test.py REFITD LIBREFIT_CLIENT_SO TINY_QWEN3_CONFIG_JSON
 """
 import os
 import pickle
@@ -18,8 +19,8 @@ import threading
 import time
 import unittest
 
-REFITD, LIB = (os.path.abspath(p) for p in sys.argv[1:3])
-del sys.argv[1:3]
+REFITD, LIB, TINY_QWEN3_JSON = (os.path.abspath(p) for p in sys.argv[1:4])
+del sys.argv[1:4]
 os.environ["REFIT_CLIENT_LIB"] = LIB
 import refit  # noqa: E402  (after REFIT_CLIENT_LIB is set)
 from refit import _ffi  # noqa: E402
@@ -340,6 +341,34 @@ class ClientApiTest(unittest.TestCase):
             refit.raise_for_status(3)
         refit.raise_for_status(0)
 
+    def test_a_hugging_face_id_is_read_from_the_local_cache(self):
+        with open(TINY_QWEN3_JSON) as f:
+            config = f.read()
+        with tempfile.TemporaryDirectory() as hub:
+            repo = os.path.join(hub, "models--Org--Tiny-Qwen3")
+            os.makedirs(os.path.join(repo, "refs"))
+            os.makedirs(os.path.join(repo, "snapshots", "0123abc"))
+            with open(os.path.join(repo, "refs", "main"), "w") as f:
+                f.write("0123abc")
+            with open(os.path.join(repo, "snapshots", "0123abc", "config.json"), "w") as f:
+                f.write(config)
+            os.environ["HF_HUB_CACHE"] = hub
+            try:
+                got = refit.expected_buffers(side="engine", rank=0, model="Org/Tiny-Qwen3",
+                                             convention=ENGINE)
+                with self.assertRaises(refit.NotFoundError) as cm:
+                    refit.expected_buffers(side="engine", rank=0, model="Org/Missing",
+                                           convention=ENGINE)
+            finally:
+                del os.environ["HF_HUB_CACHE"]
+        self.assertEqual(got, refit.expected_buffers(side="engine", rank=0, model="tiny-qwen3",
+                                                     convention=ENGINE))
+        self.assertIn("models--Org--Missing", cm.exception.message)
+        with self.assertRaises(refit.NotFoundError) as cm:
+            refit.expected_buffers(side="engine", rank=0, model="/no/such/config.json",
+                                   convention=ENGINE)
+        self.assertIn("no such file", cm.exception.message)
+
     def test_host_library_where_there_is_no_gpu(self):
         self.assertFalse(_ffi.usable_gpu({}, dev="/nonexistent"))
         with tempfile.TemporaryDirectory() as dev:
@@ -359,6 +388,14 @@ class ClientApiTest(unittest.TestCase):
         self.assertEqual(set(names), {"librefit_client_gpu.so"})  # asked for: GPU only
         names = [os.path.basename(p) for p in _ffi.candidates(False, True, None, False)]
         self.assertEqual(names[0], "librefit_client_testing.so")
+        # The GPU library on a host without CUDA: the missing one is named.
+        advice = _ffi.missing_library_advice(
+            "libcudart.so.13: cannot open shared object file: No such file or directory")
+        self.assertTrue(advice.startswith("it needs libcudart.so.13, the CUDA runtime"), advice)
+        self.assertIn("host buffers need none of it", advice)
+        self.assertIn("NCCL", _ffi.missing_library_advice(
+            "libnccl.so.2: cannot open shared object file: No such file or directory"))
+        self.assertEqual(_ffi.missing_library_advice("other"), "other")
 
 
 if __name__ == "__main__":

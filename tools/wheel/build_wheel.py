@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes refit's Python wheel (PEP 427) from files already built.
 
-  build_wheel.py OUT_DIR PACKAGE_DIR NATIVE_DIR
+  build_wheel.py [--cpu] OUT_DIR PACKAGE_DIR NATIVE_DIR
 
 PACKAGE_DIR is client/python/refit (its modules but testing.py, which
 needs the testing library, go in, and py.typed); NATIVE_DIR holds the
@@ -10,9 +10,14 @@ the shared libraries they load (as tools/bundle_copy.sh lays them out;
 their rpath is $ORIGIN/lib). They become refit/_native, where
 refit.load_library looks first and the commands find the binaries.
 
-The distribution is "refit-weights" (the import name stays "refit"); the
-tag is py3-none-linux_x86_64: the libraries need glibc >= 2.36 and
-libstdc++ from the host. Entry points: the console scripts refitd and
+The distribution is "refit-weights" (the import name stays "refit"). The
+platform tag is the one the files truly need: manylinux_2_N_x86_64 with N
+the newest glibc symbol version any packaged ELF file needs (pip installs
+it on hosts with glibc 2.N or later); libstdc++ comes from the host too
+(GLIBCXX_3.4.M, named in the metadata), and the GPU library needs the CUDA
+runtime and NCCL its ELF file names (libcudart.so.13, libnccl.so.2).
+--cpu: a wheel of the host library only (no CUDA, no NCCL), its version
+carrying the local label "+cpu". Entry points: the console scripts refitd and
 refit (refit.commands: they execute the binaries in refit/_native), and
 vLLM's general plugin that registers the "refit" weight-transfer backend.
 The archive is
@@ -28,7 +33,6 @@ import sys
 import zipfile
 
 DIST = "refit-weights"
-TAG = "py3-none-linux_x86_64"
 LEFT_OUT = {"testing.py"}  # needs the testing library: tests only
 COMMANDS = ("refitd", "refit")  # binaries in NATIVE_DIR, console scripts
 EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -43,7 +47,47 @@ def version_of(package_dir: str) -> str:
     return m.group(1)
 
 
-def metadata(version: str) -> str:
+def elf_needs(native_dir: str) -> dict:
+    """What the packaged ELF files need from the host: the newest glibc and
+    libstdc++ symbol versions ((major, minor) and the GLIBCXX_3.4 minor),
+    and the CUDA and NCCL libraries named (sorted)."""
+    glibc, glibcxx, libs = (2, 17), 0, set()
+    for root, _, files in os.walk(native_dir):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                data = f.read()
+            if not data.startswith(b"\x7fELF"):
+                continue
+            for m in re.finditer(rb"GLIBC_(\d+)\.(\d+)", data):
+                glibc = max(glibc, (int(m.group(1)), int(m.group(2))))
+            for m in re.finditer(rb"GLIBCXX_3\.4\.(\d+)", data):
+                glibcxx = max(glibcxx, int(m.group(1)))
+            if name.startswith("librefit_client"):
+                libs.update(m.group(0).decode() for m in
+                            re.finditer(rb"lib(?:cudart|nccl)\.so\.\d+", data))
+    return {"glibc": glibc, "glibcxx": glibcxx, "libs": sorted(libs)}
+
+
+def tag_of(needs: dict) -> str:
+    """The wheel's tag: py3-none-manylinux_2_N_x86_64 for glibc 2.N."""
+    return f"py3-none-manylinux_{needs['glibc'][0]}_{needs['glibc'][1]}_x86_64"
+
+
+def requirements(needs: dict) -> str:
+    """The host requirements in words, as the README states them."""
+    words = (f"Linux x86-64 with glibc {needs['glibc'][0]}.{needs['glibc'][1]} or later "
+             f"and libstdc++ with GLIBCXX_3.4.{needs['glibcxx']} (GCC "
+             f"{GCC_OF_GLIBCXX.get(needs['glibcxx'], 'of that ABI')})")
+    if needs["libs"]:
+        words += "; for GPU buffers " + " and ".join(needs["libs"]) + " from the host"
+    return words
+
+
+# The GCC release that brought each GLIBCXX_3.4.N (libstdc++'s ABI page).
+GCC_OF_GLIBCXX = {28: "9", 29: "11", 30: "12", 31: "13", 32: "14"}
+
+
+def metadata(version: str, needs: dict) -> str:
     return "\n".join([
         "Metadata-Version: 2.1",
         f"Name: {DIST}",
@@ -59,12 +103,14 @@ def metadata(version: str) -> str:
         "commands `refitd` and `refit`, and the shared libraries they load;",
         "torch and vLLM are optional.",
         "",
+        f"Requires: {requirements(needs)}.",
+        "",
     ])
 
 
-def wheel_file() -> str:
+def wheel_file(tag: str) -> str:
     return "\n".join(["Wheel-Version: 1.0", "Generator: refit build_wheel.py",
-                      "Root-Is-Purelib: false", f"Tag: {TAG}", ""])
+                      "Root-Is-Purelib: false", f"Tag: {tag}", ""])
 
 
 ENTRY_POINTS = ("[console_scripts]\n"
@@ -104,11 +150,16 @@ def add(z: zipfile.ZipFile, name: str, data: bytes, executable: bool,
     record.append(f"{name},{digest(data)},{len(data)}")
 
 
-def build(out_dir: str, package_dir: str, native_dir: str) -> str:
-    """Writes the wheel into out_dir; returns its path."""
-    version = version_of(package_dir)
+def build(out_dir: str, package_dir: str, native_dir: str, cpu: bool = False) -> str:
+    """Writes the wheel into out_dir; returns its path. `cpu`: the host
+    library only (refused when native_dir holds the GPU one)."""
+    version = version_of(package_dir) + ("+cpu" if cpu else "")
+    needs = elf_needs(native_dir)
+    if cpu and needs["libs"]:
+        sys.exit(f"build_wheel: --cpu, but {native_dir} needs {', '.join(needs['libs'])}")
+    tag = tag_of(needs)
     dist_info = f"{DIST.replace('-', '_')}-{version}.dist-info"
-    path = os.path.join(out_dir, f"{DIST.replace('-', '_')}-{version}-{TAG}.whl")
+    path = os.path.join(out_dir, f"{DIST.replace('-', '_')}-{version}-{tag}.whl")
     os.makedirs(out_dir, exist_ok=True)
     record: list = []
     with zipfile.ZipFile(path, "w") as z:
@@ -117,7 +168,8 @@ def build(out_dir: str, package_dir: str, native_dir: str) -> str:
                 add(z, name, f.read(), name.endswith(".so") or ".so." in name
                     or os.access(src, os.X_OK) and name.startswith("refit/_native/"),
                     record)
-        for name, text in [("METADATA", metadata(version)), ("WHEEL", wheel_file()),
+        for name, text in [("METADATA", metadata(version, needs)),
+                           ("WHEEL", wheel_file(tag)),
                            ("entry_points.txt", ENTRY_POINTS),
                            ("top_level.txt", "refit\n")]:
             add(z, f"{dist_info}/{name}", text.encode(), False, record)
@@ -129,13 +181,15 @@ def build(out_dir: str, package_dir: str, native_dir: str) -> str:
 
 
 def main(argv) -> int:
-    if len(argv) != 4:
+    cpu = len(argv) > 1 and argv[1] == "--cpu"
+    args = argv[2:] if cpu else argv[1:]
+    if len(args) != 3:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
-    for d in argv[2:]:
+    for d in args[1:]:
         if not os.path.isdir(d):
             sys.exit(f"build_wheel: {d}: no such folder")
-    print(build(*argv[1:]))
+    print(build(*args, cpu=cpu))
     return 0
 
 

@@ -16,10 +16,36 @@ tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 "$stage_sh" "$copy" "$tmp/stage" "$@"
 wheel=$(python3 "$build" "$tmp/dist" "$tmp/stage/refit" "$tmp/stage/native")
 echo "built $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)"
+# The tag states the glibc the files truly need: the newest GLIBC_2.N any
+# packaged ELF file names.
+need=$(find "$tmp/stage/native" -type f -exec grep -aoh 'GLIBC_2\.[0-9]*' {} + |
+  sed 's/GLIBC_2\.//' | sort -n | tail -1)
 case "$(basename "$wheel")" in
-  refit_weights-*-py3-none-linux_x86_64.whl) ;;
-  *) echo "FAIL: unexpected wheel name $wheel"; exit 1 ;;
+  refit_weights-*-py3-none-manylinux_2_${need}_x86_64.whl) ;;
+  *) echo "FAIL: unexpected wheel name $wheel (files need glibc 2.$need)"; exit 1 ;;
 esac
+unzip -p "$wheel" '*/METADATA' | grep -q "^Requires: Linux x86-64 with glibc 2.$need or later" ||
+  { echo "FAIL: METADATA does not state glibc 2.$need"; exit 1; }
+# The CPU wheel: the host library alone, "+cpu", installable on its own.
+py=() cpu_libs=()
+for a in "$@"; do
+  if [ "$a" = "--" ]; then sep=1; continue; fi
+  if [ -z "${sep:-}" ]; then py+=("$a"); elif [[ "$a" != *_gpu.so ]]; then cpu_libs+=("$a"); fi
+done
+"$stage_sh" "$copy" "$tmp/stage_cpu" "${py[@]}" -- "${cpu_libs[@]}"
+cpu_wheel=$(python3 "$build" --cpu "$tmp/dist_cpu" "$tmp/stage_cpu/refit" "$tmp/stage_cpu/native")
+case "$(basename "$cpu_wheel")" in
+  refit_weights-*+cpu-py3-none-manylinux_2_*_x86_64.whl) echo "built $(basename "$cpu_wheel")" ;;
+  *) echo "FAIL: unexpected CPU wheel name $cpu_wheel"; exit 1 ;;
+esac
+! unzip -l "$cpu_wheel" | grep -q librefit_client_gpu ||
+  { echo "FAIL: the CPU wheel carries the GPU library"; exit 1; }
+python3 -m venv "$tmp/venv_cpu"
+env -i PATH=/usr/bin:/bin HOME="$tmp" "$tmp/venv_cpu/bin/pip" install -q --no-index "$cpu_wheel"
+(cd "$tmp" && env -i PATH=/usr/bin:/bin HOME="$tmp" "$tmp/venv_cpu/bin/python" -c '
+import refit
+b = refit.expected_buffers(side="engine", rank=0, model="tiny-qwen3", convention="vllm:tp=1")
+print("CPU wheel import OK:", refit.load_library().refit_build_info().decode(), len(b), "buffers")')
 python3 -m venv "$tmp/venv"
 env -i PATH=/usr/bin:/bin HOME="$tmp" "$tmp/venv/bin/pip" install -q --no-index "$wheel"
 cd "$tmp"

@@ -39,7 +39,9 @@ the parameter. The ctypes plumbing is in ``refit._ffi``.
 import ctypes
 import dataclasses
 import json
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional
+import sys
+import threading
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional
 
 from . import _buffers, _ffi
 from ._status import (AbortedError, DeadlineExceededError, FailedPreconditionError,
@@ -51,6 +53,7 @@ __version__ = "0.1.0"
 __all__ = ["StatusCode", "RefitError", "InvalidArgumentError", "DeadlineExceededError",
            "NotFoundError", "FailedPreconditionError", "AbortedError", "UnavailableError",
            "UnauthenticatedError", "BufferSpec", "EngineState", "PlanInfo", "RoundStats",
+           "RoundProgress", "log_progress",
            "Member", "expected_buffers", "refuse", "load_library", "loaded_library_path",
            "raise_for_status"]
 
@@ -101,6 +104,33 @@ class PlanInfo(_Record):
     fingerprint: str = ""  # the plan's; equal on every member of one plan
     global_rank: int = 0   # over trainer ranks, then engine ranks
     global_world: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundProgress(_Record):
+    """A round in flight as refitd sees it (the ``progress`` callback of
+    Member.run_round, once a second after the first second)."""
+    version: int = 0
+    running: bool = False      # False: not started yet, or ended
+    seconds: float = 0.0       # since refitd started the round
+    reported: int = 0          # participants that reported success ...
+    members: int = 0           # ... of all participants
+    engine_bytes: int = 0      # bytes the engine ranks that reported received
+    engine_ranks: int = 0
+    member: str = ""           # who is waiting ("trainer rank 0", "engine e0 rank 1")
+
+
+def log_progress(p: "RoundProgress") -> None:
+    """The default progress of Member.run_round: one line a second on
+    stderr while a round runs longer than a second, e.g. ``refit: engine e0
+    rank 0: round 3 running 2.0 s, 1 of 2 members reported, 1.19 GB
+    received by 1 engine rank``."""
+    line = (f"refit: {p.member}: round {p.version} running {p.seconds:.1f} s, "
+            f"{p.reported} of {p.members} members reported")
+    if p.engine_ranks:
+        line += (f", {p.engine_bytes / 1e9:.2f} GB received by {p.engine_ranks} "
+                 f"engine rank{'s' if p.engine_ranks != 1 else ''}")
+    print(line, file=sys.stderr, flush=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,19 +194,21 @@ def refuse(reason: str, *, server: str, side: str, rank: int, model: str, conven
            job: str = "refit", host_id: Optional[str] = None, timeout: float = 10.0,
            tls: bool = False, root_ca_pem: Optional[str] = None,
            client_cert_pem: Optional[str] = None, client_key_pem: Optional[str] = None,
-           job_key: Optional[str] = None, library: Optional[ctypes.CDLL] = None) -> None:
+           job_key: Optional[str] = None, connect_timeout: float = 2.0,
+           library: Optional[ctypes.CDLL] = None) -> None:
     """Tells refitd that the member these arguments name (as for
     :class:`Member`) cannot join, and why: every member waiting for a plan
     then fails at once with FailedPreconditionError naming it and
     ``reason``, instead of at its timeout. The refusal stands until that
     member registers. Raises refitd's status (UnavailableError when it is
-    not reachable within ``timeout``)."""
+    not reachable within ``connect_timeout`` seconds)."""
     lib = library or load_library(gpu=device.startswith("cuda"))
     opts = _ffi.options(server=server, side=side, rank=rank, model=model,
                         convention=convention, engine_id=engine_id, device=device,
                         token=token, job=job, host_id=host_id, tls=tls,
                         root_ca_pem=root_ca_pem, client_cert_pem=client_cert_pem,
-                        client_key_pem=client_key_pem, job_key=job_key)
+                        client_key_pem=client_key_pem, job_key=job_key,
+                        connect_timeout_s=float(connect_timeout))
     _ffi.check(lib, lib.refit_refuse(opts, reason.encode(errors="replace"), float(timeout)))
 
 
@@ -198,9 +230,11 @@ class Member:
     are taken as raw bytes), before refitd is contacted; at once too for a
     ``server`` that is not ``host:port`` and a ``token`` (surrounding
     whitespace stripped) that a gRPC header cannot carry (never printing
-    it); UnavailableError when refitd cannot be reached within ``timeout``
-    (saying "connection refused" when it was); refitd's own status
-    otherwise.
+    it); UnavailableError naming refitd's address when refitd cannot be
+    reached within ``connect_timeout`` seconds (saying "connection refused"
+    when it was); refitd's own status otherwise. Every later call fails the
+    same way within ``connect_timeout`` once refitd is gone, start_round
+    included: catch UnavailableError and rejoin().
 
     ``transport`` (GPU buffers): ``"nccl"`` (the default) or ``"pull"``, the
     colocated pull path over CUDA IPC between the processes of one host, for
@@ -226,11 +260,13 @@ class Member:
                  transport: Optional[str] = None,
                  job_key: Optional[str] = None,
                  staged: bool = False, staging_bytes: Optional[int] = None,
+                 connect_timeout: float = 2.0,
                  library: Optional[ctypes.CDLL] = None):
         self._lib = library or load_library(gpu=device.startswith("cuda"))
         self._handle = ctypes.c_void_p()
         self.device = device
         self.side = side
+        self.rank = rank
         self.engine_id = engine_id
         want = expected_buffers(side=side, rank=rank, model=model,
                                 convention=convention, library=self._lib)
@@ -250,7 +286,8 @@ class Member:
                             client_cert_pem=client_cert_pem,
                             client_key_pem=client_key_pem, transport=transport,
                             job_key=job_key, staged=staged or None,
-                            staging_bytes=staging_bytes)
+                            staging_bytes=staging_bytes,
+                            connect_timeout_s=float(connect_timeout))
         _ffi.check(self._lib, self._lib.refit_member_join(
             opts, n, c_names, c_ptrs, sizes, float(timeout),
             ctypes.byref(self._handle)))
@@ -298,10 +335,23 @@ class Member:
         """True when refitd has a newer plan: call prepare() again."""
         return bool(self._lib.refit_member_plan_changed(self._h()))
 
-    def start_round(self, version: int, timeout: float = 60.0) -> None:
-        """Starts round ``version`` (trainer ranks; once every rank holds it)."""
+    def start_round(self, version: Optional[int] = None, timeout: float = 60.0) -> int:
+        """Starts round ``version`` (trainer ranks; once every rank holds it)
+        and returns it. Without ``version``, starts the next one, one above
+        the last round refitd started: a run that starts again from step 1
+        needs no count of its own, and its versions stay monotonic.
+        Retries while refitd builds a plan; raises UnavailableError naming
+        refitd's address within ``connect_timeout`` when refitd is gone
+        (rejoin() once it is back), InvalidArgumentError for a version
+        below the last (saying where to start)."""
+        if version is None:
+            v = ctypes.c_int64()
+            _ffi.check(self._lib, self._lib.refit_member_start_next_round(
+                self._h(), float(timeout), ctypes.byref(v)))
+            return v.value
         _ffi.check(self._lib, self._lib.refit_member_start_round(
             self._h(), int(version), float(timeout)))
+        return int(version)
 
     def wait_for_round(self, timeout: float = 60.0) -> int:
         """The version of the next round refitd announces."""
@@ -310,15 +360,67 @@ class Member:
             self._h(), float(timeout), ctypes.byref(v)))
         return v.value
 
-    def run_round(self, version: int, timeout: float = 300.0) -> RoundStats:
+    def run_round(self, version: int, timeout: float = 300.0,
+                  progress: Optional[Callable[[RoundProgress], None]] = log_progress
+                  ) -> RoundStats:
         """Moves this member's bytes of round ``version`` and waits for the
         commit; returns this member's :class:`RoundStats`. Raises
         AbortedError with refitd's reason when the round was aborted,
-        UnavailableError when refitd went away (rejoin)."""
+        UnavailableError when refitd went away (rejoin).
+
+        While the round runs longer than a second, ``progress`` is called
+        once a second, in this thread, with refitd's :class:`RoundProgress`
+        (the default, :func:`log_progress`, prints one line on stderr;
+        ``None``: nothing). An exception it raises is raised once the round
+        is over."""
+        h = self._h()
+        result: Dict[str, Any] = {}
+
+        def run() -> None:
+            out = ctypes.c_void_p()
+            try:
+                _ffi.check(self._lib, self._lib.refit_member_run_round(
+                    h, int(version), float(timeout), ctypes.byref(out)))
+                result["stats"] = RoundStats._from_json(_ffi.take_string(self._lib, out))
+            except BaseException as e:  # raised in the caller's thread
+                result["error"] = e
+
+        if progress is None:
+            run()
+        else:
+            worker = threading.Thread(target=run, name=f"refit-round-{version}", daemon=True)
+            worker.start()
+            worker.join(1.0)
+            callback_error: Optional[BaseException] = None
+            while worker.is_alive():
+                if callback_error is None:
+                    try:
+                        p = self.round_progress(version)
+                        if p.running:
+                            progress(p)
+                    except RefitError:
+                        pass  # refitd unreachable: run_round says so
+                    except BaseException as e:
+                        callback_error = e
+                worker.join(1.0)
+            if callback_error is not None and "error" not in result:
+                raise callback_error
+        if "error" in result:
+            raise result["error"]
+        return result["stats"]
+
+    def round_progress(self, version: int, timeout: float = 2.0) -> RoundProgress:
+        """What refitd says of round ``version`` so far (see
+        :class:`RoundProgress`); may be called while another thread runs
+        the round."""
         out = ctypes.c_void_p()
-        _ffi.check(self._lib, self._lib.refit_member_run_round(
+        _ffi.check(self._lib, self._lib.refit_member_round_progress(
             self._h(), int(version), float(timeout), ctypes.byref(out)))
-        return RoundStats._from_json(_ffi.take_string(self._lib, out))
+        fields = json.loads(_ffi.take_string(self._lib, out))
+        who = (f"engine {self.engine_id} rank {self.rank}" if self.side == "engine"
+               else f"trainer rank {self.rank}")
+        return RoundProgress(member=who, **{k: v for k, v in fields.items()
+                                            if k in RoundProgress.__dataclass_fields__})
 
     def receive_round(self, version: int, timeout: float = 300.0) -> RoundStats:
         """A staged engine member (``staged=True``): moves round ``version``

@@ -27,8 +27,12 @@ SIGNATURES = {
     "refit_refuse": (ctypes.c_int, [_S, _S, ctypes.c_double]),
     "refit_member_plan_changed": (ctypes.c_int, [_P]),
     "refit_member_start_round": (ctypes.c_int, [_P, ctypes.c_int64, ctypes.c_double]),
+    "refit_member_start_next_round": (ctypes.c_int, [
+        _P, ctypes.c_double, ctypes.POINTER(ctypes.c_int64)]),
     "refit_member_wait_for_round": (ctypes.c_int, [
         _P, ctypes.c_double, ctypes.POINTER(ctypes.c_int64)]),
+    "refit_member_round_progress": (ctypes.c_int, [
+        _P, ctypes.c_int64, ctypes.c_double, ctypes.POINTER(_P)]),
     "refit_member_run_round": (ctypes.c_int, [
         _P, ctypes.c_int64, ctypes.c_double, ctypes.POINTER(_P)]),
     "refit_member_receive_round": (ctypes.c_int, [
@@ -95,6 +99,30 @@ def candidates(gpu: bool, testing: bool, path: Optional[str],
     return bundle_paths(host_name) + bundle_paths(gpu_name)
 
 
+# What each host library the GPU client needs is, for the error that names it.
+HOST_LIBRARIES = {
+    "libcudart.so": "the CUDA runtime (a CUDA toolkit, or pip's nvidia-cuda-runtime "
+                    "package, on LD_LIBRARY_PATH)",
+    "libnccl.so": "NCCL (pip's nvidia-nccl package, or the system's libnccl2, on "
+                  "LD_LIBRARY_PATH)",
+    "libcuda.so": "the NVIDIA driver",
+}
+
+
+def missing_library_advice(error: str) -> str:
+    """The loader's ``error``, and where a shared library is missing, which
+    one, what provides it, and that host buffers need none of it."""
+    m = re.match(r"([^:\s]+\.so[.\d]*): cannot open shared object file", error)
+    if m is None:
+        return error
+    name = m.group(1)
+    what = next((w for k, w in HOST_LIBRARIES.items() if name.startswith(k)), None)
+    if what is None:
+        return f"{error} (it needs {name}, which this host does not provide)"
+    return (f"it needs {name}, {what}, which this host does not provide; host buffers "
+            f"need none of it (librefit_client.so, the CPU wheel) [{error}]")
+
+
 def load(gpu: bool, path: Optional[str], testing: bool) -> ctypes.CDLL:
     """refit.load_library's work (see there)."""
     global _library, _library_path
@@ -118,7 +146,7 @@ def load(gpu: bool, path: Optional[str], testing: bool) -> ctypes.CDLL:
         try:
             lib = ctypes.CDLL(c)
         except OSError as e:
-            errors.append(f"{c}: {e}")
+            errors.append(f"{c}: {missing_library_advice(str(e))}")
             continue
         missing = [fn for fn in SIGNATURES if not hasattr(lib, fn)]
         if missing:  # a library of another refit release than this module
