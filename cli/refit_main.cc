@@ -1,9 +1,12 @@
 // The `refit` command-line tool: its flags (Abseil flags, one spelling:
 // --snake_case) and subcommand dispatch. Subcommands live in libraries
 // beside this file (plan_command.h); each accepts only the flags it lists.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <new>
 #include <optional>
 #include <unistd.h>
@@ -15,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/command_line.h"
 #include "common/huge_pages.h"
+#include "job/planner_flags.h"
 #include "mapping/model_config.h"
 #include "proto/protocol_version.h"
 #include "cli/buffers_command.h"
@@ -40,11 +44,6 @@ ABSL_FLAG(std::string, dtype, "",
           "weight dtype bf16|fp8|fp8-tensor (fp8 = e4m3 + weight_scale_inv\n"
           "blocks, fp8-tensor: one scale per tensor); empty: plan: bf16,\n"
           "simulate: the config's own");
-ABSL_FLAG(int64_t, staging_mib, 512, "staging budget per rank in MiB");
-ABSL_FLAG(int32_t, lanes, 2, "concurrent lanes (rounds in flight), at most 64");
-ABSL_FLAG(int64_t, max_plan_mib, 16384,
-          "refuse a plan whose estimated size (one record per tensor per rank)\n"
-          "is over this many MiB");
 ABSL_FLAG(bool, json, false, "print the result as one JSON document");
 ABSL_FLAG(double, delta, -1,
           "refit plan: also predict a delta round with this fraction of the elements "
@@ -243,6 +242,13 @@ example:
              --engine vllm:tp=16,dp=8 --json
 )HELP";
 
+// --lanes as the planner options hold it (int32); a value past int32 stays
+// past the planner's range of 1..64, which the commands check and name.
+int32_t LanesFlag() {
+  return static_cast<int32_t>(std::min<int64_t>(absl::GetFlag(FLAGS_lanes),
+                                                std::numeric_limits<int32_t>::max()));
+}
+
 int Usage(const std::string& err, const char* help) {
   std::cerr << "refit: " << err << "\n\n" << help;
   return 2;
@@ -305,9 +311,9 @@ int RunPlan(const std::vector<std::string>& args) {
     if (!st.ok()) return Usage(std::string(st.message()), kPlanHelp);
   }
   opt.staging_mib = absl::GetFlag(FLAGS_staging_mib);
-  opt.lanes = absl::GetFlag(FLAGS_lanes);
   if (opt.staging_mib < 1) return Usage("--staging_mib needs a positive integer", kPlanHelp);
-  if (opt.lanes < 1) return Usage("--lanes needs a positive integer", kPlanHelp);
+  if (absl::GetFlag(FLAGS_lanes) < 1) return Usage("--lanes needs a positive integer", kPlanHelp);
+  opt.lanes = LanesFlag();
   opt.max_plan_mib = absl::GetFlag(FLAGS_max_plan_mib);
   if (opt.max_plan_mib < 1) {
     return Usage("--max_plan_mib needs a positive integer", kPlanHelp);
@@ -370,9 +376,11 @@ int RunSimulate(const std::vector<std::string>& args) {
         kSimulateHelp);
   }
   opt.staging_mib = absl::GetFlag(FLAGS_staging_mib);
-  opt.lanes = absl::GetFlag(FLAGS_lanes);
   if (opt.staging_mib < 1) return Usage("--staging_mib needs a positive integer", kSimulateHelp);
-  if (opt.lanes < 1) return Usage("--lanes needs a positive integer", kSimulateHelp);
+  if (absl::GetFlag(FLAGS_lanes) < 1) {
+    return Usage("--lanes needs a positive integer", kSimulateHelp);
+  }
+  opt.lanes = LanesFlag();
   std::optional<absl::Duration> timeout = Timeout(opt.timeout);
   if (!timeout) return Usage("--timeout_s needs a positive number", kSimulateHelp);
   opt.timeout = *timeout;

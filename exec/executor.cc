@@ -7,27 +7,25 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/hash.h"
 #include "common/status_macros.h"
 #include "layout/dtype.h"
 
 namespace refit {
 namespace {
 
-// 64-bit hash of bytes (word-wise multiply-xorshift; order-sensitive).
+// The hash of n bytes at p (common/hash.h's FNV-1a, a word a step, the
+// tail byte-wise): a change to any one word changes it.
 uint64_t HashBytes(const char* p, int64_t n) {
-  uint64_t h = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(n);
+  uint64_t h = Fnv1a64Word(kFnv1aOffset, static_cast<uint64_t>(n));
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     uint64_t w;
     std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 0xff51afd7ed558ccdull;
-    h ^= h >> 32;
+    h = Fnv1a64Word(h, w);
   }
-  for (; i < n; ++i) {
-    h = (h ^ static_cast<unsigned char>(p[i])) * 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 29;
-  }
-  return h;
+  return Fnv1a64(absl::string_view(p + i, static_cast<size_t>(n - i)), h);
 }
 
 }  // namespace

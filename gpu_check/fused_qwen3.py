@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 import lowp_dequant as lowp
+from e4m3 import e4m3_values
 
 BLOCK = 128  # vLLM's FP8 weight_block_size, both dims
 SCALE = "_scale_inv"
@@ -102,21 +103,6 @@ def check_config(cfg: Dict[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------- FP8
-def e4m3_values(q: torch.Tensor) -> torch.Tensor:
-    """float32 values of e4m3 (float8_e4m3fn) numbers given as a float8
-    tensor or as their uint8 bytes (torch without float8)."""
-    if q.dtype != torch.uint8:
-        return q.float()
-    b = q.to(torch.int32)
-    sign = 1.0 - 2.0 * ((b >> 7) & 1).float()
-    e = ((b >> 3) & 0xF).float()
-    m = (b & 0x7).float()
-    normal = (1.0 + m / 8.0) * torch.exp2(e - 7.0)
-    sub = (m / 8.0) * (2.0 ** -6)
-    v = torch.where(e == 0, sub, normal) * sign
-    return torch.where((e == 15) & (m == 7), torch.full_like(v, float("nan")), v)
-
-
 def scale_grid(scale: torch.Tensor, shape: torch.Size, name: str) -> torch.Tensor:
     """Per-element scale of a weight of ``shape`` from its per-block
     ``scale`` [..., ceil(R/128), ceil(C/128)]. Raises ValueError naming the

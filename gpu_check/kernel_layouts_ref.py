@@ -36,35 +36,10 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from e4m3 import FP8, e4m3_values, to_fp8
+
 BLOCK = 128
 SCALE = "_scale_inv"
-FP8 = getattr(torch, "float8_e4m3fn", None)  # torch >= 2.1; BF16 checks run without it
-
-
-def to_fp8(x: torch.Tensor) -> torch.Tensor:
-    """x (float32, |x| <= 448) as e4m3: float8_e4m3fn where torch has it,
-    else its uint8 bytes (round to nearest even, computed here)."""
-    if FP8 is not None:
-        return x.to(FP8)
-    a = x.abs()
-    e = torch.floor(torch.log2(a.clamp(min=2.0 ** -6))).clamp(max=8)
-    step = torch.exp2(e - 3)  # spacing of e4m3 values in [2^e, 2^(e+1)) (2^-9 below 2^-6)
-    v = torch.round(a / step) * step
-    e = torch.floor(torch.log2(v.clamp(min=2.0 ** -6)))  # rounding may reach the next binade
-    normal = v >= 2.0 ** -6
-    man = torch.where(normal, v / torch.exp2(e) * 8 - 8, v / 2.0 ** -9)
-    code = torch.where(normal, (e + 7) * 8 + man, man).to(torch.int32)
-    return (code + 128 * torch.signbit(x).to(torch.int32)).to(torch.uint8)
-
-
-def fp8_values(q: torch.Tensor) -> torch.Tensor:
-    """float32 values of e4m3 codes (float8 or uint8 bytes)."""
-    if q.dtype != torch.uint8:
-        return q.float()
-    from fused_qwen3 import e4m3_values
-    return e4m3_values(q)
-
-
 def quantize_checkpoint(w: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """The block-FP8 checkpoint of w, as refit quantizes (exec/quantize.h):
     scale = max(amax, 1e-4) / 448, codes e4m3(clamp(x * (1 / scale))), by
@@ -85,7 +60,7 @@ def requant_ue8m0(q: torch.Tensor, s: torch.Tensor) -> Tuple[torch.Tensor, torch
     """vLLM's UE8M0 requantization of block-FP8 (q, s), per matrix."""
     rows, cols = q.shape[-2], q.shape[-1]
     grid = s.float().repeat_interleave(BLOCK, -2).repeat_interleave(BLOCK, -1)[..., :rows, :cols]
-    d = fp8_values(q) * grid
+    d = e4m3_values(q) * grid
     tr, tc = s.shape[-2], s.shape[-1]
     pad = torch.zeros(*d.shape[:-2], tr * BLOCK, tc * BLOCK, device=d.device)
     pad[..., :rows, :cols] = d
@@ -230,7 +205,7 @@ def self_check() -> int:
     q2, s2 = requant_ue8m0(q, s)
     mant, _ = torch.frexp(s2)
     def values(q, s):
-        return fp8_values(q) * s.repeat_interleave(BLOCK, -2).repeat_interleave(BLOCK, -1)
+        return e4m3_values(q) * s.repeat_interleave(BLOCK, -2).repeat_interleave(BLOCK, -1)
     d2 = values(q2, s2)
     ok = bool((mant == 0.5).all()) and not torch.equal(_bytes(q), _bytes(q2))
     ok &= bool(((d2 - w).abs() <= w.abs() * 2 ** -3 + s2.max() * 2 ** -8).all())

@@ -27,6 +27,8 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
+from e4m3 import e4m3_values
+
 MX_BLOCK = 32
 NV_BLOCK = 16
 # E2M1 magnitudes by the code's low three bits; bit 3 is the sign.
@@ -37,9 +39,6 @@ AUX_SUFFIXES = ("_scale_inv", "_global_scale", "_scale_2", "_scale")
 
 def e4m3(q: torch.Tensor) -> torch.Tensor:
     """float32 values of e4m3 numbers (float8_e4m3fn, or their uint8 bytes)."""
-    if q.dtype != torch.uint8:
-        return q.float()
-    from fused_qwen3 import e4m3_values
     return e4m3_values(q)
 
 

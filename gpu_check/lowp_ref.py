@@ -39,6 +39,8 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from e4m3 import FP8, e4m3_values, to_fp8
+
 QUANTIZED = (".qkv_proj.weight", ".o_proj.weight", ".gate_up_proj.weight",
              ".down_proj.weight", ".experts.w13_weight", ".experts.w2_weight")
 F32_TINY = torch.finfo(torch.float32).tiny
@@ -51,20 +53,17 @@ def quantized(name: str) -> bool:
 
 def _e4m3_bytes(x: torch.Tensor) -> torch.Tensor:
     """e4m3 bytes of float32 x (|x| <= 448), torch's float8_e4m3fn cast
-    where torch has it, else kernel_layouts_ref's round to nearest even."""
-    import kernel_layouts_ref as kl
-    q = kl.to_fp8(x)
+    where torch has it, else e4m3.to_fp8's round to nearest even."""
+    q = to_fp8(x)
     return q.view(torch.uint8) if q.dtype != torch.uint8 else q
 
 
 def _e4m3_float(b: torch.Tensor) -> torch.Tensor:
     """float32 values of e4m3 bytes: torch's float8_e4m3fn reading where
-    torch has it, else fused_qwen3's decoding."""
-    import kernel_layouts_ref as kl
-    if kl.FP8 is not None:
-        return b.view(kl.FP8).float()
-    import fused_qwen3 as fq
-    return fq.e4m3_values(b)
+    torch has it, else e4m3's decoding."""
+    if FP8 is not None:
+        return b.view(FP8).float()
+    return e4m3_values(b)
 
 
 def mxfp8(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

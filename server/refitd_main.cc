@@ -21,6 +21,7 @@
 #include "common/huge_pages.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "job/planner_flags.h"
 #include "plan/plan.h"
 #include "proto/protocol_version.h"
 #include "server/default_plan.h"
@@ -84,11 +85,6 @@ ABSL_FLAG(int64_t, kv_member_mib, 16,
 ABSL_FLAG(int64_t, kv_total_mib, 512, "bootstrap key-value bytes of all members");
 ABSL_FLAG(int64_t, tick_ms, 10,
           "housekeeping period (heartbeat expiry, round timeouts)");
-ABSL_FLAG(int64_t, staging_mib, 512, "planner staging budget per rank");
-ABSL_FLAG(int64_t, lanes, 2, "planner lanes (at most 64)");
-ABSL_FLAG(int64_t, max_plan_mib, 16384,
-          "refuse a plan whose estimated size (one record per tensor per rank)\n"
-          "is over this many MiB, before building it");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warning, error, critical or off (as the logs\n"
           "spell the level; warn is accepted too)");
@@ -299,8 +295,10 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<std::string> flags =
-      refit::FlagsDefinedIn("server/refitd_main.cc");
+  // refitd's own flags and the planner's (job/planner_flags.h), sorted.
+  std::vector<std::string> flags = refit::FlagsDefinedIn("server/refitd_main.cc");
+  for (const std::string& f : refit::FlagsDefinedIn("job/planner_flags.cc")) flags.push_back(f);
+  std::sort(flags.begin(), flags.end());
   absl::StatusOr<refit::CommandLineResult> parsed = refit::ParseCommandLine(
       "refitd", std::vector<std::string>(argv + 1, argv + argc), flags, kUsage);
   if (!parsed.ok()) return Fail(parsed.status());
