@@ -23,6 +23,7 @@
 #include "common/status_macros.h"
 #include "plan/plan.h"
 #include "proto/protocol_version.h"
+#include "job/job_plan.h"
 #include "server/default_plan.h"
 #include "server/log.h"
 #include "server/member_credentials.h"
@@ -86,6 +87,7 @@ ABSL_FLAG(int64_t, tick_ms, 10,
           "housekeeping period (heartbeat expiry, round timeouts)");
 ABSL_FLAG(int64_t, staging_mib, 512, "planner staging budget per rank");
 ABSL_FLAG(int64_t, lanes, 2, "planner lanes (at most 64)");
+ABSL_FLAG(std::string, relay, refit::kRelayFlagDefault, refit::kRelayFlagHelp);
 ABSL_FLAG(int64_t, max_plan_mib, 16384,
           "refuse a plan whose estimated size (one record per tensor per rank)\n"
           "is over this many MiB, before building it");
@@ -281,7 +283,10 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   if (*staging < 1) {
     return absl::InvalidArgumentError("--staging_mib: must be at least 1");
   }
+  absl::StatusOr<bool> relay = refit::ParseRelayFlag(absl::GetFlag(FLAGS_relay));
+  if (!relay.ok()) return relay.status();
   refit::DefaultPlanOptions plan_options;
+  plan_options.planner.relay = *relay;
   plan_options.slice_threads = static_cast<int>(slice_threads);
   plan_options.planner.staging_budget_bytes = *staging;
   plan_options.planner.num_lanes = static_cast<int32_t>(*lanes);
