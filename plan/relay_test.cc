@@ -111,17 +111,15 @@ TEST(RelayTest, SameHostReplicasRelayOverNvlink) {
 
 // ---- randomized replicated engines ----
 
+// 1 to 4 tensors of rank 1 to 3 (extents 1..9), each bf16, f32 or e4m3.
 std::vector<TensorSpec> RandomTensors(std::mt19937_64& rng) {
-  std::vector<TensorSpec> ts;
-  const int n = 1 + rng() % 4;
   const DType dts[] = {DType::kBF16, DType::kF32, DType::kF8E4M3};
-  for (int i = 0; i < n; ++i) {
-    TensorSpec t;
-    t.name = absl::StrCat("t", i);
-    const int rank = 1 + rng() % 3;
-    for (int d = 0; d < rank; ++d) t.shape.push_back(1 + rng() % 9);
-    t.dtype = dts[rng() % 3];
-    ts.push_back(t);
+  std::vector<TensorSpec> ts(1 + rng() % 4);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    ts[i].name = absl::StrCat("t", i);
+    ts[i].shape.resize(1 + rng() % 3);
+    for (int64_t& e : ts[i].shape) e = 1 + rng() % 9;
+    ts[i].dtype = dts[rng() % 3];
   }
   return ts;
 }
