@@ -155,6 +155,15 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
                                           MessageCap(plan.options), &keys));
     }
     REFIT_RETURN_IF_ERROR(phase_done("segments"));
+    if (sources.max_depth > 0) {
+      // Room for the relays' segments too (one each, unless split): the
+      // segments are not moved when the relays are added.
+      size_t relayed = 0;
+      for (int32_t f : sources.feeder) relayed += f >= 0;
+      const size_t n = keys.keys.size() + relayed + relayed / 8;
+      plan.segments.reserve(n);
+      segment_cand.reserve(n);
+    }
     messages = CoalesceMessages(keys, candidates, sources, MessageCap(plan.options),
                                 options.direct_min_bytes, &plan,
                                 sources.max_depth > 0 ? &segment_cand : nullptr);

@@ -98,48 +98,30 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   const CostModel cost(src, dst, options);
   const std::vector<Candidate>& cands = candidates.cands;
   const Units units = GroupUnits(candidates);
-  Sources s;
-  s.choice.assign(cands.size(), -1);
-  s.feeder.assign(cands.size(), -1);
-  s.depth.assign(cands.size(), 0);
-  std::vector<char> fed(cands.size(), 0);
-  std::vector<char> unit_fed(units.size(), 0);
-  Loads loads(cost, src.world_size, dst.world_size);
-  auto members = [&](int32_t u) {
-    return std::make_pair(units.members.data() + units.first[u],
-                          units.members.data() + units.first[u + 1]);
+  const std::vector<int32_t>& mem = units.members;
+  // Per unit its bytes and replicas, and per member position (units.members
+  // order: a unit's members side by side) its dst rank and source: the
+  // loops below read these, not the candidates, in unit order.
+  struct UnitInfo {
+    int64_t bytes;
+    int32_t dst_record;  // of its first member
+    const std::vector<int32_t>* ranks;
   };
-  // 1. Replicas on the dst rank's own GPU.
+  std::vector<UnitInfo> info(units.size());
+  std::vector<int32_t> rank_at(mem.size());
   for (int32_t u = 0; u < units.size(); ++u) {
-    const auto [b, e] = members(u);
-    const std::vector<int32_t>& ranks = candidates.PieceOf(cands[*b]).ranks;
-    for (const int32_t* m = b; m != e; ++m) {
-      const int32_t d = cands[*m].dst_rank;
-      int32_t best = -1;
-      for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
-        if (cost.ClassOf(ranks[k], d) != LinkClass::kSameGpu) continue;
-        if (best < 0 || loads.SrcTime(ranks[k]) < loads.SrcTime(ranks[best])) best = k;
-      }
-      if (best < 0) continue;
-      s.choice[*m] = best;
-      fed[*m] = 1;
-      unit_fed[u] = 1;
-      loads.AddDirect(ranks[best], d, cands[*m].bytes);
-    }
+    const Candidate& c = cands[mem[units.first[u]]];
+    info[u] = {c.bytes, c.dst_record, &candidates.PieceOf(c).ranks};
+    for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) rank_at[q] = cands[mem[q]].dst_rank;
   }
-  stats->sender_lower_bound_seconds = SenderLowerBound(candidates, src, dst, cost);
-  const double bound = RelayLowerBound(candidates, units, src, dst, cost);
-  double floor = std::max(bound, loads.Slowest());
-  // Units by bytes descending, then first dst record.
-  std::vector<std::tuple<int64_t, int32_t, int32_t>> order;
-  order.reserve(units.size());
-  for (int32_t u = 0; u < units.size(); ++u) {
-    const Candidate& c = cands[*members(u).first];
-    order.emplace_back(-c.bytes, c.dst_record, u);
-  }
-  std::sort(order.begin(), order.end());
+  std::vector<int32_t> choice_at(mem.size(), -1), feeder_at(mem.size(), -1);
+  std::vector<int8_t> depth_at(mem.size(), 0);
+  std::vector<char> fed(mem.size(), 0);
+  std::vector<char> unit_fed(units.size(), 0);
+  int32_t max_depth = 0;
+  Loads loads(cost, src.world_size, dst.world_size);
   // Whether some trainer rank and some engine rank share a host (then a
-  // pair's link class depends on both ranks).
+  // pair's link class depends on both ranks, and one GPU may hold both).
   bool shared_hosts = false;
   if (cost.placement_known()) {
     std::vector<int32_t> th(src.host_of_rank.begin(), src.host_of_rank.end());
@@ -148,64 +130,85 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       shared_hosts = shared_hosts || std::binary_search(th.begin(), th.end(), h);
     }
   }
+  // 1. Replicas on the dst rank's own GPU.
+  for (int32_t u = 0; u < units.size() && shared_hosts; ++u) {
+    const std::vector<int32_t>& ranks = *info[u].ranks;
+    for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) {
+      int32_t best = -1;
+      for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
+        if (cost.ClassOf(ranks[k], rank_at[q]) != LinkClass::kSameGpu) continue;
+        if (best < 0 || loads.SrcTime(ranks[k]) < loads.SrcTime(ranks[best])) best = k;
+      }
+      if (best < 0) continue;
+      choice_at[q] = best;
+      fed[q] = 1;
+      unit_fed[u] = 1;
+      loads.AddDirect(ranks[best], rank_at[q], info[u].bytes);
+    }
+  }
+  stats->sender_lower_bound_seconds = SenderLowerBound(candidates, src, dst, cost);
+  const double bound = RelayLowerBound(candidates, units, src, dst, cost);
+  double floor = std::max(bound, loads.Slowest());
+  // Units by bytes descending, then first dst record.
+  std::vector<std::tuple<int64_t, int32_t, int32_t>> order;
+  order.reserve(units.size());
+  for (int32_t u = 0; u < units.size(); ++u) order.emplace_back(-info[u].bytes, info[u].dst_record, u);
+  std::sort(order.begin(), order.end());
   // 2. One root per unit from the trainer side.
   for (const auto& [neg_bytes, unused, u] : order) {
     if (unit_fed[u]) continue;
-    const auto [b, e] = members(u);
-    const std::vector<int32_t>& ranks = candidates.PieceOf(cands[*b]).ranks;
-    Option best;
-    int32_t best_m = -1, best_k = -1;
+    const int32_t b = units.first[u], e = units.first[u + 1];
+    const std::vector<int32_t>& ranks = *info[u].ranks;
     // Without hosts shared by the two sides every pair is one class: the
     // best pair is the least loaded replica with the least loaded member
     // (the same rule, in N + R steps instead of N * R).
-    const bool one_class = !shared_hosts;
-    const int32_t* m_first = b;
-    const int32_t* m_last = e;
-    if (one_class) {
-      for (const int32_t* m = b; m != e; ++m) {
-        if (loads.InTime(cands[*m].dst_rank) < loads.InTime(cands[*m_first].dst_rank)) m_first = m;
+    int32_t q_first = b, q_last = e;
+    if (!shared_hosts) {
+      for (int32_t q = b; q != e; ++q) {
+        if (loads.InTime(rank_at[q]) < loads.InTime(rank_at[q_first])) q_first = q;
       }
-      m_last = m_first + 1;
+      q_last = q_first + 1;
     }
-    for (const int32_t* m = m_first; m != m_last; ++m) {
+    Option best;
+    int32_t best_q = -1, best_k = -1;
+    for (int32_t q = q_first; q != q_last; ++q) {
       for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
-        const Option o = loads.Direct(ranks[k], cands[*m].dst_rank, -neg_bytes, floor);
-        if (best_m < 0 || o < best) {
+        const Option o = loads.Direct(ranks[k], rank_at[q], -neg_bytes, floor);
+        if (best_q < 0 || o < best) {
           best = o;
-          best_m = *m;
+          best_q = q;
           best_k = k;
         }
       }
     }
-    s.choice[best_m] = best_k;
-    fed[best_m] = 1;
-    loads.AddDirect(ranks[best_k], cands[best_m].dst_rank, -neg_bytes);
+    choice_at[best_q] = best_k;
+    fed[best_q] = 1;
+    loads.AddDirect(ranks[best_k], rank_at[best_q], -neg_bytes);
     floor = std::max({floor, best.t_send, best.t_recv});
   }
   // 3. The others, from the trainer side or from a holder of their unit:
   // host by host (in order of their first candidate), on each host the
   // candidate whose rank has received least first (it takes the bytes
   // into the host; the others then find a holder on their host).
-  std::vector<std::tuple<int32_t, double, int32_t>> todo;  // (host slot, in time, cand)
+  std::vector<std::tuple<int32_t, double, int32_t>> todo;  // (host slot, in time, position)
   std::vector<int32_t> hosts;
   for (const auto& [neg_bytes, unused, u] : order) {
     const int64_t bytes = -neg_bytes;
-    const auto [b, e] = members(u);
-    const std::vector<int32_t>& ranks = candidates.PieceOf(cands[*b]).ranks;
+    const int32_t b = units.first[u], e = units.first[u + 1];
+    const std::vector<int32_t>& ranks = *info[u].ranks;
     todo.clear();
     hosts.clear();
-    for (const int32_t* m = b; m != e; ++m) {
-      if (fed[*m]) continue;
-      const int32_t h = cost.EngineHost(cands[*m].dst_rank);
+    for (int32_t q = b; q != e; ++q) {
+      if (fed[q]) continue;
+      const int32_t h = cost.EngineHost(rank_at[q]);
       const int32_t slot = static_cast<int32_t>(
           std::find(hosts.begin(), hosts.end(), h) - hosts.begin());
       if (slot == static_cast<int32_t>(hosts.size())) hosts.push_back(h);
-      todo.emplace_back(slot, loads.InTime(cands[*m].dst_rank), *m);
+      todo.emplace_back(slot, loads.InTime(rank_at[q]), q);
     }
     std::sort(todo.begin(), todo.end());
-    for (const auto& [slot, in_time, mi] : todo) {
-      const int32_t* m = &mi;
-      const int32_t d = cands[*m].dst_rank;
+    for (const auto& [slot, in_time, q] : todo) {
+      const int32_t d = rank_at[q];
       Option best;
       int32_t best_k = -1, best_h = -1;
       for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
@@ -215,30 +218,40 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
           best_k = k;
         }
       }
-      for (const int32_t* h = b; h != e; ++h) {
-        if (!fed[*h] || cands[*h].dst_rank == d || s.depth[*h] >= kMaxRelayDepth) continue;
-        const Option o = loads.Relay(cands[*h].dst_rank, d, bytes, s.depth[*h] + 1, floor);
+      for (int32_t h = b; h != e; ++h) {
+        if (!fed[h] || rank_at[h] == d || depth_at[h] >= kMaxRelayDepth) continue;
+        const Option o = loads.Relay(rank_at[h], d, bytes, depth_at[h] + 1, floor);
         if (o < best) {
           best = o;
-          best_h = *h;
+          best_h = h;
         }
       }
-      fed[*m] = 1;
+      fed[q] = 1;
       floor = std::max({floor, best.t_send, best.t_recv});
       if (best_h < 0) {
-        s.choice[*m] = best_k;
+        choice_at[q] = best_k;
         loads.AddDirect(ranks[best_k], d, bytes);
         continue;
       }
-      s.feeder[*m] = best_h;
-      s.depth[*m] = static_cast<int8_t>(s.depth[best_h] + 1);
-      s.max_depth = std::max<int32_t>(s.max_depth, s.depth[*m]);
-      loads.AddRelay(cands[best_h].dst_rank, d, bytes);
+      feeder_at[q] = best_h;
+      depth_at[q] = static_cast<int8_t>(depth_at[best_h] + 1);
+      max_depth = std::max<int32_t>(max_depth, depth_at[q]);
+      loads.AddRelay(rank_at[best_h], d, bytes);
     }
+  }
+  Sources s;
+  s.choice.assign(cands.size(), -1);
+  s.feeder.assign(cands.size(), -1);
+  s.depth.assign(cands.size(), 0);
+  s.max_depth = max_depth;
+  for (size_t q = 0; q < mem.size(); ++q) {
+    s.choice[mem[q]] = choice_at[q];
+    s.feeder[mem[q]] = feeder_at[q] >= 0 ? mem[feeder_at[q]] : -1;
+    s.depth[mem[q]] = depth_at[q];
   }
   stats->predicted_seconds = loads.Slowest();
   stats->lower_bound_seconds = bound;
-  stats->relay_depth = s.max_depth;
+  stats->relay_depth = max_depth;
   loads.CountLinks(stats);
   return s;
 }
