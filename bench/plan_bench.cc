@@ -9,7 +9,9 @@
 // the fingerprint. Targets (issue 3): plan <= 1 s, peak RSS <= 1 GiB, one
 // slice <= 50 ms.
 //
-//   bazel run -c opt //bench:plan_bench [-- --reps=N]
+//   bazel run -c opt //bench:plan_bench [-- --reps=N] [--relay]
+//
+// --relay plans with relays (engine replicas forwarding to each other).
 #include <sched.h>
 #include <sys/resource.h>
 
@@ -35,6 +37,8 @@
 namespace refit {
 // The CPUs the bench was started with (before pinning to CPU 0).
 cpu_set_t all_cpus;
+// --relay: plan with relays (PlannerOptions::relay).
+bool relay = false;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -105,6 +109,7 @@ absl::Status RunCase(const Case& c, int reps) {
          dst.layout.records.size());
 
   PlannerOptions options;
+  options.relay = relay;
   Plan plan;
   std::vector<double> times;
   // CPU time of the runs: user (the planner's own work) and system (page
@@ -260,6 +265,7 @@ int main(int argc, char** argv) {
   int reps = 3;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--reps=", 7) == 0) reps = std::max(1, atoi(argv[i] + 7));
+    if (std::strcmp(argv[i], "--relay") == 0) refit::relay = true;
   }
   sched_getaffinity(0, sizeof(refit::all_cpus), &refit::all_cpus);
   cpu_set_t set;

@@ -23,6 +23,7 @@ struct PlanCommandOptions {
   std::string hosts_file;  // each rank's host (ParseHostsFile); overrides the shorthand
   int64_t staging_mib = 512;
   int32_t lanes = 2;
+  bool relay = false;  // --relay=on|off (job/job_plan.h)
   int64_t max_plan_mib = 16384;  // refuse plans estimated above this
   bool json = false;
   std::string heatmap;  // SVG path, empty = none

@@ -83,8 +83,8 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
   PlanSummary s;
   s.src_world = plan.src.world_size;
   s.dst_world = plan.dst.world_size;
-  std::vector<int64_t> sent(s.src_world, 0), recv(s.dst_world, 0);
-  std::vector<double> t_src(s.src_world, 0), t_dst(s.dst_world, 0);
+  std::vector<int64_t> sent(s.src_world, 0), recv(s.dst_world, 0), forwarded(s.dst_world, 0);
+  std::vector<double> t_src(s.src_world, 0), t_dst(s.dst_world, 0), t_fwd(s.dst_world, 0);
   s.histogram = EmptyHistogram();
 
   // Hosts: the plan's placement, else the shorthand.
@@ -102,6 +102,10 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
   const bool gpus = placed &&
                     static_cast<int32_t>(plan.src.gpu_of_rank.size()) == s.src_world &&
                     static_cast<int32_t>(plan.dst.gpu_of_rank.size()) == s.dst_world;
+  auto same_engine_gpu = [&](int32_t a, int32_t b) {
+    return gpus && plan.dst.gpu_of_rank[a] >= 0 &&
+           plan.dst.gpu_of_rank[a] == plan.dst.gpu_of_rank[b];
+  };
   auto same_gpu = [&](int32_t src_rank, int32_t dst_rank) {
     if (gpus) {
       return plan.src.gpu_of_rank[src_rank] >= 0 &&
@@ -168,6 +172,9 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
   }
   s.heat.assign(s.heat_row_labels.size(), std::vector<int64_t>(s.heat_col_labels.size(), 0));
   s.lower_bound_seconds = plan.stats.lower_bound_seconds;
+  s.sender_lower_bound_seconds = plan.stats.sender_lower_bound_seconds;
+  s.relay_depth = plan.stats.relay_depth;
+  s.relay = plan.options.relay;
 
   // Bytes per wire byte had the trainer's dtype travelled, per src tensor.
   std::vector<double> unconverted(plan.src.tensors.size(), 1.0);
@@ -225,35 +232,42 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
     }
   }
   std::map<std::string, int64_t> by_format;
-  std::vector<double> u_src(s.src_world, 0), u_dst(s.dst_world, 0);
+  std::vector<double> u_src(s.src_world, 0), u_dst(s.dst_world, 0), u_fwd(s.dst_world, 0);
   s.converted_records = static_cast<int64_t>(plan.conversions.size());
   for (size_t i = 0; i < plan.messages.size(); ++i) {
     const Message& m = plan.messages[i];
-    if (m.src_rank < 0 || m.src_rank >= s.src_world || m.dst_rank < 0 ||
-        m.dst_rank >= s.dst_world) {
+    if (m.src_rank < 0 || m.src_rank >= (m.relay ? s.dst_world : s.src_world) ||
+        m.dst_rank < 0 || m.dst_rank >= s.dst_world) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "message ", i, " names rank pair (", m.src_rank, " -> ", m.dst_rank,
-          ") outside the worlds (", s.src_world, ", ", s.dst_world, ")"));
+          "message ", i, " names rank pair (", m.relay ? "engine " : "", m.src_rank, " -> ",
+          m.dst_rank, ") outside the worlds (", s.src_world, ", ", s.dst_world, ")"));
     }
     s.total_bytes += m.bytes;
-    sent[m.src_rank] += m.bytes;
+    (m.relay ? forwarded : sent)[m.src_rank] += m.bytes;
     recv[m.dst_rank] += m.bytes;
-    const bool intra = src_host[m.src_rank] == dst_host[m.dst_rank];
-    const bool gpu = intra && same_gpu(m.src_rank, m.dst_rank);
+    const bool intra = (m.relay ? dst_host : src_host)[m.src_rank] == dst_host[m.dst_rank];
+    const bool gpu = intra && (m.relay ? same_engine_gpu(m.src_rank, m.dst_rank)
+                                       : same_gpu(m.src_rank, m.dst_rank));
     const double bw =
         (gpu ? link.same_gpu_gbps : intra ? link.nvlink_gbps : link.net_gbps) * 1e9;
     (gpu ? s.same_gpu_bytes : intra ? s.intra_host_bytes : s.inter_host_bytes) += m.bytes;
-    t_src[m.src_rank] += m.bytes / bw;
+    (m.relay ? t_fwd : t_src)[m.src_rank] += m.bytes / bw;
     t_dst[m.dst_rank] += m.bytes / bw;
     double ub = plan.conversions.empty() ? static_cast<double>(m.bytes) : 0.0;
     for (int32_t k = m.first_segment; per_segment && k < m.first_segment + m.num_segments;
          ++k) {
       if (k < 0 || k >= static_cast<int32_t>(plan.segments.size())) continue;
       const Segment& g = plan.segments[k];
-      const int32_t t = g.src_record >= 0 &&
-                                g.src_record < static_cast<int32_t>(plan.src.records.size())
-                            ? plan.src.records[g.src_record].tensor
-                            : -1;
+      // A relay's source record is the engine's: its trainer tensor is the
+      // one its destination record's tensor maps to.
+      const std::vector<Record>& from = m.relay ? plan.dst.records : plan.src.records;
+      int32_t t = g.src_record >= 0 && g.src_record < static_cast<int32_t>(from.size())
+                      ? from[g.src_record].tensor
+                      : -1;
+      if (m.relay && t >= 0) {
+        t = t < static_cast<int32_t>(plan.dst_to_src_tensor.size()) ? plan.dst_to_src_tensor[t]
+                                                                     : -1;
+      }
       const double factor =
           t >= 0 && t < static_cast<int32_t>(unconverted.size()) ? unconverted[t] : 1.0;
       if (!plan.conversions.empty()) ub += g.bytes * factor;
@@ -266,7 +280,7 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
       }
     }
     s.unconverted_bytes += static_cast<int64_t>(ub);
-    u_src[m.src_rank] += ub / bw;
+    (m.relay ? u_fwd : u_src)[m.src_rank] += ub / bw;
     u_dst[m.dst_rank] += ub / bw;
     for (HistogramBin& b : s.histogram) {
       if (m.bytes >= b.lo && (b.hi == 0 || m.bytes < b.hi)) {
@@ -275,20 +289,29 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
         break;
       }
     }
-    s.heat[src_row[m.src_rank]][dst_col[m.dst_rank]] += m.bytes;
+    if (!m.relay) s.heat[src_row[m.src_rank]][dst_col[m.dst_rank]] += m.bytes;
   }
   s.num_segments = static_cast<int64_t>(plan.segments.size());
   s.num_messages = static_cast<int64_t>(plan.messages.size());
   s.num_waves = static_cast<int64_t>(plan.waves.size());
   if (!sent.empty()) {
     s.sent_max = *std::max_element(sent.begin(), sent.end());
-    s.sent_mean = static_cast<double>(s.total_bytes) / sent.size();
+    int64_t all = 0;
+    for (int64_t b : sent) all += b;
+    s.sent_mean = static_cast<double>(all) / sent.size();
   }
   if (!recv.empty()) {
     s.received_max = *std::max_element(recv.begin(), recv.end());
     s.received_mean = static_cast<double>(s.total_bytes) / recv.size();
   }
   s.busiest_senders = Busiest(sent, 5);
+  if (!forwarded.empty()) {
+    s.forwarded_max = *std::max_element(forwarded.begin(), forwarded.end());
+    int64_t all = 0;
+    for (int64_t b : forwarded) all += b;
+    s.forwarded_mean = static_cast<double>(all) / forwarded.size();
+    if (all > 0) s.busiest_forwarders = Busiest(forwarded, 5);
+  }
   s.busiest_receivers = Busiest(recv, 5);
   for (int64_t v : plan.stats.staging_src) {
     s.peak_staging_src = std::max(s.peak_staging_src, v);
@@ -298,15 +321,17 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
   }
   for (double u : u_src) s.unconverted_seconds = std::max(s.unconverted_seconds, u);
   for (double u : u_dst) s.unconverted_seconds = std::max(s.unconverted_seconds, u);
+  for (double u : u_fwd) s.unconverted_seconds = std::max(s.unconverted_seconds, u);
   for (int32_t r = 0; r < s.src_world; ++r) {
     if (t_src[r] > s.predicted_seconds) {
       s.predicted_seconds = t_src[r];
       s.slowest_rank = MemberName(/*trainer=*/true, "", r);
     }
   }
+  // An engine rank receives and forwards at once (full duplex).
   for (int32_t r = 0; r < s.dst_world; ++r) {
-    if (t_dst[r] > s.predicted_seconds) {
-      s.predicted_seconds = t_dst[r];
+    if (std::max(t_dst[r], t_fwd[r]) > s.predicted_seconds) {
+      s.predicted_seconds = std::max(t_dst[r], t_fwd[r]);
       s.slowest_rank = MemberName(/*trainer=*/false, "", r);
     }
   }
@@ -334,6 +359,15 @@ std::string FormatSummaryText(const PlanSummary& s) {
   for (const RankBytes& r : s.busiest_receivers) {
     absl::StrAppendFormat(&o, " %d (%s)", r.rank, HumanBinaryBytes(r.bytes));
   }
+  if (s.relay) {
+    absl::StrAppendFormat(&o, "\nforwarded per engine rank (relays, depth %d): max %s, mean %s",
+                          s.relay_depth, HumanBinaryBytes(s.forwarded_max),
+                          HumanBinaryBytes(static_cast<int64_t>(s.forwarded_mean)));
+    if (!s.busiest_forwarders.empty()) o += "\n  busiest forwarders:";
+    for (const RankBytes& r : s.busiest_forwarders) {
+      absl::StrAppendFormat(&o, " %d (%s)", r.rank, HumanBinaryBytes(r.bytes));
+    }
+  }
   absl::StrAppendFormat(&o,
                         "\ntransfers (segments): %d, messages: %d, waves: %d\n",
                         s.num_segments, s.num_messages, s.num_waves);
@@ -353,7 +387,13 @@ std::string FormatSummaryText(const PlanSummary& s) {
   absl::StrAppendFormat(&o, "predicted refit time: %.3f s (slowest: %s)\n",
                         s.predicted_seconds,
                         s.slowest_rank.empty() ? "none" : s.slowest_rank);
-  if (s.lower_bound_seconds > 0) {
+  if (s.lower_bound_seconds > 0 && s.relay) {
+    absl::StrAppendFormat(&o,
+                          "lower bound with relays: %.3f s, predicted / lower bound: %.3f; "
+                          "trainer ranks as the only senders: %.3f s\n",
+                          s.lower_bound_seconds, s.predicted_seconds / s.lower_bound_seconds,
+                          s.sender_lower_bound_seconds);
+  } else if (s.lower_bound_seconds > 0) {
     absl::StrAppendFormat(&o, "lower bound: %.3f s, predicted / lower bound: %.3f\n",
                           s.lower_bound_seconds,
                           s.predicted_seconds / s.lower_bound_seconds);
@@ -432,6 +472,11 @@ std::string FormatSummaryJson(const PlanSummary& s) {
   j["predicted_seconds"] = s.predicted_seconds;
   j["slowest_rank"] = s.slowest_rank;
   j["lower_bound_seconds"] = s.lower_bound_seconds;
+  j["sender_lower_bound_seconds"] = s.sender_lower_bound_seconds;
+  j["relay"] = s.relay;
+  j["relay_depth"] = s.relay_depth;
+  j["forwarded"] = {{"max", s.forwarded_max}, {"mean", s.forwarded_mean},
+                    {"busiest", ranks(s.busiest_forwarders)}};
   j["predicted_over_lower_bound"] =
       s.lower_bound_seconds > 0 ? s.predicted_seconds / s.lower_bound_seconds : 0.0;
   j["bytes_by_link"] = {{"same_gpu", s.same_gpu_bytes},

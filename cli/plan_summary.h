@@ -56,6 +56,15 @@ struct PlanSummary {
   int64_t received_max = 0;
   double received_mean = 0;
   std::vector<RankBytes> busiest_receivers;  // up to 5
+  // Relays: whether the plan was built with them (plan.options.relay), the
+  // bytes engine ranks forward (max and mean over engine ranks, busiest up
+  // to 5, none when no rank forwards) and the relay depth
+  // (PlanStats::relay_depth).
+  bool relay = false;
+  int64_t forwarded_max = 0;
+  double forwarded_mean = 0;
+  std::vector<RankBytes> busiest_forwarders;
+  int32_t relay_depth = 0;
   int64_t num_segments = 0;
   int64_t num_messages = 0;
   int64_t num_waves = 0;
@@ -71,6 +80,9 @@ struct PlanSummary {
   // plan.stats.lower_bound_seconds (0 when the plan has none, e.g. one read
   // from the wire): no replica choice beats it.
   double lower_bound_seconds = 0;
+  // plan.stats.sender_lower_bound_seconds: the bound with trainer ranks as
+  // the only senders (printed beside the relay-aware one).
+  double sender_lower_bound_seconds = 0;
   // What the plan is of (set by the caller; printed when not empty).
   std::string fingerprint;
   std::string model;
@@ -104,6 +116,7 @@ struct PlanSummary {
   // each rank's GPU; a cell on one host with equal GPUs is a copy within
   // one GPU. Row labels name the pipeline stages ("pp 0", "pp 0-1") when
   // SummarizePlan was given them.
+  // Relays (engine to engine) are not in the heat map.
   std::string heat_unit = "host";
   std::vector<std::vector<int64_t>> heat;
   std::vector<int32_t> heat_row_hosts;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/command_line.h"
 #include "common/huge_pages.h"
+#include "job/job_plan.h"
 #include "job/planner_flags.h"
 #include "mapping/model_config.h"
 #include "proto/protocol_version.h"
@@ -230,6 +231,11 @@ another); the lower bound is what no choice of replicas beats (each rank's
 bytes over the best link it could use). The placement comes from --hosts, else
 from --gpus_per_host and --colocated: it is what refitd plans with when its
 members report those hosts and GPUs.
+--relay=on lets engine ranks forward bytes they received to other engine
+ranks (each engine rank's received and forwarded bytes counted apart, full
+duplex): the summary then gives the bytes each engine rank forwards, the relay
+depth, and the lower bound with relays beside the one with trainer ranks as the
+only senders. refitd takes the same flag and builds the same plan.
 An invalid layout or plan prints every error (tensor, ranks) and exits 1; a
 usage error exits 2.
 
@@ -283,7 +289,7 @@ int RunPlan(const std::vector<std::string>& args) {
   if (int rc = ParseSubcommand(
           "plan", args,
           {"model", "trainer", "engine", "dtype", "gpus_per_host", "colocated",
-           "hosts", "link", "staging_mib", "lanes", "max_plan_mib", "json", "timings",
+           "hosts", "link", "relay", "staging_mib", "lanes", "max_plan_mib", "json", "timings",
            "heatmap", "delta", "max_snapshot_mib"},
           kPlanHelp);
       rc >= 0) {
@@ -309,6 +315,11 @@ int RunPlan(const std::vector<std::string>& args) {
   if (!absl::GetFlag(FLAGS_link).empty()) {
     absl::Status st = refit::ParseLinkSpec(absl::GetFlag(FLAGS_link), &opt.link);
     if (!st.ok()) return Usage(std::string(st.message()), kPlanHelp);
+  }
+  {
+    absl::StatusOr<bool> relay = refit::ParseRelayFlag(absl::GetFlag(FLAGS_relay));
+    if (!relay.ok()) return Usage(std::string(relay.status().message()), kPlanHelp);
+    opt.relay = *relay;
   }
   opt.staging_mib = absl::GetFlag(FLAGS_staging_mib);
   if (opt.staging_mib < 1) return Usage("--staging_mib needs a positive integer", kPlanHelp);

@@ -154,6 +154,9 @@ MixedResult RunMixed(const Plan& plan, const std::vector<int32_t>& host_of_membe
 TEST(CompositeRunnerTest, TwoHostsPullSameHostPairsAndSendTheRest) {
   int64_t mixed = 0;  // patterns with pairs of both kinds
   for (const std::string& name : testing::PatternNames()) {
+    // Relays run on the executor alone: refitd plans a membership that
+    // pulls without them.
+    if (name == "relay") continue;
     SCOPED_TRACE(name);
     absl::StatusOr<Plan> plan = MakePatternPlan(name);
     ASSERT_TRUE(plan.ok()) << plan.status();

@@ -215,7 +215,8 @@ absl::StatusOr<const Record*> GetRecord(const SideLayout& side, int32_t i,
 absl::StatusOr<std::vector<CopyTask>> OneSide(const Plan& plan,
                                               const Message& m, bool src) {
   REFIT_RETURN_IF_ERROR(CheckMessage(plan, m));
-  const SideLayout& side = src ? plan.src : plan.dst;
+  // A relay's sender packs from the engine's own records.
+  const SideLayout& side = src && !m.relay ? plan.src : plan.dst;
   std::vector<CopyTask> out;
   int64_t stream = 0;
   for (int32_t i = 0; i < m.num_segments; ++i) {

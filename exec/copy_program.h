@@ -44,7 +44,8 @@ struct CopyTask {
   }
 };
 
-// Sender side: buffer (of plan.src) -> stream, for message `m`.
+// Sender side: buffer (of plan.src; of plan.dst for a relay, m.relay) ->
+// stream, for message `m`.
 // INVALID_ARGUMENT naming the tensor if a segment is not inside its record.
 absl::StatusOr<std::vector<CopyTask>> PackProgram(const Plan& plan,
                                                   const Message& m);

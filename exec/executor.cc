@@ -108,15 +108,20 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
                          " outside the plan"));
       }
       const Message& m = plan.messages[mi];
-      if ((src ? m.src_rank : m.dst_rank) != rank) continue;
+      // This rank sends the message (a trainer rank, or an engine rank
+      // forwarding a relay from its own buffers), or receives it.
+      const bool sends = m.relay ? !src && m.src_rank == rank : src && m.src_rank == rank;
+      const bool receives = !src && m.dst_rank == rank;
+      if (!sends && !receives) continue;
+      if (sends && m.relay) w.relays = true;
       MsgWork mw;
       mw.message = mi;
-      mw.peer = src ? GlobalRank(plan, Side::kEngine, m.dst_rank)
-                    : GlobalRank(plan, Side::kTrainer, m.src_rank);
+      mw.peer = sends ? GlobalRank(plan, Side::kEngine, m.dst_rank)
+                      : GlobalRank(plan, m.relay ? Side::kEngine : Side::kTrainer, m.src_rank);
       if (options.exclude_peer && options.exclude_peer(mw.peer)) continue;
       mw.bytes = m.bytes;
-      const bool contiguous = src ? m.src_contiguous : m.dst_contiguous;
-      const int32_t cbuf = src ? m.src_buffer : m.dst_buffer;
+      const bool contiguous = sends ? m.src_contiguous : m.dst_contiguous;
+      const int32_t cbuf = sends ? m.src_buffer : m.dst_buffer;
       if (contiguous && cbuf >= 0 &&
           static_cast<size_t>(cbuf) < e->buffers_.size()) {
         if (e->buffers_[cbuf] == nullptr) {
@@ -126,13 +131,13 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
         }
         mw.direct = true;
         mw.direct_ptr =
-            e->buffers_[cbuf] + (src ? m.src_offset : m.dst_offset);
+            e->buffers_[cbuf] + (sends ? m.src_offset : m.dst_offset);
       } else {
         absl::StatusOr<std::vector<CopyTask>> tasks =
-            src ? PackProgram(plan, m) : UnpackProgram(plan, m);
+            sends ? PackProgram(plan, m) : UnpackProgram(plan, m);
         if (!tasks.ok()) return tasks.status();
         for (const CopyTask& t : *tasks) {
-          const int32_t b = src ? t.src_buffer : t.dst_buffer;
+          const int32_t b = sends ? t.src_buffer : t.dst_buffer;
           if (b < 0 || static_cast<size_t>(b) >= e->buffers_.size() ||
               e->buffers_[b] == nullptr) {
             return absl::InvalidArgumentError(absl::StrCat(
@@ -147,7 +152,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
         mw.staging_offset = staging;
         staging += (m.bytes + 255) / 256 * 256;
       }
-      (src ? w.sends : w.recvs).push_back(std::move(mw));
+      (sends ? w.sends : w.recvs).push_back(std::move(mw));
     }
     if (w.sends.empty() && w.recvs.empty()) continue;
     e->staging_[w.lane] = std::max(e->staging_[w.lane], staging);
@@ -366,7 +371,9 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
   // wave's unpack). The host then only waits for the lanes to drain,
   // polling for errors against the deadline. Verify keeps the per-wave
   // path (it hashes on the host).
-  const bool queued = ordered && !options_.verify &&
+  bool relays = false;
+  for (const WaveWork& w : work_) relays = relays || w.relays;
+  const bool queued = ordered && !options_.verify && !relays &&
                       transport_->max_waves_per_lane() >=
                           static_cast<int32_t>(work_.size());
   if (queued) {
@@ -400,6 +407,14 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
   for (size_t wi = 0; wi < work_.size(); ++wi) {
     const WaveWork& w = work_[wi];
     REFIT_RETURN_IF_ERROR(finish(w.lane));
+    if (w.relays) {
+      // It forwards bytes earlier waves wrote, on any lane: those waves
+      // (and their unpacks) complete first.
+      for (int l = 0; l < num_lanes_; ++l) {
+        REFIT_RETURN_IF_ERROR(finish(l));
+        if (ordered) REFIT_RETURN_IF_ERROR(copier_->Sync(l, deadline));
+      }
+    }
     REFIT_RETURN_IF_ERROR(Pack(w));
     // Verify hashes the packed bytes on the host: they must be complete.
     if (!ordered || options_.verify) {
@@ -453,34 +468,37 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
 
 absl::Status Executor::Verify(absl::Time deadline) {
   // One group on lane 0: per peer, the hashes of all messages between us in
-  // plan order (sender -> receiver).
+  // plan order, from their sender to their receiver (an engine rank sends
+  // those of the relays it forwarded and receives those of its messages).
   const bool src = side_ == Side::kTrainer;
-  std::map<int32_t, std::vector<int32_t>> by_peer;  // peer -> messages
+  std::map<int32_t, std::vector<int32_t>> sent_to, received_from;  // peer -> messages
   for (const auto& [mi, h] : hashes_) {
     const Message& m = plan_->messages[mi];
-    const int32_t peer = src ? GlobalRank(*plan_, Side::kEngine,
-                                          m.dst_rank)
-                             : GlobalRank(*plan_, Side::kTrainer,
-                                          m.src_rank);
-    by_peer[peer].push_back(mi);
+    const bool sender = src || (m.relay && m.src_rank == rank_);
+    if (sender) {
+      sent_to[GlobalRank(*plan_, Side::kEngine, m.dst_rank)].push_back(mi);
+    } else {
+      received_from[GlobalRank(*plan_, m.relay ? Side::kEngine : Side::kTrainer, m.src_rank)]
+          .push_back(mi);
+    }
   }
-  std::map<int32_t, std::vector<uint64_t>> mine, theirs;
+  std::map<int32_t, std::vector<uint64_t>> mine_sent, mine_received, theirs;
   std::vector<SendOp> sends;
   std::vector<RecvOp> recvs;
-  for (const auto& [peer, msgs] : by_peer) {
-    std::vector<uint64_t>& v = mine[peer];
-    for (int32_t mi : msgs) {
-      v.insert(v.end(), hashes_[mi].begin(), hashes_[mi].end());
-    }
-    if (src) {
-      sends.push_back(SendOp{peer, v.data(),
-                             static_cast<int64_t>(v.size() * 8)});
-    } else {
-      std::vector<uint64_t>& t = theirs[peer];
-      t.resize(v.size());
-      recvs.push_back(
-          RecvOp{peer, t.data(), static_cast<int64_t>(t.size() * 8)});
-    }
+  auto concat = [this](const std::vector<int32_t>& msgs, std::vector<uint64_t>* v) {
+    for (int32_t mi : msgs) v->insert(v->end(), hashes_[mi].begin(), hashes_[mi].end());
+  };
+  for (const auto& [peer, msgs] : sent_to) {
+    std::vector<uint64_t>& v = mine_sent[peer];
+    concat(msgs, &v);
+    sends.push_back(SendOp{peer, v.data(), static_cast<int64_t>(v.size() * 8)});
+  }
+  for (const auto& [peer, msgs] : received_from) {
+    std::vector<uint64_t>& v = mine_received[peer];
+    concat(msgs, &v);
+    std::vector<uint64_t>& t = theirs[peer];
+    t.resize(v.size());
+    recvs.push_back(RecvOp{peer, t.data(), static_cast<int64_t>(t.size() * 8)});
   }
   if (copier_->kind() != MemoryKind::kHost) {
     return absl::UnimplementedError(
@@ -488,10 +506,9 @@ absl::Status Executor::Verify(absl::Time deadline) {
   }
   REFIT_RETURN_IF_ERROR(transport_->StartWave(0, sends, recvs, deadline));
   REFIT_RETURN_IF_ERROR(transport_->WaitWave(0, deadline));
-  if (src) return absl::OkStatus();
-  for (const auto& [peer, msgs] : by_peer) {
+  for (const auto& [peer, msgs] : received_from) {
     const std::vector<uint64_t>& a = theirs[peer];
-    const std::vector<uint64_t>& b = mine[peer];
+    const std::vector<uint64_t>& b = mine_received[peer];
     size_t k = 0;
     for (int32_t mi : msgs) {
       const Message& m = plan_->messages[mi];
@@ -501,8 +518,9 @@ absl::Status Executor::Verify(absl::Time deadline) {
         const Record& r = plan_->dst.records[seg.dst_record];
         return absl::DataLossError(absl::StrCat(
             "verify: tensor ", plan_->dst.tensors[r.tensor].name, " part ",
-            seg.box.ToString(), " in buffer ", plan_->dst.buffers[r.buffer].name,
-            ": trainer rank ", m.src_rank, " sent checksum ", a[k],
+            seg.box.ToString(), " in buffer ", plan_->dst.buffers[r.buffer].name, ": ",
+            m.relay ? "engine rank " : "trainer rank ", m.src_rank,
+            m.relay ? " (relay) sent checksum " : " sent checksum ", a[k],
             " but engine rank ", m.dst_rank, " wrote checksum ", b[k]));
       }
     }

@@ -11,6 +11,11 @@
 // into the buffer (zero copy); received bytes are unpacked into the
 // destination buffers in place — the executor never allocates or moves a
 // registered buffer.
+//
+// Relays (plan.h): an engine rank also sends the relay messages it
+// forwards, packed from (or, contiguous, sent straight from) its own
+// buffers; before a wave with such sends, its earlier waves on every lane
+// complete (their bytes are in place), and waves are not queued ahead.
 #ifndef REFIT_EXEC_EXECUTOR_H_
 #define REFIT_EXEC_EXECUTOR_H_
 
@@ -99,6 +104,7 @@ class Executor {
     int32_t lane = 0;
     std::vector<MsgWork> sends;
     std::vector<MsgWork> recvs;
+    bool relays = false;  // the rank forwards bytes (relay sends) in it
   };
   Executor() = default;
   absl::StatusOr<RunStats> RunWaves(absl::Time deadline);

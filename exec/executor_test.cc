@@ -4,6 +4,8 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "absl/synchronization/mutex.h"
 #include "exec/inproc_transport.h"
 #include "gtest/gtest.h"
@@ -25,18 +27,22 @@ using testing::Pointers;
 
 constexpr char kFill = static_cast<char>(0xEE);
 
-// A transport that flips one byte of the first message received on lane 0.
+// A transport that flips one byte of the first message received on lane 0
+// (from global rank `from`, when given).
 class CorruptingTransport : public Transport {
  public:
-  explicit CorruptingTransport(std::unique_ptr<Transport> t)
-      : t_(std::move(t)) {}
+  explicit CorruptingTransport(std::unique_ptr<Transport> t, int32_t from = -1)
+      : t_(std::move(t)), from_(from) {}
   int32_t rank() const override { return t_->rank(); }
   int32_t world_size() const override { return t_->world_size(); }
   int32_t num_lanes() const override { return t_->num_lanes(); }
   MemoryKind memory_kind() const override { return t_->memory_kind(); }
   absl::Status StartWave(int32_t lane, absl::Span<const SendOp> s,
                           absl::Span<const RecvOp> r, absl::Time deadline) override {
-    if (!done_ && lane == 0 && !r.empty() && r[0].bytes > 0) target_ = r[0];
+    for (const RecvOp& op : r) {
+      if (done_ || lane != 0 || target_.ptr != nullptr || op.bytes == 0) break;
+      if (from_ < 0 || op.peer == from_) target_ = op;
+    }
     return t_->StartWave(lane, s, r, deadline);
   }
   absl::Status WaitWave(int32_t lane, absl::Time deadline) override {
@@ -50,6 +56,7 @@ class CorruptingTransport : public Transport {
 
  private:
   std::unique_ptr<Transport> t_;
+  int32_t from_;
   RecvOp target_;
   bool done_ = false;
 };
@@ -66,7 +73,8 @@ struct RankResult {
 std::vector<RankResult> RunAll(const Plan& plan, int lanes, int steps,
                                bool verify, std::set<int> absent = {},
                                int corrupt = -1,
-                               absl::Duration timeout = absl::Seconds(20)) {
+                               absl::Duration timeout = absl::Seconds(20),
+                               int corrupt_from = -1) {
   const int ws = plan.src.world_size, wd = plan.dst.world_size;
   auto fabric = InProcFabric::Create(ws + wd, lanes).value();
   std::vector<RankResult> results(ws + wd);
@@ -79,7 +87,7 @@ std::vector<RankResult> RunAll(const Plan& plan, int lanes, int steps,
       const int rank = g < ws ? g : g - ws;
       const SideLayout& layout = g < ws ? plan.src : plan.dst;
       std::unique_ptr<Transport> t = InProcTransport::Create(fabric, g).value();
-      if (g == corrupt) t = std::make_unique<CorruptingTransport>(std::move(t));
+      if (g == corrupt) t = std::make_unique<CorruptingTransport>(std::move(t), corrupt_from);
       auto bufs = AllocateRankBuffers(layout, rank, kFill);
       std::vector<char*> before = Pointers(bufs);
       testing::CountingCopier engine;
@@ -139,6 +147,102 @@ TEST_P(PatternTest, BytesEqualAfterTwoStepsOnEveryRank) {
 
 INSTANTIATE_TEST_SUITE_P(Patterns, PatternTest,
                          ::testing::ValuesIn(testing::PatternNames()));
+
+// Two trainer ranks (TP 2, host 0) feeding three engine replicas (TP 2
+// over the other dim, one host each) with relays, under a small staging
+// budget (many waves).
+absl::StatusOr<Plan> RelayPlan(int32_t lanes) {
+  SideLayout src, dst;
+  src.world_size = 2;
+  dst.world_size = 6;
+  const std::vector<TensorSpec> ts = {{"a", {8, 6}, DType::kBF16}, {"b", {5}, DType::kF32}};
+  for (const TensorSpec& t : ts) {
+    REFIT_RETURN_IF_ERROR(AddTensor(src, t).status());
+    REFIT_RETURN_IF_ERROR(AddTensor(dst, t).status());
+  }
+  const Mesh ms = *Mesh::Make({"tp"}, {2}, {0, 1});
+  REFIT_RETURN_IF_ERROR(AddDenseShards(src, 0, ms, {Placement::Shard(0)}).status());
+  REFIT_RETURN_IF_ERROR(AddDenseShards(src, 1, ms, {Placement::Replicate()}).status());
+  for (int32_t r = 0; r < 3; ++r) {
+    const Mesh me = *Mesh::Make({"tp"}, {2}, {2 * r, 2 * r + 1});
+    REFIT_RETURN_IF_ERROR(AddDenseShards(dst, 0, me, {Placement::Shard(1)}).status());
+    REFIT_RETURN_IF_ERROR(AddDenseShards(dst, 1, me, {Placement::Replicate()}).status());
+  }
+  src.host_of_rank = {0, 0};
+  dst.host_of_rank = {1, 1, 2, 2, 3, 3};
+  PlannerOptions o;
+  o.relay = true;
+  o.num_lanes = lanes;
+  o.choose_lanes = false;
+  o.staging_budget_bytes = 64 * lanes;
+  return BuildPlan(std::move(src), std::move(dst), o);
+}
+
+// Returns the plan's first relay message, or null.
+const Message* FirstRelay(const Plan& plan) {
+  for (const Message& m : plan.messages) {
+    if (m.relay) return &m;
+  }
+  return nullptr;
+}
+
+TEST(ExecutorTest, RelaysForwardFromTheEnginesOwnBuffersEveryByteChecked) {
+  for (int lanes : {1, 2}) {
+    for (bool verify : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(lanes, " lanes, verify ", verify));
+      absl::StatusOr<Plan> plan = RelayPlan(lanes);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      int64_t forwarded = 0;
+      for (int64_t b : plan->stats.bytes_forwarded) forwarded += b;
+      ASSERT_GT(forwarded, 0);
+      auto res = RunAll(*plan, lanes, 2, verify);
+      int64_t sent = 0;
+      for (size_t g = 0; g < res.size(); ++g) {
+        EXPECT_TRUE(res[g].status.ok()) << "rank " << g << ": " << res[g].status;
+        EXPECT_EQ(res[g].check, "") << "global rank " << g;
+        sent += res[g].stats.bytes_sent;
+      }
+      EXPECT_EQ(sent, plan->stats.total_bytes);  // trainer sends and relays
+    }
+  }
+}
+
+TEST(ExecutorTest, VerifyNamesTheRelayThatSentCorruptBytes) {
+  absl::StatusOr<Plan> plan = RelayPlan(1);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // The first relay's bytes are corrupted on arrival.
+  const Message* relay = FirstRelay(*plan);
+  ASSERT_NE(relay, nullptr);
+  const int32_t ws = plan->src.world_size;
+  auto res = RunAll(*plan, 1, 1, true, {}, ws + relay->dst_rank, absl::Seconds(20),
+                    ws + relay->src_rank);
+  const absl::Status& st = res[ws + relay->dst_rank].status;
+  ASSERT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find(absl::StrCat("engine rank ", relay->src_rank, " (relay) sent")),
+            std::string::npos)
+      << st;
+  EXPECT_NE(st.message().find(absl::StrCat("engine rank ", relay->dst_rank, " wrote")),
+            std::string::npos)
+      << st;
+}
+
+TEST(ExecutorTest, MissingRelayFailsItsDownstreamWithinDeadlineNamingIt) {
+  absl::StatusOr<Plan> plan = RelayPlan(2);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const Message* relay = FirstRelay(*plan);
+  ASSERT_NE(relay, nullptr);
+  const int32_t ws = plan->src.world_size;
+  const int dead = ws + relay->src_rank;
+  const absl::Time start = absl::Now();
+  auto res = RunAll(*plan, 2, 1, false, {dead}, -1, absl::Milliseconds(500));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  const absl::Status& st = res[ws + relay->dst_rank].status;
+  EXPECT_FALSE(st.ok());
+  // The transport names the relay (global rank) it still waits for.
+  EXPECT_TRUE(absl::StrContains(st.message(), absl::StrCat("rank ", dead)) ||
+              absl::StrContains(st.message(), absl::StrCat("rank(s) ", dead)))
+      << st;
+}
 
 TEST(ExecutorTest, PpStagesGoToSeparateLanes) {
   auto plan = MakePatternPlan("pp", 2, 1);

@@ -14,7 +14,7 @@ std::vector<int32_t> PairSourceBuffers(const Plan& plan, int32_t src_rank,
   std::vector<int32_t> out;
   std::set<int32_t> seen;
   for (const Message& m : plan.messages) {
-    if (m.src_rank != src_rank || m.dst_rank != dst_rank) continue;
+    if (m.relay || m.src_rank != src_rank || m.dst_rank != dst_rank) continue;
     for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
       if (i < 0 || i >= static_cast<int32_t>(plan.segments.size())) break;
       const int32_t ri = plan.segments[i].src_record;
@@ -35,7 +35,7 @@ std::vector<int32_t> PullReceivers(const Plan& plan, int32_t src_rank,
                                    const std::function<bool(int32_t)>& include) {
   std::set<int32_t> dst;
   for (const Message& m : plan.messages) {
-    if (m.src_rank == src_rank && (!include || include(m.dst_rank))) {
+    if (!m.relay && m.src_rank == src_rank && (!include || include(m.dst_rank))) {
       dst.insert(m.dst_rank);
     }
   }
@@ -66,7 +66,7 @@ absl::StatusOr<PullProgram> BuildPullProgram(
   PullProgram p;
   std::set<int32_t> senders;
   for (const Message& m : plan.messages) {
-    if (m.dst_rank != dst_rank || (include && !include(m.src_rank))) continue;
+    if (m.relay || m.dst_rank != dst_rank || (include && !include(m.src_rank))) continue;
     senders.insert(m.src_rank);
     REFIT_ASSIGN_OR_RETURN(std::vector<CopyTask> t, DirectProgram(plan, m));
     p.tasks.insert(p.tasks.end(), t.begin(), t.end());

@@ -11,7 +11,8 @@
 // PairSourceBuffers, which lists them in the same order on both slices:
 // messages of the pair in plan order, their segments in order, and every
 // buffer of each segment's source record (all of an indexed record's
-// buffers) at its first appearance.
+// buffers) at its first appearance. Relay messages (engine to engine,
+// plan.h) are never pulled: these functions leave them out.
 #ifndef REFIT_EXEC_PULL_PROGRAM_H_
 #define REFIT_EXEC_PULL_PROGRAM_H_
 

@@ -81,6 +81,9 @@ std::vector<std::string> PullAll(const Plan& plan,
 
 TEST(PullProgramTest, EveryPatternPullsEveryByteFromSlices) {
   for (const std::string& name : testing::PatternNames()) {
+    // Relays run on the executor alone: refitd plans a membership that
+    // pulls without them.
+    if (name == "relay") continue;
     SCOPED_TRACE(name);
     absl::StatusOr<Plan> plan = MakePatternPlan(name);
     ASSERT_TRUE(plan.ok()) << plan.status();

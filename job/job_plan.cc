@@ -194,4 +194,11 @@ absl::StatusOr<Plan> BuildJobPlan(const JobSpec& spec) {
   return PlanJob(std::move(layouts), spec.engines, spec.placement, spec.planner);
 }
 
+absl::StatusOr<bool> ParseRelayFlag(absl::string_view value) {
+  if (value == "on") return true;
+  if (value == "off") return false;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--relay: '", value, "' is neither on nor off"));
+}
+
 }  // namespace refit

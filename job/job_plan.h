@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "mapping/layout_builder.h"
 #include "mapping/model_config.h"
 #include "mapping/parallel_spec.h"
@@ -83,6 +84,21 @@ absl::StatusOr<Plan> PlanJob(JobLayouts layouts,
                              const std::vector<JobEngine>& engines,
                              const JobPlacement& placement,
                              const PlannerOptions& options);
+
+// The --relay flag that refitd and `refit plan` both take (declared from
+// these, so that both plan alike by default): "on" lets engine ranks
+// forward bytes to other engine replicas (PlannerOptions::relay), "off"
+// sends every byte from a trainer rank.
+inline constexpr char kRelayFlagDefault[] = "off";
+inline constexpr char kRelayFlagHelp[] =
+    "on: engine ranks forward the bytes they received to other engine\n"
+    "replicas (relays), so the trainer sends each byte about once and the\n"
+    "refit time stays flat in the number of replicas; off: every byte comes\n"
+    "from a trainer rank";
+
+// Returns true for "on", false for "off"; INVALID_ARGUMENT naming --relay
+// for anything else.
+absl::StatusOr<bool> ParseRelayFlag(absl::string_view value);
 
 // MapJob then PlanJob. Fails as they do.
 absl::StatusOr<Plan> BuildJobPlan(const JobSpec& spec);

@@ -4,7 +4,9 @@
 // GPU), between GPUs of one host (NVLink), or between hosts (the network),
 // each at its speed from PlannerOptions::links. A rank's time is its bytes
 // (sent for a source rank, received for a destination rank) at those
-// speeds; the refit takes the slowest rank's time.
+// speeds; the refit takes the slowest rank's time. With relays an engine
+// rank also sends (forwards bytes to other engine ranks): its ingress and
+// egress are counted apart (full duplex) and its time is the larger.
 #ifndef REFIT_PLAN_COST_H_
 #define REFIT_PLAN_COST_H_
 
@@ -52,6 +54,25 @@ class CostModel {
     }
     return LinkClass::kSameHost;
   }
+
+  // Returns the class of engine rank `a` to engine rank `b` (a relay):
+  // kSameGpu when both GPUs are known and equal, kSameHost when the hosts
+  // are equal, kInterHost otherwise (also when the placement is unknown or
+  // a rank is out of range).
+  LinkClass EngineClassOf(int32_t a, int32_t b) const {
+    const int32_t n = static_cast<int32_t>(dst_host_->size());
+    if (!known_ || a < 0 || b < 0 || a >= n || b >= n || (*dst_host_)[a] != (*dst_host_)[b]) {
+      return LinkClass::kInterHost;
+    }
+    if (gpus_known_ && (*dst_gpu_)[a] >= 0 && (*dst_gpu_)[a] == (*dst_gpu_)[b]) {
+      return LinkClass::kSameGpu;
+    }
+    return LinkClass::kSameHost;
+  }
+
+  // Returns engine rank e's host (host_of_rank) when the placement is
+  // known, else -1 - e (every rank a host of its own).
+  int32_t EngineHost(int32_t e) const { return known_ ? (*dst_host_)[e] : -1 - e; }
 
   // Returns the seconds per byte of class `c`.
   double SecondsPerByte(LinkClass c) const { return spb_[static_cast<int>(c)]; }

@@ -185,6 +185,15 @@ std::string PlanFingerprint(const Plan& p) {
       w.I(v);
     }
   }
+  // Relays: the relay messages' indices, and the option (written only when
+  // set, so that a plan without relays keeps its fingerprint).
+  if (p.options.relay) {
+    w.I(-1);
+    for (size_t i = 0; i < p.messages.size(); ++i) {
+      if (p.messages[i].relay) w.I(static_cast<int64_t>(i));
+    }
+    w.I(-1);
+  }
   w.I(p.waves.size());
   for (const Wave& r : p.waves) {
     w.I(r.lane);

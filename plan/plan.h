@@ -18,6 +18,14 @@
 //
 // Ranks are side-local in the plan: trainer rank t and engine rank e. A
 // transport joining both sides numbers them t and src_world + e.
+//
+// Relays (PlannerOptions::relay): a relay message is sent by an engine rank
+// from its own buffers: its src_rank is an engine rank, and its segments'
+// src_record index Plan::dst.records (records on that engine rank holding
+// exactly the bytes of the destination record's part: same tensor, same
+// dtype). Its wave comes strictly after every wave that delivered those
+// bytes to the relaying rank, so the global wave order keeps deadlock
+// freedom and the bytes are in place before they are forwarded.
 #ifndef REFIT_PLAN_PLAN_H_
 #define REFIT_PLAN_PLAN_H_
 
@@ -41,6 +49,7 @@ struct Segment {
 };
 
 struct Message {
+  // A trainer rank, or an engine rank when `relay` (see the top comment).
   int32_t src_rank = 0;
   int32_t dst_rank = 0;
   int32_t wave = 0;
@@ -56,12 +65,16 @@ struct Message {
   bool dst_contiguous = false;
   int32_t dst_buffer = -1;
   int64_t dst_offset = 0;
+  // An engine rank forwards bytes it received in an earlier wave: src_rank
+  // is an engine rank, src_record/src_buffer index Plan::dst.
+  bool relay = false;
 };
 
 struct Wave {
   int32_t lane = 0;   // 0..num_lanes-1
   int32_t stage = 0;  // source pipeline stage whose bytes this wave moves
-  // Messages[first_message, +num_messages), sorted by (src_rank, dst_rank);
+  // Messages[first_message, +num_messages), sorted by (relay, src_rank,
+  // dst_rank) (trainer senders first, then relaying engine ranks);
   // one pair's messages in a wave keep their order (the i-th send of a
   // pair matches the i-th receive).
   int32_t first_message = 0;
@@ -113,6 +126,13 @@ struct PlannerOptions {
   int64_t max_wave_bytes = 0;
   // Edge of the FP8 block-quantization tiles (weight_scale_inv blocks).
   int64_t fp8_block = 128;
+  // Let engine ranks forward bytes they received to other engine ranks
+  // (relays, planner.h): the trainer then sends each distinct byte about
+  // once and replicas feed each other, so the refit time stays flat in the
+  // number of engine replicas. false: every byte comes from a trainer rank
+  // (the plans every data plane runs: colocated pull and delta rounds
+  // take no relays).
+  bool relay = false;
   // When set and true, BuildPlan stops after its current phase with
   // CANCELLED (refitd sets it when it stops). Not part of the plan.
   const std::atomic<bool>* cancel = nullptr;
@@ -125,6 +145,9 @@ struct PlanStats {
   int64_t num_waves = 0;
   std::vector<int64_t> bytes_sent;      // per src rank
   std::vector<int64_t> bytes_received;  // per dst rank
+  // Per dst rank, the bytes it forwards to other engine ranks (relay
+  // messages it sends); all zero without relays.
+  std::vector<int64_t> bytes_forwarded;
   std::vector<int64_t> staging_src;     // peak staging per src rank (all lanes)
   std::vector<int64_t> staging_dst;     // peak staging per dst rank (all lanes)
   // The time model of plan/cost.h over the plan's placement: the slowest
@@ -137,8 +160,18 @@ struct PlanStats {
   // bytes per link class: between ranks on one GPU, between other ranks
   // of one host, and across hosts (the three add up to total_bytes). Not
   // part of the fingerprint; zero for a plan read from the wire.
+  // With options.relay the model counts each engine rank's ingress and
+  // egress apart (full duplex: its time is the larger) and the bound is
+  // the relay-aware one (each engine rank's bytes over the best link any
+  // holder offers; each distinct byte leaving the trainer side at least
+  // once); sender_lower_bound_seconds is always the bound with trainer
+  // ranks as the only sources (equal to lower_bound_seconds without
+  // relays). relay_depth: the most hops a byte takes after leaving the
+  // trainer side beyond the first (0: no relays).
   double predicted_seconds = 0;
   double lower_bound_seconds = 0;
+  double sender_lower_bound_seconds = 0;
+  int32_t relay_depth = 0;
   int64_t same_gpu_bytes = 0;
   int64_t intra_host_bytes = 0;
   int64_t inter_host_bytes = 0;

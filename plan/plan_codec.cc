@@ -192,6 +192,7 @@ refit::v1::PlanProto ToProto(const Plan& plan) {
     mp->set_dst_contiguous(m.dst_contiguous);
     mp->set_dst_buffer(m.dst_buffer);
     mp->set_dst_offset(m.dst_offset);
+    mp->set_relay(m.relay);
   }
   for (const Wave& r : plan.waves) {
     auto* rp = p.add_waves();
@@ -208,6 +209,7 @@ refit::v1::PlanProto ToProto(const Plan& plan) {
   o->set_direct_min_bytes(plan.options.direct_min_bytes);
   o->set_max_wave_bytes(plan.options.max_wave_bytes);
   o->set_fp8_block(plan.options.fp8_block);
+  o->set_relay(plan.options.relay);
   p.set_fingerprint(plan.fingerprint);
   for (const Conversion& c : plan.conversions) {
     auto* cp = p.add_conversions();
@@ -346,6 +348,7 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
   plan.options.direct_min_bytes = o.direct_min_bytes();
   plan.options.max_wave_bytes = o.max_wave_bytes();
   plan.options.fp8_block = o.fp8_block();
+  plan.options.relay = o.relay();
   if (o.num_lanes() < 1 || o.staging_budget_bytes() < 1 ||
       o.max_message_bytes() < 0 || o.direct_min_bytes() < 0 ||
       o.max_wave_bytes() < 0) {
@@ -373,9 +376,22 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
     }
     plan.dst_to_src_tensor.push_back(s);
   }
-  const int32_t nsr = static_cast<int32_t>(plan.src.records.size());
+  // The segments relay messages carry: their source records are the
+  // engine's (a segment in no message, or out of range, is checked as
+  // the trainer's; the messages' checks catch the rest).
+  std::vector<char> seg_relay(p.segments_size(), 0);
+  for (const auto& mp : p.messages()) {
+    if (!mp.relay()) continue;
+    const int64_t first = mp.first_segment(), n = mp.num_segments();
+    for (int64_t i = std::max<int64_t>(first, 0); i < first + n && i < p.segments_size(); ++i) {
+      seg_relay[i] = 1;
+    }
+  }
   const int32_t ndr = static_cast<int32_t>(plan.dst.records.size());
-  for (const auto& sp : p.segments()) {
+  for (int si = 0; si < p.segments_size(); ++si) {
+    const auto& sp = p.segments(si);
+    const SideLayout& from = seg_relay[si] ? plan.dst : plan.src;
+    const int32_t nsr = static_cast<int32_t>(from.records.size());
     Segment s;
     s.src_record = sp.src_record();
     s.dst_record = sp.dst_record();
@@ -384,10 +400,11 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
       return bad("segment names a record out of range");
     }
     REFIT_ASSIGN_OR_RETURN(s.box, BoxOf(sp.origin(), sp.shape()));
-    const Record& sr = plan.src.records[s.src_record];
+    const Record& sr = from.records[s.src_record];
     const Record& dr = plan.dst.records[s.dst_record];
     const TensorSpec& t = plan.dst.tensors[dr.tensor];
-    if (plan.dst_to_src_tensor[dr.tensor] != sr.tensor ||
+    const int32_t want = seg_relay[si] ? dr.tensor : plan.dst_to_src_tensor[dr.tensor];
+    if (want != sr.tensor ||
         s.box.rank() != dr.box.rank() || !Contains(sr.box, s.box) ||
         !Contains(dr.box, s.box)) {
       return bad(absl::StrCat("segment ", DescribePart(t, s.box),
@@ -416,9 +433,12 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
     m.dst_contiguous = mp.dst_contiguous();
     m.dst_buffer = mp.dst_buffer();
     m.dst_offset = mp.dst_offset();
-    const std::string who = absl::StrCat("message trainer rank ", m.src_rank,
-                                         " -> engine rank ", m.dst_rank);
-    if (m.src_rank < 0 || m.src_rank >= plan.src.world_size || m.dst_rank < 0 ||
+    m.relay = mp.relay();
+    // A relay's sender is an engine rank, its source records the engine's.
+    const SideLayout& from = m.relay ? plan.dst : plan.src;
+    const std::string who = absl::StrCat("message ", m.relay ? "engine" : "trainer", " rank ",
+                                         m.src_rank, " -> engine rank ", m.dst_rank);
+    if (m.src_rank < 0 || m.src_rank >= from.world_size || m.dst_rank < 0 ||
         m.dst_rank >= plan.dst.world_size || m.wave < 0 || m.wave >= nwaves ||
         m.first_segment < 0 || m.num_segments < 0 ||
         int64_t{m.first_segment} + m.num_segments > nseg) {
@@ -427,7 +447,7 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
     int64_t bytes = 0;
     for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
       const Segment& s = plan.segments[i];
-      if (plan.src.records[s.src_record].rank != m.src_rank ||
+      if (from.records[s.src_record].rank != m.src_rank ||
           plan.dst.records[s.dst_record].rank != m.dst_rank) {
         return bad(absl::StrCat(who, ": a segment's records are on other ranks"));
       }
@@ -442,7 +462,7 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
              off <= side.buffers[b].byte_size &&
              m.bytes <= side.buffers[b].byte_size - off;
     };
-    if (!check_buf(plan.src, m.src_contiguous, m.src_buffer, m.src_offset,
+    if (!check_buf(from, m.src_contiguous, m.src_buffer, m.src_offset,
                    m.src_rank) ||
         !check_buf(plan.dst, m.dst_contiguous, m.dst_buffer, m.dst_offset,
                    m.dst_rank)) {
@@ -553,22 +573,31 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
     nr.num_messages = 0;
     for (int32_t i = r.first_message; i < r.first_message + r.num_messages; ++i) {
       const Message& m = plan.messages[i];
-      if ((side == Side::kTrainer ? m.src_rank : m.dst_rank) != rank) continue;
+      // An engine rank also takes the relays it sends.
+      const bool mine = side == Side::kTrainer
+                            ? !m.relay && m.src_rank == rank
+                            : m.dst_rank == rank || (m.relay && m.src_rank == rank);
+      if (!mine) continue;
       Message nm = m;
       nm.wave = static_cast<int32_t>(s.waves.size());
       nm.first_segment = static_cast<int32_t>(s.segments.size());
+      // A relay's source records and buffers are on the engine side.
+      const SideLayout& from = m.relay ? plan.dst : plan.src;
+      SideLayout* to = m.relay ? &s.dst : &s.src;
+      std::vector<int32_t>& from_rec = m.relay ? dst_rec : src_rec;
+      std::vector<int32_t>& from_buf = m.relay ? dst_buf : src_buf;
       for (int32_t j = m.first_segment; j < m.first_segment + m.num_segments; ++j) {
         Segment g = plan.segments[j];
-        g.src_record = keep_record(plan.src, &s.src, src_rec, src_buf, g.src_record);
+        g.src_record = keep_record(from, to, from_rec, from_buf, g.src_record);
         g.dst_record = keep_record(plan.dst, &s.dst, dst_rec, dst_buf, g.dst_record);
         s.segments.push_back(std::move(g));
       }
       if (m.src_contiguous) {
-        if (src_buf[m.src_buffer] < 0) {
-          src_buf[m.src_buffer] = static_cast<int32_t>(s.src.buffers.size());
-          s.src.buffers.push_back(plan.src.buffers[m.src_buffer]);
+        if (from_buf[m.src_buffer] < 0) {
+          from_buf[m.src_buffer] = static_cast<int32_t>(to->buffers.size());
+          to->buffers.push_back(from.buffers[m.src_buffer]);
         }
-        nm.src_buffer = src_buf[m.src_buffer];
+        nm.src_buffer = from_buf[m.src_buffer];
       }
       if (m.dst_contiguous) {
         if (dst_buf[m.dst_buffer] < 0) {

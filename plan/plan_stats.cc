@@ -18,6 +18,7 @@ PlanStats ComputePlanStats(const Plan& plan) {
   const int L = std::max(1, plan.options.num_lanes);
   st.bytes_sent.assign(S, 0);
   st.bytes_received.assign(D, 0);
+  st.bytes_forwarded.assign(D, 0);
   st.staging_src.assign(S, 0);
   st.staging_dst.assign(D, 0);
   std::vector<int64_t> ps(int64_t{S} * L, 0), pd(int64_t{D} * L, 0);
@@ -27,21 +28,23 @@ PlanStats ComputePlanStats(const Plan& plan) {
     for (int32_t i = r.first_message; i < r.first_message + r.num_messages; ++i) {
       const Message& m = plan.messages[i];
       st.total_bytes += m.bytes;
-      st.bytes_sent[m.src_rank] += m.bytes;
+      // A relay's sender is an engine rank: it packs from its own buffers.
+      (m.relay ? st.bytes_forwarded : st.bytes_sent)[m.src_rank] += m.bytes;
       st.bytes_received[m.dst_rank] += m.bytes;
-      if (!m.src_contiguous) rs[m.src_rank] += m.bytes;
+      if (!m.src_contiguous) (m.relay ? rd : rs)[m.src_rank] += m.bytes;
       if (!m.dst_contiguous) rd[m.dst_rank] += m.bytes;
     }
     for (int32_t i = r.first_message; i < r.first_message + r.num_messages; ++i) {
       const Message& m = plan.messages[i];
-      int64_t& a = ps[int64_t{m.src_rank} * L + lane];
-      a = std::max(a, rs[m.src_rank]);
+      int64_t& a = m.relay ? pd[int64_t{m.src_rank} * L + lane] : ps[int64_t{m.src_rank} * L + lane];
+      a = std::max(a, (m.relay ? rd : rs)[m.src_rank]);
       int64_t& b = pd[int64_t{m.dst_rank} * L + lane];
       b = std::max(b, rd[m.dst_rank]);
     }
     for (int32_t i = r.first_message; i < r.first_message + r.num_messages; ++i) {
-      rs[plan.messages[i].src_rank] = 0;
-      rd[plan.messages[i].dst_rank] = 0;
+      const Message& m = plan.messages[i];
+      (m.relay ? rd : rs)[m.src_rank] = 0;
+      rd[m.dst_rank] = 0;
     }
   }
   for (int32_t k = 0; k < S; ++k) {

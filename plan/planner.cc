@@ -18,6 +18,8 @@
 #include "plan/internal/errors.h"
 #include "plan/internal/messages.h"
 #include "plan/internal/normalize.h"
+#include "plan/internal/relay_messages.h"
+#include "plan/internal/relays.h"
 #include "plan/internal/waves.h"
 #include "plan/internal/segments.h"
 #include "plan/internal/validate.h"
@@ -26,7 +28,9 @@
 namespace refit {
 namespace {
 
+using internal_plan::AddRelayMessages;
 using internal_plan::BalanceReplicas;
+using internal_plan::ChooseRelaySources;
 using internal_plan::Candidates;
 using internal_plan::CheckCoverage;
 using internal_plan::CoalesceMessages;
@@ -42,6 +46,8 @@ using internal_plan::OrderSegments;
 using internal_plan::PendingMessage;
 using internal_plan::ScheduleWaves;
 using internal_plan::SegmentKeys;
+using internal_plan::Sources;
+using internal_plan::TrainerSenders;
 using internal_plan::ValidateLayouts;
 using internal_plan::ValidateOptions;
 
@@ -121,14 +127,21 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   REFIT_RETURN_IF_ERROR(phase_done("coverage"));
 
   PlanStats cost_stats;
-  const std::vector<int32_t> choice =
-      BalanceReplicas(candidates, plan.src, plan.dst, options, &cost_stats);
+  Sources sources;
+  if (options.relay) {
+    sources = ChooseRelaySources(candidates, plan.src, plan.dst, options, &cost_stats);
+  } else {
+    sources.choice = BalanceReplicas(candidates, plan.src, plan.dst, options, &cost_stats);
+  }
   REFIT_RETURN_IF_ERROR(phase_done("balance"));
 
   std::vector<PendingMessage> messages;
+  // With relays: each plan segment's candidate.
+  std::vector<int32_t> segment_cand;
   {
+    const std::vector<int32_t> senders = TrainerSenders(candidates, sources.choice);
     SegmentKeys keys;
-    REFIT_RETURN_IF_ERROR(OrderSegments(candidates, choice, plan.src, plan.dst,
+    REFIT_RETURN_IF_ERROR(OrderSegments(candidates, senders, plan.src, plan.dst,
                                         MessageCap(plan.options), &keys));
     // More lanes for a plan of mostly staged bytes; its segments are then
     // cut at the smaller per-lane budget.
@@ -138,24 +151,42 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
     if (lanes != plan.options.num_lanes) {
       plan.options.num_lanes = lanes;
       keys = SegmentKeys();
-      REFIT_RETURN_IF_ERROR(OrderSegments(candidates, choice, plan.src, plan.dst,
+      REFIT_RETURN_IF_ERROR(OrderSegments(candidates, senders, plan.src, plan.dst,
                                           MessageCap(plan.options), &keys));
     }
     REFIT_RETURN_IF_ERROR(phase_done("segments"));
-    messages = CoalesceMessages(keys, candidates, choice, MessageCap(plan.options),
-                                options.direct_min_bytes, &plan);
+    if (sources.max_depth > 0) {
+      // Room for the relays' segments too (one each, unless split): the
+      // segments are not moved when the relays are added.
+      size_t relayed = 0;
+      for (int32_t f : sources.feeder) relayed += f >= 0;
+      const size_t n = keys.keys.size() + relayed + relayed / 8;
+      plan.segments.reserve(n);
+      segment_cand.reserve(n);
+    }
+    messages = CoalesceMessages(keys, candidates, sources, MessageCap(plan.options),
+                                options.direct_min_bytes, &plan,
+                                sources.max_depth > 0 ? &segment_cand : nullptr);
   }  // the keys are not needed below
   REFIT_RETURN_IF_ERROR(phase_done("messages"));
 
   ScheduleWaves(plan.options, plan.src.world_size, plan.dst.world_size, &messages,
                 &plan.waves);
   REFIT_RETURN_IF_ERROR(phase_done("waves"));
+  if (sources.max_depth > 0) {
+    REFIT_RETURN_IF_ERROR(AddRelayMessages(candidates, sources, MessageCap(plan.options),
+                                           options.direct_min_bytes, &segment_cand,
+                                           &messages, &plan));
+    REFIT_RETURN_IF_ERROR(phase_done("relays"));
+  }
   EmitMessages(messages, &plan);
   REFIT_RETURN_IF_ERROR(phase_done("emit"));
 
   plan.stats = ComputePlanStats(plan);
   plan.stats.predicted_seconds = cost_stats.predicted_seconds;
   plan.stats.lower_bound_seconds = cost_stats.lower_bound_seconds;
+  plan.stats.sender_lower_bound_seconds = cost_stats.sender_lower_bound_seconds;
+  plan.stats.relay_depth = cost_stats.relay_depth;
   plan.stats.same_gpu_bytes = cost_stats.same_gpu_bytes;
   plan.stats.intra_host_bytes = cost_stats.intra_host_bytes;
   plan.stats.inter_host_bytes = cost_stats.inter_host_bytes;

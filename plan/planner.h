@@ -53,6 +53,28 @@ namespace refit {
 // Overlapping (non-identical) source boxes are cut into disjoint grid
 // cells, so every element is sent exactly once.
 //
+// Relays (options.relay): the candidates of one source piece and equal
+// destination boxes on several engine ranks (replicas of one part: a
+// unit) need the same bytes, so an engine rank holding them may forward
+// them (a relay message, plan.h). Source choice then follows
+// internal_plan::ChooseRelaySources (plan/internal/relays.h): replicas on
+// the dst rank's GPU first; one root per unit from a trainer rank (roots
+// spread over engine ranks); every other candidate from a trainer rank or
+// from an engine rank of its unit already holding the bytes (at most
+// kMaxRelayDepth hops), whichever keeps the larger of the two ranks'
+// predicted times smallest, with an engine rank's received and forwarded
+// bytes counted apart (full duplex), ties to the faster link (a relay
+// inside a host before the network), then to fewer hops. The trainer's
+// messages are placed as below; then, hop by hop, each relay pair's
+// segments are ordered by the wave that delivered them to the relaying
+// rank, coalesced the same way, and each relay message is placed no
+// earlier than one wave after the last wave delivering any of its bytes,
+// where both engine ranks have room (waves are appended when none has).
+// plan.stats has both lower bounds (relay-aware, and trainer ranks as the
+// only senders), the relay depth and the bytes each engine rank forwards.
+// Without relays the plan is exactly the plan built before relays existed
+// (same fingerprint).
+//
 // Segments larger than min(max_message_bytes or the per-lane budget, the
 // per-lane budget) are split along their outermost dim with extent > 1.
 // Segments of one (stage, src rank, dst rank) are ordered by (dst buffer,

@@ -199,6 +199,13 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
   REFIT_RETURN_IF_ERROR(Cancelled(options));
   PlannerOptions planner = options.planner;
   planner.cancel = options.cancel.get();
+  // The colocated pull path runs no relays: a membership using it plans
+  // without them.
+  for (const auto* side : {&trainer, &engine}) {
+    for (const v1::Registration& r : *side) {
+      if (r.identity().transport() == v1::TRANSPORT_PULL) planner.relay = false;
+    }
+  }
   REFIT_ASSIGN_OR_RETURN(Plan plan, PlanJob(std::move(layouts), engines, placement, planner));
   REFIT_RETURN_IF_ERROR(Cancelled(options));
   BuiltPlan out;
@@ -221,7 +228,9 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
   }
   const int32_t num_trainer = static_cast<int32_t>(trainer.size());
   for (const Message& m : plan.messages) {
-    out.pairs.emplace_back(m.src_rank, num_trainer + member_of_dst_rank[m.dst_rank]);
+    // A relay's sender is an engine member.
+    out.pairs.emplace_back(m.relay ? num_trainer + member_of_dst_rank[m.src_rank] : m.src_rank,
+                           num_trainer + member_of_dst_rank[m.dst_rank]);
   }
   std::sort(out.pairs.begin(), out.pairs.end());
   out.pairs.erase(std::unique(out.pairs.begin(), out.pairs.end()), out.pairs.end());

@@ -26,7 +26,8 @@ struct BuiltPlan {
   std::vector<std::string> trainer_slices;  // [trainer rank]
   std::vector<std::string> engine_slices;   // [engine member, input order]
   // The (trainer rank, engine global rank) pairs that exchange messages
-  // (engine global rank = trainer count + engine member index), ascending;
+  // (engine global rank = trainer count + engine member index), and with
+  // relays (engine global rank, engine global rank) pairs, ascending;
   // empty: every pair may. refitd chooses each pair's data plane from them.
   std::vector<std::pair<int32_t, int32_t>> pairs;
   // The plan's bytes (each message once) and the planner's predicted

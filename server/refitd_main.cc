@@ -21,6 +21,7 @@
 #include "common/huge_pages.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "job/job_plan.h"
 #include "job/planner_flags.h"
 #include "plan/plan.h"
 #include "proto/protocol_version.h"
@@ -281,7 +282,14 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   if (*staging < 1) {
     return absl::InvalidArgumentError("--staging_mib: must be at least 1");
   }
+  absl::StatusOr<bool> relay = refit::ParseRelayFlag(absl::GetFlag(FLAGS_relay));
+  if (!relay.ok()) return relay.status();
+  if (*relay && absl::GetFlag(FLAGS_delta)) {
+    return absl::InvalidArgumentError(
+        "--relay=on with --delta: delta rounds plan without relays; choose one");
+  }
   refit::DefaultPlanOptions plan_options;
+  plan_options.planner.relay = *relay;
   plan_options.slice_threads = static_cast<int>(slice_threads);
   plan_options.planner.staging_budget_bytes = *staging;
   plan_options.planner.num_lanes = static_cast<int32_t>(*lanes);

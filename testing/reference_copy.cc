@@ -2,6 +2,8 @@
 #include "common/hash.h"
 #include "testing/reference_copy.h"
 
+#include <algorithm>
+
 #include <cstring>
 #include <map>
 #include <string>
@@ -78,14 +80,15 @@ absl::Status ReferenceCopy(const Plan& plan, const HostBuffers& given_src,
         " buffers given for a plan with ", plan.src.buffers.size(), "/",
         plan.dst.buffers.size()));
   }
-  for (const Segment& s : plan.segments) {
-    if (s.src_record < 0 ||
-        s.src_record >= static_cast<int32_t>(plan.src.records.size()) ||
+  // Copies segment s from `from` (the trainer's records and buffers, or
+  // for a relay the engine's) to the engine's.
+  auto copy = [&](const Segment& s, const SideLayout& from, const HostBuffers& from_bufs) {
+    if (s.src_record < 0 || s.src_record >= static_cast<int32_t>(from.records.size()) ||
         s.dst_record < 0 ||
         s.dst_record >= static_cast<int32_t>(plan.dst.records.size())) {
       return absl::InvalidArgumentError("reference copy: record out of range");
     }
-    const Record& sr = plan.src.records[s.src_record];
+    const Record& sr = from.records[s.src_record];
     const Record& dr = plan.dst.records[s.dst_record];
     if (!Contains(sr.box, s.box) || !Contains(dr.box, s.box)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -94,12 +97,35 @@ absl::Status ReferenceCopy(const Plan& plan, const HostBuffers& given_src,
     }
     const int64_t es = DTypeSize(plan.dst.tensors[dr.tensor].dtype);
     ForEachIndex(s.box, [&](const Box::Indices& g) {
-      const uint8_t* sb = src[BufferOf(sr, g)];
+      const uint8_t* sb = from_bufs[BufferOf(sr, g)];
       uint8_t* db = dst[BufferOf(dr, g)];
       const int64_t so = ByteOf(sr, es, g);
       const int64_t doff = ByteOf(dr, es, g);
       for (int64_t k = 0; k < es; ++k) db[doff + k] = sb[so + k];
     });
+    return absl::OkStatus();
+  };
+  const bool relays = std::any_of(plan.messages.begin(), plan.messages.end(),
+                                  [](const Message& m) { return m.relay; });
+  if (!relays) {
+    for (const Segment& s : plan.segments) {
+      absl::Status st = copy(s, plan.src, src);
+      if (!st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+  // With relays: message by message in plan (wave) order, a relay reading
+  // the engine's buffers as earlier messages left them.
+  for (const Message& m : plan.messages) {
+    if (m.first_segment < 0 ||
+        int64_t{m.first_segment} + m.num_segments > static_cast<int64_t>(plan.segments.size())) {
+      return absl::InvalidArgumentError("reference copy: segment out of range");
+    }
+    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
+      absl::Status st = m.relay ? copy(plan.segments[i], plan.dst, dst)
+                                : copy(plan.segments[i], plan.src, src);
+      if (!st.ok()) return st;
+    }
   }
   return absl::OkStatus();
 }

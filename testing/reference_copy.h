@@ -31,7 +31,9 @@ struct OwnedBuffers {
 };
 OwnedBuffers AllocateBuffers(const SideLayout& side, uint8_t fill = 0);
 
-// Copies every segment of `plan` from src to dst memory, element by element.
+// Copies every segment of `plan` from src to dst memory, element by element;
+// with relays (Message::relay), message by message in plan order, a relay
+// copying from dst memory as the earlier messages left it.
 // Scratch buffers of a converted plan may be left out of `src` (they come
 // last): they are then computed with testing/reference_convert.h.
 // Fails with INVALID_ARGUMENT if the buffer counts differ from the plan's or

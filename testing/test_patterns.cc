@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "layout/dtype.h"
 #include "layout/layout.h"
+#include "plan/planner.h"
 
 namespace refit::testing {
 namespace {
@@ -80,7 +81,7 @@ void Tensors(SideLayout* s) {
 
 std::vector<std::string> PatternNames() {
   return {"1to1", "2to2", "1to3", "3to1", "replicated", "qkv", "w13", "pp",
-          "experts"};
+          "experts", "relay"};
 }
 
 Plan MakeHandPlan(const SideLayout& src, const SideLayout& dst,
@@ -233,13 +234,26 @@ absl::StatusOr<Plan> MakePatternPlan(const std::string& name,
     ShardEach(&src, 0, 3);
     Tensors(&dst);
     ShardEach(&dst, 0, 1);
-  } else if (name == "replicated") {
+  } else if (name == "replicated" || name == "relay") {
     src.world_size = 2;
     dst.world_size = 3;
     Tensors(&src);
     ShardEach(&src, 0, 2);
     Tensors(&dst);
     ShardEach(&dst, 0, 1, /*replicas=*/3);
+    if (name == "relay") {
+      // Each replica on a host of its own, planned by BuildPlan with relays
+      // under a small staging budget: the trainer sends each byte about
+      // once, the replicas forward it to each other.
+      src.host_of_rank = {0, 0};
+      dst.host_of_rank = {1, 2, 3};
+      PlannerOptions o;
+      o.relay = true;
+      o.num_lanes = num_lanes;
+      o.choose_lanes = false;
+      o.staging_budget_bytes = int64_t{1024} * num_lanes;
+      return BuildPlan(std::move(src), std::move(dst), o);
+    }
   } else if (name == "qkv") {
     // q [Hq*D, H], k/v [Hkv*D, H]. Trainer TP2: Megatron linear_qkv,
     // interleaved per query group; engine TP2: vLLM qkv_proj = [q; k; v].

@@ -16,7 +16,8 @@
 
 namespace refit::testing {
 
-// Names accepted by MakePatternPlan.
+// Names accepted by MakePatternPlan ("relay": built by BuildPlan with
+// relays, engine replicas forwarding to each other).
 std::vector<std::string> PatternNames();
 
 // The plan of pattern `name`: segments = intersections of each destination

@@ -75,6 +75,12 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> DeltaRunner::Create(
     return absl::InvalidArgumentError(absl::StrCat(side_name, " rank ", rank,
                                                    " outside world size ", layout.world_size));
   }
+  for (const Message& m : plan.messages) {
+    if (m.relay) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          side_name, " rank ", rank, ": delta rounds do not relay; plan them with relays off"));
+    }
+  }
   std::unique_ptr<DeltaRunner> r(new DeltaRunner());
   if (options.copier == nullptr) {
     r->host_copier_ = MakeHostCopier();

@@ -165,7 +165,8 @@ class DeltaRunner : public RoundRunner {
  public:
   // As Executor::Create: INVALID_ARGUMENT for a missing buffer or a bad
   // plan naming the tensor, FAILED_PRECONDITION when the transport's rank
-  // or memory kind does not match the copier's and ops', RESOURCE_EXHAUSTED
+  // or memory kind does not match the copier's and ops' or the plan has
+  // relays (delta rounds do not relay), RESOURCE_EXHAUSTED
   // naming the trainer rank when its snapshot would pass
   // options.max_snapshot_bytes. A trainer rank with conversions (FP8
   // engines) quantizes each round first, exchanging cut tiles' amaxes with

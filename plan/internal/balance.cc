@@ -3,74 +3,12 @@
 #include "plan/internal/balance.h"
 
 #include <algorithm>
-#include <map>
 #include <tuple>
+
+#include "plan/internal/bound.h"
 
 namespace refit {
 namespace internal_plan {
-namespace {
-
-// The lower bound of PlanStats::lower_bound_seconds: per dst rank, per src
-// rank (bytes only it can send) and per replica group (distinct rank sets
-// of the pieces; the bytes asked of the group plus its ranks' own, over
-// its ranks) and over all src ranks (every byte over their number), each
-// byte over the fastest link any of its replicas offers.
-double LowerBound(const Candidates& candidates, const SideLayout& src,
-                  const SideLayout& dst, const CostModel& cost) {
-  std::vector<LinkBytes> dst_load(dst.world_size), src_load(src.world_size);
-  // Replica group per (src tensor, piece), numbered on first use.
-  std::map<std::vector<int32_t>, int32_t> group_of_ranks;
-  std::vector<std::vector<int32_t>> group(candidates.pieces.size());
-  std::vector<LinkBytes> group_load;
-  std::vector<std::vector<int32_t>> group_ranks;  // distinct, ascending
-  for (const Candidate& c : candidates.cands) {
-    const Piece& p = candidates.PieceOf(c);
-    // The fastest link a replica offers.
-    LinkClass best = LinkClass::kInterHost;
-    if (cost.placement_known()) {
-      for (int32_t r : p.ranks) {
-        const LinkClass k = cost.ClassOf(r, c.dst_rank);
-        if (cost.SecondsPerByte(k) < cost.SecondsPerByte(best)) best = k;
-      }
-    }
-    dst_load[c.dst_rank].Add(best, c.bytes);
-    if (p.ranks.size() == 1) {
-      src_load[p.ranks[0]].Add(best, c.bytes);
-      continue;
-    }
-    std::vector<int32_t>& g = group[c.src_tensor];
-    if (g.empty()) g.assign(candidates.pieces[c.src_tensor].pieces.size(), -1);
-    if (g[c.piece] < 0) {
-      auto [it, added] = group_of_ranks.emplace(
-          p.ranks, static_cast<int32_t>(group_load.size()));
-      if (added) {
-        group_load.emplace_back();
-        std::vector<int32_t> ranks = p.ranks;
-        std::sort(ranks.begin(), ranks.end());
-        ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-        group_ranks.push_back(std::move(ranks));
-      }
-      g[c.piece] = it->second;
-    }
-    group_load[g[c.piece]].Add(best, c.bytes);
-  }
-  // Every byte leaves some src rank: the slowest at least the mean.
-  double all = 0;
-  for (const LinkBytes& l : dst_load) all += cost.Seconds(l);
-  double bound = src.world_size > 0 ? all / src.world_size : 0;
-  for (const LinkBytes& l : dst_load) bound = std::max(bound, cost.Seconds(l));
-  for (const LinkBytes& l : src_load) bound = std::max(bound, cost.Seconds(l));
-  // A group's ranks spend, together, at least their own bytes' time plus
-  // the group's: the slowest of them at least the mean of that.
-  for (size_t i = 0; i < group_load.size(); ++i) {
-    double total = cost.Seconds(group_load[i]);
-    for (int32_t r : group_ranks[i]) total += cost.Seconds(src_load[r]);
-    bound = std::max(bound, total / group_ranks[i].size());
-  }
-  return bound;
-}
-
-}  // namespace
 
 std::vector<int32_t> BalanceReplicas(const Candidates& candidates,
                                      const SideLayout& src,
@@ -102,7 +40,7 @@ std::vector<int32_t> BalanceReplicas(const Candidates& candidates,
   // the slowest rank so far when above it) costs the refit nothing: among
   // those the faster link wins, keeping slow links free for bytes that
   // need them.
-  const double bound = LowerBound(candidates, src, dst, cost);
+  const double bound = SenderLowerBound(candidates, src, dst, cost);
   double floor = bound;
   for (const LinkBytes& l : src_load) floor = std::max(floor, cost.Seconds(l));
   for (const LinkBytes& l : dst_load) floor = std::max(floor, cost.Seconds(l));
@@ -155,6 +93,7 @@ std::vector<int32_t> BalanceReplicas(const Candidates& candidates,
   for (const LinkBytes& l : dst_load) predicted = std::max(predicted, cost.Seconds(l));
   stats->predicted_seconds = predicted;
   stats->lower_bound_seconds = bound;
+  stats->sender_lower_bound_seconds = bound;
   return choice;
 }
 

@@ -77,6 +77,7 @@ absl::Status FindCandidates(const SideLayout& src, const SideLayout& dst,
           covered += UncheckedNumElements(inter.back());
         }
         const int64_t total = UncheckedNumElements(r0.box);
+        const size_t unit_base = cands.size();
         for (auto k = i; k != j; ++k) {
           if (covered != total) {
             errors->push_back(absl::StrCat(
@@ -87,7 +88,8 @@ absl::Status FindCandidates(const SideLayout& src, const SideLayout& dst,
           }
           for (size_t h = 0; h < hits.size(); ++h) {
             cands.push_back(Candidate{*k, st, hits[h], dst.records[*k].rank,
-                                      UncheckedNumElements(inter[h]) * es});
+                                      UncheckedNumElements(inter[h]) * es,
+                                      static_cast<int32_t>(unit_base + h)});
           }
         }
         i = j;
@@ -96,6 +98,30 @@ absl::Status FindCandidates(const SideLayout& src, const SideLayout& dst,
   }
   out->pieces = std::move(pieces);
   return absl::OkStatus();
+}
+
+Units GroupUnits(const Candidates& candidates) {
+  const std::vector<Candidate>& cands = candidates.cands;
+  // id[i]: the unit number of candidate i (a unit's first candidate comes
+  // before its others).
+  std::vector<int32_t> id(cands.size());
+  Units u;
+  u.first.push_back(0);
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const int32_t f = cands[i].unit;
+    if (f == static_cast<int32_t>(i)) {
+      id[i] = u.size();
+      u.first.push_back(0);
+    } else {
+      id[i] = id[f];
+    }
+    ++u.first[id[i] + 1];
+  }
+  for (int32_t k = 0; k < u.size(); ++k) u.first[k + 1] += u.first[k];
+  u.members.resize(cands.size());
+  std::vector<int32_t> cursor(u.first.begin(), u.first.end() - 1);
+  for (size_t i = 0; i < cands.size(); ++i) u.members[cursor[id[i]]++] = static_cast<int32_t>(i);
+  return u;
 }
 
 }  // namespace internal_plan

@@ -21,6 +21,11 @@ struct Candidate {
   int32_t piece;  // in pieces[src_tensor]
   int32_t dst_rank;
   int64_t bytes;
+  // The index of the first candidate of its unit: the candidates of one
+  // source piece and equal destination boxes (replicas of one part, on
+  // different records), which need the same bytes. Relays forward within
+  // a unit.
+  int32_t unit;
 };
 
 // The candidates of a plan and the source pieces they refer to.
@@ -41,6 +46,18 @@ struct Candidates {
 // tensors (all matched). Appends a line to *errors for each dst record
 // that the source does not fully cover. Returns OK, or BuildPieces' error
 // annotated with the tensor name.
+// The units of a plan's candidates (Candidate::unit): unit u's candidates
+// are members[first[u], first[u + 1]), ascending.
+struct Units {
+  std::vector<int32_t> first;    // one more entry than units
+  std::vector<int32_t> members;  // candidate indices
+  int32_t size() const { return static_cast<int32_t>(first.size()) - 1; }
+};
+
+// Returns the units of `candidates`, numbered by their first candidate.
+// Never fails.
+Units GroupUnits(const Candidates& candidates);
+
 absl::Status FindCandidates(const SideLayout& src, const SideLayout& dst,
                             const std::vector<int32_t>& dst_to_src,
                             Candidates* out, std::vector<std::string>* errors);

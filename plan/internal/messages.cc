@@ -12,9 +12,10 @@ namespace internal_plan {
 
 std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
                                              const Candidates& candidates,
-                                             const std::vector<int32_t>& choice,
+                                             const Sources& sources,
                                              int64_t cap, int64_t direct_min,
-                                             Plan* plan) {
+                                             Plan* plan,
+                                             std::vector<int32_t>* segment_cand) {
   // The layouts as normalized (plan->src, plan->dst).
   const SideLayout& ns = plan->src;
   const SideLayout& nd = plan->dst;
@@ -28,10 +29,13 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
     return Intersect(pieces[c.src_tensor].pieces[c.piece].box,
                      nd.records[c.dst_record].box);
   };
+  const int32_t src_world = ns.world_size;
   auto src_record_of = [&](const SegKey& k) {
+    if (k.src_rank >= src_world) return cands[sources.feeder[k.cand]].dst_record;
     const Candidate& c = cands[k.cand];
-    return pieces[c.src_tensor].pieces[c.piece].replicas[choice[k.cand]];
+    return pieces[c.src_tensor].pieces[c.piece].replicas[sources.choice[k.cand]];
   };
+  bool relay = false;  // the pair being coalesced is a relay
   auto dst_rank_of = [&](const SegKey& k) { return cands[k.cand].dst_rank; };
   auto stage_of = [&](int32_t src_rank) {
     return ns.stage_of_rank.empty() ? 0 : ns.stage_of_rank[src_rank];
@@ -39,7 +43,7 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
   std::vector<PendingMessage> msgs;
   // At most one message per segment; only the pages used are touched.
   msgs.reserve(keys.size());
-  plan->segments.reserve(keys.size());
+  plan->segments.reserve(plan->segments.size() + keys.size());
   {
     // When a segment is one contiguous range of its buffer on a side: that
     // buffer and range.
@@ -48,7 +52,7 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
       ByteRange range;
     };
     auto range_of = [&](bool is_src, const Segment& sg) {
-      const SideLayout& side = is_src ? ns : nd;
+      const SideLayout& side = is_src && !relay ? ns : nd;
       const Record& r = side.records[is_src ? sg.src_record : sg.dst_record];
       Range out;
       int32_t b;
@@ -86,9 +90,10 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
     auto add_message = [&](int32_t s, int32_t d, int32_t seq, size_t j,
                            const Range& src, const Range& dst) {
       PendingMessage mm;
-      mm.stage = stage_of(s);
+      mm.stage = relay ? 0 : stage_of(s);
       mm.seq = seq;
-      mm.m.src_rank = s;
+      mm.m.src_rank = relay ? s - src_world : s;
+      mm.m.relay = relay;
       mm.m.dst_rank = d;
       mm.m.first_segment = static_cast<int32_t>(j);
       mm.m.num_segments = static_cast<int32_t>(plan->segments.size() - j);
@@ -116,6 +121,7 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
       while (e < keys.size() && keys[e].src_rank == s && dst_rank_of(keys[e]) == d) {
         ++e;
       }
+      relay = s >= src_world;
       // keys[i, e) is one pair, in destination order. Segments of at least
       // direct_min bytes that are contiguous on a side become messages of
       // their own, in place; the others are coalesced in order into
@@ -126,7 +132,10 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
       auto flush = [&]() {
         if (pending.empty()) return;
         const size_t j = plan->segments.size();
-        for (int32_t q : pending) plan->segments.push_back(segment_of(keys[q]));
+        for (int32_t q : pending) {
+          plan->segments.push_back(segment_of(keys[q]));
+          if (segment_cand != nullptr) segment_cand->push_back(keys[q].cand);
+        }
         add_message(s, d, seq++, j, contiguous(true, j, plan->segments.size()),
                     contiguous(false, j, plan->segments.size()));
         pending.clear();
@@ -140,6 +149,7 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
           const Range src = range_of(true, sg), dst = range_of(false, sg);
           if (src.buffer >= 0 || dst.buffer >= 0) {
             add_message(s, d, seq++, plan->segments.size() - 1, src, dst);
+            if (segment_cand != nullptr) segment_cand->push_back(k.cand);
             continue;
           }
           plan->segments.pop_back();

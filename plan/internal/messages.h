@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "plan/internal/candidates.h"
+#include "plan/internal/relays.h"
 #include "plan/internal/segments.h"
 #include "plan/plan.h"
 
@@ -20,17 +21,21 @@ struct PendingMessage {
   int32_t seq = 0;  // index among its pair's messages
 };
 
-// Writes plan->segments from `keys`, in pair order and within a pair in
-// message order (each message's segments contiguous), and returns the
-// messages in that order. A segment of at least `direct_min` bytes (0:
-// never) that is one contiguous range of its buffer on a side is a message
-// of its own; the others are coalesced in order into messages of at most
-// `cap` bytes. Reads plan->src and plan->dst. Never fails.
+// Appends to plan->segments from `keys`, in pair order and within a pair
+// in message order (each message's segments contiguous), and returns the
+// messages in that order. A key whose src_rank is src.world_size + e is a
+// relay from engine rank e: its source record is its feeder's destination
+// record (`sources`). A segment of at least `direct_min` bytes (0: never)
+// that is one contiguous range of its buffer on a side is a message of its
+// own; the others are coalesced in order into messages of at most `cap`
+// bytes. When `segment_cand` is set, appends each segment's candidate to
+// it. Reads plan->src and plan->dst. Never fails.
 std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& keys,
                                              const Candidates& candidates,
-                                             const std::vector<int32_t>& choice,
+                                             const Sources& sources,
                                              int64_t cap, int64_t direct_min,
-                                             Plan* plan);
+                                             Plan* plan,
+                                             std::vector<int32_t>* segment_cand = nullptr);
 
 // The most bytes one rank (a src rank's sends or a dst rank's receives)
 // has in segments below `direct_min` (all segments when it is 0: the bytes

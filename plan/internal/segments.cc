@@ -68,8 +68,17 @@ void SplitBox(const Box& box, int64_t es, int64_t cap, std::vector<Box>* out) {
 
 }  // namespace
 
+std::vector<int32_t> TrainerSenders(const Candidates& candidates,
+                                    const std::vector<int32_t>& choice) {
+  std::vector<int32_t> sender(choice.size(), -1);
+  for (size_t i = 0; i < choice.size(); ++i) {
+    if (choice[i] >= 0) sender[i] = candidates.PieceOf(candidates.cands[i]).ranks[choice[i]];
+  }
+  return sender;
+}
+
 absl::Status OrderSegments(const Candidates& candidates,
-                           const std::vector<int32_t>& choice,
+                           const std::vector<int32_t>& sender,
                            const SideLayout& src, const SideLayout& dst,
                            int64_t cap, SegmentKeys* out) {
   const std::vector<Candidate>& cands = candidates.cands;
@@ -78,8 +87,12 @@ absl::Status OrderSegments(const Candidates& candidates,
   std::vector<Box>& split_boxes = out->split_boxes;
   auto dst_rank_of = [&](const SegKey& k) { return cands[k.cand].dst_rank; };
   {
-    // Source ranks ordered by (stage, rank): the pair order.
-    std::vector<int32_t> src_pos(src.world_size);
+    // Source ranks ordered by (stage, rank), then relaying engine ranks:
+    // the pair order.
+    int32_t senders = src.world_size;
+    for (int32_t x : sender) senders = std::max(senders, x + 1);
+    std::vector<int32_t> src_pos(senders);
+    for (int32_t i = src.world_size; i < senders; ++i) src_pos[i] = i;
     {
       std::vector<int32_t> by(src.world_size);
       std::iota(by.begin(), by.end(), 0);
@@ -101,6 +114,7 @@ absl::Status OrderSegments(const Candidates& candidates,
     std::vector<int64_t> es_of_src(src.tensors.size(), 0);
     for (size_t i = 0; i < cands.size(); ++i) {
       split_off[i] = static_cast<int32_t>(split_boxes.size());
+      if (sender[i] < 0) continue;
       const Candidate& c = cands[i];
       int64_t& es = es_of_src[c.src_tensor];
       if (es == 0) {
@@ -122,9 +136,9 @@ absl::Status OrderSegments(const Candidates& candidates,
     split_off[cands.size()] = static_cast<int32_t>(split_boxes.size());
     // Keys of candidate i: 1 when whole, else its split boxes.
     auto nkeys = [&](size_t i) {
-      return std::max<int32_t>(1, split_off[i + 1] - split_off[i]);
+      return sender[i] < 0 ? 0 : std::max<int32_t>(1, split_off[i + 1] - split_off[i]);
     };
-    const int64_t npairs = int64_t{src.world_size} * dst.world_size;
+    const int64_t npairs = int64_t{senders} * dst.world_size;
     auto pair_of = [&](int32_t src_rank, int32_t dst_rank) {
       return int64_t{src_pos[src_rank]} * dst.world_size + dst_rank;
     };
@@ -148,18 +162,17 @@ absl::Status OrderSegments(const Candidates& candidates,
     if (counting) {
       first.assign(npairs + 1, 0);
       for (size_t i = 0; i < cands.size(); ++i) {
-        const Candidate& c = cands[i];
-        first[pair_of(pieces[c.src_tensor].pieces[c.piece].ranks[choice[i]],
-                      c.dst_rank) + 1] += nkeys(i);
+        if (sender[i] >= 0) first[pair_of(sender[i], cands[i].dst_rank) + 1] += nkeys(i);
       }
       for (int64_t q = 0; q < npairs; ++q) first[q + 1] += first[q];
       cursor.assign(first.begin(), first.end() - 1);
     }
     size_t next = 0;
     for (size_t i = 0; i < cands.size(); ++i) {
+      if (sender[i] < 0) continue;
       const Candidate& c = cands[i];
       const Record& dr = dst.records[c.dst_record];
-      const int32_t src_rank = pieces[c.src_tensor].pieces[c.piece].ranks[choice[i]];
+      const int32_t src_rank = sender[i];
       const int64_t es = es_of_src[c.src_tensor];
       // Appends the key of the box whose origin is at element offset `off`
       // of dr (dim-0 index rel0 relative to dr.box).

@@ -181,6 +181,69 @@ void ScheduleWaves(const PlannerOptions& options, int32_t src_world,
   }
 }
 
+void ScheduleRelayWaves(const PlannerOptions& options, int32_t dst_world,
+                        const std::vector<PendingMessage>& placed,
+                        const std::vector<int32_t>& ready,
+                        std::vector<PendingMessage>* relays,
+                        std::vector<Wave>* waves) {
+  const int64_t lane_budget = LaneBudget(options);
+  const int64_t wave_cap = WaveCap(options);
+  struct Use {
+    int64_t staged = 0;
+    int64_t all = 0;
+  };
+  // Per engine rank and wave.
+  std::vector<std::vector<Use>> use(dst_world);
+  auto at = [&](int32_t e, int32_t w) -> Use& {
+    if (static_cast<int32_t>(use[e].size()) <= w) use[e].resize(w + 1);
+    return use[e][w];
+  };
+  auto add = [&](int32_t e, int32_t w, int64_t staged, int64_t all) {
+    Use& u = at(e, w);
+    u.staged += staged;
+    u.all += all;
+  };
+  for (const PendingMessage& pm : placed) {
+    const Message& m = pm.m;
+    add(m.dst_rank, m.wave, m.dst_contiguous ? 0 : m.bytes, m.bytes);
+    if (m.relay) add(m.src_rank, m.wave, m.src_contiguous ? 0 : m.bytes, m.bytes);
+  }
+  std::vector<PendingMessage>& msgs = *relays;
+  std::vector<int32_t> order(msgs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const Message& x = msgs[a].m;
+    const Message& y = msgs[b].m;
+    return std::make_tuple(ready[a], msgs[a].seq, x.src_rank, x.dst_rank) <
+           std::make_tuple(ready[b], msgs[b].seq, y.src_rank, y.dst_rank);
+  });
+  auto fits = [&](const Use& u, int64_t staged, int64_t all) {
+    if (u.all == 0 && all > wave_cap) return true;  // a wave of its own
+    return u.staged + staged <= lane_budget && u.all + all <= wave_cap;
+  };
+  absl::flat_hash_map<int64_t, int32_t> pair_last;
+  for (int32_t i : order) {
+    Message& m = msgs[i].m;
+    const int32_t s = m.src_rank, d = m.dst_rank;
+    const int64_t sc = m.src_contiguous ? 0 : m.bytes;
+    const int64_t dc = m.dst_contiguous ? 0 : m.bytes;
+    const int64_t key = int64_t{s} * dst_world + d;
+    int32_t r = ready[i];
+    auto pl = pair_last.find(key);
+    if (pl != pair_last.end()) r = std::max(r, pl->second);
+    while (!fits(at(s, r), sc, m.bytes) || !fits(at(d, r), dc, m.bytes)) ++r;
+    add(s, r, sc, m.bytes);
+    add(d, r, dc, m.bytes);
+    pair_last[key] = r;
+    m.wave = r;
+    while (static_cast<int32_t>(waves->size()) <= r) {
+      Wave w;
+      w.lane = static_cast<int32_t>(waves->size()) % options.num_lanes;
+      waves->push_back(w);
+    }
+  }
+}
+
 void EmitMessages(const std::vector<PendingMessage>& msgs, Plan* plan) {
   // (wave, src rank, dst rank, seq): a stable counting sort by wave of
   // the messages in pair order, then any wave's run not yet in (src, dst,
@@ -194,8 +257,8 @@ void EmitMessages(const std::vector<PendingMessage>& msgs, Plan* plan) {
            [&](int32_t a, int32_t b) {
              const PendingMessage& x = msgs[a];
              const PendingMessage& y = msgs[b];
-             return std::make_tuple(x.m.src_rank, x.m.dst_rank, x.seq) <
-                    std::make_tuple(y.m.src_rank, y.m.dst_rank, y.seq);
+             return std::make_tuple(x.m.relay, x.m.src_rank, x.m.dst_rank, x.seq) <
+                    std::make_tuple(y.m.relay, y.m.src_rank, y.m.dst_rank, y.seq);
            });
   plan->messages.reserve(msgs.size());
   for (int32_t oi : order) {

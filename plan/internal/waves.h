@@ -27,7 +27,22 @@ void ScheduleWaves(const PlannerOptions& options,
                                     std::vector<PendingMessage>* messages,
                                     std::vector<Wave>* waves);
 
-// Writes plan->messages in (wave, src rank, dst rank, seq) order and each
+// Places relay messages (m.relay; src_rank an engine rank) into waves
+// after `placed` (messages with their waves set: the trainer's and earlier
+// relays): relay i at the first wave at or after ready[i] and its pair's
+// previous relay in which both engine ranks' staged bytes (a relay sender
+// packs, a receiver unpacks) and all bytes fit as in ScheduleWaves,
+// appending waves after the last (lane: wave index % num_lanes, stage 0)
+// when none has room. Relays are placed in (ready, seq, src, dst) order;
+// a pair's ready waves must not decrease with seq. Sets every relay's
+// m.wave. Never fails.
+void ScheduleRelayWaves(const PlannerOptions& options, int32_t dst_world,
+                        const std::vector<PendingMessage>& placed,
+                        const std::vector<int32_t>& ready,
+                        std::vector<PendingMessage>* relays,
+                        std::vector<Wave>* waves);
+
+// Writes plan->messages in (wave, relay, src rank, dst rank, seq) order and each
 // wave's first_message and num_messages; m.wave must be set
 // (ScheduleWaves). Linear when `messages` come in pair order
 // (CoalesceMessages), sorted otherwise. Never fails.

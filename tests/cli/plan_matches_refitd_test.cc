@@ -64,13 +64,16 @@ v1::Registration Member(bool trainer, const std::string& convention, int rank,
 
 // Starts refitd, registers 4 trainer and 4 engine ranks on the given hosts
 // (and GPUs, when given) and returns the fingerprint of the plan it hands
-// out.
+// out; `relay`: refitd --relay=on.
 std::string RefitdFingerprint(const std::vector<std::string>& trainer_hosts,
                               const std::vector<std::string>& engine_hosts,
                               const std::vector<std::string>& trainer_gpus = {},
-                              const std::vector<std::string>& engine_gpus = {}) {
+                              const std::vector<std::string>& engine_gpus = {},
+                              bool relay = false) {
   RefitServer::Options o;
-  o.coordinator.plan_function = DefaultPlanFunction();
+  DefaultPlanOptions plan_options;
+  plan_options.planner.relay = relay;
+  o.coordinator.plan_function = DefaultPlanFunction(plan_options);
   o.coordinator.heartbeat_timeout = absl::Seconds(5);
   auto server = RefitServer::Start(std::move(o));
   EXPECT_TRUE(server.ok()) << server.status();
@@ -110,6 +113,7 @@ std::string DryRunFingerprint(PlanCommandOptions opt) {
   if (!out.ok()) return "";
   auto j = nlohmann::json::parse(*out);
   EXPECT_EQ(j["model"], kModel);
+  EXPECT_EQ(j["relay"].get<bool>(), opt.relay);
   EXPECT_GT(j["lower_bound_seconds"].get<double>(), 0);
   return j["fingerprint"].get<std::string>();
 }
@@ -183,6 +187,23 @@ TEST(PlanMatchesRefitdTest, SameHostsAndGpusGiveTheSameFingerprint) {
   PlanCommandOptions swapped_file;
   swapped_file.hosts_file = HostsFile(hosts, hosts, gpus, swapped);
   EXPECT_EQ(DryRunFingerprint(swapped_file), refitd_swapped);
+}
+
+TEST(PlanMatchesRefitdTest, RelaysGiveTheSameFingerprint) {
+  // Trainer on one host, the two engine replicas on two others: with
+  // --relay=on the trainer sends each byte once and one replica forwards
+  // it to the other; refitd and the dry run build that same plan.
+  const std::vector<std::string> trainer = {"t", "t", "t", "t"};
+  const std::vector<std::string> engine = {"e0", "e0", "e1", "e1"};
+  const std::string refitd = RefitdFingerprint(trainer, engine, {}, {}, /*relay=*/true);
+  ASSERT_FALSE(refitd.empty());
+  EXPECT_NE(refitd, RefitdFingerprint(trainer, engine));
+  PlanCommandOptions by_file;
+  by_file.hosts_file = HostsFile(trainer, engine);
+  by_file.relay = true;
+  EXPECT_EQ(DryRunFingerprint(by_file), refitd);
+  by_file.relay = false;
+  EXPECT_NE(DryRunFingerprint(by_file), refitd);
 }
 
 TEST(PlanMatchesRefitdTest, HostsFileErrorsNameTheLineOrRank) {

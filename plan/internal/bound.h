@@ -1,0 +1,38 @@
+// Lower bounds on the predicted refit time (plan/cost.h) that no choice of
+// sources can beat: with trainer ranks as the only sources, and with
+// relays (engine ranks forwarding bytes they hold).
+#ifndef REFIT_PLAN_INTERNAL_BOUND_H_
+#define REFIT_PLAN_INTERNAL_BOUND_H_
+
+#include "layout/layout.h"
+#include "plan/cost.h"
+#include "plan/internal/candidates.h"
+
+namespace refit {
+namespace internal_plan {
+
+// Returns the bound with trainer ranks as the only sources: per dst rank
+// its bytes, per src rank the bytes only it holds, per replica group
+// (distinct rank sets of the pieces) the bytes asked of it plus its ranks'
+// own over its ranks, and all bytes over all src ranks; each byte over the
+// fastest link any of its replicas offers. Never fails.
+double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
+                        const SideLayout& dst, const CostModel& cost);
+
+// Returns the bound with relays: per dst rank its bytes, each over the
+// fastest link a replica or another engine rank of its unit offers; per
+// engine host the time its engine ranks spend receiving together, over
+// their number (on a host, one engine rank of each unit takes its bytes
+// from a trainer rank or across hosts, no faster than the best trainer
+// replica offers it; the others at their best); and the trainer side's
+// terms of SenderLowerBound counting each unit (each
+// distinct byte) once, over the fastest link from a replica to any engine
+// rank of the unit. Never fails.
+double RelayLowerBound(const Candidates& candidates, const Units& units,
+                       const SideLayout& src, const SideLayout& dst,
+                       const CostModel& cost);
+
+}  // namespace internal_plan
+}  // namespace refit
+
+#endif  // REFIT_PLAN_INTERNAL_BOUND_H_

@@ -1,0 +1,36 @@
+// Relay messages: the segments engine ranks forward, coalesced and placed
+// in waves after the waves that delivered their bytes.
+#ifndef REFIT_PLAN_INTERNAL_RELAY_MESSAGES_H_
+#define REFIT_PLAN_INTERNAL_RELAY_MESSAGES_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "plan/internal/candidates.h"
+#include "plan/internal/messages.h"
+#include "plan/internal/relays.h"
+#include "plan/plan.h"
+
+namespace refit {
+namespace internal_plan {
+
+// Appends the relay segments and messages of `sources` (depth 1, then 2,
+// ...) to plan->segments and *messages. *messages holds the trainer's
+// messages with their waves set, whose segments' candidates are
+// *segment_cand (one per plan->segments entry; extended here). A relay
+// pair's segments are ordered by the wave that delivered their bytes to
+// the relaying rank (then as OrderSegments), coalesced as CoalesceMessages
+// (`cap`, `direct_min`), and each message is placed by ScheduleRelayWaves
+// no earlier than one wave after the last wave that delivered any of its
+// bytes to its sender. Returns OrderSegments' error (INVALID_ARGUMENT),
+// else OK.
+absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sources,
+                              int64_t cap, int64_t direct_min,
+                              std::vector<int32_t>* segment_cand,
+                              std::vector<PendingMessage>* messages, Plan* plan);
+
+}  // namespace internal_plan
+}  // namespace refit
+
+#endif  // REFIT_PLAN_INTERNAL_RELAY_MESSAGES_H_

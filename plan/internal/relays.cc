@@ -1,0 +1,260 @@
+// Source choice with relays (see relays.h): same-GPU replicas, then one
+// root per unit from the trainer side, then every other candidate from
+// the trainer side or from an engine rank of its unit that holds it.
+#include "plan/internal/relays.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "plan/cost.h"
+#include "plan/internal/bound.h"
+
+namespace refit {
+namespace internal_plan {
+namespace {
+
+// What one source for one candidate costs; smaller is better.
+struct Option {
+  double t = 0;       // the larger of both ranks' times after, at least the floor
+  double spb = 0;     // seconds per byte of its link
+  int32_t depth = 0;  // hops after the trainer side
+  double t_send = 0;  // the sender's time after
+  double t_recv = 0;  // the receiver's time after
+  bool operator<(const Option& o) const {
+    return std::tie(t, spb, depth, t_send, t_recv) <
+           std::tie(o.t, o.spb, o.depth, o.t_send, o.t_recv);
+  }
+};
+
+// Per-rank loads: trainer egress, engine ingress and engine egress.
+class Loads {
+ public:
+  Loads(const CostModel& cost, int32_t src_world, int32_t dst_world)
+      : cost_(cost), src_out_(src_world), in_(dst_world), out_(dst_world) {}
+
+  // The option of trainer rank r sending b bytes to engine rank d.
+  Option Direct(int32_t r, int32_t d, int64_t b, double floor) const {
+    const LinkClass lc = cost_.ClassOf(r, d);
+    Option o;
+    o.spb = cost_.SecondsPerByte(lc);
+    o.t_send = cost_.SecondsWith(src_out_[r], lc, b);
+    o.t_recv = std::max(cost_.SecondsWith(in_[d], lc, b), cost_.Seconds(out_[d]));
+    o.t = std::max({o.t_send, o.t_recv, floor});
+    return o;
+  }
+  // The option of engine rank e forwarding b bytes to engine rank d.
+  Option Relay(int32_t e, int32_t d, int64_t b, int32_t depth, double floor) const {
+    const LinkClass lc = cost_.EngineClassOf(e, d);
+    Option o;
+    o.spb = cost_.SecondsPerByte(lc);
+    o.depth = depth;
+    o.t_send = std::max(cost_.Seconds(in_[e]), cost_.SecondsWith(out_[e], lc, b));
+    o.t_recv = std::max(cost_.SecondsWith(in_[d], lc, b), cost_.Seconds(out_[d]));
+    o.t = std::max({o.t_send, o.t_recv, floor});
+    return o;
+  }
+  void AddDirect(int32_t r, int32_t d, int64_t b) {
+    const LinkClass lc = cost_.ClassOf(r, d);
+    src_out_[r].Add(lc, b);
+    in_[d].Add(lc, b);
+  }
+  void AddRelay(int32_t e, int32_t d, int64_t b) {
+    const LinkClass lc = cost_.EngineClassOf(e, d);
+    out_[e].Add(lc, b);
+    in_[d].Add(lc, b);
+  }
+  // Returns the slowest rank's time.
+  double Slowest() const {
+    double t = 0;
+    for (const LinkBytes& l : src_out_) t = std::max(t, cost_.Seconds(l));
+    for (const LinkBytes& l : in_) t = std::max(t, cost_.Seconds(l));
+    for (const LinkBytes& l : out_) t = std::max(t, cost_.Seconds(l));
+    return t;
+  }
+  // Adds the bytes sent per link class (trainer and engine senders) to
+  // *stats.
+  void CountLinks(PlanStats* stats) const {
+    for (const auto* side : {&src_out_, &out_}) {
+      for (const LinkBytes& l : *side) {
+        stats->same_gpu_bytes += l.bytes[static_cast<int>(LinkClass::kSameGpu)];
+        stats->intra_host_bytes += l.bytes[static_cast<int>(LinkClass::kSameHost)];
+        stats->inter_host_bytes += l.bytes[static_cast<int>(LinkClass::kInterHost)];
+      }
+    }
+  }
+  double SrcTime(int32_t r) const { return cost_.Seconds(src_out_[r]); }
+  double InTime(int32_t d) const { return cost_.Seconds(in_[d]); }
+
+ private:
+  const CostModel& cost_;
+  std::vector<LinkBytes> src_out_, in_, out_;
+};
+
+}  // namespace
+
+Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
+                           const SideLayout& dst, const PlannerOptions& options,
+                           PlanStats* stats) {
+  const CostModel cost(src, dst, options);
+  const std::vector<Candidate>& cands = candidates.cands;
+  const Units units = GroupUnits(candidates);
+  const std::vector<int32_t>& mem = units.members;
+  // Per unit its bytes and replicas, and per member position (units.members
+  // order: a unit's members side by side) its dst rank and source: the
+  // loops below read these, not the candidates, in unit order.
+  struct UnitInfo {
+    int64_t bytes;
+    int32_t dst_record;  // of its first member
+    const std::vector<int32_t>* ranks;
+  };
+  std::vector<UnitInfo> info(units.size());
+  std::vector<int32_t> rank_at(mem.size());
+  for (int32_t u = 0; u < units.size(); ++u) {
+    const Candidate& c = cands[mem[units.first[u]]];
+    info[u] = {c.bytes, c.dst_record, &candidates.PieceOf(c).ranks};
+    for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) rank_at[q] = cands[mem[q]].dst_rank;
+  }
+  std::vector<int32_t> choice_at(mem.size(), -1), feeder_at(mem.size(), -1);
+  std::vector<int8_t> depth_at(mem.size(), 0);
+  std::vector<char> fed(mem.size(), 0);
+  std::vector<char> unit_fed(units.size(), 0);
+  int32_t max_depth = 0;
+  Loads loads(cost, src.world_size, dst.world_size);
+  // Whether some trainer rank and some engine rank share a host (then a
+  // pair's link class depends on both ranks, and one GPU may hold both).
+  bool shared_hosts = false;
+  if (cost.placement_known()) {
+    std::vector<int32_t> th(src.host_of_rank.begin(), src.host_of_rank.end());
+    std::sort(th.begin(), th.end());
+    for (int32_t h : dst.host_of_rank) {
+      shared_hosts = shared_hosts || std::binary_search(th.begin(), th.end(), h);
+    }
+  }
+  // 1. Replicas on the dst rank's own GPU.
+  for (int32_t u = 0; u < units.size() && shared_hosts; ++u) {
+    const std::vector<int32_t>& ranks = *info[u].ranks;
+    for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) {
+      int32_t best = -1;
+      for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
+        if (cost.ClassOf(ranks[k], rank_at[q]) != LinkClass::kSameGpu) continue;
+        if (best < 0 || loads.SrcTime(ranks[k]) < loads.SrcTime(ranks[best])) best = k;
+      }
+      if (best < 0) continue;
+      choice_at[q] = best;
+      fed[q] = 1;
+      unit_fed[u] = 1;
+      loads.AddDirect(ranks[best], rank_at[q], info[u].bytes);
+    }
+  }
+  stats->sender_lower_bound_seconds = SenderLowerBound(candidates, src, dst, cost);
+  const double bound = RelayLowerBound(candidates, units, src, dst, cost);
+  double floor = std::max(bound, loads.Slowest());
+  // Units by bytes descending, then first dst record.
+  std::vector<std::tuple<int64_t, int32_t, int32_t>> order;
+  order.reserve(units.size());
+  for (int32_t u = 0; u < units.size(); ++u) order.emplace_back(-info[u].bytes, info[u].dst_record, u);
+  std::sort(order.begin(), order.end());
+  // 2. One root per unit from the trainer side.
+  for (const auto& [neg_bytes, unused, u] : order) {
+    if (unit_fed[u]) continue;
+    const int32_t b = units.first[u], e = units.first[u + 1];
+    const std::vector<int32_t>& ranks = *info[u].ranks;
+    // Without hosts shared by the two sides every pair is one class: the
+    // best pair is the least loaded replica with the least loaded member
+    // (the same rule, in N + R steps instead of N * R).
+    int32_t q_first = b, q_last = e;
+    if (!shared_hosts) {
+      for (int32_t q = b; q != e; ++q) {
+        if (loads.InTime(rank_at[q]) < loads.InTime(rank_at[q_first])) q_first = q;
+      }
+      q_last = q_first + 1;
+    }
+    Option best;
+    int32_t best_q = -1, best_k = -1;
+    for (int32_t q = q_first; q != q_last; ++q) {
+      for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
+        const Option o = loads.Direct(ranks[k], rank_at[q], -neg_bytes, floor);
+        if (best_q < 0 || o < best) {
+          best = o;
+          best_q = q;
+          best_k = k;
+        }
+      }
+    }
+    choice_at[best_q] = best_k;
+    fed[best_q] = 1;
+    loads.AddDirect(ranks[best_k], rank_at[best_q], -neg_bytes);
+    floor = std::max({floor, best.t_send, best.t_recv});
+  }
+  // 3. The others, from the trainer side or from a holder of their unit:
+  // host by host (in order of their first candidate), on each host the
+  // candidate whose rank has received least first (it takes the bytes
+  // into the host; the others then find a holder on their host).
+  std::vector<std::tuple<int32_t, double, int32_t>> todo;  // (host slot, in time, position)
+  std::vector<int32_t> hosts;
+  for (const auto& [neg_bytes, unused, u] : order) {
+    const int64_t bytes = -neg_bytes;
+    const int32_t b = units.first[u], e = units.first[u + 1];
+    const std::vector<int32_t>& ranks = *info[u].ranks;
+    todo.clear();
+    hosts.clear();
+    for (int32_t q = b; q != e; ++q) {
+      if (fed[q]) continue;
+      const int32_t h = cost.EngineHost(rank_at[q]);
+      const int32_t slot = static_cast<int32_t>(
+          std::find(hosts.begin(), hosts.end(), h) - hosts.begin());
+      if (slot == static_cast<int32_t>(hosts.size())) hosts.push_back(h);
+      todo.emplace_back(slot, loads.InTime(rank_at[q]), q);
+    }
+    std::sort(todo.begin(), todo.end());
+    for (const auto& [slot, in_time, q] : todo) {
+      const int32_t d = rank_at[q];
+      Option best;
+      int32_t best_k = -1, best_h = -1;
+      for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
+        const Option o = loads.Direct(ranks[k], d, bytes, floor);
+        if (best_k < 0 || o < best) {
+          best = o;
+          best_k = k;
+        }
+      }
+      for (int32_t h = b; h != e; ++h) {
+        if (!fed[h] || rank_at[h] == d || depth_at[h] >= kMaxRelayDepth) continue;
+        const Option o = loads.Relay(rank_at[h], d, bytes, depth_at[h] + 1, floor);
+        if (o < best) {
+          best = o;
+          best_h = h;
+        }
+      }
+      fed[q] = 1;
+      floor = std::max({floor, best.t_send, best.t_recv});
+      if (best_h < 0) {
+        choice_at[q] = best_k;
+        loads.AddDirect(ranks[best_k], d, bytes);
+        continue;
+      }
+      feeder_at[q] = best_h;
+      depth_at[q] = static_cast<int8_t>(depth_at[best_h] + 1);
+      max_depth = std::max<int32_t>(max_depth, depth_at[q]);
+      loads.AddRelay(rank_at[best_h], d, bytes);
+    }
+  }
+  Sources s;
+  s.choice.assign(cands.size(), -1);
+  s.feeder.assign(cands.size(), -1);
+  s.depth.assign(cands.size(), 0);
+  s.max_depth = max_depth;
+  for (size_t q = 0; q < mem.size(); ++q) {
+    s.choice[mem[q]] = choice_at[q];
+    s.feeder[mem[q]] = feeder_at[q] >= 0 ? mem[feeder_at[q]] : -1;
+    s.depth[mem[q]] = depth_at[q];
+  }
+  stats->predicted_seconds = loads.Slowest();
+  stats->lower_bound_seconds = bound;
+  stats->relay_depth = max_depth;
+  loads.CountLinks(stats);
+  return s;
+}
+
+}  // namespace internal_plan
+}  // namespace refit
