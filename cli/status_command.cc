@@ -186,6 +186,7 @@ absl::StatusOr<std::unique_ptr<RefitClient>> ConnectForStatus(
   co.target = opt.server;
   co.connect_timeout = std::min(opt.timeout, absl::Seconds(10));
   co.rpc_timeout = co.connect_timeout;
+  REFIT_RETURN_IF_ERROR(ApplyClientTls(opt.tls, &co));
   if (!opt.token_file.empty()) {
     REFIT_ASSIGN_OR_RETURN(
         std::string token,
