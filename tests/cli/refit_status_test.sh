@@ -10,17 +10,22 @@ REFITD=$(find_bin server/refitd)
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 echo "s3cret-token" > "$tmp/token"
 echo "wrong-token" > "$tmp/bad"
-"$REFITD" --address=127.0.0.1:0 --token_file="$tmp/token" > "$tmp/refitd.out" 2>&1 &
-pid=$!
+# Starts refitd with the given flags, its output in $1; sets pid and port.
+start_refitd() {
+  local out=$1; shift
+  "$REFITD" --address=127.0.0.1:0 "$@" > "$out" 2>&1 &
+  pid=$!
+  port=""
+  for _ in $(seq 100); do  # up to 10 s
+    port=$(sed -n 's/^refitd listening on port \([0-9]*\)$/\1/p' "$out")
+    [ -n "$port" ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$port" ] || { echo "FAIL refitd did not report its port:"; cat "$out"; exit 1; }
+}
+start_refitd "$tmp/refitd.out" --token_file="$tmp/token"
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
-port=""
-for _ in $(seq 100); do  # up to 10 s
-  port=$(sed -n 's/^refitd listening on port \([0-9]*\)$/\1/p' "$tmp/refitd.out")
-  [ -n "$port" ] && break
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.1
-done
-[ -n "$port" ] || { echo "FAIL refitd did not report its port:"; cat "$tmp/refitd.out"; exit 1; }
 fail=0
 CHECK_TIMEOUT_S=30
 check status-help 0 '^  --token_file' -- "$REFIT" status --help
@@ -52,16 +57,10 @@ if command -v openssl > /dev/null; then
       >> "$pki/log" 2>&1
   openssl x509 -req -days 1 -in "$pki/server.csr" -CA "$pki/ca.pem" -CAkey "$pki/ca.key" \
       -CAcreateserial -extfile "$pki/ext" -out "$pki/server.pem" >> "$pki/log" 2>&1
-  "$REFITD" --address=127.0.0.1:0 --token_file="$tmp/token" --tls_cert="$pki/server.pem" \
-      --tls_key="$pki/server.key" > "$tmp/refitd_tls.out" 2>&1 &
-  tls_pid=$!
-  tls_port=""
-  for _ in $(seq 100); do  # up to 10 s
-    tls_port=$(sed -n 's/^refitd listening on port \([0-9]*\)$/\1/p' "$tmp/refitd_tls.out")
-    [ -n "$tls_port" ] && break
-    kill -0 $tls_pid 2>/dev/null || break
-    sleep 0.1
-  done
+  plain_pid=$pid plain_port=$port
+  start_refitd "$tmp/refitd_tls.out" --token_file="$tmp/token" --tls_cert="$pki/server.pem" \
+      --tls_key="$pki/server.key"
+  tls_pid=$pid tls_port=$port pid=$plain_pid port=$plain_port
   check health-tls 0 "^refitd 127.0.0.1:$tls_port: SERVING$" -- \
     "$REFIT" health --server "127.0.0.1:$tls_port" --tls_ca_file "$pki/ca.pem"
   check status-tls 0 '^members: 0$' -- "$REFIT" status --server "127.0.0.1:$tls_port" \
