@@ -31,7 +31,10 @@ const char* ServingStatusName(int v) {
 absl::StatusOr<std::string> RunHealthCommand(const HealthCommandOptions& opt) {
   if (opt.server.empty()) return absl::InvalidArgumentError("--server: empty");
   const std::string where = absl::StrCat("refitd ", opt.server);
-  auto channel = grpc::CreateChannel(opt.server, grpc::InsecureChannelCredentials());
+  RefitClient::Options co;
+  co.target = opt.server;
+  REFIT_RETURN_IF_ERROR(ApplyClientTls(opt.tls, &co));
+  auto channel = RefitClient::NewChannel(co);
   grpc::GenericStub generic(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + opt.timeout));

@@ -8,11 +8,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cli/client_tls.h"
 
 namespace refit {
 
 struct HealthCommandOptions {
   std::string server;                          // "host:port" of refitd
+  ClientTlsFiles tls;  // TLS to refitd (client_tls.h); no CA file: plaintext
   absl::Duration timeout = absl::Seconds(5);  // connect + answer
 };
 
@@ -21,7 +23,8 @@ struct HealthCommandOptions {
 // Fails with UNAVAILABLE naming the server and what refitd said when it
 // answers anything else (NOT_SERVING while it drains on SIGTERM), and with
 // gRPC's error naming the server when it cannot be reached within the
-// timeout (UNAVAILABLE "connection refused", DEADLINE_EXCEEDED, ...).
+// timeout (UNAVAILABLE "connection refused", DEADLINE_EXCEEDED, ...), and
+// as ApplyClientTls on bad TLS flags.
 absl::StatusOr<std::string> RunHealthCommand(const HealthCommandOptions& opt);
 
 }  // namespace refit

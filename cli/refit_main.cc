@@ -88,6 +88,12 @@ ABSL_FLAG(std::string, server, refit::kDefaultRefitdAddress,
           "refitd's address HOST:PORT (default: refitd's own default address)");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the bearer token refitd requires (refitd --token_file)");
+ABSL_FLAG(std::string, tls_ca_file, "",
+          "CA certificate (PEM) that signed refitd's certificate: speak TLS to refitd");
+ABSL_FLAG(std::string, tls_cert_file, "", "client certificate (PEM), for mutual TLS");
+ABSL_FLAG(std::string, tls_key_file, "", "its private key (PEM)");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "name to check in refitd's certificate (default: the --server host)");
 ABSL_FLAG(int32_t, rounds, 10, "newest rounds shown");
 ABSL_FLAG(bool, watch, false,
           "show the round in flight (which members reported, which are still\n"
@@ -172,7 +178,9 @@ bytes / seconds (GB = 1e9 bytes). --server defaults to refitd's own default
 address, 127.0.0.1:50051. With --watch it follows the round in flight
 instead, until it ends (each member reported with its bytes, seconds and
 peak staging, or still moving); with --follow it keeps watching round
-after round until --timeout_s.
+after round until --timeout_s. To a refitd with TLS (--tls_cert), give the CA
+that signed its certificate with --tls_ca_file (and --tls_cert_file,
+--tls_key_file when it requires client certificates).
 
 exit codes: 0 ok, 1 failure (unreachable server, wrong token), 2 usage error.
 
@@ -185,11 +193,12 @@ example:
 constexpr char kHealthHelp[] =
     R"HELP(refit health: whether refitd serves.
 
-usage: refit health [--server HOST:PORT] [--timeout_s S]
+usage: refit health [--server HOST:PORT] [--timeout_s S] [--tls_ca_file FILE]
 
 Asks refitd's grpc.health.v1 service (no token needed) and prints
 "refitd HOST:PORT: SERVING". --server defaults to refitd's own default
-address, 127.0.0.1:50051; --timeout_s (5) bounds the call.
+address, 127.0.0.1:50051; --timeout_s (5) bounds the call. TLS flags as
+for `refit status`.
 
 exit codes: 0 serving; 1 not serving (NOT_SERVING while refitd drains on
 SIGTERM) or not reachable, with the reason; 2 usage error.
@@ -276,6 +285,12 @@ std::string DtypeError(const std::string& dtype) {
   refit::ModelConfig probe;
   absl::Status s = refit::SetWeightDType(&probe, dtype);
   return s.ok() ? "" : absl::StrCat("--dtype: ", s.message());
+}
+
+// Returns the --tls_* flags.
+refit::ClientTlsFiles TlsFlags() {
+  return {absl::GetFlag(FLAGS_tls_ca_file), absl::GetFlag(FLAGS_tls_cert_file),
+          absl::GetFlag(FLAGS_tls_key_file), absl::GetFlag(FLAGS_tls_server_name)};
 }
 
 // Returns the --timeout_s flag, or `def` when it is 0; nullopt when negative.
@@ -408,7 +423,8 @@ int RunStatus(const std::vector<std::string>& args) {
   if (int rc = ParseSubcommand(
           "status", args,
           {"server", "token_file", "timeout_s", "rounds", "json", "watch",
-           "interval_ms", "follow"},
+           "interval_ms", "follow", "tls_ca_file", "tls_cert_file", "tls_key_file",
+           "tls_server_name"},
           kStatusHelp);
       rc >= 0) {
     return rc;
@@ -418,6 +434,7 @@ int RunStatus(const std::vector<std::string>& args) {
   if (opt.server.empty()) return Usage("--server needs HOST:PORT", kStatusHelp);
   opt.token_file = absl::GetFlag(FLAGS_token_file);
   opt.follow = absl::GetFlag(FLAGS_follow);
+  opt.tls = TlsFlags();
   const bool watch = absl::GetFlag(FLAGS_watch) || opt.follow;
   std::optional<absl::Duration> timeout =
       Timeout(watch ? absl::Seconds(600) : opt.timeout);
@@ -451,12 +468,16 @@ int RunStatus(const std::vector<std::string>& args) {
 }
 
 int RunHealth(const std::vector<std::string>& args) {
-  if (int rc = ParseSubcommand("health", args, {"server", "timeout_s"}, kHealthHelp);
+  if (int rc = ParseSubcommand("health", args,
+                               {"server", "timeout_s", "tls_ca_file", "tls_cert_file",
+                                "tls_key_file", "tls_server_name"},
+                               kHealthHelp);
       rc >= 0) {
     return rc;
   }
   refit::HealthCommandOptions opt;
   opt.server = absl::GetFlag(FLAGS_server);
+  opt.tls = TlsFlags();
   if (opt.server.empty()) return Usage("--server needs HOST:PORT", kHealthHelp);
   std::optional<absl::Duration> timeout = Timeout(opt.timeout);
   if (!timeout) return Usage("--timeout_s needs a positive number", kHealthHelp);

@@ -194,6 +194,7 @@ absl::StatusOr<std::unique_ptr<RefitClient>> ConnectForStatus(
   // A stopped refitd is named within the client's connect timeout (2 s).
   co.connect_timeout = std::min(opt.timeout, co.connect_timeout);
   co.rpc_timeout = std::min(opt.timeout, absl::Seconds(10));
+  REFIT_RETURN_IF_ERROR(ApplyClientTls(opt.tls, &co));
   if (!opt.token_file.empty()) {
     REFIT_ASSIGN_OR_RETURN(
         std::string token,

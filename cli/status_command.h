@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cli/client_tls.h"
 #include "proto/refit_service.pb.h"
 
 namespace refit {
@@ -16,6 +17,7 @@ namespace refit {
 struct StatusCommandOptions {
   std::string server;      // "host:port" of refitd
   std::string token_file;  // bearer token file, empty = none
+  ClientTlsFiles tls;      // TLS to refitd (client_tls.h); no CA file: plaintext
   absl::Duration timeout = absl::Seconds(10);  // connect + call
   int rounds = 10;         // last rounds shown
   bool json = false;

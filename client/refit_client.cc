@@ -98,12 +98,7 @@ absl::Status RefitClient::CheckOptions(const Options& options, std::string* toke
   return CheckTarget(options.target);
 }
 
-absl::StatusOr<std::unique_ptr<RefitClient>> RefitClient::Connect(Options options) {
-  std::string token;
-  REFIT_RETURN_IF_ERROR(CheckOptions(options, &token));
-  options.bearer_token = std::move(token);
-  std::unique_ptr<RefitClient> c(new RefitClient(std::move(options)));
-  const Options& o = c->options_;
+std::shared_ptr<grpc::Channel> RefitClient::NewChannel(const Options& o) {
   std::shared_ptr<grpc::ChannelCredentials> creds;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(INT32_MAX);
@@ -133,7 +128,16 @@ absl::StatusOr<std::unique_ptr<RefitClient>> RefitClient::Connect(Options option
   } else {
     creds = grpc::InsecureChannelCredentials();
   }
-  c->channel_ = grpc::CreateCustomChannel(o.target, creds, args);
+  return grpc::CreateCustomChannel(o.target, creds, args);
+}
+
+absl::StatusOr<std::unique_ptr<RefitClient>> RefitClient::Connect(Options options) {
+  std::string token;
+  REFIT_RETURN_IF_ERROR(CheckOptions(options, &token));
+  options.bearer_token = std::move(token);
+  std::unique_ptr<RefitClient> c(new RefitClient(std::move(options)));
+  const Options& o = c->options_;
+  c->channel_ = NewChannel(o);
   c->stub_ = v1::RefitService::NewStub(c->channel_);
   if (!c->channel_->WaitForConnected(
           absl::ToChronoTime(absl::Now() + o.connect_timeout))) {

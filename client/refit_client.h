@@ -66,6 +66,12 @@ class RefitClient {
   // the channel is not ready within connect_timeout.
   static absl::StatusOr<std::unique_ptr<RefitClient>> Connect(Options options);
 
+  // Returns a channel to options.target made as Connect makes its own (TLS
+  // from use_tls and the PEM fields, message limits, reconnect backoff,
+  // keepalive pings), not connected yet: for callers of another service on
+  // refitd (`refit health`: grpc.health.v1).
+  static std::shared_ptr<grpc::Channel> NewChannel(const Options& options);
+
   // The checks Connect makes on `options`, and the token it sends
   // (`*token`: the bearer token without surrounding whitespace).
   // INVALID_ARGUMENT as Connect.

@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Options options
 
 Coordinator::Coordinator(Options options)
     : options_(std::move(options)),
-      membership_(options_.min_engines),
+      membership_(options_.min_engines, options_.max_registration_bytes),
       rounds_(options_.rounds_kept),
       delta_rounds_(options_.delta, options_.verify_every),
       kv_(options_.kv_quota),
@@ -138,6 +138,8 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registratio
                          membership_.Admit(reg, absl::Now()));
   credentials_.Bind(resp.member_id(), secret);
   resp.set_member_secret(secret);
+  // A new process (or new metadata) holds no version's bytes yet.
+  if (admitted != Membership::Admitted::kSame) delta_rounds_.Forget(resp.member_id());
   if (refusals_.Clear(resp.member_id())) {
     ServerLog().info("member {} registered: its refusal is withdrawn", resp.member_id());
   }
@@ -181,7 +183,7 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Refuse(const v1::Registration&
   }
   REFIT_RETURN_IF_ERROR(
       credentials_.CheckRegister(resp.member_id(), who, secret, job_key, false, "").status());
-  REFIT_RETURN_IF_ERROR(refusals_.Add(resp.member_id(), who, reason, absl::Now()));
+  REFIT_RETURN_IF_ERROR(refusals_.Add(resp.member_id(), ident.job(), who, reason, absl::Now()));
   ServerLog().warn("member refused to join member={} host={}: {}", resp.member_id(),
                    ident.host_id(), BoundedText(reason, 512));
   WakeWaiters();
@@ -193,6 +195,7 @@ void Coordinator::TakeOver(const std::string& id, const v1::MemberIdentity& iden
       "member ", DescribeMember(ident),
       " was taken over by a newer registration with the job key (its restarted process)");
   if (rounds_.IsParticipant(id)) EndRound(false, why, AbortReason::kReregistered);
+  delta_rounds_.Forget(id);  // the new process holds none of the old one's bytes
   ServerLog().warn("member taken over member={} host={}", id, ident.host_id());
   // The old process learns at once that it is out.
   auto s = streams_.find(id);
@@ -240,6 +243,7 @@ void Coordinator::RemoveMember(const std::string& id, const std::string& why,
   departure_untold_ = true;
   departed_wait_mark_ = waits_.last_id();
   membership_.Remove(id);
+  delta_rounds_.Forget(id);
   kv_.DropOwner(id);
   credentials_.Unbind(id);
   // The member's round stream ends with the reason, so a member that is
@@ -363,13 +367,16 @@ Coordinator::WaitId Coordinator::KvGet(const v1::KvGetRequest& req, absl::Time d
   w.kv_done = std::move(done);
   w.deadline = deadline;
   w.caller = caller;
+  w.member_id = req.member_id();
+  w.planned = member_plans_.count(req.member_id()) > 0;
   if (TrySatisfy(w)) return 0;
   if (!req.wait() || stopping_) {
     w.kv_done(absl::NotFoundError(absl::StrCat("key ", req.key(), " is not set")));
     return 0;
   }
-  if (absl::Status room = waits_.KvRoom(w, options_.max_kv_waits,
-                                        options_.max_kv_waits_per_caller);
+  if (absl::Status room = waits_.KvRoom(
+          w, {options_.max_kv_waits, options_.max_kv_waits_per_caller,
+              options_.max_kv_waits_per_member});
       !room.ok()) {
     w.kv_done(room);
     return 0;
@@ -404,14 +411,18 @@ bool Coordinator::TrySatisfy(Waiter& w) {
     w.kv_done(*value);
     return true;
   }
-  if (membership_.Find(w.member_id) == nullptr) {
+  const Member* m = membership_.Find(w.member_id);
+  if (m == nullptr) {
     w.plan_done(absl::NotFoundError(absl::StrCat(
         "member ", w.member_id, " is not registered (left or expired)")));
     return true;
   }
   if (!refusals_.empty()) {
-    w.plan_done(refusals_.AsPlanError());
-    return true;
+    // Only a refusal of the member's own job fails its wait.
+    if (absl::Status refused = refusals_.AsPlanError(m->reg.identity().job()); !refused.ok()) {
+      w.plan_done(refused);
+      return true;
+    }
   }
   if (plan_dirty_ || plan_epoch_ < w.min_epoch || plan_epoch_ != membership_.epoch()) {
     return false;

@@ -111,12 +111,14 @@ class Coordinator {
                                                 const std::string& job_key = "");
 
   // Records that the member `reg` names cannot join, and why (see
-  // RegisterRequest.refusal and refusals.h): every plan wait, parked or
-  // later, then ends with FAILED_PRECONDITION naming it and `reason` until
-  // that member registers or options.heartbeat_timeout passes. Fails as
+  // RegisterRequest.refusal and refusals.h): every plan wait of a member of
+  // its job, parked or later, then ends with FAILED_PRECONDITION naming it
+  // and `reason` (control bytes escaped) until that member registers or
+  // options.heartbeat_timeout passes. Fails as
   // Register does on a malformed registration, a wrong job key or a
   // retired secret; FAILED_PRECONDITION when the member is registered now;
-  // RESOURCE_EXHAUSTED past max_members refusals. Returns the member id.
+  // RESOURCE_EXHAUSTED past max_members refusals, or Refusals::kMaxPerJob
+  // of its job. Returns the member id.
   absl::StatusOr<v1::RegisterResponse> Refuse(const v1::Registration& reg,
                                               const std::string& reason,
                                               const std::string& secret = "",
@@ -143,8 +145,10 @@ class Coordinator {
   // member's): at once when set; NOT_FOUND when not set
   // and `req.wait()` is false (or stopping); else when it is set, or
   // DEADLINE_EXCEEDED at `deadline`, CANCELLED by CancelWait;
-  // RESOURCE_EXHAUSTED at once when options.max_kv_waits waits are parked,
-  // or options.max_kv_waits_per_caller of `caller` (the caller's address).
+  // RESOURCE_EXHAUSTED at once when options.max_kv_waits_per_member of
+  // the member are parked, or, for a member outside the current plan,
+  // options.max_kv_waits of such members or max_kv_waits_per_caller of
+  // `caller` (the caller's address) are.
   // Returns the id of the wait, or 0 when `done` was already called.
   WaitId KvGet(const v1::KvGetRequest& req, absl::Time deadline, KvDone done,
                const std::string& caller = "");

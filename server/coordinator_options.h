@@ -18,11 +18,17 @@ struct CoordinatorOptions {
   int min_engines = 1;         // complete engines needed for a plan
   int max_buffers_per_member = 1 << 20;
   int64_t max_metadata_bytes = 64 << 20;  // per registration
+  // Every member's registration together (serialized bytes); a
+  // registration beyond: RESOURCE_EXHAUSTED.
+  int64_t max_registration_bytes = int64_t{1} << 30;
   int max_members = 16384;  // a new member beyond: RESOURCE_EXHAUSTED
-  // Parked KvGet(wait) calls: in all, and of one caller (its address);
-  // beyond them a KvGet(wait) is answered RESOURCE_EXHAUSTED at once.
+  // Parked KvGet(wait) calls of members outside the current plan: in all,
+  // and of one caller (its address); of any one member; beyond them a
+  // KvGet(wait) is answered RESOURCE_EXHAUSTED at once. A plan member's
+  // waits count only against its own bound, so no one else exhausts them.
   int max_kv_waits = 16384;
   int max_kv_waits_per_caller = 1024;
+  int max_kv_waits_per_member = 256;
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   absl::Duration round_timeout = absl::Minutes(30);
   // A new plan is built once the membership was unchanged for plan_settle,

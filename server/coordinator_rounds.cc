@@ -1,9 +1,12 @@
 // Coordinator (see coordinator.h): rounds, their outcomes and status. The
 // rest of the class is in coordinator.cc.
+#include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -16,6 +19,21 @@
 namespace refit {
 
 // --- rounds -----------------------------------------------------------------
+
+namespace {
+
+// Room per message for the delta data plane's message header (32 bytes,
+// exec/delta/delta_codec.h), with margin.
+constexpr int64_t kDeltaHeaderRoom = 64;
+
+// Returns the most bytes a member whose slice is `bounds` may report: its
+// slice's bytes plus the delta headers (no bound when unknown).
+int64_t MaxReportBytes(const SliceBounds* bounds) {
+  if (bounds == nullptr) return std::numeric_limits<int64_t>::max();
+  return bounds->bytes + kDeltaHeaderRoom * bounds->messages;
+}
+
+}  // namespace
 
 absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
     const v1::StartRoundRequest& req) {
@@ -89,13 +107,16 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::TryStartRound(
   e.set_version(v);
   e.set_attempt(attempt);
   e.set_epoch(plan_epoch_);
+  // Keyed by the plan's engine rank: one per (engine, rank).
   std::map<int32_t, std::string> engine_members;
   std::set<std::string> staged;
+  for (const auto& [id, plan] : member_plans_) {
+    if (!plan.trainer) engine_members[plan.engine_rank] = id;
+  }
   for (const std::string& id : rounds_.active()->participants) {
     const Member* pm = membership_.Find(id);
-    if (pm != nullptr && pm->reg.identity().side() == v1::SIDE_ENGINE) {
-      engine_members[pm->reg.identity().rank()] = id;
-      if (pm->reg.staged()) staged.insert(id);
+    if (pm != nullptr && pm->reg.identity().side() == v1::SIDE_ENGINE && pm->reg.staged()) {
+      staged.insert(id);
     }
   }
   rounds_.MarkStaged(std::move(staged));
@@ -131,9 +152,14 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
              AbortReason::kMemberFailed);
     return absl::OkStatus();
   }
+  // A member's success counts once: a retry is answered, not added again.
+  if (rounds_.HasReported(req.member_id())) return absl::OkStatus();
   const Member* m = membership_.Find(req.member_id());
   const std::string transport =
       m == nullptr ? "" : ServerMetrics::TransportLabel(m->reg.identity().transport());
+  const bool engine = m != nullptr && m->reg.identity().side() == v1::SIDE_ENGINE;
+  auto plan = member_plans_.find(req.member_id());
+  const SliceBounds* bounds = plan == member_plans_.end() ? nullptr : plan->second.bounds;
   v1::MemberReport report;
   report.set_member_id(req.member_id());
   report.set_bytes(req.bytes());
@@ -142,15 +168,17 @@ absl::Status Coordinator::Report(const v1::ReportRequest& req) {
   report.set_digest_seconds(req.digest_seconds());
   // Figures that would corrupt the round's sum, status and metrics are
   // refused; the round goes on (the member may report again).
-  REFIT_RETURN_IF_ERROR(rounds_.CheckReport(report));
+  REFIT_RETURN_IF_ERROR(rounds_.CheckReport(report, MaxReportBytes(bounds)));
+  REFIT_RETURN_IF_ERROR(delta_rounds_.CheckParts(
+      engine, plan == member_plans_.end() ? -1 : plan->second.engine_rank, bounds, req,
+      Describe(req.member_id())));
   ServerLog().info(
       "member reported round={} member={} bytes={} seconds={:.6f} "
       "peak_staging_bytes={} transport={}",
       v, req.member_id(), req.bytes(), req.seconds(), req.peak_staging_bytes(),
       transport.empty() ? "none" : transport);
   metrics_.MemberReported(transport, req.bytes(), req.seconds());
-  const bool engine = m != nullptr && m->reg.identity().side() == v1::SIDE_ENGINE;
-  delta_rounds_.AddReport(engine, req, Describe(req.member_id()));
+  delta_rounds_.AddReport(req.member_id(), engine, bounds, req, Describe(req.member_id()));
   if (rounds_.RecordDone(report, engine)) {
     // A verified round commits only when the digests agree.
     const absl::Status verified = delta_rounds_.Check();
@@ -202,14 +230,14 @@ void Coordinator::EndRound(bool committed, const std::string& reason,
   const size_t members = active->participants.size();
   const double pause = active->pause_seconds;
   const std::string pause_member = active->pause_member;
-  std::set<std::string> engine_ids;
+  std::map<std::string, std::vector<std::string>> engines;
   for (const std::string& id : active->participants) {
     const Member* pm = membership_.Find(id);
     if (pm != nullptr && pm->reg.identity().side() == v1::SIDE_ENGINE) {
-      engine_ids.insert(pm->reg.identity().engine_id());
+      engines[pm->reg.identity().engine_id()].push_back(id);
     }
   }
-  delta_rounds_.End(committed, version, active->participants, engine_ids);
+  delta_rounds_.End(committed, version, active->participants, engines);
   std::optional<v1::RoundEvent> e =
       rounds_.End(committed, reason, now, plan_epoch_, [this](const std::string& id) {
         const Member* m = membership_.Find(id);

@@ -21,6 +21,7 @@
 #include "plan/cost.h"
 #include "plan/plan_codec.h"
 #include "plan/planner.h"
+#include "server/slice_bounds.h"
 
 namespace refit {
 namespace {
@@ -222,6 +223,8 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
       SerializedSlices(plan, Side::kTrainer, trainer_ranks, options.slice_threads);
   out.engine_slices =
       SerializedSlices(plan, Side::kEngine, dst_rank_of_member, options.slice_threads);
+  out.trainer_bounds = SliceBoundsOf(plan, Side::kTrainer, trainer_ranks);
+  out.engine_bounds = SliceBoundsOf(plan, Side::kEngine, dst_rank_of_member);
   std::vector<int32_t> member_of_dst_rank(plan.dst.world_size, -1);
   for (size_t k = 0; k < dst_rank_of_member.size(); ++k) {
     member_of_dst_rank[dst_rank_of_member[k]] = static_cast<int32_t>(k);

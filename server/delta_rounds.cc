@@ -14,6 +14,7 @@ void DeltaRounds::Announce(const std::map<int32_t, std::string>& engine_members,
   trainer_sums_.clear();
   engine_sums_.clear();
   names_.clear();
+  covered_.clear();
   scheme_from_.clear();
   scheme_error_.clear();
   e->set_verify(verify_);
@@ -27,8 +28,45 @@ void DeltaRounds::Announce(const std::map<int32_t, std::string>& engine_members,
   }
 }
 
-void DeltaRounds::AddReport(bool engine, const v1::ReportRequest& req,
-                            absl::string_view who) {
+absl::Status DeltaRounds::CheckParts(bool engine, int32_t engine_rank,
+                                     const SliceBounds* bounds,
+                                     const v1::ReportRequest& req,
+                                     absl::string_view who) const {
+  if (!verify_ || req.digests_size() == 0) return absl::OkStatus();
+  who = who.substr(0, 256);
+  if (bounds != nullptr &&
+      static_cast<size_t>(req.digests_size()) > bounds->digest_keys.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "digests: ", who, " sent ", req.digests_size(), " digest parts; its plan slice writes ",
+        bounds->digest_keys.size(), " (engine rank, tensor) places"));
+  }
+  std::vector<std::pair<int32_t, int32_t>> seen;
+  seen.reserve(req.digests_size());
+  for (const v1::DigestPart& p : req.digests()) {
+    const std::pair<int32_t, int32_t> k{p.engine_rank(), p.tensor()};
+    const bool own_rank = !engine || k.first == engine_rank;
+    const bool in_slice =
+        bounds == nullptr ||
+        std::binary_search(bounds->digest_keys.begin(), bounds->digest_keys.end(), k);
+    if (!own_rank || !in_slice) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "digests: ", who, " sent a digest part for engine rank ", k.first, " tensor #",
+          k.second, ", which its plan slice does not write"));
+    }
+    seen.push_back(k);
+  }
+  std::sort(seen.begin(), seen.end());
+  auto twice = std::adjacent_find(seen.begin(), seen.end());
+  if (twice != seen.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "digests: ", who, " sent two digest parts for engine rank ", twice->first,
+        " tensor #", twice->second));
+  }
+  return absl::OkStatus();
+}
+
+void DeltaRounds::AddReport(const std::string& id, bool engine, const SliceBounds* bounds,
+                            const v1::ReportRequest& req, absl::string_view who) {
   if (!verify_) return;
   if (req.digests_size() > 0) {
     // Scheme 0 is the first definition (members built before the field).
@@ -48,6 +86,12 @@ void DeltaRounds::AddReport(bool engine, const v1::ReportRequest& req,
     (engine ? engine_sums_ : trainer_sums_)[k] += p.sum();
     if (engine && !p.tensor_name().empty()) names_[k] = p.tensor_name().substr(0, 256);
   }
+  // A member that cannot digest (its data plane has no digests) proves
+  // nothing; one that covered its whole slice proves its bytes.
+  const bool covered = bounds != nullptr
+                           ? static_cast<size_t>(req.digests_size()) == bounds->digest_keys.size()
+                           : req.digests_size() > 0;
+  if (engine && covered) covered_.insert(id);
 }
 
 absl::Status DeltaRounds::Check() const {
@@ -80,19 +124,23 @@ absl::Status DeltaRounds::Check() const {
 
 void DeltaRounds::End(bool committed, int64_t version,
                       const std::set<std::string>& participants,
-                      const std::set<std::string>& engine_ids) {
+                      const std::map<std::string, std::vector<std::string>>& engines) {
   if (committed) {
     committed_version_ = version;
     holding_ = participants;
-    // Members that reported no digests (a data plane that cannot verify)
-    // prove nothing: only a round with parts counts.
-    if (verify_ && !engine_sums_.empty()) {
-      for (const std::string& e : engine_ids) verified_[e] = version;
+    if (verify_) {
+      for (const auto& [engine_id, members] : engines) {
+        const bool all = std::all_of(members.begin(), members.end(), [&](const std::string& m) {
+          return covered_.count(m) > 0;
+        });
+        if (all && !members.empty()) verified_[engine_id] = version;
+      }
     }
   } else {
     for (const std::string& id : participants) holding_.erase(id);
   }
   verify_ = false;
+  covered_.clear();
 }
 
 int64_t DeltaRounds::VerifiedVersion(const std::string& engine_id) const {

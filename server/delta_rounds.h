@@ -1,15 +1,18 @@
 // DeltaRounds: refitd's part of delta and verified rounds (docs/delta.md).
 // Not thread-safe: the coordinator holds its lock.
 //
-// Delta: each engine member is known by its member id, which a restarted
-// or rejoined process never reuses. A member that took part in the last
-// committed round and in no aborted round since holds exactly that
-// version's bytes, so the announcement lets trainers send it a delta
-// against that version; every other engine rank (new, rejoined, torn by an
-// aborted round, behind) gets -1: dense. Verified: the members' digest
-// parts are added up per (engine rank, tensor) as reports arrive and
-// compared before the commit; a mismatch fails the commit naming the
-// engine rank and tensor.
+// Delta: each engine member process is known by its member id until the
+// coordinator says it is a new process (Forget: it left, expired, was
+// taken over or re-registered). A member that took part in the last
+// committed round, in no aborted round since and is the same process holds
+// exactly that version's bytes, so the announcement lets trainers send it a
+// delta against that version, at its plan engine rank; every other engine
+// rank (new process, torn by an aborted round, behind) gets -1: dense.
+// Verified: the members' digest parts, each checked against the sender's
+// own plan slice (CheckParts), are added up per (engine rank, tensor) as
+// first reports arrive and compared before the commit; a mismatch fails the
+// commit naming the engine rank and tensor. An engine is verified by a
+// round only when each of its members' parts covered its slice and agreed.
 #ifndef REFIT_SERVER_DELTA_ROUNDS_H_
 #define REFIT_SERVER_DELTA_ROUNDS_H_
 
@@ -18,9 +21,11 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "proto/refit_service.pb.h"
+#include "server/plan_function.h"
 
 namespace refit {
 
@@ -31,25 +36,42 @@ class DeltaRounds {
   DeltaRounds(bool delta, int32_t verify_every)
       : delta_(delta), verify_every_(verify_every) {}
 
-  // Fills ROUND_STARTED event `e` of round `version`: per engine rank (the
-  // map's keys, 0..n-1) its member's delta base or -1, and whether the
-  // round is verified. Clears the digests of an earlier round.
+  // Fills ROUND_STARTED event `e` of round `version`: per plan engine rank
+  // (the map's keys, ascending from 0) its member's delta base or -1, and
+  // whether the round is verified. Clears the digests of an earlier round.
   void Announce(const std::map<int32_t, std::string>& engine_members, v1::RoundEvent* e);
 
-  // Adds a success report's digest parts (`engine`: an engine member's).
-  // `who` names the member in errors ("trainer rank 3").
-  void AddReport(bool engine, const v1::ReportRequest& req,
-                 absl::string_view who = "a member");
+  // Member `id` is a new process (it registered anew, left, expired or was
+  // taken over): it holds no version's bytes, and gets dense bytes.
+  void Forget(const std::string& id) { holding_.erase(id); }
+
+  // Checks a success report's digest parts against the sender's plan slice
+  // before anything of it is recorded: OK when the round is not verified
+  // (parts are then ignored) or every part names a place `bounds` (the
+  // slice's; null: unknown) writes, at most once; INVALID_ARGUMENT naming
+  // `digests` and `who` when there are more parts than the slice writes, a
+  // part names another engine rank or tensor (an engine member's parts
+  // must name its own `engine_rank`), or one place twice.
+  absl::Status CheckParts(bool engine, int32_t engine_rank, const SliceBounds* bounds,
+                          const v1::ReportRequest& req,
+                          absl::string_view who = "a member") const;
+
+  // Adds member `id`'s first success report's (CheckParts said OK) digest
+  // parts (`engine`: an engine member's, whose slice is `bounds`). `who`
+  // names the member in errors ("trainer rank 3").
+  void AddReport(const std::string& id, bool engine, const SliceBounds* bounds,
+                 const v1::ReportRequest& req, absl::string_view who = "a member");
 
   // OK unless the round is verified and the parts disagree: DATA_LOSS
   // naming the engine rank and tensor (or the side that sent no part).
   absl::Status Check() const;
 
   // The round of `version` ended: committed (its participants hold it;
-  // `engine_ids` of its engine members are verified when it was) or
-  // aborted (its participants are torn).
+  // each engine of `engines` (engine id -> its participating members) is
+  // verified when the round was and each of those members' parts covered
+  // its slice) or aborted (its participants are torn).
   void End(bool committed, int64_t version, const std::set<std::string>& participants,
-           const std::set<std::string>& engine_ids);
+           const std::map<std::string, std::vector<std::string>>& engines);
 
   // The last version a verified round proved engine `engine_id` holds.
   int64_t VerifiedVersion(const std::string& engine_id) const;
@@ -64,6 +86,7 @@ class DeltaRounds {
   std::map<std::pair<int32_t, int32_t>, uint64_t> trainer_sums_, engine_sums_;
   std::map<std::pair<int32_t, int32_t>, std::string> names_;
   std::map<std::string, int64_t> verified_;
+  std::set<std::string> covered_;  // engine members whose parts covered their slice
   // The running round's digest scheme (ReportRequest.digest_scheme) and
   // who reported it first; the first member reporting another.
   uint32_t scheme_ = 0;

@@ -33,6 +33,16 @@ absl::StatusOr<Membership::Admitted> Membership::Admit(const v1::Registration& r
     it->second.last_heartbeat = now;
     return Admitted::kSame;
   }
+  const int64_t old_bytes =
+      it == members_.end() ? 0 : static_cast<int64_t>(it->second.serialized.size());
+  const int64_t after = bytes_ - old_bytes + static_cast<int64_t>(serialized.size());
+  if (after > max_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "member ", DescribeMember(ident), ": its registration of ", serialized.size(),
+        " bytes would make the members' registrations ", after, " bytes, over refitd's limit ",
+        max_bytes_, " (--max_registration_mib)"));
+  }
+  bytes_ = after;
   const Admitted result = it == members_.end() ? Admitted::kNew : Admitted::kReplaced;
   Member& m = members_[id];
   m.id = id;
@@ -44,7 +54,10 @@ absl::StatusOr<Membership::Admitted> Membership::Admit(const v1::Registration& r
 }
 
 bool Membership::Remove(const std::string& id) {
-  if (members_.erase(id) == 0) return false;
+  auto it = members_.find(id);
+  if (it == members_.end()) return false;
+  bytes_ -= static_cast<int64_t>(it->second.serialized.size());
+  members_.erase(it);
   ++epoch_;
   return true;
 }

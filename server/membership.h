@@ -5,6 +5,7 @@
 #define REFIT_SERVER_MEMBERSHIP_H_
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -43,13 +44,18 @@ class Membership {
   };
 
   // A plan needs the whole trainer and at least `min_engines` complete
-  // engine replicas.
-  explicit Membership(int min_engines) : min_engines_(min_engines) {}
+  // engine replicas. The members' registrations hold at most `max_bytes`
+  // serialized bytes in all (refitd holds one job at a time: also per job).
+  explicit Membership(int min_engines,
+                      int64_t max_bytes = std::numeric_limits<int64_t>::max())
+      : min_engines_(min_engines), max_bytes_(max_bytes) {}
 
   // Adds or replaces the member `reg` names (a validated registration) at
   // time `now`; bumps the epoch unless kSame. Fails with INVALID_ARGUMENT
   // when it names another job than the members there, or a world size its
-  // side (or replica) disagrees with.
+  // side (or replica) disagrees with; RESOURCE_EXHAUSTED naming
+  // --max_registration_mib when the registrations would hold more than
+  // max_bytes.
   absl::StatusOr<Admitted> Admit(const v1::Registration& reg, absl::Time now);
 
   // Removes member `id`; returns false (and changes nothing) when unknown.
@@ -72,12 +78,17 @@ class Membership {
   // Returns the members by id.
   const std::map<std::string, Member>& members() const { return members_; }
 
+  // Returns the serialized bytes of every member's registration.
+  int64_t bytes() const { return bytes_; }
+
   // Returns the membership epoch: 0 at first, +1 on every change.
   int64_t epoch() const { return epoch_; }
 
  private:
   const int min_engines_;
+  const int64_t max_bytes_;
   std::map<std::string, Member> members_;
+  int64_t bytes_ = 0;
   int64_t epoch_ = 0;
 };
 

@@ -20,6 +20,23 @@ v1::Registration Reg(v1::Side side, const std::string& engine, int rank, int wor
 
 const absl::Time t0 = absl::UnixEpoch() + absl::Hours(1);
 
+TEST(MembershipTest, RegistrationBytesAreBoundedInAll) {
+  v1::Registration a = Reg(v1::SIDE_TRAINER, "", 0, 2), b = Reg(v1::SIDE_TRAINER, "", 1, 2);
+  a.set_model_config(std::string(600, 'a'));
+  b.set_model_config(std::string(600, 'b'));
+  Membership m(1, 1000);
+  ASSERT_TRUE(m.Admit(a, t0).ok());
+  const absl::StatusOr<Membership::Admitted> over = m.Admit(b, t0);
+  EXPECT_TRUE(absl::IsResourceExhausted(over.status())) << over.status();
+  EXPECT_NE(over.status().message().find("--max_registration_mib"), std::string::npos);
+  // Replacing a member counts its new registration instead of the old one.
+  a.set_model_config(std::string(900, 'a'));
+  EXPECT_TRUE(m.Admit(a, t0).ok());
+  EXPECT_TRUE(m.Remove("trainer/job/0"));
+  EXPECT_EQ(m.bytes(), 0);
+  EXPECT_TRUE(m.Admit(b, t0).ok());
+}
+
 TEST(MembershipTest, AdmitsNewSameAndReplacedMembersAndCountsEpochs) {
   Membership m(1);
   EXPECT_EQ(m.epoch(), 0);

@@ -1,6 +1,7 @@
 #include "server/metrics.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,14 @@ void Header(std::string* out, const char* name, const char* type, const char* he
 }
 
 std::string Num(double v) { return absl::StrFormat("%.9g", v); }
+
+// Adds `n` (>= 0; a negative one is ignored) to counter `c`, which stops at
+// INT64_MAX instead of wrapping.
+void AddToCounter(int64_t n, int64_t* c) {
+  if (n <= 0) return;
+  *c = n > std::numeric_limits<int64_t>::max() - *c ? std::numeric_limits<int64_t>::max()
+                                                     : *c + n;
+}
 
 // Round durations: GPU rounds take 8-45 ms, host rounds up to minutes.
 std::vector<double> RoundBounds() {
@@ -102,7 +111,7 @@ void ServerMetrics::RoundCommitted(double duration, const RoundBytes& bytes,
   absl::MutexLock l(&mu_);
   ++committed_;
   round_duration_.Observe(duration);
-  bytes_total_ += bytes.per_engine_rank;
+  AddToCounter(bytes.per_engine_rank, &bytes_total_);
   transfer_seconds_total_ += seconds;
   last_bytes_ = bytes.per_engine_rank;
   last_seconds_ = seconds;
@@ -126,7 +135,7 @@ void ServerMetrics::MemberReported(const std::string& transport, int64_t bytes,
   absl::MutexLock l(&mu_);
   TransportFigures& t = transports_[transport.empty() ? "unknown" : transport];
   ++t.reports;
-  t.bytes += bytes;
+  AddToCounter(bytes, &t.bytes);
   t.seconds += seconds;
 }
 

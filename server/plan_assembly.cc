@@ -97,6 +97,12 @@ absl::StatusOr<BuiltPlan> RunPlanFunction(const PlanFunction& plan,
                      built->engine_slices.size() != input.engine.size())) {
     return absl::InternalError("plan function returned the wrong number of slices");
   }
+  if (built.ok() &&
+      ((!built->trainer_bounds.empty() &&
+        built->trainer_bounds.size() != input.trainer.size()) ||
+       (!built->engine_bounds.empty() && built->engine_bounds.size() != input.engine.size()))) {
+    return absl::InternalError("plan function returned the wrong number of slice bounds");
+  }
   if (built.ok()) {
     if (absl::Status s = RoutePairsOf(input, &*built); !s.ok()) return s;
   }
@@ -133,6 +139,13 @@ std::map<std::string, MemberPlan> AssembleMemberPlans(
     }
     mp.trainer = is_trainer;
     mp.index = is_trainer ? i : i - num_trainer;
+    const std::vector<SliceBounds>& bounds =
+        is_trainer ? built.trainer_bounds : built.engine_bounds;
+    if (mp.index < bounds.size()) mp.bounds = &bounds[mp.index];
+    if (!is_trainer) {
+      mp.engine_rank = mp.bounds != nullptr ? mp.bounds->engine_rank
+                                            : static_cast<int32_t>(mp.index);
+    }
     out[input.ids[i]] = std::move(mp);
   }
   return out;

@@ -48,13 +48,20 @@ struct MemberPlan {
   v1::AwaitPlanResponse head;  // epoch, fingerprint, bootstrap; no slice yet
   bool trainer = false;        // its slice is in trainer_slices (else engine_)
   size_t index = 0;            // into that vector
+  // The plan's engine rank of an engine member (its slice's SliceBounds, or
+  // else its index among the engine members); -1 on trainers.
+  int32_t engine_rank = -1;
+  // What its slice moves (into `built`'s bounds); null when the plan
+  // function does not say.
+  const SliceBounds* bounds = nullptr;
 };
 
 // Returns, by member id, what each member of `input` is handed for `built`:
 // global ranks (trainer ranks first, then engines in input order), the lane
 // count, the KV prefix "<kv_prefix>/<plan_fingerprint>/", the engine index
 // (engines by id; -1 on trainers) and each pair's data plane (hosts and the
-// network transport's members).
+// network transport's members), and each one's SliceBounds (pointers into
+// `built`, which must outlive the result).
 std::map<std::string, MemberPlan> AssembleMemberPlans(
     const PlanInput& input, const BuiltPlan& built,
     const std::string& plan_fingerprint, const std::string& kv_prefix);

@@ -25,6 +25,11 @@ void PlanCache::Insert(const std::string& fingerprint, Entry plan) {
     for (const auto* v : {&(*plan)->trainer_slices, &(*plan)->engine_slices}) {
       for (const std::string& p : *v) bytes += static_cast<int64_t>(p.size());
     }
+    for (const auto* v : {&(*plan)->trainer_bounds, &(*plan)->engine_bounds}) {
+      for (const SliceBounds& b : *v) {
+        bytes += static_cast<int64_t>(sizeof(b) + b.digest_keys.size() * sizeof(b.digest_keys[0]));
+      }
+    }
   }
   while (!order_.empty() && (static_cast<int>(order_.size()) >= max_entries_ ||
                              bytes_ + bytes > max_bytes_)) {

@@ -14,6 +14,18 @@
 
 namespace refit {
 
+// What one member's plan slice moves, which bounds what its round reports
+// may say (Coordinator::Report): a trainer rank's sends, an engine rank's
+// receives.
+struct SliceBounds {
+  int32_t engine_rank = -1;  // the plan's engine rank (engine members; -1: trainers)
+  int64_t bytes = 0;         // the slice's message bytes
+  int64_t messages = 0;      // the slice's messages
+  // The (engine rank, engine tensor) places the slice writes, ascending: the
+  // only digest parts (DigestPart) the member may report.
+  std::vector<std::pair<int32_t, int32_t>> digest_keys;
+};
+
 // What the plan function returns: one slice per member, in the order of the
 // registrations it was given, plus the data-plane lane count.
 struct BuiltPlan {
@@ -34,6 +46,11 @@ struct BuiltPlan {
   // seconds of a round (PlanStats); 0 when the plan function does not say.
   int64_t bytes = 0;
   double predicted_seconds = 0;
+  // Per slice, what it moves (SliceBounds), parallel to trainer_slices and
+  // engine_slices; empty: the plan function does not say, and refitd checks
+  // reports only for overflow.
+  std::vector<SliceBounds> trainer_bounds;
+  std::vector<SliceBounds> engine_bounds;
 
   // Filled by refitd (RunPlanFunction), not by the plan function: on the
   // colocated pull path, the host index per global rank (empty otherwise),

@@ -269,6 +269,14 @@ absl::Status RefitServer::Impl::Init() {
       GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
       static_cast<int>(std::min<int64_t>(
           absl::ToInt64Milliseconds(options_.first_request_timeout), INT32_MAX)));
+  // A connection with no call in flight for first_request_timeout is
+  // closed (GOAWAY): one that sent the HTTP/2 preface and SETTINGS and
+  // then nothing is never held. Clients reconnect on their next call;
+  // members, with a round stream open and a heartbeat a second, never idle.
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+      static_cast<int>(std::min<int64_t>(
+          absl::ToInt64Milliseconds(options_.first_request_timeout), INT32_MAX)));
   // Members ping every second (RefitClient::Options::keepalive_interval) to
   // learn within seconds that refitd froze: answer them, however often,
   // instead of closing the connection for "too many pings".

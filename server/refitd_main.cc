@@ -50,12 +50,16 @@ ABSL_FLAG(int64_t, min_engines, 1, "complete engines needed before a plan");
 ABSL_FLAG(int64_t, max_buffers, 1 << 20, "buffers one member may register");
 ABSL_FLAG(int64_t, max_metadata_bytes, 64 << 20,
           "bytes of one member's registration");
+ABSL_FLAG(int64_t, max_registration_mib, 1024,
+          "MiB of every member's registration together; a registration beyond is refused");
 ABSL_FLAG(int64_t, max_members, 16384,
           "members refitd holds; a new member beyond is refused");
 ABSL_FLAG(int64_t, max_kv_waits, 16384,
           "KvGet calls waiting for a key, in all; beyond, refused at once");
 ABSL_FLAG(int64_t, max_kv_waits_per_caller, 1024,
-          "... and from one address");
+          "... and from one address (both bound members outside the current plan)");
+ABSL_FLAG(int64_t, max_kv_waits_per_member, 256,
+          "KvGet calls waiting for a key, of one member (also of the plan's members)");
 ABSL_FLAG(int64_t, max_pending_connections, 256,
           "connections held before their first complete request (plaintext\n"
           "listener); a new one closes the oldest");
@@ -215,8 +219,10 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   auto drain = Count(FLAGS_drain_ms, "drain_ms");
   auto max_plan = Mib(FLAGS_max_plan_mib, "max_plan_mib");
   auto max_members = Count(FLAGS_max_members, "max_members");
+  auto max_registration = Mib(FLAGS_max_registration_mib, "max_registration_mib");
   auto kv_waits = Count(FLAGS_max_kv_waits, "max_kv_waits");
   auto kv_waits_caller = Count(FLAGS_max_kv_waits_per_caller, "max_kv_waits_per_caller");
+  auto kv_waits_member = Count(FLAGS_max_kv_waits_per_member, "max_kv_waits_per_member");
   auto pending = Count(FLAGS_max_pending_connections, "max_pending_connections");
   auto first_request = Count(FLAGS_first_request_timeout_ms, "first_request_timeout_ms");
   auto rounds_kept = Count(FLAGS_rounds_kept, "rounds_kept");
@@ -227,7 +233,7 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   for (auto* s : {&verify_every, &drain, &min_engines, &max_buffers, &max_meta, &hb, &rt, &settle,
                   &settle_max, &cache_bytes, &staging, &lanes, &max_plan, &rounds_kept,
                   &kv_member, &kv_total, &tick, &max_members, &kv_waits, &kv_waits_caller,
-                  &pending, &first_request}) {
+                  &kv_waits_member, &max_registration, &pending, &first_request}) {
     if (!s->ok()) return s->status();
   }
   if (*min_engines > std::numeric_limits<int>::max() ||
@@ -238,10 +244,12 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
       *max_members > std::numeric_limits<int>::max() ||
       *kv_waits > std::numeric_limits<int>::max() ||
       *kv_waits_caller > std::numeric_limits<int>::max() ||
+      *kv_waits_member > std::numeric_limits<int>::max() ||
       *pending > std::numeric_limits<int>::max()) {
     return absl::InvalidArgumentError(
         "--min_engines, --max_buffers, --lanes, --rounds_kept, --verify_every, --max_members, "
-        "--max_kv_waits, --max_kv_waits_per_caller and --max_pending_connections must fit "
+        "--max_kv_waits, --max_kv_waits_per_caller, --max_kv_waits_per_member and "
+        "--max_pending_connections must fit "
         "in 32 bits");
   }
   if (*tick < 1) return absl::InvalidArgumentError("--tick_ms: must be at least 1");
@@ -250,8 +258,10 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
         "--max_pending_connections and --first_request_timeout_ms must be at least 1");
   }
   o.coordinator.max_members = static_cast<int>(*max_members);
+  o.coordinator.max_registration_bytes = *max_registration;
   o.coordinator.max_kv_waits = static_cast<int>(*kv_waits);
   o.coordinator.max_kv_waits_per_caller = static_cast<int>(*kv_waits_caller);
+  o.coordinator.max_kv_waits_per_member = static_cast<int>(*kv_waits_member);
   o.max_pending_connections = static_cast<int>(*pending);
   o.first_request_timeout = absl::Milliseconds(*first_request);
   o.coordinator.max_plan_cache_bytes = *cache_bytes;

@@ -66,10 +66,15 @@ std::optional<absl::Status> Rounds::ReplyToFinished(int64_t version,
       absl::StrCat("round ", version, " already aborted: ", o->second.message()));
 }
 
-absl::Status Rounds::CheckReport(const v1::MemberReport& report) const {
+absl::Status Rounds::CheckReport(const v1::MemberReport& report, int64_t max_bytes) const {
   if (report.bytes() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("bytes: ", report.bytes(), " is negative"));
+  }
+  if (report.bytes() > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bytes: ", report.bytes(), " is more than the ", max_bytes,
+        " bytes the member's plan slice moves"));
   }
   if (report.peak_staging_bytes() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

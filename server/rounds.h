@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -70,9 +71,16 @@ class Rounds {
 
   // Checks a participant's success figures before RecordDone: OK, or
   // INVALID_ARGUMENT naming the field when bytes or peak_staging_bytes is
-  // negative, seconds is not a finite non-negative number, or the round's
+  // negative, bytes is above `max_bytes` (what the member's plan slice
+  // moves), seconds is not a finite non-negative number, or the round's
   // byte sum would overflow.
-  absl::Status CheckReport(const v1::MemberReport& report) const;
+  absl::Status CheckReport(const v1::MemberReport& report,
+                           int64_t max_bytes = std::numeric_limits<int64_t>::max()) const;
+
+  // Returns whether member `id` reported success in the running round.
+  bool HasReported(const std::string& id) const {
+    return active_ != nullptr && active_->done.count(id) > 0;
+  }
 
   // Starts round `version` (CheckStart said false) with `participants`;
   // returns its attempt (1, or one more than the last aborted attempt of

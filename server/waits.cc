@@ -6,6 +6,19 @@
 #include "absl/strings/str_cat.h"
 
 namespace refit {
+namespace {
+
+int64_t CountOf(const std::string& k, const std::map<std::string, int64_t>& counts) {
+  auto it = counts.find(k);
+  return it == counts.end() ? 0 : it->second;
+}
+
+void Decrement(const std::string& k, std::map<std::string, int64_t>* counts) {
+  auto it = counts->find(k);
+  if (it != counts->end() && --it->second <= 0) counts->erase(it);
+}
+
+}  // namespace
 
 Waits::Id Waits::Add(Waiter w) {
   const Id id = next_++;
@@ -15,7 +28,11 @@ Waits::Id Waits::Add(Waiter w) {
   if (w.kv_done) {
     e.by_key = by_key_.emplace(w.key, id);
     ++kv_waits_;
-    ++kv_waits_by_caller_[w.caller];
+    ++kv_waits_by_member_[w.member_id];
+    if (!w.planned) {
+      ++unplanned_kv_waits_;
+      ++kv_waits_by_caller_[w.caller];
+    }
   }
   e.w = std::move(w);
   waiters_.emplace(id, std::move(e));
@@ -28,8 +45,11 @@ Waiter Waits::Remove(std::map<Id, Entry>::iterator it) {
   if (e.w.kv_done) {
     by_key_.erase(e.by_key);
     --kv_waits_;
-    auto c = kv_waits_by_caller_.find(e.w.caller);
-    if (c != kv_waits_by_caller_.end() && --c->second <= 0) kv_waits_by_caller_.erase(c);
+    Decrement(e.w.member_id, &kv_waits_by_member_);
+    if (!e.w.planned) {
+      --unplanned_kv_waits_;
+      Decrement(e.w.caller, &kv_waits_by_caller_);
+    }
   }
   Waiter w = std::move(e.w);
   waiters_.erase(it);
@@ -37,16 +57,27 @@ Waiter Waits::Remove(std::map<Id, Entry>::iterator it) {
 }
 
 int64_t Waits::kv_waits_of(const std::string& caller) const {
-  auto it = kv_waits_by_caller_.find(caller);
-  return it == kv_waits_by_caller_.end() ? 0 : it->second;
+  return CountOf(caller, kv_waits_by_caller_);
 }
 
-absl::Status Waits::KvRoom(const Waiter& w, int64_t max_total, int64_t max_per_caller) const {
-  const bool all = kv_waits_ >= max_total;
+int64_t Waits::kv_waits_of_member(const std::string& member) const {
+  return CountOf(member, kv_waits_by_member_);
+}
+
+absl::Status Waits::KvRoom(const Waiter& w, const KvLimits& limits) const {
+  const int64_t of_member = kv_waits_of_member(w.member_id);
+  if (of_member >= limits.max_per_member) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "key ", w.key, ": ", of_member, " KvGet waits of member ", w.member_id,
+        " are parked, the limit (--max_kv_waits_per_member); retry later"));
+  }
+  if (w.planned) return absl::OkStatus();
+  const bool all = unplanned_kv_waits_ >= limits.max_total;
   const int64_t of_caller = kv_waits_of(w.caller);
-  if (!all && of_caller < max_per_caller) return absl::OkStatus();
+  if (!all && of_caller < limits.max_per_caller) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
-      "key ", w.key, ": ", all ? kv_waits_ : of_caller, " KvGet waits are parked",
+      "key ", w.key, ": ", all ? unplanned_kv_waits_ : of_caller,
+      " KvGet waits of members outside the plan are parked",
       all ? "" : absl::StrCat(" from ", w.caller), ", the limit (",
       all ? "--max_kv_waits" : "--max_kv_waits_per_caller", "); retry later"));
 }

@@ -32,6 +32,9 @@ struct Waiter {
   std::string key;  // KV waits
   KvDone kv_done;
   std::string caller;  // KV waits: who parked it (its address), for the bounds
+  // KV waits: parked by a member of the current plan, whose waits only the
+  // per-member bound limits (others cannot use up its room).
+  bool planned = false;
   absl::Time deadline;
 
   // Answers with an error status (either kind).
@@ -76,15 +79,27 @@ class Waits {
   // Ends every wait with `status`.
   void EndAll(const absl::Status& status);
 
-  // Returns OK when KV wait `w` may be parked: fewer than `max_total` KV
-  // waits are, and fewer than `max_per_caller` of w.caller; else
-  // RESOURCE_EXHAUSTED naming the key, the count and the flag that sets the
-  // bound (--max_kv_waits, --max_kv_waits_per_caller).
-  absl::Status KvRoom(const Waiter& w, int64_t max_total, int64_t max_per_caller) const;
+  // The bounds on parked KV waits (Coordinator options of the same names).
+  struct KvLimits {
+    int64_t max_total = 0;       // of members outside the plan, in all
+    int64_t max_per_caller = 0;  // of members outside the plan, per address
+    int64_t max_per_member = 0;  // of any member
+  };
 
-  // Returns the KV waits parked, in all and by `caller`.
+  // Returns OK when KV wait `w` (of member w.member_id) may be parked: the
+  // member parks fewer than limits.max_per_member, and, unless w.planned
+  // (a member of the current plan), fewer than max_total waits of members
+  // outside the plan are parked and fewer than max_per_caller of them by
+  // w.caller. Else RESOURCE_EXHAUSTED naming the key, the count and the
+  // flag that sets the bound (--max_kv_waits, --max_kv_waits_per_caller,
+  // --max_kv_waits_per_member).
+  absl::Status KvRoom(const Waiter& w, const KvLimits& limits) const;
+
+  // Returns the KV waits parked: in all, of members outside the plan by
+  // `caller`, and of `member`.
   int64_t kv_waits() const { return kv_waits_; }
   int64_t kv_waits_of(const std::string& caller) const;
+  int64_t kv_waits_of_member(const std::string& member) const;
 
  private:
   struct Entry {
@@ -98,8 +113,10 @@ class Waits {
   std::map<Id, Entry> waiters_;
   std::multimap<absl::Time, Id> by_deadline_;
   std::multimap<std::string, Id> by_key_;
-  std::map<std::string, int64_t> kv_waits_by_caller_;
+  std::map<std::string, int64_t> kv_waits_by_caller_;  // unplanned waits
+  std::map<std::string, int64_t> kv_waits_by_member_;
   int64_t kv_waits_ = 0;
+  int64_t unplanned_kv_waits_ = 0;
   Id next_ = 1;
 };
 

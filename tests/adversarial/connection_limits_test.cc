@@ -1,8 +1,9 @@
 // Hostile connections against a refitd child process, without a token:
 // ~1,000 HTTP/2 connections stalled mid-frame at a low open-file limit do
-// not keep a member out (it registers within seconds) and are closed; a
-// 1 MiB gzip of 1 GiB of zeros is refused before it is inflated (refitd's
-// peak RSS measured); /metrics answers under 8 slow clients (a byte every
+// not keep a member out (it registers within seconds) and are closed;
+// connections that send only the HTTP/2 preface and SETTINGS are closed
+// once idle for --first_request_timeout_ms; a 1 MiB gzip of 1 GiB of zeros
+// is refused before it is inflated (refitd's peak RSS measured); /metrics answers under 8 slow clients (a byte every
 // 2 s) and 224 idle connections.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -211,6 +212,46 @@ H2Outcome SendCompressedCall(int port, const std::string& body, absl::Duration t
   r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   close(fd);
   return r;
+}
+
+// Connections that send the HTTP/2 preface and SETTINGS and then nothing
+// pass the first-request gate after its quiet period; gRPC then closes each
+// once it held no call for --first_request_timeout_ms.
+TEST(ConnectionLimitsTest, APrefaceAndSettingsThenSilenceIsClosed) {
+  RefitdProcess refitd;
+  ASSERT_TRUE(refitd
+                  .Start(Runfile("server/refitd"), {"--first_request_timeout_ms=1000"},
+                         TmpFile("silent.log"), absl::Seconds(20))
+                  .ok());
+  constexpr int kConnections = 50;
+  std::vector<int> fds;
+  for (int i = 0; i < kConnections; ++i) {
+    const int fd = Dial(refitd.port());
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd, std::string(kPreface) + Frame(4, 0, 0, "")));
+    fds.push_back(fd);
+  }
+  const absl::Time start = absl::Now(), until = start + absl::Seconds(30);
+  int closed = 0;
+  double last = 0;
+  for (int fd : fds) {
+    // Drop what the server sends until it closes the connection.
+    while (absl::Now() < until) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 200) <= 0) continue;
+      char buf[4096];
+      if (recv(fd, buf, sizeof(buf), 0) <= 0) {
+        ++closed;
+        last = absl::ToDoubleSeconds(absl::Now() - start);
+        break;
+      }
+    }
+    close(fd);
+  }
+  std::printf("%d of %d silent connections closed by refitd, the last after %.2f s\n", closed,
+              kConnections, last);
+  EXPECT_EQ(closed, kConnections);
+  EXPECT_TRUE(refitd.Alive());
 }
 
 TEST(ConnectionLimitsTest, ACompressedBombIsRefusedBeforeItIsInflated) {

@@ -3,7 +3,7 @@
 // --max_members are refused; a host_id carrying a newline, ESC and NUL
 // neither forges a line of refitd's text log nor reaches `refit status`'s
 // output raw; 20,000 parked KvGet(wait) calls from one address are bounded
-// (RESOURCE_EXHAUSTED beyond --max_kv_waits_per_caller) while a member's
+// (RESOURCE_EXHAUSTED beyond --max_kv_waits_per_member) while a member's
 // KvSet stays fast. Each prints refitd's peak RSS.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +24,7 @@
 #include "proto/protocol_version.h"
 #include "proto/refit_service.grpc.pb.h"
 #include "testing/refitd_process.h"
+#include "tests/adversarial/refitd_peers.h"
 
 namespace refit {
 namespace {
@@ -199,46 +200,14 @@ TEST(PeerTextTest, ParkedKvGetsAreBoundedAndKvSetStaysFast) {
   auto member = Connect(refitd.port());
   ASSERT_NE(member, nullptr);
   ASSERT_TRUE(member->Register(Trainer("h")).ok());
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", refitd.port()),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = v1::RefitService::NewStub(channel);
-  grpc::CompletionQueue cq;
-  struct Call {
-    grpc::ClientContext ctx;
-    v1::KvGetResponse resp;
-    grpc::Status status;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<v1::KvGetResponse>> reader;
-  };
-  std::vector<std::unique_ptr<Call>> calls;
-  for (int i = 0; i < kAttempts; ++i) {
-    auto call = std::make_unique<Call>();
-    call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
-    v1::KvGetRequest req;
-    req.set_key(absl::StrCat("never/", i));
-    req.set_wait(true);
-    req.set_member_id(member->member_id());
-    req.set_member_secret(member->member_secret());
-    call->reader = stub->AsyncKvGet(&call->ctx, req, &cq);
-    call->reader->Finish(&call->resp, &call->status, call.get());
-    calls.push_back(std::move(call));
-  }
-  // Every call beyond the per-caller bound is answered at once.
-  int exhausted = 0, other = 0;
-  const absl::Time until = absl::Now() + absl::Seconds(60);
-  void* tag;
-  bool ok;
-  while (exhausted + other < kAttempts - 1024 && absl::Now() < until) {
-    if (cq.AsyncNext(&tag, &ok, absl::ToChronoTime(until)) != grpc::CompletionQueue::GOT_EVENT) {
-      break;
-    }
-    const grpc::Status& s = static_cast<Call*>(tag)->status;
-    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-      ++exhausted;
-    } else {
-      ++other;
-    }
-  }
-  EXPECT_EQ(exhausted, kAttempts - 1024);
+  // Every call beyond the per-member bound (--max_kv_waits_per_member,
+  // 256) is answered at once.
+  const int kParked = 256;
+  testing::ParkedKvGets parked(refitd.port(), *member, kAttempts, absl::Seconds(120));
+  int other = 0;
+  const int exhausted =
+      parked.AwaitRefused(kAttempts - kParked, absl::Now() + absl::Seconds(60), &other);
+  EXPECT_EQ(exhausted, kAttempts - kParked);
   EXPECT_EQ(other, 0);
   // Idle with the parked waits: refitd's housekeeping does not walk them.
   const double cpu_before = CpuSeconds(refitd.pid());
@@ -259,16 +228,6 @@ TEST(PeerTextTest, ParkedKvGetsAreBoundedAndKvSetStaysFast) {
   EXPECT_LT(idle_cpu, 0.10);
   EXPECT_LT(ms[ms.size() / 2], 5.0);
   EXPECT_LT(refitd.PeakRssKib(), 512 * 1024);
-  for (auto& call : calls) call->ctx.TryCancel();
-  for (int left = kAttempts - exhausted - other; left > 0; --left) {
-    if (cq.AsyncNext(&tag, &ok, absl::ToChronoTime(absl::Now() + absl::Seconds(10))) !=
-        grpc::CompletionQueue::GOT_EVENT) {
-      break;
-    }
-  }
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
   EXPECT_TRUE(refitd.Alive());
 }
 

@@ -1,7 +1,7 @@
 // Absurd round versions and report figures against a refitd child process:
 // StartRound(INT64_MAX) and figures that would corrupt the round's sum or
-// its status (bytes INT64_MAX twice, negative bytes, NaN seconds) are
-// refused INVALID_ARGUMENT naming the field, the round still commits with
+// its status (bytes INT64_MAX, above what the member's plan slice moves;
+// negative bytes, NaN seconds) are refused INVALID_ARGUMENT naming the field, the round still commits with
 // sane figures, and later versions start.
 #include <cmath>
 #include <cstdlib>
@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "testing/refitd_process.h"
 #include "testing/tiny_registration.h"
+#include "tests/adversarial/refitd_peers.h"
 
 namespace refit {
 namespace {
@@ -22,16 +23,6 @@ namespace {
 using ::testing::HasSubstr;
 
 absl::Time In(absl::Duration d) { return absl::Now() + d; }
-
-std::unique_ptr<RefitClient> Join(int port, const v1::Registration& reg) {
-  RefitClient::Options o;
-  o.target = absl::StrCat("127.0.0.1:", port);
-  auto c = RefitClient::Connect(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  if (!c.ok()) return nullptr;
-  EXPECT_TRUE((*c)->Register(reg).ok());
-  return std::move(*c);
-}
 
 absl::Status Start(RefitClient& t, int64_t v) {
   absl::Status s = t.StartRound(v, In(absl::Seconds(10)));
@@ -50,8 +41,8 @@ TEST(RoundFiguresTest, AbsurdVersionsAndFiguresAreRefusedNamingTheField) {
                          absl::StrCat(std::getenv("TEST_TMPDIR"), "/refitd.out"),
                          absl::Seconds(20))
                   .ok());
-  auto t = Join(refitd.port(), testing::TinyRegistration(true, "job"));
-  auto e = Join(refitd.port(), testing::TinyRegistration(false, "job", "A"));
+  auto t = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(true, "job"));
+  auto e = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(false, "job", "A"));
   ASSERT_TRUE(t && e);
   ASSERT_TRUE(t->AwaitPlan(In(absl::Seconds(20))).ok());
   ASSERT_TRUE(e->AwaitPlan(In(absl::Seconds(20))).ok());
@@ -64,14 +55,17 @@ TEST(RoundFiguresTest, AbsurdVersionsAndFiguresAreRefusedNamingTheField) {
   ASSERT_TRUE(Start(*t, 1).ok());
   ASSERT_TRUE(t->WaitForRound(In(absl::Seconds(10))).ok());
   ASSERT_TRUE(e->WaitForRound(In(absl::Seconds(10))).ok());
-  ASSERT_TRUE(t->ReportDone(1, {max, 1.0, 0}, In(absl::Seconds(10))).ok());
+  // More bytes than the trainer's plan slice moves.
+  absl::Status huge = t->ReportDone(1, {max, 1.0, 0}, In(absl::Seconds(10)));
+  EXPECT_EQ(huge.code(), absl::StatusCode::kInvalidArgument) << huge;
+  EXPECT_THAT(std::string(huge.message()), HasSubstr("plan slice moves"));
+  ASSERT_TRUE(t->ReportDone(1, {4096, 1.0, 0}, In(absl::Seconds(10))).ok());
   struct Bad {
     RefitClient::RoundFigures figures;
     const char* field;
   };
-  // A round's bytes are what its engine ranks received: the trainer's huge
-  // figure is its own; the sum of engine figures cannot overflow
-  // (rounds_test checks that with two engines).
+  // A round's bytes are what its engine ranks received; the sum of engine
+  // figures cannot overflow (rounds_test checks that with two engines).
   for (const Bad& bad : {Bad{{-5, 1.0, 0}, "bytes: "},
                          Bad{{1, std::nan(""), 0}, "seconds: "},
                          Bad{{1, -1.0, 0}, "seconds: "},

@@ -1,0 +1,40 @@
+// SliceBoundsOf (see slice_bounds.h).
+#include "server/slice_bounds.h"
+
+#include <algorithm>
+
+namespace refit {
+
+std::vector<SliceBounds> SliceBoundsOf(const Plan& plan, Side side,
+                                       const std::vector<int32_t>& ranks) {
+  const bool trainer = side == Side::kTrainer;
+  const int32_t world = trainer ? plan.src.world_size : plan.dst.world_size;
+  std::vector<SliceBounds> by_rank(static_cast<size_t>(std::max(world, 0)));
+  for (const Message& m : plan.messages) {
+    const int32_t r = trainer ? m.src_rank : m.dst_rank;
+    if (r < 0 || r >= world) continue;
+    SliceBounds& b = by_rank[r];
+    b.bytes += m.bytes;
+    ++b.messages;
+    for (int32_t s = m.first_segment; s < m.first_segment + m.num_segments; ++s) {
+      const int32_t record = plan.segments[s].dst_record;
+      b.digest_keys.emplace_back(m.dst_rank, plan.dst.records[record].tensor);
+    }
+  }
+  std::vector<SliceBounds> out;
+  out.reserve(ranks.size());
+  for (int32_t r : ranks) {
+    SliceBounds b;
+    if (r >= 0 && r < world) {
+      b = std::move(by_rank[r]);
+      std::sort(b.digest_keys.begin(), b.digest_keys.end());
+      b.digest_keys.erase(std::unique(b.digest_keys.begin(), b.digest_keys.end()),
+                          b.digest_keys.end());
+    }
+    b.engine_rank = trainer ? -1 : r;
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+}  // namespace refit

@@ -1,0 +1,72 @@
+// JoinRefitd and ParkedKvGets (see refitd_peers.h).
+#include "tests/adversarial/refitd_peers.h"
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace refit::testing {
+
+std::unique_ptr<RefitClient> JoinRefitd(int port, const v1::Registration& reg) {
+  RefitClient::Options o;
+  o.target = absl::StrCat("127.0.0.1:", port);
+  auto c = RefitClient::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return nullptr;
+  absl::StatusOr<std::string> id = (*c)->Register(reg);
+  EXPECT_TRUE(id.ok()) << id.status();
+  if (!id.ok()) return nullptr;
+  return std::move(*c);
+}
+
+ParkedKvGets::ParkedKvGets(int port, const RefitClient& member, int count,
+                           absl::Duration wait) {
+  stub_ = v1::RefitService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  for (int i = 0; i < count; ++i) {
+    auto call = std::make_unique<Call>();
+    call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + wait));
+    v1::KvGetRequest req;
+    req.set_key(absl::StrCat("never/", i));
+    req.set_wait(true);
+    req.set_member_id(member.member_id());
+    req.set_member_secret(member.member_secret());
+    call->reader = stub_->AsyncKvGet(&call->ctx, req, &cq_);
+    call->reader->Finish(&call->resp, &call->status, call.get());
+    calls_.push_back(std::move(call));
+  }
+}
+
+int ParkedKvGets::AwaitRefused(int n, absl::Time deadline, int* other) {
+  int refused = 0;
+  *other = 0;
+  void* tag;
+  bool ok;
+  while (refused + *other < n &&
+         cq_.AsyncNext(&tag, &ok, absl::ToChronoTime(deadline)) ==
+             grpc::CompletionQueue::GOT_EVENT) {
+    ++answered_;
+    if (static_cast<Call*>(tag)->status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+    } else {
+      ++*other;
+    }
+  }
+  return refused;
+}
+
+ParkedKvGets::~ParkedKvGets() {
+  for (auto& call : calls_) call->ctx.TryCancel();
+  void* tag;
+  bool ok;
+  for (int left = static_cast<int>(calls_.size()) - answered_; left > 0; --left) {
+    if (cq_.AsyncNext(&tag, &ok, absl::ToChronoTime(absl::Now() + absl::Seconds(10))) !=
+        grpc::CompletionQueue::GOT_EVENT) {
+      break;
+    }
+  }
+  cq_.Shutdown();
+  while (cq_.Next(&tag, &ok)) {
+  }
+}
+
+}  // namespace refit::testing

@@ -1,0 +1,51 @@
+// Test helpers for adversarial tests that talk to a refitd child: a member
+// joined over RefitClient, and a crowd of KvGet(wait) calls parked on one
+// channel (one caller address) for a member. Test-only.
+#ifndef REFIT_TESTS_ADVERSARIAL_REFITD_PEERS_H_
+#define REFIT_TESTS_ADVERSARIAL_REFITD_PEERS_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "client/refit_client.h"
+#include "proto/refit_service.grpc.pb.h"
+
+namespace refit::testing {
+
+// Returns a client of the refitd on 127.0.0.1:`port` that registered `reg`
+// (a gtest failure and null when it could not).
+std::unique_ptr<RefitClient> JoinRefitd(int port, const v1::Registration& reg);
+
+// `count` KvGet(wait) calls for keys "never/<i>" as member `member`, parked
+// on one new channel to 127.0.0.1:`port`, each with a deadline `wait` away.
+// The destructor cancels those still parked and waits (at most 10 s each)
+// for their answers.
+class ParkedKvGets {
+ public:
+  ParkedKvGets(int port, const RefitClient& member, int count, absl::Duration wait);
+  ~ParkedKvGets();
+
+  // Waits until `n` calls were answered or `deadline`; returns how many of
+  // those answered were RESOURCE_EXHAUSTED (`other`: the rest).
+  int AwaitRefused(int n, absl::Time deadline, int* other);
+
+ private:
+  struct Call {
+    grpc::ClientContext ctx;
+    v1::KvGetResponse resp;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<v1::KvGetResponse>> reader;
+  };
+  std::unique_ptr<v1::RefitService::Stub> stub_;
+  grpc::CompletionQueue cq_;
+  std::vector<std::unique_ptr<Call>> calls_;
+  int answered_ = 0;
+};
+
+}  // namespace refit::testing
+
+#endif  // REFIT_TESTS_ADVERSARIAL_REFITD_PEERS_H_

@@ -1,0 +1,187 @@
+// Delta and verified rounds against a refitd child (--delta, two engines):
+// one delta base per engine rank of the plan, a new process of a member
+// always dense, Report contents checked against the sender's own plan slice
+// (its own engine ranks and tensors, once per round, part counts and bytes
+// bounded by the slice), and an engine verified only when its digest parts
+// were compared.
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/refit_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/refitd_process.h"
+#include "testing/tiny_registration.h"
+#include "tests/adversarial/refitd_peers.h"
+
+namespace refit {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+absl::Time In(absl::Duration d) { return absl::Now() + d; }
+
+// What a member's slice moves: its message bytes and the (engine rank,
+// engine tensor) places it writes.
+struct SliceView {
+  int64_t bytes = 0;
+  std::set<std::pair<int32_t, int32_t>> keys;
+};
+
+SliceView ViewOf(RefitClient& c) {
+  SliceView v;
+  absl::StatusOr<v1::AwaitPlanResponse> plan = c.AwaitPlan(In(absl::Seconds(20)));
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return v;
+  absl::StatusOr<v1::PlanProto> slice = RefitClient::Slice(*plan);
+  EXPECT_TRUE(slice.ok()) << slice.status();
+  if (!slice.ok()) return v;
+  for (const v1::MessageProto& m : slice->messages()) {
+    v.bytes += m.bytes();
+    for (int s = m.first_segment(); s < m.first_segment() + m.num_segments(); ++s) {
+      const int record = slice->segments(s).dst_record();
+      v.keys.emplace(m.dst_rank(), slice->dst().records(record).tensor());
+    }
+  }
+  return v;
+}
+
+// Figures reporting `bytes` and the digest part `sum` for each key of
+// `keys` (a part per key: every side sums alike, so the round compares equal).
+RefitClient::RoundFigures Figures(int64_t bytes,
+                                  const std::set<std::pair<int32_t, int32_t>>& keys) {
+  RefitClient::RoundFigures f;
+  f.bytes = bytes;
+  f.seconds = 0.01;
+  for (const auto& [rank, tensor] : keys) {
+    v1::DigestPart& p = f.digests.emplace_back();
+    p.set_engine_rank(rank);
+    p.set_tensor(tensor);
+    p.set_sum(7);
+  }
+  return f;
+}
+
+std::set<std::pair<int32_t, int32_t>> OfRank(const std::set<std::pair<int32_t, int32_t>>& keys,
+                                             int32_t rank) {
+  std::set<std::pair<int32_t, int32_t>> out;
+  for (const auto& k : keys) {
+    if (k.first == rank) out.insert(k);
+  }
+  return out;
+}
+
+absl::Status Start(RefitClient& t, int64_t v) {
+  const absl::Time deadline = In(absl::Seconds(20));
+  absl::Status s = t.StartRound(v, deadline);
+  while (absl::IsUnavailable(s) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+    s = t.StartRound(v, deadline);
+  }
+  return s;
+}
+
+int64_t VerifiedVersion(RefitClient& c, const std::string& engine) {
+  absl::StatusOr<v1::StatusResponse> s = c.GetStatus(In(absl::Seconds(10)));
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return -1;
+  for (const v1::EngineStatus& e : s->engines()) {
+    if (e.engine_id() == engine) return e.verified_version();
+  }
+  return -1;
+}
+
+std::vector<int64_t> Bases(RefitClient& c, int64_t v) {
+  return c.RoundModeOf(v).delta_base;
+}
+
+TEST(VerifiedRoundsTest, ReportsAreBoundByTheSendersSliceAndNewProcessesGetDenseBytes) {
+  RefitdProcess refitd;
+  ASSERT_TRUE(refitd
+                  .Start(absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/server/refitd"),
+                         {"--plan_settle_ms=5", "--delta", "--min_engines=2"},
+                         absl::StrCat(std::getenv("TEST_TMPDIR"), "/refitd.out"),
+                         absl::Seconds(20))
+                  .ok());
+  auto t = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(true, "job"));
+  auto a = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(false, "job", "A"));
+  auto b = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(false, "job", "B"));
+  ASSERT_TRUE(t && a && b);
+  const SliceView tv = ViewOf(*t), av = ViewOf(*a), bv = ViewOf(*b);
+  ASSERT_FALSE(av.keys.empty());
+  ASSERT_FALSE(bv.keys.empty());
+  const int32_t rank_a = av.keys.begin()->first, rank_b = bv.keys.begin()->first;
+  ASSERT_NE(rank_a, rank_b);  // two engines: two engine ranks of the plan
+
+  // Round 1: every engine rank dense.
+  ASSERT_TRUE(Start(*t, 1).ok());
+  for (RefitClient* c : {t.get(), a.get(), b.get()}) {
+    ASSERT_TRUE(c->WaitForRound(In(absl::Seconds(10))).ok());
+  }
+  EXPECT_THAT(Bases(*t, 1), ElementsAre(-1, -1));
+  // Engine A digests engine B's rank: refused, naming the field; the round
+  // does not blame B.
+  absl::Status s = a->ReportDone(1, Figures(av.bytes, bv.keys), In(absl::Seconds(10)));
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("digests: "));
+  // 100,000 parts: more than the slice writes.
+  RefitClient::RoundFigures many = Figures(av.bytes, av.keys);
+  many.digests.resize(100000, many.digests[0]);
+  s = a->ReportDone(1, many, In(absl::Seconds(10)));
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("digests: "));
+  // Bytes above what the slice moves (INT64_MAX).
+  s = t->ReportDone(1, Figures(std::numeric_limits<int64_t>::max(), tv.keys),
+                    In(absl::Seconds(10)));
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("bytes: "));
+  // The trainer's report twice: counted once, the round commits.
+  ASSERT_TRUE(t->ReportDone(1, Figures(tv.bytes, tv.keys), In(absl::Seconds(10))).ok());
+  ASSERT_TRUE(t->ReportDone(1, Figures(tv.bytes, tv.keys), In(absl::Seconds(10))).ok());
+  ASSERT_TRUE(a->ReportDone(1, Figures(av.bytes, av.keys), In(absl::Seconds(10))).ok());
+  ASSERT_TRUE(b->ReportDone(1, Figures(bv.bytes, bv.keys), In(absl::Seconds(10))).ok());
+  ASSERT_TRUE(t->AwaitOutcome(1, In(absl::Seconds(10))).ok());
+  EXPECT_EQ(VerifiedVersion(*t, "A"), 1);
+  EXPECT_EQ(VerifiedVersion(*t, "B"), 1);
+
+  // Round 2: each engine rank its own base. B sends no digest and the
+  // trainer omits B's parts: the round commits, B is not verified by it.
+  ASSERT_TRUE(Start(*t, 2).ok());
+  for (RefitClient* c : {t.get(), a.get(), b.get()}) {
+    ASSERT_TRUE(c->WaitForRound(In(absl::Seconds(10))).ok());
+  }
+  EXPECT_THAT(Bases(*t, 2), ElementsAre(1, 1));
+  ASSERT_TRUE(
+      t->ReportDone(2, Figures(tv.bytes, OfRank(tv.keys, rank_a)), In(absl::Seconds(10)))
+          .ok());
+  ASSERT_TRUE(a->ReportDone(2, Figures(av.bytes, av.keys), In(absl::Seconds(10))).ok());
+  ASSERT_TRUE(b->ReportDone(2, Figures(bv.bytes, {}), In(absl::Seconds(10))).ok());
+  ASSERT_TRUE(t->AwaitOutcome(2, In(absl::Seconds(10))).ok());
+  EXPECT_EQ(VerifiedVersion(*t, "A"), 2);
+  EXPECT_EQ(VerifiedVersion(*t, "B"), 1);
+
+  // B's process leaves and a new one registers the same identity: it holds
+  // nothing, so its rank is dense while A's takes a delta.
+  ASSERT_TRUE(b->Leave(In(absl::Seconds(10))).ok());
+  b.reset();
+  auto b2 = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(false, "job", "B"));
+  ASSERT_TRUE(b2);
+  ViewOf(*b2);
+  ViewOf(*t);
+  ViewOf(*a);
+  ASSERT_TRUE(Start(*t, 3).ok());
+  ASSERT_TRUE(t->WaitForRound(In(absl::Seconds(10))).ok());
+  std::vector<int64_t> expected(2, -1);
+  expected[rank_a] = 2;
+  EXPECT_EQ(Bases(*t, 3), expected);
+}
+
+}  // namespace
+}  // namespace refit
