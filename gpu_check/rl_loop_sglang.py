@@ -114,6 +114,17 @@ class FileClient:
             time.sleep(0.01)
         raise RuntimeError(f"the engine answered no {call} request within {self.timeout:g} s")
 
+    def wait_ready(self):
+        """Waits (bounded) until the engine process serves requests: its
+        model is built. Raises RuntimeError when it exited or took longer."""
+        t_end = time.monotonic() + self.timeout
+        while not os.path.exists(os.path.join(self.dir, "ready")):
+            if not self.alive():
+                raise RuntimeError("the engine process exited before serving")
+            if time.monotonic() > t_end:
+                raise RuntimeError(f"the engine process did not serve within {self.timeout:g} s")
+            time.sleep(0.01)
+
     def update_weights_from_tensor(self, named_tensors, load_format=None, flush_cache=True,
                                    **fields):
         return self._call("update_weights_from_tensor",
@@ -140,6 +151,7 @@ def serve_files(workdir, served, timeout):
     import torch
     n = 0
     leaving = False
+    open(os.path.join(workdir, "ready"), "w").close()  # FileClient.wait_ready
     while True:
         path = os.path.join(workdir, f"req{n}.json")
         t_end = time.monotonic() + timeout
@@ -176,6 +188,8 @@ def join(engine, member, server, cfg_path, convention, transport, expect_refused
     refusal (FAILED_PRECONDITION "... refused to join: ...")."""
     import refit
     import refit.sglang as rs
+    if hasattr(engine, "wait_ready"):  # an engine process: REFUSAL_WAIT starts once it serves
+        engine.wait_ready()
     try:
         rs.join_engine(engine, member, server=server, engine_id=ENGINE_ID, model=cfg_path,
                        convention=convention, transport=transport,

@@ -501,6 +501,9 @@ def main():
                                         ("killed", "qwen3-0.6b", 2, 2)]:
         if only is not None and name not in only:
             continue
+        if gpus < 2:  # NCCL between two GPUs; one GPU is the pull path's (refitd says so)
+            rows.append((name, "SKIP", f"needs 2 GPUs, {gpus} given"))
+            continue
         res = run(bundle, model, "megatron:tp=1", "vllm:tp=1", rounds, die_in, gpus)
         (t_rc, t_ev), (e_rc, e_ev) = res
         for ev in t_ev + e_ev:
@@ -625,7 +628,9 @@ def main():
         print(f"FIGURE colocated Qwen3-8B refit on one GPU: BF16->FP8 "
               f"{times['fp8-qwen3-8b'] * 1e3:.1f} ms, BF16->BF16 "
               f"{times['bf16-qwen3-8b'] * 1e3:.1f} ms")
-    if only is None or "rejoin" in only:
+    if (only is None or "rejoin" in only) and gpus < 2:
+        rows.append(("rejoin", "SKIP", f"needs 2 GPUs, {gpus} given"))
+    elif only is None or "rejoin" in only:
         # refitd killed after round 1 and started again on its address: both
         # members rejoin, and rounds 2 and 3 move every byte over new NCCL
         # communicators.
