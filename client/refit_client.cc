@@ -7,10 +7,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "client/log.h"
+#include "client/server_target.h"
 #include "common/grpc_status.h"
 #include "common/member_secret.h"
 #include "common/status_macros.h"
@@ -18,68 +18,6 @@
 #include "proto/protocol_version.h"
 
 namespace refit {
-namespace {
-
-// "host:port" with a port in 1..65535; the host a name, an IPv4 address or
-// a bracketed IPv6 one.
-absl::Status CheckHostPort(absl::string_view target, absl::string_view hostport) {
-  const std::string expected = absl::StrCat(
-      "server \"", target, "\": expected host:port, e.g. 127.0.0.1:50051 (refitd's "
-      "default address)");
-  const size_t colon = hostport.rfind(':');
-  const size_t bracket = hostport.rfind(']');
-  if (colon == absl::string_view::npos ||
-      (bracket != absl::string_view::npos && colon < bracket)) {
-    return absl::InvalidArgumentError(absl::StrCat(expected, "; it has no port"));
-  }
-  const absl::string_view host = hostport.substr(0, colon);
-  int port = 0;
-  if (host.empty() || !absl::SimpleAtoi(hostport.substr(colon + 1), &port) || port < 1 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(expected, "; \"", hostport.substr(colon + 1), "\" is not a port"));
-  }
-  for (char ch : host) {
-    if (absl::ascii_isspace(static_cast<unsigned char>(ch)) || ch == '/' || ch == '@') {
-      return absl::InvalidArgumentError(
-          absl::StrCat(expected, "; the host \"", host, "\" is not a host name"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// A gRPC target refitd can be at: host:port, or one of gRPC's own
-// "dns:[//authority/]host:port", "ipv4:", "ipv6:", "unix:",
-// "unix-abstract:" targets. A URL ("http://...") is refused: gRPC would
-// take it for a host name and wait the whole timeout.
-absl::Status CheckTarget(const std::string& target) {
-  if (target.empty()) {
-    return absl::InvalidArgumentError(
-        "server is empty: expected host:port, e.g. 127.0.0.1:50051");
-  }
-  for (absl::string_view scheme : {"unix:", "unix-abstract:", "ipv4:", "ipv6:"}) {
-    if (absl::StartsWith(target, scheme)) return absl::OkStatus();
-  }
-  if (absl::StartsWith(target, "dns:")) {
-    absl::string_view rest = absl::string_view(target).substr(4);
-    if (absl::StartsWith(rest, "//")) {
-      const size_t slash = rest.find('/', 2);
-      if (slash == absl::string_view::npos) return CheckHostPort(target, "");
-      rest = rest.substr(slash + 1);
-    }
-    return CheckHostPort(target, rest);
-  }
-  const size_t scheme = target.find("://");
-  if (scheme != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "server \"", target, "\": a refitd address is host:port, not a URL; use \"",
-        target.substr(scheme + 3), "\" without \"", target.substr(0, scheme + 3), "\""));
-  }
-  return CheckHostPort(target, target);
-}
-
-}  // namespace
-
 absl::Status RefitClient::CheckOptions(const Options& options, std::string* token) {
   *token = std::string(absl::StripAsciiWhitespace(options.bearer_token));
   // gRPC aborts the process on a header value outside printable ASCII; the
@@ -95,7 +33,7 @@ absl::Status RefitClient::CheckOptions(const Options& options, std::string* toke
           "header cannot carry (the token is not shown); check the token file"));
     }
   }
-  return CheckTarget(options.target);
+  return CheckServerTarget(options.target);
 }
 
 std::shared_ptr<grpc::Channel> RefitClient::NewChannel(const Options& o) {
