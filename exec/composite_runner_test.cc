@@ -6,6 +6,7 @@
 // engine byte is checked against the test patterns.
 #include "exec/composite_runner.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <thread>
@@ -299,6 +300,40 @@ TEST(PairRoutesTest, SameHostPairsPullAndTheOthersJoinTheNetwork) {
   EXPECT_FALSE(PullsBetween({0, 1}, 0, 5));
   // No hosts: nothing pulls.
   EXPECT_EQ(RoutePairs({{0, 1}}, {}).network_pairs, 1);
+}
+
+TEST(MemberRunnerTest, RelaysOnPulledPairsAreRefusedByName) {
+  absl::StatusOr<Plan> plan = MakePatternPlan("relay");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int32_t refused = 0;
+  for (int32_t e = 0; e < plan->dst.world_size; ++e) {
+    Plan slice = ExtractSlice(*plan, Side::kEngine, e);
+    const bool relays = std::any_of(slice.messages.begin(), slice.messages.end(),
+                                    [](const Message& m) { return m.relay; });
+    MemberSlice m;
+    m.plan = &slice;
+    m.side = Side::kEngine;
+    m.rank = e;
+    m.global_rank = plan->src.world_size + e;
+    m.global_world = plan->src.world_size + plan->dst.world_size;
+    DataPlaneParts parts;  // every pair pulled (no hosts)
+    bool pulled = false;
+    parts.pull = [&](const Plan&, Side, int32_t, std::vector<char*>, KvStore*,
+                     std::function<bool(int32_t)>,
+                     absl::Time) -> absl::StatusOr<std::unique_ptr<RoundRunner>> {
+      pulled = true;
+      return absl::UnimplementedError("not run here");
+    };
+    absl::StatusOr<std::unique_ptr<RoundRunner>> r =
+        MakeMemberRunner(m, parts, nullptr, absl::Now() + absl::Seconds(5));
+    if (!relays) continue;
+    ++refused;
+    EXPECT_FALSE(pulled) << "engine rank " << e;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+    EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("relays to engine rank"));
+    EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("--relay=off"));
+  }
+  EXPECT_GT(refused, 0);
 }
 
 TEST(MemberRunnerTest, MissingPlanOrTransportIsNamed) {

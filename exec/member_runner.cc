@@ -44,6 +44,26 @@ absl::StatusOr<std::unique_ptr<RoundRunner>> ExecutorOver(
   return std::unique_ptr<RoundRunner>(std::move(r));
 }
 
+// The pull path moves trainer-to-engine pairs: fails with
+// FAILED_PRECONDITION, naming the two engine ranks, when a relay message of
+// the member's slice (an engine rank forwarding) falls on a pair it would
+// pull (`pull_peer` empty: every pair). refitd plans memberships that pull
+// without relays.
+absl::Status CheckNoPulledRelays(const MemberSlice& member,
+                                 const std::function<bool(int32_t)>& pull_peer) {
+  const int32_t src_world = member.plan->src.world_size;
+  for (const Message& m : member.plan->messages) {
+    if (!m.relay) continue;
+    const int32_t from = src_world + m.src_rank, to = src_world + m.dst_rank;
+    if (pull_peer && !pull_peer(from == member.global_rank ? to : from)) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine rank ", m.src_rank, " relays to engine rank ", m.dst_rank,
+        " on the pull path, which moves trainer-to-engine pairs only: plan this "
+        "membership with relays off (--relay=off)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RoundRunner>> MakeMemberRunner(const MemberSlice& member,
@@ -66,6 +86,7 @@ absl::StatusOr<std::unique_ptr<RoundRunner>> MakeMemberRunner(const MemberSlice&
       return PullsBetween(hosts, me, g);
     };
   }
+  REFIT_RETURN_IF_ERROR(CheckNoPulledRelays(member, pull_peer));
   REFIT_ASSIGN_OR_RETURN(
       std::unique_ptr<RoundRunner> pull,
       AnnotateStatus(parts.pull(*member.plan, member.side, member.rank, member.buffers, store,
