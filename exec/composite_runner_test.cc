@@ -322,7 +322,7 @@ TEST(MemberRunnerTest, RelaysOnPulledPairsAreRefusedByName) {
                      std::function<bool(int32_t)>,
                      absl::Time) -> absl::StatusOr<std::unique_ptr<RoundRunner>> {
       pulled = true;
-      return absl::UnimplementedError("not run here");
+      return absl::InternalError("the pull factory must not be reached");
     };
     absl::StatusOr<std::unique_ptr<RoundRunner>> r =
         MakeMemberRunner(m, parts, nullptr, absl::Now() + absl::Seconds(5));
