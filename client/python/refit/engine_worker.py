@@ -30,8 +30,9 @@ LayoutHooks = Tuple[Callable[[Any], Any], ...]
 
 def layout_hooks(engine: str) -> LayoutHooks:
     """refit.engine_layouts' kernel-layout detector and derived-tensor
-    refresh for ``engine`` ("vllm" or "sglang"), and for vLLM
-    refit.engine_formats' weight-format detector. Raises RefitError
+    refresh for ``engine`` ("vllm" or "sglang"), and the weight-format
+    detector (refit.engine_formats' for vLLM, refit.engine_convention's for
+    SGLang). Raises RefitError
     FAILED_PRECONDITION when they are not installed."""
     try:
         from refit import engine_formats as ef
@@ -41,7 +42,8 @@ def layout_hooks(engine: str) -> LayoutHooks:
                                   f"tell which layout the {engine} kernels read") from e
     if engine == "vllm":
         return el.vllm_kernel_layout, el.refresh_vllm_derived, ef.vllm_quant_format
-    return el.sglang_kernel_layout, el.refresh_sglang_derived
+    from refit.engine_convention import sglang_quant_format
+    return el.sglang_kernel_layout, el.refresh_sglang_derived, sglang_quant_format
 
 
 def convention_params(convention: str) -> Dict[str, str]:
@@ -320,25 +322,32 @@ def in_thread(fn: Callable[[], Any]) -> Callable[[float], Any]:
 _NOT_THE_WORKERS = {4, 7, 14, 16}  # DEADLINE_EXCEEDED, PERMISSION_DENIED, UNAVAILABLE, UNAUTHENTICATED
 
 
+def tell_refusal(error: BaseException, **member: Any) -> None:
+    """Tells refitd that the worker ``member`` names (refit.refuse's
+    arguments: server, side, rank, model, convention, engine_id, device,
+    token, job) refuses to join, because of ``error``, so that the trainer
+    and the other workers fail at once naming it instead of at their
+    timeouts; nothing for errors that say nothing of the worker's own setup
+    (refitd unreachable, or refusing the worker). Never raises: a refusal
+    that cannot be told is logged."""
+    if isinstance(error, refit.RefitError) and int(error.code) in _NOT_THE_WORKERS:
+        return
+    try:
+        refit.refuse(f"{type(error).__name__}: {error}"
+                     if not isinstance(error, refit.RefitError) else str(error),
+                     timeout=min(10.0, float(member.pop("timeout", 10.0))), **member)
+    except refit.RefitError as r:
+        logging.getLogger("refit").warning("telling refitd that this worker refuses to "
+                                           "join failed: %s", r)
+
+
 def join_or_refuse(make: Callable[[], "EngineReceiver"], **member: Any) -> "EngineReceiver":
     """``make()`` (the worker's EngineReceiver). When it fails for a reason
     of the worker's own (a layout refit does not write, parameters that do
-    not match the convention), first tells refitd that this worker refuses
-    to join (:func:`refit.refuse` with ``member``: server, side, rank,
-    model, convention, engine_id, device, token, job), so that the trainer
-    and the other workers fail at once naming it instead of at their
-    timeouts; then raises make's error."""
+    not match the convention), first tells refitd so (:func:`tell_refusal`
+    with ``member``); then raises make's error."""
     try:
         return make()
     except Exception as e:
-        if isinstance(e, refit.RefitError) and int(e.code) in _NOT_THE_WORKERS:
-            raise
-        try:
-            refit.refuse(f"{type(e).__name__}: {e}" if not isinstance(e, refit.RefitError)
-                         else str(e), timeout=min(10.0, float(member.pop("timeout", 10.0))),
-                         **member)
-        except refit.RefitError as r:
-            logging.getLogger("refit").warning("telling refitd that this worker refuses to "
-                                               "join failed: %s", r)
+        tell_refusal(e, **member)
         raise
-
