@@ -103,6 +103,11 @@ SKIP = {
     ("operations.md", "refitd --address=0.0.0.0:50051"): "a server that runs until stopped, "
                                                           "with the operator's TLS "
                                                           "certificate",
+    ("operations.md", "refit_demo --refitd=refitd --member=refit_demo_member_slow"):
+        "the demo with its test-only member build, in the background",
+    ("operations.md", "refit status --server 127.0.0.1:PORT"):
+        "watches the demo of the line before (PORT: the port it prints); "
+        "//cli:status_command_test checks the frames",
     ("operations.md", "refit status --server refitd.example:50051"):
         "needs the operator's TLS files (//tests/cli:refit_status_test runs refit status "
         "over TLS)",
