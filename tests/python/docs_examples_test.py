@@ -9,10 +9,15 @@ whole in a fresh interpreter with this tree's refit module, unless SKIP
 lists its first line.
 
 What runs, and what stands in for the user's machine:
-* ``refit ...`` lines run the built ``refit`` in a fresh temporary
-  directory; ``[--flag value]`` optional groups are given (the first of
-  ``a | b``); a server address (``refitd-host:50051``, ``127.0.0.1:50051``)
-  is a refitd started for the line, with the token file the line names
+* a shell block runs in a fresh temporary directory. A ``refitd ...``
+  line starts the built refitd with the line's flags on 127.0.0.1 (a port
+  of its own instead of the line's ``--address``; the TLS certificate and
+  key it names, and a ``ca.pem`` that signed them, made there with
+  openssl); the block's later lines ask it, and it stops with the block.
+* ``refit ...`` lines run the built ``refit``; ``[--flag value]`` optional
+  groups are given (the first of ``a | b``); a server address
+  (``refitd-host:50051``, ``127.0.0.1:50051``) is the block's refitd, or
+  one started for the line with the token file the line names
   (``/etc/refit/token`` is a file written here); a ``--checkpoint DIR`` of
   a built-in model is a stand-in checkpoint written there (finite BF16
   values, the trainer's fsdp:dp=1 tensors); the line must exit 0.
@@ -55,19 +60,11 @@ SKIP = {
     ("README.md", "python -m sglang.launch_server"): "needs SGLang and GPUs",
     ("README.md", "import refit.torch\nm = refit.torch.trainer_member"):
         "a fragment of a trainer: its model, train_step and torch.distributed",
-    ("README.md", "refitd --address=0.0.0.0:50051"): "a server that runs until stopped, "
-                                                      "with the operator's TLS certificate",
-    ("README.md", "refit status --server refitd-host:50051 --token_file"):
-        "asks the TLS refitd of the line before (//tests/cli:refit_status_test runs refit "
-        "status over TLS)",
     ("clients.md", "import refit\nparams = dict(model.named_parameters())"):
         "a fragment of an engine worker (see README.md's)",
     ("clients.md", "tools/wheel/wheel.sh"): "builds the wheel for minutes; "
                                             "//tools/wheel:wheel_test builds and installs it",
     ("clients.md", "pip install"): "installs the wheel of the line before",
-    ("clients.md", "refitd --address=127.0.0.1:50051 &"): "starts the installed refitd in "
-                                                          "the background; this test starts "
-                                                          "its own for the next line",
     ("clients.md", "import torch, torch.distributed as dist"):
         "needs torch, transformers, GPUs and torch.distributed",
     ("clients.md", "rank = torch.distributed.get_rank()"): "a fragment of a Megatron trainer",
@@ -100,9 +97,6 @@ SKIP = {
     ("kernel-layouts.md", "import refit.engine_layouts as el"):
         "a fragment of an engine worker: its live model; //tests/python:engine_layouts_test "
         "runs these calls",
-    ("operations.md", "refitd --address=0.0.0.0:50051"): "a server that runs until stopped, "
-                                                          "with the operator's TLS "
-                                                          "certificate",
     ("operations.md", "refit_demo --refitd=refitd --member=refit_demo_member_slow"):
         "the demo with its test-only member build, in the background",
     ("operations.md", "refit status --server 127.0.0.1:PORT"):
@@ -172,6 +166,60 @@ def write_checkpoint(directory, model):
         f.write(struct.pack("<Q", len(head)) + head + b"".join(blobs))
 
 
+def write_pki(cwd, cert, key):
+    """A CA (``ca.pem`` in ``cwd``) and a server certificate for 127.0.0.1
+    and localhost signed by it, at ``cert`` / ``key``. Raises
+    unittest.SkipTest without openssl."""
+    def openssl(*args):
+        try:
+            subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+        except FileNotFoundError:
+            raise unittest.SkipTest("openssl is not installed here")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *ec, "-days", "1", "-subj", "/CN=ca",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            "-keyout", "ca.key", "-out", "ca.pem")
+    with open(os.path.join(cwd, "server.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+    openssl("req", *ec, "-subj", "/CN=refitd", "-keyout", key, "-out", "server.csr")
+    openssl("x509", "-req", "-days", "1", "-in", "server.csr", "-CA", "ca.pem",
+            "-CAkey", "ca.key", "-CAcreateserial", "-extfile", "server.ext", "-out", cert)
+
+
+class ShellBlock:
+    """A shell block's directory, its token file (written when a line
+    names /etc/refit/token) and the refitd one of its lines started, which
+    the block's later lines ask."""
+
+    def __init__(self, cwd):
+        self.cwd, self.refitd, self._token = cwd, None, None
+
+    def token(self):
+        if self._token is None:
+            self._token = os.path.join(self.cwd, "token")
+            with open(self._token, "w") as f:
+                f.write("docs-example-token\n")
+        return self._token
+
+    def start_refitd(self, flags):
+        """Starts refitd with the line's flags on 127.0.0.1 (a port of its
+        choosing instead of the line's --address), its TLS files made
+        here."""
+        named = dict(f[2:].split("=", 1) for f in flags if f.startswith("--") and "=" in f)
+        if "tls_cert" in named:
+            write_pki(self.cwd, named["tls_cert"], named["tls_key"])
+        flags = [f if not re.match(r"--(tls_cert|tls_key|token_file)=", f)
+                 else f.split("=", 1)[0] + "=" + os.path.join(self.cwd, f.split("=", 1)[1])
+                 for f in flags if not f.startswith("--address")]
+        self.refitd = refitd_process.Refitd(REFITD, *flags)
+
+    def stop(self):
+        if self.refitd is not None:
+            self.refitd.stop()
+            self.refitd = None
+
+
 class DocsExamplesTest(unittest.TestCase):
     used = set()
 
@@ -182,31 +230,34 @@ class DocsExamplesTest(unittest.TestCase):
             raise AssertionError(f"SKIP entries no example starts with (remove them): "
                                  f"{sorted(stale)}")
 
-    def run_line(self, page, line, cwd):
-        args = shlex.split(given_optionals(line))
-        server = next((a for a in args for addr in ADDRESSES if addr in a), None)
+    def run_line(self, page, line, block):
+        """Runs one shell line in ``block`` (its directory and the refitd a
+        ``refitd`` line of it started); a ``refitd`` line only starts."""
+        args = [a for a in shlex.split(given_optionals(line)) if a != "&"]
+        if "/etc/refit/token" in line:
+            args = [a.replace("/etc/refit/token", block.token()) for a in args]
+        if args[0] == "refitd":
+            block.start_refitd(args[1:])
+            return
         refitd = None
-        if server is not None:
-            flags = []
-            if "/etc/refit/token" in line:
-                token = os.path.join(cwd, "token")
-                with open(token, "w") as f:
-                    f.write("docs-example-token\n")
-                args = [a.replace("/etc/refit/token", token) for a in args]
-                flags = ["--token_file=" + token]
-            refitd = refitd_process.Refitd(REFITD, *flags)
+        if any(addr in a for a in args for addr in ADDRESSES):
+            refitd = block.refitd
+            if refitd is None:
+                flags = ["--token_file=" + block.token()] if "/etc/refit/token" in line else []
+                refitd = refitd_process.Refitd(REFITD, *flags)
             args = [re.sub("|".join(map(re.escape, ADDRESSES)), refitd.address, a)
                     for a in args]
         if "--checkpoint" in line:
             model = re.search(r"--model[= ](\S+)", line).group(1)
             ckpt = re.search(r"--checkpoint[= ](\S+)", line).group(1)
-            write_checkpoint(os.path.join(cwd, ckpt), model)
+            write_checkpoint(os.path.join(block.cwd, ckpt), model)
         try:
             exe = REFIT if args[0] == "refit" else sys.executable
-            out = subprocess.run([exe] + args[1:], cwd=cwd, capture_output=True, text=True,
-                                 timeout=300, env=dict(os.environ, PYTHONPATH=PYTHONPATH))
+            out = subprocess.run([exe] + args[1:], cwd=block.cwd, capture_output=True,
+                                 text=True, timeout=300,
+                                 env=dict(os.environ, PYTHONPATH=PYTHONPATH))
         finally:
-            if refitd is not None:
+            if refitd is not None and refitd is not block.refitd:
                 refitd.stop()
         self.assertEqual(out.returncode, 0, f"{os.path.basename(page)}: {line}\n"
                                             f"{out.stdout[-2000:]}{out.stderr[-2000:]}")
@@ -233,24 +284,34 @@ class DocsExamplesTest(unittest.TestCase):
         for page in PAGES:
             for lang, body in examples(page):
                 units = [body] if lang != "sh" else list(shell_lines(body))
-                for unit in units:
-                    key, why = skip_reason(page, unit)
-                    with self.subTest(page=os.path.basename(page), example=unit[:60]):
-                        if key is not None:
-                            self.used.add(key)
-                            continue
-                        runnable = (lang == "python" or unit.startswith("refit ") or
-                                    unit.startswith("python -c "))
-                        self.assertTrue(runnable, f"{os.path.basename(page)}: {unit!r} "
-                                                  f"neither runs here nor is in SKIP")
-                        with tempfile.TemporaryDirectory() as cwd:
-                            if lang == "python":
-                                self.run_python(page, body, cwd)
-                            else:
-                                self.run_line(page, unit, cwd)
-                        ran += 1
+                with tempfile.TemporaryDirectory() as cwd:
+                    block = ShellBlock(cwd)
+                    try:
+                        for unit in units:
+                            ran += self.run_unit(page, lang, unit, block)
+                    finally:
+                        block.stop()
         print(f"{ran} examples ran; {len(self.used)} listed in SKIP")
         self.assertGreater(ran, 15)
+
+    def run_unit(self, page, lang, unit, block):
+        """1 when ``unit`` (a shell line or a Python block) ran, 0 when
+        SKIP lists it; fails the subtest when it neither runs nor is
+        listed."""
+        key, _ = skip_reason(page, unit)
+        with self.subTest(page=os.path.basename(page), example=unit[:60]):
+            if key is not None:
+                self.used.add(key)
+                return 0
+            runnable = (lang == "python" or unit.startswith("refit ") or
+                        unit.startswith("refitd ") or unit.startswith("python -c "))
+            self.assertTrue(runnable, f"{os.path.basename(page)}: {unit!r} "
+                                      f"neither runs here nor is in SKIP")
+            if lang == "python":
+                self.run_python(page, unit, block.cwd)
+            else:
+                self.run_line(page, unit, block)
+        return 1
 
 
 if __name__ == "__main__":
