@@ -30,8 +30,9 @@ import refit.testing as rtest  # noqa: E402
 rtest.load_library()
 import refit.sglang as rs  # noqa: E402
 import refit.vllm as rv  # noqa: E402
-import standin_torch as st  # noqa: E402
 from concurrently import run_all  # noqa: E402
+from engine_fixtures import (sglang_model, trainer_members, trainer_source,  # noqa: E402
+                             vllm_model as engine_model)
 from refitd_process import Refitd  # noqa: E402
 from sglang.srt.managers.scheduler import Engine  # noqa: E402
 from vllm.distributed.weight_transfer import factory  # noqa: E402
@@ -56,43 +57,6 @@ def parallel_config(replica, tp_rank, *, moe, ep=False, **extra):
     for k, v in extra.items():
         setattr(pc, k, v)
     return pc
-
-
-def engine_model(model, convention, rank):
-    want = refit.expected_buffers(side="engine", rank=rank, model=model,
-                                  convention=convention)
-    module, _ = st.module_from_specs(want)
-    module._params.append(("model.rotary_emb.cos_sin_cache", st.Tensor([4, 4], st.float32)))
-    return module
-
-
-def trainer_source(model, rank):
-    want = refit.expected_buffers(side="trainer", rank=rank, model=model,
-                                  convention=TRAINER)
-    module, _ = st.module_from_specs(want, wrap=lambda n: "module." + n, dtensor_world=2)
-    return rv.RefitSource(module, rank=rank, model=model, convention=TRAINER)
-
-
-def trainer_members(server, model):
-    out = []
-    for r in (0, 1):
-        want = refit.expected_buffers(side="trainer", rank=r, model=model,
-                                      convention=TRAINER)
-        _, local = st.module_from_specs(want)
-        out.append(refit.Member(server=server, side="trainer", rank=r, model=model,
-                                convention=TRAINER, buffers=local, timeout=TIMEOUT))
-    return out
-
-
-def sglang_model(model, convention, rank):
-    root = st.Layer()
-    for i, s in enumerate(refit.expected_buffers(side="engine", rank=rank, model=model,
-                                                 convention=convention)):
-        path, _, leaf = s.name.rpartition(".")
-        t = st.Tensor(s.shape, st.bfloat16 if s.dtype == "bf16" else st.float32)
-        t.fill_bytes(i + 1)
-        setattr(root.child(path), leaf, t)
-    return root
 
 
 class DerivationTest(unittest.TestCase):
