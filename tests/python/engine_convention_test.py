@@ -87,6 +87,14 @@ class DerivationTest(unittest.TestCase):
             with self.assertRaisesRegex(refit.InvalidArgumentError, text):
                 ec.vllm_convention(pc, dp=dp)
 
+    def test_a_dp_given_beside_a_convention_must_agree(self):
+        self.assertEqual(ec.given_or_derived("vllm:tp=2,dp=2", 2, None), "vllm:tp=2,dp=2")
+        self.assertEqual(ec.given_or_derived(None, 2, lambda: "derived"), "derived")
+        with self.assertRaisesRegex(refit.InvalidArgumentError,
+                                    "dp=3 was given beside convention vllm:tp=2, which has "
+                                    "dp=1"):
+            ec.given_or_derived("vllm:tp=2", 3, None)
+
     def test_sglang_sizes_come_from_the_server_args(self):
         args = types.SimpleNamespace(tp_size=2, dp_size=1, ep_size=2, enable_dp_attention=False)
         self.assertEqual(ec.sglang_convention(args, tp_size=2), "sglang:tp=2,ep=2")
@@ -200,6 +208,24 @@ class EndToEndTest(unittest.TestCase):
         for r in receivers:
             rtest.check_pattern(r.member, 1)
         rs.leave_engine(engines, engine_id="s0")
+
+    def test_sglang_one_server_of_two_replicas_fails_the_trainer_at_once(self):
+        # One server with --dp-size 2: its workers cannot tell their
+        # replica, refuse to join naming the flag, and the trainer ranks
+        # fail within seconds instead of at their timeout.
+        engine = Engine([sglang_model("tiny-qwen3", "sglang:tp=2", t) for t in (0, 1)],
+                        custom_weight_loader=[rs.LOADER], dp_size=2)
+        members = trainer_members(self.refitd.address, "tiny-qwen3")
+        self.addCleanup(lambda: [m.close() for m in members])
+        start = time.monotonic()
+        with self.assertRaisesRegex(refit.FailedPreconditionError,
+                                    "refused to join.*--dp-size 2"):
+            run_all([lambda: rs.join_engine(engine, members[0], server=self.refitd.address,
+                                            engine_id="s0", model="tiny-qwen3",
+                                            timeout=TIMEOUT),
+                     lambda: members[1].prepare(timeout=TIMEOUT)])
+        self.assertLess(time.monotonic() - start, 10.0)
+        self.assertTrue(any("--dp-size 2" in e for e in rs.last_errors), rs.last_errors)
 
 
 if __name__ == "__main__":

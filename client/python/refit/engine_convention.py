@@ -71,6 +71,20 @@ def vllm_worker_index(parallel_config: Any) -> int:
     return vllm_replica(pc) * _int(pc, "tensor_parallel_size") + _int(pc, "rank", 0)
 
 
+def given_or_derived(convention: Optional[str], dp: Optional[int],
+                     derive: Any) -> str:
+    """``convention`` when given (after checking that a ``dp`` given beside
+    it agrees with it), else ``derive()``. Raises RefitError
+    INVALID_ARGUMENT naming both when they differ; as ``derive`` does."""
+    if not convention:
+        return derive()
+    named = int(_ew.convention_params(convention).get("dp", "1"))
+    if dp is not None and int(dp) != named:
+        raise refit.RefitError(_INVALID_ARGUMENT, f"dp={dp} was given beside convention "
+                                                  f"{convention}, which has dp={named}")
+    return convention
+
+
 def naming_convention(kind: str, tp: int, replica: int) -> str:
     """A convention under which the worker of DP replica ``replica`` with
     ``tp`` ranks a replica has an engine rank: what names a worker in a

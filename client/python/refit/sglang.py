@@ -178,13 +178,11 @@ def _convention_and_rank(args: Dict[str, Any]) -> tuple:
     convention, else SGLang's own (its server args, ``args["dp"]``
     replicas). Raises as engine_rank and sglang_convention do; before
     raising, tells refitd that this worker refuses to join (fail fast)."""
-    convention = args.get("convention")
     try:
-        if not convention:
-            _, tp_size, _ = _sglang_ranks()
-            convention = _ec.sglang_convention(
-                (server_args or _ec.sglang_server_args)(), tp_size=int(tp_size),
-                dp=args.get("dp"))
+        convention = _ec.given_or_derived(
+            args.get("convention"), args.get("dp"), lambda: _ec.sglang_convention(
+                (server_args or _ec.sglang_server_args)(), tp_size=int(_sglang_ranks()[1]),
+                dp=args.get("dp")))
         rank = args.get("rank")
         if rank is None:
             rank = engine_rank(convention, args.get("dp_rank"))
@@ -194,8 +192,7 @@ def _convention_and_rank(args: Dict[str, Any]) -> tuple:
         dp_rank = int(args.get("dp_rank") or os.environ.get("SGLANG_DP_RANK") or 0)
         _ew.tell_refusal(e, server=args["server"], side="engine",
                          rank=dp_rank * int(tp_size) + int(tp_rank), model=args["model"],
-                         convention=convention or _ec.naming_convention(
-                             "sglang", tp_size, dp_rank),
+                         convention=_ec.naming_convention("sglang", tp_size, dp_rank),
                          engine_id=args["engine_id"], device="cpu", token=args.get("token"),
                          job=args.get("job", "refit"))
         raise

@@ -266,8 +266,9 @@ def _receiver(model: Any, device: Any, vllm_config: Any,
     dev = info.device or _ew.device_name(device)
 
     def make() -> _ew.EngineReceiver:
-        convention = info.convention or _ec.vllm_convention(
-            pc, getattr(vllm_config, "model_config", None), dp=info.dp)
+        convention = _ec.given_or_derived(
+            info.convention, info.dp, lambda: _ec.vllm_convention(
+                pc, getattr(vllm_config, "model_config", None), dp=info.dp))
         rank = info.rank if info.rank is not None else engine_rank(pc, convention)
         return _ew.EngineReceiver(
             model, rank=rank, device=dev, server=info.server, engine_id=info.engine_id,
