@@ -1,10 +1,11 @@
 """Every example in README.md and docs/*.md runs as written, or is listed
 in SKIP below with the reason it cannot run here.
 
-An example is a fenced block marked ``sh``, ``python``, ``c`` or ``c++``
-(unmarked blocks show output or formulas). A shell block is read line by
-line (continuation lines joined, trailing comments dropped); each line must
-either run or start with a SKIP entry of its page. A Python block runs
+An example is a fenced block marked ``sh``, ``python``, ``c`` or ``c++``.
+A shell block is read line by line (continuation lines joined, trailing
+comments dropped); each line must either run or start with a SKIP entry of
+its page. Unmarked blocks show output or formulas; a ``refit`` command
+line among them (the command whose output they show) runs too. A Python block runs
 whole in a fresh interpreter with this tree's refit module, unless SKIP
 lists its first line.
 
@@ -47,6 +48,8 @@ import refitd_process  # noqa: E402
 PYTHONPATH = os.path.dirname(os.path.dirname(os.path.abspath(refit.__file__)))
 ADDRESSES = ("refitd-host:50051", "127.0.0.1:50051")
 EXAMPLE_LANGS = ("sh", "python", "c", "c++")
+# A refit command in an output listing ("refit plan: error: ..." is output).
+OUTPUT_COMMAND = re.compile(r"^refit (plan|simulate|buffers|status|health|models)( |$)")
 
 # (page, start of the line or block) -> why it does not run here.
 SKIP = {
@@ -110,11 +113,18 @@ SKIP = {
 
 def examples(page):
     """[(lang, body)] of the page's example blocks (fences may carry a
-    language with symbols: c++)."""
+    language with symbols: c++), and of its unmarked blocks as lang "sh"
+    holding only their ``refit`` command lines."""
     text = open(page).read()
-    return [(lang, body) for lang, body in
-            re.findall(r"^```([^\n`]*)\n(.*?)^```", text, re.S | re.M)
-            if lang in EXAMPLE_LANGS]
+    out = []
+    for lang, body in re.findall(r"^```([^\n`]*)\n(.*?)^```", text, re.S | re.M):
+        if lang in EXAMPLE_LANGS:
+            out.append((lang, body))
+        elif not lang:
+            commands = [line for line in shell_lines(body) if OUTPUT_COMMAND.match(line)]
+            if commands:
+                out.append(("sh", "\n".join(commands)))
+    return out
 
 
 def shell_lines(body):
