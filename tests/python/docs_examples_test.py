@@ -115,7 +115,8 @@ def examples(page):
     """[(lang, body)] of the page's example blocks (fences may carry a
     language with symbols: c++), and of its unmarked blocks as lang "sh"
     holding only their ``refit`` command lines."""
-    text = open(page).read()
+    with open(page) as f:
+        text = f.read()
     out = []
     for lang, body in re.findall(r"^```([^\n`]*)\n(.*?)^```", text, re.S | re.M):
         if lang in EXAMPLE_LANGS:
