@@ -29,7 +29,7 @@ replica count comes from the trainer side (refit.sglang.join_engine: the
 engines it is given).
 """
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import refit
 import refit.engine_worker as _ew
@@ -72,7 +72,7 @@ def vllm_worker_index(parallel_config: Any) -> int:
 
 
 def given_or_derived(convention: Optional[str], dp: Optional[int],
-                     derive: Any) -> str:
+                     derive: Callable[[], str]) -> str:
     """``convention`` when given (after checking that a ``dp`` given beside
     it agrees with it), else ``derive()``. Raises RefitError
     INVALID_ARGUMENT naming both when they differ; as ``derive`` does."""

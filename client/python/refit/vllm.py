@@ -257,6 +257,9 @@ class RefitUpdateInfo(_UpdateBase):
     timeout: float = 300.0
 
 
+# engine_rank(parallel_config, convention): the worker's engine rank, after
+# checking vLLM's sizes against the convention (RefitError INVALID_ARGUMENT
+# naming what differs); refit.engine_convention.vllm_engine_rank.
 engine_rank = _ec.vllm_engine_rank
 
 
