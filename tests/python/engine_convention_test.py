@@ -29,6 +29,8 @@ import refit.engine_convention as ec  # noqa: E402
 import refit.testing as rtest  # noqa: E402
 rtest.load_library()
 import refit.sglang as rs  # noqa: E402
+import refit.sglang_receiver as rr  # noqa: E402
+import refit.torch  # noqa: E402
 import refit.vllm as rv  # noqa: E402
 from concurrently import run_all  # noqa: E402
 from engine_fixtures import (sglang_model, trainer_members, trainer_source,  # noqa: E402
@@ -226,6 +228,31 @@ class EndToEndTest(unittest.TestCase):
                      lambda: members[1].prepare(timeout=TIMEOUT)])
         self.assertLess(time.monotonic() - start, 10.0)
         self.assertTrue(any("--dp-size 2" in e for e in rs.last_errors), rs.last_errors)
+
+    def test_sglang_external_receiver_reads_its_convention_too(self):
+        # SGLang's external receiver factory gets the worker's TP size; the
+        # server args (here the test's) give the rest.
+        rs.server_args = lambda: types.SimpleNamespace(tp_size=1, dp_size=1, ep_size=1,
+                                                       enable_dp_attention=False)
+        self.addCleanup(setattr, rs, "server_args", None)
+        members = trainer_members(self.refitd.address, "tiny-qwen3")
+        self.addCleanup(lambda: [m.close() for m in members])
+        context = types.SimpleNamespace(
+            model=sglang_model("tiny-qwen3", "sglang:tp=1", 0), device="cpu", tp_rank=0,
+            tp_size=1, init_payload={"server": self.refitd.address, "engine_id": "s0",
+                                     "model": "tiny-qwen3", "timeout": TIMEOUT})
+        got = {}
+        run_all([lambda: got.setdefault("r", rr.make_receiver(context))] +
+                [lambda m=m: m.prepare(timeout=TIMEOUT) for m in members])
+        receiver = got["r"]
+        self.assertEqual(receiver.receiver.convention, "sglang:tp=1")
+        for m in members:
+            rtest.fill_pattern(m, 1)
+        run_all([lambda: receiver.receive({"version": 1, "timeout": TIMEOUT})] +
+                [lambda r=r: refit.torch.publish(members[r], version=1, rank=r, world=2,
+                                                 timeout=TIMEOUT) for r in (0, 1)])
+        rtest.check_pattern(receiver.receiver.member, 1)
+        receiver.destroy()
 
 
 if __name__ == "__main__":
