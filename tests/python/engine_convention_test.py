@@ -4,9 +4,11 @@
 refitd: the user writes no convention string; vLLM workers of an MoE engine
 with expert parallelism derive vllm:tp=2,dp=2,ep=4 and every engine byte
 arrives; SGLang workers derive sglang:tp=2,dp=2,ep=2 from their server args
-and the replicas join_engine is given; dense vLLM replicas without the
-replica count refuse to join, and the trainer fails at once naming them;
-an explicit convention stays an override, checked against the engine.
+and the replicas join_engine is given, and SGLang's external receiver
+sglang:tp=1; dense vLLM replicas without the replica count, and one SGLang
+server running two replicas, refuse to join, and the trainer fails at once
+naming them; an explicit convention stays an override, checked against the
+engine, and a dp given beside it must agree.
 
   engine_convention_test.py REFITD LIBREFIT_CLIENT_TESTING_SO
 """
