@@ -13,6 +13,7 @@
 #include "exec/delta/delta_codec.h"
 #include "exec/plan_side.h"
 #include "layout/dtype.h"
+#include "plan/wave_bytes.h"
 
 namespace refit {
 namespace {
@@ -30,6 +31,17 @@ int MessageWordBytes(const Plan& plan, const Message& m) {
 }
 
 int64_t Align256(int64_t x) { return (x + 255) / 256 * 256; }
+
+// Wave `index`'s batch, as a key ordering the batches. With batch_bytes
+// above 0: the window of batch_bytes its whole-plan offset on its lane
+// falls in, then its lane (a batch is a lane's waves starting in one
+// window); otherwise its own place (every wave its own batch). A slice
+// keeps the whole plan's offsets and its waves' order, so every rank's
+// batches are the whole plan's, run in the whole plan's order.
+std::pair<int64_t, int64_t> BatchKey(const Wave& wave, int64_t index, int64_t batch_bytes) {
+  if (batch_bytes <= 0) return {index, 0};
+  return {wave.lane_offset / batch_bytes, wave.lane};
+}
 
 // A trainer begins the counts of up to this many waves past the one it
 // encodes: enough queued on the GPU that the host's posting, whose time
@@ -135,29 +147,32 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> DeltaRunner::Create(
 absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
   const std::string side_name(SideName(side_));
   std::map<std::pair<int32_t, int32_t>, int32_t> slots;
-  // Batches: consecutive plan waves of one lane, until a batch holds
-  // options_.batch_bytes of the plan's bytes (every rank's: so every rank
-  // cuts the same batches, and a pair's sends and receives match).
+  for (const Wave& wave : plan.waves) {
+    if (wave.first_message < 0 || wave.num_messages < 0 ||
+        int64_t{wave.first_message} + wave.num_messages >
+            static_cast<int64_t>(plan.messages.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          side_name, " rank ", rank_, ": a wave's messages lie outside the plan"));
+    }
+  }
+  if (absl::Status s = CheckWaveBytes(plan); !s.ok()) {
+    return AnnotateStatus(s, absl::StrCat(side_name, " rank ", rank_));
+  }
+  // Batches (BatchKey): cut by the whole plan's bytes, which every slice
+  // carries, so every rank cuts the same batches and runs them in one
+  // order whatever its slice, and a pair's sends and receives match.
   const int32_t lanes = transport_->num_lanes();
   std::vector<WaveWork> batches;
-  std::vector<int64_t> open(lanes, -1), open_bytes(lanes, 0);
-  for (const Wave& wave : plan.waves) {
-    const int32_t lane = std::max(0, wave.lane) % lanes;
-    int64_t wave_bytes = 0;
-    for (int32_t mi = wave.first_message; mi < wave.first_message + wave.num_messages; ++mi) {
-      if (mi < 0 || static_cast<size_t>(mi) >= plan.messages.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("message ", mi, " outside the plan"));
-      }
-      wave_bytes += plan.messages[mi].bytes;
-    }
-    if (open[lane] < 0 || open_bytes[lane] >= options_.batch_bytes) {
-      open[lane] = static_cast<int64_t>(batches.size());
-      open_bytes[lane] = 0;
+  std::map<std::pair<int64_t, int64_t>, size_t> batch_of;
+  for (size_t k = 0; k < plan.waves.size(); ++k) {
+    const Wave& wave = plan.waves[k];
+    const auto key = BatchKey(wave, static_cast<int64_t>(k), options_.batch_bytes);
+    auto [at, fresh] = batch_of.emplace(key, batches.size());
+    if (fresh) {
       batches.emplace_back();
-      batches.back().lane = lane;
+      batches.back().lane = std::max(0, wave.lane) % lanes;
     }
-    open_bytes[lane] += wave_bytes;
-    WaveWork& w = batches[open[lane]];
+    WaveWork& w = batches[at->second];
     for (int32_t mi = wave.first_message; mi < wave.first_message + wave.num_messages; ++mi) {
       const Message& m = plan.messages[mi];
       if ((src ? m.src_rank : m.dst_rank) != rank_) continue;
@@ -197,7 +212,8 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       w.msgs.push_back(std::move(mw));
     }
   }
-  for (WaveWork& w : batches) {
+  for (const auto& [key, index] : batch_of) {
+    WaveWork& w = batches[index];
     if (w.msgs.empty()) continue;
     // By peer, then message: each peer's headers are one send.
     std::stable_sort(w.msgs.begin(), w.msgs.end(), [](const MsgWork& a, const MsgWork& b) {

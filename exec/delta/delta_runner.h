@@ -2,8 +2,10 @@
 // per member per plan, on host memory (Gloo, in-process) or on a GPU
 // (NCCL): the steps are the same, the memory kind's DeltaWaveOps
 // (wave_ops.h) does them, once per batch over all its messages. A batch is
-// consecutive plan waves of one lane, up to options.batch_bytes of the
-// plan's bytes (DeltaRunnerOptions); below, "wave" is such a batch.
+// the plan waves of one lane that start in one window of
+// options.batch_bytes of the lane's bytes (DeltaRunnerOptions), counted in
+// the whole plan (Wave::plan_bytes, lane_offset), so a rank running its
+// slice cuts the same batches as its peers; below, "wave" is such a batch.
 //
 // A trainer rank keeps a snapshot: per message it sends, the bytes of the
 // last committed version (GPU memory by default on a GPU member, pinned host
@@ -106,10 +108,10 @@ struct DeltaRunnerOptions {
   // Both must outlive the runner unless given to Adopt.
   Copier* copier = nullptr;
   DeltaWaveOps* ops = nullptr;
-  // Consecutive plan waves of one lane run as one batch (one count, one
-  // encode, one group of sends or two of receives) until the batch holds
-  // this many of the plan's bytes (0: every plan wave its own batch). Both
-  // sides of a pair must use the same value.
+  // The plan waves of one lane starting in one window of this many of the
+  // whole plan's bytes on the lane run as one batch (one count, one
+  // encode, one group of sends or two of receives; 0: every plan wave its
+  // own batch). Both sides of a pair must use the same value.
   int64_t batch_bytes = int64_t{256} << 20;
 };
 
@@ -164,7 +166,8 @@ struct DeltaRoundStats {
 class DeltaRunner : public RoundRunner {
  public:
   // As Executor::Create: INVALID_ARGUMENT for a missing buffer or a bad
-  // plan naming the tensor, FAILED_PRECONDITION when the transport's rank
+  // plan naming the tensor (or the wave, when the plan lacks the whole
+  // plan's wave bytes: plan/wave_bytes.h), FAILED_PRECONDITION when the transport's rank
   // or memory kind does not match the copier's and ops' or the plan has
   // relays (delta rounds do not relay), RESOURCE_EXHAUSTED
   // naming the trainer rank when its snapshot would pass
