@@ -333,6 +333,8 @@ class DeltaRunner : public RoundRunner {
   absl::Status ClaimLane(int32_t lane, absl::Time deadline);
   // ClaimLane for batch w, once a round.
   absl::Status ClaimFor(WaveWork& w, absl::Time deadline);
+  // Waits for every group posted on `lane`.
+  absl::Status DrainLane(int32_t lane, absl::Time deadline);
   absl::StatusOr<char*> CodedFor(int32_t lane, int64_t bytes);
   int64_t StagingBytes() const;
   int64_t EncodingBytes() const;

@@ -68,12 +68,17 @@ absl::Status DeltaRunner::ClaimLane(int32_t lane, absl::Time deadline) {
     lane_used_[lane] = true;
     return absl::OkStatus();
   }
+  REFIT_RETURN_IF_ERROR(DrainLane(lane, deadline));
+  REFIT_RETURN_IF_ERROR(copier_->Sync(lane, deadline));
+  return ops_->Sync(lane, deadline);
+}
+
+absl::Status DeltaRunner::DrainLane(int32_t lane, absl::Time deadline) {
   while (in_flight_[lane] > 0) {
     REFIT_RETURN_IF_ERROR(transport_->WaitWave(lane, deadline));
     --in_flight_[lane];
   }
-  REFIT_RETURN_IF_ERROR(copier_->Sync(lane, deadline));
-  return ops_->Sync(lane, deadline);
+  return absl::OkStatus();
 }
 
 absl::Status DeltaRunner::ClaimFor(WaveWork& w, absl::Time deadline) {

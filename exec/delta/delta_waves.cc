@@ -76,10 +76,7 @@ absl::Status DeltaRunner::Post(int32_t lane, std::vector<SendOp> sends,
 
 absl::Status DeltaRunner::Drain(absl::Time deadline) {
   for (int32_t lane = 0; lane < static_cast<int32_t>(in_flight_.size()); ++lane) {
-    while (in_flight_[lane] > 0) {
-      REFIT_RETURN_IF_ERROR(transport_->WaitWave(lane, deadline));
-      --in_flight_[lane];
-    }
+    REFIT_RETURN_IF_ERROR(DrainLane(lane, deadline));
   }
   return absl::OkStatus();
 }
@@ -149,8 +146,12 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
       coded += Align16(static_cast<int64_t>(h.payload_bytes));
     }
   }
-  // The lane's encoding buffer, once the lane's previous batch is sent.
-  REFIT_RETURN_IF_ERROR(ClaimFor(w, deadline));
+  // The lane's encoding buffer, once the lane's previous batch is sent
+  // (claimed when packing, the batch may have begun before that batch was
+  // posted: its sends are awaited now). A batch all dense needs none.
+  if (coded > 0) {
+    REFIT_RETURN_IF_ERROR(w.claimed ? DrainLane(w.lane, deadline) : ClaimFor(w, deadline));
+  }
   REFIT_ASSIGN_OR_RETURN(char* encoded, CodedFor(w.lane, coded));
   std::vector<char*> out(items.size(), nullptr);
   for (size_t i = 0; i < items.size(); ++i) {
@@ -216,10 +217,7 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
   // The headers size the payloads: wait for this wave's (the lane's
   // earlier waves came first).
   const absl::Time t0 = absl::Now();
-  while (in_flight_[w.lane] > 0) {
-    REFIT_RETURN_IF_ERROR(transport_->WaitWave(w.lane, deadline));
-    --in_flight_[w.lane];
-  }
+  REFIT_RETURN_IF_ERROR(DrainLane(w.lane, deadline));
   std::vector<DeltaHeader> headers(w.msgs.size());
   REFIT_RETURN_IF_ERROR(ops_->HeadersToHost(w.lane, w.headers, headers.data(),
                                             static_cast<int64_t>(headers.size()), deadline));
@@ -244,8 +242,8 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
     }
   }
   // The lane's staging and encoding buffer: the lane's previous batch
-  // applied, unpacked and digested.
-  REFIT_RETURN_IF_ERROR(ClaimFor(w, deadline));
+  // applied, unpacked and digested (a batch using neither waits for none).
+  if (w.staging != nullptr || coded > 0) REFIT_RETURN_IF_ERROR(ClaimFor(w, deadline));
   REFIT_ASSIGN_OR_RETURN(char* encoded, CodedFor(w.lane, coded));
   PayloadOps<RecvOp> payload_ops;
   std::vector<ResolvedCopy> gather, unpack;
@@ -300,12 +298,7 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
   }
   REFIT_RETURN_IF_ERROR(Post(w.lane, {}, std::move(payloads), deadline));
   TimesOf(w).posted = Since();
-  if (!ops_->OrderedWithTransport()) {
-    while (in_flight_[w.lane] > 0) {
-      REFIT_RETURN_IF_ERROR(transport_->WaitWave(w.lane, deadline));
-      --in_flight_[w.lane];
-    }
-  }
+  if (!ops_->OrderedWithTransport()) REFIT_RETURN_IF_ERROR(DrainLane(w.lane, deadline));
   // Ordered after the receive on the lane (device), or after it completed.
   const absl::Time t1 = absl::Now();
   REFIT_RETURN_IF_ERROR(ops_->Apply(w.lane, apply, std::move(names), deadline));
