@@ -1,4 +1,4 @@
-// JoinRefitd and ParkedKvGets (see refitd_peers.h).
+// JoinRefitd, StatusOverANewConnection and ParkedKvGets (see refitd_peers.h).
 #include "tests/adversarial/refitd_peers.h"
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +16,20 @@ std::unique_ptr<RefitClient> JoinRefitd(int port, const v1::Registration& reg) {
   EXPECT_TRUE(id.ok()) << id.status();
   if (!id.ok()) return nullptr;
   return std::move(*c);
+}
+
+grpc::Status StatusOverANewConnection(int port, absl::Time deadline) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
+                                           grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::RefitService::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(deadline));
+  ctx.set_wait_for_ready(true);  // retry connecting until the deadline
+  v1::StatusRequest req;
+  v1::StatusResponse resp;
+  return stub->GetStatus(&ctx, req, &resp);
 }
 
 ParkedKvGets::ParkedKvGets(int port, const RefitClient& member, int count,
