@@ -33,6 +33,11 @@ int OpenSpare() { return open("/dev/null", O_RDONLY | O_CLOEXEC); }
 // must fit (gRPC clients send a few hundred bytes).
 constexpr size_t kPeekBytes = 64 << 10;
 
+// Connections accepted in one go before the pending ones are served: a
+// burst of members connecting at once is not taken whole (and mostly
+// closed as too many pending) before their first requests are read.
+constexpr int kAcceptBatch = 32;
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Listen(const std::string& address) {
@@ -189,8 +194,10 @@ void Acceptor::Loop() {
           closed, absl::FormatDuration(gate_.first_request_timeout), gate_.max_pending);
     }
     if (!listener_ready) continue;
-    // Take every waiting connection, then wait again.
-    while (!stop_.load()) {
+    // Take waiting connections, a batch at a time: between batches the
+    // pending ones' first bytes are looked at (the listener, level
+    // triggered, wakes the next wait at once while more are waiting).
+    for (int taken = 0; taken < kAcceptBatch && !stop_.load(); ++taken) {
       sockaddr_storage peer{};
       socklen_t peer_len = sizeof(peer);
       const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_len,
