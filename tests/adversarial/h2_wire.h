@@ -1,6 +1,8 @@
 // HTTP/2 by hand for adversarial tests that speak to a refitd child over
 // raw sockets: connections from a chosen loopback address, frames, HPACK
-// literals, and the gRPC request headers. Test-only.
+// literals, and the gRPC request headers; and what such tests measure of
+// the child (CPU time) or need of their own process (descriptors).
+// Test-only.
 #ifndef REFIT_TESTS_ADVERSARIAL_H2_WIRE_H_
 #define REFIT_TESTS_ADVERSARIAL_H2_WIRE_H_
 

@@ -24,6 +24,7 @@
 #include "proto/protocol_version.h"
 #include "proto/refit_service.grpc.pb.h"
 #include "testing/refitd_process.h"
+#include "tests/adversarial/h2_wire.h"
 #include "tests/adversarial/refitd_peers.h"
 
 namespace refit {
@@ -180,16 +181,7 @@ TEST(PeerTextTest, ControlCharactersNeverForgeLogLinesNorReachTheTerminal) {
   EXPECT_TRUE(absl::StrContains(out, "host=h\\n[2026")) << out;
 }
 
-// Returns the CPU seconds (user + system) process `pid` has used.
-double CpuSeconds(pid_t pid) {
-  absl::StatusOr<std::string> stat = ReadFileToString(absl::StrCat("/proc/", pid, "/stat"), 4096);
-  if (!stat.ok()) return -1;
-  const size_t close_paren = stat->rfind(')');
-  if (close_paren == std::string::npos) return -1;
-  std::vector<std::string> f = absl::StrSplit(stat->substr(close_paren + 2), ' ');
-  if (f.size() < 13) return -1;  // fields from 3 on: utime is 14, stime 15
-  return (std::stod(f[11]) + std::stod(f[12])) / sysconf(_SC_CLK_TCK);
-}
+using ::refit::testing::CpuSeconds;
 
 TEST(PeerTextTest, ParkedKvGetsAreBoundedAndKvSetStaysFast) {
   const int kAttempts = std::getenv("REFIT_ADVERSARIAL_SOAK") != nullptr ? 50000 : 20000;
