@@ -1,6 +1,7 @@
 // Admission of new connections to a refitd child, without a token: a new
 // channel's first call is answered within a round trip (no fixed delay at
-// the connection gate); a flood of thousands of new connections a second
+// the connection gate), and one connected but idle past the gate's timeout
+// still calls; a flood of thousands of new connections a second
 // from one address keeps no client out, neither one from another address
 // nor one from the flood's own; a first header block that never ends
 // (HEADERS, then CONTINUATION frames without END_HEADERS) is closed once it
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/refit_client.h"
 #include "gtest/gtest.h"
 #include "testing/refitd_process.h"
 #include "tests/adversarial/h2_wire.h"
@@ -62,6 +64,29 @@ TEST(AdmissionTest, ANewChannelsFirstCallIsNotDelayed) {
   // The gate held every plaintext connection 200 ms before it learned to
   // greet clients that wait for the server's SETTINGS.
   EXPECT_LT(ms[7], 50.0);
+}
+
+// A client that connected (the gate greeted it) and then made no call is
+// closed by the gate after --first_request_timeout_ms; its next call
+// reconnects and is answered, with no wait-for-ready.
+TEST(AdmissionTest, AConnectedChannelIdlePastTheTimeoutStillCalls) {
+  RefitdProcess refitd;
+  ASSERT_TRUE(refitd.Start(Runfile("server/refitd"), {"--first_request_timeout_ms=500"},
+                           TmpFile("idle.log"), absl::Seconds(20))
+                  .ok());
+  RefitClient::Options o;
+  o.target = absl::StrCat("127.0.0.1:", refitd.port());
+  absl::StatusOr<std::unique_ptr<RefitClient>> c = RefitClient::Connect(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::SleepFor(absl::Milliseconds(1500));
+  for (int i = 0; i < 3; ++i) {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<v1::StatusResponse> st = (*c)->GetStatus(start + absl::Seconds(5));
+    std::printf("GetStatus %d on a channel idle past the gate's timeout: %s in %.1f ms\n", i,
+                st.status().ToString().c_str(), absl::ToDoubleMilliseconds(absl::Now() - start));
+    EXPECT_TRUE(st.ok()) << st.status();
+    absl::SleepFor(absl::Milliseconds(1500));  // idle again: gRPC's idle close this time
+  }
 }
 
 // Opens connections from `source` at about `per_second` on a thread of its
