@@ -89,10 +89,6 @@ void Acceptor::HandOver(int fd) {
 }
 
 void Acceptor::Take(int fd, std::string source) {
-  if (!gate_.plaintext) {
-    HandOver(fd);
-    return;
-  }
   while (static_cast<int>(pending_.size()) >= gate_.max_pending) GiveWay();
   const uint64_t seq = ++next_seq_;
   epoll_event ev{};
@@ -125,8 +121,12 @@ bool Acceptor::Settle(PendingConnections::Entry& p, absl::Time now) {
   const ssize_t n = recv(p.fd, buf.data(), buf.size(), MSG_PEEK | MSG_DONTWAIT);
   bool closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
   FirstBytes state = FirstBytes::kIncomplete;
-  if (n > 0) state = ClassifyFirstBytes(absl::MakeConstSpan(buf.data(), n), kPeekBytes);
-  if (state == FirstBytes::kAwaitingRequest && !p.greeted) {
+  if (n > 0) {
+    const auto bytes = absl::MakeConstSpan(buf.data(), n);
+    state = gate_.plaintext ? ClassifyFirstBytes(bytes, kPeekBytes)
+                            : ClassifyFirstTlsBytes(bytes);
+  }
+  if (state == FirstBytes::kAwaitingRequest && gate_.plaintext && !p.greeted) {
     // The server's preface, so that the client sends its first request.
     p.greeted = true;
     // Nine bytes into a new socket's empty send buffer: only a connection

@@ -26,8 +26,10 @@
 // the oldest of those from the address (an IPv6 /64) holding the most, and
 // so does a connection that arrives when the process has no descriptor
 // left. A flood from a few addresses thus closes its own connections, not
-// those of members elsewhere. On a TLS listener connections are handed
-// over at once and gRPC's handshake deadline (the same timeout) applies.
+// those of members elsewhere. A TLS listener holds connections the same
+// way until their first TLS record (the ClientHello, sent as soon as a
+// client connects) has arrived; gRPC's handshake deadline (the same
+// timeout) applies after.
 #ifndef REFIT_SERVER_ACCEPTOR_H_
 #define REFIT_SERVER_ACCEPTOR_H_
 
@@ -62,7 +64,7 @@ class Acceptor {
 
   // How new connections are held before gRPC gets them (see above).
   struct Gate {
-    bool plaintext = true;  // false: hand over at once (TLS)
+    bool plaintext = true;  // false: TLS (held until the first TLS record)
     int max_pending = 256;
     absl::Duration first_request_timeout = absl::Seconds(10);
   };

@@ -1,4 +1,4 @@
-// ClassifyFirstBytes (see first_request.h).
+// ClassifyFirstBytes and ClassifyFirstTlsBytes (see first_request.h).
 #include "server/first_request.h"
 
 #include <algorithm>
@@ -25,6 +25,16 @@ FirstBytes ClassifyFirstBytes(absl::Span<const uint8_t> bytes, size_t limit) {
     off += 9 + len;
   }
   return got >= limit ? FirstBytes::kOversized : FirstBytes::kAwaitingRequest;
+}
+
+FirstBytes ClassifyFirstTlsBytes(absl::Span<const uint8_t> bytes) {
+  // A record: content type (22: handshake), version (2 bytes), length (2).
+  constexpr uint8_t kHandshake = 22;
+  if (bytes.empty()) return FirstBytes::kIncomplete;
+  if (bytes[0] != kHandshake) return FirstBytes::kNotHttp2;
+  if (bytes.size() < 5) return FirstBytes::kAwaitingRequest;
+  const size_t len = (size_t{bytes[3]} << 8) | bytes[4];
+  return bytes.size() >= 5 + len ? FirstBytes::kRequest : FirstBytes::kAwaitingRequest;
 }
 
 }  // namespace refit

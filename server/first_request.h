@@ -1,7 +1,8 @@
-// What a new plaintext connection has sent before refitd's connection gate
-// (acceptor.h) hands it to gRPC: the HTTP/2 client preface, then frames of
-// a 9-byte header each (length, type, flags, stream id), until the first
-// complete HEADERS block (a HEADERS or CONTINUATION frame with END_HEADERS).
+// What a new connection has sent before refitd's connection gate
+// (acceptor.h) hands it to gRPC. Plaintext: the HTTP/2 client preface, then
+// frames of a 9-byte header each (length, type, flags, stream id), until
+// the first complete HEADERS block (a HEADERS or CONTINUATION frame with
+// END_HEADERS). TLS: the client's first TLS record.
 #ifndef REFIT_SERVER_FIRST_REQUEST_H_
 #define REFIT_SERVER_FIRST_REQUEST_H_
 
@@ -30,6 +31,13 @@ inline constexpr unsigned char kServerPreface[9] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
 // block no gRPC client sends, or frames that only fill the buffer). Never
 // fails.
 FirstBytes ClassifyFirstBytes(absl::Span<const uint8_t> bytes, size_t limit);
+
+// Returns what `bytes` amount to on a TLS listener, where the first request
+// is the client's first TLS record (its ClientHello): kRequest once a whole
+// handshake record arrived, kAwaitingRequest before, kNotHttp2 for bytes
+// that are no TLS handshake record (gRPC's handshake refuses them). Never
+// fails.
+FirstBytes ClassifyFirstTlsBytes(absl::Span<const uint8_t> bytes);
 
 }  // namespace refit
 

@@ -48,5 +48,19 @@ TEST(FirstRequestTest, OtherBytesAndEndlessHeaderBlocksAreNamed) {
   EXPECT_EQ(Classify(flood, 1 << 20), FirstBytes::kAwaitingRequest);
 }
 
+TEST(FirstRequestTest, OnTlsTheFirstRequestIsTheFirstWholeRecord) {
+  // A handshake record of 6 bytes, its version 3.1.
+  const std::string record = std::string("\x16\x03\x01\x00\x06", 5) + "hello!";
+  auto tls = [](const std::string& s) {
+    return ClassifyFirstTlsBytes(
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
+  };
+  EXPECT_EQ(tls(""), FirstBytes::kIncomplete);
+  EXPECT_EQ(tls(record.substr(0, 3)), FirstBytes::kAwaitingRequest);
+  EXPECT_EQ(tls(record.substr(0, 10)), FirstBytes::kAwaitingRequest);
+  EXPECT_EQ(tls(record), FirstBytes::kRequest);
+  EXPECT_EQ(tls(kPreface), FirstBytes::kNotHttp2);  // plaintext on a TLS port
+}
+
 }  // namespace
 }  // namespace refit

@@ -1,11 +1,11 @@
 // Admission of new connections to a refitd child, without a token: a new
 // channel's first call is answered within a round trip (no fixed delay at
 // the connection gate), and one connected but idle past the gate's timeout
-// still calls; a flood of thousands of new connections a second
-// from one address keeps no client out, neither one from another address
-// nor one from the flood's own; a first header block that never ends
-// (HEADERS, then CONTINUATION frames without END_HEADERS) is closed once it
-// passes 64 KiB, before gRPC buffers it.
+// still calls; a flood of thousands of new connections a second from one
+// address keeps no client out, neither one from another address nor one
+// from the flood's own, over plaintext or TLS; a first header block that
+// never ends (HEADERS, then CONTINUATION frames without END_HEADERS) is
+// closed once it passes 64 KiB, before gRPC buffers it.
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/refit_client.h"
+#include "common/file.h"
 #include "gtest/gtest.h"
 #include "testing/refitd_process.h"
 #include "tests/adversarial/h2_wire.h"
@@ -188,6 +189,57 @@ TEST(AdmissionTest, AConnectionFloodKeepsNoClientOut) {
     EXPECT_EQ(r.ok, 20) << c.what;
     EXPECT_GT(r.flood_per_second, 1000) << c.what;  // a flood it was
   }
+  EXPECT_TRUE(refitd.Alive());
+}
+
+// Over TLS the gate holds connections until their first TLS record: a
+// flood of silent connections is held and closed like a plaintext one, and
+// never fills refitd's descriptors (the common limit of 1,024 here).
+TEST(AdmissionTest, ASilentFloodKeepsNoTlsClientOut) {
+  RaiseOwnFdLimit();
+  const std::string dir = TmpFile("pki");
+  const std::string make_cert = absl::StrCat(
+      "mkdir -p ", dir, " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 ",
+      "-nodes -days 1 -subj /CN=refitd -addext subjectAltName=DNS:refitd -keyout ", dir,
+      "/key.pem -out ", dir, "/cert.pem > ", dir, "/openssl.log 2>&1");
+  ASSERT_EQ(std::system(make_cert.c_str()), 0)
+      << "openssl (Debian package openssl) must make the test certificate: " << make_cert;
+  absl::StatusOr<std::string> cert = ReadFileToString(dir + "/cert.pem", 1 << 20);
+  ASSERT_TRUE(cert.ok()) << cert.status();
+  RefitdProcess refitd;
+  ASSERT_TRUE(refitd
+                  .Start(Runfile("server/refitd"),
+                         {absl::StrCat("--tls_cert=", dir, "/cert.pem"),
+                          absl::StrCat("--tls_key=", dir, "/key.pem")},
+                         TmpFile("tls-flood.log"), absl::Seconds(20),
+                         /*fd_limit=*/1024)
+                  .ok());
+  ASSERT_TRUE(StatusOverANewConnection(refitd.port(), absl::Now() + absl::Seconds(10), *cert,
+                                       "refitd")
+                  .ok());
+  int ok = 0;
+  double slowest_ms = 0;
+  int64_t opened = 0;
+  const absl::Time start = absl::Now();
+  {
+    ConnectFlood flood(refitd.port(), "127.0.0.2", 2500, "", 1000);
+    absl::SleepFor(absl::Seconds(1));
+    for (int i = 0; i < 20; ++i) {
+      const absl::Time t = absl::Now();
+      if (StatusOverANewConnection(refitd.port(), t + absl::Seconds(3), *cert, "refitd").ok()) {
+        ++ok;
+      }
+      slowest_ms = std::max(slowest_ms, absl::ToDoubleMilliseconds(absl::Now() - t));
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    opened = flood.opened();
+  }
+  const double per_second = opened / absl::ToDoubleSeconds(absl::Now() - start);
+  std::printf("TLS, refitd nofile=1024: flood of %.0f silent connections/s from 127.0.0.2: "
+              "%d of 20 new TLS clients answered, slowest %.0f ms\n",
+              per_second, ok, slowest_ms);
+  EXPECT_EQ(ok, 20);
+  EXPECT_GT(per_second, 1000);
   EXPECT_TRUE(refitd.Alive());
 }
 

@@ -18,11 +18,20 @@ std::unique_ptr<RefitClient> JoinRefitd(int port, const v1::Registration& reg) {
   return std::move(*c);
 }
 
-grpc::Status StatusOverANewConnection(int port, absl::Time deadline) {
+grpc::Status StatusOverANewConnection(int port, absl::Time deadline,
+                                      const std::string& tls_ca_pem,
+                                      const std::string& tls_name) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
-                                           grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (!tls_ca_pem.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = tls_ca_pem;
+    creds = grpc::SslCredentials(ssl);
+    args.SetSslTargetNameOverride(tls_name);
+  }
+  auto channel =
+      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port), creds, args);
   auto stub = v1::RefitService::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));

@@ -22,8 +22,11 @@ std::unique_ptr<RefitClient> JoinRefitd(int port, const v1::Registration& reg);
 
 // Calls GetStatus over a connection of its own (channels of one process
 // share connections unless told not to), waiting for it to connect, bounded
-// by `deadline`; returns the call's status.
-grpc::Status StatusOverANewConnection(int port, absl::Time deadline);
+// by `deadline`; returns the call's status. With `tls_ca_pem`, over TLS
+// checking refitd's certificate against it under the name `tls_name`.
+grpc::Status StatusOverANewConnection(int port, absl::Time deadline,
+                                      const std::string& tls_ca_pem = "",
+                                      const std::string& tls_name = "");
 
 // `count` KvGet(wait) calls for keys "never/<i>" as member `member`, parked
 // on one new channel to 127.0.0.1:`port`, each with a deadline `wait` away.
