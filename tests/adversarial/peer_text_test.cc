@@ -88,7 +88,10 @@ TEST(PeerTextTest, A60MiBHostIdIsRefusedAtOnceNamingTheField) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
   EXPECT_TRUE(absl::StrContains(st.error_message(), "registration.identity.host_id"))
       << st.error_message();
-  EXPECT_LT(seconds, 5.0);
+  // Refused once read (gRPC reads a message whole before the handler): 2-5 s
+  // alone on the loaded 2-core machine, 11-15 s beside other refitd tests,
+  // from refitd of either branch of 2026-12-06.
+  EXPECT_LT(seconds, 30.0);
   // Nothing of it is kept: the status stays small.
   absl::StatusOr<v1::StatusResponse> status = c->GetStatus(absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(status.ok()) << status.status();
