@@ -38,7 +38,7 @@ def layout_hooks(engine: str) -> LayoutHooks:
         from refit import engine_formats as ef
         from refit import engine_layouts as el
     except ImportError as e:
-        raise refit.RefitError(9, f"refit.engine_layouts is missing ({e}): refit cannot "
+        raise refit.FailedPreconditionError(f"refit.engine_layouts is missing ({e}): refit cannot "
                                   f"tell which layout the {engine} kernels read") from e
     if engine == "vllm":
         return el.vllm_kernel_layout, el.refresh_vllm_derived, ef.vllm_quant_format
@@ -64,7 +64,7 @@ def with_kernel(convention: str, kernel: Optional[str]) -> str:
     if named == "checkpoint":  # the default layout, spelled out
         named = ""
     if named is not None and named != (kernel or ""):
-        raise refit.RefitError(3, f"convention {convention}: kernel={named}, but the "
+        raise refit.InvalidArgumentError(f"convention {convention}: kernel={named}, but the "
                                   f"worker's layers read "
                                   f"{'kernel=' + kernel if kernel else 'the checkpoint layout'}")
     if kernel is None or named:
@@ -84,7 +84,7 @@ def with_quant(convention: str, quant: Optional[str]) -> str:
         return convention
     named = convention_params(convention).get("quant")
     if named is not None and named != quant:
-        raise refit.RefitError(3, f"convention {convention}: quant={named}, but the "
+        raise refit.InvalidArgumentError(f"convention {convention}: quant={named}, but the "
                                   f"worker's layers hold {quant} weights (quant={quant})")
     if named is not None:
         return convention
@@ -115,14 +115,14 @@ def check_parallel(convention: str, *, tp: int, dp: int, pp: int = 1,
     RefitError INVALID_ARGUMENT naming the size that differs, or pipeline
     parallelism (refit's engine conventions have no pipeline stages)."""
     if pp > 1:
-        raise refit.RefitError(3, f"{engine} runs pipeline parallelism (pp={pp}): refit's "
+        raise refit.InvalidArgumentError(f"{engine} runs pipeline parallelism (pp={pp}): refit's "
                                   f"{engine} convention has no pipeline stages; run the "
                                   f"engine with pipeline_parallel_size=1")
     params = convention_params(convention)
     for key, have in (("tp", tp), ("dp", dp)):
         want = int(params.get(key, "1"))
         if want != have:
-            raise refit.RefitError(3, f"convention {convention}: {key}={want}, but the "
+            raise refit.InvalidArgumentError(f"convention {convention}: {key}={want}, but the "
                                       f"{engine} engine runs {key}={have}")
 
 
@@ -197,7 +197,7 @@ class EngineReceiver:
 
     def _m(self) -> refit.Member:
         if self.member is None:
-            raise refit.RefitError(9, f"engine {self.engine_id}: the refit receiver is "
+            raise refit.FailedPreconditionError(f"engine {self.engine_id}: the refit receiver is "
                                       f"closed")
         return self.member
 
@@ -247,7 +247,7 @@ class EngineReceiver:
         else:
             v = self._await_round(m, version, timeout, abort_key)
             if version is not None and v != version:
-                raise refit.RefitError(9, f"engine {self.engine_id}: refitd announced "
+                raise refit.FailedPreconditionError(f"engine {self.engine_id}: refitd announced "
                                           f"version {v}, the update asked for {version}")
             self.last_stats = m.run_round(v, timeout=timeout)
         synchronize(self.device)
@@ -309,7 +309,7 @@ def in_thread(fn: Callable[[], Any]) -> Callable[[float], Any]:
     def join(timeout: float) -> Any:
         t.join(timeout)
         if t.is_alive():
-            raise refit.RefitError(4, f"the inference side did not answer within "
+            raise refit.DeadlineExceededError(f"the inference side did not answer within "
                                       f"{timeout:g} s")
         if errors:
             raise errors[0]

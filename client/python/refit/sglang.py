@@ -109,12 +109,12 @@ def engine_rank(convention: str, dp_rank: Optional[int] = None) -> int:
         dp_rank = int(os.environ["SGLANG_DP_RANK"])
     if dp_rank is None:
         if dp > 1:
-            raise refit.RefitError(9, f"convention {convention}: dp={dp}, but this SGLang "
+            raise refit.FailedPreconditionError(f"convention {convention}: dp={dp}, but this SGLang "
                                       f"replica's index is unknown: set SGLANG_DP_RANK per "
                                       f"replica or give dp_rank in the init request")
         dp_rank = 0
     if not 0 <= dp_rank < dp:
-        raise refit.RefitError(3, f"convention {convention}: replica {dp_rank} is outside "
+        raise refit.InvalidArgumentError(f"convention {convention}: replica {dp_rank} is outside "
                                   f"dp={dp}")
     _ew.check_parallel(convention, tp=int(tp_size), dp=dp, pp=int(pp), engine="sglang")
     return dp_rank * int(tp_size) + int(tp_rank)
@@ -203,7 +203,7 @@ def _init(model: Any, args: Dict[str, Any]) -> None:
     with _lock:
         known = id(model) in _receivers
     if known:
-        raise refit.RefitError(9, f"engine {engine_id}: refit is initialized on this "
+        raise refit.FailedPreconditionError(f"engine {engine_id}: refit is initialized on this "
                                   f"worker already")
     convention, rank = _convention_and_rank(args)
     if _twin(engine_id, model, rank):
@@ -234,7 +234,7 @@ def _update(model: Any, cmd: Dict[str, Any]) -> None:
     if r is None:
         if _twin(cmd.get("engine_id", ""), model):
             return  # the draft runner: refit updates the target model only
-        raise refit.RefitError(9, "refit is not initialized on this worker: send "
+        raise refit.FailedPreconditionError("refit is not initialized on this worker: send "
                                   "init_request first")
     version = cmd.get("version")
     r.refresh_plan()
@@ -275,7 +275,7 @@ def load(model: Any, named_tensors: List[Any]) -> None:
                 if r is not None:
                     r.close()
             else:
-                raise refit.RefitError(3, f"unknown refit.sglang request {op!r}")
+                raise refit.InvalidArgumentError(f"unknown refit.sglang request {op!r}")
         except Exception as e:  # SGLang must keep serving: reported, not raised
             _record(model, str(op), e, cmd.get("version") if op == "update" else None)
 
@@ -501,7 +501,7 @@ def _check_engine(member: refit.Member, engine_id: str, version: int) -> None:
         why = ": " + member.kv_get(_key(engine_id, "error", version), timeout=1.0)
     except refit.RefitError:
         why = " (see the SGLang workers' log: refit.sglang)"
-    raise refit.RefitError(10, f"engine {engine_id}: holds version {have} after the "
+    raise refit.AbortedError(f"engine {engine_id}: holds version {have} after the "
                                f"update to {version}{why}")
 
 

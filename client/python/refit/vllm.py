@@ -289,14 +289,14 @@ def _receiver(model: Any, device: Any, vllm_config: Any,
 
 
 def _draft_refused(engine_id: Optional[str]) -> refit.RefitError:
-    return refit.RefitError(9, f"engine {engine_id or '?'}: refit refuses draft-model "
+    return refit.FailedPreconditionError(f"engine {engine_id or '?'}: refit refuses draft-model "
                                f"weight updates: its buffers are the target model's, "
                                f"registered at init; update the draft model by other "
                                f"means, or run without a draft model")
 
 
 def _lora_refused(engine_id: Optional[str]) -> refit.RefitError:
-    return refit.RefitError(9, f"engine {engine_id or '?'}: refit refuses LoRA weight "
+    return refit.FailedPreconditionError(f"engine {engine_id or '?'}: refit refuses LoRA weight "
                                f"updates: its buffers are the base model's, registered at "
                                f"init; load the adapter with vLLM's LoRA API (vLLM unloads "
                                f"every adapter after each base-weight update)")
@@ -342,7 +342,7 @@ class RefitWeightTransferEngine(_EngineBase):
         """vLLM's constructor. Raises RefitError FAILED_PRECONDITION under a
         vLLM whose engines get no model (``(config, parallel_config)``)."""
         if model is None:
-            raise refit.RefitError(9, "this vLLM builds weight-transfer engines without "
+            raise refit.FailedPreconditionError("this vLLM builds weight-transfer engines without "
                                       "the model (config, parallel_config): refit writes "
                                       "into the model's parameters; use "
                                       "worker_extension_cls=\"refit.vllm.RefitWorkerExtension\"")
@@ -371,14 +371,14 @@ class RefitWeightTransferEngine(_EngineBase):
         if isinstance(init_info, dict):
             init_info = self.parse_init_info(init_info)
         if self.receiver is not None:
-            raise refit.RefitError(9, f"engine {init_info.engine_id}: the refit "
+            raise refit.FailedPreconditionError(f"engine {init_info.engine_id}: the refit "
                                       f"weight transfer is initialized already")
         self.receiver = _receiver(self.model, self.device, self.vllm_config, init_info)
         self.init_info = init_info
 
     def _r(self) -> _ew.EngineReceiver:
         if self.receiver is None:
-            raise refit.RefitError(9, "the refit weight transfer is not initialized: "
+            raise refit.FailedPreconditionError("the refit weight transfer is not initialized: "
                                       "call init_weight_transfer_engine first")
         return self.receiver
 
@@ -445,7 +445,7 @@ class RefitWeightTransferEngine(_EngineBase):
         own = member.buffers
         for name, tensor in iterator:
             if name not in own:
-                raise refit.RefitError(3, f"rank {trainer_args['rank']}: parameter "
+                raise refit.InvalidArgumentError(f"rank {trainer_args['rank']}: parameter "
                                           f"{name}: the member has no buffer of that name")
             dst = own[name]
             if dst is not tensor and dst.data_ptr() != tensor.data_ptr():
@@ -559,9 +559,9 @@ class RefitTrainerEngine(_TrainerBase):
         elif len(args) == 1:
             init_info = args[0]
         if init_info is None or getattr(init_info, "rank", None) is None:
-            raise refit.RefitError(3, "the trainer init info has no rank")
+            raise refit.InvalidArgumentError("the trainer init info has no rank")
         if not isinstance(source, RefitSource):
-            raise refit.RefitError(3, f"rank {init_info.rank}: the refit trainer engine "
+            raise refit.InvalidArgumentError(f"rank {init_info.rank}: the refit trainer engine "
                                       f"takes a refit.vllm.RefitSource, not a "
                                       f"{type(source).__name__}")
         member = refit.Member(server=init_info.server, side="trainer", rank=init_info.rank,
@@ -590,7 +590,7 @@ class RefitTrainerEngine(_TrainerBase):
         vLLM). Raises RefitError as refit.torch.publish does,
         FAILED_PRECONDITION after shutdown, or the client's exception."""
         if self.member is None:
-            raise refit.RefitError(9, f"rank {self.init_info.rank}: the trainer engine "
+            raise refit.FailedPreconditionError(f"rank {self.init_info.rank}: the trainer engine "
                                       f"is shut down")
         v = self.version + 1
         info = self.init_info
@@ -628,7 +628,7 @@ class RefitWorkerExtension:
         """Joins as RefitWeightTransferEngine.init_transfer_engine does.
         Raises as it (ValueError for unknown keys)."""
         if getattr(self, "_refit_receiver", None) is not None:
-            raise refit.RefitError(9, "refit_init was called on this worker already")
+            raise refit.FailedPreconditionError("refit_init was called on this worker already")
         try:
             info = RefitInitInfo(**dict(init_info))
         except TypeError as e:
@@ -639,7 +639,7 @@ class RefitWorkerExtension:
     def _refit_r(self) -> _ew.EngineReceiver:
         r = getattr(self, "_refit_receiver", None)
         if r is None:
-            raise refit.RefitError(9, "refit_init has not been called on this worker")
+            raise refit.FailedPreconditionError("refit_init has not been called on this worker")
         return r
 
     def refit_update(self, update_info: Any = None) -> int:
