@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "exec/delta/delta_codec.h"
-#include "exec/plan_side.h"
+#include "exec/program/plan_side.h"
 #include "layout/dtype.h"
 #include "plan/wave_bytes.h"
 

@@ -10,9 +10,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "exec/gloo_transport.h"
-#include "exec/inproc_transport.h"
-#include "exec/kv_store.h"
+#include "exec/transport/gloo_transport.h"
+#include "exec/transport/inproc_transport.h"
+#include "exec/transport/kv_store.h"
 #include "gtest/gtest.h"
 #include "layout/mesh.h"
 #include "layout/sharding.h"
