@@ -11,12 +11,14 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
 #include "absl/time/clock.h"
+#include "cli/staged_prediction.h"
 #include "common/file.h"
 #include "common/status_macros.h"
 #include "mapping/mapping.h"
 #include "mapping/plan_size.h"
 #include "mapping/split_advice.h"
 #include "plan/planner.h"
+#include "nlohmann/json.hpp"
 
 namespace refit {
 
@@ -34,9 +36,11 @@ absl::Status ParseLinkSpec(const std::string& text, LinkModel* link) {
       link->nvlink_gbps = v;
     } else if (p.first == "net") {
       link->net_gbps = v;
+    } else if (p.first == "host") {
+      link->host_gbps = v;
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--link: unknown link class '", p.first, "' (gpu, nvlink, net)"));
+          "--link: unknown link class '", p.first, "' (gpu, nvlink, net, host)"));
     }
   }
   return absl::OkStatus();
@@ -181,6 +185,13 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
     REFIT_ASSIGN_OR_RETURN(DeltaPrediction dp, PredictDelta(plan, opt.link, dm));
     delta_text = FormatDeltaText(dp, dm, s.predicted_seconds);
   }
+  std::string staged_text, staged_json;
+  if (!opt.engine_staging.empty()) {
+    REFIT_ASSIGN_OR_RETURN(EngineStaging staging, ParseEngineStaging(opt.engine_staging));
+    REFIT_ASSIGN_OR_RETURN(StagedPrediction sp, PredictStaged(plan, opt.link, staging));
+    staged_text = FormatStagedText(sp, opt.link, staging, s.predicted_seconds);
+    staged_json = FormatStagedJson(sp, opt.link, staging);
+  }
   s.fingerprint = plan.fingerprint;
   s.model = opt.model;
   s.trainer_spec = TrainerSpecString(ts);
@@ -195,7 +206,12 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
           absl::StrCat("--heatmap: cannot write ", opt.heatmap));
     }
   }
-  if (opt.json) return FormatSummaryJson(s);
+  if (opt.json && staged_json.empty()) return FormatSummaryJson(s);
+  if (opt.json) {
+    nlohmann::json j = nlohmann::json::parse(FormatSummaryJson(s));
+    j["staged_engine"] = nlohmann::json::parse(staged_json);
+    return j.dump(2) + "\n";
+  }
   std::string out = absl::StrCat("model: ", opt.model, " (", opt.dtype,
                                  ")\ntrainer: ", TrainerSpecString(ts),
                                  "\nengine: ", EngineSpecString(es), "\n");
@@ -208,7 +224,7 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
     }
   }
   absl::StrAppend(&out, "plan fingerprint: ", plan.fingerprint, "\n",
-                  FormatSummaryText(s), delta_text);
+                  FormatSummaryText(s), delta_text, staged_text);
   return out;
 }
 

@@ -33,6 +33,10 @@ struct PlanCommandOptions {
   // a larger delta snapshot (0: no bound).
   double delta = -1;
   int64_t max_snapshot_mib = 0;
+  // --engine_staging=BYTES|SHARE: engines are staged (docs/engines.md);
+  // print each engine rank's device staging, host overflow and pause
+  // (ParseEngineStaging; empty: not staged).
+  std::string engine_staging;
 };
 
 // Runs the dry run and returns what to print on stdout. Fails with

@@ -31,6 +31,7 @@ struct LinkModel {
   double same_gpu_gbps = 1900.0;  // GB/s (1e9 bytes/s), a copy within one GPU
   double nvlink_gbps = 370.0;     // GB/s per GPU, intra-host
   double net_gbps = 50.0;         // GB/s per GPU, inter-host
+  double host_gbps = 25.0;        // GB/s, pinned host memory to its GPU (staged engines' overflow)
 };
 
 struct RankBytes {

@@ -26,6 +26,7 @@
 #include "cli/health_command.h"
 #include "cli/plan_command.h"
 #include "cli/simulate_command.h"
+#include "cli/staged_prediction.h"
 #include "cli/status_command.h"
 
 // Flags of several commands.
@@ -49,6 +50,11 @@ ABSL_FLAG(bool, json, false, "print the result as one JSON document");
 ABSL_FLAG(double, delta, -1,
           "refit plan: also predict a delta round with this fraction of the elements "
           "changed, e.g. 0.02 (docs/delta.md)");
+ABSL_FLAG(std::string, engine_staging, "",
+          "refit plan: the engines are staged (docs/engines.md) with this device\n"
+          "staging budget per engine rank: bytes (e.g. 8GiB) or a share of the\n"
+          "rank's weight bytes (e.g. 0.5 or 50%); prints each engine rank's bytes\n"
+          "staged on the device, in host overflow, and its pause");
 ABSL_FLAG(int64_t, max_snapshot_mib, 0,
           "refit plan: refuse a plan whose trainer rank needs a larger delta snapshot "
           "(MiB; 0: no bound)");
@@ -71,7 +77,8 @@ ABSL_FLAG(bool, colocated, false,
 ABSL_FLAG(std::string, link, "",
           "per-GPU bandwidth in GB/s of each link class: within one GPU (a\n"
           "device-local copy), between GPUs of one host (NVLink) and between\n"
-          "hosts (network), e.g. gpu=1900,nvlink=370,net=50 (the default)");
+          "hosts (network), e.g. gpu=1900,nvlink=370,net=50 (the default);\n"
+          "host=25: pinned host memory to its GPU (a staged engine's overflow)");
 ABSL_FLAG(bool, timings, false,
           "print each step's wall time (config, trainer layout, engine layout,\n"
           "planner and each planner phase, summary) on stderr");
@@ -252,6 +259,12 @@ usage error exits 2.
 bytes by the codec's size formula) and each trainer rank's snapshot bytes;
 --max_snapshot_mib refuses a plan whose snapshot is over it (docs/delta.md).
 
+--engine_staging=BYTES|SHARE plans staged engines (docs/engines.md): each
+engine rank stages its buffers on the device up to the budget, the rest in
+pinned host memory, and pauses to copy them into its live buffers; it prints
+each engine rank's device and overflow bytes and its pause (the device part at
+--link gpu=, the overflow at --link host=).
+
 example:
   refit plan --model kimi-k2 --trainer megatron:tp=8,pp=16,ep=16,etp=1,dp=2 \
              --engine vllm:tp=16,dp=8 --json
@@ -305,7 +318,7 @@ int RunPlan(const std::vector<std::string>& args) {
           "plan", args,
           {"model", "trainer", "engine", "dtype", "gpus_per_host", "colocated",
            "hosts", "link", "relay", "staging_mib", "lanes", "max_plan_mib", "json", "timings",
-           "heatmap", "delta", "max_snapshot_mib"},
+           "heatmap", "delta", "max_snapshot_mib", "engine_staging"},
           kPlanHelp);
       rc >= 0) {
     return rc;
@@ -355,6 +368,11 @@ int RunPlan(const std::vector<std::string>& args) {
                               ": the fraction of the elements changed, in [0, 1] "
                               "(e.g. --delta=0.02 for 2%)"),
                  kPlanHelp);
+  }
+  opt.engine_staging = absl::GetFlag(FLAGS_engine_staging);
+  if (!opt.engine_staging.empty()) {
+    absl::Status st = refit::ParseEngineStaging(opt.engine_staging).status();
+    if (!st.ok()) return Usage(std::string(st.message()), kPlanHelp);
   }
   opt.max_snapshot_mib = absl::GetFlag(FLAGS_max_snapshot_mib);
   if (opt.max_snapshot_mib < 0 || opt.max_snapshot_mib > (int64_t{1} << 30)) {

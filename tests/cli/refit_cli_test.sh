@@ -53,7 +53,8 @@ check top-help-health 0 '^  health ' -- "$REFIT" --help
 check health-help 0 '^  --timeout_s' -- "$REFIT" health --help
 check health-rejects-plan-flag 2 'unknown flag --model' -- "$REFIT" health --model x
 for flag in --model --trainer --engine --dtype --gpus_per_host --colocated \
-    --link --staging_mib --lanes --max_plan_mib --json --heatmap --timings --hosts; do
+    --link --staging_mib --lanes --max_plan_mib --json --heatmap --timings --hosts \
+    --engine_staging; do
   check "plan-help$flag" 0 "^  $flag" -- "$REFIT" plan --help
 done
 for flag in --server --token_file --timeout_s --rounds --json; do
@@ -82,6 +83,19 @@ check json-fingerprint 0 '"fingerprint": "[0-9a-f]{32}"' -- "$REFIT" plan \
   --model tiny-qwen3 --trainer fsdp:dp=4 --engine vllm:tp=2,dp=1 --json
 check json-lower-bound 0 '"lower_bound_seconds": [0-9]' -- "$REFIT" plan \
   --model tiny-qwen3 --trainer fsdp:dp=4 --engine vllm:tp=2,dp=1 --json
+# Staged engines: each engine rank's device staging, host overflow and pause.
+# qwen3-8b over 2 engine ranks is ~8.2 GB a rank: a 4 GiB budget overflows.
+check staged-overflow 0 'engine rank 1: [1-9][0-9]* bytes staged on the device, [1-9][0-9]* bytes in host overflow \(of [1-9][0-9]*\), pause [0-9.]+ ms' -- \
+  "$REFIT" plan --model qwen3-8b --trainer fsdp:dp=1 --engine vllm:tp=2 --engine_staging=4GiB
+check staged-all-on-device 0 'engine rank 0: [1-9][0-9]* bytes staged on the device, 0 bytes in host overflow' -- \
+  "$REFIT" plan --model qwen3-8b --trainer fsdp:dp=1 --engine vllm:tp=2 --engine_staging=100%
+check staged-longest 0 'staged engine pause: longest [0-9.e+-]+ ms \(engine rank [01], [1-9][0-9]* bytes in host overflow\)' -- \
+  "$REFIT" plan --model qwen3-8b --trainer fsdp:dp=1 --engine vllm:tp=2 --engine_staging=0.25 \
+  --link host=12
+check staged-json 0 '"overflow_bytes": [1-9]' -- "$REFIT" plan --model qwen3-8b \
+  --trainer fsdp:dp=1 --engine vllm:tp=2 --engine_staging=4GiB --json
+check staged-bad 2 '--engine_staging .1\.5.: give bytes' -- "$REFIT" plan --model tiny-qwen3 \
+  --trainer fsdp:dp=1 --engine vllm:tp=1 --engine_staging=1.5
 check hosts-file-missing 1 'nope.txt' -- "$REFIT" plan --model tiny-qwen3 \
   --trainer fsdp:dp=2 --engine vllm:tp=2 --hosts "${TEST_TMPDIR:-/tmp}/nope.txt"
 check bad-link 2 'link' -- "$REFIT" plan --model tiny-qwen3 \
