@@ -30,6 +30,7 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/transport/tcp/device.h"
+#include "testing/netns/dash_flags.h"
 
 namespace {
 
@@ -109,14 +110,7 @@ int Run(const std::map<std::string, std::string>& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> f;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--", 0) != 0) continue;
-    const size_t eq = a.find('=');
-    f[a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)] =
-        eq == std::string::npos ? "" : a.substr(eq + 1);
-  }
+  const std::map<std::string, std::string> f = refit::DashFlags(argc, argv);
   try {
     return Run(f);
   } catch (const std::exception& e) {
