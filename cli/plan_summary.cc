@@ -234,6 +234,11 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
   }
   std::map<std::string, int64_t> by_format;
   std::vector<double> u_src(s.src_world, 0), u_dst(s.dst_world, 0), u_fwd(s.dst_world, 0);
+  int32_t num_hosts = 0;
+  for (int32_t h : src_host) num_hosts = std::max(num_hosts, h + 1);
+  for (int32_t h : dst_host) num_hosts = std::max(num_hosts, h + 1);
+  s.host_sent.assign(num_hosts, 0);
+  s.host_received.assign(num_hosts, 0);
   s.converted_records = static_cast<int64_t>(plan.conversions.size());
   for (size_t i = 0; i < plan.messages.size(); ++i) {
     const Message& m = plan.messages[i];
@@ -252,6 +257,11 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
     const double bw =
         (gpu ? link.same_gpu_gbps : intra ? link.nvlink_gbps : link.net_gbps) * 1e9;
     (gpu ? s.same_gpu_bytes : intra ? s.intra_host_bytes : s.inter_host_bytes) += m.bytes;
+    const int32_t from_host = (m.relay ? dst_host : src_host)[m.src_rank];
+    if (!intra && from_host >= 0 && dst_host[m.dst_rank] >= 0) {
+      s.host_sent[from_host] += m.bytes;
+      s.host_received[dst_host[m.dst_rank]] += m.bytes;
+    }
     (m.relay ? t_fwd : t_src)[m.src_rank] += m.bytes / bw;
     t_dst[m.dst_rank] += m.bytes / bw;
     double ub = plan.conversions.empty() ? static_cast<double>(m.bytes) : 0.0;
@@ -505,6 +515,7 @@ std::string FormatSummaryJson(const PlanSummary& s) {
   heat["col_hosts"] = s.heat_col_hosts;
   heat["bytes"] = s.heat;
   j["heatmap"] = heat;
+  j["hosts"] = {{"sent", s.host_sent}, {"received", s.host_received}};
   return j.dump(2) + "\n";
 }
 

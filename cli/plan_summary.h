@@ -123,6 +123,10 @@ struct PlanSummary {
   // SummarizePlan was given them.
   // Relays (engine to engine) are not in the heat map.
   std::string heat_unit = "host";
+  // Per host (placement index), the bytes it sends to / receives from
+  // other hosts, relays included: what its network link carries.
+  std::vector<int64_t> host_sent;
+  std::vector<int64_t> host_received;
   std::vector<std::vector<int64_t>> heat;
   std::vector<int32_t> heat_row_hosts;
   std::vector<int32_t> heat_col_hosts;

@@ -155,6 +155,32 @@ TEST(PlanSummaryTest, PlanPlacementOverridesShorthandAndHeatIsHostToHost) {
       << FormatSummaryText(*s);
 }
 
+// What each host's link carries: its cross-host bytes, relays (engine to
+// engine) counted at the relaying engine's host.
+TEST(PlanSummaryTest, HostBytesCountRelaysAtTheRelayingHost) {
+  Plan p = HandPlan();
+  // Trainer ranks on host 0; engine rank 0 on host 1, engine rank 1 on host 2.
+  p.src.host_of_rank = {0, 0, 0, 0};
+  p.dst.host_of_rank = {1, 2};
+  p.dst.world_size = 3;
+  p.dst.host_of_rank.push_back(2);  // engine rank 2 beside engine rank 1
+  Message fwd = Msg(0, 1, 2, 700);  // engine rank 0 forwards to rank 1
+  fwd.relay = true;
+  Message local = Msg(1, 2, 2, 90);  // engine rank 1 to 2: within host 2
+  local.relay = true;
+  p.messages.push_back(fwd);
+  p.messages.push_back(local);
+  p.stats.staging_dst.push_back(0);
+  auto s = SummarizePlan(p, LinkModel());
+  ASSERT_TRUE(s.ok()) << s.status();
+  const int64_t to0 = 1000 + 3000, to1 = (8 << 20) + 100 + 5000;
+  EXPECT_EQ(s->host_sent, (std::vector<int64_t>{to0 + to1, 700, 0}));
+  EXPECT_EQ(s->host_received, (std::vector<int64_t>{0, to0, to1 + 700}));
+  const auto j = nlohmann::json::parse(FormatSummaryJson(*s));
+  EXPECT_EQ(j["hosts"]["sent"][1], 700);
+  EXPECT_EQ(j["hosts"]["received"][2], to1 + 700);
+}
+
 TEST(PlanSummaryTest, AColocatedPlanGetsOneHeatmapCellPerGpuPair) {
   // 4 trainer ranks and 2 engine ranks on one host: the host view would be
   // one cell. Engine rank 0 shares trainer rank 0's GPU, engine rank 1

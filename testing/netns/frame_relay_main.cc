@@ -35,6 +35,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "testing/netns/dash_flags.h"
 
 namespace {
 
@@ -117,14 +118,7 @@ struct Direction {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> f;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s.rfind("--", 0) != 0) continue;
-    const size_t eq = s.find('=');
-    f[s.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)] =
-        eq == std::string::npos ? "" : s.substr(eq + 1);
-  }
+  std::map<std::string, std::string> f = refit::DashFlags(argc, argv);
   double delay_ms = 0, jitter_ms = 0, loss = 0, duration_s = 600;
   int64_t seed = 1;
   if ((f.count("delay_ms") && !absl::SimpleAtod(f["delay_ms"], &delay_ms)) ||

@@ -46,6 +46,7 @@
 #include "client/refit_client.h"
 #include "common/member_name.h"
 #include "testing/member_patterns.h"
+#include "testing/netns/dash_flags.h"
 
 namespace refit {
 namespace {
@@ -293,12 +294,6 @@ int Main(const Flags& fl) {
 
 int main(int argc, char** argv) {
   refit::Flags fl;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--", 0) != 0) continue;
-    const size_t eq = a.find('=');
-    fl.f[a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)] =
-        eq == std::string::npos ? "" : a.substr(eq + 1);
-  }
+  fl.f = refit::DashFlags(argc, argv);
   return refit::Main(fl);
 }

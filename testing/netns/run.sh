@@ -7,7 +7,12 @@
 #                                         --full: 1,024 members on 16 hosts
 #                                         (control plane) and 128 members on
 #                                         16 hosts with the data plane
-#   testing/netns/run.sh all [--full]
+#   testing/netns/run.sh relay_kill       a relay killed mid-round
+#   testing/netns/run.sh fanout           one trainer host feeding 8 engine
+#                                         hosts over capped links: relayed,
+#                                         direct, one-replica and Gloo
+#                                         broadcast rounds, one line
+#   testing/netns/run.sh all [--full]     (all but fanout)
 # Builds what it needs first. Output under $NETNS_OUT (default
 # /tmp/refit-netns); every namespace it makes is removed at the end.
 set -u
@@ -34,5 +39,11 @@ if [ "$what" = scale ] || [ "$what" = all ]; then
     NETNS_SCALE_HOSTS=16 NETNS_SCALE_PER_HOST=8 NETNS_SCALE_MODE="" \
       tests/netns/netns_scale_test.sh "${tools[@]}" "$B/testing/netns/status_probe" || rc=1
   fi
+fi
+if [ "$what" = relay_kill ] || [ "$what" = all ]; then
+  tests/netns/netns_relay_kill_test.sh "${tools[@]}" testing/netns/netns_job.sh || rc=1
+fi
+if [ "$what" = fanout ]; then
+  tests/netns/netns_fanout_test.sh "${tools[@]}" "$B/testing/netns/gloo_broadcast" || rc=1
 fi
 exit $rc

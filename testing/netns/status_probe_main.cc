@@ -14,16 +14,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "client/refit_client.h"
+#include "testing/netns/dash_flags.h"
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> f;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--", 0) != 0) continue;
-    const size_t eq = a.find('=');
-    f[a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)] =
-        eq == std::string::npos ? "" : a.substr(eq + 1);
-  }
+  std::map<std::string, std::string> f = refit::DashFlags(argc, argv);
   int64_t interval_ms = 50, duration_s = 60;
   if (f.count("interval_ms")) (void)absl::SimpleAtoi(f["interval_ms"], &interval_ms);
   if (f.count("duration_s")) (void)absl::SimpleAtoi(f["duration_s"], &duration_s);
