@@ -26,18 +26,23 @@ double PredictedSeconds(const Plan& plan, const LinkSpeeds& links, LinkBytes* by
   PlannerOptions options = plan.options;
   options.links = links;
   const CostModel cost(plan.src, plan.dst, options);
-  std::vector<LinkBytes> src(plan.src.world_size), dst(plan.dst.world_size);
+  // A relay's sender is an engine rank: its egress is counted apart from
+  // its ingress (full duplex), as the planner counts it.
+  std::vector<LinkBytes> src(plan.src.world_size), dst(plan.dst.world_size),
+      forwarded(plan.dst.world_size);
   LinkBytes all;
   for (const Message& m : plan.messages) {
-    const LinkClass k = cost.ClassOf(m.src_rank, m.dst_rank);
-    src[m.src_rank].Add(k, m.bytes);
+    const LinkClass k = m.relay ? cost.EngineClassOf(m.src_rank, m.dst_rank)
+                                : cost.ClassOf(m.src_rank, m.dst_rank);
+    (m.relay ? forwarded : src)[m.src_rank].Add(k, m.bytes);
     dst[m.dst_rank].Add(k, m.bytes);
     all.Add(k, m.bytes);
   }
   if (by_class != nullptr) *by_class = all;
   double t = 0;
-  for (const LinkBytes& l : src) t = std::max(t, cost.Seconds(l));
-  for (const LinkBytes& l : dst) t = std::max(t, cost.Seconds(l));
+  for (const auto* side : {&src, &dst, &forwarded}) {
+    for (const LinkBytes& l : *side) t = std::max(t, cost.Seconds(l));
+  }
   return t;
 }
 

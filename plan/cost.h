@@ -107,8 +107,10 @@ class CostModel {
 
 // Returns the slowest rank's seconds for `plan`'s messages (its own
 // placement) at `links`: plan.stats.predicted_seconds when `links` are the
-// speeds it was planned with. `by_class` (may be null) gets all bytes per
-// link class.
+// speeds it was planned with. A relay message counts on its engine
+// sender's egress, apart from that rank's ingress (full duplex).
+// `by_class` (may be null) gets all bytes per link class. The plan's
+// ranks must lie within its worlds (a plan from BuildPlan or FromProto).
 double PredictedSeconds(const Plan& plan, const LinkSpeeds& links,
                         LinkBytes* by_class = nullptr);
 

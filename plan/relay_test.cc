@@ -14,6 +14,7 @@
 #include "layout/mesh.h"
 #include "layout/sharding.h"
 #include "plan/conversion.h"
+#include "plan/cost.h"
 #include "plan/fingerprint.h"
 #include "plan/plan_codec.h"
 #include "plan/planner.h"
@@ -90,6 +91,30 @@ TEST(RelayTest, HandWorkedTwoReplicas) {
   EXPECT_DOUBLE_EQ(direct->stats.predicted_seconds, 2 * t);
   EXPECT_DOUBLE_EQ(direct->stats.lower_bound_seconds, 2 * t);
   EXPECT_EQ(direct->stats.relay_depth, 0);
+}
+
+// PredictedSeconds (the model refitd re-times plans with, e.g. at Gloo's
+// speeds) reads relays as the planner does: the relaying engine rank's
+// egress apart from its ingress, never a trainer rank's.
+TEST(RelayTest, PredictedSecondsCountsRelaysOnTheirEngineSender) {
+  SideLayout src, dst;
+  WholeTensorLayouts(8, &src, &dst);
+  PlannerOptions o;
+  o.relay = true;
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_GT(plan->stats.relay_depth, 0);
+  EXPECT_DOUBLE_EQ(PredictedSeconds(*plan, plan->options.links), plan->stats.predicted_seconds);
+  // At Gloo's speeds every pair is across hosts: the busiest of the
+  // trainer's egress, an engine rank's ingress and its egress, at 1.25 GB/s.
+  int64_t busiest = 0;
+  for (const auto* v : {&plan->stats.bytes_sent, &plan->stats.bytes_received,
+                        &plan->stats.bytes_forwarded}) {
+    for (int64_t b : *v) busiest = std::max(busiest, b);
+  }
+  LinkBytes by_class;
+  EXPECT_DOUBLE_EQ(PredictedSeconds(*plan, GlooLinkSpeeds(), &by_class), busiest / 1.25e9);
+  EXPECT_EQ(by_class.bytes[2], plan->stats.total_bytes);
 }
 
 TEST(RelayTest, SameHostReplicasRelayOverNvlink) {

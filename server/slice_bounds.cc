@@ -10,8 +10,16 @@ std::vector<SliceBounds> SliceBoundsOf(const Plan& plan, Side side,
   const bool trainer = side == Side::kTrainer;
   const int32_t world = trainer ? plan.src.world_size : plan.dst.world_size;
   std::vector<SliceBounds> by_rank(static_cast<size_t>(std::max(world, 0)));
+  // An engine rank that relays also sends: it reports the larger of the
+  // bytes it received and those it forwarded (RoundFigures).
+  std::vector<int64_t> forwarded(by_rank.size(), 0);
   for (const Message& m : plan.messages) {
-    const int32_t r = trainer ? m.src_rank : m.dst_rank;
+    if (!trainer && m.relay && m.src_rank >= 0 && m.src_rank < world) {
+      forwarded[m.src_rank] += m.bytes;
+      ++by_rank[m.src_rank].messages;
+    }
+    // A relay's sender is an engine rank, never a trainer rank.
+    const int32_t r = trainer ? (m.relay ? -1 : m.src_rank) : m.dst_rank;
     if (r < 0 || r >= world) continue;
     SliceBounds& b = by_rank[r];
     b.bytes += m.bytes;
@@ -20,6 +28,9 @@ std::vector<SliceBounds> SliceBoundsOf(const Plan& plan, Side side,
       const int32_t record = plan.segments[s].dst_record;
       b.digest_keys.emplace_back(m.dst_rank, plan.dst.records[record].tensor);
     }
+  }
+  for (size_t r = 0; r < by_rank.size(); ++r) {
+    by_rank[r].bytes = std::max(by_rank[r].bytes, forwarded[r]);
   }
   std::vector<SliceBounds> out;
   out.reserve(ranks.size());

@@ -14,8 +14,10 @@
 namespace refit {
 
 // Returns, for each rank of `ranks` (of `side`: trainer ranks send, engine
-// ranks receive), the bytes and messages of its slice of `plan` and the
-// (engine rank, engine tensor) places those messages write. A rank outside
+// ranks receive and, with relays, forward), the bytes and messages of its
+// slice of `plan` (an engine rank's bytes: the larger of those it receives
+// and those it forwards) and the (engine rank, engine tensor) places the
+// messages it receives write. A rank outside
 // the side's world gets empty bounds. One pass over the plan's messages.
 std::vector<SliceBounds> SliceBoundsOf(const Plan& plan, Side side,
                                        const std::vector<int32_t>& ranks);
