@@ -134,25 +134,40 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
   REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(opt.model));
   REFIT_RETURN_IF_ERROR(SetWeightDType(&model, opt.dtype));
   REFIT_ASSIGN_OR_RETURN(TrainerSpec ts, ParseTrainerSpec(opt.trainer));
-  REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(opt.engine));
-  REFIT_ASSIGN_OR_RETURN(int64_t records, EstimatePlanRecords(model, ts, {es}));
+  std::vector<JobEngine> engines;
+  std::vector<EngineSpec> specs;
+  int32_t engine_world = 0;
+  for (absl::string_view one : absl::StrSplit(opt.engine, ';')) {
+    absl::StatusOr<EngineSpec> es = ParseEngineSpec(std::string(absl::StripAsciiWhitespace(one)));
+    if (!es.ok() && opt.engine.find(';') != std::string::npos) {
+      return AnnotateStatus(es.status(), absl::StrCat("--engine '", one, "'"));
+    }
+    REFIT_RETURN_IF_ERROR(es.status());
+    engines.push_back(JobEngine{absl::StrCat("engine", engines.size()), *es});
+    specs.push_back(*es);
+    engine_world += es->world_size();
+  }
+  if (engines.size() == 1) engines[0].id = "engine";
+  REFIT_ASSIGN_OR_RETURN(int64_t records, EstimatePlanRecords(model, ts, specs));
   REFIT_RETURN_IF_ERROR(CheckPlanBudget(records, opt.max_plan_mib << 20, "--max_plan_mib"));
   if (opt.link.gpus_per_host < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--gpus-per-host must be >= 1, got ", opt.link.gpus_per_host));
   }
-  const std::vector<JobEngine> engines = {JobEngine{"engine", es}};
   JobPlacement placement =
-      ShorthandPlacement(ts.world_size(), es.world_size(), opt.link.gpus_per_host,
+      ShorthandPlacement(ts.world_size(), engine_world, opt.link.gpus_per_host,
                          opt.link.colocated);
   if (!opt.hosts_file.empty()) {
     REFIT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(opt.hosts_file, 16 << 20));
     REFIT_ASSIGN_OR_RETURN(placement,
-                           ParseHostsFile(text, ts.world_size(), es.world_size()));
+                           ParseHostsFile(text, ts.world_size(), engine_world));
   }
   lap("config+specs");
   absl::StatusOr<JobLayouts> mapped = MapJob(model, ts, engines);
-  if (!mapped.ok()) return JobLayoutErrors(model, ts, es, mapped.status());
+  if (!mapped.ok()) {
+    return specs.size() == 1 ? JobLayoutErrors(model, ts, specs[0], mapped.status())
+                             : mapped.status();
+  }
   JobLayouts layouts = *std::move(mapped);
   lap("layouts");
   PlannerOptions po;
@@ -195,7 +210,9 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
   s.fingerprint = plan.fingerprint;
   s.model = opt.model;
   s.trainer_spec = TrainerSpecString(ts);
-  s.engine_spec = EngineSpecString(es);
+  std::vector<std::string> engine_strings;
+  for (const EngineSpec& es : specs) engine_strings.push_back(EngineSpecString(es));
+  s.engine_spec = absl::StrJoin(engine_strings, ";");
   lap("summary");
   if (!opt.heatmap.empty()) {
     std::ofstream f(opt.heatmap);
@@ -214,7 +231,7 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
   }
   std::string out = absl::StrCat("model: ", opt.model, " (", opt.dtype,
                                  ")\ntrainer: ", TrainerSpecString(ts),
-                                 "\nengine: ", EngineSpecString(es), "\n");
+                                 "\nengine: ", s.engine_spec, "\n");
   if (ts.kind == TrainerSpec::Kind::kMegatron && ts.pp > 1 &&
       ts.first == 0 && ts.last == 0) {
     auto layers = PipelineStageLayers(model.num_layers, ts);

@@ -17,7 +17,10 @@ namespace refit {
 struct PlanCommandOptions {
   std::string model;    // built-in name or config.json path
   std::string trainer;  // "megatron:tp=..,pp=..." or "fsdp:dp=.."
-  std::string engine;   // "vllm:tp=..,dp=..[,ep=..]"
+  // "vllm:tp=..,dp=..[,ep=..]", or several engines (one model, engine
+  // ranks numbered one engine after the other) joined by ';':
+  // "vllm:tp=8;vllm:tp=4,dp=4".
+  std::string engine;
   std::string dtype = "bf16";
   LinkModel link;        // speeds; gpus_per_host/colocated: the shorthand placement
   std::string hosts_file;  // each rank's host (ParseHostsFile); overrides the shorthand

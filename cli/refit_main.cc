@@ -252,6 +252,10 @@ ranks (each engine rank's received and forwarded bytes counted apart, full
 duplex): the summary then gives the bytes each engine rank forwards, the relay
 depth, and the lower bound with relays beside the one with trainer ranks as the
 only senders. refitd takes the same flag and builds the same plan.
+Several engines of one model (replicas of different layouts) are one --engine
+joined by ';', e.g. 'vllm:tp=8;vllm:tp=4,dp=4': their ranks are numbered one
+engine after the other, and with --relay=on a region one replica received may
+feed the same region of a replica of another layout.
 An invalid layout or plan prints every error (tensor, ranks) and exits 1; a
 usage error exits 2.
 

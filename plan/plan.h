@@ -22,8 +22,8 @@
 // Relays (PlannerOptions::relay): a relay message is sent by an engine rank
 // from its own buffers: its src_rank is an engine rank, and its segments'
 // src_record index Plan::dst.records (records on that engine rank holding
-// exactly the bytes of the destination record's part: same tensor, same
-// dtype). Its wave comes strictly after every wave that delivered those
+// the segment's box of the same tensor, hence the same bytes; the engine
+// ranks may be of replicas of different layouts). Its wave comes strictly after every wave that delivered those
 // bytes to the relaying rank, so the global wave order keeps deadlock
 // freedom and the bytes are in place before they are forwarded.
 #ifndef REFIT_PLAN_PLAN_H_

@@ -53,10 +53,14 @@ namespace refit {
 // Overlapping (non-identical) source boxes are cut into disjoint grid
 // cells, so every element is sent exactly once.
 //
-// Relays (options.relay): the candidates of one source piece and equal
-// destination boxes on several engine ranks (replicas of one part: a
-// unit) need the same bytes, so an engine rank holding them may forward
-// them (a relay message, plan.h). Source choice then follows
+// Relays (options.relay): the candidates of one source piece whose
+// destination records need the same region of it (a unit: replicas of one
+// part, or, between replicas of different layouts such as TP8 and TP4,
+// the regions the piece cuts both to alike) need the same bytes, so an
+// engine rank holding them may forward them (a relay message, plan.h).
+// The bytes are identical because a dst tensor has one dtype and one set
+// of values: FP8, MXFP8 and NVFP4 codes and scales are computed on the
+// tensor's global tile grid and move as bytes, never quantized again. Source choice then follows
 // internal_plan::ChooseRelaySources (plan/internal/relays.h): replicas on
 // the dst rank's GPU first; one root per unit from a trainer rank (roots
 // spread over engine ranks); every other candidate from a trainer rank or

@@ -100,15 +100,69 @@ absl::Status FindCandidates(const SideLayout& src, const SideLayout& dst,
   return absl::OkStatus();
 }
 
-Units GroupUnits(const Candidates& candidates) {
+namespace {
+
+// A hash of a candidate's source piece and region (a collision only keeps
+// two units apart; the units stay exact).
+uint64_t RegionHash(const Candidate& c, const Box& region) {
+  uint64_t h = (static_cast<uint64_t>(c.src_tensor) << 32) ^ static_cast<uint32_t>(c.piece);
+  for (int d = 0; d < region.rank(); ++d) {
+    h = (h ^ static_cast<uint64_t>(region.origin(d))) * 0x9E3779B97F4A7C15ULL;
+    h = (h ^ static_cast<uint64_t>(region.shape(d))) * 0xC2B2AE3D27D4EB4FULL;
+  }
+  return h;
+}
+
+// rep[g]: for each group's first candidate g (Candidate::unit == g), the
+// first candidate of the earliest group needing the same region of the
+// same piece; -1 elsewhere.
+std::vector<int32_t> JoinGroups(const Candidates& candidates, const SideLayout& dst) {
   const std::vector<Candidate>& cands = candidates.cands;
+  std::vector<int32_t> rep(cands.size(), -1);
+  // Per group (in candidate order): its region, and (hash, group).
+  std::vector<Box> region;
+  std::vector<int32_t> group_first;
+  std::vector<std::pair<uint64_t, int32_t>> keyed;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const Candidate& c = cands[i];
+    if (c.unit != static_cast<int32_t>(i)) continue;
+    const int32_t g = static_cast<int32_t>(region.size());
+    region.push_back(Intersect(candidates.PieceOf(c).box, dst.records[c.dst_record].box));
+    group_first.push_back(static_cast<int32_t>(i));
+    keyed.emplace_back(RegionHash(c, region.back()), g);
+  }
+  std::sort(keyed.begin(), keyed.end());
+  std::vector<int32_t> firsts;  // groups of the current hash's distinct regions
+  for (size_t k = 0; k < keyed.size(); ++k) {
+    if (k == 0 || keyed[k].first != keyed[k - 1].first) firsts.clear();
+    const int32_t g = keyed[k].second;
+    const Candidate& c = cands[group_first[g]];
+    int32_t r = g;
+    for (int32_t f : firsts) {
+      const Candidate& cf = cands[group_first[f]];
+      if (cf.src_tensor == c.src_tensor && cf.piece == c.piece && region[f] == region[g]) {
+        r = f;
+        break;
+      }
+    }
+    if (r == g) firsts.push_back(g);
+    rep[group_first[g]] = group_first[r];
+  }
+  return rep;
+}
+
+}  // namespace
+
+Units GroupUnits(const Candidates& candidates, const SideLayout& dst) {
+  const std::vector<Candidate>& cands = candidates.cands;
+  const std::vector<int32_t> rep = JoinGroups(candidates, dst);
   // id[i]: the unit number of candidate i (a unit's first candidate comes
-  // before its others).
+  // before its others: a group's representative is its smallest first).
   std::vector<int32_t> id(cands.size());
   Units u;
   u.first.push_back(0);
   for (size_t i = 0; i < cands.size(); ++i) {
-    const int32_t f = cands[i].unit;
+    const int32_t f = rep[cands[i].unit];
     if (f == static_cast<int32_t>(i)) {
       id[i] = u.size();
       u.first.push_back(0);

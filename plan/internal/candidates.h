@@ -21,10 +21,10 @@ struct Candidate {
   int32_t piece;  // in pieces[src_tensor]
   int32_t dst_rank;
   int64_t bytes;
-  // The index of the first candidate of its unit: the candidates of one
+  // The index of the first candidate of its group: the candidates of one
   // source piece and equal destination boxes (replicas of one part, on
-  // different records), which need the same bytes. Relays forward within
-  // a unit.
+  // different records). GroupUnits joins the groups that need the same
+  // region of the piece into units; relays forward within a unit.
   int32_t unit;
 };
 
@@ -46,17 +46,25 @@ struct Candidates {
 // tensors (all matched). Appends a line to *errors for each dst record
 // that the source does not fully cover. Returns OK, or BuildPieces' error
 // annotated with the tensor name.
-// The units of a plan's candidates (Candidate::unit): unit u's candidates
-// are members[first[u], first[u + 1]), ascending.
+// The units of a plan's candidates: the candidates of one source piece
+// whose destination records need the same region of it (the piece's
+// intersection with their boxes), which are the same bytes: one dst tensor
+// has one dtype and one set of values, quantized codes and scales
+// included (conversions quantize on the tensor's global tile grid, so a
+// region's codes and scales do not depend on the engine rank that holds
+// it). Replicas of one engine layout share whole parts; replicas of
+// different layouts (a TP8 and a TP4 replica, fused or not) share the
+// regions a source piece cuts both to alike. Unit u's candidates are
+// members[first[u], first[u + 1]), ascending.
 struct Units {
   std::vector<int32_t> first;    // one more entry than units
   std::vector<int32_t> members;  // candidate indices
   int32_t size() const { return static_cast<int32_t>(first.size()) - 1; }
 };
 
-// Returns the units of `candidates`, numbered by their first candidate.
-// Never fails.
-Units GroupUnits(const Candidates& candidates);
+// Returns the units of `candidates` (whose dst records are `dst`'s),
+// numbered by their first candidate. Never fails.
+Units GroupUnits(const Candidates& candidates, const SideLayout& dst);
 
 absl::Status FindCandidates(const SideLayout& src, const SideLayout& dst,
                             const std::vector<int32_t>& dst_to_src,

@@ -97,7 +97,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
                            PlanStats* stats) {
   const CostModel cost(src, dst, options);
   const std::vector<Candidate>& cands = candidates.cands;
-  const Units units = GroupUnits(candidates);
+  const Units units = GroupUnits(candidates, dst);
   const std::vector<int32_t>& mem = units.members;
   // Per unit its bytes and replicas, and per member position (units.members
   // order: a unit's members side by side) its dst rank and source: the

@@ -32,6 +32,8 @@ struct Sources {
   int32_t max_depth = 0;
 };
 
+// Units are GroupUnits' (candidates.h): replicas of one part, or regions
+// replicas of different layouts share.
 // Chooses every candidate's source by a deterministic greedy rule on the
 // full-duplex time model (plan/cost.h; an engine rank's time is the larger
 // of its received and forwarded bytes' times):

@@ -206,6 +206,35 @@ TEST(PlanMatchesRefitdTest, RelaysGiveTheSameFingerprint) {
   EXPECT_NE(DryRunFingerprint(by_file), refitd);
 }
 
+TEST(PlanMatchesRefitdTest, SeveralEnginesOfDifferentLayoutsRelayRegions) {
+  // One TP2 and two TP1 replicas in one --engine: the engines' ranks are
+  // numbered one after the other, and with --relay=on the trainer sends
+  // less than without, the replicas forwarding regions to each other.
+  PlanCommandOptions opt;
+  opt.model = kModel;
+  opt.trainer = kTrainer;
+  opt.engine = "vllm:tp=2;vllm:tp=1,dp=2";
+  opt.json = true;
+  auto sent_max = [&](bool relay) {
+    opt.relay = relay;
+    auto out = RunPlanCommand(opt);
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (!out.ok()) return 0.0;
+    auto j = nlohmann::json::parse(*out);
+    EXPECT_EQ(j["engine_ranks"].get<int>(), 4);
+    EXPECT_EQ(j["engine"].get<std::string>(), "vllm:tp=2,dp=1;vllm:tp=1,dp=2");
+    return j["sent"]["max"].get<double>();
+  };
+  const double relayed = sent_max(true), direct = sent_max(false);
+  EXPECT_GT(relayed, 0);
+  EXPECT_LT(relayed, direct);
+  // A bad spec among them is named.
+  opt.engine = "vllm:tp=2;vllm:tp=x";
+  auto bad = RunPlanCommand(opt);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("vllm:tp=x"), absl::string_view::npos) << bad.status();
+}
+
 TEST(PlanMatchesRefitdTest, HostsFileErrorsNameTheLineOrRank) {
   auto missing = ParseHostsFile("trainer 0 a\nengine 0 a\n", 2, 1);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
