@@ -398,9 +398,6 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
   NoteTimes(ops_->TakeTimes());
   if (side_ == Side::kTrainer) sent_ = true;
-  if (options_.verify && !options_.overlap_digests) {
-    for (WaveWork& w : work_) REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));
-  }
   if (options_.verify) REFIT_RETURN_IF_ERROR(DigestRound(deadline));
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return stats;
