@@ -114,7 +114,6 @@ DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
                                         int32_t lanes)
       -> absl::StatusOr<std::unique_ptr<Transport>> {
     NcclTransportOptions o;
-    o.inline_groups = knobs.nccl_inline;
     o.connect_timeout = absl::Seconds(knobs.deadline_s);
     o.num_lanes = lanes;
     o.device = device;
@@ -128,11 +127,6 @@ DataPlaneParts NcclParts(int device, const char* prefix, Knobs knobs = {}) {
     GpuWaveOpsOptions o;
     o.device = device;
     o.snapshot = knobs.snapshot;
-    o.mask = knobs.mask;
-    o.count_streams = knobs.count_streams;
-    o.shared_counts = knobs.shared_counts;
-    o.fused_digest = knobs.fused_digest;
-    o.scan_with_count = knobs.scan_with_count;
     return MakeGpuWaveOps(static_cast<NcclTransport*>(t), o);
   };
   return p;
@@ -226,8 +220,6 @@ class Bench {
         ms.buffers = g == 0 ? trainer_.ptrs : delta_engine_.ptrs;
         DeltaRunnerOptions o;
         o.batch_bytes = knobs.batch_bytes;
-        o.overlap_digests = knobs.overlap_digests;
-        o.merge_headers = knobs.merge_headers;
         if (g == 0) o.snapshot = &snapshot_;
         delta_[g] = Ok(MakeDeltaMemberRunner(ms, NcclParts(g, "delta", knobs), &delta_store_, o),
                        "delta member");
@@ -356,9 +348,7 @@ class Bench {
                double* read_gbps) {
     CU(cudaSetDevice(0));
     OneLane lane;
-    GpuWaveOpsOptions oo;
-    oo.mask = knobs_.mask;
-    std::unique_ptr<DeltaWaveOps> ops = Ok(MakeGpuWaveOps(&lane, oo), "encoder ops");
+    std::unique_ptr<DeltaWaveOps> ops = Ok(MakeGpuWaveOps(&lane), "encoder ops");
     const int64_t total = snapshot_.bytes();
     int64_t aligned = 0;
     for (const auto& [key, r] : snapshot_.messages) aligned += (r.bytes + 15) / 16 * 16;

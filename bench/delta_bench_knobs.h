@@ -1,29 +1,20 @@
-// delta_bench's knobs of the delta path (its flags): the GPU ops' and the
-// runner's options it turns, how long it warms the trainer GPU, whether
-// it traces the batches.
+// delta_bench's knobs of the delta path (its flags): where the snapshot
+// lives, the batch size and lanes, how long it warms the trainer GPU,
+// whether it traces the batches.
 #ifndef REFIT_BENCH_DELTA_BENCH_KNOBS_H_
 #define REFIT_BENCH_DELTA_BENCH_KNOBS_H_
 
 #include <cstdint>
 #include <string>
 
-#include "exec/transport/cuda/nccl_transport.h"
-#include "exec/delta/cuda/gpu_wave_ops.h"
 #include "exec/delta/delta_runner.h"
+#include "exec/delta/wave_ops.h"
 
 namespace refit {
 
 struct Knobs {
   SnapshotMemory snapshot = SnapshotMemory::kDevice;
   int64_t batch_bytes = DeltaRunnerOptions().batch_bytes;
-  WaveMaskConfig mask;
-  int count_streams = GpuWaveOpsOptions().count_streams;
-  bool fused_digest = GpuWaveOpsOptions().fused_digest;
-  bool overlap_digests = DeltaRunnerOptions().overlap_digests;
-  bool merge_headers = DeltaRunnerOptions().merge_headers;
-  bool scan_with_count = GpuWaveOpsOptions().scan_with_count;
-  bool shared_counts = GpuWaveOpsOptions().shared_counts;
-  bool nccl_inline = NcclTransportOptions().inline_groups;
   // The trainer GPU reads its weights for this long right before each
   // delta round, as a trainer's GPU is busy (its optimizer step) right
   // before a refit: an idle GPU's first milliseconds of work run slower.

@@ -413,12 +413,6 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
   NoteTimes(ops_->TakeTimes());
   if (side_ == Side::kTrainer) sent_ = true;
-  if (options_.verify && !options_.overlap_digests) {
-    for (WaveWork& w : work_) {
-      if (w.staging != nullptr) REFIT_RETURN_IF_ERROR(ClaimLane(w.lane, deadline));
-      REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));
-    }
-  }
   if (options_.verify) REFIT_RETURN_IF_ERROR(DigestRound(deadline));
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return stats;

@@ -109,12 +109,6 @@ struct DeltaRunnerOptions {
   bool delta = true;
   // Digest both sides of every round (digests()).
   bool verify = true;
-  // Verified rounds: digest within the round (the trainer's count, the
-  // engine's waves as they land: true) or after its last wave (false).
-  bool overlap_digests = true;
-  // Engine: the next wave of a lane has its headers' receive posted in the
-  // group of this wave's payloads (true), or in a group of its own.
-  bool merge_headers = true;
   // A trainer rank's snapshot may hold at most this many bytes (0: no
   // bound); Create fails with RESOURCE_EXHAUSTED naming the rank above it.
   int64_t max_snapshot_bytes = 0;

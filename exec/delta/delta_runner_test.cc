@@ -33,7 +33,6 @@ struct Job {
   std::unique_ptr<DeltaPolicy> policy;
   bool gloo = true;
   int64_t batch_bytes = DeltaRunnerOptions().batch_bytes;
-  bool overlap_digests = true;
   int32_t lanes = 2;  // the plan's and the transports'
   bool sliced = false;  // every rank runs its own slice (as refitd hands out)
   int64_t version = 0;
@@ -171,7 +170,6 @@ RoundResult RunRound(Job* job, std::set<int> absent = {},
       }
       DeltaRunnerOptions opt;
       opt.batch_bytes = job->batch_bytes;
-      opt.overlap_digests = job->overlap_digests;
       if (src) opt.snapshot = &job->snapshots[g];
       auto r = DeltaRunner::Create(job->sliced ? slices[g] : plan, src ? Side::kTrainer : Side::kEngine,
                                    src ? g : g - ws, bufs, t.get(), opt);
@@ -237,15 +235,13 @@ int64_t DenseMessages(const RoundResult& r, int engine_global) {
 class DeltaRounds : public ::testing::TestWithParam<bool> {};
 
 TEST_P(DeltaRounds, ManyRoundsOfRandomChangesLandEveryByte) {
-  // Every plan wave its own batch with the digests after the round, and
-  // the default (here: all waves of a lane in one batch) with the digests
-  // within it.
+  // Every plan wave its own batch, and the default (here: all waves of a
+  // lane in one batch).
   for (int64_t batch : {int64_t{0}, DeltaRunnerOptions().batch_bytes}) {
   for (const char* pattern : {"2to2", "qkv", "1to3", "replicated"}) {
     SCOPED_TRACE(absl::StrCat("batch_bytes ", batch));
     auto job = MakeJob(pattern, GetParam());
     job->batch_bytes = batch;
-    job->overlap_digests = batch != 0;
     const int ws = job->plan.src.world_size;
     const double fractions[] = {1.0, 0.005, 0.02, 0.05, 0.2, 0.0, 0.9, 0.02};
     int64_t wire = 0, dense = 0;

@@ -107,7 +107,7 @@ absl::Status DeltaRunner::BeginSend(WaveWork& w, absl::Time deadline) {
     it.word_bytes = m.word_bytes;
     // Verified rounds: the count digests the current bytes as it reads them.
     m.digest.clear();
-    if (options_.verify && options_.overlap_digests) DigestItems(m, it.cur);
+    if (options_.verify) DigestItems(m, it.cur);
     it.digest = m.digest;
     items.push_back(it);
   }
@@ -288,7 +288,7 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
   // headers.
   std::vector<RecvOp> payloads = payload_ops.Take();
   delta_stats_.transfers += static_cast<int64_t>(payloads.size());
-  if (options_.merge_headers && w.next_on_lane >= 0 && ops_->OrderedWithTransport()) {
+  if (w.next_on_lane >= 0 && ops_->OrderedWithTransport()) {
     WaveWork& next = work_[w.next_on_lane];
     if (!next.headers_posted) {
       std::vector<RecvOp> head = HeaderReceives(next);
@@ -306,9 +306,7 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
   delta_stats_.apply_seconds += absl::ToDoubleSeconds(absl::Now() - t1);
   TimesOf(w).applied = Since();
   // Verified rounds: digest what the wave left in the buffers, behind it.
-  if (options_.verify && options_.overlap_digests) {
-    REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));
-  }
+  if (options_.verify) REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));
   return absl::OkStatus();
 }
 

@@ -73,24 +73,6 @@ int64_t Mismatches(const std::vector<T>& a, const std::vector<T>& b) {
   return n + static_cast<int64_t>(a.size() != b.size());
 }
 
-// Every method of the quantize pass; kAuto first (what users get).
-constexpr cuda::Nvfp4Method kMethods[] = {cuda::Nvfp4Method::kAuto, cuda::Nvfp4Method::kArithmetic,
-                                          cuda::Nvfp4Method::kTable2, cuda::Nvfp4Method::kTable4};
-
-const char* MethodName(cuda::Nvfp4Method m) {
-  switch (m) {
-    case cuda::Nvfp4Method::kAuto:
-      return "default method";
-    case cuda::Nvfp4Method::kArithmetic:
-      return "arithmetic";
-    case cuda::Nvfp4Method::kTable2:
-      return "thresholds x2";
-    case cuda::Nvfp4Method::kTable4:
-      return "thresholds x4";
-  }
-  return "?";
-}
-
 cuda::DenseBox BoxOf(const char* d, int64_t L, int64_t R, int64_t C, int64_t c0) {
   return {d, cuda::kConvertBF16, L, R, C, 0, c0, 1, kNvfp4Block};
 }
@@ -136,16 +118,15 @@ TEST(Nvfp4GpuTest, WholeAndCutBlocksEqualHostAndReference) {
   std::vector<uint8_t> host(n / 2), host_scales(n / 16);
   QuantizeNvfp4Host(host_in, *bamax, g, host.data(), host_scales.data());
   EXPECT_EQ(Mismatches(g, want.global_scales), 0);
-  for (cuda::Nvfp4Method method : kMethods) {
+  {
     ASSERT_EQ(cudaMemsetAsync(out, 0xEE, n / 2, s), cudaSuccess);
-    ASSERT_EQ(cuda::LaunchNvfp4QuantizeWith(method, whole, nullptr,
-                                            reinterpret_cast<float*>(gamax),
-                                            reinterpret_cast<unsigned char*>(out),
-                                            reinterpret_cast<unsigned char*>(scales), s), 0);
+    ASSERT_EQ(cuda::LaunchNvfp4Quantize(whole, nullptr, reinterpret_cast<float*>(gamax),
+                                        reinterpret_cast<unsigned char*>(out),
+                                        reinterpret_cast<unsigned char*>(scales), s), 0);
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
     const std::vector<uint8_t> codes = FromDevice<uint8_t>(out, n / 2);
     const std::vector<uint8_t> bytes = FromDevice<uint8_t>(scales, n / 16);
-    if (method == cuda::Nvfp4Method::kAuto) {
+    {
       const std::string shape = std::to_string(lead * rows) + " " + std::to_string(cols) + " " +
                                 std::to_string(rows) + "\n";
       Dump("shape.txt", shape.data(), static_cast<int64_t>(shape.size()));
@@ -154,13 +135,13 @@ TEST(Nvfp4GpuTest, WholeAndCutBlocksEqualHostAndReference) {
       Dump("scales.u8", bytes.data(), n / 16);
       Dump("global.f32", g.data(), lead * 4);
     }
-    EXPECT_EQ(Mismatches(codes, want.values), 0) << MethodName(method);
-    EXPECT_EQ(Mismatches(bytes, want.scale_bytes), 0) << MethodName(method);
-    EXPECT_EQ(Mismatches(codes, host), 0) << MethodName(method);
-    EXPECT_EQ(Mismatches(bytes, host_scales), 0) << MethodName(method);
-    std::printf("%s nvfp4 whole tensor, %s: packed codes, e4m3 scale bytes and global scales "
+    EXPECT_EQ(Mismatches(codes, want.values), 0);
+    EXPECT_EQ(Mismatches(bytes, want.scale_bytes), 0);
+    EXPECT_EQ(Mismatches(codes, host), 0);
+    EXPECT_EQ(Mismatches(bytes, host_scales), 0);
+    std::printf("%s nvfp4 whole tensor: packed codes, e4m3 scale bytes and global scales "
                 "equal the host and the reference (%lld elements)\n",
-                HasFailure() ? "FAIL" : "PASS", MethodName(method), static_cast<long long>(n));
+                HasFailure() ? "FAIL" : "PASS", static_cast<long long>(n));
   }
   // Cut: columns [0, 200) and [200, 416), block 12 ([192, 208)) cut.
   const int64_t cut = 200;
@@ -196,7 +177,6 @@ TEST(Nvfp4GpuTest, WholeAndCutBlocksEqualHostAndReference) {
   }
   EXPECT_EQ(Mismatches(part_global, ga), 0);
   char* dg = ToDevice(part_global);
-  for (cuda::Nvfp4Method method : kMethods) {
   std::vector<uint8_t> got(n / 2, 0), got_scales(n / 16, 0);
   for (int p = 0; p < 2; ++p) {
     const int64_t owned0 = (origins[p] + 15) / 16;
@@ -205,8 +185,8 @@ TEST(Nvfp4GpuTest, WholeAndCutBlocksEqualHostAndReference) {
     char *o = nullptr, *sc = nullptr;
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&o), lead * rows * widths[p] / 2), cudaSuccess);
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&sc), lead * rows * owned), cudaSuccess);
-    ASSERT_EQ(cuda::LaunchNvfp4QuantizeWith(
-                  method, BoxOf(dev[p], lead, rows, widths[p], origins[p]),
+    ASSERT_EQ(cuda::LaunchNvfp4Quantize(
+                  BoxOf(dev[p], lead, rows, widths[p], origins[p]),
                   reinterpret_cast<float*>(pa), reinterpret_cast<float*>(dg),
                   reinterpret_cast<unsigned char*>(o), reinterpret_cast<unsigned char*>(sc), s),
               0);
@@ -223,11 +203,10 @@ TEST(Nvfp4GpuTest, WholeAndCutBlocksEqualHostAndReference) {
     cudaFree(o);
     cudaFree(sc);
   }
-  EXPECT_EQ(Mismatches(got, want.values), 0) << MethodName(method);
-  EXPECT_EQ(Mismatches(got_scales, want.scale_bytes), 0) << MethodName(method);
-  std::printf("%s nvfp4 blocks cut between two boxes, %s: codes and scale bytes equal the "
-              "reference\n", HasFailure() ? "FAIL" : "PASS", MethodName(method));
-  }
+  EXPECT_EQ(Mismatches(got, want.values), 0);
+  EXPECT_EQ(Mismatches(got_scales, want.scale_bytes), 0);
+  std::printf("%s nvfp4 blocks cut between two boxes: codes and scale bytes equal the "
+              "reference\n", HasFailure() ? "FAIL" : "PASS");
   for (char* d : dev) cudaFree(d);
   cudaFree(dg);
   cudaFree(in);
@@ -305,14 +284,16 @@ TEST(Nvfp4GpuTest, ConvertOpsEqualTheHostOps) {
   cudaStreamDestroy(s);
 }
 
-// Blocks holding an infinity or a NaN, and a leading index whose global
-// amax is not finite, take the arithmetic in every method: the same bytes
-// as kArithmetic everywhere (over a box large enough for kAuto to take the
-// thresholds).
-TEST(Nvfp4GpuTest, NonFiniteValuesGiveTheSameBytesByEveryMethod) {
+// The thresholds (a box of at least kNvfp4TableMinBlocks 16-blocks) write
+// the arithmetic's bytes (the same data as boxes below that size), also
+// for blocks holding an infinity or a NaN and a leading index whose
+// global amax is not finite, which take the arithmetic in either kernel.
+TEST(Nvfp4GpuTest, ThresholdsWriteTheArithmeticsBytes) {
   REFIT_SKIP_WITHOUT_GPU("nvfp4_gpu_test");
   const int64_t lead = 2, rows = 64, cols = 4096, n = lead * rows * cols;
+  const int64_t part_rows = 16;  // the arithmetic's boxes: part_rows rows of one leading index
   ASSERT_GE(n / 16, cuda::kNvfp4TableMinBlocks);
+  ASSERT_LT(part_rows * cols / 16, cuda::kNvfp4TableMinBlocks);
   std::vector<float> values;
   std::vector<uint16_t> bf16 = WideBf16(n, 13, &values);
   for (int64_t i = 5; i < n; i += 9973) bf16[i] = (i % 3 == 0) ? 0x7F80 : (i % 3 == 1 ? 0xFF80 : 0x7FC1);
@@ -322,27 +303,32 @@ TEST(Nvfp4GpuTest, NonFiniteValuesGiveTheSameBytesByEveryMethod) {
   char *out = nullptr, *scales = nullptr;
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), n / 2), cudaSuccess);
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&scales), n / 16), cudaSuccess);
-  std::vector<uint8_t> want_codes, want_scales;
-  for (cuda::Nvfp4Method method : {cuda::Nvfp4Method::kArithmetic, cuda::Nvfp4Method::kAuto,
-                                   cuda::Nvfp4Method::kTable2, cuda::Nvfp4Method::kTable4}) {
-    ASSERT_EQ(cudaMemset(out, 0xEE, n / 2), cudaSuccess);
-    ASSERT_EQ(cuda::LaunchNvfp4QuantizeWith(method, BoxOf(in, lead, rows, cols, 0), nullptr,
-                                            reinterpret_cast<float*>(gamax),
-                                            reinterpret_cast<unsigned char*>(out),
-                                            reinterpret_cast<unsigned char*>(scales), nullptr),
-              0);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::vector<uint8_t> codes = FromDevice<uint8_t>(out, n / 2);
-    const std::vector<uint8_t> bytes = FromDevice<uint8_t>(scales, n / 16);
-    if (method == cuda::Nvfp4Method::kArithmetic) {
-      want_codes = codes;
-      want_scales = bytes;
-      continue;
+  auto* codes_out = reinterpret_cast<unsigned char*>(out);
+  auto* scales_out = reinterpret_cast<unsigned char*>(scales);
+  // By arithmetic: each leading index's rows in boxes of part_rows.
+  ASSERT_EQ(cudaMemset(out, 0xEE, n / 2), cudaSuccess);
+  for (int64_t l = 0; l < lead; ++l) {
+    for (int64_t r = 0; r < rows; r += part_rows) {
+      const int64_t at = (l * rows + r) * cols;  // the part's first element
+      ASSERT_EQ(cuda::LaunchNvfp4Quantize(BoxOf(in + 2 * at, 1, part_rows, cols, 0), nullptr,
+                                          reinterpret_cast<float*>(gamax) + l,
+                                          codes_out + at / 2, scales_out + at / 16, nullptr),
+                0);
     }
-    EXPECT_EQ(Mismatches(codes, want_codes), 0) << MethodName(method);
-    EXPECT_EQ(Mismatches(bytes, want_scales), 0) << MethodName(method);
   }
-  std::printf("%s nvfp4 non-finite values and global amax: every method writes the "
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint8_t> want_codes = FromDevice<uint8_t>(out, n / 2);
+  const std::vector<uint8_t> want_scales = FromDevice<uint8_t>(scales, n / 16);
+  // By thresholds: the whole box at once.
+  ASSERT_EQ(cudaMemset(out, 0xEE, n / 2), cudaSuccess);
+  ASSERT_EQ(cuda::LaunchNvfp4Quantize(BoxOf(in, lead, rows, cols, 0), nullptr,
+                                      reinterpret_cast<float*>(gamax), codes_out, scales_out,
+                                      nullptr),
+            0);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(Mismatches(FromDevice<uint8_t>(out, n / 2), want_codes), 0);
+  EXPECT_EQ(Mismatches(FromDevice<uint8_t>(scales, n / 16), want_scales), 0);
+  std::printf("%s nvfp4 by thresholds, non-finite values and global amax included: the "
               "arithmetic's bytes\n", HasFailure() ? "FAIL" : "PASS");
   cudaFree(in);
   cudaFree(gamax);
@@ -423,22 +409,6 @@ TEST(Nvfp4GpuTest, QuantizeThroughputNextToACopy) {
   const double one_gbs = (2.0 * n + n / 2.0 + n / 16.0) / (best_p2 * 1e-3) / 1e9;
   std::printf("FIGURE nvfp4 one pass with the global scale known (the quantize pass alone): "
               "bandwidth ratio %.2f of the device copy\n", one_gbs / c_gbs);
-  // The quantize pass alone by each method, on the default stream, the
-  // global amax from the runs above.
-  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-  const double pass_bytes = 2.0 * n + n / 2.0 + n / 16.0;
-  for (cuda::Nvfp4Method method : kMethods) {
-    if (method == cuda::Nvfp4Method::kAuto) continue;
-    const float ms = testing::BestMs([&] {
-      cuda::LaunchNvfp4QuantizeWith(method, box, nullptr, reinterpret_cast<float*>(g),
-                                    reinterpret_cast<unsigned char*>(out),
-                                    reinterpret_cast<unsigned char*>(scales), nullptr);
-    });
-    std::printf("FIGURE nvfp4 quantize pass by %s: %.3f ms, %.0f GB/s read and written, "
-                "%.2f of the device copy's rate\n",
-                MethodName(method), ms, pass_bytes / (ms * 1e-3) / 1e9,
-                pass_bytes / (ms * 1e-3) / 1e9 / c_gbs);
-  }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudaEventDestroy(mid);
   cudaFree(in);

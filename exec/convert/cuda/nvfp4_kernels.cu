@@ -268,11 +268,11 @@ __global__ void __launch_bounds__(256) RefitNvfp4QuantizeFastKernel(
 // Fast quantize pass by thresholds (nvfp4_block.cuh): each thread block
 // takes a contiguous run of `chunk` 16-blocks, and for each leading index
 // l in its run builds the threshold table of l's global scale in shared
-// memory, then codes its 16-blocks with BF16 comparisons (kUnroll per
+// memory, then codes its 16-blocks with BF16 comparisons (kTableUnroll per
 // thread loaded before the first is computed). A 16-block with a value
 // that is not finite, or a global scale that is not, takes RefitNvfp4Codes'
 // arithmetic.
-template <int kUnroll>
+constexpr int kTableUnroll = 4;  // 16-blocks a thread in flight
 __global__ void __launch_bounds__(256) RefitNvfp4QuantizeTableKernel(
     const char* data, int64_t blocks, int64_t per_l, int64_t chunk, const float* block_amax,
     const float* global_amax, unsigned char* out, unsigned char* scales) {
@@ -288,10 +288,10 @@ __global__ void __launch_bounds__(256) RefitNvfp4QuantizeTableKernel(
     __syncthreads();
     if (by_table) RefitNvfp4BuildTable(g, reinterpret_cast<unsigned short*>(table));
     __syncthreads();
-    for (int64_t i0 = seg + threadIdx.x; i0 < seg_end; i0 += kUnroll * blockDim.x) {
-      uint4 q[kUnroll][2];
+    for (int64_t i0 = seg + threadIdx.x; i0 < seg_end; i0 += kTableUnroll * blockDim.x) {
+      uint4 q[kTableUnroll][2];
 #pragma unroll
-      for (int j = 0; j < kUnroll; ++j) {
+      for (int j = 0; j < kTableUnroll; ++j) {
         const int64_t i = i0 + j * blockDim.x;
         if (i < seg_end) {
           q[j][0] = __ldg(in4 + 2 * i);
@@ -299,7 +299,7 @@ __global__ void __launch_bounds__(256) RefitNvfp4QuantizeTableKernel(
         }
       }
 #pragma unroll
-      for (int j = 0; j < kUnroll; ++j) {
+      for (int j = 0; j < kTableUnroll; ++j) {
         const int64_t i = i0 + j * blockDim.x;
         if (i >= seg_end) break;
         unsigned int a[8];
@@ -385,9 +385,9 @@ int LaunchNvfp4Amax(const DenseBox& b, float* block_amax, float* global_amax,
   return static_cast<int>(cudaGetLastError());
 }
 
-int LaunchNvfp4QuantizeWith(Nvfp4Method method, const DenseBox& b, const float* block_amax,
-                            const float* global_amax, unsigned char* out,
-                            unsigned char* scales, void* stream) {
+int LaunchNvfp4Quantize(const DenseBox& b, const float* block_amax,
+                        const float* global_amax, unsigned char* out,
+                        unsigned char* scales, void* stream) {
   if (b.L == 0 || b.R == 0 || b.C == 0) return 0;
   if (b.c0 % 2 != 0 || b.C % 2 != 0) return static_cast<int>(cudaErrorInvalidValue);
   int64_t first = 0;
@@ -401,40 +401,23 @@ int LaunchNvfp4QuantizeWith(Nvfp4Method method, const DenseBox& b, const float* 
   if (Fast(b) && (reinterpret_cast<uintptr_t>(out) & 7) == 0) {
     const int64_t blocks = b.L * b.R * b.C / 16;
     const int64_t per_l = b.R * b.C / 16;
-    if (method == Nvfp4Method::kAuto) {
-      method = blocks >= kNvfp4TableMinBlocks ? Nvfp4Method::kTable4 : Nvfp4Method::kArithmetic;
-    }
-    if (method == Nvfp4Method::kArithmetic) {
+    if (blocks < kNvfp4TableMinBlocks) {
       const unsigned grid =
           FastBlocks(reinterpret_cast<const void*>(RefitNvfp4QuantizeFastKernel), blocks);
       RefitNvfp4QuantizeFastKernel<<<grid, 256, 0, s>>>(b.data, blocks, per_l, block_amax,
                                                          global_amax, out, scales);
       return static_cast<int>(cudaGetLastError());
     }
-    const void* kernel = method == Nvfp4Method::kTable2
-                             ? reinterpret_cast<const void*>(RefitNvfp4QuantizeTableKernel<2>)
-                             : reinterpret_cast<const void*>(RefitNvfp4QuantizeTableKernel<4>);
-    const unsigned grid = FastBlocks(kernel, blocks);
+    const unsigned grid =
+        FastBlocks(reinterpret_cast<const void*>(RefitNvfp4QuantizeTableKernel), blocks);
     const int64_t chunk = (blocks + grid - 1) / grid;
-    if (method == Nvfp4Method::kTable2) {
-      RefitNvfp4QuantizeTableKernel<2><<<grid, 256, 0, s>>>(
-          b.data, blocks, per_l, chunk, block_amax, global_amax, out, scales);
-    } else {
-      RefitNvfp4QuantizeTableKernel<4><<<grid, 256, 0, s>>>(
-          b.data, blocks, per_l, chunk, block_amax, global_amax, out, scales);
-    }
+    RefitNvfp4QuantizeTableKernel<<<grid, 256, 0, s>>>(b.data, blocks, per_l, chunk, block_amax,
+                                                       global_amax, out, scales);
     return static_cast<int>(cudaGetLastError());
   }
   RefitNvfp4QuantizeKernel<<<BlocksFor(n, 256), 256, 0, s>>>(
       b, tiles, first, block_amax, global_amax, out, scales, owned0, owned);
   return static_cast<int>(cudaGetLastError());
-}
-
-int LaunchNvfp4Quantize(const DenseBox& b, const float* block_amax,
-                        const float* global_amax, unsigned char* out,
-                        unsigned char* scales, void* stream) {
-  return LaunchNvfp4QuantizeWith(Nvfp4Method::kAuto, b, block_amax, global_amax, out, scales,
-                                 stream);
 }
 
 }  // namespace cuda

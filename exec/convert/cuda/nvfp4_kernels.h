@@ -30,20 +30,14 @@ int LaunchNvfp4Quantize(const DenseBox& b, const float* block_amax,
                         const float* global_amax, unsigned char* out,
                         unsigned char* scales, void* stream);
 
-// How the quantize pass codes a BF16 box of whole 16-aligned tiles: by
-// arithmetic per element (nvfp4_block.cuh's RefitNvfp4Codes), or by
-// comparisons with a table of thresholds per global scale built in each
-// thread block (exec/convert/nvfp4_thresholds.h), 2 or 4 16-blocks a thread in
-// flight; kAuto takes kTable4 for boxes of at least kNvfp4TableMinBlocks
-// 16-blocks, kArithmetic below (a table costs a few microseconds). Every
-// method writes the same bytes; other boxes take the general kernel.
-enum class Nvfp4Method { kAuto, kArithmetic, kTable2, kTable4 };
+// How the quantize pass codes a BF16 box of whole 16-aligned tiles: a box
+// of at least kNvfp4TableMinBlocks 16-blocks by comparisons with a table of
+// thresholds per global scale built in each thread block
+// (exec/convert/nvfp4_thresholds.h), 4 16-blocks a thread in flight; a
+// smaller one by arithmetic per element (nvfp4_block.cuh's
+// RefitNvfp4Codes), as a table costs a few microseconds. Both write the
+// same bytes; other boxes take the general kernel.
 constexpr long long kNvfp4TableMinBlocks = 1 << 14;
-
-// LaunchNvfp4Quantize with a given method (tests and benchmarks).
-int LaunchNvfp4QuantizeWith(Nvfp4Method method, const DenseBox& b, const float* block_amax,
-                            const float* global_amax, unsigned char* out,
-                            unsigned char* scales, void* stream);
 
 }  // namespace cuda
 }  // namespace refit

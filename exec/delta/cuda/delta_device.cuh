@@ -13,9 +13,6 @@ namespace refit {
 
 constexpr int kDeltaThreads = 256;
 constexpr int kDeltaChunk = 16;  // bytes one thread compares at a time
-constexpr int kDeltaChunksPerThread =
-    static_cast<int>(kDeltaTileBytes / (kDeltaThreads * kDeltaChunk));
-static_assert(kDeltaChunksPerThread == 8, "the mask pass runs two halves of four chunks");
 
 struct DeltaChunk {
   uint32_t w[4];

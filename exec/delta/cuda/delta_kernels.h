@@ -78,53 +78,25 @@ inline int64_t WaveEncodeTiles(int64_t bytes) {
 
 // Encode, pass 1, the one pass over the current and snapshot bytes
 // (delta_mask_kernels.cu): every tile's mask of changed words and count,
-// and, when they fit and `values` is set, its changed words in order
-// (`vals`: kWaveValueBytesPerTile a tile; otherwise the gather reads them
-// from the current bytes); each tile's count is added to totals[its
-// message] (u64, zeroed by the caller). Past a message's end both sides
-// read as zeros. Verified rounds: when `sums` is given, the bytes of each
-// message with a digest_slot are digested into sums[digest_slot] in the
-// same read.
-enum class WaveMaskKind : int32_t {
-  // One warp per tile, a persistent grid of warps stepping over the tiles
-  // (the warps at work read one window of the batch).
-  kSweep = 0,
-  // One warp per four consecutive tiles, a grid of the batch's size.
-  kTiles = 1,
-  // One block per tile (each thread's 8 chunks of both sides loaded at
-  // once), a persistent grid stepping over the tiles.
-  kBlock = 2,
-  // kBlock's tiles brought into shared memory by bulk copies (Hopper's
-  // cp.async.bulk), three tiles ahead: loads in flight not bounded by
-  // registers. One block per SM.
-  kBulk = 3,
-};
-struct WaveMaskConfig {
-  WaveMaskKind kind = WaveMaskKind::kSweep;
-  int unroll = 4;      // warp kinds: 512-byte warp steps loaded at once (2, 4 or 8)
-  bool values = true;  // keep the changed values for the gather
-  int blocks = 0;      // persistent kinds: the grid; 0: WaveMaskBlocks of the device
-  // kSweep: warps claim tiles one at a time from a counter (true) or step
-  // over them by the grid (false: a block resident late does its share
-  // after the others).
-  bool claim = true;
-  // kSweep, values kept: each warp gathers its tile's changed values and
-  // indices in shared memory and writes them to the tile's slots at its
-  // end in 16-byte stores (false: each lane stores its words as it finds
-  // them, a few bytes a store, each a transaction of the L2, which the
-  // pass keeps about 92% busy).
-  bool smem_slots = true;
-};
-// The blocks of the config's kernel (`digest`: the one that digests too)
-// resident on `device` at once (every SM full): the grid of a persistent
-// kind. 0 when the device cannot say.
-int WaveMaskBlocks(int device, const WaveMaskConfig& config, bool digest = false);
+// and, while they fit, its changed words in order (`vals`:
+// kWaveValueBytesPerTile a tile) and their indices (kWaveIndexSlots u32 a
+// tile); each tile's count is added to totals[its message] (u64, zeroed by
+// the caller). Past a message's end both sides read as zeros. Verified
+// rounds: when `sums` is given, the bytes of each message with a
+// digest_slot are digested into sums[digest_slot] in the same read.
+// The kernel is a persistent grid of warps (every SM full), one 32 KiB
+// tile a warp at a time, claimed from a counter; each warp gathers its
+// tile's changed values and indices in shared memory and writes them to
+// the tile's slots at its end in 16-byte stores.
+//
+// The blocks of the kernel (`digest`: the one that digests too) resident
+// on `device` at once (every SM full): its grid. 0 when the device cannot
+// say.
+int WaveMaskBlocks(int device, bool digest = false);
 // Where the mask pass writes: per tile of the batch its kWaveMaskWordsPerTile
-// mask words, its count, its changed values (kWaveValueBytesPerTile, when
-// config.values) and their indices (kWaveIndexSlots u32, when
-// WaveMaskKeepsIndices; null: not kept); per message its total (zeroed by
-// the caller); `claim`: a zeroed counter for kSweep's tile claims (null:
-// it steps by the grid).
+// mask words, its count, its changed values and their indices; per message
+// its total (zeroed by the caller); `claim`: a zeroed counter for the
+// warps' tile claims (required).
 struct WaveMaskOut {
   uint32_t* mask = nullptr;
   uint32_t* tile_counts = nullptr;
@@ -133,11 +105,8 @@ struct WaveMaskOut {
   uint64_t* totals = nullptr;
   unsigned long long* claim = nullptr;
 };
-// Whether the config's kernel keeps the indices (the warp kinds keeping
-// values).
-bool WaveMaskKeepsIndices(const WaveMaskConfig& config);
 void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
-                    const WaveMaskOut& out, cudaStream_t stream, const WaveMaskConfig& config,
+                    const WaveMaskOut& out, cudaStream_t stream,
                     unsigned long long* sums = nullptr);
 // Encode, pass 2: each kIndices / kBitmask message's payload at its `out`
 // (dense messages: nothing); values from `vals` where the tile's fitted,

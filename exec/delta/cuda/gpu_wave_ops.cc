@@ -61,7 +61,7 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
     }
     const bool counted = it.snap != nullptr && it.bytes > 0;
     // The count digests a message that is one run from a 16-byte word's key.
-    const bool fused = o_.fused_digest && counted && it.digest.size() == 1 &&
+    const bool fused = counted && it.digest.size() == 1 &&
                        it.digest[0].data == it.cur && it.digest[0].bytes == it.bytes &&
                        (it.digest[0].first_key & 15) == 0;
     if (!fused) other_runs.insert(other_runs.end(), it.digest.begin(), it.digest.end());
@@ -96,10 +96,6 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   if (msgs.empty()) return absl::OkStatus();
   const int64_t mb = c.num_msgs * sizeof(WaveMsg);
   cudaStream_t codec = l->codec;
-  if (o_.count_streams == 2) {
-    codec = next_codec_ == 0 ? l->codec : l->codec2;
-    next_codec_ ^= 1;
-  }
   if (!origin_set_) {
     times_.origin = absl::Now();
     REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(origin_, codec));
@@ -109,13 +105,9 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   REFIT_RETURN_IF_ERROR(c.table.Reserve(mb, "tables", &retired_));
   REFIT_RETURN_IF_ERROR(
       c.mask.Reserve(c.num_tiles * kWaveMaskWordsPerTile * 4, "mask", &retired_));
-  if (o_.mask.values) {
-    REFIT_RETURN_IF_ERROR(
-        c.vals.Reserve(c.num_tiles * kWaveValueBytesPerTile, "values", &retired_));
-  }
-  if (WaveMaskKeepsIndices(o_.mask)) {
-    REFIT_RETURN_IF_ERROR(c.idx.Reserve(c.num_tiles * kWaveIndexSlots * 4, "indices", &retired_));
-  }
+  REFIT_RETURN_IF_ERROR(
+      c.vals.Reserve(c.num_tiles * kWaveValueBytesPerTile, "values", &retired_));
+  REFIT_RETURN_IF_ERROR(c.idx.Reserve(c.num_tiles * kWaveIndexSlots * 4, "indices", &retired_));
   REFIT_RETURN_IF_ERROR(c.counts.Reserve(c.num_tiles * 4, "tile counts", &retired_));
   REFIT_RETURN_IF_ERROR(c.offsets.Reserve(c.num_tiles * 8 + 8, "tile offsets", &retired_));
   // The totals, then the mask kernel's tile claims (LaunchWaveMask).
@@ -141,12 +133,8 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   out.idx = reinterpret_cast<uint32_t*>(c.idx.p);
   out.totals = totals;
   out.claim = reinterpret_cast<unsigned long long*>(totals + c.num_msgs);
-  LaunchWaveMask(dmsgs, nm, c.num_tiles, out, codec, o_.mask,
+  LaunchWaveMask(dmsgs, nm, c.num_tiles, out, codec,
                  any_fused ? reinterpret_cast<unsigned long long*>(sums_.p) : nullptr);
-  if (o_.scan_with_count) {
-    auto* offsets = reinterpret_cast<uint64_t*>(c.offsets.p);
-    LaunchTileScan(counts, c.num_tiles, offsets, offsets + c.num_tiles, codec);
-  }
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.masked, codec));
   REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->download, c.masked, 0));
@@ -226,18 +214,15 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
         cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->gather));
     // The tiles' offsets for the gather (the count needed only the totals).
     auto* offsets = reinterpret_cast<uint64_t*>(c.offsets.p);
-    if (!o_.scan_with_count) {
-      LaunchTileScan(reinterpret_cast<const uint32_t*>(c.counts.p), c.num_tiles, offsets,
-                     offsets + c.num_tiles, l->gather);
-    }
+    LaunchTileScan(reinterpret_cast<const uint32_t*>(c.counts.p), c.num_tiles, offsets,
+                   offsets + c.num_tiles, l->gather);
     LaunchWaveGather(reinterpret_cast<const WaveMsg*>(c.table.p),
                      static_cast<int32_t>(c.num_msgs), c.num_tiles,
                      reinterpret_cast<const uint32_t*>(c.mask.p),
                      reinterpret_cast<const uint32_t*>(c.counts.p),
                      reinterpret_cast<const uint64_t*>(c.offsets.p),
-                     o_.mask.values ? reinterpret_cast<const uint8_t*>(c.vals.p) : nullptr,
-                     WaveMaskKeepsIndices(o_.mask) ? reinterpret_cast<const uint32_t*>(c.idx.p)
-                                                   : nullptr,
+                     reinterpret_cast<const uint8_t*>(c.vals.p),
+                     reinterpret_cast<const uint32_t*>(c.idx.p),
                      l->gather);
     REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   }

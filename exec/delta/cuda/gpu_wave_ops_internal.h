@@ -64,11 +64,11 @@ struct ApplySlot {
 
 struct Lane {
   cudaStream_t stream = nullptr;  // the transport's
-  cudaStream_t codec = nullptr;   // ours: counts
-  // Ours: every other count when options.count_streams is 2 (a count's
-  // start fills the SMs the last one's ending warps leave).
-  cudaStream_t codec2 = nullptr;
-  bool owns_codec = false;  // false: lane 0's (options.shared_counts)
+  // Lane 0's, shared by every lane: counts, in the order they start.
+  // Counts read at the HBM rate: two at once would take twice as long
+  // each, delay both waves' sends and hold the SMs the gathers need.
+  cudaStream_t codec = nullptr;
+  bool owns_codec = false;  // lane 0
   // Ours, beside the codec streams (shared as they are): a count's rows go
   // up and its totals come down here, so the codec stream runs the mask
   // passes back to back.
@@ -105,7 +105,7 @@ class GpuWaveOps : public DeltaWaveOps {
     cudaSetDevice(o_.device);
     for (Mem& m : retired_) m.Release();
     for (Lane& l : lanes_) {  // before any stream goes: lanes may share them
-      for (cudaStream_t s : {l.codec, l.codec2, l.upload, l.download, l.gather, l.digest}) {
+      for (cudaStream_t s : {l.codec, l.upload, l.download, l.gather, l.digest}) {
         if (s != nullptr) cudaStreamSynchronize(s);
       }
     }
@@ -125,7 +125,6 @@ class GpuWaveOps : public DeltaWaveOps {
         if (e != nullptr) cudaEventDestroy(e);
       }
       if (l.owns_codec && l.codec != nullptr) cudaStreamDestroy(l.codec);
-      if (l.owns_codec && l.codec2 != nullptr) cudaStreamDestroy(l.codec2);
       if (l.owns_codec && l.upload != nullptr) cudaStreamDestroy(l.upload);
       if (l.owns_codec && l.download != nullptr) cudaStreamDestroy(l.download);
       if (l.gather != nullptr) cudaStreamDestroy(l.gather);
@@ -147,16 +146,14 @@ class GpuWaveOps : public DeltaWaveOps {
     for (int32_t i = 0; i < t_->num_lanes(); ++i) {
       Lane& l = lanes_[i];
       l.stream = static_cast<cudaStream_t>(t_->stream(i));
-      if (i == 0 || !o_.shared_counts) {
+      if (i == 0) {
         REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.codec, cudaStreamNonBlocking));
-        REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.codec2, cudaStreamNonBlocking));
         REFIT_RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&l.upload, cudaStreamNonBlocking));
         REFIT_RETURN_IF_CUDA_ERROR(
             cudaStreamCreateWithFlags(&l.download, cudaStreamNonBlocking));
         l.owns_codec = true;
       } else {
         l.codec = lanes_[0].codec;
-        l.codec2 = lanes_[0].codec2;
         l.upload = lanes_[0].upload;
         l.download = lanes_[0].download;
       }
@@ -224,14 +221,13 @@ class GpuWaveOps : public DeltaWaveOps {
     REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
     REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, l->stream));
     REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->codec, l->mark, 0));
-    REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->codec2, l->mark, 0));
     return absl::OkStatus();
   }
 
   absl::Status Sync(int32_t lane, absl::Time deadline) override {
     REFIT_ASSIGN_OR_RETURN(Lane * l, Get(lane));
     for (cudaStream_t s :
-         {l->stream, l->codec, l->codec2, l->upload, l->download, l->gather, l->digest}) {
+         {l->stream, l->codec, l->upload, l->download, l->gather, l->digest}) {
       REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(l->mark, s));
       REFIT_RETURN_IF_ERROR(Wait(l->mark, deadline, "delta kernels"));
     }
@@ -335,7 +331,6 @@ class GpuWaveOps : public DeltaWaveOps {
   // windows from it.
   cudaEvent_t origin_ = nullptr;
   bool origin_set_ = false;
-  int next_codec_ = 0;  // count_streams 2: the codec stream of the next count
   std::vector<Lane> lanes_;
   absl::Status failure_;
   // INVALID_ARGUMENT for a run of an element size other than 1, 2, 4, 8,

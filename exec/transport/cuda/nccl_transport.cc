@@ -24,7 +24,7 @@ namespace refit {
 struct NcclTransport::Lane {
   int32_t index = 0;
   ncclComm_t comm = nullptr;  // the waves'
-  // inline_groups: the non-blocking communicator `comm` was split from,
+  // The non-blocking communicator `comm` was split from,
   // and the peers `comm` has sent to / received from (connected), by rank.
   ncclComm_t parent = nullptr;
   std::vector<uint8_t> send_ready, recv_ready;
@@ -50,16 +50,10 @@ void PausePoll(std::chrono::steady_clock::time_point start) {
   }
 }
 
-// Polls ncclCommGetAsyncError until it leaves ncclInProgress, or until
-// `*cancelled` (when given) is cancelled: CANCELLED then.
-absl::Status WaitComm(ncclComm_t comm, absl::Time deadline,
-                      const std::string& what,
-                      const Cancellation* cancelled = nullptr) {
+// Polls ncclCommGetAsyncError until it leaves ncclInProgress.
+absl::Status WaitComm(ncclComm_t comm, absl::Time deadline, const std::string& what) {
   const auto start = std::chrono::steady_clock::now();
   while (true) {
-    if (cancelled != nullptr && cancelled->cancelled()) {
-      return absl::CancelledError(what);
-    }
     ncclResult_t r = ncclSuccess;
     ncclResult_t q = ncclCommGetAsyncError(comm, &r);
     if (q != ncclSuccess) return NcclStatus(q, what, comm);
@@ -89,8 +83,7 @@ ncclResult_t PostGroup(ncclComm_t comm, cudaStream_t stream, absl::Span<const Se
   return r == ncclSuccess || r == ncclInProgress ? e : r;
 }
 
-// A group posted by a helper thread (inline_groups, a peer not yet
-// connected): the thread owns a reference, so a caller that gives up at
+// A group posted by a helper thread (a peer not yet connected): the thread owns a reference, so a caller that gives up at
 // its deadline leaves it valid.
 struct HelperGroup {
   std::vector<SendOp> sends;
@@ -172,19 +165,17 @@ absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(
       lane->comm = nullptr;
       return s;
     }
-    if (options.inline_groups) {
-      ncclComm_t* child = &lane->parent;  // the lane holds it, kept on failure
-      s = SplitBlocking(lane->comm, rank, child, deadline,
-                        absl::StrCat("rank ", rank, " lane ", l, ": ncclCommSplit (blocking)"));
-      if (!s.ok()) {
-        ncclCommAbort(lane->comm);
-        lane.release();  // NCCL's split may still write *child
-        return s;
-      }
-      std::swap(lane->comm, lane->parent);
-      lane->send_ready.assign(world_size, 0);
-      lane->recv_ready.assign(world_size, 0);
+    ncclComm_t* child = &lane->parent;  // the lane holds it, kept on failure
+    s = SplitBlocking(lane->comm, rank, child, deadline,
+                      absl::StrCat("rank ", rank, " lane ", l, ": ncclCommSplit (blocking)"));
+    if (!s.ok()) {
+      ncclCommAbort(lane->comm);
+      lane.release();  // NCCL's split may still write *child
+      return s;
     }
+    std::swap(lane->comm, lane->parent);
+    lane->send_ready.assign(world_size, 0);
+    lane->recv_ready.assign(world_size, 0);
     t->lanes_.push_back(std::move(lane));
   }
   return t;
@@ -281,15 +272,7 @@ absl::Status NcclTransport::StartWave(int32_t lane,
   }
   const std::string what = absl::StrCat("rank ", rank_, " lane ", lane);
   absl::Status s;
-  if (L.parent == nullptr) {
-    // Non-blocking communicator: wait until the group is enqueued.
-    const ncclResult_t r = PostGroup(L.comm, L.stream, sends, recvs);
-    if (r != ncclSuccess && r != ncclInProgress) {
-      return Abort(L, NcclStatus(r, what + ": posting a wave", L.comm));
-    }
-    s = WaitComm(L.comm, deadline, what + ": enqueueing a wave", &cancel_);
-    if (absl::IsCancelled(s)) s = cancel_.status();
-  } else if (Connected(L, sends, recvs)) {
+  if (Connected(L, sends, recvs)) {
     const ncclResult_t r = PostGroup(L.comm, L.stream, sends, recvs);
     if (r != ncclSuccess) s = NcclStatus(r, what + ": posting a wave", L.comm);
   } else {

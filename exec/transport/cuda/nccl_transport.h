@@ -2,17 +2,16 @@
 // (ncclCommInitRankConfig, blocking = 0) and one CUDA stream per lane, the
 // unique id of each lane exchanged through a KvStore. A wave is one
 // ncclGroupStart / ncclSend / ncclRecv / ncclGroupEnd on the lane's stream.
-// With options.inline_groups (the default) the waves go to a blocking
-// communicator split from the lane's (ncclCommSplit, polled against the
-// connect deadline): NCCL starts a thread for every group of a non-blocking
-// communicator (about 130 us a group on an H200 host, against 25 us
-// inline), and a delta round posts one group per batch on each side. A
-// blocking group only waits on a peer while it connects to it, so the first
-// group that sends to or receives from a peer on a lane runs on a helper
-// thread and is awaited against the deadline; once connected, groups are
-// launched inline (kernels enqueued, nothing awaited). A first group that
-// misses its deadline leaves that lane's communicator to its helper (not
-// aborted under it) and fails as any wave does.
+// The waves go to a blocking communicator split from the lane's
+// (ncclCommSplit, polled against the connect deadline): NCCL starts a thread
+// for every group of a non-blocking communicator (about 130 us a group on an
+// H200 host, against 25 us inline), and a delta round posts one group per
+// batch on each side. A blocking group only waits on a peer while it connects
+// to it, so the first group that sends to or receives from a peer on a lane
+// runs on a helper thread and is awaited against the deadline; once
+// connected, groups are launched inline (kernels enqueued, nothing awaited).
+// A first group that misses its deadline leaves that lane's communicator to
+// its helper (not aborted under it) and fails as any wave does.
 // WaitWave polls the wave's event and ncclCommGetAsyncError against the
 // deadline and, on timeout or error, aborts the communicators of EVERY lane
 // (ncclCommAbort) and returns a status naming the peers and
@@ -49,10 +48,6 @@ struct NcclTransportOptions {
   int32_t device = 0;  // CUDA device of this rank
   std::string key_prefix = "refit/nccl";
   absl::Duration connect_timeout = absl::Seconds(60);
-  // Waves on a blocking communicator split from the lane's, launched inline
-  // once connected to their peers (see above); false: on the non-blocking
-  // communicator, every group awaited through ncclCommGetAsyncError.
-  bool inline_groups = true;
 };
 
 class NcclTransport : public Transport, public CudaLanes {
@@ -93,10 +88,10 @@ class NcclTransport : public Transport, public CudaLanes {
   struct Lane;
   NcclTransport() = default;
   absl::Status Abort(Lane& lane, absl::Status why);
-  // inline_groups: whether `lane` has connected to every peer of the group.
+  // Whether `lane` has connected to every peer of the group.
   static bool Connected(const Lane& lane, absl::Span<const SendOp> sends,
                         absl::Span<const RecvOp> recvs);
-  // inline_groups: posts a group with a peer not yet connected on a helper
+  // Posts a group with a peer not yet connected on a helper
   // thread (connecting waits on the peer) and awaits it against `deadline`
   // and Cancel; marks its peers connected. On timeout or cancel the lane's
   // communicator is left to the helper.
