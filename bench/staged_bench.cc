@@ -1,0 +1,421 @@
+// staged_bench: staged rounds on ONE GPU (built here, run on a GPU host
+// from the bundle): the engine receives each round into staging while it
+// keeps serving and pauses only to apply it (client/staged_buffers.h).
+//
+//   staged_bench [--iters=5] [--delta_fraction=0.02] [--load_mib=512]
+//
+// Qwen3-8B, Megatron TP1 trainer -> vLLM TP1 engine, both on GPU 0, over
+// the colocated pull path (exec/cuda/pull_runner.h) with trainer and
+// engine threads of this process; the engine's buffers are redirected to
+// device staging (CudaStagingMemory), as a staged pull member's are.
+// Rows (means over --iters rounds after a warm-up round):
+//   floor        one cudaMemcpy device-to-device of the engine's bytes
+//   dense pause  the apply of a staged dense round (every trainer byte
+//                changed): a device copy per buffer from staging into the
+//                live buffers (StagedBuffers::Apply)
+//   delta list   after a delta round arrived, the listing of its changed
+//                words (StagedBuffers::FindChanged: one read of staging
+//                and live, while the engine still serves)
+//   delta pause  the apply of a staged delta round (--delta_fraction of
+//                the trainer's BF16 words changed): only the changed words
+//                written (StagedBuffers::ApplyChanged)
+//   load ...     the iteration time of a decode-shaped matmul (8 x K
+//                activations times K x 4096 BF16 weights, --load_mib of the
+//                engine's live weights read per iteration) on the engine's
+//                own stream: alone, and while a dense or a delta round
+//                arrives in staging (its slowdown)
+// A delta round cannot run over the one-GPU pull path: pull rounds carry
+// every byte (delta encoding runs over NCCL, which needs two GPUs). Here a
+// delta round's receive brings every byte into staging as a dense round
+// does, and its apply is the one a staged device member runs for a round
+// refitd announces as a delta round: the changed words listed from
+// staging against live, then written.
+// Checks, every round: while a round sits in staging the live bytes are
+// the previous version (checksum of every engine byte); after each apply
+// every engine byte is what the trainer sent: round 1 element by element
+// against the trainer's pattern on the GPU (testing/gpu_pattern.h), later
+// dense rounds by a checksum of every byte (the trainer XORs its weights
+// with a new key each round), delta rounds by live == staging byte for
+// byte (staging holds what the pull path delivered) and, every second
+// delta round (which changes the same words back), by the checksum of the
+// known version. The last lines are one table. Exit 1 if a check fails.
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "bench/colocated_common.h"
+#include "bench/delta_bench_kernels.h"
+#include "bench/staged_bench_kernels.h"
+#include "client/cuda_staging_memory.h"
+#include "client/staged_buffers.h"
+#include "common/status_macros.h"
+#include "exec/cuda/pull_kernels.h"
+#include "exec/cuda/pull_runner.h"
+#include "plan/plan_codec.h"
+#include "testing/dir_kv_store.h"
+#include "testing/flags.h"
+
+namespace refit::bench {
+namespace {
+
+double Mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / v.size();
+}
+
+// The matmul load on the engine's stream: Run loops it until Stop, keeping
+// each iteration's host start and end.
+class Load {
+ public:
+  static absl::StatusOr<std::unique_ptr<Load>> Create(const char* w, int64_t w_bytes) {
+    std::unique_ptr<Load> l(new Load());
+    l->w_ = w;
+    l->w_bytes_ = w_bytes;
+    const int64_t k = DecodeMatmulK(w_bytes);
+    CK(cudaStreamCreateWithFlags(&l->stream_, cudaStreamNonBlocking));
+    CK(cudaMalloc(reinterpret_cast<void**>(&l->x_), kLoadRows * k * sizeof(float)));
+    CK(cudaMalloc(reinterpret_cast<void**>(&l->y_), kLoadRows * kLoadColumns * sizeof(float)));
+    CK(cudaMemset(l->x_, 0, kLoadRows * k * sizeof(float)));
+    CK(cudaMemset(l->y_, 0, kLoadRows * kLoadColumns * sizeof(float)));
+    return l;
+  }
+  ~Load() {
+    Stop();
+    (void)cudaStreamSynchronize(stream_);
+    (void)cudaFree(x_);
+    (void)cudaFree(y_);
+    (void)cudaStreamDestroy(stream_);
+  }
+  void* stream() const { return stream_; }
+
+  // One iteration, waited for.
+  absl::Status Once() {
+    CK(static_cast<cudaError_t>(LaunchDecodeMatmul(w_, w_bytes_, x_, y_, stream_)));
+    CK(cudaStreamSynchronize(stream_));
+    return absl::OkStatus();
+  }
+  // Mean ms of `n` iterations alone.
+  absl::StatusOr<double> Alone(int n) {
+    REFIT_RETURN_IF_ERROR(Once());
+    const absl::Time t0 = absl::Now();
+    for (int i = 0; i < n; ++i) REFIT_RETURN_IF_ERROR(Once());
+    return absl::ToDoubleMilliseconds(absl::Now() - t0) / n;
+  }
+  void Start() {
+    iters_.clear();
+    stop_ = false;
+    thread_ = std::thread([this] {
+      (void)cudaSetDevice(0);
+      while (!stop_.load()) {
+        const absl::Time a = absl::Now();
+        if (!Once().ok()) return;
+        iters_.push_back({a, absl::Now()});
+      }
+    });
+  }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  // Mean ms of the iterations that ran within [from, to) (0 when none
+  // did: the round was shorter than one iteration).
+  double MeanWithin(absl::Time from, absl::Time to) const {
+    std::vector<double> ms;
+    for (const auto& [a, b] : iters_) {
+      if (a >= from && b <= to) ms.push_back(absl::ToDoubleMilliseconds(b - a));
+    }
+    return Mean(ms);
+  }
+
+ private:
+  Load() = default;
+  const char* w_ = nullptr;
+  int64_t w_bytes_ = 0;
+  cudaStream_t stream_ = nullptr;
+  float* x_ = nullptr;
+  float* y_ = nullptr;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::vector<std::pair<absl::Time, absl::Time>> iters_;
+};
+
+// The setup: the plan, both arenas, staging and the two pull runners.
+struct Setup {
+  Case c;
+  Plan plan;
+  Arena trainer, live;
+  std::unique_ptr<testing::DirKvStore> sender_kv, receiver_kv;  // one directory
+  std::string dir;
+  std::unique_ptr<StagedBuffers> staged;
+  std::unique_ptr<PullRunner> sender, receiver;
+  int64_t engine_bytes = 0;
+};
+
+absl::Status Prepare(Setup* s, double* floor_ms, int iters) {
+  REFIT_ASSIGN_OR_RETURN(s->c, CaseNamed("8b", ""));
+  REFIT_ASSIGN_OR_RETURN(s->plan, CasePlan(s->c, false));
+  REFIT_ASSIGN_OR_RETURN(s->trainer, Allocate(s->plan.src, 0, 0));
+  REFIT_ASSIGN_OR_RETURN(s->live, Allocate(s->plan.dst, 0, 0xEE));
+  // The floor, before staging exists: the engine's bytes copied once.
+  const int64_t n = std::min(s->trainer.bytes, s->live.bytes);
+  CK(cudaMemcpy(s->live.base, s->trainer.base, n, cudaMemcpyDeviceToDevice));
+  CK(cudaDeviceSynchronize());
+  const absl::Time t0 = absl::Now();
+  for (int i = 0; i < iters; ++i) {
+    CK(cudaMemcpy(s->live.base, s->trainer.base, n, cudaMemcpyDeviceToDevice));
+  }
+  CK(cudaDeviceSynchronize());
+  *floor_ms = absl::ToDoubleMilliseconds(absl::Now() - t0) / iters;
+  CK(cudaMemset(s->live.base, 0xEE, s->live.bytes));
+  REFIT_RETURN_IF_ERROR(Pattern(s->plan.src, 0, s->trainer, 1, false));
+  CK(cudaDeviceSynchronize());
+
+  const Plan ts = ExtractSlice(s->plan, Side::kTrainer, 0);
+  const Plan es = ExtractSlice(s->plan, Side::kEngine, 0);
+  std::vector<char*> live = SlicePointers(s->plan.dst, es.dst, 0, s->live);
+  std::vector<int64_t> bytes(live.size(), 0);
+  for (size_t b = 0; b < live.size(); ++b) {
+    if (live[b] != nullptr) bytes[b] = es.dst.buffers[b].byte_size;
+    s->engine_bytes += bytes[b];
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  REFIT_ASSIGN_OR_RETURN(s->staged,
+                         StagedBuffers::Create(live, bytes, CudaStagingMemory(0), -1, deadline));
+  char tmpl[] = "/tmp/staged_bench.XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp");
+  s->dir = tmpl;
+  s->sender_kv = std::make_unique<testing::DirKvStore>(s->dir);
+  s->receiver_kv = std::make_unique<testing::DirKvStore>(s->dir);
+  PullRunnerOptions po;
+  po.device = 0;
+  absl::StatusOr<std::unique_ptr<PullRunner>> snd = absl::UnknownError("not run");
+  std::thread t([&] {
+    (void)cudaSetDevice(0);
+    snd =
+        PullRunner::Create(ts, Side::kTrainer, 0, SlicePointers(s->plan.src, ts.src, 0, s->trainer),
+                           s->sender_kv.get(), po, deadline);
+  });
+  absl::StatusOr<std::unique_ptr<PullRunner>> rcv = PullRunner::Create(
+      es, Side::kEngine, 0, s->staged->staging(), s->receiver_kv.get(), po, deadline);
+  t.join();
+  REFIT_RETURN_IF_ERROR(snd.status());
+  REFIT_RETURN_IF_ERROR(rcv.status());
+  s->sender = *std::move(snd);
+  s->receiver = *std::move(rcv);
+  return absl::OkStatus();
+}
+
+// One round's receive into staging (sender and receiver at once), the
+// load running; returns the load's mean iteration ms within it.
+absl::StatusOr<double> Receive(Setup* s, Load* load) {
+  load->Start();
+  absl::SleepFor(absl::Milliseconds(5));  // the load runs before the round
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<RunStats> a = absl::UnknownError("not run");
+  std::thread t([&] {
+    (void)cudaSetDevice(0);
+    a = s->sender->Run(deadline);
+  });
+  absl::StatusOr<RunStats> b = s->receiver->Run(deadline);
+  t.join();
+  const absl::Time t1 = absl::Now();
+  load->Stop();
+  REFIT_RETURN_IF_ERROR(a.status());
+  REFIT_RETURN_IF_ERROR(b.status());
+  return load->MeanWithin(t0, t1);
+}
+
+// Bytes in which staging and live differ, over every engine buffer.
+absl::StatusOr<unsigned long long> StagedDiff(const StagedBuffers& st) {
+  unsigned long long* d = nullptr;
+  CK(cudaMalloc(reinterpret_cast<void**>(&d), sizeof(*d)));
+  CK(cudaMemset(d, 0, sizeof(*d)));
+  for (size_t b = 0; b < st.live().size(); ++b) {
+    if (st.live()[b] == nullptr || st.bytes()[b] == 0) continue;
+    CK(static_cast<cudaError_t>(LaunchCountDiff(reinterpret_cast<const uint8_t*>(st.staging()[b]),
+                                                reinterpret_cast<const uint8_t*>(st.live()[b]),
+                                                st.bytes()[b], d, nullptr)));
+  }
+  unsigned long long n = 0;
+  CK(cudaMemcpy(&n, d, sizeof(n), cudaMemcpyDeviceToHost));
+  CK(cudaFree(d));
+  return n;
+}
+
+struct Figures {
+  double floor_ms = 0, load_alone_ms = 0;
+  std::vector<double> dense_pause, dense_load, delta_list, delta_pause, delta_load;
+  double changed_share = 0;
+  std::string check = "PASS";
+};
+
+void Fail(Figures* f, const std::string& why) {
+  std::printf("CHECK FAILED: %s\n", why.c_str());
+  if (f->check == "PASS") f->check = why;
+}
+
+absl::Status Rounds(Setup* s, Load* load, int iters, double fraction, Figures* f) {
+  const absl::Time far = absl::Now() + absl::Minutes(10);
+  REFIT_ASSIGN_OR_RETURN(unsigned long long prev, Checksum(s->plan.dst, 0, s->live, 0));
+  unsigned long long sum1 = 0;
+  int last_dense = 1;
+  // Dense rounds 1 .. iters + 1 (the first a warm-up).
+  for (int r = 1; r <= iters + 1; ++r) {
+    if (r > 1) {
+      CK(static_cast<cudaError_t>(cuda::LaunchXorBytes(
+          s->trainer.base, s->trainer.bytes, static_cast<uint8_t>(Key(r) ^ Key(r - 1)), nullptr)));
+      CK(cudaDeviceSynchronize());
+    }
+    REFIT_ASSIGN_OR_RETURN(double load_ms, Receive(s, load));
+    REFIT_ASSIGN_OR_RETURN(unsigned long long staged_sum, Checksum(s->plan.dst, 0, s->live, 0));
+    if (staged_sum != prev) Fail(f, absl::StrCat("dense round ", r, ": live changed while staged"));
+    REFIT_ASSIGN_OR_RETURN(double pause, s->staged->Apply(far));
+    if (r == 1) {
+      absl::Status ok = Pattern(s->plan.dst, 0, s->live, 1, true);
+      if (!ok.ok()) Fail(f, absl::StrCat("dense round 1: ", ok.message()));
+      REFIT_ASSIGN_OR_RETURN(sum1, Checksum(s->plan.dst, 0, s->live, 0));
+    } else {
+      REFIT_ASSIGN_OR_RETURN(unsigned long long h, Checksum(s->plan.dst, 0, s->live, Key(r)));
+      if (h != sum1) Fail(f, absl::StrCat("dense round ", r, ": engine bytes differ"));
+      f->dense_pause.push_back(pause * 1e3);
+      f->dense_load.push_back(load_ms);
+    }
+    REFIT_ASSIGN_OR_RETURN(prev, Checksum(s->plan.dst, 0, s->live, 0));
+    std::printf(
+        "dense round %d: pause %.3f ms, load %.3f ms/iteration during "
+        "the receive\n",
+        r, pause * 1e3, load_ms);
+    std::fflush(stdout);
+    last_dense = r;
+  }
+  // Delta rounds: each changes the same words of the trainer (odd rounds
+  // away from the known version, even rounds back to it). The first is a
+  // warm-up (the list's memory is allocated there).
+  for (int r = 1; r <= 2 * iters; ++r) {
+    CK(static_cast<cudaError_t>(LaunchRandomChange(reinterpret_cast<uint16_t*>(s->trainer.base),
+                                                   s->trainer.bytes / 2, fraction, 4242, nullptr)));
+    CK(cudaDeviceSynchronize());
+    REFIT_ASSIGN_OR_RETURN(double load_ms, Receive(s, load));
+    REFIT_ASSIGN_OR_RETURN(unsigned long long staged_sum, Checksum(s->plan.dst, 0, s->live, 0));
+    if (staged_sum != prev) Fail(f, absl::StrCat("delta round ", r, ": live changed while staged"));
+    REFIT_ASSIGN_OR_RETURN(unsigned long long changed, StagedDiff(*s->staged));
+    const absl::Time l0 = absl::Now();
+    REFIT_ASSIGN_OR_RETURN(bool listed, s->staged->FindChanged(far));
+    const double list_ms = absl::ToDoubleMilliseconds(absl::Now() - l0);
+    if (!listed) return absl::FailedPreconditionError("device staging listed no changed words");
+    REFIT_ASSIGN_OR_RETURN(double pause, s->staged->ApplyChanged(far));
+    REFIT_ASSIGN_OR_RETURN(unsigned long long left, StagedDiff(*s->staged));
+    if (left != 0)
+      Fail(f, absl::StrCat("delta round ", r, ": ", left, " live bytes differ from staging"));
+    REFIT_ASSIGN_OR_RETURN(unsigned long long h,
+                           Checksum(s->plan.dst, 0, s->live, Key(last_dense)));
+    if (r % 2 == 0 && h != sum1) {
+      Fail(f, absl::StrCat("delta round ", r, ": engine bytes differ from the known version"));
+    }
+    if (r % 2 == 1 && h == sum1) Fail(f, absl::StrCat("delta round ", r, ": nothing changed"));
+    REFIT_ASSIGN_OR_RETURN(prev, Checksum(s->plan.dst, 0, s->live, 0));
+    // BF16 words changed in their low byte: a changed byte is a changed word.
+    const double share = static_cast<double>(changed) / (s->engine_bytes / 2);
+    if (r > 1) {
+      f->delta_list.push_back(list_ms);
+      f->delta_pause.push_back(pause * 1e3);
+      f->delta_load.push_back(load_ms);
+      f->changed_share = share;
+    }
+    std::printf(
+        "delta round %d: %.2f%% of words changed, list %.3f ms, pause "
+        "%.3f ms, load %.3f "
+        "ms/iteration during the receive\n",
+        r, share * 100, list_ms, pause * 1e3, load_ms);
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
+    std::printf("SKIP: no CUDA device\nREFIT_GPU_SKIP\n");
+    return 0;
+  }
+  const int iters = std::max(1, std::atoi(testing::FlagValue(argc, argv, "iters", "5").c_str()));
+  const double fraction =
+      std::atof(testing::FlagValue(argc, argv, "delta_fraction", "0.02").c_str());
+  const int64_t load_bytes = std::atoll(testing::FlagValue(argc, argv, "load_mib", "512").c_str())
+                             << 20;
+  cudaDeviceProp prop;
+  (void)cudaGetDeviceProperties(&prop, 0);
+  (void)cudaSetDevice(0);
+  std::printf("GPU 0: %s, %.1f GiB\n", prop.name, prop.totalGlobalMem / double(1 << 30));
+  Setup s;
+  Figures f;
+  absl::Status st = Prepare(&s, &f.floor_ms, iters);
+  std::unique_ptr<Load> load;
+  if (st.ok()) {
+    std::printf(
+        "qwen3-8b, megatron:tp=1 -> vllm:tp=1 (pull path, staged): "
+        "%.2f GB of engine "
+        "buffers\n",
+        s.engine_bytes / 1e9);
+    absl::StatusOr<std::unique_ptr<Load>> l =
+        Load::Create(s.live.base, std::min(load_bytes, s.live.bytes));
+    st = l.status();
+    if (l.ok()) load = *std::move(l);
+  }
+  if (st.ok()) {
+    absl::StatusOr<double> alone = load->Alone(50);
+    st = alone.status();
+    if (alone.ok()) f.load_alone_ms = *alone;
+  }
+  if (st.ok()) st = Rounds(&s, load.get(), iters, fraction, &f);
+  load.reset();
+  s.sender.reset();
+  s.receiver.reset();
+  if (!s.dir.empty()) (void)system(absl::StrCat("rm -rf ", s.dir).c_str());
+  if (!st.ok()) {
+    std::printf("ERROR: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  const double dense = Mean(f.dense_pause), delta = Mean(f.delta_pause);
+  const double dl = Mean(f.dense_load), tl = Mean(f.delta_load);
+  auto slow = [&](double ms) { return f.load_alone_ms > 0 ? ms / f.load_alone_ms : 0; };
+  std::printf("\nwhat                      time  ratio   goal\n");
+  std::printf("floor                 %8.3f ms  1.000x  (one cudaMemcpy, %.2f GB)\n", f.floor_ms,
+              s.engine_bytes / 1e9);
+  std::printf("dense pause           %8.3f ms  %.3fx  <= 1.1x the floor: %s\n", dense,
+              f.floor_ms > 0 ? dense / f.floor_ms : 0,
+              dense <= 1.1 * f.floor_ms ? "met" : "MISSED");
+  std::printf(
+      "delta list            %8.3f ms          (before the pause, "
+      "engine serving)\n",
+      Mean(f.delta_list));
+  std::printf(
+      "delta pause           %8.3f ms  %.3fx  <= 2 ms (%.2f%% of words "
+      "changed): %s\n",
+      delta, f.floor_ms > 0 ? delta / f.floor_ms : 0, f.changed_share * 100,
+      delta <= 2.0 ? "met" : "MISSED");
+  std::printf("load alone            %8.3f ms  1.000x\n", f.load_alone_ms);
+  std::printf("load in dense receive %8.3f ms  %.3fx  (slowdown)\n", dl, slow(dl));
+  std::printf("load in delta receive %8.3f ms  %.3fx  (slowdown)\n", tl, slow(tl));
+  std::printf("checks: %s\n", f.check.c_str());
+  return f.check == "PASS" ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace refit::bench
+
+int main(int argc, char** argv) { return refit::bench::Main(argc, argv); }
