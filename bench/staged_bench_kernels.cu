@@ -1,7 +1,9 @@
 // staged_bench's load (see staged_bench_kernels.h).
+#include "bench/staged_bench_kernels.h"
+
 #include <cuda_runtime_api.h>
 
-#include "bench/staged_bench_kernels.h"
+#include <algorithm>
 
 namespace refit {
 namespace bench {
@@ -41,7 +43,29 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__global__ void CountSectorsKernel(const char* a, const char* b, int64_t bytes,
+                                   unsigned long long* out) {
+  unsigned long long c = 0;
+  const int64_t sectors = (bytes + 31) / 32;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < sectors;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    bool d = false;
+    for (int64_t j = i * 32; j < min(bytes, i * 32 + 32); ++j) d |= a[j] != b[j];
+    c += d;
+  }
+  if (c > 0) atomicAdd(out, c);
+}
+
 }  // namespace
+
+int LaunchCountChangedSectors(const char* a, const char* b, int64_t bytes, unsigned long long* out,
+                              void* stream) {
+  if (bytes <= 0) return 0;
+  const int64_t blocks = std::min<int64_t>((bytes / 32 + kThreads - 1) / kThreads + 1, 4096);
+  CountSectorsKernel<<<static_cast<unsigned>(blocks), kThreads, 0,
+                       static_cast<cudaStream_t>(stream)>>>(a, b, bytes, out);
+  return static_cast<int>(cudaGetLastError());
+}
 
 int64_t DecodeMatmulK(int64_t w_bytes) { return w_bytes / (2 * kLoadColumns); }
 

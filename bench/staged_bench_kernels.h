@@ -1,4 +1,5 @@
-// staged_bench's load: a decode-shaped matmul over an engine's weights.
+// staged_bench's kernels: its load (a decode-shaped matmul over an
+// engine's weights) and a count of changed 32-byte sectors.
 // Plain C++ API (no CUDA headers); returns the launch's cudaError_t as an
 // int.
 #ifndef REFIT_BENCH_STAGED_BENCH_KERNELS_H_
@@ -18,6 +19,11 @@ inline constexpr int kLoadColumns = 4096;
 // kLoadColumns BF16, row-major: the first K * kLoadColumns * 2 of `w_bytes`
 // bytes at `w`), on `stream`.
 int LaunchDecodeMatmul(const void* w, int64_t w_bytes, const float* x, float* y, void* stream);
+
+// *out += the 32-byte sectors of [a, a + bytes) (from a) in which a and b
+// differ, on `stream`.
+int LaunchCountChangedSectors(const char* a, const char* b, int64_t bytes, unsigned long long* out,
+                              void* stream);
 
 // The K of LaunchDecodeMatmul for `w_bytes` of weights (x holds
 // kLoadRows * K floats).

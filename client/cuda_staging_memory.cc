@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,32 +17,54 @@ namespace refit {
 namespace {
 
 // Device memory of at least `bytes` at *p (holding *cap): grown by freeing
-// and allocating again (cudaFree waits for the device; the list grows at
-// the first delta round and when the buffers grow). False when the device
-// has no room.
+// and allocating again (cudaFree waits for the device; it grows at the
+// first round and when the buffers grow). False when the device has no
+// room.
 absl::StatusOr<bool> Reserve(char** p, int64_t* cap, int64_t bytes) {
   if (bytes <= *cap) return true;
   if (*p != nullptr) REFIT_RETURN_IF_CUDA_ERROR(cudaFree(*p));
   *p = nullptr;
   *cap = 0;
-  const int64_t want = (std::max<int64_t>(bytes, 1) + (2 << 20) - 1) / (2 << 20) * (2 << 20);
+  const int64_t want = (std::max<int64_t>(bytes, 1) + 4095) / 4096 * 4096;
   void* q = nullptr;
   const cudaError_t e = cudaMalloc(&q, static_cast<size_t>(want));
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     return false;
   }
-  REFIT_RETURN_IF_ERROR(CudaStatus(e, absl::StrCat("changed-word list: ", want, " bytes")));
+  REFIT_RETURN_IF_ERROR(CudaStatus(e, absl::StrCat("staging sector mask: ", want, " bytes")));
   *p = static_cast<char*>(q);
   *cap = want;
   return true;
 }
 
-// Whether the find and write kernels take the pair (else it is copied
-// whole): 16-byte aligned sides, whole 2-byte words.
-bool Listable(const StagedPair& p) {
+// Whether the sector kernels take the pair (else cudaMemcpyAsync copies
+// it): both sides 16-byte aligned.
+bool Batchable(const StagedPair& p) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(p.live) | reinterpret_cast<uintptr_t>(p.staging);
-  return (at & 15) == 0 && p.bytes % 2 == 0;
+  return (at & 15) == 0 && p.bytes > 0;
+}
+
+// The kernels' table of `pairs` (dst: live when `to_live`, else staging)
+// and its tiles; the pairs they do not take go to *rest.
+std::vector<ChangedPair> Table(absl::Span<const StagedPair> pairs, bool to_live, int64_t* tiles,
+                               std::vector<StagedPair>* rest) {
+  std::vector<ChangedPair> table;
+  *tiles = 0;
+  for (const StagedPair& p : pairs) {
+    if (p.bytes <= 0) continue;
+    if (!Batchable(p)) {
+      rest->push_back(p);
+      continue;
+    }
+    if (to_live) {
+      table.push_back({p.live, p.staging, p.bytes, *tiles});
+    } else {
+      table.push_back({const_cast<char*>(p.staging), p.live, p.bytes, *tiles});
+    }
+    *tiles += ChangedTiles(p.bytes);
+  }
+  return table;
 }
 
 class CudaMemory : public StagingMemory {
@@ -55,7 +76,7 @@ class CudaMemory : public StagingMemory {
       (void)cudaStreamSynchronize(stream_);
       (void)cudaStreamDestroy(stream_);
     }
-    for (char* p : {pairs_, tiles_, list_}) {
+    for (char* p : {pairs_, copy_pairs_, mask_}) {
       if (p != nullptr) (void)cudaFree(p);
     }
   }
@@ -67,9 +88,9 @@ class CudaMemory : public StagingMemory {
     const cudaError_t e = fast ? cudaMalloc(&p, n) : cudaMallocHost(&p, n);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "cannot allocate ", bytes, " bytes of ", fast ? "device" : "pinned host",
-          " staging on GPU ", device_, ": ", cudaGetErrorString(e)));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", bytes, " bytes of ", fast ? "device" : "pinned host",
+                       " staging on GPU ", device_, ": ", cudaGetErrorString(e)));
     }
     return static_cast<char*>(p);
   }
@@ -82,9 +103,31 @@ class CudaMemory : public StagingMemory {
 
   absl::Status Copy(char* dst, const char* src, int64_t bytes) override {
     REFIT_RETURN_IF_ERROR(Enter());
-    return CudaStatus(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault,
-                                      stream_),
-                      absl::StrCat("staging copy of ", bytes, " bytes"));
+    return CudaStatus(
+        cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, stream_),
+        absl::StrCat("staging copy of ", bytes, " bytes"));
+  }
+
+  // Device buffers in one launch (a copy per buffer costs each its own
+  // start and tail).
+  absl::Status CopyPairs(absl::Span<const StagedPair> pairs, bool to_live) override {
+    REFIT_RETURN_IF_ERROR(Enter());
+    std::vector<StagedPair> rest;
+    int64_t tiles = 0;
+    copy_table_ = Table(pairs, to_live, &tiles, &rest);
+    REFIT_ASSIGN_OR_RETURN(const bool room, Upload(copy_table_, &copy_pairs_, &copy_pairs_cap_));
+    if (room) {
+      LaunchWriteChanged(reinterpret_cast<const ChangedPair*>(copy_pairs_),
+                         static_cast<int32_t>(copy_table_.size()), tiles, nullptr, stream_);
+      REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
+    } else {
+      rest.assign(pairs.begin(), pairs.end());
+    }
+    for (const StagedPair& p : rest) {
+      REFIT_RETURN_IF_ERROR(to_live ? Copy(p.live, p.staging, p.bytes)
+                                    : Copy(const_cast<char*>(p.staging), p.live, p.bytes));
+    }
+    return absl::OkStatus();
   }
 
   absl::Status Sync(absl::Time deadline) override {
@@ -100,51 +143,23 @@ class CudaMemory : public StagingMemory {
     }
   }
 
-  // One read of both sides of every pair, on the copies' stream: tiles
-  // with few changed words list them (up to 1/64 of the pairs' bytes in
-  // entries of 4 bytes: 3% of BF16 words), the others are copied whole.
+  // One read of both sides of every pair, on the copies' stream, marks the
+  // 32-byte sectors that differ (a bit per sector: 1/256 of the pairs'
+  // bytes of device memory).
   absl::StatusOr<bool> FindChanged(absl::Span<const StagedPair> pairs) override {
     listed_ = false;
     REFIT_RETURN_IF_ERROR(Enter());
-    std::vector<ChangedPair> table;
     whole_.clear();
-    int64_t tiles = 0, bytes = 0;
-    for (const StagedPair& p : pairs) {
-      if (p.bytes <= 0) continue;
-      if (!Listable(p)) {
-        whole_.push_back(p);
-        continue;
-      }
-      table.push_back({p.live, p.staging, p.bytes, tiles});
-      tiles += ChangedTiles(p.bytes);
-      bytes += p.bytes;
-    }
-    const int64_t capacity = std::max<int64_t>(bytes / 64, 1 << 16);
-    const int64_t list_bytes = (capacity * 4 + 255) / 256 * 256;
-    REFIT_ASSIGN_OR_RETURN(
-        bool room,
-        Reserve(&pairs_, &pairs_cap_, static_cast<int64_t>(table.size() * sizeof(ChangedPair))));
+    table_ = Table(pairs, /*to_live=*/true, &num_tiles_, &whole_);
+    REFIT_ASSIGN_OR_RETURN(bool room, Upload(table_, &pairs_, &pairs_cap_));
     if (room) {
-      REFIT_ASSIGN_OR_RETURN(
-          room, Reserve(&tiles_, &tiles_cap_, tiles * static_cast<int64_t>(sizeof(ChangedTile))));
-    }
-    if (room) {
-      REFIT_ASSIGN_OR_RETURN(room, Reserve(&list_, &list_cap_, list_bytes + 8));
+      REFIT_ASSIGN_OR_RETURN(room, Reserve(&mask_, &mask_cap_, num_tiles_ * kChangedMaskWords * 4));
     }
     if (!room) return false;
-    num_tiles_ = tiles;
-    auto* used = reinterpret_cast<unsigned long long*>(list_ + list_bytes);
-    if (!table.empty()) {
-      REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(pairs_, table.data(),
-                                                 table.size() * sizeof(ChangedPair),
-                                                 cudaMemcpyHostToDevice, stream_));
-      REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(used, 0, sizeof(*used), stream_));
-      LaunchFindChanged(reinterpret_cast<const ChangedPair*>(pairs_),
-                        static_cast<int32_t>(table.size()), tiles,
-                        reinterpret_cast<ChangedTile*>(tiles_), reinterpret_cast<uint32_t*>(list_),
-                        static_cast<uint64_t>(capacity), used, stream_);
-      REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
-    }
+    num_pairs_ = static_cast<int32_t>(table_.size());
+    LaunchFindChanged(reinterpret_cast<const ChangedPair*>(pairs_), num_pairs_, num_tiles_,
+                      reinterpret_cast<uint32_t*>(mask_), stream_);
+    REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
     listed_ = true;
     return true;
   }
@@ -156,8 +171,8 @@ class CudaMemory : public StagingMemory {
     }
     listed_ = false;
     REFIT_RETURN_IF_ERROR(Enter());
-    LaunchWriteChanged(reinterpret_cast<const ChangedTile*>(tiles_), num_tiles_,
-                       reinterpret_cast<const uint32_t*>(list_), stream_);
+    LaunchWriteChanged(reinterpret_cast<const ChangedPair*>(pairs_), num_pairs_, num_tiles_,
+                       reinterpret_cast<const uint32_t*>(mask_), stream_);
     REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
     for (const StagedPair& p : whole_) {
       REFIT_RETURN_IF_ERROR(Copy(p.live, p.staging, p.bytes));
@@ -175,14 +190,27 @@ class CudaMemory : public StagingMemory {
     return absl::OkStatus();
   }
 
+  // Enqueues the copy of `table` (kept until the next call's) into *p
+  // (grown); false when the device has no room.
+  absl::StatusOr<bool> Upload(const std::vector<ChangedPair>& table, char** p, int64_t* cap) {
+    const int64_t bytes = static_cast<int64_t>(table.size() * sizeof(ChangedPair));
+    REFIT_ASSIGN_OR_RETURN(const bool room, Reserve(p, cap, bytes));
+    if (!room || table.empty()) return room;
+    REFIT_RETURN_IF_CUDA_ERROR(
+        cudaMemcpyAsync(*p, table.data(), bytes, cudaMemcpyHostToDevice, stream_));
+    return true;
+  }
+
   const int device_;
   cudaStream_t stream_ = nullptr;
-  // The last FindChanged: its pairs, tiles and list on the device, and
-  // the pairs it left to copy whole.
+  // The last FindChanged: its pairs (host and device) and sector mask, and
+  // the pairs it left to copy whole; the last CopyPairs' pairs.
+  std::vector<ChangedPair> table_, copy_table_;
   char* pairs_ = nullptr;
-  char* tiles_ = nullptr;
-  char* list_ = nullptr;
-  int64_t pairs_cap_ = 0, tiles_cap_ = 0, list_cap_ = 0;
+  char* copy_pairs_ = nullptr;
+  char* mask_ = nullptr;
+  int64_t pairs_cap_ = 0, copy_pairs_cap_ = 0, mask_cap_ = 0;
+  int32_t num_pairs_ = 0;
   int64_t num_tiles_ = 0;
   std::vector<StagedPair> whole_;
   bool listed_ = false;

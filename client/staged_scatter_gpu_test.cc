@@ -1,10 +1,11 @@
-// GPU staging's changed-word apply (StagedBuffers::FindChanged and
+// GPU staging's changed-sector apply (StagedBuffers::FindChanged and
 // ApplyChanged over CudaStagingMemory): after the pause every live byte
-// equals staging, whatever the changes (sparse words, tiles that changed
-// too much to list, more changed words than the list holds, a buffer not
-// 16-byte aligned or of an odd size, one in pinned host memory); a round
-// that aborted after the listing and before its apply leaves every live
-// byte at the previous version. Skips without a CUDA device.
+// equals staging, whatever the changes (sparse words, dense ones, none, a
+// partial tile and chunk at a buffer's end, a buffer not 16-byte aligned
+// or of an odd size, one in pinned host memory); a round that aborted
+// after the listing and before its apply leaves every live byte at the
+// previous version; a dense apply (one launch for the device buffers)
+// and a reset write every byte. Skips without a CUDA device.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -81,13 +82,12 @@ std::string LiveDiffers(const Engine& e, const std::vector<std::vector<uint8_t>>
 TEST(StagedScatterGpuTest, LiveEqualsStagingAfterTheApplyAndPreviousAfterAnAbort) {
   REFIT_SKIP_WITHOUT_GPU("StagedScatterGpuTest");
   Engine e;
-  e.Add(24 << 20, 0, 1);  // 0: sparse changes (BF16 weights of a delta round)
-  e.Add((3 << 20) + 6, 0,
-        2);                    // 1: a partial tile and a partial chunk at the end
-  e.Add(4 << 20, 0, 3);        // 2: 30% changed: its tiles are copied whole
+  e.Add(24 << 20, 0, 1);       // 0: sparse changes (BF16 weights of a delta round)
+  e.Add((3 << 20) + 6, 0, 2);  // 1: a partial tile and a partial chunk at the end
+  e.Add(4 << 20, 0, 3);        // 2: 30% changed: nearly every sector
   e.Add(1 << 20, 0, 4);        // 3: unchanged
-  e.Add((1 << 20) + 2, 2, 5);  // 4: 2 bytes past alignment: copied whole
-  e.Add(4097, 0, 6);           // 5: an odd size: copied whole
+  e.Add((1 << 20) + 2, 2, 5);  // 4: 2 bytes past alignment: copied by cudaMemcpyAsync
+  e.Add(4097, 0, 6);           // 5: an odd size
   e.Add(2 << 20, 0, 7);        // 6: in pinned host staging (past the budget)
   int64_t fast = 0;
   for (size_t b = 0; b + 1 < e.bytes.size(); ++b) fast += e.bytes[b];
@@ -123,14 +123,18 @@ TEST(StagedScatterGpuTest, LiveEqualsStagingAfterTheApplyAndPreviousAfterAnAbort
     EXPECT_EQ(st, v1[b]) << "staging of buffer " << b << " after the reset";
   }
 
-  // Round 3: 10% of every listable buffer's words changed, more than the
-  // list holds (1/64 of the bytes: 3% of the words): the tiles past it are
-  // copied whole.
-  std::vector<std::vector<uint8_t>> v3 = Arrive(e, **s, {0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1}, 300);
+  // Round 3: changes everywhere, every sector of buffer 2.
+  std::vector<std::vector<uint8_t>> v3 = Arrive(e, **s, {0.1, 0.001, 1, 0.1, 0.1, 0.1, 0.1}, 300);
   listed = (*s)->FindChanged(deadline);
   ASSERT_TRUE(listed.ok() && *listed) << listed.status();
   ASSERT_TRUE((*s)->ApplyChanged(deadline).ok());
-  EXPECT_EQ(LiveDiffers(e, v3), "") << "live differs from staging after an overfull list";
+  EXPECT_EQ(LiveDiffers(e, v3), "") << "live differs from staging after the apply";
+  e.want = v3;
+
+  // Round 4, a dense one: Apply copies every byte.
+  std::vector<std::vector<uint8_t>> v4 = Arrive(e, **s, {0.5, 0.5, 0.5, 0, 0.5, 0.5, 0.5}, 400);
+  ASSERT_TRUE((*s)->Apply(deadline).ok());
+  EXPECT_EQ(LiveDiffers(e, v4), "") << "live differs from staging after a dense apply";
 }
 
 }  // namespace

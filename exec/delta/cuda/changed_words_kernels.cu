@@ -1,50 +1,45 @@
-// Find and write the changed words of a staged round (see
+// Mark and write the changed sectors of a staged round (see
 // changed_words_kernels.h).
-#include <algorithm>
-
 #include "exec/delta/cuda/changed_words_kernels.h"
+
+#include <algorithm>
 
 namespace refit {
 namespace {
 
 constexpr int kThreads = 256;
-// 16-byte chunks per thread per tile: 256 threads x 4 x 16 = one tile.
-constexpr int kChunks = 4;
-static_assert(kThreads * kChunks * 16 == kChangedTileBytes, "one tile per block step");
-constexpr unsigned long long kNoList = ~0ull;
+constexpr int kWarpStep = 512;  // bytes a warp moves per step: 16 per lane
+constexpr int kSteps = kChangedTileBytes / kWarpStep;
+static_assert(kSteps == 2 * kChangedMaskWords, "two steps per mask word");
 
-__device__ __forceinline__ uint4 Load16(const char* p) {
-  return __ldcs(reinterpret_cast<const uint4*>(p));
-}
-
-// The `rem` (even, < 16) bytes at p as a chunk, zeros after them.
+// The `rem` (< 16) bytes at p as a chunk, zeros after them.
 __device__ __forceinline__ uint4 LoadPart(const char* p, int64_t rem) {
-  const uint16_t* q = reinterpret_cast<const uint16_t*>(p);
   uint32_t w[4] = {0, 0, 0, 0};
 #pragma unroll
-  for (int u = 0; u < 8; ++u) {
-    if (2 * u < rem) w[u / 2] |= static_cast<uint32_t>(q[u]) << (16 * (u & 1));
+  for (int i = 0; i < 16; ++i) {
+    if (i < rem) w[i / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * (i % 4));
   }
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-__device__ __forceinline__ uint32_t Lane32(const uint4& v, int k) {
-  return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+// A chunk of the tile: `at` of `tile_bytes`, whole, partial or past it.
+__device__ __forceinline__ uint4 LoadChunk(const char* p, int64_t at, int64_t tile_bytes) {
+  if (at + 16 <= tile_bytes) return __ldcs(reinterpret_cast<const uint4*>(p + at));
+  if (at < tile_bytes) return LoadPart(p + at, tile_bytes - at);
+  return make_uint4(0, 0, 0, 0);
 }
 
-// Bit u set: 2-byte word u of the chunks differs.
-__device__ __forceinline__ uint32_t Diff8(const uint4& a, const uint4& b) {
-  uint32_t m = 0;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const uint32_t x = Lane32(a, k) ^ Lane32(b, k);
-    m |= static_cast<uint32_t>((x & 0xFFFFu) != 0) << (2 * k);
-    m |= static_cast<uint32_t>((x >> 16) != 0) << (2 * k + 1);
-  }
-  return m;
+// The even bits of x (pairs of 16-byte chunks: one sector each) packed
+// into the low 16 bits.
+__device__ __forceinline__ uint32_t EvenBits(uint32_t x) {
+  x &= 0x55555555u;
+  x = (x | (x >> 1)) & 0x33333333u;
+  x = (x | (x >> 2)) & 0x0F0F0F0Fu;
+  x = (x | (x >> 4)) & 0x00FF00FFu;
+  return (x | (x >> 8)) & 0x0000FFFFu;
 }
 
-__device__ int PairOf(const ChangedPair* pairs, int32_t n, int64_t tile) {
+__device__ __forceinline__ int PairOf(const ChangedPair* pairs, int32_t n, int64_t tile) {
   int lo = 0, hi = n - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -57,143 +52,89 @@ __device__ int PairOf(const ChangedPair* pairs, int32_t n, int64_t tile) {
   return lo;
 }
 
-// One block per tile (a persistent grid stepping over them): each thread
-// compares its 4 chunks of both sides, a block scan places its changed
-// words, and thread 0 takes the tile's entries from the list.
+// One warp per tile (a persistent grid stepping over them): lane l reads
+// bytes [16 l, 16 l + 16) of each 512-byte step of both sides, four steps
+// in flight; a ballot per step gives its 16 sectors' bits.
 __global__ void __launch_bounds__(kThreads)
     FindChangedKernel(const ChangedPair* pairs, int32_t num_pairs, int64_t num_tiles,
-                      ChangedTile* tiles, uint32_t* list, uint64_t capacity,
-                      unsigned long long* used) {
-  __shared__ int s_pair;
-  __shared__ uint32_t s_warp[kThreads / 32];
-  __shared__ unsigned long long s_base;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-    if (threadIdx.x == 0) s_pair = PairOf(pairs, num_pairs, t);
-    __syncthreads();
-    const ChangedPair p = pairs[s_pair];
-    const int64_t off = (t - p.first_tile) * kChangedTileBytes;
-    const int64_t tile_bytes = min(kChangedTileBytes, p.bytes - off);
-    const char* st = p.staging + off;
-    const char* lv = p.live + off;
-    uint4 s[kChunks];
-    uint32_t mask = 0;
-#pragma unroll
-    for (int j = 0; j < kChunks; ++j) {
-      const int64_t c = static_cast<int64_t>(threadIdx.x + j * kThreads) * 16;
-      uint4 a = make_uint4(0, 0, 0, 0), b = a;
-      if (c + 16 <= tile_bytes) {
-        a = Load16(st + c);
-        b = Load16(lv + c);
-      } else if (c < tile_bytes) {
-        a = LoadPart(st + c, tile_bytes - c);
-        b = LoadPart(lv + c, tile_bytes - c);
-      }
-      s[j] = a;
-      mask |= Diff8(a, b) << (8 * j);
-    }
-    const uint32_t n = __popc(mask);
-    uint32_t incl = n;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const uint32_t v = __shfl_up_sync(0xFFFFFFFFu, incl, d);
-      if (lane >= d) incl += v;
-    }
-    if (lane == 31) s_warp[warp] = incl;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      uint32_t total = 0;
-      for (int w = 0; w < kThreads / 32; ++w) {
-        const uint32_t v = s_warp[w];
-        s_warp[w] = total;
-        total += v;
-      }
-      ChangedTile d;
-      d.live = reinterpret_cast<uint64_t>(lv);
-      d.bytes = static_cast<uint32_t>(tile_bytes);
-      unsigned long long base = kNoList;
-      if (total == 0) {
-        d.count = 0;
-      } else {
-        if (total <= kChangedListedMax) {
-          base = atomicAdd(used, static_cast<unsigned long long>(total));
-          if (base + total > capacity) base = kNoList;
-        }
-        d.count = base == kNoList ? kChangedTileWhole : total;
-        d.src = base == kNoList ? reinterpret_cast<uint64_t>(st) : base;
-      }
-      tiles[t] = d;
-      s_base = base;
-    }
-    __syncthreads();
-    if (s_base != kNoList && mask != 0) {
-      uint32_t* out = list + s_base + s_warp[warp] + (incl - n);
-#pragma unroll
-      for (int j = 0; j < kChunks; ++j) {
-#pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          if ((mask >> (8 * j + u)) & 1u) {
-            const uint32_t word = Lane32(s[j], u / 2);
-            const uint32_t value = (u & 1) ? (word >> 16) : (word & 0xFFFFu);
-            const uint32_t index = (threadIdx.x + j * kThreads) * 8 + u;
-            *out++ = (index << 16) | value;
-          }
-        }
-      }
-    }
-    __syncthreads();  // s_pair, s_warp and s_base are the next tile's
-  }
-}
-
-// A warp copies a whole tile, four 16-byte loads in flight per lane.
-__device__ __forceinline__ void CopyTile(char* dst, const char* src, uint32_t bytes, int lane) {
-  const uint32_t n16 = bytes / 16;
-  const uint4* s = reinterpret_cast<const uint4*>(src);
-  uint4* d = reinterpret_cast<uint4*>(dst);
-  for (uint32_t i = lane; i < n16; i += 128) {
-    uint4 v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if (i + 32 * k < n16) v[k] = __ldcs(s + i + 32 * k);
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if (i + 32 * k < n16) d[i + 32 * k] = v[k];
-    }
-  }
-  const uint32_t tail = (bytes - n16 * 16) / 2;
-  if (static_cast<uint32_t>(lane) < tail) {
-    reinterpret_cast<uint16_t*>(dst + n16 * 16)[lane] =
-        reinterpret_cast<const uint16_t*>(src + n16 * 16)[lane];
-  }
-}
-
-// One warp per tile (a persistent grid stepping over them): its entries
-// four per lane in flight, or its bytes.
-__global__ void __launch_bounds__(kThreads)
-    WriteChangedKernel(const ChangedTile* tiles, int64_t num_tiles, const uint32_t* list) {
+                      uint32_t* mask) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
   for (int64_t t = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32; t < num_tiles;
        t += warps) {
-    const ChangedTile d = tiles[t];
-    if (d.count == 0) continue;
-    if (d.count == kChangedTileWhole) {
-      CopyTile(reinterpret_cast<char*>(d.live), reinterpret_cast<const char*>(d.src), d.bytes,
-               lane);
-      continue;
-    }
-    uint16_t* live = reinterpret_cast<uint16_t*>(d.live);
-    const uint32_t* e = list + d.src;
-    for (uint32_t i = lane; i < d.count; i += 128) {
-      uint32_t x[4];
+    const ChangedPair p = pairs[PairOf(pairs, num_pairs, t)];
+    const int64_t off = (t - p.first_tile) * kChangedTileBytes;
+    const int64_t tile_bytes = min(static_cast<int64_t>(kChangedTileBytes), p.bytes - off);
+    const char* src = p.src + off;
+    const char* dst = p.dst + off;
+    uint32_t word = 0;  // lane w < kChangedMaskWords: mask word w of the tile
+#pragma unroll 1
+    for (int s0 = 0; s0 < kSteps; s0 += 4) {
+      uint4 a[4], b[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        x[k] = i + 32 * k < d.count ? __ldcs(e + i + 32 * k) : 0u;
+        const int64_t at = static_cast<int64_t>(s0 + k) * kWarpStep + lane * 16;
+        a[k] = LoadChunk(src, at, tile_bytes);
+        b[k] = LoadChunk(dst, at, tile_bytes);
       }
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        if (i + 32 * k < d.count) live[x[k] >> 16] = static_cast<uint16_t>(x[k]);
+        const bool differs =
+            a[k].x != b[k].x || a[k].y != b[k].y || a[k].z != b[k].z || a[k].w != b[k].w;
+        const uint32_t x = __ballot_sync(0xFFFFFFFFu, differs);
+        const uint32_t bits = EvenBits(x | (x >> 1));
+        const int s = s0 + k;
+        if (lane == s / 2) word |= bits << (16 * (s & 1));
+      }
+    }
+    if (lane < kChangedMaskWords) mask[t * kChangedMaskWords + lane] = word;
+  }
+}
+
+// One warp per tile (a persistent grid stepping over them): lane l copies
+// bytes [16 l, 16 l + 16) of each 512-byte step whose sector is marked
+// (every one without a mask), eight steps in flight; the two lanes of a
+// sector write it whole in one store.
+__global__ void __launch_bounds__(kThreads)
+    WriteChangedKernel(const ChangedPair* pairs, int32_t num_pairs, int64_t num_tiles,
+                       const uint32_t* mask) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
+  for (int64_t t = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32; t < num_tiles;
+       t += warps) {
+    uint32_t word = 0xFFFFFFFFu;
+    if (mask != nullptr) {
+      word = lane < kChangedMaskWords ? mask[t * kChangedMaskWords + lane] : 0u;
+      if (__ballot_sync(0xFFFFFFFFu, word != 0) == 0) continue;  // nothing changed
+    }
+    const ChangedPair p = pairs[PairOf(pairs, num_pairs, t)];
+    const int64_t off = (t - p.first_tile) * kChangedTileBytes;
+    const int64_t tile_bytes = min(static_cast<int64_t>(kChangedTileBytes), p.bytes - off);
+    const char* src = p.src + off;
+    char* dst = p.dst + off;
+#pragma unroll 1
+    for (int s0 = 0; s0 < kSteps; s0 += 8) {
+      uint4 v[8];
+      bool on[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int s = s0 + k;
+        const uint32_t w = mask != nullptr ? __shfl_sync(0xFFFFFFFFu, word, s / 2) : word;
+        const int64_t at = static_cast<int64_t>(s) * kWarpStep + lane * 16;
+        on[k] = ((w >> (16 * (s & 1) + lane / 2)) & 1u) != 0 && at < tile_bytes;
+        if (on[k] && at + 16 <= tile_bytes) {
+          v[k] = __ldcs(reinterpret_cast<const uint4*>(src + at));
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        if (!on[k]) continue;
+        const int64_t at = static_cast<int64_t>(s0 + k) * kWarpStep + lane * 16;
+        if (at + 16 <= tile_bytes) {
+          *reinterpret_cast<uint4*>(dst + at) = v[k];
+        } else {
+          for (int64_t i = at; i < tile_bytes; ++i) dst[i] = src[i];
+        }
       }
     }
   }
@@ -210,23 +151,24 @@ int64_t ResidentBlocks() {
   return static_cast<int64_t>(sms) * (2048 / kThreads);
 }
 
+int64_t Grid(int64_t num_tiles) {
+  return std::min<int64_t>((num_tiles + kThreads / 32 - 1) / (kThreads / 32), ResidentBlocks());
+}
+
 }  // namespace
 
 void LaunchFindChanged(const ChangedPair* pairs, int32_t num_pairs, int64_t num_tiles,
-                       ChangedTile* tiles, uint32_t* list, uint64_t capacity,
-                       unsigned long long* used, cudaStream_t stream) {
+                       uint32_t* mask, cudaStream_t stream) {
   if (num_tiles <= 0 || num_pairs <= 0) return;
-  const int64_t grid = std::min<int64_t>(num_tiles, ResidentBlocks());
-  FindChangedKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-      pairs, num_pairs, num_tiles, tiles, list, capacity, used);
+  FindChangedKernel<<<static_cast<unsigned>(Grid(num_tiles)), kThreads, 0, stream>>>(
+      pairs, num_pairs, num_tiles, mask);
 }
 
-void LaunchWriteChanged(const ChangedTile* tiles, int64_t num_tiles, const uint32_t* list,
-                        cudaStream_t stream) {
-  if (num_tiles <= 0) return;
-  const int64_t grid =
-      std::min<int64_t>((num_tiles + kThreads / 32 - 1) / (kThreads / 32), ResidentBlocks());
-  WriteChangedKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(tiles, num_tiles, list);
+void LaunchWriteChanged(const ChangedPair* pairs, int32_t num_pairs, int64_t num_tiles,
+                        const uint32_t* mask, cudaStream_t stream) {
+  if (num_tiles <= 0 || num_pairs <= 0) return;
+  WriteChangedKernel<<<static_cast<unsigned>(Grid(num_tiles)), kThreads, 0, stream>>>(
+      pairs, num_pairs, num_tiles, mask);
 }
 
 }  // namespace refit
