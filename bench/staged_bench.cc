@@ -11,24 +11,24 @@
 // Rows (means over --iters rounds after a warm-up round):
 //   floor        one cudaMemcpy device-to-device of the engine's bytes
 //   dense pause  the apply of a staged dense round (every trainer byte
-//                changed): one launch copying every buffer from staging
-//                into the live buffers (StagedBuffers::Apply)
-//   dense, copy per buffer  the same bytes again, one cudaMemcpyAsync per
-//                buffer
+//                changed): a device copy per buffer from staging into the
+//                live buffers (StagedBuffers::Apply)
 //   delta list   after a delta round arrived, the marking of its changed
-//                32-byte sectors (StagedBuffers::FindChanged: one read of
+//                64-byte blocks (StagedBuffers::FindChanged: one read of
 //                staging and live, while the engine still serves)
 //   delta pause  the apply of a staged delta round (--delta_fraction of
 //                the trainer's BF16 words changed): only the changed
-//                sectors written, each whole (StagedBuffers::ApplyChanged)
-//   delta sector floor  the touched sectors' bytes read and written at the
-//                floor's rate: what a pause that writes every touched
-//                sector costs at least
+//                blocks written, each whole (StagedBuffers::ApplyChanged);
+//                beside it its floor, the changed blocks' bytes read and
+//                written at the floor's rate
+//   delta ..., 32 B / 128 B  experiments: the same kernels with blocks of
+//                32 or 128 bytes (two rounds each, after the others)
 //   load ...     the iteration time of a decode-shaped matmul (8 x K
 //                activations times K x 4096 BF16 weights, --load_mib of the
 //                engine's live weights read per iteration) on the engine's
-//                own stream: alone, and while a dense or a delta round
-//                arrives in staging (its slowdown)
+//                own stream: alone, and over the iterations that overlapped
+//                a dense or a delta round's receive (its slowdown; an
+//                iteration held up for the whole receive counts whole)
 // A delta round cannot run over the one-GPU pull path: pull rounds carry
 // every byte (delta encoding runs over NCCL, which needs two GPUs). Here a
 // delta round's receive brings every byte into staging as a dense round
@@ -51,6 +51,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -68,6 +70,7 @@
 #include "common/status_macros.h"
 #include "exec/cuda/pull_kernels.h"
 #include "exec/cuda/pull_runner.h"
+#include "exec/delta/cuda/changed_words_kernels.h"
 #include "plan/plan_codec.h"
 #include "testing/dir_kv_store.h"
 #include "testing/flags.h"
@@ -80,6 +83,12 @@ double Mean(const std::vector<double>& v) {
   for (double x : v) s += x;
   return v.empty() ? 0 : s / v.size();
 }
+
+// The load's iterations during a round.
+struct LoadFigures {
+  double mean_ms = 0, max_ms = 0;
+  int n = 0;
+};
 
 // The matmul load on the engine's stream: Run loops it until Stop, keeping
 // each iteration's host start and end.
@@ -135,14 +144,19 @@ class Load {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
   }
-  // Mean ms of the iterations that ran within [from, to) (0 when none
-  // did: the round was shorter than one iteration).
-  double MeanWithin(absl::Time from, absl::Time to) const {
+  // The iterations that overlapped [from, to): their mean and longest ms
+  // (one held up for the whole window counts with its whole time).
+  LoadFigures Within(absl::Time from, absl::Time to) const {
     std::vector<double> ms;
+    LoadFigures f;
     for (const auto& [a, b] : iters_) {
-      if (a >= from && b <= to) ms.push_back(absl::ToDoubleMilliseconds(b - a));
+      if (b <= from || a >= to) continue;
+      ms.push_back(absl::ToDoubleMilliseconds(b - a));
+      f.max_ms = std::max(f.max_ms, ms.back());
     }
-    return Mean(ms);
+    f.mean_ms = Mean(ms);
+    f.n = static_cast<int>(ms.size());
+    return f;
   }
 
  private:
@@ -224,8 +238,8 @@ absl::Status Prepare(Setup* s, double* floor_ms, int iters) {
 }
 
 // One round's receive into staging (sender and receiver at once), the
-// load running; returns the load's mean iteration ms within it.
-absl::StatusOr<double> Receive(Setup* s, Load* load) {
+// load running; returns the load's iterations within it.
+absl::StatusOr<LoadFigures> Receive(Setup* s, Load* load) {
   load->Start();
   absl::SleepFor(absl::Milliseconds(5));  // the load runs before the round
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
@@ -241,12 +255,12 @@ absl::StatusOr<double> Receive(Setup* s, Load* load) {
   load->Stop();
   REFIT_RETURN_IF_ERROR(a.status());
   REFIT_RETURN_IF_ERROR(b.status());
-  return load->MeanWithin(t0, t1);
+  return load->Within(t0, t1);
 }
 
-// Bytes (or, with `sectors`, 32-byte sectors) in which staging and live
+// Bytes (`unit` 1) or blocks of `unit` bytes in which staging and live
 // differ, over every engine buffer.
-absl::StatusOr<unsigned long long> StagedDiff(const StagedBuffers& st, bool sectors) {
+absl::StatusOr<unsigned long long> StagedDiff(const StagedBuffers& st, int unit) {
   unsigned long long* d = nullptr;
   CK(cudaMalloc(reinterpret_cast<void**>(&d), sizeof(*d)));
   CK(cudaMemset(d, 0, sizeof(*d)));
@@ -254,10 +268,11 @@ absl::StatusOr<unsigned long long> StagedDiff(const StagedBuffers& st, bool sect
     if (st.live()[b] == nullptr || st.bytes()[b] == 0) continue;
     const char* x = st.staging()[b];
     const char* y = st.live()[b];
-    CK(static_cast<cudaError_t>(sectors ? LaunchCountChangedSectors(x, y, st.bytes()[b], d, nullptr)
-                                        : LaunchCountDiff(reinterpret_cast<const uint8_t*>(x),
-                                                          reinterpret_cast<const uint8_t*>(y),
-                                                          st.bytes()[b], d, nullptr)));
+    CK(static_cast<cudaError_t>(
+        unit > 1
+            ? LaunchCountChangedBlocks(x, y, st.bytes()[b], unit, d, nullptr)
+            : LaunchCountDiff(reinterpret_cast<const uint8_t*>(x),
+                              reinterpret_cast<const uint8_t*>(y), st.bytes()[b], d, nullptr)));
   }
   unsigned long long n = 0;
   CK(cudaMemcpy(&n, d, sizeof(n), cudaMemcpyDeviceToHost));
@@ -265,23 +280,65 @@ absl::StatusOr<unsigned long long> StagedDiff(const StagedBuffers& st, bool sect
   return n;
 }
 
-// Ms of one cudaMemcpyAsync per buffer from staging into live (the apply
-// before one launch did them all), on `stream`.
-absl::StatusOr<double> CopyPerBuffer(const StagedBuffers& st, cudaStream_t stream) {
-  const absl::Time t0 = absl::Now();
-  for (size_t b = 0; b < st.live().size(); ++b) {
-    if (st.live()[b] == nullptr || st.bytes()[b] == 0) continue;
-    CK(cudaMemcpyAsync(st.live()[b], st.staging()[b], st.bytes()[b], cudaMemcpyDeviceToDevice,
-                       stream));
+// The delta apply with blocks of another size than the product's (64 B),
+// by the same kernels: an experiment beside it.
+class BlockApply {
+ public:
+  static absl::StatusOr<std::unique_ptr<BlockApply>> Create(const StagedBuffers& st) {
+    std::unique_ptr<BlockApply> e(new BlockApply());
+    for (size_t b = 0; b < st.live().size(); ++b) {
+      if (st.live()[b] == nullptr || st.bytes()[b] == 0) continue;
+      e->table_.push_back({st.live()[b], st.staging()[b], st.bytes()[b], e->tiles_});
+      e->tiles_ += ChangedTiles(st.bytes()[b]);
+    }
+    CK(cudaStreamCreateWithFlags(&e->stream_, cudaStreamNonBlocking));
+    CK(cudaMalloc(reinterpret_cast<void**>(&e->pairs_), e->table_.size() * sizeof(ChangedPair)));
+    CK(cudaMemcpy(e->pairs_, e->table_.data(), e->table_.size() * sizeof(ChangedPair),
+                  cudaMemcpyHostToDevice));
+    CK(cudaMalloc(reinterpret_cast<void**>(&e->mask_), e->tiles_ * ChangedMaskWords(32) * 4));
+    return e;
   }
-  CK(cudaStreamSynchronize(stream));
-  return absl::ToDoubleMilliseconds(absl::Now() - t0);
-}
+  ~BlockApply() {
+    (void)cudaFree(pairs_);
+    (void)cudaFree(mask_);
+    (void)cudaStreamDestroy(stream_);
+  }
+  // Marks the blocks of `unit` bytes that changed and waits; returns ms.
+  absl::StatusOr<double> Find(int unit) {
+    const absl::Time t0 = absl::Now();
+    LaunchFindChanged(pairs_, static_cast<int32_t>(table_.size()), tiles_, unit, mask_, stream_);
+    CK(cudaGetLastError());
+    CK(cudaStreamSynchronize(stream_));
+    return absl::ToDoubleMilliseconds(absl::Now() - t0);
+  }
+  // Writes them and waits; returns ms.
+  absl::StatusOr<double> Write(int unit) {
+    const absl::Time t0 = absl::Now();
+    LaunchWriteChanged(pairs_, static_cast<int32_t>(table_.size()), tiles_, unit, mask_, stream_);
+    CK(cudaGetLastError());
+    CK(cudaStreamSynchronize(stream_));
+    return absl::ToDoubleMilliseconds(absl::Now() - t0);
+  }
+
+ private:
+  BlockApply() = default;
+  std::vector<ChangedPair> table_;
+  int64_t tiles_ = 0;
+  ChangedPair* pairs_ = nullptr;
+  uint32_t* mask_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+// Block sizes of the delta apply: the product's first, then experiments.
+constexpr int kUnits[] = {64, 32, 128};
 
 struct Figures {
   double floor_ms = 0, load_alone_ms = 0;
-  std::vector<double> dense_pause, per_buffer, dense_load, delta_list, delta_pause, delta_load;
-  double changed_share = 0, sector_share = 0;
+  std::vector<double> dense_pause, dense_load, dense_load_max, delta_load, delta_load_max;
+  std::map<int, std::vector<double>> list, pause;  // by block size
+  std::map<int, double> block_share;               // of the bytes in changed blocks, by size
+  double changed_share = 0;
+  int load_gaps = 0;  // rounds during which no load iteration ran
   std::string check = "PASS";
 };
 
@@ -290,10 +347,19 @@ void Fail(Figures* f, const std::string& why) {
   if (f->check == "PASS") f->check = why;
 }
 
+// Keeps a round's load figures.
+void KeepLoad(const LoadFigures& l, std::vector<double>* mean, std::vector<double>* max,
+              Figures* f) {
+  if (l.n == 0) {
+    ++f->load_gaps;
+    return;
+  }
+  mean->push_back(l.mean_ms);
+  max->push_back(l.max_ms);
+}
+
 absl::Status Rounds(Setup* s, Load* load, int iters, double fraction, Figures* f) {
   const absl::Time far = absl::Now() + absl::Minutes(10);
-  cudaStream_t copies = nullptr;
-  CK(cudaStreamCreateWithFlags(&copies, cudaStreamNonBlocking));
   REFIT_ASSIGN_OR_RETURN(unsigned long long prev, Checksum(s->plan.dst, 0, s->live, 0));
   unsigned long long sum1 = 0;
   int last_dense = 1;
@@ -304,12 +370,10 @@ absl::Status Rounds(Setup* s, Load* load, int iters, double fraction, Figures* f
           s->trainer.base, s->trainer.bytes, static_cast<uint8_t>(Key(r) ^ Key(r - 1)), nullptr)));
       CK(cudaDeviceSynchronize());
     }
-    REFIT_ASSIGN_OR_RETURN(double load_ms, Receive(s, load));
+    REFIT_ASSIGN_OR_RETURN(LoadFigures l, Receive(s, load));
     REFIT_ASSIGN_OR_RETURN(unsigned long long staged_sum, Checksum(s->plan.dst, 0, s->live, 0));
     if (staged_sum != prev) Fail(f, absl::StrCat("dense round ", r, ": live changed while staged"));
     REFIT_ASSIGN_OR_RETURN(double pause, s->staged->Apply(far));
-    // The same bytes again, a copy per buffer (live holds them already).
-    REFIT_ASSIGN_OR_RETURN(double per_buffer, CopyPerBuffer(*s->staged, copies));
     if (r == 1) {
       absl::Status ok = Pattern(s->plan.dst, 0, s->live, 1, true);
       if (!ok.ok()) Fail(f, absl::StrCat("dense round 1: ", ok.message()));
@@ -318,38 +382,55 @@ absl::Status Rounds(Setup* s, Load* load, int iters, double fraction, Figures* f
       REFIT_ASSIGN_OR_RETURN(unsigned long long h, Checksum(s->plan.dst, 0, s->live, Key(r)));
       if (h != sum1) Fail(f, absl::StrCat("dense round ", r, ": engine bytes differ"));
       f->dense_pause.push_back(pause * 1e3);
-      f->per_buffer.push_back(per_buffer);
-      f->dense_load.push_back(load_ms);
+      KeepLoad(l, &f->dense_load, &f->dense_load_max, f);
     }
     REFIT_ASSIGN_OR_RETURN(prev, Checksum(s->plan.dst, 0, s->live, 0));
     std::printf(
-        "dense round %d: pause %.3f ms (a copy per buffer: %.3f ms), load %.3f ms/iteration "
-        "during the receive\n",
-        r, pause * 1e3, per_buffer, load_ms);
+        "dense round %d: pause %.3f ms; load during the receive: %d iterations, mean %.3f ms, "
+        "longest %.3f ms\n",
+        r, pause * 1e3, l.n, l.mean_ms, l.max_ms);
     std::fflush(stdout);
     last_dense = r;
   }
-  CK(cudaStreamDestroy(copies));
   // Delta rounds: each changes the same words of the trainer (odd rounds
-  // away from the known version, even rounds back to it). The first is a
-  // warm-up (the sector mask is allocated there).
-  for (int r = 1; r <= 2 * iters; ++r) {
+  // away from the known version, even rounds back to it). The product's
+  // apply (64-byte blocks) runs rounds 1 .. 2 iters (the first a warm-up:
+  // its mask is allocated there), then each experiment two rounds.
+  REFIT_ASSIGN_OR_RETURN(std::unique_ptr<BlockApply> other, BlockApply::Create(*s->staged));
+  const int rounds = 2 * iters + 2 * (static_cast<int>(std::size(kUnits)) - 1);
+  for (int r = 1; r <= rounds; ++r) {
+    const int unit = r <= 2 * iters ? kUnits[0] : kUnits[1 + (r - 2 * iters - 1) / 2];
     CK(static_cast<cudaError_t>(LaunchRandomChange(reinterpret_cast<uint16_t*>(s->trainer.base),
                                                    s->trainer.bytes / 2, fraction, 4242, nullptr)));
     CK(cudaDeviceSynchronize());
-    REFIT_ASSIGN_OR_RETURN(double load_ms, Receive(s, load));
+    REFIT_ASSIGN_OR_RETURN(LoadFigures l, Receive(s, load));
     REFIT_ASSIGN_OR_RETURN(unsigned long long staged_sum, Checksum(s->plan.dst, 0, s->live, 0));
     if (staged_sum != prev) Fail(f, absl::StrCat("delta round ", r, ": live changed while staged"));
-    REFIT_ASSIGN_OR_RETURN(unsigned long long changed, StagedDiff(*s->staged, false));
-    REFIT_ASSIGN_OR_RETURN(unsigned long long sectors, StagedDiff(*s->staged, true));
-    const absl::Time l0 = absl::Now();
-    REFIT_ASSIGN_OR_RETURN(bool listed, s->staged->FindChanged(far));
-    const double list_ms = absl::ToDoubleMilliseconds(absl::Now() - l0);
-    if (!listed) return absl::FailedPreconditionError("device staging listed no changed words");
-    REFIT_ASSIGN_OR_RETURN(double pause, s->staged->ApplyChanged(far));
-    REFIT_ASSIGN_OR_RETURN(unsigned long long left, StagedDiff(*s->staged, false));
+    if (r == 1) {
+      REFIT_ASSIGN_OR_RETURN(unsigned long long changed, StagedDiff(*s->staged, 1));
+      // BF16 words changed in their low byte: a changed byte is a changed word.
+      f->changed_share = static_cast<double>(changed) / (s->engine_bytes / 2);
+      for (int u : kUnits) {
+        REFIT_ASSIGN_OR_RETURN(unsigned long long n, StagedDiff(*s->staged, u));
+        f->block_share[u] = static_cast<double>(n) * u / s->engine_bytes;
+      }
+    }
+    double list_ms = 0, pause_ms = 0;
+    if (unit == kUnits[0]) {
+      const absl::Time l0 = absl::Now();
+      REFIT_ASSIGN_OR_RETURN(bool listed, s->staged->FindChanged(far));
+      list_ms = absl::ToDoubleMilliseconds(absl::Now() - l0);
+      if (!listed) return absl::FailedPreconditionError("device staging listed no changed words");
+      REFIT_ASSIGN_OR_RETURN(double pause, s->staged->ApplyChanged(far));
+      pause_ms = pause * 1e3;
+    } else {
+      REFIT_ASSIGN_OR_RETURN(list_ms, other->Find(unit));
+      REFIT_ASSIGN_OR_RETURN(pause_ms, other->Write(unit));
+    }
+    REFIT_ASSIGN_OR_RETURN(unsigned long long left, StagedDiff(*s->staged, 1));
     if (left != 0) {
-      Fail(f, absl::StrCat("delta round ", r, ": ", left, " live bytes differ from staging"));
+      Fail(f, absl::StrCat("delta round ", r, " (", unit, "-byte blocks): ", left,
+                           " live bytes differ from staging"));
     }
     REFIT_ASSIGN_OR_RETURN(unsigned long long h,
                            Checksum(s->plan.dst, 0, s->live, Key(last_dense)));
@@ -358,20 +439,15 @@ absl::Status Rounds(Setup* s, Load* load, int iters, double fraction, Figures* f
     }
     if (r % 2 == 1 && h == sum1) Fail(f, absl::StrCat("delta round ", r, ": nothing changed"));
     REFIT_ASSIGN_OR_RETURN(prev, Checksum(s->plan.dst, 0, s->live, 0));
-    // BF16 words changed in their low byte: a changed byte is a changed word.
-    const double share = static_cast<double>(changed) / (s->engine_bytes / 2);
-    const double sector_share = static_cast<double>(sectors) * 32 / s->engine_bytes;
     if (r > 1) {
-      f->delta_list.push_back(list_ms);
-      f->delta_pause.push_back(pause * 1e3);
-      f->delta_load.push_back(load_ms);
-      f->changed_share = share;
-      f->sector_share = sector_share;
+      f->list[unit].push_back(list_ms);
+      f->pause[unit].push_back(pause_ms);
+      KeepLoad(l, &f->delta_load, &f->delta_load_max, f);
     }
     std::printf(
-        "delta round %d: %.2f%% of words changed (%.1f%% of the 32-byte sectors), list %.3f ms, "
-        "pause %.3f ms, load %.3f ms/iteration during the receive\n",
-        r, share * 100, sector_share * 100, list_ms, pause * 1e3, load_ms);
+        "delta round %d (%d-byte blocks): list %.3f ms, pause %.3f ms; load during the receive: "
+        "%d iterations, mean %.3f ms, longest %.3f ms\n",
+        r, unit, list_ms, pause_ms, l.n, l.mean_ms, l.max_ms);
     std::fflush(stdout);
   }
   return absl::OkStatus();
@@ -420,32 +496,35 @@ int Main(int argc, char** argv) {
     std::printf("ERROR: %s\n", st.ToString().c_str());
     return 1;
   }
-  const double dense = Mean(f.dense_pause), delta = Mean(f.delta_pause);
-  const double dl = Mean(f.dense_load), tl = Mean(f.delta_load);
-  auto slow = [&](double ms) { return f.load_alone_ms > 0 ? ms / f.load_alone_ms : 0; };
-  // The delta pause's floor: every touched sector read from staging and
-  // written whole, at the rate of the floor's copy.
-  const double sector_floor = f.floor_ms * f.sector_share;
+  const double dense = Mean(f.dense_pause), delta = Mean(f.pause[kUnits[0]]);
   auto x = [&](double ms) { return f.floor_ms > 0 ? ms / f.floor_ms : 0; };
+  auto slow = [&](double ms) { return f.load_alone_ms > 0 ? ms / f.load_alone_ms : 0; };
+  std::printf("\n%.2f%% of the BF16 words changed in each delta round; bytes in changed blocks:",
+              f.changed_share * 100);
+  for (int u : kUnits) std::printf(" %d B %.1f%%", u, f.block_share[u] * 100);
   std::printf("\nwhat                       time   ratio   goal\n");
   std::printf("floor                  %8.3f ms  1.000x  (one cudaMemcpy, %.2f GB)\n", f.floor_ms,
               s.engine_bytes / 1e9);
   std::printf("dense pause            %8.3f ms  %.3fx  <= 1.1x the floor: %s\n", dense, x(dense),
               dense <= 1.1 * f.floor_ms ? "met" : "MISSED");
-  std::printf("dense, copy per buffer %8.3f ms  %.3fx  (cudaMemcpyAsync per buffer)\n",
-              Mean(f.per_buffer), x(Mean(f.per_buffer)));
-  std::printf("delta list             %8.3f ms          (before the pause, engine serving)\n",
-              Mean(f.delta_list));
-  std::printf("delta pause            %8.3f ms  %.3fx  <= 2 ms (%.2f%% of words changed): %s\n",
-              delta, x(delta), f.changed_share * 100, delta <= 2.0 ? "met" : "MISSED");
-  std::printf(
-      "delta sector floor     %8.3f ms  %.3fx  (%.1f%% of the bytes in touched 32-byte sectors, "
-      "read and written at the floor's rate; pause %.2fx this)\n",
-      sector_floor, x(sector_floor), f.sector_share * 100,
-      sector_floor > 0 ? delta / sector_floor : 0);
+  for (int u : kUnits) {
+    const double p = Mean(f.pause[u]);
+    // Its floor: the changed blocks read and written at the floor's rate.
+    const double block_floor = f.floor_ms * f.block_share[u];
+    std::printf("delta list, %3d B      %8.3f ms          (before the pause, engine serving)\n", u,
+                Mean(f.list[u]));
+    std::printf("delta pause, %3d B     %8.3f ms  %.3fx  %s; its blocks' floor %.3f ms (%.2fx)\n",
+                u, p, x(p),
+                u == kUnits[0] ? (p <= 2.0 ? "<= 2 ms: met" : "<= 2 ms: MISSED") : "experiment",
+                block_floor, block_floor > 0 ? p / block_floor : 0);
+  }
+  const double dl = Mean(f.dense_load), tl = Mean(f.delta_load);
   std::printf("load alone             %8.3f ms  1.000x\n", f.load_alone_ms);
-  std::printf("load in dense receive  %8.3f ms  %.3fx  (slowdown)\n", dl, slow(dl));
-  std::printf("load in delta receive  %8.3f ms  %.3fx  (slowdown)\n", tl, slow(tl));
+  std::printf("load in dense receive  %8.3f ms  %.3fx  (slowdown; longest iteration %.3f ms)\n", dl,
+              slow(dl), Mean(f.dense_load_max));
+  std::printf("load in delta receive  %8.3f ms  %.3fx  (slowdown; longest iteration %.3f ms)\n", tl,
+              slow(tl), Mean(f.delta_load_max));
+  if (f.load_gaps > 0) std::printf("rounds without a load iteration: %d\n", f.load_gaps);
   std::printf("checks: %s\n", f.check.c_str());
   return f.check == "PASS" ? 0 : 1;
 }

@@ -43,14 +43,14 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void CountSectorsKernel(const char* a, const char* b, int64_t bytes,
-                                   unsigned long long* out) {
+__global__ void CountBlocksKernel(const char* a, const char* b, int64_t bytes, int unit,
+                                  unsigned long long* out) {
   unsigned long long c = 0;
-  const int64_t sectors = (bytes + 31) / 32;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < sectors;
+  const int64_t blocks = (bytes + unit - 1) / unit;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < blocks;
        i += int64_t{gridDim.x} * blockDim.x) {
     bool d = false;
-    for (int64_t j = i * 32; j < min(bytes, i * 32 + 32); ++j) d |= a[j] != b[j];
+    for (int64_t j = i * unit; j < min(bytes, i * unit + unit); ++j) d |= a[j] != b[j];
     c += d;
   }
   if (c > 0) atomicAdd(out, c);
@@ -58,12 +58,12 @@ __global__ void CountSectorsKernel(const char* a, const char* b, int64_t bytes,
 
 }  // namespace
 
-int LaunchCountChangedSectors(const char* a, const char* b, int64_t bytes, unsigned long long* out,
-                              void* stream) {
-  if (bytes <= 0) return 0;
-  const int64_t blocks = std::min<int64_t>((bytes / 32 + kThreads - 1) / kThreads + 1, 4096);
-  CountSectorsKernel<<<static_cast<unsigned>(blocks), kThreads, 0,
-                       static_cast<cudaStream_t>(stream)>>>(a, b, bytes, out);
+int LaunchCountChangedBlocks(const char* a, const char* b, int64_t bytes, int unit,
+                             unsigned long long* out, void* stream) {
+  if (bytes <= 0 || unit <= 0) return 0;
+  const int64_t blocks = std::min<int64_t>((bytes / unit + kThreads - 1) / kThreads + 1, 4096);
+  CountBlocksKernel<<<static_cast<unsigned>(blocks), kThreads, 0,
+                      static_cast<cudaStream_t>(stream)>>>(a, b, bytes, unit, out);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -1,5 +1,5 @@
 // staged_bench's kernels: its load (a decode-shaped matmul over an
-// engine's weights) and a count of changed 32-byte sectors.
+// engine's weights) and a count of changed blocks.
 // Plain C++ API (no CUDA headers); returns the launch's cudaError_t as an
 // int.
 #ifndef REFIT_BENCH_STAGED_BENCH_KERNELS_H_
@@ -20,10 +20,10 @@ inline constexpr int kLoadColumns = 4096;
 // bytes at `w`), on `stream`.
 int LaunchDecodeMatmul(const void* w, int64_t w_bytes, const float* x, float* y, void* stream);
 
-// *out += the 32-byte sectors of [a, a + bytes) (from a) in which a and b
-// differ, on `stream`.
-int LaunchCountChangedSectors(const char* a, const char* b, int64_t bytes, unsigned long long* out,
-                              void* stream);
+// *out += the blocks of `unit` bytes of [a, a + bytes) (from a) in which
+// a and b differ, on `stream`.
+int LaunchCountChangedBlocks(const char* a, const char* b, int64_t bytes, int unit,
+                             unsigned long long* out, void* stream);
 
 // The K of LaunchDecodeMatmul for `w_bytes` of weights (x holds
 // kLoadRows * K floats).

@@ -38,16 +38,21 @@ absl::StatusOr<bool> Reserve(char** p, int64_t* cap, int64_t bytes) {
   return true;
 }
 
-// Whether the sector kernels take the pair (else cudaMemcpyAsync copies
-// it): both sides 16-byte aligned.
+// The blocks a delta round's apply writes whole: 64 bytes, the access unit
+// of an H100's HBM3 (a write of one 32-byte sector of it cost the memory a
+// read of the unit too: docs/benchmarks.md).
+constexpr int kUnitBytes = 64;
+
+// Whether the kernels take the pair (else cudaMemcpyAsync copies it):
+// both sides 16-byte aligned.
 bool Batchable(const StagedPair& p) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(p.live) | reinterpret_cast<uintptr_t>(p.staging);
   return (at & 15) == 0 && p.bytes > 0;
 }
 
-// The kernels' table of `pairs` (dst: live when `to_live`, else staging)
-// and its tiles; the pairs they do not take go to *rest.
-std::vector<ChangedPair> Table(absl::Span<const StagedPair> pairs, bool to_live, int64_t* tiles,
+// The kernels' table of `pairs` and its tiles; the pairs they do not take
+// go to *rest.
+std::vector<ChangedPair> Table(absl::Span<const StagedPair> pairs, int64_t* tiles,
                                std::vector<StagedPair>* rest) {
   std::vector<ChangedPair> table;
   *tiles = 0;
@@ -57,11 +62,7 @@ std::vector<ChangedPair> Table(absl::Span<const StagedPair> pairs, bool to_live,
       rest->push_back(p);
       continue;
     }
-    if (to_live) {
-      table.push_back({p.live, p.staging, p.bytes, *tiles});
-    } else {
-      table.push_back({const_cast<char*>(p.staging), p.live, p.bytes, *tiles});
-    }
+    table.push_back({p.live, p.staging, p.bytes, *tiles});
     *tiles += ChangedTiles(p.bytes);
   }
   return table;
@@ -76,7 +77,7 @@ class CudaMemory : public StagingMemory {
       (void)cudaStreamSynchronize(stream_);
       (void)cudaStreamDestroy(stream_);
     }
-    for (char* p : {pairs_, copy_pairs_, mask_}) {
+    for (char* p : {pairs_, mask_}) {
       if (p != nullptr) (void)cudaFree(p);
     }
   }
@@ -108,28 +109,6 @@ class CudaMemory : public StagingMemory {
         absl::StrCat("staging copy of ", bytes, " bytes"));
   }
 
-  // Device buffers in one launch (a copy per buffer costs each its own
-  // start and tail).
-  absl::Status CopyPairs(absl::Span<const StagedPair> pairs, bool to_live) override {
-    REFIT_RETURN_IF_ERROR(Enter());
-    std::vector<StagedPair> rest;
-    int64_t tiles = 0;
-    copy_table_ = Table(pairs, to_live, &tiles, &rest);
-    REFIT_ASSIGN_OR_RETURN(const bool room, Upload(copy_table_, &copy_pairs_, &copy_pairs_cap_));
-    if (room) {
-      LaunchWriteChanged(reinterpret_cast<const ChangedPair*>(copy_pairs_),
-                         static_cast<int32_t>(copy_table_.size()), tiles, nullptr, stream_);
-      REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
-    } else {
-      rest.assign(pairs.begin(), pairs.end());
-    }
-    for (const StagedPair& p : rest) {
-      REFIT_RETURN_IF_ERROR(to_live ? Copy(p.live, p.staging, p.bytes)
-                                    : Copy(const_cast<char*>(p.staging), p.live, p.bytes));
-    }
-    return absl::OkStatus();
-  }
-
   absl::Status Sync(absl::Time deadline) override {
     if (stream_ == nullptr) return absl::OkStatus();
     for (;;) {
@@ -144,21 +123,22 @@ class CudaMemory : public StagingMemory {
   }
 
   // One read of both sides of every pair, on the copies' stream, marks the
-  // 32-byte sectors that differ (a bit per sector: 1/256 of the pairs'
-  // bytes of device memory).
+  // 64-byte blocks that differ (a bit per block: 1/512 of the pairs' bytes
+  // of device memory).
   absl::StatusOr<bool> FindChanged(absl::Span<const StagedPair> pairs) override {
     listed_ = false;
     REFIT_RETURN_IF_ERROR(Enter());
     whole_.clear();
-    table_ = Table(pairs, /*to_live=*/true, &num_tiles_, &whole_);
+    table_ = Table(pairs, &num_tiles_, &whole_);
     REFIT_ASSIGN_OR_RETURN(bool room, Upload(table_, &pairs_, &pairs_cap_));
     if (room) {
-      REFIT_ASSIGN_OR_RETURN(room, Reserve(&mask_, &mask_cap_, num_tiles_ * kChangedMaskWords * 4));
+      REFIT_ASSIGN_OR_RETURN(
+          room, Reserve(&mask_, &mask_cap_, num_tiles_ * ChangedMaskWords(kUnitBytes) * 4));
     }
     if (!room) return false;
     num_pairs_ = static_cast<int32_t>(table_.size());
     LaunchFindChanged(reinterpret_cast<const ChangedPair*>(pairs_), num_pairs_, num_tiles_,
-                      reinterpret_cast<uint32_t*>(mask_), stream_);
+                      kUnitBytes, reinterpret_cast<uint32_t*>(mask_), stream_);
     REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
     listed_ = true;
     return true;
@@ -172,7 +152,7 @@ class CudaMemory : public StagingMemory {
     listed_ = false;
     REFIT_RETURN_IF_ERROR(Enter());
     LaunchWriteChanged(reinterpret_cast<const ChangedPair*>(pairs_), num_pairs_, num_tiles_,
-                       reinterpret_cast<const uint32_t*>(mask_), stream_);
+                       kUnitBytes, reinterpret_cast<const uint32_t*>(mask_), stream_);
     REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
     for (const StagedPair& p : whole_) {
       REFIT_RETURN_IF_ERROR(Copy(p.live, p.staging, p.bytes));
@@ -203,13 +183,12 @@ class CudaMemory : public StagingMemory {
 
   const int device_;
   cudaStream_t stream_ = nullptr;
-  // The last FindChanged: its pairs (host and device) and sector mask, and
-  // the pairs it left to copy whole; the last CopyPairs' pairs.
-  std::vector<ChangedPair> table_, copy_table_;
+  // The last FindChanged: its pairs (host and device) and block mask, and
+  // the pairs it left to copy whole.
+  std::vector<ChangedPair> table_;
   char* pairs_ = nullptr;
-  char* copy_pairs_ = nullptr;
   char* mask_ = nullptr;
-  int64_t pairs_cap_ = 0, copy_pairs_cap_ = 0, mask_cap_ = 0;
+  int64_t pairs_cap_ = 0, mask_cap_ = 0;
   int32_t num_pairs_ = 0;
   int64_t num_tiles_ = 0;
   std::vector<StagedPair> whole_;

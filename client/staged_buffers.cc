@@ -78,17 +78,11 @@ StagedBuffers::~StagedBuffers() {
 }
 
 absl::Status StagedBuffers::CopyAll(bool to_live, absl::Time deadline) {
-  std::vector<StagedPair> fast;
   for (size_t i = 0; i < live_.size(); ++i) {
     if (live_[i] == nullptr || bytes_[i] == 0) continue;
-    if (fast_[i]) {
-      fast.push_back({live_[i], staging_[i], bytes_[i]});
-      continue;
-    }
     REFIT_RETURN_IF_ERROR(to_live ? memory_->Copy(live_[i], staging_[i], bytes_[i])
                                   : memory_->Copy(staging_[i], live_[i], bytes_[i]));
   }
-  REFIT_RETURN_IF_ERROR(memory_->CopyPairs(fast, to_live));
   return memory_->Sync(deadline);
 }
 

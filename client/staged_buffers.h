@@ -2,8 +2,8 @@
 // staged rounds (DataPlaneOptions::staging). The member's data plane runs
 // its plan slice with every buffer address redirected to the staging copy
 // of the same size, so a round arrives while the engine keeps serving from
-// its live buffers; Apply then writes the live buffers from staging, a
-// copy per buffer or one launch for all (the engine's pause). Staging starts as a copy of the
+// its live buffers; Apply then writes the live buffers from staging in one
+// copy per buffer (the engine's pause). Staging starts as a copy of the
 // live bytes, so bytes the plan never writes (padding) stay equal, and
 // after an Apply both hold the same version; Reset copies live into
 // staging again after a round that aborted before its apply.
@@ -11,7 +11,7 @@
 // A round that changed few words (a delta round) pauses for those words
 // only where the memory can list them (device staging): FindChanged,
 // while the engine still serves, compares staging with live and marks the
-// 32-byte sectors that differ; ApplyChanged, the pause, writes just those.
+// 64-byte blocks that differ; ApplyChanged, the pause, writes just those.
 //
 // Staging memory comes from StagingMemory: a device member's staging lies
 // in device memory up to a budget and in pinned host memory past it
@@ -57,23 +57,12 @@ class StagingMemory {
   // memory); Sync waits for every copy enqueued (DEADLINE_EXCEEDED after
   // `deadline`, or the device's error).
   virtual absl::Status Copy(char* dst, const char* src, int64_t bytes) = 0;
-  // Enqueues the copy of every pair's staging into its live bytes
-  // (`to_live`) or of its live bytes into staging; the memory's error. By
-  // default one Copy each.
-  virtual absl::Status CopyPairs(absl::Span<const StagedPair> pairs, bool to_live) {
-    for (const StagedPair& p : pairs) {
-      absl::Status s = to_live ? Copy(p.live, p.staging, p.bytes)
-                               : Copy(const_cast<char*>(p.staging), p.live, p.bytes);
-      if (!s.ok()) return s;
-    }
-    return absl::OkStatus();
-  }
   virtual absl::Status Sync(absl::Time deadline) = 0;
   // Enqueues, after the copies enqueued so far, a comparison of every
-  // pair's staging with its live bytes that lists the words (or the
-  // sectors holding them) in which they differ; returns false when this memory lists none (host memory, or no
-  // room for the list: the pairs are then copied whole), else true. The
-  // device's error.
+  // pair's staging with its live bytes that lists the words (or the blocks
+  // holding them) in which they differ; returns false when this memory
+  // lists none (host memory, or no room for the list: the pairs are then
+  // copied whole), else true. The device's error.
   virtual absl::StatusOr<bool> FindChanged(absl::Span<const StagedPair> pairs) {
     (void)pairs;
     return false;
@@ -118,11 +107,11 @@ class StagedBuffers {
   // round that aborted before its apply left staging ahead of live).
   absl::Status Reset(absl::Time deadline);
 
-  // Lists, and waits for the listing of, the words (device memory: 32-byte
-  // sectors) in which each buffer in fast memory differs from its live buffer (the engine keeps serving:
-  // live is only read). Returns false when the memory lists none (then
-  // Apply copies); the memory's error. Staging must not change until
-  // ApplyChanged.
+  // Lists, and waits for the listing of, the words (device memory: 64-byte
+  // blocks) in which each buffer in fast memory differs from its live
+  // buffer (the engine keeps serving: live is only read). Returns false
+  // when the memory lists none (then Apply copies); the memory's error.
+  // Staging must not change until ApplyChanged.
   absl::StatusOr<bool> FindChanged(absl::Time deadline);
   // The pause of a round FindChanged listed: writes the listed words of the
   // fast buffers and copies the overflow buffers whole, and waits; returns

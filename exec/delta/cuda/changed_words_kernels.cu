@@ -10,7 +10,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarpStep = 512;  // bytes a warp moves per step: 16 per lane
 constexpr int kSteps = kChangedTileBytes / kWarpStep;
-static_assert(kSteps == 2 * kChangedMaskWords, "two steps per mask word");
 
 // The `rem` (< 16) bytes at p as a chunk, zeros after them.
 __device__ __forceinline__ uint4 LoadPart(const char* p, int64_t rem) {
@@ -29,14 +28,13 @@ __device__ __forceinline__ uint4 LoadChunk(const char* p, int64_t at, int64_t ti
   return make_uint4(0, 0, 0, 0);
 }
 
-// The even bits of x (pairs of 16-byte chunks: one sector each) packed
-// into the low 16 bits.
-__device__ __forceinline__ uint32_t EvenBits(uint32_t x) {
-  x &= 0x55555555u;
-  x = (x | (x >> 1)) & 0x33333333u;
-  x = (x | (x >> 2)) & 0x0F0F0F0Fu;
-  x = (x | (x >> 4)) & 0x00FF00FFu;
-  return (x | (x >> 8)) & 0x0000FFFFu;
+// The bits of the blocks of `c` consecutive 16-byte chunks in the chunk
+// bits x (bit k: block k has a set chunk bit), 32 / c of them.
+__device__ __forceinline__ uint32_t BlockBits(uint32_t x, int c) {
+  uint32_t bits = 0;
+  const uint32_t ones = (1u << c) - 1;
+  for (int k = 0; k < 32 / c; ++k) bits |= static_cast<uint32_t>(((x >> (k * c)) & ones) != 0) << k;
+  return bits;
 }
 
 __device__ __forceinline__ int PairOf(const ChangedPair* pairs, int32_t n, int64_t tile) {
@@ -54,20 +52,23 @@ __device__ __forceinline__ int PairOf(const ChangedPair* pairs, int32_t n, int64
 
 // One warp per tile (a persistent grid stepping over them): lane l reads
 // bytes [16 l, 16 l + 16) of each 512-byte step of both sides, four steps
-// in flight; a ballot per step gives its 16 sectors' bits.
+// in flight; a ballot per step gives its blocks' bits (512 / unit).
 __global__ void __launch_bounds__(kThreads)
-    FindChangedKernel(const ChangedPair* pairs, int32_t num_pairs, int64_t num_tiles,
+    FindChangedKernel(const ChangedPair* pairs, int32_t num_pairs, int64_t num_tiles, int unit,
                       uint32_t* mask) {
   const int lane = threadIdx.x & 31;
+  const int c = unit / 16;             // chunks of a block
+  const int per_step = kWarpStep / unit;  // blocks of a step: 16, 8 or 4
+  const int words = kChangedTileBytes / unit / 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
-  for (int64_t t = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32; t < num_tiles;
-       t += warps) {
+  for (int64_t t = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
+       t < num_tiles; t += warps) {
     const ChangedPair p = pairs[PairOf(pairs, num_pairs, t)];
     const int64_t off = (t - p.first_tile) * kChangedTileBytes;
     const int64_t tile_bytes = min(static_cast<int64_t>(kChangedTileBytes), p.bytes - off);
     const char* src = p.src + off;
     const char* dst = p.dst + off;
-    uint32_t word = 0;  // lane w < kChangedMaskWords: mask word w of the tile
+    uint32_t word = 0;  // lane w < words: mask word w of the tile
 #pragma unroll 1
     for (int s0 = 0; s0 < kSteps; s0 += 4) {
       uint4 a[4], b[4];
@@ -81,32 +82,29 @@ __global__ void __launch_bounds__(kThreads)
       for (int k = 0; k < 4; ++k) {
         const bool differs =
             a[k].x != b[k].x || a[k].y != b[k].y || a[k].z != b[k].z || a[k].w != b[k].w;
-        const uint32_t x = __ballot_sync(0xFFFFFFFFu, differs);
-        const uint32_t bits = EvenBits(x | (x >> 1));
-        const int s = s0 + k;
-        if (lane == s / 2) word |= bits << (16 * (s & 1));
+        const uint32_t bits = BlockBits(__ballot_sync(0xFFFFFFFFu, differs), c);
+        const int first = (s0 + k) * per_step;  // the step's first block in the tile
+        if (lane == first / 32) word |= bits << (first % 32);
       }
     }
-    if (lane < kChangedMaskWords) mask[t * kChangedMaskWords + lane] = word;
+    if (lane < words) mask[t * words + lane] = word;
   }
 }
 
 // One warp per tile (a persistent grid stepping over them): lane l copies
-// bytes [16 l, 16 l + 16) of each 512-byte step whose sector is marked
-// (every one without a mask), eight steps in flight; the two lanes of a
-// sector write it whole in one store.
+// bytes [16 l, 16 l + 16) of each 512-byte step whose block is marked,
+// eight steps in flight; the lanes of a block write it whole in one
+// store. A tile with no mark is skipped after one read of its words.
 __global__ void __launch_bounds__(kThreads)
-    WriteChangedKernel(const ChangedPair* pairs, int32_t num_pairs, int64_t num_tiles,
+    WriteChangedKernel(const ChangedPair* pairs, int32_t num_pairs, int64_t num_tiles, int unit,
                        const uint32_t* mask) {
   const int lane = threadIdx.x & 31;
+  const int words = kChangedTileBytes / unit / 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
-  for (int64_t t = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32; t < num_tiles;
-       t += warps) {
-    uint32_t word = 0xFFFFFFFFu;
-    if (mask != nullptr) {
-      word = lane < kChangedMaskWords ? mask[t * kChangedMaskWords + lane] : 0u;
-      if (__ballot_sync(0xFFFFFFFFu, word != 0) == 0) continue;  // nothing changed
-    }
+  for (int64_t t = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
+       t < num_tiles; t += warps) {
+    const uint32_t word = lane < words ? mask[t * words + lane] : 0u;
+    if (__ballot_sync(0xFFFFFFFFu, word != 0) == 0) continue;
     const ChangedPair p = pairs[PairOf(pairs, num_pairs, t)];
     const int64_t off = (t - p.first_tile) * kChangedTileBytes;
     const int64_t tile_bytes = min(static_cast<int64_t>(kChangedTileBytes), p.bytes - off);
@@ -118,10 +116,10 @@ __global__ void __launch_bounds__(kThreads)
       bool on[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        const int s = s0 + k;
-        const uint32_t w = mask != nullptr ? __shfl_sync(0xFFFFFFFFu, word, s / 2) : word;
-        const int64_t at = static_cast<int64_t>(s) * kWarpStep + lane * 16;
-        on[k] = ((w >> (16 * (s & 1) + lane / 2)) & 1u) != 0 && at < tile_bytes;
+        const int64_t at = static_cast<int64_t>(s0 + k) * kWarpStep + lane * 16;
+        const int block = static_cast<int>(at / unit);
+        const uint32_t w = __shfl_sync(0xFFFFFFFFu, word, block / 32);
+        on[k] = ((w >> (block % 32)) & 1u) != 0 && at < tile_bytes;
         if (on[k] && at + 16 <= tile_bytes) {
           v[k] = __ldcs(reinterpret_cast<const uint4*>(src + at));
         }
@@ -157,18 +155,18 @@ int64_t Grid(int64_t num_tiles) {
 
 }  // namespace
 
-void LaunchFindChanged(const ChangedPair* pairs, int32_t num_pairs, int64_t num_tiles,
+void LaunchFindChanged(const ChangedPair* pairs, int32_t num_pairs, int64_t num_tiles, int unit,
                        uint32_t* mask, cudaStream_t stream) {
-  if (num_tiles <= 0 || num_pairs <= 0) return;
+  if (num_tiles <= 0 || num_pairs <= 0 || !ChangedUnitOk(unit)) return;
   FindChangedKernel<<<static_cast<unsigned>(Grid(num_tiles)), kThreads, 0, stream>>>(
-      pairs, num_pairs, num_tiles, mask);
+      pairs, num_pairs, num_tiles, unit, mask);
 }
 
-void LaunchWriteChanged(const ChangedPair* pairs, int32_t num_pairs, int64_t num_tiles,
+void LaunchWriteChanged(const ChangedPair* pairs, int32_t num_pairs, int64_t num_tiles, int unit,
                         const uint32_t* mask, cudaStream_t stream) {
-  if (num_tiles <= 0 || num_pairs <= 0) return;
+  if (num_tiles <= 0 || num_pairs <= 0 || !ChangedUnitOk(unit)) return;
   WriteChangedKernel<<<static_cast<unsigned>(Grid(num_tiles)), kThreads, 0, stream>>>(
-      pairs, num_pairs, num_tiles, mask);
+      pairs, num_pairs, num_tiles, unit, mask);
 }
 
 }  // namespace refit
