@@ -14,9 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "exec/copy_program.h"
+#include "exec/program/copy_program.h"
 #include "exec/cuda/pack_kernels.h"
-#include "exec/cuda/pull_kernels.h"
+#include "exec/pull/cuda/pull_kernels.h"
 #include "testing/reference_copy.h"
 
 namespace refit::bench {

@@ -19,7 +19,7 @@
 //        either path)
 // Rows per case, times in ms per refit (mean over --iters after a warm-up):
 //   floor       one cudaMemcpy device-to-device of the refit's bytes
-//   pull-procs  refit's pull path (exec/cuda/pull_runner.h), trainer and
+//   pull-procs  refit's pull path (exec/pull/cuda/pull_runner.h), trainer and
 //               engine as separate processes (the time per round: from the
 //               last trainer's "weights in place" until every receiver is
 //               done; the engine's kernel time is printed next to it)
@@ -38,7 +38,7 @@
 //   bf16-round  the 8b case's pull-procs (BF16 -> BF16, same trainer)
 //   2-pass      pull-procs where the trainer quantizes into scratch first
 //               and the engine pulls the scratch
-//   1-pass      pull-procs quantizing on pull (exec/fused_pull.h): the
+//   1-pass      pull-procs quantizing on pull (exec/pull/fused_pull.h): the
 //               engine reads the trainer's BF16 and writes codes and
 //               scales in one pass
 //   checks: the engine's bytes after 1-pass equal 2-pass's (checksum of
@@ -77,8 +77,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "exec/cuda/pull_runner.h"
-#include "exec/cuda/pull_kernels.h"
+#include "exec/pull/cuda/pull_runner.h"
+#include "exec/pull/cuda/pull_kernels.h"
 #include "plan/plan_codec.h"
 #include "testing/dir_kv_store.h"
 #include "testing/flags.h"

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "exec/cuda/pack_kernels.h"
-#include "exec/cuda/pull_kernels.h"
+#include "exec/pull/cuda/pull_kernels.h"
 #include "testing/gpu_pattern.h"
 #include "mapping/layout_builder.h"
 #include "mapping/mapping.h"

@@ -2,7 +2,7 @@
 // jobs run it: Megatron TP2 on GPUs 0-1 (trainer rank r on GPU r) into vLLM
 // on the same two GPUs (engine rank r on GPU r), every member its own
 // process, the plan from the planner (ranks placed on their GPUs), the
-// pull runner (exec/cuda/pull_runner.h) moving the bytes. Built here, run
+// pull runner (exec/pull/cuda/pull_runner.h) moving the bytes. Built here, run
 // on a 2-GPU host from the bundle.
 //
 //   colocated_gpus_bench [--cases=tp2,dp2] [--model=qwen3-8b] [--iters=5]
@@ -57,8 +57,8 @@
 #include "bench/colocated_gpus_copies.h"
 #include "bench/colocated_spawn.h"
 #include "common/status_macros.h"
-#include "exec/cuda/pull_kernels.h"
-#include "exec/cuda/pull_runner.h"
+#include "exec/pull/cuda/pull_kernels.h"
+#include "exec/pull/cuda/pull_runner.h"
 #include "plan/plan_codec.h"
 #include "testing/dir_kv_store.h"
 #include "testing/flags.h"

@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "exec/copy_program.h"
-#include "exec/pull_program.h"
+#include "exec/program/copy_program.h"
+#include "exec/pull/pull_program.h"
 #include "mapping/layout_builder.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"

@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "bench/colocated_common.h"
-#include "exec/resolved_copy.h"
+#include "exec/program/resolved_copy.h"
 #include "plan/plan.h"
 
 namespace refit::bench {

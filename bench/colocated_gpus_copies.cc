@@ -12,8 +12,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "exec/cuda/copy_engine.h"
-#include "exec/cuda/pull_kernels.h"
+#include "exec/pull/cuda/copy_engine.h"
+#include "exec/pull/cuda/pull_kernels.h"
 
 namespace refit::bench {
 namespace {

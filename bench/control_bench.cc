@@ -9,7 +9,7 @@
 // refitd (RefitServer with NameMatchingPlan) runs in this process; the
 // members run in a forked child (forked before any gRPC use), so
 // /proc/self/status VmRSS/VmHWM measured here are refitd's alone.
-// Flags: --members=N --round_members=M --rounds=R
+// Flags: --members=N --round_members=M --rounds=R --liveness_ms=L
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -74,12 +74,25 @@ v1::Registration MemberReg(bool trainer, int index) {
   return r;
 }
 
+// Members' liveness interval (--liveness_ms, 0: the client's defaults):
+// keepalive pings and heartbeats that often, a ping answered within twice
+// it, refitd answering within six times it. With thousands of member
+// threads on a loaded 2-core machine, the defaults (pings every 1 s within
+// 2 s, refitd within 10 s) are not met.
+absl::Duration liveness = absl::ZeroDuration();
+
 absl::StatusOr<std::unique_ptr<RefitClient>> NewClient(int port) {
   RefitClient::Options o;
+  o.heartbeat_interval = absl::Seconds(2);
+  if (liveness > absl::ZeroDuration()) {
+    o.keepalive_interval = liveness;
+    o.keepalive_timeout = 2 * liveness;
+    o.heartbeat_interval = liveness;
+    o.refitd_timeout = 6 * liveness;
+  }
   o.target = absl::StrCat("127.0.0.1:", port);
   o.rpc_timeout = absl::Seconds(60);
   o.connect_timeout = absl::Seconds(60);
-  o.heartbeat_interval = absl::Seconds(2);
   return RefitClient::Connect(o);
 }
 
@@ -302,6 +315,9 @@ int Main(int argc, char** argv) {
     flag("members", &n);
     flag("round_members", &m);
     flag("rounds", &rounds);
+    int liveness_ms = 0;
+    flag("liveness_ms", &liveness_ms);
+    if (liveness_ms > 0) liveness = absl::Milliseconds(liveness_ms);
   }
   int p2c[2], c2p[2];
   if (pipe(p2c) != 0 || pipe(c2p) != 0) return 2;

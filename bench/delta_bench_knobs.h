@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "exec/cuda/nccl_transport.h"
+#include "exec/transport/cuda/nccl_transport.h"
 #include "exec/delta/cuda/gpu_wave_ops.h"
 #include "exec/delta/delta_runner.h"
 

@@ -7,8 +7,8 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "exec/cuda/cuda_status.h"
-#include "exec/cuda/nccl_status.h"
-#include "exec/plan_side.h"
+#include "exec/transport/cuda/nccl_status.h"
+#include "exec/program/plan_side.h"
 
 namespace refit {
 namespace gpu_bench {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "exec/transport.h"
+#include "exec/transport/transport.h"
 #include "layout/side.h"
 #include "plan/plan.h"
 

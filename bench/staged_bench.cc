@@ -5,7 +5,7 @@
 //   staged_bench [--iters=5] [--delta_fraction=0.02] [--load_mib=512]
 //
 // Qwen3-8B, Megatron TP1 trainer -> vLLM TP1 engine, both on GPU 0, over
-// the colocated pull path (exec/cuda/pull_runner.h) with trainer and
+// the colocated pull path (exec/pull/cuda/pull_runner.h) with trainer and
 // engine threads of this process; the engine's buffers are redirected to
 // device staging (CudaStagingMemory), as a staged pull member's are.
 // Rows (means over --iters rounds after a warm-up round):
@@ -68,8 +68,8 @@
 #include "client/cuda_staging_memory.h"
 #include "client/staged_buffers.h"
 #include "common/status_macros.h"
-#include "exec/cuda/pull_kernels.h"
-#include "exec/cuda/pull_runner.h"
+#include "exec/pull/cuda/pull_kernels.h"
+#include "exec/pull/cuda/pull_runner.h"
 #include "exec/delta/cuda/changed_words_kernels.h"
 #include "plan/plan_codec.h"
 #include "testing/dir_kv_store.h"

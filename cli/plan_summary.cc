@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/member_name.h"
+#include "plan/cost.h"
 #include "nlohmann/json.hpp"
 
 namespace refit {
@@ -336,6 +337,7 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
     }
   }
   s.wire_bytes_by_format.assign(by_format.begin(), by_format.end());
+  s.gloo_predicted_seconds = PredictedSeconds(plan, GlooLinkSpeeds());
   return s;
 }
 
@@ -387,6 +389,12 @@ std::string FormatSummaryText(const PlanSummary& s) {
   absl::StrAppendFormat(&o, "predicted refit time: %.3f s (slowest: %s)\n",
                         s.predicted_seconds,
                         s.slowest_rank.empty() ? "none" : s.slowest_rank);
+  if (s.gloo_predicted_seconds > 0) {
+    absl::StrAppendFormat(&o,
+                          "predicted over Gloo (members on host memory, TCP: 1 GB/s within a "
+                          "host, 1.25 GB/s between hosts): %.3f s\n",
+                          s.gloo_predicted_seconds);
+  }
   if (s.lower_bound_seconds > 0 && s.relay) {
     absl::StrAppendFormat(&o,
                           "lower bound with relays: %.3f s, predicted / lower bound: %.3f; "
@@ -470,6 +478,7 @@ std::string FormatSummaryJson(const PlanSummary& s) {
   j["converted_unconverted_bytes"] = s.converted_unconverted_bytes;
   j["inter_host_bytes"] = s.inter_host_bytes;
   j["predicted_seconds"] = s.predicted_seconds;
+  j["gloo_predicted_seconds"] = s.gloo_predicted_seconds;
   j["slowest_rank"] = s.slowest_rank;
   j["lower_bound_seconds"] = s.lower_bound_seconds;
   j["sender_lower_bound_seconds"] = s.sender_lower_bound_seconds;

@@ -77,6 +77,10 @@ struct PlanSummary {
   int64_t intra_host_bytes = 0;
   int64_t inter_host_bytes = 0;
   double predicted_seconds = 0;              // slowest rank
+  // The same plan with every member on host memory, moving over Gloo (TCP):
+  // PredictedSeconds at GlooLinkSpeeds (plan/cost.h), what refitd predicts
+  // for a job without GPUs.
+  double gloo_predicted_seconds = 0;
   // plan.stats.lower_bound_seconds (0 when the plan has none, e.g. one read
   // from the wire): no replica choice beats it.
   double lower_bound_seconds = 0;

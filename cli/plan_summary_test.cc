@@ -70,6 +70,23 @@ TEST(PlanSummaryTest, SeparateHostsAllNetwork) {
   EXPECT_EQ(s->heat[1][0], (8 << 20) + 100);
 }
 
+TEST(PlanSummaryTest, GlooPredictionIsTheSlowestRankAtTcpSpeeds) {
+  // The plan places nothing: every pair counts as between hosts, 1.25 GB/s
+  // over Gloo; engine rank 1 receives the most.
+  auto s = SummarizePlan(HandPlan(), LinkModel{});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_NEAR(s->gloo_predicted_seconds, ((8 << 20) + 5100) / 1.25e9, 1e-12);
+  EXPECT_GT(s->gloo_predicted_seconds, 10 * s->predicted_seconds);
+  const std::string text = FormatSummaryText(*s);
+  EXPECT_NE(text.find("predicted over Gloo (members on host memory, TCP: 1 GB/s within a "
+                      "host, 1.25 GB/s between hosts): 0.007 s\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NEAR(nlohmann::json::parse(FormatSummaryJson(*s))["gloo_predicted_seconds"]
+                  .get<double>(),
+              s->gloo_predicted_seconds, 1e-12);
+}
+
 TEST(PlanSummaryTest, ColocatedUsesNvlinkOnSameHost) {
   LinkModel link;
   link.gpus_per_host = 2;

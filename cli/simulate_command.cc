@@ -12,7 +12,7 @@
 #include "common/member_name.h"
 #include "common/status_macros.h"
 #include "exec/executor.h"
-#include "exec/inproc_transport.h"
+#include "exec/transport/inproc_transport.h"
 #include "mapping/engine_vllm.h"
 #include "mapping/mapping.h"
 #include "mapping/plan_size.h"

@@ -13,7 +13,7 @@
 #include "common/printable.h"
 #include "common/round_bytes.h"
 #include "common/status_macros.h"
-#include "exec/wire_enums.h"
+#include "exec/transport/wire_enums.h"
 #include "nlohmann/json.hpp"
 #include "cli/status_watch.h"
 

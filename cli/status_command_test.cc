@@ -107,7 +107,7 @@ v1::RoundSummary* Round(v1::StatusResponse& r, int64_t v, const std::string& out
   return s;
 }
 
-TEST(StatusWatchTest, AFrameMarksWhoReportedAndWhoIsStillMoving) {
+TEST(StatusWatchTest, AFrameGivesEveryMembersBytesWaitingOnesTooAligned) {
   v1::StatusResponse r;
   r.set_plan_fingerprint("abc");
   Round(r, 1, "committed");
@@ -126,12 +126,12 @@ TEST(StatusWatchTest, AFrameMarksWhoReportedAndWhoIsStillMoving) {
                      "round 2 running: 1 of 2 members reported, 1000 bytes per engine "
                      "rank so far\n"));
   EXPECT_THAT(f, ::testing::HasSubstr(
-                     "  reported  trainer/job/0  1000 bytes in 0.250 s, peak staging "
+                     "  reported  trainer/job/0   1000 bytes in 0.250 s, peak staging "
                      "4096 bytes\n"));
   EXPECT_THAT(f, ::testing::HasSubstr("refitd h:1: 0 members, plan abc\n"));
   r.add_members();
   EXPECT_THAT(FormatWatchFrame(r, "h:1"), ::testing::HasSubstr("refitd h:1: 1 member, plan"));
-  EXPECT_THAT(f, ::testing::HasSubstr("  moving    engine/job/A/0\n"));
+  EXPECT_THAT(f, ::testing::HasSubstr("  waiting   engine/job/A/0  0 bytes so far\n"));
   EXPECT_EQ(FinishedRoundAfter(r, 1), nullptr);
   EXPECT_EQ(FinishedRoundAfter(r, 0)->version(), 1);
 }

@@ -46,17 +46,25 @@ std::string FormatWatchFrame(const v1::StatusResponse& r, const std::string& ser
                         Counted(total, "member"), RunningRoundBytes(*running));
   std::map<std::string, const v1::MemberReport*> figures;
   for (const v1::MemberReport& m : running->reports()) figures[m.member_id()] = &m;
+  size_t width = 0;
+  for (const std::string& id : running->reported()) width = std::max(width, Printable(id).size());
+  for (const std::string& id : running->waiting()) width = std::max(width, Printable(id).size());
+  // One row per participant, each with its bytes: a member's figures come
+  // with its report at the end of its part, so a waiting one shows 0.
   for (const std::string& id : running->reported()) {
-    absl::StrAppend(&out, "  reported  ", Printable(id));
-    if (auto it = figures.find(id); it != figures.end()) {
-      absl::StrAppendFormat(&out, "  %s in %.3f s, peak staging %s",
-                            HumanBytes(it->second->bytes()), it->second->seconds(),
-                            HumanBytes(it->second->peak_staging_bytes()));
+    auto it = figures.find(id);
+    if (it == figures.end()) {
+      absl::StrAppendFormat(&out, "  reported  %-*s\n", width, Printable(id));
+      continue;
     }
-    absl::StrAppend(&out, "\n");
+    absl::StrAppendFormat(&out, "  reported  %-*s  %s in %.3f s, peak staging %s\n", width,
+                          Printable(id), HumanBytes(it->second->bytes()),
+                          it->second->seconds(),
+                          HumanBytes(it->second->peak_staging_bytes()));
   }
   for (const std::string& id : running->waiting()) {
-    absl::StrAppend(&out, "  moving    ", Printable(id), "\n");
+    absl::StrAppendFormat(&out, "  waiting   %-*s  %s so far\n", width, Printable(id),
+                          HumanBytes(0));
   }
   return out;
 }

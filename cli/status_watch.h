@@ -1,6 +1,7 @@
 // `refit status --watch`: polls a running refitd and shows the round in
-// flight (its version, seconds so far, which members reported and which
-// are still moving) until that round ends, then its outcome.
+// flight (its version, seconds so far, each member's bytes: reported, or
+// waiting) until that round ends, then its outcome; --follow round after
+// round.
 #ifndef REFIT_TOOLS_CLI_STATUS_WATCH_H_
 #define REFIT_TOOLS_CLI_STATUS_WATCH_H_
 
@@ -15,8 +16,9 @@
 namespace refit {
 
 // Returns one screen of the watch: the round in flight in `r` (or "no
-// round in flight" and the last finished one), with every participant
-// marked reported (with its bytes, seconds and peak staging) or waiting.
+// round in flight" and the last finished one), one row per participant,
+// ids aligned: reported (its bytes, seconds and peak staging) or waiting
+// (0 bytes so far: a member reports its figures when its part is done).
 std::string FormatWatchFrame(const v1::StatusResponse& r, const std::string& server);
 
 // Returns the newest round in `r` whose version is above `after` and that

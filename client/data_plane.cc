@@ -14,7 +14,7 @@
 #include "exec/copier.h"
 #include "exec/delta/digest_term.h"
 #include "exec/delta/wave_ops.h"
-#include "exec/gloo_transport.h"
+#include "exec/transport/gloo_transport.h"
 #include "plan/plan_codec.h"
 
 namespace refit {

@@ -33,12 +33,12 @@
 #include "client/staged_buffers.h"
 #include "client/staged_delta.h"
 #include "exec/delta/delta_runner.h"
-#include "exec/kv_store.h"
+#include "exec/transport/kv_store.h"
 #include "exec/member_runner.h"
-#include "exec/plan_side.h"
+#include "exec/program/plan_side.h"
 #include "exec/round_runner.h"
 #include "exec/run_stats.h"
-#include "exec/transport_kind.h"
+#include "exec/transport/transport_kind.h"
 #include "plan/plan.h"
 
 namespace refit {

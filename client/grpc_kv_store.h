@@ -6,7 +6,7 @@
 
 #include "client/refit_client.h"
 #include "common/cancellation.h"
-#include "exec/kv_store.h"
+#include "exec/transport/kv_store.h"
 
 namespace refit {
 

@@ -15,7 +15,7 @@
 #include "client/log.h"
 #include "common/member_name.h"
 #include "common/status_macros.h"
-#include "exec/wire_enums.h"
+#include "exec/transport/wire_enums.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
 #include "mapping/split_advice.h"

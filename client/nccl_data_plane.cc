@@ -11,7 +11,7 @@
 #include "client/cuda_staging_memory.h"
 #include "common/status_macros.h"
 #include "exec/cuda/cuda_copier.h"
-#include "exec/cuda/nccl_transport.h"
+#include "exec/transport/cuda/nccl_transport.h"
 #include "exec/delta/cuda/gpu_wave_ops.h"
 
 namespace refit {

@@ -6,7 +6,7 @@
 
 #include "client/nccl_data_plane.h"
 #include "common/status_macros.h"
-#include "exec/cuda/pull_runner.h"
+#include "exec/pull/cuda/pull_runner.h"
 
 namespace refit {
 

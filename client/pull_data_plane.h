@@ -1,6 +1,6 @@
 // The colocated flavour of the client's data plane (CUDA builds only):
 // members of one host pull straight from each other's device memory
-// (exec/cuda/pull_runner.h), one kernel per round, whatever allocator made
+// (exec/pull/cuda/pull_runner.h), one kernel per round, whatever allocator made
 // the buffers (cudaMalloc or cuMem / expandable segments).
 //
 //   DataPlaneOptions o = PullDataPlaneOptions(/*device=*/local_rank);

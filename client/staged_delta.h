@@ -25,7 +25,7 @@
 #include "exec/copier.h"
 #include "exec/delta/delta_codec.h"
 #include "exec/delta/wave_ops.h"
-#include "exec/resolved_copy.h"
+#include "exec/program/resolved_copy.h"
 
 namespace refit {
 

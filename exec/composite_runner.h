@@ -15,7 +15,7 @@
 #include "exec/copier.h"
 #include "exec/executor.h"
 #include "exec/round_runner.h"
-#include "exec/transport.h"
+#include "exec/transport/transport.h"
 
 namespace refit {
 

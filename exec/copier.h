@@ -10,9 +10,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "exec/convert.h"
-#include "exec/copy_program.h"
-#include "exec/transport.h"
+#include "exec/convert/convert.h"
+#include "exec/program/copy_program.h"
+#include "exec/transport/transport.h"
 #include "layout/dtype.h"
 
 namespace refit {

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "absl/synchronization/mutex.h"
-#include "exec/inproc_transport.h"
+#include "exec/transport/inproc_transport.h"
 #include "gtest/gtest.h"
 #include "layout/mesh.h"
 #include "layout/sharding.h"

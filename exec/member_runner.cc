@@ -8,8 +8,8 @@
 #include "common/status_macros.h"
 #include "exec/composite_runner.h"
 #include "exec/executor.h"
-#include "exec/pair_routes.h"
-#include "exec/subset_transport.h"
+#include "exec/transport/pair_routes.h"
+#include "exec/transport/subset_transport.h"
 
 namespace refit {
 namespace {

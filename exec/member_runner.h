@@ -27,10 +27,10 @@
 #include "exec/copier.h"
 #include "exec/delta/delta_runner.h"
 #include "exec/delta/wave_ops.h"
-#include "exec/kv_store.h"
-#include "exec/plan_side.h"
+#include "exec/transport/kv_store.h"
+#include "exec/program/plan_side.h"
 #include "exec/round_runner.h"
-#include "exec/transport.h"
+#include "exec/transport/transport.h"
 #include "plan/plan.h"
 
 namespace refit {

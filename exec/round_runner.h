@@ -1,7 +1,7 @@
 // RoundRunner: a member's whole data plane for one plan, the one interface
 // a member holds (exec/member_runner.h makes it): an executor over a
 // transport (exec/composite_runner.h: ExecutorRunner), the colocated pull
-// path (exec/cuda/pull_runner.h), or runners composed into one
+// path (exec/pull/cuda/pull_runner.h), or runners composed into one
 // (CompositeRunner). A runner may wrap another: it runs the inner runner
 // inside its own Run and forwards Cancel.
 #ifndef REFIT_EXEC_ROUND_RUNNER_H_

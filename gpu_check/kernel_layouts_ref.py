@@ -41,7 +41,7 @@ from e4m3 import FP8, e4m3_values, to_fp8
 BLOCK = 128
 SCALE = "_scale_inv"
 def quantize_checkpoint(w: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The block-FP8 checkpoint of w, as refit quantizes (exec/quantize.h):
+    """The block-FP8 checkpoint of w, as refit quantizes (exec/convert/quantize.h):
     scale = max(amax, 1e-4) / 448, codes e4m3(clamp(x * (1 / scale))), by
     tensor divisions (IEEE); (codes, f32 scales)."""
     x = w.float()

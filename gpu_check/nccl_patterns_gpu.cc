@@ -1,5 +1,5 @@
 // GPU test program: the data-plane patterns over NCCL, one process per GPU,
-// or with --transport=pull on the colocated pull path (exec/cuda/pull_runner.h:
+// or with --transport=pull on the colocated pull path (exec/pull/cuda/pull_runner.h:
 // every receiver copies straight out of its senders' buffers), rank g on GPU
 // g mod N (so ranks share GPUs, as a colocated trainer and engine do, and
 // every pattern runs on one GPU too).
@@ -36,8 +36,8 @@
 
 #include "exec/composite_runner.h"
 #include "exec/cuda/cuda_copier.h"
-#include "exec/cuda/nccl_transport.h"
-#include "exec/cuda/pull_runner.h"
+#include "exec/transport/cuda/nccl_transport.h"
+#include "exec/pull/cuda/pull_runner.h"
 #include "exec/executor.h"
 #include "plan/plan_codec.h"
 #include "testing/dir_kv_store.h"

@@ -21,14 +21,31 @@ namespace refit {
 // replicated dense model, ~1.5 KiB for DeepSeek-V3 at 256+256 ranks.
 inline constexpr int64_t kPlanBytesPerRecordEstimate = 2048;
 
+// Per-expert parts of a stacked (MoE) tensor that cost the planner what one
+// record does: where one side holds experts in buffers of their own (e.g.
+// Megatron's local experts) every expert is a record and a segment of its
+// own. Measured with `refit plan` (tiny-qwen3-moe, megatron:tp=1 and
+// vllm:tp=1, 1,024 to 2,048 layers, 128 and 256 experts): ~230 B per expert
+// and rank.
+inline constexpr int64_t kExpertsPerRecordEstimate = 4;
+
 // Returns the estimated number of records a plan between `trainer` and the
-// engines `engines` holds for `model`: one per logical tensor per rank that
-// holds it (a pipeline stage holds 1/pp of the tensors; every engine rank
-// holds a slice of every tensor). Fails with INVALID_ARGUMENT when the model
-// is inconsistent (BuildModelTensors).
+// engines `engines` holds for `model`: per rank, one per logical tensor it
+// holds, and for a stacked (per-expert) tensor also one per
+// kExpertsPerRecordEstimate of the experts the rank holds (all of them,
+// or 1/ep of them with expert parallelism). A pipeline stage holds 1/pp of
+// the tensors; every engine rank holds a slice of every tensor. Fails with
+// INVALID_ARGUMENT when the model is inconsistent (BuildModelTensors).
 absl::StatusOr<int64_t> EstimatePlanRecords(const ModelConfig& model,
                                             const TrainerSpec& trainer,
                                             absl::Span<const EngineSpec> engines);
+
+// Returns the number of logical tensors the ranks of `trainer` and
+// `engines` hold in all (a stacked tensor counted once per rank): what
+// CheckRecordsAgainstRegistered compares with the registered buffers. Fails
+// with INVALID_ARGUMENT when the model is inconsistent.
+absl::StatusOr<int64_t> CountRankTensors(const ModelConfig& model, const TrainerSpec& trainer,
+                                         absl::Span<const EngineSpec> engines);
 
 // Returns OK when the members could hold `model` with the `registered`
 // buffers they registered in all: every rank holds at least one buffer per
@@ -45,7 +62,7 @@ absl::Status CheckRegisteredBuffers(const ModelConfig& model, const TrainerSpec&
 // (fused projections: q, k and v in one buffer; gate and up in one).
 inline constexpr int64_t kMaxRecordsPerRegisteredBuffer = 4;
 
-// Returns OK when `records` (EstimatePlanRecords) is at most
+// Returns OK when `records` (CountRankTensors) is at most
 // kMaxRecordsPerRegisteredBuffer times the `registered` buffers; else
 // INVALID_ARGUMENT naming model_config and both figures: the model's
 // numbers claim far more tensors than the members hold.

@@ -20,6 +20,31 @@ TEST(PlanSizeTest, CountsOneRecordPerTensorPerRankOfAStage) {
   EXPECT_EQ(*r, n * 8 / 2 + n * 2 + n * 3);
 }
 
+TEST(PlanSizeTest, StackedTensorsCountTheExpertsEachRankHolds) {
+  absl::StatusOr<ModelConfig> m = LoadModelConfig("tiny-qwen3-moe");
+  ASSERT_TRUE(m.ok()) << m.status();
+  m->num_layers = 64;
+  absl::StatusOr<ModelTensors> t = BuildModelTensors(*m);
+  ASSERT_TRUE(t.ok());
+  int64_t stacked = 0, experts = 0;
+  for (const TensorSpec& spec : t->tensors) {
+    if (!spec.stacked) continue;
+    ++stacked;
+    experts = spec.shape[0];
+  }
+  ASSERT_GT(stacked, 0);
+  ASSERT_EQ(experts % (2 * kExpertsPerRecordEstimate), 0);
+  const int64_t n = static_cast<int64_t>(t->tensors.size());
+  // Every engine rank holds every expert; trainer ranks with ep=2 half.
+  TrainerSpec ts = *ParseTrainerSpec("megatron:tp=1,ep=2,dp=2");
+  EngineSpec es = *ParseEngineSpec("vllm:tp=2");
+  absl::StatusOr<int64_t> r = EstimatePlanRecords(*m, ts, {es});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const int64_t per_expert = stacked * experts / kExpertsPerRecordEstimate;
+  EXPECT_EQ(*r, 2 * (n + per_expert / 2) + 2 * (n + per_expert));
+  EXPECT_EQ(*CountRankTensors(*m, ts, {es}), 4 * n);
+}
+
 TEST(PlanSizeTest, HugeWorldIsOverTheDefaultBudgetAndNamesIt) {
   absl::StatusOr<ModelConfig> m = LoadModelConfig("tiny-qwen3");
   ASSERT_TRUE(m.ok());
@@ -73,7 +98,7 @@ TEST(PlanSizeTest, RealModelsPassTheRegisteredBufferChecks) {
                                RegisteredBuffers(*m, false, c.engine, es->world_size());
     ASSERT_GT(registered, 0);
     EXPECT_TRUE(CheckRegisteredBuffers(*m, *ts, {*es}, registered).ok());
-    absl::StatusOr<int64_t> records = EstimatePlanRecords(*m, *ts, {*es});
+    absl::StatusOr<int64_t> records = CountRankTensors(*m, *ts, {*es});
     ASSERT_TRUE(records.ok());
     EXPECT_TRUE(CheckRecordsAgainstRegistered(*records, registered).ok())
         << *records << " records, " << registered << " buffers";

@@ -11,8 +11,9 @@
 namespace refit {
 
 // The fingerprint of a plan: a 128-bit hex digest (32 lowercase hex chars)
-// over a canonical serialization of every field except `stats` and
-// `fingerprint` itself. BuildPlan sets plan.fingerprint to this. Never
+// over a canonical serialization of every field except `stats`,
+// `fingerprint` itself and the waves' plan_bytes and lane_offset (derived
+// from the messages, plan/wave_bytes.h). BuildPlan sets plan.fingerprint to this. Never
 // fails.
 std::string PlanFingerprint(const Plan& plan);
 

@@ -79,6 +79,13 @@ struct Wave {
   // pair matches the i-th receive).
   int32_t first_message = 0;
   int32_t num_messages = 0;
+  // The whole plan's bytes in this wave (every message's, every rank's),
+  // and in the waves before it on its lane. A slice (plan_codec.h) keeps
+  // the whole plan's figures, so every rank cuts the same delta batches
+  // from its slice alone (exec/delta/delta_runner.h). Derived from the
+  // messages (SetWaveBytes, plan/wave_bytes.h).
+  int64_t plan_bytes = 0;
+  int64_t lane_offset = 0;
 };
 
 // Lanes a plan may have: each lane is a data-plane communicator per member,

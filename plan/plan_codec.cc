@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "plan/plan_stats.h"
+#include "plan/wave_bytes.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -200,6 +201,8 @@ refit::v1::PlanProto ToProto(const Plan& plan) {
     rp->set_stage(r.stage);
     rp->set_first_message(r.first_message);
     rp->set_num_messages(r.num_messages);
+    rp->set_plan_bytes(r.plan_bytes);
+    rp->set_lane_offset(r.lane_offset);
   }
   auto* o = p.mutable_options();
   o->set_staging_budget_bytes(plan.options.staging_budget_bytes);
@@ -478,6 +481,8 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
     r.stage = rp.stage();
     r.first_message = rp.first_message();
     r.num_messages = rp.num_messages();
+    r.plan_bytes = rp.plan_bytes();
+    r.lane_offset = rp.lane_offset();
     if (r.lane < 0 || r.lane >= plan.options.num_lanes || r.stage < 0 ||
         r.first_message < 0 || r.num_messages < 0 ||
         int64_t{r.first_message} + r.num_messages > nmsg) {
@@ -491,6 +496,7 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
     }
     plan.waves.push_back(r);
   }
+  REFIT_RETURN_IF_ERROR(CheckWaveBytes(plan));
   REFIT_RETURN_IF_ERROR(ConversionsFromProto(p, &plan));
   plan.fingerprint = p.fingerprint();
   plan.stats = ComputePlanStats(plan);

@@ -24,6 +24,7 @@
 #include "plan/internal/segments.h"
 #include "plan/internal/validate.h"
 #include "plan/plan_stats.h"
+#include "plan/wave_bytes.h"
 
 namespace refit {
 namespace {
@@ -180,6 +181,7 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
     REFIT_RETURN_IF_ERROR(phase_done("relays"));
   }
   EmitMessages(messages, &plan);
+  SetWaveBytes(&plan);
   REFIT_RETURN_IF_ERROR(phase_done("emit"));
 
   plan.stats = ComputePlanStats(plan);

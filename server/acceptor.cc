@@ -12,12 +12,15 @@
 #include <cerrno>
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/first_request.h"
 #include "server/listen_socket.h"
 #include "server/log.h"
 
@@ -26,9 +29,14 @@ namespace {
 
 int OpenSpare() { return open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
-// How long a connection that sent whole frames and no request must be
-// quiet before it is handed over.
-constexpr absl::Duration kQuiet = absl::Milliseconds(200);
+// How much of a pending connection's bytes are looked at: a first request
+// must fit (gRPC clients send a few hundred bytes).
+constexpr size_t kPeekBytes = 64 << 10;
+
+// Connections accepted in one go before the pending ones are served: a
+// burst of members connecting at once is not taken whole (and mostly
+// closed as too many pending) before their first requests are read.
+constexpr int kAcceptBatch = 32;
 
 }  // namespace
 
@@ -60,8 +68,7 @@ void Acceptor::Start(grpc::experimental::ExternalConnectionAcceptor* target, Gat
 void Acceptor::Stop() {
   if (stop_.exchange(true)) return;
   if (thread_.joinable()) thread_.join();
-  for (const Pending& p : pending_) close(p.fd);
-  pending_.clear();
+  for (const PendingConnections::Entry& p : pending_.TakeAll()) close(p.fd);
   if (epoll_fd_ >= 0) close(epoll_fd_);
   close(listen_fd_);
   if (spare_fd_ >= 0) close(spare_fd_);
@@ -81,13 +88,8 @@ void Acceptor::HandOver(int fd) {
   target_->HandleNewConnection(&params);  // owns fd from here
 }
 
-void Acceptor::Take(int fd) {
-  if (!gate_.plaintext) {
-    HandOver(fd);
-    return;
-  }
-  while (static_cast<int>(pending_.size()) >= gate_.max_pending) CloseOldestPending();
-  const absl::Time now = absl::Now();
+void Acceptor::Take(int fd, std::string source) {
+  while (static_cast<int>(pending_.size()) >= gate_.max_pending) GiveWay();
   const uint64_t seq = ++next_seq_;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
@@ -96,84 +98,68 @@ void Acceptor::Take(int fd) {
     HandOver(fd);  // cannot watch it: let gRPC have it
     return;
   }
-  pending_.push_back(Pending{fd, seq, now, now});
+  PendingConnections::Entry p;
+  p.fd = fd;
+  p.tag = seq;
+  p.accepted = absl::Now();
+  p.source = std::move(source);
+  // Its first bytes may have come with the connection (no new edge then).
+  if (!Settle(p, p.accepted)) pending_.Add(std::move(p));
 }
 
-bool Acceptor::CloseOldestPending() {
-  if (pending_.empty()) return false;
-  Forget(pending_.front().fd);
-  close(pending_.front().fd);
-  pending_.pop_front();
+bool Acceptor::GiveWay() {
+  std::optional<PendingConnections::Entry> victim = pending_.TakeVictim();
+  if (!victim) return false;
+  Forget(victim->fd);
+  close(victim->fd);
   stalled_closed_.fetch_add(1);
   return true;
 }
 
-Acceptor::FirstRequest Acceptor::Inspect(Pending& p, absl::Time now) {
-  // The HTTP/2 client preface, then frames of a 9-byte header each:
-  // length (24 bits), type, flags, stream id.
-  static constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-  constexpr size_t kPrefaceLen = sizeof(kPreface) - 1;
-  constexpr size_t kPeekBytes = 64 << 10;
-  static thread_local std::vector<unsigned char> buf(kPeekBytes);
+bool Acceptor::Settle(PendingConnections::Entry& p, absl::Time now) {
+  static thread_local std::vector<uint8_t> buf(kPeekBytes);
   const ssize_t n = recv(p.fd, buf.data(), buf.size(), MSG_PEEK | MSG_DONTWAIT);
-  if (n == 0) return FirstRequest::kClosed;
-  if (n < 0) {
-    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? FirstRequest::kIncomplete
-                                                                     : FirstRequest::kClosed;
+  bool closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  FirstBytes state = FirstBytes::kIncomplete;
+  if (n > 0) {
+    const auto bytes = absl::MakeConstSpan(buf.data(), n);
+    state = gate_.plaintext ? ClassifyFirstBytes(bytes, kPeekBytes)
+                            : ClassifyFirstTlsBytes(bytes);
   }
-  const size_t got = static_cast<size_t>(n);
-  p.whole_frames = false;
-  if (got != p.bytes) {
-    p.bytes = got;
-    p.changed = now;
+  if (state == FirstBytes::kAwaitingRequest && gate_.plaintext && !p.greeted) {
+    // The server's preface, so that the client sends its first request.
+    p.greeted = true;
+    // Nine bytes into a new socket's empty send buffer: only a connection
+    // already reset fails.
+    closed = send(p.fd, kServerPreface, sizeof(kServerPreface), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+             static_cast<ssize_t>(sizeof(kServerPreface));
   }
-  // Not HTTP/2 (or more than we look at): gRPC answers or closes it.
-  if (std::memcmp(buf.data(), kPreface, std::min(got, kPrefaceLen)) != 0 || got == kPeekBytes) {
-    return FirstRequest::kComplete;
+  if (state == FirstBytes::kRequest || state == FirstBytes::kNotHttp2) {
+    // gRPC serves it (or answers what is not HTTP/2 and closes it).
+    Forget(p.fd);
+    HandOver(p.fd);
+    return true;
   }
-  if (got < kPrefaceLen) return FirstRequest::kIncomplete;
-  size_t off = kPrefaceLen;
-  while (off + 9 <= got) {
-    const size_t len = (size_t{buf[off]} << 16) | (size_t{buf[off + 1]} << 8) | buf[off + 2];
-    const unsigned char type = buf[off + 3], flags = buf[off + 4];
-    if (off + 9 + len > got) return FirstRequest::kIncomplete;  // mid-frame
-    constexpr unsigned char kHeaders = 0x1, kContinuation = 0x9, kEndHeaders = 0x4;
-    if ((type == kHeaders || type == kContinuation) && (flags & kEndHeaders) != 0) {
-      return FirstRequest::kComplete;
-    }
-    off += 9 + len;
+  const bool stalled = state == FirstBytes::kOversized ||
+                       now - p.accepted >= gate_.first_request_timeout;
+  if (closed || stalled) {
+    Forget(p.fd);
+    close(p.fd);
+    if (stalled) stalled_closed_.fetch_add(1);
+    return true;
   }
-  if (off < got) return FirstRequest::kIncomplete;  // a frame header cut short
-  // Whole frames and no request yet: a client waiting for the server's
-  // SETTINGS before it sends one. Hand it over once it has been quiet.
-  p.whole_frames = true;
-  return now - p.changed >= kQuiet ? FirstRequest::kComplete : FirstRequest::kIncomplete;
+  return false;
 }
 
 void Acceptor::ServicePending(const std::vector<uint64_t>& ready, absl::Time now) {
-  std::deque<Pending> kept;
-  for (Pending& p : pending_) {
-    FirstRequest state = FirstRequest::kIncomplete;
-    // Those with new bytes, and the quiet ones whose whole frames are due.
-    if (std::binary_search(ready.begin(), ready.end(), p.seq) ||
-        (p.whole_frames && now - p.changed >= kQuiet)) {
-      state = Inspect(p, now);
+  pending_.Filter([&](PendingConnections::Entry& p) {
+    // Those with new bytes, and those past the timeout.
+    if (std::binary_search(ready.begin(), ready.end(), p.tag) ||
+        now - p.accepted >= gate_.first_request_timeout) {
+      return !Settle(p, now);
     }
-    if (state == FirstRequest::kComplete) {
-      Forget(p.fd);
-      HandOver(p.fd);
-    } else if (state == FirstRequest::kClosed) {
-      Forget(p.fd);
-      close(p.fd);
-    } else if (now - p.accepted >= gate_.first_request_timeout) {
-      Forget(p.fd);
-      close(p.fd);
-      stalled_closed_.fetch_add(1);
-    } else {
-      kept.push_back(p);
-    }
-  }
-  pending_.swap(kept);
+    return true;
+  });
 }
 
 void Acceptor::Loop() {
@@ -182,7 +168,7 @@ void Acceptor::Loop() {
   absl::Time last_stall_log = absl::InfinitePast();
   int64_t stalled_logged = 0;
   while (!stop_.load()) {
-    const int timeout_ms = pending_.empty() ? 100 : 50;
+    const int timeout_ms = pending_.size() == 0 ? 100 : 50;
     const int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()),
                              timeout_ms);
     if (n < 0 && errno != EINTR) absl::SleepFor(absl::Milliseconds(10));
@@ -197,22 +183,27 @@ void Acceptor::Loop() {
     }
     std::sort(ready.begin(), ready.end());
     const absl::Time now = absl::Now();
-    if (!pending_.empty()) ServicePending(ready, now);
+    if (pending_.size() > 0) ServicePending(ready, now);
     if (const int64_t closed = stalled_closed_.load();
         closed > stalled_logged && now - last_stall_log > absl::Seconds(10)) {
       last_stall_log = now;
       stalled_logged = closed;
       ServerLog().warn(
           "closed {} connections so far that sent no complete first request within {} "
-          "(or were the oldest of {} waiting)",
+          "(or gave way to newer ones, {} waiting at most)",
           closed, absl::FormatDuration(gate_.first_request_timeout), gate_.max_pending);
     }
     if (!listener_ready) continue;
-    // Take every waiting connection, then wait again.
-    while (!stop_.load()) {
-      const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    // Take waiting connections, a batch at a time: between batches the
+    // pending ones' first bytes are looked at (the listener, level
+    // triggered, wakes the next wait at once while more are waiting).
+    for (int taken = 0; taken < kAcceptBatch && !stop_.load(); ++taken) {
+      sockaddr_storage peer{};
+      socklen_t peer_len = sizeof(peer);
+      const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_len,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
-        Take(fd);
+        Take(fd, SourceKey(peer, peer_len));
         continue;
       }
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
@@ -220,7 +211,7 @@ void Acceptor::Loop() {
       const bool no_descriptor =
           errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM;
       // A connection that has not sent a request yet gives way to the new one.
-      if (no_descriptor && CloseOldestPending()) continue;
+      if (no_descriptor && GiveWay()) continue;
       const int pause_ms = PauseMsAfter(errno);
       absl::SleepFor(absl::Milliseconds(pause_ms));
       break;

@@ -13,23 +13,28 @@
 // briefly. Connections already open are served throughout; new ones are
 // taken again as soon as descriptors are free.
 //
-// Slow clients: on a plaintext listener a new connection is held here, not
-// handed to gRPC, until it has sent its first complete request (the HTTP/2
-// preface and a whole HEADERS block; or only whole frames and then nothing
-// for 200 ms, as clients that wait for the server's SETTINGS do). One that
-// stalls before that (mid-frame, or silent) is closed after
-// first_request_timeout, and at most max_pending such connections are held:
-// a new one closes the oldest, and so does a connection that arrives when
-// the process has no descriptor left. A flood of stalled connections thus
-// never keeps a member's new connection out. On a TLS listener connections
-// are handed over at once and gRPC's handshake deadline (the same timeout)
-// applies.
+// New connections: on a plaintext listener a new connection is held here,
+// not handed to gRPC, until it has sent its first complete request (the
+// HTTP/2 preface and a whole HEADERS block). Once its preface has arrived
+// the acceptor sends the server's preface (an empty SETTINGS frame), so
+// clients that wait for it before their first request (gRPC's own) send
+// that request at once: an honest client is handed over within a round
+// trip. A connection that stalls before its first request (mid-frame,
+// silent, or connected with no call) is closed after
+// first_request_timeout, one whose first 64 KiB hold no complete request
+// is closed at once, and at most max_pending are held: a new one closes
+// the oldest of those from the address (an IPv6 /64) holding the most, and
+// so does a connection that arrives when the process has no descriptor
+// left. A flood from a few addresses thus closes its own connections, not
+// those of members elsewhere. A TLS listener holds connections the same
+// way until their first TLS record (the ClientHello, sent as soon as a
+// client connects) has arrived; gRPC's handshake deadline (the same
+// timeout) applies after.
 #ifndef REFIT_SERVER_ACCEPTOR_H_
 #define REFIT_SERVER_ACCEPTOR_H_
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -38,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/server_builder.h"
+#include "server/pending_connections.h"
 
 namespace refit {
 
@@ -58,7 +64,7 @@ class Acceptor {
 
   // How new connections are held before gRPC gets them (see above).
   struct Gate {
-    bool plaintext = true;  // false: hand over at once (TLS)
+    bool plaintext = true;  // false: TLS (held until the first TLS record)
     int max_pending = 256;
     absl::Duration first_request_timeout = absl::Seconds(10);
   };
@@ -77,32 +83,24 @@ class Acceptor {
   int64_t refused() const { return refused_.load(); }
 
   // Returns how many connections were closed before their first request
-  // (stalled past the timeout, or the oldest when too many were pending).
+  // (stalled past the timeout, oversized, or giving way to new ones).
   int64_t stalled_closed() const { return stalled_closed_.load(); }
 
  private:
-  struct Pending {
-    int fd;
-    uint64_t seq;  // its epoll tag
-    absl::Time accepted;
-    absl::Time changed;         // when its bytes last grew
-    size_t bytes = 0;           // bytes seen so far
-    bool whole_frames = false;  // they end at a frame boundary, no request yet
-  };
-  // What a pending connection has sent so far.
-  enum class FirstRequest { kIncomplete, kComplete, kClosed };
-
   Acceptor(int listen_fd, int port);
   void Loop();
-  // Takes a connection just accepted: held when gated, else handed over.
-  void Take(int fd);
+  // Takes a connection just accepted from `source` (SourceKey): held when
+  // gated, else handed over.
+  void Take(int fd, std::string source);
   void HandOver(int fd);
-  // Closes the oldest pending connection; false when none is pending.
-  bool CloseOldestPending();
-  // Reads (without consuming) what `p` has sent and decides.
-  FirstRequest Inspect(Pending& p, absl::Time now);
-  // Hands over or closes the pending connections whose state changed
-  // (`ready`: the sorted tags of those with new bytes).
+  // Closes the pending connection that gives way to a new one
+  // (PendingConnections::TakeVictim); false when none is pending.
+  bool GiveWay();
+  // Reads (without consuming) what `p` has sent; returns true when it was
+  // handed over or closed, false while it is still pending.
+  bool Settle(PendingConnections::Entry& p, absl::Time now);
+  // Settles the pending connections with new bytes (`ready`: their sorted
+  // tags) and closes those past the timeout.
   void ServicePending(const std::vector<uint64_t>& ready, absl::Time now);
   // Removes `fd` from the epoll set (before it is closed or handed over).
   void Forget(int fd);
@@ -119,7 +117,7 @@ class Acceptor {
   // (edge-triggered: bytes peeked but not read do not wake it again).
   int epoll_fd_ = -1;
   uint64_t next_seq_ = 0;
-  std::deque<Pending> pending_;  // oldest first; the acceptor thread's own
+  PendingConnections pending_;  // the acceptor thread's own
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> refused_{0};
   std::atomic<int64_t> stalled_closed_{0};

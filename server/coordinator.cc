@@ -19,6 +19,7 @@
 #include "common/status_macros.h"
 #include "proto/protocol_version.h"
 #include "server/bounded_text.h"
+#include "server/delta_transports.h"
 #include "server/log.h"
 #include "server/registration.h"
 
@@ -533,8 +534,14 @@ void Coordinator::PlannerLoop() {
     plan_job_.reset();
     mu_.Unlock();  // the plan function may take seconds
     const absl::Time start = absl::Now();
+    // Delta rounds do not run on the colocated pull path: refused here, by
+    // name, rather than every round going dense unannounced.
+    const absl::Status refused =
+        options_.delta ? CheckDeltaTransports(input) : absl::OkStatus();
     std::optional<absl::StatusOr<BuiltPlan>> result =
-        RunPlanFunctionOnItsOwnThread(options_.plan_function, shared_input, stop_requested_);
+        refused.ok()
+            ? RunPlanFunctionOnItsOwnThread(options_.plan_function, shared_input, stop_requested_)
+            : std::optional<absl::StatusOr<BuiltPlan>>(refused);
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     mu_.Lock();
     planning_ = false;

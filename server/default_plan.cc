@@ -171,8 +171,9 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
   }
   REFIT_RETURN_IF_ERROR(CheckRegisteredBuffers(model, ts, engine_specs, registered));
   REFIT_RETURN_IF_ERROR(Cancelled(options));
+  REFIT_ASSIGN_OR_RETURN(int64_t tensors, CountRankTensors(model, ts, engine_specs));
+  REFIT_RETURN_IF_ERROR(CheckRecordsAgainstRegistered(tensors, registered));
   REFIT_ASSIGN_OR_RETURN(int64_t records, EstimatePlanRecords(model, ts, engine_specs));
-  REFIT_RETURN_IF_ERROR(CheckRecordsAgainstRegistered(records, registered));
   REFIT_RETURN_IF_ERROR(
       CheckPlanBudget(records, options.max_plan_bytes, options.budget_name));
 

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "exec/pair_routes.h"
+#include "exec/transport/pair_routes.h"
 #include "server/registration.h"
 
 namespace refit {

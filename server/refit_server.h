@@ -30,7 +30,8 @@ class RefitServer {
     // (coordinator.h); its plan_function is required.
     CoordinatorOptions coordinator;
     // Connections that have not sent their first complete request (acceptor.h):
-    // at most this many are held (the oldest is closed to take a new one),
+    // at most this many are held (to take a new one, the oldest of the
+    // address holding the most is closed),
     // each for at most first_request_timeout.
     int max_pending_connections = 256;
     absl::Duration first_request_timeout = absl::Seconds(10);

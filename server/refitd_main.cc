@@ -62,7 +62,7 @@ ABSL_FLAG(int64_t, max_kv_waits_per_member, 256,
           "KvGet calls waiting for a key, of one member (also of the plan's members)");
 ABSL_FLAG(int64_t, max_pending_connections, 256,
           "connections held before their first complete request (plaintext\n"
-          "listener); a new one closes the oldest");
+          "listener); a new one closes the oldest of the address holding the most");
 ABSL_FLAG(int64_t, first_request_timeout_ms, 10000,
           "a connection that has not sent a complete first request (or, with\n"
           "TLS, finished its handshake) this long after connecting is closed");

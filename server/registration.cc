@@ -11,7 +11,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
-#include "exec/wire_enums.h"
+#include "exec/transport/wire_enums.h"
 #include "layout/dtype.h"
 #include "proto/protocol_version.h"
 

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/file.h"
-#include "exec/kv_store.h"
+#include "exec/transport/kv_store.h"
 
 namespace refit::testing {
 

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "exec/plan_side.h"
-#include "exec/pull_program.h"
+#include "exec/program/plan_side.h"
+#include "exec/pull/pull_program.h"
 
 namespace refit::testing {
 

@@ -1,6 +1,6 @@
 // HostPullRunner: a stand-in for the colocated pull runner
-// (exec/cuda/pull_runner.h) in tests without a GPU. Members are threads of
-// one process: a receiver runs its pull program (exec/pull_program.h) with
+// (exec/pull/cuda/pull_runner.h) in tests without a GPU. Members are threads of
+// one process: a receiver runs its pull program (exec/pull/pull_program.h) with
 // memcpy straight out of its senders' host buffers, found through their
 // slices exactly as the engine maps them (PairSourceBuffers). It does not
 // order the two sides: the sources must hold the round's values before any
@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "exec/copy_program.h"
+#include "exec/program/copy_program.h"
 #include "exec/round_runner.h"
 #include "plan/plan.h"
 

@@ -3,7 +3,7 @@
 #include <thread>
 
 #include "exec/executor.h"
-#include "exec/inproc_transport.h"
+#include "exec/transport/inproc_transport.h"
 #include "plan/plan_codec.h"
 
 namespace refit::testing {

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "exec/quantize.h"
+#include "exec/convert/quantize.h"
 #include "testing/reference_copy.h"
 #include "testing/reference_quantizer.h"
 

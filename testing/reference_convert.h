@@ -45,7 +45,7 @@ std::vector<uint8_t> ExpectedConverted(const TensorSpec& t, DType source_dtype,
                                        int64_t block, Transform scale_transform,
                                        bool mxfp8 = false);
 
-// NVFP4 engines (exec/nvfp4.h): when `t` is a u8 NVFP4 weight of `engine`
+// NVFP4 engines (exec/convert/nvfp4.h): when `t` is a u8 NVFP4 weight of `engine`
 // (it has an f8e4m3 "<t>_scale" and the trainer holds it in a float dtype),
 // its "_scale" or the f32 "<w>_scale_2" global of one, sets *out to the
 // bytes it holds for the trainer's pattern of version `seed`

@@ -1,6 +1,6 @@
 // The reference blockwise FP8 quantizer, written plainly (tile by tile, and
 // e4m3 by searching every code for the nearest value) to check refit's own
-// (exec/quantize.h, exec/cuda/convert_kernels.h) against.
+// (exec/convert/quantize.h, exec/convert/cuda/convert_kernels.h) against.
 #ifndef REFIT_TESTING_REFERENCE_QUANTIZER_H_
 #define REFIT_TESTING_REFERENCE_QUANTIZER_H_
 

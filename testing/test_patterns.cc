@@ -12,6 +12,7 @@
 #include "layout/dtype.h"
 #include "layout/layout.h"
 #include "plan/planner.h"
+#include "plan/wave_bytes.h"
 
 namespace refit::testing {
 namespace {
@@ -175,6 +176,7 @@ Plan MakeHandPlan(const SideLayout& src, const SideLayout& dst,
     plan.messages.push_back(m);
     ++plan.waves.back().num_messages;
   }
+  SetWaveBytes(&plan);
   return plan;
 }
 

@@ -14,7 +14,7 @@
 #include "common/status_macros.h"
 #include "exec/cuda/cuda_status.h"
 #include "exec/cuda/pack_kernels.h"
-#include "exec/cuda/cuda_convert_ops.h"
+#include "exec/convert/cuda/cuda_convert_ops.h"
 #include "layout/dtype.h"
 #include "layout/tensor_spec.h"
 

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "exec/copier.h"
-#include "exec/cuda/cuda_lanes.h"
+#include "exec/transport/cuda/cuda_lanes.h"
 
 namespace refit {
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "exec/resolved_copy.h"
+#include "exec/program/resolved_copy.h"
 
 namespace refit {
 namespace cuda {

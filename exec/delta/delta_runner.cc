@@ -11,8 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "exec/delta/delta_codec.h"
-#include "exec/plan_side.h"
+#include "exec/program/plan_side.h"
 #include "layout/dtype.h"
+#include "plan/wave_bytes.h"
 
 namespace refit {
 namespace {
@@ -29,7 +30,20 @@ int MessageWordBytes(const Plan& plan, const Message& m) {
   return g == 2 || g == 4 || g == 8 ? static_cast<int>(g) : 1;
 }
 
-int64_t Align256(int64_t x) { return (x + 255) / 256 * 256; }
+// Wave `index`'s batch, as a key ordering the batches. With a window
+// (DeltaRunner::BatchWindow) above 0: the window its whole-plan offset on
+// its lane falls in, then its lane (a batch is a lane's waves within one
+// window); otherwise its own place (every wave its own batch). A slice
+// keeps the whole plan's offsets and its waves' order, so every rank's
+// batches are the whole plan's, run in the whole plan's order.
+// A wave reaching past its window's end is a batch of its own, after the
+// window's other waves of its lane (it starts after them).
+std::tuple<int64_t, int64_t, int> BatchKey(const Wave& wave, int64_t index, int64_t window) {
+  if (window <= 0) return {index, 0, 0};
+  const int64_t k = wave.lane_offset / window;
+  const bool past = wave.lane_offset - k * window + wave.plan_bytes > window;
+  return {k, wave.lane, past ? 1 : 0};
+}
 
 // A trainer begins the counts of up to this many waves past the one it
 // encodes: enough queued on the GPU that the host's posting, whose time
@@ -135,29 +149,33 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> DeltaRunner::Create(
 absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
   const std::string side_name(SideName(side_));
   std::map<std::pair<int32_t, int32_t>, int32_t> slots;
-  // Batches: consecutive plan waves of one lane, until a batch holds
-  // options_.batch_bytes of the plan's bytes (every rank's: so every rank
-  // cuts the same batches, and a pair's sends and receives match).
+  for (const Wave& wave : plan.waves) {
+    if (wave.first_message < 0 || wave.num_messages < 0 ||
+        int64_t{wave.first_message} + wave.num_messages >
+            static_cast<int64_t>(plan.messages.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          side_name, " rank ", rank_, ": a wave's messages lie outside the plan"));
+    }
+  }
+  if (absl::Status s = CheckWaveBytes(plan); !s.ok()) {
+    return AnnotateStatus(s, absl::StrCat(side_name, " rank ", rank_));
+  }
+  // Batches (BatchKey): cut by the whole plan's bytes, which every slice
+  // carries, so every rank cuts the same batches and runs them in one
+  // order whatever its slice, and a pair's sends and receives match.
   const int32_t lanes = transport_->num_lanes();
   std::vector<WaveWork> batches;
-  std::vector<int64_t> open(lanes, -1), open_bytes(lanes, 0);
-  for (const Wave& wave : plan.waves) {
-    const int32_t lane = std::max(0, wave.lane) % lanes;
-    int64_t wave_bytes = 0;
-    for (int32_t mi = wave.first_message; mi < wave.first_message + wave.num_messages; ++mi) {
-      if (mi < 0 || static_cast<size_t>(mi) >= plan.messages.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("message ", mi, " outside the plan"));
-      }
-      wave_bytes += plan.messages[mi].bytes;
-    }
-    if (open[lane] < 0 || open_bytes[lane] >= options_.batch_bytes) {
-      open[lane] = static_cast<int64_t>(batches.size());
-      open_bytes[lane] = 0;
+  std::map<std::tuple<int64_t, int64_t, int>, size_t> batch_of;
+  const int64_t window = BatchWindow(plan, options_.batch_bytes);
+  for (size_t k = 0; k < plan.waves.size(); ++k) {
+    const Wave& wave = plan.waves[k];
+    const auto key = BatchKey(wave, static_cast<int64_t>(k), window);
+    auto [at, fresh] = batch_of.emplace(key, batches.size());
+    if (fresh) {
       batches.emplace_back();
-      batches.back().lane = lane;
+      batches.back().lane = std::max(0, wave.lane) % lanes;
     }
-    open_bytes[lane] += wave_bytes;
-    WaveWork& w = batches[open[lane]];
+    WaveWork& w = batches[at->second];
     for (int32_t mi = wave.first_message; mi < wave.first_message + wave.num_messages; ++mi) {
       const Message& m = plan.messages[mi];
       if ((src ? m.src_rank : m.dst_rank) != rank_) continue;
@@ -183,8 +201,6 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
                 side_name, " rank ", rank_, ": buffer #", b, " is not registered"));
           }
         }
-        mw.stage_offset = w.staging_bytes;
-        w.staging_bytes += Align256(m.bytes);
       }
       REFIT_RETURN_IF_ERROR(AppendStreamDigestRuns(plan, m, &mw.runs));
       for (const StreamDigestRun& run : mw.runs) {
@@ -197,7 +213,8 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       w.msgs.push_back(std::move(mw));
     }
   }
-  for (WaveWork& w : batches) {
+  for (const auto& [key, index] : batch_of) {
+    WaveWork& w = batches[index];
     if (w.msgs.empty()) continue;
     // By peer, then message: each peer's headers are one send.
     std::stable_sort(w.msgs.begin(), w.msgs.end(), [](const MsgWork& a, const MsgWork& b) {
@@ -207,18 +224,18 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       if (w.peers.empty() || w.peers.back().first != m.peer) w.peers.push_back({m.peer, 0});
       ++w.peers.back().second;
     }
-    REFIT_ASSIGN_OR_RETURN(w.headers,
-                           ops_->Allocate(static_cast<int64_t>(w.msgs.size()) * sizeof(DeltaHeader)));
-    if (w.staging_bytes > 0) {
-      absl::StatusOr<char*> st = copier_->Allocate(w.staging_bytes);
-      if (!st.ok()) {
-        ops_->Free(w.headers);
-        return st.status();
-      }
-      w.staging = *st;
-    }
+    // Within the batch's half of the lane's share (a wave of its own: the
+    // share, as the plan staged it).
+    LayOutStaging(w, window > 0 && std::get<2>(key) == 0
+                         ? window
+                         : plan.options.staging_budget_bytes /
+                               std::max<int32_t>(1, plan.options.num_lanes));
+    const int64_t header_bytes = static_cast<int64_t>(w.msgs.size()) * sizeof(DeltaHeader);
+    REFIT_ASSIGN_OR_RETURN(w.headers, ops_->Allocate(header_bytes));
+    header_bytes_ += header_bytes;
     work_.push_back(std::move(w));
   }
+  REFIT_RETURN_IF_ERROR(AllocateStaging());
   std::vector<int32_t> last(lanes, -1);
   for (int32_t k = 0; k < static_cast<int32_t>(work_.size()); ++k) {
     const int32_t lane = work_[k].lane;
@@ -228,18 +245,17 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
   return absl::OkStatus();
 }
 
-void DeltaRunner::FreeRetired() {
-  for (char* p : retired_) ops_->Free(p);
-  retired_.clear();
-}
-
 DeltaRunner::~DeltaRunner() {
   if (ops_ != nullptr) (void)ops_->Finish(absl::Now() + absl::Seconds(10));
   if (ops_ != nullptr) FreeRetired();
   for (WaveWork& w : work_) {
     if (w.headers != nullptr) ops_->Free(w.headers);
-    if (w.coded != nullptr) ops_->Free(w.coded);
-    if (w.staging != nullptr) copier_->Free(w.staging);
+  }
+  for (char* p : lane_coded_) {
+    if (p != nullptr) ops_->Free(p);
+  }
+  for (char* p : lane_staging_) {
+    if (p != nullptr) copier_->Free(p);
   }
   conversions_.reset();  // releases its scratch through the copier
   if (connect_bytes_ != nullptr) ops_->Free(connect_bytes_);
@@ -269,20 +285,6 @@ absl::Status DeltaRunner::ConnectLanes(absl::Time deadline) {
     REFIT_RETURN_IF_ERROR(transport_->StartWave(lane, sends, recvs, deadline));
     REFIT_RETURN_IF_ERROR(transport_->WaitWave(lane, deadline));
   }
-  return absl::OkStatus();
-}
-
-absl::Status DeltaRunner::Reserve(char** p, int64_t* cap, int64_t bytes, int64_t floor) {
-  if (bytes <= *cap) return absl::OkStatus();
-  // Freed after the round (FreeRetired): freeing device memory waits for
-  // the whole device, where a send of this round may wait for a peer that
-  // waits for us.
-  if (*p != nullptr) retired_.push_back(*p);
-  *p = nullptr;
-  *cap = 0;
-  const int64_t want = Align256(std::max(bytes + bytes / 4, floor));
-  REFIT_ASSIGN_OR_RETURN(*p, ops_->Allocate(want));
-  *cap = want;
   return absl::OkStatus();
 }
 
@@ -374,10 +376,20 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   const bool src = side_ == Side::kTrainer;
   const size_t n = work_.size();
   size_t begun = 0;
-  for (WaveWork& w : work_) w.headers_posted = false;
+  for (WaveWork& w : work_) w.headers_posted = w.claimed = false;
+  lane_used_.assign(lane_used_.size(), false);
+  // A trainer's batch packs into its lane's staging once the lane's
+  // earlier batch is encoded and sent: not begun ahead of it.
+  auto can_begin = [this](size_t b, size_t k) {
+    if (work_[b].staging == nullptr) return true;
+    for (size_t j = k; j < b; ++j) {
+      if (work_[j].lane == work_[b].lane && work_[j].staging != nullptr) return false;
+    }
+    return true;
+  };
   for (size_t k = 0; k < n; ++k) {
     if (src) {
-      while (begun < std::min(n, k + kCountsAhead + 1)) {
+      while (begun < std::min(n, k + kCountsAhead + 1) && can_begin(begun, k)) {
         REFIT_RETURN_IF_ERROR(BeginSend(work_[begun++], deadline));
       }
     } else {
@@ -394,12 +406,18 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   const absl::Time t_drain = absl::Now();
   REFIT_RETURN_IF_ERROR(Drain(deadline));
   REFIT_RETURN_IF_ERROR(ops_->Finish(deadline));
+  stats.peak_staging_bytes = HeldBytes();
+  delta_stats_.staging_bytes = StagingBytes();
+  delta_stats_.encoding_bytes = EncodingBytes();
   FreeRetired();
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
   NoteTimes(ops_->TakeTimes());
   if (side_ == Side::kTrainer) sent_ = true;
   if (options_.verify && !options_.overlap_digests) {
-    for (WaveWork& w : work_) REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));
+    for (WaveWork& w : work_) {
+      if (w.staging != nullptr) REFIT_RETURN_IF_ERROR(ClaimLane(w.lane, deadline));
+      REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));
+    }
   }
   if (options_.verify) REFIT_RETURN_IF_ERROR(DigestRound(deadline));
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -441,25 +459,9 @@ void DeltaRunner::DigestItems(MsgWork& m, const char* stream) const {
 
 absl::Status DeltaRunner::DigestWave(WaveWork& w, absl::Time deadline) {
   const absl::Time t0 = absl::Now();
-  // An engine's packed messages: what the buffers hold now, gathered into
-  // staging (a trainer's staging holds its packed current bytes).
-  if (side_ == Side::kEngine && w.staging != nullptr) {
-    std::vector<ResolvedCopy> gather;
-    for (const MsgWork& m : w.msgs) {
-      if (m.direct != nullptr) continue;
-      std::vector<CopyTask> rev = m.tasks;
-      for (CopyTask& t : rev) {
-        std::swap(t.src_buffer, t.dst_buffer);
-        std::swap(t.src_offset, t.dst_offset);
-        std::swap(t.src_row_stride, t.dst_row_stride);
-      }
-      REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> g,
-                             ResolveTasks(rev, buffers_, {}, nullptr, w.staging + m.stage_offset));
-      gather.insert(gather.end(), g.begin(), g.end());
-    }
-    REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, gather));
-    if (!copier_->OrderedWithTransport()) REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
-  }
+  // Packed messages: what the member holds now, into staging (the
+  // trainer's bytes are as the round sent them).
+  REFIT_RETURN_IF_ERROR(StageCurrent(w, deadline));
   std::vector<DigestItem> items;
   for (MsgWork& m : w.msgs) {
     DigestItems(m, m.direct != nullptr ? m.direct : w.staging + m.stage_offset);
@@ -486,44 +488,46 @@ void DeltaRunner::Commit(int64_t version) {
     return;
   }
   sent_ = false;
-  // Messages of one source region carry the same current bytes: the
-  // first one's encoding brings the shared snapshot up to date.
+  // The snapshot takes the trainer's current bytes of every message sent
+  // (what the engines now hold), once per source region; packed ones
+  // through the lane's staging, as the round packed them.
   std::set<std::string> done;
   const absl::Time deadline = absl::Now() + absl::Minutes(1);
   absl::Status s;
   for (WaveWork& w : work_) {
-    std::vector<ApplyItem> apply;
+    std::vector<const MsgWork*> todo;
+    bool packed = false;
     for (const MsgWork& m : w.msgs) {
       if (m.payload == nullptr || !done.insert(m.source_key).second) continue;
-      DeltaSnapshot::Region& region = snapshot_->messages[m.source_key];
-      const bool dense = m.header.encoding == static_cast<uint8_t>(DeltaEncoding::kDense);
-      if (region.data == nullptr || region.bytes != m.bytes) {
-        if (!dense) {  // a delta needs the snapshot it was taken against
-          s = absl::InternalError("delta snapshot region missing at commit");
-          break;
-        }
-        absl::StatusOr<char*> p = ops_->AllocateSnapshot(m.bytes);
+      todo.push_back(&m);
+      packed = packed || m.direct == nullptr;
+    }
+    if (packed) {
+      s = ClaimLane(w.lane, deadline);
+      if (s.ok()) s = StageCurrent(w, deadline);
+      if (s.ok()) s = ops_->AfterLane(w.lane);
+    }
+    for (const MsgWork* m : todo) {
+      if (!s.ok()) break;
+      DeltaSnapshot::Region& region = snapshot_->messages[m->source_key];
+      if (region.data == nullptr || region.bytes != m->bytes) {
+        absl::StatusOr<char*> p = ops_->AllocateSnapshot(m->bytes);
         if (!p.ok()) {
           s = p.status();
           break;
         }
         region.data = std::shared_ptr<char>(*p, ops_->SnapshotReleaser());
-        region.bytes = m.bytes;
+        region.bytes = m->bytes;
       }
-      if (dense) {
-        s = ops_->Copy(w.lane, region.data.get(), m.payload, m.bytes);
-        if (!s.ok()) break;
-      } else {
-        apply.push_back({m.header, m.payload, region.data.get()});
-      }
+      s = ops_->Copy(w.lane, region.data.get(),
+                     m->direct != nullptr ? m->direct : w.staging + m->stage_offset, m->bytes);
     }
-    if (s.ok() && !apply.empty()) s = ops_->Apply(w.lane, apply, {}, deadline);
     if (!s.ok()) break;
   }
   if (s.ok()) s = ops_->Finish(deadline);
   if (!s.ok()) {
-    // Our own encodings; should applying them ever fail, nothing of the
-    // snapshot can be trusted: the next round goes dense.
+    // Should a copy ever fail, nothing of the snapshot can be trusted: the
+    // next round goes dense.
     snapshot_->messages.clear();
   }
   snapshot_->version = version;

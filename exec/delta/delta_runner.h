@@ -2,8 +2,25 @@
 // per member per plan, on host memory (Gloo, in-process) or on a GPU
 // (NCCL): the steps are the same, the memory kind's DeltaWaveOps
 // (wave_ops.h) does them, once per batch over all its messages. A batch is
-// consecutive plan waves of one lane, up to options.batch_bytes of the
-// plan's bytes (DeltaRunnerOptions); below, "wave" is such a batch.
+// the plan waves of one lane that start in one window of
+// BatchWindow's bytes of the lane (at most options.batch_bytes), counted
+// in the whole plan (Wave::plan_bytes, lane_offset), so a rank running its
+// slice cuts the same batches as its peers; a wave reaching past its
+// window's end is a batch of its own. Below, "wave" is such a batch.
+//
+// Staging: each lane has one staging buffer (packed messages) and one
+// encoding buffer (encoded or received payloads), which its batches take
+// in turn, each once the lane's previous batch is done with them (its
+// transfers, copies and kernels). A batch's packed messages fit the plan's
+// per-lane staging share (a batch of several plan waves spans at most the
+// share; one plan wave's packed bytes the planner kept within it), so a
+// delta round's staging stays within the plan's staging budget as a dense
+// round's does. The encoding buffers come on top: per lane, the encoded
+// payloads of one batch (smaller than its messages; at a few percent of
+// changed words, a few percent of them). DeltaRoundStats gives both;
+// RunStats::peak_staging_bytes everything held (headers and FP8
+// conversion scratch included). A trainer's Commit copies the current
+// bytes of what it sent into its snapshot.
 //
 // A trainer rank keeps a snapshot: per message it sends, the bytes of the
 // last committed version (GPU memory by default on a GPU member, pinned host
@@ -51,14 +68,14 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "exec/conversion_stage.h"
+#include "exec/convert/conversion_stage.h"
 #include "exec/copier.h"
-#include "exec/copy_program.h"
+#include "exec/program/copy_program.h"
 #include "exec/delta/delta_policy.h"
 #include "exec/delta/round_digest.h"
 #include "exec/delta/wave_ops.h"
 #include "exec/round_runner.h"
-#include "exec/transport.h"
+#include "exec/transport/transport.h"
 #include "layout/side.h"
 #include "plan/plan.h"
 
@@ -106,10 +123,10 @@ struct DeltaRunnerOptions {
   // Both must outlive the runner unless given to Adopt.
   Copier* copier = nullptr;
   DeltaWaveOps* ops = nullptr;
-  // Consecutive plan waves of one lane run as one batch (one count, one
-  // encode, one group of sends or two of receives) until the batch holds
-  // this many of the plan's bytes (0: every plan wave its own batch). Both
-  // sides of a pair must use the same value.
+  // The plan waves of one lane starting in one window of this many of the
+  // whole plan's bytes on the lane run as one batch (one count, one
+  // encode, one group of sends or two of receives; 0: every plan wave its
+  // own batch). Both sides of a pair must use the same value.
   int64_t batch_bytes = int64_t{256} << 20;
 };
 
@@ -130,6 +147,11 @@ struct DeltaRoundStats {
   int64_t wire_bytes = 0;       // headers + payloads
   int64_t changed_words = 0;   // trainer: counted; engine: sent
   int64_t words = 0;           // of the messages (their codec words)
+  // Held for the round (delta_runner.h: Staging): the lanes' staging of
+  // packed messages (within the plan's staging budget) and their encoding
+  // buffers.
+  int64_t staging_bytes = 0;
+  int64_t encoding_bytes = 0;
   double digest_seconds = 0;    // time spent digesting
   int64_t batches = 0;          // batches of waves run (delta_runner.h)
   int64_t groups = 0;           // groups of sends and receives posted
@@ -164,7 +186,8 @@ struct DeltaRoundStats {
 class DeltaRunner : public RoundRunner {
  public:
   // As Executor::Create: INVALID_ARGUMENT for a missing buffer or a bad
-  // plan naming the tensor, FAILED_PRECONDITION when the transport's rank
+  // plan naming the tensor (or the wave, when the plan lacks the whole
+  // plan's wave bytes: plan/wave_bytes.h), FAILED_PRECONDITION when the transport's rank
   // or memory kind does not match the copier's and ops' or the plan has
   // relays (delta rounds do not relay), RESOURCE_EXHAUSTED
   // naming the trainer rank when its snapshot would pass
@@ -200,8 +223,8 @@ class DeltaRunner : public RoundRunner {
   void Cancel(const absl::Status& reason) override;
 
   // Trainer: the round of `version` committed everywhere: the snapshot now
-  // holds what it sent (the trainer's bytes must not have changed since
-  // Run: RunRound returns only after the commit). Abort: the round will not
+  // holds what it sent, copied from the trainer's bytes (which must not
+  // have changed since Run: RunRound returns only after the commit). Abort: the round will not
   // commit; the snapshot keeps the previous version. Should updating the
   // snapshot fail (a device error), the snapshot is emptied and the next
   // round goes dense.
@@ -213,6 +236,11 @@ class DeltaRunner : public RoundRunner {
   // The bytes a trainer rank's snapshot holds when complete (one copy per
   // source region).
   static int64_t SnapshotBytes(const Plan& plan, int32_t trainer_rank);
+  // The window batches are cut by: batch_bytes (0: none, every plan wave
+  // its own batch), at most the plan's per-lane staging share
+  // (staging_budget_bytes / num_lanes), so that a batch's packed messages
+  // fit the share.
+  static int64_t BatchWindow(const Plan& plan, int64_t batch_bytes);
   // What message `m` sends, as a key: its segments' trainer records and
   // boxes, in order. Messages with equal keys carry equal bytes.
   static std::string SourceKey(const Plan& plan, const Message& m);
@@ -243,14 +271,14 @@ class DeltaRunner : public RoundRunner {
     std::vector<MsgWork> msgs;  // by peer, then message
     std::vector<std::pair<int32_t, int32_t>> peers;  // (peer, messages) in order
     char* headers = nullptr;  // memory of the transport's kind
-    char* staging = nullptr;  // packed messages
+    // Packed messages: the lane's staging (LaneStaging), stage_offset on.
+    char* staging = nullptr;
     int64_t staging_bytes = 0;
-    char* coded = nullptr;    // encoded (trainer) or received (engine) payloads
-    int64_t coded_bytes = 0;
     int64_t dense_bytes = 0;  // of its messages
     std::vector<EncodeItem> items;  // trainer: this round's, counting
     int32_t next_on_lane = -1;  // the next batch on this lane (work_ index), -1: none
     bool headers_posted = false;  // engine: this round's headers' receive posted
+    bool claimed = false;  // this round: holds its lane's staging (ClaimFor)
   };
   DeltaRunner() = default;
   absl::Status Prepare(const Plan& plan, bool src);
@@ -288,11 +316,37 @@ class DeltaRunner : public RoundRunner {
   // The round's kernel times (the ops' TakeTimes) into delta_stats_, its
   // counts' windows from the round's start.
   void NoteTimes(const WaveOpsTimes& times);
-  // Grows a wave's encoding buffer to `bytes`, to at least `floor` (so
-  // later rounds rarely grow it: freeing device memory waits for the
-  // whole device).
-  absl::Status Reserve(char** p, int64_t* cap, int64_t bytes, int64_t floor);
-  // Frees the buffers Reserve grew out of (once every lane is drained).
+  // Staging (delta_staging.cc). The lane's batches take its staging and
+  // its encoding buffer in turn: LayOutStaging places w's packed messages
+  // within `limit` bytes where alignment allows; AllocateStaging gives
+  // every lane one staging of its largest batch's size. ClaimLane waits
+  // until the lane's earlier batch of this round no longer reads or
+  // writes them (its transfers, copies and kernels done). CodedFor grows
+  // the lane's encoding buffer to `bytes` (to at least an eighth of the
+  // lane's largest batch, at most that batch's size, so later rounds
+  // rarely grow it: freeing device memory waits for the whole device).
+  // StagingBytes: the lanes' staging held now; EncodingBytes: their
+  // encoding buffers (and those grown out of this round); HeldBytes: both,
+  // the headers and conversion scratch (RunStats::peak_staging_bytes).
+  static void LayOutStaging(WaveWork& w, int64_t limit);
+  absl::Status AllocateStaging();
+  absl::Status ClaimLane(int32_t lane, absl::Time deadline);
+  // ClaimLane for batch w, once a round.
+  absl::Status ClaimFor(WaveWork& w, absl::Time deadline);
+  // Waits for every group posted on `lane`.
+  absl::Status DrainLane(int32_t lane, absl::Time deadline);
+  absl::StatusOr<char*> CodedFor(int32_t lane, int64_t bytes);
+  int64_t StagingBytes() const;
+  int64_t EncodingBytes() const;
+  int64_t HeldBytes() const;
+  // The copies that put the member's own current bytes of packed message
+  // m at its place in w's staging (a trainer packs, an engine gathers);
+  // StageCurrent enqueues them for every packed message of w on its lane
+  // (on the host: done on return).
+  absl::StatusOr<std::vector<ResolvedCopy>> CurrentCopies(const WaveWork& w,
+                                                          const MsgWork& m) const;
+  absl::Status StageCurrent(WaveWork& w, absl::Time deadline);
+  // Frees the buffers CodedFor grew out of (once every lane is drained).
   void FreeRetired();
   std::string Context(const MsgWork& m) const;
 
@@ -312,7 +366,14 @@ class DeltaRunner : public RoundRunner {
   DeltaRunnerOptions options_;
   std::vector<WaveWork> work_;
   std::vector<int32_t> in_flight_;  // waves posted per lane, not yet waited
-  std::vector<char*> retired_;      // grown out of this round (Reserve)
+  // Per lane: its staging and encoding buffer (sizes), the encoding
+  // buffer's bound, whether a batch of the lane ran this round.
+  std::vector<char*> lane_staging_, lane_coded_;
+  std::vector<int64_t> lane_staging_bytes_, lane_coded_bytes_, lane_coded_cap_;
+  std::vector<bool> lane_used_;
+  int64_t header_bytes_ = 0;        // every batch's headers
+  std::vector<char*> retired_;      // grown out of this round (CodedFor)
+  int64_t retired_bytes_ = 0;
   std::unique_ptr<ConversionStage> conversions_;  // trainer with FP8 engines
   std::vector<EngineDeltaMode> modes_;
   std::vector<std::pair<int32_t, int32_t>> digest_keys_;  // slot -> (engine rank, tensor)

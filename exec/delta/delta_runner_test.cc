@@ -10,10 +10,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "exec/gloo_transport.h"
-#include "exec/inproc_transport.h"
-#include "exec/kv_store.h"
+#include "exec/transport/gloo_transport.h"
+#include "exec/transport/inproc_transport.h"
+#include "exec/transport/kv_store.h"
 #include "gtest/gtest.h"
+#include "layout/mesh.h"
+#include "layout/sharding.h"
+#include "plan/plan_codec.h"
+#include "plan/planner.h"
 #include "testing/reference_copy.h"
 #include "testing/test_patterns.h"
 
@@ -31,15 +35,15 @@ struct Job {
   int64_t batch_bytes = DeltaRunnerOptions().batch_bytes;
   bool overlap_digests = true;
   int32_t lanes = 2;  // the plan's and the transports'
+  bool sliced = false;  // every rank runs its own slice (as refitd hands out)
   int64_t version = 0;
   std::mt19937_64 rng{7};
 };
 
-std::unique_ptr<Job> MakeJob(const std::string& pattern, bool gloo, int rounds_per_stage = 2,
-                             int32_t lanes = 2) {
+std::unique_ptr<Job> JobOf(Plan plan, bool gloo) {
   auto job = std::make_unique<Job>();
-  job->lanes = lanes;
-  job->plan = testing::MakePatternPlan(pattern, lanes, rounds_per_stage).value();
+  job->lanes = plan.options.num_lanes;
+  job->plan = std::move(plan);
   job->trainer = AllocateBuffers(job->plan.src, 0);
   job->engine = AllocateBuffers(job->plan.dst, 0xEE);
   job->snapshots.resize(job->plan.src.world_size);
@@ -49,6 +53,30 @@ std::unique_ptr<Job> MakeJob(const std::string& pattern, bool gloo, int rounds_p
     for (auto& x : b) x = static_cast<uint8_t>(job->rng());
   }
   return job;
+}
+
+std::unique_ptr<Job> MakeJob(const std::string& pattern, bool gloo, int rounds_per_stage = 2,
+                             int32_t lanes = 2) {
+  return JobOf(testing::MakePatternPlan(pattern, lanes, rounds_per_stage).value(), gloo);
+}
+
+// Two 512 KiB tensors between two trainer and two engine ranks, each cut
+// by rows on one side and by columns on the other (every message packed
+// on one side), planned by BuildPlan with `budget` bytes of staging.
+Plan BudgetPlan(int64_t budget) {
+  SideLayout src, dst;
+  src.world_size = dst.world_size = 2;
+  const Mesh tp = *Mesh::Make({"tp"}, {2});
+  for (int t = 0; t < 2; ++t) {
+    TensorSpec spec{absl::StrCat("layers.", t, ".w"), {512, 512}, DType::kBF16};
+    EXPECT_TRUE(AddTensor(src, spec).ok());
+    EXPECT_TRUE(AddTensor(dst, spec).ok());
+    EXPECT_TRUE(AddDenseShards(src, t, tp, {Placement::Shard(t)}).ok());
+    EXPECT_TRUE(AddDenseShards(dst, t, tp, {Placement::Shard(1 - t)}).ok());
+  }
+  PlannerOptions o;
+  o.staging_budget_bytes = budget;
+  return BuildPlan(src, dst, o).value();
 }
 
 // Changes about `fraction` of the trainers' 2-byte words to new values.
@@ -72,6 +100,7 @@ void Restore(const std::vector<std::vector<uint8_t>>& saved, Job* job) {
 
 struct RoundResult {
   std::vector<absl::Status> status;  // per global rank
+  std::vector<RunStats> run;
   std::vector<DeltaRoundStats> stats;
   absl::Status commit;  // the commit decision: OK, or why it failed
 };
@@ -89,6 +118,7 @@ RoundResult RunRound(Job* job, std::set<int> absent = {},
   if (modes.empty()) modes = job->policy->Announce(true);
   RoundResult res;
   res.status.assign(world, absl::OkStatus());
+  res.run.resize(world);
   res.stats.resize(world);
   std::vector<DigestSums> digests(world);
   // Transports outlive every rank's round (and the runners using them).
@@ -96,6 +126,12 @@ RoundResult RunRound(Job* job, std::set<int> absent = {},
   std::vector<std::unique_ptr<DeltaRunner>> runners(world);
   InMemoryKvStore store;
   auto fabric = InProcFabric::Create(world, job->lanes).value();
+  std::vector<Plan> slices(world);
+  if (job->sliced) {
+    for (int g = 0; g < world; ++g) {
+      slices[g] = ExtractSlice(plan, g < ws ? Side::kTrainer : Side::kEngine, g < ws ? g : g - ws);
+    }
+  }
   std::vector<std::thread> threads;
   const absl::Time deadline = absl::Now() + timeout;
   for (int g = 0; g < world; ++g) {
@@ -116,14 +152,28 @@ RoundResult RunRound(Job* job, std::set<int> absent = {},
       }
       const bool src = g < ws;
       std::vector<char*> bufs;
-      for (auto& b : (src ? job->trainer : job->engine).storage) {
-        bufs.push_back(reinterpret_cast<char*>(b.data()));
+      OwnedBuffers& own = src ? job->trainer : job->engine;
+      for (auto& b : own.storage) bufs.push_back(reinterpret_cast<char*>(b.data()));
+      if (job->sliced) {  // the slice's buffers: this rank's by name, none of the peers'
+        const SideLayout& full = src ? plan.src : plan.dst;
+        const SideLayout& mine = src ? slices[g].src : slices[g].dst;
+        const int rank = src ? g : g - ws;
+        std::vector<char*> by_slice(mine.buffers.size(), nullptr);
+        for (size_t i = 0; i < mine.buffers.size(); ++i) {
+          for (size_t b = 0; b < full.buffers.size(); ++b) {
+            if (mine.buffers[i].rank == rank && full.buffers[b].rank == rank &&
+                full.buffers[b].name == mine.buffers[i].name) {
+              by_slice[i] = bufs[b];
+            }
+          }
+        }
+        bufs = std::move(by_slice);
       }
       DeltaRunnerOptions opt;
       opt.batch_bytes = job->batch_bytes;
       opt.overlap_digests = job->overlap_digests;
       if (src) opt.snapshot = &job->snapshots[g];
-      auto r = DeltaRunner::Create(plan, src ? Side::kTrainer : Side::kEngine,
+      auto r = DeltaRunner::Create(job->sliced ? slices[g] : plan, src ? Side::kTrainer : Side::kEngine,
                                    src ? g : g - ws, bufs, t.get(), opt);
       if (!r.ok()) {
         res.status[g] = r.status();
@@ -135,7 +185,9 @@ RoundResult RunRound(Job* job, std::set<int> absent = {},
         return;
       }
       (*r)->SetModes(modes);
-      res.status[g] = (*r)->Run(deadline).status();
+      absl::StatusOr<RunStats> run = (*r)->Run(deadline);
+      res.status[g] = run.status();
+      if (run.ok()) res.run[g] = *run;
       res.stats[g] = (*r)->delta_stats();
       digests[g] = (*r)->digests();
       runners[g] = std::move(*r);
@@ -233,6 +285,63 @@ TEST_P(DeltaRounds, ABatchsDeltasToAPeerTravelAsOneTransfer) {
       ASSERT_GT(st.messages - st.dense_messages, st.batches * peers) << "rank " << g;
       EXPECT_LE(st.transfers, st.batches * peers + st.dense_messages) << "rank " << g;
       EXPECT_LT(st.transfers, st.messages - st.dense_messages) << "rank " << g;
+    }
+  }
+}
+
+// Every rank runs the slice of the plan refitd hands it (its own messages,
+// the waves holding them): batches of a few waves each still match on both
+// sides of every pair, every byte lands, dense round and delta rounds.
+TEST_P(DeltaRounds, RanksRunningTheirSlicesCutTheSameBatches) {
+  for (const char* pattern : {"2to2", "1to3", "qkv", "replicated", "pp"}) {
+  SCOPED_TRACE(pattern);
+  auto job = MakeJob(pattern, GetParam(), 6);
+  job->sliced = true;
+  int64_t total = 0;
+  for (const Message& m : job->plan.messages) total += m.bytes;
+  job->batch_bytes = total / 8;  // several batches a lane
+  for (double f : {1.0, 0.02, 0.2}) {
+    Change(job.get(), f);
+    RoundResult r = RunRound(job.get(), {}, {}, absl::Seconds(10));
+    ASSERT_TRUE(r.commit.ok()) << "fraction " << f << ": " << r.commit;
+    ASSERT_EQ(CheckEngines(*job), "") << "fraction " << f;
+  }
+  }
+}
+
+// The plan's staging budget binds delta rounds: every rank's packed
+// messages come to several times the budget, yet its lanes' staging,
+// reused batch after batch, never held more than the budget, on slices as
+// refitd hands them out; the encoding buffers hold one batch's encodings
+// a lane; every byte lands.
+TEST_P(DeltaRounds, ARoundHoldsAtMostThePlansStagingBudget) {
+  const int64_t budget = 64 << 10;
+  auto job = JobOf(BudgetPlan(budget), GetParam());
+  job->sliced = true;
+  const Plan& plan = job->plan;
+  const int ws = plan.src.world_size, world = ws + plan.dst.world_size;
+  std::vector<int64_t> packed(world, 0);
+  for (const Message& m : plan.messages) {
+    if (!m.src_contiguous) packed[m.src_rank] += m.bytes;
+    if (!m.dst_contiguous) packed[ws + m.dst_rank] += m.bytes;
+  }
+  for (int g = 0; g < world; ++g) ASSERT_GT(packed[g], 2 * budget) << "rank " << g;
+  for (double f : {1.0, 0.02, 0.2, 0.0}) {
+    Change(job.get(), f);
+    RoundResult r = RunRound(job.get(), {}, {}, absl::Seconds(20));
+    ASSERT_TRUE(r.commit.ok()) << "fraction " << f << ": " << r.commit;
+    ASSERT_EQ(CheckEngines(*job), "") << "fraction " << f;
+    for (int g = 0; g < world; ++g) {
+      const DeltaRoundStats& st = r.stats[g];
+      EXPECT_GT(st.staging_bytes, 0) << "rank " << g << " fraction " << f;
+      EXPECT_LE(st.staging_bytes, budget) << "rank " << g << " fraction " << f;
+      EXPECT_GT(st.batches, 4) << "rank " << g;
+      // Two lanes, each at most one batch's encodings: below a batch's
+      // messages (the lane's share), at 2% far below.
+      EXPECT_LE(st.encoding_bytes, budget) << "rank " << g << " fraction " << f;
+      if (f == 0.02) EXPECT_LE(st.encoding_bytes, budget / 4) << "rank " << g;
+      EXPECT_GE(r.run[g].peak_staging_bytes, st.staging_bytes + st.encoding_bytes)
+          << "rank " << g;
     }
   }
 }

@@ -17,16 +17,6 @@ constexpr int64_t kHeader = sizeof(DeltaHeader);
 
 int64_t Align16(int64_t x) { return (x + 15) / 16 * 16; }
 
-std::vector<CopyTask> Reversed(const std::vector<CopyTask>& tasks) {
-  std::vector<CopyTask> out = tasks;
-  for (CopyTask& t : out) {
-    std::swap(t.src_buffer, t.dst_buffer);
-    std::swap(t.src_offset, t.dst_offset);
-    std::swap(t.src_row_stride, t.dst_row_stride);
-  }
-  return out;
-}
-
 // A wave's payload transfers. Encoded payloads lie one after another in
 // the wave's encoding buffer, each from a 16-byte boundary: one that
 // starts where the last transfer's ends (rounded up to 16), to the same
@@ -86,28 +76,18 @@ absl::Status DeltaRunner::Post(int32_t lane, std::vector<SendOp> sends,
 
 absl::Status DeltaRunner::Drain(absl::Time deadline) {
   for (int32_t lane = 0; lane < static_cast<int32_t>(in_flight_.size()); ++lane) {
-    while (in_flight_[lane] > 0) {
-      REFIT_RETURN_IF_ERROR(transport_->WaitWave(lane, deadline));
-      --in_flight_[lane];
-    }
+    REFIT_RETURN_IF_ERROR(DrainLane(lane, deadline));
   }
   return absl::OkStatus();
 }
 
 absl::Status DeltaRunner::BeginSend(WaveWork& w, absl::Time deadline) {
   const absl::Time t0 = absl::Now();
-  // Pack what is not one buffer range into the wave's staging.
+  // Pack what is not one buffer range into the lane's staging, once the
+  // lane's previous batch is done with it.
   if (w.staging != nullptr) {
-    std::vector<ResolvedCopy> copies;
-    for (const MsgWork& m : w.msgs) {
-      if (m.direct != nullptr) continue;
-      REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> c,
-                             ResolveTasks(m.tasks, buffers_, {}, nullptr,
-                                          w.staging + m.stage_offset));
-      copies.insert(copies.end(), c.begin(), c.end());
-    }
-    REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, copies));
-    if (!copier_->OrderedWithTransport()) REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
+    REFIT_RETURN_IF_ERROR(ClaimFor(w, deadline));
+    REFIT_RETURN_IF_ERROR(StageCurrent(w, deadline));
     REFIT_RETURN_IF_ERROR(ops_->AfterLane(w.lane));
   }
   std::vector<EncodeItem>& items = w.items;
@@ -166,12 +146,18 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
       coded += Align16(static_cast<int64_t>(h.payload_bytes));
     }
   }
-  REFIT_RETURN_IF_ERROR(Reserve(&w.coded, &w.coded_bytes, coded, w.dense_bytes / 8));
+  // The lane's encoding buffer, once the lane's previous batch is sent
+  // (claimed when packing, the batch may have begun before that batch was
+  // posted: its sends are awaited now). A batch all dense needs none.
+  if (coded > 0) {
+    REFIT_RETURN_IF_ERROR(w.claimed ? DrainLane(w.lane, deadline) : ClaimFor(w, deadline));
+  }
+  REFIT_ASSIGN_OR_RETURN(char* encoded, CodedFor(w.lane, coded));
   std::vector<char*> out(items.size(), nullptr);
   for (size_t i = 0; i < items.size(); ++i) {
     MsgWork& m = w.msgs[i];
     m.header = headers[i];
-    m.payload = at[i] >= 0 ? w.coded + at[i] : const_cast<char*>(items[i].cur);
+    m.payload = at[i] >= 0 ? encoded + at[i] : const_cast<char*>(items[i].cur);
     out[i] = at[i] >= 0 ? m.payload : nullptr;
   }
   REFIT_RETURN_IF_ERROR(ops_->Encode(w.lane, items, headers, out, w.headers, deadline));
@@ -231,10 +217,7 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
   // The headers size the payloads: wait for this wave's (the lane's
   // earlier waves came first).
   const absl::Time t0 = absl::Now();
-  while (in_flight_[w.lane] > 0) {
-    REFIT_RETURN_IF_ERROR(transport_->WaitWave(w.lane, deadline));
-    --in_flight_[w.lane];
-  }
+  REFIT_RETURN_IF_ERROR(DrainLane(w.lane, deadline));
   std::vector<DeltaHeader> headers(w.msgs.size());
   REFIT_RETURN_IF_ERROR(ops_->HeadersToHost(w.lane, w.headers, headers.data(),
                                             static_cast<int64_t>(headers.size()), deadline));
@@ -258,7 +241,10 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
       coded += Align16(static_cast<int64_t>(h->payload_bytes));
     }
   }
-  REFIT_RETURN_IF_ERROR(Reserve(&w.coded, &w.coded_bytes, coded, w.dense_bytes / 8));
+  // The lane's staging and encoding buffer: the lane's previous batch
+  // applied, unpacked and digested (a batch using neither waits for none).
+  if (w.staging != nullptr || coded > 0) REFIT_RETURN_IF_ERROR(ClaimFor(w, deadline));
+  REFIT_ASSIGN_OR_RETURN(char* encoded, CodedFor(w.lane, coded));
   PayloadOps<RecvOp> payload_ops;
   std::vector<ResolvedCopy> gather, unpack;
   std::vector<ApplyItem> apply;
@@ -267,13 +253,12 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
     MsgWork& m = w.msgs[i];
     const bool dense = at[i] < 0;
     char* place = m.direct != nullptr ? m.direct : w.staging + m.stage_offset;
-    m.payload = dense ? place : w.coded + at[i];
+    m.payload = dense ? place : encoded + at[i];
     const int64_t p = static_cast<int64_t>(m.header.payload_bytes);
     payload_ops.Add(m.peer, static_cast<void*>(m.payload), p, !dense);
     if (m.direct == nullptr) {
       if (!dense) {  // the engine's own bytes of the message, to apply to
-        REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> g,
-                               ResolveTasks(Reversed(m.tasks), buffers_, {}, nullptr, place));
+        REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> g, CurrentCopies(w, m));
         gather.insert(gather.end(), g.begin(), g.end());
       }
       REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> u,
@@ -313,12 +298,7 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
   }
   REFIT_RETURN_IF_ERROR(Post(w.lane, {}, std::move(payloads), deadline));
   TimesOf(w).posted = Since();
-  if (!ops_->OrderedWithTransport()) {
-    while (in_flight_[w.lane] > 0) {
-      REFIT_RETURN_IF_ERROR(transport_->WaitWave(w.lane, deadline));
-      --in_flight_[w.lane];
-    }
-  }
+  if (!ops_->OrderedWithTransport()) REFIT_RETURN_IF_ERROR(DrainLane(w.lane, deadline));
   // Ordered after the receive on the lane (device), or after it completed.
   const absl::Time t1 = absl::Now();
   REFIT_RETURN_IF_ERROR(ops_->Apply(w.lane, apply, std::move(names), deadline));

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "exec/copy_program.h"
+#include "exec/program/copy_program.h"
 #include "exec/delta/region_digest.h"
 #include "layout/dtype.h"
 

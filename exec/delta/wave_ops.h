@@ -26,7 +26,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "exec/delta/delta_codec.h"
-#include "exec/transport.h"
+#include "exec/transport/transport.h"
 
 namespace refit {
 

@@ -20,9 +20,12 @@
 #include "proto/refit_service.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "testing/refitd_process.h"
+#include "tests/adversarial/refitd_peers.h"
 
 namespace refit {
 namespace {
+
+using ::refit::testing::StatusOverANewConnection;
 
 constexpr int kFdLimit = 256;
 
@@ -41,22 +44,6 @@ std::vector<int> IdleConnections(int port, int n) {
     fds.push_back(fd);
   }
   return fds;
-}
-
-// Calls GetStatus over a connection of its own (channels of one process
-// share connections unless told not to), bounded by `deadline`.
-grpc::Status StatusOverANewConnection(int port, absl::Time deadline) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
-                                           grpc::InsecureChannelCredentials(), args);
-  auto stub = v1::RefitService::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(deadline));
-  ctx.set_wait_for_ready(true);  // retry connecting until the deadline
-  v1::StatusRequest req;
-  v1::StatusResponse resp;
-  return stub->GetStatus(&ctx, req, &resp);
 }
 
 TEST(FdLimitTest, RefitdKeepsAcceptingAfterItsFdLimitWasReached) {

@@ -24,6 +24,7 @@
 #include "proto/protocol_version.h"
 #include "proto/refit_service.grpc.pb.h"
 #include "testing/refitd_process.h"
+#include "tests/adversarial/h2_wire.h"
 #include "tests/adversarial/refitd_peers.h"
 
 namespace refit {
@@ -87,7 +88,10 @@ TEST(PeerTextTest, A60MiBHostIdIsRefusedAtOnceNamingTheField) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
   EXPECT_TRUE(absl::StrContains(st.error_message(), "registration.identity.host_id"))
       << st.error_message();
-  EXPECT_LT(seconds, 5.0);
+  // Refused once read (gRPC reads a message whole before the handler): 2-5 s
+  // alone on the loaded 2-core machine, 11-15 s beside other refitd tests,
+  // from refitd of either branch of 2026-12-06.
+  EXPECT_LT(seconds, 30.0);
   // Nothing of it is kept: the status stays small.
   absl::StatusOr<v1::StatusResponse> status = c->GetStatus(absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(status.ok()) << status.status();
@@ -180,16 +184,7 @@ TEST(PeerTextTest, ControlCharactersNeverForgeLogLinesNorReachTheTerminal) {
   EXPECT_TRUE(absl::StrContains(out, "host=h\\n[2026")) << out;
 }
 
-// Returns the CPU seconds (user + system) process `pid` has used.
-double CpuSeconds(pid_t pid) {
-  absl::StatusOr<std::string> stat = ReadFileToString(absl::StrCat("/proc/", pid, "/stat"), 4096);
-  if (!stat.ok()) return -1;
-  const size_t close_paren = stat->rfind(')');
-  if (close_paren == std::string::npos) return -1;
-  std::vector<std::string> f = absl::StrSplit(stat->substr(close_paren + 2), ' ');
-  if (f.size() < 13) return -1;  // fields from 3 on: utime is 14, stime 15
-  return (std::stod(f[11]) + std::stod(f[12])) / sysconf(_SC_CLK_TCK);
-}
+using ::refit::testing::CpuSeconds;
 
 TEST(PeerTextTest, ParkedKvGetsAreBoundedAndKvSetStaysFast) {
   const int kAttempts = std::getenv("REFIT_ADVERSARIAL_SOAK") != nullptr ? 50000 : 20000;

@@ -7,6 +7,7 @@
 // makes refit and refitd exit 2 at once.
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
+#include "mapping/plan_size.h"
 #include "nlohmann/json.hpp"
 #include "proto/protocol_version.h"
 #include "testing/refitd_process.h"
@@ -149,12 +151,14 @@ TEST(PlanBombTest, SigtermDuringAPlanBuildStopsRefitdWithinSeconds) {
   EXPECT_LT(seconds, 5.0);
 }
 
-// Runs `argv` (with RLIMIT_AS `as_bytes` when > 0), output into `out`;
-// returns the exit code, or 128 + signal.
+// Runs `argv` (with RLIMIT_AS `as_bytes` when > 0), output into `out`,
+// its peak resident set into `peak_kib` when given; returns the exit code,
+// or 128 + signal.
 int RunChild(const std::vector<std::string>& argv, int64_t as_bytes, std::string* out,
-        double* seconds) {
+             double* seconds, int64_t* peak_kib = nullptr) {
   const std::string path = TmpFile("run.out");
   const absl::Time start = absl::Now();
+  std::fflush(stdout);  // else the child prints this process's buffered lines again
   const pid_t pid = fork();
   if (pid == 0) {
     if (as_bytes > 0) {
@@ -171,7 +175,9 @@ int RunChild(const std::vector<std::string>& argv, int64_t as_bytes, std::string
     _exit(127);
   }
   int status = 0;
-  waitpid(pid, &status, 0);
+  rusage usage{};
+  wait4(pid, &status, 0, &usage);
+  if (peak_kib != nullptr) *peak_kib = usage.ru_maxrss;
   *seconds = absl::ToDoubleSeconds(absl::Now() - start);
   absl::StatusOr<std::string> text = ReadFileToString(path, 1 << 20);
   *out = text.ok() ? *text : "";
@@ -179,8 +185,9 @@ int RunChild(const std::vector<std::string>& argv, int64_t as_bytes, std::string
 }
 
 TEST(PlanBombTest, RefitPlanOutOfAddressSpaceIsAnErrorNotAnAbort) {
+  // Within the default plan budget (8 experts), but not within 2 GiB.
   const std::string config = TmpFile("bomb-config.json");
-  std::ofstream(config) << MoeConfig(65536, 128);
+  std::ofstream(config) << MoeConfig(65536, 8);
   std::string out;
   double seconds = 0;
   const int rc = RunChild({Runfile("cli/refit"), "plan", absl::StrCat("--model=", config),
@@ -190,6 +197,81 @@ TEST(PlanBombTest, RefitPlanOutOfAddressSpaceIsAnErrorNotAnAbort) {
               out.substr(0, 300).c_str());
   EXPECT_EQ(rc, 1) << out;
   EXPECT_TRUE(absl::StrContains(out, "refit plan: error:")) << out;
+}
+
+// The plan-size estimate counts experts: `refit plan` of MoE configs peaks
+// below the estimate and not far below it, and a config past the budget is
+// refused at once naming --max_plan_mib.
+TEST(PlanBombTest, RefitPlanPeaksWithinItsEstimate) {
+  struct Case {
+    int64_t layers, experts;
+  };
+  for (const Case& c : {Case{1024, 128}, Case{512, 256}, Case{4096, 8}}) {
+    const std::string config = TmpFile("moe-config.json");
+    std::ofstream(config) << MoeConfig(c.layers, c.experts);
+    absl::StatusOr<ModelConfig> model = LoadModelConfigFile(config);
+    ASSERT_TRUE(model.ok()) << model.status();
+    absl::StatusOr<int64_t> records = EstimatePlanRecords(
+        *model, *ParseTrainerSpec("megatron:tp=1"), {*ParseEngineSpec("vllm:tp=1")});
+    ASSERT_TRUE(records.ok()) << records.status();
+    const double estimate_mib = *records * kPlanBytesPerRecordEstimate / 1048576.0;
+    std::string out;
+    double seconds = 0;
+    int64_t peak_kib = 0;
+    const int rc = RunChild({Runfile("cli/refit"), "plan", absl::StrCat("--model=", config),
+                             "--trainer=megatron:tp=1", "--engine=vllm:tp=1"},
+                            0, &out, &seconds, &peak_kib);
+    ASSERT_EQ(rc, 0) << out;
+    const double peak_mib = peak_kib / 1024.0;
+    std::printf("refit plan, %lld layers x %lld experts: peak RSS %.0f MiB, estimate %.0f MiB "
+                "(%.2fx the peak), %.1f s\n",
+                static_cast<long long>(c.layers), static_cast<long long>(c.experts), peak_mib,
+                estimate_mib, estimate_mib / peak_mib, seconds);
+    EXPECT_LE(peak_mib, estimate_mib);
+    EXPECT_LE(estimate_mib, 4 * peak_mib);
+  }
+  const std::string config = TmpFile("moe-bomb.json");
+  std::ofstream(config) << MoeConfig(65536, 128);
+  std::string out;
+  double seconds = 0;
+  const int rc = RunChild({Runfile("cli/refit"), "plan", absl::StrCat("--model=", config),
+                           "--trainer=megatron:tp=1", "--engine=vllm:tp=1"},
+                          0, &out, &seconds);
+  std::printf("refit plan, 65536 layers x 128 experts: exit %d after %.2f s: %s\n", rc, seconds,
+              out.substr(0, 300).c_str());
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_TRUE(absl::StrContains(out, "--max_plan_mib")) << out;
+  EXPECT_LT(seconds, 5.0);
+}
+
+// Registrations padded with 2^18 made-up buffers pass the checks against
+// the registered buffers; the plan's estimate (experts counted) is refused
+// before anything is built.
+TEST(PlanBombTest, PaddedRegistrationsAreRefusedByThePlanBudget) {
+  RefitdProcess refitd;
+  ASSERT_TRUE(refitd.Start(Runfile("server/refitd"), {"--plan_settle_ms=5"},
+                           TmpFile("padded.log"), absl::Seconds(20))
+                  .ok());
+  const std::string config = MoeConfig(65536, 128);
+  auto t = Connect(refitd.port()), e = Connect(refitd.port());
+  ASSERT_TRUE(t != nullptr && e != nullptr);
+  const v1::Registration tr = Reg(true, config, 1 << 18);
+  std::printf("padded registration: %.1f MiB, %d buffers\n", tr.ByteSizeLong() / 1048576.0,
+              tr.buffers_size());
+  absl::StatusOr<std::string> tid = t->Register(tr);
+  ASSERT_TRUE(tid.ok()) << tid.status();
+  absl::StatusOr<std::string> eid = e->Register(Reg(false, config, 1 << 18));
+  ASSERT_TRUE(eid.ok()) << eid.status();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::AwaitPlanResponse> plan = t->AwaitPlan(absl::Now() + absl::Seconds(60));
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::printf("65536 layers x 128 experts, padded: refused in %.2f s, refitd peak RSS %.1f MiB: "
+              "%s\n",
+              seconds, refitd.PeakRssKib() / 1024.0, plan.status().ToString().c_str());
+  EXPECT_FALSE(plan.ok());
+  EXPECT_TRUE(absl::StrContains(plan.status().message(), "--max_plan_mib")) << plan.status();
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_LT(refitd.PeakRssKib(), 1024 * 1024);
 }
 
 TEST(PlanBombTest, AFlagfileCycleExitsTwoAtOnce) {

@@ -1,4 +1,4 @@
-// JoinRefitd and ParkedKvGets (see refitd_peers.h).
+// JoinRefitd, StatusOverANewConnection and ParkedKvGets (see refitd_peers.h).
 #include "tests/adversarial/refitd_peers.h"
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +16,29 @@ std::unique_ptr<RefitClient> JoinRefitd(int port, const v1::Registration& reg) {
   EXPECT_TRUE(id.ok()) << id.status();
   if (!id.ok()) return nullptr;
   return std::move(*c);
+}
+
+grpc::Status StatusOverANewConnection(int port, absl::Time deadline,
+                                      const std::string& tls_ca_pem,
+                                      const std::string& tls_name) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (!tls_ca_pem.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = tls_ca_pem;
+    creds = grpc::SslCredentials(ssl);
+    args.SetSslTargetNameOverride(tls_name);
+  }
+  auto channel =
+      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port), creds, args);
+  auto stub = v1::RefitService::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(deadline));
+  ctx.set_wait_for_ready(true);  // retry connecting until the deadline
+  v1::StatusRequest req;
+  v1::StatusResponse resp;
+  return stub->GetStatus(&ctx, req, &resp);
 }
 
 ParkedKvGets::ParkedKvGets(int port, const RefitClient& member, int count,

@@ -1,5 +1,5 @@
 // Test helpers for adversarial tests that talk to a refitd child: a member
-// joined over RefitClient, and a crowd of KvGet(wait) calls parked on one
+// joined over RefitClient, a call on a new connection, and a crowd of KvGet(wait) calls parked on one
 // channel (one caller address) for a member. Test-only.
 #ifndef REFIT_TESTS_ADVERSARIAL_REFITD_PEERS_H_
 #define REFIT_TESTS_ADVERSARIAL_REFITD_PEERS_H_
@@ -19,6 +19,14 @@ namespace refit::testing {
 // Returns a client of the refitd on 127.0.0.1:`port` that registered `reg`
 // (a gtest failure and null when it could not).
 std::unique_ptr<RefitClient> JoinRefitd(int port, const v1::Registration& reg);
+
+// Calls GetStatus over a connection of its own (channels of one process
+// share connections unless told not to), waiting for it to connect, bounded
+// by `deadline`; returns the call's status. With `tls_ca_pem`, over TLS
+// checking refitd's certificate against it under the name `tls_name`.
+grpc::Status StatusOverANewConnection(int port, absl::Time deadline,
+                                      const std::string& tls_ca_pem = "",
+                                      const std::string& tls_name = "");
 
 // `count` KvGet(wait) calls for keys "never/<i>" as member `member`, parked
 // on one new channel to 127.0.0.1:`port`, each with a deadline `wait` away.

@@ -3,7 +3,9 @@
 // headers, every byte is checked after every round, a byte flipped in the
 // engine between rounds fails the next commit naming the engine rank and
 // tensor, and the retry (dense for the torn engine) repairs it; refitd's
-// status shows the engine's last verified version.
+// status shows the engine's last verified version. A trainer of two ranks
+// and two engines (TP2; TP1 x DP2), each rank running its own slice, land
+// every byte of dense and delta rounds.
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,7 +15,6 @@
 #include "absl/time/clock.h"
 #include "client/member.h"
 #include "gtest/gtest.h"
-#include "server/default_plan.h"
 #include "server/refit_server.h"
 #include "testing/host_members.h"
 #include "testing/member_patterns.h"
@@ -22,10 +23,7 @@ namespace refit {
 namespace {
 
 TEST(DeltaMemberTest, DeltaRoundsLandEveryByteAndCatchAFlippedByte) {
-  RefitServer::Options so;
-  so.coordinator.plan_function = DefaultPlanFunction({});
-  so.coordinator.delta = true;
-  absl::StatusOr<std::unique_ptr<RefitServer>> server = RefitServer::Start(std::move(so));
+  absl::StatusOr<std::unique_ptr<RefitServer>> server = testing::StartHostRefitd(true);
   ASSERT_TRUE(server.ok()) << server.status();
   std::vector<testing::HostMember> nodes = testing::TrainerAndEngine(
       absl::StrCat("127.0.0.1:", (*server)->port()), "tiny-llama");
@@ -81,6 +79,50 @@ TEST(DeltaMemberTest, DeltaRoundsLandEveryByteAndCatchAFlippedByte) {
   ASSERT_TRUE(st.ok()) << st.status();
   ASSERT_EQ(st->engines_size(), 1);
   EXPECT_EQ(st->engines(0).verified_version(), 4);
+}
+
+// Every rank of a trainer (TP2) and of two engines (TP2; TP1 x DP2) runs
+// its own slice of the plan, whose small staging budget and waves make
+// several delta batches a lane, each of several plan waves, a rank's
+// slice holding a different part of each: every rank must cut them alike. Round 1
+// is dense, rounds 2 and 3 change 1/50 of the words: every round commits
+// with every engine byte in place, and the delta rounds move a fraction of
+// the dense round's bytes.
+TEST(DeltaMemberTest, RanksRunningTheirSlicesLandEveryByte) {
+  PlannerOptions planner;
+  planner.staging_budget_bytes = 16 << 10;
+  planner.max_wave_bytes = 1 << 10;  // several plan waves a batch
+  absl::StatusOr<std::unique_ptr<RefitServer>> server = testing::StartHostRefitd(true, planner);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<std::vector<testing::HostMember>> nodes =
+      testing::HostJob(absl::StrCat("127.0.0.1:", (*server)->port()), "tiny-llama",
+                       "megatron:tp=2", {"vllm:tp=2", "vllm:tp=1,dp=2"});
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  ASSERT_EQ(nodes->size(), 6u);
+  const absl::Time deadline = absl::Now() + absl::Seconds(45);
+  ASSERT_TRUE(testing::JoinHostMembers(*nodes, [](size_t) { return DataPlaneOptions(); },
+                                       deadline)
+                  .ok());
+  constexpr int64_t kEvery = 50;
+  testing::HostRounds rounds = testing::RunHostRounds(
+      *nodes, 3,
+      [](const Member& m, int64_t v) {
+        return testing::FillMemberDelta(m, 1, v, v > 1 ? kEvery : 0);
+      },
+      [](const Member& m, int64_t v) {
+        return testing::CheckMemberDelta(m, 1, v, v > 1 ? kEvery : 0);
+      },
+      deadline);
+  ASSERT_TRUE(rounds.FirstFailure().ok()) << rounds.FirstFailure();
+  for (size_t i = 2; i < nodes->size(); ++i) {  // the engine ranks
+    const int64_t dense = rounds.stats[0][i].bytes_received;
+    EXPECT_GT(dense, 0) << "member " << i;
+    EXPECT_GT(rounds.stats[1][i].waves, 2) << "member " << i;  // batches
+    for (int v : {1, 2}) {
+      EXPECT_LT(rounds.stats[v][i].bytes_received * 5, dense) << "member " << i << " round "
+                                                              << v + 1;
+    }
+  }
 }
 
 }  // namespace

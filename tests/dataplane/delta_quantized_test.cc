@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "exec/delta/delta_runner.h"
-#include "exec/gloo_transport.h"
-#include "exec/kv_store.h"
+#include "exec/transport/gloo_transport.h"
+#include "exec/transport/kv_store.h"
 #include "gtest/gtest.h"
 #include "mapping/mapping.h"
 #include "plan/planner.h"

@@ -1,4 +1,4 @@
-// Quantize-on-pull (exec/fused_pull.h) on host memory, through the real
+// Quantize-on-pull (exec/pull/fused_pull.h) on host memory, through the real
 // planner and every rank's own slice off the wire: trainers run the
 // conversions they keep (two passes: cut tiles with their amax exchange),
 // engines pull the rest of their bytes and run
@@ -14,10 +14,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "exec/convert.h"
-#include "exec/copy_program.h"
-#include "exec/fused_pull.h"
-#include "exec/pull_program.h"
+#include "exec/convert/convert.h"
+#include "exec/program/copy_program.h"
+#include "exec/pull/fused_pull.h"
+#include "exec/pull/pull_program.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mapping/mapping.h"

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "exec/executor.h"
-#include "exec/gloo_transport.h"
+#include "exec/transport/gloo_transport.h"
 #include "testing/dir_kv_store.h"
 #include "testing/test_patterns.h"
 

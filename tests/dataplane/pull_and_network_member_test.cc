@@ -15,7 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/member.h"
-#include "exec/plan_side.h"
+#include "exec/program/plan_side.h"
 #include "gtest/gtest.h"
 #include "server/default_plan.h"
 #include "server/refit_server.h"

@@ -13,7 +13,6 @@
 #include "absl/time/clock.h"
 #include "client/member.h"
 #include "gtest/gtest.h"
-#include "server/default_plan.h"
 #include "server/refit_server.h"
 #include "testing/host_members.h"
 #include "testing/member_patterns.h"
@@ -24,10 +23,7 @@ namespace {
 class StagedMemberTest : public ::testing::TestWithParam<bool> {};  // delta rounds
 
 TEST_P(StagedMemberTest, AnAbortBeforeTheApplyLeavesTheLiveBytesOfThePreviousVersion) {
-  RefitServer::Options so;
-  so.coordinator.plan_function = DefaultPlanFunction({});
-  so.coordinator.delta = GetParam();
-  absl::StatusOr<std::unique_ptr<RefitServer>> server = RefitServer::Start(std::move(so));
+  absl::StatusOr<std::unique_ptr<RefitServer>> server = testing::StartHostRefitd(GetParam());
   ASSERT_TRUE(server.ok()) << server.status();
   std::vector<testing::HostMember> nodes = testing::TrainerAndEngine(
       absl::StrCat("127.0.0.1:", (*server)->port()), "tiny-llama");
@@ -127,10 +123,7 @@ TEST_P(StagedMemberTest, AnAbortBeforeTheApplyLeavesTheLiveBytesOfThePreviousVer
 // apply writes only the changed words: a live byte changed behind refit's
 // back survives a round that changes nothing.
 TEST(StagedDeltaTest, TheApplyOfADeltaRoundWritesOnlyTheChangedWords) {
-  RefitServer::Options so;
-  so.coordinator.plan_function = DefaultPlanFunction({});
-  so.coordinator.delta = true;
-  absl::StatusOr<std::unique_ptr<RefitServer>> server = RefitServer::Start(std::move(so));
+  absl::StatusOr<std::unique_ptr<RefitServer>> server = testing::StartHostRefitd(true);
   ASSERT_TRUE(server.ok()) << server.status();
   // Megatron's interleaved fused buffers land in vLLM's: some messages are
   // applied in place, others unpacked from the runner's staging.

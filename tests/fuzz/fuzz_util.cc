@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "exec/copy_program.h"
+#include "exec/program/copy_program.h"
 #include "google/protobuf/descriptor.h"
 #include "plan/plan_codec.h"
 #include "plan/plan_stats.h"

@@ -9,7 +9,7 @@
 
 #include "absl/time/clock.h"
 #include "client/member.h"
-#include "exec/gloo_transport.h"
+#include "exec/transport/gloo_transport.h"
 #include "gtest/gtest.h"
 #include "server/default_plan.h"
 #include "server/refit_server.h"

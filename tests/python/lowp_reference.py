@@ -1,6 +1,6 @@
 """MXFP8 and NVFP4 bytes of BF16 weights as vLLM holds them, in pure Python
 (no torch), for tests/python: an independent statement of the formulas
-(refit's own are in exec/quantize.cc, exec/nvfp4.cc and
+(refit's own are in exec/convert/quantize.cc, exec/convert/nvfp4.cc and
 testing/reference_quantizer), small tensors only.
 
 - MXFP8 (vLLM's online method, quantization/utils/mxfp8_utils.py,

@@ -33,9 +33,9 @@ rtest.load_library()
 import refit.sglang as rs  # noqa: E402
 import refit.sglang_receiver as rr  # noqa: E402
 import concurrently  # noqa: E402
-import standin_torch as st  # noqa: E402
 from sglang.srt.distributed import parallel_state  # noqa: E402
 from sglang.srt.managers.scheduler import Engine  # noqa: E402
+from engine_fixtures import sglang_model as engine_model, trainer_members  # noqa: E402
 from refitd_process import Refitd  # noqa: E402
 
 TIMEOUT = 60.0
@@ -47,32 +47,6 @@ CACHE_ERROR = ("Online weight updates are not supported while the HPC-Ops bf16xf
 
 def run_all(fns):
     concurrently.run_all(fns, timeout=TIMEOUT * 2)
-
-
-def engine_model(model, convention, rank):
-    """An SGLang worker's model: a module tree holding the engine rank's
-    parameters (distinct bytes) and a rotary cache refit does not move."""
-    root = st.Layer()
-    want = refit.expected_buffers(side="engine", rank=rank, model=model,
-                                  convention=convention)
-    for i, s in enumerate(want):
-        path, _, leaf = s.name.rpartition(".")
-        t = st.Tensor(s.shape, st.bfloat16 if s.dtype == "bf16" else st.float32)
-        t.fill_bytes(i + 1)
-        setattr(root.child(path), leaf, t)
-    root.child("model.rotary_emb").cos_sin_cache = st.Tensor([4, 4], st.float32)
-    return root
-
-
-def trainer_members(server, model):
-    out = []
-    for r in (0, 1):
-        want = refit.expected_buffers(side="trainer", rank=r, model=model,
-                                      convention=TRAINER)
-        _, local = st.module_from_specs(want)
-        out.append(refit.Member(server=server, side="trainer", rank=r, model=model,
-                                convention=TRAINER, buffers=local, timeout=TIMEOUT))
-    return out
 
 
 def failures(fns):

@@ -17,13 +17,17 @@ sessions) share, written for refit's tests from reading sgl-project/sglang
 * the scheduler's prefix-cache flush succeeds only when the scheduler is
   idle (no running request) or paused, and a failed flush after an update
   is an assertion (it stops SGLang's scheduler; here it raises);
+* a worker process reads the server's arguments through
+  ``sglang.srt.server_args.get_global_server_args()`` (server_args.py at
+  001067ff): ``tp_size``, ``dp_size``, ``ep_size``, ``enable_dp_attention``;
 * ``sglang.Engine.update_weights_from_tensor(named_tensors, load_format,
   flush_cache)`` builds the request object and runs the tokenizer manager's
   coroutine on the engine's loop; the tokenizer manager forwards each
   request to the scheduler of every DP replica.
 
 TP workers run as threads of one process here (one process each in SGLang),
-so the parallel-state rank queries are per thread.
+so the parallel-state rank queries and the global server args are per
+thread.
 """
 import asyncio
 import importlib
@@ -66,6 +70,15 @@ class ContinueGenerationReqInput:
 
 def set_ranks(tp_rank: int, tp_size: int, pp_size: int = 1) -> None:
     _local.tp_rank, _local.tp_size, _local.pp_size = tp_rank, tp_size, pp_size
+
+
+def get_global_server_args() -> Any:
+    """This thread's worker's server args (SGLang raises ValueError before
+    the scheduler set them)."""
+    args = getattr(_local, "server_args", None)
+    if args is None:
+        raise ValueError("Global server args is not set yet!")
+    return args
 
 
 def get_tensor_model_parallel_rank() -> int:
@@ -117,6 +130,7 @@ class ModelRunner:
 
     def update_weights_from_tensor(self, named_tensors, load_format=None):
         set_ranks(self.tp_rank, self.tp_size)
+        _local.server_args = self.server_args
         error = self._derived_cache_error()
         if error is not None:
             return False, error
@@ -236,9 +250,11 @@ class EngineBase:
     io_struct = None  # the generation's module
     scheduler_cls = None
 
-    def __init__(self, models, custom_weight_loader=(), drafts=None):
+    def __init__(self, models, custom_weight_loader=(), drafts=None, ep_size=1, dp_size=1,
+                 enable_dp_attention=False):
         self.server_args = types.SimpleNamespace(
-            custom_weight_loader=list(custom_weight_loader), tp_size=len(models))
+            custom_weight_loader=list(custom_weight_loader), tp_size=len(models),
+            ep_size=ep_size, dp_size=dp_size, enable_dp_attention=enable_dp_attention)
         self.scheduler = self.scheduler_cls(models, self.server_args, drafts)
         self.tokenizer_manager = TokenizerManager(self.scheduler)
         self.loop = asyncio.new_event_loop()

@@ -33,6 +33,7 @@ rtest.load_library()
 import refit.vllm as rv  # noqa: E402
 import standin_torch as st  # noqa: E402
 from concurrently import run_all  # noqa: E402
+from engine_fixtures import trainer_source, vllm_model as engine_model  # noqa: E402
 from refitd_process import Refitd  # noqa: E402
 import importlib  # noqa: E402
 ROOT = ("vllm.backends.distributed.weight_transfer" if GENERATION == "pr54654"
@@ -73,21 +74,6 @@ def parallel_config(dp, tp, *, moe):
                                  data_parallel_size=2 if moe else 1,
                                  data_parallel_rank=dp if moe else 0,
                                  data_parallel_index=dp)
-
-
-def engine_model(model, convention, rank):
-    want = refit.expected_buffers(side="engine", rank=rank, model=model,
-                                  convention=convention)
-    module, _ = st.module_from_specs(want)
-    module._params.append(("model.rotary_emb.cos_sin_cache", st.Tensor([4, 4], st.float32)))
-    return module
-
-
-def trainer_source(model, rank):
-    want = refit.expected_buffers(side="trainer", rank=rank, model=model,
-                                  convention=TRAINER)
-    module, _ = st.module_from_specs(want, wrap=lambda n: "module." + n, dtensor_world=2)
-    return rv.RefitSource(module, rank=rank, model=model, convention=TRAINER)
 
 
 def trainer_init(info, client, source):

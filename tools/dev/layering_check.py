@@ -9,6 +9,9 @@ own layer or lower ones. testing/ (test oracles and helpers) may include
 anything below the programs, and only tests and programs include it. Tests (*_test.*, tests/) may
 also include testing/ and peers of their layer (a server test talks to a
 real client). Hand-written sources outside tests stay within MAX_LINES.
+Within exec/, the package groups of exec/BUILD keep each folder (program/,
+transport/, convert/, pull/, delta/, each with its cuda/) to the folders
+below it: Bazel visibility fails an upward dependency at build time.
 
   python3 tools/dev/layering_check.py [REPO_ROOT]
 Prints each violation and exits 1 if there is any.

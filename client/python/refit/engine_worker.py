@@ -30,18 +30,20 @@ LayoutHooks = Tuple[Callable[[Any], Any], ...]
 
 def layout_hooks(engine: str) -> LayoutHooks:
     """refit.engine_layouts' kernel-layout detector and derived-tensor
-    refresh for ``engine`` ("vllm" or "sglang"), and for vLLM
-    refit.engine_formats' weight-format detector. Raises RefitError
+    refresh for ``engine`` ("vllm" or "sglang"), and the weight-format
+    detector (refit.engine_formats' for vLLM, refit.engine_convention's for
+    SGLang). Raises RefitError
     FAILED_PRECONDITION when they are not installed."""
     try:
         from refit import engine_formats as ef
         from refit import engine_layouts as el
     except ImportError as e:
-        raise refit.RefitError(9, f"refit.engine_layouts is missing ({e}): refit cannot "
+        raise refit.FailedPreconditionError(f"refit.engine_layouts is missing ({e}): refit cannot "
                                   f"tell which layout the {engine} kernels read") from e
     if engine == "vllm":
         return el.vllm_kernel_layout, el.refresh_vllm_derived, ef.vllm_quant_format
-    return el.sglang_kernel_layout, el.refresh_sglang_derived
+    from refit.engine_convention import sglang_quant_format
+    return el.sglang_kernel_layout, el.refresh_sglang_derived, sglang_quant_format
 
 
 def convention_params(convention: str) -> Dict[str, str]:
@@ -62,7 +64,7 @@ def with_kernel(convention: str, kernel: Optional[str]) -> str:
     if named == "checkpoint":  # the default layout, spelled out
         named = ""
     if named is not None and named != (kernel or ""):
-        raise refit.RefitError(3, f"convention {convention}: kernel={named}, but the "
+        raise refit.InvalidArgumentError(f"convention {convention}: kernel={named}, but the "
                                   f"worker's layers read "
                                   f"{'kernel=' + kernel if kernel else 'the checkpoint layout'}")
     if kernel is None or named:
@@ -82,7 +84,7 @@ def with_quant(convention: str, quant: Optional[str]) -> str:
         return convention
     named = convention_params(convention).get("quant")
     if named is not None and named != quant:
-        raise refit.RefitError(3, f"convention {convention}: quant={named}, but the "
+        raise refit.InvalidArgumentError(f"convention {convention}: quant={named}, but the "
                                   f"worker's layers hold {quant} weights (quant={quant})")
     if named is not None:
         return convention
@@ -113,14 +115,14 @@ def check_parallel(convention: str, *, tp: int, dp: int, pp: int = 1,
     RefitError INVALID_ARGUMENT naming the size that differs, or pipeline
     parallelism (refit's engine conventions have no pipeline stages)."""
     if pp > 1:
-        raise refit.RefitError(3, f"{engine} runs pipeline parallelism (pp={pp}): refit's "
+        raise refit.InvalidArgumentError(f"{engine} runs pipeline parallelism (pp={pp}): refit's "
                                   f"{engine} convention has no pipeline stages; run the "
                                   f"engine with pipeline_parallel_size=1")
     params = convention_params(convention)
     for key, have in (("tp", tp), ("dp", dp)):
         want = int(params.get(key, "1"))
         if want != have:
-            raise refit.RefitError(3, f"convention {convention}: {key}={want}, but the "
+            raise refit.InvalidArgumentError(f"convention {convention}: {key}={want}, but the "
                                       f"{engine} engine runs {key}={have}")
 
 
@@ -195,7 +197,7 @@ class EngineReceiver:
 
     def _m(self) -> refit.Member:
         if self.member is None:
-            raise refit.RefitError(9, f"engine {self.engine_id}: the refit receiver is "
+            raise refit.FailedPreconditionError(f"engine {self.engine_id}: the refit receiver is "
                                       f"closed")
         return self.member
 
@@ -245,7 +247,7 @@ class EngineReceiver:
         else:
             v = self._await_round(m, version, timeout, abort_key)
             if version is not None and v != version:
-                raise refit.RefitError(9, f"engine {self.engine_id}: refitd announced "
+                raise refit.FailedPreconditionError(f"engine {self.engine_id}: refitd announced "
                                           f"version {v}, the update asked for {version}")
             self.last_stats = m.run_round(v, timeout=timeout)
         synchronize(self.device)
@@ -307,7 +309,7 @@ def in_thread(fn: Callable[[], Any]) -> Callable[[float], Any]:
     def join(timeout: float) -> Any:
         t.join(timeout)
         if t.is_alive():
-            raise refit.RefitError(4, f"the inference side did not answer within "
+            raise refit.DeadlineExceededError(f"the inference side did not answer within "
                                       f"{timeout:g} s")
         if errors:
             raise errors[0]
@@ -320,25 +322,32 @@ def in_thread(fn: Callable[[], Any]) -> Callable[[float], Any]:
 _NOT_THE_WORKERS = {4, 7, 14, 16}  # DEADLINE_EXCEEDED, PERMISSION_DENIED, UNAVAILABLE, UNAUTHENTICATED
 
 
+def tell_refusal(error: BaseException, **member: Any) -> None:
+    """Tells refitd that the worker ``member`` names (refit.refuse's
+    arguments: server, side, rank, model, convention, engine_id, device,
+    token, job) refuses to join, because of ``error``, so that the trainer
+    and the other workers fail at once naming it instead of at their
+    timeouts; nothing for errors that say nothing of the worker's own setup
+    (refitd unreachable, or refusing the worker). Never raises: a refusal
+    that cannot be told is logged."""
+    if isinstance(error, refit.RefitError) and int(error.code) in _NOT_THE_WORKERS:
+        return
+    try:
+        refit.refuse(f"{type(error).__name__}: {error}"
+                     if not isinstance(error, refit.RefitError) else str(error),
+                     timeout=min(10.0, float(member.pop("timeout", 10.0))), **member)
+    except refit.RefitError as r:
+        logging.getLogger("refit").warning("telling refitd that this worker refuses to "
+                                           "join failed: %s", r)
+
+
 def join_or_refuse(make: Callable[[], "EngineReceiver"], **member: Any) -> "EngineReceiver":
     """``make()`` (the worker's EngineReceiver). When it fails for a reason
     of the worker's own (a layout refit does not write, parameters that do
-    not match the convention), first tells refitd that this worker refuses
-    to join (:func:`refit.refuse` with ``member``: server, side, rank,
-    model, convention, engine_id, device, token, job), so that the trainer
-    and the other workers fail at once naming it instead of at their
-    timeouts; then raises make's error."""
+    not match the convention), first tells refitd so (:func:`tell_refusal`
+    with ``member``); then raises make's error."""
     try:
         return make()
     except Exception as e:
-        if isinstance(e, refit.RefitError) and int(e.code) in _NOT_THE_WORKERS:
-            raise
-        try:
-            refit.refuse(f"{type(e).__name__}: {e}" if not isinstance(e, refit.RefitError)
-                         else str(e), timeout=min(10.0, float(member.pop("timeout", 10.0))),
-                         **member)
-        except refit.RefitError as r:
-            logging.getLogger("refit").warning("telling refitd that this worker refuses to "
-                                               "join failed: %s", r)
+        tell_refusal(e, **member)
         raise
-

@@ -49,6 +49,7 @@ from typing import Any, Callable, Dict, List, Optional
 import refit
 import refit.engine_worker as _ew
 import refit.torch as _rt
+from refit import engine_convention as _ec
 from refit import sglang_engine as _se
 from refit.sglang_sessions import check_session_layers
 
@@ -66,6 +67,9 @@ _log = logging.getLogger(__name__)
 layout_hooks: Optional[_ew.LayoutHooks] = None
 # SGLang's parallel ranks: () -> (tp_rank, tp_size, pp_size); None: SGLang's own.
 parallel_ranks: Optional[Callable[[], tuple]] = None
+# SGLang's server args in a worker: () -> ServerArgs; None: SGLang's own
+# (refit.engine_convention.sglang_server_args).
+server_args: Optional[Callable[[], Any]] = None
 # Tensor factory for the requests; None: torch.empty(0, dtype=torch.uint8).
 empty_tensor: Optional[Callable[[], Any]] = None
 
@@ -105,12 +109,12 @@ def engine_rank(convention: str, dp_rank: Optional[int] = None) -> int:
         dp_rank = int(os.environ["SGLANG_DP_RANK"])
     if dp_rank is None:
         if dp > 1:
-            raise refit.RefitError(9, f"convention {convention}: dp={dp}, but this SGLang "
+            raise refit.FailedPreconditionError(f"convention {convention}: dp={dp}, but this SGLang "
                                       f"replica's index is unknown: set SGLANG_DP_RANK per "
                                       f"replica or give dp_rank in the init request")
         dp_rank = 0
     if not 0 <= dp_rank < dp:
-        raise refit.RefitError(3, f"convention {convention}: replica {dp_rank} is outside "
+        raise refit.InvalidArgumentError(f"convention {convention}: replica {dp_rank} is outside "
                                   f"dp={dp}")
     _ew.check_parallel(convention, tp=int(tp_size), dp=dp, pp=int(pp), engine="sglang")
     return dp_rank * int(tp_size) + int(tp_rank)
@@ -169,16 +173,39 @@ def _hooks() -> _ew.LayoutHooks:
     return (detect_in_sessions,) + tuple(hooks[1:])
 
 
+def _convention_and_rank(args: Dict[str, Any]) -> tuple:
+    """(convention, engine rank) of this worker: the init request's
+    convention, else SGLang's own (its server args, ``args["dp"]``
+    replicas). Raises as engine_rank and sglang_convention do; before
+    raising, tells refitd that this worker refuses to join (fail fast)."""
+    try:
+        convention = _ec.given_or_derived(
+            args.get("convention"), args.get("dp"), lambda: _ec.sglang_convention(
+                (server_args or _ec.sglang_server_args)(), tp_size=int(_sglang_ranks()[1]),
+                dp=args.get("dp")))
+        rank = args.get("rank")
+        if rank is None:
+            rank = engine_rank(convention, args.get("dp_rank"))
+        return convention, rank
+    except refit.RefitError as e:
+        tp_rank, tp_size, _ = _sglang_ranks()
+        dp_rank = int(args.get("dp_rank") or os.environ.get("SGLANG_DP_RANK") or 0)
+        _ew.tell_refusal(e, server=args["server"], side="engine",
+                         rank=dp_rank * int(tp_size) + int(tp_rank), model=args["model"],
+                         convention=_ec.naming_convention("sglang", tp_size, dp_rank),
+                         engine_id=args["engine_id"], device="cpu", token=args.get("token"),
+                         job=args.get("job", "refit"))
+        raise
+
+
 def _init(model: Any, args: Dict[str, Any]) -> None:
     engine_id = args["engine_id"]
     with _lock:
         known = id(model) in _receivers
     if known:
-        raise refit.RefitError(9, f"engine {engine_id}: refit is initialized on this "
+        raise refit.FailedPreconditionError(f"engine {engine_id}: refit is initialized on this "
                                   f"worker already")
-    rank = args.get("rank")
-    if rank is None:
-        rank = engine_rank(args["convention"], args.get("dp_rank"))
+    convention, rank = _convention_and_rank(args)
     if _twin(engine_id, model, rank):
         _log.info("refit.sglang: engine %s rank %d holds a second model (the speculative "
                   "draft); refit updates the target model only", engine_id, rank)
@@ -188,17 +215,17 @@ def _init(model: Any, args: Dict[str, Any]) -> None:
         lambda: _ew.EngineReceiver(
             model, rank=rank, device=device,
             server=args["server"], engine_id=engine_id, model_name=args["model"],
-            convention=args["convention"], hooks=_hooks(),
+            convention=convention, hooks=_hooks(),
             token=args.get("token"), job=args.get("job", "refit"),
             transport=args.get("transport"), timeout=float(args.get("timeout", 300.0)),
             staged=bool(args.get("staged", False)), staging_bytes=args.get("staging_bytes")),
         server=args["server"], side="engine", rank=rank, model=args["model"],
-        convention=args["convention"], engine_id=engine_id, device=device,
+        convention=convention, engine_id=engine_id, device=device,
         token=args.get("token"), job=args.get("job", "refit"))
     with _lock:
         _receivers[id(model)] = r
     if rank == 0:  # a key of refitd's store belongs to the member that wrote it
-        r.member.kv_set(_key(engine_id, "ranks"), str(_engine_world(args["convention"])))
+        r.member.kv_set(_key(engine_id, "ranks"), str(_engine_world(r.convention)))
 
 
 def _update(model: Any, cmd: Dict[str, Any]) -> None:
@@ -207,7 +234,7 @@ def _update(model: Any, cmd: Dict[str, Any]) -> None:
     if r is None:
         if _twin(cmd.get("engine_id", ""), model):
             return  # the draft runner: refit updates the target model only
-        raise refit.RefitError(9, "refit is not initialized on this worker: send "
+        raise refit.FailedPreconditionError("refit is not initialized on this worker: send "
                                   "init_request first")
     version = cmd.get("version")
     r.refresh_plan()
@@ -248,7 +275,7 @@ def load(model: Any, named_tensors: List[Any]) -> None:
                 if r is not None:
                     r.close()
             else:
-                raise refit.RefitError(3, f"unknown refit.sglang request {op!r}")
+                raise refit.InvalidArgumentError(f"unknown refit.sglang request {op!r}")
         except Exception as e:  # SGLang must keep serving: reported, not raised
             _record(model, str(op), e, cmd.get("version") if op == "update" else None)
 
@@ -268,21 +295,26 @@ def _request(cmd: Dict[str, Any], *, flush_cache: bool, interface: Optional[str]
     return req
 
 
-def init_request(*, server: str, engine_id: str, model: str, convention: str,
+def init_request(*, server: str, engine_id: str, model: str,
+                 convention: Optional[str] = None, dp: Optional[int] = None,
                  token: Optional[str] = None, job: str = "refit",
                  transport: Optional[str] = None, timeout: float = 300.0,
                  dp_rank: Optional[int] = None,
                  interface: Optional[str] = None, staged: bool = False) -> Dict[str, Any]:
     """Keyword arguments of refit's engine protocol's
     ``update_weights_from_tensor`` that make every worker join refit
-    (``convention``: e.g. "sglang:tp=4,dp=2"; ``interface``: the SGLang
-    generation, default :data:`SGLANG_INTERFACE`; ``staged``: the workers
-    receive rounds while SGLang serves, and each update applies the round
-    that arrived, docs/engines.md). Under sessions, send it between
-    begin_weight_update and end_weight_update."""
+    (``convention``: e.g. "sglang:tp=4,dp=2"; left out, each worker reads
+    it from SGLang's server args and parallel state, with ``dp`` replicas
+    (one server each; default 1): refit.engine_convention.sglang_convention;
+    ``interface``: the SGLang generation, default :data:`SGLANG_INTERFACE`;
+    ``staged``: the workers receive rounds while SGLang serves, and each
+    update applies the round that arrived, docs/engines.md). Under
+    sessions, send it between begin_weight_update and end_weight_update."""
     cmd = {"op": "init", "server": server, "engine_id": engine_id, "model": model,
            "convention": convention, "token": token, "job": job,
            "transport": transport, "timeout": timeout}
+    if dp is not None:
+        cmd["dp"] = dp
     if dp_rank is not None:
         cmd["dp_rank"] = dp_rank
     if staged:
@@ -387,16 +419,22 @@ def join_engine(engines: Any, member: refit.Member, **init: Any) -> None:
     EngineClient`, or an object of refit's engine protocol such as a client
     of SGLang's HTTP routes), or a list, one per DP replica in replica
     order. ``init``: init_request's arguments (its ``timeout`` bounds the
-    join and the plan). When SGLang refuses the init request, refitd hears
-    it at once (refit.refuse) and every member waiting for a plan fails
-    naming the engine and SGLang's message. Raises refitd's status
+    join and the plan; without ``convention`` every worker reads its own
+    from SGLang, one replica per engine given). When SGLang refuses the
+    init request, refitd hears it at once (refit.refuse) and every member
+    waiting for a plan fails naming the engine and SGLang's message. Raises refitd's status
     (FAILED_PRECONDITION naming the worker and why when one refused to
     join; DEADLINE_EXCEEDED when workers did not join and said nothing:
     their log says why) or the engine's exception."""
     es = _engines(engines)
     interface = _se.interface_of(es[0])
     timeout = float(init.get("timeout", 300.0))
-    tp = int(_ew.convention_params(init["convention"]).get("tp", "1"))
+    if not init.get("convention"):
+        init = dict(init, dp=len(es))  # each worker reads the rest from SGLang
+    # The engine ranks SGLang's refusal is told for: replica i's first; with
+    # the convention left to the workers, only the first replica's is known.
+    tp = (int(_ew.convention_params(init["convention"]).get("tp", "1"))
+          if init.get("convention") else None)
 
     def join_one(i: int, e: Any) -> None:
         req = init_request(**dict(init, interface=interface,
@@ -405,9 +443,11 @@ def join_engine(engines: Any, member: refit.Member, **init: Any) -> None:
             _in_session(e, init["engine_id"], interface, lambda: _se.check(
                 init["engine_id"], "the init request", e.update_weights_from_tensor(**req)))
         except Exception as err:
+            if tp is None and i > 0:
+                raise
             _quietly(lambda: refit.refuse(
-                str(err), server=init["server"], side="engine", rank=i * tp,
-                model=init["model"], convention=init["convention"],
+                str(err), server=init["server"], side="engine", rank=i * (tp or 1),
+                model=init["model"], convention=init.get("convention") or "sglang:tp=1",
                 engine_id=init["engine_id"], device=member.device, token=init.get("token"),
                 job=init.get("job", "refit")))  # refitd gone, or the rank joined already
             raise
@@ -461,7 +501,7 @@ def _check_engine(member: refit.Member, engine_id: str, version: int) -> None:
         why = ": " + member.kv_get(_key(engine_id, "error", version), timeout=1.0)
     except refit.RefitError:
         why = " (see the SGLang workers' log: refit.sglang)"
-    raise refit.RefitError(10, f"engine {engine_id}: holds version {have} after the "
+    raise refit.AbortedError(f"engine {engine_id}: holds version {have} after the "
                                f"update to {version}{why}")
 
 

@@ -12,8 +12,9 @@ names a factory that SGLang calls once per TP worker with a
 ``destroy()``.
 
 refit's ``init_payload`` holds refit.sglang.init_request's arguments
-(``server``, ``engine_id``, ``model``, ``convention``, optional ``token``,
-``job``, ``transport``, ``timeout``, ``dp_rank``); a ``receive`` payload is
+(``server``, ``engine_id``, ``model``, optional ``convention`` (left out:
+SGLang's own, refit.engine_convention.sglang_convention, with ``dp``
+replicas), ``token``, ``job``, ``transport``, ``timeout``, ``dp_rank``); a ``receive`` payload is
 ``{"version": v, "timeout": s}`` (both optional). The worker joins refit
 when the factory runs (refusing by name, as refit.sglang does, a layout
 refit does not write), each ``receive`` is one refit round, ``destroy``
@@ -24,6 +25,7 @@ from typing import Any, Dict, Optional
 
 import refit
 import refit.engine_worker as _ew
+from refit import engine_convention as _ec
 from refit import sglang as _sg
 
 __all__ = ["RefitWeightUpdateReceiver", "make_receiver"]
@@ -37,14 +39,20 @@ class RefitWeightUpdateReceiver:
     def __init__(self, context: Any) -> None:
         """Joins refit with ``context.model``'s parameters. Raises
         RefitError INVALID_ARGUMENT when ``context.init_payload`` lacks
-        refit's arguments, or as refit.engine_worker.EngineReceiver does."""
+        refit's arguments, as refit.engine_convention.sglang_convention
+        does (no convention given) or as refit.engine_worker.EngineReceiver
+        does."""
         args: Dict[str, Any] = dict(getattr(context, "init_payload", None) or {})
-        missing = [k for k in ("server", "engine_id", "model", "convention") if k not in args]
+        missing = [k for k in ("server", "engine_id", "model") if k not in args]
         if missing:
             raise refit.InvalidArgumentError(
                 f"the weight-update receiver's init_payload lacks {', '.join(missing)}: "
                 f"give refit.sglang.init_request's arguments")
         tp_size = int(context.tp_size)
+        if not args.get("convention"):  # SGLang's own: its server args, "dp" replicas
+            args["convention"] = _ec.sglang_convention(
+                (_sg.server_args or _ec.sglang_server_args)(), tp_size=tp_size,
+                dp=args.get("dp"))
         _ew.check_parallel(args["convention"], tp=tp_size,
                            dp=int(_ew.convention_params(args["convention"]).get("dp", "1")),
                            engine="sglang")

@@ -75,12 +75,12 @@ class StagedRounds:
         with self._cv:
             if not self._cv.wait_for(lambda: self._held is not None or
                                      self._error is not None, timeout):
-                raise refit.RefitError(4, f"no staged round within {timeout:g} s")
+                raise refit.DeadlineExceededError(f"no staged round within {timeout:g} s")
             if self._error is not None:
                 raise self._error
             v = self._held
             if version is not None and v != version:
-                raise refit.RefitError(9, f"the staged round is version {v}, the "
+                raise refit.FailedPreconditionError(f"the staged round is version {v}, the "
                                           f"update asked for {version}")
         try:
             stats = self._member.apply_round(v, timeout=timeout)

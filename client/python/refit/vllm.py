@@ -67,6 +67,7 @@ from typing import Any, ClassVar, Dict, Iterator, List, Optional, Tuple
 
 import refit
 import refit.engine_worker as _ew
+from refit import engine_convention as _ec
 import refit.torch as _rt
 
 __all__ = ["HAVE_VLLM", "VLLM_INTERFACE", "VLLM_IMPORT_ROOT", "RefitInitInfo", "RefitUpdateInfo",
@@ -221,16 +222,21 @@ else:  # no vLLM, or one from before the trainer-side engines
 @dataclass
 class RefitInitInfo(_InitBase):
     """What a worker needs to join refit: refitd's ``server`` address, the
-    ``engine_id`` of this vLLM instance, the ``model`` (a built-in name or
-    a config.json path) and the engine ``convention`` (e.g. "vllm:tp=2,dp=2";
-    the worker adds ``kernel=`` when its layers read a kernel layout).
+    ``engine_id`` of this vLLM instance and the ``model`` (a built-in name,
+    a config.json path or a Hugging Face id in the local cache). The engine
+    ``convention`` is read from vLLM's parallel config when left out
+    (refit.engine_convention.vllm_convention; ``dp``: the replica count of a
+    dense model served with data parallelism, which its workers cannot
+    tell); given, e.g. "vllm:tp=2,dp=2", it is checked against the engine.
+    The worker adds ``quant=`` and ``kernel=`` from its layers.
     ``rank``: the worker's engine rank (default: :func:`engine_rank`).
     ``device``: "cuda:N" or "cpu" (default: the worker's device).
     ``timeout`` bounds joining and the first plan, in seconds."""
     server: str
     engine_id: str
     model: str
-    convention: str
+    convention: Optional[str] = None
+    dp: Optional[int] = None
     token: Optional[str] = None
     job: str = "refit"
     transport: Optional[str] = None
@@ -251,67 +257,46 @@ class RefitUpdateInfo(_UpdateBase):
     timeout: float = 300.0
 
 
-def engine_rank(parallel_config: Any, convention: str) -> int:
-    """The worker's engine rank in refit's vLLM convention, ``k =
-    data_parallel_index * TP + rank`` (``rank``: the worker's rank inside its
-    DP replica), after checking vLLM's TP size, and its DP size where vLLM
-    keeps one (MoE; a dense model's replicas run as DP=1 engines), against
-    the convention's. Raises RefitError INVALID_ARGUMENT when they differ,
-    when the replica index is outside the convention's dp, under pipeline or
-    prefill-context parallelism, or when the parallel config lacks the rank."""
-    pc = parallel_config
-    rank = getattr(pc, "rank", None)
-    tp = getattr(pc, "tensor_parallel_size", None)
-    if rank is None or tp is None:
-        raise refit.RefitError(3, "the worker's rank is unknown: give \"rank\" in the "
-                                  "init info")
-    pcp = int(getattr(pc, "prefill_context_parallel_size", 1) or 1)
-    if pcp > 1:
-        raise refit.RefitError(3, f"vLLM runs prefill context parallelism (pcp={pcp}): "
-                                  f"refit's vllm convention has none")
-    dp_index = getattr(pc, "data_parallel_index", None)
-    if dp_index is None:  # vLLM without data_parallel_index
-        dp_index = getattr(pc, "data_parallel_rank", 0)
-    dp = int(_ew.convention_params(convention).get("dp", "1"))
-    # A dense model's engines run as independent DP=1 engines
-    # (data_parallel_size reset to 1); MoE engines keep the DP size.
-    vllm_dp = int(getattr(pc, "data_parallel_size", 1) or 1)
-    _ew.check_parallel(convention, tp=int(tp), dp=vllm_dp if vllm_dp > 1 else dp,
-                       pp=int(getattr(pc, "pipeline_parallel_size", 1) or 1), engine="vllm")
-    if not 0 <= int(dp_index) < dp:
-        raise refit.RefitError(3, f"convention {convention}: vLLM's DP replica "
-                                  f"{dp_index} is outside dp={dp}")
-    return int(dp_index) * int(tp) + int(rank)
+# engine_rank(parallel_config, convention): the worker's engine rank, after
+# checking vLLM's sizes against the convention (RefitError INVALID_ARGUMENT
+# naming what differs); refit.engine_convention.vllm_engine_rank.
+engine_rank = _ec.vllm_engine_rank
 
 
-def _receiver(model: Any, device: Any, parallel_config: Any,
+def _receiver(model: Any, device: Any, vllm_config: Any,
               info: RefitInitInfo) -> _ew.EngineReceiver:
-    rank = info.rank if info.rank is not None else engine_rank(parallel_config,
-                                                               info.convention)
+    pc = getattr(vllm_config, "parallel_config", None)
     dev = info.device or _ew.device_name(device)
+
+    def make() -> _ew.EngineReceiver:
+        convention = _ec.given_or_derived(
+            info.convention, info.dp, lambda: _ec.vllm_convention(
+                pc, getattr(vllm_config, "model_config", None), dp=info.dp))
+        rank = info.rank if info.rank is not None else engine_rank(pc, convention)
+        return _ew.EngineReceiver(
+            model, rank=rank, device=dev, server=info.server, engine_id=info.engine_id,
+            model_name=info.model, convention=convention, hooks=_hooks(), token=info.token,
+            job=info.job, transport=info.transport, timeout=info.timeout,
+            staged=info.staged, staging_bytes=info.staging_bytes)
     # A worker that cannot join tells refitd, so that the trainer and the
     # other workers (waiting for the plan) fail at once naming it.
     return _ew.join_or_refuse(
-        lambda: _ew.EngineReceiver(
-            model, rank=rank, device=dev,
-            server=info.server, engine_id=info.engine_id, model_name=info.model,
-            convention=info.convention, hooks=_hooks(), token=info.token, job=info.job,
-            transport=info.transport, timeout=info.timeout, staged=info.staged,
-            staging_bytes=info.staging_bytes),
-        server=info.server, side="engine", rank=rank, model=info.model,
-        convention=info.convention, engine_id=info.engine_id, device=dev,
-        token=info.token, job=info.job)
+        make, server=info.server, side="engine",
+        rank=info.rank if info.rank is not None else _ec.vllm_worker_index(pc),
+        model=info.model, engine_id=info.engine_id, device=dev, token=info.token,
+        job=info.job, convention=info.convention or _ec.naming_convention(
+            "vllm", getattr(pc, "tensor_parallel_size", 1) or 1, _ec.vllm_replica(pc)))
 
 
 def _draft_refused(engine_id: Optional[str]) -> refit.RefitError:
-    return refit.RefitError(9, f"engine {engine_id or '?'}: refit refuses draft-model "
+    return refit.FailedPreconditionError(f"engine {engine_id or '?'}: refit refuses draft-model "
                                f"weight updates: its buffers are the target model's, "
                                f"registered at init; update the draft model by other "
                                f"means, or run without a draft model")
 
 
 def _lora_refused(engine_id: Optional[str]) -> refit.RefitError:
-    return refit.RefitError(9, f"engine {engine_id or '?'}: refit refuses LoRA weight "
+    return refit.FailedPreconditionError(f"engine {engine_id or '?'}: refit refuses LoRA weight "
                                f"updates: its buffers are the base model's, registered at "
                                f"init; load the adapter with vLLM's LoRA API (vLLM unloads "
                                f"every adapter after each base-weight update)")
@@ -357,7 +342,7 @@ class RefitWeightTransferEngine(_EngineBase):
         """vLLM's constructor. Raises RefitError FAILED_PRECONDITION under a
         vLLM whose engines get no model (``(config, parallel_config)``)."""
         if model is None:
-            raise refit.RefitError(9, "this vLLM builds weight-transfer engines without "
+            raise refit.FailedPreconditionError("this vLLM builds weight-transfer engines without "
                                       "the model (config, parallel_config): refit writes "
                                       "into the model's parameters; use "
                                       "worker_extension_cls=\"refit.vllm.RefitWorkerExtension\"")
@@ -386,14 +371,14 @@ class RefitWeightTransferEngine(_EngineBase):
         if isinstance(init_info, dict):
             init_info = self.parse_init_info(init_info)
         if self.receiver is not None:
-            raise refit.RefitError(9, f"engine {init_info.engine_id}: the refit "
+            raise refit.FailedPreconditionError(f"engine {init_info.engine_id}: the refit "
                                       f"weight transfer is initialized already")
-        self.receiver = _receiver(self.model, self.device, self.parallel_config, init_info)
+        self.receiver = _receiver(self.model, self.device, self.vllm_config, init_info)
         self.init_info = init_info
 
     def _r(self) -> _ew.EngineReceiver:
         if self.receiver is None:
-            raise refit.RefitError(9, "the refit weight transfer is not initialized: "
+            raise refit.FailedPreconditionError("the refit weight transfer is not initialized: "
                                       "call init_weight_transfer_engine first")
         return self.receiver
 
@@ -460,7 +445,7 @@ class RefitWeightTransferEngine(_EngineBase):
         own = member.buffers
         for name, tensor in iterator:
             if name not in own:
-                raise refit.RefitError(3, f"rank {trainer_args['rank']}: parameter "
+                raise refit.InvalidArgumentError(f"rank {trainer_args['rank']}: parameter "
                                           f"{name}: the member has no buffer of that name")
             dst = own[name]
             if dst is not tensor and dst.data_ptr() != tensor.data_ptr():
@@ -502,8 +487,10 @@ class RefitSource(_SourceBase):
 class RefitTrainerInitInfo(_TrainerInitBase):
     """A trainer rank's refit settings: refitd's ``server``, the trainer
     ``world`` size, the ``model``, the trainer ``convention`` (e.g.
-    "fsdp:dp=8"), the ``device`` of its buffers; the engine's ``engine_id``
-    and ``engine_convention`` go to the inference side's init info. ``rank``
+    "fsdp:dp=8"), the ``device`` of its buffers; the engine's ``engine_id``,
+    ``engine_convention`` (empty: each worker reads it from vLLM's config)
+    and ``engine_dp`` (a dense model's replica count, when vLLM serves it
+    with data parallelism) go to the inference side's init info. ``rank``
     (keyword) is this trainer rank; rank 0 drives the engine. ``backend``
     (class-level) is the factory key, "refit"."""
     backend: ClassVar[str] = "refit"
@@ -513,6 +500,7 @@ class RefitTrainerInitInfo(_TrainerInitBase):
     convention: str = ""
     engine_id: str = ""
     engine_convention: str = ""
+    engine_dp: Optional[int] = None
     device: str = "cpu"
     token: Optional[str] = None
     job: str = "refit"
@@ -523,8 +511,12 @@ class RefitTrainerInitInfo(_TrainerInitBase):
     def engine_init_info(self) -> Dict[str, Any]:
         """The init info dict each inference worker gets (RefitInitInfo)."""
         info = {"server": self.server, "engine_id": self.engine_id, "model": self.model,
-                "convention": self.engine_convention, "token": self.token,
-                "job": self.job, "transport": self.transport, "timeout": self.timeout}
+                "token": self.token, "job": self.job, "transport": self.transport,
+                "timeout": self.timeout}
+        if self.engine_convention:
+            info["convention"] = self.engine_convention
+        if self.engine_dp is not None:
+            info["dp"] = self.engine_dp
         if self.engine_staged:
             info["staged"] = True
         return info
@@ -567,9 +559,9 @@ class RefitTrainerEngine(_TrainerBase):
         elif len(args) == 1:
             init_info = args[0]
         if init_info is None or getattr(init_info, "rank", None) is None:
-            raise refit.RefitError(3, "the trainer init info has no rank")
+            raise refit.InvalidArgumentError("the trainer init info has no rank")
         if not isinstance(source, RefitSource):
-            raise refit.RefitError(3, f"rank {init_info.rank}: the refit trainer engine "
+            raise refit.InvalidArgumentError(f"rank {init_info.rank}: the refit trainer engine "
                                       f"takes a refit.vllm.RefitSource, not a "
                                       f"{type(source).__name__}")
         member = refit.Member(server=init_info.server, side="trainer", rank=init_info.rank,
@@ -598,7 +590,7 @@ class RefitTrainerEngine(_TrainerBase):
         vLLM). Raises RefitError as refit.torch.publish does,
         FAILED_PRECONDITION after shutdown, or the client's exception."""
         if self.member is None:
-            raise refit.RefitError(9, f"rank {self.init_info.rank}: the trainer engine "
+            raise refit.FailedPreconditionError(f"rank {self.init_info.rank}: the trainer engine "
                                       f"is shut down")
         v = self.version + 1
         info = self.init_info
@@ -636,18 +628,18 @@ class RefitWorkerExtension:
         """Joins as RefitWeightTransferEngine.init_transfer_engine does.
         Raises as it (ValueError for unknown keys)."""
         if getattr(self, "_refit_receiver", None) is not None:
-            raise refit.RefitError(9, "refit_init was called on this worker already")
+            raise refit.FailedPreconditionError("refit_init was called on this worker already")
         try:
             info = RefitInitInfo(**dict(init_info))
         except TypeError as e:
             raise ValueError(f"Invalid init_info for RefitWorkerExtension: {e}") from e
         self._refit_receiver = _receiver(self.model_runner.model, self.device,
-                                         self.vllm_config.parallel_config, info)
+                                         self.vllm_config, info)
 
     def _refit_r(self) -> _ew.EngineReceiver:
         r = getattr(self, "_refit_receiver", None)
         if r is None:
-            raise refit.RefitError(9, "refit_init has not been called on this worker")
+            raise refit.FailedPreconditionError("refit_init has not been called on this worker")
         return r
 
     def refit_update(self, update_info: Any = None) -> int:

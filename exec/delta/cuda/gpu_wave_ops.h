@@ -18,7 +18,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "exec/cuda/cuda_lanes.h"
+#include "exec/transport/cuda/cuda_lanes.h"
 #include "exec/delta/cuda/delta_kernels.h"
 #include "exec/delta/wave_ops.h"
 

@@ -1,0 +1,81 @@
+// ConversionStage: a trainer rank's conversions (plan/conversion.h) made
+// ready to run on its data plane: the Converter, the conversion steps on
+// the data plane's memory (ConvertOps), the scratch buffers the converted
+// values go to, and a round's steps: partial amaxes, their exchange among
+// the trainer ranks that share cut FP8 tiles, finish. The executor and the
+// pull runner each hold one; only how the amaxes travel differs (the
+// AmaxExchange they pass to Run). The conversion math is exec/convert/convert.h.
+#ifndef REFIT_EXEC_CONVERT_CONVERSION_STAGE_H_
+#define REFIT_EXEC_CONVERT_CONVERSION_STAGE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "exec/convert/convert.h"
+#include "plan/plan.h"
+
+namespace refit {
+
+class ConversionStage {
+ public:
+  // Memory of the data plane's kind for the scratch buffers: allocate
+  // fails with the allocator's status; release frees what it returned.
+  struct Memory {
+    std::function<absl::StatusOr<char*>(int64_t bytes)> allocate;
+    std::function<void(char* p, int64_t bytes)> release;
+  };
+  // The conversion steps on the data plane's memory; null = it has none.
+  using OpsFactory = std::function<std::unique_ptr<ConvertOps>()>;
+  // Sends sends[peer] to every peer of peers() and returns what each sent
+  // (received[peer], peers()[peer] values each); the caller's transport
+  // error otherwise.
+  using AmaxExchange = std::function<absl::StatusOr<std::map<int32_t, std::vector<float>>>(
+      const std::map<int32_t, std::vector<float>>& sends)>;
+
+  // The conversions of trainer rank `rank` in `plan` (which must outlive
+  // the stage); null when the rank has none. `buffers` are the rank's
+  // buffers indexed like plan.src.buffers (resized to them): the scratch
+  // buffers are allocated from `memory` and set there. Fails with
+  // INVALID_ARGUMENT for a malformed conversion or a converted tensor's
+  // buffer that is not registered (naming it and the rank),
+  // FAILED_PRECONDITION when `make_ops` gives no conversion steps, or the
+  // allocator's error. `global_amax_only`: Converter::Create's.
+  static absl::StatusOr<std::unique_ptr<ConversionStage>> Create(
+      const Plan& plan, int32_t rank, const OpsFactory& make_ops, Memory memory,
+      std::vector<char*>* buffers, const std::set<int32_t>& global_amax_only = {});
+  ~ConversionStage();  // releases the scratch buffers
+
+  // Trainer ranks this rank exchanges cut-tile amaxes with, and how many
+  // f32 values go each way.
+  const std::map<int32_t, int64_t>& peers() const { return converter_.peers(); }
+
+  // Converts the rank's weights into its scratch buffers (`buffers` as
+  // Create left them), exchanging amaxes through `exchange` when peers()
+  // is not empty. INVALID_ARGUMENT naming the tensor and rank for a NaN or
+  // infinity in a quantized weight, or the exchange's error.
+  absl::Status Run(absl::Span<char* const> buffers, const AmaxExchange& exchange);
+
+  // Bytes of the scratch buffers, and the conversion steps' workspace.
+  int64_t scratch_bytes() const { return scratch_bytes_; }
+  int64_t workspace_bytes() const { return ops_->workspace_bytes(); }
+  ConvertOps& ops() { return *ops_; }
+
+ private:
+  ConversionStage(Converter c) : converter_(std::move(c)) {}
+  Converter converter_;
+  std::unique_ptr<ConvertOps> ops_;
+  Memory memory_;
+  std::vector<std::pair<char*, int64_t>> scratch_;
+  int64_t scratch_bytes_ = 0;
+};
+
+}  // namespace refit
+
+#endif  // REFIT_EXEC_CONVERT_CONVERSION_STAGE_H_

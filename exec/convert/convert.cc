@@ -1,0 +1,407 @@
+#include "exec/convert/convert.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "exec/program/copy_program.h"
+#include "exec/convert/nvfp4.h"
+#include "exec/convert/quantize.h"
+
+namespace refit {
+namespace {
+
+// Row-major index of tile coords `t` inside tile box `b`.
+int64_t IndexIn(const Box& b, absl::Span<const int64_t> t) {
+  int64_t k = 0;
+  for (int d = 0; d < b.rank(); ++d) k = k * b.shape(d) + (t[d] - b.origin(d));
+  return k;
+}
+
+// Calls fn(coords) for every tile of `b`, row-major.
+template <typename Fn>
+void ForEachTile(const Box& b, Fn fn) {
+  if (IsEmpty(b)) return;
+  std::vector<int64_t> t(b.origin().begin(), b.origin().end());
+  while (true) {
+    fn(absl::Span<const int64_t>(t));
+    int d = b.rank() - 1;
+    for (; d >= 0; --d) {
+      if (++t[d] < b.limit(d)) break;
+      t[d] = b.origin(d);
+    }
+    if (d < 0) return;
+  }
+}
+
+}  // namespace
+
+absl::Status ConvertOps::QuantizeWhole(const char* dense, DType dtype, const Box& box,
+                                       const std::vector<int64_t>& tile, ScaleMode mode,
+                                       char* out, char* scales, absl::string_view what) {
+  REFIT_ASSIGN_OR_RETURN(std::vector<float> amax,
+                         AnnotateStatus(TileAmax(dense, dtype, box, tile), what));
+  return AnnotateStatus(Quantize(dense, dtype, box, tile, amax, mode, out, scales), what);
+}
+
+absl::Status ConvertOps::Nvfp4GlobalAmax(const char* dense, DType dtype, const Box& box,
+                                          std::vector<float>* global, absl::string_view what) {
+  REFIT_ASSIGN_OR_RETURN(Nvfp4Amaxes a, AnnotateStatus(Nvfp4Amax(dense, dtype, box, false), what));
+  *global = std::move(a.global);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
+                                            const std::set<int32_t>& global_amax_only) {
+  Converter cv;
+  cv.plan_ = &plan;
+  cv.rank_ = rank;
+  const SideLayout& src = plan.src;
+  auto own_buffer = [&](int32_t b) {
+    return b >= 0 && b < static_cast<int32_t>(src.buffers.size()) &&
+           src.buffers[b].rank == rank && src.buffers[b].scratch;
+  };
+  for (const Conversion& c : plan.conversions) {
+    if (c.from.rank != rank) continue;
+    // A block conversion without codes (to_buffer -1) writes only its
+    // scales (its receivers quantize on pull, exec/pull/fused_pull.h).
+    const bool scales_only = c.to_buffer == -1 && IsBlockQuantized(c.kind) &&
+                             c.kind != ConversionKind::kNvfp4;
+    if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(src.tensors.size()) ||
+        (!scales_only && !own_buffer(c.to_buffer)) ||
+        (c.scale_buffer >= 0 && !own_buffer(c.scale_buffer))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trainer rank ", rank, ": a conversion's tensor or scratch buffers are "
+          "not this rank's"));
+    }
+    Conv v;
+    v.c = &c;
+    v.tensor = &src.tensors[c.from.tensor];
+    if (IsBlockQuantized(c.kind)) {
+      if (c.tile.size() != static_cast<size_t>(c.from.box.rank())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", v.tensor->name, ": conversion tiles do not fit its rank"));
+      }
+      v.tiles = IntersectingTiles(c.from.box, c.tile);
+    }
+    if (c.kind == ConversionKind::kNvfp4) {
+      if (c.global_tensor < 0 || c.global_tensor >= static_cast<int32_t>(src.tensors.size())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", v.tensor->name, ": its NVFP4 global scale tensor is missing"));
+      }
+      v.experts = LeadingBox(c.from.box);
+      const int32_t index = static_cast<int32_t>(&c - plan.conversions.data());
+      v.global_only = global_amax_only.count(index) > 0;
+    }
+    cv.convs_.push_back(std::move(v));
+  }
+  for (const CutTileGroup& g : plan.cut_tiles) {
+    if (!std::binary_search(g.ranks.begin(), g.ranks.end(), rank)) continue;
+    cv.groups_.push_back({&g, std::vector<float>(UncheckedNumElements(g.tiles), 0.0f)});
+    for (int32_t p : g.ranks) {
+      if (p != rank) cv.peer_count_[p] += UncheckedNumElements(g.tiles);
+    }
+    for (Conv& v : cv.convs_) {
+      if (v.c->from.tensor == g.tensor && Intersects(v.tiles, g.tiles)) v.has_cut = true;
+    }
+  }
+  // Every NVFP4 record's experts are in its parameter's amax exchange.
+  for (const Conv& v : cv.convs_) {
+    if (v.c->kind != ConversionKind::kNvfp4) continue;
+    int64_t covered = 0;
+    for (const Group& gr : cv.groups_) {
+      if (gr.g->tensor == v.c->global_tensor) {
+        covered += UncheckedNumElements(Intersect(v.experts, gr.g->tiles));
+      }
+    }
+    if (covered != UncheckedNumElements(v.experts)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", v.tensor->name, ", trainer rank ", rank,
+          ": the plan has no global amax exchange for all of its experts"));
+    }
+  }
+  return cv;
+}
+
+absl::Status Converter::Amax(ConvertOps& ops, Conv& v,
+                             absl::Span<char* const> buffers) {
+  REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(v.c->from, v.c->from_dtype, buffers));
+  absl::StatusOr<std::vector<float>> a =
+      ops.TileAmax(dense, v.c->from_dtype, v.c->from.box, v.c->tile);
+  if (!a.ok()) {
+    return AnnotateStatus(a.status(), absl::StrCat("tensor ", v.tensor->name,
+                                                   ", trainer rank ", rank_));
+  }
+  v.amax = *std::move(a);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
+    ConvertOps& ops, absl::Span<char* const> buffers) {
+  for (Conv& v : convs_) {
+    if (v.c->kind == ConversionKind::kNvfp4) {
+      REFIT_ASSIGN_OR_RETURN(const char* dense,
+                             ops.Gather(v.c->from, v.c->from_dtype, buffers));
+      if (!v.has_cut) {  // the global amax only, every record behind one wait
+        v.amax.clear();
+        REFIT_RETURN_IF_ERROR(
+            ops.Nvfp4GlobalAmax(dense, v.c->from_dtype, v.c->from.box, &v.global_amax,
+                                absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_)));
+        continue;
+      }
+      absl::StatusOr<ConvertOps::Nvfp4Amaxes> a =
+          ops.Nvfp4Amax(dense, v.c->from_dtype, v.c->from.box, v.has_cut);
+      if (!a.ok()) {
+        return AnnotateStatus(a.status(), absl::StrCat("tensor ", v.tensor->name,
+                                                       ", trainer rank ", rank_));
+      }
+      v.amax = std::move(a->block);
+      v.global_amax = std::move(a->global);
+    } else if (v.has_cut) {
+      REFIT_RETURN_IF_ERROR(Amax(ops, v, buffers));
+    }
+  }
+  REFIT_RETURN_IF_ERROR(ops.Sync());  // the deferred global amaxes
+  for (Group& gr : groups_) {
+    std::fill(gr.own.begin(), gr.own.end(), 0.0f);
+    for (const Conv& v : convs_) {
+      if (v.c->kind == ConversionKind::kNvfp4 && v.c->global_tensor == gr.g->tensor) {
+        ForEachTile(Intersect(v.experts, gr.g->tiles), [&](absl::Span<const int64_t> t) {
+          float& o = gr.own[IndexIn(gr.g->tiles, t)];
+          o = std::fmax(o, v.global_amax[IndexIn(v.experts, t)]);
+        });
+        continue;
+      }
+      if (v.c->from.tensor != gr.g->tensor || !v.has_cut) continue;
+      ForEachTile(Intersect(v.tiles, gr.g->tiles), [&](absl::Span<const int64_t> t) {
+        float& o = gr.own[IndexIn(gr.g->tiles, t)];
+        o = std::fmax(o, v.amax[IndexIn(v.tiles, t)]);
+      });
+    }
+  }
+  std::map<int32_t, std::vector<float>> out;
+  for (const auto& [peer, count] : peer_count_) {
+    std::vector<float>& send = out[peer];
+    send.reserve(count);
+    for (const Group& gr : groups_) {
+      if (std::binary_search(gr.g->ranks.begin(), gr.g->ranks.end(), peer)) {
+        send.insert(send.end(), gr.own.begin(), gr.own.end());
+      }
+    }
+  }
+  return out;
+}
+
+absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
+                               const std::map<int32_t, std::vector<float>>& received) {
+  // Combine: every group's max over its holders.
+  std::map<int32_t, int64_t> pos;
+  for (const auto& [peer, count] : peer_count_) {
+    auto it = received.find(peer);
+    if (it == received.end() || static_cast<int64_t>(it->second.size()) != count) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trainer rank ", rank_, ": expected ", count,
+          " cut-tile amaxes from trainer rank ", peer));
+    }
+    pos[peer] = 0;
+  }
+  for (Group& gr : groups_) {
+    for (int32_t p : gr.g->ranks) {
+      if (p == rank_) continue;
+      const std::vector<float>& r = received.at(p);
+      int64_t& at = pos[p];
+      for (float& o : gr.own) o = std::fmax(o, r[at++]);
+    }
+  }
+  for (Conv& v : convs_) {
+    const Conversion& c = *v.c;
+    if (c.kind == ConversionKind::kNvfp4) {
+      REFIT_RETURN_IF_ERROR(FinishNvfp4(ops, v, buffers));
+      continue;
+    }
+    if (!IsBlockQuantized(c.kind)) {
+      REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
+      REFIT_RETURN_IF_ERROR(ops.Cast(dense, c.from_dtype, UncheckedNumElements(c.from.box),
+                                     c.kind == ConversionKind::kNegExpF32,
+                                     buffers[c.to_buffer]));
+      continue;
+    }
+    if (!v.has_cut && c.to_buffer >= 0) {
+      REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
+      REFIT_RETURN_IF_ERROR(ops.QuantizeWhole(
+          dense, c.from_dtype, c.from.box, c.tile, ScaleModeOf(c.kind),
+          buffers[c.to_buffer], c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr,
+          absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_)));
+      continue;
+    }
+    for (const Group& gr : groups_) {
+      if (gr.g->tensor != c.from.tensor) continue;
+      ForEachTile(Intersect(v.tiles, gr.g->tiles), [&](absl::Span<const int64_t> t) {
+        v.amax[IndexIn(v.tiles, t)] = gr.own[IndexIn(gr.g->tiles, t)];
+      });
+    }
+    if (c.to_buffer < 0 && c.scale_buffer < 0) {  // its part of cut tiles' amaxes only
+      v.amax.clear();
+      continue;
+    }
+    if (!v.has_cut) REFIT_RETURN_IF_ERROR(Amax(ops, v, buffers));  // scales only
+    REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
+    REFIT_RETURN_IF_ERROR(ops.Quantize(dense, c.from_dtype, c.from.box, c.tile, v.amax,
+                                       ScaleModeOf(c.kind),
+                                       c.to_buffer >= 0 ? buffers[c.to_buffer] : nullptr,
+                                       c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr));
+    v.amax.clear();
+  }
+  return ops.Sync();
+}
+
+absl::Status Converter::FinishNvfp4(ConvertOps& ops, Conv& v,
+                                    absl::Span<char* const> buffers) {
+  const Conversion& c = *v.c;
+  for (const Group& gr : groups_) {
+    if (gr.g->tensor == c.global_tensor) {
+      ForEachTile(Intersect(v.experts, gr.g->tiles), [&](absl::Span<const int64_t> t) {
+        v.global_amax[IndexIn(v.experts, t)] = gr.own[IndexIn(gr.g->tiles, t)];
+      });
+    } else if (gr.g->tensor == c.from.tensor && v.has_cut) {
+      ForEachTile(Intersect(v.tiles, gr.g->tiles), [&](absl::Span<const int64_t> t) {
+        v.amax[IndexIn(v.tiles, t)] = gr.own[IndexIn(gr.g->tiles, t)];
+      });
+    }
+  }
+  for (size_t k = 0; k < v.global_amax.size(); ++k) {
+    if (v.global_amax[k] == 0.0f) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", v.tensor->name, ", trainer rank ", rank_,
+          ": every value of its NVFP4 parameter",
+          v.experts.rank() > 0 ? absl::StrCat(" (expert ", v.experts.origin(0) + k, ")") : "",
+          " is zero; its global scale amax / 2688 would be 0, which ModelOpt's "
+          "quantization divides by"));
+    }
+  }
+  if (v.global_only) {  // the receivers quantize on pull
+    std::vector<float> g;
+    for (float a : v.global_amax) g.push_back(Nvfp4GlobalScale(a));
+    REFIT_RETURN_IF_ERROR(ops.StoreF32(v.global_amax, buffers[c.to_buffer]));
+    if (c.global_buffer >= 0) REFIT_RETURN_IF_ERROR(ops.StoreF32(g, buffers[c.global_buffer]));
+    return absl::OkStatus();
+  }
+  REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
+  REFIT_RETURN_IF_ERROR(AnnotateStatus(
+      ops.QuantizeNvfp4(dense, c.from_dtype, c.from.box,
+                        v.has_cut ? v.amax : std::vector<float>{}, v.global_amax,
+                        buffers[c.to_buffer],
+                        c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr,
+                        c.global_buffer >= 0 ? buffers[c.global_buffer] : nullptr),
+      absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_)));
+  v.amax.clear();
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The tile of one leading index's whole slice of `box`.
+std::vector<int64_t> SliceTile(const Box& box) {
+  std::vector<int64_t> t(box.rank(), 1);
+  for (int d = std::max(0, box.rank() - 2); d < box.rank(); ++d) {
+    t[d] = std::max<int64_t>(1, box.limit(d));
+  }
+  return t;
+}
+
+std::vector<int64_t> Nvfp4Tile(int rank) {
+  std::vector<int64_t> t(rank, 1);
+  t[rank - 1] = kNvfp4Block;
+  return t;
+}
+
+class HostConvertOps : public ConvertOps {
+ public:
+  absl::StatusOr<const char*> Gather(const Record& r, DType dtype,
+                                     absl::Span<char* const> buffers) override {
+    const int64_t es = DTypeSize(dtype);
+    REFIT_ASSIGN_OR_RETURN(const char* direct, DenseRecordData(r, dtype, buffers));
+    if (direct != nullptr) return direct;
+    dense_.resize(UncheckedNumElements(r.box) * es);
+    std::vector<CopyTask> tasks;
+    REFIT_RETURN_IF_ERROR(AppendRecordTasks(r, es, r.box, 0, /*to_stream=*/true, &tasks));
+    REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> copies,
+                           ResolveTasks(tasks, buffers, {}, nullptr, dense_.data()));
+    RunCopiesHost(copies);
+    return dense_.data();
+  }
+  absl::StatusOr<std::vector<float>> TileAmax(const char* dense, DType dtype,
+                                              const Box& box,
+                                              const std::vector<int64_t>& tile) override {
+    return TileAmaxHost({dense, dtype, box}, tile);
+  }
+  absl::Status Quantize(const char* dense, DType dtype, const Box& box,
+                        const std::vector<int64_t>& tile,
+                        const std::vector<float>& amax, ScaleMode mode, char* out,
+                        char* scales) override {
+    QuantizeHost({dense, dtype, box}, tile, amax, mode, reinterpret_cast<uint8_t*>(out),
+                 scales);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Nvfp4Amaxes> Nvfp4Amax(const char* dense, DType dtype, const Box& box,
+                                        bool blocks) override {
+    Nvfp4Amaxes a;
+    REFIT_ASSIGN_OR_RETURN(a.global, TileAmaxHost({dense, dtype, box}, SliceTile(box)));
+    if (blocks) {
+      REFIT_ASSIGN_OR_RETURN(a.block, TileAmaxHost({dense, dtype, box}, Nvfp4Tile(box.rank())));
+    }
+    return a;
+  }
+  absl::Status QuantizeNvfp4(const char* dense, DType dtype, const Box& box,
+                             const std::vector<float>& block_amax,
+                             const std::vector<float>& global_amax, char* out, char* scales,
+                             char* global_scales) override {
+    std::vector<float> own;
+    if (block_amax.empty()) {
+      REFIT_ASSIGN_OR_RETURN(own, TileAmaxHost({dense, dtype, box}, Nvfp4Tile(box.rank())));
+    }
+    std::vector<float> g(global_amax.size());
+    for (size_t k = 0; k < g.size(); ++k) g[k] = Nvfp4GlobalScale(global_amax[k]);
+    QuantizeNvfp4Host({dense, dtype, box}, block_amax.empty() ? own : block_amax, g,
+                      reinterpret_cast<uint8_t*>(out), reinterpret_cast<uint8_t*>(scales));
+    if (global_scales != nullptr) std::memcpy(global_scales, g.data(), g.size() * 4);
+    return absl::OkStatus();
+  }
+  absl::Status StoreF32(absl::Span<const float> values, char* out) override {
+    if (!values.empty()) std::memcpy(out, values.data(), values.size() * 4);
+    return absl::OkStatus();
+  }
+  absl::Status Cast(const char* dense, DType dtype, int64_t n, bool neg_exp,
+                    char* out) override {
+    CastF32Host(dtype, dense, n, neg_exp, reinterpret_cast<float*>(out));
+    return absl::OkStatus();
+  }
+  absl::Status Sync() override { return absl::OkStatus(); }
+  int64_t workspace_bytes() const override {
+    return static_cast<int64_t>(dense_.capacity());
+  }
+
+ private:
+  std::vector<char> dense_;
+};
+
+}  // namespace
+
+absl::StatusOr<const char*> DenseRecordData(const Record& r, DType dtype,
+                                            absl::Span<char* const> buffers) {
+  auto range = ContiguousByteRange(r, DTypeSize(dtype), r.box);
+  if (!range) return nullptr;
+  const int32_t b = RecordBuffer(r, 0);
+  if (b < 0 || b >= static_cast<int32_t>(buffers.size()) || buffers[b] == nullptr) {
+    return absl::InvalidArgumentError("a converted record's buffer is missing");
+  }
+  return static_cast<const char*>(buffers[b] + range->begin);
+}
+
+std::unique_ptr<ConvertOps> MakeHostConvertOps() {
+  return std::make_unique<HostConvertOps>();
+}
+
+}  // namespace refit

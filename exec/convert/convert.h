@@ -1,0 +1,171 @@
+// Converter: one source rank's conversions (plan/conversion.h) before its
+// rounds: the values the engine stores, computed from the rank's registered
+// buffers into its scratch buffers.
+//
+// A run has three steps, so that tiles cut between ranks get one scale:
+//   1. Partials(): the rank's amax of every cut tile it holds a part of,
+//      in the order of plan.cut_tiles; for each peer holding the same
+//      tiles, the slice of them to send (SendLayout);
+//   2. the caller exchanges them (the executor, over its transport) and
+//      passes what each peer sent to Finish();
+//   3. Finish() converts every record: f32 casts, -exp, or FP8 blocks with
+//      the amax of whole tiles from the rank's own data and of cut tiles
+//      from the exchange; scales of the tiles the rank owns go to its scale
+//      buffers.
+// Host memory only here; the CUDA copier runs the same steps with
+// kernels (exec/convert/cuda/convert_kernels.h).
+#ifndef REFIT_EXEC_CONVERT_CONVERT_H_
+#define REFIT_EXEC_CONVERT_CONVERT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "exec/convert/quantize.h"
+#include "plan/plan.h"
+
+namespace refit {
+
+// The heavy steps of a conversion, on one kind of memory (host loops here;
+// CUDA kernels in exec/convert/cuda/convert_kernels.h). Pointers are of that kind.
+class ConvertOps {
+ public:
+  virtual ~ConvertOps() = default;
+  // Record r (elements of `dtype`) as a dense row-major copy of r.box; the
+  // pointer stays valid until the next Gather.
+  virtual absl::StatusOr<const char*> Gather(const Record& r, DType dtype,
+                                             absl::Span<char* const> buffers) = 0;
+  // TileAmaxHost's result for dense data. INVALID_ARGUMENT naming the first
+  // non-finite element's global index.
+  virtual absl::StatusOr<std::vector<float>> TileAmax(
+      const char* dense, DType dtype, const Box& box,
+      const std::vector<int64_t>& tile) = 0;
+  // QuantizeHost into out (e4m3; null: scales only) and scales (f32, E8M0
+  // bytes for kE8m0; may be null).
+  virtual absl::Status Quantize(const char* dense, DType dtype, const Box& box,
+                                const std::vector<int64_t>& tile,
+                                const std::vector<float>& amax, ScaleMode mode,
+                                char* out, char* scales) = 0;
+  // TileAmax then Quantize, for a record none of whose tiles another rank
+  // holds part of (engines may fuse them). A non-finite value fails this
+  // call or the next Sync() (engines may check once per batch) with
+  // INVALID_ARGUMENT "<what>: non-finite value at [coordinates]".
+  virtual absl::Status QuantizeWhole(const char* dense, DType dtype, const Box& box,
+                                     const std::vector<int64_t>& tile, ScaleMode mode,
+                                     char* out, char* scales, absl::string_view what);
+  // NVFP4 (exec/convert/nvfp4.h), pass 1 on dense data of `box`: per index of the
+  // box's leading dims the amax of its slice (`global`) and, with
+  // `blocks`, the amax of the part of every 1 x 16 tile in the box
+  // (`block`, row-major over IntersectingTiles). INVALID_ARGUMENT naming the
+  // first non-finite element's global index.
+  struct Nvfp4Amaxes {
+    std::vector<float> block;
+    std::vector<float> global;
+  };
+  virtual absl::StatusOr<Nvfp4Amaxes> Nvfp4Amax(const char* dense, DType dtype,
+                                                const Box& box, bool blocks) = 0;
+  // Nvfp4Amax's global amaxes into *global, which is valid once this call
+  // or the next Sync() returns OK (engines batch the passes of many
+  // records behind one wait); a non-finite value fails one of them with
+  // INVALID_ARGUMENT "<what>: non-finite value at [coordinates]".
+  virtual absl::Status Nvfp4GlobalAmax(const char* dense, DType dtype, const Box& box,
+                                       std::vector<float>* global, absl::string_view what);
+  // NVFP4, pass 2: QuantizeNvfp4Host with the global scales of
+  // `global_amax` (per leading index, the parameter's amax) and the block
+  // amaxes `block_amax` (empty: each tile's own, every tile whole in the
+  // box) into out (packed) and scales (e4m3 bytes; may be null); the global
+  // scales (f32) also into global_scales when not null.
+  virtual absl::Status QuantizeNvfp4(const char* dense, DType dtype, const Box& box,
+                                     const std::vector<float>& block_amax,
+                                     const std::vector<float>& global_amax, char* out,
+                                     char* scales, char* global_scales) = 0;
+  // Copies `values` (host memory, free to go when this returns) to out.
+  virtual absl::Status StoreF32(absl::Span<const float> values, char* out) = 0;
+  // CastF32Host into out.
+  virtual absl::Status Cast(const char* dense, DType dtype, int64_t n,
+                            bool neg_exp, char* out) = 0;
+  // Waits until every step issued is complete. Fails with the first
+  // deferred QuantizeWhole error, or the engine's error.
+  virtual absl::Status Sync() = 0;
+  // Returns the bytes of working memory the steps hold now (Gather's dense
+  // copies and the like), beyond the caller's buffers.
+  virtual int64_t workspace_bytes() const { return 0; }
+};
+
+// Host loops (exec/convert/quantize.h).
+std::unique_ptr<ConvertOps> MakeHostConvertOps();
+
+// Where record r (elements of `dtype`) already lies row-major and dense in
+// its buffer: the address of its first element; null when it does not (a
+// Gather must copy it). INVALID_ARGUMENT if its buffer is missing.
+absl::StatusOr<const char*> DenseRecordData(const Record& r, DType dtype,
+                                            absl::Span<char* const> buffers);
+
+class Converter {
+ public:
+  // The conversions of source rank `rank` in `plan`; an empty converter
+  // when it has none. The NVFP4 conversions of `global_amax_only`
+  // (indices into plan.conversions; exec/pull/fused_pull.h) compute and
+  // exchange the global amax as usual, then write it (f32 per leading
+  // index) to their to_buffer and the global scales to global_buffer,
+  // quantizing nothing. INVALID_ARGUMENT for a conversion whose buffers
+  // are not the rank's.
+  static absl::StatusOr<Converter> Create(const Plan& plan, int32_t rank,
+                                          const std::set<int32_t>& global_amax_only = {});
+
+  bool empty() const { return convs_.empty(); }
+
+  // Peer ranks (source-side) that this rank exchanges cut-tile amaxes
+  // with, and how many f32 values go each way (the same count).
+  const std::map<int32_t, int64_t>& peers() const { return peer_count_; }
+
+  // Step 1 on host buffers (indexed like plan.src.buffers; this rank's
+  // registered ones set). Returns, per peer in peers(), the f32 values to
+  // send it. INVALID_ARGUMENT naming the tensor, the element and the rank
+  // for a NaN or infinity in a quantized weight.
+  absl::StatusOr<std::map<int32_t, std::vector<float>>> Partials(
+      ConvertOps& ops, absl::Span<char* const> buffers);
+
+  // Step 3: `received[peer]` holds what the peer sent. Writes this rank's
+  // scratch buffers (buffers[to_buffer], buffers[scale_buffer] set).
+  // INVALID_ARGUMENT as above or when a peer's count is wrong.
+  absl::Status Finish(ConvertOps& ops, absl::Span<char* const> buffers,
+                      const std::map<int32_t, std::vector<float>>& received);
+
+
+ private:
+  struct Conv {
+    const Conversion* c = nullptr;
+    const TensorSpec* tensor = nullptr;  // destination dtype
+    Box tiles;                     // IntersectingTiles(from.box)
+    std::vector<float> amax;       // per tile of `tiles`, after step 1
+    bool has_cut = false;
+    // kNvfp4: the record's experts (LeadingBox(from.box)) and its partial,
+    // then the parameter's, amax of each.
+    Box experts;
+    std::vector<float> global_amax;
+    bool global_only = false;
+  };
+  // For one cut-tile group this rank is in: its tiles' partial amaxes.
+  struct Group {
+    const CutTileGroup* g = nullptr;
+    std::vector<float> own;
+  };
+  absl::Status Amax(ConvertOps& ops, Conv& v, absl::Span<char* const> buffers);
+  absl::Status FinishNvfp4(ConvertOps& ops, Conv& v, absl::Span<char* const> buffers);
+
+  const Plan* plan_ = nullptr;
+  int32_t rank_ = 0;
+  std::vector<Conv> convs_;
+  std::vector<Group> groups_;
+  std::map<int32_t, int64_t> peer_count_;
+};
+
+}  // namespace refit
+
+#endif  // REFIT_EXEC_CONVERT_CONVERT_H_

@@ -1,0 +1,28 @@
+// vLLM's online NVFP4 recipe on the device (exec/convert/nvfp4_vllm.h, formulas in
+// exec/convert/nvfp4_vllm_math.h): BF16 16-blocks into e4m3 block scales and packed
+// E2M1 codes as FlashInfer's cvt_warp_fp16_to_fp4 makes them, with the
+// same rcp.approx.ftz.f32.
+#ifndef REFIT_EXEC_CONVERT_CUDA_NVFP4_VLLM_KERNELS_H_
+#define REFIT_EXEC_CONVERT_CUDA_NVFP4_VLLM_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace refit::cuda {
+
+// Quantizes `blocks` contiguous 16-blocks of BF16 bits at `in` with global
+// scale g (Nvfp4VllmGlobalScale of the expert's amax): codes (8 bytes a
+// block, even element low) and scales (one e4m3 byte a block), as
+// QuantizeNvfp4VllmHost computes them given the device's reciprocals.
+// Returns the launch's error.
+cudaError_t LaunchNvfp4VllmQuantize(const uint16_t* in, int64_t blocks, float g, uint8_t* codes,
+                                    uint8_t* scales, cudaStream_t stream);
+
+// out[i] = rcp.approx.ftz.f32(in[i]) for i < n: the device's reciprocal,
+// for tests that feed it to the host path. Returns the launch's error.
+cudaError_t LaunchRcpApprox(const float* in, float* out, int64_t n, cudaStream_t stream);
+
+}  // namespace refit::cuda
+
+#endif  // REFIT_EXEC_CONVERT_CUDA_NVFP4_VLLM_KERNELS_H_

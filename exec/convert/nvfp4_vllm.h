@@ -1,0 +1,32 @@
+// vLLM's online NVFP4 recipe on host memory (exec/convert/nvfp4_vllm_math.h has
+// the formulas and their upstream sources): the global scale, the
+// weight_scale_2 vLLM keeps, and BF16 16-blocks into e4m3 block scales and
+// packed E2M1 codes as FlashInfer's cvt_warp_fp16_to_fp4 makes them. The
+// CUDA kernels (exec/convert/cuda/nvfp4_vllm_kernels.h) compute the same bytes with
+// the GPU's rcp.approx.ftz.f32 where this takes `rcp`.
+#ifndef REFIT_EXEC_CONVERT_NVFP4_VLLM_H_
+#define REFIT_EXEC_CONVERT_NVFP4_VLLM_H_
+
+#include <cstdint>
+
+#include "absl/functional/function_ref.h"
+
+namespace refit {
+
+// The quantizer's SFScale g for an expert's amax: RN(RN(1 / max(amax,
+// 1e-8)) * 2688), torch's evaluation of (6.0 * 448.0) / amax.
+float Nvfp4VllmGlobalScale(float amax);
+
+// Quantizes `blocks` 16-blocks of BF16 bits `in` (contiguous) with global
+// scale g: the block's e4m3 byte to scales[b], its 16 codes packed two a
+// byte (even element low) to codes[8 * b ...]. `rcp` stands for
+// rcp.approx.ftz.f32; Nvfp4VllmRcp (the host model) unless a caller has
+// the device's values.
+void QuantizeNvfp4VllmHost(const uint16_t* in, int64_t blocks, float g, uint8_t* codes,
+                           uint8_t* scales, absl::FunctionRef<float(float)> rcp);
+void QuantizeNvfp4VllmHost(const uint16_t* in, int64_t blocks, float g, uint8_t* codes,
+                           uint8_t* scales);
+
+}  // namespace refit
+
+#endif  // REFIT_EXEC_CONVERT_NVFP4_VLLM_H_
