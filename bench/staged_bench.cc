@@ -14,15 +14,15 @@
 //                changed): a device copy per buffer from staging into the
 //                live buffers (StagedBuffers::Apply)
 //   delta list   after a delta round arrived, the marking of its changed
-//                64-byte blocks (StagedBuffers::FindChanged: one read of
+//                32-byte sectors (StagedBuffers::FindChanged: one read of
 //                staging and live, while the engine still serves)
 //   delta pause  the apply of a staged delta round (--delta_fraction of
 //                the trainer's BF16 words changed): only the changed
 //                blocks written, each whole (StagedBuffers::ApplyChanged);
 //                beside it its floor, the changed blocks' bytes read and
 //                written at the floor's rate
-//   delta ..., 32 B / 128 B  experiments: the same kernels with blocks of
-//                32 or 128 bytes (two rounds each, after the others)
+//   delta ..., 64 B / 128 B  experiments: the same kernels with blocks of
+//                64 or 128 bytes (two rounds each, after the others)
 //   load ...     the iteration time of a decode-shaped matmul (8 x K
 //                activations times K x 4096 BF16 weights, --load_mib of the
 //                engine's live weights read per iteration) on the engine's
@@ -280,7 +280,7 @@ absl::StatusOr<unsigned long long> StagedDiff(const StagedBuffers& st, int unit)
   return n;
 }
 
-// The delta apply with blocks of another size than the product's (64 B),
+// The delta apply with blocks of another size than the product's (32 B),
 // by the same kernels: an experiment beside it.
 class BlockApply {
  public:
@@ -330,7 +330,7 @@ class BlockApply {
 };
 
 // Block sizes of the delta apply: the product's first, then experiments.
-constexpr int kUnits[] = {64, 32, 128};
+constexpr int kUnits[] = {32, 64, 128};
 
 struct Figures {
   double floor_ms = 0, load_alone_ms = 0;
@@ -394,7 +394,7 @@ absl::Status Rounds(Setup* s, Load* load, int iters, double fraction, Figures* f
   }
   // Delta rounds: each changes the same words of the trainer (odd rounds
   // away from the known version, even rounds back to it). The product's
-  // apply (64-byte blocks) runs rounds 1 .. 2 iters (the first a warm-up:
+  // apply (32-byte sectors) runs rounds 1 .. 2 iters (the first a warm-up:
   // its mask is allocated there), then each experiment two rounds.
   REFIT_ASSIGN_OR_RETURN(std::unique_ptr<BlockApply> other, BlockApply::Create(*s->staged));
   const int rounds = 2 * iters + 2 * (static_cast<int>(std::size(kUnits)) - 1);

@@ -11,7 +11,7 @@
 // A round that changed few words (a delta round) pauses for those words
 // only where the memory can list them (device staging): FindChanged,
 // while the engine still serves, compares staging with live and marks the
-// 64-byte blocks that differ; ApplyChanged, the pause, writes just those.
+// 32-byte sectors that differ; ApplyChanged, the pause, writes just those.
 //
 // Staging memory comes from StagingMemory: a device member's staging lies
 // in device memory up to a budget and in pinned host memory past it
@@ -107,8 +107,8 @@ class StagedBuffers {
   // round that aborted before its apply left staging ahead of live).
   absl::Status Reset(absl::Time deadline);
 
-  // Lists, and waits for the listing of, the words (device memory: 64-byte
-  // blocks) in which each buffer in fast memory differs from its live
+  // Lists, and waits for the listing of, the words (device memory: 32-byte
+  // sectors) in which each buffer in fast memory differs from its live
   // buffer (the engine keeps serving: live is only read). Returns false
   // when the memory lists none (then Apply copies); the memory's error.
   // Staging must not change until ApplyChanged.
