@@ -2,8 +2,9 @@
 // (client/staged_buffers.h): fast memory is device memory (cudaMalloc),
 // overflow memory pinned host memory (cudaMallocHost: the device reads and
 // writes it too, so the data plane lands bytes there directly); copies
-// between staging and live buffers run on a stream of their own, so a
-// device-to-device apply of the engine's weights is one copy per buffer.
+// between staging and live buffers run on a stream of their own, one copy
+// per buffer, and a delta round's apply writes only the 32-byte sectors
+// that changed (StagingMemory::FindChanged).
 #ifndef REFIT_CLIENT_CUDA_STAGING_MEMORY_H_
 #define REFIT_CLIENT_CUDA_STAGING_MEMORY_H_
 

@@ -175,6 +175,25 @@ absl::StatusOr<RunStats> DataPlaneMember::ReceiveRound(int64_t version, absl::Ti
   absl::StatusOr<RunStats> stats = MoveAndReport(version, deadline, true, &attempt);
   staging_ahead_ = true;  // until applied
   if (!stats.ok()) return stats;
+  // A delta round (against the version this rank holds; over the pull
+  // path it arrives dense) changed few words: where staging can list them
+  // (device memory), list them now, while refitd hears from the other ranks and
+  // the engine serves, so that the pause writes only those.
+  changed_listed_ = false;
+  const std::vector<int64_t> bases = client_->RoundModeOf(version).delta_base;
+  if (static_cast<size_t>(rank_) < bases.size() && bases[rank_] >= 0) {
+    absl::StatusOr<bool> listed = staged_->FindChanged(deadline);
+    if (!listed.ok()) {
+      absl::Status f = AnnotateStatus(listed.status(),
+                                      absl::StrCat("engine rank ", rank_, ": changed words"));
+      (void)client_->ReportFailed(version, std::string(f.message()),
+                                  std::min(std::max(deadline, absl::Now() + absl::Seconds(2)),
+                                           absl::Now() + absl::Seconds(10)),
+                                  attempt);
+      return Finish(version, f, *stats);
+    }
+    changed_listed_ = *listed;
+  }
   absl::Status s = client_->AwaitStaged(version, deadline, attempt);
   if (!s.ok()) return Finish(version, s, *stats);
   received_version_ = version;
@@ -196,10 +215,14 @@ absl::StatusOr<RunStats> DataPlaneMember::ApplyRound(int64_t version, absl::Time
   // from now on counts the engine torn, and one before it leaves them be.
   absl::Status s = client_->ReportApplying(version, deadline, received_attempt_);
   if (!s.ok()) return Finish(version, s, stats);
-  // A delta round that came wholly as changed words (a host member logs
-  // them) writes only those; any other round copies every staged byte.
-  if (delta_runner_ != nullptr && options_.copier == nullptr &&
-      delta_runner_->delta_stats().dense_messages == 0 && staged_log_.messages() > 0) {
+  // A delta round writes only the changed words: those staging listed
+  // (device members), or those a host member logged when the round came
+  // wholly as changed words; any other round copies every staged byte.
+  if (changed_listed_) {
+    changed_listed_ = false;
+    s = staged_->ApplyChanged(deadline).status();
+  } else if (delta_runner_ != nullptr && options_.copier == nullptr &&
+             delta_runner_->delta_stats().dense_messages == 0 && staged_log_.messages() > 0) {
     s = staged_log_.ApplyToLive(staged_->staging(), staged_->live(), staged_->bytes()).status();
   } else {
     s = staged_->Apply(deadline).status();

@@ -210,6 +210,9 @@ class DataPlaneMember {
   // A staged host member's delta rounds: what changed, so that the apply
   // writes only that (client/staged_delta.h).
   StagedDeltaLog staged_log_;
+  // A staged device member's delta round: staging listed its changed words
+  // (StagedBuffers::FindChanged) for the apply.
+  bool changed_listed_ = false;
   bool staging_ahead_ = false;
   int64_t received_version_ = 0;
   int32_t received_attempt_ = 0;

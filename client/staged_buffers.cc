@@ -88,12 +88,44 @@ absl::Status StagedBuffers::CopyAll(bool to_live, absl::Time deadline) {
 
 absl::StatusOr<double> StagedBuffers::Apply(absl::Time deadline) {
   const absl::Time start = absl::Now();
+  listed_ = false;
   REFIT_RETURN_IF_ERROR(CopyAll(/*to_live=*/true, deadline));
   return absl::ToDoubleSeconds(absl::Now() - start);
 }
 
 absl::Status StagedBuffers::Reset(absl::Time deadline) {
+  listed_ = false;
   return CopyAll(/*to_live=*/false, deadline);
+}
+
+absl::StatusOr<bool> StagedBuffers::FindChanged(absl::Time deadline) {
+  listed_ = false;
+  std::vector<StagedPair> pairs;
+  for (size_t i = 0; i < live_.size(); ++i) {
+    if (live_[i] == nullptr || bytes_[i] == 0 || !fast_[i]) continue;
+    pairs.push_back({live_[i], staging_[i], bytes_[i]});
+  }
+  REFIT_ASSIGN_OR_RETURN(const bool listed, memory_->FindChanged(pairs));
+  if (!listed) return false;
+  REFIT_RETURN_IF_ERROR(memory_->Sync(deadline));
+  listed_ = true;
+  return true;
+}
+
+absl::StatusOr<double> StagedBuffers::ApplyChanged(absl::Time deadline) {
+  if (!listed_) {
+    return absl::FailedPreconditionError(
+        "staging: ApplyChanged without FindChanged listing the round");
+  }
+  const absl::Time start = absl::Now();
+  listed_ = false;
+  REFIT_RETURN_IF_ERROR(memory_->WriteChanged());
+  for (size_t i = 0; i < live_.size(); ++i) {
+    if (live_[i] == nullptr || bytes_[i] == 0 || fast_[i]) continue;
+    REFIT_RETURN_IF_ERROR(memory_->Copy(live_[i], staging_[i], bytes_[i]));
+  }
+  REFIT_RETURN_IF_ERROR(memory_->Sync(deadline));
+  return absl::ToDoubleSeconds(absl::Now() - start);
 }
 
 }  // namespace refit

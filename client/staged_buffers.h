@@ -8,6 +8,11 @@
 // after an Apply both hold the same version; Reset copies live into
 // staging again after a round that aborted before its apply.
 //
+// A round that changed few words (a delta round) pauses for those words
+// only where the memory can list them (device staging): FindChanged,
+// while the engine still serves, compares staging with live and marks the
+// 32-byte sectors that differ; ApplyChanged, the pause, writes just those.
+//
 // Staging memory comes from StagingMemory: a device member's staging lies
 // in device memory up to a budget and in pinned host memory past it
 // (StagedBuffers::Create says how many bytes of each); host members' in
@@ -16,6 +21,9 @@
 //   REFIT_ASSIGN_OR_RETURN(auto s, StagedBuffers::Create(live, sizes, HostStagingMemory(), -1));
 //   ... run the round into s->staging() ...
 //   REFIT_ASSIGN_OR_RETURN(double pause, s->Apply(deadline));
+//   // or, for a delta round:
+//   REFIT_ASSIGN_OR_RETURN(bool listed, s->FindChanged(deadline));
+//   REFIT_ASSIGN_OR_RETURN(double pause, listed ? s->ApplyChanged(deadline) : s->Apply(deadline));
 #ifndef REFIT_CLIENT_STAGED_BUFFERS_H_
 #define REFIT_CLIENT_STAGED_BUFFERS_H_
 
@@ -25,8 +33,16 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace refit {
+
+// One staged buffer: its live bytes and their staging copy.
+struct StagedPair {
+  char* live = nullptr;
+  const char* staging = nullptr;
+  int64_t bytes = 0;
+};
 
 // Where staging lies and how it is copied to and from the live buffers.
 class StagingMemory {
@@ -42,6 +58,21 @@ class StagingMemory {
   // `deadline`, or the device's error).
   virtual absl::Status Copy(char* dst, const char* src, int64_t bytes) = 0;
   virtual absl::Status Sync(absl::Time deadline) = 0;
+  // Enqueues, after the copies enqueued so far, a comparison of every
+  // pair's staging with its live bytes that lists the words (or the blocks
+  // holding them) in which they differ; returns false when this memory
+  // lists none (host memory, or no room for the list: the pairs are then
+  // copied whole), else true. The device's error.
+  virtual absl::StatusOr<bool> FindChanged(absl::Span<const StagedPair> pairs) {
+    (void)pairs;
+    return false;
+  }
+  // Enqueues the write of exactly the words the last FindChanged listed
+  // (and the copy of what it could not list) into the live bytes;
+  // FAILED_PRECONDITION when FindChanged listed nothing since.
+  virtual absl::Status WriteChanged() {
+    return absl::FailedPreconditionError("staging memory lists no changed words");
+  }
 };
 
 // Host memory (64-byte aligned), copied with memcpy on the calling thread.
@@ -76,6 +107,19 @@ class StagedBuffers {
   // round that aborted before its apply left staging ahead of live).
   absl::Status Reset(absl::Time deadline);
 
+  // Lists, and waits for the listing of, the words (device memory: 32-byte
+  // sectors) in which each buffer in fast memory differs from its live
+  // buffer (the engine keeps serving: live is only read). Returns false
+  // when the memory lists none (then Apply copies); the memory's error.
+  // Staging must not change until ApplyChanged.
+  absl::StatusOr<bool> FindChanged(absl::Time deadline);
+  // The pause of a round FindChanged listed: writes the listed words of the
+  // fast buffers and copies the overflow buffers whole, and waits; returns
+  // the seconds it took. FAILED_PRECONDITION when FindChanged listed
+  // nothing since the last Apply, ApplyChanged or Reset; the memory's
+  // error (then the live buffers may hold part of the round).
+  absl::StatusOr<double> ApplyChanged(absl::Time deadline);
+
  private:
   StagedBuffers() = default;
   absl::Status CopyAll(bool to_live, absl::Time deadline);
@@ -85,6 +129,7 @@ class StagedBuffers {
   std::vector<char*> staging_;
   std::vector<int64_t> bytes_;
   std::vector<bool> fast_;
+  bool listed_ = false;  // FindChanged listed the words of the round in staging
   int64_t fast_bytes_ = 0;
   int64_t overflow_bytes_ = 0;
 };

@@ -1,6 +1,7 @@
 // StagedBuffers: staging starts equal to the live bytes, Apply writes the
 // live buffers from it and Reset writes it from them; the budget splits
-// the buffers between fast and overflow memory.
+// the buffers between fast and overflow memory; host staging lists no
+// changed words (the apply then copies).
 #include "client/staged_buffers.h"
 
 #include <string>
@@ -45,6 +46,22 @@ TEST(StagedBuffersTest, TheBudgetSplitsFastAndOverflowBytes) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ((*s)->fast_bytes(), 130);
   EXPECT_EQ((*s)->overflow_bytes(), 50);
+}
+
+TEST(StagedBuffersTest, HostStagingListsNoChangedWords) {
+  std::string a(64, 'a');
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  auto s = StagedBuffers::Create({a.data()}, {64}, HostStagingMemory(), -1, deadline);
+  ASSERT_TRUE(s.ok()) << s.status();
+  (*s)->staging()[0][3] = 'x';
+  absl::StatusOr<bool> listed = (*s)->FindChanged(deadline);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_FALSE(*listed);
+  EXPECT_EQ((*s)->ApplyChanged(deadline).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a, std::string(64, 'a'));  // nothing written
+  ASSERT_TRUE((*s)->Apply(deadline).ok());
+  EXPECT_EQ(a, "aaax" + std::string(60, 'a'));
 }
 
 TEST(StagedBuffersTest, MismatchedSizesAreRefused) {
