@@ -188,25 +188,30 @@ void ScheduleRelayWaves(const PlannerOptions& options, int32_t dst_world,
                         std::vector<Wave>* waves) {
   const int64_t lane_budget = LaneBudget(options);
   const int64_t wave_cap = WaveCap(options);
+  // Per engine rank and wave: staging (shared by what it packs and
+  // unpacks) and the bytes it receives and sends, counted apart (full
+  // duplex): a relay forwards wave k's bytes in wave k+1 while it receives
+  // wave k+1's, so forwarding overlaps the trainer's sends.
   struct Use {
     int64_t staged = 0;
-    int64_t all = 0;
+    int64_t in = 0;
+    int64_t out = 0;
   };
-  // Per engine rank and wave.
   std::vector<std::vector<Use>> use(dst_world);
   auto at = [&](int32_t e, int32_t w) -> Use& {
     if (static_cast<int32_t>(use[e].size()) <= w) use[e].resize(w + 1);
     return use[e][w];
   };
-  auto add = [&](int32_t e, int32_t w, int64_t staged, int64_t all) {
+  auto add = [&](int32_t e, int32_t w, int64_t staged, int64_t in, int64_t out) {
     Use& u = at(e, w);
     u.staged += staged;
-    u.all += all;
+    u.in += in;
+    u.out += out;
   };
   for (const PendingMessage& pm : placed) {
     const Message& m = pm.m;
-    add(m.dst_rank, m.wave, m.dst_contiguous ? 0 : m.bytes, m.bytes);
-    if (m.relay) add(m.src_rank, m.wave, m.src_contiguous ? 0 : m.bytes, m.bytes);
+    add(m.dst_rank, m.wave, m.dst_contiguous ? 0 : m.bytes, m.bytes, 0);
+    if (m.relay) add(m.src_rank, m.wave, m.src_contiguous ? 0 : m.bytes, 0, m.bytes);
   }
   std::vector<PendingMessage>& msgs = *relays;
   std::vector<int32_t> order(msgs.size());
@@ -217,9 +222,10 @@ void ScheduleRelayWaves(const PlannerOptions& options, int32_t dst_world,
     return std::make_tuple(ready[a], msgs[a].seq, x.src_rank, x.dst_rank) <
            std::make_tuple(ready[b], msgs[b].seq, y.src_rank, y.dst_rank);
   });
-  auto fits = [&](const Use& u, int64_t staged, int64_t all) {
-    if (u.all == 0 && all > wave_cap) return true;  // a wave of its own
-    return u.staged + staged <= lane_budget && u.all + all <= wave_cap;
+  // `dir`: the rank's bytes that way in this wave (u.in or u.out).
+  auto fits = [&](const Use& u, int64_t dir, int64_t staged, int64_t bytes) {
+    if (dir == 0 && u.staged == 0 && bytes > wave_cap) return true;  // a wave of its own
+    return u.staged + staged <= lane_budget && dir + bytes <= wave_cap;
   };
   absl::flat_hash_map<int64_t, int32_t> pair_last;
   for (int32_t i : order) {
@@ -231,9 +237,12 @@ void ScheduleRelayWaves(const PlannerOptions& options, int32_t dst_world,
     int32_t r = ready[i];
     auto pl = pair_last.find(key);
     if (pl != pair_last.end()) r = std::max(r, pl->second);
-    while (!fits(at(s, r), sc, m.bytes) || !fits(at(d, r), dc, m.bytes)) ++r;
-    add(s, r, sc, m.bytes);
-    add(d, r, dc, m.bytes);
+    while (!fits(at(s, r), at(s, r).out, sc, m.bytes) ||
+           !fits(at(d, r), at(d, r).in, dc, m.bytes)) {
+      ++r;
+    }
+    add(s, r, sc, 0, m.bytes);
+    add(d, r, dc, m.bytes, 0);
     pair_last[key] = r;
     m.wave = r;
     while (static_cast<int32_t>(waves->size()) <= r) {

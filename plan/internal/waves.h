@@ -31,7 +31,9 @@ void ScheduleWaves(const PlannerOptions& options,
 // after `placed` (messages with their waves set: the trainer's and earlier
 // relays): relay i at the first wave at or after ready[i] and its pair's
 // previous relay in which both engine ranks' staged bytes (a relay sender
-// packs, a receiver unpacks) and all bytes fit as in ScheduleWaves,
+// packs, a receiver unpacks) fit the lane budget and the sender's sent
+// bytes and the receiver's received bytes each fit the wave cap (full
+// duplex: a rank may receive a wave's worth and forward one in the same wave),
 // appending waves after the last (lane: wave index % num_lanes, stage 0)
 // when none has room. Relays are placed in (ready, seq, src, dst) order;
 // a pair's ready waves must not decrease with seq. Sets every relay's
