@@ -71,7 +71,7 @@ constexpr RuleRow kVllmRules[] = {
 // 487151d (and fp8.py's process_weights_after_loading at 1436674). The part
 // is the slot in the fused buffer: up first. vLLM main then clamps the
 // experts' block scales to at least 1e-10; refit's scales are at least
-// 1e-4 / 448 (exec/quantize.h), so the clamp leaves them as they are.
+// 1e-4 / 448 (exec/convert/quantize.h), so the clamp leaves them as they are.
 constexpr RuleRow kFlashinferRules[] = {
     {Role::kExpertGate, L::kMoeGated, "{}.gate_proj.weight>w13_weight", Rule::kExpert, 1},
     {Role::kExpertUp, L::kMoeGated, "{}.up_proj.weight>w13_weight", Rule::kExpert, 0},

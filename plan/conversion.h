@@ -12,7 +12,7 @@
 //   - kFp8BlockRequantUe8m0: the bytes vLLM's DeepGEMM path holds after
 //     loading the kFp8Block checkpoint: each tile dequantized with its
 //     float scale and requantized with a power-of-two scale
-//     (exec/quantize.h has the arithmetic);
+//     (exec/convert/quantize.h has the arithmetic);
 //   - kMxfp8: e4m3 weights with one E8M0 byte (`<weight>_scale`, u8, vLLM's
 //     MXFP8 weight_scale) per 1 x 32 block along the last dim;
 //   - kNvfp4: a u8 engine weight [..., N, K/2] (two E2M1 codes a byte) from
@@ -28,7 +28,7 @@
 // scale tensors with records in scratch buffers too. The planner then plans
 // the converted layout like any other: the wire carries the engine's dtype
 // (FP8 at half the bytes of BF16). Before its waves each sender computes
-// its scratch buffers from its registered ones (exec/convert.h); where its
+// its scratch buffers from its registered ones (exec/convert/convert.h); where its
 // record cuts a tile that other ranks hold parts of, the holders first
 // exchange per-tile partial amaxes (CutTileGroup) so that every part is
 // quantized with the same scale. NVFP4's global amax is exchanged the same
