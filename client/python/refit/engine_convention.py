@@ -34,9 +34,6 @@ from typing import Any, Callable, Optional
 import refit
 import refit.engine_worker as _ew
 
-_INVALID_ARGUMENT = 3
-_FAILED_PRECONDITION = 9
-
 
 def _int(obj: Any, name: str, default: int = 1) -> int:
     v = getattr(obj, name, None)
@@ -80,7 +77,7 @@ def given_or_derived(convention: Optional[str], dp: Optional[int],
         return derive()
     named = int(_ew.convention_params(convention).get("dp", "1"))
     if dp is not None and int(dp) != named:
-        raise refit.RefitError(_INVALID_ARGUMENT, f"dp={dp} was given beside convention "
+        raise refit.InvalidArgumentError(f"dp={dp} was given beside convention "
                                                   f"{convention}, which has dp={named}")
     return convention
 
@@ -104,11 +101,11 @@ def vllm_engine_rank(parallel_config: Any, convention: str) -> int:
     rank = getattr(pc, "rank", None)
     tp = getattr(pc, "tensor_parallel_size", None)
     if rank is None or tp is None:
-        raise refit.RefitError(_INVALID_ARGUMENT, "the worker's rank is unknown: give "
+        raise refit.InvalidArgumentError("the worker's rank is unknown: give "
                                                   "\"rank\" in the init info")
     pcp = _int(pc, "prefill_context_parallel_size")
     if pcp > 1:
-        raise refit.RefitError(_INVALID_ARGUMENT, f"vLLM runs prefill context parallelism "
+        raise refit.InvalidArgumentError(f"vLLM runs prefill context parallelism "
                                                   f"(pcp={pcp}): refit's vllm convention "
                                                   f"has none")
     replica = vllm_replica(pc)
@@ -119,7 +116,7 @@ def vllm_engine_rank(parallel_config: Any, convention: str) -> int:
     _ew.check_parallel(convention, tp=int(tp), dp=vllm_dp if vllm_dp > 1 else dp,
                        pp=_int(pc, "pipeline_parallel_size"), engine="vllm")
     if not 0 <= replica < dp:
-        raise refit.RefitError(_INVALID_ARGUMENT, f"convention {convention}: vLLM's DP "
+        raise refit.InvalidArgumentError(f"convention {convention}: vLLM's DP "
                                                   f"replica {replica} is outside dp={dp}")
     return replica * int(tp) + int(rank)
 
@@ -142,30 +139,27 @@ def vllm_convention(parallel_config: Any, model_config: Any = None, *,
     for key, what in (("pipeline_parallel_size", "pipeline parallelism"),
                       ("prefill_context_parallel_size", "prefill context parallelism")):
         if _int(pc, key) > 1:
-            raise refit.RefitError(_INVALID_ARGUMENT, f"vLLM runs {what} ({key}="
+            raise refit.InvalidArgumentError(f"vLLM runs {what} ({key}="
                                                       f"{_int(pc, key)}): refit's vllm "
                                                       f"convention has none")
     vllm_dp, replica = _int(pc, "data_parallel_size"), vllm_replica(pc)
     if vllm_dp > 1:  # MoE: vLLM keeps the DP size in every worker
         if dp is not None and int(dp) != vllm_dp:
-            raise refit.RefitError(_INVALID_ARGUMENT, f"dp={dp} was given, but the vLLM "
+            raise refit.InvalidArgumentError(f"dp={dp} was given, but the vLLM "
                                                       f"engine runs data_parallel_size="
                                                       f"{vllm_dp}")
         replicas = vllm_dp
     else:
         replicas = 1 if dp is None else int(dp)
         if replica >= replicas:
-            raise refit.RefitError(
-                _INVALID_ARGUMENT,
-                f"this vLLM worker is in DP replica {replica} (data_parallel_index), but "
+            raise refit.InvalidArgumentError(f"this vLLM worker is in DP replica {replica} (data_parallel_index), but "
                 f"the engine's convention has {replicas} replica(s): vLLM runs a dense "
                 f"model's replicas as independent engines that do not know how many "
                 f"there are; give dp (the number of replicas) in the init info")
     moe = getattr(model_config, "is_moe", None) is not False
     ep = bool(getattr(pc, "enable_expert_parallel", False)) and moe
     if ep and bool(getattr(pc, "enable_eplb", False)):
-        raise refit.RefitError(
-            _INVALID_ARGUMENT, "vLLM balances the experts' load (enable_eplb): it moves "
+        raise refit.InvalidArgumentError("vLLM balances the experts' load (enable_eplb): it moves "
                                "experts between ranks while serving, which refit's vllm "
                                "convention does not follow; serve without --enable-eplb")
     round_robin = ep and getattr(pc, "expert_placement_strategy", "linear") == "round_robin"
@@ -180,8 +174,7 @@ def sglang_server_args() -> Any:
         from sglang.srt.server_args import get_global_server_args
         return get_global_server_args()
     except (ImportError, ValueError, AttributeError) as e:
-        raise refit.RefitError(
-            _FAILED_PRECONDITION, f"cannot read SGLang's server args in this worker ({e}): "
+        raise refit.FailedPreconditionError(f"cannot read SGLang's server args in this worker ({e}): "
                                   f"give the engine convention (e.g. \"sglang:tp=2\")") from e
 
 
@@ -193,12 +186,11 @@ def sglang_convention(server_args: Any, *, tp_size: int, dp: Optional[int] = Non
     for DP attention and for one server running several replicas
     (``--dp-size``), which refit's SGLang convention does not describe."""
     if getattr(server_args, "enable_dp_attention", False):
-        raise refit.RefitError(_INVALID_ARGUMENT, "SGLang runs DP attention "
+        raise refit.InvalidArgumentError("SGLang runs DP attention "
                                                   "(--enable-dp-attention), which refit's "
                                                   "sglang convention does not describe")
     if _int(server_args, "dp_size") > 1:
-        raise refit.RefitError(
-            _INVALID_ARGUMENT, f"one SGLang server runs --dp-size "
+        raise refit.InvalidArgumentError(f"one SGLang server runs --dp-size "
                                f"{_int(server_args, 'dp_size')}: its workers cannot tell "
                                f"their replica; run one server per replica and give "
                                f"refit.sglang.join_engine the list of them")

@@ -32,16 +32,14 @@ from typing import Any, Dict, Optional
 
 import refit
 
-_INVALID_ARGUMENT = 3
-
 # Substrings of quant-method class names of methods refit does not write.
 _FOREIGN = ("GPTQ", "AWQ", "BitsAndBytes", "GGUF", "Mxfp4", "MXFP4", "Int8", "Int4",
             "CompressedTensors", "Quark", "Humming", "BitBLAS", "Bitblas", "FBGEMM",
             "Fbgemm", "Marlin", "Torchao", "TorchAO", "Petit")
 
 
-def _refuse(message: str) -> refit.RefitError:
-    return refit.RefitError(_INVALID_ARGUMENT, message)
+# What a refusal raises: INVALID_ARGUMENT naming the layer.
+_refuse = refit.InvalidArgumentError
 
 
 def _method(qm: Any) -> str:

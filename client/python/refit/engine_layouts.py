@@ -36,15 +36,13 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import refit
 
-_INVALID_ARGUMENT = 3
-
 FLASHINFER = "flashinfer"
 DEEPGEMM = "deepgemm"
 _CHECKPOINT = "checkpoint"
 
 
-def _refuse(message: str) -> refit.RefitError:
-    return refit.RefitError(_INVALID_ARGUMENT, message)
+# What a refusal raises: INVALID_ARGUMENT naming the layer.
+_refuse = refit.InvalidArgumentError
 
 
 # --- walking a model --------------------------------------------------------
@@ -80,10 +78,7 @@ def _enum_name(v: Any) -> str:
 def _class_names(obj: Any) -> List[str]:
     """Class names of obj's attribute values (the kernel objects a quant
     method holds: DeepGemmFp8BlockScaledMMKernel, MarlinFp8..., ...)."""
-    out = []
-    for v in getattr(obj, "__dict__", {}).values():
-        out.append(type(v).__name__)
-    return out
+    return [type(v).__name__ for v in getattr(obj, "__dict__", {}).values()]
 
 
 def _all_pow2(scale: Any) -> bool:
@@ -552,7 +547,7 @@ def _dequantized(proj: Any, dtype: Any) -> Any:
     the neighbouring BF16 value."""
     w = proj.weight
     if not _is_fp8(w):
-        return w if _dtype_name(w) == _dtype_name_of(dtype) else w.to(dtype)
+        return w if _dtype_name(w) == str(dtype).replace("torch.", "") else w.to(dtype)
     s = _block_scale(proj)
     if s is None or len(s.shape) != 2:
         raise _refuse("kv_b_proj: FP8 without 128x128 block scales; refit recomputes "
@@ -560,10 +555,6 @@ def _dequantized(proj: Any, dtype: Any) -> Any:
     rows, cols = w.shape
     full = s.repeat_interleave(128, 0)[:rows].repeat_interleave(128, 1)[:, :cols]
     return (w.to(s.dtype) * full).to(dtype)
-
-
-def _dtype_name_of(dtype: Any) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 def _mla_dims(a: Any) -> Tuple[int, int, int, int]:
