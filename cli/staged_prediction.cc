@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "client/staged_buffers.h"
 #include "nlohmann/json.hpp"
 
 namespace refit {
@@ -71,20 +72,16 @@ absl::StatusOr<StagedPrediction> PredictStaged(const Plan& plan, const LinkModel
     }
     if (!b.scratch) p.ranks[b.rank].weight_bytes += b.byte_size;
   }
-  // The budget as DataPlaneMember resolves it (client/data_plane.cc): bytes,
-  // else the share of the rank's bytes (1: no bound).
+  // The budget and the split as a staged member makes them
+  // (client/staged_buffers.h).
   std::vector<int64_t> budget(world, -1);
   for (int32_t r = 0; r < world; ++r) {
-    budget[r] = staging.bytes >= 0 ? staging.bytes
-                : staging.share >= 1
-                    ? -1
-                    : static_cast<int64_t>(staging.share * p.ranks[r].weight_bytes);
+    budget[r] = StagingBudget(staging.bytes, staging.share, p.ranks[r].weight_bytes);
   }
-  // Buffers in order, each staged on the device while it fits the budget.
   for (const BufferSpec& b : plan.dst.buffers) {
     if (b.scratch) continue;
     StagedRank& s = p.ranks[b.rank];
-    const bool fast = budget[b.rank] < 0 || s.device_bytes + b.byte_size <= budget[b.rank];
+    const bool fast = StagedFast(budget[b.rank], s.device_bytes, b.byte_size);
     (fast ? s.device_bytes : s.overflow_bytes) += b.byte_size;
   }
   double longest = -1;

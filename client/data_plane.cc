@@ -135,9 +135,7 @@ absl::Status DataPlaneMember::MakeStaging(const SideLayout& layout, absl::Time d
         "engine rank ", rank_, ": staged rounds of a device member need device staging "
         "(StagingOptions::memory; NcclDataPlaneOptions sets it)"));
   }
-  const int64_t budget = o.budget_bytes >= 0 ? o.budget_bytes
-                         : o.budget_share >= 1 ? -1
-                                               : static_cast<int64_t>(o.budget_share * total);
+  const int64_t budget = StagingBudget(o.budget_bytes, o.budget_share, total);
   REFIT_ASSIGN_OR_RETURN(
       staged_, AnnotateStatus(StagedBuffers::Create(ptrs_, std::move(bytes),
                                                     o.memory ? o.memory() : HostStagingMemory(),

@@ -10,6 +10,11 @@
 #include "common/status_macros.h"
 
 namespace refit {
+
+int64_t StagingBudget(int64_t budget_bytes, double budget_share, int64_t weight_bytes) {
+  if (budget_bytes >= 0) return budget_bytes;
+  return budget_share >= 1 ? -1 : static_cast<int64_t>(budget_share * weight_bytes);
+}
 namespace {
 
 class HostMemory : public StagingMemory {
@@ -62,7 +67,7 @@ absl::StatusOr<std::unique_ptr<StagedBuffers>> StagedBuffers::Create(
       return absl::InvalidArgumentError(
           absl::StrCat("staging: buffer ", i, " has ", s->bytes_[i], " bytes"));
     }
-    const bool fast = fast_budget < 0 || s->fast_bytes_ + s->bytes_[i] <= fast_budget;
+    const bool fast = StagedFast(fast_budget, s->fast_bytes_, s->bytes_[i]);
     REFIT_ASSIGN_OR_RETURN(s->staging_[i], s->memory_->Allocate(s->bytes_[i], fast));
     s->fast_[i] = fast;
     (fast ? s->fast_bytes_ : s->overflow_bytes_) += s->bytes_[i];

@@ -78,6 +78,18 @@ class StagingMemory {
 // Host memory (64-byte aligned), copied with memcpy on the calling thread.
 std::unique_ptr<StagingMemory> HostStagingMemory();
 
+// The device (fast) staging budget of an engine rank holding
+// `weight_bytes`: `budget_bytes` when >= 0, else `budget_share` of the
+// weight bytes; -1 (no bound) for a share of 1 or more.
+int64_t StagingBudget(int64_t budget_bytes, double budget_share, int64_t weight_bytes);
+
+// Whether a buffer of `bytes` is staged in fast memory when `fast_so_far`
+// bytes before it (in buffer order) are: while it fits `fast_budget` (-1:
+// always).
+inline bool StagedFast(int64_t fast_budget, int64_t fast_so_far, int64_t bytes) {
+  return fast_budget < 0 || fast_so_far + bytes <= fast_budget;
+}
+
 class StagedBuffers {
  public:
   // Staging for the buffers `live` (null entries: buffers of other ranks,
