@@ -391,6 +391,13 @@ const char* Nvfp4RecipeName(Nvfp4Recipe r) {
   return "unknown";
 }
 
+std::string ConversionFormatName(const Conversion& c) {
+  if (c.kind == ConversionKind::kNvfp4 && c.recipe != Nvfp4Recipe::kModelopt) {
+    return absl::StrCat(ConversionKindName(c.kind), " recipe=", Nvfp4RecipeName(c.recipe));
+  }
+  return ConversionKindName(c.kind);
+}
+
 bool IsBlockQuantized(ConversionKind k) {
   return k == ConversionKind::kFp8Block || k == ConversionKind::kFp8BlockUe8m0 ||
          k == ConversionKind::kFp8BlockRequantUe8m0 || k == ConversionKind::kMxfp8 ||

@@ -91,6 +91,12 @@ inline constexpr int64_t kNvfp4Block = 16;
 // "fp8_block_requant_ue8m0", "mxfp8".
 const char* ConversionKindName(ConversionKind k);
 
+struct Conversion;
+
+// The format `c` writes, for summaries: ConversionKindName, and for NVFP4
+// of vLLM's recipe "nvfp4 recipe=vllm".
+std::string ConversionFormatName(const Conversion& c);
+
 // True for the block-quantizing kinds (they have scales and tiles).
 bool IsBlockQuantized(ConversionKind k);
 
