@@ -217,13 +217,16 @@ class CudaConvertOps : public ConvertOps {
     if (static_cast<int64_t>(global_amax.size()) != b.L) {
       return absl::InvalidArgumentError("NVFP4: one global amax per leading index");
     }
-    if (recipe == Nvfp4Recipe::kVllm) {
-      return QuantizeNvfp4Vllm(b, block_amax, global_amax, out, scales, global_scales);
+    // Per leading index what the kernel takes (ModelOpt's the amax, vLLM's
+    // its SFScale), then the f32 global scale the engine keeps, then the
+    // block amaxes: to the device, in stream order after the previous step
+    // that read amax_.
+    const bool vllm = recipe == Nvfp4Recipe::kVllm;
+    std::vector<float> host;
+    for (float a : global_amax) host.push_back(vllm ? Nvfp4VllmGlobalScale(a) : a);
+    for (int64_t l = 0; l < b.L; ++l) {
+      host.push_back(vllm ? Nvfp4VllmWeightScale2Of(host[l]) : Nvfp4GlobalScale(host[l]));
     }
-    // Amaxes (and the global scales) to the device, in stream order after
-    // the previous step that read amax_.
-    std::vector<float> host(global_amax);
-    for (float a : global_amax) host.push_back(Nvfp4GlobalScale(a));
     host.insert(host.end(), block_amax.begin(), block_amax.end());
     REFIT_RETURN_IF_ERROR(Grow(&amax_, &amax_bytes_, static_cast<int64_t>(host.size()) * 4));
     REFIT_RETURN_IF_ERROR(AnnotateStatus(
@@ -233,37 +236,18 @@ class CudaConvertOps : public ConvertOps {
       REFIT_RETURN_IF_ERROR(CudaStatus(
           cudaMemcpyAsync(global_scales, g + b.L, b.L * 4, cudaMemcpyDeviceToDevice, s_),
           "global scales"));
+    }
+    const float* blocks = block_amax.empty() ? nullptr : g + 2 * b.L;
+    if (vllm) {
+      return CudaStatus(cuda::LaunchNvfp4VllmQuantizeBox(b, blocks, g,
+                                                         reinterpret_cast<uint8_t*>(out),
+                                                         reinterpret_cast<uint8_t*>(scales), s_),
+                        "nvfp4 (vLLM recipe) quantize launch");
     }
     return CudaStatus(static_cast<cudaError_t>(cuda::LaunchNvfp4Quantize(
-                          b, block_amax.empty() ? nullptr : g + 2 * b.L, g,
-                          reinterpret_cast<unsigned char*>(out),
+                          b, blocks, g, reinterpret_cast<unsigned char*>(out),
                           reinterpret_cast<unsigned char*>(scales), s_)),
                       "nvfp4 quantize launch");
-  }
-
-  // vLLM's recipe: [SFScale per leading index, weight_scale_2 per leading
-  // index, block amaxes] to the device, then one launch.
-  absl::Status QuantizeNvfp4Vllm(const cuda::DenseBox& b, const std::vector<float>& block_amax,
-                                 const std::vector<float>& global_amax, char* out,
-                                 char* scales, char* global_scales) {
-    std::vector<float> host;
-    for (float a : global_amax) host.push_back(Nvfp4VllmGlobalScale(a));
-    for (int64_t l = 0; l < b.L; ++l) host.push_back(Nvfp4VllmWeightScale2Of(host[l]));
-    host.insert(host.end(), block_amax.begin(), block_amax.end());
-    REFIT_RETURN_IF_ERROR(Grow(&amax_, &amax_bytes_, static_cast<int64_t>(host.size()) * 4));
-    REFIT_RETURN_IF_ERROR(AnnotateStatus(
-        Upload(host.data(), static_cast<int64_t>(host.size()) * 4, amax_), "amax to device"));
-    const float* g = reinterpret_cast<const float*>(amax_);
-    if (global_scales != nullptr) {
-      REFIT_RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpyAsync(global_scales, g + b.L, b.L * 4, cudaMemcpyDeviceToDevice, s_),
-          "global scales"));
-    }
-    return CudaStatus(cuda::LaunchNvfp4VllmQuantizeBox(
-                          b, block_amax.empty() ? nullptr : g + 2 * b.L, g,
-                          reinterpret_cast<uint8_t*>(out), reinterpret_cast<uint8_t*>(scales),
-                          s_),
-                      "nvfp4 (vLLM recipe) quantize launch");
   }
 
   // Non-finite checks are deferred: each call gets a slot of a device flag
