@@ -198,10 +198,11 @@ class DataPlaneMember {
   absl::Status cancelled_ ABSL_GUARDED_BY(cancel_mu_);
   RoundRunner* cancel_runner_ ABSL_GUARDED_BY(cancel_mu_) = nullptr;
   std::unique_ptr<GrpcKvStore> store_;
-  std::unique_ptr<RoundRunner> runner_;  // the member's data plane
-  // Delta and verified rounds (refitd --delta / --verify_every):
-  // runner_ is then this DeltaRunner; the snapshot outlives it.
-  DeltaRunner* delta_runner_ = nullptr;
+  // The member's data plane: every round Begin, Run, Finish
+  // (exec/round_runner.h), whatever runner refitd's plan makes it.
+  std::unique_ptr<RoundRunner> runner_;
+  // A trainer's snapshot for delta rounds (refitd --delta): it outlives the
+  // runner, rebuilt after an aborted round.
   DeltaSnapshot delta_snapshot_;
   // Staged members: the staging the data plane writes; whether it is ahead
   // of the live buffers (a round aborted before its apply); the round

@@ -136,7 +136,9 @@ class Executor {
   Copier* copier_ = nullptr;
   int32_t num_lanes_ = 1;
   std::vector<WaveWork> work_;
-  // Source: the rank's conversions and their scratch buffers.
+  // Source: the rank's conversions and their scratch buffers, and the
+  // memory those and the amax exchange take (Hold / Release).
+  ConversionStage::Memory scratch_memory_;
   std::unique_ptr<ConversionStage> conversions_;
   std::vector<int64_t> staging_;
   std::vector<char*> staging_ptr_;

@@ -10,7 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "exec/amax_exchange.h"
 #include "exec/delta/delta_codec.h"
+#include "exec/program/message_place.h"
 #include "exec/program/plan_side.h"
 #include "layout/dtype.h"
 #include "plan/wave_bytes.h"
@@ -133,14 +135,13 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> DeltaRunner::Create(
   buffers.resize(layout.buffers.size(), nullptr);
   r->buffers_ = std::move(buffers);
   if (src) {
-    ConversionStage::Memory memory;
     Copier* copier = r->copier_;
-    memory.allocate = [copier](int64_t bytes) { return copier->Allocate(bytes); };
-    memory.release = [copier](char* p, int64_t) { copier->Free(p); };
+    r->scratch_memory_.allocate = [copier](int64_t bytes) { return copier->Allocate(bytes); };
+    r->scratch_memory_.release = [copier](char* p, int64_t) { copier->Free(p); };
     REFIT_ASSIGN_OR_RETURN(
         r->conversions_,
         ConversionStage::Create(plan, rank, [copier] { return copier->MakeConvertOps(); },
-                                std::move(memory), &r->buffers_));
+                                r->scratch_memory_, &r->buffers_));
   }
   REFIT_RETURN_IF_ERROR(r->Prepare(plan, src));
   return r;
@@ -187,21 +188,11 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       mw.bytes = m.bytes;
       mw.word_bytes = MessageWordBytes(plan, m);
       if (src) mw.source_key = SourceKey(plan, m);
-      const bool contiguous = src ? m.src_contiguous : m.dst_contiguous;
-      const int32_t cbuf = src ? m.src_buffer : m.dst_buffer;
-      if (contiguous && cbuf >= 0 && static_cast<size_t>(cbuf) < buffers_.size() &&
-          buffers_[cbuf] != nullptr) {
-        mw.direct = buffers_[cbuf] + (src ? m.src_offset : m.dst_offset);
-      } else {
-        REFIT_ASSIGN_OR_RETURN(mw.tasks, src ? PackProgram(plan, m) : UnpackProgram(plan, m));
-        for (const CopyTask& t : mw.tasks) {
-          const int32_t b = src ? t.src_buffer : t.dst_buffer;
-          if (b < 0 || static_cast<size_t>(b) >= buffers_.size() || buffers_[b] == nullptr) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                side_name, " rank ", rank_, ": buffer #", b, " is not registered"));
-          }
-        }
-      }
+      REFIT_ASSIGN_OR_RETURN(MessagePlace place,
+                             PlaceMessage(plan, m, src, src ? plan.src : plan.dst, buffers_,
+                                          absl::StrCat(side_name, " rank ", rank_)));
+      mw.direct = place.direct;
+      mw.tasks = std::move(place.tasks);
       REFIT_RETURN_IF_ERROR(AppendStreamDigestRuns(plan, m, &mw.runs));
       for (const StreamDigestRun& run : mw.runs) {
         auto [it, fresh] = slots.emplace(std::make_pair(run.engine_rank, run.tensor),
@@ -297,45 +288,9 @@ void DeltaRunner::Cancel(const absl::Status& reason) {
 }
 
 absl::Status DeltaRunner::Convert(absl::Time deadline) {
-  // The cut tiles' partial amaxes among the trainer ranks sharing them,
-  // one exchange on lane 0 before any wave (as the executor does).
-  auto exchange = [this, deadline](const std::map<int32_t, std::vector<float>>& sends)
-      -> absl::StatusOr<std::map<int32_t, std::vector<float>>> {
-    std::map<int32_t, std::vector<float>> received;
-    std::vector<char*> mem;
-    std::vector<SendOp> so;
-    std::vector<RecvOp> ro;
-    absl::Status s;
-    for (const auto& [peer, count] : conversions_->peers()) {
-      const int64_t bytes = count * 4;
-      absl::StatusOr<char*> sp = copier_->Allocate(bytes);
-      absl::StatusOr<char*> rp = sp.ok() ? copier_->Allocate(bytes) : sp;
-      if (sp.ok()) mem.push_back(*sp);
-      if (rp.ok()) mem.push_back(*rp);
-      s = rp.status();
-      if (s.ok()) s = copier_->FromHost(*sp, sends.at(peer).data(), bytes);
-      if (!s.ok()) break;
-      so.push_back({peer, *sp, bytes});
-      ro.push_back({peer, *rp, bytes});
-    }
-    if (s.ok()) s = copier_->Sync(0, deadline);
-    const std::vector<RecvOp> landed = ro;  // Post takes the ops
-    if (s.ok()) s = Post(0, std::move(so), std::move(ro), deadline);
-    if (s.ok()) s = Drain(deadline);
-    for (const RecvOp& r : landed) {
-      if (!s.ok()) break;
-      std::vector<float>& v = received[r.peer];
-      v.resize(r.bytes / 4);
-      s = copier_->ToHost(reinterpret_cast<char*>(v.data()), static_cast<const char*>(r.ptr),
-                          r.bytes);
-    }
-    for (char* p : mem) copier_->Free(p);
-    if (!s.ok()) {
-      return AnnotateStatus(s, absl::StrCat("trainer rank ", rank_, ": exchanging FP8 tile amaxes"));
-    }
-    return received;
-  };
-  return conversions_->Run(buffers_, exchange);
+  // Nothing is in flight yet: the exchange takes lane 0 alone.
+  return conversions_->Run(buffers_, AmaxExchangeOver(conversions_.get(), transport_, copier_,
+                                                      &scratch_memory_, rank_, deadline));
 }
 
 absl::StatusOr<RunStats> DeltaRunner::Run(absl::Time deadline) {
@@ -351,7 +306,6 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   const absl::Time start = absl::Now();
   round_start_ = start;
   RunStats stats;
-  digests_.clear();
   delta_stats_ = DeltaRoundStats();
   delta_stats_.batch_times.resize(work_.size());
   for (size_t k = 0; k < work_.size(); ++k) delta_stats_.batch_times[k].lane = work_[k].lane;
@@ -413,7 +367,10 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
   NoteTimes(ops_->TakeTimes());
   if (side_ == Side::kTrainer) sent_ = true;
-  if (options_.verify) REFIT_RETURN_IF_ERROR(DigestRound(deadline));
+  if (options_.verify) REFIT_RETURN_IF_ERROR(DigestRound(deadline, &stats.digests));
+  stats.delta_messages = delta_stats_.messages - delta_stats_.dense_messages;
+  stats.dense_messages = delta_stats_.dense_messages;
+  stats.digest_seconds = delta_stats_.digest_seconds;
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return stats;
 }
@@ -466,14 +423,31 @@ absl::Status DeltaRunner::DigestWave(WaveWork& w, absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status DeltaRunner::DigestRound(absl::Time deadline) {
+absl::Status DeltaRunner::DigestRound(absl::Time deadline, DigestSums* sums_out) {
   const absl::Time t0 = absl::Now();
   REFIT_ASSIGN_OR_RETURN(std::vector<uint64_t> sums, ops_->TakeDigests(deadline));
   for (size_t s = 0; s < digest_keys_.size() && s < sums.size(); ++s) {
-    digests_[digest_keys_[s]] += sums[s];
+    (*sums_out)[digest_keys_[s]] += sums[s];
   }
   delta_stats_.digest_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
   return absl::OkStatus();
+}
+
+void DeltaRunner::Begin(const RoundStart& round) {
+  version_ = round.version;
+  options_.verify = round.digest;
+  modes_.clear();
+  for (int64_t base : round.delta_base) {
+    modes_.push_back(base < 0 ? EngineDeltaMode{} : EngineDeltaMode{false, base});
+  }
+}
+
+void DeltaRunner::Finish(RoundOutcome outcome) {
+  if (outcome == RoundOutcome::kAborted) {
+    sent_ = false;  // the snapshot keeps the previous version
+    return;
+  }
+  Commit(version_);
 }
 
 void DeltaRunner::Commit(int64_t version) {
@@ -526,7 +500,5 @@ void DeltaRunner::Commit(int64_t version) {
   }
   snapshot_->version = version;
 }
-
-void DeltaRunner::Abort() { sent_ = false; }
 
 }  // namespace refit

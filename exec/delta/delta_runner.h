@@ -19,8 +19,8 @@
 // payloads of one batch (smaller than its messages; at a few percent of
 // changed words, a few percent of them). DeltaRoundStats gives both;
 // RunStats::peak_staging_bytes everything held (headers and FP8
-// conversion scratch included). A trainer's Commit copies the current
-// bytes of what it sent into its snapshot.
+// conversion scratch included). A trainer's committed round copies the
+// current bytes of what it sent into its snapshot.
 //
 // A trainer rank keeps a snapshot: per message it sends, the bytes of the
 // last committed version (GPU memory by default on a GPU member, pinned host
@@ -32,8 +32,8 @@
 // engine rank whose mode (the round's announcement, delta_policy.h) is
 // dense, and every message when the trainer has no snapshot of the
 // announced base version, gets dense bytes, sent from where they lie.
-// Commit(version) folds what was sent into the snapshot; Abort() drops
-// it, so the snapshot only ever holds committed bytes.
+// Finish(kCommitted) folds what was sent into the snapshot; kAborted
+// drops it, so the snapshot only ever holds committed bytes.
 //
 // Receivers must post receives of exact sizes, and only the sender knows a
 // delta's size after encoding it: an engine receives each wave in two
@@ -53,8 +53,8 @@
 // bytes of every message at their engine places (a GPU member in the same
 // read as its count), the engine digests what its buffers hold at every
 // place the plan writes, each wave once applied (a GPU member beside the
-// later waves' transfers); both are in digests() per (engine rank, tensor)
-// for the control plane to compare (round_digest.h: CompareDigests).
+// later waves' transfers); both are// in RunStats::digests per (engine rank, tensor) for the control plane to
+// compare (round_digest.h: CompareDigests).
 #ifndef REFIT_EXEC_DELTA_DELTA_RUNNER_H_
 #define REFIT_EXEC_DELTA_DELTA_RUNNER_H_
 
@@ -192,11 +192,11 @@ class DeltaRunner : public RoundRunner {
       const Plan& plan, Side side, int32_t rank, std::vector<char*> buffers,
       Transport* transport, DeltaRunnerOptions options = {});
 
-  // The next round's announcement: per engine rank (indexed by engine
-  // rank), dense or delta against a version. Unset: every rank dense.
-  void SetModes(std::vector<EngineDeltaMode> modes) { modes_ = std::move(modes); }
-  // Whether the next round digests (options.verify until set).
-  void SetVerify(bool verify) { options_.verify = verify; }
+  // The next round's announcement (round_runner.h): per engine rank dense
+  // or delta against round.delta_base (before the first Begin: every rank
+  // dense), and whether it digests (before the first Begin:
+  // options.verify).
+  void Begin(const RoundStart& round) override;
   // The runner owns its transport, copier and ops from now on (any may be
   // null); they are destroyed after the runner's buffers, ops first.
   void Adopt(std::unique_ptr<Transport> t, std::unique_ptr<Copier> copier = nullptr,
@@ -208,22 +208,24 @@ class DeltaRunner : public RoundRunner {
   void AdoptTransport(std::unique_ptr<Transport> t) { owned_transport_ = std::move(t); }
   ~DeltaRunner() override;
 
-  // Runs this member's part of one round. Fails with the transport's error,
-  // DATA_LOSS naming the tensor and peer for a malformed message, or the
-  // reason given to Cancel. A failed round leaves the trainer's snapshot
-  // as it was (call Abort) and takes the transport down: build a new runner
-  // (the member's snapshot carries over) for the next round.
+  // Runs this member's part of the round begun last. Fails with the
+  // transport's error, DATA_LOSS naming the tensor and peer for a malformed
+  // message, or the reason given to Cancel. A failed round leaves the
+  // trainer's snapshot as it was (Finish it as aborted) and takes the
+  // transport down: build a new runner (the member's snapshot carries
+  // over) for the next round. RunStats carries the digest parts (a round
+  // begun with digest) and the counts of delta and dense messages;
+  // delta_stats() the rest.
   absl::StatusOr<RunStats> Run(absl::Time deadline) override;
   void Cancel(const absl::Status& reason) override;
 
-  // Trainer: the round of `version` committed everywhere: the snapshot now
-  // holds what it sent, copied from the trainer's bytes (which must not
-  // have changed since Run: RunRound returns only after the commit). Abort: the round will not
-  // commit; the snapshot keeps the previous version. Should updating the
-  // snapshot fail (a device error), the snapshot is emptied and the next
-  // round goes dense.
-  void Commit(int64_t version);
-  void Abort();
+  // kCommitted (trainer): the round begun last committed everywhere: the
+  // snapshot now holds what it sent, of that round's version, copied from
+  // the trainer's bytes (which must not have changed since Run: a member
+  // returns only after the outcome). kAborted: the snapshot keeps the
+  // previous version. Should updating the snapshot fail (a device error),
+  // the snapshot is emptied and the next round goes dense.
+  void Finish(RoundOutcome outcome) override;
 
   // The version the snapshot holds (-1: none yet).
   int64_t snapshot_version() const { return snapshot_->version; }
@@ -239,7 +241,7 @@ class DeltaRunner : public RoundRunner {
   // boxes, in order. Messages with equal keys carry equal bytes.
   static std::string SourceKey(const Plan& plan, const Message& m);
 
-  const DigestSums& digests() const { return digests_; }
+  // The last round's figures in delta form.
   const DeltaRoundStats& delta_stats() const { return delta_stats_; }
 
  private:
@@ -306,7 +308,10 @@ class DeltaRunner : public RoundRunner {
   // round's sums.
   void DigestItems(MsgWork& m, const char* stream) const;
   absl::Status DigestWave(WaveWork& w, absl::Time deadline);
-  absl::Status DigestRound(absl::Time deadline);
+  // Adds the round's digest sums (the ops' slots) to *sums.
+  absl::Status DigestRound(absl::Time deadline, DigestSums* sums);
+  // Finish(kCommitted): the snapshot takes what the round sent, of `version`.
+  void Commit(int64_t version);
   // The round's kernel times (the ops' TakeTimes) into delta_stats_, its
   // counts' windows from the round's start.
   void NoteTimes(const WaveOpsTimes& times);
@@ -368,14 +373,17 @@ class DeltaRunner : public RoundRunner {
   int64_t header_bytes_ = 0;        // every batch's headers
   std::vector<char*> retired_;      // grown out of this round (CodedFor)
   int64_t retired_bytes_ = 0;
-  std::unique_ptr<ConversionStage> conversions_;  // trainer with FP8 engines
+  // Trainer with FP8 engines: its conversions, and the memory their
+  // scratch and the amax exchange take.
+  ConversionStage::Memory scratch_memory_;
+  std::unique_ptr<ConversionStage> conversions_;
   std::vector<EngineDeltaMode> modes_;
+  int64_t version_ = 0;  // of the round begun last
   std::vector<std::pair<int32_t, int32_t>> digest_keys_;  // slot -> (engine rank, tensor)
   DeltaSnapshot own_snapshot_;
   DeltaSnapshot* snapshot_ = &own_snapshot_;
-  bool sent_ = false;  // trainer: a round ran since the last Commit/Abort
+  bool sent_ = false;  // trainer: a round ran since the last Finish
   char* connect_bytes_ = nullptr;  // ConnectLanes' bytes, one per peer (null: not yet)
-  DigestSums digests_;
   DeltaRoundStats delta_stats_;
   absl::Time round_start_;
   // Notes a step of work_[w] (delta_stats_.batch_times): the seconds since

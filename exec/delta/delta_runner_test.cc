@@ -182,12 +182,12 @@ RoundResult RunRound(Job* job, std::set<int> absent = {},
         absl::SleepFor(timeout);
         return;
       }
-      (*r)->SetModes(modes);
+      (*r)->Begin({job->version + 1, DeltaBases(modes), true});
       absl::StatusOr<RunStats> run = (*r)->Run(deadline);
       res.status[g] = run.status();
       if (run.ok()) res.run[g] = *run;
       res.stats[g] = (*r)->delta_stats();
-      digests[g] = (*r)->digests();
+      if (run.ok()) digests[g] = run->digests;
       runners[g] = std::move(*r);
     });
   }
@@ -202,11 +202,11 @@ RoundResult RunRound(Job* job, std::set<int> absent = {},
   if (res.commit.ok() && abort_after) res.commit = absl::AbortedError("a member died");
   if (res.commit.ok()) {
     ++job->version;
-    for (int g = 0; g < ws; ++g) runners[g]->Commit(job->version);
+    for (int g = 0; g < ws; ++g) runners[g]->Finish(RoundOutcome::kCommitted);
     job->policy->OnCommit(job->version);
   } else {
     for (int g = 0; g < ws; ++g) {
-      if (runners[g] != nullptr) runners[g]->Abort();
+      if (runners[g] != nullptr) runners[g]->Finish(RoundOutcome::kAborted);
     }
     job->policy->OnAbort();
   }

@@ -114,6 +114,12 @@ class PullRunner : public RoundRunner {
       KvStore* store, PullRunnerOptions options, absl::Time deadline);
   ~PullRunner() override;
 
+  // Pull rounds move dense bytes (one device copy per piece is cheaper than
+  // reading two versions): every round runs dense, with no digests, and
+  // its outcome changes nothing.
+  void Begin(const RoundStart& round) override {}
+  void Finish(RoundOutcome outcome) override {}
+
   // Runs one round (see above); its peak_staging_bytes is a converting
   // sender's scratch and conversion workspace (0 otherwise). Fails with DEADLINE_EXCEEDED naming the
   // peers still waited for, UNAVAILABLE naming a peer that died, the
