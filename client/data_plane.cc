@@ -388,7 +388,7 @@ absl::Status DataPlaneMember::Connect(int64_t version, int32_t attempt, absl::Ti
   parts.transport = options_.transport;
   parts.copier = options_.copier;
   parts.pull = options_.pull;
-  parts.verify = options_.verify;
+  parts.segment_checksums = options_.segment_checksums;
   parts.delta_ops = options_.delta_ops;
   // Delta and verified rounds, unless refitd planned the colocated pull
   // path: pull rounds stay dense (one device copy is cheaper than reading

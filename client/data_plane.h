@@ -77,7 +77,9 @@ struct DataPlaneOptions {
   // Copies and staging of the executor (e.g. a device Copier made for
   // the transport); called once per plan. Empty = host memcpy.
   CopierFactory copier;
-  bool verify = false;  // per-segment checksums compared by both sides
+  // Per-segment checksums compared by both sides (ExecutorOptions); the
+  // digests of verified rounds are refitd's (--verify_every).
+  bool segment_checksums = false;
   // The codec steps of delta rounds on the transport's memory
   // (NcclDataPlaneOptions sets the GPU's); empty = host memory.
   DeltaOpsFactory delta_ops;

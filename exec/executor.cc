@@ -269,7 +269,7 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
     REFIT_RETURN_IF_ERROR(transport_->WaitWave(lane, deadline));
     const WaveWork& w = work_[wi];
     if (!ordered) REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
-    if (options_.verify) {
+    if (options_.segment_checksums) {
       if (ordered) REFIT_RETURN_IF_ERROR(copier_->Sync(lane, deadline));
       for (const MsgWork& m : w.recvs) {
         const Message& msg = plan_->messages[m.message];
@@ -293,7 +293,7 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
   // path (it hashes on the host).
   bool relays = false;
   for (const WaveWork& w : work_) relays = relays || w.relays;
-  const bool queued = ordered && !options_.verify && !relays &&
+  const bool queued = ordered && !options_.segment_checksums && !relays &&
                       transport_->max_waves_per_lane() >=
                           static_cast<int32_t>(work_.size());
   if (queued) {
@@ -337,7 +337,7 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
     }
     REFIT_RETURN_IF_ERROR(Pack(w));
     // Verify hashes the packed bytes on the host: they must be complete.
-    if (!ordered || options_.verify) {
+    if (!ordered || options_.segment_checksums) {
       REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
     }
     std::vector<SendOp> sends;
@@ -346,7 +346,7 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
       const char* p = MessagePtr(w, m);
       sends.push_back(SendOp{m.peer, p, m.bytes});
       stats.bytes_sent += m.bytes;
-      if (options_.verify) {
+      if (options_.segment_checksums) {
         const Message& msg = plan_->messages[m.message];
         std::vector<uint64_t>& h = hashes_[m.message];
         int64_t off = 0;
@@ -381,12 +381,12 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
       REFIT_RETURN_IF_ERROR(copier_->Sync(l, deadline));
     }
   }
-  if (options_.verify) REFIT_RETURN_IF_ERROR(Verify(deadline));
+  if (options_.segment_checksums) REFIT_RETURN_IF_ERROR(CompareSegmentChecksums(deadline));
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return stats;
 }
 
-absl::Status Executor::Verify(absl::Time deadline) {
+absl::Status Executor::CompareSegmentChecksums(absl::Time deadline) {
   // One group on lane 0: per peer, the hashes of all messages between us in
   // plan order, from their sender to their receiver (an engine rank sends
   // those of the relays it forwarded and receives those of its messages).

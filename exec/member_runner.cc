@@ -22,7 +22,7 @@ absl::StatusOr<std::unique_ptr<RoundRunner>> ExecutorOver(
     const MemberSlice& member, const DataPlaneParts& parts, std::unique_ptr<Transport> transport,
     const std::vector<int32_t>* subset, std::function<bool(int32_t)> exclude_peer) {
   ExecutorOptions eo;
-  eo.verify = parts.verify;
+  eo.segment_checksums = parts.segment_checksums;
   eo.exclude_peer = std::move(exclude_peer);
   std::unique_ptr<Copier> copier;
   if (parts.copier) {

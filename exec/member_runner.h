@@ -66,7 +66,7 @@ struct DataPlaneParts {
   TransportFactory transport;  // required unless every pair is pulled
   CopierFactory copier;  // empty = host memcpy
   PullRunnerFactory pull;  // empty = no pull path
-  bool verify = false;  // per-segment checksums compared by both sides
+  bool segment_checksums = false;  // compared by both sides (ExecutorOptions)
   DeltaOpsFactory delta_ops;  // empty = host memory (MakeHostWaveOps)
   // Delta and verified rounds (refitd --delta / --verify_every): without a
   // pull path, the delta runner with these options (its copier and codec

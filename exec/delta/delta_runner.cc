@@ -1,5 +1,5 @@
-// DeltaRunner: delta and verified rounds, wave by wave: headers, then
-// payloads, then apply in place (the waves themselves: delta_waves.cc).
+// DeltaRunner: delta and verified rounds, batch by batch: headers, then
+// payloads, then apply in place (the batches themselves: delta_waves.cc).
 #include "exec/delta/delta_runner.h"
 
 #include <algorithm>
@@ -47,7 +47,7 @@ std::tuple<int64_t, int64_t, int> BatchKey(const Wave& wave, int64_t index, int6
   return {k, wave.lane, past ? 1 : 0};
 }
 
-// A trainer begins the counts of up to this many waves past the one it
+// A trainer begins the counts of up to this many batches past the one it
 // encodes: enough queued on the GPU that the host's posting, whose time
 // varies, never leaves the counts' stream idle. On one lane they and the
 // one encoding take kCountsAhead + 1 of its kMaxCountsInFlight slots.
@@ -165,7 +165,7 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
   // carries, so every rank cuts the same batches and runs them in one
   // order whatever its slice, and a pair's sends and receives match.
   const int32_t lanes = transport_->num_lanes();
-  std::vector<WaveWork> batches;
+  std::vector<BatchWork> batches;
   std::map<std::tuple<int64_t, int64_t, int>, size_t> batch_of;
   const int64_t window = BatchWindow(plan, options_.batch_bytes);
   for (size_t k = 0; k < plan.waves.size(); ++k) {
@@ -176,7 +176,7 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       batches.emplace_back();
       batches.back().lane = std::max(0, wave.lane) % lanes;
     }
-    WaveWork& w = batches[at->second];
+    BatchWork& w = batches[at->second];
     for (int32_t mi = wave.first_message; mi < wave.first_message + wave.num_messages; ++mi) {
       const Message& m = plan.messages[mi];
       if ((src ? m.src_rank : m.dst_rank) != rank_) continue;
@@ -205,7 +205,7 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
     }
   }
   for (const auto& [key, index] : batch_of) {
-    WaveWork& w = batches[index];
+    BatchWork& w = batches[index];
     if (w.msgs.empty()) continue;
     // By peer, then message: each peer's headers are one send.
     std::stable_sort(w.msgs.begin(), w.msgs.end(), [](const MsgWork& a, const MsgWork& b) {
@@ -239,7 +239,7 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
 DeltaRunner::~DeltaRunner() {
   if (ops_ != nullptr) (void)ops_->Finish(absl::Now() + absl::Seconds(10));
   if (ops_ != nullptr) FreeRetired();
-  for (WaveWork& w : work_) {
+  for (BatchWork& w : work_) {
     if (w.headers != nullptr) ops_->Free(w.headers);
   }
   for (char* p : lane_coded_) {
@@ -255,7 +255,7 @@ DeltaRunner::~DeltaRunner() {
 absl::Status DeltaRunner::ConnectLanes(absl::Time deadline) {
   std::vector<std::set<int32_t>> peers(in_flight_.size());
   size_t total = 0;
-  for (const WaveWork& w : work_) {
+  for (const BatchWork& w : work_) {
     for (const auto& [peer, count] : w.peers) total += peers[w.lane].insert(peer).second;
   }
   REFIT_ASSIGN_OR_RETURN(connect_bytes_,
@@ -294,15 +294,15 @@ absl::Status DeltaRunner::Convert(absl::Time deadline) {
 }
 
 absl::StatusOr<RunStats> DeltaRunner::Run(absl::Time deadline) {
-  absl::StatusOr<RunStats> r = RunWaves(deadline);
+  absl::StatusOr<RunStats> r = RunBatches(deadline);
   // A failed round takes the transport down (NCCL: every lane's
-  // communicator aborted), so nothing waits behind a wave that will never
+  // communicator aborted), so nothing waits behind a group that will never
   // complete, and the runner is not run again.
   if (!r.ok()) transport_->Cancel(r.status());
   return r;
 }
 
-absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
+absl::StatusOr<RunStats> DeltaRunner::RunBatches(absl::Time deadline) {
   const absl::Time start = absl::Now();
   round_start_ = start;
   RunStats stats;
@@ -319,18 +319,18 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   for (int32_t lane = 0; lane < transport_->num_lanes(); ++lane) {
     REFIT_RETURN_IF_ERROR(ops_->AfterLane(lane));
   }
-  if (options_.verify) {
+  if (options_.digest) {
     REFIT_RETURN_IF_ERROR(ops_->StartDigests(static_cast<int32_t>(digest_keys_.size())));
   }
-  // Waves begin ahead of the one awaited: a trainer's counts up to
-  // kCountsAhead waves ahead (the GPU counts them while the host
-  // encodes and posts), an engine's headers one wave ahead when it is on
+  // Batches begin ahead of the one awaited: a trainer's counts up to
+  // kCountsAhead batches ahead (the GPU counts them while the host
+  // encodes and posts), an engine's headers one batch ahead when it is on
   // another lane (on one lane its receives must follow the sender's order:
   // headers, payloads, next headers).
   const bool src = side_ == Side::kTrainer;
   const size_t n = work_.size();
   size_t begun = 0;
-  for (WaveWork& w : work_) w.headers_posted = w.claimed = false;
+  for (BatchWork& w : work_) w.headers_posted = w.claimed = false;
   lane_used_.assign(lane_used_.size(), false);
   // A trainer's batch packs into its lane's staging once the lane's
   // earlier batch is encoded and sent: not begun ahead of it.
@@ -367,7 +367,7 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
   NoteTimes(ops_->TakeTimes());
   if (side_ == Side::kTrainer) sent_ = true;
-  if (options_.verify) REFIT_RETURN_IF_ERROR(DigestRound(deadline, &stats.digests));
+  if (options_.digest) REFIT_RETURN_IF_ERROR(DigestRound(deadline, &stats.digests));
   stats.delta_messages = delta_stats_.messages - delta_stats_.dense_messages;
   stats.dense_messages = delta_stats_.dense_messages;
   stats.digest_seconds = delta_stats_.digest_seconds;
@@ -408,7 +408,7 @@ void DeltaRunner::DigestItems(MsgWork& m, const char* stream) const {
   }
 }
 
-absl::Status DeltaRunner::DigestWave(WaveWork& w, absl::Time deadline) {
+absl::Status DeltaRunner::DigestBatch(BatchWork& w, absl::Time deadline) {
   const absl::Time t0 = absl::Now();
   // Packed messages: what the member holds now, into staging (the
   // trainer's bytes are as the round sent them).
@@ -435,7 +435,7 @@ absl::Status DeltaRunner::DigestRound(absl::Time deadline, DigestSums* sums_out)
 
 void DeltaRunner::Begin(const RoundStart& round) {
   version_ = round.version;
-  options_.verify = round.digest;
+  options_.digest = round.digest;
   modes_.clear();
   for (int64_t base : round.delta_base) {
     modes_.push_back(base < 0 ? EngineDeltaMode{} : EngineDeltaMode{false, base});
@@ -462,7 +462,7 @@ void DeltaRunner::Commit(int64_t version) {
   std::set<std::string> done;
   const absl::Time deadline = absl::Now() + absl::Minutes(1);
   absl::Status s;
-  for (WaveWork& w : work_) {
+  for (BatchWork& w : work_) {
     std::vector<const MsgWork*> todo;
     bool packed = false;
     for (const MsgWork& m : w.msgs) {

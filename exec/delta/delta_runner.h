@@ -6,7 +6,7 @@
 // BatchWindow's bytes of the lane (at most options.batch_bytes), counted
 // in the whole plan (Wave::plan_bytes, lane_offset), so a rank running its
 // slice cuts the same batches as its peers; a wave reaching past its
-// window's end is a batch of its own. Below, "wave" is such a batch.
+// window's end is a batch of its own.
 //
 // Staging: each lane has one staging buffer (packed messages) and one
 // encoding buffer (encoded or received payloads), which its batches take
@@ -25,7 +25,7 @@
 // A trainer rank keeps a snapshot: per message it sends, the bytes of the
 // last committed version (GPU memory by default on a GPU member, pinned host
 // memory as an option; `SnapshotBytes` says how many, the rank's share of
-// the plan). Each round, per wave, it counts the changed words of every
+// the plan). Each round, per batch, it counts the changed words of every
 // message against the snapshot in one pass, chooses per message what the
 // codec (delta_codec.h) makes smallest (the changed words with their exact
 // values or, past break-even, the dense bytes) and encodes them all. An
@@ -36,12 +36,12 @@
 // drops it, so the snapshot only ever holds committed bytes.
 //
 // Receivers must post receives of exact sizes, and only the sender knows a
-// delta's size after encoding it: an engine receives each wave in two
+// delta's size after encoding it: an engine receives each batch in two
 // exchanges on its lane, first the 32-byte DeltaHeaders of every message
 // (one receive per peer), then the payloads, sized from the headers; the
 // trainer posts both as one group (per peer its headers, then its
-// payloads). A device member keeps waves in flight on every lane: the
-// count of the next wave runs while this one is encoded and sent. An engine applies in place: a message that is one contiguous
+// payloads). A device member keeps batches in flight on every lane: the
+// count of the next batch runs while this one is encoded and sent. An engine applies in place: a message that is one contiguous
 // buffer range is applied where it lies (a dense one received there);
 // otherwise the engine gathers its own current bytes of the message into
 // staging (the reverse of unpack), applies the delta there and unpacks as a
@@ -49,11 +49,11 @@
 // and captured CUDA graphs stay valid. Every header and index is checked
 // before a byte is written, so a malformed message changes nothing.
 //
-// Verified rounds (options.verify): the trainer digests all its current
+// Verified rounds (RoundStart::digest): the trainer digests all its current
 // bytes of every message at their engine places (a GPU member in the same
 // read as its count), the engine digests what its buffers hold at every
-// place the plan writes, each wave once applied (a GPU member beside the
-// later waves' transfers); both are// in RunStats::digests per (engine rank, tensor) for the control plane to
+// place the plan writes, each batch once applied (a GPU member beside the
+// later batches' transfers); both are in RunStats::digests per (engine rank, tensor) for the control plane to
 // compare (round_digest.h: CompareDigests).
 #ifndef REFIT_EXEC_DELTA_DELTA_RUNNER_H_
 #define REFIT_EXEC_DELTA_DELTA_RUNNER_H_
@@ -107,8 +107,9 @@ struct DeltaRunnerOptions {
   DeltaSnapshot* snapshot = nullptr;
   // Send deltas where the announcement allows (false: every round dense).
   bool delta = true;
-  // Digest both sides of every round (digests()).
-  bool verify = true;
+  // Digest both sides of every round until a Begin says otherwise
+  // (RunStats::digests).
+  bool digest = true;
   // A trainer rank's snapshot may hold at most this many bytes (0: no
   // bound); Create fails with RESOURCE_EXHAUSTED naming the rank above it.
   int64_t max_snapshot_bytes = 0;
@@ -195,7 +196,7 @@ class DeltaRunner : public RoundRunner {
   // The next round's announcement (round_runner.h): per engine rank dense
   // or delta against round.delta_base (before the first Begin: every rank
   // dense), and whether it digests (before the first Begin:
-  // options.verify).
+  // options.digest).
   void Begin(const RoundStart& round) override;
   // The runner owns its transport, copier and ops from now on (any may be
   // null); they are destroyed after the runner's buffers, ops first.
@@ -254,7 +255,7 @@ class DeltaRunner : public RoundRunner {
     std::string source_key;  // trainer: SourceKey
     char* direct = nullptr;       // the buffer range when contiguous
     std::vector<CopyTask> tasks;  // pack (trainer) or unpack (engine)
-    int64_t stage_offset = -1;    // in the wave's staging when packed
+    int64_t stage_offset = -1;    // in the batch's staging when packed
     std::vector<StreamDigestRun> runs;  // verify: its stream's digest runs
     std::vector<int32_t> run_slots;     // their slots in digest_keys_
     std::vector<DigestItem> digest;     // this round's runs (trainer: counted with it)
@@ -262,7 +263,7 @@ class DeltaRunner : public RoundRunner {
     DeltaHeader header;
     char* payload = nullptr;
   };
-  struct WaveWork {
+  struct BatchWork {
     int32_t lane = 0;
     std::vector<MsgWork> msgs;  // by peer, then message
     std::vector<std::pair<int32_t, int32_t>> peers;  // (peer, messages) in order
@@ -278,22 +279,22 @@ class DeltaRunner : public RoundRunner {
   };
   DeltaRunner() = default;
   absl::Status Prepare(const Plan& plan, bool src);
-  absl::StatusOr<RunStats> RunWaves(absl::Time deadline);
+  absl::StatusOr<RunStats> RunBatches(absl::Time deadline);
   absl::Status Convert(absl::Time deadline);
-  // A trainer's wave in two steps: BeginSend packs and starts the count,
-  // EndSend waits for it, encodes and posts; the next wave's BeginSend
+  // A trainer's batch in two steps: BeginSend packs and starts the count,
+  // EndSend waits for it, encodes and posts; the next batch's BeginSend
   // runs before this one's EndSend when its lane differs.
-  absl::Status BeginSend(WaveWork& w, absl::Time deadline);
-  absl::Status EndSend(WaveWork& w, absl::Time deadline, RunStats* stats);
-  // An engine's wave in two steps: BeginReceive posts the headers'
+  absl::Status BeginSend(BatchWork& w, absl::Time deadline);
+  absl::Status EndSend(BatchWork& w, absl::Time deadline, RunStats* stats);
+  // An engine's batch in two steps: BeginReceive posts the headers'
   // receive, EndReceive waits for it, posts the payloads' and applies; the
-  // next wave's headers are posted before this one's are awaited when its
-  // lane differs, and the next wave of the same lane has its headers'
-  // receive posted in the group of this one's payloads (one group a wave).
-  absl::Status BeginReceive(WaveWork& w, absl::Time deadline);
+  // next batch's headers are posted before this one's are awaited when its
+  // lane differs, and the next batch of the same lane has its headers'
+  // receive posted in the group of this one's payloads (one group a batch).
+  absl::Status BeginReceive(BatchWork& w, absl::Time deadline);
   // The receives of w's headers (one per peer).
-  std::vector<RecvOp> HeaderReceives(const WaveWork& w) const;
-  absl::Status EndReceive(WaveWork& w, absl::Time deadline, RunStats* stats);
+  std::vector<RecvOp> HeaderReceives(const BatchWork& w) const;
+  absl::Status EndReceive(BatchWork& w, absl::Time deadline, RunStats* stats);
   absl::Status Post(int32_t lane, std::vector<SendOp> sends, std::vector<RecvOp> recvs,
                     absl::Time deadline);
   absl::Status Drain(absl::Time deadline);
@@ -304,10 +305,10 @@ class DeltaRunner : public RoundRunner {
   // a sender that is itself connecting) stalls until the deadline.
   absl::Status ConnectLanes(absl::Time deadline);
   // Verified rounds: the digest items of m's stream at `stream`; an
-  // engine's digest of wave w once applied (enqueued behind it); the
+  // engine's digest of batch w once applied (enqueued behind it); the
   // round's sums.
   void DigestItems(MsgWork& m, const char* stream) const;
-  absl::Status DigestWave(WaveWork& w, absl::Time deadline);
+  absl::Status DigestBatch(BatchWork& w, absl::Time deadline);
   // Adds the round's digest sums (the ops' slots) to *sums.
   absl::Status DigestRound(absl::Time deadline, DigestSums* sums);
   // Finish(kCommitted): the snapshot takes what the round sent, of `version`.
@@ -327,11 +328,11 @@ class DeltaRunner : public RoundRunner {
   // StagingBytes: the lanes' staging held now; EncodingBytes: their
   // encoding buffers (and those grown out of this round); HeldBytes: both,
   // the headers and conversion scratch (RunStats::peak_staging_bytes).
-  static void LayOutStaging(WaveWork& w, int64_t limit);
+  static void LayOutStaging(BatchWork& w, int64_t limit);
   absl::Status AllocateStaging();
   absl::Status ClaimLane(int32_t lane, absl::Time deadline);
   // ClaimLane for batch w, once a round.
-  absl::Status ClaimFor(WaveWork& w, absl::Time deadline);
+  absl::Status ClaimFor(BatchWork& w, absl::Time deadline);
   // Waits for every group posted on `lane`.
   absl::Status DrainLane(int32_t lane, absl::Time deadline);
   absl::StatusOr<char*> CodedFor(int32_t lane, int64_t bytes);
@@ -342,9 +343,9 @@ class DeltaRunner : public RoundRunner {
   // m at its place in w's staging (a trainer packs, an engine gathers);
   // StageCurrent enqueues them for every packed message of w on its lane
   // (on the host: done on return).
-  absl::StatusOr<std::vector<ResolvedCopy>> CurrentCopies(const WaveWork& w,
+  absl::StatusOr<std::vector<ResolvedCopy>> CurrentCopies(const BatchWork& w,
                                                           const MsgWork& m) const;
-  absl::Status StageCurrent(WaveWork& w, absl::Time deadline);
+  absl::Status StageCurrent(BatchWork& w, absl::Time deadline);
   // Frees the buffers CodedFor grew out of (once every lane is drained).
   void FreeRetired();
   std::string Context(const MsgWork& m) const;
@@ -363,8 +364,8 @@ class DeltaRunner : public RoundRunner {
   Copier* copier_ = nullptr;
   DeltaWaveOps* ops_ = nullptr;
   DeltaRunnerOptions options_;
-  std::vector<WaveWork> work_;
-  std::vector<int32_t> in_flight_;  // waves posted per lane, not yet waited
+  std::vector<BatchWork> work_;
+  std::vector<int32_t> in_flight_;  // groups posted per lane, not yet waited
   // Per lane: its staging and encoding buffer (sizes), the encoding
   // buffer's bound, whether a batch of the lane ran this round.
   std::vector<char*> lane_staging_, lane_coded_;
@@ -389,7 +390,7 @@ class DeltaRunner : public RoundRunner {
   // Notes a step of work_[w] (delta_stats_.batch_times): the seconds since
   // the round began.
   double Since() const { return absl::ToDoubleSeconds(absl::Now() - round_start_); }
-  DeltaBatchTimes& TimesOf(const WaveWork& w) {
+  DeltaBatchTimes& TimesOf(const BatchWork& w) {
     return delta_stats_.batch_times[static_cast<size_t>(&w - work_.data())];
   }
   absl::Mutex mu_;
