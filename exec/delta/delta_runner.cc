@@ -177,6 +177,7 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       batches.back().lane = std::max(0, wave.lane) % lanes;
     }
     BatchWork& w = batches[at->second];
+    const size_t before = w.msgs.size();
     for (int32_t mi = wave.first_message; mi < wave.first_message + wave.num_messages; ++mi) {
       const Message& m = plan.messages[mi];
       if ((src ? m.src_rank : m.dst_rank) != rank_) continue;
@@ -203,6 +204,7 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       w.dense_bytes += m.bytes;
       w.msgs.push_back(std::move(mw));
     }
+    if (w.msgs.size() > before) ++w.plan_waves;
   }
   for (const auto& [key, index] : batch_of) {
     BatchWork& w = batches[index];
@@ -354,7 +356,7 @@ absl::StatusOr<RunStats> DeltaRunner::RunBatches(absl::Time deadline) {
     }
     REFIT_RETURN_IF_ERROR(src ? EndSend(work_[k], deadline, &stats)
                               : EndReceive(work_[k], deadline, &stats));
-    ++stats.waves;
+    stats.waves += work_[k].plan_waves;
     ++delta_stats_.batches;
   }
   const absl::Time t_drain = absl::Now();

@@ -272,6 +272,7 @@ class DeltaRunner : public RoundRunner {
     char* staging = nullptr;
     int64_t staging_bytes = 0;
     int64_t dense_bytes = 0;  // of its messages
+    int64_t plan_waves = 0;   // the plan waves with messages of this rank in it
     std::vector<EncodeItem> items;  // trainer: this round's, counting
     int32_t next_on_lane = -1;  // the next batch on this lane (work_ index), -1: none
     bool headers_posted = false;  // engine: this round's headers' receive posted
