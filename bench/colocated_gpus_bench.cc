@@ -7,6 +7,7 @@
 //
 //   colocated_gpus_bench [--cases=tp2,dp2] [--model=qwen3-8b] [--iters=5]
 //                        [--tables=copies,rounds] [--peer_copy_streams=4]
+//                        (--peer_copy_streams: the copies table's streams)
 //
 // Cases: tp2 = Megatron TP2 -> vLLM TP2; dp2 = Megatron TP2 -> vLLM TP1 x
 // DP2 (each engine GPU holds the whole model, half of it read from the
@@ -19,10 +20,10 @@
 //           copies, NCCL over the same pairs, and the whole engine's
 //           copies by one kernel and by kernel || copy engines. The engine
 //           bytes are checked after one run of each whole way.
-//   rounds  4 processes (2 trainers, 2 engines), twice: the pull runner
-//           with every copy in its kernel ("kernel"), and with the copies
-//           from the other GPU on the copy engines ("kernel+CE",
-//           --peer_copy_streams=4, the runner's option of that name): the
+//   rounds  4 processes (2 trainers, 2 engines): the pull runner (every
+//           copy from its own GPU in its kernel, the copies from the other
+//           GPU on the copy engines over kPeerCopyStreams streams,
+//           "kernel+CE"): the
 //           refit round (from the
 //           last trainer's "weights in place" until both engines are done,
 //           mean of --iters rounds after a warm-up) next to the floor (the
@@ -80,8 +81,7 @@ absl::Status Barrier(KvStore* kv, const std::string& tag, int me) {
 
 // Member `g` of the rounds table (its own process, on GPU rank).
 absl::StatusOr<std::map<std::string, std::string>> RoundMember(const Plan& plan, int g,
-                                                              const std::string& dir, int iters,
-                                                              int peer_copy_streams) {
+                                                              const std::string& dir, int iters) {
   const bool trainer = g < kTrainers;
   const Side side = trainer ? Side::kTrainer : Side::kEngine;
   const int rank = trainer ? g : g - kTrainers;
@@ -94,7 +94,6 @@ absl::StatusOr<std::map<std::string, std::string>> RoundMember(const Plan& plan,
   testing::DirKvStore kv(dir);
   PullRunnerOptions po;
   po.device = rank;
-  po.peer_copy_streams = peer_copy_streams;
   REFIT_ASSIGN_OR_RETURN(
       std::unique_ptr<PullRunner> e,
       PullRunner::Create(slice, side, rank,
@@ -142,8 +141,8 @@ absl::StatusOr<std::map<std::string, std::string>> RoundMember(const Plan& plan,
   r["check"] = check;
   r["bytes"] = absl::StrCat(e->bytes());
   if (!trainer) {
-    r["engine_copies"] = absl::StrCat(e->num_engine_copies());
-    r["engine_bytes"] = absl::StrCat(e->engine_bytes());
+    r["copy_engine_copies"] = absl::StrCat(e->num_copy_engine_copies());
+    r["engine_bytes"] = absl::StrCat(e->copy_engine_bytes());
     r["items"] = absl::StrCat(e->num_items());
   }
   e.reset();
@@ -169,7 +168,7 @@ int Worker(int argc, char** argv) {
       return kv;
     }
     REFIT_ASSIGN_OR_RETURN(Plan plan, GpusCasePlan(c, model));
-    return RoundMember(plan, index, dir + "/kv", iters, mode == "member-kernel" ? 0 : streams);
+    return RoundMember(plan, index, dir + "/kv", iters);
   }();
   const std::string out = absl::StrCat(dir, "/result.", index);
   if (!r.ok()) {
@@ -269,9 +268,9 @@ int Main(int argc, char** argv) {
       }
     }
     if (!absl::StrContains(tables, "rounds")) continue;
-    for (const std::string mode : {"member-kernel", "member"}) {
+    for (const std::string mode : {"member"}) {
       auto r = run(mode, kMembers);
-      const std::string way = mode == "member" ? "kernel+CE" : "kernel";
+      const std::string way = "kernel+CE";
       if (!r.ok()) {
         std::printf("%s rounds (%s): %s\n", name.c_str(), way.c_str(),
                     r.status().ToString().c_str());
@@ -279,11 +278,11 @@ int Main(int argc, char** argv) {
         continue;
       }
       std::string check = "PASS";
-      double device_ms = 0, engine_copies = 0;
+      double device_ms = 0, ce_copies = 0;
       for (const auto& m : *r) {
         if (m.at("check") != "PASS") check = m.at("check");
         device_ms = std::max(device_ms, D(m, "device_ms"));
-        engine_copies = std::max(engine_copies, D(m, "engine_copies"));
+        ce_copies = std::max(ce_copies, D(m, "copy_engine_copies"));
       }
       if (check != "PASS") {
         ok = false;
@@ -295,7 +294,7 @@ int Main(int argc, char** argv) {
       rounds_table.push_back(absl::StrFormat(
           "%-4s %-15s %-9s %9.2f %9.2f %7.3fx %9.2f %7.3fx %9.2f %6.0f  %s", name, c->engine,
           way, ms, floor, floor > 0 ? ms / floor : 0.0, nccl, nccl > 0 ? ms / nccl : 0.0,
-          device_ms, engine_copies, check.substr(0, 40)));
+          device_ms, ce_copies, check.substr(0, 40)));
       std::printf("%s\n", rounds_table.back().c_str());
       std::fflush(stdout);
     }

@@ -218,11 +218,11 @@ class Bench {
         ms.global_world = 2;
         ms.num_lanes = plan_.options.num_lanes;
         ms.buffers = g == 0 ? trainer_.ptrs : delta_engine_.ptrs;
-        DeltaRunnerOptions o;
-        o.batch_bytes = knobs.batch_bytes;
-        if (g == 0) o.snapshot = &snapshot_;
-        delta_[g] = Ok(MakeDeltaMemberRunner(ms, NcclParts(g, "delta", knobs), &delta_store_, o),
-                       "delta member");
+        DataPlaneParts delta_parts = NcclParts(g, "delta", knobs);
+        delta_parts.delta = true;
+        delta_parts.delta_options.batch_bytes = knobs.batch_bytes;
+        if (g == 0) delta_parts.delta_options.snapshot = &snapshot_;
+        delta_[g] = Ok(MakeDeltaMemberRunner(ms, delta_parts, &delta_store_), "delta member");
         ms.buffers = g == 0 ? trainer_.ptrs : dense_engine_.ptrs;
         dense_[g] = Ok(MakeMemberRunner(ms, NcclParts(g, "dense", knobs), &dense_store_,
                                         Deadline()),
@@ -253,23 +253,26 @@ class Bench {
                                                 : EngineDeltaMode{}};
     Warm();
     double secs[2] = {0, 0}, dig[2] = {0, 0}, whole[2] = {0, 0};
+    DigestSums sums[2];
     std::vector<std::thread> threads;
     for (int g = 0; g < 2; ++g) {
       threads.emplace_back([&, g] {
         CU(cudaSetDevice(g));
-        delta_[g]->SetModes(modes);
+        delta_[g]->Begin({version_ + 1, DeltaBases(modes), true});
         RunStats s = Ok(delta_[g]->Run(Deadline()), "delta round");
+        sums[g] = s.digests;
         dig[g] = delta_[g]->delta_stats().digest_seconds;
         whole[g] = s.seconds;
         secs[g] = s.seconds - dig[g];
       });
     }
     for (auto& t : threads) t.join();
-    digests_ok_ = CompareDigests(plan_, delta_[0]->digests(), delta_[1]->digests()).ok();
+    digests_ok_ = CompareDigests(plan_, sums[0], sums[1]).ok();
     *trainer_stats = delta_[0]->delta_stats();
     if (engine_stats != nullptr) *engine_stats = delta_[1]->delta_stats();
     const double t_commit = Now();
-    delta_[0]->Commit(++version_);
+    ++version_;
+    delta_[0]->Finish(RoundOutcome::kCommitted);
     commit_s_ = Now() - t_commit;
     *digest_s = std::max(dig[0], dig[1]);
     if (verified_s != nullptr) *verified_s = std::max(whole[0], whole[1]);

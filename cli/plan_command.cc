@@ -14,6 +14,7 @@
 #include "cli/staged_prediction.h"
 #include "common/file.h"
 #include "common/status_macros.h"
+#include "job/planner_flags.h"
 #include "mapping/mapping.h"
 #include "mapping/plan_size.h"
 #include "mapping/split_advice.h"
@@ -42,23 +43,6 @@ absl::Status ParseLinkSpec(const std::string& text, LinkModel* link) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--link: unknown link class '", p.first, "' (gpu, nvlink, net, host)"));
     }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckPlanSizeOptions(int64_t staging_mib, int32_t lanes,
-                                  int64_t max_plan_mib) {
-  if (staging_mib < 1 || staging_mib > kMaxStagingMib) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--staging_mib ", staging_mib, ": must be 1..", kMaxStagingMib));
-  }
-  if (lanes < 1 || lanes > kMaxLanes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--lanes ", lanes, ": must be 1..", kMaxLanes));
-  }
-  if (max_plan_mib < 1 || max_plan_mib > kMaxStagingMib) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_plan_mib ", max_plan_mib, ": must be 1..", kMaxStagingMib));
   }
   return absl::OkStatus();
 }
@@ -130,7 +114,7 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
               << absl::ToDoubleSeconds(now - t0) << " s\n";
     t0 = now;
   };
-  REFIT_RETURN_IF_ERROR(CheckPlanSizeOptions(opt.staging_mib, opt.lanes, opt.max_plan_mib));
+  REFIT_RETURN_IF_ERROR(CheckPlannerFlags(opt.staging_mib, opt.lanes, opt.max_plan_mib));
   REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(opt.model));
   REFIT_RETURN_IF_ERROR(SetWeightDType(&model, opt.dtype));
   REFIT_ASSIGN_OR_RETURN(TrainerSpec ts, ParseTrainerSpec(opt.trainer));

@@ -43,20 +43,11 @@ struct PlanCommandOptions {
 };
 
 // Runs the dry run and returns what to print on stdout. Fails with
-// CheckPlanSizeOptions's INVALID_ARGUMENT; RESOURCE_EXHAUSTED naming
+// CheckPlannerFlags's INVALID_ARGUMENT (job/planner_flags.h); RESOURCE_EXHAUSTED naming
 // --max_plan_mib when the plan's estimated size (EstimatePlanRecords) is
 // over it, before any layout is built; or the mapping's or planner's status (INVALID_ARGUMENT naming the tensor, ranks or
 // spec key) annotated with the step that failed.
 absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt);
-
-// The most staging (and plan budget) a flag may name, in MiB: 1 TiB.
-inline constexpr int64_t kMaxStagingMib = int64_t{1} << 20;
-
-// Returns OK when --staging_mib, --lanes and --max_plan_mib are in range
-// (1..kMaxStagingMib, 1..kMaxLanes, 1..kMaxStagingMib); else
-// INVALID_ARGUMENT naming the flag and the range.
-absl::Status CheckPlanSizeOptions(int64_t staging_mib, int32_t lanes,
-                                  int64_t max_plan_mib);
 
 // Returns the placement of `trainer_world` trainer and `engine_world`
 // engine ranks from the text of a hosts file: one rank per line,

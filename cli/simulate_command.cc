@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/member_name.h"
 #include "common/status_macros.h"
+#include "job/planner_flags.h"
 #include "exec/executor.h"
 #include "exec/transport/inproc_transport.h"
 #include "mapping/engine_vllm.h"
@@ -81,7 +82,7 @@ absl::Status WriteSide(const MappedSide& side, const OwnedBuffers& bufs,
 
 absl::StatusOr<std::string> RunSimulateCommand(
     const SimulateCommandOptions& opt) {
-  REFIT_RETURN_IF_ERROR(CheckPlanSizeOptions(opt.staging_mib, opt.lanes,
+  REFIT_RETURN_IF_ERROR(CheckPlannerFlags(opt.staging_mib, opt.lanes,
                                              PlanCommandOptions().max_plan_mib));
   REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(opt.model));
   if (!opt.dtype.empty()) {

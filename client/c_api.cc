@@ -209,7 +209,7 @@ absl::StatusOr<Parsed> ParseOptions(const char* text, bool for_join) {
 
 absl::StatusOr<DataPlaneOptions> DataPlaneFor(const Parsed& p) {
   DataPlaneOptions d;
-  d.verify = p.verify;
+  d.segment_checksums = p.verify;
   d.staging.enabled = p.staged;
   d.staging.budget_bytes = p.staging_bytes;
   if (p.options.device == "cpu") return d;
@@ -218,7 +218,7 @@ absl::StatusOr<DataPlaneOptions> DataPlaneFor(const Parsed& p) {
   (void)absl::SimpleAtoi(p.options.device.substr(5), &gpu);
   DataPlaneOptions n =
       p.transport == "pull" ? PullDataPlaneOptions(gpu) : NcclDataPlaneOptions(gpu);
-  n.verify = p.verify;
+  n.segment_checksums = p.verify;
   n.staging.enabled = p.staged;
   n.staging.budget_bytes = p.staging_bytes;
   return n;

@@ -219,8 +219,8 @@ absl::StatusOr<RunStats> DataPlaneMember::ApplyRound(int64_t version, absl::Time
   if (changed_listed_) {
     changed_listed_ = false;
     s = staged_->ApplyChanged(deadline).status();
-  } else if (delta_runner_ != nullptr && options_.copier == nullptr &&
-             delta_runner_->delta_stats().dense_messages == 0 && staged_log_.messages() > 0) {
+  } else if (options_.copier == nullptr && stats.delta_messages > 0 &&
+             stats.dense_messages == 0 && staged_log_.messages() > 0) {
     s = staged_log_.ApplyToLive(staged_->staging(), staged_->live(), staged_->bytes()).status();
   } else {
     s = staged_->Apply(deadline).status();
@@ -291,16 +291,13 @@ absl::StatusOr<RunStats> DataPlaneMember::MoveAndReport(int64_t version, absl::T
     if (!cancelled_.ok()) stats = cancelled_;
     cancel_runner_ = runner_.get();  // connected now or rounds ago
   }
-  if (stats.ok() && delta_runner_ != nullptr) {
+  if (stats.ok()) {
+    // The round's announcement: per engine rank dense or delta against a
+    // base version, and whether both sides digest it.
     const RefitClient::RoundMode mode = client_->RoundModeOf(version);
-    std::vector<EngineDeltaMode> modes;
-    for (int64_t base : mode.delta_base) {
-      modes.push_back(base < 0 ? EngineDeltaMode{} : EngineDeltaMode{false, base});
-    }
-    delta_runner_->SetModes(std::move(modes));
-    delta_runner_->SetVerify(mode.verify);
+    runner_->Begin({version, mode.delta_base, mode.verify});
+    stats = runner_->Run(deadline);
   }
-  if (stats.ok()) stats = runner_->Run(deadline);
   done.Notify();
   client_->WakeWaiters();
   watcher.join();
@@ -330,10 +327,10 @@ absl::StatusOr<RunStats> DataPlaneMember::MoveAndReport(int64_t version, absl::T
   figures.bytes = std::max(stats->bytes_sent, stats->bytes_received);
   figures.seconds = stats->seconds;
   figures.peak_staging_bytes = stats->peak_staging_bytes;
-  if (delta_runner_ != nullptr) {
-    figures.digest_seconds = delta_runner_->delta_stats().digest_seconds;
+  figures.digest_seconds = stats->digest_seconds;
+  if (!stats->digests.empty()) {
     figures.digest_scheme = kDigestScheme;
-    for (const auto& [key, sum] : delta_runner_->digests()) {
+    for (const auto& [key, sum] : stats->digests) {
       v1::DigestPart& p = figures.digests.emplace_back();
       p.set_engine_rank(key.first);
       p.set_tensor(key.second);
@@ -352,13 +349,9 @@ absl::StatusOr<RunStats> DataPlaneMember::MoveAndReport(int64_t version, absl::T
 
 absl::StatusOr<RunStats> DataPlaneMember::Finish(int64_t version, absl::Status outcome,
                                                  const RunStats& stats) {
-  if (delta_runner_ != nullptr) {
-    // The snapshot holds only committed bytes.
-    if (outcome.ok()) {
-      delta_runner_->Commit(version);
-    } else {
-      delta_runner_->Abort();
-    }
+  // A delta runner's snapshot holds only committed bytes.
+  if (runner_ != nullptr) {
+    runner_->Finish(outcome.ok() ? RoundOutcome::kCommitted : RoundOutcome::kAborted);
   }
   if (!outcome.ok()) {
     // An aborted round may have left any peer's transport broken: every
@@ -395,26 +388,19 @@ absl::Status DataPlaneMember::Connect(int64_t version, int32_t attempt, absl::Ti
   parts.transport = options_.transport;
   parts.copier = options_.copier;
   parts.pull = options_.pull;
-  parts.verify = options_.verify;
+  parts.segment_checksums = options_.segment_checksums;
   parts.delta_ops = options_.delta_ops;
   // Delta and verified rounds, unless refitd planned the colocated pull
   // path: pull rounds stay dense (one device copy is cheaper than reading
   // two versions) and report no digests.
-  if (client_->RoundModeOf(version).delta_plane && host_of_member_.empty()) {
-    if (staged_ != nullptr && !options_.copier) {
-      // The log sees the host runner's applies and unpacks.
-      parts.delta_ops = [this](Transport*) -> absl::StatusOr<std::unique_ptr<DeltaWaveOps>> {
-        return staged_log_.WrapOps(MakeHostWaveOps());
-      };
-      parts.copier = [this](Transport*) { return staged_log_.WrapCopier(MakeHostCopier()); };
-    }
-    DeltaRunnerOptions o;
-    o.snapshot = &delta_snapshot_;
-    REFIT_ASSIGN_OR_RETURN(std::unique_ptr<DeltaRunner> r,
-                           MakeDeltaMemberRunner(member, parts, store_.get(), o));
-    delta_runner_ = r.get();
-    runner_ = std::move(r);
-    return absl::OkStatus();
+  parts.delta = client_->RoundModeOf(version).delta_plane && host_of_member_.empty();
+  parts.delta_options.snapshot = &delta_snapshot_;
+  if (parts.delta && staged_ != nullptr && !options_.copier) {
+    // The log sees the host runner's applies and unpacks.
+    parts.delta_ops = [this](Transport*) -> absl::StatusOr<std::unique_ptr<DeltaWaveOps>> {
+      return staged_log_.WrapOps(MakeHostWaveOps());
+    };
+    parts.copier = [this](Transport*) { return staged_log_.WrapCopier(MakeHostCopier()); };
   }
   REFIT_ASSIGN_OR_RETURN(runner_, MakeMemberRunner(member, parts, store_.get(), deadline));
   return absl::OkStatus();
@@ -425,7 +411,6 @@ void DataPlaneMember::Disconnect() {
     absl::MutexLock l(&cancel_mu_);
     cancel_runner_ = nullptr;
   }
-  delta_runner_ = nullptr;
   runner_.reset();
   absl::MutexLock l(&cancel_mu_);
   store_.reset();

@@ -77,7 +77,9 @@ struct DataPlaneOptions {
   // Copies and staging of the executor (e.g. a device Copier made for
   // the transport); called once per plan. Empty = host memcpy.
   CopierFactory copier;
-  bool verify = false;  // per-segment checksums compared by both sides
+  // Per-segment checksums compared by both sides (ExecutorOptions); the
+  // digests of verified rounds are refitd's (--verify_every).
+  bool segment_checksums = false;
   // The codec steps of delta rounds on the transport's memory
   // (NcclDataPlaneOptions sets the GPU's); empty = host memory.
   DeltaOpsFactory delta_ops;
@@ -198,10 +200,11 @@ class DataPlaneMember {
   absl::Status cancelled_ ABSL_GUARDED_BY(cancel_mu_);
   RoundRunner* cancel_runner_ ABSL_GUARDED_BY(cancel_mu_) = nullptr;
   std::unique_ptr<GrpcKvStore> store_;
-  std::unique_ptr<RoundRunner> runner_;  // the member's data plane
-  // Delta and verified rounds (refitd --delta / --verify_every):
-  // runner_ is then this DeltaRunner; the snapshot outlives it.
-  DeltaRunner* delta_runner_ = nullptr;
+  // The member's data plane: every round Begin, Run, Finish
+  // (exec/round_runner.h), whatever runner refitd's plan makes it.
+  std::unique_ptr<RoundRunner> runner_;
+  // A trainer's snapshot for delta rounds (refitd --delta): it outlives the
+  // runner, rebuilt after an aborted round.
   DeltaSnapshot delta_snapshot_;
   // Staged members: the staging the data plane writes; whether it is ahead
   // of the live buffers (a round aborted before its apply); the round

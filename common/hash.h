@@ -6,6 +6,7 @@
 #define REFIT_COMMON_HASH_H_
 
 #include <cstdint>
+#include <cstring>
 
 #include "absl/strings/string_view.h"
 
@@ -27,6 +28,21 @@ inline uint64_t Fnv1a64(absl::string_view bytes, uint64_t h = kFnv1aOffset) {
 // a box's coordinates, where speed matters more than FNV's distribution.
 inline uint64_t Fnv1a64Word(uint64_t h, uint64_t word) {
   return (h ^ word) * kFnv1aPrime;
+}
+
+// Returns the hash of `bytes` a word a step: their length, then each whole
+// 64-bit word (Fnv1a64Word), then the tail byte-wise (Fnv1a64). Eight
+// times fewer steps than Fnv1a64 for bulk data (the executor's per-segment
+// checksums); a change to any one word changes it.
+inline uint64_t Fnv1a64Words(absl::string_view bytes) {
+  uint64_t h = Fnv1a64Word(kFnv1aOffset, static_cast<uint64_t>(bytes.size()));
+  size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, bytes.data() + i, 8);
+    h = Fnv1a64Word(h, w);
+  }
+  return Fnv1a64(bytes.substr(i), h);
 }
 
 }  // namespace refit

@@ -26,5 +26,18 @@ TEST(HashTest, Fnv1a64WordIsOneStepPerWord) {
   EXPECT_NE(h, Fnv1a64Word(Fnv1a64Word(kFnv1aOffset, 2), 1));
 }
 
+TEST(HashTest, Fnv1a64WordsTakesTheLengthEveryWordAndTheTail) {
+  const std::string a(21, 'x');
+  std::string b = a;
+  EXPECT_EQ(Fnv1a64Words(a), Fnv1a64Words(b));
+  b[3] = 'y';  // a whole word
+  EXPECT_NE(Fnv1a64Words(a), Fnv1a64Words(b));
+  b = a;
+  b[20] = 'y';  // the tail
+  EXPECT_NE(Fnv1a64Words(a), Fnv1a64Words(b));
+  EXPECT_NE(Fnv1a64Words(a), Fnv1a64Words(a.substr(0, 20)));
+  EXPECT_EQ(Fnv1a64Words(""), Fnv1a64Word(kFnv1aOffset, 0));
+}
+
 }  // namespace
 }  // namespace refit

@@ -47,6 +47,14 @@ absl::StatusOr<std::unique_ptr<CompositeRunner>> CompositeRunner::Create(
   return r;
 }
 
+void CompositeRunner::Begin(const RoundStart& round) {
+  for (const std::unique_ptr<RoundRunner>& p : parts_) p->Begin(round);
+}
+
+void CompositeRunner::Finish(RoundOutcome outcome) {
+  for (const std::unique_ptr<RoundRunner>& p : parts_) p->Finish(outcome);
+}
+
 absl::StatusOr<RunStats> CompositeRunner::Run(absl::Time deadline) {
   const size_t n = parts_.size();
   std::vector<absl::StatusOr<RunStats>> results(n, absl::UnknownError("not run"));
@@ -79,6 +87,11 @@ absl::StatusOr<RunStats> CompositeRunner::Run(absl::Time deadline) {
     total.bytes_received += r->bytes_received;
     total.waves += r->waves;
     total.seconds = std::max(total.seconds, r->seconds);
+    total.delta_messages += r->delta_messages;
+    total.dense_messages += r->dense_messages;
+    total.digest_seconds = std::max(total.digest_seconds, r->digest_seconds);
+    // Digest parts add (round_digest.h): each part digests its own pairs.
+    for (const auto& [key, sum] : r->digests) total.digests[key] += sum;
     // The parts run at once, each holding its own staging.
     total.peak_staging_bytes += r->peak_staging_bytes;
   }

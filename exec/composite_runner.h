@@ -28,6 +28,10 @@ class ExecutorRunner : public RoundRunner {
       std::unique_ptr<Transport> transport, std::unique_ptr<Copier> copier,
       std::unique_ptr<Executor> executor);
   ~ExecutorRunner() override;
+  // The executor moves dense bytes only: every round runs dense, with no
+  // digests, and its outcome changes nothing.
+  void Begin(const RoundStart& round) override {}
+  void Finish(RoundOutcome outcome) override {}
   // The executor's Run (see executor.h).
   absl::StatusOr<RunStats> Run(absl::Time deadline) override;
   // Cancels the transport: the executor's wait fails with `reason`.
@@ -48,11 +52,15 @@ class CompositeRunner : public RoundRunner {
   // INVALID_ARGUMENT when `parts` is empty or holds a null runner.
   static absl::StatusOr<std::unique_ptr<CompositeRunner>> Create(
       std::vector<std::unique_ptr<RoundRunner>> parts);
-  // Runs every part once. Returns the sums of bytes, rounds and peak
-  // staging (the parts hold theirs at once) and the longest part's
-  // seconds; fails with the error of the part
-  // that failed first (the others were cancelled with it).
+  // Begins the round on every part.
+  void Begin(const RoundStart& round) override;
+  // Runs every part once. Returns the sums of bytes, waves, messages, digest
+  // parts and peak staging (the parts hold theirs at once) and the longest
+  // part's seconds; fails with the error of the part that failed first (the
+  // others were cancelled with it).
   absl::StatusOr<RunStats> Run(absl::Time deadline) override;
+  // Finishes the round on every part.
+  void Finish(RoundOutcome outcome) override;
   // Cancels every part.
   void Cancel(const absl::Status& reason) override;
 

@@ -194,6 +194,8 @@ TEST(CompositeRunnerTest, OneHostPullsEverythingAndAllHostsApartSendEverything) 
 // Waits until cancelled or the deadline.
 class WaitingRunner : public RoundRunner {
  public:
+  void Begin(const RoundStart&) override {}
+  void Finish(RoundOutcome) override {}
   absl::StatusOr<RunStats> Run(absl::Time deadline) override {
     if (cancelled_.WaitForNotificationWithDeadline(deadline)) return reason_;
     return absl::DeadlineExceededError("waited");
@@ -210,6 +212,8 @@ class WaitingRunner : public RoundRunner {
 
 class FailingRunner : public RoundRunner {
  public:
+  void Begin(const RoundStart&) override {}
+  void Finish(RoundOutcome) override {}
   absl::StatusOr<RunStats> Run(absl::Time) override {
     return absl::UnavailableError("trainer rank 1 died");
   }
@@ -229,16 +233,56 @@ TEST(CompositeRunnerTest, AFailingPartCancelsTheOthersAtOnce) {
   EXPECT_NE(s.status().message().find("trainer rank 1 died"), std::string::npos);
 }
 
-// Returns fixed figures.
+// Returns fixed figures; notes the round begun and its outcome.
 class FixedRunner : public RoundRunner {
  public:
-  explicit FixedRunner(RunStats stats) : stats_(stats) {}
+  explicit FixedRunner(RunStats stats, std::vector<std::string>* log = nullptr)
+      : stats_(stats), log_(log) {}
+  void Begin(const RoundStart& round) override {
+    if (log_ != nullptr) {
+      log_->push_back(absl::StrCat("begin ", round.version, round.digest ? " digest" : ""));
+    }
+  }
   absl::StatusOr<RunStats> Run(absl::Time) override { return stats_; }
+  void Finish(RoundOutcome outcome) override {
+    if (log_ != nullptr) {
+      log_->push_back(outcome == RoundOutcome::kCommitted ? "committed" : "aborted");
+    }
+  }
   void Cancel(const absl::Status&) override {}
 
  private:
   RunStats stats_;
+  std::vector<std::string>* log_;
 };
+
+TEST(CompositeRunnerTest, EveryPartSeesTheRoundsLifecycleAndDigestPartsAdd) {
+  RunStats a, b;
+  a.digests[{0, 1}] = 5;
+  a.delta_messages = 2;
+  b.digests[{0, 1}] = 7;
+  b.digests[{1, 0}] = 3;
+  b.dense_messages = 1;
+  std::vector<std::string> log_a, log_b;
+  std::vector<std::unique_ptr<RoundRunner>> parts;
+  parts.push_back(std::make_unique<FixedRunner>(a, &log_a));
+  parts.push_back(std::make_unique<FixedRunner>(b, &log_b));
+  auto c = CompositeRunner::Create(std::move(parts));
+  ASSERT_TRUE(c.ok()) << c.status();
+  (*c)->Begin({4, {3, -1}, true});
+  absl::StatusOr<RunStats> s = (*c)->Run(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(s.ok()) << s.status();
+  (*c)->Finish(RoundOutcome::kCommitted);
+  (*c)->Begin({5, {}, false});
+  (*c)->Finish(RoundOutcome::kAborted);
+  const std::vector<std::string> want = {"begin 4 digest", "committed", "begin 5", "aborted"};
+  EXPECT_EQ(log_a, want);
+  EXPECT_EQ(log_b, want);
+  // Sums mod 2^64 per (engine rank, tensor): each part digested its pairs.
+  EXPECT_EQ(s->digests, (DigestSums{{{0, 1}, 12}, {{1, 0}, 3}}));
+  EXPECT_EQ(s->delta_messages, 2);
+  EXPECT_EQ(s->dense_messages, 1);
+}
 
 TEST(CompositeRunnerTest, AddsThePartsStagingAndBytesAndTakesTheLongestTime) {
   std::vector<std::unique_ptr<RoundRunner>> parts;

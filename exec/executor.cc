@@ -10,25 +10,11 @@
 #include "absl/strings/string_view.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
+#include "exec/amax_exchange.h"
+#include "exec/program/message_place.h"
 #include "layout/dtype.h"
 
 namespace refit {
-namespace {
-
-// The hash of n bytes at p (common/hash.h's FNV-1a, a word a step, the
-// tail byte-wise): a change to any one word changes it.
-uint64_t HashBytes(const char* p, int64_t n) {
-  uint64_t h = Fnv1a64Word(kFnv1aOffset, static_cast<uint64_t>(n));
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = Fnv1a64Word(h, w);
-  }
-  return Fnv1a64(absl::string_view(p + i, static_cast<size_t>(n - i)), h);
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
     const Plan& plan, Side side, int32_t rank, std::vector<char*> buffers,
@@ -77,13 +63,12 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
   buffers.resize(layout.buffers.size(), nullptr);
   e->buffers_ = std::move(buffers);
   if (side == Side::kTrainer) {
-    ConversionStage::Memory memory;
-    memory.allocate = [ex = e.get()](int64_t bytes) { return ex->Hold(bytes); };
-    memory.release = [ex = e.get()](char* p, int64_t bytes) { ex->Release(p, bytes); };
+    e->scratch_memory_.allocate = [ex = e.get()](int64_t bytes) { return ex->Hold(bytes); };
+    e->scratch_memory_.release = [ex = e.get()](char* p, int64_t bytes) { ex->Release(p, bytes); };
     REFIT_ASSIGN_OR_RETURN(
         e->conversions_,
         ConversionStage::Create(plan, rank, [ex = e.get()] { return ex->copier_->MakeConvertOps(); },
-                                std::move(memory), &e->buffers_));
+                                e->scratch_memory_, &e->buffers_));
     if (e->conversions_ != nullptr && options.exclude_peer) {
       return absl::FailedPreconditionError(absl::StrCat(
           "trainer rank ", rank, " converts weights (FP8) and shares its peers "
@@ -120,35 +105,14 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
                       : GlobalRank(plan, m.relay ? Side::kEngine : Side::kTrainer, m.src_rank);
       if (options.exclude_peer && options.exclude_peer(mw.peer)) continue;
       mw.bytes = m.bytes;
-      const bool contiguous = sends ? m.src_contiguous : m.dst_contiguous;
-      const int32_t cbuf = sends ? m.src_buffer : m.dst_buffer;
-      if (contiguous && cbuf >= 0 &&
-          static_cast<size_t>(cbuf) < e->buffers_.size()) {
-        if (e->buffers_[cbuf] == nullptr) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              side_name, " rank ", rank, ": buffer ",
-              layout.buffers[cbuf].name, " is not registered"));
-        }
+      REFIT_ASSIGN_OR_RETURN(MessagePlace place,
+                             PlaceMessage(plan, m, sends, layout, e->buffers_,
+                                          absl::StrCat(side_name, " rank ", rank)));
+      if (place.direct != nullptr) {
         mw.direct = true;
-        mw.direct_ptr =
-            e->buffers_[cbuf] + (sends ? m.src_offset : m.dst_offset);
+        mw.direct_ptr = place.direct;
       } else {
-        absl::StatusOr<std::vector<CopyTask>> tasks =
-            sends ? PackProgram(plan, m) : UnpackProgram(plan, m);
-        if (!tasks.ok()) return tasks.status();
-        for (const CopyTask& t : *tasks) {
-          const int32_t b = sends ? t.src_buffer : t.dst_buffer;
-          if (b < 0 || static_cast<size_t>(b) >= e->buffers_.size() ||
-              e->buffers_[b] == nullptr) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                side_name, " rank ", rank, ": buffer ",
-                b >= 0 && static_cast<size_t>(b) < layout.buffers.size()
-                    ? layout.buffers[b].name
-                    : absl::StrCat("#", b),
-                " is not registered"));
-          }
-        }
-        mw.tasks = std::move(*tasks);
+        mw.tasks = std::move(place.tasks);
         mw.staging_offset = staging;
         staging += (m.bytes + 255) / 256 * 256;
       }
@@ -200,52 +164,8 @@ Executor::~Executor() {
 }
 
 absl::Status Executor::Convert(absl::Time deadline) {
-  // One exchange of the cut tiles' partial amaxes among the trainer ranks
-  // that share them, on lane 0 before any wave.
-  auto exchange = [this, deadline](const std::map<int32_t, std::vector<float>>& sends)
-      -> absl::StatusOr<std::map<int32_t, std::vector<float>>> {
-    std::map<int32_t, std::vector<float>> received;
-    std::vector<std::pair<char*, int64_t>> mem;
-    auto cleanup = [&] {
-      for (const auto& [p, bytes] : mem) Release(p, bytes);
-    };
-    std::vector<SendOp> so;
-    std::vector<RecvOp> ro;
-    for (const auto& [peer, count] : conversions_->peers()) {
-      const int64_t bytes = count * 4;
-      absl::StatusOr<char*> sp = Hold(bytes);
-      absl::StatusOr<char*> rp = sp.ok() ? Hold(bytes) : sp;
-      if (sp.ok()) mem.emplace_back(*sp, bytes);
-      if (!rp.ok()) {
-        cleanup();
-        return rp.status();
-      }
-      mem.emplace_back(*rp, bytes);
-      absl::Status s = copier_->FromHost(*sp, sends.at(peer).data(), bytes);
-      if (!s.ok()) {
-        cleanup();
-        return s;
-      }
-      so.push_back({peer, *sp, bytes});
-      ro.push_back({peer, *rp, bytes});
-    }
-    absl::Status s = copier_->Sync(0, deadline);
-    if (s.ok()) s = transport_->StartWave(0, so, ro, deadline);
-    if (s.ok()) s = transport_->WaitWave(0, deadline);
-    for (const RecvOp& r : ro) {
-      if (!s.ok()) break;
-      std::vector<float>& v = received[r.peer];
-      v.resize(r.bytes / 4);
-      s = copier_->ToHost(v.data(), static_cast<const char*>(r.ptr), r.bytes);
-    }
-    cleanup();
-    if (!s.ok()) {
-      return AnnotateStatus(s, absl::StrCat("trainer rank ", rank_,
-                                            ": exchanging FP8 tile amaxes"));
-    }
-    return received;
-  };
-  return conversions_->Run(buffers_, exchange);
+  return conversions_->Run(buffers_, AmaxExchangeOver(conversions_.get(), transport_, copier_,
+                                                      &scratch_memory_, rank_, deadline));
 }
 
 absl::Status Executor::Pack(const WaveWork& w) {
@@ -291,7 +211,7 @@ absl::StatusOr<uint64_t> Executor::HashSegment(int32_t segment,
   scratch->resize(seg.bytes);
   if (packed_is_stream) {
     REFIT_RETURN_IF_ERROR(copier_->ToHost(scratch->data(), packed, seg.bytes));
-    return HashBytes(scratch->data(), seg.bytes);
+    return Fnv1a64Words(absl::string_view(scratch->data(), static_cast<size_t>(seg.bytes)));
   }
   // Gather the segment back out of the destination buffer.
   const Record& r = plan_->dst.records[seg.dst_record];
@@ -305,7 +225,7 @@ absl::StatusOr<uint64_t> Executor::HashSegment(int32_t segment,
     return absl::UnimplementedError("verify reads device buffers via host");
   }
   RunCopiesHost(copies);
-  return HashBytes(scratch->data(), seg.bytes);
+  return Fnv1a64Words(absl::string_view(scratch->data(), static_cast<size_t>(seg.bytes)));
 }
 
 absl::StatusOr<char*> Executor::Hold(int64_t bytes) {
@@ -349,7 +269,7 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
     REFIT_RETURN_IF_ERROR(transport_->WaitWave(lane, deadline));
     const WaveWork& w = work_[wi];
     if (!ordered) REFIT_RETURN_IF_ERROR(Unpack(w, deadline));
-    if (options_.verify) {
+    if (options_.segment_checksums) {
       if (ordered) REFIT_RETURN_IF_ERROR(copier_->Sync(lane, deadline));
       for (const MsgWork& m : w.recvs) {
         const Message& msg = plan_->messages[m.message];
@@ -373,7 +293,7 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
   // path (it hashes on the host).
   bool relays = false;
   for (const WaveWork& w : work_) relays = relays || w.relays;
-  const bool queued = ordered && !options_.verify && !relays &&
+  const bool queued = ordered && !options_.segment_checksums && !relays &&
                       transport_->max_waves_per_lane() >=
                           static_cast<int32_t>(work_.size());
   if (queued) {
@@ -417,7 +337,7 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
     }
     REFIT_RETURN_IF_ERROR(Pack(w));
     // Verify hashes the packed bytes on the host: they must be complete.
-    if (!ordered || options_.verify) {
+    if (!ordered || options_.segment_checksums) {
       REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
     }
     std::vector<SendOp> sends;
@@ -426,7 +346,7 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
       const char* p = MessagePtr(w, m);
       sends.push_back(SendOp{m.peer, p, m.bytes});
       stats.bytes_sent += m.bytes;
-      if (options_.verify) {
+      if (options_.segment_checksums) {
         const Message& msg = plan_->messages[m.message];
         std::vector<uint64_t>& h = hashes_[m.message];
         int64_t off = 0;
@@ -461,12 +381,12 @@ absl::StatusOr<RunStats> Executor::RunWaves(absl::Time deadline) {
       REFIT_RETURN_IF_ERROR(copier_->Sync(l, deadline));
     }
   }
-  if (options_.verify) REFIT_RETURN_IF_ERROR(Verify(deadline));
+  if (options_.segment_checksums) REFIT_RETURN_IF_ERROR(CompareSegmentChecksums(deadline));
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return stats;
 }
 
-absl::Status Executor::Verify(absl::Time deadline) {
+absl::Status Executor::CompareSegmentChecksums(absl::Time deadline) {
   // One group on lane 0: per peer, the hashes of all messages between us in
   // plan order, from their sender to their receiver (an engine rank sends
   // those of the relays it forwarded and receives those of its messages).

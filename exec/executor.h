@@ -43,10 +43,12 @@ namespace refit {
 struct ExecutorOptions {
   // Lanes used (<= transport->num_lanes()); 0 = the transport's.
   int32_t num_lanes = 0;
-  // Verify mode: per segment, the sender hashes what it sends and the
-  // receiver hashes what it wrote into its buffer; the hashes are exchanged
-  // through the transport after the last wave and compared.
-  bool verify = false;
+  // Per-segment checksums: per segment, the sender hashes what it sends
+  // and the receiver hashes what it wrote into its buffer; the hashes are
+  // exchanged through the transport after the last wave and compared.
+  // (Verified rounds, refitd --verify_every, are the delta runner's
+  // digests instead: exec/delta/round_digest.h.)
+  bool segment_checksums = false;
   // Device copies (staging in device memory); nullptr = host memcpy
   // (MakeHostCopier).
   Copier* copier = nullptr;
@@ -79,7 +81,7 @@ class Executor {
   // Runs every wave of the rank once. Fails with the transport's error
   // (DEADLINE_EXCEEDED / ABORTED / UNAVAILABLE naming the peer) — never
   // later than `deadline` plus the transport's teardown margin — or
-  // DATA_LOSS naming the tensor and both ranks when verify finds a
+  // DATA_LOSS naming the tensor and both ranks when the segment checksums find a
   // mismatch. After a failure the executor must not be run again.
   // On a source rank with conversions (plan.conversions), they run first:
   // INVALID_ARGUMENT naming the tensor and rank for a NaN or infinity in a
@@ -115,7 +117,7 @@ class Executor {
   }
   absl::Status Pack(const WaveWork& w);
   absl::Status Unpack(const WaveWork& w, absl::Time deadline);
-  absl::Status Verify(absl::Time deadline);
+  absl::Status CompareSegmentChecksums(absl::Time deadline);
   // Allocates `bytes` from the copier and counts them as held
   // (RESOURCE_EXHAUSTED as Allocate); Release frees and uncounts them.
   absl::StatusOr<char*> Hold(int64_t bytes);
@@ -136,14 +138,16 @@ class Executor {
   Copier* copier_ = nullptr;
   int32_t num_lanes_ = 1;
   std::vector<WaveWork> work_;
-  // Source: the rank's conversions and their scratch buffers.
+  // Source: the rank's conversions and their scratch buffers, and the
+  // memory those and the amax exchange take (Hold / Release).
+  ConversionStage::Memory scratch_memory_;
   std::unique_ptr<ConversionStage> conversions_;
   std::vector<int64_t> staging_;
   std::vector<char*> staging_ptr_;
   // Bytes held from the copier now, and the most since Run began.
   int64_t held_bytes_ = 0;
   int64_t peak_held_bytes_ = 0;
-  // Verify: per message this rank takes part in, hashes of its segments.
+  // Segment checksums: per message this rank takes part in, hashes of its segments.
   std::map<int32_t, std::vector<uint64_t>> hashes_;
 };
 

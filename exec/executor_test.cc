@@ -92,7 +92,7 @@ std::vector<RankResult> RunAll(const Plan& plan, int lanes, int steps,
       std::vector<char*> before = Pointers(bufs);
       testing::CountingCopier engine;
       ExecutorOptions opt;
-      opt.verify = verify;
+      opt.segment_checksums = verify;
       opt.copier = &engine;
       auto ex = Executor::Create(plan, side, rank, before, t.get(), opt);
       if (!ex.ok()) {
@@ -393,7 +393,7 @@ TEST(ExecutorTest, SenderConvertsDtypeAndTransformEveryRun) {
       for (char* p : Pointers(bufs)) host.push_back(reinterpret_cast<uint8_t*>(p));
       testing::CountingCopier engine;
       ExecutorOptions opt;
-      opt.verify = true;
+      opt.segment_checksums = true;
       opt.copier = &engine;
       auto ex = Executor::Create(*plan, is_src ? Side::kTrainer : Side::kEngine,
                                  rank, Pointers(bufs), t.get(), opt);

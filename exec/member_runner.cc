@@ -22,7 +22,7 @@ absl::StatusOr<std::unique_ptr<RoundRunner>> ExecutorOver(
     const MemberSlice& member, const DataPlaneParts& parts, std::unique_ptr<Transport> transport,
     const std::vector<int32_t>* subset, std::function<bool(int32_t)> exclude_peer) {
   ExecutorOptions eo;
-  eo.verify = parts.verify;
+  eo.segment_checksums = parts.segment_checksums;
   eo.exclude_peer = std::move(exclude_peer);
   std::unique_ptr<Copier> copier;
   if (parts.copier) {
@@ -73,6 +73,11 @@ absl::StatusOr<std::unique_ptr<RoundRunner>> MakeMemberRunner(const MemberSlice&
   if (member.plan == nullptr) return absl::InvalidArgumentError("member slice has no plan");
   if (!parts.pull) {
     if (!parts.transport) return absl::InvalidArgumentError("no transport factory");
+    if (parts.delta) {
+      REFIT_ASSIGN_OR_RETURN(std::unique_ptr<DeltaRunner> r,
+                             MakeDeltaMemberRunner(member, parts, store));
+      return std::unique_ptr<RoundRunner>(std::move(r));
+    }
     REFIT_ASSIGN_OR_RETURN(
         std::unique_ptr<Transport> transport,
         AnnotateStatus(parts.transport(store, member.global_rank, member.global_world,
@@ -118,9 +123,9 @@ absl::StatusOr<std::unique_ptr<RoundRunner>> MakeMemberRunner(const MemberSlice&
   return std::unique_ptr<RoundRunner>(std::move(c));
 }
 
-absl::StatusOr<std::unique_ptr<DeltaRunner>> MakeDeltaMemberRunner(
-    const MemberSlice& member, const DataPlaneParts& parts, KvStore* store,
-    DeltaRunnerOptions options) {
+absl::StatusOr<std::unique_ptr<DeltaRunner>> MakeDeltaMemberRunner(const MemberSlice& member,
+                                                                   const DataPlaneParts& parts,
+                                                                   KvStore* store) {
   if (member.plan == nullptr) return absl::InvalidArgumentError("member slice has no plan");
   if (!parts.transport) return absl::InvalidArgumentError("no transport factory");
   if (parts.copier && !parts.delta_ops) {
@@ -132,6 +137,7 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> MakeDeltaMemberRunner(
       AnnotateStatus(parts.transport(store, member.global_rank, member.global_world,
                                      member.num_lanes),
                      "data-plane transport"));
+  DeltaRunnerOptions options = parts.delta_options;
   std::unique_ptr<Copier> copier;
   if (parts.copier) copier = parts.copier(transport.get());
   std::unique_ptr<DeltaWaveOps> ops;

@@ -1,19 +1,20 @@
 // MakeMemberRunner: the one factory of a member's data plane. Given the
 // member's plan slice and how its data plane is made (a transport, the
-// copies an executor uses, optionally the colocated pull path), it returns
-// the RoundRunner the member holds:
+// copies an executor uses, optionally the colocated pull path, and whether
+// refitd runs delta or verified rounds), it returns the RoundRunner the
+// member holds:
 //   - no pull path: an executor over the member's transport
-//     (ExecutorRunner);
+//     (ExecutorRunner), or for delta and verified rounds the delta runner
+//     (exec/delta/delta_runner.h) over it, on host memory or, with a codec
+//     factory for device memory (DataPlaneParts::delta_ops), on the GPU;
 //   - the pull path only (every pair on the member's host, or no hosts
 //     known): the pull runner;
 //   - both: the pull runner for the pairs on the member's host and an
 //     executor over a transport among the network members for the pairs
 //     across hosts, composed into one round (CompositeRunner).
-// MakeDeltaMemberRunner makes the runner of delta and verified rounds
-// (exec/delta/delta_runner.h) over the member's transport, on host memory
-// or, with a codec factory for device memory (DataPlaneParts::delta_ops),
-// on the GPU. Colocated pull rounds stay dense: a member whose pairs refitd
-// pulls runs MakeMemberRunner's runner for every round.
+// Colocated pull rounds stay dense (refitd refuses --delta for pull
+// members when it plans: server/delta_transports.h), so a member whose
+// pairs refitd pulls runs dense rounds with no digests.
 #ifndef REFIT_EXEC_MEMBER_RUNNER_H_
 #define REFIT_EXEC_MEMBER_RUNNER_H_
 
@@ -65,8 +66,13 @@ struct DataPlaneParts {
   TransportFactory transport;  // required unless every pair is pulled
   CopierFactory copier;  // empty = host memcpy
   PullRunnerFactory pull;  // empty = no pull path
-  bool verify = false;  // per-segment checksums compared by both sides
+  bool segment_checksums = false;  // compared by both sides (ExecutorOptions)
   DeltaOpsFactory delta_ops;  // empty = host memory (MakeHostWaveOps)
+  // Delta and verified rounds (refitd --delta / --verify_every): without a
+  // pull path, the delta runner with these options (its copier and codec
+  // are made here; the snapshot, a trainer's, must outlive the runner).
+  bool delta = false;
+  DeltaRunnerOptions delta_options;
 };
 
 // One member's part of a plan.
@@ -87,23 +93,23 @@ struct MemberSlice {
 
 // Returns the member's runner, bootstrapping through `store` (which must
 // outlive the runner) by `deadline`. Fails with INVALID_ARGUMENT for a
-// missing plan or factory, or the error of the transport, executor or
-// pull runner it creates (annotated with which).
+// missing plan or factory, FAILED_PRECONDITION when delta rounds on device
+// memory (a copier) have no codec factory, or the error of the transport,
+// executor, delta runner or pull runner it creates (annotated with which).
 absl::StatusOr<std::unique_ptr<RoundRunner>> MakeMemberRunner(const MemberSlice& member,
                                                               const DataPlaneParts& parts,
                                                               KvStore* store,
                                                               absl::Time deadline);
 
-// Returns the member's delta runner over a transport from parts.transport
+// MakeMemberRunner's runner for delta and verified rounds without a pull
+// path (parts.delta), typed for checks and benches that read its
+// delta_stats(): the delta runner over a transport from parts.transport
 // (bootstrapped through `store`), with parts.copier's copier and
-// parts.delta_ops's codec, all owned by the runner. `options` as
-// DeltaRunner::Create takes them (its copier and ops are set here).
-// Fails with INVALID_ARGUMENT for a missing plan or transport factory,
-// FAILED_PRECONDITION when the member has device memory (a copier) but no
-// codec factory, or the error of what it creates (annotated with which).
-absl::StatusOr<std::unique_ptr<DeltaRunner>> MakeDeltaMemberRunner(
-    const MemberSlice& member, const DataPlaneParts& parts, KvStore* store,
-    DeltaRunnerOptions options);
+// parts.delta_ops's codec, all owned by the runner, and
+// parts.delta_options. Fails as MakeMemberRunner.
+absl::StatusOr<std::unique_ptr<DeltaRunner>> MakeDeltaMemberRunner(const MemberSlice& member,
+                                                                   const DataPlaneParts& parts,
+                                                                   KvStore* store);
 
 }  // namespace refit
 

@@ -4,7 +4,8 @@
 // --max_plan_mib (refuse a plan whose estimated size is above it, MiB) and
 // --relay (engine ranks forward bytes to other replicas: on or off;
 // job/job_plan.h ParseRelayFlag).
-// Each program checks their ranges and says which flag is wrong.
+// CheckPlannerFlags checks their ranges for both, naming the flag that is
+// wrong.
 #ifndef REFIT_JOB_PLANNER_FLAGS_H_
 #define REFIT_JOB_PLANNER_FLAGS_H_
 
@@ -12,10 +13,24 @@
 #include <string>
 
 #include "absl/flags/declare.h"
+#include "absl/status/status.h"
 
 ABSL_DECLARE_FLAG(int64_t, staging_mib);
 ABSL_DECLARE_FLAG(int64_t, lanes);
 ABSL_DECLARE_FLAG(int64_t, max_plan_mib);
 ABSL_DECLARE_FLAG(std::string, relay);
+
+namespace refit {
+
+// The most staging (and plan budget) a flag may name, in MiB: 1 TiB.
+inline constexpr int64_t kMaxStagingMib = int64_t{1} << 20;
+
+// Returns OK when --staging_mib, --lanes and --max_plan_mib (their values
+// given) are in range (1..kMaxStagingMib, 1..kMaxLanes of plan/plan.h,
+// 1..kMaxStagingMib); else INVALID_ARGUMENT "--<flag> <value>: must be
+// <range>".
+absl::Status CheckPlannerFlags(int64_t staging_mib, int64_t lanes, int64_t max_plan_mib);
+
+}  // namespace refit
 
 #endif  // REFIT_JOB_PLANNER_FLAGS_H_

@@ -206,6 +206,13 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
           o.coordinator.job_key.size(), " bytes; at most ", refit::MemberCredentials::kMaxJobKeyBytes));
     }
   }
+  // The planner's flags, checked as `refit plan` checks them.
+  if (absl::Status s = refit::CheckPlannerFlags(absl::GetFlag(FLAGS_staging_mib),
+                                                absl::GetFlag(FLAGS_lanes),
+                                                absl::GetFlag(FLAGS_max_plan_mib));
+      !s.ok()) {
+    return s;
+  }
   auto min_engines = Count(FLAGS_min_engines, "min_engines");
   auto max_buffers = Count(FLAGS_max_buffers, "max_buffers");
   auto max_meta = Count(FLAGS_max_metadata_bytes, "max_metadata_bytes");
@@ -284,13 +291,6 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   if (slice_threads < 1 || slice_threads > 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("--slice_threads: must be 1..1024: ", slice_threads));
-  }
-  if (*lanes < 1 || *lanes > refit::kMaxLanes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--lanes: must be 1..", refit::kMaxLanes, ": ", *lanes));
-  }
-  if (*staging < 1) {
-    return absl::InvalidArgumentError("--staging_mib: must be at least 1");
   }
   absl::StatusOr<bool> relay = refit::ParseRelayFlag(absl::GetFlag(FLAGS_relay));
   if (!relay.ok()) return relay.status();

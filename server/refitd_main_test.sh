@@ -34,15 +34,15 @@ done
 check unknown-flag 2 'unknown flag --bogus .*refitd --help' -- "$REFITD" --bogus=1
 check bad-count 2 "--plan_settle_ms=soon: not an integer \\(Illegal value 'soon' specified for flag 'plan_settle_ms'\\)" -- "$REFITD" --plan_settle_ms=soon
 check negative-count 2 '--plan_settle_ms: not a count: -1' -- "$REFITD" --plan_settle_ms=-1
-check huge-mib 2 '--staging_mib: too large' -- "$REFITD" --staging_mib=9223372036854775807
+check huge-mib 2 '--staging_mib 9223372036854775807: must be 1..1048576' -- "$REFITD" --staging_mib=9223372036854775807
 check bad-slice-threads 2 '--slice_threads: must be 1..1024' -- "$REFITD" --slice_threads=0
 check help-is-not-a-flag 2 'unknown flag --help_me' -- "$REFITD" --help_me
 check missing-token-file 2 '/nonexistent/token' -- "$REFITD" --token_file=/nonexistent/token
 # Credential files are read with a cap: a device fails at once.
 CHECK_TIMEOUT_S=10 check token-file-device 2 '/dev/zero is not a regular file' -- \
   "$REFITD" --token_file=/dev/zero
-check lanes-absurd 2 '--lanes: must be 1..64: 1000000' -- "$REFITD" --lanes=1000000
-check max-plan-overflow 2 '--max_plan_mib: too large' -- "$REFITD" --max_plan_mib=9223372036854775807
+check lanes-absurd 2 '--lanes 1000000: must be 1..64' -- "$REFITD" --lanes=1000000
+check max-plan-overflow 2 '--max_plan_mib 9223372036854775807: must be 1..1048576' -- "$REFITD" --max_plan_mib=9223372036854775807
 check bad-log-level 2 "--log_level: log level 'loud'" -- "$REFITD" --log_level=loud
 check bad-log-format 2 "--log_format: log format 'xml'" -- "$REFITD" --log_format=xml
 check bad-metrics-port 2 '--metrics_port: .*must be 0..65535' -- "$REFITD" --address=127.0.0.1:0 --metrics_port=70000

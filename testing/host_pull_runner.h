@@ -45,6 +45,10 @@ class HostPullRunner : public RoundRunner {
   static absl::StatusOr<std::unique_ptr<HostPullRunner>> CreateSender(
       const Plan& slice, int32_t rank, const std::function<bool(int32_t)>& pull_peer);
 
+  // Pull rounds move dense bytes: every round runs dense, with no digests,
+  // and its outcome changes nothing.
+  void Begin(const RoundStart& round) override {}
+  void Finish(RoundOutcome outcome) override {}
   // Runs the copies (a receiver). Fails with the reason given to Cancel.
   absl::StatusOr<RunStats> Run(absl::Time deadline) override;
   void Cancel(const absl::Status& reason) override;

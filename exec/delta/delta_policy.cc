@@ -10,6 +10,12 @@ std::string EngineDeltaModeText(const EngineDeltaMode& m) {
   return m.dense ? "dense" : absl::StrCat("delta against version ", m.base_version);
 }
 
+std::vector<int64_t> DeltaBases(const std::vector<EngineDeltaMode>& modes) {
+  std::vector<int64_t> bases;
+  for (const EngineDeltaMode& m : modes) bases.push_back(m.dense ? -1 : m.base_version);
+  return bases;
+}
+
 DeltaPolicy::DeltaPolicy(int32_t engine_world_size)
     : committed_(engine_world_size > 0 ? engine_world_size : 0, -1),
       torn_(committed_.size(), false) {}

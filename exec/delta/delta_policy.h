@@ -37,6 +37,11 @@ struct EngineDeltaMode {
 // "dense" or "delta against version V".
 std::string EngineDeltaModeText(const EngineDeltaMode& m);
 
+// The announcement as a round's start takes it (exec/round_runner.h:
+// RoundStart::delta_base): per engine rank, a delta's base version, or -1
+// for dense.
+std::vector<int64_t> DeltaBases(const std::vector<EngineDeltaMode>& modes);
+
 class DeltaPolicy {
  public:
   // Engine ranks 0..engine_world_size-1, none of which holds a version.

@@ -1,5 +1,5 @@
-// DeltaRunner: delta and verified rounds, wave by wave: headers, then
-// payloads, then apply in place (the waves themselves: delta_waves.cc).
+// DeltaRunner: delta and verified rounds, batch by batch: headers, then
+// payloads, then apply in place (the batches themselves: delta_waves.cc).
 #include "exec/delta/delta_runner.h"
 
 #include <algorithm>
@@ -10,7 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "exec/amax_exchange.h"
 #include "exec/delta/delta_codec.h"
+#include "exec/program/message_place.h"
 #include "exec/program/plan_side.h"
 #include "layout/dtype.h"
 #include "plan/wave_bytes.h"
@@ -45,7 +47,7 @@ std::tuple<int64_t, int64_t, int> BatchKey(const Wave& wave, int64_t index, int6
   return {k, wave.lane, past ? 1 : 0};
 }
 
-// A trainer begins the counts of up to this many waves past the one it
+// A trainer begins the counts of up to this many batches past the one it
 // encodes: enough queued on the GPU that the host's posting, whose time
 // varies, never leaves the counts' stream idle. On one lane they and the
 // one encoding take kCountsAhead + 1 of its kMaxCountsInFlight slots.
@@ -133,14 +135,13 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> DeltaRunner::Create(
   buffers.resize(layout.buffers.size(), nullptr);
   r->buffers_ = std::move(buffers);
   if (src) {
-    ConversionStage::Memory memory;
     Copier* copier = r->copier_;
-    memory.allocate = [copier](int64_t bytes) { return copier->Allocate(bytes); };
-    memory.release = [copier](char* p, int64_t) { copier->Free(p); };
+    r->scratch_memory_.allocate = [copier](int64_t bytes) { return copier->Allocate(bytes); };
+    r->scratch_memory_.release = [copier](char* p, int64_t) { copier->Free(p); };
     REFIT_ASSIGN_OR_RETURN(
         r->conversions_,
         ConversionStage::Create(plan, rank, [copier] { return copier->MakeConvertOps(); },
-                                std::move(memory), &r->buffers_));
+                                r->scratch_memory_, &r->buffers_));
   }
   REFIT_RETURN_IF_ERROR(r->Prepare(plan, src));
   return r;
@@ -164,7 +165,7 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
   // carries, so every rank cuts the same batches and runs them in one
   // order whatever its slice, and a pair's sends and receives match.
   const int32_t lanes = transport_->num_lanes();
-  std::vector<WaveWork> batches;
+  std::vector<BatchWork> batches;
   std::map<std::tuple<int64_t, int64_t, int>, size_t> batch_of;
   const int64_t window = BatchWindow(plan, options_.batch_bytes);
   for (size_t k = 0; k < plan.waves.size(); ++k) {
@@ -175,7 +176,8 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       batches.emplace_back();
       batches.back().lane = std::max(0, wave.lane) % lanes;
     }
-    WaveWork& w = batches[at->second];
+    BatchWork& w = batches[at->second];
+    const size_t before = w.msgs.size();
     for (int32_t mi = wave.first_message; mi < wave.first_message + wave.num_messages; ++mi) {
       const Message& m = plan.messages[mi];
       if ((src ? m.src_rank : m.dst_rank) != rank_) continue;
@@ -187,21 +189,11 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       mw.bytes = m.bytes;
       mw.word_bytes = MessageWordBytes(plan, m);
       if (src) mw.source_key = SourceKey(plan, m);
-      const bool contiguous = src ? m.src_contiguous : m.dst_contiguous;
-      const int32_t cbuf = src ? m.src_buffer : m.dst_buffer;
-      if (contiguous && cbuf >= 0 && static_cast<size_t>(cbuf) < buffers_.size() &&
-          buffers_[cbuf] != nullptr) {
-        mw.direct = buffers_[cbuf] + (src ? m.src_offset : m.dst_offset);
-      } else {
-        REFIT_ASSIGN_OR_RETURN(mw.tasks, src ? PackProgram(plan, m) : UnpackProgram(plan, m));
-        for (const CopyTask& t : mw.tasks) {
-          const int32_t b = src ? t.src_buffer : t.dst_buffer;
-          if (b < 0 || static_cast<size_t>(b) >= buffers_.size() || buffers_[b] == nullptr) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                side_name, " rank ", rank_, ": buffer #", b, " is not registered"));
-          }
-        }
-      }
+      REFIT_ASSIGN_OR_RETURN(MessagePlace place,
+                             PlaceMessage(plan, m, src, src ? plan.src : plan.dst, buffers_,
+                                          absl::StrCat(side_name, " rank ", rank_)));
+      mw.direct = place.direct;
+      mw.tasks = std::move(place.tasks);
       REFIT_RETURN_IF_ERROR(AppendStreamDigestRuns(plan, m, &mw.runs));
       for (const StreamDigestRun& run : mw.runs) {
         auto [it, fresh] = slots.emplace(std::make_pair(run.engine_rank, run.tensor),
@@ -212,9 +204,10 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       w.dense_bytes += m.bytes;
       w.msgs.push_back(std::move(mw));
     }
+    if (w.msgs.size() > before) ++w.plan_waves;
   }
   for (const auto& [key, index] : batch_of) {
-    WaveWork& w = batches[index];
+    BatchWork& w = batches[index];
     if (w.msgs.empty()) continue;
     // By peer, then message: each peer's headers are one send.
     std::stable_sort(w.msgs.begin(), w.msgs.end(), [](const MsgWork& a, const MsgWork& b) {
@@ -248,7 +241,7 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
 DeltaRunner::~DeltaRunner() {
   if (ops_ != nullptr) (void)ops_->Finish(absl::Now() + absl::Seconds(10));
   if (ops_ != nullptr) FreeRetired();
-  for (WaveWork& w : work_) {
+  for (BatchWork& w : work_) {
     if (w.headers != nullptr) ops_->Free(w.headers);
   }
   for (char* p : lane_coded_) {
@@ -264,7 +257,7 @@ DeltaRunner::~DeltaRunner() {
 absl::Status DeltaRunner::ConnectLanes(absl::Time deadline) {
   std::vector<std::set<int32_t>> peers(in_flight_.size());
   size_t total = 0;
-  for (const WaveWork& w : work_) {
+  for (const BatchWork& w : work_) {
     for (const auto& [peer, count] : w.peers) total += peers[w.lane].insert(peer).second;
   }
   REFIT_ASSIGN_OR_RETURN(connect_bytes_,
@@ -297,61 +290,24 @@ void DeltaRunner::Cancel(const absl::Status& reason) {
 }
 
 absl::Status DeltaRunner::Convert(absl::Time deadline) {
-  // The cut tiles' partial amaxes among the trainer ranks sharing them,
-  // one exchange on lane 0 before any wave (as the executor does).
-  auto exchange = [this, deadline](const std::map<int32_t, std::vector<float>>& sends)
-      -> absl::StatusOr<std::map<int32_t, std::vector<float>>> {
-    std::map<int32_t, std::vector<float>> received;
-    std::vector<char*> mem;
-    std::vector<SendOp> so;
-    std::vector<RecvOp> ro;
-    absl::Status s;
-    for (const auto& [peer, count] : conversions_->peers()) {
-      const int64_t bytes = count * 4;
-      absl::StatusOr<char*> sp = copier_->Allocate(bytes);
-      absl::StatusOr<char*> rp = sp.ok() ? copier_->Allocate(bytes) : sp;
-      if (sp.ok()) mem.push_back(*sp);
-      if (rp.ok()) mem.push_back(*rp);
-      s = rp.status();
-      if (s.ok()) s = copier_->FromHost(*sp, sends.at(peer).data(), bytes);
-      if (!s.ok()) break;
-      so.push_back({peer, *sp, bytes});
-      ro.push_back({peer, *rp, bytes});
-    }
-    if (s.ok()) s = copier_->Sync(0, deadline);
-    const std::vector<RecvOp> landed = ro;  // Post takes the ops
-    if (s.ok()) s = Post(0, std::move(so), std::move(ro), deadline);
-    if (s.ok()) s = Drain(deadline);
-    for (const RecvOp& r : landed) {
-      if (!s.ok()) break;
-      std::vector<float>& v = received[r.peer];
-      v.resize(r.bytes / 4);
-      s = copier_->ToHost(reinterpret_cast<char*>(v.data()), static_cast<const char*>(r.ptr),
-                          r.bytes);
-    }
-    for (char* p : mem) copier_->Free(p);
-    if (!s.ok()) {
-      return AnnotateStatus(s, absl::StrCat("trainer rank ", rank_, ": exchanging FP8 tile amaxes"));
-    }
-    return received;
-  };
-  return conversions_->Run(buffers_, exchange);
+  // Nothing is in flight yet: the exchange takes lane 0 alone.
+  return conversions_->Run(buffers_, AmaxExchangeOver(conversions_.get(), transport_, copier_,
+                                                      &scratch_memory_, rank_, deadline));
 }
 
 absl::StatusOr<RunStats> DeltaRunner::Run(absl::Time deadline) {
-  absl::StatusOr<RunStats> r = RunWaves(deadline);
+  absl::StatusOr<RunStats> r = RunBatches(deadline);
   // A failed round takes the transport down (NCCL: every lane's
-  // communicator aborted), so nothing waits behind a wave that will never
+  // communicator aborted), so nothing waits behind a group that will never
   // complete, and the runner is not run again.
   if (!r.ok()) transport_->Cancel(r.status());
   return r;
 }
 
-absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
+absl::StatusOr<RunStats> DeltaRunner::RunBatches(absl::Time deadline) {
   const absl::Time start = absl::Now();
   round_start_ = start;
   RunStats stats;
-  digests_.clear();
   delta_stats_ = DeltaRoundStats();
   delta_stats_.batch_times.resize(work_.size());
   for (size_t k = 0; k < work_.size(); ++k) delta_stats_.batch_times[k].lane = work_[k].lane;
@@ -365,18 +321,18 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   for (int32_t lane = 0; lane < transport_->num_lanes(); ++lane) {
     REFIT_RETURN_IF_ERROR(ops_->AfterLane(lane));
   }
-  if (options_.verify) {
+  if (options_.digest) {
     REFIT_RETURN_IF_ERROR(ops_->StartDigests(static_cast<int32_t>(digest_keys_.size())));
   }
-  // Waves begin ahead of the one awaited: a trainer's counts up to
-  // kCountsAhead waves ahead (the GPU counts them while the host
-  // encodes and posts), an engine's headers one wave ahead when it is on
+  // Batches begin ahead of the one awaited: a trainer's counts up to
+  // kCountsAhead batches ahead (the GPU counts them while the host
+  // encodes and posts), an engine's headers one batch ahead when it is on
   // another lane (on one lane its receives must follow the sender's order:
   // headers, payloads, next headers).
   const bool src = side_ == Side::kTrainer;
   const size_t n = work_.size();
   size_t begun = 0;
-  for (WaveWork& w : work_) w.headers_posted = w.claimed = false;
+  for (BatchWork& w : work_) w.headers_posted = w.claimed = false;
   lane_used_.assign(lane_used_.size(), false);
   // A trainer's batch packs into its lane's staging once the lane's
   // earlier batch is encoded and sent: not begun ahead of it.
@@ -400,7 +356,7 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
     }
     REFIT_RETURN_IF_ERROR(src ? EndSend(work_[k], deadline, &stats)
                               : EndReceive(work_[k], deadline, &stats));
-    ++stats.waves;
+    stats.waves += work_[k].plan_waves;
     ++delta_stats_.batches;
   }
   const absl::Time t_drain = absl::Now();
@@ -413,7 +369,10 @@ absl::StatusOr<RunStats> DeltaRunner::RunWaves(absl::Time deadline) {
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
   NoteTimes(ops_->TakeTimes());
   if (side_ == Side::kTrainer) sent_ = true;
-  if (options_.verify) REFIT_RETURN_IF_ERROR(DigestRound(deadline));
+  if (options_.digest) REFIT_RETURN_IF_ERROR(DigestRound(deadline, &stats.digests));
+  stats.delta_messages = delta_stats_.messages - delta_stats_.dense_messages;
+  stats.dense_messages = delta_stats_.dense_messages;
+  stats.digest_seconds = delta_stats_.digest_seconds;
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return stats;
 }
@@ -451,7 +410,7 @@ void DeltaRunner::DigestItems(MsgWork& m, const char* stream) const {
   }
 }
 
-absl::Status DeltaRunner::DigestWave(WaveWork& w, absl::Time deadline) {
+absl::Status DeltaRunner::DigestBatch(BatchWork& w, absl::Time deadline) {
   const absl::Time t0 = absl::Now();
   // Packed messages: what the member holds now, into staging (the
   // trainer's bytes are as the round sent them).
@@ -466,14 +425,31 @@ absl::Status DeltaRunner::DigestWave(WaveWork& w, absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status DeltaRunner::DigestRound(absl::Time deadline) {
+absl::Status DeltaRunner::DigestRound(absl::Time deadline, DigestSums* sums_out) {
   const absl::Time t0 = absl::Now();
   REFIT_ASSIGN_OR_RETURN(std::vector<uint64_t> sums, ops_->TakeDigests(deadline));
   for (size_t s = 0; s < digest_keys_.size() && s < sums.size(); ++s) {
-    digests_[digest_keys_[s]] += sums[s];
+    (*sums_out)[digest_keys_[s]] += sums[s];
   }
   delta_stats_.digest_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
   return absl::OkStatus();
+}
+
+void DeltaRunner::Begin(const RoundStart& round) {
+  version_ = round.version;
+  options_.digest = round.digest;
+  modes_.clear();
+  for (int64_t base : round.delta_base) {
+    modes_.push_back(base < 0 ? EngineDeltaMode{} : EngineDeltaMode{false, base});
+  }
+}
+
+void DeltaRunner::Finish(RoundOutcome outcome) {
+  if (outcome == RoundOutcome::kAborted) {
+    sent_ = false;  // the snapshot keeps the previous version
+    return;
+  }
+  Commit(version_);
 }
 
 void DeltaRunner::Commit(int64_t version) {
@@ -488,7 +464,7 @@ void DeltaRunner::Commit(int64_t version) {
   std::set<std::string> done;
   const absl::Time deadline = absl::Now() + absl::Minutes(1);
   absl::Status s;
-  for (WaveWork& w : work_) {
+  for (BatchWork& w : work_) {
     std::vector<const MsgWork*> todo;
     bool packed = false;
     for (const MsgWork& m : w.msgs) {
@@ -526,7 +502,5 @@ void DeltaRunner::Commit(int64_t version) {
   }
   snapshot_->version = version;
 }
-
-void DeltaRunner::Abort() { sent_ = false; }
 
 }  // namespace refit

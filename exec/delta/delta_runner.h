@@ -6,7 +6,7 @@
 // BatchWindow's bytes of the lane (at most options.batch_bytes), counted
 // in the whole plan (Wave::plan_bytes, lane_offset), so a rank running its
 // slice cuts the same batches as its peers; a wave reaching past its
-// window's end is a batch of its own. Below, "wave" is such a batch.
+// window's end is a batch of its own.
 //
 // Staging: each lane has one staging buffer (packed messages) and one
 // encoding buffer (encoded or received payloads), which its batches take
@@ -19,29 +19,29 @@
 // payloads of one batch (smaller than its messages; at a few percent of
 // changed words, a few percent of them). DeltaRoundStats gives both;
 // RunStats::peak_staging_bytes everything held (headers and FP8
-// conversion scratch included). A trainer's Commit copies the current
-// bytes of what it sent into its snapshot.
+// conversion scratch included). A trainer's committed round copies the
+// current bytes of what it sent into its snapshot.
 //
 // A trainer rank keeps a snapshot: per message it sends, the bytes of the
 // last committed version (GPU memory by default on a GPU member, pinned host
 // memory as an option; `SnapshotBytes` says how many, the rank's share of
-// the plan). Each round, per wave, it counts the changed words of every
+// the plan). Each round, per batch, it counts the changed words of every
 // message against the snapshot in one pass, chooses per message what the
 // codec (delta_codec.h) makes smallest (the changed words with their exact
 // values or, past break-even, the dense bytes) and encodes them all. An
 // engine rank whose mode (the round's announcement, delta_policy.h) is
 // dense, and every message when the trainer has no snapshot of the
 // announced base version, gets dense bytes, sent from where they lie.
-// Commit(version) folds what was sent into the snapshot; Abort() drops
-// it, so the snapshot only ever holds committed bytes.
+// Finish(kCommitted) folds what was sent into the snapshot; kAborted
+// drops it, so the snapshot only ever holds committed bytes.
 //
 // Receivers must post receives of exact sizes, and only the sender knows a
-// delta's size after encoding it: an engine receives each wave in two
+// delta's size after encoding it: an engine receives each batch in two
 // exchanges on its lane, first the 32-byte DeltaHeaders of every message
 // (one receive per peer), then the payloads, sized from the headers; the
 // trainer posts both as one group (per peer its headers, then its
-// payloads). A device member keeps waves in flight on every lane: the
-// count of the next wave runs while this one is encoded and sent. An engine applies in place: a message that is one contiguous
+// payloads). A device member keeps batches in flight on every lane: the
+// count of the next batch runs while this one is encoded and sent. An engine applies in place: a message that is one contiguous
 // buffer range is applied where it lies (a dense one received there);
 // otherwise the engine gathers its own current bytes of the message into
 // staging (the reverse of unpack), applies the delta there and unpacks as a
@@ -49,12 +49,12 @@
 // and captured CUDA graphs stay valid. Every header and index is checked
 // before a byte is written, so a malformed message changes nothing.
 //
-// Verified rounds (options.verify): the trainer digests all its current
+// Verified rounds (RoundStart::digest): the trainer digests all its current
 // bytes of every message at their engine places (a GPU member in the same
 // read as its count), the engine digests what its buffers hold at every
-// place the plan writes, each wave once applied (a GPU member beside the
-// later waves' transfers); both are in digests() per (engine rank, tensor)
-// for the control plane to compare (round_digest.h: CompareDigests).
+// place the plan writes, each batch once applied (a GPU member beside the
+// later batches' transfers); both are in RunStats::digests per (engine rank, tensor) for the control plane to
+// compare (round_digest.h: CompareDigests).
 #ifndef REFIT_EXEC_DELTA_DELTA_RUNNER_H_
 #define REFIT_EXEC_DELTA_DELTA_RUNNER_H_
 
@@ -107,8 +107,9 @@ struct DeltaRunnerOptions {
   DeltaSnapshot* snapshot = nullptr;
   // Send deltas where the announcement allows (false: every round dense).
   bool delta = true;
-  // Digest both sides of every round (digests()).
-  bool verify = true;
+  // Digest both sides of every round until a Begin says otherwise
+  // (RunStats::digests).
+  bool digest = true;
   // A trainer rank's snapshot may hold at most this many bytes (0: no
   // bound); Create fails with RESOURCE_EXHAUSTED naming the rank above it.
   int64_t max_snapshot_bytes = 0;
@@ -192,11 +193,11 @@ class DeltaRunner : public RoundRunner {
       const Plan& plan, Side side, int32_t rank, std::vector<char*> buffers,
       Transport* transport, DeltaRunnerOptions options = {});
 
-  // The next round's announcement: per engine rank (indexed by engine
-  // rank), dense or delta against a version. Unset: every rank dense.
-  void SetModes(std::vector<EngineDeltaMode> modes) { modes_ = std::move(modes); }
-  // Whether the next round digests (options.verify until set).
-  void SetVerify(bool verify) { options_.verify = verify; }
+  // The next round's announcement (round_runner.h): per engine rank dense
+  // or delta against round.delta_base (before the first Begin: every rank
+  // dense), and whether it digests (before the first Begin:
+  // options.digest).
+  void Begin(const RoundStart& round) override;
   // The runner owns its transport, copier and ops from now on (any may be
   // null); they are destroyed after the runner's buffers, ops first.
   void Adopt(std::unique_ptr<Transport> t, std::unique_ptr<Copier> copier = nullptr,
@@ -208,22 +209,24 @@ class DeltaRunner : public RoundRunner {
   void AdoptTransport(std::unique_ptr<Transport> t) { owned_transport_ = std::move(t); }
   ~DeltaRunner() override;
 
-  // Runs this member's part of one round. Fails with the transport's error,
-  // DATA_LOSS naming the tensor and peer for a malformed message, or the
-  // reason given to Cancel. A failed round leaves the trainer's snapshot
-  // as it was (call Abort) and takes the transport down: build a new runner
-  // (the member's snapshot carries over) for the next round.
+  // Runs this member's part of the round begun last. Fails with the
+  // transport's error, DATA_LOSS naming the tensor and peer for a malformed
+  // message, or the reason given to Cancel. A failed round leaves the
+  // trainer's snapshot as it was (Finish it as aborted) and takes the
+  // transport down: build a new runner (the member's snapshot carries
+  // over) for the next round. RunStats carries the digest parts (a round
+  // begun with digest) and the counts of delta and dense messages;
+  // delta_stats() the rest.
   absl::StatusOr<RunStats> Run(absl::Time deadline) override;
   void Cancel(const absl::Status& reason) override;
 
-  // Trainer: the round of `version` committed everywhere: the snapshot now
-  // holds what it sent, copied from the trainer's bytes (which must not
-  // have changed since Run: RunRound returns only after the commit). Abort: the round will not
-  // commit; the snapshot keeps the previous version. Should updating the
-  // snapshot fail (a device error), the snapshot is emptied and the next
-  // round goes dense.
-  void Commit(int64_t version);
-  void Abort();
+  // kCommitted (trainer): the round begun last committed everywhere: the
+  // snapshot now holds what it sent, of that round's version, copied from
+  // the trainer's bytes (which must not have changed since Run: a member
+  // returns only after the outcome). kAborted: the snapshot keeps the
+  // previous version. Should updating the snapshot fail (a device error),
+  // the snapshot is emptied and the next round goes dense.
+  void Finish(RoundOutcome outcome) override;
 
   // The version the snapshot holds (-1: none yet).
   int64_t snapshot_version() const { return snapshot_->version; }
@@ -239,7 +242,7 @@ class DeltaRunner : public RoundRunner {
   // boxes, in order. Messages with equal keys carry equal bytes.
   static std::string SourceKey(const Plan& plan, const Message& m);
 
-  const DigestSums& digests() const { return digests_; }
+  // The last round's figures in delta form.
   const DeltaRoundStats& delta_stats() const { return delta_stats_; }
 
  private:
@@ -252,7 +255,7 @@ class DeltaRunner : public RoundRunner {
     std::string source_key;  // trainer: SourceKey
     char* direct = nullptr;       // the buffer range when contiguous
     std::vector<CopyTask> tasks;  // pack (trainer) or unpack (engine)
-    int64_t stage_offset = -1;    // in the wave's staging when packed
+    int64_t stage_offset = -1;    // in the batch's staging when packed
     std::vector<StreamDigestRun> runs;  // verify: its stream's digest runs
     std::vector<int32_t> run_slots;     // their slots in digest_keys_
     std::vector<DigestItem> digest;     // this round's runs (trainer: counted with it)
@@ -260,7 +263,7 @@ class DeltaRunner : public RoundRunner {
     DeltaHeader header;
     char* payload = nullptr;
   };
-  struct WaveWork {
+  struct BatchWork {
     int32_t lane = 0;
     std::vector<MsgWork> msgs;  // by peer, then message
     std::vector<std::pair<int32_t, int32_t>> peers;  // (peer, messages) in order
@@ -269,6 +272,7 @@ class DeltaRunner : public RoundRunner {
     char* staging = nullptr;
     int64_t staging_bytes = 0;
     int64_t dense_bytes = 0;  // of its messages
+    int64_t plan_waves = 0;   // the plan waves with messages of this rank in it
     std::vector<EncodeItem> items;  // trainer: this round's, counting
     int32_t next_on_lane = -1;  // the next batch on this lane (work_ index), -1: none
     bool headers_posted = false;  // engine: this round's headers' receive posted
@@ -276,22 +280,22 @@ class DeltaRunner : public RoundRunner {
   };
   DeltaRunner() = default;
   absl::Status Prepare(const Plan& plan, bool src);
-  absl::StatusOr<RunStats> RunWaves(absl::Time deadline);
+  absl::StatusOr<RunStats> RunBatches(absl::Time deadline);
   absl::Status Convert(absl::Time deadline);
-  // A trainer's wave in two steps: BeginSend packs and starts the count,
-  // EndSend waits for it, encodes and posts; the next wave's BeginSend
+  // A trainer's batch in two steps: BeginSend packs and starts the count,
+  // EndSend waits for it, encodes and posts; the next batch's BeginSend
   // runs before this one's EndSend when its lane differs.
-  absl::Status BeginSend(WaveWork& w, absl::Time deadline);
-  absl::Status EndSend(WaveWork& w, absl::Time deadline, RunStats* stats);
-  // An engine's wave in two steps: BeginReceive posts the headers'
+  absl::Status BeginSend(BatchWork& w, absl::Time deadline);
+  absl::Status EndSend(BatchWork& w, absl::Time deadline, RunStats* stats);
+  // An engine's batch in two steps: BeginReceive posts the headers'
   // receive, EndReceive waits for it, posts the payloads' and applies; the
-  // next wave's headers are posted before this one's are awaited when its
-  // lane differs, and the next wave of the same lane has its headers'
-  // receive posted in the group of this one's payloads (one group a wave).
-  absl::Status BeginReceive(WaveWork& w, absl::Time deadline);
+  // next batch's headers are posted before this one's are awaited when its
+  // lane differs, and the next batch of the same lane has its headers'
+  // receive posted in the group of this one's payloads (one group a batch).
+  absl::Status BeginReceive(BatchWork& w, absl::Time deadline);
   // The receives of w's headers (one per peer).
-  std::vector<RecvOp> HeaderReceives(const WaveWork& w) const;
-  absl::Status EndReceive(WaveWork& w, absl::Time deadline, RunStats* stats);
+  std::vector<RecvOp> HeaderReceives(const BatchWork& w) const;
+  absl::Status EndReceive(BatchWork& w, absl::Time deadline, RunStats* stats);
   absl::Status Post(int32_t lane, std::vector<SendOp> sends, std::vector<RecvOp> recvs,
                     absl::Time deadline);
   absl::Status Drain(absl::Time deadline);
@@ -302,11 +306,14 @@ class DeltaRunner : public RoundRunner {
   // a sender that is itself connecting) stalls until the deadline.
   absl::Status ConnectLanes(absl::Time deadline);
   // Verified rounds: the digest items of m's stream at `stream`; an
-  // engine's digest of wave w once applied (enqueued behind it); the
+  // engine's digest of batch w once applied (enqueued behind it); the
   // round's sums.
   void DigestItems(MsgWork& m, const char* stream) const;
-  absl::Status DigestWave(WaveWork& w, absl::Time deadline);
-  absl::Status DigestRound(absl::Time deadline);
+  absl::Status DigestBatch(BatchWork& w, absl::Time deadline);
+  // Adds the round's digest sums (the ops' slots) to *sums.
+  absl::Status DigestRound(absl::Time deadline, DigestSums* sums);
+  // Finish(kCommitted): the snapshot takes what the round sent, of `version`.
+  void Commit(int64_t version);
   // The round's kernel times (the ops' TakeTimes) into delta_stats_, its
   // counts' windows from the round's start.
   void NoteTimes(const WaveOpsTimes& times);
@@ -322,11 +329,11 @@ class DeltaRunner : public RoundRunner {
   // StagingBytes: the lanes' staging held now; EncodingBytes: their
   // encoding buffers (and those grown out of this round); HeldBytes: both,
   // the headers and conversion scratch (RunStats::peak_staging_bytes).
-  static void LayOutStaging(WaveWork& w, int64_t limit);
+  static void LayOutStaging(BatchWork& w, int64_t limit);
   absl::Status AllocateStaging();
   absl::Status ClaimLane(int32_t lane, absl::Time deadline);
   // ClaimLane for batch w, once a round.
-  absl::Status ClaimFor(WaveWork& w, absl::Time deadline);
+  absl::Status ClaimFor(BatchWork& w, absl::Time deadline);
   // Waits for every group posted on `lane`.
   absl::Status DrainLane(int32_t lane, absl::Time deadline);
   absl::StatusOr<char*> CodedFor(int32_t lane, int64_t bytes);
@@ -337,9 +344,9 @@ class DeltaRunner : public RoundRunner {
   // m at its place in w's staging (a trainer packs, an engine gathers);
   // StageCurrent enqueues them for every packed message of w on its lane
   // (on the host: done on return).
-  absl::StatusOr<std::vector<ResolvedCopy>> CurrentCopies(const WaveWork& w,
+  absl::StatusOr<std::vector<ResolvedCopy>> CurrentCopies(const BatchWork& w,
                                                           const MsgWork& m) const;
-  absl::Status StageCurrent(WaveWork& w, absl::Time deadline);
+  absl::Status StageCurrent(BatchWork& w, absl::Time deadline);
   // Frees the buffers CodedFor grew out of (once every lane is drained).
   void FreeRetired();
   std::string Context(const MsgWork& m) const;
@@ -358,8 +365,8 @@ class DeltaRunner : public RoundRunner {
   Copier* copier_ = nullptr;
   DeltaWaveOps* ops_ = nullptr;
   DeltaRunnerOptions options_;
-  std::vector<WaveWork> work_;
-  std::vector<int32_t> in_flight_;  // waves posted per lane, not yet waited
+  std::vector<BatchWork> work_;
+  std::vector<int32_t> in_flight_;  // groups posted per lane, not yet waited
   // Per lane: its staging and encoding buffer (sizes), the encoding
   // buffer's bound, whether a batch of the lane ran this round.
   std::vector<char*> lane_staging_, lane_coded_;
@@ -368,20 +375,23 @@ class DeltaRunner : public RoundRunner {
   int64_t header_bytes_ = 0;        // every batch's headers
   std::vector<char*> retired_;      // grown out of this round (CodedFor)
   int64_t retired_bytes_ = 0;
-  std::unique_ptr<ConversionStage> conversions_;  // trainer with FP8 engines
+  // Trainer with FP8 engines: its conversions, and the memory their
+  // scratch and the amax exchange take.
+  ConversionStage::Memory scratch_memory_;
+  std::unique_ptr<ConversionStage> conversions_;
   std::vector<EngineDeltaMode> modes_;
+  int64_t version_ = 0;  // of the round begun last
   std::vector<std::pair<int32_t, int32_t>> digest_keys_;  // slot -> (engine rank, tensor)
   DeltaSnapshot own_snapshot_;
   DeltaSnapshot* snapshot_ = &own_snapshot_;
-  bool sent_ = false;  // trainer: a round ran since the last Commit/Abort
+  bool sent_ = false;  // trainer: a round ran since the last Finish
   char* connect_bytes_ = nullptr;  // ConnectLanes' bytes, one per peer (null: not yet)
-  DigestSums digests_;
   DeltaRoundStats delta_stats_;
   absl::Time round_start_;
   // Notes a step of work_[w] (delta_stats_.batch_times): the seconds since
   // the round began.
   double Since() const { return absl::ToDoubleSeconds(absl::Now() - round_start_); }
-  DeltaBatchTimes& TimesOf(const WaveWork& w) {
+  DeltaBatchTimes& TimesOf(const BatchWork& w) {
     return delta_stats_.batch_times[static_cast<size_t>(&w - work_.data())];
   }
   absl::Mutex mu_;

@@ -182,12 +182,12 @@ RoundResult RunRound(Job* job, std::set<int> absent = {},
         absl::SleepFor(timeout);
         return;
       }
-      (*r)->SetModes(modes);
+      (*r)->Begin({job->version + 1, DeltaBases(modes), true});
       absl::StatusOr<RunStats> run = (*r)->Run(deadline);
       res.status[g] = run.status();
       if (run.ok()) res.run[g] = *run;
       res.stats[g] = (*r)->delta_stats();
-      digests[g] = (*r)->digests();
+      if (run.ok()) digests[g] = run->digests;
       runners[g] = std::move(*r);
     });
   }
@@ -202,11 +202,11 @@ RoundResult RunRound(Job* job, std::set<int> absent = {},
   if (res.commit.ok() && abort_after) res.commit = absl::AbortedError("a member died");
   if (res.commit.ok()) {
     ++job->version;
-    for (int g = 0; g < ws; ++g) runners[g]->Commit(job->version);
+    for (int g = 0; g < ws; ++g) runners[g]->Finish(RoundOutcome::kCommitted);
     job->policy->OnCommit(job->version);
   } else {
     for (int g = 0; g < ws; ++g) {
-      if (runners[g] != nullptr) runners[g]->Abort();
+      if (runners[g] != nullptr) runners[g]->Finish(RoundOutcome::kAborted);
     }
     job->policy->OnAbort();
   }
@@ -322,6 +322,16 @@ TEST_P(DeltaRounds, ARoundHoldsAtMostThePlansStagingBudget) {
     if (!m.dst_contiguous) packed[ws + m.dst_rank] += m.bytes;
   }
   for (int g = 0; g < world; ++g) ASSERT_GT(packed[g], 2 * budget) << "rank " << g;
+  // The plan waves each rank takes part in (RunStats::waves counts those,
+  // not the batches they run in).
+  std::vector<int64_t> waves_of(world, 0);
+  for (const Wave& w : plan.waves) {
+    std::vector<bool> in(world, false);
+    for (int32_t mi = w.first_message; mi < w.first_message + w.num_messages; ++mi) {
+      in[plan.messages[mi].src_rank] = in[ws + plan.messages[mi].dst_rank] = true;
+    }
+    for (int g = 0; g < world; ++g) waves_of[g] += in[g];
+  }
   for (double f : {1.0, 0.02, 0.2, 0.0}) {
     Change(job.get(), f);
     RoundResult r = RunRound(job.get(), {}, {}, absl::Seconds(20));
@@ -332,6 +342,7 @@ TEST_P(DeltaRounds, ARoundHoldsAtMostThePlansStagingBudget) {
       EXPECT_GT(st.staging_bytes, 0) << "rank " << g << " fraction " << f;
       EXPECT_LE(st.staging_bytes, budget) << "rank " << g << " fraction " << f;
       EXPECT_GT(st.batches, 4) << "rank " << g;
+      EXPECT_EQ(r.run[g].waves, waves_of[g]) << "rank " << g;
       // Two lanes, each at most one batch's encodings: below a batch's
       // messages (the lane's share), at 2% far below.
       EXPECT_LE(st.encoding_bytes, budget) << "rank " << g << " fraction " << f;
@@ -375,6 +386,8 @@ TEST_P(DeltaRounds, ABatchOfWavesIsOneGroupOfSends) {
       const DeltaRoundStats& st = r.stats[g];
       EXPECT_GE(st.batches, 1) << "rank " << g;
       EXPECT_LE(st.batches, 2) << "rank " << g;  // one per lane
+      // RunStats counts the plan's waves the rank ran, not its batches.
+      EXPECT_GT(r.run[g].waves, st.batches) << "rank " << g;
       EXPECT_EQ(st.groups, (g < ws ? 1 : 2) * st.batches) << "rank " << g;
       // A batch's encoded payloads to (from) one peer are one transfer.
       const int64_t peers = g < ws ? job->plan.dst.world_size : ws;

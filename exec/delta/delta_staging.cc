@@ -24,7 +24,7 @@ int64_t DeltaRunner::BatchWindow(const Plan& plan, int64_t batch_bytes) {
   return std::max<int64_t>(1, std::min(batch_bytes, share));
 }
 
-void DeltaRunner::LayOutStaging(WaveWork& w, int64_t limit) {
+void DeltaRunner::LayOutStaging(BatchWork& w, int64_t limit) {
   // 256-byte aligned messages where they fit the limit, else 16, else 8
   // (a word is at most 8 bytes).
   for (int64_t align : {256, 16, 8}) {
@@ -47,7 +47,7 @@ absl::Status DeltaRunner::AllocateStaging() {
   lane_coded_bytes_.assign(lanes, 0);
   lane_coded_cap_.assign(lanes, 0);
   lane_used_.assign(lanes, false);
-  for (const WaveWork& w : work_) {
+  for (const BatchWork& w : work_) {
     lane_staging_bytes_[w.lane] = std::max(lane_staging_bytes_[w.lane], w.staging_bytes);
     // Encoded payloads are each smaller than the message, 16-byte aligned.
     lane_coded_cap_[w.lane] = std::max(
@@ -57,7 +57,7 @@ absl::Status DeltaRunner::AllocateStaging() {
     if (lane_staging_bytes_[lane] == 0) continue;
     REFIT_ASSIGN_OR_RETURN(lane_staging_[lane], copier_->Allocate(lane_staging_bytes_[lane]));
   }
-  for (WaveWork& w : work_) {
+  for (BatchWork& w : work_) {
     if (w.staging_bytes > 0) w.staging = lane_staging_[w.lane];
   }
   return absl::OkStatus();
@@ -81,7 +81,7 @@ absl::Status DeltaRunner::DrainLane(int32_t lane, absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status DeltaRunner::ClaimFor(WaveWork& w, absl::Time deadline) {
+absl::Status DeltaRunner::ClaimFor(BatchWork& w, absl::Time deadline) {
   if (w.claimed) return absl::OkStatus();
   w.claimed = true;
   return ClaimLane(w.lane, deadline);
@@ -126,7 +126,7 @@ int64_t DeltaRunner::HeldBytes() const {
   return n;
 }
 
-absl::StatusOr<std::vector<ResolvedCopy>> DeltaRunner::CurrentCopies(const WaveWork& w,
+absl::StatusOr<std::vector<ResolvedCopy>> DeltaRunner::CurrentCopies(const BatchWork& w,
                                                                      const MsgWork& m) const {
   char* place = w.staging + m.stage_offset;
   if (side_ == Side::kTrainer) return ResolveTasks(m.tasks, buffers_, {}, nullptr, place);
@@ -139,7 +139,7 @@ absl::StatusOr<std::vector<ResolvedCopy>> DeltaRunner::CurrentCopies(const WaveW
   return ResolveTasks(gather, buffers_, {}, nullptr, place);
 }
 
-absl::Status DeltaRunner::StageCurrent(WaveWork& w, absl::Time deadline) {
+absl::Status DeltaRunner::StageCurrent(BatchWork& w, absl::Time deadline) {
   if (w.staging == nullptr) return absl::OkStatus();
   std::vector<ResolvedCopy> copies;
   for (const MsgWork& m : w.msgs) {

@@ -1,7 +1,7 @@
-// DeltaRunner's waves (see delta_runner.h): a trainer counts and encodes
-// every message of a wave at once and sends the headers, then the
+// DeltaRunner's batches (see delta_runner.h): a trainer counts and encodes
+// every message of a batch at once and sends the headers, then the
 // payloads; an engine receives the headers, sizes the payloads' receives
-// from them and applies every message of the wave at once.
+// from them and applies every message of the batch at once.
 #include <algorithm>
 #include <utility>
 
@@ -17,10 +17,10 @@ constexpr int64_t kHeader = sizeof(DeltaHeader);
 
 int64_t Align16(int64_t x) { return (x + 15) / 16 * 16; }
 
-// A wave's payload transfers. Encoded payloads lie one after another in
-// the wave's encoding buffer, each from a 16-byte boundary: one that
+// A batch's payload transfers. Encoded payloads lie one after another in
+// the batch's encoding buffer, each from a 16-byte boundary: one that
 // starts where the last transfer's ends (rounded up to 16), to the same
-// peer, joins it, padding included, so a wave's deltas to a peer travel as
+// peer, joins it, padding included, so a batch's deltas to a peer travel as
 // one transfer rather than one per message (each is a step of the
 // transport's kernel). Dense payloads go on their own. Sender and receiver
 // lay out and join alike, so their operations match.
@@ -63,7 +63,7 @@ absl::Status DeltaRunner::Post(int32_t lane, std::vector<SendOp> sends,
     if (!cancelled_.ok()) return cancelled_;
   }
   if (sends.empty() && recvs.empty()) return absl::OkStatus();
-  // A transport that holds one wave per lane: wait for it first.
+  // A transport that holds one group (wave) per lane: wait for it first.
   while (in_flight_[lane] >= transport_->max_waves_per_lane()) {
     REFIT_RETURN_IF_ERROR(transport_->WaitWave(lane, deadline));
     --in_flight_[lane];
@@ -81,7 +81,7 @@ absl::Status DeltaRunner::Drain(absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status DeltaRunner::BeginSend(WaveWork& w, absl::Time deadline) {
+absl::Status DeltaRunner::BeginSend(BatchWork& w, absl::Time deadline) {
   const absl::Time t0 = absl::Now();
   // Pack what is not one buffer range into the lane's staging, once the
   // lane's previous batch is done with it.
@@ -107,7 +107,7 @@ absl::Status DeltaRunner::BeginSend(WaveWork& w, absl::Time deadline) {
     it.word_bytes = m.word_bytes;
     // Verified rounds: the count digests the current bytes as it reads them.
     m.digest.clear();
-    if (options_.verify) DigestItems(m, it.cur);
+    if (options_.digest) DigestItems(m, it.cur);
     it.digest = m.digest;
     items.push_back(it);
   }
@@ -117,7 +117,7 @@ absl::Status DeltaRunner::BeginSend(WaveWork& w, absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* stats) {
+absl::Status DeltaRunner::EndSend(BatchWork& w, absl::Time deadline, RunStats* stats) {
   const absl::Time t0 = absl::Now();
   const std::vector<EncodeItem>& items = w.items;
   REFIT_ASSIGN_OR_RETURN(std::vector<int64_t> changed, ops_->FinishCount(w.lane, deadline));
@@ -125,7 +125,7 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
   delta_stats_.count_wait_seconds += absl::ToDoubleSeconds(t1 - t0);
   TimesOf(w).ready = Since();
   // Headers, and where each payload goes: dense ones are sent from where
-  // they lie, deltas from the wave's encoding buffer.
+  // they lie, deltas from the batch's encoding buffer.
   std::vector<DeltaHeader> headers(items.size());
   std::vector<int64_t> at(items.size(), -1);
   int64_t coded = 0;
@@ -196,7 +196,7 @@ absl::Status DeltaRunner::EndSend(WaveWork& w, absl::Time deadline, RunStats* st
   return s;
 }
 
-std::vector<RecvOp> DeltaRunner::HeaderReceives(const WaveWork& w) const {
+std::vector<RecvOp> DeltaRunner::HeaderReceives(const BatchWork& w) const {
   std::vector<RecvOp> head;
   int64_t first = 0;
   for (const auto& [peer, count] : w.peers) {
@@ -206,16 +206,16 @@ std::vector<RecvOp> DeltaRunner::HeaderReceives(const WaveWork& w) const {
   return head;
 }
 
-absl::Status DeltaRunner::BeginReceive(WaveWork& w, absl::Time deadline) {
+absl::Status DeltaRunner::BeginReceive(BatchWork& w, absl::Time deadline) {
   w.headers_posted = true;
   absl::Status s = Post(w.lane, {}, HeaderReceives(w), deadline);
   TimesOf(w).start = Since();
   return s;
 }
 
-absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats* stats) {
-  // The headers size the payloads: wait for this wave's (the lane's
-  // earlier waves came first).
+absl::Status DeltaRunner::EndReceive(BatchWork& w, absl::Time deadline, RunStats* stats) {
+  // The headers size the payloads: wait for this batch's (the lane's
+  // earlier batches came first).
   const absl::Time t0 = absl::Now();
   REFIT_RETURN_IF_ERROR(DrainLane(w.lane, deadline));
   std::vector<DeltaHeader> headers(w.msgs.size());
@@ -281,15 +281,15 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
     REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, gather));
     if (!copier_->OrderedWithTransport()) REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
   }
-  // The next wave of this lane: its headers come after these payloads on
+  // The next batch of this lane: its headers come after these payloads on
   // the lane (the trainer sends them in that order), so their receive joins
-  // this group. Not on a transport that holds one wave a lane (the host's):
+  // this group. Not on a transport that holds one group a lane (the host's):
   // its applies wait for the payloads, which must not wait for the next
   // headers.
   std::vector<RecvOp> payloads = payload_ops.Take();
   delta_stats_.transfers += static_cast<int64_t>(payloads.size());
   if (w.next_on_lane >= 0 && ops_->OrderedWithTransport()) {
-    WaveWork& next = work_[w.next_on_lane];
+    BatchWork& next = work_[w.next_on_lane];
     if (!next.headers_posted) {
       std::vector<RecvOp> head = HeaderReceives(next);
       payloads.insert(payloads.end(), head.begin(), head.end());
@@ -305,8 +305,8 @@ absl::Status DeltaRunner::EndReceive(WaveWork& w, absl::Time deadline, RunStats*
   if (!unpack.empty()) REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, unpack));
   delta_stats_.apply_seconds += absl::ToDoubleSeconds(absl::Now() - t1);
   TimesOf(w).applied = Since();
-  // Verified rounds: digest what the wave left in the buffers, behind it.
-  if (options_.verify) REFIT_RETURN_IF_ERROR(DigestWave(w, deadline));
+  // Verified rounds: digest what the batch left in the buffers, behind it.
+  if (options_.digest) REFIT_RETURN_IF_ERROR(DigestBatch(w, deadline));
   return absl::OkStatus();
 }
 

@@ -19,12 +19,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "exec/run_stats.h"
 #include "plan/plan.h"
 
 namespace refit {
-
-// (engine rank, engine tensor index) -> digest sum (mod 2^64).
-using DigestSums = std::map<std::pair<int32_t, int32_t>, uint64_t>;
 
 // One contiguous run of a message's packed stream and where it lands: the
 // digest of stream[offset, offset + bytes) in elements of element_bytes,

@@ -117,7 +117,7 @@ TEST(DeltaMemberTest, RanksRunningTheirSlicesLandEveryByte) {
   for (size_t i = 2; i < nodes->size(); ++i) {  // the engine ranks
     const int64_t dense = rounds.stats[0][i].bytes_received;
     EXPECT_GT(dense, 0) << "member " << i;
-    EXPECT_GT(rounds.stats[1][i].waves, 2) << "member " << i;  // batches
+    EXPECT_GT(rounds.stats[1][i].waves, 2) << "member " << i;  // plan waves
     for (int v : {1, 2}) {
       EXPECT_LT(rounds.stats[v][i].bytes_received * 5, dense) << "member " << i << " round "
                                                               << v + 1;

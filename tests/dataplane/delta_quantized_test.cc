@@ -61,6 +61,7 @@ TEST_P(DeltaQuantizedTest, RoundsOfRandomChangesLandEveryEngineByte) {
     std::vector<std::unique_ptr<DeltaRunner>> runners(world);
     std::vector<absl::Status> status(world);
     std::vector<DeltaRoundStats> stats(world);
+    std::vector<DigestSums> sums(world);
     std::vector<std::thread> threads;
     for (int g = 0; g < world; ++g) {
       threads.emplace_back([&, g] {
@@ -82,8 +83,10 @@ TEST_P(DeltaQuantizedTest, RoundsOfRandomChangesLandEveryEngineByte) {
           status[g] = r.status();
           return;
         }
-        (*r)->SetModes(modes);
-        status[g] = (*r)->Run(absl::Now() + absl::Seconds(60)).status();
+        (*r)->Begin({version + 1, DeltaBases(modes), true});
+        absl::StatusOr<RunStats> run = (*r)->Run(absl::Now() + absl::Seconds(60));
+        status[g] = run.status();
+        if (run.ok()) sums[g] = run->digests;
         stats[g] = (*r)->delta_stats();
         runners[g] = std::move(*r);
       });
@@ -92,11 +95,11 @@ TEST_P(DeltaQuantizedTest, RoundsOfRandomChangesLandEveryEngineByte) {
     DigestSums trainers, engines;
     for (int g = 0; g < world; ++g) {
       ASSERT_TRUE(status[g].ok()) << "fraction " << fraction << " rank " << g << ": " << status[g];
-      AddDigests(runners[g]->digests(), g < ws ? &trainers : &engines);
+      AddDigests(sums[g], g < ws ? &trainers : &engines);
     }
     ASSERT_TRUE(CompareDigests(*plan, trainers, engines).ok()) << fraction;
     ++version;
-    for (int g = 0; g < ws; ++g) runners[g]->Commit(version);
+    for (int g = 0; g < ws; ++g) runners[g]->Finish(RoundOutcome::kCommitted);
     policy.OnCommit(version);
     OwnedBuffers want = AllocateBuffers(plan->dst, 0xEE);
     ASSERT_TRUE(ReferenceCopy(*plan, s.ptrs, want.ptrs).ok());

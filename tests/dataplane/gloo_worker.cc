@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   auto bufs = testing::AllocateRankBuffers(layout, rank, fill);
   const std::vector<char*> before = testing::Pointers(bufs);
   ExecutorOptions eo;
-  eo.verify = true;
+  eo.segment_checksums = true;
   auto ex = Executor::Create(*plan, side, rank, before, t->get(), eo);
   if (!ex.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", g, ex.status().ToString().c_str());

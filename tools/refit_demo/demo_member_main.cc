@@ -180,7 +180,7 @@ int Main(const Flags& fl) {
     dpo = fl.Get("transport") == "pull" ? PullDataPlaneOptions(gpu) : NcclDataPlaneOptions(gpu);
   }
 #endif
-  dpo.verify = fl.f.count("verify") > 0;
+  dpo.segment_checksums = fl.f.count("verify") > 0;
   dpo.staging.enabled = !trainer && fl.f.count("staged") > 0;
   auto joined = Member::Join(o, refs, dpo, absl::Now() + wait);
   if (!joined.ok()) return Fail(who, joined.status());

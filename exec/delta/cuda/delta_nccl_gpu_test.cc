@@ -115,9 +115,10 @@ void RunDeltaRounds(const std::string& model_name, const std::string& engine_spe
         m.global_rank = g;
         m.global_world = 2;
         m.num_lanes = plan->options.num_lanes;
-        DeltaRunnerOptions o;
-        if (g == 0) o.snapshot = &snapshot;
-        auto r = MakeDeltaMemberRunner(m, NcclParts(g), &store, o);
+        DataPlaneParts parts = NcclParts(g);
+        parts.delta = true;
+        if (g == 0) parts.delta_options.snapshot = &snapshot;
+        auto r = MakeDeltaMemberRunner(m, parts, &store);
         st[g] = r.status();
         if (r.ok()) runners[g] = std::move(*r);
       });
@@ -133,23 +134,27 @@ void RunDeltaRounds(const std::string& model_name, const std::string& engine_spe
     std::vector<EngineDeltaMode> modes = {delta ? EngineDeltaMode{false, version}
                                                 : EngineDeltaMode{}};
     absl::Status st[2];
+    DigestSums sums[2];
     std::vector<std::thread> threads;
     for (int g = 0; g < 2; ++g) {
       threads.emplace_back([&, g] {
         cudaSetDevice(g);
-        runners[g]->SetModes(modes);
-        st[g] = runners[g]->Run(absl::Now() + absl::Seconds(60)).status();
+        runners[g]->Begin({version + 1, DeltaBases(modes), true});
+        absl::StatusOr<RunStats> run = runners[g]->Run(absl::Now() + absl::Seconds(60));
+        st[g] = run.status();
+        if (run.ok()) sums[g] = run->digests;
       });
     }
     for (auto& t : threads) t.join();
     if (!st[0].ok()) return st[0];
     if (!st[1].ok()) return st[1];
     *engine_stats = runners[1]->delta_stats();
-    absl::Status c = CompareDigests(*plan, runners[0]->digests(), runners[1]->digests());
+    absl::Status c = CompareDigests(*plan, sums[0], sums[1]);
     if (c.ok()) {
-      runners[0]->Commit(++version);
+      ++version;
+      runners[0]->Finish(RoundOutcome::kCommitted);
     } else {
-      runners[0]->Abort();
+      runners[0]->Finish(RoundOutcome::kAborted);
     }
     return c;
   };

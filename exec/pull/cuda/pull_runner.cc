@@ -83,7 +83,7 @@ PullRunner::~PullRunner() {
   // Copies still queued (a failed round) finish on their own; wait a
   // bounded time before the mappings go.
   const absl::Time until = absl::Now() + absl::Seconds(10);
-  std::vector<void*> streams = engine_streams_;
+  std::vector<void*> streams = copy_engine_streams_;
   streams.push_back(stream_);
   for (void* s : streams) {
     if (s == nullptr) continue;
@@ -99,9 +99,9 @@ PullRunner::~PullRunner() {
   quant_.reset();
   if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
   if (start_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(start_event_));
-  for (void* e : engine_events_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  for (void* e : copy_engine_events_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
   if (stream_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
-  for (void* e : engine_streams_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(e));
+  for (void* e : copy_engine_streams_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(e));
   (void)cudaGetLastError();
 }
 
@@ -447,15 +447,12 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
                                      }),
                       program.tasks.end());
   // Tasks reading a sender on another GPU (its Hello names the GPU) go to
-  // the copy engines, unless options.peer_copy_streams is 0.
+  // the copy engines.
   std::vector<bool> remote(slice.src.buffers.size(), false);
   for (size_t i = 0; i < program.peers.size() && i < blobs.size(); ++i) {
     Hello h;
     std::memcpy(&h, blobs[i].data(), sizeof(h));
-    if (std::memcmp(h.device_uuid, device_uuid_, sizeof(device_uuid_)) == 0 ||
-        options_.peer_copy_streams <= 0) {
-      continue;
-    }
+    if (std::memcmp(h.device_uuid, device_uuid_, sizeof(device_uuid_)) == 0) continue;
     for (int32_t b : program.peers[i].buffers) {
       if (b >= 0 && static_cast<size_t>(b) < remote.size()) remote[b] = true;
     }
@@ -475,28 +472,28 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
     if (rc.ok() && rr.ok()) {
       copies = std::move(*rc);
       // As few copy-engine operations as the copies make (each costs the
-      // engine a start-up); one stays inside one allocation on each side.
+      // copy engine a start-up); one stays inside one allocation on each side.
       std::vector<int64_t> allocations;
       for (const CopyTask& t : remote_tasks) {
         allocations.push_back((int64_t{t.src_buffer} << 32) | static_cast<uint32_t>(t.dst_buffer));
       }
       const std::vector<ResolvedCopy> joined = JoinForCopyEngine(*rr, allocations);
-      num_engine_copies_ = static_cast<int64_t>(joined.size());
-      for (const ResolvedCopy& c : joined) engine_bytes_ += c.rows * c.row_bytes;
-      if (!joined.empty()) engine_copies_ = SpreadCopies(joined, options_.peer_copy_streams);
+      num_copy_engine_copies_ = static_cast<int64_t>(joined.size());
+      for (const ResolvedCopy& c : joined) copy_engine_bytes_ += c.rows * c.row_bytes;
+      if (!joined.empty()) copy_engine_copies_ = SpreadCopies(joined, kPeerCopyStreams);
     } else {
       mapped = AnnotateStatus(rc.ok() ? rr.status() : rc.status(),
                               absl::StrCat("engine rank ", rank_));
     }
   }
-  for (size_t i = 0; i < engine_copies_.size() && mapped.ok(); ++i) {
+  for (size_t i = 0; i < copy_engine_copies_.size() && mapped.ok(); ++i) {
     cudaStream_t es = nullptr;
     mapped = Cuda(cudaStreamCreateWithFlags(&es, cudaStreamNonBlocking), "cudaStreamCreate");
     if (!mapped.ok()) break;
-    engine_streams_.push_back(es);
+    copy_engine_streams_.push_back(es);
     cudaEvent_t ee = nullptr;
     mapped = Cuda(cudaEventCreateWithFlags(&ee, cudaEventDisableTiming), "cudaEventCreate");
-    if (mapped.ok()) engine_events_.push_back(ee);
+    if (mapped.ok()) copy_engine_events_.push_back(ee);
   }
   const std::vector<cuda::PullItem> items =
       cuda::SplitPullItems(copies, options_.max_item_bytes);
@@ -591,12 +588,12 @@ absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
                                  static_cast<const cuda::PullItem*>(items_), num_items_, st)),
                              "pull kernel launch"));
   if (quant_ != nullptr) REFIT_RETURN_IF_ERROR(quant_->Launch(st));
-  if (!engine_copies_.empty()) {
+  if (!copy_engine_copies_.empty()) {
     // The copy engines read the other GPUs alongside the kernels.
-    REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(engine_copies_, engine_streams_));
-    for (size_t i = 0; i < engine_streams_.size(); ++i) {
-      cudaStream_t es = static_cast<cudaStream_t>(engine_streams_[i]);
-      cudaEvent_t ee = static_cast<cudaEvent_t>(engine_events_[i]);
+    REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(copy_engine_copies_, copy_engine_streams_));
+    for (size_t i = 0; i < copy_engine_streams_.size(); ++i) {
+      cudaStream_t es = static_cast<cudaStream_t>(copy_engine_streams_[i]);
+      cudaEvent_t ee = static_cast<cudaEvent_t>(copy_engine_events_[i]);
       REFIT_RETURN_IF_ERROR(Cuda(cudaEventRecord(ee, es), "cudaEventRecord"));
       REFIT_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(st, ee, 0), "cudaStreamWaitEvent"));
     }

@@ -20,8 +20,8 @@
 //     (exec/transport/peer_signal.h: a word in shared memory and a futex wake);
 //   - a receiver, once every sender's signal says N, launches one
 //     gather-scatter kernel for all of its copies (those from a sender on
-//     another GPU on the copy engines alongside, see
-//     options.peer_copy_streams), waits for them, and
+//     another GPU on the GPU's copy engines alongside, spread over
+//     kPeerCopyStreams streams), waits for them, and
 //     publishes "done with N"; a sender returns once every receiver's
 //     signal says so, so the trainer may change its weights afterwards.
 // One signal per member per round, microseconds each; no socket round
@@ -89,16 +89,17 @@ struct PullRunnerOptions {
   std::function<bool(int32_t)> pull_peer;
   // Largest piece of work of one thread block (pull_kernels.h).
   int64_t max_item_bytes = 64 << 10;
-  // Copies a receiver reads from a sender on another GPU go to the copy
-  // engines (copy_engine.h), spread over this many streams next to the
-  // kernel's, which keeps the copies from its own GPU; 0: every copy in
-  // the kernel. Copies between members on one GPU always run in the kernel.
-  int32_t peer_copy_streams = 4;
   // Sender: leave the FP8 / MXFP8 / NVFP4 conversions that can fuse to the
   // receivers, who quantize while they pull (exec/pull/fused_pull.h); false:
   // quantize every one into scratch first (two passes).
   bool quantize_on_pull = true;
 };
+
+// Copies a receiver reads from a sender on another GPU go to the GPU's
+// copy engines (copy_engine.h), spread over this many streams next to the
+// kernel's, which keeps the copies from its own GPU (docs/benchmarks.md,
+// "A/B decisions"). Copies between members on one GPU run in the kernel.
+inline constexpr int32_t kPeerCopyStreams = 4;
 
 class PullRunner : public RoundRunner {
  public:
@@ -113,6 +114,12 @@ class PullRunner : public RoundRunner {
       const Plan& slice, Side side, int32_t rank, std::vector<char*> buffers,
       KvStore* store, PullRunnerOptions options, absl::Time deadline);
   ~PullRunner() override;
+
+  // Pull rounds move dense bytes (one device copy per piece is cheaper than
+  // reading two versions): every round runs dense, with no digests, and
+  // its outcome changes nothing.
+  void Begin(const RoundStart& round) override {}
+  void Finish(RoundOutcome outcome) override {}
 
   // Runs one round (see above); its peak_staging_bytes is a converting
   // sender's scratch and conversion workspace (0 otherwise). Fails with DEADLINE_EXCEEDED naming the
@@ -130,8 +137,8 @@ class PullRunner : public RoundRunner {
   // Work items of the receiver's kernel (0 on a sender).
   int64_t num_items() const { return num_items_; }
   // The receiver's copies on the copy engines per round, and their bytes.
-  int64_t num_engine_copies() const { return num_engine_copies_; }
-  int64_t engine_bytes() const { return engine_bytes_; }
+  int64_t num_copy_engine_copies() const { return num_copy_engine_copies_; }
+  int64_t copy_engine_bytes() const { return copy_engine_bytes_; }
   // Quantize-on-pull items of the receiver (0 on a sender); the
   // conversions a sender leaves to its receivers.
   int64_t num_quantize_items() const { return quant_ != nullptr ? quant_->num_items() : 0; }
@@ -184,12 +191,12 @@ class PullRunner : public RoundRunner {
   void* items_ = nullptr;   // device PullItem array
   int64_t num_items_ = 0;
   // Copies from senders on other GPUs for the copy engines: list i on
-  // engine_streams_[i], engine_events_[i] recorded after it.
-  std::vector<std::vector<ResolvedCopy>> engine_copies_;
-  int64_t num_engine_copies_ = 0;
-  int64_t engine_bytes_ = 0;
-  std::vector<void*> engine_streams_;  // cudaStream_t
-  std::vector<void*> engine_events_;   // cudaEvent_t
+  // copy_engine_streams_[i], copy_engine_events_[i] recorded after it.
+  std::vector<std::vector<ResolvedCopy>> copy_engine_copies_;
+  int64_t num_copy_engine_copies_ = 0;
+  int64_t copy_engine_bytes_ = 0;
+  std::vector<void*> copy_engine_streams_;  // cudaStream_t
+  std::vector<void*> copy_engine_events_;   // cudaEvent_t
 
   int64_t bytes_ = 0;
   // Sender with conversions (plan/conversion.h): its scratch buffers,
