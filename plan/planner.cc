@@ -46,6 +46,7 @@ using internal_plan::ChooseLanes;
 using internal_plan::OrderSegments;
 using internal_plan::PendingMessage;
 using internal_plan::ScheduleWaves;
+using internal_plan::SetRelayCaps;
 using internal_plan::SegmentKeys;
 using internal_plan::Sources;
 using internal_plan::TrainerSenders;
@@ -141,6 +142,15 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   std::vector<int32_t> segment_cand;
   {
     const std::vector<int32_t> senders = TrainerSenders(candidates, sources.choice);
+    // Relay chains pipeline in waves sized by their depth (budgets.h).
+    int64_t max_rank_bytes = 0;
+    if (sources.max_depth > 0) {
+      std::vector<int64_t> received(plan.dst.world_size, 0);
+      for (const internal_plan::Candidate& c : candidates.cands) {
+        max_rank_bytes = std::max(max_rank_bytes, received[c.dst_rank] += c.bytes);
+      }
+      SetRelayCaps(max_rank_bytes, sources.max_depth, &plan.options);
+    }
     SegmentKeys keys;
     REFIT_RETURN_IF_ERROR(OrderSegments(candidates, senders, plan.src, plan.dst,
                                         MessageCap(plan.options), &keys));
@@ -151,6 +161,11 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
     const int32_t lanes = ChooseLanes(options, heaviest.coalesced, heaviest.all);
     if (lanes != plan.options.num_lanes) {
       plan.options.num_lanes = lanes;
+      if (sources.max_depth > 0) {
+        plan.options.max_wave_bytes = options.max_wave_bytes;
+        plan.options.max_message_bytes = options.max_message_bytes;
+        SetRelayCaps(max_rank_bytes, sources.max_depth, &plan.options);
+      }
       keys = SegmentKeys();
       REFIT_RETURN_IF_ERROR(OrderSegments(candidates, senders, plan.src, plan.dst,
                                           MessageCap(plan.options), &keys));

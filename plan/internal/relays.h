@@ -28,7 +28,7 @@ struct Sources {
   // relays at all.
   std::vector<int32_t> feeder;
   // Hops after the trainer: 0 from a trainer rank, the feeder's + 1.
-  std::vector<int8_t> depth;
+  std::vector<int16_t> depth;
   int32_t max_depth = 0;
 };
 
