@@ -14,10 +14,6 @@ namespace refit {
 namespace internal_plan {
 namespace {
 
-// Chains are kept when their slowest rank is within this factor of the
-// relay-aware bound (or of the same-GPU copies' time).
-constexpr double kChainSlack = 1.05;
-
 // What one source for one candidate costs; smaller is better.
 struct Option {
   double t = 0;       // the larger of both ranks' times after, at least the floor
