@@ -135,8 +135,8 @@ TEST(RelayTest, SameHostReplicasRelayOverNvlink) {
   EXPECT_EQ(plan->stats.relay_depth, 3);
 }
 
-// A chain: one trainer rank feeding 8 engine hosts, staging small enough
-// that the tensor goes in many waves. The trainer sends each byte once,
+// A chain: one trainer rank feeding 8 engine hosts; the tensor goes in
+// waves sized by the chain's depth. The trainer sends each byte once,
 // each host forwards each byte once to the next, and forwarding is
 // pipelined: a relay forwards a split in the wave after it arrived, so the
 // last engine rank is done depth waves after the trainer's last wave.
@@ -162,7 +162,7 @@ TEST(RelayTest, ChainForwardsEachSplitTheWaveAfterItArrives) {
   }
   PlannerOptions o;
   o.relay = true;
-  o.staging_budget_bytes = 64 << 10;
+  o.staging_budget_bytes = 1 << 20;
   o.num_lanes = 2;
   absl::StatusOr<Plan> plan = BuildPlan(src, dst, o);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -277,17 +277,17 @@ void PipelinedChainChecks(const Plan& plan) {
   EXPECT_EQ(plan.stats.bytes_forwarded,
             std::vector<int64_t>({bytes, bytes, bytes, bytes, bytes, bytes, bytes, 0}));
   EXPECT_EQ(plan.stats.relay_depth, 7);
-  // Waves of at most half a lane budget each way (16 KiB), messages of a
-  // quarter wave.
-  EXPECT_EQ(plan.options.max_wave_bytes, 16 << 10);
-  EXPECT_EQ(plan.options.max_message_bytes, 4 << 10);
+  // Waves sized by the depth (256 KiB / (4 x 7), at least 32 KiB: below
+  // half a lane budget), messages of a quarter wave.
+  EXPECT_EQ(plan.options.max_wave_bytes, 32 << 10);
+  EXPECT_EQ(plan.options.max_message_bytes, 8 << 10);
   int32_t last_trainer_wave = 0, first_relay_wave = -1;
   for (const Message& m : plan.messages) {
     EXPECT_LE(m.bytes, plan.options.max_message_bytes);
     if (!m.relay) last_trainer_wave = std::max(last_trainer_wave, m.wave);
     if (m.relay && first_relay_wave < 0) first_relay_wave = m.wave;
   }
-  EXPECT_GE(last_trainer_wave, 15);  // 256 KiB in waves of 16 KiB
+  EXPECT_GE(last_trainer_wave, 7);  // 256 KiB in waves of 32 KiB
   EXPECT_EQ(first_relay_wave, 1);
   EXPECT_EQ(static_cast<int32_t>(plan.waves.size()), last_trainer_wave + 1 + 7);
 }

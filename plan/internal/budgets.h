@@ -57,8 +57,9 @@ inline int32_t ChooseLanes(const PlannerOptions& options, int64_t staged, int64_
 // unpacks what it receives and packs what it forwards in one wave, so a
 // wave carries at most half a lane budget each way; at least
 // kMinRelayWaveBytes (below it, per-wave costs outweigh the tail).
-// Messages are a quarter of a wave (kRelayMessagesPerWave), so that next-fit
-// fills waves evenly: a chain moves at the pace of its fullest wave.
+// When the depth bounds the wave below that, messages are a quarter of a
+// wave (kRelayMessagesPerWave), so that next-fit fills waves evenly: a
+// chain moves at the pace of its fullest wave.
 inline constexpr int64_t kRelayWavesPerHop = 4;
 inline constexpr int64_t kRelayMessagesPerWave = 4;
 inline constexpr int64_t kMinRelayWaveBytes = int64_t{32} << 10;
@@ -71,7 +72,8 @@ inline void SetRelayCaps(int64_t max_rank_bytes, int32_t depth, PlannerOptions* 
   const int64_t half_lane = std::max<int64_t>(1, LaneBudget(*options) / 2);
   int64_t wave = max_rank_bytes / (kRelayWavesPerHop * std::max(1, depth));
   wave = std::min(half_lane, std::max(kMinRelayWaveBytes, wave));
-  const int64_t message = std::max<int64_t>(1, wave / kRelayMessagesPerWave);
+  const int64_t message =
+      wave < half_lane ? std::max<int64_t>(1, wave / kRelayMessagesPerWave) : wave;
   auto lower = [](int64_t* v, int64_t to) { *v = *v > 0 ? std::min(*v, to) : to; };
   lower(&options->max_wave_bytes, wave);
   lower(&options->max_message_bytes, message);

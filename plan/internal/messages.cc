@@ -16,7 +16,8 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
                                              int64_t cap, int64_t direct_min,
                                              Plan* plan,
                                              std::vector<int32_t>* segment_cand,
-                                             const std::vector<int32_t>* batch) {
+                                             const std::vector<int32_t>* batch,
+                                             bool split_batches) {
   // The layouts as normalized (plan->src, plan->dst).
   const SideLayout& ns = plan->src;
   const SideLayout& nd = plan->dst;
@@ -89,9 +90,9 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
     // Appends the message of plan->segments[j, end) of the pair (s, d), whose
     // contiguity per side is `src` and `dst`.
     auto add_message = [&](int32_t s, int32_t d, int32_t seq, size_t j,
-                           const Range& src, const Range& dst, size_t key) {
+                           const Range& src, const Range& dst, int32_t message_batch) {
       PendingMessage mm;
-      if (batch != nullptr) mm.batch = (*batch)[key];
+      mm.batch = message_batch;
       mm.stage = relay ? 0 : stage_of(s);
       mm.seq = seq;
       mm.m.src_rank = relay ? s - src_world : s;
@@ -130,7 +131,9 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
       // messages of at most `cap`, each placed where it fills up.
       pending.clear();
       int64_t pending_bytes = 0;
+      int32_t pending_batch = 0;  // the largest batch among `pending`
       int32_t seq = 0;
+      auto batch_of = [&](size_t q) { return batch != nullptr ? (*batch)[q] : 0; };
       auto flush = [&]() {
         if (pending.empty()) return;
         const size_t j = plan->segments.size();
@@ -139,9 +142,10 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
           if (segment_cand != nullptr) segment_cand->push_back(keys[q].cand);
         }
         add_message(s, d, seq++, j, contiguous(true, j, plan->segments.size()),
-                    contiguous(false, j, plan->segments.size()), pending.front());
+                    contiguous(false, j, plan->segments.size()), pending_batch);
         pending.clear();
         pending_bytes = 0;
+        pending_batch = 0;
       };
       for (size_t q = i; q < e; ++q) {
         const SegKey& k = keys[q];
@@ -156,7 +160,7 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
               flush();
               plan->segments.push_back(segment_of(k));
             }
-            add_message(s, d, seq++, plan->segments.size() - 1, src, dst, q);
+            add_message(s, d, seq++, plan->segments.size() - 1, src, dst, batch_of(q));
             if (segment_cand != nullptr) segment_cand->push_back(k.cand);
             continue;
           }
@@ -164,11 +168,12 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
         }
         if (!pending.empty() &&
             (pending_bytes + k.bytes > cap ||
-             (batch != nullptr && (*batch)[pending.back()] != (*batch)[q]))) {
+             (split_batches && batch_of(pending.back()) != batch_of(q)))) {
           flush();
         }
         pending.push_back(static_cast<int32_t>(q));
         pending_bytes += k.bytes;
+        pending_batch = std::max(pending_batch, batch_of(q));
       }
       flush();
       i = e;

@@ -12,7 +12,7 @@ namespace refit {
 namespace internal_plan {
 
 absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sources,
-                              int64_t cap, int64_t direct_min,
+                              int64_t cap, int64_t direct_min, bool pipelined,
                               std::vector<int32_t>* segment_cand,
                               std::vector<PendingMessage>* messages, Plan* plan) {
   const std::vector<Candidate>& cands = candidates.cands;
@@ -88,15 +88,15 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
                        [](const auto& x, const auto& y) { return x.first < y.first; });
       i = e;
     }
-    // A relay message forwards bytes of one delivering wave: mixing waves
-    // would hold early bytes back until the last arrive.
+    // Pipelined: a relay message forwards bytes of one delivering wave
+    // (mixing waves would hold early bytes back until the last arrive).
     std::vector<int32_t> batch(kv.size());
     for (size_t i = 0; i < kv.size(); ++i) {
       batch[i] = ready_key[i].first;
       kv[i] = ready_key[i].second;
     }
     std::vector<PendingMessage> relays = CoalesceMessages(
-        keys, candidates, sources, cap, direct_min, plan, segment_cand, &batch);
+        keys, candidates, sources, cap, direct_min, plan, segment_cand, &batch, pipelined);
     std::vector<int32_t> ready(relays.size());
     for (size_t i = 0; i < relays.size(); ++i) ready[i] = relays[i].batch;
     ScheduleRelayWaves(plan->options, plan->dst.world_size, *messages, ready, &relays,

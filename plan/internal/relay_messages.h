@@ -23,13 +23,13 @@ namespace internal_plan {
 // wave that brought its feeder the same region (or, where the feeder's
 // bytes came split otherwise, after every wave placed so far). A relay
 // pair's segments are ordered by ready wave (then as OrderSegments) and
-// coalesced as CoalesceMessages (`cap`, `direct_min`), a message holding
-// segments of one ready wave only; ScheduleRelayWaves places each at or
-// after its ready wave, so a chain forwards wave k's bytes in wave k+1
-// while it receives wave k+1's. Returns OrderSegments' error
+// coalesced as CoalesceMessages (`cap`, `direct_min`), when `pipelined` a
+// message holding segments of one ready wave only; ScheduleRelayWaves
+// places each at or after its (last segment's) ready wave, so a pipelined
+// chain forwards wave k's bytes in wave k+1 while it receives wave k+1's. Returns OrderSegments' error
 // (INVALID_ARGUMENT), else OK.
 absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sources,
-                              int64_t cap, int64_t direct_min,
+                              int64_t cap, int64_t direct_min, bool pipelined,
                               std::vector<int32_t>* segment_cand,
                               std::vector<PendingMessage>* messages, Plan* plan);
 

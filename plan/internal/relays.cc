@@ -167,10 +167,11 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
     for (int32_t u = 0; u < units.size(); ++u) {
       const auto b = chain.begin() + units.first[u], e = chain.begin() + units.first[u + 1];
       std::iota(b, e, units.first[u]);
-      std::sort(b, e, [&](int32_t x, int32_t y) {
+      auto before_in_chain = [&](int32_t x, int32_t y) {
         return std::make_pair(chain_host(rank_at[x]), rank_at[x]) <
                std::make_pair(chain_host(rank_at[y]), rank_at[y]);
-      });
+      };
+      if (!std::is_sorted(b, e, before_in_chain)) std::sort(b, e, before_in_chain);
       for (auto i = b; i != e;) {
         auto j = i + 1;
         while (j != e && chain_host(rank_at[*j]) == chain_host(rank_at[*i])) ++j;
@@ -203,11 +204,13 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       const std::vector<int32_t>& ranks = *info[u].ranks;
       for (int32_t i = units.first[u] + 1; i < units.first[u + 1]; ++i) {
         const int32_t q = chain[i], f = chain[i - 1], d = rank_at[q];
-        Option best = loads.Relay(rank_at[f], d, bytes, depth_at[f] + 1, floor);
+        const bool relay = depth_at[f] < kMaxChainDepth;
+        Option best;
+        if (relay) best = loads.Relay(rank_at[f], d, bytes, depth_at[f] + 1, floor);
         int32_t best_k = -1;
         for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
           const Option o = loads.Direct(ranks[k], d, bytes, floor);
-          if (o < best) {
+          if ((!relay && best_k < 0) || o < best) {
             best = o;
             best_k = k;
           }

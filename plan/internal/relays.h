@@ -16,8 +16,12 @@ namespace internal_plan {
 // Hops a byte may take between engine ranks after leaving the trainer
 // side (each hop costs a wave of latency, not bandwidth): e.g. inside the
 // first host, across to another host, inside that host.
-// (Trees only; chains are as deep as their unit has members.)
 inline constexpr int32_t kMaxRelayDepth = 3;
+// The same for chains: a chain's member this deep feeds the next one only
+// through the trainer side (a new chain), so that a unit replicated on
+// hundreds of engine ranks costs a few trainer sends, not hundreds of
+// pipeline steps.
+inline constexpr int32_t kMaxChainDepth = 16;
 
 // Chains are kept when their slowest rank's time is within this factor of
 // the relay-aware bound (or of the same-GPU copies' time).
@@ -52,7 +56,7 @@ struct Sources {
 // chain's first member is fed by a trainer replica first (units by bytes
 // descending, then first dst record); then each other member, in chain
 // order, by a trainer replica or by the member before it, which holds the
-// bytes by then. A relay forwards to one next rank: inside its host first,
+// bytes by then (when that is under kMaxChainDepth deep). A relay forwards to one next rank: inside its host first,
 // then one rank of the next host, so every link carries each byte once
 // and a pipelined schedule keeps every link busy (relay_messages.h).
 // Trees, when hosts are shared or the chains' slowest rank is over
