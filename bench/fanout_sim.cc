@@ -15,6 +15,9 @@
 //   bazel run -c opt //bench:fanout_sim -- [--model=PATH] [--trainer=megatron:tp=2]
 //       [--engine=vllm:tp=2] [--replicas=8] [--relay=on] [--staging_mib=1]
 //       [--lanes=2] [--mbit=32] [--local_mbps=400] [--wave_ms=1]
+//       [--wave_kib=N] [--msg_kib=N] [--verbose] [--waves]
+// --wave_kib / --msg_kib lower the plan's wave and message caps; --waves
+// prints each wave's KiB received/sent per rank.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -44,7 +47,8 @@ struct Flags {
   int replicas = 8, lanes = 2;
   bool relay = true;
   double staging_mib = 1, mbit = 32, local_mbps = 400, wave_ms = 1, wave_kib = 0, msg_kib = 0;
-  bool verbose = false;
+  bool verbose = false;  // each host's bytes and busy share
+  bool waves = false;    // each wave's KiB in/out per rank (trainer ranks first)
 };
 
 struct Op {
@@ -95,7 +99,6 @@ class Sim {
     const double cap = f_.mbit * 1e6 / 8;
     next_.assign(world_, 0);
     in_flight_.assign(world_, std::vector<int>(lanes_, -1));
-    pending_.assign(world_, {});
     ready_at_.assign(world_, 0);
     remaining_ops_.clear();
     busy_out_.assign(hosts_, 0);
@@ -160,16 +163,12 @@ class Sim {
       }
       t += dt;
       std::vector<Flow> still;
-      std::vector<int> touched;
       for (const Flow& fl : flows_) {
         if (fl.left > 1e-6) {
           still.push_back(fl);
           continue;
         }
-        for (int op : {fl.send_op, fl.recv_op}) {
-          const int r = ops_[op].rank;
-          if (--remaining_ops_[r * 64 + ops_[op].lane] == 0) touched.push_back(r);
-        }
+        for (int op : {fl.send_op, fl.recv_op}) --remaining_ops_[ops_[op].rank * 64 + ops_[op].lane];
       }
       flows_ = std::move(still);
       for (int r = 0; r < world_; ++r) Advance(r, t);
@@ -243,7 +242,6 @@ class Sim {
   std::vector<std::vector<RankWave>> waves_;
   std::vector<int> next_;
   std::vector<std::vector<int>> in_flight_;
-  std::vector<std::vector<int>> pending_;
   std::vector<double> ready_at_;
   std::map<int, int> remaining_ops_;
   std::map<std::tuple<int, int, int>, Queues> pending_key_;
@@ -273,6 +271,7 @@ int Main(int argc, char** argv) {
     else if ((v = val("wave_kib"))) f.wave_kib = std::atof(v);
     else if ((v = val("msg_kib"))) f.msg_kib = std::atof(v);
     else if (a == "--verbose") f.verbose = true;
+    else if (a == "--waves") f.waves = true;
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
@@ -306,7 +305,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", plan.status().ToString().c_str());
     return 1;
   }
-  if (getenv("SIM_WAVES")) {
+  if (f.waves) {
     const int s = plan->src.world_size, d = plan->dst.world_size;
     for (size_t wi = 0; wi < plan->waves.size(); ++wi) {
       std::vector<int64_t> in(s + d, 0), out(s + d, 0);
@@ -327,9 +326,6 @@ int Main(int argc, char** argv) {
               f.relay ? "on" : "off", plan->waves.size(), plan->messages.size(),
               plan->stats.relay_depth, t);
   if (f.verbose) {
-    for (size_t r = 0; r < plan->stats.bytes_received.size(); ++r) {
-      std::printf("  engine rank %zu: received %lld\n", r, (long long)plan->stats.bytes_received[r]);
-    }
     for (int h = 0; h < sim.hosts(); ++h) {
       const double cap = f.mbit * 1e6 / 8 * t;
       std::printf("  host %d: out %.2f MB (%.0f%% busy), in %.2f MB (%.0f%% busy)\n", h,
