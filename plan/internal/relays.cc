@@ -155,6 +155,19 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   order.reserve(units.size());
   for (int32_t u = 0; u < units.size(); ++u) order.emplace_back(-info[u].bytes, info[u].dst_record, u);
   std::sort(order.begin(), order.end());
+  // Feeds member q `bytes` from replica k of `ranks` (f < 0) or from member f.
+  auto feed = [&](int32_t q, const std::vector<int32_t>& ranks, int32_t k, int32_t f,
+                  int64_t bytes) {
+    if (f < 0) {
+      choice_at[q] = k;
+      loads.AddDirect(ranks[k], rank_at[q], bytes);
+      return;
+    }
+    feeder_at[q] = f;
+    depth_at[q] = static_cast<int16_t>(depth_at[f] + 1);
+    max_depth = std::max<int32_t>(max_depth, depth_at[q]);
+    loads.AddRelay(rank_at[f], rank_at[q], bytes);
+  };
   // Chains (see relays.h): without hosts shared by the two sides. A
   // unit's chain: its members by host (unknown placement: by rank), on a
   // host by rank turned by the unit's index (so that units enter a host
@@ -216,15 +229,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
           }
         }
         floor = std::max({floor, best.t_send, best.t_recv});
-        if (best_k >= 0) {
-          choice_at[q] = best_k;
-          loads.AddDirect(ranks[best_k], d, bytes);
-          continue;
-        }
-        feeder_at[q] = f;
-        depth_at[q] = static_cast<int16_t>(depth_at[f] + 1);
-        max_depth = std::max<int32_t>(max_depth, depth_at[q]);
-        loads.AddRelay(rank_at[f], d, bytes);
+        feed(q, ranks, best_k, best_k >= 0 ? -1 : f, bytes);
       }
     }
     chained = loads.Slowest() <= kChainSlack * std::max(bound, before.Slowest());
@@ -312,15 +317,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
         }
         fed[q] = 1;
         floor = std::max({floor, best.t_send, best.t_recv});
-        if (best_h < 0) {
-          choice_at[q] = best_k;
-          loads.AddDirect(ranks[best_k], d, bytes);
-          continue;
-        }
-        feeder_at[q] = best_h;
-        depth_at[q] = static_cast<int16_t>(depth_at[best_h] + 1);
-        max_depth = std::max<int32_t>(max_depth, depth_at[q]);
-        loads.AddRelay(rank_at[best_h], d, bytes);
+        feed(q, ranks, best_k, best_h, bytes);
       }
     }
   }
