@@ -239,6 +239,7 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
   for (int32_t h : dst_host) num_hosts = std::max(num_hosts, h + 1);
   s.host_sent.assign(num_hosts, 0);
   s.host_received.assign(num_hosts, 0);
+  s.host_messages.assign(num_hosts, 0);
   s.converted_records = static_cast<int64_t>(plan.conversions.size());
   for (size_t i = 0; i < plan.messages.size(); ++i) {
     const Message& m = plan.messages[i];
@@ -261,6 +262,8 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
     if (!intra && from_host >= 0 && dst_host[m.dst_rank] >= 0) {
       s.host_sent[from_host] += m.bytes;
       s.host_received[dst_host[m.dst_rank]] += m.bytes;
+      ++s.host_messages[from_host];
+      ++s.host_messages[dst_host[m.dst_rank]];
     }
     (m.relay ? t_fwd : t_src)[m.src_rank] += m.bytes / bw;
     t_dst[m.dst_rank] += m.bytes / bw;
@@ -515,7 +518,9 @@ std::string FormatSummaryJson(const PlanSummary& s) {
   heat["col_hosts"] = s.heat_col_hosts;
   heat["bytes"] = s.heat;
   j["heatmap"] = heat;
-  j["hosts"] = {{"sent", s.host_sent}, {"received", s.host_received}};
+  j["hosts"] = {{"sent", s.host_sent},
+                {"received", s.host_received},
+                {"messages", s.host_messages}};
   return j.dump(2) + "\n";
 }
 

@@ -127,6 +127,10 @@ struct PlanSummary {
   // other hosts, relays included: what its network link carries.
   std::vector<int64_t> host_sent;
   std::vector<int64_t> host_received;
+  // Per host, the cross-host messages its ranks send or receive: the
+  // transport frames each (Gloo: a header with the bytes, a notice the
+  // other way), so a link carries a little more than its bytes.
+  std::vector<int64_t> host_messages;
   std::vector<std::vector<int64_t>> heat;
   std::vector<int32_t> heat_row_hosts;
   std::vector<int32_t> heat_col_hosts;

@@ -176,9 +176,13 @@ TEST(PlanSummaryTest, HostBytesCountRelaysAtTheRelayingHost) {
   const int64_t to0 = 1000 + 3000, to1 = (8 << 20) + 100 + 5000;
   EXPECT_EQ(s->host_sent, (std::vector<int64_t>{to0 + to1, 700, 0}));
   EXPECT_EQ(s->host_received, (std::vector<int64_t>{0, to0, to1 + 700}));
+  // Cross-host messages each host's ranks send or receive (the local
+  // relay within host 2 not among them).
+  EXPECT_EQ(s->host_messages, (std::vector<int64_t>{5, 2 + 1, 3 + 1}));
   const auto j = nlohmann::json::parse(FormatSummaryJson(*s));
   EXPECT_EQ(j["hosts"]["sent"][1], 700);
   EXPECT_EQ(j["hosts"]["received"][2], to1 + 700);
+  EXPECT_EQ(j["hosts"]["messages"][2], 4);
 }
 
 TEST(PlanSummaryTest, AColocatedPlanGetsOneHeatmapCellPerGpuPair) {

@@ -15,6 +15,7 @@
 #include "exec/delta/digest_term.h"
 #include "exec/delta/wave_ops.h"
 #include "exec/transport/gloo_transport.h"
+#include "exec/transport/peer_names.h"
 #include "plan/plan_codec.h"
 
 namespace refit {
@@ -100,6 +101,9 @@ absl::Status DataPlaneMember::Prepare(absl::Time deadline) {
   }
   host_of_member_.assign(boot.host_of_member().begin(), boot.host_of_member().end());
   network_members_.assign(boot.network_members().begin(), boot.network_members().end());
+  peer_names_ = MemberNames(
+      global_world_, std::vector<std::string>(boot.engine_ids().begin(), boot.engine_ids().end()),
+      std::vector<int32_t>(boot.engine_first_ranks().begin(), boot.engine_first_ranks().end()));
   if (!host_of_member_.empty() &&
       static_cast<int32_t>(host_of_member_.size()) != global_world_) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -309,6 +313,7 @@ absl::StatusOr<RunStats> DataPlaneMember::MoveAndReport(int64_t version, absl::T
     cancelled_ = absl::OkStatus();
   }
   if (!stats.ok()) {
+    stats = NamePeers(stats.status(), peer_names_);  // the transport names ranks
     Disconnect();  // a failed runner must not run again
     // Tell refitd (best effort: it may be the reason) and let it abort the
     // round for everyone. The report gets 2 s even when the round's deadline

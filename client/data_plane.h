@@ -191,6 +191,8 @@ class DataPlaneMember {
   // pull path) and the network transport's members.
   std::vector<int32_t> host_of_member_;
   std::vector<int32_t> network_members_;
+  // Per global rank, its member's name (exec/transport/peer_names.h).
+  std::vector<std::string> peer_names_;
   Side side_ = Side::kTrainer;
   int32_t rank_ = 0;
   std::vector<char*> ptrs_;  // per buffer of this side of the slice

@@ -46,6 +46,7 @@ using internal_plan::ChooseLanes;
 using internal_plan::OrderSegments;
 using internal_plan::PendingMessage;
 using internal_plan::ScheduleWaves;
+using internal_plan::SetRelayCaps;
 using internal_plan::SegmentKeys;
 using internal_plan::Sources;
 using internal_plan::TrainerSenders;
@@ -139,8 +140,27 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   std::vector<PendingMessage> messages;
   // With relays: each plan segment's candidate.
   std::vector<int32_t> segment_cand;
+  // Relays pipelined in waves sized by their chains' depth (below).
+  bool relay_caps = false;
   {
     const std::vector<int32_t> senders = TrainerSenders(candidates, sources.choice);
+    // Relay chains pipeline in waves sized by their depth (budgets.h).
+    // Only where relays carry the bulk of an engine rank's bytes: else the
+    // trainer's own waves set the pace and the relays' tail is short.
+    int64_t max_rank_bytes = 0;
+    if (sources.max_depth > 0) {
+      std::vector<int64_t> received(plan.dst.world_size, 0), relayed(plan.dst.world_size, 0);
+      int64_t max_relayed = 0;
+      for (size_t i = 0; i < candidates.cands.size(); ++i) {
+        const internal_plan::Candidate& c = candidates.cands[i];
+        max_rank_bytes = std::max(max_rank_bytes, received[c.dst_rank] += c.bytes);
+        if (sources.feeder[i] >= 0) {
+          max_relayed = std::max(max_relayed, relayed[c.dst_rank] += c.bytes);
+        }
+      }
+      relay_caps = 2 * max_relayed >= max_rank_bytes;
+      if (relay_caps) SetRelayCaps(max_rank_bytes, sources.max_depth, &plan.options);
+    }
     SegmentKeys keys;
     REFIT_RETURN_IF_ERROR(OrderSegments(candidates, senders, plan.src, plan.dst,
                                         MessageCap(plan.options), &keys));
@@ -151,6 +171,11 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
     const int32_t lanes = ChooseLanes(options, heaviest.coalesced, heaviest.all);
     if (lanes != plan.options.num_lanes) {
       plan.options.num_lanes = lanes;
+      if (relay_caps) {
+        plan.options.max_wave_bytes = options.max_wave_bytes;
+        plan.options.max_message_bytes = options.max_message_bytes;
+        SetRelayCaps(max_rank_bytes, sources.max_depth, &plan.options);
+      }
       keys = SegmentKeys();
       REFIT_RETURN_IF_ERROR(OrderSegments(candidates, senders, plan.src, plan.dst,
                                           MessageCap(plan.options), &keys));
@@ -176,7 +201,7 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   REFIT_RETURN_IF_ERROR(phase_done("waves"));
   if (sources.max_depth > 0) {
     REFIT_RETURN_IF_ERROR(AddRelayMessages(candidates, sources, MessageCap(plan.options),
-                                           options.direct_min_bytes, &segment_cand,
+                                           options.direct_min_bytes, relay_caps, &segment_cand,
                                            &messages, &plan));
     REFIT_RETURN_IF_ERROR(phase_done("relays"));
   }

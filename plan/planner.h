@@ -61,19 +61,28 @@ namespace refit {
 // The bytes are identical because a dst tensor has one dtype and one set
 // of values: FP8, MXFP8 and NVFP4 codes and scales are computed on the
 // tensor's global tile grid and move as bytes, never quantized again. Source choice then follows
-// internal_plan::ChooseRelaySources (plan/internal/relays.h): replicas on
-// the dst rank's GPU first; one root per unit from a trainer rank (roots
-// spread over engine ranks); every other candidate from a trainer rank or
-// from an engine rank of its unit already holding the bytes (at most
-// kMaxRelayDepth hops), whichever keeps the larger of the two ranks'
-// predicted times smallest, with an engine rank's received and forwarded
-// bytes counted apart (full duplex), ties to the faster link (a relay
-// inside a host before the network), then to fewer hops. The trainer's
-// messages are placed as below; then, hop by hop, each relay pair's
-// segments are ordered by the wave that delivered them to the relaying
-// rank, coalesced the same way, and each relay message is placed no
-// earlier than one wave after the last wave delivering any of its bytes,
-// where both engine ranks have room (waves are appended when none has).
+// internal_plan::ChooseRelaySources (plan/internal/relays.h): without
+// hosts shared by the two sides, chains (each unit's engine ranks host by
+// host, the first fed by a trainer rank, each other by a trainer rank or
+// the rank before it, at most kMaxChainDepth hops); trees otherwise or
+// when chains predict over kChainSlack times the relay-aware bound
+// (replicas on the dst rank's GPU first; one root per unit from a trainer
+// rank; every other candidate from a trainer rank or from an engine rank
+// of its unit already holding the bytes, at most kMaxRelayDepth hops).
+// Either way each choice keeps the larger of the two ranks' predicted
+// times smallest, with an engine rank's received and forwarded bytes
+// counted apart (full duplex), ties to the faster link (a relay inside a
+// host before the network), then to fewer hops. The trainer's messages
+// are placed as below; then, hop by hop, each relayed segment is ready one
+// wave after the wave that brought its relaying rank the same region, a
+// relay pair's segments are ordered by ready wave and coalesced the same
+// way, and each relay message is placed at the first wave at or after its
+// ready wave where both engine ranks have room (waves are appended when
+// none has). Where relays carry at least half of an engine rank's bytes
+// the plan pipelines (plan/internal/budgets.h SetRelayCaps): waves sized
+// by the chains' depth, messages a quarter wave, one delivering wave per
+// relay message; plan.options.max_wave_bytes / max_message_bytes record
+// the caps chosen.
 // plan.stats has both lower bounds (relay-aware, and trainer ranks as the
 // only senders), the relay depth and the bytes each engine rank forwards.
 // Without relays the plan is exactly the plan built before relays existed

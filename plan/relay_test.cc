@@ -135,6 +135,40 @@ TEST(RelayTest, SameHostReplicasRelayOverNvlink) {
   EXPECT_EQ(plan->stats.relay_depth, 3);
 }
 
+// A chain: one trainer rank feeding 8 engine hosts; the tensor goes in
+// waves sized by the chain's depth. The trainer sends each byte once,
+// each host forwards each byte once to the next, and forwarding is
+// pipelined: a relay forwards a split in the wave after it arrived, so the
+// last engine rank is done depth waves after the trainer's last wave.
+void PipelinedChainChecks(const Plan& plan);
+
+TEST(RelayTest, ChainForwardsEachSplitTheWaveAfterItArrives) {
+  SideLayout src, dst;
+  TensorSpec t;
+  t.name = "w";
+  t.shape = {64, 1024};  // 256 KiB of f32, rows of 4 KiB
+  t.dtype = DType::kF32;
+  src.world_size = 1;
+  dst.world_size = 8;
+  ASSERT_TRUE(AddTensor(src, t).ok());
+  ASSERT_TRUE(AddTensor(dst, t).ok());
+  Mesh one = *Mesh::Make({"x"}, {1}, {0});
+  ASSERT_TRUE(AddDenseShards(src, 0, one, {Placement::Replicate()}).ok());
+  src.host_of_rank = {0};
+  for (int32_t r = 0; r < 8; ++r) {
+    Mesh m = *Mesh::Make({"x"}, {1}, {r});
+    ASSERT_TRUE(AddDenseShards(dst, 0, m, {Placement::Replicate()}).ok());
+    dst.host_of_rank.push_back(1 + r);
+  }
+  PlannerOptions o;
+  o.relay = true;
+  o.staging_budget_bytes = 1 << 20;
+  o.num_lanes = 2;
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  PipelinedChainChecks(*plan);
+}
+
 // ---- randomized replicated engines ----
 
 // 1 to 4 tensors of rank 1 to 3 (extents 1..9), each bf16, f32 or e4m3.
@@ -234,6 +268,28 @@ void RunAndCheck(const Plan& plan) {
   OwnedBuffers ref = AllocateBuffers(plan.dst);
   ASSERT_TRUE(ReferenceCopy(plan, src.ptrs, ref.ptrs).ok());
   ASSERT_TRUE(CheckPattern(plan.dst, ref.ptrs).ok());
+}
+
+void PipelinedChainChecks(const Plan& plan) {
+  RunAndCheck(plan);
+  const int64_t bytes = 64 * 1024 * 4;
+  EXPECT_EQ(plan.stats.bytes_sent, std::vector<int64_t>({bytes}));
+  EXPECT_EQ(plan.stats.bytes_forwarded,
+            std::vector<int64_t>({bytes, bytes, bytes, bytes, bytes, bytes, bytes, 0}));
+  EXPECT_EQ(plan.stats.relay_depth, 7);
+  // Waves sized by the depth (256 KiB / (4 x 7), at least 32 KiB: below
+  // half a lane budget), messages of a quarter wave.
+  EXPECT_EQ(plan.options.max_wave_bytes, 32 << 10);
+  EXPECT_EQ(plan.options.max_message_bytes, 8 << 10);
+  int32_t last_trainer_wave = 0, first_relay_wave = -1;
+  for (const Message& m : plan.messages) {
+    EXPECT_LE(m.bytes, plan.options.max_message_bytes);
+    if (!m.relay) last_trainer_wave = std::max(last_trainer_wave, m.wave);
+    if (m.relay && first_relay_wave < 0) first_relay_wave = m.wave;
+  }
+  EXPECT_GE(last_trainer_wave, 7);  // 256 KiB in waves of 32 KiB
+  EXPECT_EQ(first_relay_wave, 1);
+  EXPECT_EQ(static_cast<int32_t>(plan.waves.size()), last_trainer_wave + 1 + 7);
 }
 
 TEST(RelayTest, RandomReplicatedEnginesEveryByteOnceAfterItArrives) {

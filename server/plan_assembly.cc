@@ -133,6 +133,12 @@ std::map<std::string, MemberPlan> AssembleMemberPlans(
     b->set_engine_index(
         is_trainer ? -1
                    : engine_index[input.engine[i - num_trainer].identity().engine_id()]);
+    for (size_t j = 0; j < input.engine.size(); ++j) {
+      const std::string& id = input.engine[j].identity().engine_id();
+      if (j > 0 && input.engine[j - 1].identity().engine_id() == id) continue;
+      b->add_engine_ids(id);
+      b->add_engine_first_ranks(static_cast<int32_t>(num_trainer + j));
+    }
     if (!built.host_of_member.empty()) {
       for (int32_t h : built.host_of_member) b->add_host_of_member(h);
       for (int32_t g : built.network_members) b->add_network_members(g);

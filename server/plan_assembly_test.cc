@@ -68,6 +68,12 @@ TEST(PlanAssemblyTest, SameHostPairsPullAndPairsAcrossHostsUseTheNetwork) {
             (std::vector<int32_t>{0, 1, 0, 1}));
   EXPECT_EQ(std::vector<int32_t>(e1.network_members().begin(), e1.network_members().end()),
             (std::vector<int32_t>{0, 3}));
+  // Engine A's ranks start at global rank 2 (after the two trainer ranks):
+  // errors name global rank 3 "engine A rank 1".
+  EXPECT_EQ(std::vector<std::string>(e1.engine_ids().begin(), e1.engine_ids().end()),
+            (std::vector<std::string>{"A"}));
+  EXPECT_EQ(std::vector<int32_t>(e1.engine_first_ranks().begin(), e1.engine_first_ranks().end()),
+            (std::vector<int32_t>{2}));
 }
 
 TEST(PlanAssemblyTest, OneHostNeedsNoNetworkAndNcclNeedsNoHosts) {

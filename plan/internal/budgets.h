@@ -50,6 +50,35 @@ inline int32_t ChooseLanes(const PlannerOptions& options, int64_t staged, int64_
   return kStagedLanes;
 }
 
+// Relay pipelining: a relay forwards a wave's bytes in the next wave, so a
+// chain of D hops ends D waves after the trainer's last. Waves of at most
+// the heaviest engine rank's bytes over kRelayWavesPerHop * D keep that
+// tail within about 1 / kRelayWavesPerHop of the round. A relay rank
+// unpacks what it receives and packs what it forwards in one wave, so a
+// wave carries at most half a lane budget each way; at least
+// kMinRelayWaveBytes (below it, per-wave costs outweigh the tail).
+// When the depth bounds the wave below that, messages are a quarter of a
+// wave (kRelayMessagesPerWave), so that next-fit fills waves evenly: a
+// chain moves at the pace of its fullest wave.
+inline constexpr int64_t kRelayWavesPerHop = 4;
+inline constexpr int64_t kRelayMessagesPerWave = 4;
+inline constexpr int64_t kMinRelayWaveBytes = int64_t{32} << 10;
+
+// Sets options->max_wave_bytes and max_message_bytes for a relay plan
+// whose heaviest engine rank receives `max_rank_bytes` and whose chains
+// are `depth` hops deep (> 0), by the rule above; a smaller value already
+// set stays. Options must be valid (ValidateOptions). Never fails.
+inline void SetRelayCaps(int64_t max_rank_bytes, int32_t depth, PlannerOptions* options) {
+  const int64_t half_lane = std::max<int64_t>(1, LaneBudget(*options) / 2);
+  int64_t wave = max_rank_bytes / (kRelayWavesPerHop * std::max(1, depth));
+  wave = std::min(half_lane, std::max(kMinRelayWaveBytes, wave));
+  const int64_t message =
+      wave < half_lane ? std::max<int64_t>(1, wave / kRelayMessagesPerWave) : wave;
+  auto lower = [](int64_t* v, int64_t to) { *v = *v > 0 ? std::min(*v, to) : to; };
+  lower(&options->max_wave_bytes, wave);
+  lower(&options->max_message_bytes, message);
+}
+
 }  // namespace internal_plan
 }  // namespace refit
 

@@ -15,7 +15,9 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
                                              const Sources& sources,
                                              int64_t cap, int64_t direct_min,
                                              Plan* plan,
-                                             std::vector<int32_t>* segment_cand) {
+                                             std::vector<int32_t>* segment_cand,
+                                             const std::vector<int32_t>* batch,
+                                             bool split_batches) {
   // The layouts as normalized (plan->src, plan->dst).
   const SideLayout& ns = plan->src;
   const SideLayout& nd = plan->dst;
@@ -88,8 +90,9 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
     // Appends the message of plan->segments[j, end) of the pair (s, d), whose
     // contiguity per side is `src` and `dst`.
     auto add_message = [&](int32_t s, int32_t d, int32_t seq, size_t j,
-                           const Range& src, const Range& dst) {
+                           const Range& src, const Range& dst, int32_t message_batch) {
       PendingMessage mm;
+      mm.batch = message_batch;
       mm.stage = relay ? 0 : stage_of(s);
       mm.seq = seq;
       mm.m.src_rank = relay ? s - src_world : s;
@@ -128,7 +131,9 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
       // messages of at most `cap`, each placed where it fills up.
       pending.clear();
       int64_t pending_bytes = 0;
+      int32_t pending_batch = 0;  // the largest batch among `pending`
       int32_t seq = 0;
+      auto batch_of = [&](size_t q) { return batch != nullptr ? (*batch)[q] : 0; };
       auto flush = [&]() {
         if (pending.empty()) return;
         const size_t j = plan->segments.size();
@@ -137,9 +142,10 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
           if (segment_cand != nullptr) segment_cand->push_back(keys[q].cand);
         }
         add_message(s, d, seq++, j, contiguous(true, j, plan->segments.size()),
-                    contiguous(false, j, plan->segments.size()));
+                    contiguous(false, j, plan->segments.size()), pending_batch);
         pending.clear();
         pending_bytes = 0;
+        pending_batch = 0;
       };
       for (size_t q = i; q < e; ++q) {
         const SegKey& k = keys[q];
@@ -148,15 +154,26 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
           const Segment& sg = plan->segments.back();
           const Range src = range_of(true, sg), dst = range_of(false, sg);
           if (src.buffer >= 0 || dst.buffer >= 0) {
-            add_message(s, d, seq++, plan->segments.size() - 1, src, dst);
+            if (batch != nullptr && !pending.empty()) {
+              // Batches stay in key order (the segment goes after them).
+              plan->segments.pop_back();
+              flush();
+              plan->segments.push_back(segment_of(k));
+            }
+            add_message(s, d, seq++, plan->segments.size() - 1, src, dst, batch_of(q));
             if (segment_cand != nullptr) segment_cand->push_back(k.cand);
             continue;
           }
           plan->segments.pop_back();
         }
-        if (!pending.empty() && pending_bytes + k.bytes > cap) flush();
+        if (!pending.empty() &&
+            (pending_bytes + k.bytes > cap ||
+             (split_batches && batch_of(pending.back()) != batch_of(q)))) {
+          flush();
+        }
         pending.push_back(static_cast<int32_t>(q));
         pending_bytes += k.bytes;
+        pending_batch = std::max(pending_batch, batch_of(q));
       }
       flush();
       i = e;

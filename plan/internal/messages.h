@@ -19,6 +19,7 @@ struct PendingMessage {
   Message m;  // wave not set yet
   int32_t stage = 0;
   int32_t seq = 0;  // index among its pair's messages
+  int32_t batch = 0;  // the largest of its keys' batches (CoalesceMessages), else 0
 };
 
 // Appends to plan->segments from `keys`, in pair order and within a pair
@@ -29,13 +30,19 @@ struct PendingMessage {
 // that is one contiguous range of its buffer on a side is a message of its
 // own; the others are coalesced in order into messages of at most `cap`
 // bytes. When `segment_cand` is set, appends each segment's candidate to
-// it. Reads plan->src and plan->dst. Never fails.
+// it. When `batch` is set (one entry per key: relays, the wave a key's
+// bytes may go in), each message's `batch` is the largest of its keys',
+// and with `split_batches` keys of different batches never share a message
+// (bytes that arrive in different waves go on as they arrive).
+// Reads plan->src and plan->dst. Never fails.
 std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& keys,
                                              const Candidates& candidates,
                                              const Sources& sources,
                                              int64_t cap, int64_t direct_min,
                                              Plan* plan,
-                                             std::vector<int32_t>* segment_cand = nullptr);
+                                             std::vector<int32_t>* segment_cand = nullptr,
+                                             const std::vector<int32_t>* batch = nullptr,
+                                             bool split_batches = false);
 
 // The most bytes one rank (a src rank's sends or a dst rank's receives)
 // has in segments below `direct_min` (all segments when it is 0: the bytes

@@ -19,14 +19,17 @@ namespace internal_plan {
 // ...) to plan->segments and *messages. *messages holds the trainer's
 // messages with their waves set, whose segments' candidates are
 // *segment_cand (one per plan->segments entry; extended here). A relay
-// pair's segments are ordered by the wave that delivered their bytes to
-// the relaying rank (then as OrderSegments), coalesced as CoalesceMessages
-// (`cap`, `direct_min`), and each message is placed by ScheduleRelayWaves
-// no earlier than one wave after the last wave that delivered any of its
-// bytes to its sender. Returns OrderSegments' error (INVALID_ARGUMENT),
-// else OK.
+// segment (a candidate, or one split of it) is ready one wave after the
+// wave that brought its feeder the same region (or, where the feeder's
+// bytes came split otherwise, after every wave placed so far). A relay
+// pair's segments are ordered by ready wave (then as OrderSegments) and
+// coalesced as CoalesceMessages (`cap`, `direct_min`), when `pipelined` a
+// message holding segments of one ready wave only; ScheduleRelayWaves
+// places each at or after its (last segment's) ready wave, so a pipelined
+// chain forwards wave k's bytes in wave k+1 while it receives wave k+1's. Returns OrderSegments' error
+// (INVALID_ARGUMENT), else OK.
 absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sources,
-                              int64_t cap, int64_t direct_min,
+                              int64_t cap, int64_t direct_min, bool pipelined,
                               std::vector<int32_t>* segment_cand,
                               std::vector<PendingMessage>* messages, Plan* plan);
 

@@ -4,6 +4,7 @@
 #include "plan/internal/relays.h"
 
 #include <algorithm>
+#include <numeric>
 #include <tuple>
 
 #include "plan/cost.h"
@@ -30,45 +31,45 @@ struct Option {
 class Loads {
  public:
   Loads(const CostModel& cost, int32_t src_world, int32_t dst_world)
-      : cost_(cost), src_out_(src_world), in_(dst_world), out_(dst_world) {}
+      : cost_(&cost), src_out_(src_world), in_(dst_world), out_(dst_world) {}
 
   // The option of trainer rank r sending b bytes to engine rank d.
   Option Direct(int32_t r, int32_t d, int64_t b, double floor) const {
-    const LinkClass lc = cost_.ClassOf(r, d);
+    const LinkClass lc = cost_->ClassOf(r, d);
     Option o;
-    o.spb = cost_.SecondsPerByte(lc);
-    o.t_send = cost_.SecondsWith(src_out_[r], lc, b);
-    o.t_recv = std::max(cost_.SecondsWith(in_[d], lc, b), cost_.Seconds(out_[d]));
+    o.spb = cost_->SecondsPerByte(lc);
+    o.t_send = cost_->SecondsWith(src_out_[r], lc, b);
+    o.t_recv = std::max(cost_->SecondsWith(in_[d], lc, b), cost_->Seconds(out_[d]));
     o.t = std::max({o.t_send, o.t_recv, floor});
     return o;
   }
   // The option of engine rank e forwarding b bytes to engine rank d.
   Option Relay(int32_t e, int32_t d, int64_t b, int32_t depth, double floor) const {
-    const LinkClass lc = cost_.EngineClassOf(e, d);
+    const LinkClass lc = cost_->EngineClassOf(e, d);
     Option o;
-    o.spb = cost_.SecondsPerByte(lc);
+    o.spb = cost_->SecondsPerByte(lc);
     o.depth = depth;
-    o.t_send = std::max(cost_.Seconds(in_[e]), cost_.SecondsWith(out_[e], lc, b));
-    o.t_recv = std::max(cost_.SecondsWith(in_[d], lc, b), cost_.Seconds(out_[d]));
+    o.t_send = std::max(cost_->Seconds(in_[e]), cost_->SecondsWith(out_[e], lc, b));
+    o.t_recv = std::max(cost_->SecondsWith(in_[d], lc, b), cost_->Seconds(out_[d]));
     o.t = std::max({o.t_send, o.t_recv, floor});
     return o;
   }
   void AddDirect(int32_t r, int32_t d, int64_t b) {
-    const LinkClass lc = cost_.ClassOf(r, d);
+    const LinkClass lc = cost_->ClassOf(r, d);
     src_out_[r].Add(lc, b);
     in_[d].Add(lc, b);
   }
   void AddRelay(int32_t e, int32_t d, int64_t b) {
-    const LinkClass lc = cost_.EngineClassOf(e, d);
+    const LinkClass lc = cost_->EngineClassOf(e, d);
     out_[e].Add(lc, b);
     in_[d].Add(lc, b);
   }
   // Returns the slowest rank's time.
   double Slowest() const {
     double t = 0;
-    for (const LinkBytes& l : src_out_) t = std::max(t, cost_.Seconds(l));
-    for (const LinkBytes& l : in_) t = std::max(t, cost_.Seconds(l));
-    for (const LinkBytes& l : out_) t = std::max(t, cost_.Seconds(l));
+    for (const LinkBytes& l : src_out_) t = std::max(t, cost_->Seconds(l));
+    for (const LinkBytes& l : in_) t = std::max(t, cost_->Seconds(l));
+    for (const LinkBytes& l : out_) t = std::max(t, cost_->Seconds(l));
     return t;
   }
   // Adds the bytes sent per link class (trainer and engine senders) to
@@ -82,11 +83,11 @@ class Loads {
       }
     }
   }
-  double SrcTime(int32_t r) const { return cost_.Seconds(src_out_[r]); }
-  double InTime(int32_t d) const { return cost_.Seconds(in_[d]); }
+  double SrcTime(int32_t r) const { return cost_->Seconds(src_out_[r]); }
+  double InTime(int32_t d) const { return cost_->Seconds(in_[d]); }
 
  private:
-  const CostModel& cost_;
+  const CostModel* cost_;
   std::vector<LinkBytes> src_out_, in_, out_;
 };
 
@@ -115,7 +116,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
     for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) rank_at[q] = cands[mem[q]].dst_rank;
   }
   std::vector<int32_t> choice_at(mem.size(), -1), feeder_at(mem.size(), -1);
-  std::vector<int8_t> depth_at(mem.size(), 0);
+  std::vector<int16_t> depth_at(mem.size(), 0);
   std::vector<char> fed(mem.size(), 0);
   std::vector<char> unit_fed(units.size(), 0);
   int32_t max_depth = 0;
@@ -154,89 +155,170 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   order.reserve(units.size());
   for (int32_t u = 0; u < units.size(); ++u) order.emplace_back(-info[u].bytes, info[u].dst_record, u);
   std::sort(order.begin(), order.end());
-  // 2. One root per unit from the trainer side.
-  for (const auto& [neg_bytes, unused, u] : order) {
-    if (unit_fed[u]) continue;
-    const int32_t b = units.first[u], e = units.first[u + 1];
-    const std::vector<int32_t>& ranks = *info[u].ranks;
-    // Without hosts shared by the two sides every pair is one class: the
-    // best pair is the least loaded replica with the least loaded member
-    // (the same rule, in N + R steps instead of N * R).
-    int32_t q_first = b, q_last = e;
-    if (!shared_hosts) {
-      for (int32_t q = b; q != e; ++q) {
-        if (loads.InTime(rank_at[q]) < loads.InTime(rank_at[q_first])) q_first = q;
+  // Feeds member q `bytes` from replica k of `ranks` (f < 0) or from member f.
+  auto feed = [&](int32_t q, const std::vector<int32_t>& ranks, int32_t k, int32_t f,
+                  int64_t bytes) {
+    if (f < 0) {
+      choice_at[q] = k;
+      loads.AddDirect(ranks[k], rank_at[q], bytes);
+      return;
+    }
+    feeder_at[q] = f;
+    depth_at[q] = static_cast<int16_t>(depth_at[f] + 1);
+    max_depth = std::max<int32_t>(max_depth, depth_at[q]);
+    loads.AddRelay(rank_at[f], rank_at[q], bytes);
+  };
+  // Chains (see relays.h): without hosts shared by the two sides. A
+  // unit's chain: its members by host (unknown placement: by rank), on a
+  // host by rank turned by the unit's index (so that units enter a host
+  // through each of its ranks in turn).
+  auto chain_host = [&](int32_t r) { return cost.placement_known() ? cost.EngineHost(r) : r; };
+  const Loads before = loads;
+  bool chained = false;
+  if (!shared_hosts) {
+    std::vector<int32_t> chain(mem.size());
+    for (int32_t u = 0; u < units.size(); ++u) {
+      const auto b = chain.begin() + units.first[u], e = chain.begin() + units.first[u + 1];
+      std::iota(b, e, units.first[u]);
+      auto before_in_chain = [&](int32_t x, int32_t y) {
+        return std::make_pair(chain_host(rank_at[x]), rank_at[x]) <
+               std::make_pair(chain_host(rank_at[y]), rank_at[y]);
+      };
+      if (!std::is_sorted(b, e, before_in_chain)) std::sort(b, e, before_in_chain);
+      for (auto i = b; i != e;) {
+        auto j = i + 1;
+        while (j != e && chain_host(rank_at[*j]) == chain_host(rank_at[*i])) ++j;
+        std::rotate(i, i + u % (j - i), j);
+        i = j;
       }
-      q_last = q_first + 1;
     }
-    Option best;
-    int32_t best_q = -1, best_k = -1;
-    for (int32_t q = q_first; q != q_last; ++q) {
-      for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
-        const Option o = loads.Direct(ranks[k], rank_at[q], -neg_bytes, floor);
-        if (best_q < 0 || o < best) {
-          best = o;
-          best_q = q;
-          best_k = k;
-        }
-      }
-    }
-    choice_at[best_q] = best_k;
-    fed[best_q] = 1;
-    loads.AddDirect(ranks[best_k], rank_at[best_q], -neg_bytes);
-    floor = std::max({floor, best.t_send, best.t_recv});
-  }
-  // 3. The others, from the trainer side or from a holder of their unit:
-  // host by host (in order of their first candidate), on each host the
-  // candidate whose rank has received least first (it takes the bytes
-  // into the host; the others then find a holder on their host).
-  std::vector<std::tuple<int32_t, double, int32_t>> todo;  // (host slot, in time, position)
-  std::vector<int32_t> hosts;
-  for (const auto& [neg_bytes, unused, u] : order) {
-    const int64_t bytes = -neg_bytes;
-    const int32_t b = units.first[u], e = units.first[u + 1];
-    const std::vector<int32_t>& ranks = *info[u].ranks;
-    todo.clear();
-    hosts.clear();
-    for (int32_t q = b; q != e; ++q) {
-      if (fed[q]) continue;
-      const int32_t h = cost.EngineHost(rank_at[q]);
-      const int32_t slot = static_cast<int32_t>(
-          std::find(hosts.begin(), hosts.end(), h) - hosts.begin());
-      if (slot == static_cast<int32_t>(hosts.size())) hosts.push_back(h);
-      todo.emplace_back(slot, loads.InTime(rank_at[q]), q);
-    }
-    std::sort(todo.begin(), todo.end());
-    for (const auto& [slot, in_time, q] : todo) {
-      const int32_t d = rank_at[q];
+    // 2. Each chain's first member from the trainer side (every unit's
+    // bytes leave it once before any goes twice).
+    for (const auto& [neg_bytes, unused, u] : order) {
+      const std::vector<int32_t>& ranks = *info[u].ranks;
+      const int32_t root = chain[units.first[u]];
       Option best;
-      int32_t best_k = -1, best_h = -1;
+      int32_t best_k = -1;
       for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
-        const Option o = loads.Direct(ranks[k], d, bytes, floor);
+        const Option o = loads.Direct(ranks[k], rank_at[root], -neg_bytes, floor);
         if (best_k < 0 || o < best) {
           best = o;
           best_k = k;
         }
       }
-      for (int32_t h = b; h != e; ++h) {
-        if (!fed[h] || rank_at[h] == d || depth_at[h] >= kMaxRelayDepth) continue;
-        const Option o = loads.Relay(rank_at[h], d, bytes, depth_at[h] + 1, floor);
-        if (o < best) {
-          best = o;
-          best_h = h;
+      choice_at[root] = best_k;
+      loads.AddDirect(ranks[best_k], rank_at[root], -neg_bytes);
+      floor = std::max({floor, best.t_send, best.t_recv});
+    }
+    // 3. The others in chain order: from the trainer side, or from the
+    // member before (which holds the bytes by then), by the same rule.
+    for (const auto& [neg_bytes, unused, u] : order) {
+      const int64_t bytes = -neg_bytes;
+      const std::vector<int32_t>& ranks = *info[u].ranks;
+      for (int32_t i = units.first[u] + 1; i < units.first[u + 1]; ++i) {
+        const int32_t q = chain[i], f = chain[i - 1], d = rank_at[q];
+        const bool relay = depth_at[f] < kMaxChainDepth;
+        Option best;
+        if (relay) best = loads.Relay(rank_at[f], d, bytes, depth_at[f] + 1, floor);
+        int32_t best_k = -1;
+        for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
+          const Option o = loads.Direct(ranks[k], d, bytes, floor);
+          if ((!relay && best_k < 0) || o < best) {
+            best = o;
+            best_k = k;
+          }
+        }
+        floor = std::max({floor, best.t_send, best.t_recv});
+        feed(q, ranks, best_k, best_k >= 0 ? -1 : f, bytes);
+      }
+    }
+    chained = loads.Slowest() <= kChainSlack * std::max(bound, before.Slowest());
+    if (!chained) {
+      loads = before;
+      floor = std::max(bound, loads.Slowest());
+      std::fill(choice_at.begin(), choice_at.end(), -1);
+      std::fill(feeder_at.begin(), feeder_at.end(), -1);
+      std::fill(depth_at.begin(), depth_at.end(), 0);
+      max_depth = 0;
+    }
+  }
+  if (!chained) {
+    // 2. One root per unit from the trainer side.
+    for (const auto& [neg_bytes, unused, u] : order) {
+      if (unit_fed[u]) continue;
+      const int32_t b = units.first[u], e = units.first[u + 1];
+      const std::vector<int32_t>& ranks = *info[u].ranks;
+      // Without hosts shared by the two sides every pair is one class: the
+      // best pair is the least loaded replica with the least loaded member
+      // (the same rule, in N + R steps instead of N * R).
+      int32_t q_first = b, q_last = e;
+      if (!shared_hosts) {
+        for (int32_t q = b; q != e; ++q) {
+          if (loads.InTime(rank_at[q]) < loads.InTime(rank_at[q_first])) q_first = q;
+        }
+        q_last = q_first + 1;
+      }
+      Option best;
+      int32_t best_q = -1, best_k = -1;
+      for (int32_t q = q_first; q != q_last; ++q) {
+        for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
+          const Option o = loads.Direct(ranks[k], rank_at[q], -neg_bytes, floor);
+          if (best_q < 0 || o < best) {
+            best = o;
+            best_q = q;
+            best_k = k;
+          }
         }
       }
-      fed[q] = 1;
+      choice_at[best_q] = best_k;
+      fed[best_q] = 1;
+      loads.AddDirect(ranks[best_k], rank_at[best_q], -neg_bytes);
       floor = std::max({floor, best.t_send, best.t_recv});
-      if (best_h < 0) {
-        choice_at[q] = best_k;
-        loads.AddDirect(ranks[best_k], d, bytes);
-        continue;
+    }
+    // 3. The others, from the trainer side or from a holder of their unit:
+    // host by host (in order of their first candidate), on each host the
+    // candidate whose rank has received least first (it takes the bytes
+    // into the host; the others then find a holder on their host).
+    std::vector<std::tuple<int32_t, double, int32_t>> todo;  // (host slot, in time, position)
+    std::vector<int32_t> hosts;
+    for (const auto& [neg_bytes, unused, u] : order) {
+      const int64_t bytes = -neg_bytes;
+      const int32_t b = units.first[u], e = units.first[u + 1];
+      const std::vector<int32_t>& ranks = *info[u].ranks;
+      todo.clear();
+      hosts.clear();
+      for (int32_t q = b; q != e; ++q) {
+        if (fed[q]) continue;
+        const int32_t h = cost.EngineHost(rank_at[q]);
+        const int32_t slot = static_cast<int32_t>(
+            std::find(hosts.begin(), hosts.end(), h) - hosts.begin());
+        if (slot == static_cast<int32_t>(hosts.size())) hosts.push_back(h);
+        todo.emplace_back(slot, loads.InTime(rank_at[q]), q);
       }
-      feeder_at[q] = best_h;
-      depth_at[q] = static_cast<int8_t>(depth_at[best_h] + 1);
-      max_depth = std::max<int32_t>(max_depth, depth_at[q]);
-      loads.AddRelay(rank_at[best_h], d, bytes);
+      std::sort(todo.begin(), todo.end());
+      for (const auto& [slot, in_time, q] : todo) {
+        const int32_t d = rank_at[q];
+        Option best;
+        int32_t best_k = -1, best_h = -1;
+        for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
+          const Option o = loads.Direct(ranks[k], d, bytes, floor);
+          if (best_k < 0 || o < best) {
+            best = o;
+            best_k = k;
+          }
+        }
+        for (int32_t h = b; h != e; ++h) {
+          if (!fed[h] || rank_at[h] == d || depth_at[h] >= kMaxRelayDepth) continue;
+          const Option o = loads.Relay(rank_at[h], d, bytes, depth_at[h] + 1, floor);
+          if (o < best) {
+            best = o;
+            best_h = h;
+          }
+        }
+        fed[q] = 1;
+        floor = std::max({floor, best.t_send, best.t_recv});
+        feed(q, ranks, best_k, best_h, bytes);
+      }
     }
   }
   Sources s;

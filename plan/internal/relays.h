@@ -17,6 +17,15 @@ namespace internal_plan {
 // side (each hop costs a wave of latency, not bandwidth): e.g. inside the
 // first host, across to another host, inside that host.
 inline constexpr int32_t kMaxRelayDepth = 3;
+// The same for chains: a chain's member this deep feeds the next one only
+// through the trainer side (a new chain), so that a unit replicated on
+// hundreds of engine ranks costs a few trainer sends, not hundreds of
+// pipeline steps.
+inline constexpr int32_t kMaxChainDepth = 16;
+
+// Chains are kept when their slowest rank's time is within this factor of
+// the relay-aware bound (or of the same-GPU copies' time).
+inline constexpr double kChainSlack = 1.05;
 
 // Per candidate, where its bytes come from.
 struct Sources {
@@ -28,7 +37,7 @@ struct Sources {
   // relays at all.
   std::vector<int32_t> feeder;
   // Hops after the trainer: 0 from a trainer rank, the feeder's + 1.
-  std::vector<int8_t> depth;
+  std::vector<int16_t> depth;
   int32_t max_depth = 0;
 };
 
@@ -36,7 +45,22 @@ struct Sources {
 // replicas of different layouts share.
 // Chooses every candidate's source by a deterministic greedy rule on the
 // full-duplex time model (plan/cost.h; an engine rank's time is the larger
-// of its received and forwarded bytes' times):
+// of its received and forwarded bytes' times), under a floor (the
+// relay-aware bound, or the slowest rank so far): options whose larger
+// time is under the floor count as equal, then the faster link, the
+// shorter depth (trainer first) and the less loaded ranks win.
+// Chains, when no trainer rank shares a host with an engine rank: each
+// unit's members in chain order (by host in order of host index, unknown
+// placement: by rank; on a host by rank, turned by the unit's index so
+// that units enter a host through each of its ranks in turn). Every
+// chain's first member is fed by a trainer replica first (units by bytes
+// descending, then first dst record); then each other member, in chain
+// order, by a trainer replica or by the member before it, which holds the
+// bytes by then (when that is under kMaxChainDepth deep). A relay forwards to one next rank: inside its host first,
+// then one rank of the next host, so every link carries each byte once
+// and a pipelined schedule keeps every link busy (relay_messages.h).
+// Trees, when hosts are shared or the chains' slowest rank is over
+// kChainSlack times the bound:
 //  1. A candidate with a replica on its dst rank's GPU takes it (the
 //     least loaded one of those), as in BalanceReplicas.
 //  2. Roots: every unit none of whose candidates was fed by step 1 gets

@@ -6,7 +6,7 @@
 # bytes) is killed while a round's bytes move. Asserted:
 #   * engines A and C fail that round within DOWNSTREAM_S seconds of the
 #     kill, and a failure names engine B (refitd's abort names its member;
-#     a data-plane failure names its transport rank);
+#     a data-plane failure names its transport rank and member);
 #   * refitd reports A and C torn at that version (they wrote part of it);
 #   * refitd plans without B (6 members, a new fingerprint) and the round
 #     commits on A and C; every engine byte checked after every committed
@@ -81,12 +81,15 @@ t1=$(cat "$JOB_DIR/h2.log" "$JOB_DIR/h4.log" | grep -E "$fails" | awk '{print $1
 took=$(python3 -c "print(round(${t1:-1e12} - $t0, 2))")
 python3 -c "import sys; sys.exit(0 if $took <= $DOWNSTREAM_S else 1)" ||
   { echo "FAIL: A and C failed ${took}s after the kill (deadline ${DOWNSTREAM_S}s)"; bad=1; }
-# B by member name, or by its transport ranks (trainer ranks 0-1, then
-# engine ranks: B's are 4 and 5).
-named=$(cat "$JOB_DIR/h2.log" "$JOB_DIR/h4.log" | grep -E "$fails" |
-  grep -cE "engine B rank [01]|peer rank [45]\b")
+# B by member name; a data-plane failure names B's transport ranks (trainer
+# ranks 0-1, then engine ranks: B's are 4 and 5) with B's member name.
+named=$(cat "$JOB_DIR/h2.log" "$JOB_DIR/h4.log" | grep -E "$fails" | grep -cE "engine B rank [01]")
 [ "$named" -ge 1 ] ||
   { echo "FAIL: no failure of A or C names engine B:"; grep -hE "$fails" "$JOB_DIR"/h[24].log | head -4; bad=1; }
+bare=$(cat "$JOB_DIR/h2.log" "$JOB_DIR/h4.log" | grep -E "$fails" |
+  grep -E "peer rank [45]\b" | grep -cvE "peer rank [45] \(engine B rank [01]\)")
+[ "$bare" = 0 ] ||
+  { echo "FAIL: a failure names B's transport rank without its member:"; grep -hE "$fails" "$JOB_DIR"/h[24].log | head -4; bad=1; }
 
 # refitd plans without B, and the round commits on A and C, bytes checked.
 job_wait_status "len(s['members']) == 6 and s['plan_fingerprint'] not in ('', '$fp')" $((HB_S + 20)) ||

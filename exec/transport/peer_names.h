@@ -1,0 +1,33 @@
+// Peer names in data-plane errors: transports name a peer by its global
+// rank ("peer rank 5"); a member that knows every rank's member name (its
+// bootstrap's member_names) adds it, so that a relay or trainer that died
+// is named as the operator knows it ("peer rank 5 (engine B rank 1)").
+#ifndef REFIT_EXEC_TRANSPORT_PEER_NAMES_H_
+#define REFIT_EXEC_TRANSPORT_PEER_NAMES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace refit {
+
+// Returns `s` with " (NAME)" after each "peer rank N" in its message, NAME
+// being names[N] (skipped when N is outside `names` or names[N] is empty),
+// with the same code and payloads. Returns OK and messages naming no peer
+// unchanged. Never fails.
+absl::Status NamePeers(const absl::Status& s, absl::Span<const std::string> names);
+
+// Returns the member name of every global rank of a world of `world`
+// ranks whose engines, in order, are `engine_ids`, each starting at the
+// global rank in `engine_first_ranks` (ascending; the ranks before the
+// first are trainer ranks): "trainer rank R", "engine ID rank R". Empty
+// when the lists are empty or differ in size. Never fails.
+std::vector<std::string> MemberNames(int32_t world, absl::Span<const std::string> engine_ids,
+                                     absl::Span<const int32_t> engine_first_ranks);
+
+}  // namespace refit
+
+#endif  // REFIT_EXEC_TRANSPORT_PEER_NAMES_H_
