@@ -62,6 +62,16 @@ void Acceptor::Start(grpc::experimental::ExternalConnectionAcceptor* target, Gat
   ev.events = EPOLLIN;
   ev.data.u64 = 0;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  if (gate_.plaintext) {
+    H2ClientLimits limits;
+    limits.stall_timeout = gate_.first_request_timeout;
+    absl::StatusOr<std::unique_ptr<ConnectionRelay>> relay = ConnectionRelay::Start(limits);
+    if (relay.ok()) {
+      relay_ = std::move(*relay);
+    } else {
+      ServerLog().error("connections go to gRPC unbounded: {}", relay.status().ToString());
+    }
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -72,6 +82,15 @@ void Acceptor::Stop() {
   if (epoll_fd_ >= 0) close(epoll_fd_);
   close(listen_fd_);
   if (spare_fd_ >= 0) close(spare_fd_);
+  if (relay_ != nullptr) relay_->Stop();
+}
+
+std::string Acceptor::RealPeer(absl::string_view grpc_peer) const {
+  return relay_ == nullptr ? std::string(grpc_peer) : relay_->RealPeer(grpc_peer);
+}
+
+int64_t Acceptor::closed_for_abuse() const {
+  return relay_ == nullptr ? 0 : relay_->closed_for_abuse();
 }
 
 void Acceptor::Forget(int fd) {
@@ -88,14 +107,33 @@ void Acceptor::HandOver(int fd) {
   target_->HandleNewConnection(&params);  // owns fd from here
 }
 
-void Acceptor::Take(int fd, std::string source) {
+void Acceptor::Relay(int fd, std::string peer) {
+  if (relay_ == nullptr) {
+    HandOver(fd);
+    return;
+  }
+  absl::StatusOr<int> grpc_end = relay_->Relay(fd, std::move(peer));
+  if (!grpc_end.ok()) {
+    close(fd);
+    refused_.fetch_add(1);
+    return;
+  }
+  HandOver(*grpc_end);
+}
+
+void Acceptor::Take(int fd, std::string source, std::string peer) {
   while (static_cast<int>(pending_.size()) >= gate_.max_pending) GiveWay();
   const uint64_t seq = ++next_seq_;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = seq;
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-    HandOver(fd);  // cannot watch it: let gRPC have it
+    // Cannot watch it: let gRPC have it.
+    if (gate_.plaintext) {
+      Relay(fd, std::move(peer));
+    } else {
+      HandOver(fd);
+    }
     return;
   }
   PendingConnections::Entry p;
@@ -103,6 +141,7 @@ void Acceptor::Take(int fd, std::string source) {
   p.tag = seq;
   p.accepted = absl::Now();
   p.source = std::move(source);
+  p.peer = std::move(peer);
   // Its first bytes may have come with the connection (no new edge then).
   if (!Settle(p, p.accepted)) pending_.Add(std::move(p));
 }
@@ -137,7 +176,11 @@ bool Acceptor::Settle(PendingConnections::Entry& p, absl::Time now) {
   if (state == FirstBytes::kRequest || state == FirstBytes::kNotHttp2) {
     // gRPC serves it (or answers what is not HTTP/2 and closes it).
     Forget(p.fd);
-    HandOver(p.fd);
+    if (state == FirstBytes::kRequest && gate_.plaintext) {
+      Relay(p.fd, std::move(p.peer));
+    } else {
+      HandOver(p.fd);
+    }
     return true;
   }
   const bool stalled = state == FirstBytes::kOversized ||
@@ -203,7 +246,7 @@ void Acceptor::Loop() {
       const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_len,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
-        Take(fd, SourceKey(peer, peer_len));
+        Take(fd, SourceKey(peer, peer_len), PeerUri(peer, peer_len));
         continue;
       }
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
