@@ -68,6 +68,7 @@ void Acceptor::Start(grpc::experimental::ExternalConnectionAcceptor* target, Gat
     absl::StatusOr<std::unique_ptr<ConnectionRelay>> relay = ConnectionRelay::Start(limits);
     if (relay.ok()) {
       relay_ = std::move(*relay);
+      for (int& spare : relay_spares_) spare = OpenSpare();
     } else {
       ServerLog().error("connections go to gRPC unbounded: {}", relay.status().ToString());
     }
@@ -83,6 +84,9 @@ void Acceptor::Stop() {
   close(listen_fd_);
   if (spare_fd_ >= 0) close(spare_fd_);
   if (relay_ != nullptr) relay_->Stop();
+  for (int spare : relay_spares_) {
+    if (spare >= 0) close(spare);
+  }
 }
 
 std::string Acceptor::RealPeer(absl::string_view grpc_peer) const {
@@ -107,12 +111,22 @@ void Acceptor::HandOver(int fd) {
   target_->HandleNewConnection(&params);  // owns fd from here
 }
 
-void Acceptor::Relay(int fd, std::string peer) {
+void Acceptor::Relay(int fd, std::string peer, std::string source) {
   if (relay_ == nullptr) {
     HandOver(fd);
     return;
   }
-  absl::StatusOr<int> grpc_end = relay_->Relay(fd, std::move(peer));
+  absl::StatusOr<int> grpc_end = relay_->Relay(fd, peer, source);
+  if (!grpc_end.ok() && relay_spares_[0] >= 0) {
+    // At the open-file limit: the two spares make room for this one, and
+    // are taken back as descriptors free.
+    for (int& spare : relay_spares_) close(std::exchange(spare, -1));
+    grpc_end = relay_->Relay(fd, peer, source);
+  }
+  if (relay_spares_[0] < 0) {
+    for (int& spare : relay_spares_) spare = OpenSpare();
+    if (relay_spares_[1] < 0) close(std::exchange(relay_spares_[0], -1));
+  }
   if (!grpc_end.ok()) {
     close(fd);
     refused_.fetch_add(1);
@@ -130,7 +144,7 @@ void Acceptor::Take(int fd, std::string source, std::string peer) {
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
     // Cannot watch it: let gRPC have it.
     if (gate_.plaintext) {
-      Relay(fd, std::move(peer));
+      Relay(fd, std::move(peer), std::move(source));
     } else {
       HandOver(fd);
     }
@@ -177,7 +191,7 @@ bool Acceptor::Settle(PendingConnections::Entry& p, absl::Time now) {
     // gRPC serves it (or answers what is not HTTP/2 and closes it).
     Forget(p.fd);
     if (state == FirstBytes::kRequest && gate_.plaintext) {
-      Relay(p.fd, std::move(p.peer));
+      Relay(p.fd, std::move(p.peer), std::move(p.source));
     } else {
       HandOver(p.fd);
     }

@@ -108,9 +108,9 @@ class Acceptor {
   // gated, else handed over.
   void Take(int fd, std::string source, std::string peer);
   void HandOver(int fd);
-  // Hands `fd` (from `peer`) to gRPC through the relay; closes it when the
-  // relay has no descriptor for it.
-  void Relay(int fd, std::string peer);
+  // Hands `fd` (from `peer`, at address `source`) to gRPC through the
+  // relay; closes it when the relay has no descriptor for it.
+  void Relay(int fd, std::string peer, std::string source);
   // Closes the pending connection that gives way to a new one
   // (PendingConnections::TakeVictim); false when none is pending.
   bool GiveWay();
@@ -132,6 +132,7 @@ class Acceptor {
   grpc::experimental::ExternalConnectionAcceptor* target_ = nullptr;
   Gate gate_;
   std::unique_ptr<ConnectionRelay> relay_;  // plaintext listeners
+  int relay_spares_[2] = {-1, -1};          // held for a relay at the limit
   // The listener (level-triggered, tag 0) and the pending connections
   // (edge-triggered: bytes peeked but not read do not wake it again).
   int epoll_fd_ = -1;

@@ -77,7 +77,9 @@ struct ConnectionRelay::Side {
 };
 
 struct ConnectionRelay::Conn {
-  Conn(H2ClientLimits limits, absl::Time now) : frames(limits, now) {}
+  Conn(H2ClientLimits limits, absl::Time now, SourceBudget* budget)
+      : budget(budget), frames(limits, now, &budget->resets) {}
+  SourceBudget* budget;
   uint64_t key = 0;
   uint64_t name = 0;
   Side client, server;
@@ -126,7 +128,7 @@ void ConnectionRelay::Stop() {
   close(wake_fd_);
 }
 
-absl::StatusOr<int> ConnectionRelay::Relay(int client, std::string peer) {
+absl::StatusOr<int> ConnectionRelay::Relay(int client, std::string peer, std::string source) {
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) != 0) {
     return absl::UnavailableError(
@@ -143,7 +145,7 @@ absl::StatusOr<int> ConnectionRelay::Relay(int client, std::string peer) {
            static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + text.size())) == 0) {
     peers_[name] = std::move(peer);
   }
-  incoming_.push_back({client, pair[0], name});
+  incoming_.push_back({client, pair[0], name, std::move(source)});
   const uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof(one));
   return pair[1];
@@ -171,7 +173,10 @@ void ConnectionRelay::Adopt() {
   }
   const absl::Time now = absl::Now();
   for (const Incoming& in : taken) {
-    auto c = std::make_unique<Conn>(limits_, now);
+    std::unique_ptr<SourceBudget>& budget = budgets_[in.source];
+    if (budget == nullptr) budget = std::make_unique<SourceBudget>(limits_, now);
+    ++budget->conns;
+    auto c = std::make_unique<Conn>(limits_, now, budget.get());
     c->key = ++next_key_;
     c->name = in.name;
     c->client.fd = in.client;
@@ -373,6 +378,7 @@ void ConnectionRelay::Close(Conn& c) {
     absl::MutexLock lock(&mu_);
     peers_.erase(c.name);
   }
+  --c.budget->conns;
   conns_.erase(c.key);  // destroys c
 }
 
@@ -390,6 +396,9 @@ void ConnectionRelay::CheckDeadlines(absl::Time now) {
     Abort(c, c.frames.CheckStall(now));
   }
   for (uint64_t key : ended) Close(*conns_[key]);
+  absl::erase_if(budgets_, [&](const auto& entry) {
+    return entry.second->conns == 0 && entry.second->resets.Full(limits_, now);
+  });
 }
 
 }  // namespace refit

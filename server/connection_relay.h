@@ -44,11 +44,12 @@ class ConnectionRelay {
 
   // Takes `client` (a connected non-blocking socket whose first bytes are
   // the HTTP/2 client preface, none of them read yet), from `peer` (as gRPC
-  // writes a peer: "ipv4:10.0.0.1:5000"). Returns the descriptor to hand to
+  // writes a peer: "ipv4:10.0.0.1:5000"), whose early resets draw from one
+  // bucket with every connection of `source` (its address). Returns the descriptor to hand to
   // gRPC (the other end of the relay's socket pair). Fails with
   // UNAVAILABLE when no socket pair could be made (the process has no
   // descriptor left); `client` is then still the caller's.
-  absl::StatusOr<int> Relay(int client, std::string peer);
+  absl::StatusOr<int> Relay(int client, std::string peer, std::string source);
 
   // Returns the client's address for `grpc_peer`, gRPC's peer string of a
   // relayed connection; `grpc_peer` itself for any other.
@@ -88,6 +89,7 @@ class ConnectionRelay {
   struct Incoming {
     int client, relay;
     uint64_t name;
+    std::string source;
   };
   std::deque<Incoming> incoming_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::string> peers_ ABSL_GUARDED_BY(mu_);  // by name
@@ -96,6 +98,14 @@ class ConnectionRelay {
   // The relay thread's own.
   uint64_t next_key_ = 0;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Conn>> conns_;
+  // Early-reset buckets by source, kept while a connection from it is open
+  // or the bucket is not full again.
+  struct SourceBudget {
+    explicit SourceBudget(const H2ClientLimits& limits, absl::Time now) : resets(limits, now) {}
+    FrameBudget resets;
+    int conns = 0;
+  };
+  absl::flat_hash_map<std::string, std::unique_ptr<SourceBudget>> budgets_;
   int64_t abuse_logged_ = 0;
   absl::Time last_abuse_log_ = absl::InfinitePast();
   std::thread thread_;

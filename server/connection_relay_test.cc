@@ -71,7 +71,7 @@ TEST(ConnectionRelayTest, BytesMoveBothWaysAndThePeerMapsBack) {
   auto relay = ConnectionRelay::Start(H2ClientLimits());
   ASSERT_TRUE(relay.ok()) << relay.status();
   Pair client = ClientPair();
-  auto grpc_end = (*relay)->Relay(client.relayed, "ipv4:10.1.2.3:4567");
+  auto grpc_end = (*relay)->Relay(client.relayed, "ipv4:10.1.2.3:4567", "10.1.2.3");
   ASSERT_TRUE(grpc_end.ok()) << grpc_end.status();
   // gRPC's view of its peer (unix-abstract:refitd-relay-... in gRPC's words).
   sockaddr_un addr{};
@@ -112,7 +112,7 @@ TEST(ConnectionRelayTest, AContinuationFloodGetsAGoAwayAndBothEndsClose) {
   auto relay = ConnectionRelay::Start(H2ClientLimits());
   ASSERT_TRUE(relay.ok()) << relay.status();
   Pair client = ClientPair();
-  auto grpc_end = (*relay)->Relay(client.relayed, "ipv4:10.1.2.3:4567");
+  auto grpc_end = (*relay)->Relay(client.relayed, "ipv4:10.1.2.3:4567", "10.1.2.3");
   ASSERT_TRUE(grpc_end.ok());
   std::string flood = std::string(kPreface) + Frame(1, 4, 1, "h") + Frame(1, 0, 3, "x");
   for (int i = 0; i < 200; ++i) flood += Frame(9, 0, 3, std::string(1000, 'c'));
@@ -135,7 +135,7 @@ TEST(ConnectionRelayTest, AClientThatEndsLetsGrpcFinish) {
   auto relay = ConnectionRelay::Start(H2ClientLimits());
   ASSERT_TRUE(relay.ok());
   Pair client = ClientPair();
-  auto grpc_end = (*relay)->Relay(client.relayed, "ipv4:10.1.2.3:4567");
+  auto grpc_end = (*relay)->Relay(client.relayed, "ipv4:10.1.2.3:4567", "10.1.2.3");
   ASSERT_TRUE(grpc_end.ok());
   ASSERT_TRUE(SendAll(client.ours, std::string(kPreface) + Frame(1, 5, 1, "h")));
   shutdown(client.ours, SHUT_WR);

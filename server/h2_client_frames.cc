@@ -18,8 +18,25 @@ constexpr absl::Duration kEarlyReset = absl::Seconds(1);
 
 }  // namespace
 
-H2ClientFrames::H2ClientFrames(H2ClientLimits limits, absl::Time now)
-    : limits_(limits), preface_left_(kPrefaceBytes), tokens_(limits.burst), refilled_(now) {}
+bool FrameBudget::Spend(const H2ClientLimits& limits, absl::Time now) {
+  tokens_ = std::min(limits.burst,
+                     tokens_ + absl::ToDoubleSeconds(now - refilled_) * limits.per_second);
+  refilled_ = std::max(refilled_, now);
+  if (tokens_ < 1) return false;
+  tokens_ -= 1;
+  return true;
+}
+
+bool FrameBudget::Full(const H2ClientLimits& limits, absl::Time now) const {
+  return tokens_ + absl::ToDoubleSeconds(now - refilled_) * limits.per_second >= limits.burst;
+}
+
+H2ClientFrames::H2ClientFrames(H2ClientLimits limits, absl::Time now, FrameBudget* resets)
+    : limits_(limits),
+      preface_left_(kPrefaceBytes),
+      control_(limits, now),
+      own_resets_(limits, now),
+      resets_(resets != nullptr ? resets : &own_resets_) {}
 
 const std::string& H2ClientFrames::Consume(absl::Span<const uint8_t> bytes, absl::Time now) {
   size_t off = 0;
@@ -76,24 +93,20 @@ void H2ClientFrames::OnFrameHeader(absl::Time now) {
     }
     return;
   }
-  bool costly = type == kPing || (type == kSettings && (flags & kAck) == 0);
+  if (type == kPing || (type == kSettings && (flags & kAck) == 0)) {
+    if (!control_.Spend(limits_, now)) {
+      Fail(absl::StrCat("more than ", limits_.burst, " PINGs and SETTINGS at once (",
+                        limits_.per_second, " a second allowed)"));
+    }
+    return;
+  }
   if (type == kRstStream) {
     const Opened& o = opened_[(stream / 2) % opened_.size()];
-    costly = o.stream == stream && now - o.at < kEarlyReset;
+    if (o.stream == stream && now - o.at < kEarlyReset && !resets_->Spend(limits_, now)) {
+      Fail(absl::StrCat("more than ", limits_.burst, " resets of new streams at once (",
+                        limits_.per_second, " a second allowed)"));
+    }
   }
-  if (costly && !Spend(now)) {
-    Fail(absl::StrCat("more than ", limits_.burst, " resets of new streams, PINGs and "
-                      "SETTINGS at once (", limits_.per_second, " a second allowed)"));
-  }
-}
-
-bool H2ClientFrames::Spend(absl::Time now) {
-  tokens_ = std::min(limits_.burst,
-                     tokens_ + absl::ToDoubleSeconds(now - refilled_) * limits_.per_second);
-  refilled_ = now;
-  if (tokens_ < 1) return false;
-  tokens_ -= 1;
-  return true;
 }
 
 const std::string& H2ClientFrames::CheckStall(absl::Time now) {

@@ -8,9 +8,11 @@
 //   - a header block, or a frame, begun and not finished within
 //     stall_timeout ends it;
 //   - frames that cost the server work and no client needs at a high rate
-//     (RST_STREAM of a stream opened less than a second before: the "rapid
-//     reset"; PING; SETTINGS) draw from a bucket of `burst` refilled at
-//     `per_second`; an empty bucket ends the connection.
+//     draw from buckets of `burst` refilled at `per_second`, and an empty
+//     bucket ends the connection: RST_STREAM of a stream opened less than a
+//     second before (the "rapid reset") from a bucket the caller may share
+//     between the connections of one address (so that reconnecting does not
+//     refill it), PING and SETTINGS from the connection's own.
 // Honest gRPC clients stay far inside these: a call's headers are a few
 // hundred bytes, members ping once a second, and cancellations come from
 // deadlines of calls that waited.
@@ -34,9 +36,26 @@ struct H2ClientLimits {
   double per_second = 200;    // ... and refilled per second
 };
 
+// A token bucket (H2ClientLimits' burst and per_second).
+class FrameBudget {
+ public:
+  FrameBudget(const H2ClientLimits& limits, absl::Time now)
+      : tokens_(limits.burst), refilled_(now) {}
+  // Takes one token; returns false when there is none.
+  bool Spend(const H2ClientLimits& limits, absl::Time now);
+  // Returns whether it is full again at `now` (nothing spent lately).
+  bool Full(const H2ClientLimits& limits, absl::Time now) const;
+
+ private:
+  double tokens_;
+  absl::Time refilled_;
+};
+
 class H2ClientFrames {
  public:
-  explicit H2ClientFrames(H2ClientLimits limits, absl::Time now);
+  // `resets`: the bucket early resets draw from (not owned; it must
+  // outlive this); null: one of its own.
+  H2ClientFrames(H2ClientLimits limits, absl::Time now, FrameBudget* resets = nullptr);
 
   // Reads the next `bytes` the client sent (the connection preface first).
   // Returns an empty string while the client stays within the limits, else
@@ -54,8 +73,6 @@ class H2ClientFrames {
  private:
   // Handles a whole frame header (in header_).
   void OnFrameHeader(absl::Time now);
-  // Takes one token from the bucket; false when it is empty.
-  bool Spend(absl::Time now);
   void Fail(std::string reason) {
     if (reason_.empty()) reason_ = std::move(reason);
   }
@@ -71,8 +88,9 @@ class H2ClientFrames {
   size_t block_bytes_ = 0;
   absl::Time block_began_ = absl::InfiniteFuture();
   uint32_t last_stream_ = 0;
-  double tokens_;
-  absl::Time refilled_;
+  FrameBudget control_;     // PING and SETTINGS
+  FrameBudget own_resets_;  // when no shared one is given
+  FrameBudget* resets_;
   // When the most recent streams were opened, by (id / 2) % size.
   struct Opened {
     uint32_t stream = 0;
