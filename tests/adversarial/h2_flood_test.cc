@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -126,18 +127,22 @@ TEST(H2FloodTest, ARapidResetClientIsClosedAndOthersStayFast) {
                            absl::Seconds(20))
                   .ok());
   ASSERT_TRUE(StatusOverANewConnection(refitd.port(), absl::Now() + absl::Seconds(10)).ok());
-  // Baseline: another client's GetStatus on new connections, before.
-  auto slowest_call = [&](int calls) {
-    double worst = 0;
+  // Another client's GetStatus on new connections: median, p90 and slowest ms.
+  struct Latency {
+    double median = 0, p90 = 0, slowest = 0;
+  };
+  auto calls_ms = [&](int calls) {
+    std::vector<double> ms;
     for (int i = 0; i < calls; ++i) {
       const absl::Time t = absl::Now();
       EXPECT_TRUE(StatusOverANewConnection(refitd.port(), t + absl::Seconds(5)).ok());
-      worst = std::max(worst, absl::ToDoubleMilliseconds(absl::Now() - t));
+      ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - t));
       absl::SleepFor(absl::Milliseconds(20));
     }
-    return worst;
+    std::sort(ms.begin(), ms.end());
+    return Latency{ms[ms.size() / 2], ms[ms.size() * 9 / 10], ms.back()};
   };
-  const double before_ms = slowest_call(20);
+  const Latency before = calls_ms(20);
 
   std::atomic<bool> stop{false};
   std::atomic<int64_t> streams{0}, connections{0}, closed{0};
@@ -173,22 +178,25 @@ TEST(H2FloodTest, ARapidResetClientIsClosedAndOthersStayFast) {
     }
   });
   absl::SleepFor(absl::Milliseconds(300));
-  const double during_ms = slowest_call(100);
+  const Latency during = calls_ms(100);
   stop.store(true);
   attacker.join();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   const double cpu = (CpuSeconds(refitd.pid()) - cpu_before) / seconds;
   std::printf("rapid reset from 127.0.0.2 for %.1f s: %lld streams sent (%.0f/s) on %lld "
               "connections, %lld closed by refitd, the first after %.3f s; refitd at %.0f%% "
-              "of a core; another client's GetStatus on a new connection: slowest of 20 "
-              "before %.1f ms, of 100 during %.1f ms\n",
+              "of a core; another client's GetStatus on a new connection (median / p90 / "
+              "slowest): 20 before %.1f / %.1f / %.1f ms, 100 during %.1f / %.1f / %.1f ms\n",
               seconds, static_cast<long long>(streams.load()), streams.load() / seconds,
               static_cast<long long>(connections.load()), static_cast<long long>(closed.load()),
-              first_close_s.load(), 100 * cpu, before_ms, during_ms);
+              first_close_s.load(), 100 * cpu, before.median, before.p90, before.slowest,
+              during.median, during.p90, during.slowest);
   EXPECT_GE(closed.load(), 1);
   EXPECT_GE(first_close_s.load(), 0);
   EXPECT_LT(first_close_s.load(), 1.0);
-  EXPECT_LT(during_ms, 300.0);
+  // gRPC alone: a core held at 100% and others' calls delayed up to 885 ms.
+  EXPECT_LT(during.p90, 200.0);
+  EXPECT_LT(cpu, 0.9);
   EXPECT_TRUE(refitd.Alive());
 }
 
