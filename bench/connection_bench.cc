@@ -13,7 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "client/refit_client.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/protocol_version.h"
