@@ -4,9 +4,28 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace refit {
+
+absl::StatusOr<HostDeltaModel> HostDeltaFromFlags(double host_link_gbps,
+                                                  double host_codec_gbps) {
+  if (!(host_link_gbps >= 0 && host_link_gbps <= 1e6)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--host_link_gbps: GB/s from 0 (Gloo's speeds) to 1e6, got ", host_link_gbps));
+  }
+  if (!(host_codec_gbps > 0 && host_codec_gbps <= 1e6)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--host_codec_gbps: GB/s above 0, at most 1e6, got ", host_codec_gbps));
+  }
+  HostDeltaModel m;
+  m.codec_gbps = host_codec_gbps;
+  if (host_link_gbps > 0) {
+    m.links.same_gpu_gbps = m.links.intra_host_gbps = m.links.inter_host_gbps = host_link_gbps;
+  }
+  return m;
+}
 
 HostDeltaChoice ChooseHostDelta(const Plan& plan, const HostDeltaModel& model) {
   HostDeltaChoice c;

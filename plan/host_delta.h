@@ -13,6 +13,8 @@
 
 #include <string>
 
+#include "absl/status/statusor.h"
+
 #include "plan/cost.h"
 #include "plan/plan.h"
 
@@ -33,6 +35,13 @@ struct HostDeltaChoice {
   double dense_seconds = 0;    // PredictedSeconds(plan, links)
   std::string reason;          // one line: the figures and the choice
 };
+
+// Returns the model for --host_link_gbps (0: GlooLinkSpeeds; else every
+// link class at it) and --host_codec_gbps. Fails with INVALID_ARGUMENT
+// naming the flag when a rate is negative, zero (the codec), not a number
+// or above 1e6.
+absl::StatusOr<HostDeltaModel> HostDeltaFromFlags(double host_link_gbps,
+                                                  double host_codec_gbps);
 
 // Returns the choice for `plan` (its messages and placement) under
 // `model`: delta while the codec's time is below the dense round's. Never

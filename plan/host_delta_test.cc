@@ -59,5 +59,19 @@ TEST(HostDeltaTest, TheBusiestRankDecides) {
   EXPECT_TRUE(ChooseHostDelta(Plan(), model).delta);  // nothing to move
 }
 
+TEST(HostDeltaTest, FlagsNameTheWrongOne) {
+  auto gloo = HostDeltaFromFlags(0, 0.2);
+  ASSERT_TRUE(gloo.ok());
+  EXPECT_EQ(gloo->links.inter_host_gbps, GlooLinkSpeeds().inter_host_gbps);
+  auto slow = HostDeltaFromFlags(0.01, 0.5);
+  ASSERT_TRUE(slow.ok());
+  EXPECT_EQ(slow->links.intra_host_gbps, 0.01);
+  EXPECT_EQ(slow->codec_gbps, 0.5);
+  EXPECT_TRUE(absl::StrContains(HostDeltaFromFlags(-1, 0.2).status().message(),
+                                "--host_link_gbps"));
+  EXPECT_TRUE(absl::StrContains(HostDeltaFromFlags(0, 0).status().message(),
+                                "--host_codec_gbps"));
+}
+
 }  // namespace
 }  // namespace refit

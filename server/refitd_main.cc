@@ -306,6 +306,10 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   plan_options.max_plan_bytes = *max_plan;
   plan_options.budget_name = "--max_plan_mib";
   plan_options.cancel = g_cancel_plans;
+  absl::StatusOr<refit::HostDeltaModel> host_delta = refit::HostDeltaFromFlags(
+      absl::GetFlag(FLAGS_host_link_gbps), absl::GetFlag(FLAGS_host_codec_gbps));
+  if (!host_delta.ok()) return host_delta.status();
+  plan_options.host_delta = *host_delta;
   o.coordinator.plan_function = refit::DefaultPlanFunction(plan_options);
   return o;
 }
