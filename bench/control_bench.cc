@@ -155,6 +155,7 @@ bool RegisterMany(int port, int n, int to_parent) {
     }
   }
   if (failed > 0) {
+    std::fflush(stdout);  // the child ends with _exit
     WriteLine(to_parent, "a-failed");
     return false;
   }

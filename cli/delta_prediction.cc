@@ -13,6 +13,7 @@
 #include "exec/delta/delta_codec.h"
 #include "exec/delta/delta_runner.h"
 #include "layout/dtype.h"
+#include "plan/cost.h"
 
 namespace refit {
 namespace {
@@ -30,23 +31,13 @@ int WordBytes(const Plan& plan, const Message& m) {
   return g == 2 || g == 4 || g == 8 ? static_cast<int>(g) : 1;
 }
 
-bool SameGpu(const Plan& plan, const Message& m) {
-  const auto& sg = plan.src.gpu_of_rank;
-  const auto& dg = plan.dst.gpu_of_rank;
-  const auto& sh = plan.src.host_of_rank;
-  const auto& dh = plan.dst.host_of_rank;
-  if (sg.size() <= static_cast<size_t>(m.src_rank) || dg.size() <= static_cast<size_t>(m.dst_rank) ||
-      sh.size() <= static_cast<size_t>(m.src_rank) || dh.size() <= static_cast<size_t>(m.dst_rank)) {
-    return false;
-  }
-  return sh[m.src_rank] == dh[m.dst_rank] && sg[m.src_rank] >= 0 && sg[m.src_rank] == dg[m.dst_rank];
-}
-
-bool SameHost(const Plan& plan, const Message& m) {
-  const auto& sh = plan.src.host_of_rank;
-  const auto& dh = plan.dst.host_of_rank;
-  return sh.size() > static_cast<size_t>(m.src_rank) && dh.size() > static_cast<size_t>(m.dst_rank) &&
-         sh[m.src_rank] == dh[m.dst_rank];
+// The planner's link model (plan/cost.h) over the plan's own placement, at
+// `link`'s speeds.
+CostModel PlanCost(const Plan& plan, const LinkModel& link) {
+  PlannerOptions o = plan.options;
+  o.prefer_same_host = true;
+  o.links = {link.same_gpu_gbps, link.nvlink_gbps, link.net_gbps};
+  return CostModel(plan.src, plan.dst, o);
 }
 
 }  // namespace
@@ -54,8 +45,10 @@ bool SameHost(const Plan& plan, const Message& m) {
 std::vector<int64_t> SnapshotBytesPerRank(const Plan& plan) {
   std::vector<int64_t> out(std::max(0, plan.src.world_size), 0);
   std::set<std::pair<int32_t, std::string>> seen;  // one copy per source region
+  const CostModel cost = PlanCost(plan, LinkModel());
   for (const Message& m : plan.messages) {
-    if (m.src_rank < 0 || static_cast<size_t>(m.src_rank) >= out.size() || SameGpu(plan, m)) {
+    if (m.src_rank < 0 || static_cast<size_t>(m.src_rank) >= out.size() ||
+        cost.ClassOf(m.src_rank, m.dst_rank) == LinkClass::kSameGpu) {
       continue;
     }
     if (seen.insert({m.src_rank, DeltaRunner::SourceKey(plan, m)}).second) {
@@ -96,15 +89,16 @@ absl::StatusOr<DeltaPrediction> PredictDelta(const Plan& plan, const LinkModel& 
   const double hbm = model.hbm_gbps * 1e9;
   std::vector<double> enc(ws, 0), wire_s(ws, 0), wire_d(wd, 0), apply(wd, 0);
   std::vector<std::vector<bool>> src_waves(ws), dst_waves(wd);
+  const CostModel cost = PlanCost(plan, link);
   for (size_t i = 0; i < plan.messages.size(); ++i) {
     const Message& m = plan.messages[i];
     if (m.src_rank < 0 || m.src_rank >= ws || m.dst_rank < 0 || m.dst_rank >= wd) {
       return absl::InvalidArgumentError(absl::StrCat("message ", i, " names ranks outside the worlds"));
     }
     p.dense_bytes += m.bytes;
-    const bool gpu = SameGpu(plan, m);
-    const bool host = SameHost(plan, m);
-    const double bw = (gpu ? link.same_gpu_gbps : host ? link.nvlink_gbps : link.net_gbps) * 1e9;
+    const LinkClass k = cost.ClassOf(m.src_rank, m.dst_rank);
+    const bool gpu = k == LinkClass::kSameGpu;
+    const double bw = 1.0 / cost.SecondsPerByte(k);
     if (gpu) {  // the pull path: dense, one device copy
       p.wire_bytes += m.bytes;
       wire_s[m.src_rank] += m.bytes / bw;

@@ -183,6 +183,8 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
     dm.fraction = opt.delta;
     REFIT_ASSIGN_OR_RETURN(DeltaPrediction dp, PredictDelta(plan, opt.link, dm));
     delta_text = FormatDeltaText(dp, dm, s.predicted_seconds);
+    absl::StrAppend(&delta_text, "members on host memory (Gloo), refitd --delta: ",
+                    ChooseHostDelta(plan, opt.host_delta).reason, "\n");
   }
   std::string staged_text, staged_json;
   if (!opt.engine_staging.empty()) {

@@ -11,6 +11,7 @@
 #include "job/job_plan.h"
 #include "cli/delta_prediction.h"
 #include "cli/plan_summary.h"
+#include "plan/host_delta.h"
 
 namespace refit {
 
@@ -36,6 +37,9 @@ struct PlanCommandOptions {
   // a larger delta snapshot (0: no bound).
   double delta = -1;
   int64_t max_snapshot_mib = 0;
+  // With --delta: members on host memory (Gloo), and whether refitd --delta
+  // runs their rounds delta or dense (--host_link_gbps, --host_codec_gbps).
+  HostDeltaModel host_delta;
   // --engine_staging=BYTES|SHARE: engines are staged (docs/engines.md);
   // print each engine rank's device staging, host overflow and pause
   // (ParseEngineStaging; empty: not staged).

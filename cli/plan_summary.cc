@@ -85,7 +85,6 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
   s.src_world = plan.src.world_size;
   s.dst_world = plan.dst.world_size;
   std::vector<int64_t> sent(s.src_world, 0), recv(s.dst_world, 0), forwarded(s.dst_world, 0);
-  std::vector<double> t_src(s.src_world, 0), t_dst(s.dst_world, 0), t_fwd(s.dst_world, 0);
   s.histogram = EmptyHistogram();
 
   // Hosts: the plan's placement, else the shorthand.
@@ -103,17 +102,25 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
   const bool gpus = placed &&
                     static_cast<int32_t>(plan.src.gpu_of_rank.size()) == s.src_world &&
                     static_cast<int32_t>(plan.dst.gpu_of_rank.size()) == s.dst_world;
-  auto same_engine_gpu = [&](int32_t a, int32_t b) {
-    return gpus && plan.dst.gpu_of_rank[a] >= 0 &&
-           plan.dst.gpu_of_rank[a] == plan.dst.gpu_of_rank[b];
-  };
-  auto same_gpu = [&](int32_t src_rank, int32_t dst_rank) {
-    if (gpus) {
-      return plan.src.gpu_of_rank[src_rank] >= 0 &&
-             plan.src.gpu_of_rank[src_rank] == plan.dst.gpu_of_rank[dst_rank];
-    }
-    return !placed && link.colocated && src_rank == dst_rank;
-  };
+  // Times come from the planner's own model (plan/cost.h) over this
+  // placement, at the link model's speeds.
+  SideLayout src_side, dst_side;
+  src_side.world_size = s.src_world;
+  dst_side.world_size = s.dst_world;
+  src_side.host_of_rank = src_host;
+  dst_side.host_of_rank = dst_host;
+  if (gpus) {
+    src_side.gpu_of_rank = plan.src.gpu_of_rank;
+    dst_side.gpu_of_rank = plan.dst.gpu_of_rank;
+  } else if (!placed && link.colocated) {
+    for (int32_t r = 0; r < s.src_world; ++r) src_side.gpu_of_rank.push_back(r);
+    for (int32_t r = 0; r < s.dst_world; ++r) dst_side.gpu_of_rank.push_back(r);
+  }
+  PlannerOptions model;
+  model.prefer_same_host = true;
+  model.links = {link.same_gpu_gbps, link.nvlink_gbps, link.net_gbps};
+  const CostModel cost(src_side, dst_side, model);
+  RankLoads wire(s.src_world, s.dst_world), in_trainer_dtypes(s.src_world, s.dst_world);
   if (!src_stage.empty() && static_cast<int32_t>(src_stage.size()) != s.src_world) {
     return absl::InvalidArgumentError(absl::StrCat(
         "src_stage: ", src_stage.size(), " stages for ", s.src_world, " trainer ranks"));
@@ -233,7 +240,6 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
     }
   }
   std::map<std::string, int64_t> by_format;
-  std::vector<double> u_src(s.src_world, 0), u_dst(s.dst_world, 0), u_fwd(s.dst_world, 0);
   int32_t num_hosts = 0;
   for (int32_t h : src_host) num_hosts = std::max(num_hosts, h + 1);
   for (int32_t h : dst_host) num_hosts = std::max(num_hosts, h + 1);
@@ -252,11 +258,9 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
     s.total_bytes += m.bytes;
     (m.relay ? forwarded : sent)[m.src_rank] += m.bytes;
     recv[m.dst_rank] += m.bytes;
-    const bool intra = (m.relay ? dst_host : src_host)[m.src_rank] == dst_host[m.dst_rank];
-    const bool gpu = intra && (m.relay ? same_engine_gpu(m.src_rank, m.dst_rank)
-                                       : same_gpu(m.src_rank, m.dst_rank));
-    const double bw =
-        (gpu ? link.same_gpu_gbps : intra ? link.nvlink_gbps : link.net_gbps) * 1e9;
+    const LinkClass k = m.relay ? cost.EngineClassOf(m.src_rank, m.dst_rank)
+                                : cost.ClassOf(m.src_rank, m.dst_rank);
+    const bool gpu = k == LinkClass::kSameGpu, intra = k != LinkClass::kInterHost;
     (gpu ? s.same_gpu_bytes : intra ? s.intra_host_bytes : s.inter_host_bytes) += m.bytes;
     const int32_t from_host = (m.relay ? dst_host : src_host)[m.src_rank];
     if (!intra && from_host >= 0 && dst_host[m.dst_rank] >= 0) {
@@ -265,8 +269,7 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
       ++s.host_messages[from_host];
       ++s.host_messages[dst_host[m.dst_rank]];
     }
-    (m.relay ? t_fwd : t_src)[m.src_rank] += m.bytes / bw;
-    t_dst[m.dst_rank] += m.bytes / bw;
+    wire.Add(cost, m, m.bytes);
     double ub = plan.conversions.empty() ? static_cast<double>(m.bytes) : 0.0;
     for (int32_t k = m.first_segment; per_segment && k < m.first_segment + m.num_segments;
          ++k) {
@@ -294,8 +297,7 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
       }
     }
     s.unconverted_bytes += static_cast<int64_t>(ub);
-    (m.relay ? u_fwd : u_src)[m.src_rank] += ub / bw;
-    u_dst[m.dst_rank] += ub / bw;
+    in_trainer_dtypes.Add(cost, m, std::llround(ub));
     for (HistogramBin& b : s.histogram) {
       if (m.bytes >= b.lo && (b.hi == 0 || m.bytes < b.hi)) {
         ++b.count;
@@ -333,22 +335,11 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
   for (int64_t v : plan.stats.staging_dst) {
     s.peak_staging_dst = std::max(s.peak_staging_dst, v);
   }
-  for (double u : u_src) s.unconverted_seconds = std::max(s.unconverted_seconds, u);
-  for (double u : u_dst) s.unconverted_seconds = std::max(s.unconverted_seconds, u);
-  for (double u : u_fwd) s.unconverted_seconds = std::max(s.unconverted_seconds, u);
-  for (int32_t r = 0; r < s.src_world; ++r) {
-    if (t_src[r] > s.predicted_seconds) {
-      s.predicted_seconds = t_src[r];
-      s.slowest_rank = MemberName(/*trainer=*/true, "", r);
-    }
-  }
+  s.unconverted_seconds = in_trainer_dtypes.SlowestRank(cost).seconds;
   // An engine rank receives and forwards at once (full duplex).
-  for (int32_t r = 0; r < s.dst_world; ++r) {
-    if (std::max(t_dst[r], t_fwd[r]) > s.predicted_seconds) {
-      s.predicted_seconds = std::max(t_dst[r], t_fwd[r]);
-      s.slowest_rank = MemberName(/*trainer=*/false, "", r);
-    }
-  }
+  const RankLoads::Slowest slowest = wire.SlowestRank(cost);
+  s.predicted_seconds = slowest.seconds;
+  if (slowest.rank >= 0) s.slowest_rank = MemberName(slowest.trainer, "", slowest.rank);
   s.wire_bytes_by_format.assign(by_format.begin(), by_format.end());
   s.gloo_predicted_seconds = PredictedSeconds(plan, GlooLinkSpeeds());
   return s;

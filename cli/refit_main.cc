@@ -262,6 +262,9 @@ usage error exits 2.
 --delta=F adds the delta round's prediction (F of the elements changed, wire
 bytes by the codec's size formula) and each trainer rank's snapshot bytes;
 --max_snapshot_mib refuses a plan whose snapshot is over it (docs/delta.md).
+It also says whether refitd --delta runs delta or dense rounds for members on
+host memory (Gloo), whose links --host_link_gbps gives (0: Gloo's TCP speeds)
+and whose delta codec --host_codec_gbps rates, as refitd reads them.
 
 --engine_staging=BYTES|SHARE plans staged engines (docs/engines.md): each
 engine rank stages its buffers on the device up to the budget, the rest in
@@ -322,7 +325,8 @@ int RunPlan(const std::vector<std::string>& args) {
           "plan", args,
           {"model", "trainer", "engine", "dtype", "gpus_per_host", "colocated",
            "hosts", "link", "relay", "staging_mib", "lanes", "max_plan_mib", "json", "timings",
-           "heatmap", "delta", "max_snapshot_mib", "engine_staging"},
+           "heatmap", "delta", "max_snapshot_mib", "engine_staging", "host_link_gbps",
+           "host_codec_gbps"},
           kPlanHelp);
       rc >= 0) {
     return rc;
@@ -377,6 +381,12 @@ int RunPlan(const std::vector<std::string>& args) {
   if (!opt.engine_staging.empty()) {
     absl::Status st = refit::ParseEngineStaging(opt.engine_staging).status();
     if (!st.ok()) return Usage(std::string(st.message()), kPlanHelp);
+  }
+  {
+    absl::StatusOr<refit::HostDeltaModel> host_delta = refit::HostDeltaFromFlags(
+        absl::GetFlag(FLAGS_host_link_gbps), absl::GetFlag(FLAGS_host_codec_gbps));
+    if (!host_delta.ok()) return Usage(std::string(host_delta.status().message()), kPlanHelp);
+    opt.host_delta = *host_delta;
   }
   opt.max_snapshot_mib = absl::GetFlag(FLAGS_max_snapshot_mib);
   if (opt.max_snapshot_mib < 0 || opt.max_snapshot_mib > (int64_t{1} << 30)) {

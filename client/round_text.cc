@@ -24,6 +24,12 @@ std::string PauseText(const v1::RoundSummary& s) {
                                    : "");
 }
 
+// "; delta rounds run dense: ..." for a refitd --delta with host members,
+// else "".
+std::string DeltaNoteText(const v1::RoundSummary& s) {
+  return s.delta_note().empty() ? "" : "; " + Printable(s.delta_note());
+}
+
 std::string FinishedRoundLine(const v1::RoundSummary& s) {
   if (s.outcome() == "committed") {
     return absl::StrFormat(
@@ -33,7 +39,7 @@ std::string FinishedRoundLine(const v1::RoundSummary& s) {
         Counted(s.engine_ranks(), "engine rank"), HumanRate(s.bytes_per_second()),
         HumanBytes(s.peak_staging_bytes()),
         s.peak_staging_member().empty() ? "" : " (" + Printable(s.peak_staging_member()) + ")") +
-        PauseText(s);
+        PauseText(s) + DeltaNoteText(s);
   }
   return absl::StrFormat("round %d %s after %.3f s: %s", s.version(), s.outcome(),
                          s.seconds(), Printable(s.reason()));

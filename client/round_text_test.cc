@@ -1,5 +1,6 @@
 #include "client/round_text.h"
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace refit {
@@ -61,6 +62,17 @@ TEST(RoundTextTest, ARoundInFlightShowsBytesOnceAnEngineRankReported) {
   s.set_engine_ranks(1);
   s.set_bytes(816400000);
   EXPECT_EQ(RunningRoundBytes(s), ", 816.4 MB per engine rank so far");
+}
+
+TEST(RoundTextTest, ACommittedRoundSaysWhyItRanDense) {
+  v1::RoundSummary s;
+  s.set_version(4);
+  s.set_outcome("committed");
+  s.set_delta_note("delta rounds run dense: the host delta codec (0.20 GB/s a member) ...");
+  EXPECT_TRUE(absl::EndsWith(FinishedRoundLine(s),
+                             "; delta rounds run dense: the host delta codec (0.20 GB/s a "
+                             "member) ..."))
+      << FinishedRoundLine(s);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "job/job_plan.h"
+#include "plan/host_delta.h"
 #include "plan/plan.h"
 
 ABSL_FLAG(int64_t, staging_mib, 512, "planner staging budget per rank, in MiB");
@@ -14,6 +15,13 @@ ABSL_FLAG(int64_t, max_plan_mib, 16384,
           "refuse a plan whose estimated size (one record per tensor per rank)\n"
           "is over this many MiB, before building it");
 ABSL_FLAG(std::string, relay, refit::kRelayFlagDefault, refit::kRelayFlagHelp);
+ABSL_FLAG(double, host_link_gbps, 0,
+          "GB/s the links between members on host memory (no GPU) carry, within\n"
+          "and between hosts (0: Gloo over TCP, 1 within a host, 1.25 between);\n"
+          "their rounds are predicted at it, and delta rounds run dense where it is\n"
+          "above the host delta codec's rate (docs/delta.md)");
+ABSL_FLAG(double, host_codec_gbps, refit::HostDeltaModel().codec_gbps,
+          "GB/s of message bytes one host member's delta codec handles");
 
 namespace refit {
 

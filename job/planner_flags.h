@@ -3,9 +3,11 @@
 // budget per rank, MiB), --lanes (waves in flight at once, at most 64) and
 // --max_plan_mib (refuse a plan whose estimated size is above it, MiB) and
 // --relay (engine ranks forward bytes to other replicas: on or off;
-// job/job_plan.h ParseRelayFlag).
-// CheckPlannerFlags checks their ranges for both, naming the flag that is
-// wrong.
+// job/job_plan.h ParseRelayFlag), --host_link_gbps and --host_codec_gbps
+// (members on host memory: their links and delta codec, plan/host_delta.h
+// HostDeltaFromFlags).
+// CheckPlannerFlags checks the ranges of the first three for both programs,
+// naming the flag that is wrong.
 #ifndef REFIT_JOB_PLANNER_FLAGS_H_
 #define REFIT_JOB_PLANNER_FLAGS_H_
 
@@ -19,6 +21,8 @@ ABSL_DECLARE_FLAG(int64_t, staging_mib);
 ABSL_DECLARE_FLAG(int64_t, lanes);
 ABSL_DECLARE_FLAG(int64_t, max_plan_mib);
 ABSL_DECLARE_FLAG(std::string, relay);
+ABSL_DECLARE_FLAG(double, host_link_gbps);
+ABSL_DECLARE_FLAG(double, host_codec_gbps);
 
 namespace refit {
 

@@ -22,28 +22,45 @@ CostModel::CostModel(const SideLayout& src, const SideLayout& dst,
            1.0 / (options.links.intra_host_gbps * 1e9),
            1.0 / (options.links.inter_host_gbps * 1e9)} {}
 
+RankLoads::RankLoads(int32_t src_world, int32_t dst_world)
+    : src_(std::max(0, src_world)), dst_(std::max(0, dst_world)), forwarded_(dst_.size()) {}
+
+void RankLoads::Add(const CostModel& cost, const Message& m, int64_t bytes) {
+  const LinkClass k = m.relay ? cost.EngineClassOf(m.src_rank, m.dst_rank)
+                              : cost.ClassOf(m.src_rank, m.dst_rank);
+  (m.relay ? forwarded_ : src_)[m.src_rank].Add(k, bytes);
+  dst_[m.dst_rank].Add(k, bytes);
+}
+
+RankLoads::Slowest RankLoads::SlowestRank(const CostModel& cost) const {
+  Slowest s;
+  for (size_t r = 0; r < src_.size(); ++r) {
+    const double t = cost.Seconds(src_[r]);
+    if (t > s.seconds) s = {t, true, static_cast<int32_t>(r)};
+  }
+  for (size_t r = 0; r < dst_.size(); ++r) {
+    const double t = std::max(cost.Seconds(dst_[r]), cost.Seconds(forwarded_[r]));
+    if (t > s.seconds) s = {t, false, static_cast<int32_t>(r)};
+  }
+  return s;
+}
+
 double PredictedSeconds(const Plan& plan, const LinkSpeeds& links, LinkBytes* by_class) {
   PlannerOptions options = plan.options;
   options.links = links;
   const CostModel cost(plan.src, plan.dst, options);
   // A relay's sender is an engine rank: its egress is counted apart from
   // its ingress (full duplex), as the planner counts it.
-  std::vector<LinkBytes> src(plan.src.world_size), dst(plan.dst.world_size),
-      forwarded(plan.dst.world_size);
+  RankLoads loads(plan.src.world_size, plan.dst.world_size);
   LinkBytes all;
   for (const Message& m : plan.messages) {
-    const LinkClass k = m.relay ? cost.EngineClassOf(m.src_rank, m.dst_rank)
-                                : cost.ClassOf(m.src_rank, m.dst_rank);
-    (m.relay ? forwarded : src)[m.src_rank].Add(k, m.bytes);
-    dst[m.dst_rank].Add(k, m.bytes);
-    all.Add(k, m.bytes);
+    loads.Add(cost, m, m.bytes);
+    all.Add(m.relay ? cost.EngineClassOf(m.src_rank, m.dst_rank)
+                    : cost.ClassOf(m.src_rank, m.dst_rank),
+            m.bytes);
   }
   if (by_class != nullptr) *by_class = all;
-  double t = 0;
-  for (const auto* side : {&src, &dst, &forwarded}) {
-    for (const LinkBytes& l : *side) t = std::max(t, cost.Seconds(l));
-  }
-  return t;
+  return loads.SlowestRank(cost).seconds;
 }
 
 LinkSpeeds GlooLinkSpeeds() {

@@ -105,6 +105,30 @@ class CostModel {
   std::array<double, kNumLinkClasses> spb_;  // seconds per byte
 };
 
+// Each rank's bytes per link class for a plan's messages, and the slowest
+// rank's time under a CostModel: a trainer rank's sends, an engine rank's
+// receives, and apart from those (full duplex) its relay sends.
+class RankLoads {
+ public:
+  RankLoads(int32_t src_world, int32_t dst_world);
+
+  // Adds message `m` (ranks within the worlds) carrying `bytes` (its own
+  // m.bytes, or what it would carry in other dtypes) under `cost`.
+  void Add(const CostModel& cost, const Message& m, int64_t bytes);
+
+  struct Slowest {
+    double seconds = 0;
+    bool trainer = true;  // the rank is a trainer rank (else an engine rank)
+    int32_t rank = -1;    // -1: no rank has bytes
+  };
+  // Returns the slowest rank and its seconds under `cost`: ties go to the
+  // lower rank, trainer ranks first.
+  Slowest SlowestRank(const CostModel& cost) const;
+
+ private:
+  std::vector<LinkBytes> src_, dst_, forwarded_;
+};
+
 // Returns the slowest rank's seconds for `plan`'s messages (its own
 // placement) at `links`: plan.stats.predicted_seconds when `links` are the
 // speeds it was planned with. A relay message counts on its engine

@@ -62,6 +62,17 @@ void Acceptor::Start(grpc::experimental::ExternalConnectionAcceptor* target, Gat
   ev.events = EPOLLIN;
   ev.data.u64 = 0;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  if (gate_.plaintext) {
+    H2ClientLimits limits;
+    limits.stall_timeout = gate_.first_request_timeout;
+    absl::StatusOr<std::unique_ptr<ConnectionRelay>> relay = ConnectionRelay::Start(limits);
+    if (relay.ok()) {
+      relay_ = std::move(*relay);
+      for (int& spare : relay_spares_) spare = OpenSpare();
+    } else {
+      ServerLog().error("connections go to gRPC unbounded: {}", relay.status().ToString());
+    }
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -72,6 +83,18 @@ void Acceptor::Stop() {
   if (epoll_fd_ >= 0) close(epoll_fd_);
   close(listen_fd_);
   if (spare_fd_ >= 0) close(spare_fd_);
+  if (relay_ != nullptr) relay_->Stop();
+  for (int spare : relay_spares_) {
+    if (spare >= 0) close(spare);
+  }
+}
+
+std::string Acceptor::RealPeer(absl::string_view grpc_peer) const {
+  return relay_ == nullptr ? std::string(grpc_peer) : relay_->RealPeer(grpc_peer);
+}
+
+int64_t Acceptor::closed_for_abuse() const {
+  return relay_ == nullptr ? 0 : relay_->closed_for_abuse();
 }
 
 void Acceptor::Forget(int fd) {
@@ -88,14 +111,43 @@ void Acceptor::HandOver(int fd) {
   target_->HandleNewConnection(&params);  // owns fd from here
 }
 
-void Acceptor::Take(int fd, std::string source) {
+void Acceptor::Relay(int fd, std::string peer, std::string source) {
+  if (relay_ == nullptr) {
+    HandOver(fd);
+    return;
+  }
+  absl::StatusOr<int> grpc_end = relay_->Relay(fd, peer, source);
+  if (!grpc_end.ok() && relay_spares_[0] >= 0) {
+    // At the open-file limit: the two spares make room for this one, and
+    // are taken back as descriptors free.
+    for (int& spare : relay_spares_) close(std::exchange(spare, -1));
+    grpc_end = relay_->Relay(fd, peer, source);
+  }
+  if (relay_spares_[0] < 0) {
+    for (int& spare : relay_spares_) spare = OpenSpare();
+    if (relay_spares_[1] < 0) close(std::exchange(relay_spares_[0], -1));
+  }
+  if (!grpc_end.ok()) {
+    close(fd);
+    refused_.fetch_add(1);
+    return;
+  }
+  HandOver(*grpc_end);
+}
+
+void Acceptor::Take(int fd, std::string source, std::string peer) {
   while (static_cast<int>(pending_.size()) >= gate_.max_pending) GiveWay();
   const uint64_t seq = ++next_seq_;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = seq;
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-    HandOver(fd);  // cannot watch it: let gRPC have it
+    // Cannot watch it: let gRPC have it.
+    if (gate_.plaintext) {
+      Relay(fd, std::move(peer), std::move(source));
+    } else {
+      HandOver(fd);
+    }
     return;
   }
   PendingConnections::Entry p;
@@ -103,6 +155,7 @@ void Acceptor::Take(int fd, std::string source) {
   p.tag = seq;
   p.accepted = absl::Now();
   p.source = std::move(source);
+  p.peer = std::move(peer);
   // Its first bytes may have come with the connection (no new edge then).
   if (!Settle(p, p.accepted)) pending_.Add(std::move(p));
 }
@@ -137,7 +190,11 @@ bool Acceptor::Settle(PendingConnections::Entry& p, absl::Time now) {
   if (state == FirstBytes::kRequest || state == FirstBytes::kNotHttp2) {
     // gRPC serves it (or answers what is not HTTP/2 and closes it).
     Forget(p.fd);
-    HandOver(p.fd);
+    if (state == FirstBytes::kRequest && gate_.plaintext) {
+      Relay(p.fd, std::move(p.peer), std::move(p.source));
+    } else {
+      HandOver(p.fd);
+    }
     return true;
   }
   const bool stalled = state == FirstBytes::kOversized ||
@@ -203,7 +260,7 @@ void Acceptor::Loop() {
       const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_len,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
-        Take(fd, SourceKey(peer, peer_len));
+        Take(fd, SourceKey(peer, peer_len), PeerUri(peer, peer_len));
         continue;
       }
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;

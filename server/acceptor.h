@@ -30,6 +30,11 @@
 // way until their first TLS record (the ClientHello, sent as soon as a
 // client connects) has arrived; gRPC's handshake deadline (the same
 // timeout) applies after.
+//
+// After the handover a plaintext connection stays in a relay
+// (connection_relay.h) that bounds what gRPC 1.51's HTTP/2 layer does not:
+// header blocks, stalled frames, rapid resets. TLS connections go to gRPC
+// directly (their frames are encrypted).
 #ifndef REFIT_SERVER_ACCEPTOR_H_
 #define REFIT_SERVER_ACCEPTOR_H_
 
@@ -43,6 +48,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/server_builder.h"
+#include "server/connection_relay.h"
 #include "server/pending_connections.h"
 
 namespace refit {
@@ -82,6 +88,15 @@ class Acceptor {
   // had no descriptor left for them.
   int64_t refused() const { return refused_.load(); }
 
+  // Returns the client's address ("ipv4:10.0.0.1:5000") of a connection
+  // gRPC names `grpc_peer`; `grpc_peer` itself when the relay does not
+  // carry it.
+  std::string RealPeer(absl::string_view grpc_peer) const;
+
+  // Returns how many relayed connections were closed for leaving the
+  // HTTP/2 bounds (connection_relay.h).
+  int64_t closed_for_abuse() const;
+
   // Returns how many connections were closed before their first request
   // (stalled past the timeout, oversized, or giving way to new ones).
   int64_t stalled_closed() const { return stalled_closed_.load(); }
@@ -91,8 +106,11 @@ class Acceptor {
   void Loop();
   // Takes a connection just accepted from `source` (SourceKey): held when
   // gated, else handed over.
-  void Take(int fd, std::string source);
+  void Take(int fd, std::string source, std::string peer);
   void HandOver(int fd);
+  // Hands `fd` (from `peer`, at address `source`) to gRPC through the
+  // relay; closes it when the relay has no descriptor for it.
+  void Relay(int fd, std::string peer, std::string source);
   // Closes the pending connection that gives way to a new one
   // (PendingConnections::TakeVictim); false when none is pending.
   bool GiveWay();
@@ -113,6 +131,8 @@ class Acceptor {
   absl::Time last_log_ = absl::InfinitePast();  // of a failed accept
   grpc::experimental::ExternalConnectionAcceptor* target_ = nullptr;
   Gate gate_;
+  std::unique_ptr<ConnectionRelay> relay_;  // plaintext listeners
+  int relay_spares_[2] = {-1, -1};          // held for a relay at the limit
   // The listener (level-triggered, tag 0) and the pending connections
   // (edge-triggered: bytes peeked but not read do not wake it again).
   int epoll_fd_ = -1;

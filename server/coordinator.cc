@@ -597,6 +597,9 @@ void Coordinator::ApplyPlan(const PlanInput& input, PlanCache::Entry entry,
         "bytes={} predicted_seconds={:.6g}",
         plan_fingerprint_, input.epoch, seconds, cached ? "yes" : "no",
         input.trainer.size(), input.engine.size(), built->bytes, built->predicted_seconds);
+    if (options_.delta && !built->host_delta_note.empty()) {
+      ServerLog().info("plan {}: {}", plan_fingerprint_, built->host_delta_note);
+    }
   }
   WakeWaiters();
 }

@@ -100,8 +100,14 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::TryStartRound(
   const size_t n = participants.size();
   const int32_t attempt = rounds_.Start(v, std::move(participants), absl::Now());
   resp.set_attempt(attempt);
-  ServerLog().info("round started round={} attempt={} members={} plan_epoch={}", v,
-                   attempt, n, plan_epoch_);
+  // With --delta, host members' rounds run dense where the codec loses.
+  const BuiltPlan* built =
+      current_plan_ != nullptr && current_plan_->ok() ? &**current_plan_ : nullptr;
+  const bool delta_dense = options_.delta && built != nullptr && built->host_delta_dense;
+  if (options_.delta && built != nullptr) rounds_.SetDeltaNote(built->host_delta_note);
+  ServerLog().info("round started round={} attempt={} members={} plan_epoch={}{}", v,
+                   attempt, n, plan_epoch_,
+                   delta_dense ? " dense (delta rounds run dense: see the plan's line)" : "");
   v1::RoundEvent e;
   e.set_kind(v1::RoundEvent::ROUND_STARTED);
   e.set_version(v);
@@ -120,7 +126,7 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::TryStartRound(
     }
   }
   rounds_.MarkStaged(std::move(staged));
-  delta_rounds_.Announce(engine_members, &e);
+  delta_rounds_.Announce(engine_members, &e, delta_dense);
   Broadcast(e);
   return resp;
 }

@@ -215,9 +215,15 @@ absl::StatusOr<BuiltPlan> BuildDefaultPlan(
   out.fingerprint = plan.fingerprint;
   out.bytes = plan.stats.total_bytes;
   // Members without GPUs move host memory over Gloo: their round is
-  // predicted at TCP's speeds, not the GPU links the plan was placed with.
-  out.predicted_seconds = any_gpu ? plan.stats.predicted_seconds
-                                  : PredictedSeconds(plan, GlooLinkSpeeds());
+  // predicted at the host links, not the GPU links the plan was placed
+  // with, and a delta round runs only where the host codec can win.
+  out.predicted_seconds = plan.stats.predicted_seconds;
+  if (!any_gpu) {
+    const HostDeltaChoice delta = ChooseHostDelta(plan, options.host_delta);
+    out.predicted_seconds = delta.dense_seconds;
+    out.host_delta_dense = !delta.delta;
+    out.host_delta_note = delta.reason;
+  }
   std::vector<int32_t> trainer_ranks(trainer.size());
   for (size_t t = 0; t < trainer.size(); ++t) trainer_ranks[t] = static_cast<int32_t>(t);
   out.trainer_slices =

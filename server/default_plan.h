@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "plan/host_delta.h"
 #include "plan/plan.h"
 #include "server/plan_function.h"
 
@@ -27,6 +28,9 @@ struct DefaultPlanOptions {
   // Threads that build the members' slices (one per member, ~7 ms each at
   // DeepSeek-V3 scale).
   int slice_threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  // Members on host memory (no GPU): the links their rounds are predicted
+  // at, and whether delta rounds pay there (plan/host_delta.h).
+  HostDeltaModel host_delta;
   // When set and true, a build in progress stops at its next phase (the
   // planner's phases included: PlannerOptions::cancel) with CANCELLED
   // (refitd sets it on SIGTERM, so shutdown never waits for a long build).

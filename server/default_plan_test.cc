@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "mapping/layout_builder.h"
 #include "mapping/mapping.h"
@@ -150,6 +152,37 @@ TEST(DefaultPlanTest, EveryMemberGetsItsSliceAndEveryEngineByteASource) {
   absl::StatusOr<BuiltPlan> other = DefaultPlanFunction(o)(m.trainer, m.engine);
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_NE(other->fingerprint, built->fingerprint);
+}
+
+// Members on host memory (no device_uuid): at Gloo's speeds the host delta
+// codec loses to the links and delta rounds run dense, saying why; on a
+// slow link they run delta. Members with GPUs get no note.
+TEST(DefaultPlanTest, HostMembersRunDeltaDenseOnFastLinksAndDeltaOnSlowOnes) {
+  Membership m = TwoEngines();
+  DefaultPlanOptions o;
+  absl::StatusOr<BuiltPlan> fast = DefaultPlanFunction(o)(m.trainer, m.engine);
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  EXPECT_TRUE(fast->host_delta_dense);
+  EXPECT_TRUE(absl::StartsWith(fast->host_delta_note, "delta rounds run dense: the host delta "
+                                                      "codec (0.20 GB/s a member)"))
+      << fast->host_delta_note;
+  o.host_delta.links.same_gpu_gbps = o.host_delta.links.intra_host_gbps =
+      o.host_delta.links.inter_host_gbps = 0.01;
+  absl::StatusOr<BuiltPlan> slow = DefaultPlanFunction(o)(m.trainer, m.engine);
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  EXPECT_FALSE(slow->host_delta_dense);
+  EXPECT_TRUE(absl::StartsWith(slow->host_delta_note, "delta rounds run: ")) << slow->host_delta_note;
+  // The prediction is the same model's, at those links.
+  EXPECT_GT(slow->predicted_seconds, 100 * fast->predicted_seconds);
+  for (auto* side : {&m.trainer, &m.engine}) {
+    for (v1::Registration& r : *side) {
+      r.mutable_identity()->set_device_uuid(absl::StrCat("GPU-", r.identity().rank()));
+    }
+  }
+  absl::StatusOr<BuiltPlan> gpus = DefaultPlanFunction(o)(m.trainer, m.engine);
+  ASSERT_TRUE(gpus.ok()) << gpus.status();
+  EXPECT_FALSE(gpus->host_delta_dense);
+  EXPECT_TRUE(gpus->host_delta_note.empty());
 }
 
 TEST(DefaultPlanTest, BufferDisagreeingWithTheMappingNamesMemberAndParameter) {

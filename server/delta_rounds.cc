@@ -8,9 +8,11 @@
 namespace refit {
 
 void DeltaRounds::Announce(const std::map<int32_t, std::string>& engine_members,
-                           v1::RoundEvent* e) {
+                           v1::RoundEvent* e, bool dense) {
   ++rounds_;
-  verify_ = delta_ || (verify_every_ > 0 && rounds_ % verify_every_ == 0);
+  const bool delta = delta_ && !dense;
+  verify_ = delta || (verify_every_ > 0 && rounds_ % verify_every_ == 0);
+  plane_ = delta || verify_every_ > 0;
   trainer_sums_.clear();
   engine_sums_.clear();
   names_.clear();
@@ -18,8 +20,8 @@ void DeltaRounds::Announce(const std::map<int32_t, std::string>& engine_members,
   scheme_from_.clear();
   scheme_error_.clear();
   e->set_verify(verify_);
-  e->set_delta_plane(delta_ || verify_every_ > 0);
-  if (!delta_) return;
+  e->set_delta_plane(plane_);
+  if (!delta) return;
   int32_t next = 0;
   for (const auto& [rank, id] : engine_members) {
     for (; next < rank; ++next) e->add_delta_base(-1);  // a rank nobody holds
@@ -125,7 +127,11 @@ absl::Status DeltaRounds::Check() const {
 void DeltaRounds::End(bool committed, int64_t version,
                       const std::set<std::string>& participants,
                       const std::map<std::string, std::vector<std::string>>& engines) {
-  if (committed) {
+  if (committed && !plane_) {
+    // A round off the delta plane refreshed no trainer's snapshot: the
+    // next delta round is dense.
+    holding_.clear();
+  } else if (committed) {
     committed_version_ = version;
     holding_ = participants;
     if (verify_) {

@@ -38,8 +38,13 @@ class DeltaRounds {
 
   // Fills ROUND_STARTED event `e` of round `version`: per plan engine rank
   // (the map's keys, ascending from 0) its member's delta base or -1, and
-  // whether the round is verified. Clears the digests of an earlier round.
-  void Announce(const std::map<int32_t, std::string>& engine_members, v1::RoundEvent* e);
+  // whether the round is verified. With `dense` (delta cannot win on the
+  // plan's members: plan/host_delta.h) the round runs as without delta:
+  // no bases, verified every verify_every rounds, and off the delta plane
+  // unless verify_every is set (then the next delta round starts dense).
+  // Clears the digests of an earlier round.
+  void Announce(const std::map<int32_t, std::string>& engine_members, v1::RoundEvent* e,
+                bool dense = false);
 
   // Member `id` is a new process (it registered anew, left, expired or was
   // taken over): it holds no version's bytes, and gets dense bytes.
@@ -81,6 +86,7 @@ class DeltaRounds {
   const int32_t verify_every_;
   int64_t rounds_ = 0;
   bool verify_ = false;  // the running round's
+  bool plane_ = false;   // the running round's: on the delta plane
   int64_t committed_version_ = 0;
   std::set<std::string> holding_;  // members holding committed_version_
   std::map<std::pair<int32_t, int32_t>, uint64_t> trainer_sums_, engine_sums_;

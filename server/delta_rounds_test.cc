@@ -39,6 +39,30 @@ TEST(DeltaRounds, DeltaOnlyForEnginesHoldingTheLastCommit) {
   EXPECT_EQ(Bases(e3), (std::vector<int64_t>{-1, -1}));  // torn by the abort
 }
 
+// A plan whose host codec loses to the links (plan/host_delta.h) runs its
+// rounds as without --delta: no bases, no digests, off the delta plane; and
+// since no snapshot was refreshed, the next delta round is dense.
+TEST(DeltaRounds, RoundsPlannedDenseRunOffTheDeltaPlane) {
+  DeltaRounds d(true, 0);
+  v1::RoundEvent e1;
+  d.Announce({{0, "e0"}}, &e1);
+  d.End(true, 1, {"t0", "e0"}, {{"engA", {"e0"}}});
+  v1::RoundEvent e2;
+  d.Announce({{0, "e0"}}, &e2, /*dense=*/true);
+  EXPECT_TRUE(e2.delta_base().empty());
+  EXPECT_FALSE(e2.verify());
+  EXPECT_FALSE(e2.delta_plane());
+  d.End(true, 2, {"t0", "e0"}, {{"engA", {"e0"}}});
+  v1::RoundEvent e3;
+  d.Announce({{0, "e0"}}, &e3);
+  EXPECT_EQ(Bases(e3), (std::vector<int64_t>{-1}));
+  EXPECT_TRUE(e3.delta_plane());
+  d.End(true, 3, {"t0", "e0"}, {{"engA", {"e0"}}});
+  v1::RoundEvent e4;
+  d.Announce({{0, "e0"}}, &e4);
+  EXPECT_EQ(Bases(e4), (std::vector<int64_t>{3}));
+}
+
 TEST(DeltaRounds, AMismatchNamesTheEngineRankAndTensor) {
   DeltaRounds d(true, 0);
   v1::RoundEvent e;

@@ -33,6 +33,28 @@ std::string SourceKey(const sockaddr_storage& addr, socklen_t len) {
   return "other";
 }
 
+std::string PeerUri(const sockaddr_storage& addr, socklen_t len) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET && len >= static_cast<socklen_t>(sizeof(sockaddr_in))) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(addr);
+    inet_ntop(AF_INET, &v4.sin_addr, text, sizeof(text));
+    return std::string("ipv4:") + text + ":" + std::to_string(ntohs(v4.sin_port));
+  }
+  if (addr.ss_family == AF_INET6 && len >= static_cast<socklen_t>(sizeof(sockaddr_in6))) {
+    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(addr);
+    const std::string port = std::to_string(ntohs(v6.sin6_port));
+    if (IN6_IS_ADDR_V4MAPPED(&v6.sin6_addr)) {
+      in_addr v4;
+      std::memcpy(&v4, v6.sin6_addr.s6_addr + 12, 4);
+      inet_ntop(AF_INET, &v4, text, sizeof(text));
+      return std::string("ipv4:") + text + ":" + port;
+    }
+    inet_ntop(AF_INET6, &v6.sin6_addr, text, sizeof(text));
+    return std::string("ipv6:[") + text + "]:" + port;
+  }
+  return "unknown";
+}
+
 void PendingConnections::Add(Entry e) {
   ++per_source_[e.source];
   entries_.push_back(std::move(e));

@@ -22,6 +22,11 @@ namespace refit {
 // its /64 prefix (what one host is usually given), anything else "other".
 std::string SourceKey(const sockaddr_storage& addr, socklen_t len);
 
+// Returns `addr` as gRPC writes a peer: "ipv4:10.0.0.1:5000",
+// "ipv6:[fe80::1]:5000" (an IPv4 address mapped into IPv6 as IPv4),
+// "unknown" for anything else.
+std::string PeerUri(const sockaddr_storage& addr, socklen_t len);
+
 class PendingConnections {
  public:
   struct Entry {
@@ -29,6 +34,7 @@ class PendingConnections {
     uint64_t tag = 0;  // its epoll tag
     absl::Time accepted;
     std::string source;    // SourceKey of its peer
+    std::string peer;      // PeerUri of its peer
     bool greeted = false;  // the server preface was sent
   };
 

@@ -46,6 +46,12 @@ struct BuiltPlan {
   // seconds of a round (PlanStats); 0 when the plan function does not say.
   int64_t bytes = 0;
   double predicted_seconds = 0;
+  // Members on host memory (no GPU): whether delta rounds (refitd --delta)
+  // run dense because the host codec loses to the links, and the line that
+  // says why either way (HostDeltaChoice::reason); false and empty for
+  // other memberships and plan functions that do not say.
+  bool host_delta_dense = false;
+  std::string host_delta_note;
   // Per slice, what it moves (SliceBounds), parallel to trainer_slices and
   // engine_slices; empty: the plan function does not say, and refitd checks
   // reports only for overflow.

@@ -151,7 +151,7 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
           if (got.ok()) resp->set_value(std::move(*got));
           r->Finish(ToGrpcStatus(got.status()));
         },
-        PeerHost(ctx->peer())));
+        PeerHost(acceptor_->RealPeer(ctx->peer()))));
     return r;
   }
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx,

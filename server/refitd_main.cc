@@ -306,6 +306,10 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   plan_options.max_plan_bytes = *max_plan;
   plan_options.budget_name = "--max_plan_mib";
   plan_options.cancel = g_cancel_plans;
+  absl::StatusOr<refit::HostDeltaModel> host_delta = refit::HostDeltaFromFlags(
+      absl::GetFlag(FLAGS_host_link_gbps), absl::GetFlag(FLAGS_host_codec_gbps));
+  if (!host_delta.ok()) return host_delta.status();
+  plan_options.host_delta = *host_delta;
   o.coordinator.plan_function = refit::DefaultPlanFunction(plan_options);
   return o;
 }
@@ -322,8 +326,9 @@ int main(int argc, char** argv) {
   if (!parsed.ok()) return Fail(parsed.status());
   if (*parsed == refit::CommandLineResult::kHelpShown) return 0;
   refit::ReexecWithHugePages(argv);  // before any thread: see common/huge_pages.h
-  // One descriptor per connection: a soft limit of 1024 is below a job of
-  // ~1,000 members. A failure leaves the limit as it was (start anyway).
+  // Three descriptors per plaintext connection (the client's socket and
+  // the relay's socket pair, connection_relay.h), one per TLS connection:
+  // a soft limit of 1024 is below a job of a few hundred members. A failure leaves the limit as it was (start anyway).
   if (absl::StatusOr<int64_t> fds = refit::RaiseFdLimitToHard(); !fds.ok()) {
     std::fprintf(stderr, "refitd: warning: %s\n", fds.status().ToString().c_str());
   }

@@ -203,6 +203,7 @@ absl::Time Rounds::LastCommitTime(const std::string& engine_id) const {
 }
 
 void Rounds::FillFigures(const Active& a, v1::RoundSummary* s) const {
+  s->set_delta_note(a.delta_note);
   s->set_bytes(a.bytes.per_engine_rank);
   s->set_engine_ranks(a.bytes.engine_ranks);
   s->set_engine_bytes(a.bytes.all_engine_ranks);

@@ -42,6 +42,7 @@ class Rounds {
     std::string slowest;                 // the member that reported it
     int64_t peak_staging_bytes = 0;      // the largest reported peak staging
     std::string peak_staging_member;     // the member that reported it
+    std::string delta_note;              // RoundSummary.delta_note
     // Each success report, by member id (member_id, bytes, seconds, peak
     // staging as the member sent them).
     std::map<std::string, v1::MemberReport> reports;
@@ -86,6 +87,11 @@ class Rounds {
   // returns its attempt (1, or one more than the last aborted attempt of
   // the same version).
   int32_t Start(int64_t version, std::set<std::string> participants, absl::Time now);
+
+  // Sets the running round's RoundSummary.delta_note (no-op without one).
+  void SetDeltaNote(std::string note) {
+    if (active_ != nullptr) active_->delta_note = std::move(note);
+  }
 
   // Returns the version a StartRound with next_version starts: one above
   // the last started round's (1 when none started).

@@ -62,10 +62,13 @@ HostMember MemberOf(const std::string& target, const std::string& model, Side si
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<RefitServer>> StartHostRefitd(bool delta, PlannerOptions planner) {
+absl::StatusOr<std::unique_ptr<RefitServer>> StartHostRefitd(bool delta, PlannerOptions planner,
+                                                            double host_link_gbps) {
   RefitServer::Options so;
   DefaultPlanOptions o;
   o.planner = planner;
+  REFIT_ASSIGN_OR_RETURN(o.host_delta,
+                         HostDeltaFromFlags(host_link_gbps, HostDeltaModel().codec_gbps));
   so.coordinator.plan_function = DefaultPlanFunction(std::move(o));
   so.coordinator.delta = delta;
   return RefitServer::Start(std::move(so));

@@ -31,10 +31,13 @@ struct HostMember {
 };
 
 // refitd on 127.0.0.1 (an unused port) with the production plan function
-// planning with `planner`, delta rounds when `delta`; fails as
-// RefitServer::Start.
+// planning with `planner`, delta rounds when `delta`, its members' host
+// links at `host_link_gbps` (refitd --host_link_gbps; the default 10 MB/s
+// is below the host delta codec's rate, so delta rounds run delta; 0:
+// Gloo's speeds, where they run dense); fails as RefitServer::Start.
 absl::StatusOr<std::unique_ptr<RefitServer>> StartHostRefitd(bool delta,
-                                                            PlannerOptions planner = {});
+                                                            PlannerOptions planner = {},
+                                                            double host_link_gbps = 0.01);
 
 // A trainer (megatron:tp=1) and one engine (vllm:tp=1, engine id "A") of
 // `model`, for refitd at `target`; not joined yet.

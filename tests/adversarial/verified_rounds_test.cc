@@ -106,7 +106,9 @@ TEST(VerifiedRoundsTest, ReportsAreBoundByTheSendersSliceAndNewProcessesGetDense
   RefitdProcess refitd;
   ASSERT_TRUE(refitd
                   .Start(absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/server/refitd"),
-                         {"--plan_settle_ms=5", "--delta", "--min_engines=2"},
+                         {"--plan_settle_ms=5", "--delta", "--min_engines=2",
+                          // slow host links: delta pays (plan/host_delta.h)
+                          "--host_link_gbps=0.01"},
                          absl::StrCat(std::getenv("TEST_TMPDIR"), "/refitd.out"),
                          absl::Seconds(20))
                   .ok());

@@ -81,6 +81,60 @@ TEST(DeltaMemberTest, DeltaRoundsLandEveryByteAndCatchAFlippedByte) {
   EXPECT_EQ(st->engines(0).verified_version(), 4);
 }
 
+// At Gloo's speeds the host delta codec loses to the links: refitd --delta
+// runs the rounds dense (no bases, the dense bytes) and says why in the
+// round's summary.
+TEST(DeltaMemberTest, AtGlooSpeedsDeltaRoundsRunDenseAndSayWhy) {
+  absl::StatusOr<std::unique_ptr<RefitServer>> server =
+      testing::StartHostRefitd(true, {}, /*host_link_gbps=*/0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<testing::HostMember> nodes = testing::TrainerAndEngine(
+      absl::StrCat("127.0.0.1:", (*server)->port()), "tiny-llama");
+  const absl::Time deadline = absl::Now() + absl::Seconds(90);
+  ASSERT_TRUE(testing::JoinHostMembers(nodes, [](size_t) { return DataPlaneOptions(); },
+                                       deadline)
+                  .ok());
+  // Version 2 changes nothing: a delta round would move headers only.
+  std::vector<int64_t> engine_bytes(2, 0);
+  std::vector<std::vector<int64_t>> bases(2);
+  absl::Status trainer, engine;
+  std::thread t([&] {
+    Member& m = *nodes[0].member;
+    trainer = m.Prepare(deadline);
+    for (int64_t v = 1; v <= 2 && trainer.ok(); ++v) {
+      trainer = testing::FillMemberPattern(m, 1);
+      if (trainer.ok()) trainer = m.StartRound(v, deadline);
+      absl::StatusOr<int64_t> got = trainer.ok() ? m.WaitForRound(deadline) : trainer;
+      trainer = got.ok() ? m.RunRound(*got, deadline).status() : got.status();
+    }
+  });
+  std::thread e([&] {
+    Member& m = *nodes[1].member;
+    engine = m.Prepare(deadline);
+    for (int i = 0; i < 2 && engine.ok(); ++i) {
+      absl::StatusOr<int64_t> v = m.WaitForRound(deadline);
+      absl::StatusOr<RunStats> r = v.ok() ? m.RunRound(*v, deadline) : v.status();
+      engine = r.status();
+      if (!r.ok()) break;
+      engine_bytes[i] = r->bytes_received;
+      bases[i] = m.client().RoundModeOf(*v).delta_base;
+      engine = testing::CheckMemberPattern(m, 1);
+    }
+  });
+  t.join();
+  e.join();
+  ASSERT_TRUE(trainer.ok()) << trainer;
+  ASSERT_TRUE(engine.ok()) << engine;
+  EXPECT_GT(engine_bytes[0], 0);
+  EXPECT_EQ(engine_bytes[1], engine_bytes[0]);  // dense again
+  EXPECT_TRUE(bases[1].empty());
+  auto st = nodes[0].member->client().GetStatus(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_GE(st->rounds_size(), 2);
+  const std::string note = st->rounds(st->rounds_size() - 1).delta_note();
+  EXPECT_TRUE(absl::StartsWith(note, "delta rounds run dense: the host delta codec")) << note;
+}
+
 // Every rank of a trainer (TP2) and of two engines (TP2; TP1 x DP2) runs
 // its own slice of the plan, whose small staging budget and waves make
 // several delta batches a lane, each of several plan waves, a rank's
