@@ -353,5 +353,47 @@ TEST(FusedPullPlansTest, Qwen3_8bMegatronTp1FusesEverything) {
   }
 }
 
+// Which NVFP4 parameters the engine computes the global amax of
+// (EngineAmaxConversions): every one where one trainer holds it whole and
+// the engine reads all of it (Qwen3-8B Megatron TP1 -> vLLM TP1); none
+// when two trainers share it (TP2) or the engine reads half (vLLM TP2).
+TEST(FusedPullPlansTest, EngineComputesTheAmaxOfWholeParametersOnly) {
+  struct Case {
+    const char* trainer;
+    const char* engine;
+    bool all;
+  };
+  for (const Case& c : {Case{"megatron:tp=1", "vllm:tp=1,quant=nvfp4", true},
+                        Case{"megatron:tp=2", "vllm:tp=1,quant=nvfp4", false},
+                        Case{"megatron:tp=1", "vllm:tp=2,quant=nvfp4", false}}) {
+    absl::StatusOr<ModelConfig> model = LoadModelConfig("qwen3-8b");
+    ASSERT_TRUE(model.ok());
+    auto src = BuildTrainerLayout(*model, *ParseTrainerSpec(c.trainer));
+    auto dst = BuildEngineLayout(*model, *ParseEngineSpec(c.engine));
+    ASSERT_TRUE(src.ok() && dst.ok());
+    PlannerOptions o;
+    o.num_lanes = 1;
+    absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, o);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const Plan ts = ExtractSlice(*plan, Side::kTrainer, 0);
+    const std::set<int32_t> fused = FusableConversions(ts, 0, {});
+    ASSERT_FALSE(fused.empty()) << c.trainer << " -> " << c.engine;
+    const std::set<int32_t> engine = EngineAmaxConversions(ts, 0, fused);
+    EXPECT_EQ(engine.size(), c.all ? fused.size() : 0u) << c.trainer << " -> " << c.engine;
+    int64_t marked = 0, scale2 = 0;
+    std::set<int32_t> params;
+    for (const FusedSource& f : FusedSourcesOf(ts, 0, 0, fused)) {
+      marked += f.engine_amax;
+      scale2 += f.scale2_position >= 0;
+      if (f.engine_amax == 1) params.insert(f.amax_group);
+    }
+    // Codes and scales of each; the global scale of each parameter (one
+    // for q/k/v, one for gate/up) found at its leading record.
+    EXPECT_EQ(marked, c.all ? 2 * static_cast<int64_t>(fused.size()) : 0);
+    EXPECT_EQ(scale2, 2 * static_cast<int64_t>(params.size()));
+    if (c.all) EXPECT_EQ(params.size(), 36u * 4);  // qkv, o, gate_up, down per layer
+  }
+}
+
 }  // namespace
 }  // namespace refit

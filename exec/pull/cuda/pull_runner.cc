@@ -243,10 +243,21 @@ absl::Status PullRunner::PrepareConversions(const Plan& slice, std::vector<char*
     kept_slice_ = std::make_unique<Plan>(WithoutConversions(slice, fused_));
     convert = kept_slice_.get();
   }
+  // The fused NVFP4 conversions, numbered as *convert keeps them; of
+  // those, the ones whose receivers compute the global amax.
+  const std::set<int32_t> global = GlobalAmaxConversions(slice, fused_);
+  const std::set<int32_t> by_engine = EngineAmaxConversions(slice, rank_, fused_);
+  std::set<int32_t> engine_amax;
+  auto kept = global.begin();
+  for (int32_t i : fused_) {
+    if (slice.conversions[i].kind != ConversionKind::kNvfp4 || kept == global.end()) continue;
+    if (by_engine.count(i) > 0) engine_amax.insert(*kept);
+    ++kept;
+  }
   REFIT_ASSIGN_OR_RETURN(
       conversions_, ConversionStage::Create(
                         *convert, rank_, [this] { return MakeCudaConvertOps(stream_); },
-                        std::move(memory), buffers, GlobalAmaxConversions(slice, fused_)));
+                        std::move(memory), buffers, global, engine_amax));
   if (conversions_ == nullptr) return absl::OkStatus();
   for (const auto& [peer, count] : conversions_->peers()) {
     if (!std::binary_search(members_.begin(), members_.end(), peer)) {
@@ -587,10 +598,12 @@ absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
   cudaStream_t st = static_cast<cudaStream_t>(stream_);
   REFIT_RETURN_IF_ERROR(
       Cuda(cudaEventRecord(static_cast<cudaEvent_t>(start_event_), st), "cudaEventRecord"));
+  // The quantizing items first: those that compute NVFP4 global amaxes
+  // write the global scales the copies then read.
+  if (quant_ != nullptr) REFIT_RETURN_IF_ERROR(quant_->Launch(st));
   REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
                                  static_cast<const cuda::PullItem*>(items_), num_items_, st)),
                              "pull kernel launch"));
-  if (quant_ != nullptr) REFIT_RETURN_IF_ERROR(quant_->Launch(st));
   if (!engine_copies_.empty()) {
     // The copy engines read the other GPUs alongside the kernels.
     REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(engine_copies_, engine_streams_));
