@@ -602,7 +602,8 @@ absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
   // write the global scales the copies then read.
   if (quant_ != nullptr) REFIT_RETURN_IF_ERROR(quant_->Launch(st));
   REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
-                                 static_cast<const cuda::PullItem*>(items_), num_items_, st)),
+                                 static_cast<const cuda::PullItem*>(items_), num_items_, st,
+                                 options_.receive_blocks)),
                              "pull kernel launch"));
   if (!engine_copies_.empty()) {
     // The copy engines read the other GPUs alongside the kernels.

@@ -98,7 +98,18 @@ struct PullRunnerOptions {
   // receivers, who quantize while they pull (exec/pull/fused_pull.h); false:
   // quantize every one into scratch first (two passes).
   bool quantize_on_pull = true;
+  // Receiver: thread blocks its copy kernel runs on at most (each then
+  // copies every receive_blocks-th work item); 0: one per work item, every
+  // SM. A staged engine member (client/data_plane.h), which keeps serving
+  // while its round arrives, sets kStagedReceiveBlocks so that the
+  // engine's kernels keep most SMs.
+  int32_t receive_blocks = 0;
 };
+
+// PullRunnerOptions::receive_blocks of a staged engine member
+// (bench/staged_bench.cc measures the engine's slowdown and the receive
+// time for several).
+inline constexpr int32_t kStagedReceiveBlocks = 32;
 
 class PullRunner : public RoundRunner {
  public:
