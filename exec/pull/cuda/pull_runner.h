@@ -100,9 +100,10 @@ struct PullRunnerOptions {
   bool quantize_on_pull = true;
   // Receiver: thread blocks its copy kernel runs on at most (each then
   // copies every receive_blocks-th work item); 0: one per work item, every
-  // SM. A staged engine member (client/data_plane.h), which keeps serving
-  // while its round arrives, sets kStagedReceiveBlocks so that the
-  // engine's kernels keep most SMs.
+  // SM; -1 (with peer_copy_streams >= 1): no copy kernel, every copy on
+  // the copy engines over peer_copy_streams streams. A staged engine member (client/data_plane.h),
+  // which keeps serving while its round arrives, sets kStagedReceiveBlocks
+  // so that the engine's kernels keep most SMs.
   int32_t receive_blocks = 0;
 };
 
