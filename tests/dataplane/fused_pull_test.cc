@@ -313,6 +313,18 @@ TEST(FusedPullErrorsTest, MalformedSourcesAreRefused) {
   }
 }
 
+// Qwen3-8B's plan from `trainer` into `engine` (one lane).
+absl::StatusOr<Plan> Qwen3_8bPlan(const char* trainer, const char* engine) {
+  REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig("qwen3-8b"));
+  REFIT_ASSIGN_OR_RETURN(TrainerSpec t, ParseTrainerSpec(trainer));
+  REFIT_ASSIGN_OR_RETURN(EngineSpec e, ParseEngineSpec(engine));
+  REFIT_ASSIGN_OR_RETURN(auto src, BuildTrainerLayout(model, t));
+  REFIT_ASSIGN_OR_RETURN(auto dst, BuildEngineLayout(model, e));
+  PlannerOptions o;
+  o.num_lanes = 1;
+  return BuildPlan(src.layout, dst.layout, o);
+}
+
 // The colocated benchmark's cases (bench/colocated_bench.cc 8b-fp8, 8b-mx, 8b-nv):
 // every conversion of Qwen3-8B from Megatron TP1 (interleaved q/k/v, fused
 // gate/up) into vLLM TP1 FP8, MXFP8 and NVFP4 fuses, FP8 in whole 128 x 128 cells,
@@ -320,14 +332,7 @@ TEST(FusedPullErrorsTest, MalformedSourcesAreRefused) {
 TEST(FusedPullPlansTest, Qwen3_8bMegatronTp1FusesEverything) {
   for (const char* engine :
        {"vllm:tp=1,quant=fp8", "vllm:tp=1,quant=mxfp8", "vllm:tp=1,quant=nvfp4"}) {
-    absl::StatusOr<ModelConfig> model = LoadModelConfig("qwen3-8b");
-    ASSERT_TRUE(model.ok());
-    auto src = BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=1"));
-    auto dst = BuildEngineLayout(*model, *ParseEngineSpec(engine));
-    ASSERT_TRUE(src.ok() && dst.ok());
-    PlannerOptions o;
-    o.num_lanes = 1;
-    absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, o);
+    absl::StatusOr<Plan> plan = Qwen3_8bPlan("megatron:tp=1", engine);
     ASSERT_TRUE(plan.ok()) << plan.status();
     const Plan ts = ExtractSlice(*plan, Side::kTrainer, 0);
     const std::set<int32_t> fused = FusableConversions(ts, 0, {});
@@ -366,14 +371,7 @@ TEST(FusedPullPlansTest, EngineComputesTheAmaxOfWholeParametersOnly) {
   for (const Case& c : {Case{"megatron:tp=1", "vllm:tp=1,quant=nvfp4", true},
                         Case{"megatron:tp=2", "vllm:tp=1,quant=nvfp4", false},
                         Case{"megatron:tp=1", "vllm:tp=2,quant=nvfp4", false}}) {
-    absl::StatusOr<ModelConfig> model = LoadModelConfig("qwen3-8b");
-    ASSERT_TRUE(model.ok());
-    auto src = BuildTrainerLayout(*model, *ParseTrainerSpec(c.trainer));
-    auto dst = BuildEngineLayout(*model, *ParseEngineSpec(c.engine));
-    ASSERT_TRUE(src.ok() && dst.ok());
-    PlannerOptions o;
-    o.num_lanes = 1;
-    absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, o);
+    absl::StatusOr<Plan> plan = Qwen3_8bPlan(c.trainer, c.engine);
     ASSERT_TRUE(plan.ok()) << plan.status();
     const Plan ts = ExtractSlice(*plan, Side::kTrainer, 0);
     const std::set<int32_t> fused = FusableConversions(ts, 0, {});

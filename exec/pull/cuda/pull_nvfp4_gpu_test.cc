@@ -58,6 +58,16 @@ struct Trainer {
   std::list<std::vector<char>> scratch;  // stable addresses
 };
 
+// A trainer layout's buffers on the host, filled with the test pattern.
+OwnedBuffers PatternedSource(const SideLayout& layout) {
+  const std::map<std::string, DType> source = SourceDTypes(layout);
+  PatternOptions po{-1, 5};
+  po.source_dtypes = &source;
+  OwnedBuffers s = AllocateBuffers(layout);
+  FillPattern(layout, s.ptrs, po);
+  return s;
+}
+
 // Trainer rank t of `plan` over the registered buffers `s` (of `layout`)
 // and zeroed scratch.
 void SetUpTrainer(const Plan& plan, int32_t t, const SideLayout& layout, const OwnedBuffers& s,
@@ -131,11 +141,7 @@ TEST(PullNvfp4GpuTest, KernelEqualsHostItemsOnPlannerCases) {
     const absl::Status planned = testing::PlanCase(c.model, c.trainer, c.engine, &pc);
     ASSERT_TRUE(planned.ok()) << planned;
     auto& [model, src, dst, plan] = pc;
-    const std::map<std::string, DType> source = SourceDTypes(src->layout);
-    PatternOptions po{-1, 5};
-    po.source_dtypes = &source;
-    OwnedBuffers s = AllocateBuffers(src->layout);
-    FillPattern(src->layout, s.ptrs, po);
+    OwnedBuffers s = PatternedSource(src->layout);
     const int32_t ws = plan->src.world_size;
     // The trainers: what they keep, their global amaxes exchanged.
     std::vector<Trainer> tr(ws);
@@ -233,11 +239,7 @@ TEST(PullNvfp4GpuTest, EngineComputedAmaxesEqualTheTrainers) {
   ASSERT_TRUE(testing::PlanCase("tiny-qwen3-fp4", "megatron:tp=1", "vllm:tp=1,quant=nvfp4", &pc)
                   .ok());
   auto& [model, src, dst, plan] = pc;
-  const std::map<std::string, DType> source = SourceDTypes(src->layout);
-  PatternOptions po{-1, 5};
-  po.source_dtypes = &source;
-  OwnedBuffers s = AllocateBuffers(src->layout);
-  FillPattern(src->layout, s.ptrs, po);
+  OwnedBuffers s = PatternedSource(src->layout);
   Trainer x;
   SetUpTrainer(*plan, 0, src->layout, s, &x);
   const std::set<int32_t> engine = EngineAmaxConversions(x.slice, 0, x.fused);
