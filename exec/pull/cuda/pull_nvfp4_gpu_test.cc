@@ -290,31 +290,37 @@ TEST(PullNvfp4GpuTest, EngineComputedAmaxesEqualTheTrainers) {
   EXPECT_LE(params, static_cast<int64_t>(engine.size()));
   for (int round = 1; round <= 3; ++round) {
     if (round == 3) {  // one weight element grows: its parameter's amax changes
-      const FusedItem& it = fp->items.front();
-      float amax = 0;  // the host's, of round 2
-      std::memcpy(&amax, host_src[0][it.global_buffer] + it.global_offset, 4);
-      const float twice = 2 * amax;
-      ASSERT_TRUE(std::isfinite(twice));
-      uint32_t bits = 0;
-      std::memcpy(&bits, &twice, 4);
-      const uint16_t big = static_cast<uint16_t>(bits >> 16);  // above amax in BF16
-      const char* h = host_src[0][it.src_buffer];
-      std::memcpy(const_cast<char*>(h) + it.src_offset, &big, 2);
-      for (const auto& [d, host] : mirror) {  // every device copy of that buffer
-        if (host == h) {
-          ASSERT_EQ(cudaMemcpy(d + it.src_offset, &big, 2, cudaMemcpyHostToDevice), cudaSuccess);
+      // An item of a parameter whose amax (the host's, of round 2) is below
+      // BF16's largest finite value, 0x7F7F; that element becomes it.
+      const FusedItem* grown = nullptr;
+      for (const FusedItem& it : fp->items) {
+        uint32_t bits = 0;
+        std::memcpy(&bits, host_src[0][it.global_buffer] + it.global_offset, 4);
+        if (bits < 0x7F7F0000u) {
+          grown = &it;
+          break;
         }
       }
+      ASSERT_NE(grown, nullptr);
+      const uint16_t big = 0x7F7F;
+      const char* h = host_src[0][grown->src_buffer];
+      std::memcpy(const_cast<char*>(h) + grown->src_offset, &big, 2);
+      for (const auto& [d, host] : mirror) {  // every device copy of that buffer
+        if (host == h) {
+          ASSERT_EQ(cudaMemcpy(d + grown->src_offset, &big, 2, cudaMemcpyHostToDevice),
+                    cudaSuccess);
+        }
+      }
+    }
+    for (size_t b = 0; b < dd.size(); ++b) {  // every engine byte poisoned
+      std::fill(host_dst[b].begin(), host_dst[b].end(), static_cast<char>(0xEE));
+      if (dd[b] != nullptr) cudaMemset(dd[b], 0xEE, host_dst[b].size());
     }
     // The host: the trainer's amaxes and scales, then the items.
     auto p = cv->Partials(*ops, x.buffers);
     ASSERT_TRUE(p.ok()) << p.status();
     ASSERT_TRUE(cv->Finish(*ops, x.buffers, {}).ok());
     ASSERT_TRUE(RunFusedItemsHost(fp->items, slice, host_src, hd).ok());
-    for (size_t b = 0; b < dd.size(); ++b) {  // every engine byte poisoned
-      std::fill(host_dst[b].begin(), host_dst[b].end(), static_cast<char>(0xEE));
-      if (dd[b] != nullptr) cudaMemset(dd[b], 0xEE, host_dst[b].size());
-    }
     ASSERT_TRUE((*device)->Launch(nullptr).ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_TRUE((*device)->Check(0).ok());
