@@ -3,7 +3,7 @@
 // keeps serving and pauses only to apply it (client/staged_buffers.h).
 //
 //   staged_bench [--iters=5] [--delta_fraction=0.02] [--load_mib=512]
-//                [--receive_blocks=0,16,32,64,-1]
+//                [--receive_blocks=0,16,32,64]
 //
 // Qwen3-8B, Megatron TP1 trainer -> vLLM TP1 engine, both on GPU 0, over
 // the colocated pull path (exec/pull/cuda/pull_runner.h) with trainer and
@@ -32,8 +32,7 @@
 //                iteration held up for the whole receive counts whole)
 //   receive, N blocks  the dense receive with the pull kernel on at most N
 //                thread blocks (PullRunnerOptions::receive_blocks; 0: one
-//                per work item, every SM; -1: every copy on the copy
-//                engines, no kernel): its time and the load's slowdown
+//                per work item, every SM): its time and the load's slowdown
 //                during it, per N of --receive_blocks. The rows above run
 //                the product's staged setting, kStagedReceiveBlocks.
 // A delta round cannot run over the one-GPU pull path: pull rounds carry
@@ -315,7 +314,7 @@ absl::StatusOr<std::vector<std::vector<double>>> Sweep(Setup* s, Load* load, int
       longest.push_back(l.max_ms);
     }
     out.push_back({Mean(round), Mean(mean), Mean(longest)});
-    std::printf("receive on %d blocks (0: one per item, -1: copy engines): %.3f ms; load during "
+    std::printf("receive on %d blocks (0: one per item): %.3f ms; load during "
                 "it %.3f ms, "
                 "longest %.3f ms\n", b, out.back()[0], out.back()[1], out.back()[2]);
     std::fflush(stdout);
@@ -555,7 +554,7 @@ int Main(int argc, char** argv) {
   if (st.ok()) st = Rounds(&s, load.get(), iters, fraction, &f);
   std::vector<int> blocks;
   for (absl::string_view b :
-       absl::StrSplit(testing::FlagValue(argc, argv, "receive_blocks", "0,16,32,64,-1"), ',',
+       absl::StrSplit(testing::FlagValue(argc, argv, "receive_blocks", "0,16,32,64"), ',',
                       absl::SkipEmpty())) {
     blocks.push_back(std::atoi(std::string(b).c_str()));
   }
@@ -608,7 +607,6 @@ int Main(int argc, char** argv) {
                 slow(sweep[i][1]), sweep[i][2],
                 blocks[i] == kStagedReceiveBlocks ? "  (the product's staged setting)"
                 : blocks[i] == 0                  ? "  (every SM)"
-                : blocks[i] < 0                   ? "  (copy engines, no kernel)"
                                                   : "");
   }
   if (f.load_gaps > 0) std::printf("rounds without a load iteration: %d\n", f.load_gaps);

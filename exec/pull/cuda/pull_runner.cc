@@ -463,9 +463,7 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
   for (size_t i = 0; i < program.peers.size() && i < blobs.size(); ++i) {
     Hello h;
     std::memcpy(&h, blobs[i].data(), sizeof(h));
-    // receive_blocks < 0: every copy on the copy engines.
-    if ((std::memcmp(h.device_uuid, device_uuid_, sizeof(device_uuid_)) == 0 &&
-         options_.receive_blocks >= 0) ||
+    if (std::memcmp(h.device_uuid, device_uuid_, sizeof(device_uuid_)) == 0 ||
         options_.peer_copy_streams <= 0) {
       continue;
     }

@@ -100,8 +100,7 @@ struct PullRunnerOptions {
   bool quantize_on_pull = true;
   // Receiver: thread blocks its copy kernel runs on at most (each then
   // copies every receive_blocks-th work item); 0: one per work item, every
-  // SM; -1 (with peer_copy_streams >= 1): no copy kernel, every copy on
-  // the copy engines over peer_copy_streams streams. A staged engine member (client/data_plane.h),
+  // SM. A staged engine member (client/data_plane.h),
   // which keeps serving while its round arrives, sets kStagedReceiveBlocks
   // so that the engine's kernels keep most SMs.
   int32_t receive_blocks = 0;
@@ -109,7 +108,8 @@ struct PullRunnerOptions {
 
 // PullRunnerOptions::receive_blocks of a staged engine member
 // (bench/staged_bench.cc measures the engine's slowdown and the receive
-// time for several).
+// time for several; docs/benchmarks.md, 2026-12-06, has the figures that
+// chose it, the copy engines without a kernel among them).
 inline constexpr int32_t kStagedReceiveBlocks = 32;
 
 class PullRunner : public RoundRunner {
