@@ -99,6 +99,7 @@ PullRunner::~PullRunner() {
   quant_.reset();
   if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
   if (start_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(start_event_));
+  if (quant_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(quant_event_));
   for (void* e : engine_events_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
   if (stream_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
   for (void* e : engine_streams_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(e));
@@ -533,6 +534,12 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
       mapped = AnnotateStatus(q.status(), absl::StrCat("engine rank ", rank_));
     }
   }
+  if (mapped.ok() && quant_ != nullptr && quant_->num_engine_amaxes() > 0 &&
+      !engine_copies_.empty()) {
+    cudaEvent_t qe = nullptr;
+    mapped = Cuda(cudaEventCreateWithFlags(&qe, cudaEventDisableTiming), "cudaEventCreate");
+    quant_event_ = qe;
+  }
   num_items_ = static_cast<int64_t>(items.size());
   bytes_ = program.bytes;
   own_buffers_ = std::move(buffers);
@@ -601,12 +608,22 @@ absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
   // The quantizing items first: those that compute NVFP4 global amaxes
   // write the global scales the copies then read.
   if (quant_ != nullptr) REFIT_RETURN_IF_ERROR(quant_->Launch(st));
+  if (quant_event_ != nullptr) {
+    REFIT_RETURN_IF_ERROR(
+        Cuda(cudaEventRecord(static_cast<cudaEvent_t>(quant_event_), st), "cudaEventRecord"));
+  }
   REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
                                  static_cast<const cuda::PullItem*>(items_), num_items_, st,
                                  options_.receive_blocks)),
                              "pull kernel launch"));
   if (!engine_copies_.empty()) {
-    // The copy engines read the other GPUs alongside the kernels.
+    // The copy engines read the other GPUs alongside the kernels; after
+    // the quantizing items where those write global scales they copy.
+    for (size_t i = 0; quant_event_ != nullptr && i < engine_streams_.size(); ++i) {
+      REFIT_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(engine_streams_[i]),
+                                                     static_cast<cudaEvent_t>(quant_event_), 0),
+                                 "cudaStreamWaitEvent"));
+    }
     REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(engine_copies_, engine_streams_));
     for (size_t i = 0; i < engine_streams_.size(); ++i) {
       cudaStream_t es = static_cast<cudaStream_t>(engine_streams_[i]);

@@ -193,6 +193,9 @@ class PullRunner : public RoundRunner {
   void* stream_ = nullptr;  // cudaStream_t
   void* event_ = nullptr;   // cudaEvent_t
   void* start_event_ = nullptr;  // cudaEvent_t before the pull kernel (its GPU time)
+  // cudaEvent_t after the quantizing items, which the copy engines' streams
+  // wait for when the items write NVFP4 global scales (null otherwise).
+  void* quant_event_ = nullptr;
   void* items_ = nullptr;   // device PullItem array
   int64_t num_items_ = 0;
   // Copies from senders on other GPUs for the copy engines: list i on
