@@ -191,8 +191,8 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
       unconverted[c.from.tensor] =
           static_cast<double>(DTypeSize(c.from_dtype)) / DTypeSize(t.dtype) *
           (c.kind == ConversionKind::kNvfp4 ? 2 : 1);
-      format[c.from.tensor] = ConversionKindName(c.kind);
-      converted[t.name] = ConversionKindName(c.kind);
+      format[c.from.tensor] = ConversionFormatName(c);
+      converted[t.name] = ConversionFormatName(c);
     }
     for (size_t t = 0; t < plan.src.tensors.size(); ++t) {
       const std::string& n = plan.src.tensors[t].name;

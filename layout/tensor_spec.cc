@@ -16,6 +16,8 @@ const char* TransformName(Transform t) {
       return "pow2_ceil";
     case Transform::kUe8m0Requant:
       return "ue8m0_requant";
+    case Transform::kNvfp4Vllm:
+      return "nvfp4_vllm";
   }
   return "unknown";
 }
@@ -36,6 +38,7 @@ absl::Status ValidateTensorSpec(const TensorSpec& t) {
     case Transform::kNegExp:
     case Transform::kPow2Ceil:
     case Transform::kUe8m0Requant:
+    case Transform::kNvfp4Vllm:
       if (t.dtype != DType::kF32) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", t.name, ": transform ", TransformName(t.transform),

@@ -27,9 +27,13 @@ enum class Transform : int32_t {
   kUe8m0Requant = 3,  // FP8 block scales of a weight quantized with float
                       // scales and then requantized to power-of-two scales
                       // (vLLM's DeepGEMM path); f32 scale tensors only
+  kNvfp4Vllm = 4,  // an NVFP4 global scale (weight_scale_2) and its weights'
+                   // codes and block scales as vLLM's online quantization
+                   // makes them (plan/conversion.h: Nvfp4Recipe::kVllm);
+                   // f32 global scale tensors only
 };
 
-// "none", "neg_exp", "pow2_ceil", "ue8m0_requant".
+// "none", "neg_exp", "pow2_ceil", "ue8m0_requant", "nvfp4_vllm".
 const char* TransformName(Transform t);
 
 struct TensorSpec {

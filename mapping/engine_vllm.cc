@@ -133,6 +133,26 @@ constexpr EngineDTypeRow kEngineDTypes[] = {
     {Role::kMambaALog, DType::kF32, Transform::kNegExp},
 };
 
+// recipe=vllm: every NVFP4 global scale says so (plan/conversion.h reads
+// it off the transform); INVALID_ARGUMENT naming the engine when the
+// model has no routed experts to quantize.
+absl::Status MarkNvfp4Vllm(const std::string& side, ModelTensors* m) {
+  bool any = false;
+  for (size_t t = 0; t < m->tensors.size(); ++t) {
+    const int32_t g = m->global_of[t];
+    if (g < 0) continue;
+    m->tensors[g].transform = Transform::kNvfp4Vllm;
+    any = true;
+  }
+  if (!any) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        side, ": recipe=vllm is vLLM's online NVFP4 (--quantization nvfp4_per_token), "
+        "which quantizes routed MoE experts only and this model has none; an NVFP4 "
+        "engine of a dense model loaded a ModelOpt checkpoint: recipe=modelopt"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Span<const EngineDTypeRow> EngineDTypes() { return kEngineDTypes; }
@@ -193,6 +213,7 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
           "), which refit does not requantize to NVFP4"));
     }
     c.nvfp4 = true;
+    c.nvfp4_experts_only = spec.recipe == EngineSpec::Recipe::kVllm;
   } else if (spec.quant != EngineSpec::Quant::kNone) {
     if (c.fp8_block == 0 && c.fp8_per_tensor) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -235,6 +256,9 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
     for (size_t t = 0; t < m.tensors.size(); ++t) {
       if (m.is_scale[t]) m.tensors[t].transform = scales;
     }
+  }
+  if (m.nvfp4 && spec.recipe == EngineSpec::Recipe::kVllm) {
+    REFIT_RETURN_IF_ERROR(MarkNvfp4Vllm(side, &m));
   }
   return m;
 }

@@ -96,6 +96,10 @@ struct ModelConfig {
   // engine parameter, an f32 "<...>.weight_scale_2" ([E] for stacked
   // experts) shared by the parameter's fused parts. Ignored with the above.
   bool nvfp4 = false;
+  // With nvfp4: only the routed experts (stacked tensors) are NVFP4, the
+  // other linear weights keep the model dtype (vLLM's online NVFP4,
+  // EngineSpec::Recipe::kVllm).
+  bool nvfp4_experts_only = false;
   // KV-cache scales (k_scale, v_scale, q_scale per attention layer), from
   // quantization_config.kv_cache_scheme.
   bool kv_cache_scales = false;

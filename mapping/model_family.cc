@@ -368,7 +368,8 @@ absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& c) {
     return static_cast<int32_t>(m.tensors.size() - 1);
   };
   auto add_weight = [&](TensorSpec t, bool linear) -> absl::StatusOr<int32_t> {
-    const bool fp8 = linear && (c.fp8_block > 0 || m.fp8_per_tensor || m.mxfp8 || m.nvfp4);
+    const bool fp8 = linear && (c.fp8_block > 0 || m.fp8_per_tensor || m.mxfp8 || m.nvfp4) &&
+                     !(m.nvfp4 && c.nvfp4_experts_only && !t.stacked);
     if (fp8) t.dtype = DType::kF8E4M3;
     TensorSpec scale;
     if (fp8 && m.nvfp4) {

@@ -2,6 +2,7 @@
 
 #include <type_traits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -254,6 +255,7 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
   }
   EngineSpec s;
   s.kind = kind == "vllm" ? EngineSpec::Kind::kVllm : EngineSpec::Kind::kSglang;
+  bool recipe_given = false;
   for (const KeyValue& kv : kvs) {
     if (kv.key == "tp") {
       REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.tp, 1));
@@ -281,6 +283,21 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
       }
     } else if (kv.key == "kernel") {
       REFIT_RETURN_IF_ERROR(ParseKernel(text, kv.value, &s.kernel));
+    } else if (kv.key == "recipe") {
+      if (absl::StrContains(kv.value, "4over6")) {
+        // FlashInfer's 4over6 (FLASHINFER_NVFP4_4OVER6=1, read by vLLM's
+        // online NVFP4 through current_nvfp4_4over6_config).
+        return absl::InvalidArgumentError(absl::StrCat(
+            "engine spec \"", text, "\": recipe=", kv.value, ": FlashInfer's 4over6 "
+            "(each block's maximum 4 or 6, a 256 or 448 global bound) is not written; "
+            "unset FLASHINFER_NVFP4_4OVER6 on the engine and use recipe=vllm"));
+      }
+      if (kv.value != "modelopt" && kv.value != "vllm") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "engine spec \"", text, "\": recipe=", kv.value, " is not modelopt or vllm"));
+      }
+      s.recipe = kv.value == "vllm" ? EngineSpec::Recipe::kVllm : EngineSpec::Recipe::kModelopt;
+      recipe_given = true;
     } else if (kv.key == "placement") {
       if (kv.value != "linear" && kv.value != "round_robin") {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -291,7 +308,7 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
     } else {
       return UnknownKey(text, kv.key,
                         "tp, dp, ep, placement, vocab_pad, gpus_per_host, quant, "
-                        "kernel");
+                        "kernel, recipe");
     }
   }
   if (s.round_robin && (s.kind != EngineSpec::Kind::kVllm || s.ep == 0)) {
@@ -345,6 +362,22 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
     return absl::InvalidArgumentError(absl::StrCat(
         "engine spec \"", text, "\": quant=nvfp4 follows vLLM's ModelOpt NVFP4 "
         "parameters after loading; SGLang's are not written"));
+  }
+  if (recipe_given && s.quant != EngineSpec::Quant::kNvfp4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine spec \"", text, "\": recipe= says which recipe made NVFP4 bytes; it "
+        "needs quant=nvfp4"));
+  }
+  if (s.recipe == EngineSpec::Recipe::kVllm && s.kernel == EngineSpec::Kernel::kFlashinfer) {
+    // online/nvfp4.py at 0136201: select_nvfp4_moe_backend with
+    // kNvfp4DynamicToken activations finds FlashInfer TRTLLM or CuteDSL
+    // experts only (FlashInferExperts, the CUTLASS layout, takes
+    // kNvfp4Dynamic: flashinfer_cutlass_moe.py at 03063c0).
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine spec \"", text, "\": recipe=vllm with kernel=flashinfer: vLLM's online "
+        "NVFP4 experts (per-token activations) run FlashInfer TRTLLM or CuteDSL, whose "
+        "shuffled layouts refit does not write, not the FlashInfer CUTLASS layout "
+        "kernel=flashinfer writes; serve a ModelOpt NVFP4 checkpoint (recipe=modelopt)"));
   }
   if (s.quant == EngineSpec::Quant::kMxfp8 && s.kind != EngineSpec::Kind::kVllm) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -403,6 +436,7 @@ std::string EngineSpecString(const EngineSpec& s) {
   if (s.quant == EngineSpec::Quant::kFp8Ue8m0) absl::StrAppend(&out, ",quant=fp8-ue8m0");
   if (s.quant == EngineSpec::Quant::kMxfp8) absl::StrAppend(&out, ",quant=mxfp8");
   if (s.quant == EngineSpec::Quant::kNvfp4) absl::StrAppend(&out, ",quant=nvfp4");
+  if (s.recipe == EngineSpec::Recipe::kVllm) absl::StrAppend(&out, ",recipe=vllm");
   if (s.kernel != EngineSpec::Kernel::kCheckpoint) {
     absl::StrAppend(&out, ",kernel=", KernelName(s.kernel));
   }

@@ -7,6 +7,7 @@
 //            [,gpus_per_host=8]
 //   fsdp:dp=64[,shard=8][,gpus_per_host=8]     (shard < dp: HSDP)
 //   vllm:tp=32,dp=8[,ep=256][,gpus_per_host=8][,kernel=flashinfer|deepgemm]
+//        [,quant=fp8|fp8-ue8m0|mxfp8|nvfp4][,recipe=modelopt|vllm]
 //   sglang:tp=16,dp=2[,ep=16][,kernel=flashinfer] (ep divides tp)
 //
 // Megatron keys: tp, pp, dp (data-parallel size; world = tp*pp*dp), ep, etp
@@ -112,6 +113,15 @@ struct EngineSpec {
   // kernel=flashinfer the block scales in vLLM's swizzled 128 x 4 tiles.
   enum class Quant { kNone, kFp8, kFp8Ue8m0, kMxfp8, kNvfp4 };
   Quant quant = Quant::kNone;
+  // recipe= (quant=nvfp4 only): which recipe made the engine's NVFP4 bytes
+  // (plan/conversion.h Nvfp4Recipe). modelopt (the default): the engine
+  // loaded a ModelOpt NVFP4 checkpoint, every quantizable linear weight.
+  // vllm: vLLM quantized a BF16 checkpoint itself (--quantization
+  // nvfp4_per_token): its routed experts only (Nvfp4OnlineMoEMethod; vLLM
+  // has no online NVFP4 linear method, online/base.py at 030ea52), the
+  // other weights in the model dtype.
+  enum class Recipe { kModelopt, kVllm };
+  Recipe recipe = Recipe::kModelopt;
   // kernel=: vLLM post-processes some weights after loading for the kernel
   // that reads them; the engine tensors are then that layout, not the
   // checkpoint's (mapping/engine_vllm.h has the rows, docs/kernel-layouts.md

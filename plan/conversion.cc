@@ -187,6 +187,7 @@ struct Plan1 {
   int32_t dst_tensor = -1;
   int32_t global_tensor = -1;  // kNvfp4: src index of the global scale
   bool global_leader = false;  // kNvfp4: this weight carries it
+  Nvfp4Recipe recipe = Nvfp4Recipe::kModelopt;  // kNvfp4
 };
 
 // The packed (kNvfp4) box of a trainer record: its last extent halved.
@@ -282,6 +283,14 @@ absl::Status AddNvfp4GlobalScales(
           "tensor ", gs.name, ": the trainer holds it, but its weight ", lw.name,
           " is not NVFP4"));
     }
+    if (gs.transform != Transform::kNone && gs.transform != Transform::kNvfp4Vllm) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", gs.name, ": an NVFP4 global scale's transform is none (ModelOpt's "
+          "recipe) or nvfp4_vllm (vLLM's online recipe), not ",
+          TransformName(gs.transform)));
+    }
+    const Nvfp4Recipe recipe = gs.transform == Transform::kNvfp4Vllm ? Nvfp4Recipe::kVllm
+                                                                      : Nvfp4Recipe::kModelopt;
     TensorSpec st = gs;
     st.transform = Transform::kNone;
     const int32_t gsrc = static_cast<int32_t>(src->tensors.size());
@@ -290,6 +299,7 @@ absl::Status AddNvfp4GlobalScales(
       Plan1& p = (*converted)[src_of[m]];
       p.global_tensor = gsrc;
       p.global_leader = m == leader;
+      p.recipe = recipe;
     }
   }
   return absl::OkStatus();
@@ -369,6 +379,23 @@ const char* ConversionKindName(ConversionKind k) {
       return "nvfp4";
   }
   return "unknown";
+}
+
+const char* Nvfp4RecipeName(Nvfp4Recipe r) {
+  switch (r) {
+    case Nvfp4Recipe::kModelopt:
+      return "modelopt";
+    case Nvfp4Recipe::kVllm:
+      return "vllm";
+  }
+  return "unknown";
+}
+
+std::string ConversionFormatName(const Conversion& c) {
+  if (c.kind == ConversionKind::kNvfp4 && c.recipe != Nvfp4Recipe::kModelopt) {
+    return absl::StrCat(ConversionKindName(c.kind), " recipe=", Nvfp4RecipeName(c.recipe));
+  }
+  return ConversionKindName(c.kind);
 }
 
 bool IsBlockQuantized(ConversionKind k) {
@@ -521,6 +548,7 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
     if (p.kind == ConversionKind::kNvfp4) {
       REFIT_ASSIGN_OR_RETURN(r.box, PackedBox(c.from, t.name));
       c.global_tensor = p.global_tensor;
+      c.recipe = p.recipe;
     }
     const int64_t n = UncheckedNumElements(r.box);
     const int32_t buf = static_cast<int32_t>(src.buffers.size());

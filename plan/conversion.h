@@ -20,7 +20,11 @@
 //     [..., N, K/16] and an f32 global scale `<weight>_scale_2` ([] or [E])
 //     shared by every weight of its engine parameter (the dst weights whose
 //     records share a buffer: q/k/v in qkv_proj, gate/up in w13); its amax
-//     is that of all of them, per expert (exec/nvfp4.h has the formulas).
+//     is that of all of them, per expert (exec/convert/nvfp4.h has the
+//     formulas). Two recipes make these bytes (Nvfp4Recipe): ModelOpt's
+//     exporter (an engine that loaded a ModelOpt NVFP4 checkpoint) and
+//     vLLM's online quantization of a BF16 checkpoint, read off the
+//     engine's global scale tensor (transform kNvfp4Vllm).
 //
 // How it runs: ConvertSource rewrites the source layout so that every
 // converted record reads from a scratch buffer (BufferSpec::scratch) that
@@ -59,6 +63,25 @@ enum class ConversionKind : int32_t {
   kNvfp4 = 7,          // E2M1 x2 bytes + e4m3 scales per 1 x 16 + f32 global
 };
 
+// Which recipe makes an NVFP4 weight's global scale, block scales and codes
+// (one format, two sets of bytes; the engine holds those of the recipe it
+// loaded or quantized with):
+//   kModelopt: ModelOpt's NVFP4QTensor export (weight_scale_2 = amax /
+//     2688; exec/convert/nvfp4.h), what vLLM holds after loading a ModelOpt
+//     NVFP4 checkpoint (ModelOptNvFp4LinearMethod / ModelOptNvFp4FusedMoE);
+//   kVllm: vLLM's online quantization (Nvfp4OnlineMoEMethod,
+//     _quantize_moe_weight_to_nvfp4 in vllm/model_executor/layers/
+//     quantization/online/nvfp4.py at 0136201): SFScale (6 * 448) / amax as
+//     torch evaluates it, weight_scale_2 its reciprocal, blocks by
+//     FlashInfer's cvt_warp_fp16_to_fp4 (exec/convert/nvfp4_vllm_math.h).
+enum class Nvfp4Recipe : int32_t {
+  kModelopt = 0,
+  kVllm = 1,
+};
+
+// "modelopt", "vllm".
+const char* Nvfp4RecipeName(Nvfp4Recipe r);
+
 // MXFP8's block length along the last dim (vLLM's MXFP8_BLOCK_SIZE).
 inline constexpr int64_t kMxfp8Block = 32;
 // NVFP4's block length along the last dim (ModelOpt's group_size).
@@ -67,6 +90,12 @@ inline constexpr int64_t kNvfp4Block = 16;
 // "cast_f32", "neg_exp_f32", "fp8_block", "fp8_block_ue8m0",
 // "fp8_block_requant_ue8m0", "mxfp8".
 const char* ConversionKindName(ConversionKind k);
+
+struct Conversion;
+
+// The format `c` writes, for summaries: ConversionKindName, and for NVFP4
+// of vLLM's recipe "nvfp4 recipe=vllm".
+std::string ConversionFormatName(const Conversion& c);
 
 // True for the block-quantizing kinds (they have scales and tiles).
 bool IsBlockQuantized(ConversionKind k);
@@ -97,6 +126,9 @@ struct Conversion {
   // The scratch at to_buffer holds from.box with its last extent halved.
   int32_t global_tensor = -1;
   int32_t global_buffer = -1;
+  // kNvfp4: the recipe of the bytes (the engine global scale tensor's
+  // transform: kNvfp4Vllm is kVllm, none kModelopt).
+  Nvfp4Recipe recipe = Nvfp4Recipe::kModelopt;
 };
 
 // Tiles of one source tensor that several source records share, each

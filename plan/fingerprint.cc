@@ -144,6 +144,7 @@ void WriteConversions(Writer& w, const Plan& p) {
     if (c.kind == ConversionKind::kNvfp4) {
       w.I(c.global_tensor);
       w.I(c.global_buffer);
+      w.I(static_cast<int64_t>(c.recipe));
     }
   }
   w.I(p.cut_tiles.size());

@@ -224,6 +224,7 @@ refit::v1::PlanProto ToProto(const Plan& plan) {
     for (int64_t t : c.tile) cp->add_tile(t);
     cp->set_global_tensor(c.global_tensor);
     cp->set_global_buffer(c.global_buffer);
+    cp->set_nvfp4_recipe(static_cast<int32_t>(c.recipe));
   }
   for (const CutTileGroup& g : plan.cut_tiles) {
     auto* gp = p.add_cut_tiles();
@@ -288,6 +289,12 @@ absl::Status ConversionsFromProto(const refit::v1::PlanProto& p, Plan* plan) {
     }
     c.global_tensor = nv ? cp.global_tensor() : -1;
     c.global_buffer = nv ? cp.global_buffer() : -1;
+    if (cp.nvfp4_recipe() != static_cast<int32_t>(Nvfp4Recipe::kModelopt) &&
+        (!nv || cp.nvfp4_recipe() != static_cast<int32_t>(Nvfp4Recipe::kVllm))) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": bad NVFP4 recipe ",
+                                                     cp.nvfp4_recipe()));
+    }
+    c.recipe = static_cast<Nvfp4Recipe>(cp.nvfp4_recipe());
     if (nv) {
       const Box lead = LeadingBox(c.from.box);
       const bool tensor_ok =

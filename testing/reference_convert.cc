@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "exec/convert/quantize.h"
 #include "testing/reference_copy.h"
+#include "testing/reference_nvfp4_vllm.h"
 #include "testing/reference_quantizer.h"
 
 namespace refit::testing {
@@ -207,8 +208,15 @@ bool ExpectedNvfp4(const SideLayout& engine, const TensorSpec& t,
     if (amax.empty()) amax.assign(a.size(), 0.0f);
     for (size_t k = 0; k < a.size() && k < amax.size(); ++k) amax[k] = std::max(amax[k], a[k]);
   }
-  const Quantized q = ReferenceNvfp4Quantize(
-      PatternValues(w, unpacked(ws.shape), source.at(w), seed), unpacked(ws.shape), amax);
+  // The recipe: the parameter's global scale tensor's transform.
+  bool vllm = false;
+  for (int32_t m : members) {
+    auto g = by_name.find(engine.tensors[m].name + "_scale_2");
+    if (g != by_name.end()) vllm = engine.tensors[g->second].transform == Transform::kNvfp4Vllm;
+  }
+  const std::vector<float> values = PatternValues(w, unpacked(ws.shape), source.at(w), seed);
+  const Quantized q = vllm ? ReferenceVllmNvfp4Quantize(values, unpacked(ws.shape), amax)
+                           : ReferenceNvfp4Quantize(values, unpacked(ws.shape), amax);
   *out = part == 0 ? q.values : part == 1 ? q.scale_bytes : AsBytes(q.global_scales);
   return true;
 }
@@ -260,7 +268,11 @@ absl::Status ReferenceConvert(const Plan& plan, const std::vector<uint8_t*>& src
     if (c.kind == ConversionKind::kNvfp4) {
       const std::vector<int64_t> shape = SourceShape(plan, c);
       auto [q, fresh] = quantized.try_emplace(c.from.tensor);
-      if (fresh) q->second = ReferenceNvfp4Quantize(v, shape, param_amax[c.global_tensor]);
+      if (fresh) {
+        q->second = c.recipe == Nvfp4Recipe::kVllm
+                        ? ReferenceVllmNvfp4Quantize(v, shape, param_amax[c.global_tensor])
+                        : ReferenceNvfp4Quantize(v, shape, param_amax[c.global_tensor]);
+      }
       const int n = c.from.box.rank();
       Box::Indices po(c.from.box.origin().begin(), c.from.box.origin().end());
       Box::Indices pe(c.from.box.shape().begin(), c.from.box.shape().end());

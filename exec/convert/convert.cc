@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "exec/program/copy_program.h"
 #include "exec/convert/nvfp4.h"
+#include "exec/convert/nvfp4_vllm.h"
 #include "exec/convert/quantize.h"
 
 namespace refit {
@@ -276,7 +277,7 @@ absl::Status Converter::FinishNvfp4(ConvertOps& ops, Conv& v,
       });
     }
   }
-  for (size_t k = 0; k < v.global_amax.size(); ++k) {
+  for (size_t k = 0; k < v.global_amax.size() && c.recipe == Nvfp4Recipe::kModelopt; ++k) {
     if (v.global_amax[k] == 0.0f) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor ", v.tensor->name, ", trainer rank ", rank_,
@@ -286,7 +287,12 @@ absl::Status Converter::FinishNvfp4(ConvertOps& ops, Conv& v,
           "quantization divides by"));
     }
   }
-  if (v.global_only) {  // the receivers quantize on pull
+  if (v.global_only) {  // the receivers quantize on pull (ModelOpt's recipe only)
+    if (c.recipe != Nvfp4Recipe::kModelopt) {
+      return absl::InternalError(absl::StrCat(
+          "tensor ", v.tensor->name, ": quantize-on-pull follows ModelOpt's NVFP4 recipe, "
+          "not ", Nvfp4RecipeName(c.recipe)));
+    }
     std::vector<float> g;
     for (float a : v.global_amax) g.push_back(Nvfp4GlobalScale(a));
     REFIT_RETURN_IF_ERROR(ops.StoreF32(v.global_amax, buffers[c.to_buffer]));
@@ -295,7 +301,7 @@ absl::Status Converter::FinishNvfp4(ConvertOps& ops, Conv& v,
   }
   REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
   REFIT_RETURN_IF_ERROR(AnnotateStatus(
-      ops.QuantizeNvfp4(dense, c.from_dtype, c.from.box,
+      ops.QuantizeNvfp4(dense, c.from_dtype, c.from.box, c.recipe,
                         v.has_cut ? v.amax : std::vector<float>{}, v.global_amax,
                         buffers[c.to_buffer],
                         c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr,
@@ -360,18 +366,28 @@ class HostConvertOps : public ConvertOps {
     return a;
   }
   absl::Status QuantizeNvfp4(const char* dense, DType dtype, const Box& box,
-                             const std::vector<float>& block_amax,
+                             Nvfp4Recipe recipe, const std::vector<float>& block_amax,
                              const std::vector<float>& global_amax, char* out, char* scales,
                              char* global_scales) override {
-    std::vector<float> own;
-    if (block_amax.empty()) {
-      REFIT_ASSIGN_OR_RETURN(own, TileAmaxHost({dense, dtype, box}, Nvfp4Tile(box.rank())));
+    std::vector<float> g(global_amax.size()), kept(global_amax.size());
+    if (recipe == Nvfp4Recipe::kVllm) {
+      for (size_t k = 0; k < g.size(); ++k) {
+        g[k] = Nvfp4VllmGlobalScale(global_amax[k]);
+        kept[k] = Nvfp4VllmWeightScale2Of(g[k]);
+      }
+      QuantizeNvfp4VllmBoxHost({dense, dtype, box}, block_amax, g,
+                               reinterpret_cast<uint8_t*>(out),
+                               reinterpret_cast<uint8_t*>(scales));
+    } else {
+      std::vector<float> own;
+      if (block_amax.empty()) {
+        REFIT_ASSIGN_OR_RETURN(own, TileAmaxHost({dense, dtype, box}, Nvfp4Tile(box.rank())));
+      }
+      for (size_t k = 0; k < g.size(); ++k) g[k] = kept[k] = Nvfp4GlobalScale(global_amax[k]);
+      QuantizeNvfp4Host({dense, dtype, box}, block_amax.empty() ? own : block_amax, g,
+                        reinterpret_cast<uint8_t*>(out), reinterpret_cast<uint8_t*>(scales));
     }
-    std::vector<float> g(global_amax.size());
-    for (size_t k = 0; k < g.size(); ++k) g[k] = Nvfp4GlobalScale(global_amax[k]);
-    QuantizeNvfp4Host({dense, dtype, box}, block_amax.empty() ? own : block_amax, g,
-                      reinterpret_cast<uint8_t*>(out), reinterpret_cast<uint8_t*>(scales));
-    if (global_scales != nullptr) std::memcpy(global_scales, g.data(), g.size() * 4);
+    if (global_scales != nullptr) std::memcpy(global_scales, kept.data(), kept.size() * 4);
     return absl::OkStatus();
   }
   absl::Status StoreF32(absl::Span<const float> values, char* out) override {

@@ -75,13 +75,15 @@ class ConvertOps {
   // INVALID_ARGUMENT "<what>: non-finite value at [coordinates]".
   virtual absl::Status Nvfp4GlobalAmax(const char* dense, DType dtype, const Box& box,
                                        std::vector<float>* global, absl::string_view what);
-  // NVFP4, pass 2: QuantizeNvfp4Host with the global scales of
+  // NVFP4, pass 2, by `recipe`: QuantizeNvfp4Host (kModelopt) or
+  // QuantizeNvfp4VllmBoxHost (kVllm) with the global scales of
   // `global_amax` (per leading index, the parameter's amax) and the block
   // amaxes `block_amax` (empty: each tile's own, every tile whole in the
-  // box) into out (packed) and scales (e4m3 bytes; may be null); the global
-  // scales (f32) also into global_scales when not null.
+  // box) into out (packed) and scales (e4m3 bytes; may be null); the
+  // engine's global scales (f32 weight_scale_2: ModelOpt's amax / 2688,
+  // vLLM's 1 / SFScale) also into global_scales when not null.
   virtual absl::Status QuantizeNvfp4(const char* dense, DType dtype, const Box& box,
-                                     const std::vector<float>& block_amax,
+                                     Nvfp4Recipe recipe, const std::vector<float>& block_amax,
                                      const std::vector<float>& global_amax, char* out,
                                      char* scales, char* global_scales) = 0;
   // Copies `values` (host memory, free to go when this returns) to out.

@@ -10,6 +10,8 @@
 #include <cstdint>
 
 #include "absl/functional/function_ref.h"
+#include "absl/types/span.h"
+#include "exec/convert/quantize.h"
 
 namespace refit {
 
@@ -26,6 +28,21 @@ void QuantizeNvfp4VllmHost(const uint16_t* in, int64_t blocks, float g, uint8_t*
                            uint8_t* scales, absl::FunctionRef<float(float)> rcp);
 void QuantizeNvfp4VllmHost(const uint16_t* in, int64_t blocks, float g, uint8_t* codes,
                            uint8_t* scales);
+
+// The f32 weight_scale_2 vLLM keeps for SFScale g: RN(1 / g).
+float Nvfp4VllmWeightScale2Of(float g);
+
+// QuantizeNvfp4Host's contract with vLLM's recipe: `in` (last dim even,
+// starting at an even column) into packed codes `out` (row-major over
+// in.box, last extent halved), the e4m3 bytes of the blocks of
+// OwnedTiles(in.box, 1 x 16) into `scales` (may be null), with SFScale
+// sf_scale[l] (Nvfp4VllmGlobalScale of the parameter's amax) per index l
+// of the box's leading dims; `block_amax` (row-major over
+// IntersectingTiles(in.box, 1 x 16)) holds the amax of every whole block
+// of a tile the box cuts (exchanged with its other holders), empty when
+// every tile is whole in the box (each block's own max is taken).
+void QuantizeNvfp4VllmBoxHost(const HostDenseBox& in, absl::Span<const float> block_amax,
+                              absl::Span<const float> sf_scale, uint8_t* out, uint8_t* scales);
 
 }  // namespace refit
 

@@ -168,7 +168,9 @@ bool Fusable(const Plan& slice, int32_t rank, const Conversion& c,
       c.kind != ConversionKind::kNvfp4) {
     return false;
   }
-  if (c.to_buffer < 0) return false;
+  // The receivers' NVFP4 kernels follow ModelOpt's recipe; vLLM's
+  // (Nvfp4Recipe::kVllm) is quantized by the trainer (exec/convert).
+  if (c.to_buffer < 0 || c.recipe != Nvfp4Recipe::kModelopt) return false;
   if (c.from.rank != rank || c.from_dtype != DType::kBF16 || !FusableTile(c.tile)) return false;
   if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(slice.src.tensors.size())) {
     return false;

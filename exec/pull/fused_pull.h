@@ -28,7 +28,8 @@
 // their runs are multiples of the cell). A conversion whose record cuts
 // tiles that other trainer records hold the rest of (FSDP's flat shards,
 // a TP cut through a 128 x 128 tile or a 1 x 32 block) fuses too, except
-// for the DeepGEMM requantization and NVFP4: its trainer still computes the amaxes
+// for the DeepGEMM requantization and NVFP4, and NVFP4 of vLLM's recipe
+// (Nvfp4Recipe::kVllm) never fuses. Its trainer still computes the amaxes
 // of all its tiles, exchanges the cut tiles' partial amaxes with their
 // other holders (a few floats) and writes the scales of the tiles it owns
 // into its scale scratch, which receivers pull as before; only the codes

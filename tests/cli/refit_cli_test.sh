@@ -47,6 +47,13 @@ check plan-gtp-mxfp8 0 'by format: mxfp8 ' -- "$REFIT" plan --model tiny-qwen3-m
 check plan-gtp-nvfp4 0 'by format: nvfp4 ' -- "$REFIT" plan --model tiny-qwen3-moe-fp4 \
   --trainer megatron:tp=1,gtp=2,dp=2,ep=2,etp=1,egtp=2,weights=nvfp4 \
   --engine vllm:tp=2,dp=2,ep=4,quant=nvfp4
+# NVFP4 by vLLM's online recipe: the experts only, named by recipe; a dense
+# model is refused naming the recipe that fits it.
+check plan-nvfp4-recipe-vllm 0 'by format: .*nvfp4 recipe=vllm ' -- "$REFIT" plan \
+  --model tiny-qwen3-moe-fp4 --trainer megatron:tp=2,ep=2,etp=1 \
+  --engine vllm:tp=2,quant=nvfp4,recipe=vllm
+check plan-nvfp4-recipe-vllm-dense 1 'routed MoE experts only.*recipe=modelopt' -- "$REFIT" plan \
+  --model tiny-qwen3-fp4 --trainer megatron:tp=2 --engine vllm:tp=1,quant=nvfp4,recipe=vllm
 check plan-gtp-other-format 1 'holds it as MXFP8 .* and the engine as NVFP4' -- "$REFIT" plan \
   --model tiny-qwen3-mx --trainer megatron:tp=1,gtp=2,weights=mxfp8 --engine vllm:tp=1,quant=nvfp4
 check top-help-health 0 '^  health ' -- "$REFIT" --help

@@ -222,6 +222,12 @@ INSTANTIATE_TEST_SUITE_P(
              Case::kSome},
         Case{"tiny-qwen3-fp4-fi", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer",
              Case::kAll},
+        // vLLM's online NVFP4 recipe: its experts are quantized by the
+        // trainers (the pull kernels follow ModelOpt's), pulled as codes.
+        Case{"tiny-qwen3-moe-fp4", "megatron:tp=2,ep=2,etp=1",
+             "vllm:tp=2,quant=nvfp4,recipe=vllm", Case::kNone},
+        Case{"tiny-qwen3-moe-fp4", "fsdp:dp=3", "vllm:tp=1,dp=3,ep=3,quant=nvfp4,recipe=vllm",
+             Case::kNone},
         // Padded to whole tiles: q, k and v of 96 rows, o_proj's 6 scale
         // columns, weights padded to 32 rows and codes; MXFP8's flat scales.
         Case{"tiny-qwen3-fp4", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer",

@@ -498,6 +498,54 @@ TEST(ConvertedPlansTest, Nvfp4RefusesWhatIsNotWritten) {
   // MXFP8 experts with kernel=flashinfer go to a MoE backend refit does not write.
   ExpectEngineRefused("tiny-qwen3-moe-mx", "vllm:tp=1,quant=mxfp8,kernel=flashinfer",
                       "FlashInfer TRTLLM");
+  // vLLM's online NVFP4 quantizes routed experts only, and runs them in
+  // FlashInfer TRTLLM or CuteDSL layouts: a dense model, kernel=flashinfer
+  // and a recipe without quant=nvfp4 are refused, naming what avoids it.
+  ExpectEngineRefused("tiny-qwen3-fp4", "vllm:tp=1,quant=nvfp4,recipe=vllm", "recipe=modelopt");
+  for (const char* spec : {"vllm:tp=1,quant=nvfp4,recipe=vllm,kernel=flashinfer",
+                           "vllm:tp=1,quant=mxfp8,recipe=vllm", "vllm:tp=1,recipe=modelopt",
+                           "vllm:tp=1,quant=nvfp4,recipe=4over6"}) {
+    absl::StatusOr<EngineSpec> e = ParseEngineSpec(spec);
+    ASSERT_FALSE(e.ok()) << spec;
+    EXPECT_THAT(std::string(e.status().message()), ::testing::HasSubstr("recipe")) << spec;
+  }
+  absl::StatusOr<EngineSpec> fi =
+      ParseEngineSpec("vllm:tp=1,quant=nvfp4,recipe=vllm,kernel=flashinfer");
+  EXPECT_THAT(std::string(fi.status().message()), ::testing::HasSubstr("TRTLLM or CuteDSL"));
+}
+
+// recipe=vllm: the routed experts are NVFP4 of vLLM's recipe (the plan's
+// conversions say so), the other linears stay BF16, and the expected
+// bytes differ from ModelOpt's (so the cases above tell the recipes apart).
+TEST(ConvertedPlansTest, Nvfp4RecipeVllmQuantizesExpertsOnly) {
+  testing::PlannedCase vllm, modelopt;
+  ASSERT_TRUE(testing::PlanCase("tiny-qwen3-moe-fp4", "megatron:tp=1",
+                                "vllm:tp=1,quant=nvfp4,recipe=vllm", &vllm).ok());
+  ASSERT_TRUE(testing::PlanCase("tiny-qwen3-moe-fp4", "megatron:tp=1",
+                                "vllm:tp=1,quant=nvfp4", &modelopt).ok());
+  ASSERT_FALSE(vllm.plan->conversions.empty());
+  for (const Conversion& c : vllm.plan->conversions) {
+    EXPECT_EQ(c.recipe, Nvfp4Recipe::kVllm) << vllm.plan->src.tensors[c.from.tensor].name;
+    EXPECT_TRUE(vllm.plan->src.tensors[c.from.tensor].stacked);
+  }
+  for (const Conversion& c : modelopt.plan->conversions) {
+    EXPECT_EQ(c.recipe, Nvfp4Recipe::kModelopt);
+  }
+  const SideLayout& engine = vllm.dst->layout;
+  const std::map<std::string, DType> source = SourceDTypes(vllm.src->layout);
+  int differ = 0, experts = 0;
+  for (const TensorSpec& t : engine.tensors) {
+    if (absl::StrContains(t.name, "q_proj.weight")) EXPECT_EQ(t.dtype, DType::kBF16) << t.name;
+    std::vector<uint8_t> a, b;
+    if (!testing::ExpectedNvfp4(engine, t, source, 3, &a)) continue;
+    ++experts;
+    for (const TensorSpec& m : modelopt.dst->layout.tensors) {
+      if (m.name == t.name) ASSERT_TRUE(testing::ExpectedNvfp4(modelopt.dst->layout, m, source, 3, &b));
+    }
+    differ += a != b;
+  }
+  EXPECT_GT(experts, 0);
+  EXPECT_GT(differ, 0) << "the recipes' expected bytes are equal";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -526,6 +574,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"tiny-qwen3-moe-fp4", "megatron:tp=4,ep=4,etp=1", "vllm:tp=2,dp=2,ep=4,quant=nvfp4"},
         Case{"tiny-qwen3-moe-fp4", "megatron:tp=2,pp=2,ep=2,etp=1", "vllm:tp=2,quant=nvfp4"},
         Case{"tiny-qwen3-moe-fp4", "fsdp:dp=3", "vllm:tp=1,dp=3,ep=3,quant=nvfp4"},
+        // vLLM's online NVFP4 recipe: the routed experts only (the other
+        // linears BF16), each expert's SFScale from the amax over its TP
+        // shards and fused parts; expert TP 4 cuts w2's 1 x 16 blocks.
+        Case{"tiny-qwen3-moe-fp4", "megatron:tp=4,ep=4,etp=1",
+             "vllm:tp=2,dp=2,ep=4,quant=nvfp4,recipe=vllm"},
+        Case{"tiny-qwen3-moe-fp4", "megatron:tp=2,pp=2,ep=2,etp=1",
+             "vllm:tp=2,quant=nvfp4,recipe=vllm"},
+        Case{"tiny-qwen3-moe-fp4", "megatron:tp=4,etp=4", "vllm:tp=2,quant=nvfp4,recipe=vllm"},
+        Case{"tiny-qwen3-moe-fp4", "fsdp:dp=3", "vllm:tp=1,dp=3,ep=3,quant=nvfp4,recipe=vllm"},
         // NVFP4 with kernel=flashinfer: block scales in swizzled 128 x 4
         // tiles, experts' w13 as [up; gate].
         Case{"tiny-qwen3-fp4-fi", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer"},

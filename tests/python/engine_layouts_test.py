@@ -13,6 +13,7 @@ import unittest
 
 import refit
 import refit.engine_formats as ef
+import refit.engine_worker as ew
 import refit.engine_layouts as el
 import standin_engine_layers as S
 import standin_tensor as T
@@ -245,6 +246,35 @@ class VllmQuantFormatTest(unittest.TestCase):
         self.refused(S.Fp8LinearMethod(), M("ModelOptNvFp4LinearMethod"),
                      says=("model.layers.0.self_attn.qkv_proj holds fp8",
                            "model.layers.1.self_attn.qkv_proj nvfp4", "one format"))
+
+    def test_nvfp4_recipe_detected_and_a_mismatch_refused_by_name(self):
+        M = self.M
+
+        def recipe(*methods):
+            return ef.vllm_nvfp4_recipe(S.Model([(f"model.layers.{i}.mlp.experts",
+                                                  S.Layer(quant_method=m))
+                                                 for i, m in enumerate(methods)]))
+
+        self.assertEqual(recipe(M("ModelOptNvFp4LinearMethod"), M("ModelOptNvFp4FusedMoE")),
+                         "modelopt")
+        self.assertEqual(recipe(S.UnquantizedLinearMethod(), M("Nvfp4OnlineMoEMethod")), "vllm")
+        self.assertIsNone(recipe(S.Fp8LinearMethod(), M("Mxfp8OnlineLinearMethod")))
+        # The convention's recipe against the one the layers hold.
+        self.assertEqual(ew.with_quant("vllm:tp=1", "nvfp4", "modelopt"),
+                         "vllm:tp=1,quant=nvfp4")
+        self.assertEqual(ew.with_quant("vllm:tp=1,recipe=modelopt", "nvfp4", "modelopt"),
+                         "vllm:tp=1,recipe=modelopt,quant=nvfp4")
+        self.assertEqual(ew.with_quant("vllm:tp=1", "nvfp4", "vllm"),
+                         "vllm:tp=1,recipe=vllm,quant=nvfp4")
+        for convention, held, says in (
+                ("vllm:tp=1,quant=nvfp4,recipe=vllm", "modelopt",
+                 ("recipe=vllm", "ModelOpt NVFP4 checkpoint", "use recipe=modelopt")),
+                ("vllm:tp=1,quant=nvfp4,recipe=modelopt", "vllm",
+                 ("recipe=modelopt", "quantized it itself", "use recipe=vllm"))):
+            with self.assertRaises(refit.InvalidArgumentError) as cm:
+                ew.with_quant(convention, "nvfp4", held)
+            for s in says:
+                self.assertIn(s, cm.exception.message)
 
     def test_mxfp8_emulation_experts_and_dequantized_weights(self):
         class EmulationMxfp8LinearKernel:

@@ -5,6 +5,7 @@ write. refit.vllm adds the detected ``quant=`` to the engine convention when
 a worker registers (and refuses a convention that names another).
 
     fmt = refit.engine_formats.vllm_quant_format(model)   # None, "fp8", "mxfp8", "nvfp4"
+    recipe = refit.engine_formats.vllm_nvfp4_recipe(model)  # None, "modelopt", "vllm"
 
 Duck typed, like refit.engine_layouts: looks at each layer's
 ``quant_method`` class name (no vLLM or torch import). Read from
@@ -25,6 +26,11 @@ vllm-project/vllm (2026-11-26):
   ``ModelOptMxFp8...``: per-tensor, per-channel or weight-only scales, not
   the layouts refit writes) are refused by name;
 - ``Unquantized*Method`` layers and KV-cache methods carry no weight format.
+
+NVFP4 bytes follow one of two recipes (``recipe=`` of the engine spec):
+ModelOpt's export (``recipe=modelopt``, the default) or vLLM's online
+quantization (``recipe=vllm``); a convention naming the other recipe than
+the layers hold is refused by name (refit.engine_worker.with_quant).
 """
 
 import os
@@ -95,6 +101,26 @@ def _layer_format(name: str, qm: Any) -> Optional[str]:
             f"(quant=mxfp8) and ModelOpt NVFP4 (quant=nvfp4) engines")
     if cls.startswith("Fp8"):
         return "fp8"
+    return None
+
+
+def vllm_nvfp4_recipe(model: Any) -> Optional[str]:
+    """The ``recipe=`` value of vLLM's engine spec for the NVFP4 bytes
+    ``model`` holds: ``"modelopt"`` when its NVFP4 layers loaded a ModelOpt
+    checkpoint (``ModelOptNvFp4*``: modelopt.py 00155cd keeps the
+    checkpoint's weight_scale_2 and block scales), ``"vllm"`` when vLLM
+    quantized a BF16 checkpoint itself (``Nvfp4OnlineMoEMethod``,
+    quantization/online/nvfp4.py 0136201: SFScale (6 * 448) / amax), None
+    without NVFP4 layers. Detects only: :func:`vllm_quant_format` says
+    which of them refit writes."""
+    items = model.named_modules() if hasattr(model, "named_modules") else [("", model)]
+    for _, layer in items:
+        qm = getattr(layer, "quant_method", None)
+        cls = _method(qm) if qm is not None else ""
+        if cls.startswith("Nvfp4Online"):
+            return "vllm"
+        if cls.startswith("ModelOpt") and "NvFp4" in cls:
+            return "modelopt"
     return None
 
 

@@ -24,7 +24,8 @@ import refit.staged as _staged
 import refit.torch as _rt
 
 # (detect(model) -> Optional[str], refresh(model) -> None), optionally with
-# a third, detect_quant(model) -> Optional[str] (the quant= value).
+# a third, detect_quant(model) -> Optional[str] (the quant= value), and a
+# fourth, detect_recipe(model) -> Optional[str] (NVFP4's recipe= value).
 LayoutHooks = Tuple[Callable[[Any], Any], ...]
 
 
@@ -41,7 +42,8 @@ def layout_hooks(engine: str) -> LayoutHooks:
         raise refit.FailedPreconditionError(f"refit.engine_layouts is missing ({e}): refit cannot "
                                   f"tell which layout the {engine} kernels read") from e
     if engine == "vllm":
-        return el.vllm_kernel_layout, el.refresh_vllm_derived, ef.vllm_quant_format
+        return (el.vllm_kernel_layout, el.refresh_vllm_derived, ef.vllm_quant_format,
+                ef.vllm_nvfp4_recipe)
     from refit.engine_convention import sglang_quant_format
     return el.sglang_kernel_layout, el.refresh_sglang_derived, sglang_quant_format
 
@@ -75,13 +77,26 @@ def with_kernel(convention: str, kernel: Optional[str]) -> str:
     return f"{convention}{sep}kernel={kernel}"
 
 
-def with_quant(convention: str, quant: Optional[str]) -> str:
+def with_quant(convention: str, quant: Optional[str], recipe: Optional[str] = None) -> str:
     """``convention`` with ``quant=<quant>`` added when the worker's layers
-    hold that weight format and the convention names none. Raises
-    RefitError INVALID_ARGUMENT when the convention names another format
-    than the one detected."""
+    hold that weight format and the convention names none (and, for NVFP4
+    bytes of vLLM's online ``recipe``, ``recipe=vllm``). Raises RefitError
+    INVALID_ARGUMENT when the convention names another format, or another
+    NVFP4 recipe, than the one detected."""
     if quant is None:
         return convention
+    params = convention_params(convention)
+    named_recipe = params.get("recipe")
+    if quant == "nvfp4" and recipe is not None and named_recipe not in (None, recipe):
+        loaded = ("a ModelOpt NVFP4 checkpoint, whose bytes ModelOpt's exporter made"
+                  if recipe == "modelopt" else
+                  "a BF16 checkpoint and quantized it itself (vLLM's online NVFP4)")
+        raise refit.InvalidArgumentError(
+            f"convention {convention}: recipe={named_recipe}, but vLLM loaded "
+            f"{loaded}: use recipe={recipe}")
+    if quant == "nvfp4" and recipe not in (None, "modelopt") and named_recipe is None:
+        convention = f"{convention},recipe={recipe}" if ":" in convention else \
+            f"{convention}:recipe={recipe}"
     named = convention_params(convention).get("quant")
     if named is not None and named != quant:
         raise refit.InvalidArgumentError(f"convention {convention}: quant={named}, but the "
@@ -170,8 +185,10 @@ class EngineReceiver:
         detect, self._refresh = hooks[0], hooks[1]
         self.model = model
         self.quant = hooks[2](model) if len(hooks) > 2 else None
+        self.recipe = hooks[3](model) if len(hooks) > 3 else None
         self.kernel = detect(model)
-        self.convention = with_kernel(with_quant(convention, self.quant), self.kernel)
+        self.convention = with_kernel(with_quant(convention, self.quant, self.recipe),
+                                      self.kernel)
         self.engine_id, self.rank, self.device = engine_id, rank, device
         self.timeout = timeout
         self.version = 0

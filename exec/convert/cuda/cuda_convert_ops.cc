@@ -14,9 +14,11 @@
 #include "common/status_macros.h"
 #include "exec/program/copy_program.h"
 #include "exec/convert/nvfp4.h"
+#include "exec/convert/nvfp4_vllm.h"
 #include "exec/convert/cuda/convert_kernels.h"
 #include "exec/cuda/cuda_status.h"
 #include "exec/convert/cuda/nvfp4_kernels.h"
+#include "exec/convert/cuda/nvfp4_vllm_kernels.h"
 #include "exec/cuda/pack_kernels.h"
 
 namespace refit {
@@ -208,17 +210,23 @@ class CudaConvertOps : public ConvertOps {
   }
 
   absl::Status QuantizeNvfp4(const char* dense, DType dtype, const Box& box,
-                             const std::vector<float>& block_amax,
+                             Nvfp4Recipe recipe, const std::vector<float>& block_amax,
                              const std::vector<float>& global_amax, char* out, char* scales,
                              char* global_scales) override {
     REFIT_ASSIGN_OR_RETURN(cuda::DenseBox b, Nvfp4Dense(dense, dtype, box));
     if (static_cast<int64_t>(global_amax.size()) != b.L) {
       return absl::InvalidArgumentError("NVFP4: one global amax per leading index");
     }
-    // Amaxes (and the global scales) to the device, in stream order after
-    // the previous step that read amax_.
-    std::vector<float> host(global_amax);
-    for (float a : global_amax) host.push_back(Nvfp4GlobalScale(a));
+    // Per leading index what the kernel takes (ModelOpt's the amax, vLLM's
+    // its SFScale), then the f32 global scale the engine keeps, then the
+    // block amaxes: to the device, in stream order after the previous step
+    // that read amax_.
+    const bool vllm = recipe == Nvfp4Recipe::kVllm;
+    std::vector<float> host;
+    for (float a : global_amax) host.push_back(vllm ? Nvfp4VllmGlobalScale(a) : a);
+    for (int64_t l = 0; l < b.L; ++l) {
+      host.push_back(vllm ? Nvfp4VllmWeightScale2Of(host[l]) : Nvfp4GlobalScale(host[l]));
+    }
     host.insert(host.end(), block_amax.begin(), block_amax.end());
     REFIT_RETURN_IF_ERROR(Grow(&amax_, &amax_bytes_, static_cast<int64_t>(host.size()) * 4));
     REFIT_RETURN_IF_ERROR(AnnotateStatus(
@@ -229,9 +237,15 @@ class CudaConvertOps : public ConvertOps {
           cudaMemcpyAsync(global_scales, g + b.L, b.L * 4, cudaMemcpyDeviceToDevice, s_),
           "global scales"));
     }
+    const float* blocks = block_amax.empty() ? nullptr : g + 2 * b.L;
+    if (vllm) {
+      return CudaStatus(cuda::LaunchNvfp4VllmQuantizeBox(b, blocks, g,
+                                                         reinterpret_cast<uint8_t*>(out),
+                                                         reinterpret_cast<uint8_t*>(scales), s_),
+                        "nvfp4 (vLLM recipe) quantize launch");
+    }
     return CudaStatus(static_cast<cudaError_t>(cuda::LaunchNvfp4Quantize(
-                          b, block_amax.empty() ? nullptr : g + 2 * b.L, g,
-                          reinterpret_cast<unsigned char*>(out),
+                          b, blocks, g, reinterpret_cast<unsigned char*>(out),
                           reinterpret_cast<unsigned char*>(scales), s_)),
                       "nvfp4 quantize launch");
   }

@@ -243,13 +243,13 @@ TEST(Nvfp4GpuTest, ConvertOpsEqualTheHostOps) {
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), n / 2), cudaSuccess);
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&scales), n / 16), cudaSuccess);
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&global), lead * 4), cudaSuccess);
-    ASSERT_TRUE(gpu->QuantizeNvfp4(in, DType::kBF16, box, blocks, ha->global, out, scales,
+    ASSERT_TRUE(gpu->QuantizeNvfp4(in, DType::kBF16, box, Nvfp4Recipe::kModelopt, blocks, ha->global, out, scales,
                                    global).ok());
     ASSERT_TRUE(gpu->Sync().ok());
     std::vector<uint8_t> ho(n / 2), hs(n / 16);
     std::vector<float> hg(lead);
     ASSERT_TRUE(host->QuantizeNvfp4(reinterpret_cast<const char*>(bf16.data()), DType::kBF16,
-                                    box, blocks, ha->global, reinterpret_cast<char*>(ho.data()),
+                                    box, Nvfp4Recipe::kModelopt, blocks, ha->global, reinterpret_cast<char*>(ho.data()),
                                     reinterpret_cast<char*>(hs.data()),
                                     reinterpret_cast<char*>(hg.data())).ok());
     EXPECT_EQ(Mismatches(FromDevice<uint8_t>(out, n / 2), ho), 0);

@@ -12,11 +12,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "exec/convert/cuda/cuda_convert_ops.h"
 #include "exec/convert/cuda/nvfp4_vllm_kernels.h"
+#include "exec/convert/convert.h"
 #include "exec/convert/nvfp4_vllm.h"
 #include "gtest/gtest.h"
 #include "testing/gpu_test.h"
@@ -122,6 +126,126 @@ TEST(Nvfp4VllmGpuTest, KernelEqualsHostWithTheDevicesReciprocals) {
     Write(d + "/scales.u8", all_scales.data(), all_scales.size());
     Write(d + "/global.f32", globals.data(), globals.size() * 4);
   }
+}
+
+// The box kernel the converter launches (LaunchNvfp4VllmQuantizeBox) on
+// experts [2, 64, 96]: equal to the contiguous kernel per expert, and, cut
+// at column 40 into two boxes given the cut block's whole amax, the same
+// codes and every block scale once.
+TEST(Nvfp4VllmGpuTest, BoxKernelWholeAndCutEqualTheBlockKernel) {
+  REFIT_SKIP_WITHOUT_GPU("nvfp4_vllm_gpu_test");
+  const int64_t E = 2, R = 64, C = 96, n = E * R * C;
+  const std::vector<uint16_t> in = testing::TrainedBf16(n, 5);
+  std::vector<float> g(E);
+  for (int64_t e = 0; e < E; ++e) g[e] = Nvfp4VllmGlobalScale(0.05f + 0.03f * e);
+  std::vector<uint8_t> want_codes, want_scales;
+  for (int64_t e = 0; e < E; ++e) {
+    const std::vector<uint16_t> part(in.begin() + e * R * C, in.begin() + (e + 1) * R * C);
+    char* din = testing::ToDevice(part);
+    char* dc = testing::ToDevice(std::vector<uint8_t>(R * C / 2));
+    char* ds = testing::ToDevice(std::vector<uint8_t>(R * C / 16));
+    ASSERT_EQ(cuda::LaunchNvfp4VllmQuantize(reinterpret_cast<const uint16_t*>(din), R * C / 16,
+                                            g[e], reinterpret_cast<uint8_t*>(dc),
+                                            reinterpret_cast<uint8_t*>(ds), nullptr),
+              cudaSuccess);
+    const std::vector<uint8_t> c = testing::FromDevice<uint8_t>(dc, R * C / 2);
+    const std::vector<uint8_t> sc = testing::FromDevice<uint8_t>(ds, R * C / 16);
+    want_codes.insert(want_codes.end(), c.begin(), c.end());
+    want_scales.insert(want_scales.end(), sc.begin(), sc.end());
+    cudaFree(din);
+    cudaFree(dc);
+    cudaFree(ds);
+  }
+  char* dg = testing::ToDevice(g);
+  std::vector<uint8_t> codes(n / 2), scales(n / 16, 0xEE);
+  for (const auto& [c0, c1] : {std::pair<int64_t, int64_t>{0, C}, {0, 40}, {40, C}}) {
+    const int64_t w = c1 - c0, first = c0 / 16, tiles = (c1 + 15) / 16 - first;
+    const int64_t owned0 = (c0 + 15) / 16, owned = (c1 + 15) / 16 - owned0;
+    std::vector<uint16_t> part;
+    std::vector<float> block_amax;
+    for (int64_t row = 0; row < E * R; ++row) {
+      part.insert(part.end(), in.begin() + row * C + c0, in.begin() + row * C + c1);
+      for (int64_t t = first; t < first + tiles; ++t) {
+        float v = 0.0f;
+        for (int64_t i = 0; i < 16; ++i) {
+          const uint32_t u = static_cast<uint32_t>(in[row * C + t * 16 + i] & 0x7FFF) << 16;
+          float f;
+          std::memcpy(&f, &u, 4);
+          v = std::fmax(v, f);
+        }
+        block_amax.push_back(v);
+      }
+    }
+    char* din = testing::ToDevice(part);
+    char* da = testing::ToDevice(block_amax);
+    char* dc = testing::ToDevice(std::vector<uint8_t>(E * R * w / 2));
+    char* ds = testing::ToDevice(std::vector<uint8_t>(E * R * owned));
+    const cuda::DenseBox b{din, cuda::kConvertBF16, E, R, w, 0, c0, 1, 16};
+    ASSERT_EQ(cuda::LaunchNvfp4VllmQuantizeBox(
+                  b, w == C ? nullptr : reinterpret_cast<const float*>(da),
+                  reinterpret_cast<const float*>(dg), reinterpret_cast<uint8_t*>(dc),
+                  reinterpret_cast<uint8_t*>(ds), nullptr),
+              cudaSuccess);
+    const std::vector<uint8_t> pc = testing::FromDevice<uint8_t>(dc, E * R * w / 2);
+    const std::vector<uint8_t> ps = testing::FromDevice<uint8_t>(ds, E * R * owned);
+    if (w == C) {
+      EXPECT_EQ(pc, want_codes) << "whole box";
+      EXPECT_EQ(ps, want_scales) << "whole box";
+    } else {
+      for (int64_t row = 0; row < E * R; ++row) {
+        for (int64_t j = 0; j < w / 2; ++j) codes[row * C / 2 + c0 / 2 + j] = pc[row * w / 2 + j];
+        for (int64_t j = 0; j < owned; ++j) scales[row * C / 16 + owned0 + j] = ps[row * owned + j];
+      }
+    }
+    cudaFree(din);
+    cudaFree(da);
+    cudaFree(dc);
+    cudaFree(ds);
+  }
+  cudaFree(dg);
+  EXPECT_EQ(codes, want_codes) << "cut at column 40";
+  EXPECT_EQ(scales, want_scales) << "cut at column 40";
+}
+
+// The converter's device ops with Nvfp4Recipe::kVllm (what a GPU trainer
+// runs): per expert of a [2, 64, 96] box, the codes and scales of the
+// block kernel with SFScale of the expert's global amax, and vLLM's
+// weight_scale_2 = RN(1 / SFScale) as the global scale.
+TEST(Nvfp4VllmGpuTest, ConvertOpsQuantizeByTheVllmRecipe) {
+  REFIT_SKIP_WITHOUT_GPU("nvfp4_vllm_gpu_test");
+  const int64_t E = 2, R = 64, C = 96, n = E * R * C;
+  const std::vector<uint16_t> in = testing::TrainedBf16(n, 9);
+  const std::vector<float> amax = {0.06f, 0.11f};
+  char* din = testing::ToDevice(in);
+  char* dc = testing::ToDevice(std::vector<uint8_t>(n / 2));
+  char* ds = testing::ToDevice(std::vector<uint8_t>(n / 16));
+  char* dg = testing::ToDevice(std::vector<float>(E));
+  std::unique_ptr<ConvertOps> ops = MakeCudaConvertOps(nullptr);
+  ASSERT_TRUE(ops->QuantizeNvfp4(din, DType::kBF16, Box::Unchecked({0, 0, 0}, {E, R, C}),
+                                 Nvfp4Recipe::kVllm, {}, amax, dc, ds, dg).ok());
+  ASSERT_TRUE(ops->Sync().ok());
+  const std::vector<uint8_t> codes = testing::FromDevice<uint8_t>(dc, n / 2);
+  const std::vector<uint8_t> scales = testing::FromDevice<uint8_t>(ds, n / 16);
+  const std::vector<float> kept = testing::FromDevice<float>(dg, E);
+  for (int64_t e = 0; e < E; ++e) {
+    const float g = Nvfp4VllmGlobalScale(amax[e]);
+    EXPECT_EQ(kept[e], Nvfp4VllmWeightScale2Of(g)) << "expert " << e;
+    char* wc = testing::ToDevice(std::vector<uint8_t>(R * C / 2));
+    char* wsc = testing::ToDevice(std::vector<uint8_t>(R * C / 16));
+    ASSERT_EQ(cuda::LaunchNvfp4VllmQuantize(reinterpret_cast<const uint16_t*>(din) + e * R * C,
+                                            R * C / 16, g, reinterpret_cast<uint8_t*>(wc),
+                                            reinterpret_cast<uint8_t*>(wsc), nullptr),
+              cudaSuccess);
+    EXPECT_EQ(testing::FromDevice<uint8_t>(wc, R * C / 2),
+              std::vector<uint8_t>(codes.begin() + e * R * C / 2,
+                                   codes.begin() + (e + 1) * R * C / 2)) << "expert " << e;
+    EXPECT_EQ(testing::FromDevice<uint8_t>(wsc, R * C / 16),
+              std::vector<uint8_t>(scales.begin() + e * R * C / 16,
+                                   scales.begin() + (e + 1) * R * C / 16)) << "expert " << e;
+    cudaFree(wc);
+    cudaFree(wsc);
+  }
+  for (char* p : {din, dc, ds, dg}) cudaFree(p);
 }
 
 }  // namespace

@@ -38,6 +38,58 @@ __global__ void RefitNvfp4VllmQuantizeKernel(const uint4* in, int64_t blocks, fl
   }
 }
 
+__device__ __forceinline__ float RefitVllmLoad(const char* data, int dtype, int64_t k) {
+  if (dtype == kConvertBF16) {
+    return __uint_as_float(static_cast<unsigned int>(reinterpret_cast<const uint16_t*>(data)[k])
+                           << 16);
+  }
+  if (dtype == kConvertF16) {
+    return __half2float(reinterpret_cast<const __half*>(data)[k]);
+  }
+  return reinterpret_cast<const float*>(data)[k];
+}
+
+// One thread a (leading index, row, intersecting 16-block) of the box: the
+// block's part inside the box coded with the block's amax (its own, or
+// the exchanged one of a cut block), its scale byte where the box owns it.
+__global__ void RefitNvfp4VllmBoxKernel(DenseBox b, const float* block_amax,
+                                        const float* sf_scale, uint8_t* out, uint8_t* scales) {
+  const int64_t first = b.c0 / 16;
+  const int64_t tiles = b.C == 0 ? 0 : (b.c0 + b.C + 15) / 16 - first;
+  const int64_t owned0 = (b.c0 + 15) / 16;
+  const int64_t owned = first + tiles > owned0 ? first + tiles - owned0 : 0;
+  const int64_t n = b.L * b.R * tiles;
+  const float rcp6 = Nvfp4VllmRcp(6.0f);
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = k % tiles, row = k / tiles, l = row / b.R;
+    const float g = sf_scale[l];
+    const int64_t lo = (first + t) * 16 - b.c0, hi = (first + t + 1) * 16 - b.c0;
+    const int64_t b0 = lo > 0 ? lo : 0, b1 = hi < b.C ? hi : b.C;
+    float x[16];
+    float v = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      x[i] = b0 + i < b1 ? RefitVllmLoad(b.data, b.dtype, row * b.C + b0 + i) : 0.0f;
+      v = fmaxf(v, fabsf(x[i]));
+    }
+    if (block_amax != nullptr) v = block_amax[k];
+    const __nv_fp8_storage_t sb =
+        __nv_cvt_float_to_fp8(Nvfp4VllmBlockScale(v, g, rcp6), __NV_SATFINITE, __NV_E4M3);
+    const float sv = __half2float(__half(__nv_cvt_fp8_to_halfraw(sb, __NV_E4M3)));
+    const float o =
+        sv != 0.0f ? Nvfp4VllmRcp(Nvfp4VllmOutputDivisor(sv, Nvfp4VllmRcp(g))) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; i += 2) {
+      if (b0 + i < b1) {
+        out[row * (b.C / 2) + (b0 + i) / 2] =
+            static_cast<uint8_t>(Nvfp4VllmCode(x[i], o) | Nvfp4VllmCode(x[i + 1], o) << 4);
+      }
+    }
+    if (scales != nullptr && first + t >= owned0) scales[row * owned + first + t - owned0] = sb;
+  }
+}
+
 __global__ void RefitRcpApproxKernel(const float* in, float* out, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -59,6 +111,17 @@ cudaError_t LaunchNvfp4VllmQuantize(const uint16_t* in, int64_t blocks, float g,
   if (blocks <= 0) return cudaSuccess;
   RefitNvfp4VllmQuantizeKernel<<<Grid(blocks, 256), 256, 0, stream>>>(
       reinterpret_cast<const uint4*>(in), blocks, g, reinterpret_cast<uint2*>(codes), scales);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchNvfp4VllmQuantizeBox(const DenseBox& b, const float* block_amax,
+                                       const float* sf_scale, uint8_t* out, uint8_t* scales,
+                                       cudaStream_t stream) {
+  const int64_t tiles = b.C == 0 ? 0 : (b.c0 + b.C + 15) / 16 - b.c0 / 16;
+  const int64_t n = b.L * b.R * tiles;
+  if (n <= 0) return cudaSuccess;
+  RefitNvfp4VllmBoxKernel<<<Grid(n, 256), 256, 0, stream>>>(b, block_amax, sf_scale, out,
+                                                             scales);
   return cudaGetLastError();
 }
 

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "exec/convert/cuda/convert_kernels.h"
+
 namespace refit::cuda {
 
 // Quantizes `blocks` contiguous 16-blocks of BF16 bits at `in` with global
@@ -18,6 +20,17 @@ namespace refit::cuda {
 // Returns the launch's error.
 cudaError_t LaunchNvfp4VllmQuantize(const uint16_t* in, int64_t blocks, float g, uint8_t* codes,
                                     uint8_t* scales, cudaStream_t stream);
+
+// QuantizeNvfp4VllmBoxHost on the device: the dense box `b` (block_c 16,
+// block_r 1; BF16, F16 or F32 elements; C and c0 even) into packed codes
+// `out` (row-major over the box, C / 2 bytes a row) and the e4m3 bytes of
+// its owned 16-blocks into `scales` (may be null), with SFScale
+// sf_scale[l] (device memory) per leading index; block_amax (device, row-
+// major over the intersecting tiles; null: each block's own max) gives the
+// amax of the tiles the box cuts. Returns the launch's error.
+cudaError_t LaunchNvfp4VllmQuantizeBox(const DenseBox& b, const float* block_amax,
+                                       const float* sf_scale, uint8_t* out, uint8_t* scales,
+                                       cudaStream_t stream);
 
 // out[i] = rcp.approx.ftz.f32(in[i]) for i < n: the device's reciprocal,
 // for tests that feed it to the host path. Returns the launch's error.
