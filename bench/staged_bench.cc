@@ -3,6 +3,7 @@
 // keeps serving and pauses only to apply it (client/staged_buffers.h).
 //
 //   staged_bench [--iters=5] [--delta_fraction=0.02] [--load_mib=512]
+//                [--receive_blocks=0,16,32,64]
 //
 // Qwen3-8B, Megatron TP1 trainer -> vLLM TP1 engine, both on GPU 0, over
 // the colocated pull path (exec/pull/cuda/pull_runner.h) with trainer and
@@ -29,6 +30,11 @@
 //                own stream: alone, and over the iterations that overlapped
 //                a dense or a delta round's receive (its slowdown; an
 //                iteration held up for the whole receive counts whole)
+//   receive, N blocks  the dense receive with the pull kernel on at most N
+//                thread blocks (PullRunnerOptions::receive_blocks; 0: one
+//                per work item, every SM): its time and the load's slowdown
+//                during it, per N of --receive_blocks. The rows above run
+//                the product's staged setting, kStagedReceiveBlocks.
 // A delta round cannot run over the one-GPU pull path: pull rounds carry
 // every byte (delta encoding runs over NCCL, which needs two GPUs). Here a
 // delta round's receive brings every byte into staging as a dense round
@@ -61,6 +67,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/colocated_common.h"
 #include "bench/delta_bench_kernels.h"
@@ -88,6 +95,7 @@ double Mean(const std::vector<double>& v) {
 struct LoadFigures {
   double mean_ms = 0, max_ms = 0;
   int n = 0;
+  double round_ms = 0;  // the receive's wall time
 };
 
 // The matmul load on the engine's stream: Run loops it until Stop, keeping
@@ -183,6 +191,35 @@ struct Setup {
   int64_t engine_bytes = 0;
 };
 
+// New pull runners for `s` (the receiver's copy kernel on at most
+// `blocks` thread blocks), under KV prefix `prefix`.
+absl::Status Connect(Setup* s, int32_t blocks, const std::string& prefix) {
+  const Plan ts = ExtractSlice(s->plan, Side::kTrainer, 0);
+  const Plan es = ExtractSlice(s->plan, Side::kEngine, 0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  s->sender.reset();
+  s->receiver.reset();
+  PullRunnerOptions po;
+  po.device = 0;
+  po.key_prefix = prefix;
+  po.receive_blocks = blocks;
+  absl::StatusOr<std::unique_ptr<PullRunner>> snd = absl::UnknownError("not run");
+  std::thread t([&] {
+    (void)cudaSetDevice(0);
+    snd =
+        PullRunner::Create(ts, Side::kTrainer, 0, SlicePointers(s->plan.src, ts.src, 0, s->trainer),
+                           s->sender_kv.get(), po, deadline);
+  });
+  absl::StatusOr<std::unique_ptr<PullRunner>> rcv = PullRunner::Create(
+      es, Side::kEngine, 0, s->staged->staging(), s->receiver_kv.get(), po, deadline);
+  t.join();
+  REFIT_RETURN_IF_ERROR(snd.status());
+  REFIT_RETURN_IF_ERROR(rcv.status());
+  s->sender = *std::move(snd);
+  s->receiver = *std::move(rcv);
+  return absl::OkStatus();
+}
+
 absl::Status Prepare(Setup* s, double* floor_ms, int iters) {
   REFIT_ASSIGN_OR_RETURN(s->c, CaseNamed("8b", ""));
   REFIT_ASSIGN_OR_RETURN(s->plan, CasePlan(s->c, false));
@@ -202,7 +239,6 @@ absl::Status Prepare(Setup* s, double* floor_ms, int iters) {
   REFIT_RETURN_IF_ERROR(Pattern(s->plan.src, 0, s->trainer, 1, false));
   CK(cudaDeviceSynchronize());
 
-  const Plan ts = ExtractSlice(s->plan, Side::kTrainer, 0);
   const Plan es = ExtractSlice(s->plan, Side::kEngine, 0);
   std::vector<char*> live = SlicePointers(s->plan.dst, es.dst, 0, s->live);
   std::vector<int64_t> bytes(live.size(), 0);
@@ -218,23 +254,7 @@ absl::Status Prepare(Setup* s, double* floor_ms, int iters) {
   s->dir = tmpl;
   s->sender_kv = std::make_unique<testing::DirKvStore>(s->dir);
   s->receiver_kv = std::make_unique<testing::DirKvStore>(s->dir);
-  PullRunnerOptions po;
-  po.device = 0;
-  absl::StatusOr<std::unique_ptr<PullRunner>> snd = absl::UnknownError("not run");
-  std::thread t([&] {
-    (void)cudaSetDevice(0);
-    snd =
-        PullRunner::Create(ts, Side::kTrainer, 0, SlicePointers(s->plan.src, ts.src, 0, s->trainer),
-                           s->sender_kv.get(), po, deadline);
-  });
-  absl::StatusOr<std::unique_ptr<PullRunner>> rcv = PullRunner::Create(
-      es, Side::kEngine, 0, s->staged->staging(), s->receiver_kv.get(), po, deadline);
-  t.join();
-  REFIT_RETURN_IF_ERROR(snd.status());
-  REFIT_RETURN_IF_ERROR(rcv.status());
-  s->sender = *std::move(snd);
-  s->receiver = *std::move(rcv);
-  return absl::OkStatus();
+  return Connect(s, kStagedReceiveBlocks, "pull");
 }
 
 // One round's receive into staging (sender and receiver at once), the
@@ -255,7 +275,51 @@ absl::StatusOr<LoadFigures> Receive(Setup* s, Load* load) {
   load->Stop();
   REFIT_RETURN_IF_ERROR(a.status());
   REFIT_RETURN_IF_ERROR(b.status());
-  return load->Within(t0, t1);
+  LoadFigures f = load->Within(t0, t1);
+  f.round_ms = absl::ToDoubleMilliseconds(t1 - t0);
+  return f;
+}
+
+// The dense receive on a bounded grid, for each of `blocks`: `iters`
+// rounds after a warm-up, staging poisoned before each, every engine byte
+// checked after the apply (the trainer does not change: the live bytes
+// stay what they are). Returns per setting the receive ms, the load's
+// mean ms during it, and its longest.
+absl::StatusOr<std::vector<std::vector<double>>> Sweep(Setup* s, Load* load, int iters,
+                                                       const std::vector<int>& blocks,
+                                                       std::string* check) {
+  const absl::Time far = absl::Now() + absl::Minutes(10);
+  REFIT_ASSIGN_OR_RETURN(unsigned long long want, Checksum(s->plan.dst, 0, s->live, 0));
+  std::vector<std::vector<double>> out;
+  for (int b : blocks) {
+    REFIT_RETURN_IF_ERROR(Connect(s, b, absl::StrCat("sweep", b)));
+    std::vector<double> round, mean, longest;
+    for (int r = 0; r <= iters; ++r) {
+      for (size_t i = 0; i < s->staged->staging().size(); ++i) {
+        if (s->staged->staging()[i] != nullptr) {
+          CK(cudaMemset(s->staged->staging()[i], 0xEE, s->staged->bytes()[i]));
+        }
+      }
+      CK(cudaDeviceSynchronize());
+      REFIT_ASSIGN_OR_RETURN(LoadFigures l, Receive(s, load));
+      REFIT_RETURN_IF_ERROR(s->staged->Apply(far).status());
+      REFIT_ASSIGN_OR_RETURN(unsigned long long h, Checksum(s->plan.dst, 0, s->live, 0));
+      if (h != want && *check == "PASS") {
+        *check = absl::StrCat("receive on ", b, " blocks: engine bytes differ");
+        std::printf("CHECK FAILED: %s\n", check->c_str());
+      }
+      if (r == 0 || l.n == 0) continue;
+      round.push_back(l.round_ms);
+      mean.push_back(l.mean_ms);
+      longest.push_back(l.max_ms);
+    }
+    out.push_back({Mean(round), Mean(mean), Mean(longest)});
+    std::printf("receive on %d blocks (0: one per item): %.3f ms; load during "
+                "it %.3f ms, "
+                "longest %.3f ms\n", b, out.back()[0], out.back()[1], out.back()[2]);
+    std::fflush(stdout);
+  }
+  return out;
 }
 
 // Bytes (`unit` 1) or blocks of `unit` bytes in which staging and live
@@ -488,6 +552,19 @@ int Main(int argc, char** argv) {
     if (alone.ok()) f.load_alone_ms = *alone;
   }
   if (st.ok()) st = Rounds(&s, load.get(), iters, fraction, &f);
+  std::vector<int> blocks;
+  for (absl::string_view b :
+       absl::StrSplit(testing::FlagValue(argc, argv, "receive_blocks", "0,16,32,64"), ',',
+                      absl::SkipEmpty())) {
+    blocks.push_back(std::atoi(std::string(b).c_str()));
+  }
+  std::vector<std::vector<double>> sweep;
+  if (st.ok()) {
+    absl::StatusOr<std::vector<std::vector<double>>> w =
+        Sweep(&s, load.get(), iters, blocks, &f.check);
+    st = w.status();
+    if (w.ok()) sweep = *std::move(w);
+  }
   load.reset();
   s.sender.reset();
   s.receiver.reset();
@@ -524,6 +601,14 @@ int Main(int argc, char** argv) {
               slow(dl), Mean(f.dense_load_max));
   std::printf("load in delta receive  %8.3f ms  %.3fx  (slowdown; longest iteration %.3f ms)\n", tl,
               slow(tl), Mean(f.delta_load_max));
+  for (size_t i = 0; i < sweep.size(); ++i) {
+    std::printf("receive, %3d blocks    %8.3f ms  %.3fx  load in it %.3f ms: %.3fx slowdown "
+                "(longest %.3f ms)%s\n", blocks[i], sweep[i][0], x(sweep[i][0]), sweep[i][1],
+                slow(sweep[i][1]), sweep[i][2],
+                blocks[i] == kStagedReceiveBlocks ? "  (the product's staged setting)"
+                : blocks[i] == 0                  ? "  (every SM)"
+                                                  : "");
+  }
   if (f.load_gaps > 0) std::printf("rounds without a load iteration: %d\n", f.load_gaps);
   std::printf("checks: %s\n", f.check.c_str());
   return f.check == "PASS" ? 0 : 1;

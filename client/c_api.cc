@@ -217,7 +217,8 @@ absl::StatusOr<DataPlaneOptions> DataPlaneFor(const Parsed& p) {
   int gpu = 0;
   (void)absl::SimpleAtoi(p.options.device.substr(5), &gpu);
   DataPlaneOptions n =
-      p.transport == "pull" ? PullDataPlaneOptions(gpu) : NcclDataPlaneOptions(gpu);
+      p.transport == "pull" ? PullDataPlaneOptions(gpu, nullptr, p.staged)
+                              : NcclDataPlaneOptions(gpu);
   n.segment_checksums = p.verify;
   n.staging.enabled = p.staged;
   n.staging.budget_bytes = p.staging_bytes;

@@ -19,7 +19,12 @@ namespace refit {
 // Every member pulls from the members of its host; pairs across hosts go
 // over NCCL (NcclDataPlaneOptions) in the same round, as refitd decides per
 // pair (the job's members sharing a GPU must not have such pairs).
-DataPlaneOptions PullDataPlaneOptions(int device, void* ready_stream = nullptr);
+// `staged`: staged rounds (DataPlaneOptions::staging enabled); an engine
+// member's copy kernel then runs on a bounded grid (kStagedReceiveBlocks,
+// exec/pull/cuda/pull_runner.h) so that the engine, serving while the
+// round arrives, keeps most SMs.
+DataPlaneOptions PullDataPlaneOptions(int device, void* ready_stream = nullptr,
+                                      bool staged = false);
 
 }  // namespace refit
 

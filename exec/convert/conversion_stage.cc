@@ -10,8 +10,10 @@ namespace refit {
 
 absl::StatusOr<std::unique_ptr<ConversionStage>> ConversionStage::Create(
     const Plan& plan, int32_t rank, const OpsFactory& make_ops, Memory memory,
-    std::vector<char*>* buffers, const std::set<int32_t>& global_amax_only) {
-  REFIT_ASSIGN_OR_RETURN(Converter c, Converter::Create(plan, rank, global_amax_only));
+    std::vector<char*>* buffers, const std::set<int32_t>& global_amax_only,
+    const std::set<int32_t>& engine_amax) {
+  REFIT_ASSIGN_OR_RETURN(Converter c,
+                         Converter::Create(plan, rank, global_amax_only, engine_amax));
   if (c.empty()) return std::unique_ptr<ConversionStage>();
   std::unique_ptr<ConversionStage> s(new ConversionStage(std::move(c)));
   s->memory_ = std::move(memory);

@@ -46,10 +46,11 @@ class ConversionStage {
   // INVALID_ARGUMENT for a malformed conversion or a converted tensor's
   // buffer that is not registered (naming it and the rank),
   // FAILED_PRECONDITION when `make_ops` gives no conversion steps, or the
-  // allocator's error. `global_amax_only`: Converter::Create's.
+  // allocator's error. `global_amax_only`, `engine_amax`: Converter::Create's.
   static absl::StatusOr<std::unique_ptr<ConversionStage>> Create(
       const Plan& plan, int32_t rank, const OpsFactory& make_ops, Memory memory,
-      std::vector<char*>* buffers, const std::set<int32_t>& global_amax_only = {});
+      std::vector<char*>* buffers, const std::set<int32_t>& global_amax_only = {},
+      const std::set<int32_t>& engine_amax = {});
   ~ConversionStage();  // releases the scratch buffers
 
   // Trainer ranks this rank exchanges cut-tile amaxes with, and how many

@@ -55,7 +55,8 @@ absl::Status ConvertOps::Nvfp4GlobalAmax(const char* dense, DType dtype, const B
 }
 
 absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
-                                            const std::set<int32_t>& global_amax_only) {
+                                            const std::set<int32_t>& global_amax_only,
+                                            const std::set<int32_t>& engine_amax) {
   Converter cv;
   cv.plan_ = &plan;
   cv.rank_ = rank;
@@ -95,6 +96,7 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
       v.experts = LeadingBox(c.from.box);
       const int32_t index = static_cast<int32_t>(&c - plan.conversions.data());
       v.global_only = global_amax_only.count(index) > 0;
+      v.skip = v.global_only && engine_amax.count(index) > 0;
     }
     cv.convs_.push_back(std::move(v));
   }
@@ -142,6 +144,7 @@ absl::Status Converter::Amax(ConvertOps& ops, Conv& v,
 absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
     ConvertOps& ops, absl::Span<char* const> buffers) {
   for (Conv& v : convs_) {
+    if (v.skip) continue;
     if (v.c->kind == ConversionKind::kNvfp4) {
       REFIT_ASSIGN_OR_RETURN(const char* dense,
                              ops.Gather(v.c->from, v.c->from_dtype, buffers));
@@ -168,6 +171,7 @@ absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
   for (Group& gr : groups_) {
     std::fill(gr.own.begin(), gr.own.end(), 0.0f);
     for (const Conv& v : convs_) {
+      if (v.skip) continue;
       if (v.c->kind == ConversionKind::kNvfp4 && v.c->global_tensor == gr.g->tensor) {
         ForEachTile(Intersect(v.experts, gr.g->tiles), [&](absl::Span<const int64_t> t) {
           float& o = gr.own[IndexIn(gr.g->tiles, t)];
@@ -218,6 +222,7 @@ absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
   }
   for (Conv& v : convs_) {
     const Conversion& c = *v.c;
+    if (v.skip) continue;
     if (c.kind == ConversionKind::kNvfp4) {
       REFIT_RETURN_IF_ERROR(FinishNvfp4(ops, v, buffers));
       continue;

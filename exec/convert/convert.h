@@ -115,10 +115,13 @@ class Converter {
   // (indices into plan.conversions; exec/pull/fused_pull.h) compute and
   // exchange the global amax as usual, then write it (f32 per leading
   // index) to their to_buffer and the global scales to global_buffer,
-  // quantizing nothing. INVALID_ARGUMENT for a conversion whose buffers
-  // are not the rank's.
+  // quantizing nothing. Those of `engine_amax` (a subset) are not run at
+  // all: their receivers compute the global amax themselves
+  // (exec/pull/fused_pull.h's EngineAmaxConversions). INVALID_ARGUMENT for
+  // a conversion whose buffers are not the rank's.
   static absl::StatusOr<Converter> Create(const Plan& plan, int32_t rank,
-                                          const std::set<int32_t>& global_amax_only = {});
+                                          const std::set<int32_t>& global_amax_only = {},
+                                          const std::set<int32_t>& engine_amax = {});
 
   bool empty() const { return convs_.empty(); }
 
@@ -152,6 +155,7 @@ class Converter {
     Box experts;
     std::vector<float> global_amax;
     bool global_only = false;
+    bool skip = false;  // its receivers compute the global amax
   };
   // For one cut-tile group this rank is in: its tiles' partial amaxes.
   struct Group {

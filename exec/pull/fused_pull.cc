@@ -23,6 +23,7 @@ using fused_pull_internal::CheckNvfp4Positions;
 using fused_pull_internal::Nvfp4GlobalAmaxOnly;
 using fused_pull_internal::Positions;
 using fused_pull_internal::QuantizeNvfp4Region;
+using fused_pull_internal::SetEngineAmax;
 using fused_pull_internal::SetNvfp4GlobalAmax;
 
 // Record r's elements over `sub` (global coordinates, inside r.box) as
@@ -521,6 +522,7 @@ std::vector<FusedSource> FusedSourcesOf(const Plan& slice, int32_t rank, int32_t
                                         const std::set<int32_t>& fused) {
   std::vector<FusedSource> out;
   const std::vector<int32_t> order = PairSourceBuffers(slice, rank, dst_rank);
+  const std::set<int32_t> engine_amax = EngineAmaxConversions(slice, rank, fused);
   for (size_t p = 0; p < order.size(); ++p) {
     for (int32_t i : fused) {
       const Conversion& c = slice.conversions[i];
@@ -551,6 +553,7 @@ std::vector<FusedSource> FusedSourcesOf(const Plan& slice, int32_t rank, int32_t
       f.cell_c = cell.second;
       f.byte_offset = c.from.byte_offset;
       f.buffer_bytes = slice.src.buffers[c.from.buffer].byte_size;
+      if (engine_amax.count(i) > 0) SetEngineAmax(c, order, &f);
       out.push_back(f);
     }
   }
@@ -598,7 +601,8 @@ absl::StatusOr<FusedProgram> BuildFusedItems(
       out.fused_buffers.insert(order[f.position]);
       position[{f.conversion, f.role}] = order[f.position];
     }
-    REFIT_RETURN_IF_ERROR(CheckNvfp4Positions(list, position, dst_rank, src));
+    REFIT_RETURN_IF_ERROR(CheckNvfp4Positions(list, position, static_cast<int64_t>(order.size()),
+                                              dst_rank, src));
     std::map<int32_t, Record> from;  // by buffer
     for (const auto& [b, f] : by_buffer) from[b] = SourceRecord(*f);
     absl::Status st;
@@ -617,7 +621,7 @@ absl::StatusOr<FusedProgram> BuildFusedItems(
       for (size_t k = first; k < out.items.size() && st.ok(); ++k) {
         FusedItem& it = out.items[k];
         it.tensor = tensor;
-        if (nv) SetNvfp4GlobalAmax(fs, position.at({fs.conversion, 1}), &it);
+        if (nv) SetNvfp4GlobalAmax(fs, position.at({fs.conversion, 1}), order, &it);
         if (fs.cut == 1) st = scales.Set(tensor, &it);
         if (!st.ok()) break;
         const int64_t last = it.src_offset + 2 * ((it.rows - 1) * it.src_pitch + it.cols);

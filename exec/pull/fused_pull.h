@@ -92,6 +92,12 @@ struct FusedSource {
   int64_t cell_r = 128, cell_c = 128;
   int64_t byte_offset = 0;   // Record::byte_offset
   int64_t buffer_bytes = 0;  // of the exported source buffer
+  // NVFP4 (EngineAmaxConversions): 1 when the receiver computes the global
+  // amax itself; then scale2_position is where the pair exports the global
+  // scale scratch (-1: the receiver does not read it).
+  int32_t engine_amax = 0;
+  int32_t scale2_position = -1;
+  int32_t amax_group = -1;  // engine_amax: the parameter (records sharing its amax)
 };
 
 // Indices into slice.conversions of trainer `rank` whose receivers fuse
@@ -113,6 +119,20 @@ Plan WithoutConversions(const Plan& slice, const std::set<int32_t>& fused);
 // The indices into WithoutConversions(slice, fused).conversions of the
 // fused NVFP4 conversions (Converter's global-amax-only ones).
 std::set<int32_t> GlobalAmaxConversions(const Plan& slice, const std::set<int32_t>& fused);
+
+// The fused NVFP4 conversions of trainer `rank` (indices into
+// slice.conversions, a subset of `fused`) whose global amax every receiver
+// computes itself in its quantizing pass, so that the trainer reads
+// nothing before "in place": every record of the parameter (those sharing
+// its global scale, as vLLM's fused q/k/v) is this rank's and fused, no
+// other trainer holds part of it, and every engine rank reading the codes
+// of one reads all codes of all of them. Such a receiver
+// quantizes with the amax it kept from its previous round, computes this
+// round's in the same pass, requantizes the parameters whose amax changed
+// and writes the amax and the global scale into the trainer's scratch
+// (exec/pull/cuda/fused_pull_device.h); the bytes equal the two-pass ones.
+std::set<int32_t> EngineAmaxConversions(const Plan& slice, int32_t rank,
+                                        const std::set<int32_t>& fused);
 
 // What trainer `rank` exports to engine rank `dst_rank`, by position:
 // PairSourceBuffers, with each fused conversion's scratch buffers replaced
@@ -169,6 +189,12 @@ struct FusedItem {
   // packed: columns [w_c0, w_c1) (even) are bytes [w_c0 / 2, w_c1 / 2).
   int32_t global_buffer = -1;
   int64_t global_offset = 0;
+  // NVFP4 whose receiver computes the global amax (EngineAmaxConversions):
+  // 1, and the global scale scratch (slice.src index, -1 if not read; the
+  // f32 at global_offset) it writes next to the amax.
+  int32_t engine_amax = 0;
+  int32_t scale2_buffer = -1;
+  int32_t amax_group = -1;  // FusedSource::amax_group
   // For errors: the source tensor (slice.src index) and the region's
   // global coordinates (leading dims, then row and column).
   int32_t tensor = 0;

@@ -28,13 +28,22 @@ using Positions = std::map<std::pair<int32_t, int32_t>, int32_t>;
 // NVFP4 items read the BF16 weight at the codes position (role 0) and the
 // global amaxes at the scale position (role 1), whichever they write:
 // INVALID_ARGUMENT naming the ranks unless both are exported for every
-// NVFP4 source of `list` (trainer rank `src`).
+// NVFP4 source of `list` (trainer rank `src`), or a global scale position
+// is not one of the pair's `num_positions`.
 absl::Status CheckNvfp4Positions(const std::vector<FusedSource>& list, const Positions& position,
-                                 int32_t dst_rank, int32_t src);
+                                 int64_t num_positions, int32_t dst_rank, int32_t src);
 
 // Sets where NVFP4 item *it (of source f) finds its leading index's global
-// amax: buffer global_buffer, the f32 of its leading index.
-void SetNvfp4GlobalAmax(const FusedSource& f, int32_t global_buffer, FusedItem* it);
+// amax: buffer global_buffer, the f32 of its leading index; and, when the
+// receiver computes it (f.engine_amax), the global scale scratch among
+// the pair's exports `order`.
+void SetNvfp4GlobalAmax(const FusedSource& f, int32_t global_buffer,
+                        const std::vector<int32_t>& order, FusedItem* it);
+
+// Marks *f (NVFP4 conversion c of the pair exporting `order`) as one whose
+// receiver computes the global amax (EngineAmaxConversions), with the
+// position of c's global scale scratch.
+void SetEngineAmax(const Conversion& c, const std::vector<int32_t>& order, FusedSource* f);
 
 // An NVFP4 item's region `in` quantized on the host with its block amaxes
 // and the global amax it reads from its sender's buffers `src`: packed

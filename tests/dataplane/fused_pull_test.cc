@@ -319,6 +319,18 @@ TEST(FusedPullErrorsTest, MalformedSourcesAreRefused) {
   }
 }
 
+// Qwen3-8B's plan from `trainer` into `engine` (one lane).
+absl::StatusOr<Plan> Qwen3_8bPlan(const char* trainer, const char* engine) {
+  REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig("qwen3-8b"));
+  REFIT_ASSIGN_OR_RETURN(TrainerSpec t, ParseTrainerSpec(trainer));
+  REFIT_ASSIGN_OR_RETURN(EngineSpec e, ParseEngineSpec(engine));
+  REFIT_ASSIGN_OR_RETURN(auto src, BuildTrainerLayout(model, t));
+  REFIT_ASSIGN_OR_RETURN(auto dst, BuildEngineLayout(model, e));
+  PlannerOptions o;
+  o.num_lanes = 1;
+  return BuildPlan(src.layout, dst.layout, o);
+}
+
 // The colocated benchmark's cases (bench/colocated_bench.cc 8b-fp8, 8b-mx, 8b-nv):
 // every conversion of Qwen3-8B from Megatron TP1 (interleaved q/k/v, fused
 // gate/up) into vLLM TP1 FP8, MXFP8 and NVFP4 fuses, FP8 in whole 128 x 128 cells,
@@ -326,14 +338,7 @@ TEST(FusedPullErrorsTest, MalformedSourcesAreRefused) {
 TEST(FusedPullPlansTest, Qwen3_8bMegatronTp1FusesEverything) {
   for (const char* engine :
        {"vllm:tp=1,quant=fp8", "vllm:tp=1,quant=mxfp8", "vllm:tp=1,quant=nvfp4"}) {
-    absl::StatusOr<ModelConfig> model = LoadModelConfig("qwen3-8b");
-    ASSERT_TRUE(model.ok());
-    auto src = BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=1"));
-    auto dst = BuildEngineLayout(*model, *ParseEngineSpec(engine));
-    ASSERT_TRUE(src.ok() && dst.ok());
-    PlannerOptions o;
-    o.num_lanes = 1;
-    absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, o);
+    absl::StatusOr<Plan> plan = Qwen3_8bPlan("megatron:tp=1", engine);
     ASSERT_TRUE(plan.ok()) << plan.status();
     const Plan ts = ExtractSlice(*plan, Side::kTrainer, 0);
     const std::set<int32_t> fused = FusableConversions(ts, 0, {});
@@ -356,6 +361,41 @@ TEST(FusedPullPlansTest, Qwen3_8bMegatronTp1FusesEverything) {
     EXPECT_EQ(fp->bytes, converted) << engine;
     std::printf("%s: %zu conversions fused, %zu items, %lld bytes\n", engine, fused.size(),
                 fp->items.size(), static_cast<long long>(fp->bytes));
+  }
+}
+
+// Which NVFP4 parameters the engine computes the global amax of
+// (EngineAmaxConversions): every one where one trainer holds it whole and
+// the engine reads all of it (Qwen3-8B Megatron TP1 -> vLLM TP1); none
+// when two trainers share it (TP2) or the engine reads half (vLLM TP2).
+TEST(FusedPullPlansTest, EngineComputesTheAmaxOfWholeParametersOnly) {
+  struct Case {
+    const char* trainer;
+    const char* engine;
+    bool all;
+  };
+  for (const Case& c : {Case{"megatron:tp=1", "vllm:tp=1,quant=nvfp4", true},
+                        Case{"megatron:tp=2", "vllm:tp=1,quant=nvfp4", false},
+                        Case{"megatron:tp=1", "vllm:tp=2,quant=nvfp4", false}}) {
+    absl::StatusOr<Plan> plan = Qwen3_8bPlan(c.trainer, c.engine);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const Plan ts = ExtractSlice(*plan, Side::kTrainer, 0);
+    const std::set<int32_t> fused = FusableConversions(ts, 0, {});
+    ASSERT_FALSE(fused.empty()) << c.trainer << " -> " << c.engine;
+    const std::set<int32_t> engine = EngineAmaxConversions(ts, 0, fused);
+    EXPECT_EQ(engine.size(), c.all ? fused.size() : 0u) << c.trainer << " -> " << c.engine;
+    int64_t marked = 0, scale2 = 0;
+    std::set<int32_t> params;
+    for (const FusedSource& f : FusedSourcesOf(ts, 0, 0, fused)) {
+      marked += f.engine_amax;
+      scale2 += f.scale2_position >= 0;
+      if (f.engine_amax == 1) params.insert(f.amax_group);
+    }
+    // Codes and scales of each; the global scale of each parameter (one
+    // for q/k/v, one for gate/up) found at its leading record.
+    EXPECT_EQ(marked, c.all ? 2 * static_cast<int64_t>(fused.size()) : 0);
+    EXPECT_EQ(scale2, 2 * static_cast<int64_t>(params.size()));
+    if (c.all) EXPECT_EQ(params.size(), 36u * 4);  // qkv, o, gate_up, down per layer
   }
 }
 

@@ -177,7 +177,9 @@ int Main(const Flags& fl) {
   DataPlaneOptions dpo;
 #ifdef REFIT_DEMO_CUDA
   if (gpu >= 0) {
-    dpo = fl.Get("transport") == "pull" ? PullDataPlaneOptions(gpu) : NcclDataPlaneOptions(gpu);
+    dpo = fl.Get("transport") == "pull"
+              ? PullDataPlaneOptions(gpu, nullptr, !trainer && fl.f.count("staged") > 0)
+              : NcclDataPlaneOptions(gpu);
   }
 #endif
   dpo.segment_checksums = fl.f.count("verify") > 0;

@@ -39,14 +39,17 @@ __device__ __forceinline__ void PullWords(const PullItem& it) {
 }
 
 __global__ void __launch_bounds__(kPullThreads)
-    PullKernel(const PullItem* __restrict__ items) {
-  const PullItem it = items[blockIdx.x];
-  switch (it.word_shift) {
-    case 4: PullWords<uint4>(it); break;
-    case 3: PullWords<unsigned long long>(it); break;
-    case 2: PullWords<unsigned int>(it); break;
-    case 1: PullWords<unsigned short>(it); break;
-    default: PullWords<unsigned char>(it); break;
+    PullKernel(const PullItem* __restrict__ items, int64_t n) {
+  // One item a block, or (a bounded grid) every gridDim.x-th item.
+  for (int64_t k = blockIdx.x; k < n; k += gridDim.x) {
+    const PullItem it = items[k];
+    switch (it.word_shift) {
+      case 4: PullWords<uint4>(it); break;
+      case 3: PullWords<unsigned long long>(it); break;
+      case 2: PullWords<unsigned int>(it); break;
+      case 1: PullWords<unsigned short>(it); break;
+      default: PullWords<unsigned char>(it); break;
+    }
   }
 }
 
@@ -136,10 +139,11 @@ std::vector<PullItem> SplitPullItems(const std::vector<ResolvedCopy>& copies,
   return out;
 }
 
-int LaunchPull(const PullItem* items, int64_t n, void* stream) {
+int LaunchPull(const PullItem* items, int64_t n, void* stream, int32_t max_blocks) {
   if (n <= 0) return 0;
-  PullKernel<<<static_cast<unsigned>(n), kPullThreads, 0,
-               static_cast<cudaStream_t>(stream)>>>(items);
+  const int64_t blocks = max_blocks > 0 ? std::min<int64_t>(n, max_blocks) : n;
+  PullKernel<<<static_cast<unsigned>(blocks), kPullThreads, 0,
+               static_cast<cudaStream_t>(stream)>>>(items, n);
   return static_cast<int>(cudaGetLastError());
 }
 

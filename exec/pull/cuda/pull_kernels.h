@@ -39,9 +39,11 @@ std::vector<PullItem> SplitPullItems(const std::vector<ResolvedCopy>& copies,
                                      int64_t max_item_bytes);
 
 // Launches the items of the device array `items` (n entries, n < 2^31) on
-// `stream` (a cudaStream_t). Returns the launch's cudaError_t as an int
-// (0 = success).
-int LaunchPull(const PullItem* items, int64_t n, void* stream);
+// `stream` (a cudaStream_t): a thread block an item, or with max_blocks > 0
+// at most max_blocks thread blocks, each running every max_blocks-th item
+// (the SMs the copy does not occupy stay free for other kernels). Returns
+// the launch's cudaError_t as an int (0 = success).
+int LaunchPull(const PullItem* items, int64_t n, void* stream, int32_t max_blocks = 0);
 
 // Benchmark and check helpers (device memory, `stream`): XORs every byte
 // of [p, p + bytes) with `key` (p 16-byte aligned); adds to *sum (device)

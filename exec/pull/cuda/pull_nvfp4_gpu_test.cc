@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <list>
 #include <map>
 #include <random>
 #include <set>
@@ -54,8 +55,42 @@ struct Trainer {
   Plan slice, kept;
   std::set<int32_t> fused;
   std::vector<char*> buffers;  // like kept.src.buffers
-  std::vector<std::vector<char>> scratch;
+  std::list<std::vector<char>> scratch;  // stable addresses
 };
+
+// A trainer layout's buffers on the host, filled with the test pattern.
+OwnedBuffers PatternedSource(const SideLayout& layout) {
+  const std::map<std::string, DType> source = SourceDTypes(layout);
+  PatternOptions po{-1, 5};
+  po.source_dtypes = &source;
+  OwnedBuffers s = AllocateBuffers(layout);
+  FillPattern(layout, s.ptrs, po);
+  return s;
+}
+
+// Trainer rank t of `plan` over the registered buffers `s` (of `layout`)
+// and zeroed scratch.
+void SetUpTrainer(const Plan& plan, int32_t t, const SideLayout& layout, const OwnedBuffers& s,
+                  Trainer* x) {
+  x->slice = *FromProto(ToProto(ExtractSlice(plan, Side::kTrainer, t)));
+  x->fused = FusableConversions(x->slice, t, {});
+  x->kept = WithoutConversions(x->slice, x->fused);
+  x->buffers.assign(x->kept.src.buffers.size(), nullptr);
+  for (size_t b = 0; b < x->kept.src.buffers.size(); ++b) {
+    const BufferSpec& spec = x->kept.src.buffers[b];
+    if (spec.rank != t) continue;
+    if (spec.scratch) {
+      x->scratch.emplace_back(spec.byte_size, 0);
+      x->buffers[b] = x->scratch.back().data();
+      continue;
+    }
+    for (size_t k = 0; k < layout.buffers.size(); ++k) {
+      if (layout.buffers[k].rank == t && layout.buffers[k].name == spec.name) {
+        x->buffers[b] = reinterpret_cast<char*>(s.ptrs[k]);
+      }
+    }
+  }
+}
 
 // Runs `items` on the GPU as the pull runner does (NVFP4's kernel, the
 // FP8 / MXFP8 one for the rest); returns whether a kernel flagged an item.
@@ -106,11 +141,7 @@ TEST(PullNvfp4GpuTest, KernelEqualsHostItemsOnPlannerCases) {
     const absl::Status planned = testing::PlanCase(c.model, c.trainer, c.engine, &pc);
     ASSERT_TRUE(planned.ok()) << planned;
     auto& [model, src, dst, plan] = pc;
-    const std::map<std::string, DType> source = SourceDTypes(src->layout);
-    PatternOptions po{-1, 5};
-    po.source_dtypes = &source;
-    OwnedBuffers s = AllocateBuffers(src->layout);
-    FillPattern(src->layout, s.ptrs, po);
+    OwnedBuffers s = PatternedSource(src->layout);
     const int32_t ws = plan->src.world_size;
     // The trainers: what they keep, their global amaxes exchanged.
     std::vector<Trainer> tr(ws);
@@ -119,24 +150,7 @@ TEST(PullNvfp4GpuTest, KernelEqualsHostItemsOnPlannerCases) {
     auto ops = MakeHostConvertOps();
     for (int32_t t = 0; t < ws; ++t) {
       Trainer& x = tr[t];
-      x.slice = *FromProto(ToProto(ExtractSlice(*plan, Side::kTrainer, t)));
-      x.fused = FusableConversions(x.slice, t, {});
-      x.kept = WithoutConversions(x.slice, x.fused);
-      x.buffers.assign(x.kept.src.buffers.size(), nullptr);
-      for (size_t b = 0; b < x.kept.src.buffers.size(); ++b) {
-        const BufferSpec& spec = x.kept.src.buffers[b];
-        if (spec.rank != t) continue;
-        if (spec.scratch) {
-          x.scratch.emplace_back(spec.byte_size, 0);
-          x.buffers[b] = x.scratch.back().data();
-          continue;
-        }
-        for (size_t k = 0; k < src->layout.buffers.size(); ++k) {
-          if (src->layout.buffers[k].rank == t && src->layout.buffers[k].name == spec.name) {
-            x.buffers[b] = reinterpret_cast<char*>(s.ptrs[k]);
-          }
-        }
-      }
+      SetUpTrainer(*plan, t, src->layout, s, &x);
       auto cv = Converter::Create(x.kept, t, GlobalAmaxConversions(x.slice, x.fused));
       ASSERT_TRUE(cv.ok()) << cv.status();
       auto p = cv->Partials(*ops, x.buffers);
@@ -210,6 +224,126 @@ TEST(PullNvfp4GpuTest, KernelEqualsHostItemsOnPlannerCases) {
                 HasFailure() ? "FAIL" : "PASS", c.model, c.trainer, c.engine,
                 static_cast<long long>(items_run), static_cast<long long>(nv_run),
                 static_cast<long long>(differ), static_cast<long long>(differ_tables));
+  }
+}
+
+// One trainer holding whole parameters (Megatron TP1 -> vLLM TP1): the
+// engine computes the global amaxes in its pass (EngineAmaxConversions;
+// the trainer reads nothing). Round 1 starts from no amax, round 2 keeps
+// them, round 3 follows a weight whose amax grew: every round the engine's
+// bytes, the trainer scratch's amaxes and global scales equal the host's
+// two-pass run, and only round 1 and the changed parameter run twice.
+TEST(PullNvfp4GpuTest, EngineComputedAmaxesEqualTheTrainers) {
+  REFIT_SKIP_WITHOUT_GPU("pull_nvfp4_gpu_test");
+  testing::PlannedCase pc;
+  ASSERT_TRUE(testing::PlanCase("tiny-qwen3-fp4", "megatron:tp=1", "vllm:tp=1,quant=nvfp4", &pc)
+                  .ok());
+  auto& [model, src, dst, plan] = pc;
+  OwnedBuffers s = PatternedSource(src->layout);
+  Trainer x;
+  SetUpTrainer(*plan, 0, src->layout, s, &x);
+  const std::set<int32_t> engine = EngineAmaxConversions(x.slice, 0, x.fused);
+  ASSERT_FALSE(engine.empty());
+  auto ops = MakeHostConvertOps();
+  auto cv = Converter::Create(x.kept, 0, GlobalAmaxConversions(x.slice, x.fused));
+  ASSERT_TRUE(cv.ok()) << cv.status();
+  const Plan slice = *FromProto(ToProto(ExtractSlice(*plan, Side::kEngine, 0)));
+  const PullProgram program = *BuildPullProgram(slice, 0);
+  ASSERT_EQ(program.peers.size(), 1u);
+  const std::vector<int32_t> exported = ExportedSourceBuffers(x.slice, 0, 0, x.fused);
+  DeviceCopies dev;
+  std::map<int32_t, std::vector<const char*>> host_src{{0, {}}};
+  std::map<int32_t, std::vector<char*>> dev_src{{0, {}}};
+  host_src[0].assign(slice.src.buffers.size(), nullptr);
+  dev_src[0].assign(slice.src.buffers.size(), nullptr);
+  std::vector<std::pair<char*, const char*>> mirror;  // device copy, host buffer
+  std::vector<int64_t> mirror_bytes;
+  for (size_t p = 0; p < exported.size(); ++p) {
+    const char* h = x.buffers[exported[p]];
+    if (h == nullptr) continue;
+    const int64_t bytes = x.kept.src.buffers[exported[p]].byte_size;
+    host_src[0][program.peers[0].buffers[p]] = h;
+    // The scratch (amaxes, global scales) poisoned: the engine writes it.
+    const bool scratch = x.kept.src.buffers[exported[p]].scratch;
+    char* d = dev.Add(scratch ? nullptr : h, bytes);
+    if (scratch) cudaMemset(d, 0xA5, bytes);
+    dev_src[0][program.peers[0].buffers[p]] = d;
+    mirror.emplace_back(d, h);
+    mirror_bytes.push_back(scratch ? bytes : 0);  // scratch compared after each round
+  }
+  const std::map<int32_t, std::vector<FusedSource>> sources{
+      {0, FusedSourcesOf(x.slice, 0, 0, x.fused)}};
+  auto fp = BuildFusedItems(slice, 0, sources);
+  ASSERT_TRUE(fp.ok()) << fp.status();
+  std::vector<std::vector<char>> host_dst;
+  std::vector<char*> hd, dd;
+  for (const BufferSpec& b : slice.dst.buffers) {
+    host_dst.emplace_back(b.rank == 0 ? b.byte_size : 0, 0);
+    hd.push_back(host_dst.back().data());
+    dd.push_back(b.rank == 0 ? dev.Add(nullptr, b.byte_size) : nullptr);
+  }
+  auto device = FusedPullDevice::Create(slice, *fp, dev_src, dd);
+  ASSERT_TRUE(device.ok()) << device.status();
+  // One computed amax per parameter (vLLM's q/k/v share one).
+  const int64_t params = (*device)->num_engine_amaxes();
+  EXPECT_GT(params, 0);
+  EXPECT_LE(params, static_cast<int64_t>(engine.size()));
+  for (int round = 1; round <= 3; ++round) {
+    if (round == 3) {  // one weight element grows: its parameter's amax changes
+      // An item of a parameter whose amax (the host's, of round 2) is below
+      // BF16's largest finite value, 0x7F7F; that element becomes it.
+      const FusedItem* grown = nullptr;
+      for (const FusedItem& it : fp->items) {
+        uint32_t bits = 0;
+        std::memcpy(&bits, host_src[0][it.global_buffer] + it.global_offset, 4);
+        if (bits < 0x7F7F0000u) {
+          grown = &it;
+          break;
+        }
+      }
+      ASSERT_NE(grown, nullptr);
+      const uint16_t big = 0x7F7F;
+      const char* h = host_src[0][grown->src_buffer];
+      std::memcpy(const_cast<char*>(h) + grown->src_offset, &big, 2);
+      for (const auto& [d, host] : mirror) {  // every device copy of that buffer
+        if (host == h) {
+          ASSERT_EQ(cudaMemcpy(d + grown->src_offset, &big, 2, cudaMemcpyHostToDevice),
+                    cudaSuccess);
+        }
+      }
+    }
+    for (size_t b = 0; b < dd.size(); ++b) {  // every engine byte poisoned
+      std::fill(host_dst[b].begin(), host_dst[b].end(), static_cast<char>(0xEE));
+      if (dd[b] != nullptr) cudaMemset(dd[b], 0xEE, host_dst[b].size());
+    }
+    // The host: the trainer's amaxes and scales, then the items.
+    auto p = cv->Partials(*ops, x.buffers);
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_TRUE(cv->Finish(*ops, x.buffers, {}).ok());
+    ASSERT_TRUE(RunFusedItemsHost(fp->items, slice, host_src, hd).ok());
+    ASSERT_TRUE((*device)->Launch(nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_TRUE((*device)->Check(0).ok());
+    int64_t differ = 0, scratch_differ = 0;
+    for (size_t b = 0; b < host_dst.size(); ++b) {
+      const std::vector<char> got = FromDevice<char>(dd[b], host_dst[b].size());
+      for (size_t i = 0; i < got.size(); ++i) differ += got[i] != host_dst[b][i];
+    }
+    for (size_t k = 0; k < mirror.size(); ++k) {
+      if (mirror_bytes[k] == 0) continue;
+      const std::vector<char> got = FromDevice<char>(mirror[k].first, mirror_bytes[k]);
+      scratch_differ += std::memcmp(got.data(), mirror[k].second, got.size()) != 0;
+    }
+    const int64_t changed = (*device)->last_changed();
+    EXPECT_EQ(differ, 0) << "round " << round;
+    EXPECT_EQ(scratch_differ, 0) << "round " << round;
+    EXPECT_EQ(changed, round == 1 ? params : round == 2 ? 0 : 1)
+        << "round " << round;
+    std::printf("%s nvfp4 engine-computed global amaxes, round %d: %lld of %lld parameters "
+                "requantized, %lld engine bytes and %lld scratch buffers differ from the host\n",
+                HasFailure() ? "FAIL" : "PASS", round, static_cast<long long>(changed),
+                static_cast<long long>(params), static_cast<long long>(differ),
+                static_cast<long long>(scratch_differ));
   }
 }
 

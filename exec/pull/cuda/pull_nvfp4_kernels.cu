@@ -67,13 +67,29 @@ __global__ void __launch_bounds__(256) RefitPullNvfp4TablesKernel(const float* c
                                                                           blockIdx.x));
 }
 
-__global__ void __launch_bounds__(kPullNvfp4Threads, 4) RefitPullNvfp4Kernel(
-    const PullNvfp4Item* items, long long* bad) {
-  const PullNvfp4Item it = items[blockIdx.x];
+__global__ void __launch_bounds__(256) RefitPullNvfp4RebuildKernel(
+    const PullNvfp4EngineTable* list, uint4* tables) {
+  const PullNvfp4EngineTable e = list[blockIdx.x];
+  if (*e.changed == 0) return;
+  const float amax = *e.amax;
+  if (threadIdx.x == 0) {
+    *e.out_amax = amax;
+    if (e.out_scale != nullptr) *e.out_scale = Nvfp4Global(amax);
+  }
+  RefitNvfp4BuildTable(Nvfp4Global(amax),
+                       reinterpret_cast<unsigned short*>(tables + kRefitNvfp4TableEntries * e.table));
+}
+
+// Item `index` (one thread block): codes and scales; the region's finite
+// amax raises *it.seen. Every thread of the block calls it.
+__device__ void RefitPullNvfp4Item(const PullNvfp4Item& it, long long index, long long* bad) {
+  __shared__ unsigned int block_max;
+  if (threadIdx.x == 0) block_max = 0;
   const float g = Nvfp4Global(__ldg(it.global_amax));
   const uint4* table = isfinite(g) ? static_cast<const uint4*>(it.table) : nullptr;
   const int nb = it.cols / 16, total = it.rows * nb;
   bool nonfinite = false;
+  unsigned int seen = 0;
   for (int base = 0; base < total; base += kPullNvfp4Threads * kPullNvfp4Loads) {
     uint4 q[kPullNvfp4Loads][2];
 #pragma unroll
@@ -88,6 +104,7 @@ __global__ void __launch_bounds__(kPullNvfp4Threads, 4) RefitPullNvfp4Kernel(
       unsigned int a[8];
       RefitNvfp4Magnitudes(q[j][0], q[j][1], a);
       const unsigned int m = RefitNvfp4AbsMaxPacked(a);
+      if (m < 0x7F800000u) seen = max(seen, m);
       if (m < 0x7F800000u && table != nullptr) {
         const unsigned int sb =
             __nv_cvt_float_to_fp8(Nvfp4BlockScale(__uint_as_float(m), g), __NV_SATFINITE,
@@ -103,7 +120,43 @@ __global__ void __launch_bounds__(kPullNvfp4Threads, 4) RefitPullNvfp4Kernel(
       RefitPullNvfp4Store(it, k / nb, k % nb, RefitNvfp4Codes(q[j][0], q[j][1], d), sb);
     }
   }
-  if (nonfinite) atomicMin(bad, static_cast<long long>(blockIdx.x));
+  if (nonfinite) atomicMin(bad, index);
+  if (it.seen == nullptr) return;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) seen = max(seen, __shfl_xor_sync(0xFFFFFFFFu, seen, o));
+  __syncthreads();  // block_max set
+  if ((threadIdx.x & 31) == 0 && seen > 0) atomicMax(&block_max, seen);
+  __syncthreads();
+  if (threadIdx.x == 0 && block_max > 0) atomicMax(it.seen, block_max);
+  __syncthreads();  // block_max read before a next item resets it
+}
+
+__global__ void __launch_bounds__(kPullNvfp4Threads, 4) RefitPullNvfp4Kernel(
+    const PullNvfp4Item* items, long long* bad) {
+  RefitPullNvfp4Item(items[blockIdx.x], blockIdx.x, bad);
+}
+
+__global__ void __launch_bounds__(kPullNvfp4Threads, 4) RefitPullNvfp4RedoKernel(
+    const PullNvfp4Item* items, long long n, long long* bad) {
+  for (long long i = blockIdx.x; i < n; i += gridDim.x) {
+    const int* changed = items[i].changed;
+    if (changed == nullptr || *changed == 0) continue;
+    RefitPullNvfp4Item(items[i], i, bad);
+  }
+}
+
+__global__ void RefitPullNvfp4EngineAmaxKernel(const PullNvfp4EngineAmax* entries, long long n,
+                                               long long* zero) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const PullNvfp4EngineAmax e = entries[i];
+    const unsigned int seen = *e.seen;
+    *e.seen = 0;
+    const int changed = seen != __float_as_uint(*e.amax) ? 1 : 0;
+    *e.changed = changed;
+    if (changed) *e.amax = __uint_as_float(seen);
+    if (seen == 0) atomicMin(zero, i);
+  }
 }
 
 bool PullNvfp4VectorOk(const PullNvfp4Item& item) {
@@ -120,11 +173,43 @@ int LaunchPullNvfp4Tables(const float* const* global_amax, int64_t n, void* tabl
   return static_cast<int>(cudaGetLastError());
 }
 
+int LaunchPullNvfp4Rebuild(const PullNvfp4EngineTable* list, int64_t n, void* tables,
+                           void* stream) {
+  if (n == 0) return 0;
+  if (n > 0x7FFFFFFF) return static_cast<int>(cudaErrorInvalidValue);
+  RefitPullNvfp4RebuildKernel<<<static_cast<unsigned>(n), 256, 0,
+                                static_cast<cudaStream_t>(stream)>>>(list,
+                                                                     static_cast<uint4*>(tables));
+  return static_cast<int>(cudaGetLastError());
+}
+
 int LaunchPullNvfp4(const PullNvfp4Item* items, int64_t n, long long* bad, void* stream) {
   if (n == 0) return 0;
   if (n > 0x7FFFFFFF) return static_cast<int>(cudaErrorInvalidValue);
   RefitPullNvfp4Kernel<<<static_cast<unsigned>(n), kPullNvfp4Threads, 0,
                          static_cast<cudaStream_t>(stream)>>>(items, bad);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchPullNvfp4EngineAmax(const PullNvfp4EngineAmax* entries, int64_t n, long long* zero,
+                              void* stream) {
+  if (n == 0) return 0;
+  const long long blocks = (n + 255) / 256;
+  RefitPullNvfp4EngineAmaxKernel<<<static_cast<unsigned>(blocks < 1024 ? blocks : 1024), 256, 0,
+                                   static_cast<cudaStream_t>(stream)>>>(entries, n, zero);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int LaunchPullNvfp4Redo(const PullNvfp4Item* items, int64_t n, long long* bad, void* stream) {
+  if (n == 0) return 0;
+  // A few thread blocks an SM walk the items; most return at once.
+  int device = 0, sms = 132;
+  if (cudaGetDevice(&device) == cudaSuccess) {
+    (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  }
+  const long long blocks = n < 4LL * sms ? n : 4LL * sms;
+  RefitPullNvfp4RedoKernel<<<static_cast<unsigned>(blocks), kPullNvfp4Threads, 0,
+                             static_cast<cudaStream_t>(stream)>>>(items, n, bad);
   return static_cast<int>(cudaGetLastError());
 }
 

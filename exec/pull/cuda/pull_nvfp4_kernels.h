@@ -21,17 +21,46 @@ namespace cuda {
 // from the same global amax before the items run) the codes come from
 // comparisons with its thresholds; without, from arithmetic per element.
 // The same bytes either way.
+// Receivers that compute the global amax themselves (engine_amax, see
+// exec/pull/fused_pull.h's EngineAmaxConversions): global_amax points at
+// the amax the item quantizes with (the previous round's), the kernel
+// raises *seen (f32 bits) to the region's amax, and the redo pass runs the
+// item again when *changed.
 struct PullNvfp4Item {
   const char* src;
   unsigned char* dst;
   unsigned char* scales;
   const float* global_amax;
   const void* table;
+  unsigned int* seen;   // null: the amax is the trainer's
+  const int* changed;   // null: never redone
   int64_t src_pitch, dst_pitch, scale_pitch;
   int32_t rows, cols;
   int32_t w_r0, w_r1, w_c0, w_c1;
   int32_t s_r0, s_r1, s_c0, s_c1;
   int32_t vec;  // set by the caller: PullNvfp4VectorOk
+};
+
+// A global amax that the receiver computes (one per parameter and leading
+// index): `amax` (its own memory) is what the items quantized with, `seen`
+// this round's amax (f32 bits, raised by the items; 0 before them),
+// `changed` whether the two differ.
+struct PullNvfp4EngineAmax {
+  float* amax;
+  unsigned int* seen;
+  int* changed;
+};
+
+// A threshold table (index `table`) built from a computed amax: rebuilt
+// when *changed, which also writes the amax to out_amax and its global
+// scale amax / 2688 to out_scale (may be null): the trainer's scratch that
+// the copies read.
+struct PullNvfp4EngineTable {
+  const float* amax;
+  const int* changed;
+  float* out_amax;
+  float* out_scale;
+  int64_t table;
 };
 
 // Whether an item may take 16-byte loads (src and its row pitch 16-byte
@@ -46,6 +75,22 @@ constexpr int64_t kPullNvfp4TableBytes = 2048;
 // microseconds. Returns the launch's cudaError_t as an int.
 int LaunchPullNvfp4Tables(const float* const* global_amax, int64_t n, void* tables,
                           void* stream);
+
+// For each of the n entries (device array): changed = seen != amax; amax
+// takes seen; seen is reset to 0. *zero becomes the smallest index of an
+// entry whose amax is 0 (every value zero: no global scale). Returns the
+// launch's cudaError_t as an int.
+int LaunchPullNvfp4EngineAmax(const PullNvfp4EngineAmax* entries, int64_t n, long long* zero,
+                              void* stream);
+
+// Rebuilds the n tables of `list` (device array) whose amax changed, and
+// writes their outputs (PullNvfp4EngineTable).
+int LaunchPullNvfp4Rebuild(const PullNvfp4EngineTable* list, int64_t n, void* tables,
+                           void* stream);
+
+// Runs again, on few thread blocks, the items whose *changed is set (after
+// LaunchPullNvfp4EngineAmax and LaunchPullNvfp4Rebuild).
+int LaunchPullNvfp4Redo(const PullNvfp4Item* items, int64_t n, long long* bad, void* stream);
 
 // Runs the device array `items` (n < 2^31), a thread block each, on
 // `stream`; *bad (the caller sets it to a large value) becomes the

@@ -99,6 +99,7 @@ PullRunner::~PullRunner() {
   quant_.reset();
   if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
   if (start_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(start_event_));
+  if (quant_event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(quant_event_));
   for (void* e : copy_engine_events_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
   if (stream_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
   for (void* e : copy_engine_streams_) (void)cudaStreamDestroy(static_cast<cudaStream_t>(e));
@@ -243,10 +244,21 @@ absl::Status PullRunner::PrepareConversions(const Plan& slice, std::vector<char*
     kept_slice_ = std::make_unique<Plan>(WithoutConversions(slice, fused_));
     convert = kept_slice_.get();
   }
+  // The fused NVFP4 conversions, numbered as *convert keeps them; of
+  // those, the ones whose receivers compute the global amax.
+  const std::set<int32_t> global = GlobalAmaxConversions(slice, fused_);
+  const std::set<int32_t> by_engine = EngineAmaxConversions(slice, rank_, fused_);
+  std::set<int32_t> engine_amax;
+  auto kept = global.begin();
+  for (int32_t i : fused_) {
+    if (slice.conversions[i].kind != ConversionKind::kNvfp4 || kept == global.end()) continue;
+    if (by_engine.count(i) > 0) engine_amax.insert(*kept);
+    ++kept;
+  }
   REFIT_ASSIGN_OR_RETURN(
       conversions_, ConversionStage::Create(
                         *convert, rank_, [this] { return MakeCudaConvertOps(stream_); },
-                        std::move(memory), buffers, GlobalAmaxConversions(slice, fused_)));
+                        std::move(memory), buffers, global, engine_amax));
   if (conversions_ == nullptr) return absl::OkStatus();
   for (const auto& [peer, count] : conversions_->peers()) {
     if (!std::binary_search(members_.begin(), members_.end(), peer)) {
@@ -519,6 +531,12 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
       mapped = AnnotateStatus(q.status(), absl::StrCat("engine rank ", rank_));
     }
   }
+  if (mapped.ok() && quant_ != nullptr && quant_->num_engine_amaxes() > 0 &&
+      !copy_engine_copies_.empty()) {
+    cudaEvent_t qe = nullptr;
+    mapped = Cuda(cudaEventCreateWithFlags(&qe, cudaEventDisableTiming), "cudaEventCreate");
+    quant_event_ = qe;
+  }
   num_items_ = static_cast<int64_t>(items.size());
   bytes_ = program.bytes;
   own_buffers_ = std::move(buffers);
@@ -584,12 +602,25 @@ absl::Status PullRunner::RunReceiver(absl::Time deadline, RunStats* stats) {
   cudaStream_t st = static_cast<cudaStream_t>(stream_);
   REFIT_RETURN_IF_ERROR(
       Cuda(cudaEventRecord(static_cast<cudaEvent_t>(start_event_), st), "cudaEventRecord"));
-  REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
-                                 static_cast<const cuda::PullItem*>(items_), num_items_, st)),
-                             "pull kernel launch"));
+  // The quantizing items first: those that compute NVFP4 global amaxes
+  // write the global scales the copies then read.
   if (quant_ != nullptr) REFIT_RETURN_IF_ERROR(quant_->Launch(st));
+  if (quant_event_ != nullptr) {
+    REFIT_RETURN_IF_ERROR(
+        Cuda(cudaEventRecord(static_cast<cudaEvent_t>(quant_event_), st), "cudaEventRecord"));
+  }
+  REFIT_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(cuda::LaunchPull(
+                                 static_cast<const cuda::PullItem*>(items_), num_items_, st,
+                                 options_.receive_blocks)),
+                             "pull kernel launch"));
   if (!copy_engine_copies_.empty()) {
-    // The copy engines read the other GPUs alongside the kernels.
+    // The copy engines read the other GPUs alongside the kernels; after
+    // the quantizing items where those write global scales they copy.
+    for (size_t i = 0; quant_event_ != nullptr && i < copy_engine_streams_.size(); ++i) {
+      REFIT_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(copy_engine_streams_[i]),
+                                                     static_cast<cudaEvent_t>(quant_event_), 0),
+                                 "cudaStreamWaitEvent"));
+    }
     REFIT_RETURN_IF_ERROR(EnqueueCopyEngine(copy_engine_copies_, copy_engine_streams_));
     for (size_t i = 0; i < copy_engine_streams_.size(); ++i) {
       cudaStream_t es = static_cast<cudaStream_t>(copy_engine_streams_[i]);

@@ -93,6 +93,12 @@ struct PullRunnerOptions {
   // receivers, who quantize while they pull (exec/pull/fused_pull.h); false:
   // quantize every one into scratch first (two passes).
   bool quantize_on_pull = true;
+  // Receiver: thread blocks its copy kernel runs on at most (each then
+  // copies every receive_blocks-th work item); 0: one per work item, every
+  // SM. A staged engine member (client/data_plane.h),
+  // which keeps serving while its round arrives, sets kStagedReceiveBlocks
+  // so that the engine's kernels keep most SMs.
+  int32_t receive_blocks = 0;
 };
 
 // Copies a receiver reads from a sender on another GPU go to the GPU's
@@ -100,6 +106,12 @@ struct PullRunnerOptions {
 // kernel's, which keeps the copies from its own GPU (docs/benchmarks.md,
 // "A/B decisions"). Copies between members on one GPU run in the kernel.
 inline constexpr int32_t kPeerCopyStreams = 4;
+
+// PullRunnerOptions::receive_blocks of a staged engine member
+// (bench/staged_bench.cc measures the engine's slowdown and the receive
+// time for several; docs/benchmarks.md, 2026-12-06, has the figures that
+// chose it, the copy engines without a kernel among them).
+inline constexpr int32_t kStagedReceiveBlocks = 32;
 
 class PullRunner : public RoundRunner {
  public:
@@ -188,6 +200,9 @@ class PullRunner : public RoundRunner {
   void* stream_ = nullptr;  // cudaStream_t
   void* event_ = nullptr;   // cudaEvent_t
   void* start_event_ = nullptr;  // cudaEvent_t before the pull kernel (its GPU time)
+  // cudaEvent_t after the quantizing items, which the copy engines' streams
+  // wait for when the items write NVFP4 global scales (null otherwise).
+  void* quant_event_ = nullptr;
   void* items_ = nullptr;   // device PullItem array
   int64_t num_items_ = 0;
   // Copies from senders on other GPUs for the copy engines: list i on
