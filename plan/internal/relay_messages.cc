@@ -46,6 +46,9 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
     }
     return static_cast<int32_t>(plan->waves.size());
   };
+  // What every placed message uses per engine rank and wave, kept up to
+  // date as each level's relays are placed.
+  RankWaveTable use = RankWaveUseOf(plan->dst.world_size, *messages);
   for (int32_t level = 1; level <= sources.max_depth; ++level) {
     std::vector<int32_t> sender(cands.size(), -1);
     bool any = false;
@@ -99,7 +102,7 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
         keys, candidates, sources, cap, direct_min, plan, segment_cand, &batch, pipelined);
     std::vector<int32_t> ready(relays.size());
     for (size_t i = 0; i < relays.size(); ++i) ready[i] = relays[i].batch;
-    ScheduleRelayWaves(plan->options, plan->dst.world_size, *messages, ready, &relays,
+    ScheduleRelayWaves(plan->options, plan->dst.world_size, ready, &relays, &use,
                        &plan->waves);
     for (const PendingMessage& pm : relays) {
       note(pm);
