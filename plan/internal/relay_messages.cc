@@ -38,23 +38,33 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
   // brought its feeder that region (the feeder's segment of the same
   // ordinal, when the feeder's bytes came as as many segments and that one
   // is of this region), else one after every wave placed so far.
-  auto ready_at = [&](int32_t c, int32_t ordinal, int32_t splits, const Box& box) {
+  // `box_of_key` gives the region; it is computed only when the feeder's
+  // segment may match.
+  auto ready_at = [&](int32_t c, int32_t ordinal, int32_t splits, const auto& box_of_key) {
     const int32_t f = sources.feeder[c];
     const int32_t q = seg_first[f] + ordinal;
-    if (seg_count[f] == splits && (*segment_cand)[q] == f && plan->segments[q].box == box) {
+    if (seg_count[f] == splits && (*segment_cand)[q] == f &&
+        plan->segments[q].box == box_of_key()) {
       return seg_wave[q] + 1;
     }
     return static_cast<int32_t>(plan->waves.size());
   };
+  // What every placed message uses per engine rank and wave, kept up to
+  // date as each level's relays are placed.
+  RankWaveTable use = RankWaveUseOf(plan->dst.world_size, *messages);
+  // The relayed candidates by level (in candidate order within one).
+  std::vector<std::vector<int32_t>> at_level(sources.max_depth + 1);
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const int32_t level = sources.depth[i];
+    if (level > 0 && level <= sources.max_depth) at_level[level].push_back(static_cast<int32_t>(i));
+  }
+  std::vector<int32_t> sender(cands.size(), -1);
   for (int32_t level = 1; level <= sources.max_depth; ++level) {
-    std::vector<int32_t> sender(cands.size(), -1);
-    bool any = false;
-    for (size_t i = 0; i < cands.size(); ++i) {
-      if (sources.depth[i] != level) continue;
-      sender[i] = src_world + cands[sources.feeder[i]].dst_rank;
-      any = true;
+    if (level > 1) {
+      for (int32_t i : at_level[level - 1]) sender[i] = -1;
     }
-    if (!any) continue;
+    if (at_level[level].empty()) continue;
+    for (int32_t i : at_level[level]) sender[i] = src_world + cands[sources.feeder[i]].dst_rank;
     SegmentKeys keys;
     REFIT_RETURN_IF_ERROR(
         OrderSegments(candidates, sender, plan->src, plan->dst, cap, &keys));
@@ -73,7 +83,8 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
       while (e < kv.size() && kv[e].cand == kv[i].cand) ++e;
       for (size_t j = i; j < e; ++j) {
         ready_key[j] = {ready_at(kv[i].cand, static_cast<int32_t>(j - i),
-                                 static_cast<int32_t>(e - i), box_of(kv[j])),
+                                 static_cast<int32_t>(e - i),
+                                 [&] { return box_of(kv[j]); }),
                         kv[j]};
       }
       i = e;
@@ -99,7 +110,7 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
         keys, candidates, sources, cap, direct_min, plan, segment_cand, &batch, pipelined);
     std::vector<int32_t> ready(relays.size());
     for (size_t i = 0; i < relays.size(); ++i) ready[i] = relays[i].batch;
-    ScheduleRelayWaves(plan->options, plan->dst.world_size, *messages, ready, &relays,
+    ScheduleRelayWaves(plan->options, plan->dst.world_size, ready, &relays, &use,
                        &plan->waves);
     for (const PendingMessage& pm : relays) {
       note(pm);

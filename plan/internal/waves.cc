@@ -181,23 +181,33 @@ void ScheduleWaves(const PlannerOptions& options, int32_t src_world,
   }
 }
 
+RankWaveTable RankWaveUseOf(int32_t dst_world, const std::vector<PendingMessage>& placed) {
+  RankWaveTable use(dst_world);
+  auto add = [&](int32_t e, int32_t w, int64_t staged, int64_t in, int64_t out) {
+    if (static_cast<int32_t>(use[e].size()) <= w) use[e].resize(w + 1);
+    RankWaveUse& u = use[e][w];
+    u.staged += staged;
+    u.in += in;
+    u.out += out;
+  };
+  for (const PendingMessage& pm : placed) {
+    const Message& m = pm.m;
+    add(m.dst_rank, m.wave, m.dst_contiguous ? 0 : m.bytes, m.bytes, 0);
+    if (m.relay) add(m.src_rank, m.wave, m.src_contiguous ? 0 : m.bytes, 0, m.bytes);
+  }
+  return use;
+}
+
 void ScheduleRelayWaves(const PlannerOptions& options, int32_t dst_world,
-                        const std::vector<PendingMessage>& placed,
                         const std::vector<int32_t>& ready,
-                        std::vector<PendingMessage>* relays,
+                        std::vector<PendingMessage>* relays, RankWaveTable* use_table,
                         std::vector<Wave>* waves) {
   const int64_t lane_budget = LaneBudget(options);
   const int64_t wave_cap = WaveCap(options);
-  // Per engine rank and wave: staging (shared by what it packs and
-  // unpacks) and the bytes it receives and sends, counted apart (full
-  // duplex): a relay forwards wave k's bytes in wave k+1 while it receives
-  // wave k+1's, so forwarding overlaps the trainer's sends.
-  struct Use {
-    int64_t staged = 0;
-    int64_t in = 0;
-    int64_t out = 0;
-  };
-  std::vector<std::vector<Use>> use(dst_world);
+  // A relay forwards wave k's bytes in wave k+1 while it receives wave
+  // k+1's, so forwarding overlaps the trainer's sends.
+  using Use = RankWaveUse;
+  RankWaveTable& use = *use_table;
   auto at = [&](int32_t e, int32_t w) -> Use& {
     if (static_cast<int32_t>(use[e].size()) <= w) use[e].resize(w + 1);
     return use[e][w];
@@ -208,11 +218,6 @@ void ScheduleRelayWaves(const PlannerOptions& options, int32_t dst_world,
     u.in += in;
     u.out += out;
   };
-  for (const PendingMessage& pm : placed) {
-    const Message& m = pm.m;
-    add(m.dst_rank, m.wave, m.dst_contiguous ? 0 : m.bytes, m.bytes, 0);
-    if (m.relay) add(m.src_rank, m.wave, m.src_contiguous ? 0 : m.bytes, 0, m.bytes);
-  }
   std::vector<PendingMessage>& msgs = *relays;
   std::vector<int32_t> order(msgs.size());
   std::iota(order.begin(), order.end(), 0);

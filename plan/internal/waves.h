@@ -27,9 +27,24 @@ void ScheduleWaves(const PlannerOptions& options,
                                     std::vector<PendingMessage>* messages,
                                     std::vector<Wave>* waves);
 
+// Per engine rank and wave: staging (shared by what it packs and unpacks)
+// and the bytes it receives and sends, counted apart (full duplex).
+struct RankWaveUse {
+  int64_t staged = 0;
+  int64_t in = 0;
+  int64_t out = 0;
+};
+// [engine rank][wave]; a rank's row is as long as its last used wave.
+using RankWaveTable = std::vector<std::vector<RankWaveUse>>;
+
+// Returns the table of what `placed` (messages with their waves set) uses
+// on each of the dst_world engine ranks. Never fails.
+RankWaveTable RankWaveUseOf(int32_t dst_world, const std::vector<PendingMessage>& placed);
+
 // Places relay messages (m.relay; src_rank an engine rank) into waves
-// after `placed` (messages with their waves set: the trainer's and earlier
-// relays): relay i at the first wave at or after ready[i] and its pair's
+// after the messages already counted in `use` (see RankWaveUseOf; the
+// placed relays are added to it): relay i at the first wave at or after
+// ready[i] and its pair's
 // previous relay in which both engine ranks' staged bytes (a relay sender
 // packs, a receiver unpacks) fit the lane budget and the sender's sent
 // bytes and the receiver's received bytes each fit the wave cap (full
@@ -39,9 +54,8 @@ void ScheduleWaves(const PlannerOptions& options,
 // a pair's ready waves must not decrease with seq. Sets every relay's
 // m.wave. Never fails.
 void ScheduleRelayWaves(const PlannerOptions& options, int32_t dst_world,
-                        const std::vector<PendingMessage>& placed,
                         const std::vector<int32_t>& ready,
-                        std::vector<PendingMessage>* relays,
+                        std::vector<PendingMessage>* relays, RankWaveTable* use,
                         std::vector<Wave>* waves);
 
 // Writes plan->messages in (wave, relay, src rank, dst rank, seq) order and each
