@@ -24,11 +24,15 @@
 #include "common/file.h"
 #include "gtest/gtest.h"
 #include "testing/refitd_process.h"
+#include "testing/test_paths.h"
 #include "tests/adversarial/h2_wire.h"
 #include "tests/adversarial/refitd_peers.h"
 
 namespace refit {
 namespace {
+
+using ::refit::testing::Runfile;
+using ::refit::testing::TmpFile;
 
 using ::refit::testing::CpuSeconds;
 using ::refit::testing::Dial;
@@ -39,12 +43,6 @@ using ::refit::testing::RaiseOwnFdLimit;
 using ::refit::testing::SendAll;
 using ::refit::testing::StatusOverANewConnection;
 
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/", path);
-}
-std::string TmpFile(const std::string& name) {
-  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-}
 
 TEST(AdmissionTest, ANewChannelsFirstCallIsNotDelayed) {
   RefitdProcess refitd;

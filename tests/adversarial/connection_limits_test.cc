@@ -26,10 +26,14 @@
 #include "gtest/gtest.h"
 #include "proto/protocol_version.h"
 #include "testing/refitd_process.h"
+#include "testing/test_paths.h"
 #include "tests/adversarial/h2_wire.h"
 
 namespace refit {
 namespace {
+
+using ::refit::testing::Runfile;
+using ::refit::testing::TmpFile;
 
 using ::refit::testing::CpuSeconds;
 using ::refit::testing::Dial;
@@ -39,12 +43,6 @@ using ::refit::testing::kPreface;
 using ::refit::testing::RaiseOwnFdLimit;
 using ::refit::testing::SendAll;
 
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/", path);
-}
-std::string TmpFile(const std::string& name) {
-  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-}
 
 // The gzip of a KvSetRequest {key: "k", value: `zeros` zero bytes}.
 std::string GzipOfZeroValue(int64_t zeros) {

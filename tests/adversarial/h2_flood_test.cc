@@ -20,11 +20,15 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "testing/refitd_process.h"
+#include "testing/test_paths.h"
 #include "tests/adversarial/h2_wire.h"
 #include "tests/adversarial/refitd_peers.h"
 
 namespace refit {
 namespace {
+
+using ::refit::testing::Runfile;
+using ::refit::testing::TmpFile;
 
 using ::refit::testing::CpuSeconds;
 using ::refit::testing::Dial;
@@ -35,12 +39,6 @@ using ::refit::testing::kPreface;
 using ::refit::testing::SendAll;
 using ::refit::testing::StatusOverANewConnection;
 
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/", path);
-}
-std::string TmpFile(const std::string& name) {
-  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-}
 
 // The preface, SETTINGS and one whole GetStatus call on stream 1.
 std::string FirstRequest() {

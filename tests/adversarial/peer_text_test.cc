@@ -24,18 +24,16 @@
 #include "proto/protocol_version.h"
 #include "proto/refit_service.grpc.pb.h"
 #include "testing/refitd_process.h"
+#include "testing/test_paths.h"
 #include "tests/adversarial/h2_wire.h"
 #include "tests/adversarial/refitd_peers.h"
 
 namespace refit {
 namespace {
 
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/", path);
-}
-std::string TmpFile(const std::string& name) {
-  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-}
+using ::refit::testing::Runfile;
+using ::refit::testing::TmpFile;
+
 
 // A trainer registration naming the built-in tiny-qwen3 with one buffer
 // (enough to be admitted; planning is not exercised).

@@ -28,16 +28,14 @@
 #include "nlohmann/json.hpp"
 #include "proto/protocol_version.h"
 #include "testing/refitd_process.h"
+#include "testing/test_paths.h"
 
 namespace refit {
 namespace {
 
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/", path);
-}
-std::string TmpFile(const std::string& name) {
-  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-}
+using ::refit::testing::Runfile;
+using ::refit::testing::TmpFile;
+
 
 // tiny-qwen3-moe's config.json with its layer and expert counts replaced.
 std::string MoeConfig(int64_t layers, int64_t experts) {
