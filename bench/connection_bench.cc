@@ -33,13 +33,13 @@ double NewConnectionStatusMs(int port) {
   const absl::Time start = absl::Now();
   auto channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
                                            grpc::InsecureChannelCredentials(), args);
-  auto stub = v1::RefitService::NewStub(channel);
+  auto service = v1::RefitService::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
   ctx.set_wait_for_ready(true);
   v1::StatusRequest req;
   v1::StatusResponse resp;
-  const grpc::Status s = stub->GetStatus(&ctx, req, &resp);
+  const grpc::Status s = service->GetStatus(&ctx, req, &resp);
   if (!s.ok()) std::fprintf(stderr, "GetStatus: %s\n", s.error_message().c_str());
   return s.ok() ? Ms(absl::Now() - start) : -1;
 }
