@@ -5,21 +5,13 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "server/h2_test_frames.h"
 
 namespace refit {
 namespace {
 
-constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-std::string Frame(uint8_t type, uint8_t flags, uint32_t stream, const std::string& payload) {
-  const size_t len = payload.size();
-  return std::string{static_cast<char>(len >> 16), static_cast<char>(len >> 8),
-                     static_cast<char>(len),       static_cast<char>(type),
-                     static_cast<char>(flags),     static_cast<char>(stream >> 24),
-                     static_cast<char>(stream >> 16), static_cast<char>(stream >> 8),
-                     static_cast<char>(stream)} +
-         payload;
-}
+using ::refit::h2_test::Frame;
+using ::refit::h2_test::kPreface;
 
 const std::string& Feed(H2ClientFrames& f, const std::string& s, absl::Time now) {
   return f.Consume(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size()),
