@@ -1,6 +1,8 @@
 // ConnectionRelay (see connection_relay.h).
 #include "server/connection_relay.h"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -9,6 +11,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <climits>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -86,6 +89,14 @@ struct ConnectionRelay::Conn {
   H2ClientFrames frames;
   FrameBoundary to_client;  // over every byte read from gRPC
   absl::Time ending = absl::InfiniteFuture();  // when a side first ended
+  // TLS (null: plaintext): the session, whether its handshake is still on
+  // (and waits to write), and whether a read waits to write (a TLS 1.3
+  // key update answered into a full socket).
+  SSL* tls = nullptr;
+  bool handshaking = false;
+  bool handshake_wants_write = false;
+  bool read_wants_write = false;
+  absl::Time began;
 };
 
 absl::StatusOr<std::unique_ptr<ConnectionRelay>> ConnectionRelay::Start(H2ClientLimits limits) {
@@ -120,6 +131,7 @@ void ConnectionRelay::Stop() {
   while (!conns_.empty()) Close(*conns_.begin()->second);
   absl::MutexLock lock(&mu_);
   for (const Incoming& in : incoming_) {
+    SSL_free(in.tls);
     close(in.client);
     close(in.relay);
   }
@@ -128,7 +140,8 @@ void ConnectionRelay::Stop() {
   close(wake_fd_);
 }
 
-absl::StatusOr<int> ConnectionRelay::Relay(int client, std::string peer, std::string source) {
+absl::StatusOr<int> ConnectionRelay::Relay(int client, std::string peer, std::string source,
+                                           SSL* tls) {
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) != 0) {
     return absl::UnavailableError(
@@ -145,7 +158,7 @@ absl::StatusOr<int> ConnectionRelay::Relay(int client, std::string peer, std::st
            static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + text.size())) == 0) {
     peers_[name] = std::move(peer);
   }
-  incoming_.push_back({client, pair[0], name, std::move(source)});
+  incoming_.push_back({client, pair[0], name, std::move(source), tls});
   const uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof(one));
   return pair[1];
@@ -185,6 +198,9 @@ void ConnectionRelay::Adopt() {
     c->server.fd = in.relay;
     c->server.tag = (c->key << 1) | 1;
     c->server.events = ~0u;
+    c->tls = in.tls;
+    c->handshaking = in.tls != nullptr;
+    c->began = now;
     Conn& ref = *c;
     conns_[c->key] = std::move(c);
     Settle(ref);
@@ -218,9 +234,20 @@ void ConnectionRelay::Service(Conn& c, bool client_side, uint32_t events, absl::
   const uint64_t key = c.key;
   Side& s = client_side ? c.client : c.server;
   // A broken socket, or a client that can neither send nor receive.
-  if ((events & EPOLLERR) != 0 || (client_side && (events & EPOLLHUP) != 0)) {
+  if ((events & EPOLLERR) != 0 || (client_side && (events & EPOLLHUP) != 0) ||
+      (c.handshaking && !client_side && (events & EPOLLHUP) != 0)) {
     Close(c);
     return;
+  }
+  if (c.handshaking) {
+    if (client_side) Handshake(c);
+    if (conns_.find(key) != conns_.end()) Settle(c);
+    return;
+  }
+  if (client_side && c.read_wants_write && (events & EPOLLOUT) != 0) {
+    c.read_wants_write = false;
+    Pump(c, true, now);
+    if (conns_.find(key) == conns_.end()) return;
   }
   if ((events & EPOLLOUT) != 0 && !s.out.empty()) Flush(c, s);
   if (conns_.find(key) == conns_.end()) return;
@@ -229,8 +256,76 @@ void ConnectionRelay::Service(Conn& c, bool client_side, uint32_t events, absl::
   } else if ((events & EPOLLIN) != 0 && !s.eof) {
     Pump(c, client_side, now);
   }
+  // Decrypted bytes OpenSSL holds wake no epoll wait: take them while
+  // gRPC's side has room.
+  while (conns_.find(key) != conns_.end() && c.tls != nullptr && !c.client.eof &&
+         c.server.out.empty() && SSL_pending(c.tls) > 0) {
+    Pump(c, true, now);
+  }
   if (conns_.find(key) == conns_.end()) return;
   Settle(c);
+}
+
+void ConnectionRelay::Handshake(Conn& c) {
+  ERR_clear_error();
+  const int r = SSL_do_handshake(c.tls);
+  if (r == 1) {
+    c.handshaking = false;
+    c.handshake_wants_write = false;
+    return;
+  }
+  const int e = SSL_get_error(c.tls, r);
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+    c.handshake_wants_write = e == SSL_ERROR_WANT_WRITE;
+    return;
+  }
+  char reason[256] = "the client closed the connection";
+  if (const unsigned long err = ERR_get_error()) ERR_error_string_n(err, reason, sizeof(reason));
+  ERR_clear_error();
+  const absl::Time now = absl::Now();
+  if (now - last_tls_log_ > absl::Seconds(10)) {
+    last_tls_log_ = now;
+    ServerLog().info("TLS handshake failed: {} ({} such failures so far)", reason,
+                     tls_failed_ + 1);
+  }
+  ++tls_failed_;
+  Close(c);
+}
+
+ssize_t ConnectionRelay::Receive(Conn& c, Side& from, char* buf, size_t n) {
+  if (&from != &c.client || c.tls == nullptr) return recv(from.fd, buf, n, MSG_DONTWAIT);
+  ERR_clear_error();
+  const int r = SSL_read(c.tls, buf, static_cast<int>(std::min<size_t>(n, INT_MAX)));
+  if (r > 0) return r;
+  switch (SSL_get_error(c.tls, r)) {
+    case SSL_ERROR_WANT_READ:
+      errno = EAGAIN;
+      return -1;
+    case SSL_ERROR_WANT_WRITE:
+      c.read_wants_write = true;
+      errno = EAGAIN;
+      return -1;
+    case SSL_ERROR_ZERO_RETURN:
+      return 0;  // the client's close_notify, or its end of the stream
+    default:
+      ERR_clear_error();
+      errno = ECONNRESET;
+      return -1;
+  }
+}
+
+ssize_t ConnectionRelay::Send(Conn& c, Side& to, const char* data, size_t n) {
+  if (&to != &c.client || c.tls == nullptr) {
+    return send(to.fd, data, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  if (n == 0) return 0;
+  ERR_clear_error();
+  const int r = SSL_write(c.tls, data, static_cast<int>(std::min<size_t>(n, INT_MAX)));
+  if (r > 0) return r;
+  const int e = SSL_get_error(c.tls, r);
+  ERR_clear_error();
+  errno = e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ ? EAGAIN : EPIPE;
+  return -1;
 }
 
 void ConnectionRelay::DrainServer(Conn& c, absl::Time now) {
@@ -253,7 +348,7 @@ void ConnectionRelay::Pump(Conn& c, bool from_client, absl::Time now) {
   Side& to = from_client ? c.server : c.client;
   if (!to.out.empty()) return;  // the other side first takes what it has
   static thread_local std::vector<char> buf(kReadBytes);
-  const ssize_t n = recv(from.fd, buf.data(), buf.size(), MSG_DONTWAIT);
+  const ssize_t n = Receive(c, from, buf.data(), buf.size());
   if (n < 0) {
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) Close(c);
     return;
@@ -279,7 +374,7 @@ void ConnectionRelay::Pump(Conn& c, bool from_client, absl::Time now) {
 bool ConnectionRelay::Write(Conn& c, Side& to, const char* data, size_t n) {
   ssize_t w = 0;
   if (to.out.empty()) {
-    w = send(to.fd, data, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    w = Send(c, to, data, n);
     if (w < 0) {
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         Close(c);
@@ -293,7 +388,7 @@ bool ConnectionRelay::Write(Conn& c, Side& to, const char* data, size_t n) {
 }
 
 void ConnectionRelay::Flush(Conn& c, Side& to) {
-  const ssize_t w = send(to.fd, to.out.data(), to.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  const ssize_t w = Send(c, to, to.out.data(), to.out.size());
   if (w < 0) {
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) Close(c);
     return;
@@ -303,6 +398,11 @@ void ConnectionRelay::Flush(Conn& c, Side& to) {
 }
 
 void ConnectionRelay::Settle(Conn& c) {
+  if (c.handshaking) {  // gRPC's bytes wait for the handshake
+    Watch(c.client, c.handshake_wants_write ? EPOLLOUT : EPOLLIN);
+    Watch(c.server, 0);
+    return;
+  }
   // gRPC closed its end: what it sent reaches the client, then both close.
   if (c.server.eof && c.client.out.empty()) {
     Close(c);
@@ -315,7 +415,7 @@ void ConnectionRelay::Settle(Conn& c) {
   }
   Watch(c.client,
         (c.server.out.empty() && !c.client.eof ? EPOLLIN : 0) |
-            (c.client.out.empty() ? 0 : EPOLLOUT));
+            (c.client.out.empty() && !c.read_wants_write ? 0 : EPOLLOUT));
   Watch(c.server,
         (c.client.out.empty() && !c.server.eof ? EPOLLIN : 0) |
             (c.server.out.empty() ? 0 : EPOLLOUT));
@@ -342,11 +442,10 @@ void ConnectionRelay::Watch(Side& s, uint32_t events) {
 
 void ConnectionRelay::Abort(Conn& c, const std::string& reason) {
   closed_for_abuse_.fetch_add(1);
-  if (c.to_client.at_boundary()) {
+  if (!c.handshaking && c.to_client.at_boundary()) {
     const std::string goaway = GoAway(c.frames.last_stream(), reason);
     c.client.out += goaway;
-    (void)!send(c.client.fd, c.client.out.data(), c.client.out.size(),
-                MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)!Send(c, c.client, c.client.out.data(), c.client.out.size());
   }
   const absl::Time now = absl::Now();
   const int64_t closed = closed_for_abuse_.load();
@@ -374,6 +473,7 @@ void ConnectionRelay::Close(Conn& c) {
     }
     close(s->fd);
   }
+  SSL_free(c.tls);  // null: nothing
   {
     absl::MutexLock lock(&mu_);
     peers_.erase(c.name);
@@ -385,7 +485,9 @@ void ConnectionRelay::Close(Conn& c) {
 void ConnectionRelay::CheckDeadlines(absl::Time now) {
   std::vector<uint64_t> stalled, ended;
   for (auto& [key, c] : conns_) {
-    if (!c->frames.CheckStall(now).empty()) {
+    if (c->handshaking && now - c->began > limits_.stall_timeout) {
+      stalled.push_back(key);
+    } else if (!c->frames.CheckStall(now).empty()) {
       stalled.push_back(key);
     } else if (now - c->ending > limits_.stall_timeout) {
       ended.push_back(key);  // one side ended and the other did not follow
@@ -393,7 +495,9 @@ void ConnectionRelay::CheckDeadlines(absl::Time now) {
   }
   for (uint64_t key : stalled) {
     Conn& c = *conns_[key];
-    Abort(c, c.frames.CheckStall(now));
+    Abort(c, c.handshaking ? absl::StrCat("a TLS handshake unfinished for more than ",
+                                          absl::FormatDuration(limits_.stall_timeout))
+                           : c.frames.CheckStall(now));
   }
   for (uint64_t key : ended) Close(*conns_[key]);
   absl::erase_if(budgets_, [&](const auto& entry) {

@@ -1,5 +1,5 @@
-// ConnectionRelay: refitd's plaintext HTTP/2 connections after the
-// connection gate (acceptor.h), kept in the byte path ahead of gRPC. Each
+// ConnectionRelay: refitd's HTTP/2 connections after the connection gate
+// (acceptor.h), kept in the byte path ahead of gRPC. Each
 // client socket is paired with one end of a local socket pair whose other
 // end gRPC serves; one thread moves the bytes both ways and reads the
 // client's frame headers (h2_client_frames.h): a client past those bounds
@@ -9,11 +9,17 @@
 // Payloads are never held beyond one read (64 KiB) a direction: a side that
 // does not take its bytes stops reading from the other.
 //
+// TLS connections are terminated here: the relay runs the handshake (which
+// must finish within the stall timeout) and applies the same bounds to the
+// decrypted frames; gRPC serves the plaintext end.
+//
 // gRPC sees the socket pair's end, not the client's address: the relay's
 // end is bound to a unique abstract name ("refitd-relay-<random hex>"), and
 // RealPeer turns gRPC's peer string back into the client's.
 #ifndef REFIT_SERVER_CONNECTION_RELAY_H_
 #define REFIT_SERVER_CONNECTION_RELAY_H_
+
+#include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
@@ -29,6 +35,8 @@
 #include "absl/synchronization/mutex.h"
 #include "server/h2_client_frames.h"
 
+typedef struct ssl_st SSL;
+
 namespace refit {
 
 class ConnectionRelay {
@@ -43,13 +51,18 @@ class ConnectionRelay {
   ConnectionRelay& operator=(const ConnectionRelay&) = delete;
 
   // Takes `client` (a connected non-blocking socket whose first bytes are
-  // the HTTP/2 client preface, none of them read yet), from `peer` (as gRPC
-  // writes a peer: "ipv4:10.0.0.1:5000"), whose early resets draw from one
-  // bucket with every connection of `source` (its address). Returns the descriptor to hand to
-  // gRPC (the other end of the relay's socket pair). Fails with
-  // UNAVAILABLE when no socket pair could be made (the process has no
-  // descriptor left); `client` is then still the caller's.
-  absl::StatusOr<int> Relay(int client, std::string peer, std::string source);
+  // the HTTP/2 client preface, or with `tls` the TLS ClientHello, none of
+  // them read yet), from `peer` (as gRPC writes a peer:
+  // "ipv4:10.0.0.1:5000"), whose early resets draw from one bucket with
+  // every connection of `source` (its address). With `tls` (a server
+  // session on `client`, TlsServerContext::NewSession; the relay frees it)
+  // the relay runs the handshake and relays the decrypted bytes. Returns
+  // the descriptor to hand to gRPC (the other end of the relay's socket
+  // pair). Fails with UNAVAILABLE when no socket pair could be made (the
+  // process has no descriptor left); `client` and `tls` are then still the
+  // caller's.
+  absl::StatusOr<int> Relay(int client, std::string peer, std::string source,
+                            SSL* tls = nullptr);
 
   // Returns the client's address for `grpc_peer`, gRPC's peer string of a
   // relayed connection; `grpc_peer` itself for any other.
@@ -70,6 +83,9 @@ class ConnectionRelay {
   void Adopt();
   void Service(Conn& c, bool client_side, uint32_t events, absl::Time now);
   void Pump(Conn& c, bool from_client, absl::Time now);
+  void Handshake(Conn& c);
+  ssize_t Receive(Conn& c, Side& from, char* buf, size_t n);
+  ssize_t Send(Conn& c, Side& to, const char* data, size_t n);
   void DrainServer(Conn& c, absl::Time now);
   bool Write(Conn& c, Side& to, const char* data, size_t n);
   void Flush(Conn& c, Side& to);
@@ -90,6 +106,7 @@ class ConnectionRelay {
     int client, relay;
     uint64_t name;
     std::string source;
+    SSL* tls;
   };
   std::deque<Incoming> incoming_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::string> peers_ ABSL_GUARDED_BY(mu_);  // by name
@@ -107,6 +124,8 @@ class ConnectionRelay {
   };
   absl::flat_hash_map<std::string, std::unique_ptr<SourceBudget>> budgets_;
   int64_t abuse_logged_ = 0;
+  int64_t tls_failed_ = 0;
+  absl::Time last_tls_log_ = absl::InfinitePast();
   absl::Time last_abuse_log_ = absl::InfinitePast();
   std::thread thread_;
 };
