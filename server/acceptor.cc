@@ -66,7 +66,8 @@ void Acceptor::Start(grpc::experimental::ExternalConnectionAcceptor* target, Gat
   {
     H2ClientLimits limits;
     limits.stall_timeout = gate_.first_request_timeout;
-    absl::StatusOr<std::unique_ptr<ConnectionRelay>> relay = ConnectionRelay::Start(limits);
+    absl::StatusOr<std::unique_ptr<ConnectionRelay>> relay = ConnectionRelay::Start(
+        limits, [this](int grpc_end) { HandOver(grpc_end); }, gate_.max_pending);
     if (relay.ok()) {
       relay_ = std::move(*relay);
       for (int& spare : relay_spares_) spare = OpenSpare();
@@ -113,30 +114,34 @@ void Acceptor::HandOver(int fd) {
 }
 
 void Acceptor::Relay(int fd, std::string peer, std::string source) {
-  // TLS is terminated in the relay only: gRPC serves plaintext.
-  SSL* tls = gate_.tls == nullptr || relay_ == nullptr ? nullptr : gate_.tls->NewSession(fd);
-  if (gate_.tls != nullptr && tls == nullptr) {
-    close(fd);
-    refused_.fetch_add(1);
+  if (gate_.tls != nullptr) {
+    // TLS ends in the relay only (gRPC serves plaintext), which pairs the
+    // connection after its first request.
+    SSL* tls = relay_ == nullptr ? nullptr : gate_.tls->NewSession(fd);
+    if (tls == nullptr) {
+      close(fd);
+      refused_.fetch_add(1);
+      return;
+    }
+    relay_->RelayTls(fd, tls, std::move(peer), std::move(source));
     return;
   }
   if (relay_ == nullptr) {
     HandOver(fd);
     return;
   }
-  absl::StatusOr<int> grpc_end = relay_->Relay(fd, peer, source, tls);
+  absl::StatusOr<int> grpc_end = relay_->Relay(fd, peer, source);
   if (!grpc_end.ok() && relay_spares_[0] >= 0) {
     // At the open-file limit: the two spares make room for this one, and
     // are taken back as descriptors free.
     for (int& spare : relay_spares_) close(std::exchange(spare, -1));
-    grpc_end = relay_->Relay(fd, peer, source, tls);
+    grpc_end = relay_->Relay(fd, peer, source);
   }
   if (relay_spares_[0] < 0) {
     for (int& spare : relay_spares_) spare = OpenSpare();
     if (relay_spares_[1] < 0) close(std::exchange(relay_spares_[0], -1));
   }
   if (!grpc_end.ok()) {
-    SSL_free(tls);
     close(fd);
     refused_.fetch_add(1);
     return;

@@ -8,13 +8,18 @@
 #include <openssl/bio.h>
 #include <openssl/ssl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <deque>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +38,7 @@ using ::refit::testing::Frame;
 using ::refit::testing::GrpcHeaders;
 using ::refit::testing::Header;
 using ::refit::testing::kPreface;
+using ::refit::testing::RaiseOwnFdLimit;
 using ::refit::testing::Runfile;
 using ::refit::testing::SendAll;
 using ::refit::testing::StatusOverANewConnection;
@@ -45,7 +51,9 @@ struct TlsRefitd {
   std::string cert;
 };
 
-void StartTlsRefitd(TlsRefitd* r, const std::string& name) {
+void StartTlsRefitd(TlsRefitd* r, const std::string& name, int64_t fd_limit = 0,
+                    const std::string& first_request_ms = "1000") {
+  signal(SIGPIPE, SIG_IGN);  // SSL_write to a connection refitd closed
   const std::string dir = TmpFile(name + "-pki");
   const std::string make_cert = absl::StrCat(
       "mkdir -p ", dir, " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 ",
@@ -59,8 +67,8 @@ void StartTlsRefitd(TlsRefitd* r, const std::string& name) {
                   .Start(Runfile("server/refitd"),
                          {absl::StrCat("--tls_cert=", dir, "/cert.pem"),
                           absl::StrCat("--tls_key=", dir, "/key.pem"),
-                          "--first_request_timeout_ms=1000"},
-                         TmpFile(name + ".log"), absl::Seconds(20))
+                          "--first_request_timeout_ms=" + first_request_ms},
+                         TmpFile(name + ".log"), absl::Seconds(20), fd_limit)
                   .ok());
   ASSERT_TRUE(StatusOverANewConnection(r->process.port(), absl::Now() + absl::Seconds(10),
                                        r->cert, "refitd")
@@ -70,7 +78,8 @@ void StartTlsRefitd(TlsRefitd* r, const std::string& name) {
 // A raw TLS client (no certificate check: it plays the attacker), ALPN h2.
 class TlsWire {
  public:
-  explicit TlsWire(int port) : ctx_(SSL_CTX_new(TLS_client_method())), fd_(Dial(port)) {
+  explicit TlsWire(int port, const std::string& source = "")
+      : ctx_(SSL_CTX_new(TLS_client_method())), fd_(Dial(port, source)) {
     ssl_ = SSL_new(ctx_);
     static constexpr unsigned char kH2[] = {2, 'h', '2'};
     SSL_set_alpn_protos(ssl_, kH2, sizeof(kH2));
@@ -264,6 +273,49 @@ TEST(TlsFloodTest, SilentAndHalfHandshakenConnectionsAreClosedAndPlaintextGetsNo
   EXPECT_TRUE(StatusOverANewConnection(port, absl::Now() + absl::Seconds(5), refitd.cert,
                                        "refitd")
                   .ok());
+}
+
+// Finished handshakes that then send the HTTP/2 preface and SETTINGS and
+// nothing more are held like plaintext ones before their first request (at
+// most 256, a flood's own oldest closed first), so 1,000 of them against a
+// refitd with nofile=1024 keep no new TLS client out.
+TEST(TlsFloodTest, AThousandSilentHandshakesKeepNoTlsClientOut) {
+  RaiseOwnFdLimit();
+  TlsRefitd refitd;
+  StartTlsRefitd(&refitd, "tls-preface-flood", /*fd_limit=*/1024, "10000");
+  const int port = refitd.process.port();
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> opened{0};
+  std::thread attacker([&] {
+    std::deque<std::unique_ptr<TlsWire>> held;
+    while (!stop.load()) {
+      auto w = std::make_unique<TlsWire>(port, "127.0.0.2");
+      if (w->Handshake() && w->Send(std::string(kPreface) + Frame(4, 0, 0, ""))) {
+        ++opened;
+        held.push_back(std::move(w));
+        if (held.size() > 2000) held.pop_front();
+      }
+    }
+  });
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (opened.load() < 1500 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(50));
+  int ok = 0;
+  double slowest_ms = 0;
+  for (int i = 0; i < 20; ++i) {
+    const absl::Time t = absl::Now();
+    if (StatusOverANewConnection(port, t + absl::Seconds(3), refitd.cert, "refitd").ok()) ++ok;
+    slowest_ms = std::max(slowest_ms, absl::ToDoubleMilliseconds(absl::Now() - t));
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  stop.store(true);
+  attacker.join();
+  std::printf("TLS, refitd nofile=1024: %lld handshakes from 127.0.0.2 each followed by the "
+              "preface and SETTINGS, then nothing: %d of 20 new TLS clients answered, slowest "
+              "%.0f ms\n",
+              static_cast<long long>(opened.load()), ok, slowest_ms);
+  EXPECT_GE(opened.load(), 1500);
+  EXPECT_EQ(ok, 20);
+  EXPECT_TRUE(refitd.process.Alive());
 }
 
 }  // namespace
