@@ -148,26 +148,25 @@ std::vector<std::vector<int32_t>> PeersOf(size_t world,
   return peers;
 }
 
-// Adds to `b` the engines holding global rank `self` and its `peers` (null:
-// every engine), each once, in input order, with their ranks.
+// Adds to `b` the engines holding global rank `self` and its `peers`
+// (null: the plan does not say; its own engine only), each once, in input
+// order, with their ranks.
 void AddPeerEngines(const std::vector<EngineSpan>& engines, const std::vector<int32_t>* peers,
                     int32_t self, v1::Bootstrap* b) {
   std::vector<size_t> picked;
-  if (peers == nullptr) {
-    for (size_t e = 0; e < engines.size(); ++e) picked.push_back(e);
-  } else {
-    auto engine_of = [&](int32_t g) {
-      auto it = std::upper_bound(engines.begin(), engines.end(), g,
-                                 [](int32_t r, const EngineSpan& s) { return r < s.first; });
-      if (it == engines.begin()) return;  // a trainer rank
-      --it;
-      if (g < it->first + it->count) picked.push_back(static_cast<size_t>(it - engines.begin()));
-    };
-    engine_of(self);
+  auto engine_of = [&](int32_t g) {
+    auto it = std::upper_bound(engines.begin(), engines.end(), g,
+                               [](int32_t r, const EngineSpan& s) { return r < s.first; });
+    if (it == engines.begin()) return;  // a trainer rank
+    --it;
+    if (g < it->first + it->count) picked.push_back(static_cast<size_t>(it - engines.begin()));
+  };
+  engine_of(self);
+  if (peers != nullptr) {
     for (int32_t g : *peers) engine_of(g);
-    std::sort(picked.begin(), picked.end());
-    picked.erase(std::unique(picked.begin(), picked.end()), picked.end());
   }
+  std::sort(picked.begin(), picked.end());
+  picked.erase(std::unique(picked.begin(), picked.end()), picked.end());
   for (size_t e : picked) {
     b->add_engine_ids(*engines[e].id);
     b->add_engine_first_ranks(engines[e].first);

@@ -109,6 +109,15 @@ TEST(PlanAssemblyTest, ABootstrapNamesOnlyThePeersEnginesHoweverLargeTheFleet) {
             (std::vector<int32_t>{1, 1, 1}));
   // The trainer rank exchanges with every engine: it names them all.
   EXPECT_EQ(plans.at("t0").head.bootstrap().engine_ids_size(), 1000);
+  // A plan function that does not say which pairs exchange: each member
+  // names its own engine only.
+  absl::StatusOr<BuiltPlan> unsaid = RunPlanFunction(WithPairs({}), in);
+  ASSERT_TRUE(unsaid.ok()) << unsaid.status();
+  const auto bare = AssembleMemberPlans(in, *unsaid, "fp", "kv");
+  const v1::Bootstrap& own = bare.at("e500").head.bootstrap();
+  EXPECT_EQ(std::vector<std::string>(own.engine_ids().begin(), own.engine_ids().end()),
+            (std::vector<std::string>{"e1500"}));
+  EXPECT_EQ(bare.at("t0").head.bootstrap().engine_ids_size(), 0);
 }
 
 TEST(PlanAssemblyTest, OneHostNeedsNoNetworkAndNcclNeedsNoHosts) {
