@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
@@ -36,7 +37,8 @@ struct H2ClientLimits {
   double per_second = 200;    // ... and refilled per second
 };
 
-// A token bucket (H2ClientLimits' burst and per_second).
+// A token bucket (H2ClientLimits' burst and per_second). Thread-safe: the
+// relay's threads share one per client address.
 class FrameBudget {
  public:
   FrameBudget(const H2ClientLimits& limits, absl::Time now)
@@ -47,8 +49,9 @@ class FrameBudget {
   bool Full(const H2ClientLimits& limits, absl::Time now) const;
 
  private:
-  double tokens_;
-  absl::Time refilled_;
+  mutable absl::Mutex mu_;
+  double tokens_ ABSL_GUARDED_BY(mu_);
+  absl::Time refilled_ ABSL_GUARDED_BY(mu_);
 };
 
 class H2ClientFrames {
