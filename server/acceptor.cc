@@ -12,8 +12,6 @@
 
 #include <cerrno>
 #include <algorithm>
-#include <memory>
-#include <thread>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -68,25 +66,13 @@ void Acceptor::Start(grpc::experimental::ExternalConnectionAcceptor* target, Gat
   {
     H2ClientLimits limits;
     limits.stall_timeout = gate_.first_request_timeout;
-    // One relay thread per 4 cores (at most 8): on many cores one thread
-    // would bound how fast thousands of members register.
-    const int threads = static_cast<int>(
-        std::clamp<unsigned>(std::thread::hardware_concurrency() / 4, 1, 8));
-    auto budgets = std::make_shared<SourceBudgets>(limits);
-    for (int i = 0; i < threads; ++i) {
-      absl::StatusOr<std::unique_ptr<ConnectionRelay>> relay = ConnectionRelay::Start(
-          limits, [this](int grpc_end) { HandOver(grpc_end); },
-          std::max(1, gate_.max_pending / threads), budgets);
-      if (!relay.ok()) {
-        ServerLog().error("connection relay thread {}: {}", i, relay.status().ToString());
-        break;
-      }
-      relays_.push_back(std::move(*relay));
-    }
-    if (relays_.empty()) {
-      ServerLog().error("connections go to gRPC unbounded (no relay thread)");
-    } else {
+    absl::StatusOr<std::unique_ptr<ConnectionRelay>> relay = ConnectionRelay::Start(
+        limits, [this](int grpc_end) { HandOver(grpc_end); }, gate_.max_pending);
+    if (relay.ok()) {
+      relay_ = std::move(*relay);
       for (int& spare : relay_spares_) spare = OpenSpare();
+    } else {
+      ServerLog().error("connections go to gRPC unbounded: {}", relay.status().ToString());
     }
   }
   thread_ = std::thread([this] { Loop(); });
@@ -99,24 +85,18 @@ void Acceptor::Stop() {
   if (epoll_fd_ >= 0) close(epoll_fd_);
   close(listen_fd_);
   if (spare_fd_ >= 0) close(spare_fd_);
-  for (auto& relay : relays_) relay->Stop();
+  if (relay_ != nullptr) relay_->Stop();
   for (int spare : relay_spares_) {
     if (spare >= 0) close(spare);
   }
 }
 
 std::string Acceptor::RealPeer(absl::string_view grpc_peer) const {
-  for (const auto& relay : relays_) {
-    std::string peer = relay->RealPeer(grpc_peer);
-    if (peer != grpc_peer) return peer;
-  }
-  return std::string(grpc_peer);
+  return relay_ == nullptr ? std::string(grpc_peer) : relay_->RealPeer(grpc_peer);
 }
 
 int64_t Acceptor::closed_for_abuse() const {
-  int64_t closed = 0;
-  for (const auto& relay : relays_) closed += relay->closed_for_abuse();
-  return closed;
+  return relay_ == nullptr ? 0 : relay_->closed_for_abuse();
 }
 
 void Acceptor::Forget(int fd) {
@@ -133,36 +113,29 @@ void Acceptor::HandOver(int fd) {
   target_->HandleNewConnection(&params);  // owns fd from here
 }
 
-ConnectionRelay& Acceptor::NextRelay() {
-  ConnectionRelay& r = *relays_[next_relay_];
-  next_relay_ = (next_relay_ + 1) % relays_.size();
-  return r;
-}
-
 void Acceptor::Relay(int fd, std::string peer, std::string source) {
   if (gate_.tls != nullptr) {
     // TLS ends in the relay only (gRPC serves plaintext), which pairs the
     // connection after its first request.
-    SSL* tls = relays_.empty() ? nullptr : gate_.tls->NewSession(fd);
+    SSL* tls = relay_ == nullptr ? nullptr : gate_.tls->NewSession(fd);
     if (tls == nullptr) {
       close(fd);
       refused_.fetch_add(1);
       return;
     }
-    NextRelay().RelayTls(fd, tls, std::move(peer), std::move(source));
+    relay_->RelayTls(fd, tls, std::move(peer), std::move(source));
     return;
   }
-  if (relays_.empty()) {
+  if (relay_ == nullptr) {
     HandOver(fd);
     return;
   }
-  ConnectionRelay& relay = NextRelay();
-  absl::StatusOr<int> grpc_end = relay.Relay(fd, peer, source);
+  absl::StatusOr<int> grpc_end = relay_->Relay(fd, peer, source);
   if (!grpc_end.ok() && relay_spares_[0] >= 0) {
     // At the open-file limit: the two spares make room for this one, and
     // are taken back as descriptors free.
     for (int& spare : relay_spares_) close(std::exchange(spare, -1));
-    grpc_end = relay.Relay(fd, peer, source);
+    grpc_end = relay_->Relay(fd, peer, source);
   }
   if (relay_spares_[0] < 0) {
     for (int& spare : relay_spares_) spare = OpenSpare();

@@ -115,7 +115,6 @@ class Acceptor {
   // Hands `fd` (from `peer`, at address `source`) to gRPC through the
   // relay; closes it when the relay has no descriptor for it.
   void Relay(int fd, std::string peer, std::string source);
-  ConnectionRelay& NextRelay();
   // Closes the pending connection that gives way to a new one
   // (PendingConnections::TakeVictim); false when none is pending.
   bool GiveWay();
@@ -136,10 +135,7 @@ class Acceptor {
   absl::Time last_log_ = absl::InfinitePast();  // of a failed accept
   grpc::experimental::ExternalConnectionAcceptor* target_ = nullptr;
   Gate gate_;
-  // The relay's threads (connections go round-robin), sharing one
-  // early-reset bucket per client address; empty: none could start.
-  std::vector<std::unique_ptr<ConnectionRelay>> relays_;
-  size_t next_relay_ = 0;
+  std::unique_ptr<ConnectionRelay> relay_;
   int relay_spares_[2] = {-1, -1};          // held for a relay at the limit
   // The listener (level-triggered, tag 0) and the pending connections
   // (edge-triggered: bytes peeked but not read do not wake it again).

@@ -84,31 +84,10 @@ struct ConnectionRelay::Side {
   bool shut = false;     // it was told no more bytes come (shutdown)
 };
 
-FrameBudget* SourceBudgets::Acquire(const std::string& source, absl::Time now) {
-  absl::MutexLock lock(&mu_);
-  std::unique_ptr<Entry>& e = entries_[source];
-  if (e == nullptr) e = std::make_unique<Entry>(limits_, now);
-  ++e->conns;
-  return &e->resets;
-}
-
-void SourceBudgets::Release(const std::string& source) {
-  absl::MutexLock lock(&mu_);
-  auto it = entries_.find(source);
-  if (it != entries_.end()) --it->second->conns;
-}
-
-void SourceBudgets::Prune(absl::Time now) {
-  absl::MutexLock lock(&mu_);
-  absl::erase_if(entries_, [&](const auto& entry) {
-    return entry.second->conns == 0 && entry.second->resets.Full(limits_, now);
-  });
-}
-
 struct ConnectionRelay::Conn {
-  Conn(H2ClientLimits limits, absl::Time now, FrameBudget* resets, std::string source)
-      : source(std::move(source)), frames(limits, now, resets) {}
-  std::string source;  // its address (SourceBudgets)
+  Conn(H2ClientLimits limits, absl::Time now, SourceBudget* budget)
+      : budget(budget), frames(limits, now, &budget->resets) {}
+  SourceBudget* budget;
   uint64_t key = 0;
   uint64_t name = 0;
   Side client, server;
@@ -131,9 +110,9 @@ struct ConnectionRelay::Conn {
   absl::Time began;
 };
 
-absl::StatusOr<std::unique_ptr<ConnectionRelay>> ConnectionRelay::Start(
-    H2ClientLimits limits, HandOver hand_over, int max_pending,
-    std::shared_ptr<SourceBudgets> budgets) {
+absl::StatusOr<std::unique_ptr<ConnectionRelay>> ConnectionRelay::Start(H2ClientLimits limits,
+                                                                       HandOver hand_over,
+                                                                       int max_pending) {
   const int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   const int ep = epoll_create1(EPOLL_CLOEXEC);
   if (wake < 0 || ep < 0) {
@@ -142,9 +121,8 @@ absl::StatusOr<std::unique_ptr<ConnectionRelay>> ConnectionRelay::Start(
     return absl::UnavailableError(
         absl::StrCat("connection relay: no descriptor: ", std::strerror(errno)));
   }
-  if (budgets == nullptr) budgets = std::make_shared<SourceBudgets>(limits);
-  std::unique_ptr<ConnectionRelay> r(new ConnectionRelay(
-      limits, wake, std::move(hand_over), std::max(1, max_pending), std::move(budgets)));
+  std::unique_ptr<ConnectionRelay> r(
+      new ConnectionRelay(limits, wake, std::move(hand_over), std::max(1, max_pending)));
   r->epoll_fd_ = ep;
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -155,12 +133,11 @@ absl::StatusOr<std::unique_ptr<ConnectionRelay>> ConnectionRelay::Start(
 }
 
 ConnectionRelay::ConnectionRelay(H2ClientLimits limits, int wake_fd, HandOver hand_over,
-                                 int max_pending, std::shared_ptr<SourceBudgets> budgets)
+                                 int max_pending)
     : limits_(limits),
       wake_fd_(wake_fd),
       hand_over_(std::move(hand_over)),
       max_pending_(max_pending),
-      budgets_(std::move(budgets)),
       names_(std::random_device()()) {}
 
 ConnectionRelay::~ConnectionRelay() { Stop(); }
@@ -245,7 +222,9 @@ void ConnectionRelay::Adopt() {
   }
   const absl::Time now = absl::Now();
   for (const Incoming& in : taken) {
-    FrameBudget* resets = budgets_->Acquire(in.source, now);
+    std::unique_ptr<SourceBudget>& budget = budgets_[in.source];
+    if (budget == nullptr) budget = std::make_unique<SourceBudget>(limits_, now);
+    ++budget->conns;
     if (in.tls != nullptr && static_cast<int>(pending_.size()) >= max_pending_) {
       // Held before their first request: the oldest of those from the
       // address holding the most gives way.
@@ -253,7 +232,7 @@ void ConnectionRelay::Adopt() {
       auto it = victim ? conns_.find(victim->tag) : conns_.end();
       if (it != conns_.end()) Close(*it->second);
     }
-    auto c = std::make_unique<Conn>(limits_, now, resets, in.source);
+    auto c = std::make_unique<Conn>(limits_, now, budget.get());
     c->key = ++next_key_;
     c->name = in.name;
     c->client.fd = in.client;
@@ -621,7 +600,7 @@ void ConnectionRelay::Close(Conn& c) {
     absl::MutexLock lock(&mu_);
     peers_.erase(c.name);
   }
-  budgets_->Release(c.source);
+  --c.budget->conns;
   conns_.erase(c.key);  // destroys c
 }
 
@@ -645,7 +624,9 @@ void ConnectionRelay::CheckDeadlines(absl::Time now) {
     }
   }
   for (uint64_t key : ended) Close(*conns_[key]);
-  budgets_->Prune(now);
+  absl::erase_if(budgets_, [&](const auto& entry) {
+    return entry.second->conns == 0 && entry.second->resets.Full(limits_, now);
+  });
 }
 
 }  // namespace refit

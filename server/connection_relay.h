@@ -45,44 +45,17 @@ typedef struct ssl_st SSL;
 
 namespace refit {
 
-// Early-reset buckets by client address, shared by every relay thread of a
-// listener (so a client's connections on different threads draw from one):
-// each kept while a connection from its address is open or it is not full
-// again. Thread-safe.
-class SourceBudgets {
- public:
-  explicit SourceBudgets(H2ClientLimits limits) : limits_(limits) {}
-  // Returns the bucket of `source` (full when new), counting one more of its
-  // connections. The bucket lives until Release and Prune let it go.
-  FrameBudget* Acquire(const std::string& source, absl::Time now);
-  // One connection from `source` closed.
-  void Release(const std::string& source);
-  // Forgets the buckets of addresses with no connection that are full again.
-  void Prune(absl::Time now);
-
- private:
-  struct Entry {
-    Entry(const H2ClientLimits& limits, absl::Time now) : resets(limits, now) {}
-    FrameBudget resets;
-    int conns = 0;
-  };
-  const H2ClientLimits limits_;
-  absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
-};
-
 class ConnectionRelay {
  public:
   // Gives gRPC a TLS connection's plaintext end (called on the relay's
   // thread; it owns the descriptor from then on).
   using HandOver = std::function<void(int)>;
 
-  // Starts the relay's thread, its early-reset buckets `budgets` (null: its
-  // own). Fails with UNAVAILABLE when it has no descriptor for its wake-up
-  // event.
-  static absl::StatusOr<std::unique_ptr<ConnectionRelay>> Start(
-      H2ClientLimits limits, HandOver hand_over = nullptr, int max_pending = 256,
-      std::shared_ptr<SourceBudgets> budgets = nullptr);
+  // Starts the relay's thread. Fails with UNAVAILABLE when it has no
+  // descriptor for its wake-up event.
+  static absl::StatusOr<std::unique_ptr<ConnectionRelay>> Start(H2ClientLimits limits,
+                                                               HandOver hand_over = nullptr,
+                                                               int max_pending = 256);
 
   // Stops (see Stop).
   ~ConnectionRelay();
@@ -120,8 +93,7 @@ class ConnectionRelay {
  private:
   struct Conn;
   struct Side;
-  ConnectionRelay(H2ClientLimits limits, int wake_fd, HandOver hand_over, int max_pending,
-                  std::shared_ptr<SourceBudgets> budgets);
+  ConnectionRelay(H2ClientLimits limits, int wake_fd, HandOver hand_over, int max_pending);
   void Loop();
   void Adopt();
   void Service(Conn& c, bool client_side, uint32_t events, absl::Time now);
@@ -145,7 +117,6 @@ class ConnectionRelay {
   const int wake_fd_;
   const HandOver hand_over_;
   const int max_pending_;
-  const std::shared_ptr<SourceBudgets> budgets_;
   int epoll_fd_ = -1;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> closed_for_abuse_{0};
@@ -167,6 +138,14 @@ class ConnectionRelay {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Conn>> conns_;
   // TLS connections before their first request (tag: the Conn's key).
   PendingConnections pending_;
+  // Early-reset buckets by source, kept while a connection from it is open
+  // or the bucket is not full again.
+  struct SourceBudget {
+    explicit SourceBudget(const H2ClientLimits& limits, absl::Time now) : resets(limits, now) {}
+    FrameBudget resets;
+    int conns = 0;
+  };
+  absl::flat_hash_map<std::string, std::unique_ptr<SourceBudget>> budgets_;
   int64_t abuse_logged_ = 0;
   int64_t tls_failed_ = 0;
   absl::Time last_tls_log_ = absl::InfinitePast();

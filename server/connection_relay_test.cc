@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cstddef>
-#include <memory>
 #include <string>
 #include <thread>
 
@@ -122,40 +121,6 @@ TEST(ConnectionRelayTest, AContinuationFloodGetsAGoAwayAndBothEndsClose) {
   EXPECT_EQ((*relay)->closed_for_abuse(), 1);
   close(client.ours);
   close(*grpc_end);
-}
-
-// Relay threads of one listener share one early-reset bucket per client
-// address: spreading a rapid reset over connections on different threads
-// does not multiply what it may reset.
-TEST(ConnectionRelayTest, RelayThreadsShareAnAddresssResetBudget) {
-  H2ClientLimits limits;
-  limits.burst = 10;
-  limits.per_second = 0.001;
-  auto budgets = std::make_shared<SourceBudgets>(limits);
-  auto first = ConnectionRelay::Start(limits, nullptr, 256, budgets);
-  auto second = ConnectionRelay::Start(limits, nullptr, 256, budgets);
-  ASSERT_TRUE(first.ok() && second.ok());
-  // Six streams opened and reset at once on each connection: 12 > 10.
-  auto resets = [](uint32_t first_stream) {
-    std::string out;
-    for (uint32_t s = first_stream; s < first_stream + 12; s += 2) {
-      out += Frame(1, 4, s, "h") + Frame(3, 0, s, std::string("\0\0\0\x08", 4));
-    }
-    return out;
-  };
-  Pair a = ClientPair(), b = ClientPair();
-  auto grpc_a = (*first)->Relay(a.relayed, "ipv4:10.9.9.9:1", "10.9.9.9");
-  auto grpc_b = (*second)->Relay(b.relayed, "ipv4:10.9.9.9:2", "10.9.9.9");
-  ASSERT_TRUE(grpc_a.ok() && grpc_b.ok());
-  ASSERT_TRUE(SendAll(a.ours, std::string(kPreface) + resets(1)));
-  Receive(*grpc_a, std::string(kPreface).size() + 6 * 22);  // all of it reached gRPC
-  SendAll(b.ours, std::string(kPreface) + resets(1));
-  bool b_closed = false;
-  const std::string to_b = Receive(b.ours, 1 << 20, &b_closed);
-  EXPECT_TRUE(b_closed);
-  EXPECT_TRUE(absl::StrContains(to_b, "resets of new streams")) << to_b.size();
-  EXPECT_EQ((*first)->closed_for_abuse() + (*second)->closed_for_abuse(), 1);
-  for (int fd : {a.ours, b.ours, *grpc_a, *grpc_b}) close(fd);
 }
 
 TEST(ConnectionRelayTest, AClientThatEndsLetsGrpcFinish) {

@@ -19,7 +19,6 @@ constexpr absl::Duration kEarlyReset = absl::Seconds(1);
 }  // namespace
 
 bool FrameBudget::Spend(const H2ClientLimits& limits, absl::Time now) {
-  absl::MutexLock lock(&mu_);
   tokens_ = std::min(limits.burst,
                      tokens_ + absl::ToDoubleSeconds(now - refilled_) * limits.per_second);
   refilled_ = std::max(refilled_, now);
@@ -29,7 +28,6 @@ bool FrameBudget::Spend(const H2ClientLimits& limits, absl::Time now) {
 }
 
 bool FrameBudget::Full(const H2ClientLimits& limits, absl::Time now) const {
-  absl::MutexLock lock(&mu_);
   return tokens_ + absl::ToDoubleSeconds(now - refilled_) * limits.per_second >= limits.burst;
 }
 

@@ -24,7 +24,6 @@
 #include <cstdint>
 #include <string>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
@@ -37,8 +36,7 @@ struct H2ClientLimits {
   double per_second = 200;    // ... and refilled per second
 };
 
-// A token bucket (H2ClientLimits' burst and per_second). Thread-safe: the
-// relay's threads share one per client address.
+// A token bucket (H2ClientLimits' burst and per_second).
 class FrameBudget {
  public:
   FrameBudget(const H2ClientLimits& limits, absl::Time now)
@@ -49,9 +47,8 @@ class FrameBudget {
   bool Full(const H2ClientLimits& limits, absl::Time now) const;
 
  private:
-  mutable absl::Mutex mu_;
-  double tokens_ ABSL_GUARDED_BY(mu_);
-  absl::Time refilled_ ABSL_GUARDED_BY(mu_);
+  double tokens_;
+  absl::Time refilled_;
 };
 
 class H2ClientFrames {
