@@ -72,7 +72,10 @@ void Acceptor::Start(grpc::experimental::ExternalConnectionAcceptor* target, Gat
       relay_ = std::move(*relay);
       for (int& spare : relay_spares_) spare = OpenSpare();
     } else {
-      ServerLog().error("connections go to gRPC unbounded: {}", relay.status().ToString());
+      ServerLog().error("{}: {}",
+                        gate_.tls == nullptr ? "connections go to gRPC unbounded"
+                                             : "every TLS connection is refused",
+                        relay.status().ToString());
     }
   }
   thread_ = std::thread([this] { Loop(); });

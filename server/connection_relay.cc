@@ -294,12 +294,17 @@ void ConnectionRelay::Service(Conn& c, bool client_side, uint32_t events, absl::
   if (c.handshaking || c.awaiting_request) {
     if (c.handshaking && client_side) Handshake(c, now);
     if (conns_.find(key) == conns_.end()) return;
-    if (c.awaiting_request && (events & EPOLLOUT) != 0 && !c.client.out.empty()) {
-      Flush(c, c.client);
+    if (c.awaiting_request && (events & EPOLLOUT) != 0) {
+      c.read_wants_write = false;
+      if (!c.client.out.empty()) Flush(c, c.client);
     }
     if (conns_.find(key) != conns_.end() && c.awaiting_request) AwaitRequest(c, now);
-    if (conns_.find(key) != conns_.end()) Settle(c);
-    return;
+    if (conns_.find(key) == conns_.end()) return;
+    if (c.handshaking || c.awaiting_request) {
+      Settle(c);
+      return;
+    }
+    // Paired just now: on to what the client and OpenSSL hold.
   }
   if (client_side && c.read_wants_write && (events & EPOLLOUT) != 0) {
     c.read_wants_write = false;
@@ -352,7 +357,10 @@ void ConnectionRelay::Handshake(Conn& c, absl::Time now) {
 void ConnectionRelay::AwaitRequest(Conn& c, absl::Time now) {
   const uint64_t key = c.key;
   static thread_local std::vector<char> buf(16 << 10);
-  for (;;) {
+  FirstBytes state = FirstBytes::kIncomplete;
+  // Read until the first request is whole, or the bytes are not HTTP/2 or
+  // past kFirstRequestBytes: what is held stays within one read of it.
+  while (state == FirstBytes::kIncomplete || state == FirstBytes::kAwaitingRequest) {
     const ssize_t n = Receive(c, c.client, buf.data(), buf.size());
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
       Close(c);
@@ -366,10 +374,10 @@ void ConnectionRelay::AwaitRequest(Conn& c, absl::Time now) {
       return;
     }
     c.first.append(buf.data(), static_cast<size_t>(n));
+    state = ClassifyFirstBytes(
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(c.first.data()), c.first.size()),
+        kFirstRequestBytes);
   }
-  const FirstBytes state = ClassifyFirstBytes(
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(c.first.data()), c.first.size()),
-      kFirstRequestBytes);
   if (state == FirstBytes::kAwaitingRequest && !c.greeted) {
     // The server's preface, so that the client sends its first request.
     c.greeted = true;
@@ -517,7 +525,7 @@ void ConnectionRelay::Settle(Conn& c) {
     return;
   }
   if (c.awaiting_request) {
-    Watch(c.client, EPOLLIN | (c.client.out.empty() ? 0 : EPOLLOUT));
+    Watch(c.client, EPOLLIN | (c.client.out.empty() && !c.read_wants_write ? 0 : EPOLLOUT));
     return;
   }
   // gRPC closed its end: what it sent reaches the client, then both close.

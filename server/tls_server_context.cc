@@ -94,7 +94,9 @@ absl::Status RequireClientCerts(SSL_CTX* ctx, const std::string& pem) {
   while (bio != nullptr) {
     X509* ca = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
     if (ca == nullptr) break;
-    if (X509_STORE_add_cert(store, ca) == 1) ++added;
+    // Trusted, and named in the certificate request (clients that choose
+    // a certificate by its issuer need the names).
+    if (X509_STORE_add_cert(store, ca) == 1 && SSL_CTX_add_client_CA(ctx, ca) == 1) ++added;
     X509_free(ca);
   }
   BIO_free(bio);
@@ -119,6 +121,10 @@ absl::StatusOr<std::unique_ptr<TlsServerContext>> TlsServerContext::Create(
   // A client that closes without close_notify has ended its stream.
   SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF);
   SSL_CTX_set_alpn_select_cb(ctx, SelectH2, nullptr);
+  // Sessions resume (with client certificates too, which OpenSSL refuses
+  // without a session id context).
+  static constexpr unsigned char kSessionContext[] = {'r', 'e', 'f', 'i', 't', 'd'};
+  SSL_CTX_set_session_id_context(ctx, kSessionContext, sizeof(kSessionContext));
   if (absl::Status s = UseChain(ctx, tls.cert_chain_pem); !s.ok()) return s;
   if (absl::Status s = UseKey(ctx, tls.private_key_pem); !s.ok()) return s;
   if (!tls.client_ca_pem.empty()) {

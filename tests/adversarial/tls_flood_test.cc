@@ -275,6 +275,37 @@ TEST(TlsFloodTest, SilentAndHalfHandshakenConnectionsAreClosedAndPlaintextGetsNo
                   .ok());
 }
 
+// Frames that are no request (an unknown type) after the preface, endlessly:
+// refitd holds at most the first-request bound of them and closes the
+// connection, as the gate does for plaintext.
+TEST(TlsFloodTest, FramesThatAreNoRequestAreClosedAtTheFirstRequestBound) {
+  TlsRefitd refitd;
+  StartTlsRefitd(&refitd, "tls-no-request", 0, "10000");
+  const int64_t rss_before = refitd.process.PeakRssKib();
+  TlsWire wire(refitd.process.port());
+  ASSERT_TRUE(wire.Handshake());
+  ASSERT_TRUE(wire.Send(std::string(kPreface) + Frame(4, 0, 0, "")));
+  std::string junk;
+  for (int i = 0; i < 16; ++i) junk += Frame(0x20, 0, 0, std::string(16000, 'j'));
+  const absl::Time start = absl::Now();
+  int64_t sent = 0;
+  while (sent < (int64_t{1} << 30) && absl::Now() - start < absl::Seconds(15) &&
+         wire.Send(junk)) {
+    sent += static_cast<int64_t>(junk.size());
+  }
+  bool closed = false;
+  wire.GoAwayUntilClosed(absl::Seconds(3), &closed);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::printf("TLS: unknown frames before the first request: closed=%d after %.2f s, %.1f MiB "
+              "sent; peak RSS %.1f MiB (%.1f before)\n",
+              closed, seconds, sent / 1048576.0, refitd.process.PeakRssKib() / 1024.0,
+              rss_before / 1024.0);
+  EXPECT_TRUE(closed);
+  EXPECT_LT(seconds, 3.0);
+  EXPECT_LT(sent, int64_t{16} << 20);  // socket buffers, not what refitd held
+  EXPECT_LT(refitd.process.PeakRssKib() - rss_before, 16 * 1024);
+}
+
 // Finished handshakes that then send the HTTP/2 preface and SETTINGS and
 // nothing more are held like plaintext ones before their first request (at
 // most 256, a flood's own oldest closed first), so 1,000 of them against a
