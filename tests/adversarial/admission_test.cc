@@ -1,12 +1,13 @@
 // Admission of new connections to a refitd child, without a token: a new
 // channel's first call is answered within a round trip, over plaintext or
-// TLS (no fixed delay at the connection gate or the relay's handshake), and one connected but idle past the gate's timeout
-// still calls; a flood of thousands of new connections a second from one
-// address keeps no client out, neither one from another address nor one
-// from the flood's own, over plaintext or TLS (silent connections, or ones
-// replaying a ClientHello that costs refitd a handshake each); a first
-// header block that never ends (HEADERS, then CONTINUATION frames without
-// END_HEADERS) is closed once it passes 64 KiB, before gRPC buffers it.
+// TLS (no fixed delay at the connection gate or the relay's handshake), and
+// one connected but idle past the gate's timeout still calls; a flood of
+// thousands of new connections a second from one address keeps no client
+// out, neither one from another address nor one from the flood's own, over
+// plaintext or TLS (silent connections, or ones replaying a ClientHello
+// that costs refitd a handshake each); a first header block that never
+// ends (HEADERS, then CONTINUATION frames without END_HEADERS) is closed
+// once it passes 64 KiB, before gRPC buffers it.
 #include <fcntl.h>
 #include <openssl/ssl.h>
 #include <sys/socket.h>
