@@ -183,9 +183,9 @@ struct FloodOutcome {
 // Floods refitd from `flood_source` with connections that send `hello`
 // (2,500 a second), and meanwhile makes 20 new connections from the
 // kernel's choice of address (127.0.0.1), each calling GetStatus within
-// 3 s.
+// 3 s (over TLS trusting `cert` when set).
 FloodOutcome LegitimateCallsUnderFlood(RefitdProcess& refitd, const std::string& flood_source,
-                                       const std::string& hello) {
+                                       const std::string& hello, const std::string& cert = "") {
   FloodOutcome r;
   const double cpu_before = CpuSeconds(refitd.pid());
   const absl::Time start = absl::Now();
@@ -195,7 +195,9 @@ FloodOutcome LegitimateCallsUnderFlood(RefitdProcess& refitd, const std::string&
     absl::SleepFor(absl::Seconds(1));
     for (int i = 0; i < 20; ++i) {
       const absl::Time t = absl::Now();
-      if (StatusOverANewConnection(refitd.port(), t + absl::Seconds(3)).ok()) ++r.ok;
+      if (StatusOverANewConnection(refitd.port(), t + absl::Seconds(3), cert, "refitd").ok()) {
+        ++r.ok;
+      }
       r.slowest_ms = std::max(r.slowest_ms, absl::ToDoubleMilliseconds(absl::Now() - t));
       absl::SleepFor(absl::Milliseconds(50));
     }
@@ -231,34 +233,6 @@ TEST(AdmissionTest, AConnectionFloodKeepsNoClientOut) {
   EXPECT_TRUE(refitd.Alive());
 }
 
-// Floods the TLS refitd from 127.0.0.2 with connections that send `hello`
-// (2,500 a second), and meanwhile makes 20 new TLS connections from
-// 127.0.0.1, each calling GetStatus within 3 s.
-FloodOutcome TlsCallsUnderFlood(RefitdProcess& refitd, const std::string& cert,
-                                const std::string& hello) {
-  FloodOutcome r;
-  const double cpu_before = CpuSeconds(refitd.pid());
-  int64_t opened = 0;
-  const absl::Time start = absl::Now();
-  {
-    ConnectFlood flood(refitd.port(), "127.0.0.2", 2500, hello, 1000);
-    absl::SleepFor(absl::Seconds(1));
-    for (int i = 0; i < 20; ++i) {
-      const absl::Time t = absl::Now();
-      if (StatusOverANewConnection(refitd.port(), t + absl::Seconds(3), cert, "refitd").ok()) {
-        ++r.ok;
-      }
-      r.slowest_ms = std::max(r.slowest_ms, absl::ToDoubleMilliseconds(absl::Now() - t));
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    opened = flood.opened();
-  }
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  r.flood_per_second = opened / seconds;
-  r.refitd_cpu = (CpuSeconds(refitd.pid()) - cpu_before) / seconds;
-  return r;
-}
-
 // Over TLS the gate holds connections until their first TLS record: a
 // flood of silent connections is held and closed like a plaintext one, and
 // never fills refitd's descriptors (the common limit of 1,024 here).
@@ -267,7 +241,7 @@ TEST(AdmissionTest, ASilentFloodKeepsNoTlsClientOut) {
   RefitdProcess refitd;
   std::string cert;
   StartTlsRefitd("tls-flood", &refitd, &cert);
-  const FloodOutcome r = TlsCallsUnderFlood(refitd, cert, "");
+  const FloodOutcome r = LegitimateCallsUnderFlood(refitd, "127.0.0.2", "", cert);
   std::printf("TLS, refitd nofile=1024: flood of %.0f silent connections/s from 127.0.0.2: "
               "%d of 20 new TLS clients answered, slowest %.0f ms\n",
               r.flood_per_second, r.ok, r.slowest_ms);
@@ -310,7 +284,7 @@ TEST(AdmissionTest, AReplayedClientHelloFloodKeepsNoTlsClientOut) {
   StartTlsRefitd("tls-hello-flood", &refitd, &cert);
   const std::string hello = CannedClientHello();
   ASSERT_GT(hello.size(), 5u);
-  const FloodOutcome r = TlsCallsUnderFlood(refitd, cert, hello);
+  const FloodOutcome r = LegitimateCallsUnderFlood(refitd, "127.0.0.2", hello, cert);
   std::printf("TLS, refitd nofile=1024: flood of %.0f connections/s from 127.0.0.2 each "
               "replaying one ClientHello: %d of 20 new TLS clients answered, slowest %.0f ms; "
               "refitd at %.0f%% of a core\n",

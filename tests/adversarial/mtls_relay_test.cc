@@ -80,8 +80,11 @@ void MakePki(const std::string& name, Pki* pki) {
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 
-// A refitd child with mutual TLS and a bearer token.
-void StartMutualRefitd(const std::string& name, const Pki& pki, RefitdProcess* refitd) {
+// A refitd child with mutual TLS (certificates made into `pki`) and a
+// bearer token.
+void StartMutualRefitd(const std::string& name, Pki* pki, RefitdProcess* refitd) {
+  MakePki(name, pki);
+  if (::testing::Test::HasFatalFailure()) return;
   signal(SIGPIPE, SIG_IGN);  // SSL_write to a connection refitd closed
   const std::string token_file = TmpFile(name + "-token");
   std::FILE* f = std::fopen(token_file.c_str(), "w");
@@ -90,8 +93,8 @@ void StartMutualRefitd(const std::string& name, const Pki& pki, RefitdProcess* r
   std::fclose(f);
   ASSERT_TRUE(refitd
                   ->Start(Runfile("server/refitd"),
-                          {"--tls_cert=" + pki.Path("server"), "--tls_key=" + pki.Key("server"),
-                           "--tls_client_ca=" + pki.Path("ca"), "--token_file=" + token_file,
+                          {"--tls_cert=" + pki->Path("server"), "--tls_key=" + pki->Key("server"),
+                           "--tls_client_ca=" + pki->Path("ca"), "--token_file=" + token_file,
                            "--first_request_timeout_ms=2000"},
                           TmpFile(name + ".log"), absl::Seconds(20))
                   .ok());
@@ -185,9 +188,8 @@ class RawMutualClient {
 
 TEST(MutualTlsRelayTest, OnlyTheRightClientCertificateGetsPastTheHandshake) {
   Pki pki;
-  MakePki("mtls-handshake", &pki);
   RefitdProcess refitd;
-  StartMutualRefitd("mtls-handshake", pki, &refitd);
+  StartMutualRefitd("mtls-handshake", &pki, &refitd);
   const int port = refitd.port();
 
   // TLS 1.2: the server checks the certificate before the client's
@@ -240,17 +242,15 @@ TEST(MutualTlsRelayTest, OnlyTheRightClientCertificateGetsPastTheHandshake) {
 
 TEST(MutualTlsRelayTest, RefusedHandshakesFromOneAddressKeepNoRightClientOut) {
   Pki pki;
-  MakePki("mtls-flood", &pki);
   RefitdProcess refitd;
-  StartMutualRefitd("mtls-flood", pki, &refitd);
-  const int port = refitd.port();
+  StartMutualRefitd("mtls-flood", &pki, &refitd);
   std::atomic<bool> stop{false};
   std::atomic<int64_t> refused{0}, admitted{0};
   std::thread attacker([&] {
     for (int i = 0; !stop.load(); ++i) {
       // Alternately no certificate and one another CA signed, TLS 1.2 (the
       // handshake itself fails) and 1.3 (the first read does).
-      RawMutualClient c(port, pki, i % 2 == 0 ? "" : "rogue",
+      RawMutualClient c(refitd.port(), pki, i % 2 == 0 ? "" : "rogue",
                         i % 4 < 2 ? TLS1_2_VERSION : TLS1_3_VERSION, "127.0.0.2");
       bool closed = false;
       const size_t got = c.Handshake() ? c.RequestAndRead(absl::Seconds(1), &closed) : 0;
@@ -263,7 +263,7 @@ TEST(MutualTlsRelayTest, RefusedHandshakesFromOneAddressKeepNoRightClientOut) {
   double slowest_ms = 0;
   for (int i = 0; i < 20; ++i) {
     const absl::Time t = absl::Now();
-    if (MutualStatus(port, pki, "client", true, t + absl::Seconds(3)).ok()) ++ok;
+    if (MutualStatus(refitd.port(), pki, "client", true, t + absl::Seconds(3)).ok()) ++ok;
     slowest_ms = std::max(slowest_ms, absl::ToDoubleMilliseconds(absl::Now() - t));
   }
   stop.store(true);
