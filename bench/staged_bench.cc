@@ -72,6 +72,8 @@
 #include "bench/colocated_common.h"
 #include "bench/delta_bench_kernels.h"
 #include "bench/staged_bench_kernels.h"
+#include "bench/staged_replay.h"
+#include "bench/staged_replay_kernels.h"
 #include "client/cuda_staging_memory.h"
 #include "client/staged_buffers.h"
 #include "common/status_macros.h"
@@ -552,6 +554,25 @@ int Main(int argc, char** argv) {
     if (alone.ok()) f.load_alone_ms = *alone;
   }
   if (st.ok()) st = Rounds(&s, load.get(), iters, fraction, &f);
+  std::vector<ReplayFigures> replay;
+  if (st.ok()) {
+    ReplayHooks h;
+    h.arena = s.live.base;
+    h.change = [&](bool rows) -> absl::Status {
+      auto* w = reinterpret_cast<uint16_t*>(s.trainer.base);
+      CK(static_cast<cudaError_t>(
+          rows ? LaunchRowChange(w, s.trainer.bytes / 2, kLoadColumns, fraction, 777, nullptr)
+               : LaunchRandomChange(w, s.trainer.bytes / 2, fraction, 4242, nullptr)));
+      CK(cudaDeviceSynchronize());
+      return absl::OkStatus();
+    };
+    h.receive = [&] { return Receive(&s, load.get()).status(); };
+    h.diff = [&](int unit) { return StagedDiff(*s.staged, unit); };
+    absl::StatusOr<std::vector<ReplayFigures>> r =
+        RunReplayRounds(s.staged.get(), h, iters, &f.check);
+    st = r.status();
+    if (r.ok()) replay = *std::move(r);
+  }
   std::vector<int> blocks;
   for (absl::string_view b :
        absl::StrSplit(testing::FlagValue(argc, argv, "receive_blocks", "0,16,32,64"), ',',
@@ -608,6 +629,15 @@ int Main(int argc, char** argv) {
                 blocks[i] == kStagedReceiveBlocks ? "  (the product's staged setting)"
                 : blocks[i] == 0                  ? "  (every SM)"
                                                   : "");
+  }
+  std::printf("delta pause by change pattern (the same rounds; dense pause %.3f ms):\n"
+              "pattern     words  sectors  sectors(product)  replay     scatter floor\n", dense);
+  for (const ReplayFigures& r : replay) {
+    const double best = std::min(Mean(r.product), Mean(r.replay));
+    std::printf("%-10s %5.2f%%  %5.1f%%   %8.3f ms       %7.3f ms  %7.3f ms  best %.3f ms: "
+                "<= 2 ms %s\n", r.pattern.c_str(), r.changed_share * 100, r.sector_share * 100,
+                Mean(r.product), Mean(r.replay), Mean(r.floor), best,
+                best <= 2.0 ? "met" : Mean(r.floor) > 2.0 ? "below the floor" : "MISSED");
   }
   if (f.load_gaps > 0) std::printf("rounds without a load iteration: %d\n", f.load_gaps);
   std::printf("checks: %s\n", f.check.c_str());
