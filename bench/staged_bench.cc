@@ -30,6 +30,10 @@
 //                own stream: alone, and over the iterations that overlapped
 //                a dense or a delta round's receive (its slowdown; an
 //                iteration held up for the whole receive counts whole)
+//   delta pause by change pattern  the same 2% of words changed uniformly
+//                and as whole rows (bench/staged_replay.h): the product's
+//                apply, the replay of the received payloads and the scatter
+//                floor (one prepacked array), in the same rounds
 //   receive, N blocks  the dense receive with the pull kernel on at most N
 //                thread blocks (PullRunnerOptions::receive_blocks; 0: one
 //                per work item, every SM): its time and the load's slowdown
@@ -594,7 +598,7 @@ int Main(int argc, char** argv) {
     std::printf("ERROR: %s\n", st.ToString().c_str());
     return 1;
   }
-  const double dense = Mean(f.dense_pause), delta = Mean(f.pause[kUnits[0]]);
+  const double dense = Mean(f.dense_pause);
   auto x = [&](double ms) { return f.floor_ms > 0 ? ms / f.floor_ms : 0; };
   auto slow = [&](double ms) { return f.load_alone_ms > 0 ? ms / f.load_alone_ms : 0; };
   std::printf("\n%.2f%% of the BF16 words changed in each delta round; bytes in changed blocks:",
