@@ -13,22 +13,12 @@
 #include "common/status_macros.h"
 #include "exec/delta/delta_codec.h"
 #include "exec/delta/delta_runner.h"
+#include "plan/relay_roots.h"
 
 namespace refit {
 namespace {
 
 constexpr int64_t kHeader = sizeof(DeltaHeader);
-
-// A segment's place: (engine rank, engine record, box) as bytes.
-std::string PlaceKey(int32_t engine_rank, int32_t record, const Box& box) {
-  std::string key;
-  auto put = [&key](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
-  put(engine_rank);
-  put(record);
-  for (int64_t o : box.origin()) put(o);
-  for (int64_t n : box.shape()) put(n);
-  return key;
-}
 
 // Where every message of `plan` lands, segment by segment: PlaceKey ->
 // (message, segment of it).
@@ -38,7 +28,7 @@ std::map<std::string, std::pair<int32_t, int32_t>> Arrivals(const Plan& plan) {
     const Message& m = plan.messages[mi];
     for (int32_t j = 0; j < m.num_segments; ++j) {
       const Segment& seg = plan.segments[m.first_segment + j];
-      at.emplace(PlaceKey(m.dst_rank, seg.dst_record, seg.box), std::make_pair(mi, j));
+      at.emplace(SegmentPlaceKey(m.dst_rank, seg.dst_record, seg.box), std::make_pair(mi, j));
     }
   }
   return at;
@@ -74,7 +64,7 @@ absl::Status DeltaRunner::PrepareRelays(const Plan& plan, bool src,
         bool same = true;
         for (int32_t i = 0; i < fm.num_segments; ++i) {
           const Segment& seg = plan.segments[fm.first_segment + i];
-          auto it = arrivals.find(PlaceKey(rank_, seg.src_record, seg.box));
+          auto it = arrivals.find(SegmentPlaceKey(rank_, seg.src_record, seg.box));
           if (it == arrivals.end() || received.count(it->second.first) == 0) {
             return absl::FailedPreconditionError(absl::StrCat(
                 "engine rank ", rank_, " relays tensor ",
@@ -108,13 +98,13 @@ absl::Status DeltaRunner::PrepareRelays(const Plan& plan, bool src,
     if (!f.relay) continue;
     for (int32_t i = 0; i < f.num_segments; ++i) {
       const Segment& seg = plan.segments[f.first_segment + i];
-      auto it = arrivals.find(PlaceKey(f.src_rank, seg.src_record, seg.box));
+      auto it = arrivals.find(SegmentPlaceKey(f.src_rank, seg.src_record, seg.box));
       for (int hops = 0; it != arrivals.end() && plan.messages[it->second.first].relay &&
                          hops <= static_cast<int>(plan.messages.size());
            ++hops) {
         const Message& g = plan.messages[it->second.first];
         const Segment& up = plan.segments[g.first_segment + it->second.second];
-        it = arrivals.find(PlaceKey(g.src_rank, up.src_record, up.box));
+        it = arrivals.find(SegmentPlaceKey(g.src_rank, up.src_record, up.box));
       }
       if (it == arrivals.end()) continue;  // checked by the relaying rank
       auto root = mine.find(it->second.first);

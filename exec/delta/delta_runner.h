@@ -64,8 +64,8 @@
 // whose segments are not regions it received whole is refused at Create
 // (verified rounds digest each relayed segment at the trainer rank that
 // sent it first, which needs the same region). A trainer digests, beside
-// its own messages, every relayed copy of its segments that its plan
-// holds (the whole plan; a trainer's slice holds no relays).
+// its own messages, every relayed copy of its segments (its plan slice
+// carries the relays of its bytes: plan/relay_roots.h).
 //
 // Verified rounds (RoundStart::digest): the trainer digests all its current
 // bytes of every message at their engine places (a GPU member in the same

@@ -504,10 +504,13 @@ TEST_P(DeltaRounds, AByteFlippedInAnEngineFailsTheNextCommitNamingIt) {
 // receive to each other. Dense, then delta rounds: every byte of every
 // replica checked after each, digests compared, the relays repeating the
 // trainer's encoded payloads (far fewer bytes than the regions they
-// forward). Every rank runs the whole plan: a trainer's slice holds no
-// relays to digest.
+// forward). Every rank runs the whole plan, or its slice as refitd hands
+// it out (a trainer's carries the relays of its bytes, to digest them).
 TEST_P(DeltaRounds, RelayedReplicasGetEveryByteDenseThenDeltas) {
+  for (bool sliced : {false, true}) {
+  SCOPED_TRACE(sliced ? "slices" : "whole plan");
   auto job = MakeJob("relay", GetParam());
+  job->sliced = sliced;
   const Plan& plan = job->plan;
   const int ws = plan.src.world_size, world = ws + plan.dst.world_size;
   int64_t relayed = 0;
@@ -524,13 +527,30 @@ TEST_P(DeltaRounds, RelayedReplicasGetEveryByteDenseThenDeltas) {
       forwarded += r.stats[g].forwarded_bytes;
       forwarded_dense += r.stats[g].forwarded_dense_bytes;
     }
-    if (dense) EXPECT_EQ(forwarded_dense, relayed);
+    if (dense) {
+      EXPECT_EQ(forwarded_dense, relayed);
+    }
     // A forward that joins regions of two received messages goes dense
     // (as do forwards repeating it); the plan's others repeat payloads.
     if (!dense && f < 0.05) {
       EXPECT_LT(forwarded_dense, relayed / 4) << "fraction " << f;
       EXPECT_LT(forwarded, relayed / 2) << "fraction " << f;
     }
+  }
+  // A downstream replica announced dense (say a fresh one) while its relay
+  // gets a delta: the relay forwards the dense bytes of its buffer.
+  const Message* relay = nullptr;
+  for (const Message& m : plan.messages) {
+    if (m.relay && relay == nullptr) relay = &m;
+  }
+  std::vector<EngineDeltaMode> modes = job->policy->Announce(true);
+  modes[relay->dst_rank] = EngineDeltaMode{};
+  Change(job.get(), 0.02);
+  RoundResult mixed = RunRound(job.get(), {}, modes);
+  ASSERT_TRUE(mixed.commit.ok()) << mixed.commit;
+  ASSERT_EQ(CheckEngines(*job), "");
+  EXPECT_GE(mixed.stats[ws + relay->src_rank].forwarded_dense_bytes, relay->bytes);
+  EXPECT_GT(mixed.stats[ws + relay->dst_rank].dense_messages, 0);
   }
 }
 
