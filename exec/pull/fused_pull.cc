@@ -15,6 +15,7 @@
 #include "exec/pull/fused_pull_scales.h"
 #include "exec/pull/pull_program.h"
 #include "exec/convert/quantize.h"
+#include "layout/quant_format.h"
 
 namespace refit {
 namespace {
@@ -83,15 +84,17 @@ bool AffinePerCell(const Record& r, const Box& sub, int64_t cell_r, int64_t cell
   return true;
 }
 
-// The tiles quantize-on-pull runs: 128 x 128 FP8 tiles, 1 x 32 MXFP8 blocks.
+// The tiles quantize-on-pull runs: the FP8 rows' default tiles (128 x 128),
+// the MXFP8 and NVFP4 rows' blocks (1 x 32, 1 x 16).
 bool FusableTile(const std::vector<int64_t>& tile) {
   const size_t n = tile.size();
   if (n < 2 || n > kFusedMaxRank) return false;
   for (size_t d = 0; d + 2 < n; ++d) {
     if (tile[d] != 1) return false;
   }
-  return (tile[n - 2] == 128 && tile[n - 1] == 128) ||
-         (tile[n - 2] == 1 && (tile[n - 1] == 32 || tile[n - 1] == kNvfp4Block));
+  const QuantFormatRow& fp8 = QuantFormatTraits(QuantFormat::kFp8Block);
+  return (tile[n - 2] == fp8.block_rows && tile[n - 1] == fp8.block_cols) ||
+         (tile[n - 2] == 1 && (tile[n - 1] == kMxfp8Block || tile[n - 1] == kNvfp4Block));
 }
 
 // Calls fn(buffer, part, segment) for every part of a segment of a message
@@ -325,10 +328,7 @@ class ItemBuilder {
                       const Record& from, const Segment& s, const Box& part) {
     const Record& d = slice_.dst.records[s.dst_record];
     const int n = part.rank();
-    const int64_t es = f.kind == static_cast<int32_t>(ConversionKind::kMxfp8) ||
-                               f.kind == static_cast<int32_t>(ConversionKind::kNvfp4)
-                           ? 1
-                           : 4;
+    const int64_t es = ScaleElementBytes(static_cast<ConversionKind>(f.kind));
     if (n != f.rank || DTypeSize(slice_.dst.tensors[d.tensor].dtype) != es) {
       return Bad(s, "its scales destination is not a record of scale elements");
     }
