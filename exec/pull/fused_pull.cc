@@ -460,43 +460,37 @@ std::set<int32_t> FusableConversions(const Plan& slice, int32_t rank,
   return out;
 }
 
-Plan WithoutConversions(const Plan& slice, const std::set<int32_t>& fused) {
-  Plan out = slice;
-  out.conversions.clear();
+KeptConversions WithoutConversions(const Plan& slice, const std::set<int32_t>& fused) {
+  KeptConversions out;
+  out.plan = slice;
+  Plan& plan = out.plan;
+  plan.conversions.clear();
   auto valid = [&](int32_t b) {
-    return b >= 0 && b < static_cast<int32_t>(out.src.buffers.size());
+    return b >= 0 && b < static_cast<int32_t>(plan.src.buffers.size());
+  };
+  auto keep = [&](const Conversion& c, int32_t i) {
+    plan.conversions.push_back(c);
+    out.from.push_back(i);
   };
   for (size_t i = 0; i < slice.conversions.size(); ++i) {
     const Conversion& c = slice.conversions[i];
-    if (fused.count(static_cast<int32_t>(i)) == 0) {
-      out.conversions.push_back(c);
+    const int32_t at = static_cast<int32_t>(i);
+    if (fused.count(at) == 0) {
+      keep(c, at);
       continue;
     }
     if (c.kind == ConversionKind::kNvfp4 && valid(c.to_buffer)) {
-      out.conversions.push_back(Nvfp4GlobalAmaxOnly(c, &out.src));
+      out.global_amax.insert(static_cast<int32_t>(plan.conversions.size()));
+      keep(Nvfp4GlobalAmaxOnly(c, &plan.src), at);
       continue;
     }
     const bool cut = CutsTiles(slice, c);
     if (cut) {  // scales only: the trainer still writes its scale scratch
-      out.conversions.push_back(c);
-      out.conversions.back().to_buffer = -1;
+      keep(c, at);
+      plan.conversions.back().to_buffer = -1;
     }
     for (int32_t b : {c.to_buffer, cut ? -1 : c.scale_buffer}) {
-      if (valid(b)) out.src.buffers[b].scratch = false;
-    }
-  }
-  return out;
-}
-
-std::set<int32_t> GlobalAmaxConversions(const Plan& slice, const std::set<int32_t>& fused) {
-  std::set<int32_t> out;
-  int32_t kept = 0;
-  for (size_t i = 0; i < slice.conversions.size(); ++i) {
-    const bool f = fused.count(static_cast<int32_t>(i)) > 0;
-    if (f && slice.conversions[i].kind == ConversionKind::kNvfp4) out.insert(kept);
-    if (!f || slice.conversions[i].kind == ConversionKind::kNvfp4 ||
-        CutsTiles(slice, slice.conversions[i])) {
-      ++kept;  // as WithoutConversions keeps them
+      if (valid(b)) plan.src.buffers[b].scratch = false;
     }
   }
   return out;
