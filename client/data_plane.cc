@@ -11,7 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "exec/copier.h"
+#include "exec/convert/copier.h"
 #include "exec/delta/digest_term.h"
 #include "exec/delta/wave_ops.h"
 #include "exec/transport/gloo_transport.h"

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "exec/copier.h"
+#include "exec/convert/copier.h"
 #include "exec/delta/delta_codec.h"
 #include "exec/delta/wave_ops.h"
 #include "exec/program/resolved_copy.h"

@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "exec/copier.h"
+#include "exec/convert/copier.h"
 #include "exec/executor.h"
 #include "exec/round_runner.h"
 #include "exec/transport/transport.h"

@@ -10,7 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
-#include "exec/amax_exchange.h"
+#include "exec/convert/amax_exchange.h"
 #include "exec/program/message_place.h"
 #include "layout/dtype.h"
 

@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "exec/copier.h"
+#include "exec/convert/copier.h"
 #include "exec/program/copy_program.h"
 #include "exec/convert/conversion_stage.h"
 #include "exec/program/plan_side.h"

@@ -25,7 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "exec/copier.h"
+#include "exec/convert/copier.h"
 #include "exec/delta/delta_runner.h"
 #include "exec/delta/wave_ops.h"
 #include "exec/transport/kv_store.h"

@@ -214,9 +214,7 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
   }
   const int32_t idx = add(name, std::move(shape), t.dtype, std::move(padding));
   if (scaled) {
-    const DType sdt = model_.mxfp8   ? DType::kU8
-                      : model_.nvfp4 ? DType::kF8E4M3
-                                     : DType::kF32;
+    const DType sdt = QuantFormatTraits(model_.format()).scale_dtype;
     const int32_t sidx = add(
         model_.fp8_per_tensor || model_.mxfp8 || model_.nvfp4 ? PerTensorScaleName(name)
                                                               : ScaleName(name),

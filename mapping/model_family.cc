@@ -2,9 +2,11 @@
 
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/status_macros.h"
+#include "layout/quant_format.h"
 
 namespace refit {
 namespace {
@@ -346,6 +348,45 @@ void AddNvfp4GlobalScales(const ModelTensors::RoleIndex& ix, ModelTensors* m) {
   }
 }
 
+// The engine weight `*t` (a model-dtype spec on entry) stored as `row`
+// says, and its scale tensor `*scale`: codes of the row's dtype (packed
+// codes_per_byte a byte), one scale of the row's dtype per block (FP8 blocks
+// of fp8_block x fp8_block; one per tensor, per expert when stacked, for
+// per-tensor FP8). INVALID_ARGUMENT naming the weight when its rank or last
+// dim does not fit the block.
+absl::Status QuantizedWeightSpecs(const QuantFormatRow& row, int64_t fp8_block, TensorSpec* t,
+                                  TensorSpec* scale) {
+  t->dtype = row.code_dtype;
+  scale->dtype = row.scale_dtype;
+  scale->stacked = t->stacked;
+  if (row.block_cols == 0) {  // one scale per tensor
+    scale->name = PerTensorScaleName(t->name);
+    if (t->stacked) scale->shape = {t->shape[0]};
+    return absl::OkStatus();
+  }
+  const bool fixed = row.block_rows == 1;
+  const std::string kind = absl::AsciiStrToUpper(row.name);
+  if (t->shape.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(kind, " weight ", t->name, " has rank < 2"));
+  }
+  if (fixed && t->shape.back() % row.block_cols != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(kind, " weight ", t->name,
+                                                   ": the last dim must be a multiple of ",
+                                                   row.block_cols));
+  }
+  scale->name = fixed ? PerTensorScaleName(t->name) : ScaleName(t->name);
+  scale->shape = t->shape;
+  const size_t r = scale->shape.size();
+  if (fixed) {
+    scale->shape[r - 1] /= row.block_cols;
+  } else {
+    scale->shape[r - 2] = CeilDiv(scale->shape[r - 2], fp8_block);
+    scale->shape[r - 1] = CeilDiv(scale->shape[r - 1], fp8_block);
+  }
+  t->shape.back() /= row.codes_per_byte;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& c) {
@@ -370,47 +411,10 @@ absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& c) {
   auto add_weight = [&](TensorSpec t, bool linear) -> absl::StatusOr<int32_t> {
     const bool fp8 = linear && (c.fp8_block > 0 || m.fp8_per_tensor || m.mxfp8 || m.nvfp4) &&
                      !(m.nvfp4 && c.nvfp4_experts_only && !t.stacked);
-    if (fp8) t.dtype = DType::kF8E4M3;
     TensorSpec scale;
-    if (fp8 && m.nvfp4) {
-      if (t.shape.size() < 2 || t.shape.back() % 16 != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "NVFP4 weight ", t.name, ": the last dim must be a multiple of 16"));
-      }
-      t.dtype = DType::kU8;
-      t.shape.back() /= 2;
-      scale.name = PerTensorScaleName(t.name);
-      scale.shape = t.shape;
-      scale.shape.back() /= 8;
-      scale.dtype = DType::kF8E4M3;
-      scale.stacked = t.stacked;
-    } else if (fp8 && m.mxfp8) {
-      if (t.shape.size() < 2 || t.shape.back() % 32 != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "MXFP8 weight ", t.name, ": the last dim must be a multiple of 32"));
-      }
-      scale.name = PerTensorScaleName(t.name);
-      scale.shape = t.shape;
-      scale.shape.back() /= 32;
-      scale.dtype = DType::kU8;
-      scale.stacked = t.stacked;
-    } else if (fp8 && m.fp8_per_tensor) {
-      scale.name = PerTensorScaleName(t.name);
-      if (t.stacked) scale.shape = {t.shape[0]};
-      scale.dtype = DType::kF32;
-      scale.stacked = t.stacked;
-    } else if (fp8) {
-      if (t.shape.size() < 2) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("FP8 weight ", t.name, " has rank < 2"));
-      }
-      scale.name = ScaleName(t.name);
-      scale.shape = t.shape;
-      size_t r = scale.shape.size();
-      scale.shape[r - 2] = CeilDiv(scale.shape[r - 2], c.fp8_block);
-      scale.shape[r - 1] = CeilDiv(scale.shape[r - 1], c.fp8_block);
-      scale.dtype = DType::kF32;
-      scale.stacked = t.stacked;
+    if (fp8) {
+      REFIT_RETURN_IF_ERROR(
+          QuantizedWeightSpecs(QuantFormatTraits(m.format()), c.fp8_block, &t, &scale));
     }
     int32_t w = add(std::move(t));
     if (fp8) {

@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "layout/quant_format.h"
 #include "layout/tensor_spec.h"
 #include "mapping/model_config.h"
 
@@ -131,8 +132,19 @@ struct ModelTensors {
   // The block of one scale element on a weight's last two dims, in the
   // weight's own elements: (fp8_block, fp8_block), (1, 32) for MXFP8, (1, 8)
   // for NVFP4 (8 bytes of packed codes, 16 values); (0, 0) without.
+  // From the format's row (layout/quant_format.h).
   int64_t scale_block_rows() const { return mxfp8 || nvfp4 ? 1 : fp8_block; }
-  int64_t scale_block_cols() const { return mxfp8 ? 32 : nvfp4 ? 8 : fp8_block; }
+  int64_t scale_block_cols() const {
+    const QuantFormatRow& row = QuantFormatTraits(format());
+    return mxfp8 || nvfp4 ? row.block_cols / row.codes_per_byte : fp8_block;
+  }
+  // The format of the quantized weights (kFp8Block when none are).
+  QuantFormat format() const {
+    return nvfp4            ? QuantFormat::kNvfp4
+           : mxfp8          ? QuantFormat::kMxfp8
+           : fp8_per_tensor ? QuantFormat::kFp8Tensor
+                            : QuantFormat::kFp8Block;
+  }
 
   // Tensor index of `role` in `layer` (layer < 0: global), -1 if absent.
   int32_t Find(int64_t layer, Role role) const {

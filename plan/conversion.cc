@@ -398,14 +398,30 @@ std::string ConversionFormatName(const Conversion& c) {
   return ConversionKindName(c.kind);
 }
 
-bool IsBlockQuantized(ConversionKind k) {
-  return k == ConversionKind::kFp8Block || k == ConversionKind::kFp8BlockUe8m0 ||
-         k == ConversionKind::kFp8BlockRequantUe8m0 || k == ConversionKind::kMxfp8 ||
-         k == ConversionKind::kNvfp4;
+const QuantFormatRow* QuantFormatRowOf(ConversionKind k) {
+  switch (k) {
+    case ConversionKind::kFp8Block:
+      return &QuantFormatTraits(QuantFormat::kFp8Block);
+    case ConversionKind::kFp8BlockUe8m0:
+      return &QuantFormatTraits(QuantFormat::kFp8BlockUe8m0);
+    case ConversionKind::kFp8BlockRequantUe8m0:
+      return &QuantFormatTraits(QuantFormat::kFp8BlockRequantUe8m0);
+    case ConversionKind::kMxfp8:
+      return &QuantFormatTraits(QuantFormat::kMxfp8);
+    case ConversionKind::kNvfp4:
+      return &QuantFormatTraits(QuantFormat::kNvfp4);
+    case ConversionKind::kCastF32:
+    case ConversionKind::kNegExpF32:
+      break;
+  }
+  return nullptr;
 }
 
+bool IsBlockQuantized(ConversionKind k) { return QuantFormatRowOf(k) != nullptr; }
+
 int64_t ScaleElementBytes(ConversionKind k) {
-  return k == ConversionKind::kMxfp8 || k == ConversionKind::kNvfp4 ? 1 : 4;
+  const QuantFormatRow* row = QuantFormatRowOf(k);
+  return row == nullptr ? 4 : DTypeSize(row->scale_dtype);
 }
 
 std::string GlobalScaleTensorName(const std::string& weight) { return weight + "_scale_2"; }
@@ -483,9 +499,12 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
       }
       const bool mx = kind == ConversionKind::kMxfp8;
       const bool nv = kind == ConversionKind::kNvfp4;
+      // The row's block; the FP8 tile rows take the planner's `block`.
+      const QuantFormatRow& row = *QuantFormatRowOf(kind);
+      const bool fixed = row.block_rows == 1;
       p.tile.assign(d.shape.size(), 1);
-      p.tile[d.shape.size() - 1] = mx ? kMxfp8Block : nv ? kNvfp4Block : block;
-      p.tile[d.shape.size() - 2] = mx || nv ? 1 : block;
+      p.tile[d.shape.size() - 1] = fixed ? row.block_cols : block;
+      p.tile[d.shape.size() - 2] = fixed ? 1 : block;
       if (nv && s.shape.back() % kNvfp4Block != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", d.name, ": NVFP4 needs the last dim (", s.shape.back(),

@@ -50,6 +50,7 @@
 #include "layout/box.h"
 #include "layout/dtype.h"
 #include "layout/layout.h"
+#include "layout/quant_format.h"
 
 namespace refit {
 
@@ -82,10 +83,11 @@ enum class Nvfp4Recipe : int32_t {
 // "modelopt", "vllm".
 const char* Nvfp4RecipeName(Nvfp4Recipe r);
 
-// MXFP8's block length along the last dim (vLLM's MXFP8_BLOCK_SIZE).
-inline constexpr int64_t kMxfp8Block = 32;
+// MXFP8's block length along the last dim (vLLM's MXFP8_BLOCK_SIZE), from
+// its row of the format table.
+inline constexpr int64_t kMxfp8Block = QuantFormatTraits(QuantFormat::kMxfp8).block_cols;
 // NVFP4's block length along the last dim (ModelOpt's group_size).
-inline constexpr int64_t kNvfp4Block = 16;
+inline constexpr int64_t kNvfp4Block = QuantFormatTraits(QuantFormat::kNvfp4).block_cols;
 
 // "cast_f32", "neg_exp_f32", "fp8_block", "fp8_block_ue8m0",
 // "fp8_block_requant_ue8m0", "mxfp8".
@@ -97,11 +99,15 @@ struct Conversion;
 // of vLLM's recipe "nvfp4 recipe=vllm".
 std::string ConversionFormatName(const Conversion& c);
 
+// The format-table row (layout/quant_format.h) a block-quantizing kind
+// writes; nullptr for the element-wise kinds.
+const QuantFormatRow* QuantFormatRowOf(ConversionKind k);
+
 // True for the block-quantizing kinds (they have scales and tiles).
 bool IsBlockQuantized(ConversionKind k);
 
-// Bytes of one scale element of a block kind: 1 (E8M0, e4m3) for kMxfp8
-// and kNvfp4, else 4.
+// Bytes of one scale element of a block kind, from its format row: 1
+// (E8M0, e4m3) for kMxfp8 and kNvfp4, else 4.
 int64_t ScaleElementBytes(ConversionKind k);
 
 // One source record's conversion. `from` is the record as registered (the

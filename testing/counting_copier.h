@@ -10,7 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "exec/copier.h"
+#include "exec/convert/copier.h"
 
 namespace refit::testing {
 

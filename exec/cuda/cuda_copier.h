@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "exec/copier.h"
+#include "exec/convert/copier.h"
 #include "exec/transport/cuda/cuda_lanes.h"
 
 namespace refit {

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "exec/amax_exchange.h"
+#include "exec/convert/amax_exchange.h"
 #include "exec/delta/delta_codec.h"
 #include "exec/program/message_place.h"
 #include "exec/program/plan_side.h"

@@ -87,7 +87,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "exec/convert/conversion_stage.h"
-#include "exec/copier.h"
+#include "exec/convert/copier.h"
 #include "exec/program/copy_program.h"
 #include "exec/delta/delta_policy.h"
 #include "exec/delta/round_digest.h"

@@ -15,6 +15,7 @@
 #include "exec/pull/fused_pull_scales.h"
 #include "exec/pull/pull_program.h"
 #include "exec/convert/quantize.h"
+#include "layout/quant_format.h"
 
 namespace refit {
 namespace {
@@ -83,15 +84,17 @@ bool AffinePerCell(const Record& r, const Box& sub, int64_t cell_r, int64_t cell
   return true;
 }
 
-// The tiles quantize-on-pull runs: 128 x 128 FP8 tiles, 1 x 32 MXFP8 blocks.
+// The tiles quantize-on-pull runs: the FP8 rows' default tiles (128 x 128),
+// the MXFP8 and NVFP4 rows' blocks (1 x 32, 1 x 16).
 bool FusableTile(const std::vector<int64_t>& tile) {
   const size_t n = tile.size();
   if (n < 2 || n > kFusedMaxRank) return false;
   for (size_t d = 0; d + 2 < n; ++d) {
     if (tile[d] != 1) return false;
   }
-  return (tile[n - 2] == 128 && tile[n - 1] == 128) ||
-         (tile[n - 2] == 1 && (tile[n - 1] == 32 || tile[n - 1] == kNvfp4Block));
+  const QuantFormatRow& fp8 = QuantFormatTraits(QuantFormat::kFp8Block);
+  return (tile[n - 2] == fp8.block_rows && tile[n - 1] == fp8.block_cols) ||
+         (tile[n - 2] == 1 && (tile[n - 1] == kMxfp8Block || tile[n - 1] == kNvfp4Block));
 }
 
 // Calls fn(buffer, part, segment) for every part of a segment of a message
@@ -325,10 +328,7 @@ class ItemBuilder {
                       const Record& from, const Segment& s, const Box& part) {
     const Record& d = slice_.dst.records[s.dst_record];
     const int n = part.rank();
-    const int64_t es = f.kind == static_cast<int32_t>(ConversionKind::kMxfp8) ||
-                               f.kind == static_cast<int32_t>(ConversionKind::kNvfp4)
-                           ? 1
-                           : 4;
+    const int64_t es = ScaleElementBytes(static_cast<ConversionKind>(f.kind));
     if (n != f.rank || DTypeSize(slice_.dst.tensors[d.tensor].dtype) != es) {
       return Bad(s, "its scales destination is not a record of scale elements");
     }
@@ -460,43 +460,37 @@ std::set<int32_t> FusableConversions(const Plan& slice, int32_t rank,
   return out;
 }
 
-Plan WithoutConversions(const Plan& slice, const std::set<int32_t>& fused) {
-  Plan out = slice;
-  out.conversions.clear();
+KeptConversions WithoutConversions(const Plan& slice, const std::set<int32_t>& fused) {
+  KeptConversions out;
+  out.plan = slice;
+  Plan& plan = out.plan;
+  plan.conversions.clear();
   auto valid = [&](int32_t b) {
-    return b >= 0 && b < static_cast<int32_t>(out.src.buffers.size());
+    return b >= 0 && b < static_cast<int32_t>(plan.src.buffers.size());
+  };
+  auto keep = [&](const Conversion& c, int32_t i) {
+    plan.conversions.push_back(c);
+    out.from.push_back(i);
   };
   for (size_t i = 0; i < slice.conversions.size(); ++i) {
     const Conversion& c = slice.conversions[i];
-    if (fused.count(static_cast<int32_t>(i)) == 0) {
-      out.conversions.push_back(c);
+    const int32_t at = static_cast<int32_t>(i);
+    if (fused.count(at) == 0) {
+      keep(c, at);
       continue;
     }
     if (c.kind == ConversionKind::kNvfp4 && valid(c.to_buffer)) {
-      out.conversions.push_back(Nvfp4GlobalAmaxOnly(c, &out.src));
+      out.global_amax.insert(static_cast<int32_t>(plan.conversions.size()));
+      keep(Nvfp4GlobalAmaxOnly(c, &plan.src), at);
       continue;
     }
     const bool cut = CutsTiles(slice, c);
     if (cut) {  // scales only: the trainer still writes its scale scratch
-      out.conversions.push_back(c);
-      out.conversions.back().to_buffer = -1;
+      keep(c, at);
+      plan.conversions.back().to_buffer = -1;
     }
     for (int32_t b : {c.to_buffer, cut ? -1 : c.scale_buffer}) {
-      if (valid(b)) out.src.buffers[b].scratch = false;
-    }
-  }
-  return out;
-}
-
-std::set<int32_t> GlobalAmaxConversions(const Plan& slice, const std::set<int32_t>& fused) {
-  std::set<int32_t> out;
-  int32_t kept = 0;
-  for (size_t i = 0; i < slice.conversions.size(); ++i) {
-    const bool f = fused.count(static_cast<int32_t>(i)) > 0;
-    if (f && slice.conversions[i].kind == ConversionKind::kNvfp4) out.insert(kept);
-    if (!f || slice.conversions[i].kind == ConversionKind::kNvfp4 ||
-        CutsTiles(slice, slice.conversions[i])) {
-      ++kept;  // as WithoutConversions keeps them
+      if (valid(b)) plan.src.buffers[b].scratch = false;
     }
   }
   return out;

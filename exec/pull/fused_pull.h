@@ -9,8 +9,8 @@
 //
 // NVFP4 needs the parameter's global amax (over every trainer's part of
 // it, per expert) before any block is quantized: the trainer keeps such a
-// conversion as a global-amax-only one (WithoutConversions,
-// GlobalAmaxConversions), computes and exchanges the amaxes as before the
+// conversion as a global-amax-only one (WithoutConversions' global_amax),
+// computes and exchanges the amaxes as before the
 // two-pass quantization (exec/convert/convert.h) and writes them, one f32 per
 // leading index, into the conversion's codes scratch buffer, now that
 // size; it exports the BF16 weight at the codes position and that buffer
@@ -114,11 +114,14 @@ std::set<int32_t> FusableConversions(const Plan& slice, int32_t rank,
 // scratch. A fused NVFP4 conversion stays, without scale buffer, its codes
 // scratch resized to one f32 per leading index: the global amaxes (see
 // above).
-Plan WithoutConversions(const Plan& slice, const std::set<int32_t>& fused);
-
-// The indices into WithoutConversions(slice, fused).conversions of the
-// fused NVFP4 conversions (Converter's global-amax-only ones).
-std::set<int32_t> GlobalAmaxConversions(const Plan& slice, const std::set<int32_t>& fused);
+struct KeptConversions {
+  Plan plan;                      // the slice without the fused conversions
+  std::vector<int32_t> from;      // per plan.conversions[j]: its slice index
+  std::set<int32_t> global_amax;  // the j of the fused NVFP4 ones (Converter's
+                                  // global-amax-only conversions)
+};
+// Returns the plan the trainer converts with and what it kept.
+KeptConversions WithoutConversions(const Plan& slice, const std::set<int32_t>& fused);
 
 // The fused NVFP4 conversions of trainer `rank` (indices into
 // slice.conversions, a subset of `fused`) whose global amax every receiver

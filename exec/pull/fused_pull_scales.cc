@@ -114,7 +114,7 @@ void QuantizeCutItemHost(const FusedItem& it, const uint16_t* dense,
                          const std::vector<const char*>& scale_src, absl::Span<char* const> dst) {
   if (it.dst_buffer < 0) return;
   const int n = static_cast<int>(it.where.size());
-  const int64_t es = it.kind == static_cast<int32_t>(ConversionKind::kMxfp8) ? 1 : 4;
+  const int64_t es = ScaleElementBytes(static_cast<ConversionKind>(it.kind));
   const char* sbase = scale_src[it.scale_src_buffer] + it.scale_src_offset;
   const int64_t tr0 = it.where[n - 2] / it.tile_r, tc0 = it.where[n - 1] / it.tile_c;
   char* out = dst[it.dst_buffer] + it.dst_offset;

@@ -83,8 +83,9 @@ absl::Status RunRound(const Plan& plan, const SideLayout& trainer, const HostBuf
     m->fused[t] = FusableConversions(slice, t, {});
     m->conversions += static_cast<int64_t>(slice.conversions.size());
     m->fused_count += static_cast<int64_t>(m->fused[t].size());
-    kept.push_back(WithoutConversions(slice, m->fused[t]));
-    global_only.push_back(GlobalAmaxConversions(slice, m->fused[t]));
+    KeptConversions k = WithoutConversions(slice, m->fused[t]);
+    kept.push_back(std::move(k.plan));
+    global_only.push_back(std::move(k.global_amax));
     m->trainer_slices.push_back(std::move(slice));
     m->trainer_buffers.push_back(std::move(buf));
   }

@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(kVecThreads) RefitQuantizeBf16x8Kernel(
 // column), kMxWarps per thread block. The box's block columns all lie
 // wholly in it (its column origin and extent are multiples of 32 or the
 // block is the tensor's last, partial one).
-constexpr int kMxWarpBlock = 32;
+constexpr int kMxWarpBlock = kMxfp8KernelBlock;
 constexpr int kMxWarps = 8;
 
 __global__ void __launch_bounds__(kMxWarps * 32) RefitQuantizeMxKernel(

@@ -24,6 +24,11 @@ inline constexpr int kScalePow2 = 1;
 inline constexpr int kScaleRequant = 2;
 inline constexpr int kScaleE8m0 = 3;  // scales are E8M0 bytes, not f32
 
+// The MXFP8 block the MX kernels are written for (one warp per block); the
+// host dispatcher checks it against the format table's MXFP8 row
+// (layout/quant_format.h).
+inline constexpr int kMxfp8KernelBlock = 32;
+
 struct DenseBox {
   const char* data;  // device
   int dtype;         // kConvert*

@@ -20,9 +20,14 @@
 #include "exec/convert/cuda/nvfp4_kernels.h"
 #include "exec/convert/cuda/nvfp4_vllm_kernels.h"
 #include "exec/cuda/pack_kernels.h"
+#include "plan/conversion.h"
 
 namespace refit {
 namespace {
+
+// The kernels' blocks are the format table's (layout/quant_format.h).
+static_assert(cuda::kMxfp8KernelBlock == kMxfp8Block, "MXFP8 kernels and format row disagree");
+static_assert(cuda::kNvfp4KernelBlock == kNvfp4Block, "NVFP4 kernels and format row disagree");
 
 absl::StatusOr<int> DtypeCode(DType d) {
   switch (d) {

@@ -49,14 +49,14 @@ __device__ bool RefitNvfp4TileOf(const DenseBox& b, int64_t tiles, int64_t first
   if (k >= b.L * b.R * tiles) return false;
   x->row = k / tiles;
   x->t = k % tiles;
-  x->lo = max((first + x->t) * 16, b.c0) - b.c0;
-  x->hi = min((first + x->t + 1) * 16, b.c0 + b.C) - b.c0;
+  x->lo = max((first + x->t) * kNvfp4KernelBlock, b.c0) - b.c0;
+  x->hi = min((first + x->t + 1) * kNvfp4KernelBlock, b.c0 + b.C) - b.c0;
   return true;
 }
 
 // Whole aligned BF16 tile: 16 values by two 16-byte loads.
 __device__ bool RefitNvfp4Vec(const DenseBox& b, const RefitNvfp4Tile& x) {
-  return b.dtype == kConvertBF16 && x.hi - x.lo == 16 &&
+  return b.dtype == kConvertBF16 && x.hi - x.lo == kNvfp4KernelBlock &&
          ((reinterpret_cast<uintptr_t>(b.data) + 2 * (x.row * b.C + x.lo)) & 15) == 0;
 }
 

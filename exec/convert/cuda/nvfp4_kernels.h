@@ -11,6 +11,11 @@
 namespace refit {
 namespace cuda {
 
+// The NVFP4 block these kernels are written for (two 16-byte BF16 loads a
+// block); the host dispatcher checks it against the format table's NVFP4
+// row (layout/quant_format.h).
+inline constexpr int kNvfp4KernelBlock = 16;
+
 // Pass 1: per leading index l, global_amax[l] = max(global_amax[l], max |x|
 // over the box's slice l) (the caller zeroes it first); with block_amax
 // set, the amax of the part of every 1 x 16 tile inside the box, row-major

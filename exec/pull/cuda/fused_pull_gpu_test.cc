@@ -108,7 +108,7 @@ TEST(FusedPullGpuTest, KernelEqualsHostItemsOnPlannerCases) {
       std::vector<std::map<int32_t, std::vector<float>>> sent(ws);
       auto ops = MakeHostConvertOps();
       for (int32_t t = 0; t < ws; ++t) {
-        kept.push_back(WithoutConversions(tslices[t], fused[t]));
+        kept.push_back(WithoutConversions(tslices[t], fused[t]).plan);
         tbuf[t].assign(kept[t].src.buffers.size(), nullptr);
         for (size_t b = 0; b < kept[t].src.buffers.size(); ++b) {
           const BufferSpec& spec = kept[t].src.buffers[b];

@@ -54,6 +54,7 @@ using testing::FromDevice;
 struct Trainer {
   Plan slice, kept;
   std::set<int32_t> fused;
+  std::set<int32_t> global;  // kept.conversions that only compute global amaxes
   std::vector<char*> buffers;  // like kept.src.buffers
   std::list<std::vector<char>> scratch;  // stable addresses
 };
@@ -74,7 +75,9 @@ void SetUpTrainer(const Plan& plan, int32_t t, const SideLayout& layout, const O
                   Trainer* x) {
   x->slice = *FromProto(ToProto(ExtractSlice(plan, Side::kTrainer, t)));
   x->fused = FusableConversions(x->slice, t, {});
-  x->kept = WithoutConversions(x->slice, x->fused);
+  KeptConversions kept = WithoutConversions(x->slice, x->fused);
+  x->kept = std::move(kept.plan);
+  x->global = std::move(kept.global_amax);
   x->buffers.assign(x->kept.src.buffers.size(), nullptr);
   for (size_t b = 0; b < x->kept.src.buffers.size(); ++b) {
     const BufferSpec& spec = x->kept.src.buffers[b];
@@ -151,7 +154,7 @@ TEST(PullNvfp4GpuTest, KernelEqualsHostItemsOnPlannerCases) {
     for (int32_t t = 0; t < ws; ++t) {
       Trainer& x = tr[t];
       SetUpTrainer(*plan, t, src->layout, s, &x);
-      auto cv = Converter::Create(x.kept, t, GlobalAmaxConversions(x.slice, x.fused));
+      auto cv = Converter::Create(x.kept, t, x.global);
       ASSERT_TRUE(cv.ok()) << cv.status();
       auto p = cv->Partials(*ops, x.buffers);
       ASSERT_TRUE(p.ok()) << p.status();
@@ -245,7 +248,7 @@ TEST(PullNvfp4GpuTest, EngineComputedAmaxesEqualTheTrainers) {
   const std::set<int32_t> engine = EngineAmaxConversions(x.slice, 0, x.fused);
   ASSERT_FALSE(engine.empty());
   auto ops = MakeHostConvertOps();
-  auto cv = Converter::Create(x.kept, 0, GlobalAmaxConversions(x.slice, x.fused));
+  auto cv = Converter::Create(x.kept, 0, x.global);
   ASSERT_TRUE(cv.ok()) << cv.status();
   const Plan slice = *FromProto(ToProto(ExtractSlice(*plan, Side::kEngine, 0)));
   const PullProgram program = *BuildPullProgram(slice, 0);

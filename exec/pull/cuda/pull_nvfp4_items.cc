@@ -25,7 +25,7 @@ absl::StatusOr<std::vector<cuda::PullNvfp4Item>> ResolveNvfp4Items(
                  ? s->second[b]
                  : nullptr;
     };
-    if (!IsNvfp4Item(it) || it.tile_r != 1 || it.tile_c != 16 || it.cols % 16 != 0 ||
+    if (!IsNvfp4Item(it) || it.tile_r != 1 || it.tile_c != kNvfp4Block || it.cols % kNvfp4Block != 0 ||
         from(it.src_buffer) == nullptr || from(it.global_buffer) == nullptr ||
         (it.dst_buffer >= 0 && own(it.dst_buffer) == nullptr) ||
         (it.scale_buffer >= 0 && own(it.scale_buffer) == nullptr)) {

@@ -240,20 +240,18 @@ absl::Status PullRunner::PrepareConversions(const Plan& slice, std::vector<char*
       return !options_.pull_peer || options_.pull_peer(ws + d);
     });
   }
-  if (!fused_.empty()) {
-    kept_slice_ = std::make_unique<Plan>(WithoutConversions(slice, fused_));
-    convert = kept_slice_.get();
-  }
   // The fused NVFP4 conversions, numbered as *convert keeps them; of
   // those, the ones whose receivers compute the global amax.
-  const std::set<int32_t> global = GlobalAmaxConversions(slice, fused_);
-  const std::set<int32_t> by_engine = EngineAmaxConversions(slice, rank_, fused_);
-  std::set<int32_t> engine_amax;
-  auto kept = global.begin();
-  for (int32_t i : fused_) {
-    if (slice.conversions[i].kind != ConversionKind::kNvfp4 || kept == global.end()) continue;
-    if (by_engine.count(i) > 0) engine_amax.insert(*kept);
-    ++kept;
+  std::set<int32_t> global, engine_amax;
+  if (!fused_.empty()) {
+    KeptConversions kept = WithoutConversions(slice, fused_);
+    kept_slice_ = std::make_unique<Plan>(std::move(kept.plan));
+    convert = kept_slice_.get();
+    global = std::move(kept.global_amax);
+    const std::set<int32_t> by_engine = EngineAmaxConversions(slice, rank_, fused_);
+    for (int32_t j : global) {
+      if (by_engine.count(kept.from[j]) > 0) engine_amax.insert(j);
+    }
   }
   REFIT_ASSIGN_OR_RETURN(
       conversions_, ConversionStage::Create(

@@ -1,5 +1,5 @@
 // AmaxExchangeOver (see amax_exchange.h).
-#include "exec/amax_exchange.h"
+#include "exec/convert/amax_exchange.h"
 
 #include <utility>
 #include <vector>

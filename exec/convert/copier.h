@@ -1,7 +1,7 @@
 // Copier: staging memory and copies of one memory kind, which the
 // executor packs and unpacks messages with; and the host copier.
-#ifndef REFIT_EXEC_COPIER_H_
-#define REFIT_EXEC_COPIER_H_
+#ifndef REFIT_EXEC_CONVERT_COPIER_H_
+#define REFIT_EXEC_CONVERT_COPIER_H_
 
 #include <cstdint>
 #include <memory>
@@ -54,4 +54,4 @@ std::unique_ptr<Copier> MakeHostCopier();
 
 }  // namespace refit
 
-#endif  // REFIT_EXEC_COPIER_H_
+#endif  // REFIT_EXEC_CONVERT_COPIER_H_

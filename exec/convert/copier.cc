@@ -1,5 +1,5 @@
 // The host copier.
-#include "exec/copier.h"
+#include "exec/convert/copier.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -5,14 +5,14 @@
 // one group of sends and receives on lane 0, before any wave, through
 // memory of the transport's kind. (The pull path exchanges them over its
 // control channel instead.)
-#ifndef REFIT_EXEC_AMAX_EXCHANGE_H_
-#define REFIT_EXEC_AMAX_EXCHANGE_H_
+#ifndef REFIT_EXEC_CONVERT_AMAX_EXCHANGE_H_
+#define REFIT_EXEC_CONVERT_AMAX_EXCHANGE_H_
 
 #include <cstdint>
 
 #include "absl/time/time.h"
 #include "exec/convert/conversion_stage.h"
-#include "exec/copier.h"
+#include "exec/convert/copier.h"
 #include "exec/transport/transport.h"
 
 namespace refit {
@@ -31,4 +31,4 @@ ConversionStage::AmaxExchange AmaxExchangeOver(const ConversionStage* stage,
 
 }  // namespace refit
 
-#endif  // REFIT_EXEC_AMAX_EXCHANGE_H_
+#endif  // REFIT_EXEC_CONVERT_AMAX_EXCHANGE_H_

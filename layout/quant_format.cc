@@ -1,0 +1,32 @@
+#include "layout/quant_format.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace refit {
+
+absl::StatusOr<QuantFormatRow> FindQuantFormat(QuantFormat f, ScaleSwizzle s) {
+  for (const QuantFormatRow& r : kQuantFormatRows) {
+    if (r.format == f && r.swizzle == s) return r;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("format ", QuantFormatName(f),
+                                                 ": refit writes no scales laid out as ",
+                                                 ScaleSwizzleName(s)));
+}
+
+absl::string_view QuantFormatName(QuantFormat f) { return QuantFormatTraits(f).name; }
+
+absl::string_view ScaleSwizzleName(ScaleSwizzle s) {
+  switch (s) {
+    case ScaleSwizzle::kRowMajor:
+      return "row_major";
+    case ScaleSwizzle::kTiles128x4:
+      return "128x4";
+  }
+  return "unknown";
+}
+
+int64_t ScaleElementBytes(QuantFormat f) {
+  return DTypeSize(QuantFormatTraits(f).scale_dtype);
+}
+
+}  // namespace refit
