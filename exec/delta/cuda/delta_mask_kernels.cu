@@ -53,15 +53,38 @@ __device__ inline void WaveLoadPair(const WaveMsg& m, int64_t off, bool whole, b
   }
 }
 
+// The mask words of a tile's first `steps` steps from its first `n`
+// indices (the warp's index slot in shared memory, message word indices;
+// every changed word of those steps): zeroed, then each index's bit set.
+// For a tile whose changed words outgrew the index slot at step `steps`.
+template <int W>
+__device__ inline void WaveMaskFromIndices(int steps, uint32_t n, int64_t base, const uint32_t* sidx,
+                                           uint32_t* tmask) {
+  const int lane = threadIdx.x & 31;
+  const int words = steps * (kMaskStep / W / 32);  // mask words of those steps
+  __syncwarp();  // every lane's indices are in shared memory
+  for (int k = lane; k < words; k += 32) tmask[k] = 0;
+  __syncwarp();
+  const uint32_t first = static_cast<uint32_t>(base / W);
+  for (uint32_t k = lane; k < n; k += 32) {
+    const uint32_t j = sidx[k] - first;
+    atomicOr(tmask + j / 32, 1u << (j % 32));
+  }
+}
+
 // One tile by one warp. The warp reads the tile in steps of 512 bytes (16
 // per lane) of the current and snapshot bytes, kMaskUnroll steps of loads
 // in flight at once; per step each lane's changed words get their ranks
 // by ballots and go, with their indices, into the warp's slots in shared
 // memory (`vals`, `idx`) while they fit (the gather then copies them
 // instead of reading the current bytes again), and the lanes of a mask
-// word OR their bits together. Past the message's end both sides read as
-// zeros: no bits, but the tile's whole mask is written (the gather reads
-// all of it). Returns the tile's changed words, the same in every lane.
+// word OR their bits together. The mask is written only for a tile whose
+// changed words outgrow the index slot (kWaveIndexSlots): from the step
+// where they do, and at the tile's end the steps before it from the slot;
+// the gather rebuilds any other tile's mask from its indices, so a sparse
+// tile costs no mask write. Past the message's end both sides read as
+// zeros: no bits. Returns the tile's changed words, the same in every
+// lane.
 template <int W, bool kDigest>
 __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int64_t g,
                                             uint32_t* mask, uint8_t* vals, uint32_t* idx,
@@ -76,6 +99,10 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
   const bool whole = aligned && base + kDeltaTileBytes <= m.bytes;
   uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
   uint32_t count = 0;  // the tile's changed words before this step
+  // The step whose words outgrew the index slot (-1: none yet) and the
+  // words before it (all in the slot).
+  int cross = -1;
+  uint32_t before_cross = 0;
   const bool digest = kDigest && m.digest_slot >= 0;  // the same in the warp
   uint64_t h = 0, dsum = 0;  // the lane's next chunk's weight, its sum
   if (digest) h = DigestWeight(m.digest_key + static_cast<uint64_t>(base + lane * kDeltaChunk));
@@ -118,9 +145,15 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
         if (r < kIdxCap) idx[r] = word0 + static_cast<uint32_t>(bit);
         ++r;
       }
+      if (cross < 0 && count + step_total > kIdxCap) {
+        cross = s0 + u;
+        before_cross = count;
+      }
       count += step_total;
       const int64_t local = static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
-      if (W <= 2) {
+      if (cross < 0) {
+        // Every changed word so far is in the index slot: no mask word.
+      } else if (W <= 2) {
         // The lane's bits are whole bytes of the mask (one for BF16, two for
         // 1-byte words), the lanes' side by side: one store each.
         auto* tm = reinterpret_cast<uint8_t*>(tmask) + local / W / 8;
@@ -137,6 +170,7 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
       }
     }
   }
+  if (cross > 0) WaveMaskFromIndices<W>(cross, before_cross, base, idx, tmask);
   if (digest) WaveDigestFlush(dsum, m.digest_slot, sums);
   return count;
 }
