@@ -146,10 +146,12 @@ __device__ inline void WaveGatherTileWarp(const WaveMsg& m, int64_t tile, int64_
       vals != nullptr && count <= static_cast<uint32_t>(kWaveValueBytesPerTile / W);
   const bool indexed =
       m.encoding == 1 && count <= static_cast<uint32_t>(kWaveIndexSlots);
-  // The mask pass wrote the mask of a tile whose indices outgrew the slot;
-  // any other tile's is its indices' bits, built here when needed.
+  // The mask pass wrote the mask of a tile whose words outgrew the slots
+  // (kWaveSlotsCap); any other tile's is its indices' bits, built here when
+  // needed.
   const uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
-  if (count <= static_cast<uint32_t>(kWaveIndexSlots) && (m.encoding == 2 || !compact || !indexed)) {
+  if (count <= static_cast<uint32_t>(kWaveSlotsCap<W>) &&
+      (m.encoding == 2 || !compact || !indexed)) {
     const uint32_t* ti = idx + g * kWaveIndexSlots;
     for (int k = lane; k < kMw; k += 32) smask[k] = 0;
     __syncwarp();

@@ -79,8 +79,8 @@ __device__ inline void WaveMaskFromIndices(int steps, uint32_t n, int64_t base, 
 // memory (`vals`, `idx`) while they fit (the gather then copies them
 // instead of reading the current bytes again), and the lanes of a mask
 // word OR their bits together. The mask is written only for a tile whose
-// changed words outgrow the index slot (kWaveIndexSlots): from the step
-// where they do, and at the tile's end the steps before it from the slot;
+// changed words outgrow the slots (kWaveSlotsCap): from the step where
+// they do, and at the tile's end the steps before it from the slot;
 // the gather rebuilds any other tile's mask from its indices, so a sparse
 // tile costs no mask write. Past the message's end both sides read as
 // zeros: no bits. Returns the tile's changed words, the same in every
@@ -99,8 +99,8 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
   const bool whole = aligned && base + kDeltaTileBytes <= m.bytes;
   uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
   uint32_t count = 0;  // the tile's changed words before this step
-  // The step whose words outgrew the index slot (-1: none yet) and the
-  // words before it (all in the slot).
+  // The step whose words outgrew the slots (-1: none yet) and the words
+  // before it (all in the index slot).
   int cross = -1;
   uint32_t before_cross = 0;
   const bool digest = kDigest && m.digest_slot >= 0;  // the same in the warp
@@ -145,7 +145,7 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
         if (r < kIdxCap) idx[r] = word0 + static_cast<uint32_t>(bit);
         ++r;
       }
-      if (cross < 0 && count + step_total > kIdxCap) {
+      if (cross < 0 && count + step_total > static_cast<uint32_t>(kWaveSlotsCap<W>)) {
         cross = s0 + u;
         before_cross = count;
       }
