@@ -52,6 +52,13 @@ if python3 -c 'import torch' 2>/dev/null; then
   echo "== nvfp4_vllm_check.py (the kernel vs torch with rcp.approx; host rcp model vs the GPU)"
   python3 "$dir/nvfp4_vllm_check.py" "$REFIT_NVFP4_VLLM_DUMP" || rc4=1
 fi
+echo "== deepgemm_sm100_gpu_test (DeepGEMM's SM100 packed UE8M0 scales: kernel vs host)"
+REFIT_DEEPGEMM_SM100_DUMP="$(mktemp -d)" && export REFIT_DEEPGEMM_SM100_DUMP
+"$dir/deepgemm_sm100_gpu_test" || rc4=1
+if python3 -c 'import torch' 2>/dev/null; then
+  echo "== deepgemm_sm100_check.py (the kernel vs DeepGEMM's torch statement)"
+  python3 "$dir/deepgemm_sm100_check.py" "$REFIT_DEEPGEMM_SM100_DUMP" || rc4=1
+fi
 echo "== gpu_wave_ops_test (delta encode/apply and digest kernels, a wave at once, vs the host codec)"
 "$dir/gpu_wave_ops_test"
 rc9=$?
