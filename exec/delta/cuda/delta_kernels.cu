@@ -152,15 +152,8 @@ __device__ inline void WaveGatherTileWarp(const WaveMsg& m, int64_t tile, int64_
   const uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
   if (count <= static_cast<uint32_t>(kWaveSlotsCap<W>) &&
       (m.encoding == 2 || !compact || !indexed)) {
-    const uint32_t* ti = idx + g * kWaveIndexSlots;
-    for (int k = lane; k < kMw; k += 32) smask[k] = 0;
-    __syncwarp();
-    const uint32_t first = static_cast<uint32_t>(first_word);
-    for (uint32_t k = lane; k < count; k += 32) {
-      const uint32_t j = ti[k] - first;
-      atomicOr(smask + j / 32, 1u << (j % 32));
-    }
-    __syncwarp();
+    WaveMaskFromIndices(idx + g * kWaveIndexSlots, count, static_cast<uint32_t>(first_word), kMw,
+                        smask);
     tmask = smask;
   }
   uint8_t* values;

@@ -53,25 +53,6 @@ __device__ inline void WaveLoadPair(const WaveMsg& m, int64_t off, bool whole, b
   }
 }
 
-// The mask words of a tile's first `steps` steps from its first `n`
-// indices (the warp's index slot in shared memory, message word indices;
-// every changed word of those steps): zeroed, then each index's bit set.
-// For a tile whose changed words outgrew the index slot at step `steps`.
-template <int W>
-__device__ inline void WaveMaskFromIndices(int steps, uint32_t n, int64_t base, const uint32_t* sidx,
-                                           uint32_t* tmask) {
-  const int lane = threadIdx.x & 31;
-  const int words = steps * (kMaskStep / W / 32);  // mask words of those steps
-  __syncwarp();  // every lane's indices are in shared memory
-  for (int k = lane; k < words; k += 32) tmask[k] = 0;
-  __syncwarp();
-  const uint32_t first = static_cast<uint32_t>(base / W);
-  for (uint32_t k = lane; k < n; k += 32) {
-    const uint32_t j = sidx[k] - first;
-    atomicOr(tmask + j / 32, 1u << (j % 32));
-  }
-}
-
 // One tile by one warp. The warp reads the tile in steps of 512 bytes (16
 // per lane) of the current and snapshot bytes, kMaskUnroll steps of loads
 // in flight at once; per step each lane's changed words get their ranks
@@ -170,7 +151,12 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
       }
     }
   }
-  if (cross > 0) WaveMaskFromIndices<W>(cross, before_cross, base, idx, tmask);
+  // The steps before the slots overflowed: their words are the first
+  // before_cross indices of the slot.
+  if (cross > 0) {
+    WaveMaskFromIndices(idx, before_cross, static_cast<uint32_t>(base / W),
+                        cross * (kMaskStep / W / 32), tmask);
+  }
   if (digest) WaveDigestFlush(dsum, m.digest_slot, sums);
   return count;
 }
