@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = ["rl_loop_gpu.py", "rl_loop_trainer.py", "rl_loop_sglang.py", "sglang_standin.py",
            "fused_qwen3.py", "kernel_layouts_ref.py", "lowp_dequant.py", "lowp_ref.py",
            "vllm_layers.py", "rl_loop_report.py", "symbol_clash_check.py",
-           "nvfp4_vllm_check.py"]
+           "nvfp4_vllm_check.py", "deepgemm_sm100_check.py"]
 LIBS = [os.path.abspath(p) for p in sys.argv[1:]]
 del sys.argv[1:]
 sys.path.insert(0, HERE)

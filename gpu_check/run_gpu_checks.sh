@@ -45,13 +45,23 @@ REFIT_NVFP4_DUMP="$(mktemp -d)" && export REFIT_NVFP4_DUMP
 if python3 -c 'import torch' 2>/dev/null; then
   python3 "$dir/nvfp4_torch_check.py" "$REFIT_NVFP4_DUMP" || rc4=1
 fi
-echo "== nvfp4_vllm_gpu_test (vLLM's online NVFP4 kernel vs host with the device's reciprocals)"
-REFIT_NVFP4_VLLM_DUMP="$(mktemp -d)" && export REFIT_NVFP4_VLLM_DUMP
-"$dir/nvfp4_vllm_gpu_test" || rc4=1
-if python3 -c 'import torch' 2>/dev/null; then
-  echo "== nvfp4_vllm_check.py (the kernel vs torch with rcp.approx; host rcp model vs the GPU)"
-  python3 "$dir/nvfp4_vllm_check.py" "$REFIT_NVFP4_VLLM_DUMP" || rc4=1
-fi
+# dumped_check TEST ENV SCRIPT WHAT: the GPU test TEST dumping its bytes
+# into a fresh directory named by the variable ENV, then (where torch is
+# installed) SCRIPT comparing them with torch; a failure sets rc4.
+dumped_check() {
+  echo "== $1 ($4)"
+  local d
+  d="$(mktemp -d)"
+  env "$2=$d" "$dir/$1" || rc4=1
+  if python3 -c 'import torch' 2>/dev/null; then
+    echo "== $3"
+    python3 "$dir/$3" "$d" || rc4=1
+  fi
+}
+dumped_check nvfp4_vllm_gpu_test REFIT_NVFP4_VLLM_DUMP nvfp4_vllm_check.py \
+  "vLLM's online NVFP4 kernel vs host with the device's reciprocals; torch with rcp.approx"
+dumped_check deepgemm_sm100_gpu_test REFIT_DEEPGEMM_SM100_DUMP deepgemm_sm100_check.py \
+  "DeepGEMM's SM100 packed UE8M0 scales: kernel vs host; vs DeepGEMM's torch statement"
 echo "== gpu_wave_ops_test (delta encode/apply and digest kernels, a wave at once, vs the host codec)"
 "$dir/gpu_wave_ops_test"
 rc9=$?
