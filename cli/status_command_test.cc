@@ -131,7 +131,14 @@ TEST(StatusWatchTest, AFrameGivesEveryMembersBytesWaitingOnesTooAligned) {
   EXPECT_THAT(f, ::testing::HasSubstr("refitd h:1: 0 members, plan abc\n"));
   r.add_members();
   EXPECT_THAT(FormatWatchFrame(r, "h:1"), ::testing::HasSubstr("refitd h:1: 1 member, plan"));
-  EXPECT_THAT(f, ::testing::HasSubstr("  waiting   engine/job/A/0  0 bytes so far\n"));
+  EXPECT_THAT(f, ::testing::HasSubstr("  moving    engine/job/A/0  0 bytes so far\n"));
+  // With the member's heartbeat figure: its bytes so far of its plan's.
+  v1::MemberBytes* live = r.mutable_rounds(1)->add_live();
+  live->set_member_id("engine/job/A/0");
+  live->set_bytes(250);
+  live->set_planned_bytes(1000);
+  EXPECT_THAT(FormatWatchFrame(r, "h:1"),
+              ::testing::HasSubstr("  moving    engine/job/A/0  250 bytes of 1000 bytes (25%)\n"));
   EXPECT_EQ(FinishedRoundAfter(r, 1), nullptr);
   EXPECT_EQ(FinishedRoundAfter(r, 0)->version(), 1);
 }

@@ -118,18 +118,27 @@ class RoundProgress(_Record):
     engine_bytes: int = 0      # bytes the engine ranks that reported received
     engine_ranks: int = 0
     member: str = ""           # who is waiting ("trainer rank 0", "engine e0 rank 1")
+    # Bytes moved so far (from the members' heartbeats, about once a
+    # second): this member's of its plan slice's, and every engine rank's
+    # received of all they receive.
+    bytes: int = 0
+    planned_bytes: int = 0
+    round_bytes: int = 0
+    round_planned_bytes: int = 0
 
 
 def log_progress(p: "RoundProgress") -> None:
     """The default progress of Member.run_round: one line a second on
-    stderr while a round runs longer than a second, e.g. ``refit: engine e0
-    rank 0: round 3 running 2.0 s, 1 of 2 members reported, 1.19 GB
-    received by 1 engine rank``."""
+    stderr while a round runs longer than a second, e.g. ``refit: trainer
+    rank 0: round 3 running 2.0 s, 1 of 2 members reported, this member
+    0.61 of 1.19 GB (51%), engines 0.61 of 1.19 GB (51%)``."""
     line = (f"refit: {p.member}: round {p.version} running {p.seconds:.1f} s, "
             f"{p.reported} of {p.members} members reported")
-    if p.engine_ranks:
-        line += (f", {p.engine_bytes / 1e9:.2f} GB received by {p.engine_ranks} "
-                 f"engine rank{'s' if p.engine_ranks != 1 else ''}")
+    for who, done, planned in (("this member", p.bytes, p.planned_bytes),
+                               ("engines", p.round_bytes, p.round_planned_bytes)):
+        if planned:
+            line += (f", {who} {done / 1e9:.2f} of {planned / 1e9:.2f} GB "
+                     f"({100 * done // planned}%)")
     print(line, file=sys.stderr, flush=True)
 
 
