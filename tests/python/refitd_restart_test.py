@@ -13,6 +13,8 @@ runs starting again, with a real refitd:
 
   refitd_restart_test.py REFITD LIBREFIT_CLIENT_SO README.md
 """
+import contextlib
+import io
 import os
 import re
 import sys
@@ -210,8 +212,12 @@ class ProgressTest(unittest.TestCase):
                 self.assertTrue(0 <= p.round_bytes <= p.round_planned_bytes, p)
             self.assertEqual([p.bytes for p in seen], sorted(p.bytes for p in seen))
             self.assertGreater(seen[-1].seconds, seen[0].seconds - 1e-9)
-            # The default prints such a line.
-            refit.log_progress(seen[0])
+            # The default prints such a line, with the bytes against the plan.
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                refit.log_progress(seen[-1])
+            self.assertIn(f"refit: trainer rank 0: round {v} running", err.getvalue())
+            self.assertRegex(err.getvalue(), r"this member [0-9.]+ k?B of [0-9.]+ [kMG]?B ")
         finally:
             d.stop()
 

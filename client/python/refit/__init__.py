@@ -127,6 +127,14 @@ class RoundProgress(_Record):
     round_planned_bytes: int = 0
 
 
+def _size(n: int) -> str:
+    """``n`` bytes for a progress line: "950 B", "1.25 MB", "1.19 GB"."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
 def log_progress(p: "RoundProgress") -> None:
     """The default progress of Member.run_round: one line a second on
     stderr while a round runs longer than a second, e.g. ``refit: trainer
@@ -137,8 +145,7 @@ def log_progress(p: "RoundProgress") -> None:
     for who, done, planned in (("this member", p.bytes, p.planned_bytes),
                                ("engines", p.round_bytes, p.round_planned_bytes)):
         if planned:
-            line += (f", {who} {done / 1e9:.2f} of {planned / 1e9:.2f} GB "
-                     f"({100 * done // planned}%)")
+            line += f", {who} {_size(done)} of {_size(planned)} ({100 * done // planned}%)"
     print(line, file=sys.stderr, flush=True)
 
 
