@@ -77,7 +77,17 @@ TEST(StatusCommandTest, TextNamesTornEnginesAndTheProtocol) {
 }
 
 TEST(StatusCommandTest, JsonCarriesTheSameFields) {
-  nlohmann::json j = nlohmann::json::parse(FormatStatusJson(Sample(), 10));
+  v1::StatusResponse sample = Sample();
+  v1::MemberBytes* live = sample.mutable_rounds(sample.rounds_size() - 1)->add_live();
+  live->set_member_id("trainer/t/0");
+  live->set_bytes(300);
+  live->set_planned_bytes(1200);
+  nlohmann::json j = nlohmann::json::parse(FormatStatusJson(sample, 10));
+  ASSERT_EQ(j["rounds"][4]["live"].size(), 1u);
+  EXPECT_EQ(j["rounds"][4]["live"][0]["member_id"], "trainer/t/0");
+  EXPECT_EQ(j["rounds"][4]["live"][0]["bytes"], 300);
+  EXPECT_EQ(j["rounds"][4]["live"][0]["planned_bytes"], 1200);
+  EXPECT_EQ(j["rounds"][4]["live"][0]["engine"], false);
   EXPECT_EQ(j["protocol_version"], 1);
   EXPECT_EQ(j["members"][0]["side"], "engine");
   EXPECT_EQ(j["members"][0]["transport"], "pull");

@@ -36,6 +36,7 @@ JOB_UNTIL=7
 if [ $FULL = 1 ]; then OUTAGE_S=10; JOB_UNTIL=12; JOB_DEADLINE_S=240; fi
 HB_S=$((JOB_HEARTBEAT_TIMEOUT_MS / 1000))
 RATE=12mbit  # every member host's data link: a round takes ~1.2 s
+SLOW_RATE=3mbit  # link_down's h2 until the cut: ~5 s
 fail=0
 results=()
 
@@ -55,10 +56,21 @@ last_time() { cat $1 | grep -E "$2" | awk '{print $1}' | sort -n | tail -1; }
 
 cap_all() { local h; for h in 1 2 3 4; do netns_cap "$h" data "$RATE" || return 1; done; }
 
+# Waits up to $3 s until refitd's status shows a member of host $1 part
+# way through round $2: its bytes so far (heartbeats) above 0 and below
+# what its plan slice moves.
+wait_moving() {
+  job_wait_status "any(0 < b['bytes'] < b['planned_bytes'] for r in s['rounds'] if r['outcome'] == 'running' and r['version'] == $2 for b in r['live'] if b['member_id'] in [m['member_id'] for m in s['members'] if m['host_id'] == 'h$1'])" "$3"
+}
+
 scenario_link_down() {
   local bad=0 v t0 t1 fp
   JOB_GATE=2 job_up "$WORK/link_down" && cap_all || { netns_down; results+=("link_down: FAIL setup"); fail=1; return; }
+  # h2's link slowed (a round takes ~5 s), and the cut made only once h2's
+  # member has moved part of its bytes: it lands while they are in flight.
+  netns_cap 2 data "$SLOW_RATE" || bad=1
   v=$(job_wait_running 60 2) || bad=1
+  wait_moving 2 "$v" 10 || { echo "h2 moved none of round $v's bytes in 10 s"; bad=1; }
   fp=$(job_status_eval "s['plan_fingerprint']")
   t0=$(job_now)
   netns_link 2 both down
@@ -75,6 +87,7 @@ scenario_link_down() {
   torn=$(job_status_eval "','.join(e['engine_id'] for e in s['engines'] if e['torn_version'])")
   sleep "$OUTAGE_S"
   netns_link 2 both up
+  netns_cap 2 data "$RATE" || bad=1
   job_wait_status "any(r['version'] == $v and r['outcome'] == 'committed' for r in s['rounds'])" 60 ||
     { echo "round $v did not commit after the link came back"; bad=1; }
   local fp2
