@@ -137,9 +137,9 @@ def _size(n: int) -> str:
 
 def log_progress(p: "RoundProgress") -> None:
     """The default progress of Member.run_round: one line a second on
-    stderr while a round runs longer than a second, e.g. ``refit: trainer
-    rank 0: round 3 running 2.0 s, 1 of 2 members reported, this member
-    0.61 of 1.19 GB (51%), engines 0.61 of 1.19 GB (51%)``."""
+    stderr while a round runs longer than a second: ``refit: trainer rank
+    0: round 3 running 2.0 s, 1 of 2 members reported, this member DONE of
+    PLANNED (P%), engines DONE of PLANNED (P%)``."""
     line = (f"refit: {p.member}: round {p.version} running {p.seconds:.1f} s, "
             f"{p.reported} of {p.members} members reported")
     for who, done, planned in (("this member", p.bytes, p.planned_bytes),
