@@ -2,7 +2,8 @@
 // StartRound(INT64_MAX) and figures that would corrupt the round's sum or
 // its status (bytes INT64_MAX, above what the member's plan slice moves;
 // negative bytes, NaN seconds) are refused INVALID_ARGUMENT naming the field, the round still commits with
-// sane figures, and later versions start.
+// sane figures, and later versions start. A heartbeat's bytes so far above
+// the plan slice or negative leave refitd's live figure as it was.
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -82,6 +83,60 @@ TEST(RoundFiguresTest, AbsurdVersionsAndFiguresAreRefusedNamingTheField) {
   EXPECT_EQ(status->rounds(status->rounds_size() - 1).bytes(), 4096);
   EXPECT_TRUE(std::isfinite(status->rounds(status->rounds_size() - 1).seconds()));
   EXPECT_TRUE(Start(*t, 2).ok());  // later versions still start
+}
+
+// The trainer's bytes so far in round 1 as refitd's status shows them.
+absl::StatusOr<v1::MemberBytes> LiveOf(RefitClient& c) {
+  absl::StatusOr<v1::StatusResponse> status = c.GetStatus(In(absl::Seconds(10)));
+  if (!status.ok()) return status.status();
+  for (const v1::RoundSummary& r : status->rounds()) {
+    if (r.outcome() != "running") continue;
+    for (const v1::MemberBytes& b : r.live()) {
+      if (b.member_id() == c.member_id()) return b;
+    }
+  }
+  return absl::NotFoundError("no live figure");
+}
+
+TEST(RoundFiguresTest, HeartbeatBytesAboveThePlanOrNegativeAreIgnored) {
+  RefitdProcess refitd;
+  ASSERT_TRUE(refitd
+                  .Start(absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/server/refitd"),
+                         {"--plan_settle_ms=5"},
+                         absl::StrCat(std::getenv("TEST_TMPDIR"), "/refitd.out"),
+                         absl::Seconds(20))
+                  .ok());
+  auto t = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(true, "job"));
+  auto e = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(false, "job", "A"));
+  ASSERT_TRUE(t && e);
+  ASSERT_TRUE(t->AwaitPlan(In(absl::Seconds(20))).ok());
+  ASSERT_TRUE(e->AwaitPlan(In(absl::Seconds(20))).ok());
+  ASSERT_TRUE(Start(*t, 1).ok());
+  ASSERT_TRUE(t->WaitForRound(In(absl::Seconds(10))).ok());
+  // A figure each heartbeat (once a second): waits for two.
+  auto heartbeat_bytes = [&](int64_t bytes) {
+    t->SetLiveRound(1, 0, [bytes] { return bytes; });
+    absl::SleepFor(absl::Milliseconds(2200));
+    return LiveOf(*t);
+  };
+  absl::StatusOr<v1::MemberBytes> b = heartbeat_bytes(std::numeric_limits<int64_t>::max());
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_GT(b->planned_bytes(), 0);
+  EXPECT_EQ(b->bytes(), 0);  // refused: more than the plan slice moves
+  b = heartbeat_bytes(b->planned_bytes() / 2);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->bytes(), b->planned_bytes() / 2);
+  const int64_t half = b->bytes();
+  for (int64_t bad : {int64_t{-5}, int64_t{0}}) {  // negative: refused; lower: kept
+    b = heartbeat_bytes(bad);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->bytes(), half) << bad;
+  }
+  t->SetLiveRound(0, 0, nullptr);
+  EXPECT_TRUE(refitd.Alive());  // the member stays registered and refitd serves
+  absl::StatusOr<v1::StatusResponse> status = t->GetStatus(In(absl::Seconds(10)));
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->members_size(), 2);
 }
 
 }  // namespace
