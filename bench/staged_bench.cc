@@ -30,6 +30,10 @@
 //                own stream: alone, and over the iterations that overlapped
 //                a dense or a delta round's receive (its slowdown; an
 //                iteration held up for the whole receive counts whole)
+//   delta pause by change pattern  the same 2% of words changed uniformly
+//                and as whole rows (bench/staged_replay.h): the product's
+//                apply, the replay of the received payloads and the scatter
+//                floor (one prepacked array), in the same rounds
 //   receive, N blocks  the dense receive with the pull kernel on at most N
 //                thread blocks (PullRunnerOptions::receive_blocks; 0: one
 //                per work item, every SM): its time and the load's slowdown
@@ -72,6 +76,8 @@
 #include "bench/colocated_common.h"
 #include "bench/delta_bench_kernels.h"
 #include "bench/staged_bench_kernels.h"
+#include "bench/staged_replay.h"
+#include "bench/staged_replay_kernels.h"
 #include "client/cuda_staging_memory.h"
 #include "client/staged_buffers.h"
 #include "common/status_macros.h"
@@ -552,6 +558,25 @@ int Main(int argc, char** argv) {
     if (alone.ok()) f.load_alone_ms = *alone;
   }
   if (st.ok()) st = Rounds(&s, load.get(), iters, fraction, &f);
+  std::vector<ReplayFigures> replay;
+  if (st.ok()) {
+    ReplayHooks h;
+    h.arena = s.live.base;
+    h.change = [&](bool rows) -> absl::Status {
+      auto* w = reinterpret_cast<uint16_t*>(s.trainer.base);
+      CK(static_cast<cudaError_t>(
+          rows ? LaunchRowChange(w, s.trainer.bytes / 2, kLoadColumns, fraction, 777, nullptr)
+               : LaunchRandomChange(w, s.trainer.bytes / 2, fraction, 4242, nullptr)));
+      CK(cudaDeviceSynchronize());
+      return absl::OkStatus();
+    };
+    h.receive = [&] { return Receive(&s, load.get()).status(); };
+    h.diff = [&](int unit) { return StagedDiff(*s.staged, unit); };
+    absl::StatusOr<std::vector<ReplayFigures>> r =
+        RunReplayRounds(s.staged.get(), h, iters, &f.check);
+    st = r.status();
+    if (r.ok()) replay = *std::move(r);
+  }
   std::vector<int> blocks;
   for (absl::string_view b :
        absl::StrSplit(testing::FlagValue(argc, argv, "receive_blocks", "0,16,32,64"), ',',
@@ -573,7 +598,7 @@ int Main(int argc, char** argv) {
     std::printf("ERROR: %s\n", st.ToString().c_str());
     return 1;
   }
-  const double dense = Mean(f.dense_pause), delta = Mean(f.pause[kUnits[0]]);
+  const double dense = Mean(f.dense_pause);
   auto x = [&](double ms) { return f.floor_ms > 0 ? ms / f.floor_ms : 0; };
   auto slow = [&](double ms) { return f.load_alone_ms > 0 ? ms / f.load_alone_ms : 0; };
   std::printf("\n%.2f%% of the BF16 words changed in each delta round; bytes in changed blocks:",
@@ -608,6 +633,15 @@ int Main(int argc, char** argv) {
                 blocks[i] == kStagedReceiveBlocks ? "  (the product's staged setting)"
                 : blocks[i] == 0                  ? "  (every SM)"
                                                   : "");
+  }
+  std::printf("delta pause by change pattern (the same rounds; dense pause %.3f ms):\n"
+              "pattern     words  sectors  sectors(product)  replay     scatter floor\n", dense);
+  for (const ReplayFigures& r : replay) {
+    const double best = std::min(Mean(r.product), Mean(r.replay));
+    std::printf("%-10s %5.2f%%  %5.1f%%   %8.3f ms       %7.3f ms  %7.3f ms  best %.3f ms: "
+                "<= 2 ms %s\n", r.pattern.c_str(), r.changed_share * 100, r.sector_share * 100,
+                Mean(r.product), Mean(r.replay), Mean(r.floor), best,
+                best <= 2.0 ? "met" : Mean(r.floor) > 2.0 ? "below the floor" : "MISSED");
   }
   if (f.load_gaps > 0) std::printf("rounds without a load iteration: %d\n", f.load_gaps);
   std::printf("checks: %s\n", f.check.c_str());

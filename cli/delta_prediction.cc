@@ -47,7 +47,7 @@ std::vector<int64_t> SnapshotBytesPerRank(const Plan& plan) {
   std::set<std::pair<int32_t, std::string>> seen;  // one copy per source region
   const CostModel cost = PlanCost(plan, LinkModel());
   for (const Message& m : plan.messages) {
-    if (m.src_rank < 0 || static_cast<size_t>(m.src_rank) >= out.size() ||
+    if (m.relay || m.src_rank < 0 || static_cast<size_t>(m.src_rank) >= out.size() ||
         cost.ClassOf(m.src_rank, m.dst_rank) == LinkClass::kSameGpu) {
       continue;
     }
@@ -87,21 +87,25 @@ absl::StatusOr<DeltaPrediction> PredictDelta(const Plan& plan, const LinkModel& 
     }
   }
   const double hbm = model.hbm_gbps * 1e9;
-  std::vector<double> enc(ws, 0), wire_s(ws, 0), wire_d(wd, 0), apply(wd, 0);
+  // fwd: a relay's egress (engine rank), apart from its ingress (full
+  // duplex).
+  std::vector<double> enc(ws, 0), wire_s(ws, 0), wire_d(wd, 0), apply(wd, 0), fwd(wd, 0);
   std::vector<std::vector<bool>> src_waves(ws), dst_waves(wd);
   const CostModel cost = PlanCost(plan, link);
   for (size_t i = 0; i < plan.messages.size(); ++i) {
     const Message& m = plan.messages[i];
-    if (m.src_rank < 0 || m.src_rank >= ws || m.dst_rank < 0 || m.dst_rank >= wd) {
+    if (m.src_rank < 0 || m.src_rank >= (m.relay ? wd : ws) || m.dst_rank < 0 ||
+        m.dst_rank >= wd) {
       return absl::InvalidArgumentError(absl::StrCat("message ", i, " names ranks outside the worlds"));
     }
     p.dense_bytes += m.bytes;
-    const LinkClass k = cost.ClassOf(m.src_rank, m.dst_rank);
+    const LinkClass k =
+        m.relay ? cost.EngineClassOf(m.src_rank, m.dst_rank) : cost.ClassOf(m.src_rank, m.dst_rank);
     const bool gpu = k == LinkClass::kSameGpu;
     const double bw = 1.0 / cost.SecondsPerByte(k);
     if (gpu) {  // the pull path: dense, one device copy
       p.wire_bytes += m.bytes;
-      wire_s[m.src_rank] += m.bytes / bw;
+      (m.relay ? fwd : wire_s)[m.src_rank] += m.bytes / bw;
       wire_d[m.dst_rank] += m.bytes / bw;
       continue;
     }
@@ -111,9 +115,14 @@ absl::StatusOr<DeltaPrediction> PredictDelta(const Plan& plan, const LinkModel& 
     const DeltaEncoding e = ChooseEncoding(w, n, c);
     const int64_t wire = static_cast<int64_t>(sizeof(DeltaHeader)) + DeltaPayloadBytes(e, w, n, c);
     p.wire_bytes += wire;
-    // Trainer: read current and snapshot, write the encoding; digest.
-    enc[m.src_rank] += (2.0 * m.bytes + wire + (model.verify ? m.bytes : 0)) / hbm;
-    wire_s[m.src_rank] += wire / bw;
+    if (m.relay) {
+      // A relay repeats the encoding it received (exec/delta/delta_runner.h).
+      fwd[m.src_rank] += wire / bw;
+    } else {
+      // Trainer: read current and snapshot, write the encoding; digest.
+      enc[m.src_rank] += (2.0 * m.bytes + wire + (model.verify ? m.bytes : 0)) / hbm;
+      wire_s[m.src_rank] += wire / bw;
+    }
     wire_d[m.dst_rank] += wire / bw;
     // Engine: staged messages are gathered and unpacked around the apply;
     // the apply reads the encoding and writes the changed words; digest.
@@ -124,7 +133,7 @@ absl::StatusOr<DeltaPrediction> PredictDelta(const Plan& plan, const LinkModel& 
         if (v.size() <= static_cast<size_t>(m.wave)) v.resize(m.wave + 1, false);
         v[m.wave] = true;
       };
-      mark(src_waves[m.src_rank]);
+      mark(m.relay ? dst_waves[m.src_rank] : src_waves[m.src_rank]);
       mark(dst_waves[m.dst_rank]);
     }
   }
@@ -149,11 +158,11 @@ absl::StatusOr<DeltaPrediction> PredictDelta(const Plan& plan, const LinkModel& 
   }
   for (int32_t r = 0; r < wd; ++r) {
     const double lat = 2 * waves(dst_waves[r]) * model.wave_latency_s;
-    const double t = max_enc + wire_d[r] + lat + apply[r];
+    const double t = max_enc + std::max(wire_d[r], fwd[r]) + lat + apply[r];
     if (t > p.predicted_seconds) {
       p.predicted_seconds = t;
       p.encode_seconds = max_enc;
-      p.wire_seconds = wire_d[r] + lat;
+      p.wire_seconds = std::max(wire_d[r], fwd[r]) + lat;
       p.apply_seconds = apply[r];
       p.slowest_rank = MemberName(false, "", r);
     }

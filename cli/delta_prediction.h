@@ -7,7 +7,9 @@
 // bytes at the plan's link speeds (plus two small exchanges per wave: the
 // headers first), the engine gathers staged messages, applies and
 // digests. Pairs on one GPU (the colocated pull path) stay dense and keep
-// no snapshot.
+// no snapshot. A relay (an engine rank forwarding) repeats the encoding it
+// received: its forwards' wire bytes count on its egress, apart from its
+// ingress (full duplex), with no encode.
 #ifndef REFIT_CLI_DELTA_PREDICTION_H_
 #define REFIT_CLI_DELTA_PREDICTION_H_
 

@@ -28,6 +28,25 @@ TEST(DeltaPrediction, WireBytesFollowTheFraction) {
   EXPECT_TRUE(absl::IsInvalidArgument(PredictDelta(plan, link, m).status()));
 }
 
+// With relays the trainer ranks snapshot only what they send; the relays
+// forward it without encoding, so the prediction stands.
+TEST(DeltaPrediction, RelaysKeepNoSnapshotAndRepeatTheEncoding) {
+  Plan plan = testing::MakePatternPlan("relay", 2, 2).value();
+  int64_t sent = 0, relayed = 0;
+  for (const Message& msg : plan.messages) (msg.relay ? relayed : sent) += msg.bytes;
+  ASSERT_GT(relayed, 0);
+  int64_t snap = 0;
+  for (int64_t b : SnapshotBytesPerRank(plan)) snap += b;
+  EXPECT_LE(snap, sent);
+  DeltaModel m;
+  m.fraction = 0;
+  auto none = PredictDelta(plan, LinkModel(), m);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->dense_bytes, sent + relayed);
+  EXPECT_EQ(none->wire_bytes, 32 * static_cast<int64_t>(plan.messages.size()));
+  EXPECT_GT(none->predicted_seconds, 0);
+}
+
 TEST(DeltaPrediction, SnapshotBoundNamesTheRankAndFlag) {
   Plan plan = testing::MakePatternPlan("2to2", 2, 2).value();
   std::vector<int64_t> snap = SnapshotBytesPerRank(plan);

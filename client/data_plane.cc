@@ -103,7 +103,8 @@ absl::Status DataPlaneMember::Prepare(absl::Time deadline) {
   network_members_.assign(boot.network_members().begin(), boot.network_members().end());
   peer_names_ = MemberNames(
       global_world_, std::vector<std::string>(boot.engine_ids().begin(), boot.engine_ids().end()),
-      std::vector<int32_t>(boot.engine_first_ranks().begin(), boot.engine_first_ranks().end()));
+      std::vector<int32_t>(boot.engine_first_ranks().begin(), boot.engine_first_ranks().end()),
+      std::vector<int32_t>(boot.engine_rank_counts().begin(), boot.engine_rank_counts().end()));
   if (!host_of_member_.empty() &&
       static_cast<int32_t>(host_of_member_.size()) != global_world_) {
     return absl::InvalidArgumentError(absl::StrCat(

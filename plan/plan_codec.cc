@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "plan/plan_stats.h"
+#include "plan/relay_roots.h"
 #include "plan/wave_bytes.h"
 
 #include "absl/strings/str_cat.h"
@@ -510,7 +511,12 @@ absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& p) {
   return plan;
 }
 
-Plan ExtractSlice(const Plan& plan, Side side, int rank) {
+namespace {
+
+// ExtractSlice with the plan's RelayRoots (a trainer rank also takes the
+// relays of its bytes, for the digests of verified rounds).
+Plan SliceOf(const Plan& plan, Side side, int rank,
+             const std::vector<std::vector<int32_t>>& roots) {
   Plan s;
   s.options = plan.options;
   s.fingerprint = plan.fingerprint;
@@ -586,10 +592,13 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
     nr.num_messages = 0;
     for (int32_t i = r.first_message; i < r.first_message + r.num_messages; ++i) {
       const Message& m = plan.messages[i];
-      // An engine rank also takes the relays it sends.
-      const bool mine = side == Side::kTrainer
-                            ? !m.relay && m.src_rank == rank
-                            : m.dst_rank == rank || (m.relay && m.src_rank == rank);
+      // An engine rank also takes the relays it sends, a trainer rank
+      // those forwarding its bytes.
+      const bool mine =
+          side == Side::kTrainer
+              ? (!m.relay && m.src_rank == rank) ||
+                    (m.relay && std::binary_search(roots[i].begin(), roots[i].end(), rank))
+              : m.dst_rank == rank || (m.relay && m.src_rank == rank);
       if (!mine) continue;
       Message nm = m;
       nm.wave = static_cast<int32_t>(s.waves.size());
@@ -652,10 +661,21 @@ Plan ExtractSlice(const Plan& plan, Side side, int rank) {
   return s;
 }
 
+}  // namespace
+
+Plan ExtractSlice(const Plan& plan, Side side, int rank) {
+  return SliceOf(plan, side, rank,
+                 side == Side::kTrainer ? RelayRoots(plan)
+                                        : std::vector<std::vector<int32_t>>(plan.messages.size()));
+}
+
 std::vector<std::string> SerializedSlices(const Plan& plan, Side side,
                                           const std::vector<int32_t>& ranks,
                                           int threads) {
   std::vector<std::string> out(ranks.size());
+  const std::vector<std::vector<int32_t>> roots =
+      side == Side::kTrainer ? RelayRoots(plan)
+                             : std::vector<std::vector<int32_t>>(plan.messages.size());
   std::atomic<size_t> next{0};
   std::atomic<bool> out_of_memory{false};
   auto work = [&] {
@@ -663,7 +683,7 @@ std::vector<std::string> SerializedSlices(const Plan& plan, Side side,
     // (an exception leaving a std::thread would end the process).
     try {
       for (size_t i = next++; i < ranks.size() && !out_of_memory.load(); i = next++) {
-        out[i] = ToProto(ExtractSlice(plan, side, ranks[i])).SerializeAsString();
+        out[i] = ToProto(SliceOf(plan, side, ranks[i], roots)).SerializeAsString();
       }
     } catch (const std::bad_alloc&) {
       out_of_memory.store(true);

@@ -29,7 +29,9 @@ refit::v1::PlanProto ToProto(const Plan& plan);
 absl::StatusOr<Plan> FromProto(const refit::v1::PlanProto& proto);
 
 // The part of `plan` that `rank` of `side` takes part in: its messages (as
-// sender for kTrainer, receiver for kEngine) and their segments, the records
+// sender for kTrainer, receiver for kEngine; an engine rank also the relays
+// it sends, a trainer rank those forwarding its bytes: RelayRoots) and
+// their segments, the records
 // those segments name on both sides and their buffers (renumbered in original
 // order), the waves containing them (original order and lanes kept, waves
 // without them dropped), all tensors, and the options and fingerprint of the

@@ -2,6 +2,7 @@
 #include "server/acceptor.h"
 
 #include <fcntl.h>
+#include <openssl/ssl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -62,15 +63,19 @@ void Acceptor::Start(grpc::experimental::ExternalConnectionAcceptor* target, Gat
   ev.events = EPOLLIN;
   ev.data.u64 = 0;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
-  if (gate_.plaintext) {
+  {
     H2ClientLimits limits;
     limits.stall_timeout = gate_.first_request_timeout;
-    absl::StatusOr<std::unique_ptr<ConnectionRelay>> relay = ConnectionRelay::Start(limits);
+    absl::StatusOr<std::unique_ptr<ConnectionRelay>> relay = ConnectionRelay::Start(
+        limits, [this](int grpc_end) { HandOver(grpc_end); }, gate_.max_pending);
     if (relay.ok()) {
       relay_ = std::move(*relay);
       for (int& spare : relay_spares_) spare = OpenSpare();
     } else {
-      ServerLog().error("connections go to gRPC unbounded: {}", relay.status().ToString());
+      ServerLog().error("{}: {}",
+                        gate_.tls == nullptr ? "connections go to gRPC unbounded"
+                                             : "every TLS connection is refused",
+                        relay.status().ToString());
     }
   }
   thread_ = std::thread([this] { Loop(); });
@@ -112,6 +117,18 @@ void Acceptor::HandOver(int fd) {
 }
 
 void Acceptor::Relay(int fd, std::string peer, std::string source) {
+  if (gate_.tls != nullptr) {
+    // TLS ends in the relay only (gRPC serves plaintext), which pairs the
+    // connection after its first request.
+    SSL* tls = relay_ == nullptr ? nullptr : gate_.tls->NewSession(fd);
+    if (tls == nullptr) {
+      close(fd);
+      refused_.fetch_add(1);
+      return;
+    }
+    relay_->RelayTls(fd, tls, std::move(peer), std::move(source));
+    return;
+  }
   if (relay_ == nullptr) {
     HandOver(fd);
     return;
@@ -142,12 +159,8 @@ void Acceptor::Take(int fd, std::string source, std::string peer) {
   ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = seq;
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-    // Cannot watch it: let gRPC have it.
-    if (gate_.plaintext) {
-      Relay(fd, std::move(peer), std::move(source));
-    } else {
-      HandOver(fd);
-    }
+    // Cannot watch it: the relay takes it as it is.
+    Relay(fd, std::move(peer), std::move(source));
     return;
   }
   PendingConnections::Entry p;
@@ -176,10 +189,10 @@ bool Acceptor::Settle(PendingConnections::Entry& p, absl::Time now) {
   FirstBytes state = FirstBytes::kIncomplete;
   if (n > 0) {
     const auto bytes = absl::MakeConstSpan(buf.data(), n);
-    state = gate_.plaintext ? ClassifyFirstBytes(bytes, kPeekBytes)
+    state = gate_.tls == nullptr ? ClassifyFirstBytes(bytes, kPeekBytes)
                             : ClassifyFirstTlsBytes(bytes);
   }
-  if (state == FirstBytes::kAwaitingRequest && gate_.plaintext && !p.greeted) {
+  if (state == FirstBytes::kAwaitingRequest && gate_.tls == nullptr && !p.greeted) {
     // The server's preface, so that the client sends its first request.
     p.greeted = true;
     // Nine bytes into a new socket's empty send buffer: only a connection
@@ -188,12 +201,14 @@ bool Acceptor::Settle(PendingConnections::Entry& p, absl::Time now) {
              static_cast<ssize_t>(sizeof(kServerPreface));
   }
   if (state == FirstBytes::kRequest || state == FirstBytes::kNotHttp2) {
-    // gRPC serves it (or answers what is not HTTP/2 and closes it).
     Forget(p.fd);
-    if (state == FirstBytes::kRequest && gate_.plaintext) {
+    if (state == FirstBytes::kRequest) {
       Relay(p.fd, std::move(p.peer), std::move(p.source));
+    } else if (gate_.tls == nullptr) {
+      HandOver(p.fd);  // gRPC answers what is not HTTP/2 and closes it
     } else {
-      HandOver(p.fd);
+      close(p.fd);  // no TLS record on a TLS port: gRPC serves plaintext
+      refused_.fetch_add(1);
     }
     return true;
   }

@@ -28,13 +28,14 @@
 // left. A flood from a few addresses thus closes its own connections, not
 // those of members elsewhere. A TLS listener holds connections the same
 // way until their first TLS record (the ClientHello, sent as soon as a
-// client connects) has arrived; gRPC's handshake deadline (the same
-// timeout) applies after.
+// client connects) has arrived; the relay then runs the handshake, within
+// the same timeout.
 //
-// After the handover a plaintext connection stays in a relay
+// After the handover every connection stays in a relay
 // (connection_relay.h) that bounds what gRPC 1.51's HTTP/2 layer does not:
-// header blocks, stalled frames, rapid resets. TLS connections go to gRPC
-// directly (their frames are encrypted).
+// header blocks, stalled frames, rapid resets. The relay terminates TLS, so
+// the bounds see a TLS connection's frames too, and gRPC serves plaintext
+// (`target` must be made with insecure credentials and the token check).
 #ifndef REFIT_SERVER_ACCEPTOR_H_
 #define REFIT_SERVER_ACCEPTOR_H_
 
@@ -50,6 +51,7 @@
 #include "grpcpp/server_builder.h"
 #include "server/connection_relay.h"
 #include "server/pending_connections.h"
+#include "server/tls_server_context.h"
 
 namespace refit {
 
@@ -70,7 +72,9 @@ class Acceptor {
 
   // How new connections are held before gRPC gets them (see above).
   struct Gate {
-    bool plaintext = true;  // false: TLS (held until the first TLS record)
+    // TLS (held until the first TLS record, then terminated in the relay);
+    // null: plaintext. Not owned; it must outlive Stop.
+    const TlsServerContext* tls = nullptr;
     int max_pending = 256;
     absl::Duration first_request_timeout = absl::Seconds(10);
   };
@@ -131,7 +135,7 @@ class Acceptor {
   absl::Time last_log_ = absl::InfinitePast();  // of a failed accept
   grpc::experimental::ExternalConnectionAcceptor* target_ = nullptr;
   Gate gate_;
-  std::unique_ptr<ConnectionRelay> relay_;  // plaintext listeners
+  std::unique_ptr<ConnectionRelay> relay_;
   int relay_spares_[2] = {-1, -1};          // held for a relay at the limit
   // The listener (level-triggered, tag 0) and the pending connections
   // (edge-triggered: bytes peeked but not read do not wake it again).

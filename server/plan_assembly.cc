@@ -109,6 +109,73 @@ absl::StatusOr<BuiltPlan> RunPlanFunction(const PlanFunction& plan,
   return built;
 }
 
+namespace {
+
+// One engine's global ranks: [first, first + count).
+struct EngineSpan {
+  const std::string* id;
+  int32_t first;
+  int32_t count;
+};
+
+// The engines of `input` in input order (an engine's ranks are adjacent),
+// each with its global ranks (trainer ranks come first).
+std::vector<EngineSpan> EngineSpans(const PlanInput& input) {
+  std::vector<EngineSpan> out;
+  const int32_t num_trainer = static_cast<int32_t>(input.trainer.size());
+  for (size_t j = 0; j < input.engine.size(); ++j) {
+    const std::string& id = input.engine[j].identity().engine_id();
+    if (!out.empty() && *out.back().id == id) {
+      ++out.back().count;
+    } else {
+      out.push_back({&id, num_trainer + static_cast<int32_t>(j), 1});
+    }
+  }
+  return out;
+}
+
+// Each global rank's data-plane peers in `pairs` (both directions).
+std::vector<std::vector<int32_t>> PeersOf(size_t world,
+                                          const std::vector<std::pair<int32_t, int32_t>>& pairs) {
+  std::vector<std::vector<int32_t>> peers(world);
+  for (const auto& [a, b] : pairs) {
+    if (a < 0 || b < 0 || static_cast<size_t>(a) >= world || static_cast<size_t>(b) >= world) {
+      continue;
+    }
+    peers[a].push_back(b);
+    peers[b].push_back(a);
+  }
+  return peers;
+}
+
+// Adds to `b` the engines holding global rank `self` and its `peers`
+// (null: the plan does not say; its own engine only), each once, in input
+// order, with their ranks.
+void AddPeerEngines(const std::vector<EngineSpan>& engines, const std::vector<int32_t>* peers,
+                    int32_t self, v1::Bootstrap* b) {
+  std::vector<size_t> picked;
+  auto engine_of = [&](int32_t g) {
+    auto it = std::upper_bound(engines.begin(), engines.end(), g,
+                               [](int32_t r, const EngineSpan& s) { return r < s.first; });
+    if (it == engines.begin()) return;  // a trainer rank
+    --it;
+    if (g < it->first + it->count) picked.push_back(static_cast<size_t>(it - engines.begin()));
+  };
+  engine_of(self);
+  if (peers != nullptr) {
+    for (int32_t g : *peers) engine_of(g);
+  }
+  std::sort(picked.begin(), picked.end());
+  picked.erase(std::unique(picked.begin(), picked.end()), picked.end());
+  for (size_t e : picked) {
+    b->add_engine_ids(*engines[e].id);
+    b->add_engine_first_ranks(engines[e].first);
+    b->add_engine_rank_counts(engines[e].count);
+  }
+}
+
+}  // namespace
+
 std::map<std::string, MemberPlan> AssembleMemberPlans(
     const PlanInput& input, const BuiltPlan& built,
     const std::string& plan_fingerprint, const std::string& kv_prefix) {
@@ -119,6 +186,8 @@ std::map<std::string, MemberPlan> AssembleMemberPlans(
   int k = 0;
   for (auto& [e, i] : engine_index) i = k++;
   const size_t num_trainer = input.trainer.size();
+  const std::vector<EngineSpan> engines = EngineSpans(input);
+  const std::vector<std::vector<int32_t>> peers = PeersOf(input.ids.size(), built.pairs);
   std::map<std::string, MemberPlan> out;
   for (size_t i = 0; i < input.ids.size(); ++i) {
     const bool is_trainer = i < num_trainer;
@@ -133,12 +202,8 @@ std::map<std::string, MemberPlan> AssembleMemberPlans(
     b->set_engine_index(
         is_trainer ? -1
                    : engine_index[input.engine[i - num_trainer].identity().engine_id()]);
-    for (size_t j = 0; j < input.engine.size(); ++j) {
-      const std::string& id = input.engine[j].identity().engine_id();
-      if (j > 0 && input.engine[j - 1].identity().engine_id() == id) continue;
-      b->add_engine_ids(id);
-      b->add_engine_first_ranks(static_cast<int32_t>(num_trainer + j));
-    }
+    AddPeerEngines(engines, built.pairs.empty() ? nullptr : &peers[i], static_cast<int32_t>(i),
+                   b);
     if (!built.host_of_member.empty()) {
       for (int32_t h : built.host_of_member) b->add_host_of_member(h);
       for (int32_t g : built.network_members) b->add_network_members(g);

@@ -59,8 +59,9 @@ struct MemberPlan {
 // Returns, by member id, what each member of `input` is handed for `built`:
 // global ranks (trainer ranks first, then engines in input order), the lane
 // count, the KV prefix "<kv_prefix>/<plan_fingerprint>/", the engine index
-// (engines by id; -1 on trainers) and each pair's data plane (hosts and the
-// network transport's members), and each one's SliceBounds (pointers into
+// (engines by id; -1 on trainers), each pair's data plane (hosts and the
+// network transport's members), the engines of its data-plane peers (names
+// for errors) and each one's SliceBounds (pointers into
 // `built`, which must outlive the result).
 std::map<std::string, MemberPlan> AssembleMemberPlans(
     const PlanInput& input, const BuiltPlan& built,

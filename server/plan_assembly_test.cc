@@ -74,6 +74,50 @@ TEST(PlanAssemblyTest, SameHostPairsPullAndPairsAcrossHostsUseTheNetwork) {
             (std::vector<std::string>{"A"}));
   EXPECT_EQ(std::vector<int32_t>(e1.engine_first_ranks().begin(), e1.engine_first_ranks().end()),
             (std::vector<int32_t>{2}));
+  EXPECT_EQ(std::vector<int32_t>(e1.engine_rank_counts().begin(), e1.engine_rank_counts().end()),
+            (std::vector<int32_t>{2}));
+}
+
+TEST(PlanAssemblyTest, ABootstrapNamesOnlyThePeersEnginesHoweverLargeTheFleet) {
+  // One trainer rank feeds 1,000 one-rank engines; engine i (global 1 + i)
+  // also relays to engine i + 1. A member's bootstrap names its own engine
+  // and its peers', so it does not grow with the fleet (5,000 members once
+  // made every bootstrap carry 5,000 names: 2.8 GiB in refitd).
+  PlanInput in;
+  in.trainer.push_back(Member(v1::SIDE_TRAINER, 0, "h", "GPU-t", v1::TRANSPORT_NCCL));
+  in.ids.push_back("t0");
+  std::vector<std::pair<int32_t, int32_t>> pairs;
+  for (int i = 0; i < 1000; ++i) {
+    v1::Registration r =
+        Member(v1::SIDE_ENGINE, 0, "h", "GPU-" + std::to_string(i), v1::TRANSPORT_NCCL);
+    r.mutable_identity()->set_engine_id("e" + std::to_string(1000 + i));
+    r.mutable_identity()->set_world_size(1);
+    in.engine.push_back(r);
+    in.ids.push_back("e" + std::to_string(i));
+    pairs.push_back({0, 1 + i});
+    if (i + 1 < 1000) pairs.push_back({1 + i, 2 + i});
+  }
+  absl::StatusOr<BuiltPlan> b = RunPlanFunction(WithPairs(pairs), in);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const auto plans = AssembleMemberPlans(in, *b, "fp", "kv");
+  const v1::Bootstrap& mid = plans.at("e500").head.bootstrap();
+  EXPECT_EQ(std::vector<std::string>(mid.engine_ids().begin(), mid.engine_ids().end()),
+            (std::vector<std::string>{"e1499", "e1500", "e1501"}));
+  EXPECT_EQ(std::vector<int32_t>(mid.engine_first_ranks().begin(), mid.engine_first_ranks().end()),
+            (std::vector<int32_t>{500, 501, 502}));
+  EXPECT_EQ(std::vector<int32_t>(mid.engine_rank_counts().begin(), mid.engine_rank_counts().end()),
+            (std::vector<int32_t>{1, 1, 1}));
+  // The trainer rank exchanges with every engine: it names them all.
+  EXPECT_EQ(plans.at("t0").head.bootstrap().engine_ids_size(), 1000);
+  // A plan function that does not say which pairs exchange: each member
+  // names its own engine only.
+  absl::StatusOr<BuiltPlan> unsaid = RunPlanFunction(WithPairs({}), in);
+  ASSERT_TRUE(unsaid.ok()) << unsaid.status();
+  const auto bare = AssembleMemberPlans(in, *unsaid, "fp", "kv");
+  const v1::Bootstrap& own = bare.at("e500").head.bootstrap();
+  EXPECT_EQ(std::vector<std::string>(own.engine_ids().begin(), own.engine_ids().end()),
+            (std::vector<std::string>{"e1500"}));
+  EXPECT_EQ(bare.at("t0").head.bootstrap().engine_ids_size(), 0);
 }
 
 TEST(PlanAssemblyTest, OneHostNeedsNoNetworkAndNcclNeedsNoHosts) {

@@ -24,6 +24,7 @@
 #include "server/malformed_request.h"
 #include "server/request_text.h"
 #include "server/round_stream_reactor.h"
+#include "server/tls_server_context.h"
 
 namespace refit {
 namespace {
@@ -230,6 +231,7 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   std::atomic<bool> shut_down_{false};
   // Declared before server_: destroyed after it, as reactors call into it.
   std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<TlsServerContext> tls_context_;  // null: plaintext
   std::unique_ptr<Acceptor> acceptor_;
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> connections_;
   std::unique_ptr<grpc::Server> server_;
@@ -244,8 +246,13 @@ absl::Status RefitServer::Impl::Init() {
         "options.address: insecure listener on non-loopback address ",
         options_.address, " needs TLS or allow_insecure_non_loopback"));
   }
+  // TLS ends in the acceptor's relay (tls_server_context.h); gRPC serves
+  // the decrypted bytes and checks the token.
+  if (options_.tls != nullptr) {
+    REFIT_ASSIGN_OR_RETURN(tls_context_, TlsServerContext::Create(*options_.tls));
+  }
   REFIT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds,
-                         MakeServerCredentials(options_.tls.get(), options_.bearer_token,
+                         MakeServerCredentials(/*tls=*/nullptr, options_.bearer_token,
                                                [c = coordinator_.get()] {
                                                  c->metrics().AuthFailed();
                                                }));
@@ -264,11 +271,6 @@ absl::Status RefitServer::Impl::Init() {
   // naming a disabled algorithm is refused when its headers arrive.
   builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
   builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
-  // TLS connections are handed over at once: the handshake has this long.
-  builder.AddChannelArgument(
-      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-      static_cast<int>(std::min<int64_t>(
-          absl::ToInt64Milliseconds(options_.first_request_timeout), INT32_MAX)));
   // A connection with no call in flight for first_request_timeout is
   // closed (GOAWAY): one that sent the HTTP/2 preface and SETTINGS and
   // then nothing is never held. Clients reconnect on their next call;
@@ -288,7 +290,7 @@ absl::Status RefitServer::Impl::Init() {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.address));
   }
   Acceptor::Gate gate;
-  gate.plaintext = options_.tls == nullptr;
+  gate.tls = tls_context_.get();
   gate.max_pending = options_.max_pending_connections;
   gate.first_request_timeout = options_.first_request_timeout;
   acceptor_->Start(connections_.get(), gate);

@@ -294,10 +294,6 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   }
   absl::StatusOr<bool> relay = refit::ParseRelayFlag(absl::GetFlag(FLAGS_relay));
   if (!relay.ok()) return relay.status();
-  if (*relay && absl::GetFlag(FLAGS_delta)) {
-    return absl::InvalidArgumentError(
-        "--relay=on with --delta: delta rounds plan without relays; choose one");
-  }
   refit::DefaultPlanOptions plan_options;
   plan_options.planner.relay = *relay;
   plan_options.slice_threads = static_cast<int>(slice_threads);

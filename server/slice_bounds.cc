@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "plan/relay_roots.h"
+
 namespace refit {
 
 std::vector<SliceBounds> SliceBoundsOf(const Plan& plan, Side side,
@@ -13,6 +15,19 @@ std::vector<SliceBounds> SliceBoundsOf(const Plan& plan, Side side,
   // An engine rank that relays also sends: it reports the larger of the
   // bytes it received and those it forwarded (RoundFigures).
   std::vector<int64_t> forwarded(by_rank.size(), 0);
+  // A trainer rank digests the relayed copies of its bytes too.
+  const std::vector<std::vector<int32_t>> roots =
+      trainer ? RelayRoots(plan) : std::vector<std::vector<int32_t>>();
+  for (size_t mi = 0; mi < roots.size(); ++mi) {
+    const Message& m = plan.messages[mi];
+    for (int32_t root : roots[mi]) {
+      if (root < 0 || root >= world) continue;
+      for (int32_t s = m.first_segment; s < m.first_segment + m.num_segments; ++s) {
+        by_rank[root].digest_keys.emplace_back(
+            m.dst_rank, plan.dst.records[plan.segments[s].dst_record].tensor);
+      }
+    }
+  }
   for (const Message& m : plan.messages) {
     if (!trainer && m.relay && m.src_rank >= 0 && m.src_rank < world) {
       forwarded[m.src_rank] += m.bytes;

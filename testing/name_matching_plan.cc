@@ -1,6 +1,7 @@
 // NameMatchingPlan: a mapping-free plan function for control-plane tests.
 #include "testing/name_matching_plan.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -40,8 +41,11 @@ absl::StatusOr<BuiltPlan> NameMatchingPlan(const std::vector<v1::Registration>& 
       m.set_bytes(b.byte_size());
       *trainer_slices[it->second.first].add_messages() = m;
       *engine_slices[e].add_messages() = m;
+      plan.pairs.emplace_back(m.src_rank(), m.dst_rank());
     }
   }
+  std::sort(plan.pairs.begin(), plan.pairs.end());
+  plan.pairs.erase(std::unique(plan.pairs.begin(), plan.pairs.end()), plan.pairs.end());
   for (const auto& p : trainer_slices) plan.trainer_slices.push_back(p.SerializeAsString());
   for (const auto& p : engine_slices) plan.engine_slices.push_back(p.SerializeAsString());
   return plan;

@@ -75,7 +75,7 @@ int64_t DeltaRunner::SnapshotBytes(const Plan& plan, int32_t trainer_rank) {
   std::set<std::string> seen;
   int64_t total = 0;
   for (const Message& m : plan.messages) {
-    if (m.src_rank == trainer_rank && seen.insert(SourceKey(plan, m)).second) total += m.bytes;
+    if (!m.relay && m.src_rank == trainer_rank && seen.insert(SourceKey(plan, m)).second) total += m.bytes;
   }
   return total;
 }
@@ -90,12 +90,6 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> DeltaRunner::Create(
   if (rank < 0 || rank >= layout.world_size) {
     return absl::InvalidArgumentError(absl::StrCat(side_name, " rank ", rank,
                                                    " outside world size ", layout.world_size));
-  }
-  for (const Message& m : plan.messages) {
-    if (m.relay) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          side_name, " rank ", rank, ": delta rounds do not relay; plan them with relays off"));
-    }
   }
   std::unique_ptr<DeltaRunner> r(new DeltaRunner());
   if (options.copier == nullptr) {
@@ -177,23 +171,30 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       batches.back().lane = std::max(0, wave.lane) % lanes;
     }
     BatchWork& w = batches[at->second];
-    const size_t before = w.msgs.size();
+    const size_t before = w.msgs.size(), forwards_before = w.forwards.size();
     for (int32_t mi = wave.first_message; mi < wave.first_message + wave.num_messages; ++mi) {
       const Message& m = plan.messages[mi];
-      if ((src ? m.src_rank : m.dst_rank) != rank_) continue;
+      // A trainer sends its messages; an engine receives its own and
+      // forwards its relays (from its own buffers).
+      const bool sends = m.src_rank == rank_ && m.relay != src;
+      if (!sends && !(!src && m.dst_rank == rank_)) continue;
       MsgWork mw;
       mw.message = mi;
       mw.engine_rank = m.dst_rank;
-      mw.peer = src ? GlobalRank(plan, Side::kEngine, m.dst_rank)
-                    : GlobalRank(plan, Side::kTrainer, m.src_rank);
+      mw.peer = sends ? GlobalRank(plan, Side::kEngine, m.dst_rank)
+                      : GlobalRank(plan, m.relay ? Side::kEngine : Side::kTrainer, m.src_rank);
       mw.bytes = m.bytes;
       mw.word_bytes = MessageWordBytes(plan, m);
       if (src) mw.source_key = SourceKey(plan, m);
       REFIT_ASSIGN_OR_RETURN(MessagePlace place,
-                             PlaceMessage(plan, m, src, src ? plan.src : plan.dst, buffers_,
+                             PlaceMessage(plan, m, sends, src ? plan.src : plan.dst, buffers_,
                                           absl::StrCat(side_name, " rank ", rank_)));
       mw.direct = place.direct;
       mw.tasks = std::move(place.tasks);
+      if (sends && !src) {
+        w.forwards.push_back(std::move(mw));
+        continue;
+      }
       REFIT_RETURN_IF_ERROR(AppendStreamDigestRuns(plan, m, &mw.runs));
       for (const StreamDigestRun& run : mw.runs) {
         auto [it, fresh] = slots.emplace(std::make_pair(run.engine_rank, run.tensor),
@@ -204,19 +205,22 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       w.dense_bytes += m.bytes;
       w.msgs.push_back(std::move(mw));
     }
-    if (w.msgs.size() > before) ++w.plan_waves;
+    if (w.msgs.size() + w.forwards.size() > before + forwards_before) ++w.plan_waves;
   }
+  // By peer, then message: each peer's headers are one send.
+  auto by_peer = [](std::vector<MsgWork>& msgs, std::vector<std::pair<int32_t, int32_t>>* peers) {
+    std::stable_sort(msgs.begin(), msgs.end(),
+                     [](const MsgWork& a, const MsgWork& b) { return a.peer < b.peer; });
+    for (const MsgWork& m : msgs) {
+      if (peers->empty() || peers->back().first != m.peer) peers->push_back({m.peer, 0});
+      ++peers->back().second;
+    }
+  };
   for (const auto& [key, index] : batch_of) {
     BatchWork& w = batches[index];
-    if (w.msgs.empty()) continue;
-    // By peer, then message: each peer's headers are one send.
-    std::stable_sort(w.msgs.begin(), w.msgs.end(), [](const MsgWork& a, const MsgWork& b) {
-      return a.peer < b.peer;
-    });
-    for (const MsgWork& m : w.msgs) {
-      if (w.peers.empty() || w.peers.back().first != m.peer) w.peers.push_back({m.peer, 0});
-      ++w.peers.back().second;
-    }
+    if (w.msgs.empty() && w.forwards.empty()) continue;
+    by_peer(w.msgs, &w.peers);
+    by_peer(w.forwards, &w.forward_peers);
     // Within the batch's half of the lane's share (a wave of its own: the
     // share, as the plan staged it).
     LayOutStaging(w, window > 0 && std::get<2>(key) == 0
@@ -226,8 +230,15 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
     const int64_t header_bytes = static_cast<int64_t>(w.msgs.size()) * sizeof(DeltaHeader);
     REFIT_ASSIGN_OR_RETURN(w.headers, ops_->Allocate(header_bytes));
     header_bytes_ += header_bytes;
+    if (!w.forwards.empty()) {
+      const int64_t forward_bytes = static_cast<int64_t>(w.forwards.size()) * sizeof(DeltaHeader);
+      REFIT_ASSIGN_OR_RETURN(w.forward_headers, ops_->Allocate(forward_bytes));
+      header_bytes_ += forward_bytes;
+      w.forward_host.resize(w.forwards.size());
+    }
     work_.push_back(std::move(w));
   }
+  REFIT_RETURN_IF_ERROR(PrepareRelays(plan, src, &slots));
   REFIT_RETURN_IF_ERROR(AllocateStaging());
   std::vector<int32_t> last(lanes, -1);
   for (int32_t k = 0; k < static_cast<int32_t>(work_.size()); ++k) {
@@ -243,6 +254,10 @@ DeltaRunner::~DeltaRunner() {
   if (ops_ != nullptr) FreeRetired();
   for (BatchWork& w : work_) {
     if (w.headers != nullptr) ops_->Free(w.headers);
+    if (w.forward_headers != nullptr) ops_->Free(w.forward_headers);
+  }
+  for (auto& [message, h] : held_) {
+    if (h.data != nullptr) ops_->Free(h.data);
   }
   for (char* p : lane_coded_) {
     if (p != nullptr) ops_->Free(p);
@@ -257,8 +272,13 @@ DeltaRunner::~DeltaRunner() {
 absl::Status DeltaRunner::ConnectLanes(absl::Time deadline) {
   std::vector<std::set<int32_t>> peers(in_flight_.size());
   size_t total = 0;
+  // Per lane: the peers this rank receives from, and (prefixed by the
+  // sign) those it sends to; a trainer only sends.
   for (const BatchWork& w : work_) {
     for (const auto& [peer, count] : w.peers) total += peers[w.lane].insert(peer).second;
+    for (const auto& [peer, count] : w.forward_peers) {
+      total += peers[w.lane].insert(-1 - peer).second;
+    }
   }
   REFIT_ASSIGN_OR_RETURN(connect_bytes_,
                          ops_->Allocate(static_cast<int64_t>(std::max<size_t>(total, 1))));
@@ -267,7 +287,9 @@ absl::Status DeltaRunner::ConnectLanes(absl::Time deadline) {
     std::vector<SendOp> sends;
     std::vector<RecvOp> recvs;
     for (int32_t peer : peers[lane]) {
-      if (side_ == Side::kTrainer) {
+      if (peer < 0) {
+        sends.push_back({-1 - peer, at++, 1});
+      } else if (side_ == Side::kTrainer) {
         sends.push_back({peer, at++, 1});
       } else {
         recvs.push_back({peer, at++, 1});
@@ -333,6 +355,7 @@ absl::StatusOr<RunStats> DeltaRunner::RunBatches(absl::Time deadline) {
   const size_t n = work_.size();
   size_t begun = 0;
   for (BatchWork& w : work_) w.headers_posted = w.claimed = false;
+  for (auto& [message, h] : held_) h.valid = false;
   lane_used_.assign(lane_used_.size(), false);
   // A trainer's batch packs into its lane's staging once the lane's
   // earlier batch is encoded and sent: not begun ahead of it.
@@ -350,7 +373,9 @@ absl::StatusOr<RunStats> DeltaRunner::RunBatches(absl::Time deadline) {
       }
     } else {
       if (!work_[k].headers_posted) REFIT_RETURN_IF_ERROR(BeginReceive(work_[k], deadline));
-      if (k + 1 < n && work_[k + 1].lane != work_[k].lane && !work_[k + 1].headers_posted) {
+      // Not a batch that forwards: its forwards read what this one brings.
+      if (k + 1 < n && work_[k + 1].lane != work_[k].lane && !work_[k + 1].headers_posted &&
+          work_[k + 1].forwards.empty()) {
         REFIT_RETURN_IF_ERROR(BeginReceive(work_[k + 1], deadline));
       }
     }

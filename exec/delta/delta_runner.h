@@ -49,6 +49,24 @@
 // and captured CUDA graphs stay valid. Every header and index is checked
 // before a byte is written, so a malformed message changes nothing.
 //
+// Relays (plan.h: Message::relay): an engine rank forwards bytes it
+// received in an earlier batch to another engine rank. A plan with relays
+// runs every plan wave as its own batch, in the plan's order, so a
+// forward always comes after the batch that brought its bytes. A relay
+// repeats the encoded payload it received (header and payload as they
+// came, kept until forwarded) where its forward carries exactly the
+// stream of one message it received (the same segments, boxes and
+// records: identical regions) and the downstream rank's announced base
+// equals its own; otherwise (a region cut differently, a dense
+// downstream, a dense arrival) it forwards the dense bytes of its own
+// buffer after the apply, as a dense round's relay does. Its forwards are
+// posted in the group of the batch's headers' receive. A relay's forward
+// whose segments are not regions it received whole is refused at Create
+// (verified rounds digest each relayed segment at the trainer rank that
+// sent it first, which needs the same region). A trainer digests, beside
+// its own messages, every relayed copy of its segments (its plan slice
+// carries the relays of its bytes: plan/relay_roots.h).
+//
 // Verified rounds (RoundStart::digest): the trainer digests all its current
 // bytes of every message at their engine places (a GPU member in the same
 // read as its count), the engine digests what its buffers hold at every
@@ -153,6 +171,10 @@ struct DeltaRoundStats {
   // Payload transfers posted (sends or receives): a batch's encoded
   // payloads to (from) one peer travel as one; dense ones each apart.
   int64_t transfers = 0;
+  // A relay (engine): the bytes it forwarded (headers + payloads), and of
+  // them the dense payloads (not a repeated encoded one).
+  int64_t forwarded_bytes = 0;
+  int64_t forwarded_dense_bytes = 0;
   // Where the member's thread spent the round (host time): trainer: the
   // counts awaited, encodes enqueued; both: waiting on the transport
   // (an engine: for headers and, on the host, payloads), the applies
@@ -183,8 +205,9 @@ class DeltaRunner : public RoundRunner {
   // As Executor::Create: INVALID_ARGUMENT for a missing buffer or a bad
   // plan naming the tensor (or the wave, when the plan lacks the whole
   // plan's wave bytes: plan/wave_bytes.h), FAILED_PRECONDITION when the transport's rank
-  // or memory kind does not match the copier's and ops' or the plan has
-  // relays (delta rounds do not relay), RESOURCE_EXHAUSTED
+  // or memory kind does not match the copier's and ops' or the rank
+  // relays a region it did not receive whole (naming the ranks and the
+  // tensor; see Relays above), RESOURCE_EXHAUSTED
   // naming the trainer rank when its snapshot would pass
   // options.max_snapshot_bytes. A trainer rank with conversions (FP8
   // engines) quantizes each round first, exchanging cut tiles' amaxes with
@@ -234,7 +257,7 @@ class DeltaRunner : public RoundRunner {
   // source region).
   static int64_t SnapshotBytes(const Plan& plan, int32_t trainer_rank);
   // The window batches are cut by: batch_bytes (0: none, every plan wave
-  // its own batch), at most the plan's per-lane staging share
+  // its own batch; also 0 for a plan with relays), at most the plan's per-lane staging share
   // (staging_budget_bytes / num_lanes), so that a batch's packed messages
   // fit the share.
   static int64_t BatchWindow(const Plan& plan, int64_t batch_bytes);
@@ -262,6 +285,18 @@ class DeltaRunner : public RoundRunner {
     // This round: the header sent or received and where its payload lies.
     DeltaHeader header;
     char* payload = nullptr;
+    // Relays (engine): a forward's source, the message received whose
+    // stream it repeats (-1: none, always dense); a received message a
+    // later forward repeats (its encoded payload is kept: held_).
+    int32_t source = -1;
+    bool keep = false;
+  };
+  // A received encoded payload kept for the forwards that repeat it.
+  struct Held {
+    char* data = nullptr;
+    int64_t cap = 0;
+    bool valid = false;  // received this round
+    DeltaHeader header;
   };
   struct BatchWork {
     int32_t lane = 0;
@@ -274,6 +309,13 @@ class DeltaRunner : public RoundRunner {
     int64_t dense_bytes = 0;  // of its messages
     int64_t plan_waves = 0;   // the plan waves with messages of this rank in it
     std::vector<EncodeItem> items;  // trainer: this round's, counting
+    // Engine: the relay messages it sends in the batch, by peer, then
+    // message, their peers and headers (memory of the transport's kind,
+    // written from forward_host each round).
+    std::vector<MsgWork> forwards;
+    std::vector<std::pair<int32_t, int32_t>> forward_peers;
+    char* forward_headers = nullptr;
+    std::vector<DeltaHeader> forward_host;
     int32_t next_on_lane = -1;  // the next batch on this lane (work_ index), -1: none
     bool headers_posted = false;  // engine: this round's headers' receive posted
     bool claimed = false;  // this round: holds its lane's staging (ClaimFor)
@@ -293,6 +335,16 @@ class DeltaRunner : public RoundRunner {
   // lane differs, and the next batch of the same lane has its headers'
   // receive posted in the group of this one's payloads (one group a batch).
   absl::Status BeginReceive(BatchWork& w, absl::Time deadline);
+  // Relays (delta_relay.cc). PrepareRelays links each forward to its
+  // source and marks what is kept (engine), or adds the digest runs of
+  // the relayed copies of a trainer's segments to its messages.
+  // ForwardSends stages w's forwards (dense ones packed from the buffers)
+  // and returns their sends; KeepPayloads keeps w's received payloads that
+  // later forwards repeat.
+  absl::Status PrepareRelays(const Plan& plan, bool src,
+                             std::map<std::pair<int32_t, int32_t>, int32_t>* slots);
+  absl::StatusOr<std::vector<SendOp>> ForwardSends(BatchWork& w, absl::Time deadline);
+  absl::Status KeepPayloads(BatchWork& w);
   // The receives of w's headers (one per peer).
   std::vector<RecvOp> HeaderReceives(const BatchWork& w) const;
   absl::Status EndReceive(BatchWork& w, absl::Time deadline, RunStats* stats);
@@ -373,6 +425,7 @@ class DeltaRunner : public RoundRunner {
   std::vector<int64_t> lane_staging_bytes_, lane_coded_bytes_, lane_coded_cap_;
   std::vector<bool> lane_used_;
   int64_t header_bytes_ = 0;        // every batch's headers
+  std::map<int32_t, Held> held_;    // by the plan message received
   std::vector<char*> retired_;      // grown out of this round (CodedFor)
   int64_t retired_bytes_ = 0;
   // Trainer with FP8 engines: its conversions, and the memory their

@@ -499,6 +499,91 @@ TEST_P(DeltaRounds, AByteFlippedInAnEngineFailsTheNextCommitNamingIt) {
   EXPECT_EQ(job->version, 1);
 }
 
+// One trainer replica (two ranks) feeding three engine replicas, each on
+// a host of its own, planned with relays: the replicas forward what they
+// receive to each other. Dense, then delta rounds: every byte of every
+// replica checked after each, digests compared, the relays repeating the
+// trainer's encoded payloads (far fewer bytes than the regions they
+// forward). Every rank runs the whole plan, or its slice as refitd hands
+// it out (a trainer's carries the relays of its bytes, to digest them).
+TEST_P(DeltaRounds, RelayedReplicasGetEveryByteDenseThenDeltas) {
+  for (bool sliced : {false, true}) {
+  SCOPED_TRACE(sliced ? "slices" : "whole plan");
+  auto job = MakeJob("relay", GetParam());
+  job->sliced = sliced;
+  const Plan& plan = job->plan;
+  const int ws = plan.src.world_size, world = ws + plan.dst.world_size;
+  int64_t relayed = 0;
+  for (const Message& m : plan.messages) relayed += m.relay ? m.bytes : 0;
+  ASSERT_GT(relayed, 0);
+  for (double f : {1.0, 0.02, 0.005, 0.2, 0.0, 0.02}) {
+    Change(job.get(), f);
+    const bool dense = job->version == 0;
+    RoundResult r = RunRound(job.get());
+    ASSERT_TRUE(r.commit.ok()) << "fraction " << f << ": " << r.commit;
+    ASSERT_EQ(CheckEngines(*job), "") << "fraction " << f;
+    int64_t forwarded = 0, forwarded_dense = 0;
+    for (int g = ws; g < world; ++g) {
+      forwarded += r.stats[g].forwarded_bytes;
+      forwarded_dense += r.stats[g].forwarded_dense_bytes;
+    }
+    if (dense) {
+      EXPECT_EQ(forwarded_dense, relayed);
+    }
+    // A forward that joins regions of two received messages goes dense
+    // (as do forwards repeating it); the plan's others repeat payloads.
+    if (!dense && f < 0.05) {
+      EXPECT_LT(forwarded_dense, relayed / 4) << "fraction " << f;
+      EXPECT_LT(forwarded, relayed / 2) << "fraction " << f;
+    }
+  }
+  // A downstream replica announced dense (say a fresh one) while its relay
+  // gets a delta: the relay forwards the dense bytes of its buffer.
+  const Message* relay = nullptr;
+  for (const Message& m : plan.messages) {
+    if (m.relay && relay == nullptr) relay = &m;
+  }
+  std::vector<EngineDeltaMode> modes = job->policy->Announce(true);
+  modes[relay->dst_rank] = EngineDeltaMode{};
+  Change(job.get(), 0.02);
+  RoundResult mixed = RunRound(job.get(), {}, modes);
+  ASSERT_TRUE(mixed.commit.ok()) << mixed.commit;
+  ASSERT_EQ(CheckEngines(*job), "");
+  EXPECT_GE(mixed.stats[ws + relay->src_rank].forwarded_dense_bytes, relay->bytes);
+  EXPECT_GT(mixed.stats[ws + relay->dst_rank].dense_messages, 0);
+  }
+}
+
+// A relay that never forwards (it connected, then died): the replicas it
+// feeds fail within the round's deadline naming it, and the round aborts.
+TEST_P(DeltaRounds, ADeadRelayFailsItsDownstreamNamingIt) {
+  auto job = MakeJob("relay", GetParam());
+  const Plan& plan = job->plan;
+  const int ws = plan.src.world_size;
+  ASSERT_TRUE(RunRound(job.get()).commit.ok());
+  const Message* relay = nullptr;
+  for (const Message& m : plan.messages) {
+    if (m.relay && relay == nullptr) relay = &m;
+  }
+  ASSERT_NE(relay, nullptr);
+  const int dead = ws + relay->src_rank;
+  Change(job.get(), 0.02);
+  const absl::Time start = absl::Now();
+  RoundResult r = RunRound(job.get(), {dead}, {}, absl::Seconds(2));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_FALSE(r.commit.ok());
+  const absl::Status& st = r.status[ws + relay->dst_rank];
+  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(absl::StrContains(st.message(), absl::StrCat("rank ", dead)) ||
+              absl::StrContains(st.message(), absl::StrCat("rank(s) ", dead)))
+      << st;
+  // The next round, with the relay back, repairs every replica.
+  Change(job.get(), 0.02);
+  RoundResult again = RunRound(job.get());
+  ASSERT_TRUE(again.commit.ok()) << again.commit;
+  EXPECT_EQ(CheckEngines(*job), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, DeltaRounds, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "Gloo" : "InProc"; });
 

@@ -19,6 +19,11 @@ int64_t AlignTo(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 int64_t DeltaRunner::BatchWindow(const Plan& plan, int64_t batch_bytes) {
   if (batch_bytes <= 0) return 0;
+  // Relays: every plan wave its own batch, in the plan's order (a forward
+  // after the wave that brought its bytes).
+  for (const Message& m : plan.messages) {
+    if (m.relay) return 0;
+  }
   const int64_t share =
       plan.options.staging_budget_bytes / std::max<int32_t>(1, plan.options.num_lanes);
   return std::max<int64_t>(1, std::min(batch_bytes, share));
@@ -27,12 +32,15 @@ int64_t DeltaRunner::BatchWindow(const Plan& plan, int64_t batch_bytes) {
 void DeltaRunner::LayOutStaging(BatchWork& w, int64_t limit) {
   // 256-byte aligned messages where they fit the limit, else 16, else 8
   // (a word is at most 8 bytes).
+  // A relay's dense forwards packed after its received messages.
   for (int64_t align : {256, 16, 8}) {
     int64_t at = 0;
-    for (MsgWork& m : w.msgs) {
-      if (m.direct != nullptr) continue;
-      m.stage_offset = at;
-      at += AlignTo(m.bytes, align);
+    for (std::vector<MsgWork>* msgs : {&w.msgs, &w.forwards}) {
+      for (MsgWork& m : *msgs) {
+        if (m.direct != nullptr) continue;
+        m.stage_offset = at;
+        at += AlignTo(m.bytes, align);
+      }
     }
     w.staging_bytes = at;
     if (at <= limit) return;
@@ -122,6 +130,7 @@ int64_t DeltaRunner::EncodingBytes() const {
 
 int64_t DeltaRunner::HeldBytes() const {
   int64_t n = StagingBytes() + EncodingBytes() + header_bytes_;
+  for (const auto& [message, h] : held_) n += h.cap;
   if (conversions_ != nullptr) n += conversions_->scratch_bytes() + conversions_->workspace_bytes();
   return n;
 }

@@ -53,7 +53,8 @@ std::string DeltaRunner::Context(const MsgWork& m) const {
   const Segment& seg = plan_->segments[msg.first_segment];
   return absl::StrCat("engine rank ", msg.dst_rank, ", tensor ",
                       plan_->dst.tensors[plan_->dst.records[seg.dst_record].tensor].name,
-                      " from trainer rank ", msg.src_rank);
+                      msg.relay ? " from engine rank " : " from trainer rank ", msg.src_rank,
+                      msg.relay ? " (relay)" : "");
 }
 
 absl::Status DeltaRunner::Post(int32_t lane, std::vector<SendOp> sends,
@@ -208,7 +209,11 @@ std::vector<RecvOp> DeltaRunner::HeaderReceives(const BatchWork& w) const {
 
 absl::Status DeltaRunner::BeginReceive(BatchWork& w, absl::Time deadline) {
   w.headers_posted = true;
-  absl::Status s = Post(w.lane, {}, HeaderReceives(w), deadline);
+  std::vector<SendOp> sends;
+  if (!w.forwards.empty()) {
+    REFIT_ASSIGN_OR_RETURN(sends, ForwardSends(w, deadline));
+  }
+  absl::Status s = Post(w.lane, std::move(sends), HeaderReceives(w), deadline);
   TimesOf(w).start = Since();
   return s;
 }
@@ -255,7 +260,9 @@ absl::Status DeltaRunner::EndReceive(BatchWork& w, absl::Time deadline, RunStats
     char* place = m.direct != nullptr ? m.direct : w.staging + m.stage_offset;
     m.payload = dense ? place : encoded + at[i];
     const int64_t p = static_cast<int64_t>(m.header.payload_bytes);
-    payload_ops.Add(m.peer, static_cast<void*>(m.payload), p, !dense);
+    // A relay sends each payload on its own (kept apart, relay.cc).
+    payload_ops.Add(m.peer, static_cast<void*>(m.payload), p,
+                    !dense && !plan_->messages[m.message].relay);
     if (m.direct == nullptr) {
       if (!dense) {  // the engine's own bytes of the message, to apply to
         REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> g, CurrentCopies(w, m));
@@ -290,7 +297,7 @@ absl::Status DeltaRunner::EndReceive(BatchWork& w, absl::Time deadline, RunStats
   delta_stats_.transfers += static_cast<int64_t>(payloads.size());
   if (w.next_on_lane >= 0 && ops_->OrderedWithTransport()) {
     BatchWork& next = work_[w.next_on_lane];
-    if (!next.headers_posted) {
+    if (!next.headers_posted && next.forwards.empty()) {
       std::vector<RecvOp> head = HeaderReceives(next);
       payloads.insert(payloads.end(), head.begin(), head.end());
       next.headers_posted = true;
@@ -301,6 +308,7 @@ absl::Status DeltaRunner::EndReceive(BatchWork& w, absl::Time deadline, RunStats
   if (!ops_->OrderedWithTransport()) REFIT_RETURN_IF_ERROR(DrainLane(w.lane, deadline));
   // Ordered after the receive on the lane (device), or after it completed.
   const absl::Time t1 = absl::Now();
+  REFIT_RETURN_IF_ERROR(KeepPayloads(w));
   REFIT_RETURN_IF_ERROR(ops_->Apply(w.lane, apply, std::move(names), deadline));
   if (!unpack.empty()) REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, unpack));
   delta_stats_.apply_seconds += absl::ToDoubleSeconds(absl::Now() - t1);

@@ -45,17 +45,27 @@ absl::Status NamePeers(const absl::Status& s, absl::Span<const std::string> name
 }
 
 std::vector<std::string> MemberNames(int32_t world, absl::Span<const std::string> engine_ids,
-                                     absl::Span<const int32_t> engine_first_ranks) {
+                                     absl::Span<const int32_t> engine_first_ranks,
+                                     absl::Span<const int32_t> engine_rank_counts) {
   std::vector<std::string> names;
-  if (engine_ids.empty() || engine_ids.size() != engine_first_ranks.size()) return names;
+  if (engine_ids.empty() || engine_ids.size() != engine_first_ranks.size() ||
+      (!engine_rank_counts.empty() && engine_rank_counts.size() != engine_ids.size())) {
+    return names;
+  }
   names.reserve(world);
   size_t e = 0;
   for (int32_t g = 0; g < world; ++g) {
     while (e < engine_ids.size() && engine_first_ranks[e] <= g) ++e;
-    // Engine e - 1 holds g (none: a trainer rank).
-    names.push_back(e == 0 ? absl::StrCat("trainer rank ", g)
-                           : absl::StrCat("engine ", engine_ids[e - 1], " rank ",
-                                          g - engine_first_ranks[e - 1]));
+    // Engine e - 1 holds g (none: a trainer rank), if g is within its count.
+    if (e == 0) {
+      names.push_back(absl::StrCat("trainer rank ", g));
+    } else if (!engine_rank_counts.empty() &&
+               g - engine_first_ranks[e - 1] >= engine_rank_counts[e - 1]) {
+      names.emplace_back();  // an engine this member does not exchange with
+    } else {
+      names.push_back(absl::StrCat("engine ", engine_ids[e - 1], " rank ",
+                                   g - engine_first_ranks[e - 1]));
+    }
   }
   return names;
 }

@@ -21,12 +21,15 @@ namespace refit {
 absl::Status NamePeers(const absl::Status& s, absl::Span<const std::string> names);
 
 // Returns the member name of every global rank of a world of `world`
-// ranks whose engines, in order, are `engine_ids`, each starting at the
-// global rank in `engine_first_ranks` (ascending; the ranks before the
-// first are trainer ranks): "trainer rank R", "engine ID rank R". Empty
+// ranks, given engines `engine_ids`, each starting at the global rank in
+// `engine_first_ranks` (ascending; ranks before the first are trainer
+// ranks) and holding `engine_rank_counts` ranks (empty: up to the next
+// engine's first rank, the last one to the world's end): "trainer rank R",
+// "engine ID rank R"; ranks of engines not listed get an empty name. Empty
 // when the lists are empty or differ in size. Never fails.
 std::vector<std::string> MemberNames(int32_t world, absl::Span<const std::string> engine_ids,
-                                     absl::Span<const int32_t> engine_first_ranks);
+                                     absl::Span<const int32_t> engine_first_ranks,
+                                     absl::Span<const int32_t> engine_rank_counts = {});
 
 }  // namespace refit
 

@@ -45,6 +45,12 @@ TEST(PeerNamesTest, MemberNamesFollowTheEngines) {
             (std::vector<std::string>{"trainer rank 0", "trainer rank 1", "engine A rank 0",
                                       "engine B rank 0", "engine B rank 1", "engine B rank 2"}));
   EXPECT_TRUE(MemberNames(6, {}, {}).empty());
+  // Only the engines a member exchanges with are listed, with their sizes:
+  // ranks of others stay unnamed rather than take a listed engine's name.
+  EXPECT_EQ(MemberNames(7, {"A", "C"}, {2, 5}, {1, 2}),
+            (std::vector<std::string>{"trainer rank 0", "trainer rank 1", "engine A rank 0", "",
+                                      "", "engine C rank 0", "engine C rank 1"}));
+  EXPECT_TRUE(MemberNames(6, {"A", "B"}, {2, 3}, {1}).empty());
   EXPECT_TRUE(MemberNames(6, {"A"}, {2, 3}).empty());
 }
 

@@ -14,7 +14,6 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +27,7 @@
 #include "testing/refitd_process.h"
 #include "testing/test_paths.h"
 #include "tests/adversarial/h2_wire.h"
+#include "tests/adversarial/metrics_scrape.h"
 
 namespace refit {
 namespace {
@@ -40,7 +40,9 @@ using ::refit::testing::Dial;
 using ::refit::testing::Frame;
 using ::refit::testing::GrpcHeaders;
 using ::refit::testing::kPreface;
+using ::refit::testing::MetricsPort;
 using ::refit::testing::RaiseOwnFdLimit;
+using ::refit::testing::ScrapeMetrics;
 using ::refit::testing::SendAll;
 
 
@@ -270,19 +272,6 @@ TEST(ConnectionLimitsTest, StalledHttp2ConnectionsDoNotKeepAMemberOut) {
   EXPECT_TRUE(refitd.Alive());
 }
 
-// Returns the /metrics port refitd printed in `log`; 0 when not found.
-int MetricsPort(const std::string& log) {
-  for (int i = 0; i < 100; ++i) {
-    absl::StatusOr<std::string> text = ReadFileToString(log, 1 << 20);
-    std::smatch m;
-    if (text.ok() && std::regex_search(*text, m, std::regex("metrics on port (\\d+)"))) {
-      return std::stoi(m[1]);
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return 0;
-}
-
 TEST(ConnectionLimitsTest, MetricsAnswersUnderSlowAndIdleClients) {
   RefitdProcess refitd;
   const std::string log = TmpFile("metrics.log");
@@ -310,19 +299,7 @@ TEST(ConnectionLimitsTest, MetricsAnswersUnderSlowAndIdleClients) {
   double worst = 0;
   for (int scrape = 0; scrape < 3; ++scrape) {
     const absl::Time start = absl::Now();
-    const int fd = Dial(port);
-    ASSERT_GE(fd, 0);
-    ASSERT_TRUE(SendAll(fd, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
-    std::string page;
-    char buf[4096];
-    for (;;) {
-      pollfd p{fd, POLLIN, 0};
-      if (poll(&p, 1, 5000) <= 0) break;
-      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-      if (n <= 0) break;
-      page.append(buf, static_cast<size_t>(n));
-    }
-    close(fd);
+    const std::string page = ScrapeMetrics(port);
     const double s = absl::ToDoubleSeconds(absl::Now() - start);
     worst = std::max(worst, s);
     EXPECT_TRUE(absl::StartsWith(page, "HTTP/1.1 200")) << page.substr(0, 200);

@@ -1,21 +1,28 @@
 // Absurd round versions and report figures against a refitd child process:
 // StartRound(INT64_MAX) and figures that would corrupt the round's sum or
 // its status (bytes INT64_MAX, above what the member's plan slice moves;
-// negative bytes, NaN seconds) are refused INVALID_ARGUMENT naming the field, the round still commits with
-// sane figures, and later versions start. A heartbeat's bytes so far above
-// the plan slice or negative leave refitd's live figure as it was.
+// negative bytes, NaN seconds) are refused INVALID_ARGUMENT naming the
+// field, the round still commits with sane figures, its /metrics counters
+// hold only the accepted reports, and later versions start. A heartbeat's
+// bytes so far above the plan slice or negative leave refitd's live figure
+// as it was.
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "client/refit_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/refitd_process.h"
 #include "testing/tiny_registration.h"
+#include "tests/adversarial/metrics_scrape.h"
 #include "tests/adversarial/refitd_peers.h"
 
 namespace refit {
@@ -34,12 +41,26 @@ absl::Status Start(RefitClient& t, int64_t v) {
   return s;
 }
 
+// Returns the sum of the refit_member_bytes_total lines (every transport)
+// of a /metrics page.
+int64_t MemberBytesTotal(const std::string& page) {
+  int64_t sum = 0;
+  for (absl::string_view line : absl::StrSplit(page, '\n')) {
+    if (!absl::ConsumePrefix(&line, "refit_member_bytes_total{")) continue;
+    int64_t v = 0;
+    EXPECT_TRUE(absl::SimpleAtoi(line.substr(line.rfind(' ') + 1), &v)) << line;
+    sum += v;
+  }
+  return sum;
+}
+
 TEST(RoundFiguresTest, AbsurdVersionsAndFiguresAreRefusedNamingTheField) {
+  const std::string log = absl::StrCat(std::getenv("TEST_TMPDIR"), "/refitd.out");
   RefitdProcess refitd;
   ASSERT_TRUE(refitd
                   .Start(absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/server/refitd"),
-                         {"--plan_settle_ms=5"},
-                         absl::StrCat(std::getenv("TEST_TMPDIR"), "/refitd.out"),
+                         {"--plan_settle_ms=5", "--metrics_port=0"},
+                         log,
                          absl::Seconds(20))
                   .ok());
   auto t = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(true, "job"));
@@ -82,6 +103,11 @@ TEST(RoundFiguresTest, AbsurdVersionsAndFiguresAreRefusedNamingTheField) {
   ASSERT_GT(status->rounds_size(), 0);
   EXPECT_EQ(status->rounds(status->rounds_size() - 1).bytes(), 4096);
   EXPECT_TRUE(std::isfinite(status->rounds(status->rounds_size() - 1).seconds()));
+  // The counters hold the accepted reports only: the round's 4096 bytes,
+  // and the two members' 4096 each.
+  const std::string page = testing::ScrapeMetrics(testing::MetricsPort(log));
+  EXPECT_THAT(page, HasSubstr("\nrefit_round_bytes_total 4096\n")) << page;
+  EXPECT_EQ(MemberBytesTotal(page), 8192) << page;
   EXPECT_TRUE(Start(*t, 2).ok());  // later versions still start
 }
 

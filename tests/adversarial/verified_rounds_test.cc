@@ -3,8 +3,10 @@
 // always dense, Report contents checked against the sender's own plan slice
 // (its own engine ranks and tensors, once per round, part counts and bytes
 // bounded by the slice), and an engine verified only when its digest parts
-// were compared.
+// were compared. A new process is dense whichever way the old one went: it
+// left, it expired (no heartbeats), or it was taken over (job key).
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <set>
@@ -183,6 +185,84 @@ TEST(VerifiedRoundsTest, ReportsAreBoundByTheSendersSliceAndNewProcessesGetDense
   std::vector<int64_t> expected(2, -1);
   expected[rank_a] = 2;
   EXPECT_EQ(Bases(*t, 3), expected);
+}
+
+// Joins refitd on `port` as `reg` with the job key `key`.
+std::unique_ptr<RefitClient> JoinWithKey(int port, const v1::Registration& reg,
+                                         const std::string& key) {
+  RefitClient::Options o;
+  o.target = absl::StrCat("127.0.0.1:", port);
+  o.job_key = key;
+  auto c = RefitClient::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return nullptr;
+  absl::StatusOr<std::string> id = (*c)->Register(reg);
+  EXPECT_TRUE(id.ok()) << id.status();
+  return id.ok() ? std::move(*c) : nullptr;
+}
+
+// Runs round `v` with `t` the trainer and `engines`, every member reporting
+// its whole slice; returns the round's delta bases (by engine rank).
+std::vector<int64_t> CommitRound(int64_t v, RefitClient& t,
+                                 const std::vector<RefitClient*>& engines) {
+  std::vector<RefitClient*> all = {&t};
+  all.insert(all.end(), engines.begin(), engines.end());
+  std::vector<SliceView> views;
+  for (RefitClient* c : all) views.push_back(ViewOf(*c));
+  EXPECT_TRUE(Start(t, v).ok()) << v;
+  for (RefitClient* c : all) EXPECT_TRUE(c->WaitForRound(In(absl::Seconds(10))).ok()) << v;
+  const std::vector<int64_t> bases = Bases(t, v);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const absl::Status s =
+        all[i]->ReportDone(v, Figures(views[i].bytes, views[i].keys), In(absl::Seconds(10)));
+    EXPECT_TRUE(s.ok()) << v << ": " << s;
+  }
+  const absl::Status outcome = t.AwaitOutcome(v, In(absl::Seconds(10)));
+  EXPECT_TRUE(outcome.ok()) << v << ": " << outcome;
+  return bases;
+}
+
+TEST(VerifiedRoundsTest, AnEngineProcessThatExpiredOrWasTakenOverGetsDenseBytes) {
+  const std::string key_file = absl::StrCat(std::getenv("TEST_TMPDIR"), "/job.key");
+  std::ofstream(key_file) << "delta-key\n";
+  RefitdProcess refitd;
+  ASSERT_TRUE(refitd
+                  .Start(absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/server/refitd"),
+                         {"--plan_settle_ms=5", "--delta", "--min_engines=2",
+                          "--host_link_gbps=0.01", "--heartbeat_timeout_ms=1500",
+                          "--job_key_file=" + key_file},
+                         absl::StrCat(std::getenv("TEST_TMPDIR"), "/refitd-expiry.out"),
+                         absl::Seconds(20))
+                  .ok());
+  const int port = refitd.port();
+  auto t = JoinWithKey(port, testing::TinyRegistration(true, "job"), "delta-key");
+  auto a = JoinWithKey(port, testing::TinyRegistration(false, "job", "A"), "delta-key");
+  auto b = JoinWithKey(port, testing::TinyRegistration(false, "job", "B"), "delta-key");
+  ASSERT_TRUE(t && a && b);
+  const int32_t rank_a = ViewOf(*a).keys.begin()->first;
+  EXPECT_THAT(CommitRound(1, *t, {a.get(), b.get()}), ElementsAre(-1, -1));
+  std::vector<int64_t> expected(2, -1);
+  expected[rank_a] = 1;
+
+  // B's process stops without leaving: refitd expires it after its
+  // heartbeat timeout, and the new process is dense.
+  b.reset();
+  const absl::Time until = In(absl::Seconds(10));
+  while (VerifiedVersion(*t, "B") != -1 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_EQ(VerifiedVersion(*t, "B"), -1) << "engine B not expired";
+  auto b2 = JoinWithKey(port, testing::TinyRegistration(false, "job", "B"), "delta-key");
+  ASSERT_TRUE(b2);
+  EXPECT_EQ(CommitRound(2, *t, {a.get(), b2.get()}), expected);
+
+  // A new process of B takes the identity over with the job key while the
+  // old one is still registered: dense again, A still a delta.
+  auto b3 = JoinWithKey(port, testing::TinyRegistration(false, "job", "B"), "delta-key");
+  ASSERT_TRUE(b3);
+  expected[rank_a] = 2;
+  EXPECT_EQ(CommitRound(3, *t, {a.get(), b3.get()}), expected);
+  EXPECT_TRUE(refitd.Alive());
 }
 
 }  // namespace

@@ -202,6 +202,11 @@ TEST(PlanMatchesRefitdTest, RelaysGiveTheSameFingerprint) {
   by_file.hosts_file = HostsFile(trainer, engine);
   by_file.relay = true;
   EXPECT_EQ(DryRunFingerprint(by_file), refitd);
+  // Delta rounds relay too (refitd --delta --relay=on): the same plan,
+  // its delta round predicted.
+  by_file.delta = 0.02;
+  EXPECT_EQ(DryRunFingerprint(by_file), refitd);
+  by_file.delta = -1;
   by_file.relay = false;
   EXPECT_NE(DryRunFingerprint(by_file), refitd);
 }

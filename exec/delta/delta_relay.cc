@@ -1,0 +1,220 @@
+// DeltaRunner's relays (see delta_runner.h, Relays): an engine rank
+// forwards what it received, repeating the encoded payload where its
+// forward carries the same region to a rank of the same base, else the
+// dense bytes of its own buffer; a trainer digests the relayed copies of
+// its segments.
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "exec/delta/delta_codec.h"
+#include "exec/delta/delta_runner.h"
+#include "plan/relay_roots.h"
+
+namespace refit {
+namespace {
+
+constexpr int64_t kHeader = sizeof(DeltaHeader);
+
+// Where every message of `plan` lands, segment by segment: PlaceKey ->
+// (message, segment of it).
+std::map<std::string, std::pair<int32_t, int32_t>> Arrivals(const Plan& plan) {
+  std::map<std::string, std::pair<int32_t, int32_t>> at;
+  for (int32_t mi = 0; mi < static_cast<int32_t>(plan.messages.size()); ++mi) {
+    const Message& m = plan.messages[mi];
+    for (int32_t j = 0; j < m.num_segments; ++j) {
+      const Segment& seg = plan.segments[m.first_segment + j];
+      at.emplace(SegmentPlaceKey(m.dst_rank, seg.dst_record, seg.box), std::make_pair(mi, j));
+    }
+  }
+  return at;
+}
+
+DeltaHeader DenseHeader(int word_bytes, int64_t bytes) {
+  DeltaHeader h;
+  const int64_t n = bytes / word_bytes;
+  h.encoding = static_cast<uint8_t>(DeltaEncoding::kDense);
+  h.word_bytes = static_cast<uint8_t>(word_bytes);
+  h.num_words = static_cast<uint64_t>(n);
+  h.num_changed = static_cast<uint64_t>(n);
+  h.payload_bytes = static_cast<uint64_t>(DeltaPayloadBytes(DeltaEncoding::kDense, word_bytes, n, n));
+  return h;
+}
+
+}  // namespace
+
+absl::Status DeltaRunner::PrepareRelays(const Plan& plan, bool src,
+                                        std::map<std::pair<int32_t, int32_t>, int32_t>* slots) {
+  const auto arrivals = Arrivals(plan);
+  if (!src) {
+    // Each forward's segments must be regions this rank received whole;
+    // one message received segment for segment is its source.
+    std::map<int32_t, MsgWork*> received;
+    for (BatchWork& w : work_) {
+      for (MsgWork& m : w.msgs) received[m.message] = &m;
+    }
+    for (BatchWork& w : work_) {
+      for (MsgWork& f : w.forwards) {
+        const Message& fm = plan.messages[f.message];
+        int32_t source = -1;
+        bool same = true;
+        for (int32_t i = 0; i < fm.num_segments; ++i) {
+          const Segment& seg = plan.segments[fm.first_segment + i];
+          auto it = arrivals.find(SegmentPlaceKey(rank_, seg.src_record, seg.box));
+          if (it == arrivals.end() || received.count(it->second.first) == 0) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "engine rank ", rank_, " relays tensor ",
+                plan.dst.tensors[plan.dst.records[seg.dst_record].tensor].name,
+                " to engine rank ", fm.dst_rank,
+                " from a region it did not receive whole; delta rounds relay whole regions "
+                "only: plan them with --relay=off or equal engine layouts"));
+          }
+          if (i == 0) source = it->second.first;
+          same = same && it->second.first == source && it->second.second == i;
+        }
+        auto src_it = received.find(source);
+        if (same && src_it != received.end() &&
+            plan.messages[source].num_segments == fm.num_segments &&
+            src_it->second->bytes == f.bytes && src_it->second->word_bytes == f.word_bytes) {
+          f.source = source;
+          src_it->second->keep = true;
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+  // Trainer: every relayed copy of one of its segments (traced back hop by
+  // hop to the message it sent) is digested from its stream at the place
+  // the copy lands.
+  std::map<int32_t, MsgWork*> mine;
+  for (BatchWork& w : work_) {
+    for (MsgWork& m : w.msgs) mine[m.message] = &m;
+  }
+  for (const Message& f : plan.messages) {
+    if (!f.relay) continue;
+    for (int32_t i = 0; i < f.num_segments; ++i) {
+      const Segment& seg = plan.segments[f.first_segment + i];
+      auto it = arrivals.find(SegmentPlaceKey(f.src_rank, seg.src_record, seg.box));
+      for (int hops = 0; it != arrivals.end() && plan.messages[it->second.first].relay &&
+                         hops <= static_cast<int>(plan.messages.size());
+           ++hops) {
+        const Message& g = plan.messages[it->second.first];
+        const Segment& up = plan.segments[g.first_segment + it->second.second];
+        it = arrivals.find(SegmentPlaceKey(g.src_rank, up.src_record, up.box));
+      }
+      if (it == arrivals.end()) continue;  // checked by the relaying rank
+      auto root = mine.find(it->second.first);
+      if (root == mine.end()) continue;  // another trainer rank's
+      const Message& r = plan.messages[root->first];
+      int64_t offset = 0;
+      for (int32_t j = 0; j < it->second.second; ++j) {
+        offset += plan.segments[r.first_segment + j].bytes;
+      }
+      Message one = f;
+      one.first_segment = f.first_segment + i;
+      one.num_segments = 1;
+      one.bytes = seg.bytes;
+      std::vector<StreamDigestRun> runs;
+      REFIT_RETURN_IF_ERROR(AppendStreamDigestRuns(plan, one, &runs));
+      MsgWork& m = *root->second;
+      for (StreamDigestRun run : runs) {
+        run.offset += offset;
+        auto [slot, fresh] = slots->emplace(std::make_pair(run.engine_rank, run.tensor),
+                                            static_cast<int32_t>(digest_keys_.size()));
+        if (fresh) digest_keys_.push_back(slot->first);
+        m.runs.push_back(run);
+        m.run_slots.push_back(slot->second);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<SendOp>> DeltaRunner::ForwardSends(BatchWork& w,
+                                                              absl::Time deadline) {
+  // The lane's staging, and every earlier batch's bytes in place (applied
+  // and unpacked on whichever lane brought them).
+  REFIT_RETURN_IF_ERROR(ClaimFor(w, deadline));
+  for (int32_t lane = 0; lane < static_cast<int32_t>(lane_used_.size()); ++lane) {
+    if (lane == w.lane || !lane_used_[lane]) continue;
+    REFIT_RETURN_IF_ERROR(copier_->Sync(lane, deadline));
+    REFIT_RETURN_IF_ERROR(ops_->Sync(lane, deadline));
+  }
+  auto mode_of = [this](int32_t engine_rank) {
+    return static_cast<size_t>(engine_rank) < modes_.size() ? modes_[engine_rank]
+                                                            : EngineDeltaMode{};
+  };
+  const EngineDeltaMode own = mode_of(rank_);
+  std::vector<ResolvedCopy> packs;
+  std::vector<SendOp> payloads;
+  for (size_t i = 0; i < w.forwards.size(); ++i) {
+    MsgWork& f = w.forwards[i];
+    auto held = f.source >= 0 ? held_.find(f.source) : held_.end();
+    const EngineDeltaMode down = mode_of(f.engine_rank);
+    const bool repeat = held != held_.end() && held->second.valid && !own.dense &&
+                        !down.dense && down.base_version == own.base_version;
+    if (repeat) {
+      f.header = held->second.header;
+      f.payload = held->second.data;
+    } else {
+      f.header = DenseHeader(f.word_bytes, f.bytes);
+      f.payload = f.direct != nullptr ? f.direct : w.staging + f.stage_offset;
+      if (f.direct == nullptr) {
+        REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> c,
+                               ResolveTasks(f.tasks, buffers_, {}, nullptr, f.payload));
+        packs.insert(packs.end(), c.begin(), c.end());
+      }
+    }
+    w.forward_host[i] = f.header;
+    // Each payload on its own: the receiver joins none from a relay.
+    const int64_t p = static_cast<int64_t>(f.header.payload_bytes);
+    if (p > 0) payloads.push_back({f.peer, f.payload, p});
+    delta_stats_.forwarded_bytes += kHeader + p;
+    if (!repeat) delta_stats_.forwarded_dense_bytes += p;
+  }
+  if (!packs.empty()) {
+    REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, packs));
+    if (!copier_->OrderedWithTransport()) REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
+  }
+  // The headers from the host (a device's copy reads host memory).
+  REFIT_RETURN_IF_ERROR(ops_->Copy(w.lane, w.forward_headers,
+                                   reinterpret_cast<const char*>(w.forward_host.data()),
+                                   static_cast<int64_t>(w.forward_host.size()) * kHeader));
+  if (!ops_->OrderedWithTransport()) REFIT_RETURN_IF_ERROR(ops_->Sync(w.lane, deadline));
+  std::vector<SendOp> sends;
+  int64_t first = 0;
+  for (const auto& [peer, count] : w.forward_peers) {
+    sends.push_back({peer, w.forward_headers + first * kHeader, count * kHeader});
+    first += count;
+  }
+  sends.insert(sends.end(), payloads.begin(), payloads.end());
+  return sends;
+}
+
+absl::Status DeltaRunner::KeepPayloads(BatchWork& w) {
+  for (MsgWork& m : w.msgs) {
+    if (!m.keep || m.header.encoding == static_cast<uint8_t>(DeltaEncoding::kDense)) continue;
+    const int64_t p = static_cast<int64_t>(m.header.payload_bytes);
+    Held& h = held_[m.message];
+    if (h.cap < p) {
+      if (h.data != nullptr) {  // freed after the round (FreeRetired)
+        retired_.push_back(h.data);
+        retired_bytes_ += h.cap;
+      }
+      h.data = nullptr;
+      h.cap = 0;
+      REFIT_ASSIGN_OR_RETURN(h.data, ops_->Allocate(p));
+      h.cap = p;
+    }
+    REFIT_RETURN_IF_ERROR(ops_->Copy(w.lane, h.data, m.payload, p));
+    h.header = m.header;
+    h.valid = true;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace refit
