@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -18,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "client/refit_client.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/refitd_process.h"
@@ -54,20 +56,27 @@ int64_t MemberBytesTotal(const std::string& page) {
   return sum;
 }
 
+// Starts refitd with `flags` (its output in `log`) and joins a tiny job's
+// trainer `*t` and engine "A" `*e`, both holding the plan; returns the first
+// failure.
+absl::Status StartJob(RefitdProcess& refitd, const std::vector<std::string>& flags,
+                      const std::string& log, std::unique_ptr<RefitClient>* t,
+                      std::unique_ptr<RefitClient>* e) {
+  REFIT_RETURN_IF_ERROR(refitd.Start(
+      absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/server/refitd"), flags, log,
+      absl::Seconds(20)));
+  *t = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(true, "job"));
+  *e = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(false, "job", "A"));
+  if (!*t || !*e) return absl::UnavailableError("a member did not join");
+  REFIT_RETURN_IF_ERROR((*t)->AwaitPlan(In(absl::Seconds(20))).status());
+  return (*e)->AwaitPlan(In(absl::Seconds(20))).status();
+}
+
 TEST(RoundFiguresTest, AbsurdVersionsAndFiguresAreRefusedNamingTheField) {
   const std::string log = absl::StrCat(std::getenv("TEST_TMPDIR"), "/refitd.out");
   RefitdProcess refitd;
-  ASSERT_TRUE(refitd
-                  .Start(absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/server/refitd"),
-                         {"--plan_settle_ms=5", "--metrics_port=0"},
-                         log,
-                         absl::Seconds(20))
-                  .ok());
-  auto t = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(true, "job"));
-  auto e = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(false, "job", "A"));
-  ASSERT_TRUE(t && e);
-  ASSERT_TRUE(t->AwaitPlan(In(absl::Seconds(20))).ok());
-  ASSERT_TRUE(e->AwaitPlan(In(absl::Seconds(20))).ok());
+  std::unique_ptr<RefitClient> t, e;
+  ASSERT_TRUE(StartJob(refitd, {"--plan_settle_ms=5", "--metrics_port=0"}, log, &t, &e).ok());
   const int64_t max = std::numeric_limits<int64_t>::max();
   for (int64_t v : {max, (int64_t{1} << 53) + 1, int64_t{0}, int64_t{-3}}) {
     absl::Status s = Start(*t, v);
@@ -126,17 +135,10 @@ absl::StatusOr<v1::MemberBytes> LiveOf(RefitClient& c) {
 
 TEST(RoundFiguresTest, HeartbeatBytesAboveThePlanOrNegativeAreIgnored) {
   RefitdProcess refitd;
-  ASSERT_TRUE(refitd
-                  .Start(absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/server/refitd"),
-                         {"--plan_settle_ms=5"},
-                         absl::StrCat(std::getenv("TEST_TMPDIR"), "/refitd.out"),
-                         absl::Seconds(20))
+  std::unique_ptr<RefitClient> t, e;
+  ASSERT_TRUE(StartJob(refitd, {"--plan_settle_ms=5"},
+                       absl::StrCat(std::getenv("TEST_TMPDIR"), "/refitd.live.out"), &t, &e)
                   .ok());
-  auto t = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(true, "job"));
-  auto e = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(false, "job", "A"));
-  ASSERT_TRUE(t && e);
-  ASSERT_TRUE(t->AwaitPlan(In(absl::Seconds(20))).ok());
-  ASSERT_TRUE(e->AwaitPlan(In(absl::Seconds(20))).ok());
   ASSERT_TRUE(Start(*t, 1).ok());
   ASSERT_TRUE(t->WaitForRound(In(absl::Seconds(10))).ok());
   // A figure each heartbeat (once a second): waits for two.
