@@ -103,8 +103,8 @@ ABSL_FLAG(std::string, tls_server_name, "",
           "name to check in refitd's certificate (default: the --server host)");
 ABSL_FLAG(int32_t, rounds, 10, "newest rounds shown");
 ABSL_FLAG(bool, watch, false,
-          "show the round in flight (which members reported, which are still\n"
-          "moving), refreshing every --interval_ms, until a round ends (exit 0\n"
+          "show the round in flight (which members reported, the bytes of\n"
+          "those still moving against their plan), refreshing every --interval_ms, until a round ends (exit 0\n"
           "when it committed, 1 when it aborted); --timeout_s bounds the whole\n"
           "watch (default 600)");
 ABSL_FLAG(int32_t, interval_ms, 500, "--watch refresh period");
@@ -184,7 +184,7 @@ engine rank received, seconds the slowest member's data-plane time, GB/s =
 bytes / seconds (GB = 1e9 bytes). --server defaults to refitd's own default
 address, 127.0.0.1:50051. With --watch it follows the round in flight
 instead, until it ends (each member reported with its bytes, seconds and
-peak staging, or still moving); with --follow it keeps watching round
+peak staging, or still moving with its bytes so far of its plan's); with --follow it keeps watching round
 after round until --timeout_s. To a refitd with TLS (--tls_cert), give the CA
 that signed its certificate with --tls_ca_file (and --tls_cert_file,
 --tls_key_file when it requires client certificates).

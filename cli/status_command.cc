@@ -162,6 +162,14 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
                          {"peak_staging_bytes", m.peak_staging_bytes()},
                          {"digest_seconds", m.digest_seconds()}});
     }
+    nlohmann::json live = nlohmann::json::array();
+    for (const v1::MemberBytes& b : s.live()) {
+      live.push_back({{"member_id", b.member_id()},
+                      {"bytes", b.bytes()},
+                      {"planned_bytes", b.planned_bytes()},
+                      {"engine", b.engine()},
+                      {"reported", b.reported()}});
+    }
     j["rounds"].push_back({{"version", s.version()},
                            {"outcome", s.outcome()},
                            {"reason", s.reason()},
@@ -175,7 +183,8 @@ std::string FormatStatusJson(const v1::StatusResponse& r, int rounds) {
                            {"peak_staging_member", s.peak_staging_member()},
                            {"pause_seconds", s.pause_seconds()},
                            {"pause_member", s.pause_member()},
-                           {"reports", reports}});
+                           {"reports", reports},
+                           {"live", live}});
   }
   // Text from peers (reasons, refusals) may hold bytes that are not UTF-8.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";

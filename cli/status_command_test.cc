@@ -77,7 +77,17 @@ TEST(StatusCommandTest, TextNamesTornEnginesAndTheProtocol) {
 }
 
 TEST(StatusCommandTest, JsonCarriesTheSameFields) {
-  nlohmann::json j = nlohmann::json::parse(FormatStatusJson(Sample(), 10));
+  v1::StatusResponse sample = Sample();
+  v1::MemberBytes* live = sample.mutable_rounds(sample.rounds_size() - 1)->add_live();
+  live->set_member_id("trainer/t/0");
+  live->set_bytes(300);
+  live->set_planned_bytes(1200);
+  nlohmann::json j = nlohmann::json::parse(FormatStatusJson(sample, 10));
+  ASSERT_EQ(j["rounds"][4]["live"].size(), 1u);
+  EXPECT_EQ(j["rounds"][4]["live"][0]["member_id"], "trainer/t/0");
+  EXPECT_EQ(j["rounds"][4]["live"][0]["bytes"], 300);
+  EXPECT_EQ(j["rounds"][4]["live"][0]["planned_bytes"], 1200);
+  EXPECT_EQ(j["rounds"][4]["live"][0]["engine"], false);
   EXPECT_EQ(j["protocol_version"], 1);
   EXPECT_EQ(j["members"][0]["side"], "engine");
   EXPECT_EQ(j["members"][0]["transport"], "pull");
@@ -131,7 +141,14 @@ TEST(StatusWatchTest, AFrameGivesEveryMembersBytesWaitingOnesTooAligned) {
   EXPECT_THAT(f, ::testing::HasSubstr("refitd h:1: 0 members, plan abc\n"));
   r.add_members();
   EXPECT_THAT(FormatWatchFrame(r, "h:1"), ::testing::HasSubstr("refitd h:1: 1 member, plan"));
-  EXPECT_THAT(f, ::testing::HasSubstr("  waiting   engine/job/A/0  0 bytes so far\n"));
+  EXPECT_THAT(f, ::testing::HasSubstr("  moving    engine/job/A/0  0 bytes so far\n"));
+  // With the member's heartbeat figure: its bytes so far of its plan's.
+  v1::MemberBytes* live = r.mutable_rounds(1)->add_live();
+  live->set_member_id("engine/job/A/0");
+  live->set_bytes(250);
+  live->set_planned_bytes(1000);
+  EXPECT_THAT(FormatWatchFrame(r, "h:1"),
+              ::testing::HasSubstr("  moving    engine/job/A/0  250 bytes of 1000 bytes (25%)\n"));
   EXPECT_EQ(FinishedRoundAfter(r, 1), nullptr);
   EXPECT_EQ(FinishedRoundAfter(r, 0)->version(), 1);
 }

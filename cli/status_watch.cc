@@ -46,11 +46,13 @@ std::string FormatWatchFrame(const v1::StatusResponse& r, const std::string& ser
                         Counted(total, "member"), RunningRoundBytes(*running));
   std::map<std::string, const v1::MemberReport*> figures;
   for (const v1::MemberReport& m : running->reports()) figures[m.member_id()] = &m;
+  std::map<std::string, const v1::MemberBytes*> live;
+  for (const v1::MemberBytes& b : running->live()) live[b.member_id()] = &b;
   size_t width = 0;
   for (const std::string& id : running->reported()) width = std::max(width, Printable(id).size());
   for (const std::string& id : running->waiting()) width = std::max(width, Printable(id).size());
-  // One row per participant, each with its bytes: a member's figures come
-  // with its report at the end of its part, so a waiting one shows 0.
+  // One row per participant: a reported one with its report's figures, a
+  // moving one with its bytes so far of its plan slice's (its heartbeats).
   for (const std::string& id : running->reported()) {
     auto it = figures.find(id);
     if (it == figures.end()) {
@@ -63,8 +65,18 @@ std::string FormatWatchFrame(const v1::StatusResponse& r, const std::string& ser
                           HumanBytes(it->second->peak_staging_bytes()));
   }
   for (const std::string& id : running->waiting()) {
-    absl::StrAppendFormat(&out, "  waiting   %-*s  %s so far\n", width, Printable(id),
-                          HumanBytes(0));
+    auto it = live.find(id);
+    const int64_t bytes = it == live.end() ? 0 : it->second->bytes();
+    const int64_t planned = it == live.end() ? 0 : it->second->planned_bytes();
+    if (planned > 0) {
+      absl::StrAppendFormat(&out, "  moving    %-*s  %s of %s (%d%%)\n", width, Printable(id),
+                            HumanBytes(bytes), HumanBytes(planned),
+                            static_cast<int>(100.0 * static_cast<double>(bytes) /
+                                             static_cast<double>(planned)));
+    } else {
+      absl::StrAppendFormat(&out, "  moving    %-*s  %s so far\n", width, Printable(id),
+                            HumanBytes(bytes));
+    }
   }
   return out;
 }

@@ -1,6 +1,6 @@
 // `refit status --watch`: polls a running refitd and shows the round in
 // flight (its version, seconds so far, each member's bytes: reported, or
-// waiting) until that round ends, then its outcome; --follow round after
+// moved so far of its plan slice's) until that round ends, then its outcome; --follow round after
 // round.
 #ifndef REFIT_TOOLS_CLI_STATUS_WATCH_H_
 #define REFIT_TOOLS_CLI_STATUS_WATCH_H_
@@ -17,8 +17,8 @@ namespace refit {
 
 // Returns one screen of the watch: the round in flight in `r` (or "no
 // round in flight" and the last finished one), one row per participant,
-// ids aligned: reported (its bytes, seconds and peak staging) or waiting
-// (0 bytes so far: a member reports its figures when its part is done).
+// ids aligned: reported (its bytes, seconds and peak staging) or moving
+// (its bytes so far of those its plan slice moves, from its heartbeats).
 std::string FormatWatchFrame(const v1::StatusResponse& r, const std::string& server);
 
 // Returns the newest round in `r` whose version is above `after` and that

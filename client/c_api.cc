@@ -407,7 +407,9 @@ int refit_member_round_progress(refit_member* member, int64_t version, double ti
     const nlohmann::json j = {{"version", version},   {"running", p.running},
                     {"seconds", p.seconds},       {"reported", p.reported},
                     {"members", p.members},       {"engine_bytes", p.engine_bytes},
-                    {"engine_ranks", p.engine_ranks}};
+                    {"engine_ranks", p.engine_ranks}, {"bytes", p.bytes},
+                    {"planned_bytes", p.planned_bytes}, {"round_bytes", p.round_bytes},
+                    {"round_planned_bytes", p.round_planned_bytes}};
     *progress_json = refit::Dup(j.dump());
     return absl::OkStatus();
   });

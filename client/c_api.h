@@ -144,7 +144,10 @@ int refit_member_apply_round(refit_member* member, int64_t version, double timeo
  * "running" (false: not started yet, or ended), "seconds" (since it
  * started), "reported", "members" (participants that reported success, of
  * all), "engine_bytes", "engine_ranks" (bytes the engine ranks that
- * reported received)}. The one call that may run while another thread is
+ * reported received), "bytes", "planned_bytes" (this member's bytes moved
+ * so far, of its plan slice's), "round_bytes", "round_planned_bytes" (every
+ * engine rank's received so far, of all they receive)}; the bytes so far
+ * come with the members' heartbeats, about once a second. The one call that may run while another thread is
  * in refit_member_run_round on the same member (for progress lines). */
 int refit_member_round_progress(refit_member* member, int64_t version, double timeout_s,
                                 char** progress_json);

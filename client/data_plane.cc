@@ -301,7 +301,10 @@ absl::StatusOr<RunStats> DataPlaneMember::MoveAndReport(int64_t version, absl::T
     // base version, and whether both sides digest it.
     const RefitClient::RoundMode mode = client_->RoundModeOf(version);
     runner_->Begin({version, mode.delta_base, mode.verify});
+    live_bytes_->Reset();
+    client_->SetLiveRound(version, attempt, [live = live_bytes_] { return live->moved(); });
     stats = runner_->Run(deadline);
+    client_->SetLiveRound(0, 0, nullptr);
   }
   done.Notify();
   client_->WakeWaiters();
@@ -391,7 +394,7 @@ absl::Status DataPlaneMember::Connect(int64_t version, int32_t attempt, absl::Ti
   member.host_of_member = host_of_member_;
   member.network_members = network_members_;
   DataPlaneParts parts;
-  parts.transport = options_.transport;
+  if (options_.transport) parts.transport = CountingTransports(options_.transport, live_bytes_);
   parts.copier = options_.copier;
   parts.pull = options_.pull;
   parts.segment_checksums = options_.segment_checksums;

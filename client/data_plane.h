@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/grpc_kv_store.h"
+#include "client/live_bytes.h"
 #include "client/refit_client.h"
 #include "client/staged_buffers.h"
 #include "client/staged_delta.h"
@@ -202,6 +203,9 @@ class DataPlaneMember {
   absl::Status cancelled_ ABSL_GUARDED_BY(cancel_mu_);
   RoundRunner* cancel_runner_ ABSL_GUARDED_BY(cancel_mu_) = nullptr;
   std::unique_ptr<GrpcKvStore> store_;
+  // The bytes the transport moved of the round in flight (each heartbeat
+  // sends them to refitd).
+  std::shared_ptr<LiveBytes> live_bytes_ = std::make_shared<LiveBytes>();
   // The member's data plane: every round Begin, Run, Finish
   // (exec/round_runner.h), whatever runner refitd's plan makes it.
   std::unique_ptr<RoundRunner> runner_;

@@ -291,6 +291,16 @@ absl::StatusOr<Member::RoundProgress> Member::Progress(int64_t version,
     p.members = s.reported_size() + s.waiting_size();
     p.engine_bytes = s.engine_bytes();
     p.engine_ranks = s.engine_ranks();
+    for (const v1::MemberBytes& b : s.live()) {
+      if (b.member_id() == client_->member_id()) {
+        p.bytes = b.bytes();
+        p.planned_bytes = b.planned_bytes();
+      }
+      if (b.engine()) {
+        p.round_bytes += b.bytes();
+        p.round_planned_bytes += b.planned_bytes();
+      }
+    }
   }
   return p;
 }

@@ -128,7 +128,9 @@ class Member {
   // What refitd says of round `version` so far (for progress lines; safe
   // to call while another thread is in RunRound): whether it is running,
   // for how long, how many participants reported of how many, and the
-  // bytes the engine ranks that reported received. A round that is not
+  // bytes the engine ranks that reported received; the bytes moved so far
+  // against the plan (from the members' heartbeats, about once a second):
+  // this member's, and all engine ranks' together. A round that is not
   // running (not started yet, or ended) has running false. Fails with
   // refitd's status (UNAVAILABLE when it is gone).
   struct RoundProgress {
@@ -138,6 +140,10 @@ class Member {
     int32_t members = 0;
     int64_t engine_bytes = 0;
     int32_t engine_ranks = 0;
+    int64_t bytes = 0;          // this member's, so far
+    int64_t planned_bytes = 0;  // ... of what its plan slice moves
+    int64_t round_bytes = 0;          // every engine rank's received so far
+    int64_t round_planned_bytes = 0;  // ... of what they receive in all
   };
   absl::StatusOr<RoundProgress> Progress(int64_t version, absl::Time deadline);
 

@@ -332,14 +332,27 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
   stream_ctx_ = nullptr;
 }
 
+void RefitClient::SetLiveRound(int64_t version, int32_t attempt,
+                               std::function<int64_t()> bytes) {
+  absl::MutexLock l(&mu_);
+  live_version_ = bytes ? version : 0;
+  live_attempt_ = attempt;
+  live_bytes_ = std::move(bytes);
+}
+
 void RefitClient::HeartbeatLoop() {
   absl::MutexLock l(&mu_);
   absl::Time last_answer = absl::Now();
   while (!stopping_) {
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.heartbeat_interval);
     if (stopping_) break;
-    mu_.Unlock();
     v1::HeartbeatRequest req;
+    if (live_version_ != 0 && live_bytes_) {
+      req.set_round_version(live_version_);
+      req.set_round_attempt(live_attempt_);
+      req.set_round_bytes(live_bytes_());
+    }
+    mu_.Unlock();
     req.set_member_id(member_id_);
     req.set_member_secret(member_secret_);
     v1::HeartbeatResponse resp;

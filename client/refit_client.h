@@ -7,6 +7,7 @@
 #define REFIT_CLIENT_REFIT_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <memory>
@@ -177,6 +178,13 @@ class RefitClient {
   // options.refitd_timeout.
   absl::StatusOr<int64_t> WaitForRound(absl::Time deadline);
 
+  // The round whose data plane runs now: each heartbeat sends `bytes()`
+  // (what it moved so far) with round `version`, attempt `attempt`
+  // (HeartbeatRequest.round_bytes) for refitd's status. An empty `bytes`
+  // (or version 0): no round runs. `bytes` is called from the heartbeat
+  // thread and must stay callable until replaced.
+  void SetLiveRound(int64_t version, int32_t attempt, std::function<int64_t()> bytes);
+
   // A member's figures of one round, as refitd logs and exports them.
   struct RoundFigures {
     int64_t bytes = 0;               // bytes moved (the larger of sent, received)
@@ -320,6 +328,10 @@ class RefitClient {
   std::map<int64_t, int32_t> round_attempts_ ABSL_GUARDED_BY(mu_);  // version -> attempt
   std::map<int64_t, RoundMode> round_modes_ ABSL_GUARDED_BY(mu_);  // version -> mode
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // SetLiveRound's round and its byte count.
+  int64_t live_version_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t live_attempt_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<int64_t()> live_bytes_ ABSL_GUARDED_BY(mu_);
   std::thread reader_;
   std::thread heartbeater_;
 };

@@ -217,6 +217,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
   }
   v1::HeartbeatResponse resp;
   resp.set_active_version(rounds_.active() != nullptr ? rounds_.active()->version : 0);
+  if (req.round_version() != 0) REFIT_RETURN_IF_ERROR(RecordLiveBytes(req));
   return resp;
 }
 

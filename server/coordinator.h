@@ -186,7 +186,11 @@ class Coordinator {
   // negative, a byte sum that would overflow), which the round ignores.
   absl::Status Report(const v1::ReportRequest& req);
 
-  // Records a heartbeat; NOT_FOUND when the member is not registered.
+  // Records a heartbeat and, when it names the running round, the bytes
+  // the member moved of it so far (RoundSummary.live). NOT_FOUND when the
+  // member is not registered; INVALID_ARGUMENT naming round_bytes when
+  // they are negative or above what the member's plan slice moves (the
+  // heartbeat still counts; the figure is ignored).
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
 
   // Removes the member (aborting a round it takes part in); OK when unknown.
@@ -235,6 +239,12 @@ class Coordinator {
   // (Rounds::RecordApplied's errors); commits the round once every staged
   // member applied.
   absl::Status ReportApplied(const v1::ReportRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Heartbeat's round figure (see Heartbeat).
+  absl::Status RecordLiveBytes(const v1::HeartbeatRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns the running round's participants' bytes so far (RoundSummary.live).
+  void FillLiveBytes(const Rounds::Active& a, v1::RoundSummary* s) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the running round (no-op without one); `abort_reason` labels an
   // abort in the metrics.
   void EndRound(bool committed, const std::string& reason, AbortReason abort_reason)

@@ -1,5 +1,6 @@
 // Coordinator (see coordinator.h): rounds, their outcomes and status. The
 // rest of the class is in coordinator.cc.
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <optional>
@@ -278,6 +279,36 @@ v1::EngineStateResponse Coordinator::GetEngineState(
   return resp;
 }
 
+absl::Status Coordinator::RecordLiveBytes(const v1::HeartbeatRequest& req) {
+  auto plan = member_plans_.find(req.member_id());
+  const SliceBounds* bounds = plan == member_plans_.end() ? nullptr : plan->second.bounds;
+  return rounds_.RecordLive(req.member_id(), req.round_version(), req.round_attempt(),
+                            req.round_bytes(), MaxReportBytes(bounds));
+}
+
+void Coordinator::FillLiveBytes(const Rounds::Active& a, v1::RoundSummary* s) const {
+  for (const std::string& id : a.participants) {
+    v1::MemberBytes* b = s->add_live();
+    b->set_member_id(id);
+    auto plan = member_plans_.find(id);
+    const SliceBounds* bounds = plan == member_plans_.end() ? nullptr : plan->second.bounds;
+    const Member* m = membership_.Find(id);
+    b->set_engine(m != nullptr && m->reg.identity().side() == v1::SIDE_ENGINE);
+    auto report = a.reports.find(id);
+    b->set_reported(report != a.reports.end());
+    auto live = a.live.find(id);
+    int64_t bytes = report != a.reports.end() ? report->second.bytes()
+                    : live != a.live.end()     ? live->second
+                                               : 0;
+    if (bounds != nullptr) {
+      // A delta round's figures may carry message headers beyond the slice.
+      bytes = std::min(bytes, bounds->bytes);
+      b->set_planned_bytes(bounds->bytes);
+    }
+    b->set_bytes(bytes);
+  }
+}
+
 v1::StatusResponse Coordinator::GetStatus() {
   v1::StatusResponse resp;
   resp.set_protocol_version(kProtocolVersion);
@@ -318,6 +349,7 @@ v1::StatusResponse Coordinator::GetStatus() {
     rounds_.FillFigures(*a, s);
     s->set_seconds(absl::ToDoubleSeconds(now - a->started));
     for (const auto& [id, report] : a->reports) *s->add_reports() = report;
+    FillLiveBytes(*a, s);
     for (const std::string& id : a->participants) {
       if (a->done.count(id) > 0) {
         s->add_reported(id);

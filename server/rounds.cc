@@ -112,6 +112,23 @@ bool Rounds::RecordDone(const v1::MemberReport& report, bool engine) {
   return active_->done.size() == active_->participants.size();
 }
 
+absl::Status Rounds::RecordLive(const std::string& id, int64_t version, int32_t attempt,
+                               int64_t bytes, int64_t max_bytes) {
+  if (bytes < 0 || bytes > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "round_bytes: ", bytes, " is outside [0, ", max_bytes,
+        "], the bytes the member's plan slice moves"));
+  }
+  if (active_ == nullptr || active_->version != version ||
+      (attempt != 0 && attempt != active_->attempt) ||
+      active_->participants.count(id) == 0 || active_->done.count(id) > 0) {
+    return absl::OkStatus();
+  }
+  int64_t& live = active_->live[id];
+  live = std::max(live, bytes);
+  return absl::OkStatus();
+}
+
 void Rounds::MarkStaged(std::set<std::string> ids) {
   if (active_ != nullptr) active_->staged = std::move(ids);
 }

@@ -46,6 +46,8 @@ class Rounds {
     // Each success report, by member id (member_id, bytes, seconds, peak
     // staging as the member sent them).
     std::map<std::string, v1::MemberReport> reports;
+    // Each participant's bytes so far from its heartbeats (RecordLive).
+    std::map<std::string, int64_t> live;
     // Staged engine members among the participants (Registration.staged):
     // they write their live buffers only once every participant reported
     // done (`applying`, ROUND_STAGED); those that have since reported
@@ -120,6 +122,15 @@ class Rounds {
   // what it received and count in the round's bytes, common/round_bytes.h);
   // returns true when every participant has now reported success.
   bool RecordDone(const v1::MemberReport& report, bool engine);
+
+  // Records that participant `id` moved `bytes` of round `version`,
+  // attempt `attempt` (0: the running one) so far; the figure only rises.
+  // OK and no-op when that round is not running or `id` is not a
+  // participant still moving (a heartbeat sent as the round ended).
+  // INVALID_ARGUMENT naming round_bytes when `bytes` is negative or above
+  // `max_bytes` (what the member's plan slice moves).
+  absl::Status RecordLive(const std::string& id, int64_t version, int32_t attempt,
+                          int64_t bytes, int64_t max_bytes);
 
   // Marks participants `ids` of the running round as staged members
   // (no-op without a round).

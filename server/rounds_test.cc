@@ -15,6 +15,29 @@ std::string EngineOf(const std::string& id) {
   return id.rfind("engine/", 0) == 0 ? id.substr(7, 1) : "";
 }
 
+TEST(RoundsTest, LiveBytesRiseWithinThePlanAndOnlyForTheRunningRound) {
+  Rounds r(8);
+  r.Start(3, {"trainer/0", "engine/A"}, t0);
+  EXPECT_TRUE(r.RecordLive("trainer/0", 3, 0, 400, 1000).ok());
+  EXPECT_EQ(r.active()->live.at("trainer/0"), 400);
+  // An older figure (a heartbeat that crossed a newer one) never lowers it.
+  EXPECT_TRUE(r.RecordLive("trainer/0", 3, 1, 100, 1000).ok());
+  EXPECT_EQ(r.active()->live.at("trainer/0"), 400);
+  // More than the plan slice moves, or negative: refused, figure unchanged.
+  const absl::Status over = r.RecordLive("trainer/0", 3, 0, 1001, 1000);
+  EXPECT_EQ(over.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(over.message().find("round_bytes: 1001"), std::string::npos) << over;
+  EXPECT_EQ(r.RecordLive("trainer/0", 3, 0, -1, 1000).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.active()->live.at("trainer/0"), 400);
+  // Another round, another attempt, a stranger: ignored.
+  EXPECT_TRUE(r.RecordLive("trainer/0", 2, 0, 500, 1000).ok());
+  EXPECT_TRUE(r.RecordLive("trainer/0", 3, 2, 500, 1000).ok());
+  EXPECT_TRUE(r.RecordLive("engine/B", 3, 0, 500, 1000).ok());
+  EXPECT_EQ(r.active()->live.at("trainer/0"), 400);
+  EXPECT_EQ(r.active()->live.count("engine/B"), 0u);
+}
+
 TEST(RoundsTest, StartChecksVersionsAndRetries) {
   Rounds r(64);
   EXPECT_EQ(*r.CheckStart(1), false);

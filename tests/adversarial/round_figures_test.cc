@@ -3,12 +3,15 @@
 // its status (bytes INT64_MAX, above what the member's plan slice moves;
 // negative bytes, NaN seconds) are refused INVALID_ARGUMENT naming the
 // field, the round still commits with sane figures, its /metrics counters
-// hold only the accepted reports, and later versions start.
+// hold only the accepted reports, and later versions start. A heartbeat's
+// bytes so far above the plan slice or negative leave refitd's live figure
+// as it was.
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -16,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "client/refit_client.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/refitd_process.h"
@@ -52,20 +56,27 @@ int64_t MemberBytesTotal(const std::string& page) {
   return sum;
 }
 
+// Starts refitd with `flags` (its output in `log`) and joins a tiny job's
+// trainer `*t` and engine "A" `*e`, both holding the plan; returns the first
+// failure.
+absl::Status StartJob(RefitdProcess& refitd, const std::vector<std::string>& flags,
+                      const std::string& log, std::unique_ptr<RefitClient>* t,
+                      std::unique_ptr<RefitClient>* e) {
+  REFIT_RETURN_IF_ERROR(refitd.Start(
+      absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/server/refitd"), flags, log,
+      absl::Seconds(20)));
+  *t = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(true, "job"));
+  *e = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(false, "job", "A"));
+  if (!*t || !*e) return absl::UnavailableError("a member did not join");
+  REFIT_RETURN_IF_ERROR((*t)->AwaitPlan(In(absl::Seconds(20))).status());
+  return (*e)->AwaitPlan(In(absl::Seconds(20))).status();
+}
+
 TEST(RoundFiguresTest, AbsurdVersionsAndFiguresAreRefusedNamingTheField) {
   const std::string log = absl::StrCat(std::getenv("TEST_TMPDIR"), "/refitd.out");
   RefitdProcess refitd;
-  ASSERT_TRUE(refitd
-                  .Start(absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/server/refitd"),
-                         {"--plan_settle_ms=5", "--metrics_port=0"},
-                         log,
-                         absl::Seconds(20))
-                  .ok());
-  auto t = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(true, "job"));
-  auto e = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(false, "job", "A"));
-  ASSERT_TRUE(t && e);
-  ASSERT_TRUE(t->AwaitPlan(In(absl::Seconds(20))).ok());
-  ASSERT_TRUE(e->AwaitPlan(In(absl::Seconds(20))).ok());
+  std::unique_ptr<RefitClient> t, e;
+  ASSERT_TRUE(StartJob(refitd, {"--plan_settle_ms=5", "--metrics_port=0"}, log, &t, &e).ok());
   const int64_t max = std::numeric_limits<int64_t>::max();
   for (int64_t v : {max, (int64_t{1} << 53) + 1, int64_t{0}, int64_t{-3}}) {
     absl::Status s = Start(*t, v);
@@ -107,6 +118,53 @@ TEST(RoundFiguresTest, AbsurdVersionsAndFiguresAreRefusedNamingTheField) {
   EXPECT_THAT(page, HasSubstr("\nrefit_round_bytes_total 4096\n")) << page;
   EXPECT_EQ(MemberBytesTotal(page), 8192) << page;
   EXPECT_TRUE(Start(*t, 2).ok());  // later versions still start
+}
+
+// The trainer's bytes so far in round 1 as refitd's status shows them.
+absl::StatusOr<v1::MemberBytes> LiveOf(RefitClient& c) {
+  absl::StatusOr<v1::StatusResponse> status = c.GetStatus(In(absl::Seconds(10)));
+  if (!status.ok()) return status.status();
+  for (const v1::RoundSummary& r : status->rounds()) {
+    if (r.outcome() != "running") continue;
+    for (const v1::MemberBytes& b : r.live()) {
+      if (b.member_id() == c.member_id()) return b;
+    }
+  }
+  return absl::NotFoundError("no live figure");
+}
+
+TEST(RoundFiguresTest, HeartbeatBytesAboveThePlanOrNegativeAreIgnored) {
+  RefitdProcess refitd;
+  std::unique_ptr<RefitClient> t, e;
+  ASSERT_TRUE(StartJob(refitd, {"--plan_settle_ms=5"},
+                       absl::StrCat(std::getenv("TEST_TMPDIR"), "/refitd.live.out"), &t, &e)
+                  .ok());
+  ASSERT_TRUE(Start(*t, 1).ok());
+  ASSERT_TRUE(t->WaitForRound(In(absl::Seconds(10))).ok());
+  // A figure each heartbeat (once a second): waits for two.
+  auto heartbeat_bytes = [&](int64_t bytes) {
+    t->SetLiveRound(1, 0, [bytes] { return bytes; });
+    absl::SleepFor(absl::Milliseconds(2200));
+    return LiveOf(*t);
+  };
+  absl::StatusOr<v1::MemberBytes> b = heartbeat_bytes(std::numeric_limits<int64_t>::max());
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_GT(b->planned_bytes(), 0);
+  EXPECT_EQ(b->bytes(), 0);  // refused: more than the plan slice moves
+  b = heartbeat_bytes(b->planned_bytes() / 2);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->bytes(), b->planned_bytes() / 2);
+  const int64_t half = b->bytes();
+  for (int64_t bad : {int64_t{-5}, int64_t{0}}) {  // negative: refused; lower: kept
+    b = heartbeat_bytes(bad);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->bytes(), half) << bad;
+  }
+  t->SetLiveRound(0, 0, nullptr);
+  EXPECT_TRUE(refitd.Alive());  // the member stays registered and refitd serves
+  absl::StatusOr<v1::StatusResponse> status = t->GetStatus(In(absl::Seconds(10)));
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->members_size(), 2);
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ JOB_UNTIL=7
 if [ $FULL = 1 ]; then OUTAGE_S=10; JOB_UNTIL=12; JOB_DEADLINE_S=240; fi
 HB_S=$((JOB_HEARTBEAT_TIMEOUT_MS / 1000))
 RATE=12mbit  # every member host's data link: a round takes ~1.2 s
+SLOW_RATE=3mbit  # h2's until a fault lands (round_in_flight): ~5 s
 fail=0
 results=()
 
@@ -55,14 +56,32 @@ last_time() { cat $1 | grep -E "$2" | awk '{print $1}' | sort -n | tail -1; }
 
 cap_all() { local h; for h in 1 2 3 4; do netns_cap "$h" data "$RATE" || return 1; done; }
 
+# Waits up to $2 s until round $1 has run a second and refitd's status
+# (the members' heartbeat figures) shows an engine rank still short of the
+# bytes its plan slice receives: the round's bytes are in flight. (A
+# trainer's sends end once the kernel holds them, and an engine counts a
+# wave when all of it arrived, so the receiving side is what tells.)
+wait_in_flight() {
+  job_wait_status "any(r['seconds'] >= 1 and any(b['engine'] and not b['reported'] and b['bytes'] < b['planned_bytes'] for b in r['live']) for r in s['rounds'] if r['outcome'] == 'running' and r['version'] == $1)" "$2"
+}
+
+# Slows h2's data link (h2 sends to both engines: a round takes ~5 s),
+# waits for a round of version 2 or later to start and for wait_in_flight,
+# and prints its version: a fault injected now lands while the round's
+# bytes move. The caller then gives h2 its link back (restore_h2).
+round_in_flight() {
+  local v
+  netns_cap 2 data "$SLOW_RATE" || return 1
+  v=$(job_wait_running 60 2) || return 1
+  echo "$v"
+  wait_in_flight "$v" 4 >&2 || { echo "round $v: no engine rank short of its bytes" >&2; return 1; }
+}
+restore_h2() { netns_cap 2 data "$RATE"; }
+
 scenario_link_down() {
   local bad=0 v t0 t1 fp
-  # h2's data link at a sixth of the others': its part of a round takes ~7 s,
-  # so a cut made early in a round (job_wait_running) lands while h2's bytes
-  # are in flight, however fast the other hosts finish.
-  JOB_GATE=2 job_up "$WORK/link_down" && cap_all && netns_cap 2 data 2mbit ||
-    { netns_down; results+=("link_down: FAIL setup"); fail=1; return; }
-  v=$(job_wait_running 60 2) || bad=1
+  JOB_GATE=2 job_up "$WORK/link_down" && cap_all || { netns_down; results+=("link_down: FAIL setup"); fail=1; return; }
+  v=$(round_in_flight) || bad=1
   fp=$(job_status_eval "s['plan_fingerprint']")
   t0=$(job_now)
   netns_link 2 both down
@@ -79,6 +98,7 @@ scenario_link_down() {
   torn=$(job_status_eval "','.join(e['engine_id'] for e in s['engines'] if e['torn_version'])")
   sleep "$OUTAGE_S"
   netns_link 2 both up
+  restore_h2 || bad=1
   job_wait_status "any(r['version'] == $v and r['outcome'] == 'committed' for r in s['rounds'])" 60 ||
     { echo "round $v did not commit after the link came back"; bad=1; }
   local fp2
@@ -91,9 +111,10 @@ scenario_link_down() {
 scenario_partition() {
   local bad=0 v fp fp2 during
   JOB_GATE=2 job_up "$WORK/partition" && cap_all || { netns_down; results+=("partition: FAIL setup"); fail=1; return; }
-  v=$(job_wait_running 60 2) || bad=1
+  v=$(round_in_flight) || bad=1
   fp=$(job_status_eval "s['plan_fingerprint']")
   netns_partition add 0 3
+  restore_h2 || bad=1
   job_wait_status "not any(m['host_id'] == 'h3' for m in s['members'])" $((HB_S + 10)) ||
     { echo "refitd did not expire h3's members"; bad=1; }
   netns_wait_lines "$JOB_DIR/refitd.log" 1 "round aborted round=$v .*cause=member_expired reason=member engine A" 5 ||
@@ -116,9 +137,10 @@ scenario_partition() {
 scenario_kill_host() {
   local bad=0 v fp
   JOB_GATE=2 job_up "$WORK/kill_host" && cap_all || { netns_down; results+=("kill_host: FAIL setup"); fail=1; return; }
-  v=$(job_wait_running 60 2) || bad=1
+  v=$(round_in_flight) || bad=1
   fp=$(job_status_eval "s['plan_fingerprint']")
   netns_kill_host 4
+  restore_h2 || bad=1
   mv "$JOB_DIR/h4.log" "$JOB_DIR/h4.killed.log"
   netns_wait_lines "$JOB_DIR/h3.log" 2 " aborted engine A .* $v: " $((HB_S + 10)) || bad=1
   job_wait_status "any(r['version'] == $v and r['outcome'] == 'committed' for r in s['rounds'])" 30 ||
@@ -134,9 +156,10 @@ scenario_kill_host() {
 scenario_refitd_cut() {
   local bad=0 v fp
   JOB_GATE=2 job_up "$WORK/refitd_cut" && cap_all || { netns_down; results+=("refitd_cut: FAIL setup"); fail=1; return; }
-  v=$(job_wait_running 60 2) || bad=1
+  v=$(round_in_flight) || bad=1
   fp=$(job_status_eval "s['plan_fingerprint']")
   netns_link 0 both down
+  restore_h2 || bad=1
   sleep "$OUTAGE_S"
   netns_link 0 both up
   # refitd heard nobody while cut off: it expired the members, aborting

@@ -13,6 +13,8 @@ runs starting again, with a real refitd:
 
   refitd_restart_test.py REFITD LIBREFIT_CLIENT_SO README.md
 """
+import contextlib
+import io
 import os
 import re
 import sys
@@ -202,9 +204,20 @@ class ProgressTest(unittest.TestCase):
                 self.assertIsInstance(p, refit.RoundProgress)
                 self.assertEqual((p.version, p.running, p.members), (v, True, 2))
                 self.assertEqual(p.member, "trainer rank 0")
+                # The bytes so far, against the plan: the one engine rank
+                # receives everything the one trainer rank sends.
+                self.assertGreater(p.planned_bytes, 0)
+                self.assertEqual(p.round_planned_bytes, p.planned_bytes)
+                self.assertTrue(0 <= p.bytes <= p.planned_bytes, p)
+                self.assertTrue(0 <= p.round_bytes <= p.round_planned_bytes, p)
+            self.assertEqual([p.bytes for p in seen], sorted(p.bytes for p in seen))
             self.assertGreater(seen[-1].seconds, seen[0].seconds - 1e-9)
-            # The default prints such a line.
-            refit.log_progress(seen[0])
+            # The default prints such a line, with the bytes against the plan.
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                refit.log_progress(seen[-1])
+            self.assertIn(f"refit: trainer rank 0: round {v} running", err.getvalue())
+            self.assertRegex(err.getvalue(), r"this member [0-9.]+ k?B of [0-9.]+ [kMG]?B ")
         finally:
             d.stop()
 

@@ -118,18 +118,34 @@ class RoundProgress(_Record):
     engine_bytes: int = 0      # bytes the engine ranks that reported received
     engine_ranks: int = 0
     member: str = ""           # who is waiting ("trainer rank 0", "engine e0 rank 1")
+    # Bytes moved so far (from the members' heartbeats, about once a
+    # second): this member's of its plan slice's, and every engine rank's
+    # received of all they receive.
+    bytes: int = 0
+    planned_bytes: int = 0
+    round_bytes: int = 0
+    round_planned_bytes: int = 0
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for a progress line: "950 B", "1.25 MB", "1.19 GB"."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
 
 
 def log_progress(p: "RoundProgress") -> None:
     """The default progress of Member.run_round: one line a second on
-    stderr while a round runs longer than a second, e.g. ``refit: engine e0
-    rank 0: round 3 running 2.0 s, 1 of 2 members reported, 1.19 GB
-    received by 1 engine rank``."""
+    stderr while a round runs longer than a second: ``refit: trainer rank
+    0: round 3 running 2.0 s, 1 of 2 members reported, this member DONE of
+    PLANNED (P%), engines DONE of PLANNED (P%)``."""
     line = (f"refit: {p.member}: round {p.version} running {p.seconds:.1f} s, "
             f"{p.reported} of {p.members} members reported")
-    if p.engine_ranks:
-        line += (f", {p.engine_bytes / 1e9:.2f} GB received by {p.engine_ranks} "
-                 f"engine rank{'s' if p.engine_ranks != 1 else ''}")
+    for who, done, planned in (("this member", p.bytes, p.planned_bytes),
+                               ("engines", p.round_bytes, p.round_planned_bytes)):
+        if planned:
+            line += f", {who} {_size(done)} of {_size(planned)} ({100 * done // planned}%)"
     print(line, file=sys.stderr, flush=True)
 
 
