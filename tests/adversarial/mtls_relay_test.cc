@@ -24,10 +24,10 @@
 #include "common/file.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "proto/refit_service.grpc.pb.h"
 #include "testing/refitd_process.h"
 #include "testing/test_paths.h"
 #include "tests/adversarial/h2_wire.h"
+#include "tests/adversarial/refitd_peers.h"
 
 namespace refit {
 namespace {
@@ -37,6 +37,7 @@ using ::refit::testing::Frame;
 using ::refit::testing::GrpcHeaders;
 using ::refit::testing::kPreface;
 using ::refit::testing::Runfile;
+using ::refit::testing::StatusWith;
 using ::refit::testing::TmpFile;
 
 constexpr char kToken[] = "mtls-relay-token";
@@ -111,17 +112,8 @@ grpc::Status MutualStatus(int port, const Pki& pki, const std::string& cert, boo
     ssl.pem_cert_chain = pki.Read(pki.Path(cert));
     ssl.pem_private_key = pki.Read(pki.Key(cert));
   }
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  args.SetSslTargetNameOverride("refitd");
-  auto stub = v1::RefitService::NewStub(grpc::CreateCustomChannel(
-      absl::StrCat("127.0.0.1:", port), grpc::SslCredentials(ssl), args));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(deadline));
-  if (token) ctx.AddMetadata("authorization", absl::StrCat("Bearer ", kToken));
-  v1::StatusRequest req;
-  v1::StatusResponse resp;
-  return stub->GetStatus(&ctx, req, &resp);
+  return StatusWith(port, deadline, grpc::SslCredentials(ssl), "refitd", token ? kToken : "",
+                    /*wait_for_ready=*/false);
 }
 
 // A raw TLS client (OpenSSL, ALPN h2) that trusts "ca" and presents `cert`

@@ -1,4 +1,4 @@
-// JoinRefitd, StatusOverANewConnection and ParkedKvGets (see refitd_peers.h).
+// JoinRefitd, StatusOverANewConnection, StatusWith and ParkedKvGets (see refitd_peers.h).
 #include "tests/adversarial/refitd_peers.h"
 
 #include "absl/strings/str_cat.h"
@@ -21,24 +21,32 @@ std::unique_ptr<RefitClient> JoinRefitd(int port, const v1::Registration& reg) {
 grpc::Status StatusOverANewConnection(int port, absl::Time deadline,
                                       const std::string& tls_ca_pem,
                                       const std::string& tls_name) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
   if (!tls_ca_pem.empty()) {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = tls_ca_pem;
     creds = grpc::SslCredentials(ssl);
-    args.SetSslTargetNameOverride(tls_name);
   }
-  auto channel =
-      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port), creds, args);
-  auto stub = v1::RefitService::NewStub(channel);
+  return StatusWith(port, deadline, creds, tls_ca_pem.empty() ? "" : tls_name, "",
+                    /*wait_for_ready=*/true);
+}
+
+grpc::Status StatusWith(int port, absl::Time deadline,
+                        std::shared_ptr<grpc::ChannelCredentials> creds,
+                        const std::string& tls_name, const std::string& bearer_token,
+                        bool wait_for_ready) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (!tls_name.empty()) args.SetSslTargetNameOverride(tls_name);
+  auto service = v1::RefitService::NewStub(
+      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port), std::move(creds), args));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
-  ctx.set_wait_for_ready(true);  // retry connecting until the deadline
+  ctx.set_wait_for_ready(wait_for_ready);
+  if (!bearer_token.empty()) ctx.AddMetadata("authorization", "Bearer " + bearer_token);
   v1::StatusRequest req;
   v1::StatusResponse resp;
-  return stub->GetStatus(&ctx, req, &resp);
+  return service->GetStatus(&ctx, req, &resp);
 }
 
 ParkedKvGets::ParkedKvGets(int port, const RefitClient& member, int count,

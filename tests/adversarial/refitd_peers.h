@@ -28,6 +28,16 @@ grpc::Status StatusOverANewConnection(int port, absl::Time deadline,
                                       const std::string& tls_ca_pem = "",
                                       const std::string& tls_name = "");
 
+// Calls GetStatus over a connection of its own made with `creds` (TLS:
+// refitd's certificate checked under the name `tls_name`, empty for
+// plaintext), with "authorization: Bearer <bearer_token>" unless it is
+// empty; waits for the connection until `deadline` when `wait_for_ready`,
+// else fails as soon as it cannot connect. Returns the call's status.
+grpc::Status StatusWith(int port, absl::Time deadline,
+                        std::shared_ptr<grpc::ChannelCredentials> creds,
+                        const std::string& tls_name, const std::string& bearer_token,
+                        bool wait_for_ready);
+
 // `count` KvGet(wait) calls for keys "never/<i>" as member `member`, parked
 // on one new channel to 127.0.0.1:`port`, each with a deadline `wait` away.
 // The destructor cancels those still parked and waits (at most 10 s each)

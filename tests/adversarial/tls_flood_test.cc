@@ -224,11 +224,12 @@ TEST(TlsFloodTest, ARapidResetInsideTlsIsClosedWithinASecond) {
     if (ok) streams += 100;
   }
   bool closed = !ok;
-  int64_t code = -1;
+  int64_t code = -1;  // -1: closed while sending, or no GOAWAY read
   if (!closed) code = wire.GoAwayUntilClosed(absl::Seconds(2), &closed);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  std::printf("TLS: rapid reset: %lld streams opened and reset, closed=%d after %.3f s\n",
-              static_cast<long long>(streams), closed, seconds);
+  std::printf("TLS: rapid reset: %lld streams opened and reset, closed=%d (GOAWAY code %lld) "
+              "after %.3f s\n",
+              static_cast<long long>(streams), closed, static_cast<long long>(code), seconds);
   EXPECT_TRUE(closed);
   EXPECT_LT(seconds, 1.5);
   EXPECT_TRUE(StatusOverANewConnection(refitd.process.port(), absl::Now() + absl::Seconds(5),
