@@ -22,15 +22,26 @@
 namespace refit {
 namespace {
 
+// A tiny-llama trainer and engine on host memory joined to `server` with
+// the default data plane by `deadline`; empty, with a test failure, when
+// they could not join.
+std::vector<testing::HostMember> JoinTrainerAndEngine(const RefitServer& server,
+                                                      absl::Time deadline) {
+  std::vector<testing::HostMember> nodes =
+      testing::TrainerAndEngine(absl::StrCat("127.0.0.1:", server.port()), "tiny-llama");
+  const absl::Status joined =
+      testing::JoinHostMembers(nodes, [](size_t) { return DataPlaneOptions(); }, deadline);
+  EXPECT_TRUE(joined.ok()) << joined;
+  if (!joined.ok()) nodes.clear();
+  return nodes;
+}
+
 TEST(DeltaMemberTest, DeltaRoundsLandEveryByteAndCatchAFlippedByte) {
   absl::StatusOr<std::unique_ptr<RefitServer>> server = testing::StartHostRefitd(true);
   ASSERT_TRUE(server.ok()) << server.status();
-  std::vector<testing::HostMember> nodes = testing::TrainerAndEngine(
-      absl::StrCat("127.0.0.1:", (*server)->port()), "tiny-llama");
   const absl::Time deadline = absl::Now() + absl::Seconds(90);
-  ASSERT_TRUE(testing::JoinHostMembers(nodes, [](size_t) { return DataPlaneOptions(); },
-                                       deadline)
-                  .ok());
+  std::vector<testing::HostMember> nodes = JoinTrainerAndEngine(**server, deadline);
+  ASSERT_FALSE(nodes.empty());
   // Rounds (version, trainer pattern): 1 and 2 change every element, 3
   // changes none, 4 runs after the engine's byte was flipped and aborts,
   // 4 again repairs it.
@@ -88,12 +99,9 @@ TEST(DeltaMemberTest, AtGlooSpeedsDeltaRoundsRunDenseAndSayWhy) {
   absl::StatusOr<std::unique_ptr<RefitServer>> server =
       testing::StartHostRefitd(true, {}, /*host_link_gbps=*/0);
   ASSERT_TRUE(server.ok()) << server.status();
-  std::vector<testing::HostMember> nodes = testing::TrainerAndEngine(
-      absl::StrCat("127.0.0.1:", (*server)->port()), "tiny-llama");
   const absl::Time deadline = absl::Now() + absl::Seconds(90);
-  ASSERT_TRUE(testing::JoinHostMembers(nodes, [](size_t) { return DataPlaneOptions(); },
-                                       deadline)
-                  .ok());
+  std::vector<testing::HostMember> nodes = JoinTrainerAndEngine(**server, deadline);
+  ASSERT_FALSE(nodes.empty());
   // Version 2 changes nothing: a delta round would move headers only.
   std::vector<int64_t> engine_bytes(2, 0);
   std::vector<std::vector<int64_t>> bases(2);
