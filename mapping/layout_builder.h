@@ -177,6 +177,19 @@ class LayoutBuilder {
   // for a part interleaved in runs.
   absl::Status PlaceSwizzledScale(int32_t scale, int32_t sbuf, const Box& box,
                                   absl::Span<const DimPlace> places);
+  // kernel=deepgemm-sm100: `box` of a per-row scale tensor into buffer
+  // `sbuf` ([..., words, aligned rows] int32) at PackedScaleOffset, a
+  // record per partial group of 4 columns and one for the whole groups;
+  // INVALID_ARGUMENT for a part interleaved in runs.
+  absl::Status PlacePackedScale(int32_t scale, int32_t sbuf, const Box& box,
+                                absl::Span<const DimPlace> places);
+  // The leading dims (all but the last two) of scale part `box` in buffer
+  // `sbuf`, whose matrices are `matrix` bytes each, the first `lead` dims
+  // of the tensor not in the buffer (one expert of stacked experts; every
+  // leading dim of a flat buffer): their maps into `dims` (resized to the
+  // box's rank), the byte offset of the part's first matrix returned.
+  int64_t ScaleLeadDims(int32_t sbuf, const Box& box, absl::Span<const DimPlace> places,
+                        int lead, int64_t matrix, absl::InlinedVector<DimMap, 4>* dims) const;
   // NVFP4 dense weight with kernel=flashinfer: `shape` ([N, K/2] bytes)
   // rounded up to multiples of 32 rows and 32 codes, the added bytes
   // appended to `padding`; INVALID_ARGUMENT naming the buffer when a
