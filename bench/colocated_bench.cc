@@ -121,14 +121,21 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
     REFIT_RETURN_IF_ERROR(Pattern(full, rank, a, 1, false));
   }
   CK(cudaDeviceSynchronize());
-  const Plan slice = ExtractSlice(plan, side, rank);
+  Plan slice = ExtractSlice(plan, side, rank);
+  if (two_pass) {
+    // The 2-pass row: the plan's one-pass conversions as two-pass ones
+    // (the trainer quantizes into scratch, the engine pulls it).
+    for (Conversion& c : slice.conversions) {
+      c.one_pass = false;
+      c.one_pass_cell_rows = c.one_pass_cell_cols = 0;
+    }
+  }
   testing::DirKvStore kv(dir);
   PullRunnerOptions po;
   po.device = 0;
   po.max_item_bytes = item_kib << 10;
   // Quantized engines: the trainer's weights stay; the engine's buffers
   // are poisoned before every round and must come back equal.
-  po.quantize_on_pull = !two_pass;
   const absl::Time prep0 = absl::Now();
   REFIT_ASSIGN_OR_RETURN(
       std::unique_ptr<PullRunner> e,
