@@ -504,7 +504,7 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
     if (mapped.ok()) copy_engine_events_.push_back(ee);
   }
   const std::vector<cuda::PullItem> items =
-      cuda::SplitPullItems(copies, options_.max_item_bytes);
+      cuda::SplitPullItems(copies, kPullItemBytes);
   if (mapped.ok() && items.size() >= (1ull << 31)) {
     mapped = absl::ResourceExhaustedError("more than 2^31 pull work items");
   }

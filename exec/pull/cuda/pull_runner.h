@@ -88,8 +88,6 @@ struct PullRunnerOptions {
   // Whether the member of global rank g (trainers first, then engines)
   // takes part: the members of this host. Empty = every member.
   std::function<bool(int32_t)> pull_peer;
-  // Largest piece of work of one thread block (pull_kernels.h).
-  int64_t max_item_bytes = 64 << 10;
   // Receiver: thread blocks its copy kernel runs on at most (each then
   // copies every receive_blocks-th work item); 0: one per work item, every
   // SM. A staged engine member (client/data_plane.h),
@@ -97,6 +95,10 @@ struct PullRunnerOptions {
   // so that the engine's kernels keep most SMs.
   int32_t receive_blocks = 0;
 };
+
+// Largest piece of work of one thread block of the receiver's copy kernel
+// (pull_kernels.h; docs/benchmarks.md, "A/B decisions").
+inline constexpr int64_t kPullItemBytes = 64 << 10;
 
 // Copies a receiver reads from a sender on another GPU go to the GPU's
 // copy engines (copy_engine.h), spread over this many streams next to the
