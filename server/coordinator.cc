@@ -471,13 +471,23 @@ void Coordinator::HousekeepingLoop() {
 }
 
 void Coordinator::Tick(absl::Time now) {
-  AnnounceEpoch();
-  refusals_.Expire(now, options_.heartbeat_timeout);
-  for (const std::string& id : membership_.Expired(now, options_.heartbeat_timeout)) {
-    RemoveMember(id,
-                 absl::StrCat("expired: stopped heart-beating for more than ",
-                              absl::FormatDuration(options_.heartbeat_timeout)),
-                 AbortReason::kMemberExpired);
+  // The passes over every stream (the epoch announcement) and every member
+  // (expiry) hold the lock for milliseconds with thousands of members:
+  // they run every twentieth of the heartbeat timeout (at most 100 ms, at
+  // least a tick), not every tick, so a burst of registrations is not
+  // held up behind them.
+  if (now >= next_sweep_) {
+    next_sweep_ =
+        now + std::max(options_.tick,
+                       std::min(options_.heartbeat_timeout / 20, absl::Milliseconds(100)));
+    AnnounceEpoch();
+    refusals_.Expire(now, options_.heartbeat_timeout);
+    for (const std::string& id : membership_.Expired(now, options_.heartbeat_timeout)) {
+      RemoveMember(id,
+                   absl::StrCat("expired: stopped heart-beating for more than ",
+                                absl::FormatDuration(options_.heartbeat_timeout)),
+                   AbortReason::kMemberExpired);
+    }
   }
   const Rounds::Active* round = rounds_.active();
   if (round != nullptr && now - round->started > options_.round_timeout) {
