@@ -10,32 +10,26 @@
 #include "plan/fingerprint.h"
 #include "plan/plan_codec.h"
 #include "plan/planner.h"
+#include "testing/one_pass_cases.h"
 #include "testing/planned_case.h"
 
 namespace refit {
 namespace {
 
-struct Case {
-  const char* model;
-  const char* trainer;
-  const char* engine;
-  // Which conversions the plan runs in one pass: all, none, or some (and
-  // none whose record cuts a block).
-  enum { kAll, kNone, kSome } one_pass;
-};
+using testing::OnePassCase;
 
 // The plan of a case; fails the test if it cannot be built.
-Plan PlanOf(const Case& c) {
+Plan PlanOf(const OnePassCase& c) {
   testing::PlannedCase pc;
   const absl::Status st = testing::PlanCase(c.model, c.trainer, c.engine, &pc);
   EXPECT_TRUE(st.ok()) << st;
   return st.ok() ? *pc.plan : Plan();
 }
 
-class OnePassTest : public ::testing::TestWithParam<Case> {};
+class OnePassTest : public ::testing::TestWithParam<OnePassCase> {};
 
 TEST_P(OnePassTest, RecordsTheDecisionPerConversion) {
-  const Case& c = GetParam();
+  const OnePassCase& c = GetParam();
   const Plan plan = PlanOf(c);
   ASSERT_FALSE(plan.conversions.empty());
   int64_t one = 0, cut = 0;
@@ -47,13 +41,13 @@ TEST_P(OnePassTest, RecordsTheDecisionPerConversion) {
     cut += cuts;
     one += k.one_pass;
     switch (c.one_pass) {
-      case Case::kAll:
+      case OnePassCase::kAll:
         EXPECT_TRUE(k.one_pass) << what;
         break;
-      case Case::kNone:
+      case OnePassCase::kNone:
         EXPECT_FALSE(k.one_pass) << what;
         break;
-      case Case::kSome:
+      case OnePassCase::kSome:
         if (cuts) EXPECT_FALSE(k.one_pass) << what;
         break;
     }
@@ -70,45 +64,20 @@ TEST_P(OnePassTest, RecordsTheDecisionPerConversion) {
       EXPECT_EQ(k.one_pass_cell_cols, 0) << what;
     }
   }
-  if (c.one_pass == Case::kSome) {
+  if (c.one_pass == OnePassCase::kSome) {
     EXPECT_GT(cut, 0) << "the case cuts blocks";
     EXPECT_GT(one, 0);
     EXPECT_LT(one, static_cast<int64_t>(plan.conversions.size()));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Models, OnePassTest,
-    ::testing::Values(
-        // Whole 128 x 128 tiles in every trainer record.
-        Case{"tiny-qwen3-moe-b128", "megatron:tp=1", "vllm:tp=1,quant=fp8", Case::kAll},
-        Case{"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=fp8",
-             Case::kAll},
-        // FSDP's flat shards cut FP8 tiles: one pass still (the trainer
-        // writes the owners' scales, the codes are quantized on pull) ...
-        Case{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=fp8", Case::kAll},
-        // ... but cut DeepGEMM tiles need their first, float scale: two
-        // passes, while whole ones requantize in the pass.
-        Case{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=fp8,kernel=deepgemm",
-             Case::kNone},
-        Case{"tiny-qwen3-moe-b128", "megatron:tp=1", "vllm:tp=1,quant=fp8,kernel=deepgemm",
-             Case::kAll},
-        // MXFP8: Megatron TP 4 cuts o_proj's 1 x 32 blocks; cut MXFP8
-        // blocks run in one pass.
-        Case{"tiny-qwen3-mx", "megatron:tp=4", "vllm:tp=2,quant=mxfp8", Case::kAll},
-        // NVFP4: Megatron TP 4 cuts o_proj's and down_proj's 1 x 16 blocks
-        // (K 24 and 40 a rank): those two passes.
-        Case{"tiny-qwen3-fp4", "megatron:tp=4,dp=2", "vllm:tp=2,dp=2,quant=nvfp4", Case::kSome},
-        Case{"tiny-qwen3-fp4", "megatron:tp=1", "vllm:tp=2,quant=nvfp4", Case::kAll},
-        // vLLM's online NVFP4 recipe: the trainer quantizes (two passes).
-        Case{"tiny-qwen3-moe-fp4", "megatron:tp=2,ep=2,etp=1",
-             "vllm:tp=2,quant=nvfp4,recipe=vllm", Case::kNone}));
+INSTANTIATE_TEST_SUITE_P(Models, OnePassTest, ::testing::ValuesIn(testing::OnePassCases()));
 
 TEST(OnePassCellTest, InterleavedQkvTakesCellsOfFewerRows) {
   // Megatron's interleaved q/k/v (runs of 64 rows) into MXFP8: cells of at
   // most 64 rows for qkv, 128 x 128 for the plain weights.
-  const Plan plan = PlanOf({"tiny-qwen3-mx", "megatron:tp=1", "vllm:tp=2,quant=mxfp8",
-                            Case::kAll});
+  const Plan plan =
+      PlanOf({"tiny-qwen3-mx", "megatron:tp=1", "vllm:tp=2,quant=mxfp8", OnePassCase::kAll});
   bool fewer = false, full = false;
   for (const Conversion& k : plan.conversions) {
     ASSERT_TRUE(k.one_pass) << plan.src.tensors[k.from.tensor].name;
@@ -121,7 +90,7 @@ TEST(OnePassCellTest, InterleavedQkvTakesCellsOfFewerRows) {
 
 TEST(OnePassCodecTest, TrainerSlicesKeepTheDecision) {
   const Plan plan = PlanOf({"tiny-qwen3-fp4", "megatron:tp=4,dp=2",
-                            "vllm:tp=2,dp=2,quant=nvfp4", Case::kSome});
+                            "vllm:tp=2,dp=2,quant=nvfp4", OnePassCase::kSome});
   for (int32_t t = 0; t < plan.src.world_size; ++t) {
     absl::StatusOr<Plan> slice = FromProto(ToProto(ExtractSlice(plan, Side::kTrainer, t)));
     ASSERT_TRUE(slice.ok()) << slice.status();
@@ -140,7 +109,7 @@ TEST(OnePassCodecTest, TrainerSlicesKeepTheDecision) {
 
 TEST(OnePassCodecTest, BadCellIsRefusedNamingTheTensor) {
   const Plan plan = PlanOf({"tiny-qwen3-moe-b128", "megatron:tp=1", "vllm:tp=1,quant=fp8",
-                            Case::kAll});
+                            OnePassCase::kAll});
   refit::v1::PlanProto p = ToProto(ExtractSlice(plan, Side::kTrainer, 0));
   ASSERT_GT(p.conversions_size(), 0);
   p.mutable_conversions(0)->set_one_pass_cell_rows(96);  // not whole 128-row tiles
@@ -156,7 +125,7 @@ TEST(OnePassCodecTest, BadCellIsRefusedNamingTheTensor) {
 
 TEST(OnePassFingerprintTest, TheDecisionIsPartOfTheFingerprint) {
   Plan plan = PlanOf({"tiny-qwen3-moe-b128", "megatron:tp=1", "vllm:tp=1,quant=fp8",
-                      Case::kAll});
+                      OnePassCase::kAll});
   EXPECT_EQ(PlanFingerprint(plan), plan.fingerprint);
   plan.conversions[0].one_pass = false;
   plan.conversions[0].one_pass_cell_rows = plan.conversions[0].one_pass_cell_cols = 0;
