@@ -477,24 +477,33 @@ absl::Status LayoutBuilder::PlaceSwizzledScale(int32_t scale, int32_t sbuf, cons
   const int64_t lead_offset = ScaleLeadDims(sbuf, box, places, lead, matrix, &lead_dims);
   for (const SwizzleRun& rr : SwizzleRowRuns(pr.at, pr.at + rows, cp)) {
     for (const SwizzleRun& cr : SwizzleColRuns(pc.at, pc.at + cols, 512)) {
-      Box::Indices origin(box.origin().begin(), box.origin().end());
-      Box::Indices shape(box.shape().begin(), box.shape().end());
-      origin[rank - 2] += rr.at - pr.at;
-      shape[rank - 2] = rr.n;
-      origin[rank - 1] += cr.at - pc.at;
-      shape[rank - 1] = cr.n;
-      Record& r = out_.layout.records.emplace_back();
-      r.tensor = scale;
-      r.rank = out_.layout.buffers[sbuf].rank;
-      r.buffer = sbuf;
-      r.box = Box::UncheckedMove(std::move(origin), std::move(shape));
-      r.dims.assign(lead_dims.begin(), lead_dims.end());
-      r.dims[rank - 2].splits.assign(rr.splits.begin(), rr.splits.end());
-      r.dims[rank - 1].splits.assign(cr.splits.begin(), cr.splits.end());
-      r.byte_offset = lead_offset + SwizzledScaleOffset(rr.at, cr.at, cp);  // one byte each
+      AddScaleRunRecord(scale, sbuf, box, places, rr, cr, lead_dims,
+                        lead_offset + SwizzledScaleOffset(rr.at, cr.at, cp));  // one byte each
     }
   }
   return absl::OkStatus();
+}
+
+void LayoutBuilder::AddScaleRunRecord(int32_t scale, int32_t sbuf, const Box& box,
+                                      absl::Span<const DimPlace> places, const SwizzleRun& rows,
+                                      const SwizzleRun& cols, absl::Span<const DimMap> lead_dims,
+                                      int64_t byte_offset) {
+  const int rank = box.rank();
+  Box::Indices origin(box.origin().begin(), box.origin().end());
+  Box::Indices shape(box.shape().begin(), box.shape().end());
+  origin[rank - 2] += rows.at - places[rank - 2].at;
+  shape[rank - 2] = rows.n;
+  origin[rank - 1] += cols.at - places[rank - 1].at;
+  shape[rank - 1] = cols.n;
+  Record& r = out_.layout.records.emplace_back();
+  r.tensor = scale;
+  r.rank = out_.layout.buffers[sbuf].rank;
+  r.buffer = sbuf;
+  r.box = Box::UncheckedMove(std::move(origin), std::move(shape));
+  r.dims.assign(lead_dims.begin(), lead_dims.end());
+  r.dims[rank - 2].splits.assign(rows.splits.begin(), rows.splits.end());
+  r.dims[rank - 1].splits.assign(cols.splits.begin(), cols.splits.end());
+  r.byte_offset = byte_offset;
 }
 
 int64_t LayoutBuilder::ScaleLeadDims(int32_t sbuf, const Box& box,
@@ -535,20 +544,14 @@ absl::Status LayoutBuilder::PlacePackedScale(int32_t scale, int32_t sbuf, const 
   absl::InlinedVector<DimMap, 4> lead_dims;
   const int64_t lead_offset =
       ScaleLeadDims(sbuf, box, places, rank - static_cast<int>(br), matrix, &lead_dims);
+  if (rows == 0) return absl::OkStatus();
+  SwizzleRun rr;  // every row, one int32 apart
+  rr.at = pr.at;
+  rr.n = rows;
+  rr.splits = {{rows, 4}};
   for (const SwizzleRun& cr : SwizzleColRuns(pc.at, pc.at + cols, 4 * aligned_rows)) {
-    Box::Indices origin(box.origin().begin(), box.origin().end());
-    Box::Indices shape(box.shape().begin(), box.shape().end());
-    origin[rank - 1] += cr.at - pc.at;
-    shape[rank - 1] = cr.n;
-    Record& r = out_.layout.records.emplace_back();
-    r.tensor = scale;
-    r.rank = out_.layout.buffers[sbuf].rank;
-    r.buffer = sbuf;
-    r.box = Box::UncheckedMove(std::move(origin), std::move(shape));
-    r.dims.assign(lead_dims.begin(), lead_dims.end());
-    if (rows > 0) r.dims[rank - 2].splits.push_back({rows, 4});  // one int32 a row
-    r.dims[rank - 1].splits.assign(cr.splits.begin(), cr.splits.end());
-    r.byte_offset = lead_offset + PackedScaleOffset(pr.at, cr.at, aligned_rows);
+    AddScaleRunRecord(scale, sbuf, box, places, rr, cr, lead_dims,
+                      lead_offset + PackedScaleOffset(pr.at, cr.at, aligned_rows));
   }
   return absl::OkStatus();
 }

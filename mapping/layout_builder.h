@@ -32,6 +32,7 @@
 #include "absl/types/span.h"
 #include "layout/layout.h"
 #include "mapping/model_family.h"
+#include "mapping/swizzled_scales.h"
 
 namespace refit {
 
@@ -183,6 +184,13 @@ class LayoutBuilder {
   // INVALID_ARGUMENT for a part interleaved in runs.
   absl::Status PlacePackedScale(int32_t scale, int32_t sbuf, const Box& box,
                                 absl::Span<const DimPlace> places);
+  // Appends the record of scale part `box` (placed at `places`) cut to the
+  // row run `rows` and the column run `cols` of its last two dims, with
+  // the leading dims' maps `lead_dims`, at `byte_offset` of buffer `sbuf`.
+  void AddScaleRunRecord(int32_t scale, int32_t sbuf, const Box& box,
+                         absl::Span<const DimPlace> places, const SwizzleRun& rows,
+                         const SwizzleRun& cols, absl::Span<const DimMap> lead_dims,
+                         int64_t byte_offset);
   // The leading dims (all but the last two) of scale part `box` in buffer
   // `sbuf`, whose matrices are `matrix` bytes each, the first `lead` dims
   // of the tensor not in the buffer (one expert of stacked experts; every
