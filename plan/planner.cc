@@ -208,9 +208,11 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   }
   EmitMessages(messages, &plan);
   SetWaveBytes(&plan);
+  REFIT_RETURN_IF_ERROR(phase_done("emit"));
+
   // Which conversions the pull path runs in one pass (one_pass.h).
   DecideOnePass(&plan);
-  REFIT_RETURN_IF_ERROR(phase_done("emit"));
+  REFIT_RETURN_IF_ERROR(phase_done("one_pass"));
 
   plan.stats = ComputePlanStats(plan);
   plan.stats.predicted_seconds = cost_stats.predicted_seconds;
