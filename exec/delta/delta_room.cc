@@ -1,0 +1,41 @@
+#include "exec/delta/delta_room.h"
+
+#include <algorithm>
+
+namespace refit {
+namespace {
+
+int64_t LaneShare(const PlannerOptions& o) {
+  return std::max<int64_t>(1, o.staging_budget_bytes / std::max<int32_t>(1, o.num_lanes));
+}
+
+}  // namespace
+
+int64_t DeltaLaneRoom(const PlannerOptions& options) {
+  const int64_t share = LaneShare(options);
+  return options.relay ? std::max<int64_t>(1, share / 2) : share;
+}
+
+int64_t RankWaveBound(const PlannerOptions& options) {
+  const int64_t share = LaneShare(options);
+  const int64_t wave = options.max_wave_bytes > 0 ? options.max_wave_bytes : share;
+  const int64_t message =
+      options.max_message_bytes > 0 ? std::min(options.max_message_bytes, share) : share;
+  return std::max(wave, message);
+}
+
+int64_t PairCodedCap(int64_t room, int64_t bound, int64_t pair_bytes,
+                     int64_t receiver_staging) {
+  // Summed over a receiver's peers, each pair's packed bytes and cap come
+  // to at most max(room - 16, bound) (a pair whose packed bytes pass its
+  // share of the room gets no encodings, and packs at most its bytes): at
+  // most the room while the bound is. A bound past the room (waves larger
+  // than the lane share, PlannerOptions::max_wave_bytes) leaves none.
+  if (bound <= 0 || bound > room || room <= 16 || pair_bytes <= 0) return 0;
+  const __int128 share = static_cast<__int128>(room - 16) * pair_bytes / bound;
+  const __int128 cap = share - receiver_staging;
+  if (cap <= 0) return 0;
+  return cap > room ? room : static_cast<int64_t>(cap);
+}
+
+}  // namespace refit
