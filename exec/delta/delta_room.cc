@@ -16,12 +16,12 @@ int64_t DeltaLaneRoom(const PlannerOptions& options) {
   return options.relay ? std::max<int64_t>(1, share / 2) : share;
 }
 
-int64_t RankWaveBound(const PlannerOptions& options) {
-  const int64_t share = LaneShare(options);
-  const int64_t wave = options.max_wave_bytes > 0 ? options.max_wave_bytes : share;
-  const int64_t message =
-      options.max_message_bytes > 0 ? std::min(options.max_message_bytes, share) : share;
-  return std::max(wave, message);
+int64_t PairBound(const PlannerOptions& options, int64_t window, int64_t wave_bytes,
+                  int64_t pair_bytes, int64_t pair_largest) {
+  if (window > 0) return window;
+  const int64_t cap = options.max_wave_bytes > 0 ? options.max_wave_bytes : LaneShare(options);
+  if (pair_largest > cap) return pair_bytes;
+  return std::min(wave_bytes, cap);
 }
 
 int64_t PairCodedCap(int64_t room, int64_t bound, int64_t pair_bytes,

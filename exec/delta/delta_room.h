@@ -9,8 +9,9 @@
 // without relays gives each lane the per-lane share (budget / lanes); a
 // plan with relays half of it, the other half of the budget holding the
 // encoded payloads a relay keeps until it forwards them. A batch's bound
-// is the most bytes any one rank moves in it (sent plus received), known
-// to every rank from the whole plan's figures (plan/wave_bytes.h). A
+// bounds the bytes a receiver moves in it (sent plus received), from what
+// both sides of a pair hold (the whole plan's figures, plan/wave_bytes.h,
+// and the pair's messages: PairBound). A
 // sender (a trainer rank, or a relay repeating an encoded payload) gives a
 // receiver at most PairCodedCap encoded bytes in a batch: the receiver's
 // room in proportion to the pair's share of the bound, less the staging
@@ -31,11 +32,16 @@ namespace refit {
 // when options.relay (at least 1). Never fails.
 int64_t DeltaLaneRoom(const PlannerOptions& options);
 
-// Returns the most bytes one rank sends plus receives in one plan wave, as
-// the planner bounds it (planner.h): max_wave_bytes (0: the per-lane
-// share), or one message alone (max_message_bytes, at most the share).
+// Returns the bound of a batch, as every rank of a pair computes it: the
+// most bytes the receiver moves in the batch (sent plus received). A batch
+// of several plan waves within one window: `window`. One plan wave: the
+// planner keeps each rank's bytes in a wave within max_wave_bytes (0: the
+// per-lane share), a message larger than that alone in its wave, so the
+// pair's bytes when one of its messages (`pair_largest`) is larger, else
+// at most that cap and the wave's bytes (`wave_bytes`, every rank's).
 // Never fails.
-int64_t RankWaveBound(const PlannerOptions& options);
+int64_t PairBound(const PlannerOptions& options, int64_t window, int64_t wave_bytes,
+                  int64_t pair_bytes, int64_t pair_largest);
 
 // Returns the staging one packed message of `bytes` takes when packed
 // tightly: its bytes rounded up to 8 (a codec word is at most 8 bytes).

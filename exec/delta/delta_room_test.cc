@@ -16,17 +16,20 @@ TEST(DeltaRoomTest, ALaneRoomIsTheLaneShareOrHalfOfItWithRelays) {
   EXPECT_EQ(DeltaLaneRoom(o), 1 << 17);
 }
 
-TEST(DeltaRoomTest, ARanksWaveBoundFollowsThePlannersCaps) {
+TEST(DeltaRoomTest, APairsBoundFollowsThePlannersWaveCaps) {
   PlannerOptions o;
   o.staging_budget_bytes = 1 << 20;
   o.num_lanes = 2;
-  EXPECT_EQ(RankWaveBound(o), 1 << 19);  // the lane share
-  o.max_wave_bytes = 1 << 16;
-  EXPECT_EQ(RankWaveBound(o), 1 << 19);  // a message of the share alone
-  o.max_message_bytes = 1 << 14;
-  EXPECT_EQ(RankWaveBound(o), 1 << 16);
-  o.max_wave_bytes = 1 << 21;
-  EXPECT_EQ(RankWaveBound(o), 1 << 21);
+  // A window of waves: the window.
+  EXPECT_EQ(PairBound(o, 4096, 1 << 22, 100, 100), 4096);
+  // One wave: the lane share, or the wave's bytes when fewer.
+  EXPECT_EQ(PairBound(o, 0, 1 << 22, 100, 100), 1 << 19);
+  EXPECT_EQ(PairBound(o, 0, 1000, 100, 100), 1000);
+  // Waves capped below the share: a pair with a message past the cap is
+  // alone in its wave.
+  o.max_wave_bytes = 1 << 10;
+  EXPECT_EQ(PairBound(o, 0, 1 << 22, 100, 100), 1 << 10);
+  EXPECT_EQ(PairBound(o, 0, 1 << 22, 5000, 5000), 5000);
 }
 
 // Whatever its peers' share of a batch, a receiver's packed messages and

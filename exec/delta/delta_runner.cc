@@ -12,7 +12,6 @@
 #include "common/status_macros.h"
 #include "exec/convert/amax_exchange.h"
 #include "exec/delta/delta_codec.h"
-#include "exec/delta/delta_room.h"
 #include "exec/program/message_place.h"
 #include "exec/program/plan_side.h"
 #include "layout/dtype.h"
@@ -162,7 +161,6 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
   const int32_t lanes = transport_->num_lanes();
   std::vector<BatchWork> batches;
   std::map<std::tuple<int64_t, int64_t, int>, size_t> batch_of;
-  const int64_t wave_bound = RankWaveBound(plan.options);
   const int64_t window = BatchWindow(plan, options_.batch_bytes);
   for (size_t k = 0; k < plan.waves.size(); ++k) {
     const Wave& wave = plan.waves[k];
@@ -172,10 +170,9 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       batches.emplace_back();
       batches.back().lane = std::max(0, wave.lane) % lanes;
       // A window's waves move at most the window's bytes; a wave alone at
-      // most what the planner lets one rank move in a wave.
-      batches.back().bound = window > 0 && std::get<2>(key) == 0
-                                 ? window
-                                 : std::min(wave.plan_bytes, wave_bound);
+      // most what the planner lets one rank move in a wave (PairBound).
+      batches.back().window = std::get<2>(key) == 0 ? window : 0;
+      batches.back().wave_bytes = wave.plan_bytes;
     }
     BatchWork& w = batches[at->second];
     const size_t before = w.msgs.size(), forwards_before = w.forwards.size();

@@ -333,11 +333,12 @@ class DeltaRunner : public RoundRunner {
     char* staging = nullptr;
     int64_t staging_bytes = 0;
     int64_t coded_offset = 0;
-    // The most bytes any rank moves in the batch (delta_room.h), and per
-    // peer (peers' order; forwards: forward_peers' order) the encoded
-    // bytes the pair may carry (PairCodedCap); the most this rank's
-    // encodings may take in it.
-    int64_t bound = 0;
+    // What bounds the bytes a rank moves in the batch (delta_room.h:
+    // PairBound): the window it was cut by (0: one plan wave alone), the
+    // wave's whole-plan bytes; per peer (peers' order; forwards:
+    // forward_peers' order) the encoded bytes the pair may carry
+    // (PairCodedCap); the most this rank's encodings may take in it.
+    int64_t window = 0, wave_bytes = 0;
     std::vector<int64_t> peer_caps, forward_caps;
     int64_t coded_room = 0;
     int64_t dense_bytes = 0;  // of its messages

@@ -17,23 +17,26 @@ namespace {
 int64_t AlignTo(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 // Per peer of `msgs` (grouped as `peers`): the encoded bytes the pair may
-// carry in a batch of `bound` (PairCodedCap; the receiver packs what is not
-// contiguous on the engine side), and the most the pair's encodings take
-// (each payload below its message's bytes, rounded up to 16).
+// carry in a batch (PairCodedCap, with the pair's bound: PairBound; the
+// receiver packs what is not contiguous on the engine side), and the most
+// the pair's encodings take (each payload below its message's bytes,
+// rounded up to 16), summed into *most.
 template <typename Msgs>
 void PairCaps(const Plan& plan, const Msgs& msgs,
               const std::vector<std::pair<int32_t, int32_t>>& peers, int64_t room,
-              int64_t bound, std::vector<int64_t>* caps, int64_t* most) {
+              int64_t window, int64_t wave_bytes, std::vector<int64_t>* caps, int64_t* most) {
   caps->clear();
   size_t at = 0;
   for (const auto& [peer, count] : peers) {
-    int64_t bytes = 0, staged = 0, coded = 0;
+    int64_t bytes = 0, largest = 0, staged = 0, coded = 0;
     for (int32_t i = 0; i < count; ++i, ++at) {
       const Message& m = plan.messages[msgs[at].message];
       bytes += m.bytes;
+      largest = std::max(largest, m.bytes);
       if (!m.dst_contiguous) staged += TightStagingBytes(m.bytes);
       coded += AlignTo(m.bytes, 16);
     }
+    const int64_t bound = PairBound(plan.options, window, wave_bytes, bytes, largest);
     caps->push_back(PairCodedCap(room, bound, bytes, staged));
     *most += std::min(caps->back(), coded);
   }
@@ -79,8 +82,9 @@ absl::Status DeltaRunner::PlanRooms(const Plan& plan) {
     // The most this rank's encodings take: a trainer's to its engines, an
     // engine's from its senders (a relay's repeats wait in the ring).
     int64_t most = 0, unused = 0;
-    PairCaps(plan, w.msgs, w.peers, room_, w.bound, &w.peer_caps, &most);
-    PairCaps(plan, w.forwards, w.forward_peers, room_, w.bound, &w.forward_caps, &unused);
+    PairCaps(plan, w.msgs, w.peers, room_, w.window, w.wave_bytes, &w.peer_caps, &most);
+    PairCaps(plan, w.forwards, w.forward_peers, room_, w.window, w.wave_bytes, &w.forward_caps,
+             &unused);
     LayOutStaging(w, room_ - 16 - most);
     w.coded_offset = AlignTo(w.staging_bytes, 16);
     // A trainer sends dense what does not fit its room; an engine must
