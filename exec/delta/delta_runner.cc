@@ -161,7 +161,7 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
   const int32_t lanes = transport_->num_lanes();
   std::vector<BatchWork> batches;
   std::map<std::tuple<int64_t, int64_t, int>, size_t> batch_of;
-  const int64_t window = BatchWindow(plan, options_.batch_bytes);
+  const int64_t window = BatchWindow(plan);
   for (size_t k = 0; k < plan.waves.size(); ++k) {
     const Wave& wave = plan.waves[k];
     const auto key = BatchKey(wave, static_cast<int64_t>(k), window);

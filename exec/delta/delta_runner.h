@@ -3,7 +3,7 @@
 // (NCCL): the steps are the same, the memory kind's DeltaWaveOps
 // (wave_ops.h) does them, once per batch over all its messages. A batch is
 // the plan waves of one lane that start in one window of
-// BatchWindow's bytes of the lane (at most options.batch_bytes), counted
+// BatchWindow's bytes of the lane (half a lane's room, see Staging), counted
 // in the whole plan (Wave::plan_bytes, lane_offset), so a rank running its
 // slice cuts the same batches as its peers; a wave reaching past its
 // window's end is a batch of its own.
@@ -143,11 +143,6 @@ struct DeltaRunnerOptions {
   // Both must outlive the runner unless given to Adopt.
   Copier* copier = nullptr;
   DeltaWaveOps* ops = nullptr;
-  // The plan waves of one lane starting in one window of this many of the
-  // whole plan's bytes on the lane run as one batch (one count, one
-  // encode, one group of sends or two of receives; 0: every plan wave its
-  // own batch). Both sides of a pair must use the same value.
-  int64_t batch_bytes = int64_t{256} << 20;
 };
 
 // One batch's steps on a member's thread, in seconds since the round
@@ -275,11 +270,11 @@ class DeltaRunner : public RoundRunner {
   // The bytes a trainer rank's snapshot holds when complete (one copy per
   // source region).
   static int64_t SnapshotBytes(const Plan& plan, int32_t trainer_rank);
-  // The window batches are cut by: batch_bytes (0: none, every plan wave
-  // its own batch; also 0 for a plan with relays), at most half the lane
-  // room (delta_room.h: DeltaLaneRoom), so that a batch's packed messages
-  // and their encodings fit the room together.
-  static int64_t BatchWindow(const Plan& plan, int64_t batch_bytes);
+  // The window batches are cut by: half the lane room (delta_room.h:
+  // DeltaLaneRoom), so that a batch's packed messages and their encodings
+  // fit the room together; 0 (every plan wave its own batch) for a plan
+  // with relays.
+  static int64_t BatchWindow(const Plan& plan);
   // What message `m` sends, as a key: its segments' trainer records and
   // boxes, in order. Messages with equal keys carry equal bytes.
   static std::string SourceKey(const Plan& plan, const Message& m);

@@ -44,14 +44,13 @@ void PairCaps(const Plan& plan, const Msgs& msgs,
 
 }  // namespace
 
-int64_t DeltaRunner::BatchWindow(const Plan& plan, int64_t batch_bytes) {
-  if (batch_bytes <= 0) return 0;
+int64_t DeltaRunner::BatchWindow(const Plan& plan) {
   // Relays: every plan wave its own batch, in the plan's order (a forward
   // after the wave that brought its bytes).
   for (const Message& m : plan.messages) {
     if (m.relay) return 0;
   }
-  return std::max<int64_t>(1, std::min(batch_bytes, DeltaLaneRoom(plan.options) / 2));
+  return std::max<int64_t>(1, DeltaLaneRoom(plan.options) / 2);
 }
 
 void DeltaRunner::LayOutStaging(BatchWork& w, int64_t limit) {
