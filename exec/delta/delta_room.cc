@@ -30,8 +30,12 @@ int64_t PairCodedCap(int64_t room, int64_t bound, int64_t pair_bytes,
   // to at most max(room - 16, bound) (a pair whose packed bytes pass its
   // share of the room gets no encodings, and packs at most its bytes): at
   // most the room while the bound is. A bound past the room (waves larger
-  // than the lane share, PlannerOptions::max_wave_bytes) leaves none.
-  if (bound <= 0 || bound > room || room <= 16 || pair_bytes <= 0) return 0;
+  // than the lane share, PlannerOptions::max_wave_bytes) leaves none, but
+  // to a pair alone in its batch.
+  if (room <= 16 || pair_bytes <= 0) return 0;
+  // Alone in the batch (the bound is the pair's own bytes): the room left.
+  if (bound == pair_bytes) return std::max<int64_t>(0, room - 16 - receiver_staging);
+  if (bound <= 0 || bound > room) return 0;
   const __int128 share = static_cast<__int128>(room - 16) * pair_bytes / bound;
   const __int128 cap = share - receiver_staging;
   if (cap <= 0) return 0;

@@ -52,7 +52,8 @@ inline int64_t TightStagingBytes(int64_t bytes) { return (bytes + 7) / 8 * 8; }
 // is `room`, for the pair's messages of `pair_bytes`, of which the
 // receiver packs `receiver_staging` bytes (TightStagingBytes each):
 // (room - 16) * pair_bytes / bound - receiver_staging, at least 0; 0 when
-// the bound is not within (0, room]. Summed over a receiver's peers, their
+// the bound is not within (0, room]; room - 16 - receiver_staging when the
+// bound is the pair's bytes (the pair alone in the batch). Summed over a receiver's peers, their
 // packed bytes and caps stay within the room (each message's bytes a
 // multiple of 8). Never fails.
 int64_t PairCodedCap(int64_t room, int64_t bound, int64_t pair_bytes,

@@ -81,5 +81,13 @@ TEST(DeltaRoomTest, APairInAHalfFullBatchMayEncodeNearlyAllItsBytes) {
   EXPECT_EQ(PairCodedCap(1 << 20, 1 << 20, 1 << 18, 1 << 18), 0);  // full: none left
 }
 
+TEST(DeltaRoomTest, APairAloneInItsBatchGetsTheRoomItsStagingLeaves) {
+  EXPECT_EQ(PairCodedCap(1 << 20, 3 << 19, 3 << 19, 1 << 19), (1 << 19) - 16);
+  EXPECT_EQ(PairCodedCap(1 << 20, 1 << 18, 1 << 18, 0), (1 << 20) - 16);
+  EXPECT_EQ(PairCodedCap(1 << 20, 3 << 19, 3 << 19, 1 << 20), 0);
+  // Not alone, its bound past the room: none.
+  EXPECT_EQ(PairCodedCap(1 << 20, 3 << 19, 1 << 19, 0), 0);
+}
+
 }  // namespace
 }  // namespace refit
