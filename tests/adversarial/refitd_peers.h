@@ -39,12 +39,14 @@ grpc::Status StatusWith(int port, absl::Time deadline,
                         bool wait_for_ready);
 
 // `count` KvGet(wait) calls for keys "never/<i>" as member `member`, parked
-// on one new channel to 127.0.0.1:`port`, each with a deadline `wait` away.
-// The destructor cancels those still parked and waits (at most 10 s each)
-// for their answers.
+// on one new channel to 127.0.0.1:`port` (a connection made from `source`,
+// a loopback address such as "127.0.0.2", when not empty), each with a
+// deadline `wait` away. The destructor cancels those still parked and
+// waits (at most 10 s each) for their answers.
 class ParkedKvGets {
  public:
-  ParkedKvGets(int port, const RefitClient& member, int count, absl::Duration wait);
+  ParkedKvGets(int port, const RefitClient& member, int count, absl::Duration wait,
+               const std::string& source = "");
   ~ParkedKvGets();
 
   // Waits until `n` calls were answered or `deadline`; returns how many of
