@@ -10,18 +10,24 @@
 // members run in a forked child (forked before any gRPC use), so
 // /proc/self/status VmRSS/VmHWM measured here are refitd's alone.
 // Flags: --members=N --round_members=M --rounds=R --liveness_ms=L
+#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/internal/cycleclock.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -166,9 +172,83 @@ bool RegisterMany(int port, int n, int to_parent) {
   std::printf("    %-34s %9.1f ms\n", "Register latency p99", Percentile(reg_ms, 0.99));
   std::printf("    %-34s %9.1f ms\n", "every member holds the plan",
               *std::max_element(plan_ms.begin(), plan_ms.end()));
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf("    members' CPU %.2f s\n", ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+                                             1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec));
   std::fflush(stdout);
   WriteLine(to_parent, "a-done");
   return true;  // the clients close after the parent measured
+}
+
+// Where refitd's time went during (a): CPU seconds per thread (from
+// /proc/self/task; threads that ended are left out) and the wait behind
+// each contended absl::Mutex (absl's mutex tracer).
+std::map<int, std::pair<std::string, double>> ThreadCpu() {
+  std::map<int, std::pair<std::string, double>> out;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    int tid = 0;
+    if (!absl::SimpleAtoi(e->d_name, &tid)) continue;
+    std::ifstream in(absl::StrCat("/proc/self/task/", tid, "/stat"));
+    if (!in) continue;
+    std::string line;
+    std::getline(in, line);
+    const size_t open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::vector<std::string> f;
+    std::string rest = line.substr(close + 2), w;
+    for (char ch : rest + " ") {
+      if (ch == ' ') { f.push_back(w); w.clear(); } else { w.push_back(ch); }
+    }
+    if (f.size() < 13) continue;
+    double ut = 0, st = 0;
+    (void)absl::SimpleAtod(f[11], &ut);
+    (void)absl::SimpleAtod(f[12], &st);
+    out[tid] = {line.substr(open + 1, close - open - 1), (ut + st) / tick};
+  }
+  closedir(dir);
+  return out;
+}
+
+std::mutex contention_mu;
+std::map<const void*, std::pair<int64_t, int64_t>>* contention = nullptr;  // cycles, count
+
+void TraceContention(const char*, const void* obj, int64_t wait_cycles) {
+  std::lock_guard<std::mutex> l(contention_mu);
+  if (contention == nullptr) return;
+  auto& c = (*contention)[obj];
+  c.first += wait_cycles;
+  c.second += 1;
+}
+
+void PrintWhereTimeWent(const std::map<int, std::pair<std::string, double>>& before,
+                        const std::map<int, std::pair<std::string, double>>& after) {
+  std::vector<std::pair<double, std::string>> threads;
+  double total = 0;
+  for (const auto& [tid, v] : after) {
+    auto b = before.find(tid);
+    const double s = v.second - (b == before.end() ? 0.0 : b->second.second);
+    total += s;
+    threads.push_back({s, absl::StrCat(v.first, "/", tid)});
+  }
+  std::sort(threads.rbegin(), threads.rend());
+  std::printf("    refitd CPU during (a) %.2f s (threads alive at the end)\n", total);
+  for (size_t i = 0; i < threads.size() && i < 6; ++i) {
+    std::printf("      %-24s %6.2f s\n", threads[i].second.c_str(), threads[i].first);
+  }
+  std::lock_guard<std::mutex> l(contention_mu);
+  std::vector<std::pair<int64_t, int64_t>> waits;
+  for (const auto& [obj, c] : *contention) waits.push_back(c);
+  std::sort(waits.rbegin(), waits.rend());
+  const double hz = absl::base_internal::CycleClock::Frequency();
+  for (size_t i = 0; i < waits.size() && i < 3; ++i) {
+    std::printf("      contended mutex #%zu: %lld waits, %.2f s waited in all\n", i + 1,
+                static_cast<long long>(waits[i].second), waits[i].first / hz);
+  }
+  contention->clear();
 }
 
 // (b), in the child.
@@ -293,8 +373,11 @@ int ChildMain(int from_parent, int to_parent, int n, int m, int rounds) {
   return Rounds(port, m, rounds) ? 0 : 1;
 }
 
+int max_pending = 0;  // --max_pending: refitd's --max_pending_connections (0: its default)
+
 std::unique_ptr<RefitServer> StartServer() {
   RefitServer::Options o;
+  if (max_pending > 0) o.max_pending_connections = max_pending;
   o.coordinator.plan_function = NameMatchingPlan;
   o.coordinator.heartbeat_timeout = absl::Seconds(60);  // a loaded 2-core box
   auto s = RefitServer::Start(std::move(o));
@@ -315,6 +398,7 @@ int Main(int argc, char** argv) {
     };
     flag("members", &n);
     flag("round_members", &m);
+    flag("max_pending", &max_pending);
     flag("rounds", &rounds);
     int liveness_ms = 0;
     flag("liveness_ms", &liveness_ms);
@@ -348,14 +432,22 @@ int Main(int argc, char** argv) {
   auto server = StartServer();
   if (server == nullptr) return kill_child();
   const testing::ProcessMemory before = testing::ReadProcessMemory();
+  {
+    std::lock_guard<std::mutex> l(contention_mu);
+    contention = new std::map<const void*, std::pair<int64_t, int64_t>>();
+  }
+  absl::RegisterMutexTracer(TraceContention);
+  const auto cpu_before = ThreadCpu();
   WriteLine(p2c[1], absl::StrCat(server->port()));
   const std::string a = ReadLine(c2p[0]);
   const testing::ProcessMemory after = testing::ReadProcessMemory();
+  const auto cpu_after = ThreadCpu();
   if (a != "a-done") return kill_child();
   std::printf("    refitd memory (this process)    VmRSS %.1f -> %.1f MiB, VmHWM %.1f MiB"
               " (%.1f KiB per member)\n",
               before.rss_mib, after.rss_mib, after.hwm_mib,
               (after.rss_mib - before.rss_mib) * 1024.0 / n);
+  PrintWhereTimeWent(cpu_before, cpu_after);
   std::fflush(stdout);
   server->Shutdown();  // its members' streams end; (b) gets a fresh refitd
 

@@ -273,7 +273,13 @@ void Coordinator::MembershipChanged() {
 
 void Coordinator::AnnounceEpoch() {
   if (!epoch_announce_pending_) return;
+  // While the plan is rebuilt, one announcement tells every member that its
+  // plan is void; the next goes out with the new plan (ApplyPlan) or once
+  // the membership is found incomplete, not once per sweep of a burst of
+  // joins (each announcement writes to every member's stream).
+  if (plan_dirty_ && announced_while_dirty_) return;
   epoch_announce_pending_ = false;
+  announced_while_dirty_ = plan_dirty_;
   v1::RoundEvent e;
   e.set_kind(v1::RoundEvent::PLAN_CHANGED);
   e.set_epoch(membership_.epoch());
@@ -471,13 +477,23 @@ void Coordinator::HousekeepingLoop() {
 }
 
 void Coordinator::Tick(absl::Time now) {
-  AnnounceEpoch();
-  refusals_.Expire(now, options_.heartbeat_timeout);
-  for (const std::string& id : membership_.Expired(now, options_.heartbeat_timeout)) {
-    RemoveMember(id,
-                 absl::StrCat("expired: stopped heart-beating for more than ",
-                              absl::FormatDuration(options_.heartbeat_timeout)),
-                 AbortReason::kMemberExpired);
+  // The passes over every stream (the epoch announcement) and every member
+  // (expiry) hold the lock for milliseconds with thousands of members:
+  // they run every twentieth of the heartbeat timeout (at most 100 ms, at
+  // least a tick), not every tick, so a burst of registrations is not
+  // held up behind them.
+  if (now >= next_sweep_) {
+    next_sweep_ =
+        now + std::max(options_.tick,
+                       std::min(options_.heartbeat_timeout / 20, absl::Milliseconds(100)));
+    AnnounceEpoch();
+    refusals_.Expire(now, options_.heartbeat_timeout);
+    for (const std::string& id : membership_.Expired(now, options_.heartbeat_timeout)) {
+      RemoveMember(id,
+                   absl::StrCat("expired: stopped heart-beating for more than ",
+                                absl::FormatDuration(options_.heartbeat_timeout)),
+                   AbortReason::kMemberExpired);
+    }
   }
   const Rounds::Active* round = rounds_.active();
   if (round != nullptr && now - round->started > options_.round_timeout) {
@@ -509,6 +525,8 @@ void Coordinator::MaybePlan(absl::Time now) {
         last_departure_.empty() ? std::string("membership incomplete")
                                 : absl::StrCat("membership incomplete: ", last_departure_));
     plan_incomplete_ = true;
+    announced_while_dirty_ = false;
+    epoch_announce_pending_ = true;
     member_plans_.clear();
     plan_fingerprint_.clear();
     if (departure_untold_) FailPlanWaiters();
@@ -574,6 +592,8 @@ void Coordinator::ApplyPlan(const PlanInput& input, PlanCache::Entry entry,
   last_departure_.clear();  // the membership is complete again
   plan_dirty_ = false;
   plan_incomplete_ = false;
+  announced_while_dirty_ = false;
+  epoch_announce_pending_ = true;  // the epoch of the new plan
   plan_epoch_ = input.epoch;
   // What members and status see: the plan's own fingerprint (the
   // registrations' one is the same for plans built with other planner

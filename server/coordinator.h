@@ -302,7 +302,11 @@ class Coordinator {
   // current plan; planning_: a PlanInput is queued in plan_job_ or being
   // built by the planner thread.
   bool epoch_announce_pending_ ABSL_GUARDED_BY(mu_) = false;
+  // An epoch was announced since the plan became dirty (AnnounceEpoch).
+  bool announced_while_dirty_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_change_ ABSL_GUARDED_BY(mu_);  // last membership change
+  // The next pass over every member and stream (Tick).
+  absl::Time next_sweep_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Time dirty_since_ ABSL_GUARDED_BY(mu_);  // first change not planned
   bool plan_dirty_ ABSL_GUARDED_BY(mu_) = false;
   bool planning_ ABSL_GUARDED_BY(mu_) = false;

@@ -8,23 +8,54 @@
 
 namespace refit {
 
+Membership::Group Membership::GroupOf(const v1::MemberIdentity& ident) {
+  return {static_cast<int>(ident.side()), ident.engine_id()};
+}
+
+std::optional<int32_t> Membership::OtherWorldSize(const Group& group, const std::string& id,
+                                                  int32_t world_size) const {
+  auto g = world_sizes_.find(group);
+  if (g == world_sizes_.end()) return std::nullopt;
+  const Member* self = Find(id);
+  for (const auto& [size, count] : g->second) {
+    const bool own = self != nullptr && GroupOf(self->reg.identity()) == group &&
+                     self->reg.identity().world_size() == size;
+    if (size != world_size && count - (own ? 1 : 0) > 0) return size;
+  }
+  return std::nullopt;
+}
+
+void Membership::Count(const v1::MemberIdentity& ident, int delta) {
+  const Group group = GroupOf(ident);
+  auto& sizes = world_sizes_[group];
+  if ((sizes[ident.world_size()] += delta) <= 0) sizes.erase(ident.world_size());
+  if (sizes.empty()) world_sizes_.erase(group);
+}
+
 absl::StatusOr<Membership::Admitted> Membership::Admit(const v1::Registration& reg,
                                                        absl::Time now) {
   const v1::MemberIdentity& ident = reg.identity();
   const std::string id = MemberKey(ident);
-  for (const auto& [oid, m] : members_) {
-    const v1::MemberIdentity& o = m.reg.identity();
-    if (oid == id) continue;
-    if (o.side() == ident.side() && o.job() == ident.job() &&
-        o.engine_id() == ident.engine_id() && o.world_size() != ident.world_size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("identity.world_size: ", ident.world_size(), " disagrees with ",
-                       o.world_size(), " of ", DescribeMember(o)));
+  // Every member is of one job: any other member's job is theirs.
+  for (auto o = members_.begin(); o != members_.end(); ++o) {
+    if (o->first == id) continue;
+    const std::string& job = o->second.reg.identity().job();
+    if (job != ident.job()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "identity.job: ", ident.job(), " differs from job ", job, " already registered"));
     }
-    if (o.job() != ident.job()) {
-      return absl::InvalidArgumentError(absl::StrCat("identity.job: ", ident.job(),
-                                                     " differs from job ", o.job(),
-                                                     " already registered"));
+    break;
+  }
+  if (std::optional<int32_t> other = OtherWorldSize(GroupOf(ident), id, ident.world_size())) {
+    // Name one member that registered it (a pass over the members, on this
+    // error only).
+    for (const auto& [oid, m] : members_) {
+      const v1::MemberIdentity& o = m.reg.identity();
+      if (oid != id && GroupOf(o) == GroupOf(ident) && o.world_size() == *other) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("identity.world_size: ", ident.world_size(), " disagrees with ",
+                         o.world_size(), " of ", DescribeMember(o)));
+      }
     }
   }
   std::string serialized = SerializeRegistration(reg);
@@ -45,6 +76,8 @@ absl::StatusOr<Membership::Admitted> Membership::Admit(const v1::Registration& r
   bytes_ = after;
   const Admitted result = it == members_.end() ? Admitted::kNew : Admitted::kReplaced;
   Member& m = members_[id];
+  if (result == Admitted::kReplaced) Count(m.reg.identity(), -1);
+  Count(ident, +1);
   m.id = id;
   m.reg = reg;
   m.serialized = std::move(serialized);
@@ -57,6 +90,7 @@ bool Membership::Remove(const std::string& id) {
   auto it = members_.find(id);
   if (it == members_.end()) return false;
   bytes_ -= static_cast<int64_t>(it->second.serialized.size());
+  Count(it->second.reg.identity(), -1);
   members_.erase(it);
   ++epoch_;
   return true;

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -85,9 +86,22 @@ class Membership {
   int64_t epoch() const { return epoch_; }
 
  private:
+  // A side and replica (engine id; empty for the trainer) and the world
+  // sizes its members registered, with how many registered each.
+  using Group = std::pair<int, std::string>;
+  static Group GroupOf(const v1::MemberIdentity& ident);
+  // Returns the world size other than `world_size` that a member of
+  // `group` other than `id` registered, or nullopt.
+  std::optional<int32_t> OtherWorldSize(const Group& group, const std::string& id,
+                                        int32_t world_size) const;
+  void Count(const v1::MemberIdentity& ident, int delta);
+
   const int min_engines_;
   const int64_t max_bytes_;
   std::map<std::string, Member> members_;
+  // Kept with members_, so that Admit checks a registration against the
+  // others without a pass over every member.
+  std::map<Group, std::map<int32_t, int>> world_sizes_;
   int64_t bytes_ = 0;
   int64_t epoch_ = 0;
 };

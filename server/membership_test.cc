@@ -69,6 +69,32 @@ TEST(MembershipTest, RefusesAnotherJobAndADisagreeingWorldSize) {
   EXPECT_EQ(m.epoch(), 2);
 }
 
+TEST(MembershipTest, AWorldSizeBindsItsReplicaWhileAMemberHoldsIt) {
+  Membership m(1);
+  // The only member of its replica may re-register with another size.
+  ASSERT_TRUE(m.Admit(Reg(v1::SIDE_ENGINE, "A", 0, 2), t0).ok());
+  ASSERT_TRUE(m.Admit(Reg(v1::SIDE_ENGINE, "A", 0, 4), t0).ok());
+  ASSERT_TRUE(m.Admit(Reg(v1::SIDE_ENGINE, "A", 1, 4), t0).ok());
+  auto s = m.Admit(Reg(v1::SIDE_ENGINE, "A", 2, 2), t0);
+  ASSERT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("disagrees with 4"), absl::string_view::npos)
+      << s.status();
+  // Rank 0 re-registering with size 2 disagrees with rank 1's 4.
+  EXPECT_FALSE(m.Admit(Reg(v1::SIDE_ENGINE, "A", 0, 2), t0).ok());
+  // Once every member of size 4 left, the replica takes another size.
+  ASSERT_TRUE(m.Remove("engine/job/A/0"));
+  ASSERT_TRUE(m.Remove("engine/job/A/1"));
+  EXPECT_TRUE(m.Admit(Reg(v1::SIDE_ENGINE, "A", 2, 2), t0).ok());
+  // The trainer's size is apart from any engine's.
+  EXPECT_TRUE(m.Admit(Reg(v1::SIDE_TRAINER, "", 0, 8), t0).ok());
+  // Another job is refused while one member of this one is there.
+  EXPECT_TRUE(m.Remove("trainer/job/0"));
+  EXPECT_EQ(m.Admit(Reg(v1::SIDE_ENGINE, "A", 0, 2, "next"), t0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(m.Remove("engine/job/A/2"));
+  EXPECT_TRUE(m.Admit(Reg(v1::SIDE_ENGINE, "A", 0, 2, "next"), t0).ok());
+}
+
 TEST(MembershipTest, TouchAndExpiry) {
   Membership m(1);
   ASSERT_TRUE(m.Admit(Reg(v1::SIDE_TRAINER, "", 0, 2), t0).ok());
