@@ -41,14 +41,6 @@ std::string TmpFile(const std::string& p) {
   return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", p);
 }
 
-std::unique_ptr<RefitClient> Connect(int port) {
-  RefitClient::Options o;
-  o.target = absl::StrCat("127.0.0.1:", port);
-  auto c = RefitClient::Connect(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? std::move(*c) : nullptr;
-}
-
 // Engine `engine` rank `rank` of a `world`-rank replica of job `job`.
 v1::Registration Engine(const std::string& job, const std::string& engine, int rank,
                         int world) {
@@ -63,9 +55,9 @@ TEST(JobScopeTest, RefusalsTouchOnlyTheirJobAndReachMembersEscapedAndBounded) {
   ASSERT_TRUE(refitd.Start(Runfile("server/refitd"), {"--plan_settle_ms=5"},
                            TmpFile("refusals.out"), absl::Seconds(20))
                   .ok());
-  auto t = Connect(refitd.port());
-  auto a = Connect(refitd.port());
-  auto r = Connect(refitd.port());
+  auto t = testing::ConnectRefitd(refitd.port());
+  auto a = testing::ConnectRefitd(refitd.port());
+  auto r = testing::ConnectRefitd(refitd.port());
   ASSERT_TRUE(t && a && r);
   ASSERT_TRUE(t->Register(testing::TinyRegistration(true, "job")).ok());
   ASSERT_TRUE(a->Register(testing::TinyRegistration(false, "job", "A")).ok());
@@ -78,7 +70,7 @@ TEST(JobScopeTest, RefusalsTouchOnlyTheirJobAndReachMembersEscapedAndBounded) {
   std::vector<int> refused(4, 0);
   for (int c = 0; c < 4; ++c) {
     callers.emplace_back([&, c] {
-      std::unique_ptr<RefitClient> caller = Connect(refitd.port());
+      std::unique_ptr<RefitClient> caller = testing::ConnectRefitd(refitd.port());
       if (caller == nullptr) return;
       for (int i = c; i < 16384; i += 4) {
         const absl::Status s = caller->Refuse(
@@ -135,9 +127,9 @@ TEST(JobScopeTest, WaitsOutsideThePlanCannotStarveThePlansMembers) {
                             "--max_kv_waits_per_caller=64", "--max_kv_waits_per_member=64"},
                            TmpFile("waits.out"), absl::Seconds(20))
                   .ok());
-  auto t = Connect(refitd.port());
-  auto a = Connect(refitd.port());
-  auto x = Connect(refitd.port());
+  auto t = testing::ConnectRefitd(refitd.port());
+  auto a = testing::ConnectRefitd(refitd.port());
+  auto x = testing::ConnectRefitd(refitd.port());
   ASSERT_TRUE(t && a && x);
   ASSERT_TRUE(t->Register(testing::TinyRegistration(true, "job")).ok());
   ASSERT_TRUE(a->Register(testing::TinyRegistration(false, "job", "A")).ok());
@@ -177,7 +169,7 @@ TEST(JobScopeTest, WaitsFromSeventeenAddressesLeaveTheJobsFirstRoundCommitting) 
   constexpr int kAddresses = 17, kPerAddress = 4, kPerMember = 256;
   std::vector<std::unique_ptr<RefitClient>> outsiders;
   for (int rank = 0; rank < kAddresses * kPerAddress; ++rank) {
-    outsiders.push_back(Connect(refitd.port()));
+    outsiders.push_back(testing::ConnectRefitd(refitd.port()));
     ASSERT_TRUE(outsiders.back());
     ASSERT_TRUE(outsiders.back()->Register(Engine("refit", "X", rank, 100)).ok()) << rank;
   }

@@ -87,6 +87,9 @@ std::unique_ptr<RefitClient> Connect(int port) {
   RefitClient::Options o;
   o.target = absl::StrCat("127.0.0.1:", port);
   o.refitd_timeout = absl::Seconds(10);
+  // A registration of 2^20 buffers takes refitd seconds to read and check
+  // on a loaded machine (more than the default 10 s with 4 tests at once).
+  o.rpc_timeout = absl::Seconds(60);
   auto c = RefitClient::Connect(o);
   return c.ok() ? std::move(*c) : nullptr;
 }

@@ -1,4 +1,5 @@
-// JoinRefitd, StatusOverANewConnection, StatusWith and ParkedKvGets (see refitd_peers.h).
+// ConnectRefitd, JoinRefitd, StatusOverANewConnection, StatusWith and
+// ParkedKvGets (see refitd_peers.h).
 #include "tests/adversarial/refitd_peers.h"
 
 #include <grpcpp/create_channel_posix.h>
@@ -9,16 +10,20 @@
 
 namespace refit::testing {
 
-std::unique_ptr<RefitClient> JoinRefitd(int port, const v1::Registration& reg) {
+std::unique_ptr<RefitClient> ConnectRefitd(int port) {
   RefitClient::Options o;
   o.target = absl::StrCat("127.0.0.1:", port);
   auto c = RefitClient::Connect(o);
   EXPECT_TRUE(c.ok()) << c.status();
-  if (!c.ok()) return nullptr;
-  absl::StatusOr<std::string> id = (*c)->Register(reg);
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+std::unique_ptr<RefitClient> JoinRefitd(int port, const v1::Registration& reg) {
+  std::unique_ptr<RefitClient> c = ConnectRefitd(port);
+  if (c == nullptr) return nullptr;
+  absl::StatusOr<std::string> id = c->Register(reg);
   EXPECT_TRUE(id.ok()) << id.status();
-  if (!id.ok()) return nullptr;
-  return std::move(*c);
+  return id.ok() ? std::move(c) : nullptr;
 }
 
 grpc::Status StatusOverANewConnection(int port, absl::Time deadline,

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "testing/refitd_process.h"
 #include "testing/tiny_registration.h"
+#include "tests/adversarial/refitd_peers.h"
 
 namespace refit {
 namespace {
@@ -54,14 +55,6 @@ v1::Registration PaddedEngine(int i, int count) {
   return Pad(r, count);
 }
 
-std::unique_ptr<RefitClient> Connect(int port) {
-  RefitClient::Options o;
-  o.target = absl::StrCat("127.0.0.1:", port);
-  auto c = RefitClient::Connect(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? std::move(*c) : nullptr;
-}
-
 TEST(RegistrationBytesTest, TheMembersRegistrationsAreBoundedInAll) {
   RefitdProcess refitd;
   ASSERT_TRUE(refitd
@@ -73,7 +66,7 @@ TEST(RegistrationBytesTest, TheMembersRegistrationsAreBoundedInAll) {
   std::vector<std::unique_ptr<RefitClient>> members;
   std::vector<absl::Status> results;
   for (int rank = 0; rank < 4; ++rank) {
-    members.push_back(Connect(refitd.port()));
+    members.push_back(testing::ConnectRefitd(refitd.port()));
     ASSERT_TRUE(members.back());
     results.push_back(members.back()->Register(Padded(rank)).status());
   }
@@ -107,7 +100,7 @@ TEST(RegistrationBytesTest, FortySixPaddedMembersAreBoundedAndTheJobStillJoins) 
                          absl::StrCat(std::getenv("TEST_TMPDIR"), "/refitd46.out"),
                          absl::Seconds(20))
                   .ok());
-  std::unique_ptr<RefitClient> t = Connect(refitd.port());
+  std::unique_ptr<RefitClient> t = testing::ConnectRefitd(refitd.port());
   ASSERT_TRUE(t);
   ASSERT_TRUE(t->Register(testing::TinyRegistration(true, "job")).ok());
   const int64_t before_kib = refitd.PeakRssKib();
@@ -115,7 +108,7 @@ TEST(RegistrationBytesTest, FortySixPaddedMembersAreBoundedAndTheJobStillJoins) 
   int admitted = 0;
   const absl::Time start = absl::Now();
   for (int i = 0; i < 46; ++i) {
-    crowd.push_back(Connect(refitd.port()));
+    crowd.push_back(testing::ConnectRefitd(refitd.port()));
     ASSERT_TRUE(crowd.back());
     const absl::Status s = crowd.back()->Register(PaddedEngine(i, 6 * 1024)).status();
     if (s.ok()) {
@@ -128,7 +121,7 @@ TEST(RegistrationBytesTest, FortySixPaddedMembersAreBoundedAndTheJobStillJoins) 
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   EXPECT_EQ(admitted, 10);
   // One member's registration over --max_metadata_bytes: refused naming it.
-  std::unique_ptr<RefitClient> big = Connect(refitd.port());
+  std::unique_ptr<RefitClient> big = testing::ConnectRefitd(refitd.port());
   ASSERT_TRUE(big);
   const absl::Status over = big->Register(PaddedEngine(46, 8 * 1024 + 256)).status();
   EXPECT_TRUE(absl::IsInvalidArgument(over)) << over;
@@ -139,7 +132,7 @@ TEST(RegistrationBytesTest, FortySixPaddedMembersAreBoundedAndTheJobStillJoins) 
               admitted, 46 - admitted, seconds, before_kib / 1024.0, peak_kib / 1024.0);
   EXPECT_LT(peak_kib - before_kib, 4 * 64 * 1024);
   // The job's own engine joins, and the job gets its plan.
-  std::unique_ptr<RefitClient> a = Connect(refitd.port());
+  std::unique_ptr<RefitClient> a = testing::ConnectRefitd(refitd.port());
   ASSERT_TRUE(a);
   ASSERT_TRUE(a->Register(testing::TinyRegistration(false, "job", "A")).ok());
   EXPECT_TRUE(t->AwaitPlan(In(absl::Seconds(20))).ok());
