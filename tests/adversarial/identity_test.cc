@@ -3,8 +3,9 @@
 // place, whether its round stream is open or not, before it starts, or
 // right after refitd restarts (with a job key); a replaced secret cannot
 // be replayed while refitd remembers it (its identity's last 8 retired
-// secrets), and once forgotten gains no more than the job key; a registration under another job cannot squat the job; and
-// a member's plan slice and the bootstrap keys need the member's secret.
+// secrets), and once forgotten gains no more than the job key; a
+// registration under another job cannot squat the job; and a member's plan
+// slice and the bootstrap keys need the member's secret.
 #include <signal.h>
 
 #include <chrono>
