@@ -5,7 +5,6 @@
 //   colocated_bench [--cases=8b,tp2,moe] [--iters=5] [--moe_model=qwen3-30b-a3b]
 //                   (or a config.json: the bundle has qwen3-30b-a3b-12-layers.json,
 //                   Qwen3-30B-A3B's first 12 layers, 15.6 GB)
-//                   [--item_kib=64]   (the pull kernel's work per thread block)
 //
 // Cases (engine vLLM TP1 on GPU 0 in every case):
 //   8b   qwen3-8b, Megatron TP1 -> vLLM TP1
@@ -103,7 +102,7 @@ absl::Status Barrier(KvStore* kv, const std::string& tag, int me, int n) {
 absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, const Plan& plan,
                                                              int g, const std::string& dir,
                                                              int iters, const std::string& ref_sum,
-                                                             int64_t item_kib, bool vmm = false,
+                                                             bool vmm = false,
                                                              bool two_pass = false) {
   CK(cudaSetDevice(0));
   const bool trainer = g < c.trainers;
@@ -121,14 +120,20 @@ absl::StatusOr<std::map<std::string, std::string>> PullMember(const Case& c, con
     REFIT_RETURN_IF_ERROR(Pattern(full, rank, a, 1, false));
   }
   CK(cudaDeviceSynchronize());
-  const Plan slice = ExtractSlice(plan, side, rank);
+  Plan slice = ExtractSlice(plan, side, rank);
+  if (two_pass) {
+    // The 2-pass row: the plan's one-pass conversions as two-pass ones
+    // (the trainer quantizes into scratch, the engine pulls it).
+    for (Conversion& c : slice.conversions) {
+      c.one_pass = false;
+      c.one_pass_cell_rows = c.one_pass_cell_cols = 0;
+    }
+  }
   testing::DirKvStore kv(dir);
   PullRunnerOptions po;
   po.device = 0;
-  po.max_item_bytes = item_kib << 10;
   // Quantized engines: the trainer's weights stay; the engine's buffers
   // are poisoned before every round and must come back equal.
-  po.quantize_on_pull = !two_pass;
   const absl::Time prep0 = absl::Now();
   REFIT_ASSIGN_OR_RETURN(
       std::unique_ptr<PullRunner> e,
@@ -261,14 +266,13 @@ absl::StatusOr<std::map<std::string, std::string>> Merge(
 // The pull path with every member a thread of this process.
 absl::StatusOr<std::map<std::string, std::string>> PullThreads(const Case& c, const Plan& plan,
                                                               const std::string& dir, int iters,
-                                                              const std::string& ref_sum,
-                                                              int64_t item_kib) {
+                                                              const std::string& ref_sum) {
   const int world = c.trainers + 1;
   std::vector<absl::StatusOr<std::map<std::string, std::string>>> res(
       world, absl::UnknownError("not run"));
   std::vector<std::thread> th;
   for (int g = 0; g < world; ++g) {
-    th.emplace_back([&, g] { res[g] = PullMember(c, plan, g, dir, iters, ref_sum, item_kib); });
+    th.emplace_back([&, g] { res[g] = PullMember(c, plan, g, dir, iters, ref_sum); });
   }
   for (auto& t : th) t.join();
   return Merge(res);
@@ -287,13 +291,12 @@ int Worker(int argc, char** argv) {
     if (mode == "baselines") return Baselines(c, iters);
     REFIT_ASSIGN_OR_RETURN(Plan plan, CasePlan(c, false));
     const std::string ref = testing::FlagValue(argc, argv, "ref_sum", "");
-    const int64_t kib = std::atoll(testing::FlagValue(argc, argv, "item_kib", "64").c_str());
-    if (mode == "threads") return PullThreads(c, plan, dir + "/kv", iters, ref, kib);
-    if (mode == "member-vmm") return PullMember(c, plan, index, dir + "/kv", iters, ref, kib, true);
+    if (mode == "threads") return PullThreads(c, plan, dir + "/kv", iters, ref);
+    if (mode == "member-vmm") return PullMember(c, plan, index, dir + "/kv", iters, ref, true);
     if (mode == "member-2pass") {
-      return PullMember(c, plan, index, dir + "/kv", iters, ref, kib, false, true);
+      return PullMember(c, plan, index, dir + "/kv", iters, ref, false, true);
     }
-    return PullMember(c, plan, index, dir + "/kv", iters, ref, kib);
+    return PullMember(c, plan, index, dir + "/kv", iters, ref);
   }();
   const std::string out = absl::StrCat(dir, "/result.", index);
   if (!r.ok()) {

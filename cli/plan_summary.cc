@@ -247,6 +247,17 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
   s.host_received.assign(num_hosts, 0);
   s.host_messages.assign(num_hosts, 0);
   s.converted_records = static_cast<int64_t>(plan.conversions.size());
+  {
+    std::map<std::string, PlanSummary::Passes> passes;
+    for (const Conversion& c : plan.conversions) {
+      PlanSummary::Passes& p = passes[ConversionFormatName(c)];
+      ++(c.one_pass ? p.one_pass : p.two_passes);
+    }
+    for (auto& [name, p] : passes) {
+      p.format = name;
+      s.passes_by_format.push_back(std::move(p));
+    }
+  }
   for (size_t i = 0; i < plan.messages.size(); ++i) {
     const Message& m = plan.messages[i];
     if (m.src_rank < 0 || m.src_rank >= (m.relay ? s.dst_world : s.src_world) ||
@@ -431,6 +442,15 @@ std::string FormatSummaryText(const PlanSummary& s) {
                       HumanBinaryBytes(bytes));
     }
     if (!formats.empty()) absl::StrAppend(&o, "  on the wire by format: ", formats, "\n");
+    std::string passes;
+    for (const PlanSummary::Passes& p : s.passes_by_format) {
+      absl::StrAppend(&passes, passes.empty() ? "" : ", ", p.format, " ", p.one_pass, " / ",
+                      p.two_passes);
+    }
+    if (!passes.empty()) {
+      absl::StrAppend(&o, "  on the colocated pull path, conversions in one pass / two: ", passes,
+                      "\n");
+    }
   } else if (!s.wire_bytes_by_format.empty()) {
     std::string formats;
     for (const auto& [name, bytes] : s.wire_bytes_by_format) {
@@ -475,6 +495,10 @@ std::string FormatSummaryJson(const PlanSummary& s) {
   j["wire_bytes_by_format"] = nlohmann::json::object();
   for (const auto& [name, bytes] : s.wire_bytes_by_format) {
     j["wire_bytes_by_format"][name] = bytes;
+  }
+  j["conversion_passes"] = nlohmann::json::object();
+  for (const PlanSummary::Passes& p : s.passes_by_format) {
+    j["conversion_passes"][p.format] = {{"one_pass", p.one_pass}, {"two_passes", p.two_passes}};
   }
   j["unconverted_bytes"] = s.unconverted_bytes;
   j["unconverted_seconds"] = s.unconverted_seconds;

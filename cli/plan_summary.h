@@ -108,6 +108,17 @@ struct PlanSummary {
   // low-precision trainer's own tensors that travel as they are, under its
   // format ("mxfp8", "nvfp4", "fp8_block").
   std::vector<std::pair<std::string, int64_t>> wire_bytes_by_format;
+  // Per conversion format (ConversionFormatName), by name: how many of
+  // plan.conversions the colocated pull path runs in one pass (the engine
+  // quantizes as it pulls) and how many in two (the trainer converts into
+  // scratch, the engine pulls it), as the plan records it
+  // (Conversion::one_pass, plan/one_pass.h).
+  struct Passes {
+    std::string format;
+    int64_t one_pass = 0;
+    int64_t two_passes = 0;
+  };
+  std::vector<Passes> passes_by_format;
   std::string slowest_rank;                  // e.g. "trainer rank 3" (MemberName)
   // The heat map, bytes [row][col], in one of two views:
   //  * "host": rows are the trainer hosts, columns the engine hosts, each

@@ -320,6 +320,42 @@ TEST(PlanSummaryTest, WireBytesByFormat) {
   EXPECT_EQ(nlohmann::json::parse(FormatSummaryJson(*s))["wire_bytes_by_format"]["mxfp8"], 264);
 }
 
+// Per format, the conversions the plan runs in one pass and in two
+// (Conversion::one_pass), in the text and the JSON.
+TEST(PlanSummaryTest, ConversionPassesByFormat) {
+  Plan p;
+  p.src.world_size = 1;
+  p.dst.world_size = 1;
+  p.src.tensors = {{"w", {128, 128}, DType::kF8E4M3, false}};
+  p.src.records.resize(1);
+  p.waves.resize(1);
+  Conversion fp8;
+  fp8.kind = ConversionKind::kFp8Block;
+  Conversion one = fp8, deepgemm = fp8;
+  one.one_pass = true;
+  one.one_pass_cell_rows = one.one_pass_cell_cols = 128;
+  deepgemm.kind = ConversionKind::kFp8BlockRequantUe8m0;
+  p.conversions = {one, one, fp8, deepgemm};
+  auto s = SummarizePlan(p, LinkModel{});
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->passes_by_format.size(), 2u);
+  EXPECT_EQ(s->passes_by_format[0].format, "fp8_block");
+  EXPECT_EQ(s->passes_by_format[0].one_pass, 2);
+  EXPECT_EQ(s->passes_by_format[0].two_passes, 1);
+  EXPECT_EQ(s->passes_by_format[1].format, "fp8_block_requant_ue8m0");
+  EXPECT_EQ(s->passes_by_format[1].one_pass, 0);
+  EXPECT_EQ(s->passes_by_format[1].two_passes, 1);
+  const std::string text = FormatSummaryText(*s);
+  EXPECT_NE(text.find("on the colocated pull path, conversions in one pass / two: "
+                      "fp8_block 2 / 1, fp8_block_requant_ue8m0 0 / 1\n"),
+            std::string::npos)
+      << text;
+  const auto j = nlohmann::json::parse(FormatSummaryJson(*s));
+  EXPECT_EQ(j["conversion_passes"]["fp8_block"]["one_pass"], 2);
+  EXPECT_EQ(j["conversion_passes"]["fp8_block"]["two_passes"], 1);
+  EXPECT_EQ(j["conversion_passes"]["fp8_block_requant_ue8m0"]["two_passes"], 1);
+}
+
 // An NVFP4 weight [4, 64] (bf16 on the trainer, 512 bytes): 128 bytes of
 // packed codes, 16 e4m3 block scales and a 4-byte global scale, all nvfp4
 // on the wire; in the trainer's dtypes the codes weigh four times as much,

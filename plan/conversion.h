@@ -135,6 +135,15 @@ struct Conversion {
   // kNvfp4: the recipe of the bytes (the engine global scale tensor's
   // transform: kNvfp4Vllm is kVllm, none kModelopt).
   Nvfp4Recipe recipe = Nvfp4Recipe::kModelopt;
+  // Whether the colocated pull path runs this conversion in one pass (its
+  // receivers read the BF16 record and write codes and scales as they
+  // pull), with the cell its items read at most (elements, aligned in the
+  // tensor); false and 0 x 0: two passes (the trainer converts into
+  // scratch, the receivers pull it). Decided by the planner
+  // (plan/one_pass.h).
+  bool one_pass = false;
+  int32_t one_pass_cell_rows = 0;
+  int32_t one_pass_cell_cols = 0;
 };
 
 // Tiles of one source tensor that several source records share, each

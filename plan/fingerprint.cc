@@ -146,6 +146,11 @@ void WriteConversions(Writer& w, const Plan& p) {
       w.I(c.global_buffer);
       w.I(static_cast<int64_t>(c.recipe));
     }
+    if (IsBlockQuantized(c.kind)) {
+      w.I(c.one_pass ? 1 : 0);
+      w.I(c.one_pass_cell_rows);
+      w.I(c.one_pass_cell_cols);
+    }
   }
   w.I(p.cut_tiles.size());
   for (const CutTileGroup& g : p.cut_tiles) {

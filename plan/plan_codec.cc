@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "plan/one_pass.h"
 #include "plan/plan_stats.h"
 #include "plan/wave_bytes.h"
 
@@ -223,6 +224,9 @@ refit::v1::PlanProto ToProto(const Plan& plan) {
     cp->set_global_tensor(c.global_tensor);
     cp->set_global_buffer(c.global_buffer);
     cp->set_nvfp4_recipe(static_cast<int32_t>(c.recipe));
+    cp->set_one_pass(c.one_pass);
+    cp->set_one_pass_cell_rows(c.one_pass_cell_rows);
+    cp->set_one_pass_cell_cols(c.one_pass_cell_cols);
   }
   for (const CutTileGroup& g : plan.cut_tiles) {
     auto* gp = p.add_cut_tiles();
@@ -243,6 +247,25 @@ bool IsScratchOf(const SideLayout& s, int32_t b, int32_t rank, int64_t bytes) {
   return b >= 0 && b < static_cast<int32_t>(s.buffers.size()) &&
          s.buffers[b].scratch && s.buffers[b].rank == rank &&
          s.buffers[b].byte_size == bytes;
+}
+
+// c's one-pass decision (plan/one_pass.h): a cell of whole tiles within
+// 128 x 128 on a block kind whose tiles the one-pass kernels run, or none.
+absl::Status OnePassFromProto(const refit::v1::ConversionProto& cp, const std::string& who,
+                              Conversion* c) {
+  c->one_pass = cp.one_pass();
+  c->one_pass_cell_rows = cp.one_pass_cell_rows();
+  c->one_pass_cell_cols = cp.one_pass_cell_cols();
+  const int32_t r = c->one_pass_cell_rows, k = c->one_pass_cell_cols;
+  if (!c->one_pass) {
+    if (r == 0 && k == 0) return absl::OkStatus();
+  } else if (IsBlockQuantized(c->kind) && IsOnePassTile(c->tile) && r >= 1 && r <= 128 &&
+             k >= 1 && k <= 128) {
+    const int64_t tr = c->tile[c->tile.size() - 2], tc = c->tile.back();
+    if (r % tr == 0 && k % tc == 0) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(who, ": bad one-pass cell ", r, " x ", k, c->one_pass ? "" : " (two passes)"));
 }
 
 absl::Status ConversionsFromProto(const refit::v1::PlanProto& p, Plan* plan) {
@@ -319,6 +342,7 @@ absl::Status ConversionsFromProto(const refit::v1::PlanProto& p, Plan* plan) {
     } else if (c.scale_buffer != -1 || !c.tile.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(who, ": scales on a cast"));
     }
+    REFIT_RETURN_IF_ERROR(OnePassFromProto(cp, who, &c));
     plan->conversions.push_back(std::move(c));
   }
   for (const auto& gp : p.cut_tiles()) {

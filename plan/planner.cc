@@ -23,6 +23,7 @@
 #include "plan/internal/waves.h"
 #include "plan/internal/segments.h"
 #include "plan/internal/validate.h"
+#include "plan/one_pass.h"
 #include "plan/plan_stats.h"
 #include "plan/wave_bytes.h"
 
@@ -207,6 +208,8 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   }
   EmitMessages(messages, &plan);
   SetWaveBytes(&plan);
+  // Which conversions the pull path runs in one pass (one_pass.h).
+  DecideOnePass(&plan);
   REFIT_RETURN_IF_ERROR(phase_done("emit"));
 
   plan.stats = ComputePlanStats(plan);

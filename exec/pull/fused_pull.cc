@@ -15,7 +15,7 @@
 #include "exec/pull/fused_pull_scales.h"
 #include "exec/pull/pull_program.h"
 #include "exec/convert/quantize.h"
-#include "layout/quant_format.h"
+#include "plan/one_pass.h"
 
 namespace refit {
 namespace {
@@ -53,49 +53,8 @@ std::optional<Affine> AffineOver(const Record& r, const Box& sub) {
   return a;
 }
 
-// The element offset of global point x in an Affine over `sub`.
-int64_t At(const Affine& a, const Box& sub, const std::vector<int64_t>& x) {
-  int64_t o = a.offset;
-  for (int d = 0; d < sub.rank(); ++d) o += (x[d] - sub.origin(d)) * a.stride[d];
-  return o;
-}
-
 int64_t FloorTo(int64_t x, int64_t m) { return x / m * m; }
 int64_t CeilTo(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-// Whether record r is affine (AffineOver) over every cell of `sub`: cells
-// are cell_r x cell_c on the last two dims, aligned to multiples of them
-// in global coordinates, single indices on the leading dims. Each dim is
-// checked on its own (affinity of a box is per dim).
-bool AffinePerCell(const Record& r, const Box& sub, int64_t cell_r, int64_t cell_c) {
-  const int n = sub.rank();
-  if (r.buffer_step != 0 || r.dims.size() != static_cast<size_t>(n) || n < 2) return false;
-  for (int d = n - 2; d < n; ++d) {
-    const int64_t cell = d == n - 2 ? cell_r : cell_c;
-    for (int64_t b = sub.origin(d); b < sub.limit(d); b = FloorTo(b, cell) + cell) {
-      const int64_t e = std::min(FloorTo(b, cell) + cell, sub.limit(d));
-      const std::vector<DimPiece> p = DecomposeRange(r.dims[d], b - r.box.origin(d), e - b);
-      if (p.size() != 1 || p[0].splits.size() > 1) return false;
-      if (d == n - 1 && e - b > 1 && (p[0].splits.empty() || p[0].splits[0].stride != 1)) {
-        return false;
-      }
-    }
-  }
-  return true;
-}
-
-// The tiles quantize-on-pull runs: the FP8 rows' default tiles (128 x 128),
-// the MXFP8 and NVFP4 rows' blocks (1 x 32, 1 x 16).
-bool FusableTile(const std::vector<int64_t>& tile) {
-  const size_t n = tile.size();
-  if (n < 2 || n > kFusedMaxRank) return false;
-  for (size_t d = 0; d + 2 < n; ++d) {
-    if (tile[d] != 1) return false;
-  }
-  const QuantFormatRow& fp8 = QuantFormatTraits(QuantFormat::kFp8Block);
-  return (tile[n - 2] == fp8.block_rows && tile[n - 1] == fp8.block_cols) ||
-         (tile[n - 2] == 1 && (tile[n - 1] == kMxfp8Block || tile[n - 1] == kNvfp4Block));
-}
 
 // Calls fn(buffer, part, segment) for every part of a segment of a message
 // from `src` to `dst` (dst < 0: any) that reads one buffer of its source
@@ -110,107 +69,6 @@ void ForEachSourcePart(const Plan& slice, int32_t src, int32_t dst, Fn fn) {
                         [&](int32_t b, const Box& part) { fn(m, s, b, part); });
     }
   }
-}
-
-// Whether c's record cuts tiles on its last two dims (a tile it holds
-// part of, the rest held by other records). Requires a valid tile.
-bool CutsTiles(const Plan& slice, const Conversion& c) {
-  if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(slice.src.tensors.size())) {
-    return false;
-  }
-  const std::vector<int64_t>& shape = slice.src.tensors[c.from.tensor].shape;
-  const Box& box = c.from.box;
-  const int n = box.rank();
-  if (static_cast<int>(shape.size()) != n || static_cast<int>(c.tile.size()) != n || n < 2) {
-    return false;
-  }
-  for (int d = n - 2; d < n; ++d) {
-    const int64_t t = c.tile[d];
-    if (box.origin(d) % t != 0 || (box.limit(d) % t != 0 && box.limit(d) != shape[d])) {
-      return true;
-    }
-  }
-  return false;
-}
-
-// Whether every reader of c's scratch buffers (only of its codes with
-// `codes_only`) is a pull receiver writing into a destination affine over
-// every cell_r x cell_c cell (codes; the cells' tiles for scales). NVFP4
-// codes are bytes of two columns, and its receivers read codes and scales
-// from the same sender (an item of either needs the BF16 weight and the
-// global amax, exported at the two positions).
-bool ReadersFuse(const Plan& slice, int32_t rank, const Conversion& c,
-                 const std::function<bool(int32_t)>& pulls, int64_t cell_r, int64_t cell_c,
-                 bool codes_only) {
-  const int n = c.from.box.rank();
-  const int64_t tr = c.tile[n - 2], tc = c.tile[n - 1];
-  const int64_t pack = c.kind == ConversionKind::kNvfp4 ? 2 : 1;
-  bool read = false, ok = true;
-  std::set<int32_t> readers[2];
-  ForEachSourcePart(slice, rank, -1, [&](const Message& m, const Segment& s, int32_t b,
-                                         const Box& part) {
-    if (!ok || (b != c.to_buffer && (codes_only || b != c.scale_buffer))) return;
-    read = true;
-    const Record& d = slice.dst.records[s.dst_record];
-    const bool codes = b == c.to_buffer;
-    readers[codes ? 0 : 1].insert(m.dst_rank);
-    if ((pulls && !pulls(m.dst_rank)) ||
-        !AffinePerCell(d, part, codes ? cell_r : cell_r / tr,
-                       codes ? cell_c / pack : cell_c / tc)) {
-      ok = false;
-    }
-  });
-  return read && ok && (pack == 1 || readers[0] == readers[1]);
-}
-
-// Whether conversion c fuses (see fused_pull.h); *cell: its cell size.
-bool Fusable(const Plan& slice, int32_t rank, const Conversion& c,
-             const std::function<bool(int32_t)>& pulls, std::pair<int64_t, int64_t>* cell) {
-  if (c.kind != ConversionKind::kFp8Block && c.kind != ConversionKind::kFp8BlockUe8m0 &&
-      c.kind != ConversionKind::kFp8BlockRequantUe8m0 && c.kind != ConversionKind::kMxfp8 &&
-      c.kind != ConversionKind::kNvfp4) {
-    return false;
-  }
-  // The receivers' NVFP4 kernels follow ModelOpt's recipe; vLLM's
-  // (Nvfp4Recipe::kVllm) is quantized by the trainer (exec/convert).
-  if (c.to_buffer < 0 || c.recipe != Nvfp4Recipe::kModelopt) return false;
-  if (c.from.rank != rank || c.from_dtype != DType::kBF16 || !FusableTile(c.tile)) return false;
-  if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(slice.src.tensors.size())) {
-    return false;
-  }
-  const std::vector<int64_t>& shape = slice.src.tensors[c.from.tensor].shape;
-  const Box& box = c.from.box;
-  const int n = box.rank();
-  if (static_cast<int>(shape.size()) != n || n != static_cast<int>(c.tile.size())) return false;
-  for (int d = 0; d < n; ++d) {
-    if (c.from.dims[d].splits.empty() || c.from.dims[d].splits.size() > kFusedMaxSplits) {
-      return false;
-    }
-  }
-  // Cut tiles take their scales from the owner's scratch: the requantized
-  // codes would need its first scale too, and NVFP4 its block amaxes. A
-  // record owning no tile has no scale scratch: only a cut one.
-  const bool cut = CutsTiles(slice, c);
-  if ((cut && (c.kind == ConversionKind::kFp8BlockRequantUe8m0 ||
-               c.kind == ConversionKind::kNvfp4)) ||
-      (c.scale_buffer < 0 && !cut)) {
-    return false;
-  }
-  // The largest cell every record involved is affine over (one block
-  // column for cut 1 x 32 blocks: an item's blocks then start at its
-  // region's first column).
-  const int64_t tr = c.tile[n - 2], tc = c.tile[n - 1];
-  for (const int64_t cc : {int64_t{128}, int64_t{64}, int64_t{32}}) {
-    for (const int64_t cr : {128, 64, 32, 16, 8, 4, 2, 1}) {
-      if (cc % tc != 0 || cr % tr != 0 || (cut && tr == 1 && cc != tc)) continue;
-      if (AffinePerCell(c.from, box, cr, cc) &&
-          ReadersFuse(slice, rank, c, pulls, cr, cc, cut)) {
-        if (cell != nullptr) *cell = {cr, cc};
-        return true;
-      }
-    }
-  }
-  return false;
 }
 
 // Region bounds of one item on the last two dims, global coordinates.
@@ -451,11 +309,22 @@ class ItemBuilder {
 
 std::set<int32_t> FusableConversions(const Plan& slice, int32_t rank,
                                      const std::function<bool(int32_t)>& pulls) {
+  // The buffers of `rank` that an engine rank reads without pulling.
+  std::set<int32_t> read_elsewhere;
+  if (pulls) {
+    ForEachSourcePart(slice, rank, -1, [&](const Message& m, const Segment&, int32_t b,
+                                           const Box&) {
+      if (!pulls(m.dst_rank)) read_elsewhere.insert(b);
+    });
+  }
   std::set<int32_t> out;
   for (size_t i = 0; i < slice.conversions.size(); ++i) {
-    if (Fusable(slice, rank, slice.conversions[i], pulls, nullptr)) {
-      out.insert(static_cast<int32_t>(i));
+    const Conversion& c = slice.conversions[i];
+    if (c.from.rank != rank || !c.one_pass || read_elsewhere.count(c.to_buffer) > 0 ||
+        (!CutsTiles(slice, c) && read_elsewhere.count(c.scale_buffer) > 0)) {
+      continue;
     }
+    out.insert(static_cast<int32_t>(i));
   }
   return out;
 }
@@ -541,10 +410,8 @@ std::vector<FusedSource> FusedSourcesOf(const Plan& slice, int32_t rank, int32_t
           f.split_stride[d][k] = m.splits[k].stride;
         }
       }
-      std::pair<int64_t, int64_t> cell{128, 128};
-      Fusable(slice, rank, c, {}, &cell);
-      f.cell_r = cell.first;
-      f.cell_c = cell.second;
+      f.cell_r = c.one_pass_cell_rows;
+      f.cell_c = c.one_pass_cell_cols;
       f.byte_offset = c.from.byte_offset;
       f.buffer_bytes = slice.src.buffers[c.from.buffer].byte_size;
       if (engine_amax.count(i) > 0) SetEngineAmax(c, order, &f);
@@ -573,7 +440,7 @@ absl::StatusOr<FusedProgram> BuildFusedItems(
                                 (f.tile[f.rank - 2] != 1 || f.cell_c == f.tile[f.rank - 1])));
       if (ok) {
         std::vector<int64_t> tile(f.tile, f.tile + f.rank);
-        ok = FusableTile(tile) && f.cell_r >= 1 && f.cell_r <= 128 && f.cell_c >= 1 &&
+        ok = IsOnePassTile(tile) && f.cell_r >= 1 && f.cell_r <= 128 && f.cell_c >= 1 &&
              f.cell_c <= 128 && f.cell_r % f.tile[f.rank - 2] == 0 &&
              f.cell_c % f.tile[f.rank - 1] == 0;
         for (int d = 0; d < f.rank && ok; ++d) {

@@ -18,17 +18,16 @@
 // buffer it fills and the engine pulls. The engine's items read the BF16
 // weight and their expert's global amax and write codes and scales.
 //
-// Which conversions fuse is the trainer's choice (FusableConversions): a
-// block kind (above), from a BF16 record
-// whose tiles no other trainer record holds part of, every reader of its
-// scratch buffers a pull receiver, and source and destinations affine
-// over every cell of elements (one stride per dim there, the last 1):
-// 128 x 128 cells for FP8 tiles; for MXFP8 the largest cell from 128 x 128
-// down to 1 x 32 that works (interleaved fused parameters qualify where
-// their runs are multiples of the cell). A conversion whose record cuts
-// tiles that other trainer records hold the rest of (FSDP's flat shards,
-// a TP cut through a 128 x 128 tile or a 1 x 32 block) fuses too, except
-// for the DeepGEMM requantization and NVFP4, and NVFP4 of vLLM's recipe
+// Which conversions fuse the planner decides (plan/one_pass.h) and records
+// in the plan (Conversion::one_pass, with the cell its items read): a
+// block kind from a BF16 record, its source and destinations affine over
+// every cell of elements (one stride per dim there, the last 1): 128 x 128
+// cells for FP8 tiles; for MXFP8 the largest cell from 128 x 128 down to
+// 1 x 32 that works (interleaved fused parameters qualify where their
+// runs are multiples of the cell). A conversion whose record cuts tiles
+// that other trainer records hold the rest of (FSDP's flat shards, a TP
+// cut through a 128 x 128 tile or a 1 x 32 block) fuses too, except for
+// the DeepGEMM requantization and NVFP4, and NVFP4 of vLLM's recipe
 // (Nvfp4Recipe::kVllm) never fuses. Its trainer still computes the amaxes
 // of all its tiles, exchanges the cut tiles' partial amaxes with their
 // other holders (a few floats) and writes the scales of the tiles it owns
@@ -36,8 +35,9 @@
 // scratch goes, and the receiver's items quantize the codes of cut tiles
 // with the scale read from the scale scratch of the tile's owner (the
 // trainer record whose scale segment the receiver reads; cells of one
-// block column for MXFP8). The rest keeps the two-pass path: layouts that
-// are not affine per cell, readers that do not pull.
+// block column for MXFP8). The rest keeps the two-pass path, and so does
+// a conversion whose scratch an engine rank reads without pulling (on
+// another host: FusableConversions).
 
 // At prepare the trainer exports, at the positions of a fused conversion's
 // scratch buffers in PairSourceBuffers' order, the conversion's BF16 source
@@ -59,15 +59,16 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "plan/one_pass.h"
 #include "plan/plan.h"
 
 namespace refit {
 
 // Largest tensor rank a fused conversion may have.
-inline constexpr int kFusedMaxRank = 4;
+inline constexpr int kFusedMaxRank = kOnePassMaxRank;
 
 // Splits a FusedSource carries per dim (DimMap::splits).
-inline constexpr int kFusedMaxSplits = 2;
+inline constexpr int kFusedMaxSplits = kOnePassMaxSplits;
 
 // What a trainer tells a receiver about one fused scratch buffer (plain
 // data: it travels as bytes): the conversion's source record, its dims as
@@ -101,8 +102,9 @@ struct FusedSource {
 };
 
 // Indices into slice.conversions of trainer `rank` whose receivers fuse
-// them (see above); `pulls(dst_rank)` says whether an engine rank is a
-// pull receiver.
+// them: those the plan runs in one pass (Conversion::one_pass) whose
+// scratch buffers every reader pulls (`pulls(dst_rank)`: whether an engine
+// rank is a pull receiver; empty: every one).
 std::set<int32_t> FusableConversions(const Plan& slice, int32_t rank,
                                      const std::function<bool(int32_t)>& pulls);
 

@@ -27,13 +27,21 @@ constexpr char kModel[] = "tiny-qwen3";
 constexpr char kTrainer[] = "megatron:tp=2,dp=2";
 constexpr char kEngine[] = "vllm:tp=2,dp=2";
 
+// A model with its trainer and engine conventions.
+struct Job {
+  std::string model = kModel;
+  std::string trainer = kTrainer;
+  std::string engine = kEngine;
+};
+
 // The registration of a member of `convention` at `rank` on `host`: the
 // buffers the mapping expects of it. With a `gpu` (a device UUID), the
 // member is on that GPU and uses the colocated pull path (members sharing a
 // GPU are what it is for).
-v1::Registration Member(bool trainer, const std::string& convention, int rank,
-                        const std::string& host, const std::string& gpu) {
-  absl::StatusOr<ModelConfig> model = LoadModelConfig(kModel);
+v1::Registration Member(const std::string& model_name, bool trainer,
+                        const std::string& convention, int rank, const std::string& host,
+                        const std::string& gpu) {
+  absl::StatusOr<ModelConfig> model = LoadModelConfig(model_name);
   EXPECT_TRUE(model.ok()) << model.status();
   absl::StatusOr<MappedSide> side = BuildSideLayout(*model, trainer, convention);
   EXPECT_TRUE(side.ok()) << side.status();
@@ -50,7 +58,7 @@ v1::Registration Member(bool trainer, const std::string& convention, int rank,
     id->set_device_uuid(gpu);
     id->set_transport(v1::TRANSPORT_IPC);
   }
-  r.set_model_config(kModel);
+  r.set_model_config(model_name);
   r.set_convention(convention);
   for (const LocalBuffer& lb : RankBuffers(*side, rank)) {
     v1::LocalBuffer* b = r.add_buffers();
@@ -69,7 +77,7 @@ std::string RefitdFingerprint(const std::vector<std::string>& trainer_hosts,
                               const std::vector<std::string>& engine_hosts,
                               const std::vector<std::string>& trainer_gpus = {},
                               const std::vector<std::string>& engine_gpus = {},
-                              bool relay = false) {
+                              bool relay = false, const Job& job = Job()) {
   RefitServer::Options o;
   DefaultPlanOptions plan_options;
   plan_options.planner.relay = relay;
@@ -91,7 +99,7 @@ std::string RefitdFingerprint(const std::vector<std::string>& trainer_hosts,
       EXPECT_TRUE(c.ok()) << c.status();
       if (!c.ok()) return "";
       auto id = (*c)->Register(
-          Member(side == 0, side == 0 ? kTrainer : kEngine, r, hosts[r],
+          Member(job.model, side == 0, side == 0 ? job.trainer : job.engine, r, hosts[r],
                  gpus.empty() ? "" : gpus[r]));
       EXPECT_TRUE(id.ok()) << id.status();
       clients.push_back(std::move(*c));
@@ -102,17 +110,20 @@ std::string RefitdFingerprint(const std::vector<std::string>& trainer_hosts,
   return plan.ok() ? plan->fingerprint() : "";
 }
 
-// `refit plan --json` with `opt`'s placement; returns its fingerprint.
-std::string DryRunFingerprint(PlanCommandOptions opt) {
-  opt.model = kModel;
-  opt.trainer = kTrainer;
-  opt.engine = kEngine;
+// `refit plan --json` of `job` with `opt`'s placement; returns its
+// fingerprint, and its JSON in *json when given.
+std::string DryRunFingerprint(PlanCommandOptions opt, const Job& job = Job(),
+                              nlohmann::json* json = nullptr) {
+  opt.model = job.model;
+  opt.trainer = job.trainer;
+  opt.engine = job.engine;
   opt.json = true;
   auto out = RunPlanCommand(opt);
   EXPECT_TRUE(out.ok()) << out.status();
   if (!out.ok()) return "";
   auto j = nlohmann::json::parse(*out);
-  EXPECT_EQ(j["model"], kModel);
+  if (json != nullptr) *json = j;
+  EXPECT_EQ(j["model"], job.model);
   EXPECT_EQ(j["relay"].get<bool>(), opt.relay);
   EXPECT_GT(j["lower_bound_seconds"].get<double>(), 0);
   return j["fingerprint"].get<std::string>();
@@ -187,6 +198,35 @@ TEST(PlanMatchesRefitdTest, SameHostsAndGpusGiveTheSameFingerprint) {
   PlanCommandOptions swapped_file;
   swapped_file.hosts_file = HostsFile(hosts, hosts, gpus, swapped);
   EXPECT_EQ(DryRunFingerprint(swapped_file), refitd_swapped);
+}
+
+TEST(PlanMatchesRefitdTest, QuantizedEnginesGiveTheSameFingerprintAndOnePassDecision) {
+  // FSDP's flat shards into DeepGEMM's requantized FP8, colocated on one
+  // host of four GPUs: the plan records which conversions run in one pass
+  // (whole tiles) and which in two (cut tiles); refitd and the dry run
+  // build the same plan.
+  Job job;
+  job.model = "tiny-qwen3-moe-b128";
+  job.trainer = "fsdp:dp=4";
+  job.engine = "vllm:tp=2,dp=2,quant=fp8,kernel=deepgemm";
+  const std::vector<std::string> hosts = {"node-q", "node-q", "node-q", "node-q"};
+  const std::vector<std::string> gpus = {"GPU-0q", "GPU-1q", "GPU-2q", "GPU-3q"};
+  const std::string refitd = RefitdFingerprint(hosts, hosts, gpus, gpus, false, job);
+  ASSERT_FALSE(refitd.empty());
+  PlanCommandOptions by_file;
+  by_file.hosts_file = HostsFile(hosts, hosts, gpus, gpus);
+  nlohmann::json j;
+  EXPECT_EQ(DryRunFingerprint(by_file, job, &j), refitd);
+  const nlohmann::json& passes = j["conversion_passes"]["fp8_block_requant_ue8m0"];
+  EXPECT_GT(passes["one_pass"].get<int>(), 0) << j["conversion_passes"];
+  EXPECT_GT(passes["two_passes"].get<int>(), 0) << j["conversion_passes"];
+  // Without kernel=deepgemm every cut tile runs in one pass: another plan.
+  job.engine = "vllm:tp=2,dp=2,quant=fp8";
+  const std::string refitd_fp8 = RefitdFingerprint(hosts, hosts, gpus, gpus, false, job);
+  EXPECT_NE(refitd_fp8, refitd);
+  EXPECT_EQ(DryRunFingerprint(by_file, job, &j), refitd_fp8);
+  EXPECT_EQ(j["conversion_passes"]["fp8_block"]["two_passes"].get<int>(), 0)
+      << j["conversion_passes"];
 }
 
 TEST(PlanMatchesRefitdTest, RelaysGiveTheSameFingerprint) {

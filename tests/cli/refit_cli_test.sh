@@ -56,6 +56,18 @@ check plan-nvfp4-recipe-vllm-dense 1 'routed MoE experts only.*recipe=modelopt' 
   --model tiny-qwen3-fp4 --trainer megatron:tp=2 --engine vllm:tp=1,quant=nvfp4,recipe=vllm
 check plan-gtp-other-format 1 'holds it as MXFP8 .* and the engine as NVFP4' -- "$REFIT" plan \
   --model tiny-qwen3-mx --trainer megatron:tp=1,gtp=2,weights=mxfp8 --engine vllm:tp=1,quant=nvfp4
+# The plan's one-pass decision per format: whole FP8 tiles quantize on
+# pull; DeepGEMM tiles cut by FSDP's shards and NVFP4 blocks cut by TP 4
+# keep two passes.
+check plan-one-pass-fp8 0 'conversions in one pass / two: fp8_block 32 / 0$' -- "$REFIT" plan \
+  --model tiny-qwen3-moe-b128 --trainer megatron:tp=1 --engine vllm:tp=1,quant=fp8
+check plan-two-pass-deepgemm 0 'in one pass / two: fp8_block_requant_ue8m0 0 / 96$' -- \
+  "$REFIT" plan --model tiny-qwen3-moe-b128 --trainer fsdp:dp=3 \
+  --engine vllm:tp=1,dp=2,quant=fp8,kernel=deepgemm
+check plan-passes-nvfp4 0 'in one pass / two: nvfp4 18 / 94$' -- "$REFIT" plan \
+  --model tiny-qwen3-fp4 --trainer megatron:tp=4,dp=2 --engine vllm:tp=2,dp=2,quant=nvfp4
+check plan-passes-json 0 '"one_pass": 32,' -- "$REFIT" plan \
+  --model tiny-qwen3-moe-b128 --trainer megatron:tp=1 --engine vllm:tp=1,quant=fp8 --json
 check top-help-health 0 '^  health ' -- "$REFIT" --help
 check health-help 0 '^  --timeout_s' -- "$REFIT" health --help
 check health-rejects-plan-flag 2 'unknown flag --model' -- "$REFIT" health --model x

@@ -23,18 +23,12 @@
 #include "mapping/mapping.h"
 #include "plan/plan_codec.h"
 #include "plan/planner.h"
+#include "testing/one_pass_cases.h"
 #include "testing/planned_case.h"
 #include "testing/reference_copy.h"
 
 namespace refit {
 namespace {
-
-struct Case {
-  const char* model;
-  const char* trainer;
-  const char* engine;
-  enum { kAll, kSome, kNone } fused;  // of the conversions
-};
 
 // The members of one plan on host memory, each with its own slice.
 struct Members {
@@ -141,10 +135,10 @@ absl::Status RunRound(const Plan& plan, const SideLayout& trainer, const HostBuf
   return absl::OkStatus();
 }
 
-class FusedPullTest : public ::testing::TestWithParam<Case> {};
+class FusedPullTest : public ::testing::TestWithParam<testing::OnePassCase> {};
 
 TEST_P(FusedPullTest, EngineBytesEqualTheReference) {
-  const Case& c = GetParam();
+  const testing::OnePassCase& c = GetParam();
   testing::PlannedCase pc;
   const absl::Status planned = testing::PlanCase(c.model, c.trainer, c.engine, &pc);
   ASSERT_TRUE(planned.ok()) << planned;
@@ -158,16 +152,16 @@ TEST_P(FusedPullTest, EngineBytesEqualTheReference) {
   Members m;
   absl::Status run = RunRound(*plan, src->layout, s.ptrs, d.ptrs, &m);
   ASSERT_TRUE(run.ok()) << run;
-  switch (c.fused) {
-    case Case::kAll:
+  switch (c.one_pass) {
+    case testing::OnePassCase::kAll:
       EXPECT_EQ(m.fused_count, m.conversions);
       EXPECT_GT(m.items, 0);
       break;
-    case Case::kSome:
+    case testing::OnePassCase::kSome:
       EXPECT_GT(m.fused_count, 0);
       EXPECT_LT(m.fused_count, m.conversions) << "some conversions keep two passes";
       break;
-    case Case::kNone:
+    case testing::OnePassCase::kNone:
       EXPECT_EQ(m.fused_count, 0);
       break;
   }
@@ -178,66 +172,7 @@ TEST_P(FusedPullTest, EngineBytesEqualTheReference) {
   EXPECT_TRUE(st.ok()) << st.message().substr(0, 600);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Models, FusedPullTest,
-    ::testing::Values(
-        // Tiles and blocks lie whole in every trainer record: all fuse.
-        Case{"tiny-qwen3-moe-b128", "megatron:tp=1", "vllm:tp=1,quant=fp8", Case::kAll},
-        Case{"tiny-qwen3-moe-b128", "megatron:tp=1", "vllm:tp=2,quant=fp8-ue8m0", Case::kAll},
-        Case{"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=fp8",
-             Case::kAll},
-        Case{"tiny-qwen3-mx", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=mxfp8", Case::kAll},
-        Case{"tiny-qwen3-moe-mx", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=mxfp8",
-             Case::kAll},
-        // FSDP's flat shards cut 128 x 128 tiles: the trainers exchange the
-        // cut tiles' amaxes and write only scales; codes on pull.
-        Case{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=fp8", Case::kAll},
-        // DeepGEMM's requantized power-of-two scales, in the pass.
-        Case{"tiny-qwen3-moe-b128", "megatron:tp=1", "vllm:tp=1,quant=fp8,kernel=deepgemm",
-             Case::kAll},
-        Case{"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1",
-             "vllm:tp=2,quant=fp8,kernel=deepgemm", Case::kAll},
-        // Megatron's interleaved q/k/v (runs of 64 rows) in MXFP8 cells of
-        // fewer rows; K cut at 16 per TP rank cuts o_proj's 1 x 32 blocks
-        // (the block's owner writes its scale, the other half reads it).
-        Case{"tiny-qwen3-mx", "megatron:tp=1", "vllm:tp=2,quant=mxfp8", Case::kAll},
-        Case{"tiny-qwen3-mx", "megatron:tp=4", "vllm:tp=2,quant=mxfp8", Case::kAll},
-        // Cut tiles of the DeepGEMM requantization keep two passes (its
-        // codes need the first, float scale too).
-        Case{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=fp8,kernel=deepgemm",
-             Case::kNone},
-        Case{"tiny-qwen3-moe-mx", "megatron:tp=1", "vllm:tp=2,quant=mxfp8", Case::kAll},
-        // NVFP4: the trainers exchange every parameter's global amax (per
-        // expert) and write it where the engines' items read it; the 1 x 16
-        // blocks lie whole in the records (FSDP's chunks cut rows) except
-        // where Megatron TP 4 cuts o_proj and down_proj (K 24 and 40 a
-        // rank: two passes there); FlashInfer's swizzled scales are affine
-        // over cells of fewer rows.
-        Case{"tiny-qwen3-fp4", "megatron:tp=1", "vllm:tp=2,quant=nvfp4", Case::kAll},
-        Case{"tiny-qwen3-fp4", "megatron:tp=2", "vllm:tp=1,quant=nvfp4", Case::kAll},
-        Case{"tiny-qwen3-fp4", "megatron:tp=4,dp=2", "vllm:tp=2,dp=2,quant=nvfp4", Case::kSome},
-        Case{"tiny-qwen3-fp4", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=nvfp4", Case::kAll},
-        Case{"tiny-qwen3-moe-fp4", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=nvfp4",
-             Case::kAll},
-        Case{"tiny-qwen3-moe-fp4", "megatron:tp=4,ep=4,etp=1", "vllm:tp=2,dp=2,ep=4,quant=nvfp4",
-             Case::kSome},
-        Case{"tiny-qwen3-fp4-fi", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer",
-             Case::kAll},
-        // vLLM's online NVFP4 recipe: its experts are quantized by the
-        // trainers (the pull kernels follow ModelOpt's), pulled as codes.
-        Case{"tiny-qwen3-moe-fp4", "megatron:tp=2,ep=2,etp=1",
-             "vllm:tp=2,quant=nvfp4,recipe=vllm", Case::kNone},
-        Case{"tiny-qwen3-moe-fp4", "fsdp:dp=3", "vllm:tp=1,dp=3,ep=3,quant=nvfp4,recipe=vllm",
-             Case::kNone},
-        // Padded to whole tiles: q, k and v of 96 rows, o_proj's 6 scale
-        // columns, weights padded to 32 rows and codes; MXFP8's flat scales.
-        Case{"tiny-qwen3-fp4", "megatron:tp=2", "vllm:tp=1,quant=nvfp4,kernel=flashinfer",
-             Case::kAll},
-        Case{"tiny-qwen3-mx", "fsdp:dp=3", "vllm:tp=1,dp=2,quant=mxfp8,kernel=flashinfer",
-             Case::kAll},
-        // FlashInfer's w31 order and scale layouts.
-        Case{"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1",
-             "vllm:tp=2,dp=2,ep=4,quant=fp8,kernel=flashinfer", Case::kAll}));
+INSTANTIATE_TEST_SUITE_P(Models, FusedPullTest, ::testing::ValuesIn(testing::OnePassCases()));
 
 // A NaN in a fused weight fails the engine's pass, naming the tensor and
 // the trainer rank; nothing is written from the bad region.

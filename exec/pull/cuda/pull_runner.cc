@@ -231,15 +231,13 @@ absl::Status PullRunner::PrepareConversions(const Plan& slice, std::vector<char*
     return static_cast<char*>(p);
   };
   memory.release = [](char* p, int64_t) { (void)cudaFree(p); };
-  // The conversions the receivers fuse are not run here (nor their scratch
-  // allocated).
+  // The conversions the plan runs in one pass (Conversion::one_pass) the
+  // receivers fuse: they are not run here (nor their scratch allocated).
   const Plan* convert = &slice;
-  if (options_.quantize_on_pull) {
-    const int32_t ws = slice.src.world_size;
-    fused_ = FusableConversions(slice, rank_, [&](int32_t d) {
-      return !options_.pull_peer || options_.pull_peer(ws + d);
-    });
-  }
+  const int32_t ws = slice.src.world_size;
+  fused_ = FusableConversions(slice, rank_, [&](int32_t d) {
+    return !options_.pull_peer || options_.pull_peer(ws + d);
+  });
   // The fused NVFP4 conversions, numbered as *convert keeps them; of
   // those, the ones whose receivers compute the global amax.
   std::set<int32_t> global, engine_amax;
@@ -506,7 +504,7 @@ absl::Status PullRunner::ImportFrom(const Plan& slice, std::vector<char*> buffer
     if (mapped.ok()) copy_engine_events_.push_back(ee);
   }
   const std::vector<cuda::PullItem> items =
-      cuda::SplitPullItems(copies, options_.max_item_bytes);
+      cuda::SplitPullItems(copies, kPullItemBytes);
   if (mapped.ok() && items.size() >= (1ull << 31)) {
     mapped = absl::ResourceExhaustedError("more than 2^31 pull work items");
   }

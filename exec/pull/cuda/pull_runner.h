@@ -35,7 +35,8 @@
 // exchanges (FP8 / MXFP8 tiles cut between trainers, NVFP4 global amaxes).
 //
 // FP8, MXFP8 and NVFP4 conversions (plan/conversion.h) run in one pass
-// where they can (exec/pull/fused_pull.h): the sender exports the BF16 weight in
+// where the plan says so (Conversion::one_pass, plan/one_pass.h;
+// exec/pull/fused_pull.h): the sender exports the BF16 weight in
 // place of its scratch buffers and describes it, and the receiver's round
 // runs kernels after the copies that read it and write codes and scales
 // (NVFP4's with the global amaxes the senders computed and exchanged
@@ -87,12 +88,6 @@ struct PullRunnerOptions {
   // Whether the member of global rank g (trainers first, then engines)
   // takes part: the members of this host. Empty = every member.
   std::function<bool(int32_t)> pull_peer;
-  // Largest piece of work of one thread block (pull_kernels.h).
-  int64_t max_item_bytes = 64 << 10;
-  // Sender: leave the FP8 / MXFP8 / NVFP4 conversions that can fuse to the
-  // receivers, who quantize while they pull (exec/pull/fused_pull.h); false:
-  // quantize every one into scratch first (two passes).
-  bool quantize_on_pull = true;
   // Receiver: thread blocks its copy kernel runs on at most (each then
   // copies every receive_blocks-th work item); 0: one per work item, every
   // SM. A staged engine member (client/data_plane.h),
@@ -100,6 +95,10 @@ struct PullRunnerOptions {
   // so that the engine's kernels keep most SMs.
   int32_t receive_blocks = 0;
 };
+
+// Largest piece of work of one thread block of the receiver's copy kernel
+// (pull_kernels.h; docs/benchmarks.md, "A/B decisions").
+inline constexpr int64_t kPullItemBytes = 64 << 10;
 
 // Copies a receiver reads from a sender on another GPU go to the GPU's
 // copy engines (copy_engine.h), spread over this many streams next to the

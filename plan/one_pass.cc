@@ -1,0 +1,199 @@
+// DecideOnePass (see one_pass.h).
+#include "plan/one_pass.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "layout/quant_format.h"
+
+namespace refit {
+namespace {
+
+int64_t FloorTo(int64_t x, int64_t m) { return x / m * m; }
+
+// Whether record r is affine over every cell of `sub`: cells are
+// cell_r x cell_c on the last two dims, aligned to multiples of them in
+// global coordinates, single indices on the leading dims; over each, every
+// dim is one arithmetic run and the last dim's stride is 1. Each dim is
+// checked on its own (affinity of a box is per dim).
+bool AffinePerCell(const Record& r, const Box& sub, int64_t cell_r, int64_t cell_c) {
+  const int n = sub.rank();
+  if (r.buffer_step != 0 || r.dims.size() != static_cast<size_t>(n) || n < 2) return false;
+  for (int d = n - 2; d < n; ++d) {
+    const int64_t cell = d == n - 2 ? cell_r : cell_c;
+    for (int64_t b = sub.origin(d); b < sub.limit(d); b = FloorTo(b, cell) + cell) {
+      const int64_t e = std::min(FloorTo(b, cell) + cell, sub.limit(d));
+      const std::vector<DimPiece> p = DecomposeRange(r.dims[d], b - r.box.origin(d), e - b);
+      if (p.size() != 1 || p[0].splits.size() > 1) return false;
+      if (d == n - 1 && e - b > 1 && (p[0].splits.empty() || p[0].splits[0].stride != 1)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// One read of a scratch buffer: the part of a segment that an engine rank
+// receives from it into destination record dst_record.
+struct Read {
+  int32_t dst_rank = 0;
+  int32_t dst_record = 0;
+  Box part;
+};
+
+// The reads of every scratch buffer a block conversion writes, by
+// plan.src buffer index (relay messages read engine buffers: none).
+std::vector<std::vector<Read>> ScratchReads(const Plan& plan) {
+  std::vector<std::vector<Read>> reads(plan.src.buffers.size());
+  std::vector<bool> wanted(plan.src.buffers.size(), false);
+  for (const Conversion& c : plan.conversions) {
+    for (int32_t b : {c.to_buffer, c.scale_buffer}) {
+      if (IsBlockQuantized(c.kind) && b >= 0 && b < static_cast<int32_t>(wanted.size())) {
+        wanted[b] = true;
+      }
+    }
+  }
+  for (const Message& m : plan.messages) {
+    if (m.relay) continue;
+    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
+      const Segment& s = plan.segments[i];
+      ForEachBufferPart(plan.src.records[s.src_record], s.box, [&](int32_t b, const Box& part) {
+        if (b >= 0 && b < static_cast<int32_t>(wanted.size()) && wanted[b]) {
+          reads[b].push_back({m.dst_rank, s.dst_record, part});
+        }
+      });
+    }
+  }
+  return reads;
+}
+
+// Whether every destination reading c's codes (and its scales, unless
+// `codes_only`) is affine over every cell_r x cell_c cell (codes; the
+// cells' tiles for scales), and NVFP4's codes and scales have the same
+// readers (an item of either needs the BF16 weight and the global amax).
+bool ReadersAffine(const Plan& plan, const Conversion& c,
+                   const std::vector<std::vector<Read>>& reads, int64_t cell_r, int64_t cell_c,
+                   bool codes_only) {
+  const int n = c.from.box.rank();
+  const int64_t tr = c.tile[n - 2], tc = c.tile[n - 1];
+  const bool nvfp4 = c.kind == ConversionKind::kNvfp4;
+  const int64_t pack = nvfp4 ? 2 : 1;  // NVFP4 codes: bytes of two columns
+  bool read = false;
+  std::set<int32_t> readers[2];
+  for (const int32_t b : {c.to_buffer, codes_only ? -1 : c.scale_buffer}) {
+    if (b < 0) continue;
+    const bool codes = b == c.to_buffer;
+    for (const Read& r : reads[b]) {
+      read = true;
+      readers[codes ? 0 : 1].insert(r.dst_rank);
+      if (!AffinePerCell(plan.dst.records[r.dst_record], r.part, codes ? cell_r : cell_r / tr,
+                         codes ? cell_c / pack : cell_c / tc)) {
+        return false;
+      }
+    }
+  }
+  return read && (!nvfp4 || readers[0] == readers[1]);
+}
+
+// The cell of c if it runs in one pass (see one_pass.h), else {0, 0}.
+std::pair<int32_t, int32_t> OnePassCell(const Plan& plan, const Conversion& c,
+                                        const std::vector<std::vector<Read>>& reads) {
+  const std::pair<int32_t, int32_t> none{0, 0};
+  if (c.kind != ConversionKind::kFp8Block && c.kind != ConversionKind::kFp8BlockUe8m0 &&
+      c.kind != ConversionKind::kFp8BlockRequantUe8m0 && c.kind != ConversionKind::kMxfp8 &&
+      c.kind != ConversionKind::kNvfp4) {
+    return none;
+  }
+  // The receivers' NVFP4 kernels follow ModelOpt's recipe; vLLM's
+  // (Nvfp4Recipe::kVllm) is quantized by the trainer.
+  const int32_t nbuf = static_cast<int32_t>(plan.src.buffers.size());
+  if (c.to_buffer < 0 || c.to_buffer >= nbuf || c.scale_buffer >= nbuf ||
+      c.recipe != Nvfp4Recipe::kModelopt || c.from_dtype != DType::kBF16 ||
+      !IsOnePassTile(c.tile) || c.from.tensor < 0 ||
+      c.from.tensor >= static_cast<int32_t>(plan.src.tensors.size())) {
+    return none;
+  }
+  const Box& box = c.from.box;
+  const int n = box.rank();
+  if (plan.src.tensors[c.from.tensor].shape.size() != static_cast<size_t>(n) ||
+      c.tile.size() != static_cast<size_t>(n) || c.from.dims.size() != static_cast<size_t>(n)) {
+    return none;
+  }
+  for (int d = 0; d < n; ++d) {
+    if (c.from.dims[d].splits.empty() || c.from.dims[d].splits.size() > kOnePassMaxSplits) {
+      return none;
+    }
+  }
+  // Cut tiles take their scales from the owner's scratch: the requantized
+  // codes would need its first scale too, and NVFP4 its block amaxes. A
+  // record owning no tile has no scale scratch: only a cut one.
+  const bool cut = CutsTiles(plan, c);
+  if ((cut && (c.kind == ConversionKind::kFp8BlockRequantUe8m0 ||
+               c.kind == ConversionKind::kNvfp4)) ||
+      (c.scale_buffer < 0 && !cut)) {
+    return none;
+  }
+  // The largest cell every record involved is affine over (one block
+  // column for cut 1 x 32 blocks: an item's blocks then start at its
+  // region's first column).
+  const int64_t tr = c.tile[n - 2], tc = c.tile[n - 1];
+  for (const int32_t cc : {128, 64, 32}) {
+    for (const int32_t cr : {128, 64, 32, 16, 8, 4, 2, 1}) {
+      if (cc % tc != 0 || cr % tr != 0 || (cut && tr == 1 && cc != tc)) continue;
+      if (AffinePerCell(c.from, box, cr, cc) && ReadersAffine(plan, c, reads, cr, cc, cut)) {
+        return {cr, cc};
+      }
+    }
+  }
+  return none;
+}
+
+}  // namespace
+
+bool IsOnePassTile(const std::vector<int64_t>& tile) {
+  const size_t n = tile.size();
+  if (n < 2 || n > kOnePassMaxRank) return false;
+  for (size_t d = 0; d + 2 < n; ++d) {
+    if (tile[d] != 1) return false;
+  }
+  const QuantFormatRow& fp8 = QuantFormatTraits(QuantFormat::kFp8Block);
+  return (tile[n - 2] == fp8.block_rows && tile[n - 1] == fp8.block_cols) ||
+         (tile[n - 2] == 1 && (tile[n - 1] == kMxfp8Block || tile[n - 1] == kNvfp4Block));
+}
+
+bool CutsTiles(const Plan& plan, const Conversion& c) {
+  if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(plan.src.tensors.size())) {
+    return false;
+  }
+  const std::vector<int64_t>& shape = plan.src.tensors[c.from.tensor].shape;
+  const Box& box = c.from.box;
+  const int n = box.rank();
+  if (static_cast<int>(shape.size()) != n || static_cast<int>(c.tile.size()) != n || n < 2) {
+    return false;
+  }
+  for (int d = n - 2; d < n; ++d) {
+    const int64_t t = c.tile[d];
+    if (t < 1) return false;
+    if (box.origin(d) % t != 0 || (box.limit(d) % t != 0 && box.limit(d) != shape[d])) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void DecideOnePass(Plan* plan) {
+  const bool any = std::any_of(plan->conversions.begin(), plan->conversions.end(),
+                               [](const Conversion& c) { return IsBlockQuantized(c.kind); });
+  const std::vector<std::vector<Read>> reads =
+      any ? ScratchReads(*plan) : std::vector<std::vector<Read>>();
+  for (Conversion& c : plan->conversions) {
+    const std::pair<int32_t, int32_t> cell =
+        any ? OnePassCell(*plan, c, reads) : std::pair<int32_t, int32_t>{0, 0};
+    c.one_pass = cell.first > 0;
+    c.one_pass_cell_rows = cell.first;
+    c.one_pass_cell_cols = cell.second;
+  }
+}
+
+}  // namespace refit
