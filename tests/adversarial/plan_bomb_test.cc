@@ -86,10 +86,13 @@ v1::Registration Reg(bool trainer, const std::string& model_text, int extra) {
 std::unique_ptr<RefitClient> Connect(int port) {
   RefitClient::Options o;
   o.target = absl::StrCat("127.0.0.1:", port);
-  o.refitd_timeout = absl::Seconds(10);
-  // A registration of 2^20 buffers takes refitd seconds to read and check
-  // on a loaded machine (more than the default 10 s with 4 tests at once).
+  // A registration of 2^20 buffers takes seconds to send, read and check
+  // on a loaded machine (more than the default 10 s with 4 tests at once),
+  // and this test's own process, busy building and sending one, may miss
+  // the default keepalive (2 s).
   o.rpc_timeout = absl::Seconds(60);
+  o.refitd_timeout = absl::Seconds(60);
+  o.keepalive_timeout = absl::Seconds(20);
   auto c = RefitClient::Connect(o);
   return c.ok() ? std::move(*c) : nullptr;
 }
