@@ -89,8 +89,8 @@ TEST(RegistrationBytesTest, TheMembersRegistrationsAreBoundedInAll) {
 // members of the job with 6 MiB of names each against
 // --max_registration_mib=64 (1,024 by default) and --max_metadata_bytes of
 // 8 MiB (64 MiB). Ten are admitted, the rest refused naming the flag;
-// refitd's memory stays within a few times the bound; the job's own engine
-// still joins and the job gets its plan.
+// refitd's memory grows by less than three times the bound; the job's own
+// engine still joins and the job gets its plan.
 TEST(RegistrationBytesTest, FortySixPaddedMembersAreBoundedAndTheJobStillJoins) {
   RefitdProcess refitd;
   ASSERT_TRUE(refitd
@@ -130,7 +130,7 @@ TEST(RegistrationBytesTest, FortySixPaddedMembersAreBoundedAndTheJobStillJoins) 
   std::printf("46 members x 6 MiB of buffer names, --max_registration_mib=64: %d admitted, "
               "%d refused in %.1f s; refitd peak RSS %.1f -> %.1f MiB\n",
               admitted, 46 - admitted, seconds, before_kib / 1024.0, peak_kib / 1024.0);
-  EXPECT_LT(peak_kib - before_kib, 4 * 64 * 1024);
+  EXPECT_LT(peak_kib - before_kib, 3 * 64 * 1024);
   // The job's own engine joins, and the job gets its plan.
   std::unique_ptr<RefitClient> a = testing::ConnectRefitd(refitd.port());
   ASSERT_TRUE(a);
