@@ -440,21 +440,28 @@ int64_t MostStagedPerWave(const Plan& plan) {
   return most;
 }
 
+// `n` bf16 [1024, 1024] tensors, Shard(0) over 2 trainer ranks into
+// Shard(1) over 2 engine ranks: pieces of 512 KiB, each strided on the
+// engine's side.
+void StridedShards(int n, SideLayout* src, SideLayout* dst) {
+  src->world_size = dst->world_size = 2;
+  const Mesh two = *Mesh::Make({"x"}, {2});
+  for (int i = 0; i < n; ++i) {
+    TensorSpec t{absl::StrCat("w", i), {1024, 1024}, DType::kBF16};
+    ASSERT_TRUE(AddTensor(*src, t).ok());
+    ASSERT_TRUE(AddTensor(*dst, t).ok());
+    ASSERT_TRUE(AddDenseShards(*src, i, two, {Placement::Shard(0)}).ok());
+    ASSERT_TRUE(AddDenseShards(*dst, i, two, {Placement::Shard(1)}).ok());
+  }
+}
+
 TEST(PlannerTest, ManySmallStridedPiecesGetFourLanes) {
   // 256 bf16 [1024, 1024] tensors, Shard(0) over 2 trainer ranks into
   // Shard(1) over 2 engine ranks: 1024 strided pieces of 512 KiB, 256 MiB
   // staged per rank, 64 MiB of staging per lane with the 2 lanes asked
   // for. The planner takes 4 lanes (32 MiB each).
   SideLayout src, dst;
-  src.world_size = dst.world_size = 2;
-  const Mesh two = *Mesh::Make({"x"}, {2});
-  for (int i = 0; i < 256; ++i) {
-    TensorSpec t{absl::StrCat("w", i), {1024, 1024}, DType::kBF16};
-    ASSERT_TRUE(AddTensor(src, t).ok());
-    ASSERT_TRUE(AddTensor(dst, t).ok());
-    ASSERT_TRUE(AddDenseShards(src, i, two, {Placement::Shard(0)}).ok());
-    ASSERT_TRUE(AddDenseShards(dst, i, two, {Placement::Shard(1)}).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(StridedShards(256, &src, &dst));
   PlannerOptions opt;
   opt.num_lanes = 2;
   opt.staging_budget_bytes = 128 << 20;
@@ -502,15 +509,7 @@ TEST(PlannerTest, DeltaPlansKeepWavesWithinHalfALane) {
   // runner's lane holds a batch's packed messages and their encodings, so
   // a delta plan's waves and messages carry at most 32 MiB a rank.
   SideLayout src, dst;
-  src.world_size = dst.world_size = 2;
-  const Mesh two = *Mesh::Make({"x"}, {2});
-  for (int i = 0; i < 64; ++i) {
-    TensorSpec t{absl::StrCat("w", i), {1024, 1024}, DType::kBF16};
-    ASSERT_TRUE(AddTensor(src, t).ok());
-    ASSERT_TRUE(AddTensor(dst, t).ok());
-    ASSERT_TRUE(AddDenseShards(src, i, two, {Placement::Shard(0)}).ok());
-    ASSERT_TRUE(AddDenseShards(dst, i, two, {Placement::Shard(1)}).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(StridedShards(64, &src, &dst));
   PlannerOptions opt;
   opt.num_lanes = 2;
   opt.staging_budget_bytes = 128 << 20;
