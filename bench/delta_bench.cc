@@ -193,6 +193,7 @@ class Bench {
     PlannerOptions po;
     po.num_lanes = knobs.lanes;
     po.choose_lanes = false;
+    po.staging_budget_bytes = knobs.staging_bytes;
     plan_ = Ok(BuildPlan(src.layout, dst.layout, po), "plan");
     for (const Message& msg : plan_.messages) dense_bytes_ += msg.bytes;
     trainer_ = Allocate(plan_.src, 0);
@@ -220,7 +221,6 @@ class Bench {
         ms.buffers = g == 0 ? trainer_.ptrs : delta_engine_.ptrs;
         DataPlaneParts delta_parts = NcclParts(g, "delta", knobs);
         delta_parts.delta = true;
-        delta_parts.delta_options.batch_bytes = knobs.batch_bytes;
         if (g == 0) delta_parts.delta_options.snapshot = &snapshot_;
         delta_[g] = Ok(MakeDeltaMemberRunner(ms, delta_parts, &delta_store_), "delta member");
         ms.buffers = g == 0 ? trainer_.ptrs : dense_engine_.ptrs;

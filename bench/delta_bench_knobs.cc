@@ -7,7 +7,7 @@
 namespace refit {
 
 const char* const kKnobsUsage =
-    "[--snapshot=gpu|pinned] [--batch_mib=N] [--warm_ms=N] [--trace] "
+    "[--snapshot=gpu|pinned] [--staging_mib=N] [--warm_ms=N] [--trace] "
     "[--lanes=1|2|3|4] [--deadline_s=N]";
 
 namespace {
@@ -25,8 +25,8 @@ bool ParseKnob(const std::string& a, Knobs* k) {
   int64_t v = 0;
   if (a == "--snapshot=pinned" || a == "--snapshot=gpu") {
     k->snapshot = a == "--snapshot=gpu" ? SnapshotMemory::kDevice : SnapshotMemory::kPinnedHost;
-  } else if (CountFlag(a, "batch_mib", &v)) {
-    k->batch_bytes = v << 20;
+  } else if (CountFlag(a, "staging_mib", &v) && v >= 1) {
+    k->staging_bytes = v << 20;
   } else if (CountFlag(a, "warm_ms", &v)) {
     k->warm_ms = static_cast<double>(v);
   } else if (a == "--trace") {
@@ -44,7 +44,8 @@ bool ParseKnob(const std::string& a, Knobs* k) {
 std::string DescribeKnobs(const Knobs& k) {
   return absl::StrCat(
       "snapshot in ", k.snapshot == SnapshotMemory::kDevice ? "GPU memory" : "pinned host memory",
-      ", ", k.lanes, " lanes, batches of ", k.batch_bytes >> 20, " MiB, trainer GPU warmed ",
+      ", ", k.lanes, " lanes, a staging budget of ", k.staging_bytes >> 20,
+      " MiB (batches of up to ", k.staging_bytes / k.lanes / 2 >> 20, " MiB), trainer GPU warmed ",
       k.warm_ms, " ms");
 }
 

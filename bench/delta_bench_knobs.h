@@ -1,5 +1,5 @@
 // delta_bench's knobs of the delta path (its flags): where the snapshot
-// lives, the batch size and lanes, how long it warms the trainer GPU,
+// lives, the plan's staging budget (which sizes the batches) and lanes, how long it warms the trainer GPU,
 // whether it traces the batches.
 #ifndef REFIT_BENCH_DELTA_BENCH_KNOBS_H_
 #define REFIT_BENCH_DELTA_BENCH_KNOBS_H_
@@ -14,7 +14,7 @@ namespace refit {
 
 struct Knobs {
   SnapshotMemory snapshot = SnapshotMemory::kDevice;
-  int64_t batch_bytes = DeltaRunnerOptions().batch_bytes;
+  int64_t staging_bytes = PlannerOptions().staging_budget_bytes;
   // The trainer GPU reads its weights for this long right before each
   // delta round, as a trainer's GPU is busy (its optimizer step) right
   // before a refit: an idle GPU's first milliseconds of work run slower.

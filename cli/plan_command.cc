@@ -158,6 +158,7 @@ absl::StatusOr<std::string> RunPlanCommand(const PlanCommandOptions& opt) {
   po.staging_budget_bytes = opt.staging_mib << 20;
   po.num_lanes = opt.lanes;
   po.relay = opt.relay;
+  po.delta = opt.delta >= 0;  // the plan refitd --delta builds
   po.links.same_gpu_gbps = opt.link.same_gpu_gbps;
   po.links.intra_host_gbps = opt.link.nvlink_gbps;
   po.links.inter_host_gbps = opt.link.net_gbps;

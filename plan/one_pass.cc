@@ -21,6 +21,10 @@ bool AffinePerCell(const Record& r, const Box& sub, int64_t cell_r, int64_t cell
   const int n = sub.rank();
   if (r.buffer_step != 0 || r.dims.size() != static_cast<size_t>(n) || n < 2) return false;
   for (int d = n - 2; d < n; ++d) {
+    // One split is one arithmetic run over any range (the last dim's with
+    // stride 1 is what a cell needs).
+    const absl::InlinedVector<DimSplit, 2>& splits = r.dims[d].splits;
+    if (splits.size() == 1 && (d < n - 1 || splits[0].stride == 1)) continue;
     const int64_t cell = d == n - 2 ? cell_r : cell_c;
     for (int64_t b = sub.origin(d); b < sub.limit(d); b = FloorTo(b, cell) + cell) {
       const int64_t e = std::min(FloorTo(b, cell) + cell, sub.limit(d));

@@ -140,6 +140,12 @@ struct PlannerOptions {
   // (the plans every data plane runs: colocated pull and delta rounds
   // take no relays).
   bool relay = false;
+  // Plan for delta rounds (refitd --delta): waves and messages of at most
+  // half a lane's staging share, so that a delta runner's lane holds a
+  // batch's packed messages and their encodings within the budget
+  // (exec/delta/delta_room.h); without it a full wave's messages go dense.
+  // Seen in the plan through max_wave_bytes and max_message_bytes.
+  bool delta = false;
   // When set and true, BuildPlan stops after its current phase with
   // CANCELLED (refitd sets it when it stops). Not part of the plan.
   const std::atomic<bool>* cancel = nullptr;

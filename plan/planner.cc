@@ -47,6 +47,7 @@ using internal_plan::ChooseLanes;
 using internal_plan::OrderSegments;
 using internal_plan::PendingMessage;
 using internal_plan::ScheduleWaves;
+using internal_plan::SetDeltaCaps;
 using internal_plan::SetRelayCaps;
 using internal_plan::SegmentKeys;
 using internal_plan::Sources;
@@ -162,6 +163,7 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
       relay_caps = 2 * max_relayed >= max_rank_bytes;
       if (relay_caps) SetRelayCaps(max_rank_bytes, sources.max_depth, &plan.options);
     }
+    SetDeltaCaps(&plan.options);
     SegmentKeys keys;
     REFIT_RETURN_IF_ERROR(OrderSegments(candidates, senders, plan.src, plan.dst,
                                         MessageCap(plan.options), &keys));
@@ -172,11 +174,12 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
     const int32_t lanes = ChooseLanes(options, heaviest.coalesced, heaviest.all);
     if (lanes != plan.options.num_lanes) {
       plan.options.num_lanes = lanes;
-      if (relay_caps) {
+      if (relay_caps || options.delta) {
         plan.options.max_wave_bytes = options.max_wave_bytes;
         plan.options.max_message_bytes = options.max_message_bytes;
-        SetRelayCaps(max_rank_bytes, sources.max_depth, &plan.options);
       }
+      if (relay_caps) SetRelayCaps(max_rank_bytes, sources.max_depth, &plan.options);
+      SetDeltaCaps(&plan.options);
       keys = SegmentKeys();
       REFIT_RETURN_IF_ERROR(OrderSegments(candidates, senders, plan.src, plan.dst,
                                           MessageCap(plan.options), &keys));
@@ -208,9 +211,11 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   }
   EmitMessages(messages, &plan);
   SetWaveBytes(&plan);
+  REFIT_RETURN_IF_ERROR(phase_done("emit"));
+
   // Which conversions the pull path runs in one pass (one_pass.h).
   DecideOnePass(&plan);
-  REFIT_RETURN_IF_ERROR(phase_done("emit"));
+  REFIT_RETURN_IF_ERROR(phase_done("one_pass"));
 
   plan.stats = ComputePlanStats(plan);
   plan.stats.predicted_seconds = cost_stats.predicted_seconds;

@@ -440,21 +440,28 @@ int64_t MostStagedPerWave(const Plan& plan) {
   return most;
 }
 
+// `n` bf16 [1024, 1024] tensors, Shard(0) over 2 trainer ranks into
+// Shard(1) over 2 engine ranks: pieces of 512 KiB, each strided on the
+// engine's side.
+void StridedShards(int n, SideLayout* src, SideLayout* dst) {
+  src->world_size = dst->world_size = 2;
+  const Mesh two = *Mesh::Make({"x"}, {2});
+  for (int i = 0; i < n; ++i) {
+    TensorSpec t{absl::StrCat("w", i), {1024, 1024}, DType::kBF16};
+    ASSERT_TRUE(AddTensor(*src, t).ok());
+    ASSERT_TRUE(AddTensor(*dst, t).ok());
+    ASSERT_TRUE(AddDenseShards(*src, i, two, {Placement::Shard(0)}).ok());
+    ASSERT_TRUE(AddDenseShards(*dst, i, two, {Placement::Shard(1)}).ok());
+  }
+}
+
 TEST(PlannerTest, ManySmallStridedPiecesGetFourLanes) {
   // 256 bf16 [1024, 1024] tensors, Shard(0) over 2 trainer ranks into
   // Shard(1) over 2 engine ranks: 1024 strided pieces of 512 KiB, 256 MiB
   // staged per rank, 64 MiB of staging per lane with the 2 lanes asked
   // for. The planner takes 4 lanes (32 MiB each).
   SideLayout src, dst;
-  src.world_size = dst.world_size = 2;
-  const Mesh two = *Mesh::Make({"x"}, {2});
-  for (int i = 0; i < 256; ++i) {
-    TensorSpec t{absl::StrCat("w", i), {1024, 1024}, DType::kBF16};
-    ASSERT_TRUE(AddTensor(src, t).ok());
-    ASSERT_TRUE(AddTensor(dst, t).ok());
-    ASSERT_TRUE(AddDenseShards(src, i, two, {Placement::Shard(0)}).ok());
-    ASSERT_TRUE(AddDenseShards(dst, i, two, {Placement::Shard(1)}).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(StridedShards(256, &src, &dst));
   PlannerOptions opt;
   opt.num_lanes = 2;
   opt.staging_budget_bytes = 128 << 20;
@@ -478,6 +485,52 @@ TEST(PlannerTest, ManySmallStridedPiecesGetFourLanes) {
   plan = BuildPlan(src, dst, opt);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->options.num_lanes, 2);
+}
+
+// The most bytes one rank sends plus receives in one wave, and the
+// largest message.
+std::pair<int64_t, int64_t> MostPerWaveAndMessage(const Plan& plan) {
+  int64_t wave_most = 0, message_most = 0;
+  for (const Wave& w : plan.waves) {
+    std::map<std::pair<int, int32_t>, int64_t> bytes;  // (side, rank)
+    for (int32_t i = w.first_message; i < w.first_message + w.num_messages; ++i) {
+      const Message& m = plan.messages[i];
+      message_most = std::max(message_most, m.bytes);
+      wave_most = std::max(wave_most, bytes[{0, m.src_rank}] += m.bytes);
+      wave_most = std::max(wave_most, bytes[{1, m.dst_rank}] += m.bytes);
+    }
+  }
+  return {wave_most, message_most};
+}
+
+TEST(PlannerTest, DeltaPlansKeepWavesWithinHalfALane) {
+  // 64 bf16 [1024, 1024] tensors (128 MiB), Shard(0) over 2 trainer ranks
+  // into Shard(1) over 2 engine ranks, 64 MiB of staging per lane: a delta
+  // runner's lane holds a batch's packed messages and their encodings, so
+  // a delta plan's waves and messages carry at most 32 MiB a rank.
+  SideLayout src, dst;
+  ASSERT_NO_FATAL_FAILURE(StridedShards(64, &src, &dst));
+  PlannerOptions opt;
+  opt.num_lanes = 2;
+  opt.staging_budget_bytes = 128 << 20;
+  opt.choose_lanes = false;
+  absl::StatusOr<Plan> dense = BuildPlan(src, dst, opt);
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  EXPECT_GT(MostPerWaveAndMessage(*dense).first, 32 << 20);
+  opt.delta = true;
+  absl::StatusOr<Plan> delta = BuildPlan(src, dst, opt);
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  EXPECT_LE(MostPerWaveAndMessage(*delta).first, 32 << 20);
+  EXPECT_LE(MostPerWaveAndMessage(*delta).second, 32 << 20);
+  EXPECT_EQ(delta->options.max_wave_bytes, 32 << 20);
+  EXPECT_EQ(delta->stats.total_bytes, dense->stats.total_bytes);
+  EXPECT_NE(PlanFingerprint(*delta), PlanFingerprint(*dense));
+  // Smaller caps asked for stay.
+  opt.max_wave_bytes = 8 << 20;
+  delta = BuildPlan(src, dst, opt);
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  EXPECT_EQ(delta->options.max_wave_bytes, 8 << 20);
+  EXPECT_EQ(delta->options.max_message_bytes, 32 << 20);
 }
 
 TEST(PlannerTest, GoldenBigContiguousSegmentTravelsAlone) {

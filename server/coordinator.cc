@@ -613,6 +613,7 @@ void Coordinator::ApplyPlan(const PlanInput& input, PlanCache::Entry entry,
   } else {
     plan_status_ = absl::OkStatus();
     member_plans_ = AssembleMemberPlans(input, *built, plan_fingerprint_, options_.kv_prefix);
+    BoundReports();
     ServerLog().info(
         "plan ready plan={} epoch={} seconds={:.6f} cached={} trainers={} engines={} "
         "bytes={} predicted_seconds={:.6g}",

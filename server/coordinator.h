@@ -186,6 +186,14 @@ class Coordinator {
   // negative, a byte sum that would overflow), which the round ignores.
   absl::Status Report(const v1::ReportRequest& req);
 
+  // OK when a Report request of `bytes` serialized bytes may be parsed: at
+  // most its other fields' text limits (80 KiB in all) plus room for as
+  // many digest parts (1,100 bytes each, a tensor name at its 1 KiB limit)
+  // as the largest slice of the last plan built writes; any size while a
+  // plan slice has no bounds. INVALID_ARGUMENT naming `digests` and both
+  // sizes otherwise. Takes no lock: refitd calls it before parsing.
+  absl::Status CheckReportSize(size_t bytes) const;
+
   // Records a heartbeat and, when it names the running round, the bytes
   // the member moved of it so far (RoundSummary.live). NOT_FOUND when the
   // member is not registered; INVALID_ARGUMENT naming round_bytes when
@@ -229,6 +237,8 @@ class Coordinator {
   void MaybePlan(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyPlan(const PlanInput& input, PlanCache::Entry entry, double seconds)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets the bound CheckReportSize applies from member_plans_.
+  void BoundReports() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MembershipChanged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AnnounceEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Broadcast(const v1::RoundEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -281,6 +291,9 @@ class Coordinator {
   std::map<std::string, RoundStream*> streams_ ABSL_GUARDED_BY(mu_);
   Waits waits_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_requested_{false};  // set first thing by Stop
+  // The most digest parts a slice of the last plan built writes (-1: no
+  // bound); CheckReportSize reads it without the lock.
+  std::atomic<int64_t> max_report_parts_{0};
   KvTable kv_ ABSL_GUARDED_BY(mu_);
   MemberCredentials credentials_ ABSL_GUARDED_BY(mu_);
   Refusals refusals_ ABSL_GUARDED_BY(mu_);

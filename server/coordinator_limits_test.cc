@@ -4,6 +4,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "absl/strings/match.h"
 #include "server/bounded_text.h"
 #include "server/coordinator.h"
 #include "testing/coordinator_testing.h"
@@ -32,6 +33,35 @@ TEST(CoordinatorLimitsTest, APlanFunctionThatThrowsIsAPlanErrorNotACrash) {
     // refitd goes on: it still answers.
     EXPECT_EQ(c->GetStatus().members_size(), 2);
   }
+}
+
+// A Report request is refused before it is parsed when it is larger than
+// any report of the last plan can be: 80 KiB of other fields plus 1,100
+// bytes per digest part its largest slice writes (no plan yet: none).
+TEST(CoordinatorLimitsTest, AReportLargerThanThePlanAllowsIsRefusedUnread) {
+  Coordinator::Options o = TestOptions();
+  o.plan_function = [](const std::vector<v1::Registration>& trainer,
+                       const std::vector<v1::Registration>& engine)
+      -> absl::StatusOr<BuiltPlan> {
+    absl::StatusOr<BuiltPlan> built = NameMatchingPlan(trainer, engine);
+    if (built.ok()) {
+      built->trainer_bounds.resize(built->trainer_slices.size());
+      built->engine_bounds.resize(built->engine_slices.size());
+      built->engine_bounds[0].digest_keys.resize(10);
+    }
+    return built;
+  };
+  auto c = Make(std::move(o));
+  ASSERT_NE(c, nullptr);
+  EXPECT_TRUE(c->CheckReportSize(80 << 10).ok());
+  absl::Status s = c->CheckReportSize((80 << 10) + 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StartsWith(s.message(), "digests: ")) << s;
+  const std::string t = Register(*c, Reg(v1::SIDE_TRAINER, "", 0, 1));
+  Register(*c, Reg(v1::SIDE_ENGINE, "A", 0, 1));
+  ASSERT_TRUE(AwaitPlan(*c, t).ok());
+  EXPECT_TRUE(c->CheckReportSize((80 << 10) + 10 * 1100).ok());
+  EXPECT_FALSE(c->CheckReportSize((80 << 10) + 10 * 1100 + 1).ok());
 }
 
 TEST(CoordinatorLimitsTest, AFailureReasonIsCutAndSharedByEveryStream) {

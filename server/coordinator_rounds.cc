@@ -27,6 +27,13 @@ namespace {
 // exec/delta/delta_codec.h), with margin.
 constexpr int64_t kDeltaHeaderRoom = 64;
 
+// Room in a Report request for its fields other than `digests`: the
+// reason's text limit (64 KiB), the others' (request_text.h), with margin.
+constexpr int64_t kReportFieldsRoom = 80 << 10;
+// Room for one digest part: its numbers, framing and a tensor name at its
+// text limit (1 KiB).
+constexpr int64_t kDigestPartRoom = 1100;
+
 // Returns the most bytes a member whose slice is `bounds` may report: its
 // slice's bytes plus the delta headers (no bound when unknown).
 int64_t MaxReportBytes(const SliceBounds* bounds) {
@@ -130,6 +137,29 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::TryStartRound(
   delta_rounds_.Announce(engine_members, &e, delta_dense);
   Broadcast(e);
   return resp;
+}
+
+absl::Status Coordinator::CheckReportSize(size_t bytes) const {
+  const int64_t parts = max_report_parts_.load(std::memory_order_relaxed);
+  if (parts < 0) return absl::OkStatus();
+  const int64_t max = kReportFieldsRoom + parts * kDigestPartRoom;
+  if (bytes <= static_cast<size_t>(max)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "digests: a Report request of ", bytes, " bytes, over the ", max,
+      " bytes any report of the current plan holds (its largest plan slice writes ", parts,
+      " digest parts); not read"));
+}
+
+void Coordinator::BoundReports() {
+  int64_t parts = 0;
+  for (const auto& [id, plan] : member_plans_) {
+    if (plan.bounds == nullptr) {
+      parts = -1;
+      break;
+    }
+    parts = std::max(parts, static_cast<int64_t>(plan.bounds->digest_keys.size()));
+  }
+  max_report_parts_.store(parts, std::memory_order_relaxed);
 }
 
 absl::Status Coordinator::Report(const v1::ReportRequest& req) {

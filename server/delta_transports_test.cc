@@ -34,6 +34,8 @@ TEST(DeltaTransportsTest, APullMemberIsRefusedByNameWithWhatToDo) {
   EXPECT_TRUE(absl::StrContains(s.message(), DescribeMember(in.engine[1].identity()))) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "--delta")) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "pull")) << s;
+  // And why: one device copy a piece costs less than reading two versions.
+  EXPECT_TRUE(absl::StrContains(s.message(), "cheaper than comparing two versions")) << s;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/hash.h"
 #include "server/registration.h"
 
 namespace refit {
@@ -58,18 +59,20 @@ absl::StatusOr<Membership::Admitted> Membership::Admit(const v1::Registration& r
       }
     }
   }
-  std::string serialized = SerializeRegistration(reg);
+  const std::string serialized = SerializeRegistration(reg);
+  const int64_t size = static_cast<int64_t>(serialized.size());
+  const uint64_t hash = Fnv1a64(serialized);
   auto it = members_.find(id);
-  if (it != members_.end() && it->second.serialized == serialized) {
+  if (it != members_.end() && it->second.serialized_bytes == size &&
+      it->second.serialized_hash == hash) {
     it->second.last_heartbeat = now;
     return Admitted::kSame;
   }
-  const int64_t old_bytes =
-      it == members_.end() ? 0 : static_cast<int64_t>(it->second.serialized.size());
-  const int64_t after = bytes_ - old_bytes + static_cast<int64_t>(serialized.size());
+  const int64_t old_bytes = it == members_.end() ? 0 : it->second.serialized_bytes;
+  const int64_t after = bytes_ - old_bytes + size;
   if (after > max_bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "member ", DescribeMember(ident), ": its registration of ", serialized.size(),
+        "member ", DescribeMember(ident), ": its registration of ", size,
         " bytes would make the members' registrations ", after, " bytes, over refitd's limit ",
         max_bytes_, " (--max_registration_mib)"));
   }
@@ -80,7 +83,8 @@ absl::StatusOr<Membership::Admitted> Membership::Admit(const v1::Registration& r
   Count(ident, +1);
   m.id = id;
   m.reg = reg;
-  m.serialized = std::move(serialized);
+  m.serialized_bytes = size;
+  m.serialized_hash = hash;
   m.last_heartbeat = now;
   ++epoch_;
   return result;
@@ -89,7 +93,7 @@ absl::StatusOr<Membership::Admitted> Membership::Admit(const v1::Registration& r
 bool Membership::Remove(const std::string& id) {
   auto it = members_.find(id);
   if (it == members_.end()) return false;
-  bytes_ -= static_cast<int64_t>(it->second.serialized.size());
+  bytes_ -= it->second.serialized_bytes;
   Count(it->second.reg.identity(), -1);
   members_.erase(it);
   ++epoch_;

@@ -19,9 +19,14 @@
 namespace refit {
 
 struct Member {
-  std::string id;          // MemberKey(reg.identity())
+  std::string id;  // MemberKey(reg.identity())
   v1::Registration reg;
-  std::string serialized;  // SerializeRegistration(reg)
+  // The size and hash (common/hash.h Fnv1a64) of SerializeRegistration(reg):
+  // a registration with both equal is an identical retry. Only the member's
+  // own process (its secret, or the job key) registers it again, so a
+  // crafted collision fools no one but its sender.
+  int64_t serialized_bytes = 0;
+  uint64_t serialized_hash = 0;
   absl::Time last_heartbeat;
 };
 

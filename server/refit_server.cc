@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -174,12 +175,15 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
   // not parse on, marked (malformed_request.h), so that CheckRequest names
   // the method. The indices are the methods' order in refit_service.proto.
   void InstallHandlers() {
-    auto unary = [this](int index, const char* method, auto member) {
+    auto unary = [this](int index, const char* method, auto member,
+                        RequestSizeCheck size_check = nullptr) {
       using Handler = decltype(UnaryHandlerFor(member));
-      MarkMethodCallback(index, new Handler(method, [this, member](auto* ctx, auto* req,
-                                                                   auto* resp) {
-                           return (this->*member)(ctx, req, resp);
-                         }));
+      MarkMethodCallback(index, new Handler(
+                                    method,
+                                    [this, member](auto* ctx, auto* req, auto* resp) {
+                                      return (this->*member)(ctx, req, resp);
+                                    },
+                                    std::move(size_check)));
     };
     unary(0, "Register", &Impl::Register);
     unary(1, "AwaitPlan", &Impl::AwaitPlan);
@@ -190,7 +194,9 @@ class RefitServer::Impl final : public v1::RefitService::CallbackService {
                [this](grpc::CallbackServerContext* ctx, const v1::WatchRequest* req) {
                  return WatchRounds(ctx, req);
                }));
-    unary(4, "Report", &Impl::Report);
+    // A report larger than the current plan lets is not parsed.
+    unary(4, "Report", &Impl::Report,
+          [this](size_t bytes) { return coordinator_->CheckReportSize(bytes); });
     unary(5, "Heartbeat", &Impl::Heartbeat);
     unary(6, "Leave", &Impl::Leave);
     unary(7, "GetEngineState", &Impl::GetEngineState);

@@ -296,6 +296,7 @@ absl::StatusOr<refit::RefitServer::Options> OptionsFromFlags() {
   if (!relay.ok()) return relay.status();
   refit::DefaultPlanOptions plan_options;
   plan_options.planner.relay = *relay;
+  plan_options.planner.delta = o.coordinator.delta;
   plan_options.slice_threads = static_cast<int>(slice_threads);
   plan_options.planner.staging_budget_bytes = *staging;
   plan_options.planner.num_lanes = static_cast<int32_t>(*lanes);

@@ -1,6 +1,8 @@
 // Refusals (see refusals.h).
 #include "server/refusals.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/printable.h"
 #include "server/bounded_text.h"
@@ -16,7 +18,7 @@ absl::Status Refusals::Add(const std::string& id, const std::string& job,
   auto old = entries_.find(id);
   if (old != entries_.end() && old->second.job != job) Erase(old);
   if (entries_.count(id) == 0) {
-    if (entries_.size() >= max_entries_) {
+    if (entries_.size() >= max_entries_ && !GiveWayTo(job)) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "refusal of ", who, ": refitd holds ", entries_.size(),
           " refusals, its limit (--max_members)"));
@@ -34,6 +36,23 @@ absl::Status Refusals::Add(const std::string& id, const std::string& job,
                                    kMaxRefusalReasonBytes),
                        now};
   return absl::OkStatus();
+}
+
+bool Refusals::GiveWayTo(const std::string& job) {
+  auto own = per_job_.find(job);
+  const size_t own_count = own == per_job_.end() ? 0 : own->second;
+  auto most = std::max_element(per_job_.begin(), per_job_.end(),
+                               [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (most == per_job_.end() || most->second <= own_count) return false;
+  auto oldest = entries_.end();
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->second.job == most->first &&
+        (oldest == entries_.end() || it->second.at < oldest->second.at)) {
+      oldest = it;
+    }
+  }
+  Erase(oldest);
+  return true;
 }
 
 std::map<std::string, Refusals::Entry>::iterator Refusals::Erase(

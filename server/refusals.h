@@ -11,8 +11,10 @@
 // setting refit writes) or `ttl` passes (a job that changed shape does not
 // meet it forever). Its reason is kept with control bytes escaped
 // (common/printable.h) and cut to kMaxRefusalReasonBytes. At most
-// `max_entries` are held in all and kMaxPerJob of one job; one more is
-// RESOURCE_EXHAUSTED. Not thread-safe: the coordinator's lock guards it.
+// `max_entries` are held in all and kMaxPerJob of one job. When all
+// `max_entries` are held, a refusal of a job holding fewer than another
+// job replaces that job's oldest, so refusals under other job names never
+// keep a job's own out. Not thread-safe: the coordinator's lock guards it.
 #ifndef REFIT_SERVER_REFUSALS_H_
 #define REFIT_SERVER_REFUSALS_H_
 
@@ -45,9 +47,10 @@ class Refusals {
 
   // Records that member `id` of job `job` (described as `who`, e.g. "engine
   // e0 rank 1") refuses to join, with `reason`. A second refusal of the same
-  // member replaces the first. RESOURCE_EXHAUSTED when max_entries others
-  // are held, or kMaxPerJob others of `job`; INVALID_ARGUMENT when `reason`
-  // is empty.
+  // member replaces the first. When max_entries are held, the oldest refusal
+  // of the job holding the most gives way if that job holds more than `job`.
+  // RESOURCE_EXHAUSTED when max_entries others are held and none gives way,
+  // or kMaxPerJob others of `job`; INVALID_ARGUMENT when `reason` is empty.
   absl::Status Add(const std::string& id, const std::string& job, const std::string& who,
                    const std::string& reason, absl::Time now);
 
@@ -75,6 +78,9 @@ class Refusals {
     std::string reason;
     absl::Time at;
   };
+  // Removes the oldest refusal of the job holding the most, when that job
+  // holds more than `job`; returns whether it did.
+  bool GiveWayTo(const std::string& job);
   // Removes `it`, keeping the per-job counts.
   std::map<std::string, Entry>::iterator Erase(std::map<std::string, Entry>::iterator it);
 

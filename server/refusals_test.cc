@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -84,6 +86,28 @@ TEST(RefusalsTest, ReasonsAreEscapedAndBoundedPerJob) {
   EXPECT_TRUE(r.Add("another job", "k", "engine e1 rank 0", "why", kT0).ok());
   EXPECT_EQ(r.Describe().size(), Refusals::kListed + 1);
   EXPECT_THAT(r.Describe().back(), HasSubstr("more refusals"));
+}
+
+// With every place held by refusals of other jobs, a job's own refusals
+// take the place of the oldest of the job holding the most, until the two
+// hold as many.
+TEST(RefusalsTest, OtherJobsRefusalsNeverKeepAJobsOwnOut) {
+  Refusals r(4);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(r.Add(absl::StrCat("o", i), "other", "engine ghost rank 0", "made up",
+                      kT0 + absl::Seconds(i))
+                    .ok());
+  }
+  ASSERT_TRUE(r.Add("a", "j", "engine e0 rank 0", "bad layout", kT0).ok());
+  EXPECT_THAT(r.AsPlanError("j").message(), HasSubstr("bad layout"));
+  ASSERT_TRUE(r.Add("b", "j", "engine e0 rank 1", "bad layout", kT0).ok());
+  EXPECT_EQ(r.Add("c", "j", "engine e0 rank 2", "bad layout", kT0).code(),
+            absl::StatusCode::kResourceExhausted);
+  // The oldest of the other job's gave way.
+  EXPECT_EQ(r.Describe().size(), 4u);
+  EXPECT_FALSE(r.Clear("o0"));
+  EXPECT_FALSE(r.Clear("o1"));
+  EXPECT_TRUE(r.Clear("o2"));
 }
 
 }  // namespace

@@ -112,7 +112,7 @@ absl::Status ValidateRegistration(const Registration& reg, int max_buffers,
   if (size > max_metadata_bytes) {
     return bad(absl::StrCat("registration: ", size,
                             " bytes of metadata exceed the limit of ",
-                            max_metadata_bytes));
+                            max_metadata_bytes, " (--max_metadata_bytes)"));
   }
   const auto& id = reg.identity();
   REFIT_RETURN_IF_ERROR(SideFromProto(id.side(), "identity.side").status());

@@ -107,7 +107,10 @@ size_t MaxTextBytes(const FieldDescriptor& field) {
   }
   if (name == "host_id" || name == "convention") return 256;
   if (name == "member_id") return 512;
-  if (full == "refit.v1.LocalBuffer.name" || name == "key") return 1024;
+  if (full == "refit.v1.LocalBuffer.name" || full == "refit.v1.DigestPart.tensor_name" ||
+      name == "key") {
+    return 1024;
+  }
   if (full == "refit.v1.ReportRequest.reason") return 64 << 10;
   if (name == "model_config") return 1 << 20;
   return 4096;

@@ -8,6 +8,7 @@
 //   host_id, convention                      256 bytes
 //   member_id (every request)                512 bytes
 //   buffer name (LocalBuffer.name)           1 KiB
+//   digest part tensor name                  1 KiB
 //   KV key (KvSet, KvGet)                    1 KiB
 //   ReportRequest.reason                     64 KiB (kept cut to 4 KiB)
 //   model_config (a name or config.json)     1 MiB

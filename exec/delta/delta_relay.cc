@@ -81,7 +81,7 @@ absl::Status DeltaRunner::PrepareRelays(const Plan& plan, bool src,
             plan.messages[source].num_segments == fm.num_segments &&
             src_it->second->bytes == f.bytes && src_it->second->word_bytes == f.word_bytes) {
           f.source = source;
-          src_it->second->keep = true;
+          ++src_it->second->repeats;
         }
       }
     }
@@ -151,12 +151,29 @@ absl::StatusOr<std::vector<SendOp>> DeltaRunner::ForwardSends(BatchWork& w,
   const EngineDeltaMode own = mode_of(rank_);
   std::vector<ResolvedCopy> packs;
   std::vector<SendOp> payloads;
+  // A repeat goes only where it fits the receiver's room (w.forward_caps,
+  // the peers in w.forwards' order); else the forward is dense.
+  std::vector<int64_t> peer_left = w.forward_caps;
+  size_t peer = 0;
+  int32_t of_peer = 0;
   for (size_t i = 0; i < w.forwards.size(); ++i) {
+    for (; of_peer == w.forward_peers[peer].second; of_peer = 0) ++peer;
+    ++of_peer;
     MsgWork& f = w.forwards[i];
     auto held = f.source >= 0 ? held_.find(f.source) : held_.end();
+    const bool kept = held != held_.end() && held->second.valid;
+    if (kept) --held->second.remaining;
     const EngineDeltaMode down = mode_of(f.engine_rank);
-    const bool repeat = held != held_.end() && held->second.valid && !own.dense &&
-                        !down.dense && down.base_version == own.base_version;
+    bool repeat = kept && !own.dense && !down.dense && down.base_version == own.base_version;
+    if (repeat) {
+      const int64_t need = (static_cast<int64_t>(held->second.header.payload_bytes) + 15) / 16 * 16;
+      repeat = need <= peer_left[peer];
+      if (repeat) {
+        peer_left[peer] -= need;
+      } else {
+        ++delta_stats_.dense_for_room;
+      }
+    }
     if (repeat) {
       f.header = held->second.header;
       f.payload = held->second.data;
@@ -197,24 +214,29 @@ absl::StatusOr<std::vector<SendOp>> DeltaRunner::ForwardSends(BatchWork& w,
 
 absl::Status DeltaRunner::KeepPayloads(BatchWork& w) {
   for (MsgWork& m : w.msgs) {
-    if (!m.keep || m.header.encoding == static_cast<uint8_t>(DeltaEncoding::kDense)) continue;
-    const int64_t p = static_cast<int64_t>(m.header.payload_bytes);
-    Held& h = held_[m.message];
-    if (h.cap < p) {
-      if (h.data != nullptr) {  // freed after the round (FreeRetired)
-        retired_.push_back(h.data);
-        retired_bytes_ += h.cap;
-      }
-      h.data = nullptr;
-      h.cap = 0;
-      REFIT_ASSIGN_OR_RETURN(h.data, ops_->Allocate(p));
-      h.cap = p;
+    if (m.repeats == 0 || m.header.encoding == static_cast<uint8_t>(DeltaEncoding::kDense)) {
+      continue;
     }
-    REFIT_RETURN_IF_ERROR(ops_->Copy(w.lane, h.data, m.payload, p));
-    h.header = m.header;
-    h.valid = true;
+    const int64_t p = static_cast<int64_t>(m.header.payload_bytes);
+    // No room left in the ring: its forwards go dense.
+    Held* h = RingTake(m.message, p, m.repeats);
+    if (h == nullptr) continue;
+    REFIT_RETURN_IF_ERROR(ops_->Copy(w.lane, h->data, m.payload, p));
+    h->header = m.header;
   }
   return absl::OkStatus();
+}
+
+void DeltaRunner::ForwardsPosted(const BatchWork& w) {
+  for (const MsgWork& f : w.forwards) {
+    auto held = f.source >= 0 ? held_.find(f.source) : held_.end();
+    if (held == held_.end() || !held->second.valid || held->second.remaining > 0 ||
+        held->second.ticket >= 0) {
+      continue;
+    }
+    held->second.lane = w.lane;
+    held->second.ticket = posted_[w.lane];
+  }
 }
 
 }  // namespace refit

@@ -161,7 +161,7 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
   const int32_t lanes = transport_->num_lanes();
   std::vector<BatchWork> batches;
   std::map<std::tuple<int64_t, int64_t, int>, size_t> batch_of;
-  const int64_t window = BatchWindow(plan, options_.batch_bytes);
+  const int64_t window = BatchWindow(plan);
   for (size_t k = 0; k < plan.waves.size(); ++k) {
     const Wave& wave = plan.waves[k];
     const auto key = BatchKey(wave, static_cast<int64_t>(k), window);
@@ -169,6 +169,10 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
     if (fresh) {
       batches.emplace_back();
       batches.back().lane = std::max(0, wave.lane) % lanes;
+      // A window's waves move at most the window's bytes; a wave alone at
+      // most what the planner lets one rank move in a wave (PairBound).
+      batches.back().window = std::get<2>(key) == 0 ? window : 0;
+      batches.back().wave_bytes = wave.plan_bytes;
     }
     BatchWork& w = batches[at->second];
     const size_t before = w.msgs.size(), forwards_before = w.forwards.size();
@@ -221,12 +225,6 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
     if (w.msgs.empty() && w.forwards.empty()) continue;
     by_peer(w.msgs, &w.peers);
     by_peer(w.forwards, &w.forward_peers);
-    // Within the batch's half of the lane's share (a wave of its own: the
-    // share, as the plan staged it).
-    LayOutStaging(w, window > 0 && std::get<2>(key) == 0
-                         ? window
-                         : plan.options.staging_budget_bytes /
-                               std::max<int32_t>(1, plan.options.num_lanes));
     const int64_t header_bytes = static_cast<int64_t>(w.msgs.size()) * sizeof(DeltaHeader);
     REFIT_ASSIGN_OR_RETURN(w.headers, ops_->Allocate(header_bytes));
     header_bytes_ += header_bytes;
@@ -239,7 +237,8 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
     work_.push_back(std::move(w));
   }
   REFIT_RETURN_IF_ERROR(PrepareRelays(plan, src, &slots));
-  REFIT_RETURN_IF_ERROR(AllocateStaging());
+  REFIT_RETURN_IF_ERROR(PlanRooms(plan));
+  REFIT_RETURN_IF_ERROR(AllocateRooms());
   std::vector<int32_t> last(lanes, -1);
   for (int32_t k = 0; k < static_cast<int32_t>(work_.size()); ++k) {
     const int32_t lane = work_[k].lane;
@@ -251,20 +250,14 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
 
 DeltaRunner::~DeltaRunner() {
   if (ops_ != nullptr) (void)ops_->Finish(absl::Now() + absl::Seconds(10));
-  if (ops_ != nullptr) FreeRetired();
   for (BatchWork& w : work_) {
     if (w.headers != nullptr) ops_->Free(w.headers);
     if (w.forward_headers != nullptr) ops_->Free(w.forward_headers);
   }
-  for (auto& [message, h] : held_) {
-    if (h.data != nullptr) ops_->Free(h.data);
-  }
-  for (char* p : lane_coded_) {
-    if (p != nullptr) ops_->Free(p);
-  }
-  for (char* p : lane_staging_) {
+  for (char* p : lane_room_) {
     if (p != nullptr) copier_->Free(p);
   }
+  if (ring_ != nullptr) copier_->Free(ring_);
   conversions_.reset();  // releases its scratch through the copier
   if (connect_bytes_ != nullptr) ops_->Free(connect_bytes_);
 }
@@ -355,14 +348,19 @@ absl::StatusOr<RunStats> DeltaRunner::RunBatches(absl::Time deadline) {
   const size_t n = work_.size();
   size_t begun = 0;
   for (BatchWork& w : work_) w.headers_posted = w.claimed = false;
-  for (auto& [message, h] : held_) h.valid = false;
+  // Nothing is in flight between rounds: the lane rooms and the ring are free.
+  held_.clear();
+  ring_order_.clear();
+  ring_used_ = 0;
+  lane_use_.assign(lane_use_.size(), 0);
   lane_used_.assign(lane_used_.size(), false);
-  // A trainer's batch packs into its lane's staging once the lane's
-  // earlier batch is encoded and sent: not begun ahead of it.
+  // A trainer's batch packs into its lane room once the lane's earlier
+  // batches are encoded and sent (their encodings share the room): not
+  // begun ahead of them.
   auto can_begin = [this](size_t b, size_t k) {
     if (work_[b].staging == nullptr) return true;
     for (size_t j = k; j < b; ++j) {
-      if (work_[j].lane == work_[b].lane && work_[j].staging != nullptr) return false;
+      if (work_[j].lane == work_[b].lane) return false;
     }
     return true;
   };
@@ -387,10 +385,11 @@ absl::StatusOr<RunStats> DeltaRunner::RunBatches(absl::Time deadline) {
   const absl::Time t_drain = absl::Now();
   REFIT_RETURN_IF_ERROR(Drain(deadline));
   REFIT_RETURN_IF_ERROR(ops_->Finish(deadline));
-  stats.peak_staging_bytes = HeldBytes();
-  delta_stats_.staging_bytes = StagingBytes();
-  delta_stats_.encoding_bytes = EncodingBytes();
-  FreeRetired();
+  stats.peak_staging_bytes = budget_held_;
+  if (conversions_ != nullptr) {
+    stats.peak_staging_bytes += conversions_->scratch_bytes() + conversions_->workspace_bytes();
+  }
+  delta_stats_.header_bytes = header_bytes_;
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
   NoteTimes(ops_->TakeTimes());
   if (side_ == Side::kTrainer) sent_ = true;

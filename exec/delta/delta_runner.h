@@ -3,24 +3,31 @@
 // (NCCL): the steps are the same, the memory kind's DeltaWaveOps
 // (wave_ops.h) does them, once per batch over all its messages. A batch is
 // the plan waves of one lane that start in one window of
-// BatchWindow's bytes of the lane (at most options.batch_bytes), counted
+// BatchWindow's bytes of the lane (half a lane's room, see Staging), counted
 // in the whole plan (Wave::plan_bytes, lane_offset), so a rank running its
 // slice cuts the same batches as its peers; a wave reaching past its
 // window's end is a batch of its own.
 //
-// Staging: each lane has one staging buffer (packed messages) and one
-// encoding buffer (encoded or received payloads), which its batches take
-// in turn, each once the lane's previous batch is done with them (its
-// transfers, copies and kernels). A batch's packed messages fit the plan's
-// per-lane staging share (a batch of several plan waves spans at most the
-// share; one plan wave's packed bytes the planner kept within it), so a
-// delta round's staging stays within the plan's staging budget as a dense
-// round's does. The encoding buffers come on top: per lane, the encoded
-// payloads of one batch (smaller than its messages; at a few percent of
-// changed words, a few percent of them). DeltaRoundStats gives both;
-// RunStats::peak_staging_bytes everything held (headers and FP8
-// conversion scratch included). A trainer's committed round copies the
-// current bytes of what it sent into its snapshot.
+// Staging (delta_room.h): the plan's staging budget binds everything a
+// delta round holds for its batches. Each lane has one lane room
+// (DeltaLaneRoom: the per-lane share, half of it in a plan with relays),
+// which its batches take in turn, each once the lane's previous batch is
+// done with it (its transfers, copies and kernels): the batch's packed
+// messages first, then its encoded (or, on an engine, received) payloads.
+// Batches are cut so that no rank moves more than half a lane room in one
+// (BatchWindow), or are one plan wave, whose bytes per rank the planner
+// bounds. A sender keeps each receiver's encodings within the receiver's
+// room (PairCodedCap): a message whose encoding would not fit travels
+// dense; a receiver checks every header against that cap before it
+// receives a byte. A relay keeps the encoded payloads it repeats in the
+// rest of the budget (one ring, freed as their forwards complete); a
+// payload that does not fit is forwarded dense. Lane rooms and the relay
+// ring are taken from the copier when the runner is created and are all
+// it holds within the budget (RunStats::peak_staging_bytes; a budget too
+// small for one batch is refused at Create); the 32-byte message headers,
+// one per message, and FP8 conversion scratch come beside it
+// (DeltaRoundStats). A trainer's committed round copies the current
+// bytes of what it sent into its snapshot.
 //
 // A trainer rank keeps a snapshot: per message it sends, the bytes of the
 // last committed version (GPU memory by default on a GPU member, pinned host
@@ -136,11 +143,6 @@ struct DeltaRunnerOptions {
   // Both must outlive the runner unless given to Adopt.
   Copier* copier = nullptr;
   DeltaWaveOps* ops = nullptr;
-  // The plan waves of one lane starting in one window of this many of the
-  // whole plan's bytes on the lane run as one batch (one count, one
-  // encode, one group of sends or two of receives; 0: every plan wave its
-  // own batch). Both sides of a pair must use the same value.
-  int64_t batch_bytes = int64_t{256} << 20;
 };
 
 // One batch's steps on a member's thread, in seconds since the round
@@ -160,11 +162,20 @@ struct DeltaRoundStats {
   int64_t wire_bytes = 0;       // headers + payloads
   int64_t changed_words = 0;   // trainer: counted; engine: sent
   int64_t words = 0;           // of the messages (their codec words)
-  // Held for the round (delta_runner.h: Staging): the lanes' staging of
-  // packed messages (within the plan's staging budget) and their encoding
-  // buffers.
+  // Within the plan's staging budget (delta_runner.h: Staging): the most
+  // packed bytes one batch staged, the most encoded bytes one batch held
+  // in its lane room, the most payloads a relay held for its forwards at
+  // once, and the most of the budget in use at once (lane rooms' batches
+  // and held payloads together), each as the batches took their rooms.
   int64_t staging_bytes = 0;
   int64_t encoding_bytes = 0;
+  int64_t held_bytes = 0;
+  int64_t peak_used_bytes = 0;
+  // Messages sent (forwarded) dense because their encoding did not fit the
+  // receiver's room in the budget.
+  int64_t dense_for_room = 0;
+  // Beside the budget: the message headers (32 bytes each).
+  int64_t header_bytes = 0;
   double digest_seconds = 0;    // time spent digesting
   int64_t batches = 0;          // batches of waves run (delta_runner.h)
   int64_t groups = 0;           // groups of sends and receives posted
@@ -209,7 +220,10 @@ class DeltaRunner : public RoundRunner {
   // relays a region it did not receive whole (naming the ranks and the
   // tensor; see Relays above), RESOURCE_EXHAUSTED
   // naming the trainer rank when its snapshot would pass
-  // options.max_snapshot_bytes. A trainer rank with conversions (FP8
+  // options.max_snapshot_bytes, INVALID_ARGUMENT naming
+  // staging_budget_bytes (--staging_mib), the budget and the batch when
+  // the plan's staging budget holds less than one of the rank's batches
+  // (see Staging above). A trainer rank with conversions (FP8
   // engines) quantizes each round first, exchanging cut tiles' amaxes with
   // its peers, and compares the engine-format bytes (codes and scales).
   static absl::StatusOr<std::unique_ptr<DeltaRunner>> Create(
@@ -256,11 +270,11 @@ class DeltaRunner : public RoundRunner {
   // The bytes a trainer rank's snapshot holds when complete (one copy per
   // source region).
   static int64_t SnapshotBytes(const Plan& plan, int32_t trainer_rank);
-  // The window batches are cut by: batch_bytes (0: none, every plan wave
-  // its own batch; also 0 for a plan with relays), at most the plan's per-lane staging share
-  // (staging_budget_bytes / num_lanes), so that a batch's packed messages
-  // fit the share.
-  static int64_t BatchWindow(const Plan& plan, int64_t batch_bytes);
+  // The window batches are cut by: half the lane room (delta_room.h:
+  // DeltaLaneRoom), so that a batch's packed messages and their encodings
+  // fit the room together; 0 (every plan wave its own batch) for a plan
+  // with relays.
+  static int64_t BatchWindow(const Plan& plan);
   // What message `m` sends, as a key: its segments' trainer records and
   // boxes, in order. Messages with equal keys carry equal bytes.
   static std::string SourceKey(const Plan& plan, const Message& m);
@@ -286,16 +300,22 @@ class DeltaRunner : public RoundRunner {
     DeltaHeader header;
     char* payload = nullptr;
     // Relays (engine): a forward's source, the message received whose
-    // stream it repeats (-1: none, always dense); a received message a
-    // later forward repeats (its encoded payload is kept: held_).
+    // stream it repeats (-1: none, always dense); for a received message,
+    // how many later forwards repeat it (its encoded payload is kept:
+    // held_).
     int32_t source = -1;
-    bool keep = false;
+    int32_t repeats = 0;
   };
-  // A received encoded payload kept for the forwards that repeat it.
+  // A received encoded payload kept, in the relay ring, for the forwards
+  // that repeat it; its ring space is free once the last of them is sent
+  // (the group that sent it, `ticket` on `lane`, complete).
   struct Held {
     char* data = nullptr;
-    int64_t cap = 0;
-    bool valid = false;  // received this round
+    int64_t offset = 0, bytes = 0;  // in the ring
+    bool valid = false;             // kept this round
+    int32_t remaining = 0;          // forwards not yet posted
+    int32_t lane = 0;
+    int64_t ticket = 0;
     DeltaHeader header;
   };
   struct BatchWork {
@@ -303,9 +323,19 @@ class DeltaRunner : public RoundRunner {
     std::vector<MsgWork> msgs;  // by peer, then message
     std::vector<std::pair<int32_t, int32_t>> peers;  // (peer, messages) in order
     char* headers = nullptr;  // memory of the transport's kind
-    // Packed messages: the lane's staging (LaneStaging), stage_offset on.
+    // Packed messages: the lane room (delta_runner.h: Staging), from
+    // stage_offset on; encodings from coded_offset on.
     char* staging = nullptr;
     int64_t staging_bytes = 0;
+    int64_t coded_offset = 0;
+    // What bounds the bytes a rank moves in the batch (delta_room.h:
+    // PairBound): the window it was cut by (0: one plan wave alone), the
+    // wave's whole-plan bytes; per peer (peers' order; forwards:
+    // forward_peers' order) the encoded bytes the pair may carry
+    // (PairCodedCap); the most this rank's encodings may take in it.
+    int64_t window = 0, wave_bytes = 0;
+    std::vector<int64_t> peer_caps, forward_caps;
+    int64_t coded_room = 0;
     int64_t dense_bytes = 0;  // of its messages
     int64_t plan_waves = 0;   // the plan waves with messages of this rank in it
     std::vector<EncodeItem> items;  // trainer: this round's, counting
@@ -340,11 +370,19 @@ class DeltaRunner : public RoundRunner {
   // the relayed copies of a trainer's segments to its messages.
   // ForwardSends stages w's forwards (dense ones packed from the buffers)
   // and returns their sends; KeepPayloads keeps w's received payloads that
-  // later forwards repeat.
+  // later forwards repeat, in the ring while it has room.
   absl::Status PrepareRelays(const Plan& plan, bool src,
                              std::map<std::pair<int32_t, int32_t>, int32_t>* slots);
   absl::StatusOr<std::vector<SendOp>> ForwardSends(BatchWork& w, absl::Time deadline);
   absl::Status KeepPayloads(BatchWork& w);
+  // After w's forwards were posted: the kept payloads whose last forward
+  // they were are free once that group completes (RingReclaim).
+  void ForwardsPosted(const BatchWork& w);
+  // DATA_LOSS naming the message and its sender when the encodings w's
+  // headers announce (at: where each lies, -1 dense; coded: their bytes)
+  // pass a peer's cap or the batch's room.
+  absl::Status CheckRoom(const BatchWork& w, const std::vector<int64_t>& at,
+                         int64_t coded) const;
   // The receives of w's headers (one per peer).
   std::vector<RecvOp> HeaderReceives(const BatchWork& w) const;
   absl::Status EndReceive(BatchWork& w, absl::Time deadline, RunStats* stats);
@@ -369,29 +407,33 @@ class DeltaRunner : public RoundRunner {
   // The round's kernel times (the ops' TakeTimes) into delta_stats_, its
   // counts' windows from the round's start.
   void NoteTimes(const WaveOpsTimes& times);
-  // Staging (delta_staging.cc). The lane's batches take its staging and
-  // its encoding buffer in turn: LayOutStaging places w's packed messages
-  // within `limit` bytes where alignment allows; AllocateStaging gives
-  // every lane one staging of its largest batch's size. ClaimLane waits
-  // until the lane's earlier batch of this round no longer reads or
-  // writes them (its transfers, copies and kernels done). CodedFor grows
-  // the lane's encoding buffer to `bytes` (to at least an eighth of the
-  // lane's largest batch, at most that batch's size, so later rounds
-  // rarely grow it: freeing device memory waits for the whole device).
-  // StagingBytes: the lanes' staging held now; EncodingBytes: their
-  // encoding buffers (and those grown out of this round); HeldBytes: both,
-  // the headers and conversion scratch (RunStats::peak_staging_bytes).
+  // Staging (delta_staging.cc). The lane's batches take its lane room in
+  // turn. PlanRooms sets every batch's bound, caps and layout (LayOutStaging:
+  // its packed messages where alignment allows within the room left beside
+  // `coded` bytes of encodings) and refuses a budget too small for one;
+  // AllocateRooms takes every lane's room and a relay's ring from the
+  // copier. ClaimLane waits until the lane's earlier batch of this round no
+  // longer reads or writes its room (its transfers, copies and kernels).
+  // CodedFor returns where w's `bytes` of encodings go in its lane room.
+  absl::Status PlanRooms(const Plan& plan);
   static void LayOutStaging(BatchWork& w, int64_t limit);
-  absl::Status AllocateStaging();
+  absl::Status AllocateRooms();
+  absl::StatusOr<char*> Hold(int64_t bytes);
   absl::Status ClaimLane(int32_t lane, absl::Time deadline);
   // ClaimLane for batch w, once a round.
   absl::Status ClaimFor(BatchWork& w, absl::Time deadline);
   // Waits for every group posted on `lane`.
   absl::Status DrainLane(int32_t lane, absl::Time deadline);
-  absl::StatusOr<char*> CodedFor(int32_t lane, int64_t bytes);
-  int64_t StagingBytes() const;
-  int64_t EncodingBytes() const;
-  int64_t HeldBytes() const;
+  absl::StatusOr<char*> CodedFor(BatchWork& w, int64_t bytes);
+  // The bytes of the lane room w's batch uses now (staging and encodings),
+  // and the relay ring's: noted for DeltaRoundStats.
+  void NoteLaneUse(const BatchWork& w, int64_t coded);
+  void NoteUse();
+  // The relay ring: keeps `bytes` of message `message`'s payload for
+  // `repeats` forwards (null: no room left, after RingReclaim frees what
+  // the completed forwards no longer need).
+  Held* RingTake(int32_t message, int64_t bytes, int32_t repeats);
+  void RingReclaim();
   // The copies that put the member's own current bytes of packed message
   // m at its place in w's staging (a trainer packs, an engine gathers);
   // StageCurrent enqueues them for every packed message of w on its lane
@@ -399,8 +441,6 @@ class DeltaRunner : public RoundRunner {
   absl::StatusOr<std::vector<ResolvedCopy>> CurrentCopies(const BatchWork& w,
                                                           const MsgWork& m) const;
   absl::Status StageCurrent(BatchWork& w, absl::Time deadline);
-  // Frees the buffers CodedFor grew out of (once every lane is drained).
-  void FreeRetired();
   std::string Context(const MsgWork& m) const;
 
   const Plan* plan_ = nullptr;
@@ -419,15 +459,22 @@ class DeltaRunner : public RoundRunner {
   DeltaRunnerOptions options_;
   std::vector<BatchWork> work_;
   std::vector<int32_t> in_flight_;  // groups posted per lane, not yet waited
-  // Per lane: its staging and encoding buffer (sizes), the encoding
-  // buffer's bound, whether a batch of the lane ran this round.
-  std::vector<char*> lane_staging_, lane_coded_;
-  std::vector<int64_t> lane_staging_bytes_, lane_coded_bytes_, lane_coded_cap_;
+  std::vector<int64_t> posted_, done_;  // groups posted and waited per lane
+  // Per lane: its room (bytes), what its batch uses of it now, whether a
+  // batch of the lane ran this round. room_: DeltaLaneRoom.
+  std::vector<char*> lane_room_;
+  std::vector<int64_t> lane_room_bytes_, lane_use_;
   std::vector<bool> lane_used_;
+  int64_t room_ = 0;
+  // Taken from the copier within the budget (lane rooms, ring).
+  int64_t budget_held_ = 0;
   int64_t header_bytes_ = 0;        // every batch's headers
-  std::map<int32_t, Held> held_;    // by the plan message received
-  std::vector<char*> retired_;      // grown out of this round (CodedFor)
-  int64_t retired_bytes_ = 0;
+  // The relay ring: kept payloads in the order kept (held_ by the plan
+  // message received; ring_ their messages, oldest first).
+  char* ring_ = nullptr;
+  int64_t ring_bytes_ = 0, ring_used_ = 0;
+  std::map<int32_t, Held> held_;
+  std::vector<int32_t> ring_order_;
   // Trainer with FP8 engines: its conversions, and the memory their
   // scratch and the amax exchange take.
   ConversionStage::Memory scratch_memory_;

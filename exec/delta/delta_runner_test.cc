@@ -18,6 +18,7 @@
 #include "layout/sharding.h"
 #include "plan/plan_codec.h"
 #include "plan/planner.h"
+#include "testing/counting_copier.h"
 #include "testing/reference_copy.h"
 #include "testing/test_patterns.h"
 
@@ -32,7 +33,6 @@ struct Job {
   std::vector<DeltaSnapshot> snapshots;
   std::unique_ptr<DeltaPolicy> policy;
   bool gloo = true;
-  int64_t batch_bytes = DeltaRunnerOptions().batch_bytes;
   int32_t lanes = 2;  // the plan's and the transports'
   bool sliced = false;  // every rank runs its own slice (as refitd hands out)
   int64_t version = 0;
@@ -61,8 +61,10 @@ std::unique_ptr<Job> MakeJob(const std::string& pattern, bool gloo, int rounds_p
 
 // Two 512 KiB tensors between two trainer and two engine ranks, each cut
 // by rows on one side and by columns on the other (every message packed
-// on one side), planned by BuildPlan with `budget` bytes of staging.
-Plan BudgetPlan(int64_t budget) {
+// on one side), planned by BuildPlan with `budget` bytes of staging; with
+// `half_waves`, waves and messages of at most half the lane share (room
+// beside each batch's packed bytes for its encodings).
+Plan BudgetPlan(int64_t budget, bool half_waves = false) {
   SideLayout src, dst;
   src.world_size = dst.world_size = 2;
   const Mesh tp = *Mesh::Make({"tp"}, {2});
@@ -75,7 +77,27 @@ Plan BudgetPlan(int64_t budget) {
   }
   PlannerOptions o;
   o.staging_budget_bytes = budget;
+  if (half_waves) o.max_wave_bytes = o.max_message_bytes = budget / o.num_lanes / 2;
   return BuildPlan(src, dst, o).value();
+}
+
+// Gives `plan` a staging budget whose delta batches (half a lane's room)
+// take about `window` bytes of a lane, and whose rooms still hold the
+// largest plan wave of any rank.
+void SetBatchWindow(Plan* plan, int64_t window) {
+  const int ws = plan->src.world_size;
+  int64_t largest = 0;
+  for (const Wave& w : plan->waves) {
+    std::vector<int64_t> of(ws + plan->dst.world_size, 0);
+    for (int32_t mi = w.first_message; mi < w.first_message + w.num_messages; ++mi) {
+      const Message& m = plan->messages[mi];
+      of[m.relay ? ws + m.src_rank : m.src_rank] += m.bytes + 256;
+      largest = std::max(largest, of[ws + m.dst_rank] += m.bytes + 256);
+    }
+    for (int64_t b : of) largest = std::max(largest, b);
+  }
+  plan->options.staging_budget_bytes =
+      plan->options.num_lanes * std::max(2 * window, 2 * largest);
 }
 
 // Changes about `fraction` of the trainers' 2-byte words to new values.
@@ -101,6 +123,8 @@ struct RoundResult {
   std::vector<absl::Status> status;  // per global rank
   std::vector<RunStats> run;
   std::vector<DeltaRoundStats> stats;
+  // Per global rank: the most its runner took from its copier at once.
+  std::vector<int64_t> allocated_peak;
   absl::Status commit;  // the commit decision: OK, or why it failed
 };
 
@@ -119,9 +143,12 @@ RoundResult RunRound(Job* job, std::set<int> absent = {},
   res.status.assign(world, absl::OkStatus());
   res.run.resize(world);
   res.stats.resize(world);
+  res.allocated_peak.assign(world, 0);
   std::vector<DigestSums> digests(world);
-  // Transports outlive every rank's round (and the runners using them).
+  // Transports and copiers outlive every rank's round (and the runners
+  // using them).
   std::vector<std::unique_ptr<Transport>> transports(world);
+  std::vector<std::unique_ptr<testing::CountingCopier>> copiers(world);
   std::vector<std::unique_ptr<DeltaRunner>> runners(world);
   InMemoryKvStore store;
   auto fabric = InProcFabric::Create(world, job->lanes).value();
@@ -169,7 +196,8 @@ RoundResult RunRound(Job* job, std::set<int> absent = {},
         bufs = std::move(by_slice);
       }
       DeltaRunnerOptions opt;
-      opt.batch_bytes = job->batch_bytes;
+      copiers[g] = std::make_unique<testing::CountingCopier>();
+      opt.copier = copiers[g].get();
       if (src) opt.snapshot = &job->snapshots[g];
       auto r = DeltaRunner::Create(job->sliced ? slices[g] : plan, src ? Side::kTrainer : Side::kEngine,
                                    src ? g : g - ws, bufs, t.get(), opt);
@@ -187,6 +215,7 @@ RoundResult RunRound(Job* job, std::set<int> absent = {},
       res.status[g] = run.status();
       if (run.ok()) res.run[g] = *run;
       res.stats[g] = (*r)->delta_stats();
+      res.allocated_peak[g] = copiers[g]->peak_bytes();
       if (run.ok()) digests[g] = run->digests;
       runners[g] = std::move(*r);
     });
@@ -235,13 +264,17 @@ int64_t DenseMessages(const RoundResult& r, int engine_global) {
 class DeltaRounds : public ::testing::TestWithParam<bool> {};
 
 TEST_P(DeltaRounds, ManyRoundsOfRandomChangesLandEveryByte) {
-  // Every plan wave its own batch, and the default (here: all waves of a
-  // lane in one batch).
-  for (int64_t batch : {int64_t{0}, DeltaRunnerOptions().batch_bytes}) {
+  // Batches of a few plan waves (a small staging budget), and the default
+  // (here: all waves of a lane in one batch).
+  for (bool small : {true, false}) {
   for (const char* pattern : {"2to2", "qkv", "1to3", "replicated"}) {
-    SCOPED_TRACE(absl::StrCat("batch_bytes ", batch));
+    SCOPED_TRACE(absl::StrCat(small ? "small" : "default", " budget"));
     auto job = MakeJob(pattern, GetParam());
-    job->batch_bytes = batch;
+    if (small) {
+      int64_t total = 0;
+      for (const Message& m : job->plan.messages) total += m.bytes;
+      SetBatchWindow(&job->plan, total / 8);
+    }
     const int ws = job->plan.src.world_size;
     const double fractions[] = {1.0, 0.005, 0.02, 0.05, 0.2, 0.0, 0.9, 0.02};
     int64_t wire = 0, dense = 0;
@@ -295,7 +328,7 @@ TEST_P(DeltaRounds, RanksRunningTheirSlicesCutTheSameBatches) {
   job->sliced = true;
   int64_t total = 0;
   for (const Message& m : job->plan.messages) total += m.bytes;
-  job->batch_bytes = total / 8;  // several batches a lane
+  SetBatchWindow(&job->plan, total / 8);  // several batches a lane
   for (double f : {1.0, 0.02, 0.2}) {
     Change(job.get(), f);
     RoundResult r = RunRound(job.get(), {}, {}, absl::Seconds(10));
@@ -305,50 +338,97 @@ TEST_P(DeltaRounds, RanksRunningTheirSlicesCutTheSameBatches) {
   }
 }
 
-// The plan's staging budget binds delta rounds: every rank's packed
-// messages come to several times the budget, yet its lanes' staging,
-// reused batch after batch, never held more than the budget, on slices as
-// refitd hands them out; the encoding buffers hold one batch's encodings
-// a lane; every byte lands.
-TEST_P(DeltaRounds, ARoundHoldsAtMostThePlansStagingBudget) {
-  const int64_t budget = 64 << 10;
-  auto job = JobOf(BudgetPlan(budget), GetParam());
-  job->sliced = true;
-  const Plan& plan = job->plan;
-  const int ws = plan.src.world_size, world = ws + plan.dst.world_size;
-  std::vector<int64_t> packed(world, 0);
-  for (const Message& m : plan.messages) {
-    if (!m.src_contiguous) packed[m.src_rank] += m.bytes;
-    if (!m.dst_contiguous) packed[ws + m.dst_rank] += m.bytes;
-  }
-  for (int g = 0; g < world; ++g) ASSERT_GT(packed[g], 2 * budget) << "rank " << g;
-  // The plan waves each rank takes part in (RunStats::waves counts those,
-  // not the batches they run in).
-  std::vector<int64_t> waves_of(world, 0);
-  for (const Wave& w : plan.waves) {
-    std::vector<bool> in(world, false);
-    for (int32_t mi = w.first_message; mi < w.first_message + w.num_messages; ++mi) {
-      in[plan.messages[mi].src_rank] = in[ws + plan.messages[mi].dst_rank] = true;
+// The plan's staging budget binds delta rounds, relays included: a dense
+// round, then delta rounds, on plans whose every rank packs several times
+// the budget (full waves, and waves of half the lane share), and on a plan
+// of one trainer replica relayed to three engine replicas; the whole plan
+// on every rank, and slices as refitd hands them out. What each runner
+// took from its copier (counted there) never passes the budget, and is what
+// it reports; its lanes and ring were in use, within it; every byte lands.
+// With room beside the packed bytes (half waves, relays) the deltas
+// travel encoded; in full waves what does not fit travels dense.
+TEST_P(DeltaRounds, RoundsHoldAtMostThePlansStagingBudget) {
+  struct Case {
+    const char* name;
+    Plan plan;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"full waves", BudgetPlan(64 << 10)});
+  cases.push_back({"half waves", BudgetPlan(64 << 10, true)});
+  cases.push_back({"relays", testing::MakePatternPlan("relay", 2, 2).value()});
+  for (Case& c : cases) {
+  for (bool sliced : {false, true}) {
+    SCOPED_TRACE(absl::StrCat(c.name, sliced ? ", slices" : ", whole plan"));
+    auto job = JobOf(c.plan, GetParam());
+    job->sliced = sliced;
+    const Plan& plan = job->plan;
+    const int64_t budget = plan.options.staging_budget_bytes;
+    const int ws = plan.src.world_size, world = ws + plan.dst.world_size;
+    std::vector<int64_t> packed(world, 0);
+    for (const Message& m : plan.messages) {
+      if (!m.src_contiguous) packed[m.relay ? ws + m.src_rank : m.src_rank] += m.bytes;
+      if (!m.dst_contiguous) packed[ws + m.dst_rank] += m.bytes;
     }
-    for (int g = 0; g < world; ++g) waves_of[g] += in[g];
+    const bool relays = std::string(c.name) == "relays";
+    if (!relays) {
+      for (int g = 0; g < world; ++g) ASSERT_GT(packed[g], 2 * budget) << "rank " << g;
+    }
+    int64_t held = 0;
+    for (double f : {1.0, 0.02, 0.005, 0.2, 0.0, 0.02}) {
+      Change(job.get(), f);
+      RoundResult r = RunRound(job.get(), {}, {}, absl::Seconds(20));
+      ASSERT_TRUE(r.commit.ok()) << "fraction " << f << ": " << r.commit;
+      ASSERT_EQ(CheckEngines(*job), "") << "fraction " << f;
+      int64_t wire = 0, dense = 0, for_room = 0;
+      for (int g = 0; g < world; ++g) {
+        const DeltaRoundStats& st = r.stats[g];
+        EXPECT_GT(r.allocated_peak[g], 0) << "rank " << g;
+        EXPECT_LE(r.allocated_peak[g], budget) << "rank " << g << " fraction " << f;
+        EXPECT_EQ(r.run[g].peak_staging_bytes, r.allocated_peak[g]) << "rank " << g;
+        // Every rank packs (the relay plan's messages lie whole in place).
+        if (!relays) EXPECT_GT(st.peak_used_bytes, 0) << "rank " << g << " fraction " << f;
+        EXPECT_LE(st.peak_used_bytes, r.allocated_peak[g]) << "rank " << g;
+        EXPECT_LE(st.staging_bytes + st.encoding_bytes, budget) << "rank " << g;
+        held = std::max(held, st.held_bytes);
+        if (g < ws) {
+          wire += st.wire_bytes;
+          dense += st.dense_bytes;
+          for_room += st.dense_for_room;
+        }
+      }
+      const bool full = std::string(c.name) == "full waves";
+      if (f == 0.02 && job->version > 2 && !full) {
+        EXPECT_EQ(for_room, 0);
+        EXPECT_LT(wire, dense / 4);
+      }
+      if (f == 0.02 && job->version > 2 && full) {
+        EXPECT_GT(for_room, 0);
+      }
+    }
+    // A relay kept payloads for its forwards, within the budget.
+    if (relays) EXPECT_GT(held, 0);
   }
-  for (double f : {1.0, 0.02, 0.2, 0.0}) {
-    Change(job.get(), f);
-    RoundResult r = RunRound(job.get(), {}, {}, absl::Seconds(20));
-    ASSERT_TRUE(r.commit.ok()) << "fraction " << f << ": " << r.commit;
-    ASSERT_EQ(CheckEngines(*job), "") << "fraction " << f;
-    for (int g = 0; g < world; ++g) {
-      const DeltaRoundStats& st = r.stats[g];
-      EXPECT_GT(st.staging_bytes, 0) << "rank " << g << " fraction " << f;
-      EXPECT_LE(st.staging_bytes, budget) << "rank " << g << " fraction " << f;
-      EXPECT_GT(st.batches, 4) << "rank " << g;
-      EXPECT_EQ(r.run[g].waves, waves_of[g]) << "rank " << g;
-      // Two lanes, each at most one batch's encodings: below a batch's
-      // messages (the lane's share), at 2% far below.
-      EXPECT_LE(st.encoding_bytes, budget) << "rank " << g << " fraction " << f;
-      if (f == 0.02) EXPECT_LE(st.encoding_bytes, budget / 4) << "rank " << g;
-      EXPECT_GE(r.run[g].peak_staging_bytes, st.staging_bytes + st.encoding_bytes)
-          << "rank " << g;
+  }
+}
+
+// A budget too small for one batch of a rank is refused when the runner is
+// created, naming the parameter, the budget and the batch: no round runs.
+TEST(DeltaRunner, ABudgetTooSmallForOneBatchIsRefusedNamingIt) {
+  Plan plan = BudgetPlan(64 << 10);
+  plan.options.staging_budget_bytes = 1024;
+  const int ws = plan.src.world_size;
+  auto fabric = InProcFabric::Create(ws + plan.dst.world_size, plan.options.num_lanes).value();
+  for (Side side : {Side::kTrainer, Side::kEngine}) {
+    const int g = side == Side::kTrainer ? 0 : ws;
+    auto t = InProcTransport::Create(fabric, g).value();
+    OwnedBuffers b = AllocateBuffers(side == Side::kTrainer ? plan.src : plan.dst, 0);
+    std::vector<char*> p;
+    for (auto& x : b.storage) p.push_back(reinterpret_cast<char*>(x.data()));
+    auto r = DeltaRunner::Create(plan, side, 0, p, t.get());
+    ASSERT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+    for (const char* word : {"staging_budget_bytes", "--staging_mib", "1024 bytes", "rank 0",
+                             "lane", "at least"}) {
+      EXPECT_TRUE(absl::StrContains(r.status().message(), word)) << word << ": " << r.status();
     }
   }
 }
@@ -359,7 +439,6 @@ TEST_P(DeltaRounds, RoundsOnThreeAndFourLanesLandEveryByte) {
   for (int32_t lanes : {3, 4}) {
     SCOPED_TRACE(absl::StrCat(lanes, " lanes"));
     auto job = MakeJob("2to2", GetParam(), 6, lanes);
-    job->batch_bytes = 0;  // every plan wave its own batch: all lanes in use
     for (double f : {1.0, 0.02, 0.2}) {
       Change(job.get(), f);
       RoundResult r = RunRound(job.get());

@@ -1,13 +1,14 @@
-// DeltaRunner's staging (see delta_runner.h): one staging buffer and one
-// encoding buffer per lane, taken by the lane's batches in turn, so a
-// delta round's staging stays within the plan's staging budget however
-// many bytes the member moves.
+// DeltaRunner's staging (see delta_runner.h, Staging): one lane room per
+// lane within the plan's staging budget, taken by the lane's batches in
+// turn (packed messages, then encodings), and a relay's ring of kept
+// payloads in the rest of the budget.
 #include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "exec/delta/delta_room.h"
 #include "exec/delta/delta_runner.h"
 
 namespace refit {
@@ -15,18 +16,41 @@ namespace {
 
 int64_t AlignTo(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
+// Per peer of `msgs` (grouped as `peers`): the encoded bytes the pair may
+// carry in a batch (PairCodedCap, with the pair's bound: PairBound; the
+// receiver packs what is not contiguous on the engine side), and the most
+// the pair's encodings take (each payload below its message's bytes,
+// rounded up to 16), summed into *most.
+template <typename Msgs>
+void PairCaps(const Plan& plan, const Msgs& msgs,
+              const std::vector<std::pair<int32_t, int32_t>>& peers, int64_t room,
+              int64_t window, int64_t wave_bytes, std::vector<int64_t>* caps, int64_t* most) {
+  caps->clear();
+  size_t at = 0;
+  for (const auto& [peer, count] : peers) {
+    int64_t bytes = 0, largest = 0, staged = 0, coded = 0;
+    for (int32_t i = 0; i < count; ++i, ++at) {
+      const Message& m = plan.messages[msgs[at].message];
+      bytes += m.bytes;
+      largest = std::max(largest, m.bytes);
+      if (!m.dst_contiguous) staged += TightStagingBytes(m.bytes);
+      coded += AlignTo(m.bytes, 16);
+    }
+    const int64_t bound = PairBound(plan.options, window, wave_bytes, bytes, largest);
+    caps->push_back(PairCodedCap(room, bound, bytes, staged));
+    *most += std::min(caps->back(), coded);
+  }
+}
+
 }  // namespace
 
-int64_t DeltaRunner::BatchWindow(const Plan& plan, int64_t batch_bytes) {
-  if (batch_bytes <= 0) return 0;
+int64_t DeltaRunner::BatchWindow(const Plan& plan) {
   // Relays: every plan wave its own batch, in the plan's order (a forward
   // after the wave that brought its bytes).
   for (const Message& m : plan.messages) {
     if (m.relay) return 0;
   }
-  const int64_t share =
-      plan.options.staging_budget_bytes / std::max<int32_t>(1, plan.options.num_lanes);
-  return std::max<int64_t>(1, std::min(batch_bytes, share));
+  return std::max<int64_t>(1, DeltaLaneRoom(plan.options) / 2);
 }
 
 void DeltaRunner::LayOutStaging(BatchWork& w, int64_t limit) {
@@ -47,26 +71,78 @@ void DeltaRunner::LayOutStaging(BatchWork& w, int64_t limit) {
   }
 }
 
-absl::Status DeltaRunner::AllocateStaging() {
+absl::Status DeltaRunner::PlanRooms(const Plan& plan) {
+  room_ = DeltaLaneRoom(plan.options);
   const int32_t lanes = transport_->num_lanes();
-  lane_staging_.assign(lanes, nullptr);
-  lane_staging_bytes_.assign(lanes, 0);
-  lane_coded_.assign(lanes, nullptr);
-  lane_coded_bytes_.assign(lanes, 0);
-  lane_coded_cap_.assign(lanes, 0);
-  lane_used_.assign(lanes, false);
-  for (const BatchWork& w : work_) {
-    lane_staging_bytes_[w.lane] = std::max(lane_staging_bytes_[w.lane], w.staging_bytes);
-    // Encoded payloads are each smaller than the message, 16-byte aligned.
-    lane_coded_cap_[w.lane] = std::max(
-        lane_coded_cap_[w.lane], w.dense_bytes + 16 * static_cast<int64_t>(w.msgs.size()));
+  lane_room_bytes_.assign(lanes, 0);
+  const bool src = side_ == Side::kTrainer;
+  for (size_t k = 0; k < work_.size(); ++k) {
+    BatchWork& w = work_[k];
+    // The most this rank's encodings take: a trainer's to its engines, an
+    // engine's from its senders (a relay's repeats wait in the ring).
+    int64_t most = 0, unused = 0;
+    PairCaps(plan, w.msgs, w.peers, room_, w.window, w.wave_bytes, &w.peer_caps, &most);
+    PairCaps(plan, w.forwards, w.forward_peers, room_, w.window, w.wave_bytes, &w.forward_caps,
+             &unused);
+    LayOutStaging(w, room_ - 16 - most);
+    w.coded_offset = AlignTo(w.staging_bytes, 16);
+    // A trainer sends dense what does not fit its room; an engine must
+    // hold whatever its senders may send.
+    const int64_t need = src ? w.staging_bytes : w.coded_offset + most;
+    if (need > room_) {
+      const int64_t lanes_per_budget =
+          std::max<int64_t>(1, plan.options.staging_budget_bytes / room_);
+      return absl::InvalidArgumentError(absl::StrCat(
+          SideName(side_), " rank ", rank_, ": the plan's staging budget (staging_budget_bytes, "
+          "--staging_mib) of ", plan.options.staging_budget_bytes, " bytes leaves each of its ",
+          lanes, " lanes ", room_, " bytes for a delta batch",
+          plan.options.relay ? " (half the lane's share: relays keep payloads in the rest)" : "",
+          ", less than batch ", k, " on lane ", w.lane, " needs: ", w.staging_bytes,
+          " bytes of staging", src ? "" : absl::StrCat(" and up to ", most, " of encodings"),
+          "; plan with a staging budget of at least ", need * lanes_per_budget, " bytes"));
+    }
+    w.coded_room = std::max<int64_t>(0, std::min(room_ - w.coded_offset, most));
+    lane_room_bytes_[w.lane] =
+        std::max(lane_room_bytes_[w.lane], std::min(room_, w.coded_offset + most));
+    lane_room_bytes_[w.lane] = std::max(lane_room_bytes_[w.lane], w.staging_bytes);
   }
+  // A relay's ring: what the lanes leave of the budget, at most what it
+  // may keep in one round.
+  for (const BatchWork& w : work_) {
+    for (const MsgWork& m : w.msgs) {
+      if (m.repeats > 0) ring_bytes_ += AlignTo(m.bytes, 16);
+    }
+  }
+  int64_t lanes_total = 0;
+  for (int64_t b : lane_room_bytes_) lanes_total += b;
+  ring_bytes_ = std::max<int64_t>(
+      0, std::min(ring_bytes_, plan.options.staging_budget_bytes - lanes_total));
+  if (ring_bytes_ < 16) ring_bytes_ = 0;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<char*> DeltaRunner::Hold(int64_t bytes) {
+  REFIT_ASSIGN_OR_RETURN(char* p, copier_->Allocate(bytes));
+  budget_held_ += bytes;
+  return p;
+}
+
+absl::Status DeltaRunner::AllocateRooms() {
+  const int32_t lanes = transport_->num_lanes();
+  lane_room_.assign(lanes, nullptr);
+  lane_use_.assign(lanes, 0);
+  lane_used_.assign(lanes, false);
+  posted_.assign(lanes, 0);
+  done_.assign(lanes, 0);
   for (int32_t lane = 0; lane < lanes; ++lane) {
-    if (lane_staging_bytes_[lane] == 0) continue;
-    REFIT_ASSIGN_OR_RETURN(lane_staging_[lane], copier_->Allocate(lane_staging_bytes_[lane]));
+    if (lane_room_bytes_[lane] == 0) continue;
+    REFIT_ASSIGN_OR_RETURN(lane_room_[lane], Hold(lane_room_bytes_[lane]));
+  }
+  if (ring_bytes_ > 0) {
+    REFIT_ASSIGN_OR_RETURN(ring_, Hold(ring_bytes_));
   }
   for (BatchWork& w : work_) {
-    if (w.staging_bytes > 0) w.staging = lane_staging_[w.lane];
+    if (w.staging_bytes > 0) w.staging = lane_room_[w.lane];
   }
   return absl::OkStatus();
 }
@@ -85,6 +161,7 @@ absl::Status DeltaRunner::DrainLane(int32_t lane, absl::Time deadline) {
   while (in_flight_[lane] > 0) {
     REFIT_RETURN_IF_ERROR(transport_->WaitWave(lane, deadline));
     --in_flight_[lane];
+    ++done_[lane];
   }
   return absl::OkStatus();
 }
@@ -92,47 +169,79 @@ absl::Status DeltaRunner::DrainLane(int32_t lane, absl::Time deadline) {
 absl::Status DeltaRunner::ClaimFor(BatchWork& w, absl::Time deadline) {
   if (w.claimed) return absl::OkStatus();
   w.claimed = true;
-  return ClaimLane(w.lane, deadline);
+  REFIT_RETURN_IF_ERROR(ClaimLane(w.lane, deadline));
+  NoteLaneUse(w, 0);
+  return absl::OkStatus();
 }
 
-absl::StatusOr<char*> DeltaRunner::CodedFor(int32_t lane, int64_t bytes) {
-  char*& p = lane_coded_[lane];
-  int64_t& cap = lane_coded_bytes_[lane];
-  if (bytes <= cap) return p;
-  // Freed after the round (FreeRetired): freeing device memory waits for
-  // the whole device, where a send of this round may wait for a peer that
-  // waits for us.
-  if (p != nullptr) {
-    retired_.push_back(p);
-    retired_bytes_ += cap;
+absl::StatusOr<char*> DeltaRunner::CodedFor(BatchWork& w, int64_t bytes) {
+  if (bytes > w.coded_room) {
+    return absl::InternalError(absl::StrCat(SideName(side_), " rank ", rank_, ": ", bytes,
+                                            " bytes of encodings past the batch's room of ",
+                                            w.coded_room));
   }
-  p = nullptr;
-  cap = 0;
-  const int64_t bound = std::max(bytes, lane_coded_cap_[lane]);
-  const int64_t want =
-      std::min(bound, AlignTo(std::max(bytes + bytes / 4, lane_coded_cap_[lane] / 8), 256));
-  REFIT_ASSIGN_OR_RETURN(p, ops_->Allocate(std::max(want, bytes)));
-  cap = std::max(want, bytes);
-  return p;
+  if (w.claimed) NoteLaneUse(w, bytes);
+  if (bytes == 0) return nullptr;
+  return lane_room_[w.lane] + w.coded_offset;
 }
 
-int64_t DeltaRunner::StagingBytes() const {
-  int64_t n = 0;
-  for (int64_t b : lane_staging_bytes_) n += b;
-  return n;
+void DeltaRunner::NoteLaneUse(const BatchWork& w, int64_t coded) {
+  lane_use_[w.lane] = coded > 0 ? w.coded_offset + coded : w.staging_bytes;
+  delta_stats_.staging_bytes = std::max(delta_stats_.staging_bytes, w.staging_bytes);
+  delta_stats_.encoding_bytes = std::max(delta_stats_.encoding_bytes, coded);
+  NoteUse();
 }
 
-int64_t DeltaRunner::EncodingBytes() const {
-  int64_t n = retired_bytes_;
-  for (int64_t b : lane_coded_bytes_) n += b;
-  return n;
+void DeltaRunner::NoteUse() {
+  int64_t used = ring_used_;
+  for (int64_t b : lane_use_) used += b;
+  delta_stats_.peak_used_bytes = std::max(delta_stats_.peak_used_bytes, used);
+  delta_stats_.held_bytes = std::max(delta_stats_.held_bytes, ring_used_);
 }
 
-int64_t DeltaRunner::HeldBytes() const {
-  int64_t n = StagingBytes() + EncodingBytes() + header_bytes_;
-  for (const auto& [message, h] : held_) n += h.cap;
-  if (conversions_ != nullptr) n += conversions_->scratch_bytes() + conversions_->workspace_bytes();
-  return n;
+void DeltaRunner::RingReclaim() {
+  while (!ring_order_.empty()) {
+    Held& h = held_[ring_order_.front()];
+    if (h.remaining > 0 || h.ticket < 0 || done_[h.lane] < h.ticket) return;
+    ring_used_ -= h.bytes;
+    h = Held();
+    ring_order_.erase(ring_order_.begin());
+  }
+}
+
+DeltaRunner::Held* DeltaRunner::RingTake(int32_t message, int64_t bytes, int32_t repeats) {
+  const int64_t n = AlignTo(std::max<int64_t>(bytes, 1), 16);
+  RingReclaim();
+  int64_t at = -1;
+  if (ring_order_.empty()) {
+    if (n <= ring_bytes_) at = 0;
+  } else {
+    const int64_t front = held_[ring_order_.front()].offset;
+    const Held& back = held_[ring_order_.back()];
+    const int64_t end = back.offset + back.bytes;
+    if (front <= back.offset) {  // one run [front, end): after it, or from the start
+      if (end + n <= ring_bytes_) {
+        at = end;
+      } else if (n <= front) {
+        at = 0;
+      }
+    } else if (end + n <= front) {  // wrapped: between the newest and the oldest
+      at = end;
+    }
+  }
+  if (at < 0) return nullptr;
+  Held& h = held_[message];
+  h = Held();
+  h.data = ring_ + at;
+  h.offset = at;
+  h.bytes = n;
+  h.valid = true;
+  h.remaining = repeats;
+  h.ticket = -1;
+  ring_order_.push_back(message);
+  ring_used_ += n;
+  NoteUse();
+  return &h;
 }
 
 absl::StatusOr<std::vector<ResolvedCopy>> DeltaRunner::CurrentCopies(const BatchWork& w,
@@ -159,12 +268,6 @@ absl::Status DeltaRunner::StageCurrent(BatchWork& w, absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(copier_->Copy(w.lane, copies));
   if (!copier_->OrderedWithTransport()) REFIT_RETURN_IF_ERROR(copier_->Sync(w.lane, deadline));
   return absl::OkStatus();
-}
-
-void DeltaRunner::FreeRetired() {
-  for (char* p : retired_) ops_->Free(p);
-  retired_.clear();
-  retired_bytes_ = 0;
 }
 
 }  // namespace refit

@@ -68,9 +68,11 @@ absl::Status DeltaRunner::Post(int32_t lane, std::vector<SendOp> sends,
   while (in_flight_[lane] >= transport_->max_waves_per_lane()) {
     REFIT_RETURN_IF_ERROR(transport_->WaitWave(lane, deadline));
     --in_flight_[lane];
+    ++done_[lane];
   }
   REFIT_RETURN_IF_ERROR(transport_->StartWave(lane, sends, recvs, deadline));
   ++in_flight_[lane];
+  ++posted_[lane];
   ++delta_stats_.groups;
   return absl::OkStatus();
 }
@@ -127,14 +129,30 @@ absl::Status DeltaRunner::EndSend(BatchWork& w, absl::Time deadline, RunStats* s
   TimesOf(w).ready = Since();
   // Headers, and where each payload goes: dense ones are sent from where
   // they lie, deltas from the batch's encoding buffer.
+  // An encoding goes only where it fits this rank's room and the
+  // receiver's (w.peer_caps, the peers in w.msgs' order); else dense.
   std::vector<DeltaHeader> headers(items.size());
   std::vector<int64_t> at(items.size(), -1);
   int64_t coded = 0;
+  std::vector<int64_t> peer_left = w.peer_caps;
+  size_t peer = 0;
+  int32_t of_peer = 0;
   for (size_t i = 0; i < items.size(); ++i) {
+    for (; of_peer == w.peers[peer].second; of_peer = 0) ++peer;
+    ++of_peer;
     const int64_t n = items[i].bytes / items[i].word_bytes;
-    const DeltaEncoding e = items[i].snap == nullptr
-                                ? DeltaEncoding::kDense
-                                : ChooseEncoding(items[i].word_bytes, n, changed[i]);
+    DeltaEncoding e = items[i].snap == nullptr
+                          ? DeltaEncoding::kDense
+                          : ChooseEncoding(items[i].word_bytes, n, changed[i]);
+    if (e != DeltaEncoding::kDense) {
+      const int64_t need = Align16(DeltaPayloadBytes(e, items[i].word_bytes, n, changed[i]));
+      if (need > peer_left[peer] || coded + need > w.coded_room) {
+        e = DeltaEncoding::kDense;
+        ++delta_stats_.dense_for_room;
+      } else {
+        peer_left[peer] -= need;
+      }
+    }
     const int64_t c = e == DeltaEncoding::kDense ? n : changed[i];
     DeltaHeader& h = headers[i];
     h.encoding = static_cast<uint8_t>(e);
@@ -153,7 +171,7 @@ absl::Status DeltaRunner::EndSend(BatchWork& w, absl::Time deadline, RunStats* s
   if (coded > 0) {
     REFIT_RETURN_IF_ERROR(w.claimed ? DrainLane(w.lane, deadline) : ClaimFor(w, deadline));
   }
-  REFIT_ASSIGN_OR_RETURN(char* encoded, CodedFor(w.lane, coded));
+  REFIT_ASSIGN_OR_RETURN(char* encoded, CodedFor(w, coded));
   std::vector<char*> out(items.size(), nullptr);
   for (size_t i = 0; i < items.size(); ++i) {
     MsgWork& m = w.msgs[i];
@@ -197,6 +215,27 @@ absl::Status DeltaRunner::EndSend(BatchWork& w, absl::Time deadline, RunStats* s
   return s;
 }
 
+absl::Status DeltaRunner::CheckRoom(const BatchWork& w, const std::vector<int64_t>& at,
+                                     int64_t coded) const {
+  // Per peer (w.msgs by peer): its encodings' bytes, within its cap.
+  size_t first = 0;
+  for (size_t p = 0; p < w.peers.size(); ++p) {
+    const size_t end = first + static_cast<size_t>(w.peers[p].second);
+    int64_t bytes = 0;
+    for (size_t i = first; i < end; ++i) {
+      if (at[i] >= 0) bytes += Align16(static_cast<int64_t>(w.msgs[i].header.payload_bytes));
+    }
+    if (bytes > w.peer_caps[p] || (end == w.msgs.size() && coded > w.coded_room)) {
+      return absl::DataLossError(absl::StrCat(
+          Context(w.msgs[first]), ": its sender's encodings in the batch take ", bytes,
+          " bytes, above the ", std::min(w.peer_caps[p], w.coded_room),
+          " its share of the staging budget allows"));
+    }
+    first = end;
+  }
+  return absl::OkStatus();
+}
+
 std::vector<RecvOp> DeltaRunner::HeaderReceives(const BatchWork& w) const {
   std::vector<RecvOp> head;
   int64_t first = 0;
@@ -214,6 +253,7 @@ absl::Status DeltaRunner::BeginReceive(BatchWork& w, absl::Time deadline) {
     REFIT_ASSIGN_OR_RETURN(sends, ForwardSends(w, deadline));
   }
   absl::Status s = Post(w.lane, std::move(sends), HeaderReceives(w), deadline);
+  if (s.ok()) ForwardsPosted(w);
   TimesOf(w).start = Since();
   return s;
 }
@@ -246,10 +286,11 @@ absl::Status DeltaRunner::EndReceive(BatchWork& w, absl::Time deadline, RunStats
       coded += Align16(static_cast<int64_t>(h->payload_bytes));
     }
   }
+  REFIT_RETURN_IF_ERROR(CheckRoom(w, at, coded));
   // The lane's staging and encoding buffer: the lane's previous batch
   // applied, unpacked and digested (a batch using neither waits for none).
   if (w.staging != nullptr || coded > 0) REFIT_RETURN_IF_ERROR(ClaimFor(w, deadline));
-  REFIT_ASSIGN_OR_RETURN(char* encoded, CodedFor(w.lane, coded));
+  REFIT_ASSIGN_OR_RETURN(char* encoded, CodedFor(w, coded));
   PayloadOps<RecvOp> payload_ops;
   std::vector<ResolvedCopy> gather, unpack;
   std::vector<ApplyItem> apply;

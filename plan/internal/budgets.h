@@ -79,6 +79,17 @@ inline void SetRelayCaps(int64_t max_rank_bytes, int32_t depth, PlannerOptions* 
   lower(&options->max_message_bytes, message);
 }
 
+// Sets options->max_wave_bytes and max_message_bytes to at most half a
+// lane budget when options->delta (PlannerOptions::delta); a smaller value
+// already set stays. Options must be valid (ValidateOptions). Never fails.
+inline void SetDeltaCaps(PlannerOptions* options) {
+  if (!options->delta) return;
+  const int64_t half_lane = std::max<int64_t>(1, LaneBudget(*options) / 2);
+  auto lower = [](int64_t* v, int64_t to) { *v = *v > 0 ? std::min(*v, to) : to; };
+  lower(&options->max_wave_bytes, half_lane);
+  lower(&options->max_message_bytes, half_lane);
+}
+
 }  // namespace internal_plan
 }  // namespace refit
 

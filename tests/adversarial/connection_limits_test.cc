@@ -1,5 +1,6 @@
 // Hostile connections against a refitd child process, without a token:
-// ~1,000 HTTP/2 connections stalled mid-frame at a low open-file limit do
+// ~1,000 HTTP/2 connections stalled mid-frame at a low open-file limit, or
+// 1,013 sending the preface and SETTINGS and then nothing at nofile=1024, do
 // not keep a member out (it registers within seconds) and are closed;
 // connections that send only the HTTP/2 preface and SETTINGS are closed
 // after --first_request_timeout_ms; a 1 MiB gzip of 1 GiB of zeros
@@ -210,28 +211,28 @@ TEST(ConnectionLimitsTest, ACompressedBombIsRefusedBeforeItIsInflated) {
   EXPECT_TRUE(refitd.Alive());
 }
 
-TEST(ConnectionLimitsTest, StalledHttp2ConnectionsDoNotKeepAMemberOut) {
+// Opens `count` connections to a refitd child whose open-file limit is
+// `fd_limit`, each sending `hello` and then held; meanwhile a member
+// registers within 5 s, and refitd closes every connection it took within
+// 12 s (--first_request_timeout_ms, 10 s by default) using little CPU.
+void HeldConnectionsKeepNoMemberOut(const std::string& name, const std::string& hello,
+                                    int64_t fd_limit, int count) {
   RaiseOwnFdLimit();
   RefitdProcess refitd;
-  const std::string log = TmpFile("slowloris.log");
   ASSERT_TRUE(refitd
-                  .Start(Runfile("server/refitd"), {}, log, absl::Seconds(20),
-                         /*fd_limit=*/512)
+                  .Start(Runfile("server/refitd"), {}, TmpFile(name + ".log"),
+                         absl::Seconds(20), fd_limit)
                   .ok());
-  // Preface, SETTINGS, and the first byte of a HEADERS frame announcing
-  // 16 KiB: never completed.
-  const std::string stall = std::string(kPreface) + Frame(4, 0, 0, "") +
-                            Frame(1, 4, 1, "x", /*announced=*/16384);
   std::vector<int> held;
   const absl::Time opened = absl::Now();
   const double cpu_before = CpuSeconds(refitd.pid());
-  for (int i = 0; i < 1000; ++i) {
+  for (int i = 0; i < count; ++i) {
     const int fd = Dial(refitd.port());
     if (fd < 0) continue;
-    SendAll(fd, stall);
+    SendAll(fd, hello);
     held.push_back(fd);
   }
-  ASSERT_GT(held.size(), 900u);
+  ASSERT_GT(held.size(), count * 9u / 10);
   const absl::Time start = absl::Now();
   RefitClient::Options o;
   o.target = absl::StrCat("127.0.0.1:", refitd.port());
@@ -249,8 +250,7 @@ TEST(ConnectionLimitsTest, StalledHttp2ConnectionsDoNotKeepAMemberOut) {
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   EXPECT_TRUE(id.ok()) << id.status();
   EXPECT_LT(seconds, 5.0);
-  // The stalled connections refitd took are closed by it
-  // (--first_request_timeout_ms, 10 s by default).
+  // The held connections refitd took are closed by it.
   absl::SleepFor(opened + absl::Seconds(12) - absl::Now());
   const double cpu = CpuSeconds(refitd.pid()) - cpu_before;
   int closed = 0;
@@ -263,13 +263,30 @@ TEST(ConnectionLimitsTest, StalledHttp2ConnectionsDoNotKeepAMemberOut) {
     if (n == 0 || errno != EAGAIN) ++closed;
     close(fd);
   }
-  std::printf("%zu stalled connections held; member registered in %.2f s; %d of them closed "
-              "by refitd within 12 s; refitd used %.2f s of CPU in those 12 s; peak RSS "
-              "%.1f MiB\n",
-              held.size(), seconds, closed, cpu, refitd.PeakRssKib() / 1024.0);
+  std::printf("%s, refitd nofile=%lld: %zu connections held; member registered in %.2f s; "
+              "%d of them closed by refitd within 12 s; refitd used %.2f s of CPU in those "
+              "12 s; peak RSS %.1f MiB\n",
+              name.c_str(), static_cast<long long>(fd_limit), held.size(), seconds, closed,
+              cpu, refitd.PeakRssKib() / 1024.0);
   EXPECT_EQ(closed, static_cast<int>(held.size()));
   EXPECT_LT(cpu, 3.0);  // the held connections are not polled in a loop
   EXPECT_TRUE(refitd.Alive());
+}
+
+TEST(ConnectionLimitsTest, StalledHttp2ConnectionsDoNotKeepAMemberOut) {
+  // Preface, SETTINGS, and the first byte of a HEADERS frame announcing
+  // 16 KiB: never completed.
+  HeldConnectionsKeepNoMemberOut("slowloris",
+                                 std::string(kPreface) + Frame(4, 0, 0, "") +
+                                     Frame(1, 4, 1, "x", /*announced=*/16384),
+                                 /*fd_limit=*/512, 1000);
+}
+
+// The outsider's 1,013 connections that send the HTTP/2 preface and
+// SETTINGS and then nothing, against refitd's open-file limit of 1,024.
+TEST(ConnectionLimitsTest, PrefaceAndSettingsConnectionsAtTheFdLimitKeepNoMemberOut) {
+  HeldConnectionsKeepNoMemberOut("preface-settings", std::string(kPreface) + Frame(4, 0, 0, ""),
+                                 /*fd_limit=*/1024, 1013);
 }
 
 TEST(ConnectionLimitsTest, MetricsAnswersUnderSlowAndIdleClients) {

@@ -2,8 +2,10 @@
 // knows a member's identity (job, side, engine id, rank) cannot take its
 // place, whether its round stream is open or not, before it starts, or
 // right after refitd restarts (with a job key); a replaced secret cannot
-// be replayed; a registration under another job cannot squat the job; and
-// a member's plan slice and the bootstrap keys need the member's secret.
+// be replayed while refitd remembers it (its identity's last 8 retired
+// secrets), and once forgotten gains no more than the job key; a
+// registration under another job cannot squat the job; and a member's plan
+// slice and the bootstrap keys need the member's secret.
 #include <signal.h>
 
 #include <chrono>
@@ -203,6 +205,24 @@ TEST(IdentityTest, ARestartedProcessTakesItsPlaceAndTheOldSecretCannotBeReplayed
   EXPECT_EQ(replay.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(replay.status().message()), HasSubstr("replaced by a newer registration"));
   EXPECT_TRUE(new_process.Heartbeat(new_reg->member_id(), "new-secret-0123456789abcdef0123").ok());
+  // The documented bound, 8 retired secrets per identity: after 7 more
+  // takeovers the old secret is still refused; after an 8th it is
+  // forgotten, and gains its holder what any holder of the job key has
+  // (taking the member over), nothing without the key.
+  auto take_over = [&](int i) {
+    return new_process.Register(reg, absl::StrCat("takeover-", i, "-0123456789abcdef0123"), "k2")
+        .status();
+  };
+  for (int i = 1; i <= 7; ++i) ASSERT_TRUE(take_over(i).ok()) << i;
+  replay = old_process.Register(reg, "old-secret-0123456789abcdef0123", "k2");
+  EXPECT_THAT(std::string(replay.status().message()), HasSubstr("replaced by a newer registration"));
+  ASSERT_TRUE(take_over(8).ok());
+  replay = old_process.Register(reg, "old-secret-0123456789abcdef0123");
+  EXPECT_EQ(replay.status().code(), absl::StatusCode::kPermissionDenied) << replay.status();
+  EXPECT_THAT(std::string(replay.status().message()), HasSubstr("job_key"));
+  EXPECT_EQ(old_process.Heartbeat(old_reg->member_id(), "old-secret-0123456789abcdef0123").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(old_process.Register(reg, "old-secret-0123456789abcdef0123", "k2").ok());
 }
 
 }  // namespace

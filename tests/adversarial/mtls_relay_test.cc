@@ -3,9 +3,9 @@
 // it, so the client certificate is checked by the relay's handshake alone.
 // A client without a certificate, or with one another CA signed, is refused
 // there (no HTTP/2 byte reaches it, over TLS 1.2 and 1.3); the right one
-// works from the C++ client and `refit status`, and still needs the bearer
-// token; a flood of refused handshakes from one address keeps no member
-// with the right certificate out.
+// works from the C++ client, `refit status` and `refit health`, and still
+// needs the bearer token (health needs none); a flood of refused handshakes
+// from one address keeps no member with the right certificate out.
 #include <openssl/ssl.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -229,6 +229,13 @@ TEST(MutualTlsRelayTest, OnlyTheRightClientCertificateGetsPastTheHandshake) {
   EXPECT_EQ(std::system(with_cert.c_str()), 0) << pki.Read(out);
   const std::string without = absl::StrCat(cli, " > ", out, " 2>&1");
   EXPECT_NE(std::system(without.c_str()), 0) << pki.Read(out);
+  // `refit health` speaks TLS too.
+  const std::string health = absl::StrCat(
+      Runfile("cli/refit"), " health --server=127.0.0.1:", port, " --tls_ca_file=",
+      pki.Path("ca"), " --tls_server_name=refitd --timeout_s=5 --tls_cert_file=",
+      pki.Path("client"), " --tls_key_file=", pki.Key("client"), " > ", out, " 2>&1");
+  EXPECT_EQ(std::system(health.c_str()), 0) << pki.Read(out);
+  EXPECT_NE(pki.Read(out).find("SERVING"), std::string::npos) << pki.Read(out);
   EXPECT_TRUE(refitd.Alive());
 }
 

@@ -1,21 +1,29 @@
-// JoinRefitd, StatusOverANewConnection, StatusWith and ParkedKvGets (see refitd_peers.h).
+// ConnectRefitd, JoinRefitd, StatusOverANewConnection, StatusWith and
+// ParkedKvGets (see refitd_peers.h).
 #include "tests/adversarial/refitd_peers.h"
+
+#include <grpcpp/create_channel_posix.h>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/adversarial/h2_wire.h"
 
 namespace refit::testing {
 
-std::unique_ptr<RefitClient> JoinRefitd(int port, const v1::Registration& reg) {
+std::unique_ptr<RefitClient> ConnectRefitd(int port) {
   RefitClient::Options o;
   o.target = absl::StrCat("127.0.0.1:", port);
   auto c = RefitClient::Connect(o);
   EXPECT_TRUE(c.ok()) << c.status();
-  if (!c.ok()) return nullptr;
-  absl::StatusOr<std::string> id = (*c)->Register(reg);
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+std::unique_ptr<RefitClient> JoinRefitd(int port, const v1::Registration& reg) {
+  std::unique_ptr<RefitClient> c = ConnectRefitd(port);
+  if (c == nullptr) return nullptr;
+  absl::StatusOr<std::string> id = c->Register(reg);
   EXPECT_TRUE(id.ok()) << id.status();
-  if (!id.ok()) return nullptr;
-  return std::move(*c);
+  return id.ok() ? std::move(c) : nullptr;
 }
 
 grpc::Status StatusOverANewConnection(int port, absl::Time deadline,
@@ -50,9 +58,15 @@ grpc::Status StatusWith(int port, absl::Time deadline,
 }
 
 ParkedKvGets::ParkedKvGets(int port, const RefitClient& member, int count,
-                           absl::Duration wait) {
-  stub_ = v1::RefitService::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+                           absl::Duration wait, const std::string& source) {
+  const std::string target = absl::StrCat("127.0.0.1:", port);
+  // gRPC picks no source address: the channel then runs on a connection
+  // made from `source`.
+  const int fd = source.empty() ? -1 : Dial(port, source);
+  EXPECT_TRUE(source.empty() || fd >= 0) << "no connection from " << source;
+  stub_ = v1::RefitService::NewStub(
+      fd >= 0 ? grpc::CreateInsecureChannelFromFd(target, fd)
+              : grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   for (int i = 0; i < count; ++i) {
     auto call = std::make_unique<Call>();
     call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + wait));

@@ -1,6 +1,7 @@
-// Test helpers for adversarial tests that talk to a refitd child: a member
-// joined over RefitClient, a call on a new connection, and a crowd of KvGet(wait) calls parked on one
-// channel (one caller address) for a member. Test-only.
+// Test helpers for adversarial tests that talk to a refitd child: a client
+// connected or a member joined over RefitClient, a call on a new
+// connection, and a crowd of KvGet(wait) calls parked on one channel (one
+// caller address) for a member. Test-only.
 #ifndef REFIT_TESTS_ADVERSARIAL_REFITD_PEERS_H_
 #define REFIT_TESTS_ADVERSARIAL_REFITD_PEERS_H_
 
@@ -15,6 +16,10 @@
 #include "proto/refit_service.grpc.pb.h"
 
 namespace refit::testing {
+
+// Returns a client of the refitd on 127.0.0.1:`port`, not registered (a
+// gtest failure and null when it could not).
+std::unique_ptr<RefitClient> ConnectRefitd(int port);
 
 // Returns a client of the refitd on 127.0.0.1:`port` that registered `reg`
 // (a gtest failure and null when it could not).
@@ -39,12 +44,14 @@ grpc::Status StatusWith(int port, absl::Time deadline,
                         bool wait_for_ready);
 
 // `count` KvGet(wait) calls for keys "never/<i>" as member `member`, parked
-// on one new channel to 127.0.0.1:`port`, each with a deadline `wait` away.
-// The destructor cancels those still parked and waits (at most 10 s each)
-// for their answers.
+// on one new channel to 127.0.0.1:`port` (a connection made from `source`,
+// a loopback address such as "127.0.0.2", when not empty), each with a
+// deadline `wait` away. The destructor cancels those still parked and
+// waits (at most 10 s each) for their answers.
 class ParkedKvGets {
  public:
-  ParkedKvGets(int port, const RefitClient& member, int count, absl::Duration wait);
+  ParkedKvGets(int port, const RefitClient& member, int count, absl::Duration wait,
+               const std::string& source = "");
   ~ParkedKvGets();
 
   // Waits until `n` calls were answered or `deadline`; returns how many of

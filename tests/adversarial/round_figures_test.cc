@@ -114,10 +114,23 @@ TEST(RoundFiguresTest, AbsurdVersionsAndFiguresAreRefusedNamingTheField) {
   EXPECT_TRUE(std::isfinite(status->rounds(status->rounds_size() - 1).seconds()));
   // The counters hold the accepted reports only: the round's 4096 bytes,
   // and the two members' 4096 each.
-  const std::string page = testing::ScrapeMetrics(testing::MetricsPort(log));
+  std::string page = testing::ScrapeMetrics(testing::MetricsPort(log));
   EXPECT_THAT(page, HasSubstr("\nrefit_round_bytes_total 4096\n")) << page;
   EXPECT_EQ(MemberBytesTotal(page), 8192) << page;
-  EXPECT_TRUE(Start(*t, 2).ok());  // later versions still start
+  // Round 2, INT64_MAX from both members again: refused, and the counters
+  // add only the accepted reports (they read -2 after two such rounds when
+  // INT64_MAX was taken).
+  ASSERT_TRUE(Start(*t, 2).ok());  // later versions still start
+  ASSERT_TRUE(t->WaitForRound(In(absl::Seconds(10))).ok());
+  ASSERT_TRUE(e->WaitForRound(In(absl::Seconds(10))).ok());
+  for (RefitClient* c : {t.get(), e.get()}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(c->ReportDone(2, {max, 1.0, 0}, In(absl::Seconds(10)))));
+    ASSERT_TRUE(c->ReportDone(2, {4096, 1.0, 0}, In(absl::Seconds(10))).ok());
+  }
+  EXPECT_TRUE(t->AwaitOutcome(2, In(absl::Seconds(10))).ok());
+  page = testing::ScrapeMetrics(testing::MetricsPort(log));
+  EXPECT_THAT(page, HasSubstr("\nrefit_round_bytes_total 8192\n")) << page;
+  EXPECT_EQ(MemberBytesTotal(page), 16384) << page;
 }
 
 // The trainer's bytes so far in round 1 as refitd's status shows them.

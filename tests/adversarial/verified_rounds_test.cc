@@ -5,12 +5,16 @@
 // bounded by the slice), and an engine verified only when its digest parts
 // were compared. A new process is dense whichever way the old one went: it
 // left, it expired (no heartbeats), or it was taken over (job key).
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -104,31 +108,53 @@ std::vector<int64_t> Bases(RefitClient& c, int64_t v) {
   return c.RoundModeOf(v).delta_base;
 }
 
-TEST(VerifiedRoundsTest, ReportsAreBoundByTheSendersSliceAndNewProcessesGetDenseBytes) {
+// A refitd child (--delta, two engines) with the trainer `t` and engines
+// "A" and "B" joined, their slices' views, and round 1 started and seen by
+// all three.
+struct RoundOfTwoEngines {
   RefitdProcess refitd;
-  ASSERT_TRUE(refitd
+  std::unique_ptr<RefitClient> t, a, b;
+  SliceView tv, av, bv;
+};
+
+// Starts `r`, refitd's output in `log` under TEST_TMPDIR; gtest failures
+// when it could not.
+void StartRoundOne(const std::string& log, RoundOfTwoEngines* r) {
+  ASSERT_TRUE(r->refitd
                   .Start(absl::StrCat(std::getenv("TEST_SRCDIR"), "/refit/server/refitd"),
                          {"--plan_settle_ms=5", "--delta", "--min_engines=2",
                           // slow host links: delta pays (plan/host_delta.h)
                           "--host_link_gbps=0.01"},
-                         absl::StrCat(std::getenv("TEST_TMPDIR"), "/refitd.out"),
-                         absl::Seconds(20))
+                         absl::StrCat(std::getenv("TEST_TMPDIR"), "/", log), absl::Seconds(20))
                   .ok());
-  auto t = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(true, "job"));
-  auto a = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(false, "job", "A"));
-  auto b = testing::JoinRefitd(refitd.port(), testing::TinyRegistration(false, "job", "B"));
-  ASSERT_TRUE(t && a && b);
-  const SliceView tv = ViewOf(*t), av = ViewOf(*a), bv = ViewOf(*b);
-  ASSERT_FALSE(av.keys.empty());
-  ASSERT_FALSE(bv.keys.empty());
+  const int port = r->refitd.port();
+  r->t = testing::JoinRefitd(port, testing::TinyRegistration(true, "job"));
+  r->a = testing::JoinRefitd(port, testing::TinyRegistration(false, "job", "A"));
+  r->b = testing::JoinRefitd(port, testing::TinyRegistration(false, "job", "B"));
+  ASSERT_TRUE(r->t && r->a && r->b);
+  r->tv = ViewOf(*r->t);
+  r->av = ViewOf(*r->a);
+  r->bv = ViewOf(*r->b);
+  ASSERT_FALSE(r->av.keys.empty());
+  ASSERT_FALSE(r->bv.keys.empty());
+  ASSERT_TRUE(Start(*r->t, 1).ok());
+  for (RefitClient* c : {r->t.get(), r->a.get(), r->b.get()}) {
+    ASSERT_TRUE(c->WaitForRound(In(absl::Seconds(10))).ok());
+  }
+}
+
+TEST(VerifiedRoundsTest, ReportsAreBoundByTheSendersSliceAndNewProcessesGetDenseBytes) {
+  RoundOfTwoEngines r;
+  ASSERT_NO_FATAL_FAILURE(StartRoundOne("refitd.out", &r));
+  RefitdProcess& refitd = r.refitd;
+  std::unique_ptr<RefitClient>& t = r.t;
+  std::unique_ptr<RefitClient>& a = r.a;
+  std::unique_ptr<RefitClient>& b = r.b;
+  const SliceView &tv = r.tv, &av = r.av, &bv = r.bv;
   const int32_t rank_a = av.keys.begin()->first, rank_b = bv.keys.begin()->first;
   ASSERT_NE(rank_a, rank_b);  // two engines: two engine ranks of the plan
 
   // Round 1: every engine rank dense.
-  ASSERT_TRUE(Start(*t, 1).ok());
-  for (RefitClient* c : {t.get(), a.get(), b.get()}) {
-    ASSERT_TRUE(c->WaitForRound(In(absl::Seconds(10))).ok());
-  }
   EXPECT_THAT(Bases(*t, 1), ElementsAre(-1, -1));
   // Engine A digests engine B's rank: refused, naming the field; the round
   // does not blame B.
@@ -185,6 +211,71 @@ TEST(VerifiedRoundsTest, ReportsAreBoundByTheSendersSliceAndNewProcessesGetDense
   std::vector<int64_t> expected(2, -1);
   expected[rank_a] = 2;
   EXPECT_EQ(Bases(*t, 3), expected);
+}
+
+// The outsider's Report replays, round 1 of two engines: digest parts for
+// the other engine's rank, or for a tensor outside the sender's slice, are
+// refused naming the sender; one report of 1,000,000 parts (with tensor
+// names) is refused at once, refitd's memory barely grows and another
+// member's calls stay fast meanwhile; an engine's report sent twice counts
+// once, so the round commits verified for both engines.
+TEST(VerifiedRoundsTest, ReportReplaysAreRefusedNamingTheSenderAndCountedOnce) {
+  RoundOfTwoEngines r;
+  ASSERT_NO_FATAL_FAILURE(StartRoundOne("refitd-replay.out", &r));
+  const int32_t rank_a = r.av.keys.begin()->first;
+  // Parts for engine B's rank, and for a tensor A's slice does not write.
+  for (const auto& keys : {r.bv.keys, std::set<std::pair<int32_t, int32_t>>{{rank_a, 999999}}}) {
+    const absl::Status s = r.a->ReportDone(1, Figures(r.av.bytes, keys), In(absl::Seconds(10)));
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("digests: engine A rank 0 sent"));
+  }
+  // 1,000,000 parts, each with a tensor name, while the trainer calls
+  // GetStatus over and over.
+  RefitClient::RoundFigures flood = Figures(r.av.bytes, r.av.keys);
+  flood.digests.resize(1000000, flood.digests[0]);
+  for (v1::DigestPart& p : flood.digests) p.set_tensor_name("model.layers.0.mlp.down_proj.weight");
+  const int64_t wire_bytes =
+      static_cast<int64_t>(flood.digests.size() * (flood.digests[0].ByteSizeLong() + 2));
+  const int64_t before_kib = r.refitd.PeakRssKib();
+  std::atomic<bool> done{false};
+  absl::Duration slowest;
+  int calls = 0;
+  std::thread other([&] {
+    while (!done) {
+      const absl::Time start = absl::Now();
+      EXPECT_TRUE(r.t->GetStatus(In(absl::Seconds(10))).ok());
+      slowest = std::max(slowest, absl::Now() - start);
+      ++calls;
+    }
+  });
+  const absl::Time start = absl::Now();
+  const absl::Status s = r.a->ReportDone(1, flood, In(absl::Seconds(30)));
+  const absl::Duration took = absl::Now() - start;
+  absl::SleepFor(absl::Milliseconds(100));
+  done = true;
+  other.join();
+  const int64_t grew_kib = r.refitd.PeakRssKib() - before_kib;
+  std::printf("a report of 1,000,000 digest parts (%.1f MiB): %s in %.2f s; refitd peak RSS "
+              "+%.1f MiB; another member's GetStatus slowest %.1f ms of %d\n",
+              wire_bytes / 1048576.0, absl::StatusCodeToString(s.code()).c_str(),
+              absl::ToDoubleSeconds(took), grew_kib / 1024.0,
+              absl::ToDoubleMilliseconds(slowest), calls);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("digests: "));
+  // refitd holds the request's bytes as gRPC receives them, and nothing
+  // more: no parse, no parts kept.
+  EXPECT_LT(grew_kib, wire_bytes / 1024 + 16 * 1024);
+  EXPECT_LT(slowest, absl::Seconds(1));
+  // A's report twice: counted once; the round commits verified.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(r.a->ReportDone(1, Figures(r.av.bytes, r.av.keys), In(absl::Seconds(10))).ok());
+  }
+  ASSERT_TRUE(r.b->ReportDone(1, Figures(r.bv.bytes, r.bv.keys), In(absl::Seconds(10))).ok());
+  ASSERT_TRUE(r.t->ReportDone(1, Figures(r.tv.bytes, r.tv.keys), In(absl::Seconds(10))).ok());
+  ASSERT_TRUE(r.t->AwaitOutcome(1, In(absl::Seconds(10))).ok());
+  EXPECT_EQ(VerifiedVersion(*r.t, "A"), 1);
+  EXPECT_EQ(VerifiedVersion(*r.t, "B"), 1);
+  EXPECT_TRUE(r.refitd.Alive());
 }
 
 // Joins refitd on `port` as `reg` with the job key `key`.

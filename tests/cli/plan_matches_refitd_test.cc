@@ -32,6 +32,7 @@ struct Job {
   std::string model = kModel;
   std::string trainer = kTrainer;
   std::string engine = kEngine;
+  bool delta = false;  // refitd --delta
 };
 
 // The registration of a member of `convention` at `rank` on `host`: the
@@ -81,6 +82,7 @@ std::string RefitdFingerprint(const std::vector<std::string>& trainer_hosts,
   RefitServer::Options o;
   DefaultPlanOptions plan_options;
   plan_options.planner.relay = relay;
+  plan_options.planner.delta = job.delta;
   o.coordinator.plan_function = DefaultPlanFunction(plan_options);
   o.coordinator.heartbeat_timeout = absl::Seconds(5);
   auto server = RefitServer::Start(std::move(o));
@@ -169,6 +171,16 @@ TEST(PlanMatchesRefitdTest, SameHostsGiveTheSameFingerprint) {
   PlanCommandOptions crossed_file;
   crossed_file.hosts_file = HostsFile(trainer, crossed);
   EXPECT_EQ(DryRunFingerprint(crossed_file), refitd_crossed);
+
+  // refitd --delta and `refit plan --delta`: the plan of delta rounds
+  // (waves within half a lane), the same on both and not the dense one.
+  Job delta_job;
+  delta_job.delta = true;
+  const std::string refitd_delta = RefitdFingerprint(trainer, engine, {}, {}, false, delta_job);
+  ASSERT_FALSE(refitd_delta.empty());
+  EXPECT_NE(refitd_delta, refitd);
+  by_file.delta = 0.02;
+  EXPECT_EQ(DryRunFingerprint(by_file), refitd_delta);
 }
 
 TEST(PlanMatchesRefitdTest, SameHostsAndGpusGiveTheSameFingerprint) {
@@ -242,10 +254,15 @@ TEST(PlanMatchesRefitdTest, RelaysGiveTheSameFingerprint) {
   by_file.hosts_file = HostsFile(trainer, engine);
   by_file.relay = true;
   EXPECT_EQ(DryRunFingerprint(by_file), refitd);
-  // Delta rounds relay too (refitd --delta --relay=on): the same plan,
-  // its delta round predicted.
+  // Delta rounds relay too (refitd --delta --relay=on): the same plan as
+  // `refit plan --delta`, its waves within half a lane.
+  Job delta_job;
+  delta_job.delta = true;
+  const std::string refitd_delta =
+      RefitdFingerprint(trainer, engine, {}, {}, /*relay=*/true, delta_job);
+  ASSERT_FALSE(refitd_delta.empty());
   by_file.delta = 0.02;
-  EXPECT_EQ(DryRunFingerprint(by_file), refitd);
+  EXPECT_EQ(DryRunFingerprint(by_file), refitd_delta);
   by_file.delta = -1;
   by_file.relay = false;
   EXPECT_NE(DryRunFingerprint(by_file), refitd);

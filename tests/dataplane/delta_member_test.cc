@@ -154,6 +154,9 @@ TEST(DeltaMemberTest, RanksRunningTheirSlicesLandEveryByte) {
   PlannerOptions planner;
   planner.staging_budget_bytes = 16 << 10;
   planner.max_wave_bytes = 1 << 10;  // several plan waves a batch
+  // Messages of at most half the lane share: room beside a packed one for
+  // its encoding within the budget (docs/delta.md: the staging budget).
+  planner.max_message_bytes = 4 << 10;
   absl::StatusOr<std::unique_ptr<RefitServer>> server = testing::StartHostRefitd(true, planner);
   ASSERT_TRUE(server.ok()) << server.status();
   absl::StatusOr<std::vector<testing::HostMember>> nodes =
