@@ -21,6 +21,8 @@ absl::string_view ScaleSwizzleName(ScaleSwizzle s) {
       return "row_major";
     case ScaleSwizzle::kTiles128x4:
       return "128x4";
+    case ScaleSwizzle::kPackedUe8m0:
+      return "packed_ue8m0";
   }
   return "unknown";
 }

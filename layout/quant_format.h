@@ -29,6 +29,10 @@ enum class ScaleSwizzle : int32_t {
   kRowMajor = 0,     // the checkpoint's layout: row-major over the tile grid
   kTiles128x4 = 1,   // FlashInfer / CUTLASS 128 x 4 tiles, padded to whole
                      // tiles (mapping/swizzled_scales.h has the offsets)
+  kPackedUe8m0 = 2,  // DeepGEMM on SM100: one exponent byte per weight row
+                     // and 128 columns, four to an int32, MN-major, rows
+                     // padded to a multiple of 4 (exec/convert/
+                     // deepgemm_sm100_scales.h has the layout)
 };
 
 // One row of the table.
@@ -58,6 +62,9 @@ inline constexpr QuantFormatRow kQuantFormatRows[] = {
      DType::kF8E4M3, 1, DType::kF32, true, false},
     {QuantFormat::kFp8BlockRequantUe8m0, ScaleSwizzle::kRowMajor, "fp8_block_requant_ue8m0",
      128, 128, DType::kF8E4M3, 1, DType::kF32, true, false},
+    // The scales as UE8M0 exponent bytes (the f32 scale's bits >> 23).
+    {QuantFormat::kFp8BlockRequantUe8m0, ScaleSwizzle::kPackedUe8m0,
+     "fp8_block_requant_ue8m0/packed", 128, 128, DType::kF8E4M3, 1, DType::kU8, true, false},
     {QuantFormat::kMxfp8, ScaleSwizzle::kRowMajor, "mxfp8", 1, 32, DType::kF8E4M3, 1,
      DType::kU8, true, false},
     {QuantFormat::kMxfp8, ScaleSwizzle::kTiles128x4, "mxfp8/128x4", 1, 32, DType::kF8E4M3, 1,
@@ -77,6 +84,15 @@ constexpr const QuantFormatRow& QuantFormatTraits(QuantFormat f) {
   return kQuantFormatRows[0];  // unreachable for a value of the enum
 }
 
+// The row of `f` with scales laid out as `s`, for a pair the table has
+// (constants; FindQuantFormat checks a pair that may be missing).
+constexpr const QuantFormatRow& QuantFormatTraits(QuantFormat f, ScaleSwizzle s) {
+  for (const QuantFormatRow& r : kQuantFormatRows) {
+    if (r.format == f && r.swizzle == s) return r;
+  }
+  return kQuantFormatRows[0];  // unreachable for a row of the table
+}
+
 // The row of `f` with scales laid out as `s`; INVALID_ARGUMENT naming both
 // when refit does not write that layout for that format.
 absl::StatusOr<QuantFormatRow> FindQuantFormat(QuantFormat f, ScaleSwizzle s);
@@ -84,7 +100,7 @@ absl::StatusOr<QuantFormatRow> FindQuantFormat(QuantFormat f, ScaleSwizzle s);
 // The row-major row's name ("fp8_block", "mxfp8", "nvfp4", ...).
 absl::string_view QuantFormatName(QuantFormat f);
 
-// "row_major", "128x4".
+// "row_major", "128x4", "packed_ue8m0".
 absl::string_view ScaleSwizzleName(ScaleSwizzle s);
 
 // Bytes of one scale element of `f` (4 for f32 scales, 1 for E8M0 and e4m3).

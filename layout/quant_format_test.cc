@@ -59,5 +59,15 @@ TEST(QuantFormatTest, FindsSwizzledRowsAndNamesAMissingOne) {
   EXPECT_NE(fp8.status().message().find("128x4"), absl::string_view::npos);
 }
 
+TEST(QuantFormatTest, DeepgemmSm100ScalesAreExponentBytes) {
+  auto p = FindQuantFormat(QuantFormat::kFp8BlockRequantUe8m0, ScaleSwizzle::kPackedUe8m0);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->scale_dtype, DType::kU8);
+  EXPECT_EQ(p->block_rows, 128);
+  EXPECT_EQ(p->block_cols, 128);
+  EXPECT_TRUE(p->pow2_scales);
+  EXPECT_FALSE(FindQuantFormat(QuantFormat::kFp8Block, ScaleSwizzle::kPackedUe8m0).ok());
+}
+
 }  // namespace
 }  // namespace refit

@@ -39,10 +39,12 @@ absl::Status ValidateTensorSpec(const TensorSpec& t) {
     case Transform::kPow2Ceil:
     case Transform::kUe8m0Requant:
     case Transform::kNvfp4Vllm:
-      if (t.dtype != DType::kF32) {
+      if (t.dtype != DType::kF32 &&
+          !(t.transform == Transform::kUe8m0Requant && t.dtype == DType::kU8)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", t.name, ": transform ", TransformName(t.transform),
-            " needs f32, not ", DTypeName(t.dtype)));
+            " needs f32", t.transform == Transform::kUe8m0Requant ? " or u8" : "",
+            ", not ", DTypeName(t.dtype)));
       }
       break;
     default:

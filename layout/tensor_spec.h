@@ -26,7 +26,9 @@ enum class Transform : int32_t {
                   // f32 scale tensors only
   kUe8m0Requant = 3,  // FP8 block scales of a weight quantized with float
                       // scales and then requantized to power-of-two scales
-                      // (vLLM's DeepGEMM path); f32 scale tensors only
+                      // (vLLM's DeepGEMM path); f32 scale tensors, or u8
+                      // ones holding each scale's exponent byte (DeepGEMM
+                      // on SM100)
   kNvfp4Vllm = 4,  // an NVFP4 global scale (weight_scale_2) and its weights'
                    // codes and block scales as vLLM's online quantization
                    // makes them (plan/conversion.h: Nvfp4Recipe::kVllm);

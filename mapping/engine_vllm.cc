@@ -169,6 +169,10 @@ const char* KernelLayoutSummary(EngineSpec::Kernel k) {
     case EngineSpec::Kernel::kDeepgemm:
       return "deepgemm: block-FP8 weights requantized to power-of-two (UE8M0) "
              "scales, scales f32 row-major (DeepGEMM on SM90)";
+    case EngineSpec::Kernel::kDeepgemmSm100:
+      return "deepgemm-sm100: block-FP8 weights requantized to power-of-two (UE8M0) "
+             "scales, each row's scale exponents packed four to an int32, MN-major, "
+             "rows padded to a multiple of 4 (DeepGEMM on SM100)";
   }
   return "unknown";
 }
@@ -184,11 +188,11 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
         "each fused module (and FlashInfer keeps alpha scales derived from "
         "them), which refit does not write; serve a block-FP8 or BF16 model"));
   }
-  if (spec.kernel == EngineSpec::Kernel::kDeepgemm) {
+  if (IsDeepgemm(spec.kernel)) {
     if (spec.quant == EngineSpec::Quant::kNone && c.fp8_block == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          side, ": kernel=deepgemm reads block-FP8 weights; the model is not "
-          "block FP8: add quant=fp8"));
+          side, ": kernel=", KernelName(spec.kernel), " reads block-FP8 weights; the "
+          "model is not block FP8: add quant=fp8"));
     }
   }
   if (spec.kernel != EngineSpec::Kernel::kCheckpoint && c.fp8_block != 0 &&
@@ -251,10 +255,22 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
   // The scales say how the engine's FP8 bytes are made.
   Transform scales = Transform::kNone;
   if (spec.quant == EngineSpec::Quant::kFp8Ue8m0) scales = Transform::kPow2Ceil;
-  if (spec.kernel == EngineSpec::Kernel::kDeepgemm) scales = Transform::kUe8m0Requant;
+  if (IsDeepgemm(spec.kernel)) scales = Transform::kUe8m0Requant;
   if (scales != Transform::kNone) {
     for (size_t t = 0; t < m.tensors.size(); ++t) {
       if (m.is_scale[t]) m.tensors[t].transform = scales;
+    }
+  }
+  if (spec.kernel == EngineSpec::Kernel::kDeepgemmSm100) {
+    // One exponent byte per weight row and tile column (mapping/packed_scales.h).
+    m.packed_scales = true;
+    for (size_t t = 0; t < m.tensors.size(); ++t) {
+      const int32_t s = m.scale_of[t];
+      if (s < 0) continue;
+      TensorSpec& st = m.tensors[s];
+      const size_t r = st.shape.size();
+      st.shape[r - 2] = m.tensors[t].shape[r - 2];
+      st.dtype = DType::kU8;
     }
   }
   if (m.nvfp4 && spec.recipe == EngineSpec::Recipe::kVllm) {

@@ -47,6 +47,10 @@
 //        weight_scale_inv the power-of-two scales, row-major f32 (the scale
 //        tensors carry transform ue8m0_requant; the senders compute it,
 //        plan/conversion.h).
+//   kernel=deepgemm-sm100: the same weights; each weight_scale_inv holds
+//        the exponent bytes of DeepGEMM's SM100 layout: the tensor u8
+//        [..., N, ceil(K/128)] (a row's tile exponents), the buffer int32
+//        [..., ceil(K/512), align(N, 4)] (mapping/packed_scales.h).
 // SGLang (spec kind kSglang) shares these conventions except: MLA's fused
 // module is "self_attn.fused_qkv_a_proj_with_mqa", and expert parallelism
 // (ep dividing tp) spreads the experts over ep ranks of each TP group (ep

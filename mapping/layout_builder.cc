@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "mapping/packed_scales.h"
 #include "mapping/swizzled_scales.h"
 
 namespace refit {
@@ -187,6 +188,16 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
     size_t r = scale_shape.size();
     scale_shape[r - 2] = (scale_shape[r - 2] + br - 1) / br;
     scale_shape[r - 1] = (scale_shape[r - 1] + bc - 1) / bc;
+    if (model_.packed_scales) {
+      // DeepGEMM on SM100: [..., words, aligned rows] int32 of the weight's
+      // rows' exponents (mapping/packed_scales.h).
+      const int64_t rows = logical[r - 2], cols = scale_shape[r - 1];
+      int64_t lead = 1;
+      for (size_t d = 0; d + 2 < r; ++d) lead *= scale_shape[d];
+      scale_padding = PackedScalePadding(lead, rows, cols);
+      scale_shape[r - 2] = PackedScaleWords(cols);
+      scale_shape[r - 1] = PackedScaleRows(rows);
+    }
     if (swizzled) {
       int64_t lead = 1;
       for (size_t d = 0; d + 2 < r; ++d) lead *= scale_shape[d];
@@ -214,7 +225,8 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
   }
   const int32_t idx = add(name, std::move(shape), t.dtype, std::move(padding));
   if (scaled) {
-    const DType sdt = QuantFormatTraits(model_.format()).scale_dtype;
+    const DType sdt =
+        model_.packed_scales ? DType::kI32 : QuantFormatTraits(model_.format()).scale_dtype;
     const int32_t sidx = add(
         model_.fp8_per_tensor || model_.mxfp8 || model_.nvfp4 ? PerTensorScaleName(name)
                                                               : ScaleName(name),
@@ -405,8 +417,15 @@ absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
     sp[d] = {p.at / b, interleaved ? p.block / b : 0,
              interleaved ? p.period / b : 0};
   }
+  if (model_.packed_scales) {
+    // One exponent per weight row: the rows as the weight's.
+    origin[rank - 2] = box.origin(rank - 2);
+    shape[rank - 2] = box.shape(rank - 2);
+    sp[rank - 2] = places[rank - 2];
+  }
   Box scale_box = Box::UncheckedMove(std::move(origin), std::move(shape));
   if (model_.swizzled_scales) return PlaceSwizzledScale(scale, sbuf, scale_box, sp);
+  if (model_.packed_scales) return PlacePackedScale(scale, sbuf, scale_box, sp);
   return PlaceOne(scale, sbuf, scale_box, sp);
 }
 
@@ -454,36 +473,85 @@ absl::Status LayoutBuilder::PlaceSwizzledScale(int32_t scale, int32_t sbuf, cons
         "128 x 4 tiles; a part placed in interleaved runs is not written"));
   }
   // The leading dims: the same for every record of this part.
-  int64_t lead_offset = 0;
-  absl::InlinedVector<DimMap, 4> lead_dims(rank - 2);
-  int64_t lead_stride = matrix;
-  for (int d = rank - 3; d >= 0; --d) {
-    const bool has = d >= lead;
-    if (box.shape(d) > 0) lead_dims[d].splits.push_back({box.shape(d), has ? lead_stride : 0});
-    if (has) {
-      lead_offset += places[d].at * lead_stride;
-      lead_stride *= info.shape[d - lead];
+  absl::InlinedVector<DimMap, 4> lead_dims;
+  const int64_t lead_offset = ScaleLeadDims(sbuf, box, places, lead, matrix, &lead_dims);
+  for (const SwizzleRun& rr : SwizzleRowRuns(pr.at, pr.at + rows, cp)) {
+    for (const SwizzleRun& cr : SwizzleColRuns(pc.at, pc.at + cols, 512)) {
+      AddScaleRunRecord(scale, sbuf, box, places, rr, cr, lead_dims,
+                        lead_offset + SwizzledScaleOffset(rr.at, cr.at, cp));  // one byte each
     }
   }
-  for (const SwizzleRun& rr : SwizzleRowRuns(pr.at, pr.at + rows, cp)) {
-    for (const SwizzleRun& cr : SwizzleColRuns(pc.at, pc.at + cols)) {
-      Box::Indices origin(box.origin().begin(), box.origin().end());
-      Box::Indices shape(box.shape().begin(), box.shape().end());
-      origin[rank - 2] += rr.at - pr.at;
-      shape[rank - 2] = rr.n;
-      origin[rank - 1] += cr.at - pc.at;
-      shape[rank - 1] = cr.n;
-      Record& r = out_.layout.records.emplace_back();
-      r.tensor = scale;
-      r.rank = out_.layout.buffers[sbuf].rank;
-      r.buffer = sbuf;
-      r.box = Box::UncheckedMove(std::move(origin), std::move(shape));
-      r.dims.assign(lead_dims.begin(), lead_dims.end());
-      r.dims.resize(rank);
-      r.dims[rank - 2].splits.assign(rr.splits.begin(), rr.splits.end());
-      r.dims[rank - 1].splits.assign(cr.splits.begin(), cr.splits.end());
-      r.byte_offset = lead_offset + SwizzledScaleOffset(rr.at, cr.at, cp);  // one byte each
+  return absl::OkStatus();
+}
+
+void LayoutBuilder::AddScaleRunRecord(int32_t scale, int32_t sbuf, const Box& box,
+                                      absl::Span<const DimPlace> places, const SwizzleRun& rows,
+                                      const SwizzleRun& cols, absl::Span<const DimMap> lead_dims,
+                                      int64_t byte_offset) {
+  const int rank = box.rank();
+  Box::Indices origin(box.origin().begin(), box.origin().end());
+  Box::Indices shape(box.shape().begin(), box.shape().end());
+  origin[rank - 2] += rows.at - places[rank - 2].at;
+  shape[rank - 2] = rows.n;
+  origin[rank - 1] += cols.at - places[rank - 1].at;
+  shape[rank - 1] = cols.n;
+  Record& r = out_.layout.records.emplace_back();
+  r.tensor = scale;
+  r.rank = out_.layout.buffers[sbuf].rank;
+  r.buffer = sbuf;
+  r.box = Box::UncheckedMove(std::move(origin), std::move(shape));
+  r.dims.assign(lead_dims.begin(), lead_dims.end());
+  r.dims[rank - 2].splits.assign(rows.splits.begin(), rows.splits.end());
+  r.dims[rank - 1].splits.assign(cols.splits.begin(), cols.splits.end());
+  r.byte_offset = byte_offset;
+}
+
+int64_t LayoutBuilder::ScaleLeadDims(int32_t sbuf, const Box& box,
+                                     absl::Span<const DimPlace> places, int lead,
+                                     int64_t matrix,
+                                     absl::InlinedVector<DimMap, 4>* dims) const {
+  const BufferInfo& info = out_.buffer_info[sbuf];
+  const int rank = box.rank();
+  dims->assign(rank, DimMap{});
+  int64_t offset = 0, stride = matrix;
+  for (int d = rank - 3; d >= 0; --d) {
+    const bool has = d >= lead;
+    if (box.shape(d) > 0) (*dims)[d].splits.push_back({box.shape(d), has ? stride : 0});
+    if (has) {
+      offset += places[d].at * stride;
+      stride *= info.shape[d - lead];
     }
+  }
+  return offset;
+}
+
+absl::Status LayoutBuilder::PlacePackedScale(int32_t scale, int32_t sbuf, const Box& box,
+                                             absl::Span<const DimPlace> places) {
+  const BufferInfo& info = out_.buffer_info[sbuf];
+  const int rank = box.rank();
+  const size_t br = info.shape.size();
+  const int64_t aligned_rows = info.shape[br - 1];
+  const int64_t matrix = 4 * info.shape[br - 2] * aligned_rows;  // bytes of one matrix
+  const DimPlace& pr = places[rank - 2];
+  const DimPlace& pc = places[rank - 1];
+  const int64_t rows = box.shape(rank - 2), cols = box.shape(rank - 1);
+  if ((pr.block > 0 && pr.block < rows) || (pc.block > 0 && pc.block < cols)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        side_, ": tensor ", DescribePart(model_.tensors[scale], box), " in buffer ",
+        out_.layout.buffers[sbuf].name, ": kernel=deepgemm-sm100 packs scale exponents "
+        "four to an int32 per row; a part placed in interleaved runs is not written"));
+  }
+  absl::InlinedVector<DimMap, 4> lead_dims;
+  const int64_t lead_offset =
+      ScaleLeadDims(sbuf, box, places, rank - static_cast<int>(br), matrix, &lead_dims);
+  if (rows == 0) return absl::OkStatus();
+  SwizzleRun rr;  // every row, one int32 apart
+  rr.at = pr.at;
+  rr.n = rows;
+  rr.splits = {{rows, 4}};
+  for (const SwizzleRun& cr : SwizzleColRuns(pc.at, pc.at + cols, 4 * aligned_rows)) {
+    AddScaleRunRecord(scale, sbuf, box, places, rr, cr, lead_dims,
+                      lead_offset + PackedScaleOffset(pr.at, cr.at, aligned_rows));
   }
   return absl::OkStatus();
 }

@@ -32,6 +32,7 @@
 #include "absl/types/span.h"
 #include "layout/layout.h"
 #include "mapping/model_family.h"
+#include "mapping/swizzled_scales.h"
 
 namespace refit {
 
@@ -177,6 +178,26 @@ class LayoutBuilder {
   // for a part interleaved in runs.
   absl::Status PlaceSwizzledScale(int32_t scale, int32_t sbuf, const Box& box,
                                   absl::Span<const DimPlace> places);
+  // kernel=deepgemm-sm100: `box` of a per-row scale tensor into buffer
+  // `sbuf` ([..., words, aligned rows] int32) at PackedScaleOffset, a
+  // record per partial group of 4 columns and one for the whole groups;
+  // INVALID_ARGUMENT for a part interleaved in runs.
+  absl::Status PlacePackedScale(int32_t scale, int32_t sbuf, const Box& box,
+                                absl::Span<const DimPlace> places);
+  // Appends the record of scale part `box` (placed at `places`) cut to the
+  // row run `rows` and the column run `cols` of its last two dims, with
+  // the leading dims' maps `lead_dims`, at `byte_offset` of buffer `sbuf`.
+  void AddScaleRunRecord(int32_t scale, int32_t sbuf, const Box& box,
+                         absl::Span<const DimPlace> places, const SwizzleRun& rows,
+                         const SwizzleRun& cols, absl::Span<const DimMap> lead_dims,
+                         int64_t byte_offset);
+  // The leading dims (all but the last two) of scale part `box` in buffer
+  // `sbuf`, whose matrices are `matrix` bytes each, the first `lead` dims
+  // of the tensor not in the buffer (one expert of stacked experts; every
+  // leading dim of a flat buffer): their maps into `dims` (resized to the
+  // box's rank), the byte offset of the part's first matrix returned.
+  int64_t ScaleLeadDims(int32_t sbuf, const Box& box, absl::Span<const DimPlace> places,
+                        int lead, int64_t matrix, absl::InlinedVector<DimMap, 4>* dims) const;
   // NVFP4 dense weight with kernel=flashinfer: `shape` ([N, K/2] bytes)
   // rounded up to multiples of 32 rows and 32 codes, the added bytes
   // appended to `padding`; INVALID_ARGUMENT naming the buffer when a

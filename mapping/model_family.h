@@ -123,6 +123,11 @@ struct ModelTensors {
   // The swizzled scales of a weight held flat, [Mp * Kp] (vLLM's MXFP8
   // linear), not [.., Mp, Kp] (NVFP4).
   bool swizzled_flat = false;
+  // FP8 block scales as DeepGEMM reads them on SM100 (kernel=deepgemm-sm100):
+  // each scale tensor u8 [..., N, ceil(K/128)] (one exponent byte per
+  // weight row), its buffer int32 [..., ceil(K/512), align(N, 4)]
+  // (mapping/packed_scales.h).
+  bool packed_scales = false;
   // Per tensor: index of its NVFP4 global scale tensor, or -1.
   std::vector<int32_t> global_of;
   // Per tensor: the NVFP4 global scale tensor of its engine parameter (its

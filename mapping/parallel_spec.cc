@@ -81,8 +81,14 @@ const char* KernelName(EngineSpec::Kernel k) {
       return "flashinfer";
     case EngineSpec::Kernel::kDeepgemm:
       return "deepgemm";
+    case EngineSpec::Kernel::kDeepgemmSm100:
+      return "deepgemm-sm100";
   }
   return "unknown";
+}
+
+bool IsDeepgemm(EngineSpec::Kernel k) {
+  return k == EngineSpec::Kernel::kDeepgemm || k == EngineSpec::Kernel::kDeepgemmSm100;
 }
 
 namespace {
@@ -101,10 +107,6 @@ absl::Status ParseKernel(absl::string_view spec, const std::string& v,
        "(reorder_rows_for_gated_act_gemm, shuffle_matrix_a), which refit does "
        "not write; run vLLM with VLLM_FLASHINFER_MOE_BACKEND=throughput "
        "(CUTLASS, kernel=flashinfer) or without FlashInfer MoE"},
-      {"deepgemm-sm100",
-       "DeepGEMM on SM100 reads UE8M0 scales packed four to an int32 "
-       "(transform_sf_into_required_layout), which refit does not write; run "
-       "vLLM with VLLM_USE_DEEP_GEMM=0"},
       {"marlin",
        "Marlin repacks weights, which refit does not write; run vLLM on a "
        "GPU with native FP8 (SM89+) or with VLLM_TEST_FORCE_FP8_MARLIN unset"},
@@ -120,6 +122,10 @@ absl::Status ParseKernel(absl::string_view spec, const std::string& v,
     *out = EngineSpec::Kernel::kDeepgemm;
     return absl::OkStatus();
   }
+  if (v == "deepgemm-sm100") {
+    *out = EngineSpec::Kernel::kDeepgemmSm100;
+    return absl::OkStatus();
+  }
   if (v == "checkpoint") {
     *out = EngineSpec::Kernel::kCheckpoint;
     return absl::OkStatus();
@@ -132,7 +138,7 @@ absl::Status ParseKernel(absl::string_view spec, const std::string& v,
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "engine spec \"", spec, "\": kernel=", v,
-      " is not checkpoint, flashinfer or deepgemm"));
+      " is not checkpoint, flashinfer, deepgemm or deepgemm-sm100"));
 }
 
 }  // namespace
@@ -323,12 +329,12 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
   // Its FlashInfer CUTLASS MoE reads FP8 experts with per-tensor scales
   // only, and its UE8M0 requantization (DeepGEMM on Blackwell) packs the
   // scales into int32, neither of which refit writes (docs/engines.md).
-  if (s.kind == EngineSpec::Kind::kSglang && s.kernel == EngineSpec::Kernel::kDeepgemm) {
+  if (s.kind == EngineSpec::Kind::kSglang && IsDeepgemm(s.kernel)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "engine spec \"", text, "\": kernel=deepgemm: SGLang requantizes to "
-        "UE8M0 only for DeepGEMM on Blackwell and packs the scales four to an "
-        "int32, which refit does not write; on SM90 SGLang's DeepGEMM reads "
-        "the checkpoint's float scales: use quant=fp8 without kernel=, or set "
+        "engine spec \"", text, "\": kernel=", KernelName(s.kernel), ": SGLang "
+        "requantizes to UE8M0 only for DeepGEMM on Blackwell (transform_scale_ue8m0) "
+        "and refit writes vLLM's parameters for it only; on SM90 SGLang's DeepGEMM "
+        "reads the checkpoint's float scales: use quant=fp8 without kernel=, or set "
         "SGLANG_ENABLE_JIT_DEEPGEMM=0"));
   }
   if (s.kind == EngineSpec::Kind::kSglang && s.kernel == EngineSpec::Kernel::kFlashinfer &&
@@ -339,23 +345,22 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
         "which refit does not write; run SGLang with --moe-runner-backend "
         "triton for block FP8"));
   }
-  if (s.kernel == EngineSpec::Kernel::kDeepgemm &&
-      s.quant == EngineSpec::Quant::kFp8Ue8m0) {
+  if (IsDeepgemm(s.kernel) && s.quant == EngineSpec::Quant::kFp8Ue8m0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "engine spec \"", text, "\": kernel=deepgemm makes its own UE8M0 "
-        "scales (vLLM requantizes the float-scale checkpoint); use quant=fp8, "
+        "engine spec \"", text, "\": kernel=", KernelName(s.kernel), " makes its own "
+        "UE8M0 scales (vLLM requantizes the float-scale checkpoint); use quant=fp8, "
         "not quant=fp8-ue8m0"));
   }
-  if (s.quant == EngineSpec::Quant::kMxfp8 && s.kernel == EngineSpec::Kernel::kDeepgemm) {
+  if (s.quant == EngineSpec::Quant::kMxfp8 && IsDeepgemm(s.kernel)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "engine spec \"", text, "\": quant=mxfp8 with kernel=deepgemm: DeepGEMM reads "
-        "block FP8; MXFP8 engines take kernel=flashinfer (swizzled F8_128x4 scales, "
+        "engine spec \"", text, "\": quant=mxfp8 with kernel=", KernelName(s.kernel),
+        ": DeepGEMM reads block FP8; MXFP8 engines take kernel=flashinfer (swizzled F8_128x4 scales, "
         "swizzle_mxfp8_scale) or the checkpoint layout ([N, K/32] uint8)"));
   }
-  if (s.quant == EngineSpec::Quant::kNvfp4 && s.kernel == EngineSpec::Kernel::kDeepgemm) {
+  if (s.quant == EngineSpec::Quant::kNvfp4 && IsDeepgemm(s.kernel)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "engine spec \"", text, "\": quant=nvfp4 with kernel=deepgemm: DeepGEMM reads "
-        "block FP8; NVFP4 engines take kernel=flashinfer (swizzled scales, experts' "
+        "engine spec \"", text, "\": quant=nvfp4 with kernel=", KernelName(s.kernel),
+        ": DeepGEMM reads block FP8; NVFP4 engines take kernel=flashinfer (swizzled scales, experts' "
         "w13 as [up; gate]) or the checkpoint layout"));
   }
   if (s.quant == EngineSpec::Quant::kNvfp4 && s.kind != EngineSpec::Kind::kVllm) {

@@ -129,14 +129,23 @@ struct EngineSpec {
   // kFlashinfer: FlashInfer CUTLASS fused MoE, expert w13 as [up; gate]
   // (w31), block scales alike. kDeepgemm: DeepGEMM block FP8 on SM90,
   // weights requantized to power-of-two scales, scales row-major f32.
-  enum class Kernel { kCheckpoint, kFlashinfer, kDeepgemm };
+  // kDeepgemmSm100 (kernel=deepgemm-sm100): DeepGEMM on SM100 (vLLM on
+  // Blackwell with VLLM_USE_DEEP_GEMM, is_blackwell_deep_gemm_e8m0_used):
+  // the same requantized weights, their scales as DeepGEMM's
+  // transform_sf_into_required_layout leaves them, UE8M0 exponents packed
+  // four to an int32, MN-major (exec/convert/deepgemm_sm100_scales.h).
+  enum class Kernel { kCheckpoint, kFlashinfer, kDeepgemm, kDeepgemmSm100 };
   Kernel kernel = Kernel::kCheckpoint;
 
   int32_t world_size() const { return tp * dp; }
 };
 
-// "checkpoint", "flashinfer", "deepgemm".
+// "checkpoint", "flashinfer", "deepgemm", "deepgemm-sm100".
 const char* KernelName(EngineSpec::Kernel k);
+
+// True for kernel=deepgemm and kernel=deepgemm-sm100 (both read weights
+// requantized to power-of-two scales).
+bool IsDeepgemm(EngineSpec::Kernel k);
 
 // Parse the forms above. INVALID_ARGUMENT naming the unknown kind or key,
 // the bad value, or the impossible combination (a size < 1, first/last

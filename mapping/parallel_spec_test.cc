@@ -116,6 +116,12 @@ TEST(ParallelSpecTest, KernelLayoutsParseRoundTripAndRefuseByName) {
   auto d = ParseEngineSpec(EngineSpecString(*ParseEngineSpec("vllm:tp=1,quant=fp8,kernel=deepgemm")));
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->kernel, EngineSpec::Kernel::kDeepgemm);
+  // DeepGEMM on SM100: accepted, and it round-trips.
+  auto b = ParseEngineSpec("vllm:tp=2,quant=fp8,kernel=deepgemm-sm100");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->kernel, EngineSpec::Kernel::kDeepgemmSm100);
+  EXPECT_EQ(EngineSpecString(*b), "vllm:tp=2,dp=1,quant=fp8,kernel=deepgemm-sm100");
+  EXPECT_EQ(ParseEngineSpec(EngineSpecString(*b))->kernel, EngineSpec::Kernel::kDeepgemmSm100);
   EXPECT_EQ(ParseEngineSpec("vllm:tp=1")->kernel, EngineSpec::Kernel::kCheckpoint);
   EXPECT_EQ(EngineSpecString(*ParseEngineSpec("vllm:tp=1,kernel=checkpoint")), "vllm:tp=1,dp=1");
   // SGLang's BF16 experts for FlashInfer CUTLASS: w13 as [up; gate].
@@ -128,10 +134,13 @@ TEST(ParallelSpecTest, KernelLayoutsParseRoundTripAndRefuseByName) {
     const char* says;
   };
   for (const Bad& b : {Bad{"vllm:tp=1,kernel=trtllm", "VLLM_FLASHINFER_MOE_BACKEND=throughput"},
-                       Bad{"vllm:tp=1,kernel=deepgemm-sm100", "VLLM_USE_DEEP_GEMM=0"},
                        Bad{"vllm:tp=1,kernel=marlin", "Marlin"},
                        Bad{"vllm:tp=1,kernel=aiter", "VLLM_ROCM_USE_AITER=0"},
-                       Bad{"vllm:tp=1,kernel=cutlass3", "is not checkpoint, flashinfer or deepgemm"},
+                       Bad{"vllm:tp=1,kernel=cutlass3",
+                           "is not checkpoint, flashinfer, deepgemm or deepgemm-sm100"},
+                       Bad{"sglang:tp=1,quant=fp8,kernel=deepgemm-sm100", "transform_scale_ue8m0"},
+                       Bad{"vllm:tp=1,quant=fp8-ue8m0,kernel=deepgemm-sm100", "use quant=fp8"},
+                       Bad{"vllm:tp=1,quant=nvfp4,kernel=deepgemm-sm100", "DeepGEMM reads block FP8"},
                        Bad{"sglang:tp=1,quant=fp8,kernel=deepgemm", "SGLANG_ENABLE_JIT_DEEPGEMM=0"},
                        Bad{"sglang:tp=1,quant=fp8,kernel=flashinfer", "per-tensor scales only"},
                        Bad{"vllm:tp=1,quant=fp8-ue8m0,kernel=deepgemm", "use quant=fp8"}}) {

@@ -59,7 +59,7 @@ std::vector<SwizzleRun> SwizzleRowRuns(int64_t r0, int64_t r1, int64_t padded_co
   return out;
 }
 
-std::vector<SwizzleRun> SwizzleColRuns(int64_t c0, int64_t c1) {
+std::vector<SwizzleRun> SwizzleColRuns(int64_t c0, int64_t c1, int64_t tile_stride) {
   std::vector<SwizzleRun> out;
   for (int64_t c = c0; c < c1;) {
     SwizzleRun& run = out.emplace_back();
@@ -70,7 +70,7 @@ std::vector<SwizzleRun> SwizzleColRuns(int64_t c0, int64_t c1) {
     } else {
       const int64_t tiles = (c1 - c) / 4;
       run.n = 4 * tiles;
-      run.splits = {{tiles, 512}, {4, 1}};
+      run.splits = {{tiles, tile_stride}, {4, 1}};
     }
     c += run.n;
   }

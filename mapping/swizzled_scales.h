@@ -38,8 +38,10 @@ struct SwizzleRun {
 // partial 128-row tile, whole tiles (strides for `padded_cols` = Cp).
 std::vector<SwizzleRun> SwizzleRowRuns(int64_t r0, int64_t r1, int64_t padded_cols);
 
-// Columns [c0, c1) as runs: partial 4-column tiles, whole tiles.
-std::vector<SwizzleRun> SwizzleColRuns(int64_t c0, int64_t c1);
+// Columns [c0, c1) as runs: partial 4-column tiles, whole tiles, the tiles
+// `tile_stride` bytes apart (512 in the 128 x 4 order; DeepGEMM's packed
+// UE8M0 scales: 4 * their aligned rows, mapping/packed_scales.h).
+std::vector<SwizzleRun> SwizzleColRuns(int64_t c0, int64_t c1, int64_t tile_stride);
 
 }  // namespace refit
 

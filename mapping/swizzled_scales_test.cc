@@ -69,7 +69,7 @@ TEST(SwizzledScalesTest, RunsPlaceEveryIndexWhereTheOffsetSays) {
     }
     ASSERT_EQ(next, r1);
     next = c0;
-    for (const SwizzleRun& run : SwizzleColRuns(c0, c1)) {
+    for (const SwizzleRun& run : SwizzleColRuns(c0, c1, 512)) {
       ASSERT_EQ(run.at, next);
       for (int64_t i = 0; i < run.n; ++i) {
         ASSERT_EQ(SwizzledScaleOffset(0, run.at, cp) + RunOffset(run, i),

@@ -41,6 +41,10 @@ absl::StatusOr<ConversionKind> KindFor(const TensorSpec& s, const TensorSpec& d,
   if (d.dtype == DType::kF32 && d.transform == Transform::kNone) {
     return ConversionKind::kCastF32;
   }
+  if (d.dtype == DType::kF8E4M3 && d.transform == Transform::kNone && scale != nullptr &&
+      scale->dtype == DType::kU8 && scale->transform == Transform::kUe8m0Requant) {
+    return ConversionKind::kFp8BlockRequantUe8m0Packed;
+  }
   if (d.dtype == DType::kF8E4M3 && d.transform == Transform::kNone &&
       scale != nullptr && scale->dtype == DType::kU8) {
     return ConversionKind::kMxfp8;
@@ -174,6 +178,39 @@ absl::StatusOr<std::vector<CutTileGroup>> GroupCutTiles(
     out.push_back({tensor, Box::UncheckedMove(std::move(o), std::move(e)),
                    std::move(ranks)});
   }
+  return out;
+}
+
+// The records of a per-row scale tensor (kFp8BlockRequantUe8m0Packed)
+// from `tiles`, the record of its owned tiles (row-major, one byte a tile):
+// the tiles' weight rows, each reading its tile's byte (a stride-0 digit of
+// `tile_rows`); the last tile, cut by the weight's `rows`, in a record of
+// its own.
+std::vector<Record> RowBroadcastScaleRecords(const Record& tiles, int64_t tile_rows,
+                                             int64_t rows) {
+  const int d = tiles.box.rank() - 2;
+  const int64_t t0 = tiles.box.origin(d), nt = tiles.box.shape(d);
+  const int64_t tile_stride = tiles.dims[d].splits.empty() ? 0 : tiles.dims[d].splits[0].stride;
+  std::vector<Record> out;
+  auto add = [&](int64_t first_tile, int64_t n_tiles) {
+    if (n_tiles <= 0) return;
+    Record r = tiles;
+    Box::Indices o(tiles.box.origin().begin(), tiles.box.origin().end());
+    Box::Indices e(tiles.box.shape().begin(), tiles.box.shape().end());
+    o[d] = first_tile * tile_rows;
+    e[d] = std::min(rows, (first_tile + n_tiles) * tile_rows) - o[d];
+    const int64_t per_tile = e[d] / n_tiles;  // tile_rows, or the cut tile's rows
+    r.box = Box::UncheckedMove(std::move(o), std::move(e));
+    r.byte_offset = tiles.byte_offset + (first_tile - t0) * tile_stride;  // one byte a tile
+    r.dims[d].splits.clear();
+    if (n_tiles > 1) r.dims[d].splits.push_back({n_tiles, tile_stride});
+    r.dims[d].splits.push_back({per_tile, 0});
+    out.push_back(std::move(r));
+  };
+  // The tiles whose rows are all the weight's, then the cut last one.
+  const int64_t whole = std::max<int64_t>(0, std::min(nt, rows / tile_rows - t0));
+  add(t0, whole);
+  add(t0 + whole, nt - whole);
   return out;
 }
 
@@ -373,6 +410,8 @@ const char* ConversionKindName(ConversionKind k) {
       return "fp8_block_ue8m0";
     case ConversionKind::kFp8BlockRequantUe8m0:
       return "fp8_block_requant_ue8m0";
+    case ConversionKind::kFp8BlockRequantUe8m0Packed:
+      return "fp8_block_requant_ue8m0_packed";
     case ConversionKind::kMxfp8:
       return "mxfp8";
     case ConversionKind::kNvfp4:
@@ -406,6 +445,8 @@ const QuantFormatRow* QuantFormatRowOf(ConversionKind k) {
       return &QuantFormatTraits(QuantFormat::kFp8BlockUe8m0);
     case ConversionKind::kFp8BlockRequantUe8m0:
       return &QuantFormatTraits(QuantFormat::kFp8BlockRequantUe8m0);
+    case ConversionKind::kFp8BlockRequantUe8m0Packed:
+      return &QuantFormatTraits(QuantFormat::kFp8BlockRequantUe8m0, ScaleSwizzle::kPackedUe8m0);
     case ConversionKind::kMxfp8:
       return &QuantFormatTraits(QuantFormat::kMxfp8);
     case ConversionKind::kNvfp4:
@@ -519,6 +560,10 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
       }
       std::vector<int64_t> grid(d.shape.size());
       for (size_t k = 0; k < d.shape.size(); ++k) grid[k] = CeilDiv(s.shape[k], p.tile[k]);
+      // Exponent bytes per weight row: the grid's rows are the weight's.
+      if (kind == ConversionKind::kFp8BlockRequantUe8m0Packed) {
+        grid[d.shape.size() - 2] = s.shape[d.shape.size() - 2];
+      }
       if (scale->shape != grid || scale->stacked != d.stacked) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", scale->name, ": shape [", absl::StrJoin(scale->shape, ", "),
@@ -592,7 +637,14 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
         sr.box = owned;
         sr.dims = SubArrayDims(owned.shape(), owned.shape());
         c.scale_buffer = sbuf;
-        src.records.push_back(std::move(sr));
+        if (p.kind == ConversionKind::kFp8BlockRequantUe8m0Packed) {
+          const int64_t rows = src_shape_of(c)[owned.rank() - 2];
+          for (Record& x : RowBroadcastScaleRecords(sr, p.tile[owned.rank() - 2], rows)) {
+            src.records.push_back(std::move(x));
+          }
+        } else {
+          src.records.push_back(std::move(sr));
+        }
       }
       if (p.kind == ConversionKind::kNvfp4) {
         const Box lead = LeadingBox(c.from.box);

@@ -13,6 +13,13 @@
 //     loading the kFp8Block checkpoint: each tile dequantized with its
 //     float scale and requantized with a power-of-two scale
 //     (exec/convert/quantize.h has the arithmetic);
+//   - kFp8BlockRequantUe8m0Packed: the same codes, for DeepGEMM on SM100
+//     (kernel=deepgemm-sm100): the engine's `<weight>_scale_inv` is u8 with
+//     one exponent byte per weight row and tile column ([..., N,
+//     ceil(K/128)], each row the byte of its 128-row tile), which the
+//     engine layout packs four to an int32, MN-major (ScaleSwizzle::
+//     kPackedUe8m0). A sender's scratch holds one byte per owned tile; its
+//     scale records read each byte for the tile's rows (a stride-0 digit);
 //   - kMxfp8: e4m3 weights with one E8M0 byte (`<weight>_scale`, u8, vLLM's
 //     MXFP8 weight_scale) per 1 x 32 block along the last dim;
 //   - kNvfp4: a u8 engine weight [..., N, K/2] (two E2M1 codes a byte) from
@@ -62,6 +69,8 @@ enum class ConversionKind : int32_t {
   kFp8BlockRequantUe8m0 = 5,  // kFp8Block, then requantized to UE8M0 scales
   kMxfp8 = 6,          // e4m3 + E8M0 byte scales per 1 x 32 block
   kNvfp4 = 7,          // E2M1 x2 bytes + e4m3 scales per 1 x 16 + f32 global
+  kFp8BlockRequantUe8m0Packed = 8,  // kFp8BlockRequantUe8m0, exponent-byte
+                                    // scales per weight row (DeepGEMM SM100)
 };
 
 // Which recipe makes an NVFP4 weight's global scale, block scales and codes
@@ -90,7 +99,8 @@ inline constexpr int64_t kMxfp8Block = QuantFormatTraits(QuantFormat::kMxfp8).bl
 inline constexpr int64_t kNvfp4Block = QuantFormatTraits(QuantFormat::kNvfp4).block_cols;
 
 // "cast_f32", "neg_exp_f32", "fp8_block", "fp8_block_ue8m0",
-// "fp8_block_requant_ue8m0", "mxfp8".
+// "fp8_block_requant_ue8m0", "fp8_block_requant_ue8m0_packed", "mxfp8",
+// "nvfp4".
 const char* ConversionKindName(ConversionKind k);
 
 struct Conversion;
@@ -107,7 +117,8 @@ const QuantFormatRow* QuantFormatRowOf(ConversionKind k);
 bool IsBlockQuantized(ConversionKind k);
 
 // Bytes of one scale element of a block kind, from its format row: 1
-// (E8M0, e4m3) for kMxfp8 and kNvfp4, else 4.
+// (E8M0, e4m3, UE8M0) for kMxfp8, kNvfp4 and kFp8BlockRequantUe8m0Packed,
+// else 4.
 int64_t ScaleElementBytes(ConversionKind k);
 
 // One source record's conversion. `from` is the record as registered (the
@@ -166,7 +177,8 @@ struct ConvertedSource {
 // namesake has another dtype, or that has a transform, and a dst tensor
 // "<w>_scale_inv" without a src namesake that is the scale of a block-
 // quantized weight w (kFp8BlockUe8m0 when the scale tensor's transform is
-// kPow2Ceil, kFp8BlockRequantUe8m0 when it is kUe8m0Requant), or a u8 dst
+// kPow2Ceil, kFp8BlockRequantUe8m0 when it is kUe8m0Requant,
+// kFp8BlockRequantUe8m0Packed when it is u8 and kUe8m0Requant), or a u8 dst
 // tensor "<w>_scale" (kMxfp8). `block` is the FP8 tile edge (128). Without
 // any conversion the source comes back unchanged.
 //

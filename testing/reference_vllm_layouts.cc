@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "testing/reference_nvfp4_vllm.h"
 #include "testing/reference_quantizer.h"
 
 namespace refit::testing {
@@ -62,7 +63,7 @@ void AppendRows(Loaded* a, const Loaded& b) {
 // process_weights_after_loading for one matrix: DeepGEMM requantizes to
 // UE8M0 (SM90 keeps the f32 scales row-major).
 void PostProcess(Loaded* m, const VllmFormat& f) {
-  if (f.fp8 && f.kernel == VllmKernel::kDeepgemm) {
+  if (f.fp8 && (f.kernel == VllmKernel::kDeepgemm || f.kernel == VllmKernel::kDeepgemmSm100)) {
     m->q = ReferenceRequantUe8m0(m->q, {m->rows, m->cols}, kBlock);
   }
 }
@@ -77,6 +78,13 @@ void Emit(const Loaded& m, const VllmFormat& f, EngineBytes* out) {
     return;
   }
   out->weight.insert(out->weight.end(), m.q.values.begin(), m.q.values.end());
+  if (f.kernel == VllmKernel::kDeepgemmSm100) {
+    // deepgemm_post_process_fp8_weight_block on SM100: the requantized
+    // scales through transform_sf_into_required_layout.
+    const std::vector<uint8_t> packed = ReferenceDeepgemmSm100Scales(m.q.scales, m.rows, m.cols);
+    out->scale.insert(out->scale.end(), packed.begin(), packed.end());
+    return;
+  }
   const size_t at = out->scale.size();
   out->scale.resize(at + m.q.scales.size() * 4);
   std::memcpy(out->scale.data() + at, m.q.scales.data(), m.q.scales.size() * 4);

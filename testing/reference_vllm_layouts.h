@@ -9,7 +9,9 @@
 // prepare_fp8_moe_layer_for_fi), 364d019 (quantization/utils/fp8_utils.py:
 // requant_weight_ue8m0_inplace, deepgemm_post_process_fp8_weight_block) and
 // 779d1fc (utils/deep_gemm.py), and DeepGEMM 2f98946 (csrc/apis/layout.hpp:
-// on SM90, FP32 128x128 weight scales are kept as they are).
+// on SM90, FP32 128x128 weight scales are kept as they are; on SM100 they
+// are packed as testing/reference_nvfp4_vllm.h's ReferenceDeepgemmSm100Scales
+// states, DeepGEMM 0274ad7).
 #ifndef REFIT_TESTING_REFERENCE_VLLM_LAYOUTS_H_
 #define REFIT_TESTING_REFERENCE_VLLM_LAYOUTS_H_
 
@@ -27,14 +29,15 @@ struct HostWeight {
 // How the engine stores weights: BF16, or block FP8 (128x128) as loaded
 // from the FP8 checkpoint of the same values, and which post-processing
 // ran after loading.
-enum class VllmKernel { kCheckpoint, kFlashinfer, kDeepgemm };
+enum class VllmKernel { kCheckpoint, kFlashinfer, kDeepgemm, kDeepgemmSm100 };
 struct VllmFormat {
   bool fp8 = false;
   VllmKernel kernel = VllmKernel::kCheckpoint;
 };
 
 // The bytes of one engine parameter: the weight (bf16 or e4m3) and, for
-// FP8, its weight_scale_inv (f32), both row-major.
+// FP8, its weight_scale_inv (f32, row-major; kDeepgemmSm100: DeepGEMM's
+// packed int32 exponents per matrix, experts one after another).
 struct EngineBytes {
   std::vector<uint8_t> weight, scale;
 };

@@ -141,6 +141,8 @@ ScaleMode ScaleModeOf(ConversionKind k) {
       return ScaleMode::kPow2;
     case ConversionKind::kFp8BlockRequantUe8m0:
       return ScaleMode::kPow2Requant;
+    case ConversionKind::kFp8BlockRequantUe8m0Packed:
+      return ScaleMode::kPow2RequantE8m0;
     case ConversionKind::kMxfp8:
       return ScaleMode::kE8m0;
     default:
@@ -174,7 +176,9 @@ uint8_t E8m0ScaleByte(float amax) {
   return static_cast<uint8_t>(std::min(254, std::max(0, e)));
 }
 
-int64_t ScaleElementSize(ScaleMode mode) { return mode == ScaleMode::kE8m0 ? 1 : 4; }
+int64_t ScaleElementSize(ScaleMode mode) {
+  return mode == ScaleMode::kE8m0 || mode == ScaleMode::kPow2RequantE8m0 ? 1 : 4;
+}
 
 float BlockScale(float amax, ScaleMode mode) {
   if (mode == ScaleMode::kE8m0) return std::ldexp(1.0f, E8m0ScaleByte(amax) - 127);
@@ -184,7 +188,8 @@ float BlockScale(float amax, ScaleMode mode) {
       return s1;
     case ScaleMode::kPow2:
       return Pow2Ceil(s1);
-    case ScaleMode::kPow2Requant: {
+    case ScaleMode::kPow2Requant:
+    case ScaleMode::kPow2RequantE8m0: {
       const float amax2 = Quantized(amax, 1.0f / s1) * s1;
       return Pow2Ceil(FloatScale(amax2));
     }
@@ -232,7 +237,8 @@ void QuantizeHost(const HostDenseBox& in, const std::vector<int64_t>& tile,
   // vLLM's x / 2^k bit for bit (1 / 2^k is exact; both round x * 2^-k once).
   std::vector<float> scale(amax.size()), inv(amax.size()), s1(amax.size()),
       inv2(amax.size());
-  const bool requant = mode == ScaleMode::kPow2Requant;
+  const bool requant =
+      mode == ScaleMode::kPow2Requant || mode == ScaleMode::kPow2RequantE8m0;
   for (size_t k = 0; k < amax.size(); ++k) {
     scale[k] = BlockScale(amax[k], mode);
     s1[k] = requant ? BlockScale(amax[k], ScaleMode::kFloat) : scale[k];
@@ -264,6 +270,10 @@ void QuantizeHost(const HostDenseBox& in, const std::vector<int64_t>& tile,
       }
       if (mode == ScaleMode::kE8m0) {
         static_cast<uint8_t*>(scales)[pos + i] = E8m0ScaleByte(amax[k]);
+      } else if (mode == ScaleMode::kPow2RequantE8m0) {
+        uint32_t bits;
+        std::memcpy(&bits, &scale[k], 4);
+        static_cast<uint8_t*>(scales)[pos + i] = static_cast<uint8_t>(bits >> 23);
       } else {
         static_cast<float*>(scales)[pos + i] = scale[k];
       }

@@ -61,9 +61,19 @@ float E4M3ToF32(uint8_t b);
 // bf16 / f16 / f32 element at p -> f32 (exact).
 float LoadAsF32(DType dtype, const char* p);
 // How a tile's scale (and, for kPow2Requant, its codes) follow from amax.
-enum class ScaleMode : int32_t { kFloat = 0, kPow2 = 1, kPow2Requant = 2, kE8m0 = 3 };
+// kPow2RequantE8m0: kPow2Requant's codes and scales, each scale written as
+// its exponent byte (the f32 bits >> 23: DeepGEMM's UE8M0 on SM100,
+// exec/convert/deepgemm_sm100_scales.h).
+enum class ScaleMode : int32_t {
+  kFloat = 0,
+  kPow2 = 1,
+  kPow2Requant = 2,
+  kE8m0 = 3,
+  kPow2RequantE8m0 = 4,
+};
 // kFp8Block -> kFloat, kFp8BlockUe8m0 -> kPow2, kFp8BlockRequantUe8m0 ->
-// kPow2Requant, kMxfp8 -> kE8m0 (kFloat for the element-wise kinds).
+// kPow2Requant, kFp8BlockRequantUe8m0Packed -> kPow2RequantE8m0, kMxfp8 ->
+// kE8m0 (kFloat for the element-wise kinds).
 ScaleMode ScaleModeOf(ConversionKind k);
 
 // The block scale a tile with this amax is quantized with (s2 for
@@ -73,7 +83,8 @@ float BlockScale(float amax, ScaleMode mode);
 // kE8m0: the biased exponent byte e written for a block with this amax.
 uint8_t E8m0ScaleByte(float amax);
 
-// Bytes of one scale element of `mode` (4, f32; 1 for kE8m0).
+// Bytes of one scale element of `mode` (4, f32; 1 for kE8m0 and
+// kPow2RequantE8m0).
 int64_t ScaleElementSize(ScaleMode mode);
 
 // A contiguous row-major array of `shape` elements of `dtype` holding the
@@ -93,8 +104,8 @@ absl::StatusOr<std::vector<float>> TileAmaxHost(const HostDenseBox& in,
 // Quantizes `in` into e4m3 `out` (row-major over in.box; null: only the
 // scales) with the scales of
 // `amax` (row-major over IntersectingTiles(in.box, tile)), and writes the
-// scales of OwnedTiles(in.box, tile) to `scales` (row-major, f32, or E8M0
-// bytes for kE8m0; may be null when there are none).
+// scales of OwnedTiles(in.box, tile) to `scales` (row-major, f32, or bytes
+// for kE8m0 and kPow2RequantE8m0; may be null when there are none).
 void QuantizeHost(const HostDenseBox& in, const std::vector<int64_t>& tile,
                   absl::Span<const float> amax, ScaleMode mode, uint8_t* out,
                   void* scales);

@@ -64,6 +64,31 @@ TEST(BlockScaleTest, Ue8m0RoundsUpToAPowerOfTwo) {
   EXPECT_EQ(BlockScale(3.0f, ScaleMode::kPow2), std::ldexp(1.0f, -7));  // 3/448 = 0.0067
 }
 
+// DeepGEMM on SM100: kPow2Requant's codes and scales, each scale written as
+// its exponent byte.
+TEST(QuantizeHostTest, RequantExponentBytesAreTheRequantScalesBits) {
+  const std::vector<int64_t> shape = {200, 300}, tile = {128, 128};
+  std::vector<float> v = RandomBf16Values(200 * 300, 5);
+  for (float& x : v) x *= 0.7f;
+  const std::vector<uint16_t> bf = ToBf16(v);
+  const HostDenseBox in{reinterpret_cast<const char*>(bf.data()), DType::kBF16,
+                        Box::Unchecked({0, 0}, {200, 300})};
+  absl::StatusOr<std::vector<float>> amax = TileAmaxHost(in, tile);
+  ASSERT_TRUE(amax.ok()) << amax.status();
+  std::vector<uint8_t> q(v.size()), qb(v.size()), bytes(amax->size());
+  std::vector<float> scales(amax->size());
+  QuantizeHost(in, tile, *amax, ScaleMode::kPow2Requant, q.data(), scales.data());
+  QuantizeHost(in, tile, *amax, ScaleMode::kPow2RequantE8m0, qb.data(), bytes.data());
+  EXPECT_EQ(qb, q);
+  EXPECT_EQ(ScaleElementSize(ScaleMode::kPow2RequantE8m0), 1);
+  for (size_t k = 0; k < scales.size(); ++k) {
+    uint32_t b;
+    std::memcpy(&b, &scales[k], 4);
+    EXPECT_EQ(bytes[k], b >> 23) << "tile " << k;
+    EXPECT_EQ(BlockScale((*amax)[k], ScaleMode::kPow2RequantE8m0), scales[k]);
+  }
+}
+
 // Two boxes cutting the same tiles give the reference's bytes once their
 // partial amaxes are combined: what the senders do after the exchange.
 // kPow2Requant: vLLM's DeepGEMM requantization of the float-scale bytes.

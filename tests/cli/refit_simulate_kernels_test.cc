@@ -151,6 +151,16 @@ void SimulateAndCheck(const KernelCase& k, uint32_t seed, int* experts_checked =
         files.Check(rank, m + "down_proj.weight",
                     testing::VllmLinear(down, 0, down.rows, t * il, (t + 1) * il, f), f.fp8);
       }
+      if (c.meta.count(p + "self_attn.q_a_proj.weight")) {
+        // MLA's fused q_a / kv_a rows (replicated; 128-row tiles of the
+        // fused matrix, kv_a's last one cut): one matrix of both.
+        HostWeight qkv_a = Weight(c, p + "self_attn.q_a_proj.weight");
+        const HostWeight kv_a = Weight(c, p + "self_attn.kv_a_proj_with_mqa.weight");
+        qkv_a.rows += kv_a.rows;
+        qkv_a.v.insert(qkv_a.v.end(), kv_a.v.begin(), kv_a.v.end());
+        files.Check(rank, p + "self_attn.fused_qkv_a_proj.weight",
+                    testing::VllmLinear(qkv_a, 0, qkv_a.rows, 0, qkv_a.cols, f), f.fp8);
+      }
       const HostWeight o = Weight(c, p + "self_attn.o_proj.weight");
       const int64_t ol = o.cols / tp;
       files.Check(rank, p + "self_attn.o_proj.weight",
@@ -165,6 +175,7 @@ void SimulateAndCheck(const KernelCase& k, uint32_t seed, int* experts_checked =
 constexpr VllmFormat kFlashinferBf16{false, VllmKernel::kFlashinfer};
 constexpr VllmFormat kFlashinferFp8{true, VllmKernel::kFlashinfer};
 constexpr VllmFormat kDeepgemm{true, VllmKernel::kDeepgemm};
+constexpr VllmFormat kDeepgemmSm100{true, VllmKernel::kDeepgemmSm100};
 
 TEST(RefitSimulateKernelsTest, FlashinferBf16MoeTpHoldsW31) {
   SimulateAndCheck({"tiny-qwen3-moe-b128", "megatron:tp=2,pp=1,ep=2,etp=1",
@@ -192,8 +203,25 @@ TEST(RefitSimulateKernelsTest, DeepgemmRequantizedUe8m0MoeEpCutTiles) {
                    14);
 }
 
+// DeepGEMM on SM100: the same requantized weights, each weight_scale_inv the
+// int32-packed UE8M0 exponents of its rows (TP parts of fused modules,
+// stacked experts).
+TEST(RefitSimulateKernelsTest, DeepgemmSm100PackedUe8m0DenseAndMoeTp) {
+  SimulateAndCheck({"tiny-deepseek-v3-b128", "megatron:tp=2,pp=1,ep=2,etp=1",
+                    "vllm:tp=2,quant=fp8,kernel=deepgemm-sm100", kDeepgemmSm100},
+                   15);
+}
+
+TEST(RefitSimulateKernelsTest, DeepgemmSm100PackedUe8m0MoeEpCutTiles) {
+  // FSDP's dp=3 row shards cut tiles: one exponent per cut tile, read by
+  // all of its rows.
+  SimulateAndCheck({"tiny-qwen3-moe-b128", "fsdp:dp=3",
+                    "vllm:tp=1,dp=2,ep=2,quant=fp8,kernel=deepgemm-sm100", kDeepgemmSm100},
+                   16);
+}
+
 TEST(RefitSimulateKernelsTest, RefusedKernelsAreNamed) {
-  for (const char* kernel : {"trtllm", "deepgemm-sm100", "marlin", "aiter"}) {
+  for (const char* kernel : {"trtllm", "marlin", "aiter"}) {
     CmdResult r = RunRefit(absl::StrCat(
         "buffers --model tiny-qwen3-moe-b128 --engine vllm:tp=1,kernel=", kernel));
     EXPECT_NE(r.rc, 0) << kernel;
@@ -209,7 +237,8 @@ TEST(RefitSimulateKernelsTest, RefusedKernelsAreNamed) {
 // says which layout the engine buffers hold.
 TEST(RefitSimulateKernelsTest, PlanFingerprintAndBuffersNameTheKernelLayout) {
   std::vector<std::string> fingerprints;
-  for (const char* kernel : {"", ",kernel=flashinfer", ",kernel=deepgemm"}) {
+  for (const char* kernel :
+       {"", ",kernel=flashinfer", ",kernel=deepgemm", ",kernel=deepgemm-sm100"}) {
     const std::string engine = absl::StrCat("vllm:tp=2,quant=fp8", kernel);
     CmdResult r = RunRefit(absl::StrCat("plan --model tiny-qwen3-moe-b128 --trainer fsdp:dp=2 --engine ",
                                         engine));
@@ -227,6 +256,7 @@ TEST(RefitSimulateKernelsTest, PlanFingerprintAndBuffersNameTheKernelLayout) {
   EXPECT_NE(fingerprints[0], fingerprints[1]);
   EXPECT_NE(fingerprints[0], fingerprints[2]);
   EXPECT_NE(fingerprints[1], fingerprints[2]);
+  EXPECT_NE(fingerprints[2], fingerprints[3]);
 }
 
 }  // namespace

@@ -70,7 +70,26 @@ class VllmKernelLayoutTest(unittest.TestCase):
         ])
         self.assertEqual(el.vllm_kernel_layout(m), "deepgemm")
 
-    def test_marlin_aiter_trtllm_fnuz_sm100_refused_by_name(self):
+    def test_deepgemm_sm100_int32_packed_scales(self):
+        def packed(shape):
+            n = 1
+            for d in shape:
+                n *= d
+            return T.Tensor.of([0] * n, shape, T.int32)
+        linear = S.fp8_linear(S.pow2_scales(2), kernel=S.DeepGemmFp8BlockScaledMMKernel())
+        linear.weight_scale_inv = packed((2, 1))
+        experts = S.fp8_moe(S.pow2_scales(4), S.Fp8MoEMethod(
+            fp8_backend=S.Fp8MoeBackend.DEEPGEMM))
+        experts.w13_weight_scale_inv = packed((2, 256, 1))
+        m = S.Model([("model.layers.0.self_attn.o_proj", linear),
+                     ("model.layers.0.mlp.experts", experts)])
+        self.assertEqual(el.vllm_kernel_layout(m), "deepgemm-sm100")
+        # SM90's f32 UE8M0 scales beside SM100's packed ones: one layout only.
+        sm90 = S.fp8_linear(S.pow2_scales(2), kernel=S.DeepGemmFp8BlockScaledMMKernel())
+        self.refused(S.Model([("l.o_proj", sm90), ("l.qkv_proj", linear)]),
+                     "int32-packed", "VLLM_USE_DEEP_GEMM=0")
+
+    def test_marlin_aiter_trtllm_fnuz_xpu_refused_by_name(self):
         self.refused(S.Model([("model.layers.3.self_attn.o_proj", S.fp8_linear(
             S.float_scales(2), use_marlin=True))]),
             "model.layers.3.self_attn.o_proj", "Marlin", "VLLM_TEST_FORCE_FP8_MARLIN")
@@ -96,10 +115,6 @@ class VllmKernelLayoutTest(unittest.TestCase):
         fnuz = S.fp8_linear(S.float_scales(2))
         fnuz.weight = T.Tensor.of([0.0] * 4, (2, 2), T.float8_e4m3fnuz)
         self.refused(S.Model([("l.qkv_proj", fnuz)]), "l.qkv_proj", "FNUZ")
-        sm100 = S.fp8_linear(S.float_scales(2), kernel=S.DeepGemmFp8BlockScaledMMKernel())
-        sm100.weight_scale_inv = T.Tensor.of([1, 2], (2, 1), T.int32)
-        self.refused(S.Model([("l.qkv_proj", sm100)]), "SM100", "int32",
-                     "VLLM_USE_DEEP_GEMM=0")
         self.refused(S.Model([("l.experts", S.fp8_moe(S.float_scales(4), S.Fp8MoEMethod(
             fp8_backend=S.Fp8MoeBackend.XPU)))]), "l.experts", "XPU")
 

@@ -38,6 +38,7 @@ import refit
 
 FLASHINFER = "flashinfer"
 DEEPGEMM = "deepgemm"
+DEEPGEMM_SM100 = "deepgemm-sm100"
 _CHECKPOINT = "checkpoint"
 
 
@@ -104,13 +105,11 @@ def _block_scale(layer: Any, prefix: str = "") -> Any:
 
 def _fp8_block_layout(name: str, layer: Any, scale: Any) -> str:
     """deepgemm when vLLM requantized this block-FP8 weight's scales to
-    powers of two (UE8M0 on SM90, f32), checkpoint when they are the float
-    scales; SM100's int32-packed UE8M0 is refused."""
+    powers of two (UE8M0 on SM90, f32), deepgemm-sm100 when DeepGEMM packed
+    them four to an int32 (transform_sf_into_required_layout on SM100),
+    checkpoint when they are the float scales."""
     if _dtype_name(scale) in ("int32", "int"):
-        raise _refuse(
-            f"layer {name}: DeepGEMM on SM100 holds UE8M0 scales packed four to an "
-            f"int32 (transform_sf_into_required_layout), which refit does not write; "
-            f"run vLLM with VLLM_USE_DEEP_GEMM=0")
+        return DEEPGEMM_SM100
     return DEEPGEMM if _all_pow2(scale) else _CHECKPOINT
 
 
@@ -367,27 +366,33 @@ def vllm_kernel_layout(model: Any) -> Optional[str]:
         lin = _vllm_linear(name, layer, qm)
         if lin is not None and _is_fp8(getattr(layer, "weight", None)):
             seen.setdefault(lin, name)
-    if FLASHINFER in seen and DEEPGEMM in seen:
+    deepgemm = DEEPGEMM_SM100 if DEEPGEMM_SM100 in seen else DEEPGEMM
+    if DEEPGEMM in seen and DEEPGEMM_SM100 in seen:
+        raise _refuse(
+            f"layer {seen[DEEPGEMM]} holds f32 UE8M0 scales and layer "
+            f"{seen[DEEPGEMM_SM100]} int32-packed ones (DeepGEMM on SM100); refit writes "
+            f"one kernel layout per engine: set {_AVOID_DEEPGEMM}")
+    if FLASHINFER in seen and deepgemm in seen:
         raise _refuse(
             f"layer {seen[FLASHINFER]} runs FlashInfer MoE (kernel=flashinfer) and layer "
-            f"{seen[DEEPGEMM]} DeepGEMM with UE8M0 scales (kernel=deepgemm); refit writes "
+            f"{seen[deepgemm]} DeepGEMM with UE8M0 scales (kernel={deepgemm}); refit writes "
             f"one kernel layout per engine: set {_AVOID_DEEPGEMM} or {_AVOID_FLASHINFER}")
     if FLASHINFER in moe_seen and _CHECKPOINT in moe_seen:
         raise _refuse(
             f"MoE layer {moe_seen[FLASHINFER]} runs FlashInfer CUTLASS and MoE layer "
             f"{moe_seen[_CHECKPOINT]} does not; refit writes one layout for all: "
             f"set {_AVOID_FLASHINFER}")
-    if DEEPGEMM in seen and _CHECKPOINT in seen:
+    if deepgemm in seen and _CHECKPOINT in seen:
         first = seen[_CHECKPOINT]
         raise _refuse(
-            f"layer {seen[DEEPGEMM]} holds DeepGEMM's UE8M0-requantized FP8 weights but "
+            f"layer {seen[deepgemm]} holds DeepGEMM's UE8M0-requantized FP8 weights but "
             f"layer {first} holds float scales (DeepGEMM skipped it for its shape, or "
             f"another kernel reads it); refit writes one layout for all: set "
             f"{_AVOID_DEEPGEMM}")
     if FLASHINFER in seen:
         return FLASHINFER
-    if DEEPGEMM in seen:
-        return DEEPGEMM
+    if deepgemm in seen:
+        return deepgemm
     return None
 
 

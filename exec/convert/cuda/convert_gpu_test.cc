@@ -48,14 +48,18 @@ std::vector<uint16_t> RandomBf16(int64_t n, uint32_t seed, std::vector<float>* v
 
 // Rows of 260 columns take the general kernel; rows of 392 (a multiple of
 // 8, 16-byte aligned) the vectorized BF16 one. Partial edge tiles in both.
+// kPow2RequantE8m0 (DeepGEMM on SM100): the requantized codes, each scale
+// its exponent byte.
 TEST(ConvertGpuTest, WholeTilesEqualTheReference) {
   REFIT_SKIP_WITHOUT_GPU("convert_gpu_test");
   for (int64_t cols : {260, 392})
-  for (ScaleMode mode : {ScaleMode::kFloat, ScaleMode::kPow2, ScaleMode::kPow2Requant}) {
+  for (ScaleMode mode : {ScaleMode::kFloat, ScaleMode::kPow2, ScaleMode::kPow2Requant,
+                         ScaleMode::kPow2RequantE8m0}) {
     const bool ue8m0 = mode == ScaleMode::kPow2;
     const std::vector<int64_t> shape = {3, 300, cols}, tile = {1, 128, 128};
     std::vector<float> v;
-    const bool requant = mode == ScaleMode::kPow2Requant;
+    const bool bytes = mode == ScaleMode::kPow2RequantE8m0;
+    const bool requant = mode == ScaleMode::kPow2Requant || bytes;
     std::vector<uint16_t> bf = RandomBf16(3 * 300 * cols, ue8m0 ? 1 : 2, &v, requant ? 0.7f : 1.0f);
     testing::Quantized want = testing::ReferenceQuantize(v, shape, 128, ue8m0);
     if (requant) {
@@ -76,11 +80,22 @@ TEST(ConvertGpuTest, WholeTilesEqualTheReference) {
     ASSERT_TRUE(st.ok()) << st;
     ASSERT_TRUE(ops->Sync().ok());
     EXPECT_EQ(FromDevice<uint8_t>(out, v.size()), want.values);
-    EXPECT_EQ(FromDevice<float>(scales, want.scales.size()), want.scales);
+    if (bytes) {
+      std::vector<uint8_t> exponents;
+      for (float x : want.scales) {
+        uint32_t b;
+        std::memcpy(&b, &x, 4);
+        exponents.push_back(static_cast<uint8_t>(b >> 23));
+      }
+      EXPECT_EQ(FromDevice<uint8_t>(scales, want.scales.size()), exponents);
+    } else {
+      EXPECT_EQ(FromDevice<float>(scales, want.scales.size()), want.scales);
+    }
     std::printf("%s whole tiles, rows of %lld%s: %zu elements bit-equal to the reference\n",
                 HasFailure() ? "FAIL" : "PASS", static_cast<long long>(cols),
                 mode == ScaleMode::kPow2 ? " (ue8m0)"
-                : mode == ScaleMode::kPow2Requant ? " (requantized to ue8m0)" : "",
+                : mode == ScaleMode::kPow2Requant ? " (requantized to ue8m0)"
+                : bytes ? " (requantized, exponent bytes: deepgemm-sm100)" : "",
                 v.size());
     cudaFree(in);
     cudaFree(out);
@@ -89,12 +104,17 @@ TEST(ConvertGpuTest, WholeTilesEqualTheReference) {
   }
 }
 
+// kPow2RequantE8m0 (DeepGEMM on SM100) too: the cut tile's requantized codes
+// and each part's owned tiles' exponent bytes.
 TEST(ConvertGpuTest, CutTilesWithCombinedAmaxEqualTheReference) {
   REFIT_SKIP_WITHOUT_GPU("convert_gpu_test");
+  for (ScaleMode mode : {ScaleMode::kFloat, ScaleMode::kPow2RequantE8m0}) {
+  const bool requant = mode == ScaleMode::kPow2RequantE8m0;
   const std::vector<int64_t> shape = {300, 200}, tile = {128, 128};
   std::vector<float> v;
-  std::vector<uint16_t> bf = RandomBf16(300 * 200, 3, &v);
+  std::vector<uint16_t> bf = RandomBf16(300 * 200, 3, &v, requant ? 0.7f : 1.0f);
   testing::Quantized want = testing::ReferenceQuantize(v, shape, 128, false);
+  if (requant) want = testing::ReferenceRequantUe8m0(want, shape, 128);
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   auto ops = MakeCudaConvertOps(s);
@@ -114,22 +134,38 @@ TEST(ConvertGpuTest, CutTilesWithCombinedAmaxEqualTheReference) {
   for (int j = 0; j < 2; ++j) {  // tile row 1: part 0's second row, part 1's first
     amax[0][2 + j] = amax[1][j] = std::fmax(amax[0][2 + j], amax[1][j]);
   }
+  // Owned tile rows: part 0 rows 0 and 1, part 1 row 2 (2 tile columns).
+  const int64_t owned_first[2] = {0, 2}, owned_rows[2] = {2, 1};
   for (int p = 0; p < 2; ++p) {
     char* out = nullptr;
+    char* scales = nullptr;
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), 150 * 200), cudaSuccess);
-    ASSERT_TRUE(ops->Quantize(in[p], DType::kBF16, parts[p], tile, amax[p], ScaleMode::kFloat,
-                              out, nullptr).ok());
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&scales), 16), cudaSuccess);
+    ASSERT_TRUE(ops->Quantize(in[p], DType::kBF16, parts[p], tile, amax[p], mode, out,
+                              requant ? scales : nullptr).ok());
     ASSERT_TRUE(ops->Sync().ok());
     std::vector<uint8_t> got = FromDevice<uint8_t>(out, 150 * 200);
     std::vector<uint8_t> exp(want.values.begin() + parts[p].origin(0) * 200,
                              want.values.begin() + parts[p].limit(0) * 200);
     EXPECT_EQ(got, exp) << "part " << p;
+    if (requant) {
+      std::vector<uint8_t> bytes;
+      for (int64_t k = owned_first[p] * 2; k < (owned_first[p] + owned_rows[p]) * 2; ++k) {
+        uint32_t b;
+        std::memcpy(&b, &want.scales[k], 4);
+        bytes.push_back(static_cast<uint8_t>(b >> 23));
+      }
+      EXPECT_EQ(FromDevice<uint8_t>(scales, bytes.size()), bytes) << "part " << p;
+    }
     cudaFree(out);
+    cudaFree(scales);
     cudaFree(in[p]);
   }
-  std::printf("%s cut tiles: both parts bit-equal to the reference\n",
-              HasFailure() ? "FAIL" : "PASS");
+  std::printf("%s cut tiles%s: both parts bit-equal to the reference\n",
+              HasFailure() ? "FAIL" : "PASS",
+              requant ? " (requantized, exponent bytes: deepgemm-sm100)" : "");
   cudaStreamDestroy(s);
+  }
 }
 
 TEST(ConvertGpuTest, NegExpAndNonFinite) {

@@ -391,7 +391,7 @@ int LaunchQuantizeFused(const DenseBox& b, int mode, unsigned char* out,
   if (TileRows(b) > 65535) return static_cast<int>(cudaErrorInvalidValue);
   const dim3 grid = GridOf(b);
   const Owned o = OwnedOf(b);
-  const bool vec = mode != kScaleRequant && mode != kScaleE8m0 && b.dtype == kConvertBF16 &&
+  const bool vec = !RefitRequants(mode) && mode != kScaleE8m0 && b.dtype == kConvertBF16 &&
                    b.block_r == 128 && b.block_c == 128 && b.C % 8 == 0 &&
                    b.c0 % 8 == 0 && reinterpret_cast<uintptr_t>(b.data) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(out) % 8 == 0;

@@ -23,6 +23,9 @@ inline constexpr int kScaleFloat = 0;
 inline constexpr int kScalePow2 = 1;
 inline constexpr int kScaleRequant = 2;
 inline constexpr int kScaleE8m0 = 3;  // scales are E8M0 bytes, not f32
+// kScaleRequant's arithmetic, each scale written as its exponent byte (DeepGEMM
+// on SM100's UE8M0 scales).
+inline constexpr int kScaleRequantE8m0 = 4;
 
 // The MXFP8 block the MX kernels are written for (one warp per block); the
 // host dispatcher checks it against the format table's MXFP8 row

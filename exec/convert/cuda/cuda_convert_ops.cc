@@ -28,6 +28,10 @@ namespace {
 // The kernels' blocks are the format table's (layout/quant_format.h).
 static_assert(cuda::kMxfp8KernelBlock == kMxfp8Block, "MXFP8 kernels and format row disagree");
 static_assert(cuda::kNvfp4KernelBlock == kNvfp4Block, "NVFP4 kernels and format row disagree");
+static_assert(cuda::kScaleRequant == static_cast<int>(ScaleMode::kPow2Requant) &&
+                  cuda::kScaleE8m0 == static_cast<int>(ScaleMode::kE8m0) &&
+                  cuda::kScaleRequantE8m0 == static_cast<int>(ScaleMode::kPow2RequantE8m0),
+              "the kernels' scale modes are ScaleMode's values");
 
 absl::StatusOr<int> DtypeCode(DType d) {
   switch (d) {

@@ -52,6 +52,11 @@ __device__ inline float RefitE8m0Value(int e) {
   return e == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(static_cast<unsigned>(e) << 23);
 }
 
+// The modes whose codes are requantized (kPow2Requant and its byte form).
+__host__ __device__ inline bool RefitRequants(int mode) {
+  return mode == kScaleRequant || mode == kScaleRequantE8m0;
+}
+
 // BlockScale of exec/convert/quantize.cc: the scale a tile is quantized with.
 __device__ inline float RefitBlockScale(float amax, int mode) {
   if (mode == kScaleE8m0) return RefitE8m0Value(RefitE8m0Byte(amax));
@@ -71,20 +76,21 @@ struct RefitTileScales {
 __device__ inline RefitTileScales RefitScalesOf(float amax, int mode) {
   RefitTileScales t;
   t.scale = RefitBlockScale(amax, mode);
-  t.s1 = mode == kScaleRequant ? RefitBlockScale(amax, kScaleFloat) : t.scale;
+  t.s1 = RefitRequants(mode) ? RefitBlockScale(amax, kScaleFloat) : t.scale;
   t.inv = __fdiv_rn(1.0f, t.s1);
   t.inv2 = __fdiv_rn(1.0f, t.scale);
   return t;
 }
 __device__ inline float RefitScaled(float v, const RefitTileScales& t, int mode) {
   const float x = __fmul_rn(v, t.inv);
-  if (mode != kScaleRequant) return x;
+  if (!RefitRequants(mode)) return x;
   return __fmul_rn(__fmul_rn(RefitE4M3Value(x), t.s1), t.inv2);
 }
 
-// Writes scale element k: the f32 scale, or for kScaleE8m0 its byte.
+// Writes scale element k: the f32 scale, or for kScaleE8m0 and
+// kScaleRequantE8m0 its exponent byte.
 __device__ inline void RefitStoreScale(void* scales, int64_t k, int mode, float scale) {
-  if (mode == kScaleE8m0) {
+  if (mode == kScaleE8m0 || mode == kScaleRequantE8m0) {
     static_cast<unsigned char*>(scales)[k] =
         static_cast<unsigned char>((__float_as_uint(scale) >> 23) & 0xFF);
   } else {
