@@ -44,7 +44,7 @@ class Outsider {
   explicit Outsider(int port) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
-    stub_ = v1::RefitService::NewStub(grpc::CreateCustomChannel(
+    service_ = v1::RefitService::NewStub(grpc::CreateCustomChannel(
         absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args));
   }
 
@@ -59,7 +59,7 @@ class Outsider {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     ctx.set_wait_for_ready(true);
-    absl::Status s = FromGrpcStatus(stub_->Register(&ctx, req, &resp));
+    absl::Status s = FromGrpcStatus(service_->Register(&ctx, req, &resp));
     if (!s.ok()) return s;
     return resp;
   }
@@ -70,7 +70,7 @@ class Outsider {
     v1::HeartbeatResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    return FromGrpcStatus(stub_->Heartbeat(&ctx, req, &resp));
+    return FromGrpcStatus(service_->Heartbeat(&ctx, req, &resp));
   }
   absl::Status AwaitPlan(const std::string& id, const std::string& secret) {
     v1::AwaitPlanRequest req;
@@ -79,7 +79,7 @@ class Outsider {
     v1::AwaitPlanResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    return FromGrpcStatus(stub_->AwaitPlan(&ctx, req, &resp));
+    return FromGrpcStatus(service_->AwaitPlan(&ctx, req, &resp));
   }
   absl::Status KvGet(const std::string& key, const std::string& id, const std::string& secret) {
     v1::KvGetRequest req;
@@ -89,11 +89,11 @@ class Outsider {
     v1::KvGetResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    return FromGrpcStatus(stub_->KvGet(&ctx, req, &resp));
+    return FromGrpcStatus(service_->KvGet(&ctx, req, &resp));
   }
 
  private:
-  std::unique_ptr<v1::RefitService::Stub> stub_;
+  std::unique_ptr<v1::RefitService::Stub> service_;
 };
 
 std::unique_ptr<RefitClient> Member(int port, const std::string& job_key = "") {

@@ -64,7 +64,7 @@ ParkedKvGets::ParkedKvGets(int port, const RefitClient& member, int count,
   // made from `source`.
   const int fd = source.empty() ? -1 : Dial(port, source);
   EXPECT_TRUE(source.empty() || fd >= 0) << "no connection from " << source;
-  stub_ = v1::RefitService::NewStub(
+  service_ = v1::RefitService::NewStub(
       fd >= 0 ? grpc::CreateInsecureChannelFromFd(target, fd)
               : grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   for (int i = 0; i < count; ++i) {
@@ -75,7 +75,7 @@ ParkedKvGets::ParkedKvGets(int port, const RefitClient& member, int count,
     req.set_wait(true);
     req.set_member_id(member.member_id());
     req.set_member_secret(member.member_secret());
-    call->reader = stub_->AsyncKvGet(&call->ctx, req, &cq_);
+    call->reader = service_->AsyncKvGet(&call->ctx, req, &cq_);
     call->reader->Finish(&call->resp, &call->status, call.get());
     calls_.push_back(std::move(call));
   }

@@ -65,7 +65,7 @@ class ParkedKvGets {
     grpc::Status status;
     std::unique_ptr<grpc::ClientAsyncResponseReader<v1::KvGetResponse>> reader;
   };
-  std::unique_ptr<v1::RefitService::Stub> stub_;
+  std::unique_ptr<v1::RefitService::Stub> service_;
   grpc::CompletionQueue cq_;
   std::vector<std::unique_ptr<Call>> calls_;
   int answered_ = 0;

@@ -330,10 +330,10 @@ def vllm_kernel_layout(model: Any) -> Optional[str]:
     Marlin, ROCm AITER, FlashInfer TRTLLM, MXFP8 scales other than [N, K/32]
     uint8 or FlashInfer CUTLASS's flat swizzled ones, MXFP8 weights dequantized at load and MXFP8 experts but the
     emulation's, per-tensor FP8 (max-scale
-    requantization, FlashInfer alpha scales), FNUZ, DeepGEMM's SM100 packed
-    scales, an unknown MoE backend, and a model whose layers need two
-    different layouts (DeepGEMM linears with FlashInfer MoE, or block-FP8
-    layers of which only some were requantized).
+    requantization, FlashInfer alpha scales), FNUZ, an unknown MoE backend,
+    and a model whose layers need two different layouts (DeepGEMM linears
+    with FlashInfer MoE, SM90 and SM100 DeepGEMM scales together, or
+    block-FP8 layers of which only some were requantized).
     """
     seen = {}  # layout -> first layer name
     moe_seen = {}
@@ -341,20 +341,14 @@ def vllm_kernel_layout(model: Any) -> Optional[str]:
         qm = getattr(layer, "quant_method", None)
         if qm is None:
             continue
-        mx = _vllm_mxfp8(name, layer, qm)
-        if mx is not None:
-            seen.setdefault(mx, name)
+        fmt, low = "MXFP8", _vllm_mxfp8(name, layer, qm)
+        if low is None:
+            fmt, low = "NVFP4", _vllm_nvfp4(name, layer, qm)
+        if low is not None:
+            seen.setdefault(low, name)
             if FLASHINFER in seen and _CHECKPOINT in seen:
                 raise _refuse(
-                    f"layer {seen[FLASHINFER]} holds swizzled MXFP8 scales and layer "
-                    f"{seen[_CHECKPOINT]} does not; refit writes one layout for all")
-            continue
-        nv = _vllm_nvfp4(name, layer, qm)
-        if nv is not None:
-            seen.setdefault(nv, name)
-            if FLASHINFER in seen and _CHECKPOINT in seen:
-                raise _refuse(
-                    f"layer {seen[FLASHINFER]} holds swizzled NVFP4 scales and layer "
+                    f"layer {seen[FLASHINFER]} holds swizzled {fmt} scales and layer "
                     f"{seen[_CHECKPOINT]} does not; refit writes one layout for all")
             continue
         moe = _vllm_moe(name, layer, qm)
