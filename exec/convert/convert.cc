@@ -70,7 +70,7 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
     // A block conversion without codes (to_buffer -1) writes only its
     // scales (its receivers quantize on pull, exec/pull/fused_pull.h).
     const bool scales_only = c.to_buffer == -1 && IsBlockQuantized(c.kind) &&
-                             c.kind != ConversionKind::kNvfp4;
+                             c.format != QuantFormat::kNvfp4;
     if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(src.tensors.size()) ||
         (!scales_only && !own_buffer(c.to_buffer)) ||
         (c.scale_buffer >= 0 && !own_buffer(c.scale_buffer))) {
@@ -88,7 +88,7 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
       }
       v.tiles = IntersectingTiles(c.from.box, c.tile);
     }
-    if (c.kind == ConversionKind::kNvfp4) {
+    if (QuantizesTo(c, QuantFormat::kNvfp4)) {
       if (c.global_tensor < 0 || c.global_tensor >= static_cast<int32_t>(src.tensors.size())) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", v.tensor->name, ": its NVFP4 global scale tensor is missing"));
@@ -112,7 +112,7 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
   }
   // Every NVFP4 record's experts are in its parameter's amax exchange.
   for (const Conv& v : cv.convs_) {
-    if (v.c->kind != ConversionKind::kNvfp4) continue;
+    if (!QuantizesTo(*v.c, QuantFormat::kNvfp4)) continue;
     int64_t covered = 0;
     for (const Group& gr : cv.groups_) {
       if (gr.g->tensor == v.c->global_tensor) {
@@ -145,7 +145,7 @@ absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
     ConvertOps& ops, absl::Span<char* const> buffers) {
   for (Conv& v : convs_) {
     if (v.skip) continue;
-    if (v.c->kind == ConversionKind::kNvfp4) {
+    if (QuantizesTo(*v.c, QuantFormat::kNvfp4)) {
       REFIT_ASSIGN_OR_RETURN(const char* dense,
                              ops.Gather(v.c->from, v.c->from_dtype, buffers));
       if (!v.has_cut) {  // the global amax only, every record behind one wait
@@ -172,7 +172,7 @@ absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
     std::fill(gr.own.begin(), gr.own.end(), 0.0f);
     for (const Conv& v : convs_) {
       if (v.skip) continue;
-      if (v.c->kind == ConversionKind::kNvfp4 && v.c->global_tensor == gr.g->tensor) {
+      if (QuantizesTo(*v.c, QuantFormat::kNvfp4) && v.c->global_tensor == gr.g->tensor) {
         ForEachTile(Intersect(v.experts, gr.g->tiles), [&](absl::Span<const int64_t> t) {
           float& o = gr.own[IndexIn(gr.g->tiles, t)];
           o = std::fmax(o, v.global_amax[IndexIn(v.experts, t)]);
@@ -223,7 +223,7 @@ absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
   for (Conv& v : convs_) {
     const Conversion& c = *v.c;
     if (v.skip) continue;
-    if (c.kind == ConversionKind::kNvfp4) {
+    if (QuantizesTo(c, QuantFormat::kNvfp4)) {
       REFIT_RETURN_IF_ERROR(FinishNvfp4(ops, v, buffers));
       continue;
     }
@@ -237,7 +237,7 @@ absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
     if (!v.has_cut && c.to_buffer >= 0) {
       REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
       REFIT_RETURN_IF_ERROR(ops.QuantizeWhole(
-          dense, c.from_dtype, c.from.box, c.tile, ScaleModeOf(c.kind),
+          dense, c.from_dtype, c.from.box, c.tile, ScaleModeOf(c.format, c.swizzle),
           buffers[c.to_buffer], c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr,
           absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_)));
       continue;
@@ -255,7 +255,7 @@ absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
     if (!v.has_cut) REFIT_RETURN_IF_ERROR(Amax(ops, v, buffers));  // scales only
     REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
     REFIT_RETURN_IF_ERROR(ops.Quantize(dense, c.from_dtype, c.from.box, c.tile, v.amax,
-                                       ScaleModeOf(c.kind),
+                                       ScaleModeOf(c.format, c.swizzle),
                                        c.to_buffer >= 0 ? buffers[c.to_buffer] : nullptr,
                                        c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr));
     v.amax.clear();
