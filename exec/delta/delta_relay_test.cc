@@ -260,9 +260,11 @@ TEST_P(AcrossLayouts, ADeadRelayFailsItsDownstreamNamingIt) {
 INSTANTIATE_TEST_SUITE_P(Transports, AcrossLayouts, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "Gloo" : "InProc"; });
 
-// The planner's relays between a TP2 and a TP1 replica (both directions,
-// regions cut alike): dense then delta rounds land every byte, digests
-// compared, the relays repeating the trainer's payloads.
+// The planner's relays between TP2 and TP1 replicas (both directions,
+// regions cut alike) of a delta plan under a small staging budget (a
+// relay's receives and forwards of a wave within its lane room): dense
+// then delta rounds land every byte, digests compared, every runner
+// within the budget.
 TEST(PlannedAcrossLayouts, Tp2AndTp1ReplicasRelayToEachOther) {
   const std::vector<int32_t> tps = {2, 1, 2, 1, 2, 1};
   SideLayout src, dst;
@@ -271,7 +273,7 @@ TEST(PlannedAcrossLayouts, Tp2AndTp1ReplicasRelayToEachOther) {
   o.relay = true;
   o.delta = true;
   o.choose_lanes = false;
-  o.staging_budget_bytes = 8192;
+  o.staging_budget_bytes = 4096;
   auto job = JobOf(BuildPlan(src, dst, o).value(), /*gloo=*/false);
   const std::vector<int32_t> replica = ReplicaOf(tps);
   std::set<std::pair<int32_t, int32_t>> across;  // (sender's tp, receiver's tp)
@@ -284,6 +286,10 @@ TEST(PlannedAcrossLayouts, Tp2AndTp1ReplicasRelayToEachOther) {
   for (double f : {1.0, 0.02, 0.2, 0.0}) {
     Change(job.get(), f);
     RoundResult r = RunRound(job.get());
+    for (size_t g = 0; g < r.status.size(); ++g) {
+      ASSERT_TRUE(r.status[g].ok()) << "rank " << g << ": " << r.status[g];
+      EXPECT_LE(r.allocated_peak[g], o.staging_budget_bytes) << "rank " << g;
+    }
     ASSERT_TRUE(r.commit.ok()) << "fraction " << f << ": " << r.commit;
     ASSERT_EQ(CheckEngines(*job), "") << "fraction " << f;
   }
