@@ -5,6 +5,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "exec/delta/round_digest.h"
 #include "exec/transport/gloo_transport.h"
@@ -177,6 +178,41 @@ std::string CheckEngines(const Job& job) {
     }
   }
   return "";
+}
+
+std::string ChangeAndCommit(Job* job, double fraction, RoundResult* r) {
+  Change(job, fraction);
+  *r = RunRound(job);
+  if (!r->commit.ok()) return absl::StrCat("fraction ", fraction, ": ", r->commit.ToString());
+  const std::string wrong = CheckEngines(*job);
+  return wrong.empty() ? "" : absl::StrCat("fraction ", fraction, ": ", wrong);
+}
+
+int64_t RelayedBytes(const Plan& plan) {
+  int64_t bytes = 0;
+  for (const Message& m : plan.messages) bytes += m.relay ? m.bytes : 0;
+  return bytes;
+}
+
+std::string DeadRelayFailsItsDownstream(Job* job, const Message& relay) {
+  const int ws = job->plan.src.world_size;
+  const int dead = ws + relay.src_rank;
+  Change(job, 0.02);
+  const absl::Time start = absl::Now();
+  RoundResult r = RunRound(job, {dead}, {}, absl::Seconds(2));
+  if (absl::Now() - start > absl::Seconds(10)) return "the round with a dead relay took over 10 s";
+  if (r.commit.ok()) return "the round with a dead relay committed";
+  const absl::Status& st = r.status[ws + relay.dst_rank];
+  if (st.ok()) return absl::StrCat("rank ", ws + relay.dst_rank, " did not fail");
+  if (!absl::StrContains(st.message(), absl::StrCat("rank ", dead)) &&
+      !absl::StrContains(st.message(), absl::StrCat("rank(s) ", dead))) {
+    return absl::StrCat("the downstream rank's error does not name rank ", dead, ": ",
+                        st.ToString());
+  }
+  Change(job, 0.02);
+  RoundResult again = RunRound(job);
+  if (!again.commit.ok()) return absl::StrCat("the next round: ", again.commit.ToString());
+  return CheckEngines(*job);
 }
 
 }  // namespace testing

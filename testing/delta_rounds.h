@@ -70,6 +70,22 @@ RoundResult RunRound(Job* job, std::set<int> absent = {},
 // "" when every engine byte equals the reference copy of the trainers'.
 std::string CheckEngines(const Job& job);
 
+// Changes about `fraction` of the trainers' words (Change) and runs a
+// round (RunRound) into *r. Returns "" when it committed with every engine
+// byte right, else what went wrong.
+std::string ChangeAndCommit(Job* job, double fraction, RoundResult* r);
+
+// Returns the bytes `plan`'s relay messages carry.
+int64_t RelayedBytes(const Plan& plan);
+
+// A relay that never forwards (it connected, then died): after a change
+// of about 2% of the trainers' words, runs a round (deadline 2 s) with the
+// engine rank sending `relay` absent, then one with it back. Returns ""
+// when the first round did not commit, ended within 10 s and failed the
+// rank `relay` feeds naming the relay's rank, and the second committed
+// with every engine byte right; else what went wrong.
+std::string DeadRelayFailsItsDownstream(Job* job, const Message& relay);
+
 }  // namespace testing
 }  // namespace refit
 

@@ -171,20 +171,15 @@ TEST_P(AcrossLayouts, SubRegionsAndUnionsRelayEveryByte) {
     SCOPED_TRACE(sliced ? "slices" : "whole plan");
     auto job = JobOf(RelayedAcross(kTps, kHops), GetParam());
     job->sliced = sliced;
-    const Plan& plan = job->plan;
-    const int ws = plan.src.world_size, world = ws + plan.dst.world_size;
-    int64_t relayed = 0;
-    for (const Message& m : plan.messages) relayed += m.relay ? m.bytes : 0;
+    const int64_t relayed = testing::RelayedBytes(job->plan);
     ASSERT_GT(relayed, 0);
     for (double f : {1.0, 0.02, 0.005, 0.2, 0.0, 0.02}) {
-      Change(job.get(), f);
       const bool dense = job->version == 0;
-      RoundResult r = RunRound(job.get());
-      ASSERT_TRUE(r.commit.ok()) << "fraction " << f << ": " << r.commit;
-      ASSERT_EQ(CheckEngines(*job), "") << "fraction " << f;
+      RoundResult r;
+      ASSERT_EQ(testing::ChangeAndCommit(job.get(), f, &r), "");
       int64_t forwarded_dense = 0;
-      for (int g = 0; g < world; ++g) {
-        EXPECT_LE(r.allocated_peak[g], plan.options.staging_budget_bytes) << "rank " << g;
+      for (size_t g = 0; g < r.stats.size(); ++g) {
+        EXPECT_LE(r.allocated_peak[g], job->plan.options.staging_budget_bytes) << "rank " << g;
         forwarded_dense += r.stats[g].forwarded_dense_bytes;
       }
       if (dense) {
@@ -231,30 +226,14 @@ TEST_P(AcrossLayouts, AByteFlippedInARelayFailsTheCommitNamingIt) {
 // with the relay back, repairs every replica.
 TEST_P(AcrossLayouts, ADeadRelayFailsItsDownstreamNamingIt) {
   auto job = JobOf(RelayedAcross(kTps, kHops), GetParam());
-  const Plan& plan = job->plan;
-  const int ws = plan.src.world_size;
   const std::vector<int32_t> replica = ReplicaOf(kTps);
   ASSERT_TRUE(RunRound(job.get()).commit.ok());
   const Message* relay = nullptr;
-  for (const Message& m : plan.messages) {
+  for (const Message& m : job->plan.messages) {
     if (relay == nullptr && m.relay && replica[m.src_rank] == 1) relay = &m;
   }
   ASSERT_NE(relay, nullptr);
-  const int dead = ws + relay->src_rank;
-  Change(job.get(), 0.02);
-  const absl::Time start = absl::Now();
-  RoundResult r = RunRound(job.get(), {dead}, {}, absl::Seconds(2));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
-  EXPECT_FALSE(r.commit.ok());
-  const absl::Status& st = r.status[ws + relay->dst_rank];
-  EXPECT_FALSE(st.ok());
-  EXPECT_TRUE(absl::StrContains(st.message(), absl::StrCat("rank ", dead)) ||
-              absl::StrContains(st.message(), absl::StrCat("rank(s) ", dead)))
-      << st;
-  Change(job.get(), 0.02);
-  RoundResult again = RunRound(job.get());
-  ASSERT_TRUE(again.commit.ok()) << again.commit;
-  EXPECT_EQ(CheckEngines(*job), "");
+  EXPECT_EQ(testing::DeadRelayFailsItsDownstream(job.get(), *relay), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, AcrossLayouts, ::testing::Values(true, false),
