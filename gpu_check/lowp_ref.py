@@ -122,8 +122,11 @@ _RCP = {}
 def nvfp4_vllm(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(packed E2M1 bytes [N, K/2], e4m3 scale bytes [N, K/16],
     weight_scale_2) of one expert x (BF16 values) under vLLM's online
-    recipe. Raises RuntimeError on a GPU without Triton (no statement of
-    rcp.approx.ftz.f32)."""
+    recipe. Raises RuntimeError without torch.float8_e4m3fn (torch < 2.1)
+    or on a GPU without Triton (no statement of rcp.approx.ftz.f32)."""
+    if FP8 is None:
+        raise RuntimeError("recipe=vllm: nvfp4_vllm_check needs torch.float8_e4m3fn "
+                           "(torch 2.1 or later)")
     import nvfp4_vllm_check as vc
     if x.device.type == "cuda" and "cuda" not in _RCP:
         _RCP["cuda"] = vc.make_rcp_approx()
@@ -191,11 +194,12 @@ def self_check() -> int:
         vals, unit = lowp.block_units("w", eng, kernel)
         ok &= bool(((vals * unit - x).abs() <= lowp.rounding_bound("nvfp4", x, unit)).all())
     ok &= not torch.equal(swizzle(s), s) and torch.equal(lowp.unswizzle(swizzle(s)), s)
-    xb = x.bfloat16().float()  # vLLM's online recipe quantizes BF16 experts
-    q, s, g2 = nvfp4_vllm(xb)
-    eng = {"w": q, "w_scale": s, "w_scale_2": g2}
-    vals, unit = lowp.block_units("w", eng, None)
-    ok &= bool(((vals * unit - xb).abs() <= lowp.rounding_bound("nvfp4", xb, unit)).all())
+    if FP8 is not None:  # vLLM's online recipe (BF16 experts)
+        xb = x.bfloat16().float()
+        q, s, g2 = nvfp4_vllm(xb)
+        eng = {"w": q, "w_scale": s, "w_scale_2": g2}
+        vals, unit = lowp.block_units("w", eng, None)
+        ok &= bool(((vals * unit - xb).abs() <= lowp.rounding_bound("nvfp4", xb, unit)).all())
     mids = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, -0.75])
     ok &= cast_fp4(mids).tolist() == [0, 2, 2, 4, 4, 6, 6, 7, 10]
     print(f"{'PASS' if ok else 'FAIL'}  MXFP8 / NVFP4 references: read back within their "
