@@ -25,15 +25,14 @@ class NvFp4MoeBackend(enum.Enum):
 
 class Nvfp4OnlineMoEMethod:
     def __init__(self, backend: NvFp4MoeBackend = NvFp4MoeBackend.FLASHINFER_TRTLLM) -> None:
-        self.nvfp4_backend = backend
-        self.moe_quant_config = None
-        self.moe_kernel = None
+        self.nvfp4_backend = backend  # select_nvfp4_moe_backend's choice
 
     def create_weights(self, layer: st.Layer, num_experts: int, hidden_size: int,
                        intermediate_size_per_partition: int) -> None:
-        e, h, i = num_experts, hidden_size, intermediate_size_per_partition
-        layer.register_parameter("w13_weight", st.Tensor([e, 2 * i, h], st.bfloat16))
-        layer.register_parameter("w2_weight", st.Tensor([e, h, i], st.bfloat16))
+        """The experts in the model dtype, as the BF16 checkpoint loads them."""
+        for name, shape in (("w13_weight", [2 * intermediate_size_per_partition, hidden_size]),
+                            ("w2_weight", [hidden_size, intermediate_size_per_partition])):
+            layer.register_parameter(name, st.Tensor([num_experts] + shape, st.bfloat16))
 
     def process_weights_after_loading(self, layer: st.Layer) -> None:
         for w in ("w13", "w2"):
