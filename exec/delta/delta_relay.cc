@@ -79,7 +79,7 @@ absl::Status DeltaRunner::PrepareRelays(const Plan& plan, bool src,
             auto it = received.find(p.message);
             covered = covered && it != received.end() && it->second.second < k;
           }
-          if (!covered) {
+          if (!covered || parts.empty()) {
             return absl::InvalidArgumentError(absl::StrCat(
                 "engine rank ", rank_, " relays tensor ",
                 plan.dst.tensors[plan.dst.records[seg.dst_record].tensor].name, " box ",
