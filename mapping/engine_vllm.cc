@@ -228,8 +228,10 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
   }
   REFIT_ASSIGN_OR_RETURN(ModelTensors m, BuildModelTensors(c));
   const KernelRow& kernel = KernelTraits(spec.kernel);
-  m.swizzled_scales = (m.nvfp4 || m.mxfp8) && kernel.swizzle == ScaleSwizzle::kTiles128x4;
-  m.swizzled_flat = m.swizzled_scales && m.mxfp8;
+  if ((m.nvfp4 || m.mxfp8) && kernel.swizzle == ScaleSwizzle::kTiles128x4) {
+    m.scale_swizzle = ScaleSwizzle::kTiles128x4;
+  }
+  m.swizzled_flat = m.scale_swizzle == ScaleSwizzle::kTiles128x4 && m.mxfp8;
   if (m.swizzled_flat) {
     // vLLM's online MXFP8 MoE hands its experts to the backend that
     // select_mxfp8_moe_backend picks (FlashInfer TRTLLM shuffles them);
@@ -264,7 +266,7 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
   }
   if (kernel.swizzle == ScaleSwizzle::kPackedUe8m0) {
     // One exponent byte per weight row and tile column (mapping/packed_scales.h).
-    m.packed_scales = true;
+    m.scale_swizzle = ScaleSwizzle::kPackedUe8m0;
     for (size_t t = 0; t < m.tensors.size(); ++t) {
       const int32_t s = m.scale_of[t];
       if (s < 0) continue;
