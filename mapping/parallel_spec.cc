@@ -191,11 +191,13 @@ absl::StatusOr<TrainerSpec> ParseTrainerSpec(absl::string_view text) {
       } else if (kv.key == "egtp") {
         REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.egtp, 1));
       } else if (kv.key == "weights") {
-        if (kv.value == "mxfp8") {
-          s.weights = TrainerSpec::Weights::kMxfp8;
-        } else if (kv.value == "nvfp4") {
-          s.weights = TrainerSpec::Weights::kNvfp4;
-        } else if (kv.value != "model") {
+        bool known = kv.value == "model";
+        for (const QuantFormat f : {QuantFormat::kMxfp8, QuantFormat::kNvfp4}) {
+          if (kv.value != QuantName(f)) continue;
+          s.weights = f;
+          known = true;
+        }
+        if (!known) {
           return absl::InvalidArgumentError(absl::StrCat(
               "spec \"", text, "\": weights=", kv.value,
               " (expected model, mxfp8 or nvfp4)"));
@@ -236,7 +238,7 @@ absl::StatusOr<TrainerSpec> ParseTrainerSpec(absl::string_view text) {
           s.etp == 0 ? " (etp defaults to tp, as in Megatron; set etp)" : ""));
     }
     if (s.amax == TrainerSpec::AmaxScope::kTp &&
-        s.weights != TrainerSpec::Weights::kNvfp4) {
+        s.weights != QuantFormat::kNvfp4) {
       return absl::InvalidArgumentError(absl::StrCat(
           "spec \"", text, "\": amax= applies to weights=nvfp4 only"));
     }
@@ -435,8 +437,7 @@ std::string TrainerSpecString(const TrainerSpec& s) {
   absl::StrAppend(&out, ",vocab_div=", s.vocab_divisor);
   if (s.gtp > 1) absl::StrAppend(&out, ",gtp=", s.gtp);
   if (s.egtp > 1) absl::StrAppend(&out, ",egtp=", s.egtp);
-  if (s.weights == TrainerSpec::Weights::kMxfp8) absl::StrAppend(&out, ",weights=mxfp8");
-  if (s.weights == TrainerSpec::Weights::kNvfp4) absl::StrAppend(&out, ",weights=nvfp4");
+  if (s.weights.has_value()) absl::StrAppend(&out, ",weights=", QuantName(*s.weights));
   if (s.amax == TrainerSpec::AmaxScope::kTp) absl::StrAppend(&out, ",amax=tp");
   if (s.gpus_per_host > 0) absl::StrAppend(&out, ",gpus_per_host=", s.gpus_per_host);
   return out;
