@@ -157,26 +157,6 @@ absl::Status MarkNvfp4Vllm(const std::string& side, ModelTensors* m) {
 
 absl::Span<const EngineDTypeRow> EngineDTypes() { return kEngineDTypes; }
 
-const char* KernelLayoutSummary(EngineSpec::Kernel k) {
-  switch (k) {
-    case EngineSpec::Kernel::kCheckpoint:
-      return "checkpoint layout (what Triton and CUTLASS read)";
-    case EngineSpec::Kernel::kFlashinfer:
-      return "flashinfer: expert w13_weight and its block scales as [up; gate] "
-             "(w31, FlashInfer CUTLASS fused MoE); NVFP4 and MXFP8 block scales "
-             "in 128 x 4 tiles padded with zeros, NVFP4 dense weights padded to "
-             "multiples of 32";
-    case EngineSpec::Kernel::kDeepgemm:
-      return "deepgemm: block-FP8 weights requantized to power-of-two (UE8M0) "
-             "scales, scales f32 row-major (DeepGEMM on SM90)";
-    case EngineSpec::Kernel::kDeepgemmSm100:
-      return "deepgemm-sm100: block-FP8 weights requantized to power-of-two (UE8M0) "
-             "scales, each row's scale exponents packed four to an int32, MN-major, "
-             "rows padded to a multiple of 4 (DeepGEMM on SM100)";
-  }
-  return "unknown";
-}
-
 absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
                                                 const EngineSpec& spec) {
   ModelConfig c = config;

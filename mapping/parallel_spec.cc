@@ -76,12 +76,22 @@ absl::Status UnknownKey(absl::string_view spec, const std::string& key,
 namespace {
 
 constexpr KernelRow kKernelRows[] = {
-    {EngineSpec::Kernel::kCheckpoint, "checkpoint", ScaleSwizzle::kRowMajor, false},
+    {EngineSpec::Kernel::kCheckpoint, "checkpoint", ScaleSwizzle::kRowMajor, false,
+     "checkpoint layout (what Triton and CUTLASS read)"},
     // 128 x 4 tiles for MXFP8 and NVFP4 scales; FP8 block scales stay
     // row-major.
-    {EngineSpec::Kernel::kFlashinfer, "flashinfer", ScaleSwizzle::kTiles128x4, false},
-    {EngineSpec::Kernel::kDeepgemm, "deepgemm", ScaleSwizzle::kRowMajor, true},
-    {EngineSpec::Kernel::kDeepgemmSm100, "deepgemm-sm100", ScaleSwizzle::kPackedUe8m0, true},
+    {EngineSpec::Kernel::kFlashinfer, "flashinfer", ScaleSwizzle::kTiles128x4, false,
+     "flashinfer: expert w13_weight and its block scales as [up; gate] "
+     "(w31, FlashInfer CUTLASS fused MoE); NVFP4 and MXFP8 block scales "
+     "in 128 x 4 tiles padded with zeros, NVFP4 dense weights padded to "
+     "multiples of 32"},
+    {EngineSpec::Kernel::kDeepgemm, "deepgemm", ScaleSwizzle::kRowMajor, true,
+     "deepgemm: block-FP8 weights requantized to power-of-two (UE8M0) "
+     "scales, scales f32 row-major (DeepGEMM on SM90)"},
+    {EngineSpec::Kernel::kDeepgemmSm100, "deepgemm-sm100", ScaleSwizzle::kPackedUe8m0, true,
+     "deepgemm-sm100: block-FP8 weights requantized to power-of-two (UE8M0) "
+     "scales, each row's scale exponents packed four to an int32, MN-major, "
+     "rows padded to a multiple of 4 (DeepGEMM on SM100)"},
 };
 
 // The quant= values, each a row of the format table.

@@ -153,6 +153,9 @@ struct KernelRow {
   ScaleSwizzle swizzle;
   // Block-FP8 weights requantized to power-of-two scales (DeepGEMM).
   bool requant;
+  // One line saying what the layout writes, for `refit buffers` and
+  // `refit simulate`: "checkpoint layout (what Triton and CUTLASS read)", ...
+  const char* summary;
 };
 
 // The row of kernel `k`.
