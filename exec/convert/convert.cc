@@ -199,9 +199,8 @@ absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
   return out;
 }
 
-absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
-                               const std::map<int32_t, std::vector<float>>& received) {
-  // Combine: every group's max over its holders.
+absl::Status Converter::Combine(const std::map<int32_t, std::vector<float>>& received) {
+  // Every group's max over its holders.
   std::map<int32_t, int64_t> pos;
   for (const auto& [peer, count] : peer_count_) {
     auto it = received.find(peer);
@@ -220,63 +219,73 @@ absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
       for (float& o : gr.own) o = std::fmax(o, r[at++]);
     }
   }
+  // Cut tiles (and NVFP4 parameters) take their group's amax.
   for (Conv& v : convs_) {
-    const Conversion& c = *v.c;
-    if (v.skip) continue;
-    if (c.kind == ConversionKind::kNvfp4) {
-      REFIT_RETURN_IF_ERROR(FinishNvfp4(ops, v, buffers));
-      continue;
-    }
-    if (!IsBlockQuantized(c.kind)) {
-      REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
-      REFIT_RETURN_IF_ERROR(ops.Cast(dense, c.from_dtype, UncheckedNumElements(c.from.box),
-                                     c.kind == ConversionKind::kNegExpF32,
-                                     buffers[c.to_buffer]));
-      continue;
-    }
-    if (!v.has_cut && c.to_buffer >= 0) {
-      REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
-      REFIT_RETURN_IF_ERROR(ops.QuantizeWhole(
-          dense, c.from_dtype, c.from.box, c.tile, ScaleModeOf(c.kind),
-          buffers[c.to_buffer], c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr,
-          absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_)));
-      continue;
-    }
+    if (v.skip || !IsBlockQuantized(v.c->kind)) continue;
+    const bool nvfp4 = v.c->kind == ConversionKind::kNvfp4;
     for (const Group& gr : groups_) {
-      if (gr.g->tensor != c.from.tensor) continue;
-      ForEachTile(Intersect(v.tiles, gr.g->tiles), [&](absl::Span<const int64_t> t) {
-        v.amax[IndexIn(v.tiles, t)] = gr.own[IndexIn(gr.g->tiles, t)];
-      });
+      if (nvfp4 && gr.g->tensor == v.c->global_tensor) {
+        ForEachTile(Intersect(v.experts, gr.g->tiles), [&](absl::Span<const int64_t> t) {
+          v.global_amax[IndexIn(v.experts, t)] = gr.own[IndexIn(gr.g->tiles, t)];
+        });
+      } else if (gr.g->tensor == v.c->from.tensor && (v.has_cut || !nvfp4)) {
+        ForEachTile(Intersect(v.tiles, gr.g->tiles), [&](absl::Span<const int64_t> t) {
+          v.amax[IndexIn(v.tiles, t)] = gr.own[IndexIn(gr.g->tiles, t)];
+        });
+      }
     }
-    if (c.to_buffer < 0 && c.scale_buffer < 0) {  // its part of cut tiles' amaxes only
-      v.amax.clear();
-      continue;
-    }
-    if (!v.has_cut) REFIT_RETURN_IF_ERROR(Amax(ops, v, buffers));  // scales only
-    REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
-    REFIT_RETURN_IF_ERROR(ops.Quantize(dense, c.from_dtype, c.from.box, c.tile, v.amax,
-                                       ScaleModeOf(c.kind),
-                                       c.to_buffer >= 0 ? buffers[c.to_buffer] : nullptr,
-                                       c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr));
-    v.amax.clear();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
+                               const std::map<int32_t, std::vector<float>>& received) {
+  REFIT_RETURN_IF_ERROR(Combine(received));
+  for (size_t k = 0; k < convs_.size(); ++k) {
+    REFIT_RETURN_IF_ERROR(Convert(ops, buffers, static_cast<int32_t>(k)));
+    convs_[k].amax.clear();
   }
   return ops.Sync();
 }
 
-absl::Status Converter::FinishNvfp4(ConvertOps& ops, Conv& v,
+absl::Status Converter::Convert(ConvertOps& ops, absl::Span<char* const> buffers,
+                                int32_t index) {
+  const Conv& v = convs_[index];
+  const Conversion& c = *v.c;
+  if (v.skip) return absl::OkStatus();
+  if (c.kind == ConversionKind::kNvfp4) return ConvertNvfp4(ops, v, buffers);
+  if (!IsBlockQuantized(c.kind)) {
+    REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
+    return ops.Cast(dense, c.from_dtype, UncheckedNumElements(c.from.box),
+                    c.kind == ConversionKind::kNegExpF32, buffers[c.to_buffer]);
+  }
+  if (!v.has_cut && c.to_buffer >= 0) {
+    REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
+    return ops.QuantizeWhole(
+        dense, c.from_dtype, c.from.box, c.tile, ScaleModeOf(c.kind), buffers[c.to_buffer],
+        c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr,
+        absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_));
+  }
+  if (c.to_buffer < 0 && c.scale_buffer < 0) return absl::OkStatus();  // cut tiles' amaxes only
+  std::vector<float> own;  // scales only, no tile cut: the record's own amaxes
+  if (!v.has_cut) {
+    REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
+    absl::StatusOr<std::vector<float>> a = ops.TileAmax(dense, c.from_dtype, c.from.box, c.tile);
+    if (!a.ok()) {
+      return AnnotateStatus(a.status(), absl::StrCat("tensor ", v.tensor->name,
+                                                     ", trainer rank ", rank_));
+    }
+    own = *std::move(a);
+  }
+  REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
+  return ops.Quantize(dense, c.from_dtype, c.from.box, c.tile, v.has_cut ? v.amax : own,
+                      ScaleModeOf(c.kind), c.to_buffer >= 0 ? buffers[c.to_buffer] : nullptr,
+                      c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr);
+}
+
+absl::Status Converter::ConvertNvfp4(ConvertOps& ops, const Conv& v,
                                     absl::Span<char* const> buffers) {
   const Conversion& c = *v.c;
-  for (const Group& gr : groups_) {
-    if (gr.g->tensor == c.global_tensor) {
-      ForEachTile(Intersect(v.experts, gr.g->tiles), [&](absl::Span<const int64_t> t) {
-        v.global_amax[IndexIn(v.experts, t)] = gr.own[IndexIn(gr.g->tiles, t)];
-      });
-    } else if (gr.g->tensor == c.from.tensor && v.has_cut) {
-      ForEachTile(Intersect(v.tiles, gr.g->tiles), [&](absl::Span<const int64_t> t) {
-        v.amax[IndexIn(v.tiles, t)] = gr.own[IndexIn(gr.g->tiles, t)];
-      });
-    }
-  }
   for (size_t k = 0; k < v.global_amax.size() && c.recipe == Nvfp4Recipe::kModelopt; ++k) {
     if (v.global_amax[k] == 0.0f) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -307,7 +316,6 @@ absl::Status Converter::FinishNvfp4(ConvertOps& ops, Conv& v,
                         c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr,
                         c.global_buffer >= 0 ? buffers[c.global_buffer] : nullptr),
       absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_)));
-  v.amax.clear();
   return absl::OkStatus();
 }
 

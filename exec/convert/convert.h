@@ -137,11 +137,26 @@ class Converter {
       ConvertOps& ops, absl::Span<char* const> buffers);
 
   // Step 3: `received[peer]` holds what the peer sent. Writes this rank's
-  // scratch buffers (buffers[to_buffer], buffers[scale_buffer] set).
+  // scratch buffers (buffers[to_buffer], buffers[scale_buffer] set):
+  // Combine, then Convert of every conversion, then ops.Sync().
   // INVALID_ARGUMENT as above or when a peer's count is wrong.
   absl::Status Finish(ConvertOps& ops, absl::Span<char* const> buffers,
                       const std::map<int32_t, std::vector<float>>& received);
 
+  // Step 3 in parts, for a caller converting a few records at a time (the
+  // delta runner, batch by batch). Combine takes the peers' partial amaxes
+  // (as Finish; INVALID_ARGUMENT when a peer's count is wrong) and keeps
+  // every cut tile's and NVFP4 parameter's amax until the next Partials.
+  // Convert then enqueues on `ops` the values of conversion `index` (the
+  // rank's conversions in plan order: conversion(index)) into its buffers
+  // in `buffers` (to_buffer, scale_buffer, global_buffer set; the same
+  // bytes Finish writes, however often it runs); it fails as Finish, a
+  // non-finite value possibly only at the next ops.Sync().
+  absl::Status Combine(const std::map<int32_t, std::vector<float>>& received);
+  absl::Status Convert(ConvertOps& ops, absl::Span<char* const> buffers, int32_t index);
+  // The rank's conversions, in plan order.
+  int32_t size() const { return static_cast<int32_t>(convs_.size()); }
+  const Conversion& conversion(int32_t index) const { return *convs_[index].c; }
 
  private:
   struct Conv {
@@ -163,7 +178,7 @@ class Converter {
     std::vector<float> own;
   };
   absl::Status Amax(ConvertOps& ops, Conv& v, absl::Span<char* const> buffers);
-  absl::Status FinishNvfp4(ConvertOps& ops, Conv& v, absl::Span<char* const> buffers);
+  absl::Status ConvertNvfp4(ConvertOps& ops, const Conv& v, absl::Span<char* const> buffers);
 
   const Plan* plan_ = nullptr;
   int32_t rank_ = 0;

@@ -25,9 +25,20 @@
 // ring are taken from the copier when the runner is created and are all
 // it holds within the budget (RunStats::peak_staging_bytes; a budget too
 // small for one batch is refused at Create); the 32-byte message headers,
-// one per message, and FP8 conversion scratch come beside it
-// (DeltaRoundStats). A trainer's committed round copies the current
-// bytes of what it sent into its snapshot.
+// one per message, come beside it (DeltaRoundStats). A trainer's committed
+// round copies the current bytes of what it sent into its snapshot.
+//
+// Quantized engines (FP8, MXFP8, NVFP4: the plan's conversions): a trainer
+// rank exchanges its cut tiles' amaxes (and NVFP4's global amaxes) with
+// its peers once a round, before its first batch (a few floats a tile).
+// Each batch then quantizes the records its messages read (the whole
+// records, with the exchanged scales) into the front of its lane room, on
+// its lane, right before its count: the values live within the budget,
+// and the first compare waits for the first batch's records only. The
+// engine receives the bytes a dense round sends. A rank whose batch's
+// records do not fit its lane room beside its packed messages is refused at
+// Create, naming --staging_mib. The conversion steps' own working memory
+// (a record gathered from strided rows) comes beside the budget.
 //
 // A trainer rank keeps a snapshot: per message it sends, the bytes of the
 // last committed version (GPU memory by default on a GPU member, pinned host
@@ -191,7 +202,10 @@ struct DeltaRoundStats {
   // (an engine: for headers and, on the host, payloads), the applies
   // enqueued (engine), the end of the round (every lane drained, the
   // applies' checks read).
-  double convert_seconds = 0;  // trainer with FP8 engines: quantizing first
+  // Trainer with quantized engines: the amax exchange before the first
+  // batch, and enqueueing the batches' quantization.
+  double amax_seconds = 0;
+  double convert_seconds = 0;
   double count_wait_seconds = 0;
   double encode_seconds = 0;
   double transport_wait_seconds = 0;
@@ -224,8 +238,9 @@ class DeltaRunner : public RoundRunner {
   // staging_budget_bytes (--staging_mib), the budget and the batch when
   // the plan's staging budget holds less than one of the rank's batches
   // (see Staging above). A trainer rank with conversions (FP8
-  // engines) quantizes each round first, exchanging cut tiles' amaxes with
-  // its peers, and compares the engine-format bytes (codes and scales).
+  // engines) quantizes each batch's records into its lane room (see
+  // Quantized engines above), and compares the engine-format bytes (codes
+  // and scales).
   static absl::StatusOr<std::unique_ptr<DeltaRunner>> Create(
       const Plan& plan, Side side, int32_t rank, std::vector<char*> buffers,
       Transport* transport, DeltaRunnerOptions options = {});
@@ -292,6 +307,10 @@ class DeltaRunner : public RoundRunner {
     std::string source_key;  // trainer: SourceKey
     char* direct = nullptr;       // the buffer range when contiguous
     std::vector<CopyTask> tasks;  // pack (trainer) or unpack (engine)
+    // Trainer: reads quantized values (a scratch buffer of the plan), which
+    // lie in its batch's lane room; one buffer range there when
+    // `direct_later` (direct is set once the lane rooms exist).
+    bool converted = false, direct_later = false;
     int64_t stage_offset = -1;    // in the batch's staging when packed
     std::vector<StreamDigestRun> runs;  // verify: its stream's digest runs
     std::vector<int32_t> run_slots;     // their slots in digest_keys_
@@ -328,6 +347,14 @@ class DeltaRunner : public RoundRunner {
     char* staging = nullptr;
     int64_t staging_bytes = 0;
     int64_t coded_offset = 0;
+    // Trainer with quantized engines: the conversions its messages read
+    // (ConversionStage indices), run into the first convert_bytes of the
+    // lane room (scratch buffer, offset there), and the rank's buffers with
+    // those scratch buffers set there.
+    std::vector<int32_t> convs;
+    std::vector<std::pair<int32_t, int64_t>> scratch_at;
+    int64_t convert_bytes = 0;
+    std::vector<char*> buffers;
     // What bounds the bytes a rank moves in the batch (delta_room.h:
     // PairBound): the window it was cut by (0: one plan wave alone), the
     // wave's whole-plan bytes; per peer (peers' order; forwards:
@@ -353,7 +380,25 @@ class DeltaRunner : public RoundRunner {
   DeltaRunner() = default;
   absl::Status Prepare(const Plan& plan, bool src);
   absl::StatusOr<RunStats> RunBatches(absl::Time deadline);
-  absl::Status Convert(absl::Time deadline);
+  // Quantized engines (delta_convert.cc). PrepareConversions: a trainer
+  // rank's conversions (none: conversions_ null) and their steps per lane.
+  // ExchangeAmaxes: the round's
+  // amax exchange, before any batch. NoteConversions: m reads quantized
+  // values: m's conversions join w's (its place waits for the lane room).
+  // LayOutConversions: every batch's records in its lane room.
+  // PlaceConverted: once the rooms exist, the buffers of each batch and the
+  // places of its converted messages. Convert: enqueues w's conversions
+  // on its lane.
+  absl::Status PrepareConversions(const Plan& plan);
+  absl::Status ExchangeAmaxes(absl::Time deadline);
+  absl::Status NoteConversions(const Plan& plan, const Message& m, MsgWork& mw, BatchWork& w);
+  void LayOutConversions(const Plan& plan);
+  absl::Status PlaceConverted(const Plan& plan);
+  absl::Status Convert(BatchWork& w);
+  // Waits for the conversions enqueued on `lane` (all lanes: -1); their
+  // error (a non-finite value).
+  absl::Status SyncConversions(int32_t lane);
+  int64_t ConversionWorkspace() const;
   // A trainer's batch in two steps: BeginSend packs and starts the count,
   // EndSend waits for it, encodes and posts; the next batch's BeginSend
   // runs before this one's EndSend when its lane differs.
@@ -436,8 +481,8 @@ class DeltaRunner : public RoundRunner {
   void RingReclaim();
   // The copies that put the member's own current bytes of packed message
   // m at its place in w's staging (a trainer packs, an engine gathers);
-  // StageCurrent enqueues them for every packed message of w on its lane
-  // (on the host: done on return).
+  // StageCurrent enqueues them for every packed message of w on its lane,
+  // after w's conversions on a trainer (on the host: done on return).
   absl::StatusOr<std::vector<ResolvedCopy>> CurrentCopies(const BatchWork& w,
                                                           const MsgWork& m) const;
   absl::Status StageCurrent(BatchWork& w, absl::Time deadline);
@@ -475,10 +520,16 @@ class DeltaRunner : public RoundRunner {
   int64_t ring_bytes_ = 0, ring_used_ = 0;
   std::map<int32_t, Held> held_;
   std::vector<int32_t> ring_order_;
-  // Trainer with FP8 engines: its conversions, and the memory their
-  // scratch and the amax exchange take.
-  ConversionStage::Memory scratch_memory_;
+  // Trainer with quantized engines: its conversions (no scratch of their
+  // own), the memory the amax exchange takes, per lane the conversion
+  // steps on that lane, and per scratch buffer the conversions writing it.
+  ConversionStage::Memory exchange_memory_;
   std::unique_ptr<ConversionStage> conversions_;
+  std::vector<std::unique_ptr<ConvertOps>> lane_convert_;
+  std::map<int32_t, std::vector<int32_t>> writers_;
+  // The exchange's bytes taken in a lane room this round, and those it
+  // took from the copier (the lane room had no space).
+  int64_t exchange_used_ = 0, exchange_beside_ = 0;
   std::vector<EngineDeltaMode> modes_;
   int64_t version_ = 0;  // of the round begun last
   std::vector<std::pair<int32_t, int32_t>> digest_keys_;  // slot -> (engine rank, tensor)

@@ -57,11 +57,12 @@ void DeltaRunner::LayOutStaging(BatchWork& w, int64_t limit) {
   // 256-byte aligned messages where they fit the limit, else 16, else 8
   // (a word is at most 8 bytes).
   // A relay's dense forwards packed after its received messages.
+  // Quantized records (a trainer's) come first.
   for (int64_t align : {256, 16, 8}) {
-    int64_t at = 0;
+    int64_t at = w.convert_bytes;
     for (std::vector<MsgWork>* msgs : {&w.msgs, &w.forwards}) {
       for (MsgWork& m : *msgs) {
-        if (m.direct != nullptr) continue;
+        if (m.direct != nullptr || m.direct_later) continue;
         m.stage_offset = at;
         at += AlignTo(m.bytes, align);
       }
@@ -98,7 +99,11 @@ absl::Status DeltaRunner::PlanRooms(const Plan& plan) {
           lanes, " lanes ", room_, " bytes for a delta batch",
           plan.options.relay ? " (half the lane's share: relays keep payloads in the rest)" : "",
           ", less than batch ", k, " on lane ", w.lane, " needs: ", w.staging_bytes,
-          " bytes of staging", src ? "" : absl::StrCat(" and up to ", most, " of encodings"),
+          " bytes of staging",
+          w.convert_bytes > 0 ? absl::StrCat(" (", w.convert_bytes, " of them its ",
+                                             w.convs.size(), " quantized records)")
+                              : "",
+          src ? "" : absl::StrCat(" and up to ", most, " of encodings"),
           "; plan with a staging budget of at least ", need * lanes_per_budget, " bytes"));
     }
     w.coded_room = std::max<int64_t>(0, std::min(room_ - w.coded_offset, most));
@@ -154,6 +159,7 @@ absl::Status DeltaRunner::ClaimLane(int32_t lane, absl::Time deadline) {
   }
   REFIT_RETURN_IF_ERROR(DrainLane(lane, deadline));
   REFIT_RETURN_IF_ERROR(copier_->Sync(lane, deadline));
+  REFIT_RETURN_IF_ERROR(SyncConversions(lane));
   return ops_->Sync(lane, deadline);
 }
 
@@ -247,7 +253,9 @@ DeltaRunner::Held* DeltaRunner::RingTake(int32_t message, int64_t bytes, int32_t
 absl::StatusOr<std::vector<ResolvedCopy>> DeltaRunner::CurrentCopies(const BatchWork& w,
                                                                      const MsgWork& m) const {
   char* place = w.staging + m.stage_offset;
-  if (side_ == Side::kTrainer) return ResolveTasks(m.tasks, buffers_, {}, nullptr, place);
+  if (side_ == Side::kTrainer) {
+    return ResolveTasks(m.tasks, w.buffers.empty() ? buffers_ : w.buffers, {}, nullptr, place);
+  }
   std::vector<CopyTask> gather = m.tasks;  // the unpack, reversed
   for (CopyTask& t : gather) {
     std::swap(t.src_buffer, t.dst_buffer);
@@ -259,6 +267,7 @@ absl::StatusOr<std::vector<ResolvedCopy>> DeltaRunner::CurrentCopies(const Batch
 
 absl::Status DeltaRunner::StageCurrent(BatchWork& w, absl::Time deadline) {
   if (w.staging == nullptr) return absl::OkStatus();
+  if (side_ == Side::kTrainer) REFIT_RETURN_IF_ERROR(Convert(w));
   std::vector<ResolvedCopy> copies;
   for (const MsgWork& m : w.msgs) {
     if (m.direct != nullptr) continue;
