@@ -97,13 +97,20 @@ absl::Status ConversionStage::ExchangeAmaxes(absl::Span<char* const> buffers,
 }
 
 absl::Status ConversionStage::Convert(ConvertOps& ops, absl::Span<char* const> buffers,
-                                      absl::Span<const int32_t> which) {
-  for (int32_t k : which) {
+                                      absl::Span<const Rows> rows) {
+  for (const Rows& r : rows) {
+    const int32_t k = r.conversion;
     if (k < 0 || k >= converter_.size()) {
       return absl::InvalidArgumentError(absl::StrCat("conversion ", k, " of ",
                                                      converter_.size()));
     }
-    REFIT_RETURN_IF_ERROR(converter_.Convert(ops, buffers, k));
+    const Box& box = converter_.conversion(k).from.box;
+    const bool whole = box.rank() == 0;
+    if (!whole && (r.begin < box.origin(0) || r.end > box.limit(0) || r.begin >= r.end)) {
+      return absl::InvalidArgumentError(absl::StrCat("rows [", r.begin, ", ", r.end,
+                                                     ") outside conversion ", k, "'s record"));
+    }
+    REFIT_RETURN_IF_ERROR(converter_.ConvertRows(ops, buffers, k, r.begin, r.end));
   }
   return absl::OkStatus();
 }

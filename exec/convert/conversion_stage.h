@@ -77,16 +77,34 @@ class ConversionStage {
   // registered buffers (in `buffers`), their exchange through `exchange`
   // when peers() is not empty, combined and kept for Convert; it fails as
   // Run. Convert: enqueues on `ops` (which may be ops() or others of the
-  // same memory kind) the values of the rank's conversions `which`
-  // (indices below size(), plan order) into `buffers`, where their scratch
-  // buffers (to_buffer, scale_buffer, global_buffer of conversion(k)) are
-  // set; the bytes Run writes there. INVALID_ARGUMENT naming the tensor and
-  // rank for a non-finite value, here or at ops.Sync().
+  // same memory kind) the values of `rows` (each rows [begin, end) of the
+  // dim 0 of conversion(conversion).from.box, on multiples of
+  // row_align(conversion) or the box's ends) into `buffers`, where their
+  // scratch buffers (to_buffer, scale_buffer, global_buffer) are set: the
+  // bytes Run writes at those rows' places (Converter::ConvertRows), and
+  // nothing else. INVALID_ARGUMENT for a conversion index not below size()
+  // or rows outside the box, naming the tensor and rank for a non-finite
+  // value, here or at ops.Sync().
+  struct Rows {
+    int32_t conversion = 0;
+    int64_t begin = 0, end = 0;
+  };
   absl::Status ExchangeAmaxes(absl::Span<char* const> buffers, const AmaxExchange& exchange);
   absl::Status Convert(ConvertOps& ops, absl::Span<char* const> buffers,
-                       absl::Span<const int32_t> which);
+                       absl::Span<const Rows> rows);
+  // The rank's conversions (plan order), and the dim-0 extent of their tiles.
   int32_t size() const { return converter_.size(); }
   const Conversion& conversion(int32_t k) const { return converter_.conversion(k); }
+  int64_t row_align(int32_t k) const { return converter_.RowAlign(k); }
+  // Converter::RowBytes and RowsAt: the bytes of a scratch buffer rows
+  // write, the rows that write given bytes of it.
+  std::pair<int64_t, int64_t> row_bytes(int32_t k, int32_t buffer, int64_t begin,
+                                        int64_t end) const {
+    return converter_.RowBytes(k, buffer, begin, end);
+  }
+  std::pair<int64_t, int64_t> rows_at(int32_t k, int32_t buffer, int64_t lo, int64_t hi) const {
+    return converter_.RowsAt(k, buffer, lo, hi);
+  }
 
   // Bytes of the scratch buffers, and the conversion steps' workspace.
   int64_t scratch_bytes() const { return scratch_bytes_; }

@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -154,6 +155,26 @@ class Converter {
   // non-finite value possibly only at the next ops.Sync().
   absl::Status Combine(const std::map<int32_t, std::vector<float>>& received);
   absl::Status Convert(ConvertOps& ops, absl::Span<char* const> buffers, int32_t index);
+  // Convert of rows [begin, end) of conversion `index`'s from.box dim 0
+  // (global indices; each a multiple of RowAlign(index) or an end of the
+  // box): their values at their places in the scratch buffers (codes of
+  // those rows, scales of the tiles they own, NVFP4 global scales of the
+  // experts among them or, for a 2-D weight, the one global scale), the
+  // bytes Convert writes there; nothing else of the buffers is touched.
+  absl::Status ConvertRows(ConvertOps& ops, absl::Span<char* const> buffers, int32_t index,
+                           int64_t begin, int64_t end);
+  // The dim-0 extent of conversion `index`'s tiles (1: element-wise kinds).
+  int64_t RowAlign(int32_t index) const;
+  // For scratch buffer `buffer` of conversion `index` (its to_buffer,
+  // scale_buffer or global_buffer): RowBytes, the bytes [first, second)
+  // that ConvertRows of rows [begin, end) writes there (the whole buffer
+  // for a 2-D weight's one global scale); RowsAt, the rows (on
+  // RowAlign(index)'s multiples, within the box) whose ConvertRows writes
+  // bytes [lo, hi) of it (the first rows for that global scale).
+  std::pair<int64_t, int64_t> RowBytes(int32_t index, int32_t buffer, int64_t begin,
+                                       int64_t end) const;
+  std::pair<int64_t, int64_t> RowsAt(int32_t index, int32_t buffer, int64_t lo,
+                                     int64_t hi) const;
   // The rank's conversions, in plan order.
   int32_t size() const { return static_cast<int32_t>(convs_.size()); }
   const Conversion& conversion(int32_t index) const { return *convs_[index].c; }
@@ -178,7 +199,13 @@ class Converter {
     std::vector<float> own;
   };
   absl::Status Amax(ConvertOps& ops, Conv& v, absl::Span<char* const> buffers);
-  absl::Status ConvertNvfp4(ConvertOps& ops, const Conv& v, absl::Span<char* const> buffers);
+  // NVFP4 rows `sub` of v's record (at dense_offset in its dense copy),
+  // with their block and global amaxes, into out, scales, global_scales.
+  absl::Status ConvertNvfp4(ConvertOps& ops, const Conv& v, absl::Span<char* const> buffers,
+                            const Box& sub, int64_t dense_offset,
+                            const std::vector<float>& block_amax,
+                            const std::vector<float>& global_amax, char* out, char* scales,
+                            char* global_scales);
 
   const Plan* plan_ = nullptr;
   int32_t rank_ = 0;

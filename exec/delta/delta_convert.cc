@@ -24,32 +24,48 @@ bool IsScratch(const Plan& plan, int32_t b) {
 
 absl::Status DeltaRunner::NoteConversions(const Plan& plan, const Message& m, MsgWork& mw,
                                           BatchWork& w) {
-  // Which buffers m reads: PlaceMessage's rule (one range of src_buffer
-  // when contiguous, else its pack program's).
-  std::vector<int32_t> reads;
+  // The byte ranges m reads: PlaceMessage's rule (one range of src_buffer
+  // when contiguous, else its pack program's rows).
+  struct Read {
+    int32_t buffer;
+    int64_t lo, hi;
+  };
+  std::vector<Read> reads;
   std::vector<CopyTask> tasks;
   const bool contiguous = m.src_contiguous && m.src_buffer >= 0 &&
                           static_cast<size_t>(m.src_buffer) < buffers_.size();
   if (contiguous) {
-    reads.push_back(m.src_buffer);
+    reads.push_back({m.src_buffer, m.src_offset, m.src_offset + m.bytes});
   } else {
     REFIT_ASSIGN_OR_RETURN(tasks, PackProgram(plan, m));
-    for (const CopyTask& t : tasks) reads.push_back(t.src_buffer);
+    for (const CopyTask& t : tasks) {
+      if (t.rows <= 0) continue;
+      reads.push_back(
+          {t.src_buffer, t.src_offset, t.src_offset + (t.rows - 1) * t.src_row_stride + t.row_bytes});
+    }
   }
-  for (int32_t b : reads) {
-    if (!IsScratch(plan, b)) continue;
-    auto it = writers_.find(b);
+  for (const Read& r : reads) {
+    if (!IsScratch(plan, r.buffer)) continue;
+    auto it = writers_.find(r.buffer);
     if (it == writers_.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "trainer rank ", rank_, ": buffer ", plan.src.buffers[b].name,
+          "trainer rank ", rank_, ": buffer ", plan.src.buffers[r.buffer].name,
           " holds converted values no conversion of the rank writes"));
     }
     mw.converted = true;
-    w.convs.insert(w.convs.end(), it->second.begin(), it->second.end());
+    for (int32_t k : it->second) {
+      const auto [begin, end] = conversions_->rows_at(k, r.buffer, r.lo, r.hi);
+      auto rows = std::find_if(w.convs.begin(), w.convs.end(),
+                               [k](const ConversionStage::Rows& x) { return x.conversion == k; });
+      if (rows == w.convs.end()) {
+        w.convs.push_back({k, begin, end});
+      } else {
+        rows->begin = std::min(rows->begin, begin);
+        rows->end = std::max(rows->end, end);
+      }
+    }
   }
   if (!mw.converted) return absl::OkStatus();
-  std::sort(w.convs.begin(), w.convs.end());
-  w.convs.erase(std::unique(w.convs.begin(), w.convs.end()), w.convs.end());
   mw.direct_later = contiguous;
   mw.tasks = std::move(tasks);
   return absl::OkStatus();
@@ -57,18 +73,26 @@ absl::Status DeltaRunner::NoteConversions(const Plan& plan, const Message& m, Ms
 
 void DeltaRunner::LayOutConversions(const Plan& plan) {
   for (BatchWork& w : work_) {
-    w.scratch_at.clear();
-    int64_t at = 0;
-    for (int32_t k : w.convs) {
-      const Conversion& c = conversions_->conversion(k);
+    w.slices.clear();
+    for (const ConversionStage::Rows& r : w.convs) {
+      const Conversion& c = conversions_->conversion(r.conversion);
       for (int32_t b : {c.to_buffer, c.scale_buffer, c.global_buffer}) {
-        if (b < 0 || std::any_of(w.scratch_at.begin(), w.scratch_at.end(),
-                                 [b](const auto& s) { return s.first == b; })) {
-          continue;
+        if (b < 0) continue;
+        const auto [lo, hi] = conversions_->row_bytes(r.conversion, b, r.begin, r.end);
+        auto s = std::find_if(w.slices.begin(), w.slices.end(),
+                              [b](const BatchWork::Slice& x) { return x.buffer == b; });
+        if (s == w.slices.end()) {
+          w.slices.push_back({b, lo, hi, 0});
+        } else {
+          s->lo = std::min(s->lo, lo);
+          s->hi = std::max(s->hi, hi);
         }
-        w.scratch_at.push_back({b, at});
-        at = AlignTo(at + plan.src.buffers[b].byte_size, 256);
       }
+    }
+    int64_t at = 0;
+    for (BatchWork::Slice& s : w.slices) {
+      s.at = at;
+      at = AlignTo(at + s.hi - s.lo, 256);
     }
     w.convert_bytes = at;
   }
@@ -77,8 +101,10 @@ void DeltaRunner::LayOutConversions(const Plan& plan) {
 absl::Status DeltaRunner::PlaceConverted(const Plan& plan) {
   for (BatchWork& w : work_) {
     if (w.convs.empty()) continue;
+    // Each slice's bytes lie at their offsets in their buffer from this
+    // address; nothing outside [lo, hi) is read or written.
     w.buffers = buffers_;
-    for (const auto& [b, at] : w.scratch_at) w.buffers[b] = w.staging + at;
+    for (const BatchWork::Slice& s : w.slices) w.buffers[s.buffer] = w.staging + s.at - s.lo;
     for (MsgWork& mw : w.msgs) {
       if (!mw.converted) continue;
       REFIT_ASSIGN_OR_RETURN(

@@ -31,14 +31,15 @@
 // Quantized engines (FP8, MXFP8, NVFP4: the plan's conversions): a trainer
 // rank exchanges its cut tiles' amaxes (and NVFP4's global amaxes) with
 // its peers once a round, before its first batch (a few floats a tile).
-// Each batch then quantizes the records its messages read (the whole
-// records, with the exchanged scales) into the front of its lane room, on
-// its lane, right before its count: the values live within the budget,
-// and the first compare waits for the first batch's records only. The
-// engine receives the bytes a dense round sends. A rank whose batch's
-// records do not fit its lane room beside its packed messages is refused at
-// Create, naming --staging_mib. The conversion steps' own working memory
-// (a record gathered from strided rows) comes beside the budget.
+// Each batch then quantizes the rows of the records its messages read
+// (whole tiles of rows, with the exchanged scales: ConversionStage::Rows)
+// into the front of its lane room, on its lane, right before its count:
+// the values live within the budget, and the first compare waits for the
+// first batch's rows only. The engine receives the bytes a dense round
+// sends. A rank whose batch's rows do not fit its lane room beside its
+// packed messages is refused at Create, naming --staging_mib. The
+// conversion steps' own working memory (a record gathered from strided
+// rows) comes beside the budget.
 //
 // A trainer rank keeps a snapshot: per message it sends, the bytes of the
 // last committed version (GPU memory by default on a GPU member, pinned host
@@ -347,12 +348,16 @@ class DeltaRunner : public RoundRunner {
     char* staging = nullptr;
     int64_t staging_bytes = 0;
     int64_t coded_offset = 0;
-    // Trainer with quantized engines: the conversions its messages read
-    // (ConversionStage indices), run into the first convert_bytes of the
-    // lane room (scratch buffer, offset there), and the rank's buffers with
-    // those scratch buffers set there.
-    std::vector<int32_t> convs;
-    std::vector<std::pair<int32_t, int64_t>> scratch_at;
+    // Trainer with quantized engines: the rows of the conversions its
+    // messages read, quantized into the first convert_bytes of the lane
+    // room: per scratch buffer the bytes [lo, hi) they write there, at `at`
+    // in the room; the rank's buffers with those bytes at their places.
+    struct Slice {
+      int32_t buffer = 0;
+      int64_t lo = 0, hi = 0, at = 0;
+    };
+    std::vector<ConversionStage::Rows> convs;
+    std::vector<Slice> slices;
     int64_t convert_bytes = 0;
     std::vector<char*> buffers;
     // What bounds the bytes a rank moves in the batch (delta_room.h:
@@ -384,8 +389,9 @@ class DeltaRunner : public RoundRunner {
   // rank's conversions (none: conversions_ null) and their steps per lane.
   // ExchangeAmaxes: the round's
   // amax exchange, before any batch. NoteConversions: m reads quantized
-  // values: m's conversions join w's (its place waits for the lane room).
-  // LayOutConversions: every batch's records in its lane room.
+  // values: the rows of its conversions it reads join w's (its place
+  // waits for the lane room). LayOutConversions: every batch's quantized
+  // rows in its lane room.
   // PlaceConverted: once the rooms exist, the buffers of each batch and the
   // places of its converted messages. Convert: enqueues w's conversions
   // on its lane.

@@ -100,8 +100,8 @@ absl::Status DeltaRunner::PlanRooms(const Plan& plan) {
           plan.options.relay ? " (half the lane's share: relays keep payloads in the rest)" : "",
           ", less than batch ", k, " on lane ", w.lane, " needs: ", w.staging_bytes,
           " bytes of staging",
-          w.convert_bytes > 0 ? absl::StrCat(" (", w.convert_bytes, " of them its ",
-                                             w.convs.size(), " quantized records)")
+          w.convert_bytes > 0 ? absl::StrCat(" (", w.convert_bytes, " of them quantized rows of ",
+                                             w.convs.size(), " records)")
                               : "",
           src ? "" : absl::StrCat(" and up to ", most, " of encodings"),
           "; plan with a staging budget of at least ", need * lanes_per_budget, " bytes"));
