@@ -97,7 +97,7 @@ absl::Status ConversionStage::ExchangeAmaxes(absl::Span<char* const> buffers,
 }
 
 absl::Status ConversionStage::Convert(ConvertOps& ops, absl::Span<char* const> buffers,
-                                      absl::Span<const Rows> rows) {
+                                      absl::Span<const Rows> rows, char* gather) {
   for (const Rows& r : rows) {
     const int32_t k = r.conversion;
     if (k < 0 || k >= converter_.size()) {
@@ -110,7 +110,9 @@ absl::Status ConversionStage::Convert(ConvertOps& ops, absl::Span<char* const> b
       return absl::InvalidArgumentError(absl::StrCat("rows [", r.begin, ", ", r.end,
                                                      ") outside conversion ", k, "'s record"));
     }
-    REFIT_RETURN_IF_ERROR(converter_.ConvertRows(ops, buffers, k, r.begin, r.end));
+    REFIT_RETURN_IF_ERROR(converter_.ConvertRows(ops, buffers, k, r.begin, r.end,
+                                                 r.codes || !converter_.ScalesAlone(k),
+                                                 gather));
   }
   return absl::OkStatus();
 }

@@ -85,17 +85,27 @@ class ConversionStage {
   // nothing else. INVALID_ARGUMENT for a conversion index not below size()
   // or rows outside the box, naming the tensor and rank for a non-finite
   // value, here or at ops.Sync().
+  // Without `codes`, a conversion that can (scales_alone) writes its
+  // scales only (its to_buffer need not be set).
   struct Rows {
     int32_t conversion = 0;
     int64_t begin = 0, end = 0;
+    bool codes = true;
   };
   absl::Status ExchangeAmaxes(absl::Span<char* const> buffers, const AmaxExchange& exchange);
+  // The source rows go through `gather` (gather_bytes of the largest of
+  // `rows`, memory of the ops' kind) where they do not lie dense in their
+  // buffers; null: the ops' own working memory.
   absl::Status Convert(ConvertOps& ops, absl::Span<char* const> buffers,
-                       absl::Span<const Rows> rows);
+                       absl::Span<const Rows> rows, char* gather);
   // The rank's conversions (plan order), and the dim-0 extent of their tiles.
   int32_t size() const { return converter_.size(); }
   const Conversion& conversion(int32_t k) const { return converter_.conversion(k); }
   int64_t row_align(int32_t k) const { return converter_.RowAlign(k); }
+  bool scales_alone(int32_t k) const { return converter_.ScalesAlone(k); }
+  int64_t gather_bytes(const Rows& r) const {
+    return converter_.GatherBytes(r.conversion, r.begin, r.end);
+  }
   // Converter::RowBytes and RowsAt: the bytes of a scratch buffer rows
   // write, the rows that write given bytes of it.
   std::pair<int64_t, int64_t> row_bytes(int32_t k, int32_t buffer, int64_t begin,

@@ -130,7 +130,8 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
 
 absl::Status Converter::Amax(ConvertOps& ops, Conv& v,
                              absl::Span<char* const> buffers) {
-  REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(v.c->from, v.c->from_dtype, buffers));
+  REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(v.c->from, v.c->from.box, v.c->from_dtype,
+                                                       buffers, nullptr));
   absl::StatusOr<std::vector<float>> a =
       ops.TileAmax(dense, v.c->from_dtype, v.c->from.box, v.c->tile);
   if (!a.ok()) {
@@ -147,7 +148,8 @@ absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
     if (v.skip) continue;
     if (v.c->kind == ConversionKind::kNvfp4) {
       REFIT_ASSIGN_OR_RETURN(const char* dense,
-                             ops.Gather(v.c->from, v.c->from_dtype, buffers));
+                             ops.Gather(v.c->from, v.c->from.box, v.c->from_dtype, buffers,
+                                        nullptr));
       if (!v.has_cut) {  // the global amax only, every record behind one wait
         v.amax.clear();
         REFIT_RETURN_IF_ERROR(
@@ -256,19 +258,19 @@ int64_t Converter::RowAlign(int32_t index) const {
 absl::Status Converter::Convert(ConvertOps& ops, absl::Span<char* const> buffers,
                                 int32_t index) {
   const Box& box = convs_[index].c->from.box;
-  if (box.rank() == 0) return ConvertRows(ops, buffers, index, 0, 0);
-  return ConvertRows(ops, buffers, index, box.origin(0), box.limit(0));
+  if (box.rank() == 0) return ConvertRows(ops, buffers, index, 0, 0, true, nullptr);
+  return ConvertRows(ops, buffers, index, box.origin(0), box.limit(0), true, nullptr);
 }
 
 namespace {
 
 // What of a record rows [begin, end) of its dim 0 are: `sub`, the byte
-// offsets of its values in the dense record and in the scratch buffers
+// offsets of its values in the scratch buffers
 // (codes, scales of OwnedTiles, global scales per leading index), and the
 // first tile of IntersectingTiles and leading index within the record's.
 struct Rows {
   Box sub;
-  int64_t dense = 0, out = 0, scales = 0, global = 0;
+  int64_t out = 0, scales = 0, global = 0;
   int64_t tile = 0, leading = 0;
   int64_t tiles = 0, leadings = 0;  // how many
 };
@@ -309,8 +311,6 @@ Rows RowsOf(const Conversion& c, const SideLayout& src, int64_t begin, int64_t e
   e[0] = end - begin;
   r.sub = Box::UncheckedMove(std::move(o), std::move(e));
   const int64_t rows = box.shape(0), skip = begin - box.origin(0);
-  r.dense = skip * (UncheckedNumElements(box) / std::max<int64_t>(rows, 1)) *
-            DTypeSize(c.from_dtype);
   r.out = RowOffset(c, src, c.to_buffer, begin);
   r.scales = RowOffset(c, src, c.scale_buffer, begin);
   r.global = RowOffset(c, src, c.global_buffer, begin);
@@ -371,8 +371,22 @@ std::pair<int64_t, int64_t> Converter::RowsAt(int32_t index, int32_t buffer, int
   return {begin, std::max(begin, end)};
 }
 
+int64_t Converter::GatherBytes(int32_t index, int64_t begin, int64_t end) const {
+  const Conversion& c = *convs_[index].c;
+  const Rows r = RowsOf(c, plan_->src, begin, end);
+  const int64_t es = DTypeSize(c.from_dtype);
+  if (IsEmpty(r.sub) || ContiguousByteRange(c.from, es, r.sub)) return 0;
+  return UncheckedNumElements(r.sub) * es;
+}
+
+bool Converter::ScalesAlone(int32_t index) const {
+  const ConversionKind k = convs_[index].c->kind;
+  return IsBlockQuantized(k) && k != ConversionKind::kNvfp4;
+}
+
 absl::Status Converter::ConvertRows(ConvertOps& ops, absl::Span<char* const> buffers,
-                                    int32_t index, int64_t begin, int64_t end) {
+                                    int32_t index, int64_t begin, int64_t end, bool codes,
+                                    char* gather) {
   const Conv& v = convs_[index];
   const Conversion& c = *v.c;
   if (v.skip) return absl::OkStatus();
@@ -381,22 +395,23 @@ absl::Status Converter::ConvertRows(ConvertOps& ops, absl::Span<char* const> buf
     return b >= 0 ? buffers[b] + offset : nullptr;
   };
   if (c.kind == ConversionKind::kNvfp4) {
-    return ConvertNvfp4(ops, v, buffers, r.sub, r.dense, Slice(v.amax, r.tile, r.tiles),
+    return ConvertNvfp4(ops, v, buffers, r.sub, gather, Slice(v.amax, r.tile, r.tiles),
                         Slice(v.global_amax, r.leading, r.leadings), at(c.to_buffer, r.out),
                         at(c.scale_buffer, r.scales), at(c.global_buffer, r.global));
   }
-  REFIT_ASSIGN_OR_RETURN(const char* whole, ops.Gather(c.from, c.from_dtype, buffers));
-  const char* dense = whole + r.dense;
+  REFIT_ASSIGN_OR_RETURN(const char* dense,
+                         ops.Gather(c.from, r.sub, c.from_dtype, buffers, gather));
   if (!IsBlockQuantized(c.kind)) {
     return ops.Cast(dense, c.from_dtype, UncheckedNumElements(r.sub),
                     c.kind == ConversionKind::kNegExpF32, at(c.to_buffer, r.out));
   }
-  if (!v.has_cut && c.to_buffer >= 0) {
+  const int32_t to = codes ? c.to_buffer : -1;
+  if (!v.has_cut && to >= 0) {
     return ops.QuantizeWhole(dense, c.from_dtype, r.sub, c.tile, ScaleModeOf(c.kind),
-                             at(c.to_buffer, r.out), at(c.scale_buffer, r.scales),
+                             at(to, r.out), at(c.scale_buffer, r.scales),
                              absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_));
   }
-  if (c.to_buffer < 0 && c.scale_buffer < 0) return absl::OkStatus();  // cut tiles' amaxes only
+  if (to < 0 && c.scale_buffer < 0) return absl::OkStatus();  // cut tiles' amaxes only
   std::vector<float> amax;
   if (v.has_cut) {
     amax = Slice(v.amax, r.tile, r.tiles);
@@ -409,12 +424,12 @@ absl::Status Converter::ConvertRows(ConvertOps& ops, absl::Span<char* const> buf
     amax = *std::move(a);
   }
   return ops.Quantize(dense, c.from_dtype, r.sub, c.tile, amax, ScaleModeOf(c.kind),
-                      at(c.to_buffer, r.out), at(c.scale_buffer, r.scales));
+                      at(to, r.out), at(c.scale_buffer, r.scales));
 }
 
 absl::Status Converter::ConvertNvfp4(ConvertOps& ops, const Conv& v,
                                      absl::Span<char* const> buffers, const Box& sub,
-                                     int64_t dense_offset, const std::vector<float>& block_amax,
+                                     char* gather, const std::vector<float>& block_amax,
                                      const std::vector<float>& global_amax, char* out,
                                      char* scales, char* global_scales) {
   const Conversion& c = *v.c;
@@ -441,9 +456,9 @@ absl::Status Converter::ConvertNvfp4(ConvertOps& ops, const Conv& v,
     if (c.global_buffer >= 0) REFIT_RETURN_IF_ERROR(ops.StoreF32(g, buffers[c.global_buffer]));
     return absl::OkStatus();
   }
-  REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
+  REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, sub, c.from_dtype, buffers, gather));
   return AnnotateStatus(
-      ops.QuantizeNvfp4(dense + dense_offset, c.from_dtype, sub, c.recipe,
+      ops.QuantizeNvfp4(dense, c.from_dtype, sub, c.recipe,
                         v.has_cut ? block_amax : std::vector<float>{}, global_amax, out, scales,
                         global_scales),
       absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_));
@@ -468,18 +483,21 @@ std::vector<int64_t> Nvfp4Tile(int rank) {
 
 class HostConvertOps : public ConvertOps {
  public:
-  absl::StatusOr<const char*> Gather(const Record& r, DType dtype,
-                                     absl::Span<char* const> buffers) override {
+  absl::StatusOr<const char*> Gather(const Record& r, const Box& part, DType dtype,
+                                     absl::Span<char* const> buffers, char* into) override {
     const int64_t es = DTypeSize(dtype);
-    REFIT_ASSIGN_OR_RETURN(const char* direct, DenseRecordData(r, dtype, buffers));
+    REFIT_ASSIGN_OR_RETURN(const char* direct, DenseRecordData(r, part, dtype, buffers));
     if (direct != nullptr) return direct;
-    dense_.resize(UncheckedNumElements(r.box) * es);
+    if (into == nullptr) {
+      dense_.resize(UncheckedNumElements(part) * es);
+      into = dense_.data();
+    }
     std::vector<CopyTask> tasks;
-    REFIT_RETURN_IF_ERROR(AppendRecordTasks(r, es, r.box, 0, /*to_stream=*/true, &tasks));
+    REFIT_RETURN_IF_ERROR(AppendRecordTasks(r, es, part, 0, /*to_stream=*/true, &tasks));
     REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> copies,
-                           ResolveTasks(tasks, buffers, {}, nullptr, dense_.data()));
+                           ResolveTasks(tasks, buffers, {}, nullptr, into));
     RunCopiesHost(copies);
-    return dense_.data();
+    return into;
   }
   absl::StatusOr<std::vector<float>> TileAmax(const char* dense, DType dtype,
                                               const Box& box,
@@ -548,11 +566,11 @@ class HostConvertOps : public ConvertOps {
 
 }  // namespace
 
-absl::StatusOr<const char*> DenseRecordData(const Record& r, DType dtype,
+absl::StatusOr<const char*> DenseRecordData(const Record& r, const Box& part, DType dtype,
                                             absl::Span<char* const> buffers) {
-  auto range = ContiguousByteRange(r, DTypeSize(dtype), r.box);
+  auto range = ContiguousByteRange(r, DTypeSize(dtype), part);
   if (!range) return nullptr;
-  const int32_t b = RecordBuffer(r, 0);
+  const int32_t b = RecordBuffer(r, part.rank() == 0 ? 0 : part.origin(0) - r.box.origin(0));
   if (b < 0 || b >= static_cast<int32_t>(buffers.size()) || buffers[b] == nullptr) {
     return absl::InvalidArgumentError("a converted record's buffer is missing");
   }

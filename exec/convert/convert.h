@@ -37,10 +37,13 @@ namespace refit {
 class ConvertOps {
  public:
   virtual ~ConvertOps() = default;
-  // Record r (elements of `dtype`) as a dense row-major copy of r.box; the
-  // pointer stays valid until the next Gather.
-  virtual absl::StatusOr<const char*> Gather(const Record& r, DType dtype,
-                                             absl::Span<char* const> buffers) = 0;
+  // The part `part` (inside r.box) of record r (elements of `dtype`),
+  // dense row-major: where it lies when it does (DenseRecordData), else a
+  // copy into `into` (memory of this kind, part's elements x dtype bytes)
+  // or, with `into` null, into the steps' own working memory, valid until
+  // the next Gather.
+  virtual absl::StatusOr<const char*> Gather(const Record& r, const Box& part, DType dtype,
+                                             absl::Span<char* const> buffers, char* into) = 0;
   // TileAmaxHost's result for dense data. INVALID_ARGUMENT naming the first
   // non-finite element's global index.
   virtual absl::StatusOr<std::vector<float>> TileAmax(
@@ -103,10 +106,11 @@ class ConvertOps {
 // Host loops (exec/convert/quantize.h).
 std::unique_ptr<ConvertOps> MakeHostConvertOps();
 
-// Where record r (elements of `dtype`) already lies row-major and dense in
-// its buffer: the address of its first element; null when it does not (a
-// Gather must copy it). INVALID_ARGUMENT if its buffer is missing.
-absl::StatusOr<const char*> DenseRecordData(const Record& r, DType dtype,
+// Where the part `part` (inside r.box) of record r (elements of `dtype`)
+// already lies row-major and dense in its buffer: the address of its first
+// element; null when it does not (a Gather must copy it). INVALID_ARGUMENT
+// if its buffer is missing.
+absl::StatusOr<const char*> DenseRecordData(const Record& r, const Box& part, DType dtype,
                                             absl::Span<char* const> buffers);
 
 class Converter {
@@ -161,8 +165,18 @@ class Converter {
   // those rows, scales of the tiles they own, NVFP4 global scales of the
   // experts among them or, for a 2-D weight, the one global scale), the
   // bytes Convert writes there; nothing else of the buffers is touched.
+  // Without `codes`, a kind that can (ScalesAlone) writes the scales only.
+  // The rows' source values are gathered into `gather` (memory of the ops'
+  // kind, GatherBytes) where they do not lie dense in their buffer (null:
+  // the ops' own working memory).
   absl::Status ConvertRows(ConvertOps& ops, absl::Span<char* const> buffers, int32_t index,
-                           int64_t begin, int64_t end);
+                           int64_t begin, int64_t end, bool codes, char* gather);
+  // The bytes ConvertRows gathers rows [begin, end) of conversion `index`
+  // into (0: they lie dense in their buffer).
+  int64_t GatherBytes(int32_t index, int64_t begin, int64_t end) const;
+  // Whether ConvertRows of conversion `index` can write its scales without
+  // its codes (FP8 and MXFP8 blocks: yes; NVFP4, element-wise kinds: no).
+  bool ScalesAlone(int32_t index) const;
   // The dim-0 extent of conversion `index`'s tiles (1: element-wise kinds).
   int64_t RowAlign(int32_t index) const;
   // For scratch buffer `buffer` of conversion `index` (its to_buffer,
@@ -199,10 +213,10 @@ class Converter {
     std::vector<float> own;
   };
   absl::Status Amax(ConvertOps& ops, Conv& v, absl::Span<char* const> buffers);
-  // NVFP4 rows `sub` of v's record (at dense_offset in its dense copy),
+  // NVFP4 rows `sub` of v's record (gathered into `gather` where needed),
   // with their block and global amaxes, into out, scales, global_scales.
   absl::Status ConvertNvfp4(ConvertOps& ops, const Conv& v, absl::Span<char* const> buffers,
-                            const Box& sub, int64_t dense_offset,
+                            const Box& sub, char* gather,
                             const std::vector<float>& block_amax,
                             const std::vector<float>& global_amax, char* out, char* scales,
                             char* global_scales);

@@ -8,7 +8,6 @@
 #include "common/status_macros.h"
 #include "exec/convert/amax_exchange.h"
 #include "exec/delta/delta_runner.h"
-#include "exec/program/message_place.h"
 
 namespace refit {
 namespace {
@@ -22,104 +21,90 @@ bool IsScratch(const Plan& plan, int32_t b) {
 
 }  // namespace
 
-absl::Status DeltaRunner::NoteConversions(const Plan& plan, const Message& m, MsgWork& mw,
-                                          BatchWork& w) {
-  // The byte ranges m reads: PlaceMessage's rule (one range of src_buffer
-  // when contiguous, else its pack program's rows).
-  struct Read {
-    int32_t buffer;
-    int64_t lo, hi;
-  };
-  std::vector<Read> reads;
-  std::vector<CopyTask> tasks;
-  const bool contiguous = m.src_contiguous && m.src_buffer >= 0 &&
-                          static_cast<size_t>(m.src_buffer) < buffers_.size();
-  if (contiguous) {
-    reads.push_back({m.src_buffer, m.src_offset, m.src_offset + m.bytes});
-  } else {
-    REFIT_ASSIGN_OR_RETURN(tasks, PackProgram(plan, m));
-    for (const CopyTask& t : tasks) {
-      if (t.rows <= 0) continue;
-      reads.push_back(
-          {t.src_buffer, t.src_offset, t.src_offset + (t.rows - 1) * t.src_row_stride + t.row_bytes});
-    }
-  }
-  for (const Read& r : reads) {
-    if (!IsScratch(plan, r.buffer)) continue;
-    auto it = writers_.find(r.buffer);
+absl::Status DeltaRunner::NoteConversions(const Plan& plan, const Message& m, MsgWork& mw) {
+  REFIT_ASSIGN_OR_RETURN(std::vector<CopyTask> tasks, PackProgram(plan, m));
+  for (const CopyTask& t : tasks) {
+    if (t.rows <= 0 || !IsScratch(plan, t.src_buffer)) continue;
+    auto it = writers_.find(t.src_buffer);
     if (it == writers_.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "trainer rank ", rank_, ": buffer ", plan.src.buffers[r.buffer].name,
+          "trainer rank ", rank_, ": buffer ", plan.src.buffers[t.src_buffer].name,
           " holds converted values no conversion of the rank writes"));
     }
     mw.converted = true;
+    const int64_t lo = t.src_offset, hi = t.src_offset + (t.rows - 1) * t.src_row_stride + t.row_bytes;
     for (int32_t k : it->second) {
-      const auto [begin, end] = conversions_->rows_at(k, r.buffer, r.lo, r.hi);
-      auto rows = std::find_if(w.convs.begin(), w.convs.end(),
+      const auto [begin, end] = conversions_->rows_at(k, t.src_buffer, lo, hi);
+      // Codes only where it reads them (or the kind writes them anyway).
+      const bool codes = t.src_buffer == conversions_->conversion(k).to_buffer ||
+                         !conversions_->scales_alone(k);
+      auto rows = std::find_if(mw.convs.begin(), mw.convs.end(),
                                [k](const ConversionStage::Rows& x) { return x.conversion == k; });
-      if (rows == w.convs.end()) {
-        w.convs.push_back({k, begin, end});
+      if (rows == mw.convs.end()) {
+        mw.convs.push_back({k, begin, end, codes});
       } else {
         rows->begin = std::min(rows->begin, begin);
         rows->end = std::max(rows->end, end);
+        rows->codes = rows->codes || codes;
       }
     }
   }
   if (!mw.converted) return absl::OkStatus();
-  mw.direct_later = contiguous;
+  // What the rows write, per scratch buffer, laid out one after another.
+  for (const ConversionStage::Rows& r : mw.convs) {
+    const Conversion& c = conversions_->conversion(r.conversion);
+    for (int32_t b : {r.codes ? c.to_buffer : -1, c.scale_buffer, c.global_buffer}) {
+      if (b < 0) continue;
+      const auto [lo, hi] = conversions_->row_bytes(r.conversion, b, r.begin, r.end);
+      auto s = std::find_if(mw.slices.begin(), mw.slices.end(),
+                            [b](const MsgWork::Slice& x) { return x.buffer == b; });
+      if (s == mw.slices.end()) {
+        mw.slices.push_back({b, lo, hi, 0});
+      } else {
+        s->lo = std::min(s->lo, lo);
+        s->hi = std::max(s->hi, hi);
+      }
+    }
+  }
+  // The source rows gathered (where strided) after them, one conversion
+  // at a time.
+  int64_t at = 0;
+  for (MsgWork::Slice& s : mw.slices) {
+    s.at = at;
+    at = AlignTo(at + s.hi - s.lo, 256);
+  }
+  mw.gather_at = at;
+  int64_t gather = 0;
+  for (const ConversionStage::Rows& r : mw.convs) {
+    gather = std::max(gather, conversions_->gather_bytes(r));
+  }
+  mw.convert_bytes = at + gather;
+  mw.direct = nullptr;
   mw.tasks = std::move(tasks);
   return absl::OkStatus();
 }
 
-void DeltaRunner::LayOutConversions(const Plan& plan) {
-  for (BatchWork& w : work_) {
-    w.slices.clear();
-    for (const ConversionStage::Rows& r : w.convs) {
-      const Conversion& c = conversions_->conversion(r.conversion);
-      for (int32_t b : {c.to_buffer, c.scale_buffer, c.global_buffer}) {
-        if (b < 0) continue;
-        const auto [lo, hi] = conversions_->row_bytes(r.conversion, b, r.begin, r.end);
-        auto s = std::find_if(w.slices.begin(), w.slices.end(),
-                              [b](const BatchWork::Slice& x) { return x.buffer == b; });
-        if (s == w.slices.end()) {
-          w.slices.push_back({b, lo, hi, 0});
-        } else {
-          s->lo = std::min(s->lo, lo);
-          s->hi = std::max(s->hi, hi);
-        }
-      }
-    }
-    int64_t at = 0;
-    for (BatchWork::Slice& s : w.slices) {
-      s.at = at;
-      at = AlignTo(at + s.hi - s.lo, 256);
-    }
-    w.convert_bytes = at;
+absl::Status DeltaRunner::StageConverted(BatchWork& w) {
+  if (w.convert_bytes == 0) return absl::OkStatus();
+  const absl::Time t0 = absl::Now();
+  char* area = lane_room_[w.lane] + w.convert_offset;
+  absl::Status s;
+  for (const MsgWork& m : w.msgs) {
+    if (!m.converted) continue;
+    // The slices' bytes lie at their offsets in their buffers from these
+    // addresses; nothing outside [lo, hi) is read or written.
+    for (const MsgWork::Slice& x : m.slices) convert_buffers_[x.buffer] = area + x.at - x.lo;
+    s = conversions_->Convert(*lane_convert_[w.lane], convert_buffers_, m.convs,
+                              area + m.gather_at);
+    absl::StatusOr<std::vector<ResolvedCopy>> copies =
+        s.ok() ? ResolveTasks(m.tasks, convert_buffers_, {}, nullptr, w.staging + m.stage_offset)
+               : s;
+    s = copies.ok() ? copier_->Copy(w.lane, *copies) : copies.status();
+    for (const MsgWork::Slice& x : m.slices) convert_buffers_[x.buffer] = buffers_[x.buffer];
+    if (!s.ok()) break;
   }
-}
-
-absl::Status DeltaRunner::PlaceConverted(const Plan& plan) {
-  for (BatchWork& w : work_) {
-    if (w.convs.empty()) continue;
-    // Each slice's bytes lie at their offsets in their buffer from this
-    // address; nothing outside [lo, hi) is read or written.
-    w.buffers = buffers_;
-    for (const BatchWork::Slice& s : w.slices) w.buffers[s.buffer] = w.staging + s.at - s.lo;
-    for (MsgWork& mw : w.msgs) {
-      if (!mw.converted) continue;
-      REFIT_ASSIGN_OR_RETURN(
-          MessagePlace place,
-          PlaceMessage(plan, plan.messages[mw.message], true, plan.src, w.buffers,
-                       absl::StrCat("trainer rank ", rank_)));
-      if ((place.direct != nullptr) != mw.direct_later) {
-        return absl::InternalError(absl::StrCat("trainer rank ", rank_, ": message ",
-                                                mw.message, " placed unlike its staging"));
-      }
-      mw.direct = place.direct;
-      mw.tasks = std::move(place.tasks);
-    }
-  }
-  return absl::OkStatus();
+  delta_stats_.convert_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
+  return s;
 }
 
 absl::Status DeltaRunner::ExchangeAmaxes(absl::Time deadline) {
@@ -154,14 +139,6 @@ absl::Status DeltaRunner::ExchangeAmaxes(absl::Time deadline) {
                                  rank_, deadline));
 }
 
-absl::Status DeltaRunner::Convert(BatchWork& w) {
-  if (w.convs.empty()) return absl::OkStatus();
-  const absl::Time t0 = absl::Now();
-  REFIT_RETURN_IF_ERROR(conversions_->Convert(*lane_convert_[w.lane], w.buffers, w.convs));
-  delta_stats_.convert_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
-  return absl::OkStatus();
-}
-
 absl::Status DeltaRunner::SyncConversions(int32_t lane) {
   for (size_t k = 0; k < lane_convert_.size(); ++k) {
     if (lane >= 0 && static_cast<int32_t>(k) != lane) continue;
@@ -172,7 +149,7 @@ absl::Status DeltaRunner::SyncConversions(int32_t lane) {
 
 int64_t DeltaRunner::ConversionWorkspace() const {
   if (conversions_ == nullptr) return 0;
-  int64_t n = conversions_->workspace_bytes() + exchange_beside_;
+  int64_t n = conversions_->workspace_bytes();
   for (const auto& ops : lane_convert_) n += ops->workspace_bytes();
   return n;
 }

@@ -27,15 +27,25 @@ struct Case {
   const char* engine;
   int64_t budget;
   bool model_above_budget;  // a trainer rank's quantized model passes the budget
+  // The plan's lanes and bytes per rank in a wave; 0: the planner's lanes,
+  // waves and messages of at most a quarter of the lane share (a batch's
+  // quantized rows and packed messages share its lane's room).
+  int32_t lanes = 0;
+  int64_t max_wave_bytes = 0;
 };
 
-// The plan of `c` with its budget, each rank moving at most an eighth of it
-// in a wave (a batch's quantized rows and packed messages share its lane's
-// room).
 absl::StatusOr<Plan> PlanOf(const Case& c, int64_t budget) {
   PlannerOptions o;
   o.staging_budget_bytes = budget;
-  o.max_wave_bytes = o.max_message_bytes = budget / o.num_lanes / 4;
+  if (c.lanes > 0) {
+    o.num_lanes = c.lanes;
+    o.choose_lanes = false;
+  }
+  if (c.max_wave_bytes > 0) {
+    o.max_wave_bytes = c.max_wave_bytes;
+  } else {
+    o.max_wave_bytes = o.max_message_bytes = budget / o.num_lanes / 4;
+  }
   testing::PlannedCase pc;
   if (absl::Status s = testing::PlanCase(c.model, c.trainer, c.engine, &pc, o); !s.ok()) return s;
   return *std::move(pc.plan);
@@ -171,12 +181,17 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=fp8", 1 << 20,
              true},
         Case{"tiny-qwen3-moe-mx", "fsdp:dp=3", "vllm:tp=2,quant=mxfp8", 256 << 10, false},
-        Case{"tiny-qwen3-moe-fp4", "fsdp:dp=3", "vllm:tp=2,quant=nvfp4", 128 << 10, false}));
+        Case{"tiny-qwen3-moe-fp4", "fsdp:dp=3", "vllm:tp=2,quant=nvfp4", 128 << 10, false},
+        // The plans of exec/delta/cuda:delta_nccl_gpu_test (NCCL, 2 GPUs).
+        Case{"tiny-qwen3-moe-b128", "megatron:tp=1", "vllm:tp=1,quant=fp8", 4 << 20, false, 2},
+        Case{"tiny-qwen3-moe-b128", "megatron:tp=1", "vllm:tp=1,quant=fp8", 4 << 20, false, 4},
+        Case{"tiny-qwen3-moe-mx", "megatron:tp=1", "vllm:tp=1,quant=mxfp8", 1 << 20, false, 2},
+        Case{"tiny-qwen3-moe-fp4", "megatron:tp=1", "vllm:tp=1,quant=nvfp4", 1 << 20, false, 2}));
 
 // A budget whose lane room holds less than one batch's quantized rows and
 // packed messages is refused at Create, naming the parameter and the flag.
 TEST(DeltaQuantizeBudgetTest, ABudgetTooSmallForABatchsQuantizedRowsIsRefused) {
-  const Case c{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=2,quant=fp8", 256 << 10, true};
+  const Case c{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=2,quant=fp8", 32 << 10, true};
   absl::StatusOr<Plan> plan = PlanOf(c, c.budget);
   ASSERT_TRUE(plan.ok()) << plan.status();
   auto fabric =
@@ -192,7 +207,7 @@ TEST(DeltaQuantizeBudgetTest, ABudgetTooSmallForABatchsQuantizedRowsIsRefused) {
     EXPECT_TRUE(absl::IsInvalidArgument(d.status())) << d.status();
     const std::string rank = absl::StrCat("trainer rank ", r);
     for (const char* word :
-         {"staging_budget_bytes", "--staging_mib", "quantized rows", "at least", rank.c_str()}) {
+         {"staging_budget_bytes", "--staging_mib", "to quantize", "at least", rank.c_str()}) {
       EXPECT_TRUE(absl::StrContains(d.status().message(), word)) << word << ": " << d.status();
     }
   }

@@ -147,6 +147,7 @@ absl::Status DeltaRunner::PrepareConversions(const Plan& plan) {
           "trainer rank ", rank_, ": this data plane cannot convert on lane ", lane));
     }
   }
+  convert_buffers_ = buffers_;
   for (int32_t k = 0; k < conversions_->size(); ++k) {
     const Conversion& c = conversions_->conversion(k);
     for (int32_t b : {c.to_buffer, c.scale_buffer, c.global_buffer}) {
@@ -205,7 +206,7 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       mw.bytes = m.bytes;
       mw.word_bytes = MessageWordBytes(plan, m);
       if (src) mw.source_key = SourceKey(plan, m);
-      if (src && conversions_ != nullptr) REFIT_RETURN_IF_ERROR(NoteConversions(plan, m, mw, w));
+      if (src && conversions_ != nullptr) REFIT_RETURN_IF_ERROR(NoteConversions(plan, m, mw));
       if (!mw.converted) {
         REFIT_ASSIGN_OR_RETURN(MessagePlace place,
                                PlaceMessage(plan, m, sends, src ? plan.src : plan.dst, buffers_,
@@ -255,10 +256,8 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
     work_.push_back(std::move(w));
   }
   REFIT_RETURN_IF_ERROR(PrepareRelays(plan, src, &slots));
-  if (conversions_ != nullptr) LayOutConversions(plan);
   REFIT_RETURN_IF_ERROR(PlanRooms(plan));
   REFIT_RETURN_IF_ERROR(AllocateRooms());
-  if (conversions_ != nullptr) REFIT_RETURN_IF_ERROR(PlaceConverted(plan));
   std::vector<int32_t> last(lanes, -1);
   for (int32_t k = 0; k < static_cast<int32_t>(work_.size()); ++k) {
     const int32_t lane = work_[k].lane;
@@ -397,7 +396,8 @@ absl::StatusOr<RunStats> DeltaRunner::RunBatches(absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(Drain(deadline));
   REFIT_RETURN_IF_ERROR(ops_->Finish(deadline));
   REFIT_RETURN_IF_ERROR(SyncConversions(-1));
-  stats.peak_staging_bytes = budget_held_ + ConversionWorkspace();
+  stats.peak_staging_bytes = budget_held_ + exchange_beside_;
+  delta_stats_.convert_workspace_bytes = ConversionWorkspace();
   delta_stats_.header_bytes = header_bytes_;
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
   NoteTimes(ops_->TakeTimes());
@@ -505,8 +505,8 @@ void DeltaRunner::Commit(int64_t version) {
       todo.push_back(&m);
       packed = packed || m.direct == nullptr;
     }
-    // Quantized records are quantized again, as the round did.
-    if (packed || (!todo.empty() && !w.convs.empty())) {
+    // Converted messages are quantized again as the round did (StageCurrent).
+    if (packed) {
       s = ClaimLane(w.lane, deadline);
       if (s.ok()) s = StageCurrent(w, deadline);
       if (s.ok()) s = ops_->AfterLane(w.lane);

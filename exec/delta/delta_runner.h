@@ -31,15 +31,18 @@
 // Quantized engines (FP8, MXFP8, NVFP4: the plan's conversions): a trainer
 // rank exchanges its cut tiles' amaxes (and NVFP4's global amaxes) with
 // its peers once a round, before its first batch (a few floats a tile).
-// Each batch then quantizes the rows of the records its messages read
-// (whole tiles of rows, with the exchanged scales: ConversionStage::Rows)
-// into the front of its lane room, on its lane, right before its count:
-// the values live within the budget, and the first compare waits for the
-// first batch's rows only. The engine receives the bytes a dense round
-// sends. A rank whose batch's rows do not fit its lane room beside its
-// packed messages is refused at Create, naming --staging_mib. The
-// conversion steps' own working memory (a record gathered from strided
-// rows) comes beside the budget.
+// Each batch then, on its lane right before its count, takes its messages
+// that read quantized values one at a time: the rows of the records the
+// message reads (whole tiles of rows, with the exchanged scales:
+// ConversionStage::Rows) are quantized into the batch's quantizing area,
+// past its packed messages in the lane room (where its encodings go once
+// its count has read the packed bytes), and the message is packed from
+// there. The values live within the budget, and the first compare waits
+// for the first batch's rows only; the engine receives the bytes a dense
+// round sends. A rank whose batch's packed messages and largest message's
+// rows do not fit its lane room is refused at Create, naming
+// --staging_mib. The conversion steps' own working memory (a record
+// gathered from strided rows) comes beside the budget.
 //
 // A trainer rank keeps a snapshot: per message it sends, the bytes of the
 // last committed version (GPU memory by default on a GPU member, pinned host
@@ -186,8 +189,11 @@ struct DeltaRoundStats {
   // Messages sent (forwarded) dense because their encoding did not fit the
   // receiver's room in the budget.
   int64_t dense_for_room = 0;
-  // Beside the budget: the message headers (32 bytes each).
+  // Beside the budget: the message headers (32 bytes each), and a trainer's
+  // conversion steps' own working memory (the amax pass's gathers of
+  // records not lying dense in their buffers; their device scratch).
   int64_t header_bytes = 0;
+  int64_t convert_workspace_bytes = 0;
   double digest_seconds = 0;    // time spent digesting
   int64_t batches = 0;          // batches of waves run (delta_runner.h)
   int64_t groups = 0;           // groups of sends and receives posted
@@ -308,10 +314,20 @@ class DeltaRunner : public RoundRunner {
     std::string source_key;  // trainer: SourceKey
     char* direct = nullptr;       // the buffer range when contiguous
     std::vector<CopyTask> tasks;  // pack (trainer) or unpack (engine)
-    // Trainer: reads quantized values (a scratch buffer of the plan), which
-    // lie in its batch's lane room; one buffer range there when
-    // `direct_later` (direct is set once the lane rooms exist).
-    bool converted = false, direct_later = false;
+    // Trainer: reads quantized values (a scratch buffer of the plan): the
+    // rows of the conversions it reads, quantized into its batch's
+    // quantizing area right before it is packed; per scratch buffer, the
+    // bytes [lo, hi) they write, at `at` in the area.
+    struct Slice {
+      int32_t buffer = 0;
+      int64_t lo = 0, hi = 0, at = 0;
+    };
+    bool converted = false;
+    std::vector<ConversionStage::Rows> convs;
+    std::vector<Slice> slices;
+    // In the area past the slices: the source rows gathered (where they do
+    // not lie dense); all it takes.
+    int64_t gather_at = 0, convert_bytes = 0;
     int64_t stage_offset = -1;    // in the batch's staging when packed
     std::vector<StreamDigestRun> runs;  // verify: its stream's digest runs
     std::vector<int32_t> run_slots;     // their slots in digest_keys_
@@ -348,18 +364,11 @@ class DeltaRunner : public RoundRunner {
     char* staging = nullptr;
     int64_t staging_bytes = 0;
     int64_t coded_offset = 0;
-    // Trainer with quantized engines: the rows of the conversions its
-    // messages read, quantized into the first convert_bytes of the lane
-    // room: per scratch buffer the bytes [lo, hi) they write there, at `at`
-    // in the room; the rank's buffers with those bytes at their places.
-    struct Slice {
-      int32_t buffer = 0;
-      int64_t lo = 0, hi = 0, at = 0;
-    };
-    std::vector<ConversionStage::Rows> convs;
-    std::vector<Slice> slices;
-    int64_t convert_bytes = 0;
-    std::vector<char*> buffers;
+    // Trainer with quantized engines: the quantizing area, where each
+    // converted message's rows are quantized in turn before it is packed:
+    // convert_bytes (its largest message's) at convert_offset of the lane
+    // room, past the packed messages, where the batch's encodings later go.
+    int64_t convert_offset = 0, convert_bytes = 0;
     // What bounds the bytes a rank moves in the batch (delta_room.h:
     // PairBound): the window it was cut by (0: one plan wave alone), the
     // wave's whole-plan bytes; per peer (peers' order; forwards:
@@ -387,22 +396,19 @@ class DeltaRunner : public RoundRunner {
   absl::StatusOr<RunStats> RunBatches(absl::Time deadline);
   // Quantized engines (delta_convert.cc). PrepareConversions: a trainer
   // rank's conversions (none: conversions_ null) and their steps per lane.
-  // ExchangeAmaxes: the round's
-  // amax exchange, before any batch. NoteConversions: m reads quantized
-  // values: the rows of its conversions it reads join w's (its place
-  // waits for the lane room). LayOutConversions: every batch's quantized
-  // rows in its lane room.
-  // PlaceConverted: once the rooms exist, the buffers of each batch and the
-  // places of its converted messages. Convert: enqueues w's conversions
-  // on its lane.
+  // ExchangeAmaxes: the round's amax exchange, before any batch.
+  // NoteConversions: whether m reads quantized values; if so, the rows it
+  // reads, their layout in a quantizing area, and its pack program (a
+  // converted message is always packed). StageConverted: enqueues on w's
+  // lane, message by message, the quantization of its rows into w's
+  // quantizing area and its packing from there.
   absl::Status PrepareConversions(const Plan& plan);
   absl::Status ExchangeAmaxes(absl::Time deadline);
-  absl::Status NoteConversions(const Plan& plan, const Message& m, MsgWork& mw, BatchWork& w);
-  void LayOutConversions(const Plan& plan);
-  absl::Status PlaceConverted(const Plan& plan);
-  absl::Status Convert(BatchWork& w);
+  absl::Status NoteConversions(const Plan& plan, const Message& m, MsgWork& mw);
+  absl::Status StageConverted(BatchWork& w);
   // Waits for the conversions enqueued on `lane` (all lanes: -1); their
-  // error (a non-finite value).
+  // error (a non-finite value). ConversionWorkspace: the conversion
+  // steps' own working memory now.
   absl::Status SyncConversions(int32_t lane);
   int64_t ConversionWorkspace() const;
   // A trainer's batch in two steps: BeginSend packs and starts the count,
@@ -533,6 +539,9 @@ class DeltaRunner : public RoundRunner {
   std::unique_ptr<ConversionStage> conversions_;
   std::vector<std::unique_ptr<ConvertOps>> lane_convert_;
   std::map<int32_t, std::vector<int32_t>> writers_;
+  // buffers_ with one converted message's slices at their places in its
+  // batch's quantizing area while it is staged (StageConverted).
+  std::vector<char*> convert_buffers_;
   // The exchange's bytes taken in a lane room this round, and those it
   // took from the copier (the lane room had no space).
   int64_t exchange_used_ = 0, exchange_beside_ = 0;

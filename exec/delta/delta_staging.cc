@@ -57,12 +57,11 @@ void DeltaRunner::LayOutStaging(BatchWork& w, int64_t limit) {
   // 256-byte aligned messages where they fit the limit, else 16, else 8
   // (a word is at most 8 bytes).
   // A relay's dense forwards packed after its received messages.
-  // Quantized records (a trainer's) come first.
   for (int64_t align : {256, 16, 8}) {
-    int64_t at = w.convert_bytes;
+    int64_t at = 0;
     for (std::vector<MsgWork>* msgs : {&w.msgs, &w.forwards}) {
       for (MsgWork& m : *msgs) {
-        if (m.direct != nullptr || m.direct_later) continue;
+        if (m.direct != nullptr) continue;
         m.stage_offset = at;
         at += AlignTo(m.bytes, align);
       }
@@ -87,9 +86,16 @@ absl::Status DeltaRunner::PlanRooms(const Plan& plan) {
              &unused);
     LayOutStaging(w, room_ - 16 - most);
     w.coded_offset = AlignTo(w.staging_bytes, 16);
+    // A trainer quantizes its converted messages' rows, one message at a
+    // time, past its packed messages (where its encodings later go).
+    w.convert_bytes = 0;
+    for (const MsgWork& m : w.msgs) w.convert_bytes = std::max(w.convert_bytes, m.convert_bytes);
+    w.convert_offset = AlignTo(w.staging_bytes, 256);
     // A trainer sends dense what does not fit its room; an engine must
     // hold whatever its senders may send.
-    const int64_t need = src ? w.staging_bytes : w.coded_offset + most;
+    const int64_t need = !src ? w.coded_offset + most
+                              : w.convert_bytes > 0 ? w.convert_offset + w.convert_bytes
+                                                    : w.staging_bytes;
     if (need > room_) {
       const int64_t lanes_per_budget =
           std::max<int64_t>(1, plan.options.staging_budget_bytes / room_);
@@ -100,16 +106,16 @@ absl::Status DeltaRunner::PlanRooms(const Plan& plan) {
           plan.options.relay ? " (half the lane's share: relays keep payloads in the rest)" : "",
           ", less than batch ", k, " on lane ", w.lane, " needs: ", w.staging_bytes,
           " bytes of staging",
-          w.convert_bytes > 0 ? absl::StrCat(" (", w.convert_bytes, " of them quantized rows of ",
-                                             w.convs.size(), " records)")
-                              : "",
+          w.convert_bytes > 0
+              ? absl::StrCat(" and ", w.convert_bytes, " to quantize its largest message's rows in")
+              : "",
           src ? "" : absl::StrCat(" and up to ", most, " of encodings"),
           "; plan with a staging budget of at least ", need * lanes_per_budget, " bytes"));
     }
     w.coded_room = std::max<int64_t>(0, std::min(room_ - w.coded_offset, most));
     lane_room_bytes_[w.lane] =
         std::max(lane_room_bytes_[w.lane], std::min(room_, w.coded_offset + most));
-    lane_room_bytes_[w.lane] = std::max(lane_room_bytes_[w.lane], w.staging_bytes);
+    lane_room_bytes_[w.lane] = std::max(lane_room_bytes_[w.lane], src ? need : w.staging_bytes);
   }
   // A relay's ring: what the lanes leave of the budget, at most what it
   // may keep in one round.
@@ -253,9 +259,7 @@ DeltaRunner::Held* DeltaRunner::RingTake(int32_t message, int64_t bytes, int32_t
 absl::StatusOr<std::vector<ResolvedCopy>> DeltaRunner::CurrentCopies(const BatchWork& w,
                                                                      const MsgWork& m) const {
   char* place = w.staging + m.stage_offset;
-  if (side_ == Side::kTrainer) {
-    return ResolveTasks(m.tasks, w.buffers.empty() ? buffers_ : w.buffers, {}, nullptr, place);
-  }
+  if (side_ == Side::kTrainer) return ResolveTasks(m.tasks, buffers_, {}, nullptr, place);
   std::vector<CopyTask> gather = m.tasks;  // the unpack, reversed
   for (CopyTask& t : gather) {
     std::swap(t.src_buffer, t.dst_buffer);
@@ -267,10 +271,11 @@ absl::StatusOr<std::vector<ResolvedCopy>> DeltaRunner::CurrentCopies(const Batch
 
 absl::Status DeltaRunner::StageCurrent(BatchWork& w, absl::Time deadline) {
   if (w.staging == nullptr) return absl::OkStatus();
-  if (side_ == Side::kTrainer) REFIT_RETURN_IF_ERROR(Convert(w));
+  // Converted messages: quantized and packed one at a time.
+  REFIT_RETURN_IF_ERROR(StageConverted(w));
   std::vector<ResolvedCopy> copies;
   for (const MsgWork& m : w.msgs) {
-    if (m.direct != nullptr) continue;
+    if (m.direct != nullptr || m.converted) continue;
     REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> c, CurrentCopies(w, m));
     copies.insert(copies.end(), c.begin(), c.end());
   }

@@ -75,8 +75,11 @@ Side2 Upload(const SideLayout& layout, const HostBuffers& host, int device) {
   return s;
 }
 
+// `budget`: the plan's staging budget, whose lane rooms hold a batch's
+// packed messages beside a message's quantized rows (the same plans run on
+// the host in exec/delta:delta_quantize_test).
 void RunDeltaRounds(const std::string& model_name, const std::string& engine_spec,
-                    int32_t lanes = 2) {
+                    int32_t lanes = 2, int64_t budget = 1 << 20) {
   SCOPED_TRACE(absl::StrCat(engine_spec, ", ", lanes, " lanes"));
   absl::StatusOr<ModelConfig> model = LoadModelConfig(model_name);
   ASSERT_TRUE(model.ok()) << model.status();
@@ -88,8 +91,8 @@ void RunDeltaRounds(const std::string& model_name, const std::string& engine_spe
   PlannerOptions po;
   po.num_lanes = lanes;
   po.choose_lanes = false;
-  po.staging_budget_bytes = 1 << 19;
-  po.max_wave_bytes = 1 << 19;
+  po.staging_budget_bytes = budget;
+  po.max_wave_bytes = po.max_message_bytes = po.staging_budget_bytes / lanes / 4;
   absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, po);
   ASSERT_TRUE(plan.ok()) << plan.status();
   OwnedBuffers s = AllocateBuffers(src->layout);
@@ -233,12 +236,14 @@ TEST(DeltaNcclGpuTest, GpuMembersRunDeltaRoundsAndVerifiedRoundsCatchAFlippedByt
     GTEST_SKIP() << "needs 2 CUDA devices";
   }
   RunDeltaRounds("tiny-qwen3-moe-b128", "vllm:tp=1");
-  RunDeltaRounds("tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8");
+  RunDeltaRounds("tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8", 2, 4 << 20);
   RunDeltaRounds("tiny-qwen3-moe-mx", "vllm:tp=1,quant=mxfp8");
   RunDeltaRounds("tiny-qwen3-moe-fp4", "vllm:tp=1,quant=nvfp4");
   // Four lanes (the planner's choice for plans of many staged pieces): each
   // lane connects before the round's kernels are in flight.
   RunDeltaRounds("tiny-qwen3-moe-b128", "vllm:tp=1", 4);
+  // FP8 batches quantizing on every lane's stream.
+  RunDeltaRounds("tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8", 4, 4 << 20);
 }
 
 }  // namespace
