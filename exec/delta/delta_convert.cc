@@ -32,7 +32,8 @@ absl::Status DeltaRunner::NoteConversions(const Plan& plan, const Message& m, Ms
           " holds converted values no conversion of the rank writes"));
     }
     mw.converted = true;
-    const int64_t lo = t.src_offset, hi = t.src_offset + (t.rows - 1) * t.src_row_stride + t.row_bytes;
+    const int64_t lo = t.src_offset;
+    const int64_t hi = t.src_offset + (t.rows - 1) * t.src_row_stride + t.row_bytes;
     for (int32_t k : it->second) {
       const auto [begin, end] = conversions_->rows_at(k, t.src_buffer, lo, hi);
       // Codes only where it reads them (or the kind writes them anyway).

@@ -34,7 +34,9 @@ struct Case {
   int64_t max_wave_bytes = 0;
 };
 
-absl::StatusOr<Plan> PlanOf(const Case& c, int64_t budget) {
+// The plan of `c` with `budget`; *trainer: the trainer's layout as
+// registered (before its converted tensors were moved to scratch).
+absl::StatusOr<Plan> PlanOf(const Case& c, int64_t budget, SideLayout* trainer = nullptr) {
   PlannerOptions o;
   o.staging_budget_bytes = budget;
   if (c.lanes > 0) {
@@ -48,6 +50,7 @@ absl::StatusOr<Plan> PlanOf(const Case& c, int64_t budget) {
   }
   testing::PlannedCase pc;
   if (absl::Status s = testing::PlanCase(c.model, c.trainer, c.engine, &pc, o); !s.ok()) return s;
+  if (trainer != nullptr) *trainer = pc.src->layout;
   return *std::move(pc.plan);
 }
 
@@ -72,7 +75,8 @@ absl::Status DenseRound(const Plan& plan, OwnedBuffers& trainer, OwnedBuffers& e
       auto t = InProcTransport::Create(fabric, g).value();
       const bool src = g < ws;
       auto e = Executor::Create(plan, src ? Side::kTrainer : Side::kEngine, src ? g : g - ws,
-                                Pointers(src ? plan.src : plan.dst, src ? trainer : engine), t.get());
+                                Pointers(src ? plan.src : plan.dst, src ? trainer : engine),
+                                t.get());
       status[g] = e.ok() ? (*e)->Run(absl::Now() + absl::Seconds(60)).status() : e.status();
     });
   }
@@ -87,7 +91,8 @@ class DeltaQuantizeTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DeltaQuantizeTest, RoundsStayWithinTheBudgetAndLandTheDenseRoundsBytes) {
   const Case& c = GetParam();
-  absl::StatusOr<Plan> planned = PlanOf(c, c.budget);
+  SideLayout registered;
+  absl::StatusOr<Plan> planned = PlanOf(c, c.budget, &registered);
   ASSERT_TRUE(planned.ok()) << planned.status();
   const Plan& plan = *planned;
   ASSERT_FALSE(plan.conversions.empty());
@@ -104,7 +109,7 @@ TEST_P(DeltaQuantizeTest, RoundsStayWithinTheBudgetAndLandTheDenseRoundsBytes) {
   OwnedBuffers trainer = AllocateBuffers(plan.src, 0);
   OwnedBuffers engine = AllocateBuffers(plan.dst, 0xEE);
   OwnedBuffers dense = AllocateBuffers(plan.dst, 0xEE);
-  FillPattern(plan.src, trainer.ptrs, {-1, 1});
+  FillPattern(registered, trainer.ptrs, {-1, 1});
   // One runner per rank for every round (snapshots and lane rooms kept).
   auto fabric = InProcFabric::Create(world, plan.options.num_lanes).value();
   std::vector<std::unique_ptr<Transport>> transports(world);
@@ -117,7 +122,8 @@ TEST_P(DeltaQuantizeTest, RoundsStayWithinTheBudgetAndLandTheDenseRoundsBytes) {
     o.copier = copiers[g].get();
     const bool src = g < ws;
     auto r = DeltaRunner::Create(plan, src ? Side::kTrainer : Side::kEngine, src ? g : g - ws,
-                                 Pointers(src ? plan.src : plan.dst, src ? trainer : engine), transports[g].get(), o);
+                                 Pointers(src ? plan.src : plan.dst, src ? trainer : engine),
+                                 transports[g].get(), o);
     ASSERT_TRUE(r.ok()) << "rank " << g << ": " << r.status();
     runners[g] = std::move(*r);
   }
@@ -154,7 +160,8 @@ TEST_P(DeltaQuantizeTest, RoundsStayWithinTheBudgetAndLandTheDenseRoundsBytes) {
     policy.OnCommit(version);
     ASSERT_TRUE(DenseRound(plan, trainer, dense).ok());
     for (size_t b = 0; b < dense.storage.size(); ++b) {
-      ASSERT_EQ(dense.storage[b], engine.storage[b]) << "engine buffer " << plan.dst.buffers[b].name;
+      ASSERT_EQ(dense.storage[b], engine.storage[b])
+          << "engine buffer " << plan.dst.buffers[b].name;
     }
     int64_t wire = 0, bytes = 0;
     for (int g = 0; g < ws; ++g) {

@@ -244,10 +244,12 @@ class DeltaRunner : public RoundRunner {
   // options.max_snapshot_bytes, INVALID_ARGUMENT naming
   // staging_budget_bytes (--staging_mib), the budget and the batch when
   // the plan's staging budget holds less than one of the rank's batches
-  // (see Staging above). A trainer rank with conversions (FP8
-  // engines) quantizes each batch's records into its lane room (see
-  // Quantized engines above), and compares the engine-format bytes (codes
-  // and scales).
+  // (see Staging above; on a trainer with conversions, its packed
+  // messages and its largest message's quantizing area). A trainer rank
+  // with conversions (FP8, MXFP8, NVFP4 engines) quantizes each batch's
+  // rows in its lane room (see Quantized engines above), and compares the
+  // engine-format bytes (codes and scales); FAILED_PRECONDITION when its
+  // copier cannot convert on every lane.
   static absl::StatusOr<std::unique_ptr<DeltaRunner>> Create(
       const Plan& plan, Side side, int32_t rank, std::vector<char*> buffers,
       Transport* transport, DeltaRunnerOptions options = {});
