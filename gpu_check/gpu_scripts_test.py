@@ -16,9 +16,9 @@ import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = ["rl_loop_gpu.py", "rl_loop_trainer.py", "rl_loop_sglang.py", "sglang_standin.py",
-           "fused_qwen3.py", "kernel_layouts_ref.py", "lowp_dequant.py", "lowp_ref.py",
-           "vllm_layers.py", "rl_loop_report.py", "symbol_clash_check.py",
+SCRIPTS = ["rl_loop_gpu.py", "rl_loop_tables.py", "rl_loop_trainer.py", "rl_loop_sglang.py",
+           "sglang_standin.py", "fused_qwen3.py", "kernel_layouts_ref.py", "lowp_dequant.py",
+           "lowp_ref.py", "vllm_layers.py", "rl_loop_report.py", "symbol_clash_check.py",
            "nvfp4_vllm_check.py", "deepgemm_sm100_check.py"]
 LIBS = [os.path.abspath(p) for p in sys.argv[1:]]
 del sys.argv[1:]
@@ -68,16 +68,27 @@ class GpuScriptsTest(unittest.TestCase):
                                 ("sglang", "qwen3", "bf16", "threads"),
                                 ("sglang", "qwen3", "deepgemm", "threads")])
         self.assertEqual(opts["backends"], "vllm,sglang")
-        # Without the flag: the vLLM rows alone, as before it existed.
+        # Without the flag: the vLLM rows alone, as before it existed; vLLM's
+        # online NVFP4 recipe for the MoE model alone.
         _, _, rows = rl.plan_rows(["B"])
         self.assertEqual({r[0] for r in rows}, {"vllm"})
-        self.assertEqual(len(rows), 2 * 8 * 2)
+        self.assertEqual(len(rows), 2 * 8 * 2 + 2)
+        self.assertEqual([r for r in rows if r[2] == "nvfp4-vllm"],
+                         [("vllm", "qwen3-moe", "nvfp4-vllm", m) for m in ("process", "threads")])
         # MXFP8 / NVFP4 engines are vLLM rows only.
-        _, _, rows = rl.plan_rows(["B", "--backends=vllm,sglang", "--models=qwen3",
-                                   "--engines=fp8,nvfp4", "--modes=threads"])
+        _, _, rows = rl.plan_rows(["B", "--backends=vllm,sglang", "--models=qwen3,qwen3-moe",
+                                   "--engines=fp8,nvfp4,nvfp4-vllm", "--modes=threads"])
         self.assertEqual([r[:3] for r in rows], [("vllm", "qwen3", "fp8"),
                                                  ("vllm", "qwen3", "nvfp4"),
-                                                 ("sglang", "qwen3", "fp8")])
+                                                 ("vllm", "qwen3-moe", "fp8"),
+                                                 ("vllm", "qwen3-moe", "nvfp4"),
+                                                 ("vllm", "qwen3-moe", "nvfp4-vllm"),
+                                                 ("sglang", "qwen3", "fp8"),
+                                                 ("sglang", "qwen3-moe", "fp8")])
+        import rl_loop_tables as tables
+        self.assertEqual(set(tables.TOL_VS_TRAINER), set(tables.ENGINE_CONVENTIONS))
+        self.assertEqual(tables.kernel_of(tables.ENGINE_CONVENTIONS["nvfp4-vllm"], "recipe"),
+                         "vllm")
         for argv, says in ((["B", "--backends=trtllm"], "unknown backend 'trtllm'"),
                            (["B", "--backends="], "unknown or empty option --backends="),
                            (["B", "--backends=sglang", "--engines=fp4"], "engine fp4"),
@@ -90,7 +101,9 @@ class GpuScriptsTest(unittest.TestCase):
     def test_sglang_rows_cover_every_engine_and_say_which_must_be_refused(self):
         import rl_loop_gpu as rl
         import rl_loop_sglang as rls
-        self.assertEqual(set(rls.CONVENTIONS), set(rl.ENGINE_CONVENTIONS) - set(rl.VLLM_ONLY))
+        import rl_loop_tables as tables
+        self.assertEqual(set(rls.CONVENTIONS),
+                         set(tables.ENGINE_CONVENTIONS) - set(tables.VLLM_ONLY))
         self.assertTrue(all(c.startswith("sglang:tp=1") for c in rls.CONVENTIONS.values()))
         refused = {(e, m) for e in rls.CONVENTIONS for m in ("qwen3", "qwen3-moe")
                    if rls.expected_refusal(e, m)}

@@ -132,18 +132,20 @@ def _fp8(b: torch.Tensor) -> torch.Tensor:
 
 
 def _lowp_pairs(name: str, engine: Dict[str, torch.Tensor], trainer: Dict[str, torch.Tensor],
-                quant: str, kernel: Optional[str]) -> List[Tuple[str, torch.Tensor, torch.Tensor]]:
+                quant: str, kernel: Optional[str], recipe: Optional[str]
+                ) -> List[Tuple[str, torch.Tensor, torch.Tensor]]:
     """(what, engine tensor, expected) of a tensor under quant=mxfp8 /
-    quant=nvfp4 (lowp_ref): the weight, its block scales and, for NVFP4, its
-    global scale, or the BF16 tensor as it is where vLLM does not quantize."""
+    quant=nvfp4 (lowp_ref; NVFP4 of ``recipe``): the weight, its block
+    scales and, for NVFP4, its global scale, or the BF16 tensor as it is
+    where vLLM does not quantize."""
     import lowp_ref
     parts = _parts(name, trainer, kernel) or [[name]]
-    if not lowp_ref.quantized(name):
+    if not lowp_ref.quantized(name, recipe):
         want = torch.stack([torch.cat([trainer[p] for p in m]) for m in parts]) \
             if ".experts.w" in name else torch.cat([trainer[p] for p in parts[0]])
         return [(name, engine[name], want)]
     want = lowp_ref.expected([[trainer[p] for p in m] for m in parts], quant, kernel,
-                             ".experts.w" in name)
+                             ".experts.w" in name, recipe)
     out = [(name, engine[name], want["weight"]),
            (name + "_scale", engine.get(name + "_scale"), want["scale"])]
     if quant == "nvfp4":
@@ -153,10 +155,12 @@ def _lowp_pairs(name: str, engine: Dict[str, torch.Tensor], trainer: Dict[str, t
 
 
 def check_exact(engine: Dict[str, torch.Tensor], trainer: Dict[str, torch.Tensor],
-                quant: Optional[str], kernel: Optional[str]) -> Tuple[List[str], int]:
+                quant: Optional[str], kernel: Optional[str], recipe: Optional[str] = None
+                ) -> Tuple[List[str], int]:
     """(problems, tensors checked): every engine tensor (and its scales)
     against what vLLM holds (`expected`; lowp_ref for ``quant`` "mxfp8" and
-    "nvfp4"; True stands for "fp8"), bit for bit; rows beyond the trainer's
+    "nvfp4", NVFP4 of ``recipe`` "vllm": vLLM's online recipe; True stands
+    for "fp8"), bit for bit; rows beyond the trainer's
     (vocabulary padding) are not compared."""
     import lowp_dequant
     quant = "fp8" if quant is True else (quant or None)
@@ -170,7 +174,7 @@ def check_exact(engine: Dict[str, torch.Tensor], trainer: Dict[str, torch.Tensor
             problems.append(f"{name}: the trainer has no such tensor")
             continue
         if quant in ("mxfp8", "nvfp4"):
-            pairs = _lowp_pairs(name, engine, trainer, quant, kernel)
+            pairs = _lowp_pairs(name, engine, trainer, quant, kernel, recipe)
         else:
             want_w, want_s = expected(name, trainer, quant == "fp8" and name + SCALE in engine,
                                       kernel)

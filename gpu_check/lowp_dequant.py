@@ -14,8 +14,12 @@ parameters after loading (vllm-project/vllm, read 2026-11-26):
   per parameter, ``weight_global_scale`` (dense, ModelOpt's weight_scale_2
   renamed by process_weights_after_loading) or ``w13_weight_scale_2`` /
   ``w2_weight_scale_2`` [E] (experts); value = E2M1 x block scale x global
-  scale. Under ``kernel=flashinfer`` the block scales are in the 128 x 4
-  tiles of vLLM's swizzle_blockscale (quantization/utils/nvfp4_utils.py):
+  scale. vLLM's online NVFP4 (``recipe=vllm``, quantization/online/nvfp4.py
+  at 0136201, Nvfp4OnlineMoEMethod) holds its experts the same way before
+  its backend's conversion: ``w13_weight_scale_2`` / ``w2_weight_scale_2``
+  [E] are 1 / its global scale, the same factor; its other weights stay in
+  the model dtype. Under ``kernel=flashinfer`` the block scales are in the
+  128 x 4 tiles of vLLM's swizzle_blockscale (quantization/utils/nvfp4_utils.py):
   [M, K/16] viewed as [M/128, 4, 32, K/64, 4] and permuted (0, 1, 4, 3, 2,
   5); that permutation is its own inverse, so :func:`unswizzle` applies it
   to the tiled view.

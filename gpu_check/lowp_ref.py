@@ -33,6 +33,14 @@ quant config) stay in the model dtype.
   and every block scale matrix (per expert) swizzled as swizzle_blockscale
   (quantization/utils/nvfp4_utils.py at 0b70ce1): [M, K/16] viewed as
   [M/128, 4, 32, K/64, 4], permuted (0, 1, 4, 3, 2, 5).
+- NVFP4 of vLLM's online recipe (``recipe=vllm``: Nvfp4OnlineMoEMethod,
+  quantization/online/nvfp4.py at 0136201, the routed experts alone; every
+  other weight stays in the model dtype): per expert, the bytes of
+  nvfp4_vllm_check.quantize (that script's statement of the recipe: global
+  (6 * 448) / amax as torch evaluates it, FlashInfer's block quantizer with
+  rcp.approx.ftz.f32, through Triton, on a GPU, and the correctly rounded
+  reciprocal on a CPU, as refit's converters do), and ``weight_scale_2``
+  1 / global as vLLM computes it.
 """
 
 from typing import Dict, List, Optional, Tuple
@@ -46,9 +54,10 @@ QUANTIZED = (".qkv_proj.weight", ".o_proj.weight", ".gate_up_proj.weight",
 F32_TINY = torch.finfo(torch.float32).tiny
 
 
-def quantized(name: str) -> bool:
-    """Whether vLLM's MXFP8 / NVFP4 methods quantize engine tensor ``name``."""
-    return name.endswith(QUANTIZED)
+def quantized(name: str, recipe: Optional[str] = None) -> bool:
+    """Whether vLLM's MXFP8 / NVFP4 methods quantize engine tensor ``name``
+    (under NVFP4 ``recipe`` "vllm": the routed experts alone)."""
+    return name.endswith(QUANTIZED[-2:] if recipe == "vllm" else QUANTIZED)
 
 
 def _e4m3_bytes(x: torch.Tensor) -> torch.Tensor:
@@ -107,6 +116,26 @@ def nvfp4(x: torch.Tensor, g: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]
     return (q[:, 1::2] << 4) | q[:, 0::2], sb
 
 
+_RCP = {}
+
+
+def nvfp4_vllm(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(packed E2M1 bytes [N, K/2], e4m3 scale bytes [N, K/16],
+    weight_scale_2) of one expert x (BF16 values) under vLLM's online
+    recipe. Raises RuntimeError without torch.float8_e4m3fn (torch < 2.1)
+    or on a GPU without Triton (no statement of rcp.approx.ftz.f32)."""
+    if FP8 is None:
+        raise RuntimeError("recipe=vllm: nvfp4_vllm_check needs torch.float8_e4m3fn "
+                           "(torch 2.1 or later)")
+    import nvfp4_vllm_check as vc
+    if x.device.type == "cuda" and "cuda" not in _RCP:
+        _RCP["cuda"] = vc.make_rcp_approx()
+        if _RCP["cuda"] is None:
+            raise RuntimeError("recipe=vllm on a GPU: no Triton to state rcp.approx.ftz.f32")
+    codes, sb, g = vc.quantize(x, _RCP.get(x.device.type, vc.rcp_model))
+    return (codes[:, 1::2] << 4) | codes[:, 0::2], sb, 1.0 / g
+
+
 def swizzle(s: torch.Tensor) -> torch.Tensor:
     """vLLM's swizzle_blockscale of one [M, K/16] matrix (M a multiple of
     128, K/16 of 4: refit refuses buffers that would need its padding)."""
@@ -115,16 +144,19 @@ def swizzle(s: torch.Tensor) -> torch.Tensor:
 
 
 def expected(matrices: List[List[torch.Tensor]], quant: str, kernel: Optional[str],
-             stacked: bool) -> Dict[str, torch.Tensor]:
+             stacked: bool, recipe: Optional[str] = None) -> Dict[str, torch.Tensor]:
     """What vLLM holds for one quantized engine tensor whose matrices (one,
     or one per expert) concatenate the rows of the given trainer tensors:
     {"weight", "scale"} as uint8 bytes, and for NVFP4 "global" (f32, [] or
-    [E])."""
+    [E]; ``recipe`` "vllm": vLLM's online recipe, weight_scale_2)."""
     ws, ss, gs = [], [], []
     for parts in matrices:
         x = torch.cat([p.float() for p in parts])
         if quant == "mxfp8":
             q, s = mxfp8(x)
+        elif recipe == "vllm":
+            q, s, g = nvfp4_vllm(x)
+            gs.append(g)
         else:
             g = nvfp4_global(torch.stack([p.float().abs().max() for p in parts]).max())
             q, s = nvfp4(x, g)
@@ -142,7 +174,8 @@ def expected(matrices: List[List[torch.Tensor]], quant: str, kernel: Optional[st
 
 def self_check() -> int:
     """On any device: lowp_dequant reads back what this quantizes, within
-    its rounding bound, for MXFP8 and NVFP4 (swizzled too); every E2M1
+    its rounding bound, for MXFP8 and NVFP4 (swizzled too, and vLLM's
+    online recipe); every E2M1
     code's midpoint ties round to the even code; swizzling moves bytes and
     unswizzle undoes it. Returns 0 when all hold."""
     import lowp_dequant as lowp
@@ -161,10 +194,17 @@ def self_check() -> int:
         vals, unit = lowp.block_units("w", eng, kernel)
         ok &= bool(((vals * unit - x).abs() <= lowp.rounding_bound("nvfp4", x, unit)).all())
     ok &= not torch.equal(swizzle(s), s) and torch.equal(lowp.unswizzle(swizzle(s)), s)
+    if FP8 is not None:  # vLLM's online recipe (BF16 experts)
+        xb = x.bfloat16().float()
+        q, s, g2 = nvfp4_vllm(xb)
+        eng = {"w": q, "w_scale": s, "w_scale_2": g2}
+        vals, unit = lowp.block_units("w", eng, None)
+        ok &= bool(((vals * unit - xb).abs() <= lowp.rounding_bound("nvfp4", xb, unit)).all())
     mids = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, -0.75])
     ok &= cast_fp4(mids).tolist() == [0, 2, 2, 4, 4, 6, 6, 7, 10]
     print(f"{'PASS' if ok else 'FAIL'}  MXFP8 / NVFP4 references: read back within their "
-          f"rounding bounds (NVFP4 swizzled too), E2M1 ties to even, swizzle round trip")
+          f"rounding bounds (NVFP4 swizzled too, and vLLM's online recipe), E2M1 ties to "
+          f"even, swizzle round trip")
     return 0 if ok else 1
 
 

@@ -17,6 +17,14 @@ over their tensors (vllm_layers.py) and join with "vllm:tp=1" alone:
 refit.vllm detects quant= and kernel= from the layers and recomputes the
 NVFP4 alphas after each round (checked); the forward dequantizes them
 (lowp_dequant.py) and every tensor is compared with lowp_ref.py.
+"nvfp4-vllm" (vllm:tp=1,quant=nvfp4,recipe=vllm; MoE model only) is vLLM's
+online NVFP4 (--quantization nvfp4_per_token: the routed experts quantized
+by vLLM itself): refit.engine_formats must read recipe=vllm off a stand-in
+of that layer and refuse the live layer by name (after loading its experts
+sit in FlashInfer TRTLLM's shuffled layout, which refit does not write);
+the engine then joins naming the convention, over the tensors vLLM's
+method quantizes before that shuffle, compared with lowp_ref.py's use of
+nvfp4_vllm_check.py's statement of the recipe.
 
 Checks after every step (a row passes when all hold at every step):
 - weights: every engine tensor holds the trainer's values: bit-equal, or for
@@ -58,7 +66,7 @@ same-weights diff, PASS/FAIL/REFUSED, refit ms per step); exits non-zero
 on any FAIL. Every wait is bounded.
 
   python3 rl_loop_gpu.py BUNDLE_DIR [--steps=3] [--models=qwen3,qwen3-moe]
-      [--engines=bf16,fp8,flashinfer,flashinfer-fp8,deepgemm]
+      [--engines=bf16,fp8,flashinfer,...,nvfp4,nvfp4-flashinfer,nvfp4-vllm]
       [--backends=vllm,sglang] [--modes=process,threads] [--device=cuda:0]
       [--reference=transformers|stand-in] [--experts=IMPL] [--refitd=PATH]
 
@@ -78,42 +86,17 @@ import threading
 import time
 import types
 
+from rl_loop_tables import (ENGINE_CONVENTIONS, TOL_VS_TRAINER, TRAINER_CONVENTION,
+                            kernel_of, runs)
+
 DEADLINE = 120.0  # seconds, any one wait
 PREPARE_TIMEOUT = 60.0  # the trainer's wait for the plan (the engine starting)
 LR = 1e-3
-TRAINER_CONVENTION = "fsdp:dp=1"
-ENGINE_CONVENTIONS = {"bf16": "vllm:tp=1", "fp8": "vllm:tp=1,quant=fp8",
-                      "flashinfer": "vllm:tp=1,kernel=flashinfer",
-                      "flashinfer-fp8": "vllm:tp=1,quant=fp8,kernel=flashinfer",
-                      "deepgemm": "vllm:tp=1,quant=fp8,kernel=deepgemm",
-                      "mxfp8": "vllm:tp=1,quant=mxfp8",
-                      "nvfp4": "vllm:tp=1,quant=nvfp4",
-                      "nvfp4-flashinfer": "vllm:tp=1,quant=nvfp4,kernel=flashinfer"}
-# Of max |trainer logit|. FP8 and MXFP8 round each weight to e4m3 (within
-# 2^-4 of it); E2M1 keeps one mantissa bit instead of three, so NVFP4's
-# steps are 4x e4m3's at the same scale (within 1/4 of a weight). Measured
-# (H200, 2026-11-26): FP8 8-13% of the range, MXFP8 8-14%, NVFP4 20-23%;
-# NVFP4's tolerance is twice FP8's, keeping about its margin. The
-# same-weights check (TOL_SAME_WEIGHTS) and the bit-exact layout check show
-# that the forward reads each layout; these bound the quantization error.
-TOL_VS_TRAINER = {"bf16": 0.03, "fp8": 0.25, "flashinfer": 0.03, "flashinfer-fp8": 0.25,
-                  "deepgemm": 0.25, "mxfp8": 0.25, "nvfp4": 0.5, "nvfp4-flashinfer": 0.5}
-# refit writes MXFP8 and NVFP4 engines for vLLM only (an SGLang convention
-# with quant=mxfp8 or quant=nvfp4 is refused): no SGLang rows for these.
-VLLM_ONLY = ("mxfp8", "nvfp4", "nvfp4-flashinfer")
 TOL_SAME_WEIGHTS = 1e-3
 MOE_TOKEN_SHARE = 0.9  # of the tokens within tolerance, MoE models
 EVAL_SEED, EVAL_SHAPE = 1234, (2, 24)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def kernel_of(convention, key="kernel"):
-    """The kernel= (or ``key``=) value of an engine convention, or None."""
-    for kv in convention.partition(":")[2].split(","):
-        if kv.startswith(key + "="):
-            return kv[len(key) + 1:]
-    return None
 
 
 def say(**kw):
@@ -175,7 +158,10 @@ def join_engine(server, cfg_path, convention, device, transport, tensors):
     MXFP8 and NVFP4 engines give the backend vLLM-shaped layers
     (vllm_layers.QuantizedTable) and the convention without quant= and
     kernel=: refit.vllm detects both from the layers, as in a vLLM worker,
-    and must come to the row's convention; it refreshes their alphas."""
+    and must come to the row's convention; it refreshes their alphas.
+    recipe=vllm: refit.vllm must refuse vLLM's online NVFP4 layer
+    (vllm_layers.online_nvfp4_refusal); the engine joins naming the
+    convention, over the tensors that layer quantizes before its shuffle."""
     import torch
     import refit
     import vllm_layers
@@ -183,16 +169,20 @@ def join_engine(server, cfg_path, convention, device, transport, tensors):
         t.dtype == torch.uint8 for t in tensors.values())
     eng, path = None, "refit.Member (FP8 as bytes)"
     quant, kernel = kernel_of(convention, "quant"), kernel_of(convention)
-    model, given = vllm_layers.TensorTable(tensors), convention
+    recipe = kernel_of(convention, "recipe")
+    model, given, how = vllm_layers.TensorTable(tensors), convention, "vllm backend"
     if not bytes_fp8:
         import refit.engine_layouts
         import refit.vllm
-        if quant in ("mxfp8", "nvfp4"):
+        if quant in ("mxfp8", "nvfp4") and recipe != "vllm":
             refit.vllm.layout_hooks = None  # refit's own detectors and refresh
             model = vllm_layers.QuantizedTable(tensors, quant, kernel)
             given = ",".join(kv for kv in convention.split(",")
                              if not kv.startswith(("quant=", "kernel=")))
         else:
+            if recipe == "vllm":
+                vllm_layers.online_nvfp4_refusal(tensors)
+                how += " (recipe=vllm named: vLLM's live nvfp4_per_token layer refused by name)"
             # A table of tensors read by fused_qwen3's forward, no vLLM
             # layers for the detector to inspect (engine_layouts_test covers
             # it on vLLM-shaped layers): it reports the layout this forward
@@ -219,8 +209,8 @@ def join_engine(server, cfg_path, convention, device, transport, tensors):
             eng.update_weights({"version": v, "timeout": DEADLINE})
             eng.finish_weight_update()
             return eng.last_stats
-        how = f"vllm backend (detected {got[len(given) + 1:]})" if given != convention \
-            else "vllm backend"
+        if given != convention:
+            how += f" (detected {got[len(given) + 1:]})"
         return how, update, eng.shutdown, getattr(model, "stale_alphas", list)
     m = refit.Member(server=server, side="engine", rank=0, model=cfg_path,
                      convention=convention, engine_id="e0", device=device,
@@ -551,10 +541,10 @@ def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts
             got = {n: t.to(device) for n, t in res["tensors"].items()}
             problems, counts = fq.check_engine_weights(got, trainer, kernel)
             problems += res.get("stale", [])
-            quant = kernel_of(convention, "quant")
+            quant, recipe = kernel_of(convention, "quant"), kernel_of(convention, "recipe")
             if kernel is not None or sglang or quant in ("mxfp8", "nvfp4"):
                 import kernel_layouts_ref as kl
-                exact, checked = kl.check_exact(got, trainer, quant, kernel)
+                exact, checked = kl.check_exact(got, trainer, quant, kernel, recipe)
                 problems += exact
                 counts["vllm_exact"] = checked
             load_engine_weights(ref32, got, shapes, tied, kernel)
@@ -575,7 +565,8 @@ def run_row(bundle, refitd, kind, dtype, mode, steps, device, reference, experts
             if v == 1:
                 lowp = quant in ("mxfp8", "nvfp4")
                 fmt = quant.upper() if lowp else "FP8"
-                layout = " ".join(x for x in (quant if lowp else "", kernel or "") if x)
+                layout = " ".join(x for x in (quant if lowp else "", kernel or "",
+                                              f"recipe={recipe}" if recipe else "") if x)
                 row["detail"] = (f"{counts['equal']} tensors bit-equal, {counts['fp8']} {fmt} "
                                  f"within {'its' if lowp else 'e4m3'} rounding"
                                  + (f", {counts['vllm_exact']} bit-equal to vLLM's {layout} "
@@ -629,7 +620,8 @@ BACKENDS = ("vllm", "sglang")
 def plan_rows(argv):
     """(bundle, options, rows as (backend, model, engine, mode)) from the
     command line (backends outermost, then models, engines, modes; the
-    MXFP8 / NVFP4 engines, VLLM_ONLY, for the vllm backend alone). Raises
+    MXFP8 / NVFP4 engines for the vllm backend alone, nvfp4-vllm for the
+    MoE model alone: rl_loop_tables.runs). Raises
     ValueError naming an unknown or empty option, backend, engine or mode."""
     if not argv or argv[0].startswith("--"):
         raise ValueError("the bundle folder comes first")
@@ -652,7 +644,7 @@ def plan_rows(argv):
                 for mode in opts["modes"].split(","):
                     if mode not in ("process", "threads") or dtype not in ENGINE_CONVENTIONS:
                         raise ValueError(f"unknown mode {mode} or engine {dtype}")
-                    if backend != "sglang" or dtype not in VLLM_ONLY:
+                    if runs(backend, kind, dtype):
                         rows.append((backend, kind, dtype, mode))
     return bundle, opts, rows
 

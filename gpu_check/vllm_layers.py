@@ -16,6 +16,20 @@ EMULATION or FLASHINFER_CUTLASS backend, quantization/modelopt.py at
 00155cd), the weights and scales (the table's own tensors), and for NVFP4
 linears ``input_global_scale`` (the engine's calibration, fixed here) and
 ``alpha``, which vLLM derives from it and the weight global scale.
+
+vLLM's online NVFP4 (``--quantization nvfp4_per_token``, ``recipe=vllm``;
+quantization/online/nvfp4.py at 0136201): ``Nvfp4OnlineMoEMethod`` is the
+routed experts' method (linears stay unquantized); its
+process_weights_after_loading quantizes w13_weight / w2_weight to packed
+E2M1 [E, N, K/2] with block scales [E, N, K/16] and ``w13_weight_scale_2``
+/ ``w2_weight_scale_2`` [E], sets ``w13_input_scale`` / ``w2_input_scale``
+to ones [E], then converts them for the backend that
+select_nvfp4_moe_backend picked for per-token activations
+(fused_moe/oracle/nvfp4.py at 0136201: only FLASHINFER_TRTLLM and
+FLASHINFER_CUTEDSL accept kNvfp4DynamicToken; TRTLLM comes first), which
+shuffles them. The stand-in carries the method's ``nvfp4_backend`` and
+``experts_cls`` as after that choice, over the tensors as its quantization
+step leaves them (the bytes ``recipe=vllm`` names).
 """
 
 import enum
@@ -42,6 +56,7 @@ class Backend(enum.Enum):
     """vLLM's MoE backend enums, by the member names refit reads."""
     EMULATION = "EMULATION"
     FLASHINFER_CUTLASS = "FLASHINFER_CUTLASS"
+    FLASHINFER_TRTLLM = "FLASHINFER_TRTLLM"
 
 
 def _named(cls_name, **attrs):
@@ -54,9 +69,10 @@ def _named(cls_name, **attrs):
 class QuantizedTable(TensorTable):
     """TensorTable plus named_modules(): a layer per quantized weight of
     ``quant`` ("mxfp8", "nvfp4") as vLLM's methods leave it, read under
-    ``kernel`` (None, "flashinfer")."""
+    ``kernel`` (None, "flashinfer"); NVFP4 of ``recipe`` "vllm": the
+    experts' Nvfp4OnlineMoEMethod (TRTLLM backend)."""
 
-    def __init__(self, tensors, quant, kernel):
+    def __init__(self, tensors, quant, kernel, recipe=None):
         import torch
         super().__init__(tensors)
         self.layers = []
@@ -67,7 +83,13 @@ class QuantizedTable(TensorTable):
                 path = name[: -len(".w13_weight")]
                 layer = types.SimpleNamespace(**{
                     n[len(path) + 1:]: tensors[n] for n in tensors if n.startswith(path + ".")})
-                if quant == "mxfp8":
+                if recipe == "vllm":
+                    layer.w13_input_scale = torch.ones(t.shape[0], device=t.device)
+                    layer.w2_input_scale = torch.ones(t.shape[0], device=t.device)
+                    layer.quant_method = _named(
+                        "Nvfp4OnlineMoEMethod", nvfp4_backend=Backend.FLASHINFER_TRTLLM,
+                        experts_cls=type("TrtLlmNvFp4ExpertsMonolithic", (), {}))
+                elif quant == "mxfp8":
                     experts = _named("Mxfp8EmulationTritonExperts")
                     layer.quant_method = _named(
                         "Mxfp8OnlineMoEMethod", fp8_backend=Backend.EMULATION,
@@ -103,3 +125,31 @@ class QuantizedTable(TensorTable):
         weight_global_scale (what vLLM derives after loading)."""
         return [p for p, m in self.layers if hasattr(m, "alpha")
                 and not bool((m.alpha == m.input_global_scale * m.weight_global_scale).all())]
+
+
+def online_nvfp4_refusal(tensors):
+    """What refit.vllm says of vLLM's online NVFP4 experts (QuantizedTable of
+    recipe "vllm" over ``tensors``): refit.engine_formats must read
+    recipe=vllm off the layers and refuse the format naming an experts
+    layer, as on a live vLLM worker. Returns the refusal; raises
+    RuntimeError when the recipe is not detected or the layers are not
+    refused by name."""
+    import refit
+    from refit import engine_formats as ef
+    table = QuantizedTable(tensors, "nvfp4", None, recipe="vllm")
+    if not table.layers:
+        raise RuntimeError("no NVFP4 experts among the engine tensors")
+    got = ef.vllm_nvfp4_recipe(table)
+    if got != "vllm":
+        raise RuntimeError(f"refit.engine_formats read recipe {got!r} off vLLM's "
+                           f"Nvfp4OnlineMoEMethod layers, not 'vllm'")
+    try:
+        fmt = ef.vllm_quant_format(table)
+    except refit.InvalidArgumentError as e:
+        if not any(f"layer {path}:" in str(e) for path, _ in table.layers):
+            raise RuntimeError(f"refit.engine_formats refused vLLM's online NVFP4 "
+                               f"experts naming none of them: {e}") from e
+        return str(e)
+    raise RuntimeError(f"refit.engine_formats took vLLM's online NVFP4 experts, whose "
+                       f"{Backend.FLASHINFER_TRTLLM.value} layout refit does not write, as "
+                       f"{fmt!r}")

@@ -6,6 +6,8 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +20,7 @@
 #include "plan/fingerprint.h"
 #include "plan/plan_codec.h"
 #include "plan/planner.h"
+#include "plan/relay_roots.h"
 #include "testing/reference_copy.h"
 
 namespace refit {
@@ -485,6 +488,79 @@ TEST(RelayTest, RelayOffKeepsTrainerOnlyPlans) {
   absl::StatusOr<Plan> relayed = BuildPlan(src, dst, o);
   ASSERT_TRUE(relayed.ok());
   EXPECT_NE(relayed->fingerprint, plan->fingerprint);
+}
+
+// A delta plan with relays (PlannerOptions::delta) under a small staging
+// budget: every engine rank's received plus sent bytes in a wave stay
+// within the wave cap (a message above it alone), and its staged bytes
+// within half the lane's share (a delta relay's lane room); every byte of
+// every replica lands after the wave that brought it.
+TEST(RelayTest, DeltaRelayWavesFitTheRelaysLaneRoom) {
+  SideLayout src, dst;
+  MixedTpLayouts({8, 4, 4, 4, 4}, &src, &dst);
+  PlannerOptions o;
+  o.relay = true;
+  o.delta = true;
+  o.fp8_block = 4;
+  o.choose_lanes = false;
+  o.staging_budget_bytes = 512;
+  absl::StatusOr<Plan> plan = BuildPlan(src, dst, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  RunAndCheck(*plan);
+  const int64_t cap = plan->options.max_wave_bytes;
+  const int64_t room = plan->options.staging_budget_bytes / plan->options.num_lanes / 2;
+  ASSERT_GT(cap, 0);
+  int64_t relays = 0;
+  // (engine rank, wave) -> bytes moved, bytes staged, messages.
+  std::map<std::pair<int32_t, int32_t>, std::tuple<int64_t, int64_t, int32_t>> use;
+  for (const Message& m : plan->messages) {
+    relays += m.relay;
+    auto& d = use[{m.dst_rank, m.wave}];
+    std::get<0>(d) += m.bytes;
+    std::get<1>(d) += m.dst_contiguous ? 0 : m.bytes;
+    ++std::get<2>(d);
+    if (!m.relay) continue;
+    auto& s = use[{m.src_rank, m.wave}];
+    std::get<0>(s) += m.bytes;
+    std::get<1>(s) += m.src_contiguous ? 0 : m.bytes;
+    ++std::get<2>(s);
+  }
+  ASSERT_GT(relays, 0);
+  for (const auto& [at, u] : use) {
+    if (std::get<2>(u) == 1) continue;  // a message alone in its wave
+    EXPECT_LE(std::get<0>(u), cap) << "engine rank " << at.first << " wave " << at.second;
+    EXPECT_LE(std::get<1>(u), room) << "engine rank " << at.first << " wave " << at.second;
+  }
+}
+
+// RelayArrivals: a region of an engine record delivered as one segment,
+// in parts of two (a sub-region of each), or not all of it.
+TEST(RelayArrivalsTest, PartsOfARegionAndWhetherTheyCoverIt) {
+  Plan plan;
+  for (int32_t half = 0; half < 2; ++half) {
+    plan.segments.push_back(Segment{0, 0, Box::Unchecked({2 * half, 0}, {2, 8}), 32});
+    Message m;
+    m.dst_rank = 1;
+    m.first_segment = half;
+    m.num_segments = 1;
+    plan.messages.push_back(m);
+  }
+  const RelayArrivals arrivals(plan);
+  bool covered = false;
+  auto parts = arrivals.PartsOf(1, 0, Box::Unchecked({2, 0}, {2, 8}), &covered);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].message, 1);
+  EXPECT_TRUE(covered);
+  parts = arrivals.PartsOf(1, 0, Box::Unchecked({1, 2}, {2, 4}), &covered);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].box, Box::Unchecked({1, 2}, {1, 4}));
+  EXPECT_EQ(parts[1].box, Box::Unchecked({2, 2}, {1, 4}));
+  EXPECT_TRUE(covered);
+  parts = arrivals.PartsOf(1, 0, Box::Unchecked({3, 0}, {2, 8}), &covered);  // past the record
+  EXPECT_EQ(parts.size(), 1u);
+  EXPECT_FALSE(covered);
+  EXPECT_TRUE(arrivals.PartsOf(0, 0, Box::Unchecked({0, 0}, {2, 8}), &covered).empty());
+  EXPECT_FALSE(covered);
 }
 
 }  // namespace

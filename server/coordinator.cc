@@ -50,7 +50,7 @@ Coordinator::~Coordinator() { Stop(); }
 void Coordinator::Stop() {
   stop_requested_.store(true);
   {
-    absl::MutexLock l(&mu_);
+    Locked l(this);
     if (!stopping_) {
       // Members of a round in flight learn that it ended, and why.
       EndRound(false, "refitd shutting down", AbortReason::kShutdown);
@@ -64,7 +64,7 @@ void Coordinator::Stop() {
 }
 
 ServerMetrics::State Coordinator::MetricsState() {
-  absl::MutexLock l(&mu_);
+  Locked l(this);
   ServerMetrics::State state;
   const Rounds::Active* active = rounds_.active();
   std::set<std::string> engines;
@@ -113,7 +113,7 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Register(const v1::Registratio
   v1::RegisterResponse resp;
   resp.set_member_id(MemberKey(ident));
   if (secret.empty()) secret = NewMemberSecret();
-  absl::MutexLock l(&mu_);
+  Locked l(this);
   // Only the process holding the member's secret registers it again while
   // it is a member, stream open or not; with a job key, a registrant that
   // presents it takes the member over (member_credentials.h).
@@ -176,7 +176,7 @@ absl::StatusOr<v1::RegisterResponse> Coordinator::Refuse(const v1::Registration&
   v1::RegisterResponse resp;
   resp.set_member_id(MemberKey(ident));
   const std::string who = DescribeMember(ident);
-  absl::MutexLock l(&mu_);
+  Locked l(this);
   if (membership_.Find(resp.member_id()) != nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "member ", who, " is registered: a registered member cannot refuse to join "
@@ -209,7 +209,7 @@ void Coordinator::TakeOver(const std::string& id, const v1::MemberIdentity& iden
 
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
     const v1::HeartbeatRequest& req) {
-  absl::MutexLock l(&mu_);
+  Locked l(this);
   REFIT_RETURN_IF_ERROR(CheckSecret(req.member_id(), req.member_secret()));
   if (!membership_.Touch(req.member_id(), absl::Now())) {
     return absl::NotFoundError(
@@ -222,7 +222,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
 }
 
 absl::Status Coordinator::Leave(const v1::LeaveRequest& req) {
-  absl::MutexLock l(&mu_);
+  Locked l(this);
   REFIT_RETURN_IF_ERROR(CheckSecret(req.member_id(), req.member_secret()));
   RemoveMember(req.member_id(), "left", AbortReason::kMemberLeft);
   WakeWaiters();
@@ -295,7 +295,7 @@ void Coordinator::Broadcast(const v1::RoundEvent& e) {
 
 absl::Status Coordinator::Watch(const std::string& member_id, const std::string& secret,
                                 RoundStream* stream) {
-  absl::MutexLock l(&mu_);
+  Locked l(this);
   if (stopping_ || membership_.Find(member_id) == nullptr) {
     return absl::NotFoundError("member_id: not registered");
   }
@@ -324,7 +324,7 @@ absl::Status Coordinator::Watch(const std::string& member_id, const std::string&
 
 void Coordinator::Unwatch(const std::string& member_id, RoundStream* stream,
                           const std::string& why) {
-  absl::MutexLock l(&mu_);
+  Locked l(this);
   auto it = streams_.find(member_id);
   if (it == streams_.end() || it->second != stream) return;
   streams_.erase(it);
@@ -336,9 +336,46 @@ void Coordinator::Unwatch(const std::string& member_id, RoundStream* stream,
 
 // --- waits and the key-value store -----------------------------------------
 
+Coordinator::Locked::Locked(Coordinator* c) : c_(c) { c_->mu_.Lock(); }
+
+Coordinator::Locked::~Locked() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  std::vector<std::function<void()>> answers;
+  answers.swap(c_->answers_);
+  c_->mu_.Unlock();
+  for (auto& answer : answers) answer();
+}
+
+void Coordinator::RunAnswers() {
+  if (answers_.empty()) return;
+  std::vector<std::function<void()>> answers;
+  answers.swap(answers_);
+  mu_.Unlock();
+  for (auto& answer : answers) answer();
+  mu_.Lock();
+}
+
+// The callbacks below run where Waits or TrySatisfy answer a wait, always
+// under mu_ (the analysis cannot see through std::function).
+PlanDone Coordinator::Deferred(PlanDone done) {
+  return [this, done = std::move(done)](absl::StatusOr<v1::AwaitPlanResponse> r)
+             ABSL_NO_THREAD_SAFETY_ANALYSIS {
+               answers_.push_back(
+                   [done, r = std::move(r)]() mutable { done(std::move(r)); });
+             };
+}
+
+KvDone Coordinator::Deferred(KvDone done) {
+  return [this, done = std::move(done)](absl::StatusOr<std::string> r)
+             ABSL_NO_THREAD_SAFETY_ANALYSIS {
+               answers_.push_back(
+                   [done, r = std::move(r)]() mutable { done(std::move(r)); });
+             };
+}
+
 Coordinator::WaitId Coordinator::AwaitPlan(const v1::AwaitPlanRequest& req,
-                                           absl::Time deadline, PlanDone done) {
-  absl::MutexLock l(&mu_);
+                                           absl::Time deadline, PlanDone answer) {
+  Locked l(this);
+  PlanDone done = Deferred(std::move(answer));
   if (stopping_) {
     done(absl::UnavailableError("refitd shutting down"));
     return 0;
@@ -358,8 +395,9 @@ Coordinator::WaitId Coordinator::AwaitPlan(const v1::AwaitPlanRequest& req,
 }
 
 Coordinator::WaitId Coordinator::KvGet(const v1::KvGetRequest& req, absl::Time deadline,
-                                       KvDone done, const std::string& caller) {
-  absl::MutexLock l(&mu_);
+                                       KvDone answer, const std::string& caller) {
+  Locked l(this);
+  KvDone done = Deferred(std::move(answer));
   // Only members read the data-plane bootstrap (addresses, NCCL ids).
   absl::Status member = membership_.Find(req.member_id()) == nullptr
                             ? absl::PermissionDeniedError(absl::StrCat(
@@ -393,13 +431,13 @@ Coordinator::WaitId Coordinator::KvGet(const v1::KvGetRequest& req, absl::Time d
 }
 
 void Coordinator::CancelWait(WaitId id) {
-  absl::MutexLock l(&mu_);
+  Locked l(this);
   waits_.Cancel(id);
 }
 
 absl::Status Coordinator::KvSet(const v1::KvSetRequest& req) {
   if (req.key().empty()) return absl::InvalidArgumentError("key: empty");
-  absl::MutexLock l(&mu_);
+  Locked l(this);
   if (membership_.Find(req.member_id()) == nullptr) {
     return absl::PermissionDeniedError(absl::StrCat(
         "key ", req.key(), ": member_id '", req.member_id(),
@@ -468,11 +506,12 @@ void Coordinator::WakeWaiters() {
 // --- housekeeping and planning ---------------------------------------------
 
 void Coordinator::HousekeepingLoop() {
-  absl::MutexLock l(&mu_);
+  Locked l(this);
   while (!stopping_) {
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.tick);
     if (stopping_) break;
     Tick(absl::Now());
+    RunAnswers();
   }
 }
 
@@ -542,7 +581,7 @@ void Coordinator::MaybePlan(absl::Time now) {
 }
 
 void Coordinator::PlannerLoop() {
-  absl::MutexLock l(&mu_);
+  Locked l(this);
   while (true) {
     mu_.AwaitWithTimeout(absl::Condition(this, &Coordinator::PlanJobOrStopping),
                          absl::Seconds(1));
@@ -582,6 +621,7 @@ void Coordinator::PlannerLoop() {
     metrics_.PlanBuilt(seconds);
     metrics_.SetPlanCacheBytes(plan_cache_.bytes());
     ApplyPlan(input, std::move(entry), seconds);
+    RunAnswers();
   }
 }
 

@@ -6,9 +6,11 @@
 // translates each call into one method here.
 //
 // Threads and callbacks: every method may be called from any thread. Waits
-// (AwaitPlan, KvGet) and round streams are answered through callbacks that
-// the coordinator calls with its lock held: they must not block and must not
-// call back into the coordinator (finishing an RPC reactor is fine).
+// (AwaitPlan, KvGet) are answered through callbacks that the coordinator
+// calls after releasing its lock (a burst of plan answers, one per member,
+// holds up no registration or heartbeat); they may call back into the
+// coordinator. Round streams are written with the lock held: a stream's
+// calls must not block and must not call back into the coordinator.
 #ifndef REFIT_SERVER_COORDINATOR_H_
 #define REFIT_SERVER_COORDINATOR_H_
 
@@ -20,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -61,7 +64,7 @@ class Coordinator {
   using Options = CoordinatorOptions;  // coordinator_options.h
 
   // Names a wait for CancelWait; 0 names none. The answer callbacks
-  // (PlanDone, KvDone: waits.h) are called exactly once, with the lock held.
+  // (PlanDone, KvDone: waits.h) are called exactly once, without the lock.
   using WaitId = Waits::Id;
 
   // Starts the housekeeping and planner threads. Fails with INVALID_ARGUMENT
@@ -224,6 +227,27 @@ class Coordinator {
                const std::string& why);
 
  private:
+  // Holds mu_ for a scope; on leaving it releases mu_, then runs the wait
+  // answers owed (answers_), so that no answer runs under the lock.
+  class ABSL_SCOPED_LOCKABLE Locked {
+   public:
+    explicit Locked(Coordinator* c) ABSL_EXCLUSIVE_LOCK_FUNCTION(c->mu_);
+    ~Locked() ABSL_UNLOCK_FUNCTION();
+    Locked(const Locked&) = delete;
+    Locked& operator=(const Locked&) = delete;
+
+   private:
+    Coordinator* const c_;
+  };
+  // `done` as a wait's callback: called under mu_ (by Waits or
+  // TrySatisfy), it queues the answer in answers_ for Locked or
+  // RunAnswers to run once mu_ is released.
+  PlanDone Deferred(PlanDone done);
+  KvDone Deferred(KvDone done);
+  // Runs the answers owed with mu_ released for the while (the threads
+  // that hold mu_ across a loop: housekeeping, planner).
+  void RunAnswers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // StartRound without its log line for a refusal.
   absl::StatusOr<v1::StartRoundResponse> TryStartRound(const v1::StartRoundRequest& req);
   explicit Coordinator(Options options);
@@ -290,6 +314,8 @@ class Coordinator {
   DeltaRounds delta_rounds_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, RoundStream*> streams_ ABSL_GUARDED_BY(mu_);
   Waits waits_ ABSL_GUARDED_BY(mu_);
+  // Wait answers given under mu_, run once it is released (Locked).
+  std::vector<std::function<void()>> answers_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_requested_{false};  // set first thing by Stop
   // The most digest parts a slice of the last plan built writes (-1: no
   // bound); CheckReportSize reads it without the lock.

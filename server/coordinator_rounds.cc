@@ -63,7 +63,7 @@ absl::StatusOr<v1::StartRoundResponse> Coordinator::StartRound(
 
 absl::StatusOr<v1::StartRoundResponse> Coordinator::TryStartRound(
     const v1::StartRoundRequest& req) {
-  absl::MutexLock l(&mu_);
+  Locked l(this);
   const Member* m = membership_.Find(req.member_id());
   if (m == nullptr) {
     return absl::NotFoundError(
@@ -163,7 +163,7 @@ void Coordinator::BoundReports() {
 }
 
 absl::Status Coordinator::Report(const v1::ReportRequest& req) {
-  absl::MutexLock l(&mu_);
+  Locked l(this);
   // Outcomes come only from the members themselves.
   REFIT_RETURN_IF_ERROR(CheckSecret(req.member_id(), req.member_secret()));
   const int64_t v = req.version();
@@ -302,7 +302,7 @@ void Coordinator::EndRound(bool committed, const std::string& reason,
 
 v1::EngineStateResponse Coordinator::GetEngineState(
     const v1::EngineStateRequest& req) {
-  absl::MutexLock l(&mu_);
+  Locked l(this);
   v1::EngineStateResponse resp;
   resp.set_committed_version(rounds_.CommittedVersion(req.engine_id()));
   resp.set_torn_version(rounds_.TornVersion(req.engine_id()));
@@ -342,7 +342,7 @@ void Coordinator::FillLiveBytes(const Rounds::Active& a, v1::RoundSummary* s) co
 v1::StatusResponse Coordinator::GetStatus() {
   v1::StatusResponse resp;
   resp.set_protocol_version(kProtocolVersion);
-  absl::MutexLock l(&mu_);
+  Locked l(this);
   const absl::Time now = absl::Now();
   for (std::string& r : refusals_.Describe()) resp.add_refusals(std::move(r));
   std::set<std::string> engines;

@@ -48,6 +48,56 @@ TEST(CoordinatorTest, RegistrationChecksAndRetries) {
   EXPECT_EQ(c->GetStatus().members_size(), 1);
 }
 
+// A plan answer runs without the coordinator's lock: a parked wait's
+// callback (answered when the last member joins) and one answered at once
+// can both call back into the coordinator. A callback run under the lock
+// would see its probe, which takes the lock on another thread, time out.
+TEST(CoordinatorTest, PlanAnswersRunWithoutTheLock) {
+  auto c = Make();
+  const std::string t = Register(*c, Reg(v1::SIDE_TRAINER, "", 0, 1));
+  // From inside an answer: does another thread get the lock within 2 s?
+  auto lock_free = [&c] {
+    auto got = std::make_shared<absl::Notification>();
+    Coordinator* coordinator = c.get();
+    std::thread probe([coordinator, got] {
+      coordinator->MetricsState();
+      got->Notify();
+    });
+    const bool ok = got->WaitForNotificationWithTimeout(absl::Seconds(2));
+    // Under the lock, joining would never return: the probe finishes once
+    // the caller lets the lock go, long before the coordinator is gone.
+    if (ok) {
+      probe.join();
+    } else {
+      probe.detach();
+    }
+    return ok;
+  };
+  v1::AwaitPlanRequest req;
+  req.set_member_id(t);
+  req.set_member_secret(Secret(t));
+  absl::Notification parked_answered;
+  std::atomic<bool> parked_free{false};
+  const Coordinator::WaitId id =
+      c->AwaitPlan(req, In(absl::Seconds(10)), [&](absl::StatusOr<v1::AwaitPlanResponse> r) {
+        EXPECT_TRUE(r.ok()) << r.status();
+        parked_free = lock_free();
+        parked_answered.Notify();
+      });
+  EXPECT_NE(id, 0u);  // parked: no engine yet
+  Register(*c, Reg(v1::SIDE_ENGINE, "A", 0, 1));
+  ASSERT_TRUE(parked_answered.WaitForNotificationWithTimeout(absl::Seconds(15)));
+  EXPECT_TRUE(parked_free) << "the parked wait was answered under the lock";
+  bool at_once_free = false;
+  EXPECT_EQ(c->AwaitPlan(req, In(absl::Seconds(10)),
+                         [&](absl::StatusOr<v1::AwaitPlanResponse> r) {
+                           EXPECT_TRUE(r.ok()) << r.status();
+                           at_once_free = lock_free();
+                         }),
+            0u);  // answered before AwaitPlan returned
+  EXPECT_TRUE(at_once_free) << "the wait answered at once ran under the lock";
+}
+
 TEST(CoordinatorTest, HandsThePlanToWaitersOnceTheMembershipIsComplete) {
   auto c = Make();
   const std::string t = Register(*c, Reg(v1::SIDE_TRAINER, "", 0, 1));

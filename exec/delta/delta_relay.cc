@@ -1,8 +1,8 @@
 // DeltaRunner's relays (see delta_runner.h, Relays): an engine rank
 // forwards what it received, repeating the encoded payload where its
 // forward carries the same region to a rank of the same base, else the
-// dense bytes of its own buffer; a trainer digests the relayed copies of
-// its segments.
+// dense bytes of its own buffer (a sub-region or a union of what it
+// received included); a trainer digests the relayed copies of its bytes.
 #include <map>
 #include <string>
 #include <tuple>
@@ -20,20 +20,6 @@ namespace {
 
 constexpr int64_t kHeader = sizeof(DeltaHeader);
 
-// Where every message of `plan` lands, segment by segment: PlaceKey ->
-// (message, segment of it).
-std::map<std::string, std::pair<int32_t, int32_t>> Arrivals(const Plan& plan) {
-  std::map<std::string, std::pair<int32_t, int32_t>> at;
-  for (int32_t mi = 0; mi < static_cast<int32_t>(plan.messages.size()); ++mi) {
-    const Message& m = plan.messages[mi];
-    for (int32_t j = 0; j < m.num_segments; ++j) {
-      const Segment& seg = plan.segments[m.first_segment + j];
-      at.emplace(SegmentPlaceKey(m.dst_rank, seg.dst_record, seg.box), std::make_pair(mi, j));
-    }
-  }
-  return at;
-}
-
 DeltaHeader DenseHeader(int word_bytes, int64_t bytes) {
   DeltaHeader h;
   const int64_t n = bytes / word_bytes;
@@ -45,51 +31,80 @@ DeltaHeader DenseHeader(int word_bytes, int64_t bytes) {
   return h;
 }
 
+// Where the bytes of `region` of engine rank `rank`'s record `record`
+// first left a trainer rank, as of plan wave `wave`: per part, the
+// trainer's message, its segment (index within it) and the part, following
+// relays back hop by hop through earlier waves only. Parts no earlier
+// message of the plan (a slice) delivers are left out.
+void TraceToTrainer(const Plan& plan, const RelayArrivals& arrivals, int32_t rank,
+                    int32_t record, const Box& region, int32_t wave,
+                    std::vector<RelayArrivals::Part>* out) {
+  for (RelayArrivals::Part& p : arrivals.PartsOf(rank, record, region)) {
+    const Message& g = plan.messages[p.message];
+    if (g.wave >= wave) continue;
+    if (!g.relay) {
+      out->push_back(std::move(p));
+    } else {
+      const Segment& up = plan.segments[g.first_segment + p.segment];
+      TraceToTrainer(plan, arrivals, g.src_rank, up.src_record, p.box, g.wave, out);
+    }
+  }
+}
+
 }  // namespace
 
 absl::Status DeltaRunner::PrepareRelays(const Plan& plan, bool src,
                                         std::map<std::pair<int32_t, int32_t>, int32_t>* slots) {
-  const auto arrivals = Arrivals(plan);
+  const RelayArrivals arrivals(plan);
   if (!src) {
-    // Each forward's segments must be regions this rank received whole;
-    // one message received segment for segment is its source.
-    std::map<int32_t, MsgWork*> received;
-    for (BatchWork& w : work_) {
-      for (MsgWork& m : w.msgs) received[m.message] = &m;
+    // Each forward's segments must be regions earlier batches of this rank
+    // brought whole (as one segment, or in parts); where every segment
+    // repeats the same segment of one message received, that message is
+    // its source.
+    std::map<int32_t, std::pair<MsgWork*, int32_t>> received;  // message -> (work, batch)
+    for (int32_t k = 0; k < static_cast<int32_t>(work_.size()); ++k) {
+      for (MsgWork& m : work_[k].msgs) received[m.message] = {&m, k};
     }
-    for (BatchWork& w : work_) {
-      for (MsgWork& f : w.forwards) {
+    for (int32_t k = 0; k < static_cast<int32_t>(work_.size()); ++k) {
+      for (MsgWork& f : work_[k].forwards) {
         const Message& fm = plan.messages[f.message];
         int32_t source = -1;
         bool same = true;
         for (int32_t i = 0; i < fm.num_segments; ++i) {
           const Segment& seg = plan.segments[fm.first_segment + i];
-          auto it = arrivals.find(SegmentPlaceKey(rank_, seg.src_record, seg.box));
-          if (it == arrivals.end() || received.count(it->second.first) == 0) {
-            return absl::FailedPreconditionError(absl::StrCat(
-                "engine rank ", rank_, " relays tensor ",
-                plan.dst.tensors[plan.dst.records[seg.dst_record].tensor].name,
-                " to engine rank ", fm.dst_rank,
-                " from a region it did not receive whole; delta rounds relay whole regions "
-                "only: plan them with --relay=off or equal engine layouts"));
+          bool covered = false;
+          const std::vector<RelayArrivals::Part> parts =
+              arrivals.PartsOf(rank_, seg.src_record, seg.box, &covered);
+          for (const RelayArrivals::Part& p : parts) {
+            auto it = received.find(p.message);
+            covered = covered && it != received.end() && it->second.second < k;
           }
-          if (i == 0) source = it->second.first;
-          same = same && it->second.first == source && it->second.second == i;
+          if (!covered || parts.empty()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "engine rank ", rank_, " relays tensor ",
+                plan.dst.tensors[plan.dst.records[seg.dst_record].tensor].name, " box ",
+                seg.box.ToString(), " to engine rank ", fm.dst_rank, " in plan wave ", fm.wave,
+                ": no earlier wave brings it all that region"));
+          }
+          if (i == 0) source = parts[0].message;
+          same = same && parts.size() == 1 && parts[0].box == seg.box &&
+                 parts[0].message == source && parts[0].segment == i;
         }
         auto src_it = received.find(source);
         if (same && src_it != received.end() &&
             plan.messages[source].num_segments == fm.num_segments &&
-            src_it->second->bytes == f.bytes && src_it->second->word_bytes == f.word_bytes) {
+            src_it->second.first->bytes == f.bytes &&
+            src_it->second.first->word_bytes == f.word_bytes) {
           f.source = source;
-          ++src_it->second->repeats;
+          ++src_it->second.first->repeats;
         }
       }
     }
     return absl::OkStatus();
   }
-  // Trainer: every relayed copy of one of its segments (traced back hop by
-  // hop to the message it sent) is digested from its stream at the place
-  // the copy lands.
+  // Trainer: every relayed copy of bytes it sent (traced back hop by hop,
+  // a part of a segment at a time, to the message it sent) is digested
+  // from its stream at the place the copy lands.
   std::map<int32_t, MsgWork*> mine;
   for (BatchWork& w : work_) {
     for (MsgWork& m : w.msgs) mine[m.message] = &m;
@@ -98,36 +113,26 @@ absl::Status DeltaRunner::PrepareRelays(const Plan& plan, bool src,
     if (!f.relay) continue;
     for (int32_t i = 0; i < f.num_segments; ++i) {
       const Segment& seg = plan.segments[f.first_segment + i];
-      auto it = arrivals.find(SegmentPlaceKey(f.src_rank, seg.src_record, seg.box));
-      for (int hops = 0; it != arrivals.end() && plan.messages[it->second.first].relay &&
-                         hops <= static_cast<int>(plan.messages.size());
-           ++hops) {
-        const Message& g = plan.messages[it->second.first];
-        const Segment& up = plan.segments[g.first_segment + it->second.second];
-        it = arrivals.find(SegmentPlaceKey(g.src_rank, up.src_record, up.box));
-      }
-      if (it == arrivals.end()) continue;  // checked by the relaying rank
-      auto root = mine.find(it->second.first);
-      if (root == mine.end()) continue;  // another trainer rank's
-      const Message& r = plan.messages[root->first];
-      int64_t offset = 0;
-      for (int32_t j = 0; j < it->second.second; ++j) {
-        offset += plan.segments[r.first_segment + j].bytes;
-      }
-      Message one = f;
-      one.first_segment = f.first_segment + i;
-      one.num_segments = 1;
-      one.bytes = seg.bytes;
-      std::vector<StreamDigestRun> runs;
-      REFIT_RETURN_IF_ERROR(AppendStreamDigestRuns(plan, one, &runs));
-      MsgWork& m = *root->second;
-      for (StreamDigestRun run : runs) {
-        run.offset += offset;
-        auto [slot, fresh] = slots->emplace(std::make_pair(run.engine_rank, run.tensor),
-                                            static_cast<int32_t>(digest_keys_.size()));
-        if (fresh) digest_keys_.push_back(slot->first);
-        m.runs.push_back(run);
-        m.run_slots.push_back(slot->second);
+      std::vector<RelayArrivals::Part> roots;
+      TraceToTrainer(plan, arrivals, f.src_rank, seg.src_record, seg.box, f.wave, &roots);
+      for (const RelayArrivals::Part& p : roots) {
+        auto root = mine.find(p.message);
+        if (root == mine.end()) continue;  // another trainer rank's
+        const Message& r = plan.messages[p.message];
+        int64_t offset = 0;
+        for (int32_t j = 0; j < p.segment; ++j) offset += plan.segments[r.first_segment + j].bytes;
+        std::vector<StreamDigestRun> runs;
+        REFIT_RETURN_IF_ERROR(AppendRegionDigestRuns(
+            plan, f.dst_rank, seg.dst_record, plan.segments[r.first_segment + p.segment].box,
+            offset, p.box, &runs));
+        MsgWork& m = *root->second;
+        for (const StreamDigestRun& run : runs) {
+          auto [slot, fresh] = slots->emplace(std::make_pair(run.engine_rank, run.tensor),
+                                              static_cast<int32_t>(digest_keys_.size()));
+          if (fresh) digest_keys_.push_back(slot->first);
+          m.runs.push_back(run);
+          m.run_slots.push_back(slot->second);
+        }
       }
     }
   }

@@ -74,20 +74,23 @@
 // Relays (plan.h: Message::relay): an engine rank forwards bytes it
 // received in an earlier batch to another engine rank. A plan with relays
 // runs every plan wave as its own batch, in the plan's order, so a
-// forward always comes after the batch that brought its bytes. A relay
+// forward comes after the batches that brought its bytes. A relay
 // repeats the encoded payload it received (header and payload as they
 // came, kept until forwarded) where its forward carries exactly the
 // stream of one message it received (the same segments, boxes and
 // records: identical regions) and the downstream rank's announced base
-// equals its own; otherwise (a region cut differently, a dense
-// downstream, a dense arrival) it forwards the dense bytes of its own
-// buffer after the apply, as a dense round's relay does. Its forwards are
-// posted in the group of the batch's headers' receive. A relay's forward
-// whose segments are not regions it received whole is refused at Create
-// (verified rounds digest each relayed segment at the trainer rank that
-// sent it first, which needs the same region). A trainer digests, beside
-// its own messages, every relayed copy of its segments (its plan slice
-// carries the relays of its bytes: plan/relay_roots.h).
+// equals its own; otherwise (a region cut differently: a sub-region of
+// one received segment or a union of several, as between replicas of
+// different engine layouts; a dense downstream; a dense arrival) it
+// forwards the dense bytes of its own buffer after the apply of every
+// batch that wrote into them, as a dense round's relay does. Its forwards
+// are posted in the group of the batch's headers' receive. A forward
+// whose segments no earlier batch of the relay brings whole is refused
+// at Create. A trainer digests, beside its own messages, every relayed
+// copy of its bytes, traced back hop by hop region by region
+// (plan/relay_roots.h: RelayArrivals) to the part of its message's
+// stream it sent first (its plan slice carries the relays of its bytes:
+// plan/relay_roots.h).
 //
 // Verified rounds (RoundStart::digest): the trainer digests all its current
 // bytes of every message at their engine places (a GPU member in the same
@@ -236,10 +239,11 @@ class DeltaRunner : public RoundRunner {
  public:
   // As Executor::Create: INVALID_ARGUMENT for a missing buffer or a bad
   // plan naming the tensor (or the wave, when the plan lacks the whole
-  // plan's wave bytes: plan/wave_bytes.h), FAILED_PRECONDITION when the transport's rank
-  // or memory kind does not match the copier's and ops' or the rank
-  // relays a region it did not receive whole (naming the ranks and the
-  // tensor; see Relays above), RESOURCE_EXHAUSTED
+  // plan's wave bytes: plan/wave_bytes.h), or when the rank relays bytes
+  // no earlier batch of its brings (naming the ranks, the tensor and the
+  // wave; see Relays above), FAILED_PRECONDITION when the transport's
+  // rank or memory kind does not match the copier's and ops',
+  // RESOURCE_EXHAUSTED
   // naming the trainer rank when its snapshot would pass
   // options.max_snapshot_bytes, INVALID_ARGUMENT naming
   // staging_budget_bytes (--staging_mib), the budget and the batch when

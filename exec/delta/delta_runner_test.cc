@@ -4,19 +4,15 @@
 #include "exec/delta/delta_runner.h"
 
 #include <memory>
-#include <random>
 #include <string>
-#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "exec/transport/gloo_transport.h"
+#include "testing/delta_rounds.h"
 #include "exec/transport/inproc_transport.h"
-#include "exec/transport/kv_store.h"
 #include "gtest/gtest.h"
 #include "layout/mesh.h"
 #include "layout/sharding.h"
-#include "plan/plan_codec.h"
 #include "plan/planner.h"
 #include "testing/counting_copier.h"
 #include "testing/reference_copy.h"
@@ -25,34 +21,13 @@
 namespace refit {
 namespace {
 
-// One job: the trainers' and engines' buffers of every rank, the trainers'
-// snapshots and refitd's policy.
-struct Job {
-  Plan plan;
-  OwnedBuffers trainer, engine;
-  std::vector<DeltaSnapshot> snapshots;
-  std::unique_ptr<DeltaPolicy> policy;
-  bool gloo = true;
-  int32_t lanes = 2;  // the plan's and the transports'
-  bool sliced = false;  // every rank runs its own slice (as refitd hands out)
-  int64_t version = 0;
-  std::mt19937_64 rng{7};
-};
-
-std::unique_ptr<Job> JobOf(Plan plan, bool gloo) {
-  auto job = std::make_unique<Job>();
-  job->lanes = plan.options.num_lanes;
-  job->plan = std::move(plan);
-  job->trainer = AllocateBuffers(job->plan.src, 0);
-  job->engine = AllocateBuffers(job->plan.dst, 0xEE);
-  job->snapshots.resize(job->plan.src.world_size);
-  job->policy = std::make_unique<DeltaPolicy>(job->plan.dst.world_size);
-  job->gloo = gloo;
-  for (auto& b : job->trainer.storage) {
-    for (auto& x : b) x = static_cast<uint8_t>(job->rng());
-  }
-  return job;
-}
+using testing::Change;
+using testing::CheckEngines;
+using testing::Job;
+using testing::JobOf;
+using testing::RoundResult;
+using testing::RunRound;
+using testing::SetBatchWindow;
 
 std::unique_ptr<Job> MakeJob(const std::string& pattern, bool gloo, int rounds_per_stage = 2,
                              int32_t lanes = 2) {
@@ -81,180 +56,12 @@ Plan BudgetPlan(int64_t budget, bool half_waves = false) {
   return BuildPlan(src, dst, o).value();
 }
 
-// Gives `plan` a staging budget whose delta batches (half a lane's room)
-// take about `window` bytes of a lane, and whose rooms still hold the
-// largest plan wave of any rank.
-void SetBatchWindow(Plan* plan, int64_t window) {
-  const int ws = plan->src.world_size;
-  int64_t largest = 0;
-  for (const Wave& w : plan->waves) {
-    std::vector<int64_t> of(ws + plan->dst.world_size, 0);
-    for (int32_t mi = w.first_message; mi < w.first_message + w.num_messages; ++mi) {
-      const Message& m = plan->messages[mi];
-      of[m.relay ? ws + m.src_rank : m.src_rank] += m.bytes + 256;
-      largest = std::max(largest, of[ws + m.dst_rank] += m.bytes + 256);
-    }
-    for (int64_t b : of) largest = std::max(largest, b);
-  }
-  plan->options.staging_budget_bytes =
-      plan->options.num_lanes * std::max(2 * window, 2 * largest);
-}
-
-// Changes about `fraction` of the trainers' 2-byte words to new values.
-void Change(Job* job, double fraction) {
-  for (auto& b : job->trainer.storage) {
-    std::bernoulli_distribution pick(fraction);
-    for (size_t i = 0; i + 1 < b.size(); i += 2) {
-      if (!pick(job->rng)) continue;
-      b[i] ^= static_cast<uint8_t>(1 + job->rng() % 255);
-    }
-  }
-}
-
 // The trainers' bytes, to roll back to.
 std::vector<std::vector<uint8_t>> Save(const Job& job) { return job.trainer.storage; }
 void Restore(const std::vector<std::vector<uint8_t>>& saved, Job* job) {
   for (size_t b = 0; b < saved.size(); ++b) {
     std::copy(saved[b].begin(), saved[b].end(), job->trainer.storage[b].begin());
   }
-}
-
-struct RoundResult {
-  std::vector<absl::Status> status;  // per global rank
-  std::vector<RunStats> run;
-  std::vector<DeltaRoundStats> stats;
-  // Per global rank: the most its runner took from its copier at once.
-  std::vector<int64_t> allocated_peak;
-  absl::Status commit;  // the commit decision: OK, or why it failed
-};
-
-// One round of version job->version + 1 as refitd runs it: announce, run
-// every rank (ranks in `absent` connect but never run), compare digests,
-// commit or abort. `modes` overrides the announcement when not empty;
-// `abort_after` aborts the round after every rank ran it (a member died
-// before it reported).
-RoundResult RunRound(Job* job, std::set<int> absent = {},
-                     std::vector<EngineDeltaMode> modes = {},
-                     absl::Duration timeout = absl::Seconds(20), bool abort_after = false) {
-  const Plan& plan = job->plan;
-  const int ws = plan.src.world_size, world = ws + plan.dst.world_size;
-  if (modes.empty()) modes = job->policy->Announce(true);
-  RoundResult res;
-  res.status.assign(world, absl::OkStatus());
-  res.run.resize(world);
-  res.stats.resize(world);
-  res.allocated_peak.assign(world, 0);
-  std::vector<DigestSums> digests(world);
-  // Transports and copiers outlive every rank's round (and the runners
-  // using them).
-  std::vector<std::unique_ptr<Transport>> transports(world);
-  std::vector<std::unique_ptr<testing::CountingCopier>> copiers(world);
-  std::vector<std::unique_ptr<DeltaRunner>> runners(world);
-  InMemoryKvStore store;
-  auto fabric = InProcFabric::Create(world, job->lanes).value();
-  std::vector<Plan> slices(world);
-  if (job->sliced) {
-    for (int g = 0; g < world; ++g) {
-      slices[g] = ExtractSlice(plan, g < ws ? Side::kTrainer : Side::kEngine, g < ws ? g : g - ws);
-    }
-  }
-  std::vector<std::thread> threads;
-  const absl::Time deadline = absl::Now() + timeout;
-  for (int g = 0; g < world; ++g) {
-    threads.emplace_back([&, g] {
-      std::unique_ptr<Transport>& t = transports[g];
-      if (job->gloo) {
-        GlooTransportOptions o;
-        o.num_lanes = job->lanes;
-        o.connect_timeout = absl::Seconds(30);
-        auto gt = GlooTransport::Create(&store, g, world, o);
-        if (!gt.ok()) {
-          res.status[g] = gt.status();
-          return;
-        }
-        t = std::move(*gt);
-      } else {
-        t = InProcTransport::Create(fabric, g).value();
-      }
-      const bool src = g < ws;
-      std::vector<char*> bufs;
-      OwnedBuffers& own = src ? job->trainer : job->engine;
-      for (auto& b : own.storage) bufs.push_back(reinterpret_cast<char*>(b.data()));
-      if (job->sliced) {  // the slice's buffers: this rank's by name, none of the peers'
-        const SideLayout& full = src ? plan.src : plan.dst;
-        const SideLayout& mine = src ? slices[g].src : slices[g].dst;
-        const int rank = src ? g : g - ws;
-        std::vector<char*> by_slice(mine.buffers.size(), nullptr);
-        for (size_t i = 0; i < mine.buffers.size(); ++i) {
-          for (size_t b = 0; b < full.buffers.size(); ++b) {
-            if (mine.buffers[i].rank == rank && full.buffers[b].rank == rank &&
-                full.buffers[b].name == mine.buffers[i].name) {
-              by_slice[i] = bufs[b];
-            }
-          }
-        }
-        bufs = std::move(by_slice);
-      }
-      DeltaRunnerOptions opt;
-      copiers[g] = std::make_unique<testing::CountingCopier>();
-      opt.copier = copiers[g].get();
-      if (src) opt.snapshot = &job->snapshots[g];
-      auto r = DeltaRunner::Create(job->sliced ? slices[g] : plan, src ? Side::kTrainer : Side::kEngine,
-                                   src ? g : g - ws, bufs, t.get(), opt);
-      if (!r.ok()) {
-        res.status[g] = r.status();
-        return;
-      }
-      if (absent.count(g)) {
-        res.status[g] = absl::UnavailableError("absent");
-        absl::SleepFor(timeout);
-        return;
-      }
-      (*r)->Begin({job->version + 1, DeltaBases(modes), true});
-      absl::StatusOr<RunStats> run = (*r)->Run(deadline);
-      res.status[g] = run.status();
-      if (run.ok()) res.run[g] = *run;
-      res.stats[g] = (*r)->delta_stats();
-      res.allocated_peak[g] = copiers[g]->peak_bytes();
-      if (run.ok()) digests[g] = run->digests;
-      runners[g] = std::move(*r);
-    });
-  }
-  for (auto& th : threads) th.join();
-  DigestSums trainer_sums, engine_sums;
-  res.commit = absl::OkStatus();
-  for (int g = 0; g < world; ++g) {
-    if (!res.status[g].ok()) res.commit = res.status[g];
-    AddDigests(digests[g], g < ws ? &trainer_sums : &engine_sums);
-  }
-  if (res.commit.ok()) res.commit = CompareDigests(plan, trainer_sums, engine_sums);
-  if (res.commit.ok() && abort_after) res.commit = absl::AbortedError("a member died");
-  if (res.commit.ok()) {
-    ++job->version;
-    for (int g = 0; g < ws; ++g) runners[g]->Finish(RoundOutcome::kCommitted);
-    job->policy->OnCommit(job->version);
-  } else {
-    for (int g = 0; g < ws; ++g) {
-      if (runners[g] != nullptr) runners[g]->Finish(RoundOutcome::kAborted);
-    }
-    job->policy->OnAbort();
-  }
-  return res;
-}
-
-// "" when every engine byte equals the reference copy of the trainers'.
-std::string CheckEngines(const Job& job) {
-  OwnedBuffers want = AllocateBuffers(job.plan.dst, 0xEE);
-  absl::Status s = ReferenceCopy(job.plan, job.trainer.ptrs, want.ptrs);
-  if (!s.ok()) return std::string(s.message());
-  for (size_t b = 0; b < want.storage.size(); ++b) {
-    for (size_t i = 0; i < want.storage[b].size(); ++i) {
-      if (want.storage[b][i] != job.engine.storage[b][i]) {
-        return absl::StrCat("engine buffer ", job.plan.dst.buffers[b].name, " byte ", i);
-      }
-    }
-  }
-  return "";
 }
 
 int64_t DenseMessages(const RoundResult& r, int engine_global) {
@@ -592,15 +399,12 @@ TEST_P(DeltaRounds, RelayedReplicasGetEveryByteDenseThenDeltas) {
   job->sliced = sliced;
   const Plan& plan = job->plan;
   const int ws = plan.src.world_size, world = ws + plan.dst.world_size;
-  int64_t relayed = 0;
-  for (const Message& m : plan.messages) relayed += m.relay ? m.bytes : 0;
+  const int64_t relayed = testing::RelayedBytes(plan);
   ASSERT_GT(relayed, 0);
   for (double f : {1.0, 0.02, 0.005, 0.2, 0.0, 0.02}) {
-    Change(job.get(), f);
     const bool dense = job->version == 0;
-    RoundResult r = RunRound(job.get());
-    ASSERT_TRUE(r.commit.ok()) << "fraction " << f << ": " << r.commit;
-    ASSERT_EQ(CheckEngines(*job), "") << "fraction " << f;
+    RoundResult r;
+    ASSERT_EQ(testing::ChangeAndCommit(job.get(), f, &r), "");
     int64_t forwarded = 0, forwarded_dense = 0;
     for (int g = ws; g < world; ++g) {
       forwarded += r.stats[g].forwarded_bytes;
@@ -634,33 +438,17 @@ TEST_P(DeltaRounds, RelayedReplicasGetEveryByteDenseThenDeltas) {
 }
 
 // A relay that never forwards (it connected, then died): the replicas it
-// feeds fail within the round's deadline naming it, and the round aborts.
+// feeds fail within the round's deadline naming it, and the round aborts;
+// the next round, with the relay back, repairs every replica.
 TEST_P(DeltaRounds, ADeadRelayFailsItsDownstreamNamingIt) {
   auto job = MakeJob("relay", GetParam());
-  const Plan& plan = job->plan;
-  const int ws = plan.src.world_size;
   ASSERT_TRUE(RunRound(job.get()).commit.ok());
   const Message* relay = nullptr;
-  for (const Message& m : plan.messages) {
+  for (const Message& m : job->plan.messages) {
     if (m.relay && relay == nullptr) relay = &m;
   }
   ASSERT_NE(relay, nullptr);
-  const int dead = ws + relay->src_rank;
-  Change(job.get(), 0.02);
-  const absl::Time start = absl::Now();
-  RoundResult r = RunRound(job.get(), {dead}, {}, absl::Seconds(2));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
-  EXPECT_FALSE(r.commit.ok());
-  const absl::Status& st = r.status[ws + relay->dst_rank];
-  EXPECT_FALSE(st.ok());
-  EXPECT_TRUE(absl::StrContains(st.message(), absl::StrCat("rank ", dead)) ||
-              absl::StrContains(st.message(), absl::StrCat("rank(s) ", dead)))
-      << st;
-  // The next round, with the relay back, repairs every replica.
-  Change(job.get(), 0.02);
-  RoundResult again = RunRound(job.get());
-  ASSERT_TRUE(again.commit.ok()) << again.commit;
-  EXPECT_EQ(CheckEngines(*job), "");
+  EXPECT_EQ(testing::DeadRelayFailsItsDownstream(job.get(), *relay), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, DeltaRounds, ::testing::Values(true, false),

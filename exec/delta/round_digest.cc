@@ -42,31 +42,41 @@ absl::Status ForEachSegment(const Plan& plan, const Message& m, Fn fn) {
   return absl::OkStatus();
 }
 
-// Appends one run per row of a segment's box (row-major in the stream,
-// from `offset`), each element keyed by its byte offset in the whole tensor.
-absl::Status SegmentRuns(const Segment& seg, int32_t engine_rank, int32_t tensor,
-                         const TensorSpec& t, int64_t es, int64_t offset,
-                         std::vector<StreamDigestRun>* runs) {
-  const Box& box = seg.box;
-  const int rank = box.rank();
+// Appends one run per row of `region` (inside `stream_box`, both global
+// tensor coordinates) of a stream that holds stream_box row-major from
+// `offset`, each element keyed by its byte offset in the whole tensor.
+absl::Status RegionRuns(const Box& stream_box, const Box& region, int32_t engine_rank,
+                        int32_t tensor, const TensorSpec& t, int64_t es, int64_t offset,
+                        std::vector<StreamDigestRun>* runs) {
+  const int rank = region.rank();
   const int eb = DigestElementBytes(es);
   if (rank == 0) {
     REFIT_ASSIGN_OR_RETURN(uint64_t key, MakePositionKey(tensor, 0));
     runs->push_back({offset, es, eb, key, engine_rank, tensor});
     return absl::OkStatus();
   }
-  if (static_cast<int>(t.shape.size()) != rank) {
+  if (static_cast<int>(t.shape.size()) != rank || stream_box.rank() != rank) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, ": segment box ",
-                                                   box.ToString(), " of another rank"));
+                                                   region.ToString(), " of another rank"));
   }
-  const int64_t row = box.shape(rank - 1);
+  if (!Contains(stream_box, region)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, ": region ",
+                                                   region.ToString(), " outside the segment box ",
+                                                   stream_box.ToString()));
+  }
+  const int64_t row = region.shape(rank - 1);
   int64_t rows = 1;
-  for (int d = 0; d + 1 < rank; ++d) rows *= box.shape(d);
+  for (int d = 0; d + 1 < rank; ++d) rows *= region.shape(d);
   if (row == 0 || rows == 0) return absl::OkStatus();
-  std::vector<int64_t> idx(rank, 0);  // box-relative, last dim 0
+  std::vector<int64_t> idx(rank, 0);  // region-relative, last dim 0
   for (int64_t k = 0; k < rows; ++k) {
-    int64_t linear = 0;
-    for (int d = 0; d < rank; ++d) linear = linear * t.shape[d] + box.origin(d) + idx[d];
+    int64_t linear = 0, in_stream = 0;
+    for (int d = 0; d < rank; ++d) {
+      const int64_t at = region.origin(d) + idx[d];
+      linear = linear * t.shape[d] + at;
+      in_stream = in_stream * stream_box.shape(d) + at - stream_box.origin(d);
+    }
+    const int64_t from = offset + in_stream * es;
     REFIT_ASSIGN_OR_RETURN(uint64_t key, MakePositionKey(tensor, linear * es));
     const uint64_t last = (key & static_cast<uint64_t>(kDigestMaxOffset)) + row * es;
     if (last > static_cast<uint64_t>(kDigestMaxOffset) + 1) {
@@ -77,14 +87,14 @@ absl::Status SegmentRuns(const Segment& seg, int32_t engine_rank, int32_t tensor
     // tensor extends it: a whole-row box is one run.
     StreamDigestRun* prev = runs->empty() ? nullptr : &runs->back();
     if (prev != nullptr && prev->engine_rank == engine_rank && prev->tensor == tensor &&
-        prev->element_bytes == eb && prev->offset + prev->bytes == offset + k * row * es &&
+        prev->element_bytes == eb && prev->offset + prev->bytes == from &&
         prev->first_key + static_cast<uint64_t>(prev->bytes) == key) {
       prev->bytes += row * es;
     } else {
-      runs->push_back({offset + k * row * es, row * es, eb, key, engine_rank, tensor});
+      runs->push_back({from, row * es, eb, key, engine_rank, tensor});
     }
     for (int d = rank - 2; d >= 0; --d) {  // next row
-      if (++idx[d] < box.shape(d)) break;
+      if (++idx[d] < region.shape(d)) break;
       idx[d] = 0;
     }
   }
@@ -101,8 +111,21 @@ absl::Status AppendStreamDigestRuns(const Plan& plan, const Message& m,
                                    std::vector<StreamDigestRun>* runs) {
   return ForEachSegment(plan, m, [&](const Segment& seg, const Record& r, const TensorSpec& t,
                                      int64_t es, int64_t offset) -> absl::Status {
-    return SegmentRuns(seg, m.dst_rank, r.tensor, t, es, offset, runs);
+    return RegionRuns(seg.box, seg.box, m.dst_rank, r.tensor, t, es, offset, runs);
   });
+}
+
+absl::Status AppendRegionDigestRuns(const Plan& plan, int32_t engine_rank, int32_t dst_record,
+                                    const Box& stream_box, int64_t offset, const Box& region,
+                                    std::vector<StreamDigestRun>* runs) {
+  if (dst_record < 0 || static_cast<size_t>(dst_record) >= plan.dst.records.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine record ", dst_record, " outside the plan"));
+  }
+  const Record& r = plan.dst.records[dst_record];
+  const TensorSpec& t = plan.dst.tensors[r.tensor];
+  return RegionRuns(stream_box, region, engine_rank, r.tensor, t, DTypeSize(t.dtype), offset,
+                    runs);
 }
 
 absl::Status DigestMessageStream(const Plan& plan, const Message& m, const char* stream,
@@ -130,7 +153,7 @@ absl::Status DigestMessageTarget(const Plan& plan, const Message& m,
                            ResolveTasks(tasks, buffers, {}, nullptr, scratch.data()));
     RunCopiesHost(copies);
     std::vector<StreamDigestRun> runs;
-    REFIT_RETURN_IF_ERROR(SegmentRuns(seg, m.dst_rank, r.tensor, t, es, 0, &runs));
+    REFIT_RETURN_IF_ERROR(RegionRuns(seg.box, seg.box, m.dst_rank, r.tensor, t, es, 0, &runs));
     for (const StreamDigestRun& run : runs) {
       REFIT_ASSIGN_OR_RETURN(uint64_t x, DigestRun(scratch.data() + run.offset, run.bytes,
                                                    run.element_bytes, run.first_key));

@@ -43,6 +43,17 @@ struct StreamDigestRun {
 absl::Status AppendStreamDigestRuns(const Plan& plan, const Message& m,
                                     std::vector<StreamDigestRun>* runs);
 
+// Appends the runs of `region` of a stream that holds `stream_box` (a
+// segment's box, `region` inside it, both global coordinates of the
+// tensor) row-major from stream offset `offset`, landing on engine rank
+// `engine_rank` in record `dst_record`'s tensor: a relayed sub-region of a
+// message the trainer sent. INVALID_ARGUMENT naming the tensor when the
+// record is outside the plan, `region` is not inside `stream_box` or a run
+// passes the digest's key range.
+absl::Status AppendRegionDigestRuns(const Plan& plan, int32_t engine_rank, int32_t dst_record,
+                                    const Box& stream_box, int64_t offset, const Box& region,
+                                    std::vector<StreamDigestRun>* runs);
+
 // Adds `b` into `a`.
 void AddDigests(const DigestSums& b, DigestSums* a);
 

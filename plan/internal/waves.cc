@@ -227,10 +227,16 @@ void ScheduleRelayWaves(const PlannerOptions& options, int32_t dst_world,
     return std::make_tuple(ready[a], msgs[a].seq, x.src_rank, x.dst_rank) <
            std::make_tuple(ready[b], msgs[b].seq, y.src_rank, y.dst_rank);
   });
+  // A delta plan's relay holds what it receives and what it forwards in a
+  // wave in one lane room of half the lane's share (exec/delta/delta_room.h),
+  // so there a rank's bytes both ways count together, as in the trainer's
+  // waves, and its staging within half the lane.
+  const int64_t stage_cap = options.delta ? std::max<int64_t>(1, lane_budget / 2) : lane_budget;
   // `dir`: the rank's bytes that way in this wave (u.in or u.out).
   auto fits = [&](const Use& u, int64_t dir, int64_t staged, int64_t bytes) {
+    if (options.delta) dir = u.in + u.out;
     if (dir == 0 && u.staged == 0 && bytes > wave_cap) return true;  // a wave of its own
-    return u.staged + staged <= lane_budget && dir + bytes <= wave_cap;
+    return u.staged + staged <= stage_cap && dir + bytes <= wave_cap;
   };
   absl::flat_hash_map<int64_t, int32_t> pair_last;
   for (int32_t i : order) {

@@ -48,7 +48,9 @@ RankWaveTable RankWaveUseOf(int32_t dst_world, const std::vector<PendingMessage>
 // previous relay in which both engine ranks' staged bytes (a relay sender
 // packs, a receiver unpacks) fit the lane budget and the sender's sent
 // bytes and the receiver's received bytes each fit the wave cap (full
-// duplex: a rank may receive a wave's worth and forward one in the same wave),
+// duplex: a rank may receive a wave's worth and forward one in the same
+// wave; with options.delta a rank's sent plus received bytes fit the wave
+// cap and its staged bytes half the lane budget, a delta relay's lane room),
 // appending waves after the last (lane: wave index % num_lanes, stage 0)
 // when none has room. Relays are placed in (ready, seq, src, dst) order;
 // a pair's ready waves must not decrease with seq. Sets every relay's

@@ -28,16 +28,18 @@
 #include "testing/test_paths.h"
 #include "tests/adversarial/h2_wire.h"
 #include "tests/adversarial/refitd_peers.h"
+#include "tests/adversarial/tls_wire.h"
 
 namespace refit {
 namespace {
 
-using ::refit::testing::Dial;
 using ::refit::testing::Frame;
 using ::refit::testing::GrpcHeaders;
 using ::refit::testing::kPreface;
 using ::refit::testing::Runfile;
 using ::refit::testing::StatusWith;
+using ::refit::testing::TlsWire;
+using ::refit::testing::TlsWireOptions;
 using ::refit::testing::TmpFile;
 
 constexpr char kToken[] = "mtls-relay-token";
@@ -116,67 +118,32 @@ grpc::Status MutualStatus(int port, const Pki& pki, const std::string& cert, boo
                     /*wait_for_ready=*/false);
 }
 
-// A raw TLS client (OpenSSL, ALPN h2) that trusts "ca" and presents `cert`
-// (empty: none), at most TLS `max_version`.
-class RawMutualClient {
- public:
-  RawMutualClient(int port, const Pki& pki, const std::string& cert, int max_version,
-                  const std::string& source = "")
-      : ctx_(SSL_CTX_new(TLS_client_method())), fd_(Dial(port, source)) {
-    SSL_CTX_set_max_proto_version(ctx_, max_version);
-    SSL_CTX_load_verify_locations(ctx_, pki.Path("ca").c_str(), nullptr);
-    SSL_CTX_set_verify(ctx_, SSL_VERIFY_PEER, nullptr);
-    if (!cert.empty()) {
-      SSL_CTX_use_certificate_file(ctx_, pki.Path(cert).c_str(), SSL_FILETYPE_PEM);
-      SSL_CTX_use_PrivateKey_file(ctx_, pki.Key(cert).c_str(), SSL_FILETYPE_PEM);
-    }
-    ssl_ = SSL_new(ctx_);
-    static constexpr unsigned char kH2[] = {2, 'h', '2'};
-    SSL_set_alpn_protos(ssl_, kH2, sizeof(kH2));
-    SSL_set1_host(ssl_, "refitd");
-    SSL_set_fd(ssl_, fd_);
-    timeval t{1, 0};  // a read that waits 1 s returns
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof(t));
-    setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &t, sizeof(t));
+// A raw TLS client that trusts "ca", checks the name "refitd" and presents
+// `cert` (empty: none), at most TLS `max_version`.
+TlsWireOptions Mutual(const Pki& pki, const std::string& cert, int max_version,
+                      const std::string& source = "") {
+  TlsWireOptions o;
+  o.ca = pki.Path("ca");
+  o.host = "refitd";
+  if (!cert.empty()) {
+    o.cert = pki.Path(cert);
+    o.key = pki.Key(cert);
   }
-  ~RawMutualClient() {
-    SSL_free(ssl_);
-    SSL_CTX_free(ctx_);
-    if (fd_ >= 0) close(fd_);
-  }
+  o.max_version = max_version;
+  o.source = source;
+  return o;
+}
 
-  // Returns whether the client side of the handshake finished (over TLS 1.3
-  // the server checks the client's certificate after that).
-  bool Handshake() { return fd_ >= 0 && SSL_connect(ssl_) == 1; }
-
-  // Sends a first GetStatus request and reads until refitd closes the
-  // connection or `limit` passes; returns the HTTP/2 bytes received and
-  // sets `closed`.
-  size_t RequestAndRead(absl::Duration limit, bool* closed) {
-    const std::string request = std::string(kPreface) + Frame(4, 0, 0, "") +
-                                Frame(1, 4, 1, GrpcHeaders("GetStatus", "")) +
-                                Frame(0, 1, 1, std::string(5, '\0'));
-    *closed = SSL_write(ssl_, request.data(), static_cast<int>(request.size())) <= 0;
-    size_t got = 0;
-    for (const absl::Time until = absl::Now() + limit; !*closed && absl::Now() < until;) {
-      char buf[16384];
-      const int n = SSL_read(ssl_, buf, sizeof(buf));
-      if (n > 0) {
-        got += static_cast<size_t>(n);
-        continue;
-      }
-      const int e = SSL_get_error(ssl_, n);
-      *closed = e == SSL_ERROR_ZERO_RETURN || e == SSL_ERROR_SSL ||
-                (e == SSL_ERROR_SYSCALL && errno != EAGAIN && errno != EWOULDBLOCK);
-    }
-    return got;
-  }
-
- private:
-  SSL_CTX* ctx_;
-  int fd_;
-  SSL* ssl_ = nullptr;
-};
+// Sends a first GetStatus request and reads until refitd closes the
+// connection or `limit` passes; returns the HTTP/2 bytes received and sets
+// `closed`.
+size_t RequestAndRead(TlsWire& wire, absl::Duration limit, bool* closed) {
+  const std::string request = std::string(kPreface) + Frame(4, 0, 0, "") +
+                              Frame(1, 4, 1, GrpcHeaders("GetStatus", "")) +
+                              Frame(0, 1, 1, std::string(5, '\0'));
+  *closed = !wire.Send(request);
+  return *closed ? 0 : wire.ReadUntilClosed(limit, closed).size();
+}
 
 TEST(MutualTlsRelayTest, OnlyTheRightClientCertificateGetsPastTheHandshake) {
   Pki pki;
@@ -187,24 +154,24 @@ TEST(MutualTlsRelayTest, OnlyTheRightClientCertificateGetsPastTheHandshake) {
   // TLS 1.2: the server checks the certificate before the client's
   // handshake ends, so the refusal is the handshake's.
   for (const char* cert : {"", "rogue"}) {
-    RawMutualClient tls12(port, pki, cert, TLS1_2_VERSION);
+    TlsWire tls12(port, Mutual(pki, cert, TLS1_2_VERSION));
     EXPECT_FALSE(tls12.Handshake()) << "TLS 1.2 client certificate '" << cert << "'";
   }
   // TLS 1.3: the client's side ends first; refitd then answers its request
   // with an alert and closes, sending no HTTP/2 byte.
   for (const char* cert : {"", "rogue"}) {
-    RawMutualClient tls13(port, pki, cert, TLS1_3_VERSION);
+    TlsWire tls13(port, Mutual(pki, cert, TLS1_3_VERSION));
     bool closed = true;
-    const size_t got = tls13.Handshake() ? tls13.RequestAndRead(absl::Seconds(3), &closed) : 0;
+    const size_t got = tls13.Handshake() ? RequestAndRead(tls13, absl::Seconds(3), &closed) : 0;
     EXPECT_EQ(got, 0u) << "TLS 1.3 client certificate '" << cert << "'";
     EXPECT_TRUE(closed) << "TLS 1.3 client certificate '" << cert << "'";
   }
   // The right certificate: the handshake and HTTP/2 behind it.
   for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
-    RawMutualClient good(port, pki, "client", version);
+    TlsWire good(port, Mutual(pki, "client", version));
     ASSERT_TRUE(good.Handshake()) << "version " << version;
     bool closed = false;
-    EXPECT_GT(good.RequestAndRead(absl::Milliseconds(500), &closed), 0u) << version;
+    EXPECT_GT(RequestAndRead(good, absl::Milliseconds(500), &closed), 0u) << version;
   }
 
   // gRPC clients: the certificate is needed, then the token as well.
@@ -249,10 +216,10 @@ TEST(MutualTlsRelayTest, RefusedHandshakesFromOneAddressKeepNoRightClientOut) {
     for (int i = 0; !stop.load(); ++i) {
       // Alternately no certificate and one another CA signed, TLS 1.2 (the
       // handshake itself fails) and 1.3 (the first read does).
-      RawMutualClient c(refitd.port(), pki, i % 2 == 0 ? "" : "rogue",
-                        i % 4 < 2 ? TLS1_2_VERSION : TLS1_3_VERSION, "127.0.0.2");
+      TlsWire c(refitd.port(), Mutual(pki, i % 2 == 0 ? "" : "rogue",
+                                      i % 4 < 2 ? TLS1_2_VERSION : TLS1_3_VERSION, "127.0.0.2"));
       bool closed = false;
-      const size_t got = c.Handshake() ? c.RequestAndRead(absl::Seconds(1), &closed) : 0;
+      const size_t got = c.Handshake() ? RequestAndRead(c, absl::Seconds(1), &closed) : 0;
       (got == 0 ? refused : admitted).fetch_add(1);
     }
   });

@@ -29,6 +29,7 @@
 #include "testing/test_paths.h"
 #include "tests/adversarial/h2_wire.h"
 #include "tests/adversarial/refitd_peers.h"
+#include "tests/adversarial/tls_wire.h"
 
 namespace refit {
 namespace {
@@ -42,6 +43,9 @@ using ::refit::testing::RaiseOwnFdLimit;
 using ::refit::testing::Runfile;
 using ::refit::testing::SendAll;
 using ::refit::testing::StatusOverANewConnection;
+using ::refit::testing::LastGoAwayCode;
+using ::refit::testing::TlsWire;
+using ::refit::testing::TlsWireOptions;
 using ::refit::testing::TmpFile;
 
 // A TLS refitd (self-signed certificate for "refitd") with
@@ -75,68 +79,18 @@ void StartTlsRefitd(TlsRefitd* r, const std::string& name, int64_t fd_limit = 0,
                   .ok());
 }
 
-// A raw TLS client (no certificate check: it plays the attacker), ALPN h2.
-class TlsWire {
- public:
-  explicit TlsWire(int port, const std::string& source = "")
-      : ctx_(SSL_CTX_new(TLS_client_method())), fd_(Dial(port, source)) {
-    ssl_ = SSL_new(ctx_);
-    static constexpr unsigned char kH2[] = {2, 'h', '2'};
-    SSL_set_alpn_protos(ssl_, kH2, sizeof(kH2));
-    SSL_set_fd(ssl_, fd_);
-    timeval t{1, 0};  // a write blocked for 1 s fails
-    setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &t, sizeof(t));
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof(t));
-  }
-  ~TlsWire() {
-    SSL_free(ssl_);
-    SSL_CTX_free(ctx_);
-    if (fd_ >= 0) close(fd_);
-  }
-  bool Handshake() { return fd_ >= 0 && SSL_connect(ssl_) == 1; }
-  bool Send(const std::string& bytes) {
-    return !bytes.empty() && SSL_write(ssl_, bytes.data(), static_cast<int>(bytes.size())) ==
-                                 static_cast<int>(bytes.size());
-  }
-  // Reads until refitd closes the connection (within `limit`); returns the
-  // last GOAWAY code it sent (-1: none) and sets `closed`.
-  int64_t GoAwayUntilClosed(absl::Duration limit, bool* closed) {
-    std::string in;
-    *closed = false;
-    const absl::Time until = absl::Now() + limit;
-    while (absl::Now() < until) {
-      char buf[16384];
-      const int n = SSL_read(ssl_, buf, sizeof(buf));
-      if (n > 0) {
-        in.append(buf, static_cast<size_t>(n));
-        continue;
-      }
-      const int e = SSL_get_error(ssl_, n);
-      if (e == SSL_ERROR_ZERO_RETURN || e == SSL_ERROR_SSL ||
-          (e == SSL_ERROR_SYSCALL && errno != EAGAIN && errno != EWOULDBLOCK)) {
-        *closed = true;
-        break;
-      }
-    }
-    int64_t code = -1;
-    for (size_t off = 0; off + 9 <= in.size();) {
-      const auto* h = reinterpret_cast<const unsigned char*>(in.data() + off);
-      const size_t len = (size_t{h[0]} << 16) | (size_t{h[1]} << 8) | h[2];
-      if (off + 9 + len > in.size()) break;
-      if (h[3] == 7 && len >= 8) {
-        code = (int64_t{h[13]} << 24) | (h[14] << 16) | (h[15] << 8) | h[16];
-      }
-      off += 9 + len;
-    }
-    return code;
-  }
-  int fd() const { return fd_; }
+// A raw TLS client that checks no certificate: it plays the attacker.
+TlsWireOptions Attacker(const std::string& source = "") {
+  TlsWireOptions o;
+  o.source = source;
+  return o;
+}
 
- private:
-  SSL_CTX* ctx_;
-  int fd_;
-  SSL* ssl_ = nullptr;
-};
+// Reads until refitd closes the connection (within `limit`); returns the
+// last GOAWAY code it sent (-1: none) and sets `closed`.
+int64_t GoAwayUntilClosed(TlsWire& wire, absl::Duration limit, bool* closed) {
+  return LastGoAwayCode(wire.ReadUntilClosed(limit, closed));
+}
 
 std::string FirstRequest() {
   return std::string(kPreface) + Frame(4, 0, 0, "") +
@@ -178,7 +132,7 @@ TEST(TlsFloodTest, AContinuationFloodInsideTlsIsClosedAndMemoryStays) {
   TlsRefitd refitd;
   StartTlsRefitd(&refitd, "tls-continuation");
   const int64_t rss_before = refitd.process.PeakRssKib();
-  TlsWire wire(refitd.process.port());
+  TlsWire wire(refitd.process.port(), Attacker());
   ASSERT_TRUE(wire.Handshake());
   ASSERT_TRUE(wire.Send(FirstRequest() + Frame(1, 0, 3, Header("x-pad", std::string(100, 'p')))));
   const std::string continuation = Frame(9, 0, 3, Header("x-pad", std::string(16000, 'p')));
@@ -189,7 +143,7 @@ TEST(TlsFloodTest, AContinuationFloodInsideTlsIsClosedAndMemoryStays) {
     sent += static_cast<int64_t>(continuation.size());
   }
   bool closed = false;
-  const int64_t code = wire.GoAwayUntilClosed(absl::Seconds(5), &closed);
+  const int64_t code = GoAwayUntilClosed(wire, absl::Seconds(5), &closed);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   std::printf("TLS: CONTINUATION flood after a first request: closed=%d (GOAWAY code %lld) "
               "after %.2f s and %.1f MiB sent; peak RSS %.1f MiB (%.1f before)\n",
@@ -208,7 +162,7 @@ TEST(TlsFloodTest, AContinuationFloodInsideTlsIsClosedAndMemoryStays) {
 TEST(TlsFloodTest, ARapidResetInsideTlsIsClosedWithinASecond) {
   TlsRefitd refitd;
   StartTlsRefitd(&refitd, "tls-rapid-reset");
-  TlsWire wire(refitd.process.port());
+  TlsWire wire(refitd.process.port(), Attacker());
   ASSERT_TRUE(wire.Handshake());
   ASSERT_TRUE(wire.Send(FirstRequest()));
   const absl::Time start = absl::Now();
@@ -225,7 +179,7 @@ TEST(TlsFloodTest, ARapidResetInsideTlsIsClosedWithinASecond) {
   }
   bool closed = !ok;
   int64_t code = -1;  // -1: closed while sending, or no GOAWAY read
-  if (!closed) code = wire.GoAwayUntilClosed(absl::Seconds(2), &closed);
+  if (!closed) code = GoAwayUntilClosed(wire, absl::Seconds(2), &closed);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   std::printf("TLS: rapid reset: %lld streams opened and reset, closed=%d (GOAWAY code %lld) "
               "after %.3f s\n",
@@ -245,7 +199,7 @@ TEST(TlsFloodTest, SilentAndHalfHandshakenConnectionsAreClosedAndPlaintextGetsNo
   // 50 connections that complete the handshake and then send nothing.
   std::vector<std::unique_ptr<TlsWire>> silent;
   for (int i = 0; i < 50; ++i) {
-    silent.push_back(std::make_unique<TlsWire>(port));
+    silent.push_back(std::make_unique<TlsWire>(port, Attacker()));
     ASSERT_TRUE(silent.back()->Handshake());
   }
   // One that sends its ClientHello and stops there.
@@ -262,7 +216,7 @@ TEST(TlsFloodTest, SilentAndHalfHandshakenConnectionsAreClosedAndPlaintextGetsNo
   int closed = 0;
   for (auto& w : silent) {
     bool c = false;
-    w->GoAwayUntilClosed(absl::Seconds(4) - (absl::Now() - start), &c);
+    GoAwayUntilClosed(*w, absl::Seconds(4) - (absl::Now() - start), &c);
     closed += c ? 1 : 0;
   }
   const bool half_closed = PlainClosedWithin(half_fd, absl::Seconds(3));
@@ -283,7 +237,7 @@ TEST(TlsFloodTest, FramesThatAreNoRequestAreClosedAtTheFirstRequestBound) {
   TlsRefitd refitd;
   StartTlsRefitd(&refitd, "tls-no-request", 0, "10000");
   const int64_t rss_before = refitd.process.PeakRssKib();
-  TlsWire wire(refitd.process.port());
+  TlsWire wire(refitd.process.port(), Attacker());
   ASSERT_TRUE(wire.Handshake());
   ASSERT_TRUE(wire.Send(std::string(kPreface) + Frame(4, 0, 0, "")));
   std::string junk;
@@ -295,7 +249,7 @@ TEST(TlsFloodTest, FramesThatAreNoRequestAreClosedAtTheFirstRequestBound) {
     sent += static_cast<int64_t>(junk.size());
   }
   bool closed = false;
-  wire.GoAwayUntilClosed(absl::Seconds(3), &closed);
+  GoAwayUntilClosed(wire, absl::Seconds(3), &closed);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   std::printf("TLS: unknown frames before the first request: closed=%d after %.2f s, %.1f MiB "
               "sent; peak RSS %.1f MiB (%.1f before)\n",
@@ -321,7 +275,7 @@ TEST(TlsFloodTest, AThousandSilentHandshakesKeepNoTlsClientOut) {
   std::thread attacker([&] {
     std::deque<std::unique_ptr<TlsWire>> held;
     while (!stop.load()) {
-      auto w = std::make_unique<TlsWire>(port, "127.0.0.2");
+      auto w = std::make_unique<TlsWire>(port, Attacker("127.0.0.2"));
       if (w->Handshake() && w->Send(std::string(kPreface) + Frame(4, 0, 0, ""))) {
         ++opened;
         held.push_back(std::move(w));

@@ -252,6 +252,13 @@ class VllmQuantFormatTest(unittest.TestCase):
         self.refused(M("GPTQMarlinLinearMethod"), says=("GPTQMarlinLinearMethod",))
         self.refused(M("Nvfp4OnlineMoEMethod"),
                      says=("Nvfp4OnlineMoEMethod", "nvfp4_per_token", "ModelOpt NVFP4 checkpoint"))
+        # As vLLM leaves it (online/nvfp4.py 0136201): the backend chosen for
+        # per-token activations, named; behind a modular kernel too.
+        trtllm = M("Nvfp4OnlineMoEMethod", nvfp4_backend=S.NvFp4MoeBackend.FLASHINFER_TRTLLM)
+        for method in (trtllm, M("FusedMoEModularMethod", old_quant_method=trtllm)):
+            self.refused(method, says=("model.layers.0.self_attn.qkv_proj",
+                                       "FLASHINFER_TRTLLM here", "shuffled", "recipe=vllm",
+                                       "model in BF16"))
         os.environ["FLASHINFER_NVFP4_4OVER6"] = "1"
         try:
             self.refused(M("Nvfp4OnlineMoEMethod"),

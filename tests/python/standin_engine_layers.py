@@ -44,6 +44,14 @@ class UnquantizedMoeBackend(enum.Enum):
     TRITON = "TRITON"
 
 
+class NvFp4MoeBackend(enum.Enum):
+    """fused_moe/oracle/nvfp4.py at 0136201 (held as nvfp4_backend)."""
+    FLASHINFER_TRTLLM = "FLASHINFER_TRTLLM"
+    FLASHINFER_CUTEDSL = "FLASHINFER_CUTEDSL"
+    FLASHINFER_CUTLASS = "FLASHINFER_CUTLASS"
+    EMULATION = "EMULATION"
+
+
 class FlashinferMoeBackend(enum.Enum):
     TENSORRT_LLM = "TensorRT-LLM"
     CUTLASS = "CUTLASS"

@@ -9,7 +9,9 @@ ranks sends BF16 weights through vLLM's trainer factory. After each round
 every engine byte equals lowp_reference.py's statement of vLLM's bytes
 (codes, block scales, swizzled where the kernel reads them so, global
 scales), the NVFP4 alphas are recomputed from the new global scales, and
-what refit does not write is refused at registration by name.
+what refit does not write is refused at registration by name (vLLM's
+online NVFP4 experts, shuffled for FlashInfer TRTLLM or CuteDSL, among
+them).
 
   vllm_lowp_test.py REFITD LIBREFIT_CLIENT_SO
 """
@@ -36,6 +38,8 @@ from refitd_process import Refitd  # noqa: E402
 from vllm.distributed.weight_transfer import factory  # noqa: E402
 from vllm.model_executor.layers.quantization import modelopt as mo  # noqa: E402
 from vllm.model_executor.layers.quantization.online import mxfp8 as mx  # noqa: E402
+from vllm.model_executor.layers.quantization.online import nvfp4 as nv  # noqa: E402
+from vllm.model_executor.layers.linear import UnquantizedLinearMethod  # noqa: E402
 from vllm.v1.worker.gpu_worker import LLM, Worker  # noqa: E402
 
 TIMEOUT = 60.0
@@ -300,6 +304,22 @@ class LowPrecisionEngineTest(unittest.TestCase):
             mo.EmulationNvFp4LinearKernel()), None)
         self.refused(model, ok, "quant=mxfp8, but the worker's layers hold nvfp4",
                      convention="vllm:tp=1,quant=mxfp8")
+
+    def test_online_nvfp4_experts_are_refused_by_name_whatever_the_convention(self):
+        # --quantization nvfp4_per_token: vLLM quantized the experts itself
+        # and holds them for FlashInfer TRTLLM (or CuteDSL), shuffled; refit
+        # reads the recipe off the layers but writes that recipe's bytes in
+        # the checkpoint layout only.
+        import refit.engine_formats as ef
+        model = "tiny-qwen3-moe-fp4"
+        for backend in nv.NvFp4MoeBackend:
+            engine = engine_model(model, UnquantizedLinearMethod,
+                                  lambda b=backend: nv.Nvfp4OnlineMoEMethod(b))
+            self.assertEqual(ef.vllm_nvfp4_recipe(engine), "vllm")
+            for convention in ("vllm:tp=1", "vllm:tp=1,quant=nvfp4,recipe=vllm"):
+                self.refused(model, engine, "layer model.layers.0.mlp.experts",
+                             "Nvfp4OnlineMoEMethod", f"{backend.name} here", "shuffled",
+                             convention=convention)
 
 
 if __name__ == "__main__":

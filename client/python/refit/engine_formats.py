@@ -25,6 +25,11 @@ vllm-project/vllm (2026-11-26):
   ``ModelOptFp8PcPtLinearMethod``, ``ModelOptFp8PbWoLinearMethod``,
   ``ModelOptMxFp8...``: per-tensor, per-channel or weight-only scales, not
   the layouts refit writes) are refused by name;
+- quantization/online/nvfp4.py 0136201: ``Nvfp4OnlineMoEMethod``
+  (``--quantization nvfp4_per_token``, routed experts only) is refused by
+  name with its ``nvfp4_backend`` (fused_moe/oracle/nvfp4.py 0136201:
+  per-token activations select FLASHINFER_TRTLLM or FLASHINFER_CUTEDSL,
+  both shuffling the experts after loading).
 - ``Unquantized*Method`` layers and KV-cache methods carry no weight format.
 
 NVFP4 bytes follow one of two recipes (``recipe=`` of the engine spec):
@@ -85,15 +90,19 @@ def _layer_format(name: str, qm: Any) -> Optional[str]:
         return "mxfp8"
     if cls.startswith("Nvfp4Online"):
         four_over_six = os.environ.get("FLASHINFER_NVFP4_4OVER6") == "1"
+        method = getattr(qm, "old_quant_method", None) or qm
+        backend = getattr(getattr(method, "nvfp4_backend", None), "name", None)
         raise _refuse(
             f"layer {name}: vLLM quantized these weights itself ({cls}, --quantization "
             f"nvfp4_per_token: global scale (6 * 448) / amax, FlashInfer's block quantizer"
             + (", and FLASHINFER_NVFP4_4OVER6=1 picks each block's maximum from 4 or 6 "
                "(4over6); unset FLASHINFER_NVFP4_4OVER6" if four_over_six else "")
-            + "; its per-token activations run FlashInfer TRTLLM or CuteDSL experts, whose "
-            "shuffled layouts refit does not write either); refit writes the bytes of "
-            "ModelOpt's NVFP4 export (quant=nvfp4): serve a ModelOpt NVFP4 checkpoint, or the "
-            "model in BF16")
+            + "; its per-token activations run FlashInfer TRTLLM or CuteDSL experts"
+            + (f" ({backend} here)" if backend else "")
+            + ", which hold them shuffled after loading, a layout refit does not write; "
+            "refit writes this recipe's bytes in the checkpoint layout only "
+            "(quant=nvfp4,recipe=vllm) and those of ModelOpt's NVFP4 export (quant=nvfp4): "
+            "serve a ModelOpt NVFP4 checkpoint, or the model in BF16")
     if any(s in cls for s in _FOREIGN):
         raise _refuse(
             f"layer {name}: vLLM's quantization method {cls} holds weights in a layout "

@@ -154,6 +154,23 @@ __device__ inline void WaveStoreWord(uint8_t* p, uint64_t v) {
     *reinterpret_cast<uint64_t*>(p) = v;
   }
 }
+
+// A tile's mask words [0, words) from its changed words' indices idx[0, n)
+// (word indices in the message; `first`: the tile's first), by one warp:
+// zeroed, then each index's bit set. The warp's earlier writes of idx are
+// seen, and the mask is complete for every lane on return.
+__device__ inline void WaveMaskFromIndices(const uint32_t* idx, uint32_t n, uint32_t first,
+                                           int words, uint32_t* mask) {
+  const int lane = threadIdx.x & 31;
+  __syncwarp();
+  for (int k = lane; k < words; k += 32) mask[k] = 0;
+  __syncwarp();
+  for (uint32_t k = lane; k < n; k += 32) {
+    const uint32_t j = idx[k] - first;
+    atomicOr(mask + j / 32, 1u << (j % 32));
+  }
+  __syncwarp();
+}
 }  // namespace refit
 
 #endif  // REFIT_EXEC_DELTA_CUDA_DELTA_DEVICE_CUH_

@@ -132,16 +132,30 @@ template <int W>
 __device__ inline void WaveGatherTileWarp(const WaveMsg& m, int64_t tile, int64_t g,
                                           const uint32_t* mask, const uint32_t* tile_counts,
                                           const uint64_t* tile_offsets, const uint8_t* vals,
-                                          const uint32_t* idx) {
+                                          const uint32_t* idx, uint32_t* smask) {
   if (m.encoding != 1 && m.encoding != 2) return;  // kIndices, kBitmask
   constexpr int64_t kWpt = kDeltaTileBytes / W;  // words per tile
   constexpr int kMw = static_cast<int>(kWpt / 32);  // mask words per tile
   constexpr int kPer = kMw / 32;                  // mask words per lane
   const int lane = threadIdx.x & 31;
   const int64_t n = m.bytes / W;
-  const uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
   const uint64_t rank_base = tile_offsets[g] - tile_offsets[m.first_tile];
   const int64_t first_word = tile * kWpt;
+  const uint32_t count = tile_counts[g];
+  const bool compact =
+      vals != nullptr && count <= static_cast<uint32_t>(kWaveValueBytesPerTile / W);
+  const bool indexed =
+      m.encoding == 1 && count <= static_cast<uint32_t>(kWaveIndexSlots);
+  // The mask pass wrote the mask of a tile whose words outgrew the slots
+  // (kWaveSlotsCap); any other tile's is its indices' bits, built here when
+  // needed.
+  const uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
+  if (count <= static_cast<uint32_t>(kWaveSlotsCap<W>) &&
+      (m.encoding == 2 || !compact || !indexed)) {
+    WaveMaskFromIndices(idx + g * kWaveIndexSlots, count, static_cast<uint32_t>(first_word), kMw,
+                        smask);
+    tmask = smask;
+  }
   uint8_t* values;
   uint8_t* indices = nullptr;
   if (m.encoding == 1) {
@@ -168,11 +182,6 @@ __device__ inline void WaveGatherTileWarp(const WaveMsg& m, int64_t tile, int64_
       }
     }
   }
-  const uint32_t count = tile_counts[g];
-  const bool compact =
-      vals != nullptr && count <= static_cast<uint32_t>(kWaveValueBytesPerTile / W);
-  const bool indexed = indices != nullptr && idx != nullptr &&
-                       count <= static_cast<uint32_t>(kWaveIndexSlots);
   if (compact) {
     // The slots' words in groups of four a lane, every load of a group
     // before its stores: the gather waits on memory once a group, not once
@@ -235,13 +244,16 @@ __global__ void __launch_bounds__(kDeltaThreads) WaveGatherKernel(
     const uint32_t* idx) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5);
   if (g >= num_tiles) return;  // a whole warp
+  // Each warp's tile mask, where it is built from the tile's indices.
+  __shared__ uint32_t smasks[kDeltaThreads / 32][kWaveMaskWordsPerTile];
+  uint32_t* sm = smasks[threadIdx.x >> 5];
   const WaveMsg m = msgs[WaveFindMsg(msgs, num_msgs, g)];
   const int64_t t = g - m.first_tile;
   switch (m.word) {
-    case 1: WaveGatherTileWarp<1>(m, t, g, mask, tile_counts, tile_offsets, vals, idx); break;
-    case 2: WaveGatherTileWarp<2>(m, t, g, mask, tile_counts, tile_offsets, vals, idx); break;
-    case 4: WaveGatherTileWarp<4>(m, t, g, mask, tile_counts, tile_offsets, vals, idx); break;
-    default: WaveGatherTileWarp<8>(m, t, g, mask, tile_counts, tile_offsets, vals, idx); break;
+    case 1: WaveGatherTileWarp<1>(m, t, g, mask, tile_counts, tile_offsets, vals, idx, sm); break;
+    case 2: WaveGatherTileWarp<2>(m, t, g, mask, tile_counts, tile_offsets, vals, idx, sm); break;
+    case 4: WaveGatherTileWarp<4>(m, t, g, mask, tile_counts, tile_offsets, vals, idx, sm); break;
+    default: WaveGatherTileWarp<8>(m, t, g, mask, tile_counts, tile_offsets, vals, idx, sm); break;
   }
 }
 

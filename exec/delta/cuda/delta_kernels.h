@@ -34,6 +34,12 @@ inline constexpr int64_t kWaveValueBytesPerTile = kDeltaTileBytes / 8;
 // they fit (1024: 6.2% of a tile's BF16 words, 3.1% of 1-byte words, where
 // kIndices stops being the smaller encoding), so the gather copies them.
 inline constexpr int64_t kWaveIndexSlots = 1024;
+// The changed words of a w-byte-word tile whose values and indices the
+// mask pass keeps all of (both slots fit them): up to this many the tile
+// has no mask of its own (LaunchWaveMask), past it the mask is written.
+template <int W>
+inline constexpr int64_t kWaveSlotsCap =
+    kWaveValueBytesPerTile / W < kWaveIndexSlots ? kWaveValueBytesPerTile / W : kWaveIndexSlots;
 // Indices one apply tile of a kIndices message checks and scatters.
 inline constexpr int64_t kWaveIndicesPerTile = 8192;
 
@@ -77,11 +83,12 @@ inline int64_t WaveEncodeTiles(int64_t bytes) {
 }
 
 // Encode, pass 1, the one pass over the current and snapshot bytes
-// (delta_mask_kernels.cu): every tile's mask of changed words and count,
-// and, while they fit, its changed words in order (`vals`:
-// kWaveValueBytesPerTile a tile) and their indices (kWaveIndexSlots u32 a
-// tile); each tile's count is added to totals[its message] (u64, zeroed by
-// the caller). Past a message's end both sides read as zeros. Verified
+// (delta_mask_kernels.cu): every tile's count and, while they fit, its
+// changed words in order (`vals`: kWaveValueBytesPerTile a tile) and their
+// indices (kWaveIndexSlots u32 a tile); the mask of changed words only for
+// a tile with more than kWaveSlotsCap<word> of them (any other tile's mask
+// is its indices' bits: LaunchWaveGather builds it); each tile's count is
+// added to totals[its message] (u64, zeroed by the caller). Past a message's end both sides read as zeros. Verified
 // rounds: when `sums` is given, the bytes of each message with a
 // digest_slot are digested into sums[digest_slot] in the same read.
 // The kernel is a persistent grid of warps (every SM full), one 32 KiB
@@ -111,7 +118,8 @@ void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
 // Encode, pass 2: each kIndices / kBitmask message's payload at its `out`
 // (dense messages: nothing); values from `vals` where the tile's fitted,
 // else (or with vals null) read again from the current bytes; indices from
-// `idx` where the tile's fitted, else (or with idx null) from the mask.
+// `idx` where the tile's fitted, else from the mask. `idx` is required: a
+// tile's mask is built from its indices where the mask pass wrote none.
 void LaunchWaveGather(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                       const uint32_t* mask, const uint32_t* tile_counts,
                       const uint64_t* tile_offsets, const uint8_t* vals, const uint32_t* idx,

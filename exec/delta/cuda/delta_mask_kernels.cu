@@ -59,9 +59,13 @@ __device__ inline void WaveLoadPair(const WaveMsg& m, int64_t off, bool whole, b
 // by ballots and go, with their indices, into the warp's slots in shared
 // memory (`vals`, `idx`) while they fit (the gather then copies them
 // instead of reading the current bytes again), and the lanes of a mask
-// word OR their bits together. Past the message's end both sides read as
-// zeros: no bits, but the tile's whole mask is written (the gather reads
-// all of it). Returns the tile's changed words, the same in every lane.
+// word OR their bits together. The mask is written only for a tile whose
+// changed words outgrow the slots (kWaveSlotsCap): from the step where
+// they do, and at the tile's end the steps before it from the slot;
+// the gather rebuilds any other tile's mask from its indices, so a sparse
+// tile costs no mask write. Past the message's end both sides read as
+// zeros: no bits. Returns the tile's changed words, the same in every
+// lane.
 template <int W, bool kDigest>
 __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int64_t g,
                                             uint32_t* mask, uint8_t* vals, uint32_t* idx,
@@ -76,6 +80,10 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
   const bool whole = aligned && base + kDeltaTileBytes <= m.bytes;
   uint32_t* tmask = mask + g * kWaveMaskWordsPerTile;
   uint32_t count = 0;  // the tile's changed words before this step
+  // The step whose words outgrew the slots (-1: none yet) and the words
+  // before it (all in the index slot).
+  int cross = -1;
+  uint32_t before_cross = 0;
   const bool digest = kDigest && m.digest_slot >= 0;  // the same in the warp
   uint64_t h = 0, dsum = 0;  // the lane's next chunk's weight, its sum
   if (digest) h = DigestWeight(m.digest_key + static_cast<uint64_t>(base + lane * kDeltaChunk));
@@ -118,9 +126,15 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
         if (r < kIdxCap) idx[r] = word0 + static_cast<uint32_t>(bit);
         ++r;
       }
+      if (cross < 0 && count + step_total > static_cast<uint32_t>(kWaveSlotsCap<W>)) {
+        cross = s0 + u;
+        before_cross = count;
+      }
       count += step_total;
       const int64_t local = static_cast<int64_t>(s0 + u) * kMaskStep + lane * kDeltaChunk;
-      if (W <= 2) {
+      if (cross < 0) {
+        // Every changed word so far is in the index slot: no mask word.
+      } else if (W <= 2) {
         // The lane's bits are whole bytes of the mask (one for BF16, two for
         // 1-byte words), the lanes' side by side: one store each.
         auto* tm = reinterpret_cast<uint8_t*>(tmask) + local / W / 8;
@@ -136,6 +150,12 @@ __device__ inline uint32_t WaveMaskTileWarp(const WaveMsg& m, int64_t tile, int6
         if (lane % kGroup == 0) tmask[local / W / 32] = word;
       }
     }
+  }
+  // The steps before the slots overflowed: their words are the first
+  // before_cross indices of the slot.
+  if (cross > 0) {
+    WaveMaskFromIndices(idx, before_cross, static_cast<uint32_t>(base / W),
+                        cross * (kMaskStep / W / 32), tmask);
   }
   if (digest) WaveDigestFlush(dsum, m.digest_slot, sums);
   return count;

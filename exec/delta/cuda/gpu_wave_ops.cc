@@ -141,6 +141,12 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(c.totals_h.p, c.totals.p, c.num_msgs * 8,
                                              cudaMemcpyDeviceToHost, l->download));
   REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.counted, l->download));
+  // The tiles' offsets for the gather, while the totals go down and the
+  // host builds the headers (off the encode's path).
+  auto* offsets = reinterpret_cast<uint64_t*>(c.offsets.p);
+  LaunchTileScan(counts, c.num_tiles, offsets, offsets + c.num_tiles, codec);
+  REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.scanned, codec));
   return absl::OkStatus();
 }
 
@@ -186,6 +192,7 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
   // FinishCount waited for the count: the slot's host tables are free. The
   // gather runs on its own stream, after the count.
   REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->gather, c.counted, 0));
+  if (c.num_msgs > 0) REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->gather, c.scanned, 0));
   REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.gathering, l->gather));
   c.encode_timed = true;
   auto* msgs = reinterpret_cast<WaveMsg*>(c.table_h.p);
@@ -212,10 +219,6 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
     const int64_t mb = c.num_msgs * sizeof(WaveMsg);
     REFIT_RETURN_IF_CUDA_ERROR(
         cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->gather));
-    // The tiles' offsets for the gather (the count needed only the totals).
-    auto* offsets = reinterpret_cast<uint64_t*>(c.offsets.p);
-    LaunchTileScan(reinterpret_cast<const uint32_t*>(c.counts.p), c.num_tiles, offsets,
-                   offsets + c.num_tiles, l->gather);
     LaunchWaveGather(reinterpret_cast<const WaveMsg*>(c.table.p),
                      static_cast<int32_t>(c.num_msgs), c.num_tiles,
                      reinterpret_cast<const uint32_t*>(c.mask.p),

@@ -38,8 +38,10 @@ struct CountSlot {
   // (timed: TakeTimes).
   cudaEvent_t began = nullptr, counted = nullptr, gathering = nullptr, encoded = nullptr;
   // The rows and zeroed totals uploaded; the mask pass done (before its
-  // totals reach the host).
-  cudaEvent_t uploaded = nullptr, masked = nullptr;
+  // totals reach the host); the tiles' offsets scanned (on the codec
+  // stream while the totals go down and the host builds the headers: the
+  // encode's gather waits for it, not the scan for the host).
+  cudaEvent_t uploaded = nullptr, masked = nullptr, scanned = nullptr;
   bool encode_timed = false;  // an encode to time once `encoded` completed
   Mem table_h{nullptr, 0, true}, table, mask, vals, idx, counts, offsets, totals,
       totals_h{nullptr, 0, true}, headers_h{nullptr, 0, true};
@@ -117,7 +119,8 @@ class GpuWaveOps : public DeltaWaveOps {
       }
       for (CountSlot& c : l.slots) {
         for (Mem* m : c.mems()) m->Release();
-        for (cudaEvent_t e : {c.began, c.counted, c.gathering, c.encoded, c.uploaded, c.masked}) {
+        for (cudaEvent_t e :
+             {c.began, c.counted, c.gathering, c.encoded, c.uploaded, c.masked, c.scanned}) {
           if (e != nullptr) cudaEventDestroy(e);
         }
       }
@@ -170,7 +173,9 @@ class GpuWaveOps : public DeltaWaveOps {
         for (cudaEvent_t* e : {&c.began, &c.counted, &c.gathering, &c.encoded, &c.masked}) {
           REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(e, cudaEventDefault));
         }
-        REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&c.uploaded, cudaEventDisableTiming));
+        for (cudaEvent_t* e : {&c.uploaded, &c.scanned}) {
+          REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+        }
         // Nothing in flight yet: the events count as done.
         REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.encoded, l.codec));
       }
