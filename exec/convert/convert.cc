@@ -70,7 +70,7 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
     // A block conversion without codes (to_buffer -1) writes only its
     // scales (its receivers quantize on pull, exec/pull/fused_pull.h).
     const bool scales_only = c.to_buffer == -1 && IsBlockQuantized(c.kind) &&
-                             c.kind != ConversionKind::kNvfp4;
+                             c.format != QuantFormat::kNvfp4;
     if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(src.tensors.size()) ||
         (!scales_only && !own_buffer(c.to_buffer)) ||
         (c.scale_buffer >= 0 && !own_buffer(c.scale_buffer))) {
@@ -88,7 +88,7 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
       }
       v.tiles = IntersectingTiles(c.from.box, c.tile);
     }
-    if (c.kind == ConversionKind::kNvfp4) {
+    if (QuantizesTo(c, QuantFormat::kNvfp4)) {
       if (c.global_tensor < 0 || c.global_tensor >= static_cast<int32_t>(src.tensors.size())) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", v.tensor->name, ": its NVFP4 global scale tensor is missing"));
@@ -112,7 +112,7 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
   }
   // Every NVFP4 record's experts are in its parameter's amax exchange.
   for (const Conv& v : cv.convs_) {
-    if (v.c->kind != ConversionKind::kNvfp4) continue;
+    if (!QuantizesTo(*v.c, QuantFormat::kNvfp4)) continue;
     int64_t covered = 0;
     for (const Group& gr : cv.groups_) {
       if (gr.g->tensor == v.c->global_tensor) {
@@ -146,7 +146,7 @@ absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
     ConvertOps& ops, absl::Span<char* const> buffers) {
   for (Conv& v : convs_) {
     if (v.skip) continue;
-    if (v.c->kind == ConversionKind::kNvfp4) {
+    if (QuantizesTo(*v.c, QuantFormat::kNvfp4)) {
       REFIT_ASSIGN_OR_RETURN(const char* dense,
                              ops.Gather(v.c->from, v.c->from.box, v.c->from_dtype, buffers,
                                         nullptr));
@@ -174,7 +174,7 @@ absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
     std::fill(gr.own.begin(), gr.own.end(), 0.0f);
     for (const Conv& v : convs_) {
       if (v.skip) continue;
-      if (v.c->kind == ConversionKind::kNvfp4 && v.c->global_tensor == gr.g->tensor) {
+      if (QuantizesTo(*v.c, QuantFormat::kNvfp4) && v.c->global_tensor == gr.g->tensor) {
         ForEachTile(Intersect(v.experts, gr.g->tiles), [&](absl::Span<const int64_t> t) {
           float& o = gr.own[IndexIn(gr.g->tiles, t)];
           o = std::fmax(o, v.global_amax[IndexIn(v.experts, t)]);
@@ -224,7 +224,7 @@ absl::Status Converter::Combine(const std::map<int32_t, std::vector<float>>& rec
   // Cut tiles (and NVFP4 parameters) take their group's amax.
   for (Conv& v : convs_) {
     if (v.skip || !IsBlockQuantized(v.c->kind)) continue;
-    const bool nvfp4 = v.c->kind == ConversionKind::kNvfp4;
+    const bool nvfp4 = QuantizesTo(*v.c, QuantFormat::kNvfp4);
     for (const Group& gr : groups_) {
       if (nvfp4 && gr.g->tensor == v.c->global_tensor) {
         ForEachTile(Intersect(v.experts, gr.g->tiles), [&](absl::Span<const int64_t> t) {
@@ -380,8 +380,8 @@ int64_t Converter::GatherBytes(int32_t index, int64_t begin, int64_t end) const 
 }
 
 bool Converter::ScalesAlone(int32_t index) const {
-  const ConversionKind k = convs_[index].c->kind;
-  return IsBlockQuantized(k) && k != ConversionKind::kNvfp4;
+  const Conversion& c = *convs_[index].c;
+  return IsBlockQuantized(c.kind) && !QuantizesTo(c, QuantFormat::kNvfp4);
 }
 
 absl::Status Converter::ConvertRows(ConvertOps& ops, absl::Span<char* const> buffers,
@@ -394,7 +394,7 @@ absl::Status Converter::ConvertRows(ConvertOps& ops, absl::Span<char* const> buf
   auto at = [&](int32_t b, int64_t offset) -> char* {
     return b >= 0 ? buffers[b] + offset : nullptr;
   };
-  if (c.kind == ConversionKind::kNvfp4) {
+  if (QuantizesTo(c, QuantFormat::kNvfp4)) {
     return ConvertNvfp4(ops, v, buffers, r.sub, gather, Slice(v.amax, r.tile, r.tiles),
                         Slice(v.global_amax, r.leading, r.leadings), at(c.to_buffer, r.out),
                         at(c.scale_buffer, r.scales), at(c.global_buffer, r.global));
@@ -407,7 +407,8 @@ absl::Status Converter::ConvertRows(ConvertOps& ops, absl::Span<char* const> buf
   }
   const int32_t to = codes ? c.to_buffer : -1;
   if (!v.has_cut && to >= 0) {
-    return ops.QuantizeWhole(dense, c.from_dtype, r.sub, c.tile, ScaleModeOf(c.kind),
+    return ops.QuantizeWhole(dense, c.from_dtype, r.sub, c.tile,
+                             ScaleModeOf(c.format, c.swizzle),
                              at(to, r.out), at(c.scale_buffer, r.scales),
                              absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_));
   }
@@ -423,7 +424,8 @@ absl::Status Converter::ConvertRows(ConvertOps& ops, absl::Span<char* const> buf
     }
     amax = *std::move(a);
   }
-  return ops.Quantize(dense, c.from_dtype, r.sub, c.tile, amax, ScaleModeOf(c.kind),
+  return ops.Quantize(dense, c.from_dtype, r.sub, c.tile, amax,
+                      ScaleModeOf(c.format, c.swizzle),
                       at(to, r.out), at(c.scale_buffer, r.scales));
 }
 
