@@ -3,6 +3,7 @@
 // lane room, so a trainer rank holds no more than the budget even when its
 // quantized model is larger; every round's engine bytes equal those a dense
 // round (Executor) writes, over several rounds of small changes.
+#include <atomic>
 #include <memory>
 #include <random>
 #include <string>
@@ -86,6 +87,133 @@ absl::Status DenseRound(const Plan& plan, OwnedBuffers& trainer, OwnedBuffers& e
   }
   return absl::OkStatus();
 }
+
+// Conversion steps that count the elements they quantize (or cast).
+class CountingConvertOps : public ConvertOps {
+ public:
+  CountingConvertOps(std::unique_ptr<ConvertOps> inner, std::atomic<int64_t>* elements)
+      : inner_(std::move(inner)), elements_(elements) {}
+  absl::StatusOr<const char*> Gather(const Record& r, const Box& part, DType dtype,
+                                     absl::Span<char* const> buffers, char* into) override {
+    return inner_->Gather(r, part, dtype, buffers, into);
+  }
+  absl::StatusOr<std::vector<float>> TileAmax(const char* dense, DType dtype, const Box& box,
+                                              const std::vector<int64_t>& tile) override {
+    return inner_->TileAmax(dense, dtype, box, tile);
+  }
+  absl::Status Quantize(const char* dense, DType dtype, const Box& box,
+                        const std::vector<int64_t>& tile, const std::vector<float>& amax,
+                        ScaleMode mode, char* out, char* scales) override {
+    *elements_ += UncheckedNumElements(box);
+    return inner_->Quantize(dense, dtype, box, tile, amax, mode, out, scales);
+  }
+  absl::Status QuantizeWhole(const char* dense, DType dtype, const Box& box,
+                             const std::vector<int64_t>& tile, ScaleMode mode, char* out,
+                             char* scales, absl::string_view what) override {
+    *elements_ += UncheckedNumElements(box);
+    return inner_->QuantizeWhole(dense, dtype, box, tile, mode, out, scales, what);
+  }
+  absl::StatusOr<Nvfp4Amaxes> Nvfp4Amax(const char* dense, DType dtype, const Box& box,
+                                        bool blocks) override {
+    return inner_->Nvfp4Amax(dense, dtype, box, blocks);
+  }
+  absl::Status Nvfp4GlobalAmax(const char* dense, DType dtype, const Box& box,
+                               std::vector<float>* global, absl::string_view what) override {
+    return inner_->Nvfp4GlobalAmax(dense, dtype, box, global, what);
+  }
+  absl::Status QuantizeNvfp4(const char* dense, DType dtype, const Box& box, Nvfp4Recipe recipe,
+                             const std::vector<float>& block_amax,
+                             const std::vector<float>& global_amax, char* out, char* scales,
+                             char* global_scales) override {
+    *elements_ += UncheckedNumElements(box);
+    return inner_->QuantizeNvfp4(dense, dtype, box, recipe, block_amax, global_amax, out, scales,
+                                 global_scales);
+  }
+  absl::Status StoreF32(absl::Span<const float> values, char* out) override {
+    return inner_->StoreF32(values, out);
+  }
+  absl::Status Cast(const char* dense, DType dtype, int64_t n, bool neg_exp, char* out) override {
+    *elements_ += n;
+    return inner_->Cast(dense, dtype, n, neg_exp, out);
+  }
+  absl::Status Sync() override { return inner_->Sync(); }
+  int64_t workspace_bytes() const override { return inner_->workspace_bytes(); }
+
+ private:
+  std::unique_ptr<ConvertOps> inner_;
+  std::atomic<int64_t>* elements_;
+};
+
+// A counting copier whose conversion steps count what they quantize.
+class QuantizeCountingCopier : public testing::CountingCopier {
+ public:
+  std::unique_ptr<ConvertOps> MakeConvertOps(int32_t lane) override {
+    return std::make_unique<CountingConvertOps>(CountingCopier::MakeConvertOps(lane),
+                                                &elements);
+  }
+  std::atomic<int64_t> elements{0};
+};
+
+// The host's wave ops, noting how many elements were quantized when the
+// round's first count started.
+class FirstCountOps : public DeltaWaveOps {
+ public:
+  explicit FirstCountOps(const std::atomic<int64_t>* quantized)
+      : inner_(MakeHostWaveOps()), quantized_(quantized) {}
+  int64_t at_first_count = -1;
+
+  MemoryKind kind() const override { return inner_->kind(); }
+  bool OrderedWithTransport() const override { return inner_->OrderedWithTransport(); }
+  absl::StatusOr<char*> Allocate(int64_t bytes) override { return inner_->Allocate(bytes); }
+  void Free(char* p) override { inner_->Free(p); }
+  absl::StatusOr<char*> AllocateSnapshot(int64_t bytes) override {
+    return inner_->AllocateSnapshot(bytes);
+  }
+  std::function<void(char*)> SnapshotReleaser() const override {
+    return inner_->SnapshotReleaser();
+  }
+  absl::Status AfterLane(int32_t lane) override { return inner_->AfterLane(lane); }
+  absl::Status Sync(int32_t lane, absl::Time deadline) override {
+    return inner_->Sync(lane, deadline);
+  }
+  absl::Status Copy(int32_t lane, char* dst, const char* src, int64_t bytes) override {
+    return inner_->Copy(lane, dst, src, bytes);
+  }
+  absl::Status HeadersToHost(int32_t lane, const char* src, DeltaHeader* dst, int64_t n,
+                             absl::Time deadline) override {
+    return inner_->HeadersToHost(lane, src, dst, n, deadline);
+  }
+  absl::Status StartCount(int32_t lane, absl::Span<const EncodeItem> items,
+                          absl::Time deadline) override {
+    if (at_first_count < 0) at_first_count = *quantized_;
+    return inner_->StartCount(lane, items, deadline);
+  }
+  absl::StatusOr<std::vector<int64_t>> FinishCount(int32_t lane, absl::Time deadline) override {
+    return inner_->FinishCount(lane, deadline);
+  }
+  absl::Status Encode(int32_t lane, absl::Span<const EncodeItem> items,
+                      absl::Span<const DeltaHeader> headers, absl::Span<char* const> out,
+                      char* header_out, absl::Time deadline) override {
+    return inner_->Encode(lane, items, headers, out, header_out, deadline);
+  }
+  absl::Status Apply(int32_t lane, absl::Span<const ApplyItem> items,
+                     std::vector<std::string> names, absl::Time deadline) override {
+    return inner_->Apply(lane, items, std::move(names), deadline);
+  }
+  absl::Status Finish(absl::Time deadline) override { return inner_->Finish(deadline); }
+  absl::Status StartDigests(int32_t slots) override { return inner_->StartDigests(slots); }
+  absl::Status AddDigest(int32_t lane, absl::Span<const DigestItem> items,
+                         absl::Time deadline) override {
+    return inner_->AddDigest(lane, items, deadline);
+  }
+  absl::StatusOr<std::vector<uint64_t>> TakeDigests(absl::Time deadline) override {
+    return inner_->TakeDigests(deadline);
+  }
+
+ private:
+  std::unique_ptr<DeltaWaveOps> inner_;
+  const std::atomic<int64_t>* quantized_;
+};
 
 class DeltaQuantizeTest : public ::testing::TestWithParam<Case> {};
 
@@ -219,6 +347,57 @@ TEST(DeltaQuantizeBudgetTest, ABudgetTooSmallForABatchsQuantizedRowsIsRefused) {
     }
   }
   EXPECT_TRUE(refused);
+}
+
+// A trainer's first count starts once its first batch's rows are
+// quantized, long before the rank's whole model is.
+TEST(DeltaQuantizeOrderTest, TheFirstCountWaitsForItsBatchOnly) {
+  const Case c{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=2,quant=fp8", 512 << 10, true};
+  SideLayout registered;
+  absl::StatusOr<Plan> planned = PlanOf(c, c.budget, &registered);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  const Plan& plan = *planned;
+  const int ws = plan.src.world_size, world = ws + plan.dst.world_size;
+  OwnedBuffers trainer = AllocateBuffers(plan.src, 0);
+  OwnedBuffers engine = AllocateBuffers(plan.dst, 0xEE);
+  FillPattern(registered, trainer.ptrs, {-1, 1});
+  auto fabric = InProcFabric::Create(world, plan.options.num_lanes).value();
+  std::vector<std::unique_ptr<Transport>> transports(world);
+  std::vector<QuantizeCountingCopier> copiers(ws);
+  std::vector<std::unique_ptr<FirstCountOps>> ops(ws);
+  std::vector<absl::Status> status(world);
+  std::vector<DeltaRoundStats> stats(world);
+  for (int g = 0; g < world; ++g) transports[g] = InProcTransport::Create(fabric, g).value();
+  std::vector<std::thread> threads;
+  for (int g = 0; g < world; ++g) {
+    threads.emplace_back([&, g] {
+      const bool src = g < ws;
+      DeltaRunnerOptions o;
+      if (src) {
+        ops[g] = std::make_unique<FirstCountOps>(&copiers[g].elements);
+        o.copier = &copiers[g];
+        o.ops = ops[g].get();
+      }
+      auto r = DeltaRunner::Create(plan, src ? Side::kTrainer : Side::kEngine, src ? g : g - ws,
+                                   Pointers(src ? plan.src : plan.dst, src ? trainer : engine),
+                                   transports[g].get(), o);
+      if (!r.ok()) {
+        status[g] = r.status();
+        return;
+      }
+      (*r)->Begin({1, std::vector<int64_t>(plan.dst.world_size, -1), false});
+      status[g] = (*r)->Run(absl::Now() + absl::Seconds(60)).status();
+      stats[g] = (*r)->delta_stats();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int g = 0; g < world; ++g) ASSERT_TRUE(status[g].ok()) << "rank " << g << ": " << status[g];
+  for (int g = 0; g < ws; ++g) {
+    EXPECT_GT(stats[g].batches, 2) << "trainer rank " << g;
+    EXPECT_GT(ops[g]->at_first_count, 0) << "trainer rank " << g;
+    EXPECT_LT(ops[g]->at_first_count * 2, copiers[g].elements.load())
+        << "trainer rank " << g << ": quantized before its first count, of the round's";
+  }
 }
 
 }  // namespace
