@@ -3,11 +3,13 @@
 // batch's records quantized into the front of its lane room on its lane.
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "exec/convert/amax_exchange.h"
 #include "exec/delta/delta_runner.h"
+#include "layout/dtype.h"
 
 namespace refit {
 namespace {
@@ -17,6 +19,31 @@ int64_t AlignTo(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 bool IsScratch(const Plan& plan, int32_t b) {
   return b >= 0 && static_cast<size_t>(b) < plan.src.buffers.size() &&
          plan.src.buffers[b].scratch;
+}
+
+// The most source bytes one step of a message's quantization reads (and
+// gathers, where its rows are strided): whole tile rows, at least one.
+constexpr int64_t kStepSourceBytes = 4 << 20;
+
+// Rows `r` in steps of whole tile rows of at most kStepSourceBytes of
+// source each (at least one tile row).
+void AppendSteps(const ConversionStage& stage, const ConversionStage::Rows& r,
+                 std::vector<ConversionStage::Rows>* steps) {
+  const Conversion& c = stage.conversion(r.conversion);
+  const Box& box = c.from.box;
+  if (box.rank() == 0 || box.shape(0) == 0 || r.end <= r.begin) {
+    steps->push_back(r);
+    return;
+  }
+  const int64_t align = stage.row_align(r.conversion);
+  const int64_t row_bytes =
+      std::max<int64_t>(1, UncheckedNumElements(box) / box.shape(0) * DTypeSize(c.from_dtype));
+  const int64_t step = align * std::max<int64_t>(1, kStepSourceBytes / (align * row_bytes));
+  for (int64_t b = r.begin; b < r.end;) {
+    const int64_t e = std::min(r.end, (b / step + 1) * step);
+    steps->push_back({r.conversion, b, e, r.codes});
+    b = e;
+  }
 }
 
 }  // namespace
@@ -67,16 +94,18 @@ absl::Status DeltaRunner::NoteConversions(const Plan& plan, const Message& m, Ms
       }
     }
   }
-  // The source rows gathered (where strided) after them, one conversion
-  // at a time.
+  // The source rows gathered (where strided) after them, one step at a
+  // time.
   int64_t at = 0;
   for (MsgWork::Slice& s : mw.slices) {
     s.at = at;
     at = AlignTo(at + s.hi - s.lo, 256);
   }
   mw.gather_at = at;
+  mw.steps.clear();
+  for (const ConversionStage::Rows& r : mw.convs) AppendSteps(*conversions_, r, &mw.steps);
   int64_t gather = 0;
-  for (const ConversionStage::Rows& r : mw.convs) {
+  for (const ConversionStage::Rows& r : mw.steps) {
     gather = std::max(gather, conversions_->gather_bytes(r));
   }
   mw.convert_bytes = at + gather;
@@ -95,7 +124,7 @@ absl::Status DeltaRunner::StageConverted(BatchWork& w) {
     // The slices' bytes lie at their offsets in their buffers from these
     // addresses; nothing outside [lo, hi) is read or written.
     for (const MsgWork::Slice& x : m.slices) convert_buffers_[x.buffer] = area + x.at - x.lo;
-    s = conversions_->Convert(*lane_convert_[w.lane], convert_buffers_, m.convs,
+    s = conversions_->Convert(*lane_convert_[w.lane], convert_buffers_, m.steps,
                               area + m.gather_at);
     absl::StatusOr<std::vector<ResolvedCopy>> copies =
         s.ok() ? ResolveTasks(m.tasks, convert_buffers_, {}, nullptr, w.staging + m.stage_offset)

@@ -330,9 +330,11 @@ class DeltaRunner : public RoundRunner {
     };
     bool converted = false;
     std::vector<ConversionStage::Rows> convs;
+    // convs in steps of at most a few MiB of source rows each.
+    std::vector<ConversionStage::Rows> steps;
     std::vector<Slice> slices;
-    // In the area past the slices: the source rows gathered (where they do
-    // not lie dense); all it takes.
+    // In the area past the slices: one step's source rows gathered (where
+    // they do not lie dense); all it takes.
     int64_t gather_at = 0, convert_bytes = 0;
     int64_t stage_offset = -1;    // in the batch's staging when packed
     std::vector<StreamDigestRun> runs;  // verify: its stream's digest runs
