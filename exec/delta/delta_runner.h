@@ -322,20 +322,19 @@ class DeltaRunner : public RoundRunner {
     std::vector<CopyTask> tasks;  // pack (trainer) or unpack (engine)
     // Trainer: reads quantized values (a scratch buffer of the plan): the
     // rows of the conversions it reads, quantized into its batch's
-    // quantizing area right before it is packed; per scratch buffer, the
-    // bytes [lo, hi) they write, at `at` in the area.
+    // quantizing area right before they are packed (Slice: per scratch
+    // buffer, the bytes [lo, hi) a step writes, at `at` in the area).
     struct Slice {
       int32_t buffer = 0;
       int64_t lo = 0, hi = 0, at = 0;
     };
     bool converted = false;
     std::vector<ConversionStage::Rows> convs;
-    // convs in steps of at most a few MiB of source rows each.
+    // convs in steps of at most a few MiB of source rows each, quantized
+    // and packed one at a time; the quantizing area the largest takes
+    // (LayOutStep's slices, then its source rows gathered where strided).
     std::vector<ConversionStage::Rows> steps;
-    std::vector<Slice> slices;
-    // In the area past the slices: one step's source rows gathered (where
-    // they do not lie dense); all it takes.
-    int64_t gather_at = 0, convert_bytes = 0;
+    int64_t convert_bytes = 0;
     int64_t stage_offset = -1;    // in the batch's staging when packed
     std::vector<StreamDigestRun> runs;  // verify: its stream's digest runs
     std::vector<int32_t> run_slots;     // their slots in digest_keys_
@@ -413,6 +412,9 @@ class DeltaRunner : public RoundRunner {
   absl::Status PrepareConversions(const Plan& plan);
   absl::Status ExchangeAmaxes(absl::Time deadline);
   absl::Status NoteConversions(const Plan& plan, const Message& m, MsgWork& mw);
+  // Where step r's rows lie in a quantizing area: per scratch buffer they
+  // write, its bytes [lo, hi) at `at`; returns where its gather goes.
+  int64_t LayOutStep(const ConversionStage::Rows& r, std::vector<MsgWork::Slice>* slices) const;
   absl::Status StageConverted(BatchWork& w);
   // Waits for the conversions enqueued on `lane` (all lanes: -1); their
   // error (a non-finite value). ConversionWorkspace: the conversion
