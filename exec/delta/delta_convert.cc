@@ -150,7 +150,8 @@ void AppendClipped(const CopyTask& t, int64_t lo, int64_t hi, std::vector<CopyTa
 absl::Status DeltaRunner::StageConverted(BatchWork& w) {
   if (w.convert_bytes == 0) return absl::OkStatus();
   const absl::Time t0 = absl::Now();
-  char* area = lane_room_[w.lane] + w.convert_offset;
+  char* area =
+      w.convert_beside ? lane_beside_[w.lane] : lane_room_[w.lane] + w.convert_offset;
   char* const* own = buffers_.data();
   absl::Status s;
   std::vector<MsgWork::Slice> slices;
