@@ -197,7 +197,7 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
       // NVFP4 packs two elements a byte.
       unconverted[c.from.tensor] =
           static_cast<double>(DTypeSize(c.from_dtype)) / DTypeSize(t.dtype) *
-          (c.kind == ConversionKind::kNvfp4 ? 2 : 1);
+          (QuantizesTo(c, QuantFormat::kNvfp4) ? 2 : 1);
       format[c.from.tensor] = ConversionFormatName(c);
       converted[t.name] = ConversionFormatName(c);
     }

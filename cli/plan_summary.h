@@ -103,7 +103,7 @@ struct PlanSummary {
   // the trainer's dtypes.
   int64_t converted_wire_bytes = 0;
   int64_t converted_unconverted_bytes = 0;
-  // converted_wire_bytes by format (ConversionKindName: "fp8_block",
+  // converted_wire_bytes by format (ConversionFormatName: "fp8_block",
   // "mxfp8", "cast_f32", ...; codes and scales together), by name; and a
   // low-precision trainer's own tensors that travel as they are, under its
   // format ("mxfp8", "nvfp4", "fp8_block").

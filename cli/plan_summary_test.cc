@@ -293,7 +293,8 @@ TEST(PlanSummaryTest, WireBytesByFormat) {
   n.tensor = 2;
   p.src.records = {w, sc, n};
   Conversion c;
-  c.kind = ConversionKind::kMxfp8;
+  c.kind = ConversionKind::kQuantize;
+  c.format = QuantFormat::kMxfp8;
   c.from = w;
   p.conversions = {c};
   p.segments.resize(3);
@@ -330,11 +331,12 @@ TEST(PlanSummaryTest, ConversionPassesByFormat) {
   p.src.records.resize(1);
   p.waves.resize(1);
   Conversion fp8;
-  fp8.kind = ConversionKind::kFp8Block;
+  fp8.kind = ConversionKind::kQuantize;
+  fp8.format = QuantFormat::kFp8Block;
   Conversion one = fp8, deepgemm = fp8;
   one.one_pass = true;
   one.one_pass_cell_rows = one.one_pass_cell_cols = 128;
-  deepgemm.kind = ConversionKind::kFp8BlockRequantUe8m0;
+  deepgemm.format = QuantFormat::kFp8BlockRequantUe8m0;
   p.conversions = {one, one, fp8, deepgemm};
   auto s = SummarizePlan(p, LinkModel{});
   ASSERT_TRUE(s.ok()) << s.status();
@@ -373,7 +375,8 @@ TEST(PlanSummaryTest, Nvfp4WireBytesCountPackedCodesAndBothScales) {
   g.tensor = 2;
   p.src.records = {w, sc, g};
   Conversion c;
-  c.kind = ConversionKind::kNvfp4;
+  c.kind = ConversionKind::kQuantize;
+  c.format = QuantFormat::kNvfp4;
   c.from_dtype = DType::kBF16;
   c.from = w;
   p.conversions = {c};

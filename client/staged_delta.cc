@@ -92,7 +92,9 @@ class LoggingCopier : public Copier {
   absl::Status FromHost(char* dst, const void* src, int64_t bytes) override {
     return inner_->FromHost(dst, src, bytes);
   }
-  std::unique_ptr<ConvertOps> MakeConvertOps() override { return inner_->MakeConvertOps(); }
+  std::unique_ptr<ConvertOps> MakeConvertOps(int32_t lane) override {
+    return inner_->MakeConvertOps(lane);
+  }
 
  private:
   std::unique_ptr<Copier> inner_;

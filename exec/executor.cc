@@ -67,7 +67,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
     e->scratch_memory_.release = [ex = e.get()](char* p, int64_t bytes) { ex->Release(p, bytes); };
     REFIT_ASSIGN_OR_RETURN(
         e->conversions_,
-        ConversionStage::Create(plan, rank, [ex = e.get()] { return ex->copier_->MakeConvertOps(); },
+        ConversionStage::Create(plan, rank, [ex = e.get()] { return ex->copier_->MakeConvertOps(0); },
                                 e->scratch_memory_, &e->buffers_));
     if (e->conversions_ != nullptr && options.exclude_peer) {
       return absl::FailedPreconditionError(absl::StrCat(

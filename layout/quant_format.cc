@@ -27,8 +27,8 @@ absl::string_view ScaleSwizzleName(ScaleSwizzle s) {
   return "unknown";
 }
 
-int64_t ScaleElementBytes(QuantFormat f) {
-  return DTypeSize(QuantFormatTraits(f).scale_dtype);
+int64_t ScaleElementBytes(QuantFormat f, ScaleSwizzle s) {
+  return DTypeSize(QuantFormatTraits(f, s).scale_dtype);
 }
 
 }  // namespace refit

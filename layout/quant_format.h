@@ -39,7 +39,7 @@ enum class ScaleSwizzle : int32_t {
 struct QuantFormatRow {
   QuantFormat format;
   ScaleSwizzle swizzle;
-  const char* name;  // "fp8_block", "mxfp8/128x4", ...
+  const char* name;  // "fp8_block", "fp8_block_requant_ue8m0_packed", "mxfp8/128x4", ...
   // Elements per block along the second-last and the last dim; 0 and 0 for
   // one scale per tensor. kFp8Block*: the planner's fp8_block option sets
   // both (the row holds its default, 128).
@@ -64,7 +64,7 @@ inline constexpr QuantFormatRow kQuantFormatRows[] = {
      128, 128, DType::kF8E4M3, 1, DType::kF32, true, false},
     // The scales as UE8M0 exponent bytes (the f32 scale's bits >> 23).
     {QuantFormat::kFp8BlockRequantUe8m0, ScaleSwizzle::kPackedUe8m0,
-     "fp8_block_requant_ue8m0/packed", 128, 128, DType::kF8E4M3, 1, DType::kU8, true, false},
+     "fp8_block_requant_ue8m0_packed", 128, 128, DType::kF8E4M3, 1, DType::kU8, true, false},
     {QuantFormat::kMxfp8, ScaleSwizzle::kRowMajor, "mxfp8", 1, 32, DType::kF8E4M3, 1,
      DType::kU8, true, false},
     {QuantFormat::kMxfp8, ScaleSwizzle::kTiles128x4, "mxfp8/128x4", 1, 32, DType::kF8E4M3, 1,
@@ -103,8 +103,10 @@ absl::string_view QuantFormatName(QuantFormat f);
 // "row_major", "128x4", "packed_ue8m0".
 absl::string_view ScaleSwizzleName(ScaleSwizzle s);
 
-// Bytes of one scale element of `f` (4 for f32 scales, 1 for E8M0 and e4m3).
-int64_t ScaleElementBytes(QuantFormat f);
+// Bytes of one scale element of `f` (4 for f32 scales, 1 for E8M0 and e4m3),
+// its scales laid out as `s` (1 for kFp8BlockRequantUe8m0's packed exponent
+// bytes); for a pair the table has.
+int64_t ScaleElementBytes(QuantFormat f, ScaleSwizzle s = ScaleSwizzle::kRowMajor);
 
 }  // namespace refit
 

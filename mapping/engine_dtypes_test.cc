@@ -54,7 +54,7 @@ TEST(EngineDTypesTest, EveryTensorHasTheDtypeTheEngineCreates) {
       absl::StatusOr<ModelTensors> plain = BuildModelTensors(*c);
       ASSERT_TRUE(plain.ok());
       ModelConfig q = *c;
-      if (es->quant != EngineSpec::Quant::kNone && q.fp8_block == 0) q.fp8_block = 128;
+      if (es->quant.has_value() && q.fp8_block == 0) q.fp8_block = 128;
       absl::StatusOr<ModelTensors> quantized = BuildModelTensors(q);
       ASSERT_TRUE(quantized.ok());
       for (const TensorSpec& t : dst->layout.tensors) {

@@ -189,7 +189,7 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
         "them), which refit does not write; serve a block-FP8 or BF16 model"));
   }
   if (IsDeepgemm(spec.kernel)) {
-    if (spec.quant == EngineSpec::Quant::kNone && c.fp8_block == 0) {
+    if (!spec.quant.has_value() && c.fp8_block == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           side, ": kernel=", KernelName(spec.kernel), " reads block-FP8 weights; the "
           "model is not block FP8: add quant=fp8"));
@@ -201,7 +201,7 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
         side, ": kernel=", KernelName(spec.kernel), " reads 128x128 FP8 "
         "blocks; the model's weight_block_size is ", c.fp8_block));
   }
-  if (spec.quant == EngineSpec::Quant::kMxfp8) {
+  if (spec.quant == QuantFormat::kMxfp8) {
     if (c.fp8_block != 0 || c.fp8_per_tensor) {
       return absl::InvalidArgumentError(absl::StrCat(
           side, ": quant=mxfp8 quantizes BF16/F16/F32 weights; the model is "
@@ -209,7 +209,7 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
           "), which refit does not requantize to MXFP8"));
     }
     c.mxfp8 = true;
-  } else if (spec.quant == EngineSpec::Quant::kNvfp4) {
+  } else if (spec.quant == QuantFormat::kNvfp4) {
     if (c.fp8_block != 0 || c.fp8_per_tensor) {
       return absl::InvalidArgumentError(absl::StrCat(
           side, ": quant=nvfp4 quantizes BF16/F16/F32 weights; the model is "
@@ -218,7 +218,7 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
     }
     c.nvfp4 = true;
     c.nvfp4_experts_only = spec.recipe == EngineSpec::Recipe::kVllm;
-  } else if (spec.quant != EngineSpec::Quant::kNone) {
+  } else if (spec.quant.has_value()) {
     if (c.fp8_block == 0 && c.fp8_per_tensor) {
       return absl::InvalidArgumentError(absl::StrCat(
           "engine ", EngineSpecString(spec), ": quant=fp8 asks for FP8 block "
@@ -227,7 +227,8 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
     if (c.fp8_block == 0) c.fp8_block = 128;
   }
   REFIT_ASSIGN_OR_RETURN(ModelTensors m, BuildModelTensors(c));
-  m.swizzled_scales = (m.nvfp4 || m.mxfp8) && spec.kernel == EngineSpec::Kernel::kFlashinfer;
+  const KernelRow& kernel = KernelTraits(spec.kernel);
+  m.swizzled_scales = (m.nvfp4 || m.mxfp8) && kernel.swizzle == ScaleSwizzle::kTiles128x4;
   m.swizzled_flat = m.swizzled_scales && m.mxfp8;
   if (m.swizzled_flat) {
     // vLLM's online MXFP8 MoE hands its experts to the backend that
@@ -254,14 +255,14 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
   }
   // The scales say how the engine's FP8 bytes are made.
   Transform scales = Transform::kNone;
-  if (spec.quant == EngineSpec::Quant::kFp8Ue8m0) scales = Transform::kPow2Ceil;
-  if (IsDeepgemm(spec.kernel)) scales = Transform::kUe8m0Requant;
+  if (spec.quant == QuantFormat::kFp8BlockUe8m0) scales = Transform::kPow2Ceil;
+  if (kernel.requant) scales = Transform::kUe8m0Requant;
   if (scales != Transform::kNone) {
     for (size_t t = 0; t < m.tensors.size(); ++t) {
       if (m.is_scale[t]) m.tensors[t].transform = scales;
     }
   }
-  if (spec.kernel == EngineSpec::Kernel::kDeepgemmSm100) {
+  if (kernel.swizzle == ScaleSwizzle::kPackedUe8m0) {
     // One exponent byte per weight row and tile column (mapping/packed_scales.h).
     m.packed_scales = true;
     for (size_t t = 0; t < m.tensors.size(); ++t) {

@@ -73,22 +73,47 @@ absl::Status UnknownKey(absl::string_view spec, const std::string& key,
 
 }  // namespace
 
-const char* KernelName(EngineSpec::Kernel k) {
-  switch (k) {
-    case EngineSpec::Kernel::kCheckpoint:
-      return "checkpoint";
-    case EngineSpec::Kernel::kFlashinfer:
-      return "flashinfer";
-    case EngineSpec::Kernel::kDeepgemm:
-      return "deepgemm";
-    case EngineSpec::Kernel::kDeepgemmSm100:
-      return "deepgemm-sm100";
+namespace {
+
+constexpr KernelRow kKernelRows[] = {
+    {EngineSpec::Kernel::kCheckpoint, "checkpoint", ScaleSwizzle::kRowMajor, false},
+    // 128 x 4 tiles for MXFP8 and NVFP4 scales; FP8 block scales stay
+    // row-major.
+    {EngineSpec::Kernel::kFlashinfer, "flashinfer", ScaleSwizzle::kTiles128x4, false},
+    {EngineSpec::Kernel::kDeepgemm, "deepgemm", ScaleSwizzle::kRowMajor, true},
+    {EngineSpec::Kernel::kDeepgemmSm100, "deepgemm-sm100", ScaleSwizzle::kPackedUe8m0, true},
+};
+
+// The quant= values, each a row of the format table.
+struct QuantText {
+  QuantFormat format;
+  const char* name;
+};
+constexpr QuantText kQuantTexts[] = {
+    {QuantFormat::kFp8Block, "fp8"},
+    {QuantFormat::kFp8BlockUe8m0, "fp8-ue8m0"},
+    {QuantFormat::kMxfp8, "mxfp8"},
+    {QuantFormat::kNvfp4, "nvfp4"},
+};
+
+}  // namespace
+
+const KernelRow& KernelTraits(EngineSpec::Kernel k) {
+  for (const KernelRow& r : kKernelRows) {
+    if (r.kernel == k) return r;
   }
-  return "unknown";
+  return kKernelRows[0];  // unreachable for a value of the enum
 }
 
-bool IsDeepgemm(EngineSpec::Kernel k) {
-  return k == EngineSpec::Kernel::kDeepgemm || k == EngineSpec::Kernel::kDeepgemmSm100;
+const char* KernelName(EngineSpec::Kernel k) { return KernelTraits(k).name; }
+
+bool IsDeepgemm(EngineSpec::Kernel k) { return KernelTraits(k).requant; }
+
+const char* QuantName(QuantFormat f) {
+  for (const QuantText& q : kQuantTexts) {
+    if (q.format == f) return q.name;
+  }
+  return "unknown";
 }
 
 namespace {
@@ -114,21 +139,11 @@ absl::Status ParseKernel(absl::string_view spec, const std::string& v,
        "ROCm AITER shuffles weights, which refit does not write; run vLLM "
        "with VLLM_ROCM_USE_AITER=0"},
   };
-  if (v == "flashinfer") {
-    *out = EngineSpec::Kernel::kFlashinfer;
-    return absl::OkStatus();
-  }
-  if (v == "deepgemm") {
-    *out = EngineSpec::Kernel::kDeepgemm;
-    return absl::OkStatus();
-  }
-  if (v == "deepgemm-sm100") {
-    *out = EngineSpec::Kernel::kDeepgemmSm100;
-    return absl::OkStatus();
-  }
-  if (v == "checkpoint") {
-    *out = EngineSpec::Kernel::kCheckpoint;
-    return absl::OkStatus();
+  for (const KernelRow& k : kKernelRows) {
+    if (v == k.name) {
+      *out = k.kernel;
+      return absl::OkStatus();
+    }
   }
   for (const Refused& r : kRefused) {
     if (v == r.name) {
@@ -274,15 +289,13 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
     } else if (kv.key == "gpus_per_host") {
       REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.gpus_per_host, 1));
     } else if (kv.key == "quant") {
-      if (kv.value == "fp8") {
-        s.quant = EngineSpec::Quant::kFp8;
-      } else if (kv.value == "fp8-ue8m0") {
-        s.quant = EngineSpec::Quant::kFp8Ue8m0;
-      } else if (kv.value == "mxfp8") {
-        s.quant = EngineSpec::Quant::kMxfp8;
-      } else if (kv.value == "nvfp4") {
-        s.quant = EngineSpec::Quant::kNvfp4;
-      } else if (kv.value != "none") {
+      bool known = kv.value == "none";
+      for (const QuantText& q : kQuantTexts) {
+        if (kv.value != q.name) continue;
+        s.quant = q.format;
+        known = true;
+      }
+      if (!known) {
         return absl::InvalidArgumentError(absl::StrCat(
             "engine spec \"", text, "\": quant=", kv.value,
             " is not none, fp8, fp8-ue8m0, mxfp8 or nvfp4"));
@@ -338,37 +351,37 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
         "SGLANG_ENABLE_JIT_DEEPGEMM=0"));
   }
   if (s.kind == EngineSpec::Kind::kSglang && s.kernel == EngineSpec::Kernel::kFlashinfer &&
-      s.quant != EngineSpec::Quant::kNone) {
+      s.quant.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "engine spec \"", text, "\": kernel=flashinfer with quant=: SGLang's "
         "FlashInfer CUTLASS MoE reads FP8 experts with per-tensor scales only, "
         "which refit does not write; run SGLang with --moe-runner-backend "
         "triton for block FP8"));
   }
-  if (IsDeepgemm(s.kernel) && s.quant == EngineSpec::Quant::kFp8Ue8m0) {
+  if (IsDeepgemm(s.kernel) && s.quant == QuantFormat::kFp8BlockUe8m0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "engine spec \"", text, "\": kernel=", KernelName(s.kernel), " makes its own "
         "UE8M0 scales (vLLM requantizes the float-scale checkpoint); use quant=fp8, "
         "not quant=fp8-ue8m0"));
   }
-  if (s.quant == EngineSpec::Quant::kMxfp8 && IsDeepgemm(s.kernel)) {
+  if (s.quant == QuantFormat::kMxfp8 && IsDeepgemm(s.kernel)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "engine spec \"", text, "\": quant=mxfp8 with kernel=", KernelName(s.kernel),
         ": DeepGEMM reads block FP8; MXFP8 engines take kernel=flashinfer (swizzled F8_128x4 scales, "
         "swizzle_mxfp8_scale) or the checkpoint layout ([N, K/32] uint8)"));
   }
-  if (s.quant == EngineSpec::Quant::kNvfp4 && IsDeepgemm(s.kernel)) {
+  if (s.quant == QuantFormat::kNvfp4 && IsDeepgemm(s.kernel)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "engine spec \"", text, "\": quant=nvfp4 with kernel=", KernelName(s.kernel),
         ": DeepGEMM reads block FP8; NVFP4 engines take kernel=flashinfer (swizzled scales, experts' "
         "w13 as [up; gate]) or the checkpoint layout"));
   }
-  if (s.quant == EngineSpec::Quant::kNvfp4 && s.kind != EngineSpec::Kind::kVllm) {
+  if (s.quant == QuantFormat::kNvfp4 && s.kind != EngineSpec::Kind::kVllm) {
     return absl::InvalidArgumentError(absl::StrCat(
         "engine spec \"", text, "\": quant=nvfp4 follows vLLM's ModelOpt NVFP4 "
         "parameters after loading; SGLang's are not written"));
   }
-  if (recipe_given && s.quant != EngineSpec::Quant::kNvfp4) {
+  if (recipe_given && s.quant != QuantFormat::kNvfp4) {
     return absl::InvalidArgumentError(absl::StrCat(
         "engine spec \"", text, "\": recipe= says which recipe made NVFP4 bytes; it "
         "needs quant=nvfp4"));
@@ -384,7 +397,7 @@ absl::StatusOr<EngineSpec> ParseEngineSpec(absl::string_view text) {
         "shuffled layouts refit does not write, not the FlashInfer CUTLASS layout "
         "kernel=flashinfer writes; serve a ModelOpt NVFP4 checkpoint (recipe=modelopt)"));
   }
-  if (s.quant == EngineSpec::Quant::kMxfp8 && s.kind != EngineSpec::Kind::kVllm) {
+  if (s.quant == QuantFormat::kMxfp8 && s.kind != EngineSpec::Kind::kVllm) {
     return absl::InvalidArgumentError(absl::StrCat(
         "engine spec \"", text, "\": quant=mxfp8 follows vLLM's online MXFP8 "
         "method (quantization=\"mxfp8\"); SGLang's is not written"));
@@ -437,10 +450,7 @@ std::string EngineSpecString(const EngineSpec& s) {
   if (s.round_robin) absl::StrAppend(&out, ",placement=round_robin");
   if (s.vocab_pad != 64) absl::StrAppend(&out, ",vocab_pad=", s.vocab_pad);
   if (s.gpus_per_host > 0) absl::StrAppend(&out, ",gpus_per_host=", s.gpus_per_host);
-  if (s.quant == EngineSpec::Quant::kFp8) absl::StrAppend(&out, ",quant=fp8");
-  if (s.quant == EngineSpec::Quant::kFp8Ue8m0) absl::StrAppend(&out, ",quant=fp8-ue8m0");
-  if (s.quant == EngineSpec::Quant::kMxfp8) absl::StrAppend(&out, ",quant=mxfp8");
-  if (s.quant == EngineSpec::Quant::kNvfp4) absl::StrAppend(&out, ",quant=nvfp4");
+  if (s.quant.has_value()) absl::StrAppend(&out, ",quant=", QuantName(*s.quant));
   if (s.recipe == EngineSpec::Recipe::kVllm) absl::StrAppend(&out, ",recipe=vllm");
   if (s.kernel != EngineSpec::Kernel::kCheckpoint) {
     absl::StrAppend(&out, ",kernel=", KernelName(s.kernel));

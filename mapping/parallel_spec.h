@@ -37,11 +37,13 @@
 #define REFIT_MAPPING_PARALLEL_SPEC_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "layout/quant_format.h"
 
 namespace refit {
 
@@ -98,11 +100,13 @@ struct EngineSpec {
   bool round_robin = false;
   int64_t vocab_pad = 64;
   int32_t gpus_per_host = 0;
-  // quant=fp8: the engine serves the model as FP8 block-quantized weights
+  // quant= (the row of layout/quant_format.h the engine's weights are;
+  // absent: the model's dtype). quant=fp8 (QuantFormat::kFp8Block): the
+  // engine serves the model as FP8 block-quantized weights
   // (e4m3 + an f32 weight_scale_inv per 128x128 tile, the tensors an FP8
   // block checkpoint gives vLLM's loader) whatever the trainer holds; refit
-  // quantizes on the way. quant=fp8-ue8m0: the same with every scale a
-  // power of two (DeepGEMM's UE8M0 scales). quant=mxfp8: vLLM's online
+  // quantizes on the way. quant=fp8-ue8m0 (kFp8BlockUe8m0): the same with
+  // every scale a power of two (DeepGEMM's UE8M0 scales). quant=mxfp8: vLLM's online
   // MXFP8 (quantization="mxfp8"): every quantizable linear weight e4m3 with
   // a uint8 E8M0 weight_scale per 1 x 32 block along K, [..., N, K/32].
   // quant=nvfp4: vLLM's ModelOpt NVFP4 parameters after loading: every
@@ -111,8 +115,9 @@ struct EngineSpec {
   // engine parameter (weight_global_scale, 0-dim; MoE w13_weight_scale_2 /
   // w2_weight_scale_2 [E]) over its fused parts (exec/nvfp4.h); with
   // kernel=flashinfer the block scales in vLLM's swizzled 128 x 4 tiles.
-  enum class Quant { kNone, kFp8, kFp8Ue8m0, kMxfp8, kNvfp4 };
-  Quant quant = Quant::kNone;
+  // kernel=deepgemm serves kFp8Block weights requantized
+  // (kFp8BlockRequantUe8m0: KernelRow::requant).
+  std::optional<QuantFormat> quant;
   // recipe= (quant=nvfp4 only): which recipe made the engine's NVFP4 bytes
   // (plan/conversion.h Nvfp4Recipe). modelopt (the default): the engine
   // loaded a ModelOpt NVFP4 checkpoint, every quantizable linear weight.
@@ -140,12 +145,30 @@ struct EngineSpec {
   int32_t world_size() const { return tp * dp; }
 };
 
+// What a kernel= layout asks of quantized weights: one row per kernel.
+struct KernelRow {
+  EngineSpec::Kernel kernel;
+  const char* name;  // the kernel= value
+  // How the engine's block scales lie (row-major, FlashInfer's 128 x 4
+  // tiles for MXFP8 / NVFP4, DeepGEMM SM100's packed exponent bytes).
+  ScaleSwizzle swizzle;
+  // Block-FP8 weights requantized to power-of-two scales (DeepGEMM).
+  bool requant;
+};
+
+// The row of kernel `k`.
+const KernelRow& KernelTraits(EngineSpec::Kernel k);
+
 // "checkpoint", "flashinfer", "deepgemm", "deepgemm-sm100".
 const char* KernelName(EngineSpec::Kernel k);
 
 // True for kernel=deepgemm and kernel=deepgemm-sm100 (both read weights
 // requantized to power-of-two scales).
 bool IsDeepgemm(EngineSpec::Kernel k);
+
+// The quant= text of a format: "fp8", "fp8-ue8m0", "mxfp8", "nvfp4" (for
+// the formats quant= names; "unknown" for the others).
+const char* QuantName(QuantFormat f);
 
 // Parse the forms above. INVALID_ARGUMENT naming the unknown kind or key,
 // the bad value, or the impossible combination (a size < 1, first/last

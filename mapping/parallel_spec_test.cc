@@ -108,6 +108,40 @@ TEST(ParallelSpecTest, PipelineSplits) {
   EXPECT_FALSE(PipelineStageLayers(5, s).ok());
 }
 
+// The kernel table: each kernel= value parses to its kernel, and its row
+// says how the engine's scales lie and whether its FP8 is requantized.
+TEST(ParallelSpecTest, KernelTableGivesEachKernelItsScaleLayout) {
+  struct Want {
+    EngineSpec::Kernel kernel;
+    ScaleSwizzle swizzle;
+    bool requant;
+  };
+  for (const Want& w : {Want{EngineSpec::Kernel::kCheckpoint, ScaleSwizzle::kRowMajor, false},
+                        Want{EngineSpec::Kernel::kFlashinfer, ScaleSwizzle::kTiles128x4, false},
+                        Want{EngineSpec::Kernel::kDeepgemm, ScaleSwizzle::kRowMajor, true},
+                        Want{EngineSpec::Kernel::kDeepgemmSm100, ScaleSwizzle::kPackedUe8m0,
+                             true}}) {
+    const KernelRow& row = KernelTraits(w.kernel);
+    EXPECT_EQ(row.kernel, w.kernel);
+    EXPECT_EQ(row.swizzle, w.swizzle) << row.name;
+    EXPECT_EQ(row.requant, w.requant) << row.name;
+    auto s = ParseEngineSpec(std::string("vllm:tp=1,quant=fp8,kernel=") + row.name);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->kernel, w.kernel) << row.name;
+  }
+  // quant= names a format row and prints the same text back.
+  for (const char* q : {"fp8", "fp8-ue8m0", "mxfp8", "nvfp4"}) {
+    auto s = ParseEngineSpec(std::string("vllm:tp=1,quant=") + q);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE(s->quant.has_value()) << q;
+    EXPECT_STREQ(QuantName(*s->quant), q);
+    EXPECT_EQ(EngineSpecString(*s), std::string("vllm:tp=1,dp=1,quant=") + q);
+  }
+  EXPECT_EQ(ParseEngineSpec("vllm:tp=1,quant=fp8")->quant, QuantFormat::kFp8Block);
+  EXPECT_EQ(ParseEngineSpec("vllm:tp=1,quant=fp8-ue8m0")->quant, QuantFormat::kFp8BlockUe8m0);
+  EXPECT_FALSE(ParseEngineSpec("vllm:tp=1,quant=none")->quant.has_value());
+}
+
 TEST(ParallelSpecTest, KernelLayoutsParseRoundTripAndRefuseByName) {
   auto f = ParseEngineSpec("vllm:tp=2,ep=2,kernel=flashinfer");
   ASSERT_TRUE(f.ok()) << f.status();
@@ -154,7 +188,7 @@ TEST(ParallelSpecTest, KernelLayoutsParseRoundTripAndRefuseByName) {
 TEST(ParallelSpecTest, Mxfp8ParsesRoundTripsAndRefusesWhatItDoesNotWrite) {
   auto m = ParseEngineSpec("vllm:tp=2,quant=mxfp8");
   ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_EQ(m->quant, EngineSpec::Quant::kMxfp8);
+  EXPECT_EQ(m->quant, QuantFormat::kMxfp8);
   EXPECT_EQ(EngineSpecString(*m), "vllm:tp=2,dp=1,quant=mxfp8");
   auto fi = ParseEngineSpec("vllm:tp=1,quant=mxfp8,kernel=flashinfer");
   ASSERT_TRUE(fi.ok()) << fi.status();

@@ -15,19 +15,23 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// One row of the format table: what a destination dtype asks of a source
-// dtype.
-struct FormatRow {
-  DType to;
-  Transform transform;   // of the destination tensor
-  bool block;            // FP8 block scales
+// What a destination tensor asks of its source: the kind and, kQuantize,
+// the format row.
+struct Target {
+  ConversionKind kind;
+  QuantFormat format = QuantFormat::kFp8Block;
+  ScaleSwizzle swizzle = ScaleSwizzle::kRowMajor;
 };
+
+Target Quantize(QuantFormat f, ScaleSwizzle s = ScaleSwizzle::kRowMajor) {
+  return {ConversionKind::kQuantize, f, s};
+}
 
 bool IsFloatSource(DType d) {
   return d == DType::kBF16 || d == DType::kF16 || d == DType::kF32;
 }
 
-absl::StatusOr<ConversionKind> KindFor(const TensorSpec& s, const TensorSpec& d,
+absl::StatusOr<Target> KindFor(const TensorSpec& s, const TensorSpec& d,
                                        const TensorSpec* scale) {
   if (!IsFloatSource(s.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -36,22 +40,22 @@ absl::StatusOr<ConversionKind> KindFor(const TensorSpec& s, const TensorSpec& d,
         "bf16, f16 or f32 only"));
   }
   if (d.dtype == DType::kF32 && d.transform == Transform::kNegExp) {
-    return ConversionKind::kNegExpF32;
+    return Target{ConversionKind::kNegExpF32};
   }
   if (d.dtype == DType::kF32 && d.transform == Transform::kNone) {
-    return ConversionKind::kCastF32;
+    return Target{ConversionKind::kCastF32};
   }
   if (d.dtype == DType::kF8E4M3 && d.transform == Transform::kNone && scale != nullptr &&
       scale->dtype == DType::kU8 && scale->transform == Transform::kUe8m0Requant) {
-    return ConversionKind::kFp8BlockRequantUe8m0Packed;
+    return Quantize(QuantFormat::kFp8BlockRequantUe8m0, ScaleSwizzle::kPackedUe8m0);
   }
   if (d.dtype == DType::kF8E4M3 && d.transform == Transform::kNone &&
       scale != nullptr && scale->dtype == DType::kU8) {
-    return ConversionKind::kMxfp8;
+    return Quantize(QuantFormat::kMxfp8);
   }
   if (d.dtype == DType::kU8 && d.transform == Transform::kNone && scale != nullptr &&
       scale->dtype == DType::kF8E4M3) {
-    return ConversionKind::kNvfp4;
+    return Quantize(QuantFormat::kNvfp4);
   }
   if (d.dtype == DType::kF8E4M3 && d.transform == Transform::kNone) {
     if (scale == nullptr) {
@@ -62,11 +66,11 @@ absl::StatusOr<ConversionKind> KindFor(const TensorSpec& s, const TensorSpec& d,
     }
     switch (scale->transform) {
       case Transform::kPow2Ceil:
-        return ConversionKind::kFp8BlockUe8m0;
+        return Quantize(QuantFormat::kFp8BlockUe8m0);
       case Transform::kUe8m0Requant:
-        return ConversionKind::kFp8BlockRequantUe8m0;
+        return Quantize(QuantFormat::kFp8BlockRequantUe8m0);
       default:
-        return ConversionKind::kFp8Block;
+        return Quantize(QuantFormat::kFp8Block);
     }
   }
   return absl::InvalidArgumentError(absl::StrCat(
@@ -181,7 +185,7 @@ absl::StatusOr<std::vector<CutTileGroup>> GroupCutTiles(
   return out;
 }
 
-// The records of a per-row scale tensor (kFp8BlockRequantUe8m0Packed)
+// The records of a per-row scale tensor (ScaleSwizzle::kPackedUe8m0)
 // from `tiles`, the record of its owned tiles (row-major, one byte a tile):
 // the tiles' weight rows, each reading its tile's byte (a stride-0 digit of
 // `tile_rows`); the last tile, cut by the weight's `rows`, in a record of
@@ -214,10 +218,10 @@ std::vector<Record> RowBroadcastScaleRecords(const Record& tiles, int64_t tile_r
   return out;
 }
 
-// Per converted src tensor: the conversion kind and (block kinds) the src
-// index of its scale tensor.
+// Per converted src tensor: the conversion's kind and format row and
+// (kQuantize) the src index of its scale tensor.
 struct Plan1 {
-  ConversionKind kind;
+  Target what;
   DType from;
   int32_t scale_tensor = -1;
   std::vector<int64_t> tile;
@@ -254,7 +258,9 @@ absl::Status AddNvfp4GlobalScales(
     std::map<int32_t, Plan1>* converted) {
   std::map<int32_t, int32_t> src_of;  // dst weight -> src tensor
   for (auto& [s, p] : *converted) {
-    if (p.kind == ConversionKind::kNvfp4) src_of[p.dst_tensor] = s;
+    if (p.what.format == QuantFormat::kNvfp4 && IsBlockQuantized(p.what.kind)) {
+      src_of[p.dst_tensor] = s;
+    }
   }
   if (src_of.empty()) return absl::OkStatus();
   // Union-find over dst weights through shared buffers.
@@ -398,28 +404,6 @@ absl::Status CheckQuantizedPairs(const SideLayout& src, const SideLayout& dst,
 
 }  // namespace
 
-const char* ConversionKindName(ConversionKind k) {
-  switch (k) {
-    case ConversionKind::kCastF32:
-      return "cast_f32";
-    case ConversionKind::kNegExpF32:
-      return "neg_exp_f32";
-    case ConversionKind::kFp8Block:
-      return "fp8_block";
-    case ConversionKind::kFp8BlockUe8m0:
-      return "fp8_block_ue8m0";
-    case ConversionKind::kFp8BlockRequantUe8m0:
-      return "fp8_block_requant_ue8m0";
-    case ConversionKind::kFp8BlockRequantUe8m0Packed:
-      return "fp8_block_requant_ue8m0_packed";
-    case ConversionKind::kMxfp8:
-      return "mxfp8";
-    case ConversionKind::kNvfp4:
-      return "nvfp4";
-  }
-  return "unknown";
-}
-
 const char* Nvfp4RecipeName(Nvfp4Recipe r) {
   switch (r) {
     case Nvfp4Recipe::kModelopt:
@@ -431,37 +415,33 @@ const char* Nvfp4RecipeName(Nvfp4Recipe r) {
 }
 
 std::string ConversionFormatName(const Conversion& c) {
-  if (c.kind == ConversionKind::kNvfp4 && c.recipe != Nvfp4Recipe::kModelopt) {
-    return absl::StrCat(ConversionKindName(c.kind), " recipe=", Nvfp4RecipeName(c.recipe));
-  }
-  return ConversionKindName(c.kind);
-}
-
-const QuantFormatRow* QuantFormatRowOf(ConversionKind k) {
-  switch (k) {
-    case ConversionKind::kFp8Block:
-      return &QuantFormatTraits(QuantFormat::kFp8Block);
-    case ConversionKind::kFp8BlockUe8m0:
-      return &QuantFormatTraits(QuantFormat::kFp8BlockUe8m0);
-    case ConversionKind::kFp8BlockRequantUe8m0:
-      return &QuantFormatTraits(QuantFormat::kFp8BlockRequantUe8m0);
-    case ConversionKind::kFp8BlockRequantUe8m0Packed:
-      return &QuantFormatTraits(QuantFormat::kFp8BlockRequantUe8m0, ScaleSwizzle::kPackedUe8m0);
-    case ConversionKind::kMxfp8:
-      return &QuantFormatTraits(QuantFormat::kMxfp8);
-    case ConversionKind::kNvfp4:
-      return &QuantFormatTraits(QuantFormat::kNvfp4);
+  switch (c.kind) {
     case ConversionKind::kCastF32:
+      return "cast_f32";
     case ConversionKind::kNegExpF32:
+      return "neg_exp_f32";
+    case ConversionKind::kQuantize:
       break;
   }
-  return nullptr;
+  const std::string name = QuantFormatRowOf(c)->name;
+  if (c.format == QuantFormat::kNvfp4 && c.recipe != Nvfp4Recipe::kModelopt) {
+    return absl::StrCat(name, " recipe=", Nvfp4RecipeName(c.recipe));
+  }
+  return name;
 }
 
-bool IsBlockQuantized(ConversionKind k) { return QuantFormatRowOf(k) != nullptr; }
+const QuantFormatRow* QuantFormatRowOf(const Conversion& c) {
+  return IsBlockQuantized(c.kind) ? &QuantFormatTraits(c.format, c.swizzle) : nullptr;
+}
 
-int64_t ScaleElementBytes(ConversionKind k) {
-  const QuantFormatRow* row = QuantFormatRowOf(k);
+bool IsBlockQuantized(ConversionKind k) { return k == ConversionKind::kQuantize; }
+
+bool QuantizesTo(const Conversion& c, QuantFormat f) {
+  return IsBlockQuantized(c.kind) && c.format == f;
+}
+
+int64_t ScaleElementBytes(const Conversion& c) {
+  const QuantFormatRow* row = QuantFormatRowOf(c);
   return row == nullptr ? 4 : DTypeSize(row->scale_dtype);
 }
 
@@ -530,18 +510,18 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
     std::vector<int64_t> unpacked = d.shape;
     if (packed) unpacked.back() *= 2;
     if (s.shape != unpacked || s.stacked != d.stacked) continue;  // planner says
-    REFIT_ASSIGN_OR_RETURN(ConversionKind kind, KindFor(s, d, scale));
-    Plan1 p{kind, s.dtype, -1, {}};
+    REFIT_ASSIGN_OR_RETURN(const Target what, KindFor(s, d, scale));
+    Plan1 p{what, s.dtype, -1, {}};
     p.dst_tensor = dst_by_name[d.name];
-    if (IsBlockQuantized(kind)) {
+    if (IsBlockQuantized(what.kind)) {
       if (d.shape.size() < 2) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", d.name, ": FP8 block quantization needs 2 or more dims"));
       }
-      const bool mx = kind == ConversionKind::kMxfp8;
-      const bool nv = kind == ConversionKind::kNvfp4;
+      const bool mx = what.format == QuantFormat::kMxfp8;
+      const bool nv = what.format == QuantFormat::kNvfp4;
       // The row's block; the FP8 tile rows take the planner's `block`.
-      const QuantFormatRow& row = *QuantFormatRowOf(kind);
+      const QuantFormatRow& row = QuantFormatTraits(what.format, what.swizzle);
       const bool fixed = row.block_rows == 1;
       p.tile.assign(d.shape.size(), 1);
       p.tile[d.shape.size() - 1] = fixed ? row.block_cols : block;
@@ -561,7 +541,7 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
       std::vector<int64_t> grid(d.shape.size());
       for (size_t k = 0; k < d.shape.size(); ++k) grid[k] = CeilDiv(s.shape[k], p.tile[k]);
       // Exponent bytes per weight row: the grid's rows are the weight's.
-      if (kind == ConversionKind::kFp8BlockRequantUe8m0Packed) {
+      if (what.swizzle == ScaleSwizzle::kPackedUe8m0) {
         grid[d.shape.size() - 2] = s.shape[d.shape.size() - 2];
       }
       if (scale->shape != grid || scale->stacked != d.stacked) {
@@ -594,7 +574,7 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
   // The trainer's (unpacked) shape of a converted record's tensor.
   auto src_shape_of = [&](const Conversion& c) {
     std::vector<int64_t> s = src.tensors[c.from.tensor].shape;
-    if (c.kind == ConversionKind::kNvfp4) s.back() *= 2;
+    if (QuantizesTo(c, QuantFormat::kNvfp4)) s.back() *= 2;
     return s;
   };
   const size_t num_records = src.records.size();
@@ -605,11 +585,14 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
     const Plan1& p = it->second;
     const TensorSpec& t = src.tensors[r.tensor];
     Conversion c;
-    c.kind = p.kind;
+    c.kind = p.what.kind;
+    c.format = p.what.format;
+    c.swizzle = p.what.swizzle;
     c.from_dtype = p.from;
     c.from = r;
     c.tile = p.tile;
-    if (p.kind == ConversionKind::kNvfp4) {
+    const bool nv = QuantizesTo(c, QuantFormat::kNvfp4);
+    if (nv) {
       REFIT_ASSIGN_OR_RETURN(r.box, PackedBox(c.from, t.name));
       c.global_tensor = p.global_tensor;
       c.recipe = p.recipe;
@@ -623,12 +606,12 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
     r.buffer_step = 0;
     r.byte_offset = 0;
     r.dims = SubArrayDims(r.box.shape(), r.box.shape());
-    if (IsBlockQuantized(p.kind)) {
+    if (IsBlockQuantized(c.kind)) {
       Box owned = OwnedTiles(c.from.box, p.tile);
       if (!IsEmpty(owned)) {
         const int32_t sbuf = static_cast<int32_t>(src.buffers.size());
         src.buffers.push_back({r.rank, absl::StrCat("refit.scales.", i),
-                               UncheckedNumElements(owned) * ScaleElementBytes(p.kind),
+                               UncheckedNumElements(owned) * ScaleElementBytes(c),
                                {}, true});
         Record sr;
         sr.tensor = p.scale_tensor;
@@ -637,7 +620,7 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
         sr.box = owned;
         sr.dims = SubArrayDims(owned.shape(), owned.shape());
         c.scale_buffer = sbuf;
-        if (p.kind == ConversionKind::kFp8BlockRequantUe8m0Packed) {
+        if (c.swizzle == ScaleSwizzle::kPackedUe8m0) {
           const int64_t rows = src_shape_of(c)[owned.rank() - 2];
           for (Record& x : RowBroadcastScaleRecords(sr, p.tile[owned.rank() - 2], rows)) {
             src.records.push_back(std::move(x));
@@ -646,7 +629,7 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
           src.records.push_back(std::move(sr));
         }
       }
-      if (p.kind == ConversionKind::kNvfp4) {
+      if (nv) {
         const Box lead = LeadingBox(c.from.box);
         const int fr = c.from.box.rank();
         if (p.global_leader && c.from.box.origin(fr - 2) == 0 &&

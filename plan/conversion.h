@@ -1,7 +1,8 @@
 // Conversions: the destination stores a tensor in another dtype, or as a
 // function of the trainer's values, and the sender computes it.
 //
-// The cases, each a row of the format table (conversion.cc):
+// The cases: the element-wise kinds, and kQuantize to a row of the format
+// table (layout/quant_format.h, QuantFormat and ScaleSwizzle):
 //   - kCastF32 / kNegExpF32: an f32 engine tensor from a bf16 / f16 / f32
 //     trainer tensor, as is or as -exp(x) (vLLM's Mamba `A = -exp(A_log)`,
 //     an f32 parameter whatever the model dtype);
@@ -13,12 +14,12 @@
 //     loading the kFp8Block checkpoint: each tile dequantized with its
 //     float scale and requantized with a power-of-two scale
 //     (exec/convert/quantize.h has the arithmetic);
-//   - kFp8BlockRequantUe8m0Packed: the same codes, for DeepGEMM on SM100
-//     (kernel=deepgemm-sm100): the engine's `<weight>_scale_inv` is u8 with
-//     one exponent byte per weight row and tile column ([..., N,
-//     ceil(K/128)], each row the byte of its 128-row tile), which the
-//     engine layout packs four to an int32, MN-major (ScaleSwizzle::
-//     kPackedUe8m0). A sender's scratch holds one byte per owned tile; its
+//   - kFp8BlockRequantUe8m0 with kPackedUe8m0: the same codes, for
+//     DeepGEMM on SM100 (kernel=deepgemm-sm100): the engine's
+//     `<weight>_scale_inv` is u8 with one exponent byte per weight row and
+//     tile column ([..., N, ceil(K/128)], each row the byte of its 128-row
+//     tile), which the engine layout packs four to an int32, MN-major. A
+//     sender's scratch holds one byte per owned tile; its
 //     scale records read each byte for the tile's rows (a stride-0 digit);
 //   - kMxfp8: e4m3 weights with one E8M0 byte (`<weight>_scale`, u8, vLLM's
 //     MXFP8 weight_scale) per 1 x 32 block along the last dim;
@@ -62,15 +63,10 @@
 namespace refit {
 
 enum class ConversionKind : int32_t {
-  kCastF32 = 1,        // f32(x)
-  kNegExpF32 = 2,      // -exp(f32(x)), f32
-  kFp8Block = 3,       // e4m3 + f32 block scales
-  kFp8BlockUe8m0 = 4,  // the same, scales rounded up to powers of two
-  kFp8BlockRequantUe8m0 = 5,  // kFp8Block, then requantized to UE8M0 scales
-  kMxfp8 = 6,          // e4m3 + E8M0 byte scales per 1 x 32 block
-  kNvfp4 = 7,          // E2M1 x2 bytes + e4m3 scales per 1 x 16 + f32 global
-  kFp8BlockRequantUe8m0Packed = 8,  // kFp8BlockRequantUe8m0, exponent-byte
-                                    // scales per weight row (DeepGEMM SM100)
+  kCastF32 = 1,    // f32(x)
+  kNegExpF32 = 2,  // -exp(f32(x)), f32
+  kQuantize = 3,   // codes and block scales of a format-table row
+                   // (Conversion::format and swizzle)
 };
 
 // Which recipe makes an NVFP4 weight's global scale, block scales and codes
@@ -98,37 +94,43 @@ inline constexpr int64_t kMxfp8Block = QuantFormatTraits(QuantFormat::kMxfp8).bl
 // NVFP4's block length along the last dim (ModelOpt's group_size).
 inline constexpr int64_t kNvfp4Block = QuantFormatTraits(QuantFormat::kNvfp4).block_cols;
 
-// "cast_f32", "neg_exp_f32", "fp8_block", "fp8_block_ue8m0",
-// "fp8_block_requant_ue8m0", "fp8_block_requant_ue8m0_packed", "mxfp8",
-// "nvfp4".
-const char* ConversionKindName(ConversionKind k);
-
 struct Conversion;
 
-// The format `c` writes, for summaries: ConversionKindName, and for NVFP4
-// of vLLM's recipe "nvfp4 recipe=vllm".
+// The format `c` writes, for summaries: "cast_f32", "neg_exp_f32", or its
+// format row's name ("fp8_block", "fp8_block_ue8m0",
+// "fp8_block_requant_ue8m0", "fp8_block_requant_ue8m0_packed", "mxfp8",
+// "nvfp4"), and for NVFP4 of vLLM's recipe "nvfp4 recipe=vllm".
 std::string ConversionFormatName(const Conversion& c);
 
-// The format-table row (layout/quant_format.h) a block-quantizing kind
+// The format-table row (layout/quant_format.h) a kQuantize conversion
 // writes; nullptr for the element-wise kinds.
-const QuantFormatRow* QuantFormatRowOf(ConversionKind k);
+const QuantFormatRow* QuantFormatRowOf(const Conversion& c);
 
-// True for the block-quantizing kinds (they have scales and tiles).
+// True for kQuantize (block scales and tiles).
 bool IsBlockQuantized(ConversionKind k);
 
-// Bytes of one scale element of a block kind, from its format row: 1
-// (E8M0, e4m3, UE8M0) for kMxfp8, kNvfp4 and kFp8BlockRequantUe8m0Packed,
-// else 4.
-int64_t ScaleElementBytes(ConversionKind k);
+// True when `c` quantizes to format `f` (any scale layout).
+bool QuantizesTo(const Conversion& c, QuantFormat f);
+
+// Bytes of one scale element of a kQuantize conversion, from its format
+// row: 1 (E8M0, e4m3, UE8M0) for MXFP8, NVFP4 and the packed
+// kFp8BlockRequantUe8m0 row, else 4.
+int64_t ScaleElementBytes(const Conversion& c);
 
 // One source record's conversion. `from` is the record as registered (the
 // trainer's buffer, dtype from_dtype); the converted values lie row-major
 // over from.box in scratch buffer plan.src.buffers[to_buffer] (the
-// destination's dtype). Block kinds: scratch buffer scale_buffer holds the
-// scales of OwnedTiles(from.box) (-1 when there are none), row-major: f32,
-// or E8M0 bytes for kMxfp8.
+// destination's dtype). kQuantize: scratch buffer scale_buffer holds the
+// scales of OwnedTiles(from.box) (-1 when there are none), row-major, each
+// a scale element of the format row (f32, E8M0 / UE8M0 bytes, e4m3).
 struct Conversion {
   ConversionKind kind = ConversionKind::kCastF32;
+  // kQuantize: the row of layout/quant_format.h the scratch holds. The
+  // engine's MXFP8 / NVFP4 128 x 4 tiles lie in the destination records,
+  // so those conversions write the row-major row; kPackedUe8m0 (DeepGEMM
+  // on SM100) writes one exponent byte per owned tile.
+  QuantFormat format = QuantFormat::kFp8Block;
+  ScaleSwizzle swizzle = ScaleSwizzle::kRowMajor;
   DType from_dtype = DType::kBF16;
   Record from;
   int32_t to_buffer = -1;
@@ -176,9 +178,9 @@ struct ConvertedSource {
 // Applies every conversion `dst` asks of `src`: a dst tensor whose src
 // namesake has another dtype, or that has a transform, and a dst tensor
 // "<w>_scale_inv" without a src namesake that is the scale of a block-
-// quantized weight w (kFp8BlockUe8m0 when the scale tensor's transform is
-// kPow2Ceil, kFp8BlockRequantUe8m0 when it is kUe8m0Requant,
-// kFp8BlockRequantUe8m0Packed when it is u8 and kUe8m0Requant), or a u8 dst
+// quantized weight w (format kFp8BlockUe8m0 when the scale tensor's
+// transform is kPow2Ceil, kFp8BlockRequantUe8m0 when it is kUe8m0Requant,
+// with swizzle kPackedUe8m0 when it is u8 and kUe8m0Requant), or a u8 dst
 // tensor "<w>_scale" (kMxfp8). `block` is the FP8 tile edge (128). Without
 // any conversion the source comes back unchanged.
 //

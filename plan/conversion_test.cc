@@ -64,7 +64,7 @@ TEST(ConvertSourceTest, AlignedShardsQuantizeWholeTiles) {
   EXPECT_EQ(l.tensors[0].dtype, DType::kF8E4M3);
   EXPECT_EQ(l.tensors[1].name, "w_scale_inv");
   for (const Conversion& v : c->conversions) {
-    EXPECT_EQ(v.kind, ConversionKind::kFp8Block);
+    EXPECT_EQ(ConversionFormatName(v), "fp8_block");
     EXPECT_EQ(v.from_dtype, DType::kBF16);
     EXPECT_THAT(v.tile, ElementsAre(128, 128));
     ASSERT_GE(v.to_buffer, 0);
@@ -122,12 +122,12 @@ TEST(ConvertSourceTest, Ue8m0FromTheScaleTransform) {
   absl::StatusOr<ConvertedSource> c = ConvertSource(src, dst, 128);
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->conversions.size(), 1u);
-  EXPECT_EQ(c->conversions[0].kind, ConversionKind::kFp8BlockUe8m0);
+  EXPECT_EQ(ConversionFormatName(c->conversions[0]), "fp8_block_ue8m0");
   EXPECT_EQ(c->layout.tensors[1].transform, Transform::kNone);
 }
 
 // kernel=deepgemm: the scale tensor's ue8m0_requant transform selects the
-// requantizing kind.
+// requantizing format.
 TEST(ConvertSourceTest, RequantUe8m0FromTheScaleTransform) {
   SideLayout src = Trainer("w", {128, 128}, DType::kBF16, 1);
   SideLayout dst = Engine("w", {128, 128}, DType::kF8E4M3, Transform::kNone,
@@ -135,9 +135,10 @@ TEST(ConvertSourceTest, RequantUe8m0FromTheScaleTransform) {
   absl::StatusOr<ConvertedSource> c = ConvertSource(src, dst, 128);
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->conversions.size(), 1u);
-  EXPECT_EQ(c->conversions[0].kind, ConversionKind::kFp8BlockRequantUe8m0);
   EXPECT_TRUE(IsBlockQuantized(c->conversions[0].kind));
-  EXPECT_STREQ(ConversionKindName(c->conversions[0].kind), "fp8_block_requant_ue8m0");
+  EXPECT_EQ(c->conversions[0].format, QuantFormat::kFp8BlockRequantUe8m0);
+  EXPECT_EQ(c->conversions[0].swizzle, ScaleSwizzle::kRowMajor);
+  EXPECT_EQ(ConversionFormatName(c->conversions[0]), "fp8_block_requant_ue8m0");
 }
 
 TEST(ConvertSourceTest, RefusesWhatTheTableLacks) {
@@ -185,7 +186,7 @@ TEST(ConvertSourceTest, Mxfp8TilesAreOneByThirtyTwoWithByteScales) {
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->conversions.size(), 2u);
   for (const Conversion& v : c->conversions) {
-    EXPECT_EQ(v.kind, ConversionKind::kMxfp8);
+    EXPECT_EQ(ConversionFormatName(v), "mxfp8");
     EXPECT_THAT(v.tile, ElementsAre(1, 32));
     ASSERT_GE(v.scale_buffer, 0);
     // Rank 0 owns blocks 0 and 1 (block 1 starts at 32 < 48); rank 1
@@ -195,7 +196,6 @@ TEST(ConvertSourceTest, Mxfp8TilesAreOneByThirtyTwoWithByteScales) {
   ASSERT_EQ(c->cut_tiles.size(), 1u);
   EXPECT_EQ(c->cut_tiles[0].tiles, Box::Unchecked({0, 1}, {4, 1}));
   EXPECT_THAT(c->cut_tiles[0].ranks, ElementsAre(0, 1));
-  EXPECT_EQ(std::string(ConversionKindName(ConversionKind::kMxfp8)), "mxfp8");
 
   SideLayout odd = Trainer("w", {4, 40}, DType::kBF16, 1);
   SideLayout odd_dst = Engine("w", {4, 40}, DType::kF8E4M3, Transform::kNone, {});

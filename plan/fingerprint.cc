@@ -135,13 +135,17 @@ void WriteConversions(Writer& w, const Plan& p) {
   w.I(p.conversions.size());
   for (const Conversion& c : p.conversions) {
     w.I(static_cast<int64_t>(c.kind));
+    if (IsBlockQuantized(c.kind)) {
+      w.I(static_cast<int64_t>(c.format));
+      w.I(static_cast<int64_t>(c.swizzle));
+    }
     w.I(static_cast<int64_t>(c.from_dtype));
     WriteRecord(w, c.from);
     w.I(c.to_buffer);
     w.I(c.scale_buffer);
     w.I(c.tile.size());
     for (int64_t t : c.tile) w.I(t);
-    if (c.kind == ConversionKind::kNvfp4) {
+    if (QuantizesTo(c, QuantFormat::kNvfp4)) {
       w.I(c.global_tensor);
       w.I(c.global_buffer);
       w.I(static_cast<int64_t>(c.recipe));

@@ -81,7 +81,7 @@ bool ReadersAffine(const Plan& plan, const Conversion& c,
                    bool codes_only) {
   const int n = c.from.box.rank();
   const int64_t tr = c.tile[n - 2], tc = c.tile[n - 1];
-  const bool nvfp4 = c.kind == ConversionKind::kNvfp4;
+  const bool nvfp4 = QuantizesTo(c, QuantFormat::kNvfp4);
   const int64_t pack = nvfp4 ? 2 : 1;  // NVFP4 codes: bytes of two columns
   bool read = false;
   std::set<int32_t> readers[2];
@@ -104,11 +104,9 @@ bool ReadersAffine(const Plan& plan, const Conversion& c,
 std::pair<int32_t, int32_t> OnePassCell(const Plan& plan, const Conversion& c,
                                         const std::vector<std::vector<Read>>& reads) {
   const std::pair<int32_t, int32_t> none{0, 0};
-  if (c.kind != ConversionKind::kFp8Block && c.kind != ConversionKind::kFp8BlockUe8m0 &&
-      c.kind != ConversionKind::kFp8BlockRequantUe8m0 && c.kind != ConversionKind::kMxfp8 &&
-      c.kind != ConversionKind::kNvfp4) {
-    return none;
-  }
+  // The one-pass kernels write row-major scales (not DeepGEMM SM100's
+  // exponent bytes).
+  if (!IsBlockQuantized(c.kind) || c.swizzle != ScaleSwizzle::kRowMajor) return none;
   // The receivers' NVFP4 kernels follow ModelOpt's recipe; vLLM's
   // (Nvfp4Recipe::kVllm) is quantized by the trainer.
   const int32_t nbuf = static_cast<int32_t>(plan.src.buffers.size());
@@ -133,8 +131,8 @@ std::pair<int32_t, int32_t> OnePassCell(const Plan& plan, const Conversion& c,
   // codes would need its first scale too, and NVFP4 its block amaxes. A
   // record owning no tile has no scale scratch: only a cut one.
   const bool cut = CutsTiles(plan, c);
-  if ((cut && (c.kind == ConversionKind::kFp8BlockRequantUe8m0 ||
-               c.kind == ConversionKind::kNvfp4)) ||
+  if ((cut && (c.format == QuantFormat::kFp8BlockRequantUe8m0 ||
+               c.format == QuantFormat::kNvfp4)) ||
       (c.scale_buffer < 0 && !cut)) {
     return none;
   }

@@ -6,9 +6,9 @@
 // buffers (plan/conversion.h), the engine pulls them.
 //
 // A conversion runs in one pass when (pure arithmetic over the plan):
-//   - it is a block kind (FP8 128 x 128 tiles, kFp8BlockUe8m0,
-//     kFp8BlockRequantUe8m0, MXFP8 1 x 32, NVFP4 1 x 16 of ModelOpt's
-//     recipe; vLLM's NVFP4 recipe never) from a BF16 record of rank <= 4
+//   - it quantizes to a format row with row-major scales (FP8 128 x 128
+//     tiles, kFp8BlockUe8m0, kFp8BlockRequantUe8m0, MXFP8 1 x 32, NVFP4
+//     1 x 16 of ModelOpt's recipe; vLLM's NVFP4 recipe never) from a BF16 record of rank <= 4
 //     with at most two splits per dim;
 //   - its record owns tiles (it has a scale scratch), or cuts tiles that
 //     other trainer records hold the rest of (FSDP's flat shards, a TP cut

@@ -216,6 +216,10 @@ refit::v1::PlanProto ToProto(const Plan& plan) {
   for (const Conversion& c : plan.conversions) {
     auto* cp = p.add_conversions();
     cp->set_kind(static_cast<int32_t>(c.kind));
+    if (IsBlockQuantized(c.kind)) {
+      cp->set_format(static_cast<int32_t>(c.format));
+      cp->set_swizzle(static_cast<int32_t>(c.swizzle));
+    }
     cp->set_from_dtype(static_cast<int32_t>(c.from_dtype));
     RecordToProto(c.from, cp->mutable_from());
     cp->set_to_buffer(c.to_buffer);
@@ -281,16 +285,25 @@ absl::Status ConversionsFromProto(const refit::v1::PlanProto& p, Plan* plan) {
     const bool block = IsBlockQuantized(c.kind);
     const bool cast = c.kind == ConversionKind::kCastF32 ||
                       c.kind == ConversionKind::kNegExpF32;
-    if ((!block && !cast) || !IsValidDType(cp.from_dtype()) || c.from.tensor < 0 ||
+    // A block-quantizing row of the table (refit quantizes no per-tensor
+    // scale), or none for a cast.
+    absl::StatusOr<QuantFormatRow> fr = FindQuantFormat(
+        static_cast<QuantFormat>(cp.format()), static_cast<ScaleSwizzle>(cp.swizzle()));
+    const bool row = block ? fr.ok() && fr->block_cols > 0 : cp.format() == 0 && cp.swizzle() == 0;
+    if ((!block && !cast) || !row || !IsValidDType(cp.from_dtype()) || c.from.tensor < 0 ||
         c.from.tensor >= ntensors) {
-      return absl::InvalidArgumentError("a conversion has a bad kind, dtype or tensor");
+      return absl::InvalidArgumentError("a conversion has a bad kind, format, dtype or tensor");
+    }
+    if (block) {
+      c.format = static_cast<QuantFormat>(cp.format());
+      c.swizzle = static_cast<ScaleSwizzle>(cp.swizzle());
     }
     c.from_dtype = static_cast<DType>(cp.from_dtype());
     TensorSpec& t = src.tensors[c.from.tensor];
     const std::string who = absl::StrCat("conversion of tensor ", t.name, " on trainer rank ",
                                          c.from.rank);
-    const bool nv = c.kind == ConversionKind::kNvfp4;
-    if (t.dtype != (nv ? DType::kU8 : block ? DType::kF8E4M3 : DType::kF32) ||
+    const bool nv = QuantizesTo(c, QuantFormat::kNvfp4);
+    if (t.dtype != (block ? fr->code_dtype : DType::kF32) ||
         DTypeSize(c.from_dtype) < 2 || (nv && t.shape.empty())) {
       return absl::InvalidArgumentError(absl::StrCat(who, ": dtypes do not fit"));
     }
@@ -336,7 +349,7 @@ absl::Status ConversionsFromProto(const refit::v1::PlanProto& p, Plan* plan) {
       const Box owned = OwnedTiles(c.from.box, c.tile);
       if (c.scale_buffer != -1 &&
           !IsScratchOf(src, c.scale_buffer, c.from.rank,
-                       UncheckedNumElements(owned) * ScaleElementBytes(c.kind))) {
+                       UncheckedNumElements(owned) * ScaleElementBytes(c))) {
         return absl::InvalidArgumentError(absl::StrCat(who, ": bad scale buffer"));
       }
     } else if (c.scale_buffer != -1 || !c.tile.empty()) {

@@ -89,6 +89,9 @@ TEST(PlanCodecTest, WaveTripKeepsConversionsAndCutTiles) {
   ASSERT_EQ(q->conversions.size(), 2u);
   EXPECT_EQ(q->conversions[1].from.box.ToString(), p->conversions[1].from.box.ToString());
   EXPECT_EQ(q->cut_tiles[0].ranks, p->cut_tiles[0].ranks);
+  EXPECT_EQ(q->conversions[1].kind, ConversionKind::kQuantize);
+  EXPECT_EQ(q->conversions[1].format, QuantFormat::kFp8Block);
+  EXPECT_EQ(q->conversions[1].swizzle, ScaleSwizzle::kRowMajor);
   for (int rank : {0, 1}) {
     Plan s = ExtractSlice(*p, Side::kTrainer, rank);
     ASSERT_EQ(s.conversions.size(), 1u);
@@ -102,6 +105,10 @@ TEST(PlanCodecTest, WaveTripKeepsConversionsAndCutTiles) {
   refit::v1::PlanProto bad = ToProto(*p);
   bad.mutable_conversions(0)->set_to_buffer(0);
   EXPECT_THAT(FromProto(bad).status().message(), ::testing::HasSubstr("bad scratch buffer"));
+  // A format and scale layout the format table has no row for is refused.
+  refit::v1::PlanProto unknown = ToProto(*p);
+  unknown.mutable_conversions(0)->set_swizzle(static_cast<int32_t>(ScaleSwizzle::kTiles128x4));
+  EXPECT_THAT(FromProto(unknown).status().message(), ::testing::HasSubstr("bad kind, format"));
 }
 
 TEST(PlanCodecTest, WaveTripKeepsTheDestinationTransform) {

@@ -44,7 +44,7 @@ Side2 Upload(const SideLayout& layout, const HostBuffers& host) {
 }  // namespace
 
 void RunGpuDeltaRounds(const GpuMembers& members, const std::string& model_name,
-                       const std::string& engine_spec, int32_t lanes) {
+                       const std::string& engine_spec, int32_t lanes, int64_t budget) {
   SCOPED_TRACE(absl::StrCat(engine_spec, ", ", lanes, " lanes"));
   absl::StatusOr<ModelConfig> model = LoadModelConfig(model_name);
   ASSERT_TRUE(model.ok()) << model.status();
@@ -56,8 +56,8 @@ void RunGpuDeltaRounds(const GpuMembers& members, const std::string& model_name,
   PlannerOptions po;
   po.num_lanes = lanes;
   po.choose_lanes = false;
-  po.staging_budget_bytes = 1 << 19;
-  po.max_wave_bytes = 1 << 19;
+  po.staging_budget_bytes = budget;
+  po.max_wave_bytes = po.max_message_bytes = po.staging_budget_bytes / lanes / 4;
   absl::StatusOr<Plan> plan = BuildPlan(src->layout, dst->layout, po);
   ASSERT_TRUE(plan.ok()) << plan.status();
   OwnedBuffers s = AllocateBuffers(src->layout);

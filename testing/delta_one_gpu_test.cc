@@ -69,10 +69,12 @@ GpuMembers OneGpuMembers() {
 TEST(DeltaOneGpuTest, GpuMembersOnOneGpuRunDeltaRoundsAndVerifiedRoundsCatchAFlippedByte) {
   REFIT_SKIP_WITHOUT_GPU("delta_one_gpu_test");
   RunGpuDeltaRounds(OneGpuMembers(), "tiny-qwen3-moe-b128", "vllm:tp=1");
-  RunGpuDeltaRounds(OneGpuMembers(), "tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8");
+  RunGpuDeltaRounds(OneGpuMembers(), "tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8", 2, 4 << 20);
   RunGpuDeltaRounds(OneGpuMembers(), "tiny-qwen3-moe-mx", "vllm:tp=1,quant=mxfp8");
   RunGpuDeltaRounds(OneGpuMembers(), "tiny-qwen3-moe-fp4", "vllm:tp=1,quant=nvfp4");
   RunGpuDeltaRounds(OneGpuMembers(), "tiny-qwen3-moe-b128", "vllm:tp=1", 4);
+  // FP8 batches quantizing on every lane's stream.
+  RunGpuDeltaRounds(OneGpuMembers(), "tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8", 4, 4 << 20);
 }
 
 }  // namespace

@@ -118,7 +118,7 @@ namespace {
 // The trainer's (unpacked) shape of a converted record's tensor.
 std::vector<int64_t> SourceShape(const Plan& plan, const Conversion& c) {
   std::vector<int64_t> s = plan.src.tensors[c.from.tensor].shape;
-  if (c.kind == ConversionKind::kNvfp4) s.back() *= 2;
+  if (QuantizesTo(c, QuantFormat::kNvfp4)) s.back() *= 2;
   return s;
 }
 
@@ -253,7 +253,7 @@ absl::Status ReferenceConvert(const Plan& plan, const std::vector<uint8_t*>& src
   std::map<int32_t, std::vector<float>> param_amax;
   for (const auto& [tensor, v] : whole) {
     for (const Conversion& c : plan.conversions) {
-      if (c.from.tensor != tensor || c.kind != ConversionKind::kNvfp4) continue;
+      if (c.from.tensor != tensor || !QuantizesTo(c, QuantFormat::kNvfp4)) continue;
       const std::vector<float> a = LeadAmax(v, SourceShape(plan, c));
       std::vector<float>& p = param_amax[c.global_tensor];
       if (p.empty()) p.assign(a.size(), 0.0f);
@@ -265,7 +265,7 @@ absl::Status ReferenceConvert(const Plan& plan, const std::vector<uint8_t*>& src
   for (const Conversion& c : plan.conversions) {
     const TensorSpec& t = plan.src.tensors[c.from.tensor];
     const std::vector<float>& v = whole[c.from.tensor];
-    if (c.kind == ConversionKind::kNvfp4) {
+    if (QuantizesTo(c, QuantFormat::kNvfp4)) {
       const std::vector<int64_t> shape = SourceShape(plan, c);
       auto [q, fresh] = quantized.try_emplace(c.from.tensor);
       if (fresh) {
@@ -320,14 +320,15 @@ absl::Status ReferenceConvert(const Plan& plan, const std::vector<uint8_t*>& src
       }
     }
     auto [q, fresh] = quantized.try_emplace(c.from.tensor);
-    const bool mx = c.kind == ConversionKind::kMxfp8;
+    const bool mx = c.format == QuantFormat::kMxfp8;
     if (fresh && mx) q->second = ReferenceMxfp8Quantize(v, t.shape);
     if (fresh && !mx) {
       q->second = ReferenceQuantizeAs(
           v, t.shape, c.tile.back(),
-          c.kind == ConversionKind::kFp8BlockUe8m0          ? Transform::kPow2Ceil
-          : c.kind == ConversionKind::kFp8BlockRequantUe8m0 ? Transform::kUe8m0Requant
-                                                            : Transform::kNone);
+          c.format == QuantFormat::kFp8BlockUe8m0 ? Transform::kPow2Ceil
+          : c.format == QuantFormat::kFp8BlockRequantUe8m0 && c.swizzle == ScaleSwizzle::kRowMajor
+              ? Transform::kUe8m0Requant
+              : Transform::kNone);
     }
     uint8_t* out = src[c.to_buffer];
     ForEachIndex(c.from.box, [&](const Box::Indices& g, int64_t k) {

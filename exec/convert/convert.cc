@@ -70,7 +70,7 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
     // A block conversion without codes (to_buffer -1) writes only its
     // scales (its receivers quantize on pull, exec/pull/fused_pull.h).
     const bool scales_only = c.to_buffer == -1 && IsBlockQuantized(c.kind) &&
-                             c.kind != ConversionKind::kNvfp4;
+                             c.format != QuantFormat::kNvfp4;
     if (c.from.tensor < 0 || c.from.tensor >= static_cast<int32_t>(src.tensors.size()) ||
         (!scales_only && !own_buffer(c.to_buffer)) ||
         (c.scale_buffer >= 0 && !own_buffer(c.scale_buffer))) {
@@ -88,7 +88,7 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
       }
       v.tiles = IntersectingTiles(c.from.box, c.tile);
     }
-    if (c.kind == ConversionKind::kNvfp4) {
+    if (QuantizesTo(c, QuantFormat::kNvfp4)) {
       if (c.global_tensor < 0 || c.global_tensor >= static_cast<int32_t>(src.tensors.size())) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", v.tensor->name, ": its NVFP4 global scale tensor is missing"));
@@ -112,7 +112,7 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
   }
   // Every NVFP4 record's experts are in its parameter's amax exchange.
   for (const Conv& v : cv.convs_) {
-    if (v.c->kind != ConversionKind::kNvfp4) continue;
+    if (!QuantizesTo(*v.c, QuantFormat::kNvfp4)) continue;
     int64_t covered = 0;
     for (const Group& gr : cv.groups_) {
       if (gr.g->tensor == v.c->global_tensor) {
@@ -130,7 +130,8 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
 
 absl::Status Converter::Amax(ConvertOps& ops, Conv& v,
                              absl::Span<char* const> buffers) {
-  REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(v.c->from, v.c->from_dtype, buffers));
+  REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(v.c->from, v.c->from.box, v.c->from_dtype,
+                                                       buffers, nullptr));
   absl::StatusOr<std::vector<float>> a =
       ops.TileAmax(dense, v.c->from_dtype, v.c->from.box, v.c->tile);
   if (!a.ok()) {
@@ -145,9 +146,10 @@ absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
     ConvertOps& ops, absl::Span<char* const> buffers) {
   for (Conv& v : convs_) {
     if (v.skip) continue;
-    if (v.c->kind == ConversionKind::kNvfp4) {
+    if (QuantizesTo(*v.c, QuantFormat::kNvfp4)) {
       REFIT_ASSIGN_OR_RETURN(const char* dense,
-                             ops.Gather(v.c->from, v.c->from_dtype, buffers));
+                             ops.Gather(v.c->from, v.c->from.box, v.c->from_dtype, buffers,
+                                        nullptr));
       if (!v.has_cut) {  // the global amax only, every record behind one wait
         v.amax.clear();
         REFIT_RETURN_IF_ERROR(
@@ -172,7 +174,7 @@ absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
     std::fill(gr.own.begin(), gr.own.end(), 0.0f);
     for (const Conv& v : convs_) {
       if (v.skip) continue;
-      if (v.c->kind == ConversionKind::kNvfp4 && v.c->global_tensor == gr.g->tensor) {
+      if (QuantizesTo(*v.c, QuantFormat::kNvfp4) && v.c->global_tensor == gr.g->tensor) {
         ForEachTile(Intersect(v.experts, gr.g->tiles), [&](absl::Span<const int64_t> t) {
           float& o = gr.own[IndexIn(gr.g->tiles, t)];
           o = std::fmax(o, v.global_amax[IndexIn(v.experts, t)]);
@@ -199,9 +201,8 @@ absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
   return out;
 }
 
-absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
-                               const std::map<int32_t, std::vector<float>>& received) {
-  // Combine: every group's max over its holders.
+absl::Status Converter::Combine(const std::map<int32_t, std::vector<float>>& received) {
+  // Every group's max over its holders.
   std::map<int32_t, int64_t> pos;
   for (const auto& [peer, count] : peer_count_) {
     auto it = received.find(peer);
@@ -220,69 +221,227 @@ absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
       for (float& o : gr.own) o = std::fmax(o, r[at++]);
     }
   }
+  // Cut tiles (and NVFP4 parameters) take their group's amax.
   for (Conv& v : convs_) {
-    const Conversion& c = *v.c;
-    if (v.skip) continue;
-    if (c.kind == ConversionKind::kNvfp4) {
-      REFIT_RETURN_IF_ERROR(FinishNvfp4(ops, v, buffers));
-      continue;
-    }
-    if (!IsBlockQuantized(c.kind)) {
-      REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
-      REFIT_RETURN_IF_ERROR(ops.Cast(dense, c.from_dtype, UncheckedNumElements(c.from.box),
-                                     c.kind == ConversionKind::kNegExpF32,
-                                     buffers[c.to_buffer]));
-      continue;
-    }
-    if (!v.has_cut && c.to_buffer >= 0) {
-      REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
-      REFIT_RETURN_IF_ERROR(ops.QuantizeWhole(
-          dense, c.from_dtype, c.from.box, c.tile, ScaleModeOf(c.kind),
-          buffers[c.to_buffer], c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr,
-          absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_)));
-      continue;
-    }
+    if (v.skip || !IsBlockQuantized(v.c->kind)) continue;
+    const bool nvfp4 = QuantizesTo(*v.c, QuantFormat::kNvfp4);
     for (const Group& gr : groups_) {
-      if (gr.g->tensor != c.from.tensor) continue;
-      ForEachTile(Intersect(v.tiles, gr.g->tiles), [&](absl::Span<const int64_t> t) {
-        v.amax[IndexIn(v.tiles, t)] = gr.own[IndexIn(gr.g->tiles, t)];
-      });
+      if (nvfp4 && gr.g->tensor == v.c->global_tensor) {
+        ForEachTile(Intersect(v.experts, gr.g->tiles), [&](absl::Span<const int64_t> t) {
+          v.global_amax[IndexIn(v.experts, t)] = gr.own[IndexIn(gr.g->tiles, t)];
+        });
+      } else if (gr.g->tensor == v.c->from.tensor && (v.has_cut || !nvfp4)) {
+        ForEachTile(Intersect(v.tiles, gr.g->tiles), [&](absl::Span<const int64_t> t) {
+          v.amax[IndexIn(v.tiles, t)] = gr.own[IndexIn(gr.g->tiles, t)];
+        });
+      }
     }
-    if (c.to_buffer < 0 && c.scale_buffer < 0) {  // its part of cut tiles' amaxes only
-      v.amax.clear();
-      continue;
-    }
-    if (!v.has_cut) REFIT_RETURN_IF_ERROR(Amax(ops, v, buffers));  // scales only
-    REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
-    REFIT_RETURN_IF_ERROR(ops.Quantize(dense, c.from_dtype, c.from.box, c.tile, v.amax,
-                                       ScaleModeOf(c.kind),
-                                       c.to_buffer >= 0 ? buffers[c.to_buffer] : nullptr,
-                                       c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr));
-    v.amax.clear();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Converter::Finish(ConvertOps& ops, absl::Span<char* const> buffers,
+                               const std::map<int32_t, std::vector<float>>& received) {
+  REFIT_RETURN_IF_ERROR(Combine(received));
+  for (size_t k = 0; k < convs_.size(); ++k) {
+    REFIT_RETURN_IF_ERROR(Convert(ops, buffers, static_cast<int32_t>(k)));
+    convs_[k].amax.clear();
   }
   return ops.Sync();
 }
 
-absl::Status Converter::FinishNvfp4(ConvertOps& ops, Conv& v,
-                                    absl::Span<char* const> buffers) {
-  const Conversion& c = *v.c;
-  for (const Group& gr : groups_) {
-    if (gr.g->tensor == c.global_tensor) {
-      ForEachTile(Intersect(v.experts, gr.g->tiles), [&](absl::Span<const int64_t> t) {
-        v.global_amax[IndexIn(v.experts, t)] = gr.own[IndexIn(gr.g->tiles, t)];
-      });
-    } else if (gr.g->tensor == c.from.tensor && v.has_cut) {
-      ForEachTile(Intersect(v.tiles, gr.g->tiles), [&](absl::Span<const int64_t> t) {
-        v.amax[IndexIn(v.tiles, t)] = gr.own[IndexIn(gr.g->tiles, t)];
-      });
+int64_t Converter::RowAlign(int32_t index) const {
+  const Conversion& c = *convs_[index].c;
+  return IsBlockQuantized(c.kind) && !c.tile.empty() ? c.tile[0] : 1;
+}
+
+absl::Status Converter::Convert(ConvertOps& ops, absl::Span<char* const> buffers,
+                                int32_t index) {
+  const Box& box = convs_[index].c->from.box;
+  if (box.rank() == 0) return ConvertRows(ops, buffers, index, 0, 0, true, nullptr);
+  return ConvertRows(ops, buffers, index, box.origin(0), box.limit(0), true, nullptr);
+}
+
+namespace {
+
+// What of a record rows [begin, end) of its dim 0 are: `sub`, the byte
+// offsets of its values in the scratch buffers
+// (codes, scales of OwnedTiles, global scales per leading index), and the
+// first tile of IntersectingTiles and leading index within the record's.
+struct Rows {
+  Box sub;
+  int64_t out = 0, scales = 0, global = 0;
+  int64_t tile = 0, leading = 0;
+  int64_t tiles = 0, leadings = 0;  // how many
+};
+
+int64_t CeilDivRows(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Where row boundary `x` of c.from.box's dim 0 (a multiple of tile[0] or
+// an end of the box) lies in scratch buffer `b` of c: codes row-major over
+// the box, scales over OwnedTiles, global scales over the leading dims
+// (dim 0 one of them when the box has more than 2 dims; else the one
+// global scale, at 0 for every row).
+int64_t RowOffset(const Conversion& c, const SideLayout& src, int32_t b, int64_t x) {
+  const Box& box = c.from.box;
+  if (box.rank() == 0 || b < 0) return 0;
+  const int64_t rows = std::max<int64_t>(box.shape(0), 1), bytes = src.buffers[b].byte_size;
+  if (b == c.scale_buffer && IsBlockQuantized(c.kind)) {
+    const Box owned = OwnedTiles(box, c.tile);
+    if (owned.shape(0) == 0) return 0;
+    return (CeilDivRows(x, c.tile[0]) - owned.origin(0)) * (bytes / owned.shape(0));
+  }
+  if (b == c.global_buffer && box.rank() <= 2) return 0;
+  return (x - box.origin(0)) * (bytes / rows);
+}
+
+// Rows [begin, end) of conversion `c` (begin and end on multiples of
+// tile[0] or the box's ends). Whole: the record itself.
+Rows RowsOf(const Conversion& c, const SideLayout& src, int64_t begin, int64_t end) {
+  Rows r;
+  const Box& box = c.from.box;
+  r.sub = box;
+  const bool block = IsBlockQuantized(c.kind);
+  r.tiles = block ? UncheckedNumElements(IntersectingTiles(box, c.tile)) : 0;
+  r.leadings = UncheckedNumElements(LeadingBox(box));
+  if (box.rank() == 0 || (begin == box.origin(0) && end == box.limit(0))) return r;
+  Box::Indices o(box.origin().begin(), box.origin().end());
+  Box::Indices e(box.shape().begin(), box.shape().end());
+  o[0] = begin;
+  e[0] = end - begin;
+  r.sub = Box::UncheckedMove(std::move(o), std::move(e));
+  const int64_t rows = box.shape(0), skip = begin - box.origin(0);
+  r.out = RowOffset(c, src, c.to_buffer, begin);
+  r.scales = RowOffset(c, src, c.scale_buffer, begin);
+  r.global = RowOffset(c, src, c.global_buffer, begin);
+  if (block) {
+    const Box all = IntersectingTiles(box, c.tile);
+    r.tile = (begin / c.tile[0] - all.origin(0)) * (r.tiles / all.shape(0));
+    r.tiles = UncheckedNumElements(IntersectingTiles(r.sub, c.tile));
+  }
+  if (box.rank() > 2) {  // dim 0 is a leading dim (experts)
+    r.leading = skip * (r.leadings / rows);
+    r.leadings = UncheckedNumElements(LeadingBox(r.sub));
+  }
+  return r;
+}
+
+template <typename T>
+std::vector<T> Slice(const std::vector<T>& v, int64_t at, int64_t n) {
+  if (v.empty()) return v;
+  return std::vector<T>(v.begin() + at, v.begin() + at + n);
+}
+
+}  // namespace
+
+std::pair<int64_t, int64_t> Converter::RowBytes(int32_t index, int32_t buffer, int64_t begin,
+                                                int64_t end) const {
+  const Conversion& c = *convs_[index].c;
+  if (c.from.box.rank() == 0 || (buffer == c.global_buffer && c.from.box.rank() <= 2)) {
+    return {0, plan_->src.buffers[buffer].byte_size};
+  }
+  return {RowOffset(c, plan_->src, buffer, begin), RowOffset(c, plan_->src, buffer, end)};
+}
+
+std::pair<int64_t, int64_t> Converter::RowsAt(int32_t index, int32_t buffer, int64_t lo,
+                                              int64_t hi) const {
+  const Conversion& c = *convs_[index].c;
+  const Box& box = c.from.box;
+  if (box.rank() == 0) return {0, 0};
+  const int64_t align = RowAlign(index), o0 = box.origin(0), limit = box.limit(0);
+  const int64_t rows = std::max<int64_t>(box.shape(0), 1);
+  const int64_t bytes = plan_->src.buffers[buffer].byte_size;
+  int64_t begin = o0, end = std::min(limit, (o0 / align + 1) * align);  // the first rows
+  if (buffer == c.scale_buffer && IsBlockQuantized(c.kind)) {
+    const Box owned = OwnedTiles(box, c.tile);
+    const int64_t per = owned.shape(0) > 0 ? bytes / owned.shape(0) : 0;
+    if (per > 0) {
+      begin = (owned.origin(0) + lo / per) * align;
+      end = (owned.origin(0) + CeilDivRows(hi, per)) * align;
+    }
+  } else if (buffer != c.global_buffer || box.rank() > 2) {
+    const int64_t per = bytes / rows;
+    if (per > 0) {
+      begin = o0 + lo / per;
+      end = o0 + CeilDivRows(hi, per);
     }
   }
-  for (size_t k = 0; k < v.global_amax.size() && c.recipe == Nvfp4Recipe::kModelopt; ++k) {
-    if (v.global_amax[k] == 0.0f) {
+  begin = std::max(o0, begin / align * align);
+  end = std::min(limit, CeilDivRows(end, align) * align);
+  return {begin, std::max(begin, end)};
+}
+
+int64_t Converter::GatherBytes(int32_t index, int64_t begin, int64_t end) const {
+  const Conversion& c = *convs_[index].c;
+  const Rows r = RowsOf(c, plan_->src, begin, end);
+  const int64_t es = DTypeSize(c.from_dtype);
+  if (IsEmpty(r.sub) || ContiguousByteRange(c.from, es, r.sub)) return 0;
+  return UncheckedNumElements(r.sub) * es;
+}
+
+bool Converter::ScalesAlone(int32_t index) const {
+  const Conversion& c = *convs_[index].c;
+  return IsBlockQuantized(c.kind) && !QuantizesTo(c, QuantFormat::kNvfp4);
+}
+
+absl::Status Converter::ConvertRows(ConvertOps& ops, absl::Span<char* const> buffers,
+                                    int32_t index, int64_t begin, int64_t end, bool codes,
+                                    char* gather) {
+  const Conv& v = convs_[index];
+  const Conversion& c = *v.c;
+  if (v.skip) return absl::OkStatus();
+  const Rows r = RowsOf(c, plan_->src, begin, end);
+  auto at = [&](int32_t b, int64_t offset) -> char* {
+    return b >= 0 ? buffers[b] + offset : nullptr;
+  };
+  if (QuantizesTo(c, QuantFormat::kNvfp4)) {
+    return ConvertNvfp4(ops, v, buffers, r.sub, gather, Slice(v.amax, r.tile, r.tiles),
+                        Slice(v.global_amax, r.leading, r.leadings), at(c.to_buffer, r.out),
+                        at(c.scale_buffer, r.scales), at(c.global_buffer, r.global));
+  }
+  REFIT_ASSIGN_OR_RETURN(const char* dense,
+                         ops.Gather(c.from, r.sub, c.from_dtype, buffers, gather));
+  if (!IsBlockQuantized(c.kind)) {
+    return ops.Cast(dense, c.from_dtype, UncheckedNumElements(r.sub),
+                    c.kind == ConversionKind::kNegExpF32, at(c.to_buffer, r.out));
+  }
+  const int32_t to = codes ? c.to_buffer : -1;
+  if (!v.has_cut && to >= 0) {
+    return ops.QuantizeWhole(dense, c.from_dtype, r.sub, c.tile,
+                             ScaleModeOf(c.format, c.swizzle),
+                             at(to, r.out), at(c.scale_buffer, r.scales),
+                             absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_));
+  }
+  if (to < 0 && c.scale_buffer < 0) return absl::OkStatus();  // cut tiles' amaxes only
+  std::vector<float> amax;
+  if (v.has_cut) {
+    amax = Slice(v.amax, r.tile, r.tiles);
+  } else {  // scales only, no tile cut: the rows' own amaxes
+    absl::StatusOr<std::vector<float>> a = ops.TileAmax(dense, c.from_dtype, r.sub, c.tile);
+    if (!a.ok()) {
+      return AnnotateStatus(a.status(), absl::StrCat("tensor ", v.tensor->name,
+                                                     ", trainer rank ", rank_));
+    }
+    amax = *std::move(a);
+  }
+  return ops.Quantize(dense, c.from_dtype, r.sub, c.tile, amax,
+                      ScaleModeOf(c.format, c.swizzle),
+                      at(to, r.out), at(c.scale_buffer, r.scales));
+}
+
+absl::Status Converter::ConvertNvfp4(ConvertOps& ops, const Conv& v,
+                                     absl::Span<char* const> buffers, const Box& sub,
+                                     char* gather, const std::vector<float>& block_amax,
+                                     const std::vector<float>& global_amax, char* out,
+                                     char* scales, char* global_scales) {
+  const Conversion& c = *v.c;
+  for (size_t k = 0; k < global_amax.size() && c.recipe == Nvfp4Recipe::kModelopt; ++k) {
+    if (global_amax[k] == 0.0f) {
+      const Box experts = LeadingBox(sub);
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor ", v.tensor->name, ", trainer rank ", rank_,
           ": every value of its NVFP4 parameter",
-          v.experts.rank() > 0 ? absl::StrCat(" (expert ", v.experts.origin(0) + k, ")") : "",
+          experts.rank() > 0 ? absl::StrCat(" (expert ", experts.origin(0) + k, ")") : "",
           " is zero; its global scale amax / 2688 would be 0, which ModelOpt's "
           "quantization divides by"));
     }
@@ -299,16 +458,12 @@ absl::Status Converter::FinishNvfp4(ConvertOps& ops, Conv& v,
     if (c.global_buffer >= 0) REFIT_RETURN_IF_ERROR(ops.StoreF32(g, buffers[c.global_buffer]));
     return absl::OkStatus();
   }
-  REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, c.from_dtype, buffers));
-  REFIT_RETURN_IF_ERROR(AnnotateStatus(
-      ops.QuantizeNvfp4(dense, c.from_dtype, c.from.box, c.recipe,
-                        v.has_cut ? v.amax : std::vector<float>{}, v.global_amax,
-                        buffers[c.to_buffer],
-                        c.scale_buffer >= 0 ? buffers[c.scale_buffer] : nullptr,
-                        c.global_buffer >= 0 ? buffers[c.global_buffer] : nullptr),
-      absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_)));
-  v.amax.clear();
-  return absl::OkStatus();
+  REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(c.from, sub, c.from_dtype, buffers, gather));
+  return AnnotateStatus(
+      ops.QuantizeNvfp4(dense, c.from_dtype, sub, c.recipe,
+                        v.has_cut ? block_amax : std::vector<float>{}, global_amax, out, scales,
+                        global_scales),
+      absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_));
 }
 
 namespace {
@@ -330,18 +485,21 @@ std::vector<int64_t> Nvfp4Tile(int rank) {
 
 class HostConvertOps : public ConvertOps {
  public:
-  absl::StatusOr<const char*> Gather(const Record& r, DType dtype,
-                                     absl::Span<char* const> buffers) override {
+  absl::StatusOr<const char*> Gather(const Record& r, const Box& part, DType dtype,
+                                     absl::Span<char* const> buffers, char* into) override {
     const int64_t es = DTypeSize(dtype);
-    REFIT_ASSIGN_OR_RETURN(const char* direct, DenseRecordData(r, dtype, buffers));
+    REFIT_ASSIGN_OR_RETURN(const char* direct, DenseRecordData(r, part, dtype, buffers));
     if (direct != nullptr) return direct;
-    dense_.resize(UncheckedNumElements(r.box) * es);
+    if (into == nullptr) {
+      dense_.resize(UncheckedNumElements(part) * es);
+      into = dense_.data();
+    }
     std::vector<CopyTask> tasks;
-    REFIT_RETURN_IF_ERROR(AppendRecordTasks(r, es, r.box, 0, /*to_stream=*/true, &tasks));
+    REFIT_RETURN_IF_ERROR(AppendRecordTasks(r, es, part, 0, /*to_stream=*/true, &tasks));
     REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> copies,
-                           ResolveTasks(tasks, buffers, {}, nullptr, dense_.data()));
+                           ResolveTasks(tasks, buffers, {}, nullptr, into));
     RunCopiesHost(copies);
-    return dense_.data();
+    return into;
   }
   absl::StatusOr<std::vector<float>> TileAmax(const char* dense, DType dtype,
                                               const Box& box,
@@ -410,11 +568,11 @@ class HostConvertOps : public ConvertOps {
 
 }  // namespace
 
-absl::StatusOr<const char*> DenseRecordData(const Record& r, DType dtype,
+absl::StatusOr<const char*> DenseRecordData(const Record& r, const Box& part, DType dtype,
                                             absl::Span<char* const> buffers) {
-  auto range = ContiguousByteRange(r, DTypeSize(dtype), r.box);
+  auto range = ContiguousByteRange(r, DTypeSize(dtype), part);
   if (!range) return nullptr;
-  const int32_t b = RecordBuffer(r, 0);
+  const int32_t b = RecordBuffer(r, part.rank() == 0 ? 0 : part.origin(0) - r.box.origin(0));
   if (b < 0 || b >= static_cast<int32_t>(buffers.size()) || buffers[b] == nullptr) {
     return absl::InvalidArgumentError("a converted record's buffer is missing");
   }

@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,10 +37,13 @@ namespace refit {
 class ConvertOps {
  public:
   virtual ~ConvertOps() = default;
-  // Record r (elements of `dtype`) as a dense row-major copy of r.box; the
-  // pointer stays valid until the next Gather.
-  virtual absl::StatusOr<const char*> Gather(const Record& r, DType dtype,
-                                             absl::Span<char* const> buffers) = 0;
+  // The part `part` (inside r.box) of record r (elements of `dtype`),
+  // dense row-major: where it lies when it does (DenseRecordData), else a
+  // copy into `into` (memory of this kind, part's elements x dtype bytes)
+  // or, with `into` null, into the steps' own working memory, valid until
+  // the next Gather.
+  virtual absl::StatusOr<const char*> Gather(const Record& r, const Box& part, DType dtype,
+                                             absl::Span<char* const> buffers, char* into) = 0;
   // TileAmaxHost's result for dense data. INVALID_ARGUMENT naming the first
   // non-finite element's global index.
   virtual absl::StatusOr<std::vector<float>> TileAmax(
@@ -102,10 +106,11 @@ class ConvertOps {
 // Host loops (exec/convert/quantize.h).
 std::unique_ptr<ConvertOps> MakeHostConvertOps();
 
-// Where record r (elements of `dtype`) already lies row-major and dense in
-// its buffer: the address of its first element; null when it does not (a
-// Gather must copy it). INVALID_ARGUMENT if its buffer is missing.
-absl::StatusOr<const char*> DenseRecordData(const Record& r, DType dtype,
+// Where the part `part` (inside r.box) of record r (elements of `dtype`)
+// already lies row-major and dense in its buffer: the address of its first
+// element; null when it does not (a Gather must copy it). INVALID_ARGUMENT
+// if its buffer is missing.
+absl::StatusOr<const char*> DenseRecordData(const Record& r, const Box& part, DType dtype,
                                             absl::Span<char* const> buffers);
 
 class Converter {
@@ -137,11 +142,56 @@ class Converter {
       ConvertOps& ops, absl::Span<char* const> buffers);
 
   // Step 3: `received[peer]` holds what the peer sent. Writes this rank's
-  // scratch buffers (buffers[to_buffer], buffers[scale_buffer] set).
+  // scratch buffers (buffers[to_buffer], buffers[scale_buffer] set):
+  // Combine, then Convert of every conversion, then ops.Sync().
   // INVALID_ARGUMENT as above or when a peer's count is wrong.
   absl::Status Finish(ConvertOps& ops, absl::Span<char* const> buffers,
                       const std::map<int32_t, std::vector<float>>& received);
 
+  // Step 3 in parts, for a caller converting a few records at a time (the
+  // delta runner, batch by batch). Combine takes the peers' partial amaxes
+  // (as Finish; INVALID_ARGUMENT when a peer's count is wrong) and keeps
+  // every cut tile's and NVFP4 parameter's amax until the next Partials.
+  // Convert then enqueues on `ops` the values of conversion `index` (the
+  // rank's conversions in plan order: conversion(index)) into its buffers
+  // in `buffers` (to_buffer, scale_buffer, global_buffer set; the same
+  // bytes Finish writes, however often it runs); it fails as Finish, a
+  // non-finite value possibly only at the next ops.Sync().
+  absl::Status Combine(const std::map<int32_t, std::vector<float>>& received);
+  absl::Status Convert(ConvertOps& ops, absl::Span<char* const> buffers, int32_t index);
+  // Convert of rows [begin, end) of conversion `index`'s from.box dim 0
+  // (global indices; each a multiple of RowAlign(index) or an end of the
+  // box): their values at their places in the scratch buffers (codes of
+  // those rows, scales of the tiles they own, NVFP4 global scales of the
+  // experts among them or, for a 2-D weight, the one global scale), the
+  // bytes Convert writes there; nothing else of the buffers is touched.
+  // Without `codes`, a kind that can (ScalesAlone) writes the scales only.
+  // The rows' source values are gathered into `gather` (memory of the ops'
+  // kind, GatherBytes) where they do not lie dense in their buffer (null:
+  // the ops' own working memory).
+  absl::Status ConvertRows(ConvertOps& ops, absl::Span<char* const> buffers, int32_t index,
+                           int64_t begin, int64_t end, bool codes, char* gather);
+  // The bytes ConvertRows gathers rows [begin, end) of conversion `index`
+  // into (0: they lie dense in their buffer).
+  int64_t GatherBytes(int32_t index, int64_t begin, int64_t end) const;
+  // Whether ConvertRows of conversion `index` can write its scales without
+  // its codes (FP8 and MXFP8 blocks: yes; NVFP4, element-wise kinds: no).
+  bool ScalesAlone(int32_t index) const;
+  // The dim-0 extent of conversion `index`'s tiles (1: element-wise kinds).
+  int64_t RowAlign(int32_t index) const;
+  // For scratch buffer `buffer` of conversion `index` (its to_buffer,
+  // scale_buffer or global_buffer): RowBytes, the bytes [first, second)
+  // that ConvertRows of rows [begin, end) writes there (the whole buffer
+  // for a 2-D weight's one global scale); RowsAt, the rows (on
+  // RowAlign(index)'s multiples, within the box) whose ConvertRows writes
+  // bytes [lo, hi) of it (the first rows for that global scale).
+  std::pair<int64_t, int64_t> RowBytes(int32_t index, int32_t buffer, int64_t begin,
+                                       int64_t end) const;
+  std::pair<int64_t, int64_t> RowsAt(int32_t index, int32_t buffer, int64_t lo,
+                                     int64_t hi) const;
+  // The rank's conversions, in plan order.
+  int32_t size() const { return static_cast<int32_t>(convs_.size()); }
+  const Conversion& conversion(int32_t index) const { return *convs_[index].c; }
 
  private:
   struct Conv {
@@ -163,7 +213,13 @@ class Converter {
     std::vector<float> own;
   };
   absl::Status Amax(ConvertOps& ops, Conv& v, absl::Span<char* const> buffers);
-  absl::Status FinishNvfp4(ConvertOps& ops, Conv& v, absl::Span<char* const> buffers);
+  // NVFP4 rows `sub` of v's record (gathered into `gather` where needed),
+  // with their block and global amaxes, into out, scales, global_scales.
+  absl::Status ConvertNvfp4(ConvertOps& ops, const Conv& v, absl::Span<char* const> buffers,
+                            const Box& sub, char* gather,
+                            const std::vector<float>& block_amax,
+                            const std::vector<float>& global_amax, char* out, char* scales,
+                            char* global_scales);
 
   const Plan* plan_ = nullptr;
   int32_t rank_ = 0;

@@ -35,7 +35,7 @@ class HostCopier : public Copier {
     std::memcpy(dst, src, bytes);
     return absl::OkStatus();
   }
-  std::unique_ptr<ConvertOps> MakeConvertOps() override {
+  std::unique_ptr<ConvertOps> MakeConvertOps(int32_t) override {
     return MakeHostConvertOps();
   }
 };

@@ -43,9 +43,10 @@ class Copier {
   virtual bool OrderedWithTransport() const { return false; }
   // Copies `bytes` of host memory at src to (possibly device) memory dst.
   virtual absl::Status FromHost(char* dst, const void* src, int64_t bytes) = 0;
-  // The conversion steps on this engine's memory (plan/conversion.h), or
-  // null when it has none.
-  virtual std::unique_ptr<ConvertOps> MakeConvertOps() { return nullptr; }
+  // The conversion steps on this engine's memory (plan/conversion.h),
+  // ordered with the copies of `lane` (a lane of the copier), or null when
+  // it has none.
+  virtual std::unique_ptr<ConvertOps> MakeConvertOps(int32_t lane) { return nullptr; }
 };
 
 // Returns the host copier: staging from aligned_alloc, copies with

@@ -1,4 +1,4 @@
-// NVFP4 arithmetic on host memory (ConversionKind::kNvfp4): E2M1 codes two
+// NVFP4 arithmetic on host memory (QuantFormat::kNvfp4): E2M1 codes two
 // per byte, one e4m3 scale per 1 x 16 block along the last dim, and one f32
 // global scale per logical weight (per expert for stacked experts; one over
 // the fused parts of qkv_proj / gate_up_proj / w13). The CUDA kernels

@@ -135,15 +135,14 @@ float LoadAsF32(DType dtype, const char* p) {
   }
 }
 
-ScaleMode ScaleModeOf(ConversionKind k) {
-  switch (k) {
-    case ConversionKind::kFp8BlockUe8m0:
+ScaleMode ScaleModeOf(QuantFormat f, ScaleSwizzle s) {
+  switch (f) {
+    case QuantFormat::kFp8BlockUe8m0:
       return ScaleMode::kPow2;
-    case ConversionKind::kFp8BlockRequantUe8m0:
-      return ScaleMode::kPow2Requant;
-    case ConversionKind::kFp8BlockRequantUe8m0Packed:
-      return ScaleMode::kPow2RequantE8m0;
-    case ConversionKind::kMxfp8:
+    case QuantFormat::kFp8BlockRequantUe8m0:
+      return s == ScaleSwizzle::kPackedUe8m0 ? ScaleMode::kPow2RequantE8m0
+                                             : ScaleMode::kPow2Requant;
+    case QuantFormat::kMxfp8:
       return ScaleMode::kE8m0;
     default:
       return ScaleMode::kFloat;

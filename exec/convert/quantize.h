@@ -27,7 +27,7 @@
 // 2f98946). amax2 follows from amax alone because rounding to e4m3 is
 // monotone, so cut tiles need no more than their amax exchange.
 //
-// kE8m0 (MXFP8, blocks of 1 x 32 along K, ConversionKind::kMxfp8): vLLM's
+// kE8m0 (MXFP8, blocks of 1 x 32 along K, QuantFormat::kMxfp8): vLLM's
 // _mxfp8_e4m3_quantize_torch (vllm/model_executor/layers/quantization/
 // utils/mxfp8_utils.py, the version computing ceil(log2(amax / 448)); the
 // online method Mxfp8OnlineLinearMethod / Mxfp8OnlineMoEMethod of
@@ -71,10 +71,11 @@ enum class ScaleMode : int32_t {
   kE8m0 = 3,
   kPow2RequantE8m0 = 4,
 };
-// kFp8Block -> kFloat, kFp8BlockUe8m0 -> kPow2, kFp8BlockRequantUe8m0 ->
-// kPow2Requant, kFp8BlockRequantUe8m0Packed -> kPow2RequantE8m0, kMxfp8 ->
-// kE8m0 (kFloat for the element-wise kinds).
-ScaleMode ScaleModeOf(ConversionKind k);
+// The scale mode of a format row (layout/quant_format.h): kFp8Block ->
+// kFloat, kFp8BlockUe8m0 -> kPow2, kFp8BlockRequantUe8m0 -> kPow2Requant
+// (kPow2RequantE8m0 with kPackedUe8m0 scales), kMxfp8 -> kE8m0; kFloat for
+// the others (NVFP4 has its own arithmetic, exec/convert/nvfp4.h).
+ScaleMode ScaleModeOf(QuantFormat f, ScaleSwizzle s);
 
 // The block scale a tile with this amax is quantized with (s2 for
 // kPow2Requant; 2^(e - 127) for kE8m0).

@@ -117,9 +117,10 @@ class CudaCopier : public Copier {
     return CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
                       "host to device copy");
   }
-  // Conversions run on lane 0's stream, before the waves.
-  std::unique_ptr<ConvertOps> MakeConvertOps() override {
-    return MakeCudaConvertOps(t_->stream(0));
+  // Conversions run on the lane's stream.
+  std::unique_ptr<ConvertOps> MakeConvertOps(int32_t lane) override {
+    if (lane < 0 || lane >= static_cast<int32_t>(lanes_.size())) return nullptr;
+    return MakeCudaConvertOps(t_->stream(lane));
   }
 
  private:

@@ -128,17 +128,33 @@ absl::StatusOr<std::unique_ptr<DeltaRunner>> DeltaRunner::Create(
   }
   buffers.resize(layout.buffers.size(), nullptr);
   r->buffers_ = std::move(buffers);
-  if (src) {
-    Copier* copier = r->copier_;
-    r->scratch_memory_.allocate = [copier](int64_t bytes) { return copier->Allocate(bytes); };
-    r->scratch_memory_.release = [copier](char* p, int64_t) { copier->Free(p); };
-    REFIT_ASSIGN_OR_RETURN(
-        r->conversions_,
-        ConversionStage::Create(plan, rank, [copier] { return copier->MakeConvertOps(); },
-                                r->scratch_memory_, &r->buffers_));
-  }
+  if (src) REFIT_RETURN_IF_ERROR(r->PrepareConversions(plan));
   REFIT_RETURN_IF_ERROR(r->Prepare(plan, src));
   return r;
+}
+
+absl::Status DeltaRunner::PrepareConversions(const Plan& plan) {
+  Copier* copier = copier_;
+  REFIT_ASSIGN_OR_RETURN(
+      conversions_,
+      ConversionStage::CreateUnplaced(plan, rank_, [copier] { return copier->MakeConvertOps(0); },
+                                      buffers_));
+  if (conversions_ == nullptr) return absl::OkStatus();
+  for (int32_t lane = 0; lane < transport_->num_lanes(); ++lane) {
+    lane_convert_.push_back(copier->MakeConvertOps(lane));
+    if (lane_convert_.back() == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "trainer rank ", rank_, ": this data plane cannot convert on lane ", lane));
+    }
+  }
+  convert_buffers_ = buffers_;
+  for (int32_t k = 0; k < conversions_->size(); ++k) {
+    const Conversion& c = conversions_->conversion(k);
+    for (int32_t b : {c.to_buffer, c.scale_buffer, c.global_buffer}) {
+      if (b >= 0) writers_[b].push_back(k);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
@@ -190,11 +206,14 @@ absl::Status DeltaRunner::Prepare(const Plan& plan, bool src) {
       mw.bytes = m.bytes;
       mw.word_bytes = MessageWordBytes(plan, m);
       if (src) mw.source_key = SourceKey(plan, m);
-      REFIT_ASSIGN_OR_RETURN(MessagePlace place,
-                             PlaceMessage(plan, m, sends, src ? plan.src : plan.dst, buffers_,
-                                          absl::StrCat(side_name, " rank ", rank_)));
-      mw.direct = place.direct;
-      mw.tasks = std::move(place.tasks);
+      if (src && conversions_ != nullptr) REFIT_RETURN_IF_ERROR(NoteConversions(plan, m, mw));
+      if (!mw.converted) {
+        REFIT_ASSIGN_OR_RETURN(MessagePlace place,
+                               PlaceMessage(plan, m, sends, src ? plan.src : plan.dst, buffers_,
+                                            absl::StrCat(side_name, " rank ", rank_)));
+        mw.direct = place.direct;
+        mw.tasks = std::move(place.tasks);
+      }
       if (sends && !src) {
         w.forwards.push_back(std::move(mw));
         continue;
@@ -258,7 +277,8 @@ DeltaRunner::~DeltaRunner() {
     if (p != nullptr) copier_->Free(p);
   }
   if (ring_ != nullptr) copier_->Free(ring_);
-  conversions_.reset();  // releases its scratch through the copier
+  lane_convert_.clear();
+  conversions_.reset();
   if (connect_bytes_ != nullptr) ops_->Free(connect_bytes_);
 }
 
@@ -304,12 +324,6 @@ void DeltaRunner::Cancel(const absl::Status& reason) {
   transport_->Cancel(reason);
 }
 
-absl::Status DeltaRunner::Convert(absl::Time deadline) {
-  // Nothing is in flight yet: the exchange takes lane 0 alone.
-  return conversions_->Run(buffers_, AmaxExchangeOver(conversions_.get(), transport_, copier_,
-                                                      &scratch_memory_, rank_, deadline));
-}
-
 absl::StatusOr<RunStats> DeltaRunner::Run(absl::Time deadline) {
   absl::StatusOr<RunStats> r = RunBatches(deadline);
   // A failed round takes the transport down (NCCL: every lane's
@@ -329,12 +343,8 @@ absl::StatusOr<RunStats> DeltaRunner::RunBatches(absl::Time deadline) {
   sent_ = false;
   if (connect_bytes_ == nullptr) REFIT_RETURN_IF_ERROR(ConnectLanes(deadline));
   if (conversions_ != nullptr) {
-    REFIT_RETURN_IF_ERROR(Convert(deadline));
-    delta_stats_.convert_seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  }
-  // The codec reads what conversions wrote on the lanes.
-  for (int32_t lane = 0; lane < transport_->num_lanes(); ++lane) {
-    REFIT_RETURN_IF_ERROR(ops_->AfterLane(lane));
+    REFIT_RETURN_IF_ERROR(ExchangeAmaxes(deadline));
+    delta_stats_.amax_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   }
   if (options_.digest) {
     REFIT_RETURN_IF_ERROR(ops_->StartDigests(static_cast<int32_t>(digest_keys_.size())));
@@ -385,10 +395,9 @@ absl::StatusOr<RunStats> DeltaRunner::RunBatches(absl::Time deadline) {
   const absl::Time t_drain = absl::Now();
   REFIT_RETURN_IF_ERROR(Drain(deadline));
   REFIT_RETURN_IF_ERROR(ops_->Finish(deadline));
-  stats.peak_staging_bytes = budget_held_;
-  if (conversions_ != nullptr) {
-    stats.peak_staging_bytes += conversions_->scratch_bytes() + conversions_->workspace_bytes();
-  }
+  REFIT_RETURN_IF_ERROR(SyncConversions(-1));
+  stats.peak_staging_bytes = budget_held_ + exchange_beside_;
+  delta_stats_.convert_workspace_bytes = ConversionWorkspace();
   delta_stats_.header_bytes = header_bytes_;
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);
   NoteTimes(ops_->TakeTimes());
@@ -496,6 +505,7 @@ void DeltaRunner::Commit(int64_t version) {
       todo.push_back(&m);
       packed = packed || m.direct == nullptr;
     }
+    // Converted messages are quantized again as the round did (StageCurrent).
     if (packed) {
       s = ClaimLane(w.lane, deadline);
       if (s.ok()) s = StageCurrent(w, deadline);
@@ -519,6 +529,7 @@ void DeltaRunner::Commit(int64_t version) {
     if (!s.ok()) break;
   }
   if (s.ok()) s = ops_->Finish(deadline);
+  if (s.ok()) s = SyncConversions(-1);
   if (!s.ok()) {
     // Should a copy ever fail, nothing of the snapshot can be trusted: the
     // next round goes dense.

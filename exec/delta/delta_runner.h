@@ -25,9 +25,24 @@
 // ring are taken from the copier when the runner is created and are all
 // it holds within the budget (RunStats::peak_staging_bytes; a budget too
 // small for one batch is refused at Create); the 32-byte message headers,
-// one per message, and FP8 conversion scratch come beside it
-// (DeltaRoundStats). A trainer's committed round copies the current
-// bytes of what it sent into its snapshot.
+// one per message, come beside it (DeltaRoundStats). A trainer's committed
+// round copies the current bytes of what it sent into its snapshot.
+//
+// Quantized engines (FP8, MXFP8, NVFP4: the plan's conversions): a trainer
+// rank exchanges its cut tiles' amaxes (and NVFP4's global amaxes) with
+// its peers once a round, before its first batch (a few floats a tile).
+// Each batch then, on its lane right before its count, takes its messages
+// that read quantized values one at a time: the rows of the records the
+// message reads (whole tiles of rows, with the exchanged scales:
+// ConversionStage::Rows) are quantized into the batch's quantizing area,
+// past its packed messages in the lane room (where its encodings go once
+// its count has read the packed bytes), and the message is packed from
+// there. The values live within the budget, and the first compare waits
+// for the first batch's rows only; the engine receives the bytes a dense
+// round sends. A rank whose batch's packed messages and largest message's
+// rows do not fit its lane room is refused at Create, naming
+// --staging_mib. The conversion steps' own working memory (a record
+// gathered from strided rows) comes beside the budget.
 //
 // A trainer rank keeps a snapshot: per message it sends, the bytes of the
 // last committed version (GPU memory by default on a GPU member, pinned host
@@ -177,8 +192,11 @@ struct DeltaRoundStats {
   // Messages sent (forwarded) dense because their encoding did not fit the
   // receiver's room in the budget.
   int64_t dense_for_room = 0;
-  // Beside the budget: the message headers (32 bytes each).
+  // Beside the budget: the message headers (32 bytes each), and a trainer's
+  // conversion steps' own working memory (the amax pass's gathers of
+  // records not lying dense in their buffers; their device scratch).
   int64_t header_bytes = 0;
+  int64_t convert_workspace_bytes = 0;
   double digest_seconds = 0;    // time spent digesting
   int64_t batches = 0;          // batches of waves run (delta_runner.h)
   int64_t groups = 0;           // groups of sends and receives posted
@@ -194,7 +212,10 @@ struct DeltaRoundStats {
   // (an engine: for headers and, on the host, payloads), the applies
   // enqueued (engine), the end of the round (every lane drained, the
   // applies' checks read).
-  double convert_seconds = 0;  // trainer with FP8 engines: quantizing first
+  // Trainer with quantized engines: the amax exchange before the first
+  // batch, and enqueueing the batches' quantization.
+  double amax_seconds = 0;
+  double convert_seconds = 0;
   double count_wait_seconds = 0;
   double encode_seconds = 0;
   double transport_wait_seconds = 0;
@@ -227,9 +248,12 @@ class DeltaRunner : public RoundRunner {
   // options.max_snapshot_bytes, INVALID_ARGUMENT naming
   // staging_budget_bytes (--staging_mib), the budget and the batch when
   // the plan's staging budget holds less than one of the rank's batches
-  // (see Staging above). A trainer rank with conversions (FP8
-  // engines) quantizes each round first, exchanging cut tiles' amaxes with
-  // its peers, and compares the engine-format bytes (codes and scales).
+  // (see Staging above; on a trainer with conversions, its packed
+  // messages and its largest message's quantizing area). A trainer rank
+  // with conversions (FP8, MXFP8, NVFP4 engines) quantizes each batch's
+  // rows in its lane room (see Quantized engines above), and compares the
+  // engine-format bytes (codes and scales); FAILED_PRECONDITION when its
+  // copier cannot convert on every lane.
   static absl::StatusOr<std::unique_ptr<DeltaRunner>> Create(
       const Plan& plan, Side side, int32_t rank, std::vector<char*> buffers,
       Transport* transport, DeltaRunnerOptions options = {});
@@ -296,6 +320,20 @@ class DeltaRunner : public RoundRunner {
     std::string source_key;  // trainer: SourceKey
     char* direct = nullptr;       // the buffer range when contiguous
     std::vector<CopyTask> tasks;  // pack (trainer) or unpack (engine)
+    // Trainer: reads quantized values (a scratch buffer of the plan): the
+    // rows of the conversions it reads, quantized into its batch's
+    // quantizing area right before it is packed; per scratch buffer, the
+    // bytes [lo, hi) they write, at `at` in the area.
+    struct Slice {
+      int32_t buffer = 0;
+      int64_t lo = 0, hi = 0, at = 0;
+    };
+    bool converted = false;
+    std::vector<ConversionStage::Rows> convs;
+    std::vector<Slice> slices;
+    // In the area past the slices: the source rows gathered (where they do
+    // not lie dense); all it takes.
+    int64_t gather_at = 0, convert_bytes = 0;
     int64_t stage_offset = -1;    // in the batch's staging when packed
     std::vector<StreamDigestRun> runs;  // verify: its stream's digest runs
     std::vector<int32_t> run_slots;     // their slots in digest_keys_
@@ -332,6 +370,11 @@ class DeltaRunner : public RoundRunner {
     char* staging = nullptr;
     int64_t staging_bytes = 0;
     int64_t coded_offset = 0;
+    // Trainer with quantized engines: the quantizing area, where each
+    // converted message's rows are quantized in turn before it is packed:
+    // convert_bytes (its largest message's) at convert_offset of the lane
+    // room, past the packed messages, where the batch's encodings later go.
+    int64_t convert_offset = 0, convert_bytes = 0;
     // What bounds the bytes a rank moves in the batch (delta_room.h:
     // PairBound): the window it was cut by (0: one plan wave alone), the
     // wave's whole-plan bytes; per peer (peers' order; forwards:
@@ -357,7 +400,23 @@ class DeltaRunner : public RoundRunner {
   DeltaRunner() = default;
   absl::Status Prepare(const Plan& plan, bool src);
   absl::StatusOr<RunStats> RunBatches(absl::Time deadline);
-  absl::Status Convert(absl::Time deadline);
+  // Quantized engines (delta_convert.cc). PrepareConversions: a trainer
+  // rank's conversions (none: conversions_ null) and their steps per lane.
+  // ExchangeAmaxes: the round's amax exchange, before any batch.
+  // NoteConversions: whether m reads quantized values; if so, the rows it
+  // reads, their layout in a quantizing area, and its pack program (a
+  // converted message is always packed). StageConverted: enqueues on w's
+  // lane, message by message, the quantization of its rows into w's
+  // quantizing area and its packing from there.
+  absl::Status PrepareConversions(const Plan& plan);
+  absl::Status ExchangeAmaxes(absl::Time deadline);
+  absl::Status NoteConversions(const Plan& plan, const Message& m, MsgWork& mw);
+  absl::Status StageConverted(BatchWork& w);
+  // Waits for the conversions enqueued on `lane` (all lanes: -1); their
+  // error (a non-finite value). ConversionWorkspace: the conversion
+  // steps' own working memory now.
+  absl::Status SyncConversions(int32_t lane);
+  int64_t ConversionWorkspace() const;
   // A trainer's batch in two steps: BeginSend packs and starts the count,
   // EndSend waits for it, encodes and posts; the next batch's BeginSend
   // runs before this one's EndSend when its lane differs.
@@ -440,8 +499,8 @@ class DeltaRunner : public RoundRunner {
   void RingReclaim();
   // The copies that put the member's own current bytes of packed message
   // m at its place in w's staging (a trainer packs, an engine gathers);
-  // StageCurrent enqueues them for every packed message of w on its lane
-  // (on the host: done on return).
+  // StageCurrent enqueues them for every packed message of w on its lane,
+  // after w's conversions on a trainer (on the host: done on return).
   absl::StatusOr<std::vector<ResolvedCopy>> CurrentCopies(const BatchWork& w,
                                                           const MsgWork& m) const;
   absl::Status StageCurrent(BatchWork& w, absl::Time deadline);
@@ -479,10 +538,19 @@ class DeltaRunner : public RoundRunner {
   int64_t ring_bytes_ = 0, ring_used_ = 0;
   std::map<int32_t, Held> held_;
   std::vector<int32_t> ring_order_;
-  // Trainer with FP8 engines: its conversions, and the memory their
-  // scratch and the amax exchange take.
-  ConversionStage::Memory scratch_memory_;
+  // Trainer with quantized engines: its conversions (no scratch of their
+  // own), the memory the amax exchange takes, per lane the conversion
+  // steps on that lane, and per scratch buffer the conversions writing it.
+  ConversionStage::Memory exchange_memory_;
   std::unique_ptr<ConversionStage> conversions_;
+  std::vector<std::unique_ptr<ConvertOps>> lane_convert_;
+  std::map<int32_t, std::vector<int32_t>> writers_;
+  // buffers_ with one converted message's slices at their places in its
+  // batch's quantizing area while it is staged (StageConverted).
+  std::vector<char*> convert_buffers_;
+  // The exchange's bytes taken in a lane room this round, and those it
+  // took from the copier (the lane room had no space).
+  int64_t exchange_used_ = 0, exchange_beside_ = 0;
   std::vector<EngineDeltaMode> modes_;
   int64_t version_ = 0;  // of the round begun last
   std::vector<std::pair<int32_t, int32_t>> digest_keys_;  // slot -> (engine rank, tensor)

@@ -86,9 +86,16 @@ absl::Status DeltaRunner::PlanRooms(const Plan& plan) {
              &unused);
     LayOutStaging(w, room_ - 16 - most);
     w.coded_offset = AlignTo(w.staging_bytes, 16);
+    // A trainer quantizes its converted messages' rows, one message at a
+    // time, past its packed messages (where its encodings later go).
+    w.convert_bytes = 0;
+    for (const MsgWork& m : w.msgs) w.convert_bytes = std::max(w.convert_bytes, m.convert_bytes);
+    w.convert_offset = AlignTo(w.staging_bytes, 256);
     // A trainer sends dense what does not fit its room; an engine must
     // hold whatever its senders may send.
-    const int64_t need = src ? w.staging_bytes : w.coded_offset + most;
+    const int64_t need = !src ? w.coded_offset + most
+                              : w.convert_bytes > 0 ? w.convert_offset + w.convert_bytes
+                                                    : w.staging_bytes;
     if (need > room_) {
       const int64_t lanes_per_budget =
           std::max<int64_t>(1, plan.options.staging_budget_bytes / room_);
@@ -98,13 +105,17 @@ absl::Status DeltaRunner::PlanRooms(const Plan& plan) {
           lanes, " lanes ", room_, " bytes for a delta batch",
           plan.options.relay ? " (half the lane's share: relays keep payloads in the rest)" : "",
           ", less than batch ", k, " on lane ", w.lane, " needs: ", w.staging_bytes,
-          " bytes of staging", src ? "" : absl::StrCat(" and up to ", most, " of encodings"),
+          " bytes of staging",
+          w.convert_bytes > 0
+              ? absl::StrCat(" and ", w.convert_bytes, " to quantize its largest message's rows in")
+              : "",
+          src ? "" : absl::StrCat(" and up to ", most, " of encodings"),
           "; plan with a staging budget of at least ", need * lanes_per_budget, " bytes"));
     }
     w.coded_room = std::max<int64_t>(0, std::min(room_ - w.coded_offset, most));
     lane_room_bytes_[w.lane] =
         std::max(lane_room_bytes_[w.lane], std::min(room_, w.coded_offset + most));
-    lane_room_bytes_[w.lane] = std::max(lane_room_bytes_[w.lane], w.staging_bytes);
+    lane_room_bytes_[w.lane] = std::max(lane_room_bytes_[w.lane], src ? need : w.staging_bytes);
   }
   // A relay's ring: what the lanes leave of the budget, at most what it
   // may keep in one round.
@@ -154,6 +165,7 @@ absl::Status DeltaRunner::ClaimLane(int32_t lane, absl::Time deadline) {
   }
   REFIT_RETURN_IF_ERROR(DrainLane(lane, deadline));
   REFIT_RETURN_IF_ERROR(copier_->Sync(lane, deadline));
+  REFIT_RETURN_IF_ERROR(SyncConversions(lane));
   return ops_->Sync(lane, deadline);
 }
 
@@ -259,9 +271,11 @@ absl::StatusOr<std::vector<ResolvedCopy>> DeltaRunner::CurrentCopies(const Batch
 
 absl::Status DeltaRunner::StageCurrent(BatchWork& w, absl::Time deadline) {
   if (w.staging == nullptr) return absl::OkStatus();
+  // Converted messages: quantized and packed one at a time.
+  REFIT_RETURN_IF_ERROR(StageConverted(w));
   std::vector<ResolvedCopy> copies;
   for (const MsgWork& m : w.msgs) {
-    if (m.direct != nullptr) continue;
+    if (m.direct != nullptr || m.converted) continue;
     REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> c, CurrentCopies(w, m));
     copies.insert(copies.end(), c.begin(), c.end());
   }

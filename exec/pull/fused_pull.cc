@@ -137,7 +137,7 @@ class ItemBuilder {
     const int64_t tr = f.tile[n - 2], tc = f.tile[n - 1];
     const Rect fr = FromRect(f);
     // NVFP4: `part` and the destination count bytes of two columns.
-    const int64_t pack = f.kind == static_cast<int32_t>(ConversionKind::kNvfp4) ? 2 : 1;
+    const int64_t pack = f.format == static_cast<int32_t>(QuantFormat::kNvfp4) ? 2 : 1;
     const Rect seg{part.origin(n - 2), part.limit(n - 2), pack * part.origin(n - 1),
                    pack * part.limit(n - 1)};
     absl::Status st;
@@ -186,7 +186,7 @@ class ItemBuilder {
                       const Record& from, const Segment& s, const Box& part) {
     const Record& d = slice_.dst.records[s.dst_record];
     const int n = part.rank();
-    const int64_t es = ScaleElementBytes(static_cast<ConversionKind>(f.kind));
+    const int64_t es = ScaleElementBytes(static_cast<QuantFormat>(f.format));
     if (n != f.rank || DTypeSize(slice_.dst.tensors[d.tensor].dtype) != es) {
       return Bad(s, "its scales destination is not a record of scale elements");
     }
@@ -270,7 +270,7 @@ class ItemBuilder {
     it.src_pitch = a->stride[n - 2];
     it.rows = static_cast<int32_t>(reg.r1 - reg.r0);
     it.cols = static_cast<int32_t>(reg.c1 - reg.c0);
-    it.kind = f.kind;
+    it.format = f.format;
     it.tile_r = static_cast<int32_t>(f.tile[n - 2]);
     it.tile_c = static_cast<int32_t>(f.tile[n - 1]);
     it.tensor = -1;
@@ -348,7 +348,7 @@ KeptConversions WithoutConversions(const Plan& slice, const std::set<int32_t>& f
       keep(c, at);
       continue;
     }
-    if (c.kind == ConversionKind::kNvfp4 && valid(c.to_buffer)) {
+    if (QuantizesTo(c, QuantFormat::kNvfp4) && valid(c.to_buffer)) {
       out.global_amax.insert(static_cast<int32_t>(plan.conversions.size()));
       keep(Nvfp4GlobalAmaxOnly(c, &plan.src), at);
       continue;
@@ -373,7 +373,8 @@ std::vector<int32_t> ExportedSourceBuffers(const Plan& slice, int32_t rank, int3
       const Conversion& c = slice.conversions[i];
       if (b == c.to_buffer || (b == c.scale_buffer && !CutsTiles(slice, c))) {
         // NVFP4: the scale position carries the global amaxes.
-        b = c.kind == ConversionKind::kNvfp4 && b == c.scale_buffer ? c.to_buffer : c.from.buffer;
+        b = QuantizesTo(c, QuantFormat::kNvfp4) && b == c.scale_buffer ? c.to_buffer
+                                                                       : c.from.buffer;
         break;
       }
     }
@@ -397,7 +398,7 @@ std::vector<FusedSource> FusedSourcesOf(const Plan& slice, int32_t rank, int32_t
       f.role = order[p] == c.to_buffer ? 0 : 1;
       f.cut = cut ? 1 : 0;
       f.conversion = i;
-      f.kind = static_cast<int32_t>(c.kind);
+      f.format = static_cast<int32_t>(c.format);
       f.rank = box.rank();
       for (int d = 0; d < box.rank(); ++d) {
         f.tile[d] = c.tile[d];
@@ -432,11 +433,12 @@ absl::StatusOr<FusedProgram> BuildFusedItems(
     std::map<int32_t, const FusedSource*> by_buffer;
     Positions position;
     for (const FusedSource& f : list) {
+      const QuantFormat format = static_cast<QuantFormat>(f.format);
       bool ok = f.position >= 0 && f.position < static_cast<int32_t>(order.size()) &&
                 f.rank >= 2 && f.rank <= kFusedMaxRank && (f.role == 0 || f.role == 1) &&
                 (f.cut == 0 || (f.cut == 1 && f.role == 0 &&
-                                f.kind != static_cast<int32_t>(ConversionKind::kFp8BlockRequantUe8m0) &&
-                                f.kind != static_cast<int32_t>(ConversionKind::kNvfp4) &&
+                                format != QuantFormat::kFp8BlockRequantUe8m0 &&
+                                format != QuantFormat::kNvfp4 &&
                                 (f.tile[f.rank - 2] != 1 || f.cell_c == f.tile[f.rank - 1])));
       if (ok) {
         std::vector<int64_t> tile(f.tile, f.tile + f.rank);
@@ -473,7 +475,7 @@ absl::StatusOr<FusedProgram> BuildFusedItems(
       if (!st.ok() || f == by_buffer.end()) return;
       const size_t first = out.items.size();
       const FusedSource& fs = *f->second;
-      const bool nv = fs.kind == static_cast<int32_t>(ConversionKind::kNvfp4);
+      const bool nv = fs.format == static_cast<int32_t>(QuantFormat::kNvfp4);
       const int32_t weight = nv ? position.at({fs.conversion, 0}) : b;
       const Record& r = from[weight];
       st = fs.role == 0 ? builder.Codes(src, weight, fs, r, s, part)
@@ -526,9 +528,10 @@ absl::Status RunFusedItemsHost(absl::Span<const FusedItem> items, const Plan& sl
           slice.src.tensors[it.tensor].name, " (region at [", absl::StrJoin(it.where, ", "),
           "]): ", amax.status().message()));
     }
-    const bool nv = it.kind == static_cast<int32_t>(ConversionKind::kNvfp4);
+    const bool nv = it.format == static_cast<int32_t>(QuantFormat::kNvfp4);
     const int64_t pack = nv ? 2 : 1;  // NVFP4: two codes a byte
-    const ScaleMode mode = ScaleModeOf(static_cast<ConversionKind>(it.kind));
+    const ScaleMode mode =
+        ScaleModeOf(static_cast<QuantFormat>(it.format), ScaleSwizzle::kRowMajor);
     const int64_t es = nv ? 1 : ScaleElementSize(mode);  // NVFP4: e4m3 bytes
     if (it.scale_src_buffer >= 0) {  // a record cutting tiles
       QuantizeCutItemHost(it, dense.data(), src.at(it.scale_src_rank), dst);

@@ -20,7 +20,7 @@
 //
 // Which conversions fuse the planner decides (plan/one_pass.h) and records
 // in the plan (Conversion::one_pass, with the cell its items read): a
-// block kind from a BF16 record, its source and destinations affine over
+// block quantization from a BF16 record, its source and destinations affine over
 // every cell of elements (one stride per dim there, the last 1): 128 x 128
 // cells for FP8 tiles; for MXFP8 the largest cell from 128 x 128 down to
 // 1 x 32 that works (interleaved fused parameters qualify where their
@@ -78,7 +78,7 @@ struct FusedSource {
   int32_t position = 0;    // in PairSourceBuffers(slice, src, dst)
   int32_t role = 0;        // 0: the codes buffer, 1: the scales buffer
   int32_t conversion = 0;  // links a conversion's codes and scales
-  int32_t kind = 0;        // ConversionKind
+  int32_t format = 0;      // QuantFormat (its row-major scales: plan/one_pass.h)
   int32_t rank = 0;        // tensor rank, 2..kFusedMaxRank
   int32_t cut = 0;         // 1: the record cuts tiles (codes only; see above)
   int32_t splits[kFusedMaxRank] = {};  // per dim, 1..kFusedMaxSplits
@@ -187,7 +187,7 @@ struct FusedItem {
   int32_t scale_src_buffer = -1;
   int64_t scale_src_offset = 0;
   int64_t scale_src_pitch = 0;
-  int32_t kind = 0;              // ConversionKind
+  int32_t format = 0;            // QuantFormat, row-major scales
   int32_t tile_r = 0, tile_c = 0;  // 128 x 128, 1 x 32 or 1 x 16
   // NVFP4: the f32 global amax of the region's leading index lies at
   // global_offset bytes of source buffer global_buffer. Its codes are

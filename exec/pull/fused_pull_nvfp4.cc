@@ -25,7 +25,7 @@ Conversion Nvfp4GlobalAmaxOnly(const Conversion& c, SideLayout* src) {
 absl::Status CheckNvfp4Positions(const std::vector<FusedSource>& list, const Positions& position,
                                  int64_t num_positions, int32_t dst_rank, int32_t src) {
   for (const FusedSource& f : list) {
-    if (f.kind != static_cast<int32_t>(ConversionKind::kNvfp4)) continue;
+    if (f.format != static_cast<int32_t>(QuantFormat::kNvfp4)) continue;
     if (position.count({f.conversion, 0}) == 0 || position.count({f.conversion, 1}) == 0 ||
         (f.engine_amax != 0 && f.engine_amax != 1) || f.scale2_position < -1 ||
         f.scale2_position >= num_positions) {
@@ -95,7 +95,7 @@ std::set<int32_t> EngineAmaxConversions(const Plan& slice, int32_t rank,
   std::map<int32_t, bool> ok;
   std::map<int32_t, std::set<int32_t>> readers;
   for (const Conversion& c : slice.conversions) {
-    if (c.kind != ConversionKind::kNvfp4) continue;
+    if (!QuantizesTo(c, QuantFormat::kNvfp4)) continue;
     const int32_t i = static_cast<int32_t>(&c - slice.conversions.data());
     auto [q, fresh] = ok.emplace(c.global_tensor, true);
     bool good = c.from.rank == rank && fused.count(i) > 0 && whole.count(i) > 0 &&
@@ -114,7 +114,7 @@ std::set<int32_t> EngineAmaxConversions(const Plan& slice, int32_t rank,
   std::set<int32_t> out;
   for (int32_t i : fused) {
     const Conversion& c = slice.conversions[i];
-    if (c.kind == ConversionKind::kNvfp4 && ok[c.global_tensor]) out.insert(i);
+    if (QuantizesTo(c, QuantFormat::kNvfp4) && ok[c.global_tensor]) out.insert(i);
   }
   return out;
 }

@@ -44,7 +44,7 @@ CutScaleSources::CutScaleSources(const Plan& slice, int32_t dst_rank)
 
 absl::Status CutScaleSources::Set(int32_t codes_tensor, FusedItem* it) {
   const std::string& name = slice_.src.tensors[codes_tensor].name;
-  const bool mx = it->kind == static_cast<int32_t>(ConversionKind::kMxfp8);
+  const bool mx = it->format == static_cast<int32_t>(QuantFormat::kMxfp8);
   const std::string scale_name = mx ? MxScaleTensorName(name) : ScaleTensorName(name);
   int32_t st = -1;
   for (size_t t = 0; t < slice_.src.tensors.size() && st < 0; ++t) {
@@ -97,10 +97,10 @@ absl::Status CutScaleSources::Set(int32_t codes_tensor, FusedItem* it) {
 
 namespace {
 
-// The value of an FP8 / MXFP8 scale element of `kind` at p (f32, or the
+// The value of an FP8 / MXFP8 scale element of `format` at p (f32, or the
 // E8M0 byte's power of two).
-float ScaleValue(int32_t kind, const char* p) {
-  if (kind == static_cast<int32_t>(ConversionKind::kMxfp8)) {
+float ScaleValue(int32_t format, const char* p) {
+  if (format == static_cast<int32_t>(QuantFormat::kMxfp8)) {
     return std::ldexp(1.0f, static_cast<int>(static_cast<unsigned char>(*p)) - 127);
   }
   float f;
@@ -114,7 +114,7 @@ void QuantizeCutItemHost(const FusedItem& it, const uint16_t* dense,
                          const std::vector<const char*>& scale_src, absl::Span<char* const> dst) {
   if (it.dst_buffer < 0) return;
   const int n = static_cast<int>(it.where.size());
-  const int64_t es = ScaleElementBytes(static_cast<ConversionKind>(it.kind));
+  const int64_t es = ScaleElementBytes(static_cast<QuantFormat>(it.format));
   const char* sbase = scale_src[it.scale_src_buffer] + it.scale_src_offset;
   const int64_t tr0 = it.where[n - 2] / it.tile_r, tc0 = it.where[n - 1] / it.tile_c;
   char* out = dst[it.dst_buffer] + it.dst_offset;
@@ -122,7 +122,7 @@ void QuantizeCutItemHost(const FusedItem& it, const uint16_t* dense,
     for (int32_t c = it.w_c0; c < it.w_c1; ++c) {
       const int64_t i = (it.where[n - 2] + r) / it.tile_r - tr0;
       const int64_t j = (it.where[n - 1] + c) / it.tile_c - tc0;
-      const float inv = 1.0f / ScaleValue(it.kind, sbase + (i * it.scale_src_pitch + j) * es);
+      const float inv = 1.0f / ScaleValue(it.format, sbase + (i * it.scale_src_pitch + j) * es);
       const float x = LoadAsF32(
           DType::kBF16, reinterpret_cast<const char*>(&dense[static_cast<size_t>(r) * it.cols + c]));
       out[(r - it.w_r0) * it.dst_pitch + (c - it.w_c0)] =

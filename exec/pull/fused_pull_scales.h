@@ -25,7 +25,7 @@ class CutScaleSources {
 
   // Sets it.scale_src_* for an item of a cut conversion (FusedSource::cut)
   // whose codes are of slice.src tensor `codes_tensor`: the scale tensor of
-  // the item's kind (plan/conversion.h's names), the part of a segment this
+  // the item's format (plan/conversion.h's names), the part of a segment this
   // receiver reads whose box holds every tile of the item's region, affine
   // over them. INVALID_ARGUMENT naming the tensor when there is none (the
   // receiver holds no scale of a cut tile it holds codes of).

@@ -281,7 +281,7 @@ TEST(FusedPullPlansTest, Qwen3_8bMegatronTp1FusesEverything) {
     EXPECT_EQ(fused.size(), ts.conversions.size()) << engine;
     const std::vector<FusedSource> sources = FusedSourcesOf(ts, 0, 0, fused);
     for (const FusedSource& f : sources) {
-      if (f.kind == static_cast<int32_t>(ConversionKind::kFp8Block)) {
+      if (f.format == static_cast<int32_t>(QuantFormat::kFp8Block)) {
         EXPECT_EQ(f.cell_r, 128);
         EXPECT_EQ(f.cell_c, 128);
       }

@@ -402,7 +402,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   bool quantized = false;
-  for (const auto& e : engines) quantized |= e.second.quant != refit::EngineSpec::Quant::kNone;
+  for (const auto& e : engines) quantized |= e.second.quant.has_value();
   std::printf(
       "verified: %d engine ranks in %zu engines hold the trainer's bytes exactly%s "
       "after each of %lld rounds (%lld bytes checked); %.2f GB/s over the %s "

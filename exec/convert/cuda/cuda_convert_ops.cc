@@ -104,16 +104,19 @@ class CudaConvertOps : public ConvertOps {
     cudaFree(gslots_);
   }
 
-  absl::StatusOr<const char*> Gather(const Record& r, DType dtype,
-                                     absl::Span<char* const> buffers) override {
+  absl::StatusOr<const char*> Gather(const Record& r, const Box& part, DType dtype,
+                                     absl::Span<char* const> buffers, char* into) override {
     const int64_t es = DTypeSize(dtype);
-    REFIT_ASSIGN_OR_RETURN(const char* direct, DenseRecordData(r, dtype, buffers));
+    REFIT_ASSIGN_OR_RETURN(const char* direct, DenseRecordData(r, part, dtype, buffers));
     if (direct != nullptr) return direct;
-    REFIT_RETURN_IF_ERROR(Grow(&dense_, &dense_bytes_, UncheckedNumElements(r.box) * es));
+    if (into == nullptr) {
+      REFIT_RETURN_IF_ERROR(Grow(&dense_, &dense_bytes_, UncheckedNumElements(part) * es));
+      into = dense_;
+    }
     std::vector<CopyTask> tasks;
-    REFIT_RETURN_IF_ERROR(AppendRecordTasks(r, es, r.box, 0, /*to_stream=*/true, &tasks));
+    REFIT_RETURN_IF_ERROR(AppendRecordTasks(r, es, part, 0, /*to_stream=*/true, &tasks));
     REFIT_ASSIGN_OR_RETURN(std::vector<ResolvedCopy> copies,
-                           ResolveTasks(tasks, buffers, {}, nullptr, dense_));
+                           ResolveTasks(tasks, buffers, {}, nullptr, into));
     const int64_t bytes = copies.size() * sizeof(ResolvedCopy);
     REFIT_RETURN_IF_ERROR(Grow(&tasks_, &tasks_bytes_, bytes));
     // Stream-ordered after the previous gather's launch, which may still
@@ -125,7 +128,7 @@ class CudaConvertOps : public ConvertOps {
             reinterpret_cast<const ResolvedCopy*>(tasks_), static_cast<int>(copies.size()),
             s_)),
         "gather launch"));
-    return dense_;
+    return into;
   }
 
   absl::StatusOr<std::vector<float>> TileAmax(const char* dense, DType dtype, const Box& box,

@@ -1,4 +1,4 @@
-// CUDA kernels of NVFP4 quantization (ConversionKind::kNvfp4), computing the
+// CUDA kernels of NVFP4 quantization (QuantFormat::kNvfp4), computing the
 // bytes exec/convert/nvfp4.h computes on the host. Plain C++ API, no CUDA or Abseil
 // headers. Dense data is convert_kernels.h's DenseBox with 1 x 16 tiles
 // (block_r 1, block_c 16; c0 and C even); L indexes the leading dims

@@ -47,7 +47,8 @@ absl::StatusOr<std::vector<cuda::PullQuantItem>> ResolveFusedItems(
     d.scale_src = reinterpret_cast<const unsigned char*>(scale_from);
     d.scale_src_pitch = it.scale_src_pitch;
     CopyRegion(it, &d);
-    d.mode = static_cast<int32_t>(ScaleModeOf(static_cast<ConversionKind>(it.kind)));
+    d.mode = static_cast<int32_t>(
+        ScaleModeOf(static_cast<QuantFormat>(it.format), ScaleSwizzle::kRowMajor));
     d.tile_r = it.tile_r;
     d.tile_c = it.tile_c;
     d.vec = cuda::PullQuantVectorOk(d) ? 1 : 0;

@@ -7,7 +7,7 @@
 namespace refit {
 
 bool IsNvfp4Item(const FusedItem& item) {
-  return item.kind == static_cast<int32_t>(ConversionKind::kNvfp4);
+  return item.format == static_cast<int32_t>(QuantFormat::kNvfp4);
 }
 
 absl::StatusOr<std::vector<cuda::PullNvfp4Item>> ResolveNvfp4Items(

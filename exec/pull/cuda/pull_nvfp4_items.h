@@ -1,4 +1,4 @@
-// NVFP4 quantize-on-pull items (exec/pull/fused_pull.h, kind kNvfp4) resolved to
+// NVFP4 quantize-on-pull items (exec/pull/fused_pull.h, format kNvfp4) resolved to
 // device addresses for the kernel of pull_nvfp4_kernels.h.
 #ifndef REFIT_EXEC_PULL_CUDA_PULL_NVFP4_ITEMS_H_
 #define REFIT_EXEC_PULL_CUDA_PULL_NVFP4_ITEMS_H_

@@ -1,0 +1,225 @@
+// Delta rounds into quantized engines (FP8, MXFP8, NVFP4) within the plan's
+// staging budget: each batch quantizes the rows its messages read into its
+// lane room, so a trainer rank holds no more than the budget even when its
+// quantized model is larger; every round's engine bytes equal those a dense
+// round (Executor) writes, over several rounds of small changes.
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "exec/delta/delta_runner.h"
+#include "exec/executor.h"
+#include "exec/transport/inproc_transport.h"
+#include "gtest/gtest.h"
+#include "testing/counting_copier.h"
+#include "testing/planned_case.h"
+#include "testing/reference_copy.h"
+
+namespace refit {
+namespace {
+
+struct Case {
+  const char* model;
+  const char* trainer;
+  const char* engine;
+  int64_t budget;
+  bool model_above_budget;  // a trainer rank's quantized model passes the budget
+  // The plan's lanes and bytes per rank in a wave; 0: the planner's lanes,
+  // waves and messages of at most a quarter of the lane share (a batch's
+  // quantized rows and packed messages share its lane's room).
+  int32_t lanes = 0;
+  int64_t max_wave_bytes = 0;
+};
+
+// The plan of `c` with `budget`; *trainer: the trainer's layout as
+// registered (before its converted tensors were moved to scratch).
+absl::StatusOr<Plan> PlanOf(const Case& c, int64_t budget, SideLayout* trainer = nullptr) {
+  PlannerOptions o;
+  o.staging_budget_bytes = budget;
+  if (c.lanes > 0) {
+    o.num_lanes = c.lanes;
+    o.choose_lanes = false;
+  }
+  if (c.max_wave_bytes > 0) {
+    o.max_wave_bytes = c.max_wave_bytes;
+  } else {
+    o.max_wave_bytes = o.max_message_bytes = budget / o.num_lanes / 4;
+  }
+  testing::PlannedCase pc;
+  if (absl::Status s = testing::PlanCase(c.model, c.trainer, c.engine, &pc, o); !s.ok()) return s;
+  if (trainer != nullptr) *trainer = pc.src->layout;
+  return *std::move(pc.plan);
+}
+
+// The side's buffers; none for the plan's scratch buffers (the runner's
+// own memory holds the quantized values).
+std::vector<char*> Pointers(const SideLayout& side, OwnedBuffers& b) {
+  std::vector<char*> p;
+  for (size_t i = 0; i < b.storage.size(); ++i) {
+    p.push_back(side.buffers[i].scratch ? nullptr : reinterpret_cast<char*>(b.storage[i].data()));
+  }
+  return p;
+}
+
+// Runs a dense round of `plan` (Executor) from `trainer` into `engine`.
+absl::Status DenseRound(const Plan& plan, OwnedBuffers& trainer, OwnedBuffers& engine) {
+  const int ws = plan.src.world_size, world = ws + plan.dst.world_size;
+  auto fabric = InProcFabric::Create(world, plan.options.num_lanes).value();
+  std::vector<absl::Status> status(world);
+  std::vector<std::thread> threads;
+  for (int g = 0; g < world; ++g) {
+    threads.emplace_back([&, g] {
+      auto t = InProcTransport::Create(fabric, g).value();
+      const bool src = g < ws;
+      auto e = Executor::Create(plan, src ? Side::kTrainer : Side::kEngine, src ? g : g - ws,
+                                Pointers(src ? plan.src : plan.dst, src ? trainer : engine),
+                                t.get());
+      status[g] = e.ok() ? (*e)->Run(absl::Now() + absl::Seconds(60)).status() : e.status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : status) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+class DeltaQuantizeTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DeltaQuantizeTest, RoundsStayWithinTheBudgetAndLandTheDenseRoundsBytes) {
+  const Case& c = GetParam();
+  SideLayout registered;
+  absl::StatusOr<Plan> planned = PlanOf(c, c.budget, &registered);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  const Plan& plan = *planned;
+  ASSERT_FALSE(plan.conversions.empty());
+  const int ws = plan.src.world_size, world = ws + plan.dst.world_size;
+  if (c.model_above_budget) {
+    int64_t scratch = 0;  // the largest rank's quantized values
+    for (int r = 0; r < ws; ++r) {
+      int64_t n = 0;
+      for (const BufferSpec& b : plan.src.buffers) n += b.scratch && b.rank == r ? b.byte_size : 0;
+      scratch = std::max(scratch, n);
+    }
+    ASSERT_GT(scratch, c.budget);
+  }
+  OwnedBuffers trainer = AllocateBuffers(plan.src, 0);
+  OwnedBuffers engine = AllocateBuffers(plan.dst, 0xEE);
+  OwnedBuffers dense = AllocateBuffers(plan.dst, 0xEE);
+  FillPattern(registered, trainer.ptrs, {-1, 1});
+  // One runner per rank for every round (snapshots and lane rooms kept).
+  auto fabric = InProcFabric::Create(world, plan.options.num_lanes).value();
+  std::vector<std::unique_ptr<Transport>> transports(world);
+  std::vector<std::unique_ptr<testing::CountingCopier>> copiers(world);
+  std::vector<std::unique_ptr<DeltaRunner>> runners(world);
+  for (int g = 0; g < world; ++g) {
+    transports[g] = InProcTransport::Create(fabric, g).value();
+    copiers[g] = std::make_unique<testing::CountingCopier>();
+    DeltaRunnerOptions o;
+    o.copier = copiers[g].get();
+    const bool src = g < ws;
+    auto r = DeltaRunner::Create(plan, src ? Side::kTrainer : Side::kEngine, src ? g : g - ws,
+                                 Pointers(src ? plan.src : plan.dst, src ? trainer : engine),
+                                 transports[g].get(), o);
+    ASSERT_TRUE(r.ok()) << "rank " << g << ": " << r.status();
+    runners[g] = std::move(*r);
+  }
+  DeltaPolicy policy(plan.dst.world_size);
+  std::mt19937_64 rng(11);
+  int64_t version = 0;
+  for (double fraction : {1.0, 0.01, 0.0, 0.05, 0.01}) {
+    SCOPED_TRACE(::testing::Message() << "version " << version + 1 << ", fraction " << fraction);
+    // Changes to the BF16 mantissas' low bits keep every value finite.
+    std::bernoulli_distribution pick(fraction);
+    for (auto& b : trainer.storage) {
+      for (size_t i = 0; i < b.size(); i += 2) {
+        if (pick(rng)) b[i] ^= static_cast<uint8_t>(1 + rng() % 127);
+      }
+    }
+    const std::vector<EngineDeltaMode> modes = policy.Announce(true);
+    std::vector<absl::StatusOr<RunStats>> runs(world, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int g = 0; g < world; ++g) {
+      threads.emplace_back([&, g] {
+        runners[g]->Begin({version + 1, DeltaBases(modes), true});
+        runs[g] = runners[g]->Run(absl::Now() + absl::Seconds(60));
+      });
+    }
+    for (auto& t : threads) t.join();
+    DigestSums trainers, engines;
+    for (int g = 0; g < world; ++g) {
+      ASSERT_TRUE(runs[g].ok()) << "rank " << g << ": " << runs[g].status();
+      AddDigests(runs[g]->digests, g < ws ? &trainers : &engines);
+    }
+    ASSERT_TRUE(CompareDigests(plan, trainers, engines).ok());
+    ++version;
+    for (int g = 0; g < world; ++g) runners[g]->Finish(RoundOutcome::kCommitted);
+    policy.OnCommit(version);
+    ASSERT_TRUE(DenseRound(plan, trainer, dense).ok());
+    for (size_t b = 0; b < dense.storage.size(); ++b) {
+      ASSERT_EQ(dense.storage[b], engine.storage[b])
+          << "engine buffer " << plan.dst.buffers[b].name;
+    }
+    int64_t wire = 0, bytes = 0;
+    for (int g = 0; g < ws; ++g) {
+      // What the trainer took from its copier, the committed round's
+      // re-quantization included, and what it reports: within the budget.
+      EXPECT_LE(copiers[g]->peak_bytes(), c.budget) << "trainer rank " << g;
+      EXPECT_LE(runs[g]->peak_staging_bytes, c.budget) << "trainer rank " << g;
+      EXPECT_GE(runs[g]->peak_staging_bytes, copiers[g]->peak_bytes()) << "trainer rank " << g;
+      const DeltaRoundStats& st = runners[g]->delta_stats();
+      EXPECT_GT(st.batches, 1) << "trainer rank " << g;
+      wire += st.wire_bytes;
+      bytes += st.dense_bytes;
+    }
+    if (version > 1 && fraction == 0.01) {
+      EXPECT_LT(wire, bytes / 2) << "1% of the words changed";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, DeltaQuantizeTest,
+    ::testing::Values(
+        Case{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=2,quant=fp8", 512 << 10, true},
+        Case{"tiny-qwen3-moe-b128", "megatron:tp=2,ep=2,etp=1", "vllm:tp=2,quant=fp8", 1 << 20,
+             true},
+        Case{"tiny-qwen3-moe-mx", "fsdp:dp=3", "vllm:tp=2,quant=mxfp8", 256 << 10, false},
+        Case{"tiny-qwen3-moe-fp4", "fsdp:dp=3", "vllm:tp=2,quant=nvfp4", 128 << 10, false},
+        // The plans of exec/delta/cuda:delta_nccl_gpu_test (NCCL, 2 GPUs).
+        Case{"tiny-qwen3-moe-b128", "megatron:tp=1", "vllm:tp=1,quant=fp8", 4 << 20, false, 2},
+        Case{"tiny-qwen3-moe-b128", "megatron:tp=1", "vllm:tp=1,quant=fp8", 4 << 20, false, 4},
+        Case{"tiny-qwen3-moe-mx", "megatron:tp=1", "vllm:tp=1,quant=mxfp8", 1 << 20, false, 2},
+        Case{"tiny-qwen3-moe-fp4", "megatron:tp=1", "vllm:tp=1,quant=nvfp4", 1 << 20, false, 2}));
+
+// A budget whose lane room holds less than one batch's quantized rows and
+// packed messages is refused at Create, naming the parameter and the flag.
+TEST(DeltaQuantizeBudgetTest, ABudgetTooSmallForABatchsQuantizedRowsIsRefused) {
+  const Case c{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=2,quant=fp8", 32 << 10, true};
+  absl::StatusOr<Plan> plan = PlanOf(c, c.budget);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto fabric =
+      InProcFabric::Create(plan->src.world_size + plan->dst.world_size, plan->options.num_lanes)
+          .value();
+  OwnedBuffers trainer = AllocateBuffers(plan->src, 0);
+  bool refused = false;
+  for (int r = 0; r < plan->src.world_size; ++r) {
+    auto t = InProcTransport::Create(fabric, r).value();
+    auto d = DeltaRunner::Create(*plan, Side::kTrainer, r, Pointers(plan->src, trainer), t.get());
+    if (d.ok()) continue;
+    refused = true;
+    EXPECT_TRUE(absl::IsInvalidArgument(d.status())) << d.status();
+    const std::string rank = absl::StrCat("trainer rank ", r);
+    for (const char* word :
+         {"staging_budget_bytes", "--staging_mib", "to quantize", "at least", rank.c_str()}) {
+      EXPECT_TRUE(absl::StrContains(d.status().message(), word)) << word << ": " << d.status();
+    }
+  }
+  EXPECT_TRUE(refused);
+}
+
+}  // namespace
+}  // namespace refit
