@@ -343,6 +343,7 @@ absl::Status CudaInProcTransport::StartWave(int32_t lane, absl::Span<const SendO
       ++i;
     }
   }
+  w.ready = *ready;  // released with the wave, by this rank's thread
   s = fabric_->Post(rank_, std::move(send_ops), std::move(recv_ops));
   if (s.ok()) {
     s = CudaStatus(static_cast<cudaError_t>(LaunchWaitFlags(w.flags.device, n, L.stream)),
@@ -371,16 +372,18 @@ absl::Status CudaInProcTransport::WaitWave(int32_t lane, absl::Time deadline) {
   if (L.pending.empty()) return absl::OkStatus();
   Wave& w = L.pending.front();
   const auto start = std::chrono::steady_clock::now();
+  auto what = [&] {
+    return absl::StrCat("rank ", rank_, " lane ", lane, " (peers ", absl::StrJoin(w.peers, ", "),
+                        ")");
+  };
   while (true) {
     const cudaError_t q = cudaEventQuery(w.done);
     if (q == cudaSuccess) break;
-    const std::string what = absl::StrCat("rank ", rank_, " lane ", lane, " (peers ",
-                                          absl::StrJoin(w.peers, ", "), ")");
-    if (q != cudaErrorNotReady) return Fail(CudaStatus(q, what + ": wave failed"));
+    if (q != cudaErrorNotReady) return Fail(CudaStatus(q, what() + ": wave failed"));
     REFIT_RETURN_IF_ERROR(fabric_->RankError(rank_));
     if (absl::Now() > deadline) {
       return Fail(absl::DeadlineExceededError(
-          absl::StrCat(what, ": wave not complete by the deadline")));
+          absl::StrCat(what(), ": wave not complete by the deadline")));
     }
     if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(200)) {
       std::this_thread::yield();

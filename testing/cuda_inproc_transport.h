@@ -180,6 +180,7 @@ class CudaInProcTransport : public Transport, public CudaLanes {
     int32_t capacity = 0;
   };
   struct Wave {
+    std::shared_ptr<CUevent_st> ready;
     cudaEvent_t done = nullptr;
     FlagBlock flags;
     std::vector<int32_t> peers;
