@@ -63,6 +63,11 @@ void ExpectOrderedWaves(const CudaContexts* contexts) {
     use(1);
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dst), 2 * kBytes), cudaSuccess);
   }).join();
+  // The memset's first use outside the rounds: loading what it runs may
+  // synchronize the context (CUDA's lazy loading), which must not happen
+  // while the receiver's gate waits on this thread's post.
+  ASSERT_EQ(cudaMemsetAsync(src, 0, 2 * kBytes, Stream(p.t[0].get(), 1)), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(Stream(p.t[0].get(), 1)), cudaSuccess);
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   for (int round = 1; round <= 3; ++round) {
     absl::Status st[2];
