@@ -37,9 +37,9 @@
 // A gate spins on the GPU while its peer has not posted, as NCCL's kernels
 // do. Give each rank its own CUDA context (cuda_contexts.h,
 // CudaInProcTransportOptions::context) when ranks run code that
-// synchronizes the device (cudaFree, as conversions do): in one shared
-// context that would wait on another rank's gate, which waits on the
-// synchronizing rank. A binary that links this transport sets
+// synchronizes the device (cudaFree, as conversions do, or a kernel's first
+// launch under CUDA's lazy loading): in one shared context that would wait
+// on another rank's gate, which waits on the synchronizing rank. A binary that links this transport sets
 // CUDA_DEVICE_MAX_CONNECTIONS=32 before main (unless set): with fewer
 // hardware queues than streams, work of unrelated streams may queue behind
 // a held one; deadlines turn that into a failure, never a hang. Test only: correctness over speed (a
