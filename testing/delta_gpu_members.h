@@ -31,11 +31,11 @@ struct GpuMembers {
 };
 
 // Runs the check above for `model_name` (a registry model) into
-// `engine_spec` (e.g. "vllm:tp=1,quant=fp8") over `lanes` lanes with a
-// staging budget of `budget` bytes, whose lane rooms hold a batch's packed
-// messages beside a message's quantized rows (the same plans run on the
-// host in exec/delta:delta_quantize_test); prints one line of what the
-// rounds did.
+// `engine_spec` (e.g. "vllm:tp=1,quant=fp8") over `lanes` lanes, planned
+// with a staging budget of `budget` bytes (its lane rooms hold a batch's
+// packed messages beside a message's quantized rows; the same plans run
+// on the host in exec/delta:delta_quantize_test); prints one line of what
+// the rounds did.
 void RunGpuDeltaRounds(const GpuMembers& members, const std::string& model_name,
                        const std::string& engine_spec, int32_t lanes = 2,
                        int64_t budget = 1 << 20);

@@ -60,16 +60,17 @@ TEST(DeltaNcclGpuTest, GpuMembersRunDeltaRoundsAndVerifiedRoundsCatchAFlippedByt
     std::printf("SKIP delta_nccl_gpu_test: needs 2 CUDA devices (REFIT_GPU_SKIP)\n");
     GTEST_SKIP() << "needs 2 CUDA devices";
   }
-  const testing::GpuMembers nccl = NcclMembers();
-  testing::RunGpuDeltaRounds(nccl, "tiny-qwen3-moe-b128", "vllm:tp=1");
-  testing::RunGpuDeltaRounds(nccl, "tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8", 2, 4 << 20);
-  testing::RunGpuDeltaRounds(nccl, "tiny-qwen3-moe-mx", "vllm:tp=1,quant=mxfp8");
-  testing::RunGpuDeltaRounds(nccl, "tiny-qwen3-moe-fp4", "vllm:tp=1,quant=nvfp4");
+  testing::RunGpuDeltaRounds(NcclMembers(), "tiny-qwen3-moe-b128", "vllm:tp=1");
+  testing::RunGpuDeltaRounds(NcclMembers(), "tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8", 2,
+                             4 << 20);
+  testing::RunGpuDeltaRounds(NcclMembers(), "tiny-qwen3-moe-mx", "vllm:tp=1,quant=mxfp8");
+  testing::RunGpuDeltaRounds(NcclMembers(), "tiny-qwen3-moe-fp4", "vllm:tp=1,quant=nvfp4");
   // Four lanes (the planner's choice for plans of many staged pieces): each
   // lane connects before the round's kernels are in flight.
-  testing::RunGpuDeltaRounds(nccl, "tiny-qwen3-moe-b128", "vllm:tp=1", 4);
+  testing::RunGpuDeltaRounds(NcclMembers(), "tiny-qwen3-moe-b128", "vllm:tp=1", 4);
   // FP8 batches quantizing on every lane's stream.
-  testing::RunGpuDeltaRounds(nccl, "tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8", 4, 4 << 20);
+  testing::RunGpuDeltaRounds(NcclMembers(), "tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8", 4,
+                             4 << 20);
 }
 
 }  // namespace
