@@ -146,6 +146,29 @@ void CudaInProcFabric::FailLocked(int32_t rank, absl::Status why) {
   }
 }
 
+absl::StatusOr<cudaStream_t> CudaInProcFabric::CopyStreamLocked(const Key& key) {
+  cudaStream_t& c = copy_streams_[key];
+  if (c == nullptr) {
+    const Place& to = place_[std::get<2>(key)];
+    PlaceScope scope(to.device, to.context);
+    REFIT_RETURN_IF_ERROR(CudaStatus(
+        cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking),
+        absl::StrCat("lane ", std::get<0>(key), ": rank ", std::get<1>(key), " to rank ",
+                     std::get<2>(key), ": cudaStreamCreate")));
+  }
+  return c;
+}
+
+absl::Status CudaInProcFabric::CreateCopyStreams(int32_t rank) {
+  absl::MutexLock l(&mu_);
+  for (int32_t lane = 0; lane < num_lanes_; ++lane) {
+    for (int32_t from = 0; from < world_size_; ++from) {
+      if (from != rank) REFIT_RETURN_IF_ERROR(CopyStreamLocked(Key{lane, from, rank}).status());
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CudaInProcFabric::CopyLocked(const Op& send, const Op& recv) {
   const std::string what = absl::StrCat("lane ", send.lane, ": rank ", send.owner, " to rank ",
                                         recv.owner);
@@ -157,11 +180,7 @@ absl::Status CudaInProcFabric::CopyLocked(const Op& send, const Op& recv) {
   const Place& from = place_[send.owner];
   const Place& to = place_[recv.owner];
   PlaceScope scope(to.device, to.context);
-  cudaStream_t& c = copy_streams_[Key{send.lane, send.owner, recv.owner}];
-  if (c == nullptr) {
-    REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking),
-                                     what + ": cudaStreamCreate"));
-  }
+  REFIT_ASSIGN_OR_RETURN(cudaStream_t c, CopyStreamLocked(Key{send.lane, send.owner, recv.owner}));
   REFIT_RETURN_IF_ERROR(
       CudaStatus(cudaStreamWaitEvent(c, send.ready.get(), 0), what + ": cudaStreamWaitEvent"));
   REFIT_RETURN_IF_ERROR(
@@ -238,6 +257,14 @@ absl::StatusOr<std::unique_ptr<CudaInProcTransport>> CudaInProcTransport::Create
                    absl::StrCat("rank ", rank, ": cudaStreamCreate on device ", options.device),
                    absl::StatusCode::kUnavailable));
   }
+  // Gate flags and the copy streams into this rank made now: pinned
+  // allocations may synchronize the context, which must not happen while a
+  // peer's gate in it waits on this thread.
+  for (int32_t i = 0; i < kPreparedBlocks; ++i) {
+    REFIT_ASSIGN_OR_RETURN(FlagBlock b, t->NewFlags(kFlagsPerBlock));
+    t->free_flags_.push_back(b);
+  }
+  REFIT_RETURN_IF_ERROR(fabric->CreateCopyStreams(rank));
   return t;
 }
 
@@ -286,6 +313,20 @@ void CudaInProcTransport::Cancel(const absl::Status& reason) {
 
 absl::Status CudaInProcTransport::CheckCancelled() { return cancel_.status(); }
 
+absl::StatusOr<CudaInProcTransport::FlagBlock> CudaInProcTransport::NewFlags(int32_t n) {
+  FlagBlock b;
+  b.capacity = n;
+  const std::string what = absl::StrCat("rank ", rank_, ": gate flags");
+  REFIT_RETURN_IF_ERROR(
+      CudaStatus(cudaHostAlloc(reinterpret_cast<void**>(&b.host), b.capacity * sizeof(int32_t),
+                               cudaHostAllocMapped | cudaHostAllocPortable),
+                 what + ": cudaHostAlloc"));
+  REFIT_RETURN_IF_ERROR(
+      CudaStatus(cudaHostGetDevicePointer(reinterpret_cast<void**>(&b.device), b.host, 0),
+                 what + ": cudaHostGetDevicePointer"));
+  return b;
+}
+
 absl::StatusOr<CudaInProcTransport::FlagBlock> CudaInProcTransport::TakeFlags(int32_t n) {
   FlagBlock b;
   auto fits = std::find_if(free_flags_.begin(), free_flags_.end(),
@@ -294,15 +335,7 @@ absl::StatusOr<CudaInProcTransport::FlagBlock> CudaInProcTransport::TakeFlags(in
     b = *fits;
     free_flags_.erase(fits);
   } else {
-    b.capacity = std::max<int32_t>(n, 256);
-    const std::string what = absl::StrCat("rank ", rank_, ": gate flags");
-    REFIT_RETURN_IF_ERROR(CudaStatus(
-        cudaHostAlloc(reinterpret_cast<void**>(&b.host), b.capacity * sizeof(int32_t),
-                      cudaHostAllocMapped | cudaHostAllocPortable),
-        what + ": cudaHostAlloc"));
-    REFIT_RETURN_IF_ERROR(
-        CudaStatus(cudaHostGetDevicePointer(reinterpret_cast<void**>(&b.device), b.host, 0),
-                   what + ": cudaHostGetDevicePointer"));
+    REFIT_ASSIGN_OR_RETURN(b, NewFlags(std::max(n, kFlagsPerBlock)));
   }
   volatile int32_t* h = b.host;
   for (int32_t i = 0; i < n; ++i) h[i] = 0;

@@ -112,6 +112,11 @@ class CudaInProcFabric {
   // every rank with an unmatched op waiting on a failed one.
   void Fail(int32_t rank, absl::Status why);
   void FailLocked(int32_t rank, absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The copy stream of (lane, sender, receiver), made in the receiver's
+  // context the first time.
+  absl::StatusOr<cudaStream_t> CopyStreamLocked(const Key& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes the copy streams of every lane from every other rank into `rank`.
+  absl::Status CreateCopyStreams(int32_t rank);
   // Enqueues the copy of a matched pair on its copy stream.
   absl::Status CopyLocked(const Op& send, const Op& recv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetPlace(int32_t rank, Place place);
@@ -192,7 +197,12 @@ class CudaInProcTransport : public Transport, public CudaLanes {
   CudaInProcTransport(std::shared_ptr<CudaInProcFabric> f, int32_t rank,
                       CudaInProcTransportOptions o)
       : fabric_(std::move(f)), rank_(rank), device_(o.device), context_(o.context) {}
-  // A block of at least `n` flags, zeroed.
+  // Blocks made at Create, and the flags of each.
+  static constexpr int32_t kPreparedBlocks = 32;
+  static constexpr int32_t kFlagsPerBlock = 4096;
+  // A new block of `n` flags (pinned, mapped).
+  absl::StatusOr<FlagBlock> NewFlags(int32_t n);
+  // A free block of at least `n` flags (a new one if none), zeroed.
   absl::StatusOr<FlagBlock> TakeFlags(int32_t n);
   // Fails the rank with `why` and returns it.
   absl::Status Fail(absl::Status why);
