@@ -11,45 +11,33 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "exec/cuda/cuda_status.h"
-#include "testing/cuda_contexts.h"
 #include "testing/cuda_inproc_kernels.h"
 
 namespace refit {
 namespace testing {
 namespace {
 
-// A hardware queue per stream (see the header), set before main so before
-// any CUDA call of a binary that links this transport.
+// A hardware queue per stream, and every kernel loaded when the context is
+// made (see the header), set before main so before any CUDA call of a
+// binary that links this transport.
 const bool kMaxConnections = [] {
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+  setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/1);
   return true;
 }();
 
-// Makes a rank's context (else its device) current on the calling thread
-// until it goes out of scope.
-class PlaceScope {
+// Makes a rank's device current on the calling thread until it goes out of
+// scope.
+class DeviceScope {
  public:
-  PlaceScope(int32_t device, void* context) : context_(context != nullptr) {
-    if (context_) {
-      saved_context_ = CurrentCudaContext();
-      SetCurrentCudaContext(context).IgnoreError();
-    } else {
-      cudaGetDevice(&saved_device_);
-      cudaSetDevice(device);
-    }
+  explicit DeviceScope(int32_t device) {
+    cudaGetDevice(&saved_);
+    cudaSetDevice(device);
   }
-  ~PlaceScope() {
-    if (context_) {
-      SetCurrentCudaContext(saved_context_).IgnoreError();
-    } else {
-      cudaSetDevice(saved_device_);
-    }
-  }
+  ~DeviceScope() { cudaSetDevice(saved_); }
 
  private:
-  const bool context_;
-  void* saved_context_ = nullptr;
-  int saved_device_ = 0;
+  int saved_ = 0;
 };
 
 // The host function after a copy: opens the gates of its two ops.
@@ -84,7 +72,7 @@ absl::StatusOr<std::shared_ptr<CudaInProcFabric>> CudaInProcFabric::Create(int32
   std::shared_ptr<CudaInProcFabric> f(new CudaInProcFabric(world_size, num_lanes));
   absl::MutexLock l(&f->mu_);
   f->failed_.assign(world_size, absl::OkStatus());
-  f->place_.assign(world_size, Place{});
+  f->device_.assign(world_size, 0);
   return f;
 }
 
@@ -92,8 +80,7 @@ CudaInProcFabric::~CudaInProcFabric() {
   absl::MutexLock l(&mu_);
   // Returns at once; the stream's resources go once its work is done.
   for (auto& [key, s] : copy_streams_) {
-    const Place& to = place_[std::get<2>(key)];
-    PlaceScope scope(to.device, to.context);
+    DeviceScope scope(device_[std::get<2>(key)]);
     cudaStreamDestroy(s);
   }
 }
@@ -103,9 +90,9 @@ void CudaInProcFabric::Kill(int32_t rank) {
   Fail(rank, absl::AbortedError(absl::StrCat("rank ", rank, " killed")));
 }
 
-void CudaInProcFabric::SetPlace(int32_t rank, Place place) {
+void CudaInProcFabric::SetDevice(int32_t rank, int32_t device) {
   absl::MutexLock l(&mu_);
-  place_[rank] = place;
+  device_[rank] = device;
 }
 
 absl::Status CudaInProcFabric::RankError(int32_t rank) {
@@ -149,8 +136,7 @@ void CudaInProcFabric::FailLocked(int32_t rank, absl::Status why) {
 absl::StatusOr<cudaStream_t> CudaInProcFabric::CopyStreamLocked(const Key& key) {
   cudaStream_t& c = copy_streams_[key];
   if (c == nullptr) {
-    const Place& to = place_[std::get<2>(key)];
-    PlaceScope scope(to.device, to.context);
+    DeviceScope scope(device_[std::get<2>(key)]);
     REFIT_RETURN_IF_ERROR(CudaStatus(
         cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking),
         absl::StrCat("lane ", std::get<0>(key), ": rank ", std::get<1>(key), " to rank ",
@@ -177,22 +163,15 @@ absl::Status CudaInProcFabric::CopyLocked(const Op& send, const Op& recv) {
                                             " bytes but rank ", recv.owner, " expects ",
                                             recv.bytes));
   }
-  const Place& from = place_[send.owner];
-  const Place& to = place_[recv.owner];
-  PlaceScope scope(to.device, to.context);
+  DeviceScope scope(device_[recv.owner]);
   REFIT_ASSIGN_OR_RETURN(cudaStream_t c, CopyStreamLocked(Key{send.lane, send.owner, recv.owner}));
   REFIT_RETURN_IF_ERROR(
       CudaStatus(cudaStreamWaitEvent(c, send.ready.get(), 0), what + ": cudaStreamWaitEvent"));
   REFIT_RETURN_IF_ERROR(
       CudaStatus(cudaStreamWaitEvent(c, recv.ready.get(), 0), what + ": cudaStreamWaitEvent"));
-  if (from.context != nullptr || to.context != nullptr) {
-    REFIT_RETURN_IF_ERROR(
-        CopyAcrossContexts(recv.ptr, to.context, send.ptr, from.context, send.bytes, c));
-  } else {
-    REFIT_RETURN_IF_ERROR(
-        CudaStatus(cudaMemcpyAsync(recv.ptr, send.ptr, send.bytes, cudaMemcpyDefault, c),
-                   what + ": cudaMemcpyAsync"));
-  }
+  REFIT_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(recv.ptr, send.ptr, send.bytes, cudaMemcpyDefault, c),
+                 what + ": cudaMemcpyAsync"));
   auto* gates = new OpenGates{send.flag, recv.flag};
   absl::Status s = CudaStatus(cudaLaunchHostFunc(c, &OpenGates::Run, gates),
                               what + ": cudaLaunchHostFunc");
@@ -248,8 +227,8 @@ absl::StatusOr<std::unique_ptr<CudaInProcTransport>> CudaInProcTransport::Create
         absl::StrCat("in-process device transport: rank ", rank, " out of range"));
   }
   std::unique_ptr<CudaInProcTransport> t(new CudaInProcTransport(fabric, rank, options));
-  fabric->SetPlace(rank, {options.device, options.context});
-  PlaceScope scope(options.device, options.context);
+  fabric->SetDevice(rank, options.device);
+  DeviceScope scope(options.device);
   t->lanes_.resize(fabric->num_lanes());
   for (Lane& lane : t->lanes_) {
     REFIT_RETURN_IF_ERROR(
@@ -269,7 +248,7 @@ absl::StatusOr<std::unique_ptr<CudaInProcTransport>> CudaInProcTransport::Create
 }
 
 CudaInProcTransport::~CudaInProcTransport() {
-  PlaceScope scope(device_, context_);
+  DeviceScope scope(device_);
   fabric_->Fail(rank_, absl::AbortedError(absl::StrCat("rank ", rank_, " closed its transport")));
   // Every gate is open now or opens when its matched copy is done; wait
   // (bounded) for that before freeing the flags the gates read.
@@ -348,7 +327,7 @@ absl::Status CudaInProcTransport::StartWave(int32_t lane, absl::Span<const SendO
   REFIT_RETURN_IF_ERROR(
       CheckWaveArguments(rank_, world_size(), num_lanes(), lane, sends, recvs));
   REFIT_RETURN_IF_ERROR(fabric_->RankError(rank_));
-  PlaceScope scope(device_, context_);
+  DeviceScope scope(device_);
   Lane& L = lanes_[lane];
   const std::string what = absl::StrCat("rank ", rank_, " lane ", lane);
   std::vector<CudaInProcFabric::Op> send_ops, recv_ops;
@@ -424,6 +403,8 @@ absl::Status CudaInProcTransport::WaitWave(int32_t lane, absl::Time deadline) {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
+  // A gate opened by a failure (its op withdrawn) completes the event too.
+  REFIT_RETURN_IF_ERROR(fabric_->RankError(rank_));
   cudaEventDestroy(w.done);
   free_flags_.push_back(w.flags);
   L.pending.pop_front();

@@ -115,7 +115,7 @@ void RunGpuDeltaRounds(const GpuMembers& members, const std::string& model_name,
       threads.emplace_back([&, g] {
         use(g);
         runners[g]->Begin({version + 1, DeltaBases(modes), true});
-        absl::StatusOr<RunStats> run = runners[g]->Run(absl::Now() + absl::Seconds(60));
+        absl::StatusOr<RunStats> run = runners[g]->Run(absl::Now() + members.round_timeout);
         st[g] = run.status();
         if (run.ok()) sums[g] = run->digests;
       });
@@ -145,7 +145,8 @@ void RunGpuDeltaRounds(const GpuMembers& members, const std::string& model_name,
     }
   };
   DeltaRoundStats stats;
-  ASSERT_TRUE(round(false, &stats).ok());
+  absl::Status r1 = round(false, &stats);
+  ASSERT_TRUE(r1.ok()) << r1;
   expect_bytes("dense round");
   EXPECT_EQ(stats.dense_messages, stats.messages);
   // 1% of the trainer's 2-byte words change (low mantissa bits: finite).
