@@ -40,14 +40,12 @@ class DeviceScope {
   int saved_ = 0;
 };
 
-// The host function after a copy: opens the gates of its two ops.
-struct OpenGates {
-  volatile int32_t* a;
-  volatile int32_t* b;
+// The host function after a copy: opens the gate of the op posted first.
+struct OpenGate {
+  volatile int32_t* flag;
   static void CUDART_CB Run(void* p) {
-    auto* g = static_cast<OpenGates*>(p);
-    *g->a = 1;
-    *g->b = 1;
+    auto* g = static_cast<OpenGate*>(p);
+    *g->flag = 1;
     delete g;
   }
 };
@@ -72,27 +70,12 @@ absl::StatusOr<std::shared_ptr<CudaInProcFabric>> CudaInProcFabric::Create(int32
   std::shared_ptr<CudaInProcFabric> f(new CudaInProcFabric(world_size, num_lanes));
   absl::MutexLock l(&f->mu_);
   f->failed_.assign(world_size, absl::OkStatus());
-  f->device_.assign(world_size, 0);
   return f;
-}
-
-CudaInProcFabric::~CudaInProcFabric() {
-  absl::MutexLock l(&mu_);
-  // Returns at once; the stream's resources go once its work is done.
-  for (auto& [key, s] : copy_streams_) {
-    DeviceScope scope(device_[std::get<2>(key)]);
-    cudaStreamDestroy(s);
-  }
 }
 
 void CudaInProcFabric::Kill(int32_t rank) {
   if (rank < 0 || rank >= world_size_) return;
   Fail(rank, absl::AbortedError(absl::StrCat("rank ", rank, " killed")));
-}
-
-void CudaInProcFabric::SetDevice(int32_t rank, int32_t device) {
-  absl::MutexLock l(&mu_);
-  device_[rank] = device;
 }
 
 absl::Status CudaInProcFabric::RankError(int32_t rank) {
@@ -133,29 +116,8 @@ void CudaInProcFabric::FailLocked(int32_t rank, absl::Status why) {
   }
 }
 
-absl::StatusOr<cudaStream_t> CudaInProcFabric::CopyStreamLocked(const Key& key) {
-  cudaStream_t& c = copy_streams_[key];
-  if (c == nullptr) {
-    DeviceScope scope(device_[std::get<2>(key)]);
-    REFIT_RETURN_IF_ERROR(CudaStatus(
-        cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking),
-        absl::StrCat("lane ", std::get<0>(key), ": rank ", std::get<1>(key), " to rank ",
-                     std::get<2>(key), ": cudaStreamCreate")));
-  }
-  return c;
-}
-
-absl::Status CudaInProcFabric::CreateCopyStreams(int32_t rank) {
-  absl::MutexLock l(&mu_);
-  for (int32_t lane = 0; lane < num_lanes_; ++lane) {
-    for (int32_t from = 0; from < world_size_; ++from) {
-      if (from != rank) REFIT_RETURN_IF_ERROR(CopyStreamLocked(Key{lane, from, rank}).status());
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CudaInProcFabric::CopyLocked(const Op& send, const Op& recv) {
+absl::Status CudaInProcFabric::CopyLocked(const Op& send, const Op& recv, const Op& first,
+                                          cudaStream_t stream) {
   const std::string what = absl::StrCat("lane ", send.lane, ": rank ", send.owner, " to rank ",
                                         recv.owner);
   if (send.bytes != recv.bytes) {
@@ -163,19 +125,15 @@ absl::Status CudaInProcFabric::CopyLocked(const Op& send, const Op& recv) {
                                             " bytes but rank ", recv.owner, " expects ",
                                             recv.bytes));
   }
-  DeviceScope scope(device_[recv.owner]);
-  REFIT_ASSIGN_OR_RETURN(cudaStream_t c, CopyStreamLocked(Key{send.lane, send.owner, recv.owner}));
+  REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(stream, first.ready.get(), 0),
+                                   what + ": cudaStreamWaitEvent"));
   REFIT_RETURN_IF_ERROR(
-      CudaStatus(cudaStreamWaitEvent(c, send.ready.get(), 0), what + ": cudaStreamWaitEvent"));
-  REFIT_RETURN_IF_ERROR(
-      CudaStatus(cudaStreamWaitEvent(c, recv.ready.get(), 0), what + ": cudaStreamWaitEvent"));
-  REFIT_RETURN_IF_ERROR(
-      CudaStatus(cudaMemcpyAsync(recv.ptr, send.ptr, send.bytes, cudaMemcpyDefault, c),
+      CudaStatus(cudaMemcpyAsync(recv.ptr, send.ptr, send.bytes, cudaMemcpyDefault, stream),
                  what + ": cudaMemcpyAsync"));
-  auto* gates = new OpenGates{send.flag, recv.flag};
-  absl::Status s = CudaStatus(cudaLaunchHostFunc(c, &OpenGates::Run, gates),
+  auto* gate = new OpenGate{first.flag};
+  absl::Status s = CudaStatus(cudaLaunchHostFunc(stream, &OpenGate::Run, gate),
                               what + ": cudaLaunchHostFunc");
-  if (!s.ok()) delete gates;
+  if (!s.ok()) delete gate;
   return s;
 }
 
@@ -201,7 +159,11 @@ absl::Status CudaInProcFabric::Post(int32_t rank, std::vector<Op> sends, std::ve
     }
     Op other = std::move(theirs.front());
     theirs.pop_front();
-    absl::Status s = sending ? CopyLocked(mine, other) : CopyLocked(other, mine);
+    // The copy on this (the second) poster's lane stream, after the first
+    // poster's ready event; this op needs no gate.
+    *mine.flag = 1;
+    absl::Status s = sending ? CopyLocked(mine, other, other, mine.stream)
+                             : CopyLocked(other, mine, other, mine.stream);
     if (s.ok()) return s;
     *mine.flag = 2;
     *other.flag = 2;
@@ -227,7 +189,6 @@ absl::StatusOr<std::unique_ptr<CudaInProcTransport>> CudaInProcTransport::Create
         absl::StrCat("in-process device transport: rank ", rank, " out of range"));
   }
   std::unique_ptr<CudaInProcTransport> t(new CudaInProcTransport(fabric, rank, options));
-  fabric->SetDevice(rank, options.device);
   DeviceScope scope(options.device);
   t->lanes_.resize(fabric->num_lanes());
   for (Lane& lane : t->lanes_) {
@@ -236,14 +197,12 @@ absl::StatusOr<std::unique_ptr<CudaInProcTransport>> CudaInProcTransport::Create
                    absl::StrCat("rank ", rank, ": cudaStreamCreate on device ", options.device),
                    absl::StatusCode::kUnavailable));
   }
-  // Gate flags and the copy streams into this rank made now: pinned
-  // allocations may synchronize the context, which must not happen while a
-  // peer's gate in it waits on this thread.
+  // Gate flags made now: pinned allocations may synchronize the device,
+  // which must not happen while a peer's gate waits on this thread.
   for (int32_t i = 0; i < kPreparedBlocks; ++i) {
     REFIT_ASSIGN_OR_RETURN(FlagBlock b, t->NewFlags(kFlagsPerBlock));
     t->free_flags_.push_back(b);
   }
-  REFIT_RETURN_IF_ERROR(fabric->CreateCopyStreams(rank));
   return t;
 }
 
@@ -350,6 +309,7 @@ absl::Status CudaInProcTransport::StartWave(int32_t lane, absl::Span<const SendO
   for (auto* ops : {&send_ops, &recv_ops}) {
     for (CudaInProcFabric::Op& op : *ops) {
       op.ready = *ready;
+      op.stream = L.stream;
       op.flag = w.flags.host + i;
       w.peers.push_back(op.peer);
       ++i;

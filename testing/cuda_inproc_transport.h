@@ -12,14 +12,17 @@
 //     the work enqueued there so far), then enqueues a gate: one GPU thread
 //     that holds the stream until every op of the group has its flag (in
 //     host-mapped memory) set. Posting never waits on a peer.
-//   * The second of a matched pair to post enqueues the copy on a copy
-//     stream of that (lane, sender, receiver): wait both ready events,
-//     cudaMemcpyAsync, then a host function that sets both ops' flags. So the copy reads the sender's
-//     buffer after the sender's earlier lane work, writes the receiver's
-//     after the receiver's earlier lane work, and later work on either lane
-//     stream runs after it (the sender may reuse its buffer). One copy
-//     stream per (lane, pair) keeps copies in posting order and never makes
-//     one wait on a copy matched after it.
+//   * The second of a matched pair to post enqueues the copy on its own
+//     lane stream: wait the first poster's ready event, cudaMemcpyAsync,
+//     then a host function that sets the first poster's flag. So the copy
+//     reads the sender's buffer after the sender's earlier lane work,
+//     writes the receiver's after the receiver's earlier lane work, and
+//     later work on either lane stream runs after it (the sender may reuse
+//     its buffer) — both streams meet there, as an NCCL group's kernels do.
+//     No stream but the ranks' own: with up to 32 streams in the context
+//     (two ranks of four lanes with their GPU wave ops), each has a
+//     hardware queue of its own (CUDA_DEVICE_MAX_CONNECTIONS=32), so no
+//     command queues behind another stream's held one.
 //   * WaitWave polls an event recorded after the wave's gate: OK means the
 //     wave's sends and receives are done on the device (the host may read
 //     received bytes once copied off the device), like NcclTransport's.
@@ -43,8 +46,8 @@
 // CUDA_DEVICE_MAX_CONNECTIONS=32 (a hardware queue per stream: work of
 // unrelated streams does not queue behind a held one), both before main;
 // a check whose ranks free device memory during rounds defers those frees
-// (deferred_cuda_free.h). Test only: correctness over speed (a copy
-// stream per pair, a host function per copy, events per wave).
+// (deferred_cuda_free.h). Test only: correctness over speed (a host
+// function per copy, events per wave).
 #ifndef REFIT_TESTING_CUDA_INPROC_TRANSPORT_H_
 #define REFIT_TESTING_CUDA_INPROC_TRANSPORT_H_
 
@@ -71,7 +74,6 @@ class CudaInProcFabric {
   // Fails with INVALID_ARGUMENT unless world_size >= 1 and num_lanes >= 1.
   static absl::StatusOr<std::shared_ptr<CudaInProcFabric>> Create(int32_t world_size,
                                                                   int32_t num_lanes);
-  ~CudaInProcFabric();
 
   // Fails `rank` (a crashed peer): its calls fail with ABORTED "rank R
   // killed", its peers' pending and later waves with it with ABORTED
@@ -94,6 +96,7 @@ class CudaInProcFabric {
     void* ptr = nullptr;
     int64_t bytes = 0;
     std::shared_ptr<CUevent_st> ready;  // the owner's lane stream at the post
+    cudaStream_t stream = nullptr;      // the owner's lane stream
     volatile int32_t* flag = nullptr;  // the op's gate flag (host address)
   };
   using Key = std::tuple<int32_t, int32_t, int32_t>;  // lane, sender, receiver
@@ -108,24 +111,18 @@ class CudaInProcFabric {
   // every rank with an unmatched op waiting on a failed one.
   void Fail(int32_t rank, absl::Status why);
   void FailLocked(int32_t rank, absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The copy stream of (lane, sender, receiver), made on the receiver's
-  // device the first time.
-  absl::StatusOr<cudaStream_t> CopyStreamLocked(const Key& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes the copy streams of every lane from every other rank into `rank`.
-  absl::Status CreateCopyStreams(int32_t rank);
-  // Enqueues the copy of a matched pair on its copy stream.
-  absl::Status CopyLocked(const Op& send, const Op& recv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetDevice(int32_t rank, int32_t device);
+  // Enqueues on `stream` (the second poster's lane stream) the copy of a
+  // matched pair after `first`'s ready event, then opens `first`'s gate.
+  absl::Status CopyLocked(const Op& send, const Op& recv, const Op& first, cudaStream_t stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int32_t world_size_;
   const int32_t num_lanes_;
   absl::Mutex mu_;
   std::vector<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
-  std::vector<int32_t> device_ ABSL_GUARDED_BY(mu_);
   // Unmatched sends / receives per (lane, sender, receiver), oldest first.
   std::map<Key, std::deque<Op>> sends_ ABSL_GUARDED_BY(mu_);
   std::map<Key, std::deque<Op>> recvs_ ABSL_GUARDED_BY(mu_);
-  std::map<Key, cudaStream_t> copy_streams_ ABSL_GUARDED_BY(mu_);
 };
 
 struct CudaInProcTransportOptions {

@@ -64,13 +64,26 @@ void Rounds(const std::string& model, const std::string& spec, int32_t lanes = 2
 
 TEST(DeltaOneGpuTest, GpuMembersOnOneGpuRunDeltaRoundsAndVerifiedRoundsCatchAFlippedByte) {
   REFIT_SKIP_WITHOUT_GPU("delta_one_gpu_test");
-  Rounds("tiny-qwen3-moe-b128", "vllm:tp=1");
-  Rounds("tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8", 2, 4 << 20);
-  Rounds("tiny-qwen3-moe-mx", "vllm:tp=1,quant=mxfp8");
-  Rounds("tiny-qwen3-moe-fp4", "vllm:tp=1,quant=nvfp4");
-  Rounds("tiny-qwen3-moe-b128", "vllm:tp=1", 4);
-  // FP8 batches quantizing on every lane's stream.
-  Rounds("tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8", 4, 4 << 20);
+  // Stops at the first case that fails (each failing round waits out its
+  // 20 s deadline).
+  const struct {
+    const char* model;
+    const char* spec;
+    int32_t lanes;
+    int64_t budget;
+  } cases[] = {
+      {"tiny-qwen3-moe-b128", "vllm:tp=1", 2, 1 << 20},
+      {"tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8", 2, 4 << 20},
+      {"tiny-qwen3-moe-mx", "vllm:tp=1,quant=mxfp8", 2, 1 << 20},
+      {"tiny-qwen3-moe-fp4", "vllm:tp=1,quant=nvfp4", 2, 1 << 20},
+      {"tiny-qwen3-moe-b128", "vllm:tp=1", 4, 1 << 20},
+      // FP8 batches quantizing on every lane's stream.
+      {"tiny-qwen3-moe-b128", "vllm:tp=1,quant=fp8", 4, 4 << 20},
+  };
+  for (const auto& c : cases) {
+    Rounds(c.model, c.spec, c.lanes, c.budget);
+    if (HasFailure()) return;
+  }
 }
 
 }  // namespace
