@@ -259,9 +259,7 @@ absl::StatusOr<CudaInProcTransport::FlagBlock> CudaInProcTransport::NewFlags(int
       CudaStatus(cudaHostAlloc(reinterpret_cast<void**>(&b.host), b.capacity * sizeof(int32_t),
                                cudaHostAllocMapped | cudaHostAllocPortable),
                  what + ": cudaHostAlloc"));
-  REFIT_RETURN_IF_ERROR(
-      CudaStatus(cudaHostGetDevicePointer(reinterpret_cast<void**>(&b.device), b.host, 0),
-                 what + ": cudaHostGetDevicePointer"));
+  b.device = b.host;  // mapped memory has one address on host and device (UVA)
   return b;
 }
 

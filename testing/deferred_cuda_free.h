@@ -1,22 +1,30 @@
-// DeferCudaFrees: while one is alive, cudaFree and cudaFreeHost of every
-// thread of a binary that links //testing:deferred_cuda_free only record
-// the pointer (returning cudaSuccess); the object's destructor frees them
-// all. cudaFree waits for the whole device: in a check whose ranks are
-// threads on one GPU (cuda_inproc_transport.h), a rank freeing memory
-// during a round (a conversion's scratch growing) would wait on another
-// rank's transport gate, which waits on the freeing rank. The library
-// defines cudaFree and cudaFreeHost (the real ones found with dlsym), so
-// link it into test binaries only.
+// DeferCudaFrees: while one is alive, in a binary that links
+// //testing:deferred_cuda_free,
+//   * cudaFree and cudaFreeHost of every thread only record the pointer
+//     (returning cudaSuccess); the object's destructor frees them all;
+//   * cudaMallocHost and cudaHostAlloc are served from a pinned, mapped,
+//     portable pool made by the constructor (the real calls once it is
+//     used up); the destructor frees the pool.
+// Freeing (and pinning) memory may wait for the whole device: in a check
+// whose ranks are threads on one GPU (cuda_inproc_transport.h), a rank
+// doing so during a round would wait on another rank's transport gate,
+// which waits on that rank. The library defines those four functions (the
+// real ones found with dlsym), so link it into test binaries only.
 #ifndef REFIT_TESTING_DEFERRED_CUDA_FREE_H_
 #define REFIT_TESTING_DEFERRED_CUDA_FREE_H_
+
+#include <cstdint>
 
 namespace refit {
 namespace testing {
 
 class DeferCudaFrees {
  public:
-  DeferCudaFrees();
-  // Frees what was recorded while it was alive (nested ones: the outermost).
+  // `pinned_pool_bytes`: the pool of pinned host memory (none if the real
+  // cudaHostAlloc refuses it; nested ones: the outermost's).
+  explicit DeferCudaFrees(int64_t pinned_pool_bytes = int64_t{256} << 20);
+  // Frees what was recorded while it was alive, then the pool (nested
+  // ones: the outermost).
   ~DeferCudaFrees();
   DeferCudaFrees(const DeferCudaFrees&) = delete;
   DeferCudaFrees& operator=(const DeferCudaFrees&) = delete;
