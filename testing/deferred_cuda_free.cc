@@ -31,25 +31,21 @@ Deferred& State() {
 }
 
 template <typename F>
-F Real(const char* name) {
+F Load(const char* name) {
   return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
 }
 
-FreeFn RealFree() {
-  static FreeFn f = Real<FreeFn>("cudaFree");
-  return f;
-}
-FreeFn RealFreeHost() {
-  static FreeFn f = Real<FreeFn>("cudaFreeHost");
-  return f;
-}
-HostAllocFn RealHostAlloc() {
-  static HostAllocFn f = Real<HostAllocFn>("cudaHostAlloc");
-  return f;
-}
-MallocHostFn RealMallocHost() {
-  static MallocHostFn f = Real<MallocHostFn>("cudaMallocHost");
-  return f;
+// The CUDA runtime's own functions (null where not found).
+struct RealCalls {
+  FreeFn free = Load<FreeFn>("cudaFree");
+  FreeFn free_host = Load<FreeFn>("cudaFreeHost");
+  HostAllocFn host_alloc = Load<HostAllocFn>("cudaHostAlloc");
+  MallocHostFn malloc_host = Load<MallocHostFn>("cudaMallocHost");
+};
+
+const RealCalls& Real() {
+  static const RealCalls* r = new RealCalls;
+  return *r;
 }
 
 bool InPool(const Deferred& d, const void* p) {
@@ -91,7 +87,7 @@ DeferCudaFrees::DeferCudaFrees(int64_t pinned_pool_bytes) {
     if (d.depth++ > 0) return;
   }
   void* pool = nullptr;
-  HostAllocFn alloc = RealHostAlloc();
+  HostAllocFn alloc = Real().host_alloc;
   if (alloc != nullptr && pinned_pool_bytes > 0 &&
       alloc(&pool, static_cast<size_t>(pinned_pool_bytes),
             cudaHostAllocMapped | cudaHostAllocPortable) == cudaSuccess) {
@@ -115,21 +111,21 @@ DeferCudaFrees::~DeferCudaFrees() {
     d.pool_bytes = d.pool_used = 0;
   }
   for (const auto& [p, host] : frees) {
-    FreeFn f = host ? RealFreeHost() : RealFree();
+    FreeFn f = host ? Real().free_host : Real().free;
     if (f != nullptr) f(p);
   }
-  if (pool != nullptr && RealFreeHost() != nullptr) RealFreeHost()(pool);
+  if (pool != nullptr && Real().free_host != nullptr) Real().free_host(pool);
 }
 
 }  // namespace testing
 }  // namespace refit
 
 extern "C" cudaError_t cudaFree(void* p) {
-  return refit::testing::FreeOrDefer(p, false, refit::testing::RealFree());
+  return refit::testing::FreeOrDefer(p, false, refit::testing::Real().free);
 }
 
 extern "C" cudaError_t cudaFreeHost(void* p) {
-  return refit::testing::FreeOrDefer(p, true, refit::testing::RealFreeHost());
+  return refit::testing::FreeOrDefer(p, true, refit::testing::Real().free_host);
 }
 
 extern "C" cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int flags) {
@@ -137,7 +133,7 @@ extern "C" cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int flags)
     *p = q;
     return cudaSuccess;
   }
-  auto real = refit::testing::RealHostAlloc();
+  auto real = refit::testing::Real().host_alloc;
   return real == nullptr ? cudaErrorUnknown : real(p, bytes, flags);
 }
 
@@ -146,6 +142,6 @@ extern "C" cudaError_t cudaMallocHost(void** p, size_t bytes) {
     *p = q;
     return cudaSuccess;
   }
-  auto real = refit::testing::RealMallocHost();
+  auto real = refit::testing::Real().malloc_host;
   return real == nullptr ? cudaErrorUnknown : real(p, bytes);
 }
