@@ -14,15 +14,31 @@ namespace {
 
 using FreeFn = cudaError_t (*)(void*);
 using HostAllocFn = cudaError_t (*)(void**, size_t, unsigned int);
-using MallocHostFn = cudaError_t (*)(void**, size_t);
+using MallocHostFn = cudaError_t (*)(void**, size_t);  // also cudaMalloc's
+
+// A bump allocator over one allocation.
+struct Pool {
+  char* base = nullptr;
+  size_t bytes = 0;
+  size_t used = 0;
+  bool Holds(const void* p) const {
+    const char* c = static_cast<const char*>(p);
+    return base != nullptr && c >= base && c < base + bytes;
+  }
+  void* Take(size_t n) {
+    const size_t need = (n + 255) / 256 * 256;
+    if (base == nullptr || used + need > bytes) return nullptr;
+    void* p = base + used;
+    used += need;
+    return p;
+  }
+};
 
 struct Deferred {
   std::mutex mu;
   int depth = 0;
   std::vector<std::pair<void*, bool>> frees;  // pointer, pinned host
-  char* pool = nullptr;
-  size_t pool_bytes = 0;
-  size_t pool_used = 0;
+  Pool pinned, device;
 };
 
 Deferred& State() {
@@ -41,6 +57,7 @@ struct RealCalls {
   FreeFn free_host = Load<FreeFn>("cudaFreeHost");
   HostAllocFn host_alloc = Load<HostAllocFn>("cudaHostAlloc");
   MallocHostFn malloc_host = Load<MallocHostFn>("cudaMallocHost");
+  MallocHostFn malloc = Load<MallocHostFn>("cudaMalloc");
 };
 
 const RealCalls& Real() {
@@ -48,17 +65,12 @@ const RealCalls& Real() {
   return *r;
 }
 
-bool InPool(const Deferred& d, const void* p) {
-  const char* c = static_cast<const char*>(p);
-  return d.pool != nullptr && c >= d.pool && c < d.pool + d.pool_bytes;
-}
-
 // Records `p` when deferring (a pool pointer: nothing to do); else frees it.
 cudaError_t FreeOrDefer(void* p, bool host, FreeFn real) {
   if (p != nullptr) {
     Deferred& d = State();
     std::lock_guard<std::mutex> l(d.mu);
-    if (InPool(d, p)) return cudaSuccess;
+    if (d.pinned.Holds(p) || d.device.Holds(p)) return cudaSuccess;
     if (d.depth > 0) {
       d.frees.push_back({p, host});
       return cudaSuccess;
@@ -67,54 +79,59 @@ cudaError_t FreeOrDefer(void* p, bool host, FreeFn real) {
   return real == nullptr ? cudaErrorUnknown : real(p);
 }
 
-// `bytes` from the pool when deferring and it has room, else null.
-void* FromPool(size_t bytes) {
+// `bytes` from the pinned (else device) pool when deferring and it has
+// room, else null.
+void* FromPool(size_t bytes, bool pinned) {
   Deferred& d = State();
   std::lock_guard<std::mutex> l(d.mu);
-  const size_t need = (bytes + 255) / 256 * 256;
-  if (d.depth == 0 || d.pool == nullptr || d.pool_used + need > d.pool_bytes) return nullptr;
-  void* p = d.pool + d.pool_used;
-  d.pool_used += need;
-  return p;
+  if (d.depth == 0 || bytes == 0) return nullptr;
+  return (pinned ? d.pinned : d.device).Take(bytes);
 }
 
 }  // namespace
 
-DeferCudaFrees::DeferCudaFrees(int64_t pinned_pool_bytes) {
+DeferCudaFrees::DeferCudaFrees(int64_t pinned_pool_bytes, int64_t device_pool_bytes) {
   Deferred& d = State();
   {
     std::lock_guard<std::mutex> l(d.mu);
     if (d.depth++ > 0) return;
   }
-  void* pool = nullptr;
-  HostAllocFn alloc = Real().host_alloc;
-  if (alloc != nullptr && pinned_pool_bytes > 0 &&
-      alloc(&pool, static_cast<size_t>(pinned_pool_bytes),
-            cudaHostAllocMapped | cudaHostAllocPortable) == cudaSuccess) {
-    std::lock_guard<std::mutex> l(d.mu);
-    d.pool = static_cast<char*>(pool);
-    d.pool_bytes = static_cast<size_t>(pinned_pool_bytes);
-    d.pool_used = 0;
+  Pool pinned, device;
+  const RealCalls& real = Real();
+  void* p = nullptr;
+  if (real.host_alloc != nullptr && pinned_pool_bytes > 0 &&
+      real.host_alloc(&p, static_cast<size_t>(pinned_pool_bytes),
+                      cudaHostAllocMapped | cudaHostAllocPortable) == cudaSuccess) {
+    pinned = {static_cast<char*>(p), static_cast<size_t>(pinned_pool_bytes), 0};
   }
+  p = nullptr;
+  if (real.malloc != nullptr && device_pool_bytes > 0 &&
+      real.malloc(&p, static_cast<size_t>(device_pool_bytes)) == cudaSuccess) {
+    device = {static_cast<char*>(p), static_cast<size_t>(device_pool_bytes), 0};
+  }
+  std::lock_guard<std::mutex> l(d.mu);
+  d.pinned = pinned;
+  d.device = device;
 }
 
 DeferCudaFrees::~DeferCudaFrees() {
   std::vector<std::pair<void*, bool>> frees;
-  char* pool = nullptr;
+  Pool pinned, device;
   {
     Deferred& d = State();
     std::lock_guard<std::mutex> l(d.mu);
     if (--d.depth > 0) return;
     frees.swap(d.frees);
-    pool = d.pool;
-    d.pool = nullptr;
-    d.pool_bytes = d.pool_used = 0;
+    std::swap(pinned, d.pinned);
+    std::swap(device, d.device);
   }
+  const RealCalls& real = Real();
   for (const auto& [p, host] : frees) {
-    FreeFn f = host ? Real().free_host : Real().free;
+    FreeFn f = host ? real.free_host : real.free;
     if (f != nullptr) f(p);
   }
-  if (pool != nullptr && Real().free_host != nullptr) Real().free_host(pool);
+  if (pinned.base != nullptr && real.free_host != nullptr) real.free_host(pinned.base);
+  if (device.base != nullptr && real.free != nullptr) real.free(device.base);
 }
 
 }  // namespace testing
@@ -129,7 +146,7 @@ extern "C" cudaError_t cudaFreeHost(void* p) {
 }
 
 extern "C" cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int flags) {
-  if (void* q = refit::testing::FromPool(bytes)) {
+  if (void* q = refit::testing::FromPool(bytes, /*pinned=*/true)) {
     *p = q;
     return cudaSuccess;
   }
@@ -138,10 +155,19 @@ extern "C" cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int flags)
 }
 
 extern "C" cudaError_t cudaMallocHost(void** p, size_t bytes) {
-  if (void* q = refit::testing::FromPool(bytes)) {
+  if (void* q = refit::testing::FromPool(bytes, /*pinned=*/true)) {
     *p = q;
     return cudaSuccess;
   }
   auto real = refit::testing::Real().malloc_host;
+  return real == nullptr ? cudaErrorUnknown : real(p, bytes);
+}
+
+extern "C" cudaError_t cudaMalloc(void** p, size_t bytes) {
+  if (void* q = refit::testing::FromPool(bytes, /*pinned=*/false)) {
+    *p = q;
+    return cudaSuccess;
+  }
+  auto real = refit::testing::Real().malloc;
   return real == nullptr ? cudaErrorUnknown : real(p, bytes);
 }
