@@ -45,8 +45,8 @@
 // kernel when the context is made (CUDA_MODULE_LOADING=EAGER) and sets
 // CUDA_DEVICE_MAX_CONNECTIONS=32 (a hardware queue per stream: work of
 // unrelated streams does not queue behind a held one), both before main;
-// a check whose ranks free device memory during rounds defers those frees
-// (deferred_cuda_free.h). Test only: correctness over speed (a host
+// a check whose ranks allocate or free memory during rounds defers the
+// frees and serves the allocations from pools (deferred_cuda_free.h). Test only: correctness over speed (a host
 // function per copy, events per wave).
 #ifndef REFIT_TESTING_CUDA_INPROC_TRANSPORT_H_
 #define REFIT_TESTING_CUDA_INPROC_TRANSPORT_H_
