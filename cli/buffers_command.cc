@@ -8,7 +8,6 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "layout/dtype.h"
-#include "mapping/engine_vllm.h"
 #include "mapping/layout_builder.h"
 #include "mapping/mapping.h"
 #include "mapping/model_config.h"
@@ -37,7 +36,7 @@ absl::StatusOr<std::string> RunBuffersCommand(const BuffersCommandOptions& opt) 
   std::string kernel;  // engines: the kernel layout the buffers hold
   if (!trainer) {
     REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(opt.engine));
-    kernel = KernelLayoutSummary(es.kernel);
+    kernel = KernelTraits(es.kernel).summary;
     absl::StrAppend(&text, "kernel layout: ", kernel, "\n");
   }
   const int32_t first = opt.rank < 0 ? 0 : opt.rank;

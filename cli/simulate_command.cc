@@ -14,8 +14,8 @@
 #include "job/planner_flags.h"
 #include "exec/executor.h"
 #include "exec/transport/inproc_transport.h"
-#include "mapping/engine_vllm.h"
 #include "mapping/mapping.h"
+#include "mapping/parallel_spec.h"
 #include "mapping/plan_size.h"
 #include "mapping/scatter.h"
 #include "plan/planner.h"
@@ -191,7 +191,7 @@ absl::StatusOr<std::string> RunSimulateCommand(
       "model: ", opt.model, "\ncheckpoint: ", opt.checkpoint, " (",
       ckpt_bytes, " bytes)\ntrainer: ", TrainerSpecString(ts), " (",
       src.layout.world_size, " ranks)\nengine: ", EngineSpecString(es), " (",
-      dst.layout.world_size, " ranks)\nkernel layout: ", KernelLayoutSummary(es.kernel),
+      dst.layout.world_size, " ranks)\nkernel layout: ", KernelTraits(es.kernel).summary,
       "\nplan fingerprint: ", plan.fingerprint,
       "\nbytes moved: ", moved, " in ", plan.waves.size(), " waves, ",
       seconds, " s\nwrote ", JoinPath(out, "trainer/rank<k>.safetensors"), " and ",

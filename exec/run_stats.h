@@ -21,7 +21,9 @@ struct RunStats {
   double seconds = 0;
   // The most memory the data plane held during the run (staging of all
   // lanes, conversion scratch, the amax exchange) plus the conversion
-  // steps' workspace (ConvertOps::workspace_bytes).
+  // steps' workspace (ConvertOps::workspace_bytes). A delta round holds no
+  // conversion scratch (its batches quantize in their lane rooms) and
+  // reports that workspace apart (DeltaRoundStats::convert_workspace_bytes).
   int64_t peak_staging_bytes = 0;
   double device_seconds = 0;  // GPU time of the round's copy kernels (pull path)
   // A staged engine member: seconds its live buffers took to write from

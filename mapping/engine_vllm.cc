@@ -157,26 +157,6 @@ absl::Status MarkNvfp4Vllm(const std::string& side, ModelTensors* m) {
 
 absl::Span<const EngineDTypeRow> EngineDTypes() { return kEngineDTypes; }
 
-const char* KernelLayoutSummary(EngineSpec::Kernel k) {
-  switch (k) {
-    case EngineSpec::Kernel::kCheckpoint:
-      return "checkpoint layout (what Triton and CUTLASS read)";
-    case EngineSpec::Kernel::kFlashinfer:
-      return "flashinfer: expert w13_weight and its block scales as [up; gate] "
-             "(w31, FlashInfer CUTLASS fused MoE); NVFP4 and MXFP8 block scales "
-             "in 128 x 4 tiles padded with zeros, NVFP4 dense weights padded to "
-             "multiples of 32";
-    case EngineSpec::Kernel::kDeepgemm:
-      return "deepgemm: block-FP8 weights requantized to power-of-two (UE8M0) "
-             "scales, scales f32 row-major (DeepGEMM on SM90)";
-    case EngineSpec::Kernel::kDeepgemmSm100:
-      return "deepgemm-sm100: block-FP8 weights requantized to power-of-two (UE8M0) "
-             "scales, each row's scale exponents packed four to an int32, MN-major, "
-             "rows padded to a multiple of 4 (DeepGEMM on SM100)";
-  }
-  return "unknown";
-}
-
 absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
                                                 const EngineSpec& spec) {
   ModelConfig c = config;
@@ -228,8 +208,10 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
   }
   REFIT_ASSIGN_OR_RETURN(ModelTensors m, BuildModelTensors(c));
   const KernelRow& kernel = KernelTraits(spec.kernel);
-  m.swizzled_scales = (m.nvfp4 || m.mxfp8) && kernel.swizzle == ScaleSwizzle::kTiles128x4;
-  m.swizzled_flat = m.swizzled_scales && m.mxfp8;
+  if ((m.nvfp4 || m.mxfp8) && kernel.swizzle == ScaleSwizzle::kTiles128x4) {
+    m.scale_swizzle = ScaleSwizzle::kTiles128x4;
+  }
+  m.swizzled_flat = m.scale_swizzle == ScaleSwizzle::kTiles128x4 && m.mxfp8;
   if (m.swizzled_flat) {
     // vLLM's online MXFP8 MoE hands its experts to the backend that
     // select_mxfp8_moe_backend picks (FlashInfer TRTLLM shuffles them);
@@ -264,7 +246,7 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
   }
   if (kernel.swizzle == ScaleSwizzle::kPackedUe8m0) {
     // One exponent byte per weight row and tile column (mapping/packed_scales.h).
-    m.packed_scales = true;
+    m.scale_swizzle = ScaleSwizzle::kPackedUe8m0;
     for (size_t t = 0; t < m.tensors.size(); ++t) {
       const int32_t s = m.scale_of[t];
       if (s < 0) continue;

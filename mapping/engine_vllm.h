@@ -80,10 +80,6 @@ struct EngineDTypeRow {
 };
 absl::Span<const EngineDTypeRow> EngineDTypes();
 
-// One line saying what an engine kernel layout (spec.kernel) writes, for
-// `refit buffers`: "checkpoint layout (Triton, CUTLASS)", ...
-const char* KernelLayoutSummary(EngineSpec::Kernel k);
-
 // `model` as the engine holds it: EngineDTypes applied, and under
 // spec.quant every quantizable weight FP8 with its weight_scale_inv tensor
 // (scales with transform pow2_ceil under fp8-ue8m0, ue8m0_requant under

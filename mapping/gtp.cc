@@ -206,7 +206,7 @@ absl::Status CheckNvfp4Parameters(const ModelTensors& model, const TrainerSpec& 
 
 absl::Status ApplyGtp(const ModelTensors& model, const TrainerSpec& spec,
                       const std::string& side_name, MappedSide* side) {
-  const bool te = spec.weights != TrainerSpec::Weights::kModel;
+  const bool te = spec.weights.has_value();
   const bool gtp = spec.gtp > 1 || spec.egtp > 1;
   if (!gtp && !te) return absl::OkStatus();
   if (spec.egtp > 1 && spec.grouped_experts) {

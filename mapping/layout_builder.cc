@@ -130,7 +130,8 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
   }
   const TensorSpec& t = model_.tensors[tensor];
   const bool scaled = derive_scales_ && model_.scale_of[tensor] >= 0;
-  const bool swizzled = scaled && model_.swizzled_scales;
+  const bool swizzled = scaled && model_.scale_swizzle == ScaleSwizzle::kTiles128x4;
+  const bool packed = model_.scale_swizzle == ScaleSwizzle::kPackedUe8m0;
   if (swizzled && shape.size() < 2) {
     return absl::InternalError(absl::StrCat(side_, ": swizzled scales of buffer ", name,
                                             " need a matrix"));
@@ -188,7 +189,7 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
     size_t r = scale_shape.size();
     scale_shape[r - 2] = (scale_shape[r - 2] + br - 1) / br;
     scale_shape[r - 1] = (scale_shape[r - 1] + bc - 1) / bc;
-    if (model_.packed_scales) {
+    if (packed) {
       // DeepGEMM on SM100: [..., words, aligned rows] int32 of the weight's
       // rows' exponents (mapping/packed_scales.h).
       const int64_t rows = logical[r - 2], cols = scale_shape[r - 1];
@@ -226,7 +227,7 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
   const int32_t idx = add(name, std::move(shape), t.dtype, std::move(padding));
   if (scaled) {
     const DType sdt =
-        model_.packed_scales ? DType::kI32 : QuantFormatTraits(model_.format()).scale_dtype;
+        packed ? DType::kI32 : QuantFormatTraits(model_.format()).scale_dtype;
     const int32_t sidx = add(
         model_.fp8_per_tensor || model_.mxfp8 || model_.nvfp4 ? PerTensorScaleName(name)
                                                               : ScaleName(name),
@@ -417,15 +418,21 @@ absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
     sp[d] = {p.at / b, interleaved ? p.block / b : 0,
              interleaved ? p.period / b : 0};
   }
-  if (model_.packed_scales) {
+  if (model_.scale_swizzle == ScaleSwizzle::kPackedUe8m0) {
     // One exponent per weight row: the rows as the weight's.
     origin[rank - 2] = box.origin(rank - 2);
     shape[rank - 2] = box.shape(rank - 2);
     sp[rank - 2] = places[rank - 2];
   }
   Box scale_box = Box::UncheckedMove(std::move(origin), std::move(shape));
-  if (model_.swizzled_scales) return PlaceSwizzledScale(scale, sbuf, scale_box, sp);
-  if (model_.packed_scales) return PlacePackedScale(scale, sbuf, scale_box, sp);
+  switch (model_.scale_swizzle) {
+    case ScaleSwizzle::kTiles128x4:
+      return PlaceSwizzledScale(scale, sbuf, scale_box, sp);
+    case ScaleSwizzle::kPackedUe8m0:
+      return PlacePackedScale(scale, sbuf, scale_box, sp);
+    case ScaleSwizzle::kRowMajor:
+      break;
+  }
   return PlaceOne(scale, sbuf, scale_box, sp);
 }
 

@@ -89,7 +89,7 @@ class LayoutBuilder {
   // of `tensor` if new (ranks must be visited in increasing order). An
   // existing buffer must have the same shape (INTERNAL otherwise). Padding
   // rows [pad_begin, pad_end) of dim 0 are declared unsourced. With
-  // ModelTensors::swizzled_scales the companion scale buffer holds whole
+  // ModelTensors::scale_swizzle kTiles128x4 the companion scale buffer holds whole
   // 128 x 4 tiles and an NVFP4 dense weight whole 32 x 32 blocks of codes
   // (vLLM's padding), their padding declared unsourced; INVALID_ARGUMENT
   // naming the buffer when a stacked or row-padded NVFP4 weight would need

@@ -18,15 +18,15 @@ absl::StatusOr<MappedSide> BuildTrainerLayout(const ModelConfig& config,
   // weights=mxfp8|nvfp4: the linear weights as TE's native tensors, the
   // same logical tensors (names, shapes, dtypes) as the engine's quant=.
   ModelConfig c = config;
-  if (spec.weights != TrainerSpec::Weights::kModel) {
+  if (spec.weights.has_value()) {
     if (c.fp8_block != 0 || c.fp8_per_tensor || c.mxfp8 || c.nvfp4) {
       return absl::InvalidArgumentError(absl::StrCat(
           "trainer ", TrainerSpecString(spec), ": weights= describes a BF16 model "
           "trained in TE's native MXFP8/NVFP4 tensors; the model config is already "
           "quantized (--dtype bf16 gives its BF16 form)"));
     }
-    c.mxfp8 = spec.weights == TrainerSpec::Weights::kMxfp8;
-    c.nvfp4 = spec.weights == TrainerSpec::Weights::kNvfp4;
+    c.mxfp8 = spec.weights == QuantFormat::kMxfp8;
+    c.nvfp4 = spec.weights == QuantFormat::kNvfp4;
   }
   REFIT_ASSIGN_OR_RETURN(ModelTensors model, BuildModelTensors(c));
   return BuildMegatronLayout(c, model, spec);

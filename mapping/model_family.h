@@ -115,19 +115,19 @@ struct ModelTensors {
   bool fp8_per_tensor = false;  // per-tensor scales (weight_scale)
   bool mxfp8 = false;           // 1 x 32 E8M0 block scales (weight_scale)
   bool nvfp4 = false;           // packed E2M1, 1 x 16 e4m3 scales, globals
-  // Block scales (NVFP4 or MXFP8) in FlashInfer / CUTLASS's swizzled
-  // 128 x 4 tiles, padded to whole tiles with zeros (an engine's
-  // kernel=flashinfer; layout_builder.h). NVFP4 dense weights are padded
-  // to multiples of 32 rows and columns as well.
-  bool swizzled_scales = false;
+  // How the block scales lie in their buffers (the engine's kernel=,
+  // mapping/parallel_spec.h KernelRow::swizzle). kTiles128x4: NVFP4 or
+  // MXFP8 scales in FlashInfer / CUTLASS's swizzled 128 x 4 tiles, padded
+  // to whole tiles with zeros (kernel=flashinfer; layout_builder.h); NVFP4
+  // dense weights are padded to multiples of 32 rows and columns as well.
+  // kPackedUe8m0: FP8 block scales as DeepGEMM reads them on SM100
+  // (kernel=deepgemm-sm100): each scale tensor u8 [..., N, ceil(K/128)]
+  // (one exponent byte per weight row), its buffer int32 [...,
+  // ceil(K/512), align(N, 4)] (mapping/packed_scales.h).
+  ScaleSwizzle scale_swizzle = ScaleSwizzle::kRowMajor;
   // The swizzled scales of a weight held flat, [Mp * Kp] (vLLM's MXFP8
   // linear), not [.., Mp, Kp] (NVFP4).
   bool swizzled_flat = false;
-  // FP8 block scales as DeepGEMM reads them on SM100 (kernel=deepgemm-sm100):
-  // each scale tensor u8 [..., N, ceil(K/128)] (one exponent byte per
-  // weight row), its buffer int32 [..., ceil(K/512), align(N, 4)]
-  // (mapping/packed_scales.h).
-  bool packed_scales = false;
   // Per tensor: index of its NVFP4 global scale tensor, or -1.
   std::vector<int32_t> global_of;
   // Per tensor: the NVFP4 global scale tensor of its engine parameter (its

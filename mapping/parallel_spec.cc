@@ -76,12 +76,22 @@ absl::Status UnknownKey(absl::string_view spec, const std::string& key,
 namespace {
 
 constexpr KernelRow kKernelRows[] = {
-    {EngineSpec::Kernel::kCheckpoint, "checkpoint", ScaleSwizzle::kRowMajor, false},
+    {EngineSpec::Kernel::kCheckpoint, "checkpoint", ScaleSwizzle::kRowMajor, false,
+     "checkpoint layout (what Triton and CUTLASS read)"},
     // 128 x 4 tiles for MXFP8 and NVFP4 scales; FP8 block scales stay
     // row-major.
-    {EngineSpec::Kernel::kFlashinfer, "flashinfer", ScaleSwizzle::kTiles128x4, false},
-    {EngineSpec::Kernel::kDeepgemm, "deepgemm", ScaleSwizzle::kRowMajor, true},
-    {EngineSpec::Kernel::kDeepgemmSm100, "deepgemm-sm100", ScaleSwizzle::kPackedUe8m0, true},
+    {EngineSpec::Kernel::kFlashinfer, "flashinfer", ScaleSwizzle::kTiles128x4, false,
+     "flashinfer: expert w13_weight and its block scales as [up; gate] "
+     "(w31, FlashInfer CUTLASS fused MoE); NVFP4 and MXFP8 block scales "
+     "in 128 x 4 tiles padded with zeros, NVFP4 dense weights padded to "
+     "multiples of 32"},
+    {EngineSpec::Kernel::kDeepgemm, "deepgemm", ScaleSwizzle::kRowMajor, true,
+     "deepgemm: block-FP8 weights requantized to power-of-two (UE8M0) "
+     "scales, scales f32 row-major (DeepGEMM on SM90)"},
+    {EngineSpec::Kernel::kDeepgemmSm100, "deepgemm-sm100", ScaleSwizzle::kPackedUe8m0, true,
+     "deepgemm-sm100: block-FP8 weights requantized to power-of-two (UE8M0) "
+     "scales, each row's scale exponents packed four to an int32, MN-major, "
+     "rows padded to a multiple of 4 (DeepGEMM on SM100)"},
 };
 
 // The quant= values, each a row of the format table.
@@ -191,11 +201,13 @@ absl::StatusOr<TrainerSpec> ParseTrainerSpec(absl::string_view text) {
       } else if (kv.key == "egtp") {
         REFIT_RETURN_IF_ERROR(ParseInt(text, kv, &s.egtp, 1));
       } else if (kv.key == "weights") {
-        if (kv.value == "mxfp8") {
-          s.weights = TrainerSpec::Weights::kMxfp8;
-        } else if (kv.value == "nvfp4") {
-          s.weights = TrainerSpec::Weights::kNvfp4;
-        } else if (kv.value != "model") {
+        bool known = kv.value == "model";
+        for (const QuantFormat f : {QuantFormat::kMxfp8, QuantFormat::kNvfp4}) {
+          if (kv.value != QuantName(f)) continue;
+          s.weights = f;
+          known = true;
+        }
+        if (!known) {
           return absl::InvalidArgumentError(absl::StrCat(
               "spec \"", text, "\": weights=", kv.value,
               " (expected model, mxfp8 or nvfp4)"));
@@ -236,7 +248,7 @@ absl::StatusOr<TrainerSpec> ParseTrainerSpec(absl::string_view text) {
           s.etp == 0 ? " (etp defaults to tp, as in Megatron; set etp)" : ""));
     }
     if (s.amax == TrainerSpec::AmaxScope::kTp &&
-        s.weights != TrainerSpec::Weights::kNvfp4) {
+        s.weights != QuantFormat::kNvfp4) {
       return absl::InvalidArgumentError(absl::StrCat(
           "spec \"", text, "\": amax= applies to weights=nvfp4 only"));
     }
@@ -435,8 +447,7 @@ std::string TrainerSpecString(const TrainerSpec& s) {
   absl::StrAppend(&out, ",vocab_div=", s.vocab_divisor);
   if (s.gtp > 1) absl::StrAppend(&out, ",gtp=", s.gtp);
   if (s.egtp > 1) absl::StrAppend(&out, ",egtp=", s.egtp);
-  if (s.weights == TrainerSpec::Weights::kMxfp8) absl::StrAppend(&out, ",weights=mxfp8");
-  if (s.weights == TrainerSpec::Weights::kNvfp4) absl::StrAppend(&out, ",weights=nvfp4");
+  if (s.weights.has_value()) absl::StrAppend(&out, ",weights=", QuantName(*s.weights));
   if (s.amax == TrainerSpec::AmaxScope::kTp) absl::StrAppend(&out, ",amax=tp");
   if (s.gpus_per_host > 0) absl::StrAppend(&out, ",gpus_per_host=", s.gpus_per_host);
   return out;

@@ -65,10 +65,9 @@ struct TrainerSpec {
   // Megatron GTP (mapping/gtp.h): row slices of each TP-local weight.
   int32_t gtp = 1;
   int32_t egtp = 1;
-  // The trainer's linear weights: the model's dtype, or TE's native
-  // MXFP8 / NVFP4 tensors.
-  enum class Weights { kModel, kMxfp8, kNvfp4 };
-  Weights weights = Weights::kModel;
+  // The trainer's linear weights: the model's dtype (absent), or TE's
+  // native MXFP8 / NVFP4 tensors (QuantFormat::kMxfp8 / kNvfp4).
+  std::optional<QuantFormat> weights;
   // NVFP4: the ranks sharing one weight's amax (global scale): its GTP
   // peers only (kGtp), or all of its TP and GTP peers (kTp).
   enum class AmaxScope { kGtp, kTp };
@@ -154,6 +153,9 @@ struct KernelRow {
   ScaleSwizzle swizzle;
   // Block-FP8 weights requantized to power-of-two scales (DeepGEMM).
   bool requant;
+  // One line saying what the layout writes, for `refit buffers` and
+  // `refit simulate`: "checkpoint layout (what Triton and CUTLASS read)", ...
+  const char* summary;
 };
 
 // The row of kernel `k`.
@@ -166,8 +168,8 @@ const char* KernelName(EngineSpec::Kernel k);
 // requantized to power-of-two scales).
 bool IsDeepgemm(EngineSpec::Kernel k);
 
-// The quant= text of a format: "fp8", "fp8-ue8m0", "mxfp8", "nvfp4" (for
-// the formats quant= names; "unknown" for the others).
+// The quant= (and weights=) text of a format: "fp8", "fp8-ue8m0", "mxfp8",
+// "nvfp4" (for the formats quant= names; "unknown" for the others).
 const char* QuantName(QuantFormat f);
 
 // Parse the forms above. INVALID_ARGUMENT naming the unknown kind or key,

@@ -31,8 +31,8 @@ bool IsFloatSource(DType d) {
   return d == DType::kBF16 || d == DType::kF16 || d == DType::kF32;
 }
 
-absl::StatusOr<Target> KindFor(const TensorSpec& s, const TensorSpec& d,
-                                       const TensorSpec* scale) {
+absl::StatusOr<Target> TargetFor(const TensorSpec& s, const TensorSpec& d,
+                                 const TensorSpec* scale) {
   if (!IsFloatSource(s.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor ", d.name, ": the engine holds ", DTypeName(d.dtype),
@@ -510,7 +510,7 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
     std::vector<int64_t> unpacked = d.shape;
     if (packed) unpacked.back() *= 2;
     if (s.shape != unpacked || s.stacked != d.stacked) continue;  // planner says
-    REFIT_ASSIGN_OR_RETURN(const Target what, KindFor(s, d, scale));
+    REFIT_ASSIGN_OR_RETURN(const Target what, TargetFor(s, d, scale));
     Plan1 p{what, s.dtype, -1, {}};
     p.dst_tensor = dst_by_name[d.name];
     if (IsBlockQuantized(what.kind)) {

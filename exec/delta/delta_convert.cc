@@ -3,11 +3,13 @@
 // batch's records quantized into the front of its lane room on its lane.
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "exec/convert/amax_exchange.h"
 #include "exec/delta/delta_runner.h"
+#include "layout/dtype.h"
 
 namespace refit {
 namespace {
@@ -17,6 +19,31 @@ int64_t AlignTo(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 bool IsScratch(const Plan& plan, int32_t b) {
   return b >= 0 && static_cast<size_t>(b) < plan.src.buffers.size() &&
          plan.src.buffers[b].scratch;
+}
+
+// The most source bytes one step of a message's quantization reads (and
+// gathers, where its rows are strided): whole tile rows, at least one.
+constexpr int64_t kStepSourceBytes = 4 << 20;
+
+// Rows `r` in steps of whole tile rows of at most kStepSourceBytes of
+// source each (at least one tile row).
+void AppendSteps(const ConversionStage& stage, const ConversionStage::Rows& r,
+                 std::vector<ConversionStage::Rows>* steps) {
+  const Conversion& c = stage.conversion(r.conversion);
+  const Box& box = c.from.box;
+  if (box.rank() == 0 || box.shape(0) == 0 || r.end <= r.begin) {
+    steps->push_back(r);
+    return;
+  }
+  const int64_t align = stage.row_align(r.conversion);
+  const int64_t row_bytes =
+      std::max<int64_t>(1, UncheckedNumElements(box) / box.shape(0) * DTypeSize(c.from_dtype));
+  const int64_t step = align * std::max<int64_t>(1, kStepSourceBytes / (align * row_bytes));
+  for (int64_t b = r.begin; b < r.end;) {
+    const int64_t e = std::min(r.end, (b / step + 1) * step);
+    steps->push_back({r.conversion, b, e, r.codes});
+    b = e;
+  }
 }
 
 }  // namespace
@@ -51,57 +78,116 @@ absl::Status DeltaRunner::NoteConversions(const Plan& plan, const Message& m, Ms
     }
   }
   if (!mw.converted) return absl::OkStatus();
-  // What the rows write, per scratch buffer, laid out one after another.
-  for (const ConversionStage::Rows& r : mw.convs) {
-    const Conversion& c = conversions_->conversion(r.conversion);
-    for (int32_t b : {r.codes ? c.to_buffer : -1, c.scale_buffer, c.global_buffer}) {
-      if (b < 0) continue;
-      const auto [lo, hi] = conversions_->row_bytes(r.conversion, b, r.begin, r.end);
-      auto s = std::find_if(mw.slices.begin(), mw.slices.end(),
-                            [b](const MsgWork::Slice& x) { return x.buffer == b; });
-      if (s == mw.slices.end()) {
-        mw.slices.push_back({b, lo, hi, 0});
-      } else {
-        s->lo = std::min(s->lo, lo);
-        s->hi = std::max(s->hi, hi);
-      }
-    }
+  // In steps; the area takes the largest step's slices and gather.
+  mw.steps.clear();
+  for (const ConversionStage::Rows& r : mw.convs) AppendSteps(*conversions_, r, &mw.steps);
+  mw.convert_bytes = 0;
+  std::vector<MsgWork::Slice> slices;
+  for (const ConversionStage::Rows& r : mw.steps) {
+    const int64_t gather_at = LayOutStep(r, &slices);
+    mw.convert_bytes = std::max(mw.convert_bytes, gather_at + conversions_->gather_bytes(r));
   }
-  // The source rows gathered (where strided) after them, one conversion
-  // at a time.
-  int64_t at = 0;
-  for (MsgWork::Slice& s : mw.slices) {
-    s.at = at;
-    at = AlignTo(at + s.hi - s.lo, 256);
-  }
-  mw.gather_at = at;
-  int64_t gather = 0;
-  for (const ConversionStage::Rows& r : mw.convs) {
-    gather = std::max(gather, conversions_->gather_bytes(r));
-  }
-  mw.convert_bytes = at + gather;
   mw.direct = nullptr;
   mw.tasks = std::move(tasks);
   return absl::OkStatus();
 }
 
+int64_t DeltaRunner::LayOutStep(const ConversionStage::Rows& r,
+                                std::vector<MsgWork::Slice>* slices) const {
+  slices->clear();
+  const Conversion& c = conversions_->conversion(r.conversion);
+  int64_t at = 0;
+  for (int32_t b : {r.codes ? c.to_buffer : -1, c.scale_buffer, c.global_buffer}) {
+    if (b < 0) continue;
+    const auto [lo, hi] = conversions_->row_bytes(r.conversion, b, r.begin, r.end);
+    slices->push_back({b, lo, hi, at});
+    at = AlignTo(at + hi - lo, 256);
+  }
+  return at;
+}
+
+namespace {
+
+// The part of task `t` whose source bytes lie in [lo, hi) of its source
+// buffer, as tasks (rows never overlap: a stride at least the row, or 0
+// for a row read again).
+void AppendClipped(const CopyTask& t, int64_t lo, int64_t hi, std::vector<CopyTask>* out) {
+  auto piece = [&](int64_t row, int64_t rows, int64_t from, int64_t to) {
+    CopyTask p = t;
+    p.rows = rows;
+    p.src_offset = t.src_offset + row * t.src_row_stride + from;
+    p.dst_offset = t.dst_offset + row * t.dst_row_stride + from;
+    p.row_bytes = to - from;
+    out->push_back(p);
+  };
+  if (t.rows <= 0 || t.row_bytes <= 0) return;
+  if (t.src_row_stride == 0 || t.rows == 1) {  // every row the same source bytes
+    const int64_t from = std::max<int64_t>(0, lo - t.src_offset);
+    const int64_t to = std::min<int64_t>(t.row_bytes, hi - t.src_offset);
+    if (from < to) piece(0, t.rows, from, to);
+    return;
+  }
+  const int64_t stride = t.src_row_stride;
+  // Rows starting at or after lo and ending at or before hi: [first, last).
+  const int64_t first = std::max<int64_t>(0, (lo - t.src_offset + stride - 1) / stride);
+  const int64_t last =
+      std::min<int64_t>(t.rows, hi - t.src_offset - t.row_bytes < 0
+                                    ? 0
+                                    : (hi - t.src_offset - t.row_bytes) / stride + 1);
+  if (first < last) piece(first, last - first, 0, t.row_bytes);
+  // The rows cut by lo or hi.
+  for (int64_t row : {first - 1, std::max(first, last)}) {
+    if (row < 0 || row >= t.rows || (row >= first && row < last)) continue;
+    const int64_t start = t.src_offset + row * stride;
+    const int64_t from = std::max<int64_t>(0, lo - start);
+    const int64_t to = std::min<int64_t>(t.row_bytes, hi - start);
+    if (from < to) piece(row, 1, from, to);
+  }
+}
+
+}  // namespace
+
 absl::Status DeltaRunner::StageConverted(BatchWork& w) {
   if (w.convert_bytes == 0) return absl::OkStatus();
   const absl::Time t0 = absl::Now();
-  char* area = lane_room_[w.lane] + w.convert_offset;
+  char* area =
+      w.convert_beside ? lane_beside_[w.lane] : lane_room_[w.lane] + w.convert_offset;
+  char* const* own = buffers_.data();
   absl::Status s;
+  std::vector<MsgWork::Slice> slices;
+  std::vector<CopyTask> part;
   for (const MsgWork& m : w.msgs) {
     if (!m.converted) continue;
-    // The slices' bytes lie at their offsets in their buffers from these
-    // addresses; nothing outside [lo, hi) is read or written.
-    for (const MsgWork::Slice& x : m.slices) convert_buffers_[x.buffer] = area + x.at - x.lo;
-    s = conversions_->Convert(*lane_convert_[w.lane], convert_buffers_, m.convs,
-                              area + m.gather_at);
+    char* place = w.staging + m.stage_offset;
+    // What it reads of the registered buffers, at once.
+    part.clear();
+    for (const CopyTask& t : m.tasks) {
+      if (t.src_buffer < 0 || !plan_->src.buffers[t.src_buffer].scratch) part.push_back(t);
+    }
     absl::StatusOr<std::vector<ResolvedCopy>> copies =
-        s.ok() ? ResolveTasks(m.tasks, convert_buffers_, {}, nullptr, w.staging + m.stage_offset)
-               : s;
+        ResolveTasks(part, buffers_, {}, nullptr, place);
     s = copies.ok() ? copier_->Copy(w.lane, *copies) : copies.status();
-    for (const MsgWork::Slice& x : m.slices) convert_buffers_[x.buffer] = buffers_[x.buffer];
+    // Then step by step: the step's rows quantized into the area (their
+    // bytes at their offsets in their buffers from these addresses;
+    // nothing outside [lo, hi) is read or written), and what the message
+    // reads of them packed from there.
+    for (const ConversionStage::Rows& r : m.steps) {
+      if (!s.ok()) break;
+      const int64_t gather_at = LayOutStep(r, &slices);
+      part.clear();
+      for (const MsgWork::Slice& x : slices) {
+        convert_buffers_[x.buffer] = area + x.at - x.lo;
+        for (const CopyTask& t : m.tasks) {
+          if (t.src_buffer == x.buffer) AppendClipped(t, x.lo, x.hi, &part);
+        }
+      }
+      s = conversions_->Convert(*lane_convert_[w.lane], convert_buffers_, {r}, area + gather_at);
+      if (s.ok()) {
+        copies = ResolveTasks(part, convert_buffers_, {}, nullptr, place);
+        s = copies.ok() ? copier_->Copy(w.lane, *copies) : copies.status();
+      }
+      for (const MsgWork::Slice& x : slices) convert_buffers_[x.buffer] = own[x.buffer];
+    }
     if (!s.ok()) break;
   }
   delta_stats_.convert_seconds += absl::ToDoubleSeconds(absl::Now() - t0);

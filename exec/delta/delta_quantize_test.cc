@@ -3,6 +3,7 @@
 // lane room, so a trainer rank holds no more than the budget even when its
 // quantized model is larger; every round's engine bytes equal those a dense
 // round (Executor) writes, over several rounds of small changes.
+#include <atomic>
 #include <memory>
 #include <random>
 #include <string>
@@ -29,7 +30,9 @@ struct Case {
   bool model_above_budget;  // a trainer rank's quantized model passes the budget
   // The plan's lanes and bytes per rank in a wave; 0: the planner's lanes,
   // waves and messages of at most a quarter of the lane share (a batch's
-  // quantized rows and packed messages share its lane's room).
+  // quantized rows and packed messages share its lane's room); -1: the
+  // planner's waves (filled to the lane share: the quantizing area lies
+  // beside the budget).
   int32_t lanes = 0;
   int64_t max_wave_bytes = 0;
 };
@@ -45,7 +48,7 @@ absl::StatusOr<Plan> PlanOf(const Case& c, int64_t budget, SideLayout* trainer =
   }
   if (c.max_wave_bytes > 0) {
     o.max_wave_bytes = c.max_wave_bytes;
-  } else {
+  } else if (c.max_wave_bytes == 0) {
     o.max_wave_bytes = o.max_message_bytes = budget / o.num_lanes / 4;
   }
   testing::PlannedCase pc;
@@ -86,6 +89,89 @@ absl::Status DenseRound(const Plan& plan, OwnedBuffers& trainer, OwnedBuffers& e
   }
   return absl::OkStatus();
 }
+
+// Conversion steps that count the elements they quantize (or cast).
+class CountingConvertOps : public ConvertOps {
+ public:
+  CountingConvertOps(std::unique_ptr<ConvertOps> inner, std::atomic<int64_t>* elements)
+      : inner_(std::move(inner)), elements_(elements) {}
+  absl::StatusOr<const char*> Gather(const Record& r, const Box& part, DType dtype,
+                                     absl::Span<char* const> buffers, char* into) override {
+    return inner_->Gather(r, part, dtype, buffers, into);
+  }
+  absl::StatusOr<std::vector<float>> TileAmax(const char* dense, DType dtype, const Box& box,
+                                              const std::vector<int64_t>& tile) override {
+    return inner_->TileAmax(dense, dtype, box, tile);
+  }
+  absl::Status Quantize(const char* dense, DType dtype, const Box& box,
+                        const std::vector<int64_t>& tile, const std::vector<float>& amax,
+                        ScaleMode mode, char* out, char* scales) override {
+    *elements_ += UncheckedNumElements(box);
+    return inner_->Quantize(dense, dtype, box, tile, amax, mode, out, scales);
+  }
+  absl::Status QuantizeWhole(const char* dense, DType dtype, const Box& box,
+                             const std::vector<int64_t>& tile, ScaleMode mode, char* out,
+                             char* scales, absl::string_view what) override {
+    *elements_ += UncheckedNumElements(box);
+    return inner_->QuantizeWhole(dense, dtype, box, tile, mode, out, scales, what);
+  }
+  absl::StatusOr<Nvfp4Amaxes> Nvfp4Amax(const char* dense, DType dtype, const Box& box,
+                                        bool blocks) override {
+    return inner_->Nvfp4Amax(dense, dtype, box, blocks);
+  }
+  absl::Status Nvfp4GlobalAmax(const char* dense, DType dtype, const Box& box,
+                               std::vector<float>* global, absl::string_view what) override {
+    return inner_->Nvfp4GlobalAmax(dense, dtype, box, global, what);
+  }
+  absl::Status QuantizeNvfp4(const char* dense, DType dtype, const Box& box, Nvfp4Recipe recipe,
+                             const std::vector<float>& block_amax,
+                             const std::vector<float>& global_amax, char* out, char* scales,
+                             char* global_scales) override {
+    *elements_ += UncheckedNumElements(box);
+    return inner_->QuantizeNvfp4(dense, dtype, box, recipe, block_amax, global_amax, out, scales,
+                                 global_scales);
+  }
+  absl::Status StoreF32(absl::Span<const float> values, char* out) override {
+    return inner_->StoreF32(values, out);
+  }
+  absl::Status Cast(const char* dense, DType dtype, int64_t n, bool neg_exp, char* out) override {
+    *elements_ += n;
+    return inner_->Cast(dense, dtype, n, neg_exp, out);
+  }
+  absl::Status Sync() override { return inner_->Sync(); }
+  int64_t workspace_bytes() const override { return inner_->workspace_bytes(); }
+
+ private:
+  std::unique_ptr<ConvertOps> inner_;
+  std::atomic<int64_t>* elements_;
+};
+
+// A counting copier whose conversion steps count what they quantize.
+class QuantizeCountingCopier : public testing::CountingCopier {
+ public:
+  std::unique_ptr<ConvertOps> MakeConvertOps(int32_t lane) override {
+    return std::make_unique<CountingConvertOps>(CountingCopier::MakeConvertOps(lane),
+                                                &elements);
+  }
+  std::atomic<int64_t> elements{0};
+};
+
+// The host's wave ops, noting how many elements were quantized when the
+// round's first count started.
+class FirstCountOps : public ForwardingWaveOps {
+ public:
+  explicit FirstCountOps(const std::atomic<int64_t>* quantized)
+      : ForwardingWaveOps(MakeHostWaveOps()), quantized_(quantized) {}
+  int64_t at_first_count = -1;
+  absl::Status StartCount(int32_t lane, absl::Span<const EncodeItem> items,
+                          absl::Time deadline) override {
+    if (at_first_count < 0) at_first_count = *quantized_;
+    return ForwardingWaveOps::StartCount(lane, items, deadline);
+  }
+
+ private:
+  const std::atomic<int64_t>* quantized_;
+};
 
 class DeltaQuantizeTest : public ::testing::TestWithParam<Case> {};
 
@@ -163,19 +249,27 @@ TEST_P(DeltaQuantizeTest, RoundsStayWithinTheBudgetAndLandTheDenseRoundsBytes) {
       ASSERT_EQ(dense.storage[b], engine.storage[b])
           << "engine buffer " << plan.dst.buffers[b].name;
     }
-    int64_t wire = 0, bytes = 0;
+    int64_t wire = 0, bytes = 0, beside = 0;
     for (int g = 0; g < ws; ++g) {
       // What the trainer took from its copier, the committed round's
       // re-quantization included, and what it reports: within the budget.
-      EXPECT_LE(copiers[g]->peak_bytes(), c.budget) << "trainer rank " << g;
-      EXPECT_LE(runs[g]->peak_staging_bytes, c.budget) << "trainer rank " << g;
-      EXPECT_GE(runs[g]->peak_staging_bytes, copiers[g]->peak_bytes()) << "trainer rank " << g;
       const DeltaRoundStats& st = runners[g]->delta_stats();
+      // Beside it only where waves fill the lane share: one step a lane.
+      if (c.max_wave_bytes >= 0) EXPECT_EQ(st.convert_beside_bytes, 0) << "trainer rank " << g;
+      EXPECT_LE(st.convert_beside_bytes, plan.options.num_lanes * (8 << 20));
+      EXPECT_LE(copiers[g]->peak_bytes(), c.budget + st.convert_beside_bytes)
+          << "trainer rank " << g;
+      EXPECT_LE(runs[g]->peak_staging_bytes, c.budget + st.convert_beside_bytes)
+          << "trainer rank " << g;
+      EXPECT_GE(runs[g]->peak_staging_bytes, copiers[g]->peak_bytes()) << "trainer rank " << g;
+      beside += st.convert_beside_bytes;
       EXPECT_GT(st.batches, 1) << "trainer rank " << g;
       wire += st.wire_bytes;
       bytes += st.dense_bytes;
     }
-    if (version > 1 && fraction == 0.01) {
+    if (c.max_wave_bytes < 0) EXPECT_GT(beside, 0);
+    // (Full waves leave no room for encodings: their messages go dense.)
+    if (version > 1 && fraction == 0.01 && c.max_wave_bytes >= 0) {
       EXPECT_LT(wire, bytes / 2) << "1% of the words changed";
     }
   }
@@ -193,32 +287,86 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"tiny-qwen3-moe-b128", "megatron:tp=1", "vllm:tp=1,quant=fp8", 4 << 20, false, 2},
         Case{"tiny-qwen3-moe-b128", "megatron:tp=1", "vllm:tp=1,quant=fp8", 4 << 20, false, 4},
         Case{"tiny-qwen3-moe-mx", "megatron:tp=1", "vllm:tp=1,quant=mxfp8", 1 << 20, false, 2},
-        Case{"tiny-qwen3-moe-fp4", "megatron:tp=1", "vllm:tp=1,quant=nvfp4", 1 << 20, false, 2}));
+        Case{"tiny-qwen3-moe-fp4", "megatron:tp=1", "vllm:tp=1,quant=nvfp4", 1 << 20, false, 2},
+        // Waves filled to the lane share.
+        Case{"tiny-qwen3-moe-b128", "megatron:tp=1", "vllm:tp=1,quant=fp8", 1 << 20, false, 2,
+             -1},
+        Case{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=2,quant=fp8", 512 << 10, true, 2,
+             -1}));
 
-// A budget whose lane room holds less than one batch's quantized rows and
-// packed messages is refused at Create, naming the parameter and the flag.
-TEST(DeltaQuantizeBudgetTest, ABudgetTooSmallForABatchsQuantizedRowsIsRefused) {
-  const Case c{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=2,quant=fp8", 32 << 10, true};
+// A budget whose lane room holds less than one batch's messages (those
+// that read quantized values are packed) is refused at Create, naming the
+// parameter and the flag (a plan built for 512 KiB, run with 16 KiB).
+TEST(DeltaQuantizeBudgetTest, ABudgetTooSmallForABatchsQuantizedMessagesIsRefused) {
+  const Case c{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=2,quant=fp8", 512 << 10, true};
   absl::StatusOr<Plan> plan = PlanOf(c, c.budget);
   ASSERT_TRUE(plan.ok()) << plan.status();
+  plan->options.staging_budget_bytes = 16 << 10;
   auto fabric =
       InProcFabric::Create(plan->src.world_size + plan->dst.world_size, plan->options.num_lanes)
           .value();
   OwnedBuffers trainer = AllocateBuffers(plan->src, 0);
-  bool refused = false;
   for (int r = 0; r < plan->src.world_size; ++r) {
     auto t = InProcTransport::Create(fabric, r).value();
     auto d = DeltaRunner::Create(*plan, Side::kTrainer, r, Pointers(plan->src, trainer), t.get());
-    if (d.ok()) continue;
-    refused = true;
-    EXPECT_TRUE(absl::IsInvalidArgument(d.status())) << d.status();
+    ASSERT_TRUE(absl::IsInvalidArgument(d.status())) << d.status();
     const std::string rank = absl::StrCat("trainer rank ", r);
     for (const char* word :
-         {"staging_budget_bytes", "--staging_mib", "to quantize", "at least", rank.c_str()}) {
+         {"staging_budget_bytes", "--staging_mib", "16384 bytes", "at least", rank.c_str()}) {
       EXPECT_TRUE(absl::StrContains(d.status().message(), word)) << word << ": " << d.status();
     }
   }
-  EXPECT_TRUE(refused);
+}
+
+// A trainer's first count starts once its first batch's rows are
+// quantized, long before the rank's whole model is.
+TEST(DeltaQuantizeOrderTest, TheFirstCountWaitsForItsBatchOnly) {
+  const Case c{"tiny-qwen3-moe-b128", "fsdp:dp=3", "vllm:tp=2,quant=fp8", 512 << 10, true};
+  SideLayout registered;
+  absl::StatusOr<Plan> planned = PlanOf(c, c.budget, &registered);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  const Plan& plan = *planned;
+  const int ws = plan.src.world_size, world = ws + plan.dst.world_size;
+  OwnedBuffers trainer = AllocateBuffers(plan.src, 0);
+  OwnedBuffers engine = AllocateBuffers(plan.dst, 0xEE);
+  FillPattern(registered, trainer.ptrs, {-1, 1});
+  auto fabric = InProcFabric::Create(world, plan.options.num_lanes).value();
+  std::vector<std::unique_ptr<Transport>> transports(world);
+  std::vector<QuantizeCountingCopier> copiers(ws);
+  std::vector<std::unique_ptr<FirstCountOps>> ops(ws);
+  std::vector<absl::Status> status(world);
+  std::vector<DeltaRoundStats> stats(world);
+  for (int g = 0; g < world; ++g) transports[g] = InProcTransport::Create(fabric, g).value();
+  std::vector<std::thread> threads;
+  for (int g = 0; g < world; ++g) {
+    threads.emplace_back([&, g] {
+      const bool src = g < ws;
+      DeltaRunnerOptions o;
+      if (src) {
+        ops[g] = std::make_unique<FirstCountOps>(&copiers[g].elements);
+        o.copier = &copiers[g];
+        o.ops = ops[g].get();
+      }
+      auto r = DeltaRunner::Create(plan, src ? Side::kTrainer : Side::kEngine, src ? g : g - ws,
+                                   Pointers(src ? plan.src : plan.dst, src ? trainer : engine),
+                                   transports[g].get(), o);
+      if (!r.ok()) {
+        status[g] = r.status();
+        return;
+      }
+      (*r)->Begin({1, std::vector<int64_t>(plan.dst.world_size, -1), false});
+      status[g] = (*r)->Run(absl::Now() + absl::Seconds(60)).status();
+      stats[g] = (*r)->delta_stats();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int g = 0; g < world; ++g) ASSERT_TRUE(status[g].ok()) << "rank " << g << ": " << status[g];
+  for (int g = 0; g < ws; ++g) {
+    EXPECT_GT(stats[g].batches, 2) << "trainer rank " << g;
+    EXPECT_GT(ops[g]->at_first_count, 0) << "trainer rank " << g;
+    EXPECT_LT(ops[g]->at_first_count * 2, copiers[g].elements.load())
+        << "trainer rank " << g << ": quantized before its first count, of the round's";
+  }
 }
 
 }  // namespace

@@ -277,6 +277,9 @@ DeltaRunner::~DeltaRunner() {
     if (p != nullptr) copier_->Free(p);
   }
   if (ring_ != nullptr) copier_->Free(ring_);
+  for (char* p : lane_beside_) {
+    if (p != nullptr) copier_->Free(p);
+  }
   lane_convert_.clear();
   conversions_.reset();
   if (connect_bytes_ != nullptr) ops_->Free(connect_bytes_);
@@ -396,7 +399,8 @@ absl::StatusOr<RunStats> DeltaRunner::RunBatches(absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(Drain(deadline));
   REFIT_RETURN_IF_ERROR(ops_->Finish(deadline));
   REFIT_RETURN_IF_ERROR(SyncConversions(-1));
-  stats.peak_staging_bytes = budget_held_ + exchange_beside_;
+  stats.peak_staging_bytes = budget_held_ + exchange_beside_ + beside_held_;
+  delta_stats_.convert_beside_bytes = beside_held_;
   delta_stats_.convert_workspace_bytes = ConversionWorkspace();
   delta_stats_.header_bytes = header_bytes_;
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);

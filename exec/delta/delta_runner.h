@@ -32,17 +32,20 @@
 // rank exchanges its cut tiles' amaxes (and NVFP4's global amaxes) with
 // its peers once a round, before its first batch (a few floats a tile).
 // Each batch then, on its lane right before its count, takes its messages
-// that read quantized values one at a time: the rows of the records the
-// message reads (whole tiles of rows, with the exchanged scales:
-// ConversionStage::Rows) are quantized into the batch's quantizing area,
-// past its packed messages in the lane room (where its encodings go once
-// its count has read the packed bytes), and the message is packed from
-// there. The values live within the budget, and the first compare waits
-// for the first batch's rows only; the engine receives the bytes a dense
-// round sends. A rank whose batch's packed messages and largest message's
-// rows do not fit its lane room is refused at Create, naming
-// --staging_mib. The conversion steps' own working memory (a record
-// gathered from strided rows) comes beside the budget.
+// that read quantized values one at a time, and each message's rows in
+// steps (whole tiles of rows, a few MiB of source each, with the exchanged
+// scales: ConversionStage::Rows): a step's rows are quantized into the
+// batch's quantizing area, past its packed messages in the lane room
+// (where its encodings go once its count has read the packed bytes), and
+// the parts of the message that read them are packed from there. The
+// values live within the budget, and the first compare waits for the
+// first batch's rows only; the engine receives the bytes a dense round
+// sends. Where a batch's packed messages fill its lane room (a plan wave
+// filled to the lane share), its lane's quantizing area (one step, a few
+// MiB) lies beside the budget and counts in the peak; a rank whose batch's
+// packed messages do not fit its lane room is refused at Create, naming
+// --staging_mib. The conversion steps' own working memory (the amax
+// pass's gathers) comes beside the budget.
 //
 // A trainer rank keeps a snapshot: per message it sends, the bytes of the
 // last committed version (GPU memory by default on a GPU member, pinned host
@@ -197,6 +200,10 @@ struct DeltaRoundStats {
   // records not lying dense in their buffers; their device scratch).
   int64_t header_bytes = 0;
   int64_t convert_workspace_bytes = 0;
+  // A trainer's quantizing areas beside the budget (RunStats::
+  // peak_staging_bytes counts them): one step per lane whose batches'
+  // packed messages fill its room.
+  int64_t convert_beside_bytes = 0;
   double digest_seconds = 0;    // time spent digesting
   int64_t batches = 0;          // batches of waves run (delta_runner.h)
   int64_t groups = 0;           // groups of sends and receives posted
@@ -322,18 +329,19 @@ class DeltaRunner : public RoundRunner {
     std::vector<CopyTask> tasks;  // pack (trainer) or unpack (engine)
     // Trainer: reads quantized values (a scratch buffer of the plan): the
     // rows of the conversions it reads, quantized into its batch's
-    // quantizing area right before it is packed; per scratch buffer, the
-    // bytes [lo, hi) they write, at `at` in the area.
+    // quantizing area right before they are packed (Slice: per scratch
+    // buffer, the bytes [lo, hi) a step writes, at `at` in the area).
     struct Slice {
       int32_t buffer = 0;
       int64_t lo = 0, hi = 0, at = 0;
     };
     bool converted = false;
     std::vector<ConversionStage::Rows> convs;
-    std::vector<Slice> slices;
-    // In the area past the slices: the source rows gathered (where they do
-    // not lie dense); all it takes.
-    int64_t gather_at = 0, convert_bytes = 0;
+    // convs in steps of at most a few MiB of source rows each, quantized
+    // and packed one at a time; the quantizing area the largest takes
+    // (LayOutStep's slices, then its source rows gathered where strided).
+    std::vector<ConversionStage::Rows> steps;
+    int64_t convert_bytes = 0;
     int64_t stage_offset = -1;    // in the batch's staging when packed
     std::vector<StreamDigestRun> runs;  // verify: its stream's digest runs
     std::vector<int32_t> run_slots;     // their slots in digest_keys_
@@ -375,6 +383,7 @@ class DeltaRunner : public RoundRunner {
     // convert_bytes (its largest message's) at convert_offset of the lane
     // room, past the packed messages, where the batch's encodings later go.
     int64_t convert_offset = 0, convert_bytes = 0;
+    bool convert_beside = false;  // the area lies beside the budget (lane_beside_)
     // What bounds the bytes a rank moves in the batch (delta_room.h:
     // PairBound): the window it was cut by (0: one plan wave alone), the
     // wave's whole-plan bytes; per peer (peers' order; forwards:
@@ -411,6 +420,9 @@ class DeltaRunner : public RoundRunner {
   absl::Status PrepareConversions(const Plan& plan);
   absl::Status ExchangeAmaxes(absl::Time deadline);
   absl::Status NoteConversions(const Plan& plan, const Message& m, MsgWork& mw);
+  // Where step r's rows lie in a quantizing area: per scratch buffer they
+  // write, its bytes [lo, hi) at `at`; returns where its gather goes.
+  int64_t LayOutStep(const ConversionStage::Rows& r, std::vector<MsgWork::Slice>* slices) const;
   absl::Status StageConverted(BatchWork& w);
   // Waits for the conversions enqueued on `lane` (all lanes: -1); their
   // error (a non-finite value). ConversionWorkspace: the conversion
@@ -527,6 +539,11 @@ class DeltaRunner : public RoundRunner {
   // batch of the lane ran this round. room_: DeltaLaneRoom.
   std::vector<char*> lane_room_;
   std::vector<int64_t> lane_room_bytes_, lane_use_;
+  // Per lane: a quantizing area beside the budget, for its batches whose
+  // packed messages fill the lane room (one step; null: none).
+  std::vector<char*> lane_beside_;
+  std::vector<int64_t> lane_beside_bytes_;
+  int64_t beside_held_ = 0;
   std::vector<bool> lane_used_;
   int64_t room_ = 0;
   // Taken from the copier within the budget (lane rooms, ring).

@@ -75,6 +75,7 @@ absl::Status DeltaRunner::PlanRooms(const Plan& plan) {
   room_ = DeltaLaneRoom(plan.options);
   const int32_t lanes = transport_->num_lanes();
   lane_room_bytes_.assign(lanes, 0);
+  lane_beside_bytes_.assign(lanes, 0);
   const bool src = side_ == Side::kTrainer;
   for (size_t k = 0; k < work_.size(); ++k) {
     BatchWork& w = work_[k];
@@ -93,9 +94,18 @@ absl::Status DeltaRunner::PlanRooms(const Plan& plan) {
     w.convert_offset = AlignTo(w.staging_bytes, 256);
     // A trainer sends dense what does not fit its room; an engine must
     // hold whatever its senders may send.
+    // Where the packed messages fill the room (the planner filled the
+    // wave to the lane share), the quantizing area lies beside it: one
+    // step per lane.
+    w.convert_beside = src && w.convert_bytes > 0 && w.staging_bytes <= room_ &&
+                       w.convert_offset + w.convert_bytes > room_;
+    if (w.convert_beside) {
+      lane_beside_bytes_[w.lane] = std::max(lane_beside_bytes_[w.lane], w.convert_bytes);
+    }
     const int64_t need = !src ? w.coded_offset + most
-                              : w.convert_bytes > 0 ? w.convert_offset + w.convert_bytes
-                                                    : w.staging_bytes;
+                         : w.convert_bytes > 0 && !w.convert_beside
+                             ? w.convert_offset + w.convert_bytes
+                             : w.staging_bytes;
     if (need > room_) {
       const int64_t lanes_per_budget =
           std::max<int64_t>(1, plan.options.staging_budget_bytes / room_);
@@ -107,7 +117,7 @@ absl::Status DeltaRunner::PlanRooms(const Plan& plan) {
           ", less than batch ", k, " on lane ", w.lane, " needs: ", w.staging_bytes,
           " bytes of staging",
           w.convert_bytes > 0
-              ? absl::StrCat(" and ", w.convert_bytes, " to quantize its largest message's rows in")
+              ? absl::StrCat(" and ", w.convert_bytes, " to quantize in (its largest step)")
               : "",
           src ? "" : absl::StrCat(" and up to ", most, " of encodings"),
           "; plan with a staging budget of at least ", need * lanes_per_budget, " bytes"));
@@ -151,6 +161,12 @@ absl::Status DeltaRunner::AllocateRooms() {
   }
   if (ring_bytes_ > 0) {
     REFIT_ASSIGN_OR_RETURN(ring_, Hold(ring_bytes_));
+  }
+  lane_beside_.assign(lanes, nullptr);
+  for (int32_t lane = 0; lane < lanes; ++lane) {
+    if (lane_beside_bytes_[lane] == 0) continue;
+    REFIT_ASSIGN_OR_RETURN(lane_beside_[lane], copier_->Allocate(lane_beside_bytes_[lane]));
+    beside_held_ += lane_beside_bytes_[lane];
   }
   for (BatchWork& w : work_) {
     if (w.staging_bytes > 0) w.staging = lane_room_[w.lane];

@@ -179,6 +179,63 @@ class DeltaWaveOps {
 // Host memory, every step on the calling thread.
 std::unique_ptr<DeltaWaveOps> MakeHostWaveOps();
 
+// Wave ops that pass every step to `inner`, for a wrapper that watches
+// some of them (overrides them and calls the base's).
+class ForwardingWaveOps : public DeltaWaveOps {
+ public:
+  explicit ForwardingWaveOps(std::unique_ptr<DeltaWaveOps> inner) : inner_(std::move(inner)) {}
+  MemoryKind kind() const override { return inner_->kind(); }
+  bool OrderedWithTransport() const override { return inner_->OrderedWithTransport(); }
+  absl::StatusOr<char*> Allocate(int64_t bytes) override { return inner_->Allocate(bytes); }
+  void Free(char* p) override { inner_->Free(p); }
+  absl::StatusOr<char*> AllocateSnapshot(int64_t bytes) override {
+    return inner_->AllocateSnapshot(bytes);
+  }
+  std::function<void(char*)> SnapshotReleaser() const override {
+    return inner_->SnapshotReleaser();
+  }
+  absl::Status AfterLane(int32_t lane) override { return inner_->AfterLane(lane); }
+  absl::Status Sync(int32_t lane, absl::Time deadline) override {
+    return inner_->Sync(lane, deadline);
+  }
+  absl::Status Copy(int32_t lane, char* dst, const char* src, int64_t bytes) override {
+    return inner_->Copy(lane, dst, src, bytes);
+  }
+  absl::Status HeadersToHost(int32_t lane, const char* src, DeltaHeader* dst, int64_t n,
+                             absl::Time deadline) override {
+    return inner_->HeadersToHost(lane, src, dst, n, deadline);
+  }
+  absl::Status StartCount(int32_t lane, absl::Span<const EncodeItem> items,
+                          absl::Time deadline) override {
+    return inner_->StartCount(lane, items, deadline);
+  }
+  absl::StatusOr<std::vector<int64_t>> FinishCount(int32_t lane, absl::Time deadline) override {
+    return inner_->FinishCount(lane, deadline);
+  }
+  absl::Status Encode(int32_t lane, absl::Span<const EncodeItem> items,
+                      absl::Span<const DeltaHeader> headers, absl::Span<char* const> out,
+                      char* header_out, absl::Time deadline) override {
+    return inner_->Encode(lane, items, headers, out, header_out, deadline);
+  }
+  absl::Status Apply(int32_t lane, absl::Span<const ApplyItem> items,
+                     std::vector<std::string> names, absl::Time deadline) override {
+    return inner_->Apply(lane, items, std::move(names), deadline);
+  }
+  absl::Status Finish(absl::Time deadline) override { return inner_->Finish(deadline); }
+  absl::Status StartDigests(int32_t slots) override { return inner_->StartDigests(slots); }
+  absl::Status AddDigest(int32_t lane, absl::Span<const DigestItem> items,
+                         absl::Time deadline) override {
+    return inner_->AddDigest(lane, items, deadline);
+  }
+  absl::StatusOr<std::vector<uint64_t>> TakeDigests(absl::Time deadline) override {
+    return inner_->TakeDigests(deadline);
+  }
+  WaveOpsTimes TakeTimes() override { return inner_->TakeTimes(); }
+
+ private:
+  std::unique_ptr<DeltaWaveOps> inner_;
+};
+
 }  // namespace refit
 
 #endif  // REFIT_EXEC_DELTA_WAVE_OPS_H_

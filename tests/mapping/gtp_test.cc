@@ -331,7 +331,7 @@ TEST(GtpSpecTest, TheNewKeysRoundTrip) {
   EXPECT_EQ(TrainerSpecString(*back), TrainerSpecString(*s));
   EXPECT_EQ(back->gtp, 4);
   EXPECT_EQ(back->egtp, 2);
-  EXPECT_EQ(back->weights, TrainerSpec::Weights::kNvfp4);
+  EXPECT_EQ(back->weights, QuantFormat::kNvfp4);
   EXPECT_EQ(back->amax, TrainerSpec::AmaxScope::kTp);
   EXPECT_THAT(std::string(ParseTrainerSpec("megatron:tp=1,amax=tp").status().message()),
               HasSubstr("weights=nvfp4"));
