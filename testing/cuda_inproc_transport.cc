@@ -11,55 +11,41 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "exec/cuda/cuda_status.h"
-#include "testing/cuda_contexts.h"
 #include "testing/cuda_inproc_kernels.h"
 
 namespace refit {
 namespace testing {
 namespace {
 
-// A hardware queue per stream (see the header), set before main so before
-// any CUDA call of a binary that links this transport.
+// A hardware queue per stream, and every kernel loaded when the context is
+// made (see the header), set before main so before any CUDA call of a
+// binary that links this transport.
 const bool kMaxConnections = [] {
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+  setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/1);
   return true;
 }();
 
-// Makes a rank's context (else its device) current on the calling thread
-// until it goes out of scope.
-class PlaceScope {
+// Makes a rank's device current on the calling thread until it goes out of
+// scope.
+class DeviceScope {
  public:
-  PlaceScope(int32_t device, void* context) : context_(context != nullptr) {
-    if (context_) {
-      saved_context_ = CurrentCudaContext();
-      SetCurrentCudaContext(context).IgnoreError();
-    } else {
-      cudaGetDevice(&saved_device_);
-      cudaSetDevice(device);
-    }
+  explicit DeviceScope(int32_t device) {
+    cudaGetDevice(&saved_);
+    cudaSetDevice(device);
   }
-  ~PlaceScope() {
-    if (context_) {
-      SetCurrentCudaContext(saved_context_).IgnoreError();
-    } else {
-      cudaSetDevice(saved_device_);
-    }
-  }
+  ~DeviceScope() { cudaSetDevice(saved_); }
 
  private:
-  const bool context_;
-  void* saved_context_ = nullptr;
-  int saved_device_ = 0;
+  int saved_ = 0;
 };
 
-// The host function after a copy: opens the gates of its two ops.
-struct OpenGates {
-  volatile int32_t* a;
-  volatile int32_t* b;
+// The host function after a copy: opens the gate of the op posted first.
+struct OpenGate {
+  volatile int32_t* flag;
   static void CUDART_CB Run(void* p) {
-    auto* g = static_cast<OpenGates*>(p);
-    *g->a = 1;
-    *g->b = 1;
+    auto* g = static_cast<OpenGate*>(p);
+    *g->flag = 1;
     delete g;
   }
 };
@@ -84,28 +70,12 @@ absl::StatusOr<std::shared_ptr<CudaInProcFabric>> CudaInProcFabric::Create(int32
   std::shared_ptr<CudaInProcFabric> f(new CudaInProcFabric(world_size, num_lanes));
   absl::MutexLock l(&f->mu_);
   f->failed_.assign(world_size, absl::OkStatus());
-  f->place_.assign(world_size, Place{});
   return f;
-}
-
-CudaInProcFabric::~CudaInProcFabric() {
-  absl::MutexLock l(&mu_);
-  // Returns at once; the stream's resources go once its work is done.
-  for (auto& [key, s] : copy_streams_) {
-    const Place& to = place_[std::get<2>(key)];
-    PlaceScope scope(to.device, to.context);
-    cudaStreamDestroy(s);
-  }
 }
 
 void CudaInProcFabric::Kill(int32_t rank) {
   if (rank < 0 || rank >= world_size_) return;
   Fail(rank, absl::AbortedError(absl::StrCat("rank ", rank, " killed")));
-}
-
-void CudaInProcFabric::SetPlace(int32_t rank, Place place) {
-  absl::MutexLock l(&mu_);
-  place_[rank] = place;
 }
 
 absl::Status CudaInProcFabric::RankError(int32_t rank) {
@@ -146,7 +116,8 @@ void CudaInProcFabric::FailLocked(int32_t rank, absl::Status why) {
   }
 }
 
-absl::Status CudaInProcFabric::CopyLocked(const Op& send, const Op& recv) {
+absl::Status CudaInProcFabric::CopyLocked(const Op& send, const Op& recv, const Op& first,
+                                          cudaStream_t stream) {
   const std::string what = absl::StrCat("lane ", send.lane, ": rank ", send.owner, " to rank ",
                                         recv.owner);
   if (send.bytes != recv.bytes) {
@@ -154,30 +125,15 @@ absl::Status CudaInProcFabric::CopyLocked(const Op& send, const Op& recv) {
                                             " bytes but rank ", recv.owner, " expects ",
                                             recv.bytes));
   }
-  const Place& from = place_[send.owner];
-  const Place& to = place_[recv.owner];
-  PlaceScope scope(to.device, to.context);
-  cudaStream_t& c = copy_streams_[Key{send.lane, send.owner, recv.owner}];
-  if (c == nullptr) {
-    REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking),
-                                     what + ": cudaStreamCreate"));
-  }
+  REFIT_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(stream, first.ready.get(), 0),
+                                   what + ": cudaStreamWaitEvent"));
   REFIT_RETURN_IF_ERROR(
-      CudaStatus(cudaStreamWaitEvent(c, send.ready.get(), 0), what + ": cudaStreamWaitEvent"));
-  REFIT_RETURN_IF_ERROR(
-      CudaStatus(cudaStreamWaitEvent(c, recv.ready.get(), 0), what + ": cudaStreamWaitEvent"));
-  if (from.context != nullptr || to.context != nullptr) {
-    REFIT_RETURN_IF_ERROR(
-        CopyAcrossContexts(recv.ptr, to.context, send.ptr, from.context, send.bytes, c));
-  } else {
-    REFIT_RETURN_IF_ERROR(
-        CudaStatus(cudaMemcpyAsync(recv.ptr, send.ptr, send.bytes, cudaMemcpyDefault, c),
-                   what + ": cudaMemcpyAsync"));
-  }
-  auto* gates = new OpenGates{send.flag, recv.flag};
-  absl::Status s = CudaStatus(cudaLaunchHostFunc(c, &OpenGates::Run, gates),
+      CudaStatus(cudaMemcpyAsync(recv.ptr, send.ptr, send.bytes, cudaMemcpyDefault, stream),
+                 what + ": cudaMemcpyAsync"));
+  auto* gate = new OpenGate{first.flag};
+  absl::Status s = CudaStatus(cudaLaunchHostFunc(stream, &OpenGate::Run, gate),
                               what + ": cudaLaunchHostFunc");
-  if (!s.ok()) delete gates;
+  if (!s.ok()) delete gate;
   return s;
 }
 
@@ -203,7 +159,11 @@ absl::Status CudaInProcFabric::Post(int32_t rank, std::vector<Op> sends, std::ve
     }
     Op other = std::move(theirs.front());
     theirs.pop_front();
-    absl::Status s = sending ? CopyLocked(mine, other) : CopyLocked(other, mine);
+    // The copy on this (the second) poster's lane stream, after the first
+    // poster's ready event; this op needs no gate.
+    *mine.flag = 1;
+    absl::Status s = sending ? CopyLocked(mine, other, other, mine.stream)
+                             : CopyLocked(other, mine, other, mine.stream);
     if (s.ok()) return s;
     *mine.flag = 2;
     *other.flag = 2;
@@ -229,8 +189,7 @@ absl::StatusOr<std::unique_ptr<CudaInProcTransport>> CudaInProcTransport::Create
         absl::StrCat("in-process device transport: rank ", rank, " out of range"));
   }
   std::unique_ptr<CudaInProcTransport> t(new CudaInProcTransport(fabric, rank, options));
-  fabric->SetPlace(rank, {options.device, options.context});
-  PlaceScope scope(options.device, options.context);
+  DeviceScope scope(options.device);
   t->lanes_.resize(fabric->num_lanes());
   for (Lane& lane : t->lanes_) {
     REFIT_RETURN_IF_ERROR(
@@ -238,11 +197,17 @@ absl::StatusOr<std::unique_ptr<CudaInProcTransport>> CudaInProcTransport::Create
                    absl::StrCat("rank ", rank, ": cudaStreamCreate on device ", options.device),
                    absl::StatusCode::kUnavailable));
   }
+  // Gate flags made now: pinned allocations may synchronize the device,
+  // which must not happen while a peer's gate waits on this thread.
+  for (int32_t i = 0; i < kPreparedBlocks; ++i) {
+    REFIT_ASSIGN_OR_RETURN(FlagBlock b, t->NewFlags(kFlagsPerBlock));
+    t->free_flags_.push_back(b);
+  }
   return t;
 }
 
 CudaInProcTransport::~CudaInProcTransport() {
-  PlaceScope scope(device_, context_);
+  DeviceScope scope(device_);
   fabric_->Fail(rank_, absl::AbortedError(absl::StrCat("rank ", rank_, " closed its transport")));
   // Every gate is open now or opens when its matched copy is done; wait
   // (bounded) for that before freeing the flags the gates read.
@@ -286,6 +251,18 @@ void CudaInProcTransport::Cancel(const absl::Status& reason) {
 
 absl::Status CudaInProcTransport::CheckCancelled() { return cancel_.status(); }
 
+absl::StatusOr<CudaInProcTransport::FlagBlock> CudaInProcTransport::NewFlags(int32_t n) {
+  FlagBlock b;
+  b.capacity = n;
+  const std::string what = absl::StrCat("rank ", rank_, ": gate flags");
+  REFIT_RETURN_IF_ERROR(
+      CudaStatus(cudaHostAlloc(reinterpret_cast<void**>(&b.host), b.capacity * sizeof(int32_t),
+                               cudaHostAllocMapped | cudaHostAllocPortable),
+                 what + ": cudaHostAlloc"));
+  b.device = b.host;  // mapped memory has one address on host and device (UVA)
+  return b;
+}
+
 absl::StatusOr<CudaInProcTransport::FlagBlock> CudaInProcTransport::TakeFlags(int32_t n) {
   FlagBlock b;
   auto fits = std::find_if(free_flags_.begin(), free_flags_.end(),
@@ -294,15 +271,7 @@ absl::StatusOr<CudaInProcTransport::FlagBlock> CudaInProcTransport::TakeFlags(in
     b = *fits;
     free_flags_.erase(fits);
   } else {
-    b.capacity = std::max<int32_t>(n, 256);
-    const std::string what = absl::StrCat("rank ", rank_, ": gate flags");
-    REFIT_RETURN_IF_ERROR(CudaStatus(
-        cudaHostAlloc(reinterpret_cast<void**>(&b.host), b.capacity * sizeof(int32_t),
-                      cudaHostAllocMapped | cudaHostAllocPortable),
-        what + ": cudaHostAlloc"));
-    REFIT_RETURN_IF_ERROR(
-        CudaStatus(cudaHostGetDevicePointer(reinterpret_cast<void**>(&b.device), b.host, 0),
-                   what + ": cudaHostGetDevicePointer"));
+    REFIT_ASSIGN_OR_RETURN(b, NewFlags(std::max(n, kFlagsPerBlock)));
   }
   volatile int32_t* h = b.host;
   for (int32_t i = 0; i < n; ++i) h[i] = 0;
@@ -315,7 +284,7 @@ absl::Status CudaInProcTransport::StartWave(int32_t lane, absl::Span<const SendO
   REFIT_RETURN_IF_ERROR(
       CheckWaveArguments(rank_, world_size(), num_lanes(), lane, sends, recvs));
   REFIT_RETURN_IF_ERROR(fabric_->RankError(rank_));
-  PlaceScope scope(device_, context_);
+  DeviceScope scope(device_);
   Lane& L = lanes_[lane];
   const std::string what = absl::StrCat("rank ", rank_, " lane ", lane);
   std::vector<CudaInProcFabric::Op> send_ops, recv_ops;
@@ -338,11 +307,13 @@ absl::Status CudaInProcTransport::StartWave(int32_t lane, absl::Span<const SendO
   for (auto* ops : {&send_ops, &recv_ops}) {
     for (CudaInProcFabric::Op& op : *ops) {
       op.ready = *ready;
+      op.stream = L.stream;
       op.flag = w.flags.host + i;
       w.peers.push_back(op.peer);
       ++i;
     }
   }
+  w.ready = *ready;  // released with the wave, by this rank's thread
   s = fabric_->Post(rank_, std::move(send_ops), std::move(recv_ops));
   if (s.ok()) {
     s = CudaStatus(static_cast<cudaError_t>(LaunchWaitFlags(w.flags.device, n, L.stream)),
@@ -371,16 +342,18 @@ absl::Status CudaInProcTransport::WaitWave(int32_t lane, absl::Time deadline) {
   if (L.pending.empty()) return absl::OkStatus();
   Wave& w = L.pending.front();
   const auto start = std::chrono::steady_clock::now();
+  auto what = [&] {
+    return absl::StrCat("rank ", rank_, " lane ", lane, " (peers ", absl::StrJoin(w.peers, ", "),
+                        ")");
+  };
   while (true) {
     const cudaError_t q = cudaEventQuery(w.done);
     if (q == cudaSuccess) break;
-    const std::string what = absl::StrCat("rank ", rank_, " lane ", lane, " (peers ",
-                                          absl::StrJoin(w.peers, ", "), ")");
-    if (q != cudaErrorNotReady) return Fail(CudaStatus(q, what + ": wave failed"));
+    if (q != cudaErrorNotReady) return Fail(CudaStatus(q, what() + ": wave failed"));
     REFIT_RETURN_IF_ERROR(fabric_->RankError(rank_));
     if (absl::Now() > deadline) {
       return Fail(absl::DeadlineExceededError(
-          absl::StrCat(what, ": wave not complete by the deadline")));
+          absl::StrCat(what(), ": wave not complete by the deadline")));
     }
     if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(200)) {
       std::this_thread::yield();
@@ -388,6 +361,8 @@ absl::Status CudaInProcTransport::WaitWave(int32_t lane, absl::Time deadline) {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
+  // A gate opened by a failure (its op withdrawn) completes the event too.
+  REFIT_RETURN_IF_ERROR(fabric_->RankError(rank_));
   cudaEventDestroy(w.done);
   free_flags_.push_back(w.flags);
   L.pending.pop_front();

@@ -12,15 +12,17 @@
 //     the work enqueued there so far), then enqueues a gate: one GPU thread
 //     that holds the stream until every op of the group has its flag (in
 //     host-mapped memory) set. Posting never waits on a peer.
-//   * The second of a matched pair to post enqueues the copy on a copy
-//     stream of that (lane, sender, receiver): wait both ready events, copy
-//     (cudaMemcpyAsync; cuMemcpyPeerAsync between contexts), then a host
-//     function that sets both ops' flags. So the copy reads the sender's
-//     buffer after the sender's earlier lane work, writes the receiver's
-//     after the receiver's earlier lane work, and later work on either lane
-//     stream runs after it (the sender may reuse its buffer). One copy
-//     stream per (lane, pair) keeps copies in posting order and never makes
-//     one wait on a copy matched after it.
+//   * The second of a matched pair to post enqueues the copy on its own
+//     lane stream: wait the first poster's ready event, cudaMemcpyAsync,
+//     then a host function that sets the first poster's flag. So the copy
+//     reads the sender's buffer after the sender's earlier lane work,
+//     writes the receiver's after the receiver's earlier lane work, and
+//     later work on either lane stream runs after it (the sender may reuse
+//     its buffer) — both streams meet there, as an NCCL group's kernels do.
+//     No stream but the ranks' own: with up to 32 streams in the context
+//     (two ranks of four lanes with their GPU wave ops), each has a
+//     hardware queue of its own (CUDA_DEVICE_MAX_CONNECTIONS=32), so no
+//     command queues behind another stream's held one.
 //   * WaitWave polls an event recorded after the wave's gate: OK means the
 //     wave's sends and receives are done on the device (the host may read
 //     received bytes once copied off the device), like NcclTransport's.
@@ -35,15 +37,17 @@
 // completion.
 //
 // A gate spins on the GPU while its peer has not posted, as NCCL's kernels
-// do. Give each rank its own CUDA context (cuda_contexts.h,
-// CudaInProcTransportOptions::context) when ranks run code that
-// synchronizes the device (cudaFree, as conversions do): in one shared
-// context that would wait on another rank's gate, which waits on the
-// synchronizing rank. A binary that links this transport sets
-// CUDA_DEVICE_MAX_CONNECTIONS=32 before main (unless set): with fewer
-// hardware queues than streams, work of unrelated streams may queue behind
-// a held one; deadlines turn that into a failure, never a hang. Test only: correctness over speed (a
-// copy stream per pair, a host function per copy, events per wave).
+// do. All ranks share the process's context, so anything that synchronizes
+// the whole device (cudaFree, a kernel's first launch under CUDA's lazy
+// loading) waits for every rank's gates: called by one rank while another
+// rank's gate waits on that rank's next post, it would wait until that
+// gate's deadline. A binary that links this transport therefore loads every
+// kernel when the context is made (CUDA_MODULE_LOADING=EAGER) and sets
+// CUDA_DEVICE_MAX_CONNECTIONS=32 (a hardware queue per stream: work of
+// unrelated streams does not queue behind a held one), both before main;
+// a check whose ranks allocate or free memory during rounds defers the
+// frees and serves the allocations from pools (deferred_cuda_free.h). Test only: correctness over speed (a host
+// function per copy, events per wave).
 #ifndef REFIT_TESTING_CUDA_INPROC_TRANSPORT_H_
 #define REFIT_TESTING_CUDA_INPROC_TRANSPORT_H_
 
@@ -70,7 +74,6 @@ class CudaInProcFabric {
   // Fails with INVALID_ARGUMENT unless world_size >= 1 and num_lanes >= 1.
   static absl::StatusOr<std::shared_ptr<CudaInProcFabric>> Create(int32_t world_size,
                                                                   int32_t num_lanes);
-  ~CudaInProcFabric();
 
   // Fails `rank` (a crashed peer): its calls fail with ABORTED "rank R
   // killed", its peers' pending and later waves with it with ABORTED
@@ -93,12 +96,8 @@ class CudaInProcFabric {
     void* ptr = nullptr;
     int64_t bytes = 0;
     std::shared_ptr<CUevent_st> ready;  // the owner's lane stream at the post
+    cudaStream_t stream = nullptr;      // the owner's lane stream
     volatile int32_t* flag = nullptr;  // the op's gate flag (host address)
-  };
-  // Where a rank's CUDA calls go: its context, else its device.
-  struct Place {
-    int32_t device = 0;
-    void* context = nullptr;
   };
   using Key = std::tuple<int32_t, int32_t, int32_t>;  // lane, sender, receiver
 
@@ -112,32 +111,27 @@ class CudaInProcFabric {
   // every rank with an unmatched op waiting on a failed one.
   void Fail(int32_t rank, absl::Status why);
   void FailLocked(int32_t rank, absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Enqueues the copy of a matched pair on its copy stream.
-  absl::Status CopyLocked(const Op& send, const Op& recv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetPlace(int32_t rank, Place place);
+  // Enqueues on `stream` (the second poster's lane stream) the copy of a
+  // matched pair after `first`'s ready event, then opens `first`'s gate.
+  absl::Status CopyLocked(const Op& send, const Op& recv, const Op& first, cudaStream_t stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int32_t world_size_;
   const int32_t num_lanes_;
   absl::Mutex mu_;
   std::vector<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
-  std::vector<Place> place_ ABSL_GUARDED_BY(mu_);
   // Unmatched sends / receives per (lane, sender, receiver), oldest first.
   std::map<Key, std::deque<Op>> sends_ ABSL_GUARDED_BY(mu_);
   std::map<Key, std::deque<Op>> recvs_ ABSL_GUARDED_BY(mu_);
-  std::map<Key, cudaStream_t> copy_streams_ ABSL_GUARDED_BY(mu_);
 };
 
 struct CudaInProcTransportOptions {
   int32_t device = 0;  // CUDA device of the rank's streams and buffers
-  // The rank's own CUDA context (a CUcontext on `device`, e.g. from
-  // CudaContexts), current on every thread that runs the rank; null: the
-  // device's primary context. Every rank of a fabric has one, or none does.
-  void* context = nullptr;
 };
 
 class CudaInProcTransport : public Transport, public CudaLanes {
  public:
-  // Creates the rank's lane streams in its context. Fails with
+  // Creates the rank's lane streams on options.device. Fails with
   // INVALID_ARGUMENT for a rank outside the fabric, UNAVAILABLE naming the
   // rank when a stream cannot be created (no device).
   static absl::StatusOr<std::unique_ptr<CudaInProcTransport>> Create(
@@ -180,6 +174,7 @@ class CudaInProcTransport : public Transport, public CudaLanes {
     int32_t capacity = 0;
   };
   struct Wave {
+    std::shared_ptr<CUevent_st> ready;
     cudaEvent_t done = nullptr;
     FlagBlock flags;
     std::vector<int32_t> peers;
@@ -190,8 +185,13 @@ class CudaInProcTransport : public Transport, public CudaLanes {
   };
   CudaInProcTransport(std::shared_ptr<CudaInProcFabric> f, int32_t rank,
                       CudaInProcTransportOptions o)
-      : fabric_(std::move(f)), rank_(rank), device_(o.device), context_(o.context) {}
-  // A block of at least `n` flags, zeroed.
+      : fabric_(std::move(f)), rank_(rank), device_(o.device) {}
+  // Blocks made at Create, and the flags of each.
+  static constexpr int32_t kPreparedBlocks = 32;
+  static constexpr int32_t kFlagsPerBlock = 4096;
+  // A new block of `n` flags (pinned, mapped).
+  absl::StatusOr<FlagBlock> NewFlags(int32_t n);
+  // A free block of at least `n` flags (a new one if none), zeroed.
   absl::StatusOr<FlagBlock> TakeFlags(int32_t n);
   // Fails the rank with `why` and returns it.
   absl::Status Fail(absl::Status why);
@@ -199,7 +199,6 @@ class CudaInProcTransport : public Transport, public CudaLanes {
   std::shared_ptr<CudaInProcFabric> fabric_;
   const int32_t rank_;
   const int32_t device_;
-  void* const context_;
   std::vector<Lane> lanes_;
   std::vector<FlagBlock> free_flags_;
   std::vector<FlagBlock> retired_flags_;  // of waves that failed to post (never freed)

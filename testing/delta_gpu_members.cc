@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "exec/transport/kv_store.h"
 #include "gtest/gtest.h"
 #include "mapping/mapping.h"
@@ -46,6 +47,7 @@ Side2 Upload(const SideLayout& layout, const HostBuffers& host) {
 void RunGpuDeltaRounds(const GpuMembers& members, const std::string& model_name,
                        const std::string& engine_spec, int32_t lanes, int64_t budget) {
   SCOPED_TRACE(absl::StrCat(engine_spec, ", ", lanes, " lanes"));
+  const absl::Time start = absl::Now();
   absl::StatusOr<ModelConfig> model = LoadModelConfig(model_name);
   ASSERT_TRUE(model.ok()) << model.status();
   absl::StatusOr<MappedSide> src = BuildTrainerLayout(*model, *ParseTrainerSpec("megatron:tp=1"));
@@ -113,7 +115,7 @@ void RunGpuDeltaRounds(const GpuMembers& members, const std::string& model_name,
       threads.emplace_back([&, g] {
         use(g);
         runners[g]->Begin({version + 1, DeltaBases(modes), true});
-        absl::StatusOr<RunStats> run = runners[g]->Run(absl::Now() + absl::Seconds(60));
+        absl::StatusOr<RunStats> run = runners[g]->Run(absl::Now() + members.round_timeout);
         st[g] = run.status();
         if (run.ok()) sums[g] = run->digests;
       });
@@ -143,7 +145,8 @@ void RunGpuDeltaRounds(const GpuMembers& members, const std::string& model_name,
     }
   };
   DeltaRoundStats stats;
-  ASSERT_TRUE(round(false, &stats).ok());
+  absl::Status r1 = round(false, &stats);
+  ASSERT_TRUE(r1.ok()) << r1;
   expect_bytes("dense round");
   EXPECT_EQ(stats.dense_messages, stats.messages);
   // 1% of the trainer's 2-byte words change (low mantissa bits: finite).
@@ -188,13 +191,13 @@ void RunGpuDeltaRounds(const GpuMembers& members, const std::string& model_name,
   EXPECT_TRUE(absl::StrContains(r3.message(), "engine rank 0 tensor " + plan->dst.tensors[tensor].name))
       << r3;
   std::printf("%s, %d lanes: %zu messages in %zu waves; delta round %lld of %lld messages as deltas, wire %.4f of dense; "
-              "flipped byte caught: %s\n",
+              "3 rounds in %.1f s; flipped byte caught: %s\n",
               engine_spec.c_str(), plan->options.num_lanes, plan->messages.size(),
               plan->waves.size(),
               static_cast<long long>(stats.messages - stats.dense_messages),
               static_cast<long long>(stats.messages),
               static_cast<double>(stats.wire_bytes) / stats.dense_bytes,
-              std::string(r3.message()).c_str());
+              absl::ToDoubleSeconds(absl::Now() - start), std::string(r3.message()).c_str());
   // Each member's memory and runner go in its own thread (its device or
   // context current there).
   std::vector<std::thread> threads;

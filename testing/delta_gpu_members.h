@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "exec/member_runner.h"
 
 namespace refit {
@@ -28,6 +29,8 @@ namespace testing {
 struct GpuMembers {
   std::function<std::vector<DataPlaneParts>(int32_t lanes)> parts;
   std::function<void(int32_t rank)> use;
+  // Each round's deadline (from its start).
+  absl::Duration round_timeout = absl::Seconds(60);
 };
 
 // Runs the check above for `model_name` (a registry model) into
