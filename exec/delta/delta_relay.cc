@@ -213,7 +213,7 @@ absl::StatusOr<std::vector<SendOp>> DeltaRunner::ForwardSends(BatchWork& w,
     sends.push_back({peer, w.forward_headers + first * kHeader, count * kHeader});
     first += count;
   }
-  sends.insert(sends.end(), payloads.begin(), payloads.end());
+  w.forward_payloads = std::move(payloads);
   return sends;
 }
 

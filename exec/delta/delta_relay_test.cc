@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -271,6 +272,82 @@ TEST(PlannedAcrossLayouts, Tp2AndTp1ReplicasRelayToEachOther) {
     }
     ASSERT_TRUE(r.commit.ok()) << "fraction " << f << ": " << r.commit;
     ASSERT_EQ(CheckEngines(*job), "") << "fraction " << f;
+  }
+}
+
+// Two one-rank engine replicas (engine ranks 0 and 1, hosts 1 and 2)
+// of bf16 "x" and "y" [16, 8] fed by one trainer rank: in wave 0 the
+// trainer sends x to engine rank 0 and y to engine rank 1; in wave 1 each
+// forwards what it got to the other, two relays sending to each other in
+// one batch.
+Plan SwapPlan() {
+  SideLayout src, dst;
+  src.world_size = 1;
+  src.host_of_rank = {0};
+  dst.world_size = 2;
+  dst.host_of_rank = {1, 2};
+  for (const char* name : {"x", "y"}) {
+    const TensorSpec t{name, {16, 8}, DType::kBF16};
+    const int32_t i = AddTensor(src, t).value();
+    EXPECT_TRUE(AddTensor(dst, t).ok());
+    EXPECT_TRUE(AddDenseShards(src, i, *Mesh::Make({"x"}, {1}, {0}), {Placement::Replicate()}).ok());
+    for (int32_t r = 0; r < 2; ++r) {
+      EXPECT_TRUE(AddDenseShards(dst, i, *Mesh::Make({"x"}, {1}, {r}), {Placement::Replicate()},
+                                 absl::StrCat(name, "@", r)).ok());
+    }
+  }
+  PlannerOptions o;
+  o.delta = true;
+  o.num_lanes = 1;
+  o.choose_lanes = false;
+  o.staging_budget_bytes = 64 << 10;
+  Plan plan = BuildPlan(src, dst, o).value();
+  plan.messages.clear();
+  plan.segments.clear();
+  plan.waves.clear();
+  // The record of tensor `t` on rank `rank` of `side`.
+  auto record = [](const SideLayout& side, int32_t rank, int32_t t) {
+    for (size_t i = 0; i < side.records.size(); ++i) {
+      if (side.records[i].rank == rank && side.records[i].tensor == t) return static_cast<int32_t>(i);
+    }
+    return -1;
+  };
+  // (tensor, from, to, relay) per message, a wave per row.
+  const std::vector<std::vector<std::tuple<int32_t, int32_t, int32_t, bool>>> waves = {
+      {{0, 0, 0, false}, {1, 0, 1, false}}, {{0, 0, 1, true}, {1, 1, 0, true}}};
+  for (const auto& wave : waves) {
+    Wave w;
+    w.first_message = static_cast<int32_t>(plan.messages.size());
+    for (const auto& [t, from, to, relay] : wave) {
+      const int32_t d = record(plan.dst, to, t);
+      Segment seg{relay ? record(plan.dst, from, t) : record(plan.src, from, t), d,
+                  plan.dst.records[d].box, 16 * 8 * 2};
+      Message m;
+      m.src_rank = from;
+      m.dst_rank = to;
+      m.relay = relay;
+      m.wave = static_cast<int32_t>(plan.waves.size());
+      m.first_segment = static_cast<int32_t>(plan.segments.size());
+      m.num_segments = 1;
+      m.bytes = seg.bytes;
+      plan.segments.push_back(seg);
+      plan.messages.push_back(m);
+    }
+    w.num_messages = static_cast<int32_t>(plan.messages.size()) - w.first_message;
+    plan.waves.push_back(w);
+  }
+  SetWaveBytes(&plan);
+  return plan;
+}
+
+// Relays forwarding to each other in one batch (each relay's payloads go
+// with its payload receives, after both headers' groups completed): dense,
+// delta and empty rounds commit with every byte of both replicas right.
+TEST_P(AcrossLayouts, TwoRelaysForwardingToEachOtherInOneBatchCommit) {
+  auto job = JobOf(SwapPlan(), GetParam());
+  for (double f : {1.0, 0.02, 0.0}) {
+    RoundResult r;
+    ASSERT_EQ(testing::ChangeAndCommit(job.get(), f, &r), "");
   }
 }
 

@@ -86,8 +86,11 @@
 // one received segment or a union of several, as between replicas of
 // different engine layouts; a dense downstream; a dense arrival) it
 // forwards the dense bytes of its own buffer after the apply of every
-// batch that wrote into them, as a dense round's relay does. Its forwards
-// are posted in the group of the batch's headers' receive. A forward
+// batch that wrote into them, as a dense round's relay does. Its forwards'
+// headers are posted in the group of the batch's headers' receive, their
+// payloads in the group of the batch's payload receives (so two relays
+// forwarding to each other in one batch do not wait on each other's
+// payload receive). A forward
 // whose segments no earlier batch of the relay brings whole is refused
 // at Create. A trainer digests, beside its own messages, every relayed
 // copy of its bytes, traced back hop by hop region by region
@@ -402,6 +405,9 @@ class DeltaRunner : public RoundRunner {
     std::vector<std::pair<int32_t, int32_t>> forward_peers;
     char* forward_headers = nullptr;
     std::vector<DeltaHeader> forward_host;
+    // This round's forwarded payloads, posted with the batch's payload
+    // receives (EndReceive).
+    std::vector<SendOp> forward_payloads;
     int32_t next_on_lane = -1;  // the next batch on this lane (work_ index), -1: none
     bool headers_posted = false;  // engine: this round's headers' receive posted
     bool claimed = false;  // this round: holds its lane's staging (ClaimFor)
@@ -444,13 +450,14 @@ class DeltaRunner : public RoundRunner {
   // source and marks what is kept (engine), or adds the digest runs of
   // the relayed copies of a trainer's segments to its messages.
   // ForwardSends stages w's forwards (dense ones packed from the buffers)
-  // and returns their sends; KeepPayloads keeps w's received payloads that
+  // and returns their headers' sends, leaving their payloads' sends in
+  // w.forward_payloads; KeepPayloads keeps w's received payloads that
   // later forwards repeat, in the ring while it has room.
   absl::Status PrepareRelays(const Plan& plan, bool src,
                              std::map<std::pair<int32_t, int32_t>, int32_t>* slots);
   absl::StatusOr<std::vector<SendOp>> ForwardSends(BatchWork& w, absl::Time deadline);
   absl::Status KeepPayloads(BatchWork& w);
-  // After w's forwards were posted: the kept payloads whose last forward
+  // After w's forwarded payloads were posted: the kept payloads whose last forward
   // they were are free once that group completes (RingReclaim).
   void ForwardsPosted(const BatchWork& w);
   // DATA_LOSS naming the message and its sender when the encodings w's

@@ -253,7 +253,6 @@ absl::Status DeltaRunner::BeginReceive(BatchWork& w, absl::Time deadline) {
     REFIT_ASSIGN_OR_RETURN(sends, ForwardSends(w, deadline));
   }
   absl::Status s = Post(w.lane, std::move(sends), HeaderReceives(w), deadline);
-  if (s.ok()) ForwardsPosted(w);
   TimesOf(w).start = Since();
   return s;
 }
@@ -344,7 +343,13 @@ absl::Status DeltaRunner::EndReceive(BatchWork& w, absl::Time deadline, RunStats
       next.headers_posted = true;
     }
   }
-  REFIT_RETURN_IF_ERROR(Post(w.lane, {}, std::move(payloads), deadline));
+  // A relay's forwarded payloads go here, not with its headers: two relays
+  // forwarding to each other in one batch each post these only once their
+  // headers arrived, so neither waits for the other's payload receive
+  // inside its headers' group.
+  REFIT_RETURN_IF_ERROR(Post(w.lane, std::move(w.forward_payloads), std::move(payloads), deadline));
+  w.forward_payloads.clear();
+  if (!w.forwards.empty()) ForwardsPosted(w);
   TimesOf(w).posted = Since();
   if (!ops_->OrderedWithTransport()) REFIT_RETURN_IF_ERROR(DrainLane(w.lane, deadline));
   // Ordered after the receive on the lane (device), or after it completed.
