@@ -3,7 +3,7 @@
 // deferred to the end of each case: deferred_cuda_free.h), over the
 // in-process device transport (cuda_inproc_transport.h) instead of NCCL,
 // built as a member builds them (testing/delta_gpu_members.h:
-// MakeDeltaMemberRunner, the CUDA copier, the GPU wave ops) for BF16, FP8, MXFP8 and NVFP4 engines: a dense
+// MakeDeltaMemberRunner; cuda_inproc_parts.h: the CUDA copier, the GPU wave ops) for BF16, FP8, MXFP8 and NVFP4 engines: a dense
 // first round, a delta round of 1% changed words, every engine byte equal
 // to the host reference after each and the digests agreeing; a byte
 // flipped in the engine's GPU memory fails the next verified round naming
@@ -12,11 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "exec/cuda/cuda_copier.h"
-#include "exec/delta/cuda/gpu_wave_ops.h"
 #include "exec/member_runner.h"
 #include "gtest/gtest.h"
-#include "testing/cuda_inproc_transport.h"
+#include "testing/cuda_inproc_parts.h"
 #include "testing/deferred_cuda_free.h"
 #include "testing/delta_gpu_members.h"
 #include "testing/gpu_test.h"
@@ -25,22 +23,6 @@ namespace refit {
 namespace testing {
 namespace {
 
-// The parts of one rank over `fabric` on GPU 0.
-DataPlaneParts InProcParts(std::shared_ptr<CudaInProcFabric> fabric) {
-  DataPlaneParts p;
-  p.transport = [fabric](KvStore*, int32_t rank, int32_t,
-                         int32_t) -> absl::StatusOr<std::unique_ptr<Transport>> {
-    auto t = CudaInProcTransport::Create(fabric, rank);
-    if (!t.ok()) return t.status();
-    return std::unique_ptr<Transport>(std::move(*t));
-  };
-  p.copier = [](Transport* t) { return MakeCudaCopier(static_cast<CudaInProcTransport*>(t)); };
-  p.delta_ops = [](Transport* t) {
-    return MakeGpuWaveOps(static_cast<CudaInProcTransport*>(t), GpuWaveOpsOptions{});
-  };
-  return p;
-}
-
 // Trainer and engine on GPU 0, one fabric per plan.
 GpuMembers OneGpuMembers() {
   GpuMembers m;
@@ -48,7 +30,7 @@ GpuMembers OneGpuMembers() {
   m.parts = [](int32_t lanes) {
     auto fabric = CudaInProcFabric::Create(2, lanes);
     EXPECT_TRUE(fabric.ok()) << fabric.status();
-    return std::vector<DataPlaneParts>{InProcParts(*fabric), InProcParts(*fabric)};
+    return std::vector<DataPlaneParts>{CudaInProcParts(*fabric), CudaInProcParts(*fabric)};
   };
   // A round that waits on itself ends by then (never a hang).
   m.round_timeout = absl::Seconds(20);
