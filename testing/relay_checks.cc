@@ -1,8 +1,10 @@
 // Relay checks over any data plane: see relay_checks.h.
 #include "testing/relay_checks.h"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -57,12 +59,15 @@ std::unique_ptr<MemberRounds> Rounds(const MemberKit& kit, const RelayCase& c, b
   return r.ok() ? std::move(*r) : nullptr;
 }
 
-// Whether `text` names global rank `rank` ("rank 3", or in a list "peer
-// rank(s) 0, 3").
+// Whether `text` names global rank `rank` as the transports do ("rank 3",
+// or in a list "peer rank(s) 0, 3", "(peers 0, 3)"; not a side's own
+// numbering, "engine rank 3").
 bool NamesRank(absl::string_view text, int32_t rank) {
-  for (absl::string_view lead : {"rank ", "rank(s) "}) {
+  for (absl::string_view lead : {"rank ", "rank(s) ", "peers "}) {
     for (size_t at = text.find(lead); at != absl::string_view::npos;
          at = text.find(lead, at + 1)) {
+      const absl::string_view before = text.substr(0, at);
+      if (absl::EndsWith(before, "engine ") || absl::EndsWith(before, "trainer ")) continue;
       absl::string_view rest = text.substr(at + lead.size());
       while (!rest.empty()) {
         size_t digits = 0;
@@ -78,10 +83,34 @@ bool NamesRank(absl::string_view text, int32_t rank) {
   return false;
 }
 
+// Whether the error of global rank `g` names global rank `relay`, itself
+// or through the ranks it names (a rank that waited on a peer blocked by
+// the relay names that peer, whose error names the relay: on a device
+// transport a sender's later sends queue behind its send to a stopped
+// relay).
+bool BlamesRelay(const MemberRound& r, int32_t g, int32_t relay) {
+  std::vector<bool> seen(r.status.size(), false);
+  std::vector<int32_t> todo = {g};
+  seen[g] = true;
+  while (!todo.empty()) {
+    const int32_t x = todo.back();
+    todo.pop_back();
+    if (NamesRank(r.status[x].message(), relay)) return true;
+    for (int32_t y = 0; y < static_cast<int32_t>(r.status.size()); ++y) {
+      if (!seen[y] && !r.status[y].ok() && NamesRank(r.status[x].message(), y)) {
+        seen[y] = true;
+        todo.push_back(y);
+      }
+    }
+  }
+  return false;
+}
+
 // A relay that stops (`how`) in a round of 1% changed words: "" when the
 // round did not commit, ended within its deadline plus 10 s, and failed
-// the rank the relay feeds naming the relay's global rank; then the next
-// round committed with every engine byte right.
+// the rank the relay feeds with an error that names the relay's global
+// rank (BlamesRelay); then the next round committed with every engine
+// byte right.
 std::string StoppedRelay(MemberRounds& rounds, RankStop how) {
   const Plan& plan = rounds.plan();
   const Message& relay = FirstRelay(plan);
@@ -97,9 +126,13 @@ std::string StoppedRelay(MemberRounds& rounds, RankStop how) {
   }
   const absl::Status& st = r.status[fed];
   if (st.ok()) return absl::StrCat(what, ": the rank it feeds (global ", fed, ") did not fail");
-  if (!NamesRank(st.message(), stopped)) {
-    return absl::StrCat(what, ": the error of the rank it feeds does not name global rank ",
-                        stopped, ": ", st.ToString());
+  if (!BlamesRelay(r, fed, stopped)) {
+    std::string all;
+    for (size_t g = 0; g < r.status.size(); ++g) {
+      absl::StrAppend(&all, "\n  global rank ", g, ": ", r.status[g].ToString());
+    }
+    return absl::StrCat(what, ": the error of the rank it feeds (global ", fed,
+                        ") does not lead to global rank ", stopped, ":", all);
   }
   rounds.Change(0.01);
   return Committed(rounds, rounds.Run(absl::Seconds(20)), "the round after");

@@ -142,10 +142,13 @@ absl::Status DeltaRunner::PrepareRelays(const Plan& plan, bool src,
 absl::StatusOr<std::vector<SendOp>> DeltaRunner::ForwardSends(BatchWork& w,
                                                               absl::Time deadline) {
   // The lane's staging, and every earlier batch's bytes in place (applied
-  // and unpacked on whichever lane brought them).
+  // and unpacked on whichever lane brought them): each lane's receives
+  // first (a peer that never sends is named by the transport), then its
+  // copies and applies.
   REFIT_RETURN_IF_ERROR(ClaimFor(w, deadline));
   for (int32_t lane = 0; lane < static_cast<int32_t>(lane_used_.size()); ++lane) {
     if (lane == w.lane || !lane_used_[lane]) continue;
+    REFIT_RETURN_IF_ERROR(DrainLane(lane, deadline));
     REFIT_RETURN_IF_ERROR(copier_->Sync(lane, deadline));
     REFIT_RETURN_IF_ERROR(ops_->Sync(lane, deadline));
   }

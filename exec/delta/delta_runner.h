@@ -444,7 +444,9 @@ class DeltaRunner : public RoundRunner {
   // receive, EndReceive waits for it, posts the payloads' and applies; the
   // next batch's headers are posted before this one's are awaited when its
   // lane differs, and the next batch of the same lane has its headers'
-  // receive posted in the group of this one's payloads (one group a batch).
+  // receive posted in the group of this one's payloads (one group a batch)
+  // unless it or a batch between the two forwards (a forward waits for
+  // every lane's earlier work: nothing later may be posted there).
   absl::Status BeginReceive(BatchWork& w, absl::Time deadline);
   // Relays (delta_relay.cc). PrepareRelays links each forward to its
   // source and marks what is kept (engine), or adds the digest runs of

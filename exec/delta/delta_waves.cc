@@ -332,12 +332,20 @@ absl::Status DeltaRunner::EndReceive(BatchWork& w, absl::Time deadline, RunStats
   // the lane (the trainer sends them in that order), so their receive joins
   // this group. Not on a transport that holds one group a lane (the host's):
   // its applies wait for the payloads, which must not wait for the next
-  // headers.
+  // headers. Nor when a batch between the two forwards: its forwards wait
+  // for every lane's earlier work (ForwardSends), and a receive of later
+  // headers on this lane would hold them until the sender reaches that
+  // later batch, which it may only do once the forwarding batch is
+  // received.
   std::vector<RecvOp> payloads = payload_ops.Take();
   delta_stats_.transfers += static_cast<int64_t>(payloads.size());
   if (w.next_on_lane >= 0 && ops_->OrderedWithTransport()) {
     BatchWork& next = work_[w.next_on_lane];
-    if (!next.headers_posted && next.forwards.empty()) {
+    bool forward_between = false;
+    for (int32_t j = static_cast<int32_t>(&w - work_.data()) + 1; j < w.next_on_lane; ++j) {
+      forward_between = forward_between || !work_[j].forwards.empty();
+    }
+    if (!next.headers_posted && next.forwards.empty() && !forward_between) {
       std::vector<RecvOp> head = HeaderReceives(next);
       payloads.insert(payloads.end(), head.begin(), head.end());
       next.headers_posted = true;
