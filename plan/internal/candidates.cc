@@ -2,6 +2,7 @@
 #include "plan/internal/candidates.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -176,6 +177,60 @@ Units GroupUnits(const Candidates& candidates, const SideLayout& dst) {
   std::vector<int32_t> cursor(u.first.begin(), u.first.end() - 1);
   for (size_t i = 0; i < cands.size(); ++i) u.members[cursor[id[i]]++] = static_cast<int32_t>(i);
   return u;
+}
+
+Containers ContainingUnits(const Candidates& candidates, const Units& units,
+                           const SideLayout& dst) {
+  const std::vector<Candidate>& cands = candidates.cands;
+  const int32_t n = units.size();
+  // Units by (source tensor, piece), bytes descending, then unit number:
+  // a container comes before what it contains.
+  std::vector<std::tuple<int32_t, int32_t, int64_t, int32_t>> by_piece(n);
+  for (int32_t u = 0; u < n; ++u) {
+    const Candidate& c = cands[units.members[units.first[u]]];
+    by_piece[u] = {c.src_tensor, c.piece, -c.bytes, u};
+  }
+  std::sort(by_piece.begin(), by_piece.end());
+  std::vector<std::pair<int32_t, int32_t>> pairs;  // (unit, container), in order
+  std::vector<Box> region;
+  for (int32_t i = 0; i < n;) {
+    int32_t j = i + 1;
+    while (j < n && std::get<0>(by_piece[j]) == std::get<0>(by_piece[i]) &&
+           std::get<1>(by_piece[j]) == std::get<1>(by_piece[i])) {
+      ++j;
+    }
+    if (j - i > 1 && j - i <= kMaxContainerSearch) {
+      region.clear();
+      for (int32_t k = i; k < j; ++k) {
+        const Candidate& c = cands[units.members[units.first[std::get<3>(by_piece[k])]]];
+        region.push_back(Intersect(candidates.PieceOf(c).box, dst.records[c.dst_record].box));
+      }
+      for (int32_t k = i + 1; k < j; ++k) {
+        for (int32_t o = i; o < k; ++o) {
+          // Bytes descending: a container is bigger (equal regions are one
+          // unit), so only earlier units may contain this one.
+          if (std::get<2>(by_piece[o]) < std::get<2>(by_piece[k]) &&
+              Contains(region[o - i], region[k - i])) {
+            pairs.emplace_back(std::get<3>(by_piece[k]), std::get<3>(by_piece[o]));
+          }
+        }
+      }
+    }
+    i = j;
+  }
+  // A unit's pairs are side by side, its containers in piece order; by
+  // unit (stable).
+  std::stable_sort(pairs.begin(), pairs.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  Containers out;
+  out.first.assign(n + 1, 0);
+  out.units.reserve(pairs.size());
+  for (const auto& [u, c] : pairs) {
+    ++out.first[u + 1];
+    out.units.push_back(c);
+  }
+  for (int32_t u = 0; u < n; ++u) out.first[u + 1] += out.first[u];
+  return out;
 }
 
 }  // namespace internal_plan
