@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <tuple>
 
 #include "plan/cost.h"
@@ -205,6 +206,13 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   const Loads before = loads;
   const std::vector<char> fed_before = fed;
   bool chained = false;
+  struct Chains {
+    Loads loads;
+    std::vector<int32_t> choice_at, feeder_at;
+    std::vector<int16_t> depth_at;
+    int32_t max_depth;
+  };
+  std::optional<Chains> chains;
   if (!shared_hosts) {
     std::vector<int32_t> chain(mem.size());
     for (int32_t u = 0; u < units.size(); ++u) {
@@ -271,12 +279,16 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
     }
     chained = loads.Slowest() <= kChainSlack * std::max(bound, before.Slowest());
     if (!chained) {
+      // Kept aside: trees may come out slower (a bound loose for units
+      // that enter a host through one rank), then the chains stay.
+      chains.emplace(Chains{loads, std::move(choice_at), std::move(feeder_at),
+                            std::move(depth_at), max_depth});
       loads = before;
       fed = fed_before;
       floor = std::max(bound, loads.Slowest());
-      std::fill(choice_at.begin(), choice_at.end(), -1);
-      std::fill(feeder_at.begin(), feeder_at.end(), -1);
-      std::fill(depth_at.begin(), depth_at.end(), 0);
+      choice_at.assign(mem.size(), -1);
+      feeder_at.assign(mem.size(), -1);
+      depth_at.assign(mem.size(), 0);
       max_depth = 0;
     }
   }
@@ -363,6 +375,13 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
         feed(q, ranks, best_k, best_h, bytes);
       }
     }
+  }
+  if (chains.has_value() && chains->loads.Slowest() < loads.Slowest()) {
+    loads = chains->loads;
+    choice_at = std::move(chains->choice_at);
+    feeder_at = std::move(chains->feeder_at);
+    depth_at = std::move(chains->depth_at);
+    max_depth = chains->max_depth;
   }
   Sources s;
   s.choice.assign(cands.size(), -1);

@@ -70,7 +70,8 @@ struct Sources {
 // next host, so every link carries each byte once and a pipelined
 // schedule keeps every link busy (relay_messages.h).
 // Trees, when hosts are shared or the chains' slowest rank is over
-// kChainSlack times the bound:
+// kChainSlack times the bound (the chains stay where the trees come out
+// slower):
 //  1. A candidate with a replica on its dst rank's GPU takes it (the
 //     least loaded one of those), as in BalanceReplicas.
 //  2. Roots: every unit none of whose candidates was fed by step 1 gets
