@@ -207,6 +207,69 @@ TEST(ExecutorTest, RelaysForwardFromTheEnginesOwnBuffersEveryByteChecked) {
   }
 }
 
+// A TP2 trainer (host 0) feeding a TP2 replica (host 1) and two TP4
+// replicas (hosts 2, 3) of bf16 "w" [32, 16] (column parallel) and "o"
+// [16, 32] (row parallel), with relays: the TP2 replica forwards the TP4
+// ones quarters of the halves it received (sub-regions).
+absl::StatusOr<Plan> SubRegionRelayPlan(int32_t lanes) {
+  SideLayout src, dst;
+  src.world_size = 2;
+  const std::vector<TensorSpec> ts = {{"w", {32, 16}, DType::kBF16}, {"o", {16, 32}, DType::kBF16}};
+  for (const TensorSpec& t : ts) {
+    REFIT_RETURN_IF_ERROR(AddTensor(src, t).status());
+    REFIT_RETURN_IF_ERROR(AddTensor(dst, t).status());
+  }
+  const Mesh ms = *Mesh::Make({"tp"}, {2}, {0, 1});
+  REFIT_RETURN_IF_ERROR(AddDenseShards(src, 0, ms, {Placement::Shard(0)}).status());
+  REFIT_RETURN_IF_ERROR(AddDenseShards(src, 1, ms, {Placement::Shard(1)}).status());
+  src.host_of_rank = {0, 0};
+  int32_t host = 1;
+  for (int32_t tp : {2, 4, 4}) {
+    std::vector<int32_t> ranks;
+    for (int32_t k = 0; k < tp; ++k) ranks.push_back(dst.world_size + k);
+    dst.world_size += tp;
+    dst.host_of_rank.insert(dst.host_of_rank.end(), tp, host++);
+    const Mesh me = *Mesh::Make({"tp"}, {tp}, ranks);
+    REFIT_RETURN_IF_ERROR(
+        AddDenseShards(dst, 0, me, {Placement::Shard(0)}, absl::StrCat("w", tp, "@", ranks[0]))
+            .status());
+    REFIT_RETURN_IF_ERROR(
+        AddDenseShards(dst, 1, me, {Placement::Shard(1)}, absl::StrCat("o", tp, "@", ranks[0]))
+            .status());
+  }
+  PlannerOptions o;
+  o.relay = true;
+  o.num_lanes = lanes;
+  o.choose_lanes = false;
+  o.staging_budget_bytes = 256 * lanes;
+  return BuildPlan(std::move(src), std::move(dst), o);
+}
+
+TEST(ExecutorTest, SubRegionRelaysEveryByteWithinTheStagingBudget) {
+  for (int lanes : {1, 2}) {
+    for (bool verify : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(lanes, " lanes, verify ", verify));
+      absl::StatusOr<Plan> plan = SubRegionRelayPlan(lanes);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      int64_t sub = 0;
+      for (const Message& m : plan->messages) {
+        for (int32_t i = m.first_segment; m.relay && i < m.first_segment + m.num_segments; ++i) {
+          const Segment& s = plan->segments[i];
+          const Box& held = plan->dst.records[s.src_record].box;
+          if (m.src_rank < 2 && !(held == s.box) && Contains(held, s.box)) sub += s.bytes;
+        }
+      }
+      ASSERT_GT(sub, 0) << "the TP2 replica forwards no sub-region";
+      auto res = RunAll(*plan, lanes, 2, verify);
+      for (size_t g = 0; g < res.size(); ++g) {
+        EXPECT_TRUE(res[g].status.ok()) << "rank " << g << ": " << res[g].status;
+        EXPECT_EQ(res[g].check, "") << "global rank " << g;
+        EXPECT_LE(res[g].allocated_peak, plan->options.staging_budget_bytes) << "rank " << g;
+      }
+    }
+  }
+}
+
 TEST(ExecutorTest, VerifyNamesTheRelayThatSentCorruptBytes) {
   absl::StatusOr<Plan> plan = RelayPlan(1);
   ASSERT_TRUE(plan.ok()) << plan.status();
