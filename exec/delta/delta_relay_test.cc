@@ -4,6 +4,7 @@
 // repeats the encoded payload where a region is the one it received.
 // Every byte of every replica checked after every round, digests compared.
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -244,8 +245,9 @@ INSTANTIATE_TEST_SUITE_P(Transports, AcrossLayouts, ::testing::Values(true, fals
 // relay's receives and forwards of a wave within its lane room): dense
 // then delta rounds land every byte, digests compared, every runner
 // within the budget.
-TEST(PlannedAcrossLayouts, Tp2AndTp1ReplicasRelayToEachOther) {
-  const std::vector<int32_t> tps = {2, 1, 2, 1, 2, 1};
+// A job of the planner's delta plan with relays for replicas `tps`
+// (MixedLayouts) under a staging budget of 4096 bytes.
+std::unique_ptr<testing::Job> PlannedJob(const std::vector<int32_t>& tps, bool gloo) {
   SideLayout src, dst;
   MixedLayouts(tps, &src, &dst);
   PlannerOptions o;
@@ -253,7 +255,13 @@ TEST(PlannedAcrossLayouts, Tp2AndTp1ReplicasRelayToEachOther) {
   o.delta = true;
   o.choose_lanes = false;
   o.staging_budget_bytes = 4096;
-  auto job = JobOf(BuildPlan(src, dst, o).value(), /*gloo=*/false);
+  return JobOf(BuildPlan(src, dst, o).value(), gloo);
+}
+
+TEST(PlannedAcrossLayouts, Tp2AndTp1ReplicasRelayToEachOther) {
+  const std::vector<int32_t> tps = {2, 1, 2, 1, 2, 1};
+  auto job = PlannedJob(tps, /*gloo=*/false);
+  const int64_t budget = job->plan.options.staging_budget_bytes;
   const std::vector<int32_t> replica = ReplicaOf(tps);
   std::set<std::pair<int32_t, int32_t>> across;  // (sender's tp, receiver's tp)
   for (const Message& m : job->plan.messages) {
@@ -267,7 +275,7 @@ TEST(PlannedAcrossLayouts, Tp2AndTp1ReplicasRelayToEachOther) {
     RoundResult r = RunRound(job.get());
     for (size_t g = 0; g < r.status.size(); ++g) {
       ASSERT_TRUE(r.status[g].ok()) << "rank " << g << ": " << r.status[g];
-      EXPECT_LE(r.allocated_peak[g], o.staging_budget_bytes) << "rank " << g;
+      EXPECT_LE(r.allocated_peak[g], budget) << "rank " << g;
     }
     ASSERT_TRUE(r.commit.ok()) << "fraction " << f << ": " << r.commit;
     ASSERT_EQ(CheckEngines(*job), "") << "fraction " << f;
@@ -286,14 +294,7 @@ class PlannedSubRegions : public ::testing::TestWithParam<bool> {};
 
 TEST_P(PlannedSubRegions, Tp2ReplicaFeedsTp4ReplicasEveryByte) {
   const std::vector<int32_t> tps = {2, 4, 4};
-  SideLayout src, dst;
-  MixedLayouts(tps, &src, &dst);
-  PlannerOptions o;
-  o.relay = true;
-  o.delta = true;
-  o.choose_lanes = false;
-  o.staging_budget_bytes = 4096;
-  auto job = JobOf(BuildPlan(src, dst, o).value(), GetParam());
+  auto job = PlannedJob(tps, GetParam());
   const Plan& plan = job->plan;
   const std::vector<int32_t> replica = ReplicaOf(tps);
   // Bytes the TP2 replica forwards as a sub-region of a record it holds.
@@ -309,12 +310,12 @@ TEST_P(PlannedSubRegions, Tp2ReplicaFeedsTp4ReplicasEveryByte) {
   }
   ASSERT_GT(sub, 0) << "the TP2 replica forwards no sub-region";
   // "w" and "o" (1 KiB each) once, "n" (192 bytes) at most once per rank.
-  EXPECT_LE(from_trainer, 2 * 1024 + 192 * (1 + static_cast<int64_t>(dst.world_size)));
+  EXPECT_LE(from_trainer, 2 * 1024 + 192 * (1 + static_cast<int64_t>(plan.dst.world_size)));
   for (double f : {1.0, 0.02, 0.2, 0.0, 0.005}) {
     RoundResult r;
     ASSERT_EQ(testing::ChangeAndCommit(job.get(), f, &r), "") << "fraction " << f;
     for (size_t g = 0; g < r.status.size(); ++g) {
-      EXPECT_LE(r.allocated_peak[g], o.staging_budget_bytes) << "rank " << g;
+      EXPECT_LE(r.allocated_peak[g], plan.options.staging_budget_bytes) << "rank " << g;
     }
   }
 }
