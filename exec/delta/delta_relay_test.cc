@@ -286,8 +286,9 @@ TEST(PlannedAcrossLayouts, Tp2AndTp1ReplicasRelayToEachOther) {
 // forwards the TP4 replicas the sub-regions of what it received (each of
 // its ranks' half of "w" and "o" cut in quarters), and the TP4 replicas
 // relay those on; under a small staging budget (many waves, sub-regions
-// forwarded while later waves arrive), over Gloo and in-process: dense
-// then delta rounds land every byte of every replica, digests compared,
+// forwarded while later waves arrive), over Gloo and in-process, the
+// whole plan on every rank then slices: dense then delta rounds land
+// every byte of every replica, digests compared,
 // every runner within the budget, the trainer sending each weight byte
 // once.
 class PlannedSubRegions : public ::testing::TestWithParam<bool> {};
@@ -311,9 +312,16 @@ TEST_P(PlannedSubRegions, Tp2ReplicaFeedsTp4ReplicasEveryByte) {
   ASSERT_GT(sub, 0) << "the TP2 replica forwards no sub-region";
   // "w" and "o" (1 KiB each) once, "n" (192 bytes) at most once per rank.
   EXPECT_LE(from_trainer, 2 * 1024 + 192 * (1 + static_cast<int64_t>(plan.dst.world_size)));
-  for (double f : {1.0, 0.02, 0.2, 0.0, 0.005}) {
+  // The whole plan on every rank, then slices as refitd hands them out (a
+  // trainer's slice carries the relays of its bytes, sub-regions too).
+  for (double f : {1.0, 0.02, 0.2, 0.0, 0.005, -1.0, 0.02, 0.2}) {
+    if (f < 0) {
+      job->sliced = true;
+      continue;
+    }
     RoundResult r;
-    ASSERT_EQ(testing::ChangeAndCommit(job.get(), f, &r), "") << "fraction " << f;
+    ASSERT_EQ(testing::ChangeAndCommit(job.get(), f, &r), "")
+        << "fraction " << f << (job->sliced ? ", slices" : "");
     for (size_t g = 0; g < r.status.size(); ++g) {
       EXPECT_LE(r.allocated_peak[g], plan.options.staging_budget_bytes) << "rank " << g;
     }
