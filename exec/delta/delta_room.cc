@@ -11,11 +11,6 @@ int64_t LaneShare(const PlannerOptions& o) {
 
 }  // namespace
 
-int64_t DeltaLaneRoom(const PlannerOptions& options) {
-  const int64_t share = LaneShare(options);
-  return options.relay ? std::max<int64_t>(1, share / 2) : share;
-}
-
 int64_t PairBound(const PlannerOptions& options, int64_t window, int64_t wave_bytes,
                   int64_t pair_bytes, int64_t pair_largest) {
   if (window > 0) return window;

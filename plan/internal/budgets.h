@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "plan/delta_lane.h"
 #include "plan/plan.h"
 
 namespace refit {
@@ -88,6 +89,21 @@ inline void SetDeltaCaps(PlannerOptions* options) {
   auto lower = [](int64_t* v, int64_t to) { *v = *v > 0 ? std::min(*v, to) : to; };
   lower(&options->max_wave_bytes, half_lane);
   lower(&options->max_message_bytes, half_lane);
+}
+
+// Sets options->max_wave_bytes and max_message_bytes to at most
+// DeltaLaneRoom(*options) - QuantizeRoom(*options) when `converts` (the plan
+// has conversions: a delta round's trainer rank packs the messages that
+// read converted values and quantizes their rows in the room its wave's
+// packed bytes leave, plan/delta_lane.h); a smaller value already set stays.
+// Options must be valid (ValidateOptions). Never fails.
+inline void SetQuantizeCaps(bool converts, PlannerOptions* options) {
+  if (!converts) return;
+  const int64_t cap =
+      std::max<int64_t>(1, DeltaLaneRoom(*options) - QuantizeRoom(*options));
+  auto lower = [](int64_t* v, int64_t to) { *v = *v > 0 ? std::min(*v, to) : to; };
+  lower(&options->max_wave_bytes, cap);
+  lower(&options->max_message_bytes, cap);
 }
 
 }  // namespace internal_plan
