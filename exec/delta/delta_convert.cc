@@ -232,10 +232,18 @@ absl::Status DeltaRunner::ExchangeAmaxes(absl::Time deadline) {
     copier_->Free(p);
   };
   // The rooms of the rank's lanes are free, and nothing is in flight: the
-  // exchange takes lane 0 alone.
+  // exchange takes lane 0 alone, and the amax pass gathers the records not
+  // lying dense in the largest room, in bands of rows, before it.
+  size_t largest = 0;
+  for (size_t lane = 0; lane < lane_room_.size(); ++lane) {
+    if (lane_room_bytes_[lane] > lane_room_bytes_[largest]) largest = lane;
+  }
+  char* gather = largest < lane_room_.size() ? lane_room_[largest] : nullptr;
   return conversions_->ExchangeAmaxes(
-      buffers_, AmaxExchangeOver(conversions_.get(), transport_, copier_, &exchange_memory_,
-                                 rank_, deadline));
+      buffers_,
+      AmaxExchangeOver(conversions_.get(), transport_, copier_, &exchange_memory_, rank_,
+                       deadline),
+      gather, gather == nullptr ? 0 : lane_room_bytes_[largest]);
 }
 
 absl::Status DeltaRunner::SyncConversions(int32_t lane) {

@@ -46,9 +46,11 @@
 // and the first compare waits for the first batch's rows only; the engine
 // receives the bytes a dense round sends. A rank whose batch's packed
 // messages and one tile row's step do not fit its lane room is refused at
-// Create, naming --staging_mib. The conversion steps' own
-// working memory (the amax pass's gathers of records not lying dense:
-// cut FP8 tiles, NVFP4 global amaxes) comes beside the budget.
+// Create, naming --staging_mib. The amax pass gathers the records it
+// reads that do not lie dense (cut FP8 tiles, NVFP4 global amaxes) in
+// bands of rows into the largest lane room, before the exchange; only a
+// dim-0 row larger than the room, and the conversion steps' own small
+// device scratch, come beside the budget (convert_workspace_bytes).
 //
 // A trainer rank keeps a snapshot: per message it sends, the bytes of the
 // last committed version (GPU memory by default on a GPU member, pinned host
@@ -199,8 +201,8 @@ struct DeltaRoundStats {
   // receiver's room in the budget.
   int64_t dense_for_room = 0;
   // Beside the budget: the message headers (32 bytes each), and a trainer's
-  // conversion steps' own working memory (the amax pass's gathers of
-  // records not lying dense in their buffers; their device scratch).
+  // conversion steps' own working memory (their device scratch, and the
+  // amax pass's gather of a dim-0 row larger than the largest lane room).
   int64_t header_bytes = 0;
   int64_t convert_workspace_bytes = 0;
   double digest_seconds = 0;    // time spent digesting

@@ -33,6 +33,9 @@ inline int64_t WaveCap(const PlannerOptions& options) {
                                      : LaneBudget(options);
 }
 
+// Sets *cap (a byte cap, 0: none) to at most `to` (> 0). Never fails.
+inline void LowerCap(int64_t* cap, int64_t to) { *cap = *cap > 0 ? std::min(*cap, to) : to; }
+
 // Lanes for a plan of many small or strided pieces: when options allow it
 // (choose_lanes) and ask for fewer, a plan whose heaviest rank stages
 // (`staged`: the most bytes of one rank's segments below direct_min_bytes,
@@ -75,9 +78,8 @@ inline void SetRelayCaps(int64_t max_rank_bytes, int32_t depth, PlannerOptions* 
   wave = std::min(half_lane, std::max(kMinRelayWaveBytes, wave));
   const int64_t message =
       wave < half_lane ? std::max<int64_t>(1, wave / kRelayMessagesPerWave) : wave;
-  auto lower = [](int64_t* v, int64_t to) { *v = *v > 0 ? std::min(*v, to) : to; };
-  lower(&options->max_wave_bytes, wave);
-  lower(&options->max_message_bytes, message);
+  LowerCap(&options->max_wave_bytes, wave);
+  LowerCap(&options->max_message_bytes, message);
 }
 
 // Sets options->max_wave_bytes and max_message_bytes to at most half a
@@ -86,9 +88,8 @@ inline void SetRelayCaps(int64_t max_rank_bytes, int32_t depth, PlannerOptions* 
 inline void SetDeltaCaps(PlannerOptions* options) {
   if (!options->delta) return;
   const int64_t half_lane = std::max<int64_t>(1, LaneBudget(*options) / 2);
-  auto lower = [](int64_t* v, int64_t to) { *v = *v > 0 ? std::min(*v, to) : to; };
-  lower(&options->max_wave_bytes, half_lane);
-  lower(&options->max_message_bytes, half_lane);
+  LowerCap(&options->max_wave_bytes, half_lane);
+  LowerCap(&options->max_message_bytes, half_lane);
 }
 
 // Sets options->max_wave_bytes and max_message_bytes to at most
@@ -101,9 +102,8 @@ inline void SetQuantizeCaps(bool converts, PlannerOptions* options) {
   if (!converts) return;
   const int64_t cap =
       std::max<int64_t>(1, DeltaLaneRoom(*options) - QuantizeRoom(*options));
-  auto lower = [](int64_t* v, int64_t to) { *v = *v > 0 ? std::min(*v, to) : to; };
-  lower(&options->max_wave_bytes, cap);
-  lower(&options->max_message_bytes, cap);
+  LowerCap(&options->max_wave_bytes, cap);
+  LowerCap(&options->max_message_bytes, cap);
 }
 
 }  // namespace internal_plan
