@@ -338,6 +338,39 @@ TEST(DeltaQuantizeBudgetTest, ABudgetTooSmallForABatchsQuantizedMessagesIsRefuse
   }
 }
 
+// Qwen3-8B's default plans (the planner's options, 512 MiB) into each
+// quantized format: every trainer batch's packed messages and quantizing
+// steps fit its lane room, so Create takes its lane rooms within the
+// budget and nothing beside it. (Create reads no weight: the buffers are
+// addresses only.)
+TEST(DeltaQuantizeBudgetTest, RealModelsDefaultPlansQuantizeWithinTheBudget) {
+  for (const char* engine :
+       {"vllm:tp=1,quant=fp8", "vllm:tp=1,quant=mxfp8", "vllm:tp=1,quant=nvfp4"}) {
+    SCOPED_TRACE(engine);
+    testing::PlannedCase pc;
+    ASSERT_TRUE(testing::PlanCase("qwen3-8b", "megatron:tp=1", engine, &pc).ok());
+    const Plan& plan = *pc.plan;
+    ASSERT_FALSE(plan.conversions.empty());
+    std::vector<char*> buffers;
+    uintptr_t at = uintptr_t{1} << 40;  // never dereferenced at Create
+    for (const BufferSpec& b : plan.src.buffers) {
+      buffers.push_back(b.scratch ? nullptr : reinterpret_cast<char*>(at));
+      at += (static_cast<uintptr_t>(b.byte_size) + 4095) / 4096 * 4096;
+    }
+    auto fabric =
+        InProcFabric::Create(plan.src.world_size + plan.dst.world_size, plan.options.num_lanes)
+            .value();
+    auto t = InProcTransport::Create(fabric, 0).value();
+    testing::CountingCopier copier;
+    DeltaRunnerOptions o;
+    o.copier = &copier;
+    auto d = DeltaRunner::Create(plan, Side::kTrainer, 0, buffers, t.get(), o);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_GT(copier.peak_bytes(), 0);
+    EXPECT_LE(copier.peak_bytes(), plan.options.staging_budget_bytes);
+  }
+}
+
 // A trainer's first count starts once its first batch's rows are
 // quantized, long before the rank's whole model is.
 TEST(DeltaQuantizeOrderTest, TheFirstCountWaitsForItsBatchOnly) {
