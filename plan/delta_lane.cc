@@ -4,9 +4,13 @@
 
 namespace refit {
 
+int64_t LaneShare(const PlannerOptions& options) {
+  return std::max<int64_t>(1,
+                           options.staging_budget_bytes / std::max<int32_t>(1, options.num_lanes));
+}
+
 int64_t DeltaLaneRoom(const PlannerOptions& options) {
-  const int64_t share =
-      std::max<int64_t>(1, options.staging_budget_bytes / std::max<int32_t>(1, options.num_lanes));
+  const int64_t share = LaneShare(options);
   return options.relay ? std::max<int64_t>(1, share / 2) : share;
 }
 

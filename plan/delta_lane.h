@@ -1,5 +1,6 @@
-// A delta round's lane room (exec/delta/delta_room.h), as both the planner
-// and the delta runner size it: the bytes one lane of a rank holds for one
+// A rank's per-lane share of the staging budget, and a delta round's lane
+// room (exec/delta/delta_room.h), as both the planner and the delta runner
+// size them: the bytes one lane of a rank holds for one
 // delta batch, and the part of it a plan with conversions keeps for a
 // trainer rank to quantize its batch's rows in (exec/delta/delta_runner.h:
 // Quantized engines). The planner caps its waves and messages so that a
@@ -14,10 +15,13 @@
 
 namespace refit {
 
+// Returns the staging bytes one rank may use per lane: staging_budget_bytes
+// / num_lanes, at least 1. Never fails.
+int64_t LaneShare(const PlannerOptions& options);
+
 // Returns the bytes one lane of a rank holds for one delta batch (staging
-// and encodings): the per-lane share of the staging budget
-// (staging_budget_bytes / num_lanes), half of it when options.relay (a
-// relay keeps payloads in the rest); at least 1. Never fails.
+// and encodings): LaneShare, half of it when options.relay (a relay keeps
+// payloads in the rest); at least 1. Never fails.
 int64_t DeltaLaneRoom(const PlannerOptions& options);
 
 // The most bytes of a lane room kept for quantizing: one step of whole

@@ -24,7 +24,7 @@
 
 #include <cstdint>
 
-#include "plan/delta_lane.h"  // DeltaLaneRoom
+#include "plan/delta_lane.h"  // DeltaLaneRoom, LaneShare
 #include "plan/plan.h"
 
 namespace refit {

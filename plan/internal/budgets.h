@@ -11,11 +11,9 @@
 namespace refit {
 namespace internal_plan {
 
-// Returns the staging bytes one rank may use per lane (at least 1).
-// Options must be valid (ValidateOptions).
-inline int64_t LaneBudget(const PlannerOptions& options) {
-  return std::max<int64_t>(1, options.staging_budget_bytes / options.num_lanes);
-}
+// Returns the staging bytes one rank may use per lane (at least 1):
+// LaneShare (plan/delta_lane.h). Never fails.
+inline int64_t LaneBudget(const PlannerOptions& options) { return LaneShare(options); }
 
 // Returns the most bytes one message carries: min(max_message_bytes, the
 // per-lane budget), or the per-lane budget when max_message_bytes is 0.
