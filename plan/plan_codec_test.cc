@@ -71,8 +71,12 @@ TEST(PlanCodecTest, WaveTripKeepsConversionsAndCutTiles) {
   src.world_size = 2;
   dst.world_size = 1;
   ASSERT_TRUE(AddTensor(src, TensorSpec{"w", {200, 100}, DType::kBF16}).ok());
-  ASSERT_TRUE(AddTensor(dst, TensorSpec{"w", {200, 100}, DType::kF8E4M3}).ok());
-  ASSERT_TRUE(AddTensor(dst, TensorSpec{"w_scale_inv", {2, 1}, DType::kF32}).ok());
+  ASSERT_TRUE(AddTensor(dst, WithFormat({"w", {200, 100}, DType::kF8E4M3},
+                                         QuantFormat::kFp8Block, QuantRole::kCodes))
+                  .ok());
+  ASSERT_TRUE(AddTensor(dst, WithFormat({"w_scale_inv", {2, 1}, DType::kF32},
+                                         QuantFormat::kFp8Block, QuantRole::kScales))
+                  .ok());
   ASSERT_TRUE(AddDenseShards(src, 0, *Mesh::Make({"tp"}, {2}), {Placement::Shard(0)}).ok());
   for (int32_t t : {0, 1}) {
     ASSERT_TRUE(AddDenseShards(dst, t, *Mesh::Make({"tp"}, {1}), {Placement::Replicate()}).ok());
