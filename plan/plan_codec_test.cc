@@ -113,6 +113,17 @@ TEST(PlanCodecTest, WaveTripKeepsConversionsAndCutTiles) {
   refit::v1::PlanProto unknown = ToProto(*p);
   unknown.mutable_conversions(0)->set_swizzle(static_cast<int32_t>(ScaleSwizzle::kTiles128x4));
   EXPECT_THAT(FromProto(unknown).status().message(), ::testing::HasSubstr("bad kind, format"));
+  // The tensors' formats survive the wire (both sides: the converted
+  // source takes the engine's), and one that disagrees with its tensor's
+  // dtype is refused naming the side and the tensor.
+  EXPECT_EQ(q->dst.tensors[0].format, QuantFormat::kFp8Block);
+  EXPECT_EQ(q->dst.tensors[1].quant_role, QuantRole::kScales);
+  EXPECT_EQ(q->src.tensors[0].format, QuantFormat::kFp8Block);
+  EXPECT_EQ(q->src.tensors[0].quant_role, QuantRole::kCodes);
+  refit::v1::PlanProto nvfp4 = ToProto(*p);
+  nvfp4.mutable_dst()->mutable_tensors(0)->set_format(static_cast<int32_t>(QuantFormat::kNvfp4));
+  EXPECT_THAT(FromProto(nvfp4).status().message(),
+              ::testing::HasSubstr("tensor w: format nvfp4 holds its codes as u8, not f8e4m3"));
 }
 
 TEST(PlanCodecTest, WaveTripKeepsTheDestinationTransform) {
