@@ -75,6 +75,44 @@ LinkClass Faster(const CostModel& cost, LinkClass k, LinkClass other) {
   return cost.SecondsPerByte(other) < cost.SecondsPerByte(k) ? other : k;
 }
 
+// Returns, over every uncontained unit and engine host holding some of
+// its members, the least time any of those members can take when it is
+// the one taking the unit into the host: its bytes at their best
+// (`dst_load`) plus `entry_extra` for this unit. Why it bounds every plan:
+// each candidate has one source, so the members of an uncontained unit
+// form trees rooted at trainer ranks, each member fed by a trainer rank
+// or by a member of the unit fed before it. On a host, the member fed
+// first is fed by a trainer rank or by a member on another host, over a
+// link no faster than the best a trainer replica offers it (the network
+// when none shares its host), so its time is at least this. The host
+// term above spreads that extra over the host's ranks; this one does not
+// (a small replicated tensor is received whole by one rank).
+double EntryBound(const Candidates& candidates, const Units& units, const Containers& containers,
+                  const std::vector<int32_t>& slot_of, const std::vector<LinkBytes>& dst_load,
+                  const std::vector<double>& entry_extra, const CostModel& cost) {
+  std::vector<double> base(dst_load.size());
+  for (size_t d = 0; d < dst_load.size(); ++d) base[d] = cost.Seconds(dst_load[d]);
+  // Per host slot, the least entry time of the unit at hand (-1: none yet).
+  std::vector<double> least(base.size(), -1.0);
+  std::vector<int32_t> touched;
+  double bound = 0;
+  for (int32_t u = 0; u < units.size(); ++u) {
+    if (containers.Contained(u)) continue;
+    touched.clear();
+    for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) {
+      const int32_t d = candidates.cands[units.members[q]].dst_rank;
+      double& l = least[slot_of[d]];
+      if (l < 0) touched.push_back(slot_of[d]);
+      l = l < 0 ? base[d] + entry_extra[q] : std::min(l, base[d] + entry_extra[q]);
+    }
+    for (int32_t h : touched) {
+      bound = std::max(bound, least[h]);
+      least[h] = -1.0;
+    }
+  }
+  return bound;
+}
+
 }  // namespace
 
 double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
@@ -118,6 +156,10 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
   // Per member of the unit at hand: (host slot, its best seconds, the best
   // seconds a trainer replica offers it).
   std::vector<std::tuple<int32_t, double, double>> per_member;
+  // Per member (units.members order) of an uncontained unit: the seconds
+  // it takes over its best when it is the one taking the unit into its
+  // host (the trainer replica's link instead of its best); 0 otherwise.
+  std::vector<double> entry_extra(units.members.size(), 0.0);
   for (int32_t u = 0; u < units.size(); ++u) {
     const int32_t* b = units.members.data() + units.first[u];
     const int32_t* e = units.members.data() + units.first[u + 1];
@@ -147,6 +189,7 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
       }
       dst_load[d].Add(best, bytes);
       per_member.emplace_back(slot_of[d], bytes * cost.SecondsPerByte(best), from_trainer);
+      entry_extra[m - units.members.data()] = from_trainer - std::get<1>(per_member.back());
     }
     // On each host one member takes the bytes from a trainer rank or from
     // another host (no faster than the best trainer replica offers it); the
@@ -172,7 +215,8 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
   for (size_t h = 0; h < host_seconds.size(); ++h) {
     bound = std::max(bound, host_seconds[h] / ranks_on[h]);
   }
-  return bound;
+  return std::max(bound, EntryBound(candidates, units, containers, slot_of, dst_load,
+                                    entry_extra, cost));
 }
 
 }  // namespace internal_plan
