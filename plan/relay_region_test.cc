@@ -237,11 +237,12 @@ TEST(RegionRelayTest, SubRegionForwardedBeforeTheTrainersLastWave) {
 
 // Trainer and engine ranks sharing hosts: the TP2 replica on the
 // trainer's host feeds the TP4 replicas sub-regions, every byte lands, the
-// plan beats the trainer sending every copy, and with 8 layers (many units
-// a rank) it is within 1.2x of the relay-aware bound. That bound leaves
-// out that the trainer's host pushes every byte the other hosts need
-// through its own ranks, which also feed the TP2 replica there (worked out
-// by hand for these layouts: about 1.04x the bound).
+// plan beats the trainer sending every copy, and with 8 layers it is
+// within 1.05x of the relay-aware bound (the trainer's host sends out what
+// the other hosts need through its trainer and engine ranks). With one
+// layer a rank's bytes are a few 1 KiB units that no plan splits: the
+// trainer's host exports 8 quarters and "n" through 4 ranks, two of which
+// also feed the TP2 replica, so no plan beats 1.09x the bound there.
 TEST(RegionRelayTest, SharedHostsRelaySubRegions) {
   for (int32_t layers : {1, 8}) {
     SCOPED_TRACE(absl::StrCat(layers, " layers"));
@@ -251,9 +252,8 @@ TEST(RegionRelayTest, SharedHostsRelaySubRegions) {
     ASSERT_EQ(testing::RunInWaveOrder(*plan), "");
     EXPECT_FALSE(SubRegionBytes(*plan).empty());
     EXPECT_LE(plan->stats.lower_bound_seconds, plan->stats.predicted_seconds * (1 + 1e-12));
-    if (layers > 1) {
-      EXPECT_LE(plan->stats.predicted_seconds, 1.2 * plan->stats.lower_bound_seconds);
-    }
+    EXPECT_LE(plan->stats.predicted_seconds,
+              (layers > 1 ? 1.05 : 1.2) * plan->stats.lower_bound_seconds);
     absl::StatusOr<Plan> direct = BuildPlan(l.src, l.dst, Options(false));
     ASSERT_TRUE(direct.ok()) << direct.status();
     EXPECT_LT(plan->stats.predicted_seconds, direct->stats.predicted_seconds);

@@ -28,7 +28,10 @@ double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
 // it; the others at their best); per engine host and uncontained unit,
 // the least time of a member there that takes the unit into the host
 // (its bytes at their best, this unit's over the trainer replica's link:
-// a unit is received whole by one rank); and the trainer side's terms of
+// a unit is received whole by one rank); where engine ranks share the
+// trainer's hosts, the time those hosts' trainer and engine ranks take to
+// send out the distinct bytes the other hosts need (the trainer ranks
+// also feeding the engine ranks there); and the trainer side's terms of
 // SenderLowerBound counting each uncontained unit (each distinct byte)
 // once, over the fastest link from a replica to any engine rank of the
 // unit (a contained unit's bytes may all come from engine ranks holding
