@@ -260,6 +260,26 @@ TEST(RegionRelayTest, SharedHostsRelaySubRegions) {
   }
 }
 
+// The TP2 replica on the trainer's own GPUs (a device-local copy feeds
+// it) and TP4 replicas on two other hosts, 8 layers: the TP2 replica's
+// ranks forward what the other hosts need beside the trainer's ranks,
+// every byte lands, and the plan is within 1.05x of the relay-aware bound.
+TEST(RegionRelayTest, ReplicaOnTheTrainersGpusForwardsToOtherHosts) {
+  Layouts l = Make(2, {2, 4, 4}, /*fp8=*/false, /*hosts=*/{0, 1, 2}, /*layers=*/8);
+  l.src.gpu_of_rank = {0, 1};
+  l.dst.gpu_of_rank = {0, 1, 10, 11, 12, 13, 20, 21, 22, 23};
+  absl::StatusOr<Plan> plan = BuildPlan(l.src, l.dst, Options(true));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(testing::RunInWaveOrder(*plan), "");
+  int64_t forwarded_by_tp2 = 0;
+  for (const Message& m : plan->messages) {
+    if (m.relay && l.replica_of[m.src_rank] == 0) forwarded_by_tp2 += m.bytes;
+  }
+  EXPECT_GT(forwarded_by_tp2, 0);
+  EXPECT_LE(plan->stats.lower_bound_seconds, plan->stats.predicted_seconds * (1 + 1e-12));
+  EXPECT_LE(plan->stats.predicted_seconds, 1.05 * plan->stats.lower_bound_seconds);
+}
+
 // A small replicated tensor is received whole by one engine rank of a
 // host: under a TP4 trainer, one TP4 replica takes its quarters of "w"
 // and "o" (1 KiB each) and one of its ranks also takes "n" (192 bytes)
