@@ -241,7 +241,12 @@ __device__ inline void WaveGatherTileWarp(const WaveMsg& m, int64_t tile, int64_
 __global__ void __launch_bounds__(kDeltaThreads) WaveGatherKernel(
     const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, const uint32_t* mask,
     const uint32_t* tile_counts, const uint64_t* tile_offsets, const uint8_t* vals,
-    const uint32_t* idx) {
+    const uint32_t* idx, const uint8_t* headers, uint8_t* header_out, int64_t header_bytes) {
+  // The wave's headers, uploaded behind the message rows, to their place.
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < header_bytes;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    header_out[i] = headers[i];
+  }
   const int64_t g = static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5);
   if (g >= num_tiles) return;  // a whole warp
   // Each warp's tile mask, where it is built from the tile's indices.
@@ -426,12 +431,19 @@ void LaunchTileScan(const uint32_t* tile_counts, int64_t num_tiles, uint64_t* ti
 void LaunchWaveGather(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                       const uint32_t* mask, const uint32_t* tile_counts,
                       const uint64_t* tile_offsets, const uint8_t* vals, const uint32_t* idx,
-                      cudaStream_t stream) {
-  if (num_tiles == 0 || num_msgs == 0) return;
+                      cudaStream_t stream, const uint8_t* headers, uint8_t* header_out,
+                      int64_t header_bytes) {
+  if (num_tiles == 0 || num_msgs == 0) {
+    if (header_bytes > 0) {
+      cudaMemcpyAsync(header_out, headers, header_bytes, cudaMemcpyDeviceToDevice, stream);
+    }
+    return;
+  }
   const int64_t per_block = kDeltaThreads / 32;
   const auto blocks = static_cast<unsigned int>((num_tiles + per_block - 1) / per_block);
   WaveGatherKernel<<<blocks, kDeltaThreads, 0, stream>>>(msgs, num_msgs, num_tiles, mask,
-                                                        tile_counts, tile_offsets, vals, idx);
+                                                        tile_counts, tile_offsets, vals, idx,
+                                                        headers, header_out, header_bytes);
 }
 
 void LaunchWaveApplyCount(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,

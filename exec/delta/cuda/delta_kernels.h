@@ -120,10 +120,14 @@ void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
 // else (or with vals null) read again from the current bytes; indices from
 // `idx` where the tile's fitted, else from the mask. `idx` is required: a
 // tile's mask is built from its indices where the mask pass wrote none.
+// It also copies `header_bytes` from device memory `headers` to
+// `header_out` (the wave's headers, uploaded with the message rows: one
+// upload before the gather instead of two).
 void LaunchWaveGather(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
                       const uint32_t* mask, const uint32_t* tile_counts,
                       const uint64_t* tile_offsets, const uint8_t* vals, const uint32_t* idx,
-                      cudaStream_t stream);
+                      cudaStream_t stream, const uint8_t* headers = nullptr,
+                      uint8_t* header_out = nullptr, int64_t header_bytes = 0);
 // Apply, pass 1: bitmask tiles' set bits into tile_counts; kIndices tiles'
 // indices checked (bad[msg] and *bad_any set for one out of range or not
 // increasing), their count 0.

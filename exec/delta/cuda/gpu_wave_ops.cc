@@ -101,8 +101,10 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
     REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(origin_, codec));
     origin_set_ = true;
   }
-  REFIT_RETURN_IF_ERROR(c.table_h.Reserve(mb, "tables", &retired_));
-  REFIT_RETURN_IF_ERROR(c.table.Reserve(mb, "tables", &retired_));
+  // The rows, then room for the encode's headers (uploaded with them).
+  const int64_t rows_and_headers = mb + static_cast<int64_t>(items.size()) * kHeader;
+  REFIT_RETURN_IF_ERROR(c.table_h.Reserve(rows_and_headers, "tables", &retired_));
+  REFIT_RETURN_IF_ERROR(c.table.Reserve(rows_and_headers, "tables", &retired_));
   REFIT_RETURN_IF_ERROR(
       c.mask.Reserve(c.num_tiles * kWaveMaskWordsPerTile * 4, "mask", &retired_));
   REFIT_RETURN_IF_ERROR(
@@ -208,26 +210,28 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
     msgs[j].out = reinterpret_cast<uint8_t*>(out[i]);
   }
   const int64_t n = static_cast<int64_t>(items.size());
-  REFIT_RETURN_IF_ERROR(
-      c.headers_h.Reserve(std::max<int64_t>(n, 1) * kHeader, "headers", &retired_));
-  std::memcpy(c.headers_h.p, headers.data(), n * kHeader);
-  if (n > 0) {
-    REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(header_out, c.headers_h.p, n * kHeader,
-                                               cudaMemcpyHostToDevice, l->gather));
-  }
   if (c.num_msgs > 0) {
+    // One upload: the rows, and behind them the headers, which the gather
+    // copies to header_out.
     const int64_t mb = c.num_msgs * sizeof(WaveMsg);
-    REFIT_RETURN_IF_CUDA_ERROR(
-        cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->gather));
+    std::memcpy(static_cast<char*>(c.table_h.p) + mb, headers.data(), n * kHeader);
+    REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(c.table.p, c.table_h.p, mb + n * kHeader,
+                                               cudaMemcpyHostToDevice, l->gather));
     LaunchWaveGather(reinterpret_cast<const WaveMsg*>(c.table.p),
                      static_cast<int32_t>(c.num_msgs), c.num_tiles,
                      reinterpret_cast<const uint32_t*>(c.mask.p),
                      reinterpret_cast<const uint32_t*>(c.counts.p),
                      reinterpret_cast<const uint64_t*>(c.offsets.p),
                      reinterpret_cast<const uint8_t*>(c.vals.p),
-                     reinterpret_cast<const uint32_t*>(c.idx.p),
-                     l->gather);
+                     reinterpret_cast<const uint32_t*>(c.idx.p), l->gather,
+                     reinterpret_cast<const uint8_t*>(c.table.p) + mb,
+                     reinterpret_cast<uint8_t*>(header_out), n * kHeader);
     REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
+  } else if (n > 0) {
+    REFIT_RETURN_IF_ERROR(c.headers_h.Reserve(n * kHeader, "headers", &retired_));
+    std::memcpy(c.headers_h.p, headers.data(), n * kHeader);
+    REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(header_out, c.headers_h.p, n * kHeader,
+                                               cudaMemcpyHostToDevice, l->gather));
   }
   (void)deadline;
   REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.encoded, l->gather));
