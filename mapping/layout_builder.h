@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/round_up.h"
 #include "layout/layout.h"
 #include "mapping/model_family.h"
 #include "mapping/swizzled_scales.h"
@@ -251,7 +252,6 @@ absl::Status CheckDivides(int64_t extent, int64_t n, What what,
   const std::string name = what();
   return CheckDivides(extent, n, absl::string_view(name), axis);
 }
-inline int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 }  // namespace refit
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/round_up.h"
 #include "common/status_macros.h"
 #include "exec/convert/amax_exchange.h"
 #include "exec/delta/delta_runner.h"
@@ -13,8 +14,6 @@
 
 namespace refit {
 namespace {
-
-int64_t AlignTo(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 bool IsScratch(const Plan& plan, int32_t b) {
   return b >= 0 && static_cast<size_t>(b) < plan.src.buffers.size() &&
@@ -101,7 +100,7 @@ int64_t DeltaRunner::LayOutStep(const ConversionStage::Rows& r,
     if (b < 0) continue;
     const auto [lo, hi] = conversions_->row_bytes(r.conversion, b, r.begin, r.end);
     slices->push_back({b, lo, hi, at});
-    at = AlignTo(at + hi - lo, 256);
+    at = RoundUp(at + hi - lo, 256);
   }
   return at;
 }
@@ -162,7 +161,7 @@ absl::Status DeltaRunner::StageConverted(BatchWork& w) {
     // What it reads of the registered buffers, at once.
     part.clear();
     for (const CopyTask& t : m.tasks) {
-      if (t.src_buffer < 0 || !plan_->src.buffers[t.src_buffer].scratch) part.push_back(t);
+      if (!IsScratch(*plan_, t.src_buffer)) part.push_back(t);
     }
     absl::StatusOr<std::vector<ResolvedCopy>> copies =
         ResolveTasks(part, buffers_, {}, nullptr, place);
@@ -206,7 +205,7 @@ absl::Status DeltaRunner::ExchangeAmaxes(absl::Time deadline) {
     room_bytes = lane_room_bytes_[lane];
   }
   exchange_memory_.allocate = [this, room, room_bytes](int64_t bytes) -> absl::StatusOr<char*> {
-    const int64_t at = AlignTo(exchange_used_, 16);
+    const int64_t at = RoundUp(exchange_used_, 16);
     if (room != nullptr && at + bytes <= room_bytes) {
       exchange_used_ = at + bytes;
       return room + at;

@@ -7,14 +7,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/round_up.h"
 #include "common/status_macros.h"
 #include "exec/delta/delta_room.h"
 #include "exec/delta/delta_runner.h"
 
 namespace refit {
 namespace {
-
-int64_t AlignTo(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 // Per peer of `msgs` (grouped as `peers`): the encoded bytes the pair may
 // carry in a batch (PairCodedCap, with the pair's bound: PairBound; the
@@ -34,7 +33,7 @@ void PairCaps(const Plan& plan, const Msgs& msgs,
       bytes += m.bytes;
       largest = std::max(largest, m.bytes);
       if (!m.dst_contiguous) staged += TightStagingBytes(m.bytes);
-      coded += AlignTo(m.bytes, 16);
+      coded += RoundUp(m.bytes, 16);
     }
     const int64_t bound = PairBound(plan.options, window, wave_bytes, bytes, largest);
     caps->push_back(PairCodedCap(room, bound, bytes, staged));
@@ -63,7 +62,7 @@ void DeltaRunner::LayOutStaging(BatchWork& w, int64_t limit) {
       for (MsgWork& m : *msgs) {
         if (m.direct != nullptr) continue;
         m.stage_offset = at;
-        at += AlignTo(m.bytes, align);
+        at += RoundUp(m.bytes, align);
       }
     }
     w.staging_bytes = at;
@@ -86,12 +85,12 @@ absl::Status DeltaRunner::PlanRooms(const Plan& plan) {
     PairCaps(plan, w.forwards, w.forward_peers, room_, w.window, w.wave_bytes, &w.forward_caps,
              &unused);
     LayOutStaging(w, room_ - 16 - most);
-    w.coded_offset = AlignTo(w.staging_bytes, 16);
+    w.coded_offset = RoundUp(w.staging_bytes, 16);
     // A trainer quantizes its converted messages' rows, one message at a
     // time, past its packed messages (where its encodings later go).
     w.convert_bytes = 0;
     for (const MsgWork& m : w.msgs) w.convert_bytes = std::max(w.convert_bytes, m.convert_bytes);
-    w.convert_offset = AlignTo(w.staging_bytes, 256);
+    w.convert_offset = RoundUp(w.staging_bytes, 256);
     // A trainer sends dense what does not fit its room; an engine must
     // hold whatever its senders may send.
     // Where the packed messages fill the room (the planner filled the
@@ -131,7 +130,7 @@ absl::Status DeltaRunner::PlanRooms(const Plan& plan) {
   // may keep in one round.
   for (const BatchWork& w : work_) {
     for (const MsgWork& m : w.msgs) {
-      if (m.repeats > 0) ring_bytes_ += AlignTo(m.bytes, 16);
+      if (m.repeats > 0) ring_bytes_ += RoundUp(m.bytes, 16);
     }
   }
   int64_t lanes_total = 0;
@@ -238,7 +237,7 @@ void DeltaRunner::RingReclaim() {
 }
 
 DeltaRunner::Held* DeltaRunner::RingTake(int32_t message, int64_t bytes, int32_t repeats) {
-  const int64_t n = AlignTo(std::max<int64_t>(bytes, 1), 16);
+  const int64_t n = RoundUp(std::max<int64_t>(bytes, 1), 16);
   RingReclaim();
   int64_t at = -1;
   if (ring_order_.empty()) {
