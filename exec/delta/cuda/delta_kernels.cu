@@ -238,21 +238,25 @@ __device__ inline void WaveGatherTileWarp(const WaveMsg& m, int64_t tile, int64_
 
 // One tile a warp: the gather is bound by memory latency, not bandwidth,
 // so as many tiles as possible wait at once.
+// The rows and headers are read where they are (__grid_constant__: the
+// launch's parameters, not a copy of them per thread).
 __global__ void __launch_bounds__(kDeltaThreads) WaveGatherKernel(
-    const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, const uint32_t* mask,
+    const __grid_constant__ WaveRows rows, int64_t num_tiles, const uint32_t* mask,
     const uint32_t* tile_counts, const uint64_t* tile_offsets, const uint8_t* vals,
-    const uint32_t* idx, const uint8_t* headers, uint8_t* header_out, int64_t header_bytes) {
-  // The wave's headers, uploaded behind the message rows, to their place.
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < header_bytes;
+    const uint32_t* idx, const __grid_constant__ WaveHeaders headers) {
+  // The wave's headers to their place.
+  const uint8_t* hsrc = headers.device != nullptr ? headers.device : headers.inline_bytes;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < headers.bytes;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    header_out[i] = headers[i];
+    headers.out[i] = hsrc[i];
   }
   const int64_t g = static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5);
   if (g >= num_tiles) return;  // a whole warp
   // Each warp's tile mask, where it is built from the tile's indices.
   __shared__ uint32_t smasks[kDeltaThreads / 32][kWaveMaskWordsPerTile];
   uint32_t* sm = smasks[threadIdx.x >> 5];
-  const WaveMsg m = msgs[WaveFindMsg(msgs, num_msgs, g)];
+  const WaveMsg* msgs = rows.device != nullptr ? rows.device : rows.inline_rows;
+  const WaveMsg m = msgs[WaveFindMsg(msgs, rows.num, g)];
   const int64_t t = g - m.first_tile;
   switch (m.word) {
     case 1: WaveGatherTileWarp<1>(m, t, g, mask, tile_counts, tile_offsets, vals, idx, sm); break;
@@ -428,22 +432,17 @@ void LaunchTileScan(const uint32_t* tile_counts, int64_t num_tiles, uint64_t* ti
   TileScanKernel<<<1, 1024, 0, stream>>>(tile_counts, num_tiles, tile_offsets, total);
 }
 
-void LaunchWaveGather(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
-                      const uint32_t* mask, const uint32_t* tile_counts,
-                      const uint64_t* tile_offsets, const uint8_t* vals, const uint32_t* idx,
-                      cudaStream_t stream, const uint8_t* headers, uint8_t* header_out,
-                      int64_t header_bytes) {
-  if (num_tiles == 0 || num_msgs == 0) {
-    if (header_bytes > 0) {
-      cudaMemcpyAsync(header_out, headers, header_bytes, cudaMemcpyDeviceToDevice, stream);
-    }
-    return;
-  }
+void LaunchWaveGather(const WaveRows& msgs, int64_t num_tiles, const uint32_t* mask,
+                      const uint32_t* tile_counts, const uint64_t* tile_offsets,
+                      const uint8_t* vals, const uint32_t* idx, const WaveHeaders& headers,
+                      cudaStream_t stream) {
+  if (msgs.num == 0) num_tiles = 0;  // the headers alone
+  if (num_tiles == 0 && headers.bytes == 0) return;
   const int64_t per_block = kDeltaThreads / 32;
-  const auto blocks = static_cast<unsigned int>((num_tiles + per_block - 1) / per_block);
-  WaveGatherKernel<<<blocks, kDeltaThreads, 0, stream>>>(msgs, num_msgs, num_tiles, mask,
-                                                        tile_counts, tile_offsets, vals, idx,
-                                                        headers, header_out, header_bytes);
+  const int64_t need = (num_tiles + per_block - 1) / per_block;
+  const auto blocks = static_cast<unsigned int>(need > 0 ? need : 1);
+  WaveGatherKernel<<<blocks, kDeltaThreads, 0, stream>>>(msgs, num_tiles, mask, tile_counts,
+                                                        tile_offsets, vals, idx, headers);
 }
 
 void LaunchWaveApplyCount(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
