@@ -21,29 +21,42 @@ __device__ inline uint32_t DeltaMaskWord(const uint8_t* mask, int64_t mask_bytes
   return x;
 }
 
+// One block of 1024 threads, each a run of counts; the runs' sums scanned
+// by warp shuffles (two block barriers).
 __global__ void TileScanKernel(const uint32_t* counts, int64_t n, uint64_t* offsets,
                                uint64_t* total) {
-  __shared__ uint64_t sums[1024];
-  const int t = threadIdx.x;
+  __shared__ uint64_t warp_sums[32];
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int64_t per = (n + 1023) / 1024;
   const int64_t lo = min(n, t * per);
   const int64_t hi = min(n, lo + per);
   uint64_t s = 0;
   for (int64_t i = lo; i < hi; ++i) s += counts[i];
-  sums[t] = s;
-  __syncthreads();
-  for (int o = 1; o < 1024; o <<= 1) {
-    const uint64_t v = t >= o ? sums[t - o] : 0;
-    __syncthreads();
-    sums[t] += v;
-    __syncthreads();
+  uint64_t inc = s;  // the warp's runs up to this thread's, inclusive
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint64_t y = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += y;
   }
-  uint64_t run = t > 0 ? sums[t - 1] : 0;
+  if (lane == 31) warp_sums[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    const uint64_t w = warp_sums[lane];
+    uint64_t winc = w;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint64_t y = __shfl_up_sync(0xffffffffu, winc, o);
+      if (lane >= o) winc += y;
+    }
+    warp_sums[lane] = winc - w;  // the warps before this one
+    if (lane == 31) *total = winc;
+  }
+  __syncthreads();
+  uint64_t run = warp_sums[warp] + inc - s;
   for (int64_t i = lo; i < hi; ++i) {
     offsets[i] = run;
     run += counts[i];
   }
-  if (t == 1023) *total = sums[1023];
 }
 
 // ---- Batched over a wave's messages (WaveMsg / WaveTile rows).
