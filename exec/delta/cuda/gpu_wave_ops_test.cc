@@ -6,7 +6,8 @@
 // sums per slot equal the host's; with every mask kernel. Then figures:
 // each mask kernel on 1 GiB (32 messages of 32 MiB, BF16, 2% changed) and
 // on one 512 MiB batch next to the read floor (a compare that writes
-// nothing) and a device copy, the whole count and encode, the digest.
+// nothing) and a device copy, the tile scan, the whole count and encode,
+// the digest.
 // SKIP and REFIT_GPU_SKIP without a device.
 #include "exec/delta/cuda/gpu_wave_ops.h"
 
