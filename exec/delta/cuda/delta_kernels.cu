@@ -21,42 +21,78 @@ __device__ inline uint32_t DeltaMaskWord(const uint8_t* mask, int64_t mask_bytes
   return x;
 }
 
-// One block of 1024 threads, each a run of counts; the runs' sums scanned
-// by warp shuffles (two block barriers).
-__global__ void TileScanKernel(const uint32_t* counts, int64_t n, uint64_t* offsets,
-                               uint64_t* total) {
-  __shared__ uint64_t warp_sums[32];
+// One block of 1024 threads. A pass takes kScanRows rows of 1024 counts,
+// one count a thread a row (coalesced loads, all of a pass's in flight at
+// once); each row's warps scan their 32 counts by shuffles, the pass's
+// (row, warp) sums are scanned once, and each count's offset is its warp's
+// base plus its rank in the warp (coalesced stores).
+constexpr int kScanRows = 16;
+
+__global__ void __launch_bounds__(1024) TileScanKernel(const uint32_t* counts, int64_t n,
+                                                       uint64_t* offsets, uint64_t* total) {
+  __shared__ uint64_t part[kScanRows * 32];  // per (row, warp): its sum, then its base
+  __shared__ uint64_t row_base[32];
+  __shared__ uint64_t pass_sum;
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-  const int64_t per = (n + 1023) / 1024;
-  const int64_t lo = min(n, t * per);
-  const int64_t hi = min(n, lo + per);
-  uint64_t s = 0;
-  for (int64_t i = lo; i < hi; ++i) s += counts[i];
-  uint64_t inc = s;  // the warp's runs up to this thread's, inclusive
+  uint64_t carry = 0;  // the passes before this one
+  for (int64_t base = 0; base < n; base += kScanRows * 1024) {
+    uint32_t v[kScanRows];
 #pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint64_t y = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += y;
-  }
-  if (lane == 31) warp_sums[warp] = inc;
-  __syncthreads();
-  if (warp == 0) {
-    const uint64_t w = warp_sums[lane];
-    uint64_t winc = w;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint64_t y = __shfl_up_sync(0xffffffffu, winc, o);
-      if (lane >= o) winc += y;
+    for (int k = 0; k < kScanRows; ++k) {
+      const int64_t i = base + k * 1024 + t;
+      v[k] = i < n ? counts[i] : 0u;
     }
-    warp_sums[lane] = winc - w;  // the warps before this one
-    if (lane == 31) *total = winc;
+#pragma unroll
+    for (int k = 0; k < kScanRows; ++k) {  // inclusive, in the warp
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t y = __shfl_up_sync(0xffffffffu, v[k], o);
+        if (lane >= o) v[k] += y;
+      }
+    }
+    if (lane == 31) {
+#pragma unroll
+      for (int k = 0; k < kScanRows; ++k) part[k * 32 + warp] = v[k];
+    }
+    __syncthreads();
+    // Thread t < kScanRows * 32 holds (row t / 32, warp t % 32): row-major
+    // is the counts' order.
+    uint64_t e = 0, inc = 0;
+    if (t < kScanRows * 32) {
+      e = part[t];
+      inc = e;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint64_t y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += y;
+      }
+      if (lane == 31) row_base[warp] = inc;  // the row's sum
+    }
+    __syncthreads();
+    if (warp == 0) {
+      const uint64_t r = lane < kScanRows ? row_base[lane] : 0;
+      uint64_t rinc = r;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint64_t y = __shfl_up_sync(0xffffffffu, rinc, o);
+        if (lane >= o) rinc += y;
+      }
+      row_base[lane] = rinc - r;
+      if (lane == 31) pass_sum = rinc;
+    }
+    __syncthreads();
+    if (t < kScanRows * 32) part[t] = carry + row_base[warp] + inc - e;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kScanRows; ++k) {
+      const uint32_t before = __shfl_up_sync(0xffffffffu, v[k], 1);
+      const int64_t i = base + k * 1024 + t;
+      if (i < n) offsets[i] = part[k * 32 + warp] + (lane == 0 ? 0u : before);
+    }
+    carry += pass_sum;
+    __syncthreads();  // part, row_base and pass_sum are the next pass's
   }
-  __syncthreads();
-  uint64_t run = warp_sums[warp] + inc - s;
-  for (int64_t i = lo; i < hi; ++i) {
-    offsets[i] = run;
-    run += counts[i];
-  }
+  if (t == 0) *total = carry;
 }
 
 // ---- Batched over a wave's messages (WaveMsg / WaveTile rows).
