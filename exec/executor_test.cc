@@ -148,6 +148,26 @@ TEST_P(PatternTest, BytesEqualAfterTwoStepsOnEveryRank) {
 INSTANTIATE_TEST_SUITE_P(Patterns, PatternTest,
                          ::testing::ValuesIn(testing::PatternNames()));
 
+// Adds tensors `ts` to both sides.
+absl::Status AddTensors(const std::vector<TensorSpec>& ts, SideLayout* src, SideLayout* dst) {
+  for (const TensorSpec& t : ts) {
+    REFIT_RETURN_IF_ERROR(AddTensor(*src, t).status());
+    REFIT_RETURN_IF_ERROR(AddTensor(*dst, t).status());
+  }
+  return absl::OkStatus();
+}
+
+// Plans with relays on `lanes` lanes of `lane_budget` staging bytes each.
+absl::StatusOr<Plan> RelayPlanOf(SideLayout src, SideLayout dst, int32_t lanes,
+                                 int64_t lane_budget) {
+  PlannerOptions o;
+  o.relay = true;
+  o.num_lanes = lanes;
+  o.choose_lanes = false;
+  o.staging_budget_bytes = lane_budget * lanes;
+  return BuildPlan(std::move(src), std::move(dst), o);
+}
+
 // Two trainer ranks (TP 2, host 0) feeding three engine replicas (TP 2
 // over the other dim, one host each) with relays, under a small staging
 // budget (many waves).
@@ -155,11 +175,8 @@ absl::StatusOr<Plan> RelayPlan(int32_t lanes) {
   SideLayout src, dst;
   src.world_size = 2;
   dst.world_size = 6;
-  const std::vector<TensorSpec> ts = {{"a", {8, 6}, DType::kBF16}, {"b", {5}, DType::kF32}};
-  for (const TensorSpec& t : ts) {
-    REFIT_RETURN_IF_ERROR(AddTensor(src, t).status());
-    REFIT_RETURN_IF_ERROR(AddTensor(dst, t).status());
-  }
+  REFIT_RETURN_IF_ERROR(
+      AddTensors({{"a", {8, 6}, DType::kBF16}, {"b", {5}, DType::kF32}}, &src, &dst));
   const Mesh ms = *Mesh::Make({"tp"}, {2}, {0, 1});
   REFIT_RETURN_IF_ERROR(AddDenseShards(src, 0, ms, {Placement::Shard(0)}).status());
   REFIT_RETURN_IF_ERROR(AddDenseShards(src, 1, ms, {Placement::Replicate()}).status());
@@ -170,12 +187,7 @@ absl::StatusOr<Plan> RelayPlan(int32_t lanes) {
   }
   src.host_of_rank = {0, 0};
   dst.host_of_rank = {1, 1, 2, 2, 3, 3};
-  PlannerOptions o;
-  o.relay = true;
-  o.num_lanes = lanes;
-  o.choose_lanes = false;
-  o.staging_budget_bytes = 64 * lanes;
-  return BuildPlan(std::move(src), std::move(dst), o);
+  return RelayPlanOf(std::move(src), std::move(dst), lanes, 64);
 }
 
 // Returns the plan's first relay message, or null.
@@ -186,25 +198,76 @@ const Message* FirstRelay(const Plan& plan) {
   return nullptr;
 }
 
+// A TP2 trainer (host 0) feeding a TP2 replica (host 1) and two TP4
+// replicas (hosts 2, 3) of bf16 "w" [32, 16] (column parallel) and "o"
+// [16, 32] (row parallel), with relays: the TP2 replica forwards the TP4
+// ones quarters of the halves it received (sub-regions).
+absl::StatusOr<Plan> SubRegionRelayPlan(int32_t lanes) {
+  SideLayout src, dst;
+  src.world_size = 2;
+  REFIT_RETURN_IF_ERROR(
+      AddTensors({{"w", {32, 16}, DType::kBF16}, {"o", {16, 32}, DType::kBF16}}, &src, &dst));
+  const Mesh ms = *Mesh::Make({"tp"}, {2}, {0, 1});
+  REFIT_RETURN_IF_ERROR(AddDenseShards(src, 0, ms, {Placement::Shard(0)}).status());
+  REFIT_RETURN_IF_ERROR(AddDenseShards(src, 1, ms, {Placement::Shard(1)}).status());
+  src.host_of_rank = {0, 0};
+  int32_t host = 1;
+  for (int32_t tp : {2, 4, 4}) {
+    std::vector<int32_t> ranks;
+    for (int32_t k = 0; k < tp; ++k) ranks.push_back(dst.world_size + k);
+    dst.world_size += tp;
+    dst.host_of_rank.insert(dst.host_of_rank.end(), tp, host++);
+    const Mesh me = *Mesh::Make({"tp"}, {tp}, ranks);
+    REFIT_RETURN_IF_ERROR(
+        AddDenseShards(dst, 0, me, {Placement::Shard(0)}, absl::StrCat("w", tp, "@", ranks[0]))
+            .status());
+    REFIT_RETURN_IF_ERROR(
+        AddDenseShards(dst, 1, me, {Placement::Shard(1)}, absl::StrCat("o", tp, "@", ranks[0]))
+            .status());
+  }
+  return RelayPlanOf(std::move(src), std::move(dst), lanes, 256);
+}
+
+// Replicas of one layout (RelayPlan), and a TP2 replica forwarding TP4
+// replicas sub-regions of what it received (SubRegionRelayPlan): every
+// byte of every replica right, each runner within the staging budget.
 TEST(ExecutorTest, RelaysForwardFromTheEnginesOwnBuffersEveryByteChecked) {
-  for (int lanes : {1, 2}) {
-    for (bool verify : {false, true}) {
-      SCOPED_TRACE(absl::StrCat(lanes, " lanes, verify ", verify));
-      absl::StatusOr<Plan> plan = RelayPlan(lanes);
-      ASSERT_TRUE(plan.ok()) << plan.status();
-      int64_t forwarded = 0;
-      for (int64_t b : plan->stats.bytes_forwarded) forwarded += b;
-      ASSERT_GT(forwarded, 0);
-      auto res = RunAll(*plan, lanes, 2, verify);
-      int64_t sent = 0;
-      for (size_t g = 0; g < res.size(); ++g) {
-        EXPECT_TRUE(res[g].status.ok()) << "rank " << g << ": " << res[g].status;
-        EXPECT_EQ(res[g].check, "") << "global rank " << g;
-        sent += res[g].stats.bytes_sent;
+  for (auto* make : {&RelayPlan, &SubRegionRelayPlan}) {
+    for (int lanes : {1, 2}) {
+      for (bool verify : {false, true}) {
+        SCOPED_TRACE(absl::StrCat(make == &RelayPlan ? "one layout, " : "sub-regions, ", lanes,
+                                  " lanes, verify ", verify));
+        absl::StatusOr<Plan> plan = make(lanes);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        int64_t forwarded = 0;
+        for (int64_t b : plan->stats.bytes_forwarded) forwarded += b;
+        ASSERT_GT(forwarded, 0);
+        auto res = RunAll(*plan, lanes, 2, verify);
+        int64_t sent = 0;
+        for (size_t g = 0; g < res.size(); ++g) {
+          EXPECT_TRUE(res[g].status.ok()) << "rank " << g << ": " << res[g].status;
+          EXPECT_EQ(res[g].check, "") << "global rank " << g;
+          EXPECT_LE(res[g].allocated_peak, plan->options.staging_budget_bytes) << "rank " << g;
+          sent += res[g].stats.bytes_sent;
+        }
+        EXPECT_EQ(sent, plan->stats.total_bytes);  // trainer sends and relays
       }
-      EXPECT_EQ(sent, plan->stats.total_bytes);  // trainer sends and relays
     }
   }
+}
+
+TEST(ExecutorTest, SubRegionRelayPlanForwardsSubRegions) {
+  absl::StatusOr<Plan> plan = SubRegionRelayPlan(1);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int64_t sub = 0;
+  for (const Message& m : plan->messages) {
+    for (int32_t i = m.first_segment; m.relay && i < m.first_segment + m.num_segments; ++i) {
+      const Segment& s = plan->segments[i];
+      const Box& held = plan->dst.records[s.src_record].box;
+      if (m.src_rank < 2 && !(held == s.box) && Contains(held, s.box)) sub += s.bytes;
+    }
+  }
+  EXPECT_GT(sub, 0) << "the TP2 replica forwards no sub-region";
 }
 
 TEST(ExecutorTest, VerifyNamesTheRelayThatSentCorruptBytes) {

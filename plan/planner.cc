@@ -48,6 +48,7 @@ using internal_plan::OrderSegments;
 using internal_plan::PendingMessage;
 using internal_plan::ScheduleWaves;
 using internal_plan::SetDeltaCaps;
+using internal_plan::SetQuantizeCaps;
 using internal_plan::SetRelayCaps;
 using internal_plan::SegmentKeys;
 using internal_plan::Sources;
@@ -164,6 +165,8 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
       if (relay_caps) SetRelayCaps(max_rank_bytes, sources.max_depth, &plan.options);
     }
     SetDeltaCaps(&plan.options);
+    const bool converts = !plan.conversions.empty();
+    SetQuantizeCaps(converts, &plan.options);
     SegmentKeys keys;
     REFIT_RETURN_IF_ERROR(OrderSegments(candidates, senders, plan.src, plan.dst,
                                         MessageCap(plan.options), &keys));
@@ -174,12 +177,13 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
     const int32_t lanes = ChooseLanes(options, heaviest.coalesced, heaviest.all);
     if (lanes != plan.options.num_lanes) {
       plan.options.num_lanes = lanes;
-      if (relay_caps || options.delta) {
+      if (relay_caps || options.delta || converts) {
         plan.options.max_wave_bytes = options.max_wave_bytes;
         plan.options.max_message_bytes = options.max_message_bytes;
       }
       if (relay_caps) SetRelayCaps(max_rank_bytes, sources.max_depth, &plan.options);
       SetDeltaCaps(&plan.options);
+      SetQuantizeCaps(converts, &plan.options);
       keys = SegmentKeys();
       REFIT_RETURN_IF_ERROR(OrderSegments(candidates, senders, plan.src, plan.dst,
                                           MessageCap(plan.options), &keys));

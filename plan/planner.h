@@ -115,6 +115,13 @@ namespace refit {
 // in. Waves of different stages are interleaved (wave k of each stage in
 // stage order); lane = stage % num_lanes when there are >= 2 stages, else
 // wave index % num_lanes.
+// A plan with conversions (plan.conversions not empty) keeps a part of
+// each delta lane room free of its waves' bytes (plan/delta_lane.h:
+// QuantizeRoom, at most 4 MiB): max_wave_bytes and max_message_bytes are
+// at most DeltaLaneRoom - QuantizeRoom (plan/internal/budgets.h
+// SetQuantizeCaps; plan.options records the caps), so that a delta
+// round's trainer rank quantizes its batches' rows within the staging
+// budget.
 //
 // Cost: linear in records and candidates apart from per-tensor and
 // per-pair sorts; plan.stats.phase_seconds has the time of each phase.

@@ -16,6 +16,7 @@
 #include "layout/dtype.h"
 #include "layout/mesh.h"
 #include "layout/sharding.h"
+#include "plan/delta_lane.h"
 #include "plan/fingerprint.h"
 #include "testing/expert_layouts.h"
 #include "testing/reference_copy.h"
@@ -531,6 +532,57 @@ TEST(PlannerTest, DeltaPlansKeepWavesWithinHalfALane) {
   ASSERT_TRUE(delta.ok()) << delta.status();
   EXPECT_EQ(delta->options.max_wave_bytes, 8 << 20);
   EXPECT_EQ(delta->options.max_message_bytes, 32 << 20);
+}
+
+// 64 bf16 [1024, 1024] tensors on one trainer rank into one engine rank,
+// as FP8 blocks (with their scales) when `fp8`, else as they are.
+void OneRankTensors(bool fp8, SideLayout* src, SideLayout* dst) {
+  src->world_size = dst->world_size = 1;
+  const Mesh one = *Mesh::Make({"x"}, {1});
+  for (int i = 0; i < 64; ++i) {
+    const std::string name = absl::StrCat("w", i);
+    const int32_t s = *AddTensor(*src, TensorSpec{name, {1024, 1024}, DType::kBF16});
+    ASSERT_TRUE(AddDenseShards(*src, s, one, {Placement::Replicate()}).ok());
+    const int32_t d =
+        *AddTensor(*dst, TensorSpec{name, {1024, 1024}, fp8 ? DType::kF8E4M3 : DType::kBF16});
+    ASSERT_TRUE(AddDenseShards(*dst, d, one, {Placement::Replicate()}).ok());
+    if (!fp8) continue;
+    const int32_t sc =
+        *AddTensor(*dst, TensorSpec{absl::StrCat(name, "_scale_inv"), {8, 8}, DType::kF32});
+    ASSERT_TRUE(AddDenseShards(*dst, sc, one, {Placement::Replicate()}).ok());
+  }
+}
+
+TEST(PlannerTest, PlansWithConversionsKeepAQuantizingRoomInEveryLane) {
+  // 64 MiB of FP8 codes, 32 MiB per lane: a delta round's trainer packs
+  // what reads quantized values and quantizes its rows in the lane room
+  // its wave leaves, so waves and messages carry at most the lane room
+  // less QuantizeRoom (8 MiB); without conversions they fill the lane.
+  PlannerOptions opt;
+  opt.num_lanes = 2;
+  opt.staging_budget_bytes = 64 << 20;
+  opt.choose_lanes = false;
+  const int64_t cap = DeltaLaneRoom(opt) - QuantizeRoom(opt);
+  EXPECT_EQ(cap, 24 << 20);
+  for (bool fp8 : {true, false}) {
+    SCOPED_TRACE(fp8 ? "fp8" : "bf16");
+    SideLayout src, dst;
+    ASSERT_NO_FATAL_FAILURE(OneRankTensors(fp8, &src, &dst));
+    absl::StatusOr<Plan> plan = BuildPlan(src, dst, opt);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->conversions.empty(), !fp8);
+    const auto [wave_most, message_most] = MostPerWaveAndMessage(*plan);
+    if (fp8) {
+      EXPECT_EQ(plan->options.max_wave_bytes, cap);
+      EXPECT_EQ(plan->options.max_message_bytes, cap);
+      EXPECT_LE(wave_most, cap);
+      EXPECT_GT(wave_most, 16 << 20);  // filled to the cap
+      EXPECT_LE(message_most, cap);
+    } else {
+      EXPECT_EQ(plan->options.max_wave_bytes, 0);
+      EXPECT_GT(wave_most, cap);
+    }
+  }
 }
 
 TEST(PlannerTest, GoldenBigContiguousSegmentTravelsAlone) {

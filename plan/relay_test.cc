@@ -22,6 +22,7 @@
 #include "plan/planner.h"
 #include "plan/relay_roots.h"
 #include "testing/reference_copy.h"
+#include "testing/wave_order_run.h"
 
 namespace refit {
 namespace {
@@ -209,69 +210,9 @@ void AddMesh(SideLayout* side, const std::vector<TensorSpec>& ts, int32_t first,
   }
 }
 
-// Runs `plan` message by message in wave order on host memory, checking
-// that a relay reads only engine bytes an earlier wave wrote and that no
-// engine byte is written twice; then checks every engine byte.
-void RunAndCheck(const Plan& plan) {
-  OwnedBuffers src = AllocateBuffers(plan.src);
-  FillPattern(plan.src, src.ptrs);
-  OwnedBuffers dst = AllocateBuffers(plan.dst);
-  // The wave that wrote each engine byte (-1: none yet).
-  std::vector<std::vector<int32_t>> written(plan.dst.buffers.size());
-  for (size_t b = 0; b < plan.dst.buffers.size(); ++b) {
-    written[b].assign(plan.dst.buffers[b].byte_size, -1);
-  }
-  for (const Message& m : plan.messages) {
-    const SideLayout& from = m.relay ? plan.dst : plan.src;
-    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
-      const Segment& s = plan.segments[i];
-      const Record& sr = from.records[s.src_record];
-      const Record& dr = plan.dst.records[s.dst_record];
-      ASSERT_EQ(sr.rank, m.src_rank);
-      ASSERT_EQ(dr.rank, m.dst_rank);
-      if (m.relay) {
-        ASSERT_EQ(sr.tensor, dr.tensor);  // same bytes, no reconversion
-        ASSERT_NE(sr.rank, dr.rank);
-      }
-      const int64_t es = DTypeSize(plan.dst.tensors[dr.tensor].dtype);
-      Box::Indices g(s.box.origin().begin(), s.box.origin().end());
-      if (IsEmpty(s.box)) continue;
-      while (true) {
-        int64_t so = 0, doff = 0;
-        for (int d = 0; d < s.box.rank(); ++d) {
-          so += DimOffset(sr.dims[d], g[d] - sr.box.origin(d));
-          doff += DimOffset(dr.dims[d], g[d] - dr.box.origin(d));
-        }
-        const int32_t sb = RecordBuffer(sr, g.empty() ? 0 : g[0] - sr.box.origin(0));
-        const int32_t db = RecordBuffer(dr, g.empty() ? 0 : g[0] - dr.box.origin(0));
-        so = sr.byte_offset + so * es;
-        doff = dr.byte_offset + doff * es;
-        for (int64_t k = 0; k < es; ++k) {
-          if (m.relay) {
-            ASSERT_GE(written[sb][so + k], 0) << "relay reads a byte no wave wrote";
-            ASSERT_LT(written[sb][so + k], m.wave) << "relay reads a byte of its own wave";
-          }
-          ASSERT_EQ(written[db][doff + k], -1) << "engine byte written twice";
-          written[db][doff + k] = m.wave;
-          dst.ptrs[db][doff + k] = (m.relay ? dst.ptrs : src.ptrs)[sb][so + k];
-        }
-        int d = s.box.rank() - 1;
-        while (d >= 0 && ++g[d] == s.box.limit(d)) {
-          g[d] = s.box.origin(d);
-          --d;
-        }
-        if (d < 0) break;
-      }
-    }
-  }
-  ASSERT_TRUE(CheckPattern(plan.dst, dst.ptrs).ok()) << CheckPattern(plan.dst, dst.ptrs);
-  // ReferenceCopy (wave order with relays) agrees; it computes converted
-  // scratch buffers itself (checked by the caller).
-  if (!plan.conversions.empty()) return;
-  OwnedBuffers ref = AllocateBuffers(plan.dst);
-  ASSERT_TRUE(ReferenceCopy(plan, src.ptrs, ref.ptrs).ok());
-  ASSERT_TRUE(CheckPattern(plan.dst, ref.ptrs).ok());
-}
+// Runs `plan` in wave order on host memory (testing/wave_order_run.h):
+// every engine byte right, relays reading only what earlier waves wrote.
+void RunAndCheck(const Plan& plan) { ASSERT_EQ(testing::RunInWaveOrder(plan), ""); }
 
 void PipelinedChainChecks(const Plan& plan) {
   RunAndCheck(plan);

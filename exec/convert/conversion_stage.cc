@@ -75,8 +75,9 @@ ConversionStage::~ConversionStage() {
 }
 
 absl::StatusOr<std::map<int32_t, std::vector<float>>> ConversionStage::Partials(
-    absl::Span<char* const> buffers, const AmaxExchange& exchange) {
-  REFIT_ASSIGN_OR_RETURN(auto sends, converter_.Partials(*ops_, buffers));
+    absl::Span<char* const> buffers, const AmaxExchange& exchange, char* gather,
+    int64_t gather_bytes) {
+  REFIT_ASSIGN_OR_RETURN(auto sends, converter_.Partials(*ops_, buffers, gather, gather_bytes));
   std::map<int32_t, std::vector<float>> received;
   if (!converter_.peers().empty()) {
     REFIT_ASSIGN_OR_RETURN(received, exchange(sends));
@@ -91,8 +92,9 @@ absl::Status ConversionStage::Run(absl::Span<char* const> buffers,
 }
 
 absl::Status ConversionStage::ExchangeAmaxes(absl::Span<char* const> buffers,
-                                             const AmaxExchange& exchange) {
-  REFIT_ASSIGN_OR_RETURN(auto received, Partials(buffers, exchange));
+                                             const AmaxExchange& exchange, char* gather,
+                                             int64_t gather_bytes) {
+  REFIT_ASSIGN_OR_RETURN(auto received, Partials(buffers, exchange, gather, gather_bytes));
   return converter_.Combine(received);
 }
 

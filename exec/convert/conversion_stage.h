@@ -92,7 +92,12 @@ class ConversionStage {
     int64_t begin = 0, end = 0;
     bool codes = true;
   };
-  absl::Status ExchangeAmaxes(absl::Span<char* const> buffers, const AmaxExchange& exchange);
+  // ExchangeAmaxes gathers the records it reads that do not lie dense
+  // into `gather` (gather_bytes of memory of the ops' kind, free until it
+  // returns) in bands of rows (Converter::Partials); null: the ops' own
+  // working memory, whole records.
+  absl::Status ExchangeAmaxes(absl::Span<char* const> buffers, const AmaxExchange& exchange,
+                              char* gather = nullptr, int64_t gather_bytes = 0);
   // The source rows go through `gather` (gather_bytes of the largest of
   // `rows`, memory of the ops' kind) where they do not lie dense in their
   // buffers; null: the ops' own working memory.
@@ -128,7 +133,8 @@ class ConversionStage {
                      absl::Span<char* const> buffers);
   // Partials and their exchange: what each peer sent.
   absl::StatusOr<std::map<int32_t, std::vector<float>>> Partials(
-      absl::Span<char* const> buffers, const AmaxExchange& exchange);
+      absl::Span<char* const> buffers, const AmaxExchange& exchange, char* gather = nullptr,
+      int64_t gather_bytes = 0);
   Converter converter_;
   std::unique_ptr<ConvertOps> ops_;
   Memory memory_;

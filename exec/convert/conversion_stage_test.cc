@@ -3,7 +3,8 @@
 // time into memory of the caller's write the bytes Run writes into its
 // whole-model scratch; scales alone where the codes are not asked for.
 // Trainer ranks are threads exchanging through memory; FSDP's uneven
-// shards cut tiles, Megatron's fused weights are gathered from strided rows.
+// shards cut tiles, Megatron's fused weights are gathered from strided rows
+// (for the amax pass in bands of rows into the caller's memory).
 #include "exec/convert/conversion_stage.h"
 
 #include <algorithm>
@@ -60,6 +61,10 @@ struct Case {
 
 class ConversionStageTest : public ::testing::TestWithParam<Case> {};
 
+// The caller's memory for the amax pass's gathers: a few rows of the
+// tiny models' weights.
+constexpr int64_t kBandBytes = 4 << 10;
+
 TEST_P(ConversionStageTest, RowsIntoCallerMemoryWriteTheBytesRunWrites) {
   testing::PlannedCase pc;
   ASSERT_TRUE(testing::PlanCase(GetParam().model, GetParam().trainer, GetParam().engine, &pc).ok());
@@ -94,8 +99,13 @@ TEST_P(ConversionStageTest, RowsIntoCallerMemoryWriteTheBytesRunWrites) {
                                                registered);
       if (!b.ok() || *b == nullptr) return fail("CreateUnplaced");
       ConversionStage& stage = **b;
-      absl::Status ex = stage.ExchangeAmaxes(registered, mail.For(rank, &rounds[rank]));
+      // The amax pass gathers what does not lie dense into memory of the
+      // caller's, in bands of a few rows, and none of its own.
+      std::vector<char> bands(kBandBytes);
+      absl::Status ex = stage.ExchangeAmaxes(registered, mail.For(rank, &rounds[rank]),
+                                             bands.data(), kBandBytes);
       if (!ex.ok()) return fail(std::string(ex.message()));
+      if (stage.workspace_bytes() != 0) return fail("amax pass workspace");
       std::unique_ptr<ConvertOps> ops = MakeHostConvertOps();
       for (bool codes : {true, false}) {
         std::vector<std::vector<char>> mine(plan.src.buffers.size());

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -128,48 +130,95 @@ absl::StatusOr<Converter> Converter::Create(const Plan& plan, int32_t rank,
   return cv;
 }
 
-absl::Status Converter::Amax(ConvertOps& ops, Conv& v,
-                             absl::Span<char* const> buffers) {
-  REFIT_ASSIGN_OR_RETURN(const char* dense, ops.Gather(v.c->from, v.c->from.box, v.c->from_dtype,
-                                                       buffers, nullptr));
-  absl::StatusOr<std::vector<float>> a =
-      ops.TileAmax(dense, v.c->from_dtype, v.c->from.box, v.c->tile);
-  if (!a.ok()) {
-    return AnnotateStatus(a.status(), absl::StrCat("tensor ", v.tensor->name,
-                                                   ", trainer rank ", rank_));
+absl::StatusOr<std::vector<Box>> Converter::AmaxBands(const Conv& v,
+                                                       absl::Span<char* const> buffers,
+                                                       int64_t gather_bytes) const {
+  const Box& box = v.c->from.box;
+  REFIT_ASSIGN_OR_RETURN(const char* direct,
+                         DenseRecordData(v.c->from, box, v.c->from_dtype, buffers));
+  if (direct != nullptr || gather_bytes <= 0 || box.rank() == 0 || box.shape(0) <= 1) {
+    return std::vector<Box>{box};
   }
-  v.amax = *std::move(a);
-  return absl::OkStatus();
+  const int64_t row_bytes = UncheckedNumElements(box) / box.shape(0) * DTypeSize(v.c->from_dtype);
+  const int64_t rows = std::max<int64_t>(1, gather_bytes / std::max<int64_t>(1, row_bytes));
+  std::vector<Box> bands;
+  for (int64_t b = box.origin(0); b < box.limit(0); b += rows) {
+    std::vector<int64_t> origin(box.origin().begin(), box.origin().end());
+    std::vector<int64_t> shape(box.shape().begin(), box.shape().end());
+    origin[0] = b;
+    shape[0] = std::min(rows, box.limit(0) - b);
+    bands.push_back(Box::Unchecked(std::move(origin), std::move(shape)));
+  }
+  return bands;
 }
 
+namespace {
+
+// Every tile `t` of `part`: at[IndexIn(all, t)] takes the larger of it and
+// values[IndexIn(part, t)] (a NaN wins, as it would alone).
+void MaxInto(const Box& part, const std::vector<float>& values, const Box& all,
+             std::vector<float>* at) {
+  ForEachTile(part, [&](absl::Span<const int64_t> t) {
+    const float x = values[IndexIn(part, t)];
+    float& o = (*at)[IndexIn(all, t)];
+    if (std::isnan(x) || x > o) o = x;
+  });
+}
+
+std::vector<int64_t> Nvfp4Tile(int rank);
+
+}  // namespace
+
 absl::StatusOr<std::map<int32_t, std::vector<float>>> Converter::Partials(
-    ConvertOps& ops, absl::Span<char* const> buffers) {
+    ConvertOps& ops, absl::Span<char* const> buffers, char* gather, int64_t gather_bytes) {
+  // NVFP4 global amaxes of one band each, which the ops may write only at
+  // their Sync (a deque keeps their addresses).
+  struct BandGlobal {
+    Conv* v;
+    Box experts;
+    std::vector<float> global;
+  };
+  std::deque<BandGlobal> band_globals;
   for (Conv& v : convs_) {
     if (v.skip) continue;
-    if (QuantizesTo(*v.c, QuantFormat::kNvfp4)) {
+    const bool nvfp4 = QuantizesTo(*v.c, QuantFormat::kNvfp4);
+    if (!nvfp4 && !v.has_cut) continue;
+    const std::string what = absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_);
+    const DType dtype = v.c->from_dtype;
+    const Box& box = v.c->from.box;
+    // The amaxes of cut FP8 tiles (v.tiles) or of NVFP4 blocks.
+    const std::vector<int64_t> block = nvfp4 ? Nvfp4Tile(box.rank()) : v.c->tile;
+    const Box blocks = IntersectingTiles(box, block);
+    REFIT_ASSIGN_OR_RETURN(const std::vector<Box> bands, AmaxBands(v, buffers, gather_bytes));
+    if (nvfp4) v.global_amax.assign(UncheckedNumElements(v.experts), 0.0f);
+    v.amax.assign(nvfp4 && !v.has_cut ? 0 : UncheckedNumElements(blocks), 0.0f);
+    for (const Box& sub : bands) {
+      const bool fits = gather != nullptr &&
+                        UncheckedNumElements(sub) * DTypeSize(dtype) <= gather_bytes;
       REFIT_ASSIGN_OR_RETURN(const char* dense,
-                             ops.Gather(v.c->from, v.c->from.box, v.c->from_dtype, buffers,
-                                        nullptr));
-      if (!v.has_cut) {  // the global amax only, every record behind one wait
-        v.amax.clear();
-        REFIT_RETURN_IF_ERROR(
-            ops.Nvfp4GlobalAmax(dense, v.c->from_dtype, v.c->from.box, &v.global_amax,
-                                absl::StrCat("tensor ", v.tensor->name, ", trainer rank ", rank_)));
+                             ops.Gather(v.c->from, sub, dtype, buffers, fits ? gather : nullptr));
+      if (nvfp4 && !v.has_cut) {  // the global amax only, every record behind one wait
+        band_globals.push_back({&v, LeadingBox(sub), {}});
+        REFIT_RETURN_IF_ERROR(ops.Nvfp4GlobalAmax(dense, dtype, sub, &band_globals.back().global,
+                                                  what));
         continue;
       }
-      absl::StatusOr<ConvertOps::Nvfp4Amaxes> a =
-          ops.Nvfp4Amax(dense, v.c->from_dtype, v.c->from.box, v.has_cut);
-      if (!a.ok()) {
-        return AnnotateStatus(a.status(), absl::StrCat("tensor ", v.tensor->name,
-                                                       ", trainer rank ", rank_));
+      std::vector<float> amax;
+      if (nvfp4) {
+        absl::StatusOr<ConvertOps::Nvfp4Amaxes> a = ops.Nvfp4Amax(dense, dtype, sub, true);
+        if (!a.ok()) return AnnotateStatus(a.status(), what);
+        MaxInto(LeadingBox(sub), a->global, v.experts, &v.global_amax);
+        amax = std::move(a->block);
+      } else {
+        absl::StatusOr<std::vector<float>> a = ops.TileAmax(dense, dtype, sub, v.c->tile);
+        if (!a.ok()) return AnnotateStatus(a.status(), what);
+        amax = *std::move(a);
       }
-      v.amax = std::move(a->block);
-      v.global_amax = std::move(a->global);
-    } else if (v.has_cut) {
-      REFIT_RETURN_IF_ERROR(Amax(ops, v, buffers));
+      MaxInto(IntersectingTiles(sub, block), amax, blocks, &v.amax);
     }
   }
   REFIT_RETURN_IF_ERROR(ops.Sync());  // the deferred global amaxes
+  for (BandGlobal& g : band_globals) MaxInto(g.experts, g.global, g.v->experts, &g.v->global_amax);
   for (Group& gr : groups_) {
     std::fill(gr.own.begin(), gr.own.end(), 0.0f);
     for (const Conv& v : convs_) {

@@ -137,9 +137,15 @@ class Converter {
   // Step 1 on host buffers (indexed like plan.src.buffers; this rank's
   // registered ones set). Returns, per peer in peers(), the f32 values to
   // send it. INVALID_ARGUMENT naming the tensor, the element and the rank
-  // for a NaN or infinity in a quantized weight.
+  // for a NaN or infinity in a quantized weight. A record whose amaxes it
+  // takes (cut FP8 tiles, NVFP4) and that does not lie dense in its buffer
+  // is gathered whole into the ops' own working memory, or, given
+  // `gather` (memory of the ops' kind, gather_bytes), in bands of whole
+  // dim-0 rows of at most gather_bytes each into it (a row larger than
+  // that alone, into the ops' memory); the same amaxes either way.
   absl::StatusOr<std::map<int32_t, std::vector<float>>> Partials(
-      ConvertOps& ops, absl::Span<char* const> buffers);
+      ConvertOps& ops, absl::Span<char* const> buffers, char* gather = nullptr,
+      int64_t gather_bytes = 0);
 
   // Step 3: `received[peer]` holds what the peer sent. Writes this rank's
   // scratch buffers (buffers[to_buffer], buffers[scale_buffer] set):
@@ -212,7 +218,11 @@ class Converter {
     const CutTileGroup* g = nullptr;
     std::vector<float> own;
   };
-  absl::Status Amax(ConvertOps& ops, Conv& v, absl::Span<char* const> buffers);
+  // The parts of v's record its amax pass reads at once (Partials): the
+  // whole box where it lies dense or `gather_bytes` is 0, else bands of
+  // dim-0 rows of at most gather_bytes (at least one row each).
+  absl::StatusOr<std::vector<Box>> AmaxBands(const Conv& v, absl::Span<char* const> buffers,
+                                             int64_t gather_bytes) const;
   // NVFP4 rows `sub` of v's record (gathered into `gather` where needed),
   // with their block and global amaxes, into out, scales, global_scales.
   absl::Status ConvertNvfp4(ConvertOps& ops, const Conv& v, absl::Span<char* const> buffers,

@@ -10,7 +10,6 @@
 #include "common/status_macros.h"
 #include "exec/convert/amax_exchange.h"
 #include "exec/delta/delta_runner.h"
-#include "layout/dtype.h"
 
 namespace refit {
 namespace {
@@ -20,24 +19,14 @@ bool IsScratch(const Plan& plan, int32_t b) {
          plan.src.buffers[b].scratch;
 }
 
-// The most source bytes one step of a message's quantization reads (and
-// gathers, where its rows are strided): whole tile rows, at least one.
-constexpr int64_t kStepSourceBytes = 4 << 20;
-
-// Rows `r` in steps of whole tile rows of at most kStepSourceBytes of
-// source each (at least one tile row).
-void AppendSteps(const ConversionStage& stage, const ConversionStage::Rows& r,
+// Rows `r` in steps of `step` rows (a multiple of the tile rows), cut on
+// its multiples (0: one step).
+void AppendSteps(const ConversionStage::Rows& r, int64_t step,
                  std::vector<ConversionStage::Rows>* steps) {
-  const Conversion& c = stage.conversion(r.conversion);
-  const Box& box = c.from.box;
-  if (box.rank() == 0 || box.shape(0) == 0 || r.end <= r.begin) {
+  if (r.end <= r.begin || step <= 0) {
     steps->push_back(r);
     return;
   }
-  const int64_t align = stage.row_align(r.conversion);
-  const int64_t row_bytes =
-      std::max<int64_t>(1, UncheckedNumElements(box) / box.shape(0) * DTypeSize(c.from_dtype));
-  const int64_t step = align * std::max<int64_t>(1, kStepSourceBytes / (align * row_bytes));
   for (int64_t b = r.begin; b < r.end;) {
     const int64_t e = std::min(r.end, (b / step + 1) * step);
     steps->push_back({r.conversion, b, e, r.codes});
@@ -77,18 +66,43 @@ absl::Status DeltaRunner::NoteConversions(const Plan& plan, const Message& m, Ms
     }
   }
   if (!mw.converted) return absl::OkStatus();
-  // In steps; the area takes the largest step's slices and gather.
-  mw.steps.clear();
-  for (const ConversionStage::Rows& r : mw.convs) AppendSteps(*conversions_, r, &mw.steps);
-  mw.convert_bytes = 0;
-  std::vector<MsgWork::Slice> slices;
-  for (const ConversionStage::Rows& r : mw.steps) {
-    const int64_t gather_at = LayOutStep(r, &slices);
-    mw.convert_bytes = std::max(mw.convert_bytes, gather_at + conversions_->gather_bytes(r));
-  }
   mw.direct = nullptr;
   mw.tasks = std::move(tasks);
   return absl::OkStatus();
+}
+
+int64_t DeltaRunner::StepConversions(MsgWork& m, int64_t room) const {
+  std::vector<MsgWork::Slice> slices;
+  m.steps.clear();
+  m.convert_bytes = 0;
+  for (const ConversionStage::Rows& r : m.convs) {
+    const Box& box = conversions_->conversion(r.conversion).from.box;
+    const int64_t align = conversions_->row_align(r.conversion);
+    const size_t first = m.steps.size();
+    // All rows in one step (cut on its multiples), then fewer tile rows a
+    // step until the largest step's area (its slices and gather) fits
+    // `room`, or its rows are one tile row's.
+    int64_t step = box.rank() == 0 || box.shape(0) == 0
+                       ? 0
+                       : RoundUp(std::max<int64_t>(1, r.end - r.begin), align);
+    while (true) {
+      AppendSteps(r, step, &m.steps);
+      int64_t bytes = 0, rows = 0;
+      for (size_t i = first; i < m.steps.size(); ++i) {
+        const ConversionStage::Rows& x = m.steps[i];
+        bytes = std::max(bytes, LayOutStep(x, &slices) + conversions_->gather_bytes(x));
+        rows = std::max(rows, x.end - x.begin);
+      }
+      if (bytes <= room || step <= 0 || rows <= align) {
+        m.convert_bytes = std::max(m.convert_bytes, bytes);
+        break;
+      }
+      m.steps.resize(first);
+      const int64_t fit = static_cast<int64_t>(static_cast<__int128>(rows) * room / bytes);
+      step = std::max(align, std::min(rows - 1, fit) / align * align);
+    }
+  }
+  return m.convert_bytes;
 }
 
 int64_t DeltaRunner::LayOutStep(const ConversionStage::Rows& r,
@@ -149,8 +163,7 @@ void AppendClipped(const CopyTask& t, int64_t lo, int64_t hi, std::vector<CopyTa
 absl::Status DeltaRunner::StageConverted(BatchWork& w) {
   if (w.convert_bytes == 0) return absl::OkStatus();
   const absl::Time t0 = absl::Now();
-  char* area =
-      w.convert_beside ? lane_beside_[w.lane] : lane_room_[w.lane] + w.convert_offset;
+  char* area = lane_room_[w.lane] + w.convert_offset;
   char* const* own = buffers_.data();
   absl::Status s;
   std::vector<MsgWork::Slice> slices;
@@ -219,10 +232,18 @@ absl::Status DeltaRunner::ExchangeAmaxes(absl::Time deadline) {
     copier_->Free(p);
   };
   // The rooms of the rank's lanes are free, and nothing is in flight: the
-  // exchange takes lane 0 alone.
+  // exchange takes lane 0 alone, and the amax pass gathers the records not
+  // lying dense in the largest room, in bands of rows, before it.
+  size_t largest = 0;
+  for (size_t lane = 0; lane < lane_room_.size(); ++lane) {
+    if (lane_room_bytes_[lane] > lane_room_bytes_[largest]) largest = lane;
+  }
+  char* gather = largest < lane_room_.size() ? lane_room_[largest] : nullptr;
   return conversions_->ExchangeAmaxes(
-      buffers_, AmaxExchangeOver(conversions_.get(), transport_, copier_, &exchange_memory_,
-                                 rank_, deadline));
+      buffers_,
+      AmaxExchangeOver(conversions_.get(), transport_, copier_, &exchange_memory_, rank_,
+                       deadline),
+      gather, gather == nullptr ? 0 : lane_room_bytes_[largest]);
 }
 
 absl::Status DeltaRunner::SyncConversions(int32_t lane) {

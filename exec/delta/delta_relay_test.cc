@@ -4,6 +4,7 @@
 // repeats the encoded payload where a region is the one it received.
 // Every byte of every replica checked after every round, digests compared.
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -74,9 +75,9 @@ std::vector<int32_t> ReplicaOf(const std::vector<int32_t>& tps) {
 // bytes from the upstream replica instead of the trainer: each of its
 // records, per upstream record of the tensor overlapping it (first come
 // first taken), as a relay segment of the overlap, in a wave of its own
-// per entry appended in `hops` order. The planner relays regions cut alike
-// only; this plan forwards sub-regions and unions of what a relay
-// received.
+// per entry appended in `hops` order. Besides sub-regions (which the
+// planner relays too: PlannedSubRegions), this plan forwards unions of
+// what a relay received, which the planner does not.
 Plan RelayedAcross(const std::vector<int32_t>& tps,
                    const std::vector<std::pair<int32_t, int32_t>>& hops) {
   SideLayout src, dst;
@@ -244,8 +245,9 @@ INSTANTIATE_TEST_SUITE_P(Transports, AcrossLayouts, ::testing::Values(true, fals
 // relay's receives and forwards of a wave within its lane room): dense
 // then delta rounds land every byte, digests compared, every runner
 // within the budget.
-TEST(PlannedAcrossLayouts, Tp2AndTp1ReplicasRelayToEachOther) {
-  const std::vector<int32_t> tps = {2, 1, 2, 1, 2, 1};
+// A job of the planner's delta plan with relays for replicas `tps`
+// (MixedLayouts) under a staging budget of 4096 bytes.
+std::unique_ptr<testing::Job> PlannedJob(const std::vector<int32_t>& tps, bool gloo) {
   SideLayout src, dst;
   MixedLayouts(tps, &src, &dst);
   PlannerOptions o;
@@ -253,7 +255,13 @@ TEST(PlannedAcrossLayouts, Tp2AndTp1ReplicasRelayToEachOther) {
   o.delta = true;
   o.choose_lanes = false;
   o.staging_budget_bytes = 4096;
-  auto job = JobOf(BuildPlan(src, dst, o).value(), /*gloo=*/false);
+  return JobOf(BuildPlan(src, dst, o).value(), gloo);
+}
+
+TEST(PlannedAcrossLayouts, Tp2AndTp1ReplicasRelayToEachOther) {
+  const std::vector<int32_t> tps = {2, 1, 2, 1, 2, 1};
+  auto job = PlannedJob(tps, /*gloo=*/false);
+  const int64_t budget = job->plan.options.staging_budget_bytes;
   const std::vector<int32_t> replica = ReplicaOf(tps);
   std::set<std::pair<int32_t, int32_t>> across;  // (sender's tp, receiver's tp)
   for (const Message& m : job->plan.messages) {
@@ -267,12 +275,61 @@ TEST(PlannedAcrossLayouts, Tp2AndTp1ReplicasRelayToEachOther) {
     RoundResult r = RunRound(job.get());
     for (size_t g = 0; g < r.status.size(); ++g) {
       ASSERT_TRUE(r.status[g].ok()) << "rank " << g << ": " << r.status[g];
-      EXPECT_LE(r.allocated_peak[g], o.staging_budget_bytes) << "rank " << g;
+      EXPECT_LE(r.allocated_peak[g], budget) << "rank " << g;
     }
     ASSERT_TRUE(r.commit.ok()) << "fraction " << f << ": " << r.commit;
     ASSERT_EQ(CheckEngines(*job), "") << "fraction " << f;
   }
 }
+
+// The planner's relays by region under a TP2 trainer: the TP2 replica
+// forwards the TP4 replicas the sub-regions of what it received (each of
+// its ranks' half of "w" and "o" cut in quarters), and the TP4 replicas
+// relay those on; under a small staging budget (many waves, sub-regions
+// forwarded while later waves arrive), over Gloo and in-process, the
+// whole plan on every rank then slices: dense then delta rounds land
+// every byte of every replica, digests compared,
+// every runner within the budget, the trainer sending each weight byte
+// once.
+class PlannedSubRegions : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PlannedSubRegions, Tp2ReplicaFeedsTp4ReplicasEveryByte) {
+  const std::vector<int32_t> tps = {2, 4, 4};
+  auto job = PlannedJob(tps, GetParam());
+  const Plan& plan = job->plan;
+  const std::vector<int32_t> replica = ReplicaOf(tps);
+  // Bytes the TP2 replica forwards as a sub-region of a record it holds.
+  int64_t sub = 0, from_trainer = 0;
+  for (const Message& m : plan.messages) {
+    if (!m.relay) from_trainer += m.bytes;
+    if (!m.relay || tps[replica[m.src_rank]] != 2) continue;
+    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
+      const Segment& sg = plan.segments[i];
+      const Box& held = plan.dst.records[sg.src_record].box;
+      if (!(held == sg.box) && Contains(held, sg.box)) sub += sg.bytes;
+    }
+  }
+  ASSERT_GT(sub, 0) << "the TP2 replica forwards no sub-region";
+  // "w" and "o" (1 KiB each) once, "n" (192 bytes) at most once per rank.
+  EXPECT_LE(from_trainer, 2 * 1024 + 192 * (1 + static_cast<int64_t>(plan.dst.world_size)));
+  // The whole plan on every rank, then slices as refitd hands them out (a
+  // trainer's slice carries the relays of its bytes, sub-regions too).
+  for (double f : {1.0, 0.02, 0.2, 0.0, 0.005, -1.0, 0.02, 0.2}) {
+    if (f < 0) {
+      job->sliced = true;
+      continue;
+    }
+    RoundResult r;
+    ASSERT_EQ(testing::ChangeAndCommit(job.get(), f, &r), "")
+        << "fraction " << f << (job->sliced ? ", slices" : "");
+    for (size_t g = 0; g < r.status.size(); ++g) {
+      EXPECT_LE(r.allocated_peak[g], plan.options.staging_budget_bytes) << "rank " << g;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, PlannedSubRegions, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "Gloo" : "InProc"; });
 
 // A plan whose relay forwards bytes before the wave that brings them (C
 // forwarding to D in the wave before B feeds C) is refused when C's runner

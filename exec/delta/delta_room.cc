@@ -3,18 +3,6 @@
 #include <algorithm>
 
 namespace refit {
-namespace {
-
-int64_t LaneShare(const PlannerOptions& o) {
-  return std::max<int64_t>(1, o.staging_budget_bytes / std::max<int32_t>(1, o.num_lanes));
-}
-
-}  // namespace
-
-int64_t DeltaLaneRoom(const PlannerOptions& options) {
-  const int64_t share = LaneShare(options);
-  return options.relay ? std::max<int64_t>(1, share / 2) : share;
-}
 
 int64_t PairBound(const PlannerOptions& options, int64_t window, int64_t wave_bytes,
                   int64_t pair_bytes, int64_t pair_largest) {

@@ -4,11 +4,12 @@
 // messages), so that a sender never sends a receiver more encoded bytes
 // than the receiver has room for.
 //
-// Each lane of a rank holds one batch at a time in its lane room: the
-// batch's packed messages (staging), then its encoded payloads. A plan
-// without relays gives each lane the per-lane share (budget / lanes); a
-// plan with relays half of it, the other half of the budget holding the
-// encoded payloads a relay keeps until it forwards them. A batch's bound
+// Each lane of a rank holds one batch at a time in its lane room
+// (plan/delta_lane.h: DeltaLaneRoom): the batch's packed messages
+// (staging), then its encoded payloads. A plan without relays gives each
+// lane the per-lane share (budget / lanes); a plan with relays half of
+// it, the other half of the budget holding the encoded payloads a relay
+// keeps until it forwards them. A batch's bound
 // bounds the bytes a receiver moves in it (sent plus received), from what
 // both sides of a pair hold (the whole plan's figures, plan/wave_bytes.h,
 // and the pair's messages: PairBound). A
@@ -23,14 +24,10 @@
 
 #include <cstdint>
 
+#include "plan/delta_lane.h"  // DeltaLaneRoom, LaneShare
 #include "plan/plan.h"
 
 namespace refit {
-
-// Returns the bytes one lane of a rank holds for one delta batch (staging
-// and encodings): the per-lane share of the staging budget, half of it
-// when options.relay (at least 1). Never fails.
-int64_t DeltaLaneRoom(const PlannerOptions& options);
 
 // Returns the bound of a batch, as every rank of a pair computes it: the
 // most bytes the receiver moves in the batch (sent plus received). A batch

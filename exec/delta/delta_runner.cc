@@ -277,9 +277,6 @@ DeltaRunner::~DeltaRunner() {
     if (p != nullptr) copier_->Free(p);
   }
   if (ring_ != nullptr) copier_->Free(ring_);
-  for (char* p : lane_beside_) {
-    if (p != nullptr) copier_->Free(p);
-  }
   lane_convert_.clear();
   conversions_.reset();
   if (connect_bytes_ != nullptr) ops_->Free(connect_bytes_);
@@ -399,8 +396,7 @@ absl::StatusOr<RunStats> DeltaRunner::RunBatches(absl::Time deadline) {
   REFIT_RETURN_IF_ERROR(Drain(deadline));
   REFIT_RETURN_IF_ERROR(ops_->Finish(deadline));
   REFIT_RETURN_IF_ERROR(SyncConversions(-1));
-  stats.peak_staging_bytes = budget_held_ + exchange_beside_ + beside_held_;
-  delta_stats_.convert_beside_bytes = beside_held_;
+  stats.peak_staging_bytes = budget_held_ + exchange_beside_;
   delta_stats_.convert_workspace_bytes = ConversionWorkspace();
   delta_stats_.header_bytes = header_bytes_;
   delta_stats_.drain_seconds += absl::ToDoubleSeconds(absl::Now() - t_drain);

@@ -33,19 +33,24 @@
 // its peers once a round, before its first batch (a few floats a tile).
 // Each batch then, on its lane right before its count, takes its messages
 // that read quantized values one at a time, and each message's rows in
-// steps (whole tiles of rows, a few MiB of source each, with the exchanged
-// scales: ConversionStage::Rows): a step's rows are quantized into the
-// batch's quantizing area, past its packed messages in the lane room
-// (where its encodings go once its count has read the packed bytes), and
-// the parts of the message that read them are packed from there. The
-// values live within the budget, and the first compare waits for the
-// first batch's rows only; the engine receives the bytes a dense round
-// sends. Where a batch's packed messages fill its lane room (a plan wave
-// filled to the lane share), its lane's quantizing area (one step, a few
-// MiB) lies beside the budget and counts in the peak; a rank whose batch's
-// packed messages do not fit its lane room is refused at Create, naming
-// --staging_mib. The conversion steps' own working memory (the amax
-// pass's gathers) comes beside the budget.
+// steps (whole tiles of rows, with the exchanged scales:
+// ConversionStage::Rows): a step's rows are quantized into the batch's
+// quantizing area, past its packed messages in the lane room (where its
+// encodings go once its count has read the packed bytes), and the parts
+// of the message that read them are packed from there. The planner keeps
+// part of every lane room free of a wave's bytes in a plan with
+// conversions (plan/delta_lane.h: QuantizeRoom, at most 8 MiB; planner.h),
+// and a step's area (its codes, scales and gathered source rows) takes at
+// most that and what the batch's packed messages leave of the room (fewer
+// tile rows a step, down to one), so the values live within the budget,
+// and the first compare waits for the first batch's rows only; the engine
+// receives the bytes a dense round sends. A rank whose batch's packed
+// messages and one tile row's step do not fit its lane room is refused at
+// Create, naming --staging_mib. The amax pass gathers the records it
+// reads that do not lie dense (cut FP8 tiles, NVFP4 global amaxes) in
+// bands of rows into the largest lane room, before the exchange; only a
+// dim-0 row larger than the room, and the conversion steps' own small
+// device scratch, come beside the budget (convert_workspace_bytes).
 //
 // A trainer rank keeps a snapshot: per message it sends, the bytes of the
 // last committed version (GPU memory by default on a GPU member, pinned host
@@ -196,14 +201,10 @@ struct DeltaRoundStats {
   // receiver's room in the budget.
   int64_t dense_for_room = 0;
   // Beside the budget: the message headers (32 bytes each), and a trainer's
-  // conversion steps' own working memory (the amax pass's gathers of
-  // records not lying dense in their buffers; their device scratch).
+  // conversion steps' own working memory (their device scratch, and the
+  // amax pass's gather of a dim-0 row larger than the largest lane room).
   int64_t header_bytes = 0;
   int64_t convert_workspace_bytes = 0;
-  // A trainer's quantizing areas beside the budget (RunStats::
-  // peak_staging_bytes counts them): one step per lane whose batches'
-  // packed messages fill its room.
-  int64_t convert_beside_bytes = 0;
   double digest_seconds = 0;    // time spent digesting
   int64_t batches = 0;          // batches of waves run (delta_runner.h)
   int64_t groups = 0;           // groups of sends and receives posted
@@ -256,7 +257,7 @@ class DeltaRunner : public RoundRunner {
   // staging_budget_bytes (--staging_mib), the budget and the batch when
   // the plan's staging budget holds less than one of the rank's batches
   // (see Staging above; on a trainer with conversions, its packed
-  // messages and its largest message's quantizing area). A trainer rank
+  // messages and a quantizing step of one tile row). A trainer rank
   // with conversions (FP8, MXFP8, NVFP4 engines) quantizes each batch's
   // rows in its lane room (see Quantized engines above), and compares the
   // engine-format bytes (codes and scales); FAILED_PRECONDITION when its
@@ -337,9 +338,9 @@ class DeltaRunner : public RoundRunner {
     };
     bool converted = false;
     std::vector<ConversionStage::Rows> convs;
-    // convs in steps of at most a few MiB of source rows each, quantized
-    // and packed one at a time; the quantizing area the largest takes
-    // (LayOutStep's slices, then its source rows gathered where strided).
+    // convs in steps fitting QuantizeRoom and the room the batch leaves
+    // (StepConversions), quantized and packed one at a time; the quantizing area the largest takes (LayOutStep's
+    // slices, then its source rows gathered where strided).
     std::vector<ConversionStage::Rows> steps;
     int64_t convert_bytes = 0;
     int64_t stage_offset = -1;    // in the batch's staging when packed
@@ -380,10 +381,9 @@ class DeltaRunner : public RoundRunner {
     int64_t coded_offset = 0;
     // Trainer with quantized engines: the quantizing area, where each
     // converted message's rows are quantized in turn before it is packed:
-    // convert_bytes (its largest message's) at convert_offset of the lane
+    // convert_bytes (its largest step's) at convert_offset of the lane
     // room, past the packed messages, where the batch's encodings later go.
     int64_t convert_offset = 0, convert_bytes = 0;
-    bool convert_beside = false;  // the area lies beside the budget (lane_beside_)
     // What bounds the bytes a rank moves in the batch (delta_room.h:
     // PairBound): the window it was cut by (0: one plan wave alone), the
     // wave's whole-plan bytes; per peer (peers' order; forwards:
@@ -413,13 +413,17 @@ class DeltaRunner : public RoundRunner {
   // rank's conversions (none: conversions_ null) and their steps per lane.
   // ExchangeAmaxes: the round's amax exchange, before any batch.
   // NoteConversions: whether m reads quantized values; if so, the rows it
-  // reads, their layout in a quantizing area, and its pack program (a
-  // converted message is always packed). StageConverted: enqueues on w's
+  // reads and its pack program (a converted message is always packed).
+  // StepConversions: m's rows in steps whose quantizing area (LayOutStep's
+  // slices and the step's gather) fits `room` where one tile row's does;
+  // returns the largest step's area (m.convert_bytes). StageConverted:
+  // enqueues on w's
   // lane, message by message, the quantization of its rows into w's
   // quantizing area and its packing from there.
   absl::Status PrepareConversions(const Plan& plan);
   absl::Status ExchangeAmaxes(absl::Time deadline);
   absl::Status NoteConversions(const Plan& plan, const Message& m, MsgWork& mw);
+  int64_t StepConversions(MsgWork& m, int64_t room) const;
   // Where step r's rows lie in a quantizing area: per scratch buffer they
   // write, its bytes [lo, hi) at `at`; returns where its gather goes.
   int64_t LayOutStep(const ConversionStage::Rows& r, std::vector<MsgWork::Slice>* slices) const;
@@ -484,8 +488,10 @@ class DeltaRunner : public RoundRunner {
   void NoteTimes(const WaveOpsTimes& times);
   // Staging (delta_staging.cc). The lane's batches take its lane room in
   // turn. PlanRooms sets every batch's bound, caps and layout (LayOutStaging:
-  // its packed messages where alignment allows within the room left beside
-  // `coded` bytes of encodings) and refuses a budget too small for one;
+  // its packed messages where alignment allows within `limit`: the room
+  // left beside its encodings, and on a trainer with converted messages
+  // beside QuantizeRoom; its quantizing steps: StepConversions) and
+  // refuses a budget too small for one;
   // AllocateRooms takes every lane's room and a relay's ring from the
   // copier. ClaimLane waits until the lane's earlier batch of this round no
   // longer reads or writes its room (its transfers, copies and kernels).
@@ -539,11 +545,6 @@ class DeltaRunner : public RoundRunner {
   // batch of the lane ran this round. room_: DeltaLaneRoom.
   std::vector<char*> lane_room_;
   std::vector<int64_t> lane_room_bytes_, lane_use_;
-  // Per lane: a quantizing area beside the budget, for its batches whose
-  // packed messages fill the lane room (one step; null: none).
-  std::vector<char*> lane_beside_;
-  std::vector<int64_t> lane_beside_bytes_;
-  int64_t beside_held_ = 0;
   std::vector<bool> lane_used_;
   int64_t room_ = 0;
   // Taken from the copier within the budget (lane rooms, ring).

@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "exec/delta/delta_room.h"
 #include "exec/delta/delta_runner.h"
+#include "plan/delta_lane.h"
 
 namespace refit {
 namespace {
@@ -74,7 +75,6 @@ absl::Status DeltaRunner::PlanRooms(const Plan& plan) {
   room_ = DeltaLaneRoom(plan.options);
   const int32_t lanes = transport_->num_lanes();
   lane_room_bytes_.assign(lanes, 0);
-  lane_beside_bytes_.assign(lanes, 0);
   const bool src = side_ == Side::kTrainer;
   for (size_t k = 0; k < work_.size(); ++k) {
     BatchWork& w = work_[k];
@@ -84,27 +84,28 @@ absl::Status DeltaRunner::PlanRooms(const Plan& plan) {
     PairCaps(plan, w.msgs, w.peers, room_, w.window, w.wave_bytes, &w.peer_caps, &most);
     PairCaps(plan, w.forwards, w.forward_peers, room_, w.window, w.wave_bytes, &w.forward_caps,
              &unused);
-    LayOutStaging(w, room_ - 16 - most);
-    w.coded_offset = RoundUp(w.staging_bytes, 16);
     // A trainer quantizes its converted messages' rows, one message at a
-    // time, past its packed messages (where its encodings later go).
-    w.convert_bytes = 0;
-    for (const MsgWork& m : w.msgs) w.convert_bytes = std::max(w.convert_bytes, m.convert_bytes);
+    // time and each in steps, past its packed messages (where its
+    // encodings later go): it packs them tighter where aligning them
+    // would leave less than the planner keeps for that (QuantizeRoom),
+    // and sizes the steps to at most that and what they leave.
+    bool converts = false;
+    for (const MsgWork& m : w.msgs) converts = converts || m.converted;
+    const int64_t limit = room_ - 16 - most, quantize = QuantizeRoom(plan.options);
+    LayOutStaging(w, converts ? std::min(limit, room_ - 256 - quantize) : limit);
+    w.coded_offset = RoundUp(w.staging_bytes, 16);
     w.convert_offset = RoundUp(w.staging_bytes, 256);
+    w.convert_bytes = 0;
+    for (MsgWork& m : w.msgs) {
+      if (!m.converted) continue;
+      w.convert_bytes = std::max(
+          w.convert_bytes, StepConversions(m, std::min(quantize, room_ - w.convert_offset)));
+    }
     // A trainer sends dense what does not fit its room; an engine must
     // hold whatever its senders may send.
-    // Where the packed messages fill the room (the planner filled the
-    // wave to the lane share), the quantizing area lies beside it: one
-    // step per lane.
-    w.convert_beside = src && w.convert_bytes > 0 && w.staging_bytes <= room_ &&
-                       w.convert_offset + w.convert_bytes > room_;
-    if (w.convert_beside) {
-      lane_beside_bytes_[w.lane] = std::max(lane_beside_bytes_[w.lane], w.convert_bytes);
-    }
-    const int64_t need = !src ? w.coded_offset + most
-                         : w.convert_bytes > 0 && !w.convert_beside
-                             ? w.convert_offset + w.convert_bytes
-                             : w.staging_bytes;
+    const int64_t need = !src                ? w.coded_offset + most
+                         : w.convert_bytes > 0 ? w.convert_offset + w.convert_bytes
+                                               : w.staging_bytes;
     if (need > room_) {
       const int64_t lanes_per_budget =
           std::max<int64_t>(1, plan.options.staging_budget_bytes / room_);
@@ -160,12 +161,6 @@ absl::Status DeltaRunner::AllocateRooms() {
   }
   if (ring_bytes_ > 0) {
     REFIT_ASSIGN_OR_RETURN(ring_, Hold(ring_bytes_));
-  }
-  lane_beside_.assign(lanes, nullptr);
-  for (int32_t lane = 0; lane < lanes; ++lane) {
-    if (lane_beside_bytes_[lane] == 0) continue;
-    REFIT_ASSIGN_OR_RETURN(lane_beside_[lane], copier_->Allocate(lane_beside_bytes_[lane]));
-    beside_held_ += lane_beside_bytes_[lane];
   }
   for (BatchWork& w : work_) {
     if (w.staging_bytes > 0) w.staging = lane_room_[w.lane];

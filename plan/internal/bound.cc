@@ -95,8 +95,8 @@ double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
 }
 
 double RelayLowerBound(const Candidates& candidates, const Units& units,
-                       const SideLayout& src, const SideLayout& dst,
-                       const CostModel& cost) {
+                       const Containers& containers, const SideLayout& src,
+                       const SideLayout& dst, const CostModel& cost) {
   const std::vector<Candidate>& cands = candidates.cands;
   std::vector<LinkBytes> dst_load(dst.world_size);
   TrainerSide trainer(candidates, src.world_size);
@@ -134,8 +134,15 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
       unit_best = Faster(cost, unit_best, best);
       const double from_trainer = bytes * cost.SecondsPerByte(best);
       if (known) {
-        for (const int32_t* o = b; o != e; ++o) {
-          if (cands[*o].dst_rank != d) best = Faster(cost, best, cost.EngineClassOf(cands[*o].dst_rank, d));
+        auto holders = [&](int32_t h) {
+          for (int32_t q = units.first[h]; q < units.first[h + 1]; ++q) {
+            const int32_t o = cands[units.members[q]].dst_rank;
+            if (o != d) best = Faster(cost, best, cost.EngineClassOf(o, d));
+          }
+        };
+        holders(u);
+        for (int32_t k = containers.first[u]; k < containers.first[u + 1]; ++k) {
+          holders(containers.units[k]);
         }
       }
       dst_load[d].Add(best, bytes);
@@ -143,7 +150,9 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
     }
     // On each host one member takes the bytes from a trainer rank or from
     // another host (no faster than the best trainer replica offers it); the
-    // others at their best.
+    // others at their best. A contained unit: all at their best (a holder
+    // of a container may be on the host), and no trainer term.
+    const bool contained = containers.Contained(u);
     std::sort(per_member.begin(), per_member.end());
     for (size_t i = 0; i < per_member.size();) {
       size_t j = i;
@@ -153,10 +162,10 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
         most = std::max(most, std::get<1>(per_member[j]));
         entry = std::min(entry, std::get<2>(per_member[j]));
       }
-      host_seconds[std::get<0>(per_member[i])] += sum - most + entry;
+      host_seconds[std::get<0>(per_member[i])] += contained ? sum : sum - most + entry;
       i = j;
     }
-    trainer.Add(cands[*b], unit_best);
+    if (!contained) trainer.Add(cands[*b], unit_best);
   }
   double bound = trainer.Bound(cost);
   for (const LinkBytes& l : dst_load) bound = std::max(bound, cost.Seconds(l));

@@ -20,17 +20,19 @@ double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
                         const SideLayout& dst, const CostModel& cost);
 
 // Returns the bound with relays: per dst rank its bytes, each over the
-// fastest link a replica or another engine rank of its unit offers; per
-// engine host the time its engine ranks spend receiving together, over
-// their number (on a host, one engine rank of each unit takes its bytes
-// from a trainer rank or across hosts, no faster than the best trainer
-// replica offers it; the others at their best); and the trainer side's
-// terms of SenderLowerBound counting each unit (each
-// distinct byte) once, over the fastest link from a replica to any engine
-// rank of the unit. Never fails.
+// fastest link a replica or another engine rank of its unit or of a
+// container (candidates.h) offers; per engine host the time its engine
+// ranks spend receiving together, over their number (on a host, one
+// engine rank of each uncontained unit takes its bytes from a trainer
+// rank or across hosts, no faster than the best trainer replica offers
+// it; the others at their best); and the trainer side's terms of
+// SenderLowerBound counting each uncontained unit (each distinct byte)
+// once, over the fastest link from a replica to any engine rank of the
+// unit (a contained unit's bytes may all come from engine ranks holding
+// a container). Never fails.
 double RelayLowerBound(const Candidates& candidates, const Units& units,
-                       const SideLayout& src, const SideLayout& dst,
-                       const CostModel& cost);
+                       const Containers& containers, const SideLayout& src,
+                       const SideLayout& dst, const CostModel& cost);
 
 }  // namespace internal_plan
 }  // namespace refit

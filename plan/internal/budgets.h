@@ -5,16 +5,15 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "plan/delta_lane.h"
 #include "plan/plan.h"
 
 namespace refit {
 namespace internal_plan {
 
-// Returns the staging bytes one rank may use per lane (at least 1).
-// Options must be valid (ValidateOptions).
-inline int64_t LaneBudget(const PlannerOptions& options) {
-  return std::max<int64_t>(1, options.staging_budget_bytes / options.num_lanes);
-}
+// Returns the staging bytes one rank may use per lane (at least 1):
+// LaneShare (plan/delta_lane.h). Never fails.
+inline int64_t LaneBudget(const PlannerOptions& options) { return LaneShare(options); }
 
 // Returns the most bytes one message carries: min(max_message_bytes, the
 // per-lane budget), or the per-lane budget when max_message_bytes is 0.
@@ -31,6 +30,9 @@ inline int64_t WaveCap(const PlannerOptions& options) {
   return options.max_wave_bytes > 0 ? options.max_wave_bytes
                                      : LaneBudget(options);
 }
+
+// Sets *cap (a byte cap, 0: none) to at most `to` (> 0). Never fails.
+inline void LowerCap(int64_t* cap, int64_t to) { *cap = *cap > 0 ? std::min(*cap, to) : to; }
 
 // Lanes for a plan of many small or strided pieces: when options allow it
 // (choose_lanes) and ask for fewer, a plan whose heaviest rank stages
@@ -74,9 +76,8 @@ inline void SetRelayCaps(int64_t max_rank_bytes, int32_t depth, PlannerOptions* 
   wave = std::min(half_lane, std::max(kMinRelayWaveBytes, wave));
   const int64_t message =
       wave < half_lane ? std::max<int64_t>(1, wave / kRelayMessagesPerWave) : wave;
-  auto lower = [](int64_t* v, int64_t to) { *v = *v > 0 ? std::min(*v, to) : to; };
-  lower(&options->max_wave_bytes, wave);
-  lower(&options->max_message_bytes, message);
+  LowerCap(&options->max_wave_bytes, wave);
+  LowerCap(&options->max_message_bytes, message);
 }
 
 // Sets options->max_wave_bytes and max_message_bytes to at most half a
@@ -85,9 +86,22 @@ inline void SetRelayCaps(int64_t max_rank_bytes, int32_t depth, PlannerOptions* 
 inline void SetDeltaCaps(PlannerOptions* options) {
   if (!options->delta) return;
   const int64_t half_lane = std::max<int64_t>(1, LaneBudget(*options) / 2);
-  auto lower = [](int64_t* v, int64_t to) { *v = *v > 0 ? std::min(*v, to) : to; };
-  lower(&options->max_wave_bytes, half_lane);
-  lower(&options->max_message_bytes, half_lane);
+  LowerCap(&options->max_wave_bytes, half_lane);
+  LowerCap(&options->max_message_bytes, half_lane);
+}
+
+// Sets options->max_wave_bytes and max_message_bytes to at most
+// DeltaLaneRoom(*options) - QuantizeRoom(*options) when `converts` (the plan
+// has conversions: a delta round's trainer rank packs the messages that
+// read converted values and quantizes their rows in the room its wave's
+// packed bytes leave, plan/delta_lane.h); a smaller value already set stays.
+// Options must be valid (ValidateOptions). Never fails.
+inline void SetQuantizeCaps(bool converts, PlannerOptions* options) {
+  if (!converts) return;
+  const int64_t cap =
+      std::max<int64_t>(1, DeltaLaneRoom(*options) - QuantizeRoom(*options));
+  LowerCap(&options->max_wave_bytes, cap);
+  LowerCap(&options->max_message_bytes, cap);
 }
 
 }  // namespace internal_plan

@@ -2,6 +2,7 @@
 #include "plan/internal/candidates.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -176,6 +177,67 @@ Units GroupUnits(const Candidates& candidates, const SideLayout& dst) {
   std::vector<int32_t> cursor(u.first.begin(), u.first.end() - 1);
   for (size_t i = 0; i < cands.size(); ++i) u.members[cursor[id[i]]++] = static_cast<int32_t>(i);
   return u;
+}
+
+Containers ContainingUnits(const Candidates& candidates, const Units& units,
+                           const SideLayout& dst) {
+  const std::vector<Candidate>& cands = candidates.cands;
+  const int32_t n = units.size();
+  // Units by source piece (a counting sort over the pieces of all
+  // tensors), in unit order within one.
+  std::vector<int32_t> piece_base(candidates.pieces.size() + 1, 0);
+  for (size_t t = 0; t < candidates.pieces.size(); ++t) {
+    piece_base[t + 1] = piece_base[t] + static_cast<int32_t>(candidates.pieces[t].pieces.size());
+  }
+  auto key = [&](int32_t u) {
+    const Candidate& c = cands[units.members[units.first[u]]];
+    return piece_base[c.src_tensor] + c.piece;
+  };
+  std::vector<int32_t> first(piece_base.back() + 1, 0);
+  for (int32_t u = 0; u < n; ++u) ++first[key(u) + 1];
+  for (size_t k = 1; k < first.size(); ++k) first[k] += first[k - 1];
+  std::vector<int32_t> by_piece(n);
+  {
+    std::vector<int32_t> cursor(first.begin(), first.end() - 1);
+    for (int32_t u = 0; u < n; ++u) by_piece[cursor[key(u)]++] = u;
+  }
+  std::vector<std::pair<int32_t, int32_t>> pairs;  // (unit, container)
+  std::vector<std::tuple<int64_t, int32_t, Box>> of_piece;  // (-bytes, unit, region)
+  for (size_t k = 0; k + 1 < first.size(); ++k) {
+    const int32_t b = first[k], e = first[k + 1];
+    if (e - b < 2 || e - b > kMaxContainerSearch) continue;
+    of_piece.clear();
+    for (int32_t i = b; i < e; ++i) {
+      const Candidate& c = cands[units.members[units.first[by_piece[i]]]];
+      of_piece.emplace_back(-c.bytes, by_piece[i],
+                            Intersect(candidates.PieceOf(c).box, dst.records[c.dst_record].box));
+    }
+    // Bytes descending: a container is bigger (equal regions are one
+    // unit), so only earlier units may contain a later one.
+    std::sort(of_piece.begin(), of_piece.end(), [](const auto& x, const auto& y) {
+      return std::tie(std::get<0>(x), std::get<1>(x)) < std::tie(std::get<0>(y), std::get<1>(y));
+    });
+    for (size_t i = 1; i < of_piece.size(); ++i) {
+      for (size_t o = 0; o < i; ++o) {
+        if (std::get<0>(of_piece[o]) < std::get<0>(of_piece[i]) &&
+            Contains(std::get<2>(of_piece[o]), std::get<2>(of_piece[i]))) {
+          pairs.emplace_back(std::get<1>(of_piece[i]), std::get<1>(of_piece[o]));
+        }
+      }
+    }
+  }
+  // By unit (stable: a unit's containers by bytes descending).
+  std::stable_sort(pairs.begin(), pairs.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  Containers out;
+  out.first.assign(n + 1, 0);
+  out.units.reserve(pairs.size());
+  for (const auto& [u, c] : pairs) {
+    ++out.first[u + 1];
+    out.units.push_back(c);
+  }
+  for (int32_t u = 0; u < n; ++u) out.first[u + 1] += out.first[u];
+  return out;
 }
 
 }  // namespace internal_plan

@@ -66,6 +66,28 @@ struct Units {
 // numbered by their first candidate. Never fails.
 Units GroupUnits(const Candidates& candidates, const SideLayout& dst);
 
+// Per unit, the other units of the same source piece whose region
+// contains its own (a TP2 engine rank's half of a column-parallel weight
+// contains a TP4 rank's quarter of it, under a TP2 trainer): an engine
+// rank holding such a region may forward the sub-region (relays.h).
+// Containers of unit u are units[first[u], first[u + 1]), by bytes
+// descending, then unit number.
+struct Containers {
+  std::vector<int32_t> first;  // one more entry than units
+  std::vector<int32_t> units;
+  // Whether unit u has a container.
+  bool Contained(int32_t u) const { return first[u + 1] > first[u]; }
+};
+
+// Pieces with more units than this are not searched for containers (each
+// pair of a piece's units is compared).
+inline constexpr int32_t kMaxContainerSearch = 64;
+
+// Returns the containers of every unit of `units` (of `candidates`, whose
+// dst records are `dst`). Never fails.
+Containers ContainingUnits(const Candidates& candidates, const Units& units,
+                           const SideLayout& dst);
+
 absl::Status FindCandidates(const SideLayout& src, const SideLayout& dst,
                             const std::vector<int32_t>& dst_to_src,
                             Candidates* out, std::vector<std::string>* errors);

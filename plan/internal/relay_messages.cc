@@ -34,20 +34,31 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
   };
   for (const PendingMessage& pm : *messages) note(pm);
   // The first wave at which a relay may forward split `ordinal` of
-  // candidate c's bytes, whose region is `box`: one after the wave that
-  // brought its feeder that region (the feeder's segment of the same
-  // ordinal, when the feeder's bytes came as as many segments and that one
-  // is of this region), else one after every wave placed so far.
-  // `box_of_key` gives the region; it is computed only when the feeder's
-  // segment may match.
+  // candidate c's bytes, whose region is `box_of_key()`: one after the
+  // wave that brought its feeder that region (the feeder's segment of the
+  // same ordinal, when the feeder's bytes came as as many segments and
+  // that one is of this region), or one after the last of the feeder's
+  // segments that brought a part of it (a sub-region of a container's
+  // region, relays.h); else one after every wave placed so far.
   auto ready_at = [&](int32_t c, int32_t ordinal, int32_t splits, const auto& box_of_key) {
     const int32_t f = sources.feeder[c];
+    const int32_t all = static_cast<int32_t>(plan->waves.size());
     const int32_t q = seg_first[f] + ordinal;
     if (seg_count[f] == splits && (*segment_cand)[q] == f &&
         plan->segments[q].box == box_of_key()) {
       return seg_wave[q] + 1;
     }
-    return static_cast<int32_t>(plan->waves.size());
+    const Box box = box_of_key();
+    int32_t ready = 0;
+    int64_t covered = 0;
+    for (int32_t p = seg_first[f]; p < seg_first[f] + seg_count[f]; ++p) {
+      if ((*segment_cand)[p] != f) return all;
+      const Box& part = plan->segments[p].box;
+      if (!Intersects(part, box)) continue;
+      ready = std::max(ready, seg_wave[p] + 1);
+      covered += UncheckedNumElements(Intersect(part, box));
+    }
+    return covered == UncheckedNumElements(box) ? ready : all;
   };
   // What every placed message uses per engine rank and wave, kept up to
   // date as each level's relays are placed.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <tuple>
 
 #include "plan/cost.h"
@@ -99,6 +100,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   const CostModel cost(src, dst, options);
   const std::vector<Candidate>& cands = candidates.cands;
   const Units units = GroupUnits(candidates, dst);
+  const Containers containers = ContainingUnits(candidates, units, dst);
   const std::vector<int32_t>& mem = units.members;
   // Per unit its bytes and replicas, and per member position (units.members
   // order: a unit's members side by side) its dst rank and source: the
@@ -148,13 +150,41 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
     }
   }
   stats->sender_lower_bound_seconds = SenderLowerBound(candidates, src, dst, cost);
-  const double bound = RelayLowerBound(candidates, units, src, dst, cost);
+  const double bound = RelayLowerBound(candidates, units, containers, src, dst, cost);
   double floor = std::max(bound, loads.Slowest());
-  // Units by bytes descending, then first dst record.
+  // Units by tier (uncontained, then contained: their containers' holders
+  // are fed first), bytes descending (a container before what it
+  // contains), then first dst record.
   std::vector<std::tuple<int64_t, int32_t, int32_t>> order;
   order.reserve(units.size());
   for (int32_t u = 0; u < units.size(); ++u) order.emplace_back(-info[u].bytes, info[u].dst_record, u);
-  std::sort(order.begin(), order.end());
+  std::sort(order.begin(), order.end(), [&](const auto& x, const auto& y) {
+    const bool cx = containers.Contained(std::get<2>(x)), cy = containers.Contained(std::get<2>(y));
+    return cx != cy ? cy : x < y;
+  });
+  // Where the contained units start in `order`.
+  const size_t tier_at = static_cast<size_t>(
+      std::find_if(order.begin(), order.end(),
+                   [&](const auto& x) { return containers.Contained(std::get<2>(x)); }) -
+      order.begin());
+  const std::pair<size_t, size_t> tiers[2] = {{0, tier_at}, {tier_at, order.size()}};
+  // Offers *best the fed members of unit u's containers (on other engine
+  // ranks than d, under `max_depth` hops) as feeders of `bytes` to d: sets
+  // *best_h to the member that wins (else leaves both).
+  auto from_containers = [&](int32_t u, int32_t d, int64_t bytes, int32_t depth_limit,
+                             Option* best, int32_t* best_h) {
+    for (int32_t k = containers.first[u]; k < containers.first[u + 1]; ++k) {
+      const int32_t cu = containers.units[k];
+      for (int32_t h = units.first[cu]; h < units.first[cu + 1]; ++h) {
+        if (!fed[h] || rank_at[h] == d || depth_at[h] >= depth_limit) continue;
+        const Option o = loads.Relay(rank_at[h], d, bytes, depth_at[h] + 1, floor);
+        if (o < *best) {
+          *best = o;
+          *best_h = h;
+        }
+      }
+    }
+  };
   // Feeds member q `bytes` from replica k of `ranks` (f < 0) or from member f.
   auto feed = [&](int32_t q, const std::vector<int32_t>& ranks, int32_t k, int32_t f,
                   int64_t bytes) {
@@ -174,7 +204,15 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   // through each of its ranks in turn).
   auto chain_host = [&](int32_t r) { return cost.placement_known() ? cost.EngineHost(r) : r; };
   const Loads before = loads;
+  const std::vector<char> fed_before = fed;
   bool chained = false;
+  struct Chains {
+    Loads loads;
+    std::vector<int32_t> choice_at, feeder_at;
+    std::vector<int16_t> depth_at;
+    int32_t max_depth;
+  };
+  std::optional<Chains> chains;
   if (!shared_hosts) {
     std::vector<int32_t> chain(mem.size());
     for (int32_t u = 0; u < units.size(); ++u) {
@@ -192,59 +230,77 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
         i = j;
       }
     }
-    // 2. Each chain's first member from the trainer side (every unit's
-    // bytes leave it once before any goes twice).
-    for (const auto& [neg_bytes, unused, u] : order) {
-      const std::vector<int32_t>& ranks = *info[u].ranks;
-      const int32_t root = chain[units.first[u]];
-      Option best;
-      int32_t best_k = -1;
-      for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
-        const Option o = loads.Direct(ranks[k], rank_at[root], -neg_bytes, floor);
-        if (best_k < 0 || o < best) {
-          best = o;
-          best_k = k;
-        }
-      }
-      choice_at[root] = best_k;
-      loads.AddDirect(ranks[best_k], rank_at[root], -neg_bytes);
-      floor = std::max({floor, best.t_send, best.t_recv});
-    }
-    // 3. The others in chain order: from the trainer side, or from the
-    // member before (which holds the bytes by then), by the same rule.
-    for (const auto& [neg_bytes, unused, u] : order) {
-      const int64_t bytes = -neg_bytes;
-      const std::vector<int32_t>& ranks = *info[u].ranks;
-      for (int32_t i = units.first[u] + 1; i < units.first[u + 1]; ++i) {
-        const int32_t q = chain[i], f = chain[i - 1], d = rank_at[q];
-        const bool relay = depth_at[f] < kMaxChainDepth;
+    for (const auto& [tier_b, tier_e] : tiers) {
+      // 2. Each chain's first member from the trainer side (every unit's
+      // bytes leave it once before any goes twice), or, for a contained
+      // unit, from a holder of a container.
+      for (size_t t = tier_b; t < tier_e; ++t) {
+        const auto& [neg_bytes, unused, u] = order[t];
+        const std::vector<int32_t>& ranks = *info[u].ranks;
+        const int32_t root = chain[units.first[u]];
         Option best;
-        if (relay) best = loads.Relay(rank_at[f], d, bytes, depth_at[f] + 1, floor);
-        int32_t best_k = -1;
+        int32_t best_k = -1, best_h = -1;
         for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
-          const Option o = loads.Direct(ranks[k], d, bytes, floor);
-          if ((!relay && best_k < 0) || o < best) {
+          const Option o = loads.Direct(ranks[k], rank_at[root], -neg_bytes, floor);
+          if (best_k < 0 || o < best) {
             best = o;
             best_k = k;
           }
         }
+        from_containers(u, rank_at[root], -neg_bytes, kMaxChainDepth, &best, &best_h);
+        fed[root] = 1;
         floor = std::max({floor, best.t_send, best.t_recv});
-        feed(q, ranks, best_k, best_k >= 0 ? -1 : f, bytes);
+        feed(root, ranks, best_k, best_h, -neg_bytes);
+      }
+      // 3. The others in chain order: from the trainer side, or from the
+      // member before (which holds the bytes by then), by the same rule.
+      for (size_t t = tier_b; t < tier_e; ++t) {
+        const auto& [neg_bytes, unused, u] = order[t];
+        const int64_t bytes = -neg_bytes;
+        const std::vector<int32_t>& ranks = *info[u].ranks;
+        for (int32_t i = units.first[u] + 1; i < units.first[u + 1]; ++i) {
+          const int32_t q = chain[i], f = chain[i - 1], d = rank_at[q];
+          const bool relay = depth_at[f] < kMaxChainDepth;
+          Option best;
+          if (relay) best = loads.Relay(rank_at[f], d, bytes, depth_at[f] + 1, floor);
+          int32_t best_k = -1;
+          for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
+            const Option o = loads.Direct(ranks[k], d, bytes, floor);
+            if ((!relay && best_k < 0) || o < best) {
+              best = o;
+              best_k = k;
+            }
+          }
+          fed[q] = 1;
+          floor = std::max({floor, best.t_send, best.t_recv});
+          feed(q, ranks, best_k, best_k >= 0 ? -1 : f, bytes);
+        }
       }
     }
     chained = loads.Slowest() <= kChainSlack * std::max(bound, before.Slowest());
     if (!chained) {
+      // Kept aside: trees may come out slower (a bound loose for units
+      // that enter a host through one rank), then the chains stay.
+      chains.emplace(Chains{loads, std::move(choice_at), std::move(feeder_at),
+                            std::move(depth_at), max_depth});
       loads = before;
+      fed = fed_before;
       floor = std::max(bound, loads.Slowest());
-      std::fill(choice_at.begin(), choice_at.end(), -1);
-      std::fill(feeder_at.begin(), feeder_at.end(), -1);
-      std::fill(depth_at.begin(), depth_at.end(), 0);
+      choice_at.assign(mem.size(), -1);
+      feeder_at.assign(mem.size(), -1);
+      depth_at.assign(mem.size(), 0);
       max_depth = 0;
     }
   }
-  if (!chained) {
-    // 2. One root per unit from the trainer side.
-    for (const auto& [neg_bytes, unused, u] : order) {
+  // Trees: per tier, 2. one root per uncontained unit from the trainer
+  // side, 3. the others from the trainer side or from a holder of their
+  // unit or of a container.
+  std::vector<std::tuple<int32_t, double, int32_t>> todo;  // (host slot, in time, position)
+  std::vector<int32_t> hosts;
+  for (int tier = 0; tier < 2 && !chained; ++tier) {
+    const auto [tier_b, tier_e] = tiers[tier];
+    for (size_t t = tier_b; t < tier_e && tier == 0; ++t) {
+      const auto& [neg_bytes, unused, u] = order[t];
       if (unit_fed[u]) continue;
       const int32_t b = units.first[u], e = units.first[u + 1];
       const std::vector<int32_t>& ranks = *info[u].ranks;
@@ -275,13 +331,11 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       loads.AddDirect(ranks[best_k], rank_at[best_q], -neg_bytes);
       floor = std::max({floor, best.t_send, best.t_recv});
     }
-    // 3. The others, from the trainer side or from a holder of their unit:
-    // host by host (in order of their first candidate), on each host the
+    // Host by host (in order of their first candidate), on each host the
     // candidate whose rank has received least first (it takes the bytes
     // into the host; the others then find a holder on their host).
-    std::vector<std::tuple<int32_t, double, int32_t>> todo;  // (host slot, in time, position)
-    std::vector<int32_t> hosts;
-    for (const auto& [neg_bytes, unused, u] : order) {
+    for (size_t t = tier_b; t < tier_e; ++t) {
+      const auto& [neg_bytes, unused, u] = order[t];
       const int64_t bytes = -neg_bytes;
       const int32_t b = units.first[u], e = units.first[u + 1];
       const std::vector<int32_t>& ranks = *info[u].ranks;
@@ -315,11 +369,19 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
             best_h = h;
           }
         }
+        from_containers(u, d, bytes, kMaxRelayDepth, &best, &best_h);
         fed[q] = 1;
         floor = std::max({floor, best.t_send, best.t_recv});
         feed(q, ranks, best_k, best_h, bytes);
       }
     }
+  }
+  if (chains.has_value() && chains->loads.Slowest() < loads.Slowest()) {
+    loads = chains->loads;
+    choice_at = std::move(chains->choice_at);
+    feeder_at = std::move(chains->feeder_at);
+    depth_at = std::move(chains->depth_at);
+    max_depth = chains->max_depth;
   }
   Sources s;
   s.choice.assign(cands.size(), -1);

@@ -32,9 +32,10 @@ struct Sources {
   // Index into its piece's replicas when a trainer rank sends it; -1 when
   // relayed.
   std::vector<int32_t> choice;
-  // The candidate of the same unit, on another engine rank, whose record
-  // forwards the bytes; -1 when a trainer rank sends them. Empty: no
-  // relays at all.
+  // The candidate, on another engine rank, whose record forwards the
+  // bytes: of the same unit, or of a container (candidates.h: its region
+  // holds this one's); -1 when a trainer rank sends them. Empty: no relays
+  // at all.
   std::vector<int32_t> feeder;
   // Hops after the trainer: 0 from a trainer rank, the feeder's + 1.
   std::vector<int16_t> depth;
@@ -42,7 +43,13 @@ struct Sources {
 };
 
 // Units are GroupUnits' (candidates.h): replicas of one part, or regions
-// replicas of different layouts share.
+// replicas of different layouts share. A unit whose region lies in
+// another unit's region of the same piece (ContainingUnits: under a TP2
+// trainer a TP4 rank's quarter of a weight lies in a TP2 rank's half) is
+// contained: it is placed after every uncontained unit (tier by tier,
+// each tier's steps 2 and 3 below), and an engine rank that holds a
+// container's region may forward it the sub-region, like a holder of its
+// own unit; a contained unit takes no root of its own in trees.
 // Chooses every candidate's source by a deterministic greedy rule on the
 // full-duplex time model (plan/cost.h; an engine rank's time is the larger
 // of its received and forwarded bytes' times), under a floor (the
@@ -56,11 +63,15 @@ struct Sources {
 // chain's first member is fed by a trainer replica first (units by bytes
 // descending, then first dst record); then each other member, in chain
 // order, by a trainer replica or by the member before it, which holds the
-// bytes by then (when that is under kMaxChainDepth deep). A relay forwards to one next rank: inside its host first,
-// then one rank of the next host, so every link carries each byte once
-// and a pipelined schedule keeps every link busy (relay_messages.h).
+// bytes by then (when that is under kMaxChainDepth deep). A contained
+// unit's first member may instead be fed by a holder of a container (the
+// faster link first: inside its host before the network). A relay
+// forwards to one next rank: inside its host first, then one rank of the
+// next host, so every link carries each byte once and a pipelined
+// schedule keeps every link busy (relay_messages.h).
 // Trees, when hosts are shared or the chains' slowest rank is over
-// kChainSlack times the bound:
+// kChainSlack times the bound (the chains stay where the trees come out
+// slower):
 //  1. A candidate with a replica on its dst rank's GPU takes it (the
 //     least loaded one of those), as in BalanceReplicas.
 //  2. Roots: every unit none of whose candidates was fed by step 1 gets
@@ -73,8 +84,9 @@ struct Sources {
 //  3. The rest, units in the same order, host by host (in order of their
 //     first candidate; on a host the candidate whose rank received least
 //     first): each
-//     from a replica or from a candidate of its unit already fed (on
-//     another engine rank, depth below kMaxRelayDepth), by the same rule,
+//     from a replica or from a candidate of its unit or of a container
+//     already fed (on another engine rank, depth below kMaxRelayDepth),
+//     by the same rule,
 //     ties to the faster link, then the shorter depth (trainer first),
 //     then the less loaded sender.
 // Fills the cost fields of *stats (predicted time, both bounds, bytes per

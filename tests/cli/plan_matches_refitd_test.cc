@@ -6,9 +6,11 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/refit_client.h"
 #include "gtest/gtest.h"
 #include "mapping/layout_builder.h"
@@ -41,7 +43,7 @@ struct Job {
 // GPU are what it is for).
 v1::Registration Member(const std::string& model_name, bool trainer,
                         const std::string& convention, int rank, const std::string& host,
-                        const std::string& gpu) {
+                        const std::string& gpu, const std::string& engine_id = "e") {
   absl::StatusOr<ModelConfig> model = LoadModelConfig(model_name);
   EXPECT_TRUE(model.ok()) << model.status();
   absl::StatusOr<MappedSide> side = BuildSideLayout(*model, trainer, convention);
@@ -50,7 +52,7 @@ v1::Registration Member(const std::string& model_name, bool trainer,
   v1::MemberIdentity* id = r.mutable_identity();
   id->set_job("job");
   id->set_side(trainer ? v1::SIDE_TRAINER : v1::SIDE_ENGINE);
-  id->set_engine_id(trainer ? "" : "e");
+  id->set_engine_id(trainer ? "" : engine_id);
   id->set_rank(rank);
   id->set_world_size(side->layout.world_size);
   id->set_host_id(host);
@@ -71,9 +73,11 @@ v1::Registration Member(const std::string& model_name, bool trainer,
   return r;
 }
 
-// Starts refitd, registers 4 trainer and 4 engine ranks on the given hosts
-// (and GPUs, when given) and returns the fingerprint of the plan it hands
-// out; `relay`: refitd --relay=on.
+// Starts refitd, registers the trainer and engine ranks on the given hosts
+// (and GPUs, when given; one a rank, engines' ranks one engine after the
+// other, as in a hosts file) and returns the fingerprint of the plan it
+// hands out; `relay`: refitd --relay=on. Several engines (job.engine
+// joined by ';') register as engines "e0", "e1", ...
 std::string RefitdFingerprint(const std::vector<std::string>& trainer_hosts,
                               const std::vector<std::string>& engine_hosts,
                               const std::vector<std::string>& trainer_gpus = {},
@@ -88,11 +92,22 @@ std::string RefitdFingerprint(const std::vector<std::string>& trainer_hosts,
   auto server = RefitServer::Start(std::move(o));
   EXPECT_TRUE(server.ok()) << server.status();
   if (!server.ok()) return "";
+  // (engine id, convention, first global rank) of each engine.
+  std::vector<std::tuple<std::string, std::string, int>> engines;
+  const std::vector<std::string> specs = absl::StrSplit(job.engine, ';');
+  for (size_t k = 0, first = 0; k < specs.size(); ++k) {
+    engines.emplace_back(specs.size() == 1 ? "e" : absl::StrCat("e", k), specs[k], first);
+    first += ParseEngineSpec(specs[k]).value().world_size();
+  }
   std::vector<std::unique_ptr<RefitClient>> clients;
   for (int side = 0; side < 2; ++side) {
     const auto& hosts = side == 0 ? trainer_hosts : engine_hosts;
     const auto& gpus = side == 0 ? trainer_gpus : engine_gpus;
-    for (int r = 0; r < static_cast<int>(hosts.size()); ++r) {
+    for (int g = 0; g < static_cast<int>(hosts.size()); ++g) {
+      // The engine of global engine rank g, and g's rank in it.
+      size_t k = 0;
+      while (side == 1 && k + 1 < engines.size() && std::get<2>(engines[k + 1]) <= g) ++k;
+      const int r = side == 0 ? g : g - std::get<2>(engines[k]);
       RefitClient::Options co;
       co.target = absl::StrCat("127.0.0.1:", (*server)->port());
       co.rpc_timeout = absl::Seconds(10);
@@ -100,9 +115,10 @@ std::string RefitdFingerprint(const std::vector<std::string>& trainer_hosts,
       auto c = RefitClient::Connect(co);
       EXPECT_TRUE(c.ok()) << c.status();
       if (!c.ok()) return "";
-      auto id = (*c)->Register(
-          Member(job.model, side == 0, side == 0 ? job.trainer : job.engine, r, hosts[r],
-                 gpus.empty() ? "" : gpus[r]));
+      auto id = (*c)->Register(Member(job.model, side == 0,
+                                      side == 0 ? job.trainer : std::get<1>(engines[k]), r,
+                                      hosts[g], gpus.empty() ? "" : gpus[g],
+                                      std::get<0>(engines[k])));
       EXPECT_TRUE(id.ok()) << id.status();
       clients.push_back(std::move(*c));
     }
@@ -266,6 +282,35 @@ TEST(PlanMatchesRefitdTest, RelaysGiveTheSameFingerprint) {
   by_file.delta = -1;
   by_file.relay = false;
   EXPECT_NE(DryRunFingerprint(by_file), refitd);
+}
+
+TEST(PlanMatchesRefitdTest, SubRegionRelaysGiveTheSameFingerprint) {
+  // A TP2 trainer feeding a TP2 replica and two TP4 replicas (two engines),
+  // each replica on hosts of its own: with --relay=on the TP2 replica
+  // forwards the TP4 ones sub-regions of what it received; refitd and the
+  // dry run build that same plan.
+  Job job;
+  job.trainer = "megatron:tp=2";
+  job.engine = "vllm:tp=2;vllm:tp=4,dp=2";
+  const std::vector<std::string> trainer = {"t", "t"};
+  const std::vector<std::string> engine = {"e0", "e0", "e1", "e1", "e1", "e1",
+                                           "e2", "e2", "e2", "e2"};
+  const std::string refitd = RefitdFingerprint(trainer, engine, {}, {}, /*relay=*/true, job);
+  ASSERT_FALSE(refitd.empty());
+  PlanCommandOptions by_file;
+  by_file.hosts_file = HostsFile(trainer, engine);
+  by_file.relay = true;
+  nlohmann::json j;
+  EXPECT_EQ(DryRunFingerprint(by_file, job, &j), refitd);
+  by_file.relay = false;
+  nlohmann::json direct;
+  const std::string off = DryRunFingerprint(by_file, job, &direct);
+  EXPECT_EQ(off, RefitdFingerprint(trainer, engine, {}, {}, /*relay=*/false, job));
+  EXPECT_NE(off, refitd);
+  // The trainer sends one copy of the model with relays (each rank its
+  // half, to the TP2 replica), three copies without: the TP4 replicas'
+  // quarters come from the TP2 replica, not from the trainer.
+  EXPECT_LT(j["sent"]["max"].get<double>(), 0.4 * direct["sent"]["max"].get<double>());
 }
 
 TEST(PlanMatchesRefitdTest, SeveralEnginesOfDifferentLayoutsRelayRegions) {
