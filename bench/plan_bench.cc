@@ -92,7 +92,7 @@ absl::Status RunCase(const Case& c, int reps) {
   printf("=== %s: %s, %s -> %s\n", c.title, c.model, c.trainer, c.engine);
   const auto t0 = Clock::now();
   REFIT_ASSIGN_OR_RETURN(ModelConfig model, LoadModelConfig(c.model));
-  if (c.bf16) model.fp8_block = 0;
+  if (c.bf16) REFIT_RETURN_IF_ERROR(SetWeightDType(&model, "bf16"));
   REFIT_ASSIGN_OR_RETURN(TrainerSpec ts, ParseTrainerSpec(c.trainer));
   REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(c.engine));
   REFIT_ASSIGN_OR_RETURN(MappedSide src, BuildTrainerLayout(model, ts));

@@ -212,31 +212,12 @@ absl::StatusOr<PlanSummary> SummarizePlan(const Plan& plan, const LinkModel& lin
       }
     }
     // A trainer already in low precision (weights=mxfp8|nvfp4, --dtype fp8):
-    // its codes and scales travel as they are, under its own format.
-    std::map<std::string, std::string> native;  // weight name -> format
-    std::map<std::string, DType> dtype_of;
-    for (const TensorSpec& t : plan.src.tensors) dtype_of[t.name] = t.dtype;
-    for (const TensorSpec& t : plan.src.tensors) {
-      auto companion = [&](const char* suffix) {
-        auto it = dtype_of.find(t.name + suffix);
-        return it == dtype_of.end() ? DType::kBF16 : it->second;
-      };
-      if (t.dtype == DType::kU8 && companion("_scale") == DType::kF8E4M3) native[t.name] = "nvfp4";
-      if (t.dtype == DType::kF8E4M3) {
-        if (companion("_scale") == DType::kU8) native[t.name] = "mxfp8";
-        if (companion("_scale_inv") == DType::kF32) native[t.name] = "fp8_block";
-      }
-    }
-    for (size_t t = 0; t < plan.src.tensors.size() && !native.empty(); ++t) {
-      if (!format[t].empty()) continue;
-      const std::string& n = plan.src.tensors[t].name;
-      if (auto it = native.find(n); it != native.end()) format[t] = it->second;
-      for (absl::string_view suffix : {"_scale_inv", "_scale", "_scale_2"}) {
-        if (!absl::EndsWith(n, suffix)) continue;
-        auto it = native.find(n.substr(0, n.size() - suffix.size()));
-        if (it != native.end()) format[t] = it->second;
-      }
-      if (!format[t].empty()) per_segment = true;
+    // its codes and scales travel as they are, under their own format.
+    for (size_t t = 0; t < plan.src.tensors.size(); ++t) {
+      const TensorSpec& x = plan.src.tensors[t];
+      if (!format[t].empty() || !x.format.has_value()) continue;
+      format[t] = std::string(QuantFormatName(*x.format));
+      per_segment = true;
     }
   }
   std::map<std::string, int64_t> by_format;

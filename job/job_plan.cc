@@ -13,11 +13,14 @@
 namespace refit {
 namespace {
 
+// "w f8e4m3[4, 8] (fp8_block codes)", "A_log f32[8] (neg_exp)".
 std::string DescribeTensor(const TensorSpec& t) {
-  return absl::StrCat(TensorSpecString(t),
-                      t.transform != Transform::kNone
-                          ? absl::StrCat(" (", TransformName(t.transform), ")")
-                          : std::string());
+  std::string out = TensorSpecString(t);
+  if (t.format) absl::StrAppend(&out, " (", TensorFormatString(t), ")");
+  if (t.transform != Transform::kNone) {
+    absl::StrAppend(&out, " (", TransformName(t.transform), ")");
+  }
+  return out;
 }
 
 // Appends engine layout `e` to the combined destination layout, its ranks

@@ -117,6 +117,17 @@ std::vector<DimPiece> DecomposeRange(const DimMap& m, int64_t begin,
   return out;
 }
 
+std::string TensorPlace(const SideLayout& side, int32_t tensor) {
+  for (const Record& r : side.records) {
+    if (r.tensor != tensor) continue;
+    if (r.buffer < 0 || r.buffer >= static_cast<int32_t>(side.buffers.size())) {
+      return absl::StrCat(" (rank ", r.rank, ")");
+    }
+    return absl::StrCat(" (rank ", r.rank, ", parameter ", side.buffers[r.buffer].name, ")");
+  }
+  return "";
+}
+
 absl::Status ValidateRecord(const SideLayout& side, const Record& r) {
   if (r.tensor < 0 || r.tensor >= static_cast<int32_t>(side.tensors.size())) {
     return absl::InvalidArgumentError(

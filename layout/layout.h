@@ -151,6 +151,11 @@ DimMaps SubArrayDims(absl::Span<const int64_t> box_shape,
 // buffer and rank otherwise.
 absl::Status ValidateRecord(const SideLayout& side, const Record& r);
 
+// Where tensor `tensor` of `side` lives, for errors: " (rank 1, parameter
+// model.layers.0.mlp.down_proj.weight)" from its first record (" (rank 1)"
+// when that record's buffer is out of range); "" when it has no record.
+std::string TensorPlace(const SideLayout& side, int32_t tensor);
+
 // Element offset (relative to byte_offset / elem_size) of the element at
 // box-relative index `rel` in dim d.
 int64_t DimOffset(const DimMap& m, int64_t rel);

@@ -13,6 +13,25 @@ absl::StatusOr<QuantFormatRow> FindQuantFormat(QuantFormat f, ScaleSwizzle s) {
                                                  ScaleSwizzleName(s)));
 }
 
+absl::StatusOr<QuantFormatRow> FindQuantFormatByScale(QuantFormat f, DType scale_dtype) {
+  const QuantFormatRow* found = nullptr;
+  for (const QuantFormatRow& r : kQuantFormatRows) {
+    if (r.format != f || r.scale_dtype != scale_dtype) continue;
+    if (found == nullptr || r.swizzle == ScaleSwizzle::kRowMajor) found = &r;
+  }
+  if (found != nullptr) return *found;
+  return absl::InvalidArgumentError(absl::StrCat("format ", QuantFormatName(f),
+                                                 " has no scales of dtype ",
+                                                 DTypeName(scale_dtype)));
+}
+
+bool IsValidQuantFormat(int32_t v) {
+  for (const QuantFormatRow& r : kQuantFormatRows) {
+    if (static_cast<int32_t>(r.format) == v) return true;
+  }
+  return false;
+}
+
 absl::string_view QuantFormatName(QuantFormat f) { return QuantFormatTraits(f).name; }
 
 absl::string_view ScaleSwizzleName(ScaleSwizzle s) {

@@ -97,6 +97,18 @@ constexpr const QuantFormatRow& QuantFormatTraits(QuantFormat f, ScaleSwizzle s)
 // when refit does not write that layout for that format.
 absl::StatusOr<QuantFormatRow> FindQuantFormat(QuantFormat f, ScaleSwizzle s);
 
+// The row of `f` whose scale elements are `scale_dtype`, the row-major one
+// first (kFp8BlockRequantUe8m0: f32 scales are its row-major row, u8 ones
+// its kPackedUe8m0 row); INVALID_ARGUMENT naming both when `f` has none.
+absl::StatusOr<QuantFormatRow> FindQuantFormatByScale(QuantFormat f, DType scale_dtype);
+
+// True for the formats of FP8 block x block tiles (kFp8Block and its UE8M0
+// forms), whose block edge a model's weight_block_size sets.
+constexpr bool IsFp8Block(QuantFormat f) { return QuantFormatTraits(f).block_rows > 1; }
+
+// True when `v` is the value of a QuantFormat (a row of the table has it).
+bool IsValidQuantFormat(int32_t v);
+
 // The row-major row's name ("fp8_block", "mxfp8", "nvfp4", ...).
 absl::string_view QuantFormatName(QuantFormat f);
 

@@ -5,12 +5,14 @@
 #define REFIT_LAYOUT_TENSOR_SPEC_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "layout/box.h"
 #include "layout/dtype.h"
+#include "layout/quant_format.h"
 
 namespace refit {
 
@@ -19,24 +21,31 @@ namespace refit {
 // plan/conversion.h). vLLM keeps NemotronH's Mamba `A = -exp(A_log)` as an
 // f32 parameter where trainers and checkpoints hold `A_log`: the engine
 // side declares the logical tensor A_log, f32, with transform kNegExp.
+// (A quantized tensor says its format in TensorSpec::format instead.)
 enum class Transform : int32_t {
   kNone = 0,
-  kNegExp = 1,    // x -> -exp(x); f32 only
-  kPow2Ceil = 2,  // FP8 block scales rounded up to a power of two (UE8M0);
-                  // f32 scale tensors only
-  kUe8m0Requant = 3,  // FP8 block scales of a weight quantized with float
-                      // scales and then requantized to power-of-two scales
-                      // (vLLM's DeepGEMM path); f32 scale tensors, or u8
-                      // ones holding each scale's exponent byte (DeepGEMM
-                      // on SM100)
+  kNegExp = 1,  // x -> -exp(x); f32 only
+  // 2 and 3 are retired (FP8 block scales' UE8M0 rounding and requantizing
+  // are the formats kFp8BlockUe8m0 and kFp8BlockRequantUe8m0).
   kNvfp4Vllm = 4,  // an NVFP4 global scale (weight_scale_2) and its weights'
                    // codes and block scales as vLLM's online quantization
                    // makes them (plan/conversion.h: Nvfp4Recipe::kVllm);
                    // f32 global scale tensors only
 };
 
-// "none", "neg_exp", "pow2_ceil", "ue8m0_requant", "nvfp4_vllm".
+// "none", "neg_exp", "nvfp4_vllm".
 const char* TransformName(Transform t);
+
+// The part a tensor plays in its quantized format (TensorSpec::format).
+enum class QuantRole : int32_t {
+  kNone = 0,         // a tensor of a plain dtype (no format)
+  kCodes = 1,        // a weight's codes (the format row's code_dtype)
+  kScales = 2,       // its block or per-tensor scales (the row's scale_dtype)
+  kGlobalScale = 3,  // NVFP4: the f32 global scale of an engine parameter
+};
+
+// "none", "codes", "scales", "global_scale".
+const char* QuantRoleName(QuantRole r);
 
 struct TensorSpec {
   std::string name;
@@ -51,10 +60,19 @@ struct TensorSpec {
   bool stacked = false;
   // Destination side only (the planner rejects it on the source side).
   Transform transform = Transform::kNone;
+  // The quantized format the tensor is part of (layout/quant_format.h) and
+  // its role in it: an FP8 block weight is format kFp8Block, role kCodes,
+  // and its `_scale_inv` tensor format kFp8Block, role kScales. nullopt and
+  // kNone: a plain dtype. The planner quantizes to what the engine's
+  // tensors say here, and moves a quantized trainer's tensors as bytes
+  // into an engine tensor of the same format and role.
+  std::optional<QuantFormat> format;
+  QuantRole quant_role = QuantRole::kNone;
 
   friend bool operator==(const TensorSpec& a, const TensorSpec& b) {
     return a.name == b.name && a.shape == b.shape && a.dtype == b.dtype &&
-           a.stacked == b.stacked && a.transform == b.transform;
+           a.stacked == b.stacked && a.transform == b.transform && a.format == b.format &&
+           a.quant_role == b.quant_role;
   }
 };
 
@@ -67,10 +85,19 @@ std::string MemberName(const TensorSpec& t, int64_t i);
 // "model.layers.3.mlp.experts.{16..31}.up_proj.weight [0:2048, 0:7168]".
 std::string DescribePart(const TensorSpec& t, const Box& box);
 
-// OK if the name is non-empty, every dim >= 0, the byte size fits int64 and
-// the transform is known and fits the dtype; else INVALID_ARGUMENT naming
-// the tensor.
+// OK if the name is non-empty, every dim >= 0, the byte size fits int64,
+// the transform is known and fits the dtype, and the format and role agree
+// with each other and with the dtype (codes of the format row's code
+// dtype, scales of a row's scale dtype, an NVFP4 global scale f32); else
+// INVALID_ARGUMENT naming the tensor (e.g. "tensor w: format nvfp4 holds
+// its codes as u8, not bf16").
 absl::Status ValidateTensorSpec(const TensorSpec& t);
+
+// `t` with format `f` in role `role`.
+TensorSpec WithFormat(TensorSpec t, QuantFormat f, QuantRole role);
+
+// "nvfp4 codes", "fp8_block scales"; "" for a plain tensor.
+std::string TensorFormatString(const TensorSpec& t);
 
 // "name bf16[4096, 1024]"
 std::string TensorSpecString(const TensorSpec& t);

@@ -26,5 +26,36 @@ TEST(TensorSpecTest, StackedNamesExpandPerMember) {
   EXPECT_FALSE(ValidateTensorSpec(bad).ok());
 }
 
+TEST(TensorSpecTest, FormatAgreesWithDtypeAndRole) {
+  TensorSpec w{"w", {4, 8}, DType::kU8};
+  w.format = QuantFormat::kNvfp4;
+  w.quant_role = QuantRole::kCodes;
+  EXPECT_TRUE(ValidateTensorSpec(w).ok());
+  EXPECT_EQ(TensorFormatString(w), "nvfp4 codes");
+  w.dtype = DType::kBF16;
+  absl::Status s = ValidateTensorSpec(w);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("tensor w: format nvfp4 holds its codes as u8, not bf16"),
+            std::string::npos)
+      << s;
+  TensorSpec sc{"w_scale_inv", {1, 1}, DType::kU8};
+  sc.format = QuantFormat::kFp8BlockRequantUe8m0;  // packed exponent bytes
+  sc.quant_role = QuantRole::kScales;
+  EXPECT_TRUE(ValidateTensorSpec(sc).ok());
+  sc.format = QuantFormat::kFp8Block;  // f32 scales only
+  EXPECT_FALSE(ValidateTensorSpec(sc).ok());
+  TensorSpec g{"w_scale_2", {}, DType::kF32};
+  g.format = QuantFormat::kMxfp8;
+  g.quant_role = QuantRole::kGlobalScale;
+  EXPECT_FALSE(ValidateTensorSpec(g).ok());
+  g.format = QuantFormat::kNvfp4;
+  EXPECT_TRUE(ValidateTensorSpec(g).ok());
+  g.quant_role = QuantRole::kNone;  // a format without a role
+  EXPECT_FALSE(ValidateTensorSpec(g).ok());
+  TensorSpec plain{"b", {4}, DType::kBF16};
+  plain.quant_role = QuantRole::kScales;  // a role without a format
+  EXPECT_FALSE(ValidateTensorSpec(plain).ok());
+}
+
 }  // namespace
 }  // namespace refit

@@ -54,7 +54,7 @@ TEST(EngineDTypesTest, EveryTensorHasTheDtypeTheEngineCreates) {
       absl::StatusOr<ModelTensors> plain = BuildModelTensors(*c);
       ASSERT_TRUE(plain.ok());
       ModelConfig q = *c;
-      if (es->quant.has_value() && q.fp8_block == 0) q.fp8_block = 128;
+      if (es->quant.has_value()) ASSERT_TRUE(SetWeightDType(&q, "fp8").ok());
       absl::StatusOr<ModelTensors> quantized = BuildModelTensors(q);
       ASSERT_TRUE(quantized.ok());
       for (const TensorSpec& t : dst->layout.tensors) {
@@ -64,7 +64,7 @@ TEST(EngineDTypesTest, EveryTensorHasTheDtypeTheEngineCreates) {
         }
         DType want = Expected(t, fp8);
         // Per-tensor FP8 checkpoints keep their own e4m3 weights.
-        if (c->fp8_per_tensor && t.dtype == DType::kF8E4M3) want = DType::kF8E4M3;
+        if (c->quant == QuantFormat::kFp8Tensor && t.dtype == DType::kF8E4M3) want = DType::kF8E4M3;
         // Models that keep other f32 tensors in the checkpoint itself.
         for (const TensorSpec& m : plain->tensors) {
           if (m.name == t.name && m.dtype == DType::kF32) want = DType::kF32;

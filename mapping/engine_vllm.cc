@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -161,7 +162,9 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
                                                 const EngineSpec& spec) {
   ModelConfig c = config;
   const std::string side = absl::StrCat("engine ", EngineSpecString(spec));
-  if (spec.kernel != EngineSpec::Kernel::kCheckpoint && c.fp8_per_tensor) {
+  const bool fp8_block = c.quant && IsFp8Block(*c.quant);
+  const bool fp8_tensor = c.quant == QuantFormat::kFp8Tensor;
+  if (spec.kernel != EngineSpec::Kernel::kCheckpoint && fp8_tensor) {
     return absl::InvalidArgumentError(absl::StrCat(
         side, ": kernel=", KernelName(spec.kernel), " on a per-tensor FP8 "
         "model: vLLM requantizes per-tensor FP8 weights with the max scale of "
@@ -169,49 +172,50 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
         "them), which refit does not write; serve a block-FP8 or BF16 model"));
   }
   if (IsDeepgemm(spec.kernel)) {
-    if (!spec.quant.has_value() && c.fp8_block == 0) {
+    if (!spec.quant.has_value() && !fp8_block) {
       return absl::InvalidArgumentError(absl::StrCat(
           side, ": kernel=", KernelName(spec.kernel), " reads block-FP8 weights; the "
           "model is not block FP8: add quant=fp8"));
     }
   }
-  if (spec.kernel != EngineSpec::Kernel::kCheckpoint && c.fp8_block != 0 &&
-      c.fp8_block != 128) {
+  if (spec.kernel != EngineSpec::Kernel::kCheckpoint && fp8_block && c.fp8_block != 128) {
     return absl::InvalidArgumentError(absl::StrCat(
         side, ": kernel=", KernelName(spec.kernel), " reads 128x128 FP8 "
         "blocks; the model's weight_block_size is ", c.fp8_block));
   }
-  if (spec.quant == QuantFormat::kMxfp8) {
-    if (c.fp8_block != 0 || c.fp8_per_tensor) {
+  if (spec.quant == QuantFormat::kMxfp8 || spec.quant == QuantFormat::kNvfp4) {
+    if (c.quant.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          side, ": quant=mxfp8 quantizes BF16/F16/F32 weights; the model is "
-          "already FP8 (", c.fp8_block != 0 ? "block" : "per-tensor",
-          "), which refit does not requantize to MXFP8"));
+          side, ": quant=", QuantName(*spec.quant), " quantizes BF16/F16/F32 weights; the "
+          "model is already FP8 (", fp8_block ? "block" : "per-tensor",
+          "), which refit does not requantize to ", absl::AsciiStrToUpper(QuantName(*spec.quant))));
     }
-    c.mxfp8 = true;
-  } else if (spec.quant == QuantFormat::kNvfp4) {
-    if (c.fp8_block != 0 || c.fp8_per_tensor) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          side, ": quant=nvfp4 quantizes BF16/F16/F32 weights; the model is "
-          "already FP8 (", c.fp8_block != 0 ? "block" : "per-tensor",
-          "), which refit does not requantize to NVFP4"));
-    }
-    c.nvfp4 = true;
-    c.nvfp4_experts_only = spec.recipe == EngineSpec::Recipe::kVllm;
+    c.quant = spec.quant;
+    c.quant_experts_only =
+        spec.quant == QuantFormat::kNvfp4 && spec.recipe == EngineSpec::Recipe::kVllm;
   } else if (spec.quant.has_value()) {
-    if (c.fp8_block == 0 && c.fp8_per_tensor) {
+    if (fp8_tensor) {
       return absl::InvalidArgumentError(absl::StrCat(
           "engine ", EngineSpecString(spec), ": quant=fp8 asks for FP8 block "
           "scales, but the model is per-tensor FP8"));
     }
+    // quant=fp8 keeps a block-FP8 model's format; quant=fp8-ue8m0 rounds
+    // the scales up to powers of two.
+    if (!fp8_block || spec.quant == QuantFormat::kFp8BlockUe8m0) c.quant = spec.quant;
     if (c.fp8_block == 0) c.fp8_block = 128;
+  }
+  // DeepGEMM's engines hold block-FP8 weights requantized to power-of-two
+  // scales.
+  if (KernelTraits(spec.kernel).requant && c.quant && IsFp8Block(*c.quant)) {
+    c.quant = QuantFormat::kFp8BlockRequantUe8m0;
   }
   REFIT_ASSIGN_OR_RETURN(ModelTensors m, BuildModelTensors(c));
   const KernelRow& kernel = KernelTraits(spec.kernel);
-  if ((m.nvfp4 || m.mxfp8) && kernel.swizzle == ScaleSwizzle::kTiles128x4) {
+  const bool mx = m.quant == QuantFormat::kMxfp8, nv = m.quant == QuantFormat::kNvfp4;
+  if ((nv || mx) && kernel.swizzle == ScaleSwizzle::kTiles128x4) {
     m.scale_swizzle = ScaleSwizzle::kTiles128x4;
   }
-  m.swizzled_flat = m.scale_swizzle == ScaleSwizzle::kTiles128x4 && m.mxfp8;
+  m.swizzled_flat = m.scale_swizzle == ScaleSwizzle::kTiles128x4 && mx;
   if (m.swizzled_flat) {
     // vLLM's online MXFP8 MoE hands its experts to the backend that
     // select_mxfp8_moe_backend picks (FlashInfer TRTLLM shuffles them);
@@ -235,15 +239,6 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
       m.tensors[t].transform = row.transform;
     }
   }
-  // The scales say how the engine's FP8 bytes are made.
-  Transform scales = Transform::kNone;
-  if (spec.quant == QuantFormat::kFp8BlockUe8m0) scales = Transform::kPow2Ceil;
-  if (kernel.requant) scales = Transform::kUe8m0Requant;
-  if (scales != Transform::kNone) {
-    for (size_t t = 0; t < m.tensors.size(); ++t) {
-      if (m.is_scale[t]) m.tensors[t].transform = scales;
-    }
-  }
   if (kernel.swizzle == ScaleSwizzle::kPackedUe8m0) {
     // One exponent byte per weight row and tile column (mapping/packed_scales.h).
     m.scale_swizzle = ScaleSwizzle::kPackedUe8m0;
@@ -256,7 +251,7 @@ absl::StatusOr<ModelTensors> EngineModelTensors(const ModelConfig& config,
       st.dtype = DType::kU8;
     }
   }
-  if (m.nvfp4 && spec.recipe == EngineSpec::Recipe::kVllm) {
+  if (nv && spec.recipe == EngineSpec::Recipe::kVllm) {
     REFIT_RETURN_IF_ERROR(MarkNvfp4Vllm(side, &m));
   }
   return m;

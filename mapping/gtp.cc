@@ -215,13 +215,14 @@ absl::Status ApplyGtp(const ModelTensors& model, const TrainerSpec& spec,
         "keeps one parameter per expert (weight0..N), which EGTP slices; use "
         "experts=indexed"));
   }
-  if (gtp && (model.fp8_block > 0 || model.fp8_per_tensor)) {
+  const bool fp8_tensor = model.quant == QuantFormat::kFp8Tensor;
+  if (gtp && (fp8_tensor || (model.quant && IsFp8Block(*model.quant)))) {
     return absl::InvalidArgumentError(absl::StrCat(
-        side_name, ": gtp/egtp on an FP8 model (", model.fp8_block > 0 ? "block" : "per-tensor",
+        side_name, ": gtp/egtp on an FP8 model (", fp8_tensor ? "per-tensor" : "block",
         " scales): GTP shards native MXFP8, NVFP4 or BF16 weights; use weights=mxfp8 or "
         "weights=nvfp4 with a BF16 model config"));
   }
-  if (model.nvfp4) {
+  if (model.quant == QuantFormat::kNvfp4) {
     REFIT_RETURN_IF_ERROR(CheckNvfp4Parameters(model, spec, side_name, *side));
   }
   SideLayout& L = side->layout;
@@ -248,7 +249,10 @@ absl::Status ApplyGtp(const ModelTensors& model, const TrainerSpec& spec,
     bgroup[b] = bgroup[it->second];
     bscale[b] = bscale[it->second];
   }
-  const int64_t align = model.mxfp8 ? 32 : model.nvfp4 ? 16 : 1;
+  // Whole scale blocks along the last dim: 32 (MXFP8), 16 (NVFP4).
+  const int64_t align = model.quant == QuantFormat::kMxfp8 || model.quant == QuantFormat::kNvfp4
+                            ? QuantFormatTraits(*model.quant).block_cols
+                            : 1;
   const int64_t stage = spec.stage_size(), tp = spec.tp;
   const int64_t emesh = int64_t{spec.expert_tp()} * spec.ep;
   std::vector<Window> win(nbuf);

@@ -139,7 +139,7 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
   // The weight's own rows and columns, before any kernel padding.
   const std::vector<int64_t> logical = shape;
   std::vector<ByteRange> weight_padding;
-  if (swizzled && model_.nvfp4 && !t.stacked) {
+  if (swizzled && model_.quant == QuantFormat::kNvfp4 && !t.stacked) {
     REFIT_RETURN_IF_ERROR(PadNvfp4Weight(rank, name, pad_end > pad_begin, &shape,
                                          &weight_padding));
   }
@@ -174,12 +174,12 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
   };
   // The companion scale buffer's shape, worked out before `shape` moves
   // into the weight's buffer.
-  const bool grouped = scaled && model_.fp8_per_tensor && t.stacked &&
+  const bool grouped = scaled && model_.quant == QuantFormat::kFp8Tensor && t.stacked &&
                        shape.size() == t.shape.size();
   std::vector<int64_t> scale_shape;
   std::vector<ByteRange> scale_padding;
   int64_t swizzle_cols = 0;
-  if (scaled && model_.fp8_per_tensor) {
+  if (scaled && model_.quant == QuantFormat::kFp8Tensor) {
     // [E_local] / [E_local, parts] for grouped experts, else [parts].
     if (grouped) scale_shape.push_back(shape[0]);
     if (scale_parts > 1 || !grouped) scale_shape.push_back(scale_parts);
@@ -221,21 +221,20 @@ absl::StatusOr<int32_t> LayoutBuilder::Buffer(int32_t rank,
     padding.push_back({pad_begin * row, (pad_end - pad_begin) * row});
   }
   std::vector<int64_t> global_shape;
-  if (scaled && model_.nvfp4) {
+  if (scaled && model_.quant == QuantFormat::kNvfp4) {
     global_shape.assign(shape.begin(), shape.end() - std::min<size_t>(2, shape.size()));
   }
   const int32_t idx = add(name, std::move(shape), t.dtype, std::move(padding));
   if (scaled) {
     const DType sdt =
-        packed ? DType::kI32 : QuantFormatTraits(model_.format()).scale_dtype;
-    const int32_t sidx = add(
-        model_.fp8_per_tensor || model_.mxfp8 || model_.nvfp4 ? PerTensorScaleName(name)
-                                                              : ScaleName(name),
-        std::move(scale_shape), sdt, std::move(scale_padding));
+        packed ? DType::kI32 : QuantFormatTraits(*model_.quant).scale_dtype;
+    const int32_t sidx =
+        add(IsFp8Block(*model_.quant) ? ScaleName(name) : PerTensorScaleName(name),
+            std::move(scale_shape), sdt, std::move(scale_padding));
     swizzle_cols_[sidx] = swizzle_cols;
     scale_buffer_[idx] = sidx;
     scale_grouped_[sidx] = grouped;
-    if (model_.nvfp4) {
+    if (model_.quant == QuantFormat::kNvfp4) {
       global_buffer_[idx] =
           add(GlobalScaleBufferName(name), std::move(global_shape), DType::kF32, {});
     }
@@ -376,10 +375,12 @@ absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
   REFIT_RETURN_IF_ERROR(PlaceOne(tensor, buffer, box, places));
   const int32_t scale = model_.scale_of[tensor];
   if (!derive_scales_ || scale < 0) return absl::OkStatus();
-  if (model_.fp8_per_tensor) {
+  if (model_.quant == QuantFormat::kFp8Tensor) {
     return PlacePerTensorScale(tensor, buffer, box, part);
   }
-  if (model_.nvfp4) REFIT_RETURN_IF_ERROR(PlaceGlobalScale(tensor, buffer, box, places));
+  if (model_.quant == QuantFormat::kNvfp4) {
+    REFIT_RETURN_IF_ERROR(PlaceGlobalScale(tensor, buffer, box, places));
+  }
   const int32_t sbuf = scale_buffer_[buffer];
   const TensorSpec& t = model_.tensors[tensor];
   if (sbuf < 0) {
@@ -402,8 +403,8 @@ absl::Status LayoutBuilder::Place(int32_t tensor, int32_t buffer,
           out_.layout.buffers[buffer].rank, " in buffer ",
           out_.layout.buffers[buffer].name, ": this layout would split a ",
           model_.scale_block_rows(), "x",
-          model_.nvfp4 ? "16" : absl::StrCat(model_.scale_block_cols()),
-          model_.mxfp8 || model_.nvfp4 ? " weight_scale" : " weight_scale_inv",
+          model_.quant == QuantFormat::kNvfp4 ? "16" : absl::StrCat(model_.scale_block_cols()),
+          IsFp8Block(*model_.quant) ? " weight_scale_inv" : " weight_scale",
           " block across ranks or buffers (dim ", d,
           ": ", why, ")"));
     };

@@ -13,13 +13,16 @@ using ::testing::HasSubstr;
 ModelTensors Two(bool fp8) {
   ModelTensors m;
   m.tensors.push_back({"a.weight", {256, 256}, fp8 ? DType::kF8E4M3 : DType::kBF16, false});
+  if (fp8) m.tensors[0] = WithFormat(m.tensors[0], QuantFormat::kFp8Block, QuantRole::kCodes);
   m.tensors.push_back({"b.weight", {4}, DType::kBF16, false});
   m.scale_of = {-1, -1};
   m.is_scale = {false, false};
   if (fp8) {
-    m.tensors.push_back({"a.weight_scale_inv", {2, 2}, DType::kF32, false});
+    m.tensors.push_back(WithFormat({"a.weight_scale_inv", {2, 2}, DType::kF32, false},
+                                   QuantFormat::kFp8Block, QuantRole::kScales));
     m.scale_of = {2, -1, -1};
     m.is_scale = {false, false, true};
+    m.quant = QuantFormat::kFp8Block;
     m.fp8_block = 128;
   }
   return m;

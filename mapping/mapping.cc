@@ -19,14 +19,13 @@ absl::StatusOr<MappedSide> BuildTrainerLayout(const ModelConfig& config,
   // same logical tensors (names, shapes, dtypes) as the engine's quant=.
   ModelConfig c = config;
   if (spec.weights.has_value()) {
-    if (c.fp8_block != 0 || c.fp8_per_tensor || c.mxfp8 || c.nvfp4) {
+    if (c.quant.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "trainer ", TrainerSpecString(spec), ": weights= describes a BF16 model "
           "trained in TE's native MXFP8/NVFP4 tensors; the model config is already "
           "quantized (--dtype bf16 gives its BF16 form)"));
     }
-    c.mxfp8 = spec.weights == QuantFormat::kMxfp8;
-    c.nvfp4 = spec.weights == QuantFormat::kNvfp4;
+    c.quant = spec.weights;
   }
   REFIT_ASSIGN_OR_RETURN(ModelTensors model, BuildModelTensors(c));
   return BuildMegatronLayout(c, model, spec);
@@ -36,9 +35,8 @@ absl::StatusOr<MappedSide> BuildEngineLayout(const ModelConfig& config,
                                              const EngineSpec& spec) {
   REFIT_ASSIGN_OR_RETURN(ModelTensors model, EngineModelTensors(config, spec));
   ModelConfig c = config;
+  c.quant = model.quant;
   c.fp8_block = model.fp8_block;
-  c.mxfp8 = model.mxfp8;
-  c.nvfp4 = model.nvfp4;
   return BuildVllmLayout(c, model, spec);
 }
 

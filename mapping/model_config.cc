@@ -198,6 +198,12 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
     }
   }
   if (c.fp8_block < 0) return FieldError("weight_block_size", "is negative");
+  if (c.quant && IsFp8Block(*c.quant) && c.fp8_block == 0) {
+    return FieldError("weight_block_size", "is 0 for FP8 block weights");
+  }
+  if ((!c.quant || !IsFp8Block(*c.quant)) && c.fp8_block != 0) {
+    return FieldError("weight_block_size", "is set, but the weights are not FP8 blocks");
+  }
   return absl::OkStatus();
 }
 
@@ -347,10 +353,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
                           "must be [n, n] (square blocks)");
       }
       c.fp8_block = (*bs)[0].get<int64_t>();
+      if (c.fp8_block != 0) c.quant = QuantFormat::kFp8Block;
     }
     auto qm = q->find("quant_method");
-    c.fp8_per_tensor = c.fp8_block == 0 && qm != q->end() && qm->is_string() &&
-                       qm->get<std::string>() == "fp8";
+    if (c.fp8_block == 0 && qm != q->end() && qm->is_string() &&
+        qm->get<std::string>() == "fp8") {
+      c.quant = QuantFormat::kFp8Tensor;
+    }
     auto kv = q->find("kv_cache_scheme");
     c.kv_cache_scales = kv != q->end() && !kv->is_null();
   }
@@ -360,13 +369,16 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
 
 absl::Status SetWeightDType(ModelConfig* c, absl::string_view dtype) {
   if (dtype == "bf16") {
+    c->quant.reset();
     c->fp8_block = 0;
-    c->fp8_per_tensor = false;
   } else if (dtype == "fp8") {
-    if (c->fp8_block == 0 && !c->fp8_per_tensor) c->fp8_block = 128;
+    if (!c->quant.has_value()) {
+      c->quant = QuantFormat::kFp8Block;
+      c->fp8_block = 128;
+    }
   } else if (dtype == "fp8-tensor") {
+    c->quant = QuantFormat::kFp8Tensor;
     c->fp8_block = 0;
-    c->fp8_per_tensor = true;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "weight dtype \"", dtype, "\" is not one of bf16, fp8, fp8-tensor"));

@@ -10,11 +10,13 @@
 #define REFIT_MAPPING_MODEL_CONFIG_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "layout/quant_format.h"
 
 namespace refit {
 
@@ -79,27 +81,26 @@ struct ModelConfig {
   int64_t conv_kernel = 0;
   bool use_conv_bias = false;
 
-  // FP8 block quantization (e4m3 weights + fp32 weight_scale_inv blocks of
-  // fp8_block x fp8_block); 0 = weights in bf16.
+  // The format of the quantizable linear weights (layout/quant_format.h);
+  // nullopt: the model dtype. From the checkpoint: kFp8Block (e4m3 weights,
+  // each with an f32 "<...>.weight_scale_inv" per fp8_block x fp8_block
+  // tile, quantization_config.weight_block_size) or kFp8Tensor
+  // (quant_method "fp8" without weight_block_size: e4m3 weights, each with
+  // an f32 scalar "<...>.weight_scale", per-expert scales stacked to [E]).
+  // An engine's quant= (and a trainer's weights=) set the others: kMxfp8
+  // (e4m3 weights, a u8 E8M0 "<...>.weight_scale" per 1 x 32 block of the
+  // last dim), kNvfp4 (u8 weights [..., N, K/2], two E2M1 codes a byte,
+  // with an f8e4m3 "<...>.weight_scale" [..., N, K/16] and, on the first
+  // part of each engine parameter, an f32 "<...>.weight_scale_2" ([E] for
+  // stacked experts) shared by the parameter's fused parts), and the FP8
+  // block formats' UE8M0 forms (kFp8BlockUe8m0, kFp8BlockRequantUe8m0).
+  std::optional<QuantFormat> quant;
+  // The FP8 block formats' tile edge (weight_block_size); 0 for the others.
   int64_t fp8_block = 0;
-  // Per-tensor FP8 (quant_method "fp8" without weight_block_size): e4m3
-  // weights, each with an f32 scalar "<...>.weight_scale" (amax scale);
-  // per-expert scales stack to [E]. Ignored when fp8_block > 0.
-  bool fp8_per_tensor = false;
-  // MXFP8 (an engine's quant=mxfp8; no checkpoint field): e4m3 weights, each
-  // with a uint8 E8M0 "<...>.weight_scale" per 1 x 32 block of its last dim.
-  // Ignored when fp8_block > 0 or fp8_per_tensor.
-  bool mxfp8 = false;
-  // NVFP4 (an engine's quant=nvfp4; no checkpoint field): uint8 weights
-  // [..., N, K/2] (two E2M1 codes a byte), each with an f8e4m3
-  // "<...>.weight_scale" [..., N, K/16] and, on the first part of each
-  // engine parameter, an f32 "<...>.weight_scale_2" ([E] for stacked
-  // experts) shared by the parameter's fused parts. Ignored with the above.
-  bool nvfp4 = false;
-  // With nvfp4: only the routed experts (stacked tensors) are NVFP4, the
-  // other linear weights keep the model dtype (vLLM's online NVFP4,
+  // With quant: only the routed experts (stacked tensors) are quantized,
+  // the other linear weights keep the model dtype (vLLM's online NVFP4,
   // EngineSpec::Recipe::kVllm).
-  bool nvfp4_experts_only = false;
+  bool quant_experts_only = false;
   // KV-cache scales (k_scale, v_scale, q_scale per attention layer), from
   // quantization_config.kv_cache_scheme.
   bool kv_cache_scales = false;
@@ -166,7 +167,8 @@ absl::StatusOr<std::string> NonBuiltinModelConfigPath(const std::string& model);
 absl::Status SetWeightDType(ModelConfig* config, absl::string_view dtype);
 
 // Checks the dimensions are consistent (positive where required, pattern
-// length == layers, ...). INVALID_ARGUMENT naming the field.
+// length == layers, fp8_block > 0 exactly for the FP8 block formats, ...).
+// INVALID_ARGUMENT naming the field.
 absl::Status ValidateModelConfig(const ModelConfig& c);
 
 }  // namespace refit

@@ -22,6 +22,7 @@ TEST(ModelConfigTest, BuiltinRealConfigsParseWithTheirPublicDimensions) {
   EXPECT_EQ(d->family, ModelFamily::kDeepseekV3);
   EXPECT_EQ(d->num_experts, 256);
   EXPECT_EQ(d->first_k_dense, 3);
+  EXPECT_EQ(d->quant, QuantFormat::kFp8Block);
   EXPECT_EQ(d->fp8_block, 128);
   EXPECT_TRUE(d->router_bias);
   EXPECT_EQ(d->q_lora_rank, 1536);
@@ -130,15 +131,17 @@ TEST(ModelConfigTest, WeightDTypeOverride) {
   auto d = LoadModelConfig("deepseek-v3");
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE(SetWeightDType(&*d, "bf16").ok());
+  EXPECT_FALSE(d->quant.has_value());
   EXPECT_EQ(d->fp8_block, 0);
   ASSERT_TRUE(SetWeightDType(&*d, "fp8").ok());
+  EXPECT_EQ(d->quant, QuantFormat::kFp8Block);
   EXPECT_EQ(d->fp8_block, 128);
   auto q = LoadModelConfig("tiny-qwen3-moe-fp8");
   ASSERT_TRUE(q.ok());
-  EXPECT_TRUE(q->fp8_per_tensor);
+  EXPECT_EQ(q->quant, QuantFormat::kFp8Tensor);
   EXPECT_EQ(q->fp8_block, 0);
   ASSERT_TRUE(SetWeightDType(&*q, "fp8").ok());
-  EXPECT_TRUE(q->fp8_per_tensor);
+  EXPECT_EQ(q->quant, QuantFormat::kFp8Tensor);
   EXPECT_EQ(q->fp8_block, 0);
   absl::Status s = SetWeightDType(&*q, "int4");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

@@ -333,6 +333,8 @@ void AddNvfp4GlobalScales(const ModelTensors::RoleIndex& ix, ModelTensors* m) {
     if (t.stacked) g.shape = {t.shape[0]};
     g.dtype = DType::kF32;
     g.stacked = t.stacked;
+    g.format = QuantFormat::kNvfp4;
+    g.quant_role = QuantRole::kGlobalScale;
     m->tensors.push_back(std::move(g));
     m->scale_of.push_back(-1);
     m->is_scale.push_back(false);
@@ -357,7 +359,11 @@ void AddNvfp4GlobalScales(const ModelTensors::RoleIndex& ix, ModelTensors* m) {
 absl::Status QuantizedWeightSpecs(const QuantFormatRow& row, int64_t fp8_block, TensorSpec* t,
                                   TensorSpec* scale) {
   t->dtype = row.code_dtype;
+  t->format = row.format;
+  t->quant_role = QuantRole::kCodes;
   scale->dtype = row.scale_dtype;
+  scale->format = row.format;
+  scale->quant_role = QuantRole::kScales;
   scale->stacked = t->stacked;
   if (row.block_cols == 0) {  // one scale per tensor
     scale->name = PerTensorScaleName(t->name);
@@ -392,10 +398,8 @@ absl::Status QuantizedWeightSpecs(const QuantFormatRow& row, int64_t fp8_block, 
 absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& c) {
   REFIT_RETURN_IF_ERROR(ValidateModelConfig(c));
   ModelTensors m;
+  m.quant = c.quant;
   m.fp8_block = c.fp8_block;
-  m.fp8_per_tensor = c.fp8_block == 0 && c.fp8_per_tensor;
-  m.mxfp8 = c.fp8_block == 0 && !c.fp8_per_tensor && c.mxfp8;
-  m.nvfp4 = c.fp8_block == 0 && !c.fp8_per_tensor && !c.mxfp8 && c.nvfp4;
   m.global.fill(-1);
   const GlobalNames& names =
       c.family == ModelFamily::kNemotronH ? kNemotronNames : kHfNames;
@@ -409,12 +413,11 @@ absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& c) {
     return static_cast<int32_t>(m.tensors.size() - 1);
   };
   auto add_weight = [&](TensorSpec t, bool linear) -> absl::StatusOr<int32_t> {
-    const bool fp8 = linear && (c.fp8_block > 0 || m.fp8_per_tensor || m.mxfp8 || m.nvfp4) &&
-                     !(m.nvfp4 && c.nvfp4_experts_only && !t.stacked);
+    const bool fp8 = linear && c.quant.has_value() && !(c.quant_experts_only && !t.stacked);
     TensorSpec scale;
     if (fp8) {
       REFIT_RETURN_IF_ERROR(
-          QuantizedWeightSpecs(QuantFormatTraits(m.format()), c.fp8_block, &t, &scale));
+          QuantizedWeightSpecs(QuantFormatTraits(*c.quant), c.fp8_block, &t, &scale));
     }
     int32_t w = add(std::move(t));
     if (fp8) {
@@ -447,7 +450,7 @@ absl::StatusOr<ModelTensors> BuildModelTensors(const ModelConfig& c) {
         ix[static_cast<int>(d.role)] = idx;
       }
     }
-    if (m.nvfp4) AddNvfp4GlobalScales(ix, &m);
+    if (m.quant == QuantFormat::kNvfp4) AddNvfp4GlobalScales(ix, &m);
     m.layers.push_back(ix);
   }
   m.global[static_cast<int>(Role::kFinalNorm)] =

@@ -6,17 +6,20 @@
 // name for the expert index, dim 0 = expert), e.g.
 // "model.layers.3.mlp.experts.{}.gate_proj.weight" [E, I, H].
 //
-// FP8 (config fp8_block > 0): every quantizable linear weight is f8e4m3 and
+// Every quantized weight, its scale and NVFP4 global scales carry the
+// config's format in TensorSpec::format (roles codes, scales,
+// global_scale); what the planner quantizes to.
+// FP8 (config quant kFp8Block): every quantizable linear weight is f8e4m3 and
 // has a companion f32 tensor "<...>.weight_scale_inv" of shape
 // [ceil(out/b), ceil(in/b)] (leading dims kept; stacked for experts).
 // Routers, norms, embeddings and lm_head stay bf16; the DeepSeek router
 // bias (e_score_correction_bias) and KV-cache scales are f32.
-// Per-tensor FP8 (config fp8_per_tensor): the companion is an f32 scalar
+// Per-tensor FP8 (config quant kFp8Tensor): the companion is an f32 scalar
 // "<...>.weight_scale" ([E] for stacked experts).
-// MXFP8 (config mxfp8): the companion is a u8 "<...>.weight_scale" of shape
+// MXFP8 (config quant kMxfp8): the companion is a u8 "<...>.weight_scale" of shape
 // [..., out, in/32] (E8M0 exponents), vLLM's Mxfp8OnlineLinearMethod /
 // Mxfp8OnlineMoEMethod parameters after loading (mxfp8.py at 2aa8028).
-// NVFP4 (config nvfp4): the weight itself is u8 [..., out, in/2] (two E2M1
+// NVFP4 (config quant kNvfp4): the weight itself is u8 [..., out, in/2] (two E2M1
 // codes a byte), its companion an f8e4m3 "<...>.weight_scale" [..., out,
 // in/16]; the first part of each engine parameter (q of qkv, gate of
 // gate/up, q_a of fused_qkv_a, every unfused weight) also has an f32
@@ -28,6 +31,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -111,10 +115,11 @@ struct ModelTensors {
   RoleIndex global{};  // embed, final norm, lm_head
   std::vector<LayerKind> layer_kinds;
   std::vector<RoleIndex> layers;  // per layer
-  int64_t fp8_block = 0;      // block scales (weight_scale_inv)
-  bool fp8_per_tensor = false;  // per-tensor scales (weight_scale)
-  bool mxfp8 = false;           // 1 x 32 E8M0 block scales (weight_scale)
-  bool nvfp4 = false;           // packed E2M1, 1 x 16 e4m3 scales, globals
+  // The quantized weights' format (ModelConfig::quant; every quantized
+  // weight, its scales and NVFP4 global scales carry it in
+  // TensorSpec::format) and the FP8 block formats' tile edge.
+  std::optional<QuantFormat> quant;
+  int64_t fp8_block = 0;
   // How the block scales lie in their buffers (the engine's kernel=,
   // mapping/parallel_spec.h KernelRow::swizzle). kTiles128x4: NVFP4 or
   // MXFP8 scales in FlashInfer / CUTLASS's swizzled 128 x 4 tiles, padded
@@ -136,19 +141,16 @@ struct ModelTensors {
 
   // The block of one scale element on a weight's last two dims, in the
   // weight's own elements: (fp8_block, fp8_block), (1, 32) for MXFP8, (1, 8)
-  // for NVFP4 (8 bytes of packed codes, 16 values); (0, 0) without.
-  // From the format's row (layout/quant_format.h).
-  int64_t scale_block_rows() const { return mxfp8 || nvfp4 ? 1 : fp8_block; }
-  int64_t scale_block_cols() const {
-    const QuantFormatRow& row = QuantFormatTraits(format());
-    return mxfp8 || nvfp4 ? row.block_cols / row.codes_per_byte : fp8_block;
+  // for NVFP4 (8 bytes of packed codes, 16 values); (0, 0) for per-tensor
+  // scales or none. From the format's row (layout/quant_format.h).
+  int64_t scale_block_rows() const {
+    if (!quant) return 0;
+    return IsFp8Block(*quant) ? fp8_block : QuantFormatTraits(*quant).block_rows;
   }
-  // The format of the quantized weights (kFp8Block when none are).
-  QuantFormat format() const {
-    return nvfp4            ? QuantFormat::kNvfp4
-           : mxfp8          ? QuantFormat::kMxfp8
-           : fp8_per_tensor ? QuantFormat::kFp8Tensor
-                            : QuantFormat::kFp8Block;
+  int64_t scale_block_cols() const {
+    if (!quant) return 0;
+    const QuantFormatRow& row = QuantFormatTraits(*quant);
+    return IsFp8Block(*quant) ? fp8_block : row.block_cols / row.codes_per_byte;
   }
 
   // Tensor index of `role` in `layer` (layer < 0: global), -1 if absent.

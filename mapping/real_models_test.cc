@@ -30,7 +30,7 @@ Built Build(const std::string& model, bool fp8, const std::string& trainer,
   Built out;
   auto c = LoadModelConfig(model);
   EXPECT_TRUE(c.ok()) << c.status();
-  if (!fp8) c->fp8_block = 0;
+  if (!fp8) EXPECT_TRUE(SetWeightDType(&*c, "bf16").ok());
   auto ts = ParseTrainerSpec(trainer);
   auto es = ParseEngineSpec(engine);
   EXPECT_TRUE(ts.ok() && es.ok());

@@ -31,59 +31,84 @@ bool IsFloatSource(DType d) {
   return d == DType::kBF16 || d == DType::kF16 || d == DType::kF32;
 }
 
+// A tensor's format for errors: "nvfp4 codes", or its dtype.
+std::string FormatOrDtype(const TensorSpec& t) {
+  return t.format ? absl::StrCat("format ", TensorFormatString(t))
+                  : std::string(DTypeName(t.dtype));
+}
+
+// What engine tensor `d` asks of trainer tensor `s`, read from d's format
+// (TensorSpec::format) and, for a quantized weight, its scale tensor's
+// dtype (which row of the format: kFp8BlockRequantUe8m0's u8 scales are
+// the packed row). `place` says where d lives, for errors.
 absl::StatusOr<Target> TargetFor(const TensorSpec& s, const TensorSpec& d,
-                                 const TensorSpec* scale) {
+                                 const TensorSpec* scale, const std::string& place) {
+  const std::string what = absl::StrCat("tensor ", d.name, place);
   if (!IsFloatSource(s.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "tensor ", d.name, ": the engine holds ", DTypeName(d.dtype),
-        " but the trainer ", DTypeName(s.dtype), ", which refit converts from "
-        "bf16, f16 or f32 only"));
+        what, ": the engine holds ", FormatOrDtype(d),
+        " but the trainer ", DTypeName(s.dtype),
+        ", which refit converts from bf16, f16 or f32 only"));
   }
-  if (d.dtype == DType::kF32 && d.transform == Transform::kNegExp) {
-    return Target{ConversionKind::kNegExpF32};
-  }
-  if (d.dtype == DType::kF32 && d.transform == Transform::kNone) {
-    return Target{ConversionKind::kCastF32};
-  }
-  if (d.dtype == DType::kF8E4M3 && d.transform == Transform::kNone && scale != nullptr &&
-      scale->dtype == DType::kU8 && scale->transform == Transform::kUe8m0Requant) {
-    return Quantize(QuantFormat::kFp8BlockRequantUe8m0, ScaleSwizzle::kPackedUe8m0);
-  }
-  if (d.dtype == DType::kF8E4M3 && d.transform == Transform::kNone &&
-      scale != nullptr && scale->dtype == DType::kU8) {
-    return Quantize(QuantFormat::kMxfp8);
-  }
-  if (d.dtype == DType::kU8 && d.transform == Transform::kNone && scale != nullptr &&
-      scale->dtype == DType::kF8E4M3) {
-    return Quantize(QuantFormat::kNvfp4);
-  }
-  if (d.dtype == DType::kF8E4M3 && d.transform == Transform::kNone) {
-    if (scale == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", d.name, ": the engine holds f8e4m3 without a ",
-          ScaleTensorName(d.name), " tensor; refit quantizes only to FP8 "
-          "with block scales"));
+  if (!d.format.has_value()) {
+    if (d.dtype == DType::kF32 && d.transform == Transform::kNegExp) {
+      return Target{ConversionKind::kNegExpF32};
     }
-    switch (scale->transform) {
-      case Transform::kPow2Ceil:
-        return Quantize(QuantFormat::kFp8BlockUe8m0);
-      case Transform::kUe8m0Requant:
-        return Quantize(QuantFormat::kFp8BlockRequantUe8m0);
-      default:
-        return Quantize(QuantFormat::kFp8Block);
+    if (d.dtype == DType::kF32 && d.transform == Transform::kNone) {
+      return Target{ConversionKind::kCastF32};
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": the engine holds ", DTypeName(d.dtype),
+        d.transform != Transform::kNone
+            ? absl::StrCat(" (", TransformName(d.transform), ")")
+            : std::string(),
+        " and the trainer ", DTypeName(s.dtype),
+        "; refit converts bf16/f16/f32 to f32, to -exp f32, or to the quantized format "
+        "the engine tensor declares (fp8_block, fp8_block_ue8m0, fp8_block_requant_ue8m0, "
+        "mxfp8, nvfp4), and this tensor declares none"));
+  }
+  if (d.quant_role != QuantRole::kCodes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": the engine holds it as ", TensorFormatString(d), " and the trainer as ",
+        DTypeName(s.dtype), " weights; refit quantizes a weight into its codes only"));
+  }
+  if (*d.format == QuantFormat::kFp8Tensor) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": the engine holds fp8_tensor (one scale per tensor) and the trainer ",
+        DTypeName(s.dtype), "; refit quantizes to block scales only (fp8_block, mxfp8, "
+        "nvfp4): serve the engine with quant=fp8"));
+  }
+  if (scale == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": the engine holds it as ", TensorFormatString(d), " without its scales (",
+        QuantFormatTraits(*d.format).block_rows == 1 ? MxScaleTensorName(d.name)
+                                                     : ScaleTensorName(d.name),
+        " of format ", QuantFormatName(*d.format), ", role scales)"));
+  }
+  if (scale->format != d.format) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", scale->name, ": the scales of ", d.name, place, " are format ",
+        QuantFormatName(*scale->format), " and the weight ", QuantFormatName(*d.format),
+        "; a weight and its scales are one format"));
+  }
+  REFIT_ASSIGN_OR_RETURN(const QuantFormatRow row,
+                         AnnotateStatus(FindQuantFormatByScale(*d.format, scale->dtype),
+                                        absl::StrCat("tensor ", scale->name, place)));
+  return Quantize(row.format, row.swizzle);
+}
+
+// The scale tensor of engine weight `d`: its "<w>_scale_inv" or "<w>_scale"
+// namesake of role kScales; nullptr without one.
+const TensorSpec* ScaleOf(const SideLayout& dst,
+                          const absl::flat_hash_map<std::string, int32_t>& dst_by_name,
+                          const TensorSpec& d) {
+  for (const std::string& n : {ScaleTensorName(d.name), MxScaleTensorName(d.name)}) {
+    auto it = dst_by_name.find(n);
+    if (it != dst_by_name.end() && dst.tensors[it->second].quant_role == QuantRole::kScales) {
+      return &dst.tensors[it->second];
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "tensor ", d.name, ": the engine holds ", DTypeName(d.dtype),
-      d.transform != Transform::kNone
-          ? absl::StrCat(" (", TransformName(d.transform), ")")
-          : std::string(),
-      " and the trainer ", DTypeName(s.dtype),
-      "; refit converts bf16/f16/f32 to f32, -exp f32, FP8 blocks, MXFP8 or NVFP4 only",
-      d.transform == Transform::kUe8m0Requant
-          ? " (kernel=deepgemm quantizes and requantizes the trainer's "
-            "bf16/f16/f32 weights; a trainer holding FP8 is not requantized)"
-          : ""));
+  return nullptr;
 }
 
 // Tiles entirely inside `box` along each dim, given the tensor's extents.
@@ -315,11 +340,14 @@ absl::Status AddNvfp4GlobalScales(
       }
     }
     const TensorSpec& gs = dst.tensors[global];
-    if (gs.shape != lead || gs.dtype != DType::kF32 || gs.stacked != lw.stacked) {
+    if (gs.shape != lead || gs.dtype != DType::kF32 || gs.stacked != lw.stacked ||
+        gs.format != QuantFormat::kNvfp4 || gs.quant_role != QuantRole::kGlobalScale) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", gs.name, ": an NVFP4 global scale is f32 of shape [",
-          absl::StrJoin(lead, ", "), "] (the leading dims of ", lw.name, "), not ",
-          DTypeName(gs.dtype), " [", absl::StrJoin(gs.shape, ", "), "]"));
+          "tensor ", gs.name, TensorPlace(dst, global),
+          ": an NVFP4 global scale is f32 of shape [", absl::StrJoin(lead, ", "),
+          "] (the leading dims of ", lw.name, "), format nvfp4, role global_scale, not ",
+          DTypeName(gs.dtype), " [", absl::StrJoin(gs.shape, ", "), "]",
+          gs.format ? absl::StrCat(", ", TensorFormatString(gs)) : ", no format"));
     }
     if (src_by_name.count(gs.name)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -348,53 +376,20 @@ absl::Status AddNvfp4GlobalScales(
   return absl::OkStatus();
 }
 
-// The storage format of weight `name` in a layout, from its dtype and its
-// companion scale tensor: a quantized format, or "" (a plain dtype).
-std::string QuantizedFormat(const absl::flat_hash_map<std::string, int32_t>& by_name,
-                            const SideLayout& side, const std::string& name) {
-  auto dtype = [&](const std::string& n, DType* out) {
-    auto it = by_name.find(n);
-    if (it == by_name.end()) return false;
-    *out = side.tensors[it->second].dtype;
-    return true;
-  };
-  DType w, sc;
-  if (!dtype(name, &w)) return "";
-  if (w == DType::kU8 && dtype(name + "_scale", &sc) && sc == DType::kF8E4M3) {
-    return "NVFP4 (E2M1 codes two a byte, an e4m3 scale per 1x16, an f32 global scale)";
-  }
-  if (w != DType::kF8E4M3) return "";
-  if (dtype(name + "_scale", &sc) && sc == DType::kU8) {
-    return "MXFP8 (e4m3 codes, an E8M0 scale per 1x32)";
-  }
-  if (dtype(ScaleTensorName(name), &sc)) return "FP8 with block scales (weight_scale_inv)";
-  if (dtype(name + "_scale", &sc)) return "FP8 with a per-tensor scale";
-  return "";
-}
-
 // A trainer already holding a quantized format moves its codes and scales
-// as bytes into an engine of the same format; any other pair is refused.
+// as bytes into engine tensors of the same format and role; any other pair
+// is refused.
 absl::Status CheckQuantizedPairs(const SideLayout& src, const SideLayout& dst,
-                                 const absl::flat_hash_map<std::string, int32_t>& src_by_name,
-                                 const absl::flat_hash_map<std::string, int32_t>& dst_by_name) {
+                                 const absl::flat_hash_map<std::string, int32_t>& src_by_name) {
   for (const TensorSpec& d : dst.tensors) {
     auto it = src_by_name.find(d.name);
     if (it == src_by_name.end()) continue;
-    const std::string from = QuantizedFormat(src_by_name, src, d.name);
-    if (from.empty()) continue;
-    const std::string to = QuantizedFormat(dst_by_name, dst, d.name);
-    if (from == to) continue;
-    std::string param;
-    for (const Record& r : src.records) {
-      if (r.tensor == it->second && r.buffer >= 0 &&
-          r.buffer < static_cast<int32_t>(src.buffers.size())) {
-        param = absl::StrCat(" (trainer parameter ", src.buffers[r.buffer].name, ")");
-        break;
-      }
-    }
+    const TensorSpec& s = src.tensors[it->second];
+    if (!s.format.has_value()) continue;
+    if (s.format == d.format && s.quant_role == d.quant_role) continue;
     return absl::InvalidArgumentError(absl::StrCat(
-        "tensor ", d.name, param, ": the trainer holds it as ", from, " and the engine as ",
-        to.empty() ? DTypeName(d.dtype) : to,
+        "tensor ", d.name, TensorPlace(src, it->second), ": the trainer holds it as ",
+        FormatOrDtype(s), " and the engine as ", FormatOrDtype(d),
         "; refit moves a low-precision trainer's codes and scales as bytes into an "
         "engine of the same format only (it neither dequantizes nor requantizes them): "
         "serve the engine in the trainer's format, or register BF16 weights"));
@@ -487,7 +482,7 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
   for (size_t i = 0; i < dst.tensors.size(); ++i) {
     dst_by_name[dst.tensors[i].name] = static_cast<int32_t>(i);
   }
-  REFIT_RETURN_IF_ERROR(CheckQuantizedPairs(src, dst, src_by_name, dst_by_name));
+  REFIT_RETURN_IF_ERROR(CheckQuantizedPairs(src, dst, src_by_name));
   // Per src tensor: the conversion kind and (block kinds) the src index of
   // its scale tensor.
   std::map<int32_t, Plan1> converted;
@@ -495,22 +490,16 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
     auto it = src_by_name.find(d.name);
     if (it == src_by_name.end()) continue;
     const TensorSpec s = src.tensors[it->second];
-    if (s.dtype == d.dtype && d.transform == Transform::kNone) continue;
-    const TensorSpec* scale = nullptr;
-    if (auto sc = dst_by_name.find(ScaleTensorName(d.name)); sc != dst_by_name.end()) {
-      scale = &dst.tensors[sc->second];
-    } else if (auto mx = dst_by_name.find(MxScaleTensorName(d.name));
-               mx != dst_by_name.end() && (dst.tensors[mx->second].dtype == DType::kU8 ||
-                                           dst.tensors[mx->second].dtype == DType::kF8E4M3)) {
-      scale = &dst.tensors[mx->second];
-    }
+    if (s.dtype == d.dtype && s.format == d.format && d.transform == Transform::kNone) continue;
+    const TensorSpec* scale = d.format ? ScaleOf(dst, dst_by_name, d) : nullptr;
     // NVFP4: the engine's weight is packed, half the trainer's last dim.
-    const bool packed = d.dtype == DType::kU8 && scale != nullptr &&
-                        scale->dtype == DType::kF8E4M3 && !d.shape.empty();
     std::vector<int64_t> unpacked = d.shape;
-    if (packed) unpacked.back() *= 2;
+    if (d.format && d.quant_role == QuantRole::kCodes && !unpacked.empty()) {
+      unpacked.back() *= QuantFormatTraits(*d.format).codes_per_byte;
+    }
     if (s.shape != unpacked || s.stacked != d.stacked) continue;  // planner says
-    REFIT_ASSIGN_OR_RETURN(const Target what, TargetFor(s, d, scale));
+    REFIT_ASSIGN_OR_RETURN(const Target what,
+                           TargetFor(s, d, scale, TensorPlace(dst, dst_by_name[d.name])));
     Plan1 p{what, s.dtype, -1, {}};
     p.dst_tensor = dst_by_name[d.name];
     if (IsBlockQuantized(what.kind)) {
@@ -562,6 +551,8 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
     }
     src.tensors[it->second].dtype = d.dtype;
     src.tensors[it->second].shape = d.shape;
+    src.tensors[it->second].format = d.format;
+    src.tensors[it->second].quant_role = d.quant_role;
     converted[it->second] = std::move(p);
   }
   if (converted.empty()) {

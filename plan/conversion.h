@@ -176,23 +176,28 @@ struct ConvertedSource {
 };
 
 // Applies every conversion `dst` asks of `src`: a dst tensor whose src
-// namesake has another dtype, or that has a transform, and a dst tensor
-// "<w>_scale_inv" without a src namesake that is the scale of a block-
-// quantized weight w (format kFp8BlockUe8m0 when the scale tensor's
-// transform is kPow2Ceil, kFp8BlockRequantUe8m0 when it is kUe8m0Requant,
-// with swizzle kPackedUe8m0 when it is u8 and kUe8m0Requant), or a u8 dst
-// tensor "<w>_scale" (kMxfp8). `block` is the FP8 tile edge (128). Without
-// any conversion the source comes back unchanged.
+// namesake has another dtype, or that has a transform, and a dst weight
+// whose format (TensorSpec::format, role kCodes) is a quantized one: the
+// conversion writes that format's row, the row whose scale dtype is the
+// dtype of the weight's scale tensor ("<w>_scale_inv" or "<w>_scale" of
+// role kScales and the same format; kFp8BlockRequantUe8m0's u8 scales
+// are its kPackedUe8m0 row). The planner never guesses a format from
+// dtypes: an f8e4m3 or u8 engine tensor without a format is refused.
+// `block` is the FP8 tile edge (128). Without any conversion the source
+// comes back unchanged.
 //
-// A trainer tensor already quantized (MXFP8, NVFP4, FP8: a weight with its
-// companion scale tensor) is not converted: its codes and scales move as
-// bytes when the engine holds the same format, and any other pair is
-// INVALID_ARGUMENT naming the tensor, the trainer's parameter and both
-// formats (refit does not dequantize or requantize them).
+// A trainer tensor already quantized (its format set: TE's MXFP8 / NVFP4
+// tensors) is not converted: its codes and scales move as bytes when the
+// engine's tensor has the same format and role, and any other pair is
+// INVALID_ARGUMENT naming the tensor, the trainer's rank and parameter and
+// both formats (refit does not dequantize or requantize them).
 //
-// INVALID_ARGUMENT naming the tensor when a conversion is not in the table
-// (e.g. f32 -> bf16, e4m3 from an integer dtype), a quantized weight has
-// fewer than 2 dims, or its scale tensor's shape is not the tile grid.
+// INVALID_ARGUMENT naming the tensor (and the engine rank and parameter
+// holding it) when a conversion is not in the table (e.g. f32 -> bf16,
+// e4m3 from an integer dtype, a format to per-tensor FP8), a quantized
+// weight has no scale tensor, its scales are another format or of a dtype
+// no row of its format has, it has fewer than 2 dims, or its scale
+// tensor's shape is not the tile grid.
 absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
                                               const SideLayout& dst,
                                               int64_t block);

@@ -22,21 +22,32 @@ SideLayout Trainer(const std::string& name, std::vector<int64_t> shape,
   return s;
 }
 
+// A tensor spec, of format `f` in role `role` when f is set.
+TensorSpec Spec(const std::string& name, std::vector<int64_t> shape, DType dtype,
+                std::optional<QuantFormat> f = std::nullopt,
+                QuantRole role = QuantRole::kCodes) {
+  TensorSpec t{name, std::move(shape), dtype};
+  return f ? WithFormat(std::move(t), *f, role) : t;
+}
+
 // An engine holding `name` in `dtype` (transform t) on one rank, and its
-// block scales when `scale_shape` is not empty.
+// block scales (f32, format `scale_f`) when `scale_shape` is not empty. An
+// f8e4m3 weight is of format `scale_f` too.
 SideLayout Engine(const std::string& name, std::vector<int64_t> shape,
                   DType dtype, Transform t, std::vector<int64_t> scale_shape,
-                  Transform scale_t = Transform::kNone) {
+                  QuantFormat scale_f = QuantFormat::kFp8Block) {
   SideLayout s;
   s.world_size = 1;
-  TensorSpec w{name, shape, dtype};
+  TensorSpec w = Spec(name, shape, dtype,
+                      dtype == DType::kF8E4M3 ? std::optional<QuantFormat>(scale_f)
+                                              : std::nullopt);
   w.transform = t;
   int32_t wi = *AddTensor(s, w);
   Mesh mesh = *Mesh::Make({"tp"}, {1});
   EXPECT_TRUE(AddDenseShards(s, wi, mesh, {Placement::Replicate()}).ok());
   if (!scale_shape.empty()) {
-    TensorSpec sc{ScaleTensorName(name), scale_shape, DType::kF32};
-    sc.transform = scale_t;
+    TensorSpec sc = Spec(ScaleTensorName(name), scale_shape, DType::kF32, scale_f,
+                         QuantRole::kScales);
     int32_t si = *AddTensor(s, sc);
     EXPECT_TRUE(AddDenseShards(s, si, mesh, {Placement::Replicate()}).ok());
   }
@@ -115,10 +126,10 @@ TEST(ConvertSourceTest, NegExpToF32) {
   EXPECT_EQ(c->layout.buffers[c->conversions[0].to_buffer].byte_size, 4 * 4);
 }
 
-TEST(ConvertSourceTest, Ue8m0FromTheScaleTransform) {
+TEST(ConvertSourceTest, Ue8m0FromTheFormat) {
   SideLayout src = Trainer("w", {128, 128}, DType::kBF16, 1);
   SideLayout dst = Engine("w", {128, 128}, DType::kF8E4M3, Transform::kNone,
-                          {1, 1}, Transform::kPow2Ceil);
+                          {1, 1}, QuantFormat::kFp8BlockUe8m0);
   absl::StatusOr<ConvertedSource> c = ConvertSource(src, dst, 128);
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->conversions.size(), 1u);
@@ -126,12 +137,11 @@ TEST(ConvertSourceTest, Ue8m0FromTheScaleTransform) {
   EXPECT_EQ(c->layout.tensors[1].transform, Transform::kNone);
 }
 
-// kernel=deepgemm: the scale tensor's ue8m0_requant transform selects the
-// requantizing format.
-TEST(ConvertSourceTest, RequantUe8m0FromTheScaleTransform) {
+// kernel=deepgemm: the engine's format is the requantizing one.
+TEST(ConvertSourceTest, RequantUe8m0FromTheFormat) {
   SideLayout src = Trainer("w", {128, 128}, DType::kBF16, 1);
   SideLayout dst = Engine("w", {128, 128}, DType::kF8E4M3, Transform::kNone,
-                          {1, 1}, Transform::kUe8m0Requant);
+                          {1, 1}, QuantFormat::kFp8BlockRequantUe8m0);
   absl::StatusOr<ConvertedSource> c = ConvertSource(src, dst, 128);
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->conversions.size(), 1u);
@@ -150,7 +160,7 @@ TEST(ConvertSourceTest, RefusesWhatTheTableLacks) {
 
   SideLayout bf16 = Trainer("w", {4, 4}, DType::kBF16, 1);
   c = ConvertSource(bf16, Engine("w", {4, 4}, DType::kF8E4M3, Transform::kNone, {}), 128);
-  EXPECT_THAT(c.status().message(), HasSubstr("without a w_scale_inv"));
+  EXPECT_THAT(c.status().message(), HasSubstr("without its scales (w_scale_inv"));
 
   c = ConvertSource(bf16, Engine("w", {4, 4}, DType::kF8E4M3, Transform::kNone, {2, 2}),
                     128);
@@ -178,9 +188,12 @@ TEST(ConvertSourceTest, Mxfp8TilesAreOneByThirtyTwoWithByteScales) {
   const int32_t t = *AddTensor(src, TensorSpec{"w", {4, 96}, DType::kBF16});
   Mesh mesh = *Mesh::Make({"tp"}, {2});
   ASSERT_TRUE(AddDenseShards(src, t, mesh, {Placement::Shard(1)}).ok());
-  SideLayout dst = Engine("w", {4, 96}, DType::kF8E4M3, Transform::kNone, {});
+  SideLayout dst =
+      Engine("w", {4, 96}, DType::kF8E4M3, Transform::kNone, {}, QuantFormat::kMxfp8);
   Mesh one = *Mesh::Make({"tp"}, {1});
-  const int32_t si = *AddTensor(dst, TensorSpec{MxScaleTensorName("w"), {4, 3}, DType::kU8});
+  const int32_t si = *AddTensor(
+      dst, Spec(MxScaleTensorName("w"), {4, 3}, DType::kU8, QuantFormat::kMxfp8,
+                QuantRole::kScales));
   ASSERT_TRUE(AddDenseShards(dst, si, one, {Placement::Replicate()}).ok());
   absl::StatusOr<ConvertedSource> c = ConvertSource(src, dst, 128);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -198,14 +211,65 @@ TEST(ConvertSourceTest, Mxfp8TilesAreOneByThirtyTwoWithByteScales) {
   EXPECT_THAT(c->cut_tiles[0].ranks, ElementsAre(0, 1));
 
   SideLayout odd = Trainer("w", {4, 40}, DType::kBF16, 1);
-  SideLayout odd_dst = Engine("w", {4, 40}, DType::kF8E4M3, Transform::kNone, {});
+  SideLayout odd_dst =
+      Engine("w", {4, 40}, DType::kF8E4M3, Transform::kNone, {}, QuantFormat::kMxfp8);
   ASSERT_TRUE(AddDenseShards(odd_dst,
-                             *AddTensor(odd_dst, TensorSpec{"w_scale", {4, 2}, DType::kU8}), one,
-                             {Placement::Replicate()}).ok());
+                             *AddTensor(odd_dst, Spec("w_scale", {4, 2}, DType::kU8,
+                                                      QuantFormat::kMxfp8, QuantRole::kScales)),
+                             one, {Placement::Replicate()})
+                  .ok());
   absl::StatusOr<ConvertedSource> bad = ConvertSource(odd, odd_dst, 128);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("tensor w: MXFP8 needs"));
+}
+
+// The engine's tensors say their format; the planner reads it: an f8e4m3
+// engine tensor without one is refused (no format guessed from dtypes),
+// and so is a weight whose scales are another format, naming the engine's
+// rank and parameter.
+TEST(ConvertSourceTest, TheFormatComesFromTheEngineTensor) {
+  SideLayout src = Trainer("w", {128, 128}, DType::kBF16, 1);
+  SideLayout dst = Engine("w", {128, 128}, DType::kF8E4M3, Transform::kNone, {1, 1});
+  dst.tensors[0].format.reset();
+  dst.tensors[0].quant_role = QuantRole::kNone;
+  absl::StatusOr<ConvertedSource> c = ConvertSource(src, dst, 128);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("tensor w (rank 0, parameter w)"));
+  EXPECT_THAT(c.status().message(), HasSubstr("declares none"));
+
+  dst = Engine("w", {128, 128}, DType::kF8E4M3, Transform::kNone, {1, 1});
+  dst.tensors[1].format = QuantFormat::kFp8BlockUe8m0;  // the weight says kFp8Block
+  c = ConvertSource(src, dst, 128);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("tensor w_scale_inv: the scales of w (rank 0, parameter w) are format "
+                        "fp8_block_ue8m0 and the weight fp8_block"));
+}
+
+// A trainer already holding MXFP8 (TE's tensors) into an NVFP4 engine: the
+// formats differ, refused naming the trainer's rank and parameter.
+TEST(ConvertSourceTest, AQuantizedTrainerNeedsTheEnginesFormat) {
+  SideLayout src;
+  src.world_size = 1;
+  Mesh one = *Mesh::Make({"tp"}, {1});
+  ASSERT_TRUE(AddDenseShards(src,
+                             *AddTensor(src, Spec("w", {4, 64}, DType::kF8E4M3,
+                                                  QuantFormat::kMxfp8)),
+                             one, {Placement::Replicate()})
+                  .ok());
+  SideLayout dst;
+  dst.world_size = 1;
+  ASSERT_TRUE(AddDenseShards(dst,
+                             *AddTensor(dst, Spec("w", {4, 32}, DType::kU8,
+                                                  QuantFormat::kNvfp4)),
+                             one, {Placement::Replicate()})
+                  .ok());
+  absl::StatusOr<ConvertedSource> c = ConvertSource(src, dst, 128);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("tensor w (rank 0, parameter w): the trainer holds it as format "
+                        "mxfp8 codes and the engine as format nvfp4 codes"));
 }
 
 }  // namespace

@@ -100,6 +100,8 @@ void WriteSide(Writer& w, const SideLayout& s) {
     w.I(static_cast<int64_t>(t.dtype));
     w.I(t.stacked);
     w.I(static_cast<int64_t>(t.transform));
+    w.I(t.format ? static_cast<int64_t>(*t.format) : 0);
+    w.I(static_cast<int64_t>(t.quant_role));
   }
   w.I(s.buffers.size());
   for (const BufferSpec& b : s.buffers) {

@@ -29,6 +29,8 @@ void SideToProto(const SideLayout& s, refit::v1::SideLayoutProto* p) {
     tp->set_dtype(static_cast<int32_t>(t.dtype));
     tp->set_stacked(t.stacked);
     tp->set_transform(static_cast<int32_t>(t.transform));
+    tp->set_format(t.format ? static_cast<int32_t>(*t.format) : 0);
+    tp->set_quant_role(static_cast<int32_t>(t.quant_role));
   }
   for (const BufferSpec& b : s.buffers) {
     auto* bp = p->add_buffers();
@@ -92,6 +94,8 @@ absl::Status SideFromProto(const refit::v1::SideLayoutProto& p,
     t.dtype = static_cast<DType>(tp.dtype());
     t.stacked = tp.stacked();
     t.transform = static_cast<Transform>(tp.transform());
+    if (tp.format() != 0) t.format = static_cast<QuantFormat>(tp.format());
+    t.quant_role = static_cast<QuantRole>(tp.quant_role());
     REFIT_RETURN_IF_ERROR(AnnotateStatus(ValidateTensorSpec(t), side));
     s->tensors.push_back(std::move(t));
   }

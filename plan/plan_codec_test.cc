@@ -71,8 +71,12 @@ TEST(PlanCodecTest, WaveTripKeepsConversionsAndCutTiles) {
   src.world_size = 2;
   dst.world_size = 1;
   ASSERT_TRUE(AddTensor(src, TensorSpec{"w", {200, 100}, DType::kBF16}).ok());
-  ASSERT_TRUE(AddTensor(dst, TensorSpec{"w", {200, 100}, DType::kF8E4M3}).ok());
-  ASSERT_TRUE(AddTensor(dst, TensorSpec{"w_scale_inv", {2, 1}, DType::kF32}).ok());
+  ASSERT_TRUE(AddTensor(dst, WithFormat({"w", {200, 100}, DType::kF8E4M3},
+                                         QuantFormat::kFp8Block, QuantRole::kCodes))
+                  .ok());
+  ASSERT_TRUE(AddTensor(dst, WithFormat({"w_scale_inv", {2, 1}, DType::kF32},
+                                         QuantFormat::kFp8Block, QuantRole::kScales))
+                  .ok());
   ASSERT_TRUE(AddDenseShards(src, 0, *Mesh::Make({"tp"}, {2}), {Placement::Shard(0)}).ok());
   for (int32_t t : {0, 1}) {
     ASSERT_TRUE(AddDenseShards(dst, t, *Mesh::Make({"tp"}, {1}), {Placement::Replicate()}).ok());
@@ -109,6 +113,17 @@ TEST(PlanCodecTest, WaveTripKeepsConversionsAndCutTiles) {
   refit::v1::PlanProto unknown = ToProto(*p);
   unknown.mutable_conversions(0)->set_swizzle(static_cast<int32_t>(ScaleSwizzle::kTiles128x4));
   EXPECT_THAT(FromProto(unknown).status().message(), ::testing::HasSubstr("bad kind, format"));
+  // The tensors' formats survive the wire (both sides: the converted
+  // source takes the engine's), and one that disagrees with its tensor's
+  // dtype is refused naming the side and the tensor.
+  EXPECT_EQ(q->dst.tensors[0].format, QuantFormat::kFp8Block);
+  EXPECT_EQ(q->dst.tensors[1].quant_role, QuantRole::kScales);
+  EXPECT_EQ(q->src.tensors[0].format, QuantFormat::kFp8Block);
+  EXPECT_EQ(q->src.tensors[0].quant_role, QuantRole::kCodes);
+  refit::v1::PlanProto nvfp4 = ToProto(*p);
+  nvfp4.mutable_dst()->mutable_tensors(0)->set_format(static_cast<int32_t>(QuantFormat::kNvfp4));
+  EXPECT_THAT(FromProto(nvfp4).status().message(),
+              ::testing::HasSubstr("tensor w: format nvfp4 holds its codes as u8, not f8e4m3"));
 }
 
 TEST(PlanCodecTest, WaveTripKeepsTheDestinationTransform) {

@@ -53,10 +53,37 @@ TEST(PlannerErrorTest, DtypeMismatchWithoutConversion) {
   TwoSides s = Simple({"w", {4, 4}, DType::kBF16}, {"w", {4, 4}, DType::kF8E4M3});
   absl::StatusOr<Plan> p = BuildPlan(s.src, s.dst, PlannerOptions());
   ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(p.status().message(), HasSubstr("tensor w: the engine holds f8e4m3 without"));
+  EXPECT_THAT(p.status().message(),
+              HasSubstr("tensor w (rank 0, parameter w): the engine holds f8e4m3 and the "
+                        "trainer bf16"));
+  EXPECT_THAT(p.status().message(), HasSubstr("this tensor declares none"));
   TwoSides t = Simple({"w", {4, 4}, DType::kF32}, {"w", {4, 4}, DType::kBF16});
   p = BuildPlan(t.src, t.dst, PlannerOptions());
-  EXPECT_THAT(p.status().message(), HasSubstr("tensor w: the engine holds bf16"));
+  EXPECT_THAT(p.status().message(),
+              HasSubstr("tensor w (rank 0, parameter w): the engine holds bf16"));
+}
+
+// A tensor's format must agree with its dtype: NVFP4 codes are u8, so an
+// engine layout saying nvfp4 of a bf16 tensor is refused before planning,
+// naming the side, the tensor, the rank and the parameter holding it.
+TEST(PlannerErrorTest, AFormatThatDisagreesWithTheDtypeIsRefused) {
+  TwoSides s = Simple({"w", {4, 4}, DType::kBF16}, {"w", {4, 4}, DType::kBF16});
+  s.dst.tensors[0].format = QuantFormat::kNvfp4;
+  s.dst.tensors[0].quant_role = QuantRole::kCodes;
+  absl::StatusOr<Plan> p = BuildPlan(s.src, s.dst, PlannerOptions());
+  ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(),
+              HasSubstr("engine: tensor w: format nvfp4 holds its codes as u8, not bf16 "
+                        "(rank 0, parameter w)"));
+  // A format on the trainer side that the engine's tensor does not have.
+  TwoSides t = Simple({"w", {4, 4}, DType::kF8E4M3}, {"w", {4, 4}, DType::kF8E4M3});
+  t.src.tensors[0].format = QuantFormat::kMxfp8;
+  t.src.tensors[0].quant_role = QuantRole::kCodes;
+  p = BuildPlan(t.src, t.dst, PlannerOptions());
+  ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(),
+              HasSubstr("tensor w (rank 0, parameter w): the trainer holds it as format "
+                        "mxfp8 codes and the engine as f8e4m3"));
 }
 
 TEST(PlannerErrorTest, ShapeAndStackedMismatch) {

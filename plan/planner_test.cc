@@ -543,12 +543,16 @@ void OneRankTensors(bool fp8, SideLayout* src, SideLayout* dst) {
     const std::string name = absl::StrCat("w", i);
     const int32_t s = *AddTensor(*src, TensorSpec{name, {1024, 1024}, DType::kBF16});
     ASSERT_TRUE(AddDenseShards(*src, s, one, {Placement::Replicate()}).ok());
-    const int32_t d =
-        *AddTensor(*dst, TensorSpec{name, {1024, 1024}, fp8 ? DType::kF8E4M3 : DType::kBF16});
+    const TensorSpec bf16{name, {1024, 1024}, DType::kBF16};
+    const int32_t d = *AddTensor(
+        *dst, fp8 ? WithFormat({name, {1024, 1024}, DType::kF8E4M3}, QuantFormat::kFp8Block,
+                               QuantRole::kCodes)
+                  : bf16);
     ASSERT_TRUE(AddDenseShards(*dst, d, one, {Placement::Replicate()}).ok());
     if (!fp8) continue;
-    const int32_t sc =
-        *AddTensor(*dst, TensorSpec{absl::StrCat(name, "_scale_inv"), {8, 8}, DType::kF32});
+    const int32_t sc = *AddTensor(
+        *dst, WithFormat({absl::StrCat(name, "_scale_inv"), {8, 8}, DType::kF32},
+                         QuantFormat::kFp8Block, QuantRole::kScales));
     ASSERT_TRUE(AddDenseShards(*dst, sc, one, {Placement::Replicate()}).ok());
   }
 }

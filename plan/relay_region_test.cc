@@ -51,9 +51,14 @@ Layouts Make(int32_t trainer_tp, const std::vector<int32_t>& tps, bool fp8,
   EXPECT_TRUE(AddDenseShards(l.src, *AddTensor(l.src, w), tm, col).ok());
   EXPECT_TRUE(AddDenseShards(l.src, *AddTensor(l.src, o), tm, row).ok());
   EXPECT_TRUE(AddDenseShards(l.src, *AddTensor(l.src, n), tm, rep).ok());
-  const int32_t dw = *AddTensor(l.dst, fp8 ? TensorSpec{"w", {64, 32}, DType::kF8E4M3} : w);
+  const int32_t dw = *AddTensor(l.dst, fp8 ? WithFormat({"w", {64, 32}, DType::kF8E4M3},
+                                                            QuantFormat::kFp8Block,
+                                                            QuantRole::kCodes)
+                                               : w);
   const int32_t ds =
-      fp8 ? *AddTensor(l.dst, TensorSpec{ScaleTensorName("w"), {16, 8}, DType::kF32}) : -1;
+      fp8 ? *AddTensor(l.dst, WithFormat({ScaleTensorName("w"), {16, 8}, DType::kF32},
+                                          QuantFormat::kFp8Block, QuantRole::kScales))
+          : -1;
   const int32_t dout = *AddTensor(l.dst, o), dn = *AddTensor(l.dst, n);
   for (size_t i = 0; i < tps.size(); ++i) {
     ranks.clear();

@@ -331,8 +331,11 @@ void MixedTpLayouts(const std::vector<int32_t>& tps, SideLayout* src, SideLayout
   ASSERT_TRUE(AddDenseShards(*src, sw, tp8, {Placement::Shard(0)}, "w").ok());
   ASSERT_TRUE(AddDenseShards(*src, so, tp8, {Placement::Shard(1)}, "o").ok());
   src->host_of_rank.assign(8, 0);
-  const int32_t dw = *AddTensor(*dst, TensorSpec{"w", {32, 8}, DType::kF8E4M3});
-  const int32_t ds = *AddTensor(*dst, TensorSpec{ScaleTensorName("w"), {8, 2}, DType::kF32});
+  const int32_t dw = *AddTensor(*dst, WithFormat({"w", {32, 8}, DType::kF8E4M3},
+                                                  QuantFormat::kFp8Block, QuantRole::kCodes));
+  const int32_t ds =
+      *AddTensor(*dst, WithFormat({ScaleTensorName("w"), {8, 2}, DType::kF32},
+                                  QuantFormat::kFp8Block, QuantRole::kScales));
   const int32_t dout = *AddTensor(*dst, o);
   for (size_t i = 0; i < tps.size(); ++i) {
     std::vector<int32_t> ranks;

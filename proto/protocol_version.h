@@ -12,7 +12,7 @@ namespace refit {
 // one with FAILED_PRECONDITION naming both, before handing it a slice it
 // could misread. Bump it with any change an older peer would misinterpret
 // rather than reject.
-inline constexpr uint32_t kProtocolVersion = 4;
+inline constexpr uint32_t kProtocolVersion = 5;
 
 // The address refitd listens on unless --address says otherwise, and the one
 // `refit status` and `refit health` ask unless --server says otherwise.

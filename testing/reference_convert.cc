@@ -76,10 +76,9 @@ uint64_t FiniteWord(DType dtype, uint64_t w) {
 
 Quantized ReferenceQuantizeAs(const std::vector<float>& values,
                               const std::vector<int64_t>& shape, int64_t block,
-                              Transform scale_transform) {
-  Quantized q = ReferenceQuantize(values, shape, block,
-                                  scale_transform == Transform::kPow2Ceil);
-  if (scale_transform == Transform::kUe8m0Requant) {
+                              QuantFormat format) {
+  Quantized q = ReferenceQuantize(values, shape, block, format == QuantFormat::kFp8BlockUe8m0);
+  if (format == QuantFormat::kFp8BlockRequantUe8m0) {
     q = ReferenceRequantUe8m0(q, shape, block);
   }
   return q;
@@ -87,8 +86,7 @@ Quantized ReferenceQuantizeAs(const std::vector<float>& values,
 
 std::vector<uint8_t> ExpectedConverted(const TensorSpec& t, DType source_dtype,
                                        const TensorSpec* weight, uint64_t seed,
-                                       int64_t block, Transform scale_transform,
-                                       bool mxfp8) {
+                                       int64_t block) {
   const TensorSpec& w = weight != nullptr ? *weight : t;
   const uint64_t h = NameHash(w.name);
   const int64_t n = Elements(w.shape);
@@ -105,11 +103,12 @@ std::vector<uint8_t> ExpectedConverted(const TensorSpec& t, DType source_dtype,
     }
     return AsBytes(v);
   }
-  if (mxfp8 || (weight != nullptr && t.dtype == DType::kU8)) {
+  const QuantFormat format = w.format.value_or(QuantFormat::kFp8Block);
+  if (format == QuantFormat::kMxfp8 || (weight != nullptr && t.dtype == DType::kU8)) {
     Quantized q = ReferenceMxfp8Quantize(v, w.shape);
     return weight != nullptr ? q.scale_bytes : q.values;
   }
-  Quantized q = ReferenceQuantizeAs(v, w.shape, block, scale_transform);
+  Quantized q = ReferenceQuantizeAs(v, w.shape, block, format);
   return weight != nullptr ? AsBytes(q.scales) : q.values;
 }
 
@@ -323,12 +322,10 @@ absl::Status ReferenceConvert(const Plan& plan, const std::vector<uint8_t*>& src
     const bool mx = c.format == QuantFormat::kMxfp8;
     if (fresh && mx) q->second = ReferenceMxfp8Quantize(v, t.shape);
     if (fresh && !mx) {
+      // The packed UE8M0 row's scratch holds the float-scale quantization.
       q->second = ReferenceQuantizeAs(
           v, t.shape, c.tile.back(),
-          c.format == QuantFormat::kFp8BlockUe8m0 ? Transform::kPow2Ceil
-          : c.format == QuantFormat::kFp8BlockRequantUe8m0 && c.swizzle == ScaleSwizzle::kRowMajor
-              ? Transform::kUe8m0Requant
-              : Transform::kNone);
+          c.swizzle == ScaleSwizzle::kPackedUe8m0 ? QuantFormat::kFp8Block : c.format);
     }
     uint8_t* out = src[c.to_buffer];
     ForEachIndex(c.from.box, [&](const Box::Indices& g, int64_t k) {

@@ -34,16 +34,12 @@ uint64_t FiniteWord(DType dtype, uint64_t w);
 // when the trainer held the pattern of version `seed` in `source_dtype`:
 // f32 (-exp) values, e4m3 values of a block-quantized weight, or, for a
 // "<w>_scale_inv" tensor (`weight` = w's engine spec), w's scales (for a
-// u8 "<w>_scale" tensor, w's MXFP8 E8M0 bytes; an e4m3 `t` is MXFP8 when
-// scale_transform is kNone and mxfp8 is set). `block`
-// is the FP8 tile edge; scale_transform: the transform of the weight's
-// scale tensor (pow2_ceil: scales rounded up to powers of two;
-// ue8m0_requant: the float-scale quantization requantized as vLLM's
-// DeepGEMM path does, ReferenceRequantUe8m0).
+// u8 "<w>_scale" tensor, w's MXFP8 E8M0 bytes), in the weight's format
+// (TensorSpec::format: ReferenceQuantizeAs, or MXFP8). `block` is the FP8
+// tile edge.
 std::vector<uint8_t> ExpectedConverted(const TensorSpec& t, DType source_dtype,
                                        const TensorSpec* weight, uint64_t seed,
-                                       int64_t block, Transform scale_transform,
-                                       bool mxfp8 = false);
+                                       int64_t block);
 
 // NVFP4 engines (exec/convert/nvfp4.h): when `t` is a u8 NVFP4 weight of `engine`
 // (it has an f8e4m3 "<t>_scale" and the trainer holds it in a float dtype),
@@ -55,11 +51,13 @@ bool ExpectedNvfp4(const SideLayout& engine, const TensorSpec& t,
                    const std::map<std::string, DType>& source, uint64_t seed,
                    std::vector<uint8_t>* out);
 
-// ReferenceQuantize of `values` as a weight whose scale tensor has
-// `scale_transform`.
+// ReferenceQuantize of `values` as a weight of FP8 block format `format`:
+// kFp8Block (float scales), kFp8BlockUe8m0 (scales rounded up to powers
+// of two), kFp8BlockRequantUe8m0 (the float-scale quantization
+// requantized as vLLM's DeepGEMM path does, ReferenceRequantUe8m0).
 Quantized ReferenceQuantizeAs(const std::vector<float>& values,
                               const std::vector<int64_t>& shape, int64_t block,
-                              Transform scale_transform);
+                              QuantFormat format);
 
 }  // namespace refit::testing
 

@@ -258,24 +258,8 @@ const std::vector<uint8_t>* ExpectedFor(const SideLayout& side, const TensorSpec
     return out.empty() ? nullptr : &out;
   }
   auto sd = src.find(t.name);
-  // A weight's scales say how they are made (float, pow2, requantized).
-  auto scale_transform = [&](const std::string& weight) {
-    for (const TensorSpec& s : side.tensors) {
-      if (s.name == weight + "_scale_inv") return s.transform;
-    }
-    return Transform::kNone;
-  };
-  // An e4m3 weight with a u8 "<w>_scale" tensor is MXFP8.
-  auto mx_scaled = [&](const std::string& weight) {
-    for (const TensorSpec& s : side.tensors) {
-      if (s.name == weight + "_scale" && s.dtype == DType::kU8) return true;
-    }
-    return false;
-  };
   if (sd != src.end() && (sd->second != t.dtype || t.transform == Transform::kNegExp)) {
-    out = testing::ExpectedConverted(t, sd->second, nullptr, options.seed,
-                                     options.fp8_block, scale_transform(t.name),
-                                     t.dtype == DType::kF8E4M3 && mx_scaled(t.name));
+    out = testing::ExpectedConverted(t, sd->second, nullptr, options.seed, options.fp8_block);
   }
   const std::string mx_suffix = "_scale";
   if (sd == src.end() && t.dtype == DType::kU8 && t.name.size() > mx_suffix.size() &&
@@ -285,8 +269,7 @@ const std::vector<uint8_t>* ExpectedFor(const SideLayout& side, const TensorSpec
     for (const TensorSpec& w : side.tensors) {
       if (w.name == wname && ws != src.end() && w.dtype == DType::kF8E4M3 &&
           ws->second != DType::kF8E4M3) {
-        out = testing::ExpectedConverted(t, ws->second, &w, options.seed,
-                                         options.fp8_block, Transform::kNone);
+        out = testing::ExpectedConverted(t, ws->second, &w, options.seed, options.fp8_block);
       }
     }
   }
@@ -298,8 +281,7 @@ const std::vector<uint8_t>* ExpectedFor(const SideLayout& side, const TensorSpec
     for (const TensorSpec& w : side.tensors) {
       if (w.name == wname && ws != src.end() && w.dtype == DType::kF8E4M3 &&
           ws->second != DType::kF8E4M3) {
-        out = testing::ExpectedConverted(t, ws->second, &w, options.seed,
-                                         options.fp8_block, t.transform);
+        out = testing::ExpectedConverted(t, ws->second, &w, options.seed, options.fp8_block);
       }
     }
   }

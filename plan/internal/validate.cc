@@ -19,9 +19,12 @@ void ValidateSide(const SideLayout& s, const char* side,
   if (s.world_size < 0) {
     errors->push_back(absl::StrCat(side, " world size ", s.world_size, " < 0"));
   }
-  for (const TensorSpec& t : s.tensors) {
-    absl::Status st = ValidateTensorSpec(t);
-    if (!st.ok()) errors->push_back(absl::StrCat(side, ": ", st.message()));
+  for (size_t i = 0; i < s.tensors.size(); ++i) {
+    absl::Status st = ValidateTensorSpec(s.tensors[i]);
+    if (!st.ok()) {
+      errors->push_back(absl::StrCat(side, ": ", st.message(),
+                                     TensorPlace(s, static_cast<int32_t>(i))));
+    }
   }
   if (!errors->empty()) return;
   for (const BufferSpec& b : s.buffers) {
@@ -165,11 +168,15 @@ void MatchTensors(const SideLayout& src, const SideLayout& dst,
       continue;
     }
     const TensorSpec& s = src.tensors[it->second];
-    if (s.shape != t.shape || s.dtype != t.dtype || s.stacked != t.stacked) {
+    if (s.shape != t.shape || s.dtype != t.dtype || s.stacked != t.stacked ||
+        s.format != t.format || s.quant_role != t.quant_role) {
+      auto format = [](const TensorSpec& x) {
+        return x.format ? absl::StrCat(" (", TensorFormatString(x), ")") : std::string();
+      };
       errors->push_back(absl::StrCat(
           "tensor ", t.name, " differs: trainer ", TensorSpecString(s),
-          s.stacked ? " (stacked)" : "", " vs engine ", TensorSpecString(t),
-          t.stacked ? " (stacked)" : ""));
+          s.stacked ? " (stacked)" : "", format(s), " vs engine ", TensorSpecString(t),
+          t.stacked ? " (stacked)" : "", format(t)));
       continue;
     }
     (*dst_to_src)[i] = it->second;

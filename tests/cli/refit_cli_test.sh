@@ -54,8 +54,12 @@ check plan-nvfp4-recipe-vllm 0 'by format: .*nvfp4 recipe=vllm ' -- "$REFIT" pla
   --engine vllm:tp=2,quant=nvfp4,recipe=vllm
 check plan-nvfp4-recipe-vllm-dense 1 'routed MoE experts only.*recipe=modelopt' -- "$REFIT" plan \
   --model tiny-qwen3-fp4 --trainer megatron:tp=2 --engine vllm:tp=1,quant=nvfp4,recipe=vllm
-check plan-gtp-other-format 1 'holds it as MXFP8 .* and the engine as NVFP4' -- "$REFIT" plan \
+check plan-gtp-other-format 1 'holds it as format mxfp8 codes and the engine as format nvfp4 codes' -- "$REFIT" plan \
   --model tiny-qwen3-mx --trainer megatron:tp=1,gtp=2,weights=mxfp8 --engine vllm:tp=1,quant=nvfp4
+# Engines of one job hold one format: DeepGEMM's requantized FP8 beside the
+# checkpoint's float scales is refused naming both.
+check plan-engines-other-format 1 'fp8_block_requant_ue8m0 codes\) where the first engine has .*\(fp8_block codes\)' -- "$REFIT" plan \
+  --model tiny-qwen3-moe-b128 --trainer fsdp:dp=2 --engine 'vllm:tp=1,quant=fp8;vllm:tp=1,quant=fp8,kernel=deepgemm'
 # The plan's one-pass decision per format: whole FP8 tiles quantize on
 # pull; DeepGEMM tiles cut by FSDP's shards and NVFP4 blocks cut by TP 4
 # keep two passes.

@@ -61,8 +61,8 @@ std::optional<std::vector<uint8_t>> QuantizedMember(const TensorSpec& t,
 void CheckEngineFiles(const MappedSide& dst, const Checkpoint& c,
                       const std::string& out, bool expect_transformed) {
   const SideLayout& side = dst.layout;
-  bool ue8m0 = false;  // quant=fp8-ue8m0: the scales say so
-  for (const TensorSpec& t : side.tensors) ue8m0 |= t.transform == Transform::kPow2Ceil;
+  bool ue8m0 = false;  // quant=fp8-ue8m0: the tensors' format says so
+  for (const TensorSpec& t : side.tensors) ue8m0 |= t.format == QuantFormat::kFp8BlockUe8m0;
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   for (int32_t r = 0; r < side.world_size; ++r) {
     auto f = SafetensorsFile::Open(absl::StrCat(out, "/engine/rank", r,

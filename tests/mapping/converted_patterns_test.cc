@@ -367,7 +367,7 @@ std::vector<uint8_t> ExpectedTensor(const Plan& plan, const std::map<std::string
   if (!testing::ExpectedNvfp4(plan.dst, *t, source, seed, &bytes) && w != nullptr) {
     auto sd = source.find(weight);
     if (sd == source.end()) return bytes;
-    bytes = testing::ExpectedConverted(*t, sd->second, w, seed, 128, Transform::kNone);
+    bytes = testing::ExpectedConverted(*t, sd->second, w, seed, 128);
   }
   return bytes;
 }

@@ -238,13 +238,14 @@ TEST(GtpRefusalTest, AnotherFormatIsRefusedNamingTheParameterAndBothFormats) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(st.message()),
               HasSubstr("decoder.layers.0.self_attention.linear_qkv.weight"));
-  EXPECT_THAT(std::string(st.message()), HasSubstr("as MXFP8"));
-  EXPECT_THAT(std::string(st.message()), HasSubstr("the engine as NVFP4"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("(rank 0, parameter decoder."));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("as format mxfp8 codes"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("the engine as format nvfp4 codes"));
   st = PlanOf("tiny-qwen3-fp4", "megatron:tp=1,gtp=2,weights=nvfp4", "vllm:tp=1");
-  EXPECT_THAT(std::string(st.message()), HasSubstr("as NVFP4"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("as format nvfp4 codes"));
   EXPECT_THAT(std::string(st.message()), HasSubstr("the engine as bf16"));
   st = PlanOf("tiny-qwen3-fp4", "megatron:tp=1,weights=nvfp4", "vllm:tp=1,quant=mxfp8");
-  EXPECT_THAT(std::string(st.message()), HasSubstr("the engine as MXFP8"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("the engine as format mxfp8 codes"));
 }
 
 TEST(GtpRefusalTest, PerShardAmaxIsRefusedWhereTheEngineKeepsOneGlobalScale) {

@@ -8,22 +8,29 @@ refit.vllm adds the detected quant= and kernel=; an FSDP trainer of two
 ranks sends BF16 weights through vLLM's trainer factory. After each round
 every engine byte equals lowp_reference.py's statement of vLLM's bytes
 (codes, block scales, swizzled where the kernel reads them so, global
-scales), the NVFP4 alphas are recomputed from the new global scales, and
+scales), the plan refitd builds for the detected convention is the one
+`refit plan` builds for it (the same fingerprint, so the same conversions
+to the same formats), the NVFP4 alphas are recomputed from the new global
+scales, and
 what refit does not write is refused at registration by name (vLLM's
 online NVFP4 experts, shuffled for FlashInfer TRTLLM or CuteDSL, among
 them).
 
-  vllm_lowp_test.py REFITD LIBREFIT_CLIENT_SO
+  vllm_lowp_test.py REFITD LIBREFIT_CLIENT_SO REFIT_CLI
 """
 import ctypes
+import json
 import os
 import random
+import socket
+import subprocess
 import sys
+import tempfile
 import types
 import unittest
 
-REFITD, LIB = (os.path.abspath(p) for p in sys.argv[1:3])
-del sys.argv[1:3]
+REFITD, LIB, REFIT = (os.path.abspath(p) for p in sys.argv[1:4])
+del sys.argv[1:4]
 os.environ["REFIT_CLIENT_LIB"] = LIB
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -227,6 +234,19 @@ class LowPrecisionEngineTest(unittest.TestCase):
         self.assertIs(getattr(layer.quant_method.moe_quant_config,
                               "g1_alphas" if prefix == "w13_" else "g2_alphas"), held)
 
+    def cli_fingerprint(self, model, convention):
+        """The fingerprint of `refit plan` for the FSDP trainer and an engine
+        of `convention`, every rank on this host (as the members say)."""
+        host = socket.gethostname()
+        with tempfile.NamedTemporaryFile("w", suffix=".txt") as hosts:
+            hosts.write(f"trainer 0 {host}\ntrainer 1 {host}\nengine 0 {host}\n")
+            hosts.flush()
+            out = subprocess.run([REFIT, "plan", f"--model={model}", f"--trainer={TRAINER}",
+                                  f"--engine={convention}", f"--hosts={hosts.name}", "--json"],
+                                 capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return json.loads(out.stdout)["fingerprint"]
+
     def rounds(self, model, linear_method, moe_method, quant, kernel, steps=2):
         engine = engine_model(model, linear_method, moe_method)
         trainer = Trainer(model, 7)
@@ -235,6 +255,12 @@ class LowPrecisionEngineTest(unittest.TestCase):
         self.assertEqual(receiver.quant, quant)
         self.assertEqual(receiver.kernel, kernel)
         self.assertIn(f"quant={quant}", receiver.convention)
+        # The worker registered "vllm:tp=1" and its layers' format; refitd's
+        # plan is `refit plan`'s for the detected convention (its tensors'
+        # formats, its conversions), and not the BF16 engine's.
+        member = worker.weight_transfer_engine.member
+        self.assertEqual(member.info.fingerprint, self.cli_fingerprint(model, receiver.convention))
+        self.assertNotEqual(member.info.fingerprint, self.cli_fingerprint(model, "vllm:tp=1"))
         for v in range(1, steps + 1):
             if v > 1:
                 trainer.step(v)
