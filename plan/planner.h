@@ -61,11 +61,11 @@ namespace refit {
 // The bytes are identical because a dst tensor has one dtype and one set
 // of values: FP8, MXFP8 and NVFP4 codes and scales are computed on the
 // tensor's global tile grid and move as bytes, never quantized again. Source choice then follows
-// internal_plan::ChooseRelaySources (plan/internal/relays.h): without
-// hosts shared by the two sides, chains (each unit's engine ranks host by
-// host, the first fed by a trainer rank, each other by a trainer rank or
-// the rank before it, at most kMaxChainDepth hops); trees otherwise or
-// when chains predict over kChainSlack times the relay-aware bound
+// internal_plan::ChooseRelaySources (plan/internal/relays.h): chains
+// (each unit's engine ranks host by host, the first fed by a trainer rank,
+// each other by a trainer rank or the rank before it, at most
+// kMaxChainDepth hops); trees where chains predict over kChainSlack times
+// the relay-aware bound
 // (replicas on the dst rank's GPU first; one root per unit from a trainer
 // rank; every other candidate from a trainer rank or from an engine rank
 // of its unit already holding the bytes, at most kMaxRelayDepth hops).

@@ -28,19 +28,19 @@ namespace {
 
 // A Megatron-like trainer of tensor parallel size `trainer_tp` (host 0)
 // holding bf16 "w" [64, 32] (column parallel, Shard(0)), "o" [32, 64] (row
-// parallel, Shard(1)) and f32 "n" [48] (replicated); engine replicas of
-// tensor parallel sizes `tps` (in order, replica i on host hosts[i], or
+// parallel, Shard(1)) and f32 "n" [48] (replicated), `layers` times (the
+// layers after the first named "w.1", "o.1", "n.1", ...); engine replicas
+// of tensor parallel sizes `tps` (in order, replica i on host hosts[i], or
 // 1 + i when `hosts` is empty) holding the same, cut alike; with `fp8`
-// the engines hold "w" as e4m3 with its 4 x 4 block scales (Shard(0)).
+// the engines hold the "w"s as e4m3 with their 4 x 4 block scales
+// (Shard(0)).
 struct Layouts {
   SideLayout src, dst;
   std::vector<int32_t> replica_of;  // per engine rank
 };
 Layouts Make(int32_t trainer_tp, const std::vector<int32_t>& tps, bool fp8,
-             const std::vector<int32_t>& hosts = {}) {
+             const std::vector<int32_t>& hosts = {}, int32_t layers = 1) {
   Layouts l;
-  const TensorSpec w{"w", {64, 32}, DType::kBF16}, o{"o", {32, 64}, DType::kBF16},
-      n{"n", {48}, DType::kF32};
   const std::vector<Placement> col = {Placement::Shard(0)}, row = {Placement::Shard(1)},
                                rep = {Placement::Replicate()};
   l.src.world_size = trainer_tp;
@@ -48,18 +48,28 @@ Layouts Make(int32_t trainer_tp, const std::vector<int32_t>& tps, bool fp8,
   std::vector<int32_t> ranks(trainer_tp);
   for (int32_t k = 0; k < trainer_tp; ++k) ranks[k] = k;
   const Mesh tm = *Mesh::Make({"tp"}, {trainer_tp}, ranks);
-  EXPECT_TRUE(AddDenseShards(l.src, *AddTensor(l.src, w), tm, col).ok());
-  EXPECT_TRUE(AddDenseShards(l.src, *AddTensor(l.src, o), tm, row).ok());
-  EXPECT_TRUE(AddDenseShards(l.src, *AddTensor(l.src, n), tm, rep).ok());
-  const int32_t dw = *AddTensor(l.dst, fp8 ? WithFormat({"w", {64, 32}, DType::kF8E4M3},
-                                                            QuantFormat::kFp8Block,
-                                                            QuantRole::kCodes)
-                                               : w);
-  const int32_t ds =
-      fp8 ? *AddTensor(l.dst, WithFormat({ScaleTensorName("w"), {16, 8}, DType::kF32},
-                                          QuantFormat::kFp8Block, QuantRole::kScales))
-          : -1;
-  const int32_t dout = *AddTensor(l.dst, o), dn = *AddTensor(l.dst, n);
+  struct EngineTensors {
+    int32_t w, scale, o, n;
+  };
+  std::vector<EngineTensors> et;
+  for (int32_t layer = 0; layer < layers; ++layer) {
+    const std::string sfx = layer == 0 ? "" : absl::StrCat(".", layer);
+    const TensorSpec w{"w" + sfx, {64, 32}, DType::kBF16}, o{"o" + sfx, {32, 64}, DType::kBF16},
+        n{"n" + sfx, {48}, DType::kF32};
+    EXPECT_TRUE(AddDenseShards(l.src, *AddTensor(l.src, w), tm, col).ok());
+    EXPECT_TRUE(AddDenseShards(l.src, *AddTensor(l.src, o), tm, row).ok());
+    EXPECT_TRUE(AddDenseShards(l.src, *AddTensor(l.src, n), tm, rep).ok());
+    EngineTensors e;
+    e.w = *AddTensor(l.dst, fp8 ? WithFormat({w.name, {64, 32}, DType::kF8E4M3},
+                                             QuantFormat::kFp8Block, QuantRole::kCodes)
+                                : w);
+    e.scale = fp8 ? *AddTensor(l.dst, WithFormat({ScaleTensorName(w.name), {16, 8}, DType::kF32},
+                                                 QuantFormat::kFp8Block, QuantRole::kScales))
+                  : -1;
+    e.o = *AddTensor(l.dst, o);
+    e.n = *AddTensor(l.dst, n);
+    et.push_back(e);
+  }
   for (size_t i = 0; i < tps.size(); ++i) {
     ranks.clear();
     for (int32_t k = 0; k < tps[i]; ++k) ranks.push_back(l.dst.world_size + k);
@@ -68,11 +78,16 @@ Layouts Make(int32_t trainer_tp, const std::vector<int32_t>& tps, bool fp8,
     l.dst.host_of_rank.insert(l.dst.host_of_rank.end(), tps[i],
                               hosts.empty() ? 1 + static_cast<int32_t>(i) : hosts[i]);
     const Mesh m = *Mesh::Make({"tp"}, {tps[i]}, ranks);
-    const std::string at = absl::StrCat("@", i);
-    EXPECT_TRUE(AddDenseShards(l.dst, dw, m, col, "w" + at).ok());
-    if (fp8) EXPECT_TRUE(AddDenseShards(l.dst, ds, m, col, "w_scale_inv" + at).ok());
-    EXPECT_TRUE(AddDenseShards(l.dst, dout, m, row, "o" + at).ok());
-    EXPECT_TRUE(AddDenseShards(l.dst, dn, m, rep, "n" + at).ok());
+    for (size_t layer = 0; layer < et.size(); ++layer) {
+      const std::string at = absl::StrCat(layer == 0 ? "" : absl::StrCat(".", layer), "@", i);
+      const EngineTensors& e = et[layer];
+      EXPECT_TRUE(AddDenseShards(l.dst, e.w, m, col, "w" + at).ok());
+      if (fp8) {
+        EXPECT_TRUE(AddDenseShards(l.dst, e.scale, m, col, "w_scale_inv" + at).ok());
+      }
+      EXPECT_TRUE(AddDenseShards(l.dst, e.o, m, row, "o" + at).ok());
+      EXPECT_TRUE(AddDenseShards(l.dst, e.n, m, rep, "n" + at).ok());
+    }
   }
   return l;
 }
@@ -223,19 +238,64 @@ TEST(RegionRelayTest, SubRegionForwardedBeforeTheTrainersLastWave) {
   for (int64_t s : plan->stats.staging_dst) EXPECT_LE(s, o.staging_budget_bytes);
 }
 
-// Trainer and engine ranks sharing hosts (trees, not chains): the TP2
-// replica on the trainer's host still feeds the TP4 replicas sub-regions,
-// every byte lands, and the plan beats the trainer sending every copy.
-TEST(RegionRelayTest, SharedHostsTreesRelaySubRegions) {
-  Layouts l = Make(2, {2, 4, 4, 4}, /*fp8=*/false, /*hosts=*/{0, 1, 1, 2});
+// Trainer and engine ranks sharing hosts: the TP2 replica on the
+// trainer's host feeds the TP4 replicas sub-regions, every byte lands, the
+// plan beats the trainer sending every copy, and with 8 layers it is
+// within 1.05x of the relay-aware bound (the trainer's host sends out what
+// the other hosts need through its trainer and engine ranks). With one
+// layer a rank's bytes are a few 1 KiB units that no plan splits: the
+// trainer's host exports 8 quarters and "n" through 4 ranks, two of which
+// also feed the TP2 replica, so no plan beats 1.09x the bound there.
+TEST(RegionRelayTest, SharedHostsRelaySubRegions) {
+  for (int32_t layers : {1, 8}) {
+    SCOPED_TRACE(absl::StrCat(layers, " layers"));
+    Layouts l = Make(2, {2, 4, 4, 4}, /*fp8=*/false, /*hosts=*/{0, 1, 1, 2}, layers);
+    absl::StatusOr<Plan> plan = BuildPlan(l.src, l.dst, Options(true));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(testing::RunInWaveOrder(*plan), "");
+    EXPECT_FALSE(SubRegionBytes(*plan).empty());
+    EXPECT_LE(plan->stats.lower_bound_seconds, plan->stats.predicted_seconds * (1 + 1e-12));
+    EXPECT_LE(plan->stats.predicted_seconds,
+              (layers > 1 ? 1.05 : 1.2) * plan->stats.lower_bound_seconds);
+    absl::StatusOr<Plan> direct = BuildPlan(l.src, l.dst, Options(false));
+    ASSERT_TRUE(direct.ok()) << direct.status();
+    EXPECT_LT(plan->stats.predicted_seconds, direct->stats.predicted_seconds);
+  }
+}
+
+// The TP2 replica on the trainer's own GPUs (a device-local copy feeds
+// it) and TP4 replicas on two other hosts, 8 layers: the TP2 replica's
+// ranks forward what the other hosts need beside the trainer's ranks,
+// every byte lands, and the plan is within 1.05x of the relay-aware bound.
+TEST(RegionRelayTest, ReplicaOnTheTrainersGpusForwardsToOtherHosts) {
+  Layouts l = Make(2, {2, 4, 4}, /*fp8=*/false, /*hosts=*/{0, 1, 2}, /*layers=*/8);
+  l.src.gpu_of_rank = {0, 1};
+  l.dst.gpu_of_rank = {0, 1, 10, 11, 12, 13, 20, 21, 22, 23};
   absl::StatusOr<Plan> plan = BuildPlan(l.src, l.dst, Options(true));
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(testing::RunInWaveOrder(*plan), "");
-  EXPECT_FALSE(SubRegionBytes(*plan).empty());
+  int64_t forwarded_by_tp2 = 0;
+  for (const Message& m : plan->messages) {
+    if (m.relay && l.replica_of[m.src_rank] == 0) forwarded_by_tp2 += m.bytes;
+  }
+  EXPECT_GT(forwarded_by_tp2, 0);
   EXPECT_LE(plan->stats.lower_bound_seconds, plan->stats.predicted_seconds * (1 + 1e-12));
-  absl::StatusOr<Plan> direct = BuildPlan(l.src, l.dst, Options(false));
-  ASSERT_TRUE(direct.ok()) << direct.status();
-  EXPECT_LT(plan->stats.predicted_seconds, direct->stats.predicted_seconds);
+  EXPECT_LE(plan->stats.predicted_seconds, 1.05 * plan->stats.lower_bound_seconds);
+}
+
+// A small replicated tensor is received whole by one engine rank of a
+// host: under a TP4 trainer, one TP4 replica takes its quarters of "w"
+// and "o" (1 KiB each) and one of its ranks also takes "n" (192 bytes)
+// across hosts, 2240 bytes at 50 GB/s, which is both the plan's time and
+// the bound (spreading "n" over the host's 4 ranks would say 42.3 ns).
+TEST(RegionRelayTest, BoundTakesASmallReplicatedTensorWholeOnOneRank) {
+  Layouts l = Make(4, {4}, /*fp8=*/false);
+  absl::StatusOr<Plan> plan = BuildPlan(l.src, l.dst, Options(true));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(testing::RunInWaveOrder(*plan), "");
+  const double entry = (2048 + 192) / 50e9;
+  EXPECT_NEAR(plan->stats.lower_bound_seconds, entry, 1e-15);
+  EXPECT_NEAR(plan->stats.predicted_seconds, entry, 1e-15);
 }
 
 // Random mixes of TP1, TP2 and TP4 replicas under a TP1, TP2 or TP4

@@ -2,6 +2,7 @@
 #include "plan/internal/bound.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -75,6 +76,134 @@ LinkClass Faster(const CostModel& cost, LinkClass k, LinkClass other) {
   return cost.SecondsPerByte(other) < cost.SecondsPerByte(k) ? other : k;
 }
 
+// Returns, over every uncontained unit and engine host holding some of
+// its members, the least time any of those members can take when it is
+// the one taking the unit into the host: its bytes at their best
+// (`dst_load`) plus `entry_extra` for this unit. Why it bounds every plan:
+// each candidate has one source, so the members of an uncontained unit
+// form trees rooted at trainer ranks, each member fed by a trainer rank
+// or by a member of the unit fed before it. On a host, the member fed
+// first is fed by a trainer rank or by a member on another host, over a
+// link no faster than the best a trainer replica offers it (the network
+// when none shares its host), so its time is at least this. The host
+// term above spreads that extra over the host's ranks; this one does not
+// (a small replicated tensor is received whole by one rank).
+double EntryBound(const Candidates& candidates, const Units& units, const Containers& containers,
+                  const std::vector<int32_t>& slot_of, const std::vector<LinkBytes>& dst_load,
+                  const std::vector<double>& entry_extra, const CostModel& cost) {
+  std::vector<double> base(dst_load.size());
+  for (size_t d = 0; d < dst_load.size(); ++d) base[d] = cost.Seconds(dst_load[d]);
+  // Per host slot, the least entry time of the unit at hand (-1: none yet).
+  std::vector<double> least(base.size(), -1.0);
+  std::vector<int32_t> touched;
+  double bound = 0;
+  for (int32_t u = 0; u < units.size(); ++u) {
+    if (containers.Contained(u)) continue;
+    touched.clear();
+    for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) {
+      const int32_t d = candidates.cands[units.members[q]].dst_rank;
+      double& l = least[slot_of[d]];
+      if (l < 0) touched.push_back(slot_of[d]);
+      l = l < 0 ? base[d] + entry_extra[q] : std::min(l, base[d] + entry_extra[q]);
+    }
+    for (int32_t h : touched) {
+      bound = std::max(bound, least[h]);
+      least[h] = -1.0;
+    }
+  }
+  return bound;
+}
+
+// Returns the time the hosts of the trainer take to send out what the
+// other hosts need, where engine ranks share them (0 where none does, or
+// the placement is unknown): X, the bytes engine ranks on other hosts
+// need of pairwise disjoint regions (per source piece, the units with a
+// member off the trainer's hosts, by bytes descending, each kept when it
+// meets none kept before), over t trainer ranks and e engine ranks on the
+// trainer's hosts, is X c_i / (t + e (1 - c_n / c_i)), c_i the network's
+// seconds a byte and c_n the fastest link from a trainer rank to one of
+// those engine ranks. Why it bounds every plan: follow the sources back
+// from an engine rank off the trainer's hosts that needs a kept region;
+// the first hop that leaves those hosts is a send over the network (c_i)
+// by a trainer rank, or by an engine rank there that holds a region
+// containing it, which a trainer rank sent into the hosts (c_n) without
+// leaving them. Sends carry regions that contain the kept regions they
+// serve, which are disjoint, so a send costs at least their sum. With V
+// of X leaving through engine ranks, the trainer ranks spend at least
+// (X - V) c_i + V c_n and the engine ranks V c_i; the slowest of each
+// side takes at least its mean, and the larger of the two means is
+// smallest when V = e T / c_i, which gives the figure. Also at least
+// (U + X c_i) / (t + e), U the seconds of the uncontained units with
+// every member on the trainer's hosts, each over the fastest link from a
+// replica to a member: each is sent by a trainer rank into those hosts at
+// least once (no container holds it), apart from the sends that leave
+// them, so the trainer ranks spend at least U + (X - V) c_i.
+double TrainerHostsExitBound(const Candidates& candidates, const Units& units,
+                             const Containers& containers, const SideLayout& src,
+                             const SideLayout& dst, const CostModel& cost) {
+  if (!cost.placement_known() || src.world_size == 0) return 0;
+  std::vector<int32_t> trainer_hosts(src.host_of_rank.begin(), src.host_of_rank.end());
+  std::sort(trainer_hosts.begin(), trainer_hosts.end());
+  auto on_trainer_host = [&](int32_t d) {
+    return std::binary_search(trainer_hosts.begin(), trainer_hosts.end(), dst.host_of_rank[d]);
+  };
+  const double c_i = cost.SecondsPerByte(LinkClass::kInterHost);
+  double c_n = c_i;
+  int32_t engines = 0;
+  for (int32_t d = 0; d < dst.world_size; ++d) {
+    if (!on_trainer_host(d)) continue;
+    ++engines;
+    for (int32_t r = 0; r < src.world_size; ++r) {
+      c_n = std::min(c_n, cost.SecondsPerByte(cost.ClassOf(r, d)));
+    }
+  }
+  if (engines == 0) return 0;
+  // (piece, -bytes, unit) of the units with a member off the trainer's
+  // hosts.
+  std::vector<std::tuple<std::pair<int32_t, int32_t>, int64_t, int32_t>> off;
+  const std::vector<Candidate>& cands = candidates.cands;
+  double stay = 0;  // U
+  for (int32_t u = 0; u < units.size(); ++u) {
+    bool leaves = false;
+    for (int32_t q = units.first[u]; q < units.first[u + 1] && !leaves; ++q) {
+      leaves = !on_trainer_host(cands[units.members[q]].dst_rank);
+    }
+    const Candidate& c = cands[units.members[units.first[u]]];
+    if (leaves) {
+      off.emplace_back(std::make_pair(c.src_tensor, c.piece), -c.bytes, u);
+    } else if (!containers.Contained(u)) {
+      double spb = c_i;
+      for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) {
+        for (int32_t r : candidates.PieceOf(c).ranks) {
+          spb = std::min(spb, cost.SecondsPerByte(cost.ClassOf(r, cands[units.members[q]].dst_rank)));
+        }
+      }
+      stay += static_cast<double>(c.bytes) * spb;
+    }
+  }
+  std::sort(off.begin(), off.end());
+  int64_t x = 0;
+  std::vector<Box> kept;
+  for (size_t i = 0; i < off.size();) {
+    kept.clear();
+    size_t j = i;
+    for (; j < off.size() && std::get<0>(off[j]) == std::get<0>(off[i]); ++j) {
+      if (static_cast<int32_t>(kept.size()) >= kMaxContainerSearch) continue;
+      const Candidate& c = cands[units.members[units.first[std::get<2>(off[j])]]];
+      Box region = Intersect(candidates.PieceOf(c).box, dst.records[c.dst_record].box);
+      bool meets = false;
+      for (const Box& k : kept) meets = meets || Intersects(k, region);
+      if (meets) continue;
+      kept.push_back(std::move(region));
+      x -= std::get<1>(off[j]);
+    }
+    i = j;
+  }
+  const double exits = static_cast<double>(x) * c_i;
+  return std::max(exits / (src.world_size + engines * (1 - c_n / c_i)),
+                  (stay + exits) / (src.world_size + engines));
+}
+
 }  // namespace
 
 double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
@@ -118,6 +247,10 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
   // Per member of the unit at hand: (host slot, its best seconds, the best
   // seconds a trainer replica offers it).
   std::vector<std::tuple<int32_t, double, double>> per_member;
+  // Per member (units.members order) of an uncontained unit: the seconds
+  // it takes over its best when it is the one taking the unit into its
+  // host (the trainer replica's link instead of its best); 0 otherwise.
+  std::vector<double> entry_extra(units.members.size(), 0.0);
   for (int32_t u = 0; u < units.size(); ++u) {
     const int32_t* b = units.members.data() + units.first[u];
     const int32_t* e = units.members.data() + units.first[u + 1];
@@ -147,6 +280,7 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
       }
       dst_load[d].Add(best, bytes);
       per_member.emplace_back(slot_of[d], bytes * cost.SecondsPerByte(best), from_trainer);
+      entry_extra[m - units.members.data()] = from_trainer - std::get<1>(per_member.back());
     }
     // On each host one member takes the bytes from a trainer rank or from
     // another host (no faster than the best trainer replica offers it); the
@@ -172,7 +306,9 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
   for (size_t h = 0; h < host_seconds.size(); ++h) {
     bound = std::max(bound, host_seconds[h] / ranks_on[h]);
   }
-  return bound;
+  bound = std::max(bound, TrainerHostsExitBound(candidates, units, containers, src, dst, cost));
+  return std::max(bound, EntryBound(candidates, units, containers, slot_of, dst_load,
+                                    entry_extra, cost));
 }
 
 }  // namespace internal_plan

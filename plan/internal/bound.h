@@ -25,7 +25,13 @@ double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
 // ranks spend receiving together, over their number (on a host, one
 // engine rank of each uncontained unit takes its bytes from a trainer
 // rank or across hosts, no faster than the best trainer replica offers
-// it; the others at their best); and the trainer side's terms of
+// it; the others at their best); per engine host and uncontained unit,
+// the least time of a member there that takes the unit into the host
+// (its bytes at their best, this unit's over the trainer replica's link:
+// a unit is received whole by one rank); where engine ranks share the
+// trainer's hosts, the time those hosts' trainer and engine ranks take to
+// send out the distinct bytes the other hosts need (the trainer ranks
+// also feeding the engine ranks there); and the trainer side's terms of
 // SenderLowerBound counting each uncontained unit (each distinct byte)
 // once, over the fastest link from a replica to any engine rank of the
 // unit (a contained unit's bytes may all come from engine ranks holding

@@ -198,10 +198,9 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
     max_depth = std::max<int32_t>(max_depth, depth_at[q]);
     loads.AddRelay(rank_at[f], rank_at[q], bytes);
   };
-  // Chains (see relays.h): without hosts shared by the two sides. A
-  // unit's chain: its members by host (unknown placement: by rank), on a
-  // host by rank turned by the unit's index (so that units enter a host
-  // through each of its ranks in turn).
+  // Chains (see relays.h). A unit's chain: its members by host (unknown
+  // placement: by rank), on a host by rank turned by the unit's index (so
+  // that units enter a host through each of its ranks in turn).
   auto chain_host = [&](int32_t r) { return cost.placement_known() ? cost.EngineHost(r) : r; };
   const Loads before = loads;
   const std::vector<char> fed_before = fed;
@@ -213,19 +212,34 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
     int32_t max_depth;
   };
   std::optional<Chains> chains;
-  if (!shared_hosts) {
+  {
+    // With hosts shared by the two sides: members fed on their own GPU
+    // first, then the hosts the trainer shares, then the others.
+    std::vector<char> trainer_host;
+    if (shared_hosts) {
+      for (int32_t r = 0; r < dst.world_size; ++r) {
+        bool t = false;
+        for (int32_t h : src.host_of_rank) t = t || h == dst.host_of_rank[r];
+        trainer_host.push_back(t);
+      }
+    }
+    auto chain_key = [&](int32_t x) {
+      const int32_t r = rank_at[x];
+      const int32_t group = !shared_hosts ? 0 : fed[x] ? 0 : trainer_host[r] ? 1 : 2;
+      return std::make_tuple(group, chain_host(r), r);
+    };
     std::vector<int32_t> chain(mem.size());
     for (int32_t u = 0; u < units.size(); ++u) {
       const auto b = chain.begin() + units.first[u], e = chain.begin() + units.first[u + 1];
       std::iota(b, e, units.first[u]);
-      auto before_in_chain = [&](int32_t x, int32_t y) {
-        return std::make_pair(chain_host(rank_at[x]), rank_at[x]) <
-               std::make_pair(chain_host(rank_at[y]), rank_at[y]);
-      };
+      auto before_in_chain = [&](int32_t x, int32_t y) { return chain_key(x) < chain_key(y); };
       if (!std::is_sorted(b, e, before_in_chain)) std::sort(b, e, before_in_chain);
       for (auto i = b; i != e;) {
         auto j = i + 1;
-        while (j != e && chain_host(rank_at[*j]) == chain_host(rank_at[*i])) ++j;
+        while (j != e && !fed[*i] && !fed[*j] &&
+               chain_host(rank_at[*j]) == chain_host(rank_at[*i])) {
+          ++j;
+        }
         std::rotate(i, i + u % (j - i), j);
         i = j;
       }
@@ -238,6 +252,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
         const auto& [neg_bytes, unused, u] = order[t];
         const std::vector<int32_t>& ranks = *info[u].ranks;
         const int32_t root = chain[units.first[u]];
+        if (fed[root]) continue;
         Option best;
         int32_t best_k = -1, best_h = -1;
         for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
@@ -260,6 +275,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
         const std::vector<int32_t>& ranks = *info[u].ranks;
         for (int32_t i = units.first[u] + 1; i < units.first[u + 1]; ++i) {
           const int32_t q = chain[i], f = chain[i - 1], d = rank_at[q];
+          if (fed[q]) continue;
           const bool relay = depth_at[f] < kMaxChainDepth;
           Option best;
           if (relay) best = loads.Relay(rank_at[f], d, bytes, depth_at[f] + 1, floor);

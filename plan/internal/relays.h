@@ -56,10 +56,12 @@ struct Sources {
 // relay-aware bound, or the slowest rank so far): options whose larger
 // time is under the floor count as equal, then the faster link, the
 // shorter depth (trainer first) and the less loaded ranks win.
-// Chains, when no trainer rank shares a host with an engine rank: each
-// unit's members in chain order (by host in order of host index, unknown
-// placement: by rank; on a host by rank, turned by the unit's index so
-// that units enter a host through each of its ranks in turn). Every
+// Chains: each unit's members in chain order (by host in order of host
+// index, unknown placement: by rank; on a host by rank, turned by the
+// unit's index so that units enter a host through each of its ranks in
+// turn; where trainer and engine ranks share hosts, members fed by a
+// replica on their own GPU first (step 1 below), then the hosts the
+// trainer shares, then the others). Every
 // chain's first member is fed by a trainer replica first (units by bytes
 // descending, then first dst record); then each other member, in chain
 // order, by a trainer replica or by the member before it, which holds the
@@ -69,9 +71,8 @@ struct Sources {
 // forwards to one next rank: inside its host first, then one rank of the
 // next host, so every link carries each byte once and a pipelined
 // schedule keeps every link busy (relay_messages.h).
-// Trees, when hosts are shared or the chains' slowest rank is over
-// kChainSlack times the bound (the chains stay where the trees come out
-// slower):
+// Trees, when the chains' slowest rank is over kChainSlack times the
+// bound (the chains stay where the trees come out slower):
 //  1. A candidate with a replica on its dst rank's GPU takes it (the
 //     least loaded one of those), as in BalanceReplicas.
 //  2. Roots: every unit none of whose candidates was fed by step 1 gets
