@@ -21,29 +21,78 @@ __device__ inline uint32_t DeltaMaskWord(const uint8_t* mask, int64_t mask_bytes
   return x;
 }
 
-__global__ void TileScanKernel(const uint32_t* counts, int64_t n, uint64_t* offsets,
-                               uint64_t* total) {
-  __shared__ uint64_t sums[1024];
-  const int t = threadIdx.x;
-  const int64_t per = (n + 1023) / 1024;
-  const int64_t lo = min(n, t * per);
-  const int64_t hi = min(n, lo + per);
-  uint64_t s = 0;
-  for (int64_t i = lo; i < hi; ++i) s += counts[i];
-  sums[t] = s;
-  __syncthreads();
-  for (int o = 1; o < 1024; o <<= 1) {
-    const uint64_t v = t >= o ? sums[t - o] : 0;
+// One block of 1024 threads. A pass takes kScanRows rows of 1024 counts,
+// one count a thread a row (coalesced loads, all of a pass's in flight at
+// once); each row's warps scan their 32 counts by shuffles, the pass's
+// (row, warp) sums are scanned once, and each count's offset is its warp's
+// base plus its rank in the warp (coalesced stores).
+constexpr int kScanRows = 16;
+
+__global__ void __launch_bounds__(1024) TileScanKernel(const uint32_t* counts, int64_t n,
+                                                       uint64_t* offsets, uint64_t* total) {
+  __shared__ uint64_t part[kScanRows * 32];  // per (row, warp): its sum, then its base
+  __shared__ uint64_t row_base[32];
+  __shared__ uint64_t pass_sum;
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  uint64_t carry = 0;  // the passes before this one
+  for (int64_t base = 0; base < n; base += kScanRows * 1024) {
+    uint32_t v[kScanRows];
+#pragma unroll
+    for (int k = 0; k < kScanRows; ++k) {
+      const int64_t i = base + k * 1024 + t;
+      v[k] = i < n ? counts[i] : 0u;
+    }
+#pragma unroll
+    for (int k = 0; k < kScanRows; ++k) {  // inclusive, in the warp
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t y = __shfl_up_sync(0xffffffffu, v[k], o);
+        if (lane >= o) v[k] += y;
+      }
+    }
+    if (lane == 31) {
+#pragma unroll
+      for (int k = 0; k < kScanRows; ++k) part[k * 32 + warp] = v[k];
+    }
     __syncthreads();
-    sums[t] += v;
+    // Thread t < kScanRows * 32 holds (row t / 32, warp t % 32): row-major
+    // is the counts' order.
+    uint64_t e = 0, inc = 0;
+    if (t < kScanRows * 32) {
+      e = part[t];
+      inc = e;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint64_t y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += y;
+      }
+      if (lane == 31) row_base[warp] = inc;  // the row's sum
+    }
     __syncthreads();
+    if (warp == 0) {
+      const uint64_t r = lane < kScanRows ? row_base[lane] : 0;
+      uint64_t rinc = r;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint64_t y = __shfl_up_sync(0xffffffffu, rinc, o);
+        if (lane >= o) rinc += y;
+      }
+      row_base[lane] = rinc - r;
+      if (lane == 31) pass_sum = rinc;
+    }
+    __syncthreads();
+    if (t < kScanRows * 32) part[t] = carry + row_base[warp] + inc - e;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kScanRows; ++k) {
+      const uint32_t before = __shfl_up_sync(0xffffffffu, v[k], 1);
+      const int64_t i = base + k * 1024 + t;
+      if (i < n) offsets[i] = part[k * 32 + warp] + (lane == 0 ? 0u : before);
+    }
+    carry += pass_sum;
+    __syncthreads();  // part, row_base and pass_sum are the next pass's
   }
-  uint64_t run = t > 0 ? sums[t - 1] : 0;
-  for (int64_t i = lo; i < hi; ++i) {
-    offsets[i] = run;
-    run += counts[i];
-  }
-  if (t == 1023) *total = sums[1023];
+  if (t == 0) *total = carry;
 }
 
 // ---- Batched over a wave's messages (WaveMsg / WaveTile rows).
@@ -238,16 +287,25 @@ __device__ inline void WaveGatherTileWarp(const WaveMsg& m, int64_t tile, int64_
 
 // One tile a warp: the gather is bound by memory latency, not bandwidth,
 // so as many tiles as possible wait at once.
+// The rows and headers are read where they are (__grid_constant__: the
+// launch's parameters, not a copy of them per thread).
 __global__ void __launch_bounds__(kDeltaThreads) WaveGatherKernel(
-    const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, const uint32_t* mask,
+    const __grid_constant__ WaveRows rows, int64_t num_tiles, const uint32_t* mask,
     const uint32_t* tile_counts, const uint64_t* tile_offsets, const uint8_t* vals,
-    const uint32_t* idx) {
+    const uint32_t* idx, const __grid_constant__ WaveHeaders headers) {
+  // The wave's headers to their place.
+  const uint8_t* hsrc = headers.device != nullptr ? headers.device : headers.inline_bytes;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < headers.bytes;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    headers.out[i] = hsrc[i];
+  }
   const int64_t g = static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / 32) + (threadIdx.x >> 5);
   if (g >= num_tiles) return;  // a whole warp
   // Each warp's tile mask, where it is built from the tile's indices.
   __shared__ uint32_t smasks[kDeltaThreads / 32][kWaveMaskWordsPerTile];
   uint32_t* sm = smasks[threadIdx.x >> 5];
-  const WaveMsg m = msgs[WaveFindMsg(msgs, num_msgs, g)];
+  const WaveMsg* msgs = rows.device != nullptr ? rows.device : rows.inline_rows;
+  const WaveMsg m = msgs[WaveFindMsg(msgs, rows.num, g)];
   const int64_t t = g - m.first_tile;
   switch (m.word) {
     case 1: WaveGatherTileWarp<1>(m, t, g, mask, tile_counts, tile_offsets, vals, idx, sm); break;
@@ -423,15 +481,17 @@ void LaunchTileScan(const uint32_t* tile_counts, int64_t num_tiles, uint64_t* ti
   TileScanKernel<<<1, 1024, 0, stream>>>(tile_counts, num_tiles, tile_offsets, total);
 }
 
-void LaunchWaveGather(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
-                      const uint32_t* mask, const uint32_t* tile_counts,
-                      const uint64_t* tile_offsets, const uint8_t* vals, const uint32_t* idx,
+void LaunchWaveGather(const WaveRows& msgs, int64_t num_tiles, const uint32_t* mask,
+                      const uint32_t* tile_counts, const uint64_t* tile_offsets,
+                      const uint8_t* vals, const uint32_t* idx, const WaveHeaders& headers,
                       cudaStream_t stream) {
-  if (num_tiles == 0 || num_msgs == 0) return;
+  if (msgs.num == 0) num_tiles = 0;  // the headers alone
+  if (num_tiles == 0 && headers.bytes == 0) return;
   const int64_t per_block = kDeltaThreads / 32;
-  const auto blocks = static_cast<unsigned int>((num_tiles + per_block - 1) / per_block);
-  WaveGatherKernel<<<blocks, kDeltaThreads, 0, stream>>>(msgs, num_msgs, num_tiles, mask,
-                                                        tile_counts, tile_offsets, vals, idx);
+  const int64_t need = (num_tiles + per_block - 1) / per_block;
+  const auto blocks = static_cast<unsigned int>(need > 0 ? need : 1);
+  WaveGatherKernel<<<blocks, kDeltaThreads, 0, stream>>>(msgs, num_tiles, mask, tile_counts,
+                                                        tile_offsets, vals, idx, headers);
 }
 
 void LaunchWaveApplyCount(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,

@@ -65,6 +65,31 @@ struct WaveTile {
 };
 static_assert(sizeof(WaveMsg) == 72 && sizeof(WaveTile) == 8, "copied as bytes");
 
+// A wave's message rows as a kernel sees them: up to kWaveInlineMsgs ride
+// in the launch's own parameters (nothing to upload before the kernel;
+// parameters past 4 KiB need CUDA 12.1 and Volta or newer), more are read
+// from device memory.
+inline constexpr int32_t kWaveInlineMsgs = 64;
+struct WaveRows {
+  const WaveMsg* device = nullptr;  // the rows in device memory; null: inline_rows
+  int32_t num = 0;
+  WaveMsg inline_rows[kWaveInlineMsgs];
+};
+// Rows `host[0, n)` in the launch (n at most kWaveInlineMsgs).
+inline WaveRows InlineWaveRows(const WaveMsg* host, int32_t n) {
+  WaveRows r;
+  r.num = n;
+  for (int32_t i = 0; i < n; ++i) r.inline_rows[i] = host[i];
+  return r;
+}
+// n rows in device memory at `device`.
+inline WaveRows DeviceWaveRows(const WaveMsg* device, int32_t n) {
+  WaveRows r;
+  r.device = device;
+  r.num = n;
+  return r;
+}
+
 // One digest run of a batch: its tiles (kDeltaTileBytes each) are
 // [first_tile, the next run's first_tile), found on the GPU as a wave's.
 struct WaveDigestRun {
@@ -88,7 +113,8 @@ inline int64_t WaveEncodeTiles(int64_t bytes) {
 // indices (kWaveIndexSlots u32 a tile); the mask of changed words only for
 // a tile with more than kWaveSlotsCap<word> of them (any other tile's mask
 // is its indices' bits: LaunchWaveGather builds it); each tile's count is
-// added to totals[its message] (u64, zeroed by the caller). Past a message's end both sides read as zeros. Verified
+// added to totals[its message]. Past a message's end both sides read as
+// zeros. Verified
 // rounds: when `sums` is given, the bytes of each message with a
 // digest_slot are digested into sums[digest_slot] in the same read.
 // The kernel is a persistent grid of warps (every SM full), one 32 KiB
@@ -102,8 +128,12 @@ inline int64_t WaveEncodeTiles(int64_t bytes) {
 int WaveMaskBlocks(int device, bool digest = false);
 // Where the mask pass writes: per tile of the batch its kWaveMaskWordsPerTile
 // mask words, its count, its changed values and their indices; per message
-// its total (zeroed by the caller); `claim`: a zeroed counter for the
-// warps' tile claims (required).
+// its total in `totals_out`: host memory the device writes (pinned; with
+// unified addressing its host pointer), written by the kernel's last warp,
+// so the totals are on the host when the kernel ends (no copy after it).
+// `totals` (a u64 a message) and `claim` (two u64: the warps' tile claims,
+// the warps done) are the kernel's counters: zeroed before its first
+// launch, it leaves them zeroed (a next count on them needs no memset).
 struct WaveMaskOut {
   uint32_t* mask = nullptr;
   uint32_t* tile_counts = nullptr;
@@ -111,18 +141,29 @@ struct WaveMaskOut {
   uint32_t* idx = nullptr;
   uint64_t* totals = nullptr;
   unsigned long long* claim = nullptr;
+  uint64_t* totals_out = nullptr;
 };
-void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
-                    const WaveMaskOut& out, cudaStream_t stream,
-                    unsigned long long* sums = nullptr);
+void LaunchWaveMask(const WaveRows& msgs, int64_t num_tiles, const WaveMaskOut& out,
+                    cudaStream_t stream, unsigned long long* sums = nullptr);
 // Encode, pass 2: each kIndices / kBitmask message's payload at its `out`
 // (dense messages: nothing); values from `vals` where the tile's fitted,
 // else (or with vals null) read again from the current bytes; indices from
 // `idx` where the tile's fitted, else from the mask. `idx` is required: a
 // tile's mask is built from its indices where the mask pass wrote none.
-void LaunchWaveGather(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
-                      const uint32_t* mask, const uint32_t* tile_counts,
-                      const uint64_t* tile_offsets, const uint8_t* vals, const uint32_t* idx,
+// It also copies the wave's headers to their place (WaveHeaders).
+//
+// The wave's headers for the gather: up to kWaveInlineHeaderBytes in the
+// launch's parameters, more from device memory (uploaded with the rows).
+inline constexpr int64_t kWaveInlineHeaderBytes = 32 * kWaveInlineMsgs;
+struct WaveHeaders {
+  const uint8_t* device = nullptr;  // the bytes in device memory; null: inline_bytes
+  uint8_t* out = nullptr;           // where they go (device memory)
+  int64_t bytes = 0;
+  uint8_t inline_bytes[kWaveInlineHeaderBytes];
+};
+void LaunchWaveGather(const WaveRows& msgs, int64_t num_tiles, const uint32_t* mask,
+                      const uint32_t* tile_counts, const uint64_t* tile_offsets,
+                      const uint8_t* vals, const uint32_t* idx, const WaveHeaders& headers,
                       cudaStream_t stream);
 // Apply, pass 1: bitmask tiles' set bits into tile_counts; kIndices tiles'
 // indices checked (bad[msg] and *bad_any set for one out of range or not

@@ -6,6 +6,7 @@
 // message's total.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "exec/delta/cuda/delta_device.cuh"
@@ -207,32 +208,58 @@ constexpr int kWarpSlotsBytes = static_cast<int>(kWaveValueBytesPerTile + kWaveI
 constexpr int kMaskSmemBytes = (kDeltaThreads / 32) * kWarpSlotsBytes;
 
 // A persistent grid (as many blocks as fit on the device at once); each
-// warp claims its next tile from `claim` (a counter the caller zeroed) by
-// one atomic, so a block that becomes resident late (the SMs held by
-// another kernel, NCCL's or a gather) finds the tiles taken by the warps
-// at work rather than a share of its own to do after them. Blocks an SM:
-// four (eight warps each), three where the digest needs more registers.
+// warp claims its next tile from claim[0] by one atomic, so a block that
+// becomes resident late (the SMs held by another kernel, NCCL's or a
+// gather) finds the tiles taken by the warps at work rather than a share
+// of its own to do after them. Blocks an SM: four (eight warps each),
+// three where the digest needs more registers. The rows are read where
+// they are (__grid_constant__: the launch's parameters, not a copy of
+// them per thread). The last warp to run out of tiles (claim[1] counts
+// them) writes the totals to totals_out and zeroes the counters.
 template <bool kDigest>
 __global__ void __launch_bounds__(kDeltaThreads, kDigest ? 3 : 4) WaveMaskSweepKernel(
-    const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles, uint32_t* mask,
+    const __grid_constant__ WaveRows rows, int64_t num_tiles, uint32_t* mask,
     uint32_t* tile_counts, uint8_t* vals, uint32_t* idx, uint64_t* totals,
-    unsigned long long* sums, unsigned long long* claim) {
+    unsigned long long* sums, unsigned long long* claim, uint64_t* totals_out) {
   extern __shared__ __align__(16) uint8_t smem_slots[];
   uint8_t* svals = smem_slots + (threadIdx.x >> 5) * kWarpSlotsBytes;
   uint32_t* sidx = reinterpret_cast<uint32_t*>(svals + kWaveValueBytesPerTile);
-  auto next = [claim]() -> int64_t {
+  const WaveMsg* msgs = rows.device != nullptr ? rows.device : rows.inline_rows;
+  const int lane = threadIdx.x & 31;
+  auto next = [claim, lane]() -> int64_t {
     unsigned long long x = 0;
-    if ((threadIdx.x & 31) == 0) x = atomicAdd(claim, 1ull);
+    if (lane == 0) x = atomicAdd(claim, 1ull);
     return static_cast<int64_t>(__shfl_sync(0xffffffffu, x, 0));
   };
   for (int64_t g = next(); g < num_tiles; g = next()) {
-    WaveMaskWarpAt<kDigest>(msgs, WaveFindMsg(msgs, num_msgs, g), g, mask, tile_counts, vals,
+    WaveMaskWarpAt<kDigest>(msgs, WaveFindMsg(msgs, rows.num, g), g, mask, tile_counts, vals,
                             idx, totals, sums, svals, sidx);
+  }
+  // Lane 0 added the warp's counts to the totals: fenced before the warp
+  // counts itself done.
+  unsigned long long done = 0;
+  if (lane == 0) {
+    __threadfence();
+    done = atomicAdd(claim + 1, 1ull);
+  }
+  done = __shfl_sync(0xffffffffu, done, 0);
+  const unsigned long long warps = static_cast<unsigned long long>(gridDim.x) * (blockDim.x / 32);
+  if (done + 1 != warps) return;
+  // Every other warp is done: the totals are whole, and no warp claims again.
+  __threadfence();
+  for (int32_t i = lane; i < rows.num; i += 32) {
+    const uint64_t t = atomicExch(reinterpret_cast<unsigned long long*>(totals + i), 0ull);
+    if (totals_out != nullptr) totals_out[i] = t;
+  }
+  __threadfence_system();  // the totals on the host before the kernel ends
+  if (lane == 0) {
+    atomicExch(claim, 0ull);
+    atomicExch(claim + 1, 0ull);
   }
 }
 
-using MaskKernel = void (*)(const WaveMsg*, int32_t, int64_t, uint32_t*, uint32_t*, uint8_t*,
-                            uint32_t*, uint64_t*, unsigned long long*, unsigned long long*);
+using MaskKernel = void (*)(WaveRows, int64_t, uint32_t*, uint32_t*, uint8_t*, uint32_t*,
+                            uint64_t*, unsigned long long*, unsigned long long*, uint64_t*);
 
 MaskKernel PickMaskKernel(bool digest) {
   return digest ? WaveMaskSweepKernel<true> : WaveMaskSweepKernel<false>;
@@ -256,26 +283,42 @@ int ResidentBlocks(int device, MaskKernel k) {
   return sms * per_sm;
 }
 
-}  // namespace
+// ResidentBlocks, asked once per device and kernel (its shared memory
+// allowed by then): the launch on a count's path makes no queries. 0 (asked
+// again next time) when the device cannot say.
+constexpr int kCachedDevices = 64;
+std::atomic<int> resident_cache[2][kCachedDevices];
 
-int WaveMaskBlocks(int device, bool digest) {
-  return ResidentBlocks(device, PickMaskKernel(digest));
+int CachedResidentBlocks(int device, bool digest) {
+  if (device < 0 || device >= kCachedDevices) return ResidentBlocks(device, PickMaskKernel(digest));
+  std::atomic<int>& c = resident_cache[digest ? 1 : 0][device];
+  int n = c.load(std::memory_order_acquire);
+  if (n > 0) return n;
+  n = ResidentBlocks(device, PickMaskKernel(digest));
+  if (n > 0) c.store(n, std::memory_order_release);
+  return n;
 }
 
-void LaunchWaveMask(const WaveMsg* msgs, int32_t num_msgs, int64_t num_tiles,
-                    const WaveMaskOut& out, cudaStream_t stream, unsigned long long* sums) {
-  if (num_tiles == 0 || num_msgs == 0) return;
+}  // namespace
+
+int WaveMaskBlocks(int device, bool digest) { return CachedResidentBlocks(device, digest); }
+
+void LaunchWaveMask(const WaveRows& msgs, int64_t num_tiles, const WaveMaskOut& out,
+                    cudaStream_t stream, unsigned long long* sums) {
+  if (num_tiles == 0 || msgs.num == 0) return;
   const int64_t warps_per_block = kDeltaThreads / 32;
-  const MaskKernel k = PickMaskKernel(sums != nullptr);
+  const bool digest = sums != nullptr;
+  const MaskKernel k = PickMaskKernel(digest);
   const int64_t need = (num_tiles + warps_per_block - 1) / warps_per_block;
   int device = 0;
   int grid = 0;
-  if (cudaGetDevice(&device) == cudaSuccess) grid = ResidentBlocks(device, k);
+  if (cudaGetDevice(&device) == cudaSuccess) grid = CachedResidentBlocks(device, digest);
   const int64_t blocks = grid > 0 && grid < need ? grid : need;
-  if (AllowSmem(k) != cudaSuccess) return;  // the launch error stays for cudaGetLastError
+  // Without a cached grid the shared memory may not be allowed yet.
+  if (grid == 0 && AllowSmem(k) != cudaSuccess) return;  // the error stays for cudaGetLastError
   k<<<static_cast<unsigned int>(blocks), kDeltaThreads, kMaskSmemBytes, stream>>>(
-      msgs, num_msgs, num_tiles, out.mask, out.tile_counts, out.vals, out.idx, out.totals, sums,
-      out.claim);
+      msgs, num_tiles, out.mask, out.tile_counts, out.vals, out.idx, out.totals, sums, out.claim,
+      out.totals_out);
 }
 
 }  // namespace refit

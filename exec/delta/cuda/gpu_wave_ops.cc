@@ -93,16 +93,14 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   REFIT_RETURN_IF_ERROR(AddDigest(lane, other_runs, deadline));
   c.counting = true;
   l->started.push_back(si);
-  if (msgs.empty()) return absl::OkStatus();
-  const int64_t mb = c.num_msgs * sizeof(WaveMsg);
+  c.msgs = std::move(msgs);
+  if (c.msgs.empty()) return absl::OkStatus();
   cudaStream_t codec = l->codec;
   if (!origin_set_) {
     times_.origin = absl::Now();
     REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(origin_, codec));
     origin_set_ = true;
   }
-  REFIT_RETURN_IF_ERROR(c.table_h.Reserve(mb, "tables", &retired_));
-  REFIT_RETURN_IF_ERROR(c.table.Reserve(mb, "tables", &retired_));
   REFIT_RETURN_IF_ERROR(
       c.mask.Reserve(c.num_tiles * kWaveMaskWordsPerTile * 4, "mask", &retired_));
   REFIT_RETURN_IF_ERROR(
@@ -110,22 +108,34 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   REFIT_RETURN_IF_ERROR(c.idx.Reserve(c.num_tiles * kWaveIndexSlots * 4, "indices", &retired_));
   REFIT_RETURN_IF_ERROR(c.counts.Reserve(c.num_tiles * 4, "tile counts", &retired_));
   REFIT_RETURN_IF_ERROR(c.offsets.Reserve(c.num_tiles * 8 + 8, "tile offsets", &retired_));
-  // The totals, then the mask kernel's tile claims (LaunchWaveMask).
-  REFIT_RETURN_IF_ERROR(c.totals.Reserve(c.num_msgs * 8 + 8, "totals", &retired_));
+  // The totals, then the mask kernel's two counters (LaunchWaveMask): the
+  // kernel leaves them zeroed, a block of its own is zeroed once.
+  const char* had = c.totals.p;
+  REFIT_RETURN_IF_ERROR(c.totals.Reserve(c.num_msgs * 8 + 16, "totals", &retired_));
+  if (c.totals.p != had) {
+    REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(c.totals.p, 0, c.totals.cap, codec));
+  }
   REFIT_RETURN_IF_ERROR(c.totals_h.Reserve(c.num_msgs * 8, "totals", &retired_));
-  std::memcpy(c.table_h.p, msgs.data(), mb);
-  const auto* dmsgs = reinterpret_cast<const WaveMsg*>(c.table.p);
   const auto nm = static_cast<int32_t>(c.num_msgs);
-  auto* counts = reinterpret_cast<uint32_t*>(c.counts.p);
-  // The slot's last encode is done (waited above): its rows and totals may
-  // be written beside the count running now.
-  REFIT_RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->upload));
-  auto* totals = reinterpret_cast<uint64_t*>(c.totals.p);
-  REFIT_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(totals, 0, c.num_msgs * 8 + 8, l->upload));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.uploaded, l->upload));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(codec, c.uploaded, 0));
+  WaveRows rows;
+  if (nm <= kWaveInlineMsgs) {
+    rows = InlineWaveRows(c.msgs.data(), nm);  // in the launch: nothing to upload
+  } else {
+    // The slot's last encode is done (waited above): its rows may be
+    // written beside the count running now.
+    const int64_t mb = c.num_msgs * sizeof(WaveMsg);
+    REFIT_RETURN_IF_ERROR(c.table_h.Reserve(mb, "tables", &retired_));
+    REFIT_RETURN_IF_ERROR(c.table.Reserve(mb, "tables", &retired_));
+    std::memcpy(c.table_h.p, c.msgs.data(), mb);
+    REFIT_RETURN_IF_CUDA_ERROR(
+        cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->upload));
+    REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.uploaded, l->upload));
+    REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(codec, c.uploaded, 0));
+    rows = DeviceWaveRows(reinterpret_cast<const WaveMsg*>(c.table.p), nm);
+  }
   REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.began, codec));
+  auto* counts = reinterpret_cast<uint32_t*>(c.counts.p);
+  auto* totals = reinterpret_cast<uint64_t*>(c.totals.p);
   WaveMaskOut out;
   out.mask = reinterpret_cast<uint32_t*>(c.mask.p);
   out.tile_counts = counts;
@@ -133,16 +143,16 @@ absl::Status GpuWaveOps::StartCount(int32_t lane, absl::Span<const EncodeItem> i
   out.idx = reinterpret_cast<uint32_t*>(c.idx.p);
   out.totals = totals;
   out.claim = reinterpret_cast<unsigned long long*>(totals + c.num_msgs);
-  LaunchWaveMask(dmsgs, nm, c.num_tiles, out, codec,
+  // Pinned host memory, written by the kernel (unified addressing: the
+  // host pointer is the device's).
+  out.totals_out = reinterpret_cast<uint64_t*>(c.totals_h.p);
+  LaunchWaveMask(rows, c.num_tiles, out, codec,
                  any_fused ? reinterpret_cast<unsigned long long*>(sums_.p) : nullptr);
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.masked, codec));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->download, c.masked, 0));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(c.totals_h.p, c.totals.p, c.num_msgs * 8,
-                                             cudaMemcpyDeviceToHost, l->download));
-  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.counted, l->download));
-  // The tiles' offsets for the gather, while the totals go down and the
-  // host builds the headers (off the encode's path).
+  // The totals are on the host when the kernel ends.
+  REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.counted, codec));
+  // The tiles' offsets for the gather, while the host builds the headers
+  // (off the encode's path).
   auto* offsets = reinterpret_cast<uint64_t*>(c.offsets.p);
   LaunchTileScan(counts, c.num_tiles, offsets, offsets + c.num_tiles, codec);
   REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
@@ -165,7 +175,7 @@ absl::StatusOr<std::vector<int64_t>> GpuWaveOps::FinishCount(int32_t lane, absl:
   REFIT_RETURN_IF_ERROR(Wait(c.counted, deadline, "delta count"));
   float from = 0, to = 0;
   if (cudaEventElapsedTime(&from, origin_, c.began) == cudaSuccess &&
-      cudaEventElapsedTime(&to, origin_, c.masked) == cudaSuccess) {
+      cudaEventElapsedTime(&to, origin_, c.counted) == cudaSuccess) {
     times_.count_windows.push_back({from * 1e-3, to * 1e-3});
   }
   const auto* totals = reinterpret_cast<const uint64_t*>(c.totals_h.p);
@@ -189,13 +199,12 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
       c.msg_of_item.size() != items.size()) {
     return absl::InvalidArgumentError("delta encode: items, headers and outputs disagree");
   }
-  // FinishCount waited for the count: the slot's host tables are free. The
-  // gather runs on its own stream, after the count.
-  REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->gather, c.counted, 0));
-  if (c.num_msgs > 0) REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->gather, c.scanned, 0));
+  // The gather runs on its own stream, after the count and its scan (the
+  // same stream: the scan's event covers both).
+  REFIT_RETURN_IF_CUDA_ERROR(
+      cudaStreamWaitEvent(l->gather, c.num_msgs > 0 ? c.scanned : c.counted, 0));
   REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.gathering, l->gather));
   c.encode_timed = true;
-  auto* msgs = reinterpret_cast<WaveMsg*>(c.table_h.p);
   for (size_t i = 0; i < items.size(); ++i) {
     const int32_t j = c.msg_of_item[i];
     const auto e = static_cast<DeltaEncoding>(headers[i].encoding);
@@ -203,32 +212,38 @@ absl::Status GpuWaveOps::Encode(int32_t lane, absl::Span<const EncodeItem> items
       return absl::InvalidArgumentError("delta encode: a delta needs a snapshot");
     }
     if (j < 0) continue;
-    msgs[j].encoding = static_cast<int32_t>(e);
-    msgs[j].changed = static_cast<int64_t>(headers[i].num_changed);
-    msgs[j].out = reinterpret_cast<uint8_t*>(out[i]);
+    c.msgs[j].encoding = static_cast<int32_t>(e);
+    c.msgs[j].changed = static_cast<int64_t>(headers[i].num_changed);
+    c.msgs[j].out = reinterpret_cast<uint8_t*>(out[i]);
   }
   const int64_t n = static_cast<int64_t>(items.size());
-  REFIT_RETURN_IF_ERROR(
-      c.headers_h.Reserve(std::max<int64_t>(n, 1) * kHeader, "headers", &retired_));
-  std::memcpy(c.headers_h.p, headers.data(), n * kHeader);
-  if (n > 0) {
-    REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(header_out, c.headers_h.p, n * kHeader,
-                                               cudaMemcpyHostToDevice, l->gather));
-  }
-  if (c.num_msgs > 0) {
+  const auto nm = static_cast<int32_t>(c.num_msgs);
+  WaveRows rows;
+  WaveHeaders heads;
+  heads.out = reinterpret_cast<uint8_t*>(header_out);
+  heads.bytes = n * kHeader;
+  if (nm <= kWaveInlineMsgs && heads.bytes <= kWaveInlineHeaderBytes) {
+    // Rows and headers in the gather's launch: nothing to upload.
+    rows = InlineWaveRows(c.msgs.data(), nm);
+    std::memcpy(heads.inline_bytes, headers.data(), heads.bytes);
+  } else {
+    // One upload: the rows, and behind them the headers.
     const int64_t mb = c.num_msgs * sizeof(WaveMsg);
-    REFIT_RETURN_IF_CUDA_ERROR(
-        cudaMemcpyAsync(c.table.p, c.table_h.p, mb, cudaMemcpyHostToDevice, l->gather));
-    LaunchWaveGather(reinterpret_cast<const WaveMsg*>(c.table.p),
-                     static_cast<int32_t>(c.num_msgs), c.num_tiles,
-                     reinterpret_cast<const uint32_t*>(c.mask.p),
-                     reinterpret_cast<const uint32_t*>(c.counts.p),
-                     reinterpret_cast<const uint64_t*>(c.offsets.p),
-                     reinterpret_cast<const uint8_t*>(c.vals.p),
-                     reinterpret_cast<const uint32_t*>(c.idx.p),
-                     l->gather);
-    REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
+    REFIT_RETURN_IF_ERROR(c.table_h.Reserve(mb + heads.bytes, "tables", &retired_));
+    REFIT_RETURN_IF_ERROR(c.table.Reserve(mb + heads.bytes, "tables", &retired_));
+    std::memcpy(c.table_h.p, c.msgs.data(), mb);
+    std::memcpy(c.table_h.p + mb, headers.data(), heads.bytes);
+    REFIT_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(c.table.p, c.table_h.p, mb + heads.bytes,
+                                               cudaMemcpyHostToDevice, l->gather));
+    rows = DeviceWaveRows(reinterpret_cast<const WaveMsg*>(c.table.p), nm);
+    heads.device = reinterpret_cast<const uint8_t*>(c.table.p) + mb;
   }
+  LaunchWaveGather(rows, c.num_tiles, reinterpret_cast<const uint32_t*>(c.mask.p),
+                   reinterpret_cast<const uint32_t*>(c.counts.p),
+                   reinterpret_cast<const uint64_t*>(c.offsets.p),
+                   reinterpret_cast<const uint8_t*>(c.vals.p),
+                   reinterpret_cast<const uint32_t*>(c.idx.p), heads, l->gather);
+  REFIT_RETURN_IF_CUDA_ERROR(cudaGetLastError());
   (void)deadline;
   REFIT_RETURN_IF_CUDA_ERROR(cudaEventRecord(c.encoded, l->gather));
   REFIT_RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(l->stream, c.encoded, 0));

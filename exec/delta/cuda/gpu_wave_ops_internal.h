@@ -34,24 +34,23 @@ using Mem = GrowingMemory;
 // counts and offsets, per-message totals, headers. A lane has
 // kMaxCountsInFlight of them; StartCount takes a free one.
 struct CountSlot {
-  // began/counted and gathering/encoded bound the count and the encode
-  // (timed: TakeTimes).
+  // began/counted and gathering/encoded bound the count (its mask pass,
+  // which leaves the totals on the host) and the encode (timed: TakeTimes).
   cudaEvent_t began = nullptr, counted = nullptr, gathering = nullptr, encoded = nullptr;
-  // The rows and zeroed totals uploaded; the mask pass done (before its
-  // totals reach the host); the tiles' offsets scanned (on the codec
-  // stream while the totals go down and the host builds the headers: the
-  // encode's gather waits for it, not the scan for the host).
-  cudaEvent_t uploaded = nullptr, masked = nullptr, scanned = nullptr;
+  // The rows uploaded (a wave of more rows than a launch carries); the
+  // tiles' offsets scanned (on the codec stream while the host builds the
+  // headers: the encode's gather waits for it, not the scan for the host).
+  cudaEvent_t uploaded = nullptr, scanned = nullptr;
   bool encode_timed = false;  // an encode to time once `encoded` completed
   Mem table_h{nullptr, 0, true}, table, mask, vals, idx, counts, offsets, totals,
-      totals_h{nullptr, 0, true}, headers_h{nullptr, 0, true};
+      totals_h{nullptr, 0, true};
+  std::vector<WaveMsg> msgs;  // the count's rows (the encode's, once it fills them)
   std::vector<int32_t> msg_of_item;
   std::vector<int64_t> words_of_item;  // the count's items
   bool counting = false;
   int64_t num_msgs = 0, num_tiles = 0;
   std::vector<Mem*> mems() {
-    return {&table_h, &table,  &mask,     &vals,    &idx,
-            &counts,  &offsets, &totals, &totals_h, &headers_h};
+    return {&table_h, &table, &mask, &vals, &idx, &counts, &offsets, &totals, &totals_h};
   }
 };
 
@@ -71,9 +70,10 @@ struct Lane {
   // each, delay both waves' sends and hold the SMs the gathers need.
   cudaStream_t codec = nullptr;
   bool owns_codec = false;  // lane 0
-  // Ours, beside the codec streams (shared as they are): a count's rows go
-  // up and its totals come down here, so the codec stream runs the mask
-  // passes back to back.
+  // Ours, beside the codec streams (shared as they are): the rows of a
+  // count of more messages than its launch carries go up, and received
+  // headers come down here, so the codec stream runs the mask passes back
+  // to back.
   cudaStream_t upload = nullptr, download = nullptr;
   // Ours, of the highest priority: encodes (gathers). A gather's blocks go
   // before the rest of the next wave's count, which is queued by then and
@@ -120,7 +120,7 @@ class GpuWaveOps : public DeltaWaveOps {
       for (CountSlot& c : l.slots) {
         for (Mem* m : c.mems()) m->Release();
         for (cudaEvent_t e :
-             {c.began, c.counted, c.gathering, c.encoded, c.uploaded, c.masked, c.scanned}) {
+             {c.began, c.counted, c.gathering, c.encoded, c.uploaded, c.scanned}) {
           if (e != nullptr) cudaEventDestroy(e);
         }
       }
@@ -170,7 +170,7 @@ class GpuWaveOps : public DeltaWaveOps {
       }
       l.slots.resize(kMaxCountsInFlight);
       for (CountSlot& c : l.slots) {
-        for (cudaEvent_t* e : {&c.began, &c.counted, &c.gathering, &c.encoded, &c.masked}) {
+        for (cudaEvent_t* e : {&c.began, &c.counted, &c.gathering, &c.encoded}) {
           REFIT_RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(e, cudaEventDefault));
         }
         for (cudaEvent_t* e : {&c.uploaded, &c.scanned}) {

@@ -6,7 +6,8 @@
 // sums per slot equal the host's; with every mask kernel. Then figures:
 // each mask kernel on 1 GiB (32 messages of 32 MiB, BF16, 2% changed) and
 // on one 512 MiB batch next to the read floor (a compare that writes
-// nothing) and a device copy, the whole count and encode, the digest.
+// nothing) and a device copy, the tile scan, the whole count and encode,
+// the digest.
 // SKIP and REFIT_GPU_SKIP without a device.
 #include "exec/delta/cuda/gpu_wave_ops.h"
 
@@ -425,10 +426,10 @@ TEST(GpuWaveOpsTest, Figure) {
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&snap), total), cudaSuccess);
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), total), cudaSuccess);
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&head), count * 32), cudaSuccess);
-  // Mask, values, indices, tile counts, totals, message rows.
+  // Mask, values, indices, tile counts, totals.
   const int64_t scratch_bytes =
       tiles * (kWaveMaskWordsPerTile * 4 + kWaveValueBytesPerTile + kWaveIndexSlots * 4 + 4) +
-      count * (8 + static_cast<int64_t>(sizeof(WaveMsg)));
+      count * 8;
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&scratch), scratch_bytes), cudaSuccess);
   ASSERT_EQ(cudaMemset(snap, 0, total), cudaSuccess);
   // 2% of the BF16 words changed, at random.
@@ -450,7 +451,6 @@ TEST(GpuWaveOpsTest, Figure) {
   auto* idx = reinterpret_cast<uint32_t*>(vals + tiles * kWaveValueBytesPerTile);
   auto* tile_counts = idx + tiles * kWaveIndexSlots;
   auto* totals = reinterpret_cast<uint64_t*>(tile_counts + tiles);
-  auto* rows = reinterpret_cast<WaveMsg*>(totals + count);
   std::vector<WaveMsg> msgs(count);
   for (int64_t m = 0; m < count; ++m) {
     msgs[m].cur = reinterpret_cast<const uint8_t*>(cur + m * each);
@@ -459,11 +459,11 @@ TEST(GpuWaveOpsTest, Figure) {
     msgs[m].word = 2;
     msgs[m].first_tile = m * (each / kDeltaTileBytes);
   }
-  ASSERT_EQ(cudaMemcpy(rows, msgs.data(), count * sizeof(WaveMsg), cudaMemcpyHostToDevice),
-            cudaSuccess);
   unsigned long long* diff = reinterpret_cast<unsigned long long*>(totals);
-  unsigned long long* claim = nullptr;  // the sweep's tile claims
-  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&claim), 8), cudaSuccess);
+  unsigned long long* claim = nullptr;  // the sweep's tile claims and warps done
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&claim), 16), cudaSuccess);
+  uint64_t* host_totals = nullptr;  // the totals, written by the kernel
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&host_totals), count * 8), cudaSuccess);
   const float floor_ms = testing::BestMs([&] {
     testing::LaunchCompareChunks(reinterpret_cast<const uint8_t*>(cur),
                                  reinterpret_cast<const uint8_t*>(snap), total, diff, nullptr);
@@ -482,24 +482,37 @@ TEST(GpuWaveOpsTest, Figure) {
     for (int half = 0; half < 2; ++half) {
       const int32_t nm = half == 0 ? count : count / 2;
       const int64_t nt = half == 0 ? tiles : tiles / 2;
+      const WaveRows rows = InlineWaveRows(msgs.data(), nm);
       ms[half] = testing::BestMs([&] {
         cudaMemsetAsync(totals, 0, count * 8);
-        cudaMemsetAsync(claim, 0, 8);
-        LaunchWaveMask(rows, nm, nt, {mask, tile_counts, vals, idx, totals, claim}, nullptr);
+        cudaMemsetAsync(claim, 0, 16);
+        LaunchWaveMask(rows, nt, {mask, tile_counts, vals, idx, totals, claim, host_totals},
+                       nullptr);
       });
       ASSERT_EQ(cudaGetLastError(), cudaSuccess);
       gbps[half] = 2.0 * (total / (half + 1)) / (ms[half] * 1e-3) / 1e9;
     }
     // The 512 MiB batch's changed words, counted by the host.
-    std::vector<uint64_t> got(count);
-    ASSERT_EQ(cudaMemcpy(got.data(), totals, count * 8, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     uint64_t sum = 0;
-    for (int64_t m = 0; m < count / 2; ++m) sum += got[m];
+    for (int64_t m = 0; m < count / 2; ++m) sum += host_totals[m];
     EXPECT_EQ(sum, host_changed_half);
     std::printf("FIGURE mask pass, %d blocks: 1 GiB %.3f ms, %.0f GB/s read, %.2f of the "
                 "floor; 512 MiB batch %.3f ms, %.0f GB/s, %.2f of the floor\n",
                 blocks, ms[0], gbps[0], gbps[0] / floor_gbps, ms[1], gbps[1],
                 gbps[1] / floor_gbps);
+    // The tiles' offsets, scanned while the host builds the headers.
+    uint64_t* offsets = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&offsets), tiles * 8 + 8), cudaSuccess);
+    const float scan_ms = testing::BestMs(
+        [&] { LaunchTileScan(tile_counts, tiles, offsets, offsets + tiles, nullptr); });
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    uint64_t scanned = 0;
+    ASSERT_EQ(cudaMemcpy(&scanned, offsets + tiles / 2, 8, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(scanned, host_changed_half);  // the first 16 messages' tiles
+    cudaFree(offsets);
+    std::printf("FIGURE tile scan of %lld tiles (the gather waits for it): %.4f ms\n",
+                static_cast<long long>(tiles), scan_ms);
     std::fflush(stdout);
   }
   // The kernel digesting the current bytes in the same pass (one run a
@@ -513,13 +526,12 @@ TEST(GpuWaveOpsTest, Figure) {
     char* extra = nullptr;
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&extra), 64), cudaSuccess);
     auto* dsums = reinterpret_cast<unsigned long long*>(extra);
-    ASSERT_EQ(cudaMemcpy(rows, with.data(), count * sizeof(WaveMsg), cudaMemcpyHostToDevice),
-              cudaSuccess);
+    const WaveRows rows = InlineWaveRows(with.data(), count);
     const float ms = testing::BestMs([&] {
       cudaMemsetAsync(totals, 0, count * 8);
-      cudaMemsetAsync(claim, 0, 8);
-      LaunchWaveMask(rows, count, tiles, {mask, tile_counts, vals, idx, totals, claim}, nullptr,
-                     dsums);
+      cudaMemsetAsync(claim, 0, 16);
+      LaunchWaveMask(rows, tiles, {mask, tile_counts, vals, idx, totals, claim, host_totals},
+                     nullptr, dsums);
     });
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
     const double gbps = 2.0 * total / (ms * 1e-3) / 1e9;
@@ -527,8 +539,6 @@ TEST(GpuWaveOpsTest, Figure) {
                 "read, %.2f of the floor\n",
                 WaveMaskBlocks(0, true), ms, gbps, gbps / floor_gbps);
     std::fflush(stdout);
-    ASSERT_EQ(cudaMemcpy(rows, msgs.data(), count * sizeof(WaveMsg), cudaMemcpyHostToDevice),
-              cudaSuccess);
     cudaFree(extra);
   }
   // The whole count and encode through the ops (default options), as the
@@ -604,6 +614,7 @@ TEST(GpuWaveOpsTest, Figure) {
   cudaFree(head);
   cudaFree(scratch);
   cudaFree(claim);
+  cudaFreeHost(host_totals);
 }
 
 }  // namespace

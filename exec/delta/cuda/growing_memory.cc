@@ -30,7 +30,10 @@ absl::Status GrowingMemory::Reserve(int64_t bytes, const char* what,
   cap = 0;
   const int64_t want = std::max<int64_t>((2 * bytes + 255) / 256 * 256, 256);
   void* q = nullptr;
-  const cudaError_t e = pinned ? cudaMallocHost(&q, want) : cudaMalloc(&q, want);
+  // Pinned blocks are mapped: kernels write some (a count's totals) in place.
+  const cudaError_t e =
+      pinned ? cudaHostAlloc(&q, want, cudaHostAllocMapped | cudaHostAllocPortable)
+             : cudaMalloc(&q, want);
   REFIT_RETURN_IF_ERROR(CudaStatus(e, absl::StrCat("delta ", what, ": ", want, " bytes")));
   p = static_cast<char*>(q);
   cap = want;

@@ -16,7 +16,9 @@ namespace refit {
 struct GrowingMemory {
   char* p = nullptr;
   int64_t cap = 0;
-  bool pinned = false;  // cudaMallocHost instead of cudaMalloc
+  // Pinned host memory, mapped (unified addressing: kernels use its host
+  // pointer), instead of device memory.
+  bool pinned = false;
 
   // Frees the block now (cudaFree / cudaFreeHost); the device must be done
   // with it.
