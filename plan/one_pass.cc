@@ -38,47 +38,90 @@ bool AffinePerCell(const Record& r, const Box& sub, int64_t cell_r, int64_t cell
   return true;
 }
 
-// One read of a scratch buffer: the part of a segment that an engine rank
-// receives from it into destination record dst_record.
+// One read of a scratch buffer: the part of segment `segment` that engine
+// rank dst_rank receives from it. The part is the segment's box, or its
+// dim-0 index `slice` when the segment's source record is indexed (one
+// buffer per dim-0 index, see ForEachBufferPart). Kimi-K2's plans have
+// about 18 million reads: they stay 12 bytes each, their boxes are built
+// when checked.
 struct Read {
+  int32_t segment = 0;
+  int32_t slice = -1;  // -1: the whole segment box
   int32_t dst_rank = 0;
-  int32_t dst_record = 0;
-  Box part;
 };
 
 // The reads of every scratch buffer a block conversion writes, by
-// plan.src buffer index (relay messages read engine buffers: none).
-std::vector<std::vector<Read>> ScratchReads(const Plan& plan) {
-  std::vector<std::vector<Read>> reads(plan.src.buffers.size());
-  std::vector<bool> wanted(plan.src.buffers.size(), false);
+// plan.src buffer index (relay messages read engine buffers: none), in
+// message and segment order: reads[offset[b], offset[b + 1]) are buffer
+// b's (counted, then filled into one array).
+struct ScratchReadIndex {
+  std::vector<int64_t> offset;  // plan.src.buffers.size() + 1 entries
+  std::vector<Read> reads;
+};
+
+// Calls fn(buffer, read) for every read of a wanted scratch buffer, in
+// message and segment order (the buffers ForEachBufferPart names).
+template <typename Fn>
+void ForEachScratchRead(const Plan& plan, const std::vector<bool>& wanted, Fn fn) {
+  auto visit = [&](int32_t b, const Read& read) {
+    if (b >= 0 && b < static_cast<int32_t>(wanted.size()) && wanted[b]) fn(b, read);
+  };
+  for (const Message& m : plan.messages) {
+    if (m.relay) continue;
+    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
+      const Box& sub = plan.segments[i].box;
+      const Record& r = plan.src.records[plan.segments[i].src_record];
+      if (r.buffer_step == 0 || sub.rank() == 0) {
+        visit(RecordBuffer(r, sub.rank() == 0 ? 0 : sub.origin(0) - r.box.origin(0)),
+              {i, -1, m.dst_rank});
+        continue;
+      }
+      for (int64_t k = 0; k < sub.shape(0); ++k) {
+        visit(RecordBuffer(r, sub.origin(0) + k - r.box.origin(0)),
+              {i, static_cast<int32_t>(k), m.dst_rank});
+      }
+    }
+  }
+}
+
+ScratchReadIndex ScratchReads(const Plan& plan) {
+  const size_t nbuf = plan.src.buffers.size();
+  std::vector<bool> wanted(nbuf, false);
   for (const Conversion& c : plan.conversions) {
     for (int32_t b : {c.to_buffer, c.scale_buffer}) {
-      if (IsBlockQuantized(c.kind) && b >= 0 && b < static_cast<int32_t>(wanted.size())) {
+      if (IsBlockQuantized(c.kind) && b >= 0 && b < static_cast<int32_t>(nbuf)) {
         wanted[b] = true;
       }
     }
   }
-  for (const Message& m : plan.messages) {
-    if (m.relay) continue;
-    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
-      const Segment& s = plan.segments[i];
-      ForEachBufferPart(plan.src.records[s.src_record], s.box, [&](int32_t b, const Box& part) {
-        if (b >= 0 && b < static_cast<int32_t>(wanted.size()) && wanted[b]) {
-          reads[b].push_back({m.dst_rank, s.dst_record, part});
-        }
-      });
-    }
-  }
-  return reads;
+  ScratchReadIndex index;
+  index.offset.assign(nbuf + 1, 0);
+  ForEachScratchRead(plan, wanted, [&](int32_t b, const Read&) { ++index.offset[b + 1]; });
+  for (size_t b = 0; b < nbuf; ++b) index.offset[b + 1] += index.offset[b];
+  index.reads.resize(index.offset[nbuf]);
+  std::vector<int64_t> next(index.offset.begin(), index.offset.end() - 1);
+  ForEachScratchRead(plan, wanted,
+                     [&](int32_t b, const Read& read) { index.reads[next[b]++] = read; });
+  return index;
+}
+
+// The part of its segment that `read` names (see Read).
+Box ReadPart(const Plan& plan, const Read& read) {
+  const Box& sub = plan.segments[read.segment].box;
+  if (read.slice < 0) return sub;
+  Box::Indices o(sub.origin().begin(), sub.origin().end());
+  Box::Indices e(sub.shape().begin(), sub.shape().end());
+  o[0] += read.slice;
+  e[0] = 1;
+  return Box::Unchecked(o, e);
 }
 
 // Whether every destination reading c's codes (and its scales, unless
 // `codes_only`) is affine over every cell_r x cell_c cell (codes; the
 // cells' tiles for scales), and NVFP4's codes and scales have the same
 // readers (an item of either needs the BF16 weight and the global amax).
-bool ReadersAffine(const Plan& plan, const Conversion& c,
-                   const std::vector<std::vector<Read>>& reads, int64_t cell_r, int64_t cell_c,
-                   bool codes_only) {
+bool ReadersAffine(const Plan& plan, const Conversion& c, const ScratchReadIndex& reads,
+                   int64_t cell_r, int64_t cell_c, bool codes_only) {
   const int n = c.from.box.rank();
   const int64_t tr = c.tile[n - 2], tc = c.tile[n - 1];
   const bool nvfp4 = QuantizesTo(c, QuantFormat::kNvfp4);
@@ -88,11 +131,13 @@ bool ReadersAffine(const Plan& plan, const Conversion& c,
   for (const int32_t b : {c.to_buffer, codes_only ? -1 : c.scale_buffer}) {
     if (b < 0) continue;
     const bool codes = b == c.to_buffer;
-    for (const Read& r : reads[b]) {
+    for (int64_t i = reads.offset[b]; i < reads.offset[b + 1]; ++i) {
+      const Read& r = reads.reads[i];
+      const Segment& s = plan.segments[r.segment];
       read = true;
       readers[codes ? 0 : 1].insert(r.dst_rank);
-      if (!AffinePerCell(plan.dst.records[r.dst_record], r.part, codes ? cell_r : cell_r / tr,
-                         codes ? cell_c / pack : cell_c / tc)) {
+      if (!AffinePerCell(plan.dst.records[s.dst_record], ReadPart(plan, r),
+                         codes ? cell_r : cell_r / tr, codes ? cell_c / pack : cell_c / tc)) {
         return false;
       }
     }
@@ -102,7 +147,7 @@ bool ReadersAffine(const Plan& plan, const Conversion& c,
 
 // The cell of c if it runs in one pass (see one_pass.h), else {0, 0}.
 std::pair<int32_t, int32_t> OnePassCell(const Plan& plan, const Conversion& c,
-                                        const std::vector<std::vector<Read>>& reads) {
+                                        const ScratchReadIndex& reads) {
   const std::pair<int32_t, int32_t> none{0, 0};
   // The one-pass kernels write row-major scales (not DeepGEMM SM100's
   // exponent bytes).
@@ -187,8 +232,7 @@ bool CutsTiles(const Plan& plan, const Conversion& c) {
 void DecideOnePass(Plan* plan) {
   const bool any = std::any_of(plan->conversions.begin(), plan->conversions.end(),
                                [](const Conversion& c) { return IsBlockQuantized(c.kind); });
-  const std::vector<std::vector<Read>> reads =
-      any ? ScratchReads(*plan) : std::vector<std::vector<Read>>();
+  const ScratchReadIndex reads = any ? ScratchReads(*plan) : ScratchReadIndex();
   for (Conversion& c : plan->conversions) {
     const std::pair<int32_t, int32_t> cell =
         any ? OnePassCell(*plan, c, reads) : std::pair<int32_t, int32_t>{0, 0};
