@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "layout/quant_format.h"
@@ -38,54 +39,37 @@ bool AffinePerCell(const Record& r, const Box& sub, int64_t cell_r, int64_t cell
   return true;
 }
 
-// One read of a scratch buffer: the part of segment `segment` that engine
-// rank dst_rank receives from it. The part is the segment's box, or its
-// dim-0 index `slice` when the segment's source record is indexed (one
-// buffer per dim-0 index, see ForEachBufferPart). Kimi-K2's plans have
-// about 18 million reads: they stay 12 bytes each, their boxes are built
-// when checked.
-struct Read {
-  int32_t segment = 0;
-  int32_t slice = -1;  // -1: the whole segment box
-  int32_t dst_rank = 0;
+// Who reads the scratch buffers block conversions write (relay messages
+// read engine buffers: none). A segment reads its source record's buffer,
+// or, when the record is indexed (one buffer per dim-0 index, see
+// ForEachBufferPart), its dim-0 slice k from the buffer of index k, for
+// each k its dim-0 range covers. Kimi-K2's plans have about 18 million
+// such reads; they are not listed: a buffer names the (record, dim-0
+// index) pairs writing it, a record the segments reading it, and the
+// checks below go per segment and record.
+struct BufferSource {
+  int32_t record = 0;
+  int32_t index = -1;  // -1: the record is not indexed
 };
 
-// The reads of every scratch buffer a block conversion writes, by
-// plan.src buffer index (relay messages read engine buffers: none), in
-// message and segment order: reads[offset[b], offset[b + 1]) are buffer
-// b's (counted, then filled into one array).
-struct ScratchReadIndex {
-  std::vector<int64_t> offset;  // plan.src.buffers.size() + 1 entries
-  std::vector<Read> reads;
+struct ScratchReaders {
+  // By plan.src buffer index (wanted buffers only).
+  std::vector<std::vector<BufferSource>> sources;
+  // Segments reading source record r: seg[seg_offset[r], seg_offset[r + 1]),
+  // in message and segment order, with their message's dst_rank.
+  std::vector<int64_t> seg_offset;
+  std::vector<int32_t> seg;
+  std::vector<int32_t> seg_dst_rank;
+  // SourceReads' memo, by record * 64 + CellBit.
+  std::unordered_map<int64_t, std::vector<uint8_t>> record_reads;
 };
 
-// Calls fn(buffer, read) for every read of a wanted scratch buffer, in
-// message and segment order (the buffers ForEachBufferPart names).
-template <typename Fn>
-void ForEachScratchRead(const Plan& plan, const std::vector<bool>& wanted, Fn fn) {
-  auto visit = [&](int32_t b, const Read& read) {
-    if (b >= 0 && b < static_cast<int32_t>(wanted.size()) && wanted[b]) fn(b, read);
-  };
-  for (const Message& m : plan.messages) {
-    if (m.relay) continue;
-    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
-      const Box& sub = plan.segments[i].box;
-      const Record& r = plan.src.records[plan.segments[i].src_record];
-      if (r.buffer_step == 0 || sub.rank() == 0) {
-        visit(RecordBuffer(r, sub.rank() == 0 ? 0 : sub.origin(0) - r.box.origin(0)),
-              {i, -1, m.dst_rank});
-        continue;
-      }
-      for (int64_t k = 0; k < sub.shape(0); ++k) {
-        visit(RecordBuffer(r, sub.origin(0) + k - r.box.origin(0)),
-              {i, static_cast<int32_t>(k), m.dst_rank});
-      }
-    }
-  }
-}
+// Whether r is indexed: one buffer per dim-0 index.
+bool Indexed(const Record& r) { return r.buffer_step != 0 && r.box.rank() > 0; }
 
-ScratchReadIndex ScratchReads(const Plan& plan) {
+ScratchReaders IndexScratchReaders(const Plan& plan) {
   const size_t nbuf = plan.src.buffers.size();
+  const size_t nrec = plan.src.records.size();
   std::vector<bool> wanted(nbuf, false);
   for (const Conversion& c : plan.conversions) {
     for (int32_t b : {c.to_buffer, c.scale_buffer}) {
@@ -94,60 +78,181 @@ ScratchReadIndex ScratchReads(const Plan& plan) {
       }
     }
   }
-  ScratchReadIndex index;
-  index.offset.assign(nbuf + 1, 0);
-  ForEachScratchRead(plan, wanted, [&](int32_t b, const Read&) { ++index.offset[b + 1]; });
-  for (size_t b = 0; b < nbuf; ++b) index.offset[b + 1] += index.offset[b];
-  index.reads.resize(index.offset[nbuf]);
-  std::vector<int64_t> next(index.offset.begin(), index.offset.end() - 1);
-  ForEachScratchRead(plan, wanted,
-                     [&](int32_t b, const Read& read) { index.reads[next[b]++] = read; });
-  return index;
+  ScratchReaders x;
+  x.seg_offset.assign(nrec + 1, 0);
+  for (const Message& m : plan.messages) {
+    if (m.relay) continue;
+    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
+      ++x.seg_offset[plan.segments[i].src_record + 1];
+    }
+  }
+  for (size_t r = 0; r < nrec; ++r) x.seg_offset[r + 1] += x.seg_offset[r];
+  x.seg.resize(x.seg_offset[nrec]);
+  x.seg_dst_rank.resize(x.seg_offset[nrec]);
+  std::vector<int64_t> next(x.seg_offset.begin(), x.seg_offset.end() - 1);
+  for (const Message& m : plan.messages) {
+    if (m.relay) continue;
+    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
+      const int64_t at = next[plan.segments[i].src_record]++;
+      x.seg[at] = i;
+      x.seg_dst_rank[at] = m.dst_rank;
+    }
+  }
+  x.sources.resize(nbuf);
+  auto add = [&](int32_t b, BufferSource s) {
+    if (b >= 0 && b < static_cast<int32_t>(nbuf) && wanted[b]) x.sources[b].push_back(s);
+  };
+  for (size_t r = 0; r < nrec; ++r) {
+    if (x.seg_offset[r] == x.seg_offset[r + 1]) continue;  // nobody reads it
+    const Record& rec = plan.src.records[r];
+    if (!Indexed(rec)) {
+      add(RecordBuffer(rec, 0), {static_cast<int32_t>(r), -1});
+      continue;
+    }
+    for (int64_t k = 0; k < rec.box.shape(0); ++k) {
+      add(RecordBuffer(rec, k), {static_cast<int32_t>(r), static_cast<int32_t>(k)});
+    }
+  }
+  return x;
 }
 
-// The part of its segment that `read` names (see Read).
-Box ReadPart(const Plan& plan, const Read& read) {
-  const Box& sub = plan.segments[read.segment].box;
-  if (read.slice < 0) return sub;
-  Box::Indices o(sub.origin().begin(), sub.origin().end());
-  Box::Indices e(sub.shape().begin(), sub.shape().end());
-  o[0] += read.slice;
-  e[0] = 1;
-  return Box::Unchecked(o, e);
+// The bit of cell_r x cell_c in the memo: log2(cell_r) * 8 + log2(cell_c)
+// when both are powers of two in [1, 128], else -1 (not memoized).
+int CellBit(int64_t cell_r, int64_t cell_c) {
+  int lr = -1, lc = -1;
+  for (int k = 0; k < 8; ++k) {
+    if (cell_r == (int64_t{1} << k)) lr = k;
+    if (cell_c == (int64_t{1} << k)) lc = k;
+  }
+  return lr < 0 || lc < 0 ? -1 : lr * 8 + lc;
+}
+
+// For source record r, per dim-0 index (one entry when r is not indexed):
+// 0 when no segment reads it, 1 when every read's destination record is
+// affine over every cell_r x cell_c cell of the read's box, 2 when one is
+// not. The box of a read is its segment's, or the segment's dim-0 slice k
+// when r is indexed. AffinePerCell reads a box only through rank() and the
+// origin and limit of its last two dims, so at rank >= 3 (dim 0 leading)
+// every slice of a segment has its whole box's answer: one check per
+// segment, spread over its dim-0 range. A rank-2 slice is checked as is.
+std::vector<uint8_t> CheckRecordReads(const Plan& plan, int32_t r, int64_t cell_r,
+                                      int64_t cell_c, const ScratchReaders& x) {
+  const Record& rec = plan.src.records[r];
+  const bool indexed = Indexed(rec);
+  const int64_t n = indexed ? rec.box.shape(0) : 1;
+  std::vector<int32_t> read(n + 1, 0), failed(n + 1, 0);  // difference arrays
+  auto mark = [&](int64_t k0, int64_t k1, bool ok) {
+    k0 = std::max<int64_t>(k0, 0);
+    k1 = std::min<int64_t>(k1, n);
+    if (k0 >= k1) return;
+    ++read[k0];
+    --read[k1];
+    if (!ok) {
+      ++failed[k0];
+      --failed[k1];
+    }
+  };
+  for (int64_t j = x.seg_offset[r]; j < x.seg_offset[r + 1]; ++j) {
+    const Segment& seg = plan.segments[x.seg[j]];
+    const Record& dst = plan.dst.records[seg.dst_record];
+    const Box& box = seg.box;
+    if (!indexed || box.rank() == 0) {  // a rank-0 read is index 0's
+      mark(0, 1, AffinePerCell(dst, box, cell_r, cell_c));
+      continue;
+    }
+    const int64_t k0 = box.origin(0) - rec.box.origin(0);
+    if (box.rank() >= 3) {
+      mark(k0, k0 + box.shape(0), AffinePerCell(dst, box, cell_r, cell_c));
+      continue;
+    }
+    ForEachBufferPart(rec, box, [&](int32_t, const Box& part) {
+      const int64_t k = part.origin(0) - rec.box.origin(0);
+      mark(k, k + 1, AffinePerCell(dst, part, cell_r, cell_c));
+    });
+  }
+  std::vector<uint8_t> out(n, 0);
+  int32_t reads = 0, fails = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    reads += read[k];
+    fails += failed[k];
+    out[k] = reads == 0 ? 0 : fails == 0 ? 1 : 2;
+  }
+  return out;
+}
+
+// CheckRecordReads(plan, s.record, ...) at s.index (0 when -1), memoized.
+uint8_t SourceReads(const Plan& plan, const BufferSource& s, int64_t cell_r, int64_t cell_c,
+                    ScratchReaders* x) {
+  const int64_t k = s.index < 0 ? 0 : s.index;
+  const int bit = CellBit(cell_r, cell_c);
+  if (bit < 0) return CheckRecordReads(plan, s.record, cell_r, cell_c, *x)[k];
+  auto it = x->record_reads.find(int64_t{s.record} * 64 + bit);
+  if (it == x->record_reads.end()) {
+    it = x->record_reads
+             .emplace(int64_t{s.record} * 64 + bit,
+                      CheckRecordReads(plan, s.record, cell_r, cell_c, *x))
+             .first;
+  }
+  return it->second[k];
+}
+
+// The engine ranks reading buffer b.
+std::set<int32_t> BufferReaders(const Plan& plan, int32_t b, const ScratchReaders& x) {
+  std::set<int32_t> ranks;
+  for (const BufferSource& s : x.sources[b]) {
+    const Record& rec = plan.src.records[s.record];
+    for (int64_t j = x.seg_offset[s.record]; j < x.seg_offset[s.record + 1]; ++j) {
+      const Box& box = plan.segments[x.seg[j]].box;
+      if (s.index < 0 || box.rank() == 0) {  // a rank-0 read is index 0's
+        if (s.index <= 0) ranks.insert(x.seg_dst_rank[j]);
+        continue;
+      }
+      const int64_t k0 = box.origin(0) - rec.box.origin(0);
+      if (s.index >= k0 && s.index < k0 + box.shape(0)) {
+        ranks.insert(x.seg_dst_rank[j]);
+      }
+    }
+  }
+  return ranks;
 }
 
 // Whether every destination reading c's codes (and its scales, unless
 // `codes_only`) is affine over every cell_r x cell_c cell (codes; the
 // cells' tiles for scales), and NVFP4's codes and scales have the same
-// readers (an item of either needs the BF16 weight and the global amax).
-bool ReadersAffine(const Plan& plan, const Conversion& c, const ScratchReadIndex& reads,
-                   int64_t cell_r, int64_t cell_c, bool codes_only) {
+// readers (an item of either needs the BF16 weight and the global amax;
+// *same_readers caches that: -1 unknown, else 0 or 1).
+bool ReadersAffine(const Plan& plan, const Conversion& c, int64_t cell_r, int64_t cell_c,
+                   bool codes_only, ScratchReaders* x, int* same_readers) {
   const int n = c.from.box.rank();
   const int64_t tr = c.tile[n - 2], tc = c.tile[n - 1];
   const bool nvfp4 = QuantizesTo(c, QuantFormat::kNvfp4);
   const int64_t pack = nvfp4 ? 2 : 1;  // NVFP4 codes: bytes of two columns
   bool read = false;
-  std::set<int32_t> readers[2];
   for (const int32_t b : {c.to_buffer, codes_only ? -1 : c.scale_buffer}) {
     if (b < 0) continue;
     const bool codes = b == c.to_buffer;
-    for (int64_t i = reads.offset[b]; i < reads.offset[b + 1]; ++i) {
-      const Read& r = reads.reads[i];
-      const Segment& s = plan.segments[r.segment];
-      read = true;
-      readers[codes ? 0 : 1].insert(r.dst_rank);
-      if (!AffinePerCell(plan.dst.records[s.dst_record], ReadPart(plan, r),
-                         codes ? cell_r : cell_r / tr, codes ? cell_c / pack : cell_c / tc)) {
-        return false;
-      }
+    const int64_t r_cell = codes ? cell_r : cell_r / tr;
+    const int64_t c_cell = codes ? cell_c / pack : cell_c / tc;
+    for (const BufferSource& s : x->sources[b]) {
+      const uint8_t state = SourceReads(plan, s, r_cell, c_cell, x);
+      read = read || state != 0;
+      if (state == 2) return false;
     }
   }
-  return read && (!nvfp4 || readers[0] == readers[1]);
+  if (!read) return false;
+  if (!nvfp4) return true;
+  if (*same_readers < 0) {
+    const std::set<int32_t> scale_readers = codes_only || c.scale_buffer < 0
+                                                ? std::set<int32_t>()
+                                                : BufferReaders(plan, c.scale_buffer, *x);
+    *same_readers = BufferReaders(plan, c.to_buffer, *x) == scale_readers ? 1 : 0;
+  }
+  return *same_readers == 1;
 }
 
 // The cell of c if it runs in one pass (see one_pass.h), else {0, 0}.
 std::pair<int32_t, int32_t> OnePassCell(const Plan& plan, const Conversion& c,
-                                        const ScratchReadIndex& reads) {
+                                        ScratchReaders* readers) {
   const std::pair<int32_t, int32_t> none{0, 0};
   // The one-pass kernels write row-major scales (not DeepGEMM SM100's
   // exponent bytes).
@@ -185,10 +290,12 @@ std::pair<int32_t, int32_t> OnePassCell(const Plan& plan, const Conversion& c,
   // column for cut 1 x 32 blocks: an item's blocks then start at its
   // region's first column).
   const int64_t tr = c.tile[n - 2], tc = c.tile[n - 1];
+  int same_readers = -1;
   for (const int32_t cc : {128, 64, 32}) {
     for (const int32_t cr : {128, 64, 32, 16, 8, 4, 2, 1}) {
       if (cc % tc != 0 || cr % tr != 0 || (cut && tr == 1 && cc != tc)) continue;
-      if (AffinePerCell(c.from, box, cr, cc) && ReadersAffine(plan, c, reads, cr, cc, cut)) {
+      if (AffinePerCell(c.from, box, cr, cc) &&
+          ReadersAffine(plan, c, cr, cc, cut, readers, &same_readers)) {
         return {cr, cc};
       }
     }
@@ -232,10 +339,10 @@ bool CutsTiles(const Plan& plan, const Conversion& c) {
 void DecideOnePass(Plan* plan) {
   const bool any = std::any_of(plan->conversions.begin(), plan->conversions.end(),
                                [](const Conversion& c) { return IsBlockQuantized(c.kind); });
-  const ScratchReadIndex reads = any ? ScratchReads(*plan) : ScratchReadIndex();
+  ScratchReaders readers = any ? IndexScratchReaders(*plan) : ScratchReaders();
   for (Conversion& c : plan->conversions) {
     const std::pair<int32_t, int32_t> cell =
-        any ? OnePassCell(*plan, c, reads) : std::pair<int32_t, int32_t>{0, 0};
+        any ? OnePassCell(*plan, c, &readers) : std::pair<int32_t, int32_t>{0, 0};
     c.one_pass = cell.first > 0;
     c.one_pass_cell_rows = cell.first;
     c.one_pass_cell_cols = cell.second;
