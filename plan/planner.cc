@@ -162,11 +162,16 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
         }
       }
       relay_caps = 2 * max_relayed >= max_rank_bytes;
-      if (relay_caps) SetRelayCaps(max_rank_bytes, sources.max_depth, &plan.options);
     }
-    SetDeltaCaps(&plan.options);
+    // The wave and message caps of relays, delta rounds and quantizing, at
+    // the plan's lane count (each keeps a smaller value already set).
     const bool converts = !plan.conversions.empty();
-    SetQuantizeCaps(converts, &plan.options);
+    const auto set_caps = [&] {
+      if (relay_caps) SetRelayCaps(max_rank_bytes, sources.max_depth, &plan.options);
+      SetDeltaCaps(&plan.options);
+      SetQuantizeCaps(converts, &plan.options);
+    };
+    set_caps();
     SegmentKeys keys;
     REFIT_RETURN_IF_ERROR(OrderSegments(candidates, senders, plan.src, plan.dst,
                                         MessageCap(plan.options), &keys));
@@ -181,9 +186,7 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
         plan.options.max_wave_bytes = options.max_wave_bytes;
         plan.options.max_message_bytes = options.max_message_bytes;
       }
-      if (relay_caps) SetRelayCaps(max_rank_bytes, sources.max_depth, &plan.options);
-      SetDeltaCaps(&plan.options);
-      SetQuantizeCaps(converts, &plan.options);
+      set_caps();
       keys = SegmentKeys();
       REFIT_RETURN_IF_ERROR(OrderSegments(candidates, senders, plan.src, plan.dst,
                                           MessageCap(plan.options), &keys));
