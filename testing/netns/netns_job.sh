@@ -17,6 +17,11 @@ JOB_HEARTBEAT_TIMEOUT_MS=${JOB_HEARTBEAT_TIMEOUT_MS:-2000}
 JOB_TRAINER=${JOB_TRAINER:-"megatron:tp=2,dp=2"}
 JOB_ENGINE="vllm:tp=2"
 JOB_REFITD_FLAGS=${JOB_REFITD_FLAGS:-}  # more refitd flags (e.g. --relay=on)
+# The Python interpreter itself, not a launcher in PATH (a pyenv shim takes
+# ~0.7 s a call): a status poll must take well under a round's first
+# second (job_wait_running).
+JOB_PY=${JOB_PY:-$(python3 -c 'import sys; print(sys.executable or "python3")' 2>/dev/null)}
+JOB_PY=${JOB_PY:-python3}
 
 # Writes the small Qwen3 config (about 1.7 MB of BF16 weights) to $1.
 job_model_config() {
@@ -82,7 +87,7 @@ job_status() {
 
 # Evaluates Python expression $1 over the status JSON `s` (prints it).
 job_status_eval() {
-  job_status | python3 -c "import json,sys
+  job_status | "$JOB_PY" -c "import json,sys
 try: s=json.load(sys.stdin)
 except Exception: sys.exit(1)
 print($1)" 2>/dev/null
@@ -122,6 +127,32 @@ job_wait_running() {
   return 1
 }
 
+# Waits up to $2 seconds until the members of every host in "$1" (e.g.
+# "1 2 4") printed their last line ("ok|failed K of N members"). Returns 1
+# at once when a host's process ended without it (it crashed: its last
+# lines are printed), or at the deadline.
+job_wait_finished() {
+  local hosts=$1 end=$(($(date +%s) + $2)) h left
+  while :; do
+    left=""
+    for h in $hosts; do
+      grep -qE '^(ok|failed) ' "$JOB_DIR/h$h.log" 2>/dev/null && continue
+      if [ -z "$(ip netns pids "$(netns_name "h$h")" 2>/dev/null)" ] &&
+        ! grep -qE '^(ok|failed) ' "$JOB_DIR/h$h.log" 2>/dev/null; then
+        echo "host h$h: its members' process ended without finishing:" >&2
+        tail -3 "$JOB_DIR/h$h.log" | cut -c1-200 >&2
+        return 1
+      fi
+      left+=" h$h"
+    done
+    [ -z "$left" ] && return 0
+    [ "$(date +%s)" -lt "$end" ] || break
+    sleep 0.2
+  done
+  echo "timed out after ${2}s waiting for the members of$left to finish" >&2
+  return 1
+}
+
 # The unix time now, in seconds with milliseconds.
 job_now() { date +%s.%3N; }
 
@@ -135,11 +166,47 @@ job_check_done() {
     if ! grep -q "^ok 2 of 2 members" "$log"; then
       echo "host h$h: members did not all commit version $JOB_UNTIL:"; tail -5 "$log"; ok=1
     fi
-    n_err=$(grep -c ' error ' "$log")
-    [ "$n_err" = 0 ] || { echo "host h$h: $n_err errors:"; grep ' error ' "$log" | head -3; ok=1; }
+    # An "error" event, not the word in a peer's message ("Read error").
+    n_err=$(grep -cE '^[0-9.]+ error ' "$log")
+    [ "$n_err" = 0 ] || { echo "host h$h: $n_err errors:"; grep -E '^[0-9.]+ error ' "$log" | head -3; ok=1; }
     commits=$(grep -c ' committed engine' "$log")
     checks=$(grep -c ' checked engine' "$log")
     [ "$commits" = "$checks" ] || { echo "host h$h: $commits commits, $checks byte checks"; ok=1; }
   done
   return $ok
+}
+
+# Prints what a failed step needs on a CI log whose tail is all one sees,
+# at most 80 lines: the step ($1), refitd's status (members, plan, engines,
+# the last rounds with their reasons), the last lines of every host's log
+# and of refitd's. Call it while refitd runs (before netns_down).
+job_digest() {
+  local f gone
+  {
+    echo "== digest: $1 failed ($(job_now))"
+    job_status | "$JOB_PY" -c "import json,sys
+try: s=json.load(sys.stdin)
+except Exception: print('refitd status: no answer'); sys.exit(0)
+print('refitd: %d members, epoch %s, plan %s %s' % (len(s['members']), s['epoch'], s['plan_fingerprint'][:16], s['plan_error'][:80]))
+print('engines: ' + ' '.join('%s c=%s t=%s' % (e['engine_id'], e['committed_version'], e['torn_version']) for e in s['engines']))
+for r in s['rounds'][-6:]:
+  print('  round %d %s %.2fs %s' % (r['version'], r['outcome'], r['seconds'], r['reason'][:110]))" 2>&1 | head -10
+    for f in "$JOB_DIR"/h*.log "$JOB_DIR/refitd.log"; do
+      [ -f "$f" ] || continue
+      gone=""
+      [[ ${f##*/} =~ ^(h[0-9]+)\.log$ ]] && [ -z "$(ip netns pids "$(netns_name "${BASH_REMATCH[1]}")" 2>/dev/null)" ] &&
+        gone="; its process is gone"
+      echo "-- ${f##*/} (last lines of $(wc -l <"$f")$gone)"
+      tail -n "$([ "${f##*/}" = refitd.log ] && echo 4 || echo 11)" "$f" | cut -c1-180
+    done
+  } | head -80
+}
+
+# Copies the job's logs to Bazel's undeclared outputs (test.outputs/
+# outputs.zip beside test.log), where a run under `bazel test` keeps them.
+job_keep_logs() {
+  [ -n "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ] || return 0
+  mkdir -p "$TEST_UNDECLARED_OUTPUTS_DIR/${1:-job}" &&
+    cp "$JOB_DIR"/*.log "$TEST_UNDECLARED_OUTPUTS_DIR/${1:-job}/" 2>/dev/null
+  return 0
 }

@@ -40,11 +40,17 @@ SLOW_RATE=3mbit  # h2's until a fault lands (round_in_flight): ~5 s
 fail=0
 results=()
 
-# Ends a scenario: waits for every member process (bounded), tears the hosts
-# down, checks the logs; records "name: PASS|FAIL detail".
+# Ends a scenario: waits for every member process (bounded; a crashed one
+# ends the wait), tears the hosts down, checks the logs; records "name:
+# PASS|FAIL detail". A failed scenario prints job_digest first.
 finish() {
   local name=$1 detail=$2 bad=$3
-  netns_wait_lines "$JOB_DIR/h[1-4].log" 4 '^(ok|failed) ' "$JOB_DEADLINE_S" || bad=1
+  [ "$bad" = 0 ] || job_digest "$name"
+  if ! job_wait_finished "1 2 3 4" "$JOB_DEADLINE_S"; then
+    [ "$bad" = 1 ] || job_digest "$name (finish)"
+    bad=1
+  fi
+  job_keep_logs "$name"
   netns_down
   job_check_done "1 2 3 4" || bad=1
   if [ "$bad" = 0 ]; then results+=("$name: PASS $detail"); else results+=("$name: FAIL $detail"); fail=1; fi
