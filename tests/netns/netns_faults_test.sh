@@ -209,11 +209,14 @@ scenario_bandwidth() {
 
 scenario_relay() {
   local bad=0 pd pc delay=10 loss=0.01 t
-  job_up "$WORK/relay" || { netns_down; results+=("relay: FAIL setup"); fail=1; return; }
+  # Rounds start once the relays are on (a round takes ~30 ms: all of them
+  # could run before).
+  JOB_GATE=0 job_up "$WORK/relay" || { netns_down; results+=("relay: FAIL setup"); fail=1; return; }
   NETNS_RELAY_LOG="$JOB_DIR/relay_data.log"
   pd=$(netns_relay_on "$RELAY" 3 data --delay_ms=$delay --loss=$loss --seed=7) || bad=1
   NETNS_RELAY_LOG="$JOB_DIR/relay_ctl.log"
   pc=$(netns_relay_on "$RELAY" 3 ctl --delay_ms=$delay --loss=$loss --seed=8) || bad=1
+  job_gate "$JOB_UNTIL"
   netns_wait_lines "$(job_logs)" 4 '^(ok|failed) ' "$JOB_DEADLINE_S" || bad=1
   netns_relay_off "$pd" 3 data
   netns_relay_off "$pc" 3 ctl
