@@ -251,6 +251,13 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
   // it takes over its best when it is the one taking the unit into its
   // host (the trainer replica's link instead of its best); 0 otherwise.
   std::vector<double> entry_extra(units.members.size(), 0.0);
+  // Per host slot, the engine ranks of the unit at hand's holders there
+  // (its members, then its containers' members, in that order), and the
+  // slots that have some. A holder on another host than a member offers
+  // it the network, never faster than the best it starts with (a trainer
+  // replica's, at worst the network): only holders on its host count.
+  std::vector<std::vector<int32_t>> holders_on(ranks_on.size());
+  std::vector<int32_t> holder_slots;
   for (int32_t u = 0; u < units.size(); ++u) {
     const int32_t* b = units.members.data() + units.first[u];
     const int32_t* e = units.members.data() + units.first[u + 1];
@@ -258,6 +265,20 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
     const int64_t bytes = cands[*b].bytes;
     LinkClass unit_best = LinkClass::kInterHost;
     per_member.clear();
+    if (known) {
+      auto add_holders = [&](int32_t h) {
+        for (int32_t q = units.first[h]; q < units.first[h + 1]; ++q) {
+          const int32_t o = cands[units.members[q]].dst_rank;
+          std::vector<int32_t>& on = holders_on[slot_of[o]];
+          if (on.empty()) holder_slots.push_back(slot_of[o]);
+          on.push_back(o);
+        }
+      };
+      add_holders(u);
+      for (int32_t k = containers.first[u]; k < containers.first[u + 1]; ++k) {
+        add_holders(containers.units[k]);
+      }
+    }
     for (const int32_t* m = b; m != e; ++m) {
       const int32_t d = cands[*m].dst_rank;
       LinkClass best = LinkClass::kInterHost;
@@ -267,15 +288,8 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
       unit_best = Faster(cost, unit_best, best);
       const double from_trainer = bytes * cost.SecondsPerByte(best);
       if (known) {
-        auto holders = [&](int32_t h) {
-          for (int32_t q = units.first[h]; q < units.first[h + 1]; ++q) {
-            const int32_t o = cands[units.members[q]].dst_rank;
-            if (o != d) best = Faster(cost, best, cost.EngineClassOf(o, d));
-          }
-        };
-        holders(u);
-        for (int32_t k = containers.first[u]; k < containers.first[u + 1]; ++k) {
-          holders(containers.units[k]);
+        for (int32_t o : holders_on[slot_of[d]]) {
+          if (o != d) best = Faster(cost, best, cost.EngineClassOf(o, d));
         }
       }
       dst_load[d].Add(best, bytes);
@@ -300,6 +314,8 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
       i = j;
     }
     if (!contained) trainer.Add(cands[*b], unit_best);
+    for (int32_t h : holder_slots) holders_on[h].clear();
+    holder_slots.clear();
   }
   double bound = trainer.Bound(cost);
   for (const LinkBytes& l : dst_load) bound = std::max(bound, cost.Seconds(l));
