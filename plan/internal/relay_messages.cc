@@ -78,7 +78,7 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
     for (int32_t i : at_level[level]) sender[i] = src_world + cands[sources.feeder[i]].dst_rank;
     SegmentKeys keys;
     REFIT_RETURN_IF_ERROR(
-        OrderSegments(candidates, sender, plan->src, plan->dst, cap, &keys));
+        OrderSegmentsOf(candidates, sender, at_level[level], plan->src, plan->dst, cap, &keys));
     std::vector<SegKey>& kv = keys.keys;
     auto box_of = [&](const SegKey& k) {
       if (k.split >= 0) return keys.split_boxes[k.split];
