@@ -2,7 +2,10 @@
 #include "plan/internal/relay_messages.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
+#include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "layout/box.h"
 #include "plan/internal/segments.h"
@@ -11,28 +14,105 @@
 namespace refit {
 namespace internal_plan {
 
+namespace {
+
+// The segments of the candidates that feed relays (Sources::feeder): per
+// such candidate, its segments' indices in plan->segments with the waves
+// of their messages, in the order noted.
+class FeederSegments {
+ public:
+  struct Noted {
+    int32_t segment;
+    int32_t wave;
+  };
+
+  FeederSegments(const Sources& sources, size_t num_cands) : need_(num_cands, 0) {
+    for (int32_t f : sources.feeder) {
+      if (f >= 0) need_[f] = 1;
+    }
+    for (size_t c = 0; c < num_cands; ++c) {
+      if (need_[c]) ids_.push_back(static_cast<int32_t>(c));
+    }
+    span_.assign(ids_.size(), Span{0, 0});
+  }
+
+  // Notes the segments of `msgs`, whose candidates are `segment_cand`'s
+  // entries: one batch, no candidate having segments noted before.
+  void Note(const std::vector<PendingMessage>& msgs, const std::vector<int32_t>& segment_cand) {
+    touched_.clear();
+    auto each = [&](auto&& f) {
+      for (const PendingMessage& pm : msgs) {
+        const int32_t end = pm.m.first_segment + pm.m.num_segments;
+        for (int32_t q = pm.m.first_segment; q < end; ++q) {
+          const int32_t c = segment_cand[q];
+          if (need_[c]) f(Slot(c), q, pm.m.wave);
+        }
+      }
+    };
+    each([&](int32_t k, int32_t, int32_t) {
+      if (span_[k].count++ == 0) touched_.push_back(k);
+    });
+    int32_t at = static_cast<int32_t>(noted_.size());
+    for (int32_t k : touched_) {
+      span_[k].first = at;
+      at += span_[k].count;
+      span_[k].count = 0;
+    }
+    noted_.resize(at);
+    each([&](int32_t k, int32_t q, int32_t wave) {
+      noted_[span_[k].first + span_[k].count++] = Noted{q, wave};
+    });
+  }
+
+  // Returns candidate c's noted segments (none unless it feeds relays).
+  absl::Span<const Noted> Of(int32_t c) const {
+    if (!need_[c]) return {};
+    const Span& sp = span_[Slot(c)];
+    return absl::Span<const Noted>(noted_.data() + sp.first, sp.count);
+  }
+
+ private:
+  struct Span {
+    int32_t first;
+    int32_t count;
+  };
+  int32_t Slot(int32_t c) const {
+    return static_cast<int32_t>(std::lower_bound(ids_.begin(), ids_.end(), c) - ids_.begin());
+  }
+
+  std::vector<char> need_;     // per candidate: it feeds relays
+  std::vector<int32_t> ids_;   // the candidates that do, ascending
+  std::vector<Span> span_;     // per entry of ids_: its range of noted_
+  std::vector<Noted> noted_;
+  std::vector<int32_t> touched_;
+};
+
+// Returns the wave of segment q among `noted` (-1: not one of them).
+int32_t WaveOf(absl::Span<const FeederSegments::Noted> noted, int32_t q) {
+  if (!noted.empty()) {
+    const int64_t k = int64_t{q} - noted[0].segment;
+    if (k >= 0 && k < static_cast<int64_t>(noted.size()) && noted[k].segment == q) {
+      return noted[k].wave;
+    }
+  }
+  for (const auto& n : noted) {
+    if (n.segment == q) return n.wave;
+  }
+  return -1;
+}
+
+}  // namespace
+
 absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sources,
                               int64_t cap, int64_t direct_min, bool pipelined,
                               std::vector<int32_t>* segment_cand,
                               std::vector<PendingMessage>* messages, Plan* plan) {
   const std::vector<Candidate>& cands = candidates.cands;
   const int32_t src_world = plan->src.world_size;
-  // Per candidate, where its segments (one per split, in split order,
-  // side by side) start in plan->segments and how many there are; per
-  // segment, the wave of the message that carries it.
-  std::vector<int32_t> seg_first(cands.size(), -1), seg_count(cands.size(), 0);
-  std::vector<int32_t> seg_wave;
-  auto note = [&](const PendingMessage& pm) {
-    const int32_t end = pm.m.first_segment + pm.m.num_segments;
-    if (static_cast<int32_t>(seg_wave.size()) < end) seg_wave.resize(end, -1);
-    for (int32_t q = pm.m.first_segment; q < end; ++q) {
-      seg_wave[q] = pm.m.wave;
-      const int32_t c = (*segment_cand)[q];
-      if (seg_first[c] < 0) seg_first[c] = q;
-      ++seg_count[c];
-    }
-  };
-  for (const PendingMessage& pm : *messages) note(pm);
+  // The segments of every feeder (one per split, in split order, side by
+  // side) and the waves of the messages that carry them.
+  FeederSegments fed(sources, cands.size());
+  fed.Note(*messages, *segment_cand);
   // The first wave at which a relay may forward split `ordinal` of
   // candidate c's bytes, whose region is `box_of_key()`: one after the
   // wave that brought its feeder that region (the feeder's segment of the
@@ -43,19 +123,22 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
   auto ready_at = [&](int32_t c, int32_t ordinal, int32_t splits, const auto& box_of_key) {
     const int32_t f = sources.feeder[c];
     const int32_t all = static_cast<int32_t>(plan->waves.size());
-    const int32_t q = seg_first[f] + ordinal;
-    if (seg_count[f] == splits && (*segment_cand)[q] == f &&
-        plan->segments[q].box == box_of_key()) {
-      return seg_wave[q] + 1;
+    const absl::Span<const FeederSegments::Noted> noted = fed.Of(f);
+    const int32_t first = noted.empty() ? -1 : noted[0].segment;
+    const int32_t count = static_cast<int32_t>(noted.size());
+    if (count == splits) {
+      const int32_t wave = WaveOf(noted, first + ordinal);
+      if (wave >= 0 && plan->segments[first + ordinal].box == box_of_key()) return wave + 1;
     }
     const Box box = box_of_key();
     int32_t ready = 0;
     int64_t covered = 0;
-    for (int32_t p = seg_first[f]; p < seg_first[f] + seg_count[f]; ++p) {
-      if ((*segment_cand)[p] != f) return all;
+    for (int32_t p = first; p < first + count; ++p) {
+      const int32_t wave = WaveOf(noted, p);
+      if (wave < 0) return all;
       const Box& part = plan->segments[p].box;
       if (!Intersects(part, box)) continue;
-      ready = std::max(ready, seg_wave[p] + 1);
+      ready = std::max(ready, wave + 1);
       covered += UncheckedNumElements(Intersect(part, box));
     }
     return covered == UncheckedNumElements(box) ? ready : all;
@@ -69,16 +152,14 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
     const int32_t level = sources.depth[i];
     if (level > 0 && level <= sources.max_depth) at_level[level].push_back(static_cast<int32_t>(i));
   }
-  std::vector<int32_t> sender(cands.size(), -1);
+  std::vector<int32_t> sender;
   for (int32_t level = 1; level <= sources.max_depth; ++level) {
-    if (level > 1) {
-      for (int32_t i : at_level[level - 1]) sender[i] = -1;
-    }
     if (at_level[level].empty()) continue;
-    for (int32_t i : at_level[level]) sender[i] = src_world + cands[sources.feeder[i]].dst_rank;
+    sender.clear();
+    for (int32_t i : at_level[level]) sender.push_back(src_world + cands[sources.feeder[i]].dst_rank);
     SegmentKeys keys;
     REFIT_RETURN_IF_ERROR(
-        OrderSegmentsOf(candidates, sender, at_level[level], plan->src, plan->dst, cap, &keys));
+        OrderSegmentsOf(candidates, at_level[level], sender, plan->src, plan->dst, cap, &keys));
     std::vector<SegKey>& kv = keys.keys;
     auto box_of = [&](const SegKey& k) {
       if (k.split >= 0) return keys.split_boxes[k.split];
@@ -123,10 +204,8 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
     for (size_t i = 0; i < relays.size(); ++i) ready[i] = relays[i].batch;
     ScheduleRelayWaves(plan->options, plan->dst.world_size, ready, &relays, &use,
                        &plan->waves);
-    for (const PendingMessage& pm : relays) {
-      note(pm);
-      messages->push_back(pm);
-    }
+    fed.Note(relays, *segment_cand);
+    messages->insert(messages->end(), relays.begin(), relays.end());
   }
   return absl::OkStatus();
 }

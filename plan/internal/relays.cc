@@ -157,16 +157,18 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   // contains), then first dst record.
   std::vector<std::tuple<int64_t, int32_t, int32_t>> order;
   order.reserve(units.size());
-  for (int32_t u = 0; u < units.size(); ++u) order.emplace_back(-info[u].bytes, info[u].dst_record, u);
-  std::sort(order.begin(), order.end(), [&](const auto& x, const auto& y) {
-    const bool cx = containers.Contained(std::get<2>(x)), cy = containers.Contained(std::get<2>(y));
-    return cx != cy ? cy : x < y;
-  });
   // Where the contained units start in `order`.
-  const size_t tier_at = static_cast<size_t>(
-      std::find_if(order.begin(), order.end(),
-                   [&](const auto& x) { return containers.Contained(std::get<2>(x)); }) -
-      order.begin());
+  size_t tier_at = 0;
+  for (int contained = 0; contained < 2; ++contained) {
+    for (int32_t u = 0; u < units.size(); ++u) {
+      if (containers.Contained(u) == (contained == 1)) {
+        order.emplace_back(-info[u].bytes, info[u].dst_record, u);
+      }
+    }
+    if (contained == 0) tier_at = order.size();
+  }
+  std::sort(order.begin(), order.begin() + tier_at);
+  std::sort(order.begin() + tier_at, order.end());
   const std::pair<size_t, size_t> tiers[2] = {{0, tier_at}, {tier_at, order.size()}};
   // Offers *best the fed members of unit u's containers (on other engine
   // ranks than d, under `max_depth` hops) as feeders of `bytes` to d: sets

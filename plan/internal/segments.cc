@@ -77,33 +77,24 @@ std::vector<int32_t> TrainerSenders(const Candidates& candidates,
   return sender;
 }
 
-absl::Status OrderSegments(const Candidates& candidates,
-                           const std::vector<int32_t>& sender,
-                           const SideLayout& src, const SideLayout& dst,
-                           int64_t cap, SegmentKeys* out) {
-  std::vector<int32_t> members;
-  for (size_t i = 0; i < sender.size(); ++i) {
-    if (sender[i] >= 0) members.push_back(static_cast<int32_t>(i));
-  }
-  return OrderSegmentsOf(candidates, sender, members, src, dst, cap, out);
-}
+namespace {
 
-absl::Status OrderSegmentsOf(const Candidates& candidates,
-                             const std::vector<int32_t>& sender,
-                             const std::vector<int32_t>& members,
-                             const SideLayout& src, const SideLayout& dst,
-                             int64_t cap, SegmentKeys* out) {
+// OrderSegments over n entries: entry m is candidate index_of(m), sent
+// by sender_of(m) (none when negative).
+template <typename IndexOf, typename SenderOf>
+absl::Status OrderSegmentsImpl(const Candidates& candidates, size_t n, IndexOf index_of,
+                               SenderOf sender_of, const SideLayout& src,
+                               const SideLayout& dst, int64_t cap, SegmentKeys* out) {
   const std::vector<Candidate>& cands = candidates.cands;
   const std::vector<TensorPieces>& pieces = candidates.pieces;
   std::vector<SegKey>& keys = out->keys;
   std::vector<Box>& split_boxes = out->split_boxes;
   auto dst_rank_of = [&](const SegKey& k) { return cands[k.cand].dst_rank; };
-  const size_t n = members.size();
   {
     // Source ranks ordered by (stage, rank), then relaying engine ranks:
     // the pair order.
     int32_t senders = src.world_size;
-    for (int32_t i : members) senders = std::max(senders, sender[i] + 1);
+    for (size_t m = 0; m < n; ++m) senders = std::max(senders, sender_of(m) + 1);
     std::vector<int32_t> src_pos(senders);
     for (int32_t i = src.world_size; i < senders; ++i) src_pos[i] = i;
     {
@@ -127,7 +118,8 @@ absl::Status OrderSegmentsOf(const Candidates& candidates,
     std::vector<int64_t> es_of_src(src.tensors.size(), 0);
     for (size_t m = 0; m < n; ++m) {
       split_off[m] = static_cast<int32_t>(split_boxes.size());
-      const Candidate& c = cands[members[m]];
+      if (sender_of(m) < 0) continue;
+      const Candidate& c = cands[index_of(m)];
       int64_t& es = es_of_src[c.src_tensor];
       if (es == 0) {
         const TensorSpec& t = dst.tensors[dst.records[c.dst_record].tensor];
@@ -147,7 +139,9 @@ absl::Status OrderSegmentsOf(const Candidates& candidates,
     }
     split_off[n] = static_cast<int32_t>(split_boxes.size());
     // Keys of member m: 1 when whole, else its split boxes.
-    auto nkeys = [&](size_t m) { return std::max<int32_t>(1, split_off[m + 1] - split_off[m]); };
+    auto nkeys = [&](size_t m) {
+      return sender_of(m) < 0 ? 0 : std::max<int32_t>(1, split_off[m + 1] - split_off[m]);
+    };
     const int64_t npairs = int64_t{senders} * dst.world_size;
     auto pair_of = [&](int32_t src_rank, int32_t dst_rank) {
       return int64_t{src_pos[src_rank]} * dst.world_size + dst_rank;
@@ -170,18 +164,18 @@ absl::Status OrderSegmentsOf(const Candidates& candidates,
     if (counting) {
       first.assign(npairs + 1, 0);
       for (size_t m = 0; m < n; ++m) {
-        const int32_t i = members[m];
-        first[pair_of(sender[i], cands[i].dst_rank) + 1] += nkeys(m);
+        if (sender_of(m) >= 0) first[pair_of(sender_of(m), cands[index_of(m)].dst_rank) + 1] += nkeys(m);
       }
       for (int64_t q = 0; q < npairs; ++q) first[q + 1] += first[q];
       cursor.assign(first.begin(), first.end() - 1);
     }
     size_t next = 0;
     for (size_t m = 0; m < n; ++m) {
-      const int32_t i = members[m];
+      const int32_t src_rank = sender_of(m);
+      if (src_rank < 0) continue;
+      const int32_t i = index_of(m);
       const Candidate& c = cands[i];
       const Record& dr = dst.records[c.dst_record];
-      const int32_t src_rank = sender[i];
       const int64_t es = es_of_src[c.src_tensor];
       // Appends the key of the box whose origin is at element offset `off`
       // of dr (dim-0 index rel0 relative to dr.box).
@@ -219,6 +213,27 @@ absl::Status OrderSegmentsOf(const Candidates& candidates,
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status OrderSegments(const Candidates& candidates,
+                           const std::vector<int32_t>& sender,
+                           const SideLayout& src, const SideLayout& dst,
+                           int64_t cap, SegmentKeys* out) {
+  return OrderSegmentsImpl(
+      candidates, sender.size(), [](size_t m) { return static_cast<int32_t>(m); },
+      [&](size_t m) { return sender[m]; }, src, dst, cap, out);
+}
+
+absl::Status OrderSegmentsOf(const Candidates& candidates,
+                             const std::vector<int32_t>& members,
+                             const std::vector<int32_t>& sender,
+                             const SideLayout& src, const SideLayout& dst,
+                             int64_t cap, SegmentKeys* out) {
+  return OrderSegmentsImpl(
+      candidates, members.size(), [&](size_t m) { return members[m]; },
+      [&](size_t m) { return sender[m]; }, src, dst, cap, out);
 }
 
 }  // namespace internal_plan

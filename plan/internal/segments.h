@@ -44,11 +44,11 @@ absl::Status OrderSegments(const Candidates& candidates,
                            const SideLayout& src, const SideLayout& dst,
                            int64_t cap, SegmentKeys* out);
 
-// The same, for the candidates `members` (ascending) only, which are
-// those with sender[i] >= 0: work in proportion to their number.
+// The same for the candidates `members` (ascending), sender[m] sending
+// members[m]: work in proportion to their number.
 absl::Status OrderSegmentsOf(const Candidates& candidates,
-                             const std::vector<int32_t>& sender,
                              const std::vector<int32_t>& members,
+                             const std::vector<int32_t>& sender,
                              const SideLayout& src, const SideLayout& dst,
                              int64_t cap, SegmentKeys* out);
 
