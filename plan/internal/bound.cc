@@ -102,7 +102,8 @@ double EntryExtra(uint8_t links, int64_t bytes, const CostModel& cost) {
 // term above spreads that extra over the host's ranks; this one does not
 // (a small replicated tensor is received whole by one rank).
 double EntryBound(const Candidates& candidates, const Units& units, const Containers& containers,
-                  const std::vector<int32_t>& slot_of, const std::vector<LinkBytes>& dst_load,
+                  const std::vector<int32_t>& member_rank, const std::vector<int32_t>& slot_of,
+                  const std::vector<LinkBytes>& dst_load,
                   const std::vector<uint8_t>& entry_links, const CostModel& cost) {
   std::vector<double> base(dst_load.size());
   for (size_t d = 0; d < dst_load.size(); ++d) base[d] = cost.Seconds(dst_load[d]);
@@ -115,7 +116,7 @@ double EntryBound(const Candidates& candidates, const Units& units, const Contai
     touched.clear();
     const int64_t bytes = candidates.cands[units.members[units.first[u]]].bytes;
     for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) {
-      const int32_t d = candidates.cands[units.members[q]].dst_rank;
+      const int32_t d = member_rank[q];
       const double extra = EntryExtra(entry_links[q], bytes, cost);
       double& l = least[slot_of[d]];
       if (l < 0) touched.push_back(slot_of[d]);
@@ -239,8 +240,8 @@ double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
 }
 
 double RelayLowerBound(const Candidates& candidates, const Units& units,
-                       const Containers& containers, const SideLayout& src,
-                       const SideLayout& dst, const CostModel& cost) {
+                       const Containers& containers, const std::vector<int32_t>& member_rank,
+                       const SideLayout& src, const SideLayout& dst, const CostModel& cost) {
   const std::vector<Candidate>& cands = candidates.cands;
   std::vector<LinkBytes> dst_load(dst.world_size);
   TrainerSide trainer(candidates, src.world_size);
@@ -285,8 +286,8 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
     // other holder shares a member's host and each host's term is the
     // member's own (the general case below, with one member a host).
     bool alone = !contained;
-    for (const int32_t* m = b; m != e && alone; ++m) {
-      int32_t& last = seen[slot_of[cands[*m].dst_rank]];
+    for (int32_t q = units.first[u]; q < units.first[u + 1] && alone; ++q) {
+      int32_t& last = seen[slot_of[member_rank[q]]];
       alone = last != u;
       last = u;
     }
@@ -295,7 +296,7 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
     if (known && !alone) {
       auto add_holders = [&](int32_t h) {
         for (int32_t q = units.first[h]; q < units.first[h + 1]; ++q) {
-          const int32_t o = cands[units.members[q]].dst_rank;
+          const int32_t o = member_rank[q];
           std::vector<int32_t>& on = holders_on[slot_of[o]];
           if (on.empty()) holder_slots.push_back(slot_of[o]);
           on.push_back(o);
@@ -307,7 +308,7 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
       }
     }
     for (const int32_t* m = b; m != e; ++m) {
-      const int32_t d = cands[*m].dst_rank;
+      const int32_t d = member_rank[m - units.members.data()];
       LinkClass best = LinkClass::kInterHost;
       if (known) {
         for (int32_t r : ranks) best = Faster(cost, best, cost.ClassOf(r, d));
@@ -354,8 +355,8 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
     bound = std::max(bound, host_seconds[h] / ranks_on[h]);
   }
   bound = std::max(bound, TrainerHostsExitBound(candidates, units, containers, src, dst, cost));
-  return std::max(bound, EntryBound(candidates, units, containers, slot_of, dst_load,
-                                    entry_links, cost));
+  return std::max(bound, EntryBound(candidates, units, containers, member_rank, slot_of,
+                                    dst_load, entry_links, cost));
 }
 
 }  // namespace internal_plan

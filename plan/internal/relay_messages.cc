@@ -39,19 +39,20 @@ class FeederSegments {
   // Notes the segments of `msgs`, whose candidates are `segment_cand`'s
   // entries: one batch, no candidate having segments noted before.
   void Note(const std::vector<PendingMessage>& msgs, const std::vector<int32_t>& segment_cand) {
-    touched_.clear();
-    auto each = [&](auto&& f) {
-      for (const PendingMessage& pm : msgs) {
-        const int32_t end = pm.m.first_segment + pm.m.num_segments;
-        for (int32_t q = pm.m.first_segment; q < end; ++q) {
-          const int32_t c = segment_cand[q];
-          if (need_[c]) f(Slot(c), q, pm.m.wave);
-        }
+    // The batch's segments of feeders, in the order noted, then placed
+    // side by side per feeder (a counting sort, keeping that order).
+    batch_.clear();
+    for (const PendingMessage& pm : msgs) {
+      const int32_t end = pm.m.first_segment + pm.m.num_segments;
+      for (int32_t q = pm.m.first_segment; q < end; ++q) {
+        const int32_t c = segment_cand[q];
+        if (need_[c]) batch_.push_back(Pending{Slot(c), Noted{q, pm.m.wave}});
       }
-    };
-    each([&](int32_t k, int32_t, int32_t) {
-      if (span_[k].count++ == 0) touched_.push_back(k);
-    });
+    }
+    touched_.clear();
+    for (const Pending& p : batch_) {
+      if (span_[p.slot].count++ == 0) touched_.push_back(p.slot);
+    }
     int32_t at = static_cast<int32_t>(noted_.size());
     for (int32_t k : touched_) {
       span_[k].first = at;
@@ -59,9 +60,10 @@ class FeederSegments {
       span_[k].count = 0;
     }
     noted_.resize(at);
-    each([&](int32_t k, int32_t q, int32_t wave) {
-      noted_[span_[k].first + span_[k].count++] = Noted{q, wave};
-    });
+    for (const Pending& p : batch_) {
+      Span& sp = span_[p.slot];
+      noted_[sp.first + sp.count++] = p.noted;
+    }
   }
 
   // Returns candidate c's noted segments (none unless it feeds relays).
@@ -84,6 +86,11 @@ class FeederSegments {
   std::vector<int32_t> ids_;   // the candidates that do, ascending
   std::vector<Span> span_;     // per entry of ids_: its range of noted_
   std::vector<Noted> noted_;
+  struct Pending {
+    int32_t slot;
+    Noted noted;
+  };
+  std::vector<Pending> batch_;  // Note's scratch
   std::vector<int32_t> touched_;
 };
 

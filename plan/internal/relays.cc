@@ -150,7 +150,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
     }
   }
   stats->sender_lower_bound_seconds = SenderLowerBound(candidates, src, dst, cost);
-  const double bound = RelayLowerBound(candidates, units, containers, src, dst, cost);
+  const double bound = RelayLowerBound(candidates, units, containers, rank_at, src, dst, cost);
   double floor = std::max(bound, loads.Slowest());
   // Units by tier (uncontained, then contained: their containers' holders
   // are fed first), bytes descending (a container before what it
