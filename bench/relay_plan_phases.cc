@@ -5,6 +5,8 @@
 //   bazel run -c opt //bench:relay_plan_phases -- [--reps=N] [--model=kimi-k2]
 //       [--trainer=megatron:tp=8,pp=16,ep=16,etp=1,dp=2]
 //       [--engine=vllm:tp=16,dp=8,quant=fp8]
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,6 +33,14 @@ struct Args {
   std::string engine = "vllm:tp=16,dp=8,quant=fp8";
 };
 
+// Returns this thread's CPU seconds (user and system).
+double CpuSeconds() {
+  rusage ru;
+  getrusage(RUSAGE_THREAD, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec +
+         ru.ru_stime.tv_usec * 1e-6;
+}
+
 // Returns the median of `v` (sorted here).
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -54,11 +64,13 @@ absl::Status Run(const Args& a) {
       PlannerOptions po;
       po.relay = relay == 1;
       JobLayouts copy = layouts;
+      const double c0 = CpuSeconds();
       const auto t0 = std::chrono::steady_clock::now();
       REFIT_ASSIGN_OR_RETURN(Plan plan, PlanJob(std::move(copy), engines, placement, po));
       const double s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       times[relay]["planner"].push_back(s);
+      times[relay]["planner_cpu"].push_back(CpuSeconds() - c0);
       for (const auto& [phase, sec] : plan.stats.phase_seconds) {
         if (times[relay].count(phase) == 0) order[relay].push_back(phase);
         times[relay][phase].push_back(sec);
@@ -70,7 +82,7 @@ absl::Status Run(const Args& a) {
          a.trainer.c_str(), a.engine.c_str(), a.reps);
   printf("fingerprints: off %s, on %s\n", fingerprint[0].c_str(), fingerprint[1].c_str());
   printf("%-12s %10s %10s %10s %10s\n", "phase (s)", "off med", "off min", "on med", "on min");
-  std::vector<std::string> all = {"planner"};
+  std::vector<std::string> all = {"planner", "planner_cpu"};
   for (int m = 1; m >= 0; --m) {
     for (const std::string& p : order[m]) {
       if (std::find(all.begin(), all.end(), p) == all.end()) all.push_back(p);
