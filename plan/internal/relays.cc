@@ -99,24 +99,86 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
                            PlanStats* stats) {
   const CostModel cost(src, dst, options);
   const std::vector<Candidate>& cands = candidates.cands;
-  const Units units = GroupUnits(candidates, dst);
-  const Containers containers = ContainingUnits(candidates, units, dst);
-  const std::vector<int32_t>& mem = units.members;
-  // Per unit its bytes and replicas, and per member position (units.members
-  // order: a unit's members side by side) its dst rank and source: the
-  // loops below read these, not the candidates, in unit order.
+  // Per unit (GroupUnits' numbering) its bytes and replicas, and per
+  // member its dst rank.
   struct UnitInfo {
     int64_t bytes;
     int32_t dst_record;  // of its first member
     const std::vector<int32_t>* ranks;
   };
-  std::vector<UnitInfo> info(units.size());
-  std::vector<int32_t> rank_at(mem.size());
-  for (int32_t u = 0; u < units.size(); ++u) {
-    const Candidate& c = cands[mem[units.first[u]]];
-    info[u] = {c.bytes, c.dst_record, &candidates.PieceOf(c).ranks};
-    for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) rank_at[q] = cands[mem[q]].dst_rank;
+  Units by_unit = GroupUnits(candidates, dst);
+  Containers containers_by_unit = ContainingUnits(candidates, by_unit, dst);
+  const int32_t num_units = by_unit.size();
+  std::vector<UnitInfo> info_by_unit(num_units);
+  std::vector<int32_t> rank_by_unit(by_unit.members.size());
+  for (int32_t u = 0; u < num_units; ++u) {
+    const Candidate& c = cands[by_unit.members[by_unit.first[u]]];
+    info_by_unit[u] = {c.bytes, c.dst_record, &candidates.PieceOf(c).ranks};
+    for (int32_t q = by_unit.first[u]; q < by_unit.first[u + 1]; ++q) {
+      rank_by_unit[q] = cands[by_unit.members[q]].dst_rank;
+    }
   }
+  stats->sender_lower_bound_seconds = SenderLowerBound(candidates, src, dst, cost);
+  const double bound =
+      RelayLowerBound(candidates, by_unit, containers_by_unit, rank_by_unit, src, dst, cost);
+  // Units by tier (uncontained, then contained: their containers' holders
+  // are fed first), bytes descending (a container before what it
+  // contains), then first dst record.
+  std::vector<std::tuple<int64_t, int32_t, int32_t>> order;
+  order.reserve(num_units);
+  // Where the contained units start in `order`.
+  size_t tier_at = 0;
+  for (int contained = 0; contained < 2; ++contained) {
+    for (int32_t u = 0; u < num_units; ++u) {
+      if (containers_by_unit.Contained(u) == (contained == 1)) {
+        order.emplace_back(-info_by_unit[u].bytes, info_by_unit[u].dst_record, u);
+      }
+    }
+    if (contained == 0) tier_at = order.size();
+  }
+  std::sort(order.begin(), order.begin() + tier_at);
+  std::sort(order.begin() + tier_at, order.end());
+  const std::pair<size_t, size_t> tiers[2] = {{0, tier_at}, {tier_at, order.size()}};
+  // Below, units are numbered by their place in `order` (unit t is
+  // order[t]'s) and their members lie side by side in that order: the
+  // loops walk the per-member arrays in sequence. unit_of[t]: its
+  // GroupUnits number; place[u]: the reverse.
+  std::vector<int32_t> unit_of(num_units), place(num_units);
+  Units units;
+  Containers containers;
+  std::vector<UnitInfo> info(num_units);
+  std::vector<int32_t> rank_at;
+  {
+    units.first.assign(num_units + 1, 0);
+    units.members.reserve(by_unit.members.size());
+    rank_at.reserve(by_unit.members.size());
+    for (int32_t t = 0; t < num_units; ++t) {
+      const int32_t u = std::get<2>(order[t]);
+      unit_of[t] = u;
+      place[u] = t;
+      std::get<2>(order[t]) = t;
+      info[t] = info_by_unit[u];
+      for (int32_t q = by_unit.first[u]; q < by_unit.first[u + 1]; ++q) {
+        units.members.push_back(by_unit.members[q]);
+        rank_at.push_back(rank_by_unit[q]);
+      }
+      units.first[t + 1] = static_cast<int32_t>(units.members.size());
+    }
+    containers.first.assign(num_units + 1, 0);
+    containers.units.reserve(containers_by_unit.units.size());
+    for (int32_t t = 0; t < num_units; ++t) {
+      const int32_t u = unit_of[t];
+      for (int32_t k = containers_by_unit.first[u]; k < containers_by_unit.first[u + 1]; ++k) {
+        containers.units.push_back(place[containers_by_unit.units[k]]);
+      }
+      containers.first[t + 1] = static_cast<int32_t>(containers.units.size());
+    }
+    by_unit = Units();
+    containers_by_unit = Containers();
+    std::vector<UnitInfo>().swap(info_by_unit);
+    std::vector<int32_t>().swap(rank_by_unit);
+  }
+  const std::vector<int32_t>& mem = units.members;
   std::vector<int32_t> choice_at(mem.size(), -1), feeder_at(mem.size(), -1);
   std::vector<int16_t> depth_at(mem.size(), 0);
   std::vector<char> fed(mem.size(), 0);
@@ -133,8 +195,9 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       shared_hosts = shared_hosts || std::binary_search(th.begin(), th.end(), h);
     }
   }
-  // 1. Replicas on the dst rank's own GPU.
-  for (int32_t u = 0; u < units.size() && shared_hosts; ++u) {
+  // 1. Replicas on the dst rank's own GPU (units in GroupUnits' order).
+  for (int32_t by = 0; by < num_units && shared_hosts; ++by) {
+    const int32_t u = place[by];
     const std::vector<int32_t>& ranks = *info[u].ranks;
     for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) {
       int32_t best = -1;
@@ -149,27 +212,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       loads.AddDirect(ranks[best], rank_at[q], info[u].bytes);
     }
   }
-  stats->sender_lower_bound_seconds = SenderLowerBound(candidates, src, dst, cost);
-  const double bound = RelayLowerBound(candidates, units, containers, rank_at, src, dst, cost);
   double floor = std::max(bound, loads.Slowest());
-  // Units by tier (uncontained, then contained: their containers' holders
-  // are fed first), bytes descending (a container before what it
-  // contains), then first dst record.
-  std::vector<std::tuple<int64_t, int32_t, int32_t>> order;
-  order.reserve(units.size());
-  // Where the contained units start in `order`.
-  size_t tier_at = 0;
-  for (int contained = 0; contained < 2; ++contained) {
-    for (int32_t u = 0; u < units.size(); ++u) {
-      if (containers.Contained(u) == (contained == 1)) {
-        order.emplace_back(-info[u].bytes, info[u].dst_record, u);
-      }
-    }
-    if (contained == 0) tier_at = order.size();
-  }
-  std::sort(order.begin(), order.begin() + tier_at);
-  std::sort(order.begin() + tier_at, order.end());
-  const std::pair<size_t, size_t> tiers[2] = {{0, tier_at}, {tier_at, order.size()}};
   // Offers *best the fed members of unit u's containers (on other engine
   // ranks than d, under `max_depth` hops) as feeders of `bytes` to d: sets
   // *best_h to the member that wins (else leaves both).
@@ -242,7 +285,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
                chain_host(rank_at[*j]) == chain_host(rank_at[*i])) {
           ++j;
         }
-        std::rotate(i, i + u % (j - i), j);
+        std::rotate(i, i + unit_of[u] % (j - i), j);
         i = j;
       }
     }
