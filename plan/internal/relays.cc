@@ -8,6 +8,7 @@
 #include <optional>
 #include <tuple>
 
+#include "absl/types/span.h"
 #include "plan/cost.h"
 #include "plan/internal/bound.h"
 
@@ -104,7 +105,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   struct UnitInfo {
     int64_t bytes;
     int32_t dst_record;  // of its first member
-    const std::vector<int32_t>* ranks;
+    absl::Span<const int32_t> ranks;  // the replicas' trainer ranks
   };
   Units by_unit = GroupUnits(candidates, dst);
   Containers containers_by_unit = ContainingUnits(candidates, by_unit, dst);
@@ -113,7 +114,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   std::vector<int32_t> rank_by_unit(by_unit.members.size());
   for (int32_t u = 0; u < num_units; ++u) {
     const Candidate& c = cands[by_unit.members[by_unit.first[u]]];
-    info_by_unit[u] = {c.bytes, c.dst_record, &candidates.PieceOf(c).ranks};
+    info_by_unit[u] = {c.bytes, c.dst_record, candidates.PieceOf(c).ranks};
     for (int32_t q = by_unit.first[u]; q < by_unit.first[u + 1]; ++q) {
       rank_by_unit[q] = cands[by_unit.members[q]].dst_rank;
     }
@@ -148,7 +149,11 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   Containers containers;
   std::vector<UnitInfo> info(num_units);
   std::vector<int32_t> rank_at;
+  std::vector<int32_t> unit_ranks;  // the units' replica ranks, side by side in order
   {
+    size_t all_ranks = 0;
+    for (const UnitInfo& i : info_by_unit) all_ranks += i.ranks.size();
+    unit_ranks.reserve(all_ranks);
     units.first.assign(num_units + 1, 0);
     units.members.reserve(by_unit.members.size());
     rank_at.reserve(by_unit.members.size());
@@ -158,6 +163,10 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       place[u] = t;
       std::get<2>(order[t]) = t;
       info[t] = info_by_unit[u];
+      info[t].ranks = absl::Span<const int32_t>(unit_ranks.data() + unit_ranks.size(),
+                                                info_by_unit[u].ranks.size());
+      unit_ranks.insert(unit_ranks.end(), info_by_unit[u].ranks.begin(),
+                        info_by_unit[u].ranks.end());
       for (int32_t q = by_unit.first[u]; q < by_unit.first[u + 1]; ++q) {
         units.members.push_back(by_unit.members[q]);
         rank_at.push_back(rank_by_unit[q]);
@@ -198,7 +207,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   // 1. Replicas on the dst rank's own GPU (units in GroupUnits' order).
   for (int32_t by = 0; by < num_units && shared_hosts; ++by) {
     const int32_t u = place[by];
-    const std::vector<int32_t>& ranks = *info[u].ranks;
+    const absl::Span<const int32_t> ranks = info[u].ranks;
     for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) {
       int32_t best = -1;
       for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
@@ -231,7 +240,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
     }
   };
   // Feeds member q `bytes` from replica k of `ranks` (f < 0) or from member f.
-  auto feed = [&](int32_t q, const std::vector<int32_t>& ranks, int32_t k, int32_t f,
+  auto feed = [&](int32_t q, absl::Span<const int32_t> ranks, int32_t k, int32_t f,
                   int64_t bytes) {
     if (f < 0) {
       choice_at[q] = k;
@@ -295,7 +304,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       // unit, from a holder of a container.
       for (size_t t = tier_b; t < tier_e; ++t) {
         const auto& [neg_bytes, unused, u] = order[t];
-        const std::vector<int32_t>& ranks = *info[u].ranks;
+        const absl::Span<const int32_t> ranks = info[u].ranks;
         const int32_t root = chain[units.first[u]];
         if (fed[root]) continue;
         Option best;
@@ -317,7 +326,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       for (size_t t = tier_b; t < tier_e; ++t) {
         const auto& [neg_bytes, unused, u] = order[t];
         const int64_t bytes = -neg_bytes;
-        const std::vector<int32_t>& ranks = *info[u].ranks;
+        const absl::Span<const int32_t> ranks = info[u].ranks;
         for (int32_t i = units.first[u] + 1; i < units.first[u + 1]; ++i) {
           const int32_t q = chain[i], f = chain[i - 1], d = rank_at[q];
           if (fed[q]) continue;
@@ -364,7 +373,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       const auto& [neg_bytes, unused, u] = order[t];
       if (unit_fed[u]) continue;
       const int32_t b = units.first[u], e = units.first[u + 1];
-      const std::vector<int32_t>& ranks = *info[u].ranks;
+      const absl::Span<const int32_t> ranks = info[u].ranks;
       // Without hosts shared by the two sides every pair is one class: the
       // best pair is the least loaded replica with the least loaded member
       // (the same rule, in N + R steps instead of N * R).
@@ -399,7 +408,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       const auto& [neg_bytes, unused, u] = order[t];
       const int64_t bytes = -neg_bytes;
       const int32_t b = units.first[u], e = units.first[u + 1];
-      const std::vector<int32_t>& ranks = *info[u].ranks;
+      const absl::Span<const int32_t> ranks = info[u].ranks;
       todo.clear();
       hosts.clear();
       for (int32_t q = b; q != e; ++q) {
