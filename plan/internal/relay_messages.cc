@@ -26,14 +26,15 @@ class FeederSegments {
     int32_t wave;
   };
 
-  FeederSegments(const Sources& sources, size_t num_cands) : need_(num_cands, 0) {
+  FeederSegments(const Sources& sources, size_t num_cands) : slot_(num_cands, -1) {
     for (int32_t f : sources.feeder) {
-      if (f >= 0) need_[f] = 1;
+      if (f >= 0) slot_[f] = 0;  // a feeder, numbered below
     }
-    for (size_t c = 0; c < num_cands; ++c) {
-      if (need_[c]) ids_.push_back(static_cast<int32_t>(c));
+    int32_t n = 0;
+    for (int32_t& k : slot_) {
+      if (k == 0) k = n++;
     }
-    span_.assign(ids_.size(), Span{0, 0});
+    span_.assign(n, Span{0, 0});
   }
 
   // Notes the segments of `msgs`, whose candidates are `segment_cand`'s
@@ -45,8 +46,8 @@ class FeederSegments {
     for (const PendingMessage& pm : msgs) {
       const int32_t end = pm.m.first_segment + pm.m.num_segments;
       for (int32_t q = pm.m.first_segment; q < end; ++q) {
-        const int32_t c = segment_cand[q];
-        if (need_[c]) batch_.push_back(Pending{Slot(c), Noted{q, pm.m.wave}});
+        const int32_t k = slot_[segment_cand[q]];
+        if (k >= 0) batch_.push_back(Pending{k, Noted{q, pm.m.wave}});
       }
     }
     touched_.clear();
@@ -68,8 +69,8 @@ class FeederSegments {
 
   // Returns candidate c's noted segments (none unless it feeds relays).
   absl::Span<const Noted> Of(int32_t c) const {
-    if (!need_[c]) return {};
-    const Span& sp = span_[Slot(c)];
+    if (slot_[c] < 0) return {};
+    const Span& sp = span_[slot_[c]];
     return absl::Span<const Noted>(noted_.data() + sp.first, sp.count);
   }
 
@@ -78,13 +79,9 @@ class FeederSegments {
     int32_t first;
     int32_t count;
   };
-  int32_t Slot(int32_t c) const {
-    return static_cast<int32_t>(std::lower_bound(ids_.begin(), ids_.end(), c) - ids_.begin());
-  }
-
-  std::vector<char> need_;     // per candidate: it feeds relays
-  std::vector<int32_t> ids_;   // the candidates that do, ascending
-  std::vector<Span> span_;     // per entry of ids_: its range of noted_
+  // Per candidate, its entry in span_ (-1: it feeds no relay).
+  std::vector<int32_t> slot_;
+  std::vector<Span> span_;  // per feeder: its range of noted_
   std::vector<Noted> noted_;
   struct Pending {
     int32_t slot;
@@ -93,6 +90,17 @@ class FeederSegments {
   std::vector<Pending> batch_;  // Note's scratch
   std::vector<int32_t> touched_;
 };
+
+// Returns whether `c` is Intersect(a, b) (as Box ==), without building it.
+bool IsIntersection(const Box& a, const Box& b, const Box& c) {
+  if (c.rank() != a.rank()) return false;
+  for (int d = 0; d < a.rank(); ++d) {
+    const int64_t lo = std::max(a.origin(d), b.origin(d));
+    const int64_t hi = std::min(a.origin(d) + a.shape(d), b.origin(d) + b.shape(d));
+    if (c.origin(d) != lo || c.shape(d) != (hi > lo ? hi - lo : 0)) return false;
+  }
+  return true;
+}
 
 // Returns the wave of segment q among `noted` (-1: not one of them).
 int32_t WaveOf(absl::Span<const FeederSegments::Noted> noted, int32_t q) {
@@ -127,7 +135,8 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
   // that one is of this region), or one after the last of the feeder's
   // segments that brought a part of it (a sub-region of a container's
   // region, relays.h); else one after every wave placed so far.
-  auto ready_at = [&](int32_t c, int32_t ordinal, int32_t splits, const auto& box_of_key) {
+  auto ready_at = [&](int32_t c, int32_t ordinal, int32_t splits, const auto& box_of_key,
+                      const auto& is_key_box) {
     const int32_t f = sources.feeder[c];
     const int32_t all = static_cast<int32_t>(plan->waves.size());
     const absl::Span<const FeederSegments::Noted> noted = fed.Of(f);
@@ -135,7 +144,7 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
     const int32_t count = static_cast<int32_t>(noted.size());
     if (count == splits) {
       const int32_t wave = WaveOf(noted, first + ordinal);
-      if (wave >= 0 && plan->segments[first + ordinal].box == box_of_key()) return wave + 1;
+      if (wave >= 0 && is_key_box(plan->segments[first + ordinal].box)) return wave + 1;
     }
     const Box box = box_of_key();
     int32_t ready = 0;
@@ -173,6 +182,12 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
       const Candidate& c = cands[k.cand];
       return Intersect(candidates.PieceOf(c).box, plan->dst.records[c.dst_record].box);
     };
+    // Whether `b` is key k's box (box_of(k) == b), without building it.
+    auto is_box_of = [&](const SegKey& k, const Box& b) {
+      if (k.split >= 0) return keys.split_boxes[k.split] == b;
+      const Candidate& c = cands[k.cand];
+      return IsIntersection(candidates.PieceOf(c).box, plan->dst.records[c.dst_record].box, b);
+    };
     // Each key's ready wave (a candidate's splits are side by side, in
     // split order), then each pair's keys by it (stable: then in
     // destination order).
@@ -183,7 +198,8 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
       for (size_t j = i; j < e; ++j) {
         ready_key[j] = {ready_at(kv[i].cand, static_cast<int32_t>(j - i),
                                  static_cast<int32_t>(e - i),
-                                 [&] { return box_of(kv[j]); }),
+                                 [&] { return box_of(kv[j]); },
+                                 [&](const Box& b) { return is_box_of(kv[j], b); }),
                         kv[j]};
       }
       i = e;
