@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -569,6 +570,15 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
     return s;
   };
   const size_t num_records = src.records.size();
+  // The conversions in record order (sorted by rank below, moved once).
+  std::vector<Conversion> made;
+  {
+    size_t n = 0;
+    for (const Record& r : src.records) n += converted.count(r.tensor);
+    made.reserve(n);
+    // About one scale record each (more for packed and NVFP4 scales).
+    src.records.reserve(num_records + n + n / 8);
+  }
   for (size_t i = 0; i < num_records; ++i) {
     Record& r = src.records[i];
     auto it = converted.find(r.tensor);
@@ -645,12 +655,19 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
         if (!IsEmpty(b)) cut_boxes[c.from.tensor].push_back({std::move(b), c.from.rank});
       }
     }
-    out.conversions.push_back(std::move(c));
+    made.push_back(std::move(c));
   }
-  std::stable_sort(out.conversions.begin(), out.conversions.end(),
-                   [](const Conversion& a, const Conversion& b) {
-                     return a.from.rank < b.from.rank;
-                   });
+  // By rank, in record order within a rank: a stable sort of (rank, index)
+  // pairs, each conversion moved once.
+  {
+    std::vector<std::pair<int32_t, int32_t>> order(made.size());
+    for (size_t i = 0; i < made.size(); ++i) {
+      order[i] = {made[i].from.rank, static_cast<int32_t>(i)};
+    }
+    std::sort(order.begin(), order.end());
+    out.conversions.reserve(made.size());
+    for (const auto& [rank, i] : order) out.conversions.push_back(std::move(made[i]));
+  }
   for (const auto& [tensor, boxes] : cut_boxes) {
     REFIT_ASSIGN_OR_RETURN(
         std::vector<CutTileGroup> g,
