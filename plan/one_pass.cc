@@ -173,9 +173,16 @@ ScratchReaders IndexScratchReaders(const Plan& plan) {
   }
   x.reads.assign(x.count_offset[nrec], 0);
   x.fails.assign(x.count_offset[nrec], 0);
-  // Verdicts per destination record, for the box rank they were taken at.
-  std::vector<int8_t> verdict_rank(plan.dst.records.size(), -1);
-  std::vector<Verdict> verdict(plan.dst.records.size(), Verdict::kNever);
+  // Per destination record (in order: the walk below reads none), its
+  // verdict at its own rank; a box of another rank: kNever.
+  const size_t ndst = plan.dst.records.size();
+  std::vector<int32_t> dst_dims(ndst);
+  std::vector<Verdict> verdict(ndst);
+  for (size_t j = 0; j < ndst; ++j) {
+    const Record& d = plan.dst.records[j];
+    dst_dims[j] = static_cast<int32_t>(d.dims.size());
+    verdict[j] = VerdictOf(d, dst_dims[j]);
+  }
   std::vector<std::pair<int32_t, SegmentRead>> by_cell;
   std::vector<uint8_t> read(nrec, 0);
   ForEachRead(plan, [&](int32_t i, int32_t dst_rank) {
@@ -185,12 +192,8 @@ ScratchReaders IndexScratchReaders(const Plan& plan) {
     const int64_t n = x.count_offset[r + 1] - at - 1;  // -1: no wanted buffer
     if (n < 0) return;
     read[r] = 1;
-    const int rank = seg.box.rank();
-    if (verdict_rank[seg.dst_record] != rank) {
-      verdict_rank[seg.dst_record] = static_cast<int8_t>(rank);
-      verdict[seg.dst_record] = VerdictOf(plan.dst.records[seg.dst_record], rank);
-    }
-    const Verdict v = verdict[seg.dst_record];
+    const Verdict v =
+        seg.box.rank() == dst_dims[seg.dst_record] ? verdict[seg.dst_record] : Verdict::kNever;
     if (v == Verdict::kByCell) {
       by_cell.push_back({r, {i, dst_rank}});
       return;
