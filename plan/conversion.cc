@@ -126,6 +126,20 @@ Box WholeTiles(const Box& box, const std::vector<int64_t>& tile,
   return Box::UncheckedMove(std::move(o), std::move(e));
 }
 
+// Whether box starts on a tile boundary and ends on one or at the end of
+// `shape` in every dim: then IntersectingTiles and WholeTiles agree and the
+// box cuts no tile.
+bool TileAligned(const Box& box, const std::vector<int64_t>& tile,
+                 absl::Span<const int64_t> shape) {
+  for (int d = 0; d < box.rank(); ++d) {
+    if (box.origin(d) % tile[d] != 0 ||
+        (box.limit(d) % tile[d] != 0 && box.limit(d) != shape[d])) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // outer \ inner (inner inside outer or empty) as at most 2 * rank boxes.
 std::vector<Box> Difference(const Box& outer, const Box& inner) {
   if (IsEmpty(inner)) return {outer};
@@ -650,9 +664,14 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
         }
         global_boxes[p.global_tensor].push_back({lead, c.from.rank});
       }
-      const Box whole = WholeTiles(c.from.box, p.tile, src_shape_of(c));
-      for (Box& b : Difference(IntersectingTiles(c.from.box, p.tile), whole)) {
-        if (!IsEmpty(b)) cut_boxes[c.from.tensor].push_back({std::move(b), c.from.rank});
+      // The tiles the record cuts: none when it starts and ends on tile
+      // boundaries (or the tensor's end) in every dim.
+      const std::vector<int64_t> shape = src_shape_of(c);
+      if (!TileAligned(c.from.box, p.tile, shape)) {
+        const Box whole = WholeTiles(c.from.box, p.tile, shape);
+        for (Box& b : Difference(IntersectingTiles(c.from.box, p.tile), whole)) {
+          if (!IsEmpty(b)) cut_boxes[c.from.tensor].push_back({std::move(b), c.from.rank});
+        }
       }
     }
     made.push_back(std::move(c));
