@@ -126,16 +126,13 @@ Box WholeTiles(const Box& box, const std::vector<int64_t>& tile,
   return Box::UncheckedMove(std::move(o), std::move(e));
 }
 
-// Whether box starts on a tile boundary and ends on one or at the end of
-// `shape` in every dim: then IntersectingTiles and WholeTiles agree and the
-// box cuts no tile.
+// Whether box starts on a tile boundary and ends on one or at `shape`'s end
+// in every dim: then IntersectingTiles and WholeTiles agree (no cut tile).
 bool TileAligned(const Box& box, const std::vector<int64_t>& tile,
                  absl::Span<const int64_t> shape) {
   for (int d = 0; d < box.rank(); ++d) {
-    if (box.origin(d) % tile[d] != 0 ||
-        (box.limit(d) % tile[d] != 0 && box.limit(d) != shape[d])) {
-      return false;
-    }
+    const int64_t t = tile[d];
+    if (box.origin(d) % t != 0 || (box.limit(d) % t != 0 && box.limit(d) != shape[d])) return false;
   }
   return true;
 }
@@ -584,15 +581,13 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
     return s;
   };
   const size_t num_records = src.records.size();
-  // The conversions in record order (sorted by rank below, moved once).
+  // The conversions in record order (sorted by rank below, moved once);
+  // about one scale record each (more for packed and NVFP4 scales).
   std::vector<Conversion> made;
-  {
-    size_t n = 0;
-    for (const Record& r : src.records) n += converted.count(r.tensor);
-    made.reserve(n);
-    // About one scale record each (more for packed and NVFP4 scales).
-    src.records.reserve(num_records + n + n / 8);
-  }
+  size_t num_made = 0;
+  for (const Record& r : src.records) num_made += converted.count(r.tensor);
+  made.reserve(num_made);
+  src.records.reserve(num_records + num_made + num_made / 8);
   for (size_t i = 0; i < num_records; ++i) {
     Record& r = src.records[i];
     auto it = converted.find(r.tensor);
@@ -676,17 +671,12 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
     }
     made.push_back(std::move(c));
   }
-  // By rank, in record order within a rank: a stable sort of (rank, index)
-  // pairs, each conversion moved once.
-  {
-    std::vector<std::pair<int32_t, int32_t>> order(made.size());
-    for (size_t i = 0; i < made.size(); ++i) {
-      order[i] = {made[i].from.rank, static_cast<int32_t>(i)};
-    }
-    std::sort(order.begin(), order.end());
-    out.conversions.reserve(made.size());
-    for (const auto& [rank, i] : order) out.conversions.push_back(std::move(made[i]));
-  }
+  // By rank, in record order within a rank (a sort of (rank, index) pairs).
+  std::vector<std::pair<int32_t, int32_t>> order(made.size());
+  for (size_t i = 0; i < made.size(); ++i) order[i] = {made[i].from.rank, static_cast<int32_t>(i)};
+  std::sort(order.begin(), order.end());
+  out.conversions.reserve(made.size());
+  for (const auto& [rank, i] : order) out.conversions.push_back(std::move(made[i]));
   for (const auto& [tensor, boxes] : cut_boxes) {
     REFIT_ASSIGN_OR_RETURN(
         std::vector<CutTileGroup> g,
