@@ -110,7 +110,20 @@ absl::StatusOr<std::unique_ptr<GlooTransport>> GlooTransport::Create(
   return t;
 }
 
-GlooTransport::~GlooTransport() = default;
+GlooTransport::~GlooTransport() {
+  // Before the posted buffers go: nothing arrives into them meanwhile.
+  CloseConnections();
+}
+
+void GlooTransport::CloseConnections() {
+  for (auto& lane : lanes_) {
+    try {
+      lane->context->closeConnections();
+    } catch (const std::exception&) {
+      // A pair that fails to close is closed as far as gloo goes.
+    }
+  }
+}
 
 int32_t GlooTransport::num_lanes() const {
   return static_cast<int32_t>(lanes_.size());
@@ -150,6 +163,7 @@ absl::Status GlooTransport::StartWave(int32_t lane,
   } catch (const std::exception& e) {
     L.error = absl::UnavailableError(absl::StrCat(
         "rank ", rank_, " lane ", lane, ": posting a wave failed: ", e.what()));
+    CloseConnections();  // what was posted before stays out of the caller's memory
     return L.error;
   }
   return absl::OkStatus();
@@ -171,7 +185,10 @@ absl::Status GlooTransport::WaitWave(int32_t lane, absl::Time deadline) {
       what = e.what();
     }
     if (ok) continue;
-    if (cancel_.cancelled()) return L.error = cancel_.status();
+    if (cancel_.cancelled()) {
+      CloseConnections();  // Cancel closes them too; this wait may beat it
+      return L.error = cancel_.status();
+    }
     const bool timed_out = what.empty() || absl::Now() >= deadline ||
                            what.find("imed out") != std::string::npos;
     const std::string msg = absl::StrCat(
@@ -181,8 +198,9 @@ absl::Status GlooTransport::WaitWave(int32_t lane, absl::Time deadline) {
         what.empty() ? "" : absl::StrCat(": ", what));
     L.error = timed_out ? absl::DeadlineExceededError(msg)
                         : absl::UnavailableError(msg);
-    // Buffers still posted point at caller memory: abort their waits and
-    // keep the objects until the transport is destroyed.
+    // Buffers still posted point at caller memory, which the caller may
+    // free now: nothing may arrive into them any more.
+    CloseConnections();
     return L.error;
   }
   absl::MutexLock l(&cancel_mu_);
@@ -202,6 +220,7 @@ void GlooTransport::Cancel(const absl::Status& reason) {
       }
     }
   }
+  CloseConnections();
 }
 
 }  // namespace refit

@@ -4,6 +4,9 @@
 // i-th send from a to b on a lane matches b's i-th receive from a. Every
 // wait is bounded by the caller's deadline; a dead peer surfaces as
 // UNAVAILABLE naming it (closed connection) or DEADLINE_EXCEEDED.
+// Once a wave failed or the transport was cancelled, every connection is
+// closed: a send or receive still posted never touches the caller's memory
+// again (the caller may free it), and the peers' waits on this rank fail.
 #ifndef REFIT_EXEC_TRANSPORT_GLOO_TRANSPORT_H_
 #define REFIT_EXEC_TRANSPORT_GLOO_TRANSPORT_H_
 
@@ -46,13 +49,19 @@ class GlooTransport : public Transport {
   absl::Status StartWave(int32_t lane, absl::Span<const SendOp> sends,
                           absl::Span<const RecvOp> recvs,
                           absl::Time deadline) override;
+  // Fails with the wave's error (DEADLINE_EXCEEDED, UNAVAILABLE naming the
+  // peer, or the cancel reason) and then closes every connection.
   absl::Status WaitWave(int32_t lane, absl::Time deadline) override;
-  // Aborts the waits of every posted buffer (gloo's abortWaitSend/Recv).
+  // Aborts the waits of every posted buffer (gloo's abortWaitSend/Recv) and
+  // closes every connection. Safe from any thread.
   void Cancel(const absl::Status& reason) override;
 
  private:
   struct Lane;
   GlooTransport() = default;
+  // Closes every lane's connections (idempotent, safe from any thread):
+  // gloo reads and writes nothing more through them.
+  void CloseConnections();
   int32_t rank_ = 0;
   int32_t world_size_ = 0;
   std::vector<std::unique_ptr<Lane>> lanes_;

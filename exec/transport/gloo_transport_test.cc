@@ -1,8 +1,11 @@
 // GlooTransport in one process (two ranks, two threads, an in-memory key
-// store): bytes move, and Cancel from another thread ends a wait that no
-// peer would ever end, with the reason given, long before the deadline.
+// store): bytes move; Cancel from another thread ends a wait that no peer
+// would ever end, with the reason given, long before the deadline; and
+// once a wave failed or was cancelled, a late send from a live peer never
+// lands in the receive buffer (its owner may have freed it).
 #include "exec/transport/gloo_transport.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -79,6 +82,45 @@ TEST(GlooTransport, CancelEndsAWaitNoPeerWouldEnd) {
   // Every later use of the transport fails with the same reason.
   absl::Status again = t[0]->StartWave(0, {}, {}, deadline);
   EXPECT_TRUE(absl::IsAborted(again)) << again;
+}
+
+// Rank 0 posted a receive of 64 KiB that failed (`fail`); rank 1 then sends
+// it. Returns rank 0's buffer once rank 1's send ended (either way).
+std::string AfterALateSend(const std::function<absl::Status(GlooTransport&)>& fail) {
+  InMemoryKvStore store;
+  auto t = Connect(&store, 2);
+  if (!t[0] || !t[1]) return "";
+  std::string dst(64 << 10, 'x'), src(64 << 10, 'y');
+  RecvOp recv{1, dst.data(), static_cast<int64_t>(dst.size())};
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  EXPECT_TRUE(t[0]->StartWave(0, {}, {&recv, 1}, deadline).ok());
+  const absl::Status failed = fail(*t[0]);
+  EXPECT_FALSE(failed.ok());
+  SendOp send{0, src.data(), static_cast<int64_t>(src.size())};
+  if (t[1]->StartWave(0, {&send, 1}, {}, deadline).ok()) {
+    (void)t[1]->WaitWave(0, absl::Now() + absl::Seconds(2));
+  }
+  absl::SleepFor(absl::Milliseconds(200));  // room for bytes in flight to land
+  return dst;
+}
+
+TEST(GlooTransport, ACancelledReceiveNeverWritesTheCallersMemory) {
+  const std::string dst = AfterALateSend([](GlooTransport& t) {
+    t.Cancel(absl::AbortedError("round 3 aborted"));
+    return t.WaitWave(0, absl::Now() + absl::Seconds(5));
+  });
+  ASSERT_FALSE(dst.empty());
+  EXPECT_EQ(dst, std::string(dst.size(), 'x')) << "bytes landed after Cancel";
+}
+
+TEST(GlooTransport, AReceiveThatTimedOutNeverWritesTheCallersMemory) {
+  const std::string dst = AfterALateSend([](GlooTransport& t) {
+    absl::Status s = t.WaitWave(0, absl::Now() + absl::Milliseconds(100));
+    EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+    return s;
+  });
+  ASSERT_FALSE(dst.empty());
+  EXPECT_EQ(dst, std::string(dst.size(), 'x')) << "bytes landed after the wave failed";
 }
 
 }  // namespace

@@ -48,18 +48,22 @@ grep -q "^refit_build_info{version=\"$pyver\",protocol_version=\"[0-9]*\"} 1$" "
 wpid=$!; pids+=($wpid)
 for _ in $(seq 100); do grep -q 'no round in flight' "$tmp/watch.out" && break; sleep 0.1; done
 
-# One committed round: a trainer rank that starts it and an engine worker.
+# One committed round: a trainer rank that starts it and an engine worker
+# that holds the round open for 4 s (room for scrapes on a loaded machine).
 common=(--server="127.0.0.1:$port" --model=tiny-qwen3 --rounds=1 --deadline_s=60)
 "$member" "${common[@]}" --side=engine --engine_id=e0 --rank=0 --convention=vllm:tp=1 \
-  --test_round_delay_ms=1500 >"$tmp/engine.out" 2>&1 &
+  --test_round_delay_ms=4000 >"$tmp/engine.out" 2>&1 &
 epid=$!; pids+=($epid)
 "$member" "${common[@]}" --side=trainer --rank=0 --convention=megatron:tp=1 --start >"$tmp/trainer.out" 2>&1 &
 tpid=$!; pids+=($tpid)
 # A scrape during the round: the engine is in it, nothing committed yet.
+# The members may take seconds to start on a loaded machine: look for up to
+# 30 s, and stop looking once the round committed (then this check fails).
 during=""
-for _ in $(seq 100); do
+for _ in $(seq 600); do
   during=$(get "http://127.0.0.1:$mport/metrics")
   grep -q '^refit_members{side="engine",state="in_round"} 1$' <<<"$during" && break
+  grep -q '^refit_rounds_committed_total 1$' <<<"$during" && break
   sleep 0.05
 done
 grep -q '^refit_members{side="engine",state="in_round"} 1$' <<<"$during" &&
