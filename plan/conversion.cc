@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -123,6 +124,17 @@ Box WholeTiles(const Box& box, const std::vector<int64_t>& tile,
     e[d] = std::max<int64_t>(0, hi - lo);
   }
   return Box::UncheckedMove(std::move(o), std::move(e));
+}
+
+// Whether box starts on a tile boundary and ends on one or at `shape`'s end
+// in every dim: then IntersectingTiles and WholeTiles agree (no cut tile).
+bool TileAligned(const Box& box, const std::vector<int64_t>& tile,
+                 absl::Span<const int64_t> shape) {
+  for (int d = 0; d < box.rank(); ++d) {
+    const int64_t t = tile[d];
+    if (box.origin(d) % t != 0 || (box.limit(d) % t != 0 && box.limit(d) != shape[d])) return false;
+  }
+  return true;
 }
 
 // outer \ inner (inner inside outer or empty) as at most 2 * rank boxes.
@@ -569,6 +581,13 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
     return s;
   };
   const size_t num_records = src.records.size();
+  // The conversions in record order (sorted by rank below, moved once);
+  // about one scale record each (more for packed and NVFP4 scales).
+  std::vector<Conversion> made;
+  size_t num_made = 0;
+  for (const Record& r : src.records) num_made += converted.count(r.tensor);
+  made.reserve(num_made);
+  src.records.reserve(num_records + num_made + num_made / 8);
   for (size_t i = 0; i < num_records; ++i) {
     Record& r = src.records[i];
     auto it = converted.find(r.tensor);
@@ -640,17 +659,24 @@ absl::StatusOr<ConvertedSource> ConvertSource(SideLayout src,
         }
         global_boxes[p.global_tensor].push_back({lead, c.from.rank});
       }
-      const Box whole = WholeTiles(c.from.box, p.tile, src_shape_of(c));
-      for (Box& b : Difference(IntersectingTiles(c.from.box, p.tile), whole)) {
-        if (!IsEmpty(b)) cut_boxes[c.from.tensor].push_back({std::move(b), c.from.rank});
+      // The tiles the record cuts: none when it starts and ends on tile
+      // boundaries (or the tensor's end) in every dim.
+      const std::vector<int64_t> shape = src_shape_of(c);
+      if (!TileAligned(c.from.box, p.tile, shape)) {
+        const Box whole = WholeTiles(c.from.box, p.tile, shape);
+        for (Box& b : Difference(IntersectingTiles(c.from.box, p.tile), whole)) {
+          if (!IsEmpty(b)) cut_boxes[c.from.tensor].push_back({std::move(b), c.from.rank});
+        }
       }
     }
-    out.conversions.push_back(std::move(c));
+    made.push_back(std::move(c));
   }
-  std::stable_sort(out.conversions.begin(), out.conversions.end(),
-                   [](const Conversion& a, const Conversion& b) {
-                     return a.from.rank < b.from.rank;
-                   });
+  // By rank, in record order within a rank (a sort of (rank, index) pairs).
+  std::vector<std::pair<int32_t, int32_t>> order(made.size());
+  for (size_t i = 0; i < made.size(); ++i) order[i] = {made[i].from.rank, static_cast<int32_t>(i)};
+  std::sort(order.begin(), order.end());
+  out.conversions.reserve(made.size());
+  for (const auto& [rank, i] : order) out.conversions.push_back(std::move(made[i]));
   for (const auto& [tensor, boxes] : cut_boxes) {
     REFIT_ASSIGN_OR_RETURN(
         std::vector<CutTileGroup> g,

@@ -2,6 +2,7 @@
 // serialization, hashed as it is written.
 #include "plan/fingerprint.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -14,7 +15,8 @@ namespace {
 // plan of a million segments is never held as one string): words go round
 // robin to four independent 64-bit multiply-rotate lanes (no dependency
 // chain between consecutive words), combined and finalized with a
-// murmur3-style avalanche into 128 bits; not cryptographic.
+// murmur3-style avalanche into 128 bits; not cryptographic. Digest()
+// drains the words still buffered first.
 class Writer {
  public:
   void I(int64_t v) { Mix(static_cast<uint64_t>(v)); }
@@ -39,7 +41,8 @@ class Writer {
       I(b.shape(d));
     }
   }
-  std::string Digest() const {
+  std::string Digest() {
+    Drain();
     const uint64_t a = Final(h_[0] ^ Rotl(h_[1], 17) ^ n_);
     const uint64_t b = Final(h_[2] ^ Rotl(h_[3], 29) ^ (n_ * 0x9E3779B97F4A7C15ULL));
     char buf[33];
@@ -59,15 +62,37 @@ class Writer {
     h ^= h >> 33;
     return h;
   }
-  void Mix(uint64_t v) {
-    uint64_t& h = h_[n_ & 3];
-    h = Rotl(h ^ (v * 0x87C37B91114253D5ULL), 31) * 0x4CF5AD432745937FULL +
-        0x52DCE729;
-    ++n_;
+  static uint64_t Step(uint64_t h, uint64_t v) {
+    return Rotl(h ^ (v * 0x87C37B91114253D5ULL), 31) * 0x4CF5AD432745937FULL + 0x52DCE729;
   }
+  // Word n goes to lane n % 4. Words wait in buf_ and are mixed kBuf at a
+  // time, the four lanes in registers.
+  void Mix(uint64_t v) {
+    buf_[pending_++] = v;
+    if (pending_ == kBuf) Drain();
+  }
+  void Drain() {
+    size_t i = 0;
+    if ((n_ & 3) == 0) {
+      uint64_t h0 = h_[0], h1 = h_[1], h2 = h_[2], h3 = h_[3];
+      for (; i + 4 <= pending_; i += 4) {
+        h0 = Step(h0, buf_[i]);
+        h1 = Step(h1, buf_[i + 1]);
+        h2 = Step(h2, buf_[i + 2]);
+        h3 = Step(h3, buf_[i + 3]);
+      }
+      h_[0] = h0, h_[1] = h1, h_[2] = h2, h_[3] = h3;
+      n_ += i;
+    }
+    for (; i < pending_; ++i, ++n_) h_[n_ & 3] = Step(h_[n_ & 3], buf_[i]);
+    pending_ = 0;
+  }
+  static constexpr size_t kBuf = 256;  // a multiple of 4
   uint64_t h_[4] = {1469598103934665603ULL, 0x9E3779B97F4A7C15ULL,
                     0xC2B2AE3D27D4EB4FULL, 0x165667B19E3779F9ULL};
-  uint64_t n_ = 0;
+  uint64_t n_ = 0;  // words mixed
+  uint64_t buf_[kBuf];
+  size_t pending_ = 0;  // words in buf_
 };
 
 // Precedes a side's gpu_of_rank in the serialization ("gpus" in ASCII).

@@ -2,9 +2,13 @@
 #include "plan/one_pass.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <unordered_map>
 #include <utility>
+#include <vector>
+
+#include "absl/types/span.h"
 
 #include "layout/quant_format.h"
 
@@ -45,75 +49,214 @@ bool AffinePerCell(const Record& r, const Box& sub, int64_t cell_r, int64_t cell
 // ForEachBufferPart), its dim-0 slice k from the buffer of index k, for
 // each k its dim-0 range covers. Kimi-K2's plans have about 18 million
 // such reads; they are not listed: a buffer names the (record, dim-0
-// index) pairs writing it, a record the segments reading it, and the
-// checks below go per segment and record.
+// index) pairs writing it, and one walk over the segments counts, per
+// record and index, the reads and the reads that fail every cell.
+//
+// Whether a destination record is affine over a read's cells depends on
+// the cell only where one of its last two dims has several splits (or a
+// strided last dim); every other read's answer holds for all cells
+// (AffinePerCell). Those reads are counted in the walk; the others are
+// kept per record and checked per cell.
 struct BufferSource {
   int32_t record = 0;
   int32_t index = -1;  // -1: the record is not indexed
 };
 
+// What AffinePerCell(dst, box of rank n, ...) answers for every cell.
+enum class Verdict : uint8_t { kNever, kAlways, kByCell };
+
+Verdict VerdictOf(const Record& r, int n) {
+  if (r.buffer_step != 0 || r.dims.size() != static_cast<size_t>(n) || n < 2) {
+    return Verdict::kNever;
+  }
+  for (int d = n - 2; d < n; ++d) {
+    const absl::InlinedVector<DimSplit, 2>& splits = r.dims[d].splits;
+    if (!(splits.size() == 1 && (d < n - 1 || splits[0].stride == 1))) return Verdict::kByCell;
+  }
+  return Verdict::kAlways;
+}
+
+// Segments of plan.segments with their message's dst_rank.
+struct SegmentRead {
+  int32_t seg = 0;
+  int32_t dst_rank = 0;
+};
+
 struct ScratchReaders {
-  // By plan.src buffer index (wanted buffers only).
-  std::vector<std::vector<BufferSource>> sources;
-  // Segments reading source record r: seg[seg_offset[r], seg_offset[r + 1]),
-  // in message and segment order, with their message's dst_rank.
-  std::vector<int64_t> seg_offset;
-  std::vector<int32_t> seg;
-  std::vector<int32_t> seg_dst_rank;
-  // SourceReads' memo, by record * 64 + CellBit.
+  // Sources of wanted buffer b: sources[source_offset[b], source_offset[b + 1]).
+  std::vector<int32_t> source_offset;
+  std::vector<BufferSource> sources;
+  // Per source record r and dim-0 index k (one index when r is not
+  // indexed): reads[count_offset[r] + k] and fails[...] count the reads
+  // whose answer holds for every cell, and those of them that fail.
+  std::vector<int64_t> count_offset;
+  std::vector<int32_t> reads, fails;
+  // The reads checked per cell, by record: by_cell[by_cell_offset[r],
+  // by_cell_offset[r + 1]).
+  std::vector<int64_t> by_cell_offset;
+  std::vector<SegmentRead> by_cell;
+  // Every read of record r (for BufferReaders; built on first use):
+  // all[all_offset[r], all_offset[r + 1]).
+  std::vector<int64_t> all_offset;
+  std::vector<SegmentRead> all;
+  // SourceReads' memo for records with reads checked per cell, by
+  // record * 64 + CellBit.
   std::unordered_map<int64_t, std::vector<uint8_t>> record_reads;
 };
 
 // Whether r is indexed: one buffer per dim-0 index.
 bool Indexed(const Record& r) { return r.buffer_step != 0 && r.box.rank() > 0; }
 
+// The dim-0 indices of r (1 when r is not indexed).
+int64_t IndexCount(const Record& r) { return Indexed(r) ? r.box.shape(0) : 1; }
+
+// A record's dim-0 origin when it is indexed, else kNotIndexed.
+constexpr int64_t kNotIndexed = std::numeric_limits<int64_t>::min();
+int64_t Origin0(const Record& r) { return Indexed(r) ? r.box.origin(0) : kNotIndexed; }
+
+// The indices [k0, k1) of a record of dim-0 origin `origin0` (Origin0) that
+// segment box `box` reads, before clamping to the record's indices.
+std::pair<int64_t, int64_t> ReadIndices(int64_t origin0, const Box& box) {
+  if (origin0 == kNotIndexed || box.rank() == 0) return {0, 1};  // a rank-0 read is index 0's
+  const int64_t k0 = box.origin(0) - origin0;
+  return {k0, k0 + box.shape(0)};
+}
+
+// Calls fn(segment, dst_rank) for each segment of the plan's non-relay
+// messages, in message and segment order.
+template <typename Fn>
+void ForEachRead(const Plan& plan, Fn fn) {
+  for (const Message& m : plan.messages) {
+    if (m.relay) continue;
+    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) fn(i, m.dst_rank);
+  }
+}
+
+// Groups `reads` (record, read) by record into offset/out, keeping order.
+void GroupByRecord(const std::vector<std::pair<int32_t, SegmentRead>>& reads, size_t nrec,
+                   std::vector<int64_t>* offset, std::vector<SegmentRead>* out) {
+  offset->assign(nrec + 1, 0);
+  for (const auto& [r, read] : reads) ++(*offset)[r + 1];
+  for (size_t r = 0; r < nrec; ++r) (*offset)[r + 1] += (*offset)[r];
+  out->resize(reads.size());
+  std::vector<int64_t> next(offset->begin(), offset->end() - 1);
+  for (const auto& [r, read] : reads) (*out)[next[r]++] = read;
+}
+
 ScratchReaders IndexScratchReaders(const Plan& plan) {
   const size_t nbuf = plan.src.buffers.size();
   const size_t nrec = plan.src.records.size();
-  std::vector<bool> wanted(nbuf, false);
+  std::vector<uint8_t> wanted(nbuf, 0);
   for (const Conversion& c : plan.conversions) {
     for (int32_t b : {c.to_buffer, c.scale_buffer}) {
       if (IsBlockQuantized(c.kind) && b >= 0 && b < static_cast<int32_t>(nbuf)) {
-        wanted[b] = true;
+        wanted[b] = 1;
       }
     }
   }
-  ScratchReaders x;
-  x.seg_offset.assign(nrec + 1, 0);
-  for (const Message& m : plan.messages) {
-    if (m.relay) continue;
-    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
-      ++x.seg_offset[plan.segments[i].src_record + 1];
-    }
-  }
-  for (size_t r = 0; r < nrec; ++r) x.seg_offset[r + 1] += x.seg_offset[r];
-  x.seg.resize(x.seg_offset[nrec]);
-  x.seg_dst_rank.resize(x.seg_offset[nrec]);
-  std::vector<int64_t> next(x.seg_offset.begin(), x.seg_offset.end() - 1);
-  for (const Message& m : plan.messages) {
-    if (m.relay) continue;
-    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) {
-      const int64_t at = next[plan.segments[i].src_record]++;
-      x.seg[at] = i;
-      x.seg_dst_rank[at] = m.dst_rank;
-    }
-  }
-  x.sources.resize(nbuf);
-  auto add = [&](int32_t b, BufferSource s) {
-    if (b >= 0 && b < static_cast<int32_t>(nbuf) && wanted[b]) x.sources[b].push_back(s);
+  auto is_wanted = [&](int32_t b) {
+    return b >= 0 && b < static_cast<int32_t>(nbuf) && wanted[b];
   };
+  // The records writing a wanted buffer, and their counters; per record,
+  // its Origin0 (the walk below reads no record).
+  ScratchReaders x;
+  x.count_offset.assign(nrec + 1, 0);
+  std::vector<int64_t> origin0(nrec, kNotIndexed);
   for (size_t r = 0; r < nrec; ++r) {
-    if (x.seg_offset[r] == x.seg_offset[r + 1]) continue;  // nobody reads it
     const Record& rec = plan.src.records[r];
-    if (!Indexed(rec)) {
-      add(RecordBuffer(rec, 0), {static_cast<int32_t>(r), -1});
-      continue;
+    const bool indexed = Indexed(rec);
+    const int64_t n = IndexCount(rec);
+    bool any = false;
+    for (int64_t k = 0; k < n && !any; ++k) any = is_wanted(RecordBuffer(rec, indexed ? k : 0));
+    x.count_offset[r + 1] = x.count_offset[r] + (any ? n + 1 : 0);  // + 1: difference arrays
+    origin0[r] = Origin0(rec);
+  }
+  x.reads.assign(x.count_offset[nrec], 0);
+  x.fails.assign(x.count_offset[nrec], 0);
+  // Per destination record (in order: the walk below reads none), its
+  // verdict at its own rank; a box of another rank: kNever.
+  const size_t ndst = plan.dst.records.size();
+  std::vector<int32_t> dst_dims(ndst);
+  std::vector<Verdict> verdict(ndst);
+  for (size_t j = 0; j < ndst; ++j) {
+    const Record& d = plan.dst.records[j];
+    dst_dims[j] = static_cast<int32_t>(d.dims.size());
+    verdict[j] = VerdictOf(d, dst_dims[j]);
+  }
+  std::vector<std::pair<int32_t, SegmentRead>> by_cell;
+  std::vector<uint8_t> read(nrec, 0);
+  ForEachRead(plan, [&](int32_t i, int32_t dst_rank) {
+    const Segment& seg = plan.segments[i];
+    const int32_t r = seg.src_record;
+    const int64_t at = x.count_offset[r];
+    const int64_t n = x.count_offset[r + 1] - at - 1;  // -1: no wanted buffer
+    if (n < 0) return;
+    read[r] = 1;
+    const Verdict v =
+        seg.box.rank() == dst_dims[seg.dst_record] ? verdict[seg.dst_record] : Verdict::kNever;
+    if (v == Verdict::kByCell) {
+      by_cell.push_back({r, {i, dst_rank}});
+      return;
     }
-    for (int64_t k = 0; k < rec.box.shape(0); ++k) {
-      add(RecordBuffer(rec, k), {static_cast<int32_t>(r), static_cast<int32_t>(k)});
+    auto [k0, k1] = ReadIndices(origin0[r], seg.box);
+    k0 = std::max<int64_t>(k0, 0);
+    k1 = std::min<int64_t>(k1, n);
+    if (k0 >= k1) return;
+    ++x.reads[at + k0];
+    --x.reads[at + k1];
+    if (v == Verdict::kNever) {
+      ++x.fails[at + k0];
+      --x.fails[at + k1];
+    }
+  });
+  GroupByRecord(by_cell, nrec, &x.by_cell_offset, &x.by_cell);
+  // Prefix sums: counts per index.
+  for (size_t r = 0; r < nrec; ++r) {
+    for (int64_t j = x.count_offset[r] + 1; j < x.count_offset[r + 1]; ++j) {
+      x.reads[j] += x.reads[j - 1];
+      x.fails[j] += x.fails[j - 1];
     }
   }
+  x.source_offset.assign(nbuf + 1, 0);
+  auto for_each_source = [&](auto add) {
+    for (size_t r = 0; r < nrec; ++r) {
+      if (!read[r]) continue;  // nobody reads it
+      const Record& rec = plan.src.records[r];
+      if (!Indexed(rec)) {
+        add(RecordBuffer(rec, 0), BufferSource{static_cast<int32_t>(r), -1});
+        continue;
+      }
+      for (int64_t k = 0; k < rec.box.shape(0); ++k) {
+        add(RecordBuffer(rec, k), BufferSource{static_cast<int32_t>(r), static_cast<int32_t>(k)});
+      }
+    }
+  };
+  for_each_source([&](int32_t b, BufferSource) {
+    if (is_wanted(b)) ++x.source_offset[b + 1];
+  });
+  for (size_t b = 0; b < nbuf; ++b) x.source_offset[b + 1] += x.source_offset[b];
+  x.sources.resize(x.source_offset[nbuf]);
+  std::vector<int32_t> next(x.source_offset.begin(), x.source_offset.end() - 1);
+  for_each_source([&](int32_t b, BufferSource s) {
+    if (is_wanted(b)) x.sources[next[b]++] = s;
+  });
   return x;
+}
+
+// Lists every read of every record in x->all (once).
+void IndexAllReads(const Plan& plan, ScratchReaders* x) {
+  if (!x->all_offset.empty()) return;
+  std::vector<std::pair<int32_t, SegmentRead>> all;
+  ForEachRead(plan, [&](int32_t i, int32_t dst_rank) {
+    all.push_back({plan.segments[i].src_record, {i, dst_rank}});
+  });
+  GroupByRecord(all, plan.src.records.size(), &x->all_offset, &x->all);
+}
+
+// The sources of buffer b.
+absl::Span<const BufferSource> SourcesOf(const ScratchReaders& x, int32_t b) {
+  return absl::MakeConstSpan(x.sources.data() + x.source_offset[b],
+                             x.source_offset[b + 1] - x.source_offset[b]);
 }
 
 // The bit of cell_r x cell_c in the memo: log2(cell_r) * 8 + log2(cell_c)
@@ -135,11 +278,12 @@ int CellBit(int64_t cell_r, int64_t cell_c) {
 // origin and limit of its last two dims, so at rank >= 3 (dim 0 leading)
 // every slice of a segment has its whole box's answer: one check per
 // segment, spread over its dim-0 range. A rank-2 slice is checked as is.
+// The reads whose answer holds for every cell come counted in x.
 std::vector<uint8_t> CheckRecordReads(const Plan& plan, int32_t r, int64_t cell_r,
                                       int64_t cell_c, const ScratchReaders& x) {
   const Record& rec = plan.src.records[r];
   const bool indexed = Indexed(rec);
-  const int64_t n = indexed ? rec.box.shape(0) : 1;
+  const int64_t n = IndexCount(rec);
   std::vector<int32_t> read(n + 1, 0), failed(n + 1, 0);  // difference arrays
   auto mark = [&](int64_t k0, int64_t k1, bool ok) {
     k0 = std::max<int64_t>(k0, 0);
@@ -152,17 +296,13 @@ std::vector<uint8_t> CheckRecordReads(const Plan& plan, int32_t r, int64_t cell_
       --failed[k1];
     }
   };
-  for (int64_t j = x.seg_offset[r]; j < x.seg_offset[r + 1]; ++j) {
-    const Segment& seg = plan.segments[x.seg[j]];
+  for (int64_t j = x.by_cell_offset[r]; j < x.by_cell_offset[r + 1]; ++j) {
+    const Segment& seg = plan.segments[x.by_cell[j].seg];
     const Record& dst = plan.dst.records[seg.dst_record];
     const Box& box = seg.box;
-    if (!indexed || box.rank() == 0) {  // a rank-0 read is index 0's
-      mark(0, 1, AffinePerCell(dst, box, cell_r, cell_c));
-      continue;
-    }
-    const int64_t k0 = box.origin(0) - rec.box.origin(0);
-    if (box.rank() >= 3) {
-      mark(k0, k0 + box.shape(0), AffinePerCell(dst, box, cell_r, cell_c));
+    if (!indexed || box.rank() >= 3 || box.rank() == 0) {
+      const auto [k0, k1] = ReadIndices(Origin0(rec), box);
+      mark(k0, k1, AffinePerCell(dst, box, cell_r, cell_c));
       continue;
     }
     ForEachBufferPart(rec, box, [&](int32_t, const Box& part) {
@@ -171,19 +311,28 @@ std::vector<uint8_t> CheckRecordReads(const Plan& plan, int32_t r, int64_t cell_
     });
   }
   std::vector<uint8_t> out(n, 0);
+  const int32_t* counted_reads = &x.reads[x.count_offset[r]];
+  const int32_t* counted_fails = &x.fails[x.count_offset[r]];
   int32_t reads = 0, fails = 0;
   for (int64_t k = 0; k < n; ++k) {
     reads += read[k];
     fails += failed[k];
-    out[k] = reads == 0 ? 0 : fails == 0 ? 1 : 2;
+    const bool any_read = reads > 0 || counted_reads[k] > 0;
+    const bool any_fail = fails > 0 || counted_fails[k] > 0;
+    out[k] = !any_read ? 0 : any_fail ? 2 : 1;
   }
   return out;
 }
 
-// CheckRecordReads(plan, s.record, ...) at s.index (0 when -1), memoized.
+// CheckRecordReads(plan, s.record, ...) at s.index (0 when -1), memoized;
+// without a read checked per cell, from the counts.
 uint8_t SourceReads(const Plan& plan, const BufferSource& s, int64_t cell_r, int64_t cell_c,
                     ScratchReaders* x) {
   const int64_t k = s.index < 0 ? 0 : s.index;
+  if (x->by_cell_offset[s.record] == x->by_cell_offset[s.record + 1]) {
+    const int64_t at = x->count_offset[s.record] + k;
+    return x->reads[at] == 0 ? 0 : x->fails[at] > 0 ? 2 : 1;
+  }
   const int bit = CellBit(cell_r, cell_c);
   if (bit < 0) return CheckRecordReads(plan, s.record, cell_r, cell_c, *x)[k];
   auto it = x->record_reads.find(int64_t{s.record} * 64 + bit);
@@ -197,19 +346,20 @@ uint8_t SourceReads(const Plan& plan, const BufferSource& s, int64_t cell_r, int
 }
 
 // The engine ranks reading buffer b.
-std::set<int32_t> BufferReaders(const Plan& plan, int32_t b, const ScratchReaders& x) {
+std::set<int32_t> BufferReaders(const Plan& plan, int32_t b, ScratchReaders* x) {
+  IndexAllReads(plan, x);
   std::set<int32_t> ranks;
-  for (const BufferSource& s : x.sources[b]) {
+  for (const BufferSource& s : SourcesOf(*x, b)) {
     const Record& rec = plan.src.records[s.record];
-    for (int64_t j = x.seg_offset[s.record]; j < x.seg_offset[s.record + 1]; ++j) {
-      const Box& box = plan.segments[x.seg[j]].box;
+    for (int64_t j = x->all_offset[s.record]; j < x->all_offset[s.record + 1]; ++j) {
+      const Box& box = plan.segments[x->all[j].seg].box;
       if (s.index < 0 || box.rank() == 0) {  // a rank-0 read is index 0's
-        if (s.index <= 0) ranks.insert(x.seg_dst_rank[j]);
+        if (s.index <= 0) ranks.insert(x->all[j].dst_rank);
         continue;
       }
       const int64_t k0 = box.origin(0) - rec.box.origin(0);
       if (s.index >= k0 && s.index < k0 + box.shape(0)) {
-        ranks.insert(x.seg_dst_rank[j]);
+        ranks.insert(x->all[j].dst_rank);
       }
     }
   }
@@ -233,7 +383,7 @@ bool ReadersAffine(const Plan& plan, const Conversion& c, int64_t cell_r, int64_
     const bool codes = b == c.to_buffer;
     const int64_t r_cell = codes ? cell_r : cell_r / tr;
     const int64_t c_cell = codes ? cell_c / pack : cell_c / tc;
-    for (const BufferSource& s : x->sources[b]) {
+    for (const BufferSource& s : SourcesOf(*x, b)) {
       const uint8_t state = SourceReads(plan, s, r_cell, c_cell, x);
       read = read || state != 0;
       if (state == 2) return false;
@@ -244,8 +394,8 @@ bool ReadersAffine(const Plan& plan, const Conversion& c, int64_t cell_r, int64_
   if (*same_readers < 0) {
     const std::set<int32_t> scale_readers = codes_only || c.scale_buffer < 0
                                                 ? std::set<int32_t>()
-                                                : BufferReaders(plan, c.scale_buffer, *x);
-    *same_readers = BufferReaders(plan, c.to_buffer, *x) == scale_readers ? 1 : 0;
+                                                : BufferReaders(plan, c.scale_buffer, x);
+    *same_readers = BufferReaders(plan, c.to_buffer, x) == scale_readers ? 1 : 0;
   }
   return *same_readers == 1;
 }

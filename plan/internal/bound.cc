@@ -76,10 +76,23 @@ LinkClass Faster(const CostModel& cost, LinkClass k, LinkClass other) {
   return cost.SecondsPerByte(other) < cost.SecondsPerByte(k) ? other : k;
 }
 
+// A member's two links (relays' bound): the best a trainer replica offers
+// it (low 2 bits) and its best (next 2).
+uint8_t EntryLinks(LinkClass from_trainer, LinkClass best) {
+  return static_cast<uint8_t>(static_cast<int>(from_trainer) | static_cast<int>(best) << 2);
+}
+
+// Returns the seconds `bytes` take over a member's link from a trainer
+// replica beyond its best link (`links`: EntryLinks).
+double EntryExtra(uint8_t links, int64_t bytes, const CostModel& cost) {
+  const double from_trainer = bytes * cost.SecondsPerByte(static_cast<LinkClass>(links & 3));
+  return from_trainer - bytes * cost.SecondsPerByte(static_cast<LinkClass>(links >> 2));
+}
+
 // Returns, over every uncontained unit and engine host holding some of
 // its members, the least time any of those members can take when it is
 // the one taking the unit into the host: its bytes at their best
-// (`dst_load`) plus `entry_extra` for this unit. Why it bounds every plan:
+// (`dst_load`) plus its EntryExtra for this unit (`entry_links`). Why it bounds every plan:
 // each candidate has one source, so the members of an uncontained unit
 // form trees rooted at trainer ranks, each member fed by a trainer rank
 // or by a member of the unit fed before it. On a host, the member fed
@@ -89,8 +102,9 @@ LinkClass Faster(const CostModel& cost, LinkClass k, LinkClass other) {
 // term above spreads that extra over the host's ranks; this one does not
 // (a small replicated tensor is received whole by one rank).
 double EntryBound(const Candidates& candidates, const Units& units, const Containers& containers,
-                  const std::vector<int32_t>& slot_of, const std::vector<LinkBytes>& dst_load,
-                  const std::vector<double>& entry_extra, const CostModel& cost) {
+                  const std::vector<int32_t>& member_rank, const std::vector<int32_t>& slot_of,
+                  const std::vector<LinkBytes>& dst_load,
+                  const std::vector<uint8_t>& entry_links, const CostModel& cost) {
   std::vector<double> base(dst_load.size());
   for (size_t d = 0; d < dst_load.size(); ++d) base[d] = cost.Seconds(dst_load[d]);
   // Per host slot, the least entry time of the unit at hand (-1: none yet).
@@ -100,11 +114,13 @@ double EntryBound(const Candidates& candidates, const Units& units, const Contai
   for (int32_t u = 0; u < units.size(); ++u) {
     if (containers.Contained(u)) continue;
     touched.clear();
+    const int64_t bytes = candidates.cands[units.members[units.first[u]]].bytes;
     for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) {
-      const int32_t d = candidates.cands[units.members[q]].dst_rank;
+      const int32_t d = member_rank[q];
+      const double extra = EntryExtra(entry_links[q], bytes, cost);
       double& l = least[slot_of[d]];
       if (l < 0) touched.push_back(slot_of[d]);
-      l = l < 0 ? base[d] + entry_extra[q] : std::min(l, base[d] + entry_extra[q]);
+      l = l < 0 ? base[d] + extra : std::min(l, base[d] + extra);
     }
     for (int32_t h : touched) {
       bound = std::max(bound, least[h]);
@@ -224,8 +240,8 @@ double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
 }
 
 double RelayLowerBound(const Candidates& candidates, const Units& units,
-                       const Containers& containers, const SideLayout& src,
-                       const SideLayout& dst, const CostModel& cost) {
+                       const Containers& containers, const std::vector<int32_t>& member_rank,
+                       const SideLayout& src, const SideLayout& dst, const CostModel& cost) {
   const std::vector<Candidate>& cands = candidates.cands;
   std::vector<LinkBytes> dst_load(dst.world_size);
   TrainerSide trainer(candidates, src.world_size);
@@ -247,46 +263,76 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
   // Per member of the unit at hand: (host slot, its best seconds, the best
   // seconds a trainer replica offers it).
   std::vector<std::tuple<int32_t, double, double>> per_member;
-  // Per member (units.members order) of an uncontained unit: the seconds
-  // it takes over its best when it is the one taking the unit into its
-  // host (the trainer replica's link instead of its best); 0 otherwise.
-  std::vector<double> entry_extra(units.members.size(), 0.0);
+  // Per member (units.members order): its link from a trainer replica
+  // and its best link (EntryLinks); the seconds it takes over its best
+  // when it is the one taking the unit into its host (EntryExtra).
+  std::vector<uint8_t> entry_links(units.members.size(), 0);
+  // Per host slot, the engine ranks of the unit at hand's holders there
+  // (its members, then its containers' members, in that order), and the
+  // slots that have some. A holder on another host than a member offers
+  // it the network, never faster than the best it starts with (a trainer
+  // replica's, at worst the network): only holders on its host count.
+  std::vector<std::vector<int32_t>> holders_on(ranks_on.size());
+  std::vector<int32_t> holder_slots;
+  // Per host slot, the last unit with a member there.
+  std::vector<int32_t> seen(ranks_on.size(), -1);
   for (int32_t u = 0; u < units.size(); ++u) {
     const int32_t* b = units.members.data() + units.first[u];
     const int32_t* e = units.members.data() + units.first[u + 1];
     const std::vector<int32_t>& ranks = candidates.PieceOf(cands[*b]).ranks;
     const int64_t bytes = cands[*b].bytes;
+    const bool contained = containers.Contained(u);
+    // Alone: an uncontained unit with one member per host, so that no
+    // other holder shares a member's host and each host's term is the
+    // member's own (the general case below, with one member a host).
+    bool alone = !contained;
+    for (int32_t q = units.first[u]; q < units.first[u + 1] && alone; ++q) {
+      int32_t& last = seen[slot_of[member_rank[q]]];
+      alone = last != u;
+      last = u;
+    }
     LinkClass unit_best = LinkClass::kInterHost;
     per_member.clear();
+    if (known && !alone) {
+      auto add_holders = [&](int32_t h) {
+        for (int32_t q = units.first[h]; q < units.first[h + 1]; ++q) {
+          const int32_t o = member_rank[q];
+          std::vector<int32_t>& on = holders_on[slot_of[o]];
+          if (on.empty()) holder_slots.push_back(slot_of[o]);
+          on.push_back(o);
+        }
+      };
+      add_holders(u);
+      for (int32_t k = containers.first[u]; k < containers.first[u + 1]; ++k) {
+        add_holders(containers.units[k]);
+      }
+    }
     for (const int32_t* m = b; m != e; ++m) {
-      const int32_t d = cands[*m].dst_rank;
+      const int32_t d = member_rank[m - units.members.data()];
       LinkClass best = LinkClass::kInterHost;
       if (known) {
         for (int32_t r : ranks) best = Faster(cost, best, cost.ClassOf(r, d));
       }
       unit_best = Faster(cost, unit_best, best);
+      const LinkClass trainer_best = best;
       const double from_trainer = bytes * cost.SecondsPerByte(best);
-      if (known) {
-        auto holders = [&](int32_t h) {
-          for (int32_t q = units.first[h]; q < units.first[h + 1]; ++q) {
-            const int32_t o = cands[units.members[q]].dst_rank;
-            if (o != d) best = Faster(cost, best, cost.EngineClassOf(o, d));
-          }
-        };
-        holders(u);
-        for (int32_t k = containers.first[u]; k < containers.first[u + 1]; ++k) {
-          holders(containers.units[k]);
+      if (known && !alone) {
+        for (int32_t o : holders_on[slot_of[d]]) {
+          if (o != d) best = Faster(cost, best, cost.EngineClassOf(o, d));
         }
       }
       dst_load[d].Add(best, bytes);
-      per_member.emplace_back(slot_of[d], bytes * cost.SecondsPerByte(best), from_trainer);
-      entry_extra[m - units.members.data()] = from_trainer - std::get<1>(per_member.back());
+      entry_links[m - units.members.data()] = EntryLinks(trainer_best, best);
+      if (alone) {
+        host_seconds[slot_of[d]] += from_trainer;
+      } else {
+        per_member.emplace_back(slot_of[d], bytes * cost.SecondsPerByte(best), from_trainer);
+      }
     }
     // On each host one member takes the bytes from a trainer rank or from
     // another host (no faster than the best trainer replica offers it); the
     // others at their best. A contained unit: all at their best (a holder
     // of a container may be on the host), and no trainer term.
-    const bool contained = containers.Contained(u);
     std::sort(per_member.begin(), per_member.end());
     for (size_t i = 0; i < per_member.size();) {
       size_t j = i;
@@ -300,6 +346,8 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
       i = j;
     }
     if (!contained) trainer.Add(cands[*b], unit_best);
+    for (int32_t h : holder_slots) holders_on[h].clear();
+    holder_slots.clear();
   }
   double bound = trainer.Bound(cost);
   for (const LinkBytes& l : dst_load) bound = std::max(bound, cost.Seconds(l));
@@ -307,8 +355,8 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
     bound = std::max(bound, host_seconds[h] / ranks_on[h]);
   }
   bound = std::max(bound, TrainerHostsExitBound(candidates, units, containers, src, dst, cost));
-  return std::max(bound, EntryBound(candidates, units, containers, slot_of, dst_load,
-                                    entry_extra, cost));
+  return std::max(bound, EntryBound(candidates, units, containers, member_rank, slot_of,
+                                    dst_load, entry_links, cost));
 }
 
 }  // namespace internal_plan

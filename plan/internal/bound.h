@@ -4,6 +4,9 @@
 #ifndef REFIT_PLAN_INTERNAL_BOUND_H_
 #define REFIT_PLAN_INTERNAL_BOUND_H_
 
+#include <cstdint>
+#include <vector>
+
 #include "layout/layout.h"
 #include "plan/cost.h"
 #include "plan/internal/candidates.h"
@@ -36,9 +39,10 @@ double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
 // once, over the fastest link from a replica to any engine rank of the
 // unit (a contained unit's bytes may all come from engine ranks holding
 // a container). Never fails.
+// `member_rank`: per member (units.members order), its dst rank.
 double RelayLowerBound(const Candidates& candidates, const Units& units,
-                       const Containers& containers, const SideLayout& src,
-                       const SideLayout& dst, const CostModel& cost);
+                       const Containers& containers, const std::vector<int32_t>& member_rank,
+                       const SideLayout& src, const SideLayout& dst, const CostModel& cost);
 
 }  // namespace internal_plan
 }  // namespace refit

@@ -103,13 +103,16 @@ absl::Status FindCandidates(const SideLayout& src, const SideLayout& dst,
 
 namespace {
 
-// A hash of a candidate's source piece and region (a collision only keeps
-// two units apart; the units stay exact).
-uint64_t RegionHash(const Candidate& c, const Box& region) {
+// A hash of a candidate's source piece and region, the intersection of
+// boxes `a` and `b` (a collision only keeps two units apart; the units
+// stay exact). Equals the hash of Intersect(a, b) without building it.
+uint64_t RegionHash(const Candidate& c, const Box& a, const Box& b) {
   uint64_t h = (static_cast<uint64_t>(c.src_tensor) << 32) ^ static_cast<uint32_t>(c.piece);
-  for (int d = 0; d < region.rank(); ++d) {
-    h = (h ^ static_cast<uint64_t>(region.origin(d))) * 0x9E3779B97F4A7C15ULL;
-    h = (h ^ static_cast<uint64_t>(region.shape(d))) * 0xC2B2AE3D27D4EB4FULL;
+  for (int d = 0; d < a.rank(); ++d) {
+    const int64_t lo = std::max(a.origin(d), b.origin(d));
+    const int64_t hi = std::min(a.origin(d) + a.shape(d), b.origin(d) + b.shape(d));
+    h = (h ^ static_cast<uint64_t>(lo)) * 0x9E3779B97F4A7C15ULL;
+    h = (h ^ static_cast<uint64_t>(hi > lo ? hi - lo : 0)) * 0xC2B2AE3D27D4EB4FULL;
   }
   return h;
 }
@@ -120,34 +123,49 @@ uint64_t RegionHash(const Candidate& c, const Box& region) {
 std::vector<int32_t> JoinGroups(const Candidates& candidates, const SideLayout& dst) {
   const std::vector<Candidate>& cands = candidates.cands;
   std::vector<int32_t> rep(cands.size(), -1);
-  // Per group (in candidate order): its region, and (hash, group).
-  std::vector<Box> region;
-  std::vector<int32_t> group_first;
+  auto region_of = [&](const Candidate& c) {
+    return Intersect(candidates.PieceOf(c).box, dst.records[c.dst_record].box);
+  };
+  // Per group (by its first candidate): (hash, first candidate), in
+  // candidate order before the sort.
   std::vector<std::pair<uint64_t, int32_t>> keyed;
   for (size_t i = 0; i < cands.size(); ++i) {
     const Candidate& c = cands[i];
     if (c.unit != static_cast<int32_t>(i)) continue;
-    const int32_t g = static_cast<int32_t>(region.size());
-    region.push_back(Intersect(candidates.PieceOf(c).box, dst.records[c.dst_record].box));
-    group_first.push_back(static_cast<int32_t>(i));
-    keyed.emplace_back(RegionHash(c, region.back()), g);
+    keyed.emplace_back(RegionHash(c, candidates.PieceOf(c).box, dst.records[c.dst_record].box),
+                       static_cast<int32_t>(i));
   }
   std::sort(keyed.begin(), keyed.end());
-  std::vector<int32_t> firsts;  // groups of the current hash's distinct regions
+  // The groups of the current hash's distinct regions, and those regions.
+  std::vector<int32_t> firsts;
+  std::vector<Box> regions;
   for (size_t k = 0; k < keyed.size(); ++k) {
-    if (k == 0 || keyed[k].first != keyed[k - 1].first) firsts.clear();
     const int32_t g = keyed[k].second;
-    const Candidate& c = cands[group_first[g]];
+    const bool alone = (k == 0 || keyed[k].first != keyed[k - 1].first) &&
+                       (k + 1 == keyed.size() || keyed[k].first != keyed[k + 1].first);
+    if (alone) {  // no other group has its hash
+      rep[g] = g;
+      continue;
+    }
+    if (k == 0 || keyed[k].first != keyed[k - 1].first) {
+      firsts.clear();
+      regions.clear();
+    }
+    const Candidate& c = cands[g];
+    Box region = region_of(c);
     int32_t r = g;
-    for (int32_t f : firsts) {
-      const Candidate& cf = cands[group_first[f]];
-      if (cf.src_tensor == c.src_tensor && cf.piece == c.piece && region[f] == region[g]) {
-        r = f;
+    for (size_t x = 0; x < firsts.size(); ++x) {
+      const Candidate& cf = cands[firsts[x]];
+      if (cf.src_tensor == c.src_tensor && cf.piece == c.piece && regions[x] == region) {
+        r = firsts[x];
         break;
       }
     }
-    if (r == g) firsts.push_back(g);
-    rep[group_first[g]] = group_first[r];
+    if (r == g) {
+      firsts.push_back(g);
+      regions.push_back(std::move(region));
+    }
+    rep[g] = r;
   }
   return rep;
 }
@@ -206,6 +224,11 @@ Containers ContainingUnits(const Candidates& candidates, const Units& units,
   for (size_t k = 0; k + 1 < first.size(); ++k) {
     const int32_t b = first[k], e = first[k + 1];
     if (e - b < 2 || e - b > kMaxContainerSearch) continue;
+    // A container has more bytes: none where all have as many.
+    auto bytes_of = [&](int32_t i) { return cands[units.members[units.first[by_piece[i]]]].bytes; };
+    bool alike = true;
+    for (int32_t i = b + 1; i < e && alike; ++i) alike = bytes_of(i) == bytes_of(b);
+    if (alike) continue;
     of_piece.clear();
     for (int32_t i = b; i < e; ++i) {
       const Candidate& c = cands[units.members[units.first[by_piece[i]]]];

@@ -2,7 +2,10 @@
 #include "plan/internal/relay_messages.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
+#include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "layout/box.h"
 #include "plan/internal/segments.h"
@@ -11,28 +14,120 @@
 namespace refit {
 namespace internal_plan {
 
+namespace {
+
+// The segments of the candidates that feed relays (Sources::feeder): per
+// such candidate, its segments' indices in plan->segments with the waves
+// of their messages, in the order noted.
+class FeederSegments {
+ public:
+  struct Noted {
+    int32_t segment;
+    int32_t wave;
+  };
+
+  FeederSegments(const Sources& sources, size_t num_cands) : slot_(num_cands, -1) {
+    for (int32_t f : sources.feeder) {
+      if (f >= 0) slot_[f] = 0;  // a feeder, numbered below
+    }
+    int32_t n = 0;
+    for (int32_t& k : slot_) {
+      if (k == 0) k = n++;
+    }
+    span_.assign(n, Span{0, 0});
+  }
+
+  // Notes the segments of `msgs`, whose candidates are `segment_cand`'s
+  // entries: one batch, no candidate having segments noted before.
+  void Note(const std::vector<PendingMessage>& msgs, const std::vector<int32_t>& segment_cand) {
+    // The batch's segments of feeders, in the order noted, then placed
+    // side by side per feeder (a counting sort, keeping that order).
+    batch_.clear();
+    for (const PendingMessage& pm : msgs) {
+      const int32_t end = pm.m.first_segment + pm.m.num_segments;
+      for (int32_t q = pm.m.first_segment; q < end; ++q) {
+        const int32_t k = slot_[segment_cand[q]];
+        if (k >= 0) batch_.push_back(Pending{k, Noted{q, pm.m.wave}});
+      }
+    }
+    touched_.clear();
+    for (const Pending& p : batch_) {
+      if (span_[p.slot].count++ == 0) touched_.push_back(p.slot);
+    }
+    int32_t at = static_cast<int32_t>(noted_.size());
+    for (int32_t k : touched_) {
+      span_[k].first = at;
+      at += span_[k].count;
+      span_[k].count = 0;
+    }
+    noted_.resize(at);
+    for (const Pending& p : batch_) {
+      Span& sp = span_[p.slot];
+      noted_[sp.first + sp.count++] = p.noted;
+    }
+  }
+
+  // Returns candidate c's noted segments (none unless it feeds relays).
+  absl::Span<const Noted> Of(int32_t c) const {
+    if (slot_[c] < 0) return {};
+    const Span& sp = span_[slot_[c]];
+    return absl::Span<const Noted>(noted_.data() + sp.first, sp.count);
+  }
+
+ private:
+  struct Span {
+    int32_t first;
+    int32_t count;
+  };
+  // Per candidate, its entry in span_ (-1: it feeds no relay).
+  std::vector<int32_t> slot_;
+  std::vector<Span> span_;  // per feeder: its range of noted_
+  std::vector<Noted> noted_;
+  struct Pending {
+    int32_t slot;
+    Noted noted;
+  };
+  std::vector<Pending> batch_;  // Note's scratch
+  std::vector<int32_t> touched_;
+};
+
+// Returns whether `c` is Intersect(a, b) (as Box ==), without building it.
+bool IsIntersection(const Box& a, const Box& b, const Box& c) {
+  if (c.rank() != a.rank()) return false;
+  for (int d = 0; d < a.rank(); ++d) {
+    const int64_t lo = std::max(a.origin(d), b.origin(d));
+    const int64_t hi = std::min(a.origin(d) + a.shape(d), b.origin(d) + b.shape(d));
+    if (c.origin(d) != lo || c.shape(d) != (hi > lo ? hi - lo : 0)) return false;
+  }
+  return true;
+}
+
+// Returns the wave of segment q among `noted` (-1: not one of them).
+int32_t WaveOf(absl::Span<const FeederSegments::Noted> noted, int32_t q) {
+  if (!noted.empty()) {
+    const int64_t k = int64_t{q} - noted[0].segment;
+    if (k >= 0 && k < static_cast<int64_t>(noted.size()) && noted[k].segment == q) {
+      return noted[k].wave;
+    }
+  }
+  for (const auto& n : noted) {
+    if (n.segment == q) return n.wave;
+  }
+  return -1;
+}
+
+}  // namespace
+
 absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sources,
                               int64_t cap, int64_t direct_min, bool pipelined,
                               std::vector<int32_t>* segment_cand,
                               std::vector<PendingMessage>* messages, Plan* plan) {
   const std::vector<Candidate>& cands = candidates.cands;
   const int32_t src_world = plan->src.world_size;
-  // Per candidate, where its segments (one per split, in split order,
-  // side by side) start in plan->segments and how many there are; per
-  // segment, the wave of the message that carries it.
-  std::vector<int32_t> seg_first(cands.size(), -1), seg_count(cands.size(), 0);
-  std::vector<int32_t> seg_wave;
-  auto note = [&](const PendingMessage& pm) {
-    const int32_t end = pm.m.first_segment + pm.m.num_segments;
-    if (static_cast<int32_t>(seg_wave.size()) < end) seg_wave.resize(end, -1);
-    for (int32_t q = pm.m.first_segment; q < end; ++q) {
-      seg_wave[q] = pm.m.wave;
-      const int32_t c = (*segment_cand)[q];
-      if (seg_first[c] < 0) seg_first[c] = q;
-      ++seg_count[c];
-    }
-  };
-  for (const PendingMessage& pm : *messages) note(pm);
+  // The segments of every feeder (one per split, in split order, side by
+  // side) and the waves of the messages that carry them.
+  FeederSegments fed(sources, cands.size());
+  fed.Note(*messages, *segment_cand);
   // The first wave at which a relay may forward split `ordinal` of
   // candidate c's bytes, whose region is `box_of_key()`: one after the
   // wave that brought its feeder that region (the feeder's segment of the
@@ -40,22 +135,26 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
   // that one is of this region), or one after the last of the feeder's
   // segments that brought a part of it (a sub-region of a container's
   // region, relays.h); else one after every wave placed so far.
-  auto ready_at = [&](int32_t c, int32_t ordinal, int32_t splits, const auto& box_of_key) {
+  auto ready_at = [&](int32_t c, int32_t ordinal, int32_t splits, const auto& box_of_key,
+                      const auto& is_key_box) {
     const int32_t f = sources.feeder[c];
     const int32_t all = static_cast<int32_t>(plan->waves.size());
-    const int32_t q = seg_first[f] + ordinal;
-    if (seg_count[f] == splits && (*segment_cand)[q] == f &&
-        plan->segments[q].box == box_of_key()) {
-      return seg_wave[q] + 1;
+    const absl::Span<const FeederSegments::Noted> noted = fed.Of(f);
+    const int32_t first = noted.empty() ? -1 : noted[0].segment;
+    const int32_t count = static_cast<int32_t>(noted.size());
+    if (count == splits) {
+      const int32_t wave = WaveOf(noted, first + ordinal);
+      if (wave >= 0 && is_key_box(plan->segments[first + ordinal].box)) return wave + 1;
     }
     const Box box = box_of_key();
     int32_t ready = 0;
     int64_t covered = 0;
-    for (int32_t p = seg_first[f]; p < seg_first[f] + seg_count[f]; ++p) {
-      if ((*segment_cand)[p] != f) return all;
+    for (int32_t p = first; p < first + count; ++p) {
+      const int32_t wave = WaveOf(noted, p);
+      if (wave < 0) return all;
       const Box& part = plan->segments[p].box;
       if (!Intersects(part, box)) continue;
-      ready = std::max(ready, seg_wave[p] + 1);
+      ready = std::max(ready, wave + 1);
       covered += UncheckedNumElements(Intersect(part, box));
     }
     return covered == UncheckedNumElements(box) ? ready : all;
@@ -69,21 +168,25 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
     const int32_t level = sources.depth[i];
     if (level > 0 && level <= sources.max_depth) at_level[level].push_back(static_cast<int32_t>(i));
   }
-  std::vector<int32_t> sender(cands.size(), -1);
+  std::vector<int32_t> sender;
   for (int32_t level = 1; level <= sources.max_depth; ++level) {
-    if (level > 1) {
-      for (int32_t i : at_level[level - 1]) sender[i] = -1;
-    }
     if (at_level[level].empty()) continue;
-    for (int32_t i : at_level[level]) sender[i] = src_world + cands[sources.feeder[i]].dst_rank;
+    sender.clear();
+    for (int32_t i : at_level[level]) sender.push_back(src_world + cands[sources.feeder[i]].dst_rank);
     SegmentKeys keys;
     REFIT_RETURN_IF_ERROR(
-        OrderSegments(candidates, sender, plan->src, plan->dst, cap, &keys));
+        OrderSegmentsOf(candidates, at_level[level], sender, plan->src, plan->dst, cap, &keys));
     std::vector<SegKey>& kv = keys.keys;
     auto box_of = [&](const SegKey& k) {
       if (k.split >= 0) return keys.split_boxes[k.split];
       const Candidate& c = cands[k.cand];
       return Intersect(candidates.PieceOf(c).box, plan->dst.records[c.dst_record].box);
+    };
+    // Whether `b` is key k's box (box_of(k) == b), without building it.
+    auto is_box_of = [&](const SegKey& k, const Box& b) {
+      if (k.split >= 0) return keys.split_boxes[k.split] == b;
+      const Candidate& c = cands[k.cand];
+      return IsIntersection(candidates.PieceOf(c).box, plan->dst.records[c.dst_record].box, b);
     };
     // Each key's ready wave (a candidate's splits are side by side, in
     // split order), then each pair's keys by it (stable: then in
@@ -95,7 +198,8 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
       for (size_t j = i; j < e; ++j) {
         ready_key[j] = {ready_at(kv[i].cand, static_cast<int32_t>(j - i),
                                  static_cast<int32_t>(e - i),
-                                 [&] { return box_of(kv[j]); }),
+                                 [&] { return box_of(kv[j]); },
+                                 [&](const Box& b) { return is_box_of(kv[j], b); }),
                         kv[j]};
       }
       i = e;
@@ -123,10 +227,8 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
     for (size_t i = 0; i < relays.size(); ++i) ready[i] = relays[i].batch;
     ScheduleRelayWaves(plan->options, plan->dst.world_size, ready, &relays, &use,
                        &plan->waves);
-    for (const PendingMessage& pm : relays) {
-      note(pm);
-      messages->push_back(pm);
-    }
+    fed.Note(relays, *segment_cand);
+    messages->insert(messages->end(), relays.begin(), relays.end());
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <tuple>
 
+#include "absl/types/span.h"
 #include "plan/cost.h"
 #include "plan/internal/bound.h"
 
@@ -99,24 +100,94 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
                            PlanStats* stats) {
   const CostModel cost(src, dst, options);
   const std::vector<Candidate>& cands = candidates.cands;
-  const Units units = GroupUnits(candidates, dst);
-  const Containers containers = ContainingUnits(candidates, units, dst);
-  const std::vector<int32_t>& mem = units.members;
-  // Per unit its bytes and replicas, and per member position (units.members
-  // order: a unit's members side by side) its dst rank and source: the
-  // loops below read these, not the candidates, in unit order.
+  // Per unit (GroupUnits' numbering) its bytes and replicas, and per
+  // member its dst rank.
   struct UnitInfo {
     int64_t bytes;
     int32_t dst_record;  // of its first member
-    const std::vector<int32_t>* ranks;
+    absl::Span<const int32_t> ranks;  // the replicas' trainer ranks
   };
-  std::vector<UnitInfo> info(units.size());
-  std::vector<int32_t> rank_at(mem.size());
-  for (int32_t u = 0; u < units.size(); ++u) {
-    const Candidate& c = cands[mem[units.first[u]]];
-    info[u] = {c.bytes, c.dst_record, &candidates.PieceOf(c).ranks};
-    for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) rank_at[q] = cands[mem[q]].dst_rank;
+  Units by_unit = GroupUnits(candidates, dst);
+  Containers containers_by_unit = ContainingUnits(candidates, by_unit, dst);
+  const int32_t num_units = by_unit.size();
+  std::vector<UnitInfo> info_by_unit(num_units);
+  std::vector<int32_t> rank_by_unit(by_unit.members.size());
+  for (int32_t u = 0; u < num_units; ++u) {
+    const Candidate& c = cands[by_unit.members[by_unit.first[u]]];
+    info_by_unit[u] = {c.bytes, c.dst_record, candidates.PieceOf(c).ranks};
+    for (int32_t q = by_unit.first[u]; q < by_unit.first[u + 1]; ++q) {
+      rank_by_unit[q] = cands[by_unit.members[q]].dst_rank;
+    }
   }
+  stats->sender_lower_bound_seconds = SenderLowerBound(candidates, src, dst, cost);
+  const double bound =
+      RelayLowerBound(candidates, by_unit, containers_by_unit, rank_by_unit, src, dst, cost);
+  // Units by tier (uncontained, then contained: their containers' holders
+  // are fed first), bytes descending (a container before what it
+  // contains), then first dst record.
+  std::vector<std::tuple<int64_t, int32_t, int32_t>> order;
+  order.reserve(num_units);
+  // Where the contained units start in `order`.
+  size_t tier_at = 0;
+  for (int contained = 0; contained < 2; ++contained) {
+    for (int32_t u = 0; u < num_units; ++u) {
+      if (containers_by_unit.Contained(u) == (contained == 1)) {
+        order.emplace_back(-info_by_unit[u].bytes, info_by_unit[u].dst_record, u);
+      }
+    }
+    if (contained == 0) tier_at = order.size();
+  }
+  std::sort(order.begin(), order.begin() + tier_at);
+  std::sort(order.begin() + tier_at, order.end());
+  const std::pair<size_t, size_t> tiers[2] = {{0, tier_at}, {tier_at, order.size()}};
+  // Below, units are numbered by their place in `order` (unit t is
+  // order[t]'s) and their members lie side by side in that order: the
+  // loops walk the per-member arrays in sequence. unit_of[t]: its
+  // GroupUnits number; place[u]: the reverse.
+  std::vector<int32_t> unit_of(num_units), place(num_units);
+  Units units;
+  Containers containers;
+  std::vector<UnitInfo> info(num_units);
+  std::vector<int32_t> rank_at;
+  std::vector<int32_t> unit_ranks;  // the units' replica ranks, side by side in order
+  {
+    size_t all_ranks = 0;
+    for (const UnitInfo& i : info_by_unit) all_ranks += i.ranks.size();
+    unit_ranks.reserve(all_ranks);
+    units.first.assign(num_units + 1, 0);
+    units.members.reserve(by_unit.members.size());
+    rank_at.reserve(by_unit.members.size());
+    for (int32_t t = 0; t < num_units; ++t) {
+      const int32_t u = std::get<2>(order[t]);
+      unit_of[t] = u;
+      place[u] = t;
+      std::get<2>(order[t]) = t;
+      info[t] = info_by_unit[u];
+      info[t].ranks = absl::Span<const int32_t>(unit_ranks.data() + unit_ranks.size(),
+                                                info_by_unit[u].ranks.size());
+      unit_ranks.insert(unit_ranks.end(), info_by_unit[u].ranks.begin(),
+                        info_by_unit[u].ranks.end());
+      for (int32_t q = by_unit.first[u]; q < by_unit.first[u + 1]; ++q) {
+        units.members.push_back(by_unit.members[q]);
+        rank_at.push_back(rank_by_unit[q]);
+      }
+      units.first[t + 1] = static_cast<int32_t>(units.members.size());
+    }
+    containers.first.assign(num_units + 1, 0);
+    containers.units.reserve(containers_by_unit.units.size());
+    for (int32_t t = 0; t < num_units; ++t) {
+      const int32_t u = unit_of[t];
+      for (int32_t k = containers_by_unit.first[u]; k < containers_by_unit.first[u + 1]; ++k) {
+        containers.units.push_back(place[containers_by_unit.units[k]]);
+      }
+      containers.first[t + 1] = static_cast<int32_t>(containers.units.size());
+    }
+    by_unit = Units();
+    containers_by_unit = Containers();
+    std::vector<UnitInfo>().swap(info_by_unit);
+    std::vector<int32_t>().swap(rank_by_unit);
+  }
+  const std::vector<int32_t>& mem = units.members;
   std::vector<int32_t> choice_at(mem.size(), -1), feeder_at(mem.size(), -1);
   std::vector<int16_t> depth_at(mem.size(), 0);
   std::vector<char> fed(mem.size(), 0);
@@ -133,9 +204,10 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       shared_hosts = shared_hosts || std::binary_search(th.begin(), th.end(), h);
     }
   }
-  // 1. Replicas on the dst rank's own GPU.
-  for (int32_t u = 0; u < units.size() && shared_hosts; ++u) {
-    const std::vector<int32_t>& ranks = *info[u].ranks;
+  // 1. Replicas on the dst rank's own GPU (units in GroupUnits' order).
+  for (int32_t by = 0; by < num_units && shared_hosts; ++by) {
+    const int32_t u = place[by];
+    const absl::Span<const int32_t> ranks = info[u].ranks;
     for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) {
       int32_t best = -1;
       for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
@@ -149,25 +221,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       loads.AddDirect(ranks[best], rank_at[q], info[u].bytes);
     }
   }
-  stats->sender_lower_bound_seconds = SenderLowerBound(candidates, src, dst, cost);
-  const double bound = RelayLowerBound(candidates, units, containers, src, dst, cost);
   double floor = std::max(bound, loads.Slowest());
-  // Units by tier (uncontained, then contained: their containers' holders
-  // are fed first), bytes descending (a container before what it
-  // contains), then first dst record.
-  std::vector<std::tuple<int64_t, int32_t, int32_t>> order;
-  order.reserve(units.size());
-  for (int32_t u = 0; u < units.size(); ++u) order.emplace_back(-info[u].bytes, info[u].dst_record, u);
-  std::sort(order.begin(), order.end(), [&](const auto& x, const auto& y) {
-    const bool cx = containers.Contained(std::get<2>(x)), cy = containers.Contained(std::get<2>(y));
-    return cx != cy ? cy : x < y;
-  });
-  // Where the contained units start in `order`.
-  const size_t tier_at = static_cast<size_t>(
-      std::find_if(order.begin(), order.end(),
-                   [&](const auto& x) { return containers.Contained(std::get<2>(x)); }) -
-      order.begin());
-  const std::pair<size_t, size_t> tiers[2] = {{0, tier_at}, {tier_at, order.size()}};
   // Offers *best the fed members of unit u's containers (on other engine
   // ranks than d, under `max_depth` hops) as feeders of `bytes` to d: sets
   // *best_h to the member that wins (else leaves both).
@@ -186,7 +240,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
     }
   };
   // Feeds member q `bytes` from replica k of `ranks` (f < 0) or from member f.
-  auto feed = [&](int32_t q, const std::vector<int32_t>& ranks, int32_t k, int32_t f,
+  auto feed = [&](int32_t q, absl::Span<const int32_t> ranks, int32_t k, int32_t f,
                   int64_t bytes) {
     if (f < 0) {
       choice_at[q] = k;
@@ -240,7 +294,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
                chain_host(rank_at[*j]) == chain_host(rank_at[*i])) {
           ++j;
         }
-        std::rotate(i, i + u % (j - i), j);
+        std::rotate(i, i + unit_of[u] % (j - i), j);
         i = j;
       }
     }
@@ -250,7 +304,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       // unit, from a holder of a container.
       for (size_t t = tier_b; t < tier_e; ++t) {
         const auto& [neg_bytes, unused, u] = order[t];
-        const std::vector<int32_t>& ranks = *info[u].ranks;
+        const absl::Span<const int32_t> ranks = info[u].ranks;
         const int32_t root = chain[units.first[u]];
         if (fed[root]) continue;
         Option best;
@@ -272,7 +326,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       for (size_t t = tier_b; t < tier_e; ++t) {
         const auto& [neg_bytes, unused, u] = order[t];
         const int64_t bytes = -neg_bytes;
-        const std::vector<int32_t>& ranks = *info[u].ranks;
+        const absl::Span<const int32_t> ranks = info[u].ranks;
         for (int32_t i = units.first[u] + 1; i < units.first[u + 1]; ++i) {
           const int32_t q = chain[i], f = chain[i - 1], d = rank_at[q];
           if (fed[q]) continue;
@@ -319,7 +373,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       const auto& [neg_bytes, unused, u] = order[t];
       if (unit_fed[u]) continue;
       const int32_t b = units.first[u], e = units.first[u + 1];
-      const std::vector<int32_t>& ranks = *info[u].ranks;
+      const absl::Span<const int32_t> ranks = info[u].ranks;
       // Without hosts shared by the two sides every pair is one class: the
       // best pair is the least loaded replica with the least loaded member
       // (the same rule, in N + R steps instead of N * R).
@@ -354,7 +408,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       const auto& [neg_bytes, unused, u] = order[t];
       const int64_t bytes = -neg_bytes;
       const int32_t b = units.first[u], e = units.first[u + 1];
-      const std::vector<int32_t>& ranks = *info[u].ranks;
+      const absl::Span<const int32_t> ranks = info[u].ranks;
       todo.clear();
       hosts.clear();
       for (int32_t q = b; q != e; ++q) {

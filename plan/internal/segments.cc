@@ -77,10 +77,14 @@ std::vector<int32_t> TrainerSenders(const Candidates& candidates,
   return sender;
 }
 
-absl::Status OrderSegments(const Candidates& candidates,
-                           const std::vector<int32_t>& sender,
-                           const SideLayout& src, const SideLayout& dst,
-                           int64_t cap, SegmentKeys* out) {
+namespace {
+
+// OrderSegments over n entries: entry m is candidate index_of(m), sent
+// by sender_of(m) (none when negative).
+template <typename IndexOf, typename SenderOf>
+absl::Status OrderSegmentsImpl(const Candidates& candidates, size_t n, IndexOf index_of,
+                               SenderOf sender_of, const SideLayout& src,
+                               const SideLayout& dst, int64_t cap, SegmentKeys* out) {
   const std::vector<Candidate>& cands = candidates.cands;
   const std::vector<TensorPieces>& pieces = candidates.pieces;
   std::vector<SegKey>& keys = out->keys;
@@ -90,7 +94,7 @@ absl::Status OrderSegments(const Candidates& candidates,
     // Source ranks ordered by (stage, rank), then relaying engine ranks:
     // the pair order.
     int32_t senders = src.world_size;
-    for (int32_t x : sender) senders = std::max(senders, x + 1);
+    for (size_t m = 0; m < n; ++m) senders = std::max(senders, sender_of(m) + 1);
     std::vector<int32_t> src_pos(senders);
     for (int32_t i = src.world_size; i < senders; ++i) src_pos[i] = i;
     {
@@ -103,19 +107,19 @@ absl::Status OrderSegments(const Candidates& candidates,
       }
       for (int32_t i = 0; i < src.world_size; ++i) src_pos[by[i]] = i;
     }
-    // Pass 1: split what exceeds the cap (rare). Candidate i's split boxes
-    // are split_boxes[split_off[i], split_off[i + 1]); none: it is whole.
-    std::vector<int32_t> split_off(cands.size() + 1, 0);
+    // Pass 1: split what exceeds the cap (rare). Member m's split boxes
+    // are split_boxes[split_off[m], split_off[m + 1]); none: it is whole.
+    std::vector<int32_t> split_off(n + 1, 0);
     std::vector<Box> split;
     // Element size per src tensor (of the dst tensor of that name, one per
     // src tensor), looked up at its first candidate: the candidates walk
     // dst records in no particular order, and a record lookup per
     // candidate is a cache miss.
     std::vector<int64_t> es_of_src(src.tensors.size(), 0);
-    for (size_t i = 0; i < cands.size(); ++i) {
-      split_off[i] = static_cast<int32_t>(split_boxes.size());
-      if (sender[i] < 0) continue;
-      const Candidate& c = cands[i];
+    for (size_t m = 0; m < n; ++m) {
+      split_off[m] = static_cast<int32_t>(split_boxes.size());
+      if (sender_of(m) < 0) continue;
+      const Candidate& c = cands[index_of(m)];
       int64_t& es = es_of_src[c.src_tensor];
       if (es == 0) {
         const TensorSpec& t = dst.tensors[dst.records[c.dst_record].tensor];
@@ -133,10 +137,10 @@ absl::Status OrderSegments(const Candidates& candidates,
                es, cap, &split);
       for (Box& b : split) split_boxes.push_back(std::move(b));
     }
-    split_off[cands.size()] = static_cast<int32_t>(split_boxes.size());
-    // Keys of candidate i: 1 when whole, else its split boxes.
-    auto nkeys = [&](size_t i) {
-      return sender[i] < 0 ? 0 : std::max<int32_t>(1, split_off[i + 1] - split_off[i]);
+    split_off[n] = static_cast<int32_t>(split_boxes.size());
+    // Keys of member m: 1 when whole, else its split boxes.
+    auto nkeys = [&](size_t m) {
+      return sender_of(m) < 0 ? 0 : std::max<int32_t>(1, split_off[m + 1] - split_off[m]);
     };
     const int64_t npairs = int64_t{senders} * dst.world_size;
     auto pair_of = [&](int32_t src_rank, int32_t dst_rank) {
@@ -154,41 +158,40 @@ absl::Status OrderSegments(const Candidates& candidates,
     const bool counting = npairs <= (int64_t{1} << 24);
     std::vector<int32_t> first;
     size_t total = 0;
-    for (size_t i = 0; i < cands.size(); ++i) {
-      total += nkeys(i);
-    }
+    for (size_t m = 0; m < n; ++m) total += nkeys(m);
     keys.resize(total);
     std::vector<int32_t> cursor;
     if (counting) {
       first.assign(npairs + 1, 0);
-      for (size_t i = 0; i < cands.size(); ++i) {
-        if (sender[i] >= 0) first[pair_of(sender[i], cands[i].dst_rank) + 1] += nkeys(i);
+      for (size_t m = 0; m < n; ++m) {
+        if (sender_of(m) >= 0) first[pair_of(sender_of(m), cands[index_of(m)].dst_rank) + 1] += nkeys(m);
       }
       for (int64_t q = 0; q < npairs; ++q) first[q + 1] += first[q];
       cursor.assign(first.begin(), first.end() - 1);
     }
     size_t next = 0;
-    for (size_t i = 0; i < cands.size(); ++i) {
-      if (sender[i] < 0) continue;
+    for (size_t m = 0; m < n; ++m) {
+      const int32_t src_rank = sender_of(m);
+      if (src_rank < 0) continue;
+      const int32_t i = index_of(m);
       const Candidate& c = cands[i];
       const Record& dr = dst.records[c.dst_record];
-      const int32_t src_rank = sender[i];
       const int64_t es = es_of_src[c.src_tensor];
       // Appends the key of the box whose origin is at element offset `off`
       // of dr (dim-0 index rel0 relative to dr.box).
       auto add = [&](int64_t off, int64_t rel0, int32_t split_index, int64_t bytes) {
-        SegKey k{dr.byte_offset + es * off, bytes, RecordBuffer(dr, rel0),
-                 static_cast<int32_t>(i), split_index, src_rank};
+        SegKey k{dr.byte_offset + es * off, bytes, RecordBuffer(dr, rel0), i, split_index,
+                 src_rank};
         keys[counting ? cursor[pair_of(src_rank, c.dst_rank)]++ : next++] = k;
       };
-      if (split_off[i + 1] == split_off[i]) {
+      if (split_off[m + 1] == split_off[m]) {
         const Box& pb = pieces[c.src_tensor].pieces[c.piece].box;
         const int64_t rel0 =
             dr.box.rank() > 0 ? std::max(pb.origin(0), dr.box.origin(0)) - dr.box.origin(0) : 0;
         add(IntersectionOffset(dr, pb), rel0, -1, c.bytes);
         continue;
       }
-      for (int32_t q = split_off[i]; q < split_off[i + 1]; ++q) {
+      for (int32_t q = split_off[m]; q < split_off[m + 1]; ++q) {
         const Box& b = split_boxes[q];
         const int64_t rel0 = b.rank() > 0 ? b.origin(0) - dr.box.origin(0) : 0;
         add(ElementOffset(dr, b.origin()), rel0, q, UncheckedNumElements(b) * es);
@@ -210,6 +213,27 @@ absl::Status OrderSegments(const Candidates& candidates,
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status OrderSegments(const Candidates& candidates,
+                           const std::vector<int32_t>& sender,
+                           const SideLayout& src, const SideLayout& dst,
+                           int64_t cap, SegmentKeys* out) {
+  return OrderSegmentsImpl(
+      candidates, sender.size(), [](size_t m) { return static_cast<int32_t>(m); },
+      [&](size_t m) { return sender[m]; }, src, dst, cap, out);
+}
+
+absl::Status OrderSegmentsOf(const Candidates& candidates,
+                             const std::vector<int32_t>& members,
+                             const std::vector<int32_t>& sender,
+                             const SideLayout& src, const SideLayout& dst,
+                             int64_t cap, SegmentKeys* out) {
+  return OrderSegmentsImpl(
+      candidates, members.size(), [&](size_t m) { return members[m]; },
+      [&](size_t m) { return sender[m]; }, src, dst, cap, out);
 }
 
 }  // namespace internal_plan

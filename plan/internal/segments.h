@@ -44,6 +44,14 @@ absl::Status OrderSegments(const Candidates& candidates,
                            const SideLayout& src, const SideLayout& dst,
                            int64_t cap, SegmentKeys* out);
 
+// The same for the candidates `members` (ascending), sender[m] sending
+// members[m]: work in proportion to their number.
+absl::Status OrderSegmentsOf(const Candidates& candidates,
+                             const std::vector<int32_t>& members,
+                             const std::vector<int32_t>& sender,
+                             const SideLayout& src, const SideLayout& dst,
+                             int64_t cap, SegmentKeys* out);
+
 // Returns, per candidate, its trainer rank by `choice` (an index into its
 // piece's replicas; -1: none). Never fails.
 std::vector<int32_t> TrainerSenders(const Candidates& candidates,
