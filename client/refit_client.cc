@@ -289,6 +289,9 @@ void RefitClient::ReadStream(std::unique_ptr<grpc::ClientContext> ctx) {
           latest_attempt_ = attempt;
         }
         round_epochs_[e.version()] = e.epoch();
+        // A round on a newer plan may be announced before (or instead of)
+        // its PLAN_CHANGED: the member's plan is stale either way.
+        latest_epoch_ = std::max(latest_epoch_, e.epoch());
         round_modes_[e.version()] =
             RoundMode{{e.delta_base().begin(), e.delta_base().end()}, e.verify(), e.delta_plane()};
         while (round_modes_.size() > 1024) round_modes_.erase(round_modes_.begin());

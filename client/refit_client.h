@@ -128,8 +128,9 @@ class RefitClient {
   // bytes are not a PlanProto.
   static absl::StatusOr<v1::PlanProto> Slice(const v1::AwaitPlanResponse& r);
 
-  // True when the membership changed since the last AwaitPlan (call
-  // AwaitPlan again before the next round).
+  // True when the membership changed since the last AwaitPlan, or a round
+  // started on a newer plan than the one it returned (call AwaitPlan again
+  // before the next round).
   bool PlanChanged();
 
   // The membership epoch of the plan the last AwaitPlan returned (-1: none),
