@@ -129,17 +129,33 @@ absl::Status InProcFabric::Wait(int32_t rank, int32_t lane,
   if (!me.in_flight) return me.error;
   auto done = [&me]() { return me.outstanding == 0 || !me.error.ok(); };
   mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
-  if (!me.error.ok()) return me.error;
+  if (!me.error.ok()) {
+    Withdraw(rank, lane);
+    return me.error;
+  }
   if (me.outstanding > 0) {
     std::set<int32_t> peers(me.pending_peers.begin(), me.pending_peers.end());
     me.error = absl::DeadlineExceededError(absl::StrCat(
         "rank ", rank, " lane ", lane, ": wave not complete by the deadline, "
         "still waiting for peer rank(s) ",
         absl::StrJoin(peers, ", ")));
+    Withdraw(rank, lane);
     return me.error;
   }
   me.in_flight = false;
   return absl::OkStatus();
+}
+
+void InProcFabric::Withdraw(int32_t rank, int32_t lane) {
+  for (int32_t peer = 0; peer < world_size_; ++peer) {
+    sends_.erase(Key(lane, rank, peer));
+    recvs_.erase(Key(lane, peer, rank));
+  }
+}
+
+void InProcFabric::WithdrawAll(int32_t rank) {
+  absl::MutexLock l(&mu_);
+  for (int32_t lane = 0; lane < num_lanes_; ++lane) Withdraw(rank, lane);
 }
 
 absl::StatusOr<std::unique_ptr<InProcTransport>> InProcTransport::Create(
@@ -162,5 +178,7 @@ absl::Status InProcTransport::StartWave(int32_t lane,
 absl::Status InProcTransport::WaitWave(int32_t lane, absl::Time deadline) {
   return fabric_->Wait(rank_, lane, deadline);
 }
+
+InProcTransport::~InProcTransport() { fabric_->WithdrawAll(rank_); }
 
 }  // namespace refit

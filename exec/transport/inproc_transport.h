@@ -52,6 +52,10 @@ class InProcFabric {
   absl::Status Start(int32_t rank, int32_t lane, absl::Span<const SendOp> s,
                      absl::Span<const RecvOp> r);
   absl::Status Wait(int32_t rank, int32_t lane, absl::Time deadline);
+  // Drops `rank`'s unmatched sends and receives on `lane`: no peer copies
+  // into or out of that memory any more (its owner may free it).
+  void Withdraw(int32_t rank, int32_t lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WithdrawAll(int32_t rank);
   void Complete(int32_t rank, int32_t lane, int32_t peer, absl::Status s)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -78,7 +82,11 @@ class InProcTransport : public Transport {
   absl::Status StartWave(int32_t lane, absl::Span<const SendOp> sends,
                           absl::Span<const RecvOp> recvs,
                           absl::Time deadline) override;
+  // A failed wait leaves nothing posted: a peer's later send or receive
+  // never touches this rank's memory.
   absl::Status WaitWave(int32_t lane, absl::Time deadline) override;
+  // Withdraws what is still posted, as a failed wait does.
+  ~InProcTransport() override;
 
  private:
   InProcTransport(std::shared_ptr<InProcFabric> f, int32_t rank)
