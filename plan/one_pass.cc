@@ -122,6 +122,20 @@ std::pair<int64_t, int64_t> ReadIndices(int64_t origin0, const Box& box) {
   return {k0, k0 + box.shape(0)};
 }
 
+// Counts one read of indices [k0, k1), clamped to [0, n), in the difference
+// arrays `reads` and (when it fails) `fails`, each of n + 1 entries.
+void MarkReads(int64_t k0, int64_t k1, int64_t n, bool ok, int32_t* reads, int32_t* fails) {
+  k0 = std::max<int64_t>(k0, 0);
+  k1 = std::min<int64_t>(k1, n);
+  if (k0 >= k1) return;
+  ++reads[k0];
+  --reads[k1];
+  if (!ok) {
+    ++fails[k0];
+    --fails[k1];
+  }
+}
+
 // Calls fn(segment, dst_rank) for each segment of the plan's non-relay
 // messages, in message and segment order.
 template <typename Fn>
@@ -198,16 +212,8 @@ ScratchReaders IndexScratchReaders(const Plan& plan) {
       by_cell.push_back({r, {i, dst_rank}});
       return;
     }
-    auto [k0, k1] = ReadIndices(origin0[r], seg.box);
-    k0 = std::max<int64_t>(k0, 0);
-    k1 = std::min<int64_t>(k1, n);
-    if (k0 >= k1) return;
-    ++x.reads[at + k0];
-    --x.reads[at + k1];
-    if (v == Verdict::kNever) {
-      ++x.fails[at + k0];
-      --x.fails[at + k1];
-    }
+    const auto [k0, k1] = ReadIndices(origin0[r], seg.box);
+    MarkReads(k0, k1, n, v != Verdict::kNever, &x.reads[at], &x.fails[at]);
   });
   GroupByRecord(by_cell, nrec, &x.by_cell_offset, &x.by_cell);
   // Prefix sums: counts per index.
@@ -286,15 +292,7 @@ std::vector<uint8_t> CheckRecordReads(const Plan& plan, int32_t r, int64_t cell_
   const int64_t n = IndexCount(rec);
   std::vector<int32_t> read(n + 1, 0), failed(n + 1, 0);  // difference arrays
   auto mark = [&](int64_t k0, int64_t k1, bool ok) {
-    k0 = std::max<int64_t>(k0, 0);
-    k1 = std::min<int64_t>(k1, n);
-    if (k0 >= k1) return;
-    ++read[k0];
-    --read[k1];
-    if (!ok) {
-      ++failed[k0];
-      --failed[k1];
-    }
+    MarkReads(k0, k1, n, ok, read.data(), failed.data());
   };
   for (int64_t j = x.by_cell_offset[r]; j < x.by_cell_offset[r + 1]; ++j) {
     const Segment& seg = plan.segments[x.by_cell[j].seg];
@@ -352,15 +350,9 @@ std::set<int32_t> BufferReaders(const Plan& plan, int32_t b, ScratchReaders* x) 
   for (const BufferSource& s : SourcesOf(*x, b)) {
     const Record& rec = plan.src.records[s.record];
     for (int64_t j = x->all_offset[s.record]; j < x->all_offset[s.record + 1]; ++j) {
-      const Box& box = plan.segments[x->all[j].seg].box;
-      if (s.index < 0 || box.rank() == 0) {  // a rank-0 read is index 0's
-        if (s.index <= 0) ranks.insert(x->all[j].dst_rank);
-        continue;
-      }
-      const int64_t k0 = box.origin(0) - rec.box.origin(0);
-      if (s.index >= k0 && s.index < k0 + box.shape(0)) {
-        ranks.insert(x->all[j].dst_rank);
-      }
+      const auto [k0, k1] = ReadIndices(Origin0(rec), plan.segments[x->all[j].seg].box);
+      const int64_t k = s.index < 0 ? 0 : s.index;
+      if (k >= k0 && k < k1) ranks.insert(x->all[j].dst_rank);
     }
   }
   return ranks;

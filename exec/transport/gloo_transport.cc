@@ -186,20 +186,20 @@ absl::Status GlooTransport::WaitWave(int32_t lane, absl::Time deadline) {
     }
     if (ok) continue;
     if (cancel_.cancelled()) {
-      CloseConnections();  // Cancel closes them too; this wait may beat it
-      return L.error = cancel_.status();
+      L.error = cancel_.status();
+    } else {
+      const bool timed_out = what.empty() || absl::Now() >= deadline ||
+                             what.find("imed out") != std::string::npos;
+      const std::string msg = absl::StrCat(
+          "rank ", rank_, " lane ", lane, ": ", op.send ? "send to" : "receive from",
+          " peer rank ", op.peer, timed_out ? " did not complete by the deadline"
+                                            : " failed (peer gone?)",
+          what.empty() ? "" : absl::StrCat(": ", what));
+      L.error = timed_out ? absl::DeadlineExceededError(msg) : absl::UnavailableError(msg);
     }
-    const bool timed_out = what.empty() || absl::Now() >= deadline ||
-                           what.find("imed out") != std::string::npos;
-    const std::string msg = absl::StrCat(
-        "rank ", rank_, " lane ", lane, ": ", op.send ? "send to" : "receive from",
-        " peer rank ", op.peer, timed_out ? " did not complete by the deadline"
-                                          : " failed (peer gone?)",
-        what.empty() ? "" : absl::StrCat(": ", what));
-    L.error = timed_out ? absl::DeadlineExceededError(msg)
-                        : absl::UnavailableError(msg);
     // Buffers still posted point at caller memory, which the caller may
-    // free now: nothing may arrive into them any more.
+    // free now: nothing may arrive into them any more (Cancel closes the
+    // connections too; this wait may return before it does).
     CloseConnections();
     return L.error;
   }
