@@ -7,6 +7,8 @@
 #include <numeric>
 #include <optional>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "plan/cost.h"
@@ -93,6 +95,71 @@ class Loads {
   std::vector<LinkBytes> src_out_, in_, out_;
 };
 
+// A unit's bytes, first dst record and replicas' trainer ranks.
+struct UnitInfo {
+  int64_t bytes;
+  int32_t dst_record;  // of its first member
+  absl::Span<const int32_t> ranks;
+};
+
+// Units renumbered by their place in ChooseRelaySources' `order` (unit t
+// is order[t]'s), their members side by side in that order, so that its
+// loops walk the per-member arrays in sequence.
+struct PlacedUnits {
+  Units units;
+  Containers containers;  // by the new numbers
+  std::vector<UnitInfo> info;  // ranks: spans of unit_ranks
+  std::vector<int32_t> rank_at;  // per member: its dst rank
+  std::vector<int32_t> unit_ranks;  // the units' replica ranks, side by side
+  std::vector<int32_t> unit_of;  // per new number: the GroupUnits number
+  std::vector<int32_t> place;  // per GroupUnits number: the new one
+};
+
+// Renumbers units u (GroupUnits' numbers, with their containers, infos and
+// members' dst ranks) by their place in *order, whose third fields become
+// the new numbers.
+PlacedUnits PlaceUnits(Units by_unit, Containers containers_by_unit,
+                       std::vector<UnitInfo> info_by_unit, std::vector<int32_t> rank_by_unit,
+                       std::vector<std::tuple<int64_t, int32_t, int32_t>>* order) {
+  const int32_t num_units = by_unit.size();
+  PlacedUnits p;
+  p.unit_of.resize(num_units);
+  p.place.resize(num_units);
+  p.info.resize(num_units);
+  size_t all_ranks = 0;
+  for (const UnitInfo& i : info_by_unit) all_ranks += i.ranks.size();
+  p.unit_ranks.reserve(all_ranks);  // no reallocation: the spans stay valid
+  p.units.first.assign(num_units + 1, 0);
+  p.units.members.reserve(by_unit.members.size());
+  p.rank_at.reserve(by_unit.members.size());
+  for (int32_t t = 0; t < num_units; ++t) {
+    const int32_t u = std::get<2>((*order)[t]);
+    p.unit_of[t] = u;
+    p.place[u] = t;
+    std::get<2>((*order)[t]) = t;
+    p.info[t] = info_by_unit[u];
+    p.info[t].ranks = absl::Span<const int32_t>(p.unit_ranks.data() + p.unit_ranks.size(),
+                                                info_by_unit[u].ranks.size());
+    p.unit_ranks.insert(p.unit_ranks.end(), info_by_unit[u].ranks.begin(),
+                        info_by_unit[u].ranks.end());
+    for (int32_t q = by_unit.first[u]; q < by_unit.first[u + 1]; ++q) {
+      p.units.members.push_back(by_unit.members[q]);
+      p.rank_at.push_back(rank_by_unit[q]);
+    }
+    p.units.first[t + 1] = static_cast<int32_t>(p.units.members.size());
+  }
+  p.containers.first.assign(num_units + 1, 0);
+  p.containers.units.reserve(containers_by_unit.units.size());
+  for (int32_t t = 0; t < num_units; ++t) {
+    const int32_t u = p.unit_of[t];
+    for (int32_t k = containers_by_unit.first[u]; k < containers_by_unit.first[u + 1]; ++k) {
+      p.containers.units.push_back(p.place[containers_by_unit.units[k]]);
+    }
+    p.containers.first[t + 1] = static_cast<int32_t>(p.containers.units.size());
+  }
+  return p;
+}
+
 }  // namespace
 
 Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
@@ -102,11 +169,6 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   const std::vector<Candidate>& cands = candidates.cands;
   // Per unit (GroupUnits' numbering) its bytes and replicas, and per
   // member its dst rank.
-  struct UnitInfo {
-    int64_t bytes;
-    int32_t dst_record;  // of its first member
-    absl::Span<const int32_t> ranks;  // the replicas' trainer ranks
-  };
   Units by_unit = GroupUnits(candidates, dst);
   Containers containers_by_unit = ContainingUnits(candidates, by_unit, dst);
   const int32_t num_units = by_unit.size();
@@ -140,53 +202,14 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   std::sort(order.begin(), order.begin() + tier_at);
   std::sort(order.begin() + tier_at, order.end());
   const std::pair<size_t, size_t> tiers[2] = {{0, tier_at}, {tier_at, order.size()}};
-  // Below, units are numbered by their place in `order` (unit t is
-  // order[t]'s) and their members lie side by side in that order: the
-  // loops walk the per-member arrays in sequence. unit_of[t]: its
-  // GroupUnits number; place[u]: the reverse.
-  std::vector<int32_t> unit_of(num_units), place(num_units);
-  Units units;
-  Containers containers;
-  std::vector<UnitInfo> info(num_units);
-  std::vector<int32_t> rank_at;
-  std::vector<int32_t> unit_ranks;  // the units' replica ranks, side by side in order
-  {
-    size_t all_ranks = 0;
-    for (const UnitInfo& i : info_by_unit) all_ranks += i.ranks.size();
-    unit_ranks.reserve(all_ranks);
-    units.first.assign(num_units + 1, 0);
-    units.members.reserve(by_unit.members.size());
-    rank_at.reserve(by_unit.members.size());
-    for (int32_t t = 0; t < num_units; ++t) {
-      const int32_t u = std::get<2>(order[t]);
-      unit_of[t] = u;
-      place[u] = t;
-      std::get<2>(order[t]) = t;
-      info[t] = info_by_unit[u];
-      info[t].ranks = absl::Span<const int32_t>(unit_ranks.data() + unit_ranks.size(),
-                                                info_by_unit[u].ranks.size());
-      unit_ranks.insert(unit_ranks.end(), info_by_unit[u].ranks.begin(),
-                        info_by_unit[u].ranks.end());
-      for (int32_t q = by_unit.first[u]; q < by_unit.first[u + 1]; ++q) {
-        units.members.push_back(by_unit.members[q]);
-        rank_at.push_back(rank_by_unit[q]);
-      }
-      units.first[t + 1] = static_cast<int32_t>(units.members.size());
-    }
-    containers.first.assign(num_units + 1, 0);
-    containers.units.reserve(containers_by_unit.units.size());
-    for (int32_t t = 0; t < num_units; ++t) {
-      const int32_t u = unit_of[t];
-      for (int32_t k = containers_by_unit.first[u]; k < containers_by_unit.first[u + 1]; ++k) {
-        containers.units.push_back(place[containers_by_unit.units[k]]);
-      }
-      containers.first[t + 1] = static_cast<int32_t>(containers.units.size());
-    }
-    by_unit = Units();
-    containers_by_unit = Containers();
-    std::vector<UnitInfo>().swap(info_by_unit);
-    std::vector<int32_t>().swap(rank_by_unit);
-  }
+  PlacedUnits placed = PlaceUnits(std::move(by_unit), std::move(containers_by_unit),
+                                  std::move(info_by_unit), std::move(rank_by_unit), &order);
+  const Units& units = placed.units;
+  const Containers& containers = placed.containers;
+  const std::vector<UnitInfo>& info = placed.info;
+  const std::vector<int32_t>& rank_at = placed.rank_at;
+  const std::vector<int32_t>& unit_of = placed.unit_of;
+  const std::vector<int32_t>& place = placed.place;
   const std::vector<int32_t>& mem = units.members;
   std::vector<int32_t> choice_at(mem.size(), -1), feeder_at(mem.size(), -1);
   std::vector<int16_t> depth_at(mem.size(), 0);
