@@ -241,10 +241,15 @@ double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
 
 double RelayLowerBound(const Candidates& candidates, const Units& units,
                        const Containers& containers, const std::vector<int32_t>& member_rank,
-                       const SideLayout& src, const SideLayout& dst, const CostModel& cost) {
+                       const SideLayout& src, const SideLayout& dst, const CostModel& cost,
+                       double* sender_bound) {
   const std::vector<Candidate>& cands = candidates.cands;
   std::vector<LinkBytes> dst_load(dst.world_size);
   TrainerSide trainer(candidates, src.world_size);
+  // SenderLowerBound's terms, from the same links (every candidate is a
+  // member of one unit).
+  std::vector<LinkBytes> sender_dst_load(sender_bound != nullptr ? dst.world_size : 0);
+  TrainerSide sender_trainer(candidates, src.world_size);
   const bool known = cost.placement_known();
   // Engine hosts numbered 0.. (slot), and their engine ranks.
   std::vector<int32_t> slot_of(dst.world_size);
@@ -315,6 +320,10 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
       }
       unit_best = Faster(cost, unit_best, best);
       const LinkClass trainer_best = best;
+      if (sender_bound != nullptr) {
+        sender_dst_load[d].Add(best, cands[*m].bytes);
+        sender_trainer.Add(cands[*m], best);
+      }
       const double from_trainer = bytes * cost.SecondsPerByte(best);
       if (known && !alone) {
         for (int32_t o : holders_on[slot_of[d]]) {
@@ -348,6 +357,12 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
     if (!contained) trainer.Add(cands[*b], unit_best);
     for (int32_t h : holder_slots) holders_on[h].clear();
     holder_slots.clear();
+  }
+  if (sender_bound != nullptr) {
+    *sender_bound = sender_trainer.Bound(cost);
+    for (const LinkBytes& l : sender_dst_load) {
+      *sender_bound = std::max(*sender_bound, cost.Seconds(l));
+    }
   }
   double bound = trainer.Bound(cost);
   for (const LinkBytes& l : dst_load) bound = std::max(bound, cost.Seconds(l));

@@ -181,9 +181,8 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       rank_by_unit[q] = cands[by_unit.members[q]].dst_rank;
     }
   }
-  stats->sender_lower_bound_seconds = SenderLowerBound(candidates, src, dst, cost);
-  const double bound =
-      RelayLowerBound(candidates, by_unit, containers_by_unit, rank_by_unit, src, dst, cost);
+  const double bound = RelayLowerBound(candidates, by_unit, containers_by_unit, rank_by_unit, src,
+                                       dst, cost, &stats->sender_lower_bound_seconds);
   // Units by tier (uncontained, then contained: their containers' holders
   // are fed first), bytes descending (a container before what it
   // contains), then first dst record.
