@@ -63,6 +63,19 @@ __device__ inline uint32_t DeltaDiffBits(const DeltaChunk& a, const DeltaChunk& 
   return bits;
 }
 
+// Inclusive prefix sum of `v` over the calling warp's 32 lanes (every lane
+// of the warp calls it).
+template <typename T>
+__device__ inline T WarpInclusiveScan(T v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const T y = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += y;
+  }
+  return v;
+}
+
 // Exclusive prefix sum of `v` over the block's kDeltaThreads threads and,
 // when `total` is given, the block's sum. Safe to call again right away.
 // (T = uint64_t scans four 16-bit counts packed in one word at once.)
@@ -71,11 +84,7 @@ __device__ inline T BlockExclusiveScan(T v, T* total = nullptr) {
   __shared__ T warp_totals[kDeltaThreads / 32];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  T inc = v;
-  for (int o = 1; o < 32; o <<= 1) {
-    const T y = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += y;
-  }
+  const T inc = WarpInclusiveScan(v);
   if (lane == 31) warp_totals[warp] = inc;
   __syncthreads();
   T before = 0, all = 0;

@@ -43,13 +43,7 @@ __global__ void __launch_bounds__(1024) TileScanKernel(const uint32_t* counts, i
       v[k] = i < n ? counts[i] : 0u;
     }
 #pragma unroll
-    for (int k = 0; k < kScanRows; ++k) {  // inclusive, in the warp
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const uint32_t y = __shfl_up_sync(0xffffffffu, v[k], o);
-        if (lane >= o) v[k] += y;
-      }
-    }
+    for (int k = 0; k < kScanRows; ++k) v[k] = WarpInclusiveScan(v[k]);
     if (lane == 31) {
 #pragma unroll
       for (int k = 0; k < kScanRows; ++k) part[k * 32 + warp] = v[k];
@@ -60,23 +54,13 @@ __global__ void __launch_bounds__(1024) TileScanKernel(const uint32_t* counts, i
     uint64_t e = 0, inc = 0;
     if (t < kScanRows * 32) {
       e = part[t];
-      inc = e;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const uint64_t y = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += y;
-      }
+      inc = WarpInclusiveScan(e);
       if (lane == 31) row_base[warp] = inc;  // the row's sum
     }
     __syncthreads();
     if (warp == 0) {
       const uint64_t r = lane < kScanRows ? row_base[lane] : 0;
-      uint64_t rinc = r;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const uint64_t y = __shfl_up_sync(0xffffffffu, rinc, o);
-        if (lane >= o) rinc += y;
-      }
+      const uint64_t rinc = WarpInclusiveScan(r);
       row_base[lane] = rinc - r;
       if (lane == 31) pass_sum = rinc;
     }
@@ -265,12 +249,7 @@ __device__ inline void WaveGatherTileWarp(const WaveMsg& m, int64_t tile, int64_
   uint32_t mine = 0;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) mine += __popc(tmask[lane * kPer + j]);
-  uint32_t inc = mine;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t y = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += y;
-  }
+  const uint32_t inc = WarpInclusiveScan(mine);
   uint64_t r = rank_base + (inc - mine);
   for (int j = 0; j < kPer; ++j) {
     uint32_t bits = tmask[lane * kPer + j];
