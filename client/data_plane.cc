@@ -305,6 +305,7 @@ absl::StatusOr<RunStats> DataPlaneMember::MoveAndReport(int64_t version, absl::T
     client_->SetLiveRound(version, attempt, [live = live_bytes_] { return live->moved(); });
     stats = runner_->Run(deadline);
     client_->SetLiveRound(0, 0, nullptr);
+    if (!stats.ok()) stats = RoundFailureOfPeer(stats.status());
   }
   done.Notify();
   client_->WakeWaiters();

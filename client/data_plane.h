@@ -121,7 +121,10 @@ class DataPlaneMember {
   // slice (failing by `deadline` at the latest), reports done or failed to
   // refitd, and waits for the outcome. Returns the member's stats when
   // refitd committed the round; otherwise the data plane's error, or
-  // ABORTED with refitd's reason when it aborted the round. An abort that
+  // ABORTED with refitd's reason when it aborted the round. A peer whose
+  // connection closed mid-round (it died, or its host was cut off) fails
+  // the round with ABORTED naming the peer's rank, so that UNAVAILABLE
+  // from here means refitd is unreachable (Rejoin). An abort that
   // comes while this member's data plane still waits (a peer died, even
   // before it connected) cancels the bootstrap store and the transport:
   // the member fails within ~0.5 s of refitd's decision, not at

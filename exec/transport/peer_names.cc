@@ -70,4 +70,13 @@ std::vector<std::string> MemberNames(int32_t world, absl::Span<const std::string
   return names;
 }
 
+absl::Status RoundFailureOfPeer(const absl::Status& s) {
+  if (!absl::IsUnavailable(s)) return s;
+  absl::Status out = absl::AbortedError(s.message());
+  s.ForEachPayload([&out](absl::string_view url, const absl::Cord& payload) {
+    out.SetPayload(url, payload);
+  });
+  return out;
+}
+
 }  // namespace refit

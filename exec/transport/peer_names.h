@@ -20,6 +20,15 @@ namespace refit {
 // unchanged. Never fails.
 absl::Status NamePeers(const absl::Status& s, absl::Span<const std::string> names);
 
+// Returns a round's data-plane failure `s` as the member reports it: a
+// transport's UNAVAILABLE (a peer's connection closed or reset: the peer
+// died or was cut off mid-round) fails the round, not this member, so it
+// becomes ABORTED with the same message and payloads; any other status is
+// returned unchanged. UNAVAILABLE from a member's round then means only
+// that refitd is unreachable (answered by rejoining), and a peer's failure
+// by running the next round. Never fails.
+absl::Status RoundFailureOfPeer(const absl::Status& s);
+
 // Returns the member name of every global rank of a world of `world`
 // ranks, given engines `engine_ids`, each starting at the global rank in
 // `engine_first_ranks` (ascending; ranks before the first are trainer

@@ -1,5 +1,5 @@
-// Tests of NamePeers: the member name after each peer rank, nothing else
-// changed.
+// Tests of NamePeers (the member name after each peer rank, nothing else
+// changed) and RoundFailureOfPeer (a lost peer aborts the round).
 #include "exec/transport/peer_names.h"
 
 #include <string>
@@ -52,6 +52,22 @@ TEST(PeerNamesTest, MemberNamesFollowTheEngines) {
                                       "", "engine C rank 0", "engine C rank 1"}));
   EXPECT_TRUE(MemberNames(6, {"A", "B"}, {2, 3}, {1}).empty());
   EXPECT_TRUE(MemberNames(6, {"A"}, {2, 3}).empty());
+}
+
+TEST(PeerNamesTest, APeerLostMidRoundAbortsTheRoundKeepingMessageAndPayload) {
+  absl::Status lost = absl::UnavailableError(
+      "rank 2 lane 1: receive from peer rank 3 (engine B rank 0) failed (peer gone?)");
+  lost.SetPayload("refit/x", absl::Cord("p"));
+  const absl::Status r = RoundFailureOfPeer(lost);
+  EXPECT_EQ(r.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(r.message(), lost.message());
+  ASSERT_TRUE(r.GetPayload("refit/x").has_value());
+  EXPECT_EQ(*r.GetPayload("refit/x"), "p");
+  for (const absl::Status& same :
+       {absl::OkStatus(), absl::DeadlineExceededError("send to peer rank 4 timed out"),
+        absl::CancelledError("round 3 aborted"), absl::InvalidArgumentError("bad plan")}) {
+    EXPECT_EQ(RoundFailureOfPeer(same), same);
+  }
 }
 
 }  // namespace

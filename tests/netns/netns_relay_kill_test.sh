@@ -88,7 +88,7 @@ fp=$(job_status_eval "s['plan_fingerprint']")
 
 # Downstream: A and C fail the round. A rank fails either through refitd
 # (the round aborted: "aborted ... V: ...") or first through its data
-# plane (a receive from B's transport rank failed: UNAVAILABLE, "retry").
+# plane (a receive from B's transport rank failed: ABORTED, the version runs again).
 fails_of() { echo " (aborted engine [AC] rank [01] $1: |retry engine [AC] rank [01]: .*round $1: )"; }
 downstream_lines() { cat "$JOB_DIR/h2.log" "$JOB_DIR/h4.log" | grep -E "$(fails_of "$1")"; }
 
