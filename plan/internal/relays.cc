@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "plan/cost.h"
 #include "plan/internal/bound.h"
+#include "plan/internal/trainer_hosts.h"
 
 namespace refit {
 namespace internal_plan {
@@ -216,16 +217,11 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   std::vector<char> unit_fed(units.size(), 0);
   int32_t max_depth = 0;
   Loads loads(cost, src.world_size, dst.world_size);
-  // Whether some trainer rank and some engine rank share a host (then a
-  // pair's link class depends on both ranks, and one GPU may hold both).
-  bool shared_hosts = false;
-  if (cost.placement_known()) {
-    std::vector<int32_t> th(src.host_of_rank.begin(), src.host_of_rank.end());
-    std::sort(th.begin(), th.end());
-    for (int32_t h : dst.host_of_rank) {
-      shared_hosts = shared_hosts || std::binary_search(th.begin(), th.end(), h);
-    }
-  }
+  // Per engine rank whether a trainer rank shares its host, and whether
+  // any does (then a pair's link class depends on both ranks, and one GPU
+  // may hold both).
+  const std::vector<char> trainer_host = OnTrainerHosts(src, dst, cost);
+  const bool shared_hosts = SharesHosts(trainer_host);
   // 1. Replicas on the dst rank's own GPU (units in GroupUnits' order).
   for (int32_t by = 0; by < num_units && shared_hosts; ++by) {
     const int32_t u = place[by];
@@ -291,14 +287,6 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   {
     // With hosts shared by the two sides: members fed on their own GPU
     // first, then the hosts the trainer shares, then the others.
-    std::vector<char> trainer_host;
-    if (shared_hosts) {
-      for (int32_t r = 0; r < dst.world_size; ++r) {
-        bool t = false;
-        for (int32_t h : src.host_of_rank) t = t || h == dst.host_of_rank[r];
-        trainer_host.push_back(t);
-      }
-    }
     auto chain_key = [&](int32_t x) {
       const int32_t r = rank_at[x];
       const int32_t group = !shared_hosts ? 0 : fed[x] ? 0 : trainer_host[r] ? 1 : 2;
