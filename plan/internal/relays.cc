@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "plan/cost.h"
 #include "plan/internal/bound.h"
@@ -555,10 +556,9 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   std::optional<Choice> trees;
   if (!chained) {
     // Trees, unless they come out slower (a bound loose for units that
-    // enter a host through one rank): from step 1's loads, fed flags and
-    // floor, with every choice_at reset to -1.
+    // enter a host through one rank): from step 1's state, its same-GPU
+    // choices included (its members stay fed: the trees skip them).
     trees.emplace(std::move(start));
-    trees->choice_at.assign(trees->choice_at.size(), -1);
     TreePass(setting, &*trees);
     if (!(chains.loads.Slowest() < trees->loads.Slowest())) kept = &*trees;
   }
@@ -567,6 +567,24 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   stats->relay_depth = kept->max_depth;
   kept->loads.CountLinks(stats);
   return ToSources(*kept, placed.units.members, cands.size());
+}
+
+absl::Status CheckEverySourced(const Candidates& candidates, const Sources& sources,
+                               const SideLayout& dst) {
+  const std::vector<Candidate>& cands = candidates.cands;
+  int64_t unsourced = 0;
+  size_t first = cands.size();
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const bool sourced = (i < sources.choice.size() && sources.choice[i] >= 0) ||
+                         (i < sources.feeder.size() && sources.feeder[i] >= 0);
+    if (sourced) continue;
+    if (unsourced++ == 0) first = i;
+  }
+  if (unsourced == 0) return absl::OkStatus();
+  const Candidate& c = cands[first];
+  return absl::InternalError(absl::StrCat(
+      "planner: no source for ", unsourced, " of ", cands.size(), " transfers, the first to ",
+      "engine rank ", c.dst_rank, " of tensor ", dst.tensors[dst.records[c.dst_record].tensor].name));
 }
 
 }  // namespace internal_plan
