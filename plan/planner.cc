@@ -138,6 +138,7 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   } else {
     sources.choice = BalanceReplicas(candidates, plan.src, plan.dst, options, &cost_stats);
   }
+  REFIT_RETURN_IF_ERROR(internal_plan::CheckEverySourced(candidates, sources, plan.dst));
   REFIT_RETURN_IF_ERROR(phase_done("balance"));
 
   std::vector<PendingMessage> messages;

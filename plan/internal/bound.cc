@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "plan/internal/trainer_hosts.h"
+
 namespace refit {
 namespace internal_plan {
 namespace {
@@ -158,16 +160,12 @@ double TrainerHostsExitBound(const Candidates& candidates, const Units& units,
                              const Containers& containers, const SideLayout& src,
                              const SideLayout& dst, const CostModel& cost) {
   if (!cost.placement_known() || src.world_size == 0) return 0;
-  std::vector<int32_t> trainer_hosts(src.host_of_rank.begin(), src.host_of_rank.end());
-  std::sort(trainer_hosts.begin(), trainer_hosts.end());
-  auto on_trainer_host = [&](int32_t d) {
-    return std::binary_search(trainer_hosts.begin(), trainer_hosts.end(), dst.host_of_rank[d]);
-  };
+  const std::vector<char> on_trainer_host = OnTrainerHosts(src, dst, cost);
   const double c_i = cost.SecondsPerByte(LinkClass::kInterHost);
   double c_n = c_i;
   int32_t engines = 0;
   for (int32_t d = 0; d < dst.world_size; ++d) {
-    if (!on_trainer_host(d)) continue;
+    if (!on_trainer_host[d]) continue;
     ++engines;
     for (int32_t r = 0; r < src.world_size; ++r) {
       c_n = std::min(c_n, cost.SecondsPerByte(cost.ClassOf(r, d)));
@@ -182,7 +180,7 @@ double TrainerHostsExitBound(const Candidates& candidates, const Units& units,
   for (int32_t u = 0; u < units.size(); ++u) {
     bool leaves = false;
     for (int32_t q = units.first[u]; q < units.first[u + 1] && !leaves; ++q) {
-      leaves = !on_trainer_host(cands[units.members[q]].dst_rank);
+      leaves = !on_trainer_host[cands[units.members[q]].dst_rank];
     }
     const Candidate& c = cands[units.members[units.first[u]]];
     if (leaves) {

@@ -1,6 +1,9 @@
-// Source choice with relays (see relays.h): same-GPU replicas, then one
-// root per unit from the trainer side, then every other candidate from
-// the trainer side or from an engine rank of its unit that holds it.
+// Source choice with relays (see relays.h): same-GPU replicas, then
+// chains (each unit's members in chain order, each from the trainer side
+// or the member before), or where those are slow, trees (one root per
+// unit from the trainer side, then every other candidate from the trainer
+// side or from an engine rank of its unit or of a container that holds
+// it).
 #include "plan/internal/relays.h"
 
 #include <algorithm>
@@ -10,9 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "plan/cost.h"
 #include "plan/internal/bound.h"
+#include "plan/internal/trainer_hosts.h"
 
 namespace refit {
 namespace internal_plan {
@@ -102,6 +107,9 @@ struct UnitInfo {
   absl::Span<const int32_t> ranks;
 };
 
+// Units' (-bytes, first dst record, unit) in placement order.
+using Order = std::vector<std::tuple<int64_t, int32_t, int32_t>>;
+
 // Units renumbered by their place in ChooseRelaySources' `order` (unit t
 // is order[t]'s), their members side by side in that order, so that its
 // loops walk the per-member arrays in sequence.
@@ -120,7 +128,7 @@ struct PlacedUnits {
 // the new numbers.
 PlacedUnits PlaceUnits(Units by_unit, Containers containers_by_unit,
                        std::vector<UnitInfo> info_by_unit, std::vector<int32_t> rank_by_unit,
-                       std::vector<std::tuple<int64_t, int32_t, int32_t>>* order) {
+                       Order* order) {
   const int32_t num_units = by_unit.size();
   PlacedUnits p;
   p.unit_of.resize(num_units);
@@ -160,6 +168,351 @@ PlacedUnits PlaceUnits(Units by_unit, Containers containers_by_unit,
   return p;
 }
 
+// Returns the units (GroupUnits' numbers; `containers` and `info` by
+// those) in placement order: by tier (uncontained, then contained: their
+// containers' holders are fed first), bytes descending (a container before
+// what it contains), then first dst record. *tier_at: where the contained
+// units start.
+Order PlacementOrder(const Containers& containers, const std::vector<UnitInfo>& info,
+                     size_t* tier_at) {
+  const int32_t num_units = info.size();
+  Order order;
+  order.reserve(num_units);
+  for (int contained = 0; contained < 2; ++contained) {
+    for (int32_t u = 0; u < num_units; ++u) {
+      if (containers.Contained(u) == (contained == 1)) {
+        order.emplace_back(-info[u].bytes, info[u].dst_record, u);
+      }
+    }
+    if (contained == 0) *tier_at = order.size();
+  }
+  std::sort(order.begin(), order.begin() + *tier_at);
+  std::sort(order.begin() + *tier_at, order.end());
+  return order;
+}
+
+// What the passes read: the time model, the units in placement order and
+// where engine ranks share the trainer's hosts.
+struct Setting {
+  const CostModel& cost;
+  const PlacedUnits& placed;
+  const Order& order;  // units by the new numbers
+  // The uncontained units' range of `order`, then the contained ones'.
+  std::pair<size_t, size_t> tiers[2];
+  double bound;  // the relay-aware bound
+  const std::vector<char>& trainer_host;  // per engine rank (OnTrainerHosts)
+  bool shared_hosts;  // some engine rank shares a trainer rank's host
+};
+
+// A choice of sources under way. Per member (placed order): its replica
+// (-1: none or relayed), its feeder member (-1: none), its hops after the
+// trainer and whether it is fed; per unit whether a member of it is fed on
+// its own GPU; the ranks' loads, the floor options are measured against
+// and the deepest relay so far.
+struct Choice {
+  Choice(const CostModel& cost, int32_t src_world, int32_t dst_world, size_t members,
+         int32_t num_units)
+      : loads(cost, src_world, dst_world),
+        choice_at(members, -1),
+        feeder_at(members, -1),
+        depth_at(members, 0),
+        fed(members, 0),
+        unit_fed(num_units, 0) {}
+
+  // Feeds member q `bytes` from replica k of `ranks` (f < 0) or from member
+  // f; `rank_at`: per member its dst rank.
+  void Feed(const std::vector<int32_t>& rank_at, int32_t q, absl::Span<const int32_t> ranks,
+            int32_t k, int32_t f, int64_t bytes) {
+    if (f < 0) {
+      choice_at[q] = k;
+      loads.AddDirect(ranks[k], rank_at[q], bytes);
+      return;
+    }
+    feeder_at[q] = f;
+    depth_at[q] = static_cast<int16_t>(depth_at[f] + 1);
+    max_depth = std::max<int32_t>(max_depth, depth_at[q]);
+    loads.AddRelay(rank_at[f], rank_at[q], bytes);
+  }
+
+  Loads loads;
+  std::vector<int32_t> choice_at, feeder_at;
+  std::vector<int16_t> depth_at;
+  std::vector<char> fed;
+  std::vector<char> unit_fed;
+  double floor = 0;
+  int32_t max_depth = 0;
+};
+
+// Offers *best the fed members of unit u's containers (on other engine
+// ranks than d, under `depth_limit` hops) as feeders of `bytes` to d: sets
+// *best_h to the member that wins (else leaves both).
+void FromContainers(const Setting& s, const Choice& c, int32_t u, int32_t d, int64_t bytes,
+                    int32_t depth_limit, Option* best, int32_t* best_h) {
+  const Units& units = s.placed.units;
+  const Containers& containers = s.placed.containers;
+  const std::vector<int32_t>& rank_at = s.placed.rank_at;
+  for (int32_t k = containers.first[u]; k < containers.first[u + 1]; ++k) {
+    const int32_t cu = containers.units[k];
+    for (int32_t h = units.first[cu]; h < units.first[cu + 1]; ++h) {
+      if (!c.fed[h] || rank_at[h] == d || c.depth_at[h] >= depth_limit) continue;
+      const Option o = c.loads.Relay(rank_at[h], d, bytes, c.depth_at[h] + 1, c.floor);
+      if (o < *best) {
+        *best = o;
+        *best_h = h;
+      }
+    }
+  }
+}
+
+// Step 1 (see relays.h): every member with a replica on its dst rank's GPU
+// takes the least loaded one of those (units in GroupUnits' order); then
+// the floor is the bound or the slowest rank, the larger.
+void FeedSameGpu(const Setting& s, Choice* c) {
+  const Units& units = s.placed.units;
+  const std::vector<int32_t>& rank_at = s.placed.rank_at;
+  const int32_t num_units = units.size();
+  for (int32_t by = 0; by < num_units && s.shared_hosts; ++by) {
+    const int32_t u = s.placed.place[by];
+    const absl::Span<const int32_t> ranks = s.placed.info[u].ranks;
+    for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) {
+      int32_t best = -1;
+      for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
+        if (s.cost.ClassOf(ranks[k], rank_at[q]) != LinkClass::kSameGpu) continue;
+        if (best < 0 || c->loads.SrcTime(ranks[k]) < c->loads.SrcTime(ranks[best])) best = k;
+      }
+      if (best < 0) continue;
+      c->choice_at[q] = best;
+      c->fed[q] = 1;
+      c->unit_fed[u] = 1;
+      c->loads.AddDirect(ranks[best], rank_at[q], s.placed.info[u].bytes);
+    }
+  }
+  c->floor = std::max(s.bound, c->loads.Slowest());
+}
+
+// Engine rank r's host for chain order: its host, or under unknown
+// placement the rank itself.
+int32_t ChainHost(const CostModel& cost, int32_t r) {
+  return cost.placement_known() ? cost.EngineHost(r) : r;
+}
+
+// Returns the members in chain order, unit by unit (each unit's range of
+// the placed members): members fed by step 1 (`fed`) first where hosts are
+// shared, then those on the trainer's hosts, then the others; by host, on
+// a host by rank turned by the unit's GroupUnits number (so that units
+// enter a host through each of its ranks in turn).
+std::vector<int32_t> ChainOrder(const Setting& s, const std::vector<char>& fed) {
+  const Units& units = s.placed.units;
+  const std::vector<int32_t>& rank_at = s.placed.rank_at;
+  auto chain_key = [&](int32_t x) {
+    const int32_t r = rank_at[x];
+    const int32_t group = !s.shared_hosts ? 0 : fed[x] ? 0 : s.trainer_host[r] ? 1 : 2;
+    return std::make_tuple(group, ChainHost(s.cost, r), r);
+  };
+  auto before_in_chain = [&](int32_t x, int32_t y) { return chain_key(x) < chain_key(y); };
+  std::vector<int32_t> chain(units.members.size());
+  for (int32_t u = 0; u < units.size(); ++u) {
+    const auto b = chain.begin() + units.first[u], e = chain.begin() + units.first[u + 1];
+    std::iota(b, e, units.first[u]);
+    if (!std::is_sorted(b, e, before_in_chain)) std::sort(b, e, before_in_chain);
+    for (auto i = b; i != e;) {
+      auto j = i + 1;
+      while (j != e && !fed[*i] && !fed[*j] &&
+             ChainHost(s.cost, rank_at[*j]) == ChainHost(s.cost, rank_at[*i])) {
+        ++j;
+      }
+      std::rotate(i, i + s.placed.unit_of[u] % (j - i), j);
+      i = j;
+    }
+  }
+  return chain;
+}
+
+// Chains, step 2 for the units of `order` in [tier_b, tier_e): each
+// chain's first member from the trainer side (every unit's bytes leave it
+// once before any goes twice), or, for a contained unit, from a holder of
+// a container.
+void ChainRoots(const Setting& s, const std::vector<int32_t>& chain, size_t tier_b,
+                size_t tier_e, Choice* c) {
+  const std::vector<int32_t>& rank_at = s.placed.rank_at;
+  for (size_t t = tier_b; t < tier_e; ++t) {
+    const auto& [neg_bytes, unused, u] = s.order[t];
+    const absl::Span<const int32_t> ranks = s.placed.info[u].ranks;
+    const int32_t root = chain[s.placed.units.first[u]];
+    if (c->fed[root]) continue;
+    Option best;
+    int32_t best_k = -1, best_h = -1;
+    for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
+      const Option o = c->loads.Direct(ranks[k], rank_at[root], -neg_bytes, c->floor);
+      if (best_k < 0 || o < best) {
+        best = o;
+        best_k = k;
+      }
+    }
+    FromContainers(s, *c, u, rank_at[root], -neg_bytes, kMaxChainDepth, &best, &best_h);
+    c->fed[root] = 1;
+    c->floor = std::max({c->floor, best.t_send, best.t_recv});
+    c->Feed(rank_at, root, ranks, best_k, best_h, -neg_bytes);
+  }
+}
+
+// Chains, step 3 for the units of `order` in [tier_b, tier_e): the other
+// members in chain order, from the trainer side or from the member before
+// (which holds the bytes by then), by the same rule.
+void ChainRest(const Setting& s, const std::vector<int32_t>& chain, size_t tier_b,
+               size_t tier_e, Choice* c) {
+  const Units& units = s.placed.units;
+  const std::vector<int32_t>& rank_at = s.placed.rank_at;
+  for (size_t t = tier_b; t < tier_e; ++t) {
+    const auto& [neg_bytes, unused, u] = s.order[t];
+    const int64_t bytes = -neg_bytes;
+    const absl::Span<const int32_t> ranks = s.placed.info[u].ranks;
+    for (int32_t i = units.first[u] + 1; i < units.first[u + 1]; ++i) {
+      const int32_t q = chain[i], f = chain[i - 1], d = rank_at[q];
+      if (c->fed[q]) continue;
+      const bool relay = c->depth_at[f] < kMaxChainDepth;
+      Option best;
+      if (relay) best = c->loads.Relay(rank_at[f], d, bytes, c->depth_at[f] + 1, c->floor);
+      int32_t best_k = -1;
+      for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
+        const Option o = c->loads.Direct(ranks[k], d, bytes, c->floor);
+        if ((!relay && best_k < 0) || o < best) {
+          best = o;
+          best_k = k;
+        }
+      }
+      c->fed[q] = 1;
+      c->floor = std::max({c->floor, best.t_send, best.t_recv});
+      c->Feed(rank_at, q, ranks, best_k, best_k >= 0 ? -1 : f, bytes);
+    }
+  }
+}
+
+// Chains (see relays.h), after step 1: per tier, every chain's first
+// member, then the others in chain order.
+void ChainPass(const Setting& s, Choice* c) {
+  const std::vector<int32_t> chain = ChainOrder(s, c->fed);
+  for (const auto& [tier_b, tier_e] : s.tiers) {
+    ChainRoots(s, chain, tier_b, tier_e, c);
+    ChainRest(s, chain, tier_b, tier_e, c);
+  }
+}
+
+// Trees, step 2: one root per uncontained unit with no member fed by step
+// 1, from the trainer side (see relays.h for the rule and its ties).
+void TreeRoots(const Setting& s, Choice* c) {
+  const Units& units = s.placed.units;
+  const std::vector<int32_t>& rank_at = s.placed.rank_at;
+  for (size_t t = s.tiers[0].first; t < s.tiers[0].second; ++t) {
+    const auto& [neg_bytes, unused, u] = s.order[t];
+    if (c->unit_fed[u]) continue;
+    const int32_t b = units.first[u], e = units.first[u + 1];
+    const absl::Span<const int32_t> ranks = s.placed.info[u].ranks;
+    // Without hosts shared by the two sides every pair is one class: the
+    // best pair is the least loaded replica with the least loaded member
+    // (the same rule, in N + R steps instead of N * R).
+    int32_t q_first = b, q_last = e;
+    if (!s.shared_hosts) {
+      for (int32_t q = b; q != e; ++q) {
+        if (c->loads.InTime(rank_at[q]) < c->loads.InTime(rank_at[q_first])) q_first = q;
+      }
+      q_last = q_first + 1;
+    }
+    Option best;
+    int32_t best_q = -1, best_k = -1;
+    for (int32_t q = q_first; q != q_last; ++q) {
+      for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
+        const Option o = c->loads.Direct(ranks[k], rank_at[q], -neg_bytes, c->floor);
+        if (best_q < 0 || o < best) {
+          best = o;
+          best_q = q;
+          best_k = k;
+        }
+      }
+    }
+    c->choice_at[best_q] = best_k;
+    c->fed[best_q] = 1;
+    c->loads.AddDirect(ranks[best_k], rank_at[best_q], -neg_bytes);
+    c->floor = std::max({c->floor, best.t_send, best.t_recv});
+  }
+}
+
+// Trees, step 3 for the units of `order` in [tier_b, tier_e): host by host
+// (in order of their first member), on each host the member whose rank has
+// received least first (it takes the bytes into the host; the others then
+// find a holder on their host), each from a replica or from a fed member of
+// its unit or of a container.
+void TreeHosts(const Setting& s, size_t tier_b, size_t tier_e, Choice* c) {
+  const Units& units = s.placed.units;
+  const std::vector<int32_t>& rank_at = s.placed.rank_at;
+  std::vector<std::tuple<int32_t, double, int32_t>> todo;  // (host slot, in time, member)
+  std::vector<int32_t> hosts;
+  for (size_t t = tier_b; t < tier_e; ++t) {
+    const auto& [neg_bytes, unused, u] = s.order[t];
+    const int64_t bytes = -neg_bytes;
+    const int32_t b = units.first[u], e = units.first[u + 1];
+    const absl::Span<const int32_t> ranks = s.placed.info[u].ranks;
+    todo.clear();
+    hosts.clear();
+    for (int32_t q = b; q != e; ++q) {
+      if (c->fed[q]) continue;
+      const int32_t h = s.cost.EngineHost(rank_at[q]);
+      const int32_t slot = static_cast<int32_t>(
+          std::find(hosts.begin(), hosts.end(), h) - hosts.begin());
+      if (slot == static_cast<int32_t>(hosts.size())) hosts.push_back(h);
+      todo.emplace_back(slot, c->loads.InTime(rank_at[q]), q);
+    }
+    std::sort(todo.begin(), todo.end());
+    for (const auto& [slot, in_time, q] : todo) {
+      const int32_t d = rank_at[q];
+      Option best;
+      int32_t best_k = -1, best_h = -1;
+      for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
+        const Option o = c->loads.Direct(ranks[k], d, bytes, c->floor);
+        if (best_k < 0 || o < best) {
+          best = o;
+          best_k = k;
+        }
+      }
+      for (int32_t h = b; h != e; ++h) {
+        if (!c->fed[h] || rank_at[h] == d || c->depth_at[h] >= kMaxRelayDepth) continue;
+        const Option o = c->loads.Relay(rank_at[h], d, bytes, c->depth_at[h] + 1, c->floor);
+        if (o < best) {
+          best = o;
+          best_h = h;
+        }
+      }
+      FromContainers(s, *c, u, d, bytes, kMaxRelayDepth, &best, &best_h);
+      c->fed[q] = 1;
+      c->floor = std::max({c->floor, best.t_send, best.t_recv});
+      c->Feed(rank_at, q, ranks, best_k, best_h, bytes);
+    }
+  }
+}
+
+// Trees (see relays.h), after step 1: roots of the uncontained units, then
+// per tier the others host by host.
+void TreePass(const Setting& s, Choice* c) {
+  TreeRoots(s, c);
+  for (const auto& [tier_b, tier_e] : s.tiers) TreeHosts(s, tier_b, tier_e, c);
+}
+
+// Returns choice `c` per candidate (`members`: the placed members'
+// candidates; `num_cands` candidates in all).
+Sources ToSources(const Choice& c, const std::vector<int32_t>& members, size_t num_cands) {
+  Sources s;
+  s.choice.assign(num_cands, -1);
+  s.feeder.assign(num_cands, -1);
+  s.depth.assign(num_cands, 0);
+  s.max_depth = c.max_depth;
+  for (size_t q = 0; q < members.size(); ++q) {
+    s.choice[members[q]] = c.choice_at[q];
+    s.feeder[members[q]] = c.feeder_at[q] >= 0 ? members[c.feeder_at[q]] : -1;
+    s.depth[members[q]] = c.depth_at[q];
+  }
+  return s;
+}
+
 }  // namespace
 
 Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
@@ -183,313 +536,55 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   }
   const double bound = RelayLowerBound(candidates, by_unit, containers_by_unit, rank_by_unit, src,
                                        dst, cost, &stats->sender_lower_bound_seconds);
-  // Units by tier (uncontained, then contained: their containers' holders
-  // are fed first), bytes descending (a container before what it
-  // contains), then first dst record.
-  std::vector<std::tuple<int64_t, int32_t, int32_t>> order;
-  order.reserve(num_units);
-  // Where the contained units start in `order`.
   size_t tier_at = 0;
-  for (int contained = 0; contained < 2; ++contained) {
-    for (int32_t u = 0; u < num_units; ++u) {
-      if (containers_by_unit.Contained(u) == (contained == 1)) {
-        order.emplace_back(-info_by_unit[u].bytes, info_by_unit[u].dst_record, u);
-      }
-    }
-    if (contained == 0) tier_at = order.size();
+  Order order = PlacementOrder(containers_by_unit, info_by_unit, &tier_at);
+  const PlacedUnits placed = PlaceUnits(std::move(by_unit), std::move(containers_by_unit),
+                                        std::move(info_by_unit), std::move(rank_by_unit), &order);
+  // Per engine rank whether a trainer rank shares its host, and whether
+  // any does (then a pair's link class depends on both ranks, and one GPU
+  // may hold both).
+  const std::vector<char> trainer_host = OnTrainerHosts(src, dst, cost);
+  const Setting setting{cost,  placed, order, {{0, tier_at}, {tier_at, order.size()}},
+                        bound, trainer_host, SharesHosts(trainer_host)};
+  Choice start(cost, src.world_size, dst.world_size, placed.units.members.size(), num_units);
+  FeedSameGpu(setting, &start);
+  Choice chains = start;
+  ChainPass(setting, &chains);
+  const bool chained =
+      chains.loads.Slowest() <= kChainSlack * std::max(bound, start.loads.Slowest());
+  const Choice* kept = &chains;
+  std::optional<Choice> trees;
+  if (!chained) {
+    // Trees, unless they come out slower (a bound loose for units that
+    // enter a host through one rank): from step 1's state, its same-GPU
+    // choices included (its members stay fed: the trees skip them).
+    trees.emplace(std::move(start));
+    TreePass(setting, &*trees);
+    if (!(chains.loads.Slowest() < trees->loads.Slowest())) kept = &*trees;
   }
-  std::sort(order.begin(), order.begin() + tier_at);
-  std::sort(order.begin() + tier_at, order.end());
-  const std::pair<size_t, size_t> tiers[2] = {{0, tier_at}, {tier_at, order.size()}};
-  PlacedUnits placed = PlaceUnits(std::move(by_unit), std::move(containers_by_unit),
-                                  std::move(info_by_unit), std::move(rank_by_unit), &order);
-  const Units& units = placed.units;
-  const Containers& containers = placed.containers;
-  const std::vector<UnitInfo>& info = placed.info;
-  const std::vector<int32_t>& rank_at = placed.rank_at;
-  const std::vector<int32_t>& unit_of = placed.unit_of;
-  const std::vector<int32_t>& place = placed.place;
-  const std::vector<int32_t>& mem = units.members;
-  std::vector<int32_t> choice_at(mem.size(), -1), feeder_at(mem.size(), -1);
-  std::vector<int16_t> depth_at(mem.size(), 0);
-  std::vector<char> fed(mem.size(), 0);
-  std::vector<char> unit_fed(units.size(), 0);
-  int32_t max_depth = 0;
-  Loads loads(cost, src.world_size, dst.world_size);
-  // Whether some trainer rank and some engine rank share a host (then a
-  // pair's link class depends on both ranks, and one GPU may hold both).
-  bool shared_hosts = false;
-  if (cost.placement_known()) {
-    std::vector<int32_t> th(src.host_of_rank.begin(), src.host_of_rank.end());
-    std::sort(th.begin(), th.end());
-    for (int32_t h : dst.host_of_rank) {
-      shared_hosts = shared_hosts || std::binary_search(th.begin(), th.end(), h);
-    }
-  }
-  // 1. Replicas on the dst rank's own GPU (units in GroupUnits' order).
-  for (int32_t by = 0; by < num_units && shared_hosts; ++by) {
-    const int32_t u = place[by];
-    const absl::Span<const int32_t> ranks = info[u].ranks;
-    for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) {
-      int32_t best = -1;
-      for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
-        if (cost.ClassOf(ranks[k], rank_at[q]) != LinkClass::kSameGpu) continue;
-        if (best < 0 || loads.SrcTime(ranks[k]) < loads.SrcTime(ranks[best])) best = k;
-      }
-      if (best < 0) continue;
-      choice_at[q] = best;
-      fed[q] = 1;
-      unit_fed[u] = 1;
-      loads.AddDirect(ranks[best], rank_at[q], info[u].bytes);
-    }
-  }
-  double floor = std::max(bound, loads.Slowest());
-  // Offers *best the fed members of unit u's containers (on other engine
-  // ranks than d, under `max_depth` hops) as feeders of `bytes` to d: sets
-  // *best_h to the member that wins (else leaves both).
-  auto from_containers = [&](int32_t u, int32_t d, int64_t bytes, int32_t depth_limit,
-                             Option* best, int32_t* best_h) {
-    for (int32_t k = containers.first[u]; k < containers.first[u + 1]; ++k) {
-      const int32_t cu = containers.units[k];
-      for (int32_t h = units.first[cu]; h < units.first[cu + 1]; ++h) {
-        if (!fed[h] || rank_at[h] == d || depth_at[h] >= depth_limit) continue;
-        const Option o = loads.Relay(rank_at[h], d, bytes, depth_at[h] + 1, floor);
-        if (o < *best) {
-          *best = o;
-          *best_h = h;
-        }
-      }
-    }
-  };
-  // Feeds member q `bytes` from replica k of `ranks` (f < 0) or from member f.
-  auto feed = [&](int32_t q, absl::Span<const int32_t> ranks, int32_t k, int32_t f,
-                  int64_t bytes) {
-    if (f < 0) {
-      choice_at[q] = k;
-      loads.AddDirect(ranks[k], rank_at[q], bytes);
-      return;
-    }
-    feeder_at[q] = f;
-    depth_at[q] = static_cast<int16_t>(depth_at[f] + 1);
-    max_depth = std::max<int32_t>(max_depth, depth_at[q]);
-    loads.AddRelay(rank_at[f], rank_at[q], bytes);
-  };
-  // Chains (see relays.h). A unit's chain: its members by host (unknown
-  // placement: by rank), on a host by rank turned by the unit's index (so
-  // that units enter a host through each of its ranks in turn).
-  auto chain_host = [&](int32_t r) { return cost.placement_known() ? cost.EngineHost(r) : r; };
-  const Loads before = loads;
-  const std::vector<char> fed_before = fed;
-  bool chained = false;
-  struct Chains {
-    Loads loads;
-    std::vector<int32_t> choice_at, feeder_at;
-    std::vector<int16_t> depth_at;
-    int32_t max_depth;
-  };
-  std::optional<Chains> chains;
-  {
-    // With hosts shared by the two sides: members fed on their own GPU
-    // first, then the hosts the trainer shares, then the others.
-    std::vector<char> trainer_host;
-    if (shared_hosts) {
-      for (int32_t r = 0; r < dst.world_size; ++r) {
-        bool t = false;
-        for (int32_t h : src.host_of_rank) t = t || h == dst.host_of_rank[r];
-        trainer_host.push_back(t);
-      }
-    }
-    auto chain_key = [&](int32_t x) {
-      const int32_t r = rank_at[x];
-      const int32_t group = !shared_hosts ? 0 : fed[x] ? 0 : trainer_host[r] ? 1 : 2;
-      return std::make_tuple(group, chain_host(r), r);
-    };
-    std::vector<int32_t> chain(mem.size());
-    for (int32_t u = 0; u < units.size(); ++u) {
-      const auto b = chain.begin() + units.first[u], e = chain.begin() + units.first[u + 1];
-      std::iota(b, e, units.first[u]);
-      auto before_in_chain = [&](int32_t x, int32_t y) { return chain_key(x) < chain_key(y); };
-      if (!std::is_sorted(b, e, before_in_chain)) std::sort(b, e, before_in_chain);
-      for (auto i = b; i != e;) {
-        auto j = i + 1;
-        while (j != e && !fed[*i] && !fed[*j] &&
-               chain_host(rank_at[*j]) == chain_host(rank_at[*i])) {
-          ++j;
-        }
-        std::rotate(i, i + unit_of[u] % (j - i), j);
-        i = j;
-      }
-    }
-    for (const auto& [tier_b, tier_e] : tiers) {
-      // 2. Each chain's first member from the trainer side (every unit's
-      // bytes leave it once before any goes twice), or, for a contained
-      // unit, from a holder of a container.
-      for (size_t t = tier_b; t < tier_e; ++t) {
-        const auto& [neg_bytes, unused, u] = order[t];
-        const absl::Span<const int32_t> ranks = info[u].ranks;
-        const int32_t root = chain[units.first[u]];
-        if (fed[root]) continue;
-        Option best;
-        int32_t best_k = -1, best_h = -1;
-        for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
-          const Option o = loads.Direct(ranks[k], rank_at[root], -neg_bytes, floor);
-          if (best_k < 0 || o < best) {
-            best = o;
-            best_k = k;
-          }
-        }
-        from_containers(u, rank_at[root], -neg_bytes, kMaxChainDepth, &best, &best_h);
-        fed[root] = 1;
-        floor = std::max({floor, best.t_send, best.t_recv});
-        feed(root, ranks, best_k, best_h, -neg_bytes);
-      }
-      // 3. The others in chain order: from the trainer side, or from the
-      // member before (which holds the bytes by then), by the same rule.
-      for (size_t t = tier_b; t < tier_e; ++t) {
-        const auto& [neg_bytes, unused, u] = order[t];
-        const int64_t bytes = -neg_bytes;
-        const absl::Span<const int32_t> ranks = info[u].ranks;
-        for (int32_t i = units.first[u] + 1; i < units.first[u + 1]; ++i) {
-          const int32_t q = chain[i], f = chain[i - 1], d = rank_at[q];
-          if (fed[q]) continue;
-          const bool relay = depth_at[f] < kMaxChainDepth;
-          Option best;
-          if (relay) best = loads.Relay(rank_at[f], d, bytes, depth_at[f] + 1, floor);
-          int32_t best_k = -1;
-          for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
-            const Option o = loads.Direct(ranks[k], d, bytes, floor);
-            if ((!relay && best_k < 0) || o < best) {
-              best = o;
-              best_k = k;
-            }
-          }
-          fed[q] = 1;
-          floor = std::max({floor, best.t_send, best.t_recv});
-          feed(q, ranks, best_k, best_k >= 0 ? -1 : f, bytes);
-        }
-      }
-    }
-    chained = loads.Slowest() <= kChainSlack * std::max(bound, before.Slowest());
-    if (!chained) {
-      // Kept aside: trees may come out slower (a bound loose for units
-      // that enter a host through one rank), then the chains stay.
-      chains.emplace(Chains{loads, std::move(choice_at), std::move(feeder_at),
-                            std::move(depth_at), max_depth});
-      loads = before;
-      fed = fed_before;
-      floor = std::max(bound, loads.Slowest());
-      choice_at.assign(mem.size(), -1);
-      feeder_at.assign(mem.size(), -1);
-      depth_at.assign(mem.size(), 0);
-      max_depth = 0;
-    }
-  }
-  // Trees: per tier, 2. one root per uncontained unit from the trainer
-  // side, 3. the others from the trainer side or from a holder of their
-  // unit or of a container.
-  std::vector<std::tuple<int32_t, double, int32_t>> todo;  // (host slot, in time, position)
-  std::vector<int32_t> hosts;
-  for (int tier = 0; tier < 2 && !chained; ++tier) {
-    const auto [tier_b, tier_e] = tiers[tier];
-    for (size_t t = tier_b; t < tier_e && tier == 0; ++t) {
-      const auto& [neg_bytes, unused, u] = order[t];
-      if (unit_fed[u]) continue;
-      const int32_t b = units.first[u], e = units.first[u + 1];
-      const absl::Span<const int32_t> ranks = info[u].ranks;
-      // Without hosts shared by the two sides every pair is one class: the
-      // best pair is the least loaded replica with the least loaded member
-      // (the same rule, in N + R steps instead of N * R).
-      int32_t q_first = b, q_last = e;
-      if (!shared_hosts) {
-        for (int32_t q = b; q != e; ++q) {
-          if (loads.InTime(rank_at[q]) < loads.InTime(rank_at[q_first])) q_first = q;
-        }
-        q_last = q_first + 1;
-      }
-      Option best;
-      int32_t best_q = -1, best_k = -1;
-      for (int32_t q = q_first; q != q_last; ++q) {
-        for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
-          const Option o = loads.Direct(ranks[k], rank_at[q], -neg_bytes, floor);
-          if (best_q < 0 || o < best) {
-            best = o;
-            best_q = q;
-            best_k = k;
-          }
-        }
-      }
-      choice_at[best_q] = best_k;
-      fed[best_q] = 1;
-      loads.AddDirect(ranks[best_k], rank_at[best_q], -neg_bytes);
-      floor = std::max({floor, best.t_send, best.t_recv});
-    }
-    // Host by host (in order of their first candidate), on each host the
-    // candidate whose rank has received least first (it takes the bytes
-    // into the host; the others then find a holder on their host).
-    for (size_t t = tier_b; t < tier_e; ++t) {
-      const auto& [neg_bytes, unused, u] = order[t];
-      const int64_t bytes = -neg_bytes;
-      const int32_t b = units.first[u], e = units.first[u + 1];
-      const absl::Span<const int32_t> ranks = info[u].ranks;
-      todo.clear();
-      hosts.clear();
-      for (int32_t q = b; q != e; ++q) {
-        if (fed[q]) continue;
-        const int32_t h = cost.EngineHost(rank_at[q]);
-        const int32_t slot = static_cast<int32_t>(
-            std::find(hosts.begin(), hosts.end(), h) - hosts.begin());
-        if (slot == static_cast<int32_t>(hosts.size())) hosts.push_back(h);
-        todo.emplace_back(slot, loads.InTime(rank_at[q]), q);
-      }
-      std::sort(todo.begin(), todo.end());
-      for (const auto& [slot, in_time, q] : todo) {
-        const int32_t d = rank_at[q];
-        Option best;
-        int32_t best_k = -1, best_h = -1;
-        for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
-          const Option o = loads.Direct(ranks[k], d, bytes, floor);
-          if (best_k < 0 || o < best) {
-            best = o;
-            best_k = k;
-          }
-        }
-        for (int32_t h = b; h != e; ++h) {
-          if (!fed[h] || rank_at[h] == d || depth_at[h] >= kMaxRelayDepth) continue;
-          const Option o = loads.Relay(rank_at[h], d, bytes, depth_at[h] + 1, floor);
-          if (o < best) {
-            best = o;
-            best_h = h;
-          }
-        }
-        from_containers(u, d, bytes, kMaxRelayDepth, &best, &best_h);
-        fed[q] = 1;
-        floor = std::max({floor, best.t_send, best.t_recv});
-        feed(q, ranks, best_k, best_h, bytes);
-      }
-    }
-  }
-  if (chains.has_value() && chains->loads.Slowest() < loads.Slowest()) {
-    loads = chains->loads;
-    choice_at = std::move(chains->choice_at);
-    feeder_at = std::move(chains->feeder_at);
-    depth_at = std::move(chains->depth_at);
-    max_depth = chains->max_depth;
-  }
-  Sources s;
-  s.choice.assign(cands.size(), -1);
-  s.feeder.assign(cands.size(), -1);
-  s.depth.assign(cands.size(), 0);
-  s.max_depth = max_depth;
-  for (size_t q = 0; q < mem.size(); ++q) {
-    s.choice[mem[q]] = choice_at[q];
-    s.feeder[mem[q]] = feeder_at[q] >= 0 ? mem[feeder_at[q]] : -1;
-    s.depth[mem[q]] = depth_at[q];
-  }
-  stats->predicted_seconds = loads.Slowest();
+  stats->predicted_seconds = kept->loads.Slowest();
   stats->lower_bound_seconds = bound;
-  stats->relay_depth = max_depth;
-  loads.CountLinks(stats);
-  return s;
+  stats->relay_depth = kept->max_depth;
+  kept->loads.CountLinks(stats);
+  return ToSources(*kept, placed.units.members, cands.size());
+}
+
+absl::Status CheckEverySourced(const Candidates& candidates, const Sources& sources,
+                               const SideLayout& dst) {
+  const std::vector<Candidate>& cands = candidates.cands;
+  int64_t unsourced = 0;
+  size_t first = cands.size();
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const bool sourced = (i < sources.choice.size() && sources.choice[i] >= 0) ||
+                         (i < sources.feeder.size() && sources.feeder[i] >= 0);
+    if (sourced) continue;
+    if (unsourced++ == 0) first = i;
+  }
+  if (unsourced == 0) return absl::OkStatus();
+  const Candidate& c = cands[first];
+  return absl::InternalError(absl::StrCat(
+      "planner: no source for ", unsourced, " of ", cands.size(), " transfers, the first to ",
+      "engine rank ", c.dst_rank, " of tensor ", dst.tensors[dst.records[c.dst_record].tensor].name));
 }
 
 }  // namespace internal_plan

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "layout/layout.h"
 #include "plan/internal/candidates.h"
 #include "plan/plan.h"
@@ -95,6 +96,14 @@ struct Sources {
 Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
                            const SideLayout& dst, const PlannerOptions& options,
                            PlanStats* stats);
+
+// Checks that every candidate has a source: a trainer replica, or a feeder
+// (an empty `feeder`: no relays). INTERNAL naming the first unsourced
+// candidate's engine rank and tensor, and how many there are, otherwise
+// (a planner bug: those bytes would never be written). Never fails
+// otherwise.
+absl::Status CheckEverySourced(const Candidates& candidates, const Sources& sources,
+                               const SideLayout& dst);
 
 }  // namespace internal_plan
 }  // namespace refit
