@@ -128,7 +128,9 @@ namespace refit {
 //
 // Fails with INVALID_ARGUMENT also for invalid options (num_lanes outside
 // 1..kMaxLanes, budget < 1, per-lane budget smaller than one element, a link
-// speed not positive).
+// speed not positive). INTERNAL, naming an engine rank and tensor, if the
+// source choice left a transfer without a source (a planner bug: it never
+// hands out a plan that would leave engine bytes unwritten).
 //
 // The layouts are taken by value: pass them with std::move when they are
 // not needed afterwards, and the plan takes them over without a copy (a

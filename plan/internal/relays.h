@@ -97,11 +97,10 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
                            const SideLayout& dst, const PlannerOptions& options,
                            PlanStats* stats);
 
-// Checks that every candidate has a source: a trainer replica, or a feeder
-// (an empty `feeder`: no relays). INTERNAL naming the first unsourced
-// candidate's engine rank and tensor, and how many there are, otherwise
-// (a planner bug: those bytes would never be written). Never fails
-// otherwise.
+// Returns OK when every candidate has a source: a trainer replica, or a
+// feeder (an empty `feeder`: no relays). Otherwise INTERNAL naming the
+// first unsourced candidate's engine rank and tensor, and how many there
+// are (a planner bug: those bytes would never be written).
 absl::Status CheckEverySourced(const Candidates& candidates, const Sources& sources,
                                const SideLayout& dst);
 
