@@ -78,6 +78,40 @@ LinkClass Faster(const CostModel& cost, LinkClass k, LinkClass other) {
   return cost.SecondsPerByte(other) < cost.SecondsPerByte(k) ? other : k;
 }
 
+// Returns the fastest link class a replica on `ranks` offers dst rank `d`
+// (the network where the placement is unknown).
+LinkClass BestTrainerLink(const CostModel& cost, const std::vector<int32_t>& ranks, int32_t d) {
+  LinkClass best = LinkClass::kInterHost;
+  if (cost.placement_known()) {
+    for (int32_t r : ranks) best = Faster(cost, best, cost.ClassOf(r, d));
+  }
+  return best;
+}
+
+// SenderLowerBound's terms, candidate by candidate: each candidate's bytes
+// at its dst rank and on the trainer side, over the best link a replica
+// offers it.
+class SenderTerms {
+ public:
+  SenderTerms(const Candidates& candidates, int32_t src_world, int32_t dst_world)
+      : dst_load_(dst_world), trainer_(candidates, src_world) {}
+
+  void Add(const Candidate& c, LinkClass best) {
+    dst_load_[c.dst_rank].Add(best, c.bytes);
+    trainer_.Add(c, best);
+  }
+  // Returns the largest of the terms.
+  double Bound(const CostModel& cost) const {
+    double bound = trainer_.Bound(cost);
+    for (const LinkBytes& l : dst_load_) bound = std::max(bound, cost.Seconds(l));
+    return bound;
+  }
+
+ private:
+  std::vector<LinkBytes> dst_load_;
+  TrainerSide trainer_;
+};
+
 // A member's two links (relays' bound): the best a trainer replica offers
 // it (low 2 bits) and its best (next 2).
 uint8_t EntryLinks(LinkClass from_trainer, LinkClass best) {
@@ -222,19 +256,11 @@ double TrainerHostsExitBound(const Candidates& candidates, const Units& units,
 
 double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
                         const SideLayout& dst, const CostModel& cost) {
-  std::vector<LinkBytes> dst_load(dst.world_size);
-  TrainerSide trainer(candidates, src.world_size);
+  SenderTerms terms(candidates, src.world_size, dst.world_size);
   for (const Candidate& c : candidates.cands) {
-    LinkClass best = LinkClass::kInterHost;
-    if (cost.placement_known()) {
-      for (int32_t r : candidates.PieceOf(c).ranks) best = Faster(cost, best, cost.ClassOf(r, c.dst_rank));
-    }
-    dst_load[c.dst_rank].Add(best, c.bytes);
-    trainer.Add(c, best);
+    terms.Add(c, BestTrainerLink(cost, candidates.PieceOf(c).ranks, c.dst_rank));
   }
-  double bound = trainer.Bound(cost);
-  for (const LinkBytes& l : dst_load) bound = std::max(bound, cost.Seconds(l));
-  return bound;
+  return terms.Bound(cost);
 }
 
 double RelayLowerBound(const Candidates& candidates, const Units& units,
@@ -246,8 +272,7 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
   TrainerSide trainer(candidates, src.world_size);
   // SenderLowerBound's terms, from the same links (every candidate is a
   // member of one unit).
-  std::vector<LinkBytes> sender_dst_load(sender_bound != nullptr ? dst.world_size : 0);
-  TrainerSide sender_trainer(candidates, src.world_size);
+  SenderTerms sender(candidates, src.world_size, dst.world_size);
   const bool known = cost.placement_known();
   // Engine hosts numbered 0.. (slot), and their engine ranks.
   std::vector<int32_t> slot_of(dst.world_size);
@@ -312,16 +337,10 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
     }
     for (const int32_t* m = b; m != e; ++m) {
       const int32_t d = member_rank[m - units.members.data()];
-      LinkClass best = LinkClass::kInterHost;
-      if (known) {
-        for (int32_t r : ranks) best = Faster(cost, best, cost.ClassOf(r, d));
-      }
+      LinkClass best = BestTrainerLink(cost, ranks, d);
       unit_best = Faster(cost, unit_best, best);
       const LinkClass trainer_best = best;
-      if (sender_bound != nullptr) {
-        sender_dst_load[d].Add(best, cands[*m].bytes);
-        sender_trainer.Add(cands[*m], best);
-      }
+      sender.Add(cands[*m], best);
       const double from_trainer = bytes * cost.SecondsPerByte(best);
       if (known && !alone) {
         for (int32_t o : holders_on[slot_of[d]]) {
@@ -356,12 +375,7 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
     for (int32_t h : holder_slots) holders_on[h].clear();
     holder_slots.clear();
   }
-  if (sender_bound != nullptr) {
-    *sender_bound = sender_trainer.Bound(cost);
-    for (const LinkBytes& l : sender_dst_load) {
-      *sender_bound = std::max(*sender_bound, cost.Seconds(l));
-    }
-  }
+  *sender_bound = sender.Bound(cost);
   double bound = trainer.Bound(cost);
   for (const LinkBytes& l : dst_load) bound = std::max(bound, cost.Seconds(l));
   for (size_t h = 0; h < host_seconds.size(); ++h) {

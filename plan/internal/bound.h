@@ -39,13 +39,13 @@ double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
 // once, over the fastest link from a replica to any engine rank of the
 // unit (a contained unit's bytes may all come from engine ranks holding
 // a container). Never fails.
-// `member_rank`: per member (units.members order), its dst rank. When
-// `sender_bound` is given, sets it to SenderLowerBound's figure, computed
-// from the same links in the same pass.
+// `member_rank`: per member (units.members order), its dst rank. Sets
+// *sender_bound to SenderLowerBound's figure, computed from the same links
+// in the same pass.
 double RelayLowerBound(const Candidates& candidates, const Units& units,
                        const Containers& containers, const std::vector<int32_t>& member_rank,
                        const SideLayout& src, const SideLayout& dst, const CostModel& cost,
-                       double* sender_bound = nullptr);
+                       double* sender_bound);
 
 }  // namespace internal_plan
 }  // namespace refit

@@ -243,6 +243,22 @@ struct Choice {
   int32_t max_depth = 0;
 };
 
+// Offers *best each replica of `ranks` as the sender of `bytes` to dst
+// rank d (the first one wins outright when `have_best` is false); returns
+// the index of the replica that wins, or -1 when *best stays.
+int32_t FromReplicas(const Choice& c, absl::Span<const int32_t> ranks, int32_t d, int64_t bytes,
+                     bool have_best, Option* best) {
+  int32_t best_k = -1;
+  for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
+    const Option o = c.loads.Direct(ranks[k], d, bytes, c.floor);
+    if ((!have_best && best_k < 0) || o < *best) {
+      *best = o;
+      best_k = k;
+    }
+  }
+  return best_k;
+}
+
 // Offers *best the fed members of unit u's containers (on other engine
 // ranks than d, under `depth_limit` hops) as feeders of `bytes` to d: sets
 // *best_h to the member that wins (else leaves both).
@@ -341,14 +357,8 @@ void ChainRoots(const Setting& s, const std::vector<int32_t>& chain, size_t tier
     const int32_t root = chain[s.placed.units.first[u]];
     if (c->fed[root]) continue;
     Option best;
-    int32_t best_k = -1, best_h = -1;
-    for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
-      const Option o = c->loads.Direct(ranks[k], rank_at[root], -neg_bytes, c->floor);
-      if (best_k < 0 || o < best) {
-        best = o;
-        best_k = k;
-      }
-    }
+    const int32_t best_k = FromReplicas(*c, ranks, rank_at[root], -neg_bytes, false, &best);
+    int32_t best_h = -1;
     FromContainers(s, *c, u, rank_at[root], -neg_bytes, kMaxChainDepth, &best, &best_h);
     c->fed[root] = 1;
     c->floor = std::max({c->floor, best.t_send, best.t_recv});
@@ -373,14 +383,7 @@ void ChainRest(const Setting& s, const std::vector<int32_t>& chain, size_t tier_
       const bool relay = c->depth_at[f] < kMaxChainDepth;
       Option best;
       if (relay) best = c->loads.Relay(rank_at[f], d, bytes, c->depth_at[f] + 1, c->floor);
-      int32_t best_k = -1;
-      for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
-        const Option o = c->loads.Direct(ranks[k], d, bytes, c->floor);
-        if ((!relay && best_k < 0) || o < best) {
-          best = o;
-          best_k = k;
-        }
-      }
+      const int32_t best_k = FromReplicas(*c, ranks, d, bytes, relay, &best);
       c->fed[q] = 1;
       c->floor = std::max({c->floor, best.t_send, best.t_recv});
       c->Feed(rank_at, q, ranks, best_k, best_k >= 0 ? -1 : f, bytes);
@@ -466,14 +469,8 @@ void TreeHosts(const Setting& s, size_t tier_b, size_t tier_e, Choice* c) {
     for (const auto& [slot, in_time, q] : todo) {
       const int32_t d = rank_at[q];
       Option best;
-      int32_t best_k = -1, best_h = -1;
-      for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
-        const Option o = c->loads.Direct(ranks[k], d, bytes, c->floor);
-        if (best_k < 0 || o < best) {
-          best = o;
-          best_k = k;
-        }
-      }
+      const int32_t best_k = FromReplicas(*c, ranks, d, bytes, false, &best);
+      int32_t best_h = -1;
       for (int32_t h = b; h != e; ++h) {
         if (!c->fed[h] || rank_at[h] == d || c->depth_at[h] >= kMaxRelayDepth) continue;
         const Option o = c->loads.Relay(rank_at[h], d, bytes, c->depth_at[h] + 1, c->floor);
