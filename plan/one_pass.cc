@@ -76,23 +76,33 @@ Verdict VerdictOf(const Record& r, int n) {
   return Verdict::kAlways;
 }
 
-// A destination record's Verdict for a box of its own rank; a box of
-// another rank: kNever.
+// A destination record's Verdict for a box of its own rank (a box of
+// another rank: kNever), in two bytes: the walk over the reads looks one
+// up per read. A rank of kRankOfRecord or more is kRankOfRecord: the
+// verdict is the record's (VerdictOf).
+constexpr uint8_t kRankOfRecord = 255;
 struct DstVerdict {
-  int32_t rank = 0;
+  uint8_t rank = 0;
   Verdict verdict = Verdict::kNever;
 };
 
-// The DstVerdict of every destination record: the walk over the reads
-// looks one up per read, in 8 bytes instead of the 240-byte record.
+// The DstVerdict of every destination record.
 std::vector<DstVerdict> DstVerdicts(const Plan& plan) {
   std::vector<DstVerdict> out(plan.dst.records.size());
   for (size_t j = 0; j < out.size(); ++j) {
     const Record& d = plan.dst.records[j];
-    out[j].rank = static_cast<int32_t>(d.dims.size());
-    out[j].verdict = VerdictOf(d, out[j].rank);
+    const size_t n = d.dims.size();
+    out[j].rank = static_cast<uint8_t>(std::min<size_t>(n, kRankOfRecord));
+    out[j].verdict = VerdictOf(d, static_cast<int>(n));
   }
   return out;
+}
+
+// What AffinePerCell(plan.dst.records[seg.dst_record], seg.box, ...)
+// answers for every cell (d: that record's DstVerdict).
+Verdict ReadVerdict(const Plan& plan, const Segment& seg, const DstVerdict& d) {
+  if (d.rank == kRankOfRecord) return VerdictOf(plan.dst.records[seg.dst_record], seg.box.rank());
+  return seg.box.rank() == d.rank ? d.verdict : Verdict::kNever;
 }
 
 // Whether r is indexed: one buffer per dim-0 index.
@@ -250,8 +260,7 @@ void CountReads(const Plan& plan, ScratchReaders* x) {
   ForEachRead(x->reader_rank, [&](int32_t i, int32_t dst_rank) {
     const Segment& seg = plan.segments[i];
     const int32_t r = seg.src_record;
-    const DstVerdict& d = dst[seg.dst_record];
-    const Verdict v = seg.box.rank() == d.rank ? d.verdict : Verdict::kNever;
+    const Verdict v = ReadVerdict(plan, seg, dst[seg.dst_record]);
     if (v == Verdict::kByCell) {
       by_cell.push_back({r, {i, dst_rank}});
       return;
@@ -468,6 +477,9 @@ bool ReadersAffine(const Plan& plan, const Conversion& c, int64_t cell_r, int64_
   return *same_readers == 1;
 }
 
+// How many conversions ahead DecideOnePass fetches a conversion's tile.
+constexpr size_t kTileLookahead = 8;
+
 // The cell of c if it runs in one pass (see one_pass.h), else {0, 0}.
 std::pair<int32_t, int32_t> OnePassCell(const Plan& plan, const Conversion& c,
                                         ScratchReaders* readers) {
@@ -554,9 +566,6 @@ bool CutsTiles(const Plan& plan, const Conversion& c) {
   return false;
 }
 
-// How many conversions ahead DecideOnePass fetches a conversion's tile.
-constexpr size_t kTileLookahead = 8;
-
 void DecideOnePass(Plan* plan) {
   const bool any = std::any_of(plan->conversions.begin(), plan->conversions.end(),
                                [](const Conversion& c) { return IsBlockQuantized(c.kind); });
@@ -565,7 +574,9 @@ void DecideOnePass(Plan* plan) {
   for (size_t i = 0; i < n; ++i) {
     // The conversions' tiles lie apart on the heap: fetch the tile of a
     // conversion a few ahead while this one is decided.
-    if (i + kTileLookahead < n) __builtin_prefetch(plan->conversions[i + kTileLookahead].tile.data());
+    if (i + kTileLookahead < n) {
+      __builtin_prefetch(plan->conversions[i + kTileLookahead].tile.data());
+    }
     Conversion& c = plan->conversions[i];
     const std::pair<int32_t, int32_t> cell =
         any ? OnePassCell(*plan, c, &readers) : std::pair<int32_t, int32_t>{0, 0};
