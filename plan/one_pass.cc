@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -125,7 +126,7 @@ struct SourceRecord {
 
 // The indices [k0, k1) of a record of dim-0 origin `origin0` (Origin0) that
 // segment box `box` reads, before clamping to the record's indices.
-std::pair<int64_t, int64_t> ReadIndices(int64_t origin0, const Box& box) {
+inline std::pair<int64_t, int64_t> ReadIndices(int64_t origin0, const Box& box) {
   if (origin0 == kNotIndexed || box.rank() == 0) return {0, 1};  // a rank-0 read is index 0's
   const int64_t k0 = box.origin(0) - origin0;
   return {k0, k0 + box.shape(0)};
@@ -133,7 +134,7 @@ std::pair<int64_t, int64_t> ReadIndices(int64_t origin0, const Box& box) {
 
 // Counts one read of indices [k0, k1), clamped to [0, n), in the difference
 // arrays `reads` and (when it fails) `fails`, each of n + 1 entries.
-void MarkReads(int64_t k0, int64_t k1, int64_t n, bool ok, int32_t* reads, int32_t* fails) {
+inline void MarkReads(int64_t k0, int64_t k1, int64_t n, bool ok, int32_t* reads, int32_t* fails) {
   k0 = std::max<int64_t>(k0, 0);
   k1 = std::min<int64_t>(k1, n);
   if (k0 >= k1) return;
@@ -481,8 +482,9 @@ bool ReadersAffine(const Plan& plan, const Conversion& c, int64_t cell_r, int64_
 constexpr size_t kTileLookahead = 8;
 
 // The cell of c if it runs in one pass (see one_pass.h), else {0, 0}.
+// `readers` is built (IndexScratchReaders) when a conversion first needs it.
 std::pair<int32_t, int32_t> OnePassCell(const Plan& plan, const Conversion& c,
-                                        ScratchReaders* readers) {
+                                        std::optional<ScratchReaders>* readers) {
   const std::pair<int32_t, int32_t> none{0, 0};
   // The one-pass kernels write row-major scales (not DeepGEMM SM100's
   // exponent bytes).
@@ -524,10 +526,9 @@ std::pair<int32_t, int32_t> OnePassCell(const Plan& plan, const Conversion& c,
   for (const int32_t cc : {128, 64, 32}) {
     for (const int32_t cr : {128, 64, 32, 16, 8, 4, 2, 1}) {
       if (cc % tc != 0 || cr % tr != 0 || (cut && tr == 1 && cc != tc)) continue;
-      if (AffinePerCell(c.from, box, cr, cc) &&
-          ReadersAffine(plan, c, cr, cc, cut, readers, &same_readers)) {
-        return {cr, cc};
-      }
+      if (!AffinePerCell(c.from, box, cr, cc)) continue;
+      if (!readers->has_value()) readers->emplace(IndexScratchReaders(plan));
+      if (ReadersAffine(plan, c, cr, cc, cut, &**readers, &same_readers)) return {cr, cc};
     }
   }
   return none;
@@ -567,9 +568,7 @@ bool CutsTiles(const Plan& plan, const Conversion& c) {
 }
 
 void DecideOnePass(Plan* plan) {
-  const bool any = std::any_of(plan->conversions.begin(), plan->conversions.end(),
-                               [](const Conversion& c) { return IsBlockQuantized(c.kind); });
-  ScratchReaders readers = any ? IndexScratchReaders(*plan) : ScratchReaders();
+  std::optional<ScratchReaders> readers;
   const size_t n = plan->conversions.size();
   for (size_t i = 0; i < n; ++i) {
     // The conversions' tiles lie apart on the heap: fetch the tile of a
@@ -578,8 +577,7 @@ void DecideOnePass(Plan* plan) {
       __builtin_prefetch(plan->conversions[i + kTileLookahead].tile.data());
     }
     Conversion& c = plan->conversions[i];
-    const std::pair<int32_t, int32_t> cell =
-        any ? OnePassCell(*plan, c, &readers) : std::pair<int32_t, int32_t>{0, 0};
+    const std::pair<int32_t, int32_t> cell = OnePassCell(*plan, c, &readers);
     c.one_pass = cell.first > 0;
     c.one_pass_cell_rows = cell.first;
     c.one_pass_cell_cols = cell.second;
