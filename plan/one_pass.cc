@@ -79,8 +79,8 @@ Verdict VerdictOf(const Record& r, int n) {
 
 // A destination record's Verdict for a box of its own rank (a box of
 // another rank: kNever), in two bytes: the walk over the reads looks one
-// up per read. A rank of kRankOfRecord or more is kRankOfRecord: the
-// verdict is the record's (VerdictOf).
+// up per read. A record of rank kRankOfRecord or more stores
+// kRankOfRecord, and ReadVerdict asks the record itself.
 constexpr uint8_t kRankOfRecord = 255;
 struct DstVerdict {
   uint8_t rank = 0;
@@ -102,7 +102,9 @@ std::vector<DstVerdict> DstVerdicts(const Plan& plan) {
 // What AffinePerCell(plan.dst.records[seg.dst_record], seg.box, ...)
 // answers for every cell (d: that record's DstVerdict).
 Verdict ReadVerdict(const Plan& plan, const Segment& seg, const DstVerdict& d) {
-  if (d.rank == kRankOfRecord) return VerdictOf(plan.dst.records[seg.dst_record], seg.box.rank());
+  if (d.rank == kRankOfRecord) {
+    return VerdictOf(plan.dst.records[seg.dst_record], seg.box.rank());
+  }
   return seg.box.rank() == d.rank ? d.verdict : Verdict::kNever;
 }
 
@@ -134,7 +136,8 @@ inline std::pair<int64_t, int64_t> ReadIndices(int64_t origin0, const Box& box) 
 
 // Counts one read of indices [k0, k1), clamped to [0, n), in the difference
 // arrays `reads` and (when it fails) `fails`, each of n + 1 entries.
-inline void MarkReads(int64_t k0, int64_t k1, int64_t n, bool ok, int32_t* reads, int32_t* fails) {
+inline void MarkReads(int64_t k0, int64_t k1, int64_t n, bool ok, int32_t* reads,
+                      int32_t* fails) {
   k0 = std::max<int64_t>(k0, 0);
   k1 = std::min<int64_t>(k1, n);
   if (k0 >= k1) return;
@@ -175,13 +178,14 @@ struct SegmentRead {
   int32_t dst_rank = 0;
 };
 
-// Bits of a buffer's BufferReads.
+// Bits of ScratchReaders::buffer_reads.
 enum : uint8_t {
   kRead = 1,    // a counted read reads it
   kFails = 2,   // a counted read fails every cell
   kByCell = 4,  // a record writing it has reads checked per cell
 };
 
+// Who reads the scratch buffers (see above), indexed once per plan.
 struct ScratchReaders {
   // ReaderRanks of the plan.
   std::vector<int32_t> reader_rank;
