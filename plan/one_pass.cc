@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -48,9 +49,9 @@ bool AffinePerCell(const Record& r, const Box& sub, int64_t cell_r, int64_t cell
 // or, when the record is indexed (one buffer per dim-0 index, see
 // ForEachBufferPart), its dim-0 slice k from the buffer of index k, for
 // each k its dim-0 range covers. Kimi-K2's plans have about 18 million
-// such reads; they are not listed: a buffer names the (record, dim-0
-// index) pairs writing it, and one walk over the segments counts, per
-// record and index, the reads and the reads that fail every cell.
+// such reads; they are not listed: one walk over the segments counts, per
+// record and index, the reads and the reads that fail every cell, and
+// each buffer sums up the counts of the (record, index) pairs writing it.
 //
 // Whether a destination record is affine over a read's cells depends on
 // the cell only where one of its last two dims has several splits (or a
@@ -76,33 +77,36 @@ Verdict VerdictOf(const Record& r, int n) {
   return Verdict::kAlways;
 }
 
-// Segments of plan.segments with their message's dst_rank.
-struct SegmentRead {
-  int32_t seg = 0;
-  int32_t dst_rank = 0;
+// A destination record's Verdict for a box of its own rank (a box of
+// another rank: kNever), in two bytes: the walk over the reads looks one
+// up per read. A record of rank kRankOfRecord or more stores
+// kRankOfRecord, and ReadVerdict asks the record itself.
+constexpr uint8_t kRankOfRecord = 255;
+struct DstVerdict {
+  uint8_t rank = 0;
+  Verdict verdict = Verdict::kNever;
 };
 
-struct ScratchReaders {
-  // Sources of wanted buffer b: sources[source_offset[b], source_offset[b + 1]).
-  std::vector<int32_t> source_offset;
-  std::vector<BufferSource> sources;
-  // Per source record r and dim-0 index k (one index when r is not
-  // indexed): reads[count_offset[r] + k] and fails[...] count the reads
-  // whose answer holds for every cell, and those of them that fail.
-  std::vector<int64_t> count_offset;
-  std::vector<int32_t> reads, fails;
-  // The reads checked per cell, by record: by_cell[by_cell_offset[r],
-  // by_cell_offset[r + 1]).
-  std::vector<int64_t> by_cell_offset;
-  std::vector<SegmentRead> by_cell;
-  // Every read of record r (for BufferReaders; built on first use):
-  // all[all_offset[r], all_offset[r + 1]).
-  std::vector<int64_t> all_offset;
-  std::vector<SegmentRead> all;
-  // SourceReads' memo for records with reads checked per cell, by
-  // record * 64 + CellBit.
-  std::unordered_map<int64_t, std::vector<uint8_t>> record_reads;
-};
+// The DstVerdict of every destination record.
+std::vector<DstVerdict> DstVerdicts(const Plan& plan) {
+  std::vector<DstVerdict> out(plan.dst.records.size());
+  for (size_t j = 0; j < out.size(); ++j) {
+    const Record& d = plan.dst.records[j];
+    const size_t n = d.dims.size();
+    out[j].rank = static_cast<uint8_t>(std::min<size_t>(n, kRankOfRecord));
+    out[j].verdict = VerdictOf(d, static_cast<int>(n));
+  }
+  return out;
+}
+
+// What AffinePerCell(plan.dst.records[seg.dst_record], seg.box, ...)
+// answers for every cell (d: that record's DstVerdict).
+Verdict ReadVerdict(const Plan& plan, const Segment& seg, const DstVerdict& d) {
+  if (d.rank == kRankOfRecord) {
+    return VerdictOf(plan.dst.records[seg.dst_record], seg.box.rank());
+  }
+  return seg.box.rank() == d.rank ? d.verdict : Verdict::kNever;
+}
 
 // Whether r is indexed: one buffer per dim-0 index.
 bool Indexed(const Record& r) { return r.buffer_step != 0 && r.box.rank() > 0; }
@@ -114,9 +118,17 @@ int64_t IndexCount(const Record& r) { return Indexed(r) ? r.box.shape(0) : 1; }
 constexpr int64_t kNotIndexed = std::numeric_limits<int64_t>::min();
 int64_t Origin0(const Record& r) { return Indexed(r) ? r.box.origin(0) : kNotIndexed; }
 
+// What the passes over reads and buffers need of a source record.
+struct SourceRecord {
+  int64_t origin0 = kNotIndexed;  // Origin0
+  // RecordBuffer(record, k) is buffer + k * step (step 0: one buffer).
+  int32_t buffer = 0;
+  int32_t step = 0;
+};
+
 // The indices [k0, k1) of a record of dim-0 origin `origin0` (Origin0) that
 // segment box `box` reads, before clamping to the record's indices.
-std::pair<int64_t, int64_t> ReadIndices(int64_t origin0, const Box& box) {
+inline std::pair<int64_t, int64_t> ReadIndices(int64_t origin0, const Box& box) {
   if (origin0 == kNotIndexed || box.rank() == 0) return {0, 1};  // a rank-0 read is index 0's
   const int64_t k0 = box.origin(0) - origin0;
   return {k0, k0 + box.shape(0)};
@@ -124,7 +136,8 @@ std::pair<int64_t, int64_t> ReadIndices(int64_t origin0, const Box& box) {
 
 // Counts one read of indices [k0, k1), clamped to [0, n), in the difference
 // arrays `reads` and (when it fails) `fails`, each of n + 1 entries.
-void MarkReads(int64_t k0, int64_t k1, int64_t n, bool ok, int32_t* reads, int32_t* fails) {
+inline void MarkReads(int64_t k0, int64_t k1, int64_t n, bool ok, int32_t* reads,
+                      int32_t* fails) {
   k0 = std::max<int64_t>(k0, 0);
   k1 = std::min<int64_t>(k1, n);
   if (k0 >= k1) return;
@@ -136,13 +149,85 @@ void MarkReads(int64_t k0, int64_t k1, int64_t n, bool ok, int32_t* reads, int32
   }
 }
 
-// Calls fn(segment, dst_rank) for each segment of the plan's non-relay
-// messages, in message and segment order.
-template <typename Fn>
-void ForEachRead(const Plan& plan, Fn fn) {
+// Per segment of the plan, the engine rank its message delivers to, or -1
+// for a segment of a relay message (or of none). Messages own disjoint
+// segment ranges.
+std::vector<int32_t> ReaderRanks(const Plan& plan) {
+  std::vector<int32_t> rank(plan.segments.size(), -1);
   for (const Message& m : plan.messages) {
     if (m.relay) continue;
-    for (int32_t i = m.first_segment; i < m.first_segment + m.num_segments; ++i) fn(i, m.dst_rank);
+    std::fill(rank.begin() + m.first_segment, rank.begin() + m.first_segment + m.num_segments,
+              m.dst_rank);
+  }
+  return rank;
+}
+
+// Calls fn(segment, dst_rank) for each segment of the plan's non-relay
+// messages, in segment order (`rank`: ReaderRanks): the walk reads the
+// segments sequentially (messages interleave their ranges).
+template <typename Fn>
+void ForEachRead(const std::vector<int32_t>& rank, Fn fn) {
+  for (int32_t i = 0; i < static_cast<int32_t>(rank.size()); ++i) {
+    if (rank[i] >= 0) fn(i, rank[i]);
+  }
+}
+
+// Segments of plan.segments with their message's dst_rank.
+struct SegmentRead {
+  int32_t seg = 0;
+  int32_t dst_rank = 0;
+};
+
+// Bits of ScratchReaders::buffer_reads.
+enum : uint8_t {
+  kRead = 1,    // a counted read reads it
+  kFails = 2,   // a counted read fails every cell
+  kByCell = 4,  // a record writing it has reads checked per cell
+};
+
+// Who reads the scratch buffers (see above), indexed once per plan.
+struct ScratchReaders {
+  // ReaderRanks of the plan.
+  std::vector<int32_t> reader_rank;
+  // Per source record r and dim-0 index k (one index when r is not
+  // indexed): reads[count_offset[r] + k] and fails[...] count the reads
+  // whose answer holds for every cell, and those of them that fail.
+  std::vector<int64_t> count_offset;
+  std::vector<int32_t> reads, fails;
+  // The reads checked per cell, by record: by_cell[by_cell_offset[r],
+  // by_cell_offset[r + 1]).
+  std::vector<int64_t> by_cell_offset;
+  std::vector<SegmentRead> by_cell;
+  // Per source buffer, the bits above over the (record, index) pairs
+  // writing it.
+  std::vector<uint8_t> buffer_reads;
+  // Per source record, SourceRecord.
+  std::vector<SourceRecord> records;
+  // Sources of buffer b (built on first use, for buffers with kByCell and
+  // for BufferReaders): sources[source_offset[b], source_offset[b + 1]).
+  std::vector<int32_t> source_offset;
+  std::vector<BufferSource> sources;
+  // Every read of record r (for BufferReaders; built on first use):
+  // all[all_offset[r], all_offset[r + 1]).
+  std::vector<int64_t> all_offset;
+  std::vector<SegmentRead> all;
+  // SourceReads' memo for records with reads checked per cell, by
+  // record * 64 + CellBit.
+  std::unordered_map<int64_t, std::vector<uint8_t>> record_reads;
+};
+
+// Calls fn(buffer, source) for each (record, index) pair of x: the buffer
+// it writes and the pair.
+template <typename Fn>
+void ForEachSource(const ScratchReaders& x, Fn fn) {
+  for (size_t r = 0; r < x.records.size(); ++r) {
+    const SourceRecord& s = x.records[r];
+    const int64_t n = x.count_offset[r + 1] - x.count_offset[r] - 1;
+    for (int64_t k = 0; k < n; ++k) {
+      fn(s.buffer + static_cast<int32_t>(k) * s.step,
+         BufferSource{static_cast<int32_t>(r),
+                      s.origin0 == kNotIndexed ? -1 : static_cast<int32_t>(k)});
+    }
   }
 }
 
@@ -157,109 +242,100 @@ void GroupByRecord(const std::vector<std::pair<int32_t, SegmentRead>>& reads, si
   for (const auto& [r, read] : reads) (*out)[next[r]++] = read;
 }
 
-ScratchReaders IndexScratchReaders(const Plan& plan) {
-  const size_t nbuf = plan.src.buffers.size();
+// Sets x->records and x->count_offset (IndexCount + 1 entries per record:
+// difference arrays), and sizes x->reads and x->fails.
+void IndexSourceRecords(const Plan& plan, ScratchReaders* x) {
   const size_t nrec = plan.src.records.size();
-  std::vector<uint8_t> wanted(nbuf, 0);
-  for (const Conversion& c : plan.conversions) {
-    for (int32_t b : {c.to_buffer, c.scale_buffer}) {
-      if (IsBlockQuantized(c.kind) && b >= 0 && b < static_cast<int32_t>(nbuf)) {
-        wanted[b] = 1;
-      }
-    }
-  }
-  auto is_wanted = [&](int32_t b) {
-    return b >= 0 && b < static_cast<int32_t>(nbuf) && wanted[b];
-  };
-  // The records writing a wanted buffer, and their counters; per record,
-  // its Origin0 (the walk below reads no record).
-  ScratchReaders x;
-  x.count_offset.assign(nrec + 1, 0);
-  std::vector<int64_t> origin0(nrec, kNotIndexed);
+  x->records.resize(nrec);
+  x->count_offset.assign(nrec + 1, 0);
   for (size_t r = 0; r < nrec; ++r) {
     const Record& rec = plan.src.records[r];
-    const bool indexed = Indexed(rec);
-    const int64_t n = IndexCount(rec);
-    bool any = false;
-    for (int64_t k = 0; k < n && !any; ++k) any = is_wanted(RecordBuffer(rec, indexed ? k : 0));
-    x.count_offset[r + 1] = x.count_offset[r] + (any ? n + 1 : 0);  // + 1: difference arrays
-    origin0[r] = Origin0(rec);
+    x->records[r] = {Origin0(rec), rec.buffer, rec.buffer_step > 0 ? rec.buffer_step : 0};
+    x->count_offset[r + 1] = x->count_offset[r] + IndexCount(rec) + 1;
   }
-  x.reads.assign(x.count_offset[nrec], 0);
-  x.fails.assign(x.count_offset[nrec], 0);
-  // Per destination record (in order: the walk below reads none), its
-  // verdict at its own rank; a box of another rank: kNever.
-  const size_t ndst = plan.dst.records.size();
-  std::vector<int32_t> dst_dims(ndst);
-  std::vector<Verdict> verdict(ndst);
-  for (size_t j = 0; j < ndst; ++j) {
-    const Record& d = plan.dst.records[j];
-    dst_dims[j] = static_cast<int32_t>(d.dims.size());
-    verdict[j] = VerdictOf(d, dst_dims[j]);
-  }
+  x->reads.assign(x->count_offset[nrec], 0);
+  x->fails.assign(x->count_offset[nrec], 0);
+}
+
+// Counts every read whose answer holds for every cell in x->reads and
+// x->fails, and lists the others in x->by_cell.
+void CountReads(const Plan& plan, ScratchReaders* x) {
+  const std::vector<DstVerdict> dst = DstVerdicts(plan);
   std::vector<std::pair<int32_t, SegmentRead>> by_cell;
-  std::vector<uint8_t> read(nrec, 0);
-  ForEachRead(plan, [&](int32_t i, int32_t dst_rank) {
+  ForEachRead(x->reader_rank, [&](int32_t i, int32_t dst_rank) {
     const Segment& seg = plan.segments[i];
     const int32_t r = seg.src_record;
-    const int64_t at = x.count_offset[r];
-    const int64_t n = x.count_offset[r + 1] - at - 1;  // -1: no wanted buffer
-    if (n < 0) return;
-    read[r] = 1;
-    const Verdict v =
-        seg.box.rank() == dst_dims[seg.dst_record] ? verdict[seg.dst_record] : Verdict::kNever;
+    const Verdict v = ReadVerdict(plan, seg, dst[seg.dst_record]);
     if (v == Verdict::kByCell) {
       by_cell.push_back({r, {i, dst_rank}});
       return;
     }
-    const auto [k0, k1] = ReadIndices(origin0[r], seg.box);
-    MarkReads(k0, k1, n, v != Verdict::kNever, &x.reads[at], &x.fails[at]);
+    const int64_t at = x->count_offset[r];
+    const int64_t n = x->count_offset[r + 1] - at - 1;
+    const auto [k0, k1] = ReadIndices(x->records[r].origin0, seg.box);
+    MarkReads(k0, k1, n, v != Verdict::kNever, &x->reads[at], &x->fails[at]);
   });
-  GroupByRecord(by_cell, nrec, &x.by_cell_offset, &x.by_cell);
+  GroupByRecord(by_cell, x->records.size(), &x->by_cell_offset, &x->by_cell);
   // Prefix sums: counts per index.
-  for (size_t r = 0; r < nrec; ++r) {
-    for (int64_t j = x.count_offset[r] + 1; j < x.count_offset[r + 1]; ++j) {
-      x.reads[j] += x.reads[j - 1];
-      x.fails[j] += x.fails[j - 1];
+  for (size_t r = 0; r < x->records.size(); ++r) {
+    for (int64_t j = x->count_offset[r] + 1; j < x->count_offset[r + 1]; ++j) {
+      x->reads[j] += x->reads[j - 1];
+      x->fails[j] += x->fails[j - 1];
     }
   }
-  x.source_offset.assign(nbuf + 1, 0);
-  auto for_each_source = [&](auto add) {
-    for (size_t r = 0; r < nrec; ++r) {
-      if (!read[r]) continue;  // nobody reads it
-      const Record& rec = plan.src.records[r];
-      if (!Indexed(rec)) {
-        add(RecordBuffer(rec, 0), BufferSource{static_cast<int32_t>(r), -1});
-        continue;
-      }
-      for (int64_t k = 0; k < rec.box.shape(0); ++k) {
-        add(RecordBuffer(rec, k), BufferSource{static_cast<int32_t>(r), static_cast<int32_t>(k)});
-      }
-    }
-  };
-  for_each_source([&](int32_t b, BufferSource) {
-    if (is_wanted(b)) ++x.source_offset[b + 1];
+}
+
+// Sets x->buffer_reads from the counts and the reads checked per cell.
+void SumUpBuffers(const Plan& plan, ScratchReaders* x) {
+  const int32_t nbuf = static_cast<int32_t>(plan.src.buffers.size());
+  x->buffer_reads.assign(nbuf, 0);
+  ForEachSource(*x, [&](int32_t b, const BufferSource& s) {
+    if (b < 0 || b >= nbuf) return;
+    const int64_t at = x->count_offset[s.record] + (s.index < 0 ? 0 : s.index);
+    uint8_t bits = x->reads[at] > 0 ? kRead : 0;
+    if (x->fails[at] > 0) bits |= kFails;
+    if (x->by_cell_offset[s.record] != x->by_cell_offset[s.record + 1]) bits |= kByCell;
+    x->buffer_reads[b] |= bits;
   });
-  for (size_t b = 0; b < nbuf; ++b) x.source_offset[b + 1] += x.source_offset[b];
-  x.sources.resize(x.source_offset[nbuf]);
-  std::vector<int32_t> next(x.source_offset.begin(), x.source_offset.end() - 1);
-  for_each_source([&](int32_t b, BufferSource s) {
-    if (is_wanted(b)) x.sources[next[b]++] = s;
-  });
+}
+
+ScratchReaders IndexScratchReaders(const Plan& plan) {
+  ScratchReaders x;
+  x.reader_rank = ReaderRanks(plan);
+  IndexSourceRecords(plan, &x);
+  CountReads(plan, &x);
+  SumUpBuffers(plan, &x);
   return x;
+}
+
+// Lists the sources of every buffer in x->sources (once).
+void IndexSources(const Plan& plan, ScratchReaders* x) {
+  if (!x->source_offset.empty()) return;
+  const int32_t nbuf = static_cast<int32_t>(plan.src.buffers.size());
+  auto in_range = [&](int32_t b) { return b >= 0 && b < nbuf; };
+  x->source_offset.assign(nbuf + 1, 0);
+  ForEachSource(*x, [&](int32_t b, const BufferSource&) {
+    if (in_range(b)) ++x->source_offset[b + 1];
+  });
+  for (int32_t b = 0; b < nbuf; ++b) x->source_offset[b + 1] += x->source_offset[b];
+  x->sources.resize(x->source_offset[nbuf]);
+  std::vector<int32_t> next(x->source_offset.begin(), x->source_offset.end() - 1);
+  ForEachSource(*x, [&](int32_t b, const BufferSource& s) {
+    if (in_range(b)) x->sources[next[b]++] = s;
+  });
 }
 
 // Lists every read of every record in x->all (once).
 void IndexAllReads(const Plan& plan, ScratchReaders* x) {
   if (!x->all_offset.empty()) return;
   std::vector<std::pair<int32_t, SegmentRead>> all;
-  ForEachRead(plan, [&](int32_t i, int32_t dst_rank) {
+  ForEachRead(x->reader_rank, [&](int32_t i, int32_t dst_rank) {
     all.push_back({plan.segments[i].src_record, {i, dst_rank}});
   });
   GroupByRecord(all, plan.src.records.size(), &x->all_offset, &x->all);
 }
 
-// The sources of buffer b.
+// The sources of buffer b (IndexSources first).
 absl::Span<const BufferSource> SourcesOf(const ScratchReaders& x, int32_t b) {
   return absl::MakeConstSpan(x.sources.data() + x.source_offset[b],
                              x.source_offset[b + 1] - x.source_offset[b]);
@@ -343,14 +419,30 @@ uint8_t SourceReads(const Plan& plan, const BufferSource& s, int64_t cell_r, int
   return it->second[k];
 }
 
+// What the reads of buffer b say for cell_r x cell_c cells (SourceReads'
+// codes): 0 when none reads it, 2 when a read is not affine, else 1.
+uint8_t BufferState(const Plan& plan, int32_t b, int64_t cell_r, int64_t cell_c,
+                    ScratchReaders* x) {
+  const uint8_t bits = x->buffer_reads[b];
+  if ((bits & kByCell) == 0) return (bits & kFails) != 0 ? 2 : (bits & kRead) != 0 ? 1 : 0;
+  IndexSources(plan, x);
+  uint8_t state = 0;
+  for (const BufferSource& s : SourcesOf(*x, b)) {
+    state = std::max(state, SourceReads(plan, s, cell_r, cell_c, x));
+    if (state == 2) break;
+  }
+  return state;
+}
+
 // The engine ranks reading buffer b.
 std::set<int32_t> BufferReaders(const Plan& plan, int32_t b, ScratchReaders* x) {
+  IndexSources(plan, x);
   IndexAllReads(plan, x);
   std::set<int32_t> ranks;
   for (const BufferSource& s : SourcesOf(*x, b)) {
-    const Record& rec = plan.src.records[s.record];
+    const int64_t origin0 = x->records[s.record].origin0;
     for (int64_t j = x->all_offset[s.record]; j < x->all_offset[s.record + 1]; ++j) {
-      const auto [k0, k1] = ReadIndices(Origin0(rec), plan.segments[x->all[j].seg].box);
+      const auto [k0, k1] = ReadIndices(origin0, plan.segments[x->all[j].seg].box);
       const int64_t k = s.index < 0 ? 0 : s.index;
       if (k >= k0 && k < k1) ranks.insert(x->all[j].dst_rank);
     }
@@ -375,11 +467,9 @@ bool ReadersAffine(const Plan& plan, const Conversion& c, int64_t cell_r, int64_
     const bool codes = b == c.to_buffer;
     const int64_t r_cell = codes ? cell_r : cell_r / tr;
     const int64_t c_cell = codes ? cell_c / pack : cell_c / tc;
-    for (const BufferSource& s : SourcesOf(*x, b)) {
-      const uint8_t state = SourceReads(plan, s, r_cell, c_cell, x);
-      read = read || state != 0;
-      if (state == 2) return false;
-    }
+    const uint8_t state = BufferState(plan, b, r_cell, c_cell, x);
+    if (state == 2) return false;
+    read = read || state != 0;
   }
   if (!read) return false;
   if (!nvfp4) return true;
@@ -392,9 +482,13 @@ bool ReadersAffine(const Plan& plan, const Conversion& c, int64_t cell_r, int64_
   return *same_readers == 1;
 }
 
+// How many conversions ahead DecideOnePass fetches a conversion's tile.
+constexpr size_t kTileLookahead = 8;
+
 // The cell of c if it runs in one pass (see one_pass.h), else {0, 0}.
+// `readers` is built (IndexScratchReaders) when a conversion first needs it.
 std::pair<int32_t, int32_t> OnePassCell(const Plan& plan, const Conversion& c,
-                                        ScratchReaders* readers) {
+                                        std::optional<ScratchReaders>* readers) {
   const std::pair<int32_t, int32_t> none{0, 0};
   // The one-pass kernels write row-major scales (not DeepGEMM SM100's
   // exponent bytes).
@@ -436,10 +530,9 @@ std::pair<int32_t, int32_t> OnePassCell(const Plan& plan, const Conversion& c,
   for (const int32_t cc : {128, 64, 32}) {
     for (const int32_t cr : {128, 64, 32, 16, 8, 4, 2, 1}) {
       if (cc % tc != 0 || cr % tr != 0 || (cut && tr == 1 && cc != tc)) continue;
-      if (AffinePerCell(c.from, box, cr, cc) &&
-          ReadersAffine(plan, c, cr, cc, cut, readers, &same_readers)) {
-        return {cr, cc};
-      }
+      if (!AffinePerCell(c.from, box, cr, cc)) continue;
+      if (!readers->has_value()) readers->emplace(IndexScratchReaders(plan));
+      if (ReadersAffine(plan, c, cr, cc, cut, &**readers, &same_readers)) return {cr, cc};
     }
   }
   return none;
@@ -479,12 +572,16 @@ bool CutsTiles(const Plan& plan, const Conversion& c) {
 }
 
 void DecideOnePass(Plan* plan) {
-  const bool any = std::any_of(plan->conversions.begin(), plan->conversions.end(),
-                               [](const Conversion& c) { return IsBlockQuantized(c.kind); });
-  ScratchReaders readers = any ? IndexScratchReaders(*plan) : ScratchReaders();
-  for (Conversion& c : plan->conversions) {
-    const std::pair<int32_t, int32_t> cell =
-        any ? OnePassCell(*plan, c, &readers) : std::pair<int32_t, int32_t>{0, 0};
+  std::optional<ScratchReaders> readers;
+  const size_t n = plan->conversions.size();
+  for (size_t i = 0; i < n; ++i) {
+    // The conversions' tiles lie apart on the heap: fetch the tile of a
+    // conversion a few ahead while this one is decided.
+    if (i + kTileLookahead < n) {
+      __builtin_prefetch(plan->conversions[i + kTileLookahead].tile.data());
+    }
+    Conversion& c = plan->conversions[i];
+    const std::pair<int32_t, int32_t> cell = OnePassCell(*plan, c, &readers);
     c.one_pass = cell.first > 0;
     c.one_pass_cell_rows = cell.first;
     c.one_pass_cell_cols = cell.second;
