@@ -2,12 +2,19 @@
 // or with --transport=pull on the colocated pull path (exec/pull/cuda/pull_runner.h:
 // every receiver copies straight out of its senders' buffers), rank g on GPU
 // g mod N (so ranks share GPUs, as a colocated trainer and engine do, and
-// every pattern runs on one GPU too).
+// every pattern runs on one GPU too), or with --transport=nccl-hosts over
+// NCCL with every worker a host of its own to NCCL (NCCL_HOSTID per worker;
+// sockets on the loopback interface between "hosts"), rank g on GPU g mod
+// N: on fewer GPUs than ranks every NCCL pattern, relays included, runs
+// through NCCL's network path (NCCL refuses two ranks of one host on one
+// GPU; the per-worker host id is what lets them share it).
 //
-//   nccl_patterns_gpu [--gpus=N] [--pattern=NAME] [--lanes=K] [--transport=pull] ("ipc" is accepted too)
+//   nccl_patterns_gpu [--gpus=N] [--pattern=NAME] [--lanes=K]
+//                     [--transport=nccl|nccl-hosts|pull] ("ipc" is accepted for pull)
 //
-// The parent forks one worker per rank of each pattern (rank g on GPU g;
-// patterns needing more ranks than GPUs print SKIP), with NCCL_NVLS_ENABLE=0
+// The parent forks one worker per rank of each pattern (over plain NCCL,
+// rank g on GPU g; patterns needing more ranks than GPUs print SKIP), with
+// NCCL_NVLS_ENABLE=0
 // and a KvStore in a temp directory. Each worker runs two refit steps,
 // checks every destination byte and that buffer pointers are unchanged, and
 // checks that a CUDA graph captured BEFORE the refit (copying destination
@@ -15,7 +22,7 @@
 // One line per pattern: PASS / FAIL / SKIP. Exit 1 on any FAIL; with no GPU
 // prints SKIP and exits 0.
 //
-// Then `killed-peer` (2 GPUs, the 1to1 plan): after a good first step the
+// Then `killed-peer` (2 ranks, the 1to1 plan): after a good first step the
 // trainer process exits abruptly; the engine process must fail its second
 // step with an error by the step's deadline (5 s) and exit, never hang
 // (the parent kills it after 60 s and reports FAIL).
@@ -48,6 +55,19 @@ using namespace refit;
 
 namespace {
 
+// How the workers move bytes (see the top comment).
+enum class Via { kNccl, kNcclHosts, kPull };
+
+const char* ViaName(Via via) {
+  return via == Via::kPull ? "pull" : via == Via::kNcclHosts ? "nccl-hosts" : "nccl";
+}
+
+Via ViaOf(const std::string& name) {
+  return name == "pull" || name == "ipc" ? Via::kPull
+         : name == "nccl-hosts"          ? Via::kNcclHosts
+                                         : Via::kNccl;
+}
+
 // `full`'s buffers of `rank` (indexed like full), re-indexed like the
 // slice's side `slice`.
 std::vector<char*> SliceBuffers(const SideLayout& full, const SideLayout& slice, int rank,
@@ -66,11 +86,11 @@ std::vector<char*> SliceBuffers(const SideLayout& full, const SideLayout& slice,
 // The rank's data plane: the executor over NCCL, or the pull runner over
 // its slice.
 absl::StatusOr<std::unique_ptr<RoundRunner>> MakeRunner(const Plan& plan, Side side, int rank,
-                                                        int g, int device, int lanes, bool ipc,
+                                                        int g, int device, int lanes, Via via,
                                                         const std::vector<char*>& dev,
                                                         KvStore* kv) {
   const int world = plan.src.world_size + plan.dst.world_size;
-  if (ipc) {
+  if (via == Via::kPull) {
     const Plan slice = ExtractSlice(plan, side, rank);
     const bool src = side == Side::kTrainer;
     PullRunnerOptions po;
@@ -112,7 +132,7 @@ absl::StatusOr<std::unique_ptr<RoundRunner>> MakeRunner(const Plan& plan, Side s
 // kill_peer: the source rank exits abruptly before step 2; the destination
 // expects step 2 to fail by its deadline.
 int Worker(const std::string& pattern, int g, const std::string& dir,
-           int lanes, bool kill_peer, bool ipc, int gpus) {
+           int lanes, bool kill_peer, Via via, int gpus) {
   auto plan = testing::MakePatternPlan(pattern, lanes, 2);
   if (!plan.ok()) return 2;
   const int ws = plan->src.world_size;
@@ -122,7 +142,12 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
     ncclGetVersion(&v);
     std::printf("  nccl version %d\n", v);
   }
-  const int device = ipc ? g % gpus : g;
+  const int device = via == Via::kNccl ? g : g % gpus;
+  if (via == Via::kNcclHosts) {  // before NCCL reads its environment
+    setenv("NCCL_HOSTID", ("refit-pattern-rank-" + std::to_string(g)).c_str(), 1);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+    setenv("NCCL_IB_DISABLE", "1", 0);
+  }
   CK(cudaSetDevice(device));
   (void)world;
   testing::DirKvStore kv(dir);
@@ -160,7 +185,7 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
     CK(cudaGraphInstantiate(&exec, graph, nullptr, nullptr, 0));
   }
   absl::StatusOr<std::unique_ptr<RoundRunner>> runner =
-      MakeRunner(*plan, side, rank, g, device, lanes, ipc, dev, &kv);
+      MakeRunner(*plan, side, rank, g, device, lanes, via, dev, &kv);
   if (!runner.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", g, runner.status().ToString().c_str());
     return 2;
@@ -235,7 +260,7 @@ int Worker(const std::string& pattern, int g, const std::string& dir,
 // most 120 s (60 s for killed-peer), then kills them. True if every worker
 // exited with 0.
 bool RunWorkers(const char* argv0, const std::string& pattern, int world,
-                int lanes, bool kill_peer, bool ipc, int gpus) {
+                int lanes, bool kill_peer, Via via, int gpus) {
   const int limit_s = kill_peer ? 60 : 120;
   char tmpl[] = "/tmp/refit_nccl_XXXXXX";
   const std::string dir = mkdtemp(tmpl);
@@ -245,7 +270,7 @@ bool RunWorkers(const char* argv0, const std::string& pattern, int world,
     if (pid == 0) {
       execl("/proc/self/exe", argv0, "--worker", pattern.c_str(),
             std::to_string(g).c_str(), dir.c_str(), std::to_string(lanes).c_str(),
-            kill_peer ? "kill" : "run", ipc ? "ipc" : "nccl",
+            kill_peer ? "kill" : "run", ViaName(via),
             std::to_string(gpus).c_str(), (char*)nullptr);
       _exit(127);
     }
@@ -284,7 +309,7 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--worker") {
     return Worker(argv[2], std::atoi(argv[3]), argv[4], std::atoi(argv[5]),
                   argc >= 7 && std::string(argv[6]) == "kill",
-                  argc >= 8 && std::string(argv[7]) == "ipc",
+                  ViaOf(argc >= 8 ? argv[7] : "nccl"),
                   argc >= 9 ? std::max(1, std::atoi(argv[8])) : 1);
   }
   int count = 0;
@@ -296,35 +321,36 @@ int main(int argc, char** argv) {
   const int lanes = std::atoi(testing::FlagValue(argc, argv, "lanes", "2").c_str());
   const std::string only = testing::FlagValue(argc, argv, "pattern", "");
   // The pull path ("ipc" is its earlier name, still accepted).
-  const std::string transport = testing::FlagValue(argc, argv, "transport", "nccl");
-  const bool ipc = transport == "pull" || transport == "ipc";
-  const char* via = ipc ? ", pull path" : "";
+  const Via via = ViaOf(testing::FlagValue(argc, argv, "transport", "nccl"));
+  const char* via_note = via == Via::kPull        ? ", pull path"
+                         : via == Via::kNcclHosts ? ", NCCL, a host per rank"
+                                                  : "";
   int failed = 0;
   for (const std::string& p : testing::PatternNames()) {
     if (!only.empty() && p != only) continue;
-    if (ipc && p == "relay") {  // MakeMemberRunner refuses relays on pulled pairs
+    if (via == Via::kPull && p == "relay") {  // MakeMemberRunner refuses relays on pulled pairs
       std::printf("SKIP relay: the pull path moves trainer-to-engine pairs only\n");
       continue;
     }
     auto plan = testing::MakePatternPlan(p, lanes, 2);
     const int world = plan->src.world_size + plan->dst.world_size;
-    if (world > gpus && !ipc) {
+    if (world > gpus && via == Via::kNccl) {
       std::printf("SKIP %s: needs %d GPUs, have %d\n", p.c_str(), world, gpus);
       continue;
     }
-    const bool ok = RunWorkers(argv[0], p, world, lanes, false, ipc, gpus);
-    std::printf("%s %s (%d ranks, %d lanes%s)\n", ok ? "PASS" : "FAIL", p.c_str(),
-                world, lanes, via);
+    const bool ok = RunWorkers(argv[0], p, world, lanes, false, via, gpus);
+    std::printf("%s %s (%d ranks on %d GPUs, %d lanes%s)\n", ok ? "PASS" : "FAIL", p.c_str(),
+                world, std::min(world, gpus), lanes, via_note);
     std::fflush(stdout);
     if (!ok) ++failed;
   }
   if (only.empty() || only == "killed-peer") {
-    if (gpus < 2 && !ipc) {
+    if (gpus < 2 && via == Via::kNccl) {
       std::printf("SKIP killed-peer: needs 2 GPUs, have %d\n", gpus);
     } else {
-      const bool ok = RunWorkers(argv[0], "1to1", 2, lanes, true, ipc, gpus);
+      const bool ok = RunWorkers(argv[0], "1to1", 2, lanes, true, via, gpus);
       std::printf("%s killed-peer (2 ranks, %d lanes%s)\n", ok ? "PASS" : "FAIL",
-                  lanes, via);
+                  lanes, via_note);
       if (!ok) ++failed;
     }
   }

@@ -26,6 +26,9 @@ rc2=$?
 echo "== the same patterns on the pull path (ranks share the $gpus GPUs, as colocated members do)"
 "$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=2 --transport=pull
 rc6=$?
+echo "== the NCCL patterns with a host per rank (NCCL's network path on loopback; ranks share the $gpus GPUs)"
+"$dir/nccl_patterns_gpu" --gpus="$gpus" --lanes=2 --transport=nccl-hosts
+rc10=$?
 echo "== convert_gpu_test (FP8 quantize and -exp kernels vs host and reference)"
 "$dir/convert_gpu_test"
 rc4=$?
@@ -88,8 +91,8 @@ if python3 -c 'import torch' 2>/dev/null; then
     echo "== rl_loop_gpu.py skipped: no transformers in $(command -v python3)"
   fi
 fi
-echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 ipc=$rc6 transform=$rc4 delta=$rc9" \
+echo "exit codes: patterns lanes2=$rc1 lanes1=$rc2 ipc=$rc6 hosts=$rc10 transform=$rc4 delta=$rc9" \
      "bench=$rc3 python=$rc5 rl_loop=$rc7 symbols=$rc8"
 [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && [ $rc5 -eq 0 ] &&
-  [ $rc9 -eq 0 ] &&
+  [ $rc9 -eq 0 ] && [ $rc10 -eq 0 ] &&
   [ $rc6 -eq 0 ] && [ $rc7 -eq 0 ] && [ $rc8 -eq 0 ]

@@ -7,10 +7,12 @@ namespace refit {
 
 CostModel::CostModel(const SideLayout& src, const SideLayout& dst,
                      const PlannerOptions& options)
-    : src_host_(&src.host_of_rank),
-      dst_host_(&dst.host_of_rank),
-      src_gpu_(&src.gpu_of_rank),
-      dst_gpu_(&dst.gpu_of_rank),
+    : src_host_(src.host_of_rank.data()),
+      dst_host_(dst.host_of_rank.data()),
+      src_gpu_(src.gpu_of_rank.data()),
+      dst_gpu_(dst.gpu_of_rank.data()),
+      src_n_(0),
+      dst_n_(0),
       known_(options.prefer_same_host &&
              static_cast<int32_t>(src.host_of_rank.size()) == src.world_size &&
              static_cast<int32_t>(dst.host_of_rank.size()) == dst.world_size &&
@@ -20,7 +22,12 @@ CostModel::CostModel(const SideLayout& src, const SideLayout& dst,
                   static_cast<int32_t>(dst.gpu_of_rank.size()) == dst.world_size),
       spb_{1.0 / (options.links.same_gpu_gbps * 1e9),
            1.0 / (options.links.intra_host_gbps * 1e9),
-           1.0 / (options.links.inter_host_gbps * 1e9)} {}
+           1.0 / (options.links.inter_host_gbps * 1e9)} {
+  if (known_) {
+    src_n_ = static_cast<uint32_t>(src.world_size);
+    dst_n_ = static_cast<uint32_t>(dst.world_size);
+  }
+}
 
 RankLoads::RankLoads(int32_t src_world, int32_t dst_world)
     : src_(std::max(0, src_world)), dst_(std::max(0, dst_world)), forwarded_(dst_.size()) {}

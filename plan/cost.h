@@ -45,34 +45,32 @@ class CostModel {
   // kInterHost otherwise (also when the placement is unknown or a rank is
   // out of range).
   LinkClass ClassOf(int32_t s, int32_t d) const {
-    if (!known_ || s < 0 || d < 0 || s >= static_cast<int32_t>(src_host_->size()) ||
-        d >= static_cast<int32_t>(dst_host_->size()) || (*src_host_)[s] != (*dst_host_)[d]) {
+    if (static_cast<uint32_t>(s) >= src_n_ || static_cast<uint32_t>(d) >= dst_n_ ||
+        src_host_[s] != dst_host_[d]) {
       return LinkClass::kInterHost;
     }
-    if (gpus_known_ && (*src_gpu_)[s] >= 0 && (*src_gpu_)[s] == (*dst_gpu_)[d]) {
+    if (gpus_known_ && src_gpu_[s] >= 0 && src_gpu_[s] == dst_gpu_[d]) {
       return LinkClass::kSameGpu;
     }
     return LinkClass::kSameHost;
   }
-
   // Returns the class of engine rank `a` to engine rank `b` (a relay):
   // kSameGpu when both GPUs are known and equal, kSameHost when the hosts
   // are equal, kInterHost otherwise (also when the placement is unknown or
   // a rank is out of range).
   LinkClass EngineClassOf(int32_t a, int32_t b) const {
-    const int32_t n = static_cast<int32_t>(dst_host_->size());
-    if (!known_ || a < 0 || b < 0 || a >= n || b >= n || (*dst_host_)[a] != (*dst_host_)[b]) {
+    if (static_cast<uint32_t>(a) >= dst_n_ || static_cast<uint32_t>(b) >= dst_n_ ||
+        dst_host_[a] != dst_host_[b]) {
       return LinkClass::kInterHost;
     }
-    if (gpus_known_ && (*dst_gpu_)[a] >= 0 && (*dst_gpu_)[a] == (*dst_gpu_)[b]) {
+    if (gpus_known_ && dst_gpu_[a] >= 0 && dst_gpu_[a] == dst_gpu_[b]) {
       return LinkClass::kSameGpu;
     }
     return LinkClass::kSameHost;
   }
-
   // Returns engine rank e's host (host_of_rank) when the placement is
   // known, else -1 - e (every rank a host of its own).
-  int32_t EngineHost(int32_t e) const { return known_ ? (*dst_host_)[e] : -1 - e; }
+  int32_t EngineHost(int32_t e) const { return known_ ? dst_host_[e] : -1 - e; }
 
   // Returns the seconds per byte of class `c`.
   double SecondsPerByte(LinkClass c) const { return spb_[static_cast<int>(c)]; }
@@ -96,10 +94,15 @@ class CostModel {
   bool placement_known() const { return known_; }
 
  private:
-  const std::vector<int32_t>* src_host_;
-  const std::vector<int32_t>* dst_host_;
-  const std::vector<int32_t>* src_gpu_;
-  const std::vector<int32_t>* dst_gpu_;
+  // The sides' host_of_rank and gpu_of_rank (the GPUs read only when
+  // gpus_known_), and their ranks when the placement is known, else 0:
+  // every rank is then out of range, so every pair is inter-host.
+  const int32_t* src_host_;
+  const int32_t* dst_host_;
+  const int32_t* src_gpu_;
+  const int32_t* dst_gpu_;
+  uint32_t src_n_;
+  uint32_t dst_n_;
   bool known_;
   bool gpus_known_;  // known_ and gpu_of_rank has one entry per rank on both sides
   std::array<double, kNumLinkClasses> spb_;  // seconds per byte

@@ -22,12 +22,14 @@ class TrainerSide {
       : candidates_(candidates), src_world_(src_world), src_load_(src_world),
         group_(candidates.pieces.size()) {}
 
-  // Counts candidate c's bytes leaving the trainer side over class `best`.
-  void Add(const Candidate& c, LinkClass best) {
+  // Counts `bytes` of candidate c's piece leaving the trainer side over
+  // class `best` (c's own bytes, or those of several candidates of its
+  // piece: the terms add bytes).
+  void Add(const Candidate& c, LinkClass best, int64_t bytes) {
     const Piece& p = candidates_.PieceOf(c);
-    all_.Add(best, c.bytes);
+    all_.Add(best, bytes);
     if (p.ranks.size() == 1) {
-      src_load_[p.ranks[0]].Add(best, c.bytes);
+      src_load_[p.ranks[0]].Add(best, bytes);
       return;
     }
     std::vector<int32_t>& g = group_[c.src_tensor];
@@ -44,7 +46,7 @@ class TrainerSide {
       }
       g[c.piece] = it->second;
     }
-    group_load_[g[c.piece]].Add(best, c.bytes);
+    group_load_[g[c.piece]].Add(best, bytes);
   }
 
   // Returns the largest of the terms.
@@ -79,10 +81,13 @@ LinkClass Faster(const CostModel& cost, LinkClass k, LinkClass other) {
 }
 
 // Returns the fastest link class a replica on `ranks` offers dst rank `d`
-// (the network where the placement is unknown).
-LinkClass BestTrainerLink(const CostModel& cost, const std::vector<int32_t>& ranks, int32_t d) {
+// (the network where the placement is unknown, or where no trainer rank
+// shares d's host: `on_trainer_host`, OnTrainerHosts' answer, empty or
+// false at d).
+LinkClass BestTrainerLink(const CostModel& cost, const std::vector<char>& on_trainer_host,
+                          const std::vector<int32_t>& ranks, int32_t d) {
   LinkClass best = LinkClass::kInterHost;
-  if (cost.placement_known()) {
+  if (!on_trainer_host.empty() && on_trainer_host[d]) {
     for (int32_t r : ranks) best = Faster(cost, best, cost.ClassOf(r, d));
   }
   return best;
@@ -97,8 +102,15 @@ class SenderTerms {
       : dst_load_(dst_world), trainer_(candidates, src_world) {}
 
   void Add(const Candidate& c, LinkClass best) {
-    dst_load_[c.dst_rank].Add(best, c.bytes);
-    trainer_.Add(c, best);
+    AddDst(c.dst_rank, best, c.bytes);
+    AddTrainer(c, best, c.bytes);
+  }
+  // Add's two halves: `bytes` at dst rank d, and `bytes` of c's piece on
+  // the trainer side (c's, or those of several candidates of its piece
+  // over the same class: the terms add bytes).
+  void AddDst(int32_t d, LinkClass best, int64_t bytes) { dst_load_[d].Add(best, bytes); }
+  void AddTrainer(const Candidate& c, LinkClass best, int64_t bytes) {
+    trainer_.Add(c, best, bytes);
   }
   // Returns the largest of the terms.
   double Bound(const CostModel& cost) const {
@@ -257,8 +269,9 @@ double TrainerHostsExitBound(const Candidates& candidates, const Units& units,
 double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
                         const SideLayout& dst, const CostModel& cost) {
   SenderTerms terms(candidates, src.world_size, dst.world_size);
+  const std::vector<char> on_trainer_host = OnTrainerHosts(src, dst, cost);
   for (const Candidate& c : candidates.cands) {
-    terms.Add(c, BestTrainerLink(cost, candidates.PieceOf(c).ranks, c.dst_rank));
+    terms.Add(c, BestTrainerLink(cost, on_trainer_host, candidates.PieceOf(c).ranks, c.dst_rank));
   }
   return terms.Bound(cost);
 }
@@ -274,6 +287,7 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
   // member of one unit).
   SenderTerms sender(candidates, src.world_size, dst.world_size);
   const bool known = cost.placement_known();
+  const std::vector<char> on_trainer_host = OnTrainerHosts(src, dst, cost);
   // Engine hosts numbered 0.. (slot), and their engine ranks.
   std::vector<int32_t> slot_of(dst.world_size);
   std::vector<int32_t> ranks_on;
@@ -335,12 +349,16 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
         add_holders(containers.units[k]);
       }
     }
+    // The unit's bytes per link class on the trainer side of the sender
+    // bound, added once per class below.
+    int64_t sender_bytes[kNumLinkClasses] = {};
     for (const int32_t* m = b; m != e; ++m) {
       const int32_t d = member_rank[m - units.members.data()];
-      LinkClass best = BestTrainerLink(cost, ranks, d);
+      LinkClass best = BestTrainerLink(cost, on_trainer_host, ranks, d);
       unit_best = Faster(cost, unit_best, best);
       const LinkClass trainer_best = best;
-      sender.Add(cands[*m], best);
+      sender.AddDst(d, best, bytes);
+      sender_bytes[static_cast<int>(best)] += bytes;
       const double from_trainer = bytes * cost.SecondsPerByte(best);
       if (known && !alone) {
         for (int32_t o : holders_on[slot_of[d]]) {
@@ -371,7 +389,10 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
       host_seconds[std::get<0>(per_member[i])] += contained ? sum : sum - most + entry;
       i = j;
     }
-    if (!contained) trainer.Add(cands[*b], unit_best);
+    for (int k = 0; k < kNumLinkClasses; ++k) {
+      if (sender_bytes[k] > 0) sender.AddTrainer(cands[*b], static_cast<LinkClass>(k), sender_bytes[k]);
+    }
+    if (!contained) trainer.Add(cands[*b], unit_best, bytes);
     for (int32_t h : holder_slots) holders_on[h].clear();
     holder_slots.clear();
   }

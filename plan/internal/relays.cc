@@ -17,88 +17,12 @@
 #include "absl/types/span.h"
 #include "plan/cost.h"
 #include "plan/internal/bound.h"
+#include "plan/internal/relay_loads.h"
 #include "plan/internal/trainer_hosts.h"
 
 namespace refit {
 namespace internal_plan {
 namespace {
-
-// What one source for one candidate costs; smaller is better.
-struct Option {
-  double t = 0;       // the larger of both ranks' times after, at least the floor
-  double spb = 0;     // seconds per byte of its link
-  int32_t depth = 0;  // hops after the trainer side
-  double t_send = 0;  // the sender's time after
-  double t_recv = 0;  // the receiver's time after
-  bool operator<(const Option& o) const {
-    return std::tie(t, spb, depth, t_send, t_recv) <
-           std::tie(o.t, o.spb, o.depth, o.t_send, o.t_recv);
-  }
-};
-
-// Per-rank loads: trainer egress, engine ingress and engine egress.
-class Loads {
- public:
-  Loads(const CostModel& cost, int32_t src_world, int32_t dst_world)
-      : cost_(&cost), src_out_(src_world), in_(dst_world), out_(dst_world) {}
-
-  // The option of trainer rank r sending b bytes to engine rank d.
-  Option Direct(int32_t r, int32_t d, int64_t b, double floor) const {
-    const LinkClass lc = cost_->ClassOf(r, d);
-    Option o;
-    o.spb = cost_->SecondsPerByte(lc);
-    o.t_send = cost_->SecondsWith(src_out_[r], lc, b);
-    o.t_recv = std::max(cost_->SecondsWith(in_[d], lc, b), cost_->Seconds(out_[d]));
-    o.t = std::max({o.t_send, o.t_recv, floor});
-    return o;
-  }
-  // The option of engine rank e forwarding b bytes to engine rank d.
-  Option Relay(int32_t e, int32_t d, int64_t b, int32_t depth, double floor) const {
-    const LinkClass lc = cost_->EngineClassOf(e, d);
-    Option o;
-    o.spb = cost_->SecondsPerByte(lc);
-    o.depth = depth;
-    o.t_send = std::max(cost_->Seconds(in_[e]), cost_->SecondsWith(out_[e], lc, b));
-    o.t_recv = std::max(cost_->SecondsWith(in_[d], lc, b), cost_->Seconds(out_[d]));
-    o.t = std::max({o.t_send, o.t_recv, floor});
-    return o;
-  }
-  void AddDirect(int32_t r, int32_t d, int64_t b) {
-    const LinkClass lc = cost_->ClassOf(r, d);
-    src_out_[r].Add(lc, b);
-    in_[d].Add(lc, b);
-  }
-  void AddRelay(int32_t e, int32_t d, int64_t b) {
-    const LinkClass lc = cost_->EngineClassOf(e, d);
-    out_[e].Add(lc, b);
-    in_[d].Add(lc, b);
-  }
-  // Returns the slowest rank's time.
-  double Slowest() const {
-    double t = 0;
-    for (const LinkBytes& l : src_out_) t = std::max(t, cost_->Seconds(l));
-    for (const LinkBytes& l : in_) t = std::max(t, cost_->Seconds(l));
-    for (const LinkBytes& l : out_) t = std::max(t, cost_->Seconds(l));
-    return t;
-  }
-  // Adds the bytes sent per link class (trainer and engine senders) to
-  // *stats.
-  void CountLinks(PlanStats* stats) const {
-    for (const auto* side : {&src_out_, &out_}) {
-      for (const LinkBytes& l : *side) {
-        stats->same_gpu_bytes += l.bytes[static_cast<int>(LinkClass::kSameGpu)];
-        stats->intra_host_bytes += l.bytes[static_cast<int>(LinkClass::kSameHost)];
-        stats->inter_host_bytes += l.bytes[static_cast<int>(LinkClass::kInterHost)];
-      }
-    }
-  }
-  double SrcTime(int32_t r) const { return cost_->Seconds(src_out_[r]); }
-  double InTime(int32_t d) const { return cost_->Seconds(in_[d]); }
-
- private:
-  const CostModel* cost_;
-  std::vector<LinkBytes> src_out_, in_, out_;
-};
 
 // A unit's bytes, first dst record and replicas' trainer ranks.
 struct UnitInfo {
@@ -176,18 +100,31 @@ PlacedUnits PlaceUnits(Units by_unit, Containers containers_by_unit,
 Order PlacementOrder(const Containers& containers, const std::vector<UnitInfo>& info,
                      size_t* tier_at) {
   const int32_t num_units = info.size();
-  Order order;
-  order.reserve(num_units);
+  // Each unit's (-bytes, dst record, unit) as one 128-bit key in the same
+  // order (bytes, records and units are not negative): sorting the keys
+  // is sorting the tuples, with cheaper compares and moves.
+  using Key = unsigned __int128;
+  std::vector<Key> keys;
+  keys.reserve(num_units);
   for (int contained = 0; contained < 2; ++contained) {
     for (int32_t u = 0; u < num_units; ++u) {
-      if (containers.Contained(u) == (contained == 1)) {
-        order.emplace_back(-info[u].bytes, info[u].dst_record, u);
-      }
+      if (containers.Contained(u) != (contained == 1)) continue;
+      const uint64_t bytes_desc = ~static_cast<uint64_t>(info[u].bytes);
+      const uint64_t record_unit = static_cast<uint64_t>(static_cast<uint32_t>(info[u].dst_record))
+                                       << 32 |
+                                   static_cast<uint32_t>(u);
+      keys.push_back(static_cast<Key>(bytes_desc) << 64 | record_unit);
     }
-    if (contained == 0) *tier_at = order.size();
+    if (contained == 0) *tier_at = keys.size();
   }
-  std::sort(order.begin(), order.begin() + *tier_at);
-  std::sort(order.begin() + *tier_at, order.end());
+  std::sort(keys.begin(), keys.begin() + *tier_at);
+  std::sort(keys.begin() + *tier_at, keys.end());
+  Order order;
+  order.reserve(num_units);
+  for (const Key k : keys) {
+    const int32_t u = static_cast<int32_t>(static_cast<uint32_t>(k));
+    order.emplace_back(-info[u].bytes, info[u].dst_record, u);
+  }
   return order;
 }
 
@@ -243,26 +180,52 @@ struct Choice {
   int32_t max_depth = 0;
 };
 
-// Offers *best each replica of `ranks` as the sender of `bytes` to dst
-// rank d (the first one wins outright when `have_best` is false); returns
-// the index of the replica that wins, or -1 when *best stays.
-int32_t FromReplicas(const Choice& c, absl::Span<const int32_t> ranks, int32_t d, int64_t bytes,
+// Offers *best each replica of `ranks` as the sender of transfer x (the
+// first one wins outright when `have_best` is false); returns the index of
+// the replica that wins, or -1 when *best stays. Replicas over one link
+// class offer options that differ only in the sender's time, which orders
+// them (Option's order: the larger time, then the sender's); so per class
+// the least loaded replica (the first on a tie) is its only contender, and
+// the contenders are offered in replica order: the same winner as offering
+// every replica.
+int32_t FromReplicas(const Choice& c, absl::Span<const int32_t> ranks, Transfer* x,
                      bool have_best, Option* best) {
-  int32_t best_k = -1;
+  int32_t contender[kNumLinkClasses] = {-1, -1, -1};
+  double send[kNumLinkClasses] = {};
   for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
-    const Option o = c.loads.Direct(ranks[k], d, bytes, c.floor);
+    const LinkClass lc = c.loads.DirectClass(ranks[k], *x);
+    const double t = c.loads.SendTime(ranks[k], lc, *x);
+    const int i = static_cast<int>(lc);
+    if (contender[i] < 0 || t < send[i]) {
+      contender[i] = k;
+      send[i] = t;
+    }
+  }
+  // The contenders (their classes) in replica order.
+  int classes[kNumLinkClasses];
+  int n = 0;
+  for (int i = 0; i < kNumLinkClasses; ++i) {
+    if (contender[i] < 0) continue;
+    int at = n++;
+    for (; at > 0 && contender[classes[at - 1]] > contender[i]; --at) classes[at] = classes[at - 1];
+    classes[at] = i;
+  }
+  int32_t best_k = -1;
+  for (int j = 0; j < n; ++j) {
+    const int i = classes[j];
+    const Option o = c.loads.Direct(static_cast<LinkClass>(i), send[i], x, c.floor);
     if ((!have_best && best_k < 0) || o < *best) {
       *best = o;
-      best_k = k;
+      best_k = contender[i];
     }
   }
   return best_k;
 }
 
 // Offers *best the fed members of unit u's containers (on other engine
-// ranks than d, under `depth_limit` hops) as feeders of `bytes` to d: sets
+// ranks than x's, under `depth_limit` hops) as feeders of transfer x: sets
 // *best_h to the member that wins (else leaves both).
-void FromContainers(const Setting& s, const Choice& c, int32_t u, int32_t d, int64_t bytes,
+void FromContainers(const Setting& s, const Choice& c, int32_t u, Transfer* x,
                     int32_t depth_limit, Option* best, int32_t* best_h) {
   const Units& units = s.placed.units;
   const Containers& containers = s.placed.containers;
@@ -270,8 +233,8 @@ void FromContainers(const Setting& s, const Choice& c, int32_t u, int32_t d, int
   for (int32_t k = containers.first[u]; k < containers.first[u + 1]; ++k) {
     const int32_t cu = containers.units[k];
     for (int32_t h = units.first[cu]; h < units.first[cu + 1]; ++h) {
-      if (!c.fed[h] || rank_at[h] == d || c.depth_at[h] >= depth_limit) continue;
-      const Option o = c.loads.Relay(rank_at[h], d, bytes, c.depth_at[h] + 1, c.floor);
+      if (!c.fed[h] || rank_at[h] == x->dst() || c.depth_at[h] >= depth_limit) continue;
+      const Option o = c.loads.Relay(rank_at[h], x, c.depth_at[h] + 1, c.floor);
       if (o < *best) {
         *best = o;
         *best_h = h;
@@ -357,9 +320,10 @@ void ChainRoots(const Setting& s, const std::vector<int32_t>& chain, size_t tier
     const int32_t root = chain[s.placed.units.first[u]];
     if (c->fed[root]) continue;
     Option best;
-    const int32_t best_k = FromReplicas(*c, ranks, rank_at[root], -neg_bytes, false, &best);
+    Transfer x(rank_at[root], -neg_bytes);
+    const int32_t best_k = FromReplicas(*c, ranks, &x, false, &best);
     int32_t best_h = -1;
-    FromContainers(s, *c, u, rank_at[root], -neg_bytes, kMaxChainDepth, &best, &best_h);
+    FromContainers(s, *c, u, &x, kMaxChainDepth, &best, &best_h);
     c->fed[root] = 1;
     c->floor = std::max({c->floor, best.t_send, best.t_recv});
     c->Feed(rank_at, root, ranks, best_k, best_h, -neg_bytes);
@@ -382,8 +346,9 @@ void ChainRest(const Setting& s, const std::vector<int32_t>& chain, size_t tier_
       if (c->fed[q]) continue;
       const bool relay = c->depth_at[f] < kMaxChainDepth;
       Option best;
-      if (relay) best = c->loads.Relay(rank_at[f], d, bytes, c->depth_at[f] + 1, c->floor);
-      const int32_t best_k = FromReplicas(*c, ranks, d, bytes, relay, &best);
+      Transfer x(d, bytes);
+      if (relay) best = c->loads.Relay(rank_at[f], &x, c->depth_at[f] + 1, c->floor);
+      const int32_t best_k = FromReplicas(*c, ranks, &x, relay, &best);
       c->fed[q] = 1;
       c->floor = std::max({c->floor, best.t_send, best.t_recv});
       c->Feed(rank_at, q, ranks, best_k, best_k >= 0 ? -1 : f, bytes);
@@ -424,8 +389,9 @@ void TreeRoots(const Setting& s, Choice* c) {
     Option best;
     int32_t best_q = -1, best_k = -1;
     for (int32_t q = q_first; q != q_last; ++q) {
+      Transfer x(rank_at[q], -neg_bytes);
       for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
-        const Option o = c->loads.Direct(ranks[k], rank_at[q], -neg_bytes, c->floor);
+        const Option o = c->loads.Direct(ranks[k], &x, c->floor);
         if (best_q < 0 || o < best) {
           best = o;
           best_q = q;
@@ -469,17 +435,18 @@ void TreeHosts(const Setting& s, size_t tier_b, size_t tier_e, Choice* c) {
     for (const auto& [slot, in_time, q] : todo) {
       const int32_t d = rank_at[q];
       Option best;
-      const int32_t best_k = FromReplicas(*c, ranks, d, bytes, false, &best);
+      Transfer x(d, bytes);
+      const int32_t best_k = FromReplicas(*c, ranks, &x, false, &best);
       int32_t best_h = -1;
       for (int32_t h = b; h != e; ++h) {
         if (!c->fed[h] || rank_at[h] == d || c->depth_at[h] >= kMaxRelayDepth) continue;
-        const Option o = c->loads.Relay(rank_at[h], d, bytes, c->depth_at[h] + 1, c->floor);
+        const Option o = c->loads.Relay(rank_at[h], &x, c->depth_at[h] + 1, c->floor);
         if (o < best) {
           best = o;
           best_h = h;
         }
       }
-      FromContainers(s, *c, u, d, bytes, kMaxRelayDepth, &best, &best_h);
+      FromContainers(s, *c, u, &x, kMaxRelayDepth, &best, &best_h);
       c->fed[q] = 1;
       c->floor = std::max({c->floor, best.t_send, best.t_recv});
       c->Feed(rank_at, q, ranks, best_k, best_h, bytes);

@@ -50,6 +50,16 @@ void PausePoll(std::chrono::steady_clock::time_point start) {
   }
 }
 
+// Calls fn(c) for every communicator of `comms` on a thread each, and
+// returns when all have returned.
+template <typename Fn>
+void OnThreadEach(const std::vector<ncclComm_t>& comms, Fn fn) {
+  std::vector<std::thread> threads;
+  threads.reserve(comms.size());
+  for (ncclComm_t c : comms) threads.emplace_back([c, &fn] { fn(c); });
+  for (std::thread& t : threads) t.join();
+}
+
 // Polls ncclCommGetAsyncError until it leaves ncclInProgress.
 absl::Status WaitComm(ncclComm_t comm, absl::Time deadline, const std::string& what) {
   const auto start = std::chrono::steady_clock::now();
@@ -214,24 +224,24 @@ void* NcclTransport::stream(int32_t lane) const {
 }
 
 absl::Status NcclTransport::Abort(Lane& lane, absl::Status why) {
-  // Every lane, not only the failing one (see the header), and all at once:
-  // ncclCommAbort of one communicator waits for the device, which a kernel
-  // of another lane still spinning on a dead peer would keep busy forever.
-  // So first revoke every communicator (non-blocking: stops its in-flight
-  // operations), then abort them concurrently.
-  std::vector<std::thread> aborts;
-  for (auto& l : lanes_) {
-    for (ncclComm_t c : {l->comm, l->parent}) {
-      if (c != nullptr) ncclCommRevoke(c, NCCL_REVOKE_DEFAULT);
-    }
-  }
+  // Every lane, not only the failing one (see the header), and all at once,
+  // each step on a thread per communicator: ncclCommRevoke sets its
+  // communicator's abort flag, then waits for its streams and its proxy,
+  // and ncclCommAbort waits for the device, either of which a kernel of
+  // another lane still spinning on a dead peer keeps busy (over NCCL's
+  // network transport the proxy frees host memory, which waits for the
+  // device) until that lane is revoked too. So first revoke every
+  // communicator concurrently (stops their in-flight operations), then
+  // abort them concurrently.
+  std::vector<ncclComm_t> comms;
   for (auto& l : lanes_) {
     for (ncclComm_t* c : {&l->comm, &l->parent}) {
-      if (*c != nullptr) aborts.emplace_back([c = *c] { ncclCommAbort(c); });
+      if (*c != nullptr) comms.push_back(*c);
       *c = nullptr;
     }
   }
-  for (std::thread& a : aborts) a.join();
+  OnThreadEach(comms, [](ncclComm_t c) { ncclCommRevoke(c, NCCL_REVOKE_DEFAULT); });
+  OnThreadEach(comms, [](ncclComm_t c) { ncclCommAbort(c); });
   for (auto& l : lanes_) {
     if (l->error.ok()) {
       l->error = l.get() == &lane
