@@ -138,6 +138,7 @@ struct Setting {
   std::pair<size_t, size_t> tiers[2];
   double bound;  // the relay-aware bound
   const std::vector<char>& trainer_host;  // per engine rank (OnTrainerHosts)
+  int32_t dst_world;  // engine ranks
   bool shared_hosts;  // some engine rank shares a trainer rank's host
 };
 
@@ -283,10 +284,21 @@ int32_t ChainHost(const CostModel& cost, int32_t r) {
 std::vector<int32_t> ChainOrder(const Setting& s, const std::vector<char>& fed) {
   const Units& units = s.placed.units;
   const std::vector<int32_t>& rank_at = s.placed.rank_at;
+  // Per engine rank its chain host and its place in (host, rank) order,
+  // so that a member's key (group, host, rank) is one integer.
+  const int32_t world = s.dst_world;
+  std::vector<int32_t> host(world), pos(world);
+  std::vector<std::pair<int32_t, int32_t>> by_host(world);
+  for (int32_t r = 0; r < world; ++r) {
+    host[r] = ChainHost(s.cost, r);
+    by_host[r] = {host[r], r};
+  }
+  std::sort(by_host.begin(), by_host.end());
+  for (int32_t i = 0; i < world; ++i) pos[by_host[i].second] = i;
   auto chain_key = [&](int32_t x) {
     const int32_t r = rank_at[x];
-    const int32_t group = !s.shared_hosts ? 0 : fed[x] ? 0 : s.trainer_host[r] ? 1 : 2;
-    return std::make_tuple(group, ChainHost(s.cost, r), r);
+    const int64_t group = !s.shared_hosts ? 0 : fed[x] ? 0 : s.trainer_host[r] ? 1 : 2;
+    return group * world + pos[r];
   };
   auto before_in_chain = [&](int32_t x, int32_t y) { return chain_key(x) < chain_key(y); };
   std::vector<int32_t> chain(units.members.size());
@@ -296,10 +308,7 @@ std::vector<int32_t> ChainOrder(const Setting& s, const std::vector<char>& fed) 
     if (!std::is_sorted(b, e, before_in_chain)) std::sort(b, e, before_in_chain);
     for (auto i = b; i != e;) {
       auto j = i + 1;
-      while (j != e && !fed[*i] && !fed[*j] &&
-             ChainHost(s.cost, rank_at[*j]) == ChainHost(s.cost, rank_at[*i])) {
-        ++j;
-      }
+      while (j != e && !fed[*i] && !fed[*j] && host[rank_at[*j]] == host[rank_at[*i]]) ++j;
       std::rotate(i, i + s.placed.unit_of[u] % (j - i), j);
       i = j;
     }
@@ -509,7 +518,7 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   // may hold both).
   const std::vector<char> trainer_host = OnTrainerHosts(src, dst, cost);
   const Setting setting{cost,  placed, order, {{0, tier_at}, {tier_at, order.size()}},
-                        bound, trainer_host, SharesHosts(trainer_host)};
+                        bound, trainer_host, dst.world_size, SharesHosts(trainer_host)};
   Choice start(cost, src.world_size, dst.world_size, placed.units.members.size(), num_units);
   FeedSameGpu(setting, &start);
   Choice chains = start;
