@@ -144,7 +144,7 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
     const int32_t count = static_cast<int32_t>(noted.size());
     if (count == splits) {
       const int32_t wave = WaveOf(noted, first + ordinal);
-      if (wave >= 0 && is_key_box(plan->segments[first + ordinal].box)) return wave + 1;
+      if (wave >= 0 && is_key_box(plan->segments[first + ordinal].box, count)) return wave + 1;
     }
     const Box box = box_of_key();
     int32_t ready = 0;
@@ -182,9 +182,16 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
       const Candidate& c = cands[k.cand];
       return Intersect(candidates.PieceOf(c).box, plan->dst.records[c.dst_record].box);
     };
-    // Whether `b` is key k's box (box_of(k) == b), without building it.
-    auto is_box_of = [&](const SegKey& k, const Box& b) {
+    // Whether `b`, one of the feeder's segments, is key k's box (box_of(k)
+    // == b), without building it. A whole key whose feeder came as one
+    // segment (its whole region) of the same group (Candidate::unit: one
+    // source piece, equal destination boxes) has that segment's box,
+    // known without reading either box.
+    auto is_box_of = [&](const SegKey& k, const Box& b, int32_t feeder_segments) {
       if (k.split >= 0) return keys.split_boxes[k.split] == b;
+      if (feeder_segments == 1 && cands[k.cand].unit == cands[sources.feeder[k.cand]].unit) {
+        return true;
+      }
       const Candidate& c = cands[k.cand];
       return IsIntersection(candidates.PieceOf(c).box, plan->dst.records[c.dst_record].box, b);
     };
@@ -199,7 +206,9 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
         ready_key[j] = {ready_at(kv[i].cand, static_cast<int32_t>(j - i),
                                  static_cast<int32_t>(e - i),
                                  [&] { return box_of(kv[j]); },
-                                 [&](const Box& b) { return is_box_of(kv[j], b); }),
+                                 [&](const Box& b, int32_t feeder_segments) {
+                                   return is_box_of(kv[j], b, feeder_segments);
+                                 }),
                         kv[j]};
       }
       i = e;
