@@ -161,7 +161,8 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
   };
   // What every placed message uses per engine rank and wave, kept up to
   // date as each level's relays are placed.
-  RankWaveTable use = RankWaveUseOf(plan->dst.world_size, *messages);
+  RankWaveTable use = RankWaveUseOf(plan->dst.world_size,
+                                    static_cast<int32_t>(plan->waves.size()), *messages);
   // The relayed candidates by level (in candidate order within one).
   std::vector<std::vector<int32_t>> at_level(sources.max_depth + 1);
   for (size_t i = 0; i < cands.size(); ++i) {

@@ -37,9 +37,11 @@ struct RankWaveUse {
 // [engine rank][wave]; a rank's row is as long as its last used wave.
 using RankWaveTable = std::vector<std::vector<RankWaveUse>>;
 
-// Returns the table of what `placed` (messages with their waves set) uses
-// on each of the dst_world engine ranks. Never fails.
-RankWaveTable RankWaveUseOf(int32_t dst_world, const std::vector<PendingMessage>& placed);
+// Returns the table of what `placed` (messages with their waves set, each
+// below `num_waves`) uses on each of the dst_world engine ranks; each row
+// has room for num_waves waves. Never fails.
+RankWaveTable RankWaveUseOf(int32_t dst_world, int32_t num_waves,
+                            const std::vector<PendingMessage>& placed);
 
 // Places relay messages (m.relay; src_rank an engine rank) into waves
 // after the messages already counted in `use` (see RankWaveUseOf; the
