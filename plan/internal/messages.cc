@@ -162,6 +162,9 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
         pending_batch = 0;
       };
       for (size_t q = i; q < e; ++q) {
+        if (q + kPrefetchAhead < keys.size()) {
+          PrefetchCandidate(candidates, nd, cands[keys[q + kPrefetchAhead].cand]);
+        }
         const SegKey& k = keys[q];
         Staged st{static_cast<int32_t>(q), segment_of(k)};
         if (direct_min > 0 && k.bytes >= direct_min) {

@@ -171,6 +171,9 @@ absl::Status OrderSegmentsImpl(const Candidates& candidates, size_t n, IndexOf i
     }
     size_t next = 0;
     for (size_t m = 0; m < n; ++m) {
+      if (m + kPrefetchAhead < n) {
+        PrefetchCandidate(candidates, dst, cands[index_of(m + kPrefetchAhead)]);
+      }
       const int32_t src_rank = sender_of(m);
       if (src_rank < 0) continue;
       const int32_t i = index_of(m);
