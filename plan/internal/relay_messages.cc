@@ -16,6 +16,17 @@ namespace internal_plan {
 
 namespace {
 
+// Returns the relayed candidates (depth > 0) by depth, in candidate order
+// within one.
+std::vector<std::vector<int32_t>> RelayedByLevel(const Sources& sources) {
+  std::vector<std::vector<int32_t>> at_level(sources.max_depth + 1);
+  for (size_t i = 0; i < sources.depth.size(); ++i) {
+    const int32_t level = sources.depth[i];
+    if (level > 0 && level <= sources.max_depth) at_level[level].push_back(static_cast<int32_t>(i));
+  }
+  return at_level;
+}
+
 // The segments of the candidates that feed relays (Sources::feeder): per
 // such candidate, its segments' indices in plan->segments with the waves
 // of their messages, in the order noted.
@@ -26,13 +37,18 @@ class FeederSegments {
     int32_t wave;
   };
 
-  FeederSegments(const Sources& sources, size_t num_cands) : slot_(num_cands, -1) {
-    for (int32_t f : sources.feeder) {
-      if (f >= 0) slot_[f] = 0;  // a feeder, numbered below
-    }
+  // The feeders of the candidates of `at_level` (RelayedByLevel), of
+  // `num_cands` candidates in all.
+  FeederSegments(const Sources& sources, const std::vector<std::vector<int32_t>>& at_level,
+                 size_t num_cands)
+      : feeds_(num_cands, false), slot_(num_cands, -1) {
     int32_t n = 0;
-    for (int32_t& k : slot_) {
-      if (k == 0) k = n++;
+    for (const std::vector<int32_t>& relayed : at_level) {
+      for (int32_t i : relayed) {
+        const int32_t f = sources.feeder[i];
+        if (slot_[f] < 0) slot_[f] = n++;
+        feeds_[f] = true;
+      }
     }
     span_.assign(n, Span{0, 0});
   }
@@ -46,8 +62,8 @@ class FeederSegments {
     for (const PendingMessage& pm : msgs) {
       const int32_t end = pm.m.first_segment + pm.m.num_segments;
       for (int32_t q = pm.m.first_segment; q < end; ++q) {
-        const int32_t k = slot_[segment_cand[q]];
-        if (k >= 0) batch_.push_back(Pending{k, Noted{q, pm.m.wave}});
+        const int32_t c = segment_cand[q];
+        if (feeds_[c]) batch_.push_back(Pending{slot_[c], Noted{q, pm.m.wave}});
       }
     }
     touched_.clear();
@@ -79,7 +95,10 @@ class FeederSegments {
     int32_t first;
     int32_t count;
   };
-  // Per candidate, its entry in span_ (-1: it feeds no relay).
+  // Per candidate, whether it feeds a relay (slot_ >= 0; a bitmap that
+  // stays in cache where slot_ would not) and its entry in span_ (-1: it
+  // feeds no relay).
+  std::vector<bool> feeds_;
   std::vector<int32_t> slot_;
   std::vector<Span> span_;  // per feeder: its range of noted_
   std::vector<Noted> noted_;
@@ -124,9 +143,11 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
                               std::vector<PendingMessage>* messages, Plan* plan) {
   const std::vector<Candidate>& cands = candidates.cands;
   const int32_t src_world = plan->src.world_size;
+  // The relayed candidates by level (in candidate order within one).
+  const std::vector<std::vector<int32_t>> at_level = RelayedByLevel(sources);
   // The segments of every feeder (one per split, in split order, side by
   // side) and the waves of the messages that carry them.
-  FeederSegments fed(sources, cands.size());
+  FeederSegments fed(sources, at_level, cands.size());
   fed.Note(*messages, *segment_cand);
   // The first wave at which a relay may forward split `ordinal` of
   // candidate c's bytes, whose region is `box_of_key()`: one after the
@@ -163,12 +184,6 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
   // date as each level's relays are placed.
   RankWaveTable use = RankWaveUseOf(plan->dst.world_size,
                                     static_cast<int32_t>(plan->waves.size()), *messages);
-  // The relayed candidates by level (in candidate order within one).
-  std::vector<std::vector<int32_t>> at_level(sources.max_depth + 1);
-  for (size_t i = 0; i < cands.size(); ++i) {
-    const int32_t level = sources.depth[i];
-    if (level > 0 && level <= sources.max_depth) at_level[level].push_back(static_cast<int32_t>(i));
-  }
   std::vector<int32_t> sender;
   for (int32_t level = 1; level <= sources.max_depth; ++level) {
     if (at_level[level].empty()) continue;
