@@ -184,8 +184,7 @@ void ScheduleWaves(const PlannerOptions& options, int32_t src_world,
 RankWaveTable RankWaveUseOf(int32_t dst_world, int32_t num_waves,
                             const std::vector<PendingMessage>& placed) {
   RankWaveTable use(dst_world);
-  // A row grows wave by wave as messages come; reserved, it is never moved.
-  for (std::vector<RankWaveUse>& row : use) row.reserve(num_waves);
+  for (std::vector<RankWaveUse>& row : use) row.resize(num_waves);
   auto add = [&](int32_t e, int32_t w, int64_t staged, int64_t in, int64_t out) {
     if (static_cast<int32_t>(use[e].size()) <= w) use[e].resize(w + 1);
     RankWaveUse& u = use[e][w];
