@@ -117,6 +117,8 @@ absl::Status OrderSegmentsImpl(const Candidates& candidates, size_t n, IndexOf i
     // candidate is a cache miss.
     std::vector<int64_t> es_of_src(src.tensors.size(), 0);
     for (size_t m = 0; m < n; ++m) {
+      // The members' candidates lie scattered (relays: a few of all).
+      if (m + kPrefetchAhead < n) __builtin_prefetch(&cands[index_of(m + kPrefetchAhead)]);
       split_off[m] = static_cast<int32_t>(split_boxes.size());
       if (sender_of(m) < 0) continue;
       const Candidate& c = cands[index_of(m)];
