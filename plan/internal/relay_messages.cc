@@ -110,17 +110,6 @@ class FeederSegments {
   std::vector<int32_t> touched_;
 };
 
-// Returns whether `c` is Intersect(a, b) (as Box ==), without building it.
-bool IsIntersection(const Box& a, const Box& b, const Box& c) {
-  if (c.rank() != a.rank()) return false;
-  for (int d = 0; d < a.rank(); ++d) {
-    const int64_t lo = std::max(a.origin(d), b.origin(d));
-    const int64_t hi = std::min(a.origin(d) + a.shape(d), b.origin(d) + b.shape(d));
-    if (c.origin(d) != lo || c.shape(d) != (hi > lo ? hi - lo : 0)) return false;
-  }
-  return true;
-}
-
 // Returns the wave of segment q among `noted` (-1: not one of them).
 int32_t WaveOf(absl::Span<const FeederSegments::Noted> noted, int32_t q) {
   if (!noted.empty()) {
