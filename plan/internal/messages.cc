@@ -66,32 +66,14 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
       }
       return out;
     };
-    auto segment_of = [&](const SegKey& k) {
-      return Segment{src_record_of(k), cands[k.cand].dst_record, seg_box(k),
-                     k.bytes};
-    };
-    // A key of the message being coalesced, with its segment and, when
-    // `ranged`, its ranges on both sides (range_of: a segment of at least
-    // direct_min bytes has them once it is known not to be a message of
-    // its own).
-    struct Staged {
-      int32_t key;
-      Segment segment;
-      bool ranged = false;
-      Range src, dst;
-    };
-    // If every segment of plan->segments[j, j + staged.size()), the
-    // segments of `staged`, is one contiguous range of one buffer,
-    // continuing the previous one: that buffer and the whole range.
-    auto contiguous = [&](bool is_src, size_t j, const std::vector<Staged>& staged) {
+    // If every segment of plan->segments[j, k) is one contiguous range of one
+    // buffer, continuing the previous one: that buffer and the whole range.
+    auto contiguous = [&](bool is_src, size_t j, size_t k) {
       Range all;
-      for (size_t i = 0; i < staged.size(); ++i) {
-        const Staged& st = staged[i];
-        const Range r = !st.ranged ? range_of(is_src, plan->segments[j + i])
-                        : is_src   ? st.src
-                                   : st.dst;
+      for (size_t q = j; q < k; ++q) {
+        const Range r = range_of(is_src, plan->segments[q]);
         if (r.buffer < 0) return Range{};
-        if (i == 0) {
+        if (q == j) {
           all = r;
         } else if (r.buffer != all.buffer || r.range.begin != all.range.end()) {
           return Range{};
@@ -100,6 +82,10 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
         }
       }
       return all;
+    };
+    auto segment_of = [&](const SegKey& k) {
+      return Segment{src_record_of(k), cands[k.cand].dst_record, seg_box(k),
+                     k.bytes};
     };
     // Appends the message of plan->segments[j, end) of the pair (s, d), whose
     // contiguity per side is `src` and `dst`.
@@ -131,7 +117,7 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
       }
       msgs.push_back(mm);
     };
-    std::vector<Staged> pending;  // the keys of the message being coalesced
+    std::vector<int32_t> pending;  // keys of the message being coalesced
     for (size_t i = 0; i < keys.size();) {
       const int32_t s = keys[i].src_rank, d = dst_rank_of(keys[i]);
       size_t e = i;
@@ -151,12 +137,12 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
       auto flush = [&]() {
         if (pending.empty()) return;
         const size_t j = plan->segments.size();
-        for (Staged& st : pending) {
-          plan->segments.push_back(std::move(st.segment));
-          if (segment_cand != nullptr) segment_cand->push_back(keys[st.key].cand);
+        for (int32_t q : pending) {
+          plan->segments.push_back(segment_of(keys[q]));
+          if (segment_cand != nullptr) segment_cand->push_back(keys[q].cand);
         }
-        add_message(s, d, seq++, j, contiguous(true, j, pending),
-                    contiguous(false, j, pending), pending_batch);
+        add_message(s, d, seq++, j, contiguous(true, j, plan->segments.size()),
+                    contiguous(false, j, plan->segments.size()), pending_batch);
         pending.clear();
         pending_bytes = 0;
         pending_batch = 0;
@@ -166,26 +152,29 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
           PrefetchCandidate(candidates, nd, cands[keys[q + kPrefetchAhead].cand]);
         }
         const SegKey& k = keys[q];
-        Staged st{static_cast<int32_t>(q), segment_of(k)};
         if (direct_min > 0 && k.bytes >= direct_min) {
-          st.ranged = true;
-          st.src = range_of(true, st.segment);
-          st.dst = range_of(false, st.segment);
-          if (st.src.buffer >= 0 || st.dst.buffer >= 0) {
-            // Batches stay in key order (the segment goes after them).
-            if (batch != nullptr) flush();
-            plan->segments.push_back(std::move(st.segment));
-            add_message(s, d, seq++, plan->segments.size() - 1, st.src, st.dst, batch_of(q));
+          plan->segments.push_back(segment_of(k));
+          const Segment& sg = plan->segments.back();
+          const Range src = range_of(true, sg), dst = range_of(false, sg);
+          if (src.buffer >= 0 || dst.buffer >= 0) {
+            if (batch != nullptr && !pending.empty()) {
+              // Batches stay in key order (the segment goes after them).
+              plan->segments.pop_back();
+              flush();
+              plan->segments.push_back(segment_of(k));
+            }
+            add_message(s, d, seq++, plan->segments.size() - 1, src, dst, batch_of(q));
             if (segment_cand != nullptr) segment_cand->push_back(k.cand);
             continue;
           }
+          plan->segments.pop_back();
         }
         if (!pending.empty() &&
             (pending_bytes + k.bytes > cap ||
-             (split_batches && batch_of(pending.back().key) != batch_of(q)))) {
+             (split_batches && batch_of(pending.back()) != batch_of(q)))) {
           flush();
         }
-        pending.push_back(std::move(st));
+        pending.push_back(static_cast<int32_t>(q));
         pending_bytes += k.bytes;
         pending_batch = std::max(pending_batch, batch_of(q));
       }
