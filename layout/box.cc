@@ -128,6 +128,17 @@ bool Intersects(const Box& a, const Box& b) {
   return true;
 }
 
+bool IsIntersection(const Box& a, const Box& b, const Box& c) {
+  assert(a.rank() == b.rank());
+  if (c.rank() != a.rank()) return false;
+  for (int d = 0; d < a.rank(); ++d) {
+    const int64_t lo = std::max(a.origin(d), b.origin(d));
+    const int64_t hi = std::min(a.limit(d), b.limit(d));
+    if (c.origin(d) != lo || c.shape(d) != (hi > lo ? hi - lo : 0)) return false;
+  }
+  return true;
+}
+
 bool Contains(const Box& outer, const Box& inner) {
   if (outer.rank() != inner.rank()) return false;
   if (IsEmpty(inner)) return true;

@@ -91,6 +91,10 @@ Box Intersect(const Box& a, const Box& b);
 // empty), without building the intersection. Ranks must match.
 bool Intersects(const Box& a, const Box& b);
 
+// True if c == Intersect(a, b), without building the intersection; false
+// when c's rank differs. a and b's ranks must match.
+bool IsIntersection(const Box& a, const Box& b, const Box& c);
+
 // True if every element of inner lies in outer (an empty inner is contained
 // in any box of the same rank).
 bool Contains(const Box& outer, const Box& inner);

@@ -71,7 +71,21 @@ TEST(BoxTest, IntersectMatchesPerDimensionDefinition) {
     }
     EXPECT_EQ(Intersects(a, b), !empty) << a << " & " << b;
     EXPECT_EQ(Intersects(a, b), !IsEmpty(i)) << a << " & " << b;
+    EXPECT_TRUE(IsIntersection(a, b, i)) << a << " & " << b;
+    EXPECT_TRUE(IsIntersection(b, a, i)) << a << " & " << b;
+    EXPECT_FALSE(IsIntersection(a, b, a) && a != i) << a << " & " << b;
+    std::vector<int64_t> io(i.origin().begin(), i.origin().end());
+    std::vector<int64_t> is(i.shape().begin(), i.shape().end());
+    const int d = static_cast<int>(next(rank));
+    ++(next(2) == 0 ? io : is)[d];
+    EXPECT_FALSE(IsIntersection(a, b, Box::Make(io, is).value())) << a << " & " << b;
   }
+}
+
+TEST(BoxTest, IsIntersectionNeedsTheSameRank) {
+  const Box a = Box::Make({0, 0}, {4, 4}).value();
+  EXPECT_TRUE(IsIntersection(a, a, a));
+  EXPECT_FALSE(IsIntersection(a, a, Box::Make({0}, {4}).value()));
 }
 
 TEST(BoxTest, WorksForHighRank) {

@@ -148,6 +148,9 @@ std::vector<PendingMessage> CoalesceMessages(const SegmentKeys& segment_keys,
         pending_batch = 0;
       };
       for (size_t q = i; q < e; ++q) {
+        if (q + kPrefetchAhead < keys.size()) {
+          PrefetchCandidate(candidates, nd, cands[keys[q + kPrefetchAhead].cand]);
+        }
         const SegKey& k = keys[q];
         if (direct_min > 0 && k.bytes >= direct_min) {
           plan->segments.push_back(segment_of(k));

@@ -16,6 +16,17 @@ namespace internal_plan {
 
 namespace {
 
+// Returns the relayed candidates (depth > 0) by depth, in candidate order
+// within one.
+std::vector<std::vector<int32_t>> RelayedByLevel(const Sources& sources) {
+  std::vector<std::vector<int32_t>> at_level(sources.max_depth + 1);
+  for (size_t i = 0; i < sources.depth.size(); ++i) {
+    const int32_t level = sources.depth[i];
+    if (level > 0 && level <= sources.max_depth) at_level[level].push_back(static_cast<int32_t>(i));
+  }
+  return at_level;
+}
+
 // The segments of the candidates that feed relays (Sources::feeder): per
 // such candidate, its segments' indices in plan->segments with the waves
 // of their messages, in the order noted.
@@ -26,13 +37,18 @@ class FeederSegments {
     int32_t wave;
   };
 
-  FeederSegments(const Sources& sources, size_t num_cands) : slot_(num_cands, -1) {
-    for (int32_t f : sources.feeder) {
-      if (f >= 0) slot_[f] = 0;  // a feeder, numbered below
-    }
+  // The feeders of the candidates of `at_level` (RelayedByLevel), of
+  // `num_cands` candidates in all.
+  FeederSegments(const Sources& sources, const std::vector<std::vector<int32_t>>& at_level,
+                 size_t num_cands)
+      : feeds_(num_cands, false), slot_(num_cands, -1) {
     int32_t n = 0;
-    for (int32_t& k : slot_) {
-      if (k == 0) k = n++;
+    for (const std::vector<int32_t>& relayed : at_level) {
+      for (int32_t i : relayed) {
+        const int32_t f = sources.feeder[i];
+        if (slot_[f] < 0) slot_[f] = n++;
+        feeds_[f] = true;
+      }
     }
     span_.assign(n, Span{0, 0});
   }
@@ -46,8 +62,8 @@ class FeederSegments {
     for (const PendingMessage& pm : msgs) {
       const int32_t end = pm.m.first_segment + pm.m.num_segments;
       for (int32_t q = pm.m.first_segment; q < end; ++q) {
-        const int32_t k = slot_[segment_cand[q]];
-        if (k >= 0) batch_.push_back(Pending{k, Noted{q, pm.m.wave}});
+        const int32_t c = segment_cand[q];
+        if (feeds_[c]) batch_.push_back(Pending{slot_[c], Noted{q, pm.m.wave}});
       }
     }
     touched_.clear();
@@ -79,7 +95,10 @@ class FeederSegments {
     int32_t first;
     int32_t count;
   };
-  // Per candidate, its entry in span_ (-1: it feeds no relay).
+  // Per candidate, whether it feeds a relay (slot_ >= 0; a bitmap that
+  // stays in cache where slot_ would not) and its entry in span_ (-1: it
+  // feeds no relay).
+  std::vector<bool> feeds_;
   std::vector<int32_t> slot_;
   std::vector<Span> span_;  // per feeder: its range of noted_
   std::vector<Noted> noted_;
@@ -90,17 +109,6 @@ class FeederSegments {
   std::vector<Pending> batch_;  // Note's scratch
   std::vector<int32_t> touched_;
 };
-
-// Returns whether `c` is Intersect(a, b) (as Box ==), without building it.
-bool IsIntersection(const Box& a, const Box& b, const Box& c) {
-  if (c.rank() != a.rank()) return false;
-  for (int d = 0; d < a.rank(); ++d) {
-    const int64_t lo = std::max(a.origin(d), b.origin(d));
-    const int64_t hi = std::min(a.origin(d) + a.shape(d), b.origin(d) + b.shape(d));
-    if (c.origin(d) != lo || c.shape(d) != (hi > lo ? hi - lo : 0)) return false;
-  }
-  return true;
-}
 
 // Returns the wave of segment q among `noted` (-1: not one of them).
 int32_t WaveOf(absl::Span<const FeederSegments::Noted> noted, int32_t q) {
@@ -124,9 +132,11 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
                               std::vector<PendingMessage>* messages, Plan* plan) {
   const std::vector<Candidate>& cands = candidates.cands;
   const int32_t src_world = plan->src.world_size;
+  // The relayed candidates by level (in candidate order within one).
+  const std::vector<std::vector<int32_t>> at_level = RelayedByLevel(sources);
   // The segments of every feeder (one per split, in split order, side by
   // side) and the waves of the messages that carry them.
-  FeederSegments fed(sources, cands.size());
+  FeederSegments fed(sources, at_level, cands.size());
   fed.Note(*messages, *segment_cand);
   // The first wave at which a relay may forward split `ordinal` of
   // candidate c's bytes, whose region is `box_of_key()`: one after the
@@ -144,7 +154,7 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
     const int32_t count = static_cast<int32_t>(noted.size());
     if (count == splits) {
       const int32_t wave = WaveOf(noted, first + ordinal);
-      if (wave >= 0 && is_key_box(plan->segments[first + ordinal].box)) return wave + 1;
+      if (wave >= 0 && is_key_box(plan->segments[first + ordinal].box, count)) return wave + 1;
     }
     const Box box = box_of_key();
     int32_t ready = 0;
@@ -161,13 +171,8 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
   };
   // What every placed message uses per engine rank and wave, kept up to
   // date as each level's relays are placed.
-  RankWaveTable use = RankWaveUseOf(plan->dst.world_size, *messages);
-  // The relayed candidates by level (in candidate order within one).
-  std::vector<std::vector<int32_t>> at_level(sources.max_depth + 1);
-  for (size_t i = 0; i < cands.size(); ++i) {
-    const int32_t level = sources.depth[i];
-    if (level > 0 && level <= sources.max_depth) at_level[level].push_back(static_cast<int32_t>(i));
-  }
+  RankWaveTable use = RankWaveUseOf(plan->dst.world_size,
+                                    static_cast<int32_t>(plan->waves.size()), *messages);
   std::vector<int32_t> sender;
   for (int32_t level = 1; level <= sources.max_depth; ++level) {
     if (at_level[level].empty()) continue;
@@ -182,9 +187,16 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
       const Candidate& c = cands[k.cand];
       return Intersect(candidates.PieceOf(c).box, plan->dst.records[c.dst_record].box);
     };
-    // Whether `b` is key k's box (box_of(k) == b), without building it.
-    auto is_box_of = [&](const SegKey& k, const Box& b) {
+    // Whether `b`, one of the feeder's segments, is key k's box (box_of(k)
+    // == b), without building it. A whole key whose feeder came as one
+    // segment (its whole region) of the same group (Candidate::unit: one
+    // source piece, equal destination boxes) has that segment's box,
+    // known without reading either box.
+    auto is_box_of = [&](const SegKey& k, const Box& b, int32_t feeder_segments) {
       if (k.split >= 0) return keys.split_boxes[k.split] == b;
+      if (feeder_segments == 1 && cands[k.cand].unit == cands[sources.feeder[k.cand]].unit) {
+        return true;
+      }
       const Candidate& c = cands[k.cand];
       return IsIntersection(candidates.PieceOf(c).box, plan->dst.records[c.dst_record].box, b);
     };
@@ -199,7 +211,9 @@ absl::Status AddRelayMessages(const Candidates& candidates, const Sources& sourc
         ready_key[j] = {ready_at(kv[i].cand, static_cast<int32_t>(j - i),
                                  static_cast<int32_t>(e - i),
                                  [&] { return box_of(kv[j]); },
-                                 [&](const Box& b) { return is_box_of(kv[j], b); }),
+                                 [&](const Box& b, int32_t feeder_segments) {
+                                   return is_box_of(kv[j], b, feeder_segments);
+                                 }),
                         kv[j]};
       }
       i = e;

@@ -80,10 +80,11 @@ std::vector<int32_t> TrainerSenders(const Candidates& candidates,
 namespace {
 
 // OrderSegments over n entries: entry m is candidate index_of(m), sent
-// by sender_of(m) (none when negative).
+// by sender_of(m) (none when negative); `scattered` when those are a few
+// candidates of all rather than all in order.
 template <typename IndexOf, typename SenderOf>
 absl::Status OrderSegmentsImpl(const Candidates& candidates, size_t n, IndexOf index_of,
-                               SenderOf sender_of, const SideLayout& src,
+                               SenderOf sender_of, bool scattered, const SideLayout& src,
                                const SideLayout& dst, int64_t cap, SegmentKeys* out) {
   const std::vector<Candidate>& cands = candidates.cands;
   const std::vector<TensorPieces>& pieces = candidates.pieces;
@@ -117,6 +118,11 @@ absl::Status OrderSegmentsImpl(const Candidates& candidates, size_t n, IndexOf i
     // candidate is a cache miss.
     std::vector<int64_t> es_of_src(src.tensors.size(), 0);
     for (size_t m = 0; m < n; ++m) {
+      // A few scattered members (relays) are read ahead; all candidates
+      // come in memory order.
+      if (scattered && m + kPrefetchAhead < n) {
+        __builtin_prefetch(&cands[index_of(m + kPrefetchAhead)]);
+      }
       split_off[m] = static_cast<int32_t>(split_boxes.size());
       if (sender_of(m) < 0) continue;
       const Candidate& c = cands[index_of(m)];
@@ -171,6 +177,9 @@ absl::Status OrderSegmentsImpl(const Candidates& candidates, size_t n, IndexOf i
     }
     size_t next = 0;
     for (size_t m = 0; m < n; ++m) {
+      if (m + kPrefetchAhead < n) {
+        PrefetchCandidate(candidates, dst, cands[index_of(m + kPrefetchAhead)]);
+      }
       const int32_t src_rank = sender_of(m);
       if (src_rank < 0) continue;
       const int32_t i = index_of(m);
@@ -223,7 +232,7 @@ absl::Status OrderSegments(const Candidates& candidates,
                            int64_t cap, SegmentKeys* out) {
   return OrderSegmentsImpl(
       candidates, sender.size(), [](size_t m) { return static_cast<int32_t>(m); },
-      [&](size_t m) { return sender[m]; }, src, dst, cap, out);
+      [&](size_t m) { return sender[m]; }, false, src, dst, cap, out);
 }
 
 absl::Status OrderSegmentsOf(const Candidates& candidates,
@@ -233,7 +242,7 @@ absl::Status OrderSegmentsOf(const Candidates& candidates,
                              int64_t cap, SegmentKeys* out) {
   return OrderSegmentsImpl(
       candidates, members.size(), [&](size_t m) { return members[m]; },
-      [&](size_t m) { return sender[m]; }, src, dst, cap, out);
+      [&](size_t m) { return sender[m]; }, true, src, dst, cap, out);
 }
 
 }  // namespace internal_plan

@@ -97,8 +97,11 @@ void ScheduleWaves(const PlannerOptions& options, int32_t src_world,
       int64_t all = 0;
     };
     size_t i = 0;
+    // Per stage (cleared for the next one, keeping their rows' room).
+    std::vector<std::vector<Use>> suse(src_world), duse(dst_world);
     for (size_t si = 0; si < stages.size(); ++si) {
-      std::vector<std::vector<Use>> suse(src_world), duse(dst_world);
+      for (std::vector<Use>& row : suse) row.clear();
+      for (std::vector<Use>& row : duse) row.clear();
       std::vector<int32_t> sstart(src_world, 0), dstart(dst_world, 0);
       absl::flat_hash_map<int64_t, int32_t> pair_last;
       int32_t nwaves = 0;
@@ -181,8 +184,10 @@ void ScheduleWaves(const PlannerOptions& options, int32_t src_world,
   }
 }
 
-RankWaveTable RankWaveUseOf(int32_t dst_world, const std::vector<PendingMessage>& placed) {
+RankWaveTable RankWaveUseOf(int32_t dst_world, int32_t num_waves,
+                            const std::vector<PendingMessage>& placed) {
   RankWaveTable use(dst_world);
+  for (std::vector<RankWaveUse>& row : use) row.resize(num_waves);
   auto add = [&](int32_t e, int32_t w, int64_t staged, int64_t in, int64_t out) {
     if (static_cast<int32_t>(use[e].size()) <= w) use[e].resize(w + 1);
     RankWaveUse& u = use[e][w];

@@ -34,12 +34,15 @@ struct RankWaveUse {
   int64_t in = 0;
   int64_t out = 0;
 };
-// [engine rank][wave]; a rank's row is as long as its last used wave.
+// [engine rank][wave]; a rank's row is as long as its last used wave, or
+// longer (unused waves are zero).
 using RankWaveTable = std::vector<std::vector<RankWaveUse>>;
 
 // Returns the table of what `placed` (messages with their waves set) uses
-// on each of the dst_world engine ranks. Never fails.
-RankWaveTable RankWaveUseOf(int32_t dst_world, const std::vector<PendingMessage>& placed);
+// on each of the dst_world engine ranks; each row covers `num_waves` waves
+// at least. Never fails.
+RankWaveTable RankWaveUseOf(int32_t dst_world, int32_t num_waves,
+                            const std::vector<PendingMessage>& placed);
 
 // Places relay messages (m.relay; src_rank an engine rank) into waves
 // after the messages already counted in `use` (see RankWaveUseOf; the
