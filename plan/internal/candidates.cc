@@ -2,6 +2,7 @@
 #include "plan/internal/candidates.h"
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -12,6 +13,65 @@
 
 namespace refit {
 namespace internal_plan {
+
+namespace {
+
+// A group of equal dst boxes of one tensor (the records order[begin, end)
+// of FindCandidates' order) and the source pieces its box hits: hits and
+// their bytes in the box at [hits_begin, hits_end) of the GroupHits.
+struct Group {
+  int32_t begin, end;
+  int32_t src_tensor;
+  int32_t hits_begin, hits_end;
+};
+
+struct GroupHits {
+  std::vector<Group> groups;
+  std::vector<int32_t> hits;
+  std::vector<int64_t> bytes;
+  size_t num_cands = 0;  // the candidates they make: records x hits
+};
+
+// Sorts the dst records [b, e) (indices into dst.records) so that equal
+// boxes are together: by a hash of the box, then index (a collision only
+// splits a group; the groups stay exact).
+void SortByBox(const SideLayout& dst, std::vector<int32_t>::iterator b,
+               std::vector<int32_t>::iterator e,
+               std::vector<std::pair<uint64_t, int32_t>>* box_hash) {
+  box_hash->clear();
+  for (auto q = b; q != e; ++q) {
+    const Box& bx = dst.records[*q].box;
+    uint64_t h = static_cast<uint64_t>(bx.rank());
+    for (int d = 0; d < bx.rank(); ++d) {
+      h = (h ^ static_cast<uint64_t>(bx.origin(d))) * 0x9E3779B97F4A7C15ULL;
+      h = (h ^ static_cast<uint64_t>(bx.shape(d))) * 0xC2B2AE3D27D4EB4FULL;
+    }
+    box_hash->emplace_back(h, *q);
+  }
+  std::sort(box_hash->begin(), box_hash->end());
+  for (size_t q = 0; q < box_hash->size(); ++q) b[q] = (*box_hash)[q].second;
+}
+
+// Appends the candidates of `g` to *cands, which has room for them (a
+// vector reserved once: growing it by doubling would touch twice its
+// memory, fresh): per record of the group, one per hit, in that order;
+// their unit is the group's first candidate for that hit.
+void EmitCandidates(const GroupHits& g, const std::vector<int32_t>& order,
+                    const SideLayout& dst, std::vector<Candidate>* cands) {
+  cands->reserve(cands->size() + g.num_cands);
+  for (const Group& grp : g.groups) {
+    const int32_t unit_base = static_cast<int32_t>(cands->size());
+    for (int32_t q = grp.begin; q < grp.end; ++q) {
+      const int32_t k = order[q];
+      for (int32_t h = grp.hits_begin; h < grp.hits_end; ++h) {
+        cands->push_back(Candidate{k, grp.src_tensor, g.hits[h], dst.records[k].rank, g.bytes[h],
+                                   unit_base + (h - grp.hits_begin)});
+      }
+    }
+  }
+}
+
+}  // namespace
 
 absl::Status FindCandidates(const SideLayout& src, const SideLayout& dst,
                             const std::vector<int32_t>& dst_to_src,
@@ -36,25 +96,14 @@ absl::Status FindCandidates(const SideLayout& src, const SideLayout& dst,
         order[cursor[dst.records[i].tensor]++] = static_cast<int32_t>(i);
       }
     }
+    // Per group of equal dst boxes, the pieces it hits; then the
+    // candidates, written at once.
+    GroupHits g;
     std::vector<int32_t> hits;
-    std::vector<Box> inter;
     std::vector<std::pair<uint64_t, int32_t>> box_hash;
     for (size_t t = 0; t < nt; ++t) {
       auto b = order.begin() + first[t], e = order.begin() + first[t + 1];
-      // Equal boxes (replicas) together: sort by a hash of the box, then
-      // index (a collision only splits a group; the groups stay exact).
-      box_hash.clear();
-      for (auto q = b; q != e; ++q) {
-        const Box& bx = dst.records[*q].box;
-        uint64_t h = static_cast<uint64_t>(bx.rank());
-        for (int d = 0; d < bx.rank(); ++d) {
-          h = (h ^ static_cast<uint64_t>(bx.origin(d))) * 0x9E3779B97F4A7C15ULL;
-          h = (h ^ static_cast<uint64_t>(bx.shape(d))) * 0xC2B2AE3D27D4EB4FULL;
-        }
-        box_hash.emplace_back(h, *q);
-      }
-      std::sort(box_hash.begin(), box_hash.end());
-      for (size_t q = 0; q < box_hash.size(); ++q) b[q] = box_hash[q].second;
+      SortByBox(dst, b, e, &box_hash);
       const int32_t st = dst_to_src[t];
       const int64_t es = DTypeSize(dst.tensors[t].dtype);
       for (auto i = b; i != e;) {
@@ -72,30 +121,31 @@ absl::Status FindCandidates(const SideLayout& src, const SideLayout& dst,
         }
         FindPieces(pieces[st], r0.box, &hits);
         int64_t covered = 0;
-        inter.clear();
+        const int32_t hits_begin = static_cast<int32_t>(g.hits.size());
         for (int32_t h : hits) {
-          inter.push_back(Intersect(pieces[st].pieces[h].box, r0.box));
-          covered += UncheckedNumElements(inter.back());
+          const int64_t n = UncheckedNumElements(Intersect(pieces[st].pieces[h].box, r0.box));
+          covered += n;
+          g.hits.push_back(h);
+          g.bytes.push_back(n * es);
         }
         const int64_t total = UncheckedNumElements(r0.box);
-        const size_t unit_base = cands.size();
-        for (auto k = i; k != j; ++k) {
-          if (covered != total) {
+        if (covered != total) {
+          for (auto k = i; k != j; ++k) {
             errors->push_back(absl::StrCat(
                 "no source for ", total - covered, " of ", total,
                 " elements of ", DescribePart(dst.tensors[t], r0.box), " on ",
                 DstRank(dst.records[*k].rank)));
-            continue;
           }
-          for (size_t h = 0; h < hits.size(); ++h) {
-            cands.push_back(Candidate{*k, st, hits[h], dst.records[*k].rank,
-                                      UncheckedNumElements(inter[h]) * es,
-                                      static_cast<int32_t>(unit_base + h)});
-          }
+        } else {
+          g.groups.push_back({static_cast<int32_t>(i - order.begin()),
+                              static_cast<int32_t>(j - order.begin()), st, hits_begin,
+                              static_cast<int32_t>(g.hits.size())});
+          g.num_cands += static_cast<size_t>(j - i) * hits.size();
         }
         i = j;
       }
     }
+    EmitCandidates(g, order, dst, &cands);
   }
   out->pieces = std::move(pieces);
   return absl::OkStatus();
@@ -119,53 +169,47 @@ uint64_t RegionHash(const Candidate& c, const Box& a, const Box& b) {
 
 // rep[g]: for each group's first candidate g (Candidate::unit == g), the
 // first candidate of the earliest group needing the same region of the
-// same piece; -1 elsewhere.
+// same piece; -1 elsewhere. The groups go in candidate order into an
+// open-addressing table keyed by RegionHash; a group whose hash is there
+// already compares regions with the groups of that hash (a collision
+// only costs a comparison).
 std::vector<int32_t> JoinGroups(const Candidates& candidates, const SideLayout& dst) {
   const std::vector<Candidate>& cands = candidates.cands;
   std::vector<int32_t> rep(cands.size(), -1);
   auto region_of = [&](const Candidate& c) {
     return Intersect(candidates.PieceOf(c).box, dst.records[c.dst_record].box);
   };
-  // Per group (by its first candidate): (hash, first candidate), in
-  // candidate order before the sort.
-  std::vector<std::pair<uint64_t, int32_t>> keyed;
+  size_t num_groups = 0;
+  for (size_t i = 0; i < cands.size(); ++i) num_groups += cands[i].unit == static_cast<int32_t>(i);
+  size_t slots = 16;
+  while (slots < 2 * num_groups) slots *= 2;
+  // Per slot the hash and the first group (-1: empty) of a distinct
+  // region; groups of equal hash and different regions take later slots.
+  std::vector<uint64_t> slot_hash(slots, 0);
+  std::vector<int32_t> slot_group(slots, -1);
   for (size_t i = 0; i < cands.size(); ++i) {
     const Candidate& c = cands[i];
-    if (c.unit != static_cast<int32_t>(i)) continue;
-    keyed.emplace_back(RegionHash(c, candidates.PieceOf(c).box, dst.records[c.dst_record].box),
-                       static_cast<int32_t>(i));
-  }
-  std::sort(keyed.begin(), keyed.end());
-  // The groups of the current hash's distinct regions, and those regions.
-  std::vector<int32_t> firsts;
-  std::vector<Box> regions;
-  for (size_t k = 0; k < keyed.size(); ++k) {
-    const int32_t g = keyed[k].second;
-    const bool alone = (k == 0 || keyed[k].first != keyed[k - 1].first) &&
-                       (k + 1 == keyed.size() || keyed[k].first != keyed[k + 1].first);
-    if (alone) {  // no other group has its hash
-      rep[g] = g;
-      continue;
-    }
-    if (k == 0 || keyed[k].first != keyed[k - 1].first) {
-      firsts.clear();
-      regions.clear();
-    }
-    const Candidate& c = cands[g];
-    Box region = region_of(c);
-    int32_t r = g;
-    for (size_t x = 0; x < firsts.size(); ++x) {
-      const Candidate& cf = cands[firsts[x]];
-      if (cf.src_tensor == c.src_tensor && cf.piece == c.piece && regions[x] == region) {
-        r = firsts[x];
+    const int32_t g = static_cast<int32_t>(i);
+    if (c.unit != g) continue;
+    const uint64_t h = RegionHash(c, candidates.PieceOf(c).box, dst.records[c.dst_record].box);
+    rep[g] = g;
+    std::optional<Box> region;  // built at the first equal hash
+    for (size_t at = (h ^ (h >> 29)) & (slots - 1);; at = (at + 1) & (slots - 1)) {
+      const int32_t f = slot_group[at];
+      if (f < 0) {
+        slot_hash[at] = h;
+        slot_group[at] = g;
+        break;
+      }
+      if (slot_hash[at] != h) continue;
+      const Candidate& cf = cands[f];
+      if (cf.src_tensor != c.src_tensor || cf.piece != c.piece) continue;
+      if (!region) region = region_of(c);
+      if (region_of(cf) == *region) {
+        rep[g] = f;
         break;
       }
     }
-    if (r == g) {
-      firsts.push_back(g);
-      regions.push_back(std::move(region));
-    }
-    rep[g] = r;
   }
   return rep;
 }
