@@ -204,9 +204,9 @@ double EntryBound(const Candidates& candidates, const Units& units, const Contai
 // them, so the trainer ranks spend at least U + (X - V) c_i.
 double TrainerHostsExitBound(const Candidates& candidates, const Units& units,
                              const Containers& containers, const SideLayout& src,
-                             const SideLayout& dst, const CostModel& cost) {
+                             const SideLayout& dst, const CostModel& cost,
+                             const std::vector<char>& on_trainer_host) {
   if (!cost.placement_known() || src.world_size == 0) return 0;
-  const std::vector<char> on_trainer_host = OnTrainerHosts(src, dst, cost);
   const double c_i = cost.SecondsPerByte(LinkClass::kInterHost);
   double c_n = c_i;
   int32_t engines = 0;
@@ -279,7 +279,7 @@ double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
 double RelayLowerBound(const Candidates& candidates, const Units& units,
                        const Containers& containers, const std::vector<int32_t>& member_rank,
                        const SideLayout& src, const SideLayout& dst, const CostModel& cost,
-                       double* sender_bound) {
+                       const std::vector<char>& on_trainer_host, double* sender_bound) {
   const std::vector<Candidate>& cands = candidates.cands;
   std::vector<LinkBytes> dst_load(dst.world_size);
   TrainerSide trainer(candidates, src.world_size);
@@ -287,7 +287,6 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
   // member of one unit).
   SenderTerms sender(candidates, src.world_size, dst.world_size);
   const bool known = cost.placement_known();
-  const std::vector<char> on_trainer_host = OnTrainerHosts(src, dst, cost);
   // Engine hosts numbered 0.. (slot), and their engine ranks.
   std::vector<int32_t> slot_of(dst.world_size);
   std::vector<int32_t> ranks_on;
@@ -402,7 +401,8 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
   for (size_t h = 0; h < host_seconds.size(); ++h) {
     bound = std::max(bound, host_seconds[h] / ranks_on[h]);
   }
-  bound = std::max(bound, TrainerHostsExitBound(candidates, units, containers, src, dst, cost));
+  bound = std::max(bound, TrainerHostsExitBound(candidates, units, containers, src, dst, cost,
+                                                on_trainer_host));
   return std::max(bound, EntryBound(candidates, units, containers, member_rank, slot_of,
                                     dst_load, entry_links, cost));
 }

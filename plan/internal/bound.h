@@ -39,13 +39,14 @@ double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
 // once, over the fastest link from a replica to any engine rank of the
 // unit (a contained unit's bytes may all come from engine ranks holding
 // a container). Never fails.
-// `member_rank`: per member (units.members order), its dst rank. Sets
+// `member_rank`: per member (units.members order), its dst rank;
+// `on_trainer_host`: OnTrainerHosts(src, dst, cost) (trainer_hosts.h). Sets
 // *sender_bound to SenderLowerBound's figure, computed from the same links
 // in the same pass.
 double RelayLowerBound(const Candidates& candidates, const Units& units,
                        const Containers& containers, const std::vector<int32_t>& member_rank,
                        const SideLayout& src, const SideLayout& dst, const CostModel& cost,
-                       double* sender_bound);
+                       const std::vector<char>& on_trainer_host, double* sender_bound);
 
 }  // namespace internal_plan
 }  // namespace refit

@@ -507,16 +507,16 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
       rank_by_unit[q] = cands[by_unit.members[q]].dst_rank;
     }
   }
-  const double bound = RelayLowerBound(candidates, by_unit, containers_by_unit, rank_by_unit, src,
-                                       dst, cost, &stats->sender_lower_bound_seconds);
-  size_t tier_at = 0;
-  Order order = PlacementOrder(containers_by_unit, info_by_unit, &tier_at);
-  const PlacedUnits placed = PlaceUnits(std::move(by_unit), std::move(containers_by_unit),
-                                        std::move(info_by_unit), std::move(rank_by_unit), &order);
   // Per engine rank whether a trainer rank shares its host, and whether
   // any does (then a pair's link class depends on both ranks, and one GPU
   // may hold both).
   const std::vector<char> trainer_host = OnTrainerHosts(src, dst, cost);
+  const double bound = RelayLowerBound(candidates, by_unit, containers_by_unit, rank_by_unit, src,
+                                       dst, cost, trainer_host, &stats->sender_lower_bound_seconds);
+  size_t tier_at = 0;
+  Order order = PlacementOrder(containers_by_unit, info_by_unit, &tier_at);
+  const PlacedUnits placed = PlaceUnits(std::move(by_unit), std::move(containers_by_unit),
+                                        std::move(info_by_unit), std::move(rank_by_unit), &order);
   const Setting setting{cost,  placed, order, {{0, tier_at}, {tier_at, order.size()}},
                         bound, trainer_host, dst.world_size, SharesHosts(trainer_host)};
   Choice start(cost, src.world_size, dst.world_size, placed.units.members.size(), num_units);
