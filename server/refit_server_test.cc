@@ -14,6 +14,7 @@
 #include "proto/protocol_version.h"
 #include "server/registration.h"
 #include "testing/name_matching_plan.h"
+#include "testing/restart_port.h"
 
 namespace refit {
 namespace {
@@ -576,7 +577,12 @@ TEST(RefitServerTest, ExpiredMemberLearnsItWasRemoved) {
 // it. Each member learns at once that refitd went away, Rejoin waits for it
 // to come back (bounded), and the next round commits with the same plan.
 TEST(RefitServerTest, MembersRejoinARestartedRefitd) {
-  Cluster c = Start();
+  // Below the ephemeral range: no other test takes it while refitd is down.
+  absl::StatusOr<int> free_port = RestartablePort();
+  ASSERT_TRUE(free_port.ok()) << free_port.status();
+  RefitServer::Options first = TestOptions();
+  first.address = absl::StrCat("127.0.0.1:", *free_port);
+  Cluster c = Start(std::move(first));
   auto all = All(c);
   std::string fingerprint;
   for (auto* m : all) {

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "proto/refit_service.grpc.pb.h"
 #include "testing/refitd_process.h"
+#include "testing/restart_port.h"
 #include "testing/tiny_registration.h"
 
 namespace refit {
@@ -142,9 +143,16 @@ TEST(IdentityTest, AMemberWhoseStreamDroppedKeepsItsPlaceAndItsDataIsItsOwn) {
 TEST(IdentityTest, WithAJobKeyNoOutsiderSquatsTheJobOrAMemberEvenRightAfterARestart) {
   const std::string key_file = Tmp("job.key");
   std::ofstream(key_file) << "the-job-key\n";
+  // Below the ephemeral range: no other test takes it while refitd is down.
+  absl::StatusOr<int> free_port = RestartablePort();
+  ASSERT_TRUE(free_port.ok()) << free_port.status();
   RefitdProcess first;
-  ASSERT_TRUE(first.Start(Refitd(), {absl::StrCat("--job_key_file=", key_file)}, Tmp("b.out"),
-                          absl::Seconds(20)).ok());
+  ASSERT_TRUE(first
+                  .Start(Refitd(),
+                         {absl::StrCat("--job_key_file=", key_file),
+                          absl::StrCat("--address=127.0.0.1:", *free_port)},
+                         Tmp("b.out"), absl::Seconds(20))
+                  .ok());
   const int port = first.port();
   // An outsider registers first, under another job and as the trainer.
   Outsider outsider(port);

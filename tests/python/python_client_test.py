@@ -320,7 +320,8 @@ class PythonClientTest(unittest.TestCase):
         # the registrations rebuild the same plan, rounds 2 and 3 commit and
         # every engine byte is checked.
         flags = ("--min_engines=2", "--heartbeat_timeout_ms=2000")
-        d = Refitd(*flags)
+        # Below the ephemeral range: no other test takes it while refitd is down.
+        d = Refitd(*flags, port=refitd_process.restartable_port())
         specs = [("trainer", r, TRAINER, 3) for r in range(2)]
         specs += [("engine", r, E0, 3, "e0") for r in range(2)]
         specs += [("engine", r, E1, 3, "e1") for r in range(2)]

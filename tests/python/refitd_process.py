@@ -1,7 +1,34 @@
 """A refitd process on 127.0.0.1 with a port of its choosing, for tests."""
+import random
+import socket
 import subprocess
 import threading
 import time
+
+
+def restartable_port() -> int:
+    """A port on 127.0.0.1 that binds now and lies below the kernel's
+    ephemeral range, which every process draws port 0 and the local end of
+    each outgoing connection from: no other test takes it while a refitd
+    stopped there is down, so one can start there again.
+    Raises RuntimeError when 64 random tries found none free."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            high = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        high = 32768
+    if high <= 10000:
+        high = 32768
+    for _ in range(64):
+        port = random.randrange(10000, high)
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError(f"no free port on 127.0.0.1 in [10000, {high}) after 64 tries")
 
 
 class Refitd:

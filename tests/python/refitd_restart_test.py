@@ -91,7 +91,8 @@ def trainer_round(t, version=None):
 class RefitdRestartTest(unittest.TestCase):
 
     def test_start_round_fails_fast_and_the_readme_loop_recovers(self):
-        d = refitd_process.Refitd(REFITD)
+        # Below the ephemeral range: no other test takes it while refitd is down.
+        d = refitd_process.Refitd(REFITD, port=refitd_process.restartable_port())
         port = d.port
         t = refit.Member(server=d.address, side="trainer", rank=0, model=MODEL,
                          convention=TRAINER, buffers=buffers("trainer", TRAINER, 7))
