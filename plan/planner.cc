@@ -2,6 +2,7 @@
 // plan/internal/; see planner.h for the contract and the balancing rule.
 #include "plan/planner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <utility>
@@ -50,6 +51,7 @@ using internal_plan::ScheduleWaves;
 using internal_plan::SetDeltaCaps;
 using internal_plan::SetQuantizeCaps;
 using internal_plan::SetRelayCaps;
+using internal_plan::Sources;
 using internal_plan::SegmentKeys;
 using internal_plan::Sources;
 using internal_plan::TrainerSenders;
@@ -75,6 +77,38 @@ class PhaseClock {
   std::chrono::steady_clock::time_point start_ =
       std::chrono::steady_clock::now();
 };
+
+// Relays where a plan's regions nest (one engine layout needs halves of
+// what another needs quarters of): the half's holders alone carry it into
+// their host, while every holder of a quarter could carry that quarter.
+// Where the relay plan of *candidates (*sources, *stats) is over
+// kChainSlack times the relay-aware bound, plans again with every source
+// piece cut at the boundaries of the dst records (FindCandidates'
+// cut_at_dst), and keeps that plan where it is faster. The bound then
+// given is the lesser of the two (the finer candidates' plans include the
+// others). Returns FindCandidates' error.
+absl::Status RelayOverFinerRegions(const Plan& plan, const PlannerOptions& options,
+                                   Candidates* candidates, Sources* sources, PlanStats* stats,
+                                   std::vector<std::string>* errors) {
+  if (!(stats->predicted_seconds > internal_plan::kChainSlack * stats->lower_bound_seconds)) {
+    return absl::OkStatus();
+  }
+  Candidates fine;
+  REFIT_RETURN_IF_ERROR(FindCandidates(plan.src, plan.dst, plan.dst_to_src_tensor, &fine,
+                                       errors, /*cut_at_dst=*/true));
+  if (fine.cands.size() == candidates->cands.size()) return absl::OkStatus();  // none cut
+  PlanStats fine_stats;
+  Sources fine_sources = ChooseRelaySources(fine, plan.src, plan.dst, options, &fine_stats,
+                                            /*anticipate=*/true);
+  const double bound = std::min(stats->lower_bound_seconds, fine_stats.lower_bound_seconds);
+  if (fine_stats.predicted_seconds < stats->predicted_seconds) {
+    *candidates = std::move(fine);
+    *sources = std::move(fine_sources);
+    *stats = std::move(fine_stats);
+  }
+  stats->lower_bound_seconds = bound;
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -135,6 +169,8 @@ absl::StatusOr<Plan> BuildPlan(SideLayout src, SideLayout dst,
   Sources sources;
   if (options.relay) {
     sources = ChooseRelaySources(candidates, plan.src, plan.dst, options, &cost_stats);
+    REFIT_RETURN_IF_ERROR(RelayOverFinerRegions(plan, options, &candidates, &sources,
+                                                &cost_stats, &errors));
   } else {
     sources.choice = BalanceReplicas(candidates, plan.src, plan.dst, options, &cost_stats);
   }

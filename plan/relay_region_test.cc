@@ -33,21 +33,26 @@ namespace {
 // of tensor parallel sizes `tps` (in order, replica i on host hosts[i], or
 // 1 + i when `hosts` is empty) holding the same, cut alike; with `fp8`
 // the engines hold the "w"s as e4m3 with their 4 x 4 block scales
-// (Shard(0)).
+// (Shard(0)). With `trainer_dp` > 1 the trainer has that many replicas
+// (ranks dp * trainer_tp + tp), all on host 0.
 struct Layouts {
   SideLayout src, dst;
   std::vector<int32_t> replica_of;  // per engine rank
 };
 Layouts Make(int32_t trainer_tp, const std::vector<int32_t>& tps, bool fp8,
-             const std::vector<int32_t>& hosts = {}, int32_t layers = 1) {
+             const std::vector<int32_t>& hosts = {}, int32_t layers = 1,
+             int32_t trainer_dp = 1) {
   Layouts l;
   const std::vector<Placement> col = {Placement::Shard(0)}, row = {Placement::Shard(1)},
                                rep = {Placement::Replicate()};
-  l.src.world_size = trainer_tp;
-  l.src.host_of_rank.assign(trainer_tp, 0);
-  std::vector<int32_t> ranks(trainer_tp);
-  for (int32_t k = 0; k < trainer_tp; ++k) ranks[k] = k;
-  const Mesh tm = *Mesh::Make({"tp"}, {trainer_tp}, ranks);
+  const std::vector<Placement> tcol = {Placement::Replicate(), Placement::Shard(0)},
+                               trow = {Placement::Replicate(), Placement::Shard(1)},
+                               trep = {Placement::Replicate(), Placement::Replicate()};
+  l.src.world_size = trainer_dp * trainer_tp;
+  l.src.host_of_rank.assign(l.src.world_size, 0);
+  std::vector<int32_t> ranks(l.src.world_size);
+  for (int32_t k = 0; k < l.src.world_size; ++k) ranks[k] = k;
+  const Mesh tm = *Mesh::Make({"dp", "tp"}, {trainer_dp, trainer_tp}, ranks);
   struct EngineTensors {
     int32_t w, scale, o, n;
   };
@@ -56,9 +61,9 @@ Layouts Make(int32_t trainer_tp, const std::vector<int32_t>& tps, bool fp8,
     const std::string sfx = layer == 0 ? "" : absl::StrCat(".", layer);
     const TensorSpec w{"w" + sfx, {64, 32}, DType::kBF16}, o{"o" + sfx, {32, 64}, DType::kBF16},
         n{"n" + sfx, {48}, DType::kF32};
-    EXPECT_TRUE(AddDenseShards(l.src, *AddTensor(l.src, w), tm, col).ok());
-    EXPECT_TRUE(AddDenseShards(l.src, *AddTensor(l.src, o), tm, row).ok());
-    EXPECT_TRUE(AddDenseShards(l.src, *AddTensor(l.src, n), tm, rep).ok());
+    EXPECT_TRUE(AddDenseShards(l.src, *AddTensor(l.src, w), tm, tcol).ok());
+    EXPECT_TRUE(AddDenseShards(l.src, *AddTensor(l.src, o), tm, trow).ok());
+    EXPECT_TRUE(AddDenseShards(l.src, *AddTensor(l.src, n), tm, trep).ok());
     EngineTensors e;
     e.w = *AddTensor(l.dst, fp8 ? WithFormat({w.name, {64, 32}, DType::kF8E4M3},
                                              QuantFormat::kFp8Block, QuantRole::kCodes)
@@ -296,6 +301,65 @@ TEST(RegionRelayTest, BoundTakesASmallReplicatedTensorWholeOnOneRank) {
   const double entry = (2048 + 192) / 50e9;
   EXPECT_NEAR(plan->stats.lower_bound_seconds, entry, 1e-15);
   EXPECT_NEAR(plan->stats.predicted_seconds, entry, 1e-15);
+}
+
+// One engine's TP4 ranks and another's two TP2 replicas on one host,
+// under 4 replicas of a TP2 trainer on another (16 layers), so that the
+// engine host's network is what bounds the plan: a TP2 rank needs a half that
+// two TP4 ranks hold a quarter each of. Every holder of a quarter takes
+// part of it into the host, the TP4 ranks forward their quarters to the
+// TP2 ranks, every byte lands (FP8 codes and scales too), and the plan is
+// within 1.05x of the relay-aware bound (with only the halves' holders
+// taking them in, a TP2 rank would take a quarter of the model across
+// hosts: 1.7x the bound).
+TEST(RegionRelayTest, QuarterHoldersCarryHalvesIntoTheirHost) {
+  for (bool fp8 : {false, true}) {
+    SCOPED_TRACE(fp8 ? "fp8" : "bf16");
+    Layouts l = Make(2, {4, 2, 2}, fp8, /*hosts=*/{1, 1, 1}, /*layers=*/16, /*trainer_dp=*/4);
+    absl::StatusOr<Plan> plan = BuildPlan(l.src, l.dst, Options(true));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(testing::RunInWaveOrder(*plan), "");
+    EXPECT_LE(plan->stats.lower_bound_seconds, plan->stats.predicted_seconds * (1 + 1e-12));
+    EXPECT_LE(plan->stats.predicted_seconds, 1.05 * plan->stats.lower_bound_seconds);
+    // The TP4 ranks (replica 0) forward to the TP2 ranks.
+    int64_t tp4_to_tp2 = 0;
+    for (const Message& m : plan->messages) {
+      if (m.relay && l.replica_of[m.src_rank] == 0 && l.replica_of[m.dst_rank] != 0) {
+        tp4_to_tp2 += m.bytes;
+      }
+    }
+    EXPECT_GT(tp4_to_tp2, 0);
+    if (!fp8) continue;
+    OwnedBuffers trainer = AllocateBuffers(l.src);
+    FillPattern(l.src, trainer.ptrs);
+    OwnedBuffers engine = AllocateBuffers(plan->dst);
+    ASSERT_TRUE(ReferenceCopy(*plan, trainer.ptrs, engine.ptrs).ok());
+    const std::map<std::string, DType> dtypes = SourceDTypes(l.src);
+    PatternOptions po;
+    po.source_dtypes = &dtypes;
+    po.fp8_block = 4;
+    EXPECT_TRUE(CheckPattern(plan->dst, engine.ptrs, po).ok())
+        << CheckPattern(plan->dst, engine.ptrs, po);
+  }
+}
+
+// Only some ranks of a host need what lives on another host: trainer
+// ranks 0 and 1 on hosts 0 and 1, two TP2 replicas on each. On host 0 the
+// replicas' second ranks need trainer rank 1's half, 4 KiB a layer over 8
+// layers, which they alone can take in: the bound is at least half of it
+// over the network per rank (the other two ranks of the host take theirs
+// from trainer rank 0 on their host, and hold nothing to carry), and the
+// plan is within 1.05x of it.
+TEST(RegionRelayTest, BoundCountsOnlyTheHoldersOfWhatEntersAHost) {
+  Layouts l = Make(2, {2, 2, 2, 2}, /*fp8=*/false, /*hosts=*/{0, 0, 1, 1}, /*layers=*/8);
+  l.src.host_of_rank = {0, 1};
+  absl::StatusOr<Plan> plan = BuildPlan(l.src, l.dst, Options(true));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(testing::RunInWaveOrder(*plan), "");
+  const double half_in = 8 * 4096 / 50e9;
+  EXPECT_GE(plan->stats.lower_bound_seconds, half_in / 2);
+  EXPECT_LE(plan->stats.lower_bound_seconds, plan->stats.predicted_seconds * (1 + 1e-12));
+  EXPECT_LE(plan->stats.predicted_seconds, 1.05 * plan->stats.lower_bound_seconds);
 }
 
 // Random mixes of TP1, TP2 and TP4 replicas under a TP1, TP2 or TP4

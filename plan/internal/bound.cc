@@ -178,6 +178,129 @@ double EntryBound(const Candidates& candidates, const Units& units, const Contai
   return bound;
 }
 
+// Returns, per engine host, over every set S of its engine ranks that
+// holds all of some uncontained unit's bytes there, the mean time of S's
+// ranks: their bytes at their best (`dst_load`), plus, for each
+// uncontained unit with a member on the host whose holders there (its
+// members and those of the units it contains) all lie in S, the extra of
+// taking its bytes into the host (each byte over the link from a trainer
+// replica, at best, instead of over its holder's best link; `entry_links`
+// per member). Why it bounds every plan: an engine rank forwards only
+// bytes it holds, so each byte of such a unit comes into the host, from a
+// trainer rank or across hosts, through a rank of S; the slowest of S
+// takes at least their mean. Where every rank of the host holds the unit
+// this is the host term of RelayLowerBound; where few do (one engine's
+// ranks hold regions the other's do not, or only some of a host's ranks
+// need what lives on another host), those few carry it in.
+double HolderSetBound(const Units& units, const Containers& containers,
+                      const std::vector<int32_t>& member_rank, const std::vector<int32_t>& slot_of,
+                      const std::vector<LinkBytes>& dst_load,
+                      const std::vector<uint8_t>& entry_links, const Candidates& candidates,
+                      const CostModel& cost) {
+  const int32_t num_units = units.size();
+  // Per unit, the units it contains (Containers inverted).
+  std::vector<int32_t> inner_first(num_units + 1, 0);
+  for (int32_t c = 0; c < num_units; ++c) {
+    for (int32_t k = containers.first[c]; k < containers.first[c + 1]; ++k) {
+      ++inner_first[containers.units[k] + 1];
+    }
+  }
+  for (int32_t u = 0; u < num_units; ++u) inner_first[u + 1] += inner_first[u];
+  std::vector<int32_t> inner(inner_first[num_units]);
+  {
+    std::vector<int32_t> at(inner_first.begin(), inner_first.end() - 1);
+    for (int32_t c = 0; c < num_units; ++c) {
+      for (int32_t k = containers.first[c]; k < containers.first[c + 1]; ++k) {
+        inner[at[containers.units[k]]++] = c;
+      }
+    }
+  }
+  const int32_t dst_world = static_cast<int32_t>(dst_load.size());
+  // Per engine rank, the extras of the units it alone holds on its host;
+  // per (host slot, holder set of two or more ranks), the extras of the
+  // units held there by exactly that set.
+  std::vector<double> alone_extra(dst_world, 0.0);
+  std::map<std::pair<int32_t, std::vector<int32_t>>, double> set_extra;
+  // The unit at hand's holders: (slot, rank, seconds a byte from a trainer
+  // replica, seconds a byte over its best link, whether a member).
+  std::vector<std::tuple<int32_t, int32_t, double, double, bool>> holders;
+  std::vector<int32_t> ranks;
+  for (int32_t u = 0; u < num_units; ++u) {
+    if (containers.Contained(u)) continue;
+    // No extra anywhere when the unit contains none and each member's best
+    // is the link from a trainer replica (no other holder on its host).
+    if (inner_first[u] == inner_first[u + 1]) {
+      bool any = false;
+      for (int32_t q = units.first[u]; q < units.first[u + 1] && !any; ++q) {
+        any = (entry_links[q] & 3) != (entry_links[q] >> 2);
+      }
+      if (!any) continue;
+    }
+    holders.clear();
+    auto add = [&](int32_t h, bool member) {
+      for (int32_t q = units.first[h]; q < units.first[h + 1]; ++q) {
+        const uint8_t links = entry_links[q];
+        holders.emplace_back(slot_of[member_rank[q]], member_rank[q],
+                             cost.SecondsPerByte(static_cast<LinkClass>(links & 3)),
+                             cost.SecondsPerByte(static_cast<LinkClass>(links >> 2)), member);
+      }
+    };
+    add(u, true);
+    for (int32_t k = inner_first[u]; k < inner_first[u + 1]; ++k) add(inner[k], false);
+    std::sort(holders.begin(), holders.end());
+    const int64_t bytes = candidates.cands[units.members[units.first[u]]].bytes;
+    for (size_t i = 0; i < holders.size();) {
+      size_t j = i;
+      bool has_member = false;
+      double entry = std::get<2>(holders[i]), best = 0;
+      ranks.clear();
+      for (; j < holders.size() && std::get<0>(holders[j]) == std::get<0>(holders[i]); ++j) {
+        has_member = has_member || std::get<4>(holders[j]);
+        entry = std::min(entry, std::get<2>(holders[j]));
+        best = std::max(best, std::get<3>(holders[j]));
+        if (ranks.empty() || ranks.back() != std::get<1>(holders[j])) {
+          ranks.push_back(std::get<1>(holders[j]));
+        }
+      }
+      // Without a member the host needs only the contained regions, not
+      // the unit's bytes: no term (a bound may leave terms out).
+      const double extra = static_cast<double>(bytes) * (entry - best);
+      if (has_member && extra > 0) {
+        if (ranks.size() == 1) {
+          alone_extra[ranks[0]] += extra;
+        } else {
+          set_extra[{std::get<0>(holders[i]), ranks}] += extra;
+        }
+      }
+      i = j;
+    }
+  }
+  std::vector<double> own(dst_world);
+  double bound = 0;
+  for (int32_t d = 0; d < dst_world; ++d) {
+    own[d] = cost.Seconds(dst_load[d]) + alone_extra[d];
+    bound = std::max(bound, own[d]);
+  }
+  // Each set's sum takes the sets of its host that lie in it (ordered by
+  // host slot, so a host's sets are side by side).
+  for (auto s = set_extra.begin(); s != set_extra.end();) {
+    auto e = s;
+    while (e != set_extra.end() && e->first.first == s->first.first) ++e;
+    for (auto a = s; a != e; ++a) {
+      const std::vector<int32_t>& big = a->first.second;
+      double total = 0;
+      for (int32_t d : big) total += own[d];
+      for (auto b = s; b != e; ++b) {
+        const std::vector<int32_t>& small = b->first.second;
+        if (std::includes(big.begin(), big.end(), small.begin(), small.end())) total += b->second;
+      }
+      bound = std::max(bound, total / big.size());
+    }
+    s = e;
+  }
+  return bound;
+}
+
 // Returns the time the hosts of the trainer take to send out what the
 // other hosts need, where engine ranks share them (0 where none does, or
 // the placement is unknown): X, the bytes engine ranks on other hosts
@@ -403,6 +526,10 @@ double RelayLowerBound(const Candidates& candidates, const Units& units,
   }
   bound = std::max(bound, TrainerHostsExitBound(candidates, units, containers, src, dst, cost,
                                                 on_trainer_host));
+  if (known) {
+    bound = std::max(bound, HolderSetBound(units, containers, member_rank, slot_of, dst_load,
+                                           entry_links, candidates, cost));
+  }
   return std::max(bound, EntryBound(candidates, units, containers, member_rank, slot_of,
                                     dst_load, entry_links, cost));
 }

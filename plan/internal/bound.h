@@ -31,7 +31,11 @@ double SenderLowerBound(const Candidates& candidates, const SideLayout& src,
 // it; the others at their best); per engine host and uncontained unit,
 // the least time of a member there that takes the unit into the host
 // (its bytes at their best, this unit's over the trainer replica's link:
-// a unit is received whole by one rank); where engine ranks share the
+// a unit is received whole by one rank); per engine host and set of its
+// engine ranks holding all of some unit there (its members and those of
+// the units it contains), the mean time of those ranks when they alone
+// take into the host the units only they hold (an engine rank forwards
+// only bytes it holds); where engine ranks share the
 // trainer's hosts, the time those hosts' trainer and engine ranks take to
 // send out the distinct bytes the other hosts need (the trainer ranks
 // also feeding the engine ranks there); and the trainer side's terms of

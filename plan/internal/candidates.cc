@@ -71,15 +71,43 @@ void EmitCandidates(const GroupHits& g, const std::vector<int32_t>& order,
   }
 }
 
+// Per src tensor and dim, the origins and limits of the boxes of the dst
+// records of the dst tensors mapped to it (`dst_to_src`), ascending and
+// distinct.
+std::vector<std::vector<std::vector<int64_t>>> DstBoundaries(
+    const SideLayout& src, const SideLayout& dst, const std::vector<int32_t>& dst_to_src) {
+  std::vector<std::vector<std::vector<int64_t>>> cuts(src.tensors.size());
+  for (const Record& r : dst.records) {
+    if (IsEmpty(r.box)) continue;
+    std::vector<std::vector<int64_t>>& c = cuts[dst_to_src[r.tensor]];
+    if (c.size() < static_cast<size_t>(r.box.rank())) c.resize(r.box.rank());
+    for (int d = 0; d < r.box.rank(); ++d) {
+      c[d].push_back(r.box.origin(d));
+      c[d].push_back(r.box.limit(d));
+    }
+  }
+  for (auto& per_tensor : cuts) {
+    for (std::vector<int64_t>& c : per_tensor) {
+      std::sort(c.begin(), c.end());
+      c.erase(std::unique(c.begin(), c.end()), c.end());
+    }
+  }
+  return cuts;
+}
+
 }  // namespace
 
 absl::Status FindCandidates(const SideLayout& src, const SideLayout& dst,
                             const std::vector<int32_t>& dst_to_src,
-                            Candidates* out, std::vector<std::string>* errors) {
+                            Candidates* out, std::vector<std::string>* errors,
+                            bool cut_at_dst) {
   std::vector<std::vector<int32_t>> src_recs(src.tensors.size());
   for (size_t i = 0; i < src.records.size(); ++i) {
     src_recs[src.records[i].tensor].push_back(static_cast<int32_t>(i));
   }
+  // Per src tensor and dim, the boundaries of the dst records needing it.
+  std::vector<std::vector<std::vector<int64_t>>> cuts;
+  if (cut_at_dst) cuts = DstBoundaries(src, dst, dst_to_src);
   std::vector<TensorPieces> pieces(src.tensors.size());
   std::vector<char> built(src.tensors.size(), 0);
   std::vector<Candidate>& cands = out->cands;
@@ -117,6 +145,7 @@ absl::Status FindCandidates(const SideLayout& src, const SideLayout& dst,
         if (!built[st]) {
           absl::Status s = BuildPieces(src, src_recs[st], &pieces[st]);
           if (!s.ok()) return AnnotateStatus(s, "tensor " + src.tensors[st].name);
+          if (cut_at_dst) CutPieces(cuts[st], &pieces[st]);
           built[st] = 1;
         }
         FindPieces(pieces[st], r0.box, &hits);

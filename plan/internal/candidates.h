@@ -105,9 +105,17 @@ inline constexpr int32_t kMaxContainerSearch = 64;
 Containers ContainingUnits(const Candidates& candidates, const Units& units,
                            const SideLayout& dst);
 
+// With `cut_at_dst`, each source piece is first cut at every boundary of
+// the dst records of its tensor (CutPieces; a tensor whose cut would make
+// too many pieces stays as it is), so that the regions of any two
+// candidates of one piece are equal or disjoint: where one engine layout
+// needs halves and another quarters, a half is two candidates, each the
+// region a quarter's holder has too (relays.h: every holder of a region
+// may carry it into its host).
 absl::Status FindCandidates(const SideLayout& src, const SideLayout& dst,
                             const std::vector<int32_t>& dst_to_src,
-                            Candidates* out, std::vector<std::string>* errors);
+                            Candidates* out, std::vector<std::string>* errors,
+                            bool cut_at_dst = false);
 
 }  // namespace internal_plan
 }  // namespace refit

@@ -126,6 +126,61 @@ absl::Status BuildPieces(const SideLayout& src, const std::vector<int32_t>& recs
   return absl::OkStatus();
 }
 
+bool CutPieces(const std::vector<std::vector<int64_t>>& cuts, TensorPieces* tp) {
+  // Per piece and dim, the cut positions inside it (with its ends).
+  std::vector<std::vector<std::vector<int64_t>>> at(tp->pieces.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < tp->pieces.size(); ++i) {
+    const Box& b = tp->pieces[i].box;
+    const int rank = std::min<int>(b.rank(), static_cast<int>(cuts.size()));
+    at[i].resize(b.rank());
+    int64_t cells = 1;
+    for (int d = 0; d < b.rank(); ++d) {
+      std::vector<int64_t>& c = at[i][d];
+      c.push_back(b.origin(d));
+      if (d < rank) {
+        auto lo = std::upper_bound(cuts[d].begin(), cuts[d].end(), b.origin(d));
+        auto hi = std::lower_bound(cuts[d].begin(), cuts[d].end(), b.limit(d));
+        c.insert(c.end(), lo, hi);
+      }
+      c.push_back(b.limit(d));
+      cells *= static_cast<int64_t>(c.size()) - 1;
+      if (cells > kMaxGridCells) return false;
+    }
+    total += cells;
+    if (total > kMaxGridCells) return false;
+  }
+  if (total == static_cast<int64_t>(tp->pieces.size())) return true;  // nothing to cut
+  std::vector<Piece> cut;
+  cut.reserve(total);
+  for (size_t i = 0; i < tp->pieces.size(); ++i) {
+    const Piece& p = tp->pieces[i];
+    const int rank = p.box.rank();
+    std::vector<size_t> idx(rank, 0);
+    while (true) {
+      Box::Indices o(rank), sz(rank);
+      for (int d = 0; d < rank; ++d) {
+        o[d] = at[i][d][idx[d]];
+        sz[d] = at[i][d][idx[d] + 1] - o[d];
+      }
+      cut.push_back(Piece{Box::Unchecked(o, sz), p.replicas, p.ranks});
+      int d = rank - 1;
+      while (d >= 0 && ++idx[d] + 1 == at[i][d].size()) {
+        idx[d] = 0;
+        --d;
+      }
+      if (d < 0) break;
+    }
+  }
+  std::sort(cut.begin(), cut.end(), [](const Piece& a, const Piece& b) { return a.box < b.box; });
+  tp->pieces = std::move(cut);
+  tp->max_extent0 = 0;
+  for (const Piece& p : tp->pieces) {
+    if (p.box.rank() > 0) tp->max_extent0 = std::max(tp->max_extent0, p.box.shape(0));
+  }
+  return true;
+}
+
 // Pieces of tp intersecting q (indices into tp.pieces).
 void FindPieces(const TensorPieces& tp, const Box& q, std::vector<int32_t>* hits) {
   hits->clear();

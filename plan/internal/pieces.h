@@ -34,6 +34,13 @@ struct TensorPieces {
 absl::Status BuildPieces(const SideLayout& src, const std::vector<int32_t>& recs,
                          TensorPieces* out);
 
+// Cuts every piece of *tp further at `cuts` (per dim, ascending and
+// distinct: positions a piece is cut at where they fall strictly inside
+// it), each cell keeping its piece's replicas; the pieces stay sorted by
+// box. Leaves *tp as it is and returns false when that would make more
+// than 2^20 pieces. Never fails.
+bool CutPieces(const std::vector<std::vector<int64_t>>& cuts, TensorPieces* tp);
+
 // Sets *hits to the pieces of tp intersecting q (indices into tp.pieces,
 // ascending). Never fails.
 void FindPieces(const TensorPieces& tp, const Box& q, std::vector<int32_t>* hits);

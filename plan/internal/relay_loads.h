@@ -32,9 +32,12 @@ struct Option {
 // `dst`. Its receiver's side of an option depends only on the link class,
 // so it is computed once per class (Loads::RecvTime) and shared by every
 // sender offered.
+// `reserved`: the class its bytes are reserved at on its engine rank
+// (Loads::Reserve), which they leave when they take their link; -1: none.
 class Transfer {
  public:
-  Transfer(int32_t dst, int64_t bytes) : dst_(dst), bytes_(bytes) {}
+  Transfer(int32_t dst, int64_t bytes, int reserved = -1)
+      : dst_(dst), bytes_(bytes), reserved_(reserved) {}
   int32_t dst() const { return dst_; }
   int64_t bytes() const { return bytes_; }
 
@@ -42,6 +45,7 @@ class Transfer {
   friend class Loads;
   int32_t dst_;
   int64_t bytes_;
+  int reserved_;
   double t_recv_[kNumLinkClasses] = {};
   uint8_t known_ = 0;  // bit c: t_recv_[c] is computed
 };
@@ -102,6 +106,22 @@ class Loads {
     out_sec_[e] = cost_->Seconds(out_[e]);
     AddIn(d, lc, b);
   }
+  // Counts `b` bytes into engine rank d over class lc before their source
+  // is chosen (their best link), so that its time says what it will
+  // receive in all; Unreserve takes them out again when they are fed.
+  void Reserve(int32_t d, LinkClass lc, int64_t b) { AddIn(d, lc, b); }
+  void Unreserve(int32_t d, LinkClass lc, int64_t b) { AddIn(d, lc, -b); }
+  // Engine rank d's ingress time were `b` of its bytes over class `from`
+  // over class `to` instead (ShiftIn does it).
+  double InTimeShifted(int32_t d, LinkClass from, LinkClass to, int64_t b) const {
+    LinkBytes in = in_[d];
+    in.Add(from, -b);
+    return cost_->SecondsWith(in, to, b);
+  }
+  void ShiftIn(int32_t d, LinkClass from, LinkClass to, int64_t b) {
+    in_[d].Add(from, -b);
+    AddIn(d, to, b);
+  }
   // Returns the slowest rank's time.
   double Slowest() const {
     double t = 0;
@@ -130,8 +150,15 @@ class Loads {
   double RecvTime(Transfer* x, LinkClass lc) const {
     const int c = static_cast<int>(lc);
     if ((x->known_ >> c & 1) == 0) {
-      x->t_recv_[c] =
-          std::max(cost_->SecondsWith(in_[x->dst_], lc, x->bytes_), out_sec_[x->dst_]);
+      double in;
+      if (x->reserved_ < 0) {
+        in = cost_->SecondsWith(in_[x->dst_], lc, x->bytes_);
+      } else {
+        LinkBytes b = in_[x->dst_];
+        b.bytes[x->reserved_] -= x->bytes_;
+        in = cost_->SecondsWith(b, lc, x->bytes_);
+      }
+      x->t_recv_[c] = std::max(in, out_sec_[x->dst_]);
       x->known_ |= static_cast<uint8_t>(1 << c);
     }
     return x->t_recv_[c];

@@ -140,6 +140,7 @@ struct Setting {
   const std::vector<char>& trainer_host;  // per engine rank (OnTrainerHosts)
   int32_t dst_world;  // engine ranks
   bool shared_hosts;  // some engine rank shares a trainer rank's host
+  bool anticipate;    // ChooseRelaySources' argument
 };
 
 // A choice of sources under way. Per member (placed order): its replica
@@ -148,19 +149,34 @@ struct Setting {
 // its own GPU; the ranks' loads, the floor options are measured against
 // and the deepest relay so far.
 struct Choice {
+  // With `anticipate` (ReserveBest) it keeps per member its reserved class.
   Choice(const CostModel& cost, int32_t src_world, int32_t dst_world, size_t members,
-         int32_t num_units)
+         int32_t num_units, bool anticipate)
       : loads(cost, src_world, dst_world),
         choice_at(members, -1),
         feeder_at(members, -1),
         depth_at(members, 0),
         fed(members, 0),
-        unit_fed(num_units, 0) {}
+        unit_fed(num_units, 0),
+        reserved_at(anticipate ? members : 0, -1),
+        best_at(anticipate ? members : 0, -1) {}
+
+  // Member q's reserved class, -1 when none.
+  int Reserved(int32_t q) const { return reserved_at.empty() ? -1 : reserved_at[q]; }
+
+  // Takes member q's reserved bytes (ReserveBest) out of its rank's load,
+  // before they are fed over their link.
+  void Release(const std::vector<int32_t>& rank_at, int32_t q, int64_t bytes) {
+    if (Reserved(q) < 0) return;
+    loads.Unreserve(rank_at[q], static_cast<LinkClass>(reserved_at[q]), bytes);
+    reserved_at[q] = -1;
+  }
 
   // Feeds member q `bytes` from replica k of `ranks` (f < 0) or from member
   // f; `rank_at`: per member its dst rank.
   void Feed(const std::vector<int32_t>& rank_at, int32_t q, absl::Span<const int32_t> ranks,
             int32_t k, int32_t f, int64_t bytes) {
+    Release(rank_at, q, bytes);
     if (f < 0) {
       choice_at[q] = k;
       loads.AddDirect(ranks[k], rank_at[q], bytes);
@@ -177,6 +193,10 @@ struct Choice {
   std::vector<int16_t> depth_at;
   std::vector<char> fed;
   std::vector<char> unit_fed;
+  // Per member, the class its bytes are reserved at (-1: none), and the
+  // class ReserveBest reserved it at; both empty without anticipate.
+  std::vector<int8_t> reserved_at;
+  std::vector<int8_t> best_at;
   double floor = 0;
   int32_t max_depth = 0;
 };
@@ -244,6 +264,39 @@ void FromContainers(const Setting& s, const Choice& c, int32_t u, Transfer* x,
   }
 }
 
+// With `anticipate` (relays.h): reserves every member's bytes on its rank
+// over the best link it can have (from a replica, from another member of
+// its unit or from a member of a container), so that each rank's time
+// counts what it will receive in all from the start.
+void ReserveBest(const Setting& s, Choice* c) {
+  const Units& units = s.placed.units;
+  const Containers& containers = s.placed.containers;
+  const std::vector<int32_t>& rank_at = s.placed.rank_at;
+  for (int32_t u = 0; u < units.size(); ++u) {
+    const absl::Span<const int32_t> ranks = s.placed.info[u].ranks;
+    for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) {
+      const int32_t d = rank_at[q];
+      LinkClass best = LinkClass::kInterHost;
+      auto offer = [&](LinkClass lc) {
+        if (s.cost.SecondsPerByte(lc) < s.cost.SecondsPerByte(best)) best = lc;
+      };
+      for (int32_t r : ranks) offer(s.cost.ClassOf(r, d));
+      auto holders = [&](int32_t h) {
+        for (int32_t o = units.first[h]; o < units.first[h + 1]; ++o) {
+          if (rank_at[o] != d) offer(s.cost.EngineClassOf(rank_at[o], d));
+        }
+      };
+      holders(u);
+      for (int32_t k = containers.first[u]; k < containers.first[u + 1]; ++k) {
+        holders(containers.units[k]);
+      }
+      c->reserved_at[q] = static_cast<int8_t>(best);
+      c->best_at[q] = static_cast<int8_t>(best);
+      c->loads.Reserve(d, best, s.placed.info[u].bytes);
+    }
+  }
+}
+
 // Step 1 (see relays.h): every member with a replica on its dst rank's GPU
 // takes the least loaded one of those (units in GroupUnits' order); then
 // the floor is the bound or the slowest rank, the larger.
@@ -264,6 +317,7 @@ void FeedSameGpu(const Setting& s, Choice* c) {
       c->choice_at[q] = best;
       c->fed[q] = 1;
       c->unit_fed[u] = 1;
+      c->Release(rank_at, q, s.placed.info[u].bytes);
       c->loads.AddDirect(ranks[best], rank_at[q], s.placed.info[u].bytes);
     }
   }
@@ -329,7 +383,7 @@ void ChainRoots(const Setting& s, const std::vector<int32_t>& chain, size_t tier
     const int32_t root = chain[s.placed.units.first[u]];
     if (c->fed[root]) continue;
     Option best;
-    Transfer x(rank_at[root], -neg_bytes);
+    Transfer x(rank_at[root], -neg_bytes, c->Reserved(root));
     const int32_t best_k = FromReplicas(*c, ranks, &x, false, &best);
     int32_t best_h = -1;
     FromContainers(s, *c, u, &x, kMaxChainDepth, &best, &best_h);
@@ -355,7 +409,7 @@ void ChainRest(const Setting& s, const std::vector<int32_t>& chain, size_t tier_
       if (c->fed[q]) continue;
       const bool relay = c->depth_at[f] < kMaxChainDepth;
       Option best;
-      Transfer x(d, bytes);
+      Transfer x(d, bytes, c->Reserved(q));
       if (relay) best = c->loads.Relay(rank_at[f], &x, c->depth_at[f] + 1, c->floor);
       const int32_t best_k = FromReplicas(*c, ranks, &x, relay, &best);
       c->fed[q] = 1;
@@ -398,7 +452,7 @@ void TreeRoots(const Setting& s, Choice* c) {
     Option best;
     int32_t best_q = -1, best_k = -1;
     for (int32_t q = q_first; q != q_last; ++q) {
-      Transfer x(rank_at[q], -neg_bytes);
+      Transfer x(rank_at[q], -neg_bytes, c->Reserved(q));
       for (int32_t k = 0; k < static_cast<int32_t>(ranks.size()); ++k) {
         const Option o = c->loads.Direct(ranks[k], &x, c->floor);
         if (best_q < 0 || o < best) {
@@ -410,9 +464,76 @@ void TreeRoots(const Setting& s, Choice* c) {
     }
     c->choice_at[best_q] = best_k;
     c->fed[best_q] = 1;
+    c->Release(rank_at, best_q, -neg_bytes);
     c->loads.AddDirect(ranks[best_k], rank_at[best_q], -neg_bytes);
     c->floor = std::max({c->floor, best.t_send, best.t_recv});
   }
+}
+
+// With `anticipate` and no host shared by the two sides (every root then
+// crosses the network): moves roots off the slowest engine rank to another
+// member of their unit, each time the move that makes the larger of the
+// two ranks' times least, while that is under the slowest rank's time.
+// TreeRoots places units one by one, largest first, and cannot see that
+// the units it places later fall only on ranks it already loaded (two
+// engines' holders of one half: the quarters' holders take part of it
+// in); this evens them out. Stops after as many moves as there are units.
+void RebalanceRoots(const Setting& s, Choice* c) {
+  const Units& units = s.placed.units;
+  const std::vector<int32_t>& rank_at = s.placed.rank_at;
+  const int32_t num_units = units.size();
+  std::vector<std::vector<int32_t>> roots(s.dst_world);  // root members per rank
+  std::vector<int32_t> unit_at(units.members.size());
+  for (int32_t u = 0; u < num_units; ++u) {
+    for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) {
+      unit_at[q] = u;
+      if (c->fed[q] && c->choice_at[q] >= 0 && c->best_at[q] >= 0) roots[rank_at[q]].push_back(q);
+    }
+  }
+  const LinkClass net = LinkClass::kInterHost;
+  for (int32_t moves = 0; moves < num_units; ++moves) {
+    int32_t slow = 0;
+    for (int32_t d = 1; d < s.dst_world; ++d) {
+      if (c->loads.InTime(d) > c->loads.InTime(slow)) slow = d;
+    }
+    const double now = c->loads.InTime(slow);
+    double best_t = now;
+    int32_t best_i = -1, best_to = -1;
+    for (int32_t i = 0; i < static_cast<int32_t>(roots[slow].size()); ++i) {
+      const int32_t q = roots[slow][i];
+      const int32_t u = unit_at[q];
+      const int64_t bytes = s.placed.info[u].bytes;
+      const double from_after =
+          c->loads.InTimeShifted(slow, net, static_cast<LinkClass>(c->best_at[q]), bytes);
+      for (int32_t o = units.first[u]; o < units.first[u + 1]; ++o) {
+        if (o == q || c->fed[o] || rank_at[o] == slow || c->reserved_at[o] < 0) continue;
+        const double to_after = c->loads.InTimeShifted(
+            rank_at[o], static_cast<LinkClass>(c->reserved_at[o]), net, bytes);
+        const double t = std::max(from_after, to_after);
+        if (t < best_t) {
+          best_t = t;
+          best_i = i;
+          best_to = o;
+        }
+      }
+    }
+    if (best_i < 0) break;
+    const int32_t q = roots[slow][best_i];
+    const int64_t bytes = s.placed.info[unit_at[q]].bytes;
+    c->loads.ShiftIn(slow, net, static_cast<LinkClass>(c->best_at[q]), bytes);
+    c->loads.ShiftIn(rank_at[best_to], static_cast<LinkClass>(c->reserved_at[best_to]), net,
+                     bytes);
+    c->reserved_at[q] = c->best_at[q];
+    c->reserved_at[best_to] = -1;
+    c->choice_at[best_to] = c->choice_at[q];
+    c->choice_at[q] = -1;
+    c->fed[q] = 0;
+    c->fed[best_to] = 1;
+    roots[slow][best_i] = roots[slow].back();
+    roots[slow].pop_back();
+    roots[rank_at[best_to]].push_back(best_to);
+  }
+  c->floor = std::max(s.bound, c->loads.Slowest());
 }
 
 // Trees, step 3 for the units of `order` in [tier_b, tier_e): host by host
@@ -444,7 +565,7 @@ void TreeHosts(const Setting& s, size_t tier_b, size_t tier_e, Choice* c) {
     for (const auto& [slot, in_time, q] : todo) {
       const int32_t d = rank_at[q];
       Option best;
-      Transfer x(d, bytes);
+      Transfer x(d, bytes, c->Reserved(q));
       const int32_t best_k = FromReplicas(*c, ranks, &x, false, &best);
       int32_t best_h = -1;
       for (int32_t h = b; h != e; ++h) {
@@ -467,6 +588,7 @@ void TreeHosts(const Setting& s, size_t tier_b, size_t tier_e, Choice* c) {
 // per tier the others host by host.
 void TreePass(const Setting& s, Choice* c) {
   TreeRoots(s, c);
+  if (s.anticipate && !s.shared_hosts) RebalanceRoots(s, c);
   for (const auto& [tier_b, tier_e] : s.tiers) TreeHosts(s, tier_b, tier_e, c);
 }
 
@@ -490,7 +612,7 @@ Sources ToSources(const Choice& c, const std::vector<int32_t>& members, size_t n
 
 Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
                            const SideLayout& dst, const PlannerOptions& options,
-                           PlanStats* stats) {
+                           PlanStats* stats, bool anticipate) {
   const CostModel cost(src, dst, options);
   const std::vector<Candidate>& cands = candidates.cands;
   // Per unit (GroupUnits' numbering) its bytes and replicas, and per
@@ -518,13 +640,16 @@ Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
   const PlacedUnits placed = PlaceUnits(std::move(by_unit), std::move(containers_by_unit),
                                         std::move(info_by_unit), std::move(rank_by_unit), &order);
   const Setting setting{cost,  placed, order, {{0, tier_at}, {tier_at, order.size()}},
-                        bound, trainer_host, dst.world_size, SharesHosts(trainer_host)};
-  Choice start(cost, src.world_size, dst.world_size, placed.units.members.size(), num_units);
+                        bound, trainer_host, dst.world_size, SharesHosts(trainer_host),
+                        anticipate};
+  Choice start(cost, src.world_size, dst.world_size, placed.units.members.size(), num_units,
+               anticipate);
+  if (anticipate) ReserveBest(setting, &start);
   FeedSameGpu(setting, &start);
   Choice chains = start;
   ChainPass(setting, &chains);
-  const bool chained =
-      chains.loads.Slowest() <= kChainSlack * std::max(bound, start.loads.Slowest());
+  const bool chained = !anticipate && chains.loads.Slowest() <=
+                                          kChainSlack * std::max(bound, start.loads.Slowest());
   const Choice* kept = &chains;
   std::optional<Choice> trees;
   if (!chained) {

@@ -91,11 +91,19 @@ struct Sources {
 //     by the same rule,
 //     ties to the faster link, then the shorter depth (trainer first),
 //     then the less loaded sender.
+// With `anticipate`, each member's bytes count on its rank's time from the
+// start, over the best link it can have (a replica's, another member's of
+// its unit or a container's), until its source is chosen: a rank that
+// will receive much over fast links then takes less across hosts, where
+// the rule above sees only what each rank has received so far. The trees
+// are then always tried, and where no host is shared by the two sides,
+// their roots are moved off the slowest rank to another member of their
+// unit while that makes the two ranks' larger time smaller.
 // Fills the cost fields of *stats (predicted time, both bounds, bytes per
 // link class, relay depth). Never fails.
 Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,
                            const SideLayout& dst, const PlannerOptions& options,
-                           PlanStats* stats);
+                           PlanStats* stats, bool anticipate = false);
 
 // Returns OK when every candidate has a source: a trainer replica, or a
 // feeder (an empty `feeder`: no relays). Otherwise INTERNAL naming the
