@@ -8,11 +8,13 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
+#include "job/job_plan.h"
 #include "mapping/mapping.h"
 #include "plan/planner.h"
 
@@ -145,6 +147,32 @@ absl::StatusOr<Plan> PlanWithRelays(const std::string& model, const std::string&
                                     int64_t budget, bool delta) {
   REFIT_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model));
   REFIT_ASSIGN_OR_RETURN(TrainerSpec ts, ParseTrainerSpec(trainer_spec));
+  PlannerOptions po;
+  po.relay = true;
+  po.delta = delta;
+  po.num_lanes = lanes;
+  po.choose_lanes = false;
+  po.staging_budget_bytes = budget;
+  po.max_wave_bytes = po.max_message_bytes = budget / lanes / 4;
+  if (absl::StrContains(engine_spec, ';')) {
+    std::vector<JobEngine> engines;
+    int32_t engine_world = 0;
+    for (absl::string_view one : absl::StrSplit(engine_spec, ';')) {
+      REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(std::string(one)));
+      engines.push_back(JobEngine{absl::StrCat("engine", engines.size()), es});
+      engine_world += es.world_size();
+    }
+    REFIT_ASSIGN_OR_RETURN(JobLayouts layouts, MapJob(config, ts, engines));
+    const int32_t hosts = std::max(ts.world_size(), engine_world);
+    REFIT_ASSIGN_OR_RETURN(
+        Plan plan, PlanJob(std::move(layouts), engines,
+                           ShorthandPlacement(ts.world_size(), engine_world, hosts, false), po));
+    if (Forwarded(plan) == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(model, " ", trainer_spec, " -> ", engine_spec, ": no relay in the plan"));
+    }
+    return plan;
+  }
   REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(engine_spec));
   REFIT_ASSIGN_OR_RETURN(MappedSide src, BuildTrainerLayout(config, ts));
   REFIT_ASSIGN_OR_RETURN(MappedSide dst, BuildEngineLayout(config, es));
@@ -154,13 +182,6 @@ absl::StatusOr<Plan> PlanWithRelays(const std::string& model, const std::string&
   for (int32_t r = 0; r < dst.layout.world_size; ++r) {
     dst.layout.host_of_rank.push_back(1 + r / per_replica);
   }
-  PlannerOptions po;
-  po.relay = true;
-  po.delta = delta;
-  po.num_lanes = lanes;
-  po.choose_lanes = false;
-  po.staging_budget_bytes = budget;
-  po.max_wave_bytes = po.max_message_bytes = budget / lanes / 4;
   REFIT_ASSIGN_OR_RETURN(Plan plan,
                          BuildPlan(std::move(src.layout), std::move(dst.layout), po));
   if (Forwarded(plan) == 0) {
@@ -176,6 +197,17 @@ std::vector<RelayCase> DenseRelayCases() {
        {"vllm:tp=2,dp=2", "vllm:tp=1,dp=3,quant=fp8", "vllm:tp=2,dp=2,quant=fp8"}) {
     RelayCase c;
     c.model = "tiny-qwen3-moe-b128";
+    c.engine_spec = spec;
+    c.budget = 4 << 20;
+    cases.push_back(c);
+  }
+  // Two engines on one host under 4 trainer replicas: a TP1 rank's whole
+  // tensor is two TP2 ranks' halves, and every holder of a half takes part
+  // of it into the host (relays.h: finer regions).
+  for (const char* spec : {"vllm:tp=2;vllm:tp=1,dp=2", "vllm:tp=2,quant=fp8;vllm:tp=1,dp=2,quant=fp8"}) {
+    RelayCase c;
+    c.model = "tiny-qwen3-moe-b128";
+    c.trainer_spec = "megatron:tp=1,dp=4";
     c.engine_spec = spec;
     c.budget = 4 << 20;
     cases.push_back(c);

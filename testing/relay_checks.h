@@ -22,6 +22,8 @@ namespace testing {
 // is on host 1 + i, with relays, over `lanes` lanes under a staging budget
 // of `budget` bytes (waves and messages a quarter of a lane's share, so
 // that relays pipeline over many waves); `delta`: planned for delta rounds.
+// Engines of several layouts (`engine_spec` "vllm:tp=2;vllm:tp=1,dp=2")
+// are on host 1 together, the trainer alone on host 0.
 // Fails with the model's, the specs' or the planner's error, or
 // FAILED_PRECONDITION when the plan has no relay message.
 absl::StatusOr<Plan> PlanWithRelays(const std::string& model, const std::string& trainer_spec,
@@ -42,7 +44,9 @@ struct RelayCase {
 // The cases the host check (relay_rounds_test) and the one-GPU check
 // (relay_one_gpu_test) both run: tiny-qwen3-moe-b128 from megatron:tp=1
 // into BF16 and FP8 (quant=fp8: codes and scales relayed as bytes)
-// replicas, TP1 and TP2, chains of depth 1 to 3; on one GPU every delta
+// replicas, TP1 and TP2, chains of depth 1 to 3, and (dense) a TP2 and a
+// TP1 engine on one host from megatron:tp=1,dp=4, where the TP2 ranks
+// carry parts of the TP1 ranks' tensors in; on one GPU every delta
 // case's ranks keep their CUDA streams within 32 (cuda_inproc_parts.h),
 // and only the last delta case stops a relay.
 std::vector<RelayCase> DenseRelayCases();
