@@ -129,6 +129,22 @@ int64_t Sum(const std::vector<int64_t>& v) {
   return s;
 }
 
+// Checks that the engines' FP8 codes and scales are those of the
+// trainer's bf16 values on every replica of `plan` (the converted scratch
+// computed by the reference, not filled as a pattern).
+void ExpectTrainersFp8Values(const Layouts& l, const Plan& plan) {
+  OwnedBuffers trainer = AllocateBuffers(l.src);
+  FillPattern(l.src, trainer.ptrs);
+  OwnedBuffers engine = AllocateBuffers(plan.dst);
+  ASSERT_TRUE(ReferenceCopy(plan, trainer.ptrs, engine.ptrs).ok());
+  const std::map<std::string, DType> dtypes = SourceDTypes(l.src);
+  PatternOptions po;
+  po.source_dtypes = &dtypes;
+  po.fp8_block = 4;
+  EXPECT_TRUE(CheckPattern(plan.dst, engine.ptrs, po).ok())
+      << CheckPattern(plan.dst, engine.ptrs, po);
+}
+
 // Plans `tps` under a TP `trainer_tp` trainer with relays and checks what
 // a user cares about: every byte of every replica right (FP8 codes and
 // scales those of the trainer's values), the trainer sends one copy of
@@ -190,20 +206,7 @@ void CheckSubRegionRelays(int32_t trainer_tp, const std::vector<int32_t>& tps, b
   absl::StatusOr<Plan> back = FromProto(ToProto(*plan));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(PlanFingerprint(*back), plan->fingerprint);
-  if (!fp8) return;
-  // The engines' FP8 codes and scales are those of the trainer's bf16
-  // values on every replica (the converted scratch computed by the
-  // reference, not filled as a pattern).
-  OwnedBuffers trainer = AllocateBuffers(l.src);
-  FillPattern(l.src, trainer.ptrs);
-  OwnedBuffers engine = AllocateBuffers(plan->dst);
-  ASSERT_TRUE(ReferenceCopy(*plan, trainer.ptrs, engine.ptrs).ok());
-  const std::map<std::string, DType> dtypes = SourceDTypes(l.src);
-  PatternOptions po;
-  po.source_dtypes = &dtypes;
-  po.fp8_block = 4;
-  EXPECT_TRUE(CheckPattern(plan->dst, engine.ptrs, po).ok())
-      << CheckPattern(plan->dst, engine.ptrs, po);
+  if (fp8) ExpectTrainersFp8Values(l, *plan);
 }
 
 TEST(RegionRelayTest, Tp2ReplicaFeedsTp4ReplicasUnderTp2Trainer) {
@@ -329,17 +332,7 @@ TEST(RegionRelayTest, QuarterHoldersCarryHalvesIntoTheirHost) {
       }
     }
     EXPECT_GT(tp4_to_tp2, 0);
-    if (!fp8) continue;
-    OwnedBuffers trainer = AllocateBuffers(l.src);
-    FillPattern(l.src, trainer.ptrs);
-    OwnedBuffers engine = AllocateBuffers(plan->dst);
-    ASSERT_TRUE(ReferenceCopy(*plan, trainer.ptrs, engine.ptrs).ok());
-    const std::map<std::string, DType> dtypes = SourceDTypes(l.src);
-    PatternOptions po;
-    po.source_dtypes = &dtypes;
-    po.fp8_block = 4;
-    EXPECT_TRUE(CheckPattern(plan->dst, engine.ptrs, po).ok())
-        << CheckPattern(plan->dst, engine.ptrs, po);
+    if (fp8) ExpectTrainersFp8Values(l, *plan);
   }
 }
 

@@ -142,6 +142,45 @@ std::string StoppedRelay(MemberRounds& rounds, RankStop how) {
 
 }  // namespace
 
+namespace {
+
+// PlanWithRelays' plan of engines of several layouts (`engine_spec` with
+// ';'), all on host 1, the trainer on host 0.
+absl::StatusOr<Plan> PlanEnginesOnOneHost(const ModelConfig& config, const TrainerSpec& ts,
+                                          const std::string& engine_spec,
+                                          const PlannerOptions& po) {
+  std::vector<JobEngine> engines;
+  int32_t engine_world = 0;
+  for (absl::string_view one : absl::StrSplit(engine_spec, ';')) {
+    REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(std::string(one)));
+    engines.push_back(JobEngine{absl::StrCat("engine", engines.size()), es});
+    engine_world += es.world_size();
+  }
+  REFIT_ASSIGN_OR_RETURN(JobLayouts layouts, MapJob(config, ts, engines));
+  const int32_t per_host = std::max(ts.world_size(), engine_world);
+  return PlanJob(std::move(layouts), engines,
+                 ShorthandPlacement(ts.world_size(), engine_world, per_host, false), po);
+}
+
+// PlanWithRelays' plan of one engine, its replica i on host 1 + i.
+absl::StatusOr<Plan> PlanReplicasOnHostsOfTheirOwn(const ModelConfig& config,
+                                                   const TrainerSpec& ts,
+                                                   const std::string& engine_spec,
+                                                   const PlannerOptions& po) {
+  REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(engine_spec));
+  REFIT_ASSIGN_OR_RETURN(MappedSide src, BuildTrainerLayout(config, ts));
+  REFIT_ASSIGN_OR_RETURN(MappedSide dst, BuildEngineLayout(config, es));
+  src.layout.host_of_rank.assign(src.layout.world_size, 0);
+  const int32_t per_replica = dst.layout.world_size / es.dp;
+  dst.layout.host_of_rank.clear();
+  for (int32_t r = 0; r < dst.layout.world_size; ++r) {
+    dst.layout.host_of_rank.push_back(1 + r / per_replica);
+  }
+  return BuildPlan(std::move(src.layout), std::move(dst.layout), po);
+}
+
+}  // namespace
+
 absl::StatusOr<Plan> PlanWithRelays(const std::string& model, const std::string& trainer_spec,
                                     const std::string& engine_spec, int32_t lanes,
                                     int64_t budget, bool delta) {
@@ -154,36 +193,9 @@ absl::StatusOr<Plan> PlanWithRelays(const std::string& model, const std::string&
   po.choose_lanes = false;
   po.staging_budget_bytes = budget;
   po.max_wave_bytes = po.max_message_bytes = budget / lanes / 4;
-  if (absl::StrContains(engine_spec, ';')) {
-    std::vector<JobEngine> engines;
-    int32_t engine_world = 0;
-    for (absl::string_view one : absl::StrSplit(engine_spec, ';')) {
-      REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(std::string(one)));
-      engines.push_back(JobEngine{absl::StrCat("engine", engines.size()), es});
-      engine_world += es.world_size();
-    }
-    REFIT_ASSIGN_OR_RETURN(JobLayouts layouts, MapJob(config, ts, engines));
-    const int32_t hosts = std::max(ts.world_size(), engine_world);
-    REFIT_ASSIGN_OR_RETURN(
-        Plan plan, PlanJob(std::move(layouts), engines,
-                           ShorthandPlacement(ts.world_size(), engine_world, hosts, false), po));
-    if (Forwarded(plan) == 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(model, " ", trainer_spec, " -> ", engine_spec, ": no relay in the plan"));
-    }
-    return plan;
-  }
-  REFIT_ASSIGN_OR_RETURN(EngineSpec es, ParseEngineSpec(engine_spec));
-  REFIT_ASSIGN_OR_RETURN(MappedSide src, BuildTrainerLayout(config, ts));
-  REFIT_ASSIGN_OR_RETURN(MappedSide dst, BuildEngineLayout(config, es));
-  src.layout.host_of_rank.assign(src.layout.world_size, 0);
-  const int32_t per_replica = dst.layout.world_size / es.dp;
-  dst.layout.host_of_rank.clear();
-  for (int32_t r = 0; r < dst.layout.world_size; ++r) {
-    dst.layout.host_of_rank.push_back(1 + r / per_replica);
-  }
-  REFIT_ASSIGN_OR_RETURN(Plan plan,
-                         BuildPlan(std::move(src.layout), std::move(dst.layout), po));
+  REFIT_ASSIGN_OR_RETURN(Plan plan, absl::StrContains(engine_spec, ';')
+                                        ? PlanEnginesOnOneHost(config, ts, engine_spec, po)
+                                        : PlanReplicasOnHostsOfTheirOwn(config, ts, engine_spec, po));
   if (Forwarded(plan) == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(model, " ", trainer_spec, " -> ", engine_spec, ": no relay in the plan"));
