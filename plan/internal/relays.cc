@@ -17,35 +17,14 @@
 #include "absl/types/span.h"
 #include "plan/cost.h"
 #include "plan/internal/bound.h"
+#include "plan/internal/relay_choice.h"
 #include "plan/internal/relay_loads.h"
+#include "plan/internal/relay_rebalance.h"
 #include "plan/internal/trainer_hosts.h"
 
 namespace refit {
 namespace internal_plan {
 namespace {
-
-// A unit's bytes, first dst record and replicas' trainer ranks.
-struct UnitInfo {
-  int64_t bytes;
-  int32_t dst_record;  // of its first member
-  absl::Span<const int32_t> ranks;
-};
-
-// Units' (-bytes, first dst record, unit) in placement order.
-using Order = std::vector<std::tuple<int64_t, int32_t, int32_t>>;
-
-// Units renumbered by their place in ChooseRelaySources' `order` (unit t
-// is order[t]'s), their members side by side in that order, so that its
-// loops walk the per-member arrays in sequence.
-struct PlacedUnits {
-  Units units;
-  Containers containers;  // by the new numbers
-  std::vector<UnitInfo> info;  // ranks: spans of unit_ranks
-  std::vector<int32_t> rank_at;  // per member: its dst rank
-  std::vector<int32_t> unit_ranks;  // the units' replica ranks, side by side
-  std::vector<int32_t> unit_of;  // per new number: the GroupUnits number
-  std::vector<int32_t> place;  // per GroupUnits number: the new one
-};
 
 // Renumbers units u (GroupUnits' numbers, with their containers, infos and
 // members' dst ranks) by their place in *order, whose third fields become
@@ -128,79 +107,6 @@ Order PlacementOrder(const Containers& containers, const std::vector<UnitInfo>& 
   return order;
 }
 
-// What the passes read: the time model, the units in placement order and
-// where engine ranks share the trainer's hosts.
-struct Setting {
-  const CostModel& cost;
-  const PlacedUnits& placed;
-  const Order& order;  // units by the new numbers
-  // The uncontained units' range of `order`, then the contained ones'.
-  std::pair<size_t, size_t> tiers[2];
-  double bound;  // the relay-aware bound
-  const std::vector<char>& trainer_host;  // per engine rank (OnTrainerHosts)
-  int32_t dst_world;  // engine ranks
-  bool shared_hosts;  // some engine rank shares a trainer rank's host
-  bool anticipate;    // ChooseRelaySources' argument
-};
-
-// A choice of sources under way. Per member (placed order): its replica
-// (-1: none or relayed), its feeder member (-1: none), its hops after the
-// trainer and whether it is fed; per unit whether a member of it is fed on
-// its own GPU; the ranks' loads, the floor options are measured against
-// and the deepest relay so far.
-struct Choice {
-  // With `anticipate` (ReserveBest) it keeps per member its reserved class.
-  Choice(const CostModel& cost, int32_t src_world, int32_t dst_world, size_t members,
-         int32_t num_units, bool anticipate)
-      : loads(cost, src_world, dst_world),
-        choice_at(members, -1),
-        feeder_at(members, -1),
-        depth_at(members, 0),
-        fed(members, 0),
-        unit_fed(num_units, 0),
-        reserved_at(anticipate ? members : 0, -1),
-        best_at(anticipate ? members : 0, -1) {}
-
-  // Member q's reserved class, -1 when none.
-  int Reserved(int32_t q) const { return reserved_at.empty() ? -1 : reserved_at[q]; }
-
-  // Takes member q's reserved bytes (ReserveBest) out of its rank's load,
-  // before they are fed over their link.
-  void Release(const std::vector<int32_t>& rank_at, int32_t q, int64_t bytes) {
-    if (Reserved(q) < 0) return;
-    loads.Unreserve(rank_at[q], static_cast<LinkClass>(reserved_at[q]), bytes);
-    reserved_at[q] = -1;
-  }
-
-  // Feeds member q `bytes` from replica k of `ranks` (f < 0) or from member
-  // f; `rank_at`: per member its dst rank.
-  void Feed(const std::vector<int32_t>& rank_at, int32_t q, absl::Span<const int32_t> ranks,
-            int32_t k, int32_t f, int64_t bytes) {
-    Release(rank_at, q, bytes);
-    if (f < 0) {
-      choice_at[q] = k;
-      loads.AddDirect(ranks[k], rank_at[q], bytes);
-      return;
-    }
-    feeder_at[q] = f;
-    depth_at[q] = static_cast<int16_t>(depth_at[f] + 1);
-    max_depth = std::max<int32_t>(max_depth, depth_at[q]);
-    loads.AddRelay(rank_at[f], rank_at[q], bytes);
-  }
-
-  Loads loads;
-  std::vector<int32_t> choice_at, feeder_at;
-  std::vector<int16_t> depth_at;
-  std::vector<char> fed;
-  std::vector<char> unit_fed;
-  // Per member, the class its bytes are reserved at (-1: none), and the
-  // class ReserveBest reserved it at; both empty without anticipate.
-  std::vector<int8_t> reserved_at;
-  std::vector<int8_t> best_at;
-  double floor = 0;
-  int32_t max_depth = 0;
-};
-
 // Offers *best each replica of `ranks` as the sender of transfer x (the
 // first one wins outright when `have_best` is false); returns the index of
 // the replica that wins, or -1 when *best stays. Replicas over one link
@@ -260,39 +166,6 @@ void FromContainers(const Setting& s, const Choice& c, int32_t u, Transfer* x,
         *best = o;
         *best_h = h;
       }
-    }
-  }
-}
-
-// With `anticipate` (relays.h): reserves every member's bytes on its rank
-// over the best link it can have (from a replica, from another member of
-// its unit or from a member of a container), so that each rank's time
-// counts what it will receive in all from the start.
-void ReserveBest(const Setting& s, Choice* c) {
-  const Units& units = s.placed.units;
-  const Containers& containers = s.placed.containers;
-  const std::vector<int32_t>& rank_at = s.placed.rank_at;
-  for (int32_t u = 0; u < units.size(); ++u) {
-    const absl::Span<const int32_t> ranks = s.placed.info[u].ranks;
-    for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) {
-      const int32_t d = rank_at[q];
-      LinkClass best = LinkClass::kInterHost;
-      auto offer = [&](LinkClass lc) {
-        if (s.cost.SecondsPerByte(lc) < s.cost.SecondsPerByte(best)) best = lc;
-      };
-      for (int32_t r : ranks) offer(s.cost.ClassOf(r, d));
-      auto holders = [&](int32_t h) {
-        for (int32_t o = units.first[h]; o < units.first[h + 1]; ++o) {
-          if (rank_at[o] != d) offer(s.cost.EngineClassOf(rank_at[o], d));
-        }
-      };
-      holders(u);
-      for (int32_t k = containers.first[u]; k < containers.first[u + 1]; ++k) {
-        holders(containers.units[k]);
-      }
-      c->reserved_at[q] = static_cast<int8_t>(best);
-      c->best_at[q] = static_cast<int8_t>(best);
-      c->loads.Reserve(d, best, s.placed.info[u].bytes);
     }
   }
 }
@@ -468,72 +341,6 @@ void TreeRoots(const Setting& s, Choice* c) {
     c->loads.AddDirect(ranks[best_k], rank_at[best_q], -neg_bytes);
     c->floor = std::max({c->floor, best.t_send, best.t_recv});
   }
-}
-
-// With `anticipate` and no host shared by the two sides (every root then
-// crosses the network): moves roots off the slowest engine rank to another
-// member of their unit, each time the move that makes the larger of the
-// two ranks' times least, while that is under the slowest rank's time.
-// TreeRoots places units one by one, largest first, and cannot see that
-// the units it places later fall only on ranks it already loaded (two
-// engines' holders of one half: the quarters' holders take part of it
-// in); this evens them out. Stops after as many moves as there are units.
-void RebalanceRoots(const Setting& s, Choice* c) {
-  const Units& units = s.placed.units;
-  const std::vector<int32_t>& rank_at = s.placed.rank_at;
-  const int32_t num_units = units.size();
-  std::vector<std::vector<int32_t>> roots(s.dst_world);  // root members per rank
-  std::vector<int32_t> unit_at(units.members.size());
-  for (int32_t u = 0; u < num_units; ++u) {
-    for (int32_t q = units.first[u]; q < units.first[u + 1]; ++q) {
-      unit_at[q] = u;
-      if (c->fed[q] && c->choice_at[q] >= 0 && c->best_at[q] >= 0) roots[rank_at[q]].push_back(q);
-    }
-  }
-  const LinkClass net = LinkClass::kInterHost;
-  for (int32_t moves = 0; moves < num_units; ++moves) {
-    int32_t slow = 0;
-    for (int32_t d = 1; d < s.dst_world; ++d) {
-      if (c->loads.InTime(d) > c->loads.InTime(slow)) slow = d;
-    }
-    const double now = c->loads.InTime(slow);
-    double best_t = now;
-    int32_t best_i = -1, best_to = -1;
-    for (int32_t i = 0; i < static_cast<int32_t>(roots[slow].size()); ++i) {
-      const int32_t q = roots[slow][i];
-      const int32_t u = unit_at[q];
-      const int64_t bytes = s.placed.info[u].bytes;
-      const double from_after =
-          c->loads.InTimeShifted(slow, net, static_cast<LinkClass>(c->best_at[q]), bytes);
-      for (int32_t o = units.first[u]; o < units.first[u + 1]; ++o) {
-        if (o == q || c->fed[o] || rank_at[o] == slow || c->reserved_at[o] < 0) continue;
-        const double to_after = c->loads.InTimeShifted(
-            rank_at[o], static_cast<LinkClass>(c->reserved_at[o]), net, bytes);
-        const double t = std::max(from_after, to_after);
-        if (t < best_t) {
-          best_t = t;
-          best_i = i;
-          best_to = o;
-        }
-      }
-    }
-    if (best_i < 0) break;
-    const int32_t q = roots[slow][best_i];
-    const int64_t bytes = s.placed.info[unit_at[q]].bytes;
-    c->loads.ShiftIn(slow, net, static_cast<LinkClass>(c->best_at[q]), bytes);
-    c->loads.ShiftIn(rank_at[best_to], static_cast<LinkClass>(c->reserved_at[best_to]), net,
-                     bytes);
-    c->reserved_at[q] = c->best_at[q];
-    c->reserved_at[best_to] = -1;
-    c->choice_at[best_to] = c->choice_at[q];
-    c->choice_at[q] = -1;
-    c->fed[q] = 0;
-    c->fed[best_to] = 1;
-    roots[slow][best_i] = roots[slow].back();
-    roots[slow].pop_back();
-    roots[rank_at[best_to]].push_back(best_to);
-  }
-  c->floor = std::max(s.bound, c->loads.Slowest());
 }
 
 // Trees, step 3 for the units of `order` in [tier_b, tier_e): host by host
