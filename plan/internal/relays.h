@@ -97,8 +97,8 @@ struct Sources {
 // will receive much over fast links then takes less across hosts, where
 // the rule above sees only what each rank has received so far. The trees
 // are then always tried, and where no host is shared by the two sides,
-// their roots are moved off the slowest rank to another member of their
-// unit while that makes the two ranks' larger time smaller.
+// their roots move between the members of their units to even out the
+// ranks' times (RebalanceRoots, relay_rebalance.h).
 // Fills the cost fields of *stats (predicted time, both bounds, bytes per
 // link class, relay depth). Never fails.
 Sources ChooseRelaySources(const Candidates& candidates, const SideLayout& src,

@@ -53,6 +53,7 @@ TEST(RelayBoundTest, RelayPlansComeWithin5PercentOfTheirBound) {
       {"qwen3-30b-a3b", "megatron:tp=2,ep=8,etp=1,dp=4", "vllm:tp=4;vllm:tp=2,dp=2", 8, false},
       {"qwen3-30b-a3b", "megatron:tp=2,ep=8,etp=1,dp=4", "vllm:tp=8;vllm:tp=2,dp=4", 8, false},
       {"qwen3-30b-a3b", "megatron:tp=2,ep=8,etp=1,dp=4", "vllm:tp=4;vllm:tp=2,dp=2", 4, false},
+      {"qwen3-30b-a3b", "megatron:tp=4,ep=8,etp=1,dp=2", "vllm:tp=4;vllm:tp=2,dp=2", 8, false},
       {"qwen3-8b", "megatron:tp=8", "vllm:tp=8;vllm:tp=2,dp=2;vllm:tp=1,dp=2", 8, false},
       // Colocated on hosts of 4 GPUs: on each host only the ranks that need
       // the other host's half can take it in.
