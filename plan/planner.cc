@@ -51,7 +51,6 @@ using internal_plan::ScheduleWaves;
 using internal_plan::SetDeltaCaps;
 using internal_plan::SetQuantizeCaps;
 using internal_plan::SetRelayCaps;
-using internal_plan::Sources;
 using internal_plan::SegmentKeys;
 using internal_plan::Sources;
 using internal_plan::TrainerSenders;
