@@ -83,9 +83,11 @@ class PhaseClock {
 // Where the relay plan of *candidates (*sources, *stats) is over
 // kChainSlack times the relay-aware bound, plans again with every source
 // piece cut at the boundaries of the dst records (FindCandidates'
-// cut_at_dst), and keeps that plan where it is faster. The bound then
-// given is the lesser of the two (the finer candidates' plans include the
-// others). Returns FindCandidates' error.
+// cut_at_dst; where none is cut, the same candidates) and each rank's
+// bytes counted from the start (ChooseRelaySources' anticipate), and
+// keeps that plan where it is faster. The bound then given is the lesser
+// of the two (the finer candidates' plans include the others). Returns
+// FindCandidates' error.
 absl::Status RelayOverFinerRegions(const Plan& plan, const PlannerOptions& options,
                                    Candidates* candidates, Sources* sources, PlanStats* stats,
                                    std::vector<std::string>* errors) {
@@ -95,7 +97,6 @@ absl::Status RelayOverFinerRegions(const Plan& plan, const PlannerOptions& optio
   Candidates fine;
   REFIT_RETURN_IF_ERROR(FindCandidates(plan.src, plan.dst, plan.dst_to_src_tensor, &fine,
                                        errors, /*cut_at_dst=*/true));
-  if (fine.cands.size() == candidates->cands.size()) return absl::OkStatus();  // none cut
   PlanStats fine_stats;
   Sources fine_sources = ChooseRelaySources(fine, plan.src, plan.dst, options, &fine_stats,
                                             /*anticipate=*/true);
