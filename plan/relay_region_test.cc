@@ -355,6 +355,27 @@ TEST(RegionRelayTest, BoundCountsOnlyTheHoldersOfWhatEntersAHost) {
   EXPECT_LE(plan->stats.predicted_seconds, 1.05 * plan->stats.lower_bound_seconds);
 }
 
+// Relay options under a small random staging budget (256 B to 2 KiB) on
+// 1 or 2 lanes, drawn from *rng in that order.
+PlannerOptions SmallBudgetOptions(std::mt19937_64* rng) {
+  PlannerOptions o = Options(true);
+  o.staging_budget_bytes = int64_t{256} << ((*rng)() % 4);
+  o.num_lanes = 1 + (*rng)() % 2;
+  o.choose_lanes = false;
+  return o;
+}
+
+// Checks that every byte of every replica of `plan` lands once and relays
+// read only what earlier waves wrote (run in wave order), that sent and
+// forwarded bytes add up to the plan's, that the bound is no more than
+// the plan and that no engine rank stages more than `budget` bytes.
+void ExpectEveryByteOnceAfterItArrives(const Plan& plan, int64_t budget) {
+  EXPECT_EQ(testing::RunInWaveOrder(plan), "");
+  EXPECT_EQ(Sum(plan.stats.bytes_sent) + Sum(plan.stats.bytes_forwarded), plan.stats.total_bytes);
+  EXPECT_LE(plan.stats.lower_bound_seconds, plan.stats.predicted_seconds * (1 + 1e-12));
+  for (int64_t st : plan.stats.staging_dst) EXPECT_LE(st, budget);
+}
+
 // Random mixes of TP1, TP2 and TP4 replicas under a TP1, TP2 or TP4
 // trainer, bf16 or FP8, hosts known or not (sometimes shared with the
 // trainer), small staging budgets: every byte of every replica lands once,
@@ -377,17 +398,10 @@ TEST(RegionRelayTest, RandomMixedReplicasEveryByteOnceAfterItArrives) {
       l.src.host_of_rank.clear();
       l.dst.host_of_rank.clear();
     }
-    PlannerOptions o = Options(true);
-    o.staging_budget_bytes = int64_t{256} << (rng() % 4);
-    o.num_lanes = 1 + rng() % 2;
-    o.choose_lanes = false;
+    const PlannerOptions o = SmallBudgetOptions(&rng);
     absl::StatusOr<Plan> plan = BuildPlan(l.src, l.dst, o);
     ASSERT_TRUE(plan.ok()) << plan.status();
-    ASSERT_EQ(testing::RunInWaveOrder(*plan), "");
-    EXPECT_EQ(Sum(plan->stats.bytes_sent) + Sum(plan->stats.bytes_forwarded),
-              plan->stats.total_bytes);
-    EXPECT_LE(plan->stats.lower_bound_seconds, plan->stats.predicted_seconds * (1 + 1e-12));
-    for (int64_t st : plan->stats.staging_dst) EXPECT_LE(st, o.staging_budget_bytes);
+    ExpectEveryByteOnceAfterItArrives(*plan, o.staging_budget_bytes);
     sub += !SubRegionBytes(*plan).empty();
   }
   EXPECT_GT(sub, 15);  // the property is exercised
@@ -419,18 +433,11 @@ TEST(RegionRelayTest, RandomEnginesSharingHostsEveryByteOnceWithinTheBound) {
     const bool fp8 = rng() % 2 == 0;
     const int32_t trainer_dp = 2 << (rng() % 2);
     Layouts l = Make(trainer_tp, replicas, fp8, hosts, /*layers=*/16, trainer_dp);
-    PlannerOptions o = Options(true);
-    o.staging_budget_bytes = int64_t{256} << (rng() % 4);
-    o.num_lanes = 1 + rng() % 2;
-    o.choose_lanes = false;
+    const PlannerOptions o = SmallBudgetOptions(&rng);
     absl::StatusOr<Plan> plan = BuildPlan(l.src, l.dst, o);
     ASSERT_TRUE(plan.ok()) << plan.status();
-    ASSERT_EQ(testing::RunInWaveOrder(*plan), "");
-    EXPECT_EQ(Sum(plan->stats.bytes_sent) + Sum(plan->stats.bytes_forwarded),
-              plan->stats.total_bytes);
-    EXPECT_LE(plan->stats.lower_bound_seconds, plan->stats.predicted_seconds * (1 + 1e-12));
+    ExpectEveryByteOnceAfterItArrives(*plan, o.staging_budget_bytes);
     EXPECT_LE(plan->stats.predicted_seconds, 1.05 * plan->stats.lower_bound_seconds);
-    for (int64_t st : plan->stats.staging_dst) EXPECT_LE(st, o.staging_budget_bytes);
     if (fp8) ExpectTrainersFp8Values(l, *plan);
   }
 }
