@@ -10,6 +10,60 @@ namespace {
 
 constexpr int64_t kMaxGridCells = 1 << 20;
 
+// Per dim of `box`, its origin, the positions of `cuts[d]` (ascending)
+// strictly inside it, and its limit: the edges of its cells. Dims that
+// `cuts` has none for are not cut.
+std::vector<std::vector<int64_t>> CellEdges(const Box& box,
+                                            const std::vector<std::vector<int64_t>>& cuts) {
+  std::vector<std::vector<int64_t>> edges(box.rank());
+  for (int d = 0; d < box.rank(); ++d) {
+    std::vector<int64_t>& e = edges[d];
+    e.push_back(box.origin(d));
+    if (d < static_cast<int>(cuts.size())) {
+      e.insert(e.end(), std::upper_bound(cuts[d].begin(), cuts[d].end(), box.origin(d)),
+               std::lower_bound(cuts[d].begin(), cuts[d].end(), box.limit(d)));
+    }
+    e.push_back(box.limit(d));
+  }
+  return edges;
+}
+
+// Appends to *out one piece per cell of `edges` (CellEdges), each with
+// p's replicas and ranks.
+void AppendCells(const Piece& p, const std::vector<std::vector<int64_t>>& edges,
+                 std::vector<Piece>* out) {
+  const int rank = static_cast<int>(edges.size());
+  std::vector<size_t> idx(rank, 0);
+  while (true) {
+    Box::Indices o(rank), sz(rank);
+    for (int d = 0; d < rank; ++d) {
+      o[d] = edges[d][idx[d]];
+      sz[d] = edges[d][idx[d] + 1] - o[d];
+    }
+    out->push_back(Piece{Box::Unchecked(o, sz), p.replicas, p.ranks});
+    int d = rank - 1;
+    while (d >= 0 && ++idx[d] + 1 == edges[d].size()) {
+      idx[d] = 0;
+      --d;
+    }
+    if (d < 0) break;
+  }
+}
+
+// Returns the largest dim-0 extent of `pieces` (0 for none or rank 0).
+int64_t MaxExtent0(const std::vector<Piece>& pieces) {
+  int64_t most = 0;
+  for (const Piece& p : pieces) {
+    if (p.box.rank() > 0) most = std::max(most, p.box.shape(0));
+  }
+  return most;
+}
+
+void SortByBox(std::vector<Piece>* pieces) {
+  std::sort(pieces->begin(), pieces->end(),
+            [](const Piece& a, const Piece& b) { return a.box < b.box; });
+}
+
 }  // namespace
 
 absl::Status BuildPieces(const SideLayout& src, const std::vector<int32_t>& recs,
@@ -66,34 +120,8 @@ absl::Status BuildPieces(const SideLayout& src, const std::vector<int32_t>& recs
       }
     }
     std::vector<Piece> grid;
-    for (const Piece& p : distinct) {
-      // Enumerate the cells inside p.
-      std::vector<std::pair<size_t, size_t>> rng(rank);
-      for (int d = 0; d < rank; ++d) {
-        rng[d].first = std::lower_bound(cuts[d].begin(), cuts[d].end(),
-                                        p.box.origin(d)) - cuts[d].begin();
-        rng[d].second = std::lower_bound(cuts[d].begin(), cuts[d].end(),
-                                         p.box.limit(d)) - cuts[d].begin();
-      }
-      std::vector<size_t> idx(rank);
-      for (int d = 0; d < rank; ++d) idx[d] = rng[d].first;
-      while (true) {
-        Box::Indices o(rank), s(rank);
-        for (int d = 0; d < rank; ++d) {
-          o[d] = cuts[d][idx[d]];
-          s[d] = cuts[d][idx[d] + 1] - o[d];
-        }
-        grid.push_back(Piece{Box::Unchecked(o, s), p.replicas});
-        int d = rank - 1;
-        while (d >= 0 && ++idx[d] == rng[d].second) {
-          idx[d] = rng[d].first;
-          --d;
-        }
-        if (d < 0) break;
-      }
-    }
-    std::sort(grid.begin(), grid.end(),
-              [](const Piece& a, const Piece& b) { return a.box < b.box; });
+    for (const Piece& p : distinct) AppendCells(p, CellEdges(p.box, cuts), &grid);
+    SortByBox(&grid);
     distinct.clear();
     for (Piece& g : grid) {
       if (!distinct.empty() && distinct.back().box == g.box) {
@@ -116,35 +144,20 @@ absl::Status BuildPieces(const SideLayout& src, const std::vector<int32_t>& recs
     p.ranks.clear();
     for (int32_t ri : p.replicas) p.ranks.push_back(src.records[ri].rank);
   }
+  out->max_extent0 = MaxExtent0(distinct);
   out->pieces = std::move(distinct);
-  out->max_extent0 = 0;
-  for (const Piece& p : out->pieces) {
-    if (p.box.rank() > 0) {
-      out->max_extent0 = std::max(out->max_extent0, p.box.shape(0));
-    }
-  }
   return absl::OkStatus();
 }
 
 bool CutPieces(const std::vector<std::vector<int64_t>>& cuts, TensorPieces* tp) {
-  // Per piece and dim, the cut positions inside it (with its ends).
-  std::vector<std::vector<std::vector<int64_t>>> at(tp->pieces.size());
+  // Per piece, its cells' edges.
+  std::vector<std::vector<std::vector<int64_t>>> edges(tp->pieces.size());
   int64_t total = 0;
   for (size_t i = 0; i < tp->pieces.size(); ++i) {
-    const Box& b = tp->pieces[i].box;
-    const int rank = std::min<int>(b.rank(), static_cast<int>(cuts.size()));
-    at[i].resize(b.rank());
+    edges[i] = CellEdges(tp->pieces[i].box, cuts);
     int64_t cells = 1;
-    for (int d = 0; d < b.rank(); ++d) {
-      std::vector<int64_t>& c = at[i][d];
-      c.push_back(b.origin(d));
-      if (d < rank) {
-        auto lo = std::upper_bound(cuts[d].begin(), cuts[d].end(), b.origin(d));
-        auto hi = std::lower_bound(cuts[d].begin(), cuts[d].end(), b.limit(d));
-        c.insert(c.end(), lo, hi);
-      }
-      c.push_back(b.limit(d));
-      cells *= static_cast<int64_t>(c.size()) - 1;
+    for (const std::vector<int64_t>& e : edges[i]) {
+      cells *= static_cast<int64_t>(e.size()) - 1;
       if (cells > kMaxGridCells) return false;
     }
     total += cells;
@@ -153,31 +166,10 @@ bool CutPieces(const std::vector<std::vector<int64_t>>& cuts, TensorPieces* tp) 
   if (total == static_cast<int64_t>(tp->pieces.size())) return true;  // nothing to cut
   std::vector<Piece> cut;
   cut.reserve(total);
-  for (size_t i = 0; i < tp->pieces.size(); ++i) {
-    const Piece& p = tp->pieces[i];
-    const int rank = p.box.rank();
-    std::vector<size_t> idx(rank, 0);
-    while (true) {
-      Box::Indices o(rank), sz(rank);
-      for (int d = 0; d < rank; ++d) {
-        o[d] = at[i][d][idx[d]];
-        sz[d] = at[i][d][idx[d] + 1] - o[d];
-      }
-      cut.push_back(Piece{Box::Unchecked(o, sz), p.replicas, p.ranks});
-      int d = rank - 1;
-      while (d >= 0 && ++idx[d] + 1 == at[i][d].size()) {
-        idx[d] = 0;
-        --d;
-      }
-      if (d < 0) break;
-    }
-  }
-  std::sort(cut.begin(), cut.end(), [](const Piece& a, const Piece& b) { return a.box < b.box; });
+  for (size_t i = 0; i < tp->pieces.size(); ++i) AppendCells(tp->pieces[i], edges[i], &cut);
+  SortByBox(&cut);
+  tp->max_extent0 = MaxExtent0(cut);
   tp->pieces = std::move(cut);
-  tp->max_extent0 = 0;
-  for (const Piece& p : tp->pieces) {
-    if (p.box.rank() > 0) tp->max_extent0 = std::max(tp->max_extent0, p.box.shape(0));
-  }
   return true;
 }
 

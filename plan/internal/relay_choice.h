@@ -71,18 +71,16 @@ struct Choice {
         depth_at(members, 0),
         fed(members, 0),
         unit_fed(num_units, 0),
-        reserved_at(anticipate ? members : 0, -1),
         best_at(anticipate ? members : 0, -1) {}
 
   // Member q's reserved class, -1 when none.
-  int Reserved(int32_t q) const { return reserved_at.empty() ? -1 : reserved_at[q]; }
+  int Reserved(int32_t q) const { return best_at.empty() || fed[q] ? -1 : best_at[q]; }
 
   // Takes member q's reserved bytes (ReserveBest) out of its rank's load,
-  // before they are fed over their link.
+  // as it is fed over its link (once per feed).
   void Release(const std::vector<int32_t>& rank_at, int32_t q, int64_t bytes) {
-    if (Reserved(q) < 0) return;
-    loads.Unreserve(rank_at[q], static_cast<LinkClass>(reserved_at[q]), bytes);
-    reserved_at[q] = -1;
+    if (best_at.empty()) return;
+    loads.Unreserve(rank_at[q], static_cast<LinkClass>(best_at[q]), bytes);
   }
 
   // Feeds member q `bytes` from replica k of `ranks` (f < 0) or from member
@@ -106,9 +104,8 @@ struct Choice {
   std::vector<int16_t> depth_at;
   std::vector<char> fed;
   std::vector<char> unit_fed;
-  // Per member, the class its bytes are reserved at (-1: none), and the
-  // class ReserveBest reserved it at; both empty without anticipate.
-  std::vector<int8_t> reserved_at;
+  // Per member, the class ReserveBest reserved its bytes at, where they
+  // count while it is not fed; empty without anticipate.
   std::vector<int8_t> best_at;
   double floor = 0;
   int32_t max_depth = 0;

@@ -18,9 +18,7 @@ void MoveRoot(const Setting& s, int32_t q, int32_t o, int64_t bytes,
   const std::vector<int32_t>& rank_at = s.placed.rank_at;
   const LinkClass net = LinkClass::kInterHost;
   c->loads.ShiftIn(rank_at[q], net, static_cast<LinkClass>(c->best_at[q]), bytes);
-  c->loads.ShiftIn(rank_at[o], static_cast<LinkClass>(c->reserved_at[o]), net, bytes);
-  c->reserved_at[q] = c->best_at[q];
-  c->reserved_at[o] = -1;
+  c->loads.ShiftIn(rank_at[o], static_cast<LinkClass>(c->best_at[o]), net, bytes);
   c->choice_at[o] = c->choice_at[q];
   c->choice_at[q] = -1;
   c->fed[q] = 0;
@@ -55,7 +53,6 @@ void ReserveBest(const Setting& s, Choice* c) {
       for (int32_t k = containers.first[u]; k < containers.first[u + 1]; ++k) {
         holders(containers.units[k]);
       }
-      c->reserved_at[q] = static_cast<int8_t>(best);
       c->best_at[q] = static_cast<int8_t>(best);
       c->loads.Reserve(d, best, s.placed.info[u].bytes);
     }
@@ -93,10 +90,10 @@ void RebalanceRoots(const Setting& s, Choice* c) {
         double best_t = now;
         int32_t best_o = -1;
         for (int32_t o = units.first[u]; o < units.first[u + 1]; ++o) {
-          if (c->fed[o] || rank_at[o] == a || c->reserved_at[o] < 0) continue;
+          if (c->fed[o] || rank_at[o] == a) continue;
           const double t = std::max(
               from_after, c->loads.InTimeShifted(
-                              rank_at[o], static_cast<LinkClass>(c->reserved_at[o]), net, bytes));
+                              rank_at[o], static_cast<LinkClass>(c->best_at[o]), net, bytes));
           if (t < best_t) {
             best_t = t;
             best_o = o;
